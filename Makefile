@@ -1,0 +1,107 @@
+# fp8moe build. `make help` lists the targets.
+#   make            libfp8moe.a and the fp8moe binary (CUDA sources too when nvcc is found)
+#   make test       unit, golden-model and CLI tests (cmocka)
+#   make asan       the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS_ALL = -std=c11 -D_DEFAULT_SOURCE $(OPT) $(SAN) -g -Wall -Wextra -Werror -MMD -MP -fopenmp -Iinclude -Isrc $(EXTRA_CFLAGS)
+LDLIBS_ALL = -lcjson -lm -fopenmp $(SAN)
+
+# CUDA: compiled whenever nvcc is present (CI has it; the GPU machine has it). NVCC= builds without it.
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS = -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89
+NVCCFLAGS = -std=c++17 -O2 -g -lineinfo $(CUDA_ARCHS) -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+
+LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+CU_SRC   := $(sort $(wildcard src/backend/cuda/*.cu))
+ifneq ($(NVCC),)
+  LIB_SRC := $(filter-out src/backend/cuda/no_cuda.c,$(LIB_SRC))
+  CFLAGS_ALL += -DFM_HAVE_CUDA=1
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
+  CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.o)
+else
+  CU_OBJ :=
+endif
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
+
+LIB := $(BUILD)/libfp8moe.a
+BIN := $(BUILD)/fp8moe
+
+.PHONY: all test asan fuzz fuzz-run deps run clean help tests-build
+all: $(LIB) $(BIN)
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS_ALL)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
+
+tests-build: $(TEST_BIN) $(BIN)
+
+# Each test binary runs from the repository root; FP8MOE_BIN lets the CLI tests find the binary.
+test: tests-build
+	@set -e; fail=0; for t in $(TEST_BIN); do \
+	  echo "== $$t"; FP8MOE_BIN=$(BIN) ./$$t || fail=1; \
+	done; \
+	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED"; else echo "SOME TESTS FAILED"; exit 1; fi
+
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 NVCC= \
+	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+# libFuzzer target for the safetensors + config + shard-index parsers (clang).
+FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/config.c src/util/status.c $(wildcard src/quant/*.c)
+$(BUILD)/fuzz/fuzz_loader: $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_DEFAULT_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o $@ $(FUZZ_SRC) -lcjson -lm
+fuzz: $(BUILD)/fuzz/fuzz_loader
+FUZZ_SECONDS ?= 60
+fuzz-run: fuzz
+	@mkdir -p $(BUILD)/fuzz/corpus
+	./$(BUILD)/fuzz/fuzz_loader -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/corpus fuzz/seeds
+
+# Installs the Debian packages the build needs when they are missing (root or sudo).
+deps:
+	@./tools/install-deps.sh
+
+# The main job: the parity table of every preset on the bundled trained model.
+run: all
+	./$(BIN) parity --model models/tiny-code-moe
+
+clean:
+	rm -rf build
+
+help:
+	@echo "targets:"
+	@echo "  make [all]     build $(LIB) and $(BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
+	@echo "  make deps      install missing Debian packages (cJSON, cmocka)"
+	@echo "  make run       parity table of the presets on models/tiny-code-moe"
+	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity)"
+	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
+	@echo "  make fuzz-run  libFuzzer on the checkpoint parsers for FUZZ_SECONDS (default 60)"
+	@echo "  make clean     remove build/"
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,75 @@
+/* fp8moe: public C API.
+ *
+ * An opaque model handle holds a checkpoint's configuration and its weights on one backend, quantized
+ * according to a precision plan (a preset). Every call that can fail returns an fm_status and fills a
+ * caller-provided fm_error with one line naming the file, tensor or field at fault.
+ */
+#ifndef FP8MOE_H
+#define FP8MOE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FP8MOE_VERSION "0.1.0"
+
+typedef enum fm_status {
+    FM_OK = 0,
+    FM_ERR_USAGE,       /* a caller passed arguments that make no sense (maps to exit code 2) */
+    FM_ERR_IO,          /* a file could not be opened, mapped or written */
+    FM_ERR_FORMAT,      /* a file is malformed: header, offsets, JSON, shapes, ids */
+    FM_ERR_UNSUPPORTED, /* well-formed, but something fp8moe does not implement (model type, dtype, option) */
+    FM_ERR_NOMEM,       /* an allocation failed */
+    FM_ERR_BACKEND,     /* the backend is unavailable (no GPU, not built) or failed */
+} fm_status;
+
+/* One line of explanation; filled by every failing call. */
+typedef struct fm_error {
+    char msg[768];
+} fm_error;
+
+const char *fm_status_name(fm_status st);
+
+/* Named precision plans (DESIGN.md "Precision plan"). */
+typedef enum fm_preset {
+    FM_PRESET_REF = 0, /* fp32 weights and activations: the oracle */
+    FM_PRESET_INT4,    /* int4 sym g128 (bf16 scales) linear weights, bf16 activations (w4a16) */
+    FM_PRESET_FP8,     /* the same int4 weights as e4m3, activations e4m3 in 1x128 groups (w4a8) */
+    FM_PRESET_FP4,     /* as fp8, expert dispatch activations in MXFP4 */
+    FM_PRESET_COUNT
+} fm_preset;
+
+const char *fm_preset_name(fm_preset p);
+/* Returns false when name is not a preset. */
+bool fm_preset_parse(const char *name, fm_preset *out);
+
+typedef struct fm_options {
+    const char *backend; /* "cpu" (default) or "cuda" */
+    fm_preset   preset;
+    int32_t     n_layers; /* run only the first n decoder layers; 0 = all */
+    int32_t     n_threads; /* CPU threads; 0 = OpenMP's default */
+    bool        verbose;   /* progress on stderr while loading */
+} fm_options;
+
+void fm_options_init(fm_options *opt);
+
+typedef struct fm_model fm_model;
+
+/* Loads the checkpoint in dir (config.json + model.safetensors or a sharded index), validates it and
+ * quantizes it for opt->preset on opt->backend. On failure *out is NULL and nothing stays allocated. */
+fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, fm_error *err);
+void      fm_model_free(fm_model *m);
+
+int32_t fm_model_vocab_size(const fm_model *m);
+
+/* Prefill of ids[0..n_tokens) at positions 0..n_tokens-1; logits is [n_tokens, vocab] row-major fp32. */
+fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

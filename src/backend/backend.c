@@ -1,0 +1,59 @@
+/* Presets -> precision plans, and the backend factory. */
+#include <string.h>
+
+#include "backend/backend.h"
+#include "util/status.h"
+
+const char *fm_wformat_name(fm_wformat f) {
+    switch (f) {
+    case FM_W_F32: return "f32";
+    case FM_W_BF16: return "bf16";
+    case FM_W_INT4_G128: return "int4-g128";
+    }
+    return "?";
+}
+
+const char *fm_afmt_name(fm_afmt f) {
+    switch (f) {
+    case FM_A_NATIVE: return "native";
+    case FM_A_E4M3_G128: return "e4m3-1x128";
+    case FM_A_MXFP4: return "mxfp4";
+    }
+    return "?";
+}
+
+static const char *const preset_names[FM_PRESET_COUNT] = {"ref", "int4", "fp8", "fp4"};
+
+const char *fm_preset_name(fm_preset p) { return (unsigned)p < FM_PRESET_COUNT ? preset_names[p] : "?"; }
+
+bool fm_preset_parse(const char *name, fm_preset *out) {
+    for (int i = 0; i < FM_PRESET_COUNT; i++)
+        if (strcmp(name, preset_names[i]) == 0) {
+            *out = (fm_preset)i;
+            return true;
+        }
+    return false;
+}
+
+void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->preset = p;
+    if (p == FM_PRESET_REF) {
+        *plan = (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32};
+        return;
+    }
+    /* every quantized preset: int4 linear weights, bf16 activations and bf16 for the other weights */
+    *plan = (fm_plan){p, true, FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128, FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16};
+    if (p == FM_PRESET_FP8 || p == FM_PRESET_FP4) {
+        plan->a_dense    = FM_A_E4M3_G128;
+        plan->a_dispatch = p == FM_PRESET_FP4 ? FM_A_MXFP4 : FM_A_E4M3_G128;
+        plan->a_expert   = FM_A_E4M3_G128;
+    }
+}
+
+fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {
+    *out = NULL;
+    if (!name || strcmp(name, "cpu") == 0) return fm_cpu_backend_create(plan, n_threads, out, err);
+    if (strcmp(name, "cuda") == 0) return fm_cuda_backend_create(plan, out, err);
+    return fm_fail(err, FM_ERR_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
+}

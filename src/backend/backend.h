@@ -1,0 +1,113 @@
+/* The backend op table: everything the forward pass (src/engine) needs from a device.
+ *
+ * Memory is opaque to the engine: activation buffers come from ops->alloc and hold `act_size` bytes per
+ * element (fp32 on the CPU, bf16 on the GPU). Weights are banks of n matrices [n][rows, cols] (n = 1 for a
+ * dense projection, n = E for an expert projection), stored in the format the plan asks for; a bank is
+ * built from one or more source views per matrix concatenated along rows (q|k|v, gate|up).
+ *
+ * Ops do not return a status: arguments are checked by the engine, and a device fault is recorded and
+ * reported by ops->sync (the CUDA backend also stops at the faulting launch in FP8MOE_SYNC=1 mode). */
+#ifndef FM_BACKEND_H
+#define FM_BACKEND_H
+
+#include "fp8moe.h"
+#include "io/config.h"
+#include "model/model_src.h"
+
+/* Storage of a weight bank. */
+typedef enum fm_wformat {
+    FM_W_F32,        /* fp32 (the oracle) */
+    FM_W_BF16,       /* bf16 values */
+    FM_W_INT4_G128,  /* int4 symmetric, groups of 128 along K, bf16 scales */
+} fm_wformat;
+
+/* How a linear op quantizes its activation input (the A side of y = x W^T). */
+typedef enum fm_afmt {
+    FM_A_NATIVE,    /* as stored: fp32 (ref) or bf16 (quantized presets) */
+    FM_A_E4M3_G128, /* e4m3 with one fp32 scale per (row, 128-group along K) */
+    FM_A_MXFP4,     /* E2M1 with one UE8M0 scale per 32 elements (RCEIL) */
+} fm_afmt;
+
+const char *fm_wformat_name(fm_wformat f);
+const char *fm_afmt_name(fm_afmt f);
+
+/* The precision plan: what each weight family is stored as and how its activations are quantized. */
+typedef struct fm_plan {
+    fm_preset  preset;
+    bool       act_bf16;      /* activations rounded to bf16 at op boundaries */
+    fm_wformat w_dense;       /* q/k/v/o and dense-MLP projections */
+    fm_afmt    a_dense;
+    fm_wformat w_expert;      /* expert gate_up and down banks */
+    fm_afmt    a_dispatch;    /* expert gate_up input (the routed activation buffer) */
+    fm_afmt    a_expert;      /* expert down input */
+    fm_wformat w_other;       /* embeddings, norms, router, lm_head */
+} fm_plan;
+
+void fm_plan_from_preset(fm_preset p, fm_plan *plan);
+
+typedef struct fm_backend fm_backend; /* per-backend state */
+typedef struct fm_bank    fm_bank;    /* a weight bank on the backend */
+
+/* One projection bank's source: n matrices, each the row-concatenation of n_parts views srcs[i*n_parts + j]. */
+typedef struct fm_bank_src {
+    const fm_wsrc *srcs;
+    int32_t        n;
+    int32_t        n_parts;
+    const char    *label; /* for messages: "layer 3 expert gate_up" */
+} fm_bank_src;
+
+typedef struct fm_backend_ops {
+    const char *name;
+    size_t      act_size; /* bytes per activation element */
+
+    void  (*destroy)(fm_backend *be);
+    void *(*alloc)(fm_backend *be, size_t bytes); /* NULL on failure */
+    void  (*free)(fm_backend *be, void *p);
+    /* Copies host data in/out of backend memory: ids (int32) and activations (as fp32 on the host side). */
+    void  (*upload_ids)(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
+    void  (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
+    fm_status (*sync)(fm_backend *be, fm_error *err);
+
+    fm_status (*bank_create)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
+    void      (*bank_free)(fm_backend *be, fm_bank *w);
+    size_t    (*bank_bytes)(const fm_bank *w);
+
+    /* out[t, :] = table[ids[t], :] */
+    void (*embed)(fm_backend *be, const fm_bank *table, const void *ids, int64_t T, void *out);
+    /* out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w, rows of `dim` elements */
+    void (*rmsnorm)(fm_backend *be, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps, void *out);
+    /* y[M, N] = x[M, K] W[idx]^T with x quantized as afmt; W is matrix idx of the bank */
+    void (*linear)(fm_backend *be, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y);
+    /* In place on a fused qkv buffer [T, (nh + 2 nkv) hd]: optional per-head RMSNorm of q and k (q_norm/k_norm
+     * may be NULL), then RoPE (rotate-half pairs (j, j + hd/2)) at positions pos0 + t. */
+    void (*qk_norm_rope)(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                         const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, double theta);
+    /* Causal GQA attention reading q, k, v from the fused qkv buffer; out is [T, nh * hd]. */
+    void (*attention)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out);
+    /* Routing from router logits [T, E]: top-k expert ids [T, k] (int32) and weights [T, k] (act dtype). */
+    void (*route)(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
+                  bool norm_topk, void *ids, void *weights);
+    /* Expert FFN of every routed (token, expert): out[t] = sum_j w[t,j] * down_e(silu(gate_e x) * up_e x),
+     * gate_up bank [E][2I, H] (gate rows first), down bank [E][H, I]. */
+    void (*moe)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
+    /* out[r, i] = silu(gu[r, i]) * gu[r, I + i] for a [rows, 2I] gate|up buffer */
+    void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
+    /* acc += x (n elements) */
+    void (*add)(fm_backend *be, void *acc, const void *x, int64_t n);
+} fm_backend_ops;
+
+struct fm_backend {
+    const fm_backend_ops *ops;
+    fm_plan               plan;
+    int32_t               n_threads;
+};
+
+/* Creates the named backend ("cpu", "cuda") for a plan. A backend that cannot run here (not built, no GPU)
+ * returns FM_ERR_BACKEND with the reason. */
+fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err);
+
+fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err);
+fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **out, fm_error *err);
+
+#endif

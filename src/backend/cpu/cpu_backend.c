@@ -1,0 +1,65 @@
+/* CPU reference backend: the op table and its memory (plain host memory). */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "quant/bf16.h"
+#include "util/status.h"
+
+void cpu_round_act(const fm_backend *be, float *x, int64_t n) {
+    if (be->plan.act_bf16) fm_round_bf16_array(x, n);
+}
+
+static void cpu_destroy(fm_backend *be) { free(be); }
+static void *cpu_alloc(fm_backend *be, size_t bytes) { (void)be; return malloc(bytes ? bytes : 1); }
+static void cpu_free(fm_backend *be, void *p) { (void)be; free(p); }
+
+static void cpu_upload_ids(fm_backend *be, const int32_t *ids, int64_t n, void *dst) {
+    (void)be;
+    memcpy(dst, ids, (size_t)n * sizeof *ids);
+}
+
+static void cpu_download_f32(fm_backend *be, const void *src, int64_t n, float *dst) {
+    (void)be;
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+static fm_status cpu_sync(fm_backend *be, fm_error *err) {
+    (void)be, (void)err;
+    return FM_OK;
+}
+
+static const fm_backend_ops cpu_ops = {
+    .name         = "cpu",
+    .act_size     = sizeof(float),
+    .destroy      = cpu_destroy,
+    .alloc        = cpu_alloc,
+    .free         = cpu_free,
+    .upload_ids   = cpu_upload_ids,
+    .download_f32 = cpu_download_f32,
+    .sync         = cpu_sync,
+    .bank_create  = cpu_bank_create,
+    .bank_free    = cpu_bank_free,
+    .bank_bytes   = cpu_bank_bytes,
+    .embed        = cpu_embed,
+    .rmsnorm      = cpu_rmsnorm,
+    .linear       = cpu_linear,
+    .qk_norm_rope = cpu_qk_norm_rope,
+    .attention    = cpu_attention,
+    .route        = cpu_route,
+    .moe          = cpu_moe,
+    .swiglu       = cpu_swiglu,
+    .add          = cpu_add,
+};
+
+fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {
+    fm_backend *be = fm_calloc(1, sizeof *be, err, "cpu backend");
+    if (!be) return FM_ERR_NOMEM;
+    be->ops       = &cpu_ops;
+    be->plan      = *plan;
+    be->n_threads = n_threads;
+    if (n_threads > 0) omp_set_num_threads(n_threads);
+    *out = be;
+    return FM_OK;
+}

@@ -1,0 +1,73 @@
+/* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "quant/bf16.h"
+#include "quant/int4.h"
+#include "util/status.h"
+
+static fm_status fill_matrix(const fm_bank_src *src, int32_t i, int64_t cols, float *dst, fm_error *err) {
+    for (int32_t j = 0; j < src->n_parts; j++) {
+        const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
+        if (s->cols != cols)
+            return fm_fail(err, FM_ERR_FORMAT, "%s: part %d has %lld columns, expected %lld", src->label, j,
+                           (long long)s->cols, (long long)cols);
+        fm_status st = fm_wsrc_read(s, dst, err);
+        if (st) return st;
+        dst += s->rows * s->cols;
+    }
+    return FM_OK;
+}
+
+fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err) {
+    (void)be;
+    *out = NULL;
+    int64_t rows = 0;
+    for (int32_t j = 0; j < src->n_parts; j++) rows += src->srcs[j].rows;
+    const int64_t cols = src->srcs[0].cols, per = rows * cols;
+    fm_bank *w = fm_calloc(1, sizeof *w, err, src->label);
+    if (!w) return FM_ERR_NOMEM;
+    *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
+    w->w = fm_malloc((size_t)(src->n * per) * sizeof(float), err, src->label);
+    fm_status st = w->w ? FM_OK : FM_ERR_NOMEM;
+    int8_t *q = NULL;
+    if (!st && fmt == FM_W_INT4_G128) {
+        w->n_groups = fm_int4_n_groups(cols, FM_CPU_GROUP);
+        w->scales   = fm_malloc((size_t)(src->n * rows * w->n_groups) * sizeof(float), err, src->label);
+        q           = fm_malloc((size_t)per, err, src->label);
+        if (!w->scales || !q) st = FM_ERR_NOMEM;
+    }
+    const fm_int4_params p4 = {FM_CPU_GROUP, true, FM_SCALE_BF16};
+    for (int32_t i = 0; !st && i < src->n; i++) {
+        float *m = w->w + (int64_t)i * per;
+        st = fill_matrix(src, i, cols, m, err);
+        if (st) break;
+        if (fmt == FM_W_BF16) fm_round_bf16_array(m, per);
+        if (fmt == FM_W_INT4_G128) {
+            fm_int4_quantize(m, rows, cols, &p4, q, w->scales + (int64_t)i * rows * w->n_groups, NULL);
+            for (int64_t e = 0; e < per; e++) m[e] = (float)q[e];
+        }
+    }
+    free(q);
+    if (st) {
+        cpu_bank_free(be, w);
+        return st;
+    }
+    *out = w;
+    return FM_OK;
+}
+
+void cpu_bank_free(fm_backend *be, fm_bank *w) {
+    (void)be;
+    if (!w) return;
+    free(w->w);
+    free(w->scales);
+    free(w);
+}
+
+size_t cpu_bank_bytes(const fm_bank *w) {
+    size_t n = (size_t)(w->n * w->rows * w->cols) * sizeof(float);
+    if (w->scales) n += (size_t)(w->n * w->rows * w->n_groups) * sizeof(float);
+    return n;
+}

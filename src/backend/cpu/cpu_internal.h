@@ -1,0 +1,52 @@
+/* CPU reference backend: shared definitions. Everything is fp32 arithmetic; when the plan says
+ * act_bf16, every op rounds its output to bf16 (the GPU's activation dtype), which makes this backend an
+ * exact emulation of the quantized presets' formats. Parallel over rows with OpenMP; each output element
+ * is summed in a fixed order, so results do not depend on the thread count. */
+#ifndef FM_CPU_INTERNAL_H
+#define FM_CPU_INTERNAL_H
+
+#include "backend/backend.h"
+
+#define FM_CPU_GROUP 128 /* K-group of int4 weight scales and e4m3 activation scales */
+
+struct fm_bank {
+    fm_wformat fmt;
+    int32_t    n;        /* matrices */
+    int64_t    rows, cols;
+    int64_t    n_groups; /* int4: ceil(cols / 128) */
+    float     *w;        /* [n][rows][cols]: values (f32, bf16-rounded) or int4 codes as floats */
+    float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
+};
+
+/* Activation row quantized for a linear op: values to multiply (e4m3 or E2M1 codes decoded, or the inputs),
+ * and per-group scales (NULL when the values already carry their scale). */
+typedef struct cpu_qrow {
+    float  *val;    /* [K] */
+    float  *scale;  /* [n_groups] or NULL */
+} cpu_qrow;
+
+/* Quantizes one activation row of K elements as afmt into q (val has K floats, scale ceil(K/128)). */
+void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q);
+/* y[0..N) = row . W[idx]^T for one quantized row (serial; callers parallelise). */
+void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y);
+/* Rounds n outputs to bf16 when the backend's plan asks for bf16 activations. */
+void cpu_round_act(const fm_backend *be, float *x, int64_t n);
+
+void cpu_embed(fm_backend *be, const fm_bank *table, const void *ids, int64_t T, void *out);
+void cpu_rmsnorm(fm_backend *be, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps, void *out);
+void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y);
+void cpu_qk_norm_rope(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm,
+                      const fm_bank *k_norm, float eps, int64_t pos0, double theta);
+void cpu_attention(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out);
+void cpu_route(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
+               void *ids, void *weights);
+void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,
+             const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
+void cpu_swiglu(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
+void cpu_add(fm_backend *be, void *acc, const void *x, int64_t n);
+
+fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
+void      cpu_bank_free(fm_backend *be, fm_bank *w);
+size_t    cpu_bank_bytes(const fm_bank *w);
+
+#endif

@@ -1,0 +1,96 @@
+/* y = x W^T on the CPU, emulating each weight/activation format exactly:
+ *   f32 / bf16 weights:  y[n] = sum_g scale_a[g] * sum_{k in g} a[k] w[n,k]
+ *   int4 weights:        y[n] = sum_g (scale_a[g] * scale_w[n,g]) * sum_{k in g} a[k] q[n,k]
+ * where a is the activation as quantized (e4m3 codes decoded, E2M1 times its block scale, or the input
+ * itself) and scale_a is its 1x128 scale (1 when the values carry their own scale). The product of the two
+ * scales is folded into the fp32 accumulator once per 128-group, as the GPU kernels do ("promotion"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "quant/e2m1.h"
+#include "quant/e4m3.h"
+
+static float dot(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
+    switch (afmt) {
+    case FM_A_NATIVE:
+        memcpy(q->val, x, (size_t)K * sizeof *x);
+        q->scale = NULL;
+        return;
+    case FM_A_E4M3_G128: {
+        /* codes are decoded in place of the values; the per-group scale is kept apart */
+        uint8_t *codes = (uint8_t *)malloc((size_t)K);
+        fm_e4m3_quantize_groups(x, K, FM_CPU_GROUP, codes, q->scale);
+        for (int64_t k = 0; k < K; k++) q->val[k] = fm_e4m3_to_f32(codes[k]);
+        free(codes);
+        return;
+    }
+    case FM_A_MXFP4: {
+        /* E2M1 times its power-of-two block scale is exact in fp32: dequantize once */
+        const int64_t nb = (K + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
+        uint8_t *packed = (uint8_t *)malloc((size_t)(K + 1) / 2 + (size_t)nb);
+        fm_mxfp4_quantize(x, K, FM_MX_RCEIL, packed, packed + (K + 1) / 2);
+        fm_mxfp4_dequantize(packed, packed + (K + 1) / 2, K, q->val);
+        free(packed);
+        q->scale = NULL;
+        return;
+    }
+    }
+}
+
+void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) {
+    const int64_t K = w->cols, N = w->rows;
+    const float  *W = w->w + (int64_t)idx * N * K;
+    const bool    grouped = w->scales || x->scale;
+    const int64_t G = grouped ? FM_CPU_GROUP : K, n_groups = (K + G - 1) / G;
+    const float  *ws = w->scales ? w->scales + (int64_t)idx * N * w->n_groups : NULL;
+    for (int64_t n = 0; n < N; n++) {
+        const float *wr = W + n * K;
+        float acc = 0.0f;
+        for (int64_t g = 0; g < n_groups; g++) {
+            const int64_t k0 = g * G, len = K - k0 < G ? K - k0 : G;
+            float scale = 1.0f;
+            if (x->scale) scale *= x->scale[g];
+            if (ws) scale *= ws[n * w->n_groups + g];
+            acc += dot(x->val + k0, wr + k0, len) * scale;
+        }
+        y[n] = acc;
+    }
+}
+
+void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, int64_t M, fm_afmt afmt, void *yv) {
+    const float  *x = (const float *)xv;
+    float        *y = (float *)yv;
+    const int64_t K = w->cols, N = w->rows, n_groups = (K + FM_CPU_GROUP - 1) / FM_CPU_GROUP;
+    float *qv = (float *)malloc((size_t)(M * K) * sizeof(float));
+    float *qs = (float *)malloc((size_t)(M * n_groups) * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+        cpu_qrow q = {qv + m * K, qs + m * n_groups};
+        cpu_quantize_row(x + m * K, K, afmt, &q);
+    }
+    const bool has_scale = afmt == FM_A_E4M3_G128;
+    /* blocks of 16 outputs per task keep a weight block hot in cache across rows */
+    const int64_t NB = 16, n_blocks = (N + NB - 1) / NB;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < n_blocks; b++) {
+            const int64_t n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
+            fm_bank sub = *w; /* a view of rows n0..n1 of matrix idx */
+            sub.rows = n1 - n0;
+            sub.w    = w->w + ((int64_t)idx * N + n0) * K;
+            sub.scales = w->scales ? w->scales + ((int64_t)idx * N + n0) * w->n_groups : NULL;
+            cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL};
+            cpu_linear_row(&sub, 0, &q, y + m * N + n0);
+        }
+    free(qv);
+    free(qs);
+    cpu_round_act(be, y, M * N);
+}

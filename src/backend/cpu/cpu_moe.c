@@ -1,0 +1,98 @@
+/* Routing and the expert FFN of the CPU reference.
+ * Routing per token: Qwen3 takes an fp32 softmax over all experts, the top-k, and renormalises the k when
+ * norm_topk_prob; Mixtral takes the top-k logits and a softmax over those k. Ties pick the lower index.
+ * The expert FFN runs one routed (token, expert) pair at a time (the per-token dispatch the GPU baseline
+ * does): gate|up projection, SwiGLU, down projection, weighted sum in fp32. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* indices of the k largest values of v[0..n), in descending order (stable: lower index first on ties) */
+static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < n; e++) {
+            bool taken = false;
+            for (int32_t i = 0; i < j; i++) taken |= idx[i] == e;
+            if (!taken && (best < 0 || v[e] > v[best])) best = e;
+        }
+        idx[j] = best;
+    }
+}
+
+void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
+               void *idsv, void *weightsv) {
+    const float *logits = (const float *)logitsv;
+    int32_t     *ids    = (int32_t *)idsv;
+    float       *w      = (float *)weightsv;
+#pragma omp parallel
+    {
+        float *p = (float *)malloc((size_t)E * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < T; t++) {
+            const float *l  = logits + t * E;
+            int32_t     *id = ids + t * k;
+            float       *wt = w + t * k;
+            float        mx = -INFINITY, sum = 0.0f;
+            if (kind == FM_ROUTER_SOFTMAX_TOPK) {
+                for (int32_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+                for (int32_t e = 0; e < E; e++) sum += (p[e] = expf(l[e] - mx));
+                for (int32_t e = 0; e < E; e++) p[e] /= sum;
+                top_k(p, E, k, id);
+                float s = 0.0f;
+                for (int32_t j = 0; j < k; j++) s += (wt[j] = p[id[j]]);
+                if (norm_topk)
+                    for (int32_t j = 0; j < k; j++) wt[j] /= s;
+            } else {
+                top_k(l, E, k, id);
+                mx = l[id[0]];
+                for (int32_t j = 0; j < k; j++) sum += (wt[j] = expf(l[id[j]] - mx));
+                for (int32_t j = 0; j < k; j++) wt[j] /= sum;
+            }
+        }
+        free(p);
+    }
+    cpu_round_act(be, w, T * k);
+}
+
+void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *xv, int64_t T, const void *idsv,
+             const void *weightsv, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *outv) {
+    const float   *x   = (const float *)xv;
+    const int32_t *ids = (const int32_t *)idsv;
+    const float   *w   = (const float *)weightsv;
+    float         *out = (float *)outv;
+    const int64_t  H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP;
+#pragma omp parallel
+    {
+        /* per-thread scratch: quantized input row, gate|up, SwiGLU output (quantized), expert output, sum */
+        float *xq = (float *)malloc((size_t)(H + (H + G - 1) / G) * sizeof(float));
+        float *gu = (float *)malloc((size_t)(2 * I) * sizeof(float));
+        float *h  = (float *)malloc((size_t)I * sizeof(float));
+        float *hq = (float *)malloc((size_t)(I + (I + G - 1) / G) * sizeof(float));
+        float *y  = (float *)malloc((size_t)H * sizeof(float));
+        float *acc = (float *)malloc((size_t)H * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < T; t++) {
+            cpu_qrow xr = {xq, xq + H};
+            cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
+            for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t e = ids[t * k + j];
+                cpu_linear_row(gate_up, e, &xr, gu);
+                cpu_round_act(be, gu, 2 * I);
+                for (int64_t i = 0; i < I; i++) h[i] = gu[i] / (1.0f + expf(-gu[i])) * gu[I + i];
+                cpu_round_act(be, h, I);
+                cpu_qrow hr = {hq, hq + I};
+                cpu_quantize_row(h, I, a_down, &hr);
+                cpu_linear_row(down, e, &hr, y);
+                cpu_round_act(be, y, H);
+                const float wj = w[t * k + j];
+                for (int64_t i = 0; i < H; i++) acc[i] += wj * y[i];
+            }
+            for (int64_t i = 0; i < H; i++) out[t * H + i] = acc[i];
+        }
+        free(xq), free(gu), free(h), free(hq), free(y), free(acc);
+    }
+    cpu_round_act(be, out, T * H);
+}

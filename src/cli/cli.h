@@ -1,0 +1,57 @@
+/* The fp8moe command: shared helpers of the subcommands. Exit codes are a contract:
+ * 0 success, 1 bad input or data (one line on stderr naming the file, field or tensor), 2 usage error. */
+#ifndef FM_CLI_H
+#define FM_CLI_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "fp8moe.h"
+
+enum { CLI_OK = 0, CLI_BAD_INPUT = 1, CLI_USAGE = 2 };
+
+int cmd_logits(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_parity(int argc, char **argv);
+
+/* Prints "fp8moe CMD: error: MSG" and returns the exit code for st. */
+int cli_fail(const char *cmd, fm_status st, const fm_error *err);
+/* Usage error: prints the message and a hint to --help, returns 2. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses an integer option value in [lo, hi]; false (after printing) on a bad value. */
+bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, long hi, long *out);
+
+/* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. */
+fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err);
+
+/* Options every model-running command shares: --model --backend --preset --layers --threads --verbose. */
+typedef struct cli_model_opts {
+    const char *model_dir;
+    fm_options  opt;
+} cli_model_opts;
+
+enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS };
+#define CLI_MODEL_LONG_OPTIONS                                                                          \
+    {"model", required_argument, 0, OPT_MODEL}, {"backend", required_argument, 0, OPT_BACKEND},        \
+        {"preset", required_argument, 0, OPT_PRESET}, {"layers", required_argument, 0, OPT_LAYERS},     \
+        {"threads", required_argument, 0, OPT_THREADS}, {"verbose", no_argument, 0, 'v'},               \
+        {"help", no_argument, 0, 'h'}
+#define CLI_MODEL_HELP                                                                                  \
+    "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                \
+    "  --backend B        cpu (default) or cuda\n"                                                       \
+    "  --preset P         ref (default: fp32 oracle), int4, fp8, fp4\n"                                  \
+    "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"        \
+    "  --threads N        CPU threads (default: all)\n"                                                  \
+    "  -v, --verbose      progress on stderr\n"                                                          \
+    "  -h, --help         this help\n"
+
+void cli_model_opts_init(cli_model_opts *o);
+/* Handles one of the shared options: 1 handled, 0 not one of them, -1 bad value (message printed). */
+int cli_model_option(const char *cmd, int c, const char *arg, cli_model_opts *o);
+
+/* Wall-clock seconds (monotonic). */
+double cli_now(void);
+
+#endif

@@ -1,0 +1,97 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "util/status.h"
+
+int cli_fail(const char *cmd, fm_status st, const fm_error *err) {
+    fprintf(stderr, "fp8moe %s: error: %s\n", cmd, err->msg[0] ? err->msg : fm_status_name(st));
+    return st == FM_ERR_USAGE ? CLI_USAGE : CLI_BAD_INPUT;
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fp8moe %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'fp8moe %s --help')\n", cmd);
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, long hi, long *out) {
+    char *end = NULL;
+    errno     = 0;
+    long v    = strtol(text, &end, 10);
+    if (errno || !end || *end || end == text || v < lo || v > hi) {
+        cli_usage(cmd, "%s expects an integer in [%ld, %ld], got '%s'", opt, lo, hi, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err) {
+    size_t len = strlen(path) + 32;
+    char  *tmp = malloc(len);
+    if (!tmp) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    fm_status st = FM_OK;
+    if (!f) st = fm_fail(err, FM_ERR_IO, "%s: cannot create output file: %s", path, strerror(errno));
+    else {
+        bool ok = fwrite(data, 1, n, f) == n;
+        ok &= fclose(f) == 0;
+        if (!ok || rename(tmp, path) != 0) {
+            st = fm_fail(err, FM_ERR_IO, "%s: cannot write output file: %s", path, strerror(errno));
+            unlink(tmp);
+        }
+    }
+    free(tmp);
+    return st;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_model_opts_init(cli_model_opts *o) {
+    o->model_dir = NULL;
+    fm_options_init(&o->opt);
+}
+
+int cli_model_option(const char *cmd, int c, const char *arg, cli_model_opts *o) {
+    long v = 0;
+    switch (c) {
+    case OPT_MODEL: o->model_dir = arg; return 1;
+    case OPT_BACKEND:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
+            return -1;
+        }
+        o->opt.backend = arg;
+        return 1;
+    case OPT_PRESET:
+        if (!fm_preset_parse(arg, &o->opt.preset)) {
+            cli_usage(cmd, "--preset must be one of ref, int4, fp8, fp4, got '%s'", arg);
+            return -1;
+        }
+        return 1;
+    case OPT_LAYERS:
+        if (!cli_parse_int(cmd, "--layers", arg, 1, 100000, &v)) return -1;
+        o->opt.n_layers = (int32_t)v;
+        return 1;
+    case OPT_THREADS:
+        if (!cli_parse_int(cmd, "--threads", arg, 1, 4096, &v)) return -1;
+        o->opt.n_threads = (int32_t)v;
+        return 1;
+    case 'v': o->opt.verbose = true; return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,93 @@
+/* fp8moe perplexity: the protocol of models/README.md. The ids are cut into consecutive windows of W
+ * tokens, each an independent sequence at positions 0..W-1; the loss is the mean next-token cross-entropy
+ * over positions 1..W-1 of every window; perplexity = exp(mean loss). Progress on stderr; the last line of
+ * stdout is "perplexity = <value>". */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cli/cli.h"
+#include "io/ids.h"
+
+static const char *HELP =
+    "usage: fp8moe perplexity --model DIR --ids FILE [--window 512] [--windows N] [options]\n"
+    "\n"
+    "  --ids FILE         token ids (little-endian int32)\n"
+    "  --window W         tokens per window (default 512)\n"
+    "  --windows N        number of windows from the start of the file (default: all full windows)\n" CLI_MODEL_HELP;
+
+/* -log softmax(row)[target], in double */
+static double token_loss(const float *row, int32_t vocab, int32_t target) {
+    double mx = row[0];
+    for (int32_t v = 1; v < vocab; v++) mx = row[v] > mx ? row[v] : mx;
+    double sum = 0.0;
+    for (int32_t v = 0; v < vocab; v++) sum += exp((double)row[v] - mx);
+    return log(sum) + mx - (double)row[target];
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *cmd = "perplexity", *ids_path = NULL;
+    long window = 512, windows = 0;
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    enum { OPT_IDS = 2000, OPT_WINDOW, OPT_WINDOWS };
+    static const struct option longopts[] = {CLI_MODEL_LONG_OPTIONS, {"ids", required_argument, 0, OPT_IDS},
+                                             {"window", required_argument, 0, OPT_WINDOW},
+                                             {"windows", required_argument, 0, OPT_WINDOWS}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+        int r = cli_model_option(cmd, c, optarg, &mo);
+        if (r < 0) return CLI_USAGE;
+        if (r > 0) continue;
+        if (c == OPT_IDS) ids_path = optarg;
+        else if (c == OPT_WINDOW) { if (!cli_parse_int(cmd, "--window", optarg, 2, 1 << 20, &window)) return CLI_USAGE; }
+        else if (c == OPT_WINDOWS) { if (!cli_parse_int(cmd, "--windows", optarg, 1, 1 << 30, &windows)) return CLI_USAGE; }
+        else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
+        else return cli_usage(cmd, "unknown option");
+    }
+    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    if (!mo.model_dir || !ids_path) return cli_usage(cmd, "--model and --ids are required");
+
+    fm_error  err = {{0}};
+    int32_t  *ids = NULL;
+    int64_t   n   = 0;
+    fm_model *m   = NULL;
+    float    *logits = NULL;
+    fm_status st  = fm_ids_read(ids_path, &ids, &n, &err);
+    if (!st && n < window)
+        st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens, fewer than one window of %ld", ids_path,
+                                     (long long)n, window);
+    if (!st && windows > n / window)
+        st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens hold %lld windows of %ld, not %ld", ids_path,
+                                     (long long)n, (long long)(n / window), window, windows);
+    if (!st && windows == 0) windows = n / window;
+    if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    double loss = 0.0;
+    long   scored = 0;
+    const double t0 = cli_now();
+    if (!st) {
+        const int32_t V = fm_model_vocab_size(m);
+        logits = malloc((size_t)window * (size_t)V * sizeof *logits);
+        if (!logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for logits");
+        for (long w = 0; !st && w < windows; w++) {
+            const int32_t *seq = ids + w * window;
+            st = fm_model_logits(m, seq, window, logits, &err);
+            for (long t = 0; !st && t + 1 < window; t++, scored++)
+                loss += token_loss(logits + (size_t)t * (size_t)V, V, seq[t + 1]);
+            if (!st)
+                fprintf(stderr, "\rwindow %ld/%ld  ppl so far %.4f  (%.1f s)", w + 1, windows, exp(loss / (double)scored),
+                        cli_now() - t0);
+        }
+        fprintf(stderr, "\n");
+    }
+    if (!st) {
+        printf("model: %s\npreset: %s\nbackend: %s\nwindows: %ld x %ld tokens, %ld scored\nmean loss: %.6f\n",
+               mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, scored,
+               loss / (double)scored);
+        printf("perplexity = %.4f\n", exp(loss / (double)scored));
+    }
+    free(logits);
+    free(ids);
+    fm_model_free(m);
+    return st ? cli_fail(cmd, st, &err) : CLI_OK;
+}

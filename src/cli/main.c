@@ -1,0 +1,44 @@
+/* fp8moe: the command line. Subcommands: logits, perplexity, inspect, parity. */
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "fp8moe %s: MoE inference with int4/fp8/fp4 paths, checked against an fp32 oracle\n"
+            "\n"
+            "usage: fp8moe <command> [options]     (fp8moe <command> --help for its options)\n"
+            "\n"
+            "commands:\n"
+            "  parity      logits of every preset against the fp32 oracle: cosine, argmax, max error, time\n"
+            "  logits      write float32 logits [T, vocab] for a file of int32 token ids\n"
+            "  perplexity  perplexity over windows of a token-id file\n"
+            "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
+            "\n"
+            "presets: ref (fp32 oracle), int4 (w4a16), fp8 (int4 weights as e4m3, e4m3 1x128 activations),\n"
+            "         fp4 (fp8 with MXFP4 expert dispatch)\n"
+            "exit codes: 0 ok, 1 bad input or data, 2 usage error\n",
+            FP8MOE_VERSION);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("fp8moe %s\n", FP8MOE_VERSION);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
+    fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
+    return CLI_USAGE;
+}

@@ -1,0 +1,142 @@
+/* Model load: config -> safetensors -> weight slots -> backend banks in the plan's formats. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "util/status.h"
+
+void fm_options_init(fm_options *opt) {
+    memset(opt, 0, sizeof *opt);
+    opt->backend = "cpu";
+    opt->preset  = FM_PRESET_REF;
+}
+
+int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
+
+typedef struct loader {
+    fm_model *m;
+    fm_error *err;
+} loader;
+
+static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
+                      const char *label) {
+    fm_bank_src src = {srcs, n, n_parts, label};
+    fm_status   st  = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
+    if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
+    return st;
+}
+
+static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
+    const fm_config *c = &ld->m->cfg;
+    const fm_plan   *p = &ld->m->plan;
+    fm_status st;
+    char label[96];
+#define LABEL(what) (snprintf(label, sizeof label, "layer %d %s", l, what), label)
+    const fm_wsrc qkv[3] = {s->q, s->k, s->v};
+    if ((st = bank(ld, &L->attn_norm, &s->attn_norm, 1, 1, p->w_other, LABEL("input_layernorm"))) ||
+        (st = bank(ld, &L->qkv, qkv, 1, 3, p->w_dense, LABEL("qkv"))) ||
+        (st = bank(ld, &L->o, &s->o, 1, 1, p->w_dense, LABEL("o_proj"))) ||
+        (st = bank(ld, &L->ffn_norm, &s->ffn_norm, 1, 1, p->w_other, LABEL("post_attention_layernorm"))))
+        return st;
+    if (c->qk_norm && ((st = bank(ld, &L->q_norm, &s->q_norm, 1, 1, p->w_other, LABEL("q_norm"))) ||
+                       (st = bank(ld, &L->k_norm, &s->k_norm, 1, 1, p->w_other, LABEL("k_norm")))))
+        return st;
+    L->is_moe = s->is_moe;
+    if (!s->is_moe) {
+        const fm_wsrc gu[2] = {s->mlp_gate, s->mlp_up};
+        if ((st = bank(ld, &L->gate_up, gu, 1, 2, p->w_dense, LABEL("mlp gate_up"))) ||
+            (st = bank(ld, &L->down, &s->mlp_down, 1, 1, p->w_dense, LABEL("mlp down"))))
+            return st;
+        return FM_OK;
+    }
+    const int32_t E  = c->n_experts;
+    fm_wsrc      *gu = fm_malloc((size_t)E * 2 * sizeof *gu, ld->err, "expert views");
+    if (!gu) return FM_ERR_NOMEM;
+    for (int32_t e = 0; e < E; e++) gu[2 * e] = s->expert_gate[e], gu[2 * e + 1] = s->expert_up[e];
+    if (!(st = bank(ld, &L->router, &s->router, 1, 1, p->w_other, LABEL("router"))) &&
+        !(st = bank(ld, &L->gate_up, gu, E, 2, p->w_expert, LABEL("experts gate_up"))))
+        st = bank(ld, &L->down, s->expert_down, E, 1, p->w_expert, LABEL("experts down"));
+    free(gu);
+#undef LABEL
+    return st;
+}
+
+static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
+    loader ld = {m, err};
+    fm_status st;
+    if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
+        (st = bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
+        return st;
+    if (src->lm_head.t == src->embed.t && src->lm_head.offset == src->embed.offset) m->lm_head = m->embed;
+    else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (verbose) fprintf(stderr, "\rloading layer %d/%d", l + 1, m->n_layers);
+        if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) return st;
+    }
+    if (verbose) fprintf(stderr, "\rloaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
+                         (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    return FM_OK;
+}
+
+fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, fm_error *err) {
+    *out = NULL;
+    if ((unsigned)opt->preset >= FM_PRESET_COUNT) return fm_fail(err, FM_ERR_USAGE, "unknown preset %d", opt->preset);
+    fm_model *m = fm_calloc(1, sizeof *m, err, "model");
+    if (!m) return FM_ERR_NOMEM;
+    fm_st_set    set = {0};
+    fm_model_src src = {0};
+    fm_status    st  = fm_config_load(dir, &m->cfg, err);
+    if (!st && opt->n_layers < 0) st = fm_fail(err, FM_ERR_USAGE, "--layers must be >= 0, got %d", opt->n_layers);
+    if (!st && opt->n_layers > m->cfg.n_layers)
+        st = fm_fail(err, FM_ERR_USAGE, "--layers %d is more than the model's %d layers", opt->n_layers, m->cfg.n_layers);
+    if (!st) st = fm_st_open_dir(dir, &set, err);
+    if (!st) st = fm_model_src_bind(&m->cfg, &set, &src, err);
+    if (!st) {
+        m->n_layers      = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
+        m->n_params      = src.n_params;
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            if (src.layers[l].is_moe) { m->expert_layout = src.layers[l].layout; break; }
+        fm_plan_from_preset(opt->preset, &m->plan);
+        st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
+    }
+    if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
+    if (!st) st = load_weights(m, &src, opt->verbose, err);
+    fm_model_src_free(&src);
+    fm_st_close(&set); /* the backend holds its own copy of every weight */
+    if (st) {
+        fm_model_free(m);
+        return st;
+    }
+    *out = m;
+    return FM_OK;
+}
+
+void fm_model_free(fm_model *m) {
+    if (!m) return;
+    fm_backend *be = m->be;
+    if (be) {
+        void (*del)(fm_backend *, fm_bank *) = be->ops->bank_free;
+        if (m->lm_head && m->lm_head != m->embed) del(be, m->lm_head);
+        if (m->embed) del(be, m->embed);
+        if (m->final_norm) del(be, m->final_norm);
+        for (int l = 0; m->layers && l < m->n_layers; l++) {
+            fm_layer_weights *L = &m->layers[l];
+            fm_bank *banks[] = {L->attn_norm, L->ffn_norm, L->qkv, L->o, L->q_norm, L->k_norm, L->router, L->gate_up, L->down};
+            for (size_t i = 0; i < sizeof banks / sizeof *banks; i++)
+                if (banks[i]) del(be, banks[i]);
+        }
+        be->ops->destroy(be);
+    }
+    free(m->layers);
+    free(m);
+}
+
+fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err) {
+    if (n_tokens <= 0) return fm_fail(err, FM_ERR_FORMAT, "no tokens to run (empty ids)");
+    for (int64_t t = 0; t < n_tokens; t++)
+        if (ids[t] < 0 || ids[t] >= m->cfg.vocab_size)
+            return fm_fail(err, FM_ERR_FORMAT, "token id %d at position %lld is outside the vocabulary [0, %d)", ids[t],
+                           (long long)t, m->cfg.vocab_size);
+    return fm_forward(m, ids, n_tokens, logits, err);
+}

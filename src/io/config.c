@@ -1,0 +1,304 @@
+/* config.json -> fm_config (see config.h for the accepted spellings and what is rejected). */
+#include "io/config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/status.h"
+
+#define FM_MAX_DIM (1 << 24) /* sanity cap on any width or count read from a config */
+
+typedef struct cfg_reader {
+    const cJSON *root;
+    const char  *label;
+    fm_error    *err;
+} cfg_reader;
+
+static const cJSON *field(const cfg_reader *r, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
+    return (v && !cJSON_IsNull(v)) ? v : NULL; /* JSON null means "not set" (e.g. "head_dim": null) */
+}
+
+static const char *json_kind(const cJSON *v) {
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsNull(v)) return "null";
+    return "a number";
+}
+
+/* An integer in [lo, hi]; absent -> *out = dflt when !required. */
+static fm_status read_int(const cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                          int64_t *out) {
+    const cJSON *v = field(r, key);
+    if (!v) {
+        if (required) return fm_fail(r->err, FM_ERR_FORMAT, "%s: required field '%s' is missing", r->label, key);
+        *out = dflt;
+        return FM_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' must be an integer, got %s", r->label, key,
+                       cJSON_IsNumber(v) ? "a fraction" : json_kind(v));
+    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' = %.17g is out of range [%lld, %lld]", r->label, key,
+                       v->valuedouble, (long long)lo, (long long)hi);
+    *out = (int64_t)v->valuedouble;
+    return FM_OK;
+}
+
+static fm_status read_i32(const cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                          int32_t *out) {
+    int64_t v = 0;
+    fm_status st = read_int(r, key, required, dflt, lo, hi, &v);
+    if (st == FM_OK) *out = (int32_t)v;
+    return st;
+}
+
+static fm_status read_number(const cfg_reader *r, const cJSON *v, const char *key, double *out) {
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' must be a finite number, got %s", r->label, key,
+                       json_kind(v));
+    *out = v->valuedouble;
+    return FM_OK;
+}
+
+static fm_status read_bool(const cfg_reader *r, const char *key, bool dflt, bool *out) {
+    const cJSON *v = field(r, key);
+    if (!v) {
+        *out = dflt;
+        return FM_OK;
+    }
+    if (!cJSON_IsBool(v))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' must be true or false, got %s", r->label, key,
+                       json_kind(v));
+    *out = cJSON_IsTrue(v);
+    return FM_OK;
+}
+
+/* Only the default RoPE is implemented: rope_scaling null/absent or of type "default". */
+static fm_status check_rope_type(const cfg_reader *r, const cJSON *obj, const char *where) {
+    if (!obj || cJSON_IsNull(obj)) return FM_OK;
+    if (!cJSON_IsObject(obj))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' must be an object, got %s", r->label, where,
+                       json_kind(obj));
+    const char *keys[] = {"rope_type", "type"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, keys[i]);
+        if (!t || cJSON_IsNull(t)) continue;
+        if (!cJSON_IsString(t))
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s.%s' must be a string", r->label, where, keys[i]);
+        if (strcmp(t->valuestring, "default") != 0)
+            return fm_fail(r->err, FM_ERR_UNSUPPORTED,
+                           "%s: %s.%s = \"%s\" is not implemented (only default RoPE, no scaling)", r->label, where,
+                           keys[i], t->valuestring);
+    }
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, "factor");
+    if (f && cJSON_IsNumber(f) && f->valuedouble != 1.0)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s.factor = %g: RoPE scaling is not implemented", r->label,
+                       where, f->valuedouble);
+    return FM_OK;
+}
+
+static fm_status read_rope(const cfg_reader *r, fm_config *c) {
+    fm_status st;
+    const cJSON *params = field(r, "rope_parameters");
+    if ((st = check_rope_type(r, params, "rope_parameters")) != FM_OK) return st;
+    if ((st = check_rope_type(r, field(r, "rope_scaling"), "rope_scaling")) != FM_OK) return st;
+    const cJSON *theta = field(r, "rope_theta");
+    const char  *where = "rope_theta";
+    if (!theta && params) {
+        theta = cJSON_GetObjectItemCaseSensitive(params, "rope_theta");
+        where = "rope_parameters.rope_theta";
+    }
+    /* HF class defaults when neither spelling is present */
+    c->rope_theta = c->arch == FM_ARCH_MIXTRAL ? 1e6 : 10000.0;
+    if (theta && !cJSON_IsNull(theta)) {
+        if ((st = read_number(r, theta, where, &c->rope_theta)) != FM_OK) return st;
+        if (c->rope_theta <= 1.0)
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: %s = %g must be > 1", r->label, where, c->rope_theta);
+    }
+    const cJSON *prf = field(r, "partial_rotary_factor");
+    if (!prf && params) prf = cJSON_GetObjectItemCaseSensitive(params, "partial_rotary_factor");
+    if (prf && cJSON_IsNumber(prf) && prf->valuedouble != 1.0)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: partial_rotary_factor = %g is not implemented (only 1.0)",
+                       r->label, prf->valuedouble);
+    return FM_OK;
+}
+
+static fm_status read_unsupported_switches(const cfg_reader *r, fm_config *c) {
+    fm_status st;
+    bool b = false;
+    if ((st = read_bool(r, "attention_bias", false, &b)) != FM_OK) return st;
+    if (b) return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: attention_bias = true is not implemented", r->label);
+    const cJSON *act = field(r, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: hidden_act = %s%s%s is not implemented (only silu)", r->label,
+                       cJSON_IsString(act) ? "\"" : "", cJSON_IsString(act) ? act->valuestring : json_kind(act),
+                       cJSON_IsString(act) ? "\"" : "");
+    if (c->arch == FM_ARCH_QWEN3_MOE) {
+        /* HF forces sliding_window to None unless use_sliding_window is true */
+        if ((st = read_bool(r, "use_sliding_window", false, &b)) != FM_OK) return st;
+        if (b) return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: use_sliding_window = true is not implemented", r->label);
+    } else {
+        const cJSON *sw = field(r, "sliding_window");
+        if (sw) {
+            double w = 0;
+            if ((st = read_number(r, sw, "sliding_window", &w)) != FM_OK) return st;
+            return fm_fail(r->err, FM_ERR_UNSUPPORTED,
+                           "%s: sliding_window = %g: sliding-window attention is not implemented", r->label, w);
+        }
+    }
+    return FM_OK;
+}
+
+static fm_status read_layer_kinds(const cfg_reader *r, fm_config *c) {
+    fm_status st;
+    if (c->arch == FM_ARCH_MIXTRAL) {
+        for (int i = 0; i < c->n_layers; i++) c->layer_is_moe[i] = true;
+        return FM_OK;
+    }
+    bool mlp_only[FM_MAX_LAYERS] = {false};
+    const cJSON *list = field(r, "mlp_only_layers");
+    if (list) {
+        if (!cJSON_IsArray(list))
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: field 'mlp_only_layers' must be an array of layer indices",
+                           r->label);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, list) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                e->valuedouble >= c->n_layers)
+                return fm_fail(r->err, FM_ERR_FORMAT,
+                               "%s: mlp_only_layers entry must be a layer index in [0, %d), got %s%.17g", r->label,
+                               c->n_layers, cJSON_IsNumber(e) ? "" : "non-number ",
+                               cJSON_IsNumber(e) ? e->valuedouble : 0.0);
+            mlp_only[(int)e->valuedouble] = true;
+        }
+    }
+    if ((st = read_i32(r, "decoder_sparse_step", false, 1, 1, FM_MAX_LAYERS, &c->decoder_sparse_step)) != FM_OK)
+        return st;
+    for (int i = 0; i < c->n_layers; i++)
+        c->layer_is_moe[i] = !mlp_only[i] && c->n_experts > 0 && (i + 1) % c->decoder_sparse_step == 0;
+    return FM_OK;
+}
+
+static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
+    fm_status st;
+    const cJSON *mt = field(r, "model_type");
+    if (!mt) return fm_fail(r->err, FM_ERR_FORMAT, "%s: required field 'model_type' is missing", r->label);
+    if (!cJSON_IsString(mt))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field 'model_type' must be a string, got %s", r->label,
+                       json_kind(mt));
+    if (strcmp(mt->valuestring, "qwen3_moe") == 0) c->arch = FM_ARCH_QWEN3_MOE;
+    else if (strcmp(mt->valuestring, "mixtral") == 0) c->arch = FM_ARCH_MIXTRAL;
+    else
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (supported: qwen3_moe, mixtral)",
+                       r->label, mt->valuestring);
+    snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
+    const bool qwen = c->arch == FM_ARCH_QWEN3_MOE;
+
+    if ((st = read_i32(r, "vocab_size", true, 0, 1, FM_MAX_DIM, &c->vocab_size)) ||
+        (st = read_i32(r, "hidden_size", true, 0, 1, FM_MAX_DIM, &c->hidden_size)) ||
+        (st = read_i32(r, "num_hidden_layers", true, 0, 1, FM_MAX_LAYERS, &c->n_layers)) ||
+        (st = read_i32(r, "num_attention_heads", true, 0, 1, 65536, &c->n_heads)) ||
+        (st = read_i32(r, "num_key_value_heads", false, c->n_heads, 1, 65536, &c->n_kv_heads)))
+        return st;
+    if (c->n_heads % c->n_kv_heads != 0)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+                       r->label, c->n_heads, c->n_kv_heads);
+    if (!field(r, "head_dim") && c->hidden_size % c->n_heads != 0)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: head_dim is absent and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
+                       r->label, c->hidden_size, c->n_heads);
+    if ((st = read_i32(r, "head_dim", false, c->hidden_size / c->n_heads, 2, 65536, &c->head_dim))) return st;
+    if (c->head_dim % 2 != 0)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: head_dim = %d must be even (RoPE pairs)", r->label, c->head_dim);
+
+    /* experts: num_experts or num_local_experts (the same field under either name) */
+    const char *ekey = field(r, "num_experts") ? "num_experts" : "num_local_experts";
+    if (field(r, "num_experts") && field(r, "num_local_experts")) {
+        int64_t a = 0, b = 0;
+        if ((st = read_int(r, "num_experts", true, 0, 0, 65536, &a)) ||
+            (st = read_int(r, "num_local_experts", true, 0, 0, 65536, &b)))
+            return st;
+        if (a != b)
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_experts (%lld) and num_local_experts (%lld) disagree", r->label,
+                           (long long)a, (long long)b);
+    }
+    if ((st = read_i32(r, ekey, true, 0, qwen ? 0 : 1, 65536, &c->n_experts))) return st;
+    if ((st = read_i32(r, "num_experts_per_tok", c->n_experts > 0, 0, 1, 65536, &c->n_experts_per_tok))) return st;
+    if (c->n_experts > 0 && c->n_experts_per_tok > c->n_experts)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_experts_per_tok (%d) is larger than %s (%d)", r->label,
+                       c->n_experts_per_tok, ekey, c->n_experts);
+
+    if (qwen) {
+        if ((st = read_i32(r, "moe_intermediate_size", c->n_experts > 0, 0, 1, FM_MAX_DIM, &c->moe_intermediate)) ||
+            (st = read_i32(r, "intermediate_size", false, 0, 1, FM_MAX_DIM, &c->dense_intermediate)) ||
+            (st = read_bool(r, "norm_topk_prob", false, &c->norm_topk_prob)) ||
+            (st = read_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings)))
+            return st;
+        c->qk_norm = true;
+        c->router  = FM_ROUTER_SOFTMAX_TOPK;
+    } else {
+        if ((st = read_i32(r, "intermediate_size", true, 0, 1, FM_MAX_DIM, &c->moe_intermediate)) ||
+            (st = read_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings)))
+            return st;
+        c->dense_intermediate = c->moe_intermediate;
+        c->norm_topk_prob     = true; /* top-k of logits then softmax over the k: always normalised */
+        c->qk_norm            = false;
+        c->router             = FM_ROUTER_TOPK_SOFTMAX;
+        c->decoder_sparse_step = 1;
+    }
+    const cJSON *eps = field(r, "rms_norm_eps");
+    double e = qwen ? 1e-6 : 1e-5;
+    if (eps && (st = read_number(r, eps, "rms_norm_eps", &e))) return st;
+    if (!(e > 0 && e < 1)) return fm_fail(r->err, FM_ERR_FORMAT, "%s: rms_norm_eps = %g must be in (0, 1)", r->label, e);
+    c->rms_norm_eps = (float)e;
+    if ((st = read_int(r, "max_position_embeddings", false, 0, 0, INT64_MAX / 2, &c->max_position_embeddings)))
+        return st;
+    if ((st = read_rope(r, c)) || (st = read_unsupported_switches(r, c)) || (st = read_layer_kinds(r, c))) return st;
+
+    bool any_dense = false;
+    for (int i = 0; i < c->n_layers; i++) any_dense |= !c->layer_is_moe[i];
+    if (any_dense && c->dense_intermediate <= 0)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: dense MLP layers need 'intermediate_size', which is missing", r->label);
+    return FM_OK;
+}
+
+fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(json, (size_t)len);
+    if (!root) return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON", label);
+    fm_status st;
+    if (!cJSON_IsObject(root)) st = fm_fail(err, FM_ERR_FORMAT, "%s: top level must be a JSON object", label);
+    else {
+        cfg_reader r = {root, label, err};
+        st = parse_fields(&r, out);
+    }
+    cJSON_Delete(root);
+    if (st != FM_OK) memset(out, 0, sizeof *out);
+    return st;
+}
+
+fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fm_fail(err, FM_ERR_IO, "%s: cannot open (is --model a Hugging Face checkpoint directory?)", path);
+    char  *buf = NULL;
+    long   n   = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    fm_status st = FM_OK;
+    if (n < 0 || n > 16 * 1024 * 1024 || fseek(f, 0, SEEK_SET) != 0)
+        st = fm_fail(err, FM_ERR_FORMAT, "%s: unreadable or larger than 16 MiB", path);
+    else if (!(buf = fm_malloc((size_t)n + 1, err, path)))
+        st = FM_ERR_NOMEM;
+    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+        st = fm_fail(err, FM_ERR_IO, "%s: read failed", path);
+    fclose(f);
+    if (st == FM_OK) st = fm_config_parse(buf, (uint64_t)n, path, out, err);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,249 @@
+/* Binds a checkpoint's tensors to the canonical weight slots, checking every dtype and shape first. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_src.h"
+#include "util/status.h"
+
+typedef struct binder {
+    const fm_config      *cfg;
+    const fm_st_set      *set;
+    fm_error             *err;
+    const fm_st_tensor  **used; /* every tensor bound, with repeats */
+    int64_t               n_used, cap_used;
+    int64_t               n_params;
+} binder;
+
+const char *fm_expert_layout_name(fm_expert_layout l) {
+    switch (l) {
+    case FM_EXPERTS_PER_EXPERT: return "per-expert tensors";
+    case FM_EXPERTS_FUSED_V5: return "fused gate_up_proj/down_proj banks (transformers v5)";
+    case FM_EXPERTS_SPLIT_3D: return "3-D gate/up/down banks";
+    }
+    return "?";
+}
+
+fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
+    return fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+}
+
+static void shape_str(char *buf, size_t n, int n_dims, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < n_dims && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static fm_status mark_used(binder *b, const fm_st_tensor *t) {
+    if (b->n_used == b->cap_used) {
+        int64_t cap = b->cap_used ? 2 * b->cap_used : 256;
+        const fm_st_tensor **p = realloc(b->used, (size_t)cap * sizeof *p);
+        if (!p) return fm_fail(b->err, FM_ERR_NOMEM, "out of memory binding tensors");
+        b->used = p, b->cap_used = cap;
+    }
+    b->used[b->n_used++] = t;
+    return FM_OK;
+}
+
+/* Looks up name; on success checks it is a float tensor of exactly the given shape. */
+static fm_status need(binder *b, const char *name, int n_dims, const int64_t *shape, const char *role,
+                      const fm_st_tensor **out) {
+    const fm_st_tensor *t = fm_st_find(b->set, name);
+    if (!t) return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' (%s) is missing from the checkpoint", name, role);
+    if (t->dtype == FM_DTYPE_F8_E4M3)
+        return fm_fail(b->err, FM_ERR_UNSUPPORTED,
+                       "tensor '%s' is F8_E4M3: pre-quantized FP8 checkpoints (with their scales) are not supported yet",
+                       name);
+    if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_F16 && t->dtype != FM_DTYPE_BF16)
+        return fm_fail(b->err, FM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; weights must be F32, F16 or BF16", name,
+                       fm_dtype_name(t->dtype));
+    bool same = t->n_dims == n_dims;
+    for (int i = 0; same && i < n_dims; i++) same = t->shape[i] == shape[i];
+    if (!same) {
+        char want[128], got[128];
+        shape_str(want, sizeof want, n_dims, shape);
+        shape_str(got, sizeof got, t->n_dims, t->shape);
+        return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' (%s): expected shape %s, found %s", name, role, want, got);
+    }
+    *out = t;
+    return mark_used(b, t);
+}
+
+/* A whole 1-D or 2-D tensor as a view. */
+static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...)
+    FM_PRINTF(6, 7);
+static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...) {
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[2] = {rows, cols};
+    const fm_st_tensor *t = NULL;
+    fm_status st = rows == 1 ? need(b, name, 1, &shape[1], role, &t) : need(b, name, 2, shape, role, &t);
+    if (st != FM_OK) return st;
+    *w = (fm_wsrc){t, 0, rows, cols};
+    b->n_params += rows * cols;
+    return FM_OK;
+}
+
+static bool has(const binder *b, const char *fmt, const char *prefix, int layer, const char *part) {
+    char pre[256], name[512];
+    snprintf(pre, sizeof pre, prefix, layer);
+    snprintf(name, sizeof name, fmt, pre, part);
+    return fm_st_find(b->set, name) != NULL;
+}
+
+/* Views [E] of [rows, cols] into a 3-D bank [E, rows_total, cols], starting at row `row0` of each expert. */
+static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t rows_total, int64_t row0,
+                       int64_t rows, int64_t cols) {
+    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols};
+}
+
+static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {
+    const fm_config *c = b->cfg;
+    const int64_t E = c->n_experts, I = c->moe_intermediate, H = c->hidden_size;
+    const char *prefix = NULL;
+    for (int i = 0; i < 3 && names->moe_prefixes[i]; i++)
+        if (has(b, "%s.gate.%s", names->moe_prefixes[i], l, "weight")) { prefix = names->moe_prefixes[i]; break; }
+    char pre[256];
+    snprintf(pre, sizeof pre, prefix ? prefix : names->moe_prefixes[0], l);
+    fm_status st;
+    if ((st = need_matrix(b, &L->router, "router", E, H, "%s.gate.weight", pre))) return st;
+
+    L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
+    L->expert_up   = calloc((size_t)E, sizeof(fm_wsrc));
+    L->expert_down = calloc((size_t)E, sizeof(fm_wsrc));
+    if (!L->expert_gate || !L->expert_up || !L->expert_down)
+        return fm_fail(b->err, FM_ERR_NOMEM, "out of memory binding layer %d experts", l);
+    const char *g = names->expert_part[0], *u = names->expert_part[1], *d = names->expert_part[2];
+    char name[512];
+    snprintf(name, sizeof name, "%s.experts.0.%s.weight", pre, g);
+    if (fm_st_find(b->set, name)) {
+        L->layout = FM_EXPERTS_PER_EXPERT;
+        for (int64_t e = 0; e < E; e++) {
+            if ((st = need_matrix(b, &L->expert_gate[e], "expert gate", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, g)) ||
+                (st = need_matrix(b, &L->expert_up[e], "expert up", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, u)) ||
+                (st = need_matrix(b, &L->expert_down[e], "expert down", H, I, "%s.experts.%lld.%s.weight", pre, (long long)e, d)))
+                return st;
+        }
+        return FM_OK;
+    }
+    /* 3-D banks: the name with or without a ".weight" suffix */
+    const char *suffixes[2] = {"", ".weight"};
+    for (int s = 0; s < 2; s++) {
+        const fm_st_tensor *gu = NULL, *gt = NULL, *ut = NULL, *dt = NULL;
+        snprintf(name, sizeof name, "%s.experts.gate_up_proj%s", pre, suffixes[s]);
+        if (fm_st_find(b->set, name)) {
+            int64_t sgu[3] = {E, 2 * I, H}, sd[3] = {E, H, I};
+            char dname[512];
+            snprintf(dname, sizeof dname, "%s.experts.down_proj%s", pre, suffixes[s]);
+            if ((st = need(b, name, 3, sgu, "fused expert gate_up bank", &gu)) ||
+                (st = need(b, dname, 3, sd, "fused expert down bank", &dt)))
+                return st;
+            L->layout = FM_EXPERTS_FUSED_V5;
+            bank_views(L->expert_gate, gu, E, 2 * I, 0, I, H); /* first I rows of each expert: gate */
+            bank_views(L->expert_up, gu, E, 2 * I, I, I, H);   /* next I rows: up (concatenated, not interleaved) */
+            bank_views(L->expert_down, dt, E, H, 0, H, I);
+            b->n_params += E * 3 * I * H;
+            return FM_OK;
+        }
+        snprintf(name, sizeof name, "%s.experts.%s%s", pre, g, suffixes[s]);
+        if (fm_st_find(b->set, name)) {
+            int64_t sg[3] = {E, I, H}, sd[3] = {E, H, I};
+            char un[512], dn[512];
+            snprintf(un, sizeof un, "%s.experts.%s%s", pre, u, suffixes[s]);
+            snprintf(dn, sizeof dn, "%s.experts.%s%s", pre, d, suffixes[s]);
+            if ((st = need(b, name, 3, sg, "expert gate bank", &gt)) || (st = need(b, un, 3, sg, "expert up bank", &ut)) ||
+                (st = need(b, dn, 3, sd, "expert down bank", &dt)))
+                return st;
+            L->layout = FM_EXPERTS_SPLIT_3D;
+            bank_views(L->expert_gate, gt, E, I, 0, I, H);
+            bank_views(L->expert_up, ut, E, I, 0, I, H);
+            bank_views(L->expert_down, dt, E, H, 0, H, I);
+            b->n_params += E * 3 * I * H;
+            return FM_OK;
+        }
+    }
+    return fm_fail(b->err, FM_ERR_FORMAT,
+                   "layer %d: no expert weights found (looked for %s.experts.0.%s.weight, %s.experts.gate_up_proj, "
+                   "%s.experts.%s)", l, pre, g, pre, pre, g);
+}
+
+static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {
+    const fm_config *c = b->cfg;
+    const int64_t H = c->hidden_size, hd = c->head_dim, nq = c->n_heads * hd, nkv = c->n_kv_heads * hd;
+    const char *p = "model.layers.%d.";
+    fm_status st;
+    char fmt[128];
+#define NAME(suffix) (snprintf(fmt, sizeof fmt, "%s%s", p, suffix), fmt)
+    if ((st = need_matrix(b, &L->attn_norm, "input_layernorm", 1, H, NAME("input_layernorm.weight"), l)) ||
+        (st = need_matrix(b, &L->q, "q_proj", nq, H, NAME("self_attn.q_proj.weight"), l)) ||
+        (st = need_matrix(b, &L->k, "k_proj", nkv, H, NAME("self_attn.k_proj.weight"), l)) ||
+        (st = need_matrix(b, &L->v, "v_proj", nkv, H, NAME("self_attn.v_proj.weight"), l)) ||
+        (st = need_matrix(b, &L->o, "o_proj", H, nq, NAME("self_attn.o_proj.weight"), l)) ||
+        (st = need_matrix(b, &L->ffn_norm, "post_attention_layernorm", 1, H, NAME("post_attention_layernorm.weight"), l)))
+        return st;
+    if (c->qk_norm &&
+        ((st = need_matrix(b, &L->q_norm, "q_norm", 1, hd, NAME("self_attn.q_norm.weight"), l)) ||
+         (st = need_matrix(b, &L->k_norm, "k_norm", 1, hd, NAME("self_attn.k_norm.weight"), l))))
+        return st;
+    L->is_moe = c->layer_is_moe[l];
+    if (L->is_moe) return bind_experts(b, l, names, L);
+    const int64_t Id = c->dense_intermediate;
+    if ((st = need_matrix(b, &L->mlp_gate, "dense mlp gate_proj", Id, H, NAME("mlp.gate_proj.weight"), l)) ||
+        (st = need_matrix(b, &L->mlp_up, "dense mlp up_proj", Id, H, NAME("mlp.up_proj.weight"), l)) ||
+        (st = need_matrix(b, &L->mlp_down, "dense mlp down_proj", H, Id, NAME("mlp.down_proj.weight"), l)))
+        return st;
+#undef NAME
+    return FM_OK;
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)*(const void *const *)a, y = (uintptr_t)*(const void *const *)b;
+    return (x > y) - (x < y);
+}
+
+fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model_src *out, fm_error *err) {
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    binder b = {.cfg = cfg, .set = set, .err = err};
+    const fm_arch_names *names = cfg->arch == FM_ARCH_MIXTRAL ? fm_mixtral_names() : fm_qwen3_moe_names();
+    const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
+    fm_status st = FM_OK;
+    out->layers = calloc((size_t)cfg->n_layers, sizeof *out->layers);
+    if (!out->layers) st = fm_fail(err, FM_ERR_NOMEM, "out of memory binding layers");
+    if (!st) st = need_matrix(&b, &out->embed, "embed_tokens", V, H, "model.embed_tokens.weight");
+    if (!st) st = need_matrix(&b, &out->final_norm, "final norm", 1, H, "model.norm.weight");
+    if (!st) {
+        if (cfg->tie_word_embeddings) {
+            out->lm_head = out->embed;
+            if (fm_st_find(set, "lm_head.weight")) st = need_matrix(&b, &out->lm_head, "lm_head", V, H, "lm_head.weight");
+        } else {
+            st = need_matrix(&b, &out->lm_head, "lm_head (tie_word_embeddings is false)", V, H, "lm_head.weight");
+        }
+    }
+    for (int l = 0; !st && l < cfg->n_layers; l++) st = bind_layer(&b, l, names, &out->layers[l]);
+    if (!st) {
+        qsort(b.used, (size_t)b.n_used, sizeof *b.used, cmp_ptr);
+        int64_t distinct = 0;
+        for (int64_t i = 0; i < b.n_used; i++) distinct += i == 0 || b.used[i] != b.used[i - 1];
+        out->n_unused = set->n_tensors - distinct;
+        out->n_params = b.n_params;
+    }
+    free(b.used);
+    if (st) fm_model_src_free(out);
+    return st;
+}
+
+void fm_model_src_free(fm_model_src *m) {
+    if (m->layers)
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            free(m->layers[l].expert_gate);
+            free(m->layers[l].expert_up);
+            free(m->layers[l].expert_down);
+        }
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fp8moe builds against, when they are missing.
+set -eu
+need=()
+dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
+dpkg -s libcmocka-dev >/dev/null 2>&1 || need+=(libcmocka-dev)
+if [ ${#need[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi
+sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+echo "deps: installing ${need[*]}"
+$sudo apt-get install -y "${need[@]}" >/dev/null 2>&1 || { $sudo apt-get update >/dev/null && $sudo apt-get install -y "${need[@]}"; }
