@@ -69,6 +69,14 @@ int32_t fm_model_vocab_size(const fm_model *m);
 /* Prefill of ids[0..n_tokens) at positions 0..n_tokens-1; logits is [n_tokens, vocab] row-major fp32. */
 fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
 
+/* Perplexity protocol (models/README.md): `windows` consecutive windows of `window` tokens from ids, each an
+ * independent sequence at positions 0..window-1; the loss is the mean next-token cross-entropy over
+ * positions 1..window-1 of every window; *ppl = exp(mean loss). progress (may be NULL) is called after each
+ * window with the perplexity so far. */
+typedef void (*fm_progress_fn)(void *user, int64_t done, int64_t total, double value);
+fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
+                              fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

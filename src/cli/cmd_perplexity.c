@@ -2,7 +2,6 @@
  * tokens, each an independent sequence at positions 0..W-1; the loss is the mean next-token cross-entropy
  * over positions 1..W-1 of every window; perplexity = exp(mean loss). Progress on stderr; the last line of
  * stdout is "perplexity = <value>". */
-#include <math.h>
 #include <stdlib.h>
 
 #include "cli/cli.h"
@@ -15,13 +14,14 @@ static const char *HELP =
     "  --window W         tokens per window (default 512)\n"
     "  --windows N        number of windows from the start of the file (default: all full windows)\n" CLI_MODEL_HELP;
 
-/* -log softmax(row)[target], in double */
-static double token_loss(const float *row, int32_t vocab, int32_t target) {
-    double mx = row[0];
-    for (int32_t v = 1; v < vocab; v++) mx = row[v] > mx ? row[v] : mx;
-    double sum = 0.0;
-    for (int32_t v = 0; v < vocab; v++) sum += exp((double)row[v] - mx);
-    return log(sum) + mx - (double)row[target];
+typedef struct progress_state {
+    double t0;
+} progress_state;
+
+static void show_progress(void *user, int64_t done, int64_t total, double ppl) {
+    const progress_state *p = (const progress_state *)user;
+    fprintf(stderr, "\rwindow %lld/%lld  ppl so far %.4f  (%.1f s)", (long long)done, (long long)total, ppl, cli_now() - p->t0);
+    if (done == total) fprintf(stderr, "\n");
 }
 
 int cmd_perplexity(int argc, char **argv) {
@@ -52,7 +52,6 @@ int cmd_perplexity(int argc, char **argv) {
     int32_t  *ids = NULL;
     int64_t   n   = 0;
     fm_model *m   = NULL;
-    float    *logits = NULL;
     fm_status st  = fm_ids_read(ids_path, &ids, &n, &err);
     if (!st && n < window)
         st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens, fewer than one window of %ld", ids_path,
@@ -62,31 +61,14 @@ int cmd_perplexity(int argc, char **argv) {
                                      (long long)n, (long long)(n / window), window, windows);
     if (!st && windows == 0) windows = n / window;
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
-    double loss = 0.0;
-    long   scored = 0;
-    const double t0 = cli_now();
-    if (!st) {
-        const int32_t V = fm_model_vocab_size(m);
-        logits = malloc((size_t)window * (size_t)V * sizeof *logits);
-        if (!logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for logits");
-        for (long w = 0; !st && w < windows; w++) {
-            const int32_t *seq = ids + w * window;
-            st = fm_model_logits(m, seq, window, logits, &err);
-            for (long t = 0; !st && t + 1 < window; t++, scored++)
-                loss += token_loss(logits + (size_t)t * (size_t)V, V, seq[t + 1]);
-            if (!st)
-                fprintf(stderr, "\rwindow %ld/%ld  ppl so far %.4f  (%.1f s)", w + 1, windows, exp(loss / (double)scored),
-                        cli_now() - t0);
-        }
-        fprintf(stderr, "\n");
-    }
+    double ppl = 0, loss = 0;
+    progress_state ps = {cli_now()};
+    if (!st) st = fm_model_perplexity(m, ids, n, (int32_t)window, windows, show_progress, &ps, &ppl, &loss, &err);
     if (!st) {
         printf("model: %s\npreset: %s\nbackend: %s\nwindows: %ld x %ld tokens, %ld scored\nmean loss: %.6f\n",
-               mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, scored,
-               loss / (double)scored);
-        printf("perplexity = %.4f\n", exp(loss / (double)scored));
+               mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, windows * (window - 1), loss);
+        printf("perplexity = %.4f\n", ppl);
     }
-    free(logits);
     free(ids);
     fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;

@@ -24,6 +24,9 @@ fm_status fm_fail(fm_error *err, fm_status st, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        /* messages are one line: control characters from file contents (names, JSON strings) become spaces */
+        for (char *c = err->msg; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
     }
     return st;
 }

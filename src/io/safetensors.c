@@ -1,0 +1,970 @@
+/* safetensors reader: see safetensors.h for the rules enforced. Every failure returns a status with one
+ * line naming the file (label) and, where there is one, the tensor; nothing stays allocated or mapped. */
+#include "io/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "quant/bf16.h"
+#include "quant/e4m3.h"
+#include "util/status.h"
+
+#define SUPPORTED_DTYPES "F32 F16 BF16 F8_E4M3 I32 U8"
+#define INDEX_NAME "model.safetensors.index.json"
+#define SINGLE_NAME "model.safetensors"
+#define SHARD_SUFFIX ".safetensors"
+/* Largest integer a double holds exactly; JSON numbers above it cannot be trusted to be what was written. */
+#define EXACT_INT_MAX 9007199254740992.0 /* 2^53 */
+/* Longest piece of a name or label quoted in a message, so that one message keeps every part readable. */
+#define QUOTE_MAX 160
+
+static const struct {
+    const char *name;
+    int         size;
+} dtype_info[FM_DTYPE_COUNT] = {
+    [FM_DTYPE_F32] = {"F32", 4},         [FM_DTYPE_F16] = {"F16", 2}, [FM_DTYPE_BF16] = {"BF16", 2},
+    [FM_DTYPE_F8_E4M3] = {"F8_E4M3", 1}, [FM_DTYPE_I32] = {"I32", 4}, [FM_DTYPE_U8] = {"U8", 1},
+};
+
+/* dtypes of the safetensors format that fp8moe does not read: rejected as unsupported rather than malformed. */
+static const char *const other_st_dtypes[] = {
+    "BOOL", "F4",   "F6_E2M3", "F6_E3M2", "I8",  "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ", "I16", "U16", "U32", "C64", "F64", "I64", "U64",
+};
+
+const char *fm_dtype_name(fm_dtype t) {
+    if ((int)t < 0 || t >= FM_DTYPE_COUNT) return "?";
+    return dtype_info[t].name;
+}
+
+int fm_dtype_size(fm_dtype t) {
+    if ((int)t < 0 || t >= FM_DTYPE_COUNT) return 0;
+    return dtype_info[t].size;
+}
+
+/* ---- message helpers ------------------------------------------------------------------------------ */
+
+typedef struct quoted {
+    char s[QUOTE_MAX + 8];
+} quoted;
+
+/* A printable copy of s for a one-line message: control bytes become '?', long strings are cut with "...". */
+static const char *q(quoted *b, const char *s) {
+    if (!s) s = "(null)";
+    size_t n = 0;
+    for (; s[n] && n < QUOTE_MAX; n++) {
+        unsigned char c = (unsigned char)s[n];
+        b->s[n] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (s[n]) {
+        memcpy(b->s + n, "...", 4);
+    } else {
+        b->s[n] = '\0';
+    }
+    return b->s;
+}
+
+/* ---- JSON text hygiene ---------------------------------------------------------------------------- */
+
+/* Checks what cJSON does not: strict UTF-8 (as the reference reader requires), no NUL byte and no \u0000
+ * escape (cJSON strings are C strings: a NUL would silently cut a name short). Returns the byte offset of
+ * the first problem, or -1 when the text is clean; *why says what it is. */
+static int64_t text_problem(const uint8_t *s, uint64_t n, const char **why) {
+    uint64_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c == 0) {
+            *why = "a NUL byte";
+            return (int64_t)i;
+        }
+        if (c == '\\' && i + 1 < n) {
+            if (s[i + 1] == 'u' && i + 5 < n && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') {
+                *why = "a \\u0000 escape";
+                return (int64_t)i;
+            }
+            if (s[i + 1] == 0) {
+                *why = "a NUL byte";
+                return (int64_t)i + 1;
+            }
+            i += 2; /* the escaped character (ASCII if valid JSON) */
+            continue;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int      len;
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            *why = "invalid UTF-8";
+            return (int64_t)i;
+        }
+        if (n - i < (uint64_t)len) {
+            *why = "invalid UTF-8 (truncated sequence)";
+            return (int64_t)i;
+        }
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) {
+                *why = "invalid UTF-8";
+                return (int64_t)i;
+            }
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            *why = "invalid UTF-8 (overlong, surrogate or out of range)";
+            return (int64_t)i;
+        }
+        i += (uint64_t)len;
+    }
+    return -1;
+}
+
+/* Parses JSON text that is not NUL-terminated. The text is copied with zero padding first: cJSON can read
+ * past the length it is given (DaveGamble/cJSON issues 804, 775), which must land in our own zeros.
+ * Only JSON whitespace may follow the value. On success *root is the tree (caller deletes). */
+static fm_status parse_json(const char *text, uint64_t len, const char *label, const char *what, cJSON **root,
+                            fm_error *err) {
+    quoted     ql;
+    const char *why = NULL;
+    *root = NULL;
+    int64_t bad = text_problem((const uint8_t *)text, len, &why);
+    if (bad >= 0) {
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %s contains %s at byte %lld", q(&ql, label), what, why, (long long)bad);
+    }
+    if (len > SIZE_MAX - 16) return fm_fail(err, FM_ERR_NOMEM, "%s: %s too large to copy", q(&ql, label), what);
+    char *copy = fm_malloc((size_t)len + 16, err, "JSON text");
+    if (!copy) return FM_ERR_NOMEM;
+    if (len) memcpy(copy, text, (size_t)len);
+    memset(copy + len, 0, 16);
+    const char *end = NULL;
+    cJSON      *j = cJSON_ParseWithLengthOpts(copy, (size_t)len, &end, 0);
+    if (!j) {
+        uint64_t at = (end && end >= copy && (uint64_t)(end - copy) <= len) ? (uint64_t)(end - copy) : 0;
+        free(copy);
+        if (len == 0) return fm_fail(err, FM_ERR_FORMAT, "%s: %s is empty (0 bytes), expected a JSON object", q(&ql, label), what);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %s is not valid JSON (error near byte %llu of %llu)", q(&ql, label), what,
+                       (unsigned long long)at, (unsigned long long)len);
+    }
+    uint64_t pos = (end && end >= copy) ? (uint64_t)(end - copy) : len;
+    while (pos < len && (copy[pos] == ' ' || copy[pos] == '\t' || copy[pos] == '\n' || copy[pos] == '\r')) pos++;
+    free(copy);
+    if (pos < len) {
+        cJSON_Delete(j);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %s has %llu bytes of non-whitespace after the JSON value (from byte %llu)",
+                       q(&ql, label), what, (unsigned long long)(len - pos), (unsigned long long)pos);
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %s must be a JSON object at the top level", q(&ql, label), what);
+    }
+    *root = j;
+    return FM_OK;
+}
+
+/* A JSON number that is an exact non-negative integer (at most 2^53, so the double is exactly what was
+ * written). Returns NULL when fine, else what is wrong. Note: cJSON keeps only the value, so 1.0 and 1e1
+ * are read as the integers 1 and 10. */
+static const char *json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return "is not a number";
+    double d = v->valuedouble;
+    if (d != d) return "is not a number";
+    if (d < 0) return "is negative";
+    if (d != floor(d)) return "is not an integer";
+    if (d > EXACT_INT_MAX) return "is too large (above 2^53)";
+    *out = (uint64_t)d;
+    return NULL;
+}
+
+/* ---- one file ----------------------------------------------------------------------------------- */
+
+typedef struct entry {
+    uint64_t begin, end;
+    int64_t  idx;
+} entry;
+
+static int cmp_entry(const void *a, const void *b) {
+    const entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int cmp_tensor_ptr_name(const void *a, const void *b) {
+    const fm_st_tensor *const *x = a;
+    const fm_st_tensor *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+static void free_tensors(fm_st_tensor *t, int64_t n) {
+    if (!t) return;
+    for (int64_t i = 0; i < n; i++) free(t[i].name);
+    free(t);
+}
+
+static fm_status parse_dtype(const char *label, const char *name, const char *s, fm_dtype *out, fm_error *err) {
+    quoted ql, qn, qs;
+    for (int d = 0; d < FM_DTYPE_COUNT; d++) {
+        if (strcmp(s, dtype_info[d].name) == 0) {
+            *out = (fm_dtype)d;
+            return FM_OK;
+        }
+    }
+    for (size_t i = 0; i < sizeof other_st_dtypes / sizeof other_st_dtypes[0]; i++) {
+        if (strcmp(s, other_st_dtypes[i]) == 0) {
+            return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype '%s' (supported: " SUPPORTED_DTYPES ")",
+                           q(&ql, label), q(&qn, name), s);
+        }
+    }
+    return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: " SUPPORTED_DTYPES ")",
+                   q(&ql, label), q(&qn, name), q(&qs, s));
+}
+
+/* Fills t (name already set) from the JSON entry v; data pointer and contiguity are checked later. */
+static fm_status parse_entry(const char *label, const cJSON *v, uint64_t data_size, fm_st_tensor *t, uint64_t *begin,
+                             uint64_t *end, fm_error *err) {
+    quoted      ql, qn, qk;
+    const char *L = q(&ql, label), *N = q(&qn, t->name);
+    if (!cJSON_IsObject(v)) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': entry is not a JSON object", L, N);
+    const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
+    for (const cJSON *c = v->child; c; c = c->next) {
+        const cJSON **slot = NULL;
+        if (c->string && strcmp(c->string, "dtype") == 0) slot = &dtype;
+        else if (c->string && strcmp(c->string, "shape") == 0) slot = &shape;
+        else if (c->string && strcmp(c->string, "data_offsets") == 0) slot = &offs;
+        else return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': unexpected key '%s' (expected dtype, shape, data_offsets)", L, N,
+                            q(&qk, c->string));
+        if (*slot) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': key '%s' appears twice", L, N, c->string);
+        *slot = c;
+    }
+    if (!dtype) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': missing \"dtype\"", L, N);
+    if (!shape) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': missing \"shape\"", L, N);
+    if (!offs) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': missing \"data_offsets\"", L, N);
+
+    if (!cJSON_IsString(dtype) || !dtype->valuestring)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': \"dtype\" is not a string", L, N);
+    fm_status st = parse_dtype(label, t->name, dtype->valuestring, &t->dtype, err);
+    if (st != FM_OK) return st;
+
+    if (!cJSON_IsArray(shape)) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': \"shape\" is not an array", L, N);
+    int n_dims = cJSON_GetArraySize(shape);
+    if (n_dims > FM_ST_MAX_DIMS)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor '%s': shape has %d dimensions, at most %d supported", L, N, n_dims,
+                       FM_ST_MAX_DIMS);
+    uint64_t n_el = 1;
+    int      k = 0;
+    for (const cJSON *d = shape->child; d; d = d->next, k++) {
+        uint64_t    dim = 0;
+        const char *bad = json_uint(d, &dim);
+        if (bad) {
+            if (cJSON_IsNumber(d))
+                return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': shape[%d] = %.17g %s (expected a non-negative integer)", L,
+                               N, k, d->valuedouble, bad);
+            return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': shape[%d] %s (expected a non-negative integer)", L, N, k, bad);
+        }
+        if (!fm_mul_u64(n_el, dim, &n_el) || n_el > (uint64_t)INT64_MAX)
+            return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': element count overflows at shape[%d] = %llu", L, N, k,
+                           (unsigned long long)dim);
+        t->shape[k] = (int64_t)dim;
+    }
+    t->n_dims = n_dims;
+    t->n_elements = (int64_t)n_el;
+    uint64_t nbytes;
+    if (!fm_mul_u64(n_el, (uint64_t)dtype_info[t->dtype].size, &nbytes))
+        return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': byte size overflows (%llu elements of %s)", L, N,
+                       (unsigned long long)n_el, dtype_info[t->dtype].name);
+    t->nbytes = nbytes;
+
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': \"data_offsets\" must be an array [begin, end]", L, N);
+    const char *bad = json_uint(offs->child, begin);
+    if (bad) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': data_offsets begin %s", L, N, bad);
+    bad = json_uint(offs->child->next, end);
+    if (bad) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': data_offsets end %s", L, N, bad);
+    if (*begin > *end)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': data_offsets begin %llu is after end %llu", L, N,
+                       (unsigned long long)*begin, (unsigned long long)*end);
+    if (*end > data_size)
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] extend past the data region (%llu bytes; file truncated?)", L,
+                       N, (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)data_size);
+    if (*end - *begin != nbytes)
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but shape x %s needs %llu (%llu elements)", L,
+                       N, (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin),
+                       dtype_info[t->dtype].name, (unsigned long long)nbytes, (unsigned long long)n_el);
+    return FM_OK;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The first key that appears twice in object o (cJSON keeps duplicates), or NULL. *dup_st is FM_ERR_NOMEM
+ * when the check could not run. */
+static const char *duplicate_key(const cJSON *o, fm_status *dup_st, fm_error *err) {
+    *dup_st = FM_OK;
+    size_t n = 0;
+    for (const cJSON *c = o->child; c; c = c->next) n++;
+    if (n < 2) return NULL;
+    const char **k = fm_malloc(n * sizeof *k, err, "JSON keys");
+    if (!k) {
+        *dup_st = FM_ERR_NOMEM;
+        return NULL;
+    }
+    size_t i = 0;
+    for (const cJSON *c = o->child; c; c = c->next) k[i++] = c->string;
+    qsort(k, n, sizeof *k, cmp_str_ptr);
+    const char *dup = NULL;
+    for (i = 1; i < n && !dup; i++)
+        if (strcmp(k[i - 1], k[i]) == 0) dup = k[i];
+    free(k);
+    return dup;
+}
+
+static fm_status check_metadata(const char *label, const cJSON *m, fm_error *err) {
+    quoted ql, qk;
+    if (!cJSON_IsObject(m)) return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" must be an object of strings", q(&ql, label));
+    for (const cJSON *c = m->child; c; c = c->next) {
+        if (!cJSON_IsString(c))
+            return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is not a string", q(&ql, label),
+                           q(&qk, c->string));
+    }
+    fm_status   st;
+    const char *dup = duplicate_key(m, &st, err);
+    if (st != FM_OK) return st;
+    if (dup) return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" has key '%s' twice", q(&ql, label), q(&qk, dup));
+    return FM_OK;
+}
+
+/* Validates the tensor list of one file (already filled) for duplicate names. */
+static fm_status check_duplicates(const char *label, fm_st_tensor *t, int64_t n, fm_error *err) {
+    if (n < 2) return FM_OK;
+    const fm_st_tensor **p = fm_malloc((size_t)n * sizeof *p, err, "tensor name index");
+    if (!p) return FM_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i++) p[i] = &t[i];
+    qsort(p, (size_t)n, sizeof *p, cmp_tensor_ptr_name);
+    fm_status st = FM_OK;
+    for (int64_t i = 1; i < n; i++) {
+        if (strcmp(p[i - 1]->name, p[i]->name) == 0) {
+            quoted ql, qn;
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' is defined twice in the header", q(&ql, label), q(&qn, p[i]->name));
+            break;
+        }
+    }
+    free(p);
+    return st;
+}
+
+static fm_status check_layout(const char *label, const fm_st_tensor *t, entry *e, int64_t n, uint64_t data_size,
+                              fm_error *err) {
+    quoted ql, qa, qb;
+    qsort(e, (size_t)n, sizeof *e, cmp_entry);
+    uint64_t    prev_end = 0;
+    const char *prev = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (e[i].begin != prev_end) {
+            const char *N = q(&qa, t[e[i].idx].name);
+            if (!prev)
+                return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': the first tensor in the data region starts at %llu, expected 0",
+                               q(&ql, label), N, (unsigned long long)e[i].begin);
+            if (e[i].begin > prev_end)
+                return fm_fail(err, FM_ERR_FORMAT,
+                               "%s: tensor '%s': starts at %llu but the previous tensor '%s' ends at %llu (a gap of %llu bytes)",
+                               q(&ql, label), N, (unsigned long long)e[i].begin, q(&qb, prev), (unsigned long long)prev_end,
+                               (unsigned long long)(e[i].begin - prev_end));
+            return fm_fail(err, FM_ERR_FORMAT,
+                           "%s: tensor '%s': starts at %llu but the previous tensor '%s' ends at %llu (overlap of %llu bytes)",
+                           q(&ql, label), N, (unsigned long long)e[i].begin, q(&qb, prev), (unsigned long long)prev_end,
+                           (unsigned long long)(prev_end - e[i].begin));
+        }
+        prev_end = e[i].end;
+        prev = t[e[i].idx].name;
+    }
+    if (prev_end != data_size) {
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%s: the data region is %llu bytes but the tensors cover %llu (%llu trailing bytes not indexed by any tensor)",
+                       q(&ql, label), (unsigned long long)data_size, (unsigned long long)prev_end,
+                       (unsigned long long)(data_size - prev_end));
+    }
+    return FM_OK;
+}
+
+fm_status fm_st_parse(const uint8_t *buf, uint64_t size, const char *label, fm_st_file *out, fm_error *err) {
+    quoted ql;
+    if (!out) return fm_fail(err, FM_ERR_USAGE, "fm_st_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!label) label = "<memory>";
+    if (!buf && size) return fm_fail(err, FM_ERR_USAGE, "%s: fm_st_parse: buffer is NULL", q(&ql, label));
+    if (size < 8)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: file is %llu bytes, a safetensors file has at least 8 (the header length)",
+                       q(&ql, label), (unsigned long long)size);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    if (hlen > FM_ST_MAX_HEADER)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: header length %llu exceeds the limit of %u bytes", q(&ql, label),
+                       (unsigned long long)hlen, (unsigned)FM_ST_MAX_HEADER);
+    uint64_t data_start;
+    if (!fm_add_u64(8, hlen, &data_start) || data_start > size)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%llu bytes after the 8-byte prefix)",
+                       q(&ql, label), (unsigned long long)hlen, (unsigned long long)(size - 8));
+    uint64_t data_size = size - data_start;
+
+    cJSON    *root = NULL;
+    fm_status st = parse_json((const char *)buf + 8, hlen, label, "header", &root, err);
+    if (st != FM_OK) return st;
+
+    int64_t      n = 0;
+    const cJSON *meta = NULL;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcmp(c->string, "__metadata__") == 0) {
+            if (meta) {
+                cJSON_Delete(root);
+                return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" appears twice", q(&ql, label));
+            }
+            meta = c;
+        } else {
+            n++;
+        }
+    }
+    if (meta && (st = check_metadata(label, meta, err)) != FM_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
+
+    fm_st_tensor *t = fm_calloc((size_t)n, sizeof *t, err, "tensor table");
+    entry        *e = fm_calloc((size_t)n, sizeof *e, err, "tensor offsets");
+    char         *path = strdup(label);
+    if (!t || !e || !path) {
+        free(t);
+        free(e);
+        free(path);
+        cJSON_Delete(root);
+        return fm_fail(err, FM_ERR_NOMEM, "%s: out of memory for %lld tensors", q(&ql, label), (long long)n);
+    }
+    int64_t k = 0;
+    for (const cJSON *c = root->child; c && st == FM_OK; c = c->next) {
+        if (c == meta) continue;
+        t[k].name = strdup(c->string);
+        if (!t[k].name) {
+            st = fm_fail(err, FM_ERR_NOMEM, "%s: out of memory for tensor names", q(&ql, label));
+            break;
+        }
+        st = parse_entry(label, c, data_size, &t[k], &e[k].begin, &e[k].end, err);
+        e[k].idx = k;
+        k++;
+    }
+    cJSON_Delete(root);
+    if (st == FM_OK) st = check_duplicates(label, t, n, err);
+    if (st == FM_OK) st = check_layout(label, t, e, n, data_size, err);
+    if (st != FM_OK) {
+        free_tensors(t, k);
+        free(e);
+        free(path);
+        return st;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        t[e[i].idx].data = buf + data_start + e[i].begin;
+        t[e[i].idx].file = 0;
+    }
+    free(e);
+    out->path = path;
+    out->map = NULL;
+    out->size = size;
+    out->tensors = t;
+    out->n_tensors = n;
+    return FM_OK;
+}
+
+fm_status fm_st_open_file(const char *path, fm_st_file *out, fm_error *err) {
+    quoted qp;
+    if (!out) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: path is NULL");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", q(&qp, path), strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return fm_fail(err, FM_ERR_IO, "%s: cannot stat: %s", q(&qp, path), strerror(e));
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        close(fd);
+        return fm_fail(err, FM_ERR_IO, "%s: is a directory, expected a safetensors file", q(&qp, path));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fm_fail(err, FM_ERR_IO, "%s: not a regular file", q(&qp, path));
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size == 0) {
+        close(fd);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: file is empty (0 bytes), a safetensors file has at least 8", q(&qp, path));
+    }
+    if (size > SIZE_MAX) {
+        close(fd);
+        return fm_fail(err, FM_ERR_IO, "%s: file of %llu bytes cannot be mapped", q(&qp, path), (unsigned long long)size);
+    }
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int   e = errno;
+    close(fd);
+    if (m == MAP_FAILED) return fm_fail(err, FM_ERR_IO, "%s: cannot mmap %llu bytes: %s", q(&qp, path), (unsigned long long)size, strerror(e));
+    fm_status st = fm_st_parse(m, size, path, out, err);
+    if (st != FM_OK) {
+        munmap(m, (size_t)size);
+        memset(out, 0, sizeof *out);
+        return st;
+    }
+    out->map = m;
+    return FM_OK;
+}
+
+void fm_st_close_file(fm_st_file *f) {
+    if (!f) return;
+    free_tensors(f->tensors, f->n_tensors);
+    if (f->map) munmap(f->map, (size_t)f->size);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- shard index -------------------------------------------------------------------------------- */
+
+typedef struct wm_entry {
+    const char *name;
+    const char *shard;
+    int32_t     file;
+} wm_entry;
+
+static int cmp_wm(const void *a, const void *b) { return strcmp(((const wm_entry *)a)->name, ((const wm_entry *)b)->name); }
+
+static const char *bad_shard_name(const char *s) {
+    size_t n = strlen(s), sfx = strlen(SHARD_SUFFIX);
+    if (strchr(s, '/')) return "contains '/' (shard names must be plain file names in the checkpoint directory)";
+    if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return "is not a file name";
+    if (n <= sfx || strcmp(s + n - sfx, SHARD_SUFFIX) != 0) return "does not end in " SHARD_SUFFIX;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return "contains a control character";
+    return NULL;
+}
+
+static void free_names(char **v, int32_t n) {
+    if (!v) return;
+    for (int32_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* Parses and checks an index; on success *root (caller deletes), *wm (the weight_map, inside root), and the
+ * sorted distinct shard names (caller frees). */
+static fm_status parse_index(const char *json, uint64_t len, const char *label, cJSON **root_out, const cJSON **wm_out,
+                             char ***shards_out, int32_t *n_out, fm_error *err) {
+    quoted ql, qn, qs;
+    cJSON *root = NULL;
+    *root_out = NULL;
+    *shards_out = NULL;
+    *n_out = 0;
+    fm_status st = parse_json(json, len, label, "index", &root, err);
+    if (st != FM_OK) return st;
+    const char  *L = q(&ql, label);
+    const cJSON *wm = NULL;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcmp(c->string, "weight_map") == 0) {
+            if (wm) {
+                cJSON_Delete(root);
+                return fm_fail(err, FM_ERR_FORMAT, "%s: \"weight_map\" appears twice", L);
+            }
+            wm = c;
+        }
+    }
+    if (!wm) {
+        cJSON_Delete(root);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: no \"weight_map\" object", L);
+    }
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(root);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: \"weight_map\" is not an object", L);
+    }
+    int64_t n = 0;
+    for (const cJSON *c = wm->child; c; c = c->next) {
+        /* (messages are formatted before the tree holding their strings is deleted) */
+        if (!cJSON_IsString(c) || !c->valuestring) {
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map entry '%s' is not a string (a shard file name)", L, q(&qn, c->string));
+            cJSON_Delete(root);
+            return st;
+        }
+        const char *why = bad_shard_name(c->valuestring);
+        if (why) {
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map entry '%s': shard name '%s' %s", L, q(&qn, c->string),
+                         q(&qs, c->valuestring), why);
+            cJSON_Delete(root);
+            return st;
+        }
+        n++;
+    }
+    if (n == 0) {
+        cJSON_Delete(root);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: \"weight_map\" is empty", L);
+    }
+    if (n > INT32_MAX) {
+        cJSON_Delete(root);
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight_map has %lld entries", L, (long long)n);
+    }
+    /* duplicate tensor names in the map */
+    const char **names = fm_malloc((size_t)n * sizeof *names, err, "weight_map names");
+    if (!names) {
+        cJSON_Delete(root);
+        return FM_ERR_NOMEM;
+    }
+    int64_t k = 0;
+    for (const cJSON *c = wm->child; c; c = c->next) names[k++] = c->string;
+    qsort(names, (size_t)n, sizeof *names, cmp_str_ptr);
+    for (int64_t i = 1; i < n; i++) {
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map lists tensor '%s' twice", L, q(&qn, names[i]));
+            break;
+        }
+    }
+    if (st != FM_OK) {
+        free(names);
+        cJSON_Delete(root);
+        return st;
+    }
+    /* distinct shard names, sorted */
+    k = 0;
+    for (const cJSON *c = wm->child; c; c = c->next) names[k++] = c->valuestring;
+    qsort(names, (size_t)n, sizeof *names, cmp_str_ptr);
+    int32_t n_sh = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (i == 0 || strcmp(names[i - 1], names[i]) != 0) n_sh++;
+    char **sh = fm_calloc((size_t)n_sh, sizeof *sh, err, "shard names");
+    if (!sh) {
+        free(names);
+        cJSON_Delete(root);
+        return FM_ERR_NOMEM;
+    }
+    int32_t j = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(names[i - 1], names[i]) == 0) continue;
+        sh[j] = strdup(names[i]);
+        if (!sh[j]) {
+            free_names(sh, j);
+            free(names);
+            cJSON_Delete(root);
+            return fm_fail(err, FM_ERR_NOMEM, "%s: out of memory for shard names", L);
+        }
+        j++;
+    }
+    free(names);
+    *root_out = root;
+    *wm_out = wm;
+    *shards_out = sh;
+    *n_out = n_sh;
+    return FM_OK;
+}
+
+fm_status fm_st_parse_index(const char *json, uint64_t len, const char *label, char ***shards, int32_t *n_shards,
+                            fm_error *err) {
+    if (!shards || !n_shards) return fm_fail(err, FM_ERR_USAGE, "fm_st_parse_index: output pointers are NULL");
+    *shards = NULL;
+    *n_shards = 0;
+    if (!label) label = "<index>";
+    if (!json && len) return fm_fail(err, FM_ERR_USAGE, "fm_st_parse_index: json is NULL");
+    cJSON       *root = NULL;
+    const cJSON *wm = NULL;
+    fm_status    st = parse_index(json ? json : "", len, label, &root, &wm, shards, n_shards, err);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* ---- checkpoint directory ------------------------------------------------------------------------ */
+
+static char *join(const char *dir, const char *name, fm_error *err) {
+    size_t a = strlen(dir), b = strlen(name);
+    char  *p = fm_malloc(a + b + 2, err, "path");
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a == 0 || dir[a - 1] != '/') p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}
+
+/* Reads a whole (small) file into *data (caller frees). *exists = false (and FM_OK) when there is no such file. */
+static fm_status read_small(const char *path, char **data, uint64_t *len, bool *exists, fm_error *err) {
+    quoted qp;
+    *data = NULL;
+    *len = 0;
+    *exists = false;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return FM_OK;
+        return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", q(&qp, path), strerror(errno));
+    }
+    *exists = true;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fm_fail(err, FM_ERR_IO, "%s: not a readable regular file", q(&qp, path));
+    }
+    if ((uint64_t)sb.st_size > FM_ST_MAX_HEADER) {
+        close(fd);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %lld bytes, more than the limit of %u for an index", q(&qp, path),
+                       (long long)sb.st_size, (unsigned)FM_ST_MAX_HEADER);
+    }
+    size_t n = (size_t)sb.st_size;
+    char  *buf = fm_malloc(n, err, "index file");
+    if (!buf) {
+        close(fd);
+        return FM_ERR_NOMEM;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return fm_fail(err, FM_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", q(&qp, path), got, n,
+                           r < 0 ? strerror(e) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *data = buf;
+    *len = n;
+    return FM_OK;
+}
+
+static int cmp_find(const void *key, const void *elem) {
+    return strcmp((const char *)key, (*(const fm_st_tensor *const *)elem)->name);
+}
+
+/* Builds s->by_name from s->files and rejects a tensor name present in two files. */
+static fm_status build_by_name(fm_st_set *s, const char *label, fm_error *err) {
+    int64_t n = 0;
+    for (int32_t i = 0; i < s->n_files; i++) n += s->files[i].n_tensors;
+    s->by_name = fm_malloc((size_t)(n ? n : 1) * sizeof *s->by_name, err, "tensor index");
+    if (!s->by_name) return FM_ERR_NOMEM;
+    int64_t k = 0;
+    for (int32_t i = 0; i < s->n_files; i++) {
+        for (int64_t j = 0; j < s->files[i].n_tensors; j++) {
+            s->files[i].tensors[j].file = i;
+            s->by_name[k++] = &s->files[i].tensors[j];
+        }
+    }
+    s->n_tensors = n;
+    qsort(s->by_name, (size_t)n, sizeof *s->by_name, cmp_tensor_ptr_name);
+    for (int64_t i = 1; i < n; i++) {
+        if (strcmp(s->by_name[i - 1]->name, s->by_name[i]->name) == 0) {
+            quoted ql, qn, qa, qb;
+            return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' is in two shards: %s and %s", q(&ql, label),
+                           q(&qn, s->by_name[i]->name), q(&qa, s->files[s->by_name[i - 1]->file].path),
+                           q(&qb, s->files[s->by_name[i]->file].path));
+        }
+    }
+    return FM_OK;
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* The weight_map and the shards' own headers must list the same tensors in the same places. */
+static fm_status check_weight_map(const fm_st_set *s, const cJSON *wm, char **shards, int32_t n_shards, const char *label,
+                                  fm_error *err) {
+    quoted  ql, qn, qa, qb;
+    int64_t n = 0;
+    for (const cJSON *c = wm->child; c; c = c->next) n++;
+    wm_entry *w = fm_malloc((size_t)n * sizeof *w, err, "weight_map table");
+    if (!w) return FM_ERR_NOMEM;
+    int64_t k = 0;
+    for (const cJSON *c = wm->child; c; c = c->next) {
+        const char *key = c->valuestring;
+        char      **hit = bsearch(&key, shards, (size_t)n_shards, sizeof *shards, cmp_str_ptr);
+        w[k].name = c->string;
+        w[k].shard = c->valuestring;
+        w[k].file = hit ? (int32_t)(hit - shards) : -1; /* always found: shards was built from this map */
+        k++;
+    }
+    qsort(w, (size_t)n, sizeof *w, cmp_wm);
+    fm_status st = FM_OK;
+    int64_t   i = 0, j = 0;
+    const char *L = q(&ql, label);
+    while (st == FM_OK && (i < n || j < s->n_tensors)) {
+        int c = (i >= n) ? 1 : (j >= s->n_tensors) ? -1 : strcmp(w[i].name, s->by_name[j]->name);
+        if (c < 0) {
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map maps tensor '%s' to shard '%s', which has no such tensor", L,
+                         q(&qn, w[i].name), q(&qa, w[i].shard));
+        } else if (c > 0) {
+            const fm_st_tensor *t = s->by_name[j];
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' of shard '%s' is missing from the weight_map", L, q(&qn, t->name),
+                         q(&qa, base_name(s->files[t->file].path)));
+        } else {
+            const fm_st_tensor *t = s->by_name[j];
+            if (t->file != w[i].file)
+                st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map maps tensor '%s' to shard '%s' but it is in shard '%s'", L,
+                             q(&qn, t->name), q(&qa, w[i].shard), q(&qb, base_name(s->files[t->file].path)));
+            i++;
+            j++;
+        }
+    }
+    free(w);
+    return st;
+}
+
+static fm_status open_sharded(const char *dir, const char *index_path, const char *json, uint64_t len, fm_st_set *s,
+                              fm_error *err) {
+    quoted       qi, qs;
+    cJSON       *root = NULL;
+    const cJSON *wm = NULL;
+    char       **shards = NULL;
+    int32_t      n_shards = 0;
+    fm_status    st = parse_index(json, len, index_path, &root, &wm, &shards, &n_shards, err);
+    if (st != FM_OK) return st;
+    s->files = fm_calloc((size_t)n_shards, sizeof *s->files, err, "shard table");
+    if (!s->files) st = FM_ERR_NOMEM;
+    for (int32_t i = 0; st == FM_OK && i < n_shards; i++) {
+        char *p = join(dir, shards[i], err);
+        if (!p) {
+            st = FM_ERR_NOMEM;
+            break;
+        }
+        st = fm_st_open_file(p, &s->files[i], err);
+        free(p);
+        if (st != FM_OK) {
+            fm_error_prefix(err, "%s: shard '%s'", q(&qi, index_path), q(&qs, shards[i]));
+            break;
+        }
+        s->n_files = i + 1;
+    }
+    if (st == FM_OK) st = build_by_name(s, index_path, err);
+    if (st == FM_OK) st = check_weight_map(s, wm, shards, n_shards, index_path, err);
+    free_names(shards, n_shards);
+    cJSON_Delete(root);
+    return st;
+}
+
+fm_status fm_st_open_dir(const char *dir, fm_st_set *out, fm_error *err) {
+    quoted qd;
+    if (!out) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_dir: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!dir) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_dir: dir is NULL");
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return fm_fail(err, FM_ERR_IO, "%s: cannot open checkpoint directory: %s", q(&qd, dir), strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return fm_fail(err, FM_ERR_IO, "%s: not a directory (expected a checkpoint directory)", q(&qd, dir));
+
+    fm_status st = FM_OK;
+    char     *index_path = join(dir, INDEX_NAME, err);
+    if (!index_path) return FM_ERR_NOMEM;
+    char    *json = NULL;
+    uint64_t len = 0;
+    bool     exists = false;
+    st = read_small(index_path, &json, &len, &exists, err);
+    if (st != FM_OK) {
+        free(index_path);
+        return st;
+    }
+    if (exists) {
+        st = open_sharded(dir, index_path, json, len, out, err);
+        free(json);
+    } else {
+        char *single = join(dir, SINGLE_NAME, err);
+        if (!single) {
+            free(index_path);
+            return FM_ERR_NOMEM;
+        }
+        if (access(single, F_OK) != 0 && errno == ENOENT) {
+            st = fm_fail(err, FM_ERR_IO, "%s: neither " INDEX_NAME " nor " SINGLE_NAME " exists", q(&qd, dir));
+        } else {
+            out->files = fm_calloc(1, sizeof *out->files, err, "file table");
+            if (!out->files) st = FM_ERR_NOMEM;
+            if (st == FM_OK) st = fm_st_open_file(single, &out->files[0], err);
+            if (st == FM_OK) {
+                out->n_files = 1;
+                st = build_by_name(out, single, err);
+            }
+        }
+        free(single);
+    }
+    free(index_path);
+    if (st != FM_OK) fm_st_close(out);
+    return st;
+}
+
+const fm_st_tensor *fm_st_find(const fm_st_set *s, const char *name) {
+    if (!s || !name || !s->by_name || s->n_tensors <= 0) return NULL;
+    const fm_st_tensor *const *hit = bsearch(name, s->by_name, (size_t)s->n_tensors, sizeof *s->by_name, cmp_find);
+    return hit ? *hit : NULL;
+}
+
+void fm_st_close(fm_st_set *s) {
+    if (!s) return;
+    if (s->files)
+        for (int32_t i = 0; i < s->n_files; i++) fm_st_close_file(&s->files[i]);
+    free(s->files);
+    free(s->by_name);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- element access ----------------------------------------------------------------------------- */
+
+static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+fm_status fm_st_read_f32(const fm_st_tensor *t, int64_t first, int64_t n, float *out, fm_error *err) {
+    quoted qn;
+    if (!t) return fm_fail(err, FM_ERR_USAGE, "fm_st_read_f32: tensor is NULL");
+    if (first < 0 || n < 0 || first > t->n_elements || n > t->n_elements - first)
+        return fm_fail(err, FM_ERR_USAGE, "tensor '%s': read of %lld elements from element %lld is outside its %lld elements",
+                       q(&qn, t->name), (long long)n, (long long)first, (long long)t->n_elements);
+    if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_F16 && t->dtype != FM_DTYPE_BF16 && t->dtype != FM_DTYPE_F8_E4M3)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "tensor '%s': dtype %s is not a float type (fm_st_read_f32 reads F32 F16 BF16 F8_E4M3)", q(&qn, t->name),
+                       fm_dtype_name(t->dtype));
+    if (n == 0) return FM_OK;
+    if (!out) return fm_fail(err, FM_ERR_USAGE, "tensor '%s': fm_st_read_f32: out is NULL", q(&qn, t->name));
+    const uint8_t *p = t->data;
+    switch (t->dtype) {
+    case FM_DTYPE_F32:
+        p += first * 4;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(out, p, (size_t)n * 4);
+#else
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+            memcpy(&out[i], &u, 4);
+        }
+#endif
+        return FM_OK;
+    case FM_DTYPE_BF16:
+        p += first * 2;
+        for (int64_t i = 0; i < n; i++) out[i] = fm_bf16_to_f32(ld16(p + 2 * i));
+        return FM_OK;
+    case FM_DTYPE_F16:
+        p += first * 2;
+        for (int64_t i = 0; i < n; i++) out[i] = fm_f16_to_f32(ld16(p + 2 * i));
+        return FM_OK;
+    case FM_DTYPE_F8_E4M3:
+        p += first;
+        for (int64_t i = 0; i < n; i++) out[i] = fm_e4m3_to_f32(p[i]);
+        return FM_OK;
+    default:
+        break;
+    }
+    return fm_fail(err, FM_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a float type", q(&qn, t->name), fm_dtype_name(t->dtype));
+}
