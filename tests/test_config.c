@@ -537,6 +537,22 @@ static void test_bad_json(void **state) {
     fm_error err;
     assert_int_equal(fm_config_parse(QWEN3_JSON, strlen(QWEN3_JSON) / 2, "cfg.json", &c, &err), FM_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "cfg.json"));
+    /* text after the object is not JSON (cJSON alone accepts it); trailing whitespace is fine */
+    size_t n = strlen(QWEN3_JSON);
+    char  *tail = malloc(n + 32);
+    snprintf(tail, n + 32, "%s trailing garbage", QWEN3_JSON);
+    expect_fail(tail, FM_ERR_FORMAT, "after the top-level object");
+    tail = malloc(n + 32);
+    snprintf(tail, n + 32, "%s \n\t ", QWEN3_JSON);
+    assert_int_equal(fm_config_parse(tail, strlen(tail), "cfg.json", &c, &err), FM_OK);
+    free(tail);
+    /* an eps that vanishes in fp32 would divide by zero in RMSNorm */
+    expect_fail(variant(QWEN3_JSON, "rms_norm_eps", "1e-50", NULL), FM_ERR_FORMAT, "rms_norm_eps");
+    /* scaling fields of the wrong type are errors, not ignored */
+    expect_fail(variant(QWEN3_JSON, "partial_rotary_factor", "\"0.5\"", NULL), FM_ERR_FORMAT, "partial_rotary_factor");
+    expect_fail(variant(QWEN3_JSON, "rope_scaling", "{\"rope_type\":\"default\",\"factor\":\"4\"}", NULL),
+                FM_ERR_FORMAT, "rope_scaling.factor");
+    expect_fail(variant(QWEN3_JSON, "mlp_only_layers", "[\"1\"]", NULL), FM_ERR_FORMAT, "mlp_only_layers", "a string");
 }
 
 static void test_bad_experts(void **state) {

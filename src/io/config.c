@@ -97,6 +97,8 @@ static fm_status check_rope_type(const cfg_reader *r, const cJSON *obj, const ch
                            keys[i], t->valuestring);
     }
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, "factor");
+    if (f && !cJSON_IsNull(f) && !cJSON_IsNumber(f))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s.factor' must be a number, got %s", r->label, where, json_kind(f));
     if (f && cJSON_IsNumber(f) && f->valuedouble != 1.0)
         return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s.factor = %g: RoPE scaling is not implemented", r->label,
                        where, f->valuedouble);
@@ -123,6 +125,9 @@ static fm_status read_rope(const cfg_reader *r, fm_config *c) {
     }
     const cJSON *prf = field(r, "partial_rotary_factor");
     if (!prf && params) prf = cJSON_GetObjectItemCaseSensitive(params, "partial_rotary_factor");
+    if (prf && !cJSON_IsNull(prf) && !cJSON_IsNumber(prf))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field 'partial_rotary_factor' must be a number, got %s", r->label,
+                       json_kind(prf));
     if (prf && cJSON_IsNumber(prf) && prf->valuedouble != 1.0)
         return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: partial_rotary_factor = %g is not implemented (only 1.0)",
                        r->label, prf->valuedouble);
@@ -169,12 +174,12 @@ static fm_status read_layer_kinds(const cfg_reader *r, fm_config *c) {
                            r->label);
         const cJSON *e;
         cJSON_ArrayForEach(e, list) {
-            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
-                e->valuedouble >= c->n_layers)
-                return fm_fail(r->err, FM_ERR_FORMAT,
-                               "%s: mlp_only_layers entry must be a layer index in [0, %d), got %s%.17g", r->label,
-                               c->n_layers, cJSON_IsNumber(e) ? "" : "non-number ",
-                               cJSON_IsNumber(e) ? e->valuedouble : 0.0);
+            if (!cJSON_IsNumber(e))
+                return fm_fail(r->err, FM_ERR_FORMAT, "%s: mlp_only_layers entries must be layer indices, got %s",
+                               r->label, json_kind(e));
+            if (e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= c->n_layers)
+                return fm_fail(r->err, FM_ERR_FORMAT, "%s: mlp_only_layers entry %.17g is not a layer index in [0, %d)",
+                               r->label, e->valuedouble, c->n_layers);
             mlp_only[(int)e->valuedouble] = true;
         }
     }
@@ -254,7 +259,8 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     const cJSON *eps = field(r, "rms_norm_eps");
     double e = qwen ? 1e-6 : 1e-5;
     if (eps && (st = read_number(r, eps, "rms_norm_eps", &e))) return st;
-    if (!(e > 0 && e < 1)) return fm_fail(r->err, FM_ERR_FORMAT, "%s: rms_norm_eps = %g must be in (0, 1)", r->label, e);
+    if (!(e > 0 && e < 1) || !((float)e > 0.0f)) /* also positive once stored as fp32 */
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: rms_norm_eps = %g must be in (0, 1) and representable in fp32", r->label, e);
     c->rms_norm_eps = (float)e;
     if ((st = read_int(r, "max_position_embeddings", false, 0, 0, INT64_MAX / 2, &c->max_position_embeddings)))
         return st;
@@ -269,8 +275,16 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
 
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err) {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_ParseWithLength(json, (size_t)len);
+    const char *end  = NULL;
+    cJSON      *root = cJSON_ParseWithLengthOpts(json, (size_t)len, &end, false);
     if (!root) return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON", label);
+    /* nothing but whitespace may follow the object (cJSON alone would accept trailing text) */
+    for (const char *c = end; c && c < json + len && *c; c++)
+        if (*c != ' ' && *c != '\n' && *c != '\r' && *c != '\t') {
+            cJSON_Delete(root);
+            return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON (text after the top-level object at byte %lld)", label,
+                           (long long)(c - json));
+        }
     fm_status st;
     if (!cJSON_IsObject(root)) st = fm_fail(err, FM_ERR_FORMAT, "%s: top level must be a JSON object", label);
     else {

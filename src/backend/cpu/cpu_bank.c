@@ -7,12 +7,13 @@
 #include "quant/int4.h"
 #include "util/status.h"
 
+/* Matrix i is the row-concatenation of its parts; every matrix must have the shape of matrix 0. */
 static fm_status fill_matrix(const fm_bank_src *src, int32_t i, int64_t cols, float *dst, fm_error *err) {
     for (int32_t j = 0; j < src->n_parts; j++) {
-        const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
-        if (s->cols != cols)
-            return fm_fail(err, FM_ERR_FORMAT, "%s: part %d has %lld columns, expected %lld", src->label, j,
-                           (long long)s->cols, (long long)cols);
+        const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j], *s0 = &src->srcs[j];
+        if (s->cols != cols || s->rows != s0->rows)
+            return fm_fail(err, FM_ERR_FORMAT, "%s: matrix %d part %d is [%lld, %lld], expected [%lld, %lld]", src->label,
+                           i, j, (long long)s->rows, (long long)s->cols, (long long)s0->rows, (long long)cols);
         fm_status st = fm_wsrc_read(s, dst, err);
         if (st) return st;
         dst += s->rows * s->cols;
