@@ -32,12 +32,6 @@ typedef struct cli_model_opts {
     fm_options  opt;
 } cli_model_opts;
 
-enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS };
-#define CLI_MODEL_LONG_OPTIONS                                                                          \
-    {"model", required_argument, 0, OPT_MODEL}, {"backend", required_argument, 0, OPT_BACKEND},        \
-        {"preset", required_argument, 0, OPT_PRESET}, {"layers", required_argument, 0, OPT_LAYERS},     \
-        {"threads", required_argument, 0, OPT_THREADS}, {"verbose", no_argument, 0, 'v'},               \
-        {"help", no_argument, 0, 'h'}
 #define CLI_MODEL_HELP                                                                                  \
     "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                \
     "  --backend B        cpu (default) or cuda\n"                                                       \
@@ -48,8 +42,15 @@ enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS };
     "  -h, --help         this help\n"
 
 void cli_model_opts_init(cli_model_opts *o);
-/* Handles one of the shared options: 1 handled, 0 not one of them, -1 bad value (message printed). */
-int cli_model_option(const char *cmd, int c, const char *arg, cli_model_opts *o);
+
+/* A command's own option: returns false after printing a usage message when the value is bad. */
+typedef bool (*cli_option_fn)(const char *cmd, int id, const char *arg, void *ctx);
+
+/* Parses argv: the shared model options into mo, the command's own options (`own`, ids >= 2000, ended by a
+ * zero entry) through handle(ctx). Returns -1 when the command should run, else the exit code to return:
+ * 0 after --help (help printed), 2 on a usage error (message printed). */
+int cli_parse(const char *cmd, int argc, char **argv, const struct option *own, const char *help, cli_model_opts *mo,
+              cli_option_fn handle, void *ctx);
 
 /* Wall-clock seconds (monotonic). */
 double cli_now(void);

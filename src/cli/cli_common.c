@@ -66,32 +66,59 @@ void cli_model_opts_init(cli_model_opts *o) {
     fm_options_init(&o->opt);
 }
 
-int cli_model_option(const char *cmd, int c, const char *arg, cli_model_opts *o) {
+enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS };
+
+static const struct option model_options[] = {
+    {"model", required_argument, 0, OPT_MODEL},     {"backend", required_argument, 0, OPT_BACKEND},
+    {"preset", required_argument, 0, OPT_PRESET},   {"layers", required_argument, 0, OPT_LAYERS},
+    {"threads", required_argument, 0, OPT_THREADS}, {"verbose", no_argument, 0, 'v'},
+    {"help", no_argument, 0, 'h'},
+};
+
+/* One of the shared options: true when handled (*bad set on a bad value, message printed). */
+static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts *o, bool *bad) {
     long v = 0;
     switch (c) {
-    case OPT_MODEL: o->model_dir = arg; return 1;
+    case OPT_MODEL: o->model_dir = arg; return true;
     case OPT_BACKEND:
-        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
-            cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
-            return -1;
-        }
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
         o->opt.backend = arg;
-        return 1;
+        return true;
     case OPT_PRESET:
-        if (!fm_preset_parse(arg, &o->opt.preset)) {
-            cli_usage(cmd, "--preset must be one of ref, int4, fp8, fp4, got '%s'", arg);
-            return -1;
-        }
-        return 1;
+        if (!fm_preset_parse(arg, &o->opt.preset))
+            *bad = true, cli_usage(cmd, "--preset must be one of ref, int4, fp8, fp4, got '%s'", arg);
+        return true;
     case OPT_LAYERS:
-        if (!cli_parse_int(cmd, "--layers", arg, 1, 100000, &v)) return -1;
+        *bad = !cli_parse_int(cmd, "--layers", arg, 1, 100000, &v);
         o->opt.n_layers = (int32_t)v;
-        return 1;
+        return true;
     case OPT_THREADS:
-        if (!cli_parse_int(cmd, "--threads", arg, 1, 4096, &v)) return -1;
+        *bad = !cli_parse_int(cmd, "--threads", arg, 1, 4096, &v);
         o->opt.n_threads = (int32_t)v;
-        return 1;
-    case 'v': o->opt.verbose = true; return 1;
+        return true;
+    case 'v': o->opt.verbose = true; return true;
     }
-    return 0;
+    return false;
+}
+
+int cli_parse(const char *cmd, int argc, char **argv, const struct option *own, const char *help, cli_model_opts *mo,
+              cli_option_fn handle, void *ctx) {
+    enum { MAX_OPTIONS = 32 };
+    struct option all[MAX_OPTIONS];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof model_options / sizeof *model_options; i++) all[n++] = model_options[i];
+    for (size_t i = 0; own[i].name && n < MAX_OPTIONS - 1; i++) all[n++] = own[i];
+    memset(&all[n], 0, sizeof all[n]);
+    int c;
+    optind = 1;
+    opterr = 0; /* our own message for unknown options */
+    while ((c = getopt_long(argc, argv, "vh", all, NULL)) != -1) {
+        bool bad = false;
+        if (c == 'h') return fputs(help, stdout), CLI_OK;
+        if (c == '?' || c == ':') return cli_usage(cmd, "unknown option or missing value: '%s'", argv[optind - 1]);
+        if (!model_option(cmd, c, optarg, mo, &bad) && !handle(cmd, c, optarg, ctx)) return CLI_USAGE;
+        if (bad) return CLI_USAGE;
+    }
+    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    return -1;
 }

@@ -96,11 +96,12 @@ int cmd_inspect(int argc, char **argv) {
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == OPT_MODEL_I) dir = optarg;
         else if (c == OPT_TENSORS) list = true;
         else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
-        else return cli_usage(cmd, "unknown option");
+        else return cli_usage(cmd, "unknown option or missing value: '%s'", argv[optind - 1]);
     }
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
     if (!dir) return cli_usage(cmd, "--model is required");

@@ -14,25 +14,30 @@ static const char *HELP =
     "  --ids FILE         token ids\n"
     "  --out FILE         logits output\n" CLI_MODEL_HELP;
 
+enum { OPT_IDS = 2000, OPT_OUT };
+static const struct option own_options[] = {
+    {"ids", required_argument, 0, OPT_IDS}, {"out", required_argument, 0, OPT_OUT}, {0, 0, 0, 0}};
+
+typedef struct logits_args {
+    const char *ids_path, *out_path;
+} logits_args;
+
+static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
+    (void)cmd;
+    logits_args *a = ctx;
+    if (id == OPT_IDS) a->ids_path = arg;
+    else if (id == OPT_OUT) a->out_path = arg;
+    return true;
+}
+
 int cmd_logits(int argc, char **argv) {
-    const char *cmd = "logits", *ids_path = NULL, *out_path = NULL;
+    const char *cmd = "logits";
+    logits_args a = {0};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
-    enum { OPT_IDS = 2000, OPT_OUT };
-    static const struct option longopts[] = {CLI_MODEL_LONG_OPTIONS, {"ids", required_argument, 0, OPT_IDS},
-                                             {"out", required_argument, 0, OPT_OUT}, {0, 0, 0, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-        int r = cli_model_option(cmd, c, optarg, &mo);
-        if (r < 0) return CLI_USAGE;
-        if (r > 0) continue;
-        if (c == OPT_IDS) ids_path = optarg;
-        else if (c == OPT_OUT) out_path = optarg;
-        else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
-        else return cli_usage(cmd, "unknown option");
-    }
-    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
+    if (rc >= 0) return rc;
+    const char *ids_path = a.ids_path, *out_path = a.out_path;
     if (!mo.model_dir || !ids_path || !out_path) return cli_usage(cmd, "--model, --ids and --out are required");
 
     fm_error  err = {{0}};

@@ -86,30 +86,35 @@ static fm_status write_json(const char *path, const char *model, int64_t T, cons
     return st;
 }
 
+enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON };
+static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
+                                            {"tokens", required_argument, 0, OPT_TOKENS},
+                                            {"presets", required_argument, 0, OPT_PRESETS},
+                                            {"json", required_argument, 0, OPT_JSON}, {0, 0, 0, 0}};
+
+typedef struct parity_args {
+    const char *ids_path, *json_path, *presets;
+    long        tokens;
+} parity_args;
+
+static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
+    parity_args *a = ctx;
+    if (id == OPT_IDS) a->ids_path = arg;
+    else if (id == OPT_TOKENS) return cli_parse_int(cmd, "--tokens", arg, 1, 1 << 24, &a->tokens);
+    else if (id == OPT_PRESETS) a->presets = arg;
+    else if (id == OPT_JSON) a->json_path = arg;
+    return true;
+}
+
 int cmd_parity(int argc, char **argv) {
-    const char *cmd = "parity", *ids_path = NULL, *json_path = NULL, *presets = "ref,int4,fp8,fp4";
-    long tokens = 256;
+    const char *cmd = "parity";
+    parity_args a = {NULL, NULL, "ref,int4,fp8,fp4", 256};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
-    enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON };
-    static const struct option longopts[] = {CLI_MODEL_LONG_OPTIONS, {"ids", required_argument, 0, OPT_IDS},
-                                             {"tokens", required_argument, 0, OPT_TOKENS},
-                                             {"presets", required_argument, 0, OPT_PRESETS},
-                                             {"json", required_argument, 0, OPT_JSON}, {0, 0, 0, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-        int r = cli_model_option(cmd, c, optarg, &mo);
-        if (r < 0) return CLI_USAGE;
-        if (r > 0) continue;
-        if (c == OPT_IDS) ids_path = optarg;
-        else if (c == OPT_TOKENS) { if (!cli_parse_int(cmd, "--tokens", optarg, 1, 1 << 24, &tokens)) return CLI_USAGE; }
-        else if (c == OPT_PRESETS) presets = optarg;
-        else if (c == OPT_JSON) json_path = optarg;
-        else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
-        else return cli_usage(cmd, "unknown option");
-    }
-    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
+    if (rc >= 0) return rc;
+    const char *ids_path = a.ids_path, *json_path = a.json_path, *presets = a.presets;
+    const long  tokens = a.tokens;
     if (!mo.model_dir) return cli_usage(cmd, "--model is required");
     fm_preset list[FM_PRESET_COUNT * 2];
     int n_list = 0;

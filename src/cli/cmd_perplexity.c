@@ -24,28 +24,34 @@ static void show_progress(void *user, int64_t done, int64_t total, double ppl) {
     if (done == total) fprintf(stderr, "\n");
 }
 
+enum { OPT_IDS = 2000, OPT_WINDOW, OPT_WINDOWS };
+static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
+                                            {"window", required_argument, 0, OPT_WINDOW},
+                                            {"windows", required_argument, 0, OPT_WINDOWS}, {0, 0, 0, 0}};
+
+typedef struct ppl_args {
+    const char *ids_path;
+    long        window, windows;
+} ppl_args;
+
+static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
+    ppl_args *a = ctx;
+    if (id == OPT_IDS) a->ids_path = arg;
+    else if (id == OPT_WINDOW) return cli_parse_int(cmd, "--window", arg, 2, 1 << 20, &a->window);
+    else if (id == OPT_WINDOWS) return cli_parse_int(cmd, "--windows", arg, 1, 1 << 30, &a->windows);
+    return true;
+}
+
 int cmd_perplexity(int argc, char **argv) {
-    const char *cmd = "perplexity", *ids_path = NULL;
-    long window = 512, windows = 0;
+    const char *cmd = "perplexity";
+    ppl_args a = {NULL, 512, 0};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
-    enum { OPT_IDS = 2000, OPT_WINDOW, OPT_WINDOWS };
-    static const struct option longopts[] = {CLI_MODEL_LONG_OPTIONS, {"ids", required_argument, 0, OPT_IDS},
-                                             {"window", required_argument, 0, OPT_WINDOW},
-                                             {"windows", required_argument, 0, OPT_WINDOWS}, {0, 0, 0, 0}};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-        int r = cli_model_option(cmd, c, optarg, &mo);
-        if (r < 0) return CLI_USAGE;
-        if (r > 0) continue;
-        if (c == OPT_IDS) ids_path = optarg;
-        else if (c == OPT_WINDOW) { if (!cli_parse_int(cmd, "--window", optarg, 2, 1 << 20, &window)) return CLI_USAGE; }
-        else if (c == OPT_WINDOWS) { if (!cli_parse_int(cmd, "--windows", optarg, 1, 1 << 30, &windows)) return CLI_USAGE; }
-        else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
-        else return cli_usage(cmd, "unknown option");
-    }
-    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
+    if (rc >= 0) return rc;
+    const char *ids_path = a.ids_path;
+    const long  window = a.window;
+    long        windows = a.windows;
     if (!mo.model_dir || !ids_path) return cli_usage(cmd, "--model and --ids are required");
 
     fm_error  err = {{0}};
