@@ -541,7 +541,7 @@ static void test_bad_json(void **state) {
     size_t n = strlen(QWEN3_JSON);
     char  *tail = malloc(n + 32);
     snprintf(tail, n + 32, "%s trailing garbage", QWEN3_JSON);
-    expect_fail(tail, FM_ERR_FORMAT, "after the top-level object");
+    expect_fail(tail, FM_ERR_FORMAT, "non-whitespace after the JSON value");
     tail = malloc(n + 32);
     snprintf(tail, n + 32, "%s \n\t ", QWEN3_JSON);
     assert_int_equal(fm_config_parse(tail, strlen(tail), "cfg.json", &c, &err), FM_OK);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json.h"
 #include "util/status.h"
 
 #define FM_MAX_DIM (1 << 24) /* sanity cap on any width or count read from a config */
@@ -275,22 +276,11 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
 
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err) {
     memset(out, 0, sizeof *out);
-    const char *end  = NULL;
-    cJSON      *root = cJSON_ParseWithLengthOpts(json, (size_t)len, &end, false);
-    if (!root) return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON", label);
-    /* nothing but whitespace may follow the object (cJSON alone would accept trailing text) */
-    for (const char *c = end; c && c < json + len && *c; c++)
-        if (*c != ' ' && *c != '\n' && *c != '\r' && *c != '\t') {
-            cJSON_Delete(root);
-            return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON (text after the top-level object at byte %lld)", label,
-                           (long long)(c - json));
-        }
-    fm_status st;
-    if (!cJSON_IsObject(root)) st = fm_fail(err, FM_ERR_FORMAT, "%s: top level must be a JSON object", label);
-    else {
-        cfg_reader r = {root, label, err};
-        st = parse_fields(&r, out);
-    }
+    cJSON    *root = NULL;
+    fm_status st   = fm_json_parse_object(json, len, label, "config", &root, err);
+    if (st) return st;
+    cfg_reader r = {root, label, err};
+    st = parse_fields(&r, out);
     cJSON_Delete(root);
     if (st != FM_OK) memset(out, 0, sizeof *out);
     return st;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/json.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "util/status.h"
@@ -70,112 +71,6 @@ static const char *q(quoted *b, const char *s) {
         b->s[n] = '\0';
     }
     return b->s;
-}
-
-/* ---- JSON text hygiene ---------------------------------------------------------------------------- */
-
-/* Checks what cJSON does not: strict UTF-8 (as the reference reader requires), no NUL byte and no \u0000
- * escape (cJSON strings are C strings: a NUL would silently cut a name short). Returns the byte offset of
- * the first problem, or -1 when the text is clean; *why says what it is. */
-static int64_t text_problem(const uint8_t *s, uint64_t n, const char **why) {
-    uint64_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c == 0) {
-            *why = "a NUL byte";
-            return (int64_t)i;
-        }
-        if (c == '\\' && i + 1 < n) {
-            if (s[i + 1] == 'u' && i + 5 < n && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') {
-                *why = "a \\u0000 escape";
-                return (int64_t)i;
-            }
-            if (s[i + 1] == 0) {
-                *why = "a NUL byte";
-                return (int64_t)i + 1;
-            }
-            i += 2; /* the escaped character (ASCII if valid JSON) */
-            continue;
-        }
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int      len;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            *why = "invalid UTF-8";
-            return (int64_t)i;
-        }
-        if (n - i < (uint64_t)len) {
-            *why = "invalid UTF-8 (truncated sequence)";
-            return (int64_t)i;
-        }
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) {
-                *why = "invalid UTF-8";
-                return (int64_t)i;
-            }
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            *why = "invalid UTF-8 (overlong, surrogate or out of range)";
-            return (int64_t)i;
-        }
-        i += (uint64_t)len;
-    }
-    return -1;
-}
-
-/* Parses JSON text that is not NUL-terminated. The text is copied with zero padding first: cJSON can read
- * past the length it is given (DaveGamble/cJSON issues 804, 775), which must land in our own zeros.
- * Only JSON whitespace may follow the value. On success *root is the tree (caller deletes). */
-static fm_status parse_json(const char *text, uint64_t len, const char *label, const char *what, cJSON **root,
-                            fm_error *err) {
-    quoted     ql;
-    const char *why = NULL;
-    *root = NULL;
-    int64_t bad = text_problem((const uint8_t *)text, len, &why);
-    if (bad >= 0) {
-        return fm_fail(err, FM_ERR_FORMAT, "%s: %s contains %s at byte %lld", q(&ql, label), what, why, (long long)bad);
-    }
-    if (len > SIZE_MAX - 16) return fm_fail(err, FM_ERR_NOMEM, "%s: %s too large to copy", q(&ql, label), what);
-    char *copy = fm_malloc((size_t)len + 16, err, "JSON text");
-    if (!copy) return FM_ERR_NOMEM;
-    if (len) memcpy(copy, text, (size_t)len);
-    memset(copy + len, 0, 16);
-    const char *end = NULL;
-    cJSON      *j = cJSON_ParseWithLengthOpts(copy, (size_t)len, &end, 0);
-    if (!j) {
-        uint64_t at = (end && end >= copy && (uint64_t)(end - copy) <= len) ? (uint64_t)(end - copy) : 0;
-        free(copy);
-        if (len == 0) return fm_fail(err, FM_ERR_FORMAT, "%s: %s is empty (0 bytes), expected a JSON object", q(&ql, label), what);
-        return fm_fail(err, FM_ERR_FORMAT, "%s: %s is not valid JSON (error near byte %llu of %llu)", q(&ql, label), what,
-                       (unsigned long long)at, (unsigned long long)len);
-    }
-    uint64_t pos = (end && end >= copy) ? (uint64_t)(end - copy) : len;
-    while (pos < len && (copy[pos] == ' ' || copy[pos] == '\t' || copy[pos] == '\n' || copy[pos] == '\r')) pos++;
-    free(copy);
-    if (pos < len) {
-        cJSON_Delete(j);
-        return fm_fail(err, FM_ERR_FORMAT, "%s: %s has %llu bytes of non-whitespace after the JSON value (from byte %llu)",
-                       q(&ql, label), what, (unsigned long long)(len - pos), (unsigned long long)pos);
-    }
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return fm_fail(err, FM_ERR_FORMAT, "%s: %s must be a JSON object at the top level", q(&ql, label), what);
-    }
-    *root = j;
-    return FM_OK;
 }
 
 /* A JSON number that is an exact non-negative integer (at most 2^53, so the double is exactly what was
@@ -425,7 +320,7 @@ fm_status fm_st_parse(const uint8_t *buf, uint64_t size, const char *label, fm_s
     uint64_t data_size = size - data_start;
 
     cJSON    *root = NULL;
-    fm_status st = parse_json((const char *)buf + 8, hlen, label, "header", &root, err);
+    fm_status st = fm_json_parse_object((const char *)buf + 8, hlen, label, "header", &root, err);
     if (st != FM_OK) return st;
 
     int64_t      n = 0;
@@ -577,7 +472,7 @@ static fm_status parse_index(const char *json, uint64_t len, const char *label, 
     *root_out = NULL;
     *shards_out = NULL;
     *n_out = 0;
-    fm_status st = parse_json(json, len, label, "index", &root, err);
+    fm_status st = fm_json_parse_object(json, len, label, "index", &root, err);
     if (st != FM_OK) return st;
     const char  *L = q(&ql, label);
     const cJSON *wm = NULL;
