@@ -1,6 +1,7 @@
 /* The command line is a contract: exit 0 on success, 2 on a usage error, 1 on bad input or data with one
  * line on stderr naming the file, field or tensor; never a crash and never a partial output file. These
  * tests run the fp8moe binary (FP8MOE_BIN, default build/fp8moe) on good and broken inputs. */
+#define _GNU_SOURCE /* memmem */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,21 @@ static void replace_in_file(const char *path, const char *from, const char *to) 
     assert_non_null(p);
     snprintf(out, sizeof out, "%.*s%s%s", (int)(p - buf), buf, to, p + strlen(from));
     write_bytes(path, out, strlen(out));
+}
+
+/* Replaces `from` by `to` (same length) in the first 64 KiB of a binary file: edits a safetensors header in place. */
+static void patch_header(const char *path, const char *from, const char *to) {
+    assert_int_equal(strlen(from), strlen(to));
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    char *p = memmem(buf, n, from, strlen(from));
+    assert_non_null(p);
+    memcpy(p, to, strlen(to));
+    fseek(f, 0, SEEK_SET);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
 }
 
 static void usage_errors(void **s) {
@@ -183,6 +199,13 @@ static void bad_models(void **s) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     replace_in_file(path, "\"head_dim\": 32", "\"head_dim\": 16");
     expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "expected shape [64, 96], found [128, 96]");
+
+    /* the same byte length, another dtype: a weight stored as I32 */
+    copy_model("tests/models/qwen3-moe-f32", "dtype", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    patch_header(path, "\"model.embed_tokens.weight\":{\"dtype\":\"F32\"", "\"model.embed_tokens.weight\":{\"dtype\":\"I32\"");
+    expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "model.embed_tokens.weight");
+    assert_non_null(strstr(err_text, "I32"));
 
     copy_model("tests/models/qwen3-moe-f32", "llama", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/config.json", dir);

@@ -64,6 +64,7 @@ double cli_now(void) {
 void cli_model_opts_init(cli_model_opts *o) {
     o->model_dir = NULL;
     fm_options_init(&o->opt);
+    o->opt.verbose = isatty(STDERR_FILENO); /* loading progress when a person is watching */
 }
 
 enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS };
