@@ -69,7 +69,7 @@ test: tests-build
 	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED"; else echo "SOME TESTS FAILED"; exit 1; fi
 
 asan:
-	$(MAKE) BUILD=build/asan OPT=-O1 NVCC= \
+	$(MAKE) BUILD=build/asan OPT=-O2 NVCC= \
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
 # libFuzzer target for the safetensors + config + shard-index parsers (clang).
