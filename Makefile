@@ -13,7 +13,7 @@ LDLIBS_ALL = -lcjson -lm -fopenmp $(SAN)
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS = -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89
-NVCCFLAGS = -std=c++17 -O2 -g -lineinfo $(CUDA_ARCHS) -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+NVCCFLAGS = -std=c++20 -O2 -g -lineinfo $(CUDA_ARCHS) -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
@@ -21,7 +21,7 @@ CU_SRC   := $(sort $(wildcard src/backend/cuda/*.cu))
 ifneq ($(NVCC),)
   LIB_SRC := $(filter-out src/backend/cuda/no_cuda.c,$(LIB_SRC))
   CFLAGS_ALL += -DFM_HAVE_CUDA=1
-  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
   CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.o)
 else
   CU_OBJ :=
@@ -37,7 +37,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libfp8moe.a
 BIN := $(BUILD)/fp8moe
 
-.PHONY: all test asan fuzz fuzz-run deps run clean help tests-build
+.PHONY: all test test-gpu asan fuzz fuzz-run deps run clean help tests-build
 all: $(LIB) $(BIN)
 
 $(LIB): $(LIB_OBJ)
@@ -67,6 +67,15 @@ test: tests-build
 	  echo "== $$t"; FP8MOE_BIN=$(BIN) ./$$t || fail=1; \
 	done; \
 	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED"; else echo "SOME TESTS FAILED"; exit 1; fi
+
+# GPU tests (need a GPU; run through the device tool): every CUDA op against the CPU op, whole-model parity.
+GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB) -lcmocka $(LDLIBS_ALL)
+test-gpu: $(GPU_TEST_BIN) $(BIN)
+	@set -e; for t in $(GPU_TEST_BIN); do echo "== $$t"; ./$$t; done; echo "ALL GPU TESTS PASSED"
 
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O2 NVCC= \
@@ -101,6 +110,7 @@ help:
 	@echo "  make run       parity table of the presets on models/tiny-code-moe"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
+	@echo "  make test-gpu  CUDA op tests against the CPU, whole-model GPU parity (needs a GPU)"
 	@echo "  make fuzz-run  libFuzzer on the checkpoint parsers for FUZZ_SECONDS (default 60)"
 	@echo "  make clean     remove build/"
 

@@ -53,6 +53,8 @@ typedef struct fm_options {
     int32_t     n_layers; /* run only the first n decoder layers; 0 = all */
     int32_t     n_threads; /* CPU threads; 0 = OpenMP's default */
     bool        verbose;   /* progress on stderr while loading */
+    const char *plan_backend; /* take the preset's plan as it is on this backend (NULL: `backend`); with backend
+                                 "cpu" and plan_backend "cuda" the CPU emulates the GPU's formats exactly */
 } fm_options;
 
 void fm_options_init(fm_options *opt);

@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # Everything a GPU-machine run needs, in one call (device tool: carry .carry, begin with `source .carry/env.sh;`):
-# builds with nvcc for sm_90a/sm_89, runs the whole test suite, checks what the CUDA backend reports on the
-# real GPU, and prints a short table last. Logs go to $OUT (or /tmp when OUT is unset).
+# builds with nvcc for sm_90a/sm_89, runs the CPU test suite, the CUDA op tests and whole-model GPU parity,
+# compute-sanitizer memcheck and racecheck over the op tests (SANITIZE=1), and prints a short table last.
+# Logs go to $OUT (or /tmp when OUT is unset).
 set -uo pipefail
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-make -j"$(nproc)" all tests-build >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-start=$(date +%s)
-make test >"$out/test.log" 2>&1; test_rc=$?
-test_s=$(( $(date +%s) - start ))
-./build/fp8moe logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 \
-    --out /tmp/cuda.f32 --backend cuda 2>"$out/cuda.txt"; cuda_rc=$?
-cuobjdump --list-elf build/src/backend/cuda/cuda_backend.o >"$out/elf.txt" 2>&1
+make -j"$(nproc)" all tests-build build/tests/gpu/test_cuda_ops build/tests/gpu/test_cuda_models >"$out/build.log" 2>&1 \
+    || { tail -30 "$out/build.log"; exit 1; }
+t0=$(date +%s); make test >"$out/test.log" 2>&1; test_rc=$?; test_s=$(( $(date +%s) - t0 ))
+t0=$(date +%s); ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
+./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
+san="skipped (SANITIZE=1 to run)"
+if [ "${SANITIZE:-0}" = 1 ]; then
+    compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
+    compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/racecheck.log" 2>&1; r=$?
+    san="memcheck rc $m ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)), racecheck rc $r ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1))"
+fi
+grep -E "FAILED|ERROR|error" "$out/gpu_ops.log" | head -5
+grep -E "FAILED|ERROR|error" "$out/gpu_models.log" | head -5
+echo
+grep -E "^[a-z/].* T=" "$out/gpu_models.log"
 echo
 echo "| check | result |"
 echo "|---|---|"
-echo "| make test | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.log") programs passed, ${test_s} s |"
-echo "| cuda backend | rc $cuda_rc: $(cat "$out/cuda.txt") |"
-echo "| cubins | $(grep -o 'sm_[0-9a]*' "$out/elf.txt" | sort -u | tr '\n' ' ') |"
+echo "| make test (CPU suite) | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.log") programs passed, ${test_s} s |"
+echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops.log" | sort -g -k2 | tail -1), ${ops_s} s |"
+echo "| GPU model parity | rc $models_rc |"
+echo "| sanitizers | $san |"

@@ -51,6 +51,14 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
     }
 }
 
+void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
+    fm_plan_from_preset(p, plan);
+    if (p == FM_PRESET_REF && backend && strcmp(backend, "cuda") == 0) {
+        plan->act_bf16 = true;
+        plan->w_dense = plan->w_expert = plan->w_other = FM_W_BF16;
+    }
+}
+
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {
     *out = NULL;
     if (!name || strcmp(name, "cpu") == 0) return fm_cpu_backend_create(plan, n_threads, out, err);

@@ -44,6 +44,9 @@ typedef struct fm_plan {
 } fm_plan;
 
 void fm_plan_from_preset(fm_preset p, fm_plan *plan);
+/* The plan a preset means on a backend. On "cuda", ref is the bf16 reference: bf16 weights and activations,
+ * fp32 accumulation (a CPU backend given this plan emulates it exactly, which is how the GPU ops are tested). */
+void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan);
 
 typedef struct fm_backend fm_backend; /* per-backend state */
 typedef struct fm_bank    fm_bank;    /* a weight bank on the backend */
@@ -66,6 +69,8 @@ typedef struct fm_backend_ops {
     /* Copies host data in/out of backend memory: ids (int32) and activations (as fp32 on the host side). */
     void  (*upload_ids)(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
     void  (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
+    void  (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst); /* rounded to the act dtype */
+    void  (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
     fm_status (*sync)(fm_backend *be, fm_error *err);
 
     fm_status (*bank_create)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);

@@ -6,6 +6,9 @@
  *                                dense: x += down(swiglu(h Wgu^T))
  *   logits = rmsnorm(x) Wlm^T                                       [T, vocab]
  */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
@@ -51,6 +54,26 @@ static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *
     return FM_OK;
 }
 
+/* FP8MOE_DUMP=1: after each op, a one-line summary of its output (for finding the first op that goes wrong). */
+static void dump(fm_backend *be, const char *what, int layer, const void *buf, int64_t n) {
+    static int enabled = -1;
+    if (enabled < 0) enabled = getenv("FP8MOE_DUMP") && strcmp(getenv("FP8MOE_DUMP"), "0") != 0;
+    if (!enabled) return;
+    float *h = malloc((size_t)n * sizeof *h);
+    if (!h) return;
+    be->ops->download_f32(be, buf, n, h);
+    double sum = 0, mx = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(h[i])) { bad++; continue; }
+        sum += fabs(h[i]);
+        mx = fabs(h[i]) > mx ? fabs(h[i]) : mx;
+    }
+    fprintf(stderr, "dump layer %2d %-14s n %-9lld mean|x| %-12.5g max|x| %-12.5g nonfinite %lld  x[0..2] %g %g %g\n", layer,
+            what, (long long)n, sum / (double)n, mx, (long long)bad, h[0], n > 1 ? h[1] : 0.0f, n > 2 ? h[2] : 0.0f);
+    free(h);
+}
+
 fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, fm_error *err) {
     const fm_config      *c   = &m->cfg;
     const fm_plan        *p   = &m->plan;
@@ -67,19 +90,28 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, 
     }
     ops->upload_ids(be, ids, T, b.ids);
     ops->embed(be, m->embed, b.ids, T, b.x);
+    dump(be, "embed", -1, b.x, T * H);
     for (int l = 0; l < m->n_layers; l++) {
         const fm_layer_weights *L = &m->layers[l];
+        const int64_t nqkv = T * (nh + 2 * nkv) * hd;
         ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h);
+        dump(be, "attn_norm", l, b.h, T * H);
         ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, b.qkv);
+        dump(be, "qkv", l, b.qkv, nqkv);
         ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0, c->rope_theta);
+        dump(be, "qk_norm_rope", l, b.qkv, nqkv);
         ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
+        dump(be, "attention", l, b.att, T * nh * hd);
         ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
+        dump(be, "o_proj", l, b.y, T * H);
         ops->add(be, b.x, b.y, T * H);
 
         ops->rmsnorm(be, b.x, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (L->is_moe) {
             ops->linear(be, L->router, 0, b.h, T, FM_A_NATIVE, b.rlogits);
             ops->route(be, b.rlogits, T, c->n_experts, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.eids, b.ew);
+            dump(be, "router", l, b.rlogits, T * c->n_experts);
+            dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             ops->moe(be, L->gate_up, L->down, b.h, T, b.eids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
                      b.y);
         } else {
@@ -87,10 +119,14 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, 
             ops->swiglu(be, b.gu, T, c->dense_intermediate, b.act);
             ops->linear(be, L->down, 0, b.act, T, p->a_dense, b.y);
         }
+        dump(be, "ffn", l, b.y, T * H);
         ops->add(be, b.x, b.y, T * H);
+        dump(be, "residual", l, b.x, T * H);
     }
     ops->rmsnorm(be, b.x, m->final_norm, T, H, c->rms_norm_eps, b.h);
+    dump(be, "final_norm", -1, b.h, T * H);
     ops->linear(be, m->lm_head, 0, b.h, T, FM_A_NATIVE, b.logits);
+    dump(be, "logits", -1, b.logits, T * c->vocab_size);
     st = ops->sync(be, err);
     if (!st) ops->download_f32(be, b.logits, T * c->vocab_size, logits);
     free_buffers(be, &b);

@@ -97,7 +97,7 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
         m->n_params      = src.n_params;
         for (int l = 0; l < m->cfg.n_layers; l++)
             if (src.layers[l].is_moe) { m->expert_layout = src.layers[l].layout; break; }
-        fm_plan_from_preset(opt->preset, &m->plan);
+        fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
         st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
     }
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;

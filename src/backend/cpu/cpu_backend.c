@@ -25,6 +25,16 @@ static void cpu_download_f32(fm_backend *be, const void *src, int64_t n, float *
     memcpy(dst, src, (size_t)n * sizeof *dst);
 }
 
+static void cpu_upload_f32(fm_backend *be, const float *src, int64_t n, void *dst) {
+    memcpy(dst, src, (size_t)n * sizeof *src);
+    cpu_round_act(be, (float *)dst, n);
+}
+
+static void cpu_download_raw(fm_backend *be, const void *src, size_t bytes, void *dst) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
 static fm_status cpu_sync(fm_backend *be, fm_error *err) {
     (void)be, (void)err;
     return FM_OK;
@@ -38,6 +48,8 @@ static const fm_backend_ops cpu_ops = {
     .free         = cpu_free,
     .upload_ids   = cpu_upload_ids,
     .download_f32 = cpu_download_f32,
+    .upload_f32   = cpu_upload_f32,
+    .download_raw = cpu_download_raw,
     .sync         = cpu_sync,
     .bank_create  = cpu_bank_create,
     .bank_free    = cpu_bank_free,

@@ -1,0 +1,110 @@
+// Weight banks on the GPU: each matrix's source rows are uploaded in their checkpoint dtype, in chunks through
+// one staging buffer, and converted on the device into the bank's layout (cuda_internal.cuh). Nothing of the
+// source stays alive on the device: the staging buffer is freed before the bank is returned.
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/quantize.cuh"
+
+extern "C" {
+#include "util/status.h"
+}
+
+#define STAGING_BYTES (64u << 20)
+
+static int64_t round_up(int64_t a, int64_t b) { return fm_ceil_div(a, b) * b; }
+
+extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
+                                         fm_error *err) {
+    cuda_backend *be = cuda_be(bb);
+    *out = NULL;
+    if (fmt != FM_W_BF16 && fmt != FM_W_INT4_G128)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the cuda backend", src->label,
+                       fm_wformat_name(fmt));
+    int64_t rows = 0;
+    for (int32_t j = 0; j < src->n_parts; j++) rows += src->srcs[j].rows;
+    const int64_t cols = src->srcs[0].cols;
+    for (int32_t i = 0; i < src->n; i++)
+        for (int32_t j = 0; j < src->n_parts; j++) {
+            const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j], *s0 = &src->srcs[j];
+            if (s->cols != cols || s->rows != s0->rows)
+                return fm_fail(err, FM_ERR_FORMAT, "%s: matrix %d part %d is [%lld, %lld], expected [%lld, %lld]",
+                               src->label, i, j, (long long)s->rows, (long long)s->cols, (long long)s0->rows,
+                               (long long)cols);
+            if (s->t->dtype != FM_DTYPE_F32 && s->t->dtype != FM_DTYPE_F16 && s->t->dtype != FM_DTYPE_BF16)
+                return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (F32, F16 or BF16 expected)",
+                               src->label, s->t->name, fm_dtype_name(s->t->dtype));
+        }
+    fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
+    if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
+    w->fmt = fmt, w->n = src->n, w->rows = rows, w->cols = cols;
+    if (fmt == FM_W_BF16) {
+        w->ld    = round_up(cols, 8);
+        w->bytes = (size_t)(w->n * rows * w->ld) * sizeof(__nv_bfloat16);
+    } else {
+        w->ld       = round_up(cols, 32) / 2;
+        w->n_groups = fm_ceil_div(cols, FM_CUDA_GROUP);
+        w->bytes    = (size_t)(w->n * rows * w->ld);
+    }
+    const size_t scale_bytes = (size_t)(w->n * rows * w->n_groups) * sizeof(__nv_bfloat16);
+    void *staging = NULL;
+    fm_status st = FM_OK;
+    if (cudaMalloc(&w->w, w->bytes) != cudaSuccess ||
+        (scale_bytes && cudaMalloc((void **)&w->scales, scale_bytes) != cudaSuccess) ||
+        cudaMalloc(&staging, STAGING_BYTES) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky allocation error */
+        st = fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for %zu bytes of weights", src->label, w->bytes + scale_bytes);
+    }
+    if (!st) FM_CUDA_CHECK(cudaMemsetAsync(w->w, 0, w->bytes, be->stream)); /* the row padding reads as zeros */
+    for (int32_t i = 0; !st && i < src->n; i++) {
+        int64_t row0 = 0; /* first row of this part inside matrix i */
+        for (int32_t j = 0; j < src->n_parts; j++) {
+            const fm_wsrc *s    = &src->srcs[(int64_t)i * src->n_parts + j];
+            const int      esz  = fm_dtype_size(s->t->dtype);
+            const int64_t  step = STAGING_BYTES / ((int64_t)esz * cols) > 0 ? STAGING_BYTES / ((int64_t)esz * cols) : 1;
+            if (step * esz * cols > (int64_t)STAGING_BYTES) {
+                st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: a row of %lld elements exceeds the staging buffer", src->label,
+                             (long long)cols);
+                break;
+            }
+            for (int64_t r = 0; r < s->rows; r += step) {
+                const int64_t n_rows = s->rows - r < step ? s->rows - r : step;
+                const uint8_t *host  = s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
+                /* in stream order: the conversion kernel below reads the staging buffer only after this copy
+                   lands, and the next chunk's copy waits for the kernel (a plain cudaMemcpy from pageable memory
+                   can return before its DMA completes, and it is not ordered with our non-blocking stream) */
+                FM_CUDA_CHECK(cudaMemcpyAsync(staging, host, (size_t)(n_rows * cols * esz), cudaMemcpyHostToDevice,
+                                              be->stream));
+                const int64_t dst_row = (int64_t)i * rows + row0 + r;
+                if (fmt == FM_W_BF16)
+                    fm_cuda_convert_bf16(staging, (int)s->t->dtype, n_rows, cols,
+                                         (__nv_bfloat16 *)w->w + dst_row * w->ld, w->ld, be->stream);
+                else
+                    fm_cuda_quantize_int4(staging, (int)s->t->dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld,
+                                          w->ld, w->scales + dst_row * w->n_groups, w->n_groups, be->stream);
+            }
+            row0 += s->rows;
+        }
+    }
+    if (staging) {
+        FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+        FM_CUDA_CHECK(cudaFree(staging));
+    }
+    if (st) {
+        cudaFree(w->w);
+        cudaFree(w->scales);
+        free(w);
+        return st;
+    }
+    w->bytes += scale_bytes;
+    *out = w;
+    return FM_OK;
+}
+
+extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w) {
+    (void)be;
+    if (!w) return;
+    FM_CUDA_CHECK(cudaFree(w->w));
+    if (w->scales) FM_CUDA_CHECK(cudaFree(w->scales));
+    free(w);
+}
+
+extern "C" size_t fm_cuda_bank_bytes(const fm_bank *w) { return w->bytes; }

@@ -1,0 +1,32 @@
+// Shared by the CUDA backend's .cu files: error checks that name the call and the kernel, and bf16 helpers.
+//
+// Every CUDA runtime call goes through FM_CUDA_CHECK (a failure stops with file:line and the failing call: a
+// device fault is a broken invariant, not a recoverable condition). Every launch is followed by
+// FM_LAUNCH_CHECK("kernel name"): it checks the launch, and in debug mode (environment FP8MOE_SYNC=1) it also
+// synchronises, so an asynchronous fault is reported at the kernel that caused it, not at a later call.
+#ifndef FM_CUDA_COMMON_CUH
+#define FM_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FM_CUDA_CHECK(call)                                                                                   \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess) {                                                                              \
+            fprintf(stderr, "fp8moe: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,               \
+                    cudaGetErrorString(e_));                                                                  \
+            abort();                                                                                          \
+        }                                                                                                     \
+    } while (0)
+
+// Checks the last launch; with FP8MOE_SYNC=1 also waits for it and names it on failure.
+void fm_cuda_launch_check(const char *kernel, const char *file, int line);
+#define FM_LAUNCH_CHECK(kernel) fm_cuda_launch_check((kernel), __FILE__, __LINE__)
+
+static inline int64_t fm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#endif

@@ -1,0 +1,51 @@
+// CUDA backend: the state and weight-bank layout shared by its .cu files.
+//
+// Activations are bf16 in device memory. Weight banks hold n matrices [rows, cols] with padded rows so that
+// every row starts 16-byte aligned (16-byte loads in the GEMV kernels, any leading dimension for cuBLAS):
+//   bf16:  w is [n][rows][ld] bf16, ld = cols rounded up to 8, padding zero
+//   int4:  w is [n][rows][ld] bytes, ld = cols rounded up to 32 elements / 2, two codes per byte (element
+//          2i in the low nibble, two's complement), padding zero; scales [n][rows][n_groups] bf16, one per
+//          128 elements along the row (the last group may be partial)
+#ifndef FM_CUDA_INTERNAL_CUH
+#define FM_CUDA_INTERNAL_CUH
+
+#include <cublas_v2.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+#include "backend/cuda/cuda_common.cuh"
+
+#define FM_CUDA_GROUP 128
+
+struct fm_bank {
+    fm_wformat     fmt;
+    int32_t        n;
+    int64_t        rows, cols;
+    int64_t        ld;        // row stride: bf16 elements (bf16) or bytes (int4)
+    int64_t        n_groups;  // int4 only
+    void          *w;
+    __nv_bfloat16 *scales;    // int4 only
+    size_t         bytes;
+};
+
+typedef struct cuda_backend {
+    fm_backend     base;
+    cudaStream_t   stream;
+    cublasHandle_t cublas;
+    int            device;
+    cudaDeviceProp prop;
+    void          *work;       // grow-only scratch for ops that need it (moe)
+    size_t         work_bytes;
+} cuda_backend;
+
+static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
+
+// Returns scratch of at least `bytes` (grows by reallocation; contents not kept).
+void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
+
+static inline const __nv_bfloat16 *bank_bf16(const fm_bank *w, int32_t idx) {
+    return (const __nv_bfloat16 *)w->w + (int64_t)idx * w->rows * w->ld;
+}
+
+#endif

@@ -1,0 +1,21 @@
+// Row-wise and element-wise ops: embedding gather, RMSNorm, SwiGLU, residual add, bf16 -> fp32.
+// All memory-bound; the floor is bytes read + written at ~4.25 TB/s. bf16 in and out, fp32 arithmetic,
+// the same formulas as the CPU reference (src/backend/cpu/cpu_elementwise.c).
+#ifndef FM_CUDA_ELEMENTWISE_CUH
+#define FM_CUDA_ELEMENTWISE_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+// out[t, :H] = table[ids[t], :H] (table rows ld elements apart)
+extern "C" void fm_cuda_embed(const __nv_bfloat16 *table, int64_t ld, const int32_t *ids, int64_t T, int64_t H,
+                              __nv_bfloat16 *out, cudaStream_t s);
+// out[r, :] = w * (x[r, :] * rsqrt(mean(x[r, :]^2) + eps))
+extern "C" void fm_cuda_rmsnorm(const __nv_bfloat16 *x, const __nv_bfloat16 *w, int64_t rows, int64_t dim, float eps,
+                                __nv_bfloat16 *out, cudaStream_t s);
+// out[r, i] = silu(gu[r, i]) * gu[r, I + i]
+extern "C" void fm_cuda_swiglu(const __nv_bfloat16 *gu, int64_t rows, int64_t I, __nv_bfloat16 *out, cudaStream_t s);
+// acc[i] = bf16(acc[i] + x[i])
+extern "C" void fm_cuda_add(__nv_bfloat16 *acc, const __nv_bfloat16 *x, int64_t n, cudaStream_t s);
+extern "C" void fm_cuda_bf16_to_f32(const __nv_bfloat16 *x, int64_t n, float *out, cudaStream_t s);
+
+#endif

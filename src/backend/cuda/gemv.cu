@@ -1,0 +1,75 @@
+// GEMV over a weight bank (see gemv.cuh).
+//
+// Grid (P, ceil(N / 8)); 8 warps per block, one output element per warp. The block first copies its input
+// row to shared memory (bf16, zero-padded to the bank's padded row), then each lane walks the weight row in
+// 16-byte loads: 8 bf16 weights, or 32 int4 codes. An int4 chunk of 32 lies inside one 128-group, so the
+// lane scales its partial sum once per chunk: acc += scale_g * sum(x * q), the per-group promotion of the
+// CPU reference. Floor: the weight bytes, read once per output row p (the baseline re-reads an expert's
+// weights for every token routed to it), at ~4.25 TB/s.
+#include "backend/cuda/gemv.cuh"
+
+#define GEMV_WARPS 8
+
+template <int INT4>
+static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scales, int64_t rows, int64_t cols,
+                                   int64_t ld, int64_t n_groups, int32_t idx, const int32_t *matrix_of_row,
+                                   const __nv_bfloat16 *x, int64_t x_row_div, __nv_bfloat16 *y) {
+    extern __shared__ __nv_bfloat16 xs[];
+    const int64_t p = blockIdx.x, kpad = INT4 ? ld * 2 : ld;
+    const __nv_bfloat16 *xr = x + (p / x_row_div) * cols;
+    for (int64_t k = threadIdx.x; k < kpad; k += blockDim.x) xs[k] = k < cols ? xr[k] : __float2bfloat16_rn(0.0f);
+    __syncthreads();
+    const int     lane = threadIdx.x & 31;
+    const int64_t n    = blockIdx.y * (int64_t)GEMV_WARPS + (threadIdx.x >> 5);
+    if (n >= rows) return;
+    const int64_t e   = matrix_of_row ? matrix_of_row[p] : idx;
+    const int64_t row = e * rows + n;
+    float acc = 0.0f;
+    if (INT4) {
+        const uint4 *wr = (const uint4 *)((const uint8_t *)wbase + row * ld);
+        for (int64_t c = lane; c < ld / 16; c += 32) {
+            const uint4    v     = wr[c];
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            const __nv_bfloat16 *xk = xs + c * 32;
+            float part = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int q = (int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8;
+                part += __bfloat162float(xk[i]) * (float)q;
+            }
+            acc += part * __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
+        }
+    } else {
+        const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)wbase + row * ld);
+        for (int64_t c = lane; c < ld / 8; c += 32) {
+            const uint4 v = wr[c];
+            const __nv_bfloat16 *wv = (const __nv_bfloat16 *)&v;
+            const __nv_bfloat16 *xk = xs + c * 8;
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc += __bfloat162float(xk[i]) * __bfloat162float(wv[i]);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[p * rows + n] = __float2bfloat16_rn(acc);
+}
+
+void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, const __nv_bfloat16 *x,
+                  int64_t x_row_div, int64_t P, __nv_bfloat16 *y, cudaStream_t s) {
+    const bool    int4 = w->fmt == FM_W_INT4_G128;
+    const int64_t kpad = int4 ? w->ld * 2 : w->ld;
+    const size_t  smem = (size_t)kpad * sizeof(__nv_bfloat16);
+    if (smem > 48 * 1024 || fm_ceil_div(w->rows, GEMV_WARPS) > 65535 || P > INT32_MAX || (int4 && w->ld % 16) || (!int4 && w->ld % 8)) {
+        fprintf(stderr, "fp8moe: gemv: unsupported shape (K %lld, rows %lld) or layout\n", (long long)w->cols,
+                (long long)P);
+        abort();
+    }
+    if (P == 0) return;
+    dim3 grid((unsigned)P, (unsigned)fm_ceil_div(w->rows, GEMV_WARPS));
+    if (int4)
+        gemv_kernel<1><<<grid, GEMV_WARPS * 32, smem, s>>>(w->w, w->scales, w->rows, w->cols, w->ld, w->n_groups, idx,
+                                                          matrix_of_row, x, x_row_div, y);
+    else
+        gemv_kernel<0><<<grid, GEMV_WARPS * 32, smem, s>>>(w->w, NULL, w->rows, w->cols, w->ld, 0, idx, matrix_of_row,
+                                                          x, x_row_div, y);
+    FM_LAUNCH_CHECK(int4 ? "gemv_int4" : "gemv_bf16");
+}

@@ -1,0 +1,26 @@
+// Dense projections (see linear.cuh). The bf16 route is cuBLAS, as DESIGN.md allows for the bf16 baseline:
+// row-major y = x W^T is column-major y^T = W x^T, i.e. gemm(op(W) = T, op(x) = N) with W's padded row
+// stride as its leading dimension.
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/linear.cuh"
+
+#define FM_CUBLAS_CHECK(call)                                                                                   \
+    do {                                                                                                        \
+        cublasStatus_t s_ = (call);                                                                             \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
+            fprintf(stderr, "fp8moe: cuBLAS error at %s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_);     \
+            abort();                                                                                            \
+        }                                                                                                       \
+    } while (0)
+
+void fm_cuda_linear(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y) {
+    if (M == 0) return;
+    if (w->fmt == FM_W_INT4_G128) {
+        fm_cuda_gemv(w, idx, NULL, x, 1, M, y, be->stream);
+        return;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    FM_CUBLAS_CHECK(cublasGemmEx(be->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)M, (int)w->cols, &alpha,
+                                 bank_bf16(w, idx), CUDA_R_16BF, (int)w->ld, x, CUDA_R_16BF, (int)w->cols, &beta, y,
+                                 CUDA_R_16BF, (int)w->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}

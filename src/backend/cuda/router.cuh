@@ -1,0 +1,14 @@
+// Routing from router logits: top-k experts and their weights per token.
+#ifndef FM_CUDA_ROUTER_CUH
+#define FM_CUDA_ROUTER_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+// logits [T, E] bf16 -> ids [T, k] int32 (descending, ties to the lower index) and weights [T, k] bf16.
+// softmax_topk (Qwen3): fp32 softmax over all E, top-k, renormalise the k when norm_topk.
+// otherwise (Mixtral): top-k of the logits, fp32 softmax over the k.
+// Preconditions: 1 <= k <= min(E, 32).
+extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
+                              bool norm_topk, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s);
+
+#endif

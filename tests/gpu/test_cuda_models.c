@@ -1,0 +1,75 @@
+/* Whole-model parity on the GPU: for the bundled models and the presets the CUDA backend runs (ref = bf16,
+ * int4), the GPU logits against (a) the CPU emulating the same plan, and (b) the fp32 oracle. The first shows
+ * the GPU computes what its formats define; the second what the formats cost. Bounds (asserted) are loose
+ * enough for bf16 rounding-order differences over a few layers; the figures are printed for the notes. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8moe.h"
+#include "io/ids.h"
+#include "util/metrics.h"
+
+static float *run(const char *dir, const char *backend, const char *plan_backend, fm_preset p, const int32_t *ids,
+                  int64_t T, int32_t *V) {
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p;
+    fm_model *m = NULL;
+    fm_error  err = {{0}};
+    fm_status st = fm_model_load(dir, &opt, &m, &err);
+    if (st) fail_msg("load %s on %s: %s", dir, backend, err.msg);
+    *V = fm_model_vocab_size(m);
+    float *logits = malloc((size_t)T * (size_t)*V * sizeof(float));
+    st = fm_model_logits(m, ids, T, logits, &err);
+    if (st) fail_msg("logits %s on %s: %s", dir, backend, err.msg);
+    fm_model_free(m);
+    return logits;
+}
+
+static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
+    int32_t *ids = NULL;
+    int64_t  T = 0;
+    fm_error err;
+    assert_int_equal(fm_ids_read(ids_file, &ids, &T, &err), FM_OK);
+    if (T > max_tokens) T = max_tokens;
+    int32_t V = 0;
+    float *oracle = run(dir, "cpu", "cpu", FM_PRESET_REF, ids, T, &V);
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    for (int i = 0; i < 2; i++) {
+        float *emul = run(dir, "cpu", "cuda", presets[i], ids, T, &V);
+        float *gpu  = run(dir, "cuda", NULL, presets[i], ids, T, &V);
+        fm_compare ce, co;
+        fm_logits_compare(emul, gpu, T, V, &ce);
+        fm_logits_compare(oracle, gpu, T, V, &co);
+        printf("%-36s %-4s T=%-4lld | vs cpu emulation: cos %.6f argmax %5.1f%% max|err| %.3g | vs fp32: cos %.6f "
+               "argmax %5.1f%% KL %.3g\n",
+               dir, fm_preset_name(presets[i]), (long long)T, ce.cosine, 100 * ce.argmax_agree, ce.max_abs_err,
+               co.cosine, 100 * co.argmax_agree, co.mean_kl);
+        assert_int_equal(ce.n_nonfinite, 0);
+        assert_true(ce.cosine >= 0.999);
+        assert_true(ce.argmax_agree >= 0.9);
+        assert_true(co.cosine >= (presets[i] == FM_PRESET_REF ? 0.999 : 0.97));
+        free(emul), free(gpu);
+    }
+    free(oracle), free(ids);
+}
+
+static void tiny_code_moe(void **s) { (void)s; parity("models/tiny-code-moe", "models/tiny-code-moe/eval_ids.i32", 512); }
+static void golden_qwen3(void **s) { (void)s; parity("tests/models/qwen3-moe-bf16", "tests/models/qwen3-moe-bf16/golden_ids.i32", 64); }
+static void golden_tied(void **s) { (void)s; parity("tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-tied-f32/golden_ids.i32", 64); }
+static void golden_mixtral(void **s) { (void)s; parity("tests/models/mixtral-f32-sharded", "tests/models/mixtral-f32-sharded/golden_ids.i32", 64); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tiny_code_moe), cmocka_unit_test(golden_qwen3), cmocka_unit_test(golden_tied),
+        cmocka_unit_test(golden_mixtral),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

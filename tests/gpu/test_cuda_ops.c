@@ -1,0 +1,339 @@
+/* Backend-op tests: every CUDA op against the CPU op given the same plan (the CPU then emulates the GPU's
+ * formats exactly: bf16 activations, bf16 or int4 weights), on fresh random inputs of odd sizes. Outputs sit
+ * between guard regions poisoned with NaN: the guards must stay NaN (no out-of-bounds write) and every output
+ * element must be written (no NaN left). Error is ||gpu - cpu|| / ||cpu||; thresholds per format:
+ *   exact ops (embed, add, swiglu, router ids)           <= 1e-6 (same formulas on the same bf16 inputs)
+ *   bf16-output ops with reductions (norms, GEMM, attention, MoE)  <= 1e-2 (different summation orders; one
+ *   bf16 rounding step is 2^-8 = 3.9e-3 relative, the normalised error of a few flips is far below)
+ * Runs only where a GPU is present (make test-gpu). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+#define GUARD 64 /* elements of NaN on each side of an output */
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) { /* uniform (-1, 1), never exactly zero */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    float v = (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+    return v == 0.0f ? 0.5f : v;
+}
+static float *rand_array(int64_t n, float scale) {
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+    return x;
+}
+
+typedef struct both {
+    fm_backend *be[2]; /* 0 cpu, 1 cuda */
+} both;
+
+static both make(fm_preset p) {
+    both b;
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_error err;
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, &b.be[0], &err), FM_OK);
+    fm_status st = fm_backend_create("cuda", &plan, 0, &b.be[1], &err);
+    if (st) fail_msg("cuda backend: %s", err.msg);
+    return b;
+}
+static void destroy(both *b) {
+    for (int i = 0; i < 2; i++) b->be[i]->ops->destroy(b->be[i]);
+}
+
+static void *upload(fm_backend *be, const float *x, int64_t n) {
+    void *p = be->ops->alloc(be, (size_t)n * be->ops->act_size);
+    assert_non_null(p);
+    be->ops->upload_f32(be, x, n, p);
+    return p;
+}
+
+/* an output of n elements inside NaN guards; returns the output pointer, *base the allocation */
+static void *guarded(fm_backend *be, int64_t n, void **base) {
+    float *nan = malloc((size_t)(n + 2 * GUARD) * sizeof(float));
+    for (int64_t i = 0; i < n + 2 * GUARD; i++) nan[i] = NAN;
+    *base = upload(be, nan, n + 2 * GUARD);
+    free(nan);
+    return (char *)*base + GUARD * be->ops->act_size;
+}
+
+/* downloads a guarded output, checks guards and full coverage, returns the n outputs (caller frees) */
+static float *fetch(fm_backend *be, void *base, int64_t n, const char *what) {
+    float *all = malloc((size_t)(n + 2 * GUARD) * sizeof(float));
+    be->ops->download_f32(be, base, n + 2 * GUARD, all);
+    fm_error err;
+    assert_int_equal(be->ops->sync(be, &err), FM_OK);
+    for (int64_t i = 0; i < GUARD; i++)
+        if (!isnan(all[i]) || !isnan(all[n + GUARD + i])) fail_msg("%s (%s): write outside the output", what, be->ops->name);
+    for (int64_t i = 0; i < n; i++)
+        if (isnan(all[GUARD + i])) fail_msg("%s (%s): output %lld not written", what, be->ops->name, (long long)i);
+    float *out = malloc((size_t)n * sizeof(float));
+    memcpy(out, all + GUARD, (size_t)n * sizeof(float));
+    free(all);
+    be->ops->free(be, base);
+    return out;
+}
+
+static double nerr(const float *x, const float *ref, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+static void expect_close(const float *gpu, const float *cpu, int64_t n, double bound, const char *what) {
+    const double e = nerr(gpu, cpu, n);
+    printf("  %-48s n %-8lld err %.3g\n", what, (long long)n, e);
+    if (!(e <= bound)) {
+        int64_t worst = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(gpu[i] - cpu[i]) > fabsf(gpu[worst] - cpu[worst])) worst = i;
+        for (int64_t i = 0; i < n && i < 6; i++) printf("    [%lld] gpu %g cpu %g\n", (long long)i, gpu[i], cpu[i]);
+        printf("    worst [%lld] gpu %g cpu %g\n", (long long)worst, gpu[worst], cpu[worst]);
+        fail_msg("%s: normalised error %.3g > %.3g", what, e, bound);
+    }
+}
+
+/* a weight bank from host fp32 matrices [n][rows, cols] */
+typedef struct host_bank {
+    fm_st_tensor t;
+    fm_wsrc     *views;
+    char         name[32];
+} host_bank;
+
+static fm_bank *bank(fm_backend *be, host_bank *hb, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
+    snprintf(hb->name, sizeof hb->name, "test.weight");
+    hb->t = (fm_st_tensor){.name = hb->name, .dtype = FM_DTYPE_F32, .n_dims = 1, .n_elements = n * rows * cols,
+                           .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
+    hb->t.shape[0] = n * rows * cols;
+    hb->views = malloc((size_t)n * sizeof *hb->views);
+    for (int32_t i = 0; i < n; i++) hb->views[i] = (fm_wsrc){&hb->t, (int64_t)i * rows * cols, rows, cols};
+    fm_bank_src src = {hb->views, n, 1, "test bank"};
+    fm_bank *b = NULL;
+    fm_error err;
+    fm_status st = be->ops->bank_create(be, &src, fmt, &b, &err);
+    if (st) fail_msg("bank_create on %s: %s", be->ops->name, err.msg);
+    free(hb->views);
+    return b;
+}
+
+static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) {
+    both b = make(p);
+    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f);
+    x[0] = 30.0f; /* an outlier */
+    float *y[2];
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = b.be[i];
+        host_bank hb;
+        fm_bank *wb = bank(be, &hb, w, 1, N, K, fmt);
+        void *xd = upload(be, x, M * K), *base;
+        void *yd = guarded(be, M * N, &base);
+        be->ops->linear(be, wb, 0, xd, M, FM_A_NATIVE, yd);
+        y[i] = fetch(be, base, M * N, "linear");
+        be->ops->free(be, xd);
+        be->ops->bank_free(be, wb);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld", fm_wformat_name(fmt), (long long)M, (long long)K, (long long)N);
+    expect_close(y[1], y[0], M * N, 1e-2, what);
+    free(y[0]), free(y[1]), free(w), free(x);
+    destroy(&b);
+}
+
+static void test_linear(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 3, 17, 300}, Ks[][2] = {{200, 37}, {96, 256}, {1000, 130}};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            linear_case(FM_PRESET_REF, FM_W_BF16, Ms[i], Ks[j][0], Ks[j][1]);
+            linear_case(FM_PRESET_INT4, FM_W_INT4_G128, Ms[i], Ks[j][0], Ks[j][1]);
+        }
+}
+
+static void test_norm_embed_elementwise(void **s) {
+    (void)s;
+    both b = make(FM_PRESET_REF);
+    const int64_t rows_list[] = {1, 17, 300}, dims[] = {96, 200, 2048};
+    for (int ri = 0; ri < 3; ri++)
+        for (int di = 0; di < 3; di++) {
+            const int64_t R = rows_list[ri], D = dims[di];
+            float *x = rand_array(R * D, 2.0f), *w = rand_array(D, 1.0f), *o[2], *sw[2], *ad[2];
+            for (int i = 0; i < 2; i++) {
+                fm_backend *be = b.be[i];
+                host_bank hb;
+                fm_bank *wb = bank(be, &hb, w, 1, 1, D, FM_W_BF16);
+                void *xd = upload(be, x, R * D), *base;
+                void *od = guarded(be, R * D, &base);
+                be->ops->rmsnorm(be, xd, wb, R, D, 1e-6f, od);
+                o[i] = fetch(be, base, R * D, "rmsnorm");
+                /* swiglu over [R, 2 * (D/2)], add */
+                od = guarded(be, R * (D / 2), &base);
+                be->ops->swiglu(be, xd, R, D / 2, od);
+                sw[i] = fetch(be, base, R * (D / 2), "swiglu");
+                void *acc = upload(be, w, D < R * D ? D : R * D);
+                be->ops->add(be, acc, xd, D);
+                ad[i] = malloc((size_t)D * sizeof(float));
+                be->ops->download_f32(be, acc, D, ad[i]);
+                be->ops->free(be, acc), be->ops->free(be, xd);
+                be->ops->bank_free(be, wb);
+            }
+            char what[64];
+            snprintf(what, sizeof what, "rmsnorm rows=%lld dim=%lld", (long long)R, (long long)D);
+            expect_close(o[1], o[0], R * D, 1e-2, what);
+            expect_close(sw[1], sw[0], R * (D / 2), 1e-6, "swiglu");
+            expect_close(ad[1], ad[0], D, 1e-6, "add");
+            for (int i = 0; i < 2; i++) free(o[i]), free(sw[i]), free(ad[i]);
+            free(x), free(w);
+        }
+    /* embedding: exact gather */
+    const int64_t V = 301, H = 200, T = 37;
+    float *table = rand_array(V * H, 1.0f), *e[2];
+    int32_t ids[37];
+    for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 97 + 13) % V);
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = b.be[i];
+        host_bank hb;
+        fm_bank *tb = bank(be, &hb, table, 1, V, H, FM_W_BF16);
+        void *idd = be->ops->alloc(be, sizeof ids), *base;
+        be->ops->upload_ids(be, ids, T, idd);
+        void *od = guarded(be, T * H, &base);
+        be->ops->embed(be, tb, idd, T, od);
+        e[i] = fetch(be, base, T * H, "embed");
+        be->ops->free(be, idd);
+        be->ops->bank_free(be, tb);
+    }
+    expect_close(e[1], e[0], T * H, 0.0, "embed");
+    free(e[0]), free(e[1]), free(table);
+    destroy(&b);
+}
+
+static void attention_case(int64_t T, int32_t nh, int32_t nkv, int32_t hd, bool norm) {
+    both b = make(FM_PRESET_REF);
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    float *qkv = rand_array(T * ld, 2.0f), *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
+    float *r[2], *a[2];
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = b.be[i];
+        host_bank h1, h2;
+        fm_bank *qb = norm ? bank(be, &h1, qn, 1, 1, hd, FM_W_BF16) : NULL;
+        fm_bank *kb = norm ? bank(be, &h2, kn, 1, 1, hd, FM_W_BF16) : NULL;
+        void *base, *d = guarded(be, T * ld, &base);
+        be->ops->upload_f32(be, qkv, T * ld, d);
+        be->ops->qk_norm_rope(be, d, T, nh, nkv, hd, qb, kb, 1e-6f, 0, 1e6);
+        r[i] = malloc((size_t)(T * ld) * sizeof(float));
+        be->ops->download_f32(be, d, T * ld, r[i]);
+        void *obase, *od = guarded(be, T * nh * hd, &obase);
+        be->ops->attention(be, d, T, nh, nkv, hd, od);
+        a[i] = fetch(be, obase, T * nh * hd, "attention");
+        (void)fetch(be, base, T * ld, "qk_norm_rope"); /* guards of the in-place op */
+        if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "qk_norm_rope T=%lld nh=%d nkv=%d hd=%d norm=%d", (long long)T, nh, nkv, hd, norm);
+    expect_close(r[1], r[0], T * ld, 1e-2, what);
+    snprintf(what, sizeof what, "attention    T=%lld nh=%d nkv=%d hd=%d", (long long)T, nh, nkv, hd);
+    expect_close(a[1], a[0], T * nh * hd, 1e-2, what);
+    free(r[0]), free(r[1]), free(a[0]), free(a[1]), free(qkv), free(qn), free(kn);
+    destroy(&b);
+}
+
+static void test_rope_attention(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 3, 17, 300, 1000};
+    const int32_t shapes[][3] = {{4, 2, 48}, {32, 4, 128}, {8, 8, 64}, {2, 1, 256}, {4, 4, 16}};
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 5; j++) attention_case(Ts[i], shapes[j][0], shapes[j][1], shapes[j][2], j % 2 == 0);
+}
+
+static void test_route(void **s) {
+    (void)s;
+    both b = make(FM_PRESET_REF);
+    const int32_t cases[][2] = {{8, 2}, {16, 4}, {128, 8}};
+    const int64_t Ts[] = {1, 17, 300};
+    for (int c = 0; c < 3; c++)
+        for (int ti = 0; ti < 3; ti++)
+            for (int kind = 0; kind < 2; kind++) {
+                const int32_t E = cases[c][0], k = cases[c][1];
+                const int64_t T = Ts[ti];
+                float *l = rand_array(T * E, 3.0f), *w[2];
+                int32_t *ids[2];
+                for (int i = 0; i < 2; i++) {
+                    fm_backend *be = b.be[i];
+                    void *ld = upload(be, l, T * E), *base;
+                    void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
+                    void *wd = guarded(be, T * k, &base);
+                    be->ops->route(be, ld, T, E, k, kind ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK, true, idd, wd);
+                    w[i] = fetch(be, base, T * k, "route");
+                    ids[i] = malloc((size_t)(T * k) * 4);
+                    be->ops->download_raw(be, idd, (size_t)(T * k) * 4, ids[i]);
+                    be->ops->free(be, ld), be->ops->free(be, idd);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "route %s E=%d k=%d T=%lld", kind ? "topk-softmax" : "softmax-topk", E, k,
+                         (long long)T);
+                assert_memory_equal(ids[0], ids[1], (size_t)(T * k) * 4);
+                expect_close(w[1], w[0], T * k, 1e-2, what);
+                for (int i = 0; i < 2; i++) free(w[i]), free(ids[i]);
+                free(l);
+            }
+    destroy(&b);
+}
+
+static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    both b = make(p);
+    float *gu = rand_array((int64_t)E * 2 * I * H, 0.1f), *dn = rand_array((int64_t)E * H * I, 0.1f);
+    float *x = rand_array(T * H, 1.0f), *wts = malloc((size_t)(T * k) * sizeof(float));
+    int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t j = 0; j < k; j++) {
+            ids[t * k + j] = (int32_t)((t * 5 + j * 3) % E); /* distinct for k <= E when 3 and E are coprime */
+            wts[t * k + j] = 0.25f + 0.5f * fabsf(frand());
+        }
+    float *o[2];
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = b.be[i];
+        host_bank h1, h2;
+        fm_bank *gub = bank(be, &h1, gu, E, 2 * I, H, fmt), *db = bank(be, &h2, dn, E, H, I, fmt);
+        void *xd = upload(be, x, T * H), *wd = upload(be, wts, T * k), *base;
+        void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
+        be->ops->upload_ids(be, ids, T * k, idd);
+        void *od = guarded(be, T * H, &base);
+        be->ops->moe(be, gub, db, xd, T, idd, wd, k, FM_A_NATIVE, FM_A_NATIVE, od);
+        o[i] = fetch(be, base, T * H, "moe");
+        be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
+        be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld", fm_wformat_name(fmt), (long long)T, E, k,
+             (long long)H, (long long)I);
+    expect_close(o[1], o[0], T * H, 1e-2, what);
+    free(o[0]), free(o[1]), free(gu), free(dn), free(x), free(wts), free(ids);
+    destroy(&b);
+}
+
+static void test_moe(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 5, 33};
+    for (int i = 0; i < 3; i++) {
+        moe_case(FM_PRESET_REF, FM_W_BF16, Ts[i], 8, 2, 200, 72);
+        moe_case(FM_PRESET_INT4, FM_W_INT4_G128, Ts[i], 8, 2, 200, 72);
+        moe_case(FM_PRESET_INT4, FM_W_INT4_G128, Ts[i], 16, 4, 192, 128);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
+        cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
