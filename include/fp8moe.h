@@ -55,7 +55,14 @@ typedef struct fm_options {
     bool        verbose;   /* progress on stderr while loading */
     const char *plan_backend; /* take the preset's plan as it is on this backend (NULL: `backend`); with backend
                                  "cpu" and plan_backend "cuda" the CPU emulates the GPU's formats exactly */
+    int64_t     vram_limit;   /* cuda: behave as if the GPU had this many bytes free (the smaller of this and the
+                                 real free memory counts); 0 = the GPU's free memory. Before any weight is
+                                 allocated, the load checks that the memory plan (weights + activations +
+                                 workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
+    int64_t     max_tokens;   /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
 } fm_options;
+
+#define FM_DEFAULT_MAX_TOKENS 2048
 
 void fm_options_init(fm_options *opt);
 

@@ -3,7 +3,8 @@
 // launcher and of the tile variants below, then timings.
 //
 //   make -C lab attention && ./build/lab/attention            validate every shape, then time
-//   ./build/lab/attention --small                              a few small shapes only (for compute-sanitizer)
+//   ./build/lab/attention --small                              small shapes only (for compute-sanitizer)
+//   ./build/lab/attention --profile                            only the timing of T = 8192, (32, 4, 128) (for ncu)
 //
 // The op: qkv [T, (nh + 2 nkv) hd] bf16, out [T, nh hd] bf16, out[t, h] = softmax_j<=t(q_t,h . k_j,h/g / sqrt(hd))
 // . v_j,h/g with g = nh / nkv. The engine file is included (not linked) so that the lab can instantiate tile
@@ -102,7 +103,8 @@ static void ref_attention(const float *qkv, int64_t T, int nh, int nkv, int hd, 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// variants: the engine's launcher, and tile configurations instantiated here (att_launch_cfg<HD, MT, BN, QREG>:
+// variants: the engine's launcher; the engine's tile shapes with the short-prompt choice forced either way
+// (att_launch<HD>(..., small)); and tile configurations instantiated here (att_launch_cfg<HD, MT, BN, QREG>:
 // BM = 64 MT query rows per block, BN keys per tile, Q fragments in registers or re-read from shared memory)
 
 typedef void (*att_fn)(const __nv_bfloat16 *, int64_t, int32_t, int32_t, int32_t, __nv_bfloat16 *, cudaStream_t);
@@ -112,30 +114,46 @@ typedef struct {
     att_fn      fn;
 } variant;
 
+static void engine_forced(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd, __nv_bfloat16 *o,
+                          cudaStream_t st, int small) {
+    switch (hd) {
+#define CASE(HD)                                                                                                  \
+    case HD: att_launch<HD>(q, T, nh, nkv, o, st, small); break;
+        CASE(16) CASE(32) CASE(48) CASE(64) CASE(80) CASE(96) CASE(112) CASE(128)
+        CASE(144) CASE(160) CASE(176) CASE(192) CASE(208) CASE(224) CASE(240) CASE(256)
+#undef CASE
+    default: fprintf(stderr, "hd %d not instantiated\n", hd); abort();
+    }
+}
+static void engine_bm128(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd, __nv_bfloat16 *o,
+                         cudaStream_t st) {
+    engine_forced(q, T, nh, nkv, hd, o, st, 0);
+}
+static void engine_bm64(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd, __nv_bfloat16 *o,
+                        cudaStream_t st) {
+    engine_forced(q, T, nh, nkv, hd, o, st, 1);
+}
+
 #define CFG(HD, MT, BN, QREG)                                                                                     \
     static void cfg_##HD##_##MT##_##BN##_##QREG(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv,       \
                                                  int32_t hd, __nv_bfloat16 *o, cudaStream_t st) {                 \
         (void)hd;                                                                                                 \
         att_launch_cfg<HD, MT, BN, QREG>(q, T, nh, nkv, o, st);                                                   \
     }
-CFG(128, 2, 64, false)
-CFG(128, 1, 64, false)
 CFG(128, 1, 64, true)
 CFG(128, 2, 32, false)
 CFG(128, 1, 128, false)
-CFG(64, 1, 64, true)
-CFG(256, 1, 64, false)
+CFG(256, 1, 32, false)
 #undef CFG
 
 static const variant VARIANTS[] = {
     {"engine (fm_cuda_attention)", 0, fm_cuda_attention},
-    {"hd128 BM128 BN64  Q smem", 128, cfg_128_2_64_false},
-    {"hd128 BM64  BN64  Q smem", 128, cfg_128_1_64_false},
+    {"engine shapes, BM128 forced", 0, engine_bm128}, // hd > 128: the one shape (BM 64)
+    {"engine shapes, BM64 forced", 0, engine_bm64},
     {"hd128 BM64  BN64  Q regs", 128, cfg_128_1_64_true},
     {"hd128 BM128 BN32  Q smem", 128, cfg_128_2_32_false},
     {"hd128 BM64  BN128 Q smem", 128, cfg_128_1_128_false},
-    {"hd64  BM64  BN64  Q regs", 64, cfg_64_1_64_true},
-    {"hd256 BM64  BN64  Q smem", 256, cfg_256_1_64_false},
+    {"hd256 BM64  BN32  Q smem", 256, cfg_256_1_32_false},
 };
 #define NVARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -211,9 +229,14 @@ static check validate(const variant *v, int64_t T, int nh, int nkv, int hd, int 
     return c;
 }
 
+static int    n_checks = 0;
+static double worst_rel = 0.0;
+
 static int report(const variant *v, int64_t T, int nh, int nkv, int hd, int nsample, uint64_t seed) {
     const check c = validate(v, T, nh, nkv, hd, nsample, seed);
     const int   ok = c.nan == 0 && c.guard_bad == 0 && c.rel <= TOL;
+    n_checks++;
+    if (c.rel > worst_rel) worst_rel = c.rel;
     printf("%-28s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %s rel err %.3e  max abs %.3e  non-finite %lld  guard %lld  %s\n",
            v->name, (long long)T, nh, nkv, hd, nsample ? "(sampled)" : "         ", c.rel, c.maxabs, (long long)c.nan,
            (long long)c.guard_bad, ok ? "OK" : "FAIL");
@@ -274,12 +297,14 @@ static void report_time(const variant *v, int64_t T, int nh, int nkv, int hd) {
 // ---------------------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
-    int small = 0;
+    int small = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--small"))
             small = 1;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else {
-            fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--small | --profile]\n", argv[0]);
             return 2;
         }
     }
@@ -292,11 +317,16 @@ int main(int argc, char **argv) {
     const int nheads = (int)(sizeof(HEADS) / sizeof(HEADS[0])), nts = (int)(sizeof(TS) / sizeof(TS[0]));
     int       fails = 0, seed = 1;
 
+    if (profile) { // one launch of the engine at T = 8192, (32, 4, 128), for ncu
+        report_time(&VARIANTS[0], 8192, 32, 4, 128);
+        return 0;
+    }
     if (small) {
         static const int64_t TSMALL[] = {1, 17, 130};
         for (int s = 0; s < nheads; s++)
             for (int i = 0; i < 3; i++)
-                fails += !report(&VARIANTS[0], TSMALL[i], HEADS[s][0], HEADS[s][1], HEADS[s][2], 0, seed++);
+                for (int k = 0; k < 2; k++) // the launcher (BM 64 here) and the BM 128 shapes
+                    fails += !report(&VARIANTS[k], TSMALL[i], HEADS[s][0], HEADS[s][1], HEADS[s][2], 0, seed++);
         printf("%s\n", fails ? "SOME CHECKS FAILED" : "ALL CHECKS PASSED");
         return fails ? 1 : 0;
     }
@@ -315,32 +345,48 @@ int main(int argc, char **argv) {
     int vok[NVARIANTS];
     vok[0] = fails == 0;
     for (int k = 1; k < NVARIANTS; k++) {
-        const int hd = VARIANTS[k].hd, nh = hd == 128 ? 32 : 4, nkv = hd == 128 ? 4 : 2;
-        int       f = 0;
-        for (int i = 0; i < nts; i++) f += !report(&VARIANTS[k], TS[i], nh, nkv, hd, 0, seed++);
-        f += !report(&VARIANTS[k], 4099, nh, nkv, hd, 64, seed++);
+        int f = 0;
+        if (VARIANTS[k].hd == 0) { // every head_dim at T = 300, the listed head shapes at T = 1000, long T sampled
+            for (int hd = 16; hd <= 256; hd += 16) f += !report(&VARIANTS[k], 300, 4, 2, hd, 0, seed++);
+            for (int s = 0; s < nheads; s++)
+                f += !report(&VARIANTS[k], 1000, HEADS[s][0], HEADS[s][1], HEADS[s][2], 0, seed++);
+            f += !report(&VARIANTS[k], 8191, 32, 4, 128, 64, seed++);
+            f += !report(&VARIANTS[k], 4099, 8, 8, 64, 64, seed++);
+        } else {
+            const int hd = VARIANTS[k].hd, nh = hd == 128 ? 32 : 4, nkv = hd == 128 ? 4 : 2;
+            for (int i = 0; i < nts; i++) f += !report(&VARIANTS[k], TS[i], nh, nkv, hd, 0, seed++);
+            f += !report(&VARIANTS[k], 4099, nh, nkv, hd, 64, seed++);
+        }
         vok[k] = f == 0;
         fails += f;
     }
+    printf("validation: %d checks, %d failed, worst rel err %.3e (threshold %.0e)\n", n_checks, fails, worst_rel, TOL);
 
     printf("== timing (CUDA events, 5 warm-ups, median of 30 samples of 10 launches; causal FLOPs = 4 hd nh T (T + 1) / 2)\n");
-    static const int64_t TT[] = {512, 2048, 8192};
+    static const int64_t TT[] = {512, 1024, 2048, 8192};
     for (int k = 0; k < NVARIANTS; k++) {
         if (!vok[k]) {
             printf("%-28s not timed: failed validation\n", VARIANTS[k].name);
             continue;
         }
         const int hd = VARIANTS[k].hd ? VARIANTS[k].hd : 128;
-        const int nh = hd == 128 ? 32 : hd == 64 ? 32 : 16, nkv = hd == 128 ? 4 : hd == 64 ? 4 : 2;
-        for (int i = 0; i < 3; i++) report_time(&VARIANTS[k], TT[i], nh, nkv, hd);
+        const int nh = hd == 128 ? 32 : 16, nkv = hd == 128 ? 4 : 2;
+        for (int i = 0; i < 4; i++)
+            if (hd == 128 || TT[i] == 8192) report_time(&VARIANTS[k], TT[i], nh, nkv, hd);
+        if (VARIANTS[k].hd == 0 && k > 0)
+            for (int i = 0; i < 3; i++) report_time(&VARIANTS[k], TT[i], 32, 4, 64);
     }
     printf("== engine, other shapes\n");
+    for (int i = 0; i < 3; i++) report_time(&VARIANTS[0], TT[i], 32, 4, 64);
     report_time(&VARIANTS[0], 16384, 32, 4, 128);
     report_time(&VARIANTS[0], 8192, 32, 8, 128);
     report_time(&VARIANTS[0], 8192, 32, 4, 64);
     report_time(&VARIANTS[0], 8192, 16, 2, 256);
     report_time(&VARIANTS[0], 8192, 4, 2, 48);
-    report_time(&VARIANTS[0], 2048, 32, 4, 128); // again: the spread between two timings of one version
+    printf("== engine, the required shapes (32, 4, 128), again last\n");
+    report_time(&VARIANTS[0], 512, 32, 4, 128);
+    report_time(&VARIANTS[0], 2048, 32, 4, 128);
+    report_time(&VARIANTS[0], 8192, 32, 4, 128);
 
     printf("%s\n", fails ? "SOME CHECKS FAILED" : "ALL CHECKS PASSED");
     return fails ? 1 : 0;

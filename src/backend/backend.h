@@ -14,6 +14,8 @@
 #include "io/config.h"
 #include "model/model_src.h"
 
+#define FM_MARK_SLOTS 4096
+
 /* Storage of a weight bank. */
 typedef enum fm_wformat {
     FM_W_F32,        /* fp32 (the oracle) */
@@ -72,6 +74,11 @@ typedef struct fm_backend_ops {
     void  (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst); /* rounded to the act dtype */
     void  (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
     fm_status (*sync)(fm_backend *be, fm_error *err);
+    /* Timing for benchmarks: mark(slot) records a point in stream order (slot < FM_MARK_SLOTS); after sync,
+     * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
+    void        (*mark)(fm_backend *be, int32_t slot);
+    double      (*elapsed_ms)(fm_backend *be, int32_t a, int32_t b);
+    const char *(*device_name)(fm_backend *be);
 
     fm_status (*bank_create)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
     void      (*bank_free)(fm_backend *be, fm_bank *w);

@@ -14,6 +14,7 @@ int cmd_logits(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Prints "fp8moe CMD: error: MSG" and returns the exit code for st. */
 int cli_fail(const char *cmd, fm_status st, const fm_error *err);
@@ -23,10 +24,16 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
 /* Parses an integer option value in [lo, hi]; false (after printing) on a bad value. */
 bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, long hi, long *out);
 
+/* Parses a byte count >= 1: plain bytes, or a number (a decimal fraction allowed) with a suffix K, M, G, T
+ * (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024): "8Gi", "7.5G", "123456789". False (after printing) on a bad
+ * value. */
+bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out);
+
 /* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. */
 fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err);
 
-/* Options every model-running command shares: --model --backend --preset --layers --threads --verbose. */
+/* Options every model-running command shares: --model --backend --preset --layers --threads --vram-limit
+ * --verbose. */
 typedef struct cli_model_opts {
     const char *model_dir;
     fm_options  opt;
@@ -38,6 +45,8 @@ typedef struct cli_model_opts {
     "  --preset P         ref (default: fp32 oracle), int4, fp8, fp4\n"                                  \
     "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"        \
     "  --threads N        CPU threads (default: all)\n"                                                  \
+    "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"  \
+    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"     \
     "  -v, --verbose      progress on stderr\n"                                                          \
     "  -h, --help         this help\n"
 

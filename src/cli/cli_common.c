@@ -35,6 +35,42 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
     return true;
 }
 
+bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out) {
+    static const struct {
+        const char *suffix;
+        uint64_t    mult;
+    } units[] = {{"", 1},          {"K", 1000},       {"M", 1000000},     {"G", 1000000000},  {"T", 1000000000000},
+                 {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40}};
+    const char *p = text;
+    uint64_t whole = 0;
+    bool ok = *p >= '0' && *p <= '9';
+    for (; ok && *p >= '0' && *p <= '9'; p++)
+        ok = whole <= (UINT64_MAX - 9) / 10, whole = whole * 10 + (uint64_t)(*p - '0');
+    double frac = 0, place = 0.1;
+    const bool has_frac = *p == '.';
+    if (has_frac) {
+        ok &= p[1] >= '0' && p[1] <= '9';
+        for (p++; *p >= '0' && *p <= '9'; p++, place /= 10) frac += place * (*p - '0');
+    }
+    size_t u = 0;
+    while (u < sizeof units / sizeof *units && strcmp(p, units[u].suffix) != 0) u++;
+    ok &= u < sizeof units / sizeof *units && !(has_frac && u == 0); /* fractions of a byte make no sense */
+    uint64_t v = 0;
+    if (ok) {
+        const uint64_t m = u < sizeof units / sizeof *units ? units[u].mult : 1;
+        ok = whole <= (uint64_t)INT64_MAX / m;
+        v  = whole * m + (uint64_t)(frac * (double)m + 0.5);
+        ok &= v >= 1 && v <= (uint64_t)INT64_MAX;
+    }
+    if (!ok) {
+        cli_usage(cmd, "%s expects a byte count >= 1 such as 8Gi, 7.5G or 8000000000 (suffixes K M G T, Ki Mi Gi Ti), "
+                  "got '%s'", opt, text);
+        return false;
+    }
+    *out = (int64_t)v;
+    return true;
+}
+
 fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err) {
     size_t len = strlen(path) + 32;
     char  *tmp = malloc(len);
@@ -67,13 +103,13 @@ void cli_model_opts_init(cli_model_opts *o) {
     o->opt.verbose = isatty(STDERR_FILENO); /* loading progress when a person is watching */
 }
 
-enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS };
+enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT };
 
 static const struct option model_options[] = {
     {"model", required_argument, 0, OPT_MODEL},     {"backend", required_argument, 0, OPT_BACKEND},
     {"preset", required_argument, 0, OPT_PRESET},   {"layers", required_argument, 0, OPT_LAYERS},
-    {"threads", required_argument, 0, OPT_THREADS}, {"verbose", no_argument, 0, 'v'},
-    {"help", no_argument, 0, 'h'},
+    {"threads", required_argument, 0, OPT_THREADS}, {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
+    {"verbose", no_argument, 0, 'v'},               {"help", no_argument, 0, 'h'},
 };
 
 /* One of the shared options: true when handled (*bad set on a bad value, message printed). */
@@ -97,6 +133,7 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         *bad = !cli_parse_int(cmd, "--threads", arg, 1, 4096, &v);
         o->opt.n_threads = (int32_t)v;
         return true;
+    case OPT_VRAM_LIMIT: *bad = !cli_parse_bytes(cmd, "--vram-limit", arg, &o->opt.vram_limit); return true;
     case 'v': o->opt.verbose = true; return true;
     }
     return false;

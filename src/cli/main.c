@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  logits      write float32 logits [T, vocab] for a file of int32 token ids\n"
             "  perplexity  perplexity over windows of a token-id file\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
+            "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors\n"
             "\n"
             "presets: ref (fp32 oracle), int4 (w4a16), fp8 (int4 weights as e4m3, e4m3 1x128 activations),\n"
             "         fp4 (fp8 with MXFP4 expert dispatch)\n"
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
     return CLI_USAGE;
 }

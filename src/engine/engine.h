@@ -27,7 +27,38 @@ struct fm_model {
     size_t            weight_bytes; /* held by the backend */
 };
 
-/* Runs the forward pass over ids (positions 0..T-1) and writes logits [T, vocab]. */
-fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, fm_error *err);
+/* Stages of a forward pass, for the benchmark's breakdown. */
+typedef enum fm_stage {
+    FM_STAGE_ATTN_PROJ, /* q|k|v and o projections */
+    FM_STAGE_ATTENTION, /* q/k norm + RoPE, attention */
+    FM_STAGE_ROUTING,   /* router projection, top-k */
+    FM_STAGE_EXPERTS,   /* expert FFN (or dense MLP) */
+    FM_STAGE_OTHER,     /* embedding, norms, residual adds, lm_head */
+    FM_STAGE_COUNT
+} fm_stage;
+
+const char *fm_stage_name(fm_stage s);
+
+/* Per-stage time of one forward pass (device time between stream marks on the GPU, wall time on the CPU). */
+typedef struct fm_profile {
+    double stage_ms[FM_STAGE_COUNT];
+    double total_ms;
+} fm_profile;
+
+/* Runs the forward pass over ids (positions 0..T-1) and writes logits: [T, vocab], or only the last position's
+ * [vocab] when last_only. prof (may be NULL) receives the per-stage times. */
+fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
+                     fm_error *err);
+
+/* Creates the backend and its weight banks for an already bound model (m->cfg set). */
+fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err);
+
+/* A model with synthetic weights at the shapes of a known checkpoint ("qwen3-30b-a3b", "mixtral-8x7b"),
+ * built through the same load path as a real one (weights generated where the backend runs, then converted
+ * to the plan's formats); n_layers 0 = all. */
+fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
+                                  fm_error *err);
+/* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
+const char *fm_synthetic_names(void);
 
 #endif

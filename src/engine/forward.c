@@ -26,7 +26,7 @@ static void free_buffers(fm_backend *be, fw_buffers *b) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *err) {
+static fm_status alloc_buffers(fm_model *m, int64_t T, bool last_only, fw_buffers *b, fm_error *err) {
     const fm_config *c = &m->cfg;
     fm_backend      *be = m->be;
     const size_t     a  = be->ops->act_size;
@@ -45,7 +45,7 @@ static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *
         {&b->rlogits, (size_t)(T * E) * a, "router logits"},
         {&b->eids, (size_t)(T * k) * sizeof(int32_t), "expert ids"},
         {&b->ew, (size_t)(T * k) * a, "expert weights"},
-        {&b->logits, (size_t)(T * c->vocab_size) * a, "logits"},
+        {&b->logits, (size_t)((last_only ? 1 : T) * c->vocab_size) * a, "logits"},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!(*want[i].p = be->ops->alloc(be, want[i].bytes)))
@@ -74,21 +74,57 @@ static void dump(fm_backend *be, const char *what, int layer, const void *buf, i
     free(h);
 }
 
-fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, fm_error *err) {
+const char *fm_stage_name(fm_stage st) {
+    static const char *const names[FM_STAGE_COUNT] = {"attention projections", "attention", "routing", "experts",
+                                                      "other"};
+    return (unsigned)st < FM_STAGE_COUNT ? names[st] : "?";
+}
+
+/* Stage timing: a mark after each group of ops; the interval since the previous mark belongs to `stage`. */
+typedef struct fw_timer {
+    fm_backend *be;
+    bool        on;
+    int32_t     n;                          /* marks recorded */
+    uint8_t     stage_of[FM_MARK_SLOTS];    /* stage of the interval ending at mark i */
+} fw_timer;
+
+static void tick(fw_timer *tm, fm_stage stage) {
+    if (!tm->on || tm->n >= FM_MARK_SLOTS) return;
+    tm->stage_of[tm->n] = (uint8_t)stage;
+    tm->be->ops->mark(tm->be, tm->n++);
+}
+
+static void collect(const fw_timer *tm, fm_profile *prof) {
+    memset(prof, 0, sizeof *prof);
+    for (int32_t i = 1; i < tm->n; i++) prof->stage_ms[tm->stage_of[i]] += tm->be->ops->elapsed_ms(tm->be, i - 1, i);
+    if (tm->n > 1) prof->total_ms = tm->be->ops->elapsed_ms(tm->be, 0, tm->n - 1);
+}
+
+fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
+                     fm_error *err) {
     const fm_config      *c   = &m->cfg;
     const fm_plan        *p   = &m->plan;
     fm_backend           *be  = m->be;
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
     const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    if (prof && (int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
+        return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
     fw_buffers b;
     memset(&b, 0, sizeof b);
-    fm_status st = alloc_buffers(m, T, &b, err);
+    fm_status st = alloc_buffers(m, T, last_only, &b, err);
     if (st) {
         free_buffers(be, &b);
         return st;
     }
+    fw_timer *tm = calloc(1, sizeof *tm);
+    if (!tm) {
+        free_buffers(be, &b);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    tm->be = be, tm->on = prof != NULL;
     ops->upload_ids(be, ids, T, b.ids);
+    tick(tm, FM_STAGE_OTHER);
     ops->embed(be, m->embed, b.ids, T, b.x);
     dump(be, "embed", -1, b.x, T * H);
     for (int l = 0; l < m->n_layers; l++) {
@@ -96,22 +132,27 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, 
         const int64_t nqkv = T * (nh + 2 * nkv) * hd;
         ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h);
         dump(be, "attn_norm", l, b.h, T * H);
+        tick(tm, FM_STAGE_OTHER);
         ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, b.qkv);
         dump(be, "qkv", l, b.qkv, nqkv);
+        tick(tm, FM_STAGE_ATTN_PROJ);
         ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0, c->rope_theta);
         dump(be, "qk_norm_rope", l, b.qkv, nqkv);
         ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
         dump(be, "attention", l, b.att, T * nh * hd);
+        tick(tm, FM_STAGE_ATTENTION);
         ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
         dump(be, "o_proj", l, b.y, T * H);
+        tick(tm, FM_STAGE_ATTN_PROJ);
         ops->add(be, b.x, b.y, T * H);
-
         ops->rmsnorm(be, b.x, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
             ops->linear(be, L->router, 0, b.h, T, FM_A_NATIVE, b.rlogits);
             ops->route(be, b.rlogits, T, c->n_experts, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.eids, b.ew);
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
+            tick(tm, FM_STAGE_ROUTING);
             ops->moe(be, L->gate_up, L->down, b.h, T, b.eids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
                      b.y);
         } else {
@@ -120,15 +161,24 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, float *logits, 
             ops->linear(be, L->down, 0, b.act, T, p->a_dense, b.y);
         }
         dump(be, "ffn", l, b.y, T * H);
+        tick(tm, FM_STAGE_EXPERTS);
         ops->add(be, b.x, b.y, T * H);
         dump(be, "residual", l, b.x, T * H);
     }
-    ops->rmsnorm(be, b.x, m->final_norm, T, H, c->rms_norm_eps, b.h);
-    dump(be, "final_norm", -1, b.h, T * H);
-    ops->linear(be, m->lm_head, 0, b.h, T, FM_A_NATIVE, b.logits);
-    dump(be, "logits", -1, b.logits, T * c->vocab_size);
+    /* the final norm and lm_head: every position, or only the last one (what generation and benchmarks need) */
+    const int64_t first = last_only ? T - 1 : 0, rows = T - first;
+    const char   *xs = (const char *)b.x + (size_t)first * (size_t)H * ops->act_size;
+    ops->rmsnorm(be, xs, m->final_norm, rows, H, c->rms_norm_eps, b.h);
+    dump(be, "final_norm", -1, b.h, rows * H);
+    ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
+    dump(be, "logits", -1, b.logits, rows * c->vocab_size);
+    tick(tm, FM_STAGE_OTHER);
     st = ops->sync(be, err);
-    if (!st) ops->download_f32(be, b.logits, T * c->vocab_size, logits);
+    if (!st) {
+        if (prof) collect(tm, prof);
+        ops->download_f32(be, b.logits, rows * c->vocab_size, logits);
+    }
+    free(tm);
     free_buffers(be, &b);
     return st;
 }

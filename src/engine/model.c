@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "util/status.h"
 
 void fm_options_init(fm_options *opt) {
@@ -62,13 +63,20 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
     return st;
 }
 
+/* lm_head shares the embedding's bank when the binder pointed both at the same tensor (synthetic views, with no
+ * tensor, are the same only with the same seed) */
+static bool lm_head_tied(const fm_model_src *src) {
+    return src->lm_head.t == src->embed.t && src->lm_head.offset == src->embed.offset &&
+           (src->lm_head.t || src->lm_head.synth.seed == src->embed.synth.seed);
+}
+
 static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
     loader ld = {m, err};
     fm_status st;
     if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
         (st = bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
         return st;
-    if (src->lm_head.t == src->embed.t && src->lm_head.offset == src->embed.offset) m->lm_head = m->embed;
+    if (lm_head_tied(src)) m->lm_head = m->embed;
     else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
     for (int l = 0; l < m->n_layers; l++) {
         if (verbose) fprintf(stderr, "\rloading layer %d/%d", l + 1, m->n_layers);
@@ -77,6 +85,51 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     if (verbose) fprintf(stderr, "\rloaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
                          (double)m->weight_bytes / (1 << 20), m->be->ops->name);
     return FM_OK;
+}
+
+/* cuda: the memory plan of the weights and of a forward pass of max_tokens tokens against the device's free memory
+ * (or --vram-limit, when smaller), before the backend exists and before any bank is allocated. */
+static fm_status check_device_memory(const fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
+    if (opt->vram_limit < 0)
+        return fm_fail(err, FM_ERR_USAGE, "--vram-limit must be >= 0 bytes, got %lld", (long long)opt->vram_limit);
+    if (opt->max_tokens < 0)
+        return fm_fail(err, FM_ERR_USAGE, "max_tokens must be >= 0, got %lld", (long long)opt->max_tokens);
+    if (!opt->backend || strcmp(opt->backend, "cuda") != 0) return FM_OK;
+    fm_config cfg = m->cfg;
+    cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
+    const int64_t  T = opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS;
+    fm_memory_plan plan;
+    fm_status      st = fm_memory_plan_compute(&cfg, &m->plan, "cuda", m->n_layers, T, &plan, err);
+    size_t free_bytes = 0, total = 0;
+    if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
+    if (st) return st;
+    const bool   limited   = opt->vram_limit > 0 && (uint64_t)opt->vram_limit < (uint64_t)free_bytes;
+    const size_t available = limited ? (size_t)opt->vram_limit : free_bytes;
+    char source[96], tot[32], w[32], a[32], ws[32], av[32];
+    if (limited) snprintf(source, sizeof source, "--vram-limit");
+    else snprintf(source, sizeof source, "free on the GPU, of %s", fm_mem_format(total, tot, sizeof tot));
+    if (opt->verbose)
+        fprintf(stderr, "memory plan on cuda: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
+                fm_mem_format(plan.weight_total, w, sizeof w), fm_mem_format(plan.activations, a, sizeof a),
+                fm_mem_format(plan.workspace, ws, sizeof ws), (long long)T, fm_mem_format(available, av, sizeof av),
+                source);
+    return fm_memory_plan_check(&plan, available, source, err);
+}
+
+fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
+    m->n_layers = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
+    m->n_params = src->n_params;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (src->layers[l].is_moe) {
+            m->expert_layout = src->layers[l].layout;
+            break;
+        }
+    fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
+    fm_status st = check_device_memory(m, src, opt, err);
+    if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
+    if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
+    if (!st) st = load_weights(m, src, opt->verbose, err);
+    return st;
 }
 
 fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, fm_error *err) {
@@ -92,16 +145,7 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
         st = fm_fail(err, FM_ERR_USAGE, "--layers %d is more than the model's %d layers", opt->n_layers, m->cfg.n_layers);
     if (!st) st = fm_st_open_dir(dir, &set, err);
     if (!st) st = fm_model_src_bind(&m->cfg, &set, &src, err);
-    if (!st) {
-        m->n_layers      = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
-        m->n_params      = src.n_params;
-        for (int l = 0; l < m->cfg.n_layers; l++)
-            if (src.layers[l].is_moe) { m->expert_layout = src.layers[l].layout; break; }
-        fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
-        st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
-    }
-    if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
-    if (!st) st = load_weights(m, &src, opt->verbose, err);
+    if (!st) st = fm_model_build(m, &src, opt, err);
     fm_model_src_free(&src);
     fm_st_close(&set); /* the backend holds its own copy of every weight */
     if (st) {
@@ -138,5 +182,5 @@ fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, flo
         if (ids[t] < 0 || ids[t] >= m->cfg.vocab_size)
             return fm_fail(err, FM_ERR_FORMAT, "token id %d at position %lld is outside the vocabulary [0, %d)", ids[t],
                            (long long)t, m->cfg.vocab_size);
-    return fm_forward(m, ids, n_tokens, logits, err);
+    return fm_forward(m, ids, n_tokens, false, logits, NULL, err);
 }

@@ -26,7 +26,9 @@ const char *fm_expert_layout_name(fm_expert_layout l) {
 }
 
 fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
-    return fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+    if (w->t) return fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+    for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] = fm_synth_value(&w->synth, i, w->cols);
+    return FM_OK;
 }
 
 static void shape_str(char *buf, size_t n, int n_dims, const int64_t *shape) {
@@ -83,7 +85,7 @@ static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t ro
     const fm_st_tensor *t = NULL;
     fm_status st = rows == 1 ? need(b, name, 1, &shape[1], role, &t) : need(b, name, 2, shape, role, &t);
     if (st != FM_OK) return st;
-    *w = (fm_wsrc){t, 0, rows, cols};
+    *w = (fm_wsrc){t, 0, rows, cols, {0}};
     b->n_params += rows * cols;
     return FM_OK;
 }
@@ -98,7 +100,7 @@ static bool has(const binder *b, const char *fmt, const char *prefix, int layer,
 /* Views [E] of [rows, cols] into a 3-D bank [E, rows_total, cols], starting at row `row0` of each expert. */
 static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t rows_total, int64_t row0,
                        int64_t rows, int64_t cols) {
-    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols};
+    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}};
 }
 
 static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {

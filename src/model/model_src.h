@@ -8,15 +8,44 @@
 #include "io/config.h"
 #include "io/safetensors.h"
 
-/* A [rows, cols] row-major matrix (cols = 1 row for vectors) starting at element `offset` of tensor t. */
+/* Synthetic weights (benchmarks at real shapes without a checkpoint): element i of a view is
+ * bias + scale * u(seed, i) with u uniform in [-1, 1) from a counter-based hash, times 8 in every column c with
+ * c % outlier_period == 3 (outlier channels; 0 = none). The same function runs on the CPU and the GPU. */
+typedef struct fm_synth {
+    uint64_t seed;
+    float    scale, bias;
+    int32_t  outlier_period;
+} fm_synth;
+
+/* A [rows, cols] row-major matrix (cols = 1 row for vectors) starting at element `offset` of tensor t, or,
+ * when t is NULL, synthetic values described by synth. */
 typedef struct fm_wsrc {
     const fm_st_tensor *t;
     int64_t             offset;
     int64_t             rows, cols;
+    fm_synth            synth;
 } fm_wsrc;
 
 /* Decodes the view to fp32 (out has rows * cols elements). */
 fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err);
+
+#ifdef __CUDACC__
+#define FM_HOST_DEVICE __host__ __device__
+#else
+#define FM_HOST_DEVICE
+#endif
+
+/* The synthetic value of element i (row-major index inside the view) of a view whose row length is cols. */
+static inline FM_HOST_DEVICE float fm_synth_value(const fm_synth *s, int64_t i, int64_t cols) {
+    uint64_t z = s->seed + (uint64_t)i * 0x9E3779B97F4A7C15ull; /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = (float)(int32_t)(z >> 40) * (1.0f / 8388608.0f) - 1.0f; /* 24 bits -> [-1, 1) */
+    float v = s->bias + s->scale * u;
+    if (s->outlier_period && (i % cols) % s->outlier_period == 3) v *= 8.0f;
+    return v;
+}
 
 typedef enum fm_expert_layout {
     FM_EXPERTS_PER_EXPERT, /* experts.E.{gate,up,down}_proj.weight (or Mixtral w1/w3/w2): published checkpoints */

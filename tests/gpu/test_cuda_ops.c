@@ -116,7 +116,7 @@ static fm_bank *bank(fm_backend *be, host_bank *hb, const float *w, int32_t n, i
                            .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
     hb->t.shape[0] = n * rows * cols;
     hb->views = malloc((size_t)n * sizeof *hb->views);
-    for (int32_t i = 0; i < n; i++) hb->views[i] = (fm_wsrc){&hb->t, (int64_t)i * rows * cols, rows, cols};
+    for (int32_t i = 0; i < n; i++) hb->views[i] = (fm_wsrc){&hb->t, (int64_t)i * rows * cols, rows, cols, {0}};
     fm_bank_src src = {hb->views, n, 1, "test bank"};
     fm_bank *b = NULL;
     fm_error err;

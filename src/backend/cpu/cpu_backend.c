@@ -2,6 +2,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "quant/bf16.h"
@@ -11,7 +12,28 @@ void cpu_round_act(const fm_backend *be, float *x, int64_t n) {
     if (be->plan.act_bf16) fm_round_bf16_array(x, n);
 }
 
+/* the CPU backend: the op table plus wall-clock marks for benchmarks */
+typedef struct cpu_backend {
+    fm_backend base;
+    double     marks[FM_MARK_SLOTS];
+} cpu_backend;
+
 static void cpu_destroy(fm_backend *be) { free(be); }
+
+static void cpu_mark(fm_backend *be, int32_t slot) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ((cpu_backend *)be)->marks[slot] = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static double cpu_elapsed_ms(fm_backend *be, int32_t a, int32_t b) {
+    return ((cpu_backend *)be)->marks[b] - ((cpu_backend *)be)->marks[a];
+}
+
+static const char *cpu_device_name(fm_backend *be) {
+    (void)be;
+    return "CPU (OpenMP)";
+}
 static void *cpu_alloc(fm_backend *be, size_t bytes) { (void)be; return malloc(bytes ? bytes : 1); }
 static void cpu_free(fm_backend *be, void *p) { (void)be; free(p); }
 
@@ -51,6 +73,9 @@ static const fm_backend_ops cpu_ops = {
     .upload_f32   = cpu_upload_f32,
     .download_raw = cpu_download_raw,
     .sync         = cpu_sync,
+    .mark         = cpu_mark,
+    .elapsed_ms   = cpu_elapsed_ms,
+    .device_name  = cpu_device_name,
     .bank_create  = cpu_bank_create,
     .bank_free    = cpu_bank_free,
     .bank_bytes   = cpu_bank_bytes,
@@ -66,8 +91,9 @@ static const fm_backend_ops cpu_ops = {
 };
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {
-    fm_backend *be = fm_calloc(1, sizeof *be, err, "cpu backend");
-    if (!be) return FM_ERR_NOMEM;
+    cpu_backend *cb = fm_calloc(1, sizeof *cb, err, "cpu backend");
+    if (!cb) return FM_ERR_NOMEM;
+    fm_backend *be = &cb->base;
     be->ops       = &cpu_ops;
     be->plan      = *plan;
     be->n_threads = n_threads;

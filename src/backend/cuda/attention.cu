@@ -24,8 +24,8 @@
 // Tile shapes (att_launch; lab/attention.cu compares the alternatives):
 //   HD <= 64:        BM 128 (MT 2), BN 64, Q fragments held in registers
 //   64 < HD <= 128:  BM 128 (MT 2), BN 64, Q re-read from shared memory per key tile (registers go to O and S)
-//   HD <= 128, short prompts (nh * ceil(T / 128) < 2 * multiprocessors): BM 64 (MT 1), BN 64, so that the grid
-//                    has twice the blocks
+//   HD <= 128, short prompts (nh * ceil(T / 128) < 2 * multiprocessors): BM 64 (MT 1), BN 64 (Q in registers
+//                    for HD <= 64), so that the grid has twice the blocks
 //   HD > 128:        BM 64 (MT 1), BN 64, Q from shared memory
 // Shared memory per block: (BM + 2 BN) * row bytes, at most 96 KB (hd 256), so sm_89 (99 KB) runs them all.
 //
@@ -235,35 +235,48 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(const __nv_bfloat1
                         if (k > q) s[mt][nt][i] = -INFINITY;
                     }
         }
-        // online softmax; the 4 lanes of a quad share a row
+        // online softmax; the 4 lanes of a quad share a row. Max and sum are pairwise trees (independent
+        // instructions instead of a chain of NT dependent ones); O is rescaled only when some row's max moved.
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++) {
+            float alpha[2];
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
-                float mx = mrow[mt][hf];
+                float t[NT];
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
+                for (int nt = 0; nt < NT; nt++) t[nt] = fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]);
+#pragma unroll
+                for (int w = 1; w < NT; w *= 2)
+#pragma unroll
+                    for (int i = 0; i + w < NT; i += 2 * w) t[i] = fmaxf(t[i], t[i + w]);
+                float mx = fmaxf(mrow[mt][hf], t[0]);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float mb = mx == -INFINITY ? 0.0f : mx * sl2; // a fully masked row stays 0, never NaN
-                const float alpha = att_exp2(mrow[mt][hf] * sl2 - mb);
+                alpha[hf] = att_exp2(mrow[mt][hf] * sl2 - mb);    // exactly 1 when the max did not move
                 mrow[mt][hf] = mx;
-                float sum = 0.0f;
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++)
+                for (int nt = 0; nt < NT; nt++) {
+                    s[mt][nt][2 * hf] = att_exp2(fmaf(s[mt][nt][2 * hf], sl2, -mb));
+                    s[mt][nt][2 * hf + 1] = att_exp2(fmaf(s[mt][nt][2 * hf + 1], sl2, -mb));
+                    t[nt] = s[mt][nt][2 * hf] + s[mt][nt][2 * hf + 1];
+                }
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float p = att_exp2(fmaf(s[mt][nt][2 * hf + e], sl2, -mb));
-                        s[mt][nt][2 * hf + e] = p;
-                        sum += p;
-                    }
-                lrow[mt][hf] = lrow[mt][hf] * alpha + sum;
+                for (int w = 1; w < NT; w *= 2)
+#pragma unroll
+                    for (int i = 0; i + w < NT; i += 2 * w) t[i] += t[i + w];
+                lrow[mt][hf] = lrow[mt][hf] * alpha[hf] + t[0];
+            }
+            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
                 for (int dt = 0; dt < DT; dt++) {
-                    o[mt][dt][2 * hf] *= alpha;
-                    o[mt][dt][2 * hf + 1] *= alpha;
+                    o[mt][dt][0] *= alpha[0];
+                    o[mt][dt][1] *= alpha[0];
+                    o[mt][dt][2] *= alpha[1];
+                    o[mt][dt][3] *= alpha[1];
                 }
             }
+        }
         // O += P V: the S accumulators of key n8 tiles 2j, 2j+1 are the A fragment of key k-step j
 #pragma unroll
         for (int ks = 0; ks < BN / 16; ks++) {

@@ -29,8 +29,30 @@ void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
     return be->work;
 }
 
+static void cu_mark(fm_backend *bb, int32_t slot) {
+    cuda_backend *be = cuda_be(bb);
+    if (!be->marks) {
+        be->marks = (cudaEvent_t *)calloc(FM_MARK_SLOTS, sizeof(cudaEvent_t));
+        if (!be->marks) abort();
+        for (int i = 0; i < FM_MARK_SLOTS; i++) FM_CUDA_CHECK(cudaEventCreate(&be->marks[i]));
+    }
+    FM_CUDA_CHECK(cudaEventRecord(be->marks[slot], be->stream));
+}
+
+static double cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
+    float ms = 0.0f;
+    FM_CUDA_CHECK(cudaEventElapsedTime(&ms, cuda_be(bb)->marks[a], cuda_be(bb)->marks[b]));
+    return ms;
+}
+
+static const char *cu_device_name(fm_backend *bb) { return cuda_be(bb)->prop.name; }
+
 static void cu_destroy(fm_backend *bb) {
     cuda_backend *be = cuda_be(bb);
+    if (be->marks) {
+        for (int i = 0; i < FM_MARK_SLOTS; i++) cudaEventDestroy(be->marks[i]);
+        free(be->marks);
+    }
     if (be->work) cudaFree(be->work);
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->stream) cudaStreamDestroy(be->stream);
@@ -151,6 +173,9 @@ static const fm_backend_ops cuda_ops = {
     .upload_f32   = cu_upload_f32,
     .download_raw = cu_download_raw,
     .sync         = cu_sync,
+    .mark         = cu_mark,
+    .elapsed_ms   = cu_elapsed_ms,
+    .device_name  = cu_device_name,
     .bank_create  = fm_cuda_bank_create,
     .bank_free    = fm_cuda_bank_free,
     .bank_bytes   = fm_cuda_bank_bytes,

@@ -29,7 +29,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                 return fm_fail(err, FM_ERR_FORMAT, "%s: matrix %d part %d is [%lld, %lld], expected [%lld, %lld]",
                                src->label, i, j, (long long)s->rows, (long long)s->cols, (long long)s0->rows,
                                (long long)cols);
-            if (s->t->dtype != FM_DTYPE_F32 && s->t->dtype != FM_DTYPE_F16 && s->t->dtype != FM_DTYPE_BF16)
+            if (s->t && s->t->dtype != FM_DTYPE_F32 && s->t->dtype != FM_DTYPE_F16 && s->t->dtype != FM_DTYPE_BF16)
                 return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (F32, F16 or BF16 expected)",
                                src->label, s->t->name, fm_dtype_name(s->t->dtype));
         }
@@ -58,7 +58,8 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         int64_t row0 = 0; /* first row of this part inside matrix i */
         for (int32_t j = 0; j < src->n_parts; j++) {
             const fm_wsrc *s    = &src->srcs[(int64_t)i * src->n_parts + j];
-            const int      esz  = fm_dtype_size(s->t->dtype);
+            const int      dtype = s->t ? (int)s->t->dtype : (int)FM_DTYPE_F32; /* synthetic: generated as F32 */
+            const int      esz  = fm_dtype_size((fm_dtype)dtype);
             const int64_t  step = STAGING_BYTES / ((int64_t)esz * cols) > 0 ? STAGING_BYTES / ((int64_t)esz * cols) : 1;
             if (step * esz * cols > (int64_t)STAGING_BYTES) {
                 st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: a row of %lld elements exceeds the staging buffer", src->label,
@@ -67,18 +68,23 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
             }
             for (int64_t r = 0; r < s->rows; r += step) {
                 const int64_t n_rows = s->rows - r < step ? s->rows - r : step;
-                const uint8_t *host  = s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
-                /* in stream order: the conversion kernel below reads the staging buffer only after this copy
-                   lands, and the next chunk's copy waits for the kernel (a plain cudaMemcpy from pageable memory
-                   can return before its DMA completes, and it is not ordered with our non-blocking stream) */
-                FM_CUDA_CHECK(cudaMemcpyAsync(staging, host, (size_t)(n_rows * cols * esz), cudaMemcpyHostToDevice,
-                                              be->stream));
+                if (s->t) {
+                    const uint8_t *host = s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
+                    /* in stream order: the conversion kernel below reads the staging buffer only after this copy
+                       lands, and the next chunk's copy waits for the kernel (a plain cudaMemcpy from pageable memory
+                       can return before its DMA completes, and it is not ordered with our non-blocking stream) */
+                    FM_CUDA_CHECK(cudaMemcpyAsync(staging, host, (size_t)(n_rows * cols * esz), cudaMemcpyHostToDevice,
+                                                  be->stream));
+                } else {
+                    /* rows r.. of the view: the same values the whole view has (and the CPU generates) */
+                    fm_cuda_synth_f32(&s->synth, r * cols, n_rows * cols, cols, (float *)staging, be->stream);
+                }
                 const int64_t dst_row = (int64_t)i * rows + row0 + r;
                 if (fmt == FM_W_BF16)
-                    fm_cuda_convert_bf16(staging, (int)s->t->dtype, n_rows, cols,
+                    fm_cuda_convert_bf16(staging, dtype, n_rows, cols,
                                          (__nv_bfloat16 *)w->w + dst_row * w->ld, w->ld, be->stream);
                 else
-                    fm_cuda_quantize_int4(staging, (int)s->t->dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld,
+                    fm_cuda_quantize_int4(staging, dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld,
                                           w->ld, w->scales + dst_row * w->n_groups, w->n_groups, be->stream);
             }
             row0 += s->rows;

@@ -37,6 +37,7 @@ typedef struct cuda_backend {
     cudaDeviceProp prop;
     void          *work;       // grow-only scratch for ops that need it (moe)
     size_t         work_bytes;
+    cudaEvent_t   *marks;      // FM_MARK_SLOTS events, created on the first mark
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }

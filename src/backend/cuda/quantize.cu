@@ -72,3 +72,16 @@ extern "C" void fm_cuda_quantize_int4(const void *src, int src_dtype, int64_t ro
         src, src_dtype, rows, cols, dst, ld, scales, n_groups);
     FM_LAUNCH_CHECK("quantize_int4");
 }
+
+static __global__ void synth_kernel(fm_synth s, int64_t first, int64_t n, int64_t cols, float *dst) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = fm_synth_value(&s, first + i, cols);
+}
+
+extern "C" void fm_cuda_synth_f32(const fm_synth *s, int64_t first, int64_t n, int64_t cols, float *dst,
+                                  cudaStream_t stream) {
+    const int64_t blocks = fm_ceil_div(n, 256);
+    if (n == 0) return;
+    synth_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(*s, first, n, cols, dst);
+    FM_LAUNCH_CHECK("synth");
+}

@@ -4,6 +4,9 @@
 #define FM_CUDA_QUANTIZE_CUH
 
 #include "backend/cuda/cuda_common.cuh"
+extern "C" {
+#include "model/model_src.h"
+}
 
 // src: rows x cols elements of dtype src_dtype (0 = F32, 1 = F16, 2 = BF16: the fm_dtype values), row-major.
 // bf16: dst rows ld elements apart. int4: dst rows ld bytes apart, scales rows n_groups apart; symmetric,
@@ -13,5 +16,9 @@ extern "C" void fm_cuda_convert_bf16(const void *src, int src_dtype, int64_t row
                                      int64_t ld, cudaStream_t s);
 extern "C" void fm_cuda_quantize_int4(const void *src, int src_dtype, int64_t rows, int64_t cols, uint8_t *dst,
                                       int64_t ld, __nv_bfloat16 *scales, int64_t n_groups, cudaStream_t s);
+
+// dst[j] = synthetic element first + j of a view with rows of `cols` (fm_synth_value, src/model/model_src.h)
+extern "C" void fm_cuda_synth_f32(const fm_synth *s, int64_t first, int64_t n, int64_t cols, float *dst,
+                                  cudaStream_t stream);
 
 #endif

@@ -1,0 +1,168 @@
+/* fp8moe bench prefill: prefill latency of a synthetic model at real shapes, with a per-stage breakdown
+ * against the floors (bytes / measured copy bandwidth, FLOPs / measured matrix rate). */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/cost.h"
+
+/* Ceilings measured on the H200 (bench/NOTES.md): device copy 4.25 TB/s, bf16 dense matrix ~0.79 PFLOP/s. */
+#define BANDWIDTH_BYTES_PER_S 4.25e12
+#define MATRIX_FLOPS_PER_S    0.79e15
+
+static const char *HELP =
+    "usage: fp8moe bench prefill --synthetic NAME [--layers L] [--tokens T] [--preset P] [--repeat R] [options]\n"
+    "\n"
+    "Times the prefill of T tokens through the first L layers of a synthetic model with the shapes of a real\n"
+    "checkpoint (weights generated on the device, then quantized by the normal load path). Prints median, min\n"
+    "and max latency over R runs after warm-up, tokens/s, and per stage the time, its bytes and FLOPs, and the\n"
+    "floor max(bytes / 4.25 TB/s, FLOPs / 0.79 PFLOP/s).\n"
+    "\n"
+    "  --synthetic NAME   qwen3-30b-a3b or mixtral-8x7b\n"
+    "  --tokens T         prompt length (default 2048)\n"
+    "  --repeat R         timed runs (default 10)\n"
+    "  --warmup W         untimed runs first (default 2)\n"
+    "  --json FILE        also write the results as JSON\n" CLI_MODEL_HELP;
+
+enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON };
+static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
+                                            {"tokens", required_argument, 0, OPT_TOKENS},
+                                            {"repeat", required_argument, 0, OPT_REPEAT},
+                                            {"warmup", required_argument, 0, OPT_WARMUP},
+                                            {"json", required_argument, 0, OPT_JSON}, {0, 0, 0, 0}};
+
+typedef struct bench_args {
+    const char *synthetic, *json_path;
+    long        tokens, repeat, warmup;
+} bench_args;
+
+static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
+    bench_args *a = ctx;
+    switch (id) {
+    case OPT_SYNTH: a->synthetic = arg; return true;
+    case OPT_TOKENS: return cli_parse_int(cmd, "--tokens", arg, 1, 1 << 20, &a->tokens);
+    case OPT_REPEAT: return cli_parse_int(cmd, "--repeat", arg, 1, 10000, &a->repeat);
+    case OPT_WARMUP: return cli_parse_int(cmd, "--warmup", arg, 0, 10000, &a->warmup);
+    case OPT_JSON: a->json_path = arg; return true;
+    }
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double floor_ms(double bytes, double flops) {
+    const double a = bytes / BANDWIDTH_BYTES_PER_S, b = flops / MATRIX_FLOPS_PER_S;
+    return 1e3 * (a > b ? a : b);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    if (argc < 2 || strcmp(argv[1], "prefill") != 0) {
+        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
+        return cli_usage(cmd, "the first argument must be 'prefill'");
+    }
+    bench_args a = {NULL, NULL, 2048, 10, 2};
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    mo.opt.backend = "cuda";
+    int rc = cli_parse(cmd, argc - 1, argv + 1, own_options, HELP, &mo, own_option, &a);
+    if (rc >= 0) return rc;
+    if (!a.synthetic) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
+    if (mo.model_dir) return cli_usage(cmd, "--model is not used by bench prefill (it runs synthetic weights)");
+
+    fm_error err = {{0}};
+    fm_model *m = NULL;
+    const double t_load = cli_now();
+    fm_status st = fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err);
+    if (st) return cli_fail(cmd, st, &err);
+    const double load_s = cli_now() - t_load;
+    const int64_t T = a.tokens;
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t *ids    = malloc((size_t)T * sizeof *ids);
+    float   *logits = malloc((size_t)V * sizeof *logits);
+    const int n = (int)a.repeat;
+    double  *total = calloc((size_t)n, sizeof *total), *stage[FM_STAGE_COUNT];
+    for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s] = calloc((size_t)n, sizeof(double));
+    uint64_t x = 0x2545F4914F6CDD1Dull; /* deterministic token ids */
+    for (int64_t t = 0; t < T; t++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[t] = (int32_t)(x % (uint64_t)V);
+    }
+    for (long r = 0; !st && r < a.warmup + a.repeat; r++) {
+        fm_profile prof;
+        st = fm_forward(m, ids, T, true, logits, &prof, &err);
+        if (st || r < a.warmup) continue;
+        total[r - a.warmup] = prof.total_ms;
+        for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s][r - a.warmup] = prof.stage_ms[s];
+        if (mo.opt.verbose) fprintf(stderr, "\rrun %ld/%ld: %.3f ms", r - a.warmup + 1, a.repeat, prof.total_ms);
+    }
+    if (mo.opt.verbose) fprintf(stderr, "\n");
+    if (!st) {
+        fm_cost cost;
+        fm_prefill_cost(&m->cfg, &m->plan, m->n_layers, T, true, &cost);
+        double sorted[4096];
+        memcpy(sorted, total, (size_t)n * sizeof *total);
+        const double med = median(sorted, n), mn = sorted[0], mx = sorted[n - 1];
+        const char *dev = m->be->ops->device_name(m->be);
+        printf("bench prefill %s: %d layers, %lld tokens, preset %s, %s (%s); %ld runs after %ld warm-up; load %.1f s, %.2f GiB of weights\n",
+               a.synthetic, m->n_layers, (long long)T, fm_preset_name(mo.opt.preset), m->be->ops->name, dev, a.repeat,
+               a.warmup, load_s, (double)m->weight_bytes / (1u << 30));
+        printf("latency: median %.3f ms, min %.3f, max %.3f; %.0f tokens/s; floor %.3f ms (%.1f%% of floor reached)\n",
+               med, mn, mx, (double)T / (med * 1e-3), floor_ms(cost.total_bytes, cost.total_flops),
+               100.0 * floor_ms(cost.total_bytes, cost.total_flops) / med);
+        printf("\n| stage | median ms | share | GB (floor) | GFLOP | floor ms | floor / time |\n");
+        printf("|---|---:|---:|---:|---:|---:|---:|\n");
+        double stage_med[FM_STAGE_COUNT];
+        for (int s = 0; s < FM_STAGE_COUNT; s++) {
+            memcpy(sorted, stage[s], (size_t)n * sizeof(double));
+            stage_med[s] = median(sorted, n);
+            const double f = floor_ms(cost.bytes[s], cost.flops[s]);
+            printf("| %s | %.3f | %.1f%% | %.3f | %.1f | %.3f | %.2f |\n", fm_stage_name((fm_stage)s), stage_med[s],
+                   100.0 * stage_med[s] / med, cost.bytes[s] / 1e9, cost.flops[s] / 1e9, f, stage_med[s] > 0 ? f / stage_med[s] : 0);
+        }
+        printf("\nexpert weight bytes read by the per-token dispatch: %.2f GB (ideal, each touched expert once: "
+               "counted in the floor above)\n", cost.expert_weight_reads_per_token_design / 1e9);
+        if (a.json_path) {
+            cJSON *root = cJSON_CreateObject();
+            cJSON_AddStringToObject(root, "model", a.synthetic);
+            cJSON_AddNumberToObject(root, "layers", m->n_layers);
+            cJSON_AddNumberToObject(root, "tokens", (double)T);
+            cJSON_AddStringToObject(root, "preset", fm_preset_name(mo.opt.preset));
+            cJSON_AddStringToObject(root, "backend", m->be->ops->name);
+            cJSON_AddStringToObject(root, "device", dev);
+            cJSON_AddNumberToObject(root, "repeat", (double)a.repeat);
+            cJSON_AddNumberToObject(root, "median_ms", med);
+            cJSON_AddNumberToObject(root, "min_ms", mn);
+            cJSON_AddNumberToObject(root, "max_ms", mx);
+            cJSON_AddNumberToObject(root, "tokens_per_s", (double)T / (med * 1e-3));
+            cJSON_AddNumberToObject(root, "floor_ms", floor_ms(cost.total_bytes, cost.total_flops));
+            cJSON *stages = cJSON_AddArrayToObject(root, "stages");
+            for (int s = 0; s < FM_STAGE_COUNT; s++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "stage", fm_stage_name((fm_stage)s));
+                cJSON_AddNumberToObject(o, "median_ms", stage_med[s]);
+                cJSON_AddNumberToObject(o, "bytes", cost.bytes[s]);
+                cJSON_AddNumberToObject(o, "flops", cost.flops[s]);
+                cJSON_AddNumberToObject(o, "floor_ms", floor_ms(cost.bytes[s], cost.flops[s]));
+                cJSON_AddItemToArray(stages, o);
+            }
+            char *text = cJSON_Print(root);
+            cJSON_Delete(root);
+            st = cli_write_file(a.json_path, text, strlen(text), &err);
+            free(text);
+        }
+    }
+    for (int s = 0; s < FM_STAGE_COUNT; s++) free(stage[s]);
+    free(total), free(ids), free(logits);
+    fm_model_free(m);
+    return st ? cli_fail(cmd, st, &err) : CLI_OK;
+}

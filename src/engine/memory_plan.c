@@ -1,0 +1,259 @@
+/* The memory plan (memory_plan.h): bank, buffer and scratch sizes computed from shapes alone.
+ *
+ * Every figure here restates an allocation made elsewhere; keep them in step:
+ *   bank bytes        fm_bank_bytes_for  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld, n_groups,
+ *                                             w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
+ *   which banks       add_weights        <->  src/engine/model.c (load_weights, load_layer)
+ *   activations       add_activations    <->  src/engine/forward.c (alloc_buffers)
+ *   cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
+ *                                             src/backend/cuda/cuda_backend.cu (cu_download_f32 staging)
+ *   cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
+ *   load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
+ * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
+ * tests/gpu/test_cuda_memory.c with the CUDA backend's and with the device's used memory. */
+#include "engine/memory_plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util/status.h"
+
+#define GROUP              128          /* int4 scale group along K (FM_CUDA_GROUP, FM_CPU_GROUP) */
+#define CUDA_STAGING_BYTES (64u << 20) /* cuda_bank.cu: one upload staging buffer per bank, freed before it returns */
+
+const char *fm_mem_family_name(fm_mem_family f) {
+    switch (f) {
+    case FM_MEM_EMBED: return "embeddings";
+    case FM_MEM_LM_HEAD: return "lm_head";
+    case FM_MEM_NORMS: return "norms";
+    case FM_MEM_ATTN: return "attention (qkv + o)";
+    case FM_MEM_ROUTER: return "router";
+    case FM_MEM_EXPERTS: return "experts (gate_up + down)";
+    case FM_MEM_DENSE_MLP: return "dense MLP (gate_up + down)";
+    case FM_MEM_FAMILY_COUNT: break;
+    }
+    return "?";
+}
+
+/* Checked size arithmetic: an overflow sets the flag and the result is garbage (callers test the flag). */
+typedef struct sz {
+    bool ovf;
+} sz;
+
+static uint64_t mul(sz *s, uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    if (!fm_mul_u64(a, b, &r)) s->ovf = true;
+    return r;
+}
+
+static uint64_t add(sz *s, uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    if (!fm_add_u64(a, b, &r)) s->ovf = true;
+    return r;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+static size_t to_size(const sz *s, uint64_t v) { return s->ovf || v > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)v; }
+
+size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
+    if (!backend || n < 0 || rows < 0 || cols < 0) return 0;
+    sz s = {false};
+    const uint64_t nr = mul(&s, (uint64_t)n, (uint64_t)rows), groups = ceil_div((uint64_t)cols, GROUP);
+    uint64_t bytes = 0;
+    if (strcmp(backend, "cuda") == 0) {
+        /* cuda_bank.cu: bf16 ld = round_up(cols, 8) elements; int4 ld = round_up(cols, 32) / 2 bytes, plus bf16
+           scales [n][rows][ceil(cols / 128)] in an allocation of their own */
+        if (fmt == FM_W_BF16) bytes = mul(&s, mul(&s, nr, ceil_div((uint64_t)cols, 8) * 8), 2);
+        else if (fmt == FM_W_INT4_G128)
+            bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 2));
+        else return 0;
+    } else if (strcmp(backend, "cpu") == 0) {
+        /* cpu_bank.c: fp32 values (bf16-rounded or int4 codes as floats), int4 adds fp32 scales */
+        bytes = mul(&s, mul(&s, nr, (uint64_t)cols), 4);
+        if (fmt == FM_W_INT4_G128) bytes = add(&s, bytes, mul(&s, mul(&s, nr, groups), 4));
+        else if (fmt != FM_W_F32 && fmt != FM_W_BF16) return 0;
+    } else {
+        return 0;
+    }
+    return to_size(&s, bytes);
+}
+
+size_t fm_act_size_for(const char *backend) { return backend && strcmp(backend, "cuda") == 0 ? 2 : 4; }
+
+typedef struct planner {
+    fm_memory_plan *p;
+    bool            cuda;
+    sz              s;
+    fm_error       *err;
+} planner;
+
+static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols,
+                      const char *what) {
+    fm_memory_plan *p     = pl->p;
+    const size_t    bytes = fm_bank_bytes_for(p->backend, fmt, n, rows, cols);
+    if (bytes == 0)
+        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the %s backend", what,
+                       fm_wformat_name(fmt), p->backend);
+    if (bytes == SIZE_MAX)
+        return fm_fail(pl->err, FM_ERR_FORMAT, "%s: [%d][%lld, %lld] is too large to address", what, n, (long long)rows,
+                       (long long)cols);
+    p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
+    p->n_banks++;
+    p->n_weight_allocs += fmt == FM_W_INT4_G128 ? 2 : 1; /* values, and scales in an allocation of their own */
+    /* transient while the bank is built: cuda uploads through one staging buffer; the cpu quantizes a matrix at a
+       time into int8 codes (cpu_bank.c) */
+    const size_t staging = pl->cuda ? CUDA_STAGING_BYTES
+                                    : fmt == FM_W_INT4_G128 ? to_size(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols)) : 0;
+    if (staging > p->load_staging) p->load_staging = staging;
+    return FM_OK;
+}
+
+/* model.c: load_weights + load_layer, bank for bank */
+static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *plan) {
+    const int64_t V = c->vocab_size, H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int64_t I = c->moe_intermediate, Id = c->dense_intermediate;
+    const int32_t E = c->n_experts;
+    fm_status st;
+    if ((st = bank(pl, FM_MEM_EMBED, plan->w_other, 1, V, H, "embed_tokens")) ||
+        (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "final norm")))
+        return st;
+    if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, plan->w_other, 1, V, H, "lm_head"))) return st;
+    for (int32_t l = 0; l < pl->p->n_layers; l++) {
+        if ((st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "input_layernorm")) ||
+            (st = bank(pl, FM_MEM_ATTN, plan->w_dense, 1, (nh + 2 * nkv) * hd, H, "qkv")) ||
+            (st = bank(pl, FM_MEM_ATTN, plan->w_dense, 1, H, nh * hd, "o_proj")) ||
+            (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "post_attention_layernorm")))
+            return st;
+        if (c->qk_norm && ((st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, hd, "q_norm")) ||
+                           (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, hd, "k_norm"))))
+            return st;
+        if (c->layer_is_moe[l]) {
+            if ((st = bank(pl, FM_MEM_ROUTER, plan->w_other, 1, E, H, "router")) ||
+                (st = bank(pl, FM_MEM_EXPERTS, plan->w_expert, E, 2 * I, H, "experts gate_up")) ||
+                (st = bank(pl, FM_MEM_EXPERTS, plan->w_expert, E, H, I, "experts down")))
+                return st;
+        } else if ((st = bank(pl, FM_MEM_DENSE_MLP, plan->w_dense, 1, 2 * Id, H, "mlp gate_up")) ||
+                   (st = bank(pl, FM_MEM_DENSE_MLP, plan->w_dense, 1, H, Id, "mlp down"))) {
+            return st;
+        }
+    }
+    return FM_OK;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* forward.c: alloc_buffers, buffer for buffer */
+static void add_activations(planner *pl, const fm_config *c) {
+    fm_memory_plan *p = pl->p;
+    sz             *s = &pl->s;
+    const uint64_t  a = fm_act_size_for(p->backend), T = (uint64_t)p->tokens;
+    const uint64_t  H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
+    const uint64_t  qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
+    const uint64_t  I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
+    const uint64_t  E = c->n_experts > 0 ? (uint64_t)c->n_experts : 1;
+    const uint64_t  k = c->n_experts_per_tok > 0 ? (uint64_t)c->n_experts_per_tok : 1;
+    const struct {
+        const char *what;
+        uint64_t    elems, size;
+    } want[] = {
+        {"ids", T, sizeof(int32_t)},
+        {"residual", mul(s, T, H), a},
+        {"normed", mul(s, T, H), a},
+        {"qkv", mul(s, T, qkv), a},
+        {"attention out", mul(s, T, mul(s, (uint64_t)c->n_heads, hd)), a},
+        {"block out", mul(s, T, H), a},
+        {"gate_up", mul(s, T, mul(s, 2, I)), a},
+        {"swiglu", mul(s, T, I), a},
+        {"router logits", mul(s, T, E), a},
+        {"expert ids", mul(s, T, k), sizeof(int32_t)},
+        {"expert weights", mul(s, T, k), a},
+        {"logits", mul(s, T, (uint64_t)c->vocab_size), a},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want && i < FM_MEM_MAX_BUFFERS; i++) {
+        const size_t bytes = to_size(s, mul(s, want[i].elems, want[i].size));
+        p->buffers[p->n_buffers++] = (fm_mem_item){want[i].what, bytes};
+        p->activations             = to_size(s, add(s, p->activations, bytes));
+    }
+}
+
+static void add_workspace(planner *pl, const fm_config *c) {
+    fm_memory_plan *p = pl->p;
+    sz             *s = &pl->s;
+    const uint64_t  T = (uint64_t)p->tokens, H = (uint64_t)c->hidden_size;
+    bool any_moe = false, any_dense = false;
+    for (int32_t l = 0; l < p->n_layers; l++) any_moe |= c->layer_is_moe[l], any_dense |= !c->layer_is_moe[l];
+    if (pl->cuda) {
+        if (any_moe) { /* moe_per_token.cu: P = T * k routed pairs x (2I gate|up + I swiglu + H down out), bf16 */
+            const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
+            p->ws_moe = to_size(s, mul(s, mul(s, P, add(s, mul(s, 3, I), H)), 2));
+        }
+        /* cuda_backend.cu cu_download_f32: the bf16 logits widened to fp32 on the device before the copy */
+        p->ws_logits = to_size(s, mul(s, mul(s, T, (uint64_t)c->vocab_size), sizeof(float)));
+    } else {
+        /* cpu_linear.c: qv [M, K] + qs [M, ceil(K/128)] fp32 per call; the widest K among the projections run */
+        uint64_t K = max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
+        if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
+        p->ws_linear = to_size(s, mul(s, mul(s, T, add(s, K, ceil_div(K, GROUP))), sizeof(float)));
+    }
+    p->workspace = to_size(s, add(s, add(s, p->ws_moe, p->ws_logits), p->ws_linear));
+}
+
+fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,
+                                 int64_t tokens, fm_memory_plan *out, fm_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!backend || (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0))
+        return fm_fail(err, FM_ERR_USAGE, "memory plan: unknown backend '%s' (choose cpu or cuda)",
+                       backend ? backend : "(null)");
+    if (n_layers < 0 || n_layers > cfg->n_layers)
+        return fm_fail(err, FM_ERR_USAGE, "memory plan: %d layers asked of a model with %d", n_layers, cfg->n_layers);
+    if (tokens < 1) return fm_fail(err, FM_ERR_USAGE, "memory plan: tokens must be >= 1, got %lld", (long long)tokens);
+    const bool cuda = strcmp(backend, "cuda") == 0;
+    out->backend    = cuda ? "cuda" : "cpu";
+    out->n_layers   = n_layers > 0 ? n_layers : cfg->n_layers;
+    out->tokens     = tokens;
+    planner   pl    = {out, cuda, {false}, err};
+    fm_status st    = add_weights(&pl, cfg, plan);
+    if (st) {
+        memset(out, 0, sizeof *out);
+        return st;
+    }
+    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) out->weight_total = to_size(&pl.s, add(&pl.s, out->weight_total, out->weights[f]));
+    add_activations(&pl, cfg);
+    add_workspace(&pl, cfg);
+    const size_t run = to_size(&pl.s, add(&pl.s, out->activations, out->workspace));
+    out->total       = to_size(&pl.s, add(&pl.s, out->weight_total, run));
+    out->peak        = to_size(&pl.s, add(&pl.s, out->weight_total, run > out->load_staging ? run : out->load_staging));
+    if (pl.s.ovf) {
+        memset(out, 0, sizeof *out);
+        return fm_fail(err, FM_ERR_FORMAT, "memory plan: the sizes for %lld tokens overflow 64 bits", (long long)tokens);
+    }
+    return FM_OK;
+}
+
+const char *fm_mem_format(size_t bytes, char *buf, size_t cap) {
+    const double b = (double)bytes;
+    if (b >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024) snprintf(buf, cap, "%.1f MiB", b / (1024.0 * 1024));
+    else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else snprintf(buf, cap, "%zu bytes", bytes);
+    return buf;
+}
+
+fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const char *source, fm_error *err) {
+    if (p->peak <= available) return FM_OK;
+    char need[32], avail[32], w[32], a[32], ws[32], stg[32], exact[64] = "";
+    fm_mem_format(p->peak, need, sizeof need);
+    fm_mem_format(available, avail, sizeof avail);
+    if (strcmp(need, avail) == 0) snprintf(exact, sizeof exact, " (%zu > %zu bytes)", p->peak, available);
+    fm_mem_format(p->weight_total, w, sizeof w);
+    const size_t run = p->activations + p->workspace;
+    if (run >= p->load_staging)
+        return fm_fail(err, FM_ERR_NOMEM,
+                       "model needs %s on %s (weights %s, activations %s, workspace %s for %lld tokens) but %s is "
+                       "available (%s)%s",
+                       need, p->backend, w, fm_mem_format(p->activations, a, sizeof a),
+                       fm_mem_format(p->workspace, ws, sizeof ws), (long long)p->tokens, avail, source, exact);
+    return fm_fail(err, FM_ERR_NOMEM, "model needs %s on %s (weights %s, load staging %s) but %s is available (%s)%s",
+                   need, p->backend, w, fm_mem_format(p->load_staging, stg, sizeof stg), avail, source, exact);
+}

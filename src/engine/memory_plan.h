@@ -1,0 +1,101 @@
+/* The memory plan: from the configuration and the precision plan alone, before anything is allocated, the bytes a
+ * model takes on a backend, by category:
+ *   weights      every bank the load creates, by family, in the backend's exact layout (fm_bank_bytes_for)
+ *   activations  every buffer the forward pass allocates for `tokens` tokens (forward.c, alloc_buffers)
+ *   workspace    scratch the backend allocates during a forward pass (cuda: the per-token MoE scratch, kept by
+ *                the backend between calls, and the fp32 staging of the logits download; cpu: the linear op's
+ *                activation-quantization scratch)
+ * and the transient load staging (cuda: one 64 MiB buffer per bank upload, freed before the bank returns).
+ *
+ * The formulas here mirror the allocating code; when one changes, the other must (tests/test_memory_plan.c checks
+ * the CPU backend's bytes after a load, tests/gpu/test_cuda_memory.c the CUDA backend's and the device's). */
+#ifndef FM_ENGINE_MEMORY_PLAN_H
+#define FM_ENGINE_MEMORY_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+typedef enum fm_mem_family {
+    FM_MEM_EMBED,     /* embed_tokens */
+    FM_MEM_LM_HEAD,   /* lm_head: 0 when tied to the embedding */
+    FM_MEM_NORMS,     /* input/post-attention RMSNorms, q/k norms, the final norm */
+    FM_MEM_ATTN,      /* fused qkv and o projections */
+    FM_MEM_ROUTER,    /* MoE router (gate) */
+    FM_MEM_EXPERTS,   /* expert gate_up and down banks */
+    FM_MEM_DENSE_MLP, /* gate_up and down of dense SwiGLU layers */
+    FM_MEM_FAMILY_COUNT
+} fm_mem_family;
+
+const char *fm_mem_family_name(fm_mem_family f);
+
+#define FM_MEM_MAX_BUFFERS 16
+
+typedef struct fm_mem_item {
+    const char *what;
+    size_t      bytes;
+} fm_mem_item;
+
+typedef struct fm_memory_plan {
+    const char *backend;  /* "cpu" or "cuda" */
+    int32_t     n_layers; /* decoder layers loaded */
+    int64_t     tokens;   /* activations and workspace are for this many tokens */
+
+    size_t  weights[FM_MEM_FAMILY_COUNT];
+    size_t  weight_total;
+    int32_t n_banks;         /* banks the load creates */
+    int32_t n_weight_allocs; /* backend allocations those banks make (an int4 bank on cuda: values + scales) */
+
+    fm_mem_item buffers[FM_MEM_MAX_BUFFERS]; /* the forward pass's activation buffers, in allocation order */
+    int32_t     n_buffers;
+    size_t      activations; /* sum of buffers[] */
+
+    size_t ws_moe;    /* cuda: per-token MoE scratch, P = tokens * k pairs x (2I + I + H) bf16 */
+    size_t ws_logits; /* cuda: fp32 staging of the logits download, tokens * vocab * 4 */
+    size_t ws_linear; /* cpu: one linear op's quantized input rows, tokens * (K + ceil(K/128)) fp32, largest K */
+    size_t workspace; /* ws_moe + ws_logits + ws_linear: all can be alive at once during a forward pass */
+
+    size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
+
+    size_t total; /* weight_total + activations + workspace: resident during a forward pass of `tokens` */
+    size_t peak;  /* weight_total + max(activations + workspace, load_staging): what must fit */
+} fm_memory_plan;
+
+/* Bytes one bank of n matrices [rows, cols] in format fmt occupies on a backend. The single source of the bank
+ * layouts' sizes; they must equal what the backends allocate:
+ *   cuda (src/backend/cuda/cuda_bank.cu, cuda_internal.cuh):
+ *     bf16  n * rows * round_up(cols, 8) * 2
+ *     int4  n * rows * round_up(cols, 32) / 2  +  n * rows * ceil(cols / 128) * 2 (bf16 scales)
+ *     f32   not available (returns 0)
+ *   cpu (src/backend/cpu/cpu_bank.c, cpu_bank_bytes): values are fp32 whatever the format
+ *     f32, bf16  n * rows * cols * 4
+ *     int4       n * rows * cols * 4  +  n * rows * ceil(cols / 128) * 4 (fp32 scales)
+ * Returns 0 for an unknown backend or a format the backend does not store, SIZE_MAX on overflow. */
+size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols);
+
+/* Activation bytes per element on a backend (the backends' act_size): 4 on cpu, 2 (bf16) on cuda. */
+size_t fm_act_size_for(const char *backend);
+
+/* Computes the plan of the first n_layers decoder layers (0 = all) of a model with configuration cfg, stored as
+ * `plan` says, on `backend` ("cpu" or "cuda"), with activations and workspace for `tokens` tokens (>= 1).
+ * cfg->tie_word_embeddings decides whether lm_head is a bank of its own: a caller that bound a checkpoint where
+ * the two differ (tied in config.json but an lm_head.weight present) passes a copy with the flag as bound.
+ * Fails with FM_ERR_USAGE (bad arguments), FM_ERR_UNSUPPORTED (a format the backend does not store) or
+ * FM_ERR_FORMAT (sizes that overflow). Allocates nothing. */
+fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,
+                                 int64_t tokens, fm_memory_plan *out, fm_error *err);
+
+/* FM_OK when p->peak fits in `available` bytes; otherwise FM_ERR_NOMEM with a message such as
+ * "model needs 61.1 GiB on cuda (weights 56.9, activations 0.7, workspace 1.3 for 2048 tokens) but 8.0 GiB is
+ * available (--vram-limit)". `source` says where `available` comes from. */
+fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const char *source, fm_error *err);
+
+/* Formats bytes as "61.06 GiB" / "35.2 MiB" / "512 bytes" into buf. Returns buf. */
+const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
+
+/* Free and total bytes of the current CUDA device (cudaMemGetInfo). Defined in src/backend/cuda/device_info.cu
+ * (src/backend/cuda/no_cuda.c in a build without nvcc: FM_ERR_BACKEND). total may be NULL. */
+fm_status fm_cuda_free_memory(size_t *free_bytes, size_t *total, fm_error *err);
+
+#endif

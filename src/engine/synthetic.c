@@ -1,0 +1,116 @@
+/* Synthetic models at the shapes of real checkpoints, for benchmarks: every weight slot is a synthetic view
+ * (fm_synth in model/model_src.h) with its own seed, so the backend generates the values where it runs and
+ * then converts them through the same path as checkpoint weights. Scales keep activations at a realistic
+ * size: linear weights uniform with variance 1/fan_in, norms 1 +- 0.1, router logits of std ~2 (decisive
+ * routing), and embeddings with outlier channels (every 97th column x8). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "util/status.h"
+
+typedef struct synth_shape {
+    const char *name;
+    fm_arch     arch;
+    int32_t     vocab, hidden, layers, heads, kv_heads, head_dim, experts, top_k, moe_inter;
+    float       eps;
+    double      theta;
+} synth_shape;
+
+/* Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 config.json values */
+static const synth_shape shapes[] = {
+    {"qwen3-30b-a3b", FM_ARCH_QWEN3_MOE, 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 1e-6f, 1e6},
+    {"mixtral-8x7b", FM_ARCH_MIXTRAL, 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 1e-5f, 1e6},
+};
+
+const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b"; }
+
+static void make_config(const synth_shape *s, fm_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = s->arch;
+    strcpy(c->model_type, s->arch == FM_ARCH_MIXTRAL ? "mixtral" : "qwen3_moe");
+    c->vocab_size = s->vocab, c->hidden_size = s->hidden, c->n_layers = s->layers;
+    c->n_heads = s->heads, c->n_kv_heads = s->kv_heads, c->head_dim = s->head_dim;
+    c->n_experts = s->experts, c->n_experts_per_tok = s->top_k, c->moe_intermediate = s->moe_inter;
+    c->dense_intermediate = s->moe_inter, c->decoder_sparse_step = 1, c->norm_topk_prob = true;
+    c->qk_norm = s->arch == FM_ARCH_QWEN3_MOE;
+    c->router  = s->arch == FM_ARCH_MIXTRAL ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK;
+    c->rms_norm_eps = s->eps, c->rope_theta = s->theta, c->max_position_embeddings = 1 << 20;
+    for (int l = 0; l < s->layers; l++) c->layer_is_moe[l] = true;
+}
+
+typedef struct seeder {
+    uint64_t next;
+} seeder;
+
+static fm_wsrc linear_view(seeder *sd, int64_t rows, int64_t cols) {
+    return (fm_wsrc){NULL, 0, rows, cols, {sd->next++ * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}};
+}
+
+static fm_wsrc norm_view(seeder *sd, int64_t cols) {
+    return (fm_wsrc){NULL, 0, 1, cols, {sd->next++ * 0x632BE59BD9B4E019ull, 0.1f, 1.0f, 0}};
+}
+
+static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) {
+    memset(src, 0, sizeof *src);
+    src->cfg = *c;
+    seeder sd = {1};
+    const int64_t H = c->hidden_size, hd = c->head_dim, nq = (int64_t)c->n_heads * hd, nkv = (int64_t)c->n_kv_heads * hd;
+    const int64_t E = c->n_experts, I = c->moe_intermediate, V = c->vocab_size;
+    src->embed = (fm_wsrc){NULL, 0, V, H, {sd.next++ * 0x632BE59BD9B4E019ull, 1.0f, 0.0f, 97}};
+    src->final_norm = norm_view(&sd, H);
+    src->lm_head    = linear_view(&sd, V, H);
+    src->layers     = calloc((size_t)c->n_layers, sizeof *src->layers);
+    if (!src->layers) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    src->n_params = 2 * V * H + H;
+    for (int l = 0; l < c->n_layers; l++) {
+        fm_layer_src *L = &src->layers[l];
+        L->attn_norm = norm_view(&sd, H), L->ffn_norm = norm_view(&sd, H);
+        L->q = linear_view(&sd, nq, H), L->k = linear_view(&sd, nkv, H), L->v = linear_view(&sd, nkv, H);
+        L->o = linear_view(&sd, H, nq);
+        if (c->qk_norm) L->q_norm = norm_view(&sd, hd), L->k_norm = norm_view(&sd, hd);
+        L->is_moe = true;
+        L->layout = FM_EXPERTS_PER_EXPERT;
+        L->router = linear_view(&sd, E, H);
+        L->router.synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
+        L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
+        L->expert_up   = calloc((size_t)E, sizeof(fm_wsrc));
+        L->expert_down = calloc((size_t)E, sizeof(fm_wsrc));
+        if (!L->expert_gate || !L->expert_up || !L->expert_down) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        for (int64_t e = 0; e < E; e++) {
+            L->expert_gate[e] = linear_view(&sd, I, H);
+            L->expert_up[e]   = linear_view(&sd, I, H);
+            L->expert_down[e] = linear_view(&sd, H, I);
+        }
+        src->n_params += 2 * H + 2 * nq * H + 2 * nkv * H + (c->qk_norm ? 2 * hd : 0) + E * H + 3 * E * I * H;
+    }
+    return FM_OK;
+}
+
+fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
+                                  fm_error *err) {
+    *out = NULL;
+    const synth_shape *s = NULL;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (strcmp(shapes[i].name, name) == 0) s = &shapes[i];
+    if (!s) return fm_fail(err, FM_ERR_USAGE, "unknown synthetic model '%s' (choose %s)", name, fm_synthetic_names());
+    if (n_layers < 0 || n_layers > s->layers)
+        return fm_fail(err, FM_ERR_USAGE, "%s has %d layers; --layers %d is out of range", name, s->layers, n_layers);
+    fm_model *m = fm_calloc(1, sizeof *m, err, "model");
+    if (!m) return FM_ERR_NOMEM;
+    make_config(s, &m->cfg);
+    if (n_layers > 0) m->cfg.n_layers = n_layers; /* build only the layers that run */
+    fm_model_src src;
+    fm_options o = *opt;
+    o.n_layers   = 0;
+    fm_status st = make_src(&m->cfg, &src, err);
+    if (!st) st = fm_model_build(m, &src, &o, err);
+    fm_model_src_free(&src);
+    if (st) {
+        fm_model_free(m);
+        return st;
+    }
+    *out = m;
+    return FM_OK;
+}
