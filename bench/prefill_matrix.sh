@@ -25,3 +25,4 @@ PY
     done
   done
 done
+tar czf "$out/prefill_runs.tgz" -C "$out" $(cd "$out" && ls prefill_*.json prefill_*.txt 2>/dev/null) && rm -f "$out"/prefill_*.json "$out"/prefill_*.txt

@@ -1,18 +1,36 @@
 /* fp8moe inspect: what a checkpoint is, without loading its weights: architecture, shapes, dtypes,
- * parameter counts and the bytes it takes in each weight format. */
+ * parameter counts and the bytes it takes in each weight format; with --tokens, the memory plan of a backend
+ * and preset (engine/memory_plan.h) and whether it fits the GPU or a --vram-limit. */
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/cli.h"
+#include "engine/memory_plan.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "model/model_src.h"
 
 static const char *HELP =
-    "usage: fp8moe inspect --model DIR [--tensors]\n"
+    "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--layers N]\n"
+    "                      [--vram-limit BYTES]]\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory\n"
     "  --tensors          also list every tensor with its dtype and shape\n"
+    "  --tokens T         also print the memory plan for a prompt of T tokens: weights by family, activation\n"
+    "                     buffers, workspace, total, computed before anything is allocated\n"
+    "  --backend B        the plan's backend: cpu (default) or cuda\n"
+    "  --preset P         the plan's preset: ref (default), int4, fp8, fp4\n"
+    "  --layers N         plan only the first N decoder layers\n"
+    "  --vram-limit BYTES cuda: say whether the plan fits in this much memory (8Gi, 7.5G, bytes) instead of\n"
+    "                     the GPU's free memory\n"
     "  -h, --help         this help\n";
+
+typedef struct plan_args {
+    int64_t     tokens, vram_limit;
+    const char *backend;
+    fm_preset   preset;
+    int32_t     n_layers;
+} plan_args;
 
 static void print_shape(const fm_wsrc *w, const char *name) {
     if (w->rows == 1) printf("  %-28s [%lld]\n", name, (long long)w->cols);
@@ -87,24 +105,111 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     print_shape(&src->lm_head, c->tie_word_embeddings ? "lm_head (tied)" : "lm_head");
 }
 
+static void plan_row(const char *what, size_t bytes, int indent) {
+    printf("  %*s%-*s %12.2f %16zu\n", indent, "", 44 - indent, what, mib((double)bytes), bytes);
+}
+
+/* The memory plan section: returns the status of computing it (usage errors: a bad --layers). */
+static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, const plan_args *a, fm_error *err) {
+    fm_config cfg = *cfg_in;
+    /* lm_head has a bank of its own unless it is the embedding's tensor (a tied config may still ship one) */
+    cfg.tie_word_embeddings = src->lm_head.t == src->embed.t && src->lm_head.offset == src->embed.offset;
+    fm_plan plan;
+    fm_plan_for_backend(a->preset, a->backend, &plan);
+    fm_memory_plan p;
+    fm_status st = fm_memory_plan_compute(&cfg, &plan, a->backend, a->n_layers, a->tokens, &p, err);
+    if (st) return st;
+    printf("memory plan: backend %s, preset %s (dense %s, experts %s, other %s), %d layers, %lld tokens\n", p.backend,
+           fm_preset_name(a->preset), fm_wformat_name(plan.w_dense), fm_wformat_name(plan.w_expert),
+           fm_wformat_name(plan.w_other), p.n_layers, (long long)p.tokens);
+    printf("  %-44s %12s %16s\n", "category", "MiB", "bytes");
+    char what[96];
+    snprintf(what, sizeof what, "weights (%d banks)", p.n_banks);
+    plan_row(what, p.weight_total, 0);
+    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) {
+        const char *name = fm_mem_family_name((fm_mem_family)f);
+        if (f == FM_MEM_LM_HEAD && cfg.tie_word_embeddings) name = "lm_head (tied to the embeddings)";
+        plan_row(name, p.weights[f], 2);
+    }
+    snprintf(what, sizeof what, "activations (%d forward buffers)", p.n_buffers);
+    plan_row(what, p.activations, 0);
+    for (int i = 0; i < p.n_buffers; i++) plan_row(p.buffers[i].what, p.buffers[i].bytes, 2);
+    plan_row("workspace", p.workspace, 0);
+    if (!strcmp(p.backend, "cuda")) {
+        plan_row("MoE per-token scratch", p.ws_moe, 2);
+        plan_row("logits download staging (fp32)", p.ws_logits, 2);
+    } else {
+        plan_row("linear input quantization", p.ws_linear, 2);
+    }
+    plan_row("total (weights + activations + workspace)", p.total, 0);
+    plan_row(!strcmp(p.backend, "cuda") ? "load staging (transient, per bank)" : "load staging (transient)",
+             p.load_staging, 0);
+    plan_row("peak (what must fit)", p.peak, 0);
+    if (strcmp(p.backend, "cuda") != 0) {
+        if (a->vram_limit > 0) printf("(--vram-limit applies to the cuda backend)\n");
+        return FM_OK;
+    }
+    char b1[32], b2[32];
+    size_t free_bytes = 0, total = 0;
+    fm_error qerr = {{0}};
+    const bool have_gpu = fm_cuda_free_memory(&free_bytes, &total, &qerr) == FM_OK;
+    if (have_gpu) printf("GPU: %s free of %s\n", fm_mem_format(free_bytes, b1, sizeof b1), fm_mem_format(total, b2, sizeof b2));
+    else printf("GPU: not available here (%s)\n", qerr.msg);
+    if (!have_gpu && a->vram_limit <= 0) return FM_OK;
+    const bool   limited   = a->vram_limit > 0 && (!have_gpu || (uint64_t)a->vram_limit < (uint64_t)free_bytes);
+    const size_t available = limited ? (size_t)a->vram_limit : free_bytes;
+    fm_error verdict = {{0}};
+    if (fm_memory_plan_check(&p, available, limited ? "--vram-limit" : "free on the GPU", &verdict) == FM_OK)
+        printf("fits: yes, %s of %s available (%s)\n", fm_mem_format(p.peak, b1, sizeof b1),
+               fm_mem_format(available, b2, sizeof b2), limited ? "--vram-limit" : "free on the GPU");
+    else
+        printf("fits: no: %s\n", verdict.msg);
+    return FM_OK;
+}
+
 int cmd_inspect(int argc, char **argv) {
-    const char *cmd = "inspect", *dir = NULL;
+    const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false;
-    enum { OPT_MODEL_I = 2000, OPT_TENSORS };
+    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0};
+    enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
+                                             {"tokens", required_argument, 0, OPT_TOKENS},
+                                             {"backend", required_argument, 0, OPT_BACKEND_I},
+                                             {"preset", required_argument, 0, OPT_PRESET_I},
+                                             {"layers", required_argument, 0, OPT_LAYERS_I},
+                                             {"vram-limit", required_argument, 0, OPT_VRAM_I},
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
+    long v = 0;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (c == OPT_MODEL_I) dir = optarg;
         else if (c == OPT_TENSORS) list = true;
-        else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
+        else if (c == OPT_TOKENS) {
+            if (!cli_parse_int(cmd, "--tokens", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
+            pa.tokens = v;
+        } else if (c == OPT_BACKEND_I) {
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", optarg);
+            pa.backend = optarg, plan_only = "--backend";
+        } else if (c == OPT_PRESET_I) {
+            if (!fm_preset_parse(optarg, &pa.preset))
+                return cli_usage(cmd, "--preset must be one of ref, int4, fp8, fp4, got '%s'", optarg);
+            plan_only = "--preset";
+        } else if (c == OPT_LAYERS_I) {
+            if (!cli_parse_int(cmd, "--layers", optarg, 1, 100000, &v)) return CLI_USAGE;
+            pa.n_layers = (int32_t)v, plan_only = "--layers";
+        } else if (c == OPT_VRAM_I) {
+            if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &pa.vram_limit)) return CLI_USAGE;
+            plan_only = "--vram-limit";
+        } else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
         else return cli_usage(cmd, "unknown option or missing value: '%s'", argv[optind - 1]);
     }
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
     if (!dir) return cli_usage(cmd, "--model is required");
+    if (plan_only && !pa.tokens) return cli_usage(cmd, "%s describes the memory plan, which needs --tokens T", plan_only);
     fm_error     err = {{0}};
     fm_config    cfg;
     fm_st_set    set = {0};
@@ -121,6 +226,7 @@ int cmd_inspect(int argc, char **argv) {
                 for (int d = 0; d < t->n_dims; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
                 printf("]\n");
             }
+        if (pa.tokens) st = print_plan(&cfg, &src, &pa, &err);
     }
     fm_model_src_free(&src);
     fm_st_close(&set);
