@@ -142,7 +142,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
         plan_row("linear input quantization", p.ws_linear, 2);
     }
     plan_row("total (weights + activations + workspace)", p.total, 0);
-    plan_row(!strcmp(p.backend, "cuda") ? "load staging (transient, per bank)" : "load staging (transient)",
+    plan_row(!strcmp(p.backend, "cuda") ? "load staging (transient, one bank at a time)" : "load staging (transient)",
              p.load_staging, 0);
     plan_row("peak (what must fit)", p.peak, 0);
     if (strcmp(p.backend, "cuda") != 0) {

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/linear.cuh"
+#include "backend/cuda/moe_grouped_cublas.cuh"
 #include "backend/cuda/moe_per_token.cuh"
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/rope.cuh"
@@ -150,8 +151,13 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
     require_native(a_dispatch, "moe");
     require_native(a_down, "moe");
-    fm_cuda_moe_per_token(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                          (bf16 *)out);
+    /* bf16 banks (ref): grouped GEMMs through cuBLAS; int4 banks: the per-token W4A16 baseline */
+    if (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16)
+        fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
+                                   (const bf16 *)weights, k, (bf16 *)out);
+    else
+        fm_cuda_moe_per_token(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
+                              (const bf16 *)weights, k, (bf16 *)out);
 }
 
 static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, void *out) {

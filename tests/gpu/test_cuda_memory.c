@@ -1,0 +1,204 @@
+/* The memory plan against the GPU (src/engine/memory_plan.h). For each bundled model, a synthetic
+ * Qwen3-30B-A3B at full size, and the presets the CUDA backend runs (ref = bf16, int4):
+ *   - the bytes the CUDA backend reports for its banks (m->weight_bytes, and bank by bank per family) equal the
+ *     plan's weights exactly: fm_bank_bytes_for and cuda_bank.cu agree;
+ *   - the device's used memory (cudaMemGetInfo, through fm_cuda_free_memory) grows across the load by the
+ *     plan's weights, within allocator rounding: at most 2 MiB per device allocation of a bank (values, and
+ *     int4 scales) plus what a bare backend takes (stream, cuBLAS handle: measured here), and at least the
+ *     weights less a few 2 MiB pages the driver keeps mapped after cudaFree of small allocations and reuses;
+ *   - a --vram-limit one byte below the plan's peak fails with FM_ERR_NOMEM naming --vram-limit, before
+ *     anything is allocated: used memory is exactly what it was; a limit equal to the peak loads.
+ * Runs only where a GPU is present (make test-gpu). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+
+#define MiB             ((size_t)1 << 20)
+#define ROUNDING        (2 * MiB) /* the driver maps device memory in 2 MiB pages: at most this much per allocation */
+#define REUSED_SMALL    (8 * MiB) /* pages of freed small allocations the driver may keep mapped and hand out again */
+
+static size_t used_now(void) {
+    size_t   free_bytes = 0, total = 0;
+    fm_error err        = {{0}};
+    if (fm_cuda_free_memory(&free_bytes, &total, &err)) fail_msg("%s", err.msg);
+    return total - free_bytes;
+}
+
+typedef struct source {
+    const char *dir;       /* a checkpoint, or */
+    const char *synthetic; /* a synthetic model's name */
+} source;
+
+static fm_status load(const source *src, const fm_options *opt, fm_model **m, fm_error *err) {
+    return src->dir ? fm_model_load(src->dir, opt, m, err) : fm_model_load_synthetic(src->synthetic, 0, opt, m, err);
+}
+
+static const char *name_of(const source *src) { return src->dir ? src->dir : src->synthetic; }
+
+/* the plan model.c checks: the loaded layers, lm_head as bound, FM_DEFAULT_MAX_TOKENS tokens */
+static void plan_of(const fm_model *m, fm_memory_plan *p) {
+    fm_config cfg           = m->cfg;
+    cfg.tie_word_embeddings = m->lm_head == m->embed;
+    fm_error err            = {{0}};
+    if (fm_memory_plan_compute(&cfg, &m->plan, "cuda", m->n_layers, FM_DEFAULT_MAX_TOKENS, p, &err))
+        fail_msg("plan: %s", err.msg);
+}
+
+static void add(const fm_model *m, const fm_bank *b, fm_mem_family f, size_t *bytes) {
+    if (b) bytes[f] += m->be->ops->bank_bytes(b);
+}
+
+/* the CUDA backend's bytes per family, bank by bank */
+static void loaded_bytes(const fm_model *m, size_t bytes[FM_MEM_FAMILY_COUNT]) {
+    memset(bytes, 0, FM_MEM_FAMILY_COUNT * sizeof *bytes);
+    add(m, m->embed, FM_MEM_EMBED, bytes);
+    if (m->lm_head != m->embed) add(m, m->lm_head, FM_MEM_LM_HEAD, bytes);
+    add(m, m->final_norm, FM_MEM_NORMS, bytes);
+    for (int l = 0; l < m->n_layers; l++) {
+        const fm_layer_weights *L = &m->layers[l];
+        add(m, L->attn_norm, FM_MEM_NORMS, bytes), add(m, L->ffn_norm, FM_MEM_NORMS, bytes);
+        add(m, L->q_norm, FM_MEM_NORMS, bytes), add(m, L->k_norm, FM_MEM_NORMS, bytes);
+        add(m, L->qkv, FM_MEM_ATTN, bytes), add(m, L->o, FM_MEM_ATTN, bytes);
+        add(m, L->router, FM_MEM_ROUTER, bytes);
+        add(m, L->gate_up, L->is_moe ? FM_MEM_EXPERTS : FM_MEM_DENSE_MLP, bytes);
+        add(m, L->down, L->is_moe ? FM_MEM_EXPERTS : FM_MEM_DENSE_MLP, bytes);
+    }
+}
+
+/* device memory a bare backend of this plan takes (stream, cuBLAS handle and its workspace) */
+static size_t backend_overhead(fm_preset p) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    const size_t before = used_now();
+    fm_backend  *be     = NULL;
+    fm_error     err    = {{0}};
+    if (fm_backend_create("cuda", &plan, 0, &be, &err)) fail_msg("backend: %s", err.msg);
+    const size_t after = used_now();
+    be->ops->destroy(be);
+    return after > before ? after - before : 0;
+}
+
+static void check_source(const source *src, bool warm_up) {
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    for (int i = 0; i < 2; i++) {
+        fm_options opt;
+        fm_options_init(&opt);
+        opt.backend = "cuda", opt.preset = presets[i];
+        fm_model *m   = NULL;
+        fm_error  err = {{0}};
+        if (warm_up) { /* CUDA context, cuBLAS, the conversion kernels' modules: not the model's memory */
+            if (load(src, &opt, &m, &err)) fail_msg("load %s: %s", name_of(src), err.msg);
+            fm_model_free(m);
+        }
+        const size_t overhead = backend_overhead(presets[i]);
+        const size_t before   = used_now();
+        if (load(src, &opt, &m, &err)) fail_msg("load %s: %s", name_of(src), err.msg);
+        const size_t after = used_now();
+        fm_memory_plan plan;
+        plan_of(m, &plan);
+        size_t got[FM_MEM_FAMILY_COUNT];
+        loaded_bytes(m, got);
+        for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+            if (got[f] != plan.weights[f])
+                fail_msg("%s %s: the cuda backend holds %zu bytes of %s, the plan says %zu", name_of(src),
+                         fm_preset_name(presets[i]), got[f], fm_mem_family_name((fm_mem_family)f), plan.weights[f]);
+        assert_int_equal(m->weight_bytes, plan.weight_total);
+
+        const long long delta = (long long)after - (long long)before;
+        const size_t    slack = (size_t)plan.n_weight_allocs * ROUNDING + overhead + ROUNDING;
+        printf("%-32s %-4s weights %12zu (plan) | device used +%lld (%+.2f MiB vs plan; bare backend %.2f MiB, "
+               "%d allocations, slack %.1f MiB)\n",
+               name_of(src), fm_preset_name(presets[i]), plan.weight_total, delta,
+               ((double)delta - (double)plan.weight_total) / (double)MiB, (double)overhead / (double)MiB,
+               plan.n_weight_allocs, (double)slack / (double)MiB);
+        if (delta + (long long)REUSED_SMALL < (long long)plan.weight_total)
+            fail_msg("%s %s: device memory grew by %lld bytes, less than the plan's %zu bytes of weights", name_of(src),
+                     fm_preset_name(presets[i]), delta, plan.weight_total);
+        if (delta > (long long)(plan.weight_total + slack))
+            fail_msg("%s %s: device memory grew by %lld bytes, more than the plan's %zu bytes of weights + %zu of "
+                     "rounding and backend", name_of(src), fm_preset_name(presets[i]), delta, plan.weight_total, slack);
+        fm_model_free(m);
+
+        /* a limit one byte short: refused before anything is allocated */
+        opt.vram_limit        = (int64_t)plan.peak - 1;
+        const size_t before_2 = used_now();
+        fm_status    st       = load(src, &opt, &m, &err);
+        const size_t after_2  = used_now();
+        if (st != FM_ERR_NOMEM) fail_msg("%s: --vram-limit %lld gave %s: %s", name_of(src), (long long)opt.vram_limit,
+                                         fm_status_name(st), err.msg);
+        assert_null(m);
+        assert_non_null(strstr(err.msg, "--vram-limit"));
+        if (after_2 != before_2) fail_msg("%s: a refused load changed device memory by %lld bytes", name_of(src),
+                                          (long long)after_2 - (long long)before_2);
+        /* exactly enough: loads */
+        opt.vram_limit = (int64_t)plan.peak;
+        if (load(src, &opt, &m, &err)) fail_msg("%s: --vram-limit = the plan's peak %zu: %s", name_of(src), plan.peak, err.msg);
+        fm_model_free(m);
+    }
+}
+
+static void tiny_code_moe(void **s) {
+    (void)s;
+    const source src = {"models/tiny-code-moe", NULL};
+    check_source(&src, true);
+}
+
+static void qwen3_f32(void **s) {
+    (void)s;
+    const source src = {"tests/models/qwen3-moe-f32", NULL};
+    check_source(&src, true);
+}
+
+static void qwen3_tied_dense(void **s) { /* tied lm_head, a dense MLP layer */
+    (void)s;
+    const source src = {"tests/models/qwen3-moe-tied-f32", NULL};
+    check_source(&src, true);
+}
+
+static void mixtral_sharded(void **s) {
+    (void)s;
+    const source src = {"tests/models/mixtral-f32-sharded", NULL};
+    check_source(&src, true);
+}
+
+/* all 48 layers at real shapes: 61.1 GB in bf16, 16.7 GB in int4 (tests/test_memory_plan.c derives them by hand);
+ * no warm-up load: the kernels are loaded by the tests above */
+static void qwen3_30b_a3b_full(void **s) {
+    (void)s;
+    const source src = {NULL, "qwen3-30b-a3b"};
+    check_source(&src, false);
+}
+
+/* the plan of the whole model against an 8 GiB card: refused by fm_model_load, nothing allocated */
+static void qwen3_30b_a3b_on_8gib(void **s) {
+    (void)s;
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = "cuda", opt.vram_limit = (int64_t)8 << 30;
+    fm_model    *m      = NULL;
+    fm_error     err    = {{0}};
+    const size_t before = used_now();
+    assert_int_equal(fm_model_load_synthetic("qwen3-30b-a3b", 0, &opt, &m, &err), FM_ERR_NOMEM);
+    assert_int_equal(used_now(), before);
+    assert_null(m);
+    printf("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "model needs"));
+    assert_non_null(strstr(err.msg, "8.0 GiB is available (--vram-limit)"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tiny_code_moe),      cmocka_unit_test(qwen3_f32),          cmocka_unit_test(qwen3_tied_dense),
+        cmocka_unit_test(mixtral_sharded),    cmocka_unit_test(qwen3_30b_a3b_full), cmocka_unit_test(qwen3_30b_a3b_on_8gib),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,451 @@
+/* The memory plan (src/engine/memory_plan.h), without a GPU: its weight bytes equal what the CPU backend holds
+ * after a real load (bank for bank, family by family); its figures for a Qwen3-30B-A3B-shaped config on cuda
+ * equal the ones derived by hand below; an 8 GiB card is refused with a clear message before anything is
+ * allocated; `fp8moe inspect --tokens` prints the plan and every command parses --vram-limit (exit 2 on a bad
+ * value). The CUDA backend's side (bank bytes, device memory) is tests/gpu/test_cuda_memory.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "io/config.h"
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+static const char *const models[] = {
+    "models/tiny-code-moe",      "tests/models/qwen3-moe-f32",          "tests/models/qwen3-moe-bf16",
+    "tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-fused-bf16", "tests/models/mixtral-f32-sharded",
+};
+
+/* ---- bank bytes per format ------------------------------------------------------------------------------ */
+
+static void bank_bytes_formulas(void **s) {
+    (void)s;
+    /* cuda bf16: rows padded to 8 elements */
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_BF16, 1, 3, 10), 3 * 16 * 2);
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_BF16, 4, 5, 64), 4 * 5 * 64 * 2);
+    /* cuda int4: rows padded to 32 elements = 16 bytes, plus bf16 scales per 128 columns (the last partial) */
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128, 2, 3, 130), 2 * 3 * 80 + 2 * 3 * 2 * 2);
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128, 1, 1, 1), 16 + 2);
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_F32, 1, 1, 1), 0); /* not stored on the GPU */
+    /* cpu: fp32 values whatever the format, int4 adds fp32 scales */
+    assert_int_equal(fm_bank_bytes_for("cpu", FM_W_F32, 2, 3, 130), 2 * 3 * 130 * 4);
+    assert_int_equal(fm_bank_bytes_for("cpu", FM_W_BF16, 2, 3, 130), 2 * 3 * 130 * 4);
+    assert_int_equal(fm_bank_bytes_for("cpu", FM_W_INT4_G128, 2, 3, 130), 2 * 3 * 130 * 4 + 2 * 3 * 2 * 4);
+    assert_int_equal(fm_bank_bytes_for("tpu", FM_W_BF16, 1, 1, 1), 0);
+    assert_true(fm_bank_bytes_for("cuda", FM_W_BF16, 65536, INT64_C(1) << 40, INT64_C(1) << 30) == SIZE_MAX);
+}
+
+/* ---- the CPU backend holds what the plan says ------------------------------------------------------------ */
+
+typedef struct fam_bytes {
+    size_t  bytes[FM_MEM_FAMILY_COUNT];
+    int32_t n_banks;
+} fam_bytes;
+
+static void count(const fm_model *m, const fm_bank *b, fm_mem_family f, fam_bytes *out) {
+    if (!b) return;
+    out->bytes[f] += m->be->ops->bank_bytes(b);
+    out->n_banks++;
+}
+
+/* the loaded model's banks, sorted into the plan's families */
+static void loaded_bytes(const fm_model *m, fam_bytes *out) {
+    memset(out, 0, sizeof *out);
+    count(m, m->embed, FM_MEM_EMBED, out);
+    if (m->lm_head != m->embed) count(m, m->lm_head, FM_MEM_LM_HEAD, out);
+    count(m, m->final_norm, FM_MEM_NORMS, out);
+    for (int l = 0; l < m->n_layers; l++) {
+        const fm_layer_weights *L = &m->layers[l];
+        count(m, L->attn_norm, FM_MEM_NORMS, out), count(m, L->ffn_norm, FM_MEM_NORMS, out);
+        count(m, L->q_norm, FM_MEM_NORMS, out), count(m, L->k_norm, FM_MEM_NORMS, out);
+        count(m, L->qkv, FM_MEM_ATTN, out), count(m, L->o, FM_MEM_ATTN, out);
+        count(m, L->router, FM_MEM_ROUTER, out);
+        count(m, L->gate_up, L->is_moe ? FM_MEM_EXPERTS : FM_MEM_DENSE_MLP, out);
+        count(m, L->down, L->is_moe ? FM_MEM_EXPERTS : FM_MEM_DENSE_MLP, out);
+    }
+}
+
+static void plan_of(const fm_model *m, const char *backend, int64_t T, fm_memory_plan *p) {
+    fm_config cfg           = m->cfg;
+    cfg.tie_word_embeddings = m->lm_head == m->embed;
+    fm_error err            = {{0}};
+    fm_status st            = fm_memory_plan_compute(&cfg, &m->plan, backend, m->n_layers, T, p, &err);
+    if (st) fail_msg("plan: %s", err.msg);
+}
+
+static void cpu_weights_equal_plan(void **s) {
+    (void)s;
+    const fm_preset presets[]       = {FM_PRESET_REF, FM_PRESET_INT4};
+    const char     *plan_backends[] = {"cpu", "cuda"}; /* cuda: the CPU emulating the GPU's formats (bf16, int4) */
+    const int32_t   layers[]        = {0, 1};
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        for (int p = 0; p < 2; p++)
+            for (int b = 0; b < 2; b++)
+                for (int l = 0; l < 2; l++) {
+                    fm_options opt;
+                    fm_options_init(&opt);
+                    opt.preset = presets[p], opt.plan_backend = plan_backends[b], opt.n_layers = layers[l];
+                    fm_model *m   = NULL;
+                    fm_error  err = {{0}};
+                    if (fm_model_load(models[i], &opt, &m, &err)) fail_msg("load %s: %s", models[i], err.msg);
+                    fm_memory_plan plan;
+                    plan_of(m, "cpu", 37, &plan);
+                    fam_bytes got;
+                    loaded_bytes(m, &got);
+                    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+                        if (got.bytes[f] != plan.weights[f])
+                            fail_msg("%s %s/%s layers %d: %s holds %zu bytes, the plan says %zu", models[i],
+                                     fm_preset_name(presets[p]), plan_backends[b], layers[l],
+                                     fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
+                    assert_int_equal(m->weight_bytes, plan.weight_total);
+                    assert_int_equal(got.n_banks, plan.n_banks);
+                    assert_int_equal(plan.n_layers, m->n_layers);
+                    assert_true(plan.activations > 0 && plan.total == plan.weight_total + plan.activations + plan.workspace);
+                    fm_model_free(m);
+                }
+}
+
+/* tiny-code-moe on cuda at 2048 tokens, by hand: H 192, vocab 4096, 4 + 2x2 heads of 48, 16 experts top-4 of width
+ * 128 (intermediate_size 512 sizes the dense gate_up buffer), 4 layers, untied */
+static void tiny_code_moe_cuda_by_hand(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error  err = {{0}};
+    assert_int_equal(fm_config_load("models/tiny-code-moe", &cfg, &err), FM_OK);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_REF, "cuda", &plan);
+    fm_memory_plan p;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 2048, &p, &err), FM_OK);
+    assert_int_equal(p.weights[FM_MEM_EMBED], 4096 * 192 * 2);
+    assert_int_equal(p.weights[FM_MEM_LM_HEAD], 4096 * 192 * 2);
+    assert_int_equal(p.weights[FM_MEM_NORMS], 192 * 2 + 4 * (2 * 192 + 2 * 48) * 2);
+    assert_int_equal(p.weights[FM_MEM_ATTN], 4 * (384 * 192 + 192 * 192) * 2);
+    assert_int_equal(p.weights[FM_MEM_ROUTER], 4 * 16 * 192 * 2);
+    assert_int_equal(p.weights[FM_MEM_EXPERTS], 4 * 16 * (256 * 192 + 192 * 128) * 2);
+    assert_int_equal(p.weights[FM_MEM_DENSE_MLP], 0);
+    assert_int_equal(p.weight_total, 13496448); /* = the bf16 checkpoint's bytes: every width is a multiple of 8 */
+    const size_t act = 2048 * 4 + 3 * 2048 * 192 * 2 + 2048 * 384 * 2 + 2048 * 192 * 2 + 2048 * 1024 * 2 +
+                       2048 * 512 * 2 + 2048 * 16 * 2 + 2048 * 4 * 4 + 2048 * 4 * 2 + 2048 * 4096 * 2;
+    assert_int_equal(p.activations, act);
+    assert_int_equal(p.ws_moe, 2048 * 4 * (3 * 128 + 192) * 2);
+    assert_int_equal(p.ws_logits, 2048 * 4096 * 4);
+    assert_int_equal(p.total, 13496448 + act + p.ws_moe + p.ws_logits);
+    assert_int_equal(p.load_staging, 64 << 20);
+    assert_int_equal(p.peak, p.total);
+    printf("tiny-code-moe cuda ref T=2048: weights %zu, activations %zu, workspace %zu, total %zu bytes\n",
+           p.weight_total, p.activations, p.workspace, p.total);
+}
+
+/* ---- Qwen3-30B-A3B on cuda ------------------------------------------------------------------------------- */
+
+/* Qwen/Qwen3-30B-A3B's config.json (the fields fp8moe reads) */
+static const char QWEN3_30B[] =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 2048,"
+    " \"num_hidden_layers\": 48, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, \"head_dim\": 128,"
+    " \"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"intermediate_size\": 6144,"
+    " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"vocab_size\": 151936,"
+    " \"tie_word_embeddings\": false, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"hidden_act\": \"silu\","
+    " \"max_position_embeddings\": 40960, \"attention_bias\": false, \"use_sliding_window\": false}";
+
+static void qwen3_30b_plan(fm_preset preset, int64_t T, fm_memory_plan *p) {
+    fm_config cfg;
+    fm_error  err = {{0}};
+    if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
+    fm_plan plan;
+    fm_plan_for_backend(preset, "cuda", &plan);
+    if (fm_memory_plan_compute(&cfg, &plan, "cuda", 0, T, p, &err)) fail_msg("%s", err.msg);
+}
+
+/* By hand (H 2048, V 151936, L 48, q|k|v rows (32 + 2 x 4) x 128 = 5120, o [2048, 4096], E 128, I 768; every
+ * width a multiple of 32, so no padding; int4 = K/2 bytes + 2 bytes per 128 of K per row):
+ *   bf16  embed = lm_head   151936 x 2048 x 2                    =    622,329,856 each
+ *         norms             48 x (2 x 2048 + 2 x 128) x 2 + 4096 =        421,888
+ *         attention         48 x (5120 x 2048 + 2048 x 4096) x 2 =  1,811,939,328
+ *         router            48 x 128 x 2048 x 2                  =     25,165,824
+ *         experts           48 x 128 x (1536 x 2048 + 2048 x 768) x 2 = 57,982,058,496
+ *         total                                                  = 61,064,245,248  (61.1 GB, 56.9 GiB)
+ *   int4  attention         48 x (5120 x (1024 + 32) + 2048 x (2048 + 64))   =    467,140,608
+ *         experts           48 x 128 x (1536 x (1024 + 32) + 2048 x (384 + 12)) = 14,948,499,456
+ *         + embed, lm_head, norms, router in bf16 as above       -> total 16,685,887,488  (16.7 GB, 15.5 GiB)
+ *   activations at T = 2048 (bf16; gate_up/swiglu sized by intermediate_size 6144, as forward.c does):
+ *         ids 8,192 + 3 x [T, H] 25,165,824 + qkv 20,971,520 + attention out 16,777,216 + gate_up 50,331,648
+ *         + swiglu 25,165,824 + router logits 524,288 + expert ids 65,536 + weights 32,768 + logits 622,329,856
+ *         = 761,372,672
+ *   workspace: MoE scratch 2048 x 8 x (3 x 768 + 2048) x 2 = 142,606,336; logits staging 2048 x 151936 x 4 =
+ *         1,244,659,712; = 1,387,266,048
+ * So the bf16 plan is about 61 GB of weights (63.2 GB with T = 2048), int4 16-17 GB (18.8 GB with T = 2048). */
+static void qwen3_30b_a3b_on_cuda(void **s) {
+    (void)s;
+    fm_memory_plan bf, i4;
+    qwen3_30b_plan(FM_PRESET_REF, 2048, &bf);
+    qwen3_30b_plan(FM_PRESET_INT4, 2048, &i4);
+    assert_int_equal(bf.n_layers, 48);
+    assert_int_equal(bf.weights[FM_MEM_EMBED], 622329856);
+    assert_int_equal(bf.weights[FM_MEM_LM_HEAD], 622329856);
+    assert_int_equal(bf.weights[FM_MEM_NORMS], 421888);
+    assert_int_equal(bf.weights[FM_MEM_ATTN], 1811939328);
+    assert_int_equal(bf.weights[FM_MEM_ROUTER], 25165824);
+    assert_int_equal(bf.weights[FM_MEM_EXPERTS], INT64_C(57982058496));
+    assert_int_equal(bf.weights[FM_MEM_DENSE_MLP], 0);
+    assert_int_equal(bf.weight_total, INT64_C(61064245248));
+    assert_true(bf.weight_total > 60e9 && bf.weight_total < 62e9);
+    assert_int_equal(i4.weights[FM_MEM_ATTN], 467140608);
+    assert_int_equal(i4.weights[FM_MEM_EXPERTS], INT64_C(14948499456));
+    assert_int_equal(i4.weights[FM_MEM_EMBED] + i4.weights[FM_MEM_LM_HEAD] + i4.weights[FM_MEM_NORMS] + i4.weights[FM_MEM_ROUTER],
+                     bf.weights[FM_MEM_EMBED] + bf.weights[FM_MEM_LM_HEAD] + bf.weights[FM_MEM_NORMS] + bf.weights[FM_MEM_ROUTER]);
+    assert_int_equal(i4.weight_total, INT64_C(16685887488));
+    assert_true(i4.weight_total > 16e9 && i4.weight_total < 17e9);
+    for (int i = 0; i < 2; i++) {
+        const fm_memory_plan *p = i ? &i4 : &bf;
+        assert_int_equal(p->activations, 761372672);
+        assert_int_equal(p->ws_moe, 142606336);
+        assert_int_equal(p->ws_logits, INT64_C(1244659712));
+        assert_int_equal(p->workspace, INT64_C(1387266048));
+        assert_int_equal(p->total, p->weight_total + INT64_C(761372672) + INT64_C(1387266048));
+        assert_int_equal(p->peak, p->total);
+        printf("qwen3-30b-a3b cuda %s T=2048: weights %zu (%.2f GiB), activations %zu, workspace %zu, total %zu (%.2f "
+               "GiB)\n",
+               i ? "int4" : "ref(bf16)", p->weight_total, (double)p->weight_total / GiB, p->activations, p->workspace,
+               p->total, (double)p->total / GiB);
+    }
+    /* the activations and workspace grow linearly with T; the weights do not */
+    fm_memory_plan bf1;
+    qwen3_30b_plan(FM_PRESET_REF, 1, &bf1);
+    assert_int_equal(bf1.weight_total, bf.weight_total);
+    assert_int_equal(bf.activations, 2048 * bf1.activations);
+    assert_int_equal(bf.workspace, 2048 * bf1.workspace);
+}
+
+/* An 8 GiB card: the bf16 and the int4 plan are both refused, before anything is allocated, by one line that says
+ * how much is needed, of what, and what is available. */
+static void vram_limit_refuses_8gib(void **s) {
+    (void)s;
+    const size_t   limit = (size_t)8 << 30;
+    fm_memory_plan bf, i4;
+    qwen3_30b_plan(FM_PRESET_REF, 2048, &bf);
+    qwen3_30b_plan(FM_PRESET_INT4, 2048, &i4);
+    fm_error err = {{0}};
+    assert_int_equal(fm_memory_plan_check(&bf, limit, "--vram-limit", &err), FM_ERR_NOMEM);
+    printf("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "model needs 58.9 GiB on cuda (weights 56.9 GiB"));
+    assert_non_null(strstr(err.msg, "for 2048 tokens) but 8.0 GiB is available (--vram-limit)"));
+    assert_null(strchr(err.msg, '\n'));
+    assert_int_equal(fm_memory_plan_check(&i4, limit, "--vram-limit", &err), FM_ERR_NOMEM);
+    assert_non_null(strstr(err.msg, "model needs 17.5 GiB"));
+    /* a 24 GiB card takes the int4 model, not the bf16 one; the boundary is exact */
+    assert_int_equal(fm_memory_plan_check(&i4, (size_t)24 << 30, "free on the GPU", &err), FM_OK);
+    assert_int_equal(fm_memory_plan_check(&bf, (size_t)24 << 30, "free on the GPU", &err), FM_ERR_NOMEM);
+    assert_int_equal(fm_memory_plan_check(&bf, bf.peak, "x", &err), FM_OK);
+    assert_int_equal(fm_memory_plan_check(&bf, bf.peak - 1, "x", &err), FM_ERR_NOMEM);
+    /* two figures that print alike get their exact bytes */
+    assert_non_null(strstr(err.msg, "bytes)"));
+}
+
+/* fm_model_load on cuda with a tiny --vram-limit: refused by the plan (GPU here) or by the missing GPU (CI);
+ * either way nothing is returned. A negative limit is a usage error on any backend. */
+static void load_refuses_before_allocating(void **s) {
+    (void)s;
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend    = "cuda";
+    opt.vram_limit = 1 << 20;
+    fm_model *m    = NULL;
+    fm_error  err  = {{0}};
+    fm_status st   = fm_model_load("models/tiny-code-moe", &opt, &m, &err);
+    assert_null(m);
+    if (st == FM_ERR_NOMEM) assert_non_null(strstr(err.msg, "--vram-limit"));
+    else {
+        assert_int_equal(st, FM_ERR_BACKEND);
+        assert_non_null(strstr(err.msg, "cuda backend"));
+    }
+    fm_options_init(&opt);
+    opt.vram_limit = -1;
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "--vram-limit"));
+    fm_options_init(&opt);
+    opt.max_tokens = -5;
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_ERR_USAGE);
+    assert_null(m);
+}
+
+static void plan_argument_errors(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error  err = {{0}};
+    assert_int_equal(fm_config_load("tests/models/qwen3-moe-f32", &cfg, &err), FM_OK);
+    fm_plan ref_cpu, ref_cuda;
+    fm_plan_for_backend(FM_PRESET_REF, "cpu", &ref_cpu);
+    fm_plan_for_backend(FM_PRESET_REF, "cuda", &ref_cuda);
+    fm_memory_plan p;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 0, 0, &p, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "tpu", 0, 1, &p, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 4, 1, &p, &err), FM_ERR_USAGE);
+    /* fp32 weights are the CPU's; the GPU does not store them */
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cpu, "cuda", 0, 1, &p, &err), FM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "f32"));
+    /* tokens so many that the sizes overflow */
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 0, INT64_MAX / 4, &p, &err), FM_ERR_FORMAT);
+    /* fewer layers: fewer weights, the same activations */
+    fm_memory_plan all, one;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 0, 16, &all, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 1, 16, &one, &err), FM_OK);
+    assert_true(one.weight_total < all.weight_total);
+    assert_int_equal(one.activations, all.activations);
+}
+
+/* ---- the command line ------------------------------------------------------------------------------------ */
+
+static const char *bin;
+static char tmp[256];
+static char out_text[1 << 16], err_text[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+}
+
+/* Runs "fp8moe ARGS" and returns its exit code; stdout/stderr land in out_text/err_text. */
+static int fp8moe(const char *fmt, ...) {
+    char args[2048], cmd[4096], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s >%s/stdout 2>%s/stderr", bin, args, tmp, tmp);
+    int status = system(cmd);
+    snprintf(path, sizeof path, "%s/stdout", tmp);
+    slurp(path, out_text, sizeof out_text);
+    snprintf(path, sizeof path, "%s/stderr", tmp);
+    slurp(path, err_text, sizeof err_text);
+    if (!WIFEXITED(status)) fail_msg("'%s' did not exit normally (status %d)", args, status);
+    return WEXITSTATUS(status);
+}
+
+static void expect_usage(int code, const char *needle) {
+    if (code != 2 || !strstr(err_text, needle)) fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, err_text);
+}
+
+static void inspect_prints_the_plan(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error  err = {{0}};
+    assert_int_equal(fm_config_load("models/tiny-code-moe", &cfg, &err), FM_OK);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_INT4, "cuda", &plan);
+    fm_memory_plan p;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 512, &p, &err), FM_OK);
+
+    assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --preset int4 --tokens 512"), 0);
+    assert_non_null(strstr(out_text, "architecture: qwen3_moe")); /* the checkpoint report is still there */
+    assert_non_null(strstr(out_text, "memory plan: backend cuda, preset int4"));
+    const char *rows[] = {"weights", "embeddings", "lm_head", "norms", "attention (qkv + o)", "router", "experts",
+                          "dense MLP", "activations", "logits", "workspace", "MoE per-token scratch",
+                          "logits download staging", "total", "peak"};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        if (!strstr(out_text, rows[i])) fail_msg("inspect --tokens: no '%s' row in:\n%s", rows[i], out_text);
+    char num[64];
+    const size_t figures[] = {p.weight_total, p.activations, p.workspace, p.total, p.weights[FM_MEM_EXPERTS]};
+    for (size_t i = 0; i < sizeof figures / sizeof *figures; i++) {
+        snprintf(num, sizeof num, " %zu\n", figures[i]);
+        if (!strstr(out_text, num)) fail_msg("inspect --tokens: %zu bytes not printed:\n%s", figures[i], out_text);
+    }
+    /* a limit decides "fits", with or without a GPU here */
+    assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --tokens 512 --vram-limit 1Mi"), 0);
+    assert_non_null(strstr(out_text, "fits: no: model needs"));
+    assert_non_null(strstr(out_text, "(--vram-limit)"));
+    assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --tokens 512 --vram-limit 0.5Gi"), 0);
+    assert_non_null(strstr(out_text, "fits: yes"));
+    /* cpu plan: fp32 banks, no GPU section */
+    assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-tied-f32 --tokens 8"), 0);
+    assert_non_null(strstr(out_text, "memory plan: backend cpu, preset ref"));
+    assert_non_null(strstr(out_text, "lm_head (tied to the embeddings)"));
+    assert_null(strstr(out_text, "GPU:"));
+    /* without --tokens, no plan */
+    assert_int_equal(fp8moe("inspect --model models/tiny-code-moe"), 0);
+    assert_null(strstr(out_text, "memory plan"));
+}
+
+static void vram_limit_parsing(void **s) {
+    (void)s;
+    const char *m = "inspect --model models/tiny-code-moe --tokens 16 --backend cuda";
+    const char *bad[] = {"abc", "0", "-5", "8Q", "8gb", "1.5", ".5G", "8.G", "G", "99999999999999999999", "9000000000Ti", "''"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect_usage(fp8moe("%s --vram-limit %s", m, bad[i]), "--vram-limit");
+    const char *good[] = {"123456789", "8G", "8Gi", "7.5Gi", "512M", "512Mi", "64K", "64Ki", "1T", "1Ti"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        if (fp8moe("%s --vram-limit %s", m, good[i]) != 0) fail_msg("--vram-limit %s refused: %s", good[i], err_text);
+    /* 7.5Gi is 7.5 x 2^30 bytes exactly */
+    assert_int_equal(fp8moe("%s --vram-limit 7.5Gi", m), 0);
+    assert_non_null(strstr(out_text, "7.5 GiB"));
+    /* inspect's plan options need --tokens */
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --vram-limit 8Gi"), "--tokens");
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --backend cuda"), "--tokens");
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --tokens 0"), "--tokens");
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --tokens 8 --layers 9"), "layers");
+    expect_usage(fp8moe("inspect --model models/tiny-code-moe --tokens 8 --backend tpu"), "--backend");
+    /* the model commands share the option */
+    const char *ids = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
+    expect_usage(fp8moe("logits %s --out %s/x --vram-limit 12X", ids, tmp), "--vram-limit");
+    expect_usage(fp8moe("perplexity %s --window 8 --vram-limit -1", ids), "--vram-limit");
+    expect_usage(fp8moe("parity %s --vram-limit lots", ids), "--vram-limit");
+    expect_usage(fp8moe("logits %s --out %s/x --vram-limit", ids, tmp), "--vram-limit"); /* missing value */
+    for (int i = 0; i < 3; i++) {
+        static const char *const cmds[] = {"logits", "perplexity", "parity"};
+        assert_int_equal(fp8moe("%s --help", cmds[i]), 0);
+        assert_non_null(strstr(out_text, "--vram-limit BYTES"));
+    }
+    /* on the cpu the limit is accepted and does not apply */
+    char out[512];
+    snprintf(out, sizeof out, "%s/logits.f32", tmp);
+    assert_int_equal(fp8moe("logits %s --out %s --vram-limit 1K", ids, out), 0);
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    unlink(out);
+    /* on cuda a limit too small is a clear error (or, without a GPU, the missing GPU is), and no output file */
+    int code = fp8moe("logits %s --out %s --backend cuda --vram-limit 1M", ids, out);
+    assert_int_equal(code, 1);
+    if (!strstr(err_text, "--vram-limit") && !strstr(err_text, "cuda backend")) fail_msg("stderr: %s", err_text);
+    assert_true(stat(out, &sb) != 0);
+}
+
+static int setup(void **s) {
+    (void)s;
+    bin = getenv("FP8MOE_BIN");
+    if (!bin) bin = "build/fp8moe";
+    snprintf(tmp, sizeof tmp, "/tmp/fp8moe-plan-XXXXXX");
+    return mkdtemp(tmp) ? 0 : -1;
+}
+
+static int teardown(void **s) {
+    (void)s;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bank_bytes_formulas),
+        cmocka_unit_test(cpu_weights_equal_plan),
+        cmocka_unit_test(tiny_code_moe_cuda_by_hand),
+        cmocka_unit_test(qwen3_30b_a3b_on_cuda),
+        cmocka_unit_test(vram_limit_refuses_8gib),
+        cmocka_unit_test(load_refuses_before_allocating),
+        cmocka_unit_test(plan_argument_errors),
+        cmocka_unit_test(inspect_prints_the_plan),
+        cmocka_unit_test(vram_limit_parsing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
