@@ -81,6 +81,7 @@ int cmd_bench(int argc, char **argv) {
 
     fm_error err = {{0}};
     fm_model *m = NULL;
+    mo.opt.max_tokens = a.tokens;
     const double t_load = cli_now();
     fm_status st = fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err);
     if (st) return cli_fail(cmd, st, &err);

@@ -46,6 +46,7 @@ int cmd_logits(int argc, char **argv) {
     fm_model *m   = NULL;
     float    *logits = NULL;
     fm_status st  = fm_ids_read(ids_path, &ids, &n, &err);
+    mo.opt.max_tokens = n; /* the memory check plans for this prompt */
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
     if (!st) {
         const size_t count = (size_t)n * (size_t)fm_model_vocab_size(m);

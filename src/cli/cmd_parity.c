@@ -133,6 +133,7 @@ int cmd_parity(int argc, char **argv) {
     fm_status st  = fm_ids_read(ids_path, &ids, &T, &err);
     if (st) return cli_fail(cmd, st, &err);
     if (T > tokens) T = tokens;
+    mo.opt.max_tokens = T;
 
     parity_row rows[1 + FM_PRESET_COUNT * 2];
     memset(rows, 0, sizeof rows);

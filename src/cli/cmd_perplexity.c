@@ -66,6 +66,7 @@ int cmd_perplexity(int argc, char **argv) {
         st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens hold %lld windows of %ld, not %ld", ids_path,
                                      (long long)n, (long long)(n / window), window, windows);
     if (!st && windows == 0) windows = n / window;
+    mo.opt.max_tokens = window;
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
     double ppl = 0, loss = 0;
     progress_state ps = {cli_now()};

@@ -1,6 +1,6 @@
 // GEMV over a weight bank (see gemv.cuh).
 //
-// Grid (P, ceil(N / 8)); 8 warps per block, one output element per warp. The block first copies its input
+// Grid (ceil(P / MR), ceil(N / 8)); 8 warps per block, one output element (for MR input rows) per warp. The block first copies its input
 // row to shared memory (bf16, zero-padded to the bank's padded row), then each lane walks the weight row in
 // 16-byte loads: 8 bf16 weights, or 32 int4 codes. An int4 chunk of 32 lies inside one 128-group, so the
 // lane scales its partial sum once per chunk: acc += scale_g * sum(x * q), the per-group promotion of the
@@ -10,47 +10,74 @@
 
 #define GEMV_WARPS 8
 
-template <int INT4>
+// MR input rows per block share each weight load (dense projections: MR = 4; routed pairs, whose rows use
+// different experts: MR = 1).
+template <int INT4, int MR>
 static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scales, int64_t rows, int64_t cols,
                                    int64_t ld, int64_t n_groups, int32_t idx, const int32_t *matrix_of_row,
-                                   const __nv_bfloat16 *x, int64_t x_row_div, __nv_bfloat16 *y) {
+                                   const __nv_bfloat16 *x, int64_t x_row_div, int64_t P, __nv_bfloat16 *y) {
     extern __shared__ __nv_bfloat16 xs[];
-    const int64_t p = blockIdx.x, kpad = INT4 ? ld * 2 : ld;
-    const __nv_bfloat16 *xr = x + (p / x_row_div) * cols;
-    for (int64_t k = threadIdx.x; k < kpad; k += blockDim.x) xs[k] = k < cols ? xr[k] : __float2bfloat16_rn(0.0f);
+    const int64_t p0 = blockIdx.x * (int64_t)MR, kpad = INT4 ? ld * 2 : ld;
+    for (int r = 0; r < MR; r++) {
+        const bool live = p0 + r < P;
+        const __nv_bfloat16 *xr = x + ((p0 + r) / x_row_div) * cols;
+        for (int64_t k = threadIdx.x; k < kpad; k += blockDim.x)
+            xs[r * kpad + k] = live && k < cols ? xr[k] : __float2bfloat16_rn(0.0f);
+    }
     __syncthreads();
     const int     lane = threadIdx.x & 31;
     const int64_t n    = blockIdx.y * (int64_t)GEMV_WARPS + (threadIdx.x >> 5);
     if (n >= rows) return;
-    const int64_t e   = matrix_of_row ? matrix_of_row[p] : idx;
+    const int64_t e   = matrix_of_row ? matrix_of_row[p0] : idx;
     const int64_t row = e * rows + n;
-    float acc = 0.0f;
+    float acc[MR];
+#pragma unroll
+    for (int r = 0; r < MR; r++) acc[r] = 0.0f;
     if (INT4) {
         const uint4 *wr = (const uint4 *)((const uint8_t *)wbase + row * ld);
         for (int64_t c = lane; c < ld / 16; c += 32) {
-            const uint4    v     = wr[c];
+            const uint4    v        = wr[c];
             const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-            const __nv_bfloat16 *xk = xs + c * 32;
-            float part = 0.0f;
+            float          q[32];
 #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                const int q = (int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8;
-                part += __bfloat162float(xk[i]) * (float)q;
+            for (int i = 0; i < 32; i++) q[i] = (float)((int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8);
+            const float sc = __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
+#pragma unroll
+            for (int r = 0; r < MR; r++) {
+                const __nv_bfloat16 *xk = xs + r * kpad + c * 32;
+                float part = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 32; i++) part += __bfloat162float(xk[i]) * q[i];
+                acc[r] += part * sc;
             }
-            acc += part * __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
         }
     } else {
         const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)wbase + row * ld);
         for (int64_t c = lane; c < ld / 8; c += 32) {
             const uint4 v = wr[c];
             const __nv_bfloat16 *wv = (const __nv_bfloat16 *)&v;
-            const __nv_bfloat16 *xk = xs + c * 8;
 #pragma unroll
-            for (int i = 0; i < 8; i++) acc += __bfloat162float(xk[i]) * __bfloat162float(wv[i]);
+            for (int r = 0; r < MR; r++) {
+                const __nv_bfloat16 *xk = xs + r * kpad + c * 8;
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[r] += __bfloat162float(xk[i]) * __bfloat162float(wv[i]);
+            }
         }
     }
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) y[p * rows + n] = __float2bfloat16_rn(acc);
+#pragma unroll
+    for (int r = 0; r < MR; r++) {
+        float a = acc[r];
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0 && p0 + r < P) y[(p0 + r) * rows + n] = __float2bfloat16_rn(a);
+    }
+}
+
+template <int INT4, int MR>
+static void launch(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, const __nv_bfloat16 *x,
+                   int64_t x_row_div, int64_t P, __nv_bfloat16 *y, size_t smem, cudaStream_t s) {
+    dim3 grid((unsigned)fm_ceil_div(P, MR), (unsigned)fm_ceil_div(w->rows, GEMV_WARPS));
+    gemv_kernel<INT4, MR><<<grid, GEMV_WARPS * 32, smem * MR, s>>>(w->w, w->scales, w->rows, w->cols, w->ld, w->n_groups,
+                                                                  idx, matrix_of_row, x, x_row_div, P, y);
 }
 
 void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, const __nv_bfloat16 *x,
@@ -64,12 +91,11 @@ void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, c
         abort();
     }
     if (P == 0) return;
-    dim3 grid((unsigned)P, (unsigned)fm_ceil_div(w->rows, GEMV_WARPS));
-    if (int4)
-        gemv_kernel<1><<<grid, GEMV_WARPS * 32, smem, s>>>(w->w, w->scales, w->rows, w->cols, w->ld, w->n_groups, idx,
-                                                          matrix_of_row, x, x_row_div, y);
-    else
-        gemv_kernel<0><<<grid, GEMV_WARPS * 32, smem, s>>>(w->w, NULL, w->rows, w->cols, w->ld, 0, idx, matrix_of_row,
-                                                          x, x_row_div, y);
+    /* rows sharing one matrix (no per-row matrix) share weight loads, 4 at a time */
+    const bool shared = matrix_of_row == NULL && smem * 4 <= 48 * 1024;
+    if (int4) shared ? launch<1, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
+                     : launch<1, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
+    else shared ? launch<0, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
+                : launch<0, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
     FM_LAUNCH_CHECK(int4 ? "gemv_int4" : "gemv_bf16");
 }
