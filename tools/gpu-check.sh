@@ -6,11 +6,12 @@
 set -uo pipefail
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-make -j"$(nproc)" all tests-build build/tests/gpu/test_cuda_ops build/tests/gpu/test_cuda_models >"$out/build.log" 2>&1 \
+make -j"$(nproc)" all tests-build $(ls tests/gpu/test_*.c | sed "s|^tests|build/tests|; s|\.c$||") >"$out/build.log" 2>&1 \
     || { tail -30 "$out/build.log"; exit 1; }
 t0=$(date +%s); make test >"$out/test.log" 2>&1; test_rc=$?; test_s=$(( $(date +%s) - t0 ))
 t0=$(date +%s); ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
+./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
@@ -27,4 +28,5 @@ echo "|---|---|"
 echo "| make test (CPU suite) | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.log") programs passed, ${test_s} s |"
 echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops.log" | sort -g -k2 | tail -1), ${ops_s} s |"
 echo "| GPU model parity | rc $models_rc |"
+echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_memory.log" | tr '\n' ' ') |"
 echo "| sanitizers | $san |"
