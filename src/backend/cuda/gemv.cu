@@ -1,6 +1,6 @@
 // GEMV over a weight bank (see gemv.cuh).
 //
-// Grid (ceil(P / MR), ceil(N / 8)); 8 warps per block, one output element (for MR input rows) per warp. The block first copies its input
+// Grid (ceil(P / MR), ceil(N / 64)); 8 warps per block, 8 output elements (for MR input rows) per warp. The block first copies its input
 // row to shared memory (bf16, zero-padded to the bank's padded row), then each lane walks the weight row in
 // 16-byte loads: 8 bf16 weights, or 32 int4 codes. An int4 chunk of 32 lies inside one 128-group, so the
 // lane scales its partial sum once per chunk: acc += scale_g * sum(x * q), the per-group promotion of the
@@ -9,6 +9,7 @@
 #include "backend/cuda/gemv.cuh"
 
 #define GEMV_WARPS 8
+#define GEMV_ROWS_PER_WARP 8 /* outputs per warp: one shared-memory copy of x serves 64 outputs */
 
 // MR input rows per block share each weight load (dense projections: MR = 4; routed pairs, whose rows use
 // different experts: MR = 1).
@@ -25,57 +26,59 @@ static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scale
             xs[r * kpad + k] = live && k < cols ? xr[k] : __float2bfloat16_rn(0.0f);
     }
     __syncthreads();
-    const int     lane = threadIdx.x & 31;
-    const int64_t n    = blockIdx.y * (int64_t)GEMV_WARPS + (threadIdx.x >> 5);
-    if (n >= rows) return;
-    const int64_t e   = matrix_of_row ? matrix_of_row[p0] : idx;
-    const int64_t row = e * rows + n;
-    float acc[MR];
+    const int lane = threadIdx.x & 31;
+    const int64_t e = matrix_of_row ? matrix_of_row[p0] : idx;
+    for (int nn = 0; nn < GEMV_ROWS_PER_WARP; nn++) {
+        const int64_t n = (blockIdx.y * (int64_t)GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_ROWS_PER_WARP + nn;
+        if (n >= rows) return;
+        const int64_t row = e * rows + n;
+        float acc[MR];
 #pragma unroll
-    for (int r = 0; r < MR; r++) acc[r] = 0.0f;
-    if (INT4) {
-        const uint4 *wr = (const uint4 *)((const uint8_t *)wbase + row * ld);
-        for (int64_t c = lane; c < ld / 16; c += 32) {
-            const uint4    v        = wr[c];
-            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-            float          q[32];
+        for (int r = 0; r < MR; r++) acc[r] = 0.0f;
+        if (INT4) {
+            const uint4 *wr = (const uint4 *)((const uint8_t *)wbase + row * ld);
+            for (int64_t c = lane; c < ld / 16; c += 32) {
+                const uint4    v        = wr[c];
+                const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+                float          q[32];
 #pragma unroll
-            for (int i = 0; i < 32; i++) q[i] = (float)((int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8);
-            const float sc = __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
+                for (int i = 0; i < 32; i++) q[i] = (float)((int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8);
+                const float sc = __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
 #pragma unroll
-            for (int r = 0; r < MR; r++) {
-                const __nv_bfloat16 *xk = xs + r * kpad + c * 32;
-                float part = 0.0f;
+                for (int r = 0; r < MR; r++) {
+                    const __nv_bfloat16 *xk = xs + r * kpad + c * 32;
+                    float part = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 32; i++) part += __bfloat162float(xk[i]) * q[i];
-                acc[r] += part * sc;
+                    for (int i = 0; i < 32; i++) part += __bfloat162float(xk[i]) * q[i];
+                    acc[r] += part * sc;
+                }
+            }
+        } else {
+            const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)wbase + row * ld);
+            for (int64_t c = lane; c < ld / 8; c += 32) {
+                const uint4 v = wr[c];
+                const __nv_bfloat16 *wv = (const __nv_bfloat16 *)&v;
+#pragma unroll
+                for (int r = 0; r < MR; r++) {
+                    const __nv_bfloat16 *xk = xs + r * kpad + c * 8;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) acc[r] += __bfloat162float(xk[i]) * __bfloat162float(wv[i]);
+                }
             }
         }
-    } else {
-        const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)wbase + row * ld);
-        for (int64_t c = lane; c < ld / 8; c += 32) {
-            const uint4 v = wr[c];
-            const __nv_bfloat16 *wv = (const __nv_bfloat16 *)&v;
 #pragma unroll
-            for (int r = 0; r < MR; r++) {
-                const __nv_bfloat16 *xk = xs + r * kpad + c * 8;
-#pragma unroll
-                for (int i = 0; i < 8; i++) acc[r] += __bfloat162float(xk[i]) * __bfloat162float(wv[i]);
-            }
+        for (int r = 0; r < MR; r++) {
+            float a = acc[r];
+            for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0 && p0 + r < P) y[(p0 + r) * rows + n] = __float2bfloat16_rn(a);
         }
-    }
-#pragma unroll
-    for (int r = 0; r < MR; r++) {
-        float a = acc[r];
-        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-        if (lane == 0 && p0 + r < P) y[(p0 + r) * rows + n] = __float2bfloat16_rn(a);
     }
 }
 
 template <int INT4, int MR>
 static void launch(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, const __nv_bfloat16 *x,
                    int64_t x_row_div, int64_t P, __nv_bfloat16 *y, size_t smem, cudaStream_t s) {
-    dim3 grid((unsigned)fm_ceil_div(P, MR), (unsigned)fm_ceil_div(w->rows, GEMV_WARPS));
+    dim3 grid((unsigned)fm_ceil_div(P, MR), (unsigned)fm_ceil_div(w->rows, GEMV_WARPS * GEMV_ROWS_PER_WARP));
     gemv_kernel<INT4, MR><<<grid, GEMV_WARPS * 32, smem * MR, s>>>(w->w, w->scales, w->rows, w->cols, w->ld, w->n_groups,
                                                                   idx, matrix_of_row, x, x_row_div, P, y);
 }
@@ -85,7 +88,7 @@ void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, c
     const bool    int4 = w->fmt == FM_W_INT4_G128;
     const int64_t kpad = int4 ? w->ld * 2 : w->ld;
     const size_t  smem = (size_t)kpad * sizeof(__nv_bfloat16);
-    if (smem > 48 * 1024 || fm_ceil_div(w->rows, GEMV_WARPS) > 65535 || P > INT32_MAX || (int4 && w->ld % 16) || (!int4 && w->ld % 8)) {
+    if (smem > 48 * 1024 || fm_ceil_div(w->rows, GEMV_WARPS * GEMV_ROWS_PER_WARP) > 65535 || P > INT32_MAX || (int4 && w->ld % 16) || (!int4 && w->ld % 8)) {
         fprintf(stderr, "fp8moe: gemv: unsupported shape (K %lld, rows %lld) or layout\n", (long long)w->cols,
                 (long long)P);
         abort();
