@@ -18,12 +18,15 @@ static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scale
                                    int64_t ld, int64_t n_groups, int32_t idx, const int32_t *matrix_of_row,
                                    const __nv_bfloat16 *x, int64_t x_row_div, int64_t P, __nv_bfloat16 *y) {
     extern __shared__ __nv_bfloat16 xs[];
+    /* x rows in shared memory. int4: each lane reads the 32 x values of its 16-byte weight chunk, so chunks
+       of 32 are stored 40 apart (80 bytes): the 16-byte reads of 8 lanes then fall in distinct banks */
     const int64_t p0 = blockIdx.x * (int64_t)MR, kpad = INT4 ? ld * 2 : ld;
+    const int64_t rowlen = INT4 ? kpad / 32 * 40 : kpad;
     for (int r = 0; r < MR; r++) {
         const bool live = p0 + r < P;
         const __nv_bfloat16 *xr = x + ((p0 + r) / x_row_div) * cols;
         for (int64_t k = threadIdx.x; k < kpad; k += blockDim.x)
-            xs[r * kpad + k] = live && k < cols ? xr[k] : __float2bfloat16_rn(0.0f);
+            xs[r * rowlen + (INT4 ? k / 32 * 40 + k % 32 : k)] = live && k < cols ? xr[k] : __float2bfloat16_rn(0.0f);
     }
     __syncthreads();
     const int lane = threadIdx.x & 31;
@@ -46,10 +49,15 @@ static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scale
                 const float sc = __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
 #pragma unroll
                 for (int r = 0; r < MR; r++) {
-                    const __nv_bfloat16 *xk = xs + r * kpad + c * 32;
+                    const uint4 *xk = (const uint4 *)(xs + r * rowlen + c * 40);
                     float part = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < 32; i++) part += __bfloat162float(xk[i]) * q[i];
+                    for (int j = 0; j < 4; j++) {
+                        const uint4 xv = xk[j];
+                        const __nv_bfloat16 *xb = (const __nv_bfloat16 *)&xv;
+#pragma unroll
+                        for (int i = 0; i < 8; i++) part += __bfloat162float(xb[i]) * q[8 * j + i];
+                    }
                     acc[r] += part * sc;
                 }
             }
@@ -60,7 +68,7 @@ static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scale
                 const __nv_bfloat16 *wv = (const __nv_bfloat16 *)&v;
 #pragma unroll
                 for (int r = 0; r < MR; r++) {
-                    const __nv_bfloat16 *xk = xs + r * kpad + c * 8;
+                    const __nv_bfloat16 *xk = xs + r * rowlen + c * 8;
 #pragma unroll
                     for (int i = 0; i < 8; i++) acc[r] += __bfloat162float(xk[i]) * __bfloat162float(wv[i]);
                 }
@@ -86,8 +94,8 @@ static void launch(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, 
 void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, const __nv_bfloat16 *x,
                   int64_t x_row_div, int64_t P, __nv_bfloat16 *y, cudaStream_t s) {
     const bool    int4 = w->fmt == FM_W_INT4_G128;
-    const int64_t kpad = int4 ? w->ld * 2 : w->ld;
-    const size_t  smem = (size_t)kpad * sizeof(__nv_bfloat16);
+    const int64_t kpad = int4 ? w->ld * 2 : w->ld, rowlen = int4 ? kpad / 32 * 40 : kpad;
+    const size_t  smem = (size_t)rowlen * sizeof(__nv_bfloat16); /* per input row */
     if (smem > 48 * 1024 || fm_ceil_div(w->rows, GEMV_WARPS * GEMV_ROWS_PER_WARP) > 65535 || P > INT32_MAX || (int4 && w->ld % 16) || (!int4 && w->ld % 8)) {
         fprintf(stderr, "fp8moe: gemv: unsupported shape (K %lld, rows %lld) or layout\n", (long long)w->cols,
                 (long long)P);
