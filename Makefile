@@ -96,8 +96,12 @@ fuzz-run: fuzz
 deps:
 	@./tools/install-deps.sh
 
-# The main job: the parity table of every preset on the bundled trained model.
+# The main job: the parity table of the presets on the bundled trained model against the fp32 oracle; on the
+# GPU too when one is present (the presets the CUDA backend runs: ref, int4).
 run: all
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "== GPU: cuda backend"; ./$(BIN) parity --model models/tiny-code-moe --backend cuda --presets ref,int4; \
+	  echo; echo "== CPU: exact emulation of every preset"; fi
 	./$(BIN) parity --model models/tiny-code-moe
 
 clean:
@@ -107,7 +111,7 @@ help:
 	@echo "targets:"
 	@echo "  make [all]     build $(LIB) and $(BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
 	@echo "  make deps      install missing Debian packages (cJSON, cmocka)"
-	@echo "  make run       parity table of the presets on models/tiny-code-moe"
+	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
 	@echo "  make test-gpu  CUDA op tests against the CPU, whole-model GPU parity (needs a GPU)"

@@ -8,6 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cli_runner.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdbool.h>
@@ -18,42 +20,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *bin;
-static char tmp[256];
-static char out_text[1 << 16], err_text[1 << 16];
-
-static void slurp(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = 0;
-    if (f) fclose(f);
-}
-
-/* Runs "fp8moe ARGS" and returns its exit code; stdout/stderr land in out_text/err_text. A signal fails the test. */
-static int fp8moe(const char *fmt, ...) {
-    char args[2048], cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s %s >%s/stdout 2>%s/stderr", bin, args, tmp, tmp);
-    int status = system(cmd);
-    char path[512];
-    snprintf(path, sizeof path, "%s/stdout", tmp);
-    slurp(path, out_text, sizeof out_text);
-    snprintf(path, sizeof path, "%s/stderr", tmp);
-    slurp(path, err_text, sizeof err_text);
-    if (!WIFEXITED(status)) fail_msg("'%s' did not exit normally (status %d)", args, status);
-    int code = WEXITSTATUS(status);
-    if (code != 0 && code != 1 && code != 2) fail_msg("'%s' exited %d; stderr: %s", args, code, err_text);
-    return code;
-}
-
 static void expect_error(int code, int want, const char *needle) {
-    if (code != want || !strstr(err_text, needle))
-        fail_msg("exit %d (want %d); stderr should name '%s': %s", code, want, needle, err_text);
+    if (code != want || !strstr(cli_err, needle))
+        fail_msg("exit %d (want %d); stderr should name '%s': %s", code, want, needle, cli_err);
     /* one line */
-    const char *nl = strchr(err_text, '\n');
+    const char *nl = strchr(cli_err, '\n');
     assert_true(nl == NULL || nl[1] == 0);
 }
 
@@ -71,7 +42,7 @@ static bool exists(const char *path) {
 
 /* a copy of a golden model directory to break */
 static void copy_model(const char *src, const char *name, char *dst, size_t n) {
-    snprintf(dst, n, "%s/%s", tmp, name);
+    snprintf(dst, n, "%s/%s", cli_tmp, name);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dst, src, dst);
     assert_int_equal(system(cmd), 0);
@@ -103,28 +74,28 @@ static void patch_header(const char *path, const char *from, const char *to) {
 
 static void usage_errors(void **s) {
     (void)s;
-    assert_int_equal(fp8moe(""), 2);
+    assert_int_equal(fp8moe("%s", ""), 2);
     assert_int_equal(fp8moe("--help"), 0);
-    assert_non_null(strstr(out_text, "usage: fp8moe"));
+    assert_non_null(strstr(cli_out, "usage: fp8moe"));
     expect_error(fp8moe("frobnicate"), 2, "frobnicate");
     const char *cmds[] = {"logits", "perplexity", "inspect", "parity"};
     for (int i = 0; i < 4; i++) {
         assert_int_equal(fp8moe("%s --help", cmds[i]), 0);
-        assert_non_null(strstr(out_text, "usage: fp8moe"));
+        assert_non_null(strstr(cli_out, "usage: fp8moe"));
         assert_int_equal(fp8moe("%s", cmds[i]), 2);
     }
     const char *m = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
-    expect_error(fp8moe("logits %s --out %s/x --preset fp16", m, tmp), 2, "--preset");
-    expect_error(fp8moe("logits %s --out %s/x --layers abc", m, tmp), 2, "--layers");
-    expect_error(fp8moe("logits %s --out %s/x --backend tpu", m, tmp), 2, "--backend");
-    expect_error(fp8moe("logits %s --out %s/x stray", m, tmp), 2, "stray");
-    expect_error(fp8moe("logits %s --out %s/x --layers 9", m, tmp), 2, "--layers 9");
+    expect_error(fp8moe("logits %s --out %s/x --preset fp16", m, cli_tmp), 2, "--preset");
+    expect_error(fp8moe("logits %s --out %s/x --layers abc", m, cli_tmp), 2, "--layers");
+    expect_error(fp8moe("logits %s --out %s/x --backend tpu", m, cli_tmp), 2, "--backend");
+    expect_error(fp8moe("logits %s --out %s/x stray", m, cli_tmp), 2, "stray");
+    expect_error(fp8moe("logits %s --out %s/x --layers 9", m, cli_tmp), 2, "--layers 9");
 }
 
 static void logits_writes_every_position(void **s) {
     (void)s;
     char out[512];
-    snprintf(out, sizeof out, "%s/logits.f32", tmp);
+    snprintf(out, sizeof out, "%s/logits.f32", cli_tmp);
     assert_int_equal(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
                             "--out %s", out), 0);
     struct stat sb;
@@ -142,23 +113,23 @@ static void logits_writes_every_position(void **s) {
 static void bad_ids(void **s) {
     (void)s;
     char ids[512], out[512];
-    snprintf(out, sizeof out, "%s/never.f32", tmp);
+    snprintf(out, sizeof out, "%s/never.f32", cli_tmp);
     const char *m = "--model tests/models/qwen3-moe-f32";
-    snprintf(ids, sizeof ids, "%s/empty.i32", tmp);
+    snprintf(ids, sizeof ids, "%s/empty.i32", cli_tmp);
     write_bytes(ids, "", 0);
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "empty");
-    assert_non_null(strstr(err_text, ids));
-    snprintf(ids, sizeof ids, "%s/seven.i32", tmp);
+    assert_non_null(strstr(cli_err, ids));
+    snprintf(ids, sizeof ids, "%s/seven.i32", cli_tmp);
     write_bytes(ids, "1234567", 7);
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "multiple of 4");
-    snprintf(ids, sizeof ids, "%s/big.i32", tmp);
+    snprintf(ids, sizeof ids, "%s/big.i32", cli_tmp);
     int32_t v[3] = {1, 320, 2};
     write_bytes(ids, v, sizeof v);
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "outside the vocabulary");
     int32_t neg[1] = {-5};
     write_bytes(ids, neg, sizeof neg);
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "-5");
-    expect_error(fp8moe("logits %s --ids %s/absent.i32 --out %s", m, tmp, out), 1, "absent.i32");
+    expect_error(fp8moe("logits %s --ids %s/absent.i32 --out %s", m, cli_tmp, out), 1, "absent.i32");
     assert_false(exists(out)); /* no partial output */
 }
 
@@ -166,8 +137,8 @@ static void bad_models(void **s) {
     (void)s;
     char dir[512], path[600], out[512];
     const char *ids = "tests/models/qwen3-moe-f32/golden_ids.i32";
-    snprintf(out, sizeof out, "%s/never.f32", tmp);
-    expect_error(fp8moe("logits --model %s/nowhere --ids %s --out %s", tmp, ids, out), 1, "config.json");
+    snprintf(out, sizeof out, "%s/never.f32", cli_tmp);
+    expect_error(fp8moe("logits --model %s/nowhere --ids %s --out %s", cli_tmp, ids, out), 1, "config.json");
 
     copy_model("tests/models/qwen3-moe-f32", "truncated", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -193,7 +164,7 @@ static void bad_models(void **s) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     replace_in_file(path, "\"num_hidden_layers\": 3", "\"num_hidden_layers\": 4");
     expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "model.layers.3.");
-    assert_non_null(strstr(err_text, "missing"));
+    assert_non_null(strstr(cli_err, "missing"));
 
     copy_model("tests/models/qwen3-moe-f32", "shape", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -205,7 +176,7 @@ static void bad_models(void **s) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     patch_header(path, "\"model.embed_tokens.weight\":{\"dtype\":\"F32\"", "\"model.embed_tokens.weight\":{\"dtype\":\"I32\"");
     expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "model.embed_tokens.weight");
-    assert_non_null(strstr(err_text, "I32"));
+    assert_non_null(strstr(cli_err, "I32"));
 
     copy_model("tests/models/qwen3-moe-f32", "llama", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -223,7 +194,7 @@ static void bad_models(void **s) {
 static void cuda_backend_reports_cleanly(void **s) {
     (void)s;
     char out[512];
-    snprintf(out, sizeof out, "%s/cuda.f32", tmp);
+    snprintf(out, sizeof out, "%s/cuda.f32", cli_tmp);
     int code = fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
                       "--out %s --backend cuda", out);
     if (code == 0) {
@@ -243,21 +214,21 @@ static void cuda_backend_reports_cleanly(void **s) {
 static void inspect_reports(void **s) {
     (void)s;
     assert_int_equal(fp8moe("inspect --model tests/models/mixtral-f32-sharded --tensors"), 0);
-    assert_non_null(strstr(out_text, "architecture: mixtral"));
-    assert_non_null(strstr(out_text, "in 5 file(s)"));
-    assert_non_null(strstr(out_text, "model.layers.1.block_sparse_moe.experts.7.w2.weight"));
+    assert_non_null(strstr(cli_out, "architecture: mixtral"));
+    assert_non_null(strstr(cli_out, "in 5 file(s)"));
+    assert_non_null(strstr(cli_out, "model.layers.1.block_sparse_moe.experts.7.w2.weight"));
     assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-fused-bf16"), 0);
-    assert_non_null(strstr(out_text, "fused gate_up_proj"));
+    assert_non_null(strstr(cli_out, "fused gate_up_proj"));
     assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-tied-f32"), 0);
-    assert_non_null(strstr(out_text, "3 MoE, 1 dense MLP"));
-    assert_non_null(strstr(out_text, "lm_head (tied)"));
+    assert_non_null(strstr(cli_out, "3 MoE, 1 dense MLP"));
+    assert_non_null(strstr(cli_out, "lm_head (tied)"));
 }
 
 static void perplexity_last_line(void **s) {
     (void)s;
     assert_int_equal(fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
                             "--window 12 --windows 3 --preset fp8"), 0);
-    const char *last = strstr(out_text, "perplexity = ");
+    const char *last = strstr(cli_out, "perplexity = ");
     assert_non_null(last);
     double ppl = 0;
     assert_int_equal(sscanf(last, "perplexity = %lf", &ppl), 1);
@@ -270,12 +241,12 @@ static void perplexity_last_line(void **s) {
 static void parity_table_and_json(void **s) {
     (void)s;
     char json[512];
-    snprintf(json, sizeof json, "%s/parity.json", tmp);
+    snprintf(json, sizeof json, "%s/parity.json", cli_tmp);
     assert_int_equal(fp8moe("parity --model tests/models/mixtral-f32-sharded --presets int4,fp4 --json %s", json), 0);
-    assert_non_null(strstr(out_text, "| preset | backend | cosine vs fp32"));
-    assert_non_null(strstr(out_text, "| fp4 "));
-    slurp(json, out_text, sizeof out_text);
-    cJSON *root = cJSON_Parse(out_text);
+    assert_non_null(strstr(cli_out, "| preset | backend | cosine vs fp32"));
+    assert_non_null(strstr(cli_out, "| fp4 "));
+    slurp(json, cli_out, sizeof cli_out);
+    cJSON *root = cJSON_Parse(cli_out);
     assert_non_null(root);
     const cJSON *rows = cJSON_GetObjectItem(root, "presets");
     assert_int_equal(cJSON_GetArraySize(rows), 3); /* oracle + 2 */
@@ -284,21 +255,6 @@ static void parity_table_and_json(void **s) {
     const double cos = cJSON_GetObjectItem(fp4, "cosine")->valuedouble;
     assert_true(cos > 0.9 && cos < 1.0);
     cJSON_Delete(root);
-}
-
-static int setup(void **s) {
-    (void)s;
-    bin = getenv("FP8MOE_BIN");
-    if (!bin) bin = "build/fp8moe";
-    snprintf(tmp, sizeof tmp, "/tmp/fp8moe-cli-XXXXXX");
-    return mkdtemp(tmp) ? 0 : -1;
-}
-
-static int teardown(void **s) {
-    (void)s;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void) {
@@ -312,5 +268,5 @@ int main(void) {
         cmocka_unit_test(perplexity_last_line),
         cmocka_unit_test(parity_table_and_json),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

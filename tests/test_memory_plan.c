@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cli_runner.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,36 +308,8 @@ static void plan_argument_errors(void **s) {
 
 /* ---- the command line ------------------------------------------------------------------------------------ */
 
-static const char *bin;
-static char tmp[256];
-static char out_text[1 << 16], err_text[1 << 16];
-
-static void slurp(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = 0;
-    if (f) fclose(f);
-}
-
-/* Runs "fp8moe ARGS" and returns its exit code; stdout/stderr land in out_text/err_text. */
-static int fp8moe(const char *fmt, ...) {
-    char args[2048], cmd[4096], path[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s %s >%s/stdout 2>%s/stderr", bin, args, tmp, tmp);
-    int status = system(cmd);
-    snprintf(path, sizeof path, "%s/stdout", tmp);
-    slurp(path, out_text, sizeof out_text);
-    snprintf(path, sizeof path, "%s/stderr", tmp);
-    slurp(path, err_text, sizeof err_text);
-    if (!WIFEXITED(status)) fail_msg("'%s' did not exit normally (status %d)", args, status);
-    return WEXITSTATUS(status);
-}
-
 static void expect_usage(int code, const char *needle) {
-    if (code != 2 || !strstr(err_text, needle)) fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, err_text);
+    if (code != 2 || !strstr(cli_err, needle)) fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, cli_err);
 }
 
 static void inspect_prints_the_plan(void **s) {
@@ -349,33 +323,33 @@ static void inspect_prints_the_plan(void **s) {
     assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 512, &p, &err), FM_OK);
 
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --preset int4 --tokens 512"), 0);
-    assert_non_null(strstr(out_text, "architecture: qwen3_moe")); /* the checkpoint report is still there */
-    assert_non_null(strstr(out_text, "memory plan: backend cuda, preset int4"));
+    assert_non_null(strstr(cli_out, "architecture: qwen3_moe")); /* the checkpoint report is still there */
+    assert_non_null(strstr(cli_out, "memory plan: backend cuda, preset int4"));
     const char *rows[] = {"weights", "embeddings", "lm_head", "norms", "attention (qkv + o)", "router", "experts",
                           "dense MLP", "activations", "logits", "workspace", "MoE per-token scratch",
                           "logits download staging", "total", "peak"};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        if (!strstr(out_text, rows[i])) fail_msg("inspect --tokens: no '%s' row in:\n%s", rows[i], out_text);
+        if (!strstr(cli_out, rows[i])) fail_msg("inspect --tokens: no '%s' row in:\n%s", rows[i], cli_out);
     char num[64];
     const size_t figures[] = {p.weight_total, p.activations, p.workspace, p.total, p.weights[FM_MEM_EXPERTS]};
     for (size_t i = 0; i < sizeof figures / sizeof *figures; i++) {
         snprintf(num, sizeof num, " %zu\n", figures[i]);
-        if (!strstr(out_text, num)) fail_msg("inspect --tokens: %zu bytes not printed:\n%s", figures[i], out_text);
+        if (!strstr(cli_out, num)) fail_msg("inspect --tokens: %zu bytes not printed:\n%s", figures[i], cli_out);
     }
     /* a limit decides "fits", with or without a GPU here */
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --tokens 512 --vram-limit 1Mi"), 0);
-    assert_non_null(strstr(out_text, "fits: no: model needs"));
-    assert_non_null(strstr(out_text, "(--vram-limit)"));
+    assert_non_null(strstr(cli_out, "fits: no: model needs"));
+    assert_non_null(strstr(cli_out, "(--vram-limit)"));
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --tokens 512 --vram-limit 0.5Gi"), 0);
-    assert_non_null(strstr(out_text, "fits: yes"));
+    assert_non_null(strstr(cli_out, "fits: yes"));
     /* cpu plan: fp32 banks, no GPU section */
     assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-tied-f32 --tokens 8"), 0);
-    assert_non_null(strstr(out_text, "memory plan: backend cpu, preset ref"));
-    assert_non_null(strstr(out_text, "lm_head (tied to the embeddings)"));
-    assert_null(strstr(out_text, "GPU:"));
+    assert_non_null(strstr(cli_out, "memory plan: backend cpu, preset ref"));
+    assert_non_null(strstr(cli_out, "lm_head (tied to the embeddings)"));
+    assert_null(strstr(cli_out, "GPU:"));
     /* without --tokens, no plan */
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe"), 0);
-    assert_null(strstr(out_text, "memory plan"));
+    assert_null(strstr(cli_out, "memory plan"));
 }
 
 static void vram_limit_parsing(void **s) {
@@ -385,10 +359,10 @@ static void vram_limit_parsing(void **s) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect_usage(fp8moe("%s --vram-limit %s", m, bad[i]), "--vram-limit");
     const char *good[] = {"123456789", "8G", "8Gi", "7.5Gi", "512M", "512Mi", "64K", "64Ki", "1T", "1Ti"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
-        if (fp8moe("%s --vram-limit %s", m, good[i]) != 0) fail_msg("--vram-limit %s refused: %s", good[i], err_text);
+        if (fp8moe("%s --vram-limit %s", m, good[i]) != 0) fail_msg("--vram-limit %s refused: %s", good[i], cli_err);
     /* 7.5Gi is 7.5 x 2^30 bytes exactly */
     assert_int_equal(fp8moe("%s --vram-limit 7.5Gi", m), 0);
-    assert_non_null(strstr(out_text, "7.5 GiB"));
+    assert_non_null(strstr(cli_out, "7.5 GiB"));
     /* inspect's plan options need --tokens */
     expect_usage(fp8moe("inspect --model models/tiny-code-moe --vram-limit 8Gi"), "--tokens");
     expect_usage(fp8moe("inspect --model models/tiny-code-moe --backend cuda"), "--tokens");
@@ -397,18 +371,18 @@ static void vram_limit_parsing(void **s) {
     expect_usage(fp8moe("inspect --model models/tiny-code-moe --tokens 8 --backend tpu"), "--backend");
     /* the model commands share the option */
     const char *ids = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
-    expect_usage(fp8moe("logits %s --out %s/x --vram-limit 12X", ids, tmp), "--vram-limit");
+    expect_usage(fp8moe("logits %s --out %s/x --vram-limit 12X", ids, cli_tmp), "--vram-limit");
     expect_usage(fp8moe("perplexity %s --window 8 --vram-limit -1", ids), "--vram-limit");
     expect_usage(fp8moe("parity %s --vram-limit lots", ids), "--vram-limit");
-    expect_usage(fp8moe("logits %s --out %s/x --vram-limit", ids, tmp), "--vram-limit"); /* missing value */
+    expect_usage(fp8moe("logits %s --out %s/x --vram-limit", ids, cli_tmp), "--vram-limit"); /* missing value */
     for (int i = 0; i < 3; i++) {
         static const char *const cmds[] = {"logits", "perplexity", "parity"};
         assert_int_equal(fp8moe("%s --help", cmds[i]), 0);
-        assert_non_null(strstr(out_text, "--vram-limit BYTES"));
+        assert_non_null(strstr(cli_out, "--vram-limit BYTES"));
     }
     /* on the cpu the limit is accepted and does not apply */
     char out[512];
-    snprintf(out, sizeof out, "%s/logits.f32", tmp);
+    snprintf(out, sizeof out, "%s/logits.f32", cli_tmp);
     assert_int_equal(fp8moe("logits %s --out %s --vram-limit 1K", ids, out), 0);
     struct stat sb;
     assert_int_equal(stat(out, &sb), 0);
@@ -416,23 +390,8 @@ static void vram_limit_parsing(void **s) {
     /* on cuda a limit too small is a clear error (or, without a GPU, the missing GPU is), and no output file */
     int code = fp8moe("logits %s --out %s --backend cuda --vram-limit 1M", ids, out);
     assert_int_equal(code, 1);
-    if (!strstr(err_text, "--vram-limit") && !strstr(err_text, "cuda backend")) fail_msg("stderr: %s", err_text);
+    if (!strstr(cli_err, "--vram-limit") && !strstr(cli_err, "cuda backend")) fail_msg("stderr: %s", cli_err);
     assert_true(stat(out, &sb) != 0);
-}
-
-static int setup(void **s) {
-    (void)s;
-    bin = getenv("FP8MOE_BIN");
-    if (!bin) bin = "build/fp8moe";
-    snprintf(tmp, sizeof tmp, "/tmp/fp8moe-plan-XXXXXX");
-    return mkdtemp(tmp) ? 0 : -1;
-}
-
-static int teardown(void **s) {
-    (void)s;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void) {
@@ -447,5 +406,5 @@ int main(void) {
         cmocka_unit_test(inspect_prints_the_plan),
         cmocka_unit_test(vram_limit_parsing),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

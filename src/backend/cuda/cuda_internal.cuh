@@ -18,6 +18,15 @@ extern "C" {
 
 #define FM_CUDA_GROUP 128
 
+#define FM_CUBLAS_CHECK(call)                                                                                   \
+    do {                                                                                                        \
+        cublasStatus_t s_ = (call);                                                                             \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
+            fprintf(stderr, "fp8moe: cuBLAS error at %s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_);     \
+            abort();                                                                                            \
+        }                                                                                                       \
+    } while (0)
+
 struct fm_bank {
     fm_wformat     fmt;
     int32_t        n;

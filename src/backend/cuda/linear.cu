@@ -4,14 +4,6 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/linear.cuh"
 
-#define FM_CUBLAS_CHECK(call)                                                                                   \
-    do {                                                                                                        \
-        cublasStatus_t s_ = (call);                                                                             \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
-            fprintf(stderr, "fp8moe: cuBLAS error at %s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_);     \
-            abort();                                                                                            \
-        }                                                                                                       \
-    } while (0)
 
 void fm_cuda_linear(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y) {
     if (M == 0) return;

@@ -48,14 +48,6 @@ static unsigned blocks_for(int64_t n) {
     return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
 }
 
-#define CUBLAS_OK(call)                                                                                          \
-    do {                                                                                                         \
-        cublasStatus_t s_ = (call);                                                                              \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                       \
-            fprintf(stderr, "fp8moe: cuBLAS error at %s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_);      \
-            abort();                                                                                             \
-        }                                                                                                        \
-    } while (0)
 
 // Host-side arguments of one grouped call, one entry per expert that has rows (at most E).
 typedef struct group_args {
@@ -87,7 +79,7 @@ static void grouped_gemm(cuda_backend *be, const fm_bank *w, const int *counts, 
     FM_CUDA_CHECK(cudaMemcpyAsync(dev_ptrs, g->ptrs, (size_t)(3 * groups) * sizeof(void *), cudaMemcpyHostToDevice,
                                   be->stream));
     const void *const *dA = (const void *const *)dev_ptrs;
-    CUBLAS_OK(cublasGemmGroupedBatchedEx(be->cublas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, CUDA_R_16BF, g->lda,
+    FM_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(be->cublas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, CUDA_R_16BF, g->lda,
                                          dA + groups, CUDA_R_16BF, g->ldb, g->beta, (void *const *)(dev_ptrs + 2 * groups),
                                          CUDA_R_16BF, g->ldc, groups, g->size, CUBLAS_COMPUTE_32F));
     /* the pointer upload reads g->ptrs (pageable host memory) and dev_ptrs is reused by the next call */

@@ -5,6 +5,28 @@
 
 #define FM_ROUTE_MAX_K 32
 
+// The k selected values (probabilities or logits, descending) become weights: renormalised probabilities
+// (Qwen3 with norm_topk), the probabilities as they are, or a softmax over the k logits (Mixtral).
+static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int32_t k, bool softmax_topk, bool norm_topk,
+                                    int32_t *ids, __nv_bfloat16 *weights) {
+    if (softmax_topk) {
+        if (norm_topk) {
+            float s = 0.0f;
+            for (int32_t j = 0; j < k; j++) s += w[j];
+            for (int32_t j = 0; j < k; j++) w[j] /= s;
+        }
+    } else {
+        const float top = w[0];
+        float       s   = 0.0f;
+        for (int32_t j = 0; j < k; j++) s += (w[j] = expf(w[j] - top));
+        for (int32_t j = 0; j < k; j++) w[j] /= s;
+    }
+    for (int32_t j = 0; j < k; j++) {
+        ids[t * k + j]     = id[j];
+        weights[t * k + j] = __float2bfloat16_rn(w[j]);
+    }
+}
+
 static __global__ void route_kernel(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                                     bool norm_topk, int32_t *ids, __nv_bfloat16 *weights) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -29,22 +51,7 @@ static __global__ void route_kernel(const __nv_bfloat16 *logits, int64_t T, int3
         id[j] = best;
         w[j]  = bv;
     }
-    if (softmax_topk) {
-        if (norm_topk) {
-            float s = 0.0f;
-            for (int32_t j = 0; j < k; j++) s += w[j];
-            for (int32_t j = 0; j < k; j++) w[j] /= s;
-        }
-    } else {
-        const float top = w[0];
-        float       s   = 0.0f;
-        for (int32_t j = 0; j < k; j++) s += (w[j] = expf(w[j] - top));
-        for (int32_t j = 0; j < k; j++) w[j] /= s;
-    }
-    for (int32_t j = 0; j < k; j++) {
-        ids[t * k + j]     = id[j];
-        weights[t * k + j] = __float2bfloat16_rn(w[j]);
-    }
+    finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
 }
 
 #define WARP_E 8 /* experts per lane: E <= 256 */
@@ -94,22 +101,7 @@ static __global__ void route_warp_kernel(const __nv_bfloat16 *logits, int64_t T,
         id[j] = be, w[j] = bv;
     }
     if (lane != 0) return;
-    if (softmax_topk) {
-        if (norm_topk) {
-            float s = 0.0f;
-            for (int32_t j = 0; j < k; j++) s += w[j];
-            for (int32_t j = 0; j < k; j++) w[j] /= s;
-        }
-    } else {
-        const float top = w[0];
-        float       s   = 0.0f;
-        for (int32_t j = 0; j < k; j++) s += (w[j] = expf(w[j] - top));
-        for (int32_t j = 0; j < k; j++) w[j] /= s;
-    }
-    for (int32_t j = 0; j < k; j++) {
-        ids[t * k + j]     = id[j];
-        weights[t * k + j] = __float2bfloat16_rn(w[j]);
-    }
+    finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
 }
 
 extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,

@@ -1,0 +1,55 @@
+#include "cli_runner.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+char cli_tmp[256];
+char cli_out[1 << 16], cli_err[1 << 16];
+
+void slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+}
+
+int fp8moe(const char *fmt, ...) {
+    const char *bin = getenv("FP8MOE_BIN");
+    if (!bin) bin = "build/fp8moe";
+    char args[2048], cmd[4096], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s >%s/stdout 2>%s/stderr", bin, args, cli_tmp, cli_tmp);
+    int status = system(cmd);
+    snprintf(path, sizeof path, "%s/stdout", cli_tmp);
+    slurp(path, cli_out, sizeof cli_out);
+    snprintf(path, sizeof path, "%s/stderr", cli_tmp);
+    slurp(path, cli_err, sizeof cli_err);
+    if (!WIFEXITED(status)) fail_msg("'%s' did not exit normally (status %d)", args, status);
+    int code = WEXITSTATUS(status);
+    if (code != 0 && code != 1 && code != 2) fail_msg("'%s' exited %d; stderr: %s", args, code, cli_err);
+    return code;
+}
+
+int cli_runner_setup(void **state) {
+    (void)state;
+    snprintf(cli_tmp, sizeof cli_tmp, "/tmp/fp8moe-test-XXXXXX");
+    return mkdtemp(cli_tmp) ? 0 : -1;
+}
+
+int cli_runner_teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cli_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
