@@ -19,7 +19,7 @@ static const char *HELP =
     "and max latency over R runs after warm-up, tokens/s, and per stage the time, its bytes and FLOPs, and the\n"
     "floor max(bytes / 4.25 TB/s, FLOPs / 0.79 PFLOP/s).\n"
     "\n"
-    "  --synthetic NAME   qwen3-30b-a3b or mixtral-8x7b\n"
+    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, or toy-moe (small enough for the CPU)\n"
     "  --tokens T         prompt length (default 2048)\n"
     "  --repeat R         timed runs (default 10)\n"
     "  --warmup W         untimed runs first (default 2)\n"

@@ -3,10 +3,11 @@
  * its times: floor time = max(bytes / bandwidth, FLOPs / matrix rate). */
 #include "engine/cost.h"
 
+#include <math.h>
 #include <string.h>
 
 static double weight_bytes(fm_wformat f, double rows, double cols) {
-    if (f == FM_W_INT4_G128) return rows * cols / 2 + rows * ((cols + 127) / 128) * 2; /* codes + bf16 scales */
+    if (f == FM_W_INT4_G128) return rows * cols / 2 + rows * ceil(cols / 128) * 2; /* codes + bf16 scales */
     return rows * cols * (f == FM_W_F32 ? 4 : 2);
 }
 

@@ -18,13 +18,15 @@ typedef struct synth_shape {
     double      theta;
 } synth_shape;
 
-/* Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 config.json values */
+/* Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 config.json values; toy-moe is a Qwen3-MoE small enough
+ * for the CPU (tests and demonstrations of the benchmark itself) */
 static const synth_shape shapes[] = {
     {"qwen3-30b-a3b", FM_ARCH_QWEN3_MOE, 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 1e-6f, 1e6},
     {"mixtral-8x7b", FM_ARCH_MIXTRAL, 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 1e-5f, 1e6},
+    {"toy-moe", FM_ARCH_QWEN3_MOE, 256, 64, 2, 4, 2, 16, 8, 2, 32, 1e-6f, 1e4},
 };
 
-const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b"; }
+const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b, toy-moe"; }
 
 static void make_config(const synth_shape *s, fm_config *c) {
     memset(c, 0, sizeof *c);

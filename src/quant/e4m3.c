@@ -4,8 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-float fm_e4m3_to_f32(uint8_t code)
-{
+float fm_e4m3_to_f32(uint8_t code) {
     uint32_t sign = (uint32_t)(code & 0x80u) << 24;
     uint32_t exp = (code >> 3) & 0xFu;
     uint32_t man = code & 0x7u;
@@ -23,14 +22,12 @@ float fm_e4m3_to_f32(uint8_t code)
     return f;
 }
 
-uint8_t fm_f32_to_e4m3(float f)
-{
+uint8_t fm_f32_to_e4m3(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
     uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u)
-        return (uint8_t)(sign | 0x7Fu);
+    if (a > 0x7F800000u) return (uint8_t)(sign | 0x7Fu);
     if (a >= 0x43E00000u) /* |f| >= 448, inf included: saturate (SATFINITE) */
         return (uint8_t)(sign | 0x7Eu);
     if (a >= 0x3C800000u) {
@@ -43,8 +40,7 @@ uint8_t fm_f32_to_e4m3(float f)
     /* subnormal e4m3, units of 2^-9: value = m * 2^(exp-150), k = m >> (141 - exp) before rounding */
     uint32_t exp = a >> 23;
     int32_t shift = 141 - (int32_t)exp;
-    if (exp == 0 || shift > 24)
-        return sign; /* below half of 2^-9: rounds to (signed) zero */
+    if (exp == 0 || shift > 24) return sign; /* below half of 2^-9: rounds to (signed) zero */
     uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
     uint32_t k = m >> shift;
     uint32_t rem = m & ((1u << shift) - 1u);
@@ -54,18 +50,15 @@ uint8_t fm_f32_to_e4m3(float f)
     return (uint8_t)(sign | k);
 }
 
-void fm_e4m3_quantize_groups(const float *x, int64_t K, int32_t group, uint8_t *codes, float *scales)
-{
+void fm_e4m3_quantize_groups(const float *x, int64_t K, int32_t group, uint8_t *codes, float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < K; g0 += group, gi++) {
         int64_t g1 = g0 + group < K ? g0 + group : K;
         float amax = 0.0f;
-        for (int64_t i = g0; i < g1; i++)
-            amax = fmaxf(amax, fabsf(x[i])); /* fmaxf skips NaN */
+        for (int64_t i = g0; i < g1; i++) amax = fmaxf(amax, fabsf(x[i])); /* fmaxf skips NaN */
         float scale = fmaxf(amax / FM_E4M3_MAX, FM_ACT_SCALE_FLOOR);
         scales[gi] = scale;
         /* divide (not multiply by 1/scale) so the element at amax lands on 448 up to one fp32 rounding,
          * which the encoder saturates anyway */
-        for (int64_t i = g0; i < g1; i++)
-            codes[i] = fm_f32_to_e4m3(x[i] / scale);
+        for (int64_t i = g0; i < g1; i++) codes[i] = fm_f32_to_e4m3(x[i] / scale);
     }
 }

@@ -1,0 +1,134 @@
+/* The benchmark's own machinery, checked where CI runs (no GPU): synthetic models are deterministic functions
+ * of their seeds, the cost model's floors match a hand count, and `fp8moe bench prefill` produces its table and
+ * JSON. (Timing is not asserted: only that the numbers exist and add up.) */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_runner.h"
+#include "engine/cost.h"
+#include "util/metrics.h"
+
+static float *logits_of(const char *name, fm_preset p, int64_t T) {
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.preset = p;
+    fm_model *m = NULL;
+    fm_error err;
+    fm_status st = fm_model_load_synthetic(name, 0, &opt, &m, &err);
+    if (st) fail_msg("%s", err.msg);
+    int32_t ids[64];
+    for (int64_t t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % fm_model_vocab_size(m));
+    float *x = malloc((size_t)(T * fm_model_vocab_size(m)) * sizeof(float));
+    assert_int_equal(fm_model_logits(m, ids, T, x, &err), FM_OK);
+    fm_model_free(m);
+    return x;
+}
+
+/* the same seeds give the same model: identical logits twice; finite; and the presets differ from ref */
+static void synthetic_is_deterministic(void **s) {
+    (void)s;
+    const int64_t T = 17, V = 256;
+    float *a = logits_of("toy-moe", FM_PRESET_REF, T), *b = logits_of("toy-moe", FM_PRESET_REF, T);
+    assert_memory_equal(a, b, (size_t)(T * V) * sizeof(float));
+    float *q = logits_of("toy-moe", FM_PRESET_INT4, T);
+    fm_compare c;
+    fm_logits_compare(a, q, T, (int32_t)V, &c);
+    assert_int_equal(c.n_nonfinite, 0);
+    assert_true(c.cosine > 0.9 && c.cosine < 1.0);
+    free(a), free(b), free(q);
+    fm_options opt;
+    fm_options_init(&opt);
+    fm_model *m = NULL;
+    fm_error err;
+    assert_int_equal(fm_model_load_synthetic("llama-70b", 0, &opt, &m, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "toy-moe"));
+    assert_int_equal(fm_model_load_synthetic("toy-moe", 3, &opt, &m, &err), FM_ERR_USAGE);
+    assert_null(m);
+}
+
+/* a hand count of one MoE layer of toy-moe at T = 10 (ref on the CPU: fp32 weights and activations) */
+static void cost_matches_hand_count(void **s) {
+    (void)s;
+    fm_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 256, c.hidden_size = 64, c.n_layers = 1, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+    c.n_experts = 8, c.n_experts_per_tok = 2, c.moe_intermediate = 32, c.dense_intermediate = 32;
+    c.layer_is_moe[0] = true;
+    fm_plan p;
+    fm_plan_from_preset(FM_PRESET_REF, &p);
+    fm_cost k;
+    fm_prefill_cost(&c, &p, 1, 10, true, &k);
+    const double T = 10, H = 64, nqkv = (4 + 4) * 16, nq = 64;
+    /* projections: 2 T H (nqkv) + 2 T nq H FLOPs; weights 4 bytes each, activations in and out */
+    assert_true(fabs(k.flops[FM_STAGE_ATTN_PROJ] - (2 * T * H * nqkv + 2 * T * nq * H)) < 1e-6);
+    assert_true(fabs(k.bytes[FM_STAGE_ATTN_PROJ] - (4 * (nqkv * H + H * nq) + 4 * T * (H + nqkv + nq + H))) < 1e-6);
+    /* causal attention: 2 nh hd T (T + 1) */
+    assert_true(fabs(k.flops[FM_STAGE_ATTENTION] - 2.0 * 4 * 16 * T * (T + 1)) < 1e-6);
+    /* experts: 2 T k (3 I H) FLOPs; touched experts E (1 - (1 - 1/E)^(T k)) */
+    assert_true(fabs(k.flops[FM_STAGE_EXPERTS] - 2 * T * 2 * 3 * 32 * H) < 1e-6);
+    const double touched = 8 * (1 - pow(1 - 1.0 / 8, T * 2));
+    const double expert_w = 4 * (2 * 32 * H + H * 32);
+    assert_true(fabs(k.bytes[FM_STAGE_EXPERTS] - (touched * expert_w + 4 * T * 2 * H + 4 * T * 2 * 96)) < 1e-3);
+    /* the per-token design reads an expert for every routed pair */
+    assert_true(fabs(k.expert_weight_reads_per_token_design - T * 2 * expert_w) < 1e-6);
+    double sum = 0;
+    for (int i = 0; i < FM_STAGE_COUNT; i++) sum += k.bytes[i];
+    assert_true(fabs(sum - k.total_bytes) < 1e-6);
+    /* int4 weights: half a byte each plus a bf16 scale per 128 */
+    fm_plan_from_preset(FM_PRESET_INT4, &p);
+    fm_cost q;
+    fm_prefill_cost(&c, &p, 1, 10, true, &q);
+    const double w4 = (nqkv * H / 2 + nqkv * 1 * 2) + (H * nq / 2 + H * 1 * 2);
+    assert_true(fabs(q.bytes[FM_STAGE_ATTN_PROJ] - (w4 + 2 * T * (H + nqkv + nq + H))) < 1e-6);
+}
+
+static void bench_command_prints_and_writes_json(void **s) {
+    (void)s;
+    char json[512];
+    snprintf(json, sizeof json, "%s/bench.json", cli_tmp);
+    assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 33 --repeat 3 --warmup 1 --json %s",
+                            json), 0);
+    assert_non_null(strstr(cli_out, "| stage | median ms"));
+    assert_non_null(strstr(cli_out, "| experts |"));
+    char text[1 << 14];
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const double med = cJSON_GetObjectItem(root, "median_ms")->valuedouble;
+    assert_true(med > 0);
+    assert_true(cJSON_GetObjectItem(root, "min_ms")->valuedouble <= med);
+    assert_true(cJSON_GetObjectItem(root, "max_ms")->valuedouble >= med);
+    const cJSON *stages = cJSON_GetObjectItem(root, "stages");
+    assert_int_equal(cJSON_GetArraySize(stages), FM_STAGE_COUNT);
+    double sum = 0;
+    for (int i = 0; i < FM_STAGE_COUNT; i++) {
+        const double t = cJSON_GetObjectItem(cJSON_GetArrayItem(stages, i), "median_ms")->valuedouble;
+        assert_true(t >= 0);
+        sum += t;
+    }
+    /* the stages partition the run: their medians add up to about the median total (not exactly: medians) */
+    assert_true(sum > 0.5 * med && sum < 2.0 * med);
+    cJSON_Delete(root);
+    assert_int_equal(fp8moe("bench prefill --synthetic nope --backend cpu"), 2);
+    assert_non_null(strstr(cli_err, "toy-moe"));
+    assert_int_equal(fp8moe("bench decode"), 2);
+    assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 0"), 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(synthetic_is_deterministic),
+        cmocka_unit_test(cost_matches_hand_count),
+        cmocka_unit_test(bench_command_prints_and_writes_json),
+    };
+    return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
+}
