@@ -25,7 +25,13 @@ struct fm_model {
     fm_expert_layout  expert_layout;
     int64_t           n_params;
     size_t            weight_bytes; /* held by the backend */
+    struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated at load for buf_tokens */
+    int64_t           buf_tokens;
 };
+
+/* Allocates (or reallocates, for more tokens) the forward buffers: the activations of the memory plan. */
+fm_status fm_forward_buffers_reserve(fm_model *m, int64_t T, fm_error *err);
+void      fm_forward_buffers_free(fm_model *m);
 
 /* Stages of a forward pass, for the benchmark's breakdown. */
 typedef enum fm_stage {

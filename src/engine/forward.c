@@ -14,6 +14,8 @@
 #include "engine/engine.h"
 #include "util/status.h"
 
+/* The activation buffers of a forward pass of up to m->buf_tokens tokens: allocated once, at load, from the
+ * memory plan's activations (src/engine/memory_plan.c counts exactly these), and reused by every call. */
 typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
 } fw_buffers;
@@ -26,7 +28,7 @@ static void free_buffers(fm_backend *be, fw_buffers *b) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static fm_status alloc_buffers(fm_model *m, int64_t T, bool last_only, fw_buffers *b, fm_error *err) {
+static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *err) {
     const fm_config *c = &m->cfg;
     fm_backend      *be = m->be;
     const size_t     a  = be->ops->act_size;
@@ -45,7 +47,7 @@ static fm_status alloc_buffers(fm_model *m, int64_t T, bool last_only, fw_buffer
         {&b->rlogits, (size_t)(T * E) * a, "router logits"},
         {&b->eids, (size_t)(T * k) * sizeof(int32_t), "expert ids"},
         {&b->ew, (size_t)(T * k) * a, "expert weights"},
-        {&b->logits, (size_t)((last_only ? 1 : T) * c->vocab_size) * a, "logits"},
+        {&b->logits, (size_t)(T * c->vocab_size) * a, "logits"},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!(*want[i].p = be->ops->alloc(be, want[i].bytes)))
@@ -72,6 +74,28 @@ static void dump(fm_backend *be, const char *what, int layer, const void *buf, i
     fprintf(stderr, "dump layer %2d %-14s n %-9lld mean|x| %-12.5g max|x| %-12.5g nonfinite %lld  x[0..2] %g %g %g\n", layer,
             what, (long long)n, sum / (double)n, mx, (long long)bad, h[0], n > 1 ? h[1] : 0.0f, n > 2 ? h[2] : 0.0f);
     free(h);
+}
+
+fm_status fm_forward_buffers_reserve(fm_model *m, int64_t T, fm_error *err) {
+    if (m->bufs && T <= m->buf_tokens) return FM_OK;
+    fm_forward_buffers_free(m);
+    fw_buffers *b = calloc(1, sizeof *b);
+    if (!b) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    fm_status st = alloc_buffers(m, T, b, err);
+    if (st) {
+        free_buffers(m->be, b);
+        free(b);
+        return st;
+    }
+    m->bufs = b, m->buf_tokens = T;
+    return FM_OK;
+}
+
+void fm_forward_buffers_free(fm_model *m) {
+    if (!m->bufs) return;
+    free_buffers(m->be, m->bufs);
+    free(m->bufs);
+    m->bufs = NULL, m->buf_tokens = 0;
 }
 
 const char *fm_stage_name(fm_stage st) {
@@ -110,18 +134,12 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
     const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     if (prof && (int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
         return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
-    fw_buffers b;
-    memset(&b, 0, sizeof b);
-    fm_status st = alloc_buffers(m, T, last_only, &b, err);
-    if (st) {
-        free_buffers(be, &b);
-        return st;
-    }
+    /* a longer prompt than the model was loaded for grows the buffers (the load-time plan covered max_tokens) */
+    fm_status st = fm_forward_buffers_reserve(m, T, err);
+    if (st) return st;
+    const fw_buffers b = *m->bufs;
     fw_timer *tm = calloc(1, sizeof *tm);
-    if (!tm) {
-        free_buffers(be, &b);
-        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    }
+    if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     tm->be = be, tm->on = prof != NULL;
     ops->upload_ids(be, ids, T, b.ids);
     tick(tm, FM_STAGE_OTHER);
@@ -179,6 +197,5 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
         ops->download_f32(be, b.logits, rows * c->vocab_size, logits);
     }
     free(tm);
-    free_buffers(be, &b);
     return st;
 }

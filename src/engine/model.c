@@ -129,6 +129,8 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
     if (!st) st = load_weights(m, src, opt->verbose, err);
+    /* the activations of the memory plan, once, for the prompt length the caller planned for */
+    if (!st) st = fm_forward_buffers_reserve(m, opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS, err);
     return st;
 }
 
@@ -159,6 +161,7 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
 void fm_model_free(fm_model *m) {
     if (!m) return;
     fm_backend *be = m->be;
+    if (be) fm_forward_buffers_free(m);
     if (be) {
         void (*del)(fm_backend *, fm_bank *) = be->ops->bank_free;
         if (m->lm_head && m->lm_head != m->embed) del(be, m->lm_head);
