@@ -9,6 +9,7 @@ const char *fm_wformat_name(fm_wformat f) {
     case FM_W_F32: return "f32";
     case FM_W_BF16: return "bf16";
     case FM_W_INT4_G128: return "int4-g128";
+    case FM_W_INT4_G128_TC: return "int4-g128-tc";
     }
     return "?";
 }
@@ -53,9 +54,13 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
 
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
     fm_plan_from_preset(p, plan);
-    if (p == FM_PRESET_REF && backend && strcmp(backend, "cuda") == 0) {
+    if (!backend || strcmp(backend, "cuda") != 0) return;
+    if (p == FM_PRESET_REF) {
         plan->act_bf16 = true;
         plan->w_dense = plan->w_expert = plan->w_other = FM_W_BF16;
+    } else if (p == FM_PRESET_FP8) {
+        /* W4A8: the int4 banks in the tensor-core layout, the grouped expert kernel and W4A8 dense projections */
+        plan->w_dense = plan->w_expert = FM_W_INT4_G128_TC;
     }
 }
 

@@ -21,7 +21,11 @@ typedef enum fm_wformat {
     FM_W_F32,        /* fp32 (the oracle) */
     FM_W_BF16,       /* bf16 values */
     FM_W_INT4_G128,  /* int4 symmetric, groups of 128 along K, bf16 scales */
+    FM_W_INT4_G128_TC, /* the same codes and scales, laid out for the W4A8 tensor-core kernels (GPU: fragment-
+                          ordered sign-magnitude nibbles, src/backend/cuda/w4a8_layout.cuh; CPU: as int4-g128) */
 } fm_wformat;
+
+static inline bool fm_wformat_is_int4(fm_wformat f) { return f == FM_W_INT4_G128 || f == FM_W_INT4_G128_TC; }
 
 /* How a linear op quantizes its activation input (the A side of y = x W^T). */
 typedef enum fm_afmt {
@@ -59,6 +63,7 @@ typedef struct fm_bank_src {
     int32_t        n;
     int32_t        n_parts;
     const char    *label; /* for messages: "layer 3 expert gate_up" */
+    bool           gate_up; /* two parts, gate rows then up rows, feeding a SwiGLU (a backend may interleave them) */
 } fm_bank_src;
 
 typedef struct fm_backend_ops {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 static double weight_bytes(fm_wformat f, double rows, double cols) {
-    if (f == FM_W_INT4_G128) return rows * cols / 2 + rows * ceil(cols / 128) * 2; /* codes + bf16 scales */
+    if (fm_wformat_is_int4(f)) return rows * cols / 2 + rows * ceil(cols / 128) * 2; /* codes + bf16 scales */
     return rows * cols * (f == FM_W_F32 ? 4 : 2);
 }
 

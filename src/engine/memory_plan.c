@@ -6,6 +6,7 @@
  *   which banks       add_weights        <->  src/engine/model.c (load_weights, load_layer)
  *   activations       add_activations    <->  src/engine/forward.c (alloc_buffers)
  *   cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
+ *                                             src/backend/w4a8_workspace.h (the fp8 preset's moe and linear),
  *                                             src/backend/cuda/cuda_backend.cu (cu_download_f32 staging)
  *   cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
  *   load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/w4a8_workspace.h"
 #include "util/status.h"
 
 #define GROUP              128          /* int4 scale group along K (FM_CUDA_GROUP, FM_CPU_GROUP) */
@@ -67,11 +69,15 @@ size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t
         if (fmt == FM_W_BF16) bytes = mul(&s, mul(&s, nr, ceil_div((uint64_t)cols, 8) * 8), 2);
         else if (fmt == FM_W_INT4_G128)
             bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 2));
-        else return 0;
+        else if (fmt == FM_W_INT4_G128_TC) {
+            /* w4a8_layout.cuh: rows padded to 32, K to 128, half a byte each, plus bf16 scales [n][groups][rows] */
+            const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32);
+            bytes = add(&s, mul(&s, nrp, groups * GROUP / 2), mul(&s, mul(&s, nrp, groups), 2));
+        } else return 0;
     } else if (strcmp(backend, "cpu") == 0) {
         /* cpu_bank.c: fp32 values (bf16-rounded or int4 codes as floats), int4 adds fp32 scales */
         bytes = mul(&s, mul(&s, nr, (uint64_t)cols), 4);
-        if (fmt == FM_W_INT4_G128) bytes = add(&s, bytes, mul(&s, mul(&s, nr, groups), 4));
+        if (fm_wformat_is_int4(fmt)) bytes = add(&s, bytes, mul(&s, mul(&s, nr, groups), 4));
         else if (fmt != FM_W_F32 && fmt != FM_W_BF16) return 0;
     } else {
         return 0;
@@ -100,11 +106,14 @@ static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n,
                        (long long)cols);
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
     p->n_banks++;
-    p->n_weight_allocs += fmt == FM_W_INT4_G128 ? 2 : 1; /* values, and scales in an allocation of their own */
+    p->n_weight_allocs += fm_wformat_is_int4(fmt) ? 2 : 1; /* values, and scales in an allocation of their own */
     /* transient while the bank is built: cuda uploads through one staging buffer; the cpu quantizes a matrix at a
        time into int8 codes (cpu_bank.c) */
-    const size_t staging = pl->cuda ? CUDA_STAGING_BYTES
-                                    : fmt == FM_W_INT4_G128 ? to_size(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols)) : 0;
+    size_t staging = pl->cuda ? CUDA_STAGING_BYTES
+                              : fm_wformat_is_int4(fmt) ? to_size(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols)) : 0;
+    /* cuda_bank.cu: a tensor-core bank is quantized in the row layout first, then repacked (both alive briefly) */
+    if (pl->cuda && fmt == FM_W_INT4_G128_TC)
+        staging = to_size(&pl->s, add(&pl->s, staging, fm_bank_bytes_for("cuda", FM_W_INT4_G128, n, rows, cols)));
     if (staging > p->load_staging) p->load_staging = staging;
     return FM_OK;
 }
@@ -177,14 +186,28 @@ static void add_activations(planner *pl, const fm_config *c) {
     }
 }
 
-static void add_workspace(planner *pl, const fm_config *c) {
+static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
     sz             *s = &pl->s;
     const uint64_t  T = (uint64_t)p->tokens, H = (uint64_t)c->hidden_size;
     bool any_moe = false, any_dense = false;
     for (int32_t l = 0; l < p->n_layers; l++) any_moe |= c->layer_is_moe[l], any_dense |= !c->layer_is_moe[l];
     if (pl->cuda) {
-        if (any_moe) { /* moe_per_token.cu: P = T * k routed pairs x (2I gate|up + I swiglu + H down out), bf16 */
+        if (plan->w_expert == FM_W_INT4_G128_TC || plan->w_dense == FM_W_INT4_G128_TC) {
+            /* moe_w4a8.cu: the moe op and the W4A8 linear share the backend's one scratch buffer (w4a8_workspace.h);
+               the widest linear input is the attention output, the hidden state or the dense MLP width */
+            uint64_t ws = 0;
+            if (any_moe) {
+                const fm_w4a8_moe_ws L = fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, (uint64_t)c->n_experts,
+                                                            H, (uint64_t)c->moe_intermediate);
+                ws = L.total;
+            }
+            uint64_t K = (uint64_t)max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
+            if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
+            const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K);
+            if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
+            p->ws_moe = to_size(s, ws > lin ? ws : lin);
+        } else if (any_moe) { /* moe_per_token.cu: P = T * k pairs x (2I gate|up + I swiglu + H down out), bf16 */
             const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
             p->ws_moe = to_size(s, mul(s, mul(s, P, add(s, mul(s, 3, I), H)), 2));
         }
@@ -220,7 +243,7 @@ fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, cons
     }
     for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) out->weight_total = to_size(&pl.s, add(&pl.s, out->weight_total, out->weights[f]));
     add_activations(&pl, cfg);
-    add_workspace(&pl, cfg);
+    add_workspace(&pl, cfg, plan);
     const size_t run = to_size(&pl.s, add(&pl.s, out->activations, out->workspace));
     out->total       = to_size(&pl.s, add(&pl.s, out->weight_total, run));
     out->peak        = to_size(&pl.s, add(&pl.s, out->weight_total, run > out->load_staging ? run : out->load_staging));

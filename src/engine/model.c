@@ -22,7 +22,8 @@ typedef struct loader {
 
 static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
                       const char *label) {
-    fm_bank_src src = {srcs, n, n_parts, label};
+    /* the only two-part banks are gate|up (q|k|v has three) */
+    fm_bank_src src = {srcs, n, n_parts, label, n_parts == 2};
     fm_status   st  = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
     return st;

@@ -1,5 +1,5 @@
 /* Whole-model parity on the GPU: for the bundled models and the presets the CUDA backend runs (ref = bf16,
- * int4), the GPU logits against (a) the CPU emulating the same plan, and (b) the fp32 oracle. The first shows
+ * int4, fp8 = W4A8 with the grouped expert kernels), the GPU logits against (a) the CPU emulating the same plan, and (b) the fp32 oracle. The first shows
  * the GPU computes what its formats define; the second what the formats cost. Bounds (asserted) are loose
  * enough for bf16 rounding-order differences over a few layers; the figures are printed for the notes. */
 #include <stdarg.h>
@@ -41,8 +41,9 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
     if (T > max_tokens) T = max_tokens;
     int32_t V = 0;
     float *oracle = run(dir, "cpu", "cpu", FM_PRESET_REF, ids, T, &V);
-    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
-    for (int i = 0; i < 2; i++) {
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
+    float *int4_gpu = NULL;
+    for (int i = 0; i < 3; i++) {
         float *emul = run(dir, "cpu", "cuda", presets[i], ids, T, &V);
         float *gpu  = run(dir, "cuda", NULL, presets[i], ids, T, &V);
         fm_compare ce, co;
@@ -56,9 +57,17 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
         assert_true(ce.cosine >= 0.999);
         assert_true(ce.argmax_agree >= 0.9);
         assert_true(co.cosine >= (presets[i] == FM_PRESET_REF ? 0.999 : 0.97));
-        free(emul), free(gpu);
+        if (presets[i] == FM_PRESET_FP8) { /* the gate: fp8 against the int4 baseline */
+            fm_compare cb;
+            fm_logits_compare(int4_gpu, gpu, T, V, &cb);
+            printf("%-36s fp8 vs int4 (both GPU): cos %.6f argmax %5.1f%%\n", dir, cb.cosine, 100 * cb.argmax_agree);
+            assert_true(cb.cosine >= 0.99);
+        }
+        free(emul);
+        if (presets[i] == FM_PRESET_INT4) int4_gpu = gpu;
+        else free(gpu);
     }
-    free(oracle), free(ids);
+    free(int4_gpu), free(oracle), free(ids);
 }
 
 static void tiny_code_moe(void **s) { (void)s; parity("models/tiny-code-moe", "models/tiny-code-moe/eval_ids.i32", 512); }

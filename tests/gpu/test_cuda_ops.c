@@ -110,20 +110,25 @@ typedef struct host_bank {
     char         name[32];
 } host_bank;
 
-static fm_bank *bank(fm_backend *be, host_bank *hb, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
+static fm_bank *bank_ex(fm_backend *be, host_bank *hb, const float *w, int32_t n, int64_t rows, int64_t cols,
+                        fm_wformat fmt, bool gate_up) {
     snprintf(hb->name, sizeof hb->name, "test.weight");
     hb->t = (fm_st_tensor){.name = hb->name, .dtype = FM_DTYPE_F32, .n_dims = 1, .n_elements = n * rows * cols,
                            .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
     hb->t.shape[0] = n * rows * cols;
     hb->views = malloc((size_t)n * sizeof *hb->views);
     for (int32_t i = 0; i < n; i++) hb->views[i] = (fm_wsrc){&hb->t, (int64_t)i * rows * cols, rows, cols, {0}};
-    fm_bank_src src = {hb->views, n, 1, "test bank"};
+    fm_bank_src src = {hb->views, n, 1, "test bank", gate_up};
     fm_bank *b = NULL;
     fm_error err;
     fm_status st = be->ops->bank_create(be, &src, fmt, &b, &err);
     if (st) fail_msg("bank_create on %s: %s", be->ops->name, err.msg);
     free(hb->views);
     return b;
+}
+
+static fm_bank *bank(fm_backend *be, host_bank *hb, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
+    return bank_ex(be, hb, w, n, rows, cols, fmt, false);
 }
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) {
@@ -137,7 +142,7 @@ static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64
         fm_bank *wb = bank(be, &hb, w, 1, N, K, fmt);
         void *xd = upload(be, x, M * K), *base;
         void *yd = guarded(be, M * N, &base);
-        be->ops->linear(be, wb, 0, xd, M, FM_A_NATIVE, yd);
+        be->ops->linear(be, wb, 0, xd, M, be->plan.a_dense, yd);
         y[i] = fetch(be, base, M * N, "linear");
         be->ops->free(be, xd);
         be->ops->bank_free(be, wb);
@@ -156,7 +161,12 @@ static void test_linear(void **s) {
         for (int j = 0; j < 3; j++) {
             linear_case(FM_PRESET_REF, FM_W_BF16, Ms[i], Ks[j][0], Ks[j][1]);
             linear_case(FM_PRESET_INT4, FM_W_INT4_G128, Ms[i], Ks[j][0], Ks[j][1]);
+            linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ms[i], Ks[j][0], Ks[j][1]);
         }
+    /* W4A8 at the sizes of the issue: decode (1, 16) and prefill rows, a K that is not a multiple of 128 */
+    const int64_t Mw[] = {1, 16, 300, 1000};
+    for (int i = 0; i < 4; i++) linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Mw[i], 2048, 640);
+    linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 65, 4160, 96);
 }
 
 static void test_norm_embed_elementwise(void **s) {
@@ -288,36 +298,44 @@ static void test_route(void **s) {
     destroy(&b);
 }
 
-static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+/* routing: spread (pair (t, j) -> (5t + 3j) mod E) or skewed (every token's first choice is expert 0, the
+   others spread over 1..E-2: expert 0 gets all T rows, expert E-1 none) */
+static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I,
+                            bool skewed) {
     both b = make(p);
     float *gu = rand_array((int64_t)E * 2 * I * H, 0.1f), *dn = rand_array((int64_t)E * H * I, 0.1f);
     float *x = rand_array(T * H, 1.0f), *wts = malloc((size_t)(T * k) * sizeof(float));
     int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
     for (int64_t t = 0; t < T; t++)
         for (int32_t j = 0; j < k; j++) {
-            ids[t * k + j] = (int32_t)((t * 5 + j * 3) % E); /* distinct for k <= E when 3 and E are coprime */
+            ids[t * k + j] = skewed ? (j == 0 ? 0 : (int32_t)(1 + (t * 5 + j * 3) % (E - 2)))
+                                    : (int32_t)((t * 5 + j * 3) % E); /* distinct for k <= E when 3 and E are coprime */
             wts[t * k + j] = 0.25f + 0.5f * fabsf(frand());
         }
     float *o[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
         host_bank h1, h2;
-        fm_bank *gub = bank(be, &h1, gu, E, 2 * I, H, fmt), *db = bank(be, &h2, dn, E, H, I, fmt);
+        fm_bank *gub = bank_ex(be, &h1, gu, E, 2 * I, H, fmt, true), *db = bank(be, &h2, dn, E, H, I, fmt);
         void *xd = upload(be, x, T * H), *wd = upload(be, wts, T * k), *base;
         void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
         be->ops->upload_ids(be, ids, T * k, idd);
         void *od = guarded(be, T * H, &base);
-        be->ops->moe(be, gub, db, xd, T, idd, wd, k, FM_A_NATIVE, FM_A_NATIVE, od);
+        be->ops->moe(be, gub, db, xd, T, idd, wd, k, be->plan.a_dispatch, be->plan.a_expert, od);
         o[i] = fetch(be, base, T * H, "moe");
         be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
         be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
     }
     char what[96];
-    snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld", fm_wformat_name(fmt), (long long)T, E, k,
-             (long long)H, (long long)I);
+    snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt), (long long)T, E, k,
+             (long long)H, (long long)I, skewed ? " skewed" : "");
     expect_close(o[1], o[0], T * H, 1e-2, what);
     free(o[0]), free(o[1]), free(gu), free(dn), free(x), free(wts), free(ids);
     destroy(&b);
+}
+
+static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    moe_case_routed(p, fmt, T, E, k, H, I, false);
 }
 
 static void test_moe(void **s) {
@@ -330,10 +348,27 @@ static void test_moe(void **s) {
     }
 }
 
+/* the grouped W4A8 expert path (fp8 preset) against the CPU emulation of the same formats: T = 1, 7, 300, 4096,
+   odd expert counts and top-k, uneven routing (an expert with every row, one with none, counts that are not a
+   multiple of the 64-row tile), widths that are and are not multiples of 128 */
+static void test_moe_w4a8(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 7, 300};
+    for (int i = 0; i < 3; i++) {
+        moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 8, 2, 200, 72, false);
+        moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 7, 3, 256, 128, false);
+        moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 13, 5, 384, 200, true);
+    }
+    moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 4096, 16, 4, 256, 128, false);
+    moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 4096, 16, 4, 256, 128, true);
+    moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 300, 128, 8, 2048, 768, false); /* Qwen3-30B-A3B widths */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe_w4a8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

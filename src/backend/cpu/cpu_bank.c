@@ -33,7 +33,7 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     w->w = fm_malloc((size_t)(src->n * per) * sizeof(float), err, src->label);
     fm_status st = w->w ? FM_OK : FM_ERR_NOMEM;
     int8_t *q = NULL;
-    if (!st && fmt == FM_W_INT4_G128) {
+    if (!st && fm_wformat_is_int4(fmt)) {
         w->n_groups = fm_int4_n_groups(cols, FM_CPU_GROUP);
         w->scales   = fm_malloc((size_t)(src->n * rows * w->n_groups) * sizeof(float), err, src->label);
         q           = fm_malloc((size_t)per, err, src->label);
@@ -45,7 +45,7 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
         st = fill_matrix(src, i, cols, m, err);
         if (st) break;
         if (fmt == FM_W_BF16) fm_round_bf16_array(m, per);
-        if (fmt == FM_W_INT4_G128) {
+        if (fm_wformat_is_int4(fmt)) {
             fm_int4_quantize(m, rows, cols, &p4, q, w->scales + (int64_t)i * rows * w->n_groups, NULL);
             for (int64_t e = 0; e < per; e++) m[e] = (float)q[e];
         }

@@ -1,13 +1,15 @@
 // The CUDA backend's op table (see src/backend/backend.h): bf16 activations in device memory, one stream,
 // every launch checked (cuda_common.cuh). Presets here: ref (bf16 weights, the bf16 reference) and int4
-// (w4a16, per-token expert dispatch). The fp8/fp4 paths come with their kernels (issues 4 and 5); asking for
-// them now is a clear error, never a silent fallback.
+// (w4a16, per-token expert dispatch), fp8 (W4A8: int4-tc banks, e4m3 1x128 activations, the grouped expert
+// kernel and W4A8 dense projections). fp4 (MXFP4 dispatch) has no GPU kernel yet: asking for it is a clear
+// error, never a silent fallback.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
 #include "backend/cuda/moe_per_token.cuh"
+#include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/router.cuh"
@@ -119,16 +121,20 @@ static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t 
     fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, cuda_be(bb)->stream);
 }
 
-static void require_native(fm_afmt afmt, const char *op) {
-    if (afmt != FM_A_NATIVE) {
-        fprintf(stderr, "fp8moe: cuda %s: activation format %s is not implemented on the GPU yet\n", op, fm_afmt_name(afmt));
+/* int4-tc banks take e4m3 1x128 activations, every other bank native bf16 ones (the plans the backend accepts) */
+static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
+    const fm_afmt want = w->fmt == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
+    if (afmt != want) {
+        fprintf(stderr, "fp8moe: cuda %s: %s weights with %s activations are not implemented on the GPU\n", op,
+                fm_wformat_name(w->fmt), fm_afmt_name(afmt));
         abort(); /* unreachable: the backend refuses such plans at creation */
     }
 }
 
 static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y) {
-    require_native(afmt, "linear");
-    fm_cuda_linear(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
+    require_afmt(w, afmt, "linear");
+    if (w->fmt == FM_W_INT4_G128_TC) fm_cuda_linear_w4a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
+    else fm_cuda_linear(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
 }
 
 static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -149,10 +155,14 @@ static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, i
 
 static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
-    require_native(a_dispatch, "moe");
-    require_native(a_down, "moe");
-    /* bf16 banks (ref): grouped GEMMs through cuBLAS; int4 banks: the per-token W4A16 baseline */
-    if (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16)
+    require_afmt(gate_up, a_dispatch, "moe");
+    require_afmt(down, a_down, "moe");
+    /* bf16 banks (ref): grouped GEMMs through cuBLAS; int4-tc (fp8): the grouped W4A8 kernels; int4: the
+       per-token W4A16 baseline */
+    if (gate_up->fmt == FM_W_INT4_G128_TC)
+        fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
+                         (bf16 *)out);
+    else if (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16)
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
                                    (const bf16 *)weights, k, (bf16 *)out);
     else
@@ -203,10 +213,15 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     if (e != cudaSuccess || count == 0)
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: no usable GPU (%s); use --backend cpu",
                        e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
-    if (plan->a_dense != FM_A_NATIVE || plan->a_dispatch != FM_A_NATIVE || plan->a_expert != FM_A_NATIVE)
+    /* what the kernels cover: native activations with bf16/int4 weights, e4m3 1x128 with int4-tc weights */
+    const bool dense_ok  = plan->a_dense == (plan->w_dense == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE);
+    const fm_afmt want_e = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
+    if (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "cuda backend: preset %s needs the e4m3/MXFP4 kernels, not built yet; available on cuda: ref, int4",
-                       fm_preset_name(plan->preset));
+                       "cuda backend: preset %s (dense %s/%s, experts %s/%s/%s) has no GPU kernels; available on cuda: "
+                       "ref, int4, fp8",
+                       fm_preset_name(plan->preset), fm_wformat_name(plan->w_dense), fm_afmt_name(plan->a_dense),
+                       fm_wformat_name(plan->w_expert), fm_afmt_name(plan->a_dispatch), fm_afmt_name(plan->a_expert));
     cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
     if (!be) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     be->base.ops  = &cuda_ops;

@@ -3,6 +3,7 @@
 // source stays alive on the device: the staging buffer is freed before the bank is returned.
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/quantize.cuh"
+#include "backend/cuda/w4a8_layout.cuh"
 
 extern "C" {
 #include "util/status.h"
@@ -10,13 +11,48 @@ extern "C" {
 
 #define STAGING_BYTES (64u << 20)
 
+extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w);
+
 static int64_t round_up(int64_t a, int64_t b) { return fm_ceil_div(a, b) * b; }
+
+/* int4-tc: the bank was quantized in the row layout; repack it (w4a8_layout.cuh) and free the row layout */
+static fm_status repack_tc(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err) {
+    const bool    interleaved = src->gate_up && w->rows % 16 == 0;
+    const int64_t rows_pad = round_up(w->rows, FM_TC_ROW_PAD);
+    const size_t  code_bytes = (size_t)(w->n * rows_pad * w->n_groups * FM_TC_K_GROUP / 2);
+    const size_t  scale_bytes = (size_t)(w->n * rows_pad * w->n_groups) * sizeof(__nv_bfloat16);
+    uint8_t       *codes = NULL;
+    __nv_bfloat16 *scales = NULL;
+    int           *bad = NULL, bad_host = 0;
+    if (cudaMalloc((void **)&codes, code_bytes) != cudaSuccess || cudaMalloc((void **)&scales, scale_bytes) != cudaSuccess ||
+        cudaMalloc((void **)&bad, sizeof(int)) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(codes), cudaFree(scales), cudaFree(bad);
+        return fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory repacking %zu bytes of int4 weights", src->label,
+                       code_bytes + scale_bytes);
+    }
+    FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), be->stream));
+    fm_cuda_repack_int4_tc((const uint8_t *)w->w, w->scales, w->n, w->rows, w->cols, w->ld, w->n_groups, interleaved,
+                           codes, scales, rows_pad, bad, be->stream);
+    FM_CUDA_CHECK(cudaMemcpyAsync(&bad_host, bad, sizeof(int), cudaMemcpyDeviceToHost, be->stream));
+    FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    FM_CUDA_CHECK(cudaFree(bad));
+    FM_CUDA_CHECK(cudaFree(w->w));
+    FM_CUDA_CHECK(cudaFree(w->scales));
+    w->w = codes, w->scales = scales;
+    w->fmt = FM_W_INT4_G128_TC, w->rows_pad = rows_pad, w->interleaved = interleaved;
+    w->ld = w->n_groups * FM_TC_K_GROUP, w->bytes = code_bytes + scale_bytes;
+    if (bad_host)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: %d int4 codes are -8, which the tensor-core layout cannot hold",
+                       src->label, bad_host);
+    return FM_OK;
+}
 
 extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
                                          fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
-    if (fmt != FM_W_BF16 && fmt != FM_W_INT4_G128)
+    if (fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the cuda backend", src->label,
                        fm_wformat_name(fmt));
     int64_t rows = 0;
@@ -101,6 +137,10 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         return st;
     }
     w->bytes += scale_bytes;
+    if (fmt == FM_W_INT4_G128_TC && (st = repack_tc(be, src, w, err))) {
+        fm_cuda_bank_free(bb, w);
+        return st;
+    }
     *out = w;
     return FM_OK;
 }

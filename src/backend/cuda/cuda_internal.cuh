@@ -6,6 +6,8 @@
 //   int4:  w is [n][rows][ld] bytes, ld = cols rounded up to 32 elements / 2, two codes per byte (element
 //          2i in the low nibble, two's complement), padding zero; scales [n][rows][n_groups] bf16, one per
 //          128 elements along the row (the last group may be partial)
+//   int4-tc: the tensor-core layout of w4a8_layout.cuh: w is [n][rows_pad / 16][n_groups][1024] bytes, scales
+//          [n][n_groups][rows_pad] bf16; ld = n_groups * 128 (the padded K)
 #ifndef FM_CUDA_INTERNAL_CUH
 #define FM_CUDA_INTERNAL_CUH
 
@@ -33,6 +35,8 @@ struct fm_bank {
     int64_t        rows, cols;
     int64_t        ld;        // row stride: bf16 elements (bf16) or bytes (int4)
     int64_t        n_groups;  // int4 only
+    int64_t        rows_pad;  // int4-tc: rows rounded up to 32
+    bool           interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
     void          *w;
     __nv_bfloat16 *scales;    // int4 only
     size_t         bytes;

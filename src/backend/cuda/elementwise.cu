@@ -86,3 +86,24 @@ extern "C" void fm_cuda_bf16_to_f32(const __nv_bfloat16 *x, int64_t n, float *ou
     bf16_to_f32_kernel<<<grid_for(n), 256, 0, s>>>(x, n, out);
     FM_LAUNCH_CHECK("bf16_to_f32");
 }
+
+static __global__ void moe_combine_kernel(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w,
+                                          int64_t T, int32_t k, int64_t H, __nv_bfloat16 *out) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / H, c = i % H;
+        float acc = 0.0f;
+        for (int32_t j = 0; j < k; j++) {
+            const int64_t p = t * k + j, row = slot_of ? slot_of[p] : p;
+            acc += __bfloat162float(w[p]) * __bfloat162float(y[row * H + c]);
+        }
+        out[i] = __float2bfloat16_rn(acc);
+    }
+}
+
+extern "C" void fm_cuda_moe_combine(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w, int64_t T,
+                                    int32_t k, int64_t H, __nv_bfloat16 *out, cudaStream_t s) {
+    const int64_t blocks = fm_ceil_div(T * H, 256);
+    if (blocks == 0) return;
+    moe_combine_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(y, slot_of, w, T, k, H, out);
+    FM_LAUNCH_CHECK("moe_combine");
+}

@@ -16,6 +16,10 @@ extern "C" void fm_cuda_rmsnorm(const __nv_bfloat16 *x, const __nv_bfloat16 *w, 
 extern "C" void fm_cuda_swiglu(const __nv_bfloat16 *gu, int64_t rows, int64_t I, __nv_bfloat16 *out, cudaStream_t s);
 // acc[i] = bf16(acc[i] + x[i])
 extern "C" void fm_cuda_add(__nv_bfloat16 *acc, const __nv_bfloat16 *x, int64_t n, cudaStream_t s);
+// MoE combine: out[t, :] = bf16(sum_j w[t, j] * y[row(t * k + j), :]) in j order in fp32 (deterministic), where
+// row(p) = slot_of ? slot_of[p] : p
+extern "C" void fm_cuda_moe_combine(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w, int64_t T,
+                                    int32_t k, int64_t H, __nv_bfloat16 *out, cudaStream_t s);
 extern "C" void fm_cuda_bf16_to_f32(const __nv_bfloat16 *x, int64_t n, float *out, cudaStream_t s);
 
 #endif

@@ -32,17 +32,6 @@ static __global__ void gather_kernel(const __nv_bfloat16 *x, int64_t P, int32_t 
     }
 }
 
-static __global__ void combine_kernel(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w, int64_t T,
-                                      int32_t k, int64_t H, __nv_bfloat16 *out) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / H, c = i % H;
-        float acc = 0.0f;
-        for (int32_t j = 0; j < k; j++)
-            acc += __bfloat162float(w[t * k + j]) * __bfloat162float(y[(int64_t)slot_of[t * k + j] * H + c]);
-        out[i] = __float2bfloat16_rn(acc);
-    }
-}
-
 static unsigned blocks_for(int64_t n) {
     const int64_t b = fm_ceil_div(n, 256);
     return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
@@ -126,6 +115,5 @@ void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const 
     fm_cuda_swiglu(gu, P, I, h, be->stream);
     grouped_gemm(be, down, cnt, off, h, y, dev_ptrs, &g);
     free(host);
-    combine_kernel<<<blocks_for(T * H), 256, 0, be->stream>>>(y, slot_of, weights, T, k, H, out);
-    FM_LAUNCH_CHECK("moe_grouped_combine");
+    fm_cuda_moe_combine(y, slot_of, weights, T, k, H, out, be->stream);
 }

@@ -1,0 +1,124 @@
+// Device-side routing dispatch and e4m3 row quantization (moe_dispatch.cuh). Memory-bound except the tile
+// planning, which is one small block: the floor is reading x once per routed pair and writing the e4m3 copy.
+#include <cuda_fp8.h>
+
+#include "backend/cuda/moe_dispatch.cuh"
+#include "backend/w4a8_workspace.h"
+
+#define MAX_EXPERTS 1024
+
+static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, int32_t *counts) {
+    __shared__ int32_t local[MAX_EXPERTS];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) local[e] = 0;
+    __syncthreads();
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x)
+        atomicAdd(&local[ids[p]], 1);
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        if (local[e]) atomicAdd(&counts[e], local[e]);
+}
+
+// One block of MAX_EXPERTS threads: scans of the counts and of the tiles per expert (Hillis-Steele in shared).
+static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t *seg_start, int32_t *cursor,
+                                   fm_w4a8_tile *tiles, int32_t *n_tiles) {
+    __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
+    const int e = threadIdx.x;
+    const int32_t c = e < E ? counts[e] : 0;
+    rows[e] = c, ntl[e] = (c + FM_W4A8_BN - 1) / FM_W4A8_BN;
+    __syncthreads();
+    for (int o = 1; o < MAX_EXPERTS; o <<= 1) {
+        const int32_t r = e >= o ? rows[e - o] : 0, n = e >= o ? ntl[e - o] : 0;
+        __syncthreads();
+        rows[e] += r, ntl[e] += n;
+        __syncthreads();
+    }
+    if (e >= E) return;
+    const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + FM_W4A8_BN - 1) / FM_W4A8_BN;
+    seg_start[e] = start;
+    cursor[e]    = 0;
+    for (int32_t i = 0; i * FM_W4A8_BN < c; i++) {
+        const int32_t n = c - i * FM_W4A8_BN < FM_W4A8_BN ? c - i * FM_W4A8_BN : FM_W4A8_BN;
+        fm_w4a8_tile t = {e, start + i * FM_W4A8_BN, n, 0};
+        tiles[first_tile + i] = t;
+    }
+    if (e == E - 1) *n_tiles = ntl[e];
+}
+
+// One warp quantizes one row of K columns: 128 columns per step, 4 per lane (8-byte loads, 4-byte stores).
+static __device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16 *x, int64_t K, uint8_t *dst, float *xs,
+                                                         int64_t ld_s, int64_t slot) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t k0 = 0, grp = 0; k0 < K; k0 += 128, grp++) {
+        const int64_t k = k0 + lane * 4;
+        float v[4];
+        if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
+            const uint2 raw = *(const uint2 *)(x + k);
+            const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
+            v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
+        } else {
+            for (int i = 0; i < 4; i++) v[i] = k + i < K ? __bfloat162float(x[k + i]) : 0.0f;
+        }
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+        uint32_t    word  = 0;
+        for (int i = 0; i < 4; i++) {
+            const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
+            word |= c << (8 * i);
+        }
+        *(uint32_t *)(dst + k) = word;
+        if (lane == 0) xs[grp * ld_s + slot] = scale;
+    }
+}
+
+static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, int32_t k, int64_t H, const int32_t *ids,
+                                             const int32_t *seg_start, int32_t *cursor, int32_t *pair_of_slot,
+                                             uint8_t *x8, float *xs) {
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), Hp = (H + 127) / 128 * 128;
+    for (int64_t p = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); p < P; p += warps) {
+        int32_t slot = 0;
+        if ((threadIdx.x & 31) == 0) {
+            const int32_t e = ids[p];
+            slot = seg_start[e] + atomicAdd(&cursor[e], 1);
+            pair_of_slot[slot] = (int32_t)p;
+        }
+        slot = __shfl_sync(0xffffffffu, slot, 0);
+        quantize_row_warp(x + (p / k) * H, H, x8 + (int64_t)slot * Hp, xs, P, slot);
+    }
+}
+
+static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs,
+                                            int64_t ld_s) {
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), Kp = (K + 127) / 128 * 128;
+    for (int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); r < M; r += warps)
+        quantize_row_warp(x + r * K, K, x8 + r * Kp, xs, ld_s, r);
+}
+
+static unsigned warp_blocks(int64_t n) { /* 8 warps per block, one row per warp, capped grid */
+    const int64_t b = fm_ceil_div(n, 8);
+    return (unsigned)(b < 8192 ? (b > 0 ? b : 1) : 8192);
+}
+
+void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
+                          const fm_dispatch_bufs *b, cudaStream_t s) {
+    if (E < 1 || E > MAX_EXPERTS) {
+        fprintf(stderr, "fp8moe: moe_dispatch: %d experts (1..%d supported)\n", E, MAX_EXPERTS);
+        abort();
+    }
+    const int64_t P = T * k;
+    const int64_t blocks = fm_ceil_div(P, 256);
+    count_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(ids, P, E, b->counts);
+    FM_LAUNCH_CHECK("moe_dispatch_count");
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, b->seg_start, b->cursor, b->tiles, b->n_tiles);
+    FM_LAUNCH_CHECK("moe_dispatch_plan");
+    place_quantize_kernel<<<warp_blocks(P), 256, 0, s>>>(x, P, k, H, ids, b->seg_start, b->cursor, b->pair_of_slot,
+                                                         b->x8, b->xs);
+    FM_LAUNCH_CHECK("moe_dispatch_place_quantize");
+}
+
+void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, int64_t ld_s,
+                                cudaStream_t s) {
+    if (M == 0) return;
+    quantize_rows_kernel<<<warp_blocks(M), 256, 0, s>>>(x, M, K, x8, xs, ld_s);
+    FM_LAUNCH_CHECK("quantize_e4m3_rows");
+}

@@ -1,0 +1,32 @@
+// Routing dispatch on the device, no host synchronisation (CUDA-graph safe), and the fused gather + e4m3
+// quantization that feeds the W4A8 GEMMs (w4a8_gemm.cuh).
+//
+//   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
+//   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= FM_W4A8_BN rows per expert (empty experts
+//      get none), *n_tiles, cursor[e] = 0
+//   3. one warp per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p; row p / k of x
+//      quantized to e4m3 with one fp32 scale per 128 columns into x8[slot], xs[group][slot].
+// The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
+// computed on its own and the combine reads rows by pair, in routing order.
+#ifndef FM_CUDA_MOE_DISPATCH_CUH
+#define FM_CUDA_MOE_DISPATCH_CUH
+
+#include "backend/cuda/w4a8_gemm.cuh"
+
+typedef struct fm_dispatch_bufs {
+    int32_t      *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot; // counts and cursor: zeroed by the caller
+    fm_w4a8_tile *tiles;
+    uint8_t      *x8;  // [P][pad128(H)] e4m3
+    float        *xs;  // [pad128(H) / 128][P]
+} fm_dispatch_bufs;
+
+void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
+                          const fm_dispatch_bufs *b, cudaStream_t s);
+
+// x8[r][:] (ld = pad128(K), padding zero), xs[g][r] (ld_s) = e4m3 1x128 quantization of rows x[r][:K], r < M.
+// The same arithmetic as fm_e4m3_quantize_groups (src/quant/e4m3.c): scale = max(amax / 448, 1e-12),
+// code = e4m3_rne_satfinite(x / scale).
+void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, int64_t ld_s,
+                                cudaStream_t s);
+
+#endif

@@ -1,0 +1,64 @@
+// W4A8 expert FFN and dense projections (moe_w4a8.cuh). Scratch comes from the backend's one workspace, laid
+// out by src/backend/w4a8_workspace.h (which the memory plan reads too).
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/moe_dispatch.cuh"
+#include "backend/cuda/moe_w4a8.cuh"
+#include "backend/cuda/w4a8_gemm.cuh"
+#include "backend/w4a8_workspace.h"
+
+void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
+                      const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out) {
+    const int64_t P = T * k, E = gate_up->n, H = down->rows, I = down->cols;
+    if (P == 0) return;
+    if (gate_up->fmt != FM_W_INT4_G128_TC || down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved ||
+        gate_up->rows != 2 * I || gate_up->cols != H || down->n != E) {
+        fprintf(stderr, "fp8moe: moe_w4a8: banks do not match (gate_up [%d][%lld, %lld] %s, down [%d][%lld, %lld] %s)\n",
+                gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, fm_wformat_name(gate_up->fmt), down->n,
+                (long long)down->rows, (long long)down->cols, fm_wformat_name(down->fmt));
+        abort();
+    }
+    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I);
+    uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
+    fm_dispatch_bufs b;
+    b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
+    b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
+    b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
+    b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
+    uint8_t       *h  = ws + L.h;
+    float         *hs = (float *)(ws + L.hs);
+    __nv_bfloat16 *y  = (__nv_bfloat16 *)(ws + L.y);
+
+    FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
+    if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
+        FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
+    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, &b, be->stream);
+
+    fm_w4a8_args a;
+    memset(&a, 0, sizeof a);
+    a.w = gate_up, a.x = b.x8, a.xs = b.xs, a.lds = P;
+    a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E);
+    a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
+    fm_cuda_w4a8_gemm(&a, be->stream);
+
+    a.w = down, a.x = h, a.xs = hs, a.lds = P;
+    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL;
+    fm_cuda_w4a8_gemm(&a, be->stream);
+
+    fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+}
+
+void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
+                         __nv_bfloat16 *y) {
+    if (M == 0) return;
+    const int64_t  K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
+    uint8_t       *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
+    uint8_t       *x8 = ws;
+    float         *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
+    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, M, be->stream);
+    fm_w4a8_args a;
+    memset(&a, 0, sizeof a);
+    a.w = w, a.x = x8, a.xs = xs, a.lds = M;
+    a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
+    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
+    fm_cuda_w4a8_gemm(&a, be->stream);
+}

@@ -1,0 +1,18 @@
+// The fp8 preset's MoE expert FFN on the GPU: device-side dispatch, one grouped W4A8 GEMM for gate|up with the
+// SwiGLU and the e4m3 requantization in its epilogue, one grouped W4A8 GEMM for down, and a deterministic
+// combine. Five launches and two memsets per layer, no host synchronisation.
+#ifndef FM_CUDA_MOE_W4A8_CUH
+#define FM_CUDA_MOE_W4A8_CUH
+
+#include "backend/cuda/cuda_internal.cuh"
+
+// Same contract as the backend's moe op (backend.h); gate_up and down are int4-tc banks, gate_up interleaved.
+void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
+                      const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out);
+
+// Dense W4A8 projection y[M, N] = x[M, K] W[idx]^T: x quantized to e4m3 1x128, then the same GEMM kernel with
+// one matrix. w is an int4-tc bank.
+void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
+                         __nv_bfloat16 *y);
+
+#endif

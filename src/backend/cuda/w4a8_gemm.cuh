@@ -1,0 +1,43 @@
+// Grouped W4A8 GEMM on tensor cores (mma.sync m16n8k32 e4m3, sm_89 and sm_90): y = x W_e^T for row tiles of
+// an e4m3 activation matrix, each tile multiplied by the matrix (expert) it was routed to. The dense W4A8
+// projections are the same kernel with one matrix and identity tiles.
+#ifndef FM_CUDA_W4A8_GEMM_CUH
+#define FM_CUDA_W4A8_GEMM_CUH
+
+#include "backend/cuda/cuda_internal.cuh"
+
+// One tile: rows [slot0, slot0 + rows) of the activation matrix (rows <= FM_W4A8_BN) times matrix `expert`.
+typedef struct fm_w4a8_tile {
+    int32_t expert, slot0, rows, pad;
+} fm_w4a8_tile;
+
+typedef enum fm_w4a8_epilogue {
+    FM_W4A8_OUT_BF16,        // y[row_map ? row_map[slot] : slot][col] = bf16(acc), col in the bank's row order
+    FM_W4A8_OUT_SWIGLU_E4M3, // interleaved gate|up bank: h = bf16(silu(bf16 gate) * bf16 up) quantized to e4m3
+                             // with one fp32 scale per (slot, 128 channels): h[slot][ch], hs[ch / 128][slot]
+} fm_w4a8_epilogue;
+
+typedef struct fm_w4a8_args {
+    const fm_bank *w;             // int4-tc bank (w4a8_layout.cuh)
+    const uint8_t *x;             // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
+    const float   *xs;            // activation scales [w->n_groups][lds]
+    int64_t        lds;
+    // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
+    const fm_w4a8_tile *tiles;
+    const int32_t      *n_tiles;
+    int64_t             max_tiles; // grid size in tiles (an upper bound of *n_tiles)
+    int64_t             m_dense;
+    int32_t             dense_matrix; // the bank matrix of dense tiling
+    fm_w4a8_epilogue    epilogue;
+    __nv_bfloat16 *y;             // OUT_BF16
+    int64_t        ldy;
+    const int32_t *row_map;
+    uint8_t       *h;             // OUT_SWIGLU_E4M3
+    int64_t        ldh;
+    float         *hs;
+    int64_t        ldhs;
+} fm_w4a8_args;
+
+void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s);
+
+#endif

@@ -1,0 +1,48 @@
+// The int4 tensor-core layout (FM_W_INT4_G128_TC): how the W4A8 kernels (w4a8_gemm.cu) want an int4 bank.
+//
+// The codes and scales are those of the row layout (symmetric, groups of 128 along K, bf16 scales; the
+// quantizer gives -7..7, never -8). What changes is where they sit and how a nibble is written:
+//
+// * Sign-magnitude in place of two's complement, and the value read as an e4m3 *subnormal*. An e4m3 byte
+//   S0000MMM is (-1)^S * M * 2^-9, so a code q in -7..7 becomes an exact e4m3 value q / 512 with nothing
+//   but a mask: the kernel's conversion is one LOP3 for half the codes and four instructions for the other
+//   half, no table, no float math. The 512 goes back in with the group scale (exact: a power of two).
+// * Fragment order. A byte holds two codes that the mma.sync m16n8k32 A fragment needs together: rows r and
+//   r + 8 of a 16-row block at the same k. Code A (row r) sits in bits 0-2 (magnitude) and 7 (sign), code B
+//   (row r + 8) in bits 3-5 (magnitude) and 6 (sign), so   A = w & 0x87878787
+//                                                          B = ((w >> 3) & 0x07070707) | ((w << 1) & 0x80808080).
+//   For a 16-row block and a 128-group, the 32 lanes of a warp need 32 bytes each; they are stored as
+//   [half h][lane][16 bytes], 1024 bytes, so each of a warp's two 16-byte loads reads 512 contiguous bytes.
+//   Lane L = 4g + t, word j = 4h + jj (0..7), step s = j / 2 (k offset 32 s), part p = j % 2 (k offset 16 p):
+//   byte b of word j = codes of rows (g, g + 8) at k = 32 s + 16 p + 4 t + b.
+//   Blocks are ordered [matrix][16-row block][group], so a warp streams its rows' K in one run.
+// * Rows padded to 32 (a warp's two 16-row blocks are both present or both absent), K to a multiple of 128,
+//   the padding zero. Scales are bf16 [matrix][group][rows_pad] (the rows of one group side by side).
+// * gate|up banks are interleaved by 8 rows: in 16-row block b, rows 0-7 are gate channels 8b..8b+7 and rows
+//   8-15 the up channels of the same 8, so one thread's accumulators hold gate and up of a channel and the
+//   SwiGLU happens in registers. Needs I % 8 == 0.
+#ifndef FM_CUDA_W4A8_LAYOUT_CUH
+#define FM_CUDA_W4A8_LAYOUT_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+#define FM_TC_ROW_PAD   32
+#define FM_TC_K_GROUP   128
+#define FM_TC_CHUNK     1024 /* bytes per (16-row block, 128-group) */
+
+// Source row of tiled row r of a bank with `rows` rows (interleaved: a gate|up bank of 2I rows).
+static inline __host__ __device__ int64_t fm_tc_source_row(int64_t r, int64_t rows, bool interleaved) {
+    if (!interleaved) return r;
+    const int64_t b = r / 16, w = r % 16, I = rows / 2;
+    return w < 8 ? 8 * b + w : I + 8 * b + (w - 8);
+}
+
+// Repacks n matrices of the row layout (cuda_internal.cuh: codes [n][rows][ld] two's complement nibbles,
+// scales [n][rows][n_groups]) into the tensor-core layout: dst [n][rows_pad / 16][n_groups][1024] bytes and
+// dst_scales [n][n_groups][rows_pad]. Sign-magnitude cannot hold -8 (our quantizer never makes one; an imported
+// checkpoint might): *bad_codes (a device int the caller zeroes) counts the -8 codes seen, for the caller to refuse.
+extern "C" void fm_cuda_repack_int4_tc(const uint8_t *src, const __nv_bfloat16 *src_scales, int32_t n, int64_t rows,
+                                       int64_t cols, int64_t ld, int64_t n_groups, bool interleaved, uint8_t *dst,
+                                       __nv_bfloat16 *dst_scales, int64_t rows_pad, int *bad_codes, cudaStream_t s);
+
+#endif

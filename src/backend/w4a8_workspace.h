@@ -1,0 +1,50 @@
+/* Scratch of the W4A8 paths on the CUDA backend (src/backend/cuda/moe_w4a8.cu, linear_w4a8.cu), in one place so
+ * the memory plan (src/engine/memory_plan.c) and the kernels agree. Plain C: included by both.
+ *
+ * MoE, for P = T * k routed pairs over E experts, hidden H, width I (K padded to 128 for the e4m3 buffers):
+ *   counts, cursor, segment starts [E] int32; tile count; tiles [max_tiles] x 16 B; pair of each slot [P] int32;
+ *   dispatched input e4m3 [P][pad128(H)] + scales [H/128][P] fp32; SwiGLU output e4m3 [P][pad128(I)] + scales;
+ *   expert outputs bf16 [P][H] (combined per token, in routing order, by a separate kernel: deterministic).
+ * Dense W4A8 linear, M rows, K inputs: the input as e4m3 [M][pad128(K)] + scales [K/128][M] fp32. */
+#ifndef FM_W4A8_WORKSPACE_H
+#define FM_W4A8_WORKSPACE_H
+
+#include <stdint.h>
+
+#define FM_W4A8_BN    64  /* routed rows per tile of the grouped GEMM (w4a8_gemm.cu) */
+#define FM_W4A8_ALIGN 256 /* every sub-buffer starts 256-byte aligned */
+
+static inline uint64_t fm_w4a8_align(uint64_t b) { return (b + FM_W4A8_ALIGN - 1) / FM_W4A8_ALIGN * FM_W4A8_ALIGN; }
+static inline uint64_t fm_w4a8_pad128(uint64_t k) { return (k + 127) / 128 * 128; }
+static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E) { return (P + FM_W4A8_BN - 1) / FM_W4A8_BN + (E < P ? E : P); }
+
+/* Offsets of the MoE sub-buffers; total is the workspace size. */
+typedef struct fm_w4a8_moe_ws {
+    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, x, xs, h, hs, y, total;
+} fm_w4a8_moe_ws;
+
+static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I) {
+    const uint64_t P = T * k, Hp = fm_w4a8_pad128(H), Ip = fm_w4a8_pad128(I);
+    fm_w4a8_moe_ws w;
+    uint64_t o = 0;
+    w.counts = o, o += fm_w4a8_align(E * 4);
+    w.cursor = o, o += fm_w4a8_align(E * 4);
+    w.seg_start = o, o += fm_w4a8_align(E * 4);
+    w.n_tiles = o, o += fm_w4a8_align(4);
+    w.tiles = o, o += fm_w4a8_align(fm_w4a8_max_tiles(P, E) * 16);
+    w.pair_of_slot = o, o += fm_w4a8_align(P * 4);
+    w.x = o, o += fm_w4a8_align(P * Hp);
+    w.xs = o, o += fm_w4a8_align(Hp / 128 * P * 4);
+    w.h = o, o += fm_w4a8_align(P * Ip);
+    w.hs = o, o += fm_w4a8_align(Ip / 128 * P * 4);
+    w.y = o, o += fm_w4a8_align(P * H * 2);
+    w.total = o;
+    return w;
+}
+
+static inline uint64_t fm_w4a8_linear_ws_bytes(uint64_t M, uint64_t K) {
+    const uint64_t Kp = fm_w4a8_pad128(K);
+    return fm_w4a8_align(M * Kp) + fm_w4a8_align(Kp / 128 * M * 4);
+}
+
+#endif
