@@ -21,7 +21,7 @@ CU_SRC   := $(sort $(wildcard src/backend/cuda/*.cu))
 ifneq ($(NVCC),)
   LIB_SRC := $(filter-out src/backend/cuda/no_cuda.c,$(LIB_SRC))
   CFLAGS_ALL += -DFM_HAVE_CUDA=1
-  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
   CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.o)
 else
   CU_OBJ :=

@@ -1,0 +1,446 @@
+// FP8 expert FFN through cuBLASLt, one matmul per expert (see moe_cublaslt_fp8.cuh).
+//
+// Setup, once: every expert matrix of the bf16 banks -> e4m3 [E][N, K] (row-major, ld K) with one fp32 scale per
+// matrix, s = max(amax / 448, 1e-12), code = e4m3_rn_satfinite(w / s), computed on the device.
+//
+// Per call (P = T k routed pairs):
+//   1. count the pairs per expert, copy the E counts to the host: the one host synchronisation per call (the
+//      per-expert GEMM shapes are host arguments of cublasLtMatmul, as in moe_grouped_cublas.cu); prefix sums
+//      there, each expert's segment starting at a multiple of 16 rows (256-byte aligned operands: cuBLASLt's
+//      default alignment assumption), offsets uploaded
+//   2. slots: pair p = t k + j takes a row of its expert's segment (arrival order; every row is independent)
+//   3. amax of x [T, H] (the dispatched rows are copies of x rows: same amax), then gather + quantize into
+//      xq [rows, H] e4m3 with one dynamic per-tensor scale s_x, computed and kept on the device
+//   4. for each expert with rows: gu_e [n_e, 2I] = s_w s_x xq_e W_e^T, bf16 out, fp32 accumulation
+//   5. h = bf16(silu(g) u) (the CPU reference's rounding point) and its amax; hq = e4m3(h / s_h), one scale
+//   6. for each expert with rows: y_e [n_e, H] = s_d s_h hq_e D_e^T, bf16
+//   7. combine: out[t] = sum_j w[t, j] y[slot(t, j)] in j order, fp32, one bf16 rounding
+//
+// cuBLASLt is column-major and FP8 needs the "TN" form (A transposed, B not; both K-major), compute 32F, scale
+// type 32F, K and N multiples of 16. A row-major weight W_e [N, K] is a column-major [K, N] matrix with ld K, so
+// it is A with transa = T; a row-major activation block [n_e, K] is a column-major [K, n_e] matrix, B with
+// transb = N; D column-major [N, n_e] with ld N is the row-major output [n_e, N]. So m = N, n = n_e, k = K.
+// D = alpha * scale_A * scale_B * op(A) op(B) with scale_A / scale_B read from device pointers
+// (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER). Fast accumulation stays off (the default): partial
+// sums are promoted to fp32 periodically, as PyTorch's _scaled_mm does by default.
+#include <cublasLt.h>
+#include <cuda_fp8.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/moe_cublaslt_fp8.cuh"
+
+extern "C" {
+#include "util/status.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+#define LT_ROW_ALIGN 16          // expert segments start at multiples of 16 rows (see 1. above)
+#define LT_WORKSPACE (32u << 20) // cuBLASLt workspace: the size NVIDIA recommends for Hopper
+#define LT_CACHE     1024        // algorithms remembered per projection, keyed by the expert's row count
+#define E4M3_MAX     448.0f
+#define SCALE_FLOOR  1e-12f      // an all-zero tensor gets this scale and encodes to zeros (FM_ACT_SCALE_FLOOR)
+
+// one projection (gate|up or down) of every expert, and the cuBLASLt objects that compute it
+typedef struct lt_proj {
+    uint8_t               *w;     // e4m3 [E][N][K]
+    float                 *scale; // [E] device
+    int64_t                N, K;
+    cublasLtMatmulDesc_t   desc;
+    cublasLtMatrixLayout_t a, b, d; // b and d: columns (= the expert's rows) set per call
+    int32_t               *cache_n; // [LT_CACHE] row count, -1 = empty
+    cublasLtMatmulAlgo_t  *cache_algo;
+} lt_proj;
+
+struct fm_lt_moe {
+    cuda_backend              *be;
+    cublasLtHandle_t           lt;
+    cublasLtMatmulPreference_t pref;
+    int32_t                    E;
+    int64_t                    H, I;
+    lt_proj                    gu, dn;
+    void                      *workspace;
+    char                      *buf; // per-call buffers (grow-only), see ensure_buffers
+    size_t                     buf_bytes;
+    int                       *cnt, *off; // host [E]
+};
+
+#define LT_CHECK(call)                                                                                            \
+    do {                                                                                                          \
+        cublasStatus_t s_ = (call);                                                                               \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                          \
+            return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: %s failed: %s (%s)", #call, cublasLtGetStatusName(s_), \
+                           cublasLtGetStatusString(s_));                                                          \
+    } while (0)
+
+static unsigned grid_for(int64_t n, int64_t cap) {
+    const int64_t b = fm_ceil_div(n, 256);
+    return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
+static __device__ float warp_max(float a) {
+    for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    return a;
+}
+
+// amax as the bits of a non-negative float: their unsigned order is the float order, so atomicMax works
+static __device__ void amax_commit(float a, unsigned *amax) {
+    a = warp_max(a);
+    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(a));
+}
+
+static __device__ float scale_of(unsigned amax_bits) { return fmaxf(__uint_as_float(amax_bits) / E4M3_MAX, SCALE_FLOOR); }
+
+static __device__ uint8_t e4m3(float v) { return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+
+// 8 bf16 (16 bytes, aligned) -> fp32
+static __device__ void load8(const bf16 *p, float *v) {
+    const uint4            raw = *(const uint4 *)p;
+    const __nv_bfloat162 *h2  = (const __nv_bfloat162 *)&raw;
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h2[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+}
+
+// e4m3(v[i] / s) for 8 values -> 8 bytes (aligned)
+static __device__ void store8_e4m3(uint8_t *p, const float *v, float s) {
+    uint32_t lo = 0, hi = 0;
+    for (int i = 0; i < 4; i++) lo |= (uint32_t)e4m3(v[i] / s) << (8 * i), hi |= (uint32_t)e4m3(v[4 + i] / s) << (8 * i);
+    *(uint2 *)p = make_uint2(lo, hi);
+}
+
+// ---- setup: per-matrix quantization of a bf16 bank; grid (x, matrices) ----
+
+static __global__ void bank_amax_kernel(const bf16 *w, int64_t rows, int64_t cols, int64_t ld, unsigned *amax) {
+    const bf16 *m = w + (int64_t)blockIdx.y * rows * ld;
+    float       a = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
+        a = fmaxf(a, fabsf(__bfloat162float(m[(i / cols) * ld + i % cols])));
+    amax_commit(a, &amax[blockIdx.y]);
+}
+
+static __global__ void bank_quant_kernel(const bf16 *w, int64_t rows, int64_t cols, int64_t ld, const unsigned *amax,
+                                         uint8_t *q, float *scale) {
+    const bf16 *m = w + (int64_t)blockIdx.y * rows * ld;
+    const float s = scale_of(amax[blockIdx.y]);
+    if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y] = s;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
+        q[(int64_t)blockIdx.y * rows * cols + i] = e4m3(__bfloat162float(m[(i / cols) * ld + i % cols]) / s);
+}
+
+// ---- per call ----
+
+static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t *counts) {
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x)
+        atomicAdd(&counts[ids[p]], 1);
+}
+
+static __global__ void scatter_kernel(const int32_t *ids, int64_t P, const int32_t *offsets, int32_t *fill,
+                                      int32_t *slot_of) {
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t e = ids[p];
+        slot_of[p] = offsets[e] + atomicAdd(&fill[e], 1);
+    }
+}
+
+// amax over n bf16 (n a multiple of 8, x 16-byte aligned)
+static __global__ void amax_kernel(const bf16 *x, int64_t n, unsigned *amax) {
+    float a = 0.0f, v[8];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n / 8; i += (int64_t)gridDim.x * blockDim.x) {
+        load8(x + 8 * i, v);
+        for (int j = 0; j < 8; j++) a = fmaxf(a, fabsf(v[j]));
+    }
+    amax_commit(a, amax);
+}
+
+// xq[slot_of[p], :] = e4m3(x[p / k, :] / s_x); 8 elements per thread (H a multiple of 16)
+static __global__ void gather_quant_kernel(const bf16 *x, int64_t P, int32_t k, int64_t H, const int32_t *slot_of,
+                                           const unsigned *amax, uint8_t *xq, float *scale) {
+    const float s = scale_of(*amax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+    float v[8];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (H / 8); i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t p = i / (H / 8), c = 8 * (i % (H / 8));
+        load8(x + (p / k) * H + c, v);
+        store8_e4m3(xq + (int64_t)slot_of[p] * H + c, v, s);
+    }
+}
+
+// h[row, :] = bf16(silu(g) u) for the rows that hold a pair (segment padding is never read), and amax(h)
+static __global__ void swiglu_amax_kernel(const bf16 *gu, int64_t P, int64_t I, const int32_t *slot_of, bf16 *h,
+                                          unsigned *amax) {
+    float a = 0.0f, g[8], u[8];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8); i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = slot_of[i / (I / 8)], c = 8 * (i % (I / 8));
+        load8(gu + row * 2 * I + c, g);
+        load8(gu + row * 2 * I + I + c, u);
+        uint4           raw;
+        __nv_bfloat162 *o = (__nv_bfloat162 *)&raw;
+        for (int j = 0; j < 4; j++) {
+            o[j] = __floats2bfloat162_rn(g[2 * j] / (1.0f + expf(-g[2 * j])) * u[2 * j],
+                                         g[2 * j + 1] / (1.0f + expf(-g[2 * j + 1])) * u[2 * j + 1]);
+            const float2 f = __bfloat1622float2(o[j]);
+            a = fmaxf(a, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+        *(uint4 *)(h + row * I + c) = raw;
+    }
+    amax_commit(a, amax);
+}
+
+// hq[row, :] = e4m3(h[row, :] / s_h) for the rows that hold a pair
+static __global__ void quant_rows_kernel(const bf16 *h, int64_t P, int64_t I, const int32_t *slot_of,
+                                         const unsigned *amax, uint8_t *hq, float *scale) {
+    const float s = scale_of(*amax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+    float v[8];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8); i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = slot_of[i / (I / 8)], c = 8 * (i % (I / 8));
+        load8(h + row * I + c, v);
+        store8_e4m3(hq + row * I + c, v, s);
+    }
+}
+
+static __global__ void combine_kernel(const bf16 *y, const int32_t *slot_of, const bf16 *w, int64_t T, int32_t k,
+                                      int64_t H, bf16 *out) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / H, c = i % H;
+        float acc = 0.0f;
+        for (int32_t j = 0; j < k; j++)
+            acc += __bfloat162float(w[t * k + j]) * __bfloat162float(y[(int64_t)slot_of[t * k + j] * H + c]);
+        out[i] = __float2bfloat16_rn(acc);
+    }
+}
+
+// ---- host side ----
+
+static fm_status proj_init(fm_lt_moe *m, lt_proj *pr, const fm_bank *bank, unsigned *amax_d, fm_error *err) {
+    pr->N = bank->rows, pr->K = bank->cols;
+    pr->cache_n    = (int32_t *)malloc(LT_CACHE * sizeof *pr->cache_n);
+    pr->cache_algo = (cublasLtMatmulAlgo_t *)malloc(LT_CACHE * sizeof *pr->cache_algo);
+    if (!pr->cache_n || !pr->cache_algo) return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
+    for (int i = 0; i < LT_CACHE; i++) pr->cache_n[i] = -1;
+    const size_t wbytes = (size_t)(m->E * pr->N * pr->K);
+    if (cudaMalloc((void **)&pr->w, wbytes) != cudaSuccess || cudaMalloc((void **)&pr->scale, m->E * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of GPU memory for %zu bytes of e4m3 weights", wbytes);
+    }
+    cudaStream_t s = m->be->stream;
+    FM_CUDA_CHECK(cudaMemsetAsync(amax_d, 0, m->E * sizeof(unsigned), s));
+    const dim3 grid(grid_for(pr->N * pr->K, 1024), (unsigned)m->E);
+    bank_amax_kernel<<<grid, 256, 0, s>>>((const bf16 *)bank->w, pr->N, pr->K, bank->ld, amax_d);
+    FM_LAUNCH_CHECK("lt_bank_amax");
+    bank_quant_kernel<<<grid, 256, 0, s>>>((const bf16 *)bank->w, pr->N, pr->K, bank->ld, amax_d, pr->w, pr->scale);
+    FM_LAUNCH_CHECK("lt_bank_quant");
+    FM_CUDA_CHECK(cudaStreamSynchronize(s)); // amax_d is reused by the next projection
+
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescCreate(&pr->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&pr->a, CUDA_R_8F_E4M3, (uint64_t)pr->K, (uint64_t)pr->N, pr->K));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&pr->b, CUDA_R_8F_E4M3, (uint64_t)pr->K, 1, pr->K));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&pr->d, CUDA_R_16BF, (uint64_t)pr->N, 1, pr->N));
+    return FM_OK;
+}
+
+extern "C" fm_status fm_lt_moe_create(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, fm_lt_moe **out,
+                                      fm_error *err) {
+    *out = NULL;
+    if (strcmp(bb->ops->name, "cuda") != 0)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "the cuBLASLt FP8 route needs the cuda backend, not %s", bb->ops->name);
+    if (gate_up->fmt != FM_W_BF16 || down->fmt != FM_W_BF16)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "the cuBLASLt FP8 route quantizes bf16 banks, got %s and %s",
+                       fm_wformat_name(gate_up->fmt), fm_wformat_name(down->fmt));
+    const int64_t H = down->rows, I = down->cols;
+    if (gate_up->n != down->n || gate_up->rows != 2 * I || gate_up->cols != H)
+        return fm_fail(err, FM_ERR_USAGE, "cublaslt moe: banks [%d][%lld, %lld] and [%d][%lld, %lld] are not gate_up [E][2I, H] "
+                       "and down [E][H, I]", gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, down->n,
+                       (long long)H, (long long)I);
+    if (H % 16 || I % 16)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "the cuBLASLt FP8 route needs H and I multiples of 16 (H %lld, I %lld)",
+                       (long long)H, (long long)I);
+    fm_lt_moe *m = (fm_lt_moe *)calloc(1, sizeof *m);
+    if (!m) return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
+    m->be = cuda_be(bb), m->E = gate_up->n, m->H = H, m->I = I;
+    m->cnt = (int *)calloc((size_t)(2 * m->E), sizeof(int));
+    m->off = m->cnt + m->E;
+    unsigned *amax_d = NULL;
+    fm_status st = FM_OK;
+    if (!m->cnt) st = fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
+    if (!st && (cudaMalloc(&m->workspace, LT_WORKSPACE) != cudaSuccess ||
+                cudaMalloc((void **)&amax_d, m->E * sizeof(unsigned)) != cudaSuccess)) {
+        cudaGetLastError();
+        st = fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of GPU memory for the workspace");
+    }
+    if (!st) {
+        const cublasStatus_t s = cublasLtCreate(&m->lt);
+        if (s != CUBLAS_STATUS_SUCCESS) st = fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: cublasLtCreate failed: %s", cublasLtGetStatusName(s));
+    }
+    if (!st) st = proj_init(m, &m->gu, gate_up, amax_d, err);
+    if (!st) st = proj_init(m, &m->dn, down, amax_d, err);
+    if (!st) {
+        const uint64_t ws = LT_WORKSPACE;
+        const cublasStatus_t s1 = cublasLtMatmulPreferenceCreate(&m->pref);
+        const cublasStatus_t s2 = s1 ? s1 : cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+        if (s2 != CUBLAS_STATUS_SUCCESS) st = fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: matmul preference: %s", cublasLtGetStatusName(s2));
+    }
+    if (amax_d) FM_CUDA_CHECK(cudaFree(amax_d));
+    if (st) {
+        fm_lt_moe_free(m);
+        return st;
+    }
+    *out = m;
+    return FM_OK;
+}
+
+extern "C" size_t fm_lt_moe_weight_bytes(const fm_lt_moe *m) {
+    return (size_t)(m->E * (m->gu.N * m->gu.K + m->dn.N * m->dn.K)) + 2 * (size_t)m->E * sizeof(float);
+}
+
+static void proj_free(lt_proj *pr) {
+    if (pr->d) cublasLtMatrixLayoutDestroy(pr->d);
+    if (pr->b) cublasLtMatrixLayoutDestroy(pr->b);
+    if (pr->a) cublasLtMatrixLayoutDestroy(pr->a);
+    if (pr->desc) cublasLtMatmulDescDestroy(pr->desc);
+    cudaFree(pr->w), cudaFree(pr->scale);
+    free(pr->cache_n), free(pr->cache_algo);
+}
+
+extern "C" void fm_lt_moe_free(fm_lt_moe *m) {
+    if (!m) return;
+    cudaStreamSynchronize(m->be->stream); // nothing in flight still uses the buffers
+    proj_free(&m->gu), proj_free(&m->dn);
+    if (m->pref) cublasLtMatmulPreferenceDestroy(m->pref);
+    if (m->lt) cublasLtDestroy(m->lt);
+    cudaFree(m->workspace), cudaFree(m->buf);
+    free(m->cnt);
+    free(m);
+}
+
+// The best heuristic algorithm for n rows of this projection, remembered by n (the heuristic query costs host
+// time comparable to a small GEMM; the row counts repeat from call to call).
+static fm_status find_algo(fm_lt_moe *m, lt_proj *pr, int n, cublasLtMatmulAlgo_t *algo, fm_error *err) {
+    int slot = -1;
+    for (int i = 0, h = (int)((uint32_t)n * 2654435761u % LT_CACHE); i < LT_CACHE; i++, h = (h + 1) % LT_CACHE) {
+        if (pr->cache_n[h] == n) return *algo = pr->cache_algo[h], FM_OK;
+        if (pr->cache_n[h] < 0) {
+            slot = h;
+            break;
+        }
+    }
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(m->lt, pr->desc, pr->a, pr->b, pr->d, pr->d, m->pref, 1, &res, &found));
+    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+        return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt has no FP8 algorithm for D[%lld, %d] = A[%lld, %lld]^T B[%lld, %d]",
+                       (long long)pr->N, n, (long long)pr->K, (long long)pr->N, (long long)pr->K, n);
+    *algo = res.algo;
+    if (slot >= 0) pr->cache_n[slot] = n, pr->cache_algo[slot] = res.algo;
+    return FM_OK;
+}
+
+// D [n, N] (row-major bf16) = s_w[e] s_b B [n, K] W_e^T, on the backend's stream
+static fm_status expert_matmul(fm_lt_moe *m, lt_proj *pr, int32_t e, int n, const uint8_t *B, const float *b_scale,
+                               bf16 *D, fm_error *err) {
+    const float   *a_scale = pr->scale + e;
+    const uint64_t cols    = (uint64_t)n;
+    // descriptors are read when cublasLtMatmul enqueues the work, so changing them for the next expert is safe
+    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
+    LT_CHECK(cublasLtMatrixLayoutSetAttribute(pr->b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
+    LT_CHECK(cublasLtMatrixLayoutSetAttribute(pr->d, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
+    cublasLtMatmulAlgo_t algo;
+    fm_status st = find_algo(m, pr, n, &algo, err);
+    if (st) return st;
+    const float alpha = 1.0f, beta = 0.0f;
+    LT_CHECK(cublasLtMatmul(m->lt, pr->desc, &alpha, pr->w + (int64_t)e * pr->N * pr->K, pr->a, B, pr->b, &beta, D, pr->d,
+                            D, pr->d, &algo, m->workspace, LT_WORKSPACE, m->be->stream));
+    return FM_OK;
+}
+
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// per-call device buffers: counts | fill | offsets [3E] int32, amax [2] u32, scales [2] f32, slot_of [P],
+// xq [R, H] e4m3, gu [R, 2I] bf16, h [R, I] bf16, hq [R, I] e4m3, y [R, H] bf16 (R = rows with segment padding)
+typedef struct lt_bufs {
+    int32_t  *counts, *fill, *offsets, *slot_of;
+    unsigned *amax;
+    float    *scale;
+    uint8_t  *xq, *hq;
+    bf16     *gu, *h, *y;
+} lt_bufs;
+
+static fm_status ensure_buffers(fm_lt_moe *m, int64_t P, int64_t R, lt_bufs *b, fm_error *err) {
+    const int64_t E = m->E, H = m->H, I = m->I;
+    size_t o[8], at = 0;
+    o[0] = at, at += align256((size_t)(3 * E) * 4 + 2 * 4 + 2 * 4);
+    o[1] = at, at += align256((size_t)P * 4);
+    o[2] = at, at += align256((size_t)(R * H));
+    o[3] = at, at += align256((size_t)(R * 2 * I) * 2);
+    o[4] = at, at += align256((size_t)(R * I) * 2);
+    o[5] = at, at += align256((size_t)(R * I));
+    o[6] = at, at += align256((size_t)(R * H) * 2);
+    if (at > m->buf_bytes) {
+        if (m->buf) FM_CUDA_CHECK(cudaFree(m->buf)); // waits for the work still using it
+        m->buf = NULL, m->buf_bytes = 0;
+        if (cudaMalloc((void **)&m->buf, at) != cudaSuccess) {
+            cudaGetLastError();
+            return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of GPU memory for %zu bytes of activations", at);
+        }
+        m->buf_bytes = at;
+    }
+    b->counts = (int32_t *)(m->buf + o[0]), b->fill = b->counts + E, b->offsets = b->fill + E;
+    b->amax   = (unsigned *)(b->offsets + E), b->scale = (float *)(b->amax + 2);
+    b->slot_of = (int32_t *)(m->buf + o[1]);
+    b->xq = (uint8_t *)(m->buf + o[2]), b->gu = (bf16 *)(m->buf + o[3]), b->h = (bf16 *)(m->buf + o[4]);
+    b->hq = (uint8_t *)(m->buf + o[5]), b->y = (bf16 *)(m->buf + o[6]);
+    return FM_OK;
+}
+
+extern "C" fm_status fm_lt_moe_run(fm_lt_moe *m, const void *xv, int64_t T, const void *idsv, const void *weightsv,
+                                   int32_t k, void *outv, fm_error *err) {
+    const int64_t P = T * k, E = m->E, H = m->H, I = m->I;
+    if (P == 0) return FM_OK;
+    const bf16 *x = (const bf16 *)xv, *weights = (const bf16 *)weightsv;
+    const int32_t *ids = (const int32_t *)idsv;
+    if ((uintptr_t)x % 16)
+        return fm_fail(err, FM_ERR_USAGE, "cublaslt moe: x must be 16-byte aligned (8-element loads)");
+    const int64_t R = fm_ceil_div(P, LT_ROW_ALIGN) * LT_ROW_ALIGN + E * LT_ROW_ALIGN; // rows with segment padding
+    lt_bufs b = {};
+    fm_status st = ensure_buffers(m, P, R, &b, err);
+    if (st) return st;
+    cudaStream_t s = m->be->stream;
+
+    FM_CUDA_CHECK(cudaMemsetAsync(b.counts, 0, (size_t)(3 * E) * 4 + 2 * 4, s)); // counts, fill, offsets, amax
+    count_kernel<<<grid_for(P, 4096), 256, 0, s>>>(ids, P, b.counts);
+    FM_LAUNCH_CHECK("lt_moe_count");
+    FM_CUDA_CHECK(cudaMemcpyAsync(m->cnt, b.counts, (size_t)E * 4, cudaMemcpyDeviceToHost, s));
+    FM_CUDA_CHECK(cudaStreamSynchronize(s)); // the one host synchronisation: GEMM shapes are host arguments
+    for (int64_t e = 0, acc = 0; e < E; e++) m->off[e] = (int)acc, acc += fm_ceil_div(m->cnt[e], LT_ROW_ALIGN) * LT_ROW_ALIGN;
+    FM_CUDA_CHECK(cudaMemcpyAsync(b.offsets, m->off, (size_t)E * 4, cudaMemcpyHostToDevice, s));
+    scatter_kernel<<<grid_for(P, 4096), 256, 0, s>>>(ids, P, b.offsets, b.fill, b.slot_of);
+    FM_LAUNCH_CHECK("lt_moe_scatter");
+    amax_kernel<<<grid_for(T * H / 8, 1024), 256, 0, s>>>(x, T * H, &b.amax[0]);
+    FM_LAUNCH_CHECK("lt_moe_amax_x");
+    gather_quant_kernel<<<grid_for(P * H / 8, 65536), 256, 0, s>>>(x, P, k, H, b.slot_of, &b.amax[0], b.xq, &b.scale[0]);
+    FM_LAUNCH_CHECK("lt_moe_gather_quant");
+    for (int32_t e = 0; !st && e < E; e++)
+        if (m->cnt[e])
+            st = expert_matmul(m, &m->gu, e, m->cnt[e], b.xq + (int64_t)m->off[e] * H, &b.scale[0],
+                               b.gu + (int64_t)m->off[e] * 2 * I, err);
+    if (st) return st;
+    swiglu_amax_kernel<<<grid_for(P * I / 8, 1024), 256, 0, s>>>(b.gu, P, I, b.slot_of, b.h, &b.amax[1]);
+    FM_LAUNCH_CHECK("lt_moe_swiglu_amax");
+    quant_rows_kernel<<<grid_for(P * I / 8, 65536), 256, 0, s>>>(b.h, P, I, b.slot_of, &b.amax[1], b.hq, &b.scale[1]);
+    FM_LAUNCH_CHECK("lt_moe_quant_h");
+    for (int32_t e = 0; !st && e < E; e++)
+        if (m->cnt[e])
+            st = expert_matmul(m, &m->dn, e, m->cnt[e], b.hq + (int64_t)m->off[e] * I, &b.scale[1],
+                               b.y + (int64_t)m->off[e] * H, err);
+    if (st) return st;
+    combine_kernel<<<grid_for(T * H, 65536), 256, 0, s>>>(b.y, b.slot_of, weights, T, k, H, (bf16 *)outv);
+    FM_LAUNCH_CHECK("lt_moe_combine");
+    return FM_OK;
+}
