@@ -124,11 +124,79 @@ static void bench_command_prints_and_writes_json(void **s) {
     assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 0"), 2);
 }
 
+/* bench moe: help, usage errors, and the whole command on the CPU backend (the routes' formats emulated, toy shape):
+ * the table, the JSON rows, the comparison against the bf16 route. The GPU run is checked by hand (bench/NOTES.md). */
+static void bench_moe_command(void **s) {
+    (void)s;
+    assert_int_equal(fp8moe("bench moe --help"), 0);
+    assert_non_null(strstr(cli_out, "fp8-cublaslt-loop"));
+    assert_non_null(strstr(cli_out, "--shape"));
+    assert_int_equal(fp8moe("bench --help"), 0);
+    assert_non_null(strstr(cli_out, "bench moe"));
+    assert_int_equal(fp8moe("bench moe --shape llama"), 2);
+    assert_non_null(strstr(cli_err, "qwen3"));
+    assert_int_equal(fp8moe("bench moe --routes bf16-cublas,nope"), 2);
+    assert_non_null(strstr(cli_err, "nope"));
+    assert_int_equal(fp8moe("bench moe --routes bf16-cublas,bf16-cublas"), 2);
+    assert_int_equal(fp8moe("bench moe --tokens 16,0"), 2);
+    assert_int_equal(fp8moe("bench moe --repeat 5000"), 2);
+    assert_int_equal(fp8moe("bench moe --backend tpu"), 2);
+    assert_int_equal(fp8moe("bench moe --model x"), 2);
+    assert_int_equal(fp8moe("bench moe extra"), 2);
+
+    char json[512];
+    snprintf(json, sizeof json, "%s/moe.json", cli_tmp);
+    assert_int_equal(fp8moe("bench moe --shape toy --backend cpu --tokens 7,20 --repeat 3 --warmup 1 --json %s", json), 0);
+    assert_non_null(strstr(cli_out, "| route | T | median ms"));
+    assert_non_null(strstr(cli_out, "| fp8-cublaslt-loop | 7 | unavailable: "));
+    char text[1 << 15];
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_string_equal(cJSON_GetObjectItem(root, "shape")->valuestring, "toy");
+    assert_int_equal(cJSON_GetObjectItem(root, "experts")->valueint, 8);
+    const cJSON *rows = cJSON_GetObjectItem(root, "results");
+    assert_int_equal(cJSON_GetArraySize(rows), 2 * 4); /* every T x every route */
+    for (int i = 0; i < 8; i++) {
+        const cJSON *r     = cJSON_GetArrayItem(rows, i);
+        const char  *route = cJSON_GetObjectItem(r, "route")->valuestring;
+        const char  *st    = cJSON_GetObjectItem(r, "status")->valuestring;
+        if (!strcmp(route, "fp8-cublaslt-loop")) {
+            assert_string_equal(st, "unavailable");
+            continue;
+        }
+        assert_string_equal(st, "ok");
+        const double med = cJSON_GetObjectItem(r, "median_ms")->valuedouble;
+        assert_true(med > 0 && cJSON_GetObjectItem(r, "min_ms")->valuedouble <= med);
+        assert_true(cJSON_GetObjectItem(r, "max_ms")->valuedouble >= med);
+        const double T = cJSON_GetObjectItem(r, "tokens")->valuedouble;
+        assert_true(fabs(cJSON_GetObjectItem(r, "flops")->valuedouble - 2 * T * 2 * 3 * 128 * 256) < 1);
+        const int touched = cJSON_GetObjectItem(r, "touched_experts")->valueint;
+        assert_true(touched >= 2 && touched <= 8);
+        assert_true(cJSON_GetObjectItem(r, "floor_ms")->valuedouble > 0);
+        /* the same inputs and weights on every route: the quantized routes stay near bf16, which is exactly itself */
+        const double e = cJSON_GetObjectItem(r, "err_vs_bf16")->valuedouble;
+        if (!strcmp(route, "bf16-cublas")) assert_true(e == 0);
+        else assert_true(e > 1e-3 && e < 0.3);
+    }
+    cJSON_Delete(root);
+    /* the GPU path without a GPU is one line and exit 1; with a GPU, it runs */
+    const int rc = fp8moe("bench moe --shape toy --routes bf16-cublas --tokens 7 --repeat 2 --warmup 0");
+    assert_true(rc == 0 || rc == 1);
+    if (rc == 1) {
+        assert_non_null(strstr(cli_err, "cuda"));
+        int lines = 0;
+        for (const char *c = cli_err; *c; c++) lines += *c == '\n';
+        assert_int_equal(lines, 1);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(synthetic_is_deterministic),
         cmocka_unit_test(cost_matches_hand_count),
         cmocka_unit_test(bench_command_prints_and_writes_json),
+        cmocka_unit_test(bench_moe_command),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

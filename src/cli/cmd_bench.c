@@ -13,6 +13,7 @@
 
 static const char *HELP =
     "usage: fp8moe bench prefill --synthetic NAME [--layers L] [--tokens T] [--preset P] [--repeat R] [options]\n"
+    "       fp8moe bench moe [options]   (one MoE layer's experts, every route side by side: bench moe --help)\n"
     "\n"
     "Times the prefill of T tokens through the first L layers of a synthetic model with the shapes of a real\n"
     "checkpoint (weights generated on the device, then quantized by the normal load path). Prints median, min\n"
@@ -66,9 +67,10 @@ static double floor_ms(double bytes, double flops) {
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
+    if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "prefill") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
-        return cli_usage(cmd, "the first argument must be 'prefill'");
+        return cli_usage(cmd, "the first argument must be 'prefill' or 'moe'");
     }
     bench_args a = {NULL, NULL, 2048, 10, 2};
     cli_model_opts mo;

@@ -1,4 +1,4 @@
-/* fp8moe: the command line. Subcommands: logits, perplexity, inspect, parity. */
+/* fp8moe: the command line. Subcommands: logits, perplexity, inspect, parity, bench. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -14,7 +14,8 @@ static void usage(FILE *f) {
             "  logits      write float32 logits [T, vocab] for a file of int32 token ids\n"
             "  perplexity  perplexity over windows of a token-id file\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
-            "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors\n"
+            "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
+            "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
             "\n"
             "presets: ref (fp32 oracle), int4 (w4a16), fp8 (int4 weights as e4m3, e4m3 1x128 activations),\n"
             "         fp4 (fp8 with MXFP4 expert dispatch)\n"

@@ -1,0 +1,536 @@
+/* fp8moe bench moe: one MoE layer's expert FFN (gate|up GEMM, SwiGLU, down GEMM, weighted combine) at real shapes,
+ * every route in the same run on the same inputs, beside its floor: the anchors the grouped FP8 kernel is measured
+ * against (DESIGN.md "Measurement"). Each route gets its own backend, alive only while the route runs. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "cli/cli.h"
+#include "util/status.h"
+#ifdef FM_HAVE_CUDA
+#include "backend/cuda/moe_cublaslt_fp8.cuh"
+#endif
+
+/* Ceilings measured on the H200 (bench/NOTES.md; DESIGN.md): device copy 4.25 TB/s, bf16 dense matrix ~0.79
+ * PFLOP/s, FP8 dense matrix ~1.3 PFLOP/s. */
+#define BANDWIDTH_BYTES_PER_S 4.25e12
+#define BF16_FLOPS_PER_S      0.79e15
+#define FP8_FLOPS_PER_S       1.3e15
+#define MAX_TOKEN_COUNTS      16
+#define MAX_REPEAT            2000 /* two marks per run, FM_MARK_SLOTS (4096) in all */
+
+static const char *CMD = "bench moe";
+
+static const char *HELP =
+    "usage: fp8moe bench moe [--shape qwen3|mixtral|toy] [--tokens T1,T2,..] [--routes R1,R2,..] [options]\n"
+    "\n"
+    "Times ONE MoE layer's expert FFN (gate|up GEMM, SwiGLU, down GEMM, weighted combine; routing excluded) at the\n"
+    "shapes of a real model, for several routes side by side in the same run, on the same inputs: x [T, H] bf16\n"
+    "with outlier channels (every 97th column x8), random router logits (std ~2) routed by the backend's route op\n"
+    "(seeded: every run and every route sees the same tokens and experts), synthetic expert weights generated on\n"
+    "the device and converted by the normal bank path (as bench prefill does).\n"
+    "\n"
+    "  --shape S        qwen3: Qwen3-30B-A3B, E 128 experts, top-8, H 2048, I 768 (default)\n"
+    "                   mixtral: Mixtral-8x7B, E 8, top-2, H 4096, I 14336\n"
+    "                   toy: E 8, top-2, H 256, I 128 (checks of the command itself)\n"
+    "  --tokens LIST    token counts T (default qwen3 16,512,2048,8192; mixtral 512,4096; toy 7,300)\n"
+    "  --routes LIST    default: all, in this order:\n"
+    "                     int4-per-token     int4 preset: W4A16 GEMVs, one dispatch per routed pair (the baseline)\n"
+    "                     bf16-cublas        ref preset: bf16 weights, grouped GEMMs (cublasGemmGroupedBatchedEx)\n"
+    "                     fp8-cublaslt-loop  e4m3 weights (one scale per expert matrix) and activations (one\n"
+    "                                        dynamic scale per tensor), one cublasLtMatmul per expert\n"
+    "                     fp8-grouped        fp8 preset: int4 weights computed as e4m3, e4m3 1x128 activations,\n"
+    "                                        one grouped GEMM (ours; 'unavailable' until the backend runs it)\n"
+    "  --repeat R       timed runs per route and T (default 20)\n"
+    "  --warmup W       untimed runs first (default 3)\n"
+    "  --json FILE      also write the results as JSON\n"
+    "  --backend B      cuda (default) or cpu (the CPU's exact emulation of each route's formats, wall-clock time:\n"
+    "                   for checking the command where there is no GPU; fp8-cublaslt-loop is cuda only)\n"
+    "  --threads N      CPU threads (--backend cpu; default all)\n"
+    "  -v, --verbose    progress on stderr\n"
+    "  -h, --help       this help\n"
+    "\n"
+    "Per route and T: median, min and max of the device time between two events around the moe call (GPU idle\n"
+    "time inside the call, such as a host synchronisation, counts); TFLOP/s of FLOPs = 2 T k (2I H + H I);\n"
+    "effective GB/s of bytes = the touched experts' weights once, in the route's own format, plus x read and out\n"
+    "written; the floor max(bytes / 4.25 TB/s, FLOPs / rate), rate 1.3 PFLOP/s for the fp8 routes and 0.79\n"
+    "PFLOP/s for the others; x floor = median / floor; err = ||out - out_bf16|| / ||out_bf16|| against the\n"
+    "bf16-cublas output at the same T (when that route ran). A route the backend cannot run is printed as\n"
+    "'unavailable: <reason>' and the others go on.\n"
+    "Exit codes: 0 every route ran or was unavailable, 1 a route failed or no backend could be created, 2 usage.\n";
+
+typedef struct moe_shape {
+    const char    *name, *model;
+    int32_t        E, k;
+    int64_t        H, I;
+    fm_router_kind router;
+    bool           norm_topk;
+    int64_t        tokens[4];
+    int            n_tokens;
+} moe_shape;
+
+/* config.json values of Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 (as src/engine/synthetic.c) */
+static const moe_shape shapes[] = {
+    {"qwen3", "Qwen3-30B-A3B", 128, 8, 2048, 768, FM_ROUTER_SOFTMAX_TOPK, true, {16, 512, 2048, 8192}, 4},
+    {"mixtral", "Mixtral-8x7B", 8, 2, 4096, 14336, FM_ROUTER_TOPK_SOFTMAX, false, {512, 4096}, 2},
+    {"toy", "toy", 8, 2, 256, 128, FM_ROUTER_SOFTMAX_TOPK, true, {7, 300}, 2},
+};
+
+enum { ROUTE_INT4, ROUTE_BF16, ROUTE_LT, ROUTE_FP8, ROUTE_COUNT };
+
+static const struct {
+    const char *name;
+    fm_preset   preset; /* the plan its backend is created with */
+    bool        fp8;    /* FLOP rate of the floor */
+} routes[ROUTE_COUNT] = {
+    {"int4-per-token", FM_PRESET_INT4, false},
+    {"bf16-cublas", FM_PRESET_REF, false},
+    {"fp8-cublaslt-loop", FM_PRESET_REF, true}, /* bf16 banks, quantized to e4m3 per tensor by the route */
+    {"fp8-grouped", FM_PRESET_FP8, true},
+};
+
+typedef enum { RES_NOT_RUN, RES_OK, RES_UNAVAILABLE, RES_FAILED } res_status;
+
+typedef struct result {
+    res_status status;
+    char       msg[sizeof(((fm_error *)0)->msg)];
+    double     median_ms, min_ms, max_ms;
+    double     flops, weight_bytes, act_bytes, floor_ms, err;
+    int32_t    touched; /* experts with at least one routed pair */
+    float     *out;     /* host copy of the output [T, H], for the comparison */
+} result;
+
+typedef struct bench_cfg {
+    const moe_shape *shape;
+    int64_t          tokens[MAX_TOKEN_COUNTS];
+    int              n_tokens;
+    int              route[ROUTE_COUNT], n_routes;
+    long             repeat, warmup, threads;
+    const char      *json_path, *backend;
+    bool             verbose;
+    float          **x, **logits; /* host inputs per token count */
+    char             device[256];
+} bench_cfg;
+
+/* ---- arguments ---- */
+
+static bool parse_tokens(const char *list, bench_cfg *c) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    c->n_tokens = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v = 0;
+        if (c->n_tokens == MAX_TOKEN_COUNTS) {
+            cli_usage(CMD, "--tokens takes at most %d counts", MAX_TOKEN_COUNTS);
+            return false;
+        }
+        if (!cli_parse_int(CMD, "--tokens", tok, 1, 1 << 20, &v)) return false;
+        c->tokens[c->n_tokens++] = v;
+    }
+    if (!c->n_tokens) cli_usage(CMD, "--tokens expects a comma-separated list such as 512,4096, got '%s'", list);
+    return c->n_tokens > 0;
+}
+
+static bool parse_routes(const char *list, bench_cfg *c) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    c->n_routes = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int r = 0;
+        while (r < ROUTE_COUNT && strcmp(tok, routes[r].name) != 0) r++;
+        if (r == ROUTE_COUNT) {
+            cli_usage(CMD, "unknown route '%s' (choose int4-per-token, bf16-cublas, fp8-cublaslt-loop, fp8-grouped)", tok);
+            return false;
+        }
+        for (int i = 0; i < c->n_routes; i++)
+            if (c->route[i] == r) {
+                cli_usage(CMD, "route '%s' is listed twice", tok);
+                return false;
+            }
+        c->route[c->n_routes++] = r;
+    }
+    if (!c->n_routes) cli_usage(CMD, "--routes expects a comma-separated list of routes, got '%s'", list);
+    return c->n_routes > 0;
+}
+
+enum { OPT_SHAPE = 2000, OPT_TOKENS, OPT_ROUTES, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_BACKEND, OPT_THREADS };
+
+/* Returns -1 when the benchmark should run, else the exit code (0 after --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, bench_cfg *c) {
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, OPT_SHAPE},     {"tokens", required_argument, 0, OPT_TOKENS},
+        {"routes", required_argument, 0, OPT_ROUTES},   {"repeat", required_argument, 0, OPT_REPEAT},
+        {"warmup", required_argument, 0, OPT_WARMUP},   {"json", required_argument, 0, OPT_JSON},
+        {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
+        {"verbose", no_argument, 0, 'v'},               {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *shape = "qwen3", *tokens = NULL, *route_list = NULL;
+    optind = 1;
+    opterr = 0; /* our own message for unknown options */
+    int o;
+    while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'h': return fputs(HELP, stdout), CLI_OK;
+        case 'v': c->verbose = true; break;
+        case OPT_SHAPE: shape = optarg; break;
+        case OPT_TOKENS: tokens = optarg; break;
+        case OPT_ROUTES: route_list = optarg; break;
+        case OPT_JSON: c->json_path = optarg; break;
+        case OPT_REPEAT:
+            if (!cli_parse_int(CMD, "--repeat", optarg, 1, MAX_REPEAT, &c->repeat)) return CLI_USAGE;
+            break;
+        case OPT_WARMUP:
+            if (!cli_parse_int(CMD, "--warmup", optarg, 0, 10000, &c->warmup)) return CLI_USAGE;
+            break;
+        case OPT_THREADS:
+            if (!cli_parse_int(CMD, "--threads", optarg, 1, 4096, &c->threads)) return CLI_USAGE;
+            break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return cli_usage(CMD, "--backend must be cuda or cpu, got '%s'", optarg);
+            c->backend = optarg;
+            break;
+        default: return cli_usage(CMD, "unknown option or missing value: '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (!strcmp(shape, shapes[i].name)) c->shape = &shapes[i];
+    if (!c->shape) return cli_usage(CMD, "unknown shape '%s' (choose qwen3, mixtral or toy)", shape);
+    if (tokens && !parse_tokens(tokens, c)) return CLI_USAGE;
+    if (!tokens) {
+        c->n_tokens = c->shape->n_tokens;
+        memcpy(c->tokens, c->shape->tokens, (size_t)c->n_tokens * sizeof *c->tokens);
+    }
+    if (route_list && !parse_routes(route_list, c)) return CLI_USAGE;
+    if (!route_list)
+        for (int r = 0; r < ROUTE_COUNT; r++) c->route[c->n_routes++] = r;
+    return -1;
+}
+
+/* ---- inputs ---- */
+
+/* Synthetic weights (model/model_src.h), as synthetic.c makes them: uniform with variance 1 / fan_in. The seeds
+ * depend only on the expert and the projection, so every route computes the same function of the same weights. */
+static fm_wsrc weight_view(uint64_t seed, int64_t rows, int64_t cols) {
+    return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}};
+}
+
+static float *synth_host(fm_synth s, int64_t rows, int64_t cols) {
+    float *v = malloc((size_t)(rows * cols) * sizeof *v);
+    if (!v) return NULL;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows * cols; i++) v[i] = fm_synth_value(&s, i, cols);
+    return v;
+}
+
+/* x: uniform [-1, 1) with outlier channels x8 (as the synthetic embeddings); logits: uniform with std 2 */
+static fm_status make_inputs(bench_cfg *c, fm_error *err) {
+    const moe_shape *s = c->shape;
+    c->x      = calloc((size_t)c->n_tokens, sizeof *c->x);
+    c->logits = calloc((size_t)c->n_tokens, sizeof *c->logits);
+    if (!c->x || !c->logits) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
+    for (int i = 0; i < c->n_tokens; i++) {
+        c->x[i]      = synth_host((fm_synth){0x9E3779B97F4A7C15ull, 1.0f, 0.0f, 97}, c->tokens[i], s->H);
+        c->logits[i] = synth_host((fm_synth){0xD1B54A32D192ED03ull, 2.0f * sqrtf(3.0f), 0.0f, 0}, c->tokens[i], s->E);
+        if (!c->x[i] || !c->logits[i]) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %lld tokens", (long long)c->tokens[i]);
+    }
+    return FM_OK;
+}
+
+/* gate_up [E][2I, H] (gate rows, then up rows) and down [E][H, I] banks in format fmt */
+static fm_status make_banks(fm_backend *be, const moe_shape *s, fm_wformat fmt, fm_bank **gu, fm_bank **dn, fm_error *err) {
+    fm_wsrc *v = malloc((size_t)(3 * s->E) * sizeof *v);
+    if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
+    for (int32_t e = 0; e < s->E; e++) {
+        v[2 * e]        = weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
+        v[2 * e + 1]    = weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
+        v[2 * s->E + e] = weight_view(3 + 3 * (uint64_t)e, s->H, s->I);
+    }
+    const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up"};
+    const fm_bank_src dsrc = {.srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down"};
+    fm_status st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
+    if (!st) st = be->ops->bank_create(be, &dsrc, fmt, dn, err);
+    if (st && *gu) be->ops->bank_free(be, *gu), *gu = NULL;
+    free(v);
+    return st;
+}
+
+/* ---- timing ---- */
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void set_msg(result *r, res_status st, const char *msg) {
+    r->status = st;
+    snprintf(r->msg, sizeof r->msg, "%s", msg);
+}
+
+/* The state one route's runs share. */
+typedef struct route_ctx {
+    fm_backend *be;
+    int         route;
+    fm_bank    *gu, *dn;
+    void       *lt; /* fm_lt_moe for fp8-cublaslt-loop */
+    double      weight_bytes;
+} route_ctx;
+
+static fm_status call_route(route_ctx *rc, const bench_cfg *c, const void *x, int64_t T, const void *ids,
+                            const void *w, void *out, fm_error *err) {
+#ifdef FM_HAVE_CUDA
+    if (rc->route == ROUTE_LT) return fm_lt_moe_run(rc->lt, x, T, ids, w, c->shape->k, out, err);
+#else
+    (void)err;
+#endif
+    fm_backend *be = rc->be;
+    be->ops->moe(be, rc->gu, rc->dn, x, T, ids, w, c->shape->k, be->plan.a_dispatch, be->plan.a_expert, out);
+    return FM_OK;
+}
+
+/* One token count: inputs, routing, warm-up, timed runs, the output kept for the comparison. */
+static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
+    const moe_shape *s  = c->shape;
+    fm_backend      *be = rc->be;
+    const int64_t    T = c->tokens[ti], P = T * s->k;
+    const size_t     act = be->ops->act_size;
+    fm_error         err = {{0}};
+    void *x = be->ops->alloc(be, (size_t)(T * s->H) * act), *lg = be->ops->alloc(be, (size_t)(T * s->E) * act);
+    void *ids = be->ops->alloc(be, (size_t)P * sizeof(int32_t)), *w = be->ops->alloc(be, (size_t)P * act);
+    void *out = be->ops->alloc(be, (size_t)(T * s->H) * act);
+    int32_t *ids_h = malloc((size_t)P * sizeof *ids_h);
+    double  *ms    = malloc((size_t)c->repeat * sizeof *ms);
+    res->out       = malloc((size_t)(T * s->H) * sizeof(float));
+    if (!x || !lg || !ids || !w || !out || !ids_h || !ms || !res->out) {
+        set_msg(res, RES_FAILED, "out of memory for the activations");
+        goto done;
+    }
+    be->ops->upload_f32(be, c->x[ti], T * s->H, x);
+    be->ops->upload_f32(be, c->logits[ti], T * s->E, lg);
+    be->ops->route(be, lg, T, s->E, s->k, s->router, s->norm_topk, ids, w);
+    be->ops->download_raw(be, ids, (size_t)P * sizeof(int32_t), ids_h);
+    bool *hit = calloc((size_t)s->E, sizeof *hit);
+    res->touched = 0;
+    for (int64_t p = 0; hit && p < P; p++)
+        if (ids_h[p] >= 0 && ids_h[p] < s->E && !hit[ids_h[p]]) hit[ids_h[p]] = true, res->touched++;
+    free(hit);
+    fm_status st = FM_OK;
+    for (long r = 0; !st && r < c->warmup + c->repeat; r++) {
+        const long i = r - c->warmup;
+        if (i >= 0) be->ops->mark(be, (int32_t)(2 * i));
+        st = call_route(rc, c, x, T, ids, w, out, &err);
+        if (i >= 0) be->ops->mark(be, (int32_t)(2 * i + 1));
+    }
+    if (!st) st = be->ops->sync(be, &err);
+    if (st) {
+        set_msg(res, RES_FAILED, err.msg);
+        goto done;
+    }
+    for (long i = 0; i < c->repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
+    qsort(ms, (size_t)c->repeat, sizeof *ms, cmp_double);
+    const long n = c->repeat;
+    res->median_ms    = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    res->min_ms       = ms[0], res->max_ms = ms[n - 1];
+    res->flops        = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
+    res->weight_bytes = rc->weight_bytes * res->touched / s->E;
+    res->act_bytes    = 2.0 * (double)(T * s->H) * (double)act;
+    const double bw_s = (res->weight_bytes + res->act_bytes) / BANDWIDTH_BYTES_PER_S;
+    const double fl_s = res->flops / (routes[rc->route].fp8 ? FP8_FLOPS_PER_S : BF16_FLOPS_PER_S);
+    res->floor_ms     = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
+    be->ops->download_f32(be, out, T * s->H, res->out);
+    res->status = RES_OK;
+    if (c->verbose)
+        fprintf(stderr, "%s T=%lld: median %.3f ms\n", routes[rc->route].name, (long long)T, res->median_ms);
+done:
+    if (res->status != RES_OK) free(res->out), res->out = NULL;
+    void *bufs[] = {x, lg, ids, w, out};
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) be->ops->free(be, bufs[i]);
+    free(ids_h), free(ms);
+}
+
+/* One route for every token count: its own backend, alive only while it runs. Returns a status only for a
+ * failure that stops the benchmark (no backend at all); the route's own failures go into its rows. */
+static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) {
+    const moe_shape *s = c->shape;
+    route_ctx rc = {.route = route};
+    fm_plan plan;
+    /* the GPU's plan on either backend: the CPU then emulates the GPU's formats exactly */
+    fm_plan_for_backend(routes[route].preset, "cuda", &plan);
+    fm_error e = {{0}};
+    fm_status st = FM_OK;
+    if (route == ROUTE_LT && strcmp(c->backend, "cuda") != 0)
+        st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop runs on the cuda backend only");
+#ifndef FM_HAVE_CUDA
+    if (route == ROUTE_LT && !st) st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop: built without CUDA");
+#endif
+    if (!st) st = fm_backend_create(c->backend, &plan, (int32_t)c->threads, &rc.be, &e);
+    if (st) {
+        for (int i = 0; i < c->n_tokens; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? RES_UNAVAILABLE : RES_FAILED, e.msg);
+        if (st == FM_ERR_UNSUPPORTED) return FM_OK;
+        return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
+    }
+    if (!c->device[0]) snprintf(c->device, sizeof c->device, "%s", rc.be->ops->device_name(rc.be));
+    if (c->verbose) fprintf(stderr, "%s: building banks\n", routes[route].name);
+    st = make_banks(rc.be, s, plan.w_expert, &rc.gu, &rc.dn, &e);
+    if (!st) rc.weight_bytes = (double)(rc.be->ops->bank_bytes(rc.gu) + rc.be->ops->bank_bytes(rc.dn));
+#ifdef FM_HAVE_CUDA
+    if (!st && route == ROUTE_LT) {
+        st = fm_lt_moe_create(rc.be, rc.gu, rc.dn, (fm_lt_moe **)&rc.lt, &e);
+        if (!st) rc.weight_bytes = (double)fm_lt_moe_weight_bytes(rc.lt);
+        rc.be->ops->bank_free(rc.be, rc.gu), rc.be->ops->bank_free(rc.be, rc.dn); /* the route keeps its e4m3 copy */
+        rc.gu = rc.dn = NULL;
+    }
+#endif
+    for (int i = 0; i < c->n_tokens; i++) {
+        if (st) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? RES_UNAVAILABLE : RES_FAILED, e.msg);
+        else run_tokens(&rc, c, i, &res[i]);
+    }
+#ifdef FM_HAVE_CUDA
+    if (rc.lt) fm_lt_moe_free(rc.lt);
+#endif
+    if (rc.gu) rc.be->ops->bank_free(rc.be, rc.gu);
+    if (rc.dn) rc.be->ops->bank_free(rc.be, rc.dn);
+    rc.be->ops->destroy(rc.be);
+    return FM_OK;
+}
+
+/* ---- report ---- */
+
+static double nerr(const float *x, const float *ref, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+static const char *status_name(res_status s) {
+    return s == RES_OK ? "ok" : s == RES_UNAVAILABLE ? "unavailable" : s == RES_FAILED ? "failed" : "not run";
+}
+
+static double gbps(const result *r) { return (r->weight_bytes + r->act_bytes) / (r->median_ms * 1e-3) / 1e9; }
+static double tflops(const result *r) { return r->flops / (r->median_ms * 1e-3) / 1e12; }
+
+static void print_table(const bench_cfg *c, result *res) {
+    const moe_shape *s = c->shape;
+    printf("bench moe %s (%s: E %d, top-%d, H %lld, I %lld): backend %s (%s); %ld runs after %ld warm-up\n", s->name,
+           s->model, s->E, s->k, (long long)s->H, (long long)s->I, c->backend, c->device[0] ? c->device : "none",
+           c->repeat, c->warmup);
+    printf("floor = max(bytes / 4.25 TB/s, FLOPs / 1.3 PFLOP/s fp8 or 0.79 PFLOP/s otherwise); bytes = touched "
+           "experts' weights once + x + out; err = ||out - bf16-cublas|| / ||bf16-cublas||\n\n");
+    printf("| route | T | median ms | min | max | TFLOP/s | GB/s | floor ms | x floor | experts | err vs bf16 |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int ti = 0; ti < c->n_tokens; ti++)
+        for (int ri = 0; ri < c->n_routes; ri++) {
+            const result *r = &res[ri * c->n_tokens + ti];
+            const char   *name = routes[c->route[ri]].name;
+            if (r->status != RES_OK) {
+                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], status_name(r->status), r->msg);
+                continue;
+            }
+            char e[32] = "-";
+            if (!isnan(r->err)) snprintf(e, sizeof e, "%.2e", r->err);
+            printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %d | %s |\n", name,
+                   (long long)c->tokens[ti], r->median_ms, r->min_ms, r->max_ms, tflops(r), gbps(r), r->floor_ms,
+                   r->median_ms / r->floor_ms, r->touched, e);
+        }
+}
+
+static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err) {
+    const moe_shape *s = c->shape;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "bench", "moe");
+    cJSON_AddStringToObject(root, "shape", s->name);
+    cJSON_AddStringToObject(root, "model", s->model);
+    cJSON_AddNumberToObject(root, "experts", s->E);
+    cJSON_AddNumberToObject(root, "top_k", s->k);
+    cJSON_AddNumberToObject(root, "hidden", (double)s->H);
+    cJSON_AddNumberToObject(root, "intermediate", (double)s->I);
+    cJSON_AddStringToObject(root, "backend", c->backend);
+    cJSON_AddStringToObject(root, "device", c->device[0] ? c->device : "none");
+    cJSON_AddNumberToObject(root, "repeat", (double)c->repeat);
+    cJSON_AddNumberToObject(root, "warmup", (double)c->warmup);
+    cJSON_AddNumberToObject(root, "bandwidth_bytes_per_s", BANDWIDTH_BYTES_PER_S);
+    cJSON_AddNumberToObject(root, "bf16_flops_per_s", BF16_FLOPS_PER_S);
+    cJSON_AddNumberToObject(root, "fp8_flops_per_s", FP8_FLOPS_PER_S);
+    cJSON *arr = cJSON_AddArrayToObject(root, "results");
+    for (int ti = 0; ti < c->n_tokens; ti++)
+        for (int ri = 0; ri < c->n_routes; ri++) {
+            const result *r = &res[ri * c->n_tokens + ti];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "route", routes[c->route[ri]].name);
+            cJSON_AddNumberToObject(o, "tokens", (double)c->tokens[ti]);
+            cJSON_AddStringToObject(o, "status", status_name(r->status));
+            if (r->status != RES_OK) {
+                cJSON_AddStringToObject(o, "message", r->msg);
+            } else {
+                cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+                cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+                cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
+                cJSON_AddNumberToObject(o, "flops", r->flops);
+                cJSON_AddNumberToObject(o, "weight_bytes", r->weight_bytes);
+                cJSON_AddNumberToObject(o, "activation_bytes", r->act_bytes);
+                cJSON_AddNumberToObject(o, "touched_experts", r->touched);
+                cJSON_AddNumberToObject(o, "tflops", tflops(r));
+                cJSON_AddNumberToObject(o, "gbps", gbps(r));
+                cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+                cJSON_AddNumberToObject(o, "x_floor", r->median_ms / r->floor_ms);
+                if (isnan(r->err)) cJSON_AddNullToObject(o, "err_vs_bf16");
+                else cJSON_AddNumberToObject(o, "err_vs_bf16", r->err);
+            }
+            cJSON_AddItemToArray(arr, o);
+        }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON");
+    fm_status st = cli_write_file(c->json_path, text, strlen(text), err);
+    free(text);
+    return st;
+}
+
+int cmd_bench_moe(int argc, char **argv) {
+    bench_cfg c;
+    memset(&c, 0, sizeof c);
+    c.repeat = 20, c.warmup = 3, c.backend = "cuda";
+    c.verbose = isatty(STDERR_FILENO);
+    int rc = parse_args(argc, argv, &c);
+    if (rc >= 0) return rc;
+
+    fm_error  err = {{0}};
+    result   *res = calloc((size_t)(c.n_routes * c.n_tokens), sizeof *res);
+    fm_status st  = res ? make_inputs(&c, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of host memory");
+    for (int ri = 0; !st && ri < c.n_routes; ri++) st = run_route(&c, c.route[ri], res + ri * c.n_tokens, &err);
+    int failed = -1; /* first failed row */
+    if (!st) {
+        int bf = -1;
+        for (int ri = 0; ri < c.n_routes; ri++)
+            if (c.route[ri] == ROUTE_BF16) bf = ri;
+        for (int i = 0; i < c.n_routes * c.n_tokens; i++) {
+            result *r = &res[i], *ref = bf >= 0 ? &res[bf * c.n_tokens + i % c.n_tokens] : NULL;
+            r->err = r->status == RES_OK && ref && ref->status == RES_OK
+                         ? nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H) : NAN;
+            if (r->status == RES_FAILED && failed < 0) failed = i;
+        }
+        print_table(&c, res);
+        if (c.json_path) st = write_json(&c, res, &err);
+    }
+    for (int i = 0; res && i < c.n_routes * c.n_tokens; i++) free(res[i].out);
+    for (int i = 0; i < c.n_tokens; i++) free(c.x ? c.x[i] : NULL), free(c.logits ? c.logits[i] : NULL);
+    free(c.x), free(c.logits);
+    if (st) {
+        free(res);
+        return cli_fail(CMD, st, &err);
+    }
+    if (failed >= 0) {
+        fprintf(stderr, "fp8moe %s: error: route %s at T=%lld failed: %s\n", CMD, routes[c.route[failed / c.n_tokens]].name,
+                (long long)c.tokens[failed % c.n_tokens], res[failed].msg);
+        free(res);
+        return CLI_BAD_INPUT;
+    }
+    free(res);
+    return CLI_OK;
+}
