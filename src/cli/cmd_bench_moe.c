@@ -251,7 +251,8 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, fm_wformat fmt, 
         v[2 * e + 1]    = weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
         v[2 * s->E + e] = weight_view(3 + 3 * (uint64_t)e, s->H, s->I);
     }
-    const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up"};
+    /* gate_up: the backend may interleave the gate and up rows for a fused SwiGLU (the fp8 grouped kernel needs it) */
+    const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true};
     const fm_bank_src dsrc = {.srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down"};
     fm_status st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
     if (!st) st = be->ops->bank_create(be, &dsrc, fmt, dn, err);
