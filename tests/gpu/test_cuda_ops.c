@@ -5,6 +5,10 @@
  *   exact ops (embed, add, swiglu, router ids)           <= 1e-6 (same formulas on the same bf16 inputs)
  *   bf16-output ops with reductions (norms, GEMM, attention, MoE)  <= 1e-2 (different summation orders; one
  *   bf16 rounding step is 2^-8 = 3.9e-3 relative, the normalised error of a few flips is far below)
+ *   W4A8 (fp8 preset) linear <= 5e-3, MoE <= 3e-2: the Hopper FP8 wgmma accumulates a 128-group's products
+ *   in a narrower-than-fp32 accumulator (measured ~5e-4 normalised against the exact CPU sum; the mma.sync
+ *   kernel is within 4e-5), and in the MoE that difference can flip an e4m3 code of the SwiGLU output (one
+ *   code step is 6-12% of the value), which a T = 1 case with a few hundred outputs shows as ~1.5e-2
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,7 +153,7 @@ static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64
     }
     char what[96];
     snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld", fm_wformat_name(fmt), (long long)M, (long long)K, (long long)N);
-    expect_close(y[1], y[0], M * N, 1e-2, what);
+    expect_close(y[1], y[0], M * N, fmt == FM_W_INT4_G128_TC ? 5e-3 : 1e-2, what);
     free(y[0]), free(y[1]), free(w), free(x);
     destroy(&b);
 }
@@ -329,7 +333,7 @@ static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, i
     char what[96];
     snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt), (long long)T, E, k,
              (long long)H, (long long)I, skewed ? " skewed" : "");
-    expect_close(o[1], o[0], T * H, 1e-2, what);
+    expect_close(o[1], o[0], T * H, fmt == FM_W_INT4_G128_TC ? 3e-2 : 1e-2, what);
     free(o[0]), free(o[1]), free(gu), free(dn), free(x), free(wts), free(ids);
     destroy(&b);
 }

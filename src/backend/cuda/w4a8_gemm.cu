@@ -12,6 +12,7 @@
 //     scale x 512 x activation scale) per element, as the CPU emulation (cpu_linear.c) does.
 // The floor it chases: max(int4 bytes of the touched experts / 4.25 TB/s, FLOPs / the mma.sync e4m3 rate).
 #include <cuda_fp8.h>
+#include <string.h>
 
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
@@ -97,22 +98,39 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm
     }
 }
 
-// Half h of one warp's weights for 128-group grp (words 4h..4h+3 of both 16-row blocks: k steps 2h, 2h + 1).
-static __device__ __forceinline__ void load_weight_half(const uint8_t *wblk, int64_t grp, int64_t n_groups, int h,
-                                                        uint32_t words[2][8]) {
+// Where one warp's weights live: its two 16-row blocks (any two blocks of a matrix) for this lane, and their
+// row scales for rows g and g + 8.
+typedef struct warp_weights {
+    const uint8_t       *codes[2];  // block mb, group 0, this lane's 16 bytes of half 0
+    const __nv_bfloat16 *scales[2]; // block mb, group 0, row g
+    int64_t              n_groups, rows_pad;
+} warp_weights;
+
+static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix, const int64_t blk[2]) {
+    const int     lane = threadIdx.x & 31;
+    warp_weights  w;
+    for (int mb = 0; mb < 2; mb++) {
+        w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * FM_TC_CHUNK + lane * 16;
+        w.scales[mb] = p.ws + (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
+    }
+    w.n_groups = p.n_groups, w.rows_pad = p.rows_pad;
+    return w;
+}
+
+// Half h of the warp's codes for 128-group grp: words 4h..4h+3 of both blocks (k steps 2h, 2h + 1).
+static __device__ __forceinline__ void load_weight_half(const warp_weights &w, int64_t grp, int h, uint32_t words[2][8]) {
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
-        const uint4 v = __ldg((const uint4 *)(wblk + ((int64_t)mb * n_groups + grp) * FM_TC_CHUNK + h * 512));
+        const uint4 v = __ldg((const uint4 *)(w.codes[mb] + grp * FM_TC_CHUNK + h * 512));
         words[mb][4 * h] = v.x, words[mb][4 * h + 1] = v.y, words[mb][4 * h + 2] = v.z, words[mb][4 * h + 3] = v.w;
     }
 }
 
-// The row scales of one warp for 128-group grp (rows g, g + 8 of both blocks), times the 512 of the e4m3 subnormals.
-static __device__ __forceinline__ void load_weight_scales(const __nv_bfloat16 *wsc, int64_t grp, int64_t rows_pad,
-                                                          float sc[2][2]) {
+// The row scales for 128-group grp (rows g, g + 8 of both blocks), times the 512 of the e4m3 subnormals.
+static __device__ __forceinline__ void load_weight_scales(const warp_weights &w, int64_t grp, float sc[2][2]) {
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
-        const __nv_bfloat16 *s = wsc + grp * rows_pad + mb * 16;
+        const __nv_bfloat16 *s = w.scales[mb] + grp * w.rows_pad;
         sc[mb][0] = __bfloat162float(s[0]) * 512.0f;
         sc[mb][1] = __bfloat162float(s[8]) * 512.0f;
     }
@@ -120,106 +138,21 @@ static __device__ __forceinline__ void load_weight_scales(const __nv_bfloat16 *w
 
 static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// The epilogue, shared by both kernels: acc[mb][nt][i] is the accumulator of 16-row block blk[mb] (rows g and
+// g + 8: i / 2), activation rows nt * 8 + 2t + i % 2 of the tile (the m16n8 / wgmma D layout). A block past the
+// bank (blk_ok false) holds zeros and stores nothing. SwiGLU: the CTA's 256 rows are the gate and up rows of
+// 128 channels, one 128-group of h, so the amax per activation row is a CTA reduction (red[warp][row]).
 template <int EPILOGUE>
-static __global__ __launch_bounds__(THREADS, 1) void w4a8_gemm_kernel(const gemm_params p) {
-    __shared__ __align__(128) uint8_t xs_smem[STAGES][BN * 128];
-    __shared__ float sc_smem[STAGES][BN];
-    __shared__ float red[THREADS / 32][BN];
-
-    const int64_t tile_idx = blockIdx.y;
-    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
-    const fm_w4a8_tile tile = tile_of(p, tile_idx);
-    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
-    const bool    active = row_base < p.rows_pad;
-    const int64_t KG = p.n_groups;
-    const uint8_t *wblk = p.wq + ((int64_t)tile.expert * (p.rows_pad / 16) + row_base / 16) * KG * FM_TC_CHUNK + lane * 16;
-    const __nv_bfloat16 *wsc = p.ws + (int64_t)tile.expert * KG * p.rows_pad + row_base + g;
-
-    float    acc[2][8][4];
-    uint32_t words[2][8]; /* the current group's codes; each half is reloaded with the next group's once used */
-    float    scur[2][2], snext[2][2];
-#pragma unroll
-    for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
-
-    load_stage(p, tile, 0, xs_smem[0], sc_smem[0]);
-    cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1]);
-    cp_async_commit();
-    if (active) {
-        load_weight_half(wblk, 0, KG, 0, words);
-        load_weight_half(wblk, 0, KG, 1, words);
-        load_weight_scales(wsc, 0, p.rows_pad, scur);
-    }
-
-    for (int64_t grp = 0; grp < KG; grp++) {
-        const bool more = grp + 1 < KG;
-        if (active && more) load_weight_scales(wsc, grp + 1, p.rows_pad, snext);
-        cp_async_wait_1();
-        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES]);
-        cp_async_commit();
-        if (!active) continue;
-        const uint8_t *xt = xs_smem[grp % STAGES];
-        const float   *sc = sc_smem[grp % STAGES];
-        float part[2][8][4];
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) part[mb][nt][i] = 0.0f;
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            uint32_t a[2][4];
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                a[mb][0] = codes_top(words[mb][2 * s]);
-                a[mb][1] = codes_bottom(words[mb][2 * s]);
-                a[mb][2] = codes_top(words[mb][2 * s + 1]);
-                a[mb][3] = codes_bottom(words[mb][2 * s + 1]);
-            }
-            if (s % 2 == 1 && more) load_weight_half(wblk, grp + 1, KG, s / 2, words); /* a full group ahead */
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                /* matrices: n8 tile 2np (k chunks 2s, 2s + 1), then n8 tile 2np + 1 */
-                const int n = (2 * np + (lane >> 4)) * 8 + (lane & 7), chunk = 2 * s + ((lane >> 3) & 1);
-                uint32_t  b[4];
-                ldmatrix_x4(b, smem_u32(xt + n * 128 + ((chunk ^ (n & 7)) << 4)));
-#pragma unroll
-                for (int mb = 0; mb < 2; mb++) {
-                    mma_e4m3(part[mb][2 * np], a[mb], b[0], b[1]);
-                    mma_e4m3(part[mb][2 * np + 1], a[mb], b[2], b[3]);
-                }
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const float2 xsc = *(const float2 *)(sc + nt * 8 + 2 * t);
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                acc[mb][nt][0] = fmaf(part[mb][nt][0], scur[mb][0] * xsc.x, acc[mb][nt][0]);
-                acc[mb][nt][1] = fmaf(part[mb][nt][1], scur[mb][0] * xsc.y, acc[mb][nt][1]);
-                acc[mb][nt][2] = fmaf(part[mb][nt][2], scur[mb][1] * xsc.x, acc[mb][nt][2]);
-                acc[mb][nt][3] = fmaf(part[mb][nt][3], scur[mb][1] * xsc.y, acc[mb][nt][3]);
-            }
-        }
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
-    }
-
+static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][8][4],
+                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BN]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == FM_W4A8_OUT_BF16) {
-        if (!active) return;
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                const int64_t tr = row_base + mb * 16 + g + 8 * half;
-                if (tr >= p.rows) continue;
+                const int64_t tr = blk[mb] * 16 + g + 8 * half;
+                if (!blk_ok[mb] || tr >= p.rows) continue;
                 const int64_t col = fm_tc_source_row(tr, p.rows, p.interleaved);
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++)
@@ -233,21 +166,19 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_gemm_kernel(const gemm
             }
         return;
     }
-
-    /* SwiGLU: this CTA's 256 tiled rows are the gate and up rows of 128 channels = one 128-group of h */
     const int64_t I = p.rows / 2;
     float amax[8][2];
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) amax[nt][0] = amax[nt][1] = 0.0f;
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
-        const int64_t ch = (row_base / 16 + mb) * 8 + g;
+        const int64_t ch = blk[mb] * 8 + g;
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const float gate = round_bf16(acc[mb][nt][c]), up = round_bf16(acc[mb][nt][2 + c]);
-                const float hv = (active && ch < I) ? round_bf16(gate / (1.0f + expf(-gate)) * up) : 0.0f;
+                const float hv = (blk_ok[mb] && ch < I) ? round_bf16(gate / (1.0f + expf(-gate)) * up) : 0.0f;
                 acc[mb][nt][c] = hv;
                 amax[nt][c] = fmaxf(amax[nt][c], fabsf(hv));
             }
@@ -275,15 +206,300 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_gemm_kernel(const gemm
             if (n >= tile.rows) continue;
             const int64_t slot = tile.slot0 + n;
             if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
-            if (!active) continue;
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) {
-                const int64_t ch = (row_base / 16 + mb) * 8 + g;
-                if (ch < I)
+                const int64_t ch = blk[mb] * 8 + g;
+                if (blk_ok[mb] && ch < I)
                     p.h[slot * p.ldh + ch] =
                         (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] / scale, __NV_SATFINITE, __NV_E4M3);
             }
         }
+}
+
+// acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group
+static __device__ __forceinline__ void promote(float acc[2][8][4], const float part[2][8][4], const float wsc[2][2],
+                                               const float *sc) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        const float2 xsc = *(const float2 *)(sc + nt * 8 + 2 * t);
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) {
+            acc[mb][nt][0] = fmaf(part[mb][nt][0], wsc[mb][0] * xsc.x, acc[mb][nt][0]);
+            acc[mb][nt][1] = fmaf(part[mb][nt][1], wsc[mb][0] * xsc.y, acc[mb][nt][1]);
+            acc[mb][nt][2] = fmaf(part[mb][nt][2], wsc[mb][1] * xsc.x, acc[mb][nt][2]);
+            acc[mb][nt][3] = fmaf(part[mb][nt][3], wsc[mb][1] * xsc.y, acc[mb][nt][3]);
+        }
+    }
+}
+
+template <int EPILOGUE>
+static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_params p) {
+    __shared__ __align__(128) uint8_t xs_smem[STAGES][BN * 128];
+    __shared__ float sc_smem[STAGES][BN];
+    __shared__ float red[THREADS / 32][BN];
+
+    const int64_t tile_idx = blockIdx.y;
+    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
+    const fm_w4a8_tile tile = tile_of(p, tile_idx);
+    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
+    const bool    active = row_base < p.rows_pad;
+    const int64_t KG = p.n_groups;
+    const int64_t blk[2] = {row_base / 16, row_base / 16 + 1};
+    const bool    blk_ok[2] = {active, active};
+    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
+
+    float    acc[2][8][4];
+    uint32_t words[2][8]; /* the current group's codes; each half is reloaded with the next group's once used */
+    float    scur[2][2], snext[2][2];
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
+
+    load_stage(p, tile, 0, xs_smem[0], sc_smem[0]);
+    cp_async_commit();
+    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1]);
+    cp_async_commit();
+    if (active) {
+        load_weight_half(ww, 0, 0, words);
+        load_weight_half(ww, 0, 1, words);
+        load_weight_scales(ww, 0, scur);
+    }
+
+    for (int64_t grp = 0; grp < KG; grp++) {
+        const bool more = grp + 1 < KG;
+        if (active && more) load_weight_scales(ww, grp + 1, snext);
+        cp_async_wait_1();
+        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
+        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES]);
+        cp_async_commit();
+        if (!active) continue;
+        const uint8_t *xt = xs_smem[grp % STAGES];
+        const float   *sc = sc_smem[grp % STAGES];
+        float part[2][8][4];
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) part[mb][nt][i] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) {
+                a[mb][0] = codes_top(words[mb][2 * s]);
+                a[mb][1] = codes_bottom(words[mb][2 * s]);
+                a[mb][2] = codes_top(words[mb][2 * s + 1]);
+                a[mb][3] = codes_bottom(words[mb][2 * s + 1]);
+            }
+            if (s % 2 == 1 && more) load_weight_half(ww, grp + 1, s / 2, words); /* a full group ahead */
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                /* matrices: n8 tile 2np (k chunks 2s, 2s + 1), then n8 tile 2np + 1 */
+                const int n = (2 * np + (lane >> 4)) * 8 + (lane & 7), chunk = 2 * s + ((lane >> 3) & 1);
+                uint32_t  b[4];
+                ldmatrix_x4(b, smem_u32(xt + n * 128 + ((chunk ^ (n & 7)) << 4)));
+#pragma unroll
+                for (int mb = 0; mb < 2; mb++) {
+                    mma_e4m3(part[mb][2 * np], a[mb], b[0], b[1]);
+                    mma_e4m3(part[mb][2 * np + 1], a[mb], b[2], b[3]);
+                }
+            }
+        }
+        promote(acc, part, scur, sc);
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
+    }
+
+    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
+}
+
+
+// ---- sm_90a: wgmma ----------------------------------------------------------------------------------------
+// Same tile (256 weight rows x 64 activation rows), same layouts, same epilogue. Two warpgroups, each owning
+// 128 weight rows as two m64 blocks; per k step of 32 a warpgroup issues wgmma.m64n64k32 e4m3 with A (the
+// weights, converted in registers: the A fragment of a warp is the m16n8k32 one, warp w of the warpgroup holding
+// rows 16w..16w+15 of the m64 block) and B (the activations) read by the tensor cores straight from the
+// 128-byte-swizzled shared tile. A 128-group is 8 wgmmas in one commit group; then wait, promote the partial
+// into the accumulator with the scales, as the mma.sync kernel does.
+
+#define WGMMA_PART_ARGS(d)                                                                                          \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),          \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),      \
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),      \
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),      \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (an m64n64 f32 fragment: [n8 tile][4], the m16n8 D order) = A B (+ d when accumulate)
+static __device__ __forceinline__ void wgmma_m64n64k32(float d[8][4], const uint32_t a[4], uint64_t desc_b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+                 "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : WGMMA_PART_ARGS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+#else
+    (void)d, (void)a, (void)desc_b, (void)accumulate;
+    __trap();
+#endif
+}
+
+static __device__ __forceinline__ void wgmma_fence(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void wgmma_commit(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void wgmma_wait_all(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving reads or writes of registers that an in-flight wgmma owns across the wait.
+static __device__ __forceinline__ void fence_f(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+static __device__ __forceinline__ void fence_u(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle: rows of 128 bytes, 8-row groups
+// 1024 bytes apart (stride byte offset), the tile 1024-byte aligned; a k step of 32 bytes advances the start.
+static __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr) {
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+template <int EPILOGUE>
+static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
+    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
+    __shared__ float sc_smem[STAGES][BN];
+    __shared__ float red[THREADS / 32][BN];
+
+    const int64_t tile_idx = blockIdx.y;
+    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
+    const fm_w4a8_tile tile = tile_of(p, tile_idx);
+    const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
+    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
+    const int64_t blk[2] = {blk0, blk0 + 4};
+    const bool    blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
+    const int64_t KG = p.n_groups;
+    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
+
+    float    acc[2][8][4];
+    uint32_t words[2][8];
+    float    scur[2][2], snext[2][2];
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++) {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
+        scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
+    }
+
+    load_stage(p, tile, 0, xs_smem[0], sc_smem[0]);
+    cp_async_commit();
+    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1]);
+    cp_async_commit();
+    /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
+       absent one keeps zero codes (the loads below are per block) */
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++)
+        if (blk_ok[mb]) {
+            const uint4 v0 = __ldg((const uint4 *)ww.codes[mb]), v1 = __ldg((const uint4 *)(ww.codes[mb] + 512));
+            words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
+            words[mb][4] = v1.x, words[mb][5] = v1.y, words[mb][6] = v1.z, words[mb][7] = v1.w;
+            const __nv_bfloat16 *s = ww.scales[mb];
+            scur[mb][0] = __bfloat162float(s[0]) * 512.0f, scur[mb][1] = __bfloat162float(s[8]) * 512.0f;
+        }
+
+    for (int64_t grp = 0; grp < KG; grp++) {
+        const bool more = grp + 1 < KG;
+        cp_async_wait_1();
+        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
+        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES]);
+        cp_async_commit();
+        const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
+        const float   *sc = sc_smem[grp % STAGES];
+
+        uint32_t a[4][2][4]; /* [k step][block][fragment]: alive until the wait (the tensor cores read them) */
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) {
+                a[s][mb][0] = codes_top(words[mb][2 * s]);
+                a[s][mb][1] = codes_bottom(words[mb][2 * s]);
+                a[s][mb][2] = codes_top(words[mb][2 * s + 1]);
+                a[s][mb][3] = codes_bottom(words[mb][2 * s + 1]);
+            }
+        float part[2][8][4];
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) fence_f(part[mb][nt][i]);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[s][mb], desc_sw128(xt + 32 * s), s > 0);
+        wgmma_commit();
+        /* while the tensor cores run: the next group's codes and scales */
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+            if (more && blk_ok[mb]) {
+                const uint8_t *q = ww.codes[mb] + (grp + 1) * FM_TC_CHUNK;
+                const uint4 v0 = __ldg((const uint4 *)q), v1 = __ldg((const uint4 *)(q + 512));
+                words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
+                words[mb][4] = v1.x, words[mb][5] = v1.y, words[mb][6] = v1.z, words[mb][7] = v1.w;
+                const __nv_bfloat16 *sp = ww.scales[mb] + (grp + 1) * p.rows_pad;
+                snext[mb][0] = __bfloat162float(sp[0]) * 512.0f, snext[mb][1] = __bfloat162float(sp[8]) * 512.0f;
+            }
+        wgmma_wait_all();
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) {
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) fence_f(part[mb][nt][i]);
+#pragma unroll
+            for (int s = 0; s < 4; s++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) fence_u(a[s][mb][i]);
+        }
+        promote(acc, part, scur, sc);
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
+    }
+    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
+}
+
+// Which kernel a GPU gets: wgmma on sm_90 (the binary carries sm_90a code), mma.sync elsewhere (sm_89: Ada);
+// FP8MOE_W4A8=mma forces the mma.sync kernel (to test it on a Hopper GPU).
+static bool use_wgmma(void) {
+    static int choice = -1;
+    if (choice < 0) {
+        int dev = 0, major = 0;
+        FM_CUDA_CHECK(cudaGetDevice(&dev));
+        FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        const char *env = getenv("FP8MOE_W4A8");
+        choice = major == 9 && !(env && strcmp(env, "mma") == 0);
+    }
+    return choice == 1;
+}
+
+const char *fm_cuda_w4a8_kernel_name(void) {
+    return use_wgmma() ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
@@ -299,11 +515,14 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
                            w->ld, a->xs, a->lds, a->tiles, a->n_tiles, a->m_dense, a->dense_matrix, a->y, a->ldy, a->row_map, a->h,
                            a->ldh, a->hs, a->ldhs};
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
+    const bool wgmma = use_wgmma();
     if (a->epilogue == FM_W4A8_OUT_BF16) {
-        w4a8_gemm_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
-        FM_LAUNCH_CHECK("w4a8_gemm (bf16 out)");
+        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
+        else w4a8_mma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
+        FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (bf16 out)" : "w4a8_mma (bf16 out)");
     } else {
-        w4a8_gemm_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
-        FM_LAUNCH_CHECK("w4a8_gemm (swiglu e4m3 out)");
+        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
+        else w4a8_mma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
+        FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (swiglu e4m3 out)" : "w4a8_mma (swiglu e4m3 out)");
     }
 }

@@ -40,4 +40,7 @@ typedef struct fm_w4a8_args {
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s);
 
+// The kernel this GPU runs, in words (for logs and benchmark headers).
+const char *fm_cuda_w4a8_kernel_name(void);
+
 #endif
