@@ -6,8 +6,8 @@
 // Per call (P = T k routed pairs):
 //   1. count the pairs per expert, copy the E counts to the host: the one host synchronisation per call (the
 //      per-expert GEMM shapes are host arguments of cublasLtMatmul, as in moe_grouped_cublas.cu); prefix sums
-//      there, each expert's segment starting at a multiple of 16 rows (256-byte aligned operands: cuBLASLt's
-//      default alignment assumption), offsets uploaded
+//      there, each expert's segment starting at a multiple of 16 rows (256-byte aligned operands, see below),
+//      offsets uploaded
 //   2. slots: pair p = t k + j takes a row of its expert's segment (arrival order; every row is independent)
 //   3. amax of x [T, H] (the dispatched rows are copies of x rows: same amax), then gather + quantize into
 //      xq [rows, H] e4m3 with one dynamic per-tensor scale s_x, computed and kept on the device
@@ -23,6 +23,18 @@
 // D = alpha * scale_A * scale_B * op(A) op(B) with scale_A / scale_B read from device pointers
 // (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER). Fast accumulation stays off (the default): partial
 // sums are promoted to fp32 periodically, as PyTorch's _scaled_mm does by default.
+//
+// Alignment. Every scale pointer gets its own 16-byte slot (LT_SCALE_SLOT): cuBLASLt 12.9 and later are reported to
+// accept a heuristic's algorithm and then refuse the matmul with CUBLAS_STATUS_NOT_SUPPORTED when a scale pointer is
+// only 4- or 8-byte aligned. The first version of this file packed the per-expert scales at base + 4 e and put s_x
+// at 8 mod 16 bytes (after 3E + 2 int32 counters), its only misalignment, and cuBLASLt 13 refused its first matmul
+// on the H200 with exactly that status. The operands are 256-byte aligned by construction (weights of 16 x 16
+// multiples per expert, activation segments of 16 rows); each call still measures the alignment of its A, B and D
+// pointers, asks the heuristic with exactly those (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES) and the exact
+// layouts, and remembers the algorithm under (rows, alignments), so an algorithm is never reused for a shape or
+// alignment it was not chosen for. The heuristic's answer is not a guarantee (cublasLt.h says so), so at a key's
+// first use the candidates are tried in the heuristic's order until cuBLASLt accepts one; none accepted is a
+// one-line error naming the shape.
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 #include <string.h>
@@ -38,18 +50,20 @@ typedef __nv_bfloat16 bf16;
 
 #define LT_ROW_ALIGN 16          // expert segments start at multiples of 16 rows (see 1. above)
 #define LT_WORKSPACE (32u << 20) // cuBLASLt workspace: the size NVIDIA recommends for Hopper
-#define LT_CACHE     1024        // algorithms remembered per projection, keyed by the expert's row count
+#define LT_CACHE     1024        // algorithms remembered per projection, keyed by rows and operand alignments
+#define LT_ALGOS     8           // heuristic candidates tried, in order, at a key's first use
+#define LT_SCALE_SLOT 4          // floats per scale: one 16-byte slot each (cuBLASLt refuses less aligned scales)
 #define E4M3_MAX     448.0f
 #define SCALE_FLOOR  1e-12f      // an all-zero tensor gets this scale and encodes to zeros (FM_ACT_SCALE_FLOOR)
 
 // one projection (gate|up or down) of every expert, and the cuBLASLt objects that compute it
 typedef struct lt_proj {
     uint8_t               *w;     // e4m3 [E][N][K]
-    float                 *scale; // [E] device
+    float                 *scale; // [E][LT_SCALE_SLOT] device, the scale in the slot's first float
     int64_t                N, K;
     cublasLtMatmulDesc_t   desc;
-    cublasLtMatrixLayout_t a, b, d; // b and d: columns (= the expert's rows) set per call
-    int32_t               *cache_n; // [LT_CACHE] row count, -1 = empty
+    cublasLtMatrixLayout_t a, b, d; // b and d: columns (= the expert's rows) set per call; d is also C
+    uint64_t              *cache_key; // [LT_CACHE] lt_key(rows, alignments), 0 = empty
     cublasLtMatmulAlgo_t  *cache_algo;
 } lt_proj;
 
@@ -125,7 +139,7 @@ static __global__ void bank_quant_kernel(const bf16 *w, int64_t rows, int64_t co
                                          uint8_t *q, float *scale) {
     const bf16 *m = w + (int64_t)blockIdx.y * rows * ld;
     const float s = scale_of(amax[blockIdx.y]);
-    if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y] = s;
+    if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y * LT_SCALE_SLOT] = s;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
         q[(int64_t)blockIdx.y * rows * cols + i] = e4m3(__bfloat162float(m[(i / cols) * ld + i % cols]) / s);
 }
@@ -217,12 +231,12 @@ static __global__ void combine_kernel(const bf16 *y, const int32_t *slot_of, con
 
 static fm_status proj_init(fm_lt_moe *m, lt_proj *pr, const fm_bank *bank, unsigned *amax_d, fm_error *err) {
     pr->N = bank->rows, pr->K = bank->cols;
-    pr->cache_n    = (int32_t *)malloc(LT_CACHE * sizeof *pr->cache_n);
+    pr->cache_key  = (uint64_t *)calloc(LT_CACHE, sizeof *pr->cache_key);
     pr->cache_algo = (cublasLtMatmulAlgo_t *)malloc(LT_CACHE * sizeof *pr->cache_algo);
-    if (!pr->cache_n || !pr->cache_algo) return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
-    for (int i = 0; i < LT_CACHE; i++) pr->cache_n[i] = -1;
+    if (!pr->cache_key || !pr->cache_algo) return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
     const size_t wbytes = (size_t)(m->E * pr->N * pr->K);
-    if (cudaMalloc((void **)&pr->w, wbytes) != cudaSuccess || cudaMalloc((void **)&pr->scale, m->E * sizeof(float)) != cudaSuccess) {
+    if (cudaMalloc((void **)&pr->w, wbytes) != cudaSuccess ||
+        cudaMalloc((void **)&pr->scale, (size_t)m->E * LT_SCALE_SLOT * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
         return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of GPU memory for %zu bytes of e4m3 weights", wbytes);
     }
@@ -305,7 +319,7 @@ static void proj_free(lt_proj *pr) {
     if (pr->a) cublasLtMatrixLayoutDestroy(pr->a);
     if (pr->desc) cublasLtMatmulDescDestroy(pr->desc);
     cudaFree(pr->w), cudaFree(pr->scale);
-    free(pr->cache_n), free(pr->cache_algo);
+    free(pr->cache_key), free(pr->cache_algo);
 }
 
 extern "C" void fm_lt_moe_free(fm_lt_moe *m) {
@@ -319,55 +333,99 @@ extern "C" void fm_lt_moe_free(fm_lt_moe *m) {
     free(m);
 }
 
-// The best heuristic algorithm for n rows of this projection, remembered by n (the heuristic query costs host
-// time comparable to a small GEMM; the row counts repeat from call to call).
-static fm_status find_algo(fm_lt_moe *m, lt_proj *pr, int n, cublasLtMatmulAlgo_t *algo, fm_error *err) {
-    int slot = -1;
-    for (int i = 0, h = (int)((uint32_t)n * 2654435761u % LT_CACHE); i < LT_CACHE; i++, h = (h + 1) % LT_CACHE) {
-        if (pr->cache_n[h] == n) return *algo = pr->cache_algo[h], FM_OK;
-        if (pr->cache_n[h] < 0) {
-            slot = h;
-            break;
-        }
-    }
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(m->lt, pr->desc, pr->a, pr->b, pr->d, pr->d, m->pref, 1, &res, &found));
-    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)
-        return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt has no FP8 algorithm for D[%lld, %d] = A[%lld, %lld]^T B[%lld, %d]",
-                       (long long)pr->N, n, (long long)pr->K, (long long)pr->N, (long long)pr->K, n);
-    *algo = res.algo;
-    if (slot >= 0) pr->cache_n[slot] = n, pr->cache_algo[slot] = res.algo;
-    return FM_OK;
+// The largest power of two, at most 256, that divides the address: the alignment cuBLASLt may assume.
+static uint32_t align_of(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a >>= 1;
+    return a;
 }
 
-// D [n, N] (row-major bf16) = s_w[e] s_b B [n, K] W_e^T, on the backend's stream
+// Cache key: the expert's row count and the alignments (log2, 0..8) of A, B and D; never 0 (n >= 1).
+static uint64_t lt_key(int n, uint32_t al_a, uint32_t al_b, uint32_t al_d) {
+    return (uint64_t)n << 12 | (uint64_t)__builtin_ctz(al_a) << 8 | (uint64_t)__builtin_ctz(al_b) << 4 |
+           (uint64_t)__builtin_ctz(al_d);
+}
+
+// D [n, N] (row-major bf16) = s_w[e] s_b B [n, K] W_e^T, on the backend's stream. The algorithm for (n,
+// alignments) is remembered (the heuristic query costs host time comparable to a small GEMM; the row counts
+// repeat from call to call); at a key's first use it is chosen as described at the top of this file.
 static fm_status expert_matmul(fm_lt_moe *m, lt_proj *pr, int32_t e, int n, const uint8_t *B, const float *b_scale,
                                bf16 *D, fm_error *err) {
-    const float   *a_scale = pr->scale + e;
-    const uint64_t cols    = (uint64_t)n;
+    const uint8_t *A       = pr->w + (int64_t)e * pr->N * pr->K;
+    const float   *a_scale = pr->scale + (int64_t)e * LT_SCALE_SLOT;
+    const uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
+    // FP8 needs 16-byte aligned operands and scales; the layouts guarantee both, so this is a bug in this file
+    if (al_a < 16 || al_b < 16 || al_d < 16 || align_of(a_scale) < 16 || align_of(b_scale) < 16)
+        return fm_fail(err, FM_ERR_BACKEND, "cublaslt moe: expert %d: FP8 operands need 16-byte alignment, got A %u, B %u, "
+                       "D %u, scales %u and %u bytes", e, al_a, al_b, al_d, align_of(a_scale), align_of(b_scale));
+    const uint64_t cols = (uint64_t)n;
     // descriptors are read when cublasLtMatmul enqueues the work, so changing them for the next expert is safe
     LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
     LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
     LT_CHECK(cublasLtMatrixLayoutSetAttribute(pr->b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
     LT_CHECK(cublasLtMatrixLayoutSetAttribute(pr->d, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
-    cublasLtMatmulAlgo_t algo;
-    fm_status st = find_algo(m, pr, n, &algo, err);
-    if (st) return st;
-    const float alpha = 1.0f, beta = 0.0f;
-    LT_CHECK(cublasLtMatmul(m->lt, pr->desc, &alpha, pr->w + (int64_t)e * pr->N * pr->K, pr->a, B, pr->b, &beta, D, pr->d,
-                            D, pr->d, &algo, m->workspace, LT_WORKSPACE, m->be->stream));
-    return FM_OK;
+    const float    alpha = 1.0f, beta = 0.0f; // beta 0: C (= D, same bf16 layout, as FP8 with bf16 D requires) unread
+    const uint64_t key = lt_key(n, al_a, al_b, al_d);
+    int            slot = -1;
+    for (int i = 0, h = (int)(key * 0x9E3779B97F4A7C15ull >> 54) % LT_CACHE; i < LT_CACHE; i++, h = (h + 1) % LT_CACHE) {
+        if (pr->cache_key[h] == key) {
+            const cublasStatus_t s = cublasLtMatmul(m->lt, pr->desc, &alpha, A, pr->a, B, pr->b, &beta, D, pr->d, D,
+                                                    pr->d, &pr->cache_algo[h], m->workspace, LT_WORKSPACE, m->be->stream);
+            if (s != CUBLAS_STATUS_SUCCESS)
+                return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: FP8 matmul D[%lld, %d] = A[%lld, %lld]^T B[%lld, %d] "
+                               "(expert %d, remembered algorithm) failed: %s (%s)", (long long)pr->N, n,
+                               (long long)pr->K, (long long)pr->N, (long long)pr->K, n, e, cublasLtGetStatusName(s),
+                               cublasLtGetStatusString(s));
+            return FM_OK;
+        }
+        if (pr->cache_key[h] == 0) {
+            slot = h;
+            break;
+        }
+    }
+
+    // first use of this key: the heuristic, told this call's exact alignments (C is D)
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    cublasLtMatmulHeuristicResult_t res[LT_ALGOS];
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(m->lt, pr->desc, pr->a, pr->b, pr->d, pr->d, m->pref, LT_ALGOS,
+                                                      res, &found);
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
+        return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: cublasLtMatmulAlgoGetHeuristic for FP8 D[%lld, %d] failed: %s (%s)",
+                       (long long)pr->N, n, cublasLtGetStatusName(s), cublasLtGetStatusString(s));
+    if (s != CUBLAS_STATUS_SUCCESS) found = 0; // NOT_SUPPORTED: no algorithm at all
+    int tried = 0;
+    s = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > LT_WORKSPACE) continue;
+        tried++;
+        // a refused candidate enqueues nothing; any status but NOT_SUPPORTED is not about the algorithm
+        s = cublasLtMatmul(m->lt, pr->desc, &alpha, A, pr->a, B, pr->b, &beta, D, pr->d, D, pr->d, &res[i].algo,
+                           m->workspace, LT_WORKSPACE, m->be->stream);
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            if (slot >= 0) pr->cache_key[slot] = key, pr->cache_algo[slot] = res[i].algo;
+            return FM_OK;
+        }
+        if (s != CUBLAS_STATUS_NOT_SUPPORTED) break;
+    }
+    return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: no FP8 algorithm runs D[%lld, %d] bf16 = A[%lld, %lld]^T B[%lld, %d] e4m3 "
+                   "(expert %d; A, B, D aligned %u, %u, %u bytes): %d found, %d tried, last %s "
+                   "(CUBLASLT_LOG_LEVEL=5 says why)", (long long)pr->N, n, (long long)pr->K, (long long)pr->N,
+                   (long long)pr->K, n, e, al_a, al_b, al_d, found, tried, cublasLtGetStatusName(s));
 }
 
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// per-call device buffers: counts | fill | offsets [3E] int32, amax [2] u32, scales [2] f32, slot_of [P],
-// xq [R, H] e4m3, gu [R, 2I] bf16, h [R, I] bf16, hq [R, I] e4m3, y [R, H] bf16 (R = rows with segment padding)
+// per-call device buffers: scales [2][LT_SCALE_SLOT] f32 (s_x, s_h, each in its own 16-byte slot) | amax [2] u32 |
+// counts | fill | offsets [3E] int32, slot_of [P], xq [R, H] e4m3, gu [R, 2I] bf16, h [R, I] bf16, hq [R, I] e4m3,
+// y [R, H] bf16 (R = rows with segment padding); every array starts at a multiple of 256 bytes
 typedef struct lt_bufs {
     int32_t  *counts, *fill, *offsets, *slot_of;
     unsigned *amax;
-    float    *scale;
+    float    *scale_x, *scale_h;
     uint8_t  *xq, *hq;
     bf16     *gu, *h, *y;
 } lt_bufs;
@@ -375,7 +433,7 @@ typedef struct lt_bufs {
 static fm_status ensure_buffers(fm_lt_moe *m, int64_t P, int64_t R, lt_bufs *b, fm_error *err) {
     const int64_t E = m->E, H = m->H, I = m->I;
     size_t o[8], at = 0;
-    o[0] = at, at += align256((size_t)(3 * E) * 4 + 2 * 4 + 2 * 4);
+    o[0] = at, at += align256(2 * LT_SCALE_SLOT * sizeof(float) + (size_t)(2 + 3 * E) * 4);
     o[1] = at, at += align256((size_t)P * 4);
     o[2] = at, at += align256((size_t)(R * H));
     o[3] = at, at += align256((size_t)(R * 2 * I) * 2);
@@ -391,8 +449,9 @@ static fm_status ensure_buffers(fm_lt_moe *m, int64_t P, int64_t R, lt_bufs *b, 
         }
         m->buf_bytes = at;
     }
-    b->counts = (int32_t *)(m->buf + o[0]), b->fill = b->counts + E, b->offsets = b->fill + E;
-    b->amax   = (unsigned *)(b->offsets + E), b->scale = (float *)(b->amax + 2);
+    b->scale_x = (float *)(m->buf + o[0]), b->scale_h = b->scale_x + LT_SCALE_SLOT;
+    b->amax    = (unsigned *)(b->scale_h + LT_SCALE_SLOT);
+    b->counts  = (int32_t *)(b->amax + 2), b->fill = b->counts + E, b->offsets = b->fill + E;
     b->slot_of = (int32_t *)(m->buf + o[1]);
     b->xq = (uint8_t *)(m->buf + o[2]), b->gu = (bf16 *)(m->buf + o[3]), b->h = (bf16 *)(m->buf + o[4]);
     b->hq = (uint8_t *)(m->buf + o[5]), b->y = (bf16 *)(m->buf + o[6]);
@@ -413,7 +472,7 @@ extern "C" fm_status fm_lt_moe_run(fm_lt_moe *m, const void *xv, int64_t T, cons
     if (st) return st;
     cudaStream_t s = m->be->stream;
 
-    FM_CUDA_CHECK(cudaMemsetAsync(b.counts, 0, (size_t)(3 * E) * 4 + 2 * 4, s)); // counts, fill, offsets, amax
+    FM_CUDA_CHECK(cudaMemsetAsync(b.amax, 0, (size_t)(2 + 3 * E) * 4, s)); // amax, counts, fill, offsets
     count_kernel<<<grid_for(P, 4096), 256, 0, s>>>(ids, P, b.counts);
     FM_LAUNCH_CHECK("lt_moe_count");
     FM_CUDA_CHECK(cudaMemcpyAsync(m->cnt, b.counts, (size_t)E * 4, cudaMemcpyDeviceToHost, s));
@@ -424,20 +483,20 @@ extern "C" fm_status fm_lt_moe_run(fm_lt_moe *m, const void *xv, int64_t T, cons
     FM_LAUNCH_CHECK("lt_moe_scatter");
     amax_kernel<<<grid_for(T * H / 8, 1024), 256, 0, s>>>(x, T * H, &b.amax[0]);
     FM_LAUNCH_CHECK("lt_moe_amax_x");
-    gather_quant_kernel<<<grid_for(P * H / 8, 65536), 256, 0, s>>>(x, P, k, H, b.slot_of, &b.amax[0], b.xq, &b.scale[0]);
+    gather_quant_kernel<<<grid_for(P * H / 8, 65536), 256, 0, s>>>(x, P, k, H, b.slot_of, &b.amax[0], b.xq, b.scale_x);
     FM_LAUNCH_CHECK("lt_moe_gather_quant");
     for (int32_t e = 0; !st && e < E; e++)
         if (m->cnt[e])
-            st = expert_matmul(m, &m->gu, e, m->cnt[e], b.xq + (int64_t)m->off[e] * H, &b.scale[0],
+            st = expert_matmul(m, &m->gu, e, m->cnt[e], b.xq + (int64_t)m->off[e] * H, b.scale_x,
                                b.gu + (int64_t)m->off[e] * 2 * I, err);
     if (st) return st;
     swiglu_amax_kernel<<<grid_for(P * I / 8, 1024), 256, 0, s>>>(b.gu, P, I, b.slot_of, b.h, &b.amax[1]);
     FM_LAUNCH_CHECK("lt_moe_swiglu_amax");
-    quant_rows_kernel<<<grid_for(P * I / 8, 65536), 256, 0, s>>>(b.h, P, I, b.slot_of, &b.amax[1], b.hq, &b.scale[1]);
+    quant_rows_kernel<<<grid_for(P * I / 8, 65536), 256, 0, s>>>(b.h, P, I, b.slot_of, &b.amax[1], b.hq, b.scale_h);
     FM_LAUNCH_CHECK("lt_moe_quant_h");
     for (int32_t e = 0; !st && e < E; e++)
         if (m->cnt[e])
-            st = expert_matmul(m, &m->dn, e, m->cnt[e], b.hq + (int64_t)m->off[e] * I, &b.scale[1],
+            st = expert_matmul(m, &m->dn, e, m->cnt[e], b.hq + (int64_t)m->off[e] * I, b.scale_h,
                                b.y + (int64_t)m->off[e] * H, err);
     if (st) return st;
     combine_kernel<<<grid_for(T * H, 65536), 256, 0, s>>>(b.y, b.slot_of, weights, T, k, H, (bf16 *)outv);

@@ -21,7 +21,8 @@ typedef struct fm_lt_moe fm_lt_moe;
 // multiple of 16 (cuBLASLt FP8 needs 16-byte aligned K and N).
 fm_status fm_lt_moe_create(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, fm_lt_moe **out, fm_error *err);
 
-// Device bytes of the e4m3 weights and their scales (all E experts).
+// Bytes the GEMMs read for all E experts: the e4m3 weights and one fp32 scale per matrix (each scale sits in its
+// own 16-byte slot on the device, see moe_cublaslt_fp8.cu; the padding is not counted).
 size_t fm_lt_moe_weight_bytes(const fm_lt_moe *m);
 
 // The moe op's contract (backend.h): x [T, H] bf16, ids [T, k] int32 and weights [T, k] bf16 on the device,
