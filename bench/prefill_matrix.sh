@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The prefill figures of issue 3: qwen3-30b-a3b (synthetic), presets ref and int4, L = 8, 12, 48 layers,
 # T = 512, 2048, 8192 tokens, on the GPU. Each line: one `fp8moe bench prefill` run; JSON per run in $OUT.
-# Usage (device tool): source .carry/env.sh; make -j all && bench/prefill_matrix.sh [REPEAT]
+# Usage (device tool): source .carry/env.sh; make -j all && bench/prefill_matrix.sh [REPEAT] [PRESETS]
+# (PRESETS: space-separated, default "ref int4 fp8")
 set -uo pipefail
 out=${OUT:-/tmp}
 repeat=${1:-5}
+presets=${2:-ref int4 fp8}
 printf "| preset | layers | tokens | median ms | min | max | tokens/s | floor ms | experts ms | attention ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-for preset in ref int4; do
+for preset in $presets; do
   for layers in 8 12 48; do
     for tokens in 512 2048 8192; do
       j="$out/prefill_${preset}_L${layers}_T${tokens}.json"

@@ -1,5 +1,5 @@
 /* The memory plan against the GPU (src/engine/memory_plan.h). For each bundled model, a synthetic
- * Qwen3-30B-A3B at full size, and the presets the CUDA backend runs (ref = bf16, int4):
+ * Qwen3-30B-A3B at full size, and the presets the CUDA backend runs (ref = bf16, int4, fp8 = int4-tc):
  *   - the bytes the CUDA backend reports for its banks (m->weight_bytes, and bank by bank per family) equal the
  *     plan's weights exactly: fm_bank_bytes_for and cuda_bank.cu agree;
  *   - the device's used memory (cudaMemGetInfo, through fm_cuda_free_memory) grows across the load by the
@@ -88,8 +88,8 @@ static size_t backend_overhead(fm_preset p) {
 }
 
 static void check_source(const source *src, bool warm_up) {
-    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
-    for (int i = 0; i < 2; i++) {
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
+    for (int i = 0; i < 3; i++) {
         fm_options opt;
         fm_options_init(&opt);
         opt.backend = "cuda", opt.preset = presets[i];

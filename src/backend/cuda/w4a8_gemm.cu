@@ -1,8 +1,12 @@
-// Grouped W4A8 GEMM, mma.sync version (w4a8_gemm.cuh). Runs on sm_89 (Ada) and sm_90.
+// Grouped W4A8 GEMM (w4a8_gemm.cuh), two kernels with one tile shape, one layout and one epilogue:
+//   w4a8_wgmma_kernel  sm_90a: wgmma.m64n64k32 e4m3 (QGMMA), weights as register A fragments
+//   w4a8_mma_kernel    sm_89+: mma.sync.m16n8k32 e4m3 (Ada's FP8 tensor cores; on Hopper this instruction is
+//                      emulated through the fp16 units, about half the wgmma kernel's speed, so Hopper gets
+//                      wgmma and FP8MOE_W4A8=mma only serves to test this kernel there)
 //
 // Shapes: a CTA is 8 warps and computes 256 weight rows x 64 activation rows (one tile) over all of K.
-// Swap-AB: the weights are the MMA's A operand (m16, from registers) and the activations its B operand (n8,
-// from shared memory), so a warp owns 32 weight rows (two m16 blocks) x 64 activation rows (eight n8 tiles):
+// Swap-AB: the weights are the MMA's A operand (from registers) and the activations its B operand (from
+// shared memory), so a warp owns 32 weight rows (two 16-row blocks) x 64 activation rows (eight n8 tiles):
 //   * int4 weights go global -> registers with two 16-byte loads per 16-row block and 128-group, in the
 //     fragment order of w4a8_layout.cuh, and become e4m3 A fragments with one LOP3 (or four ops) per 4 codes;
 //     each weight byte is read once per CTA and converted once;
@@ -10,7 +14,7 @@
 //     3-stage cp.async pipeline (16-byte chunks XOR-swizzled by row, read conflict-free with ldmatrix);
 //   * scales in the accumulator: each 128-group accumulates into a partial, then acc += partial * (weight
 //     scale x 512 x activation scale) per element, as the CPU emulation (cpu_linear.c) does.
-// The floor it chases: max(int4 bytes of the touched experts / 4.25 TB/s, FLOPs / the mma.sync e4m3 rate).
+// The floor it chases: max(int4 bytes of the touched experts / 4.25 TB/s, FLOPs / ~1.3 PFLOP/s e4m3).
 #include <cuda_fp8.h>
 #include <string.h>
 
@@ -20,7 +24,7 @@
 
 #define BM      256
 #define BN      FM_W4A8_BN
-#define STAGES  3
+#define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define THREADS 256
 
 typedef struct gemm_params {
@@ -83,16 +87,17 @@ static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int
 }
 
 // Activation tile of 128-group grp into one stage: rows past the tile are zero-filled.
+// Issued by threads `first`..`first + count - 1`.
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm_w4a8_tile &tile, int64_t grp,
-                                                  uint8_t *xs_smem, float *sc_smem) {
-    for (int c = threadIdx.x; c < BN * 8; c += THREADS) {
+                                                  uint8_t *xs_smem, float *sc_smem, int first, int count) {
+    const int me = (int)threadIdx.x - first;
+    for (int c = me; c < BN * 8; c += count) {
         const int      n = c >> 3, ch = c & 7;
         const bool     ok = n < tile.rows;
         const uint8_t *src = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + grp * 128 + ch * 16;
         cp_async16(smem_u32(xs_smem + n * 128 + ((ch ^ (n & 7)) << 4)), src, ok ? 16 : 0);
     }
-    if (threadIdx.x < BN) {
-        const int  n = threadIdx.x;
+    for (int n = me; n < BN; n += count) {
         const bool ok = n < tile.rows;
         cp_async4(smem_u32(sc_smem + n), p.xs + grp * p.lds + tile.slot0 + (ok ? n : 0), ok ? 4 : 0);
     }
@@ -193,7 +198,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
             if (g == 0) red[warp][nt * 8 + 2 * t + c] = m;
         }
-    __syncthreads();
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* the CTA's 8 warps */
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -260,9 +265,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
-    load_stage(p, tile, 0, xs_smem[0], sc_smem[0]);
+    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, THREADS);
     cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1]);
+    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, THREADS);
     cp_async_commit();
     if (active) {
         load_weight_half(ww, 0, 0, words);
@@ -275,7 +280,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         if (active && more) load_weight_scales(ww, grp + 1, snext);
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES]);
+        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, THREADS);
         cp_async_commit();
         if (!active) continue;
         const uint8_t *xt = xs_smem[grp % STAGES];
@@ -376,6 +381,26 @@ static __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr) {
            ((uint64_t)1 << 62);
 }
 
+// After a wait: the block's partial and fragments belong to the program again (see fence_f).
+static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a[4][4]) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) fence_f(part[nt][i]);
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) fence_u(a[ks][i]);
+}
+
+// Two warpgroups of 4 warps; each owns 128 weight rows as two m64 blocks (warp w of a warpgroup: rows 16w..16w+15
+// of each block). All 256 threads load the next activation stages with cp.async (a 3-stage ring) and meet at one
+// __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert both
+// blocks' fragments (nothing in flight: ptxas serialises every wgmma if a fragment register is redefined while
+// one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps) as one commit group, load the next group's
+// codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
+// producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
+// bench/NOTES.md.)
 template <int EPILOGUE>
 static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
     __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
@@ -406,9 +431,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
     }
 
-    load_stage(p, tile, 0, xs_smem[0], sc_smem[0]);
+    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, THREADS);
     cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1]);
+    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, THREADS);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (the loads below are per block) */
@@ -426,33 +451,25 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         const bool more = grp + 1 < KG;
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES]);
+        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, THREADS);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
         const float   *sc = sc_smem[grp % STAGES];
 
-        uint32_t a[4][2][4]; /* [k step][block][fragment]: alive until the wait (the tensor cores read them) */
-#pragma unroll
-        for (int s = 0; s < 4; s++)
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                a[s][mb][0] = codes_top(words[mb][2 * s]);
-                a[s][mb][1] = codes_bottom(words[mb][2 * s]);
-                a[s][mb][2] = codes_top(words[mb][2 * s + 1]);
-                a[s][mb][3] = codes_bottom(words[mb][2 * s + 1]);
-            }
-        float part[2][8][4];
+        uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) fence_f(part[mb][nt][i]);
+            for (int ks = 0; ks < 4; ks++) {
+                a[mb][ks][0] = codes_top(words[mb][2 * ks]), a[mb][ks][1] = codes_bottom(words[mb][2 * ks]);
+                a[mb][ks][2] = codes_top(words[mb][2 * ks + 1]), a[mb][ks][3] = codes_bottom(words[mb][2 * ks + 1]);
+            }
+        float part[2][8][4];
         wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < 4; s++)
+        for (int ks = 0; ks < 4; ks++)
 #pragma unroll
-            for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[s][mb], desc_sw128(xt + 32 * s), s > 0);
+            for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
         wgmma_commit();
         /* while the tensor cores run: the next group's codes and scales */
 #pragma unroll
@@ -466,17 +483,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
                 snext[mb][0] = __bfloat162float(sp[0]) * 512.0f, snext[mb][1] = __bfloat162float(sp[8]) * 512.0f;
             }
         wgmma_wait_all();
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++) {
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) fence_f(part[mb][nt][i]);
-#pragma unroll
-            for (int s = 0; s < 4; s++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) fence_u(a[s][mb][i]);
-        }
+        settle_block(part[0], a[0]);
+        settle_block(part[1], a[1]);
         promote(acc, part, scur, sc);
 #pragma unroll
         for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
