@@ -202,9 +202,9 @@ static void cuda_backend_reports_cleanly(void **s) {
         assert_int_equal(stat(out, &sb), 0);
         assert_int_equal(sb.st_size, 37 * 320 * 4);
         unlink(out);
-        /* presets whose kernels are not there yet are refused by name */
+        /* presets whose kernels are not there yet (fp4: MXFP4 dispatch) are refused by name */
         expect_error(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                            "--out %s --backend cuda --preset fp8", out), 1, "fp8");
+                            "--out %s --backend cuda --preset fp4", out), 1, "fp4");
     } else {
         expect_error(code, 1, "cuda backend");
     }
