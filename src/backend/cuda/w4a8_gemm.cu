@@ -103,19 +103,18 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm
     }
 }
 
-// Where one warp's weights live: its NB (1 or 2) 16-row blocks (any blocks of a matrix) for this lane, and
-// their row scales for rows g and g + 8.
+// Where one warp's weights live: its two 16-row blocks (any two blocks of a matrix) for this lane, and their
+// row scales for rows g and g + 8.
 typedef struct warp_weights {
     const uint8_t       *codes[2];  // block mb, group 0, this lane's 16 bytes of half 0
     const __nv_bfloat16 *scales[2]; // block mb, group 0, row g
     int64_t              n_groups, rows_pad;
 } warp_weights;
 
-template <int NB>
-static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix, const int64_t blk[NB]) {
+static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix, const int64_t blk[2]) {
     const int     lane = threadIdx.x & 31;
     warp_weights  w;
-    for (int mb = 0; mb < NB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
         w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * FM_TC_CHUNK + lane * 16;
         w.scales[mb] = p.ws + (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
     }
@@ -148,13 +147,13 @@ static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162
 // g + 8: i / 2), activation rows nt * 8 + 2t + i % 2 of the tile (the m16n8 / wgmma D layout). A block past the
 // bank (blk_ok false) holds zeros and stores nothing. SwiGLU: the CTA's 256 rows are the gate and up rows of
 // 128 channels, one 128-group of h, so the amax per activation row is a CTA reduction (red[warp][row]).
-template <int EPILOGUE, int NB, int NW>
-static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[NB][8][4],
-                                                const int64_t blk[NB], const bool blk_ok[NB], float (*red)[BN]) {
+template <int EPILOGUE>
+static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][8][4],
+                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BN]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == FM_W4A8_OUT_BF16) {
 #pragma unroll
-        for (int mb = 0; mb < NB; mb++)
+        for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int64_t tr = blk[mb] * 16 + g + 8 * half;
@@ -177,7 +176,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) amax[nt][0] = amax[nt][1] = 0.0f;
 #pragma unroll
-    for (int mb = 0; mb < NB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
         const int64_t ch = blk[mb] * 8 + g;
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
@@ -199,7 +198,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
             if (g == 0) red[warp][nt * 8 + 2 * t + c] = m;
         }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(NW * 32) : "memory"); /* every warp of the CTA */
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* the CTA's 8 warps */
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -207,13 +206,13 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             const int n = nt * 8 + 2 * t + c;
             float m = 0.0f;
 #pragma unroll
-            for (int w = 0; w < NW; w++) m = fmaxf(m, red[w][n]);
+            for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
             const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
             if (n >= tile.rows) continue;
             const int64_t slot = tile.slot0 + n;
             if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
 #pragma unroll
-            for (int mb = 0; mb < NB; mb++) {
+            for (int mb = 0; mb < 2; mb++) {
                 const int64_t ch = blk[mb] * 8 + g;
                 if (blk_ok[mb] && ch < I)
                     p.h[slot * p.ldh + ch] =
@@ -223,15 +222,14 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 }
 
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group
-template <int NB>
-static __device__ __forceinline__ void promote(float acc[NB][8][4], const float part[NB][8][4], const float wsc[NB][2],
+static __device__ __forceinline__ void promote(float acc[2][8][4], const float part[2][8][4], const float wsc[2][2],
                                                const float *sc) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
         const float2 xsc = *(const float2 *)(sc + nt * 8 + 2 * t);
 #pragma unroll
-        for (int mb = 0; mb < NB; mb++) {
+        for (int mb = 0; mb < 2; mb++) {
             acc[mb][nt][0] = fmaf(part[mb][nt][0], wsc[mb][0] * xsc.x, acc[mb][nt][0]);
             acc[mb][nt][1] = fmaf(part[mb][nt][1], wsc[mb][0] * xsc.y, acc[mb][nt][1]);
             acc[mb][nt][2] = fmaf(part[mb][nt][2], wsc[mb][1] * xsc.x, acc[mb][nt][2]);
@@ -255,7 +253,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     const int64_t KG = p.n_groups;
     const int64_t blk[2] = {row_base / 16, row_base / 16 + 1};
     const bool    blk_ok[2] = {active, active};
-    const warp_weights ww = warp_weights_at<2>(p, tile.expert, blk);
+    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
 
     float    acc[2][8][4];
     uint32_t words[2][8]; /* the current group's codes; each half is reloaded with the next group's once used */
@@ -318,12 +316,12 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
                 }
             }
         }
-        promote<2>(acc, part, scur, sc);
+        promote(acc, part, scur, sc);
 #pragma unroll
         for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
     }
 
-    epilogue<EPILOGUE, 2, THREADS / 32>(p, tile, acc, blk, blk_ok, red);
+    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
 }
 
 
@@ -403,33 +401,27 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
 // codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
 // producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
-template <int EPILOGUE, int NB>
-static __global__ __launch_bounds__(512 / NB, 1) void w4a8_wgmma_kernel(const gemm_params p) {
-    constexpr int NW = 16 / NB, NT = NW * 32; /* warps and threads: 16 16-row blocks per CTA, NB per warp */
+template <int EPILOGUE>
+static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
     __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
     __shared__ float sc_smem[STAGES][BN];
-    __shared__ float red[NW][BN];
+    __shared__ float red[THREADS / 32][BN];
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of(p, tile_idx);
     const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
-    /* warpgroup wg owns m64 blocks wg * NB .. (each 4 16-row blocks); warp w4 of it holds rows 16 w4.. of each */
-    int64_t blk[NB];
-    bool    blk_ok[NB];
-#pragma unroll
-    for (int mb = 0; mb < NB; mb++) {
-        blk[mb]    = (int64_t)blockIdx.x * 16 + (wg * NB + mb) * 4 + w4;
-        blk_ok[mb] = blk[mb] * 16 < p.rows_pad;
-    }
+    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
+    const int64_t blk[2] = {blk0, blk0 + 4};
+    const bool    blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
     const int64_t KG = p.n_groups;
-    const warp_weights ww = warp_weights_at<NB>(p, tile.expert, blk);
+    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
 
-    float    acc[NB][8][4];
-    uint32_t words[NB][8];
-    float    scur[NB][2], snext[NB][2];
+    float    acc[2][8][4];
+    uint32_t words[2][8];
+    float    scur[2][2], snext[2][2];
 #pragma unroll
-    for (int mb = 0; mb < NB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -439,12 +431,14 @@ static __global__ __launch_bounds__(512 / NB, 1) void w4a8_wgmma_kernel(const ge
         scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
     }
 
-    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, NT);
+    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, THREADS);
     cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, NT);
+    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, THREADS);
     cp_async_commit();
+    /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
+       absent one keeps zero codes (the loads below are per block) */
 #pragma unroll
-    for (int mb = 0; mb < NB; mb++)
+    for (int mb = 0; mb < 2; mb++)
         if (blk_ok[mb]) {
             const uint4 v0 = __ldg((const uint4 *)ww.codes[mb]), v1 = __ldg((const uint4 *)(ww.codes[mb] + 512));
             words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
@@ -457,29 +451,29 @@ static __global__ __launch_bounds__(512 / NB, 1) void w4a8_wgmma_kernel(const ge
         const bool more = grp + 1 < KG;
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, NT);
+        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, THREADS);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
         const float   *sc = sc_smem[grp % STAGES];
 
-        uint32_t a[NB][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
+        uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
-        for (int mb = 0; mb < NB; mb++)
+        for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
                 a[mb][ks][0] = codes_top(words[mb][2 * ks]), a[mb][ks][1] = codes_bottom(words[mb][2 * ks]);
                 a[mb][ks][2] = codes_top(words[mb][2 * ks + 1]), a[mb][ks][3] = codes_bottom(words[mb][2 * ks + 1]);
             }
-        float part[NB][8][4];
+        float part[2][8][4];
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++)
 #pragma unroll
-            for (int mb = 0; mb < NB; mb++) wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
+            for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
         wgmma_commit();
         /* while the tensor cores run: the next group's codes and scales */
 #pragma unroll
-        for (int mb = 0; mb < NB; mb++)
+        for (int mb = 0; mb < 2; mb++)
             if (more && blk_ok[mb]) {
                 const uint8_t *q = ww.codes[mb] + (grp + 1) * FM_TC_CHUNK;
                 const uint4 v0 = __ldg((const uint4 *)q), v1 = __ldg((const uint4 *)(q + 512));
@@ -489,34 +483,31 @@ static __global__ __launch_bounds__(512 / NB, 1) void w4a8_wgmma_kernel(const ge
                 snext[mb][0] = __bfloat162float(sp[0]) * 512.0f, snext[mb][1] = __bfloat162float(sp[8]) * 512.0f;
             }
         wgmma_wait_all();
+        settle_block(part[0], a[0]);
+        settle_block(part[1], a[1]);
+        promote(acc, part, scur, sc);
 #pragma unroll
-        for (int mb = 0; mb < NB; mb++) settle_block(part[mb], a[mb]);
-        promote<NB>(acc, part, scur, sc);
-#pragma unroll
-        for (int mb = 0; mb < NB; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
+        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
     }
-    epilogue<EPILOGUE, NB, NW>(p, tile, acc, blk, blk_ok, red);
+    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
 }
 
 // Which kernel a GPU gets: wgmma on sm_90 (the binary carries sm_90a code), mma.sync elsewhere (sm_89: Ada);
-// FP8MOE_W4A8=mma forces the mma.sync kernel (to test it on a Hopper GPU), =wgmma2 the 8-warp wgmma variant.
-// 0: mma.sync; 1: wgmma, one 16-row block per warp (16 warps); 2: wgmma, two blocks per warp (8 warps).
-static int kernel_choice(void) {
+// FP8MOE_W4A8=mma forces the mma.sync kernel (to test it on a Hopper GPU).
+static bool use_wgmma(void) {
     static int choice = -1;
     if (choice < 0) {
         int dev = 0, major = 0;
         FM_CUDA_CHECK(cudaGetDevice(&dev));
         FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         const char *env = getenv("FP8MOE_W4A8");
-        choice = major != 9 || (env && strcmp(env, "mma") == 0) ? 0 : (env && strcmp(env, "wgmma2") == 0) ? 2 : 1;
+        choice = major == 9 && !(env && strcmp(env, "mma") == 0);
     }
-    return choice;
+    return choice == 1;
 }
 
 const char *fm_cuda_w4a8_kernel_name(void) {
-    const int k = kernel_choice();
-    return k == 1 ? "wgmma m64n64k32 e4m3, 16 warps (sm_90a)" : k == 2 ? "wgmma m64n64k32 e4m3, 8 warps (sm_90a)"
-                                                          : "mma.sync m16n8k32 e4m3 (sm_89+)";
+    return use_wgmma() ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
@@ -532,15 +523,14 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
                            w->ld, a->xs, a->lds, a->tiles, a->n_tiles, a->m_dense, a->dense_matrix, a->y, a->ldy, a->row_map, a->h,
                            a->ldh, a->hs, a->ldhs};
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
-    const int k = kernel_choice();
+    const bool wgmma = use_wgmma();
     if (a->epilogue == FM_W4A8_OUT_BF16) {
-        if (k == 1) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16, 1><<<grid, 512, 0, s>>>(p);
-        else if (k == 2) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16, 2><<<grid, 256, 0, s>>>(p);
+        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
         else w4a8_mma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
+        FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (bf16 out)" : "w4a8_mma (bf16 out)");
     } else {
-        if (k == 1) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3, 1><<<grid, 512, 0, s>>>(p);
-        else if (k == 2) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3, 2><<<grid, 256, 0, s>>>(p);
+        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
         else w4a8_mma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
+        FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (swiglu e4m3 out)" : "w4a8_mma (swiglu e4m3 out)");
     }
-    FM_LAUNCH_CHECK(k == 0 ? "w4a8_mma" : k == 1 ? "w4a8_wgmma (1 block per warp)" : "w4a8_wgmma (2 blocks per warp)");
 }
