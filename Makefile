@@ -97,10 +97,10 @@ deps:
 	@./tools/install-deps.sh
 
 # The main job: the parity table of the presets on the bundled trained model against the fp32 oracle; on the
-# GPU too when one is present (the presets the CUDA backend runs: ref, int4).
+# GPU too when one is present (the presets the CUDA backend runs: ref, int4, fp8).
 run: all
 	@if nvidia-smi -L >/dev/null 2>&1; then \
-	  echo "== GPU: cuda backend"; ./$(BIN) parity --model models/tiny-code-moe --backend cuda --presets ref,int4; \
+	  echo "== GPU: cuda backend"; ./$(BIN) parity --model models/tiny-code-moe --backend cuda --presets ref,int4,fp8; \
 	  echo; echo "== CPU: exact emulation of every preset"; fi
 	./$(BIN) parity --model models/tiny-code-moe
 
