@@ -55,7 +55,7 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
+$(TEST_BIN): $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
 
@@ -71,9 +71,10 @@ test: tests-build
 # GPU tests (need a GPU; run through the device tool): every CUDA op against the CPU op, whole-model parity.
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB)
+GPU_TEST_SUPPORT_OBJ := $(BUILD)/tests/gpu/gpu_test_util.o
+$(GPU_TEST_BIN): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(GPU_TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIB) -lcmocka $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(GPU_TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
 test-gpu: $(GPU_TEST_BIN) $(BIN)
 	@set -e; for t in $(GPU_TEST_BIN); do echo "== $$t"; ./$$t; done; echo "ALL GPU TESTS PASSED"
 

@@ -26,11 +26,11 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "gpu_test_util.h"
 #include "backend/cuda/moe_cublaslt_fp8.cuh"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 
-#define GUARD 64 /* elements of NaN on each side of an output */
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
@@ -48,58 +48,11 @@ static fm_backend *cuda_ref(void) {
     return be;
 }
 
-static void *upload(fm_backend *be, const float *x, int64_t n) {
-    void *p = be->ops->alloc(be, (size_t)n * be->ops->act_size);
-    assert_non_null(p);
-    be->ops->upload_f32(be, x, n, p);
-    return p;
-}
-
-/* a bf16 bank from host fp32 matrices [n][rows, cols] (n_parts = 1: gate|up rows already concatenated) */
+/* a bf16 bank from host fp32 matrices [n][rows, cols] (gate|up rows already concatenated) */
 static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols) {
-    fm_st_tensor t = {.name = "test.weight", .dtype = FM_DTYPE_F32, .n_dims = 1, .n_elements = n * rows * cols,
-                      .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
-    t.shape[0] = n * rows * cols;
-    fm_wsrc *views = malloc((size_t)n * sizeof *views);
-    for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}};
-    fm_bank_src src = {.srcs = views, .n = n, .n_parts = 1, .label = "test bank"};
-    fm_bank *b = NULL;
-    fm_error err;
-    if (be->ops->bank_create(be, &src, FM_W_BF16, &b, &err)) fail_msg("bank_create: %s", err.msg);
-    free(views);
-    return b;
+    return gpu_bank(be, w, n, rows, cols, FM_W_BF16, false);
 }
 
-/* an output of n elements inside NaN guards */
-static void *guarded(fm_backend *be, int64_t n, void **base) {
-    float *nan = malloc((size_t)(n + 2 * GUARD) * sizeof(float));
-    for (int64_t i = 0; i < n + 2 * GUARD; i++) nan[i] = NAN;
-    *base = upload(be, nan, n + 2 * GUARD);
-    free(nan);
-    return (char *)*base + GUARD * be->ops->act_size;
-}
-
-static float *fetch(fm_backend *be, void *base, int64_t n, const char *what) {
-    float *all = malloc((size_t)(n + 2 * GUARD) * sizeof(float));
-    be->ops->download_f32(be, base, n + 2 * GUARD, all);
-    fm_error err;
-    assert_int_equal(be->ops->sync(be, &err), FM_OK);
-    for (int64_t i = 0; i < GUARD; i++)
-        if (!isnan(all[i]) || !isnan(all[n + GUARD + i])) fail_msg("%s: write outside the output", what);
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(all[GUARD + i])) fail_msg("%s: output %lld not written or not finite", what, (long long)i);
-    float *out = malloc((size_t)n * sizeof(float));
-    memcpy(out, all + GUARD, (size_t)n * sizeof(float));
-    free(all);
-    be->ops->free(be, base);
-    return out;
-}
-
-static double nerr(const float *x, const float *ref, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
 
 /* ---- the host emulation of the route's formats ---- */
 
@@ -171,7 +124,7 @@ static void lt_case(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     float *x = rand_bf16(T * H, 1.0f), *logits = rand_bf16(T * E, 3.5f);
     for (int64_t t = 0; t < T; t++) x[t * H + 3] = fm_round_bf16(8.0f * x[t * H + 3]);
     fm_bank *gub = bank(be, gu, E, 2 * I, H), *dnb = bank(be, dn, E, H, I);
-    void *xd = upload(be, x, T * H), *ld = upload(be, logits, T * E);
+    void *xd = gpu_upload(be, x, T * H), *ld = gpu_upload(be, logits, T * E);
     void *ids_d = be->ops->alloc(be, (size_t)(T * k) * 4), *w_d = be->ops->alloc(be, (size_t)(T * k) * be->ops->act_size);
     be->ops->route(be, ld, T, E, k, FM_ROUTER_SOFTMAX_TOPK, true, ids_d, w_d);
     int32_t *ids = malloc((size_t)(T * k) * sizeof *ids);
@@ -180,7 +133,7 @@ static void lt_case(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     be->ops->download_f32(be, w_d, T * k, wts);
 
     void *base_ref, *base_lt;
-    void *o_ref = guarded(be, T * H, &base_ref), *o_lt = guarded(be, T * H, &base_lt);
+    void *o_ref = gpu_guarded(be, T * H, &base_ref), *o_lt = gpu_guarded(be, T * H, &base_lt);
     be->ops->moe(be, gub, dnb, xd, T, ids_d, w_d, k, FM_A_NATIVE, FM_A_NATIVE, o_ref);
     fm_lt_moe *lt = NULL;
     fm_error err;
@@ -192,10 +145,10 @@ static void lt_case(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     char what[128];
     snprintf(what, sizeof what, "cublaslt fp8 moe T=%lld E=%d k=%d H=%lld I=%lld", (long long)T, E, k, (long long)H,
              (long long)I);
-    float *ref = fetch(be, base_ref, T * H, what), *got = fetch(be, base_lt, T * H, what);
+    float *ref = gpu_fetch(be, base_ref, T * H, what), *got = gpu_fetch(be, base_lt, T * H, what);
     float *emu = malloc((size_t)(T * H) * sizeof *emu);
     emulate(gu, dn, E, H, I, x, T, ids, wts, k, emu);
-    const double e_emu = nerr(got, emu, T * H), e_bf16 = nerr(got, ref, T * H), e_model = nerr(emu, ref, T * H);
+    const double e_emu = gpu_nerr(got, emu, T * H), e_bf16 = gpu_nerr(got, ref, T * H), e_model = gpu_nerr(emu, ref, T * H);
     printf("  %-52s err vs emulation %.3g, vs bf16 route %.3g (emulation vs bf16 %.3g)\n", what, e_emu, e_bf16, e_model);
     if (!(e_emu <= 1e-2)) {
         for (int64_t i = 0; i < T * H && i < 6; i++) printf("    [%lld] lt %g emu %g bf16 %g\n", (long long)i, got[i], emu[i], ref[i]);

@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "gpu_test_util.h"
 
-#define GUARD 64 /* elements of NaN on each side of an output */
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
@@ -55,47 +55,8 @@ static void destroy(both *b) {
     for (int i = 0; i < 2; i++) b->be[i]->ops->destroy(b->be[i]);
 }
 
-static void *upload(fm_backend *be, const float *x, int64_t n) {
-    void *p = be->ops->alloc(be, (size_t)n * be->ops->act_size);
-    assert_non_null(p);
-    be->ops->upload_f32(be, x, n, p);
-    return p;
-}
-
-/* an output of n elements inside NaN guards; returns the output pointer, *base the allocation */
-static void *guarded(fm_backend *be, int64_t n, void **base) {
-    float *nan = malloc((size_t)(n + 2 * GUARD) * sizeof(float));
-    for (int64_t i = 0; i < n + 2 * GUARD; i++) nan[i] = NAN;
-    *base = upload(be, nan, n + 2 * GUARD);
-    free(nan);
-    return (char *)*base + GUARD * be->ops->act_size;
-}
-
-/* downloads a guarded output, checks guards and full coverage, returns the n outputs (caller frees) */
-static float *fetch(fm_backend *be, void *base, int64_t n, const char *what) {
-    float *all = malloc((size_t)(n + 2 * GUARD) * sizeof(float));
-    be->ops->download_f32(be, base, n + 2 * GUARD, all);
-    fm_error err;
-    assert_int_equal(be->ops->sync(be, &err), FM_OK);
-    for (int64_t i = 0; i < GUARD; i++)
-        if (!isnan(all[i]) || !isnan(all[n + GUARD + i])) fail_msg("%s (%s): write outside the output", what, be->ops->name);
-    for (int64_t i = 0; i < n; i++)
-        if (isnan(all[GUARD + i])) fail_msg("%s (%s): output %lld not written", what, be->ops->name, (long long)i);
-    float *out = malloc((size_t)n * sizeof(float));
-    memcpy(out, all + GUARD, (size_t)n * sizeof(float));
-    free(all);
-    be->ops->free(be, base);
-    return out;
-}
-
-static double nerr(const float *x, const float *ref, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 static void expect_close(const float *gpu, const float *cpu, int64_t n, double bound, const char *what) {
-    const double e = nerr(gpu, cpu, n);
+    const double e = gpu_nerr(gpu, cpu, n);
     printf("  %-48s n %-8lld err %.3g\n", what, (long long)n, e);
     if (!(e <= bound)) {
         int64_t worst = 0;
@@ -107,32 +68,8 @@ static void expect_close(const float *gpu, const float *cpu, int64_t n, double b
     }
 }
 
-/* a weight bank from host fp32 matrices [n][rows, cols] */
-typedef struct host_bank {
-    fm_st_tensor t;
-    fm_wsrc     *views;
-    char         name[32];
-} host_bank;
-
-static fm_bank *bank_ex(fm_backend *be, host_bank *hb, const float *w, int32_t n, int64_t rows, int64_t cols,
-                        fm_wformat fmt, bool gate_up) {
-    snprintf(hb->name, sizeof hb->name, "test.weight");
-    hb->t = (fm_st_tensor){.name = hb->name, .dtype = FM_DTYPE_F32, .n_dims = 1, .n_elements = n * rows * cols,
-                           .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
-    hb->t.shape[0] = n * rows * cols;
-    hb->views = malloc((size_t)n * sizeof *hb->views);
-    for (int32_t i = 0; i < n; i++) hb->views[i] = (fm_wsrc){&hb->t, (int64_t)i * rows * cols, rows, cols, {0}};
-    fm_bank_src src = {hb->views, n, 1, "test bank", gate_up};
-    fm_bank *b = NULL;
-    fm_error err;
-    fm_status st = be->ops->bank_create(be, &src, fmt, &b, &err);
-    if (st) fail_msg("bank_create on %s: %s", be->ops->name, err.msg);
-    free(hb->views);
-    return b;
-}
-
-static fm_bank *bank(fm_backend *be, host_bank *hb, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
-    return bank_ex(be, hb, w, n, rows, cols, fmt, false);
+static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
+    return gpu_bank(be, w, n, rows, cols, fmt, false);
 }
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) {
@@ -142,12 +79,11 @@ static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64
     float *y[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
-        host_bank hb;
-        fm_bank *wb = bank(be, &hb, w, 1, N, K, fmt);
-        void *xd = upload(be, x, M * K), *base;
-        void *yd = guarded(be, M * N, &base);
+        fm_bank *wb = bank(be, w, 1, N, K, fmt);
+        void *xd = gpu_upload(be, x, M * K), *base;
+        void *yd = gpu_guarded(be, M * N, &base);
         be->ops->linear(be, wb, 0, xd, M, be->plan.a_dense, yd);
-        y[i] = fetch(be, base, M * N, "linear");
+        y[i] = gpu_fetch(be, base, M * N, "linear");
         be->ops->free(be, xd);
         be->ops->bank_free(be, wb);
     }
@@ -183,17 +119,16 @@ static void test_norm_embed_elementwise(void **s) {
             float *x = rand_array(R * D, 2.0f), *w = rand_array(D, 1.0f), *o[2], *sw[2], *ad[2];
             for (int i = 0; i < 2; i++) {
                 fm_backend *be = b.be[i];
-                host_bank hb;
-                fm_bank *wb = bank(be, &hb, w, 1, 1, D, FM_W_BF16);
-                void *xd = upload(be, x, R * D), *base;
-                void *od = guarded(be, R * D, &base);
+                fm_bank *wb = bank(be, w, 1, 1, D, FM_W_BF16);
+                void *xd = gpu_upload(be, x, R * D), *base;
+                void *od = gpu_guarded(be, R * D, &base);
                 be->ops->rmsnorm(be, xd, wb, R, D, 1e-6f, od);
-                o[i] = fetch(be, base, R * D, "rmsnorm");
+                o[i] = gpu_fetch(be, base, R * D, "rmsnorm");
                 /* swiglu over [R, 2 * (D/2)], add */
-                od = guarded(be, R * (D / 2), &base);
+                od = gpu_guarded(be, R * (D / 2), &base);
                 be->ops->swiglu(be, xd, R, D / 2, od);
-                sw[i] = fetch(be, base, R * (D / 2), "swiglu");
-                void *acc = upload(be, w, D < R * D ? D : R * D);
+                sw[i] = gpu_fetch(be, base, R * (D / 2), "swiglu");
+                void *acc = gpu_upload(be, w, D < R * D ? D : R * D);
                 be->ops->add(be, acc, xd, D);
                 ad[i] = malloc((size_t)D * sizeof(float));
                 be->ops->download_f32(be, acc, D, ad[i]);
@@ -215,13 +150,12 @@ static void test_norm_embed_elementwise(void **s) {
     for (int t = 0; t < T; t++) ids[t] = (int32_t)((t * 97 + 13) % V);
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
-        host_bank hb;
-        fm_bank *tb = bank(be, &hb, table, 1, V, H, FM_W_BF16);
+        fm_bank *tb = bank(be, table, 1, V, H, FM_W_BF16);
         void *idd = be->ops->alloc(be, sizeof ids), *base;
         be->ops->upload_ids(be, ids, T, idd);
-        void *od = guarded(be, T * H, &base);
+        void *od = gpu_guarded(be, T * H, &base);
         be->ops->embed(be, tb, idd, T, od);
-        e[i] = fetch(be, base, T * H, "embed");
+        e[i] = gpu_fetch(be, base, T * H, "embed");
         be->ops->free(be, idd);
         be->ops->bank_free(be, tb);
     }
@@ -237,18 +171,17 @@ static void attention_case(int64_t T, int32_t nh, int32_t nkv, int32_t hd, bool 
     float *r[2], *a[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
-        host_bank h1, h2;
-        fm_bank *qb = norm ? bank(be, &h1, qn, 1, 1, hd, FM_W_BF16) : NULL;
-        fm_bank *kb = norm ? bank(be, &h2, kn, 1, 1, hd, FM_W_BF16) : NULL;
-        void *base, *d = guarded(be, T * ld, &base);
+        fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, FM_W_BF16) : NULL;
+        fm_bank *kb = norm ? bank(be, kn, 1, 1, hd, FM_W_BF16) : NULL;
+        void *base, *d = gpu_guarded(be, T * ld, &base);
         be->ops->upload_f32(be, qkv, T * ld, d);
         be->ops->qk_norm_rope(be, d, T, nh, nkv, hd, qb, kb, 1e-6f, 0, 1e6);
         r[i] = malloc((size_t)(T * ld) * sizeof(float));
         be->ops->download_f32(be, d, T * ld, r[i]);
-        void *obase, *od = guarded(be, T * nh * hd, &obase);
+        void *obase, *od = gpu_guarded(be, T * nh * hd, &obase);
         be->ops->attention(be, d, T, nh, nkv, hd, od);
-        a[i] = fetch(be, obase, T * nh * hd, "attention");
-        (void)fetch(be, base, T * ld, "qk_norm_rope"); /* guards of the in-place op */
+        a[i] = gpu_fetch(be, obase, T * nh * hd, "attention");
+        (void)gpu_fetch(be, base, T * ld, "qk_norm_rope"); /* guards of the in-place op */
         if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     }
     char what[96];
@@ -282,11 +215,11 @@ static void test_route(void **s) {
                 int32_t *ids[2];
                 for (int i = 0; i < 2; i++) {
                     fm_backend *be = b.be[i];
-                    void *ld = upload(be, l, T * E), *base;
+                    void *ld = gpu_upload(be, l, T * E), *base;
                     void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
-                    void *wd = guarded(be, T * k, &base);
+                    void *wd = gpu_guarded(be, T * k, &base);
                     be->ops->route(be, ld, T, E, k, kind ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK, true, idd, wd);
-                    w[i] = fetch(be, base, T * k, "route");
+                    w[i] = gpu_fetch(be, base, T * k, "route");
                     ids[i] = malloc((size_t)(T * k) * 4);
                     be->ops->download_raw(be, idd, (size_t)(T * k) * 4, ids[i]);
                     be->ops->free(be, ld), be->ops->free(be, idd);
@@ -319,14 +252,13 @@ static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, i
     float *o[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
-        host_bank h1, h2;
-        fm_bank *gub = bank_ex(be, &h1, gu, E, 2 * I, H, fmt, true), *db = bank(be, &h2, dn, E, H, I, fmt);
-        void *xd = upload(be, x, T * H), *wd = upload(be, wts, T * k), *base;
+        fm_bank *gub = gpu_bank(be, gu, E, 2 * I, H, fmt, true), *db = bank(be, dn, E, H, I, fmt);
+        void *xd = gpu_upload(be, x, T * H), *wd = gpu_upload(be, wts, T * k), *base;
         void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
         be->ops->upload_ids(be, ids, T * k, idd);
-        void *od = guarded(be, T * H, &base);
+        void *od = gpu_guarded(be, T * H, &base);
         be->ops->moe(be, gub, db, xd, T, idd, wd, k, be->plan.a_dispatch, be->plan.a_expert, od);
-        o[i] = fetch(be, base, T * H, "moe");
+        o[i] = gpu_fetch(be, base, T * H, "moe");
         be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
         be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
     }

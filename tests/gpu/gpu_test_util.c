@@ -1,0 +1,68 @@
+/* Helpers shared by the GPU tests (gpu_test_util.h). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test_util.h"
+
+void *gpu_upload(fm_backend *be, const float *x, int64_t n) {
+    void *p = be->ops->alloc(be, (size_t)n * be->ops->act_size);
+    assert_non_null(p);
+    be->ops->upload_f32(be, x, n, p);
+    return p;
+}
+
+void *gpu_guarded(fm_backend *be, int64_t n, void **base) {
+    const int64_t total = n + 2 * GPU_TEST_GUARD;
+    float *nan = malloc((size_t)total * sizeof(float));
+    for (int64_t i = 0; i < total; i++) nan[i] = NAN;
+    *base = gpu_upload(be, nan, total);
+    free(nan);
+    return (char *)*base + GPU_TEST_GUARD * be->ops->act_size;
+}
+
+float *gpu_fetch(fm_backend *be, void *base, int64_t n, const char *what) {
+    const int64_t G = GPU_TEST_GUARD;
+    float *all = malloc((size_t)(n + 2 * G) * sizeof(float));
+    be->ops->download_f32(be, base, n + 2 * G, all);
+    fm_error err;
+    assert_int_equal(be->ops->sync(be, &err), FM_OK);
+    for (int64_t i = 0; i < G; i++)
+        if (!isnan(all[i]) || !isnan(all[n + G + i])) fail_msg("%s (%s): write outside the output", what, be->ops->name);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(all[G + i]))
+            fail_msg("%s (%s): output %lld not written or not finite", what, be->ops->name, (long long)i);
+    float *out = malloc((size_t)n * sizeof(float));
+    memcpy(out, all + G, (size_t)n * sizeof(float));
+    free(all);
+    be->ops->free(be, base);
+    return out;
+}
+
+fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt, bool gate_up) {
+    /* the tensor and views only need to live through bank_create, which copies (and converts) synchronously */
+    fm_st_tensor t = {.name = "test.weight", .dtype = FM_DTYPE_F32, .n_dims = 1, .n_elements = n * rows * cols,
+                      .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
+    t.shape[0] = n * rows * cols;
+    fm_wsrc *views = malloc((size_t)n * sizeof *views);
+    for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}};
+    fm_bank_src src = {views, n, 1, "test bank", gate_up};
+    fm_bank *b = NULL;
+    fm_error err;
+    if (be->ops->bank_create(be, &src, fmt, &b, &err)) fail_msg("bank_create on %s: %s", be->ops->name, err.msg);
+    free(views);
+    return b;
+}
+
+double gpu_nerr(const float *x, const float *ref, int64_t n) {
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}

@@ -1,0 +1,25 @@
+/* Helpers shared by the GPU tests: device buffers from host fp32, outputs between NaN guards (no write outside,
+ * every element written), weight banks from host matrices, normalised error. Failures go through cmocka. */
+#ifndef FM_GPU_TEST_UTIL_H
+#define FM_GPU_TEST_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+#define GPU_TEST_GUARD 64 /* elements of NaN on each side of an output */
+
+/* a backend buffer holding x (rounded to the backend's activation dtype) */
+void *gpu_upload(fm_backend *be, const float *x, int64_t n);
+/* an output of n elements inside NaN guards; returns the output pointer, *base the allocation */
+void *gpu_guarded(fm_backend *be, int64_t n, void **base);
+/* downloads a guarded output, checks the guards and that every element was written (finite), frees the
+ * allocation and returns the n outputs (caller frees) */
+float *gpu_fetch(fm_backend *be, void *base, int64_t n, const char *what);
+/* a bank of n host fp32 matrices [rows, cols] in format fmt (one part; gate_up: gate rows then up rows) */
+fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt, bool gate_up);
+/* ||x - ref|| / ||ref|| (||x - ref|| when ref is zero) */
+double gpu_nerr(const float *x, const float *ref, int64_t n);
+
+#endif
