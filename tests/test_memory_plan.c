@@ -39,11 +39,15 @@ static void bank_bytes_formulas(void **s) {
     /* cuda int4: rows padded to 32 elements = 16 bytes, plus bf16 scales per 128 columns (the last partial) */
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128, 2, 3, 130), 2 * 3 * 80 + 2 * 3 * 2 * 2);
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128, 1, 1, 1), 16 + 2);
+    /* cuda int4-tc: rows padded to 32, K to 128 (half a byte each), bf16 scales [n][groups][rows_pad] */
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 2, 3, 130), 2 * 32 * 256 / 2 + 2 * 2 * 32 * 2);
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 128, 1536, 2048), 128 * 1536 * 1024 + 128 * 16 * 1536 * 2);
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_F32, 1, 1, 1), 0); /* not stored on the GPU */
     /* cpu: fp32 values whatever the format, int4 adds fp32 scales */
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_F32, 2, 3, 130), 2 * 3 * 130 * 4);
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_BF16, 2, 3, 130), 2 * 3 * 130 * 4);
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_INT4_G128, 2, 3, 130), 2 * 3 * 130 * 4 + 2 * 3 * 2 * 4);
+    assert_int_equal(fm_bank_bytes_for("cpu", FM_W_INT4_G128_TC, 2, 3, 130), 2 * 3 * 130 * 4 + 2 * 3 * 2 * 4);
     assert_int_equal(fm_bank_bytes_for("tpu", FM_W_BF16, 1, 1, 1), 0);
     assert_true(fm_bank_bytes_for("cuda", FM_W_BF16, 65536, INT64_C(1) << 40, INT64_C(1) << 30) == SIZE_MAX);
 }
@@ -229,6 +233,29 @@ static void qwen3_30b_a3b_on_cuda(void **s) {
     assert_int_equal(bf.workspace, 2048 * bf1.workspace);
 }
 
+/* The fp8 preset by hand: the same int4 codes in the tensor-core layout (every width here is a multiple of 32 rows
+ * and 128 columns, so no padding: the weights equal int4's), and the W4A8 scratch of w4a8_workspace.h at T = 2048,
+ * P = 16384 routed pairs: counts, cursor, segment starts 3 x 512 + tile count 256 + tiles (16384 / 64 + 128) x 16
+ * = 6,144 + pair of slot 65,536 + e4m3 input 16384 x 2048 = 33,554,432 + its scales 16 x 16384 x 4 = 1,048,576
+ * + SwiGLU output 16384 x 768 = 12,582,912 + its scales 6 x 16384 x 4 = 393,216 + expert rows 16384 x 2048 x 2
+ * = 67,108,864: 114,761,472, more than the dense W4A8 scratch (2048 x 4096 + 32 x 2048 x 4 = 8,650,752). */
+static void qwen3_30b_a3b_fp8_on_cuda(void **s) {
+    (void)s;
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    assert_int_equal(plan.w_dense, FM_W_INT4_G128_TC);
+    assert_int_equal(plan.w_expert, FM_W_INT4_G128_TC);
+    assert_int_equal(plan.a_dispatch, FM_A_E4M3_G128);
+    fm_memory_plan f8, i4;
+    qwen3_30b_plan(FM_PRESET_FP8, 2048, &f8);
+    qwen3_30b_plan(FM_PRESET_INT4, 2048, &i4);
+    assert_int_equal(f8.weights[FM_MEM_ATTN], 467140608);
+    assert_int_equal(f8.weights[FM_MEM_EXPERTS], INT64_C(14948499456));
+    assert_int_equal(f8.weight_total, i4.weight_total);
+    assert_int_equal(f8.ws_moe, 114761472);
+    assert_int_equal(f8.workspace, 114761472 + INT64_C(1244659712));
+}
+
 /* An 8 GiB card: the bf16 and the int4 plan are both refused, before anything is allocated, by one line that says
  * how much is needed, of what, and what is available. */
 static void vram_limit_refuses_8gib(void **s) {
@@ -400,6 +427,7 @@ int main(void) {
         cmocka_unit_test(cpu_weights_equal_plan),
         cmocka_unit_test(tiny_code_moe_cuda_by_hand),
         cmocka_unit_test(qwen3_30b_a3b_on_cuda),
+        cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
         cmocka_unit_test(vram_limit_refuses_8gib),
         cmocka_unit_test(load_refuses_before_allocating),
         cmocka_unit_test(plan_argument_errors),
