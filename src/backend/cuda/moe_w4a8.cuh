@@ -1,6 +1,7 @@
 // The fp8 preset's MoE expert FFN on the GPU: device-side dispatch, one grouped W4A8 GEMM for gate|up with the
 // SwiGLU and the e4m3 requantization in its epilogue, one grouped W4A8 GEMM for down, and a deterministic
-// combine. Five launches and two memsets per layer, no host synchronisation.
+// combine. Six launches (count, plan, place+quantize, two GEMMs, combine) and one or two memsets per layer, no
+// host synchronisation.
 #ifndef FM_CUDA_MOE_W4A8_CUH
 #define FM_CUDA_MOE_W4A8_CUH
 
