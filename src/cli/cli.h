@@ -57,7 +57,7 @@ void cli_model_opts_init(cli_model_opts *o);
 typedef bool (*cli_option_fn)(const char *cmd, int id, const char *arg, void *ctx);
 
 /* Parses argv: the shared model options into mo, the command's own options (`own`, ids >= 2000, ended by a
- * zero entry) through handle(ctx). Returns -1 when the command should run, else the exit code to return:
+ * zero entry) through handle(ctx); an own option named like a shared one replaces it. Returns -1 when the command should run, else the exit code to return:
  * 0 after --help (help printed), 2 on a usage error (message printed). */
 int cli_parse(const char *cmd, int argc, char **argv, const struct option *own, const char *help, cli_model_opts *mo,
               cli_option_fn handle, void *ctx);

@@ -144,7 +144,11 @@ int cli_parse(const char *cmd, int argc, char **argv, const struct option *own, 
     enum { MAX_OPTIONS = 32 };
     struct option all[MAX_OPTIONS];
     size_t n = 0;
-    for (size_t i = 0; i < sizeof model_options / sizeof *model_options; i++) all[n++] = model_options[i];
+    for (size_t i = 0; i < sizeof model_options / sizeof *model_options; i++) {
+        bool mine = false; /* a command may give a shared option its own meaning (parity: --layers 1,2,4) */
+        for (size_t j = 0; own[j].name; j++) mine |= strcmp(own[j].name, model_options[i].name) == 0;
+        if (!mine) all[n++] = model_options[i];
+    }
     for (size_t i = 0; own[i].name && n < MAX_OPTIONS - 1; i++) all[n++] = own[i];
     memset(&all[n], 0, sizeof all[n]);
     int c;

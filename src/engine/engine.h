@@ -64,6 +64,8 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
  * to the plan's formats); n_layers 0 = all. */
 fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
                                   fm_error *err);
+/* The configuration of a synthetic model (its depth and vocabulary before anything is generated). */
+fm_status fm_synthetic_config(const char *name, fm_config *out, fm_error *err);
 /* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
 const char *fm_synthetic_names(void);
 

@@ -90,12 +90,23 @@ static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) 
     return FM_OK;
 }
 
+static const synth_shape *find_shape(const char *name) {
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
+    return NULL;
+}
+
+fm_status fm_synthetic_config(const char *name, fm_config *out, fm_error *err) {
+    const synth_shape *s = find_shape(name);
+    if (!s) return fm_fail(err, FM_ERR_USAGE, "unknown synthetic model '%s' (choose %s)", name, fm_synthetic_names());
+    make_config(s, out);
+    return FM_OK;
+}
+
 fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
                                   fm_error *err) {
     *out = NULL;
-    const synth_shape *s = NULL;
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        if (strcmp(shapes[i].name, name) == 0) s = &shapes[i];
+    const synth_shape *s = find_shape(name);
     if (!s) return fm_fail(err, FM_ERR_USAGE, "unknown synthetic model '%s' (choose %s)", name, fm_synthetic_names());
     if (n_layers < 0 || n_layers > s->layers)
         return fm_fail(err, FM_ERR_USAGE, "%s has %d layers; --layers %d is out of range", name, s->layers, n_layers);
