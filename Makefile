@@ -111,7 +111,7 @@ clean:
 help:
 	@echo "targets:"
 	@echo "  make [all]     build $(LIB) and $(BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
-	@echo "  make deps      install missing Debian packages (cJSON, cmocka)"
+	@echo "  make deps      install missing Debian packages (cJSON, cmocka, gnuplot)"
 	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"

@@ -254,7 +254,158 @@ static void parity_table_and_json(void **s) {
     assert_string_equal(cJSON_GetObjectItem(fp4, "preset")->valuestring, "fp4");
     const double cos = cJSON_GetObjectItem(fp4, "cosine")->valuedouble;
     assert_true(cos > 0.9 && cos < 1.0);
+    /* the report's metrics are there too: the last position, top-5, and the int4 baseline */
+    const double top5 = cJSON_GetObjectItem(fp4, "top5_overlap")->valuedouble;
+    assert_true(top5 > 0.5 && top5 <= 1.0);
+    assert_non_null(cJSON_GetObjectItem(fp4, "cosine_last"));
+    const cJSON *vs_int4 = cJSON_GetObjectItem(cJSON_GetObjectItem(fp4, "vs_int4"), "mean");
+    assert_true(cJSON_GetObjectItem(vs_int4, "cosine")->valuedouble > 0.9);
     cJSON_Delete(root);
+}
+
+/* the gnuplot the binary will use (FP8MOE_GNUPLOT=/nonexistent make test runs the branch without it) */
+static bool have_gnuplot(void) {
+    const char *gp = getenv("FP8MOE_GNUPLOT");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", gp && *gp ? gp : "gnuplot");
+    return system(cmd) == 0;
+}
+
+/* lines of stdout that are table rows for this depth and preset */
+static int table_rows(const char *out, int layers, const char *preset) {
+    char row[64];
+    snprintf(row, sizeof row, "| %6d | %-6s | cpu ", layers, preset);
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, row)) != NULL; p++) n++;
+    return n;
+}
+
+static const cJSON *get(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    if (!v) fail_msg("JSON: no '%s'", key);
+    return v;
+}
+
+static double num(const cJSON *o, const char *key) { return get(o, key)->valuedouble; }
+
+/* The depth sweep of the parity report on the CPU: 2 depths x 2 presets x 2 prompts, in the table, the JSON, the
+ * CSV and (when gnuplot is installed) the PNG. */
+static void parity_depth_sweep(void **s) {
+    (void)s;
+    char json[512], csv[512], png[512];
+    snprintf(json, sizeof json, "%s/sweep.json", cli_tmp);
+    snprintf(csv, sizeof csv, "%s/sweep.csv", cli_tmp);
+    snprintf(png, sizeof png, "%s/sweep.png", cli_tmp);
+    assert_int_equal(fp8moe("parity --synthetic toy-moe --backend cpu --presets int4,fp8 --layers 1,2 --tokens 16 "
+                            "--prompts 2 --json %s --csv %s --plot %s", json, csv, png), 0);
+    assert_non_null(strstr(cli_out, "| layers | preset | backend | cos vs fp32 |"));
+    for (int l = 1; l <= 2; l++) {
+        assert_int_equal(table_rows(cli_out, l, "int4"), 1);
+        assert_int_equal(table_rows(cli_out, l, "fp8"), 1);
+        assert_int_equal(table_rows(cli_out, l, "ref"), 0); /* the oracle is not a row unless asked for */
+    }
+
+    static char text[1 << 17];
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_string_equal(get(root, "model")->valuestring, "toy-moe");
+    assert_int_equal((int)num(root, "tokens"), 16);
+    assert_int_equal((int)num(root, "prompts"), 2);
+    assert_true(fabs(num(root, "gate") - 0.997) < 1e-12);
+    assert_null(cJSON_GetObjectItem(root, "presets")); /* the classic array belongs to one depth, one prompt */
+    const cJSON *depths = get(root, "depths");
+    assert_int_equal(cJSON_GetArraySize(depths), 2);
+    const char *names[2] = {"int4", "fp8"};
+    for (int d = 0; d < 2; d++) {
+        const cJSON *depth = cJSON_GetArrayItem(depths, d);
+        assert_int_equal((int)num(depth, "layers"), d + 1);
+        assert_int_equal(cJSON_GetArraySize(get(get(depth, "oracle"), "logits_hash")), 2);
+        const cJSON *rows = get(depth, "presets");
+        assert_int_equal(cJSON_GetArraySize(rows), 2);
+        for (int p = 0; p < 2; p++) {
+            const cJSON *row = cJSON_GetArrayItem(rows, p);
+            assert_string_equal(get(row, "preset")->valuestring, names[p]);
+            const cJSON *mean = get(get(row, "vs_fp32"), "mean"), *worst = get(get(row, "vs_fp32"), "worst");
+            assert_true(num(mean, "cosine") > 0.95 && num(mean, "cosine") < 1.0);
+            assert_true(num(worst, "cosine") <= num(mean, "cosine"));
+            assert_true(num(worst, "mean_kl") >= num(mean, "mean_kl") && num(mean, "mean_kl") > 0);
+            assert_true(num(mean, "top5_overlap") > 0.5 && num(mean, "top5_overlap") <= 1.0);
+            const double vs_int4 = num(get(get(row, "vs_int4"), "mean"), "cosine");
+            if (p == 0) assert_true(fabs(vs_int4 - 1.0) < 1e-12); /* int4 is the baseline */
+            else assert_true(vs_int4 > 0.99 && vs_int4 < 1.0);
+            const cJSON *prompts = get(row, "prompts");
+            assert_int_equal(cJSON_GetArraySize(prompts), 2);
+            double sum = 0;
+            for (int k = 0; k < 2; k++) {
+                const cJSON *pr = cJSON_GetArrayItem(prompts, k);
+                assert_int_equal((int)num(pr, "first_token"), 16 * k);
+                const cJSON *c = get(pr, "vs_fp32");
+                for (const char *const *key = (const char *const[]){"cosine", "cosine_last", "max_abs_err", "argmax_agree",
+                                                                     "mean_kl", "top5_overlap", NULL}; *key; key++)
+                    assert_true(isfinite(num(c, *key)));
+                sum += num(c, "cosine");
+            }
+            assert_true(fabs(sum / 2 - num(mean, "cosine")) < 1e-12);
+        }
+    }
+    cJSON_Delete(root);
+
+    slurp(csv, text, sizeof text);
+    int lines = 0;
+    for (const char *p = text; *p; p++) lines += *p == '\n';
+    assert_int_equal(lines, 1 + 2 * 2 * 2);
+    assert_non_null(strstr(text, "model,tokens,layers,preset,backend,prompt,cos_fp32,"));
+    assert_non_null(strstr(text, "\"toy-moe\",16,2,fp8,cpu,1,"));
+
+    if (have_gnuplot()) {
+        slurp(png, text, sizeof text);
+        assert_memory_equal(text, "\x89PNG", 4);
+    } else {
+        print_message("gnuplot is not installed: the PNG is not checked\n");
+        assert_non_null(strstr(cli_err, "gnuplot not found"));
+    }
+    /* nothing left behind: no temporary files */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q '\\.tmp'", cli_tmp);
+    assert_int_not_equal(system(cmd), 0);
+    unlink(json), unlink(csv), unlink(png);
+}
+
+/* Without gnuplot the plot is skipped with one line and the other files are still written (exit 0). */
+static void parity_without_gnuplot(void **s) {
+    (void)s;
+    char json[512], png[512];
+    snprintf(json, sizeof json, "%s/nognuplot.json", cli_tmp);
+    snprintf(png, sizeof png, "%s/nognuplot.png", cli_tmp);
+    char saved[512] = "";
+    if (getenv("FP8MOE_GNUPLOT")) snprintf(saved, sizeof saved, "%s", getenv("FP8MOE_GNUPLOT"));
+    setenv("FP8MOE_GNUPLOT", "/nonexistent/gnuplot", 1);
+    const int code = fp8moe("parity --synthetic toy-moe --presets fp8 --layers 1 --tokens 8 --json %s --plot %s", json, png);
+    if (saved[0]) setenv("FP8MOE_GNUPLOT", saved, 1);
+    else unsetenv("FP8MOE_GNUPLOT");
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(cli_err, "gnuplot not found"));
+    assert_true(exists(json));
+    assert_false(exists(png));
+    unlink(json);
+}
+
+static void parity_usage_errors(void **s) {
+    (void)s;
+    char json[512];
+    snprintf(json, sizeof json, "%s/never.json", cli_tmp);
+    const char *bad[] = {"1,,2", "abc", "0", "2,", "1,-4"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(fp8moe("parity --synthetic toy-moe --layers %s --json %s", bad[i], json), 2, "--layers");
+    expect_error(fp8moe("parity --synthetic toy-moe --layers 1,3 --json %s", json), 2, "--layers 3");
+    assert_non_null(strstr(cli_err, "2 layers"));
+    expect_error(fp8moe("parity --model tests/models/qwen3-moe-f32 --layers 4 --json %s", json), 2, "--layers 4");
+    expect_error(fp8moe("parity --synthetic toy-moe --prompts 0"), 2, "--prompts");
+    expect_error(fp8moe("parity --synthetic toy-moe --model tests/models/qwen3-moe-f32"), 2, "--synthetic");
+    expect_error(fp8moe("parity --synthetic toy-moe --preset fp8"), 2, "--presets");
+    expect_error(fp8moe("parity --synthetic llama-70b"), 2, "llama-70b");
+    assert_false(exists(json));
 }
 
 int main(void) {
@@ -267,6 +418,9 @@ int main(void) {
         cmocka_unit_test(inspect_reports),
         cmocka_unit_test(perplexity_last_line),
         cmocka_unit_test(parity_table_and_json),
+        cmocka_unit_test(parity_depth_sweep),
+        cmocka_unit_test(parity_without_gnuplot),
+        cmocka_unit_test(parity_usage_errors),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages fp8moe builds against, when they are missing.
+# Installs the Debian packages fp8moe builds against (and gnuplot, for parity --plot), when they are missing.
 set -eu
 need=()
 dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
 dpkg -s libcmocka-dev >/dev/null 2>&1 || need+=(libcmocka-dev)
+command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox) # parity --plot (without it the plot is skipped, said in one line)
 if [ ${#need[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
 echo "deps: installing ${need[*]}"

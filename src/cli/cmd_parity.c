@@ -1,191 +1,337 @@
-/* fp8moe parity: the main job. Runs the fp32 oracle (ref preset on the CPU) and each requested preset over
- * the same tokens, and prints one row per preset: logits cosine vs the oracle, argmax agreement, max abs
- * error, mean KL, and load/forward time. Optionally writes the table as JSON. */
-#include <cjson/cJSON.h>
+/* fp8moe parity: the main job, and the depth sweep of the parity report (issue 6). At each depth it runs the
+ * fp32 oracle (ref preset on the CPU), the int4 baseline (on the compared presets' backend) and each requested
+ * preset over the same K prompts of T tokens, and compares every preset's logits with the oracle's and the
+ * baseline's. parity_output.c prints the table and writes JSON / CSV; parity_plot.c draws the PNG. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "cli/parity.h"
+#include "engine/engine.h"
 #include "io/ids.h"
-#include "util/metrics.h"
+#include "util/status.h"
 
 static const char *HELP =
-    "usage: fp8moe parity --model DIR [--ids FILE] [--tokens N] [--presets LIST] [--json FILE] [options]\n"
+    "usage: fp8moe parity (--model DIR | --synthetic NAME) [--presets LIST] [--layers L1,L2,..] [--tokens T]\n"
+    "                     [--prompts K] [--backend cpu|cuda] [--json FILE] [--csv FILE] [--plot FILE.png]\n"
     "\n"
-    "Logits of each preset against the fp32 oracle (preset ref on the cpu backend) on the same tokens.\n"
+    "Logits of each preset against the fp32 oracle (preset ref on the cpu backend) and against the int4 baseline\n"
+    "(preset int4 on --backend), on the same tokens, at one or more depths: the first L decoder layers, then the\n"
+    "final norm and lm_head.\n"
     "\n"
-    "  --ids FILE         token ids (default: DIR/eval_ids.i32, else DIR/golden_ids.i32)\n"
-    "  --tokens N         use the first N ids (default 256)\n"
+    "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"
+    "  --synthetic NAME   synthetic weights at real shapes instead (qwen3-30b-a3b, mixtral-8x7b, toy-moe); the\n"
+    "                     oracle runs them on the cpu too, which is slow at full size (minutes per layer)\n"
+    "  --ids FILE         with --model: token ids (default DIR/eval_ids.i32, else DIR/golden_ids.i32)\n"
+    "  --tokens T         tokens per prompt (default 256; with --model at most the ids file's length / K)\n"
+    "  --prompts K        K prompts (default 1): consecutive windows of T ids from the ids file, or with\n"
+    "                     --synthetic deterministic pseudo-random ids (xorshift; the first prompt is bench\n"
+    "                     prefill's); every figure is then reported as the mean and the worst over K\n"
     "  --presets LIST     comma-separated presets to compare (default ref,int4,fp8,fp4)\n"
-    "  --json FILE        also write the table as JSON\n" CLI_MODEL_HELP
-    "  (--backend and --preset apply to the compared presets; the oracle always runs ref on the cpu)\n";
+    "  --layers LIST      comma-separated depths, e.g. 1,2,4,8 (default: the model's full depth)\n"
+    "  --backend B        cpu (default) or cuda: where the compared presets and the int4 baseline run\n"
+    "  --json FILE        every number as JSON, per prompt too\n"
+    "  --csv FILE         one row per depth x preset x prompt\n"
+    "  --plot FILE        PNG through gnuplot: cosine against the oracle vs depth per preset (dashed: against\n"
+    "                     int4), with the 0.997 gate; without gnuplot installed, one line says so and the\n"
+    "                     other outputs are still written\n"
+    "  --threads N        CPU threads (default: all)\n"
+    "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n"
+    "  -v, --verbose      progress on stderr\n"
+    "  -h, --help         this help\n"
+    "\n"
+    "Metrics, per prompt: cosine of the logits over all positions and at the last position, max abs error,\n"
+    "argmax agreement, KL(reference || preset) in nats averaged over positions, and top-5 overlap (the mean over\n"
+    "positions of |top5(reference) & top5(preset)| / 5). One depth and one prompt print the classic table (one\n"
+    "row per preset, the oracle first); a sweep prints one row per depth x preset: against fp32 the cosine\n"
+    "(mean, worst), cosine at the last position, argmax, KL and top-5 (means), against int4 the cosine (mean,\n"
+    "worst). Output files appear only when complete. Exit codes: 0 ok, 1 bad input or a failed run, 2 usage.\n"
+    "\n"
+    "The report of issue 6 on the GPU, e.g.:\n"
+    "  fp8moe parity --synthetic qwen3-30b-a3b --backend cuda --presets int4,fp8 --layers 1,2,4,8 \\\n"
+    "                --tokens 256 --prompts 4 --json parity.json --csv parity.csv --plot parity.png\n";
 
-typedef struct parity_row {
-    fm_preset  preset;
-    fm_compare cmp;
-    double     load_s, forward_s;
-    uint64_t   hash;
-} parity_row;
+typedef struct parity_args {
+    const char *ids_path, *json_path, *csv_path, *plot_path, *presets, *layers, *synthetic;
+    long        tokens, prompts;
+} parity_args;
 
-static fm_status run_preset(const cli_model_opts *mo, fm_preset p, const char *backend, const int32_t *ids, int64_t T,
-                            float *logits, parity_row *row, fm_error *err) {
-    fm_options opt = mo->opt;
-    opt.preset  = p;
-    opt.backend = backend;
-    fm_model *m = NULL;
-    double t0 = cli_now();
-    fm_status st = fm_model_load(mo->model_dir, &opt, &m, err);
-    row->load_s = cli_now() - t0;
-    if (st) return st;
-    t0 = cli_now();
-    st = fm_model_logits(m, ids, T, logits, err);
-    row->forward_s = cli_now() - t0;
-    row->hash = st ? 0 : fm_hash_f32(logits, T * fm_model_vocab_size(m));
-    fm_model_free(m);
-    return st;
+enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON, OPT_CSV, OPT_PLOT, OPT_LAYERS, OPT_PROMPTS, OPT_SYNTH, OPT_PRESET };
+static const struct option own_options[] = {
+    {"ids", required_argument, 0, OPT_IDS},         {"tokens", required_argument, 0, OPT_TOKENS},
+    {"presets", required_argument, 0, OPT_PRESETS}, {"json", required_argument, 0, OPT_JSON},
+    {"csv", required_argument, 0, OPT_CSV},         {"plot", required_argument, 0, OPT_PLOT},
+    {"layers", required_argument, 0, OPT_LAYERS},   {"prompts", required_argument, 0, OPT_PROMPTS},
+    {"synthetic", required_argument, 0, OPT_SYNTH}, {"preset", required_argument, 0, OPT_PRESET},
+    {0, 0, 0, 0}};
+
+static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
+    parity_args *a = ctx;
+    switch (id) {
+    case OPT_IDS: a->ids_path = arg; return true;
+    case OPT_TOKENS: return cli_parse_int(cmd, "--tokens", arg, 1, 1 << 24, &a->tokens);
+    case OPT_PROMPTS: return cli_parse_int(cmd, "--prompts", arg, 1, 100000, &a->prompts);
+    case OPT_PRESETS: a->presets = arg; return true;
+    case OPT_LAYERS: a->layers = arg; return true;
+    case OPT_JSON: a->json_path = arg; return true;
+    case OPT_CSV: a->csv_path = arg; return true;
+    case OPT_PLOT: a->plot_path = arg; return true;
+    case OPT_SYNTH: a->synthetic = arg; return true;
+    case OPT_PRESET: cli_usage(cmd, "parity compares a list of presets: use --presets %s", arg); return false;
+    }
+    return true;
 }
 
+/* "ref,int4,fp8": each preset once, in the order given */
 static bool parse_presets(const char *list, fm_preset *out, int *n) {
     char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
+    if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf) return false;
     *n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == FM_PRESET_COUNT * 2 || !fm_preset_parse(tok, &out[*n])) return false;
-        (*n)++;
+        fm_preset p;
+        if (!fm_preset_parse(tok, &p)) return false;
+        bool seen = false;
+        for (int i = 0; i < *n; i++) seen |= out[i] == p;
+        if (!seen) out[(*n)++] = p;
     }
     return *n > 0;
 }
 
-static fm_status write_json(const char *path, const char *model, int64_t T, const parity_row *rows, int n,
-                            const char *backend, fm_error *err) {
-    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "presets");
-    cJSON_AddStringToObject(root, "model", model);
-    cJSON_AddNumberToObject(root, "tokens", (double)T);
-    cJSON_AddStringToObject(root, "oracle", "ref preset, cpu backend (fp32)");
-    for (int i = 0; i < n; i++) {
-        cJSON *o = cJSON_CreateObject();
-        char hash[32];
-        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)rows[i].hash);
-        cJSON_AddStringToObject(o, "preset", fm_preset_name(rows[i].preset));
-        cJSON_AddStringToObject(o, "backend", i == 0 ? "cpu" : backend);
-        cJSON_AddNumberToObject(o, "cosine", rows[i].cmp.cosine);
-        cJSON_AddNumberToObject(o, "argmax_agree", rows[i].cmp.argmax_agree);
-        cJSON_AddNumberToObject(o, "max_abs_err", rows[i].cmp.max_abs_err);
-        cJSON_AddNumberToObject(o, "max_abs_ref", rows[i].cmp.max_abs_ref);
-        cJSON_AddNumberToObject(o, "mean_kl", rows[i].cmp.mean_kl);
-        cJSON_AddNumberToObject(o, "load_s", rows[i].load_s);
-        cJSON_AddNumberToObject(o, "forward_s", rows[i].forward_s);
-        cJSON_AddStringToObject(o, "logits_hash", hash);
-        cJSON_AddItemToArray(arr, o);
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* "1,2,4,8": depths >= 1, sorted, each once; false on anything else (empty items, signs, words) */
+static bool parse_layers(const char *list, int32_t **out, int *n) {
+    size_t cap = 1;
+    for (const char *p = list; *p; p++) cap += *p == ',';
+    int32_t *d = calloc(cap, sizeof *d);
+    if (!d) return false;
+    *n = 0;
+    for (const char *p = list;;) {
+        if (*p < '0' || *p > '9') break;
+        char *end = NULL;
+        const long v = strtol(p, &end, 10);
+        if (v < 1 || v > 100000) break;
+        d[(*n)++] = (int32_t)v;
+        if (*end == 0) {
+            qsort(d, (size_t)*n, sizeof *d, cmp_i32);
+            int u = 0;
+            for (int i = 0; i < *n; i++)
+                if (u == 0 || d[i] != d[u - 1]) d[u++] = d[i];
+            *n = u, *out = d;
+            return true;
+        }
+        if (*end != ',') break;
+        p = end + 1;
     }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    fm_status st = text ? cli_write_file(path, text, strlen(text), err) : FM_ERR_NOMEM;
-    free(text);
+    free(d);
+    return false;
+}
+
+/* What every cell of the run shares. */
+typedef struct parity_run {
+    const cli_model_opts *mo;
+    const char           *synthetic;
+    const int32_t        *ids; /* K prompts of T ids, back to back */
+    int64_t               T;
+    int                   K;
+    int32_t               V;
+    float                *oracle, *baseline, *scratch; /* [K][T][V], [K][T][V], [T][V] */
+    bool                  baseline_ready;
+} parity_run;
+
+/* Loads preset c at this depth, runs the K prompts, compares each with the oracle and (once it has run) the
+ * baseline. keep (K x T x V) receives the logits of the oracle and the baseline runs. */
+static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, float *keep, fm_error *err) {
+    fm_options opt = r->mo->opt;
+    opt.preset = c->preset, opt.backend = c->backend, opt.n_layers = depth;
+    fm_model *m = NULL;
+    double t0 = cli_now();
+    fm_status st = r->synthetic ? fm_model_load_synthetic(r->synthetic, depth, &opt, &m, err)
+                                : fm_model_load(r->mo->model_dir, &opt, &m, err);
+    c->load_s = cli_now() - t0;
+    const size_t TV = (size_t)r->T * (size_t)r->V;
+    for (int k = 0; !st && k < r->K; k++) {
+        float *out = keep ? keep + k * TV : r->scratch;
+        t0 = cli_now();
+        st = fm_model_logits(m, r->ids + k * r->T, r->T, out, err);
+        c->forward_s[k] = cli_now() - t0;
+        if (st) break;
+        if (opt.verbose && r->K > 1) fprintf(stderr, "  prompt %d/%d: %.3f s\n", k + 1, r->K, c->forward_s[k]);
+        c->hash[k] = fm_hash_f32(out, (int64_t)TV);
+        fm_logits_compare(r->oracle + k * TV, out, r->T, r->V, &c->vs_fp32[k]);
+        if (r->baseline_ready || keep == r->baseline) fm_logits_compare(r->baseline + k * TV, out, r->T, r->V, &c->vs_int4[k]);
+    }
+    fm_model_free(m);
     return st;
 }
 
-enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON };
-static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
-                                            {"tokens", required_argument, 0, OPT_TOKENS},
-                                            {"presets", required_argument, 0, OPT_PRESETS},
-                                            {"json", required_argument, 0, OPT_JSON}, {0, 0, 0, 0}};
+/* All cells of one depth: the oracle, then the baseline (the others compare against both), then the rest. */
+static fm_status run_depth(parity_run *r, const parity_report *rep, int d, fm_error *err) {
+    const int32_t depth = rep->depths[d];
+    const int     order_first[2] = {0, rep->baseline};
+    r->baseline_ready = false;
+    fm_status st = FM_OK;
+    for (int i = 0; !st && i < rep->n_cells + 1; i++) {
+        const int ci = i < 2 ? order_first[i] : i - 1;
+        if (i >= 2 && (ci == 0 || ci == rep->baseline)) continue;
+        parity_cell *c = parity_at(rep, d, ci);
+        fprintf(stderr, "layers %d/%d: running preset %s on %s%s...\n", depth, rep->full_depth, fm_preset_name(c->preset),
+                c->backend, ci == 0 ? " (the oracle)" : (!c->listed ? " (the int4 baseline)" : ""));
+        st = run_cell(r, depth, c, ci == 0 ? r->oracle : ci == rep->baseline ? r->baseline : NULL, err);
+        if (!st && ci == rep->baseline) {
+            r->baseline_ready = true;
+            const size_t TV = (size_t)r->T * (size_t)r->V;
+            parity_cell *o = parity_at(rep, d, 0); /* the oracle against the baseline, now that it exists */
+            for (int k = 0; k < r->K; k++) fm_logits_compare(r->baseline + k * TV, r->oracle + k * TV, r->T, r->V, &o->vs_int4[k]);
+        }
+    }
+    for (int ci = 0; !st && ci < rep->n_cells; ci++) {
+        parity_cell *c = parity_at(rep, d, ci);
+        fm_compare_summarize(c->vs_fp32, r->K, &c->fp32_mean, &c->fp32_worst);
+        fm_compare_summarize(c->vs_int4, r->K, &c->int4_mean, &c->int4_worst);
+    }
+    return st;
+}
 
-typedef struct parity_args {
-    const char *ids_path, *json_path, *presets;
-    long        tokens;
-} parity_args;
+/* The cells of every depth: [0] the oracle, the presets asked for (ref on the cpu is the oracle's row), then the
+ * int4 baseline when it was not asked for. */
+static fm_status make_cells(parity_report *rep, const fm_preset *list, int n_list, fm_error *err) {
+    fm_preset  cells[FM_PRESET_COUNT + 2];
+    bool       listed[FM_PRESET_COUNT + 2];
+    const bool cpu = strcmp(rep->backend, "cpu") == 0;
+    int n = 1;
+    cells[0] = FM_PRESET_REF, listed[0] = false, rep->baseline = -1;
+    for (int i = 0; i < n_list; i++) {
+        if (list[i] == FM_PRESET_REF && cpu) {
+            listed[0] = true;
+            continue;
+        }
+        if (list[i] == FM_PRESET_INT4) rep->baseline = n;
+        cells[n] = list[i], listed[n++] = true;
+    }
+    if (rep->baseline < 0) rep->baseline = n, cells[n] = FM_PRESET_INT4, listed[n++] = false;
+    rep->n_cells = n;
+    const size_t total = (size_t)rep->n_depths * (size_t)n, K = (size_t)rep->prompts;
+    rep->cells = calloc(total, sizeof *rep->cells);
+    if (!rep->cells) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < total; i++) {
+        parity_cell *c = &rep->cells[i];
+        const int ci = (int)(i % (size_t)n);
+        c->preset = cells[ci], c->listed = listed[ci], c->is_oracle = ci == 0;
+        c->backend = ci == 0 ? "cpu" : rep->backend;
+        c->forward_s = calloc(K, sizeof *c->forward_s);
+        c->hash = calloc(K, sizeof *c->hash);
+        c->vs_fp32 = calloc(K, sizeof *c->vs_fp32);
+        c->vs_int4 = calloc(K, sizeof *c->vs_int4);
+        if (!c->forward_s || !c->hash || !c->vs_fp32 || !c->vs_int4) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    return FM_OK;
+}
 
-static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
-    parity_args *a = ctx;
-    if (id == OPT_IDS) a->ids_path = arg;
-    else if (id == OPT_TOKENS) return cli_parse_int(cmd, "--tokens", arg, 1, 1 << 24, &a->tokens);
-    else if (id == OPT_PRESETS) a->presets = arg;
-    else if (id == OPT_JSON) a->json_path = arg;
-    return true;
+static void free_cells(parity_report *rep) {
+    for (int i = 0; rep->cells && i < rep->n_depths * rep->n_cells; i++) {
+        parity_cell *c = &rep->cells[i];
+        free(c->forward_s), free(c->hash), free(c->vs_fp32), free(c->vs_int4);
+    }
+    free(rep->cells);
+}
+
+/* --synthetic prompts: the xorshift stream of bench prefill, K x T ids */
+static int32_t *synthetic_ids(int64_t n, int32_t V) {
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    uint64_t x   = 0x2545F4914F6CDD1Dull;
+    for (int64_t t = 0; ids && t < n; t++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[t] = (int32_t)(x % (uint64_t)V);
+    }
+    return ids;
 }
 
 int cmd_parity(int argc, char **argv) {
     const char *cmd = "parity";
-    parity_args a = {NULL, NULL, "ref,int4,fp8,fp4", 256};
+    parity_args a = {.presets = "ref,int4,fp8,fp4", .tokens = 256, .prompts = 1};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
-    const char *ids_path = a.ids_path, *json_path = a.json_path, *presets = a.presets;
-    const long  tokens = a.tokens;
-    if (!mo.model_dir) return cli_usage(cmd, "--model is required");
-    fm_preset list[FM_PRESET_COUNT * 2];
+    if (!mo.model_dir == !a.synthetic) return cli_usage(cmd, "give one of --model DIR or --synthetic NAME");
+    if (a.synthetic && a.ids_path) return cli_usage(cmd, "--ids goes with --model (--synthetic makes its own ids)");
+    fm_preset list[FM_PRESET_COUNT];
     int n_list = 0;
-    if (!parse_presets(presets, list, &n_list)) return cli_usage(cmd, "--presets must list ref, int4, fp8, fp4: '%s'", presets);
+    if (!parse_presets(a.presets, list, &n_list))
+        return cli_usage(cmd, "--presets must list ref, int4, fp8, fp4: '%s'", a.presets);
 
-    char default_ids[4096];
-    struct stat sb;
-    if (!ids_path) {
-        snprintf(default_ids, sizeof default_ids, "%s/eval_ids.i32", mo.model_dir);
-        if (stat(default_ids, &sb) != 0) snprintf(default_ids, sizeof default_ids, "%s/golden_ids.i32", mo.model_dir);
-        ids_path = default_ids;
-    }
     fm_error  err = {{0}};
-    int32_t  *ids = NULL;
-    int64_t   T   = 0;
-    fm_status st  = fm_ids_read(ids_path, &ids, &T, &err);
+    fm_config cfg;
+    fm_status st = a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
     if (st) return cli_fail(cmd, st, &err);
-    if (T > tokens) T = tokens;
-    mo.opt.max_tokens = T;
+    parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir, .synthetic = a.synthetic != NULL,
+                         .backend = mo.opt.backend, .prompts = (int)a.prompts, .full_depth = cfg.n_layers};
+    if (a.layers) {
+        if (!parse_layers(a.layers, &rep.depths, &rep.n_depths))
+            return cli_usage(cmd, "--layers expects a comma-separated list of depths >= 1 such as 1,2,4,8, got '%s'", a.layers);
+        if (rep.depths[rep.n_depths - 1] > cfg.n_layers) {
+            const int32_t over = rep.depths[rep.n_depths - 1];
+            free(rep.depths);
+            return cli_usage(cmd, "--layers %d is more than the %d layers of %s", over, cfg.n_layers, rep.model);
+        }
+    } else {
+        rep.depths = malloc(sizeof *rep.depths);
+        if (!rep.depths) return cli_fail(cmd, FM_ERR_NOMEM, &err);
+        rep.depths[0] = cfg.n_layers, rep.n_depths = 1;
+    }
 
-    parity_row rows[1 + FM_PRESET_COUNT * 2];
-    memset(rows, 0, sizeof rows);
-    float *oracle = NULL, *logits = NULL;
-    rows[0].preset = FM_PRESET_REF;
-    int32_t V = 0;
-    {
-        /* the oracle first: it sizes the logits buffers */
-        fm_model *m = NULL;
-        fm_options opt = mo.opt;
-        opt.preset = FM_PRESET_REF, opt.backend = "cpu";
-        double t0 = cli_now();
-        st = fm_model_load(mo.model_dir, &opt, &m, &err);
-        rows[0].load_s = cli_now() - t0;
-        if (!st) {
-            V = fm_model_vocab_size(m);
-            oracle = malloc((size_t)T * (size_t)V * sizeof(float));
-            logits = malloc((size_t)T * (size_t)V * sizeof(float));
-            if (!oracle || !logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for logits");
+    /* the prompts: K consecutive windows of the ids file (T capped by its length), or synthetic ids */
+    const int32_t V = cfg.vocab_size;
+    int32_t *ids = NULL;
+    int64_t  T = a.tokens;
+    if (a.synthetic) {
+        if (!(ids = synthetic_ids(T * a.prompts, V))) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory for the ids");
+    } else {
+        char default_ids[4096];
+        struct stat sb;
+        const char *ids_path = a.ids_path;
+        if (!ids_path) {
+            snprintf(default_ids, sizeof default_ids, "%s/eval_ids.i32", mo.model_dir);
+            if (stat(default_ids, &sb) != 0) snprintf(default_ids, sizeof default_ids, "%s/golden_ids.i32", mo.model_dir);
+            ids_path = default_ids;
         }
-        if (!st) {
-            t0 = cli_now();
-            st = fm_model_logits(m, ids, T, oracle, &err);
-            rows[0].forward_s = cli_now() - t0;
-            rows[0].hash = fm_hash_f32(oracle, T * V);
-            fm_logits_compare(oracle, oracle, T, V, &rows[0].cmp);
+        int64_t n_ids = 0;
+        st = fm_ids_read(ids_path, &ids, &n_ids, &err);
+        if (!st && n_ids < a.prompts)
+            st = fm_fail(&err, FM_ERR_FORMAT, "%s: %lld ids are too few for --prompts %ld", ids_path, (long long)n_ids, a.prompts);
+        if (!st && T * a.prompts > n_ids) {
+            T = n_ids / a.prompts;
+            if (a.prompts > 1) fprintf(stderr, "parity: %s holds %lld ids: %ld prompts of %lld tokens\n", ids_path, (long long)n_ids, a.prompts, (long long)T);
         }
-        fm_model_free(m);
     }
-    int n_rows = 1;
-    for (int i = 0; !st && i < n_list; i++) {
-        if (list[i] == FM_PRESET_REF && !strcmp(mo.opt.backend, "cpu")) continue; /* that is the oracle row */
-        fprintf(stderr, "running preset %s on %s...\n", fm_preset_name(list[i]), mo.opt.backend);
-        parity_row *row = &rows[n_rows++];
-        row->preset = list[i];
-        st = run_preset(&mo, list[i], mo.opt.backend, ids, T, logits, row, &err);
-        if (!st) fm_logits_compare(oracle, logits, T, V, &row->cmp);
-    }
+    rep.tokens = T;
+    mo.opt.max_tokens = T;
+    if (!st) st = make_cells(&rep, list, n_list, &err);
+
+    parity_run run = {.mo = &mo, .synthetic = a.synthetic, .ids = ids, .T = T, .K = rep.prompts, .V = V};
+    const size_t TV = (size_t)T * (size_t)V;
     if (!st) {
-        printf("model: %s   tokens: %lld   oracle: ref (fp32, cpu)   oracle logits hash: %016llx\n\n", mo.model_dir,
-               (long long)T, (unsigned long long)rows[0].hash);
-        printf("| preset | backend | cosine vs fp32 | argmax agree | max abs err | max abs logit | mean KL (nats) | load s | forward s |\n");
-        printf("|--------|---------|----------------|--------------|-------------|---------------|----------------|--------|-----------|\n");
-        for (int i = 0; i < n_rows; i++)
-            printf("| %-6s | %-7s | %14.8f | %11.2f%% | %11.4g | %13.4g | %14.3e | %6.2f | %9.3f |\n",
-                   fm_preset_name(rows[i].preset), i == 0 ? "cpu" : mo.opt.backend, rows[i].cmp.cosine,
-                   100.0 * rows[i].cmp.argmax_agree, rows[i].cmp.max_abs_err, rows[i].cmp.max_abs_ref,
-                   rows[i].cmp.mean_kl, rows[i].load_s, rows[i].forward_s);
-        if (json_path) st = write_json(json_path, mo.model_dir, T, rows, n_rows, mo.opt.backend, &err);
+        run.oracle   = malloc((size_t)rep.prompts * TV * sizeof(float));
+        run.baseline = malloc((size_t)rep.prompts * TV * sizeof(float));
+        run.scratch  = malloc(TV * sizeof(float));
+        if (!run.oracle || !run.baseline || !run.scratch)
+            st = fm_fail(&err, FM_ERR_NOMEM, "out of memory for the logits: 2 x %d prompts x %lld tokens x %d vocab floats",
+                         rep.prompts, (long long)T, V);
     }
-    free(oracle);
-    free(logits);
-    free(ids);
+    for (int d = 0; !st && d < rep.n_depths; d++) st = run_depth(&run, &rep, d, &err);
+    free(run.oracle), free(run.baseline), free(run.scratch), free(ids);
+
+    bool skipped = false;
+    if (!st) parity_print_table(&rep);
+    if (!st && a.json_path) st = parity_write_json(&rep, a.json_path, &err);
+    if (!st && a.csv_path) st = parity_write_csv(&rep, a.csv_path, &err);
+    if (!st && a.plot_path) st = parity_write_plot(&rep, a.plot_path, &skipped, &err);
+    free_cells(&rep);
+    free(rep.depths);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }
