@@ -140,11 +140,11 @@ typedef struct parity_run {
     int                   K;
     int32_t               V;
     float                *oracle, *baseline, *scratch; /* [K][T][V], [K][T][V], [T][V] */
-    bool                  baseline_ready;
+    bool                  oracle_ready, baseline_ready;
 } parity_run;
 
-/* Loads preset c at this depth, runs the K prompts, compares each with the oracle and (once it has run) the
- * baseline. keep (K x T x V) receives the logits of the oracle and the baseline runs. */
+/* Loads preset c at this depth and runs the K prompts; compares each with the oracle and the baseline when they
+ * have run. keep (K x T x V) receives the logits of the oracle and the baseline. */
 static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, float *keep, fm_error *err) {
     fm_options opt = r->mo->opt;
     opt.preset = c->preset, opt.backend = c->backend, opt.n_layers = depth;
@@ -162,31 +162,40 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
         if (st) break;
         if (opt.verbose && r->K > 1) fprintf(stderr, "  prompt %d/%d: %.3f s\n", k + 1, r->K, c->forward_s[k]);
         c->hash[k] = fm_hash_f32(out, (int64_t)TV);
-        fm_logits_compare(r->oracle + k * TV, out, r->T, r->V, &c->vs_fp32[k]);
-        if (r->baseline_ready || keep == r->baseline) fm_logits_compare(r->baseline + k * TV, out, r->T, r->V, &c->vs_int4[k]);
+        if (r->oracle_ready) fm_logits_compare(r->oracle + k * TV, out, r->T, r->V, &c->vs_fp32[k]);
+        if (r->baseline_ready) fm_logits_compare(r->baseline + k * TV, out, r->T, r->V, &c->vs_int4[k]);
     }
     fm_model_free(m);
     return st;
 }
 
-/* All cells of one depth: the oracle, then the baseline (the others compare against both), then the rest. */
+/* All cells of one depth. The int4 baseline runs first (on the compared presets' backend, so that a backend
+ * that cannot run says so before the slow CPU oracle), then the oracle, then the others against both. */
 static fm_status run_depth(parity_run *r, const parity_report *rep, int d, fm_error *err) {
     const int32_t depth = rep->depths[d];
-    const int     order_first[2] = {0, rep->baseline};
-    r->baseline_ready = false;
+    const size_t  TV    = (size_t)r->T * (size_t)r->V;
+    parity_cell  *o = parity_at(rep, d, 0), *b = parity_at(rep, d, rep->baseline);
+    r->oracle_ready = r->baseline_ready = false;
     fm_status st = FM_OK;
     for (int i = 0; !st && i < rep->n_cells + 1; i++) {
-        const int ci = i < 2 ? order_first[i] : i - 1;
+        const int ci = i == 0 ? rep->baseline : i == 1 ? 0 : i - 1;
         if (i >= 2 && (ci == 0 || ci == rep->baseline)) continue;
         parity_cell *c = parity_at(rep, d, ci);
         fprintf(stderr, "layers %d/%d: running preset %s on %s%s...\n", depth, rep->full_depth, fm_preset_name(c->preset),
                 c->backend, ci == 0 ? " (the oracle)" : (!c->listed ? " (the int4 baseline)" : ""));
         st = run_cell(r, depth, c, ci == 0 ? r->oracle : ci == rep->baseline ? r->baseline : NULL, err);
-        if (!st && ci == rep->baseline) {
-            r->baseline_ready = true;
-            const size_t TV = (size_t)r->T * (size_t)r->V;
-            parity_cell *o = parity_at(rep, d, 0); /* the oracle against the baseline, now that it exists */
-            for (int k = 0; k < r->K; k++) fm_logits_compare(r->baseline + k * TV, r->oracle + k * TV, r->T, r->V, &o->vs_int4[k]);
+        if (st || i != 1) {
+            r->baseline_ready = !st;
+            continue;
+        }
+        /* both references exist now: each against itself and against the other */
+        r->oracle_ready = true;
+        for (int k = 0; k < r->K; k++) {
+            const float *ok = r->oracle + k * TV, *bk = r->baseline + k * TV;
+            fm_logits_compare(ok, ok, r->T, r->V, &o->vs_fp32[k]);
+            fm_logits_compare(bk, ok, r->T, r->V, &o->vs_int4[k]);
+            fm_logits_compare(ok, bk, r->T, r->V, &b->vs_fp32[k]);
+            fm_logits_compare(bk, bk, r->T, r->V, &b->vs_int4[k]);
         }
     }
     for (int ci = 0; !st && ci < rep->n_cells; ci++) {
