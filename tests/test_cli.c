@@ -289,7 +289,7 @@ static const cJSON *get(const cJSON *o, const char *key) {
 static double num(const cJSON *o, const char *key) { return get(o, key)->valuedouble; }
 
 /* The depth sweep of the parity report on the CPU: 2 depths x 2 presets x 2 prompts, in the table, the JSON, the
- * CSV and (when gnuplot is installed) the PNG. */
+ * CSV and (when gnuplot is installed) the PNG; then the same outputs again from the JSON alone. */
 static void parity_depth_sweep(void **s) {
     (void)s;
     char json[512], csv[512], png[512];
@@ -369,7 +369,23 @@ static void parity_depth_sweep(void **s) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "ls %s | grep -q '\\.tmp'", cli_tmp);
     assert_int_not_equal(system(cmd), 0);
-    unlink(json), unlink(csv), unlink(png);
+
+    /* --from-json: the same table and CSV again from the JSON, running nothing (plots made off the GPU machine) */
+    static char table[1 << 16], csv_text[1 << 16];
+    snprintf(table, sizeof table, "%s", cli_out);
+    slurp(csv, csv_text, sizeof csv_text);
+    char csv2[512], png2[512];
+    snprintf(csv2, sizeof csv2, "%s/again.csv", cli_tmp);
+    snprintf(png2, sizeof png2, "%s/again.png", cli_tmp);
+    assert_int_equal(fp8moe("parity --from-json %s --csv %s --plot %s", json, csv2, png2), 0);
+    assert_string_equal(cli_out, table);
+    assert_null(strstr(cli_err, "running")); /* nothing ran */
+    slurp(csv2, text, sizeof text);
+    assert_string_equal(text, csv_text);
+    assert_true(exists(png2) == have_gnuplot());
+    expect_error(fp8moe("parity --from-json %s", csv), 1, csv);
+    expect_error(fp8moe("parity --from-json %s --layers 1", json), 2, "--from-json");
+    unlink(json), unlink(csv), unlink(png), unlink(csv2), unlink(png2);
 }
 
 /* Without gnuplot the plot is skipped with one line and the other files are still written (exit 0). */

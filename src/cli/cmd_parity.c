@@ -36,6 +36,8 @@ static const char *HELP =
     "  --plot FILE        PNG through gnuplot: cosine against the oracle vs depth per preset (dashed: against\n"
     "                     int4), with the 0.997 gate; without gnuplot installed, one line says so and the\n"
     "                     other outputs are still written\n"
+    "  --from-json FILE   run nothing: the table, --csv and --plot again from an earlier run's --json (make\n"
+    "                     the plot where gnuplot is, of a run made where it is not)\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n"
     "  -v, --verbose      progress on stderr\n"
@@ -50,24 +52,28 @@ static const char *HELP =
     "\n"
     "The report of issue 6 on the GPU, e.g.:\n"
     "  fp8moe parity --synthetic qwen3-30b-a3b --backend cuda --presets int4,fp8 --layers 1,2,4,8 \\\n"
-    "                --tokens 256 --prompts 4 --json parity.json --csv parity.csv --plot parity.png\n";
+    "                --tokens 256 --prompts 4 --json parity.json --csv parity.csv --plot parity.png\n"
+    "  fp8moe parity --from-json parity.json --plot parity.png     (elsewhere, when that machine has no gnuplot)\n";
 
 typedef struct parity_args {
-    const char *ids_path, *json_path, *csv_path, *plot_path, *presets, *layers, *synthetic;
+    const char *ids_path, *json_path, *csv_path, *plot_path, *presets, *layers, *synthetic, *from_json;
     long        tokens, prompts;
+    bool        run_option; /* an option that only a run takes (not --from-json) */
 } parity_args;
 
-enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON, OPT_CSV, OPT_PLOT, OPT_LAYERS, OPT_PROMPTS, OPT_SYNTH, OPT_PRESET };
+enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON, OPT_CSV, OPT_PLOT, OPT_LAYERS, OPT_PROMPTS, OPT_SYNTH, OPT_PRESET,
+       OPT_FROM_JSON };
 static const struct option own_options[] = {
     {"ids", required_argument, 0, OPT_IDS},         {"tokens", required_argument, 0, OPT_TOKENS},
     {"presets", required_argument, 0, OPT_PRESETS}, {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV},         {"plot", required_argument, 0, OPT_PLOT},
     {"layers", required_argument, 0, OPT_LAYERS},   {"prompts", required_argument, 0, OPT_PROMPTS},
     {"synthetic", required_argument, 0, OPT_SYNTH}, {"preset", required_argument, 0, OPT_PRESET},
-    {0, 0, 0, 0}};
+    {"from-json", required_argument, 0, OPT_FROM_JSON}, {0, 0, 0, 0}};
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     parity_args *a = ctx;
+    a->run_option |= id == OPT_IDS || id == OPT_TOKENS || id == OPT_PROMPTS || id == OPT_PRESETS || id == OPT_LAYERS;
     switch (id) {
     case OPT_IDS: a->ids_path = arg; return true;
     case OPT_TOKENS: return cli_parse_int(cmd, "--tokens", arg, 1, 1 << 24, &a->tokens);
@@ -78,6 +84,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_CSV: a->csv_path = arg; return true;
     case OPT_PLOT: a->plot_path = arg; return true;
     case OPT_SYNTH: a->synthetic = arg; return true;
+    case OPT_FROM_JSON: a->from_json = arg; return true;
     case OPT_PRESET: cli_usage(cmd, "parity compares a list of presets: use --presets %s", arg); return false;
     }
     return true;
@@ -241,12 +248,13 @@ static fm_status make_cells(parity_report *rep, const fm_preset *list, int n_lis
     return FM_OK;
 }
 
-static void free_cells(parity_report *rep) {
+void parity_free(parity_report *rep) {
     for (int i = 0; rep->cells && i < rep->n_depths * rep->n_cells; i++) {
         parity_cell *c = &rep->cells[i];
         free(c->forward_s), free(c->hash), free(c->vs_fp32), free(c->vs_int4);
     }
-    free(rep->cells);
+    free(rep->cells), free(rep->depths);
+    rep->cells = NULL, rep->depths = NULL;
 }
 
 /* --synthetic prompts: the xorshift stream of bench prefill, K x T ids */
@@ -260,6 +268,29 @@ static int32_t *synthetic_ids(int64_t n, int32_t V) {
     return ids;
 }
 
+/* The table on stdout, then the files asked for; the plot last (the one output that needs another program). */
+static fm_status outputs(const parity_report *rep, const parity_args *a, fm_error *err) {
+    bool skipped = false;
+    parity_print_table(rep);
+    fm_status st = FM_OK;
+    if (!st && a->json_path) st = parity_write_json(rep, a->json_path, err);
+    if (!st && a->csv_path) st = parity_write_csv(rep, a->csv_path, err);
+    if (!st && a->plot_path) st = parity_write_plot(rep, a->plot_path, &skipped, err);
+    return st;
+}
+
+/* --from-json: the outputs of an earlier run, made again without running anything */
+static int from_json(const char *cmd, const parity_args *a, const cli_model_opts *mo) {
+    if (mo->model_dir || a->synthetic || a->run_option)
+        return cli_usage(cmd, "--from-json makes the outputs of an earlier run again: it takes only --json, --csv and --plot");
+    fm_error      err = {{0}};
+    parity_report rep;
+    fm_status     st = parity_read_json(a->from_json, &rep, &err);
+    if (!st) st = outputs(&rep, a, &err);
+    parity_free(&rep);
+    return st ? cli_fail(cmd, st, &err) : CLI_OK;
+}
+
 int cmd_parity(int argc, char **argv) {
     const char *cmd = "parity";
     parity_args a = {.presets = "ref,int4,fp8,fp4", .tokens = 256, .prompts = 1};
@@ -267,6 +298,7 @@ int cmd_parity(int argc, char **argv) {
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
+    if (a.from_json) return from_json(cmd, &a, &mo);
     if (!mo.model_dir == !a.synthetic) return cli_usage(cmd, "give one of --model DIR or --synthetic NAME");
     if (a.synthetic && a.ids_path) return cli_usage(cmd, "--ids goes with --model (--synthetic makes its own ids)");
     fm_preset list[FM_PRESET_COUNT];
@@ -335,12 +367,7 @@ int cmd_parity(int argc, char **argv) {
     for (int d = 0; !st && d < rep.n_depths; d++) st = run_depth(&run, &rep, d, &err);
     free(run.oracle), free(run.baseline), free(run.scratch), free(ids);
 
-    bool skipped = false;
-    if (!st) parity_print_table(&rep);
-    if (!st && a.json_path) st = parity_write_json(&rep, a.json_path, &err);
-    if (!st && a.csv_path) st = parity_write_csv(&rep, a.csv_path, &err);
-    if (!st && a.plot_path) st = parity_write_plot(&rep, a.plot_path, &skipped, &err);
-    free_cells(&rep);
-    free(rep.depths);
+    if (!st) st = outputs(&rep, &a, &err);
+    parity_free(&rep);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

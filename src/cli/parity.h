@@ -41,6 +41,12 @@ static inline parity_cell *parity_at(const parity_report *r, int d, int c) { ret
 /* The legacy layout (one depth, one prompt: today's table and JSON) or the sweep. */
 static inline bool parity_is_sweep(const parity_report *r) { return r->n_depths > 1 || r->prompts > 1; }
 
+/* Frees the cells and depths of a report (cmd_parity.c). */
+void parity_free(parity_report *r);
+
+/* Reads back the JSON of an earlier run (parity_load.c): --from-json. */
+fm_status parity_read_json(const char *path, parity_report *r, fm_error *err);
+
 void      parity_print_table(const parity_report *r);
 fm_status parity_write_json(const parity_report *r, const char *path, fm_error *err);
 fm_status parity_write_csv(const parity_report *r, const char *path, fm_error *err);

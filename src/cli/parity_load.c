@@ -1,0 +1,174 @@
+/* fp8moe parity --from-json: a report read back from the JSON of an earlier run, so that its table, CSV and plot
+ * can be made on another machine (the GPU machine has no gnuplot: run there with --json, plot here). Every number
+ * the outputs print is in the JSON; cells that were not shown (the oracle in a sweep, an int4 baseline that was
+ * not asked for) come back with their times and fingerprints only. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/parity.h"
+#include "util/status.h"
+
+typedef struct reader {
+    const char *path;
+    fm_error   *err;
+    bool        bad;
+} reader;
+
+static const cJSON *field(reader *rd, const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v && !rd->bad) rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: no field '%s' (not a parity JSON?)", rd->path, key);
+    return v;
+}
+
+/* a number; null stands for NaN (cJSON writes non-finite numbers as null) */
+static double number(reader *rd, const cJSON *o, const char *key) {
+    const cJSON *v = field(rd, o, key);
+    if (cJSON_IsNumber(v)) return v->valuedouble;
+    if (cJSON_IsNull(v)) return NAN;
+    if (v && !rd->bad) rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: field '%s' is not a number", rd->path, key);
+    return 0;
+}
+
+static const char *text(reader *rd, const cJSON *o, const char *key) {
+    const cJSON *v = field(rd, o, key);
+    if (cJSON_IsString(v)) return v->valuestring;
+    if (v && !rd->bad) rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: field '%s' is not a string", rd->path, key);
+    return "";
+}
+
+static const cJSON *array(reader *rd, const cJSON *o, const char *key, int n) {
+    const cJSON *v = field(rd, o, key);
+    if (v && (!cJSON_IsArray(v) || (n >= 0 && cJSON_GetArraySize(v) != n)) && !rd->bad)
+        rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: field '%s' is not an array of %d", rd->path, key, n);
+    return rd->bad ? NULL : v;
+}
+
+static uint64_t hash_of(const char *s) { return strtoull(s, NULL, 16); }
+
+static void read_metrics(reader *rd, const cJSON *o, fm_compare *m) {
+    m->cosine = number(rd, o, "cosine"), m->cosine_last = number(rd, o, "cosine_last");
+    m->max_abs_err = number(rd, o, "max_abs_err"), m->max_abs_ref = number(rd, o, "max_abs_ref");
+    m->argmax_agree = number(rd, o, "argmax_agree"), m->mean_kl = number(rd, o, "mean_kl");
+    m->top5_overlap = number(rd, o, "top5_overlap"), m->n_nonfinite = (int64_t)number(rd, o, "n_nonfinite");
+}
+
+/* times and fingerprints of a run ("oracle", "baseline") */
+static void read_run(reader *rd, const cJSON *o, int K, parity_cell *c) {
+    c->load_s = number(rd, o, "load_s");
+    const cJSON *fw = array(rd, o, "forward_s", K), *h = array(rd, o, "logits_hash", K);
+    for (int k = 0; !rd->bad && k < K; k++) {
+        c->forward_s[k] = cJSON_GetArrayItem(fw, k)->valuedouble;
+        c->hash[k] = cJSON_IsString(cJSON_GetArrayItem(h, k)) ? hash_of(cJSON_GetArrayItem(h, k)->valuestring) : 0;
+    }
+}
+
+static void read_row(reader *rd, const cJSON *o, int K, parity_cell *c) {
+    c->load_s = number(rd, o, "load_s");
+    const cJSON *prompts = array(rd, o, "prompts", K);
+    for (int k = 0; !rd->bad && k < K; k++) {
+        const cJSON *p = cJSON_GetArrayItem(prompts, k);
+        c->forward_s[k] = number(rd, p, "forward_s");
+        c->hash[k] = hash_of(text(rd, p, "logits_hash"));
+        read_metrics(rd, field(rd, p, "vs_fp32"), &c->vs_fp32[k]);
+        if (!rd->bad) read_metrics(rd, field(rd, p, "vs_int4"), &c->vs_int4[k]);
+    }
+}
+
+static bool preset_of(reader *rd, const cJSON *o, fm_preset *p) {
+    const char *name = text(rd, o, "preset");
+    if (!rd->bad && !fm_preset_parse(name, p))
+        rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: unknown preset '%s'", rd->path, name);
+    return !rd->bad;
+}
+
+static const char *backend_of(reader *rd, const cJSON *o) {
+    const char *b = text(rd, o, "backend");
+    return !strcmp(b, "cuda") ? "cuda" : "cpu"; /* static strings: the report outlives the JSON */
+}
+
+fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
+    memset(r, 0, sizeof *r);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fm_fail(err, FM_ERR_IO, "%s: cannot open", path);
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    const bool ok = buf && fseek(f, 0, SEEK_SET) == 0 && fread(buf, 1, (size_t)size, f) == (size_t)size;
+    fclose(f);
+    if (!ok) {
+        free(buf);
+        return fm_fail(err, FM_ERR_IO, "%s: cannot read", path);
+    }
+    buf[size] = 0;
+    cJSON *root = cJSON_Parse(buf);
+    free(buf);
+    if (!root) return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON", path);
+
+    reader rd = {path, err, false};
+    static char model[1024]; /* the report outlives the parsed JSON; one report per process */
+    snprintf(model, sizeof model, "%s", text(&rd, root, "model"));
+    r->model = model;
+    r->synthetic = cJSON_IsTrue(field(&rd, root, "synthetic"));
+    r->tokens = (int64_t)number(&rd, root, "tokens");
+    r->prompts = (int)number(&rd, root, "prompts");
+    r->full_depth = (int32_t)number(&rd, root, "model_layers");
+    r->backend = backend_of(&rd, root);
+    const cJSON *depths = array(&rd, root, "depths", -1);
+    r->n_depths = depths ? cJSON_GetArraySize(depths) : 0;
+    if (!rd.bad && (r->n_depths < 1 || r->prompts < 1 || r->tokens < 1))
+        rd.bad = true, fm_fail(err, FM_ERR_FORMAT, "%s: no depths, prompts or tokens", path);
+    /* the cells, as the run made them: the oracle, the rows in order (ref on the cpu is the oracle's), the baseline */
+    const cJSON *rows0 = rd.bad ? NULL : array(&rd, cJSON_GetArrayItem(depths, 0), "presets", -1);
+    const int    n_rows = rows0 ? cJSON_GetArraySize(rows0) : 0;
+    if (!rd.bad) {
+        r->depths = calloc((size_t)r->n_depths, sizeof *r->depths);
+        r->cells = calloc((size_t)r->n_depths * (size_t)(n_rows + 2), sizeof *r->cells);
+        if (!r->depths || !r->cells) rd.bad = true, fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    int n_cells = 1, baseline = -1;
+    fm_preset kinds[FM_PRESET_COUNT + 2] = {FM_PRESET_REF};
+    bool      listed[FM_PRESET_COUNT + 2] = {false};
+    int       row_cell[FM_PRESET_COUNT + 2];
+    if (n_rows > FM_PRESET_COUNT + 1) rd.bad = true, fm_fail(err, FM_ERR_FORMAT, "%s: %d preset rows (at most %d)", path, n_rows, FM_PRESET_COUNT + 1);
+    for (int i = 0; !rd.bad && i < n_rows; i++) {
+        const cJSON *row = cJSON_GetArrayItem(rows0, i);
+        fm_preset p;
+        if (!preset_of(&rd, row, &p)) break;
+        const bool oracle = p == FM_PRESET_REF && !strcmp(backend_of(&rd, row), "cpu");
+        row_cell[i] = oracle ? 0 : n_cells;
+        if (oracle) listed[0] = true;
+        else kinds[n_cells] = p, listed[n_cells++] = true, baseline = p == FM_PRESET_INT4 ? n_cells - 1 : baseline;
+    }
+    if (baseline < 0) baseline = n_cells, kinds[n_cells] = FM_PRESET_INT4, listed[n_cells++] = false;
+    r->n_cells = n_cells, r->baseline = baseline;
+    const int K = r->prompts;
+    for (int d = 0; !rd.bad && d < r->n_depths; d++) {
+        const cJSON *depth = cJSON_GetArrayItem(depths, d);
+        r->depths[d] = (int32_t)number(&rd, depth, "layers");
+        for (int ci = 0; !rd.bad && ci < n_cells; ci++) {
+            parity_cell *c = parity_at(r, d, ci);
+            c->preset = kinds[ci], c->listed = listed[ci], c->is_oracle = ci == 0;
+            c->backend = ci == 0 ? "cpu" : r->backend;
+            c->forward_s = calloc((size_t)K, sizeof *c->forward_s), c->hash = calloc((size_t)K, sizeof *c->hash);
+            c->vs_fp32 = calloc((size_t)K, sizeof *c->vs_fp32), c->vs_int4 = calloc((size_t)K, sizeof *c->vs_int4);
+            if (!c->forward_s || !c->hash || !c->vs_fp32 || !c->vs_int4) rd.bad = true, fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        }
+        if (!rd.bad) read_run(&rd, field(&rd, depth, "oracle"), K, parity_at(r, d, 0));
+        if (!rd.bad) read_run(&rd, field(&rd, depth, "baseline"), K, parity_at(r, d, baseline));
+        const cJSON *rows = rd.bad ? NULL : array(&rd, depth, "presets", n_rows);
+        for (int i = 0; !rd.bad && i < n_rows; i++) read_row(&rd, cJSON_GetArrayItem(rows, i), K, parity_at(r, d, row_cell[i]));
+        for (int ci = 0; !rd.bad && ci < n_cells; ci++) {
+            parity_cell *c = parity_at(r, d, ci);
+            fm_compare_summarize(c->vs_fp32, K, &c->fp32_mean, &c->fp32_worst);
+            fm_compare_summarize(c->vs_int4, K, &c->int4_mean, &c->int4_worst);
+        }
+    }
+    cJSON_Delete(root);
+    if (rd.bad) {
+        parity_free(r);
+        return err->msg[0] ? FM_ERR_FORMAT : fm_fail(err, FM_ERR_FORMAT, "%s: not a parity JSON", path);
+    }
+    return FM_OK;
+}
