@@ -13,6 +13,7 @@
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/router.cuh"
+#include "backend/cuda/w4a8_gemm.cuh"
 
 extern "C" {
 #include "util/status.h"
@@ -48,7 +49,7 @@ static double cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
     return ms;
 }
 
-static const char *cu_device_name(fm_backend *bb) { return cuda_be(bb)->prop.name; }
+static const char *cu_device_name(fm_backend *bb) { return cuda_be(bb)->device_label; }
 
 static void cu_destroy(fm_backend *bb) {
     cuda_backend *be = cuda_be(bb);
@@ -228,6 +229,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     be->base.plan = *plan;
     FM_CUDA_CHECK(cudaGetDevice(&be->device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
+    /* say which W4A8 kernel this GPU gets (wgmma on Hopper, mma.sync elsewhere) wherever the device is named */
+    if (plan->w_dense == FM_W_INT4_G128_TC || plan->w_expert == FM_W_INT4_G128_TC)
+        snprintf(be->device_label, sizeof be->device_label, "%s, W4A8 kernel %s", be->prop.name, fm_cuda_w4a8_kernel_name());
+    else
+        snprintf(be->device_label, sizeof be->device_label, "%s", be->prop.name);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS) {
         cu_destroy(&be->base);

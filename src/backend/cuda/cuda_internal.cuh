@@ -48,6 +48,7 @@ typedef struct cuda_backend {
     cublasHandle_t cublas;
     int            device;
     cudaDeviceProp prop;
+    char           device_label[320]; // the GPU's name, and the W4A8 kernel it runs when the plan has one
     void          *work;       // grow-only scratch for ops that need it (moe)
     size_t         work_bytes;
     cudaEvent_t   *marks;      // FM_MARK_SLOTS events, created on the first mark
