@@ -40,6 +40,8 @@ typedef enum fm_preset {
     FM_PRESET_INT4,    /* int4 sym g128 (bf16 scales) linear weights, bf16 activations (w4a16) */
     FM_PRESET_FP8,     /* the same int4 weights as e4m3, activations e4m3 in 1x128 groups (w4a8) */
     FM_PRESET_FP4,     /* as fp8, expert dispatch activations in MXFP4 */
+    FM_PRESET_REF32,   /* fp32 weights and activations on every backend: on the cpu the same as ref, on the GPU
+                          the oracle for models too large for the cpu (ref there is the bf16 reference) */
     FM_PRESET_COUNT
 } fm_preset;
 

@@ -42,7 +42,8 @@ static void bank_bytes_formulas(void **s) {
     /* cuda int4-tc: rows padded to 32, K to 128 (half a byte each), bf16 scales [n][groups][rows_pad] */
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 2, 3, 130), 2 * 32 * 256 / 2 + 2 * 2 * 32 * 2);
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 128, 1536, 2048), 128 * 1536 * 1024 + 128 * 16 * 1536 * 2);
-    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_F32, 1, 1, 1), 0); /* not stored on the GPU */
+    /* cuda f32 (the ref32 oracle): rows padded to 4 elements */
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_F32, 2, 3, 130), 2 * 3 * 132 * 4);
     /* cpu: fp32 values whatever the format, int4 adds fp32 scales */
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_F32, 2, 3, 130), 2 * 3 * 130 * 4);
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_BF16, 2, 3, 130), 2 * 3 * 130 * 4);
@@ -144,7 +145,9 @@ static void tiny_code_moe_cuda_by_hand(void **s) {
     const size_t act = 2048 * 4 + 3 * 2048 * 192 * 2 + 2048 * 384 * 2 + 2048 * 192 * 2 + 2048 * 1024 * 2 +
                        2048 * 512 * 2 + 2048 * 16 * 2 + 2048 * 4 * 4 + 2048 * 4 * 2 + 2048 * 4096 * 2;
     assert_int_equal(p.activations, act);
-    assert_int_equal(p.ws_moe, 2048 * 4 * (3 * 128 + 192) * 2);
+    /* the grouped cuBLAS MoE: int32 counts|fill|offsets 3 x 16 + slot_of 8192 (-> 256-byte multiple 33,024),
+       3 x 16 pointers (-> 512), then xs, gu, h, y: 8192 pairs x (2 x 192 + 3 x 128) bf16 */
+    assert_int_equal(p.ws_moe, 33024 + 512 + 2048 * 4 * (2 * 192 + 3 * 128) * 2);
     assert_int_equal(p.ws_logits, 2048 * 4096 * 4);
     assert_int_equal(p.total, 13496448 + act + p.ws_moe + p.ws_logits);
     assert_int_equal(p.load_staging, 64 << 20);
@@ -188,8 +191,12 @@ static void qwen3_30b_plan(fm_preset preset, int64_t T, fm_memory_plan *p) {
  *         ids 8,192 + 3 x [T, H] 25,165,824 + qkv 20,971,520 + attention out 16,777,216 + gate_up 50,331,648
  *         + swiglu 25,165,824 + router logits 524,288 + expert ids 65,536 + weights 32,768 + logits 622,329,856
  *         = 761,372,672
- *   workspace: MoE scratch 2048 x 8 x (3 x 768 + 2048) x 2 = 142,606,336; logits staging 2048 x 151936 x 4 =
- *         1,244,659,712; = 1,387,266,048
+ *   workspace: MoE scratch, int4 (per token) 2048 x 8 x (3 x 768 + 2048) x 2 = 142,606,336, bf16 (grouped
+ *         cuBLAS) 67,072 ints + 3,072 pointers + 16384 x (2 x 2048 + 3 x 768) x 2 = 209,785,344; logits staging
+ *         2048 x 151936 x 4 = 1,244,659,712
+ *   ref32 (the fp32 oracle): every weight twice the bf16 bytes (122 GB), activations fp32 but for the int32 ids
+ *         and expert ids (2 x 761,372,672 - 8,192 - 65,536 = 1,522,671,616), MoE scratch 67,072 + 3,072 +
+ *         16384 x 6400 x 4 = 419,500,544, no logits staging
  * So the bf16 plan is about 61 GB of weights (63.2 GB with T = 2048), int4 16-17 GB (18.8 GB with T = 2048). */
 static void qwen3_30b_a3b_on_cuda(void **s) {
     (void)s;
@@ -214,23 +221,32 @@ static void qwen3_30b_a3b_on_cuda(void **s) {
     assert_true(i4.weight_total > 16e9 && i4.weight_total < 17e9);
     for (int i = 0; i < 2; i++) {
         const fm_memory_plan *p = i ? &i4 : &bf;
+        const int64_t ws_moe = i ? 142606336 : 209785344;
         assert_int_equal(p->activations, 761372672);
-        assert_int_equal(p->ws_moe, 142606336);
+        assert_int_equal(p->ws_moe, ws_moe);
         assert_int_equal(p->ws_logits, INT64_C(1244659712));
-        assert_int_equal(p->workspace, INT64_C(1387266048));
-        assert_int_equal(p->total, p->weight_total + INT64_C(761372672) + INT64_C(1387266048));
+        assert_int_equal(p->workspace, INT64_C(1244659712) + ws_moe);
+        assert_int_equal(p->total, p->weight_total + INT64_C(761372672) + INT64_C(1244659712) + ws_moe);
         assert_int_equal(p->peak, p->total);
         printf("qwen3-30b-a3b cuda %s T=2048: weights %zu (%.2f GiB), activations %zu, workspace %zu, total %zu (%.2f "
                "GiB)\n",
                i ? "int4" : "ref(bf16)", p->weight_total, (double)p->weight_total / GiB, p->activations, p->workspace,
                p->total, (double)p->total / GiB);
     }
+    fm_memory_plan r32;
+    qwen3_30b_plan(FM_PRESET_REF32, 2048, &r32);
+    assert_int_equal(r32.weight_total, 2 * bf.weight_total);
+    assert_int_equal(r32.activations, INT64_C(1522671616));
+    assert_int_equal(r32.ws_moe, 419500544);
+    assert_int_equal(r32.ws_logits, 0);
+    printf("qwen3-30b-a3b cuda ref32 T=2048: weights %zu (%.2f GiB), total %zu (%.2f GiB)\n", r32.weight_total,
+           (double)r32.weight_total / GiB, r32.total, (double)r32.total / GiB);
     /* the activations and workspace grow linearly with T; the weights do not */
     fm_memory_plan bf1;
     qwen3_30b_plan(FM_PRESET_REF, 1, &bf1);
     assert_int_equal(bf1.weight_total, bf.weight_total);
     assert_int_equal(bf.activations, 2048 * bf1.activations);
-    assert_int_equal(bf.workspace, 2048 * bf1.workspace);
+    assert_int_equal(bf.ws_logits, 2048 * bf1.ws_logits);
 }
 
 /* The fp8 preset by hand: the same int4 codes in the tensor-core layout (every width here is a multiple of 32 rows
@@ -320,9 +336,16 @@ static void plan_argument_errors(void **s) {
     assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 0, 0, &p, &err), FM_ERR_USAGE);
     assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "tpu", 0, 1, &p, &err), FM_ERR_USAGE);
     assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 4, 1, &p, &err), FM_ERR_USAGE);
-    /* fp32 weights are the CPU's; the GPU does not store them */
-    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cpu, "cuda", 0, 1, &p, &err), FM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "f32"));
+    /* a format no backend stores */
+    fm_plan bad = ref_cuda;
+    bad.w_expert = (fm_wformat)99;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &bad, "cuda", 0, 1, &p, &err), FM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "not available"));
+    /* the fp32 plan on the GPU is the ref32 oracle's: twice the bf16 weights (these widths need no padding) */
+    fm_memory_plan f32, b16;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cpu, "cuda", 0, 1, &f32, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 0, 1, &b16, &err), FM_OK);
+    assert_int_equal(f32.weight_total, 2 * b16.weight_total);
     /* tokens so many that the sizes overflow */
     assert_int_equal(fm_memory_plan_compute(&cfg, &ref_cuda, "cuda", 0, INT64_MAX / 4, &p, &err), FM_ERR_FORMAT);
     /* fewer layers: fewer weights, the same activations */

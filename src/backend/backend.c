@@ -23,7 +23,7 @@ const char *fm_afmt_name(fm_afmt f) {
     return "?";
 }
 
-static const char *const preset_names[FM_PRESET_COUNT] = {"ref", "int4", "fp8", "fp4"};
+static const char *const preset_names[FM_PRESET_COUNT] = {"ref", "int4", "fp8", "fp4", "ref32"};
 
 const char *fm_preset_name(fm_preset p) { return (unsigned)p < FM_PRESET_COUNT ? preset_names[p] : "?"; }
 
@@ -39,7 +39,7 @@ bool fm_preset_parse(const char *name, fm_preset *out) {
 void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->preset = p;
-    if (p == FM_PRESET_REF) {
+    if (p == FM_PRESET_REF || p == FM_PRESET_REF32) {
         *plan = (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32};
         return;
     }
@@ -55,7 +55,7 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
     fm_plan_from_preset(p, plan);
     if (!backend || strcmp(backend, "cuda") != 0) return;
-    if (p == FM_PRESET_REF) {
+    if (p == FM_PRESET_REF) { /* ref32 keeps the fp32 plan: cuda_oracle.cu */
         plan->act_bf16 = true;
         plan->w_dense = plan->w_expert = plan->w_other = FM_W_BF16;
     } else if (p == FM_PRESET_FP8) {

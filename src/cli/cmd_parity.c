@@ -1,7 +1,8 @@
 /* fp8moe parity: the main job, and the depth sweep of the parity report (issue 6). At each depth it runs the
- * fp32 oracle (ref preset on the CPU), the int4 baseline (on the compared presets' backend) and each requested
+ * fp32 oracle (ref on the CPU or ref32 on the GPU), the int4 baseline (on the compared presets' backend) and each requested
  * preset over the same K prompts of T tokens, and compares every preset's logits with the oracle's and the
  * baseline's. parity_output.c prints the table and writes JSON / CSV; parity_plot.c draws the PNG. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,22 +15,26 @@
 
 static const char *HELP =
     "usage: fp8moe parity (--model DIR | --synthetic NAME) [--presets LIST] [--layers L1,L2,..] [--tokens T]\n"
-    "                     [--prompts K] [--backend cpu|cuda] [--json FILE] [--csv FILE] [--plot FILE.png]\n"
+    "                     [--prompts K] [--backend cpu|cuda] [--oracle cpu|cuda] [--json FILE] [--csv FILE]\n"
+    "                     [--plot FILE.png]\n"
     "\n"
-    "Logits of each preset against the fp32 oracle (preset ref on the cpu backend) and against the int4 baseline\n"
-    "(preset int4 on --backend), on the same tokens, at one or more depths: the first L decoder layers, then the\n"
-    "final norm and lm_head.\n"
+    "Logits of each preset against the fp32 oracle and against the int4 baseline (preset int4 on --backend), on\n"
+    "the same tokens, at one or more depths: the first L decoder layers, then the final norm and lm_head.\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"
-    "  --synthetic NAME   synthetic weights at real shapes instead (qwen3-30b-a3b, mixtral-8x7b, toy-moe); the\n"
-    "                     oracle runs them on the cpu too: at qwen3 shapes 2.4 GB of fp32 weights per layer and,\n"
-    "                     on one thread, ~10 s per layer per 256-token prompt plus ~25 s for embed and lm_head\n"
+    "  --synthetic NAME   synthetic weights at real shapes instead (qwen3-30b-a3b, mixtral-8x7b, toy-moe)\n"
+    "  --oracle B         where the fp32 oracle runs (default: --backend): cpu is preset ref (the reference\n"
+    "                     implementation; at qwen3 shapes 2.4 GB of fp32 weights per layer and, on one thread,\n"
+    "                     ~10 s per layer per 256-token prompt plus ~25 s for embed and lm_head); cuda is preset\n"
+    "                     ref32 (fp32 weights, activations and arithmetic on the GPU, checked against the cpu's\n"
+    "                     on the bundled models; 122 GB at the full qwen3 depth, which one H200 holds). Each\n"
+    "                     preset is loaded alone, its weights freed before the next\n"
     "  --ids FILE         with --model: token ids (default DIR/eval_ids.i32, else DIR/golden_ids.i32)\n"
     "  --tokens T         tokens per prompt (default 256; with --model at most the ids file's length / K)\n"
     "  --prompts K        K prompts (default 1): consecutive windows of T ids from the ids file, or with\n"
     "                     --synthetic deterministic pseudo-random ids (xorshift; the first prompt is bench\n"
     "                     prefill's); every figure is then reported as the mean and the worst over K\n"
-    "  --presets LIST     comma-separated presets to compare (default ref,int4,fp8,fp4)\n"
+    "  --presets LIST     comma-separated presets to compare (default ref,int4,fp8,fp4; ref32 is the oracle)\n"
     "  --layers LIST      comma-separated depths, e.g. 1,2,4,8 (default: the model's full depth)\n"
     "  --backend B        cpu (default) or cuda: where the compared presets and the int4 baseline run\n"
     "  --json FILE        every number as JSON, per prompt too\n"
@@ -39,6 +44,11 @@ static const char *HELP =
     "                     other outputs are still written\n"
     "  --from-json FILE   run nothing: the table, --csv and --plot again from an earlier run's --json (make\n"
     "                     the plot where gnuplot is, of a run made where it is not)\n"
+    "  --perplexity N     with --model: quality beside parity: at the full depth (the last of --layers), each\n"
+    "                     preset's perplexity on the first N windows of 512 tokens of the ids file (the protocol\n"
+    "                     of models/README.md; N = 256 is the published one), on its backend and, for a GPU\n"
+    "                     preset, by the cpu's exact emulation of its formats; beside them transformers' fp32\n"
+    "                     figure from the model's train_report.json when it has one\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n"
     "  -v, --verbose      progress on stderr\n"
@@ -52,29 +62,31 @@ static const char *HELP =
     "worst). Output files appear only when complete. Exit codes: 0 ok, 1 bad input or a failed run, 2 usage.\n"
     "\n"
     "The report of issue 6 on the GPU, e.g.:\n"
-    "  fp8moe parity --synthetic qwen3-30b-a3b --backend cuda --presets int4,fp8 --layers 1,2,4,8 \\\n"
+    "  fp8moe parity --synthetic qwen3-30b-a3b --backend cuda --presets ref,int4,fp8 --layers 1,2,4,8,16,32,48 \\\n"
     "                --tokens 256 --prompts 4 --json parity.json --csv parity.csv --plot parity.png\n"
     "  fp8moe parity --from-json parity.json --plot parity.png     (elsewhere, when that machine has no gnuplot)\n";
 
 typedef struct parity_args {
-    const char *ids_path, *json_path, *csv_path, *plot_path, *presets, *layers, *synthetic, *from_json;
-    long        tokens, prompts;
+    const char *ids_path, *json_path, *csv_path, *plot_path, *presets, *layers, *synthetic, *from_json, *oracle;
+    long        tokens, prompts, ppl_windows;
     bool        run_option; /* an option that only a run takes (not --from-json) */
 } parity_args;
 
 enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON, OPT_CSV, OPT_PLOT, OPT_LAYERS, OPT_PROMPTS, OPT_SYNTH, OPT_PRESET,
-       OPT_FROM_JSON };
+       OPT_FROM_JSON, OPT_ORACLE, OPT_PPL };
 static const struct option own_options[] = {
     {"ids", required_argument, 0, OPT_IDS},         {"tokens", required_argument, 0, OPT_TOKENS},
     {"presets", required_argument, 0, OPT_PRESETS}, {"json", required_argument, 0, OPT_JSON},
     {"csv", required_argument, 0, OPT_CSV},         {"plot", required_argument, 0, OPT_PLOT},
     {"layers", required_argument, 0, OPT_LAYERS},   {"prompts", required_argument, 0, OPT_PROMPTS},
     {"synthetic", required_argument, 0, OPT_SYNTH}, {"preset", required_argument, 0, OPT_PRESET},
-    {"from-json", required_argument, 0, OPT_FROM_JSON}, {0, 0, 0, 0}};
+    {"from-json", required_argument, 0, OPT_FROM_JSON}, {"oracle", required_argument, 0, OPT_ORACLE},
+    {"perplexity", required_argument, 0, OPT_PPL}, {0, 0, 0, 0}};
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     parity_args *a = ctx;
-    a->run_option |= id == OPT_IDS || id == OPT_TOKENS || id == OPT_PROMPTS || id == OPT_PRESETS || id == OPT_LAYERS;
+    a->run_option |= id == OPT_IDS || id == OPT_TOKENS || id == OPT_PROMPTS || id == OPT_PRESETS || id == OPT_LAYERS ||
+                     id == OPT_ORACLE || id == OPT_PPL;
     switch (id) {
     case OPT_IDS: a->ids_path = arg; return true;
     case OPT_TOKENS: return cli_parse_int(cmd, "--tokens", arg, 1, 1 << 24, &a->tokens);
@@ -86,6 +98,14 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_PLOT: a->plot_path = arg; return true;
     case OPT_SYNTH: a->synthetic = arg; return true;
     case OPT_FROM_JSON: a->from_json = arg; return true;
+    case OPT_PPL: return cli_parse_int(cmd, "--perplexity", arg, 1, 1 << 24, &a->ppl_windows);
+    case OPT_ORACLE:
+        if (strcmp(arg, "cpu") != 0 && strcmp(arg, "cuda") != 0) {
+            cli_usage(cmd, "--oracle is cpu or cuda, got '%s'", arg);
+            return false;
+        }
+        a->oracle = arg;
+        return true;
     case OPT_PRESET: cli_usage(cmd, "parity compares a list of presets: use --presets %s", arg); return false;
     }
     return true;
@@ -178,7 +198,8 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
 }
 
 /* All cells of one depth. The int4 baseline runs first (on the compared presets' backend, so that a backend
- * that cannot run says so before the slow CPU oracle), then the oracle, then the others against both. */
+ * that cannot run says so before a slow CPU oracle), then the oracle, then the others against both. Each runs
+ * alone: its weights are freed before the next one loads (the GPU oracle at full Qwen3 depth needs 122 GB). */
 static fm_status run_depth(parity_run *r, const parity_report *rep, int d, fm_error *err) {
     const int32_t depth = rep->depths[d];
     const size_t  TV    = (size_t)r->T * (size_t)r->V;
@@ -214,16 +235,15 @@ static fm_status run_depth(parity_run *r, const parity_report *rep, int d, fm_er
     return st;
 }
 
-/* The cells of every depth: [0] the oracle, the presets asked for (ref on the cpu is the oracle's row), then the
+/* The cells of every depth: [0] the oracle, the presets asked for (the oracle's own preset is its row), then the
  * int4 baseline when it was not asked for. */
 static fm_status make_cells(parity_report *rep, const fm_preset *list, int n_list, fm_error *err) {
     fm_preset  cells[FM_PRESET_COUNT + 2];
     bool       listed[FM_PRESET_COUNT + 2];
-    const bool cpu = strcmp(rep->backend, "cpu") == 0;
     int n = 1;
-    cells[0] = FM_PRESET_REF, listed[0] = false, rep->baseline = -1;
+    cells[0] = parity_oracle_preset(rep->oracle_backend), listed[0] = false, rep->baseline = -1;
     for (int i = 0; i < n_list; i++) {
-        if (list[i] == FM_PRESET_REF && cpu) {
+        if (parity_is_oracle(list[i], rep->backend, rep->oracle_backend)) {
             listed[0] = true;
             continue;
         }
@@ -239,7 +259,8 @@ static fm_status make_cells(parity_report *rep, const fm_preset *list, int n_lis
         parity_cell *c = &rep->cells[i];
         const int ci = (int)(i % (size_t)n);
         c->preset = cells[ci], c->listed = listed[ci], c->is_oracle = ci == 0;
-        c->backend = ci == 0 ? "cpu" : rep->backend;
+        c->ppl = c->ppl_emulated = NAN;
+        c->backend = ci == 0 ? rep->oracle_backend : rep->backend;
         c->forward_s = calloc(K, sizeof *c->forward_s);
         c->hash = calloc(K, sizeof *c->hash);
         c->vs_fp32 = calloc(K, sizeof *c->vs_fp32);
@@ -302,17 +323,21 @@ int cmd_parity(int argc, char **argv) {
     if (a.from_json) return from_json(cmd, &a, &mo);
     if (!mo.model_dir == !a.synthetic) return cli_usage(cmd, "give one of --model DIR or --synthetic NAME");
     if (a.synthetic && a.ids_path) return cli_usage(cmd, "--ids goes with --model (--synthetic makes its own ids)");
+    if (a.synthetic && a.ppl_windows)
+        return cli_usage(cmd, "--perplexity needs a trained model and its ids (--model), not synthetic weights");
     fm_preset list[FM_PRESET_COUNT];
     int n_list = 0;
     if (!parse_presets(a.presets, list, &n_list))
-        return cli_usage(cmd, "--presets must list ref, int4, fp8, fp4: '%s'", a.presets);
+        return cli_usage(cmd, "--presets must list ref, ref32, int4, fp8, fp4: '%s'", a.presets);
 
     fm_error  err = {{0}};
     fm_config cfg;
     fm_status st = a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
     if (st) return cli_fail(cmd, st, &err);
+    /* the oracle runs where the compared presets run unless told otherwise: ref32 on the GPU, ref on the cpu */
     parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir, .synthetic = a.synthetic != NULL,
-                         .backend = mo.opt.backend, .prompts = (int)a.prompts, .full_depth = cfg.n_layers};
+                         .backend = mo.opt.backend, .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
+                         .prompts = (int)a.prompts, .full_depth = cfg.n_layers};
     if (a.layers) {
         if (!parse_layers(a.layers, &rep.depths, &rep.n_depths))
             return cli_usage(cmd, "--layers expects a comma-separated list of depths >= 1 such as 1,2,4,8, got '%s'", a.layers);
@@ -330,7 +355,7 @@ int cmd_parity(int argc, char **argv) {
     /* the prompts: K consecutive windows of the ids file (T capped by its length), or synthetic ids */
     const int32_t V = cfg.vocab_size;
     int32_t *ids = NULL;
-    int64_t  T = a.tokens;
+    int64_t  T = a.tokens, n_ids = 0;
     if (a.synthetic) {
         if (!(ids = synthetic_ids(T * a.prompts, V))) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory for the ids");
     } else {
@@ -342,8 +367,9 @@ int cmd_parity(int argc, char **argv) {
             if (stat(default_ids, &sb) != 0) snprintf(default_ids, sizeof default_ids, "%s/golden_ids.i32", mo.model_dir);
             ids_path = default_ids;
         }
-        int64_t n_ids = 0;
         st = fm_ids_read(ids_path, &ids, &n_ids, &err);
+        rep.ppl_ids = ids_path == a.ids_path ? a.ids_path : strdup(ids_path);
+        if (!rep.ppl_ids) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory");
         if (!st && n_ids < a.prompts)
             st = fm_fail(&err, FM_ERR_FORMAT, "%s: %lld ids are too few for --prompts %ld", ids_path, (long long)n_ids, a.prompts);
         if (!st && T * a.prompts > n_ids) {
@@ -366,9 +392,13 @@ int cmd_parity(int argc, char **argv) {
                          rep.prompts, (long long)T, V);
     }
     for (int d = 0; !st && d < rep.n_depths; d++) st = run_depth(&run, &rep, d, &err);
-    free(run.oracle), free(run.baseline), free(run.scratch), free(ids);
+    free(run.oracle), free(run.baseline), free(run.scratch);
+    rep.ppl_window = 512, rep.ppl_windows = a.ppl_windows, rep.ppl_reference = NAN;
+    if (!st && a.ppl_windows) st = parity_perplexity(&rep, &mo, ids, n_ids, &err);
+    free(ids);
 
     if (!st) st = outputs(&rep, &a, &err);
+    if (rep.ppl_ids != a.ids_path) free((char *)rep.ppl_ids);
     parity_free(&rep);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

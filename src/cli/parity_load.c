@@ -115,11 +115,15 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     r->prompts = (int)number(&rd, root, "prompts");
     r->full_depth = (int32_t)number(&rd, root, "model_layers");
     r->backend = backend_of(&rd, root);
+    /* runs made before the GPU oracle existed have no oracle_backend: their oracle ran on the cpu */
+    const cJSON *ob = cJSON_GetObjectItemCaseSensitive(root, "oracle_backend");
+    r->oracle_backend = cJSON_IsString(ob) && !strcmp(ob->valuestring, "cuda") ? "cuda" : "cpu";
     const cJSON *depths = array(&rd, root, "depths", -1);
     r->n_depths = depths ? cJSON_GetArraySize(depths) : 0;
     if (!rd.bad && (r->n_depths < 1 || r->prompts < 1 || r->tokens < 1))
         rd.bad = true, fm_fail(err, FM_ERR_FORMAT, "%s: no depths, prompts or tokens", path);
-    /* the cells, as the run made them: the oracle, the rows in order (ref on the cpu is the oracle's), the baseline */
+    /* the cells, as the run made them: the oracle, the rows in order (the oracle's own preset is its row), the
+       baseline */
     const cJSON *rows0 = rd.bad ? NULL : array(&rd, cJSON_GetArrayItem(depths, 0), "presets", -1);
     const int    n_rows = rows0 ? cJSON_GetArraySize(rows0) : 0;
     if (!rd.bad) {
@@ -128,7 +132,7 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
         if (!r->depths || !r->cells) rd.bad = true, fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
     int n_cells = 1, baseline = -1;
-    fm_preset kinds[FM_PRESET_COUNT + 2] = {FM_PRESET_REF};
+    fm_preset kinds[FM_PRESET_COUNT + 2] = {parity_oracle_preset(r->oracle_backend)};
     bool      listed[FM_PRESET_COUNT + 2] = {false};
     int       row_cell[FM_PRESET_COUNT + 2];
     if (n_rows > FM_PRESET_COUNT + 1) rd.bad = true, fm_fail(err, FM_ERR_FORMAT, "%s: %d preset rows (at most %d)", path, n_rows, FM_PRESET_COUNT + 1);
@@ -136,7 +140,7 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
         const cJSON *row = cJSON_GetArrayItem(rows0, i);
         fm_preset p;
         if (!preset_of(&rd, row, &p)) break;
-        const bool oracle = p == FM_PRESET_REF && !strcmp(backend_of(&rd, row), "cpu");
+        const bool oracle = parity_is_oracle(p, backend_of(&rd, row), r->oracle_backend);
         row_cell[i] = oracle ? 0 : n_cells;
         if (oracle) listed[0] = true;
         else kinds[n_cells] = p, listed[n_cells++] = true, baseline = p == FM_PRESET_INT4 ? n_cells - 1 : baseline;
@@ -150,7 +154,7 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
         for (int ci = 0; !rd.bad && ci < n_cells; ci++) {
             parity_cell *c = parity_at(r, d, ci);
             c->preset = kinds[ci], c->listed = listed[ci], c->is_oracle = ci == 0;
-            c->backend = ci == 0 ? "cpu" : r->backend;
+            c->backend = ci == 0 ? r->oracle_backend : r->backend;
             c->forward_s = calloc((size_t)K, sizeof *c->forward_s), c->hash = calloc((size_t)K, sizeof *c->hash);
             c->vs_fp32 = calloc((size_t)K, sizeof *c->vs_fp32), c->vs_int4 = calloc((size_t)K, sizeof *c->vs_int4);
             if (!c->forward_s || !c->hash || !c->vs_fp32 || !c->vs_int4) rd.bad = true, fm_fail(err, FM_ERR_NOMEM, "out of memory");
@@ -163,6 +167,30 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
             parity_cell *c = parity_at(r, d, ci);
             fm_compare_summarize(c->vs_fp32, K, &c->fp32_mean, &c->fp32_worst);
             fm_compare_summarize(c->vs_int4, K, &c->int4_mean, &c->int4_worst);
+        }
+    }
+    /* --perplexity: rows in cell order at the last depth */
+    const cJSON *ppl = rd.bad ? NULL : cJSON_GetObjectItemCaseSensitive(root, "perplexity");
+    for (int ci = 0; !rd.bad && ci < n_cells; ci++) {
+        parity_cell *c = parity_at(r, r->n_depths - 1, ci);
+        c->ppl = c->ppl_emulated = NAN;
+    }
+    r->ppl_reference = NAN;
+    if (ppl) {
+        static char ids[1024];
+        snprintf(ids, sizeof ids, "%s", text(&rd, ppl, "ids"));
+        r->ppl_ids = ids;
+        r->ppl_window = (int32_t)number(&rd, ppl, "window");
+        r->ppl_windows = (int64_t)number(&rd, ppl, "windows");
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(ppl, "transformers_fp32");
+        if (cJSON_IsNumber(ref)) r->ppl_reference = ref->valuedouble;
+        const cJSON *rows = rd.bad ? NULL : array(&rd, ppl, "presets", n_cells);
+        for (int ci = 0; !rd.bad && ci < n_cells; ci++) {
+            const cJSON *row = cJSON_GetArrayItem(rows, ci);
+            parity_cell *c = parity_at(r, r->n_depths - 1, ci);
+            c->ppl = number(&rd, row, "perplexity");
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(row, "cpu_emulation");
+            if (cJSON_IsNumber(e)) c->ppl_emulated = e->valuedouble;
         }
     }
     cJSON_Delete(root);

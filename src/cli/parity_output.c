@@ -2,6 +2,7 @@
  * (the int4 baseline runs in any case; it is shown only when asked for), plus the oracle's row in the classic
  * one-depth, one-prompt table, whose layout and JSON "presets" array stay as they were before the sweep. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,8 +14,9 @@ static bool shown(const parity_report *r, const parity_cell *c) { return c->list
 
 static void print_classic(const parity_report *r) {
     const parity_cell *o = parity_at(r, 0, 0);
-    printf("model: %s%s   tokens: %lld   oracle: ref (fp32, cpu)   oracle logits hash: %016llx", r->model,
-           r->synthetic ? " (synthetic)" : "", (long long)r->tokens, (unsigned long long)o->hash[0]);
+    printf("model: %s%s   tokens: %lld   oracle: %s (fp32, %s)   oracle logits hash: %016llx", r->model,
+           r->synthetic ? " (synthetic)" : "", (long long)r->tokens, fm_preset_name(o->preset), o->backend,
+           (unsigned long long)o->hash[0]);
     if (r->depths[0] != r->full_depth) printf("   layers: %d of %d", r->depths[0], r->full_depth);
     printf("\n\n");
     printf("| preset | backend | cosine vs fp32 | argmax agree | max abs err | max abs logit | mean KL (nats) | load s | forward s |\n");
@@ -39,7 +41,8 @@ static void print_sweep(const parity_report *r) {
     printf("model: %s%s   tokens: %lld x %d prompt%s   depths:", r->model, r->synthetic ? " (synthetic)" : "",
            (long long)r->tokens, r->prompts, r->prompts > 1 ? "s" : "");
     for (int d = 0; d < r->n_depths; d++) printf("%s%d", d ? "," : " ", r->depths[d]);
-    printf(" of %d   oracle: ref (fp32, cpu)   baseline: int4 on %s\n", r->full_depth, r->backend);
+    printf(" of %d   oracle: %s (fp32, %s)   baseline: int4 on %s\n", r->full_depth,
+           fm_preset_name(parity_oracle_preset(r->oracle_backend)), r->oracle_backend, r->backend);
     printf("vs fp32: against the oracle; vs int4: against the baseline; mean and worst over the prompts; cos last: "
            "the last position; KL(oracle || preset) and top-5 overlap averaged over positions\n\n");
     printf("| layers | preset | backend | cos vs fp32 | worst      | cos last   | argmax  | KL (nats) | top-5  | cos vs int4 | worst      | forward s |\n");
@@ -55,9 +58,28 @@ static void print_sweep(const parity_report *r) {
         }
 }
 
+/* --perplexity: one row per preset at the full depth; every preset that ran (the baseline too) */
+static void print_perplexity(const parity_report *r) {
+    printf("\nperplexity: %lld windows of %d tokens of %s (loss on positions 1..%d of each window)", (long long)r->ppl_windows,
+           r->ppl_window, r->ppl_ids ? r->ppl_ids : "the ids file", r->ppl_window - 1);
+    if (!isnan(r->ppl_reference)) printf("; transformers fp32: %.4f", r->ppl_reference);
+    printf("\n\n| preset | backend | perplexity | cpu emulation | vs oracle |\n");
+    printf("|--------|---------|-----------:|--------------:|----------:|\n");
+    const int d = r->n_depths - 1;
+    const double oracle = parity_at(r, d, 0)->ppl;
+    for (int i = 0; i < r->n_cells; i++) {
+        const parity_cell *c = parity_at(r, d, i);
+        char emul[32] = "-";
+        if (!isnan(c->ppl_emulated)) snprintf(emul, sizeof emul, "%.4f", c->ppl_emulated);
+        printf("| %-6s | %-7s | %10.4f | %13s | %+8.2f%% |\n", fm_preset_name(c->preset), c->backend, c->ppl, emul,
+               100.0 * (c->ppl / oracle - 1.0));
+    }
+}
+
 void parity_print_table(const parity_report *r) {
     if (parity_is_sweep(r)) print_sweep(r);
     else print_classic(r);
+    if (r->ppl_windows > 0) print_perplexity(r);
 }
 
 static cJSON *metrics_json(const fm_compare *m) {
@@ -144,7 +166,11 @@ fm_status parity_write_json(const parity_report *r, const char *path, fm_error *
     cJSON_AddNumberToObject(root, "prompts", r->prompts);
     cJSON_AddNumberToObject(root, "model_layers", r->full_depth);
     cJSON_AddStringToObject(root, "backend", r->backend);
-    cJSON_AddStringToObject(root, "oracle", "ref preset, cpu backend (fp32)");
+    char oracle[64];
+    snprintf(oracle, sizeof oracle, "%s preset, %s backend (fp32)", fm_preset_name(parity_oracle_preset(r->oracle_backend)),
+             r->oracle_backend);
+    cJSON_AddStringToObject(root, "oracle", oracle);
+    cJSON_AddStringToObject(root, "oracle_backend", r->oracle_backend);
     char baseline[64];
     snprintf(baseline, sizeof baseline, "int4 preset, %s backend", r->backend);
     cJSON_AddStringToObject(root, "baseline", baseline);
@@ -159,6 +185,25 @@ fm_status parity_write_json(const parity_report *r, const char *path, fm_error *
         for (int i = 0; i < r->n_cells; i++)
             if (shown(r, parity_at(r, d, i))) cJSON_AddItemToArray(rows, cell_json(r, d, parity_at(r, d, i)));
         cJSON_AddItemToArray(depths, o);
+    }
+    if (r->ppl_windows > 0) {
+        cJSON *p = cJSON_AddObjectToObject(root, "perplexity");
+        cJSON_AddNumberToObject(p, "window", r->ppl_window);
+        cJSON_AddNumberToObject(p, "windows", (double)r->ppl_windows);
+        cJSON_AddStringToObject(p, "ids", r->ppl_ids ? r->ppl_ids : "");
+        if (isnan(r->ppl_reference)) cJSON_AddNullToObject(p, "transformers_fp32");
+        else cJSON_AddNumberToObject(p, "transformers_fp32", r->ppl_reference);
+        cJSON *rows = cJSON_AddArrayToObject(p, "presets");
+        for (int i = 0; i < r->n_cells; i++) {
+            const parity_cell *c = parity_at(r, r->n_depths - 1, i);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "preset", fm_preset_name(c->preset));
+            cJSON_AddStringToObject(o, "backend", c->backend);
+            cJSON_AddNumberToObject(o, "perplexity", c->ppl);
+            if (isnan(c->ppl_emulated)) cJSON_AddNullToObject(o, "cpu_emulation");
+            else cJSON_AddNumberToObject(o, "cpu_emulation", c->ppl_emulated);
+            cJSON_AddItemToArray(rows, o);
+        }
     }
     if (!parity_is_sweep(r)) /* the classic file's array: the rows of the table */
         cJSON_AddItemToObject(root, "presets",

@@ -104,9 +104,9 @@ static void write_script(FILE *f, const parity_report *r, const series *s, int n
           "else { set terminal png size 1100,700 noenhanced }\n", f);
     fputs("set output ", f), gp_quote(f, png), fputc('\n', f);
     char title[1024];
-    snprintf(title, sizeof title, "fp8moe parity: %s%s, T = %lld tokens x %d prompt%s; presets on %s, oracle fp32 on cpu",
+    snprintf(title, sizeof title, "fp8moe parity: %s%s, T = %lld tokens x %d prompt%s; presets on %s, oracle fp32 on %s",
              r->model, r->synthetic ? " (synthetic)" : "", (long long)r->tokens, r->prompts, r->prompts > 1 ? "s" : "",
-             r->backend);
+             r->backend, r->oracle_backend);
     fputs("set title ", f), gp_quote(f, title), fputc('\n', f);
     fputs("set xlabel 'decoder layers run (then the final norm and lm_head)'\n", f);
     fprintf(f, "set ylabel 'logits cosine (mean over prompts; bars: worst)'\n");

@@ -67,6 +67,7 @@ size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t
         /* cuda_bank.cu: bf16 ld = round_up(cols, 8) elements; int4 ld = round_up(cols, 32) / 2 bytes, plus bf16
            scales [n][rows][ceil(cols / 128)] in an allocation of their own */
         if (fmt == FM_W_BF16) bytes = mul(&s, mul(&s, nr, ceil_div((uint64_t)cols, 8) * 8), 2);
+        else if (fmt == FM_W_F32) bytes = mul(&s, mul(&s, nr, ceil_div((uint64_t)cols, 4) * 4), 4);
         else if (fmt == FM_W_INT4_G128)
             bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 2));
         else if (fmt == FM_W_INT4_G128_TC) {
@@ -85,7 +86,9 @@ size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t
     return to_size(&s, bytes);
 }
 
-size_t fm_act_size_for(const char *backend) { return backend && strcmp(backend, "cuda") == 0 ? 2 : 4; }
+size_t fm_act_size_for(const char *backend, const fm_plan *plan) {
+    return backend && strcmp(backend, "cuda") == 0 && plan->act_bf16 ? 2 : 4;
+}
 
 typedef struct planner {
     fm_memory_plan *p;
@@ -153,10 +156,10 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* forward.c: alloc_buffers, buffer for buffer */
-static void add_activations(planner *pl, const fm_config *c) {
+static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
     sz             *s = &pl->s;
-    const uint64_t  a = fm_act_size_for(p->backend), T = (uint64_t)p->tokens;
+    const uint64_t  a = fm_act_size_for(p->backend, plan), T = (uint64_t)p->tokens;
     const uint64_t  H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
     const uint64_t  qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
     const uint64_t  I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
@@ -207,12 +210,22 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K);
             if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
             p->ws_moe = to_size(s, ws > lin ? ws : lin);
-        } else if (any_moe) { /* moe_per_token.cu: P = T * k pairs x (2I gate|up + I swiglu + H down out), bf16 */
+        } else if (any_moe && fm_wformat_is_int4(plan->w_expert)) {
+            /* moe_per_token.cu: P = T * k pairs x (2I gate|up + I swiglu + H down out), bf16 */
             const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
             p->ws_moe = to_size(s, mul(s, mul(s, P, add(s, mul(s, 3, I), H)), 2));
+        } else if (any_moe) {
+            /* moe_grouped_cublas.cu (bf16 or f32 banks): int32 counts|fill|offsets [3E] and slot_of [P], 256-byte
+               aligned, 3E pointers, 256-byte aligned, then xs [P,H] gu [P,2I] h [P,I] y [P,H] activations */
+            const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
+            const uint64_t E = (uint64_t)c->n_experts, a = fm_act_size_for("cuda", plan);
+            const uint64_t ints = ceil_div(mul(s, add(s, mul(s, 3, E), P), 4), 256) * 256;
+            const uint64_t ptrs = ceil_div(mul(s, E, 24), 256) * 256;
+            p->ws_moe = to_size(s, add(s, add(s, ints, ptrs), mul(s, mul(s, P, add(s, mul(s, 2, H), mul(s, 3, I))), a)));
         }
-        /* cuda_backend.cu cu_download_f32: the bf16 logits widened to fp32 on the device before the copy */
-        p->ws_logits = to_size(s, mul(s, mul(s, T, (uint64_t)c->vocab_size), sizeof(float)));
+        /* cuda_backend.cu fm_cu_download_f32: the bf16 logits widened to fp32 on the device before the copy (the
+           oracle's are fp32 already) */
+        if (plan->act_bf16) p->ws_logits = to_size(s, mul(s, mul(s, T, (uint64_t)c->vocab_size), sizeof(float)));
     } else {
         /* cpu_linear.c: qv [M, K] + qs [M, ceil(K/128)] fp32 per call; the widest K among the projections run */
         uint64_t K = max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
@@ -242,7 +255,7 @@ fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, cons
         return st;
     }
     for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) out->weight_total = to_size(&pl.s, add(&pl.s, out->weight_total, out->weights[f]));
-    add_activations(&pl, cfg);
+    add_activations(&pl, cfg, plan);
     add_workspace(&pl, cfg, plan);
     const size_t run = to_size(&pl.s, add(&pl.s, out->activations, out->workspace));
     out->total       = to_size(&pl.s, add(&pl.s, out->weight_total, run));

@@ -67,15 +67,16 @@ typedef struct fm_memory_plan {
  *   cuda (src/backend/cuda/cuda_bank.cu, cuda_internal.cuh):
  *     bf16  n * rows * round_up(cols, 8) * 2
  *     int4  n * rows * round_up(cols, 32) / 2  +  n * rows * ceil(cols / 128) * 2 (bf16 scales)
- *     f32   not available (returns 0)
+ *     f32   n * rows * round_up(cols, 4) * 4 (the ref32 oracle)
  *   cpu (src/backend/cpu/cpu_bank.c, cpu_bank_bytes): values are fp32 whatever the format
  *     f32, bf16  n * rows * cols * 4
  *     int4       n * rows * cols * 4  +  n * rows * ceil(cols / 128) * 4 (fp32 scales)
  * Returns 0 for an unknown backend or a format the backend does not store, SIZE_MAX on overflow. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols);
 
-/* Activation bytes per element on a backend (the backends' act_size): 4 on cpu, 2 (bf16) on cuda. */
-size_t fm_act_size_for(const char *backend);
+/* Activation bytes per element of a plan on a backend (the backends' act_size): 4 on cpu, 2 (bf16) on cuda,
+ * 4 on cuda for the fp32 plan (ref32). */
+size_t fm_act_size_for(const char *backend, const fm_plan *plan);
 
 /* Computes the plan of the first n_layers decoder layers (0 = all) of a model with configuration cfg, stored as
  * `plan` says, on `backend` ("cpu" or "cuda"), with activations and workspace for `tokens` tokens (>= 1).

@@ -88,8 +88,8 @@ static size_t backend_overhead(fm_preset p) {
 }
 
 static void check_source(const source *src, bool warm_up) {
-    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
-    for (int i = 0; i < 3; i++) {
+    const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
+    for (int i = 0; i < 4; i++) {
         fm_options opt;
         fm_options_init(&opt);
         opt.backend = "cuda", opt.preset = presets[i];

@@ -2,7 +2,7 @@
 // every launch checked (cuda_common.cuh). Presets here: ref (bf16 weights, the bf16 reference) and int4
 // (w4a16, per-token expert dispatch), fp8 (W4A8: int4-tc banks, e4m3 1x128 activations, the grouped expert
 // kernel and W4A8 dense projections). fp4 (MXFP4 dispatch) has no GPU kernel yet: asking for it is a clear
-// error, never a silent fallback.
+// error, never a silent fallback. ref32 (fp32 throughout) gets the oracle's op table, cuda_oracle.cu.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
@@ -17,9 +17,6 @@
 
 extern "C" {
 #include "util/status.h"
-fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
-void      fm_cuda_bank_free(fm_backend *be, fm_bank *w);
-size_t    fm_cuda_bank_bytes(const fm_bank *w);
 }
 
 typedef __nv_bfloat16 bf16;
@@ -33,7 +30,7 @@ void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
     return be->work;
 }
 
-static void cu_mark(fm_backend *bb, int32_t slot) {
+void fm_cu_mark(fm_backend *bb, int32_t slot) {
     cuda_backend *be = cuda_be(bb);
     if (!be->marks) {
         be->marks = (cudaEvent_t *)calloc(FM_MARK_SLOTS, sizeof(cudaEvent_t));
@@ -43,15 +40,15 @@ static void cu_mark(fm_backend *bb, int32_t slot) {
     FM_CUDA_CHECK(cudaEventRecord(be->marks[slot], be->stream));
 }
 
-static double cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
+double fm_cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
     float ms = 0.0f;
     FM_CUDA_CHECK(cudaEventElapsedTime(&ms, cuda_be(bb)->marks[a], cuda_be(bb)->marks[b]));
     return ms;
 }
 
-static const char *cu_device_name(fm_backend *bb) { return cuda_be(bb)->device_label; }
+const char *fm_cu_device_name(fm_backend *bb) { return cuda_be(bb)->device_label; }
 
-static void cu_destroy(fm_backend *bb) {
+void fm_cu_destroy(fm_backend *bb) {
     cuda_backend *be = cuda_be(bb);
     if (be->marks) {
         for (int i = 0; i < FM_MARK_SLOTS; i++) cudaEventDestroy(be->marks[i]);
@@ -63,7 +60,7 @@ static void cu_destroy(fm_backend *bb) {
     free(be);
 }
 
-static void *cu_alloc(fm_backend *bb, size_t bytes) {
+void *fm_cu_alloc(fm_backend *bb, size_t bytes) {
     (void)bb;
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
@@ -73,12 +70,12 @@ static void *cu_alloc(fm_backend *bb, size_t bytes) {
     return p;
 }
 
-static void cu_free(fm_backend *bb, void *p) {
+void fm_cu_free(fm_backend *bb, void *p) {
     (void)bb;
     FM_CUDA_CHECK(cudaFree(p));
 }
 
-static void cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *dst) {
+void fm_cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *dst) {
     FM_CUDA_CHECK(cudaMemcpyAsync(dst, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, cuda_be(bb)->stream));
     FM_CUDA_CHECK(cudaStreamSynchronize(cuda_be(bb)->stream)); /* ids is the caller's memory */
 }
@@ -103,12 +100,12 @@ static void cu_upload_f32(fm_backend *bb, const float *src, int64_t n, void *dst
     FM_CUDA_CHECK(cudaFree(tmp));
 }
 
-static void cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
+void fm_cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
     FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_be(bb)->stream));
     FM_CUDA_CHECK(cudaStreamSynchronize(cuda_be(bb)->stream));
 }
 
-static fm_status cu_sync(fm_backend *bb, fm_error *err) {
+fm_status fm_cu_sync(fm_backend *bb, fm_error *err) {
     cudaError_t e = cudaStreamSynchronize(cuda_be(bb)->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
     return e == cudaSuccess ? FM_OK : fm_fail(err, FM_ERR_BACKEND, "cuda backend: %s", cudaGetErrorString(e));
@@ -135,7 +132,7 @@ static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
 static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y) {
     require_afmt(w, afmt, "linear");
     if (w->fmt == FM_W_INT4_G128_TC) fm_cuda_linear_w4a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
-    else fm_cuda_linear(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
+    else fm_cuda_linear(cuda_be(bb), w, idx, x, M, y);
 }
 
 static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -164,8 +161,7 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          (bf16 *)out);
     else if (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16)
-        fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
-                                   (const bf16 *)weights, k, (bf16 *)out);
+        fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
         fm_cuda_moe_per_token(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
                               (const bf16 *)weights, k, (bf16 *)out);
@@ -182,17 +178,17 @@ static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
 static const fm_backend_ops cuda_ops = {
     .name         = "cuda",
     .act_size     = sizeof(bf16),
-    .destroy      = cu_destroy,
-    .alloc        = cu_alloc,
-    .free         = cu_free,
-    .upload_ids   = cu_upload_ids,
+    .destroy      = fm_cu_destroy,
+    .alloc        = fm_cu_alloc,
+    .free         = fm_cu_free,
+    .upload_ids   = fm_cu_upload_ids,
     .download_f32 = cu_download_f32,
     .upload_f32   = cu_upload_f32,
-    .download_raw = cu_download_raw,
-    .sync         = cu_sync,
-    .mark         = cu_mark,
-    .elapsed_ms   = cu_elapsed_ms,
-    .device_name  = cu_device_name,
+    .download_raw = fm_cu_download_raw,
+    .sync         = fm_cu_sync,
+    .mark         = fm_cu_mark,
+    .elapsed_ms   = fm_cu_elapsed_ms,
+    .device_name  = fm_cu_device_name,
     .bank_create  = fm_cuda_bank_create,
     .bank_free    = fm_cuda_bank_free,
     .bank_bytes   = fm_cuda_bank_bytes,
@@ -214,18 +210,21 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     if (e != cudaSuccess || count == 0)
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: no usable GPU (%s); use --backend cpu",
                        e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
-    /* what the kernels cover: native activations with bf16/int4 weights, e4m3 1x128 with int4-tc weights */
-    const bool dense_ok  = plan->a_dense == (plan->w_dense == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE);
-    const fm_afmt want_e = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
-    if (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16)
+    /* what the kernels cover: native bf16 activations with bf16/int4 weights, e4m3 1x128 with int4-tc weights;
+       or the oracle's plan (fp32 throughout) */
+    const bool    oracle   = fm_cuda_plan_is_oracle(plan);
+    const bool    dense_ok = plan->a_dense == (plan->w_dense == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE);
+    const fm_afmt want_e   = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
+    if (!oracle && (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16 ||
+                    !plan->act_bf16 || plan->w_dense == FM_W_F32 || plan->w_expert == FM_W_F32))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "cuda backend: preset %s (dense %s/%s, experts %s/%s/%s) has no GPU kernels; available on cuda: "
-                       "ref, int4, fp8",
+                       "ref, ref32, int4, fp8",
                        fm_preset_name(plan->preset), fm_wformat_name(plan->w_dense), fm_afmt_name(plan->a_dense),
                        fm_wformat_name(plan->w_expert), fm_afmt_name(plan->a_dispatch), fm_afmt_name(plan->a_expert));
     cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
     if (!be) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    be->base.ops  = &cuda_ops;
+    be->base.ops  = oracle ? &fm_cuda_oracle_ops : &cuda_ops;
     be->base.plan = *plan;
     FM_CUDA_CHECK(cudaGetDevice(&be->device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
@@ -235,8 +234,10 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     else
         snprintf(be->device_label, sizeof be->device_label, "%s", be->prop.name);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
-    if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS) {
-        cu_destroy(&be->base);
+    /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
+    if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS ||
+        (oracle && cublasSetMathMode(be->cublas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
+        fm_cu_destroy(&be->base);
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: cuBLAS initialisation failed");
     }
     *out = &be->base;

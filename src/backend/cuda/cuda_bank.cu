@@ -52,7 +52,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                                          fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
-    if (fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC)
+    if (fmt != FM_W_F32 && fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the cuda backend", src->label,
                        fm_wformat_name(fmt));
     int64_t rows = 0;
@@ -72,9 +72,9 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
     fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
     if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
     w->fmt = fmt, w->n = src->n, w->rows = rows, w->cols = cols;
-    if (fmt == FM_W_BF16) {
-        w->ld    = round_up(cols, 8);
-        w->bytes = (size_t)(w->n * rows * w->ld) * sizeof(__nv_bfloat16);
+    if (fmt == FM_W_F32 || fmt == FM_W_BF16) {
+        w->ld    = round_up(cols, fmt == FM_W_F32 ? 4 : 8); /* 16-byte rows */
+        w->bytes = (size_t)(w->n * rows * w->ld) * bank_elem_size(w);
     } else {
         w->ld       = round_up(cols, 32) / 2;
         w->n_groups = fm_ceil_div(cols, FM_CUDA_GROUP);
@@ -116,7 +116,9 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                     fm_cuda_synth_f32(&s->synth, r * cols, n_rows * cols, cols, (float *)staging, be->stream);
                 }
                 const int64_t dst_row = (int64_t)i * rows + row0 + r;
-                if (fmt == FM_W_BF16)
+                if (fmt == FM_W_F32)
+                    fm_cuda_convert_f32(staging, dtype, n_rows, cols, (float *)w->w + dst_row * w->ld, w->ld, be->stream);
+                else if (fmt == FM_W_BF16)
                     fm_cuda_convert_bf16(staging, dtype, n_rows, cols,
                                          (__nv_bfloat16 *)w->w + dst_row * w->ld, w->ld, be->stream);
                 else

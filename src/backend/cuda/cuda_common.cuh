@@ -1,4 +1,4 @@
-// Shared by the CUDA backend's .cu files: error checks that name the call and the kernel, and bf16 helpers.
+// Shared by the CUDA backend's .cu files: error checks that name the call and the kernel, and activation helpers.
 //
 // Every CUDA runtime call goes through FM_CUDA_CHECK (a failure stops with file:line and the failing call: a
 // device fault is a broken invariant, not a recoverable condition). Every launch is followed by
@@ -28,5 +28,12 @@ void fm_cuda_launch_check(const char *kernel, const char *file, int line);
 #define FM_LAUNCH_CHECK(kernel) fm_cuda_launch_check((kernel), __FILE__, __LINE__)
 
 static inline int64_t fm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Activation element access for kernels written once for both activation types (template <typename A>):
+// bf16 (the compute presets, one rounding per store) and fp32 (the ref32 oracle, cuda_oracle.cu).
+static __device__ __forceinline__ float act_load(float x) { return x; }
+static __device__ __forceinline__ float act_load(__nv_bfloat16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ void  act_store(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void  act_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 #endif

@@ -3,6 +3,7 @@
 // Activations are bf16 in device memory. Weight banks hold n matrices [rows, cols] with padded rows so that
 // every row starts 16-byte aligned (16-byte loads in the GEMV kernels, any leading dimension for cuBLAS):
 //   bf16:  w is [n][rows][ld] bf16, ld = cols rounded up to 8, padding zero
+//   f32:   w is [n][rows][ld] fp32, ld = cols rounded up to 4, padding zero (the ref32 oracle)
 //   int4:  w is [n][rows][ld] bytes, ld = cols rounded up to 32 elements / 2, two codes per byte (element
 //          2i in the low nibble, two's complement), padding zero; scales [n][rows][n_groups] bf16, one per
 //          128 elements along the row (the last group may be partial)
@@ -33,7 +34,7 @@ struct fm_bank {
     fm_wformat     fmt;
     int32_t        n;
     int64_t        rows, cols;
-    int64_t        ld;        // row stride: bf16 elements (bf16) or bytes (int4)
+    int64_t        ld;        // row stride: elements (bf16, f32) or bytes (int4)
     int64_t        n_groups;  // int4 only
     int64_t        rows_pad;  // int4-tc: rows rounded up to 32
     bool           interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
@@ -59,8 +60,38 @@ static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be;
 // Returns scratch of at least `bytes` (grows by reallocation; contents not kept).
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 
+// The op-table entries that do not depend on the activation type (cuda_backend.cu), shared by the compute
+// table there and the ref32 oracle's (cuda_oracle.cu).
+void        fm_cu_destroy(fm_backend *be);
+void       *fm_cu_alloc(fm_backend *be, size_t bytes);
+void        fm_cu_free(fm_backend *be, void *p);
+void        fm_cu_upload_ids(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
+void        fm_cu_download_raw(fm_backend *be, const void *src, size_t bytes, void *dst);
+fm_status   fm_cu_sync(fm_backend *be, fm_error *err);
+void        fm_cu_mark(fm_backend *be, int32_t slot);
+double      fm_cu_elapsed_ms(fm_backend *be, int32_t a, int32_t b);
+const char *fm_cu_device_name(fm_backend *be);
+extern "C" {
+fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
+void      fm_cuda_bank_free(fm_backend *be, fm_bank *w);
+size_t    fm_cuda_bank_bytes(const fm_bank *w);
+}
+
+// The ref32 oracle's op table: fp32 activations, f32 banks (cuda_oracle.cu).
+extern const fm_backend_ops fm_cuda_oracle_ops;
+// True when the plan is the oracle's: fp32 weights everywhere, activations not rounded.
+bool fm_cuda_plan_is_oracle(const fm_plan *plan);
+
 static inline const __nv_bfloat16 *bank_bf16(const fm_bank *w, int32_t idx) {
     return (const __nv_bfloat16 *)w->w + (int64_t)idx * w->rows * w->ld;
+}
+static inline const float *bank_f32(const fm_bank *w, int32_t idx) {
+    return (const float *)w->w + (int64_t)idx * w->rows * w->ld;
+}
+// element size of a bf16 or f32 bank, and its matrix idx
+static inline size_t bank_elem_size(const fm_bank *w) { return w->fmt == FM_W_F32 ? 4 : 2; }
+static inline const void *bank_matrix(const fm_bank *w, int32_t idx) {
+    return (const char *)w->w + (size_t)idx * (size_t)(w->rows * w->ld) * bank_elem_size(w);
 }
 
 #endif

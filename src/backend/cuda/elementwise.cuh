@@ -1,6 +1,7 @@
 // Row-wise and element-wise ops: embedding gather, RMSNorm, SwiGLU, residual add, bf16 -> fp32.
 // All memory-bound; the floor is bytes read + written at ~4.25 TB/s. bf16 in and out, fp32 arithmetic,
-// the same formulas as the CPU reference (src/backend/cpu/cpu_elementwise.c).
+// the same formulas as the CPU reference (src/backend/cpu/cpu_elementwise.c). The _f32 variants are the same
+// kernels over fp32 activations and weights (the ref32 oracle, cuda_oracle.cu).
 #ifndef FM_CUDA_ELEMENTWISE_CUH
 #define FM_CUDA_ELEMENTWISE_CUH
 
@@ -20,6 +21,14 @@ extern "C" void fm_cuda_add(__nv_bfloat16 *acc, const __nv_bfloat16 *x, int64_t 
 // row(p) = slot_of ? slot_of[p] : p
 extern "C" void fm_cuda_moe_combine(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w, int64_t T,
                                     int32_t k, int64_t H, __nv_bfloat16 *out, cudaStream_t s);
+extern "C" void fm_cuda_embed_f32(const float *table, int64_t ld, const int32_t *ids, int64_t T, int64_t H, float *out,
+                                  cudaStream_t s);
+extern "C" void fm_cuda_rmsnorm_f32(const float *x, const float *w, int64_t rows, int64_t dim, float eps, float *out,
+                                    cudaStream_t s);
+extern "C" void fm_cuda_swiglu_f32(const float *gu, int64_t rows, int64_t I, float *out, cudaStream_t s);
+extern "C" void fm_cuda_add_f32(float *acc, const float *x, int64_t n, cudaStream_t s);
+extern "C" void fm_cuda_moe_combine_f32(const float *y, const int32_t *slot_of, const float *w, int64_t T, int32_t k,
+                                        int64_t H, float *out, cudaStream_t s);
 extern "C" void fm_cuda_bf16_to_f32(const __nv_bfloat16 *x, int64_t n, float *out, cudaStream_t s);
 
 #endif

@@ -5,14 +5,15 @@
 #include "backend/cuda/linear.cuh"
 
 
-void fm_cuda_linear(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y) {
+void fm_cuda_linear(cuda_backend *be, const fm_bank *w, int32_t idx, const void *x, int64_t M, void *y) {
     if (M == 0) return;
     if (w->fmt == FM_W_INT4_G128) {
-        fm_cuda_gemv(w, idx, NULL, x, 1, M, y, be->stream);
+        fm_cuda_gemv(w, idx, NULL, (const __nv_bfloat16 *)x, 1, M, (__nv_bfloat16 *)y, be->stream);
         return;
     }
-    const float alpha = 1.0f, beta = 0.0f;
+    const float        alpha = 1.0f, beta = 0.0f;
+    const cudaDataType t     = w->fmt == FM_W_F32 ? CUDA_R_32F : CUDA_R_16BF;
     FM_CUBLAS_CHECK(cublasGemmEx(be->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)M, (int)w->cols, &alpha,
-                                 bank_bf16(w, idx), CUDA_R_16BF, (int)w->ld, x, CUDA_R_16BF, (int)w->cols, &beta, y,
-                                 CUDA_R_16BF, (int)w->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 bank_matrix(w, idx), t, (int)w->ld, x, t, (int)w->cols, &beta, y, t, (int)w->rows,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

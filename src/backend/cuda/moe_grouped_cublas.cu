@@ -6,8 +6,11 @@
 //   3. gate|up, SwiGLU, down: two grouped GEMMs, one group per expert with rows, cuBLAS bf16 -> fp32 -> bf16
 //   4. combine: out[t] = sum_j w[t, j] * y[slot(t, j)] in j order, fp32, one bf16 rounding
 // The bf16 roundings match the per-token path and the CPU reference, so the three compute the same function.
+// fp32 banks (the ref32 oracle) take the same route with fp32 activations and SGEMMs (no rounding at all).
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
+
+typedef __nv_bfloat16 bf16;
 
 static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t *counts) {
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x)
@@ -24,8 +27,8 @@ static __global__ void scatter_kernel(const int32_t *ids, int64_t P, int32_t k, 
     (void)k;
 }
 
-static __global__ void gather_kernel(const __nv_bfloat16 *x, int64_t P, int32_t k, int64_t H, const int32_t *slot_of,
-                                     __nv_bfloat16 *xs) {
+template <typename A>
+static __global__ void gather_kernel(const A *x, int64_t P, int32_t k, int64_t H, const int32_t *slot_of, A *xs) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * H; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t p = i / H, c = i % H;
         xs[(int64_t)slot_of[p] * H + c] = x[(p / k) * H + c];
@@ -47,8 +50,10 @@ typedef struct group_args {
 } group_args;
 
 // y_e [M_e, N] = x_e [M_e, K] W_e^T for every expert with rows, in one grouped call
-static void grouped_gemm(cuda_backend *be, const fm_bank *w, const int *counts, const int *offsets, const __nv_bfloat16 *x,
-                         __nv_bfloat16 *y, void **dev_ptrs, group_args *g) {
+static void grouped_gemm(cuda_backend *be, const fm_bank *w, const int *counts, const int *offsets, const char *x,
+                         char *y, void **dev_ptrs, group_args *g) {
+    const size_t      esz   = bank_elem_size(w);
+    const cudaDataType dtype = w->fmt == FM_W_F32 ? CUDA_R_32F : CUDA_R_16BF;
     int groups = 0;
     for (int e = 0; e < w->n; e++)
         if (counts[e]) groups++;
@@ -60,34 +65,36 @@ static void grouped_gemm(cuda_backend *be, const fm_bank *w, const int *counts, 
         g->m[i] = (int)w->rows, g->n[i] = counts[e], g->k[i] = (int)w->cols;
         g->lda[i] = (int)w->ld, g->ldb[i] = (int)w->cols, g->ldc[i] = (int)w->rows;
         g->alpha[i] = 1.0f, g->beta[i] = 0.0f, g->size[i] = 1;
-        g->ptrs[i]              = bank_bf16(w, e);
-        g->ptrs[groups + i]     = x + (int64_t)offsets[e] * w->cols;
-        g->ptrs[2 * groups + i] = y + (int64_t)offsets[e] * w->rows;
+        g->ptrs[i]              = bank_matrix(w, e);
+        g->ptrs[groups + i]     = x + (size_t)offsets[e] * (size_t)w->cols * esz;
+        g->ptrs[2 * groups + i] = y + (size_t)offsets[e] * (size_t)w->rows * esz;
         i++;
     }
     FM_CUDA_CHECK(cudaMemcpyAsync(dev_ptrs, g->ptrs, (size_t)(3 * groups) * sizeof(void *), cudaMemcpyHostToDevice,
                                   be->stream));
     const void *const *dA = (const void *const *)dev_ptrs;
-    FM_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(be->cublas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, CUDA_R_16BF, g->lda,
-                                         dA + groups, CUDA_R_16BF, g->ldb, g->beta, (void *const *)(dev_ptrs + 2 * groups),
-                                         CUDA_R_16BF, g->ldc, groups, g->size, CUBLAS_COMPUTE_32F));
+    FM_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(be->cublas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, dtype, g->lda,
+                                         dA + groups, dtype, g->ldb, g->beta, (void *const *)(dev_ptrs + 2 * groups),
+                                         dtype, g->ldc, groups, g->size, CUBLAS_COMPUTE_32F));
     /* the pointer upload reads g->ptrs (pageable host memory) and dev_ptrs is reused by the next call */
     FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
 }
 
-void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x,
-                                int64_t T, const int32_t *ids, const __nv_bfloat16 *weights, int32_t k,
-                                __nv_bfloat16 *out) {
+void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                                const int32_t *ids, const void *weights, int32_t k, void *out) {
     const int64_t P = T * k, I = down->cols, H = down->rows, E = gate_up->n;
     if (P == 0) return;
-    /* workspace: counts|fill|offsets [3E] int32, slot_of [P] int32, pointers [3E], xs [P,H], gu [P,2I], h [P,I], y [P,H] */
+    const bool   f32 = gate_up->fmt == FM_W_F32;
+    const size_t esz = bank_elem_size(gate_up);
+    /* workspace (fm_moe_grouped_cublas_ws_bytes): counts|fill|offsets [3E] int32, slot_of [P] int32, pointers [3E],
+       xs [P,H], gu [P,2I], h [P,I], y [P,H] */
     const size_t ints = (size_t)(3 * E + P), ptr_off = fm_ceil_div((int64_t)(ints * 4), 256) * 256;
     const size_t act_off = ptr_off + (size_t)fm_ceil_div(3 * E * 8, 256) * 256;
-    const size_t bytes = act_off + (size_t)(P * (H + 2 * I + I + H)) * sizeof(__nv_bfloat16);
+    const size_t bytes = act_off + (size_t)(P * (H + 2 * I + I + H)) * esz;
     char *ws = (char *)fm_cuda_workspace(be, bytes);
     int32_t *counts = (int32_t *)ws, *fill = counts + E, *offsets_d = fill + E, *slot_of = offsets_d + E;
     void   **dev_ptrs = (void **)(ws + ptr_off);
-    __nv_bfloat16 *xs = (__nv_bfloat16 *)(ws + act_off), *gu = xs + P * H, *h = gu + P * 2 * I, *y = h + P * I;
+    char *xs = ws + act_off, *gu = xs + P * H * esz, *h = gu + P * 2 * I * esz, *y = h + P * I * esz;
 
     FM_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)(2 * E) * sizeof(int32_t), be->stream));
     count_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, counts);
@@ -109,11 +116,14 @@ void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const 
     FM_CUDA_CHECK(cudaMemcpyAsync(offsets_d, off, (size_t)E * sizeof(int32_t), cudaMemcpyHostToDevice, be->stream));
     scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, k, offsets_d, fill, slot_of);
     FM_LAUNCH_CHECK("moe_scatter");
-    gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>(x, P, k, H, slot_of, xs);
+    if (f32) gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)x, P, k, H, slot_of, (float *)xs);
+    else gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)x, P, k, H, slot_of, (bf16 *)xs);
     FM_LAUNCH_CHECK("moe_gather");
     grouped_gemm(be, gate_up, cnt, off, xs, gu, dev_ptrs, &g);
-    fm_cuda_swiglu(gu, P, I, h, be->stream);
+    if (f32) fm_cuda_swiglu_f32((const float *)gu, P, I, (float *)h, be->stream);
+    else fm_cuda_swiglu((const bf16 *)gu, P, I, (bf16 *)h, be->stream);
     grouped_gemm(be, down, cnt, off, h, y, dev_ptrs, &g);
     free(host);
-    fm_cuda_moe_combine(y, slot_of, weights, T, k, H, out, be->stream);
+    if (f32) fm_cuda_moe_combine_f32((const float *)y, slot_of, (const float *)weights, T, k, H, (float *)out, be->stream);
+    else fm_cuda_moe_combine((const bf16 *)y, slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
 }

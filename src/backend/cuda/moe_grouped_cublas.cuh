@@ -6,10 +6,10 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
-// Same contract as fm_cuda_moe_per_token (moe_per_token.cuh); gate_up and down must be bf16 banks.
-// Synchronises the host once per call, to read the per-expert row counts that size the GEMMs.
-void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x,
-                                int64_t T, const int32_t *ids, const __nv_bfloat16 *weights, int32_t k,
-                                __nv_bfloat16 *out);
+// Same contract as fm_cuda_moe_per_token (moe_per_token.cuh) for bf16 banks with bf16 activations, or fp32 banks
+// with fp32 activations (the ref32 oracle). Synchronises the host once per call, to read the per-expert row
+// counts that size the GEMMs.
+void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                                const int32_t *ids, const void *weights, int32_t k, void *out);
 
 #endif

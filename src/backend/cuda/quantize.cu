@@ -11,18 +11,28 @@ static __device__ float load_elem(const void *src, int dtype, int64_t i) {
     return __bfloat162float(((const __nv_bfloat16 *)src)[i]);
 }
 
-static __global__ void convert_bf16_kernel(const void *src, int dtype, int64_t rows, int64_t cols, __nv_bfloat16 *dst,
-                                           int64_t ld) {
+template <typename A>
+static __global__ void convert_kernel(const void *src, int dtype, int64_t rows, int64_t cols, A *dst, int64_t ld) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
-        dst[(i / cols) * ld + i % cols] = __float2bfloat16_rn(load_elem(src, dtype, i));
+        act_store(&dst[(i / cols) * ld + i % cols], load_elem(src, dtype, i));
+}
+
+template <typename A>
+static void convert(const void *src, int src_dtype, int64_t rows, int64_t cols, A *dst, int64_t ld, cudaStream_t s) {
+    const int64_t blocks = fm_ceil_div(rows * cols, 256);
+    if (blocks == 0) return;
+    convert_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(src, src_dtype, rows, cols, dst, ld);
+    FM_LAUNCH_CHECK("convert");
 }
 
 extern "C" void fm_cuda_convert_bf16(const void *src, int src_dtype, int64_t rows, int64_t cols, __nv_bfloat16 *dst,
                                      int64_t ld, cudaStream_t s) {
-    const int64_t blocks = fm_ceil_div(rows * cols, 256);
-    if (blocks == 0) return;
-    convert_bf16_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(src, src_dtype, rows, cols, dst, ld);
-    FM_LAUNCH_CHECK("convert_bf16");
+    convert(src, src_dtype, rows, cols, dst, ld, s);
+}
+
+extern "C" void fm_cuda_convert_f32(const void *src, int src_dtype, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                                    cudaStream_t s) {
+    convert(src, src_dtype, rows, cols, dst, ld, s);
 }
 
 // the smallest bf16 >= s (s >= 0), saturated at the largest finite bf16 (as scale_round_up in int4.c)

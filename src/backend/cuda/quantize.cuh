@@ -1,5 +1,5 @@
 // Weight conversion on the device at load time: rows of a checkpoint tensor (F32, F16 or BF16 bytes, uploaded
-// as they are in the file) to a bank's bf16 or int4 layout (cuda_internal.cuh).
+// as they are in the file) to a bank's bf16, fp32 or int4 layout (cuda_internal.cuh).
 #ifndef FM_CUDA_QUANTIZE_CUH
 #define FM_CUDA_QUANTIZE_CUH
 
@@ -9,11 +9,13 @@ extern "C" {
 }
 
 // src: rows x cols elements of dtype src_dtype (0 = F32, 1 = F16, 2 = BF16: the fm_dtype values), row-major.
-// bf16: dst rows ld elements apart. int4: dst rows ld bytes apart, scales rows n_groups apart; symmetric,
+// bf16, f32: dst rows ld elements apart. int4: dst rows ld bytes apart, scales rows n_groups apart; symmetric,
 // groups of 128 along the row, scale = amax / 7 rounded UP to bf16, q = clamp(rne(w / scale), -8, 7) — the
 // same codec as the CPU's fm_int4_quantize (src/quant/int4.c), bit for bit.
 extern "C" void fm_cuda_convert_bf16(const void *src, int src_dtype, int64_t rows, int64_t cols, __nv_bfloat16 *dst,
                                      int64_t ld, cudaStream_t s);
+extern "C" void fm_cuda_convert_f32(const void *src, int src_dtype, int64_t rows, int64_t cols, float *dst, int64_t ld,
+                                    cudaStream_t s);
 extern "C" void fm_cuda_quantize_int4(const void *src, int src_dtype, int64_t rows, int64_t cols, uint8_t *dst,
                                       int64_t ld, __nv_bfloat16 *scales, int64_t n_groups, cudaStream_t s);
 

@@ -1,17 +1,17 @@
 // Fused q/k RMSNorm + RoPE (see rope.cuh). One block per (token, head) of hd/2 threads rounded up to whole warps:
 // thread j < hd/2 owns the pair (j, j + hd/2), the others only join the reduction. Memory-bound: reads and
-// writes (nh + nkv) * hd bf16 per token.
+// writes (nh + nkv) * hd activations per token (bf16, or fp32 for the ref32 oracle).
 #include "backend/cuda/rope.cuh"
 
-static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *qkv, int32_t nh, int32_t nkv, int32_t hd,
-                                           const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps,
-                                           int64_t pos0, float theta) {
+template <typename A>
+static __global__ void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm,
+                                           const A *k_norm, float eps, int64_t pos0, float theta) {
     const int64_t t = blockIdx.x;
     const int32_t h = blockIdx.y, half = hd / 2, j = threadIdx.x;
-    __nv_bfloat16 *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
-    const bool     active = j < half;
-    float a = active ? __bfloat162float(x[j]) : 0.0f, b = active ? __bfloat162float(x[j + half]) : 0.0f;
-    const __nv_bfloat16 *w = h < nh ? q_norm : k_norm;
+    A         *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
+    const bool active = j < half;
+    float a = active ? act_load(x[j]) : 0.0f, b = active ? act_load(x[j + half]) : 0.0f;
+    const A *w = h < nh ? q_norm : k_norm;
     if (w) {
         __shared__ float part[32];
         float ss = a * a + b * b;
@@ -26,8 +26,8 @@ static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *qkv, int32_t nh, int32
         __syncthreads();
         const float inv = 1.0f / sqrtf(part[0] / (float)hd + eps);
         if (active) {
-            a = __bfloat162float(w[j]) * (a * inv);
-            b = __bfloat162float(w[j + half]) * (b * inv);
+            a = act_load(w[j]) * (a * inv);
+            b = act_load(w[j + half]) * (b * inv);
         }
     }
     if (!active) return;
@@ -35,13 +35,13 @@ static __global__ void qk_norm_rope_kernel(__nv_bfloat16 *qkv, int32_t nh, int32
     const float f = (float)(pos0 + t) * inv_freq;
     float sn, cs;
     sincosf(f, &sn, &cs);
-    x[j]        = __float2bfloat16_rn(a * cs - b * sn);
-    x[j + half] = __float2bfloat16_rn(b * cs + a * sn);
+    act_store(&x[j], a * cs - b * sn);
+    act_store(&x[j + half], b * cs + a * sn);
 }
 
-extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                     const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
-                                     double theta, cudaStream_t s) {
+template <typename A>
+static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm,
+                         float eps, int64_t pos0, double theta, cudaStream_t s) {
     if (hd % 2 != 0 || hd > 1024 || T > INT32_MAX) {
         fprintf(stderr, "fp8moe: qk_norm_rope: unsupported head_dim %d or T %lld\n", hd, (long long)T);
         abort();
@@ -51,4 +51,15 @@ extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, 
     dim3 grid((unsigned)T, (unsigned)(nh + nkv));
     qk_norm_rope_kernel<<<grid, threads, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, (float)theta);
     FM_LAUNCH_CHECK("qk_norm_rope");
+}
+
+extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                     const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
+                                     double theta, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, theta, s);
+}
+
+extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const float *q_norm,
+                                         const float *k_norm, float eps, int64_t pos0, double theta, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, theta, s);
 }

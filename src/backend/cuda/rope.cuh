@@ -11,5 +11,8 @@
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
                                      double theta, cudaStream_t s);
+// the same over fp32 activations and norm weights (the ref32 oracle)
+extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const float *q_norm,
+                                         const float *k_norm, float eps, int64_t pos0, double theta, cudaStream_t s);
 
 #endif

@@ -7,8 +7,9 @@
 
 // The k selected values (probabilities or logits, descending) become weights: renormalised probabilities
 // (Qwen3 with norm_topk), the probabilities as they are, or a softmax over the k logits (Mixtral).
+template <typename A>
 static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int32_t k, bool softmax_topk, bool norm_topk,
-                                    int32_t *ids, __nv_bfloat16 *weights) {
+                                    int32_t *ids, A *weights) {
     if (softmax_topk) {
         if (norm_topk) {
             float s = 0.0f;
@@ -23,19 +24,20 @@ static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int3
     }
     for (int32_t j = 0; j < k; j++) {
         ids[t * k + j]     = id[j];
-        weights[t * k + j] = __float2bfloat16_rn(w[j]);
+        act_store(&weights[t * k + j], w[j]);
     }
 }
 
-static __global__ void route_kernel(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                                    bool norm_topk, int32_t *ids, __nv_bfloat16 *weights) {
+template <typename A>
+static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
+                                    int32_t *ids, A *weights) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= T) return;
-    const __nv_bfloat16 *l = logits + t * E;
+    const A *l = logits + t * E;
     float mx = -INFINITY, sum = 0.0f;
-    for (int32_t e = 0; e < E; e++) mx = fmaxf(mx, __bfloat162float(l[e]));
+    for (int32_t e = 0; e < E; e++) mx = fmaxf(mx, act_load(l[e]));
     if (softmax_topk)
-        for (int32_t e = 0; e < E; e++) sum += expf(__bfloat162float(l[e]) - mx);
+        for (int32_t e = 0; e < E; e++) sum += expf(act_load(l[e]) - mx);
     int32_t id[FM_ROUTE_MAX_K];
     float   w[FM_ROUTE_MAX_K];
     for (int32_t j = 0; j < k; j++) {
@@ -45,7 +47,7 @@ static __global__ void route_kernel(const __nv_bfloat16 *logits, int64_t T, int3
             bool taken = false;
             for (int32_t i = 0; i < j; i++) taken |= id[i] == e;
             /* the value compared is the one the CPU compares: the probability, or the logit */
-            const float v = softmax_topk ? expf(__bfloat162float(l[e]) - mx) / sum : __bfloat162float(l[e]);
+            const float v = softmax_topk ? expf(act_load(l[e]) - mx) / sum : act_load(l[e]);
             if (!taken && (best < 0 || v > bv)) best = e, bv = v;
         }
         id[j] = best;
@@ -56,18 +58,19 @@ static __global__ void route_kernel(const __nv_bfloat16 *logits, int64_t T, int3
 
 #define WARP_E 8 /* experts per lane: E <= 256 */
 
-static __global__ void route_warp_kernel(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k,
-                                         bool softmax_topk, bool norm_topk, int32_t *ids, __nv_bfloat16 *weights) {
+template <typename A>
+static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
+                                         bool norm_topk, int32_t *ids, A *weights) {
     const int64_t t    = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     const int     lane = threadIdx.x & 31;
     if (t >= T) return;
-    const __nv_bfloat16 *l = logits + t * E;
+    const A *l = logits + t * E;
     float v[WARP_E];
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < WARP_E; i++) {
         const int e = lane + 32 * i;
-        v[i] = e < E ? __bfloat162float(l[e]) : -INFINITY;
+        v[i] = e < E ? act_load(l[e]) : -INFINITY;
         mx   = fmaxf(mx, v[i]);
     }
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -104,8 +107,9 @@ static __global__ void route_warp_kernel(const __nv_bfloat16 *logits, int64_t T,
     finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
 }
 
-extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                              bool norm_topk, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s) {
+template <typename A>
+static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk, int32_t *ids,
+                  A *weights, cudaStream_t s) {
     if (k < 1 || k > E || k > FM_ROUTE_MAX_K) {
         fprintf(stderr, "fp8moe: route: top-%d of %d experts is not supported (k <= min(E, %d))\n", k, E, FM_ROUTE_MAX_K);
         abort();
@@ -116,4 +120,14 @@ extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E,
     else
         route_kernel<<<(unsigned)fm_ceil_div(T, 128), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids, weights);
     FM_LAUNCH_CHECK("route");
+}
+
+extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
+                              bool norm_topk, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s) {
+    route(logits, T, E, k, softmax_topk, norm_topk, ids, weights, s);
+}
+
+extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
+                                  int32_t *ids, float *weights, cudaStream_t s) {
+    route(logits, T, E, k, softmax_topk, norm_topk, ids, weights, s);
 }
