@@ -407,6 +407,41 @@ static void parity_without_gnuplot(void **s) {
     unlink(json);
 }
 
+/* --perplexity: each preset's perplexity at full depth beside the parity table, the same figure `fp8moe
+   perplexity` gives for that preset, in the JSON, and again from --from-json */
+static void parity_perplexity(void **s) {
+    (void)s;
+    char json[512], again[sizeof cli_out];
+    snprintf(json, sizeof json, "%s/ppl.json", cli_tmp);
+    assert_int_equal(fp8moe("perplexity --model models/tiny-code-moe --ids models/tiny-code-moe/eval_ids.i32 --windows 2 "
+                            "--preset int4"), 0);
+    double alone = 0;
+    assert_int_equal(sscanf(strstr(cli_out, "perplexity = "), "perplexity = %lf", &alone), 1);
+    assert_int_equal(fp8moe("parity --model models/tiny-code-moe --presets int4 --tokens 32 --perplexity 2 --json %s", json), 0);
+    const char *table = strstr(cli_out, "| preset | backend | perplexity |");
+    assert_non_null(table);
+    char row[64];
+    snprintf(row, sizeof row, "| int4   | cpu     | %10.4f |", alone);
+    assert_non_null(strstr(table, row));
+    assert_non_null(strstr(cli_out, "transformers fp32: 9.1431")); /* from the model's train_report.json */
+    snprintf(again, sizeof again, "%s", cli_out);
+    slurp(json, cli_out, sizeof cli_out);
+    cJSON *root = cJSON_Parse(cli_out);
+    const cJSON *ppl = get(root, "perplexity");
+    assert_int_equal((int)num(ppl, "windows"), 2);
+    const cJSON *rows = get(ppl, "presets");
+    assert_int_equal(cJSON_GetArraySize(rows), 2); /* the oracle and int4 */
+    assert_string_equal(get(cJSON_GetArrayItem(rows, 1), "preset")->valuestring, "int4");
+    assert_true(fabs(num(cJSON_GetArrayItem(rows, 1), "perplexity") - alone) < 1e-4);
+    assert_true(cJSON_IsNull(get(cJSON_GetArrayItem(rows, 1), "cpu_emulation"))); /* a cpu preset is its own */
+    cJSON_Delete(root);
+    assert_int_equal(fp8moe("parity --from-json %s", json), 0);
+    assert_string_equal(cli_out, again);
+    expect_error(fp8moe("parity --model models/tiny-code-moe --layers 2 --perplexity 2"), 2, "--layers must include 4");
+    expect_error(fp8moe("parity --synthetic toy-moe --perplexity 2"), 2, "--perplexity");
+    expect_error(fp8moe("parity --model models/tiny-code-moe --oracle tpu"), 2, "--oracle");
+}
+
 static void parity_usage_errors(void **s) {
     (void)s;
     char json[512];
@@ -437,6 +472,7 @@ int main(void) {
         cmocka_unit_test(parity_depth_sweep),
         cmocka_unit_test(parity_without_gnuplot),
         cmocka_unit_test(parity_usage_errors),
+        cmocka_unit_test(parity_perplexity),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

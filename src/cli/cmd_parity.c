@@ -352,6 +352,11 @@ int cmd_parity(int argc, char **argv) {
         rep.depths[0] = cfg.n_layers, rep.n_depths = 1;
     }
 
+    if (a.ppl_windows && rep.depths[rep.n_depths - 1] != cfg.n_layers) {
+        free(rep.depths);
+        return cli_usage(cmd, "--perplexity scores the whole model: --layers must include %d", cfg.n_layers);
+    }
+
     /* the prompts: K consecutive windows of the ids file (T capped by its length), or synthetic ids */
     const int32_t V = cfg.vocab_size;
     int32_t *ids = NULL;
