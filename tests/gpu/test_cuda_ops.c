@@ -331,5 +331,7 @@ int main(void) {
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_w4a8),
     };
+    /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
