@@ -402,7 +402,7 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
 // HBM latency of the codes is what v1 (codes global -> registers one group ahead) left exposed.
 #define WG_STAGES      4
 #define WG_CODES_BYTES ((BM / 16) * FM_TC_CHUNK)
-#define WG_STAGE_BYTES (BN * 128 + WG_CODES_BYTES + BN * 4 + BM * 2)
+#define WG_STAGE_BYTES ((BN * 128 + WG_CODES_BYTES + BN * 4 + BM * 2 + 1023) / 1024 * 1024) /* each xs 1024-aligned */
 #define WG_SMEM_BYTES  (1024 + WG_STAGES * WG_STAGE_BYTES + (THREADS / 32) * BN * 4)
 
 typedef struct wg_stage {
