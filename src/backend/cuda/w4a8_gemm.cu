@@ -24,7 +24,7 @@
 
 #define BM      256
 #define BN      FM_W4A8_BN
-#define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
+#define STAGES  3 /* cp.async ring of activation tiles (the wgmma kernel: one per warpgroup), one barrier per 128-group */
 #define THREADS 256
 
 typedef struct gemm_params {
@@ -59,8 +59,6 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
-template <int N>
-static __device__ __forceinline__ void cp_async_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -395,116 +393,88 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
         for (int i = 0; i < 4; i++) fence_u(a[ks][i]);
 }
 
-// The wgmma kernel's pipeline: WG_STAGES stages in dynamic shared memory, each holding one 128-group of the
-// CTA's work: the activation tile (64 x 128 bytes, swizzled) and its 64 scales, as the mma.sync kernel has, and
-// also the CTA's int4 codes (16 blocks x 1024 bytes, the global chunks as they are) and their 256 row scales.
-// All of it arrives by cp.async WG_STAGES - 1 groups ahead, so 3 x 16 KB of weights per SM are in flight: the
-// HBM latency of the codes is what v1 (codes global -> registers one group ahead) left exposed.
-#define WG_STAGES      4
-#define WG_CODES_BYTES ((BM / 16) * FM_TC_CHUNK)
-#define WG_STAGE_BYTES ((BN * 128 + WG_CODES_BYTES + BN * 4 + BM * 2 + 1023) / 1024 * 1024) /* each xs 1024-aligned */
-#define WG_SMEM_BYTES  (1024 + WG_STAGES * WG_STAGE_BYTES + (THREADS / 32) * BN * 4)
-
-typedef struct wg_stage {
-    uint8_t       *xs;    // [BN][128] e4m3, 16-byte chunks XOR-swizzled by row (1024-aligned)
-    uint8_t       *codes; // [BM / 16][1024]: the CTA's 16-row blocks for this group
-    float         *sc;    // [BN] activation scales
-    __nv_bfloat16 *wsc;   // [BM] weight row scales
-} wg_stage;
-
-static __device__ __forceinline__ wg_stage wg_stage_at(uint8_t *base, int i) {
-    uint8_t *b = base + (size_t)i * WG_STAGE_BYTES;
-    wg_stage st = {b, b + BN * 128, (float *)(b + BN * 128 + WG_CODES_BYTES),
-                   (__nv_bfloat16 *)(b + BN * 128 + WG_CODES_BYTES + BN * 4)};
-    return st;
-}
-
-// The CTA's codes and row scales of 128-group grp of matrix `matrix` into a stage; blocks past the bank are
-// zero-filled. Thread i copies 64 bytes of chunk i / 16; threads 0..31 copy 8 row scales each.
-static __device__ __forceinline__ void load_weight_stage(const gemm_params &p, int32_t matrix, int64_t grp,
-                                                         const wg_stage &st) {
-    const int     tid = threadIdx.x, c = tid >> 4, off = (tid & 15) * 64;
-    const int64_t blk = (int64_t)blockIdx.x * (BM / 16) + c;
-    const bool    ok = blk * 16 < p.rows_pad;
-    const uint8_t *src = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + (ok ? blk : 0)) * p.n_groups * FM_TC_CHUNK +
-                         grp * FM_TC_CHUNK + off;
-#pragma unroll
-    for (int i = 0; i < 4; i++) cp_async16(smem_u32(st.codes + c * FM_TC_CHUNK + off + 16 * i), src + 16 * i, ok ? 16 : 0);
-    if (tid < BM / 8) {
-        const int64_t r0 = (int64_t)blockIdx.x * BM + tid * 8;
-        const bool    rok = r0 < p.rows_pad;
-        cp_async16(smem_u32(st.wsc + tid * 8), p.ws + ((int64_t)matrix * p.n_groups + grp) * p.rows_pad + (rok ? r0 : 0),
-                   rok ? 16 : 0);
-    }
-}
+// Dynamic shared memory of the wgmma kernel: a ring of activation stages per warpgroup (each loads and waits
+// for its own copy: no CTA-wide barrier in the K loop), then the epilogue's reduction buffer.
+#define WG_RING_BYTES (2 * STAGES * (BN * 128 + BN * 4))
+#define WG_SMEM_BYTES (1024 + WG_RING_BYTES + (THREADS / 32) * BN * 4)
 
 // Two warpgroups of 4 warps; each owns 128 weight rows as two m64 blocks (warp w of a warpgroup: rows 16w..16w+15
-// of each block). All 256 threads load stage grp + WG_STAGES - 1 with cp.async and meet at one __syncthreads per
-// 128-group. Per group: read both blocks' codes from the stage and convert them (nothing in flight: ptxas
-// serialises every wgmma if a fragment register is redefined while one may still read it), issue the 8 wgmmas
-// (2 blocks x 4 k steps) as one commit group, wait, promote. The other warpgroup's wgmmas fill the tensor cores
-// meanwhile. (Measured against: a producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0
-// while block 1 runs, 2% slower; codes global -> registers a group ahead (v1): see bench/NOTES.md.)
+// of each block). All 256 threads load the next activation stages with cp.async (a 3-stage ring) and meet at one
+// __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert both
+// blocks' fragments (nothing in flight: ptxas serialises every wgmma if a fragment register is redefined while
+// one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps) as one commit group, load the next group's
+// codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
+// producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
+// bench/NOTES.md.)
 template <int EPILOGUE>
 static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
     extern __shared__ uint8_t wg_smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023); /* the swizzle wants 1024 */
-    float (*red)[BN] = (float (*)[BN])(smem + WG_STAGES * WG_STAGE_BYTES);
+    float (*red)[BN] = (float (*)[BN])(smem + WG_RING_BYTES);
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of(p, tile_idx);
-    const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, lane = threadIdx.x & 31, g = lane >> 2;
-    const int     lblk[2] = {wg * 8 + w4, wg * 8 + w4 + 4}; /* the warp's blocks inside the CTA's 16 */
-    const int64_t blk[2] = {(int64_t)blockIdx.x * (BM / 16) + lblk[0], (int64_t)blockIdx.x * (BM / 16) + lblk[1]};
+    const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
+    /* this warpgroup's own ring: stage i at xs_ring + i * BN * 128 and sc_ring + i * BN */
+    uint8_t *const xs_ring = smem + wg * STAGES * (BN * 128);
+    float *const   sc_ring = (float *)(smem + 2 * STAGES * BN * 128) + wg * STAGES * BN;
+    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
+    const int64_t blk[2] = {blk0, blk0 + 4};
     const bool    blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
     const int64_t KG = p.n_groups;
+    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
 
-    float acc[2][8][4];
+    float    acc[2][8][4];
+    uint32_t words[2][8];
+    float    scur[2][2], snext[2][2];
 #pragma unroll
-    for (int mb = 0; mb < 2; mb++)
+    for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
-
 #pragma unroll
-    for (int i = 0; i < WG_STAGES - 1; i++) {
-        if (i < KG) {
-            const wg_stage st = wg_stage_at(smem, i);
-            load_stage(p, tile, i, st.xs, st.sc, 0, THREADS);
-            load_weight_stage(p, tile.expert, i, st);
-        }
-        cp_async_commit();
+        for (int j = 0; j < 8; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
+        scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
     }
 
-    for (int64_t grp = 0; grp < KG; grp++) {
-        cp_async_wait<WG_STAGES - 2>();
-        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + WG_STAGES - 1 < KG) {
-            const wg_stage nx = wg_stage_at(smem, (int)((grp + WG_STAGES - 1) % WG_STAGES));
-            load_stage(p, tile, grp + WG_STAGES - 1, nx.xs, nx.sc, 0, THREADS);
-            load_weight_stage(p, tile.expert, grp + WG_STAGES - 1, nx);
+    load_stage(p, tile, 0, (xs_ring + (0) * (BN * 128)), (sc_ring + (0) * BN), wg * 128, 128);
+    cp_async_commit();
+    if (KG > 1) load_stage(p, tile, 1, (xs_ring + (1) * (BN * 128)), (sc_ring + (1) * BN), wg * 128, 128);
+    cp_async_commit();
+    /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
+       absent one keeps zero codes (the loads below are per block) */
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++)
+        if (blk_ok[mb]) {
+            const uint4 v0 = __ldg((const uint4 *)ww.codes[mb]), v1 = __ldg((const uint4 *)(ww.codes[mb] + 512));
+            words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
+            words[mb][4] = v1.x, words[mb][5] = v1.y, words[mb][6] = v1.z, words[mb][7] = v1.w;
+            const __nv_bfloat16 *s = ww.scales[mb];
+            scur[mb][0] = __bfloat162float(s[0]) * 512.0f, scur[mb][1] = __bfloat162float(s[8]) * 512.0f;
         }
+
+    for (int64_t grp = 0; grp < KG; grp++) {
+        const bool more = grp + 1 < KG;
+        cp_async_wait_1();
+        /* stage grp landed for the warpgroup's threads; its stage grp - 1 is free. Only the warpgroup meets
+           here, so the two drift apart and one's promotion overlaps the other's wgmmas */
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
+        if (grp + 2 < KG)
+            load_stage(p, tile, grp + 2, (xs_ring + ((grp + 2) % STAGES) * (BN * 128)), (sc_ring + ((grp + 2) % STAGES) * BN), wg * 128, 128);
         cp_async_commit();
-        const wg_stage st = wg_stage_at(smem, (int)(grp % WG_STAGES));
-        const uint32_t xt = smem_u32(st.xs);
+        const uint32_t xt = smem_u32((xs_ring + (grp % STAGES) * (BN * 128)));
+        const float   *sc = (sc_ring + (grp % STAGES) * BN);
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
-        float    wsc[2][2];
 #pragma unroll
-        for (int mb = 0; mb < 2; mb++) {
-            const uint8_t *q = st.codes + lblk[mb] * FM_TC_CHUNK + lane * 16;
-            const uint4 v0 = *(const uint4 *)q, v1 = *(const uint4 *)(q + 512);
-            const uint32_t words[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
-                a[mb][ks][0] = codes_top(words[2 * ks]), a[mb][ks][1] = codes_bottom(words[2 * ks]);
-                a[mb][ks][2] = codes_top(words[2 * ks + 1]), a[mb][ks][3] = codes_bottom(words[2 * ks + 1]);
+                a[mb][ks][0] = codes_top(words[mb][2 * ks]), a[mb][ks][1] = codes_bottom(words[mb][2 * ks]);
+                a[mb][ks][2] = codes_top(words[mb][2 * ks + 1]), a[mb][ks][3] = codes_bottom(words[mb][2 * ks + 1]);
             }
-            wsc[mb][0] = __bfloat162float(st.wsc[lblk[mb] * 16 + g]) * 512.0f;
-            wsc[mb][1] = __bfloat162float(st.wsc[lblk[mb] * 16 + g + 8]) * 512.0f;
-        }
         float part[2][8][4];
         wgmma_fence();
 #pragma unroll
@@ -512,10 +482,23 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
         wgmma_commit();
+        /* while the tensor cores run: the next group's codes and scales */
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+            if (more && blk_ok[mb]) {
+                const uint8_t *q = ww.codes[mb] + (grp + 1) * FM_TC_CHUNK;
+                const uint4 v0 = __ldg((const uint4 *)q), v1 = __ldg((const uint4 *)(q + 512));
+                words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
+                words[mb][4] = v1.x, words[mb][5] = v1.y, words[mb][6] = v1.z, words[mb][7] = v1.w;
+                const __nv_bfloat16 *sp = ww.scales[mb] + (grp + 1) * p.rows_pad;
+                snext[mb][0] = __bfloat162float(sp[0]) * 512.0f, snext[mb][1] = __bfloat162float(sp[8]) * 512.0f;
+            }
         wgmma_wait_all();
         settle_block(part[0], a[0]);
         settle_block(part[1], a[1]);
-        promote(acc, part, wsc, st.sc);
+        promote(acc, part, scur, sc);
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
     }
     epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
 }
