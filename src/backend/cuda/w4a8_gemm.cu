@@ -24,7 +24,7 @@
 
 #define BM      256
 #define BN      FM_W4A8_BN
-#define STAGES  3 /* cp.async ring of activation tiles (the wgmma kernel: one per warpgroup), one barrier per 128-group */
+#define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define THREADS 256
 
 typedef struct gemm_params {
@@ -393,11 +393,6 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
         for (int i = 0; i < 4; i++) fence_u(a[ks][i]);
 }
 
-// Dynamic shared memory of the wgmma kernel: a ring of activation stages per warpgroup (each loads and waits
-// for its own copy: no CTA-wide barrier in the K loop), then the epilogue's reduction buffer.
-#define WG_RING_BYTES (2 * STAGES * (BN * 128 + BN * 4))
-#define WG_SMEM_BYTES (1024 + WG_RING_BYTES + (THREADS / 32) * BN * 4)
-
 // Two warpgroups of 4 warps; each owns 128 weight rows as two m64 blocks (warp w of a warpgroup: rows 16w..16w+15
 // of each block). All 256 threads load the next activation stages with cp.async (a 3-stage ring) and meet at one
 // __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert both
@@ -408,17 +403,14 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
 // bench/NOTES.md.)
 template <int EPILOGUE>
 static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
-    extern __shared__ uint8_t wg_smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023); /* the swizzle wants 1024 */
-    float (*red)[BN] = (float (*)[BN])(smem + WG_RING_BYTES);
+    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
+    __shared__ float sc_smem[STAGES][BN];
+    __shared__ float red[THREADS / 32][BN];
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of(p, tile_idx);
     const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
-    /* this warpgroup's own ring: stage i at xs_ring + i * BN * 128 and sc_ring + i * BN */
-    uint8_t *const xs_ring = smem + wg * STAGES * (BN * 128);
-    float *const   sc_ring = (float *)(smem + 2 * STAGES * BN * 128) + wg * STAGES * BN;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
     const bool    blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
@@ -439,9 +431,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
     }
 
-    load_stage(p, tile, 0, (xs_ring + (0) * (BN * 128)), (sc_ring + (0) * BN), wg * 128, 128);
+    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, THREADS);
     cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, (xs_ring + (1) * (BN * 128)), (sc_ring + (1) * BN), wg * 128, 128);
+    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, THREADS);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (the loads below are per block) */
@@ -458,14 +450,11 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     for (int64_t grp = 0; grp < KG; grp++) {
         const bool more = grp + 1 < KG;
         cp_async_wait_1();
-        /* stage grp landed for the warpgroup's threads; its stage grp - 1 is free. Only the warpgroup meets
-           here, so the two drift apart and one's promotion overlaps the other's wgmmas */
-        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
-        if (grp + 2 < KG)
-            load_stage(p, tile, grp + 2, (xs_ring + ((grp + 2) % STAGES) * (BN * 128)), (sc_ring + ((grp + 2) % STAGES) * BN), wg * 128, 128);
+        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
+        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, THREADS);
         cp_async_commit();
-        const uint32_t xt = smem_u32((xs_ring + (grp % STAGES) * (BN * 128)));
-        const float   *sc = (sc_ring + (grp % STAGES) * BN);
+        const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
+        const float   *sc = sc_smem[grp % STAGES];
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
@@ -535,20 +524,12 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
                            a->ldh, a->hs, a->ldhs};
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
     const bool wgmma = use_wgmma();
-    static bool smem_set = false;
-    if (wgmma && !smem_set) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<FM_W4A8_OUT_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           WG_SMEM_BYTES));
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM_BYTES));
-        smem_set = true;
-    }
     if (a->epilogue == FM_W4A8_OUT_BF16) {
-        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, WG_SMEM_BYTES, s>>>(p);
+        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
         else w4a8_mma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
         FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (bf16 out)" : "w4a8_mma (bf16 out)");
     } else {
-        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, WG_SMEM_BYTES, s>>>(p);
+        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
         else w4a8_mma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
         FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (swiglu e4m3 out)" : "w4a8_mma (swiglu e4m3 out)");
     }
