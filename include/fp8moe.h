@@ -49,9 +49,20 @@ const char *fm_preset_name(fm_preset p);
 /* Returns false when name is not a preset. */
 bool fm_preset_parse(const char *name, fm_preset *out);
 
+/* --dense: what the dense projections (q/k/v/o, dense MLPs) use, beside the preset's choice. */
+typedef enum fm_dense {
+    FM_DENSE_PRESET = 0, /* as the preset says */
+    FM_DENSE_W8A8,       /* weights e4m3 with one fp32 scale per matrix (from the checkpoint's bf16, at load),
+                            activations e4m3 with one dynamic per-tensor scale (the second seed's path) */
+} fm_dense;
+
+const char *fm_dense_name(fm_dense d);
+bool        fm_dense_parse(const char *name, fm_dense *out);
+
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset   preset;
+    fm_dense    dense;    /* --dense: FM_DENSE_PRESET (0) unless asked */
     int32_t     n_layers; /* run only the first n decoder layers; 0 = all */
     int32_t     n_threads; /* CPU threads; 0 = OpenMP's default */
     bool        verbose;   /* progress on stderr while loading */

@@ -10,6 +10,7 @@ const char *fm_wformat_name(fm_wformat f) {
     case FM_W_BF16: return "bf16";
     case FM_W_INT4_G128: return "int4-g128";
     case FM_W_INT4_G128_TC: return "int4-g128-tc";
+    case FM_W_E4M3_PT: return "e4m3-tensor";
     }
     return "?";
 }
@@ -19,8 +20,18 @@ const char *fm_afmt_name(fm_afmt f) {
     case FM_A_NATIVE: return "native";
     case FM_A_E4M3_G128: return "e4m3-1x128";
     case FM_A_MXFP4: return "mxfp4";
+    case FM_A_E4M3_PT: return "e4m3-tensor";
     }
     return "?";
+}
+
+const char *fm_dense_name(fm_dense d) { return d == FM_DENSE_W8A8 ? "w8a8" : "preset"; }
+
+bool fm_dense_parse(const char *name, fm_dense *out) {
+    if (strcmp(name, "w8a8") == 0) *out = FM_DENSE_W8A8;
+    else if (strcmp(name, "preset") == 0) *out = FM_DENSE_PRESET;
+    else return false;
+    return true;
 }
 
 static const char *const preset_names[FM_PRESET_COUNT] = {"ref", "int4", "fp8", "fp4", "ref32"};
@@ -62,6 +73,10 @@ void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
         /* W4A8: the int4 banks in the tensor-core layout, the grouped expert kernel and W4A8 dense projections */
         plan->w_dense = plan->w_expert = FM_W_INT4_G128_TC;
     }
+}
+
+void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
+    if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
 }
 
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {

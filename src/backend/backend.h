@@ -23,6 +23,7 @@ typedef enum fm_wformat {
     FM_W_INT4_G128,  /* int4 symmetric, groups of 128 along K, bf16 scales */
     FM_W_INT4_G128_TC, /* the same codes and scales, laid out for the W4A8 tensor-core kernels (GPU: fragment-
                           ordered sign-magnitude nibbles, src/backend/cuda/w4a8_layout.cuh; CPU: as int4-g128) */
+    FM_W_E4M3_PT,    /* e4m3 with one fp32 scale per matrix, max(amax / 448, floor), quantized at load (W8A8) */
 } fm_wformat;
 
 static inline bool fm_wformat_is_int4(fm_wformat f) { return f == FM_W_INT4_G128 || f == FM_W_INT4_G128_TC; }
@@ -32,6 +33,7 @@ typedef enum fm_afmt {
     FM_A_NATIVE,    /* as stored: fp32 (ref) or bf16 (quantized presets) */
     FM_A_E4M3_G128, /* e4m3 with one fp32 scale per (row, 128-group along K) */
     FM_A_MXFP4,     /* E2M1 with one UE8M0 scale per 32 elements (RCEIL) */
+    FM_A_E4M3_PT,   /* e4m3 with one dynamic fp32 scale for the whole input [M, K], max(amax / 448, floor) (W8A8) */
 } fm_afmt;
 
 const char *fm_wformat_name(fm_wformat f);
@@ -50,6 +52,9 @@ typedef struct fm_plan {
 } fm_plan;
 
 void fm_plan_from_preset(fm_preset p, fm_plan *plan);
+/* Applies a --dense choice to a plan: FM_DENSE_W8A8 makes the dense projections e4m3 per tensor (weights and
+ * activations); FM_DENSE_PRESET leaves the preset's. */
+void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
 /* The plan a preset means on a backend. On "cuda", ref is the bf16 reference: bf16 weights and activations,
  * fp32 accumulation (a CPU backend given this plan emulates it exactly, which is how the GPU ops are tested). */
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan);

@@ -43,7 +43,9 @@ typedef struct cli_model_opts {
 #define CLI_MODEL_HELP                                                                                  \
     "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                \
     "  --backend B        cpu (default) or cuda\n"                                                       \
-    "  --preset P         ref (default: fp32 oracle), int4, fp8, fp4\n"                                  \
+    "  --preset P         ref (default: fp32 oracle), ref32 (fp32 on the GPU too), int4, fp8, fp4\n"   \
+    "  --dense w8a8       dense projections as e4m3 weights (one scale per matrix, set at load) times e4m3\n" \
+    "                     activations (one dynamic scale per input); the preset's otherwise\n"          \
     "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"        \
     "  --threads N        CPU threads (default: all)\n"                                                  \
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"  \

@@ -103,13 +103,14 @@ void cli_model_opts_init(cli_model_opts *o) {
     o->opt.verbose = isatty(STDERR_FILENO); /* loading progress when a person is watching */
 }
 
-enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT };
+enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT, OPT_DENSE };
 
 static const struct option model_options[] = {
     {"model", required_argument, 0, OPT_MODEL},     {"backend", required_argument, 0, OPT_BACKEND},
     {"preset", required_argument, 0, OPT_PRESET},   {"layers", required_argument, 0, OPT_LAYERS},
     {"threads", required_argument, 0, OPT_THREADS}, {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
-    {"verbose", no_argument, 0, 'v'},               {"help", no_argument, 0, 'h'},
+    {"dense", required_argument, 0, OPT_DENSE},     {"verbose", no_argument, 0, 'v'},
+    {"help", no_argument, 0, 'h'},
 };
 
 /* One of the shared options: true when handled (*bad set on a bad value, message printed). */
@@ -123,7 +124,10 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         return true;
     case OPT_PRESET:
         if (!fm_preset_parse(arg, &o->opt.preset))
-            *bad = true, cli_usage(cmd, "--preset must be one of ref, int4, fp8, fp4, got '%s'", arg);
+            *bad = true, cli_usage(cmd, "--preset must be one of ref, ref32, int4, fp8, fp4, got '%s'", arg);
+        return true;
+    case OPT_DENSE:
+        if (!fm_dense_parse(arg, &o->opt.dense)) *bad = true, cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", arg);
         return true;
     case OPT_LAYERS:
         *bad = !cli_parse_int(cmd, "--layers", arg, 1, 100000, &v);

@@ -176,6 +176,7 @@ typedef struct parity_run {
 static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, float *keep, fm_error *err) {
     fm_options opt = r->mo->opt;
     opt.preset = c->preset, opt.backend = c->backend, opt.n_layers = depth;
+    if (c->is_oracle) opt.dense = FM_DENSE_PRESET; /* --dense refines the compared presets, never the oracle */
     fm_model *m = NULL;
     double t0 = cli_now();
     fm_status st = r->synthetic ? fm_model_load_synthetic(r->synthetic, depth, &opt, &m, err)
@@ -337,6 +338,7 @@ int cmd_parity(int argc, char **argv) {
     /* the oracle runs where the compared presets run unless told otherwise: ref32 on the GPU, ref on the cpu */
     parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir, .synthetic = a.synthetic != NULL,
                          .backend = mo.opt.backend, .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
+                         .dense = mo.opt.dense,
                          .prompts = (int)a.prompts, .full_depth = cfg.n_layers};
     if (a.layers) {
         if (!parse_layers(a.layers, &rep.depths, &rep.n_depths))

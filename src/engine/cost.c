@@ -8,6 +8,7 @@
 
 static double weight_bytes(fm_wformat f, double rows, double cols) {
     if (fm_wformat_is_int4(f)) return rows * cols / 2 + rows * ceil(cols / 128) * 2; /* codes + bf16 scales */
+    if (f == FM_W_E4M3_PT) return rows * cols; /* + one scale per matrix, negligible */
     return rows * cols * (f == FM_W_F32 ? 4 : 2);
 }
 

@@ -74,11 +74,15 @@ size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t
             /* w4a8_layout.cuh: rows padded to 32, K to 128, half a byte each, plus bf16 scales [n][groups][rows] */
             const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32);
             bytes = add(&s, mul(&s, nrp, groups * GROUP / 2), mul(&s, mul(&s, nrp, groups), 2));
+        } else if (fmt == FM_W_E4M3_PT) {
+            /* cuda_bank.cu: e4m3 rows padded to 16 bytes, one fp32 scale per matrix in a 16-byte slot */
+            bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 16) * 16), mul(&s, (uint64_t)n, 16));
         } else return 0;
     } else if (strcmp(backend, "cpu") == 0) {
         /* cpu_bank.c: fp32 values (bf16-rounded or int4 codes as floats), int4 adds fp32 scales */
         bytes = mul(&s, mul(&s, nr, (uint64_t)cols), 4);
         if (fm_wformat_is_int4(fmt)) bytes = add(&s, bytes, mul(&s, mul(&s, nr, groups), 4));
+        else if (fmt == FM_W_E4M3_PT) bytes = add(&s, bytes, mul(&s, (uint64_t)n, 4));
         else if (fmt != FM_W_F32 && fmt != FM_W_BF16) return 0;
     } else {
         return 0;
@@ -109,7 +113,7 @@ static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n,
                        (long long)cols);
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
     p->n_banks++;
-    p->n_weight_allocs += fm_wformat_is_int4(fmt) ? 2 : 1; /* values, and scales in an allocation of their own */
+    p->n_weight_allocs += fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT ? 2 : 1; /* values; scales apart */
     /* transient while the bank is built: cuda uploads through one staging buffer; the cpu quantizes a matrix at a
        time into int8 codes (cpu_bank.c) */
     size_t staging = pl->cuda ? CUDA_STAGING_BYTES
@@ -117,6 +121,9 @@ static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n,
     /* cuda_bank.cu: a tensor-core bank is quantized in the row layout first, then repacked (both alive briefly) */
     if (pl->cuda && fmt == FM_W_INT4_G128_TC)
         staging = to_size(&pl->s, add(&pl->s, staging, fm_bank_bytes_for("cuda", FM_W_INT4_G128, n, rows, cols)));
+    /* cuda_bank.cu: an e4m3-tensor matrix is first converted whole to fp32 (its amax sets the scale) */
+    if (pl->cuda && fmt == FM_W_E4M3_PT)
+        staging = to_size(&pl->s, add(&pl->s, staging, mul(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols), 4)));
     if (staging > p->load_staging) p->load_staging = staging;
     return FM_OK;
 }

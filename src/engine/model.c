@@ -126,6 +126,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
             break;
         }
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
+    fm_plan_set_dense(&m->plan, opt->dense);
     fm_status st = check_device_memory(m, src, opt, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;

@@ -50,6 +50,14 @@ uint8_t fm_f32_to_e4m3(float f) {
     return (uint8_t)(sign | k);
 }
 
+float fm_e4m3_quantize_tensor(const float *x, int64_t n, float *decoded) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float scale = fmaxf(amax / FM_E4M3_MAX, FM_ACT_SCALE_FLOOR);
+    for (int64_t i = 0; i < n; i++) decoded[i] = fm_e4m3_to_f32(fm_f32_to_e4m3(x[i] / scale));
+    return scale;
+}
+
 void fm_e4m3_quantize_groups(const float *x, int64_t K, int32_t group, uint8_t *codes, float *scales) {
     for (int64_t g0 = 0, gi = 0; g0 < K; g0 += group, gi++) {
         int64_t g1 = g0 + group < K ? g0 + group : K;

@@ -19,4 +19,9 @@ uint8_t fm_f32_to_e4m3(float f);
  * x is [K]; codes is [K]; scales is [ceil(K / group)]. The last block may be partial. */
 void fm_e4m3_quantize_groups(const float *x, int64_t K, int32_t group, uint8_t *codes, float *scales);
 
+/* Per-tensor quantization (W8A8: a weight matrix at load, an activation input per call): one scale
+ * max(amax / 448, FM_ACT_SCALE_FLOOR) over all n elements, and decoded[i] = e4m3(x[i] / scale) as a float
+ * (decoded may be x). Returns the scale. */
+float fm_e4m3_quantize_tensor(const float *x, int64_t n, float *decoded);
+
 #endif

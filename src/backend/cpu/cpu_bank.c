@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "quant/bf16.h"
+#include "quant/e4m3.h"
 #include "quant/int4.h"
 #include "util/status.h"
 
@@ -39,6 +40,8 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
         q           = fm_malloc((size_t)per, err, src->label);
         if (!w->scales || !q) st = FM_ERR_NOMEM;
     }
+    if (!st && fmt == FM_W_E4M3_PT && !(w->tscale = fm_malloc((size_t)src->n * sizeof(float), err, src->label)))
+        st = FM_ERR_NOMEM;
     const fm_int4_params p4 = {FM_CPU_GROUP, true, FM_SCALE_BF16};
     for (int32_t i = 0; !st && i < src->n; i++) {
         float *m = w->w + (int64_t)i * per;
@@ -49,6 +52,8 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
             fm_int4_quantize(m, rows, cols, &p4, q, w->scales + (int64_t)i * rows * w->n_groups, NULL);
             for (int64_t e = 0; e < per; e++) m[e] = (float)q[e];
         }
+        if (fmt == FM_W_E4M3_PT) /* W8A8: one scale for the matrix, the decoded codes in place of the values */
+            w->tscale[i] = fm_e4m3_quantize_tensor(m, per, m);
     }
     free(q);
     if (st) {
@@ -64,11 +69,13 @@ void cpu_bank_free(fm_backend *be, fm_bank *w) {
     if (!w) return;
     free(w->w);
     free(w->scales);
+    free(w->tscale);
     free(w);
 }
 
 size_t cpu_bank_bytes(const fm_bank *w) {
     size_t n = (size_t)(w->n * w->rows * w->cols) * sizeof(float);
     if (w->scales) n += (size_t)(w->n * w->rows * w->n_groups) * sizeof(float);
+    if (w->tscale) n += (size_t)w->n * sizeof(float);
     return n;
 }

@@ -16,6 +16,7 @@ struct fm_bank {
     int64_t    n_groups; /* int4: ceil(cols / 128) */
     float     *w;        /* [n][rows][cols]: values (f32, bf16-rounded) or int4 codes as floats */
     float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
+    float     *tscale;   /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
 };
 
 /* Activation row quantized for a linear op: values to multiply (e4m3 or E2M1 codes decoded, or the inputs),
@@ -23,6 +24,7 @@ struct fm_bank {
 typedef struct cpu_qrow {
     float  *val;    /* [K] */
     float  *scale;  /* [n_groups] or NULL */
+    float   tensor_scale; /* e4m3-tensor: the input's one scale, folded in after the whole-K sum; else 1 */
 } cpu_qrow;
 
 /* Quantizes one activation row of K elements as afmt into q (val has K floats, scale ceil(K/128)). */

@@ -1,9 +1,13 @@
 /* y = x W^T on the CPU, emulating each weight/activation format exactly:
  *   f32 / bf16 weights:  y[n] = sum_g scale_a[g] * sum_{k in g} a[k] w[n,k]
  *   int4 weights:        y[n] = sum_g (scale_a[g] * scale_w[n,g]) * sum_{k in g} a[k] q[n,k]
+ *   e4m3-tensor (W8A8):  y[n] = (scale_x * scale_W) * sum_k a[k] q[n,k], one scale for the whole input (amax over
+ *                        all M x K elements of this call) and one for the matrix, applied once after the sum as
+ *                        cuBLASLt's scale pointers do
  * where a is the activation as quantized (e4m3 codes decoded, E2M1 times its block scale, or the input
  * itself) and scale_a is its 1x128 scale (1 when the values carry their own scale). The product of the two
  * scales is folded into the fp32 accumulator once per 128-group, as the GPU kernels do ("promotion"). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +36,8 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
         free(codes);
         return;
     }
+    case FM_A_E4M3_PT: /* needs the whole input's amax: cpu_linear quantizes it */
+        abort();
     case FM_A_MXFP4: {
         /* E2M1 times its power-of-two block scale is exact in fp32: dequantize once */
         const int64_t nb = (K + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
@@ -61,7 +67,7 @@ void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) 
             if (ws) scale *= ws[n * w->n_groups + g];
             acc += dot(x->val + k0, wr + k0, len) * scale;
         }
-        y[n] = acc;
+        y[n] = w->tscale ? acc * (x->tensor_scale * w->tscale[idx]) : acc;
     }
 }
 
@@ -71,10 +77,19 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
     const int64_t K = w->cols, N = w->rows, n_groups = (K + FM_CPU_GROUP - 1) / FM_CPU_GROUP;
     float *qv = (float *)malloc((size_t)(M * K) * sizeof(float));
     float *qs = (float *)malloc((size_t)(M * n_groups) * sizeof(float));
+    float  tensor_scale = 1.0f;
+    if ((afmt == FM_A_E4M3_PT) != (w->fmt == FM_W_E4M3_PT)) {
+        fprintf(stderr, "fp8moe: cpu linear: %s weights with %s activations is not a W8A8 pair\n", fm_wformat_name(w->fmt),
+                fm_afmt_name(afmt));
+        abort(); /* the plans never pair them otherwise */
+    }
+    if (afmt == FM_A_E4M3_PT) tensor_scale = fm_e4m3_quantize_tensor(x, M * K, qv);
+    else {
 #pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < M; m++) {
-        cpu_qrow q = {qv + m * K, qs + m * n_groups};
-        cpu_quantize_row(x + m * K, K, afmt, &q);
+        for (int64_t m = 0; m < M; m++) {
+            cpu_qrow q = {qv + m * K, qs + m * n_groups, 1.0f};
+            cpu_quantize_row(x + m * K, K, afmt, &q);
+        }
     }
     const bool has_scale = afmt == FM_A_E4M3_G128;
     /* blocks of 16 outputs per task keep a weight block hot in cache across rows */
@@ -87,7 +102,8 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
             sub.rows = n1 - n0;
             sub.w    = w->w + ((int64_t)idx * N + n0) * K;
             sub.scales = w->scales ? w->scales + ((int64_t)idx * N + n0) * w->n_groups : NULL;
-            cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL};
+            sub.tscale = w->tscale ? w->tscale + idx : NULL;
+            cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL, tensor_scale};
             cpu_linear_row(&sub, 0, &q, y + m * N + n0);
         }
     free(qv);

@@ -74,7 +74,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
         float *acc = (float *)malloc((size_t)H * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < T; t++) {
-            cpu_qrow xr = {xq, xq + H};
+            cpu_qrow xr = {xq, xq + H, 1.0f};
             cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {
@@ -83,7 +83,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
                 cpu_round_act(be, gu, 2 * I);
                 for (int64_t i = 0; i < I; i++) h[i] = gu[i] / (1.0f + expf(-gu[i])) * gu[I + i];
                 cpu_round_act(be, h, I);
-                cpu_qrow hr = {hq, hq + I};
+                cpu_qrow hr = {hq, hq + I, 1.0f};
                 cpu_quantize_row(h, I, a_down, &hr);
                 cpu_linear_row(down, e, &hr, y);
                 cpu_round_act(be, y, H);
