@@ -203,9 +203,17 @@ static double *int4_dequant(const float *w, int64_t rows, int64_t K) {
     return out;
 }
 
-/* x [M, K] quantized per row as afmt and dequantized, in double (code * scale exactly) */
+/* x [M, K] quantized as afmt (per row; e4m3-tensor over the whole input) and dequantized, in double (code *
+ * scale exactly) */
 static double *act_dequant(const float *x, int64_t M, int64_t K, fm_afmt afmt) {
     double *out = dalloc(M * K);
+    if (afmt == FM_A_E4M3_PT) { /* one scale: max(amax / 448, 1e-12) over all M K elements, written out here */
+        float amax = 0.0f;
+        for (int64_t i = 0; i < M * K; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float s = amax / 448.0f > 1e-12f ? amax / 448.0f : 1e-12f;
+        for (int64_t i = 0; i < M * K; i++) out[i] = (double)fm_e4m3_to_f32(fm_f32_to_e4m3(x[i] / s)) * (double)s;
+        return out;
+    }
     uint8_t *codes = xmalloc((size_t)K + 1);
     float   *sc    = xmalloc((size_t)(K / 128 + 1) * sizeof *sc);
     uint8_t *mxs   = xmalloc((size_t)(K / 32 + 1));
@@ -221,6 +229,7 @@ static double *act_dequant(const float *x, int64_t M, int64_t K, fm_afmt afmt) {
             fm_e4m3_quantize_groups(xr, K, 128, codes, sc);
             for (int64_t k = 0; k < K; k++) o[k] = (double)fm_e4m3_to_f32(codes[k]) * (double)sc[k / 128];
             break;
+        case FM_A_E4M3_PT: break; /* above */
         case FM_A_MXFP4:
             fm_mxfp4_quantize(xr, K, FM_MX_RCEIL, codes, mxs);
             fm_mxfp4_dequantize(codes, mxs, K, deq);
@@ -334,6 +343,52 @@ static void test_linear_quant_act(void **state) {
                     be->ops->bank_free(be, b);
                     free(w), free(x);
                 }
+    be->ops->destroy(be);
+}
+
+/* W8A8 (--dense w8a8): e4m3 weights with one scale per matrix, e4m3 activations with one scale per input. The
+ * op must equal the double product of the two dequantized operands (1e-5: codes times scales are exact, only
+ * the fp32 summation differs); an all-zero input gives zeros, not NaN (the scale floor); and one outlier channel
+ * costs the other activations their precision (the per-tensor scale follows the outlier), which the 1x128 groups
+ * of e4m3-1x128 limit to the outlier's group. */
+static void test_linear_w8a8(void **state) {
+    (void)state;
+    seed(4);
+    fm_backend *be = make_backend(FM_PRESET_REF);
+    for (size_t ki = 0; ki < 2; ki++)
+        for (size_t mi = 0; mi < 3; mi++) {
+            const int64_t M = Ms[mi], K = Ks[ki], N = N_OUT;
+            float *w = rand_array(2 * N * K, 0.1f), *x = rand_array(M * K, 1.0f);
+            fm_bank *b = make_bank(be, w, 2, N, K, FM_W_E4M3_PT);
+            assert_int_equal(be->ops->bank_bytes(b), (size_t)(2 * N * K) * sizeof(float) + 2 * sizeof(float));
+            float *y = act(be, M * N);
+            be->ops->linear(be, b, 1, x, M, FM_A_E4M3_PT, y);
+            double *xq = act_dequant(x, M, K, FM_A_E4M3_PT), *wq = act_dequant(w + N * K, 1, N * K, FM_A_E4M3_PT);
+            double *r = dalloc(M * N);
+            ref_matmul(xq, wq, M, N, K, r);
+            assert_rel_below(rel_err(y, r, M * N), 1e-5);
+            /* zeros in, zeros out */
+            float *z = act(be, M * K);
+            for (int64_t i = 0; i < M * K; i++) z[i] = 0.0f;
+            be->ops->linear(be, b, 0, z, M, FM_A_E4M3_PT, y);
+            for (int64_t i = 0; i < M * N; i++) assert_true(y[i] == 0.0f);
+            /* an outlier channel: per tensor loses more than 1x128 groups do on the same input */
+            for (int64_t m = 0; m < M; m++) x[m * K] = 200.0f;
+            double *xd = to_double(x, M * K), *xt = act_dequant(x, M, K, FM_A_E4M3_PT);
+            double *xg = act_dequant(x, M, K, FM_A_E4M3_G128);
+            double et = 0, eg = 0, n2 = 0;
+            for (int64_t i = 0; i < M * K; i++) {
+                if (i % K == 0) continue;
+                et += (xt[i] - xd[i]) * (xt[i] - xd[i]), eg += (xg[i] - xd[i]) * (xg[i] - xd[i]), n2 += xd[i] * xd[i];
+            }
+            printf("  w8a8 M=%lld K=%lld: outlier 200 -> rel. error of the other activations, per tensor %.3g, 1x128 %.3g\n",
+                   (long long)M, (long long)K, sqrt(et / n2), sqrt(eg / n2));
+            assert_true(et > eg);
+            free(xq), free(wq), free(r), free(xd), free(xt), free(xg);
+            be->ops->free(be, y), be->ops->free(be, z);
+            be->ops->bank_free(be, b);
+            free(w), free(x);
+        }
     be->ops->destroy(be);
 }
 
@@ -979,6 +1034,7 @@ int main(void) {
         cmocka_unit_test(test_linear_f32),
         cmocka_unit_test(test_linear_int4),
         cmocka_unit_test(test_linear_quant_act),
+        cmocka_unit_test(test_linear_w8a8),
         cmocka_unit_test(test_output_rounding),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_swiglu_add),

@@ -230,6 +230,16 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             const uint64_t ptrs = ceil_div(mul(s, E, 24), 256) * 256;
             p->ws_moe = to_size(s, add(s, add(s, ints, ptrs), mul(s, mul(s, P, add(s, mul(s, 2, H), mul(s, 3, I))), a)));
         }
+        if (plan->w_dense == FM_W_E4M3_PT) {
+            /* linear_w8a8.cu (fm_w8a8_linear_ws_bytes): the scale slot and the e4m3 input, rows padded to 16 bytes,
+               in the backend's one scratch buffer (the moe op uses it at other times); plus cuBLASLt's own 32 MiB
+               workspace (cublaslt_fp8.cu, allocated with the first W8A8 bank) */
+            uint64_t K = (uint64_t)max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
+            if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
+            const size_t lin8 = to_size(s, add(s, mul(s, T, ceil_div(K, 16) * 16), 256));
+            if (lin8 > p->ws_moe) p->ws_moe = lin8;
+            p->ws_moe = to_size(s, add(s, p->ws_moe, 32u << 20));
+        }
         /* cuda_backend.cu fm_cu_download_f32: the bf16 logits widened to fp32 on the device before the copy (the
            oracle's are fp32 already) */
         if (plan->act_bf16) p->ws_logits = to_size(s, mul(s, mul(s, T, (uint64_t)c->vocab_size), sizeof(float)));

@@ -6,7 +6,9 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/linear.cuh"
+#include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
 #include "backend/cuda/moe_per_token.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
@@ -55,6 +57,7 @@ void fm_cu_destroy(fm_backend *bb) {
         free(be->marks);
     }
     if (be->work) cudaFree(be->work);
+    if (be->lt) fm_lt_destroy(be->lt), free(be->lt);
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -119,9 +122,13 @@ static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t 
     fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, cuda_be(bb)->stream);
 }
 
-/* int4-tc banks take e4m3 1x128 activations, every other bank native bf16 ones (the plans the backend accepts) */
+/* the activation format each bank format takes (the plans the backend accepts) */
+static fm_afmt afmt_for(fm_wformat f) {
+    return f == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : f == FM_W_E4M3_PT ? FM_A_E4M3_PT : FM_A_NATIVE;
+}
+
 static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
-    const fm_afmt want = w->fmt == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
+    const fm_afmt want = afmt_for(w->fmt);
     if (afmt != want) {
         fprintf(stderr, "fp8moe: cuda %s: %s weights with %s activations are not implemented on the GPU\n", op,
                 fm_wformat_name(w->fmt), fm_afmt_name(afmt));
@@ -132,6 +139,7 @@ static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
 static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y) {
     require_afmt(w, afmt, "linear");
     if (w->fmt == FM_W_INT4_G128_TC) fm_cuda_linear_w4a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
+    else if (w->fmt == FM_W_E4M3_PT) fm_cuda_linear_w8a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
     else fm_cuda_linear(cuda_be(bb), w, idx, x, M, y);
 }
 
@@ -213,7 +221,7 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     /* what the kernels cover: native bf16 activations with bf16/int4 weights, e4m3 1x128 with int4-tc weights;
        or the oracle's plan (fp32 throughout) */
     const bool    oracle   = fm_cuda_plan_is_oracle(plan);
-    const bool    dense_ok = plan->a_dense == (plan->w_dense == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE);
+    const bool    dense_ok = plan->a_dense == afmt_for(plan->w_dense);
     const fm_afmt want_e   = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
     if (!oracle && (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16 ||
                     !plan->act_bf16 || plan->w_dense == FM_W_F32 || plan->w_expert == FM_W_F32))

@@ -1,7 +1,9 @@
 // Weight banks on the GPU: each matrix's source rows are uploaded in their checkpoint dtype, in chunks through
 // one staging buffer, and converted on the device into the bank's layout (cuda_internal.cuh). Nothing of the
 // source stays alive on the device: the staging buffer is freed before the bank is returned.
+#include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 
@@ -52,7 +54,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                                          fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
-    if (fmt != FM_W_F32 && fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC)
+    if (fmt != FM_W_F32 && fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC && fmt != FM_W_E4M3_PT)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the cuda backend", src->label,
                        fm_wformat_name(fmt));
     int64_t rows = 0;
@@ -69,12 +71,18 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                 return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (F32, F16 or BF16 expected)",
                                src->label, s->t->name, fm_dtype_name(s->t->dtype));
         }
+    if (fmt == FM_W_E4M3_PT && rows % 16)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: --dense w8a8 runs through cuBLASLt FP8, which needs widths that are "
+                       "multiples of 16; this projection has %lld rows", src->label, (long long)rows);
     fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
     if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
     w->fmt = fmt, w->n = src->n, w->rows = rows, w->cols = cols;
     if (fmt == FM_W_F32 || fmt == FM_W_BF16) {
         w->ld    = round_up(cols, fmt == FM_W_F32 ? 4 : 8); /* 16-byte rows */
         w->bytes = (size_t)(w->n * rows * w->ld) * bank_elem_size(w);
+    } else if (fmt == FM_W_E4M3_PT) {
+        w->ld    = round_up(cols, 16);
+        w->bytes = (size_t)(w->n * rows * w->ld);
     } else {
         w->ld       = round_up(cols, 32) / 2;
         w->n_groups = fm_ceil_div(cols, FM_CUDA_GROUP);
@@ -82,12 +90,29 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
     }
     const size_t scale_bytes = (size_t)(w->n * rows * w->n_groups) * sizeof(__nv_bfloat16);
     void *staging = NULL;
+    /* e4m3-tensor: each matrix whole in fp32 first (its amax sets the scale), a scale slot per matrix */
+    const bool w8a8   = fmt == FM_W_E4M3_PT;
+    float     *t32    = NULL;
+    unsigned  *amax32 = NULL;
     fm_status st = FM_OK;
     if (cudaMalloc(&w->w, w->bytes) != cudaSuccess ||
         (scale_bytes && cudaMalloc((void **)&w->scales, scale_bytes) != cudaSuccess) ||
-        cudaMalloc(&staging, STAGING_BYTES) != cudaSuccess) {
+        cudaMalloc(&staging, STAGING_BYTES) != cudaSuccess ||
+        (w8a8 && (cudaMalloc((void **)&w->tscale, (size_t)w->n * FM_LT_SCALE_SLOT * sizeof(float)) != cudaSuccess ||
+                  cudaMalloc((void **)&t32, (size_t)(rows * cols) * sizeof(float)) != cudaSuccess ||
+                  cudaMalloc((void **)&amax32, sizeof(unsigned)) != cudaSuccess))) {
         cudaGetLastError(); /* clear the sticky allocation error */
         st = fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for %zu bytes of weights", src->label, w->bytes + scale_bytes);
+    }
+    if (!st && w8a8) {
+        w->bytes += (size_t)w->n * FM_LT_SCALE_SLOT * sizeof(float);
+        w->lt_gemm = (fm_lt_gemm *)calloc(1, sizeof *w->lt_gemm);
+        if (!be->lt && (be->lt = (fm_lt *)calloc(1, sizeof *be->lt)) && (st = fm_lt_init(be->lt, err))) {
+            fm_lt_destroy(be->lt);
+            free(be->lt), be->lt = NULL;
+        }
+        if (!st && (!w->lt_gemm || !be->lt)) st = fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
+        if (!st) st = fm_lt_gemm_init(w->lt_gemm, rows, w->ld, err);
     }
     if (!st) FM_CUDA_CHECK(cudaMemsetAsync(w->w, 0, w->bytes, be->stream)); /* the row padding reads as zeros */
     for (int32_t i = 0; !st && i < src->n; i++) {
@@ -116,7 +141,9 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                     fm_cuda_synth_f32(&s->synth, r * cols, n_rows * cols, cols, (float *)staging, be->stream);
                 }
                 const int64_t dst_row = (int64_t)i * rows + row0 + r;
-                if (fmt == FM_W_F32)
+                if (w8a8)
+                    fm_cuda_convert_f32(staging, dtype, n_rows, cols, t32 + (row0 + r) * cols, cols, be->stream);
+                else if (fmt == FM_W_F32)
                     fm_cuda_convert_f32(staging, dtype, n_rows, cols, (float *)w->w + dst_row * w->ld, w->ld, be->stream);
                 else if (fmt == FM_W_BF16)
                     fm_cuda_convert_bf16(staging, dtype, n_rows, cols,
@@ -127,15 +154,17 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
             }
             row0 += s->rows;
         }
+        if (!st && w8a8)
+            fm_cuda_w8a8_quantize_matrix(t32, rows, cols, (uint8_t *)w->w + (int64_t)i * rows * w->ld, w->ld,
+                                         w->tscale + (int64_t)i * FM_LT_SCALE_SLOT, amax32, be->stream);
     }
     if (staging) {
         FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
         FM_CUDA_CHECK(cudaFree(staging));
     }
+    cudaFree(t32), cudaFree(amax32);
     if (st) {
-        cudaFree(w->w);
-        cudaFree(w->scales);
-        free(w);
+        fm_cuda_bank_free(bb, w);
         return st;
     }
     w->bytes += scale_bytes;
@@ -150,8 +179,11 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
 extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w) {
     (void)be;
     if (!w) return;
-    FM_CUDA_CHECK(cudaFree(w->w));
+    if (w->w) FM_CUDA_CHECK(cudaFree(w->w));
     if (w->scales) FM_CUDA_CHECK(cudaFree(w->scales));
+    if (w->tscale) FM_CUDA_CHECK(cudaFree(w->tscale));
+    if (w->lt_gemm) fm_lt_gemm_destroy(w->lt_gemm);
+    free(w->lt_gemm);
     free(w);
 }
 

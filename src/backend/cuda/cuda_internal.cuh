@@ -7,6 +7,8 @@
 //   int4:  w is [n][rows][ld] bytes, ld = cols rounded up to 32 elements / 2, two codes per byte (element
 //          2i in the low nibble, two's complement), padding zero; scales [n][rows][n_groups] bf16, one per
 //          128 elements along the row (the last group may be partial)
+//   e4m3-tensor (W8A8): w is [n][rows][ld] e4m3, ld = cols rounded up to 16, padding zero; tscale [n][4] fp32,
+//          the matrix's scale in the first float of its 16-byte slot; lt_gemm its cuBLASLt shape (rows x ld)
 //   int4-tc: the tensor-core layout of w4a8_layout.cuh: w is [n][rows_pad / 16][n_groups][1024] bytes, scales
 //          [n][n_groups][rows_pad] bf16; ld = n_groups * 128 (the padded K)
 #ifndef FM_CUDA_INTERNAL_CUH
@@ -40,6 +42,8 @@ struct fm_bank {
     bool           interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
     void          *w;
     __nv_bfloat16 *scales;    // int4 only
+    float         *tscale;    // e4m3-tensor only
+    struct fm_lt_gemm *lt_gemm; // e4m3-tensor only
     size_t         bytes;
 };
 
@@ -53,6 +57,7 @@ typedef struct cuda_backend {
     void          *work;       // grow-only scratch for ops that need it (moe)
     size_t         work_bytes;
     cudaEvent_t   *marks;      // FM_MARK_SLOTS events, created on the first mark
+    struct fm_lt  *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }

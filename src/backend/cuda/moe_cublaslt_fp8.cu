@@ -16,30 +16,14 @@
 //   6. for each expert with rows: y_e [n_e, H] = s_d s_h hq_e D_e^T, bf16
 //   7. combine: out[t] = sum_j w[t, j] y[slot(t, j)] in j order, fp32, one bf16 rounding
 //
-// cuBLASLt is column-major and FP8 needs the "TN" form (A transposed, B not; both K-major), compute 32F, scale
-// type 32F, K and N multiples of 16. A row-major weight W_e [N, K] is a column-major [K, N] matrix with ld K, so
-// it is A with transa = T; a row-major activation block [n_e, K] is a column-major [K, n_e] matrix, B with
-// transb = N; D column-major [N, n_e] with ld N is the row-major output [n_e, N]. So m = N, n = n_e, k = K.
-// D = alpha * scale_A * scale_B * op(A) op(B) with scale_A / scale_B read from device pointers
-// (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER). Fast accumulation stays off (the default): partial
-// sums are promoted to fp32 periodically, as PyTorch's _scaled_mm does by default.
-//
-// Alignment. Every scale pointer gets its own 16-byte slot (LT_SCALE_SLOT): cuBLASLt 12.9 and later are reported to
-// accept a heuristic's algorithm and then refuse the matmul with CUBLAS_STATUS_NOT_SUPPORTED when a scale pointer is
-// only 4- or 8-byte aligned. The first version of this file packed the per-expert scales at base + 4 e and put s_x
-// at 8 mod 16 bytes (after 3E + 2 int32 counters), its only misalignment, and cuBLASLt 13 refused its first matmul
-// on the H200 with exactly that status. The operands are 256-byte aligned by construction (weights of 16 x 16
-// multiples per expert, activation segments of 16 rows); each call still measures the alignment of its A, B and D
-// pointers, asks the heuristic with exactly those (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES) and the exact
-// layouts, and remembers the algorithm under (rows, alignments), so an algorithm is never reused for a shape or
-// alignment it was not chosen for. The heuristic's answer is not a guarantee (cublasLt.h says so), so at a key's
-// first use the candidates are tried in the heuristic's order until cuBLASLt accepts one; none accepted is a
-// one-line error naming the shape.
+// The GEMMs: cublaslt_fp8.cuh (the TN layout mapping, scale-pointer alignment, algorithm choice and caching).
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 #include <string.h>
 
+#include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/moe_cublaslt_fp8.cuh"
 
 extern "C" {
@@ -49,64 +33,31 @@ extern "C" {
 typedef __nv_bfloat16 bf16;
 
 #define LT_ROW_ALIGN 16          // expert segments start at multiples of 16 rows (see 1. above)
-#define LT_WORKSPACE (32u << 20) // cuBLASLt workspace: the size NVIDIA recommends for Hopper
-#define LT_CACHE     1024        // algorithms remembered per projection, keyed by rows and operand alignments
-#define LT_ALGOS     8           // heuristic candidates tried, in order, at a key's first use
-#define LT_SCALE_SLOT 4          // floats per scale: one 16-byte slot each (cuBLASLt refuses less aligned scales)
-#define E4M3_MAX     448.0f
-#define SCALE_FLOOR  1e-12f      // an all-zero tensor gets this scale and encodes to zeros (FM_ACT_SCALE_FLOOR)
+#define LT_SCALE_SLOT FM_LT_SCALE_SLOT
 
 // one projection (gate|up or down) of every expert, and the cuBLASLt objects that compute it
 typedef struct lt_proj {
-    uint8_t               *w;     // e4m3 [E][N][K]
-    float                 *scale; // [E][LT_SCALE_SLOT] device, the scale in the slot's first float
-    int64_t                N, K;
-    cublasLtMatmulDesc_t   desc;
-    cublasLtMatrixLayout_t a, b, d; // b and d: columns (= the expert's rows) set per call; d is also C
-    uint64_t              *cache_key; // [LT_CACHE] lt_key(rows, alignments), 0 = empty
-    cublasLtMatmulAlgo_t  *cache_algo;
+    uint8_t   *w;     // e4m3 [E][N][K]
+    float     *scale; // [E][LT_SCALE_SLOT] device, the scale in the slot's first float
+    int64_t    N, K;
+    fm_lt_gemm gemm;
 } lt_proj;
 
 struct fm_lt_moe {
-    cuda_backend              *be;
-    cublasLtHandle_t           lt;
-    cublasLtMatmulPreference_t pref;
-    int32_t                    E;
-    int64_t                    H, I;
-    lt_proj                    gu, dn;
-    void                      *workspace;
-    char                      *buf; // per-call buffers (grow-only), see ensure_buffers
+    cuda_backend *be;
+    fm_lt         lt;
+    int32_t       E;
+    int64_t       H, I;
+    lt_proj       gu, dn;
+    char         *buf; // per-call buffers (grow-only), see ensure_buffers
     size_t                     buf_bytes;
     int                       *cnt, *off; // host [E]
 };
-
-#define LT_CHECK(call)                                                                                            \
-    do {                                                                                                          \
-        cublasStatus_t s_ = (call);                                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                          \
-            return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: %s failed: %s (%s)", #call, cublasLtGetStatusName(s_), \
-                           cublasLtGetStatusString(s_));                                                          \
-    } while (0)
 
 static unsigned grid_for(int64_t n, int64_t cap) {
     const int64_t b = fm_ceil_div(n, 256);
     return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
 }
-
-static __device__ float warp_max(float a) {
-    for (int o = 16; o; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    return a;
-}
-
-// amax as the bits of a non-negative float: their unsigned order is the float order, so atomicMax works
-static __device__ void amax_commit(float a, unsigned *amax) {
-    a = warp_max(a);
-    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(a));
-}
-
-static __device__ float scale_of(unsigned amax_bits) { return fmaxf(__uint_as_float(amax_bits) / E4M3_MAX, SCALE_FLOOR); }
-
-static __device__ uint8_t e4m3(float v) { return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
 
 // 8 bf16 (16 bytes, aligned) -> fp32
 static __device__ void load8(const bf16 *p, float *v) {
@@ -121,7 +72,7 @@ static __device__ void load8(const bf16 *p, float *v) {
 // e4m3(v[i] / s) for 8 values -> 8 bytes (aligned)
 static __device__ void store8_e4m3(uint8_t *p, const float *v, float s) {
     uint32_t lo = 0, hi = 0;
-    for (int i = 0; i < 4; i++) lo |= (uint32_t)e4m3(v[i] / s) << (8 * i), hi |= (uint32_t)e4m3(v[4 + i] / s) << (8 * i);
+    for (int i = 0; i < 4; i++) lo |= (uint32_t)e4m3t_encode(v[i] / s) << (8 * i), hi |= (uint32_t)e4m3t_encode(v[4 + i] / s) << (8 * i);
     *(uint2 *)p = make_uint2(lo, hi);
 }
 
@@ -132,16 +83,16 @@ static __global__ void bank_amax_kernel(const bf16 *w, int64_t rows, int64_t col
     float       a = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
         a = fmaxf(a, fabsf(__bfloat162float(m[(i / cols) * ld + i % cols])));
-    amax_commit(a, &amax[blockIdx.y]);
+    e4m3t_amax_commit(a, &amax[blockIdx.y]);
 }
 
 static __global__ void bank_quant_kernel(const bf16 *w, int64_t rows, int64_t cols, int64_t ld, const unsigned *amax,
                                          uint8_t *q, float *scale) {
     const bf16 *m = w + (int64_t)blockIdx.y * rows * ld;
-    const float s = scale_of(amax[blockIdx.y]);
+    const float s = e4m3t_scale_of(amax[blockIdx.y]);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y * LT_SCALE_SLOT] = s;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
-        q[(int64_t)blockIdx.y * rows * cols + i] = e4m3(__bfloat162float(m[(i / cols) * ld + i % cols]) / s);
+        q[(int64_t)blockIdx.y * rows * cols + i] = e4m3t_encode(__bfloat162float(m[(i / cols) * ld + i % cols]) / s);
 }
 
 // ---- per call ----
@@ -166,13 +117,13 @@ static __global__ void amax_kernel(const bf16 *x, int64_t n, unsigned *amax) {
         load8(x + 8 * i, v);
         for (int j = 0; j < 8; j++) a = fmaxf(a, fabsf(v[j]));
     }
-    amax_commit(a, amax);
+    e4m3t_amax_commit(a, amax);
 }
 
 // xq[slot_of[p], :] = e4m3(x[p / k, :] / s_x); 8 elements per thread (H a multiple of 16)
 static __global__ void gather_quant_kernel(const bf16 *x, int64_t P, int32_t k, int64_t H, const int32_t *slot_of,
                                            const unsigned *amax, uint8_t *xq, float *scale) {
-    const float s = scale_of(*amax);
+    const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
     float v[8];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (H / 8); i += (int64_t)gridDim.x * blockDim.x) {
@@ -200,13 +151,13 @@ static __global__ void swiglu_amax_kernel(const bf16 *gu, int64_t P, int64_t I, 
         }
         *(uint4 *)(h + row * I + c) = raw;
     }
-    amax_commit(a, amax);
+    e4m3t_amax_commit(a, amax);
 }
 
 // hq[row, :] = e4m3(h[row, :] / s_h) for the rows that hold a pair
 static __global__ void quant_rows_kernel(const bf16 *h, int64_t P, int64_t I, const int32_t *slot_of,
                                          const unsigned *amax, uint8_t *hq, float *scale) {
-    const float s = scale_of(*amax);
+    const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
     float v[8];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8); i += (int64_t)gridDim.x * blockDim.x) {
@@ -231,9 +182,6 @@ static __global__ void combine_kernel(const bf16 *y, const int32_t *slot_of, con
 
 static fm_status proj_init(fm_lt_moe *m, lt_proj *pr, const fm_bank *bank, unsigned *amax_d, fm_error *err) {
     pr->N = bank->rows, pr->K = bank->cols;
-    pr->cache_key  = (uint64_t *)calloc(LT_CACHE, sizeof *pr->cache_key);
-    pr->cache_algo = (cublasLtMatmulAlgo_t *)malloc(LT_CACHE * sizeof *pr->cache_algo);
-    if (!pr->cache_key || !pr->cache_algo) return fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
     const size_t wbytes = (size_t)(m->E * pr->N * pr->K);
     if (cudaMalloc((void **)&pr->w, wbytes) != cudaSuccess ||
         cudaMalloc((void **)&pr->scale, (size_t)m->E * LT_SCALE_SLOT * sizeof(float)) != cudaSuccess) {
@@ -249,14 +197,7 @@ static fm_status proj_init(fm_lt_moe *m, lt_proj *pr, const fm_bank *bank, unsig
     FM_LAUNCH_CHECK("lt_bank_quant");
     FM_CUDA_CHECK(cudaStreamSynchronize(s)); // amax_d is reused by the next projection
 
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescCreate(&pr->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&pr->a, CUDA_R_8F_E4M3, (uint64_t)pr->K, (uint64_t)pr->N, pr->K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&pr->b, CUDA_R_8F_E4M3, (uint64_t)pr->K, 1, pr->K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&pr->d, CUDA_R_16BF, (uint64_t)pr->N, 1, pr->N));
-    return FM_OK;
+    return fm_lt_gemm_init(&pr->gemm, pr->N, pr->K, err);
 }
 
 extern "C" fm_status fm_lt_moe_create(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, fm_lt_moe **out,
@@ -283,23 +224,13 @@ extern "C" fm_status fm_lt_moe_create(fm_backend *bb, const fm_bank *gate_up, co
     unsigned *amax_d = NULL;
     fm_status st = FM_OK;
     if (!m->cnt) st = fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of host memory");
-    if (!st && (cudaMalloc(&m->workspace, LT_WORKSPACE) != cudaSuccess ||
-                cudaMalloc((void **)&amax_d, m->E * sizeof(unsigned)) != cudaSuccess)) {
+    if (!st && cudaMalloc((void **)&amax_d, m->E * sizeof(unsigned)) != cudaSuccess) {
         cudaGetLastError();
-        st = fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of GPU memory for the workspace");
+        st = fm_fail(err, FM_ERR_NOMEM, "cublaslt moe: out of GPU memory for the amax counters");
     }
-    if (!st) {
-        const cublasStatus_t s = cublasLtCreate(&m->lt);
-        if (s != CUBLAS_STATUS_SUCCESS) st = fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: cublasLtCreate failed: %s", cublasLtGetStatusName(s));
-    }
+    if (!st) st = fm_lt_init(&m->lt, err);
     if (!st) st = proj_init(m, &m->gu, gate_up, amax_d, err);
     if (!st) st = proj_init(m, &m->dn, down, amax_d, err);
-    if (!st) {
-        const uint64_t ws = LT_WORKSPACE;
-        const cublasStatus_t s1 = cublasLtMatmulPreferenceCreate(&m->pref);
-        const cublasStatus_t s2 = s1 ? s1 : cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-        if (s2 != CUBLAS_STATUS_SUCCESS) st = fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: matmul preference: %s", cublasLtGetStatusName(s2));
-    }
     if (amax_d) FM_CUDA_CHECK(cudaFree(amax_d));
     if (st) {
         fm_lt_moe_free(m);
@@ -314,107 +245,27 @@ extern "C" size_t fm_lt_moe_weight_bytes(const fm_lt_moe *m) {
 }
 
 static void proj_free(lt_proj *pr) {
-    if (pr->d) cublasLtMatrixLayoutDestroy(pr->d);
-    if (pr->b) cublasLtMatrixLayoutDestroy(pr->b);
-    if (pr->a) cublasLtMatrixLayoutDestroy(pr->a);
-    if (pr->desc) cublasLtMatmulDescDestroy(pr->desc);
+    fm_lt_gemm_destroy(&pr->gemm);
     cudaFree(pr->w), cudaFree(pr->scale);
-    free(pr->cache_key), free(pr->cache_algo);
 }
 
 extern "C" void fm_lt_moe_free(fm_lt_moe *m) {
     if (!m) return;
     cudaStreamSynchronize(m->be->stream); // nothing in flight still uses the buffers
     proj_free(&m->gu), proj_free(&m->dn);
-    if (m->pref) cublasLtMatmulPreferenceDestroy(m->pref);
-    if (m->lt) cublasLtDestroy(m->lt);
-    cudaFree(m->workspace), cudaFree(m->buf);
+    fm_lt_destroy(&m->lt);
+    cudaFree(m->buf);
     free(m->cnt);
     free(m);
 }
 
-// The largest power of two, at most 256, that divides the address: the alignment cuBLASLt may assume.
-static uint32_t align_of(const void *p) {
-    uint32_t a = 256;
-    while (a > 1 && (uintptr_t)p % a) a >>= 1;
-    return a;
-}
-
-// Cache key: the expert's row count and the alignments (log2, 0..8) of A, B and D; never 0 (n >= 1).
-static uint64_t lt_key(int n, uint32_t al_a, uint32_t al_b, uint32_t al_d) {
-    return (uint64_t)n << 12 | (uint64_t)__builtin_ctz(al_a) << 8 | (uint64_t)__builtin_ctz(al_b) << 4 |
-           (uint64_t)__builtin_ctz(al_d);
-}
-
-// D [n, N] (row-major bf16) = s_w[e] s_b B [n, K] W_e^T, on the backend's stream. The algorithm for (n,
-// alignments) is remembered (the heuristic query costs host time comparable to a small GEMM; the row counts
-// repeat from call to call); at a key's first use it is chosen as described at the top of this file.
+// D [n, N] (row-major bf16) = s_w[e] s_b B [n, K] W_e^T, on the backend's stream
 static fm_status expert_matmul(fm_lt_moe *m, lt_proj *pr, int32_t e, int n, const uint8_t *B, const float *b_scale,
                                bf16 *D, fm_error *err) {
-    const uint8_t *A       = pr->w + (int64_t)e * pr->N * pr->K;
-    const float   *a_scale = pr->scale + (int64_t)e * LT_SCALE_SLOT;
-    const uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
-    // FP8 needs 16-byte aligned operands and scales; the layouts guarantee both, so this is a bug in this file
-    if (al_a < 16 || al_b < 16 || al_d < 16 || align_of(a_scale) < 16 || align_of(b_scale) < 16)
-        return fm_fail(err, FM_ERR_BACKEND, "cublaslt moe: expert %d: FP8 operands need 16-byte alignment, got A %u, B %u, "
-                       "D %u, scales %u and %u bytes", e, al_a, al_b, al_d, align_of(a_scale), align_of(b_scale));
-    const uint64_t cols = (uint64_t)n;
-    // descriptors are read when cublasLtMatmul enqueues the work, so changing them for the next expert is safe
-    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(pr->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
-    LT_CHECK(cublasLtMatrixLayoutSetAttribute(pr->b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
-    LT_CHECK(cublasLtMatrixLayoutSetAttribute(pr->d, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols));
-    const float    alpha = 1.0f, beta = 0.0f; // beta 0: C (= D, same bf16 layout, as FP8 with bf16 D requires) unread
-    const uint64_t key = lt_key(n, al_a, al_b, al_d);
-    int            slot = -1;
-    for (int i = 0, h = (int)(key * 0x9E3779B97F4A7C15ull >> 54) % LT_CACHE; i < LT_CACHE; i++, h = (h + 1) % LT_CACHE) {
-        if (pr->cache_key[h] == key) {
-            const cublasStatus_t s = cublasLtMatmul(m->lt, pr->desc, &alpha, A, pr->a, B, pr->b, &beta, D, pr->d, D,
-                                                    pr->d, &pr->cache_algo[h], m->workspace, LT_WORKSPACE, m->be->stream);
-            if (s != CUBLAS_STATUS_SUCCESS)
-                return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: FP8 matmul D[%lld, %d] = A[%lld, %lld]^T B[%lld, %d] "
-                               "(expert %d, remembered algorithm) failed: %s (%s)", (long long)pr->N, n,
-                               (long long)pr->K, (long long)pr->N, (long long)pr->K, n, e, cublasLtGetStatusName(s),
-                               cublasLtGetStatusString(s));
-            return FM_OK;
-        }
-        if (pr->cache_key[h] == 0) {
-            slot = h;
-            break;
-        }
-    }
-
-    // first use of this key: the heuristic, told this call's exact alignments (C is D)
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(m->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-    cublasLtMatmulHeuristicResult_t res[LT_ALGOS];
-    int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(m->lt, pr->desc, pr->a, pr->b, pr->d, pr->d, m->pref, LT_ALGOS,
-                                                      res, &found);
-    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
-        return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: cublasLtMatmulAlgoGetHeuristic for FP8 D[%lld, %d] failed: %s (%s)",
-                       (long long)pr->N, n, cublasLtGetStatusName(s), cublasLtGetStatusString(s));
-    if (s != CUBLAS_STATUS_SUCCESS) found = 0; // NOT_SUPPORTED: no algorithm at all
-    int tried = 0;
-    s = CUBLAS_STATUS_NOT_SUPPORTED;
-    for (int i = 0; i < found; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > LT_WORKSPACE) continue;
-        tried++;
-        // a refused candidate enqueues nothing; any status but NOT_SUPPORTED is not about the algorithm
-        s = cublasLtMatmul(m->lt, pr->desc, &alpha, A, pr->a, B, pr->b, &beta, D, pr->d, D, pr->d, &res[i].algo,
-                           m->workspace, LT_WORKSPACE, m->be->stream);
-        if (s == CUBLAS_STATUS_SUCCESS) {
-            if (slot >= 0) pr->cache_key[slot] = key, pr->cache_algo[slot] = res[i].algo;
-            return FM_OK;
-        }
-        if (s != CUBLAS_STATUS_NOT_SUPPORTED) break;
-    }
-    return fm_fail(err, FM_ERR_BACKEND, "cuBLASLt: no FP8 algorithm runs D[%lld, %d] bf16 = A[%lld, %lld]^T B[%lld, %d] e4m3 "
-                   "(expert %d; A, B, D aligned %u, %u, %u bytes): %d found, %d tried, last %s "
-                   "(CUBLASLT_LOG_LEVEL=5 says why)", (long long)pr->N, n, (long long)pr->K, (long long)pr->N,
-                   (long long)pr->K, n, e, al_a, al_b, al_d, found, tried, cublasLtGetStatusName(s));
+    char what[64];
+    snprintf(what, sizeof what, "expert %d %s", e, pr == &m->gu ? "gate_up" : "down");
+    return fm_lt_gemm_run(&m->lt, &pr->gemm, pr->w + (int64_t)e * pr->N * pr->K, pr->scale + (int64_t)e * LT_SCALE_SLOT,
+                          B, b_scale, n, D, m->be->stream, what, err);
 }
 
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }

@@ -1,0 +1,107 @@
+// W8A8 dense projections (see linear_w8a8.cuh). Memory-bound kernels around one cuBLASLt FP8 GEMM:
+//   load:  amax of the fp32 matrix (grid-stride, warp max, atomicMax on the bits), then the cast to e4m3 rows
+//          padded to 16 bytes (cuBLASLt FP8 wants 16-byte aligned rows) and the scale into its 16-byte slot
+//   call:  the same for the input x [M, K] bf16: fused in one 1024-thread block when M K is small (decode), else
+//          an amax grid and a cast grid; the scale never leaves the device
+// Workspace layout (fm_w8a8_linear_ws_bytes): the scale slot and the amax word (256 bytes), then xq [M][Kp].
+#include "backend/cuda/cublaslt_fp8.cuh"
+#include "backend/cuda/e4m3_tensor.cuh"
+#include "backend/cuda/linear_w8a8.cuh"
+
+typedef __nv_bfloat16 bf16;
+
+static unsigned grid_for(int64_t n, int64_t cap) {
+    const int64_t b = fm_ceil_div(n, 256);
+    return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
+static __global__ void matrix_amax_kernel(const float *w, int64_t n, unsigned *amax) {
+    float a = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        a = fmaxf(a, fabsf(w[i]));
+    e4m3t_amax_commit(a, amax);
+}
+
+static __global__ void matrix_cast_kernel(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq,
+                                          const unsigned *amax, float *scale_slot) {
+    const float s = e4m3t_scale_of(*amax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * ldq; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / ldq, c = i % ldq;
+        q[i] = c < cols ? e4m3t_encode(w[r * cols + c] / s) : 0;
+    }
+}
+
+void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq, float *scale_slot,
+                                  unsigned *amax_tmp, cudaStream_t s) {
+    FM_CUDA_CHECK(cudaMemsetAsync(amax_tmp, 0, sizeof(unsigned), s));
+    matrix_amax_kernel<<<grid_for(rows * cols, 4096), 256, 0, s>>>(w, rows * cols, amax_tmp);
+    FM_LAUNCH_CHECK("w8a8_matrix_amax");
+    matrix_cast_kernel<<<grid_for(rows * ldq, 65536), 256, 0, s>>>(w, rows, cols, q, ldq, amax_tmp, scale_slot);
+    FM_LAUNCH_CHECK("w8a8_matrix_cast");
+}
+
+// x [M, K] bf16 -> xq [M][Kp] e4m3 with the scale of amax (columns past K zero)
+static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64_t K, int64_t Kp, float s, uint8_t *xq,
+                                                 int64_t first, int64_t step) {
+    for (int64_t i = first; i < M * Kp; i += step) {
+        const int64_t r = i / Kp, c = i % Kp;
+        xq[i] = c < K ? e4m3t_encode(__bfloat162float(x[r * K + c]) / s) : 0;
+    }
+}
+
+// decode sizes: one block does all three steps (its own amax reduction: no atomics, no second launch)
+static __global__ void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot) {
+    __shared__ float red[32];
+    float a = 0.0f;
+    for (int64_t i = threadIdx.x; i < M * K; i += blockDim.x) a = fmaxf(a, fabsf(__bfloat162float(x[i])));
+    a = e4m3t_warp_max(a);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    a = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) a = fmaxf(a, red[w]);
+    const float s = e4m3t_scale_of(__float_as_uint(a));
+    if (threadIdx.x == 0) scale_slot[0] = s;
+    cast_rows(x, M, K, Kp, s, xq, threadIdx.x, blockDim.x);
+}
+
+static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax) {
+    float a = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        a = fmaxf(a, fabsf(__bfloat162float(x[i])));
+    e4m3t_amax_commit(a, amax);
+}
+
+static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, const unsigned *amax, uint8_t *xq,
+                                       float *scale_slot) {
+    const float s = e4m3t_scale_of(*amax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;
+    cast_rows(x, M, K, Kp, s, xq, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
+}
+
+void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const bf16 *x, int64_t M, bf16 *y) {
+    if (M == 0) return;
+    const int64_t K = w->cols, Kp = w->ld;
+    char     *ws = (char *)fm_cuda_workspace(be, fm_w8a8_linear_ws_bytes(M, K));
+    float    *xs = (float *)ws;
+    unsigned *amax = (unsigned *)(ws + 16);
+    uint8_t  *xq = (uint8_t *)(ws + 256);
+    if (M * K <= FM_W8A8_FUSED_ELEMS) {
+        act_fused_kernel<<<1, 1024, 0, be->stream>>>(x, M, K, Kp, xq, xs);
+        FM_LAUNCH_CHECK("w8a8_act_fused");
+    } else {
+        FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof *amax, be->stream));
+        act_amax_kernel<<<grid_for(M * K, 4096), 256, 0, be->stream>>>(x, M * K, amax);
+        FM_LAUNCH_CHECK("w8a8_act_amax");
+        act_cast_kernel<<<grid_for(M * Kp, 65536), 256, 0, be->stream>>>(x, M, K, Kp, amax, xq, xs);
+        FM_LAUNCH_CHECK("w8a8_act_cast");
+    }
+    fm_error err = {{0}};
+    const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
+    if (M > INT32_MAX ||
+        fm_lt_gemm_run(be->lt, w->lt_gemm, A, w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, xq, xs, (int)M, y, be->stream,
+                       "dense W8A8 projection", &err)) {
+        fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);
+        abort(); /* a shape the bank accepted at load; a failure here is a bug, as a device fault is */
+    }
+}

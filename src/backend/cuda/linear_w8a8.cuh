@@ -1,0 +1,25 @@
+// W8A8 dense projections (--dense w8a8): e4m3 weights with one fp32 scale per matrix, set at load from the
+// checkpoint's values, times e4m3 activations with one dynamic scale per input computed on the device (no host
+// synchronisation), through cuBLASLt FP8 (cublaslt_fp8.cuh) with both scales read from device pointers.
+// The CPU's exact emulation: src/backend/cpu/cpu_linear.c (e4m3-tensor).
+#ifndef FM_CUDA_LINEAR_W8A8_CUH
+#define FM_CUDA_LINEAR_W8A8_CUH
+
+#include "backend/cuda/cuda_internal.cuh"
+
+// One matrix at load: w [rows, cols] fp32 (contiguous) -> q [rows][ldq] e4m3 (columns past cols zero) and its
+// scale in *scale_slot (16-byte aligned), max(amax / 448, 1e-12); amax_tmp is one device word of scratch.
+void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq, float *scale_slot,
+                                  unsigned *amax_tmp, cudaStream_t s);
+
+// y [M, N] bf16 = x [M, K] W[idx]^T for an e4m3-tensor bank. Quantizes x per tensor into the backend's
+// workspace: one fused launch (amax, scale, cast in one block) up to FM_W8A8_FUSED_ELEMS elements, an amax
+// reduction and a cast above (the branch depends on the shape only).
+#define FM_W8A8_FUSED_ELEMS 65536
+void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
+                         __nv_bfloat16 *y);
+
+// Workspace bytes of fm_cuda_linear_w8a8 for M rows of K columns (the memory plan counts it).
+static inline size_t fm_w8a8_linear_ws_bytes(int64_t M, int64_t K) { return (size_t)(M * ((K + 15) / 16 * 16)) + 256; }
+
+#endif
