@@ -19,11 +19,11 @@
 #include "io/ids.h"
 #include "util/metrics.h"
 
-static float *run(const char *dir, const char *backend, const char *plan_backend, fm_preset p, const int32_t *ids,
-                  int64_t T, int32_t *V) {
+static float *run_dense(const char *dir, const char *backend, const char *plan_backend, fm_preset p, fm_dense dense,
+                        const int32_t *ids, int64_t T, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p;
+    opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p, opt.dense = dense;
     fm_model *m = NULL;
     fm_error  err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
@@ -34,6 +34,11 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
     if (st) fail_msg("logits %s on %s: %s", dir, backend, err.msg);
     fm_model_free(m);
     return logits;
+}
+
+static float *run(const char *dir, const char *backend, const char *plan_backend, fm_preset p, const int32_t *ids,
+                  int64_t T, int32_t *V) {
+    return run_dense(dir, backend, plan_backend, p, FM_DENSE_PRESET, ids, T, V);
 }
 
 static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
@@ -71,6 +76,20 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
         if (presets[i] == FM_PRESET_INT4) int4_gpu = gpu;
         else free(gpu);
     }
+    /* fp8 with --dense w8a8: the dense projections through cuBLASLt FP8, against the same three */
+    float *emul = run_dense(dir, "cpu", "cuda", FM_PRESET_FP8, FM_DENSE_W8A8, ids, T, &V);
+    float *gpu  = run_dense(dir, "cuda", NULL, FM_PRESET_FP8, FM_DENSE_W8A8, ids, T, &V);
+    fm_compare ce, co, cb;
+    fm_logits_compare(emul, gpu, T, V, &ce);
+    fm_logits_compare(oracle, gpu, T, V, &co);
+    fm_logits_compare(int4_gpu, gpu, T, V, &cb);
+    printf("%-36s fp8 --dense w8a8 | vs cpu emulation: cos %.6f argmax %5.1f%% | vs fp32: cos %.6f argmax %5.1f%% KL %.3g | "
+           "vs int4: cos %.6f\n", dir, ce.cosine, 100 * ce.argmax_agree, co.cosine, 100 * co.argmax_agree, co.mean_kl,
+           cb.cosine);
+    assert_int_equal(ce.n_nonfinite, 0);
+    assert_true(ce.cosine >= 0.999);
+    assert_true(co.cosine >= 0.97);
+    free(emul), free(gpu);
     free(int4_gpu), free(oracle), free(ids);
 }
 

@@ -43,10 +43,11 @@ typedef struct both {
     fm_backend *be[2]; /* 0 cpu, 1 cuda */
 } both;
 
-static both make(fm_preset p) {
+static both make_dense(fm_preset p, fm_dense dense) {
     both b;
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
+    fm_plan_set_dense(&plan, dense);
     fm_error err;
     assert_int_equal(fm_backend_create("cpu", &plan, 0, &b.be[0], &err), FM_OK);
     fm_status st = fm_backend_create("cuda", &plan, 0, &b.be[1], &err);
@@ -56,6 +57,8 @@ static both make(fm_preset p) {
 /* the plan's weight format for norms and embeddings, and the bound for ops with reductions (see the top) */
 static fm_wformat other_fmt(const both *b) { return b->be[1]->plan.w_other; }
 static double reduction_bound(const both *b) { return b->be[1]->plan.act_bf16 ? 1e-2 : 1e-5; }
+
+static both make(fm_preset p) { return make_dense(p, FM_DENSE_PRESET); }
 
 static void destroy(both *b) {
     for (int i = 0; i < 2; i++) b->be[i]->ops->destroy(b->be[i]);
@@ -78,10 +81,10 @@ static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, in
     return gpu_bank(be, w, n, rows, cols, fmt, false);
 }
 
-static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) {
-    both b = make(p);
-    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f);
-    x[0] = 30.0f; /* an outlier */
+static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N, float x_scale) {
+    both b = make_dense(p, fmt == FM_W_E4M3_PT ? FM_DENSE_W8A8 : FM_DENSE_PRESET);
+    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, x_scale);
+    if (x_scale != 0.0f) x[0] = 30.0f; /* an outlier */
     float *y[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
@@ -94,10 +97,26 @@ static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64
         be->ops->bank_free(be, wb);
     }
     char what[96];
-    snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld", fm_wformat_name(fmt), (long long)M, (long long)K, (long long)N);
-    expect_close(y[1], y[0], M * N, fmt == FM_W_INT4_G128_TC ? 5e-3 : reduction_bound(&b), what);
+    snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld%s", fm_wformat_name(fmt), (long long)M, (long long)K,
+             (long long)N, x_scale == 0.0f ? " zero input" : "");
+    const bool fp8 = fmt == FM_W_INT4_G128_TC || fmt == FM_W_E4M3_PT;
+    expect_close(y[1], y[0], M * N, fp8 ? 5e-3 : reduction_bound(&b), what);
     free(y[0]), free(y[1]), free(w), free(x);
     destroy(&b);
+}
+
+static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
+
+/* W8A8 (--dense w8a8, cuBLASLt FP8): M = 1, 16, 300 on the fused (M K <= 65536) and the two-kernel activation
+   quantization, K not a multiple of 16 (padded), the Qwen3-30B-A3B attention shapes, and an all-zero input (the
+   scale floor: zeros out, no NaN). N must be a multiple of 16. */
+static void test_linear_w8a8(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 16, 300}, shapes[][2] = {{200, 208}, {2048, 5120}, {4096, 2048}};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) linear_case(FM_PRESET_FP8, FM_W_E4M3_PT, Ms[i], shapes[j][0], shapes[j][1]);
+    linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 7, 192, 384, 0.0f);
+    linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 300, 2048, 512, 0.0f);
 }
 
 static void test_linear(void **s) {
@@ -329,7 +348,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_moe_w4a8),
+        cmocka_unit_test(test_moe_w4a8),  cmocka_unit_test(test_linear_w8a8),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
