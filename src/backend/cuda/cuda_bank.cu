@@ -105,7 +105,6 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         st = fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for %zu bytes of weights", src->label, w->bytes + scale_bytes);
     }
     if (!st && w8a8) {
-        w->bytes += (size_t)w->n * FM_LT_SCALE_SLOT * sizeof(float);
         w->lt_gemm = (fm_lt_gemm *)calloc(1, sizeof *w->lt_gemm);
         if (!be->lt && (be->lt = (fm_lt *)calloc(1, sizeof *be->lt)) && (st = fm_lt_init(be->lt, err))) {
             fm_lt_destroy(be->lt);
@@ -167,7 +166,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         fm_cuda_bank_free(bb, w);
         return st;
     }
-    w->bytes += scale_bytes;
+    w->bytes += scale_bytes + (w8a8 ? (size_t)w->n * FM_LT_SCALE_SLOT * sizeof(float) : 0);
     if (fmt == FM_W_INT4_G128_TC && (st = repack_tc(be, src, w, err))) {
         fm_cuda_bank_free(bb, w);
         return st;
