@@ -20,6 +20,20 @@ static __device__ __forceinline__ void e4m3t_amax_commit(float a, unsigned *amax
     if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(a));
 }
 
+// a block's amax into *amax with one atomic (blockDim.x a multiple of 32, at most 1024; every thread calls it):
+// atomics on one address serialise, so a grid commits one per block, not one per warp
+static __device__ __forceinline__ void e4m3t_block_amax_commit(float a, unsigned *amax) {
+    __shared__ float e4m3t_red[32];
+    a = e4m3t_warp_max(a);
+    if ((threadIdx.x & 31) == 0) e4m3t_red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        a = threadIdx.x < (blockDim.x >> 5) ? e4m3t_red[threadIdx.x] : 0.0f;
+        a = e4m3t_warp_max(a);
+        if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(a));
+    }
+}
+
 static __device__ __forceinline__ float e4m3t_scale_of(unsigned amax_bits) {
     return fmaxf(__uint_as_float(amax_bits) / 448.0f, 1e-12f);
 }

@@ -10,6 +10,8 @@
 
 typedef __nv_bfloat16 bf16;
 
+#define AMAX_BLOCKS 1024 /* grid of the amax reductions: one atomic per block (e4m3_tensor.cuh) */
+
 static unsigned grid_for(int64_t n, int64_t cap) {
     const int64_t b = fm_ceil_div(n, 256);
     return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
@@ -19,7 +21,7 @@ static __global__ void matrix_amax_kernel(const float *w, int64_t n, unsigned *a
     float a = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         a = fmaxf(a, fabsf(w[i]));
-    e4m3t_amax_commit(a, amax);
+    e4m3t_block_amax_commit(a, amax);
 }
 
 static __global__ void matrix_cast_kernel(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq,
@@ -35,18 +37,23 @@ static __global__ void matrix_cast_kernel(const float *w, int64_t rows, int64_t 
 void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq, float *scale_slot,
                                   unsigned *amax_tmp, cudaStream_t s) {
     FM_CUDA_CHECK(cudaMemsetAsync(amax_tmp, 0, sizeof(unsigned), s));
-    matrix_amax_kernel<<<grid_for(rows * cols, 4096), 256, 0, s>>>(w, rows * cols, amax_tmp);
+    matrix_amax_kernel<<<grid_for(rows * cols, AMAX_BLOCKS), 256, 0, s>>>(w, rows * cols, amax_tmp);
     FM_LAUNCH_CHECK("w8a8_matrix_amax");
     matrix_cast_kernel<<<grid_for(rows * ldq, 65536), 256, 0, s>>>(w, rows, cols, q, ldq, amax_tmp, scale_slot);
     FM_LAUNCH_CHECK("w8a8_matrix_cast");
 }
 
-// x [M, K] bf16 -> xq [M][Kp] e4m3 with the scale of amax (columns past K zero)
+// x [M, K] bf16 -> xq [M][Kp] e4m3 with the scale s (columns past K zero): 16 output bytes (one store) per step
 static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64_t K, int64_t Kp, float s, uint8_t *xq,
                                                  int64_t first, int64_t step) {
-    for (int64_t i = first; i < M * Kp; i += step) {
-        const int64_t r = i / Kp, c = i % Kp;
-        xq[i] = c < K ? e4m3t_encode(__bfloat162float(x[r * K + c]) / s) : 0;
+    const int64_t chunks = Kp / 16;
+    for (int64_t i = first; i < M * chunks; i += step) {
+        const int64_t r = i / chunks, c0 = (i % chunks) * 16;
+        uint32_t      v[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+            if (c0 + j < K) v[j / 4] |= (uint32_t)e4m3t_encode(__bfloat162float(x[r * K + c0 + j]) / s) << (8 * (j % 4));
+        *(uint4 *)(xq + r * Kp + c0) = make_uint4(v[0], v[1], v[2], v[3]);
     }
 }
 
@@ -69,7 +76,7 @@ static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax)
     float a = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         a = fmaxf(a, fabsf(__bfloat162float(x[i])));
-    e4m3t_amax_commit(a, amax);
+    e4m3t_block_amax_commit(a, amax);
 }
 
 static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, const unsigned *amax, uint8_t *xq,
@@ -91,9 +98,9 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
         FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof *amax, be->stream));
-        act_amax_kernel<<<grid_for(M * K, 4096), 256, 0, be->stream>>>(x, M * K, amax);
+        act_amax_kernel<<<grid_for(M * K, AMAX_BLOCKS), 256, 0, be->stream>>>(x, M * K, amax);
         FM_LAUNCH_CHECK("w8a8_act_amax");
-        act_cast_kernel<<<grid_for(M * Kp, 65536), 256, 0, be->stream>>>(x, M, K, Kp, amax, xq, xs);
+        act_cast_kernel<<<grid_for(M * Kp / 16, 65536), 256, 0, be->stream>>>(x, M, K, Kp, amax, xq, xs);
         FM_LAUNCH_CHECK("w8a8_act_cast");
     }
     fm_error err = {{0}};
