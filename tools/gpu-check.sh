@@ -18,7 +18,10 @@ FP8MOE_W4A8=mma ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops_mma.log" 2>&1; op
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
-    compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/racecheck.log" 2>&1; r=$?
+    # cuBLASLt's own kernels (nvjet_*, the W8A8 GEMMs) synchronise through mbarriers, which racecheck does not
+    # model: it reports hazards inside them (bench/NOTES.md, 2026-11-30); ours are all checked
+    compute-sanitizer --tool racecheck --kernel-name-exclude kns=nvjet --error-exitcode 3 ./build/tests/gpu/test_cuda_ops \
+        >"$out/racecheck.log" 2>&1; r=$?
     san="memcheck rc $m ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)), racecheck rc $r ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1))"
 fi
 grep -E "FAILED|ERROR|error" "$out/gpu_ops.log" | head -5
