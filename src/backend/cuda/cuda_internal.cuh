@@ -82,6 +82,15 @@ void      fm_cuda_bank_free(fm_backend *be, fm_bank *w);
 size_t    fm_cuda_bank_bytes(const fm_bank *w);
 }
 
+// Their designated initializers for an op table, in the member order C++ requires: the four before
+// download_f32 / upload_f32 (which depend on the activation type), then the eight after them.
+#define FM_CUDA_SHARED_OPS_HEAD                                                                              \
+    .destroy = fm_cu_destroy, .alloc = fm_cu_alloc, .free = fm_cu_free, .upload_ids = fm_cu_upload_ids
+#define FM_CUDA_SHARED_OPS_TAIL                                                                              \
+    .download_raw = fm_cu_download_raw, .sync = fm_cu_sync, .mark = fm_cu_mark, .elapsed_ms = fm_cu_elapsed_ms, \
+    .device_name = fm_cu_device_name, .bank_create = fm_cuda_bank_create, .bank_free = fm_cuda_bank_free,     \
+    .bank_bytes = fm_cuda_bank_bytes
+
 // The ref32 oracle's op table: fp32 activations, f32 banks (cuda_oracle.cu).
 extern const fm_backend_ops fm_cuda_oracle_ops;
 // True when the plan is the oracle's: fp32 weights everywhere, activations not rounded.
