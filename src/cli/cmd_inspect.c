@@ -11,7 +11,7 @@
 #include "model/model_src.h"
 
 static const char *HELP =
-    "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--layers N]\n"
+    "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--layers N]\n"
     "                      [--vram-limit BYTES]]\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory\n"
@@ -19,7 +19,8 @@ static const char *HELP =
     "  --tokens T         also print the memory plan for a prompt of T tokens: weights by family, activation\n"
     "                     buffers, workspace, total, computed before anything is allocated\n"
     "  --backend B        the plan's backend: cpu (default) or cuda\n"
-    "  --preset P         the plan's preset: ref (default), int4, fp8, fp4\n"
+    "  --preset P         the plan's preset: ref (default), ref32, int4, fp8, fp4\n"
+    "  --dense w8a8       the plan with e4m3 per-tensor dense projections (W8A8)\n"
     "  --layers N         plan only the first N decoder layers\n"
     "  --vram-limit BYTES cuda: say whether the plan fits in this much memory (8Gi, 7.5G, bytes) instead of\n"
     "                     the GPU's free memory\n"
@@ -30,6 +31,7 @@ typedef struct plan_args {
     const char *backend;
     fm_preset   preset;
     int32_t     n_layers;
+    fm_dense    dense;
 } plan_args;
 
 static void print_shape(const fm_wsrc *w, const char *name) {
@@ -116,6 +118,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     cfg.tie_word_embeddings = src->lm_head.t == src->embed.t && src->lm_head.offset == src->embed.offset;
     fm_plan plan;
     fm_plan_for_backend(a->preset, a->backend, &plan);
+    fm_plan_set_dense(&plan, a->dense);
     fm_memory_plan p;
     fm_status st = fm_memory_plan_compute(&cfg, &plan, a->backend, a->n_layers, a->tokens, &p, err);
     if (st) return st;
@@ -172,8 +175,8 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false;
-    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0};
-    enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I };
+    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET};
+    enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I, OPT_DENSE_I };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
                                              {"tokens", required_argument, 0, OPT_TOKENS},
@@ -181,6 +184,7 @@ int cmd_inspect(int argc, char **argv) {
                                              {"preset", required_argument, 0, OPT_PRESET_I},
                                              {"layers", required_argument, 0, OPT_LAYERS_I},
                                              {"vram-limit", required_argument, 0, OPT_VRAM_I},
+                                             {"dense", required_argument, 0, OPT_DENSE_I},
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     long v = 0;
@@ -198,8 +202,11 @@ int cmd_inspect(int argc, char **argv) {
             pa.backend = optarg, plan_only = "--backend";
         } else if (c == OPT_PRESET_I) {
             if (!fm_preset_parse(optarg, &pa.preset))
-                return cli_usage(cmd, "--preset must be one of ref, int4, fp8, fp4, got '%s'", optarg);
+                return cli_usage(cmd, "--preset must be one of ref, ref32, int4, fp8, fp4, got '%s'", optarg);
             plan_only = "--preset";
+        } else if (c == OPT_DENSE_I) {
+            if (!fm_dense_parse(optarg, &pa.dense)) return cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", optarg);
+            plan_only = "--dense";
         } else if (c == OPT_LAYERS_I) {
             if (!cli_parse_int(cmd, "--layers", optarg, 1, 100000, &v)) return CLI_USAGE;
             pa.n_layers = (int32_t)v, plan_only = "--layers";
