@@ -21,6 +21,7 @@ const char *fm_afmt_name(fm_afmt f) {
     case FM_A_E4M3_G128: return "e4m3-1x128";
     case FM_A_MXFP4: return "mxfp4";
     case FM_A_E4M3_PT: return "e4m3-tensor";
+    case FM_A_E4M3_ROW: return "e4m3-row";
     }
     return "?";
 }

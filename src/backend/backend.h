@@ -34,6 +34,8 @@ typedef enum fm_afmt {
     FM_A_E4M3_G128, /* e4m3 with one fp32 scale per (row, 128-group along K) */
     FM_A_MXFP4,     /* E2M1 with one UE8M0 scale per 32 elements (RCEIL) */
     FM_A_E4M3_PT,   /* e4m3 with one dynamic fp32 scale for the whole input [M, K], max(amax / 448, floor) (W8A8) */
+    FM_A_E4M3_ROW,  /* e4m3 with one dynamic fp32 scale per input row (token): the W8A8 row-wise variant; CPU only
+                       for now (the accuracy study of bench/NOTES.md), no plan selects it */
 } fm_afmt;
 
 const char *fm_wformat_name(fm_wformat f);

@@ -3,7 +3,7 @@
  *   int4 weights:        y[n] = sum_g (scale_a[g] * scale_w[n,g]) * sum_{k in g} a[k] q[n,k]
  *   e4m3-tensor (W8A8):  y[n] = (scale_x * scale_W) * sum_k a[k] q[n,k], one scale for the whole input (amax over
  *                        all M x K elements of this call) and one for the matrix, applied once after the sum as
- *                        cuBLASLt's scale pointers do
+ *                        cuBLASLt's scale pointers do; e4m3-row: the same with one scale per input row
  * where a is the activation as quantized (e4m3 codes decoded, E2M1 times its block scale, or the input
  * itself) and scale_a is its 1x128 scale (1 when the values carry their own scale). The product of the two
  * scales is folded into the fp32 accumulator once per 128-group, as the GPU kernels do ("promotion"). */
@@ -37,6 +37,7 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
         return;
     }
     case FM_A_E4M3_PT: /* needs the whole input's amax: cpu_linear quantizes it */
+    case FM_A_E4M3_ROW:
         abort();
     case FM_A_MXFP4: {
         /* E2M1 times its power-of-two block scale is exact in fp32: dequantize once */
@@ -77,14 +78,19 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
     const int64_t K = w->cols, N = w->rows, n_groups = (K + FM_CPU_GROUP - 1) / FM_CPU_GROUP;
     float *qv = (float *)malloc((size_t)(M * K) * sizeof(float));
     float *qs = (float *)malloc((size_t)(M * n_groups) * sizeof(float));
+    float *row_scale = NULL; /* e4m3-row: [M] */
     float  tensor_scale = 1.0f;
-    if ((afmt == FM_A_E4M3_PT) != (w->fmt == FM_W_E4M3_PT)) {
+    const bool per_tensor_a = afmt == FM_A_E4M3_PT || afmt == FM_A_E4M3_ROW;
+    if (per_tensor_a != (w->fmt == FM_W_E4M3_PT)) {
         fprintf(stderr, "fp8moe: cpu linear: %s weights with %s activations is not a W8A8 pair\n", fm_wformat_name(w->fmt),
                 fm_afmt_name(afmt));
         abort(); /* the plans never pair them otherwise */
     }
     if (afmt == FM_A_E4M3_PT) tensor_scale = fm_e4m3_quantize_tensor(x, M * K, qv);
-    else {
+    else if (afmt == FM_A_E4M3_ROW) {
+        row_scale = (float *)malloc((size_t)M * sizeof(float));
+        for (int64_t m = 0; m < M; m++) row_scale[m] = fm_e4m3_quantize_tensor(x + m * K, K, qv + m * K);
+    } else {
 #pragma omp parallel for schedule(static)
         for (int64_t m = 0; m < M; m++) {
             cpu_qrow q = {qv + m * K, qs + m * n_groups, 1.0f};
@@ -103,10 +109,11 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
             sub.w    = w->w + ((int64_t)idx * N + n0) * K;
             sub.scales = w->scales ? w->scales + ((int64_t)idx * N + n0) * w->n_groups : NULL;
             sub.tscale = w->tscale ? w->tscale + idx : NULL;
-            cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL, tensor_scale};
+            cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL, row_scale ? row_scale[m] : tensor_scale};
             cpu_linear_row(&sub, 0, &q, y + m * N + n0);
         }
     free(qv);
     free(qs);
+    free(row_scale);
     cpu_round_act(be, y, M * N);
 }
