@@ -15,6 +15,7 @@ FP8MOE_W4A8=mma ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops_mma.log" 2>&1; op
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
+./build/tests/gpu/test_cuda_debug >"$out/gpu_debug.log" 2>&1; debug_rc=$?
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
@@ -42,4 +43,5 @@ echo "| CUDA op tests, W4A8 on the mma.sync kernel | rc $ops_mma_rc, $(grep -c '
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"
 echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_memory.log" | tr '\n' ' ') |"
+echo "| debug mode (NaN/Inf inputs reported) | rc $debug_rc |"
 echo "| sanitizers | $san |"

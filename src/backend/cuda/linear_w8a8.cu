@@ -3,7 +3,9 @@
 //          padded to 16 bytes (cuBLASLt FP8 wants 16-byte aligned rows) and the scale into its 16-byte slot
 //   call:  the same for the input x [M, K] bf16: fused in one 1024-thread block when M K is small (decode), else
 //          an amax grid and a cast grid; the scale never leaves the device
-// Workspace layout (fm_w8a8_linear_ws_bytes): the scale slot and the amax word (256 bytes), then xq [M][Kp].
+// Workspace layout (fm_w8a8_linear_ws_bytes): the scale slot, the amax word and a count of NaN/Inf inputs (256
+// bytes), then xq [M][Kp]. NaN and Inf are not spread silently: amax skips NaN (whose code is NaN) while an Inf
+// makes every other code zero; in debug mode (FP8MOE_SYNC=1) each call reads the count back and says so.
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
@@ -57,11 +59,23 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
     }
 }
 
+// a warp's count of non-finite inputs into *bad (one atomic per warp that saw any; the rare path)
+static __device__ __forceinline__ void count_bad(unsigned n, unsigned *bad) {
+    for (int o = 16; o; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+    if ((threadIdx.x & 31) == 0 && n) atomicAdd(bad, n);
+}
+
 // decode sizes: one block does all three steps (its own amax reduction: no atomics, no second launch)
-static __global__ void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot) {
+static __global__ void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
+                                        unsigned *bad) {
     __shared__ float red[32];
-    float a = 0.0f;
-    for (int64_t i = threadIdx.x; i < M * K; i += blockDim.x) a = fmaxf(a, fabsf(__bfloat162float(x[i])));
+    float    a = 0.0f;
+    unsigned n_bad = 0;
+    for (int64_t i = threadIdx.x; i < M * K; i += blockDim.x) {
+        const float v = __bfloat162float(x[i]);
+        a = fmaxf(a, fabsf(v)), n_bad += !isfinite(v);
+    }
+    count_bad(n_bad, bad);
     a = e4m3t_warp_max(a);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
     __syncthreads();
@@ -72,10 +86,14 @@ static __global__ void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int
     cast_rows(x, M, K, Kp, s, xq, threadIdx.x, blockDim.x);
 }
 
-static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax) {
-    float a = 0.0f;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        a = fmaxf(a, fabsf(__bfloat162float(x[i])));
+static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax, unsigned *bad) {
+    float    a = 0.0f;
+    unsigned n_bad = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = __bfloat162float(x[i]);
+        a = fmaxf(a, fabsf(v)), n_bad += !isfinite(v);
+    }
+    count_bad(n_bad, bad);
     e4m3t_block_amax_commit(a, amax);
 }
 
@@ -91,14 +109,16 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     const int64_t K = w->cols, Kp = w->ld;
     char     *ws = (char *)fm_cuda_workspace(be, fm_w8a8_linear_ws_bytes(M, K));
     float    *xs = (float *)ws;
-    unsigned *amax = (unsigned *)(ws + 16);
+    unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
     uint8_t  *xq = (uint8_t *)(ws + 256);
+    const bool debug = fm_cuda_debug_mode();
     if (M * K <= FM_W8A8_FUSED_ELEMS) {
-        act_fused_kernel<<<1, 1024, 0, be->stream>>>(x, M, K, Kp, xq, xs);
+        if (debug) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, be->stream));
+        act_fused_kernel<<<1, 1024, 0, be->stream>>>(x, M, K, Kp, xq, xs, bad);
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
-        FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof *amax, be->stream));
-        act_amax_kernel<<<grid_for(M * K, AMAX_BLOCKS), 256, 0, be->stream>>>(x, M * K, amax);
+        FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, be->stream)); /* amax and the NaN/Inf count */
+        act_amax_kernel<<<grid_for(M * K, AMAX_BLOCKS), 256, 0, be->stream>>>(x, M * K, amax, bad);
         FM_LAUNCH_CHECK("w8a8_act_amax");
         act_cast_kernel<<<grid_for(M * Kp / 16, 65536), 256, 0, be->stream>>>(x, M, K, Kp, amax, xq, xs);
         FM_LAUNCH_CHECK("w8a8_act_cast");
@@ -110,5 +130,14 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
                        "dense W8A8 projection", &err)) {
         fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);
         abort(); /* a shape the bank accepted at load; a failure here is a bug, as a device fault is */
+    }
+    if (debug) {
+        unsigned n_bad = 0;
+        FM_CUDA_CHECK(cudaMemcpyAsync(&n_bad, bad, sizeof n_bad, cudaMemcpyDeviceToHost, be->stream));
+        FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+        if (n_bad)
+            fprintf(stderr, "fp8moe: W8A8 linear [%lld x %lld] -> %lld: %u of the %lld inputs are NaN or Inf; the e4m3 "
+                    "input (and so the output) is meaningless\n", (long long)M, (long long)K, (long long)w->rows, n_bad,
+                    (long long)(M * K));
     }
 }
