@@ -29,8 +29,8 @@ static void run_captured(int64_t M, int64_t K, const float *x, char *buf, size_t
     for (int64_t i = 0; i < N * K; i++) w[i] = (float)((i * 7919) % 201 - 100) / 1000.0f;
     fm_bank *wb = gpu_bank(be, w, 1, N, K, FM_W_E4M3_PT, false);
     void *xd = gpu_upload(be, x, M * K), *yd = be->ops->alloc(be, (size_t)(M * N) * be->ops->act_size);
-    char path[] = "/tmp/fp8moe-debug-XXXXXX";
-    const int fd = mkstemp(path), saved = dup(2);
+    FILE     *tmp = tmpfile(); /* removed when closed */
+    const int fd = tmp ? fileno(tmp) : -1, saved = dup(2);
     assert_true(fd >= 0 && saved >= 0);
     fflush(stderr);
     dup2(fd, 2);
@@ -41,8 +41,7 @@ static void run_captured(int64_t M, int64_t K, const float *x, char *buf, size_t
     close(saved);
     const ssize_t n = pread(fd, buf, cap - 1, 0);
     buf[n > 0 ? n : 0] = 0;
-    close(fd);
-    unlink(path);
+    fclose(tmp);
     be->ops->free(be, xd), be->ops->free(be, yd);
     be->ops->bank_free(be, wb);
     be->ops->destroy(be);
