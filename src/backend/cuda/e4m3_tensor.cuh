@@ -14,12 +14,6 @@ static __device__ __forceinline__ float e4m3t_warp_max(float a) {
     return a;
 }
 
-// a warp's amax into *amax (every lane of the warp calls it)
-static __device__ __forceinline__ void e4m3t_amax_commit(float a, unsigned *amax) {
-    a = e4m3t_warp_max(a);
-    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(a));
-}
-
 // a block's amax into *amax with one atomic (blockDim.x a multiple of 32, at most 1024; every thread calls it):
 // atomics on one address serialise, so a grid commits one per block, not one per warp
 static __device__ __forceinline__ void e4m3t_block_amax_commit(float a, unsigned *amax) {

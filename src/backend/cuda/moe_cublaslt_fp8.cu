@@ -83,7 +83,7 @@ static __global__ void bank_amax_kernel(const bf16 *w, int64_t rows, int64_t col
     float       a = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
         a = fmaxf(a, fabsf(__bfloat162float(m[(i / cols) * ld + i % cols])));
-    e4m3t_amax_commit(a, &amax[blockIdx.y]);
+    e4m3t_block_amax_commit(a, &amax[blockIdx.y]);
 }
 
 static __global__ void bank_quant_kernel(const bf16 *w, int64_t rows, int64_t cols, int64_t ld, const unsigned *amax,
@@ -117,7 +117,7 @@ static __global__ void amax_kernel(const bf16 *x, int64_t n, unsigned *amax) {
         load8(x + 8 * i, v);
         for (int j = 0; j < 8; j++) a = fmaxf(a, fabsf(v[j]));
     }
-    e4m3t_amax_commit(a, amax);
+    e4m3t_block_amax_commit(a, amax);
 }
 
 // xq[slot_of[p], :] = e4m3(x[p / k, :] / s_x); 8 elements per thread (H a multiple of 16)
@@ -151,7 +151,7 @@ static __global__ void swiglu_amax_kernel(const bf16 *gu, int64_t P, int64_t I, 
         }
         *(uint4 *)(h + row * I + c) = raw;
     }
-    e4m3t_amax_commit(a, amax);
+    e4m3t_block_amax_commit(a, amax);
 }
 
 // hq[row, :] = e4m3(h[row, :] / s_h) for the rows that hold a pair
