@@ -107,13 +107,14 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
 
-/* W8A8 (--dense w8a8, cuBLASLt FP8): M = 1, 16, 300 on the fused (M K <= 65536) and the two-kernel activation
-   quantization, K not a multiple of 16 (padded), the Qwen3-30B-A3B attention shapes, and an all-zero input (the
+/* W8A8 (--dense w8a8): M = 1, 9, 16 (the mma.sync GEMV, one and two n8 tiles) and 300 (cuBLASLt FP8), on the
+   fused (M K <= 65536) and the two-kernel activation quantization, K not a multiple of 16 (padded) nor of 64 (the
+   GEMV's last chunk partial), the Qwen3-30B-A3B attention shapes, and an all-zero input on both GEMM routes (the
    scale floor: zeros out, no NaN). N must be a multiple of 16. */
 static void test_linear_w8a8(void **s) {
     (void)s;
-    const int64_t Ms[] = {1, 16, 300}, shapes[][2] = {{200, 208}, {2048, 5120}, {4096, 2048}};
-    for (int i = 0; i < 3; i++)
+    const int64_t Ms[] = {1, 9, 16, 300}, shapes[][2] = {{200, 208}, {2048, 5120}, {4096, 2048}};
+    for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) linear_case(FM_PRESET_FP8, FM_W_E4M3_PT, Ms[i], shapes[j][0], shapes[j][1]);
     linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 7, 192, 384, 0.0f);
     linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 300, 2048, 512, 0.0f);
@@ -129,10 +130,13 @@ static void test_linear(void **s) {
             linear_case(FM_PRESET_INT4, FM_W_INT4_G128, Ms[i], Ks[j][0], Ks[j][1]);
             linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ms[i], Ks[j][0], Ks[j][1]);
         }
-    /* W4A8 at the sizes of the issue: decode (1, 16) and prefill rows, a K that is not a multiple of 128 */
-    const int64_t Mw[] = {1, 16, 300, 1000};
-    for (int i = 0; i < 4; i++) linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Mw[i], 2048, 640);
+    /* W4A8 at the sizes of the issue: decode (1, 9, 16: the mma.sync GEMV) and prefill rows (the grouped GEMM), a
+       K that is not a multiple of 128, N not a multiple of 16 */
+    const int64_t Mw[] = {1, 9, 16, 300, 1000};
+    for (int i = 0; i < 5; i++) linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Mw[i], 2048, 640);
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 65, 4160, 96);
+    linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 11, 4160, 200);
+    linear_case_x(FM_PRESET_FP8, FM_W_INT4_G128_TC, 5, 1000, 130, 0.0f);
 }
 
 static void norm_embed_elementwise(fm_preset preset) {

@@ -8,6 +8,7 @@
 // makes every other code zero; in debug mode (FP8MOE_SYNC=1) each call reads the count back and says so.
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
+#include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -104,6 +105,37 @@ static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int6
     cast_rows(x, M, K, Kp, s, xq, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
 }
 
+// a plain 16-byte slot for the scale, then the amax word and the NaN/Inf count (fm_w8a8_linear_ws_bytes)
+void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
+                               unsigned *amax_and_bad, bool count_bad_inputs, cudaStream_t s) {
+    unsigned *amax = amax_and_bad, *bad = amax_and_bad + 1;
+    if (M * K <= FM_W8A8_FUSED_ELEMS) {
+        if (count_bad_inputs) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, s));
+        act_fused_kernel<<<1, 1024, 0, s>>>(x, M, K, Kp, xq, scale_slot, bad);
+        FM_LAUNCH_CHECK("w8a8_act_fused");
+    } else {
+        FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, s)); /* amax and the NaN/Inf count */
+        act_amax_kernel<<<grid_for(M * K, AMAX_BLOCKS), 256, 0, s>>>(x, M * K, amax, bad);
+        FM_LAUNCH_CHECK("w8a8_act_amax");
+        act_cast_kernel<<<grid_for(M * Kp / 16, 65536), 256, 0, s>>>(x, M, K, Kp, amax, xq, scale_slot);
+        FM_LAUNCH_CHECK("w8a8_act_cast");
+    }
+}
+
+void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
+                       int64_t M, bf16 *y) {
+    fm_error       err = {{0}};
+    const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
+    const float   *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
+    if (M <= FM_W8A8_GEMV_MAX_M) {
+        fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, be->stream);
+    } else if (M > INT32_MAX || fm_lt_gemm_run(be->lt, w->lt_gemm, A, a_scale, xq, x_scale, (int)M, y, be->stream,
+                                               "dense W8A8 projection", &err)) {
+        fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);
+        abort(); /* a shape the bank accepted at load; a failure here is a bug, as a device fault is */
+    }
+}
+
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const bf16 *x, int64_t M, bf16 *y) {
     if (M == 0) return;
     const int64_t K = w->cols, Kp = w->ld;
@@ -112,25 +144,8 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
     uint8_t  *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
-    if (M * K <= FM_W8A8_FUSED_ELEMS) {
-        if (debug) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, be->stream));
-        act_fused_kernel<<<1, 1024, 0, be->stream>>>(x, M, K, Kp, xq, xs, bad);
-        FM_LAUNCH_CHECK("w8a8_act_fused");
-    } else {
-        FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, be->stream)); /* amax and the NaN/Inf count */
-        act_amax_kernel<<<grid_for(M * K, AMAX_BLOCKS), 256, 0, be->stream>>>(x, M * K, amax, bad);
-        FM_LAUNCH_CHECK("w8a8_act_amax");
-        act_cast_kernel<<<grid_for(M * Kp / 16, 65536), 256, 0, be->stream>>>(x, M, K, Kp, amax, xq, xs);
-        FM_LAUNCH_CHECK("w8a8_act_cast");
-    }
-    fm_error err = {{0}};
-    const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
-    if (M > INT32_MAX ||
-        fm_lt_gemm_run(be->lt, w->lt_gemm, A, w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, xq, xs, (int)M, y, be->stream,
-                       "dense W8A8 projection", &err)) {
-        fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);
-        abort(); /* a shape the bank accepted at load; a failure here is a bug, as a device fault is */
-    }
+    fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, debug, be->stream);
+    fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {
         unsigned n_bad = 0;
         FM_CUDA_CHECK(cudaMemcpyAsync(&n_bad, bad, sizeof n_bad, cudaMemcpyDeviceToHost, be->stream));

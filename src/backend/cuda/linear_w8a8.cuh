@@ -19,6 +19,17 @@ void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, ui
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y);
 
+// Its two halves, for callers that quantize once and time the GEMM alone (bench gemm):
+// x [M, K] bf16 -> xq [M][Kp] e4m3 with its scale in *scale_slot (16-byte aligned); amax_and_bad is two device
+// words of scratch (the amax, then the count of NaN/Inf inputs, zeroed here when count_bad_inputs or when the
+// two-kernel path runs).
+void fm_cuda_w8a8_quantize_act(const __nv_bfloat16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
+                               unsigned *amax_and_bad, bool count_bad_inputs, cudaStream_t s);
+// y = xq W[idx]^T times both scales: the route table of gemv_fp8.cuh (the mma.sync GEMV up to FM_W8A8_GEMV_MAX_M
+// rows, cuBLASLt FP8 above).
+void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
+                       int64_t M, __nv_bfloat16 *y);
+
 // Workspace bytes of fm_cuda_linear_w8a8 for M rows of K columns (the memory plan counts it).
 static inline size_t fm_w8a8_linear_ws_bytes(int64_t M, int64_t K) { return (size_t)(M * ((K + 15) / 16 * 16)) + 256; }
 

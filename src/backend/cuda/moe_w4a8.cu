@@ -1,6 +1,7 @@
 // W4A8 expert FFN and dense projections (moe_w4a8.cuh). Scratch comes from the backend's one workspace, laid
 // out by src/backend/w4a8_workspace.h (which the memory plan reads too).
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
@@ -47,6 +48,20 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
 }
 
+void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
+                              int64_t M, __nv_bfloat16 *y) {
+    if (M <= FM_W4A8_GEMV_MAX_M) {
+        fm_cuda_w4a8_gemv(w, idx, x8, xs, M, M, y, be->stream);
+        return;
+    }
+    fm_w4a8_args a;
+    memset(&a, 0, sizeof a);
+    a.w = w, a.x = x8, a.xs = xs, a.lds = M;
+    a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
+    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
+    fm_cuda_w4a8_gemm(&a, be->stream);
+}
+
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y) {
     if (M == 0) return;
@@ -55,10 +70,5 @@ void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     uint8_t       *x8 = ws;
     float         *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
     fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, M, be->stream);
-    fm_w4a8_args a;
-    memset(&a, 0, sizeof a);
-    a.w = w, a.x = x8, a.xs = xs, a.lds = M;
-    a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
-    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
-    fm_cuda_w4a8_gemm(&a, be->stream);
+    fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, M, y);
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/cuda/w4a8_gemm.cuh"
+#include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 #include "backend/w4a8_workspace.h"
 
@@ -64,19 +65,6 @@ static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
-}
-
-static __device__ __forceinline__ void mma_e4m3(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The two e4m3 fragment registers held by one packed word (w4a8_layout.cuh): rows r and r + 8.
-static __device__ __forceinline__ uint32_t codes_top(uint32_t w) { return w & 0x87878787u; }
-static __device__ __forceinline__ uint32_t codes_bottom(uint32_t w) {
-    return ((w >> 3) & 0x07070707u) | ((w << 1) & 0x80808080u);
 }
 
 static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int64_t i) {

@@ -30,6 +30,12 @@
 #define FM_TC_K_GROUP   128
 #define FM_TC_CHUNK     1024 /* bytes per (16-row block, 128-group) */
 
+// The two e4m3 fragment registers held by one packed word: rows r (top) and r + 8 (bottom) of a 16-row block.
+static __device__ __forceinline__ uint32_t codes_top(uint32_t w) { return w & 0x87878787u; }
+static __device__ __forceinline__ uint32_t codes_bottom(uint32_t w) {
+    return ((w >> 3) & 0x07070707u) | ((w << 1) & 0x80808080u);
+}
+
 // Source row of tiled row r of a bank with `rows` rows (interleaved: a gate|up bank of 2I rows).
 static inline __host__ __device__ int64_t fm_tc_source_row(int64_t r, int64_t rows, bool interleaved) {
     if (!interleaved) return r;

@@ -1,0 +1,253 @@
+// Decode-size FP8 projections (gemv_fp8.cuh): the weights stream through once, the few activation rows ride along.
+//
+// Swap-AB on mma.sync.m16n8k32 e4m3 (mma_e4m3.cuh): a 16-row block of weights is the A operand, read
+// global -> registers with 16-byte loads (nothing staged in shared memory, each weight byte read once), and the
+// activation rows are the B operand, n = 8 per tile (NT = 1 tile for M <= 8, 2 for M <= 16), read from L1/L2
+// (x is at most 16 x K bytes). A CTA is 8 warps = RB row blocks x KS slices of K (RB KS = 8); a warp walks every
+// KS-th 64-byte chunk (W8A8) or 128-group (W4A8) of its rows, U of them in flight, and the KS partial sums of a
+// row block meet in shared memory in a fixed order (deterministic, no atomics).
+//
+//   W8A8 (weights e4m3 rows): the dot product does not care in which order k is visited as long as A and B
+//   agree, so lane (g, t) loads the 16 bytes at k = 64 c + 16 t of rows g and g + 8 and of activation row g, and
+//   feeds bytes 0-7 to one mma and 8-15 to the next: a0/a1 = bytes 0-3 of rows g/g+8, a2/a3 = bytes 4-7, b0/b1
+//   the same bytes of x. No permutation of the bank is needed. One fp32 scale per matrix and one per tensor,
+//   applied once at the end, as cuBLASLt does.
+//   W4A8 (int4-tc bank): the bank is already in fragment order (w4a8_layout.cuh: two 16-byte loads per lane per
+//   16-row block and 128-group); x is read in the matching mma order; per group a partial is promoted into the
+//   accumulator with (weight scale x 512 x activation scale), as the grouped kernel and the CPU emulation do.
+//
+// Floor: weight bytes / 4.25 TB/s, e.g. Qwen3-30B-A3B's attention projections (qkv 5120 x 2048, o 2048 x 4096):
+// 18.9 MB e4m3 per layer, 4.4 us; int4-tc 9.4 MB + scales, 2.3 us. At these sizes a kernel's fixed costs (launch,
+// ramp, the last wave) are of the same order: bench/NOTES.md has the measured figures.
+#include "backend/cuda/gemv_fp8.cuh"
+#include "backend/cuda/mma_e4m3.cuh"
+#include "backend/cuda/w4a8_layout.cuh"
+
+#define WARPS 8
+#define U     4 // chunks (W8A8) or groups (W4A8) in flight per warp
+
+// the KS partial sums of each row block: warp w of the CTA is (row block w / KS, slice w % KS)
+template <int NT, int KS>
+static __device__ __forceinline__ void reduce_slices(float acc[NT][4], float (*red)[NT][4][32]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[warp][nt][i][lane] = acc[nt][i];
+    __syncthreads();
+    if (warp % KS) return;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float a = red[warp][nt][i][lane];
+            for (int j = 1; j < KS; j++) a += red[warp + j][nt][i][lane];
+            acc[nt][i] = a;
+        }
+}
+
+// y for rows r0 + g and r0 + g + 8, activation rows 8 nt + 2t and + 1 (the mma's C fragment), times scale
+template <int NT>
+static __device__ __forceinline__ void store_rows(const float acc[NT][4], int64_t r0, int64_t N, int64_t M, float scale,
+                                                  __nv_bfloat16 *y) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t row = r0 + g + (i >= 2 ? 8 : 0), m = nt * 8 + 2 * t + (i & 1);
+            if (row < N && m < M) y[m * N + row] = __float2bfloat16_rn(acc[nt][i] * scale);
+        }
+}
+
+template <int NT, int KS>
+static __global__ __launch_bounds__(WARPS * 32) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
+                                                                       const float *w_scale, const uint8_t *x, int64_t M,
+                                                                       const float *x_scale, __nv_bfloat16 *y) {
+    __shared__ float red[WARPS][NT][4][32];
+    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
+    const int64_t r0 = ((int64_t)blockIdx.x * (WARPS / KS) + warp / KS) * 16;
+    const int64_t pieces = ld / 16, chunks = (pieces + 3) / 4; // 16-byte pieces of a row; 4 pieces per chunk
+    const bool    ok_a = r0 + g < N, ok_b = r0 + g + 8 < N;
+    const uint4  *wa = (const uint4 *)(W + (r0 + g) * ld), *wb = (const uint4 *)(W + (r0 + g + 8) * ld);
+    const uint4  *xr[NT];
+    bool          ok_x[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) ok_x[nt] = nt * 8 + g < M, xr[nt] = (const uint4 *)(x + (nt * 8 + g) * ld);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int64_t c0 = ks; c0 < chunks; c0 += (int64_t)KS * U) {
+        uint4 va[U], vb[U], vx[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t p = 4 * (c0 + (int64_t)u * KS) + t;
+            const bool    in = p < pieces;
+            va[u] = in && ok_a ? __ldcs(wa + p) : zero; // weights: read once, streaming
+            vb[u] = in && ok_b ? __ldcs(wb + p) : zero;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) vx[u][nt] = in && ok_x[nt] ? __ldg(xr[nt] + p) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint32_t a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y}, a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+                mma_e4m3(acc[nt], a0, vx[u][nt].x, vx[u][nt].y);
+                mma_e4m3(acc[nt], a1, vx[u][nt].z, vx[u][nt].w);
+            }
+    }
+    reduce_slices<NT, KS>(acc, red);
+    if (ks) return;
+    store_rows<NT>(acc, r0, N, M, *w_scale * *x_scale, y);
+}
+
+template <int NT, int KS>
+static __global__ __launch_bounds__(WARPS * 32) void w4a8_gemv_kernel(const uint8_t *codes, const __nv_bfloat16 *wscales,
+                                                                       int64_t N, int64_t rows_pad, int64_t n_groups,
+                                                                       const uint8_t *x, const float *xs, int64_t ld_s,
+                                                                       int64_t M, __nv_bfloat16 *y) {
+    __shared__ float red[WARPS][NT][4][32];
+    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
+    const int64_t blk = (int64_t)blockIdx.x * (WARPS / KS) + warp / KS, r0 = blk * 16;
+    const bool    live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
+    const int64_t ldx = n_groups * 128;
+    const uint8_t *wq = codes + blk * n_groups * FM_TC_CHUNK + 16 * lane;
+    const uint32_t *xr[NT];
+    bool           ok_x[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) ok_x[nt] = nt * 8 + g < M, xr[nt] = (const uint32_t *)(x + (nt * 8 + g) * ldx) + t;
+
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int64_t g0 = ks; live && g0 < n_groups; g0 += (int64_t)KS * U) {
+        uint4 v0[U], v1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t grp = g0 + (int64_t)u * KS;
+            const bool    in = grp < n_groups;
+            v0[u] = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK)) : zero;
+            v1[u] = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK + 512)) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t grp = g0 + (int64_t)u * KS;
+            if (grp >= n_groups) break;
+            const uint32_t w[8] = {v0[u].x, v0[u].y, v0[u].z, v0[u].w, v1[u].x, v1[u].y, v1[u].z, v1[u].w};
+            float          part[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) part[nt][i] = 0.0f;
+                /* step s: words 2s and 2s + 1 hold k = 32 s + 4 t + 0..3 and 32 s + 16 + 4 t + 0..3 of the group
+                   (w4a8_layout.cuh); b0 and b1 are the same bytes of activation row g: 4-byte words 8 s (+ 4)
+                   past the lane's t */
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const uint32_t a[4] = {codes_top(w[2 * s]), codes_bottom(w[2 * s]), codes_top(w[2 * s + 1]),
+                                           codes_bottom(w[2 * s + 1])};
+                    const uint32_t b0 = ok_x[nt] ? __ldg(xr[nt] + 32 * grp + 8 * s) : 0u;
+                    const uint32_t b1 = ok_x[nt] ? __ldg(xr[nt] + 32 * grp + 8 * s + 4) : 0u;
+                    mma_e4m3(part[nt], a, b0, b1);
+                }
+            }
+            const float wsa = __bfloat162float(wscales[grp * rows_pad + r0 + g]) * 512.0f;
+            const float wsb = __bfloat162float(wscales[grp * rows_pad + r0 + g + 8]) * 512.0f;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int64_t m = nt * 8 + 2 * t;
+                const float   x0 = m < M ? xs[grp * ld_s + m] : 0.0f, x1 = m + 1 < M ? xs[grp * ld_s + m + 1] : 0.0f;
+                acc[nt][0] = fmaf(part[nt][0], wsa * x0, acc[nt][0]);
+                acc[nt][1] = fmaf(part[nt][1], wsa * x1, acc[nt][1]);
+                acc[nt][2] = fmaf(part[nt][2], wsb * x0, acc[nt][2]);
+                acc[nt][3] = fmaf(part[nt][3], wsb * x1, acc[nt][3]);
+            }
+        }
+    }
+    reduce_slices<NT, KS>(acc, red);
+    if (ks || !live) return;
+    store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
+}
+
+// K slices per row block: about 8 chunks (W8A8) or 4 groups (W4A8) per warp, so a warp's loads are one or two
+// rounds of U in flight and the grid still has ~N / 16 KS / 8 CTAs
+static int slices_for(int64_t steps, int64_t per_warp) {
+    int ks = 1;
+    while (ks < WARPS && steps >= 2 * ks * per_warp) ks *= 2;
+    return ks;
+}
+
+template <int NT, int KS>
+static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
+                        const float *xsc, __nv_bfloat16 *y, cudaStream_t s) {
+    const int64_t blocks = fm_ceil_div(fm_ceil_div(N, 16), WARPS / KS);
+    w8a8_gemv_kernel<NT, KS><<<(unsigned)blocks, WARPS * 32, 0, s>>>(W, N, ld, ws, x, M, xsc, y);
+}
+
+template <int NT>
+static void dispatch_w8a8(int ks, const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
+                          const float *xsc, __nv_bfloat16 *y, cudaStream_t s) {
+    switch (ks) {
+    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, s); break;
+    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, s); break;
+    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, s); break;
+    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, s); break;
+    }
+}
+
+void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
+                       const float *x_scale, __nv_bfloat16 *y, cudaStream_t s) {
+    if (M < 1 || M > FM_GEMV_FP8_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
+        fprintf(stderr, "fp8moe: w8a8_gemv: unsupported shape (M %lld, N %lld, ld %lld)\n", (long long)M, (long long)N,
+                (long long)ld);
+        abort();
+    }
+    const int ks = slices_for(fm_ceil_div(ld, 64), 8);
+    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);
+    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);
+    FM_LAUNCH_CHECK("w8a8_gemv");
+}
+
+template <int NT, int KS>
+static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s, int64_t M,
+                        __nv_bfloat16 *y, cudaStream_t s) {
+    const int64_t  blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS);
+    const uint8_t *codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * FM_TC_CHUNK;
+    const __nv_bfloat16 *sc = w->scales + (int64_t)idx * w->n_groups * w->rows_pad;
+    w4a8_gemv_kernel<NT, KS><<<(unsigned)blocks, WARPS * 32, 0, s>>>(codes, sc, w->rows, w->rows_pad, w->n_groups, x,
+                                                                     xs, ld_s, M, y);
+}
+
+template <int NT>
+static void dispatch_w4a8(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s,
+                          int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+    switch (ks) {
+    case 1: launch_w4a8<NT, 1>(w, idx, x, xs, ld_s, M, y, s); break;
+    case 2: launch_w4a8<NT, 2>(w, idx, x, xs, ld_s, M, y, s); break;
+    case 4: launch_w4a8<NT, 4>(w, idx, x, xs, ld_s, M, y, s); break;
+    default: launch_w4a8<NT, 8>(w, idx, x, xs, ld_s, M, y, s); break;
+    }
+}
+
+void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s, int64_t M,
+                       __nv_bfloat16 *y, cudaStream_t s) {
+    if (w->fmt != FM_W_INT4_G128_TC || w->interleaved || M < 1 || M > FM_GEMV_FP8_MAX_M || idx < 0 || idx >= w->n) {
+        fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, matrix %d of %d)\n",
+                fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)M, idx, w->n);
+        abort();
+    }
+    const int ks = slices_for(w->n_groups, 4);
+    if (M <= 8) dispatch_w4a8<1>(ks, w, idx, x, xs, ld_s, M, y, s);
+    else dispatch_w4a8<2>(ks, w, idx, x, xs, ld_s, M, y, s);
+    FM_LAUNCH_CHECK("w4a8_gemv");
+}
