@@ -191,12 +191,85 @@ static void bench_moe_command(void **s) {
     }
 }
 
+/* bench gemm: help, usage errors, and the command on the CPU backend (toy shape: the op routes' formats emulated,
+ * the GEMM-only routes unavailable): both tables, the JSON rows and the figures they must satisfy. */
+static void bench_gemm_command(void **s) {
+    (void)s;
+    assert_int_equal(fp8moe("bench gemm --help"), 0);
+    assert_non_null(strstr(cli_out, "fp8-cublaslt-row"));
+    assert_non_null(strstr(cli_out, "--rows"));
+    assert_int_equal(fp8moe("bench --help"), 0);
+    assert_non_null(strstr(cli_out, "bench gemm"));
+    assert_int_equal(fp8moe("bench gemm --shape llama"), 2);
+    assert_non_null(strstr(cli_err, "toy"));
+    assert_int_equal(fp8moe("bench gemm --routes w8a8,w9a9"), 2);
+    assert_non_null(strstr(cli_err, "w9a9"));
+    assert_int_equal(fp8moe("bench gemm --routes w8a8,w8a8"), 2);
+    assert_int_equal(fp8moe("bench gemm --rows 16,0"), 2);
+    assert_int_equal(fp8moe("bench gemm --shape toy --layers 4"), 2);
+    assert_int_equal(fp8moe("bench gemm --repeat 0"), 2);
+    assert_int_equal(fp8moe("bench gemm --backend tpu"), 2);
+    assert_int_equal(fp8moe("bench gemm extra"), 2);
+
+    char json[512];
+    snprintf(json, sizeof json, "%s/gemm.json", cli_tmp);
+    assert_int_equal(fp8moe("bench gemm --shape toy --backend cpu --rows 1,9 --layers 2 --repeat 3 --warmup 1 --json %s",
+                            json), 0);
+    assert_non_null(strstr(cli_out, "| route | M=1 | M=9 |"));
+    assert_non_null(strstr(cli_out, "| floor, int4 weights |"));
+    assert_non_null(strstr(cli_out, "| w8a8-gemm | 1 | unavailable: "));
+    char text[1 << 15];
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_string_equal(cJSON_GetObjectItem(root, "shape")->valuestring, "toy");
+    assert_int_equal(cJSON_GetObjectItem(root, "layers")->valueint, 2);
+    assert_false(cJSON_IsTrue(cJSON_GetObjectItem(root, "graph_replay")));
+    const cJSON *rows = cJSON_GetObjectItem(root, "results");
+    assert_int_equal(cJSON_GetArraySize(rows), 2 * 7); /* every M x every route */
+    int ok = 0;
+    for (int i = 0; i < 14; i++) {
+        const cJSON *r     = cJSON_GetArrayItem(rows, i);
+        const char  *route = cJSON_GetObjectItem(r, "route")->valuestring;
+        const char  *st    = cJSON_GetObjectItem(r, "status")->valuestring;
+        if (strcmp(route, "bf16-cublas") && strcmp(route, "w8a8") && strcmp(route, "w4a8")) {
+            assert_string_equal(st, "unavailable"); /* GEMM-only routes: cuda only */
+            continue;
+        }
+        assert_string_equal(st, "ok");
+        ok++;
+        const double med = cJSON_GetObjectItem(r, "median_ms")->valuedouble;
+        assert_true(med > 0 && cJSON_GetObjectItem(r, "min_ms")->valuedouble <= med);
+        assert_true(cJSON_GetObjectItem(r, "max_ms")->valuedouble >= med);
+        const double M = cJSON_GetObjectItem(r, "rows")->valuedouble;
+        assert_true(fabs(cJSON_GetObjectItem(r, "flops")->valuedouble - 2 * M * (160 * 96 + 96 * 128) * 2) < 1);
+        assert_true(cJSON_GetObjectItem(r, "floor_ms")->valuedouble > 0);
+        assert_true(cJSON_GetObjectItem(r, "weight_bytes")->valuedouble > 0); /* the CPU's own bank bytes */
+        /* the same inputs and weights on every route: the quantized routes stay near bf16, which is exactly itself */
+        const double e = cJSON_GetObjectItem(r, "err_vs_bf16")->valuedouble;
+        if (!strcmp(route, "bf16-cublas")) assert_true(e == 0);
+        else assert_true(e > 1e-3 && e < 0.2);
+    }
+    assert_int_equal(ok, 2 * 3);
+    cJSON_Delete(root);
+    /* the GPU path without a GPU is one line and exit 1; with a GPU, it runs */
+    const int rc = fp8moe("bench gemm --shape toy --routes bf16-cublas --rows 3 --repeat 2 --warmup 0");
+    assert_true(rc == 0 || rc == 1);
+    if (rc == 1) {
+        assert_non_null(strstr(cli_err, "cuda"));
+        int lines = 0;
+        for (const char *c = cli_err; *c; c++) lines += *c == '\n';
+        assert_int_equal(lines, 1);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(synthetic_is_deterministic),
         cmocka_unit_test(cost_matches_hand_count),
         cmocka_unit_test(bench_command_prints_and_writes_json),
         cmocka_unit_test(bench_moe_command),
+        cmocka_unit_test(bench_gemm_command),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -4,16 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench_common.h"
 #include "cli/cli.h"
 #include "engine/cost.h"
-
-/* Ceilings measured on the H200 (bench/NOTES.md): device copy 4.25 TB/s, bf16 dense matrix ~0.79 PFLOP/s. */
-#define BANDWIDTH_BYTES_PER_S 4.25e12
-#define MATRIX_FLOPS_PER_S    0.79e15
 
 static const char *HELP =
     "usage: fp8moe bench prefill --synthetic NAME [--layers L] [--tokens T] [--preset P] [--repeat R] [options]\n"
     "       fp8moe bench moe [options]   (one MoE layer's experts, every route side by side: bench moe --help)\n"
+    "       fp8moe bench gemm [options]  (every layer's attention projections, every route side by side, CUDA-graph\n"
+    "                                     replay: bench gemm --help)\n"
     "\n"
     "Times the prefill of T tokens through the first L layers of a synthetic model with the shapes of a real\n"
     "checkpoint (weights generated on the device, then quantized by the normal load path). Prints median, min\n"
@@ -50,27 +49,18 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     return true;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double floor_ms(double bytes, double flops) {
-    const double a = bytes / BANDWIDTH_BYTES_PER_S, b = flops / MATRIX_FLOPS_PER_S;
+    const double a = bytes / BENCH_BANDWIDTH_BYTES_PER_S, b = flops / BENCH_BF16_FLOPS_PER_S; /* the cost model's floor: bf16 rate */
     return 1e3 * (a > b ? a : b);
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "prefill") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
-        return cli_usage(cmd, "the first argument must be 'prefill' or 'moe'");
+        return cli_usage(cmd, "the first argument must be 'prefill', 'moe' or 'gemm'");
     }
     bench_args a = {NULL, NULL, 2048, 10, 2};
     cli_model_opts mo;
@@ -114,7 +104,8 @@ int cmd_bench(int argc, char **argv) {
         fm_prefill_cost(&m->cfg, &m->plan, m->n_layers, T, true, &cost);
         double sorted[4096];
         memcpy(sorted, total, (size_t)n * sizeof *total);
-        const double med = median(sorted, n), mn = sorted[0], mx = sorted[n - 1];
+        double med = 0, mn = 0, mx = 0;
+        bench_stats(sorted, n, &med, &mn, &mx);
         const char *dev = m->be->ops->device_name(m->be);
         printf("bench prefill %s: %d layers, %lld tokens, preset %s, %s (%s); %ld runs after %ld warm-up; load %.1f s, %.2f GiB of weights\n",
                a.synthetic, m->n_layers, (long long)T, fm_preset_name(mo.opt.preset), m->be->ops->name, dev, a.repeat,
@@ -127,7 +118,8 @@ int cmd_bench(int argc, char **argv) {
         double stage_med[FM_STAGE_COUNT];
         for (int s = 0; s < FM_STAGE_COUNT; s++) {
             memcpy(sorted, stage[s], (size_t)n * sizeof(double));
-            stage_med[s] = median(sorted, n);
+            double lo = 0, hi = 0;
+            bench_stats(sorted, n, &stage_med[s], &lo, &hi);
             const double f = floor_ms(cost.bytes[s], cost.flops[s]);
             printf("| %s | %.3f | %.1f%% | %.3f | %.1f | %.3f | %.2f |\n", fm_stage_name((fm_stage)s), stage_med[s],
                    100.0 * stage_med[s] / med, cost.bytes[s] / 1e9, cost.flops[s] / 1e9, f, stage_med[s] > 0 ? f / stage_med[s] : 0);

@@ -9,19 +9,15 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "cli/bench_common.h"
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
 #include "backend/cuda/moe_cublaslt_fp8.cuh"
 #endif
 
-/* Ceilings measured on the H200 (bench/NOTES.md; DESIGN.md): device copy 4.25 TB/s, bf16 dense matrix ~0.79
- * PFLOP/s, FP8 dense matrix ~1.3 PFLOP/s. */
-#define BANDWIDTH_BYTES_PER_S 4.25e12
-#define BF16_FLOPS_PER_S      0.79e15
-#define FP8_FLOPS_PER_S       1.3e15
-#define MAX_TOKEN_COUNTS      16
-#define MAX_REPEAT            2000 /* two marks per run, FM_MARK_SLOTS (4096) in all */
+
+#define MAX_TOKEN_COUNTS 16
 
 static const char *CMD = "bench moe";
 
@@ -82,21 +78,20 @@ static const moe_shape shapes[] = {
 
 enum { ROUTE_INT4, ROUTE_BF16, ROUTE_LT, ROUTE_FP8, ROUTE_COUNT };
 
+static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas", "fp8-cublaslt-loop", "fp8-grouped"};
+
 static const struct {
-    const char *name;
-    fm_preset   preset; /* the plan its backend is created with */
-    bool        fp8;    /* FLOP rate of the floor */
+    fm_preset preset; /* the plan its backend is created with */
+    bool      fp8;    /* FLOP rate of the floor */
 } routes[ROUTE_COUNT] = {
-    {"int4-per-token", FM_PRESET_INT4, false},
-    {"bf16-cublas", FM_PRESET_REF, false},
-    {"fp8-cublaslt-loop", FM_PRESET_REF, true}, /* bf16 banks, quantized to e4m3 per tensor by the route */
-    {"fp8-grouped", FM_PRESET_FP8, true},
+    {FM_PRESET_INT4, false},
+    {FM_PRESET_REF, false},
+    {FM_PRESET_REF, true}, /* fp8-cublaslt-loop: bf16 banks, quantized to e4m3 per tensor by the route */
+    {FM_PRESET_FP8, true},
 };
 
-typedef enum { RES_NOT_RUN, RES_OK, RES_UNAVAILABLE, RES_FAILED } res_status;
-
 typedef struct result {
-    res_status status;
+    bench_status status;
     char       msg[sizeof(((fm_error *)0)->msg)];
     double     median_ms, min_ms, max_ms;
     double     flops, weight_bytes, act_bytes, floor_ms, err;
@@ -117,45 +112,6 @@ typedef struct bench_cfg {
 } bench_cfg;
 
 /* ---- arguments ---- */
-
-static bool parse_tokens(const char *list, bench_cfg *c) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", list);
-    c->n_tokens = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long v = 0;
-        if (c->n_tokens == MAX_TOKEN_COUNTS) {
-            cli_usage(CMD, "--tokens takes at most %d counts", MAX_TOKEN_COUNTS);
-            return false;
-        }
-        if (!cli_parse_int(CMD, "--tokens", tok, 1, 1 << 20, &v)) return false;
-        c->tokens[c->n_tokens++] = v;
-    }
-    if (!c->n_tokens) cli_usage(CMD, "--tokens expects a comma-separated list such as 512,4096, got '%s'", list);
-    return c->n_tokens > 0;
-}
-
-static bool parse_routes(const char *list, bench_cfg *c) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", list);
-    c->n_routes = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int r = 0;
-        while (r < ROUTE_COUNT && strcmp(tok, routes[r].name) != 0) r++;
-        if (r == ROUTE_COUNT) {
-            cli_usage(CMD, "unknown route '%s' (choose int4-per-token, bf16-cublas, fp8-cublaslt-loop, fp8-grouped)", tok);
-            return false;
-        }
-        for (int i = 0; i < c->n_routes; i++)
-            if (c->route[i] == r) {
-                cli_usage(CMD, "route '%s' is listed twice", tok);
-                return false;
-            }
-        c->route[c->n_routes++] = r;
-    }
-    if (!c->n_routes) cli_usage(CMD, "--routes expects a comma-separated list of routes, got '%s'", list);
-    return c->n_routes > 0;
-}
 
 enum { OPT_SHAPE = 2000, OPT_TOKENS, OPT_ROUTES, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_BACKEND, OPT_THREADS };
 
@@ -181,7 +137,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
         case OPT_ROUTES: route_list = optarg; break;
         case OPT_JSON: c->json_path = optarg; break;
         case OPT_REPEAT:
-            if (!cli_parse_int(CMD, "--repeat", optarg, 1, MAX_REPEAT, &c->repeat)) return CLI_USAGE;
+            if (!cli_parse_int(CMD, "--repeat", optarg, 1, BENCH_MAX_REPEAT, &c->repeat)) return CLI_USAGE;
             break;
         case OPT_WARMUP:
             if (!cli_parse_int(CMD, "--warmup", optarg, 0, 10000, &c->warmup)) return CLI_USAGE;
@@ -201,32 +157,20 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         if (!strcmp(shape, shapes[i].name)) c->shape = &shapes[i];
     if (!c->shape) return cli_usage(CMD, "unknown shape '%s' (choose qwen3, mixtral or toy)", shape);
-    if (tokens && !parse_tokens(tokens, c)) return CLI_USAGE;
+    if (tokens && !bench_parse_counts(CMD, "--tokens", tokens, 1, 1 << 20, c->tokens, MAX_TOKEN_COUNTS, &c->n_tokens))
+        return CLI_USAGE;
     if (!tokens) {
         c->n_tokens = c->shape->n_tokens;
         memcpy(c->tokens, c->shape->tokens, (size_t)c->n_tokens * sizeof *c->tokens);
     }
-    if (route_list && !parse_routes(route_list, c)) return CLI_USAGE;
+    if (route_list && !bench_parse_names(CMD, "--routes", route_list, route_names, ROUTE_COUNT, c->route, &c->n_routes))
+        return CLI_USAGE;
     if (!route_list)
         for (int r = 0; r < ROUTE_COUNT; r++) c->route[c->n_routes++] = r;
     return -1;
 }
 
 /* ---- inputs ---- */
-
-/* Synthetic weights (model/model_src.h), as synthetic.c makes them: uniform with variance 1 / fan_in. The seeds
- * depend only on the expert and the projection, so every route computes the same function of the same weights. */
-static fm_wsrc weight_view(uint64_t seed, int64_t rows, int64_t cols) {
-    return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}};
-}
-
-static float *synth_host(fm_synth s, int64_t rows, int64_t cols) {
-    float *v = malloc((size_t)(rows * cols) * sizeof *v);
-    if (!v) return NULL;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < rows * cols; i++) v[i] = fm_synth_value(&s, i, cols);
-    return v;
-}
 
 /* x: uniform [-1, 1) with outlier channels x8 (as the synthetic embeddings); logits: uniform with std 2 */
 static fm_status make_inputs(bench_cfg *c, fm_error *err) {
@@ -235,8 +179,8 @@ static fm_status make_inputs(bench_cfg *c, fm_error *err) {
     c->logits = calloc((size_t)c->n_tokens, sizeof *c->logits);
     if (!c->x || !c->logits) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
     for (int i = 0; i < c->n_tokens; i++) {
-        c->x[i]      = synth_host((fm_synth){0x9E3779B97F4A7C15ull, 1.0f, 0.0f, 97}, c->tokens[i], s->H);
-        c->logits[i] = synth_host((fm_synth){0xD1B54A32D192ED03ull, 2.0f * sqrtf(3.0f), 0.0f, 0}, c->tokens[i], s->E);
+        c->x[i]      = bench_input_with_outliers(c->tokens[i], s->H);
+        c->logits[i] = bench_synth_host((fm_synth){0xD1B54A32D192ED03ull, 2.0f * sqrtf(3.0f), 0.0f, 0}, c->tokens[i], s->E);
         if (!c->x[i] || !c->logits[i]) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %lld tokens", (long long)c->tokens[i]);
     }
     return FM_OK;
@@ -247,9 +191,9 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, fm_wformat fmt, 
     fm_wsrc *v = malloc((size_t)(3 * s->E) * sizeof *v);
     if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
     for (int32_t e = 0; e < s->E; e++) {
-        v[2 * e]        = weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
-        v[2 * e + 1]    = weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
-        v[2 * s->E + e] = weight_view(3 + 3 * (uint64_t)e, s->H, s->I);
+        v[2 * e]        = bench_weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
+        v[2 * e + 1]    = bench_weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
+        v[2 * s->E + e] = bench_weight_view(3 + 3 * (uint64_t)e, s->H, s->I);
     }
     /* gate_up: the backend may interleave the gate and up rows for a fused SwiGLU (the fp8 grouped kernel needs it) */
     const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true};
@@ -263,12 +207,7 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, fm_wformat fmt, 
 
 /* ---- timing ---- */
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void set_msg(result *r, res_status st, const char *msg) {
+static void set_msg(result *r, bench_status st, const char *msg) {
     r->status = st;
     snprintf(r->msg, sizeof r->msg, "%s", msg);
 }
@@ -308,7 +247,7 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     double  *ms    = malloc((size_t)c->repeat * sizeof *ms);
     res->out       = malloc((size_t)(T * s->H) * sizeof(float));
     if (!x || !lg || !ids || !w || !out || !ids_h || !ms || !res->out) {
-        set_msg(res, RES_FAILED, "out of memory for the activations");
+        set_msg(res, BENCH_FAILED, "out of memory for the activations");
         goto done;
     }
     be->ops->upload_f32(be, c->x[ti], T * s->H, x);
@@ -329,26 +268,23 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     }
     if (!st) st = be->ops->sync(be, &err);
     if (st) {
-        set_msg(res, RES_FAILED, err.msg);
+        set_msg(res, BENCH_FAILED, err.msg);
         goto done;
     }
     for (long i = 0; i < c->repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
-    qsort(ms, (size_t)c->repeat, sizeof *ms, cmp_double);
-    const long n = c->repeat;
-    res->median_ms    = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-    res->min_ms       = ms[0], res->max_ms = ms[n - 1];
+    bench_stats(ms, c->repeat, &res->median_ms, &res->min_ms, &res->max_ms);
     res->flops        = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
     res->weight_bytes = rc->weight_bytes * res->touched / s->E;
     res->act_bytes    = 2.0 * (double)(T * s->H) * (double)act;
-    const double bw_s = (res->weight_bytes + res->act_bytes) / BANDWIDTH_BYTES_PER_S;
-    const double fl_s = res->flops / (routes[rc->route].fp8 ? FP8_FLOPS_PER_S : BF16_FLOPS_PER_S);
+    const double bw_s = (res->weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
+    const double fl_s = res->flops / (routes[rc->route].fp8 ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
     res->floor_ms     = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
     be->ops->download_f32(be, out, T * s->H, res->out);
-    res->status = RES_OK;
+    res->status = BENCH_OK;
     if (c->verbose)
-        fprintf(stderr, "%s T=%lld: median %.3f ms\n", routes[rc->route].name, (long long)T, res->median_ms);
+        fprintf(stderr, "%s T=%lld: median %.3f ms\n", route_names[rc->route], (long long)T, res->median_ms);
 done:
-    if (res->status != RES_OK) free(res->out), res->out = NULL;
+    if (res->status != BENCH_OK) free(res->out), res->out = NULL;
     void *bufs[] = {x, lg, ids, w, out};
     for (int i = 0; i < 5; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
@@ -372,12 +308,12 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
 #endif
     if (!st) st = fm_backend_create(c->backend, &plan, (int32_t)c->threads, &rc.be, &e);
     if (st) {
-        for (int i = 0; i < c->n_tokens; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? RES_UNAVAILABLE : RES_FAILED, e.msg);
+        for (int i = 0; i < c->n_tokens; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
     if (!c->device[0]) snprintf(c->device, sizeof c->device, "%s", rc.be->ops->device_name(rc.be));
-    if (c->verbose) fprintf(stderr, "%s: building banks\n", routes[route].name);
+    if (c->verbose) fprintf(stderr, "%s: building banks\n", route_names[route]);
     st = make_banks(rc.be, s, plan.w_expert, &rc.gu, &rc.dn, &e);
     if (!st) rc.weight_bytes = (double)(rc.be->ops->bank_bytes(rc.gu) + rc.be->ops->bank_bytes(rc.dn));
 #ifdef FM_HAVE_CUDA
@@ -389,7 +325,7 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     }
 #endif
     for (int i = 0; i < c->n_tokens; i++) {
-        if (st) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? RES_UNAVAILABLE : RES_FAILED, e.msg);
+        if (st) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         else run_tokens(&rc, c, i, &res[i]);
     }
 #ifdef FM_HAVE_CUDA
@@ -402,16 +338,6 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
 }
 
 /* ---- report ---- */
-
-static double nerr(const float *x, const float *ref, int64_t n) {
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
-static const char *status_name(res_status s) {
-    return s == RES_OK ? "ok" : s == RES_UNAVAILABLE ? "unavailable" : s == RES_FAILED ? "failed" : "not run";
-}
 
 static double gbps(const result *r) { return (r->weight_bytes + r->act_bytes) / (r->median_ms * 1e-3) / 1e9; }
 static double tflops(const result *r) { return r->flops / (r->median_ms * 1e-3) / 1e12; }
@@ -428,9 +354,9 @@ static void print_table(const bench_cfg *c, result *res) {
     for (int ti = 0; ti < c->n_tokens; ti++)
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = &res[ri * c->n_tokens + ti];
-            const char   *name = routes[c->route[ri]].name;
-            if (r->status != RES_OK) {
-                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], status_name(r->status), r->msg);
+            const char   *name = route_names[c->route[ri]];
+            if (r->status != BENCH_OK) {
+                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], bench_status_name(r->status), r->msg);
                 continue;
             }
             char e[32] = "-";
@@ -455,18 +381,18 @@ static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err
     cJSON_AddStringToObject(root, "device", c->device[0] ? c->device : "none");
     cJSON_AddNumberToObject(root, "repeat", (double)c->repeat);
     cJSON_AddNumberToObject(root, "warmup", (double)c->warmup);
-    cJSON_AddNumberToObject(root, "bandwidth_bytes_per_s", BANDWIDTH_BYTES_PER_S);
-    cJSON_AddNumberToObject(root, "bf16_flops_per_s", BF16_FLOPS_PER_S);
-    cJSON_AddNumberToObject(root, "fp8_flops_per_s", FP8_FLOPS_PER_S);
+    cJSON_AddNumberToObject(root, "bandwidth_bytes_per_s", BENCH_BANDWIDTH_BYTES_PER_S);
+    cJSON_AddNumberToObject(root, "bf16_flops_per_s", BENCH_BF16_FLOPS_PER_S);
+    cJSON_AddNumberToObject(root, "fp8_flops_per_s", BENCH_FP8_FLOPS_PER_S);
     cJSON *arr = cJSON_AddArrayToObject(root, "results");
     for (int ti = 0; ti < c->n_tokens; ti++)
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = &res[ri * c->n_tokens + ti];
             cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "route", routes[c->route[ri]].name);
+            cJSON_AddStringToObject(o, "route", route_names[c->route[ri]]);
             cJSON_AddNumberToObject(o, "tokens", (double)c->tokens[ti]);
-            cJSON_AddStringToObject(o, "status", status_name(r->status));
-            if (r->status != RES_OK) {
+            cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
+            if (r->status != BENCH_OK) {
                 cJSON_AddStringToObject(o, "message", r->msg);
             } else {
                 cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
@@ -512,9 +438,9 @@ int cmd_bench_moe(int argc, char **argv) {
             if (c.route[ri] == ROUTE_BF16) bf = ri;
         for (int i = 0; i < c.n_routes * c.n_tokens; i++) {
             result *r = &res[i], *ref = bf >= 0 ? &res[bf * c.n_tokens + i % c.n_tokens] : NULL;
-            r->err = r->status == RES_OK && ref && ref->status == RES_OK
-                         ? nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H) : NAN;
-            if (r->status == RES_FAILED && failed < 0) failed = i;
+            r->err = r->status == BENCH_OK && ref && ref->status == BENCH_OK
+                         ? bench_nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H) : NAN;
+            if (r->status == BENCH_FAILED && failed < 0) failed = i;
         }
         print_table(&c, res);
         if (c.json_path) st = write_json(&c, res, &err);
@@ -527,7 +453,7 @@ int cmd_bench_moe(int argc, char **argv) {
         return cli_fail(CMD, st, &err);
     }
     if (failed >= 0) {
-        fprintf(stderr, "fp8moe %s: error: route %s at T=%lld failed: %s\n", CMD, routes[c.route[failed / c.n_tokens]].name,
+        fprintf(stderr, "fp8moe %s: error: route %s at T=%lld failed: %s\n", CMD, route_names[c.route[failed / c.n_tokens]],
                 (long long)c.tokens[failed % c.n_tokens], res[failed].msg);
         free(res);
         return CLI_BAD_INPUT;

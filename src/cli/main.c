@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
             "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
+            "              bench gemm: every layer's attention projections, every route side by side\n"
             "\n"
             "presets: ref (fp32 oracle), int4 (w4a16), fp8 (int4 weights as e4m3, e4m3 1x128 activations),\n"
             "         fp4 (fp8 with MXFP4 expert dispatch)\n"

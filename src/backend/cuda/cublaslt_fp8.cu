@@ -73,6 +73,13 @@ fm_status fm_lt_gemm_init(fm_lt_gemm *g, int64_t N, int64_t K, fm_error *err) {
     return FM_OK;
 }
 
+fm_status fm_lt_gemm_set_rowwise(fm_lt_gemm *g, fm_error *err) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+    return FM_OK;
+}
+
 void fm_lt_gemm_destroy(fm_lt_gemm *g) {
     if (g->d) cublasLtMatrixLayoutDestroy(g->d);
     if (g->b) cublasLtMatrixLayoutDestroy(g->b);

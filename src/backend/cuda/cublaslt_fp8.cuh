@@ -35,6 +35,9 @@ void      fm_lt_destroy(fm_lt *lt);
 // K and N multiples of 16 (FP8 needs 16-byte aligned rows); FM_ERR_UNSUPPORTED otherwise.
 fm_status fm_lt_gemm_init(fm_lt_gemm *g, int64_t N, int64_t K, fm_error *err);
 void      fm_lt_gemm_destroy(fm_lt_gemm *g);
+// Switches a shape to row-wise scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F for A and B): a_scale then
+// points to N floats (one per row of A), b_scale to n floats (one per row of B). Used by the bench gemm anchor.
+fm_status fm_lt_gemm_set_rowwise(fm_lt_gemm *g, fm_error *err);
 // Enqueues D = a_scale b_scale B A^T on stream s; `what` names the GEMM in errors (e.g. "expert 3 gate_up").
 // A, B, D and both scales must be 16-byte aligned.
 fm_status fm_lt_gemm_run(fm_lt *lt, fm_lt_gemm *g, const uint8_t *A, const float *a_scale, const uint8_t *B,
