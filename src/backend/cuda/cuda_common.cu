@@ -1,7 +1,8 @@
-// Launch checking for every kernel of the CUDA backend (see cuda_common.cuh).
+// Launch checking for every kernel of the CUDA backend (see cuda_common.cuh), and the PDL launch (pdl.cuh).
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/pdl.cuh"
 
 static int sync_mode = -1; // -1: not read yet; FP8MOE_SYNC=1 synchronises after every launch
 
@@ -21,4 +22,24 @@ void fm_cuda_launch_check(const char *kernel, const char *file, int line) {
                 cudaGetErrorString(e));
         abort();
     }
+}
+
+void fm_cuda_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void **args) {
+    static int pdl = -1;
+    if (pdl < 0) {
+        int dev = 0, major = 0;
+        const char *env = getenv("FP8MOE_PDL");
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess)
+            pdl = major >= 9 && !(env && strcmp(env, "0") == 0);
+        else pdl = 0;
+    }
+    cudaLaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cfg.attrs = pdl ? &attr : NULL, cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelExC(&cfg, fn, args); /* a failure is the last error: the caller's FM_LAUNCH_CHECK reports it */
 }

@@ -21,10 +21,14 @@
 // ramp, the last wave) are of the same order: bench/NOTES.md has the measured figures.
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 
-#define WARPS 8
-#define U     4 // chunks (W8A8) or groups (W4A8) in flight per warp
+#define WARPS  8
+// Loads in flight per warp, for one activation tile (NT = 1; halved for NT = 2 to stay within 128 registers, so
+// that two CTAs fit on an SM: the running kernel's and the next one's under PDL)
+#define W8A8_U 8 // 64-byte chunks (a Qwen3 projection at M <= 8: all of a warp's chunks in one round)
+#define W4A8_U 4 // 128-groups (likewise)
 
 // the KS partial sums of each row block: warp w of the CTA is (row block w / KS, slice w % KS)
 template <int NT, int KS>
@@ -61,10 +65,12 @@ static __device__ __forceinline__ void store_rows(const float acc[NT][4], int64_
 }
 
 template <int NT, int KS>
-static __global__ __launch_bounds__(WARPS * 32) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
+static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
                                                                        const float *w_scale, const uint8_t *x, int64_t M,
                                                                        const float *x_scale, __nv_bfloat16 *y) {
     __shared__ float red[WARPS][NT][4][32];
+    pdl_launch_dependents();
+    const int     U = W8A8_U / NT;
     const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t r0 = ((int64_t)blockIdx.x * (WARPS / KS) + warp / KS) * 16;
     const int64_t pieces = ld / 16, chunks = (pieces + 3) / 4; // 16-byte pieces of a row; 4 pieces per chunk
@@ -82,16 +88,21 @@ static __global__ __launch_bounds__(WARPS * 32) void w8a8_gemv_kernel(const uint
         for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    bool        waited = false;
     for (int64_t c0 = ks; c0 < chunks; c0 += (int64_t)KS * U) {
         uint4 va[U], vb[U], vx[U][NT];
 #pragma unroll
+        for (int u = 0; u < U; u++) { /* the weights: no earlier kernel writes them, so before the wait */
+            const int64_t p = 4 * (c0 + (int64_t)u * KS) + t;
+            va[u] = p < pieces && ok_a ? __ldcs(wa + p) : zero; // read once: streaming
+            vb[u] = p < pieces && ok_b ? __ldcs(wb + p) : zero;
+        }
+        if (!waited) pdl_wait(), waited = true;
+#pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t p = 4 * (c0 + (int64_t)u * KS) + t;
-            const bool    in = p < pieces;
-            va[u] = in && ok_a ? __ldcs(wa + p) : zero; // weights: read once, streaming
-            vb[u] = in && ok_b ? __ldcs(wb + p) : zero;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) vx[u][nt] = in && ok_x[nt] ? __ldg(xr[nt] + p) : zero;
+            for (int nt = 0; nt < NT; nt++) vx[u][nt] = p < pieces && ok_x[nt] ? __ldg(xr[nt] + p) : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -102,17 +113,20 @@ static __global__ __launch_bounds__(WARPS * 32) void w8a8_gemv_kernel(const uint
                 mma_e4m3(acc[nt], a1, vx[u][nt].z, vx[u][nt].w);
             }
     }
+    if (!waited) pdl_wait(); /* before the stores (an earlier kernel may still read y) */
     reduce_slices<NT, KS>(acc, red);
     if (ks) return;
     store_rows<NT>(acc, r0, N, M, *w_scale * *x_scale, y);
 }
 
 template <int NT, int KS>
-static __global__ __launch_bounds__(WARPS * 32) void w4a8_gemv_kernel(const uint8_t *codes, const __nv_bfloat16 *wscales,
+static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const uint8_t *codes, const __nv_bfloat16 *wscales,
                                                                        int64_t N, int64_t rows_pad, int64_t n_groups,
                                                                        const uint8_t *x, const float *xs, int64_t ld_s,
                                                                        int64_t M, __nv_bfloat16 *y) {
     __shared__ float red[WARPS][NT][4][32];
+    pdl_launch_dependents();
+    const int     U = W4A8_U / NT;
     const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t blk = (int64_t)blockIdx.x * (WARPS / KS) + warp / KS, r0 = blk * 16;
     const bool    live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
@@ -130,57 +144,65 @@ static __global__ __launch_bounds__(WARPS * 32) void w4a8_gemv_kernel(const uint
         for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    bool        waited = false;
     for (int64_t g0 = ks; live && g0 < n_groups; g0 += (int64_t)KS * U) {
         uint4 v0[U], v1[U];
+        float wsa[U], wsb[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* codes and weight scales: before the wait */
+            const int64_t grp = g0 + (int64_t)u * KS;
+            const bool    in = grp < n_groups;
+            v0[u]  = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK)) : zero;
+            v1[u]  = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK + 512)) : zero;
+            wsa[u] = in ? __bfloat162float(wscales[grp * rows_pad + r0 + g]) * 512.0f : 0.0f;
+            wsb[u] = in ? __bfloat162float(wscales[grp * rows_pad + r0 + g + 8]) * 512.0f : 0.0f;
+        }
+        if (!waited) pdl_wait(), waited = true;
+        /* step s of a group: words 2s and 2s + 1 hold k = 32 s + 4 t + 0..3 and 32 s + 16 + 4 t + 0..3
+           (w4a8_layout.cuh); b0 and b1 are the same bytes of activation row g: 4-byte words 8 s (+ 4) past the
+           lane's t. All of them, and the activation scales, are loaded before the first mma. */
+        uint32_t xw[U][NT][8];
+        float    xsc[U][NT][2];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t grp = g0 + (int64_t)u * KS;
             const bool    in = grp < n_groups;
-            v0[u] = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK)) : zero;
-            v1[u] = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK + 512)) : zero;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int64_t m = nt * 8 + 2 * t;
+#pragma unroll
+                for (int j = 0; j < 8; j++) xw[u][nt][j] = in && ok_x[nt] ? __ldg(xr[nt] + 32 * grp + 4 * j) : 0u;
+                xsc[u][nt][0] = in && m < M ? xs[grp * ld_s + m] : 0.0f;
+                xsc[u][nt][1] = in && m + 1 < M ? xs[grp * ld_s + m + 1] : 0.0f;
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int64_t grp = g0 + (int64_t)u * KS;
-            if (grp >= n_groups) break;
             const uint32_t w[8] = {v0[u].x, v0[u].y, v0[u].z, v0[u].w, v1[u].x, v1[u].y, v1[u].z, v1[u].w};
-            float          part[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) part[nt][i] = 0.0f;
-                /* step s: words 2s and 2s + 1 hold k = 32 s + 4 t + 0..3 and 32 s + 16 + 4 t + 0..3 of the group
-                   (w4a8_layout.cuh); b0 and b1 are the same bytes of activation row g: 4-byte words 8 s (+ 4)
-                   past the lane's t */
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     const uint32_t a[4] = {codes_top(w[2 * s]), codes_bottom(w[2 * s]), codes_top(w[2 * s + 1]),
                                            codes_bottom(w[2 * s + 1])};
-                    const uint32_t b0 = ok_x[nt] ? __ldg(xr[nt] + 32 * grp + 8 * s) : 0u;
-                    const uint32_t b1 = ok_x[nt] ? __ldg(xr[nt] + 32 * grp + 8 * s + 4) : 0u;
-                    mma_e4m3(part[nt], a, b0, b1);
+                    mma_e4m3(part, a, xw[u][nt][2 * s], xw[u][nt][2 * s + 1]);
                 }
-            }
-            const float wsa = __bfloat162float(wscales[grp * rows_pad + r0 + g]) * 512.0f;
-            const float wsb = __bfloat162float(wscales[grp * rows_pad + r0 + g + 8]) * 512.0f;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int64_t m = nt * 8 + 2 * t;
-                const float   x0 = m < M ? xs[grp * ld_s + m] : 0.0f, x1 = m + 1 < M ? xs[grp * ld_s + m + 1] : 0.0f;
-                acc[nt][0] = fmaf(part[nt][0], wsa * x0, acc[nt][0]);
-                acc[nt][1] = fmaf(part[nt][1], wsa * x1, acc[nt][1]);
-                acc[nt][2] = fmaf(part[nt][2], wsb * x0, acc[nt][2]);
-                acc[nt][3] = fmaf(part[nt][3], wsb * x1, acc[nt][3]);
+                acc[nt][0] = fmaf(part[0], wsa[u] * xsc[u][nt][0], acc[nt][0]);
+                acc[nt][1] = fmaf(part[1], wsa[u] * xsc[u][nt][1], acc[nt][1]);
+                acc[nt][2] = fmaf(part[2], wsb[u] * xsc[u][nt][0], acc[nt][2]);
+                acc[nt][3] = fmaf(part[3], wsb[u] * xsc[u][nt][1], acc[nt][3]);
             }
         }
     }
+    if (!waited) pdl_wait(); /* before the stores (an earlier kernel may still read y) */
     reduce_slices<NT, KS>(acc, red);
     if (ks || !live) return;
     store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
 }
 
-// K slices per row block: about 8 chunks (W8A8) or 4 groups (W4A8) per warp, so a warp's loads are one or two
-// rounds of U in flight and the grid still has ~N / 16 KS / 8 CTAs
+// K slices per row block: about 8 chunks (W8A8) or 4 groups (W4A8) per warp, so a warp's loads are one round of U
+// in flight where K allows, and the grid still has ~N / 16 KS / 8 CTAs
 static int slices_for(int64_t steps, int64_t per_warp) {
     int ks = 1;
     while (ks < WARPS && steps >= 2 * ks * per_warp) ks *= 2;
@@ -191,7 +213,8 @@ template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
                         const float *xsc, __nv_bfloat16 *y, cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(fm_ceil_div(N, 16), WARPS / KS);
-    w8a8_gemv_kernel<NT, KS><<<(unsigned)blocks, WARPS * 32, 0, s>>>(W, N, ld, ws, x, M, xsc, y);
+    void *args[] = {(void *)&W, (void *)&N, (void *)&ld, (void *)&ws, (void *)&x, (void *)&M, (void *)&xsc, (void *)&y};
+    fm_cuda_launch_pdl((const void *)w8a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args);
 }
 
 template <int NT>
@@ -224,8 +247,10 @@ static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const f
     const int64_t  blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS);
     const uint8_t *codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * FM_TC_CHUNK;
     const __nv_bfloat16 *sc = w->scales + (int64_t)idx * w->n_groups * w->rows_pad;
-    w4a8_gemv_kernel<NT, KS><<<(unsigned)blocks, WARPS * 32, 0, s>>>(codes, sc, w->rows, w->rows_pad, w->n_groups, x,
-                                                                     xs, ld_s, M, y);
+    int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups;
+    void   *args[] = {(void *)&codes, (void *)&sc,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups,
+                      (void *)&x,     (void *)&xs,   (void *)&ld_s, (void *)&M,        (void *)&y};
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args);
 }
 
 template <int NT>

@@ -10,6 +10,7 @@
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
+#include "backend/cuda/pdl.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -66,25 +67,64 @@ static __device__ __forceinline__ void count_bad(unsigned n, unsigned *bad) {
     if ((threadIdx.x & 31) == 0 && n) atomicAdd(bad, n);
 }
 
-// decode sizes: one block does all three steps (its own amax reduction: no atomics, no second launch)
-static __global__ void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
-                                        unsigned *bad) {
+// 8 consecutive elements of row r from column c0 (zeros past K), packed as they are (bf16): one 16-byte load
+// where the row allows
+static __device__ __forceinline__ uint4 load8(const bf16 *x, int64_t r, int64_t c0, int64_t K) {
+    const bf16 *p = x + r * K + c0;
+    if (c0 + 8 <= K && ((uintptr_t)p & 15) == 0) return *(const uint4 *)p;
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (c0 + j < K) w[j / 2] |= (uint32_t)__bfloat16_as_ushort(p[j]) << (16 * (j % 2));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// element j (0..7, a constant after unrolling) of 8 packed bf16, as a float (a bf16 is the top half of one)
+static __device__ __forceinline__ float elem8(const uint4 v, int j) {
+    const uint32_t w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+    return __uint_as_float(j % 2 ? w & 0xFFFF0000u : w << 16);
+}
+
+// decode sizes (M Kp <= FM_W8A8_FUSED_ELEMS): one block does all three steps with its own amax reduction (no
+// atomics, no second launch); each thread keeps up to FUSED_PIECES pieces of 8 bf16 in registers between the
+// reduction and the cast, all loaded in one round. Launched with PDL: the GEMM after it starts meanwhile.
+#define FUSED_THREADS 1024
+#define FUSED_PIECES  (FM_W8A8_FUSED_ELEMS / 8 / FUSED_THREADS)
+static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp,
+                                                                        uint8_t *xq, float *scale_slot, unsigned *bad) {
     __shared__ float red[32];
-    float    a = 0.0f;
-    unsigned n_bad = 0;
-    for (int64_t i = threadIdx.x; i < M * K; i += blockDim.x) {
-        const float v = __bfloat162float(x[i]);
-        a = fmaxf(a, fabsf(v)), n_bad += !isfinite(v);
+    pdl_launch_dependents();
+    pdl_wait();
+    const int64_t per_row = Kp / 8, n = M * per_row;
+    uint4         v[FUSED_PIECES];
+    float         a = 0.0f;
+    unsigned      n_bad = 0;
+#pragma unroll
+    for (int i = 0; i < FUSED_PIECES; i++) {
+        const int64_t p = threadIdx.x + (int64_t)i * FUSED_THREADS;
+        v[i] = p < n ? load8(x, p / per_row, (p % per_row) * 8, K) : make_uint4(0, 0, 0, 0);
     }
+#pragma unroll
+    for (int i = 0; i < FUSED_PIECES; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) a = fmaxf(a, fabsf(elem8(v[i], j))), n_bad += !isfinite(elem8(v[i], j));
     count_bad(n_bad, bad);
     a = e4m3t_warp_max(a);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
     __syncthreads();
     a = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) a = fmaxf(a, red[w]);
+    for (int w = 0; w < FUSED_THREADS / 32; w++) a = fmaxf(a, red[w]);
     const float s = e4m3t_scale_of(__float_as_uint(a));
     if (threadIdx.x == 0) scale_slot[0] = s;
-    cast_rows(x, M, K, Kp, s, xq, threadIdx.x, blockDim.x);
+#pragma unroll
+    for (int i = 0; i < FUSED_PIECES; i++) {
+        const int64_t p = threadIdx.x + (int64_t)i * FUSED_THREADS;
+        if (p >= n) break;
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int j = 0; j < 8; j++) w[j / 4] |= (uint32_t)e4m3t_encode(elem8(v[i], j) / s) << (8 * (j % 4));
+        *(uint2 *)(xq + (p / per_row) * Kp + (p % per_row) * 8) = make_uint2(w[0], w[1]);
+    }
 }
 
 static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax, unsigned *bad) {
@@ -109,9 +149,10 @@ static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int6
 void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
                                unsigned *amax_and_bad, bool count_bad_inputs, cudaStream_t s) {
     unsigned *amax = amax_and_bad, *bad = amax_and_bad + 1;
-    if (M * K <= FM_W8A8_FUSED_ELEMS) {
+    if (M * Kp <= FM_W8A8_FUSED_ELEMS) {
         if (count_bad_inputs) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, s));
-        act_fused_kernel<<<1, 1024, 0, s>>>(x, M, K, Kp, xq, scale_slot, bad);
+        void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&Kp, (void *)&xq, (void *)&scale_slot, (void *)&bad};
+        fm_cuda_launch_pdl((const void *)act_fused_kernel, dim3(1), dim3(FUSED_THREADS), 0, s, args);
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
         FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, s)); /* amax and the NaN/Inf count */

@@ -13,7 +13,8 @@ void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, ui
                                   unsigned *amax_tmp, cudaStream_t s);
 
 // y [M, N] bf16 = x [M, K] W[idx]^T for an e4m3-tensor bank. Quantizes x per tensor into the backend's
-// workspace: one fused launch (amax, scale, cast in one block) up to FM_W8A8_FUSED_ELEMS elements, an amax
+// workspace: one fused launch (amax, scale, cast in one block) up to FM_W8A8_FUSED_ELEMS elements of x with its
+// rows padded to 16 (M Kp), an amax
 // reduction and a cast above (the branch depends on the shape only).
 #define FM_W8A8_FUSED_ELEMS 65536
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,

@@ -3,6 +3,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/moe_dispatch.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/w4a8_workspace.h"
 
 #define MAX_EXPERTS 1024
@@ -44,31 +45,35 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t *se
     if (e == E - 1) *n_tiles = ntl[e];
 }
 
-// One warp quantizes one row of K columns: 128 columns per step, 4 per lane (8-byte loads, 4-byte stores).
+// One warp quantizes one 128-column group of a row of K columns, 4 per lane (8-byte loads, 4-byte stores).
+static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *x, int64_t K, int64_t grp, uint8_t *dst,
+                                                           float *xs, int64_t ld_s, int64_t slot) {
+    const int     lane = threadIdx.x & 31;
+    const int64_t k = grp * 128 + lane * 4;
+    float         v[4];
+    if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
+        const uint2 raw = *(const uint2 *)(x + k);
+        const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
+        v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
+    } else {
+        for (int i = 0; i < 4; i++) v[i] = k + i < K ? __bfloat162float(x[k + i]) : 0.0f;
+    }
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+    uint32_t    word  = 0;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
+        word |= c << (8 * i);
+    }
+    *(uint32_t *)(dst + k) = word;
+    if (lane == 0) xs[grp * ld_s + slot] = scale;
+}
+
+// One warp quantizes one row, group after group.
 static __device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16 *x, int64_t K, uint8_t *dst, float *xs,
                                                          int64_t ld_s, int64_t slot) {
-    const int lane = threadIdx.x & 31;
-    for (int64_t k0 = 0, grp = 0; k0 < K; k0 += 128, grp++) {
-        const int64_t k = k0 + lane * 4;
-        float v[4];
-        if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
-            const uint2 raw = *(const uint2 *)(x + k);
-            const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
-            v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
-        } else {
-            for (int i = 0; i < 4; i++) v[i] = k + i < K ? __bfloat162float(x[k + i]) : 0.0f;
-        }
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
-        uint32_t    word  = 0;
-        for (int i = 0; i < 4; i++) {
-            const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
-            word |= c << (8 * i);
-        }
-        *(uint32_t *)(dst + k) = word;
-        if (lane == 0) xs[grp * ld_s + slot] = scale;
-    }
+    for (int64_t grp = 0; grp * 128 < K; grp++) quantize_group_warp(x, K, grp, dst, xs, ld_s, slot);
 }
 
 static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, int32_t k, int64_t H, const int32_t *ids,
@@ -87,14 +92,20 @@ static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, 
     }
 }
 
+// Dense rows: one warp per (row, group), so that a decode-sized input is one round of loads; launched with PDL
+// (pdl.cuh): the GEMM after it may start loading its weights meanwhile.
 static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs,
                                             int64_t ld_s) {
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), Kp = (K + 127) / 128 * 128;
-    for (int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); r < M; r += warps)
-        quantize_row_warp(x + r * K, K, x8 + r * Kp, xs, ld_s, r);
+    pdl_launch_dependents();
+    pdl_wait();
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (K + 127) / 128;
+    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < M * G; task += warps) {
+        const int64_t r = task / G;
+        quantize_group_warp(x + r * K, K, task % G, x8 + r * G * 128, xs, ld_s, r);
+    }
 }
 
-static unsigned warp_blocks(int64_t n) { /* 8 warps per block, one row per warp, capped grid */
+static unsigned warp_blocks(int64_t n) { /* 8 warps per block, one task (row or group) per warp, capped grid */
     const int64_t b = fm_ceil_div(n, 8);
     return (unsigned)(b < 8192 ? (b > 0 ? b : 1) : 8192);
 }
@@ -119,6 +130,8 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, int64_t ld_s,
                                 cudaStream_t s) {
     if (M == 0) return;
-    quantize_rows_kernel<<<warp_blocks(M), 256, 0, s>>>(x, M, K, x8, xs, ld_s);
+    void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&x8, (void *)&xs, (void *)&ld_s};
+    fm_cuda_launch_pdl((const void *)quantize_rows_kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s,
+                       args);
     FM_LAUNCH_CHECK("quantize_e4m3_rows");
 }

@@ -1,0 +1,33 @@
+// Programmatic dependent launch (PDL, sm_90): a kernel launched with it may start while the kernel before it in
+// the stream is still running, so its prologue (for a decode GEMV: issuing its weight loads, which depend on no
+// earlier kernel) overlaps the previous kernel's tail and its own launch latency. Inside such a kernel:
+//   pdl_launch_dependents()  lets the next PDL kernel start launching (called early: resources permitting, its
+//                            CTAs become resident beside ours)
+//   pdl_wait()               blocks until the previous kernel has completed and its writes are visible; nothing
+//                            the previous kernels wrote may be read, and nothing they might read may be written,
+//                            before it
+// Both are no-ops when the kernel was launched normally, and on sm_89 (compiled out: Ada has no PDL). A kernel
+// launched with fm_cuda_launch_pdl must call pdl_wait before touching data of earlier kernels. In a CUDA graph
+// the dependency becomes a programmatic edge. FP8MOE_PDL=0 launches normally (for same-run A/B).
+#ifndef FM_CUDA_PDL_CUH
+#define FM_CUDA_PDL_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+static __device__ __forceinline__ void pdl_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Launches fn (a __global__ function; args: pointers to its arguments, as cudaLaunchKernel takes them) with PDL
+// where the GPU has it (compute capability 9+, FP8MOE_PDL not 0), normally elsewhere.
+void fm_cuda_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void **args);
+
+#endif
