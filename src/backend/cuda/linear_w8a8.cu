@@ -185,6 +185,12 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
     uint8_t  *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
+    /* decode sizes: the GEMV quantizes x itself (no NaN/Inf count there: debug mode takes the quantizer) */
+    if (M <= FM_W8A8_GEMV_MAX_M && !debug && fm_cuda_gemv_fused_quant()) {
+        fm_cuda_w8a8_gemv_bf16((const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld, w->rows, w->ld,
+                               w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, x, M, K, y, be->stream);
+        return;
+    }
     fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, debug, be->stream);
     fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {

@@ -65,6 +65,10 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y) {
     if (M == 0) return;
+    if (M <= FM_W4A8_GEMV_MAX_M && fm_cuda_gemv_fused_quant()) { /* decode sizes: the GEMV quantizes x itself */
+        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, be->stream);
+        return;
+    }
     const int64_t  K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
     uint8_t       *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
     uint8_t       *x8 = ws;
