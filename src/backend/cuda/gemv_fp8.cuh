@@ -6,12 +6,27 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 #define FM_GEMV_FP8_MAX_M 16 // two n8 tiles of activation rows
+#define FM_GEMV_FP8_SMEM_MAX (96 * 1024) // x staged per CTA: M rows of K e4m3 (+ scales), at most this
 
 // The route table of the dense FP8 projections: up to these row counts the ops (linear_w8a8.cu, moe_w4a8.cu) take
 // these kernels, above them cuBLASLt (W8A8) and the grouped W4A8 GEMM. bench/NOTES.md ("bench gemm") has the
 // same-run figures the thresholds rest on.
 #define FM_W8A8_GEMV_MAX_M FM_GEMV_FP8_MAX_M
 #define FM_W4A8_GEMV_MAX_M FM_GEMV_FP8_MAX_M
+
+// Shared memory a GEMV stages x in: M rows (rounded to 8 or 16) of ldx e4m3 bytes (W8A8: the bank's ld; W4A8: the
+// padded K), plus padding and (W4A8) scales. The ops take the GEMV only when this is <= FM_GEMV_FP8_SMEM_MAX
+// (K <= 5.9k at M <= 16: every dense projection of the models we run).
+size_t fm_cuda_gemv_fp8_smem(bool w4a8, int64_t M, int64_t ldx);
+
+// The route table: whether an op of M rows takes the GEMV (ldx as above).
+static inline bool fm_w8a8_takes_gemv(int64_t M, int64_t ld) {
+    return M <= FM_W8A8_GEMV_MAX_M && fm_cuda_gemv_fp8_smem(false, M, ld) <= FM_GEMV_FP8_SMEM_MAX;
+}
+static inline bool fm_w4a8_takes_gemv(int64_t M, int64_t k_pad) {
+    return M <= FM_W4A8_GEMV_MAX_M && fm_cuda_gemv_fp8_smem(true, M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
+}
+
 
 // Whether the ops quantize a decode-sized input inside the GEMV (the *_bf16 kernels below) rather than with a
 // quantizer launch first: yes, unless FP8MOE_GEMV_FUSED=0 (kept for the same-run A/B of bench/NOTES.md).

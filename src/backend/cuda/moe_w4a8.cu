@@ -50,7 +50,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
                               int64_t M, __nv_bfloat16 *y) {
-    if (M <= FM_W4A8_GEMV_MAX_M) {
+    if (fm_w4a8_takes_gemv(M, w->n_groups * 128)) {
         fm_cuda_w4a8_gemv(w, idx, x8, xs, M, M, y, be->stream);
         return;
     }
@@ -65,7 +65,7 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y) {
     if (M == 0) return;
-    if (M <= FM_W4A8_GEMV_MAX_M && fm_cuda_gemv_fused_quant()) { /* decode sizes: the GEMV quantizes x itself */
+    if (fm_w4a8_takes_gemv(M, w->n_groups * 128) && fm_cuda_gemv_fused_quant()) { /* decode sizes: the GEMV quantizes x itself */
         fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, be->stream);
         return;
     }
