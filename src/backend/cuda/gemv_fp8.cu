@@ -244,12 +244,13 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
             }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int64_t p = 4 * (c0 + (int64_t)u * KS) + t;
-            if (p >= pieces) continue;
+            /* p differs between the lanes of a quad: a piece past the row is zeros (va, vb too), never a skipped
+               mma (mma.sync needs the whole warp) */
+            const int64_t  p = 4 * (c0 + (int64_t)u * KS) + t;
             const uint32_t a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y}, a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const uint4 b = *(const uint4 *)(xsm + (nt * 8 + g) * ldsm + 16 * p);
+                const uint4 b = p < pieces ? *(const uint4 *)(xsm + (nt * 8 + g) * ldsm + 16 * p) : zero;
                 mma_e4m3(acc[nt], a0, b.x, b.y);
                 mma_e4m3(acc[nt], a1, b.z, b.w);
             }
