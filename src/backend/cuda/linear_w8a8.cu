@@ -168,7 +168,7 @@ void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const ui
     fm_error       err = {{0}};
     const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
     const float   *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
-    if (fm_w8a8_takes_gemv(M, w->ld)) {
+    if (fm_w8a8_takes_gemv(M)) {
         fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, be->stream);
     } else if (M > INT32_MAX || fm_lt_gemm_run(be->lt, w->lt_gemm, A, a_scale, xq, x_scale, (int)M, y, be->stream,
                                                "dense W8A8 projection", &err)) {
@@ -185,12 +185,6 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
     uint8_t  *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
-    /* decode sizes: the GEMV quantizes x itself (no NaN/Inf count there: debug mode takes the quantizer) */
-    if (fm_w8a8_takes_gemv(M, w->ld) && !debug && fm_cuda_gemv_fused_quant()) {
-        fm_cuda_w8a8_gemv_bf16((const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld, w->rows, w->ld,
-                               w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, x, M, K, y, be->stream);
-        return;
-    }
     fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, debug, be->stream);
     fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {

@@ -65,10 +65,6 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y) {
     if (M == 0) return;
-    if (fm_w4a8_takes_gemv(M, w->n_groups * 128) && fm_cuda_gemv_fused_quant()) { /* decode sizes: the GEMV quantizes x itself */
-        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, be->stream);
-        return;
-    }
     const int64_t  K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
     uint8_t       *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
     uint8_t       *x8 = ws;
