@@ -107,14 +107,14 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
 
-/* W8A8 (--dense w8a8): M = 1, 9, 16 (the mma.sync GEMV, one and two n8 tiles) and 300 (cuBLASLt FP8), on the
-   fused (M K <= 65536) and the two-kernel activation quantization, K not a multiple of 16 (padded) nor of 64 (the
-   GEMV's last chunk partial), the Qwen3-30B-A3B attention shapes, and an all-zero input on both GEMM routes (the
-   scale floor: zeros out, no NaN). N must be a multiple of 16. */
+/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; gemv_fp8.cuh has the route
+   table), on the fused (M Kp <= 65536) and the two-kernel activation quantization, K not a multiple of 16 (padded)
+   nor of 64 (the GEMV's last chunk partial), the Qwen3-30B-A3B attention shapes, and an all-zero input on both GEMM
+   routes (the scale floor: zeros out, no NaN). N must be a multiple of 16. */
 static void test_linear_w8a8(void **s) {
     (void)s;
-    const int64_t Ms[] = {1, 9, 16, 300}, shapes[][2] = {{200, 208}, {2048, 5120}, {4096, 2048}};
-    for (int i = 0; i < 4; i++)
+    const int64_t Ms[] = {1, 8, 9, 16, 300}, shapes[][2] = {{200, 208}, {2048, 5120}, {4096, 2048}};
+    for (int i = 0; i < 5; i++)
         for (int j = 0; j < 3; j++) linear_case(FM_PRESET_FP8, FM_W_E4M3_PT, Ms[i], shapes[j][0], shapes[j][1]);
     linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 7, 192, 384, 0.0f);
     linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 300, 2048, 512, 0.0f);

@@ -26,6 +26,8 @@
 // Floor: weight bytes / 4.25 TB/s, e.g. Qwen3-30B-A3B's attention projections (qkv 5120 x 2048, o 2048 x 4096):
 // 18.9 MB e4m3 per layer, 4.4 us; int4-tc 9.4 MB + scales, 2.3 us. At these sizes a kernel's fixed costs (launch,
 // ramp, the wait, the last wave) are of the same order: bench/NOTES.md has the measured figures.
+#include <string.h>
+
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
@@ -247,6 +249,15 @@ static int slices_for(int64_t steps, int64_t per_warp) {
     return ks;
 }
 
+bool fm_cuda_gemv_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *env = getenv("FP8MOE_GEMV");
+        on = !(env && strcmp(env, "0") == 0);
+    }
+    return on == 1;
+}
+
 size_t fm_cuda_gemv_fp8_smem(int64_t M, int64_t k_pad) {
     const int64_t rows = M <= 8 ? 8 : 16;
     return (size_t)(rows * (k_pad + W4A8_PAD) + rows * (k_pad / 128) * (int64_t)sizeof(float));
@@ -273,14 +284,12 @@ static void dispatch_w8a8(int ks, const uint8_t *W, int64_t N, int64_t ld, const
 
 void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
                        const float *x_scale, __nv_bfloat16 *y, cudaStream_t s) {
-    if (M < 1 || M > FM_GEMV_FP8_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
+    if (M < 1 || M > FM_W8A8_GEMV_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
         fprintf(stderr, "fp8moe: w8a8_gemv: unsupported shape (M %lld, N %lld, ld %lld)\n", (long long)M, (long long)N,
                 (long long)ld);
         abort();
     }
-    const int ks = slices_for(fm_ceil_div(ld, 64), 8);
-    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);
-    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);
+    dispatch_w8a8<1>(slices_for(fm_ceil_div(ld, 64), 8), W, N, ld, w_scale, x, M, x_scale, y, s); /* one n8 tile */
     FM_LAUNCH_CHECK("w8a8_gemv");
 }
 
@@ -317,7 +326,7 @@ static void dispatch_w4a8(int ks, const fm_bank *w, int32_t idx, const uint8_t *
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s, int64_t M,
                        __nv_bfloat16 *y, cudaStream_t s) {
     if (w->fmt != FM_W_INT4_G128_TC || w->interleaved || idx < 0 || idx >= w->n ||
-        !fm_w4a8_takes_gemv(M, w->n_groups * 128) || M < 1) {
+        M < 1 || M > FM_GEMV_FP8_MAX_M || fm_cuda_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)M, (long long)w->cols, idx,
                 w->n);

@@ -11,16 +11,22 @@
 // Shared memory the W4A8 GEMV stages x in: M rows (rounded up to 8 or 16) of k_pad e4m3 bytes, padding, scales.
 size_t fm_cuda_gemv_fp8_smem(int64_t M, int64_t k_pad);
 
-// The route table of the dense FP8 projections: up to FM_GEMV_FP8_MAX_M rows the ops (linear_w8a8.cu,
-// moe_w4a8.cu) take these kernels, above them cuBLASLt (W8A8) and the grouped W4A8 GEMM. bench/NOTES.md
-// ("bench gemm") has the same-run figures the threshold rests on.
-static inline bool fm_w8a8_takes_gemv(int64_t M) { return M >= 1 && M <= FM_GEMV_FP8_MAX_M; }
+// The route table of the dense FP8 projections (linear_w8a8.cu, moe_w4a8.cu): these GEMVs up to the row counts
+// below, cuBLASLt FP8 (W8A8) or the grouped W4A8 kernel above. Same-run figures (bench gemm, H200, bench/NOTES.md
+// "bench gemm v4"): the W8A8 GEMV beats cuBLASLt at M = 1 and 8 (0.449 / 0.494 ms for 48 layers against 0.600 /
+// 0.559) and loses at M = 16 (0.670 against 0.564), where it runs two n8 tiles: threshold 8. FP8MOE_GEMV=0 turns
+// the GEMVs off (for that A/B).
+#define FM_W8A8_GEMV_MAX_M 8
+#define FM_W4A8_GEMV_MAX_M FM_GEMV_FP8_MAX_M
+bool fm_cuda_gemv_enabled(void);
+static inline bool fm_w8a8_takes_gemv(int64_t M) { return M >= 1 && M <= FM_W8A8_GEMV_MAX_M && fm_cuda_gemv_enabled(); }
 static inline bool fm_w4a8_takes_gemv(int64_t M, int64_t k_pad) {
-    return M >= 1 && M <= FM_GEMV_FP8_MAX_M && fm_cuda_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
+    return M >= 1 && M <= FM_W4A8_GEMV_MAX_M && fm_cuda_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX &&
+           fm_cuda_gemv_enabled();
 }
 
-// W8A8: W e4m3 [N][ld] with its scale at *w_scale, x e4m3 [M][ld] (columns past K zero) with its scale at
-// *x_scale (both scales device pointers: nothing is read back), y bf16 [M][N]. ld a multiple of 16.
+// W8A8, M <= FM_W8A8_GEMV_MAX_M: W e4m3 [N][ld] with its scale at *w_scale, x e4m3 [M][ld] (columns past K zero)
+// with its scale at *x_scale (both scales device pointers: nothing is read back), y bf16 [M][N]. ld a multiple of 16.
 extern "C" void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
                                   int64_t M, const float *x_scale, __nv_bfloat16 *y, cudaStream_t s);
 
