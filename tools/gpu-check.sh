@@ -9,9 +9,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 make -j"$(nproc)" all tests-build $(ls tests/gpu/test_*.c | sed "s|^tests|build/tests|; s|\.c$||") >"$out/build.log" 2>&1 \
     || { tail -30 "$out/build.log"; exit 1; }
 t0=$(date +%s); make test >"$out/test.log" 2>&1; test_rc=$?; test_s=$(( $(date +%s) - t0 ))
-t0=$(date +%s); ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
+# every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
+t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
 # the sm_89 (mma.sync) W4A8 kernel, forced on this GPU
 FP8MOE_W4A8=mma ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops_mma.log" 2>&1; ops_mma_rc=$?
+# the dense projections without the decode GEMVs (cuBLASLt and the grouped kernel at every M), and without PDL
+FP8MOE_GEMV=0 FP8MOE_PDL=0 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops \
+    >"$out/gpu_ops_nogemv.log" 2>&1; ops_nogemv_rc=$?
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
@@ -39,6 +43,7 @@ echo "| check | result |"
 echo "|---|---|"
 echo "| make test (CPU suite) | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.log") programs passed, ${test_s} s |"
 echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops.log" | sort -g -k2 | tail -1), ${ops_s} s |"
+echo "| CUDA dense-projection tests without the decode GEMVs and PDL | rc $ops_nogemv_rc |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"
