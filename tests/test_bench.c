@@ -124,6 +124,17 @@ static void bench_command_prints_and_writes_json(void **s) {
     assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 0"), 2);
 }
 
+/* the options every side-by-side benchmark shares (bench_common.c), refused with exit code 2 */
+static void common_usage_errors(const char *bench) {
+    assert_int_equal(fp8moe("bench %s --repeat 5000", bench), 2);
+    assert_int_equal(fp8moe("bench %s --repeat 0", bench), 2);
+    assert_int_equal(fp8moe("bench %s --warmup -1", bench), 2);
+    assert_int_equal(fp8moe("bench %s --threads 0", bench), 2);
+    assert_int_equal(fp8moe("bench %s --backend tpu", bench), 2);
+    assert_non_null(strstr(cli_err, "tpu"));
+    assert_int_equal(fp8moe("bench %s extra", bench), 2);
+}
+
 /* bench moe: help, usage errors, and the whole command on the CPU backend (the routes' formats emulated, toy shape):
  * the table, the JSON rows, the comparison against the bf16 route. The GPU run is checked by hand (bench/NOTES.md). */
 static void bench_moe_command(void **s) {
@@ -139,10 +150,8 @@ static void bench_moe_command(void **s) {
     assert_non_null(strstr(cli_err, "nope"));
     assert_int_equal(fp8moe("bench moe --routes bf16-cublas,bf16-cublas"), 2);
     assert_int_equal(fp8moe("bench moe --tokens 16,0"), 2);
-    assert_int_equal(fp8moe("bench moe --repeat 5000"), 2);
-    assert_int_equal(fp8moe("bench moe --backend tpu"), 2);
+    common_usage_errors("moe");
     assert_int_equal(fp8moe("bench moe --model x"), 2);
-    assert_int_equal(fp8moe("bench moe extra"), 2);
 
     char json[512];
     snprintf(json, sizeof json, "%s/moe.json", cli_tmp);
@@ -207,9 +216,7 @@ static void bench_gemm_command(void **s) {
     assert_int_equal(fp8moe("bench gemm --routes w8a8,w8a8"), 2);
     assert_int_equal(fp8moe("bench gemm --rows 16,0"), 2);
     assert_int_equal(fp8moe("bench gemm --shape toy --layers 4"), 2);
-    assert_int_equal(fp8moe("bench gemm --repeat 0"), 2);
-    assert_int_equal(fp8moe("bench gemm --backend tpu"), 2);
-    assert_int_equal(fp8moe("bench gemm extra"), 2);
+    common_usage_errors("gemm");
 
     char json[512];
     snprintf(json, sizeof json, "%s/gemm.json", cli_tmp);

@@ -4,11 +4,36 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
 const char *bench_status_name(bench_status s) {
     return s == BENCH_OK ? "ok" : s == BENCH_UNAVAILABLE ? "unavailable" : s == BENCH_FAILED ? "failed" : "not run";
+}
+
+void bench_opts_init(bench_opts *b, long repeat, long warmup) {
+    memset(b, 0, sizeof *b);
+    b->repeat = repeat, b->warmup = warmup, b->backend = "cuda";
+    b->verbose = isatty(STDERR_FILENO);
+}
+
+int bench_common_option(const char *cmd, int o, const char *arg, bench_opts *b) {
+    switch (o) {
+    case 'v': b->verbose = true; return 1;
+    case BENCH_OPT_JSON: b->json_path = arg; return 1;
+    case BENCH_OPT_REPEAT: return cli_parse_int(cmd, "--repeat", arg, 1, BENCH_MAX_REPEAT, &b->repeat) ? 1 : -1;
+    case BENCH_OPT_WARMUP: return cli_parse_int(cmd, "--warmup", arg, 0, 10000, &b->warmup) ? 1 : -1;
+    case BENCH_OPT_THREADS: return cli_parse_int(cmd, "--threads", arg, 1, 4096, &b->threads) ? 1 : -1;
+    case BENCH_OPT_BACKEND:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
+            cli_usage(cmd, "--backend must be cuda or cpu, got '%s'", arg);
+            return -1;
+        }
+        b->backend = arg;
+        return 1;
+    }
+    return 0;
 }
 
 bool bench_parse_counts(const char *cmd, const char *opt, const char *list, long lo, long hi, int64_t *out, int max,
@@ -86,4 +111,48 @@ double bench_nerr(const float *x, const float *ref, int64_t n) {
     double d = 0, r = 0;
     for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
     return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+void bench_row_set(bench_row *r, bench_status st, const char *msg) {
+    r->status = st;
+    snprintf(r->msg, sizeof r->msg, "%s", msg);
+}
+
+void bench_row_json(const bench_row *r, cJSON *o) {
+    cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
+    if (r->status != BENCH_OK) {
+        cJSON_AddStringToObject(o, "message", r->msg);
+        return;
+    }
+    cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+    cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+    cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
+    cJSON_AddNumberToObject(o, "flops", r->flops);
+    cJSON_AddNumberToObject(o, "weight_bytes", r->weight_bytes);
+    cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+    cJSON_AddNumberToObject(o, "x_floor", r->median_ms / r->floor_ms);
+    if (isnan(r->err)) cJSON_AddNullToObject(o, "err_vs_bf16");
+    else cJSON_AddNumberToObject(o, "err_vs_bf16", r->err);
+}
+
+cJSON *bench_json_root(const char *bench, const char *backend, const char *device, long repeat, long warmup) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "bench", bench);
+    cJSON_AddStringToObject(root, "backend", backend);
+    cJSON_AddStringToObject(root, "device", device);
+    cJSON_AddNumberToObject(root, "repeat", (double)repeat);
+    cJSON_AddNumberToObject(root, "warmup", (double)warmup);
+    cJSON_AddNumberToObject(root, "bandwidth_bytes_per_s", BENCH_BANDWIDTH_BYTES_PER_S);
+    cJSON_AddNumberToObject(root, "bf16_flops_per_s", BENCH_BF16_FLOPS_PER_S);
+    cJSON_AddNumberToObject(root, "fp8_flops_per_s", BENCH_FP8_FLOPS_PER_S);
+    return root;
+}
+
+fm_status bench_json_write(cJSON *root, const char *path, fm_error *err) {
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON");
+    const fm_status st = cli_write_file(path, text, strlen(text), err);
+    free(text);
+    return st;
 }

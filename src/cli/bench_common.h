@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "backend/backend.h"
 #include "model/model_src.h"
 
@@ -18,6 +20,41 @@
 
 typedef enum { BENCH_NOT_RUN, BENCH_OK, BENCH_UNAVAILABLE, BENCH_FAILED } bench_status;
 const char *bench_status_name(bench_status s);
+
+/* One row of a side-by-side table: a route at one size. err is against the reference route (NAN: none). */
+typedef struct bench_row {
+    bench_status status;
+    char         msg[sizeof(((fm_error *)0)->msg)];
+    double       median_ms, min_ms, max_ms, flops, weight_bytes, floor_ms, err;
+} bench_row;
+
+void bench_row_set(bench_row *r, bench_status st, const char *msg);
+/* The row's JSON fields into o: status, and message or the timings, FLOPs, weight bytes, floor, x_floor and
+ * err_vs_bf16. */
+void bench_row_json(const bench_row *r, cJSON *o);
+/* A results document: bench name, backend, device, repeat, warm-up and the ceilings the floors use. */
+cJSON *bench_json_root(const char *bench, const char *backend, const char *device, long repeat, long warmup);
+/* Writes the document to path (complete or not at all) and frees it. */
+fm_status bench_json_write(cJSON *root, const char *path, fm_error *err);
+
+/* The options every side-by-side benchmark takes: --repeat --warmup --json --backend --threads -v. */
+typedef struct bench_opts {
+    long        repeat, warmup, threads;
+    const char *json_path, *backend;
+    bool        verbose;
+} bench_opts;
+
+enum { BENCH_OPT_REPEAT = 1900, BENCH_OPT_WARMUP, BENCH_OPT_JSON, BENCH_OPT_BACKEND, BENCH_OPT_THREADS };
+#define BENCH_LONG_OPTIONS                                                                                     \
+    {"repeat", required_argument, 0, BENCH_OPT_REPEAT}, {"warmup", required_argument, 0, BENCH_OPT_WARMUP},  \
+        {"json", required_argument, 0, BENCH_OPT_JSON}, {"backend", required_argument, 0, BENCH_OPT_BACKEND}, \
+        {"threads", required_argument, 0, BENCH_OPT_THREADS}, {"verbose", no_argument, 0, 'v'}
+
+/* Defaults: backend cuda, verbose when stderr is a terminal, the given repeat and warm-up. */
+void bench_opts_init(bench_opts *b, long repeat, long warmup);
+/* Handles getopt's o when it is one of the common options: 1 taken, 0 not a common option, -1 a bad value
+ * (the usage message is printed). */
+int bench_common_option(const char *cmd, int o, const char *arg, bench_opts *b);
 
 /* A comma-separated list of at most max integers in [lo, hi] into out; false (after a usage message) otherwise. */
 bool bench_parse_counts(const char *cmd, const char *opt, const char *list, long lo, long hi, int64_t *out, int max,

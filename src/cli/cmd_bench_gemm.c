@@ -95,10 +95,8 @@ static const struct {
 };
 
 typedef struct result {
-    bench_status status;
-    char         msg[sizeof(((fm_error *)0)->msg)];
-    double       median_ms, min_ms, max_ms, flops, weight_bytes, floor_ms, err;
-    float       *out; /* the last layer's outputs, qkv then o, for the comparison */
+    bench_row t;
+    float    *out; /* the last layer's outputs, qkv then o, for the comparison */
 } result;
 
 typedef struct bench_cfg {
@@ -107,9 +105,7 @@ typedef struct bench_cfg {
     int64_t           rows[MAX_ROW_COUNTS];
     int               n_rows;
     int               route[ROUTE_COUNT], n_routes;
-    long              repeat, warmup, threads;
-    const char       *json_path, *backend;
-    bool              verbose;
+    bench_opts       b;
     float            *x_qkv, *x_o; /* host inputs for the largest M */
     char              device[256];
 } bench_cfg;
@@ -118,17 +114,17 @@ static bool is_fp8(int route) { return route != R_BF16; }
 
 /* ---- arguments ---- */
 
-enum { OPT_SHAPE = 2000, OPT_ROWS, OPT_LAYERS, OPT_ROUTES, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_BACKEND, OPT_THREADS };
+enum { OPT_SHAPE = 2000, OPT_ROWS, OPT_LAYERS, OPT_ROUTES };
 
 /* Returns -1 when the benchmark should run, else the exit code (0 after --help, 2 on a usage error). */
 static int parse_args(int argc, char **argv, bench_cfg *c) {
-    static const struct option opts[] = {
-        {"shape", required_argument, 0, OPT_SHAPE},     {"rows", required_argument, 0, OPT_ROWS},
-        {"layers", required_argument, 0, OPT_LAYERS},   {"routes", required_argument, 0, OPT_ROUTES},
-        {"repeat", required_argument, 0, OPT_REPEAT},   {"warmup", required_argument, 0, OPT_WARMUP},
-        {"json", required_argument, 0, OPT_JSON},       {"backend", required_argument, 0, OPT_BACKEND},
-        {"threads", required_argument, 0, OPT_THREADS}, {"verbose", no_argument, 0, 'v'},
-        {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0}};
+    static const struct option opts[] = {{"shape", required_argument, 0, OPT_SHAPE},
+                                         {"rows", required_argument, 0, OPT_ROWS},
+                                         {"layers", required_argument, 0, OPT_LAYERS},
+                                         {"routes", required_argument, 0, OPT_ROUTES},
+                                         {"help", no_argument, 0, 'h'},
+                                         BENCH_LONG_OPTIONS,
+                                         {0, 0, 0, 0}};
     const char *shape = "qwen3", *rows = NULL, *route_list = NULL;
     long        layers = 0;
     optind = 1;
@@ -137,29 +133,17 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (o) {
         case 'h': return fputs(HELP, stdout), CLI_OK;
-        case 'v': c->verbose = true; break;
         case OPT_SHAPE: shape = optarg; break;
         case OPT_ROWS: rows = optarg; break;
         case OPT_ROUTES: route_list = optarg; break;
-        case OPT_JSON: c->json_path = optarg; break;
         case OPT_LAYERS:
             if (!cli_parse_int(CMD, "--layers", optarg, 1, 1000, &layers)) return CLI_USAGE;
             break;
-        case OPT_REPEAT:
-            if (!cli_parse_int(CMD, "--repeat", optarg, 1, BENCH_MAX_REPEAT, &c->repeat)) return CLI_USAGE;
-            break;
-        case OPT_WARMUP:
-            if (!cli_parse_int(CMD, "--warmup", optarg, 0, 10000, &c->warmup)) return CLI_USAGE;
-            break;
-        case OPT_THREADS:
-            if (!cli_parse_int(CMD, "--threads", optarg, 1, 4096, &c->threads)) return CLI_USAGE;
-            break;
-        case OPT_BACKEND:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                return cli_usage(CMD, "--backend must be cuda or cpu, got '%s'", optarg);
-            c->backend = optarg;
-            break;
-        default: return cli_usage(CMD, "unknown option or missing value: '%s'", argv[optind - 1]);
+        default: {
+            const int taken = bench_common_option(CMD, o, optarg, &c->b);
+            if (taken < 0) return CLI_USAGE;
+            if (!taken) return cli_usage(CMD, "unknown option or missing value: '%s'", argv[optind - 1]);
+        }
         }
     }
     if (optind < argc) return cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
@@ -183,11 +167,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
 
 /* ---- one route ---- */
 
-static void set_msg(result *r, bench_status st, const char *msg) {
-    r->status = st;
-    snprintf(r->msg, sizeof r->msg, "%s", msg);
-}
-
+static void set_msg(result *r, bench_status st, const char *msg) { bench_row_set(&r->t, st, msg); }
 /* What one route's runs share: its backend, the two banks (one matrix per layer), and for the current M the
  * device buffers and, for a GEMM-only route, the activations it quantized. */
 typedef struct route_ctx {
@@ -269,8 +249,8 @@ static void release_rows(route_ctx *rc) {
 static fm_status time_runs(route_ctx *rc, double *ms, fm_error *err) {
     const bench_cfg *c  = rc->c;
     fm_backend      *be = rc->be;
-    const bool       gpu = strcmp(c->backend, "cuda") == 0;
-    const long       warmup = gpu && c->warmup < 1 ? 1 : c->warmup; /* sizes the workspaces before the capture */
+    const bool       gpu = strcmp(c->b.backend, "cuda") == 0;
+    const long       warmup = gpu && c->b.warmup < 1 ? 1 : c->b.warmup; /* sizes the workspaces before the capture */
     fm_status        st = FM_OK;
     for (long r = 0; !st && r < warmup; r++) st = run_layers(rc, err);
     if (!st) st = be->ops->sync(be, err);
@@ -279,7 +259,7 @@ static fm_status time_runs(route_ctx *rc, double *ms, fm_error *err) {
     fm_cuda_graph *graph = NULL;
     if (gpu && (st = fm_cuda_graph_capture(be, run_layers, rc, &graph, err))) return st;
 #endif
-    for (long i = 0; !st && i < c->repeat; i++) {
+    for (long i = 0; !st && i < c->b.repeat; i++) {
         be->ops->mark(be, (int32_t)(2 * i));
 #ifdef FM_HAVE_CUDA
         if (graph) st = fm_cuda_graph_launch(graph, err);
@@ -293,7 +273,7 @@ static fm_status time_runs(route_ctx *rc, double *ms, fm_error *err) {
 #ifdef FM_HAVE_CUDA
     fm_cuda_graph_free(graph);
 #endif
-    for (long i = 0; !st && i < c->repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
+    for (long i = 0; !st && i < c->b.repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
     return st;
 }
 
@@ -304,7 +284,7 @@ static void run_rows(route_ctx *rc, int mi, result *res) {
     const int64_t     M = c->rows[mi];
     const size_t      act = be->ops->act_size;
     fm_error          err = {{0}};
-    double           *ms = malloc((size_t)c->repeat * sizeof *ms);
+    double           *ms = malloc((size_t)c->b.repeat * sizeof *ms);
     rc->M     = M;
     rc->x_qkv = be->ops->alloc(be, (size_t)(M * s->qkv_k) * act);
     rc->x_o   = be->ops->alloc(be, (size_t)(M * s->o_k) * act);
@@ -323,18 +303,18 @@ static void run_rows(route_ctx *rc, int mi, result *res) {
         set_msg(res, st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, err.msg);
         goto done;
     }
-    bench_stats(ms, c->repeat, &res->median_ms, &res->min_ms, &res->max_ms);
-    res->flops = 2.0 * (double)M * (double)(s->qkv_n * s->qkv_k + s->o_n * s->o_k) * c->layers;
-    res->weight_bytes = (double)(be->ops->bank_bytes(rc->qkv) + be->ops->bank_bytes(rc->o));
-    const double bw_s = res->weight_bytes / BENCH_BANDWIDTH_BYTES_PER_S;
-    const double fl_s = res->flops / (is_fp8(rc->route) ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
-    res->floor_ms = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
+    bench_stats(ms, c->b.repeat, &res->t.median_ms, &res->t.min_ms, &res->t.max_ms);
+    res->t.flops = 2.0 * (double)M * (double)(s->qkv_n * s->qkv_k + s->o_n * s->o_k) * c->layers;
+    res->t.weight_bytes = (double)(be->ops->bank_bytes(rc->qkv) + be->ops->bank_bytes(rc->o));
+    const double bw_s = res->t.weight_bytes / BENCH_BANDWIDTH_BYTES_PER_S;
+    const double fl_s = res->t.flops / (is_fp8(rc->route) ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
+    res->t.floor_ms = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
     be->ops->download_f32(be, rc->y_qkv, M * s->qkv_n, res->out);
     be->ops->download_f32(be, rc->y_o, M * s->o_n, res->out + M * s->qkv_n);
-    res->status = BENCH_OK;
-    if (c->verbose) fprintf(stderr, "%s M=%lld: median %.3f ms\n", route_names[rc->route], (long long)M, res->median_ms);
+    res->t.status = BENCH_OK;
+    if (c->b.verbose) fprintf(stderr, "%s M=%lld: median %.3f ms\n", route_names[rc->route], (long long)M, res->t.median_ms);
 done:
-    if (res->status != BENCH_OK) free(res->out), res->out = NULL;
+    if (res->t.status != BENCH_OK) free(res->out), res->out = NULL;
     release_rows(rc);
     free(ms);
 }
@@ -349,16 +329,16 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     fm_plan_set_dense(&plan, routes[route].dense);
     fm_error  e = {{0}};
     fm_status st = FM_OK;
-    if (routes[route].gemm_only >= 0 && strcmp(c->backend, "cuda") != 0)
+    if (routes[route].gemm_only >= 0 && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "%s (GEMM only) runs on the cuda backend only", route_names[route]);
-    if (!st) st = fm_backend_create(c->backend, &plan, (int32_t)c->threads, &rc.be, &e);
+    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, &rc.be, &e);
     if (st) {
         for (int i = 0; i < c->n_rows; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
     if (!c->device[0]) snprintf(c->device, sizeof c->device, "%s", rc.be->ops->device_name(rc.be));
-    if (c->verbose) fprintf(stderr, "%s: building %d layers of weights\n", route_names[route], c->layers);
+    if (c->b.verbose) fprintf(stderr, "%s: building %d layers of weights\n", route_names[route], c->layers);
     st = make_banks(&rc, &e);
     for (int i = 0; i < c->n_rows; i++) {
         if (st) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
@@ -378,8 +358,8 @@ static void print_tables(const bench_cfg *c, const result *res) {
     const gemm_shape *s = c->shape;
     printf("bench gemm %s (%s attention projections: q|k|v %lld x %lld, o %lld x %lld, %d layers): backend %s (%s); "
            "%ld %s after %ld warm-up\n\n", s->name, s->model, (long long)s->qkv_n, (long long)s->qkv_k,
-           (long long)s->o_n, (long long)s->o_k, c->layers, c->backend, c->device[0] ? c->device : "none", c->repeat,
-           strcmp(c->backend, "cuda") ? "runs" : "graph replays", c->warmup);
+           (long long)s->o_n, (long long)s->o_k, c->layers, c->b.backend, c->device[0] ? c->device : "none", c->b.repeat,
+           strcmp(c->b.backend, "cuda") ? "runs" : "graph replays", c->b.warmup);
     printf("median ms for all %d layers:\n\n| route |", c->layers);
     for (int mi = 0; mi < c->n_rows; mi++) printf(" M=%lld |", (long long)c->rows[mi]);
     printf("\n|---|");
@@ -389,8 +369,8 @@ static void print_tables(const bench_cfg *c, const result *res) {
         printf("| %s |", route_names[c->route[ri]]);
         for (int mi = 0; mi < c->n_rows; mi++) {
             const result *r = at(c, res, ri, mi);
-            if (r->status == BENCH_OK) printf(" %.3f |", r->median_ms);
-            else printf(" %s |", bench_status_name(r->status));
+            if (r->t.status == BENCH_OK) printf(" %.3f |", r->t.median_ms);
+            else printf(" %s |", bench_status_name(r->t.status));
         }
         printf("\n");
     }
@@ -404,12 +384,12 @@ static void print_tables(const bench_cfg *c, const result *res) {
         int from = -1;
         for (int ri = 0; ri < c->n_routes && from < 0; ri++)
             for (int j = 0; j < 3; j++)
-                if (c->route[ri] == floors[f].route[j] && at(c, res, ri, 0)->status == BENCH_OK) from = ri;
+                if (c->route[ri] == floors[f].route[j] && at(c, res, ri, 0)->t.status == BENCH_OK) from = ri;
         if (from < 0) continue;
         printf("| %s |", floors[f].label);
         for (int mi = 0; mi < c->n_rows; mi++) {
             const result *r = at(c, res, from, mi);
-            if (r->status == BENCH_OK) printf(" %.3f |", r->floor_ms);
+            if (r->t.status == BENCH_OK) printf(" %.3f |", r->t.floor_ms);
             else printf(" - |");
         }
         printf("\n");
@@ -422,22 +402,21 @@ static void print_tables(const bench_cfg *c, const result *res) {
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = at(c, res, ri, mi);
             const char   *name = route_names[c->route[ri]];
-            if (r->status != BENCH_OK) {
-                printf("| %s | %lld | %s: %s |\n", name, (long long)c->rows[mi], bench_status_name(r->status), r->msg);
+            if (r->t.status != BENCH_OK) {
+                printf("| %s | %lld | %s: %s |\n", name, (long long)c->rows[mi], bench_status_name(r->t.status), r->t.msg);
                 continue;
             }
             char e[32] = "-";
-            if (!isnan(r->err)) snprintf(e, sizeof e, "%.2e", r->err);
+            if (!isnan(r->t.err)) snprintf(e, sizeof e, "%.2e", r->t.err);
             printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %s |\n", name, (long long)c->rows[mi],
-                   r->median_ms, r->min_ms, r->max_ms, r->flops / (r->median_ms * 1e-3) / 1e12,
-                   r->weight_bytes / (r->median_ms * 1e-3) / 1e9, r->floor_ms, r->median_ms / r->floor_ms, e);
+                   r->t.median_ms, r->t.min_ms, r->t.max_ms, r->t.flops / (r->t.median_ms * 1e-3) / 1e12,
+                   r->t.weight_bytes / (r->t.median_ms * 1e-3) / 1e9, r->t.floor_ms, r->t.median_ms / r->t.floor_ms, e);
         }
 }
 
 static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err) {
     const gemm_shape *s = c->shape;
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "bench", "gemm");
+    cJSON *root = bench_json_root("gemm", c->b.backend, c->device[0] ? c->device : "none", c->b.repeat, c->b.warmup);
     cJSON_AddStringToObject(root, "shape", s->name);
     cJSON_AddStringToObject(root, "model", s->model);
     cJSON_AddNumberToObject(root, "layers", c->layers);
@@ -445,14 +424,7 @@ static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err
     cJSON_AddNumberToObject(root, "qkv_k", (double)s->qkv_k);
     cJSON_AddNumberToObject(root, "o_n", (double)s->o_n);
     cJSON_AddNumberToObject(root, "o_k", (double)s->o_k);
-    cJSON_AddStringToObject(root, "backend", c->backend);
-    cJSON_AddStringToObject(root, "device", c->device[0] ? c->device : "none");
-    cJSON_AddBoolToObject(root, "graph_replay", strcmp(c->backend, "cuda") == 0);
-    cJSON_AddNumberToObject(root, "repeat", (double)c->repeat);
-    cJSON_AddNumberToObject(root, "warmup", (double)c->warmup);
-    cJSON_AddNumberToObject(root, "bandwidth_bytes_per_s", BENCH_BANDWIDTH_BYTES_PER_S);
-    cJSON_AddNumberToObject(root, "bf16_flops_per_s", BENCH_BF16_FLOPS_PER_S);
-    cJSON_AddNumberToObject(root, "fp8_flops_per_s", BENCH_FP8_FLOPS_PER_S);
+    cJSON_AddBoolToObject(root, "graph_replay", strcmp(c->b.backend, "cuda") == 0);
     cJSON *arr = cJSON_AddArrayToObject(root, "results");
     for (int mi = 0; mi < c->n_rows; mi++)
         for (int ri = 0; ri < c->n_routes; ri++) {
@@ -460,35 +432,16 @@ static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "route", route_names[c->route[ri]]);
             cJSON_AddNumberToObject(o, "rows", (double)c->rows[mi]);
-            cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
-            if (r->status != BENCH_OK) {
-                cJSON_AddStringToObject(o, "message", r->msg);
-            } else {
-                cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
-                cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
-                cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
-                cJSON_AddNumberToObject(o, "flops", r->flops);
-                cJSON_AddNumberToObject(o, "weight_bytes", r->weight_bytes);
-                cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
-                cJSON_AddNumberToObject(o, "x_floor", r->median_ms / r->floor_ms);
-                if (isnan(r->err)) cJSON_AddNullToObject(o, "err_vs_bf16");
-                else cJSON_AddNumberToObject(o, "err_vs_bf16", r->err);
-            }
+            bench_row_json(&r->t, o);
             cJSON_AddItemToArray(arr, o);
         }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text) return fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON");
-    fm_status st = cli_write_file(c->json_path, text, strlen(text), err);
-    free(text);
-    return st;
+    return bench_json_write(root, c->b.json_path, err);
 }
 
 int cmd_bench_gemm(int argc, char **argv) {
     bench_cfg c;
     memset(&c, 0, sizeof c);
-    c.repeat = 50, c.warmup = 5, c.backend = "cuda";
-    c.verbose = isatty(STDERR_FILENO);
+    bench_opts_init(&c.b, 50, 5);
     int rc = parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
 
@@ -509,11 +462,11 @@ int cmd_bench_gemm(int argc, char **argv) {
             result       *r = &res[i];
             const result *ref = bf >= 0 ? at(&c, res, bf, i % c.n_rows) : NULL;
             const int64_t n = c.rows[i % c.n_rows] * (c.shape->qkv_n + c.shape->o_n);
-            r->err = r->status == BENCH_OK && ref && ref->status == BENCH_OK ? bench_nerr(r->out, ref->out, n) : NAN;
-            if (r->status == BENCH_FAILED && failed < 0) failed = i;
+            r->t.err = r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK ? bench_nerr(r->out, ref->out, n) : NAN;
+            if (r->t.status == BENCH_FAILED && failed < 0) failed = i;
         }
         print_tables(&c, res);
-        if (c.json_path) st = write_json(&c, res, &err);
+        if (c.b.json_path) st = write_json(&c, res, &err);
     }
     for (int i = 0; res && i < c.n_routes * c.n_rows; i++) free(res[i].out);
     free(c.x_qkv), free(c.x_o);
@@ -523,7 +476,7 @@ int cmd_bench_gemm(int argc, char **argv) {
     }
     if (failed >= 0) {
         fprintf(stderr, "fp8moe %s: error: route %s at M=%lld failed: %s\n", CMD, route_names[c.route[failed / c.n_rows]],
-                (long long)c.rows[failed % c.n_rows], res[failed].msg);
+                (long long)c.rows[failed % c.n_rows], res[failed].t.msg);
         free(res);
         return CLI_BAD_INPUT;
     }

@@ -91,12 +91,10 @@ static const struct {
 };
 
 typedef struct result {
-    bench_status status;
-    char       msg[sizeof(((fm_error *)0)->msg)];
-    double     median_ms, min_ms, max_ms;
-    double     flops, weight_bytes, act_bytes, floor_ms, err;
-    int32_t    touched; /* experts with at least one routed pair */
-    float     *out;     /* host copy of the output [T, H], for the comparison */
+    bench_row t;
+    double    act_bytes;
+    int32_t   touched; /* experts with at least one routed pair */
+    float    *out;     /* host copy of the output [T, H], for the comparison */
 } result;
 
 typedef struct bench_cfg {
@@ -104,26 +102,23 @@ typedef struct bench_cfg {
     int64_t          tokens[MAX_TOKEN_COUNTS];
     int              n_tokens;
     int              route[ROUTE_COUNT], n_routes;
-    long             repeat, warmup, threads;
-    const char      *json_path, *backend;
-    bool             verbose;
+    bench_opts       b;
     float          **x, **logits; /* host inputs per token count */
     char             device[256];
 } bench_cfg;
 
 /* ---- arguments ---- */
 
-enum { OPT_SHAPE = 2000, OPT_TOKENS, OPT_ROUTES, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_BACKEND, OPT_THREADS };
+enum { OPT_SHAPE = 2000, OPT_TOKENS, OPT_ROUTES };
 
 /* Returns -1 when the benchmark should run, else the exit code (0 after --help, 2 on a usage error). */
 static int parse_args(int argc, char **argv, bench_cfg *c) {
-    static const struct option opts[] = {
-        {"shape", required_argument, 0, OPT_SHAPE},     {"tokens", required_argument, 0, OPT_TOKENS},
-        {"routes", required_argument, 0, OPT_ROUTES},   {"repeat", required_argument, 0, OPT_REPEAT},
-        {"warmup", required_argument, 0, OPT_WARMUP},   {"json", required_argument, 0, OPT_JSON},
-        {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
-        {"verbose", no_argument, 0, 'v'},               {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"shape", required_argument, 0, OPT_SHAPE},
+                                         {"tokens", required_argument, 0, OPT_TOKENS},
+                                         {"routes", required_argument, 0, OPT_ROUTES},
+                                         {"help", no_argument, 0, 'h'},
+                                         BENCH_LONG_OPTIONS,
+                                         {0, 0, 0, 0}};
     const char *shape = "qwen3", *tokens = NULL, *route_list = NULL;
     optind = 1;
     opterr = 0; /* our own message for unknown options */
@@ -131,26 +126,14 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (o) {
         case 'h': return fputs(HELP, stdout), CLI_OK;
-        case 'v': c->verbose = true; break;
         case OPT_SHAPE: shape = optarg; break;
         case OPT_TOKENS: tokens = optarg; break;
         case OPT_ROUTES: route_list = optarg; break;
-        case OPT_JSON: c->json_path = optarg; break;
-        case OPT_REPEAT:
-            if (!cli_parse_int(CMD, "--repeat", optarg, 1, BENCH_MAX_REPEAT, &c->repeat)) return CLI_USAGE;
-            break;
-        case OPT_WARMUP:
-            if (!cli_parse_int(CMD, "--warmup", optarg, 0, 10000, &c->warmup)) return CLI_USAGE;
-            break;
-        case OPT_THREADS:
-            if (!cli_parse_int(CMD, "--threads", optarg, 1, 4096, &c->threads)) return CLI_USAGE;
-            break;
-        case OPT_BACKEND:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                return cli_usage(CMD, "--backend must be cuda or cpu, got '%s'", optarg);
-            c->backend = optarg;
-            break;
-        default: return cli_usage(CMD, "unknown option or missing value: '%s'", argv[optind - 1]);
+        default: {
+            const int taken = bench_common_option(CMD, o, optarg, &c->b);
+            if (taken < 0) return CLI_USAGE;
+            if (!taken) return cli_usage(CMD, "unknown option or missing value: '%s'", argv[optind - 1]);
+        }
         }
     }
     if (optind < argc) return cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
@@ -207,11 +190,7 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, fm_wformat fmt, 
 
 /* ---- timing ---- */
 
-static void set_msg(result *r, bench_status st, const char *msg) {
-    r->status = st;
-    snprintf(r->msg, sizeof r->msg, "%s", msg);
-}
-
+static void set_msg(result *r, bench_status st, const char *msg) { bench_row_set(&r->t, st, msg); }
 /* The state one route's runs share. */
 typedef struct route_ctx {
     fm_backend *be;
@@ -244,7 +223,7 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     void *ids = be->ops->alloc(be, (size_t)P * sizeof(int32_t)), *w = be->ops->alloc(be, (size_t)P * act);
     void *out = be->ops->alloc(be, (size_t)(T * s->H) * act);
     int32_t *ids_h = malloc((size_t)P * sizeof *ids_h);
-    double  *ms    = malloc((size_t)c->repeat * sizeof *ms);
+    double  *ms    = malloc((size_t)c->b.repeat * sizeof *ms);
     res->out       = malloc((size_t)(T * s->H) * sizeof(float));
     if (!x || !lg || !ids || !w || !out || !ids_h || !ms || !res->out) {
         set_msg(res, BENCH_FAILED, "out of memory for the activations");
@@ -260,8 +239,8 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
         if (ids_h[p] >= 0 && ids_h[p] < s->E && !hit[ids_h[p]]) hit[ids_h[p]] = true, res->touched++;
     free(hit);
     fm_status st = FM_OK;
-    for (long r = 0; !st && r < c->warmup + c->repeat; r++) {
-        const long i = r - c->warmup;
+    for (long r = 0; !st && r < c->b.warmup + c->b.repeat; r++) {
+        const long i = r - c->b.warmup;
         if (i >= 0) be->ops->mark(be, (int32_t)(2 * i));
         st = call_route(rc, c, x, T, ids, w, out, &err);
         if (i >= 0) be->ops->mark(be, (int32_t)(2 * i + 1));
@@ -271,20 +250,20 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
         set_msg(res, BENCH_FAILED, err.msg);
         goto done;
     }
-    for (long i = 0; i < c->repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
-    bench_stats(ms, c->repeat, &res->median_ms, &res->min_ms, &res->max_ms);
-    res->flops        = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
-    res->weight_bytes = rc->weight_bytes * res->touched / s->E;
+    for (long i = 0; i < c->b.repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
+    bench_stats(ms, c->b.repeat, &res->t.median_ms, &res->t.min_ms, &res->t.max_ms);
+    res->t.flops        = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
+    res->t.weight_bytes = rc->weight_bytes * res->touched / s->E;
     res->act_bytes    = 2.0 * (double)(T * s->H) * (double)act;
-    const double bw_s = (res->weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
-    const double fl_s = res->flops / (routes[rc->route].fp8 ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
-    res->floor_ms     = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
+    const double bw_s = (res->t.weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
+    const double fl_s = res->t.flops / (routes[rc->route].fp8 ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
+    res->t.floor_ms     = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
     be->ops->download_f32(be, out, T * s->H, res->out);
-    res->status = BENCH_OK;
-    if (c->verbose)
-        fprintf(stderr, "%s T=%lld: median %.3f ms\n", route_names[rc->route], (long long)T, res->median_ms);
+    res->t.status = BENCH_OK;
+    if (c->b.verbose)
+        fprintf(stderr, "%s T=%lld: median %.3f ms\n", route_names[rc->route], (long long)T, res->t.median_ms);
 done:
-    if (res->status != BENCH_OK) free(res->out), res->out = NULL;
+    if (res->t.status != BENCH_OK) free(res->out), res->out = NULL;
     void *bufs[] = {x, lg, ids, w, out};
     for (int i = 0; i < 5; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
@@ -301,19 +280,19 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     fm_plan_for_backend(routes[route].preset, "cuda", &plan);
     fm_error e = {{0}};
     fm_status st = FM_OK;
-    if (route == ROUTE_LT && strcmp(c->backend, "cuda") != 0)
+    if (route == ROUTE_LT && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop runs on the cuda backend only");
 #ifndef FM_HAVE_CUDA
     if (route == ROUTE_LT && !st) st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop: built without CUDA");
 #endif
-    if (!st) st = fm_backend_create(c->backend, &plan, (int32_t)c->threads, &rc.be, &e);
+    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, &rc.be, &e);
     if (st) {
         for (int i = 0; i < c->n_tokens; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
     if (!c->device[0]) snprintf(c->device, sizeof c->device, "%s", rc.be->ops->device_name(rc.be));
-    if (c->verbose) fprintf(stderr, "%s: building banks\n", route_names[route]);
+    if (c->b.verbose) fprintf(stderr, "%s: building banks\n", route_names[route]);
     st = make_banks(rc.be, s, plan.w_expert, &rc.gu, &rc.dn, &e);
     if (!st) rc.weight_bytes = (double)(rc.be->ops->bank_bytes(rc.gu) + rc.be->ops->bank_bytes(rc.dn));
 #ifdef FM_HAVE_CUDA
@@ -339,14 +318,14 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
 
 /* ---- report ---- */
 
-static double gbps(const result *r) { return (r->weight_bytes + r->act_bytes) / (r->median_ms * 1e-3) / 1e9; }
-static double tflops(const result *r) { return r->flops / (r->median_ms * 1e-3) / 1e12; }
+static double gbps(const result *r) { return (r->t.weight_bytes + r->act_bytes) / (r->t.median_ms * 1e-3) / 1e9; }
+static double tflops(const result *r) { return r->t.flops / (r->t.median_ms * 1e-3) / 1e12; }
 
 static void print_table(const bench_cfg *c, result *res) {
     const moe_shape *s = c->shape;
     printf("bench moe %s (%s: E %d, top-%d, H %lld, I %lld): backend %s (%s); %ld runs after %ld warm-up\n", s->name,
-           s->model, s->E, s->k, (long long)s->H, (long long)s->I, c->backend, c->device[0] ? c->device : "none",
-           c->repeat, c->warmup);
+           s->model, s->E, s->k, (long long)s->H, (long long)s->I, c->b.backend, c->device[0] ? c->device : "none",
+           c->b.repeat, c->b.warmup);
     printf("floor = max(bytes / 4.25 TB/s, FLOPs / 1.3 PFLOP/s fp8 or 0.79 PFLOP/s otherwise); bytes = touched "
            "experts' weights once + x + out; err = ||out - bf16-cublas|| / ||bf16-cublas||\n\n");
     printf("| route | T | median ms | min | max | TFLOP/s | GB/s | floor ms | x floor | experts | err vs bf16 |\n");
@@ -355,35 +334,27 @@ static void print_table(const bench_cfg *c, result *res) {
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = &res[ri * c->n_tokens + ti];
             const char   *name = route_names[c->route[ri]];
-            if (r->status != BENCH_OK) {
-                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], bench_status_name(r->status), r->msg);
+            if (r->t.status != BENCH_OK) {
+                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], bench_status_name(r->t.status), r->t.msg);
                 continue;
             }
             char e[32] = "-";
-            if (!isnan(r->err)) snprintf(e, sizeof e, "%.2e", r->err);
+            if (!isnan(r->t.err)) snprintf(e, sizeof e, "%.2e", r->t.err);
             printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %d | %s |\n", name,
-                   (long long)c->tokens[ti], r->median_ms, r->min_ms, r->max_ms, tflops(r), gbps(r), r->floor_ms,
-                   r->median_ms / r->floor_ms, r->touched, e);
+                   (long long)c->tokens[ti], r->t.median_ms, r->t.min_ms, r->t.max_ms, tflops(r), gbps(r), r->t.floor_ms,
+                   r->t.median_ms / r->t.floor_ms, r->touched, e);
         }
 }
 
 static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err) {
     const moe_shape *s = c->shape;
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "bench", "moe");
+    cJSON *root = bench_json_root("moe", c->b.backend, c->device[0] ? c->device : "none", c->b.repeat, c->b.warmup);
     cJSON_AddStringToObject(root, "shape", s->name);
     cJSON_AddStringToObject(root, "model", s->model);
     cJSON_AddNumberToObject(root, "experts", s->E);
     cJSON_AddNumberToObject(root, "top_k", s->k);
     cJSON_AddNumberToObject(root, "hidden", (double)s->H);
     cJSON_AddNumberToObject(root, "intermediate", (double)s->I);
-    cJSON_AddStringToObject(root, "backend", c->backend);
-    cJSON_AddStringToObject(root, "device", c->device[0] ? c->device : "none");
-    cJSON_AddNumberToObject(root, "repeat", (double)c->repeat);
-    cJSON_AddNumberToObject(root, "warmup", (double)c->warmup);
-    cJSON_AddNumberToObject(root, "bandwidth_bytes_per_s", BENCH_BANDWIDTH_BYTES_PER_S);
-    cJSON_AddNumberToObject(root, "bf16_flops_per_s", BENCH_BF16_FLOPS_PER_S);
-    cJSON_AddNumberToObject(root, "fp8_flops_per_s", BENCH_FP8_FLOPS_PER_S);
     cJSON *arr = cJSON_AddArrayToObject(root, "results");
     for (int ti = 0; ti < c->n_tokens; ti++)
         for (int ri = 0; ri < c->n_routes; ri++) {
@@ -391,39 +362,22 @@ static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "route", route_names[c->route[ri]]);
             cJSON_AddNumberToObject(o, "tokens", (double)c->tokens[ti]);
-            cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
-            if (r->status != BENCH_OK) {
-                cJSON_AddStringToObject(o, "message", r->msg);
-            } else {
-                cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
-                cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
-                cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
-                cJSON_AddNumberToObject(o, "flops", r->flops);
-                cJSON_AddNumberToObject(o, "weight_bytes", r->weight_bytes);
+            bench_row_json(&r->t, o);
+            if (r->t.status == BENCH_OK) {
                 cJSON_AddNumberToObject(o, "activation_bytes", r->act_bytes);
                 cJSON_AddNumberToObject(o, "touched_experts", r->touched);
                 cJSON_AddNumberToObject(o, "tflops", tflops(r));
                 cJSON_AddNumberToObject(o, "gbps", gbps(r));
-                cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
-                cJSON_AddNumberToObject(o, "x_floor", r->median_ms / r->floor_ms);
-                if (isnan(r->err)) cJSON_AddNullToObject(o, "err_vs_bf16");
-                else cJSON_AddNumberToObject(o, "err_vs_bf16", r->err);
             }
             cJSON_AddItemToArray(arr, o);
         }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text) return fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON");
-    fm_status st = cli_write_file(c->json_path, text, strlen(text), err);
-    free(text);
-    return st;
+    return bench_json_write(root, c->b.json_path, err);
 }
 
 int cmd_bench_moe(int argc, char **argv) {
     bench_cfg c;
     memset(&c, 0, sizeof c);
-    c.repeat = 20, c.warmup = 3, c.backend = "cuda";
-    c.verbose = isatty(STDERR_FILENO);
+    bench_opts_init(&c.b, 20, 3);
     int rc = parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
 
@@ -438,12 +392,12 @@ int cmd_bench_moe(int argc, char **argv) {
             if (c.route[ri] == ROUTE_BF16) bf = ri;
         for (int i = 0; i < c.n_routes * c.n_tokens; i++) {
             result *r = &res[i], *ref = bf >= 0 ? &res[bf * c.n_tokens + i % c.n_tokens] : NULL;
-            r->err = r->status == BENCH_OK && ref && ref->status == BENCH_OK
+            r->t.err = r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK
                          ? bench_nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H) : NAN;
-            if (r->status == BENCH_FAILED && failed < 0) failed = i;
+            if (r->t.status == BENCH_FAILED && failed < 0) failed = i;
         }
         print_table(&c, res);
-        if (c.json_path) st = write_json(&c, res, &err);
+        if (c.b.json_path) st = write_json(&c, res, &err);
     }
     for (int i = 0; res && i < c.n_routes * c.n_tokens; i++) free(res[i].out);
     for (int i = 0; i < c.n_tokens; i++) free(c.x ? c.x[i] : NULL), free(c.logits ? c.logits[i] : NULL);
@@ -454,7 +408,7 @@ int cmd_bench_moe(int argc, char **argv) {
     }
     if (failed >= 0) {
         fprintf(stderr, "fp8moe %s: error: route %s at T=%lld failed: %s\n", CMD, route_names[c.route[failed / c.n_tokens]],
-                (long long)c.tokens[failed % c.n_tokens], res[failed].msg);
+                (long long)c.tokens[failed % c.n_tokens], res[failed].t.msg);
         free(res);
         return CLI_BAD_INPUT;
     }

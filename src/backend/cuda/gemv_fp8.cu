@@ -40,6 +40,14 @@
 #define W8A8_U 8 // 64-byte chunks (a Qwen3 projection at M <= 8: all of a warp's chunks in one round)
 #define W4A8_U 4 // 128-groups (likewise)
 
+template <int NT>
+static __device__ __forceinline__ void zero_acc(float acc[NT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+}
+
 // the KS partial sums of each row block: warp w of the CTA is (row block w / KS, slice w % KS)
 template <int NT, int KS>
 static __device__ __forceinline__ void reduce_slices(float acc[NT][4], float (*red)[NT][4][32]) {
@@ -122,10 +130,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
     for (int nt = 0; nt < NT; nt++) ok_x[nt] = nt * 8 + g < M, xr[nt] = (const uint4 *)(x + (nt * 8 + g) * ld);
 
     float acc[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+    zero_acc<NT>(acc);
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint4       va[U], vb[U];
@@ -186,10 +191,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const u
     const uint8_t *wq = codes + blk * G * FM_TC_CHUNK + 16 * lane;
 
     float acc[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+    zero_acc<NT>(acc);
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
     uint4       v0[U], v1[U];
