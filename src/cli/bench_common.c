@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/status.h"
 
 const char *bench_status_name(bench_status s) {
     return s == BENCH_OK ? "ok" : s == BENCH_UNAVAILABLE ? "unavailable" : s == BENCH_FAILED ? "failed" : "not run";
