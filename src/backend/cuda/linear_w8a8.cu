@@ -47,20 +47,6 @@ void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, ui
     FM_LAUNCH_CHECK("w8a8_matrix_cast");
 }
 
-// x [M, K] bf16 -> xq [M][Kp] e4m3 with the scale s (columns past K zero): 16 output bytes (one store) per step
-static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64_t K, int64_t Kp, float s, uint8_t *xq,
-                                                 int64_t first, int64_t step) {
-    const int64_t chunks = Kp / 16;
-    for (int64_t i = first; i < M * chunks; i += step) {
-        const int64_t r = i / chunks, c0 = (i % chunks) * 16;
-        uint32_t      v[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-            if (c0 + j < K) v[j / 4] |= (uint32_t)e4m3t_encode(__bfloat162float(x[r * K + c0 + j]) / s) << (8 * (j % 4));
-        *(uint4 *)(xq + r * Kp + c0) = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-}
-
 // a warp's count of non-finite inputs into *bad (one atomic per warp that saw any; the rare path)
 static __device__ __forceinline__ void count_bad(unsigned n, unsigned *bad) {
     for (int o = 16; o; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
@@ -83,6 +69,21 @@ static __device__ __forceinline__ uint4 load8(const bf16 *x, int64_t r, int64_t 
 static __device__ __forceinline__ float elem8(const uint4 v, int j) {
     const uint32_t w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
     return __uint_as_float(j % 2 ? w & 0xFFFF0000u : w << 16);
+}
+
+// x [M, K] bf16 -> xq [M][Kp] e4m3 with the scale s (columns past K zero): 16 output bytes per step, from two
+// 16-byte loads where the row allows
+static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64_t K, int64_t Kp, float s, uint8_t *xq,
+                                                 int64_t first, int64_t step) {
+    const int64_t chunks = Kp / 16;
+    for (int64_t i = first; i < M * chunks; i += step) {
+        const int64_t r = i / chunks, c0 = (i % chunks) * 16;
+        const uint4   lo = load8(x, r, c0, K), hi = load8(x, r, c0 + 8, K);
+        uint32_t      v[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int j = 0; j < 16; j++) v[j / 4] |= (uint32_t)e4m3t_encode(elem8(j < 8 ? lo : hi, j % 8) / s) << (8 * (j % 4));
+        *(uint4 *)(xq + r * Kp + c0) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
 }
 
 // decode sizes (M Kp <= FM_W8A8_FUSED_ELEMS): one block does all three steps with its own amax reduction (no
@@ -127,10 +128,18 @@ static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const b
     }
 }
 
+// amax of n elements: 16-byte loads where x is aligned (the tail, or all of an unaligned x, element by element)
 static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax, unsigned *bad) {
-    float    a = 0.0f;
-    unsigned n_bad = 0;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float         a = 0.0f;
+    unsigned      n_bad = 0;
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n8 = ((uintptr_t)x & 15) == 0 ? n / 8 : 0;
+    for (int64_t p = first; p < n8; p += step) {
+        const uint4 v = *(const uint4 *)(x + 8 * p);
+#pragma unroll
+        for (int j = 0; j < 8; j++) a = fmaxf(a, fabsf(elem8(v, j))), n_bad += !isfinite(elem8(v, j));
+    }
+    for (int64_t i = 8 * n8 + first; i < n; i += step) {
         const float v = __bfloat162float(x[i]);
         a = fmaxf(a, fabsf(v)), n_bad += !isfinite(v);
     }
