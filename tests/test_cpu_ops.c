@@ -144,7 +144,7 @@ static fm_st_tensor f32_tensor(const float *data, int64_t n, int64_t rows, int64
 static fm_bank *make_bank(fm_backend *be, const float *data, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
     fm_st_tensor t = f32_tensor(data, n, rows, cols);
     fm_wsrc *srcs = xmalloc((size_t)n * sizeof *srcs);
-    for (int32_t i = 0; i < n; i++) srcs[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}};
+    for (int32_t i = 0; i < n; i++) srcs[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
     fm_bank_src src = {srcs, n, 1, "test bank", false};
     fm_bank *b = NULL;
     fm_error err;
@@ -161,8 +161,8 @@ static fm_bank *make_bank2(fm_backend *be, const float *a, const float *b, int32
     fm_st_tensor ta = f32_tensor(a, n, ra, cols), tb = f32_tensor(b, n, rb, cols);
     fm_wsrc *srcs = xmalloc((size_t)(2 * n) * sizeof *srcs);
     for (int32_t i = 0; i < n; i++) {
-        srcs[2 * i]     = (fm_wsrc){&ta, (int64_t)i * ra * cols, ra, cols, {0}};
-        srcs[2 * i + 1] = (fm_wsrc){&tb, (int64_t)i * rb * cols, rb, cols, {0}};
+        srcs[2 * i]     = (fm_wsrc){&ta, (int64_t)i * ra * cols, ra, cols, {0}, {0}};
+        srcs[2 * i + 1] = (fm_wsrc){&tb, (int64_t)i * rb * cols, rb, cols, {0}, {0}};
     }
     fm_bank_src src = {srcs, n, 2, "test gate_up", true};
     fm_bank *w = NULL;

@@ -217,7 +217,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
 /* Synthetic weights (model/model_src.h), as synthetic.c makes them: uniform with variance 1 / fan_in. The seeds
  * depend only on the expert and the projection, so every route computes the same function of the same weights. */
 static fm_wsrc weight_view(uint64_t seed, int64_t rows, int64_t cols) {
-    return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}};
+    return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}, {0}};
 }
 
 static float *synth_host(fm_synth s, int64_t rows, int64_t cols) {

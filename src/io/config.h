@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "fp8moe.h"
+#include "io/quant_config.h"
 
 #define FM_MAX_LAYERS 1024
 
@@ -43,6 +44,7 @@ typedef struct fm_config {
     double         rope_theta;
     int64_t        max_position_embeddings;
     bool           layer_is_moe[FM_MAX_LAYERS];
+    fm_quant_config quant;               /* quantization_config: the format of pre-quantized linear weights */
 } fm_config;
 
 /* Parses config.json text (len bytes, not necessarily NUL-terminated); label names the file in errors. */
