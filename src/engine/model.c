@@ -21,12 +21,18 @@ typedef struct loader {
 } loader;
 
 /* A bank of pre-quantized int4 sources keeps the checkpoint's own numbers (int4-zp) where the plan asks for int4;
- * a float plan (ref, ref32) dequantizes them. Their activations are taken as stored (w4a16) for now. */
+ * a float plan (ref, ref32) dequantizes them. Their activations are taken as stored (w4a16) for now. The linears a
+ * pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized modules) stay bf16 rather than being
+ * quantized by us: the checkpoint's author chose to keep them. */
 static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, bool native_acts, const char *label,
                              fm_wformat *fmt) {
     bool any = false;
     for (int64_t i = 0; i < count; i++) any |= fm_wsrc_is_quantized(&srcs[i]);
-    if (!any || !fm_wformat_is_int4(*fmt)) return FM_OK;
+    if (!fm_wformat_is_int4(*fmt)) return FM_OK;
+    if (!any) {
+        if (ld->m->cfg.quant.method != FM_QUANT_NONE) *fmt = FM_W_BF16;
+        return FM_OK;
+    }
     if (!native_acts)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "%s: pre-quantized int4 weights (%s) with the %s preset's quantized activations are not supported "
