@@ -271,7 +271,7 @@ static void spit(const char *path, const void *a, size_t na, const void *b, size
 }
 
 /* One change to a tensor of the fixture's safetensors: a new shape (same bytes), a new name, or element `idx` (an
- * I32) set to value, or flipped between groups 0 and 1 when flip. */
+ * I32) set to value, or flipped between groups 0 and 1 when flip (and element idx2 too, when > 0). */
 typedef struct edit {
     const char *tensor;
     const char *shape;    /* JSON array or NULL */
@@ -279,6 +279,7 @@ typedef struct edit {
     int64_t     idx;      /* -1: no patch */
     int32_t     value;
     bool        flip;
+    int64_t     idx2;
 } edit;
 
 /* g_dir gets the fixture's config.json with `from` replaced by `to` (when given) and its model.safetensors edited. */
@@ -318,6 +319,11 @@ static void make_variant(const char *fixture, const char *from, const char *to, 
                 v = 1 - v;
             }
             memcpy(data + begin + 4 * e->idx, &v, 4);
+            if (e->flip && e->idx2 > 0) {
+                memcpy(&v, data + begin + 4 * e->idx2, 4);
+                v = 1 - v;
+                memcpy(data + begin + 4 * e->idx2, &v, 4);
+            }
         }
         if (e->rename) {
             cJSON_AddItemToObject(hdr, e->rename, cJSON_Duplicate(t, 1));
@@ -352,7 +358,7 @@ static void expect_load_fail(fm_preset preset, fm_status want, const char *s1, c
 
 static void malformed_packed_shape(void **s) {
     (void)s;
-    edit e = {"model.layers.0.self_attn.q_proj.qweight", "[8, 16]", NULL, -1, 0, false};
+    edit e = {"model.layers.0.self_attn.q_proj.qweight", "[8, 16]", NULL, -1, 0, false, 0};
     make_variant("gptq-v1-sym", NULL, NULL, &e);
     expect_load_fail(FM_PRESET_INT4, FM_ERR_FORMAT, "q_proj.qweight", "expected shape [4, 32], found [8, 16]");
 }
@@ -365,7 +371,7 @@ static void malformed_group_not_dividing(void **s) {
 
 static void malformed_g_idx_range(void **s) {
     (void)s;
-    edit e = {"model.layers.0.self_attn.k_proj.g_idx", NULL, NULL, 5, 99, false};
+    edit e = {"model.layers.0.self_attn.k_proj.g_idx", NULL, NULL, 5, 99, false, 0};
     make_variant("gptq-v1-asym-actorder", NULL, NULL, &e);
     expect_load_fail(FM_PRESET_INT4, FM_ERR_FORMAT, "k_proj.g_idx", "g_idx[5] = 99 is outside the 2 groups");
     expect_load_fail(FM_PRESET_REF, FM_ERR_FORMAT, "k_proj.g_idx", "g_idx[5] = 99");
@@ -373,15 +379,30 @@ static void malformed_g_idx_range(void **s) {
 
 static void malformed_g_idx_group_sizes(void **s) {
     (void)s;
-    edit e = {"model.layers.0.mlp.experts.2.gate_proj.weight_g_idx", NULL, NULL, 3, 0, true};
+    edit e = {"model.layers.0.mlp.experts.2.gate_proj.weight_g_idx", NULL, NULL, 3, 0, true, 0};
     make_variant("ct-asym-actorder-ignore", NULL, NULL, &e);
     expect_load_fail(FM_PRESET_INT4, FM_ERR_FORMAT, "gate_proj.weight_g_idx", "input channels, expected group_size 16");
+}
+
+/* k_proj's act-order differs from q_proj's (two channels swap groups, so each group still holds 16): q|k|v share
+ * one input, and the int4 bank one input order */
+static void fused_parts_disagree(void **s) {
+    (void)s;
+    edit e = {"model.layers.0.self_attn.k_proj.g_idx", NULL, NULL, 0, 0, true, 2};
+    make_variant("gptq-v1-asym-actorder", NULL, NULL, &e);
+    expect_load_fail(FM_PRESET_INT4, FM_ERR_UNSUPPORTED, "layer 0 qkv", "different act-order g_idx");
+    fm_options opt;
+    fm_options_init(&opt); /* the ref preset dequantizes each part on its own: it loads */
+    fm_model *m = NULL;
+    fm_error  err = {{0}};
+    assert_int_equal(fm_model_load(g_dir, &opt, &m, &err), FM_OK);
+    fm_model_free(m);
 }
 
 static void malformed_missing_zeros(void **s) {
     (void)s;
     edit e = {"model.layers.0.mlp.experts.1.up_proj.qzeros", NULL, "model.layers.0.mlp.experts.1.up_proj.zeros", -1, 0,
-              false};
+              false, 0};
     make_variant("awq-gemm", NULL, NULL, &e);
     expect_load_fail(FM_PRESET_INT4, FM_ERR_FORMAT, "up_proj.qzeros", "is missing");
 }
@@ -497,6 +518,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(malformed_g_idx_range, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(malformed_g_idx_group_sizes, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(malformed_missing_zeros, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fused_parts_disagree, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(malformed_ct_not_ignored, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(refused_fp8_preset, make_dir, remove_dir),
     };

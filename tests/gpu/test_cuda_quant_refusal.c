@@ -1,7 +1,7 @@
 /* The CUDA backend has no kernel for pre-quantized int4 (int4-zp) banks yet: loading a GPTQ, AWQ or
  * compressed-tensors checkpoint on it must fail at once with a message that names the format and says to use the
- * CPU backend, under the int4 and the float presets (a float preset would need a device-side dequantization that does not exist
- * either), and leave nothing allocated. Needs a GPU (make test-gpu). */
+ * CPU backend, under the int4 and the float presets (a float preset would need a device-side dequantization that
+ * does not exist either), and leave nothing allocated. Needs a GPU (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
