@@ -1,5 +1,5 @@
-/* Pre-quantized int4 checkpoints (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized) against an independent
- * packer: tools/pack_quantized.py (numpy, written from the published formats) made tests/data/quant/<name>/ and,
+/* Pre-quantized int4 checkpoints (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized; block-FP8 for the ref
+ * presets) against an independent packer: tools/pack_quantized.py (numpy, written from the published formats) made tests/data/quant/<name>/ and,
  * beside each, dequant/ with every quantized linear replaced by the format's dequantized fp32 weight.
  *   - import: our decoding of every quantized linear equals the packer's fp32 weight bit for bit;
  *   - op: the int4-zp bank (packed codes, zero points, act-order permutation) in linear and moe equals an fp32 bank
@@ -63,14 +63,12 @@ static void check_import(const char *name) {
         if (t->dtype != FM_DTYPE_F32) continue; /* the packer wrote exactly the quantized linears in F32 */
         char module[512];
         snprintf(module, sizeof module, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
-        fm_qsrc q;
-        fm_status st = fm_qsrc_bind(&cfg.quant, module, t->shape[0], t->shape[1], find_in, &qset, &q, &err);
-        if (st) fail_msg("%s: %s", module, err.msg);
-        fm_int4_ckpt c;
-        st = fm_int4_ckpt_decode(&q, t->shape[0], t->shape[1], &c, &err);
+        fm_wsrc   src = {.rows = t->shape[0], .cols = t->shape[1]};
+        fm_status st  = fm_qsrc_bind(&cfg.quant, module, t->shape[0], t->shape[1], find_in, &qset, &src.q, &err);
         if (st) fail_msg("%s: %s", module, err.msg);
         float *w = malloc((size_t)t->n_elements * sizeof(float));
-        fm_int4_ckpt_dequantize(&c, w);
+        st = fm_wsrc_read(&src, w, &err); /* what the ref presets and bank_create read */
+        if (st) fail_msg("%s: %s", module, err.msg);
         if (memcmp(w, t->data, t->nbytes) != 0) {
             int64_t k = 0;
             while (memcmp(&w[k], t->data + 4 * k, 4) == 0) k++;
@@ -79,7 +77,6 @@ static void check_import(const char *name) {
             fail_msg("%s: element %lld: ours %.9g, packer's %.9g", module, (long long)k, w[k], ref);
         }
         free(w);
-        fm_int4_ckpt_free(&c);
         n_checked++;
     }
     printf("%-28s %d quantized linears reproduced bit for bit\n", name, n_checked);
@@ -91,6 +88,7 @@ static void check_import(const char *name) {
 static void import_all(void **s) {
     (void)s;
     for (int i = 0; i < N_FIXTURES; i++) check_import(fixtures[i]);
+    check_import("fp8-block");
 }
 
 /* ---- ops: int4-zp bank vs an fp32 bank of the dequantized weights ------------------------------------------- */
@@ -223,6 +221,28 @@ static void check_model(const char *name) {
 static void model_all(void **s) {
     (void)s;
     for (int i = 0; i < N_FIXTURES; i++) check_model(fixtures[i]);
+}
+
+/* Block-FP8: the ref presets dequantize it exactly (the same logits as the packer's fp32 weights); the int4 presets
+ * refuse it by name rather than requantize it. */
+static void fp8_block_model(void **s) {
+    (void)s;
+    int32_t *ids = NULL;
+    int64_t  T   = 0;
+    fm_error err = {{0}};
+    assert_int_equal(fm_ids_read(DATA "/fp8-block/golden_ids.i32", &ids, &T, &err), FM_OK);
+    int32_t V = 0, V2 = 0;
+    float  *oracle = run(DATA "/fp8-block/dequant", FM_PRESET_REF, ids, T, &V);
+    float  *ref_q  = run(DATA "/fp8-block", FM_PRESET_REF, ids, T, &V2);
+    assert_memory_equal(ref_q, oracle, (size_t)(T * V) * sizeof(float));
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.preset  = FM_PRESET_INT4;
+    fm_model *m = NULL;
+    assert_int_equal(fm_model_load(DATA "/fp8-block", &opt, &m, &err), FM_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "block-FP8 weights are read by --preset ref and ref32 only"));
+    free(oracle), free(ref_q), free(ids);
 }
 
 /* ---- malformed checkpoints: variants of a fixture written to a temporary directory -------------------------- */
@@ -472,6 +492,10 @@ static void config_accepts(void **s) {
     assert_true(fm_quant_config_ignores(&c->quant, "model.layers.11.mlp.gate"));
     assert_false(fm_quant_config_ignores(&c->quant, "model.layers.11.mlp.gate_proj"));
     assert_false(fm_quant_config_ignores(&c->quant, "model.layers.11.mlp.experts.0.up_proj"));
+    assert_int_equal(parse_quant("{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"activation_scheme\":\"dynamic\","
+                                 "\"weight_block_size\":[128,128]}", c, &err), FM_OK);
+    fm_quant_config_describe(&c->quant, d, sizeof d);
+    assert_string_equal(d, "fp8 e4m3, blocks of 128 x 128, dynamic activations");
     assert_int_equal(parse_quant("null", c, &err), FM_OK);
     assert_int_equal(c->quant.method, FM_QUANT_NONE);
     free(c);
@@ -493,6 +517,13 @@ static void config_rejects(void **s) {
     expect_parse("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\"}", FM_ERR_UNSUPPORTED,
                  "format = \"float-quantized\"");
     expect_parse(CT_GROUP("{\"num_bits\":8,\"type\":\"int\"}") "}", FM_ERR_UNSUPPORTED, "num_bits = 8");
+    expect_parse("{\"quant_method\":\"fp8\",\"activation_scheme\":\"dynamic\"}", FM_ERR_UNSUPPORTED,
+                 "weight_block_size is missing");
+    expect_parse("{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}", FM_ERR_UNSUPPORTED,
+                 "fmt = \"e5m2\"");
+    expect_parse("{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\",\"weight_block_size\":[128,128]}",
+                 FM_ERR_UNSUPPORTED, "activation_scheme = \"static\"");
+    expect_parse("{\"quant_method\":\"fp8\",\"weight_block_size\":[128]}", FM_ERR_FORMAT, "two integers");
     expect_parse(CT_GROUP("{\"num_bits\":4,\"type\":\"float\"}") "}", FM_ERR_UNSUPPORTED, "type = \"float\"");
     expect_parse(CT_GROUP("{\"num_bits\":4,\"strategy\":\"tensor\"}") "}", FM_ERR_UNSUPPORTED, "strategy = \"tensor\"");
     expect_parse(CT_GROUP("{\"num_bits\":4,\"strategy\":\"group\"}") "}", FM_ERR_FORMAT, "group_size must be");
@@ -513,6 +544,7 @@ int main(void) {
         cmocka_unit_test(import_all),
         cmocka_unit_test(ops_all),
         cmocka_unit_test(model_all),
+        cmocka_unit_test(fp8_block_model),
         cmocka_unit_test_setup_teardown(malformed_packed_shape, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(malformed_group_not_dividing, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(malformed_g_idx_range, make_dir, remove_dir),

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Tiny pre-quantized checkpoints (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized) for the import tests.
+"""Tiny pre-quantized checkpoints (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized, block-FP8) for the
+import tests.
 
 An independent packer: numpy only, written from the published format descriptions (docs: REFERENCE-FORMATS.md
 section 2, checked against AutoGPTQ qlinear pack/forward, AutoAWQ packing_utils and compressed-tensors
@@ -207,7 +208,48 @@ def pack_ct(W, spec, rng):
     return t, dequant(u, z, bf16_value(sb), g_idx)
 
 
+def e4m3_table():
+    """The 127 non-negative finite e4m3fn values, indexed by code (0x7F is NaN): bias 7, subnormals below 2^-6."""
+    v = []
+    for c in range(127):
+        e, m = c >> 3, c & 7
+        v.append(m * 2.0 ** -9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    return np.array(v)
+
+
+def e4m3_encode(x):
+    """fp32 -> e4m3fn codes, round to nearest, ties to the even code, saturating at 448."""
+    t = e4m3_table()
+    a = np.minimum(np.abs(x.astype(np.float64)), 448.0)
+    hi = np.clip(np.searchsorted(t, a), 1, 126)
+    lo = hi - 1
+    dlo, dhi = a - t[lo], t[hi] - a
+    code = np.where((dhi < dlo) | ((dhi == dlo) & (hi % 2 == 0)), hi, lo)
+    return (code | np.where(x < 0, 0x80, 0)).astype(np.uint8)
+
+
+def pack_fp8(W, spec, rng):
+    """Block-wise FP8: e4m3 weights, one fp32 weight_scale_inv (the dequantization multiplier) per bn x bk block."""
+    bn, bk = spec["block"]
+    N, K = W.shape
+    s = np.zeros(((N + bn - 1) // bn, (K + bk - 1) // bk), np.float32)
+    codes = np.zeros((N, K), np.uint8)
+    for i in range(s.shape[0]):
+        for j in range(s.shape[1]):
+            blk = W[i * bn:(i + 1) * bn, j * bk:(j + 1) * bk]
+            sc = np.float32(np.abs(blk).max() / 448.0) or np.float32(1.0)
+            s[i, j] = sc
+            codes[i * bn:(i + 1) * bn, j * bk:(j + 1) * bk] = e4m3_encode(blk / sc)
+    t = e4m3_table().astype(np.float32)
+    val = np.where(codes & 0x80, -1, 1).astype(np.float32) * t[codes & 0x7F]
+    deq = (val * np.repeat(np.repeat(s, bn, axis=0), bk, axis=1)[:N, :K]).astype(np.float32)
+    return {"weight": ("F8_E4M3", codes), "weight_scale_inv": ("F32", s)}, deq
+
+
 def quant_config(spec):
+    if spec["kind"] == "fp8":
+        return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": spec["block"],
+                "modules_to_not_convert": ["lm_head", "model.layers.0.mlp.gate"]}
     g = spec["group"]
     if spec["kind"] == "gptq":
         return {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": spec["act_order"], "sym": spec["sym"],
@@ -235,6 +277,8 @@ FIXTURES = [
          ignore=["lm_head", "re:.*block_sparse_moe\\.gate$"]),
     dict(name="ct-asym-actorder-ignore", arch="qwen3_moe", src="qwen3-moe-f32", kind="ct", group=16, sym=False,
          act_order=True, ignore=["lm_head", "re:.*mlp\\.gate$", "model.layers.0.self_attn.o_proj"]),
+    # block-wise FP8 (weight_block_size [128, 128] in real checkpoints; 16 x 16 here so that a matrix has several)
+    dict(name="fp8-block", arch="qwen3_moe", src="qwen3-moe-f32", kind="fp8", block=[16, 16], act_order=False),
 ]
 
 
@@ -256,7 +300,7 @@ def make(spec, models_dir, out_dir):
     rng = np.random.default_rng(sum(spec["name"].encode()))  # a fixed seed per fixture
     src = os.path.join(models_dir, spec["src"])
     w = tiny_model(spec["arch"], src)
-    packer = {"gptq": pack_gptq, "awq": pack_awq, "ct": pack_ct}[spec["kind"]]
+    packer = {"gptq": pack_gptq, "awq": pack_awq, "ct": pack_ct, "fp8": pack_fp8}[spec["kind"]]
     qt, dq, perms = {}, {}, {}
     for name in sorted(w):
         module = name[:-len(".weight")]

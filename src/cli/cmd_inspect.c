@@ -122,6 +122,11 @@ static void quant_add(quant_family *f, const fm_wsrc *w, bool shares_order, bool
     const fm_qsrc *q = &w->q;
     const fm_st_tensor *parts[4] = {q->packed, q->zeros, q->scales, q->g_idx};
     for (int i = 0; i < 4; i++) f->ckpt_bytes += parts[i] ? (double)parts[i]->nbytes : 0;
+    if (q->method == FM_QUANT_FP8_BLOCK) { /* read by the ref presets only for now: fp32 on the cpu */
+        f->bank_bytes += 4.0 * (double)w->rows * (double)w->cols;
+        f->n_quant++;
+        return;
+    }
     if (!fm_wsrc_is_quantized(w) || as_bf16) {
         f->ckpt_bytes += w->t ? (double)w->rows * (double)w->cols * fm_dtype_size(w->t->dtype) : 0;
         f->bank_bytes += 2.0 * (double)w->rows * (double)w->cols;
@@ -158,13 +163,19 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
         }
     }
     if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head)) quant_add(&fam[4], &src->lm_head, false, true);
-    printf("  %-28s %16s %16s %18s\n", "family", "int4 / linears", "checkpoint MiB", "resident MiB");
+    const bool fp8 = c->quant.method == FM_QUANT_FP8_BLOCK;
+    printf("  %-28s %16s %16s %18s\n", "family", fp8 ? "fp8 / linears" : "int4 / linears", "checkpoint MiB",
+           "resident MiB");
     for (int f = 0; f < 5; f++)
         if (fam[f].n)
             printf("  %-28s %7lld / %-6lld %16.3f %18.3f\n", fam[f].name, (long long)fam[f].n_quant, (long long)fam[f].n,
                    mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes));
-    printf("  (resident: the int4 preset on the cpu backend, int4 families in the checkpoint's own int4 (int4-zp), float "
-           "ones and router/lm_head in bf16; the cuda backend does not load pre-quantized weights yet)\n");
+    if (fp8)
+        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; the int4 presets and the "
+               "cuda backend do not load block-FP8 weights yet)\n");
+    else
+        printf("  (resident: the int4 preset on the cpu backend, int4 families in the checkpoint's own int4 (int4-zp), "
+               "float ones and router/lm_head in bf16; the cuda backend does not load pre-quantized weights yet)\n");
 }
 
 static void plan_row(const char *what, size_t bytes, int indent) {

@@ -24,6 +24,7 @@ const char *fm_quant_method_name(fm_quant_method m) {
     case FM_QUANT_GPTQ: return "gptq";
     case FM_QUANT_AWQ: return "awq";
     case FM_QUANT_CT_PACKED: return "compressed-tensors pack-quantized";
+    case FM_QUANT_FP8_BLOCK: return "fp8 block";
     }
     return "?";
 }
@@ -120,6 +121,36 @@ static fm_status parse_awq(const qreader *r, const cJSON *qc, fm_quant_config *q
     q->bits   = 4;
     q->sym    = false;
     q->method = FM_QUANT_AWQ;
+    return FM_OK;
+}
+
+/* Block-wise FP8 (DeepSeek-V3 / Qwen3-FP8 style): e4m3 weights with one fp32 dequantization scale per block. */
+static fm_status parse_fp8(const qreader *r, const cJSON *qc, fm_quant_config *q) {
+    fm_status   st;
+    const char *fmt = NULL, *act = NULL;
+    if ((st = get_str(r, qc, "fmt", "e4m3", &fmt)) || (st = get_str(r, qc, "activation_scheme", "dynamic", &act)))
+        return st;
+    if (strcmp(fmt, "e4m3") != 0)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s.fmt = \"%.32s\" is not supported (e4m3)", r->label, r->where, fmt);
+    if (strcmp(act, "dynamic") != 0)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED,
+                       "%s: %s.activation_scheme = \"%.32s\" is not supported (dynamic: no stored activation scales)",
+                       r->label, r->where, act);
+    const cJSON *bs = get(qc, "weight_block_size");
+    if (!bs)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s.weight_block_size is missing: only block-wise FP8 is supported",
+                       r->label, r->where);
+    if (!cJSON_IsArray(bs) || cJSON_GetArraySize(bs) != 2 || !cJSON_IsNumber(bs->child) || !cJSON_IsNumber(bs->child->next))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: %s.weight_block_size must be an array of two integers", r->label, r->where);
+    const double bn = bs->child->valuedouble, bk = bs->child->next->valuedouble;
+    if (bn != floor(bn) || bk != floor(bk) || bn < 1 || bk < 1 || bn > MAX_GROUP || bk > MAX_GROUP)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: %s.weight_block_size = [%g, %g] must hold integers in [1, %d]", r->label,
+                       r->where, bn, bk, MAX_GROUP);
+    q->block_n    = (int32_t)bn;
+    q->group_size = (int32_t)bk;
+    q->bits       = 8;
+    q->sym        = true;
+    q->method     = FM_QUANT_FP8_BLOCK;
     return FM_OK;
 }
 
@@ -244,10 +275,11 @@ fm_status fm_quant_config_parse(const cJSON *qc, const char *label, fm_quant_con
     if (strcmp(method, "gptq") == 0) st = parse_gptq(&r, qc, out);
     else if (strcmp(method, "awq") == 0) st = parse_awq(&r, qc, out);
     else if (strcmp(method, "compressed-tensors") == 0) st = parse_ct(&r, qc, out);
+    else if (strcmp(method, "fp8") == 0) st = parse_fp8(&r, qc, out);
     else
         st = fm_fail(err, FM_ERR_UNSUPPORTED,
-                     "%s: quantization_config.quant_method = \"%.40s\" is not supported (gptq, awq, compressed-tensors)",
-                     label, method);
+                     "%s: quantization_config.quant_method = \"%.40s\" is not supported (gptq, awq, compressed-tensors, "
+                     "fp8)", label, method);
     if (st) memset(out, 0, sizeof *out);
     return st;
 }
@@ -273,6 +305,10 @@ bool fm_quant_config_ignores(const fm_quant_config *q, const char *module) {
 void fm_quant_config_describe(const fm_quant_config *q, char *buf, size_t n) {
     if (q->method == FM_QUANT_NONE) {
         snprintf(buf, n, "none");
+        return;
+    }
+    if (q->method == FM_QUANT_FP8_BLOCK) {
+        snprintf(buf, n, "fp8 e4m3, blocks of %d x %d, dynamic activations", q->block_n, q->group_size);
         return;
     }
     char group[32];

@@ -7,6 +7,8 @@
  *         symmetric, strategy "group" | "channel", group_size, actorder}, no input activation quantization, and
  *         the `ignore` list (module names, or "re:" regexes matched at the start of the name as Python's
  *         re.match does) of Linear modules left in float.
+ *   fp8:  fmt "e4m3", weight_block_size [bn, bk] (block-wise FP8: F8_E4M3 weights, one weight_scale_inv per
+ *         bn x bk block), activation_scheme "dynamic".
  * Anything else (other bits, methods, formats, several config groups, quantized activations) is
  * FM_ERR_UNSUPPORTED naming the field; a wrongly typed field is FM_ERR_FORMAT. */
 #ifndef FM_IO_QUANT_CONFIG_H
@@ -27,12 +29,14 @@ typedef enum fm_quant_method {
     FM_QUANT_GPTQ,      /* qweight [K/8, N], qzeros [K/G, N/8], scales [K/G, N], g_idx [K] */
     FM_QUANT_AWQ,       /* qweight [K, N/8] interleaved, qzeros [K/G, N/8], scales [K/G, N] */
     FM_QUANT_CT_PACKED, /* compressed-tensors weight_packed [N, K/8] (q + 8), weight_scale [N, K/G], ... */
+    FM_QUANT_FP8_BLOCK, /* weight F8_E4M3 [N, K], weight_scale_inv [ceil(N/bn), ceil(K/bk)] */
 } fm_quant_method;
 
 typedef struct fm_quant_config {
     fm_quant_method method;
-    int32_t         bits;           /* 4 */
-    int32_t         group_size;     /* > 0, or -1: one group spanning K (per output channel) */
+    int32_t         bits;           /* 4 (8 for fp8) */
+    int32_t         group_size;     /* > 0, or -1: one group spanning K (per output channel); fp8: the block's K */
+    int32_t         block_n;        /* fp8: the block's N */
     bool            sym;            /* zero point fixed at 8 (no zero-point tensor needed) */
     bool            act_order;      /* g_idx tensors give each input channel's group (GPTQ desc_act, CT actorder) */
     bool            zero_minus_one; /* GPTQ v1: qzeros hold zero - 1 */

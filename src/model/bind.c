@@ -26,6 +26,7 @@ const char *fm_expert_layout_name(fm_expert_layout l) {
 }
 
 fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
+    if (w->q.method == FM_QUANT_FP8_BLOCK) return fm_fp8_block_dequantize(&w->q, w->rows, w->cols, out, err);
     if (fm_wsrc_is_quantized(w)) {
         fm_int4_ckpt c;
         fm_status st = fm_int4_ckpt_decode(&w->q, w->rows, w->cols, &c, err);

@@ -16,6 +16,7 @@ typedef struct names {
 } names;
 
 static names format_names(fm_quant_method m) {
+    if (m == FM_QUANT_FP8_BLOCK) return (names){"weight", "", "weight_scale_inv", ""};
     if (m == FM_QUANT_CT_PACKED) return (names){"weight_packed", "weight_zero_point", "weight_scale", "weight_g_idx"};
     return (names){"qweight", "qzeros", "scales", "g_idx"};
 }
@@ -27,6 +28,8 @@ static const fm_st_tensor *lookup(fm_tensor_lookup find, const void *ctx, const 
 }
 
 bool fm_qsrc_present(const fm_quant_config *qc, const char *module, fm_tensor_lookup find, const void *ctx) {
+    if (qc->method == FM_QUANT_FP8_BLOCK) /* its weight keeps the float name: the scale tells them apart */
+        return lookup(find, ctx, module, "weight_scale_inv") != NULL;
     return qc->method != FM_QUANT_NONE && lookup(find, ctx, module, format_names(qc->method).packed) != NULL;
 }
 
@@ -56,6 +59,7 @@ static fm_status expect(const fm_st_tensor *t, const char *module, const char *s
 fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N, int64_t K, fm_tensor_lookup find,
                        const void *ctx, fm_qsrc *q, fm_error *err) {
     memset(q, 0, sizeof *q);
+    if (qc->method == FM_QUANT_FP8_BLOCK) return fm_fp8_block_bind(qc, module, N, K, find, ctx, q, err);
     const names nm = format_names(qc->method);
     const int64_t G = qc->group_size < 0 ? K : qc->group_size;
     if (K % G != 0)
@@ -100,7 +104,7 @@ fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N,
     }
     if (g_idx && (st = expect(g_idx, module, nm.g_idx, "group index of each input channel", false, K, 0, 1, err))) return st;
     *q = (fm_qsrc){qc->method, packed, zeros, scales, g_idx, (int32_t)G,
-                   qc->method == FM_QUANT_GPTQ && qc->zero_minus_one};
+                   qc->method == FM_QUANT_GPTQ && qc->zero_minus_one, 0};
     return FM_OK;
 }
 
@@ -222,7 +226,12 @@ void fm_int4_ckpt_dequantize(const fm_int4_ckpt *c, float *w) {
     for (int64_t n = 0; n < c->N; n++)
         for (int64_t k = 0; k < c->K; k++) {
             const int64_t g = n * c->n_groups + c->g_idx[k];
-            /* |u - z| <= 16 times a scale of at most 24 significant bits... fp16/bf16 scales have <= 11: exact */
+            /* |u - z| <= 16 times an fp16/bf16 scale: exact (an fp32 scale: one fp32 rounding, as anyone computes it) */
             w[n * c->K + k] = (float)((int32_t)c->codes[n * c->K + k] - (int32_t)c->zeros[g]) * c->scales[g];
         }
+}
+
+fm_status fm_qsrc_expect(const fm_st_tensor *t, const char *module, const char *suffix, const char *role, bool is_float,
+                         int64_t d0, int64_t d1, int n_dims, fm_error *err) {
+    return expect(t, module, suffix, role, is_float, d0, d1, n_dims, err);
 }

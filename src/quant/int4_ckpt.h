@@ -1,4 +1,4 @@
-/* Pre-quantized int4 checkpoint formats: one Linear W [N, K] (y = x W^T) as GPTQ, AWQ or compressed-tensors
+/* Pre-quantized checkpoint formats (int4 here, block-FP8 beside it): one Linear W [N, K] (y = x W^T) as GPTQ, AWQ or compressed-tensors
  * store it, checked and decoded to the numbers that define it. Every format reduces to
  *     W[n, k] = (u[n, k] - z[n, g]) * s[n, g],   g = g_idx[k] (act-order) or k / G
  * with u the unsigned 4-bit code, z the zero point, s the stored fp16/bf16/fp32 scale (exact in fp32):
@@ -29,8 +29,9 @@ typedef struct fm_qsrc {
     const fm_st_tensor *zeros;   /* qzeros / weight_zero_point; NULL when symmetric */
     const fm_st_tensor *scales;  /* scales / weight_scale */
     const fm_st_tensor *g_idx;   /* g_idx / weight_g_idx when it is read; NULL: group of k is k / group */
-    int32_t             group;   /* G along K */
+    int32_t             group;   /* G along K (fp8: the block's K) */
     bool                zero_minus_one; /* GPTQ v1 */
+    int32_t             block_n; /* fp8 block: the block's N */
 } fm_qsrc;
 
 /* The decoded numbers of one Linear [N, K] (codes one per byte: a transient of the load, never resident). */
@@ -51,6 +52,18 @@ fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N,
                        const void *ctx, fm_qsrc *q, fm_error *err);
 /* Whether the module has the packed-weight tensor of qc's format (is stored quantized). */
 bool fm_qsrc_present(const fm_quant_config *qc, const char *module, fm_tensor_lookup find, const void *ctx);
+
+/* Block-wise FP8 (src/quant/fp8_block_ckpt.c): "<module>.weight" F8_E4M3 [N, K] and "<module>.weight_scale_inv"
+ * F32/BF16/F16 [ceil(N/bn), ceil(K/bk)]; W[n, k] = e4m3(w[n, k]) * scale_inv[n / bn, k / bk], one fp32 product.
+ * fm_qsrc_bind checks them when qc is fp8; this dequantizes (the ref presets' path). */
+fm_status fm_fp8_block_bind(const fm_quant_config *qc, const char *module, int64_t N, int64_t K, fm_tensor_lookup find,
+                            const void *ctx, fm_qsrc *q, fm_error *err);
+fm_status fm_fp8_block_dequantize(const fm_qsrc *q, int64_t N, int64_t K, float *w, fm_error *err);
+
+/* Checks that t (module.suffix, NULL when absent) is I32 (or a float dtype when is_float) of shape [d0] (n_dims 1)
+ * or [d0, d1]; the message names the tensor, its role and expected vs found. */
+fm_status fm_qsrc_expect(const fm_st_tensor *t, const char *module, const char *suffix, const char *role, bool is_float,
+                         int64_t d0, int64_t d1, int n_dims, fm_error *err);
 
 /* Decodes (and checks the values of: g_idx range and group sizes) a bound source. */
 fm_status fm_int4_ckpt_decode(const fm_qsrc *q, int64_t N, int64_t K, fm_int4_ckpt *out, fm_error *err);
