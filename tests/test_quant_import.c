@@ -1,6 +1,7 @@
 /* Pre-quantized int4 checkpoints (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized; block-FP8 for the ref
- * presets) against an independent packer: tools/pack_quantized.py (numpy, written from the published formats) made tests/data/quant/<name>/ and,
- * beside each, dequant/ with every quantized linear replaced by the format's dequantized fp32 weight.
+ * presets) against an independent packer: tools/pack_quantized.py (numpy, written from the published formats) made
+ * tests/data/quant/<name>/ and, beside each, dequant/ with every quantized linear replaced by the format's dequantized
+ * fp32 weight.
  *   - import: our decoding of every quantized linear equals the packer's fp32 weight bit for bit;
  *   - op: the int4-zp bank (packed codes, zero points, act-order permutation) in linear and moe equals an fp32 bank
  *     of the dequantized weights up to fp32 summation order (relative 1e-5);
@@ -38,8 +39,8 @@
 
 #define DATA "tests/data/quant"
 
-static const char *const fixtures[] = {"gptq-v1-sym",   "gptq-v1-asym-actorder", "gptq-v2-asym-channel",
-                                       "awq-gemm",      "ct-sym",                "ct-asym-actorder-ignore"};
+static const char *const fixtures[] = {"gptq-v1-sym", "gptq-v1-asym-actorder",  "gptq-v2-asym-channel", "awq-gemm",
+                                       "ct-sym",      "ct-asym-actorder-ignore"};
 #define N_FIXTURES (int)(sizeof fixtures / sizeof *fixtures)
 
 static const fm_st_tensor *find_in(const void *set, const char *name) { return fm_st_find(set, name); }
@@ -50,7 +51,7 @@ static void check_import(const char *name) {
     char dir[256], ddir[256];
     snprintf(dir, sizeof dir, DATA "/%s", name);
     snprintf(ddir, sizeof ddir, DATA "/%s/dequant", name);
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_config cfg;
     fm_st_set qset = {0}, dset = {0};
     assert_int_equal(fm_config_load(dir, &cfg, &err), FM_OK);
@@ -63,8 +64,8 @@ static void check_import(const char *name) {
         if (t->dtype != FM_DTYPE_F32) continue; /* the packer wrote exactly the quantized linears in F32 */
         char module[512];
         snprintf(module, sizeof module, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
-        fm_wsrc   src = {.rows = t->shape[0], .cols = t->shape[1]};
-        fm_status st  = fm_qsrc_bind(&cfg.quant, module, t->shape[0], t->shape[1], find_in, &qset, &src.q, &err);
+        fm_wsrc src = {.rows = t->shape[0], .cols = t->shape[1]};
+        fm_status st = fm_qsrc_bind(&cfg.quant, module, t->shape[0], t->shape[1], find_in, &qset, &src.q, &err);
         if (st) fail_msg("%s: %s", module, err.msg);
         float *w = malloc((size_t)t->n_elements * sizeof(float));
         st = fm_wsrc_read(&src, w, &err); /* what the ref presets and bank_create read */
@@ -95,14 +96,15 @@ static void import_all(void **s) {
 
 static double rel_err(const float *x, const float *ref, int64_t n) {
     double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) num += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), den += (double)ref[i] * ref[i];
+    for (int64_t i = 0; i < n; i++)
+        num += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), den += (double)ref[i] * ref[i];
     return sqrt(num / (den > 0 ? den : 1));
 }
 
 static fm_bank *bank_of(fm_backend *be, const fm_wsrc *srcs, int32_t n, int32_t parts, fm_wformat fmt) {
     fm_bank_src src = {srcs, n, parts, "test bank", parts == 2};
-    fm_bank    *b   = NULL;
-    fm_error    err = {{0}};
+    fm_bank *b = NULL;
+    fm_error err = {{0}};
     if (be->ops->bank_create(be, &src, fmt, &b, &err)) fail_msg("bank_create: %s", err.msg);
     return b;
 }
@@ -111,9 +113,9 @@ static void check_ops(const char *name) {
     char dir[256], ddir[256];
     snprintf(dir, sizeof dir, DATA "/%s", name);
     snprintf(ddir, sizeof ddir, DATA "/%s/dequant", name);
-    fm_error     err = {{0}};
-    fm_config    qcfg, dcfg;
-    fm_st_set    qset = {0}, dset = {0};
+    fm_error err = {{0}};
+    fm_config qcfg, dcfg;
+    fm_st_set qset = {0}, dset = {0};
     fm_model_src qs, ds;
     assert_int_equal(fm_config_load(dir, &qcfg, &err), FM_OK);
     assert_int_equal(fm_config_load(ddir, &dcfg, &err), FM_OK);
@@ -149,8 +151,8 @@ static void check_ops(const char *name) {
     fm_bank *zgu = bank_of(be, qgu, E, 2, FM_W_INT4_ZP), *fgu = bank_of(be, dgu, E, 2, FM_W_F32);
     fm_bank *zd = bank_of(be, ql->expert_down, E, 1, FM_W_INT4_ZP), *fd = bank_of(be, dl->expert_down, E, 1, FM_W_F32);
     int32_t ids[6] = {0, 3, 2, 1, 3, 2};
-    float   wts[6] = {0.6f, 0.4f, 0.75f, 0.25f, 0.5f, 0.5f};
-    float  *mo = malloc((size_t)(M * H) * sizeof(float)), *mr = malloc((size_t)(M * H) * sizeof(float));
+    float wts[6] = {0.6f, 0.4f, 0.75f, 0.25f, 0.5f, 0.5f};
+    float *mo = malloc((size_t)(M * H) * sizeof(float)), *mr = malloc((size_t)(M * H) * sizeof(float));
     be->ops->moe(be, zgu, zd, x, M, ids, wts, 2, FM_A_NATIVE, FM_A_NATIVE, mo);
     be->ops->moe(be, fgu, fd, x, M, ids, wts, 2, FM_A_NATIVE, FM_A_NATIVE, mr);
     const double e_moe = rel_err(mo, mr, M * H);
@@ -180,9 +182,9 @@ static void ops_all(void **s) {
 static float *run(const char *dir, fm_preset preset, const int32_t *ids, int64_t T, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset  = preset;
+    opt.preset = preset;
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fail_msg("load %s (%s): %s", dir, fm_preset_name(preset), err.msg);
     *V = fm_model_vocab_size(m);
@@ -199,19 +201,20 @@ static void check_model(const char *name) {
     snprintf(ddir, sizeof ddir, DATA "/%s/dequant", name);
     snprintf(path, sizeof path, "%s/golden_ids.i32", dir);
     int32_t *ids = NULL;
-    int64_t  T   = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read(path, &ids, &T, &err), FM_OK);
     int32_t V = 0, V2 = 0;
-    float  *oracle = run(ddir, FM_PRESET_REF, ids, T, &V);
-    float  *ref_q  = run(dir, FM_PRESET_REF, ids, T, &V2);
+    float *oracle = run(ddir, FM_PRESET_REF, ids, T, &V);
+    float *ref_q = run(dir, FM_PRESET_REF, ids, T, &V2);
     assert_int_equal(V, V2);
     assert_memory_equal(ref_q, oracle, (size_t)(T * V) * sizeof(float));
-    float     *int4 = run(dir, FM_PRESET_INT4, ids, T, &V2);
+    float *int4 = run(dir, FM_PRESET_INT4, ids, T, &V2);
     fm_compare c;
     fm_logits_compare(oracle, int4, T, V, &c);
     printf("%-28s ref bit-identical; int4 (packed codes) vs oracle: cosine %.8f, max|diff| %.3g (%.2g x max|logit|), "
-           "argmax %.1f%%\n", name, c.cosine, c.max_abs_err, c.max_abs_err / c.max_abs_ref, 100 * c.argmax_agree);
+           "argmax %.1f%%\n",
+           name, c.cosine, c.max_abs_err, c.max_abs_err / c.max_abs_ref, 100 * c.argmax_agree);
     assert_int_equal(c.n_nonfinite, 0);
     assert_true(c.cosine >= 0.99998);
     assert_true(c.max_abs_err <= 1e-2 * c.max_abs_ref);
@@ -228,16 +231,16 @@ static void model_all(void **s) {
 static void fp8_block_model(void **s) {
     (void)s;
     int32_t *ids = NULL;
-    int64_t  T   = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read(DATA "/fp8-block/golden_ids.i32", &ids, &T, &err), FM_OK);
     int32_t V = 0, V2 = 0;
-    float  *oracle = run(DATA "/fp8-block/dequant", FM_PRESET_REF, ids, T, &V);
-    float  *ref_q  = run(DATA "/fp8-block", FM_PRESET_REF, ids, T, &V2);
+    float *oracle = run(DATA "/fp8-block/dequant", FM_PRESET_REF, ids, T, &V);
+    float *ref_q = run(DATA "/fp8-block", FM_PRESET_REF, ids, T, &V2);
     assert_memory_equal(ref_q, oracle, (size_t)(T * V) * sizeof(float));
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset  = FM_PRESET_INT4;
+    opt.preset = FM_PRESET_INT4;
     fm_model *m = NULL;
     assert_int_equal(fm_model_load(DATA "/fp8-block", &opt, &m, &err), FM_ERR_UNSUPPORTED);
     assert_null(m);
@@ -294,12 +297,12 @@ static void spit(const char *path, const void *a, size_t na, const void *b, size
  * I32) set to value, or flipped between groups 0 and 1 when flip (and element idx2 too, when > 0). */
 typedef struct edit {
     const char *tensor;
-    const char *shape;    /* JSON array or NULL */
-    const char *rename;   /* or NULL */
-    int64_t     idx;      /* -1: no patch */
-    int32_t     value;
-    bool        flip;
-    int64_t     idx2;
+    const char *shape;  /* JSON array or NULL */
+    const char *rename; /* or NULL */
+    int64_t idx;        /* -1: no patch */
+    int32_t value;
+    bool flip;
+    int64_t idx2;
 } edit;
 
 /* g_dir gets the fixture's config.json with `from` replaced by `to` (when given) and its model.safetensors edited. */
@@ -321,7 +324,7 @@ static void make_variant(const char *fixture, const char *from, const char *to, 
     }
     free(cfg);
     snprintf(src, sizeof src, DATA "/%s/model.safetensors", fixture);
-    char    *st = slurp(src, &len);
+    char *st = slurp(src, &len);
     uint64_t hn = 0;
     memcpy(&hn, st, 8);
     cJSON *hdr = cJSON_ParseWithLength(st + 8, (size_t)hn);
@@ -350,9 +353,9 @@ static void make_variant(const char *fixture, const char *from, const char *to, 
             cJSON_DeleteItemFromObjectCaseSensitive(hdr, e->tensor);
         }
     }
-    char  *h  = cJSON_PrintUnformatted(hdr);
+    char *h = cJSON_PrintUnformatted(hdr);
     size_t hl = strlen(h), padded = (hl + 7) / 8 * 8;
-    char  *head = malloc(8 + padded);
+    char *head = malloc(8 + padded);
     uint64_t pl = padded;
     memcpy(head, &pl, 8);
     memcpy(head + 8, h, hl);
@@ -365,9 +368,9 @@ static void make_variant(const char *fixture, const char *from, const char *to, 
 static void expect_load_fail(fm_preset preset, fm_status want, const char *s1, const char *s2) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset  = preset;
+    opt.preset = preset;
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_model_load(g_dir, &opt, &m, &err);
     printf("  %-5s -> %s\n", fm_preset_name(preset), err.msg);
     assert_null(m);
@@ -414,23 +417,28 @@ static void fused_parts_disagree(void **s) {
     fm_options opt;
     fm_options_init(&opt); /* the ref preset dequantizes each part on its own: it loads */
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_model_load(g_dir, &opt, &m, &err), FM_OK);
     fm_model_free(m);
 }
 
 static void malformed_missing_zeros(void **s) {
     (void)s;
-    edit e = {"model.layers.0.mlp.experts.1.up_proj.qzeros", NULL, "model.layers.0.mlp.experts.1.up_proj.zeros", -1, 0,
-              false, 0};
+    edit e = {"model.layers.0.mlp.experts.1.up_proj.qzeros",
+              NULL,
+              "model.layers.0.mlp.experts.1.up_proj.zeros",
+              -1,
+              0,
+              false,
+              0};
     make_variant("awq-gemm", NULL, NULL, &e);
     expect_load_fail(FM_PRESET_INT4, FM_ERR_FORMAT, "up_proj.qzeros", "is missing");
 }
 
 static void malformed_ct_not_ignored(void **s) {
     (void)s;
-    make_variant("ct-asym-actorder-ignore", "\"model.layers.0.self_attn.o_proj\"", "\"model.layers.7.self_attn.o_proj\"",
-                 NULL);
+    make_variant("ct-asym-actorder-ignore", "\"model.layers.0.self_attn.o_proj\"",
+                 "\"model.layers.7.self_attn.o_proj\"", NULL);
     expect_load_fail(FM_PRESET_REF, FM_ERR_FORMAT, "o_proj.weight_packed", "not in quantization_config.ignore");
 }
 
@@ -447,14 +455,15 @@ static fm_status parse_quant(const char *qc, fm_config *c, fm_error *err) {
     snprintf(json, sizeof json,
              "{\"model_type\":\"qwen3_moe\",\"vocab_size\":64,\"hidden_size\":32,\"num_hidden_layers\":1,"
              "\"num_attention_heads\":2,\"num_experts\":4,\"num_experts_per_tok\":2,\"moe_intermediate_size\":16,"
-             "\"quantization_config\":%s}", qc);
+             "\"quantization_config\":%s}",
+             qc);
     return fm_config_parse(json, strlen(json), "config.json", c, err);
 }
 
 static void expect_parse(const char *qc, fm_status want, const char *s1) {
     fm_config *c = malloc(sizeof *c);
-    fm_error   err = {{0}};
-    fm_status  st = parse_quant(qc, c, &err);
+    fm_error err = {{0}};
+    fm_status st = parse_quant(qc, c, &err);
     if (st != want) fail_msg("%s: status %d, want %d (%s)", qc, st, want, err.msg);
     if (want != FM_OK) {
         printf("  %s\n", err.msg);
@@ -464,24 +473,30 @@ static void expect_parse(const char *qc, fm_status want, const char *s1) {
     free(c);
 }
 
-#define CT_GROUP(w) "{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\",\"config_groups\":{\"group_0\":" \
-                    "{\"targets\":[\"Linear\"],\"weights\":" w "}}"
+#define CT_GROUP(w)                                                                                                    \
+    "{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\",\"config_groups\":{\"group_0\":"           \
+    "{\"targets\":[\"Linear\"],\"weights\":" w "}}"
 #define CT_W4 "{\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,\"strategy\":\"group\",\"group_size\":128}"
 
 static void config_accepts(void **s) {
     (void)s;
     fm_config *c = malloc(sizeof *c);
-    fm_error   err = {{0}};
-    char       d[128];
-    assert_int_equal(parse_quant("{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":64,\"desc_act\":true,\"sym\":false,"
-                                 "\"checkpoint_format\":\"gptq_v2\"}", c, &err), FM_OK);
+    fm_error err = {{0}};
+    char d[128];
+    assert_int_equal(
+        parse_quant("{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":64,\"desc_act\":true,\"sym\":false,"
+                    "\"checkpoint_format\":\"gptq_v2\"}",
+                    c, &err),
+        FM_OK);
     fm_quant_config_describe(&c->quant, d, sizeof d);
     assert_string_equal(d, "gptq v2, int4, group 64, asymmetric, act-order");
     assert_int_equal(parse_quant("{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":-1}", c, &err), FM_OK);
     fm_quant_config_describe(&c->quant, d, sizeof d);
     assert_string_equal(d, "gptq v1, int4, per channel, symmetric");
     assert_int_equal(parse_quant("{\"quant_method\":\"awq\",\"bits\":4,\"group_size\":128,\"zero_point\":true,"
-                                 "\"version\":\"GEMM\"}", c, &err), FM_OK);
+                                 "\"version\":\"GEMM\"}",
+                                 c, &err),
+                     FM_OK);
     fm_quant_config_describe(&c->quant, d, sizeof d);
     assert_string_equal(d, "awq, int4, group 128, asymmetric");
     assert_int_equal(parse_quant(CT_GROUP(CT_W4) ",\"ignore\":[\"lm_head\",\"re:.*mlp\\\\.gate$\"]}", c, &err), FM_OK);
@@ -493,7 +508,9 @@ static void config_accepts(void **s) {
     assert_false(fm_quant_config_ignores(&c->quant, "model.layers.11.mlp.gate_proj"));
     assert_false(fm_quant_config_ignores(&c->quant, "model.layers.11.mlp.experts.0.up_proj"));
     assert_int_equal(parse_quant("{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"activation_scheme\":\"dynamic\","
-                                 "\"weight_block_size\":[128,128]}", c, &err), FM_OK);
+                                 "\"weight_block_size\":[128,128]}",
+                                 c, &err),
+                     FM_OK);
     fm_quant_config_describe(&c->quant, d, sizeof d);
     assert_string_equal(d, "fp8 e4m3, blocks of 128 x 128, dynamic activations");
     assert_int_equal(parse_quant("null", c, &err), FM_OK);
@@ -530,8 +547,9 @@ static void config_rejects(void **s) {
     expect_parse(CT_GROUP(CT_W4) ",\"ignore\":[\"re:([\"]}", FM_ERR_UNSUPPORTED, "not a POSIX extended regex");
     expect_parse(CT_GROUP(CT_W4) ",\"ignore\":[3]}", FM_ERR_FORMAT, "ignore entries must be strings");
     expect_parse("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\",\"config_groups\":{"
-                 "\"a\":{\"targets\":[\"Linear\"],\"weights\":" CT_W4 "},\"b\":{\"targets\":[\"Linear\"],\"weights\":"
-                 CT_W4 "}}}", FM_ERR_UNSUPPORTED, "has 2 groups");
+                 "\"a\":{\"targets\":[\"Linear\"],\"weights\":" CT_W4
+                 "},\"b\":{\"targets\":[\"Linear\"],\"weights\":" CT_W4 "}}}",
+                 FM_ERR_UNSUPPORTED, "has 2 groups");
     expect_parse("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\",\"config_groups\":{\"g\":{"
                  "\"targets\":[\"Linear\"],\"weights\":" CT_W4 ",\"input_activations\":{\"num_bits\":8}}}}",
                  FM_ERR_UNSUPPORTED, "quantizes activations");

@@ -145,8 +145,11 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
     printf("quantization: %s", d);
     if (c->quant.n_ignore) printf(", %d ignore entries", c->quant.n_ignore);
     printf("\n");
-    quant_family fam[5] = {{"attention (qkv + o)", 0, 0, 0, 0}, {"router", 0, 0, 0, 0}, {"experts (gate_up + down)", 0, 0, 0, 0},
-                           {"dense MLP (gate_up + down)", 0, 0, 0, 0}, {"lm_head", 0, 0, 0, 0}};
+    quant_family fam[5] = {{"attention (qkv + o)", 0, 0, 0, 0},
+                           {"router", 0, 0, 0, 0},
+                           {"experts (gate_up + down)", 0, 0, 0, 0},
+                           {"dense MLP (gate_up + down)", 0, 0, 0, 0},
+                           {"lm_head", 0, 0, 0, 0}};
     for (int l = 0; l < c->n_layers; l++) {
         const fm_layer_src *L = &src->layers[l];
         quant_add(&fam[0], &L->q, false, false), quant_add(&fam[0], &L->k, true, false);
@@ -162,17 +165,18 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
             quant_add(&fam[3], &L->mlp_down, false, false);
         }
     }
-    if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head)) quant_add(&fam[4], &src->lm_head, false, true);
+    if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head))
+        quant_add(&fam[4], &src->lm_head, false, true);
     const bool fp8 = c->quant.method == FM_QUANT_FP8_BLOCK;
     printf("  %-28s %16s %16s %18s\n", "family", fp8 ? "fp8 / linears" : "int4 / linears", "checkpoint MiB",
            "resident MiB");
     for (int f = 0; f < 5; f++)
         if (fam[f].n)
-            printf("  %-28s %7lld / %-6lld %16.3f %18.3f\n", fam[f].name, (long long)fam[f].n_quant, (long long)fam[f].n,
-                   mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes));
+            printf("  %-28s %7lld / %-6lld %16.3f %18.3f\n", fam[f].name, (long long)fam[f].n_quant,
+                   (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes));
     if (fp8)
-        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; the int4 presets and the "
-               "cuda backend do not load block-FP8 weights yet)\n");
+        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; the int4 presets and "
+               "the cuda backend do not load block-FP8 weights yet)\n");
     else
         printf("  (resident: the int4 preset on the cpu backend, int4 families in the checkpoint's own int4 (int4-zp), "
                "float ones and router/lm_head in bf16; the cuda backend does not load pre-quantized weights yet)\n");

@@ -36,13 +36,13 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, boo
     for (int64_t i = 0; i < count; i++)
         if (srcs[i].q.method == FM_QUANT_FP8_BLOCK)
             return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: block-FP8 weights are read by --preset ref and ref32 only for now (an e4m3 block bank is "
-                           "not implemented, and the %s preset would requantize them)", label,
+                           "%s: block-FP8 weights are read by --preset ref and ref32 only for now (an e4m3 block bank "
+                           "is not implemented, and the %s preset would requantize them)", label,
                            fm_preset_name(ld->m->plan.preset));
     if (!native_acts)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre-quantized int4 weights (%s) with the %s preset's quantized activations are not supported "
-                       "yet; use --preset int4 (w4a16) or ref", label, fm_quant_method_name(ld->m->cfg.quant.method),
+                       "%s: pre-quantized int4 weights (%s) with the %s preset's quantized activations are not "
+                       "supported yet; use --preset int4 (w4a16) or ref", label, fm_quant_method_name(ld->m->cfg.quant.method),
                        fm_preset_name(ld->m->plan.preset));
     *fmt = FM_W_INT4_ZP;
     return FM_OK;

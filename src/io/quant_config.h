@@ -34,14 +34,14 @@ typedef enum fm_quant_method {
 
 typedef struct fm_quant_config {
     fm_quant_method method;
-    int32_t         bits;           /* 4 (8 for fp8) */
-    int32_t         group_size;     /* > 0, or -1: one group spanning K (per output channel); fp8: the block's K */
-    int32_t         block_n;        /* fp8: the block's N */
-    bool            sym;            /* zero point fixed at 8 (no zero-point tensor needed) */
-    bool            act_order;      /* g_idx tensors give each input channel's group (GPTQ desc_act, CT actorder) */
-    bool            zero_minus_one; /* GPTQ v1: qzeros hold zero - 1 */
-    int32_t         n_ignore;       /* compressed-tensors ignore entries */
-    char            ignore[FM_QUANT_IGNORE_BYTES]; /* n_ignore NUL-terminated strings back to back */
+    int32_t bits;                       /* 4 (8 for fp8) */
+    int32_t group_size;                 /* > 0, or -1: one group spanning K (per output channel); fp8: the block's K */
+    int32_t block_n;                    /* fp8: the block's N */
+    bool sym;                           /* zero point fixed at 8 (no zero-point tensor needed) */
+    bool act_order;                     /* g_idx tensors give each input channel's group (GPTQ desc_act, CT actorder) */
+    bool zero_minus_one;                /* GPTQ v1: qzeros hold zero - 1 */
+    int32_t n_ignore;                   /* compressed-tensors ignore entries */
+    char ignore[FM_QUANT_IGNORE_BYTES]; /* n_ignore NUL-terminated strings back to back */
 } fm_quant_config;
 
 const char *fm_quant_method_name(fm_quant_method m);

@@ -116,8 +116,8 @@ static fm_status check_weight_shape(binder *b, const char *module, int64_t N, in
     } else
         return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' must be an I32 or I64 vector of 2 elements", name);
     if (v[0] != N || v[1] != K)
-        return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' says [%lld, %lld]; the model config needs [%lld, %lld]", name,
-                       (long long)v[0], (long long)v[1], (long long)N, (long long)K);
+        return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' says [%lld, %lld]; the model config needs [%lld, %lld]",
+                       name, (long long)v[0], (long long)v[1], (long long)N, (long long)K);
     return mark_used(b, t);
 }
 
@@ -126,7 +126,8 @@ static fm_status check_weight_shape(binder *b, const char *module, int64_t N, in
  * (compressed-tensors, which must then have them); else the float weight. */
 static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...)
     FM_PRINTF(6, 7);
-static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...) {
+static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt,
+                             ...) {
     char name[512];
     va_list ap;
     va_start(ap, fmt);

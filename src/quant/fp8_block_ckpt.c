@@ -30,7 +30,8 @@ fm_status fm_fp8_block_bind(const fm_quant_config *qc, const char *module, int64
     if ((st = fm_qsrc_expect(s, module, "weight_scale_inv", "per-block scales [ceil(N/bn), ceil(K/bk)]", true,
                              (N + bn - 1) / bn, (K + bk - 1) / bk, 2, err)))
         return st;
-    *q = (fm_qsrc){.method = FM_QUANT_FP8_BLOCK, .packed = w, .scales = s, .group = (int32_t)bk, .block_n = (int32_t)bn};
+    *q =
+        (fm_qsrc){.method = FM_QUANT_FP8_BLOCK, .packed = w, .scales = s, .group = (int32_t)bk, .block_n = (int32_t)bn};
     return FM_OK;
 }
 

@@ -63,8 +63,9 @@ fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N,
     const names nm = format_names(qc->method);
     const int64_t G = qc->group_size < 0 ? K : qc->group_size;
     if (K % G != 0)
-        return fm_fail(err, FM_ERR_FORMAT, "%s: group_size %lld does not divide the input width K = %lld of this linear",
-                       module, (long long)G, (long long)K);
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%s: group_size %lld does not divide the input width K = %lld of this linear", module,
+                       (long long)G, (long long)K);
     const int64_t ng = K / G;
     const fm_st_tensor *packed = lookup(find, ctx, module, nm.packed), *zeros = lookup(find, ctx, module, nm.zeros),
                        *scales = lookup(find, ctx, module, nm.scales), *g_idx = lookup(find, ctx, module, nm.g_idx);
@@ -75,36 +76,48 @@ fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N,
         if ((st = expect(packed, module, nm.packed, role, false, N, (K + 7) / 8, 2, err)) ||
             (st = expect(scales, module, nm.scales, "group scales [N, K/G]", true, N, ng, 2, err)))
             return st;
-        if (!qc->sym && (st = expect(zeros, module, nm.zeros, "zero points packed along N", false, (N + 7) / 8, ng, 2, err)))
+        if (!qc->sym &&
+            (st = expect(zeros, module, nm.zeros, "zero points packed along N", false, (N + 7) / 8, ng, 2, err)))
             return st;
         if (qc->sym) zeros = NULL;
         if (qc->act_order && !g_idx)
-            return fm_fail(err, FM_ERR_FORMAT, "tensor '%s.%s' (act-order group index) is missing: the config says "
-                           "actorder \"group\"", module, nm.g_idx);
+            return fm_fail(err, FM_ERR_FORMAT,
+                           "tensor '%s.%s' (act-order group index) is missing: the config says "
+                           "actorder \"group\"",
+                           module, nm.g_idx);
     } else {
         if (N % 8 != 0)
-            return fm_fail(err, FM_ERR_FORMAT, "%s: %s packs 8 output channels per word, but N = %lld is not a multiple "
-                           "of 8", module, fm_quant_method_name(qc->method), (long long)N);
+            return fm_fail(err, FM_ERR_FORMAT,
+                           "%s: %s packs 8 output channels per word, but N = %lld is not a multiple "
+                           "of 8",
+                           module, fm_quant_method_name(qc->method), (long long)N);
         const bool gptq = qc->method == FM_QUANT_GPTQ;
         if (gptq && K % 8 != 0)
-            return fm_fail(err, FM_ERR_FORMAT, "%s: GPTQ packs 8 input channels per word, but K = %lld is not a multiple "
-                           "of 8", module, (long long)K);
+            return fm_fail(err, FM_ERR_FORMAT,
+                           "%s: GPTQ packs 8 input channels per word, but K = %lld is not a multiple "
+                           "of 8",
+                           module, (long long)K);
         snprintf(role, sizeof role, "int4 weights of a [%lld, %lld] linear packed along %s", (long long)N, (long long)K,
                  gptq ? "K" : "N");
         if ((st = expect(packed, module, nm.packed, role, false, gptq ? K / 8 : K, gptq ? N : N / 8, 2, err)) ||
             (st = expect(scales, module, nm.scales, "group scales [K/G, N]", true, ng, N, 2, err)))
             return st;
         /* GPTQ stores qzeros even when symmetric, and its kernels read them: so do we when they are there */
-        if ((zeros || !qc->sym) && (st = expect(zeros, module, nm.zeros, "zero points packed along N", false, ng, N / 8, 2, err)))
+        if ((zeros || !qc->sym) &&
+            (st = expect(zeros, module, nm.zeros, "zero points packed along N", false, ng, N / 8, 2, err)))
             return st;
-        if (!gptq || !qc->act_order) g_idx = NULL; /* GPTQ without desc_act: groups are k / G, g_idx unused */
+        if (!gptq || !qc->act_order)
+            g_idx = NULL; /* GPTQ without desc_act: groups are k / G, g_idx unused */
         else if (!g_idx)
-            return fm_fail(err, FM_ERR_FORMAT, "tensor '%s.%s' (act-order group index) is missing: the config says "
-                           "desc_act", module, nm.g_idx);
+            return fm_fail(err, FM_ERR_FORMAT,
+                           "tensor '%s.%s' (act-order group index) is missing: the config says "
+                           "desc_act",
+                           module, nm.g_idx);
     }
-    if (g_idx && (st = expect(g_idx, module, nm.g_idx, "group index of each input channel", false, K, 0, 1, err))) return st;
-    *q = (fm_qsrc){qc->method, packed, zeros, scales, g_idx, (int32_t)G,
-                   qc->method == FM_QUANT_GPTQ && qc->zero_minus_one, 0};
+    if (g_idx && (st = expect(g_idx, module, nm.g_idx, "group index of each input channel", false, K, 0, 1, err)))
+        return st;
+    *q = (fm_qsrc){
+        qc->method, packed, zeros, scales, g_idx, (int32_t)G, qc->method == FM_QUANT_GPTQ && qc->zero_minus_one, 0};
     return FM_OK;
 }
 
@@ -153,10 +166,10 @@ fm_status fm_int4_ckpt_decode(const fm_qsrc *q, int64_t N, int64_t K, fm_int4_ck
     memset(c, 0, sizeof *c);
     const int64_t ng = K / q->group;
     *c = (fm_int4_ckpt){.N = N, .K = K, .n_groups = ng, .group = q->group};
-    c->codes  = malloc((size_t)(N * K));
-    c->zeros  = malloc((size_t)(N * ng));
+    c->codes = malloc((size_t)(N * K));
+    c->zeros = malloc((size_t)(N * ng));
     c->scales = malloc((size_t)(N * ng) * sizeof(float));
-    c->g_idx  = malloc((size_t)K * sizeof(int32_t));
+    c->g_idx = malloc((size_t)K * sizeof(int32_t));
     float *s_raw = malloc((size_t)(N * ng) * sizeof(float));
     fm_status st = FM_OK;
     if (!c->codes || !c->zeros || !c->scales || !c->g_idx || !s_raw)
@@ -190,17 +203,19 @@ fm_status fm_int4_ckpt_decode(const fm_qsrc *q, int64_t N, int64_t K, fm_int4_ck
         for (int64_t n = 0; n < N; n++)
             for (int64_t j = 0; j < KW; j++) {
                 const uint32_t w = word_at(q->packed, n * KW + j);
-                for (int i = 0; i < 8 && 8 * j + i < K; i++) c->codes[n * K + 8 * j + i] = (uint8_t)((w >> (4 * i)) & 15u);
+                for (int i = 0; i < 8 && 8 * j + i < K; i++)
+                    c->codes[n * K + 8 * j + i] = (uint8_t)((w >> (4 * i)) & 15u);
             }
     }
 
     if (!q->zeros) {
         memset(c->zeros, 8, (size_t)(N * ng)); /* symmetric: (u - 8) * s */
-    } else if (ct) { /* [ceil(N/8), ng], packed along N (dim 0) */
+    } else if (ct) {                           /* [ceil(N/8), ng], packed along N (dim 0) */
         for (int64_t r = 0; r < (N + 7) / 8; r++)
             for (int64_t g = 0; g < ng; g++) {
                 const uint32_t w = word_at(q->zeros, r * ng + g);
-                for (int i = 0; i < 8 && 8 * r + i < N; i++) c->zeros[(8 * r + i) * ng + g] = (uint8_t)((w >> (4 * i)) & 15u);
+                for (int i = 0; i < 8 && 8 * r + i < N; i++)
+                    c->zeros[(8 * r + i) * ng + g] = (uint8_t)((w >> (4 * i)) & 15u);
             }
     } else { /* GPTQ / AWQ: [ng, N/8] packed along N */
         const int plus = q->zero_minus_one ? 1 : 0;
@@ -226,7 +241,8 @@ void fm_int4_ckpt_dequantize(const fm_int4_ckpt *c, float *w) {
     for (int64_t n = 0; n < c->N; n++)
         for (int64_t k = 0; k < c->K; k++) {
             const int64_t g = n * c->n_groups + c->g_idx[k];
-            /* |u - z| <= 16 times an fp16/bf16 scale: exact (an fp32 scale: one fp32 rounding, as anyone computes it) */
+            /* |u - z| <= 16 times an fp16/bf16 scale: exact (an fp32 scale: one fp32 rounding, as anyone computes it)
+             */
             w[n * c->K + k] = (float)((int32_t)c->codes[n * c->K + k] - (int32_t)c->zeros[g]) * c->scales[g];
         }
 }

@@ -17,9 +17,9 @@ static void refuses(const char *dir, fm_preset preset, const char *method) {
     fm_options opt;
     fm_options_init(&opt);
     opt.backend = "cuda";
-    opt.preset  = preset;
+    opt.preset = preset;
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     printf("%s (%s): %s\n", dir, fm_preset_name(preset), err.msg);
     assert_null(m);

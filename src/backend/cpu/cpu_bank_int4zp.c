@@ -58,11 +58,13 @@ static fm_status matrix_order(fm_bank *w, const fm_bank_src *src, int32_t i, int
         if (memcmp(g_ref, c->g_idx, (size_t)K * sizeof *g_ref) != 0)
             return fm_fail(err, FM_ERR_UNSUPPORTED,
                            "%s: matrix %d: part %d has a different act-order g_idx from part 0; the parts of a fused "
-                           "bank share one input order", src->label, i, part);
+                           "bank share one input order",
+                           src->label, i, part);
         return FM_OK;
     }
     memcpy(g_ref, c->g_idx, (size_t)K * sizeof *g_ref);
-    if (!order_by_group(c->g_idx, K, w->group, order)) return fm_fail(err, FM_ERR_NOMEM, "out of memory: %s", src->label);
+    if (!order_by_group(c->g_idx, K, w->group, order))
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory: %s", src->label);
     if (is_identity(order, K) && !w->perm) return FM_OK;
     if (!w->perm) { /* the first act-order matrix: the earlier ones keep the identity */
         if (!(w->perm = fm_malloc((size_t)(w->n * K) * sizeof *w->perm, err, src->label))) return FM_ERR_NOMEM;
@@ -76,11 +78,11 @@ fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err
     const int64_t K = w->cols, rows = w->rows, KB = (K + 1) / 2;
     fm_status st = check_sources(src, K, err);
     if (st) return st;
-    w->group    = src->srcs[0].q.group;
+    w->group = src->srcs[0].q.group;
     w->n_groups = K / w->group;
     const int64_t ng = w->n_groups;
-    w->codes  = fm_calloc((size_t)(w->n * rows * KB), 1, err, src->label);
-    w->zeros  = fm_malloc((size_t)(w->n * rows * ng), err, src->label);
+    w->codes = fm_calloc((size_t)(w->n * rows * KB), 1, err, src->label);
+    w->zeros = fm_malloc((size_t)(w->n * rows * ng), err, src->label);
     w->scales = fm_malloc((size_t)(w->n * rows * ng) * sizeof(float), err, src->label);
     int32_t *order = fm_malloc((size_t)K * sizeof *order, err, src->label);
     int32_t *g_ref = fm_malloc((size_t)K * sizeof *g_ref, err, src->label);
@@ -89,13 +91,13 @@ fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err
         int64_t row0 = 0;
         for (int32_t j = 0; !st && j < src->n_parts; j++) {
             const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
-            fm_int4_ckpt   c;
+            fm_int4_ckpt c;
             if ((st = fm_int4_ckpt_decode(&s->q, s->rows, K, &c, err))) break;
             st = matrix_order(w, src, i, j, &c, order, g_ref, err);
             const int32_t *perm = w->perm ? w->perm + (int64_t)i * K : NULL;
             for (int64_t n = 0; !st && n < s->rows; n++) {
-                const int64_t r  = (int64_t)i * rows + row0 + n;
-                uint8_t      *cr = w->codes + r * KB;
+                const int64_t r = (int64_t)i * rows + row0 + n;
+                uint8_t *cr = w->codes + r * KB;
                 for (int64_t p = 0; p < K; p++) {
                     const uint8_t u = c.codes[n * K + (perm ? perm[p] : p)];
                     cr[p >> 1] |= (uint8_t)(u << ((p & 1) * 4));

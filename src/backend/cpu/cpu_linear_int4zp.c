@@ -11,7 +11,7 @@
 static void dot_rows(const fm_bank *w, int32_t idx, const float *xp, int64_t n0, int64_t n1, float *y) {
     const int64_t K = w->cols, G = w->group, ng = w->n_groups, KB = (K + 1) / 2;
     for (int64_t n = n0; n < n1; n++) {
-        const int64_t  r  = (int64_t)idx * w->rows + n;
+        const int64_t r = (int64_t)idx * w->rows + n;
         const uint8_t *cr = w->codes + r * KB;
         float acc = 0.0f;
         for (int64_t b = 0; b < ng; b++) {
@@ -28,7 +28,7 @@ static void dot_rows(const fm_bank *w, int32_t idx, const float *xp, int64_t n0,
 }
 
 static void gather(const fm_bank *w, int32_t idx, const float *x, float *xp) {
-    const int64_t  K    = w->cols;
+    const int64_t K = w->cols;
     const int32_t *perm = w->perm ? w->perm + (int64_t)idx * K : NULL;
     for (int64_t j = 0; j < K; j++) xp[j] = perm ? x[perm[j]] : x[j];
 }
