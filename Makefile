@@ -83,7 +83,7 @@ asan:
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
 # libFuzzer target for the safetensors + config + shard-index parsers (clang).
-FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/util/status.c $(wildcard src/quant/*.c)
+FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/io/quant_config.c src/util/status.c $(wildcard src/quant/*.c)
 $(BUILD)/fuzz/fuzz_loader: $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_DEFAULT_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o $@ $(FUZZ_SRC) -lcjson -lm

@@ -457,8 +457,8 @@ static void test_unknown_dtype(void **state) {
     (void)state;
     write_st("d1.safetensors", "{\"wf\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", g_zeros, 8);
     EXPECT_FILE_FAIL("d1.safetensors", FM_ERR_UNSUPPORTED, "'wf'", "'F64'", "F32 F16 BF16 F8_E4M3 I32 U8");
-    write_st("d2.safetensors", "{\"wi\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", g_zeros, 8);
-    EXPECT_FILE_FAIL("d2.safetensors", FM_ERR_UNSUPPORTED, "'wi'", "'I64'", "BF16");
+    write_st("d2.safetensors", "{\"wi\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":[0,8]}}", g_zeros, 8);
+    EXPECT_FILE_FAIL("d2.safetensors", FM_ERR_UNSUPPORTED, "'wi'", "'U64'", "BF16");
     write_st("d3.safetensors", "{\"wx\":{\"dtype\":\"FLOAT7\",\"shape\":[1],\"data_offsets\":[0,1]}}", g_zeros, 1);
     EXPECT_FILE_FAIL("d3.safetensors", FM_ERR_FORMAT, "'wx'", "'FLOAT7'", "F8_E4M3");
     write_st("d4.safetensors", "{\"wl\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", g_zeros, 4);

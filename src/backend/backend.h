@@ -24,8 +24,13 @@ typedef enum fm_wformat {
     FM_W_INT4_G128_TC, /* the same codes and scales, laid out for the W4A8 tensor-core kernels (GPU: fragment-
                           ordered sign-magnitude nibbles, src/backend/cuda/w4a8_layout.cuh; CPU: as int4-g128) */
     FM_W_E4M3_PT,    /* e4m3 with one fp32 scale per matrix, max(amax / 448, floor), quantized at load (W8A8) */
+    FM_W_INT4_ZP,    /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
+                        load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
+                        along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
+                        The engine picks it for an int4 plan when a bank's sources are pre-quantized (CPU only). */
 } fm_wformat;
 
+/* int4 banks quantized by us (symmetric, group 128); FM_W_INT4_ZP is the checkpoint's own int4 */
 static inline bool fm_wformat_is_int4(fm_wformat f) { return f == FM_W_INT4_G128 || f == FM_W_INT4_G128_TC; }
 
 /* How a linear op quantizes its activation input (the A side of y = x W^T). */

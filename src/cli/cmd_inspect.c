@@ -107,6 +107,81 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     print_shape(&src->lm_head, c->tie_word_embeddings ? "lm_head (tied)" : "lm_head");
 }
 
+/* Pre-quantized checkpoints: per weight family, how many linears are stored as int4 and the bytes they take in the
+ * checkpoint and resident in the int4-zp bank (CPU: codes K/2, a zero byte and an fp32 scale per group, an int32
+ * input order per act-order matrix; the float linears of such a checkpoint stay bf16, 2 bytes a weight). */
+typedef struct quant_family {
+    const char *name;
+    int64_t     n, n_quant;
+    double      ckpt_bytes, bank_bytes;
+} quant_family;
+
+/* as_bf16: a family the plan keeps in bf16 whatever the checkpoint (router, lm_head: dequantized at load) */
+static void quant_add(quant_family *f, const fm_wsrc *w, bool shares_order, bool as_bf16) {
+    f->n++;
+    const fm_qsrc *q = &w->q;
+    const fm_st_tensor *parts[4] = {q->packed, q->zeros, q->scales, q->g_idx};
+    for (int i = 0; i < 4; i++) f->ckpt_bytes += parts[i] ? (double)parts[i]->nbytes : 0;
+    if (q->method == FM_QUANT_FP8_BLOCK) { /* read by the ref presets only for now: fp32 on the cpu */
+        f->bank_bytes += 4.0 * (double)w->rows * (double)w->cols;
+        f->n_quant++;
+        return;
+    }
+    if (!fm_wsrc_is_quantized(w) || as_bf16) {
+        f->ckpt_bytes += w->t ? (double)w->rows * (double)w->cols * fm_dtype_size(w->t->dtype) : 0;
+        f->bank_bytes += 2.0 * (double)w->rows * (double)w->cols;
+        f->n_quant += fm_wsrc_is_quantized(w);
+        return;
+    }
+    const double groups = (double)w->rows * (double)(w->cols / q->group);
+    f->bank_bytes += (double)w->rows * (double)((w->cols + 1) / 2) + groups * 5.0;
+    if (q->g_idx && !shares_order) f->bank_bytes += 4.0 * (double)w->cols;
+    f->n_quant++;
+}
+
+static void print_quantization(const fm_config *c, const fm_model_src *src) {
+    char d[128];
+    fm_quant_config_describe(&c->quant, d, sizeof d);
+    printf("quantization: %s", d);
+    if (c->quant.n_ignore) printf(", %d ignore entries", c->quant.n_ignore);
+    printf("\n");
+    quant_family fam[5] = {{"attention (qkv + o)", 0, 0, 0, 0},
+                           {"router", 0, 0, 0, 0},
+                           {"experts (gate_up + down)", 0, 0, 0, 0},
+                           {"dense MLP (gate_up + down)", 0, 0, 0, 0},
+                           {"lm_head", 0, 0, 0, 0}};
+    for (int l = 0; l < c->n_layers; l++) {
+        const fm_layer_src *L = &src->layers[l];
+        quant_add(&fam[0], &L->q, false, false), quant_add(&fam[0], &L->k, true, false);
+        quant_add(&fam[0], &L->v, true, false), quant_add(&fam[0], &L->o, false, false);
+        if (L->is_moe) {
+            quant_add(&fam[1], &L->router, false, true);
+            for (int e = 0; e < c->n_experts; e++) {
+                quant_add(&fam[2], &L->expert_gate[e], false, false), quant_add(&fam[2], &L->expert_up[e], true, false);
+                quant_add(&fam[2], &L->expert_down[e], false, false);
+            }
+        } else {
+            quant_add(&fam[3], &L->mlp_gate, false, false), quant_add(&fam[3], &L->mlp_up, true, false);
+            quant_add(&fam[3], &L->mlp_down, false, false);
+        }
+    }
+    if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head))
+        quant_add(&fam[4], &src->lm_head, false, true);
+    const bool fp8 = c->quant.method == FM_QUANT_FP8_BLOCK;
+    printf("  %-28s %16s %16s %18s\n", "family", fp8 ? "fp8 / linears" : "int4 / linears", "checkpoint MiB",
+           "resident MiB");
+    for (int f = 0; f < 5; f++)
+        if (fam[f].n)
+            printf("  %-28s %7lld / %-6lld %16.3f %18.3f\n", fam[f].name, (long long)fam[f].n_quant,
+                   (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes));
+    if (fp8)
+        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; the int4 presets and "
+               "the cuda backend do not load block-FP8 weights yet)\n");
+    else
+        printf("  (resident: the int4 preset on the cpu backend, int4 families in the checkpoint's own int4 (int4-zp), "
+               "float ones and router/lm_head in bf16; the cuda backend does not load pre-quantized weights yet)\n");
+}
+
 static void plan_row(const char *what, size_t bytes, int indent) {
     printf("  %*s%-*s %12.2f %16zu\n", indent, "", 44 - indent, what, mib((double)bytes), bytes);
 }
@@ -228,6 +303,7 @@ int cmd_inspect(int argc, char **argv) {
     if (!st) st = fm_model_src_bind(&cfg, &set, &src, &err);
     if (!st) {
         print_model(dir, &cfg, &set, &src);
+        if (cfg.quant.method != FM_QUANT_NONE) print_quantization(&cfg, &src);
         if (list)
             for (int64_t i = 0; i < set.n_tensors; i++) {
                 const fm_st_tensor *t = set.by_name[i];

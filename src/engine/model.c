@@ -20,13 +20,50 @@ typedef struct loader {
     fm_error *err;
 } loader;
 
-static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
-                      const char *label) {
+/* A bank of pre-quantized int4 sources keeps the checkpoint's own numbers (int4-zp) where the plan asks for int4;
+ * a float plan (ref, ref32) dequantizes them. Their activations are taken as stored (w4a16) for now. The linears a
+ * pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized modules) stay bf16 rather than being
+ * quantized by us: the checkpoint's author chose to keep them. */
+static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, bool native_acts, const char *label,
+                             fm_wformat *fmt) {
+    bool any = false;
+    for (int64_t i = 0; i < count; i++) any |= fm_wsrc_is_quantized(&srcs[i]);
+    if (!fm_wformat_is_int4(*fmt)) return FM_OK;
+    if (!any) {
+        if (ld->m->cfg.quant.method != FM_QUANT_NONE) *fmt = FM_W_BF16;
+        return FM_OK;
+    }
+    for (int64_t i = 0; i < count; i++)
+        if (srcs[i].q.method == FM_QUANT_FP8_BLOCK)
+            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                           "%s: block-FP8 weights are read by --preset ref and ref32 only for now (an e4m3 block bank "
+                           "is not implemented, and the %s preset would requantize them)", label,
+                           fm_preset_name(ld->m->plan.preset));
+    if (!native_acts)
+        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                       "%s: pre-quantized int4 weights (%s) with the %s preset's quantized activations are not "
+                       "supported yet; use --preset int4 (w4a16) or ref", label, fm_quant_method_name(ld->m->cfg.quant.method),
+                       fm_preset_name(ld->m->plan.preset));
+    *fmt = FM_W_INT4_ZP;
+    return FM_OK;
+}
+
+/* native_acts: the bank's inputs are not quantized by the plan (a_dense for dense banks, a_dispatch and a_expert
+ * for expert banks) */
+static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
+                           bool native_acts, const char *label) {
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, native_acts, label, &fmt);
+    if (pst) return pst;
     /* the only two-part banks are gate|up (q|k|v has three) */
     fm_bank_src src = {srcs, n, n_parts, label, n_parts == 2};
     fm_status   st  = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
     return st;
+}
+
+static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
+                      const char *label) {
+    return bank_acts(ld, out, srcs, n, n_parts, fmt, ld->m->plan.a_dense == FM_A_NATIVE, label);
 }
 
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
@@ -53,12 +90,13 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         return FM_OK;
     }
     const int32_t E  = c->n_experts;
+    const bool native_experts = p->a_dispatch == FM_A_NATIVE && p->a_expert == FM_A_NATIVE;
     fm_wsrc      *gu = fm_malloc((size_t)E * 2 * sizeof *gu, ld->err, "expert views");
     if (!gu) return FM_ERR_NOMEM;
     for (int32_t e = 0; e < E; e++) gu[2 * e] = s->expert_gate[e], gu[2 * e + 1] = s->expert_up[e];
     if (!(st = bank(ld, &L->router, &s->router, 1, 1, p->w_other, LABEL("router"))) &&
-        !(st = bank(ld, &L->gate_up, gu, E, 2, p->w_expert, LABEL("experts gate_up"))))
-        st = bank(ld, &L->down, s->expert_down, E, 1, p->w_expert, LABEL("experts down"));
+        !(st = bank_acts(ld, &L->gate_up, gu, E, 2, p->w_expert, native_experts, LABEL("experts gate_up"))))
+        st = bank_acts(ld, &L->down, s->expert_down, E, 1, p->w_expert, native_experts, LABEL("experts down"));
     free(gu);
 #undef LABEL
     return st;

@@ -266,6 +266,7 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     if ((st = read_int(r, "max_position_embeddings", false, 0, 0, INT64_MAX / 2, &c->max_position_embeddings)))
         return st;
     if ((st = read_rope(r, c)) || (st = read_unsupported_switches(r, c)) || (st = read_layer_kinds(r, c))) return st;
+    if ((st = fm_quant_config_parse(field(r, "quantization_config"), r->label, &c->quant, r->err))) return st;
 
     bool any_dense = false;
     for (int i = 0; i < c->n_layers; i++) any_dense |= !c->layer_is_moe[i];

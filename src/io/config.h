@@ -2,7 +2,8 @@
  * Spellings accepted as real files have them: num_experts | num_local_experts; rope_theta |
  * rope_parameters.rope_theta; head_dim absent = hidden_size / num_attention_heads. Anything not
  * implemented (another model_type, rope scaling other than default, sliding-window attention turned on,
- * attention bias, an activation other than silu) is an FM_ERR_UNSUPPORTED naming the field. */
+ * attention bias, an activation other than silu) is an FM_ERR_UNSUPPORTED naming the field.
+ * quantization_config (pre-quantized int4 checkpoints) is read by io/quant_config.c into cfg.quant. */
 #ifndef FM_IO_CONFIG_H
 #define FM_IO_CONFIG_H
 
@@ -10,6 +11,7 @@
 #include <stdint.h>
 
 #include "fp8moe.h"
+#include "io/quant_config.h"
 
 #define FM_MAX_LAYERS 1024
 
@@ -43,6 +45,7 @@ typedef struct fm_config {
     double         rope_theta;
     int64_t        max_position_embeddings;
     bool           layer_is_moe[FM_MAX_LAYERS];
+    fm_quant_config quant;               /* quantization_config: the format of pre-quantized linear weights */
 } fm_config;
 
 /* Parses config.json text (len bytes, not necessarily NUL-terminated); label names the file in errors. */

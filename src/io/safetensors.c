@@ -18,7 +18,7 @@
 #include "quant/e4m3.h"
 #include "util/status.h"
 
-#define SUPPORTED_DTYPES "F32 F16 BF16 F8_E4M3 I32 U8"
+#define SUPPORTED_DTYPES "F32 F16 BF16 F8_E4M3 I32 U8 I64"
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
 #define SHARD_SUFFIX ".safetensors"
@@ -33,12 +33,13 @@ static const struct {
 } dtype_info[FM_DTYPE_COUNT] = {
     [FM_DTYPE_F32] = {"F32", 4},         [FM_DTYPE_F16] = {"F16", 2}, [FM_DTYPE_BF16] = {"BF16", 2},
     [FM_DTYPE_F8_E4M3] = {"F8_E4M3", 1}, [FM_DTYPE_I32] = {"I32", 4}, [FM_DTYPE_U8] = {"U8", 1},
+    [FM_DTYPE_I64] = {"I64", 8},
 };
 
 /* dtypes of the safetensors format that fp8moe does not read: rejected as unsupported rather than malformed. */
 static const char *const other_st_dtypes[] = {
     "BOOL", "F4",   "F6_E2M3", "F6_E3M2", "I8",  "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ",
-    "F8_E5M2FNUZ", "I16", "U16", "U32", "C64", "F64", "I64", "U64",
+    "F8_E5M2FNUZ", "I16", "U16", "U32", "C64", "F64", "U64",
 };
 
 const char *fm_dtype_name(fm_dtype t) {

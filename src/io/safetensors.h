@@ -5,7 +5,7 @@
  *   - file >= 8 bytes; N <= FM_ST_MAX_HEADER; 8 + N <= file size
  *   - header is well-formed JSON: an object of name -> {dtype, shape, data_offsets}, plus "__metadata__"
  *     (an object of strings), nothing else
- *   - dtype is one fp8moe reads (F32 F16 BF16 F8_E4M3 I32 U8); any other is rejected by name
+ *   - dtype is one fp8moe reads (F32 F16 BF16 F8_E4M3 I32 U8 I64); any other is rejected by name
  *   - shape entries are non-negative integers, at most FM_ST_MAX_DIMS of them
  *   - byte length = product(shape) x dtype size; offsets sorted are contiguous from 0, no gap, no
  *     overlap, and the last one ends exactly at the end of the file
@@ -42,6 +42,7 @@ typedef enum fm_dtype {
     FM_DTYPE_F8_E4M3,
     FM_DTYPE_I32,
     FM_DTYPE_U8,
+    FM_DTYPE_I64, /* compressed-tensors weight_shape */
     FM_DTYPE_COUNT
 } fm_dtype;
 

@@ -26,6 +26,15 @@ const char *fm_expert_layout_name(fm_expert_layout l) {
 }
 
 fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
+    if (w->q.method == FM_QUANT_FP8_BLOCK) return fm_fp8_block_dequantize(&w->q, w->rows, w->cols, out, err);
+    if (fm_wsrc_is_quantized(w)) {
+        fm_int4_ckpt c;
+        fm_status st = fm_int4_ckpt_decode(&w->q, w->rows, w->cols, &c, err);
+        if (st) return st;
+        fm_int4_ckpt_dequantize(&c, out);
+        fm_int4_ckpt_free(&c);
+        return FM_OK;
+    }
     if (w->t) return fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
     for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] = fm_synth_value(&w->synth, i, w->cols);
     return FM_OK;
@@ -85,34 +94,100 @@ static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t ro
     const fm_st_tensor *t = NULL;
     fm_status st = rows == 1 ? need(b, name, 1, &shape[1], role, &t) : need(b, name, 2, shape, role, &t);
     if (st != FM_OK) return st;
-    *w = (fm_wsrc){t, 0, rows, cols, {0}};
+    *w = (fm_wsrc){t, 0, rows, cols, {0}, {0}};
     b->n_params += rows * cols;
     return FM_OK;
 }
 
-static bool has(const binder *b, const char *fmt, const char *prefix, int layer, const char *part) {
-    char pre[256], name[512];
-    snprintf(pre, sizeof pre, prefix, layer);
-    snprintf(name, sizeof name, fmt, pre, part);
-    return fm_st_find(b->set, name) != NULL;
+static const fm_st_tensor *find_in_set(const void *set, const char *name) { return fm_st_find(set, name); }
+
+/* CT weight_shape, when present: [N, K] as I32 or I64 (the compressor's metadata and its saved tensors differ) */
+static fm_status check_weight_shape(binder *b, const char *module, int64_t N, int64_t K) {
+    char name[560];
+    snprintf(name, sizeof name, "%s.weight_shape", module);
+    const fm_st_tensor *t = fm_st_find(b->set, name);
+    if (!t) return FM_OK;
+    int64_t v[2] = {0, 0};
+    if (t->n_dims == 1 && t->shape[0] == 2 && t->dtype == FM_DTYPE_I64) memcpy(v, t->data, 16);
+    else if (t->n_dims == 1 && t->shape[0] == 2 && t->dtype == FM_DTYPE_I32) {
+        int32_t v32[2];
+        memcpy(v32, t->data, 8);
+        v[0] = v32[0], v[1] = v32[1];
+    } else
+        return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' must be an I32 or I64 vector of 2 elements", name);
+    if (v[0] != N || v[1] != K)
+        return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' says [%lld, %lld]; the model config needs [%lld, %lld]",
+                       name, (long long)v[0], (long long)v[1], (long long)N, (long long)K);
+    return mark_used(b, t);
+}
+
+/* A Linear weight [rows = N, cols = K] named "<module>.weight" in a float checkpoint. In a pre-quantized one:
+ * the module's packed tensors when it has them (GPTQ, AWQ), or when it is not in the ignore list
+ * (compressed-tensors, which must then have them); else the float weight. */
+static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...)
+    FM_PRINTF(6, 7);
+static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt,
+                             ...) {
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const fm_quant_config *qc = &b->cfg->quant;
+    char module[512];
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+    bool quantized = fm_qsrc_present(qc, module, find_in_set, b->set);
+    if (qc->method == FM_QUANT_CT_PACKED) {
+        const bool ignored = fm_quant_config_ignores(qc, module);
+        if (ignored && quantized)
+            return fm_fail(b->err, FM_ERR_FORMAT, "'%s' is in quantization_config.ignore but stored quantized", module);
+        if (!ignored && !quantized)
+            return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s.weight_packed' (%s) is missing: the module is not in "
+                           "quantization_config.ignore, so it must be stored quantized", module, role);
+    }
+    if (!quantized) return need_matrix(b, w, role, rows, cols, "%s", name);
+    *w = (fm_wsrc){.rows = rows, .cols = cols};
+    fm_status st = fm_qsrc_bind(qc, module, rows, cols, find_in_set, b->set, &w->q, b->err);
+    if (st) return st;
+    const fm_st_tensor *parts[4] = {w->q.packed, w->q.zeros, w->q.scales, w->q.g_idx};
+    for (int i = 0; i < 4 && !st; i++)
+        if (parts[i]) st = mark_used(b, parts[i]);
+    /* GPTQ's g_idx when desc_act is false: part of the module, not read */
+    char gname[560];
+    snprintf(gname, sizeof gname, "%s.g_idx", module);
+    const fm_st_tensor *g = qc->method == FM_QUANT_GPTQ && !w->q.g_idx ? fm_st_find(b->set, gname) : NULL;
+    if (!st && g) st = mark_used(b, g);
+    if (!st && qc->method == FM_QUANT_CT_PACKED) st = check_weight_shape(b, module, rows, cols);
+    b->n_params += rows * cols;
+    return st;
+}
+
+/* Whether "<module>.weight" exists, or the module's packed weight in a pre-quantized checkpoint. */
+static bool has_linear(const binder *b, const char *module) {
+    char name[560];
+    snprintf(name, sizeof name, "%s.weight", module);
+    return fm_st_find(b->set, name) || fm_qsrc_present(&b->cfg->quant, module, find_in_set, b->set);
 }
 
 /* Views [E] of [rows, cols] into a 3-D bank [E, rows_total, cols], starting at row `row0` of each expert. */
 static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t rows_total, int64_t row0,
                        int64_t rows, int64_t cols) {
-    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}};
+    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}, {0}};
 }
 
 static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {
     const fm_config *c = b->cfg;
     const int64_t E = c->n_experts, I = c->moe_intermediate, H = c->hidden_size;
     const char *prefix = NULL;
-    for (int i = 0; i < 3 && names->moe_prefixes[i]; i++)
-        if (has(b, "%s.gate.%s", names->moe_prefixes[i], l, "weight")) { prefix = names->moe_prefixes[i]; break; }
-    char pre[256];
+    char pre[256], module[512];
+    for (int i = 0; i < 3 && names->moe_prefixes[i]; i++) {
+        snprintf(pre, sizeof pre, names->moe_prefixes[i], l);
+        snprintf(module, sizeof module, "%s.gate", pre);
+        if (has_linear(b, module)) { prefix = names->moe_prefixes[i]; break; }
+    }
     snprintf(pre, sizeof pre, prefix ? prefix : names->moe_prefixes[0], l);
     fm_status st;
-    if ((st = need_matrix(b, &L->router, "router", E, H, "%s.gate.weight", pre))) return st;
+    if ((st = need_linear(b, &L->router, "router", E, H, "%s.gate.weight", pre))) return st;
 
     L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
     L->expert_up   = calloc((size_t)E, sizeof(fm_wsrc));
@@ -121,13 +196,13 @@ static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_l
         return fm_fail(b->err, FM_ERR_NOMEM, "out of memory binding layer %d experts", l);
     const char *g = names->expert_part[0], *u = names->expert_part[1], *d = names->expert_part[2];
     char name[512];
-    snprintf(name, sizeof name, "%s.experts.0.%s.weight", pre, g);
-    if (fm_st_find(b->set, name)) {
+    snprintf(name, sizeof name, "%s.experts.0.%s", pre, g);
+    if (has_linear(b, name)) {
         L->layout = FM_EXPERTS_PER_EXPERT;
         for (int64_t e = 0; e < E; e++) {
-            if ((st = need_matrix(b, &L->expert_gate[e], "expert gate", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, g)) ||
-                (st = need_matrix(b, &L->expert_up[e], "expert up", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, u)) ||
-                (st = need_matrix(b, &L->expert_down[e], "expert down", H, I, "%s.experts.%lld.%s.weight", pre, (long long)e, d)))
+            if ((st = need_linear(b, &L->expert_gate[e], "expert gate", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, g)) ||
+                (st = need_linear(b, &L->expert_up[e], "expert up", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, u)) ||
+                (st = need_linear(b, &L->expert_down[e], "expert down", H, I, "%s.experts.%lld.%s.weight", pre, (long long)e, d)))
                 return st;
         }
         return FM_OK;
@@ -181,10 +256,10 @@ static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_lay
     char fmt[128];
 #define NAME(suffix) (snprintf(fmt, sizeof fmt, "%s%s", p, suffix), fmt)
     if ((st = need_matrix(b, &L->attn_norm, "input_layernorm", 1, H, NAME("input_layernorm.weight"), l)) ||
-        (st = need_matrix(b, &L->q, "q_proj", nq, H, NAME("self_attn.q_proj.weight"), l)) ||
-        (st = need_matrix(b, &L->k, "k_proj", nkv, H, NAME("self_attn.k_proj.weight"), l)) ||
-        (st = need_matrix(b, &L->v, "v_proj", nkv, H, NAME("self_attn.v_proj.weight"), l)) ||
-        (st = need_matrix(b, &L->o, "o_proj", H, nq, NAME("self_attn.o_proj.weight"), l)) ||
+        (st = need_linear(b, &L->q, "q_proj", nq, H, NAME("self_attn.q_proj.weight"), l)) ||
+        (st = need_linear(b, &L->k, "k_proj", nkv, H, NAME("self_attn.k_proj.weight"), l)) ||
+        (st = need_linear(b, &L->v, "v_proj", nkv, H, NAME("self_attn.v_proj.weight"), l)) ||
+        (st = need_linear(b, &L->o, "o_proj", H, nq, NAME("self_attn.o_proj.weight"), l)) ||
         (st = need_matrix(b, &L->ffn_norm, "post_attention_layernorm", 1, H, NAME("post_attention_layernorm.weight"), l)))
         return st;
     if (c->qk_norm &&
@@ -194,9 +269,9 @@ static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_lay
     L->is_moe = c->layer_is_moe[l];
     if (L->is_moe) return bind_experts(b, l, names, L);
     const int64_t Id = c->dense_intermediate;
-    if ((st = need_matrix(b, &L->mlp_gate, "dense mlp gate_proj", Id, H, NAME("mlp.gate_proj.weight"), l)) ||
-        (st = need_matrix(b, &L->mlp_up, "dense mlp up_proj", Id, H, NAME("mlp.up_proj.weight"), l)) ||
-        (st = need_matrix(b, &L->mlp_down, "dense mlp down_proj", H, Id, NAME("mlp.down_proj.weight"), l)))
+    if ((st = need_linear(b, &L->mlp_gate, "dense mlp gate_proj", Id, H, NAME("mlp.gate_proj.weight"), l)) ||
+        (st = need_linear(b, &L->mlp_up, "dense mlp up_proj", Id, H, NAME("mlp.up_proj.weight"), l)) ||
+        (st = need_linear(b, &L->mlp_down, "dense mlp down_proj", H, Id, NAME("mlp.down_proj.weight"), l)))
         return st;
 #undef NAME
     return FM_OK;
@@ -221,9 +296,9 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
     if (!st) {
         if (cfg->tie_word_embeddings) {
             out->lm_head = out->embed;
-            if (fm_st_find(set, "lm_head.weight")) st = need_matrix(&b, &out->lm_head, "lm_head", V, H, "lm_head.weight");
+            if (has_linear(&b, "lm_head")) st = need_linear(&b, &out->lm_head, "lm_head", V, H, "lm_head.weight");
         } else {
-            st = need_matrix(&b, &out->lm_head, "lm_head (tie_word_embeddings is false)", V, H, "lm_head.weight");
+            st = need_linear(&b, &out->lm_head, "lm_head (tie_word_embeddings is false)", V, H, "lm_head.weight");
         }
     }
     for (int l = 0; !st && l < cfg->n_layers; l++) st = bind_layer(&b, l, names, &out->layers[l]);

@@ -7,6 +7,7 @@
 
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "quant/int4_ckpt.h"
 
 /* Synthetic weights (benchmarks at real shapes without a checkpoint): element i of a view is
  * bias + scale * u(seed, i) with u uniform in [-1, 1) from a counter-based hash, times 8 in every column c with
@@ -18,15 +19,20 @@ typedef struct fm_synth {
 } fm_synth;
 
 /* A [rows, cols] row-major matrix (cols = 1 row for vectors) starting at element `offset` of tensor t, or,
- * when t is NULL, synthetic values described by synth. */
+ * when t is NULL, synthetic values described by synth, or, when q.method is not FM_QUANT_NONE, a whole
+ * pre-quantized int4 linear [rows = N, cols = K] (t NULL, offset 0) in the checkpoint's own format. */
 typedef struct fm_wsrc {
     const fm_st_tensor *t;
     int64_t             offset;
     int64_t             rows, cols;
     fm_synth            synth;
+    fm_qsrc             q;
 } fm_wsrc;
 
-/* Decodes the view to fp32 (out has rows * cols elements). */
+static inline bool fm_wsrc_is_quantized(const fm_wsrc *w) { return w->q.method != FM_QUANT_NONE; }
+
+/* Decodes the view to fp32 (out has rows * cols elements); a pre-quantized source is dequantized with its
+ * format's exact formula. */
 fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err);
 
 #ifdef __CUDACC__

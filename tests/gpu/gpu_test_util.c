@@ -52,7 +52,7 @@ fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64
                       .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
     t.shape[0] = n * rows * cols;
     fm_wsrc *views = malloc((size_t)n * sizeof *views);
-    for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}};
+    for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
     fm_bank_src src = {views, n, 1, "test bank", gate_up};
     fm_bank *b = NULL;
     fm_error err;

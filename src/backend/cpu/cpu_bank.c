@@ -1,4 +1,5 @@
-/* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format. */
+/* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
+ * int4-zp banks (pre-quantized checkpoints) are built from the packed codes: cpu_bank_int4zp.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,15 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     fm_bank *w = fm_calloc(1, sizeof *w, err, src->label);
     if (!w) return FM_ERR_NOMEM;
     *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
+    if (fmt == FM_W_INT4_ZP) {
+        fm_status st = cpu_bank_fill_int4zp(w, src, err);
+        if (st) {
+            cpu_bank_free(be, w);
+            return st;
+        }
+        *out = w;
+        return FM_OK;
+    }
     w->w = fm_malloc((size_t)(src->n * per) * sizeof(float), err, src->label);
     fm_status st = w->w ? FM_OK : FM_ERR_NOMEM;
     int8_t *q = NULL;
@@ -70,10 +80,16 @@ void cpu_bank_free(fm_backend *be, fm_bank *w) {
     free(w->w);
     free(w->scales);
     free(w->tscale);
+    free(w->codes);
+    free(w->zeros);
+    free(w->perm);
     free(w);
 }
 
 size_t cpu_bank_bytes(const fm_bank *w) {
+    if (w->fmt == FM_W_INT4_ZP)
+        return (size_t)(w->n * w->rows) * ((size_t)(w->cols + 1) / 2 + (size_t)w->n_groups * (1 + sizeof(float))) +
+               (w->perm ? (size_t)(w->n * w->cols) * sizeof(int32_t) : 0);
     size_t n = (size_t)(w->n * w->rows * w->cols) * sizeof(float);
     if (w->scales) n += (size_t)(w->n * w->rows * w->n_groups) * sizeof(float);
     if (w->tscale) n += (size_t)w->n * sizeof(float);

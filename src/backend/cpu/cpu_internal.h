@@ -17,6 +17,11 @@ struct fm_bank {
     float     *w;        /* [n][rows][cols]: values (f32, bf16-rounded) or int4 codes as floats */
     float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
     float     *tscale;   /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
+    /* int4-zp (a pre-quantized checkpoint's int4; w is NULL, scales as for int4 but per group of `group`) */
+    int32_t    group;    /* K-group size (divides cols) */
+    uint8_t   *codes;    /* [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank order */
+    uint8_t   *zeros;    /* [n][rows][n_groups] zero points 0..16 */
+    int32_t   *perm;     /* [n][cols] input channel at bank position j (act-order), or NULL: the identity */
 };
 
 /* Activation row quantized for a linear op: values to multiply (e4m3 or E2M1 codes decoded, or the inputs),
@@ -46,6 +51,12 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
              const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
 void cpu_swiglu(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
 void cpu_add(fm_backend *be, void *acc, const void *x, int64_t n);
+
+/* int4-zp: y[0..N) = x . W[idx]^T for one activation row x (as stored, not quantized) of cols elements. */
+void cpu_int4zp_row(const fm_bank *w, int32_t idx, const float *x, float *y);
+void cpu_linear_int4zp(fm_backend *be, const fm_bank *w, int32_t idx, const float *x, int64_t M, float *y);
+/* Builds an int4-zp bank (w->fmt set, allocations on w) from pre-quantized sources. */
+fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void      cpu_bank_free(fm_backend *be, fm_bank *w);

@@ -53,6 +53,14 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
 }
 
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) {
+    if (w->fmt == FM_W_INT4_ZP) {
+        if (x->scale) {
+            fprintf(stderr, "fp8moe: cpu linear: int4-zp weights take unquantized activations\n");
+            abort(); /* the engine refuses such plans at load */
+        }
+        cpu_int4zp_row(w, idx, x->val, y);
+        return;
+    }
     const int64_t K = w->cols, N = w->rows;
     const float  *W = w->w + (int64_t)idx * N * K;
     const bool    grouped = w->scales || x->scale;
@@ -75,6 +83,15 @@ void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) 
 void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, int64_t M, fm_afmt afmt, void *yv) {
     const float  *x = (const float *)xv;
     float        *y = (float *)yv;
+    if (w->fmt == FM_W_INT4_ZP) {
+        if (afmt != FM_A_NATIVE) {
+            fprintf(stderr, "fp8moe: cpu linear: int4-zp weights with %s activations is not implemented\n",
+                    fm_afmt_name(afmt));
+            abort(); /* the engine refuses such plans at load */
+        }
+        cpu_linear_int4zp(be, w, idx, x, M, y);
+        return;
+    }
     const int64_t K = w->cols, N = w->rows, n_groups = (K + FM_CPU_GROUP - 1) / FM_CPU_GROUP;
     float *qv = (float *)malloc((size_t)(M * K) * sizeof(float));
     float *qs = (float *)malloc((size_t)(M * n_groups) * sizeof(float));

@@ -54,6 +54,11 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                                          fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
+    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++)
+        if (fm_wsrc_is_quantized(&src->srcs[i]))
+            return fm_fail(err, FM_ERR_UNSUPPORTED,
+                           "%s: pre-quantized %s weights are not yet supported on the CUDA backend; use --backend cpu",
+                           src->label, fm_quant_method_name(src->srcs[i].q.method));
     if (fmt != FM_W_F32 && fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC && fmt != FM_W_E4M3_PT)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the cuda backend", src->label,
                        fm_wformat_name(fmt));
