@@ -6,6 +6,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
@@ -226,11 +227,18 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     be->base.plan = *plan;
     FM_CUDA_CHECK(cudaGetDevice(&be->device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
-    /* say which W4A8 kernel this GPU gets (wgmma on Hopper, mma.sync elsewhere) wherever the device is named */
+    /* say which FP8 kernels this GPU gets wherever the device is named: the W4A8 GEMM (wgmma on Hopper, mma.sync
+       elsewhere) and, for FP8 dense projections, the decode GEMVs (mma.sync everywhere; PDL where the GPU has it) */
+    const bool fp8_dense = plan->w_dense == FM_W_INT4_G128_TC || plan->w_dense == FM_W_E4M3_PT;
+    char       dense[96] = "";
+    if (fp8_dense)
+        snprintf(dense, sizeof dense, ", decode GEMVs %s", !fm_cuda_gemv_enabled() ? "off (FP8MOE_GEMV=0)"
+                 : be->prop.major >= 9 ? "mma.sync m16n8k32 e4m3 + PDL" : "mma.sync m16n8k32 e4m3");
     if (plan->w_dense == FM_W_INT4_G128_TC || plan->w_expert == FM_W_INT4_G128_TC)
-        snprintf(be->device_label, sizeof be->device_label, "%s, W4A8 kernel %s", be->prop.name, fm_cuda_w4a8_kernel_name());
+        snprintf(be->device_label, sizeof be->device_label, "%s, W4A8 kernel %s%s", be->prop.name,
+                 fm_cuda_w4a8_kernel_name(), dense);
     else
-        snprintf(be->device_label, sizeof be->device_label, "%s", be->prop.name);
+        snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
     if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS ||
