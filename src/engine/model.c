@@ -36,8 +36,8 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, boo
     for (int64_t i = 0; i < count; i++)
         if (srcs[i].q.method == FM_QUANT_FP8_BLOCK)
             return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: block-FP8 weights are read by --preset ref and ref32 only for now (an e4m3 block bank "
-                           "is not implemented, and the %s preset would requantize them)", label,
+                           "%s: block-FP8 weights are read by --preset ref and ref32 only for now (there is no e4m3 "
+                           "block bank yet, and the %s preset would requantize them)", label,
                            fm_preset_name(ld->m->plan.preset));
     if (!native_acts)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,

@@ -85,9 +85,9 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
     float        *y = (float *)yv;
     if (w->fmt == FM_W_INT4_ZP) {
         if (afmt != FM_A_NATIVE) {
-            fprintf(stderr, "fp8moe: cpu linear: int4-zp weights with %s activations is not implemented\n",
-                    fm_afmt_name(afmt));
-            abort(); /* the engine refuses such plans at load */
+            fprintf(stderr, "fp8moe: cpu linear: int4-zp weights take native activations, not %s (a plan the engine "
+                    "refuses at load reached the op)\n", fm_afmt_name(afmt));
+            abort(); /* a bug: model.c pick_format refuses quantized activations on pre-quantized weights */
         }
         cpu_linear_int4zp(be, w, idx, x, M, y);
         return;
