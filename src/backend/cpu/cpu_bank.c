@@ -1,9 +1,10 @@
 /* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
- * int4-zp banks (pre-quantized checkpoints) are built from the packed codes: cpu_bank_int4zp.c. */
+ * int4-zp banks (pre-quantized checkpoints) are built from the packed codes (backend/int4zp_host.c) and kept as they are. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/int4zp_host.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "quant/int4.h"
@@ -33,11 +34,14 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     if (!w) return FM_ERR_NOMEM;
     *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
     if (fmt == FM_W_INT4_ZP) {
-        fm_status st = cpu_bank_fill_int4zp(w, src, err);
+        fm_int4zp_host h;
+        fm_status st = fm_int4zp_host_build(src, &h, err);
         if (st) {
             cpu_bank_free(be, w);
             return st;
         }
+        w->group = h.group, w->n_groups = h.n_groups;
+        w->codes = h.codes, w->zeros = h.zeros, w->scales = h.scales, w->perm = h.perm;
         *out = w;
         return FM_OK;
     }

@@ -55,8 +55,6 @@ void cpu_add(fm_backend *be, void *acc, const void *x, int64_t n);
 /* int4-zp: y[0..N) = x . W[idx]^T for one activation row x (as stored, not quantized) of cols elements. */
 void cpu_int4zp_row(const fm_bank *w, int32_t idx, const float *x, float *y);
 void cpu_linear_int4zp(fm_backend *be, const fm_bank *w, int32_t idx, const float *x, int64_t M, float *y);
-/* Builds an int4-zp bank (w->fmt set, allocations on w) from pre-quantized sources. */
-fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void      cpu_bank_free(fm_backend *be, fm_bank *w);

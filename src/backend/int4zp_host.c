@@ -1,5 +1,6 @@
-/* int4-zp banks on the CPU: a pre-quantized checkpoint's int4 linears (GPTQ, AWQ, compressed-tensors) repacked once
- * at load into one layout, from the packed codes (never through float weights):
+/* int4-zp banks (see int4zp_host.h): a pre-quantized checkpoint's int4 linears (GPTQ, AWQ, compressed-tensors)
+ * repacked once at load, on the host, into one layout from the packed codes (never through float weights). The CPU
+ * backend keeps it as it is; the CUDA backend uploads it or reorders it for its tensor cores:
  *   codes [n][rows][ceil(K/2)]  unsigned nibbles, bank position 2i in the low nibble
  *   zeros [n][rows][n_groups]   0..16,  scales [n][rows][n_groups] fp32 (the stored fp16/bf16 values, exact)
  *   perm  [n][K]                act-order: bank position j holds input channel perm[j]. Sorting the channels by
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_internal.h"
+#include "backend/int4zp_host.h"
 #include "util/status.h"
 
 static fm_status check_sources(const fm_bank_src *src, int64_t cols, fm_error *err) {
@@ -51,7 +52,7 @@ static bool is_identity(const int32_t *perm, int64_t K) {
 }
 
 /* Matrix i's input order from its first part; later parts must agree. */
-static fm_status matrix_order(fm_bank *w, const fm_bank_src *src, int32_t i, int32_t part, const fm_int4_ckpt *c,
+static fm_status matrix_order(fm_int4zp_host *w, const fm_bank_src *src, int32_t i, int32_t part, const fm_int4_ckpt *c,
                               int32_t *order, int32_t *g_ref, fm_error *err) {
     const int64_t K = w->cols;
     if (part > 0) {
@@ -74,7 +75,10 @@ static fm_status matrix_order(fm_bank *w, const fm_bank_src *src, int32_t i, int
     return FM_OK;
 }
 
-fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err) {
+fm_status fm_int4zp_host_build(const fm_bank_src *src, fm_int4zp_host *w, fm_error *err) {
+    memset(w, 0, sizeof *w);
+    w->n = src->n, w->cols = src->srcs[0].cols;
+    for (int32_t j = 0; j < src->n_parts; j++) w->rows += src->srcs[j].rows;
     const int64_t K = w->cols, rows = w->rows, KB = (K + 1) / 2;
     fm_status st = check_sources(src, K, err);
     if (st) return st;
@@ -112,5 +116,11 @@ fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err
     }
     free(order);
     free(g_ref);
+    if (st) fm_int4zp_host_free(w);
     return st;
+}
+
+void fm_int4zp_host_free(fm_int4zp_host *w) {
+    free(w->codes), free(w->zeros), free(w->scales), free(w->perm);
+    w->codes = w->zeros = NULL, w->scales = NULL, w->perm = NULL;
 }
