@@ -27,7 +27,11 @@ typedef enum fm_wformat {
     FM_W_INT4_ZP,    /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
                         load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
                         along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
-                        The engine picks it for an int4 plan when a bank's sources are pre-quantized (CPU only). */
+                        The engine picks it for an int4 plan when a bank's sources are pre-quantized. */
+    FM_W_INT4_ZP_TC, /* the same numbers, laid out for the W4A8 tensor-core kernels (fp8 plans; GPU: unsigned nibbles
+                        in w4a8_layout.cuh's fragment order, the zero point applied per 128-group; CPU: as int4-zp) */
+    FM_W_E4M3_B128,  /* a block-FP8 checkpoint's e4m3 weights as they are, one fp32 scale per (bn rows x 128) block
+                        (fp8 plans; GPU: w4a8_layout.cuh's fragment order with 8-bit codes) */
 } fm_wformat;
 
 /* int4 banks quantized by us (symmetric, group 128); FM_W_INT4_ZP is the checkpoint's own int4 */

@@ -3,9 +3,10 @@
  *
  * MoE, for P = T * k routed pairs over E experts, hidden H, width I (K padded to 128 for the e4m3 buffers):
  *   counts, cursor, segment starts [E] int32; tile count; tiles [max_tiles] x 16 B; pair of each slot [P] int32;
- *   dispatched input e4m3 [P][pad128(H)] + scales [H/128][P] fp32; SwiGLU output e4m3 [P][pad128(I)] + scales;
+ *   dispatched input e4m3 [P][pad128(H)] + scales [H/128][P] fp32 + group sums (for int4-zp banks, as the scales);
+ *   SwiGLU output e4m3 [P][pad128(I)] + scales + group sums;
  *   expert outputs bf16 [P][H] (combined per token, in routing order, by a separate kernel: deterministic).
- * Dense W4A8 linear, M rows, K inputs: the input as e4m3 [M][pad128(K)] + scales [K/128][M] fp32. */
+ * Dense W4A8 linear, M rows, K inputs: the input as e4m3 [M][pad128(K)] + scales [K/128][M] fp32 + group sums. */
 #ifndef FM_W4A8_WORKSPACE_H
 #define FM_W4A8_WORKSPACE_H
 
@@ -20,7 +21,7 @@ static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E) { return (P + F
 
 /* Offsets of the MoE sub-buffers; total is the workspace size. */
 typedef struct fm_w4a8_moe_ws {
-    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, x, xs, h, hs, y, total;
+    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, x, xs, xsum, h, hs, hsum, y, total;
 } fm_w4a8_moe_ws;
 
 static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I) {
@@ -35,8 +36,10 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
     w.pair_of_slot = o, o += fm_w4a8_align(P * 4);
     w.x = o, o += fm_w4a8_align(P * Hp);
     w.xs = o, o += fm_w4a8_align(Hp / 128 * P * 4);
+    w.xsum = o, o += fm_w4a8_align(Hp / 128 * P * 4);
     w.h = o, o += fm_w4a8_align(P * Ip);
     w.hs = o, o += fm_w4a8_align(Ip / 128 * P * 4);
+    w.hsum = o, o += fm_w4a8_align(Ip / 128 * P * 4);
     w.y = o, o += fm_w4a8_align(P * H * 2);
     w.total = o;
     return w;
@@ -44,7 +47,7 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
 
 static inline uint64_t fm_w4a8_linear_ws_bytes(uint64_t M, uint64_t K) {
     const uint64_t Kp = fm_w4a8_pad128(K);
-    return fm_w4a8_align(M * Kp) + fm_w4a8_align(Kp / 128 * M * 4);
+    return fm_w4a8_align(M * Kp) + 2 * fm_w4a8_align(Kp / 128 * M * 4);
 }
 
 #endif

@@ -125,7 +125,7 @@ static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t 
 
 /* the activation format each bank format takes (the plans the backend accepts) */
 static fm_afmt afmt_for(fm_wformat f) {
-    return f == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : f == FM_W_E4M3_PT ? FM_A_E4M3_PT : FM_A_NATIVE;
+    return fm_cuda_w4a8_takes(f) ? FM_A_E4M3_G128 : f == FM_W_E4M3_PT ? FM_A_E4M3_PT : FM_A_NATIVE;
 }
 
 static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
@@ -139,7 +139,7 @@ static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
 
 static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y) {
     require_afmt(w, afmt, "linear");
-    if (w->fmt == FM_W_INT4_G128_TC) fm_cuda_linear_w4a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
+    if (fm_cuda_w4a8_takes(w->fmt)) fm_cuda_linear_w4a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
     else if (w->fmt == FM_W_E4M3_PT) fm_cuda_linear_w8a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
     else fm_cuda_linear(cuda_be(bb), w, idx, x, M, y);
 }
@@ -164,9 +164,9 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
     require_afmt(gate_up, a_dispatch, "moe");
     require_afmt(down, a_down, "moe");
-    /* bf16 banks (ref): grouped GEMMs through cuBLAS; int4-tc (fp8): the grouped W4A8 kernels; int4: the
-       per-token W4A16 baseline */
-    if (gate_up->fmt == FM_W_INT4_G128_TC)
+    /* bf16 banks (ref): grouped GEMMs through cuBLAS; int4-tc, int4-zp-tc, e4m3-block (fp8): the grouped W4A8
+       kernels; int4, int4-zp: the per-token W4A16 baseline */
+    if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          (bf16 *)out);
     else if (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16)

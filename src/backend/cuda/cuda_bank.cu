@@ -1,5 +1,6 @@
 // Weight banks on the GPU: each matrix's source rows are uploaded in their checkpoint dtype, in chunks through
-// one staging buffer, and converted on the device into the bank's layout (cuda_internal.cuh). Nothing of the
+// one staging buffer, and converted on the device into the bank's layout (cuda_internal.cuh). The formats that keep
+// a pre-quantized checkpoint's numbers are built in cuda_bank_prequant.cu. Nothing of the
 // source stays alive on the device: the staging buffer is freed before the bank is returned.
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/cuda_internal.cuh"
@@ -14,6 +15,7 @@ extern "C" {
 #define STAGING_BYTES (64u << 20)
 
 extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w);
+extern "C" fm_status fm_cuda_bank_create_prequant(const fm_bank_src *src, fm_wformat fmt, fm_bank *w, fm_error *err);
 
 static int64_t round_up(int64_t a, int64_t b) { return fm_ceil_div(a, b) * b; }
 
@@ -54,11 +56,16 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                                          fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
-    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++)
-        if (fm_wsrc_is_quantized(&src->srcs[i]))
-            return fm_fail(err, FM_ERR_UNSUPPORTED,
-                           "%s: pre-quantized %s weights are not yet supported on the CUDA backend; use --backend cpu",
-                           src->label, fm_quant_method_name(src->srcs[i].q.method));
+    if (fmt == FM_W_INT4_ZP || fmt == FM_W_INT4_ZP_TC || fmt == FM_W_E4M3_B128) { /* cuda_bank_prequant.cu */
+        fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
+        if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
+        w->fmt = fmt, w->n = src->n, w->cols = src->srcs[0].cols;
+        for (int32_t j = 0; j < src->n_parts; j++) w->rows += src->srcs[j].rows;
+        fm_status st = fm_cuda_bank_create_prequant(src, fmt, w, err);
+        if (st) fm_cuda_bank_free(bb, w);
+        else *out = w;
+        return st;
+    }
     if (fmt != FM_W_F32 && fmt != FM_W_BF16 && fmt != FM_W_INT4_G128 && fmt != FM_W_INT4_G128_TC && fmt != FM_W_E4M3_PT)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the cuda backend", src->label,
                        fm_wformat_name(fmt));
@@ -123,18 +130,33 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         int64_t row0 = 0; /* first row of this part inside matrix i */
         for (int32_t j = 0; j < src->n_parts; j++) {
             const fm_wsrc *s    = &src->srcs[(int64_t)i * src->n_parts + j];
-            const int      dtype = s->t ? (int)s->t->dtype : (int)FM_DTYPE_F32; /* synthetic: generated as F32 */
+            /* a pre-quantized view read into a float format (ref, ref32, w8a8): dequantized on the host with the
+               checkpoint's own formula, then converted like an F32 tensor */
+            float *deq = NULL;
+            if (fm_wsrc_is_quantized(s)) {
+                if (!(deq = (float *)malloc((size_t)(s->rows * cols) * sizeof(float)))) {
+                    st = fm_fail(err, FM_ERR_NOMEM, "out of host memory dequantizing %s", src->label);
+                    break;
+                }
+                if ((st = fm_wsrc_read(s, deq, err))) {
+                    free(deq);
+                    break;
+                }
+            }
+            const int      dtype = s->t ? (int)s->t->dtype : (int)FM_DTYPE_F32; /* synthetic, dequantized: F32 */
             const int      esz  = fm_dtype_size((fm_dtype)dtype);
             const int64_t  step = STAGING_BYTES / ((int64_t)esz * cols) > 0 ? STAGING_BYTES / ((int64_t)esz * cols) : 1;
             if (step * esz * cols > (int64_t)STAGING_BYTES) {
                 st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: a row of %lld elements exceeds the staging buffer", src->label,
                              (long long)cols);
+                free(deq);
                 break;
             }
             for (int64_t r = 0; r < s->rows; r += step) {
                 const int64_t n_rows = s->rows - r < step ? s->rows - r : step;
-                if (s->t) {
-                    const uint8_t *host = s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
+                if (s->t || deq) {
+                    const uint8_t *host = deq ? (const uint8_t *)(deq + r * cols)
+                                              : s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
                     /* in stream order: the conversion kernel below reads the staging buffer only after this copy
                        lands, and the next chunk's copy waits for the kernel (a plain cudaMemcpy from pageable memory
                        can return before its DMA completes, and it is not ordered with our non-blocking stream) */
@@ -155,6 +177,10 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                 else
                     fm_cuda_quantize_int4(staging, dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld,
                                           w->ld, w->scales + dst_row * w->n_groups, w->n_groups, be->stream);
+            }
+            if (deq) { /* the copies above read it */
+                FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+                free(deq);
             }
             row0 += s->rows;
         }
@@ -186,6 +212,10 @@ extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w) {
     if (w->w) FM_CUDA_CHECK(cudaFree(w->w));
     if (w->scales) FM_CUDA_CHECK(cudaFree(w->scales));
     if (w->tscale) FM_CUDA_CHECK(cudaFree(w->tscale));
+    if (w->zeros) FM_CUDA_CHECK(cudaFree(w->zeros));
+    if (w->fscales) FM_CUDA_CHECK(cudaFree(w->fscales));
+    if (w->zscales) FM_CUDA_CHECK(cudaFree(w->zscales));
+    if (w->perm) FM_CUDA_CHECK(cudaFree(w->perm));
     if (w->lt_gemm) fm_lt_gemm_destroy(w->lt_gemm);
     free(w->lt_gemm);
     free(w);

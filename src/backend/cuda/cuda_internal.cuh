@@ -11,6 +11,13 @@
 //          the matrix's scale in the first float of its 16-byte slot; lt_gemm its cuBLASLt shape (rows x ld)
 //   int4-tc: the tensor-core layout of w4a8_layout.cuh: w is [n][rows_pad / 16][n_groups][1024] bytes, scales
 //          [n][n_groups][rows_pad] bf16; ld = n_groups * 128 (the padded K)
+//   pre-quantized checkpoints (cuda_bank_prequant.cu):
+//   int4-zp: the checkpoint's codes as the row layout of int4 but unsigned; zeros [n][rows][n_groups] bytes and
+//          fscales [n][rows][n_groups] fp32 per group of `group` along K; perm [n][cols] int32 or NULL (act-order)
+//   int4-zp-tc: w4a8_layout.cuh's tiles of unsigned nibbles (row r low, r + 8 high); fscales (scale x 512) and
+//          zscales (zero x scale) [n][n_groups][rows_pad] fp32 per 128-group
+//   e4m3-block: w4a8_layout.cuh's tiles holding e4m3 bytes (2048 per 16 rows x 128); fscales [n][n_groups][rows_pad]
+//          fp32, the checkpoint's block scale of each row
 #ifndef FM_CUDA_INTERNAL_CUH
 #define FM_CUDA_INTERNAL_CUH
 
@@ -43,6 +50,11 @@ struct fm_bank {
     void          *w;
     __nv_bfloat16 *scales;    // int4 only
     float         *tscale;    // e4m3-tensor only
+    int32_t        group;     // int4-zp: K-group size of zeros and fscales
+    uint8_t       *zeros;     // int4-zp
+    float         *fscales;   // pre-quantized formats (above)
+    float         *zscales;   // int4-zp-tc
+    int32_t       *perm;      // int4-zp, or NULL
     struct fm_lt_gemm *lt_gemm; // e4m3-tensor only
     size_t         bytes;
 };

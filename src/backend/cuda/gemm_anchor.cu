@@ -39,7 +39,7 @@ static fm_status prepare(fm_gemm_only *g, const __nv_bfloat16 *x, fm_error *err)
         const int64_t Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
         GO_CHECK(cudaMalloc((void **)&g->x8, (size_t)(M * Kp)), "activations");
         GO_CHECK(cudaMalloc((void **)&g->xs, (size_t)(M * (Kp / 128)) * sizeof(float)), "activation scales");
-        fm_cuda_quantize_e4m3_rows(x, M, K, g->x8, g->xs, M, be->stream);
+        fm_cuda_quantize_e4m3_rows(x, M, K, g->x8, g->xs, NULL, M, be->stream);
         return FM_OK;
     }
     unsigned *scratch = NULL;
@@ -116,7 +116,7 @@ extern "C" fm_status fm_gemm_only_run(fm_gemm_only *g, int32_t idx, void *y, fm_
         return fm_lt_gemm_run(&g->lt, &g->row_gemm, A, g->wscales + (int64_t)idx * w->rows, g->x8, g->xs, (int)g->M, yb,
                               be->stream, "bench gemm (row-wise)", err);
     case FM_GEMM_ONLY_W8A8: fm_cuda_w8a8_gemm(be, w, idx, g->x8, g->xs, g->M, yb); return FM_OK;
-    case FM_GEMM_ONLY_W4A8: fm_cuda_w4a8_linear_gemm(be, w, idx, g->x8, g->xs, g->M, yb); return FM_OK;
+    case FM_GEMM_ONLY_W4A8: fm_cuda_w4a8_linear_gemm(be, w, idx, g->x8, g->xs, NULL, g->M, yb); return FM_OK;
     }
     return fm_fail(err, FM_ERR_USAGE, "bench gemm: unknown route %d", (int)g->kind);
 }

@@ -7,7 +7,7 @@
 
 void fm_cuda_linear(cuda_backend *be, const fm_bank *w, int32_t idx, const void *x, int64_t M, void *y) {
     if (M == 0) return;
-    if (w->fmt == FM_W_INT4_G128) {
+    if (w->fmt == FM_W_INT4_G128 || w->fmt == FM_W_INT4_ZP) {
         fm_cuda_gemv(w, idx, NULL, (const __nv_bfloat16 *)x, 1, M, (__nv_bfloat16 *)y, be->stream);
         return;
     }

@@ -2,6 +2,7 @@
 // planning, which is one small block: the floor is reading x once per routed pair and writing the e4m3 copy.
 #include <cuda_fp8.h>
 
+#include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/w4a8_workspace.h"
@@ -47,7 +48,7 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t *se
 
 // One warp quantizes one 128-column group of a row of K columns, 4 per lane (8-byte loads, 4-byte stores).
 static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *x, int64_t K, int64_t grp, uint8_t *dst,
-                                                           float *xs, int64_t ld_s, int64_t slot) {
+                                                           float *xs, float *xsum, int64_t ld_s, int64_t slot) {
     const int     lane = threadIdx.x & 31;
     const int64_t k = grp * 128 + lane * 4;
     float         v[4];
@@ -62,23 +63,29 @@ static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
     uint32_t    word  = 0;
+    float       sum   = 0.0f;
     for (int i = 0; i < 4; i++) {
         const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
         word |= c << (8 * i);
+        sum += e4m3_decode(c);
     }
     *(uint32_t *)(dst + k) = word;
     if (lane == 0) xs[grp * ld_s + slot] = scale;
+    if (xsum) { /* the int4-zp kernels' zero-point term (w4a8_gemm.cu) */
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) xsum[grp * ld_s + slot] = sum * scale;
+    }
 }
 
 // One warp quantizes one row, group after group.
 static __device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16 *x, int64_t K, uint8_t *dst, float *xs,
-                                                         int64_t ld_s, int64_t slot) {
-    for (int64_t grp = 0; grp * 128 < K; grp++) quantize_group_warp(x, K, grp, dst, xs, ld_s, slot);
+                                                         float *xsum, int64_t ld_s, int64_t slot) {
+    for (int64_t grp = 0; grp * 128 < K; grp++) quantize_group_warp(x, K, grp, dst, xs, xsum, ld_s, slot);
 }
 
 static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, int32_t k, int64_t H, const int32_t *ids,
                                              const int32_t *seg_start, int32_t *cursor, int32_t *pair_of_slot,
-                                             uint8_t *x8, float *xs) {
+                                             uint8_t *x8, float *xs, float *xsum) {
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), Hp = (H + 127) / 128 * 128;
     for (int64_t p = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); p < P; p += warps) {
         int32_t slot = 0;
@@ -88,20 +95,20 @@ static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, 
             pair_of_slot[slot] = (int32_t)p;
         }
         slot = __shfl_sync(0xffffffffu, slot, 0);
-        quantize_row_warp(x + (p / k) * H, H, x8 + (int64_t)slot * Hp, xs, P, slot);
+        quantize_row_warp(x + (p / k) * H, H, x8 + (int64_t)slot * Hp, xs, xsum, P, slot);
     }
 }
 
 // Dense rows: one warp per (row, group), so that a decode-sized input is one round of loads; launched with PDL
 // (pdl.cuh): the GEMM after it may start loading its weights meanwhile.
 static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs,
-                                            int64_t ld_s) {
+                                            float *xsum, int64_t ld_s) {
     pdl_launch_dependents();
     pdl_wait();
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (K + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < M * G; task += warps) {
         const int64_t r = task / G;
-        quantize_group_warp(x + r * K, K, task % G, x8 + r * G * 128, xs, ld_s, r);
+        quantize_group_warp(x + r * K, K, task % G, x8 + r * G * 128, xs, xsum, ld_s, r);
     }
 }
 
@@ -123,14 +130,14 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, b->seg_start, b->cursor, b->tiles, b->n_tiles);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
     place_quantize_kernel<<<warp_blocks(P), 256, 0, s>>>(x, P, k, H, ids, b->seg_start, b->cursor, b->pair_of_slot,
-                                                         b->x8, b->xs);
+                                                         b->x8, b->xs, b->xsum);
     FM_LAUNCH_CHECK("moe_dispatch_place_quantize");
 }
 
-void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, int64_t ld_s,
-                                cudaStream_t s) {
+void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,
+                                int64_t ld_s, cudaStream_t s) {
     if (M == 0) return;
-    void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&x8, (void *)&xs, (void *)&ld_s};
+    void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&x8, (void *)&xs, (void *)&xsum, (void *)&ld_s};
     fm_cuda_launch_pdl((const void *)quantize_rows_kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s,
                        args);
     FM_LAUNCH_CHECK("quantize_e4m3_rows");

@@ -18,6 +18,7 @@ typedef struct fm_dispatch_bufs {
     fm_w4a8_tile *tiles;
     uint8_t      *x8;  // [P][pad128(H)] e4m3
     float        *xs;  // [pad128(H) / 128][P]
+    float        *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
 } fm_dispatch_bufs;
 
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
@@ -25,8 +26,8 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 
 // x8[r][:] (ld = pad128(K), padding zero), xs[g][r] (ld_s) = e4m3 1x128 quantization of rows x[r][:K], r < M.
 // The same arithmetic as fm_e4m3_quantize_groups (src/quant/e4m3.c): scale = max(amax / 448, 1e-12),
-// code = e4m3_rne_satfinite(x / scale).
-void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, int64_t ld_s,
-                                cudaStream_t s);
+// code = e4m3_rne_satfinite(x / scale). xsum (NULL: not wanted): scale x the sum of the group's codes, as xs.
+void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,
+                                int64_t ld_s, cudaStream_t s);
 
 #endif

@@ -11,7 +11,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out) {
     const int64_t P = T * k, E = gate_up->n, H = down->rows, I = down->cols;
     if (P == 0) return;
-    if (gate_up->fmt != FM_W_INT4_G128_TC || down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved ||
+    if (!fm_cuda_w4a8_takes(gate_up->fmt) || !fm_cuda_w4a8_takes(down->fmt) || !gate_up->interleaved ||
         gate_up->rows != 2 * I || gate_up->cols != H || down->n != E) {
         fprintf(stderr, "fp8moe: moe_w4a8: banks do not match (gate_up [%d][%lld, %lld] %s, down [%d][%lld, %lld] %s)\n",
                 gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, fm_wformat_name(gate_up->fmt), down->n,
@@ -25,8 +25,10 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
     b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
+    b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t       *h  = ws + L.h;
     float         *hs = (float *)(ws + L.hs);
+    float         *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
     __nv_bfloat16 *y  = (__nv_bfloat16 *)(ws + L.y);
 
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
@@ -36,27 +38,29 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
-    a.w = gate_up, a.x = b.x8, a.xs = b.xs, a.lds = P;
+    a.w = gate_up, a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
     a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E);
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
+    a.hsum = hsum;
     fm_cuda_w4a8_gemm(&a, be->stream);
 
-    a.w = down, a.x = h, a.xs = hs, a.lds = P;
-    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL;
+    a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P;
+    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL, a.hsum = NULL;
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
 }
 
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
-                              int64_t M, __nv_bfloat16 *y) {
-    if (fm_w4a8_takes_gemv(M, w->n_groups * 128)) {
+                              const float *xsum, int64_t M, __nv_bfloat16 *y) {
+    /* the decode GEMV reads our int4-tc bank only; a checkpoint's int4-zp or e4m3 bank takes the grouped kernel */
+    if (w->fmt == FM_W_INT4_G128_TC && fm_w4a8_takes_gemv(M, w->n_groups * 128)) {
         fm_cuda_w4a8_gemv(w, idx, x8, xs, M, M, y, be->stream);
         return;
     }
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
-    a.w = w, a.x = x8, a.xs = xs, a.lds = M;
+    a.w = w, a.x = x8, a.xs = xs, a.xsum = xsum, a.lds = M;
     a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
     fm_cuda_w4a8_gemm(&a, be->stream);
@@ -69,6 +73,7 @@ void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     uint8_t       *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
     uint8_t       *x8 = ws;
     float         *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
-    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, M, be->stream);
-    fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, M, y);
+    float         *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
+    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, be->stream);
+    fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
 }

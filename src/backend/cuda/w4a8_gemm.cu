@@ -15,10 +15,19 @@
 //   * scales in the accumulator: each 128-group accumulates into a partial, then acc += partial * (weight
 //     scale x 512 x activation scale) per element, as the CPU emulation (cpu_linear.c) does.
 // The floor it chases: max(int4 bytes of the touched experts / 4.25 TB/s, FLOPs / ~1.3 PFLOP/s e4m3).
+//
+// The weight kind WK is a template parameter (same tiles, same pipeline; cuda_internal.cuh has the layouts):
+//   WK_INT4    our int4-tc bank: sign-magnitude nibbles, bf16 scales
+//   WK_INT4_ZP a checkpoint's unsigned nibbles (int4-zp-tc): an unsigned code u as an e4m3 byte is u / 512 exactly,
+//              so A = w & 0x0F0F0F0F is the whole conversion; w = (u - z) s enters as
+//              acc += partial x (512 s) x a  -  (z s) x X, X = the activation group's sum (a x sum of its codes,
+//              written by the quantizer next to its scale)
+//   WK_E4M3    a block-FP8 checkpoint's e4m3 bytes (e4m3-block): 2048-byte chunks, no conversion, fp32 scales
 #include <cuda_fp8.h>
 #include <string.h>
 
 #include "backend/cuda/w4a8_gemm.cuh"
+#include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 #include "backend/w4a8_workspace.h"
@@ -28,14 +37,26 @@
 #define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define THREADS 256
 
+enum { WK_INT4, WK_INT4_ZP, WK_E4M3 };
+
+// Bytes of one (16-row block, 128-group) chunk, and 16-byte parts of it per lane (words 4p..4p+3 of part p).
+template <int WK> struct wk_shape {
+    static constexpr int chunk = WK == WK_E4M3 ? 2 * FM_TC_CHUNK : FM_TC_CHUNK;
+    static constexpr int parts = chunk / 512;
+    static constexpr int words = 4 * parts;
+};
+
 typedef struct gemm_params {
     const uint8_t       *wq;
-    const __nv_bfloat16 *ws;
+    const __nv_bfloat16 *ws;  // WK_INT4
+    const float         *wsf; // WK_INT4_ZP (scale x 512), WK_E4M3
+    const float         *wzs; // WK_INT4_ZP (zero x scale)
     int64_t              rows, rows_pad, n_groups;
     bool                 interleaved;
     const uint8_t       *x;
     int64_t              ldx;
     const float         *xs;
+    const float         *xsum; // WK_INT4_ZP: activation group sums, laid out as xs
     int64_t              lds;
     const fm_w4a8_tile  *tiles;
     const int32_t       *n_tiles;
@@ -47,6 +68,7 @@ typedef struct gemm_params {
     uint8_t             *h;
     int64_t              ldh;
     float               *hs;
+    float               *hsum; // OUT_SWIGLU_E4M3 when the down bank is int4-zp: h's group sums, laid out as hs
     int64_t              ldhs;
 } gemm_params;
 
@@ -76,8 +98,9 @@ static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int
 
 // Activation tile of 128-group grp into one stage: rows past the tile are zero-filled.
 // Issued by threads `first`..`first + count - 1`.
+template <int WK>
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm_w4a8_tile &tile, int64_t grp,
-                                                  uint8_t *xs_smem, float *sc_smem, int first, int count) {
+                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem, int first, int count) {
     const int me = (int)threadIdx.x - first;
     for (int c = me; c < BN * 8; c += count) {
         const int      n = c >> 3, ch = c & 7;
@@ -88,44 +111,74 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm
     for (int n = me; n < BN; n += count) {
         const bool ok = n < tile.rows;
         cp_async4(smem_u32(sc_smem + n), p.xs + grp * p.lds + tile.slot0 + (ok ? n : 0), ok ? 4 : 0);
+        if (WK == WK_INT4_ZP)
+            cp_async4(smem_u32(sum_smem + n), p.xsum + grp * p.lds + tile.slot0 + (ok ? n : 0), ok ? 4 : 0);
     }
 }
 
 // Where one warp's weights live: its two 16-row blocks (any two blocks of a matrix) for this lane, and their
 // row scales for rows g and g + 8.
 typedef struct warp_weights {
-    const uint8_t       *codes[2];  // block mb, group 0, this lane's 16 bytes of half 0
-    const __nv_bfloat16 *scales[2]; // block mb, group 0, row g
+    const uint8_t       *codes[2];  // block mb, group 0, this lane's 16 bytes of part 0
+    int64_t              scale0[2]; // index of (block mb, group 0, row g) in the scale arrays
     int64_t              n_groups, rows_pad;
 } warp_weights;
 
+template <int WK>
 static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix, const int64_t blk[2]) {
     const int     lane = threadIdx.x & 31;
     warp_weights  w;
     for (int mb = 0; mb < 2; mb++) {
-        w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * FM_TC_CHUNK + lane * 16;
-        w.scales[mb] = p.ws + (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
+        w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
+        w.scale0[mb] = (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
     }
     w.n_groups = p.n_groups, w.rows_pad = p.rows_pad;
     return w;
 }
 
-// Half h of the warp's codes for 128-group grp: words 4h..4h+3 of both blocks (k steps 2h, 2h + 1).
-static __device__ __forceinline__ void load_weight_half(const warp_weights &w, int64_t grp, int h, uint32_t words[2][8]) {
+// Part q of the warp's codes for 128-group grp: words 4q..4q+3 of both blocks (int4: k steps 2q, 2q + 1; e4m3:
+// k step q).
+template <int WK>
+static __device__ __forceinline__ void load_weight_part(const warp_weights &w, int64_t grp, int q,
+                                                        uint32_t words[2][wk_shape<WK>::words]) {
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
-        const uint4 v = __ldg((const uint4 *)(w.codes[mb] + grp * FM_TC_CHUNK + h * 512));
-        words[mb][4 * h] = v.x, words[mb][4 * h + 1] = v.y, words[mb][4 * h + 2] = v.z, words[mb][4 * h + 3] = v.w;
+        const uint4 v = __ldg((const uint4 *)(w.codes[mb] + grp * wk_shape<WK>::chunk + q * 512));
+        words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z, words[mb][4 * q + 3] = v.w;
     }
 }
 
-// The row scales for 128-group grp (rows g, g + 8 of both blocks), times the 512 of the e4m3 subnormals.
-static __device__ __forceinline__ void load_weight_scales(const warp_weights &w, int64_t grp, float sc[2][2]) {
+// The A fragment of k step s (mma_e4m3.cuh) from the words of one 16-row block.
+template <int WK>
+static __device__ __forceinline__ void weight_fragment(const uint32_t *words, int s, uint32_t a[4]) {
+    if (WK == WK_INT4) {
+        a[0] = codes_top(words[2 * s]), a[1] = codes_bottom(words[2 * s]);
+        a[2] = codes_top(words[2 * s + 1]), a[3] = codes_bottom(words[2 * s + 1]);
+    } else if (WK == WK_INT4_ZP) {
+        a[0] = words[2 * s] & 0x0F0F0F0Fu, a[1] = (words[2 * s] >> 4) & 0x0F0F0F0Fu;
+        a[2] = words[2 * s + 1] & 0x0F0F0F0Fu, a[3] = (words[2 * s + 1] >> 4) & 0x0F0F0F0Fu;
+    } else {
+        a[0] = words[4 * s], a[1] = words[4 * s + 1], a[2] = words[4 * s + 2], a[3] = words[4 * s + 3];
+    }
+}
+
+// The row scales for 128-group grp (rows g, g + 8 of both blocks), as the partial sums want them: int4 codes are
+// e4m3 subnormals q / 512, so their scales carry the 512 (int4-zp-tc stores it folded in); zs: zero x scale.
+// Only the blocks with ok[mb] are read (an absent block keeps its zero scales).
+template <int WK>
+static __device__ __forceinline__ void load_weight_scales(const gemm_params &p, const warp_weights &w, int64_t grp,
+                                                          const bool ok[2], float sc[2][2], float zs[2][2]) {
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
-        const __nv_bfloat16 *s = w.scales[mb] + grp * w.rows_pad;
-        sc[mb][0] = __bfloat162float(s[0]) * 512.0f;
-        sc[mb][1] = __bfloat162float(s[8]) * 512.0f;
+        if (!ok[mb]) continue;
+        const int64_t i = w.scale0[mb] + grp * w.rows_pad;
+        if (WK == WK_INT4) {
+            sc[mb][0] = __bfloat162float(p.ws[i]) * 512.0f;
+            sc[mb][1] = __bfloat162float(p.ws[i + 8]) * 512.0f;
+        } else {
+            sc[mb][0] = __ldg(p.wsf + i), sc[mb][1] = __ldg(p.wsf + i + 8);
+        }
+        if (WK == WK_INT4_ZP) zs[mb][0] = __ldg(p.wzs + i), zs[mb][1] = __ldg(p.wzs + i + 8);
     }
 }
 
@@ -137,7 +190,8 @@ static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162
 // 128 channels, one 128-group of h, so the amax per activation row is a CTA reduction (red[warp][row]).
 template <int EPILOGUE>
 static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][8][4],
-                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BN]) {
+                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BN],
+                                                float (*red_sum)[BN]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == FM_W4A8_OUT_BF16) {
 #pragma unroll
@@ -196,22 +250,47 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 #pragma unroll
             for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
             const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
-            if (n >= tile.rows) continue;
-            const int64_t slot = tile.slot0 + n;
-            if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
+            float sum = 0.0f; /* this thread's codes of row n, decoded, for the group sum */
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) {
                 const int64_t ch = blk[mb] * 8 + g;
-                if (blk_ok[mb] && ch < I)
-                    p.h[slot * p.ldh + ch] =
-                        (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] / scale, __NV_SATFINITE, __NV_E4M3);
+                const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] / scale, __NV_SATFINITE, __NV_E4M3);
+                if (!blk_ok[mb] || ch >= I) continue;
+                sum += e4m3_decode(code);
+                if (n < tile.rows) p.h[(tile.slot0 + n) * p.ldh + ch] = code;
             }
+            if (n >= tile.rows) continue;
+            const int64_t slot = tile.slot0 + n;
+            if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
+            if (p.hsum) acc[0][nt][c] = sum; /* reused: h is written */
         }
+    if (!p.hsum) return;
+    /* the down bank is int4-zp: h's group sums X = scale x (sum of the 128 codes), a second CTA reduction */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int n = nt * 8 + 2 * t + c;
+            float v = n < tile.rows ? acc[0][nt][c] : 0.0f;
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0) red_sum[warp][n] = v;
+        }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    for (int n = threadIdx.x; n < tile.rows; n += THREADS) {
+        float v = 0.0f, m = 0.0f;
+        for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n], m = fmaxf(m, red[w][n]);
+        const int64_t slot = tile.slot0 + n;
+        p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * fmaxf(m / 448.0f, 1e-12f);
+    }
 }
 
-// acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group
+// acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
+// int4-zp: then acc -= (zero x scale) x (the activation group's sum)
+template <int WK>
 static __device__ __forceinline__ void promote(float acc[2][8][4], const float part[2][8][4], const float wsc[2][2],
-                                               const float *sc) {
+                                               const float zs[2][2], const float *sc, const float *sum) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
@@ -223,14 +302,27 @@ static __device__ __forceinline__ void promote(float acc[2][8][4], const float p
             acc[mb][nt][2] = fmaf(part[mb][nt][2], wsc[mb][1] * xsc.x, acc[mb][nt][2]);
             acc[mb][nt][3] = fmaf(part[mb][nt][3], wsc[mb][1] * xsc.y, acc[mb][nt][3]);
         }
+        if (WK == WK_INT4_ZP) {
+            const float2 xs = *(const float2 *)(sum + nt * 8 + 2 * t);
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) {
+                acc[mb][nt][0] = fmaf(-zs[mb][0], xs.x, acc[mb][nt][0]);
+                acc[mb][nt][1] = fmaf(-zs[mb][0], xs.y, acc[mb][nt][1]);
+                acc[mb][nt][2] = fmaf(-zs[mb][1], xs.x, acc[mb][nt][2]);
+                acc[mb][nt][3] = fmaf(-zs[mb][1], xs.y, acc[mb][nt][3]);
+            }
+        }
     }
 }
 
-template <int EPILOGUE>
+template <int EPILOGUE, int WK>
 static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_params p) {
     __shared__ __align__(128) uint8_t xs_smem[STAGES][BN * 128];
     __shared__ float sc_smem[STAGES][BN];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
     __shared__ float red[THREADS / 32][BN];
+    __shared__ float red_sum[THREADS / 32][BN]; /* SwiGLU into an int4-zp down bank only */
+    constexpr int NW = wk_shape<WK>::words;
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
@@ -241,11 +333,11 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     const int64_t KG = p.n_groups;
     const int64_t blk[2] = {row_base / 16, row_base / 16 + 1};
     const bool    blk_ok[2] = {active, active};
-    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
+    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
     float    acc[2][8][4];
-    uint32_t words[2][8]; /* the current group's codes; each half is reloaded with the next group's once used */
-    float    scur[2][2], snext[2][2];
+    uint32_t words[2][NW]; /* the current group's codes; each part is reloaded with the next group's once used */
+    float    scur[2][2], snext[2][2], zcur[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, znext[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
 #pragma unroll
@@ -253,26 +345,29 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
-    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, THREADS);
+    load_stage<WK>(p, tile, 0, xs_smem[0], sc_smem[0], sum_smem[0], 0, THREADS);
     cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, THREADS);
+    if (KG > 1) load_stage<WK>(p, tile, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], 0, THREADS);
     cp_async_commit();
     if (active) {
-        load_weight_half(ww, 0, 0, words);
-        load_weight_half(ww, 0, 1, words);
-        load_weight_scales(ww, 0, scur);
+#pragma unroll
+        for (int q = 0; q < wk_shape<WK>::parts; q++) load_weight_part<WK>(ww, 0, q, words);
+        load_weight_scales<WK>(p, ww, 0, blk_ok, scur, zcur);
     }
 
     for (int64_t grp = 0; grp < KG; grp++) {
         const bool more = grp + 1 < KG;
-        if (active && more) load_weight_scales(ww, grp + 1, snext);
+        if (active && more) load_weight_scales<WK>(p, ww, grp + 1, blk_ok, snext, znext);
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, THREADS);
+        if (grp + 2 < KG)
+            load_stage<WK>(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
+                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], 0, THREADS);
         cp_async_commit();
         if (!active) continue;
         const uint8_t *xt = xs_smem[grp % STAGES];
         const float   *sc = sc_smem[grp % STAGES];
+        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? grp % STAGES : 0];
         float part[2][8][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
@@ -284,13 +379,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         for (int s = 0; s < 4; s++) {
             uint32_t a[2][4];
 #pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                a[mb][0] = codes_top(words[mb][2 * s]);
-                a[mb][1] = codes_bottom(words[mb][2 * s]);
-                a[mb][2] = codes_top(words[mb][2 * s + 1]);
-                a[mb][3] = codes_bottom(words[mb][2 * s + 1]);
-            }
-            if (s % 2 == 1 && more) load_weight_half(ww, grp + 1, s / 2, words); /* a full group ahead */
+            for (int mb = 0; mb < 2; mb++) weight_fragment<WK>(words[mb], s, a[mb]);
+            /* a full group ahead: the part whose last k step this was */
+            if (more && (WK == WK_E4M3 || s % 2 == 1)) load_weight_part<WK>(ww, grp + 1, WK == WK_E4M3 ? s : s / 2, words);
 #pragma unroll
             for (int np = 0; np < 4; np++) {
                 /* matrices: n8 tile 2np (k chunks 2s, 2s + 1), then n8 tile 2np + 1 */
@@ -304,12 +395,13 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
                 }
             }
         }
-        promote(acc, part, scur, sc);
+        promote<WK>(acc, part, scur, zcur, sc, xsum);
 #pragma unroll
-        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
+        for (int mb = 0; mb < 2; mb++)
+            scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1], zcur[mb][0] = znext[mb][0], zcur[mb][1] = znext[mb][1];
     }
 
-    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
+    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
 
@@ -389,11 +481,14 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
 // codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
 // producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
-template <int EPILOGUE>
+template <int EPILOGUE, int WK>
 static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
     __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
     __shared__ float sc_smem[STAGES][BN];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
     __shared__ float red[THREADS / 32][BN];
+    __shared__ float red_sum[THREADS / 32][BN]; /* SwiGLU into an int4-zp down bank only */
+    constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
@@ -403,11 +498,11 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     const int64_t blk[2] = {blk0, blk0 + 4};
     const bool    blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
     const int64_t KG = p.n_groups;
-    const warp_weights ww = warp_weights_at(p, tile.expert, blk);
+    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
     float    acc[2][8][4];
-    uint32_t words[2][8];
-    float    scur[2][2], snext[2][2];
+    uint32_t words[2][NW];
+    float    scur[2][2], snext[2][2], zcur[2][2], znext[2][2];
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
@@ -415,43 +510,45 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
+        for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
         scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
+        zcur[mb][0] = zcur[mb][1] = znext[mb][0] = znext[mb][1] = 0.0f;
     }
 
-    load_stage(p, tile, 0, xs_smem[0], sc_smem[0], 0, THREADS);
+    load_stage<WK>(p, tile, 0, xs_smem[0], sc_smem[0], sum_smem[0], 0, THREADS);
     cp_async_commit();
-    if (KG > 1) load_stage(p, tile, 1, xs_smem[1], sc_smem[1], 0, THREADS);
+    if (KG > 1) load_stage<WK>(p, tile, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], 0, THREADS);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
-       absent one keeps zero codes (the loads below are per block) */
+       absent one keeps zero codes and zero scales (the loads below are per block) */
+    load_weight_scales<WK>(p, ww, 0, blk_ok, scur, zcur);
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
         if (blk_ok[mb]) {
-            const uint4 v0 = __ldg((const uint4 *)ww.codes[mb]), v1 = __ldg((const uint4 *)(ww.codes[mb] + 512));
-            words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
-            words[mb][4] = v1.x, words[mb][5] = v1.y, words[mb][6] = v1.z, words[mb][7] = v1.w;
-            const __nv_bfloat16 *s = ww.scales[mb];
-            scur[mb][0] = __bfloat162float(s[0]) * 512.0f, scur[mb][1] = __bfloat162float(s[8]) * 512.0f;
+#pragma unroll
+            for (int q = 0; q < NP; q++) {
+                const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
+                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z, words[mb][4 * q + 3] = v.w;
+            }
         }
 
     for (int64_t grp = 0; grp < KG; grp++) {
         const bool more = grp + 1 < KG;
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG) load_stage(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES], 0, THREADS);
+        if (grp + 2 < KG)
+            load_stage<WK>(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
+                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], 0, THREADS);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
         const float   *sc = sc_smem[grp % STAGES];
+        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? grp % STAGES : 0];
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                a[mb][ks][0] = codes_top(words[mb][2 * ks]), a[mb][ks][1] = codes_bottom(words[mb][2 * ks]);
-                a[mb][ks][2] = codes_top(words[mb][2 * ks + 1]), a[mb][ks][3] = codes_bottom(words[mb][2 * ks + 1]);
-            }
+            for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
         float part[2][8][4];
         wgmma_fence();
 #pragma unroll
@@ -463,21 +560,24 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
             if (more && blk_ok[mb]) {
-                const uint8_t *q = ww.codes[mb] + (grp + 1) * FM_TC_CHUNK;
-                const uint4 v0 = __ldg((const uint4 *)q), v1 = __ldg((const uint4 *)(q + 512));
-                words[mb][0] = v0.x, words[mb][1] = v0.y, words[mb][2] = v0.z, words[mb][3] = v0.w;
-                words[mb][4] = v1.x, words[mb][5] = v1.y, words[mb][6] = v1.z, words[mb][7] = v1.w;
-                const __nv_bfloat16 *sp = ww.scales[mb] + (grp + 1) * p.rows_pad;
-                snext[mb][0] = __bfloat162float(sp[0]) * 512.0f, snext[mb][1] = __bfloat162float(sp[8]) * 512.0f;
+                const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK>::chunk;
+#pragma unroll
+                for (int pq = 0; pq < NP; pq++) {
+                    const uint4 v = __ldg((const uint4 *)(q + pq * 512));
+                    words[mb][4 * pq] = v.x, words[mb][4 * pq + 1] = v.y, words[mb][4 * pq + 2] = v.z,
+                    words[mb][4 * pq + 3] = v.w;
+                }
             }
+        if (more) load_weight_scales<WK>(p, ww, grp + 1, blk_ok, snext, znext);
         wgmma_wait_all();
         settle_block(part[0], a[0]);
         settle_block(part[1], a[1]);
-        promote(acc, part, scur, sc);
+        promote<WK>(acc, part, scur, zcur, sc, xsum);
 #pragma unroll
-        for (int mb = 0; mb < 2; mb++) scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1];
+        for (int mb = 0; mb < 2; mb++)
+            scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1], zcur[mb][0] = znext[mb][0], zcur[mb][1] = znext[mb][1];
     }
-    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red);
+    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
 // Which kernel a GPU gets: wgmma on sm_90 (the binary carries sm_90a code), mma.sync elsewhere (sm_89: Ada);
@@ -498,27 +598,40 @@ const char *fm_cuda_w4a8_kernel_name(void) {
     return use_wgmma() ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
 
+template <int EPILOGUE, int WK>
+static void launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
+    if (use_wgmma()) w4a8_wgmma_kernel<EPILOGUE, WK><<<grid, THREADS, 0, s>>>(p);
+    else w4a8_mma_kernel<EPILOGUE, WK><<<grid, THREADS, 0, s>>>(p);
+}
+
+template <int EPILOGUE>
+static void launch_kind(const gemm_params &p, fm_wformat f, dim3 grid, cudaStream_t s) {
+    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4>(p, grid, s);
+    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP>(p, grid, s);
+    else launch<EPILOGUE, WK_E4M3>(p, grid, s);
+}
+
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     const fm_bank *w = a->w;
-    if (w->fmt != FM_W_INT4_G128_TC || a->max_tiles <= 0 || (a->tiles == NULL) != (a->n_tiles == NULL) ||
+    const bool     tc = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_INT4_ZP_TC || w->fmt == FM_W_E4M3_B128;
+    if (!tc || a->max_tiles <= 0 || (a->tiles == NULL) != (a->n_tiles == NULL) ||
+        (w->fmt == FM_W_INT4_ZP_TC && !a->xsum) ||
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
         (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535) {
         fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld)\n",
                 fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles);
         abort();
     }
-    const gemm_params p = {(const uint8_t *)w->w, w->scales, w->rows, w->rows_pad, w->n_groups, w->interleaved, a->x,
-                           w->ld, a->xs, a->lds, a->tiles, a->n_tiles, a->m_dense, a->dense_matrix, a->y, a->ldy, a->row_map, a->h,
-                           a->ldh, a->hs, a->ldhs};
+    gemm_params p;
+    memset(&p, 0, sizeof p);
+    p.wq = (const uint8_t *)w->w, p.ws = w->scales, p.wsf = w->fscales, p.wzs = w->zscales;
+    p.rows = w->rows, p.rows_pad = w->rows_pad, p.n_groups = w->n_groups, p.interleaved = w->interleaved;
+    p.x = a->x, p.ldx = w->ld, p.xs = a->xs, p.xsum = a->xsum, p.lds = a->lds;
+    p.tiles = a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense, p.dense_matrix = a->dense_matrix;
+    p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
+    p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
-    const bool wgmma = use_wgmma();
-    if (a->epilogue == FM_W4A8_OUT_BF16) {
-        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
-        else w4a8_mma_kernel<FM_W4A8_OUT_BF16><<<grid, THREADS, 0, s>>>(p);
-        FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (bf16 out)" : "w4a8_mma (bf16 out)");
-    } else {
-        if (wgmma) w4a8_wgmma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
-        else w4a8_mma_kernel<FM_W4A8_OUT_SWIGLU_E4M3><<<grid, THREADS, 0, s>>>(p);
-        FM_LAUNCH_CHECK(wgmma ? "w4a8_wgmma (swiglu e4m3 out)" : "w4a8_mma (swiglu e4m3 out)");
-    }
+    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<FM_W4A8_OUT_BF16>(p, w->fmt, grid, s);
+    else launch_kind<FM_W4A8_OUT_SWIGLU_E4M3>(p, w->fmt, grid, s);
+    FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)" : "w4a8 grouped GEMM (swiglu e4m3 out)");
 }

@@ -18,9 +18,10 @@ typedef enum fm_w4a8_epilogue {
 } fm_w4a8_epilogue;
 
 typedef struct fm_w4a8_args {
-    const fm_bank *w;             // int4-tc bank (w4a8_layout.cuh)
+    const fm_bank *w;             // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
     const uint8_t *x;             // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
     const float   *xs;            // activation scales [w->n_groups][lds]
+    const float   *xsum;          // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
     int64_t        lds;
     // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
     const fm_w4a8_tile *tiles;
@@ -35,10 +36,16 @@ typedef struct fm_w4a8_args {
     uint8_t       *h;             // OUT_SWIGLU_E4M3
     int64_t        ldh;
     float         *hs;
+    float         *hsum;          // OUT_SWIGLU_E4M3 feeding an int4-zp-tc down bank: h's group sums, as hs (else NULL)
     int64_t        ldhs;
 } fm_w4a8_args;
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s);
+
+// The bank formats the kernel reads: ours (int4-tc) and a checkpoint's (int4-zp-tc, e4m3-block).
+static inline bool fm_cuda_w4a8_takes(fm_wformat f) {
+    return f == FM_W_INT4_G128_TC || f == FM_W_INT4_ZP_TC || f == FM_W_E4M3_B128;
+}
 
 // The kernel this GPU runs, in words (for logs and benchmark headers).
 const char *fm_cuda_w4a8_kernel_name(void);

@@ -1,0 +1,356 @@
+/* GPU tests of the banks that keep a pre-quantized checkpoint's numbers (src/backend/cuda/cuda_bank_prequant.cu), on
+ * random linears built in memory in the checkpoint formats (compressed-tensors pack-quantized int4 with fp16
+ * scales, asymmetric zero points, act-order g_idx; block-FP8 e4m3 with fp32 block scales), read through the same
+ * binder checks a checkpoint goes through (fm_qsrc_bind):
+ *   int4 preset (W4A16, int4-zp banks): the CUDA linear and per-token MoE against the CPU ops on the same plan,
+ *     normalised error <= 1e-2 (bf16 activations and outputs, different summation orders; test_cuda_ops.c)
+ *   fp8 presets (int4-zp-tc and e4m3-block banks, e4m3 1x128 activations): the CUDA linear against a reference
+ *     computed here in double from the dequantized weights and the e4m3-quantized input (fm_e4m3_quantize_groups on
+ *     the bf16-rounded input), normalised error <= 5e-3 (bf16 output, the wgmma's accumulator: test_cuda_ops.c);
+ *     the MoE against the CPU backend's emulation of the same formats, <= 3e-2 as for the int4-tc MoE
+ * Runs only where a GPU is present (make test-gpu). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "gpu_test_util.h"
+#include "quant/bf16.h"
+#include "quant/e4m3.h"
+#include "quant/int4_ckpt.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t urand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) { return (float)(urand() >> 8) * (1.0f / 8388608.0f) - 1.0f; } /* [-1, 1) */
+
+/* One linear [N, K] stored in a checkpoint format, with the tensors it is bound from. */
+typedef struct qlinear {
+    fm_st_tensor t[4]; /* packed, scales, zeros, g_idx (by name below) */
+    char         names[4][64];
+    uint8_t     *data[4];
+    fm_wsrc      src;
+    float       *w; /* [N, K] the checkpoint's own dequantization, for references */
+} qlinear;
+
+static const fm_st_tensor *find_in(const void *ctx, const char *name) {
+    const qlinear *q = ctx;
+    for (int i = 0; i < 4; i++)
+        if (q->data[i] && strcmp(q->names[i], name) == 0) return &q->t[i];
+    return NULL;
+}
+
+static void set_tensor(qlinear *q, int i, const char *suffix, fm_dtype dt, int n_dims, int64_t d0, int64_t d1) {
+    snprintf(q->names[i], sizeof q->names[i], "m.%s", suffix);
+    const int64_t n = d0 * (n_dims == 2 ? d1 : 1);
+    const size_t  bytes = (size_t)n * (size_t)fm_dtype_size(dt);
+    q->data[i] = calloc(bytes, 1);
+    q->t[i] = (fm_st_tensor){.name = q->names[i], .dtype = dt, .n_dims = n_dims, .n_elements = n, .data = q->data[i],
+                             .nbytes = bytes};
+    q->t[i].shape[0] = d0, q->t[i].shape[1] = n_dims == 2 ? d1 : 0;
+}
+
+static void bind(qlinear *q, const fm_quant_config *qc, int64_t N, int64_t K) {
+    fm_error err;
+    fm_status st = fm_qsrc_bind(qc, "m", N, K, find_in, q, &q->src.q, &err);
+    if (st) fail_msg("binding a test linear: %s", err.msg);
+    q->src.rows = N, q->src.cols = K;
+    q->w = malloc((size_t)(N * K) * sizeof(float));
+    assert_int_equal(fm_wsrc_read(&q->src, q->w, &err), FM_OK);
+}
+
+/* compressed-tensors pack-quantized: codes u 0..15 (some 0: the -8 our own tensor-core layout cannot hold), fp16
+   scales, zero points (asymmetric) and a g_idx that scatters each group over K (act_order) */
+static void make_ct(qlinear *q, int64_t N, int64_t K, int32_t G, bool sym, bool act_order) {
+    memset(q, 0, sizeof *q);
+    const int64_t ng = K / G, KW = (K + 7) / 8;
+    fm_quant_config qc = {.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = G == K ? -1 : G, .sym = sym,
+                          .act_order = act_order};
+    set_tensor(q, 0, "weight_packed", FM_DTYPE_I32, 2, N, KW);
+    set_tensor(q, 1, "weight_scale", FM_DTYPE_F16, 2, N, ng);
+    uint32_t *pk = (uint32_t *)q->data[0];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) pk[n * KW + k / 8] |= (urand() % 16u) << (4 * (k % 8));
+    uint16_t *sc = (uint16_t *)q->data[1];
+    for (int64_t i = 0; i < N * ng; i++) sc[i] = fm_f32_to_f16(0.004f + 0.01f * fabsf(frand()));
+    if (!sym) {
+        set_tensor(q, 2, "weight_zero_point", FM_DTYPE_I32, 2, (N + 7) / 8, ng);
+        uint32_t *zp = (uint32_t *)q->data[2];
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < ng; g++) zp[(n / 8) * ng + g] |= (3u + urand() % 10u) << (4 * (n % 8));
+    }
+    if (act_order) {
+        set_tensor(q, 3, "weight_g_idx", FM_DTYPE_I32, 1, K, 0);
+        int32_t *gi = (int32_t *)q->data[3];
+        for (int64_t k = 0; k < K; k++) gi[k] = (int32_t)(k / G);
+        for (int64_t k = K - 1; k > 0; k--) { /* shuffle: each group still holds G channels */
+            const int64_t j = urand() % (uint32_t)(k + 1);
+            const int32_t t = gi[k];
+            gi[k] = gi[j], gi[j] = t;
+        }
+    }
+    bind(q, &qc, N, K);
+}
+
+/* block-FP8: e4m3 bytes (finite), fp32 scales per (bn x 128) block */
+static void make_fp8_block(qlinear *q, int64_t N, int64_t K, int32_t bn) {
+    memset(q, 0, sizeof *q);
+    fm_quant_config qc = {.method = FM_QUANT_FP8_BLOCK, .bits = 8, .group_size = 128, .block_n = bn};
+    set_tensor(q, 0, "weight", FM_DTYPE_F8_E4M3, 2, N, K);
+    const int64_t nb = (N + bn - 1) / bn, kb = (K + 127) / 128;
+    set_tensor(q, 1, "weight_scale_inv", FM_DTYPE_F32, 2, nb, kb);
+    for (int64_t i = 0; i < N * K; i++) {
+        uint8_t b = (uint8_t)urand();
+        if ((b & 0x7F) == 0x7F) b ^= 1; /* not NaN */
+        q->data[0][i] = b;
+    }
+    float *s = (float *)q->data[1];
+    for (int64_t i = 0; i < nb * kb; i++) s[i] = 1e-4f * (1.0f + fabsf(frand()));
+    bind(q, &qc, N, K);
+}
+
+static void free_q(qlinear *q) {
+    for (int i = 0; i < 4; i++) free(q->data[i]);
+    free(q->w);
+}
+
+static fm_backend *backend(const char *name, fm_preset p) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_backend *be;
+    fm_error    err;
+    fm_status   st = fm_backend_create(name, &plan, 0, &be, &err);
+    if (st) fail_msg("%s backend: %s", name, err.msg);
+    return be;
+}
+
+static fm_bank *make_bank(fm_backend *be, const fm_wsrc *srcs, int32_t n, int32_t parts, fm_wformat fmt, bool gate_up) {
+    fm_bank_src src = {srcs, n, parts, "test bank", gate_up};
+    fm_bank    *b;
+    fm_error    err;
+    fm_status   st = be->ops->bank_create(be, &src, fmt, &b, &err);
+    if (st) fail_msg("%s bank: %s", fm_wformat_name(fmt), err.msg);
+    return b;
+}
+
+static float *rand_x(int64_t n) {
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = fm_round_bf16(frand());
+    if (n > 3) x[3] = 24.0f; /* an outlier channel */
+    return x;
+}
+
+static void expect_close(const float *got, const float *ref, int64_t n, double bound, const char *what) {
+    const double e = gpu_nerr(got, ref, n);
+    printf("  %-60s n %-8lld err %.3g\n", what, (long long)n, e);
+    if (!(e <= bound)) fail_msg("%s: normalised error %.3g > %.3g", what, e, bound);
+}
+
+static float *run_linear(fm_backend *be, fm_bank *wb, const float *x, int64_t M, int64_t K, int64_t N) {
+    void *xd = gpu_upload(be, x, M * K), *base;
+    void *yd = gpu_guarded(be, M * N, &base);
+    be->ops->linear(be, wb, 0, xd, M, be->plan.a_dense, yd);
+    float *y = gpu_fetch(be, base, M * N, "linear");
+    be->ops->free(be, xd);
+    return y;
+}
+
+/* int4 preset: int4-zp banks, CUDA against CPU */
+static void zp_w4a16_case(int64_t M, int64_t N, int64_t K, int32_t G, bool sym, bool act_order) {
+    qlinear q;
+    make_ct(&q, N, K, G, sym, act_order);
+    float *y[2], *x = rand_x(M * K);
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = backend(i ? "cuda" : "cpu", FM_PRESET_INT4);
+        fm_bank    *wb = make_bank(be, &q.src, 1, 1, FM_W_INT4_ZP, false);
+        y[i] = run_linear(be, wb, x, M, K, N);
+        be->ops->bank_free(be, wb);
+        be->ops->destroy(be);
+    }
+    free(x);
+    char what[128];
+    snprintf(what, sizeof what, "int4-zp linear M=%lld N=%lld K=%lld G=%d%s%s", (long long)M, (long long)N, (long long)K,
+             G, sym ? " sym" : " asym", act_order ? " act-order" : "");
+    expect_close(y[1], y[0], M * N, 1e-2, what);
+    free(y[0]), free(y[1]);
+    free_q(&q);
+}
+
+static void test_int4zp_linear(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 16, 300};
+    for (int i = 0; i < 3; i++) {
+        zp_w4a16_case(Ms[i], 200, 384, 128, false, false);
+        zp_w4a16_case(Ms[i], 256, 256, 32, true, true);
+        zp_w4a16_case(Ms[i], 72, 200, 200, false, false); /* one group per row (group_size -1), K not a multiple of 32 */
+    }
+}
+
+/* fp8 presets: y = dequant(e4m3 1x128 (x)) . W^T in double, W the checkpoint's own dequantization */
+static float *fp8_reference(const float *x, const float *w, int64_t M, int64_t K, int64_t N) {
+    float   *y = malloc((size_t)(M * N) * sizeof *y), *xd = malloc((size_t)K * sizeof *xd);
+    float   *sc = malloc((size_t)((K + 127) / 128) * sizeof *sc);
+    uint8_t *codes = malloc((size_t)K);
+    for (int64_t m = 0; m < M; m++) {
+        fm_e4m3_quantize_groups(x + m * K, K, 128, codes, sc);
+        for (int64_t k = 0; k < K; k++) xd[k] = fm_e4m3_to_f32(codes[k]) * sc[k / 128];
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; k++) acc += (double)xd[k] * (double)w[n * K + k];
+            y[m * N + n] = (float)acc;
+        }
+    }
+    free(xd), free(sc), free(codes);
+    return y;
+}
+
+static void fp8_linear_case(qlinear *q, fm_wformat fmt, int64_t M, const char *what) {
+    const int64_t N = q->src.rows, K = q->src.cols;
+    fm_backend *be = backend("cuda", FM_PRESET_FP8);
+    fm_bank    *wb = make_bank(be, &q->src, 1, 1, fmt, false);
+    float      *x = rand_x(M * K), *y = run_linear(be, wb, x, M, K, N), *ref = fp8_reference(x, q->w, M, K, N);
+    char label[160];
+    snprintf(label, sizeof label, "%s M=%lld N=%lld K=%lld", what, (long long)M, (long long)N, (long long)K);
+    expect_close(y, ref, M * N, 5e-3, label);
+    free(x), free(y), free(ref);
+    be->ops->bank_free(be, wb);
+    be->ops->destroy(be);
+}
+
+/* int4-zp-tc (the grouped W4A8 kernel with the zero-point term) and e4m3-block, at decode and prefill sizes */
+static void test_fp8_prequant_linear(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 16, 300};
+    for (int i = 0; i < 3; i++) {
+        qlinear q;
+        make_ct(&q, 200, 384, 128, false, false);
+        fp8_linear_case(&q, FM_W_INT4_ZP_TC, Ms[i], "int4-zp-tc G=128 asym");
+        free_q(&q);
+        make_ct(&q, 256, 256, 256, true, false);
+        fp8_linear_case(&q, FM_W_INT4_ZP_TC, Ms[i], "int4-zp-tc per-channel sym (codes 0 = -8)");
+        free_q(&q);
+        make_ct(&q, 72, 200, 200, false, false);
+        fp8_linear_case(&q, FM_W_INT4_ZP_TC, Ms[i], "int4-zp-tc per-channel, K padded to 256");
+        free_q(&q);
+        make_fp8_block(&q, 200, 384, 128);
+        fp8_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 128x128, N not a multiple of 128");
+        free_q(&q);
+        make_fp8_block(&q, 256, 200, 64);
+        fp8_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 64x128, K padded to 256");
+        free_q(&q);
+    }
+}
+
+/* The fp8 plans refuse what the kernels cannot do, by name: act-order, groups that split a 128-block */
+static void test_fp8_prequant_refusals(void **s) {
+    (void)s;
+    fm_backend *be = backend("cuda", FM_PRESET_FP8);
+    qlinear q;
+    make_ct(&q, 64, 256, 128, false, true);
+    fm_bank_src src = {&q.src, 1, 1, "layer 0 qkv", false};
+    fm_bank    *b = NULL;
+    fm_error    err;
+    assert_int_equal(be->ops->bank_create(be, &src, FM_W_INT4_ZP_TC, &b, &err), FM_ERR_UNSUPPORTED);
+    printf("  refused: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "act-order"));
+    free_q(&q);
+    make_ct(&q, 64, 256, 64, false, false);
+    src.srcs = &q.src;
+    assert_int_equal(be->ops->bank_create(be, &src, FM_W_INT4_ZP_TC, &b, &err), FM_ERR_UNSUPPORTED);
+    printf("  refused: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "groups of 64"));
+    free_q(&q);
+    be->ops->destroy(be);
+}
+
+/* Expert banks [E] of gate, up [I, H] and down [H, I], each its own random checkpoint linear. */
+typedef struct qexperts {
+    qlinear *gate, *up, *down;
+    fm_wsrc *gu, *dn;
+    int32_t  E;
+} qexperts;
+
+static qexperts make_experts(int32_t E, int64_t H, int64_t I, bool fp8_block, bool sym) {
+    qexperts x = {calloc((size_t)E, sizeof(qlinear)), calloc((size_t)E, sizeof(qlinear)), calloc((size_t)E, sizeof(qlinear)),
+                  calloc((size_t)E * 2, sizeof(fm_wsrc)), calloc((size_t)E, sizeof(fm_wsrc)), E};
+    for (int32_t e = 0; e < E; e++) {
+        if (fp8_block) {
+            make_fp8_block(&x.gate[e], I, H, 128), make_fp8_block(&x.up[e], I, H, 128), make_fp8_block(&x.down[e], H, I, 128);
+        } else {
+            make_ct(&x.gate[e], I, H, 128, sym, false), make_ct(&x.up[e], I, H, 128, sym, false);
+            make_ct(&x.down[e], H, I, I % 128 ? I : 128, sym, false);
+        }
+        x.gu[2 * e] = x.gate[e].src, x.gu[2 * e + 1] = x.up[e].src, x.dn[e] = x.down[e].src;
+    }
+    return x;
+}
+
+static void free_experts(qexperts *x) {
+    for (int32_t e = 0; e < x->E; e++) free_q(&x->gate[e]), free_q(&x->up[e]), free_q(&x->down[e]);
+    free(x->gate), free(x->up), free(x->down), free(x->gu), free(x->dn);
+}
+
+/* the MoE op on both backends; spread routing (pair (t, j) -> (5t + 3j) mod E) */
+static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I, bool fp8_block,
+                     bool sym, double bound) {
+    qexperts q = make_experts(E, H, I, fp8_block, sym);
+    float   *x = rand_x(T * H), *wts = malloc((size_t)(T * k) * sizeof(float));
+    int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 5 + j * 3) % E), wts[t * k + j] = 0.3f + 0.1f * (float)j;
+    float *o[2];
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = backend(i ? "cuda" : "cpu", p);
+        fm_bank    *gub = make_bank(be, q.gu, E, 2, fmt, true), *db = make_bank(be, q.dn, E, 1, fmt, false);
+        void *xd = gpu_upload(be, x, T * H), *wd = gpu_upload(be, wts, T * k), *base;
+        void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
+        be->ops->upload_ids(be, ids, T * k, idd);
+        void *od = gpu_guarded(be, T * H, &base);
+        be->ops->moe(be, gub, db, xd, T, idd, wd, k, be->plan.a_dispatch, be->plan.a_expert, od);
+        o[i] = gpu_fetch(be, base, T * H, "moe");
+        be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
+        be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
+        be->ops->destroy(be);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt), (long long)T, E, k,
+             (long long)H, (long long)I, fp8_block ? "" : sym ? " sym" : " asym");
+    expect_close(o[1], o[0], T * H, bound, what);
+    free(o[0]), free(o[1]), free(x), free(wts), free(ids);
+    free_experts(&q);
+}
+
+static void test_int4zp_moe(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 33};
+    for (int i = 0; i < 2; i++) moe_case(FM_PRESET_INT4, FM_W_INT4_ZP, Ts[i], 8, 2, 256, 128, false, false, 1e-2);
+}
+
+static void test_fp8_prequant_moe(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 7, 300};
+    for (int i = 0; i < 3; i++) {
+        moe_case(FM_PRESET_FP8, FM_W_INT4_ZP_TC, Ts[i], 8, 2, 256, 128, false, false, 3e-2);
+        moe_case(FM_PRESET_FP8, FM_W_INT4_ZP_TC, Ts[i], 7, 3, 384, 200, false, true, 3e-2);
+        moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 8, 2, 256, 128, true, false, 3e-2);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_int4zp_linear),       cmocka_unit_test(test_int4zp_moe),
+        cmocka_unit_test(test_fp8_prequant_linear), cmocka_unit_test(test_fp8_prequant_refusals),
+        cmocka_unit_test(test_fp8_prequant_moe),
+    };
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
