@@ -97,13 +97,15 @@ static __device__ void stage_copy(const uint8_t *x, int64_t M, int64_t ld_src, i
     }
 }
 
-// W4A8 from e4m3 x [M][G 128] with scales xs[grp * ld_s + row]
-static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, int64_t ld_s, int64_t M, int64_t G, int R,
-                                       int64_t ldsm, uint8_t *sm, float *ssc) {
+// W4A8 from e4m3 x [M][G 128] with scales xs[grp * ld_s + row] (and, for int4-zp banks, the group sums xsum laid
+// out alike, staged after the scales)
+static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s, int64_t M,
+                                       int64_t G, int R, int64_t ldsm, uint8_t *sm, float *ssc) {
     stage_copy(x, M, G * 128, R, ldsm, sm);
     for (int64_t i = threadIdx.x; i < R * G; i += blockDim.x) {
         const int64_t r = i / G, grp = i % G;
         ssc[i] = r < M ? __ldcg(xs + grp * ld_s + r) : 0.0f;
+        if (xsum) ssc[R * G + i] = r < M ? __ldcg(xsum + grp * ld_s + r) : 0.0f;
     }
     __syncthreads();
 }
@@ -173,51 +175,69 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
 
 // x is e4m3 [M][n_groups 128] with scales xs[group * ld_s + row] (quantized by an earlier kernel), staged in
 // dynamic shared memory: NT 8 rows of n_groups 128 + W4A8_PAD bytes, then their scales [NT 8][n_groups] fp32
-// (each lane's B fragment is 8 separate 4-byte words, which through L2 alone cost 2x: bench/NOTES.md).
-template <int NT, int KS>
-static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const uint8_t *codes, const __nv_bfloat16 *wscales,
-                                                                       int64_t N, int64_t rows_pad, int64_t n_groups,
-                                                                       const uint8_t *x, const float *xs, int64_t ld_s,
-                                                                       int64_t M, __nv_bfloat16 *y) {
+// (each lane's B fragment is 8 separate 4-byte words, which through L2 alone cost 2x: bench/NOTES.md), then for
+// int4-zp-tc banks their group sums. WK (w4a8_layout.cuh): the bank's kind; int4-zp adds -(zero x scale) x sum
+// per group, as the grouped kernel does.
+typedef struct gemv_w4a8_weights {
+    const uint8_t       *codes;
+    const __nv_bfloat16 *ws;  // int4-tc: bf16 scales [group][rows_pad]
+    const float         *wsf; // int4-zp-tc (x 512) and e4m3-block: fp32 scales, same layout
+    const float         *wzs; // int4-zp-tc: zero x scale
+} gemv_w4a8_weights;
+
+template <int NT, int KS, int WK>
+static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights wt, int64_t N,
+                                                                       int64_t rows_pad, int64_t n_groups,
+                                                                       const uint8_t *x, const float *xs,
+                                                                       const float *xsum, int64_t ld_s, int64_t M,
+                                                                       __nv_bfloat16 *y) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
-    const int     U = W4A8_U / NT;
+    constexpr int NP = wk_shape<WK>::parts, CH = wk_shape<WK>::chunk;
+    const int     U = W4A8_U * 2 / (NT * NP); /* the same bytes in flight whatever the code width */
     const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t blk = (int64_t)blockIdx.x * (WARPS / KS) + warp / KS, r0 = blk * 16;
     const bool    live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
-    float        *ssc = (float *)(xsm + NT * 8 * ldsm);
-    const uint8_t *wq = codes + blk * G * FM_TC_CHUNK + 16 * lane;
+    float        *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
+    const uint8_t *wq = wt.codes + blk * G * CH + 16 * lane;
 
     float acc[NT][4];
     zero_acc<NT>(acc);
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    uint4       v0[U], v1[U];
-    float       wsa[U], wsb[U];
+    uint4       v[U][NP];
+    float       wsa[U], wsb[U], wza[U], wzb[U];
     for (int64_t g0 = ks, first = 1; g0 < G || first; g0 += (int64_t)KS * U) {
         const bool any = live && g0 < G;
 #pragma unroll
         for (int u = 0; u < U; u++) { /* codes and weight scales; the first round before the wait */
-            const int64_t grp = g0 + (int64_t)u * KS;
+            const int64_t grp = g0 + (int64_t)u * KS, sa = grp * rows_pad + r0 + g;
             const bool    in = any && grp < G;
-            v0[u]  = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK)) : zero;
-            v1[u]  = in ? __ldcs((const uint4 *)(wq + grp * FM_TC_CHUNK + 512)) : zero;
-            wsa[u] = in ? __bfloat162float(wscales[grp * rows_pad + r0 + g]) * 512.0f : 0.0f;
-            wsb[u] = in ? __bfloat162float(wscales[grp * rows_pad + r0 + g + 8]) * 512.0f : 0.0f;
+#pragma unroll
+            for (int q = 0; q < NP; q++) v[u][q] = in ? __ldcs((const uint4 *)(wq + grp * CH + q * 512)) : zero;
+            if (WK == WK_INT4) {
+                wsa[u] = in ? __bfloat162float(wt.ws[sa]) * 512.0f : 0.0f;
+                wsb[u] = in ? __bfloat162float(wt.ws[sa + 8]) * 512.0f : 0.0f;
+            } else {
+                wsa[u] = in ? wt.wsf[sa] : 0.0f, wsb[u] = in ? wt.wsf[sa + 8] : 0.0f;
+            }
+            if (WK == WK_INT4_ZP) wza[u] = in ? wt.wzs[sa] : 0.0f, wzb[u] = in ? wt.wzs[sa + 8] : 0.0f;
         }
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
             pdl_wait();
-            stage_w4a8_e4m3(x, xs, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
+            stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
         }
         if (!any) continue;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t grp = g0 + (int64_t)u * KS;
             if (grp >= G) break;
-            const uint32_t w[8] = {v0[u].x, v0[u].y, v0[u].z, v0[u].w, v1[u].x, v1[u].y, v1[u].z, v1[u].w};
+            uint32_t w[4 * NP];
+#pragma unroll
+            for (int q = 0; q < NP; q++) w[4 * q] = v[u][q].x, w[4 * q + 1] = v[u][q].y, w[4 * q + 2] = v[u][q].z, w[4 * q + 3] = v[u][q].w;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 /* step s: words 2s and 2s + 1 hold k = 32 s + 4 t + 0..3 and 32 s + 16 + 4 t + 0..3 of the group
@@ -226,8 +246,8 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const u
                 float          part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
-                    const uint32_t a[4] = {codes_top(w[2 * s]), codes_bottom(w[2 * s]), codes_top(w[2 * s + 1]),
-                                           codes_bottom(w[2 * s + 1])};
+                    uint32_t a[4];
+                    weight_fragment<WK>(w, s, a);
                     mma_e4m3(part, a, *(const uint32_t *)(xb + 32 * s), *(const uint32_t *)(xb + 32 * s + 16));
                 }
                 const float x0 = ssc[(nt * 8 + 2 * t) * G + grp], x1 = ssc[(nt * 8 + 2 * t + 1) * G + grp];
@@ -235,6 +255,13 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const u
                 acc[nt][1] = fmaf(part[1], wsa[u] * x1, acc[nt][1]);
                 acc[nt][2] = fmaf(part[2], wsb[u] * x0, acc[nt][2]);
                 acc[nt][3] = fmaf(part[3], wsb[u] * x1, acc[nt][3]);
+                if (WK == WK_INT4_ZP) {
+                    const float s0 = ssum[(nt * 8 + 2 * t) * G + grp], s1 = ssum[(nt * 8 + 2 * t + 1) * G + grp];
+                    acc[nt][0] = fmaf(-wza[u], s0, acc[nt][0]);
+                    acc[nt][1] = fmaf(-wza[u], s1, acc[nt][1]);
+                    acc[nt][2] = fmaf(-wzb[u], s0, acc[nt][2]);
+                    acc[nt][3] = fmaf(-wzb[u], s1, acc[nt][3]);
+                }
             }
         }
     }
@@ -262,7 +289,7 @@ bool fm_cuda_gemv_enabled(void) {
 
 size_t fm_cuda_gemv_fp8_smem(int64_t M, int64_t k_pad) {
     const int64_t rows = M <= 8 ? 8 : 16;
-    return (size_t)(rows * (k_pad + W4A8_PAD) + rows * (k_pad / 128) * (int64_t)sizeof(float));
+    return (size_t)(rows * (k_pad + W4A8_PAD) + 2 * rows * (k_pad / 128) * (int64_t)sizeof(float));
 }
 
 template <int NT, int KS>
@@ -295,39 +322,50 @@ void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_s
     FM_LAUNCH_CHECK("w8a8_gemv");
 }
 
-template <int NT, int KS>
-static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s, int64_t M,
-                        __nv_bfloat16 *y, cudaStream_t s) {
+template <int NT, int KS, int WK>
+static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
+                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
     static bool    allowed = false; /* dynamic shared memory above 48 KiB must be allowed per kernel, once */
-    const int64_t  blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS);
-    const uint8_t *codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * FM_TC_CHUNK;
-    const __nv_bfloat16 *sc = w->scales + (int64_t)idx * w->n_groups * w->rows_pad;
+    const int64_t  blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)idx * w->n_groups * w->rows_pad;
+    gemv_w4a8_weights wt;
+    wt.codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
+    wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
+    wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
     const size_t   smem = fm_cuda_gemv_fp8_smem(M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
         allowed = true;
     }
     int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups;
-    void   *args[] = {(void *)&codes, (void *)&sc, (void *)&rows, (void *)&rows_pad, (void *)&n_groups,
-                      (void *)&x,     (void *)&xs, (void *)&ld_s, (void *)&M,        (void *)&y};
-    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), smem, s, args);
+    void   *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,
+                      (void *)&xs, (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y};
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK>, dim3((unsigned)blocks), dim3(WARPS * 32), smem, s,
+                       args);
 }
 
-template <int NT>
-static void dispatch_w4a8(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s,
-                          int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+template <int NT, int WK>
+static void dispatch_w4a8(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
+                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w4a8<NT, 1>(w, idx, x, xs, ld_s, M, y, s); break;
-    case 2: launch_w4a8<NT, 2>(w, idx, x, xs, ld_s, M, y, s); break;
-    case 4: launch_w4a8<NT, 4>(w, idx, x, xs, ld_s, M, y, s); break;
-    default: launch_w4a8<NT, 8>(w, idx, x, xs, ld_s, M, y, s); break;
+    case 1: launch_w4a8<NT, 1, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
+    case 2: launch_w4a8<NT, 2, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
+    case 4: launch_w4a8<NT, 4, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
+    default: launch_w4a8<NT, 8, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
     }
 }
 
-void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s, int64_t M,
-                       __nv_bfloat16 *y, cudaStream_t s) {
-    if (w->fmt != FM_W_INT4_G128_TC || w->interleaved || idx < 0 || idx >= w->n ||
+template <int WK>
+static void dispatch_rows(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
+                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+    if (M <= 8) dispatch_w4a8<1, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
+    else dispatch_w4a8<2, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
+}
+
+void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
+                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+    const bool kind_ok = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && xsum);
+    if (!kind_ok || w->interleaved || idx < 0 || idx >= w->n ||
         M < 1 || M > FM_GEMV_FP8_MAX_M || fm_cuda_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)M, (long long)w->cols, idx,
@@ -335,7 +373,8 @@ void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const fl
         abort();
     }
     const int ks = slices_for(w->n_groups, 4);
-    if (M <= 8) dispatch_w4a8<1>(ks, w, idx, x, xs, ld_s, M, y, s);
-    else dispatch_w4a8<2>(ks, w, idx, x, xs, ld_s, M, y, s);
+    if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
+    else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
+    else dispatch_rows<WK_E4M3>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
     FM_LAUNCH_CHECK("w4a8_gemv");
 }

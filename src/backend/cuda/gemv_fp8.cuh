@@ -30,9 +30,10 @@ static inline bool fm_w4a8_takes_gemv(int64_t M, int64_t k_pad) {
 extern "C" void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
                                   int64_t M, const float *x_scale, __nv_bfloat16 *y, cudaStream_t s);
 
-// W4A8: matrix idx of an int4-tc bank (w4a8_layout.cuh, not interleaved), x e4m3 [M][n_groups * 128] with scales
-// xs[group * ld_s + row] (fm_cuda_quantize_e4m3_rows), y bf16 [M][rows]. Needs fm_w4a8_takes_gemv.
-extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, int64_t ld_s,
-                                  int64_t M, __nv_bfloat16 *y, cudaStream_t s);
+// W4A8: matrix idx of an int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, not interleaved), x e4m3
+// [M][n_groups * 128] with scales xs[group * ld_s + row] and, for int4-zp-tc, group sums xsum alike
+// (fm_cuda_quantize_e4m3_rows), y bf16 [M][rows]. Needs fm_w4a8_takes_gemv.
+extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
+                                  int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s);
 
 #endif

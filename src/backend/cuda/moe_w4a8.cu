@@ -53,9 +53,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
                               const float *xsum, int64_t M, __nv_bfloat16 *y) {
-    /* the decode GEMV reads our int4-tc bank only; a checkpoint's int4-zp or e4m3 bank takes the grouped kernel */
-    if (w->fmt == FM_W_INT4_G128_TC && fm_w4a8_takes_gemv(M, w->n_groups * 128)) {
-        fm_cuda_w4a8_gemv(w, idx, x8, xs, M, M, y, be->stream);
+    if (fm_w4a8_takes_gemv(M, w->n_groups * 128)) {
+        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, be->stream);
         return;
     }
     fm_w4a8_args a;

@@ -37,15 +37,6 @@
 #define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define THREADS 256
 
-enum { WK_INT4, WK_INT4_ZP, WK_E4M3 };
-
-// Bytes of one (16-row block, 128-group) chunk, and 16-byte parts of it per lane (words 4p..4p+3 of part p).
-template <int WK> struct wk_shape {
-    static constexpr int chunk = WK == WK_E4M3 ? 2 * FM_TC_CHUNK : FM_TC_CHUNK;
-    static constexpr int parts = chunk / 512;
-    static constexpr int words = 4 * parts;
-};
-
 typedef struct gemm_params {
     const uint8_t       *wq;
     const __nv_bfloat16 *ws;  // WK_INT4
@@ -145,20 +136,6 @@ static __device__ __forceinline__ void load_weight_part(const warp_weights &w, i
     for (int mb = 0; mb < 2; mb++) {
         const uint4 v = __ldg((const uint4 *)(w.codes[mb] + grp * wk_shape<WK>::chunk + q * 512));
         words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z, words[mb][4 * q + 3] = v.w;
-    }
-}
-
-// The A fragment of k step s (mma_e4m3.cuh) from the words of one 16-row block.
-template <int WK>
-static __device__ __forceinline__ void weight_fragment(const uint32_t *words, int s, uint32_t a[4]) {
-    if (WK == WK_INT4) {
-        a[0] = codes_top(words[2 * s]), a[1] = codes_bottom(words[2 * s]);
-        a[2] = codes_top(words[2 * s + 1]), a[3] = codes_bottom(words[2 * s + 1]);
-    } else if (WK == WK_INT4_ZP) {
-        a[0] = words[2 * s] & 0x0F0F0F0Fu, a[1] = (words[2 * s] >> 4) & 0x0F0F0F0Fu;
-        a[2] = words[2 * s + 1] & 0x0F0F0F0Fu, a[3] = (words[2 * s + 1] >> 4) & 0x0F0F0F0Fu;
-    } else {
-        a[0] = words[4 * s], a[1] = words[4 * s + 1], a[2] = words[4 * s + 2], a[3] = words[4 * s + 3];
     }
 }
 

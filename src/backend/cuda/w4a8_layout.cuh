@@ -36,6 +36,33 @@ static __device__ __forceinline__ uint32_t codes_bottom(uint32_t w) {
     return ((w >> 3) & 0x07070707u) | ((w << 1) & 0x80808080u);
 }
 
+// The three banks in these tiles, as the W4A8 kernels template them (WK): ours (int4-tc, above), a checkpoint's
+// unsigned int4 (int4-zp-tc: row r in the low nibble, r + 8 in the high one; u read as an e4m3 byte is u / 512),
+// a checkpoint's e4m3 bytes (e4m3-block: 2048-byte chunks, [k step s][lane][16 bytes], word i of step s the A
+// register a_i). cuda_bank_prequant.cu packs the last two.
+enum { WK_INT4, WK_INT4_ZP, WK_E4M3 };
+
+// Bytes of one (16-row block, 128-group) chunk, and its 16-byte parts per lane (words 4p..4p+3 of part p).
+template <int WK> struct wk_shape {
+    static constexpr int chunk = WK == WK_E4M3 ? 2 * FM_TC_CHUNK : FM_TC_CHUNK;
+    static constexpr int parts = chunk / 512;
+    static constexpr int words = 4 * parts;
+};
+
+// The mma.sync m16n8k32 A fragment (mma_e4m3.cuh) of k step s from the words of one 16-row block.
+template <int WK>
+static __device__ __forceinline__ void weight_fragment(const uint32_t *words, int s, uint32_t a[4]) {
+    if (WK == WK_INT4) {
+        a[0] = codes_top(words[2 * s]), a[1] = codes_bottom(words[2 * s]);
+        a[2] = codes_top(words[2 * s + 1]), a[3] = codes_bottom(words[2 * s + 1]);
+    } else if (WK == WK_INT4_ZP) {
+        a[0] = words[2 * s] & 0x0F0F0F0Fu, a[1] = (words[2 * s] >> 4) & 0x0F0F0F0Fu;
+        a[2] = words[2 * s + 1] & 0x0F0F0F0Fu, a[3] = (words[2 * s + 1] >> 4) & 0x0F0F0F0Fu;
+    } else {
+        a[0] = words[4 * s], a[1] = words[4 * s + 1], a[2] = words[4 * s + 2], a[3] = words[4 * s + 3];
+    }
+}
+
 // Source row of tiled row r of a bank with `rows` rows (interleaved: a gate|up bank of 2I rows).
 static inline __host__ __device__ int64_t fm_tc_source_row(int64_t r, int64_t rows, bool interleaved) {
     if (!interleaved) return r;
