@@ -12,6 +12,7 @@ const char *fm_wformat_name(fm_wformat f) {
     case FM_W_INT4_G128_TC: return "int4-g128-tc";
     case FM_W_E4M3_PT: return "e4m3-tensor";
     case FM_W_INT4_ZP: return "int4-zp";
+    case FM_W_E4M3_B128: return "e4m3-block";
     }
     return "?";
 }

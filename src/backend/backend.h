@@ -27,7 +27,11 @@ typedef enum fm_wformat {
     FM_W_INT4_ZP,    /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
                         load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
                         along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
-                        The engine picks it for an int4 plan when a bank's sources are pre-quantized (CPU only). */
+                        The engine picks it for an int4 or fp8 plan when a bank's sources are pre-quantized int4 (CPU
+                        only); under fp8 (e4m3 1x128 activations) the group is a multiple of 128 and K in input order */
+    FM_W_E4M3_B128,  /* a block-FP8 checkpoint's e4m3 bytes as they are, with its weight_scale_inv per (bn x 128) block
+                        stored expanded per row: sinv[n][row][ceil(K / 128)] fp32; w = e4m3(code) * sinv. The engine
+                        picks it for the fp8 plans (DeepSeek-V3's recipe: 1x128 activations, 128-wide K blocks) */
 } fm_wformat;
 
 /* int4 banks quantized by us (symmetric, group 128); FM_W_INT4_ZP is the checkpoint's own int4 */

@@ -1,5 +1,6 @@
 /* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
- * int4-zp banks (pre-quantized checkpoints) are built from the packed codes: cpu_bank_int4zp.c. */
+ * int4-zp and e4m3-block banks (pre-quantized checkpoints) are built from the checkpoint's codes: cpu_bank_int4zp.c,
+ * cpu_bank_e4m3b.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +33,8 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     fm_bank *w = fm_calloc(1, sizeof *w, err, src->label);
     if (!w) return FM_ERR_NOMEM;
     *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
-    if (fmt == FM_W_INT4_ZP) {
-        fm_status st = cpu_bank_fill_int4zp(w, src, err);
+    if (fmt == FM_W_INT4_ZP || fmt == FM_W_E4M3_B128) { /* pre-quantized: built from the checkpoint's codes */
+        fm_status st = fmt == FM_W_INT4_ZP ? cpu_bank_fill_int4zp(w, src, err) : cpu_bank_fill_e4m3b(w, src, err);
         if (st) {
             cpu_bank_free(be, w);
             return st;
@@ -90,6 +91,7 @@ size_t cpu_bank_bytes(const fm_bank *w) {
     if (w->fmt == FM_W_INT4_ZP)
         return (size_t)(w->n * w->rows) * ((size_t)(w->cols + 1) / 2 + (size_t)w->n_groups * (1 + sizeof(float))) +
                (w->perm ? (size_t)(w->n * w->cols) * sizeof(int32_t) : 0);
+    if (w->fmt == FM_W_E4M3_B128) return (size_t)(w->n * w->rows) * ((size_t)w->cols + (size_t)w->n_groups * sizeof(float));
     size_t n = (size_t)(w->n * w->rows * w->cols) * sizeof(float);
     if (w->scales) n += (size_t)(w->n * w->rows * w->n_groups) * sizeof(float);
     if (w->tscale) n += (size_t)w->n * sizeof(float);
