@@ -49,7 +49,7 @@ static fm_status pick_fp8_prequant(loader *ld, const fm_wsrc *srcs, int64_t coun
         if (q->group % 128 != 0)
             return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                            "%s: int4 group size %d (%s) is not a multiple of 128, so an e4m3 1x128 activation group of "
-                           "the %s preset would span two weight groups; --preset int4 handles it", label, q->group,
+                           "the %s preset would span more than one weight group; --preset int4 handles it", label, q->group,
                            fm_quant_method_name(q->method), preset);
     }
     *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP;
