@@ -50,6 +50,17 @@ static void bank_bytes_formulas(void **s) {
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_INT4_G128, 2, 3, 130), 2 * 3 * 130 * 4 + 2 * 3 * 2 * 4);
     assert_int_equal(fm_bank_bytes_for("cpu", FM_W_INT4_G128_TC, 2, 3, 130), 2 * 3 * 130 * 4 + 2 * 3 * 2 * 4);
     assert_int_equal(fm_bank_bytes_for("tpu", FM_W_BF16, 1, 1, 1), 0);
+    /* e4m3-block: cpu bytes + fp32 scale per (row, 128-group); cuda rows padded to 32, K to 128 */
+    assert_int_equal(fm_bank_bytes_for("cpu", FM_W_E4M3_B128, 2, 3, 130), 2 * 3 * (130 + 2 * 4));
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_E4M3_B128, 2, 3, 130), 2 * 32 * 256 + 2 * 3 * 2 * 4);
+    /* int4-zp: cpu codes K/2, zero byte + fp32 scale per (row, group), int32 order per act-order matrix */
+    assert_int_equal(fm_bank_bytes_int4zp("cpu", false, 2, 3, 256, 64, true), 2 * 3 * (128 + 4 * 5) + 2 * 256 * 4);
+    assert_int_equal(fm_bank_bytes_int4zp("cpu", true, 2, 3, 256, 256, false), 2 * 3 * (128 + 1 * 5));
+    /* cuda, fp8 plans: rows padded to 32, two fp32 per (row, 128-group) whatever the checkpoint's group */
+    assert_int_equal(fm_bank_bytes_int4zp("cuda", true, 2, 3, 256, 256, false), 2 * 32 * 128 + 2 * 32 * 2 * 8);
+    /* cuda, int4 preset: K padded to 32, zero byte + fp32 scale per (row, group), order when act-order */
+    assert_int_equal(fm_bank_bytes_int4zp("cuda", false, 1, 3, 48, 16, true), 3 * 64 / 2 + 3 * 3 * 5 + 48 * 4);
+    assert_int_equal(fm_bank_bytes_int4zp("tpu", false, 1, 3, 48, 16, false), 0);
     assert_true(fm_bank_bytes_for("cuda", FM_W_BF16, 65536, INT64_C(1) << 40, INT64_C(1) << 30) == SIZE_MAX);
 }
 
@@ -121,6 +132,36 @@ static void cpu_weights_equal_plan(void **s) {
                     assert_true(plan.activations > 0 && plan.total == plan.weight_total + plan.activations + plan.workspace);
                     fm_model_free(m);
                 }
+}
+
+/* Pre-quantized checkpoints (tests/data/quant): the plan counts the int4-zp and e4m3-block banks the CPU holds, under
+ * the fp8 preset (both) and the int4 preset (int4 only; block-FP8 is refused there). Their cuda layouts, planned for
+ * the kernels, are checked by formula in bank_bytes_formulas. */
+static void prequant_weights_equal_plan(void **s) {
+    (void)s;
+    static const struct { const char *dir; fm_preset preset; } cases[] = {
+        {"tests/data/quant/gptq-v1-sym-g128", FM_PRESET_FP8}, {"tests/data/quant/awq-g128", FM_PRESET_FP8},
+        {"tests/data/quant/awq-g128", FM_PRESET_INT4},        {"tests/data/quant/gptq-v2-asym-channel-k128", FM_PRESET_FP8},
+        {"tests/data/quant/fp8-block-b128", FM_PRESET_FP8},   {"tests/data/quant/fp8-block-b48", FM_PRESET_FP8},
+        {"tests/data/quant/gptq-v1-sym", FM_PRESET_INT4}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fm_options opt;
+        fm_options_init(&opt);
+        opt.preset   = cases[i].preset;
+        fm_model *m  = NULL;
+        fm_error err = {{0}};
+        if (fm_model_load(cases[i].dir, &opt, &m, &err)) fail_msg("load %s: %s", cases[i].dir, err.msg);
+        fm_memory_plan plan;
+        plan_of(m, "cpu", 29, &plan);
+        fam_bytes got;
+        loaded_bytes(m, &got);
+        for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+            if (got.bytes[f] != plan.weights[f])
+                fail_msg("%s %s: %s holds %zu bytes, the plan says %zu", cases[i].dir, fm_preset_name(cases[i].preset),
+                         fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
+        assert_int_equal(m->weight_bytes, plan.weight_total);
+        fm_model_free(m);
+    }
 }
 
 /* tiny-code-moe on cuda at 2048 tokens, by hand: H 192, vocab 4096, 4 + 2x2 heads of 48, 16 experts top-4 of width
@@ -448,6 +489,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bank_bytes_formulas),
         cmocka_unit_test(cpu_weights_equal_plan),
+        cmocka_unit_test(prequant_weights_equal_plan),
         cmocka_unit_test(tiny_code_moe_cuda_by_hand),
         cmocka_unit_test(qwen3_30b_a3b_on_cuda),
         cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),

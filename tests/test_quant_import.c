@@ -226,8 +226,8 @@ static void model_all(void **s) {
     for (int i = 0; i < N_FIXTURES; i++) check_model(fixtures[i]);
 }
 
-/* Block-FP8: the ref presets dequantize it exactly (the same logits as the packer's fp32 weights); the int4 presets
- * refuse it by name rather than requantize it. */
+/* Block-FP8: the ref presets dequantize it exactly (the same logits as the packer's fp32 weights); the int4 preset
+ * refuses it by name rather than requantize it (the fp8 preset: tests/test_fp8_prequant.c). */
 static void fp8_block_model(void **s) {
     (void)s;
     int32_t *ids = NULL;
@@ -244,7 +244,7 @@ static void fp8_block_model(void **s) {
     fm_model *m = NULL;
     assert_int_equal(fm_model_load(DATA "/fp8-block", &opt, &m, &err), FM_ERR_UNSUPPORTED);
     assert_null(m);
-    assert_non_null(strstr(err.msg, "block-FP8 weights are read by --preset ref and ref32 only"));
+    assert_non_null(strstr(err.msg, "block-FP8 weights are read by --preset fp8, ref and ref32"));
     free(oracle), free(ref_q), free(ids);
 }
 
@@ -445,7 +445,8 @@ static void malformed_ct_not_ignored(void **s) {
 static void refused_fp8_preset(void **s) {
     (void)s;
     make_variant("gptq-v1-sym", NULL, NULL, NULL);
-    expect_load_fail(FM_PRESET_FP8, FM_ERR_UNSUPPORTED, "pre-quantized int4 weights (gptq)", "--preset int4");
+    /* groups of 16: an e4m3 1x128 activation group would span 8 weight groups (tests/test_fp8_prequant.c) */
+    expect_load_fail(FM_PRESET_FP8, FM_ERR_UNSUPPORTED, "int4 group size 16 (gptq)", "--preset int4 handles it");
 }
 
 /* ---- quantization_config parsing ---------------------------------------------------------------------------- */

@@ -5,7 +5,8 @@ import tests.
 An independent packer: numpy only, written from the published format descriptions (docs: REFERENCE-FORMATS.md
 section 2, checked against AutoGPTQ qlinear pack/forward, AutoAWQ packing_utils and compressed-tensors
 pack_quantized), never from fp8moe's C code. It slices one of our float test models down to a tiny one
-(1 layer, H 32, 2 heads of 16, 4 experts of width 16, vocabulary 48), quantizes its linears round-to-nearest
+(1 layer, H 32, 2 heads of 16, 4 experts of width 16, vocabulary 48; the fp8 fixtures H = I = 128 from
+models/tiny-code-moe), quantizes its linears round-to-nearest
 per group (in act-order when asked: groups taken over a permuted channel order, as GPTQ's desc_act does),
 packs them in the format, and writes
 
@@ -24,6 +25,8 @@ import sys
 import numpy as np
 
 DIMS = dict(H=32, heads=2, kv=1, hd=16, E=4, topk=2, I=16, V=48)
+DIMS_K128 = dict(H=128, heads=4, kv=2, hd=32, E=3, topk=2, I=128, V=48)
+DIMS_K64 = dict(H=64, heads=2, kv=1, hd=32, E=2, topk=2, I=64, V=48)
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # nibble slot i of a word holds column 8c + AWQ_ORDER[i]
 
 # ---- safetensors, by hand -------------------------------------------------------------------------------
@@ -80,8 +83,13 @@ def bf16_value(bits):
 
 
 # ---- the tiny float model ---------------------------------------------------------------------------------
-def tiny_model(arch, src):
-    d, t = DIMS, st_read_dir(src)
+def to_f32(a):
+    """a source tensor as fp32 (BF16 sources are read as their uint16 bit patterns)"""
+    return bf16_value(a) if a.dtype == np.uint16 else a
+
+
+def tiny_model(arch, src, d=DIMS):
+    t = {k: to_f32(v) for k, v in st_read_dir(src).items()}
     H, nq, nkv, I, V, E = d["H"], d["heads"] * d["hd"], d["kv"] * d["hd"], d["I"], d["V"], d["E"]
     w = {"model.embed_tokens.weight": t["model.embed_tokens.weight"][:V, :H],
          "model.norm.weight": t["model.norm.weight"][:H], "lm_head.weight": t["lm_head.weight"][:V, :H]}
@@ -106,9 +114,8 @@ def tiny_model(arch, src):
     return {k: np.ascontiguousarray(v, np.float32) for k, v in w.items()}
 
 
-def tiny_config(arch, src, quant):
+def tiny_config(arch, src, quant, d=DIMS):
     c = json.load(open(os.path.join(src, "config.json")))
-    d = DIMS
     c.update(hidden_size=d["H"], num_attention_heads=d["heads"], num_key_value_heads=d["kv"], head_dim=d["hd"],
              num_hidden_layers=1, num_experts_per_tok=d["topk"], vocab_size=d["V"], num_local_experts=d["E"])
     if arch == "qwen3_moe":
@@ -252,7 +259,7 @@ def quant_config(spec):
                 "modules_to_not_convert": ["lm_head", "model.layers.0.mlp.gate"]}
     g = spec["group"]
     if spec["kind"] == "gptq":
-        return {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": spec["act_order"], "sym": spec["sym"],
+        return {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": bool(spec["act_order"]), "sym": spec["sym"],
                 "checkpoint_format": spec["format"], "static_groups": False, "true_sequential": True,
                 "lm_head": spec.get("lm_head", False)}
     if spec["kind"] == "awq":
@@ -279,6 +286,23 @@ FIXTURES = [
          act_order=True, ignore=["lm_head", "re:.*mlp\\.gate$", "model.layers.0.self_attn.o_proj"]),
     # block-wise FP8 (weight_block_size [128, 128] in real checkpoints; 16 x 16 here so that a matrix has several)
     dict(name="fp8-block", arch="qwen3_moe", src="qwen3-moe-f32", kind="fp8", block=[16, 16], act_order=False),
+    # the fp8 preset on pre-quantized checkpoints (W4A8 with zero points, block-FP8 with 1x128 activations): every
+    # K a multiple of 128, so H = I = 128 and 4 heads of 32, sliced from the trained tiny-code-moe. desc_act
+    # "identity": GPTQ's desc_act flag with g_idx = k / G (the order fp8 plans accept).
+    dict(name="gptq-v1-sym-g128", arch="qwen3_moe", src="tiny-code-moe", kind="gptq", format="gptq", group=128,
+         sym=True, act_order="identity", dims=DIMS_K128),
+    dict(name="awq-g128", arch="qwen3_moe", src="tiny-code-moe", kind="awq", group=128, sym=False, act_order=False,
+         dims=DIMS_K128),
+    dict(name="gptq-v2-asym-channel-k128", arch="qwen3_moe", src="tiny-code-moe", kind="gptq", format="gptq_v2",
+         group=-1, sym=False, act_order=False, dims=DIMS_K128),
+    dict(name="fp8-block-b128", arch="qwen3_moe", src="tiny-code-moe", kind="fp8", block=[128, 128], act_order=False,
+         dims=DIMS_K128),
+    # bn = 48 divides none of the row counts (q 128, k/v 64, gate/up/down 128): partial row blocks in every part
+    dict(name="fp8-block-b48", arch="qwen3_moe", src="tiny-code-moe", kind="fp8", block=[48, 128], act_order=False,
+         dims=DIMS_K128),
+    # groups of 32 (refused by the fp8 preset): no fp32 twin needed
+    dict(name="ct-sym-g32", arch="qwen3_moe", src="tiny-code-moe", kind="ct", group=32, sym=True, act_order=False,
+         dims=DIMS_K64, twin=False, ignore=["lm_head", "re:.*mlp\\.gate$"]),
 ]
 
 
@@ -299,7 +323,8 @@ def is_quantized(spec, module):
 def make(spec, models_dir, out_dir):
     rng = np.random.default_rng(sum(spec["name"].encode()))  # a fixed seed per fixture
     src = os.path.join(models_dir, spec["src"])
-    w = tiny_model(spec["arch"], src)
+    dims = spec.get("dims", DIMS)
+    w = tiny_model(spec["arch"], src, dims)
     packer = {"gptq": pack_gptq, "awq": pack_awq, "ct": pack_ct, "fp8": pack_fp8}[spec["kind"]]
     qt, dq, perms = {}, {}, {}
     for name in sorted(w):
@@ -309,7 +334,8 @@ def make(spec, models_dir, out_dir):
             head, _, last = module.rpartition(".")
             key = head + "." + {"k_proj": "q_proj", "v_proj": "q_proj", "up_proj": "gate_proj", "w3": "w1"}.get(last, last)
             if key not in perms:
-                perms[key] = rng.permutation(w[name].shape[1])
+                K = w[name].shape[1]
+                perms[key] = np.arange(K) if spec["act_order"] == "identity" else rng.permutation(K)
             t, deq = packer(w[name], spec, perms[key])
             for suffix, v in t.items():
                 qt[f"{module}.{suffix}"] = v
@@ -319,23 +345,31 @@ def make(spec, models_dir, out_dir):
             qt[name] = ("BF16", b)
             dq[name] = ("BF16", b)
     d = os.path.join(out_dir, spec["name"])
-    os.makedirs(os.path.join(d, "dequant"), exist_ok=True)
+    twin = spec.get("twin", True)
+    subs = (d, os.path.join(d, "dequant")) if twin else (d,)
+    for sub in subs:
+        os.makedirs(sub, exist_ok=True)
     st_write(os.path.join(d, "model.safetensors"), qt)
-    st_write(os.path.join(d, "dequant", "model.safetensors"), dq)
-    ids = ((np.arange(29) * 17 + 5) % DIMS["V"]).astype("<i4")  # golden_ids.i32: the prompt `fp8moe parity` reads
-    for sub in (d, os.path.join(d, "dequant")):
+    if twin:
+        st_write(os.path.join(d, "dequant", "model.safetensors"), dq)
+    ids = ((np.arange(29) * 17 + 5) % dims["V"]).astype("<i4")  # golden_ids.i32: the prompt `fp8moe parity` reads
+    for sub in subs:
         ids.tofile(os.path.join(sub, "golden_ids.i32"))
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(tiny_config(spec["arch"], src, quant_config(spec)), f, indent=1)
-    with open(os.path.join(d, "dequant", "config.json"), "w") as f:
-        json.dump(tiny_config(spec["arch"], src, None), f, indent=1)
+        json.dump(tiny_config(spec["arch"], src, quant_config(spec), dims), f, indent=1)
+    if twin:
+        with open(os.path.join(d, "dequant", "config.json"), "w") as f:
+            json.dump(tiny_config(spec["arch"], src, None, dims), f, indent=1)
     print(f"{d}: {len(qt)} tensors, {sum(1 for v in dq.values() if v[0] == 'F32')} quantized linears")
 
 
 def main():
+    """pack_quantized.py [OUT [NAME...]]: every fixture, or the named ones"""
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/quant"
+    names = sys.argv[2:]
     for spec in FIXTURES:
-        make(spec, "tests/models", out)
+        if not names or spec["name"] in names:
+            make(spec, "models" if spec["src"] == "tiny-code-moe" else "tests/models", out)
 
 
 if __name__ == "__main__":

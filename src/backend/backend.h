@@ -27,15 +27,20 @@ typedef enum fm_wformat {
     FM_W_INT4_ZP,    /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
                         load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
                         along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
-                        The engine picks it for an int4 plan when a bank's sources are pre-quantized. */
-    FM_W_INT4_ZP_TC, /* the same numbers, laid out for the W4A8 tensor-core kernels (fp8 plans; GPU: unsigned nibbles
-                        in w4a8_layout.cuh's fragment order, the zero point applied per 128-group; CPU: as int4-zp) */
-    FM_W_E4M3_B128,  /* a block-FP8 checkpoint's e4m3 weights as they are, one fp32 scale per (bn rows x 128) block
-                        (fp8 plans; GPU: w4a8_layout.cuh's fragment order with 8-bit codes) */
+                        The engine picks it for an int4 plan when a bank's sources are pre-quantized int4. */
+    FM_W_INT4_ZP_TC, /* the same numbers for an fp8 plan (e4m3 1x128 activations: the group a multiple of 128, K in
+                        input order). GPU: w4a8_layout.cuh's tiles of unsigned nibbles, the zero point applied per
+                        128-group (cuda_bank_prequant.cu); CPU: as int4-zp */
+    FM_W_E4M3_B128,  /* a block-FP8 checkpoint's e4m3 bytes as they are, with its weight_scale_inv per (bn x 128) block
+                        stored expanded per row: sinv[n][row][ceil(K / 128)] fp32; w = e4m3(code) * sinv. The engine
+                        picks it for the fp8 plans (DeepSeek-V3's recipe: 1x128 activations, 128-wide K blocks).
+                        GPU: w4a8_layout.cuh's tiles with 8-bit codes */
 } fm_wformat;
 
 /* int4 banks quantized by us (symmetric, group 128); FM_W_INT4_ZP is the checkpoint's own int4 */
 static inline bool fm_wformat_is_int4(fm_wformat f) { return f == FM_W_INT4_G128 || f == FM_W_INT4_G128_TC; }
+/* a checkpoint's own int4, in either layout */
+static inline bool fm_wformat_is_int4zp(fm_wformat f) { return f == FM_W_INT4_ZP || f == FM_W_INT4_ZP_TC; }
 
 /* How a linear op quantizes its activation input (the A side of y = x W^T). */
 typedef enum fm_afmt {

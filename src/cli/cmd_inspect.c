@@ -175,11 +175,13 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
             printf("  %-28s %7lld / %-6lld %16.3f %18.3f\n", fam[f].name, (long long)fam[f].n_quant,
                    (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes));
     if (fp8)
-        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; the int4 presets and "
-               "the cuda backend do not load block-FP8 weights yet)\n");
+        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; --preset fp8 keeps "
+               "the e4m3 bytes (e4m3-block: `--tokens T --preset fp8` plans them); the int4 preset refuses block-FP8 "
+               "and the cuda backend does not load it yet)\n");
     else
         printf("  (resident: the int4 preset on the cpu backend, int4 families in the checkpoint's own int4 (int4-zp), "
-               "float ones and router/lm_head in bf16; the cuda backend does not load pre-quantized weights yet)\n");
+               "float ones and router/lm_head in bf16; --preset fp8 keeps the same int4-zp banks with e4m3 1x128 "
+               "activations; the cuda backend does not load pre-quantized weights yet)\n");
 }
 
 static void plan_row(const char *what, size_t bytes, int indent) {

@@ -1,7 +1,7 @@
 /* The memory plan (memory_plan.h): bank, buffer and scratch sizes computed from shapes alone.
  *
  * Every figure here restates an allocation made elsewhere; keep them in step:
- *   bank bytes        fm_bank_bytes_for  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld, n_groups,
+ *   bank bytes        fm_bank_bytes_for, fm_bank_bytes_int4zp  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld, n_groups,
  *                                             w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
  *   which banks       add_weights        <->  src/engine/model.c (load_weights, load_layer)
  *   activations       add_activations    <->  src/engine/forward.c (alloc_buffers)
@@ -58,6 +58,35 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); 
 
 static size_t to_size(const sz *s, uint64_t v) { return s->ovf || v > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)v; }
 
+/* Pre-quantized int4 (int4-zp), whose layout depends on the checkpoint's group and order and, on cuda, on the plan:
+ *   cpu                 codes ceil(K/2) bytes a row, a zero byte and an fp32 scale per (row, group), an int32 input
+ *                       order per act-order matrix (backend/int4zp_host.c)
+ *   cuda, fp8 plans     int4-zp-tc: codes rows_pad(32) x pad128(K)/2 bytes, two fp32 per (padded row, 128-group):
+ *                       scale * 512 and zero * scale (the W4A8 kernels' form: (u - z) * s folded as u * s - z * s); G a
+ *                       multiple of 128, no order
+ *   cuda, int4 preset   codes rows x round_up(K, 32) / 2 bytes, a zero byte and an fp32 scale per (row, group), an
+ *                       int32 order per act-order matrix
+ * The cuda layouts: cuda_bank_prequant.cu. */
+size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64_t rows, int64_t cols, int64_t group,
+                            bool act_order) {
+    if (!backend || n < 0 || rows < 0 || cols < 0 || group <= 0) return 0;
+    sz s = {false};
+    const uint64_t nr = mul(&s, (uint64_t)n, (uint64_t)rows), groups = ceil_div((uint64_t)cols, (uint64_t)group);
+    const uint64_t order = act_order ? mul(&s, mul(&s, (uint64_t)n, (uint64_t)cols), 4) : 0;
+    uint64_t bytes = 0;
+    if (strcmp(backend, "cuda") == 0 && fp8_plan) {
+        const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32), g128 = ceil_div((uint64_t)cols, GROUP);
+        bytes = add(&s, mul(&s, nrp, g128 * GROUP / 2), mul(&s, mul(&s, nrp, g128), 8));
+    } else if (strcmp(backend, "cuda") == 0) {
+        bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 5)), order);
+    } else if (strcmp(backend, "cpu") == 0) {
+        bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 2)), mul(&s, mul(&s, nr, groups), 5)), order);
+    } else {
+        return 0;
+    }
+    return to_size(&s, bytes);
+}
+
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
     if (!backend || n < 0 || rows < 0 || cols < 0) return 0;
     sz s = {false};
@@ -77,12 +106,19 @@ size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t
         } else if (fmt == FM_W_E4M3_PT) {
             /* cuda_bank.cu: e4m3 rows padded to 16 bytes, one fp32 scale per matrix in a 16-byte slot */
             bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 16) * 16), mul(&s, (uint64_t)n, 16));
+        } else if (fmt == FM_W_E4M3_B128) {
+            /* cuda_bank_prequant.cu: the checkpoint's e4m3 bytes, rows padded to 32 and K to 128, and one fp32
+               weight_scale_inv per (padded row, 128-group) */
+            const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32);
+            bytes = add(&s, mul(&s, nrp, groups * GROUP), mul(&s, mul(&s, nrp, groups), 4));
         } else return 0;
     } else if (strcmp(backend, "cpu") == 0) {
         /* cpu_bank.c: fp32 values (bf16-rounded or int4 codes as floats), int4 adds fp32 scales */
         bytes = mul(&s, mul(&s, nr, (uint64_t)cols), 4);
         if (fm_wformat_is_int4(fmt)) bytes = add(&s, bytes, mul(&s, mul(&s, nr, groups), 4));
         else if (fmt == FM_W_E4M3_PT) bytes = add(&s, bytes, mul(&s, (uint64_t)n, 4));
+        /* cpu_bank_e4m3b.c: the e4m3 bytes and an fp32 scale per (row, 128-group) */
+        else if (fmt == FM_W_E4M3_B128) bytes = mul(&s, nr, add(&s, (uint64_t)cols, mul(&s, groups, 4)));
         else if (fmt != FM_W_F32 && fmt != FM_W_BF16) return 0;
     } else {
         return 0;
@@ -95,16 +131,58 @@ size_t fm_act_size_for(const char *backend, const fm_plan *plan) {
 }
 
 typedef struct planner {
-    fm_memory_plan *p;
-    bool            cuda;
-    sz              s;
-    fm_error       *err;
+    fm_memory_plan        *p;
+    bool                   cuda;
+    sz                     s;
+    fm_error              *err;
+    const fm_quant_config *quant; /* the checkpoint's pre-quantization (method NONE: a float checkpoint) */
 } planner;
+
+/* model.c pick_format, from the configuration alone: the format a linear bank of a plan family takes. A pre-quantized
+ * checkpoint's linears keep its numbers where the plan asks for int4 (int4-zp; e4m3-block for block-FP8 under the
+ * fp8 plans). Not modelled: the linears its ignore list leaves in float (bf16 at load, fewer bytes than counted
+ * here for int4-zp only when K is small) and the load's refusals of groups and orders, which fail the load itself. */
+static fm_status linear_format(const planner *pl, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, const char *what,
+                               fm_wformat *fmt) {
+    *fmt = plan_fmt;
+    if (!fm_wformat_is_int4(plan_fmt) || pl->quant->method == FM_QUANT_NONE) return FM_OK;
+    const bool fp8_block = pl->quant->method == FM_QUANT_FP8_BLOCK;
+    if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
+    else if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
+        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: pre-quantized weights (%s) with %s activations are not "
+                       "supported; --preset fp8 or int4 run them", what, fm_quant_method_name(pl->quant->method),
+                       fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out));
+    else if (fp8_block)
+        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: block-FP8 weights are read by --preset fp8, ref and ref32",
+                       what);
+    else *fmt = FM_W_INT4_ZP;
+    return FM_OK;
+}
+
+static size_t bank_bytes(const planner *pl, fm_wformat fmt, bool fp8_plan, int32_t n, int64_t rows, int64_t cols) {
+    if (!fm_wformat_is_int4zp(fmt)) return fm_bank_bytes_for(pl->p->backend, fmt, n, rows, cols);
+    const int64_t group = pl->quant->group_size > 0 ? pl->quant->group_size : cols; /* -1: per output channel */
+    /* an act-order checkpoint keeps an order per matrix on the int4 preset (fp8 refuses non-identity orders) */
+    return fm_bank_bytes_int4zp(pl->p->backend, fp8_plan, n, rows, cols, group, pl->quant->act_order && !fp8_plan);
+}
+
+/* a bank of a linear family: its format from the plan and the checkpoint, then its bytes */
+static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
+                          int64_t rows, int64_t cols, const char *what);
 
 static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols,
                       const char *what) {
-    fm_memory_plan *p     = pl->p;
-    const size_t    bytes = fm_bank_bytes_for(p->backend, fmt, n, rows, cols);
+    return bank_fmt(pl, fam, fmt, FM_A_NATIVE, FM_A_NATIVE, n, rows, cols, what);
+}
+
+static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
+                          int64_t rows, int64_t cols, const char *what) {
+    fm_memory_plan *p = pl->p;
+    fm_wformat      fmt = plan_fmt;
+    const bool      linear = fam == FM_MEM_ATTN || fam == FM_MEM_EXPERTS || fam == FM_MEM_DENSE_MLP;
+    fm_status       st = linear ? linear_format(pl, plan_fmt, a_in, a_out, what, &fmt) : FM_OK;
+    if (st) return st;
+    const size_t bytes = bank_bytes(pl, fmt, a_in == FM_A_E4M3_G128, n, rows, cols);
     if (bytes == 0)
         return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the %s backend", what,
                        fm_wformat_name(fmt), p->backend);
@@ -113,7 +191,8 @@ static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n,
                        (long long)cols);
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
     p->n_banks++;
-    p->n_weight_allocs += fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT ? 2 : 1; /* values; scales apart */
+    p->n_weight_allocs += fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT || fm_wformat_is_int4zp(fmt) || fmt == FM_W_E4M3_B128
+                              ? 2 : 1; /* values; scales apart */
     /* transient while the bank is built: cuda uploads through one staging buffer; the cpu quantizes a matrix at a
        time into int8 codes (cpu_bank.c) */
     size_t staging = pl->cuda ? CUDA_STAGING_BYTES
@@ -133,6 +212,7 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
     const int64_t V = c->vocab_size, H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int64_t I = c->moe_intermediate, Id = c->dense_intermediate;
     const int32_t E = c->n_experts;
+    const fm_afmt ad = plan->a_dense, ai = plan->a_dispatch, ao = plan->a_expert;
     fm_status st;
     if ((st = bank(pl, FM_MEM_EMBED, plan->w_other, 1, V, H, "embed_tokens")) ||
         (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "final norm")))
@@ -140,8 +220,8 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
     if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, plan->w_other, 1, V, H, "lm_head"))) return st;
     for (int32_t l = 0; l < pl->p->n_layers; l++) {
         if ((st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "input_layernorm")) ||
-            (st = bank(pl, FM_MEM_ATTN, plan->w_dense, 1, (nh + 2 * nkv) * hd, H, "qkv")) ||
-            (st = bank(pl, FM_MEM_ATTN, plan->w_dense, 1, H, nh * hd, "o_proj")) ||
+            (st = bank_fmt(pl, FM_MEM_ATTN, plan->w_dense, ad, ad, 1, (nh + 2 * nkv) * hd, H, "qkv")) ||
+            (st = bank_fmt(pl, FM_MEM_ATTN, plan->w_dense, ad, ad, 1, H, nh * hd, "o_proj")) ||
             (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "post_attention_layernorm")))
             return st;
         if (c->qk_norm && ((st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, hd, "q_norm")) ||
@@ -149,11 +229,11 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
             return st;
         if (c->layer_is_moe[l]) {
             if ((st = bank(pl, FM_MEM_ROUTER, plan->w_other, 1, E, H, "router")) ||
-                (st = bank(pl, FM_MEM_EXPERTS, plan->w_expert, E, 2 * I, H, "experts gate_up")) ||
-                (st = bank(pl, FM_MEM_EXPERTS, plan->w_expert, E, H, I, "experts down")))
+                (st = bank_fmt(pl, FM_MEM_EXPERTS, plan->w_expert, ai, ao, E, 2 * I, H, "experts gate_up")) ||
+                (st = bank_fmt(pl, FM_MEM_EXPERTS, plan->w_expert, ai, ao, E, H, I, "experts down")))
                 return st;
-        } else if ((st = bank(pl, FM_MEM_DENSE_MLP, plan->w_dense, 1, 2 * Id, H, "mlp gate_up")) ||
-                   (st = bank(pl, FM_MEM_DENSE_MLP, plan->w_dense, 1, H, Id, "mlp down"))) {
+        } else if ((st = bank_fmt(pl, FM_MEM_DENSE_MLP, plan->w_dense, ad, ad, 1, 2 * Id, H, "mlp gate_up")) ||
+                   (st = bank_fmt(pl, FM_MEM_DENSE_MLP, plan->w_dense, ad, ad, 1, H, Id, "mlp down"))) {
             return st;
         }
     }
@@ -265,7 +345,7 @@ fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, cons
     out->backend    = cuda ? "cuda" : "cpu";
     out->n_layers   = n_layers > 0 ? n_layers : cfg->n_layers;
     out->tokens     = tokens;
-    planner   pl    = {out, cuda, {false}, err};
+    planner   pl    = {out, cuda, {false}, err, &cfg->quant};
     fm_status st    = add_weights(&pl, cfg, plan);
     if (st) {
         memset(out, 0, sizeof *out);

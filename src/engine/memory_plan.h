@@ -73,6 +73,13 @@ typedef struct fm_memory_plan {
  *     int4       n * rows * cols * 4  +  n * rows * ceil(cols / 128) * 4 (fp32 scales)
  * Returns 0 for an unknown backend or a format the backend does not store, SIZE_MAX on overflow. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols);
+/* e4m3-block (block-FP8 under the fp8 plans) is one of fm_bank_bytes_for's formats:
+ *   cpu   n * rows * (cols + ceil(cols / 128) * 4)                          e4m3 bytes + fp32 scale per (row, group)
+ *   cuda  n * round_up(rows, 32) * round_up(cols, 128) + n * rows * ceil(cols / 128) * 4   (planned layout)
+ * int4-zp (a pre-quantized int4 checkpoint) depends on its group, its order and, on cuda, on the plan: fp8_plan (e4m3
+ * 1x128 activations) or not (the int4 preset); see memory_plan.c. 0 for an unknown backend, SIZE_MAX on overflow. */
+size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64_t rows, int64_t cols, int64_t group,
+                            bool act_order);
 
 /* Activation bytes per element of a plan on a backend (the backends' act_size): 4 on cpu, 2 (bf16) on cuda,
  * 4 on cuda for the fp32 plan (ref32). */

@@ -20,12 +20,50 @@ typedef struct loader {
     fm_error *err;
 } loader;
 
-/* A bank of pre-quantized int4 sources keeps the checkpoint's own numbers (int4-zp) where the plan asks for int4;
- * a float plan (ref, ref32) dequantizes them. Their activations are taken as stored (w4a16) for now. The linears a
+/* The fp8 plans (activations e4m3 with one scale per (row, 128-group)) on pre-quantized sources keep the checkpoint's
+ * own numbers and quantize the activations as the plan says. Block-FP8 becomes e4m3-block when its K-block is 128
+ * (one weight scale per activation group, DeepSeek-V3's recipe). int4 becomes int4-zp when each activation group lies
+ * inside one weight group (G a multiple of 128, per-channel G = K included) and the input is in checkpoint order:
+ * act-order permutes K, while the 1x128 groups are taken along the input as it comes. Checked here, on every backend;
+ * the int4 preset (activations as stored) takes any group and order. */
+static fm_status pick_fp8_prequant(loader *ld, const fm_wsrc *srcs, int64_t count, const char *label, fm_wformat *fmt) {
+    const char *preset = fm_preset_name(ld->m->plan.preset);
+    bool fp8_block = false;
+    for (int64_t i = 0; i < count; i++) {
+        const fm_qsrc *q = &srcs[i].q;
+        if (q->method == FM_QUANT_FP8_BLOCK) {
+            fp8_block = true;
+            if (q->group != 128)
+                return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                               "%s: block-FP8 blocks of [%d, %d] (weight_block_size); the %s preset's e4m3 1x128 "
+                               "activations need blocks 128 wide along K (one weight scale per activation group); "
+                               "--preset ref or ref32 reads this checkpoint", label, q->block_n, q->group, preset);
+            continue;
+        }
+        if (q->method == FM_QUANT_NONE) continue; /* a float part beside quantized ones: bank_create refuses it */
+        if (!fm_qsrc_in_input_order(q, srcs[i].cols))
+            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                           "%s: act-order int4 (%s, g_idx permutes the input channels) cannot take the %s preset's e4m3 "
+                           "1x128 activations, whose groups follow the input order; --preset int4 handles it", label,
+                           fm_quant_method_name(q->method), preset);
+        if (q->group % 128 != 0)
+            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                           "%s: int4 group size %d (%s) is not a multiple of 128, so an e4m3 1x128 activation group of "
+                           "the %s preset would span more than one weight group; --preset int4 handles it", label, q->group,
+                           fm_quant_method_name(q->method), preset);
+    }
+    *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
+    return FM_OK;
+}
+
+/* A bank of pre-quantized sources keeps the checkpoint's own numbers where the plan asks for int4 weights: int4-zp
+ * (int4 checkpoints) with activations as stored (the int4 preset, w4a16) or e4m3 1x128 (the fp8 preset, above), and
+ * e4m3-block (block-FP8) under fp8; a float plan (ref, ref32) dequantizes them. a_in and a_out are the activation
+ * formats of the bank's inputs (a_dense for dense banks, a_dispatch and a_expert for expert banks). The linears a
  * pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized modules) stay bf16 rather than being
  * quantized by us: the checkpoint's author chose to keep them. */
-static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, bool native_acts, const char *label,
-                             fm_wformat *fmt) {
+static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_afmt a_in, fm_afmt a_out,
+                             const char *label, fm_wformat *fmt) {
     bool any = false;
     for (int64_t i = 0; i < count; i++) any |= fm_wsrc_is_quantized(&srcs[i]);
     if (!fm_wformat_is_int4(*fmt)) return FM_OK;
@@ -33,26 +71,25 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, boo
         if (ld->m->cfg.quant.method != FM_QUANT_NONE) *fmt = FM_W_BF16;
         return FM_OK;
     }
+    if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) return pick_fp8_prequant(ld, srcs, count, label, fmt);
+    if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
+        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                       "%s: pre-quantized weights (%s) with %s activations (the %s preset) are not supported; --preset "
+                       "fp8 (e4m3 1x128 activations) or int4 run them", label,
+                       fm_quant_method_name(ld->m->cfg.quant.method), fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out),
+                       fm_preset_name(ld->m->plan.preset));
     for (int64_t i = 0; i < count; i++)
         if (srcs[i].q.method == FM_QUANT_FP8_BLOCK)
             return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: block-FP8 weights are read by --preset ref and ref32 only for now (there is no e4m3 "
-                           "block bank yet, and the %s preset would requantize them)", label,
-                           fm_preset_name(ld->m->plan.preset));
-    if (!native_acts)
-        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre-quantized int4 weights (%s) with the %s preset's quantized activations are not "
-                       "supported yet; use --preset int4 (w4a16) or ref", label, fm_quant_method_name(ld->m->cfg.quant.method),
-                       fm_preset_name(ld->m->plan.preset));
+                           "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would "
+                           "requantize them to int4", label, fm_preset_name(ld->m->plan.preset));
     *fmt = FM_W_INT4_ZP;
     return FM_OK;
 }
 
-/* native_acts: the bank's inputs are not quantized by the plan (a_dense for dense banks, a_dispatch and a_expert
- * for expert banks) */
 static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
-                           bool native_acts, const char *label) {
-    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, native_acts, label, &fmt);
+                           fm_afmt a_in, fm_afmt a_out, const char *label) {
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
     if (pst) return pst;
     /* the only two-part banks are gate|up (q|k|v has three) */
     fm_bank_src src = {srcs, n, n_parts, label, n_parts == 2};
@@ -63,7 +100,7 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
 
 static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
                       const char *label) {
-    return bank_acts(ld, out, srcs, n, n_parts, fmt, ld->m->plan.a_dense == FM_A_NATIVE, label);
+    return bank_acts(ld, out, srcs, n, n_parts, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
 }
 
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
@@ -90,13 +127,12 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         return FM_OK;
     }
     const int32_t E  = c->n_experts;
-    const bool native_experts = p->a_dispatch == FM_A_NATIVE && p->a_expert == FM_A_NATIVE;
     fm_wsrc      *gu = fm_malloc((size_t)E * 2 * sizeof *gu, ld->err, "expert views");
     if (!gu) return FM_ERR_NOMEM;
     for (int32_t e = 0; e < E; e++) gu[2 * e] = s->expert_gate[e], gu[2 * e + 1] = s->expert_up[e];
     if (!(st = bank(ld, &L->router, &s->router, 1, 1, p->w_other, LABEL("router"))) &&
-        !(st = bank_acts(ld, &L->gate_up, gu, E, 2, p->w_expert, native_experts, LABEL("experts gate_up"))))
-        st = bank_acts(ld, &L->down, s->expert_down, E, 1, p->w_expert, native_experts, LABEL("experts down"));
+        !(st = bank_acts(ld, &L->gate_up, gu, E, 2, p->w_expert, p->a_dispatch, p->a_expert, LABEL("experts gate_up"))))
+        st = bank_acts(ld, &L->down, s->expert_down, E, 1, p->w_expert, p->a_dispatch, p->a_expert, LABEL("experts down"));
     free(gu);
 #undef LABEL
     return st;

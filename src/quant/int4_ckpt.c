@@ -127,6 +127,13 @@ static inline uint32_t word_at(const fm_st_tensor *t, int64_t i) {
     return w;
 }
 
+bool fm_qsrc_in_input_order(const fm_qsrc *q, int64_t K) {
+    if (!q->g_idx) return true;
+    for (int64_t k = 0; k < K; k++)
+        if ((int64_t)(int32_t)word_at(q->g_idx, k) != k / q->group) return false;
+    return true;
+}
+
 void fm_int4_ckpt_free(fm_int4_ckpt *c) {
     free(c->codes);
     free(c->zeros);

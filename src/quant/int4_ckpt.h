@@ -67,6 +67,9 @@ fm_status fm_qsrc_expect(const fm_st_tensor *t, const char *module, const char *
 /* Decodes (and checks the values of: g_idx range and group sizes) a bound source. */
 fm_status fm_int4_ckpt_decode(const fm_qsrc *q, int64_t N, int64_t K, fm_int4_ckpt *out, fm_error *err);
 void fm_int4_ckpt_free(fm_int4_ckpt *c);
+/* Whether the source's groups follow the input order (no g_idx, or g_idx[k] == k / G for every k): an act-order
+ * checkpoint whose order is the identity needs no permutation. Reads g_idx only; its range is checked by decode. */
+bool fm_qsrc_in_input_order(const fm_qsrc *q, int64_t K);
 /* w[n, k] = (codes - zero) * scale, exact in fp32. */
 void fm_int4_ckpt_dequantize(const fm_int4_ckpt *c, float *w);
 

@@ -1,5 +1,6 @@
 /* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
- * int4-zp banks (pre-quantized checkpoints) are built from the packed codes (backend/int4zp_host.c) and kept as they are. */
+ * int4-zp and e4m3-block banks (pre-quantized checkpoints) are built from the checkpoint's codes (backend/int4zp_host.c,
+ * cpu_bank_e4m3b.c) and kept as they are. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,7 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     fm_bank *w = fm_calloc(1, sizeof *w, err, src->label);
     if (!w) return FM_ERR_NOMEM;
     *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
-    if (fmt == FM_W_INT4_ZP) {
+    if (fm_wformat_is_int4zp(fmt)) { /* a checkpoint's int4, kept as it is */
         fm_int4zp_host h;
         fm_status st = fm_int4zp_host_build(src, &h, err);
         if (st) {
@@ -42,6 +43,15 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
         }
         w->group = h.group, w->n_groups = h.n_groups;
         w->codes = h.codes, w->zeros = h.zeros, w->scales = h.scales, w->perm = h.perm;
+        *out = w;
+        return FM_OK;
+    }
+    if (fmt == FM_W_E4M3_B128) { /* a checkpoint's block-FP8 */
+        fm_status st = cpu_bank_fill_e4m3b(w, src, err);
+        if (st) {
+            cpu_bank_free(be, w);
+            return st;
+        }
         *out = w;
         return FM_OK;
     }
@@ -91,9 +101,10 @@ void cpu_bank_free(fm_backend *be, fm_bank *w) {
 }
 
 size_t cpu_bank_bytes(const fm_bank *w) {
-    if (w->fmt == FM_W_INT4_ZP)
+    if (fm_wformat_is_int4zp(w->fmt))
         return (size_t)(w->n * w->rows) * ((size_t)(w->cols + 1) / 2 + (size_t)w->n_groups * (1 + sizeof(float))) +
                (w->perm ? (size_t)(w->n * w->cols) * sizeof(int32_t) : 0);
+    if (w->fmt == FM_W_E4M3_B128) return (size_t)(w->n * w->rows) * ((size_t)w->cols + (size_t)w->n_groups * sizeof(float));
     size_t n = (size_t)(w->n * w->rows * w->cols) * sizeof(float);
     if (w->scales) n += (size_t)(w->n * w->rows * w->n_groups) * sizeof(float);
     if (w->tscale) n += (size_t)w->n * sizeof(float);

@@ -18,8 +18,10 @@ struct fm_bank {
     float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
     float     *tscale;   /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
     /* int4-zp (a pre-quantized checkpoint's int4; w is NULL, scales as for int4 but per group of `group`) */
-    int32_t    group;    /* K-group size (divides cols) */
-    uint8_t   *codes;    /* [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank order */
+    int32_t    group;    /* K-group size (divides cols); e4m3-block: 128 */
+    uint8_t   *codes;    /* int4-zp: [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank
+                            order; e4m3-block: [n][rows][cols] the checkpoint's e4m3 bytes (scales: the block's
+                            weight_scale_inv repeated for each of its rows, [n][rows][ceil(cols / 128)]) */
     uint8_t   *zeros;    /* [n][rows][n_groups] zero points 0..16 */
     int32_t   *perm;     /* [n][cols] input channel at bank position j (act-order), or NULL: the identity */
 };
@@ -52,9 +54,16 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
 void cpu_swiglu(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
 void cpu_add(fm_backend *be, void *acc, const void *x, int64_t n);
 
-/* int4-zp: y[0..N) = x . W[idx]^T for one activation row x (as stored, not quantized) of cols elements. */
-void cpu_int4zp_row(const fm_bank *w, int32_t idx, const float *x, float *y);
+/* int4-zp (cpu_linear_int4zp.c): outputs n0..n1 of matrix idx for one activation row in input order, as stored
+ * (x->scale NULL) or e4m3 1x128 (x->scale set: the bank must have no act-order permutation and a group that is a
+ * multiple of 128, which the engine checks at load). */
+void cpu_int4zp_rows(const fm_bank *w, int32_t idx, const cpu_qrow *x, int64_t n0, int64_t n1, float *y);
+/* y = x W[idx]^T for M rows of activations as stored (w4a16), gathered to bank order once per row. */
 void cpu_linear_int4zp(fm_backend *be, const fm_bank *w, int32_t idx, const float *x, int64_t M, float *y);
+/* e4m3-block (cpu_linear_e4m3b.c): outputs n0..n1 of matrix idx for one activation row (1x128 scales or none). */
+void cpu_e4m3b_rows(const fm_bank *w, int32_t idx, const cpu_qrow *x, int64_t n0, int64_t n1, float *y);
+/* Builds an e4m3-block bank from block-FP8 sources whose K-block is 128 (cpu_bank_e4m3b.c). */
+fm_status cpu_bank_fill_e4m3b(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void      cpu_bank_free(fm_backend *be, fm_bank *w);

@@ -1,6 +1,7 @@
 /* y = x W^T on the CPU, emulating each weight/activation format exactly:
  *   f32 / bf16 weights:  y[n] = sum_g scale_a[g] * sum_{k in g} a[k] w[n,k]
  *   int4 weights:        y[n] = sum_g (scale_a[g] * scale_w[n,g]) * sum_{k in g} a[k] q[n,k]
+ *   int4-zp, e4m3-block: the pre-quantized checkpoints' formats, cpu_linear_int4zp.c and cpu_linear_e4m3b.c
  *   e4m3-tensor (W8A8):  y[n] = (scale_x * scale_W) * sum_k a[k] q[n,k], one scale for the whole input (amax over
  *                        all M x K elements of this call) and one for the matrix, applied once after the sum as
  *                        cuBLASLt's scale pointers do; e4m3-row: the same with one scale per input row
@@ -53,12 +54,9 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
 }
 
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) {
-    if (w->fmt == FM_W_INT4_ZP) {
-        if (x->scale) {
-            fprintf(stderr, "fp8moe: cpu linear: int4-zp weights take unquantized activations\n");
-            abort(); /* the engine refuses such plans at load */
-        }
-        cpu_int4zp_row(w, idx, x->val, y);
+    if (fm_wformat_is_int4zp(w->fmt) || w->fmt == FM_W_E4M3_B128) {
+        if (fm_wformat_is_int4zp(w->fmt)) cpu_int4zp_rows(w, idx, x, 0, w->rows, y);
+        else cpu_e4m3b_rows(w, idx, x, 0, w->rows, y);
         return;
     }
     const int64_t K = w->cols, N = w->rows;
@@ -83,12 +81,7 @@ void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) 
 void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, int64_t M, fm_afmt afmt, void *yv) {
     const float  *x = (const float *)xv;
     float        *y = (float *)yv;
-    if (w->fmt == FM_W_INT4_ZP) {
-        if (afmt != FM_A_NATIVE) {
-            fprintf(stderr, "fp8moe: cpu linear: int4-zp weights take native activations, not %s (a plan the engine "
-                    "refuses at load reached the op)\n", fm_afmt_name(afmt));
-            abort(); /* a bug: model.c pick_format refuses quantized activations on pre-quantized weights */
-        }
+    if (fm_wformat_is_int4zp(w->fmt) && afmt == FM_A_NATIVE) { /* w4a16: gathers act-order inputs once per row */
         cpu_linear_int4zp(be, w, idx, x, M, y);
         return;
     }
@@ -121,6 +114,12 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < n_blocks; b++) {
             const int64_t n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
+            if (fm_wformat_is_int4zp(w->fmt) || w->fmt == FM_W_E4M3_B128) { /* pre-quantized banks: their own row loops */
+                cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL, 1.0f};
+                if (fm_wformat_is_int4zp(w->fmt)) cpu_int4zp_rows(w, idx, &q, n0, n1, y + m * N + n0);
+                else cpu_e4m3b_rows(w, idx, &q, n0, n1, y + m * N + n0);
+                continue;
+            }
             fm_bank sub = *w; /* a view of rows n0..n1 of matrix idx */
             sub.rows = n1 - n0;
             sub.w    = w->w + ((int64_t)idx * N + n0) * K;

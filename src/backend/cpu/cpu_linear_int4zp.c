@@ -1,13 +1,26 @@
-/* y = x W^T for int4-zp banks (pre-quantized checkpoints), the CPU reference of that format:
+/* y = x W^T for int4-zp banks (pre-quantized checkpoints), the CPU reference of that format, in two variants.
+ *
+ * w4a16 (the int4 preset: activations as stored, fp32 or bf16 values):
  *   y[n] = sum_b s[n, b] * sum_{j in block b} x[perm[j]] * (u[n, j] - z[n, b])
  * with blocks of G consecutive bank positions (K sorted by group for act-order), the group scale folded into the
- * fp32 accumulator once per group as the int4 path does. Activations are used as stored (w4a16): fp32, or bf16
- * values when the plan rounds activations. Each output is summed in a fixed order (thread-count independent). */
+ * fp32 accumulator once per group as the int4 path does.
+ *
+ * w4a8 (the fp8 plans: activations e4m3 with one fp32 scale per (row, 128-group), fm_e4m3_quantize_groups through
+ * cpu_quantize_row, exactly as the int4-tc emulation quantizes them). The numerics contract the GPU kernels are
+ * tested against: activation group g = bank positions [128 g, 128 g + 128) (the bank is in input order: no
+ * act-order permutation), g' = 128 g / G the weight group holding it (G is a multiple of 128), and
+ *   partial   = sum_{k in group g} xq[m, k] * (u[n, k] - z[n, g'])     fp32, in k order
+ *   acc      += partial * (a[m, g] * s[n, g'])                          one fp32 product of the two scales first
+ * with xq the decoded e4m3 activation, a its group scale, u - z an exact small integer (e4m3 holds -16..15 exactly)
+ * and acc starting at 0, summed over g in order. Each output is summed in a fixed order (thread-count independent). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_internal.h"
 
-/* outputs n0..n1 of matrix idx for one input row already gathered into bank order (xp[K]) */
+static inline float code_at(const uint8_t *cr, int64_t j) { return (float)((cr[j >> 1] >> ((j & 1) * 4)) & 15); }
+
+/* w4a16: outputs n0..n1 of matrix idx for one input row already gathered into bank order (xp[K]) */
 static void dot_rows(const fm_bank *w, int32_t idx, const float *xp, int64_t n0, int64_t n1, float *y) {
     const int64_t K = w->cols, G = w->group, ng = w->n_groups, KB = (K + 1) / 2;
     for (int64_t n = n0; n < n1; n++) {
@@ -17,11 +30,27 @@ static void dot_rows(const fm_bank *w, int32_t idx, const float *xp, int64_t n0,
         for (int64_t b = 0; b < ng; b++) {
             const float z = (float)w->zeros[r * ng + b];
             float sum = 0.0f;
-            for (int64_t j = b * G; j < (b + 1) * G; j++) {
-                const float u = (float)((cr[j >> 1] >> ((j & 1) * 4)) & 15);
-                sum += xp[j] * (u - z); /* u - z is an exact small integer */
-            }
+            for (int64_t j = b * G; j < (b + 1) * G; j++) sum += xp[j] * (code_at(cr, j) - z); /* exact integer */
             acc += sum * w->scales[r * ng + b];
+        }
+        y[n - n0] = acc;
+    }
+}
+
+/* w4a8: the contract above, for one e4m3 row xq[K] with group scales as[K / 128] */
+static void dot_rows_a8(const fm_bank *w, int32_t idx, const float *xq, const float *as, int64_t n0, int64_t n1,
+                        float *y) {
+    const int64_t K = w->cols, G = w->group, ng = w->n_groups, KB = (K + 1) / 2, A = FM_CPU_GROUP;
+    for (int64_t n = n0; n < n1; n++) {
+        const int64_t r = (int64_t)idx * w->rows + n;
+        const uint8_t *cr = w->codes + r * KB;
+        float acc = 0.0f;
+        for (int64_t g = 0; g < K / A; g++) {
+            const int64_t wg = g * A / G; /* g': the weight group that holds activation group g */
+            const float z = (float)w->zeros[r * ng + wg];
+            float partial = 0.0f;
+            for (int64_t k = g * A; k < (g + 1) * A; k++) partial += xq[k] * (code_at(cr, k) - z);
+            acc += partial * (as[g] * w->scales[r * ng + wg]);
         }
         y[n - n0] = acc;
     }
@@ -33,10 +62,24 @@ static void gather(const fm_bank *w, int32_t idx, const float *x, float *xp) {
     for (int64_t j = 0; j < K; j++) xp[j] = perm ? x[perm[j]] : x[j];
 }
 
-void cpu_int4zp_row(const fm_bank *w, int32_t idx, const float *x, float *y) {
+void cpu_int4zp_rows(const fm_bank *w, int32_t idx, const cpu_qrow *x, int64_t n0, int64_t n1, float *y) {
+    if (x->scale) {
+        if (w->perm || w->group % FM_CPU_GROUP != 0 || w->cols % FM_CPU_GROUP != 0) {
+            fprintf(stderr, "fp8moe: cpu linear: an int4-zp bank with group %d, K = %lld%s reached the e4m3 1x128 op "
+                    "(model.c refuses such banks for the fp8 plans)\n", w->group, (long long)w->cols,
+                    w->perm ? " and an act-order permutation" : "");
+            abort(); /* a bug: the load checks both */
+        }
+        dot_rows_a8(w, idx, x->val, x->scale, n0, n1, y);
+        return;
+    }
+    if (!w->perm) {
+        dot_rows(w, idx, x->val, n0, n1, y);
+        return;
+    }
     float *xp = (float *)malloc((size_t)w->cols * sizeof(float));
-    gather(w, idx, x, xp);
-    dot_rows(w, idx, xp, 0, w->rows, y);
+    gather(w, idx, x->val, xp);
+    dot_rows(w, idx, xp, n0, n1, y);
     free(xp);
 }
 
