@@ -57,29 +57,38 @@ static void parity(const char *dir, const fm_preset *presets, int n) {
 }
 
 static const fm_preset all4[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
+static const fm_preset no_fp8[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4};
+static const fm_preset block_fp8[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_FP8};
 
-static void test_gptq(void **s) {
+/* groups of 16 or 32 and act-order: the fp8 presets refuse them (test_fp8_prequant.c), the others run */
+static void test_int4_small_groups(void **s) {
     (void)s;
-    parity("tests/data/quant/gptq-v1-sym", all4, 4);
-    parity("tests/data/quant/gptq-v2-asym-channel", all4, 4);
-    parity("tests/data/quant/gptq-v1-asym-actorder", all4, 3); /* act-order: the fp8 presets refuse it */
+    parity("tests/data/quant/gptq-v1-sym", no_fp8, 3);
+    parity("tests/data/quant/gptq-v2-asym-channel", no_fp8, 3);
+    parity("tests/data/quant/gptq-v1-asym-actorder", no_fp8, 3);
+    parity("tests/data/quant/awq-gemm", no_fp8, 3);
+    parity("tests/data/quant/ct-sym", no_fp8, 3);
+    parity("tests/data/quant/ct-asym-actorder-ignore", no_fp8, 3);
+    parity("tests/data/quant/ct-sym-g32", no_fp8, 3);
 }
 
-static void test_awq_ct(void **s) {
+/* group 128 (and one group of 128): every preset, fp8 on int4-zp-tc banks */
+static void test_int4_g128(void **s) {
     (void)s;
-    parity("tests/data/quant/awq-gemm", all4, 4);
-    parity("tests/data/quant/ct-sym", all4, 4);
-    parity("tests/data/quant/ct-asym-actorder-ignore", all4, 3);
+    parity("tests/data/quant/gptq-v1-sym-g128", all4, 4);
+    parity("tests/data/quant/awq-g128", all4, 4);
+    parity("tests/data/quant/gptq-v2-asym-channel-k128", all4, 4);
 }
 
 static void test_fp8_block(void **s) {
     (void)s;
-    const fm_preset p[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_FP8};
-    parity("tests/data/quant/fp8-block", p, 3);
+    parity("tests/data/quant/fp8-block", block_fp8, 2); /* 16 x 16 blocks: the float presets only */
+    parity("tests/data/quant/fp8-block-b128", block_fp8, 3);
+    parity("tests/data/quant/fp8-block-b48", block_fp8, 3);
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gptq), cmocka_unit_test(test_awq_ct),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_int4_small_groups), cmocka_unit_test(test_int4_g128),
                                        cmocka_unit_test(test_fp8_block)};
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
