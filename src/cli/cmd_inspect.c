@@ -133,7 +133,7 @@ static void quant_add(quant_family *f, const fm_wsrc *w, bool shares_order, bool
         f->n_quant += fm_wsrc_is_quantized(w);
         return;
     }
-    const double groups = (double)w->rows * (double)(w->cols / q->group);
+    const double groups = (double)w->rows * (double)((w->cols + q->group - 1) / q->group);
     f->bank_bytes += (double)w->rows * (double)((w->cols + 1) / 2) + groups * 5.0;
     if (q->g_idx && !shares_order) f->bank_bytes += 4.0 * (double)w->cols;
     f->n_quant++;

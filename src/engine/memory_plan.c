@@ -58,6 +58,8 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); 
 
 static size_t to_size(const sz *s, uint64_t v) { return s->ovf || v > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)v; }
 
+/* A pre-quantized bank bound natively (model.c pick_format: our own int4-g128 in the checkpoint) is the plan's int4
+ * bank, byte for byte, so the plan's format counts it exactly. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
     if (!backend || n < 0 || rows < 0 || cols < 0) return 0;
     sz s = {false};

@@ -18,12 +18,17 @@ int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
 typedef struct loader {
     fm_model *m;
     fm_error *err;
+    int32_t   n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
 } loader;
 
-/* A bank of pre-quantized int4 sources keeps the checkpoint's own numbers (int4-zp) where the plan asks for int4;
- * a float plan (ref, ref32) dequantizes them. Their activations are taken as stored (w4a16) for now. The linears a
- * pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized modules) stay bf16 rather than being
- * quantized by us: the checkpoint's author chose to keep them. */
+/* A bank of pre-quantized int4 sources in our own format (symmetric, group 128, bf16 scales: quant/int4_native.h,
+ * what `fp8moe requantize` writes) is bound natively: the plan's int4-g128 / int4-g128-tc bank filled from the codes,
+ * the same numbers as quantizing the float checkpoint at load, so every int4 preset runs it. Codes of -8 do not fit
+ * the tensor-core layout (int4-g128-tc holds -7..7): such a bank keeps the checkpoint's format instead. Any other
+ * pre-quantized int4 keeps the checkpoint's own numbers (int4-zp) where the plan asks for int4; a float plan (ref,
+ * ref32) dequantizes them. int4-zp takes activations as stored (w4a16) for now. The linears a pre-quantized
+ * checkpoint left in float (its ignore list, GPTQ's unquantized modules) stay bf16 rather than being quantized by
+ * us: the checkpoint's author chose to keep them. */
 static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, bool native_acts, const char *label,
                              fm_wformat *fmt) {
     bool any = false;
@@ -39,12 +44,24 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, boo
                            "%s: block-FP8 weights are read by --preset ref and ref32 only for now (there is no e4m3 "
                            "block bank yet, and the %s preset would requantize them)", label,
                            fm_preset_name(ld->m->plan.preset));
+    const fm_bank_src    all = {srcs, (int32_t)count, 1, label, false};
+    const fm_native_int4 nat = fm_bank_src_native_int4(&all);
+    if (nat == FM_NATIVE_YES || (nat == FM_NATIVE_MINUS8 && *fmt == FM_W_INT4_G128)) {
+        ld->n_native++;
+        return FM_OK; /* the plan's own format, built from the codes */
+    }
+    if (!native_acts && nat == FM_NATIVE_MINUS8)
+        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                       "%s: the checkpoint's int4 codes include -8, which the tensor-core layout of the %s preset "
+                       "cannot hold, and its own int4 format (int4-zp) runs with unquantized activations only; use "
+                       "--preset int4", label, fm_preset_name(ld->m->plan.preset));
     if (!native_acts)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "%s: pre-quantized int4 weights (%s) with the %s preset's quantized activations are not "
                        "supported yet; use --preset int4 (w4a16) or ref", label, fm_quant_method_name(ld->m->cfg.quant.method),
                        fm_preset_name(ld->m->plan.preset));
     *fmt = FM_W_INT4_ZP;
+    ld->n_zp++;
     return FM_OK;
 }
 
@@ -110,7 +127,7 @@ static bool lm_head_tied(const fm_model_src *src) {
 }
 
 static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
-    loader ld = {m, err};
+    loader ld = {m, err, 0, 0};
     fm_status st;
     if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
         (st = bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
@@ -123,6 +140,9 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     }
     if (verbose) fprintf(stderr, "\rloaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
                          (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    if (verbose && ld.n_native + ld.n_zp > 0) /* say which path the pre-quantized weights run */
+        fprintf(stderr, "pre-quantized int4 banks: %d bound natively as the plan's int4 banks, %d in the checkpoint's "
+                "own format (int4-zp)\n", ld.n_native, ld.n_zp);
     return FM_OK;
 }
 

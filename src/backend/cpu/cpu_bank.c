@@ -1,5 +1,6 @@
 /* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
- * int4-zp banks (pre-quantized checkpoints) are built from the packed codes: cpu_bank_int4zp.c. */
+ * int4-zp banks (pre-quantized checkpoints) are built from the packed codes: cpu_bank_int4zp.c; pre-quantized
+ * checkpoints in our own int4-g128 format fill int4 banks from their codes: cpu_bank_native_int4.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +33,10 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     fm_bank *w = fm_calloc(1, sizeof *w, err, src->label);
     if (!w) return FM_ERR_NOMEM;
     *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
-    if (fmt == FM_W_INT4_ZP) {
-        fm_status st = cpu_bank_fill_int4zp(w, src, err);
+    /* pre-quantized sources: the checkpoint's own int4, or ours bound natively (cpu_bank_native_int4.c) */
+    const bool native = fm_wformat_is_int4(fmt) && fm_bank_src_any_quantized(src);
+    if (fmt == FM_W_INT4_ZP || native) {
+        fm_status st = native ? cpu_bank_fill_native_int4(w, src, err) : cpu_bank_fill_int4zp(w, src, err);
         if (st) {
             cpu_bank_free(be, w);
             return st;

@@ -18,7 +18,7 @@ struct fm_bank {
     float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
     float     *tscale;   /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
     /* int4-zp (a pre-quantized checkpoint's int4; w is NULL, scales as for int4 but per group of `group`) */
-    int32_t    group;    /* K-group size (divides cols) */
+    int32_t    group;    /* K-group size (n_groups = ceil(cols / group): the last group may be partial) */
     uint8_t   *codes;    /* [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank order */
     uint8_t   *zeros;    /* [n][rows][n_groups] zero points 0..16 */
     int32_t   *perm;     /* [n][cols] input channel at bank position j (act-order), or NULL: the identity */
@@ -57,6 +57,8 @@ void cpu_int4zp_row(const fm_bank *w, int32_t idx, const float *x, float *y);
 void cpu_linear_int4zp(fm_backend *be, const fm_bank *w, int32_t idx, const float *x, int64_t M, float *y);
 /* Builds an int4-zp bank (w->fmt set, allocations on w) from pre-quantized sources. */
 fm_status cpu_bank_fill_int4zp(fm_bank *w, const fm_bank_src *src, fm_error *err);
+/* Builds an int4-g128 (or -tc) bank (w->fmt, n, rows, cols set) from pre-quantized sources in our own format. */
+fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void      cpu_bank_free(fm_backend *be, fm_bank *w);
