@@ -21,6 +21,7 @@ FP8MOE_GEMV=0 FP8MOE_PDL=0 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tes
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
 ./build/tests/gpu/test_cuda_debug >"$out/gpu_debug.log" 2>&1; debug_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_quant_refusal >"$out/gpu_quant_refusal.log" 2>&1; refusal_rc=$?
+timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
@@ -51,4 +52,5 @@ echo "| GPU model parity | rc $models_rc |"
 echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_memory.log" | tr '\n' ' ') |"
 echo "| debug mode (NaN/Inf inputs reported) | rc $debug_rc |"
 echo "| pre-quantized checkpoints refused by name on CUDA | rc $refusal_rc |"
+echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"
 echo "| sanitizers | $san |"

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "util/status.h"
+
 static inline uint32_t word_at(const fm_st_tensor *t, int64_t i) {
     uint32_t w;
     memcpy(&w, t->data + 4 * i, 4);
@@ -47,4 +49,13 @@ fm_native_int4 fm_qsrc_native_int4(const fm_qsrc *q, int64_t N, int64_t K) {
     if (!fm_qsrc_native_layout(q, K)) return FM_NATIVE_NO;
     if (!zeros_all_eight(q, N, (K + q->group - 1) / q->group)) return FM_NATIVE_NO;
     return has_code_zero(q, N, K) ? FM_NATIVE_MINUS8 : FM_NATIVE_YES;
+}
+
+fm_status fm_int4_ckpt_check_symmetric(const fm_int4_ckpt *c, const char *label, const char *tensor, fm_error *err) {
+    for (int64_t e = 0; e < c->N * c->n_groups; e++)
+        if (c->zeros[e] != 8)
+            return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: %s has zero point %d at row %lld, group %lld; an int4-g128 "
+                           "bank is symmetric (zero 8)", label, tensor, c->zeros[e], (long long)(e / c->n_groups),
+                           (long long)(e % c->n_groups));
+    return FM_OK;
 }

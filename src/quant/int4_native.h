@@ -29,4 +29,8 @@ bool fm_qsrc_native_layout(const fm_qsrc *q, int64_t K);
  * and whether any code is -8. Reads the packed words once, allocating nothing. */
 fm_native_int4 fm_qsrc_native_int4(const fm_qsrc *q, int64_t N, int64_t K);
 
+/* A decoded native source's zero points are all 8 (else FM_ERR_UNSUPPORTED naming label and the tensor): the check
+ * both backends make while filling a bank from the codes. */
+fm_status fm_int4_ckpt_check_symmetric(const fm_int4_ckpt *c, const char *label, const char *tensor, fm_error *err);
+
 #endif

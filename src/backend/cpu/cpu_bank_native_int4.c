@@ -33,11 +33,7 @@ fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error
             const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
             fm_int4_ckpt c;
             if ((st = fm_int4_ckpt_decode(&s->q, s->rows, K, &c, err))) break;
-            for (int64_t e = 0; e < s->rows * ng && !st; e++)
-                if (c.zeros[e] != 8)
-                    st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: %s has zero point %d at row %lld, group %lld; an "
-                                 "int4-g128 bank is symmetric (zero 8)", src->label, s->q.packed->name, c.zeros[e],
-                                 (long long)(e / ng), (long long)(e % ng));
+            st = fm_int4_ckpt_check_symmetric(&c, src->label, s->q.packed->name, err);
             for (int64_t n = 0; !st && n < s->rows; n++) {
                 const int64_t r = (int64_t)i * rows + row0 + n;
                 for (int64_t k = 0; k < K; k++) w->w[r * K + k] = (float)((int32_t)c.codes[n * K + k] - 8);

@@ -28,11 +28,7 @@ static fm_status fill_part(const fm_wsrc *s, const fm_bank *w, uint8_t *codes, u
     if (c.n_groups != ng)
         st = fm_fail(err, FM_ERR_FORMAT, "%s: %s has %lld scale groups per row, the bank %lld", label,
                      s->q.scales->name, (long long)c.n_groups, (long long)ng);
-    for (int64_t e = 0; !st && e < s->rows * ng; e++)
-        if (c.zeros[e] != 8)
-            st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: %s has zero point %d at row %lld, group %lld; an int4-g128 "
-                         "bank is symmetric (zero 8)", label, s->q.packed->name, c.zeros[e], (long long)(e / ng),
-                         (long long)(e % ng));
+    if (!st) st = fm_int4_ckpt_check_symmetric(&c, label, s->q.packed->name, err);
     for (int64_t n = 0; !st && n < s->rows; n++) {
         uint8_t *row = codes + n * w->ld;
         memset(row, 0, (size_t)w->ld); // the padding past cols reads as zero codes
