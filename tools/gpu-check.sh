@@ -22,6 +22,7 @@ FP8MOE_GEMV=0 FP8MOE_PDL=0 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tes
 ./build/tests/gpu/test_cuda_debug >"$out/gpu_debug.log" 2>&1; debug_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; prequant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
+timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
@@ -55,4 +56,5 @@ echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_m
 echo "| debug mode (NaN/Inf inputs reported) | rc $debug_rc |"
 echo "| pre-quantized banks: ops (int4-zp, int4-zp-tc, e4m3-block) | rc $prequant_rc, $(grep -c ' err ' "$out/gpu_prequant.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_prequant.log" | sort -g -k2 | tail -1) |"
 echo "| pre-quantized checkpoints: GPU vs CPU emulation, whole model | rc $prequant_models_rc, $(grep -c 'vs cpu emulation' "$out/gpu_prequant_models.log") runs, worst cos $(grep -oE 'emulation: cos [0-9.]+' "$out/gpu_prequant_models.log" | awk '{print $3}' | sort -g | head -1) |"
+echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"
 echo "| sanitizers | $san |"

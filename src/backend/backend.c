@@ -79,6 +79,22 @@ void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
     }
 }
 
+fm_native_int4 fm_bank_src_native_int4(const fm_bank_src *src) {
+    fm_native_int4 least = FM_NATIVE_YES;
+    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts && least != FM_NATIVE_NO; i++) {
+        const fm_wsrc *s = &src->srcs[i];
+        const fm_native_int4 v = fm_wsrc_is_quantized(s) ? fm_qsrc_native_int4(&s->q, s->rows, s->cols) : FM_NATIVE_NO;
+        if (v < least) least = v;
+    }
+    return least;
+}
+
+bool fm_bank_src_any_quantized(const fm_bank_src *src) {
+    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++)
+        if (fm_wsrc_is_quantized(&src->srcs[i])) return true;
+    return false;
+}
+
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
     if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
 }

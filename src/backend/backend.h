@@ -13,6 +13,7 @@
 #include "fp8moe.h"
 #include "io/config.h"
 #include "model/model_src.h"
+#include "quant/int4_native.h"
 
 #define FM_MARK_SLOTS 4096
 
@@ -27,7 +28,8 @@ typedef enum fm_wformat {
     FM_W_INT4_ZP,    /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
                         load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
                         along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
-                        The engine picks it for an int4 plan when a bank's sources are pre-quantized int4. */
+                        The engine picks it for an int4 plan when a bank's sources are pre-quantized int4 and not our
+                        own int4-g128 (those bind natively as int4-g128 / int4-g128-tc: quant/int4_native.h). */
     FM_W_INT4_ZP_TC, /* the same numbers for an fp8 plan (e4m3 1x128 activations: the group a multiple of 128, K in
                         input order). GPU: w4a8_layout.cuh's tiles of unsigned nibbles, the zero point applied per
                         128-group (cuda_bank_prequant.cu); CPU: as int4-zp */
@@ -86,6 +88,13 @@ typedef struct fm_bank_src {
     const char    *label; /* for messages: "layer 3 expert gate_up" */
     bool           gate_up; /* two parts, gate rows then up rows, feeding a SwiGLU (a backend may interleave them) */
 } fm_bank_src;
+
+/* The least native of a bank's sources (quant/int4_native.h): FM_NATIVE_NO when any is float or not our format.
+ * An int4-g128 / int4-g128-tc bank given pre-quantized sources is built from their codes and scales directly; the
+ * engine asks for that only when this says so (model.c, pick_format). */
+fm_native_int4 fm_bank_src_native_int4(const fm_bank_src *src);
+/* Whether any source of the bank is pre-quantized. */
+bool fm_bank_src_any_quantized(const fm_bank_src *src);
 
 typedef struct fm_backend_ops {
     const char *name;

@@ -35,11 +35,13 @@ static fm_status check_sources(const fm_bank_src *src, int64_t cols, fm_error *e
     return FM_OK;
 }
 
-/* Counting sort of the channels by group (each group holds exactly G, checked when decoded): stable, O(K). */
+/* Counting sort of the channels by group (each group holds exactly G, the last the rest, checked when decoded):
+ * stable, O(K). */
 static bool order_by_group(const int32_t *g_idx, int64_t K, int32_t G, int32_t *perm) {
-    int64_t *next = malloc((size_t)(K / G) * sizeof *next);
+    const int64_t ng = (K + G - 1) / G;
+    int64_t *next = malloc((size_t)ng * sizeof *next);
     if (!next) return false;
-    for (int64_t g = 0; g < K / G; g++) next[g] = g * G;
+    for (int64_t g = 0; g < ng; g++) next[g] = g * G;
     for (int64_t k = 0; k < K; k++) perm[next[g_idx[k]]++] = (int32_t)k;
     free(next);
     return true;
@@ -83,7 +85,7 @@ fm_status fm_int4zp_host_build(const fm_bank_src *src, fm_int4zp_host *w, fm_err
     fm_status st = check_sources(src, K, err);
     if (st) return st;
     w->group = src->srcs[0].q.group;
-    w->n_groups = K / w->group;
+    w->n_groups = (K + w->group - 1) / w->group;
     const int64_t ng = w->n_groups;
     w->codes = fm_calloc((size_t)(w->n * rows * KB), 1, err, src->label);
     w->zeros = fm_malloc((size_t)(w->n * rows * ng), err, src->label);

@@ -112,7 +112,7 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
  * input order per act-order matrix; the float linears of such a checkpoint stay bf16, 2 bytes a weight). */
 typedef struct quant_family {
     const char *name;
-    int64_t     n, n_quant;
+    int64_t     n, n_quant, n_native;
     double      ckpt_bytes, bank_bytes;
 } quant_family;
 
@@ -133,7 +133,12 @@ static void quant_add(quant_family *f, const fm_wsrc *w, bool shares_order, bool
         f->n_quant += fm_wsrc_is_quantized(w);
         return;
     }
-    const double groups = (double)w->rows * (double)(w->cols / q->group);
+    if (fm_qsrc_native_int4(q, w->rows, w->cols) != FM_NATIVE_NO) { /* our own int4-g128: bound natively */
+        f->bank_bytes += (double)fm_bank_bytes_for("cpu", FM_W_INT4_G128, 1, w->rows, w->cols);
+        f->n_quant++, f->n_native++;
+        return;
+    }
+    const double groups = (double)w->rows * (double)((w->cols + q->group - 1) / q->group);
     f->bank_bytes += (double)w->rows * (double)((w->cols + 1) / 2) + groups * 5.0;
     if (q->g_idx && !shares_order) f->bank_bytes += 4.0 * (double)w->cols;
     f->n_quant++;
@@ -145,11 +150,11 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
     printf("quantization: %s", d);
     if (c->quant.n_ignore) printf(", %d ignore entries", c->quant.n_ignore);
     printf("\n");
-    quant_family fam[5] = {{"attention (qkv + o)", 0, 0, 0, 0},
-                           {"router", 0, 0, 0, 0},
-                           {"experts (gate_up + down)", 0, 0, 0, 0},
-                           {"dense MLP (gate_up + down)", 0, 0, 0, 0},
-                           {"lm_head", 0, 0, 0, 0}};
+    quant_family fam[5] = {{"attention (qkv + o)", 0, 0, 0, 0, 0},
+                           {"router", 0, 0, 0, 0, 0},
+                           {"experts (gate_up + down)", 0, 0, 0, 0, 0},
+                           {"dense MLP (gate_up + down)", 0, 0, 0, 0, 0},
+                           {"lm_head", 0, 0, 0, 0, 0}};
     for (int l = 0; l < c->n_layers; l++) {
         const fm_layer_src *L = &src->layers[l];
         quant_add(&fam[0], &L->q, false, false), quant_add(&fam[0], &L->k, true, false);
@@ -168,20 +173,21 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
     if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head))
         quant_add(&fam[4], &src->lm_head, false, true);
     const bool fp8 = c->quant.method == FM_QUANT_FP8_BLOCK;
-    printf("  %-28s %16s %16s %18s\n", "family", fp8 ? "fp8 / linears" : "int4 / linears", "checkpoint MiB",
-           "resident MiB");
+    printf("  %-28s %16s %16s %18s %10s\n", "family", fp8 ? "fp8 / linears" : "int4 / linears", "checkpoint MiB",
+           "resident MiB", "native");
     for (int f = 0; f < 5; f++)
         if (fam[f].n)
-            printf("  %-28s %7lld / %-6lld %16.3f %18.3f\n", fam[f].name, (long long)fam[f].n_quant,
-                   (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes));
+            printf("  %-28s %7lld / %-6lld %16.3f %18.3f %10lld\n", fam[f].name, (long long)fam[f].n_quant,
+                   (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes), (long long)fam[f].n_native);
     if (fp8)
         printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; --preset fp8 keeps "
                "the e4m3 bytes (e4m3-block: `--tokens T --preset fp8` plans them); the int4 preset refuses block-FP8 "
                "and the cuda backend does not load it yet)\n");
     else
-        printf("  (resident: the int4 preset on the cpu backend, int4 families in the checkpoint's own int4 (int4-zp), "
-               "float ones and router/lm_head in bf16; --preset fp8 keeps the same int4-zp banks with e4m3 1x128 "
-               "activations; the cuda backend does not load pre-quantized weights yet)\n");
+        printf("  (resident: the int4 preset on the cpu backend; native: linears in our own int4 format (symmetric, group "
+               "128, bf16 scales), bound as int4-g128 banks on every backend and preset; the other int4 linears keep "
+               "the checkpoint's own int4 (int4-zp; int4-zp-tc with e4m3 1x128 activations under --preset fp8); float "
+               "ones and router/lm_head in bf16)\n");
 }
 
 static void plan_row(const char *what, size_t bytes, int indent) {

@@ -1,4 +1,4 @@
-/* fp8moe: the command line. Subcommands: logits, perplexity, inspect, parity, bench. */
+/* fp8moe: the command line. Subcommands: logits, perplexity, inspect, parity, bench, requantize. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -17,6 +17,8 @@ static void usage(FILE *f) {
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
             "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
             "              bench gemm: every layer's attention projections, every route side by side\n"
+            "  requantize  write a float checkpoint as int4 compressed-tensors pack-quantized with our int4\n"
+            "              quantizer; it loads bit-identically under --preset int4 and fp8 (also: --requantize)\n"
             "\n"
             "presets: ref (fp32 oracle), int4 (w4a16), fp8 (int4 weights as e4m3, e4m3 1x128 activations),\n"
             "         fp4 (fp8 with MXFP4 expert dispatch)\n"
@@ -43,6 +45,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "requantize") || !strcmp(cmd, "--requantize")) return cmd_requantize(argc - 1, argv + 1);
     fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
     return CLI_USAGE;
 }

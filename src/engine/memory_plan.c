@@ -87,6 +87,8 @@ size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64
     return to_size(&s, bytes);
 }
 
+/* A pre-quantized bank bound natively (model.c pick_format: our own int4-g128 in the checkpoint) is the plan's int4
+ * bank, byte for byte, so the plan's format counts it exactly. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
     if (!backend || n < 0 || rows < 0 || cols < 0) return 0;
     sz s = {false};

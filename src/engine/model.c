@@ -18,6 +18,7 @@ int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
 typedef struct loader {
     fm_model *m;
     fm_error *err;
+    int32_t   n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
 } loader;
 
 /* The fp8 plans (activations e4m3 with one scale per (row, 128-group)) on pre-quantized sources keep the checkpoint's
@@ -56,12 +57,17 @@ static fm_status pick_fp8_prequant(loader *ld, const fm_wsrc *srcs, int64_t coun
     return FM_OK;
 }
 
-/* A bank of pre-quantized sources keeps the checkpoint's own numbers where the plan asks for int4 weights: int4-zp
- * (int4 checkpoints) with activations as stored (the int4 preset, w4a16) or e4m3 1x128 (the fp8 preset, above), and
- * e4m3-block (block-FP8) under fp8; a float plan (ref, ref32) dequantizes them. a_in and a_out are the activation
- * formats of the bank's inputs (a_dense for dense banks, a_dispatch and a_expert for expert banks). The linears a
- * pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized modules) stay bf16 rather than being
- * quantized by us: the checkpoint's author chose to keep them. */
+/* Pre-quantized sources where the plan asks for int4 weights (a float plan, ref or ref32, dequantizes them):
+ *  - our own format (symmetric, group 128, bf16 scales: quant/int4_native.h, what `fp8moe requantize` writes) binds
+ *    natively: the plan's int4-g128 / int4-g128-tc bank filled from the codes, the same numbers as quantizing the
+ *    float checkpoint at load. Codes of -8 do not fit the tensor-core layout (-7..7), so such a bank keeps the
+ *    checkpoint's own format under the fp8 plans (below), which holds any code;
+ *  - any other int4 keeps the checkpoint's own numbers: int4-zp with activations as stored (the int4 preset,
+ *    w4a16), int4-zp-tc with e4m3 1x128 activations (the fp8 presets, pick_fp8_prequant);
+ *  - block-FP8 becomes e4m3-block under the fp8 presets.
+ * a_in and a_out are the activation formats of the bank's inputs (a_dense for dense banks, a_dispatch and a_expert
+ * for expert banks). The linears a pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized
+ * modules) stay bf16 rather than being quantized by us: the checkpoint's author chose to keep them. */
 static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_afmt a_in, fm_afmt a_out,
                              const char *label, fm_wformat *fmt) {
     bool any = false;
@@ -71,19 +77,34 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_
         if (ld->m->cfg.quant.method != FM_QUANT_NONE) *fmt = FM_W_BF16;
         return FM_OK;
     }
-    if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) return pick_fp8_prequant(ld, srcs, count, label, fmt);
-    if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
+    const bool fp8 = a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128;
+    if (!fp8 && (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE))
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "%s: pre-quantized weights (%s) with %s activations (the %s preset) are not supported; --preset "
                        "fp8 (e4m3 1x128 activations) or int4 run them", label,
                        fm_quant_method_name(ld->m->cfg.quant.method), fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out),
                        fm_preset_name(ld->m->plan.preset));
-    for (int64_t i = 0; i < count; i++)
-        if (srcs[i].q.method == FM_QUANT_FP8_BLOCK)
-            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would "
-                           "requantize them to int4", label, fm_preset_name(ld->m->plan.preset));
+    bool fp8_block = false;
+    for (int64_t i = 0; i < count; i++) fp8_block |= srcs[i].q.method == FM_QUANT_FP8_BLOCK;
+    if (!fp8_block) {
+        const fm_bank_src    all = {srcs, (int32_t)count, 1, label, false};
+        const fm_native_int4 nat = fm_bank_src_native_int4(&all);
+        if (nat == FM_NATIVE_YES || (nat == FM_NATIVE_MINUS8 && *fmt == FM_W_INT4_G128)) {
+            ld->n_native++;
+            return FM_OK; /* the plan's own format, built from the codes */
+        }
+    }
+    if (fp8) {
+        fm_status st = pick_fp8_prequant(ld, srcs, count, label, fmt);
+        if (!st && *fmt == FM_W_INT4_ZP_TC) ld->n_zp++;
+        return st;
+    }
+    if (fp8_block)
+        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                       "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would "
+                       "requantize them to int4", label, fm_preset_name(ld->m->plan.preset));
     *fmt = FM_W_INT4_ZP;
+    ld->n_zp++;
     return FM_OK;
 }
 
@@ -146,7 +167,7 @@ static bool lm_head_tied(const fm_model_src *src) {
 }
 
 static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
-    loader ld = {m, err};
+    loader ld = {m, err, 0, 0};
     fm_status st;
     if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
         (st = bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
@@ -159,6 +180,9 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     }
     if (verbose) fprintf(stderr, "\rloaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
                          (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    if (verbose && ld.n_native + ld.n_zp > 0) /* say which path the pre-quantized weights run */
+        fprintf(stderr, "pre-quantized int4 banks: %d bound natively as the plan's int4 banks, %d in the checkpoint's "
+                "own format (int4-zp)\n", ld.n_native, ld.n_zp);
     return FM_OK;
 }
 

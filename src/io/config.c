@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/json.h"
 #include "util/status.h"
@@ -287,23 +288,54 @@ fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_
     return st;
 }
 
-fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+/* Reads a whole small text file into *buf (NUL-terminated, malloc'd), its length into *len. */
+static fm_status read_text(const char *path, char **buf, long *len, fm_error *err) {
+    *buf = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return fm_fail(err, FM_ERR_IO, "%s: cannot open (is --model a Hugging Face checkpoint directory?)", path);
-    char  *buf = NULL;
-    long   n   = -1;
+    long n = -1;
     if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
     fm_status st = FM_OK;
     if (n < 0 || n > 16 * 1024 * 1024 || fseek(f, 0, SEEK_SET) != 0)
         st = fm_fail(err, FM_ERR_FORMAT, "%s: unreadable or larger than 16 MiB", path);
-    else if (!(buf = fm_malloc((size_t)n + 1, err, path)))
+    else if (!(*buf = fm_malloc((size_t)n + 1, err, path)))
         st = FM_ERR_NOMEM;
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+    else if (fread(*buf, 1, (size_t)n, f) != (size_t)n)
         st = fm_fail(err, FM_ERR_IO, "%s: read failed", path);
     fclose(f);
-    if (st == FM_OK) st = fm_config_parse(buf, (uint64_t)n, path, out, err);
+    if (st) {
+        free(*buf), *buf = NULL;
+        return st;
+    }
+    (*buf)[n] = '\0', *len = n;
+    return FM_OK;
+}
+
+/* Older AutoGPTQ checkpoints keep their GPTQ settings in DIR/quantize_config.json, not in config.json. */
+static fm_status load_autogptq(const char *dir, fm_config *out, fm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/quantize_config.json", dir);
+    if (access(path, F_OK) != 0) return FM_OK;
+    long      n    = 0;
+    char     *buf  = NULL;
+    cJSON    *root = NULL;
+    fm_status st   = read_text(path, &buf, &n, err);
+    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, path, "quantize_config", &root, err);
+    if (!st) st = fm_quant_config_parse_autogptq(root, path, &out->quant, err);
+    cJSON_Delete(root);
     free(buf);
+    return st;
+}
+
+fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    long      n   = 0;
+    char     *buf = NULL;
+    fm_status st  = read_text(path, &buf, &n, err);
+    if (!st) st = fm_config_parse(buf, (uint64_t)n, path, out, err);
+    free(buf);
+    if (!st && out->quant.method == FM_QUANT_NONE) st = load_autogptq(dir, out, err);
+    if (st) memset(out, 0, sizeof *out);
     return st;
 }

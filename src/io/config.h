@@ -3,7 +3,8 @@
  * rope_parameters.rope_theta; head_dim absent = hidden_size / num_attention_heads. Anything not
  * implemented (another model_type, rope scaling other than default, sliding-window attention turned on,
  * attention bias, an activation other than silu) is an FM_ERR_UNSUPPORTED naming the field.
- * quantization_config (pre-quantized int4 checkpoints) is read by io/quant_config.c into cfg.quant. */
+ * quantization_config (pre-quantized int4 checkpoints) is read by io/quant_config.c into cfg.quant; without one,
+ * fm_config_load reads an AutoGPTQ quantize_config.json beside config.json as GPTQ. */
 #ifndef FM_IO_CONFIG_H
 #define FM_IO_CONFIG_H
 
@@ -50,7 +51,7 @@ typedef struct fm_config {
 
 /* Parses config.json text (len bytes, not necessarily NUL-terminated); label names the file in errors. */
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err);
-/* Reads DIR/config.json. */
+/* Reads DIR/config.json (and DIR/quantize_config.json when config.json has no quantization_config). */
 fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err);
 
 #endif

@@ -313,6 +313,21 @@ fm_status fm_quant_config_parse(const cJSON *qc, const char *label, fm_quant_con
     return st;
 }
 
+fm_status fm_quant_config_parse_autogptq(const cJSON *qc, const char *label, fm_quant_config *out, fm_error *err) {
+    memset(out, 0, sizeof *out);
+    qreader r = {label, "quantize_config", err};
+    if (!cJSON_IsObject(qc)) return fm_fail(err, FM_ERR_FORMAT, "%s: must hold a JSON object", label);
+    const char *method = NULL;
+    fm_status st = get_str(&r, qc, "quant_method", "gptq", &method);
+    if (!st && strcmp(method, "gptq") != 0)
+        st = fm_fail(err, FM_ERR_UNSUPPORTED,
+                     "%s: quant_method = \"%.40s\": a separate quantize_config.json is read as GPTQ only (other "
+                     "methods belong in config.json's quantization_config)", label, method);
+    if (!st) st = parse_gptq(&r, qc, out);
+    if (st) memset(out, 0, sizeof *out);
+    return st;
+}
+
 bool fm_quant_config_ignores(const fm_quant_config *q, const char *module) {
     const char *e = q->ignore;
     for (int32_t i = 0; i < q->n_ignore; i++, e += strlen(e) + 1) {

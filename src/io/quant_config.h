@@ -49,6 +49,11 @@ const char *fm_quant_method_name(fm_quant_method m);
 /* Parses a quantization_config object (NULL or JSON null: a float checkpoint). label names the file. */
 fm_status fm_quant_config_parse(const struct cJSON *qc, const char *label, fm_quant_config *out, fm_error *err);
 
+/* An AutoGPTQ quantize_config.json beside a config.json without quantization_config (older GPTQ checkpoints): bits,
+ * group_size, desc_act, sym, checkpoint_format as for gptq; quant_method, when present, must be "gptq". */
+fm_status fm_quant_config_parse_autogptq(const struct cJSON *qc, const char *label, fm_quant_config *out,
+                                         fm_error *err);
+
 /* Whether module (e.g. "model.layers.0.mlp.gate") is in the ignore list. A regex that does not compile is
  * rejected by fm_quant_config_parse, so this never fails. */
 bool fm_quant_config_ignores(const fm_quant_config *q, const char *module);

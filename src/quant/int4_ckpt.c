@@ -62,11 +62,13 @@ fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N,
     if (qc->method == FM_QUANT_FP8_BLOCK) return fm_fp8_block_bind(qc, module, N, K, find, ctx, q, err);
     const names nm = format_names(qc->method);
     const int64_t G = qc->group_size < 0 ? K : qc->group_size;
-    if (K % G != 0)
+    /* compressed-tensors sizes its scales ceil(K / G) (the last group partial, as our own int4 banks); GPTQ and AWQ
+       kernels need G to divide K */
+    if (K % G != 0 && qc->method != FM_QUANT_CT_PACKED)
         return fm_fail(err, FM_ERR_FORMAT,
                        "%s: group_size %lld does not divide the input width K = %lld of this linear", module,
                        (long long)G, (long long)K);
-    const int64_t ng = K / G;
+    const int64_t ng = (K + G - 1) / G;
     const fm_st_tensor *packed = lookup(find, ctx, module, nm.packed), *zeros = lookup(find, ctx, module, nm.zeros),
                        *scales = lookup(find, ctx, module, nm.scales), *g_idx = lookup(find, ctx, module, nm.g_idx);
     fm_status st;
@@ -161,17 +163,20 @@ static fm_status decode_g_idx(const fm_qsrc *q, fm_int4_ckpt *c, fm_error *err) 
     }
     /* every group holds exactly G channels, as GPTQ's act-order assigns them: sorted by g_idx, the groups are the
        contiguous blocks of G the int4 bank stores */
-    for (int64_t g = 0; g < ng && !st; g++)
-        if (count[g] != c->group)
-            st = fm_fail(err, FM_ERR_FORMAT, "tensor '%s': group %lld has %lld input channels, expected group_size %d",
-                         q->g_idx->name, (long long)g, (long long)count[g], c->group);
+    for (int64_t g = 0; g < ng && !st; g++) {
+        const int64_t want = K - g * c->group < c->group ? K - g * c->group : c->group; /* the last may be partial */
+        if (count[g] != want)
+            st = fm_fail(err, FM_ERR_FORMAT, "tensor '%s': group %lld has %lld input channels, expected %s%lld",
+                         q->g_idx->name, (long long)g, (long long)count[g], want == c->group ? "group_size " : "",
+                         (long long)want);
+    }
     free(count);
     return st;
 }
 
 fm_status fm_int4_ckpt_decode(const fm_qsrc *q, int64_t N, int64_t K, fm_int4_ckpt *c, fm_error *err) {
     memset(c, 0, sizeof *c);
-    const int64_t ng = K / q->group;
+    const int64_t ng = (K + q->group - 1) / q->group;
     *c = (fm_int4_ckpt){.N = N, .K = K, .n_groups = ng, .group = q->group};
     c->codes = malloc((size_t)(N * K));
     c->zeros = malloc((size_t)(N * ng));

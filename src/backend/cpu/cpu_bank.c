@@ -1,6 +1,7 @@
 /* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
  * int4-zp and e4m3-block banks (pre-quantized checkpoints) are built from the checkpoint's codes (backend/int4zp_host.c,
- * cpu_bank_e4m3b.c) and kept as they are. */
+ * cpu_bank_e4m3b.c) and kept as they are; checkpoints in our own int4-g128 format fill int4 banks from their codes
+ * (cpu_bank_native_int4.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,16 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     fm_bank *w = fm_calloc(1, sizeof *w, err, src->label);
     if (!w) return FM_ERR_NOMEM;
     *w = (fm_bank){.fmt = fmt, .n = src->n, .rows = rows, .cols = cols};
+    /* pre-quantized sources in our own int4-g128 format, bound natively (cpu_bank_native_int4.c) */
+    if (fm_wformat_is_int4(fmt) && fm_bank_src_any_quantized(src)) {
+        fm_status st = cpu_bank_fill_native_int4(w, src, err);
+        if (st) {
+            cpu_bank_free(be, w);
+            return st;
+        }
+        *out = w;
+        return FM_OK;
+    }
     if (fm_wformat_is_int4zp(fmt)) { /* a checkpoint's int4, kept as it is */
         fm_int4zp_host h;
         fm_status st = fm_int4zp_host_build(src, &h, err);

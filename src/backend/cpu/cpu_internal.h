@@ -18,7 +18,7 @@ struct fm_bank {
     float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
     float     *tscale;   /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
     /* int4-zp (a pre-quantized checkpoint's int4; w is NULL, scales as for int4 but per group of `group`) */
-    int32_t    group;    /* K-group size (divides cols); e4m3-block: 128 */
+    int32_t    group;    /* K-group size (n_groups = ceil(cols / group): the last group may be partial); e4m3-block: 128 */
     uint8_t   *codes;    /* int4-zp: [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank
                             order; e4m3-block: [n][rows][cols] the checkpoint's e4m3 bytes (scales: the block's
                             weight_scale_inv repeated for each of its rows, [n][rows][ceil(cols / 128)]) */
@@ -64,6 +64,8 @@ void cpu_linear_int4zp(fm_backend *be, const fm_bank *w, int32_t idx, const floa
 void cpu_e4m3b_rows(const fm_bank *w, int32_t idx, const cpu_qrow *x, int64_t n0, int64_t n1, float *y);
 /* Builds an e4m3-block bank from block-FP8 sources whose K-block is 128 (cpu_bank_e4m3b.c). */
 fm_status cpu_bank_fill_e4m3b(fm_bank *w, const fm_bank_src *src, fm_error *err);
+/* Builds an int4-g128 (or -tc) bank (w->fmt, n, rows, cols set) from pre-quantized sources in our own format. */
+fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void      cpu_bank_free(fm_backend *be, fm_bank *w);

@@ -30,7 +30,8 @@ static void dot_rows(const fm_bank *w, int32_t idx, const float *xp, int64_t n0,
         for (int64_t b = 0; b < ng; b++) {
             const float z = (float)w->zeros[r * ng + b];
             float sum = 0.0f;
-            for (int64_t j = b * G; j < (b + 1) * G; j++) sum += xp[j] * (code_at(cr, j) - z); /* exact integer */
+            const int64_t j1 = (b + 1) * G < K ? (b + 1) * G : K; /* compressed-tensors: the last group partial */
+            for (int64_t j = b * G; j < j1; j++) sum += xp[j] * (code_at(cr, j) - z); /* exact integer */
             acc += sum * w->scales[r * ng + b];
         }
         y[n - n0] = acc;

@@ -3,6 +3,7 @@
 // a pre-quantized checkpoint's numbers are built in cuda_bank_prequant.cu. Nothing of the
 // source stays alive on the device: the staging buffer is freed before the bank is returned.
 #include "backend/cuda/cublaslt_fp8.cuh"
+#include "backend/cuda/cuda_bank_native_int4.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/quantize.cuh"
@@ -19,8 +20,9 @@ extern "C" fm_status fm_cuda_bank_create_prequant(const fm_bank_src *src, fm_wfo
 
 static int64_t round_up(int64_t a, int64_t b) { return fm_ceil_div(a, b) * b; }
 
-/* int4-tc: the bank was quantized in the row layout; repack it (w4a8_layout.cuh) and free the row layout */
-static fm_status repack_tc(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err) {
+/* int4-tc: the bank was quantized (or filled from a checkpoint's codes) in the row layout; repack it (w4a8_layout.cuh)
+ * and free the row layout */
+fm_status fm_cuda_bank_repack_tc(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err) {
     const bool    interleaved = src->gate_up && w->rows % 16 == 0;
     const int64_t rows_pad = round_up(w->rows, FM_TC_ROW_PAD);
     const size_t  code_bytes = (size_t)(w->n * rows_pad * w->n_groups * FM_TC_K_GROUP / 2);
@@ -56,6 +58,10 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                                          fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
+    /* pre-quantized: our own int4-g128 binds natively (cuda_bank_native_int4.cu), any other checkpoint format keeps
+       its numbers (cuda_bank_prequant.cu); float formats dequantize them below */
+    if (fm_wformat_is_int4(fmt) && fm_bank_src_any_quantized(src) && fm_cuda_bank_src_native(src))
+        return fm_cuda_bank_create_native_int4(be, src, fmt, out, err);
     if (fmt == FM_W_INT4_ZP || fmt == FM_W_INT4_ZP_TC || fmt == FM_W_E4M3_B128) { /* cuda_bank_prequant.cu */
         fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
         if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
@@ -198,7 +204,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         return st;
     }
     w->bytes += scale_bytes + (w8a8 ? (size_t)w->n * FM_LT_SCALE_SLOT * sizeof(float) : 0);
-    if (fmt == FM_W_INT4_G128_TC && (st = repack_tc(be, src, w, err))) {
+    if (fmt == FM_W_INT4_G128_TC && (st = fm_cuda_bank_repack_tc(be, src, w, err))) {
         fm_cuda_bank_free(bb, w);
         return st;
     }

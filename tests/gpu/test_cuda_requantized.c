@@ -1,0 +1,69 @@
+/* A checkpoint written by `fp8moe requantize` binds natively on the CUDA backend (cuda_bank_native_int4.cu): the
+ * int4 preset (int4-g128 row banks) and the fp8 preset (int4-g128-tc, repacked for the tensor cores) give logits
+ * bit-identical to the bf16 checkpoint's on the GPU, whose banks the device quantizes itself, and the same resident
+ * bytes. Needs a GPU (make test-gpu). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/requantize.h"
+
+#define TINY "models/tiny-code-moe"
+#define T 37
+
+static float *run(const char *dir, fm_preset preset, const int32_t *ids, size_t *bytes, int32_t *V) {
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = "cuda";
+    opt.preset = preset;
+    fm_model *m = NULL;
+    fm_error err = {{0}};
+    if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s (%s): %s", dir, fm_preset_name(preset), err.msg);
+    *V = fm_model_vocab_size(m);
+    *bytes = m->weight_bytes;
+    float *l = malloc((size_t)T * (size_t)*V * sizeof(float));
+    if (fm_model_logits(m, ids, T, l, &err)) fail_msg("logits %s: %s", dir, err.msg);
+    fm_model_free(m);
+    return l;
+}
+
+static void requantized_bit_identical(void **s) {
+    (void)s;
+    char dir[] = "/tmp/fm_requant_gpu_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char out[64];
+    snprintf(out, sizeof out, "%s/int4", dir);
+    fm_requant_opts o = {.in_dir = TINY, .out_dir = out};
+    fm_requant_stats st;
+    fm_error err = {{0}};
+    if (fm_requantize(&o, &st, &err)) fail_msg("requantize: %s", err.msg);
+    int32_t ids[T];
+    for (int i = 0; i < T; i++) ids[i] = (i * 131 + 7) % 4096;
+    const fm_preset presets[2] = {FM_PRESET_INT4, FM_PRESET_FP8};
+    for (int p = 0; p < 2; p++) {
+        size_t ba = 0, bb = 0;
+        int32_t V = 0;
+        float *a = run(out, presets[p], ids, &ba, &V), *b = run(TINY, presets[p], ids, &bb, &V);
+        printf("%s on cuda: requantized vs bf16 checkpoint, %s logits, weights %zu vs %zu bytes\n",
+               fm_preset_name(presets[p]), memcmp(a, b, (size_t)T * (size_t)V * 4) ? "DIFFERENT" : "identical", ba, bb);
+        assert_memory_equal(a, b, (size_t)T * (size_t)V * sizeof(float));
+        assert_int_equal(ba, bb);
+        free(a), free(b);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(requantized_bit_identical)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
