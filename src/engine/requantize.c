@@ -248,11 +248,12 @@ static fm_status write_slot(writer_ctx *c, fm_st_writer *sw, const slot *s, fm_e
 
 static fm_status write_file(writer_ctx *c, int32_t f, const char *path, const char *const *meta, fm_error *err) {
     plan *p = c->p;
-    int64_t n = 0;
+    size_t count = 0; /* unsigned: what calloc takes */
     for (int64_t i = 0; i < p->n; i++)
-        if (p->items[i].file == f) n += p->items[i].copy ? 1 : 3;
-    fm_st_entry *e = calloc((size_t)n, sizeof *e);
-    slot *slots = calloc((size_t)n, sizeof *slots);
+        if (p->items[i].file == f) count += p->items[i].copy ? 1 : 3;
+    const int64_t n = (int64_t)count;
+    fm_st_entry *e = calloc(count, sizeof *e);
+    slot *slots = calloc(count, sizeof *slots);
     if (!e || !slots) {
         free(e), free(slots);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory planning %s", path);
@@ -278,7 +279,7 @@ static fm_status write_file(writer_ctx *c, int32_t f, const char *path, const ch
     for (int64_t j = 0; j < n; j++) slots[j].name = e[j].name;
     qsort(slots, (size_t)n, sizeof *slots, cmp_slot);
     fm_st_entries_sort(e, n);
-    slot *order = calloc((size_t)n, sizeof *order);
+    slot *order = calloc(count, sizeof *order);
     if (!order) {
         free(e), free(slots);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory planning %s", path);
