@@ -251,6 +251,8 @@ static fm_status write_file(writer_ctx *c, int32_t f, const char *path, const ch
     size_t count = 0; /* unsigned: what calloc takes */
     for (int64_t i = 0; i < p->n; i++)
         if (p->items[i].file == f) count += p->items[i].copy ? 1 : 3;
+    if (count > ((size_t)1 << 40)) /* a bound the compiler can see: every size below is then an object size */
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %zu tensors in one file", path, count);
     const int64_t n = (int64_t)count;
     fm_st_entry *e = calloc(count, sizeof *e);
     slot *slots = calloc(count, sizeof *slots);
