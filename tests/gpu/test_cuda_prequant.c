@@ -257,6 +257,12 @@ static void test_fp8_prequant_linear(void **s) {
         make_fp8_block(&q, 256, 200, 64);
         fp8_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 64x128, K padded to 256");
         free_q(&q);
+        make_fp8_block(&q, 384, 176, 128); /* an expert down projection of width 176: K padded to 256 */
+        fp8_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 128x128, K = 176");
+        free_q(&q);
+        make_fp8_block(&q, 352, 384, 128);
+        fp8_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 128x128, N = 352");
+        free_q(&q);
         qlinear qkv[3]; /* a fused q|k|v of three block grids, 48 rows per block (no part a multiple of 48) */
         make_fp8_block(&qkv[0], 128, 256, 48), make_fp8_block(&qkv[1], 64, 256, 48), make_fp8_block(&qkv[2], 64, 256, 48);
         fp8_linear_parts(qkv, 3, FM_W_E4M3_B128, Ms[i], "e4m3-block 48x128, q|k|v 128+64+64");
