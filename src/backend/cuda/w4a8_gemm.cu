@@ -478,10 +478,12 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
     float    acc[2][8][4];
-    uint32_t words[2][NW];
+    uint32_t words[2][NW], nxt[2][NW];
     float    scur[2][2], snext[2][2], zcur[2][2], znext[2][2];
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
+#pragma unroll
+        for (int j = 0; j < NW; j++) nxt[mb][j] = 0u;
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -534,6 +536,10 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
         wgmma_commit();
         /* while the tensor cores run: the next group's codes and scales */
+        /* e4m3 fragments are the loaded words themselves (no conversion), so the compiler may hand the wgmma the words'
+           own registers: the next group's codes then go to registers of their own until the wait (nxt), or a load
+           landing early would change an operand the tensor cores have not read yet (measured: wrong rows) */
+        uint32_t(*dst)[NW] = WK == WK_E4M3 ? nxt : words;
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
             if (more && blk_ok[mb]) {
@@ -541,14 +547,18 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
                 for (int pq = 0; pq < NP; pq++) {
                     const uint4 v = __ldg((const uint4 *)(q + pq * 512));
-                    words[mb][4 * pq] = v.x, words[mb][4 * pq + 1] = v.y, words[mb][4 * pq + 2] = v.z,
-                    words[mb][4 * pq + 3] = v.w;
+                    dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z, dst[mb][4 * pq + 3] = v.w;
                 }
             }
         if (more) load_weight_scales<WK>(p, ww, grp + 1, blk_ok, snext, znext);
         wgmma_wait_all();
         settle_block(part[0], a[0]);
         settle_block(part[1], a[1]);
+        if (WK == WK_E4M3 && more)
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+                for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
         promote<WK>(acc, part, scur, zcur, sc, xsum);
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
