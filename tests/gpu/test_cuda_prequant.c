@@ -267,6 +267,10 @@ static void test_fp8_prequant_linear(void **s) {
         make_fp8_block(&qkv[0], 128, 256, 48), make_fp8_block(&qkv[1], 64, 256, 48), make_fp8_block(&qkv[2], 64, 256, 48);
         fp8_linear_parts(qkv, 3, FM_W_E4M3_B128, Ms[i], "e4m3-block 48x128, q|k|v 128+64+64");
         for (int j = 0; j < 3; j++) free_q(&qkv[j]);
+        /* K = 128: a single group (the wgmma kernel's loop runs once) */
+        make_fp8_block(&qkv[0], 128, 128, 48), make_fp8_block(&qkv[1], 64, 128, 48), make_fp8_block(&qkv[2], 64, 128, 48);
+        fp8_linear_parts(qkv, 3, FM_W_E4M3_B128, Ms[i] + 8, "e4m3-block 48x128, K = 128, q|k|v 128+64+64");
+        for (int j = 0; j < 3; j++) free_q(&qkv[j]);
         make_ct(&qkv[0], 128, 256, 128, false, false), make_ct(&qkv[1], 64, 256, 128, false, false);
         make_ct(&qkv[2], 64, 256, 128, false, false);
         fp8_linear_parts(qkv, 3, FM_W_INT4_ZP_TC, Ms[i], "int4-zp-tc G=128 asym, q|k|v 128+64+64");
@@ -373,6 +377,8 @@ static void test_fp8_prequant_moe(void **s) {
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 5, 2, 384, 176, 128, false, 3e-2);
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 8, 2, 256, 128, 48, false, 3e-2);
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 5, 2, 384, 176, 48, false, 3e-2); /* I: 48 x 3 + 32 rows */
+        moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i] + 23, 8, 2, 128, 128, 48, false, 3e-2); /* one K group */
+        moe_case(FM_PRESET_FP8, FM_W_INT4_ZP_TC, Ts[i] + 23, 8, 2, 128, 128, 0, false, 3e-2);
     }
 }
 
