@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "cli/bench_common.h"
 #include "cli/cli.h"
+#include "model/qsynth.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
 #include "backend/cuda/moe_cublaslt_fp8.cuh"
@@ -41,6 +42,11 @@ static const char *HELP =
     "                                        dynamic scale per tensor), one cublasLtMatmul per expert\n"
     "                     fp8-grouped        fp8 preset: int4 weights computed as e4m3, e4m3 1x128 activations,\n"
     "                                        one grouped GEMM (ours; 'unavailable' until the backend runs it)\n"
+    "                     fp8-grouped-zp     the same kernel on a pre-quantized checkpoint's asymmetric int4\n"
+    "                                        (GPTQ/AWQ-like: groups of 128, fp16 scales, zero points; made from the\n"
+    "                                        same weights on the host; int4-zp-tc banks)\n"
+    "                     fp8-grouped-block  the same kernel on a block-FP8 checkpoint (e4m3 weights, 128 x 128\n"
+    "                                        scales, made on the host; e4m3-block banks)\n"
     "  --repeat R       timed runs per route and T (default 20)\n"
     "  --warmup W       untimed runs first (default 3)\n"
     "  --json FILE      also write the results as JSON\n"
@@ -76,9 +82,10 @@ static const moe_shape shapes[] = {
     {"toy", "toy", 8, 2, 256, 128, FM_ROUTER_SOFTMAX_TOPK, true, {7, 300}, 2},
 };
 
-enum { ROUTE_INT4, ROUTE_BF16, ROUTE_LT, ROUTE_FP8, ROUTE_COUNT };
+enum { ROUTE_INT4, ROUTE_BF16, ROUTE_LT, ROUTE_FP8, ROUTE_FP8_ZP, ROUTE_FP8_BLOCK, ROUTE_COUNT };
 
-static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas", "fp8-cublaslt-loop", "fp8-grouped"};
+static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas",    "fp8-cublaslt-loop",
+                                                     "fp8-grouped",    "fp8-grouped-zp", "fp8-grouped-block"};
 
 static const struct {
     fm_preset preset; /* the plan its backend is created with */
@@ -88,6 +95,8 @@ static const struct {
     {FM_PRESET_REF, false},
     {FM_PRESET_REF, true}, /* fp8-cublaslt-loop: bf16 banks, quantized to e4m3 per tensor by the route */
     {FM_PRESET_FP8, true},
+    {FM_PRESET_FP8, true}, /* fp8-grouped-zp: a checkpoint's asymmetric int4 (int4-zp-tc) */
+    {FM_PRESET_FP8, true}, /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
 };
 
 typedef struct result {
@@ -169,22 +178,48 @@ static fm_status make_inputs(bench_cfg *c, fm_error *err) {
     return FM_OK;
 }
 
-/* gate_up [E][2I, H] (gate rows, then up rows) and down [E][H, I] banks in format fmt */
-static fm_status make_banks(fm_backend *be, const moe_shape *s, fm_wformat fmt, fm_bank **gu, fm_bank **dn, fm_error *err) {
-    fm_wsrc *v = malloc((size_t)(3 * s->E) * sizeof *v);
-    if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
+/* gate_up [E][2I, H] (gate rows, then up rows) and down [E][H, I] banks in format fmt; the pre-quantized routes
+   quantize the same synthetic weights on the host first, into a checkpoint's format (model/qsynth.h) */
+static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wformat fmt, fm_bank **gu, fm_bank **dn,
+                            fm_error *err) {
+    const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK;
+    fm_wsrc   *v = malloc((size_t)(3 * s->E) * sizeof *v);
+    fm_qsynth *q = prequant ? calloc((size_t)(3 * s->E), sizeof *q) : NULL;
+    if (!v || (prequant && !q)) {
+        free(v), free(q);
+        return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
+    }
     for (int32_t e = 0; e < s->E; e++) {
         v[2 * e]        = bench_weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
         v[2 * e + 1]    = bench_weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
         v[2 * s->E + e] = bench_weight_view(3 + 3 * (uint64_t)e, s->H, s->I);
     }
+    fm_status st = FM_OK;
+    if (prequant) {
+        fmt = route == ROUTE_FP8_ZP ? FM_W_INT4_ZP_TC : FM_W_E4M3_B128;
+        const fm_qsynth_kind kind = route == ROUTE_FP8_ZP ? FM_QSYNTH_INT4_ASYM : FM_QSYNTH_FP8_BLOCK;
+        int64_t made = 0;
+#pragma omp parallel for schedule(dynamic) reduction(+ : made)
+        for (int64_t i = 0; i < 3 * (int64_t)s->E; i++) {
+            fm_error e1;
+            if (fm_qsynth_make(&v[i], kind, &q[i], &e1) == FM_OK) made++;
+        }
+        if (made != 3 * (int64_t)s->E) st = fm_fail(err, FM_ERR_NOMEM, "out of host memory quantizing the expert weights");
+        for (int64_t i = 0; !st && i < 3 * (int64_t)s->E; i++) v[i] = q[i].src;
+    }
+    if (st) {
+        for (int64_t i = 0; q && i < 3 * (int64_t)s->E; i++) fm_qsynth_free(&q[i]);
+        free(v), free(q);
+        return st;
+    }
     /* gate_up: the backend may interleave the gate and up rows for a fused SwiGLU (the fp8 grouped kernel needs it) */
     const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true};
     const fm_bank_src dsrc = {.srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down"};
-    fm_status st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
+    st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
     if (!st) st = be->ops->bank_create(be, &dsrc, fmt, dn, err);
     if (st && *gu) be->ops->bank_free(be, *gu), *gu = NULL;
-    free(v);
+    for (int64_t i = 0; q && i < 3 * (int64_t)s->E; i++) fm_qsynth_free(&q[i]);
+    free(v), free(q);
     return st;
 }
 
@@ -293,7 +328,7 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     }
     if (!c->device[0]) snprintf(c->device, sizeof c->device, "%s", rc.be->ops->device_name(rc.be));
     if (c->b.verbose) fprintf(stderr, "%s: building banks\n", route_names[route]);
-    st = make_banks(rc.be, s, plan.w_expert, &rc.gu, &rc.dn, &e);
+    st = make_banks(rc.be, s, route, plan.w_expert, &rc.gu, &rc.dn, &e);
     if (!st) rc.weight_bytes = (double)(rc.be->ops->bank_bytes(rc.gu) + rc.be->ops->bank_bytes(rc.dn));
 #ifdef FM_HAVE_CUDA
     if (!st && route == ROUTE_LT) {
