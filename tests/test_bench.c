@@ -165,8 +165,8 @@ static void bench_moe_command(void **s) {
     assert_string_equal(cJSON_GetObjectItem(root, "shape")->valuestring, "toy");
     assert_int_equal(cJSON_GetObjectItem(root, "experts")->valueint, 8);
     const cJSON *rows = cJSON_GetObjectItem(root, "results");
-    assert_int_equal(cJSON_GetArraySize(rows), 2 * 4); /* every T x every route */
-    for (int i = 0; i < 8; i++) {
+    assert_int_equal(cJSON_GetArraySize(rows), 2 * 6); /* every T x every route */
+    for (int i = 0; i < 12; i++) {
         const cJSON *r     = cJSON_GetArrayItem(rows, i);
         const char  *route = cJSON_GetObjectItem(r, "route")->valuestring;
         const char  *st    = cJSON_GetObjectItem(r, "status")->valuestring;
