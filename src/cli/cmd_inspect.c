@@ -181,13 +181,13 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
                    (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes), (long long)fam[f].n_native);
     if (fp8)
         printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; --preset fp8 keeps "
-               "the e4m3 bytes (e4m3-block: `--tokens T --preset fp8` plans them); the int4 preset refuses block-FP8 "
-               "and the cuda backend does not load it yet)\n");
+               "the e4m3 bytes (e4m3-block); the int4 preset refuses block-FP8. `--tokens T --backend cuda --preset P` "
+               "gives the bytes on the GPU)\n");
     else
         printf("  (resident: the int4 preset on the cpu backend; native: linears in our own int4 format (symmetric, group "
                "128, bf16 scales), bound as int4-g128 banks on every backend and preset; the other int4 linears keep "
                "the checkpoint's own int4 (int4-zp; int4-zp-tc with e4m3 1x128 activations under --preset fp8); float "
-               "ones and router/lm_head in bf16)\n");
+               "ones and router/lm_head in bf16. `--tokens T --backend cuda --preset P` gives the bytes on the GPU)\n");
 }
 
 static void plan_row(const char *what, size_t bytes, int indent) {

@@ -87,13 +87,13 @@ static size_t backend_overhead(fm_preset p) {
     return after > before ? after - before : 0;
 }
 
-static void check_source(const source *src, bool warm_up) {
-    const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
-    for (int i = 0; i < 5; i++) {
+/* presets[i] with dense[i], for each of n plans */
+static void check_plans(const source *src, bool warm_up, const fm_preset *presets, const fm_dense *dense, int n) {
+    for (int i = 0; i < n; i++) {
         fm_options opt;
         fm_options_init(&opt);
         opt.backend = "cuda", opt.preset = presets[i];
-        opt.dense = i == 4 ? FM_DENSE_W8A8 : FM_DENSE_PRESET; /* the last: fp8 with --dense w8a8 */
+        opt.dense = dense[i];
         fm_model *m   = NULL;
         fm_error  err = {{0}};
         if (warm_up) { /* CUDA context, cuBLAS, the conversion kernels' modules: not the model's memory */
@@ -150,6 +150,24 @@ static void check_source(const source *src, bool warm_up) {
     }
 }
 
+static void check_source(const source *src, bool warm_up) {
+    const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
+    const fm_dense  dense[] = {FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_W8A8};
+    check_plans(src, warm_up, presets, dense, 5);
+}
+
+/* pre-quantized checkpoints: int4-zp (int4), int4-zp-tc (fp8), e4m3-block (fp8), act-order (int4 keeps an order) */
+static void prequantized(void **s) {
+    (void)s;
+    const source awq = {"tests/data/quant/awq-g128", NULL}, blk = {"tests/data/quant/fp8-block-b48", NULL};
+    const source act = {"tests/data/quant/gptq-v1-asym-actorder", NULL};
+    check_source(&awq, true);
+    const fm_preset fp8_only[] = {FM_PRESET_REF, FM_PRESET_FP8}, int4_only[] = {FM_PRESET_INT4};
+    const fm_dense  plain[] = {FM_DENSE_PRESET, FM_DENSE_PRESET};
+    check_plans(&blk, false, fp8_only, plain, 2);
+    check_plans(&act, false, int4_only, plain, 1);
+}
+
 static void tiny_code_moe(void **s) {
     (void)s;
     const source src = {"models/tiny-code-moe", NULL};
@@ -203,6 +221,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tiny_code_moe),      cmocka_unit_test(qwen3_f32),          cmocka_unit_test(qwen3_tied_dense),
         cmocka_unit_test(mixtral_sharded),    cmocka_unit_test(qwen3_30b_a3b_full), cmocka_unit_test(qwen3_30b_a3b_on_8gib),
+        cmocka_unit_test(prequantized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
