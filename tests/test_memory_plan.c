@@ -135,15 +135,16 @@ static void cpu_weights_equal_plan(void **s) {
 }
 
 /* Pre-quantized checkpoints (tests/data/quant): the plan counts the int4-zp and e4m3-block banks the CPU holds, under
- * the fp8 preset (both) and the int4 preset (int4 only; block-FP8 is refused there). Their cuda layouts, planned for
- * the kernels, are checked by formula in bank_bytes_formulas. */
+ * the fp8 preset (both) and the int4 preset (int4 only; block-FP8 is refused there). Their cuda layouts are checked
+ * by formula in bank_bytes_formulas, and against the device in tests/gpu/test_cuda_memory.c. */
 static void prequant_weights_equal_plan(void **s) {
     (void)s;
     static const struct { const char *dir; fm_preset preset; } cases[] = {
         {"tests/data/quant/gptq-v1-sym-g128", FM_PRESET_FP8}, {"tests/data/quant/awq-g128", FM_PRESET_FP8},
         {"tests/data/quant/awq-g128", FM_PRESET_INT4},        {"tests/data/quant/gptq-v2-asym-channel-k128", FM_PRESET_FP8},
         {"tests/data/quant/fp8-block-b128", FM_PRESET_FP8},   {"tests/data/quant/fp8-block-b48", FM_PRESET_FP8},
-        {"tests/data/quant/gptq-v1-sym", FM_PRESET_INT4}};
+        {"tests/data/quant/gptq-v1-sym", FM_PRESET_INT4},     {"tests/data/quant/gptq-v1-asym-actorder", FM_PRESET_INT4},
+        {"tests/data/quant/gptq-v1-sym-g128", FM_PRESET_INT4}}; /* act-order: an order per matrix, identity or not */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         fm_options opt;
         fm_options_init(&opt);

@@ -53,9 +53,11 @@ static bool is_identity(const int32_t *perm, int64_t K) {
     return true;
 }
 
-/* Matrix i's input order from its first part; later parts must agree. */
+/* Matrix i's input order from its first part; later parts must agree. With keep (int4-zp: act_order, the sources
+ * carry a g_idx) the bank keeps an order for every matrix, even one that is the identity: the memory plan, which sees
+ * the config and not the tensors, can then count it exactly (4 bytes per input channel, about 1% of the codes). */
 static fm_status matrix_order(fm_int4zp_host *w, const fm_bank_src *src, int32_t i, int32_t part, const fm_int4_ckpt *c,
-                              int32_t *order, int32_t *g_ref, fm_error *err) {
+                              bool keep, int32_t *order, int32_t *g_ref, fm_error *err) {
     const int64_t K = w->cols;
     if (part > 0) {
         if (memcmp(g_ref, c->g_idx, (size_t)K * sizeof *g_ref) != 0)
@@ -68,7 +70,7 @@ static fm_status matrix_order(fm_int4zp_host *w, const fm_bank_src *src, int32_t
     memcpy(g_ref, c->g_idx, (size_t)K * sizeof *g_ref);
     if (!order_by_group(c->g_idx, K, w->group, order))
         return fm_fail(err, FM_ERR_NOMEM, "out of memory: %s", src->label);
-    if (is_identity(order, K) && !w->perm) return FM_OK;
+    if (!keep && is_identity(order, K) && !w->perm) return FM_OK;
     if (!w->perm) { /* the first act-order matrix: the earlier ones keep the identity */
         if (!(w->perm = fm_malloc((size_t)(w->n * K) * sizeof *w->perm, err, src->label))) return FM_ERR_NOMEM;
         for (int64_t e = 0; e < (int64_t)w->n * K; e++) w->perm[e] = (int32_t)(e % K);
@@ -77,7 +79,7 @@ static fm_status matrix_order(fm_int4zp_host *w, const fm_bank_src *src, int32_t
     return FM_OK;
 }
 
-fm_status fm_int4zp_host_build(const fm_bank_src *src, fm_int4zp_host *w, fm_error *err) {
+fm_status fm_int4zp_host_build(const fm_bank_src *src, bool keep_identity_orders, fm_int4zp_host *w, fm_error *err) {
     memset(w, 0, sizeof *w);
     w->n = src->n, w->cols = src->srcs[0].cols;
     for (int32_t j = 0; j < src->n_parts; j++) w->rows += src->srcs[j].rows;
@@ -99,7 +101,7 @@ fm_status fm_int4zp_host_build(const fm_bank_src *src, fm_int4zp_host *w, fm_err
             const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
             fm_int4_ckpt c;
             if ((st = fm_int4_ckpt_decode(&s->q, s->rows, K, &c, err))) break;
-            st = matrix_order(w, src, i, j, &c, order, g_ref, err);
+            st = matrix_order(w, src, i, j, &c, keep_identity_orders && s->q.g_idx != NULL, order, g_ref, err);
             const int32_t *perm = w->perm ? w->perm + (int64_t)i * K : NULL;
             for (int64_t n = 0; !st && n < s->rows; n++) {
                 const int64_t r = (int64_t)i * rows + row0 + n;

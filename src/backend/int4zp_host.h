@@ -20,8 +20,10 @@ typedef struct fm_int4zp_host {
     int32_t *perm;
 } fm_int4zp_host;
 
-/* Builds the arrays from a bank source whose every part is a pre-quantized int4 view; errors name src->label. */
-fm_status fm_int4zp_host_build(const fm_bank_src *src, fm_int4zp_host *out, fm_error *err);
+/* Builds the arrays from a bank source whose every part is a pre-quantized int4 view; errors name src->label.
+ * keep_identity_orders (int4-zp): sources with a g_idx get an order even where it is the identity (what the memory
+ * plan counts); otherwise (int4-zp-tc, which takes no order) perm stays NULL unless some order is not the identity. */
+fm_status fm_int4zp_host_build(const fm_bank_src *src, bool keep_identity_orders, fm_int4zp_host *out, fm_error *err);
 void      fm_int4zp_host_free(fm_int4zp_host *h);
 
 #endif

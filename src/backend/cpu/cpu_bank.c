@@ -47,7 +47,7 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     }
     if (fm_wformat_is_int4zp(fmt)) { /* a checkpoint's int4, kept as it is */
         fm_int4zp_host h;
-        fm_status st = fm_int4zp_host_build(src, &h, err);
+        fm_status st = fm_int4zp_host_build(src, fmt == FM_W_INT4_ZP, &h, err);
         if (st) {
             cpu_bank_free(be, w);
             return st;

@@ -110,7 +110,7 @@ static fm_status alloc_tiles(fm_bank *w, bool nibbles, bool zp, const char *labe
 // int4-zp-tc: needs groups of whole 128-blocks (or one group) and no act-order (the kernels' activations are in
 // checkpoint order, quantized once for every matrix that reads them)
 static fm_status build_zp_tiles(const fm_int4zp_host *h, fm_bank *w, bool gate_up, const char *label, fm_error *err) {
-    if (h->perm)
+    if (h->perm) /* only an order that is not the identity is kept for int4-zp-tc (model.c refuses it first) */
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: act-order (desc_act) int4 weights run under --preset int4, not "
                        "under the fp8 presets", label);
     if (h->n_groups > 1 && h->group % 128)
@@ -200,7 +200,7 @@ extern "C" fm_status fm_cuda_bank_create_prequant(const fm_bank_src *src, fm_wfo
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not one of a pre-quantized checkpoint's",
                        src->label, fm_wformat_name(fmt));
     fm_int4zp_host h;
-    fm_status st = fm_int4zp_host_build(src, &h, err);
+    fm_status st = fm_int4zp_host_build(src, fmt == FM_W_INT4_ZP, &h, err);
     if (st) return st;
     st = fmt == FM_W_INT4_ZP ? build_zp_rows(&h, w, src->label, err) : build_zp_tiles(&h, w, src->gate_up, src->label, err);
     fm_int4zp_host_free(&h);
