@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant_fixture.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include "engine/engine.h"
@@ -225,22 +226,11 @@ static void check_bank(fm_backend *be, const char *name, const char *what, const
 }
 
 static void check_fixture_ops(const char *name, fm_wformat fmt) {
-    char dir[256], ddir[256];
-    snprintf(dir, sizeof dir, DATA "/%s", name);
-    snprintf(ddir, sizeof ddir, DATA "/%s/dequant", name);
-    fm_error err = {{0}};
-    fm_config qcfg, dcfg;
-    fm_st_set qset = {0}, dset = {0};
-    fm_model_src qs, ds;
-    assert_int_equal(fm_config_load(dir, &qcfg, &err), FM_OK);
-    assert_int_equal(fm_config_load(ddir, &dcfg, &err), FM_OK);
-    assert_int_equal(fm_st_open_dir(dir, &qset, &err), FM_OK);
-    assert_int_equal(fm_st_open_dir(ddir, &dset, &err), FM_OK);
-    if (fm_model_src_bind(&qcfg, &qset, &qs, &err)) fail_msg("bind %s: %s", dir, err.msg);
-    assert_int_equal(fm_model_src_bind(&dcfg, &dset, &ds, &err), FM_OK);
+    quant_fixture f;
+    quant_fixture_open(&f, DATA, name);
     fm_backend *be = cpu_f32();
-    const fm_layer_src *ql = &qs.layers[0], *dl = &ds.layers[0];
-    const int32_t E = qcfg.n_experts;
+    const fm_layer_src *ql = &f.qs.layers[0], *dl = &f.ds.layers[0];
+    const int32_t E = f.qcfg.n_experts;
     const fm_wsrc qqkv[3] = {ql->q, ql->k, ql->v}, dqkv[3] = {dl->q, dl->k, dl->v};
     check_bank(be, name, "qkv", qqkv, dqkv, 1, 3, fmt);
     check_bank(be, name, "o_proj", &ql->o, &dl->o, 1, 1, fmt);
@@ -253,8 +243,7 @@ static void check_fixture_ops(const char *name, fm_wformat fmt) {
     check_bank(be, name, "experts down", ql->expert_down, dl->expert_down, E, 1, fmt);
     free(qgu), free(dgu);
     be->ops->destroy(be);
-    fm_model_src_free(&qs), fm_model_src_free(&ds);
-    fm_st_close(&qset), fm_st_close(&dset);
+    quant_fixture_close(&f);
 }
 
 static void op_fixtures(void **s) {

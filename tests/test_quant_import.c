@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant_fixture.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include "fp8moe.h"
@@ -110,27 +111,19 @@ static fm_bank *bank_of(fm_backend *be, const fm_wsrc *srcs, int32_t n, int32_t 
 }
 
 static void check_ops(const char *name) {
-    char dir[256], ddir[256];
-    snprintf(dir, sizeof dir, DATA "/%s", name);
-    snprintf(ddir, sizeof ddir, DATA "/%s/dequant", name);
+    quant_fixture f;
+    quant_fixture_open(&f, DATA, name);
+    const fm_model_src *qs = &f.qs, *ds = &f.ds;
+    const fm_config    *qcfg = &f.qcfg;
     fm_error err = {{0}};
-    fm_config qcfg, dcfg;
-    fm_st_set qset = {0}, dset = {0};
-    fm_model_src qs, ds;
-    assert_int_equal(fm_config_load(dir, &qcfg, &err), FM_OK);
-    assert_int_equal(fm_config_load(ddir, &dcfg, &err), FM_OK);
-    assert_int_equal(fm_st_open_dir(dir, &qset, &err), FM_OK);
-    assert_int_equal(fm_st_open_dir(ddir, &dset, &err), FM_OK);
-    if (fm_model_src_bind(&qcfg, &qset, &qs, &err)) fail_msg("bind %s: %s", dir, err.msg);
-    assert_int_equal(fm_model_src_bind(&dcfg, &dset, &ds, &err), FM_OK);
-    assert_int_equal(qs.n_unused, 0); /* every tensor of the checkpoint found its slot */
+    assert_int_equal(qs->n_unused, 0); /* every tensor of the checkpoint found its slot */
     fm_plan plan;
     fm_plan_from_preset(FM_PRESET_REF, &plan); /* fp32 activations: only the summation order differs */
     fm_backend *be = NULL;
     assert_int_equal(fm_cpu_backend_create(&plan, 0, &be, &err), FM_OK);
 
-    const fm_layer_src *ql = &qs.layers[0], *dl = &ds.layers[0];
-    const int32_t E = qcfg.n_experts, H = qcfg.hidden_size, I = qcfg.moe_intermediate;
+    const fm_layer_src *ql = &qs->layers[0], *dl = &ds->layers[0];
+    const int32_t E = qcfg->n_experts, H = qcfg->hidden_size, I = qcfg->moe_intermediate;
     /* q|k|v (three parts sharing the input order) */
     const fm_wsrc qqkv[3] = {ql->q, ql->k, ql->v}, dqkv[3] = {dl->q, dl->k, dl->v};
     assert_true(fm_wsrc_is_quantized(&ql->q));
@@ -166,10 +159,7 @@ static void check_ops(const char *name) {
     for (size_t i = 0; i < sizeof banks / sizeof *banks; i++) be->ops->bank_free(be, banks[i]);
     be->ops->destroy(be);
     free(x), free(y), free(r), free(qgu), free(dgu), free(mo), free(mr);
-    fm_model_src_free(&qs);
-    fm_model_src_free(&ds);
-    fm_st_close(&qset);
-    fm_st_close(&dset);
+    quant_fixture_close(&f);
 }
 
 static void ops_all(void **s) {

@@ -66,3 +66,15 @@ double gpu_nerr(const float *x, const float *ref, int64_t n) {
     for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
+
+float *gpu_run_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const float *x, int64_t T, int64_t H,
+                   const int32_t *ids, const float *weights, int32_t k) {
+    void *xd = gpu_upload(be, x, T * H), *wd = gpu_upload(be, weights, T * k), *base;
+    void *idd = be->ops->alloc(be, (size_t)(T * k) * sizeof(int32_t));
+    be->ops->upload_ids(be, ids, T * k, idd);
+    void *od = gpu_guarded(be, T * H, &base);
+    be->ops->moe(be, gate_up, down, xd, T, idd, wd, k, be->plan.a_dispatch, be->plan.a_expert, od);
+    float *o = gpu_fetch(be, base, T * H, "moe");
+    be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
+    return o;
+}

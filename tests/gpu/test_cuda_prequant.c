@@ -341,13 +341,7 @@ static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t 
     for (int i = 0; i < 2; i++) {
         fm_backend *be = backend(i ? "cuda" : "cpu", p);
         fm_bank    *gub = make_bank(be, q.gu, E, 2, fmt, true), *db = make_bank(be, q.dn, E, 1, fmt, false);
-        void *xd = gpu_upload(be, x, T * H), *wd = gpu_upload(be, wts, T * k), *base;
-        void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
-        be->ops->upload_ids(be, ids, T * k, idd);
-        void *od = gpu_guarded(be, T * H, &base);
-        be->ops->moe(be, gub, db, xd, T, idd, wd, k, be->plan.a_dispatch, be->plan.a_expert, od);
-        o[i] = gpu_fetch(be, base, T * H, "moe");
-        be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
+        o[i] = gpu_run_moe(be, gub, db, x, T, H, ids, wts, k);
         be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
         be->ops->destroy(be);
     }
