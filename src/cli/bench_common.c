@@ -85,6 +85,27 @@ fm_wsrc bench_weight_view(uint64_t seed, int64_t rows, int64_t cols) {
     return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}, {0}};
 }
 
+fm_status bench_prequantize(fm_wsrc *v, int64_t n, fm_qsynth_kind kind, fm_qsynth **q, fm_error *err) {
+    if (!(*q = calloc((size_t)n, sizeof **q))) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
+    int64_t made = 0;
+#pragma omp parallel for schedule(dynamic) reduction(+ : made)
+    for (int64_t i = 0; i < n; i++) {
+        fm_error e1;
+        if (fm_qsynth_make(&v[i], kind, &(*q)[i], &e1) == FM_OK) made++;
+    }
+    if (made != n) {
+        bench_prequant_free(*q, n), *q = NULL;
+        return fm_fail(err, FM_ERR_NOMEM, "out of host memory quantizing the weights into a checkpoint's format");
+    }
+    for (int64_t i = 0; i < n; i++) v[i] = (*q)[i].src;
+    return FM_OK;
+}
+
+void bench_prequant_free(fm_qsynth *q, int64_t n) {
+    for (int64_t i = 0; q && i < n; i++) fm_qsynth_free(&q[i]);
+    free(q);
+}
+
 float *bench_synth_host(fm_synth s, int64_t rows, int64_t cols) {
     float *v = malloc((size_t)(rows * cols) * sizeof *v);
     if (!v) return NULL;

@@ -48,6 +48,11 @@ static const char *HELP =
     "                                          1x128 activation quantization, then its GEMM\n"
     "                     w4a8-gemm            the same GEMM alone (mma.sync GEMV up to 16 rows, the grouped\n"
     "                                          wgmma kernel above)\n"
+    "                     w4a8-zp              the w4a8 op on the same weights as a pre-quantized checkpoint's\n"
+    "                                          asymmetric int4 (groups of 128, fp16 scales, zero points;\n"
+    "                                          quantized on the host): int4-zp-tc banks\n"
+    "                     w4a8-block           the w4a8 op on the same weights as block-FP8 (e4m3, 128 x 128\n"
+    "                                          scales): e4m3-block banks\n"
     "  --repeat R       timed replays per route and M (default 50)\n"
     "  --warmup W       untimed runs first (default 5; on the GPU at least 1, before the graph is captured)\n"
     "  --json FILE      also write the results as JSON\n"
@@ -79,19 +84,23 @@ static const gemm_shape shapes[] = {
     {"toy", "toy", 3, 160, 96, 96, 128, {1, 9, 40}, 3},
 };
 
-enum { R_BF16, R_LT_TENSOR, R_LT_ROW, R_W8A8, R_W8A8_GEMM, R_W4A8, R_W4A8_GEMM, ROUTE_COUNT };
+enum { R_BF16, R_LT_TENSOR, R_LT_ROW, R_W8A8, R_W8A8_GEMM, R_W4A8, R_W4A8_GEMM, R_W4A8_ZP, R_W4A8_BLOCK, ROUTE_COUNT };
 
 static const char *const route_names[ROUTE_COUNT] = {"bf16-cublas", "fp8-cublaslt-tensor", "fp8-cublaslt-row", "w8a8",
-                                                     "w8a8-gemm",   "w4a8",                "w4a8-gemm"};
+                                                     "w8a8-gemm",   "w4a8",                "w4a8-gemm",
+                                                     "w4a8-zp",     "w4a8-block"};
 
 static const struct {
     fm_preset preset;
     fm_dense  dense;
     int       gemm_only; /* -1: the backend's linear op; else the fm_gemm_only_kind of gemm_anchor.cuh */
+    int       prequant;  /* -1: the synthetic weights as they are; else the fm_qsynth_kind of a checkpoint's format */
 } routes[ROUTE_COUNT] = {
-    {FM_PRESET_REF, FM_DENSE_PRESET, -1}, {FM_PRESET_FP8, FM_DENSE_W8A8, 0},  {FM_PRESET_FP8, FM_DENSE_W8A8, 1},
-    {FM_PRESET_FP8, FM_DENSE_W8A8, -1},   {FM_PRESET_FP8, FM_DENSE_W8A8, 2},  {FM_PRESET_FP8, FM_DENSE_PRESET, -1},
-    {FM_PRESET_FP8, FM_DENSE_PRESET, 3},
+    {FM_PRESET_REF, FM_DENSE_PRESET, -1, -1}, {FM_PRESET_FP8, FM_DENSE_W8A8, 0, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 1, -1},    {FM_PRESET_FP8, FM_DENSE_W8A8, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, 3, -1},  {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_INT4_ASYM},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_FP8_BLOCK},
 };
 
 typedef struct result {
@@ -212,11 +221,18 @@ static fm_status make_banks(route_ctx *rc, fm_error *err) {
         v[l]     = bench_weight_view(101 + 2 * (uint64_t)l, s->qkv_n, s->qkv_k);
         v[L + l] = bench_weight_view(102 + 2 * (uint64_t)l, s->o_n, s->o_k);
     }
+    /* the pre-quantized routes: the same weights as a checkpoint's asymmetric int4 or block-FP8, quantized here */
+    const int   kind = routes[rc->route].prequant;
+    fm_qsynth  *q = NULL;
+    fm_wformat  fmt = rc->be->plan.w_dense;
+    fm_status   st = kind < 0 ? FM_OK : bench_prequantize(v, 2 * (int64_t)L, (fm_qsynth_kind)kind, &q, err);
+    if (kind >= 0) fmt = kind == FM_QSYNTH_INT4_ASYM ? FM_W_INT4_ZP_TC : FM_W_E4M3_B128;
     const fm_bank_src qsrc = {.srcs = v, .n = L, .n_parts = 1, .label = "bench layers q|k|v"};
     const fm_bank_src osrc = {.srcs = v + L, .n = L, .n_parts = 1, .label = "bench layers o"};
     fm_backend *be = rc->be;
-    fm_status   st = be->ops->bank_create(be, &qsrc, be->plan.w_dense, &rc->qkv, err);
-    if (!st) st = be->ops->bank_create(be, &osrc, be->plan.w_dense, &rc->o, err);
+    if (!st) st = be->ops->bank_create(be, &qsrc, fmt, &rc->qkv, err);
+    if (!st) st = be->ops->bank_create(be, &osrc, fmt, &rc->o, err);
+    bench_prequant_free(q, 2 * (int64_t)L);
     free(v);
     return st;
 }

@@ -11,7 +11,6 @@
 #include "backend/backend.h"
 #include "cli/bench_common.h"
 #include "cli/cli.h"
-#include "model/qsynth.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
 #include "backend/cuda/moe_cublaslt_fp8.cuh"
@@ -184,11 +183,8 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wf
                             fm_error *err) {
     const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK;
     fm_wsrc   *v = malloc((size_t)(3 * s->E) * sizeof *v);
-    fm_qsynth *q = prequant ? calloc((size_t)(3 * s->E), sizeof *q) : NULL;
-    if (!v || (prequant && !q)) {
-        free(v), free(q);
-        return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
-    }
+    fm_qsynth *q = NULL;
+    if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
     for (int32_t e = 0; e < s->E; e++) {
         v[2 * e]        = bench_weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
         v[2 * e + 1]    = bench_weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
@@ -197,19 +193,11 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wf
     fm_status st = FM_OK;
     if (prequant) {
         fmt = route == ROUTE_FP8_ZP ? FM_W_INT4_ZP_TC : FM_W_E4M3_B128;
-        const fm_qsynth_kind kind = route == ROUTE_FP8_ZP ? FM_QSYNTH_INT4_ASYM : FM_QSYNTH_FP8_BLOCK;
-        int64_t made = 0;
-#pragma omp parallel for schedule(dynamic) reduction(+ : made)
-        for (int64_t i = 0; i < 3 * (int64_t)s->E; i++) {
-            fm_error e1;
-            if (fm_qsynth_make(&v[i], kind, &q[i], &e1) == FM_OK) made++;
-        }
-        if (made != 3 * (int64_t)s->E) st = fm_fail(err, FM_ERR_NOMEM, "out of host memory quantizing the expert weights");
-        for (int64_t i = 0; !st && i < 3 * (int64_t)s->E; i++) v[i] = q[i].src;
+        st = bench_prequantize(v, 3 * (int64_t)s->E, route == ROUTE_FP8_ZP ? FM_QSYNTH_INT4_ASYM : FM_QSYNTH_FP8_BLOCK,
+                               &q, err);
     }
     if (st) {
-        for (int64_t i = 0; q && i < 3 * (int64_t)s->E; i++) fm_qsynth_free(&q[i]);
-        free(v), free(q);
+        free(v);
         return st;
     }
     /* gate_up: the backend may interleave the gate and up rows for a fused SwiGLU (the fp8 grouped kernel needs it) */
@@ -218,8 +206,8 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wf
     st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
     if (!st) st = be->ops->bank_create(be, &dsrc, fmt, dn, err);
     if (st && *gu) be->ops->bank_free(be, *gu), *gu = NULL;
-    for (int64_t i = 0; q && i < 3 * (int64_t)s->E; i++) fm_qsynth_free(&q[i]);
-    free(v), free(q);
+    bench_prequant_free(q, 3 * (int64_t)s->E);
+    free(v);
     return st;
 }
 

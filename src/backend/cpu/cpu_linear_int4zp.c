@@ -8,7 +8,8 @@
  * w4a8 (the fp8 plans: activations e4m3 with one fp32 scale per (row, 128-group), fm_e4m3_quantize_groups through
  * cpu_quantize_row, exactly as the int4-tc emulation quantizes them). The numerics contract the GPU kernels are
  * tested against: activation group g = bank positions [128 g, 128 g + 128) (the bank is in input order: no
- * act-order permutation), g' = 128 g / G the weight group holding it (G is a multiple of 128), and
+ * act-order permutation; the last group may be partial), g' = 128 g / G the weight group holding it (G is a
+ * multiple of 128, or one group spans K), and
  *   partial   = sum_{k in group g} xq[m, k] * (u[n, k] - z[n, g'])     fp32, in k order
  *   acc      += partial * (a[m, g] * s[n, g'])                          one fp32 product of the two scales first
  * with xq the decoded e4m3 activation, a its group scale, u - z an exact small integer (e4m3 holds -16..15 exactly)
@@ -46,11 +47,12 @@ static void dot_rows_a8(const fm_bank *w, int32_t idx, const float *xq, const fl
         const int64_t r = (int64_t)idx * w->rows + n;
         const uint8_t *cr = w->codes + r * KB;
         float acc = 0.0f;
-        for (int64_t g = 0; g < K / A; g++) {
-            const int64_t wg = g * A / G; /* g': the weight group that holds activation group g */
+        for (int64_t g = 0; g < (K + A - 1) / A; g++) { /* the last activation group may be partial */
+            const int64_t wg = g * A / G < ng ? g * A / G : ng - 1; /* g': the weight group holding group g */
             const float z = (float)w->zeros[r * ng + wg];
             float partial = 0.0f;
-            for (int64_t k = g * A; k < (g + 1) * A; k++) partial += xq[k] * (code_at(cr, k) - z);
+            const int64_t k1 = (g + 1) * A < K ? (g + 1) * A : K;
+            for (int64_t k = g * A; k < k1; k++) partial += xq[k] * (code_at(cr, k) - z);
             acc += partial * (as[g] * w->scales[r * ng + wg]);
         }
         y[n - n0] = acc;
@@ -65,7 +67,7 @@ static void gather(const fm_bank *w, int32_t idx, const float *x, float *xp) {
 
 void cpu_int4zp_rows(const fm_bank *w, int32_t idx, const cpu_qrow *x, int64_t n0, int64_t n1, float *y) {
     if (x->scale) {
-        if (w->perm || w->group % FM_CPU_GROUP != 0 || w->cols % FM_CPU_GROUP != 0) {
+        if (w->perm || (w->n_groups > 1 && w->group % FM_CPU_GROUP != 0)) { /* one group: any K (per-channel) */
             fprintf(stderr, "fp8moe: cpu linear: an int4-zp bank with group %d, K = %lld%s reached the e4m3 1x128 op "
                     "(model.c refuses such banks for the fp8 plans)\n", w->group, (long long)w->cols,
                     w->perm ? " and an act-order permutation" : "");
