@@ -47,6 +47,8 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t *se
 }
 
 // One warp quantizes one 128-column group of a row of K columns, 4 per lane (8-byte loads, 4-byte stores).
+// SUMS: also the group's sum, scale x (sum of its codes), into xsum (the int4-zp banks' zero-point term).
+template <bool SUMS>
 static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *x, int64_t K, int64_t grp, uint8_t *dst,
                                                            float *xs, float *xsum, int64_t ld_s, int64_t slot) {
     const int     lane = threadIdx.x & 31;
@@ -67,22 +69,24 @@ static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *
     for (int i = 0; i < 4; i++) {
         const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
         word |= c << (8 * i);
-        sum += e4m3_decode(c);
+        if (SUMS) sum += e4m3_decode(c);
     }
     *(uint32_t *)(dst + k) = word;
     if (lane == 0) xs[grp * ld_s + slot] = scale;
-    if (xsum) { /* the int4-zp kernels' zero-point term (w4a8_gemm.cu) */
+    if (SUMS) {
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (lane == 0) xsum[grp * ld_s + slot] = sum * scale;
     }
 }
 
 // One warp quantizes one row, group after group.
+template <bool SUMS>
 static __device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16 *x, int64_t K, uint8_t *dst, float *xs,
                                                          float *xsum, int64_t ld_s, int64_t slot) {
-    for (int64_t grp = 0; grp * 128 < K; grp++) quantize_group_warp(x, K, grp, dst, xs, xsum, ld_s, slot);
+    for (int64_t grp = 0; grp * 128 < K; grp++) quantize_group_warp<SUMS>(x, K, grp, dst, xs, xsum, ld_s, slot);
 }
 
+template <bool SUMS>
 static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, int32_t k, int64_t H, const int32_t *ids,
                                              const int32_t *seg_start, int32_t *cursor, int32_t *pair_of_slot,
                                              uint8_t *x8, float *xs, float *xsum) {
@@ -95,12 +99,13 @@ static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t P, 
             pair_of_slot[slot] = (int32_t)p;
         }
         slot = __shfl_sync(0xffffffffu, slot, 0);
-        quantize_row_warp(x + (p / k) * H, H, x8 + (int64_t)slot * Hp, xs, xsum, P, slot);
+        quantize_row_warp<SUMS>(x + (p / k) * H, H, x8 + (int64_t)slot * Hp, xs, xsum, P, slot);
     }
 }
 
 // Dense rows: one warp per (row, group), so that a decode-sized input is one round of loads; launched with PDL
 // (pdl.cuh): the GEMM after it may start loading its weights meanwhile.
+template <bool SUMS>
 static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs,
                                             float *xsum, int64_t ld_s) {
     pdl_launch_dependents();
@@ -108,7 +113,7 @@ static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, i
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (K + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < M * G; task += warps) {
         const int64_t r = task / G;
-        quantize_group_warp(x + r * K, K, task % G, x8 + r * G * 128, xs, xsum, ld_s, r);
+        quantize_group_warp<SUMS>(x + r * K, K, task % G, x8 + r * G * 128, xs, xsum, ld_s, r);
     }
 }
 
@@ -129,8 +134,12 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     FM_LAUNCH_CHECK("moe_dispatch_count");
     plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, b->seg_start, b->cursor, b->tiles, b->n_tiles);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
-    place_quantize_kernel<<<warp_blocks(P), 256, 0, s>>>(x, P, k, H, ids, b->seg_start, b->cursor, b->pair_of_slot,
-                                                         b->x8, b->xs, b->xsum);
+    if (b->xsum)
+        place_quantize_kernel<true><<<warp_blocks(P), 256, 0, s>>>(x, P, k, H, ids, b->seg_start, b->cursor,
+                                                                   b->pair_of_slot, b->x8, b->xs, b->xsum);
+    else
+        place_quantize_kernel<false><<<warp_blocks(P), 256, 0, s>>>(x, P, k, H, ids, b->seg_start, b->cursor,
+                                                                    b->pair_of_slot, b->x8, b->xs, NULL);
     FM_LAUNCH_CHECK("moe_dispatch_place_quantize");
 }
 
@@ -138,7 +147,7 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
                                 int64_t ld_s, cudaStream_t s) {
     if (M == 0) return;
     void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&x8, (void *)&xs, (void *)&xsum, (void *)&ld_s};
-    fm_cuda_launch_pdl((const void *)quantize_rows_kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s,
-                       args);
+    const void *kernel = xsum ? (const void *)quantize_rows_kernel<true> : (const void *)quantize_rows_kernel<false>;
+    fm_cuda_launch_pdl(kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s, args);
     FM_LAUNCH_CHECK("quantize_e4m3_rows");
 }

@@ -165,12 +165,42 @@ static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162
 // g + 8: i / 2), activation rows nt * 8 + 2t + i % 2 of the tile (the m16n8 / wgmma D layout). A block past the
 // bank (blk_ok false) holds zeros and stores nothing. SwiGLU: the CTA's 256 rows are the gate and up rows of
 // 128 channels, one 128-group of h, so the amax per activation row is a CTA reduction (red[warp][row]).
+// EPI_SWIGLU_SUMS, after the SwiGLU epilogue left each thread's decoded-code sums of rows n in acc[0][nt][c]: the
+// down bank is int4-zp, so h's group sums X = scale x (sum of the 128 codes) are written beside hs (a second CTA
+// reduction, as the amax one)
+static __device__ __forceinline__ void write_group_sums(const gemm_params &p, const fm_w4a8_tile &tile,
+                                                        const float acc[2][8][4], float (*red)[BN], float (*red_sum)[BN]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int n = nt * 8 + 2 * t + c;
+            float v = n < tile.rows ? acc[0][nt][c] : 0.0f;
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0) red_sum[warp][n] = v;
+        }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    for (int n = threadIdx.x; n < tile.rows; n += THREADS) {
+        float v = 0.0f, m = 0.0f;
+        for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n], m = fmaxf(m, red[w][n]);
+        const int64_t slot = tile.slot0 + n;
+        p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * fmaxf(m / 448.0f, 1e-12f);
+    }
+}
+
+// The epilogues: fm_w4a8_epilogue's two, and the SwiGLU one that also writes h's group sums (a down bank of int4-zp
+// weights needs them); a template value of its own so that the other two compile as if it did not exist.
+enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
+
 template <int EPILOGUE>
 static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][8][4],
                                                 const int64_t blk[2], const bool blk_ok[2], float (*red)[BN],
                                                 float (*red_sum)[BN]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (EPILOGUE == FM_W4A8_OUT_BF16) {
+    if (EPILOGUE == EPI_BF16) {
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
@@ -227,40 +257,22 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 #pragma unroll
             for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
             const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
-            float sum = 0.0f; /* this thread's codes of row n, decoded, for the group sum */
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                const int64_t ch = blk[mb] * 8 + g;
-                const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] / scale, __NV_SATFINITE, __NV_E4M3);
-                if (!blk_ok[mb] || ch >= I) continue;
-                sum += e4m3_decode(code);
-                if (n < tile.rows) p.h[(tile.slot0 + n) * p.ldh + ch] = code;
-            }
             if (n >= tile.rows) continue;
             const int64_t slot = tile.slot0 + n;
             if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
-            if (p.hsum) acc[0][nt][c] = sum; /* reused: h is written */
-        }
-    if (!p.hsum) return;
-    /* the down bank is int4-zp: h's group sums X = scale x (sum of the 128 codes), a second CTA reduction */
+            float sum = 0.0f; /* EPI_SWIGLU_SUMS: this thread's codes of row n, decoded, for the group sum */
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int n = nt * 8 + 2 * t + c;
-            float v = n < tile.rows ? acc[0][nt][c] : 0.0f;
-            v += __shfl_xor_sync(0xffffffffu, v, 4);
-            v += __shfl_xor_sync(0xffffffffu, v, 8);
-            v += __shfl_xor_sync(0xffffffffu, v, 16);
-            if (g == 0) red_sum[warp][n] = v;
+            for (int mb = 0; mb < 2; mb++) {
+                const int64_t ch = blk[mb] * 8 + g;
+                if (blk_ok[mb] && ch < I) {
+                    const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] / scale, __NV_SATFINITE, __NV_E4M3);
+                    p.h[slot * p.ldh + ch] = code;
+                    if (EPILOGUE == EPI_SWIGLU_SUMS) sum += e4m3_decode(code);
+                }
+            }
+            if (EPILOGUE == EPI_SWIGLU_SUMS) acc[0][nt][c] = sum; /* reused: h is written */
         }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
-    for (int n = threadIdx.x; n < tile.rows; n += THREADS) {
-        float v = 0.0f, m = 0.0f;
-        for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n], m = fmaxf(m, red[w][n]);
-        const int64_t slot = tile.slot0 + n;
-        p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * fmaxf(m / 448.0f, 1e-12f);
-    }
+    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums(p, tile, acc, red, red_sum);
 }
 
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
@@ -298,7 +310,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     __shared__ float sc_smem[STAGES][BN];
     __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
     __shared__ float red[THREADS / 32][BN];
-    __shared__ float red_sum[THREADS / 32][BN]; /* SwiGLU into an int4-zp down bank only */
+    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BN];
     constexpr int NW = wk_shape<WK>::words;
 
     const int64_t tile_idx = blockIdx.y;
@@ -464,7 +476,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     __shared__ float sc_smem[STAGES][BN];
     __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
     __shared__ float red[THREADS / 32][BN];
-    __shared__ float red_sum[THREADS / 32][BN]; /* SwiGLU into an int4-zp down bank only */
+    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BN];
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
@@ -637,7 +649,8 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
-    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<FM_W4A8_OUT_BF16>(p, w->fmt, grid, s);
-    else launch_kind<FM_W4A8_OUT_SWIGLU_E4M3>(p, w->fmt, grid, s);
+    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16>(p, w->fmt, grid, s);
+    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS>(p, w->fmt, grid, s);
+    else launch_kind<EPI_SWIGLU>(p, w->fmt, grid, s);
     FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)" : "w4a8 grouped GEMM (swiglu e4m3 out)");
 }
