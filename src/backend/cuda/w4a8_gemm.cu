@@ -110,8 +110,10 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm
 // Where one warp's weights live: its two 16-row blocks (any two blocks of a matrix) for this lane, and their
 // row scales for rows g and g + 8.
 typedef struct warp_weights {
-    const uint8_t       *codes[2];  // block mb, group 0, this lane's 16 bytes of part 0
-    int64_t              scale0[2]; // index of (block mb, group 0, row g) in the scale arrays
+    const uint8_t       *codes[2];   // block mb, group 0, this lane's 16 bytes of part 0
+    const __nv_bfloat16 *scales[2];  // WK_INT4: block mb, group 0, row g
+    const float         *fscales[2]; // WK_INT4_ZP, WK_E4M3: likewise
+    const float         *zscales[2]; // WK_INT4_ZP
     int64_t              n_groups, rows_pad;
 } warp_weights;
 
@@ -121,7 +123,10 @@ static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params
     warp_weights  w;
     for (int mb = 0; mb < 2; mb++) {
         w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
-        w.scale0[mb] = (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
+        const int64_t s0 = (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
+        w.scales[mb]  = WK == WK_INT4 ? p.ws + s0 : NULL;
+        w.fscales[mb] = WK != WK_INT4 ? p.wsf + s0 : NULL;
+        w.zscales[mb] = WK == WK_INT4_ZP ? p.wzs + s0 : NULL;
     }
     w.n_groups = p.n_groups, w.rows_pad = p.rows_pad;
     return w;
@@ -141,22 +146,30 @@ static __device__ __forceinline__ void load_weight_part(const warp_weights &w, i
 
 // The row scales for 128-group grp (rows g, g + 8 of both blocks), as the partial sums want them: int4 codes are
 // e4m3 subnormals q / 512, so their scales carry the 512 (int4-zp-tc stores it folded in); zs: zero x scale.
-// Only the blocks with ok[mb] are read (an absent block keeps its zero scales).
+// Block mb's (load_block_scales) or both blocks' (load_weight_scales: the blocks with ok[mb]; an absent block keeps
+// its zero scales).
 template <int WK>
-static __device__ __forceinline__ void load_weight_scales(const gemm_params &p, const warp_weights &w, int64_t grp,
-                                                          const bool ok[2], float sc[2][2], float zs[2][2]) {
-#pragma unroll
-    for (int mb = 0; mb < 2; mb++) {
-        if (!ok[mb]) continue;
-        const int64_t i = w.scale0[mb] + grp * w.rows_pad;
-        if (WK == WK_INT4) {
-            sc[mb][0] = __bfloat162float(p.ws[i]) * 512.0f;
-            sc[mb][1] = __bfloat162float(p.ws[i + 8]) * 512.0f;
-        } else {
-            sc[mb][0] = __ldg(p.wsf + i), sc[mb][1] = __ldg(p.wsf + i + 8);
-        }
-        if (WK == WK_INT4_ZP) zs[mb][0] = __ldg(p.wzs + i), zs[mb][1] = __ldg(p.wzs + i + 8);
+static __device__ __forceinline__ void load_block_scales(const warp_weights &w, int mb, int64_t grp, float sc[2],
+                                                         float zs[2]) {
+    if (WK == WK_INT4) {
+        const __nv_bfloat16 *s = w.scales[mb] + grp * w.rows_pad;
+        sc[0] = __bfloat162float(s[0]) * 512.0f, sc[1] = __bfloat162float(s[8]) * 512.0f;
+    } else {
+        const float *s = w.fscales[mb] + grp * w.rows_pad;
+        sc[0] = __ldg(s), sc[1] = __ldg(s + 8);
     }
+    if (WK == WK_INT4_ZP) {
+        const float *z = w.zscales[mb] + grp * w.rows_pad;
+        zs[0] = __ldg(z), zs[1] = __ldg(z + 8);
+    }
+}
+
+template <int WK>
+static __device__ __forceinline__ void load_weight_scales(const warp_weights &w, int64_t grp, const bool ok[2],
+                                                          float sc[2][2], float zs[2][2]) {
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++)
+        if (ok[mb]) load_block_scales<WK>(w, mb, grp, sc[mb], zs[mb]);
 }
 
 static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -341,12 +354,12 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     if (active) {
 #pragma unroll
         for (int q = 0; q < wk_shape<WK>::parts; q++) load_weight_part<WK>(ww, 0, q, words);
-        load_weight_scales<WK>(p, ww, 0, blk_ok, scur, zcur);
+        load_weight_scales<WK>(ww, 0, blk_ok, scur, zcur);
     }
 
     for (int64_t grp = 0; grp < KG; grp++) {
         const bool more = grp + 1 < KG;
-        if (active && more) load_weight_scales<WK>(p, ww, grp + 1, blk_ok, snext, znext);
+        if (active && more) load_weight_scales<WK>(ww, grp + 1, blk_ok, snext, znext);
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
@@ -512,7 +525,6 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes and zero scales (the loads below are per block) */
-    load_weight_scales<WK>(p, ww, 0, blk_ok, scur, zcur);
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
         if (blk_ok[mb]) {
@@ -521,6 +533,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
                 const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
                 words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z, words[mb][4 * q + 3] = v.w;
             }
+            load_block_scales<WK>(ww, mb, 0, scur[mb], zcur[mb]);
         }
 
     for (int64_t grp = 0; grp < KG; grp++) {
@@ -580,8 +593,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
                     const uint4 v = __ldg((const uint4 *)(q + pq * 512));
                     dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z, dst[mb][4 * pq + 3] = v.w;
                 }
+                load_block_scales<WK>(ww, mb, grp + 1, snext[mb], znext[mb]);
             }
-        if (more) load_weight_scales<WK>(p, ww, grp + 1, blk_ok, snext, znext);
         wgmma_wait_all();
         settle_block(part[0], a[0]);
         settle_block(part[1], a[1]);
