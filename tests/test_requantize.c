@@ -28,6 +28,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "cli_runner.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "engine/requantize.h"
 #include "engine/requantize_dir.h"
 #include "io/config.h"
@@ -85,6 +86,13 @@ static void expect_identical(const char *a, const char *b, fm_preset preset, con
     assert_int_equal(ma->layers[0].qkv->fmt, fmt);
     assert_int_equal(ma->layers[0].gate_up->fmt, mb->layers[0].gate_up->fmt);
     assert_int_equal(ma->weight_bytes, mb->weight_bytes); /* the memory plan's int4 formats, byte for byte */
+    /* and the memory plan, from the config and the binder's native_layout, counts exactly those bytes */
+    fm_memory_plan plan;
+    fm_config cfg = ma->cfg;
+    cfg.tie_word_embeddings = ma->lm_head == ma->embed;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &ma->plan, "cpu", ma->n_layers, 16, &plan, &err), FM_OK);
+    assert_true(cfg.quant.native_layout);
+    assert_int_equal(plan.weight_total, ma->weight_bytes);
     float *la = logits_of(ma), *lb = logits_of(mb);
     const size_t n = (size_t)T_TOKENS * (size_t)fm_model_vocab_size(ma);
     assert_memory_equal(la, lb, n * sizeof(float));

@@ -197,6 +197,7 @@ static void plan_row(const char *what, size_t bytes, int indent) {
 /* The memory plan section: returns the status of computing it (usage errors: a bad --layers). */
 static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, const plan_args *a, fm_error *err) {
     fm_config cfg = *cfg_in;
+    cfg.quant.native_layout = src->cfg.quant.native_layout; /* found by the binder */
     /* lm_head has a bank of its own unless it is the embedding's tensor (a tied config may still ship one) */
     cfg.tie_word_embeddings = src->lm_head.t == src->embed.t && src->lm_head.offset == src->embed.offset;
     fm_plan plan;

@@ -149,6 +149,7 @@ static fm_status linear_format(const planner *pl, fm_wformat plan_fmt, fm_afmt a
     *fmt = plan_fmt;
     if (!fm_wformat_is_int4(plan_fmt) || pl->quant->method == FM_QUANT_NONE) return FM_OK;
     const bool fp8_block = pl->quant->method == FM_QUANT_FP8_BLOCK;
+    if (pl->quant->native_layout && !fp8_block) return FM_OK; /* our own int4-g128: the plan's banks (model.c) */
     if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
     else if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
         return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: pre-quantized weights (%s) with %s activations are not "

@@ -218,6 +218,7 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     m->n_layers = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
     m->n_params = src->n_params;
+    m->cfg.quant.native_layout = src->cfg.quant.native_layout; /* found by the binder, for the memory plan */
     for (int l = 0; l < m->cfg.n_layers; l++)
         if (src->layers[l].is_moe) {
             m->expert_layout = src->layers[l].layout;

@@ -39,6 +39,9 @@ typedef struct fm_quant_config {
     int32_t block_n;                    /* fp8: the block's N */
     bool sym;                           /* zero point fixed at 8 (no zero-point tensor needed) */
     bool act_order;                     /* g_idx tensors give each input channel's group (GPTQ desc_act, CT actorder) */
+    bool native_layout;                 /* set by the binder, not the config: every pre-quantized int4 projection is
+                                           in our own int4-g128 layout (quant/int4_native.h), which the plan's int4
+                                           banks take as they are (the memory plan counts them so) */
     bool zero_minus_one;                /* GPTQ v1: qzeros hold zero - 1 */
     int32_t n_ignore;                   /* compressed-tensors ignore entries */
     char ignore[FM_QUANT_IGNORE_BYTES]; /* n_ignore NUL-terminated strings back to back */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/model_src.h"
+#include "quant/int4_native.h"
 #include "util/status.h"
 
 typedef struct binder {
@@ -282,6 +283,31 @@ static int cmp_ptr(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Whether every pre-quantized int4 projection (attention, experts, dense MLP; router and lm_head stay bf16) has our
+ * own int4-g128 layout: the memory plan then counts the plan's int4 banks (a code of -8 under a tensor-core plan
+ * still sends a bank to int4-zp-tc at load, which the plan cannot see without reading every code). */
+static bool native_one(const fm_wsrc *w, int *n) {
+    if (!fm_wsrc_is_quantized(w)) return true;
+    (*n)++;
+    return fm_qsrc_native_layout(&w->q, w->cols);
+}
+
+static bool all_native_layout(const fm_model_src *m) {
+    int n = 0;
+    bool ok = true;
+    for (int l = 0; ok && l < m->cfg.n_layers; l++) {
+        const fm_layer_src *L = &m->layers[l];
+        ok = native_one(&L->q, &n) && native_one(&L->k, &n) && native_one(&L->v, &n) && native_one(&L->o, &n);
+        if (L->is_moe)
+            for (int32_t e = 0; ok && e < m->cfg.n_experts; e++)
+                ok = native_one(&L->expert_gate[e], &n) && native_one(&L->expert_up[e], &n) &&
+                     native_one(&L->expert_down[e], &n);
+        else if (ok)
+            ok = native_one(&L->mlp_gate, &n) && native_one(&L->mlp_up, &n) && native_one(&L->mlp_down, &n);
+    }
+    return ok && n > 0;
+}
+
 fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model_src *out, fm_error *err) {
     memset(out, 0, sizeof *out);
     out->cfg = *cfg;
@@ -302,6 +328,7 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
         }
     }
     for (int l = 0; !st && l < cfg->n_layers; l++) st = bind_layer(&b, l, names, &out->layers[l]);
+    if (!st) out->cfg.quant.native_layout = all_native_layout(out);
     if (!st) {
         qsort(b.used, (size_t)b.n_used, sizeof *b.used, cmp_ptr);
         int64_t distinct = 0;
