@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu_internal.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "io/config.h"
@@ -161,6 +162,9 @@ static void prequant_weights_equal_plan(void **s) {
                 fail_msg("%s %s: %s holds %zu bytes, the plan says %zu", cases[i].dir, fm_preset_name(cases[i].preset),
                          fm_mem_family_name((fm_mem_family)f), got.bytes[f], plan.weights[f]);
         assert_int_equal(m->weight_bytes, plan.weight_total);
+        /* the formats the plan reports (inspect prints them) are the ones the load picked */
+        assert_int_equal(plan.formats[FM_MEM_ATTN], m->layers[0].qkv->fmt);
+        assert_int_equal(plan.formats[FM_MEM_EXPERTS], m->layers[0].gate_up->fmt);
         fm_model_free(m);
     }
 }

@@ -216,7 +216,10 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) {
         const char *name = fm_mem_family_name((fm_mem_family)f);
         if (f == FM_MEM_LM_HEAD && cfg.tie_word_embeddings) name = "lm_head (tied to the embeddings)";
-        plan_row(name, p.weights[f], 2);
+        char row[96]; /* the family's bank format, as the load will pick it (a checkpoint's own where it keeps one) */
+        if (p.weights[f]) snprintf(row, sizeof row, "%s: %s", name, fm_wformat_name(p.formats[f]));
+        else snprintf(row, sizeof row, "%s", name);
+        plan_row(row, p.weights[f], 2);
     }
     snprintf(what, sizeof what, "activations (%d forward buffers)", p.n_buffers);
     plan_row(what, p.activations, 0);

@@ -193,6 +193,7 @@ static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, f
         return fm_fail(pl->err, FM_ERR_FORMAT, "%s: [%d][%lld, %lld] is too large to address", what, n, (long long)rows,
                        (long long)cols);
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
+    p->formats[fam] = fmt;
     p->n_banks++;
     p->n_weight_allocs += fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT || fm_wformat_is_int4zp(fmt) || fmt == FM_W_E4M3_B128
                               ? 2 : 1; /* values; scales apart */

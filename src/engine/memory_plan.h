@@ -42,8 +42,11 @@ typedef struct fm_memory_plan {
     int32_t     n_layers; /* decoder layers loaded */
     int64_t     tokens;   /* activations and workspace are for this many tokens */
 
-    size_t  weights[FM_MEM_FAMILY_COUNT];
-    size_t  weight_total;
+    size_t     weights[FM_MEM_FAMILY_COUNT];
+    fm_wformat formats[FM_MEM_FAMILY_COUNT]; /* the bank format each family takes (a pre-quantized checkpoint's
+                                                int4-zp, int4-zp-tc, e4m3-block in place of the plan's); FM_W_F32
+                                                for a family with no bank */
+    size_t     weight_total;
     int32_t n_banks;         /* banks the load creates */
     int32_t n_weight_allocs; /* backend allocations those banks make (an int4 bank on cuda: values + scales) */
 
