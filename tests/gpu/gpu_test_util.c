@@ -78,3 +78,16 @@ float *gpu_run_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, 
     be->ops->free(be, xd), be->ops->free(be, wd), be->ops->free(be, idd);
     return o;
 }
+
+void gpu_expect_close(const float *gpu, const float *cpu, int64_t n, double bound, const char *what) {
+    const double e = gpu_nerr(gpu, cpu, n);
+    printf("  %-60s n %-8lld err %.3g\n", what, (long long)n, e);
+    if (!(e <= bound)) {
+        int64_t worst = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(gpu[i] - cpu[i]) > fabsf(gpu[worst] - cpu[worst])) worst = i;
+        for (int64_t i = 0; i < n && i < 6; i++) printf("    [%lld] gpu %g cpu %g\n", (long long)i, gpu[i], cpu[i]);
+        printf("    worst [%lld] gpu %g cpu %g\n", (long long)worst, gpu[worst], cpu[worst]);
+        fail_msg("%s: normalised error %.3g > %.3g", what, e, bound);
+    }
+}

@@ -23,6 +23,9 @@ fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64
  * host; returns the output [T, H] (fetched from between NaN guards; caller frees). */
 float *gpu_run_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const float *x, int64_t T, int64_t H,
                    const int32_t *ids, const float *weights, int32_t k);
+/* Prints what, n and the normalised error of gpu against ref; fails the test (showing the first and the worst
+ * elements) when it is above bound. */
+void gpu_expect_close(const float *gpu, const float *ref, int64_t n, double bound, const char *what);
 /* ||x - ref|| / ||ref|| (||x - ref|| when ref is zero) */
 double gpu_nerr(const float *x, const float *ref, int64_t n);
 

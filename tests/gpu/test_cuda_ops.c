@@ -64,18 +64,6 @@ static void destroy(both *b) {
     for (int i = 0; i < 2; i++) b->be[i]->ops->destroy(b->be[i]);
 }
 
-static void expect_close(const float *gpu, const float *cpu, int64_t n, double bound, const char *what) {
-    const double e = gpu_nerr(gpu, cpu, n);
-    printf("  %-48s n %-8lld err %.3g\n", what, (long long)n, e);
-    if (!(e <= bound)) {
-        int64_t worst = 0;
-        for (int64_t i = 0; i < n; i++)
-            if (fabsf(gpu[i] - cpu[i]) > fabsf(gpu[worst] - cpu[worst])) worst = i;
-        for (int64_t i = 0; i < n && i < 6; i++) printf("    [%lld] gpu %g cpu %g\n", (long long)i, gpu[i], cpu[i]);
-        printf("    worst [%lld] gpu %g cpu %g\n", (long long)worst, gpu[worst], cpu[worst]);
-        fail_msg("%s: normalised error %.3g > %.3g", what, e, bound);
-    }
-}
 
 static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
     return gpu_bank(be, w, n, rows, cols, fmt, false);
@@ -100,7 +88,7 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
     snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld%s", fm_wformat_name(fmt), (long long)M, (long long)K,
              (long long)N, x_scale == 0.0f ? " zero input" : "");
     const bool fp8 = fmt == FM_W_INT4_G128_TC || fmt == FM_W_E4M3_PT;
-    expect_close(y[1], y[0], M * N, fp8 ? 5e-3 : reduction_bound(&b), what);
+    gpu_expect_close(y[1], y[0], M * N, fp8 ? 5e-3 : reduction_bound(&b), what);
     free(y[0]), free(y[1]), free(w), free(x);
     destroy(&b);
 }
@@ -167,9 +155,9 @@ static void norm_embed_elementwise(fm_preset preset) {
             }
             char what[64];
             snprintf(what, sizeof what, "rmsnorm %s rows=%lld dim=%lld", fm_preset_name(preset), (long long)R, (long long)D);
-            expect_close(o[1], o[0], R * D, reduction_bound(&b), what);
-            expect_close(sw[1], sw[0], R * (D / 2), 1e-6, "swiglu");
-            expect_close(ad[1], ad[0], D, 1e-6, "add");
+            gpu_expect_close(o[1], o[0], R * D, reduction_bound(&b), what);
+            gpu_expect_close(sw[1], sw[0], R * (D / 2), 1e-6, "swiglu");
+            gpu_expect_close(ad[1], ad[0], D, 1e-6, "add");
             for (int i = 0; i < 2; i++) free(o[i]), free(sw[i]), free(ad[i]);
             free(x), free(w);
         }
@@ -189,7 +177,7 @@ static void norm_embed_elementwise(fm_preset preset) {
         be->ops->free(be, idd);
         be->ops->bank_free(be, tb);
     }
-    expect_close(e[1], e[0], T * H, 0.0, "embed");
+    gpu_expect_close(e[1], e[0], T * H, 0.0, "embed");
     free(e[0]), free(e[1]), free(table);
     destroy(&b);
 }
@@ -223,10 +211,10 @@ static void attention_case(fm_preset preset, int64_t T, int32_t nh, int32_t nkv,
     char what[96];
     snprintf(what, sizeof what, "qk_norm_rope %s T=%lld nh=%d nkv=%d hd=%d norm=%d", fm_preset_name(preset), (long long)T,
              nh, nkv, hd, norm);
-    expect_close(r[1], r[0], T * ld, reduction_bound(&b), what);
+    gpu_expect_close(r[1], r[0], T * ld, reduction_bound(&b), what);
     snprintf(what, sizeof what, "attention    %s T=%lld nh=%d nkv=%d hd=%d", fm_preset_name(preset), (long long)T, nh,
              nkv, hd);
-    expect_close(a[1], a[0], T * nh * hd, reduction_bound(&b), what);
+    gpu_expect_close(a[1], a[0], T * nh * hd, reduction_bound(&b), what);
     free(r[0]), free(r[1]), free(a[0]), free(a[1]), free(qkv), free(qn), free(kn);
     destroy(&b);
 }
@@ -268,7 +256,7 @@ static void route_cases(fm_preset preset) {
                 snprintf(what, sizeof what, "route %s %s E=%d k=%d T=%lld", fm_preset_name(preset),
                          kind ? "topk-softmax" : "softmax-topk", E, k, (long long)T);
                 assert_memory_equal(ids[0], ids[1], (size_t)(T * k) * 4);
-                expect_close(w[1], w[0], T * k, reduction_bound(&b), what);
+                gpu_expect_close(w[1], w[0], T * k, reduction_bound(&b), what);
                 for (int i = 0; i < 2; i++) free(w[i]), free(ids[i]);
                 free(l);
             }
@@ -305,7 +293,7 @@ static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, i
     char what[96];
     snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt), (long long)T, E, k,
              (long long)H, (long long)I, skewed ? " skewed" : "");
-    expect_close(o[1], o[0], T * H, fmt == FM_W_INT4_G128_TC ? 3e-2 : reduction_bound(&b), what);
+    gpu_expect_close(o[1], o[0], T * H, fmt == FM_W_INT4_G128_TC ? 3e-2 : reduction_bound(&b), what);
     free(o[0]), free(o[1]), free(gu), free(dn), free(x), free(wts), free(ids);
     destroy(&b);
 }

@@ -151,11 +151,6 @@ static float *rand_x(int64_t n) {
     return x;
 }
 
-static void expect_close(const float *got, const float *ref, int64_t n, double bound, const char *what) {
-    const double e = gpu_nerr(got, ref, n);
-    printf("  %-60s n %-8lld err %.3g\n", what, (long long)n, e);
-    if (!(e <= bound)) fail_msg("%s: normalised error %.3g > %.3g", what, e, bound);
-}
 
 static float *run_linear(fm_backend *be, fm_bank *wb, const float *x, int64_t M, int64_t K, int64_t N) {
     void *xd = gpu_upload(be, x, M * K), *base;
@@ -182,7 +177,7 @@ static void zp_w4a16_case(int64_t M, int64_t N, int64_t K, int32_t G, bool sym, 
     char what[128];
     snprintf(what, sizeof what, "int4-zp linear M=%lld N=%lld K=%lld G=%d%s%s", (long long)M, (long long)N, (long long)K,
              G, sym ? " sym" : " asym", act_order ? " act-order" : "");
-    expect_close(y[1], y[0], M * N, 1e-2, what);
+    gpu_expect_close(y[1], y[0], M * N, 1e-2, what);
     free(y[0]), free(y[1]);
     free_q(&q);
 }
@@ -228,7 +223,7 @@ static void fp8_linear_parts(qlinear *q, int n_parts, fm_wformat fmt, int64_t M,
     float      *x = rand_x(M * K), *y = run_linear(be, wb, x, M, K, N), *ref = fp8_reference(x, w, M, K, N);
     char label[160];
     snprintf(label, sizeof label, "%s M=%lld N=%lld K=%lld", what, (long long)M, (long long)N, (long long)K);
-    expect_close(y, ref, M * N, 5e-3, label);
+    gpu_expect_close(y, ref, M * N, 5e-3, label);
     free(x), free(y), free(ref), free(w);
     be->ops->bank_free(be, wb);
     be->ops->destroy(be);
@@ -350,7 +345,7 @@ static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t 
     snprintf(kind, sizeof kind, fp8_bn ? " blocks %dx128" : sym ? " sym" : " asym", fp8_bn);
     snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt), (long long)T, E, k,
              (long long)H, (long long)I, kind);
-    expect_close(o[1], o[0], T * H, bound, what);
+    gpu_expect_close(o[1], o[0], T * H, bound, what);
     free(o[0]), free(o[1]), free(x), free(wts), free(ids);
     free_experts(&q);
 }
