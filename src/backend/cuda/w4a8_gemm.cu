@@ -87,23 +87,52 @@ static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int
     return t;
 }
 
-// Activation tile of 128-group grp into one stage: rows past the tile are zero-filled.
-// Issued by threads `first`..`first + count - 1`.
+// One thread's share of loading an activation stage (BN rows x 128 bytes of 128-group grp, the rows' scales and,
+// for int4-zp banks, their group sums), fixed once per CTA: a stage is then two 16-byte cp.async per thread and,
+// for the first BN threads, one or two 4-byte ones, with no loop or branch (the generic strided loop this replaces
+// compiled to ~100 instructions per group, ~15 % of the kernel's samples under ncu). Rows past the tile are
+// zero-filled (source size 0, pointed at the tile's first row).
+#define STAGE_CHUNKS (BN * 128 / 16 / THREADS) /* 16-byte chunks per thread and stage */
+static_assert(BN * 128 / 16 == STAGE_CHUNKS * THREADS && BN <= THREADS, "stage loader: chunks must divide evenly");
+typedef struct stage_loader {
+    const uint8_t *src[STAGE_CHUNKS]; // 128-group 0 of the chunk's row
+    uint32_t       dst[STAGE_CHUNKS]; // its offset in a stage's tile (16-byte chunks XOR-swizzled by row)
+    int            bytes[STAGE_CHUNKS];
+    const float   *sc;                // threads < BN: row tid's scale (and sum), 128-group 0; else NULL
+    const float   *sum;
+    int            sc_bytes;
+} stage_loader;
+
 template <int WK>
-static __device__ __forceinline__ void load_stage(const gemm_params &p, const fm_w4a8_tile &tile, int64_t grp,
-                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem, int first, int count) {
-    const int me = (int)threadIdx.x - first;
-    for (int c = me; c < BN * 8; c += count) {
-        const int      n = c >> 3, ch = c & 7;
-        const bool     ok = n < tile.rows;
-        const uint8_t *src = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + grp * 128 + ch * 16;
-        cp_async16(smem_u32(xs_smem + n * 128 + ((ch ^ (n & 7)) << 4)), src, ok ? 16 : 0);
-    }
-    for (int n = me; n < BN; n += count) {
+static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params &p, const fm_w4a8_tile &tile) {
+    stage_loader l;
+    const int    tid = (int)threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < STAGE_CHUNKS; i++) {
+        const int  c = tid + i * THREADS, n = c >> 3, ch = c & 7;
         const bool ok = n < tile.rows;
-        cp_async4(smem_u32(sc_smem + n), p.xs + grp * p.lds + tile.slot0 + (ok ? n : 0), ok ? 4 : 0);
-        if (WK == WK_INT4_ZP)
-            cp_async4(smem_u32(sum_smem + n), p.xsum + grp * p.lds + tile.slot0 + (ok ? n : 0), ok ? 4 : 0);
+        l.src[i] = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + ch * 16;
+        l.dst[i] = (uint32_t)(n * 128 + ((ch ^ (n & 7)) << 4));
+        l.bytes[i] = ok ? 16 : 0;
+    }
+    const bool ok = tid < tile.rows;
+    l.sc = tid < BN ? p.xs + tile.slot0 + (ok ? tid : 0) : NULL;
+    l.sum = tid < BN && WK == WK_INT4_ZP ? p.xsum + tile.slot0 + (ok ? tid : 0) : NULL;
+    l.sc_bytes = ok ? 4 : 0;
+    return l;
+}
+
+// Activation tile of 128-group grp into one stage.
+template <int WK>
+static __device__ __forceinline__ void load_stage(const gemm_params &p, const stage_loader &l, int64_t grp,
+                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem) {
+    const uint32_t base = smem_u32(xs_smem);
+#pragma unroll
+    for (int i = 0; i < STAGE_CHUNKS; i++) cp_async16(base + l.dst[i], l.src[i] + grp * 128, l.bytes[i]);
+    if (l.sc) {
+        const int tid = (int)threadIdx.x;
+        cp_async4(smem_u32(sc_smem + tid), l.sc + grp * p.lds, l.sc_bytes);
+        if (WK == WK_INT4_ZP) cp_async4(smem_u32(sum_smem + tid), l.sum + grp * p.lds, l.sc_bytes);
     }
 }
 
@@ -174,6 +203,11 @@ static __device__ __forceinline__ void load_weight_scales(const warp_weights &w,
 
 static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// SiLU on the fast exponential and reciprocal (MUFU.EX2 and MUFU.RCP, 4 instructions where expf and an IEEE
+// division took ~16 and a branch; the epilogue was about a third of the gate|up kernel's ncu samples at T = 2048).
+// Their few-ulp error is absorbed by the bf16 rounding that follows, except at rare rounding ties.
+static __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g, 1.0f + __expf(-g)); }
+
 // The epilogue, shared by both kernels: acc[mb][nt][i] is the accumulator of 16-row block blk[mb] (rows g and
 // g + 8: i / 2), activation rows nt * 8 + 2t + i % 2 of the tile (the m16n8 / wgmma D layout). A block past the
 // bank (blk_ok false) holds zeros and stores nothing. SwiGLU: the CTA's 256 rows are the gate and up rows of
@@ -214,22 +248,28 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
                                                 float (*red_sum)[BN]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == EPI_BF16) {
+        int64_t col[2][2]; /* the output columns of this thread's 4 weight rows, -1 past the bank */
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int64_t tr = blk[mb] * 16 + g + 8 * half;
-                if (!blk_ok[mb] || tr >= p.rows) continue;
-                const int64_t col = fm_tc_source_row(tr, p.rows, p.interleaved);
+                col[mb][half] = blk_ok[mb] && tr < p.rows ? fm_tc_source_row(tr, p.rows, p.interleaved) : -1;
+            }
+        /* one row lookup per activation row, then its 4 values */
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        const int n = nt * 8 + 2 * t + c;
-                        if (n >= tile.rows) continue;
-                        const int64_t slot = tile.slot0 + n, row = p.row_map ? p.row_map[slot] : slot;
-                        p.y[row * p.ldy + col] = __float2bfloat16_rn(acc[mb][nt][2 * half + c]);
-                    }
+            for (int c = 0; c < 2; c++) {
+                const int n = nt * 8 + 2 * t + c;
+                if (n >= tile.rows) continue;
+                const int64_t  slot = tile.slot0 + n, row = p.row_map ? p.row_map[slot] : slot;
+                __nv_bfloat16 *yr = p.y + row * p.ldy;
+#pragma unroll
+                for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++)
+                        if (col[mb][half] >= 0) yr[col[mb][half]] = __float2bfloat16_rn(acc[mb][nt][2 * half + c]);
             }
         return;
     }
@@ -245,7 +285,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const float gate = round_bf16(acc[mb][nt][c]), up = round_bf16(acc[mb][nt][2 + c]);
-                const float hv = (blk_ok[mb] && ch < I) ? round_bf16(gate / (1.0f + expf(-gate)) * up) : 0.0f;
+                const float hv = (blk_ok[mb] && ch < I) ? round_bf16(silu_fast(gate) * up) : 0.0f;
                 acc[mb][nt][c] = hv;
                 amax[nt][c] = fmaxf(amax[nt][c], fabsf(hv));
             }
@@ -270,6 +310,9 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 #pragma unroll
             for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
             const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+            /* one division per row and a multiply per element (the CPU divides each element: a product can differ
+               from the quotient by an ulp, which moves an e4m3 code only at a rounding tie) */
+            const float inv = 1.0f / scale;
             if (n >= tile.rows) continue;
             const int64_t slot = tile.slot0 + n;
             if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
@@ -278,7 +321,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             for (int mb = 0; mb < 2; mb++) {
                 const int64_t ch = blk[mb] * 8 + g;
                 if (blk_ok[mb] && ch < I) {
-                    const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] / scale, __NV_SATFINITE, __NV_E4M3);
+                    const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] * inv, __NV_SATFINITE, __NV_E4M3);
                     p.h[slot * p.ldh + ch] = code;
                     if (EPILOGUE == EPI_SWIGLU_SUMS) sum += e4m3_decode(code);
                 }
@@ -290,13 +333,21 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
 // int4-zp: then acc -= (zero x scale) x (the activation group's sum)
+// The activation scales of this thread's columns (rows nt * 8 + 2t, + 1 of the tile) from the stage in shared
+// memory.
+static __device__ __forceinline__ void load_act_scales(const float *sc, float2 xsc[8]) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) xsc[nt] = *(const float2 *)(sc + nt * 8 + 2 * t);
+}
+
 template <int WK>
 static __device__ __forceinline__ void promote(float acc[2][8][4], const float part[2][8][4], const float wsc[2][2],
-                                               const float zs[2][2], const float *sc, const float *sum) {
+                                               const float zs[2][2], const float2 xsc_all[8], const float *sum) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) {
-        const float2 xsc = *(const float2 *)(sc + nt * 8 + 2 * t);
+        const float2 xsc = xsc_all[nt];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++) {
             acc[mb][nt][0] = fmaf(part[mb][nt][0], wsc[mb][0] * xsc.x, acc[mb][nt][0]);
@@ -329,6 +380,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of(p, tile_idx);
+    const stage_loader ld = stage_loader_at<WK>(p, tile);
     const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
     const bool    active = row_base < p.rows_pad;
@@ -347,9 +399,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
-    load_stage<WK>(p, tile, 0, xs_smem[0], sc_smem[0], sum_smem[0], 0, THREADS);
+    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK>(p, tile, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], 0, THREADS);
+    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0]);
     cp_async_commit();
     if (active) {
 #pragma unroll
@@ -363,8 +415,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK>(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
-                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], 0, THREADS);
+            load_stage<WK>(p, ld, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
+                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0]);
         cp_async_commit();
         if (!active) continue;
         const uint8_t *xt = xs_smem[grp % STAGES];
@@ -397,7 +449,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
                 }
             }
         }
-        promote<WK>(acc, part, scur, zcur, sc, xsum);
+        float2 xsc[8];
+        load_act_scales(sc, xsc);
+        promote<WK>(acc, part, scur, zcur, xsc, xsum);
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
             scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1], zcur[mb][0] = znext[mb][0], zcur[mb][1] = znext[mb][1];
@@ -495,6 +549,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of(p, tile_idx);
+    const stage_loader ld = stage_loader_at<WK>(p, tile);
     const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
@@ -519,9 +574,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         zcur[mb][0] = zcur[mb][1] = znext[mb][0] = znext[mb][1] = 0.0f;
     }
 
-    load_stage<WK>(p, tile, 0, xs_smem[0], sc_smem[0], sum_smem[0], 0, THREADS);
+    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK>(p, tile, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], 0, THREADS);
+    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0]);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes and zero scales (the loads below are per block) */
@@ -541,8 +596,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK>(p, tile, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
-                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], 0, THREADS);
+            load_stage<WK>(p, ld, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
+                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0]);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
         const float   *sc = sc_smem[grp % STAGES];
@@ -554,6 +609,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
         float part[2][8][4];
+        float2 xsc[8]; /* read after each wait: read before it, they cost 16 registers (spills in the e4m3 kernels) */
         /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a 128-group
            summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against the CPU
            emulation, 0.99993 when every k step of 32 is promoted: bench/NOTES.md). int4 codes (3-4 significant bits)
@@ -570,7 +626,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             wgmma_wait_all();
             settle_block(part[0], a[0]);
             settle_block(part[1], a[1]);
-            promote<WK>(acc, part, scur, zcur, sc, xsum);
+            load_act_scales(sc, xsc);
+            promote<WK>(acc, part, scur, zcur, xsc, xsum);
         }
         wgmma_fence();
 #pragma unroll
@@ -603,7 +660,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             for (int mb = 0; mb < 2; mb++)
 #pragma unroll
                 for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
-        promote<WK>(acc, part, scur, zcur, sc, xsum);
+        load_act_scales(sc, xsc);
+        promote<WK>(acc, part, scur, zcur, xsc, xsum);
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
             scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1], zcur[mb][0] = znext[mb][0], zcur[mb][1] = znext[mb][1];
