@@ -94,6 +94,14 @@ static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int
 // zero-filled (source size 0, pointed at the tile's first row).
 #define STAGE_CHUNKS (BN * 128 / 16 / THREADS) /* 16-byte chunks per thread and stage */
 static_assert(BN * 128 / 16 == STAGE_CHUNKS * THREADS && BN <= THREADS, "stage loader: chunks must divide evenly");
+// The CTA's weight row scales of a 128-group travel in the same stage (bytes per weight row: bf16 for int4-tc,
+// fp32 for e4m3-block, an fp32 scale and an fp32 zero x scale for int4-zp-tc, in two arrays of BM): read from shared
+// memory at the promotion, their global latency is off the loop's chain (loaded into registers a group ahead, the
+// copy into the current group's registers at the loop's end waited for them: ncu long-scoreboard stalls).
+template <int WK> struct wk_scales {
+    static constexpr int row_bytes = WK == WK_INT4 ? 2 : WK == WK_E4M3 ? 4 : 8;
+    static constexpr int chunks = BM * row_bytes / 16; /* 16-byte chunks per stage */
+};
 typedef struct stage_loader {
     const uint8_t *src[STAGE_CHUNKS]; // 128-group 0 of the chunk's row
     uint32_t       dst[STAGE_CHUNKS]; // its offset in a stage's tile (16-byte chunks XOR-swizzled by row)
@@ -101,6 +109,9 @@ typedef struct stage_loader {
     const float   *sc;                // threads < BN: row tid's scale (and sum), 128-group 0; else NULL
     const float   *sum;
     int            sc_bytes;
+    const uint8_t *wsrc;              // threads < wk_scales<WK>::chunks: a 16-byte chunk of weight scales, group 0
+    int            wbytes;            // 16, or 0 past the bank's padded rows (zero scales)
+    int64_t        wstride;           // bytes from one group's scales to the next
 } stage_loader;
 
 template <int WK>
@@ -119,16 +130,29 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
     l.sc = tid < BN ? p.xs + tile.slot0 + (ok ? tid : 0) : NULL;
     l.sum = tid < BN && WK == WK_INT4_ZP ? p.xsum + tile.slot0 + (ok ? tid : 0) : NULL;
     l.sc_bytes = ok ? 4 : 0;
+    /* weight scales: [matrix][group][rows_pad], this CTA's BM rows from row0; int4-zp-tc: scales, then zero x scale */
+    const int64_t row0 = (int64_t)blockIdx.x * BM;
+    l.wsrc = NULL, l.wbytes = 0, l.wstride = p.rows_pad * (WK == WK_INT4 ? 2 : 4);
+    if (tid < wk_scales<WK>::chunks) {
+        const int     per = 16 / (WK == WK_INT4 ? 2 : 4); /* rows per chunk */
+        const int     part = WK == WK_INT4_ZP ? tid / (BM / per) : 0, c = tid - part * (BM / per);
+        const int64_t row = row0 + (int64_t)c * per, base = (int64_t)tile.expert * p.n_groups * p.rows_pad;
+        const bool    in = row < p.rows_pad;
+        const uint8_t *arr = WK == WK_INT4 ? (const uint8_t *)p.ws : part ? (const uint8_t *)p.wzs : (const uint8_t *)p.wsf;
+        l.wsrc = arr + (base + (in ? row : row0)) * (WK == WK_INT4 ? 2 : 4);
+        l.wbytes = in ? 16 : 0;
+    }
     return l;
 }
 
-// Activation tile of 128-group grp into one stage.
+// Activation tile and weight scales of 128-group grp into one stage.
 template <int WK>
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const stage_loader &l, int64_t grp,
-                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem) {
+                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem, uint8_t *wsc_smem) {
     const uint32_t base = smem_u32(xs_smem);
 #pragma unroll
     for (int i = 0; i < STAGE_CHUNKS; i++) cp_async16(base + l.dst[i], l.src[i] + grp * 128, l.bytes[i]);
+    if (l.wsrc) cp_async16(smem_u32(wsc_smem + threadIdx.x * 16), l.wsrc + grp * l.wstride, l.wbytes);
     if (l.sc) {
         const int tid = (int)threadIdx.x;
         cp_async4(smem_u32(sc_smem + tid), l.sc + grp * p.lds, l.sc_bytes);
@@ -136,14 +160,11 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
     }
 }
 
-// Where one warp's weights live: its two 16-row blocks (any two blocks of a matrix) for this lane, and their
-// row scales for rows g and g + 8.
+// Where one warp's weight codes live: its two 16-row blocks (any two blocks of a matrix) for this lane, and the
+// CTA-local index of its rows g of each block (the scales' place in the stage).
 typedef struct warp_weights {
-    const uint8_t       *codes[2];   // block mb, group 0, this lane's 16 bytes of part 0
-    const __nv_bfloat16 *scales[2];  // WK_INT4: block mb, group 0, row g
-    const float         *fscales[2]; // WK_INT4_ZP, WK_E4M3: likewise
-    const float         *zscales[2]; // WK_INT4_ZP
-    int64_t              n_groups, rows_pad;
+    const uint8_t *codes[2]; // block mb, group 0, this lane's 16 bytes of part 0
+    int            lrow[2];  // blk[mb] * 16 + g - the CTA's first row
 } warp_weights;
 
 template <int WK>
@@ -152,12 +173,8 @@ static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params
     warp_weights  w;
     for (int mb = 0; mb < 2; mb++) {
         w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
-        const int64_t s0 = (int64_t)matrix * p.n_groups * p.rows_pad + blk[mb] * 16 + (lane >> 2);
-        w.scales[mb]  = WK == WK_INT4 ? p.ws + s0 : NULL;
-        w.fscales[mb] = WK != WK_INT4 ? p.wsf + s0 : NULL;
-        w.zscales[mb] = WK == WK_INT4_ZP ? p.wzs + s0 : NULL;
+        w.lrow[mb] = (int)(blk[mb] * 16 - (int64_t)blockIdx.x * BM) + (lane >> 2);
     }
-    w.n_groups = p.n_groups, w.rows_pad = p.rows_pad;
     return w;
 }
 
@@ -173,32 +190,28 @@ static __device__ __forceinline__ void load_weight_part(const warp_weights &w, i
     }
 }
 
-// The row scales for 128-group grp (rows g, g + 8 of both blocks), as the partial sums want them: int4 codes are
-// e4m3 subnormals q / 512, so their scales carry the 512 (int4-zp-tc stores it folded in); zs: zero x scale.
-// Block mb's (load_block_scales) or both blocks' (load_weight_scales: the blocks with ok[mb]; an absent block keeps
-// its zero scales).
+// The row scales of the current 128-group for this thread's rows (g and g + 8 of both blocks: local rows lrow[mb]
+// and + 8 of the CTA's BM) from the stage, as the partial sums want them: int4 codes are e4m3 subnormals q / 512, so
+// their scales carry the 512 (int4-zp-tc stores it folded in); zs: zero x scale. Rows past the bank read zeros.
 template <int WK>
-static __device__ __forceinline__ void load_block_scales(const warp_weights &w, int mb, int64_t grp, float sc[2],
-                                                         float zs[2]) {
-    if (WK == WK_INT4) {
-        const __nv_bfloat16 *s = w.scales[mb] + grp * w.rows_pad;
-        sc[0] = __bfloat162float(s[0]) * 512.0f, sc[1] = __bfloat162float(s[8]) * 512.0f;
-    } else {
-        const float *s = w.fscales[mb] + grp * w.rows_pad;
-        sc[0] = __ldg(s), sc[1] = __ldg(s + 8);
-    }
-    if (WK == WK_INT4_ZP) {
-        const float *z = w.zscales[mb] + grp * w.rows_pad;
-        zs[0] = __ldg(z), zs[1] = __ldg(z + 8);
-    }
-}
-
-template <int WK>
-static __device__ __forceinline__ void load_weight_scales(const warp_weights &w, int64_t grp, const bool ok[2],
-                                                          float sc[2][2], float zs[2][2]) {
+static __device__ __forceinline__ void load_weight_scales(const uint8_t *wsm, const int lrow[2], float sc[2][2],
+                                                          float zs[2][2]) {
 #pragma unroll
-    for (int mb = 0; mb < 2; mb++)
-        if (ok[mb]) load_block_scales<WK>(w, mb, grp, sc[mb], zs[mb]);
+    for (int mb = 0; mb < 2; mb++) {
+        if (WK == WK_INT4) {
+            const __nv_bfloat16 *s = (const __nv_bfloat16 *)wsm + lrow[mb];
+            sc[mb][0] = __bfloat162float(s[0]) * 512.0f, sc[mb][1] = __bfloat162float(s[8]) * 512.0f;
+        } else {
+            const float *s = (const float *)wsm + lrow[mb];
+            sc[mb][0] = s[0], sc[mb][1] = s[8];
+        }
+        if (WK == WK_INT4_ZP) {
+            const float *z = (const float *)wsm + BM + lrow[mb];
+            zs[mb][0] = z[0], zs[mb][1] = z[8];
+        } else {
+            zs[mb][0] = zs[mb][1] = 0.0f;
+        }
+    }
 }
 
 static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -256,15 +269,24 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
                 const int64_t tr = blk[mb] * 16 + g + 8 * half;
                 col[mb][half] = blk_ok[mb] && tr < p.rows ? fm_tc_source_row(tr, p.rows, p.interleaved) : -1;
             }
-        /* one row lookup per activation row, then its 4 values */
+        /* the output rows of this thread's 16 activation rows, all loads first (interleaved with the stores, each
+           lookup waited for the stores before it: the compiler cannot tell row_map from y; ncu: a third of the
+           down GEMM's samples), then 4 values per row */
+        int32_t out_row[8][2];
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int n = nt * 8 + 2 * t + c;
-                if (n >= tile.rows) continue;
-                const int64_t  slot = tile.slot0 + n, row = p.row_map ? p.row_map[slot] : slot;
-                __nv_bfloat16 *yr = p.y + row * p.ldy;
+                const int     n = nt * 8 + 2 * t + c;
+                const int32_t slot = tile.slot0 + n;
+                out_row[nt][c] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
+            }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                if (out_row[nt][c] < 0) continue;
+                __nv_bfloat16 *yr = p.y + (int64_t)out_row[nt][c] * p.ldy;
 #pragma unroll
                 for (int mb = 0; mb < 2; mb++)
 #pragma unroll
@@ -373,6 +395,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     __shared__ __align__(128) uint8_t xs_smem[STAGES][BN * 128];
     __shared__ float sc_smem[STAGES][BN];
     __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
+    __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BN];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BN];
     constexpr int NW = wk_shape<WK>::words;
@@ -391,7 +414,6 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
 
     float    acc[2][8][4];
     uint32_t words[2][NW]; /* the current group's codes; each part is reloaded with the next group's once used */
-    float    scur[2][2], snext[2][2], zcur[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, znext[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
 #pragma unroll
@@ -399,24 +421,22 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
-    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0]);
+    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0]);
+    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
     cp_async_commit();
     if (active) {
 #pragma unroll
         for (int q = 0; q < wk_shape<WK>::parts; q++) load_weight_part<WK>(ww, 0, q, words);
-        load_weight_scales<WK>(ww, 0, blk_ok, scur, zcur);
     }
 
     for (int64_t grp = 0; grp < KG; grp++) {
         const bool more = grp + 1 < KG;
-        if (active && more) load_weight_scales<WK>(ww, grp + 1, blk_ok, snext, znext);
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
             load_stage<WK>(p, ld, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
-                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0]);
+                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], wsc_smem[(grp + 2) % STAGES]);
         cp_async_commit();
         if (!active) continue;
         const uint8_t *xt = xs_smem[grp % STAGES];
@@ -450,11 +470,10 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
             }
         }
         float2 xsc[8];
+        float  wsc[2][2], zs[2][2];
         load_act_scales(sc, xsc);
-        promote<WK>(acc, part, scur, zcur, xsc, xsum);
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-            scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1], zcur[mb][0] = znext[mb][0], zcur[mb][1] = znext[mb][1];
+        load_weight_scales<WK>(wsc_smem[grp % STAGES], ww.lrow, wsc, zs);
+        promote<WK>(acc, part, wsc, zs, xsc, xsum);
     }
 
     epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red, red_sum);
@@ -542,6 +561,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
     __shared__ float sc_smem[STAGES][BN];
     __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
+    __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BN];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BN];
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
@@ -559,7 +579,6 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 
     float    acc[2][8][4];
     uint32_t words[2][NW], nxt[2][NW];
-    float    scur[2][2], snext[2][2], zcur[2][2], znext[2][2];
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
@@ -570,16 +589,14 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 #pragma unroll
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
-        scur[mb][0] = scur[mb][1] = snext[mb][0] = snext[mb][1] = 0.0f;
-        zcur[mb][0] = zcur[mb][1] = znext[mb][0] = znext[mb][1] = 0.0f;
     }
 
-    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0]);
+    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0]);
+    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
-       absent one keeps zero codes and zero scales (the loads below are per block) */
+       absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
         if (blk_ok[mb]) {
@@ -588,7 +605,6 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
                 const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
                 words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z, words[mb][4 * q + 3] = v.w;
             }
-            load_block_scales<WK>(ww, mb, 0, scur[mb], zcur[mb]);
         }
 
     for (int64_t grp = 0; grp < KG; grp++) {
@@ -597,11 +613,12 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
             load_stage<WK>(p, ld, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
-                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0]);
+                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], wsc_smem[(grp + 2) % STAGES]);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
         const float   *sc = sc_smem[grp % STAGES];
         const float   *xsum = sum_smem[WK == WK_INT4_ZP ? grp % STAGES : 0];
+        const uint8_t *wsm = wsc_smem[grp % STAGES];
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
@@ -609,7 +626,10 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
         float part[2][8][4];
-        float2 xsc[8]; /* read after each wait: read before it, they cost 16 registers (spills in the e4m3 kernels) */
+        /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after every
+           k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
+        float2 xsc[8];
+        float  wsc[2][2], zs[2][2];
         /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a 128-group
            summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against the CPU
            emulation, 0.99993 when every k step of 32 is promoted: bench/NOTES.md). int4 codes (3-4 significant bits)
@@ -626,8 +646,9 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             wgmma_wait_all();
             settle_block(part[0], a[0]);
             settle_block(part[1], a[1]);
+            if (k0 == 0) load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
             load_act_scales(sc, xsc);
-            promote<WK>(acc, part, scur, zcur, xsc, xsum);
+            promote<WK>(acc, part, wsc, zs, xsc, xsum);
         }
         wgmma_fence();
 #pragma unroll
@@ -650,8 +671,11 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
                     const uint4 v = __ldg((const uint4 *)(q + pq * 512));
                     dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z, dst[mb][4 * pq + 3] = v.w;
                 }
-                load_block_scales<WK>(ww, mb, grp + 1, snext[mb], znext[mb]);
             }
+        if (WK != WK_E4M3) {
+            load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
+            load_act_scales(sc, xsc);
+        }
         wgmma_wait_all();
         settle_block(part[0], a[0]);
         settle_block(part[1], a[1]);
@@ -660,11 +684,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             for (int mb = 0; mb < 2; mb++)
 #pragma unroll
                 for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
-        load_act_scales(sc, xsc);
-        promote<WK>(acc, part, scur, zcur, xsc, xsum);
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-            scur[mb][0] = snext[mb][0], scur[mb][1] = snext[mb][1], zcur[mb][0] = znext[mb][0], zcur[mb][1] = znext[mb][1];
+        if (WK == WK_E4M3) load_act_scales(sc, xsc);
+        promote<WK>(acc, part, wsc, zs, xsc, xsum);
     }
     epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
@@ -706,7 +727,8 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     if (!tc || a->max_tiles <= 0 || (a->tiles == NULL) != (a->n_tiles == NULL) ||
         (w->fmt == FM_W_INT4_ZP_TC && !a->xsum) ||
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
-        (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535) {
+        (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535 ||
+        ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */) {
         fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld)\n",
                 fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles);
         abort();
