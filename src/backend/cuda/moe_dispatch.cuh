@@ -4,8 +4,9 @@
 //   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
 //   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= FM_W4A8_BN rows per expert (empty experts
 //      get none), *n_tiles, cursor[e] = 0
-//   3. one warp per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p; row p / k of x
-//      quantized to e4m3 with one fp32 scale per 128 columns into x8[slot], xs[group][slot].
+//   3. one warp per token t, lane j < k for pair p = t k + j: slot = seg_start[e] + atomicAdd(cursor[e]);
+//      pair_of_slot[slot] = p; row t of x quantized once to e4m3 with one fp32 scale per 128 columns and stored
+//      into x8[slot], xs[group][slot] for each of its k slots (k <= 32).
 // The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
 // computed on its own and the combine reads rows by pair, in routing order.
 #ifndef FM_CUDA_MOE_DISPATCH_CUH
