@@ -8,7 +8,7 @@
 // Swap-AB: the weights are the MMA's A operand (from registers) and the activations its B operand (from
 // shared memory), so a warp owns 32 weight rows (two 16-row blocks) x 64 activation rows (eight n8 tiles):
 //   * int4 weights go global -> registers with two 16-byte loads per 16-row block and 128-group, in the
-//     fragment order of w4a8_layout.cuh, and become e4m3 A fragments with one LOP3 (or four ops) per 4 codes;
+//     fragment order of w4a8_layout.cuh, and become e4m3 A fragments with one LOP3 (or a funnel shift and a LOP3) per 4 codes;
 //     each weight byte is read once per CTA and converted once;
 //   * activations: per 128-group, a 64 x 128-byte e4m3 tile and its 64 scales go global -> shared through a
 //     3-stage cp.async pipeline (16-byte chunks XOR-swizzled by row, read conflict-free with ldmatrix);
@@ -94,6 +94,7 @@ static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int
 // zero-filled (source size 0, pointed at the tile's first row).
 #define STAGE_CHUNKS (BN * 128 / 16 / THREADS) /* 16-byte chunks per thread and stage */
 static_assert(BN * 128 / 16 == STAGE_CHUNKS * THREADS && BN <= THREADS, "stage loader: chunks must divide evenly");
+static_assert(STAGES == 3, "the group loop rotates three stages");
 // The CTA's weight row scales of a 128-group travel in the same stage (bytes per weight row: bf16 for int4-tc,
 // fp32 for e4m3-block, an fp32 scale and an fp32 zero x scale for int4-zp-tc, in two arrays of BM): read from shared
 // memory at the promotion, their global latency is off the loop's chain (loaded into registers a group ahead, the
@@ -244,10 +245,10 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
         }
     asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
     for (int n = threadIdx.x; n < tile.rows; n += THREADS) {
-        float v = 0.0f, m = 0.0f;
-        for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n], m = fmaxf(m, red[w][n]);
+        float v = 0.0f;
+        for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n];
         const int64_t slot = tile.slot0 + n;
-        p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * fmaxf(m / 448.0f, 1e-12f);
+        p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * red[0][n]; /* the row's scale (epilogue) */
     }
 }
 
@@ -323,21 +324,30 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             if (g == 0) red[warp][nt * 8 + 2 * t + c] = m;
         }
     asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* the CTA's 8 warps */
+    /* one thread per activation row n finishes its amax over the warps and leaves the row's scale in red[0][n] and
+       its reciprocal in red[1][n] (column n of red is read and written by that thread only; every thread doing all
+       of its 16 rows' reductions was ~250 instructions each) */
+    if (threadIdx.x < BN) {
+        const int n = threadIdx.x;
+        float     m = 0.0f;
+#pragma unroll
+        for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
+        const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+        red[0][n] = scale;
+        /* one division per row and a multiply per element (the CPU divides each element: a product can differ from
+           the quotient by an ulp, which moves an e4m3 code only at a rounding tie) */
+        red[1][n] = 1.0f / scale;
+        if (n < tile.rows) p.hs[(int64_t)blockIdx.x * p.ldhs + tile.slot0 + n] = scale;
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = nt * 8 + 2 * t + c;
-            float m = 0.0f;
-#pragma unroll
-            for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
-            const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
-            /* one division per row and a multiply per element (the CPU divides each element: a product can differ
-               from the quotient by an ulp, which moves an e4m3 code only at a rounding tie) */
-            const float inv = 1.0f / scale;
             if (n >= tile.rows) continue;
             const int64_t slot = tile.slot0 + n;
-            if (warp == 0 && g == 0) p.hs[(int64_t)blockIdx.x * p.ldhs + slot] = scale;
+            const float   inv = red[1][n];
             float sum = 0.0f; /* EPI_SWIGLU_SUMS: this thread's codes of row n, decoded, for the group sum */
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) {
@@ -430,18 +440,19 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         for (int q = 0; q < wk_shape<WK>::parts; q++) load_weight_part<WK>(ww, 0, q, words);
     }
 
-    for (int64_t grp = 0; grp < KG; grp++) {
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
+        const int  st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK>(p, ld, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
-                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], wsc_smem[(grp + 2) % STAGES]);
+            load_stage<WK>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+                           wsc_smem[st2]);
         cp_async_commit();
         if (!active) continue;
-        const uint8_t *xt = xs_smem[grp % STAGES];
-        const float   *sc = sc_smem[grp % STAGES];
-        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? grp % STAGES : 0];
+        const uint8_t *xt = xs_smem[st];
+        const float   *sc = sc_smem[st];
+        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
         float part[2][8][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
@@ -472,7 +483,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         float2 xsc[8];
         float  wsc[2][2], zs[2][2];
         load_act_scales(sc, xsc);
-        load_weight_scales<WK>(wsc_smem[grp % STAGES], ww.lrow, wsc, zs);
+        load_weight_scales<WK>(wsc_smem[st], ww.lrow, wsc, zs);
         promote<WK>(acc, part, wsc, zs, xsc, xsum);
     }
 
@@ -607,18 +618,19 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             }
         }
 
-    for (int64_t grp = 0; grp < KG; grp++) {
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
+        const int  st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK>(p, ld, grp + 2, xs_smem[(grp + 2) % STAGES], sc_smem[(grp + 2) % STAGES],
-                           sum_smem[WK == WK_INT4_ZP ? (grp + 2) % STAGES : 0], wsc_smem[(grp + 2) % STAGES]);
+            load_stage<WK>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+                           wsc_smem[st2]);
         cp_async_commit();
-        const uint32_t xt = smem_u32(xs_smem[grp % STAGES]);
-        const float   *sc = sc_smem[grp % STAGES];
-        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? grp % STAGES : 0];
-        const uint8_t *wsm = wsc_smem[grp % STAGES];
+        const uint32_t xt = smem_u32(xs_smem[st]);
+        const float   *sc = sc_smem[st];
+        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
+        const uint8_t *wsm = wsc_smem[st];
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll

@@ -22,15 +22,18 @@ static __global__ void repack_kernel(const uint8_t *src, const __nv_bfloat16 *sr
         const int64_t r_top = blk * 16 + g, r_bot = r_top + 8;
         const int64_t src_top = fm_tc_source_row(r_top, rows, interleaved), src_bot = fm_tc_source_row(r_bot, rows, interleaved);
         const uint8_t *m = src + (int64_t)mat * rows * ld;
-        uint32_t word = 0;
+        uint32_t word = 0, sign_b = 0; /* sign_b: bit b = the sign of code B of byte b */
         for (int b = 0; b < 4; b++) {
             const int64_t k = grp * FM_TC_K_GROUP + 32 * s + 16 * p + 4 * t + b;
             const int a = (r_top < rows && k < cols) ? code_at(m, ld, src_top, k) : 0;
             const int c = (r_bot < rows && k < cols) ? code_at(m, ld, src_bot, k) : 0;
             if (a == -8 || c == -8) atomicAdd(bad_codes, 1);
-            const uint32_t byte = (uint32_t)(a < 0 ? 0x80 | -a : a) | (uint32_t)(c < 0 ? 0x40 | (-c << 3) : c << 3);
+            const uint32_t byte = (uint32_t)(a < 0 ? 0x80 | -a : a) | (uint32_t)((c < 0 ? -c : c) << 4);
             word |= (byte & 0xFFu) << (8 * b);
+            sign_b |= (uint32_t)(c < 0) << b;
         }
+        for (int b = 0; b < 4; b++) /* B's sign of byte b sits in bit 3 of byte b + 1 (mod 4) */
+            word |= ((sign_b >> b) & 1u) << (8 * ((b + 1) & 3) + 3);
         dst[i] = word;
     }
     /* scales: [mat][grp][rows_pad], padded rows 0 */

@@ -5,12 +5,15 @@
 //
 // * Sign-magnitude in place of two's complement, and the value read as an e4m3 *subnormal*. An e4m3 byte
 //   S0000MMM is (-1)^S * M * 2^-9, so a code q in -7..7 becomes an exact e4m3 value q / 512 with nothing
-//   but a mask: the kernel's conversion is one LOP3 for half the codes and four instructions for the other
-//   half, no table, no float math. The 512 goes back in with the group scale (exact: a power of two).
+//   but a mask: the kernel's conversion is one LOP3 for half the codes and a funnel shift and a LOP3 for the
+//   other half, no table, no float math. The 512 goes back in with the group scale (exact: a power of two).
 // * Fragment order. A byte holds two codes that the mma.sync m16n8k32 A fragment needs together: rows r and
-//   r + 8 of a 16-row block at the same k. Code A (row r) sits in bits 0-2 (magnitude) and 7 (sign), code B
-//   (row r + 8) in bits 3-5 (magnitude) and 6 (sign), so   A = w & 0x87878787
-//                                                          B = ((w >> 3) & 0x07070707) | ((w << 1) & 0x80808080).
+//   r + 8 of a 16-row block at the same k. Byte b of a word: code A (row r) in bits 0-2 (magnitude) and 7
+//   (sign), the magnitude of code B (row r + 8) in bits 4-6, and in bit 3 the sign of code B of byte b - 1
+//   (mod 4: byte 0 holds byte 3's). Then           A = w & 0x87878787
+//                                                  B = rotate_right(w, 4) & 0x87878787
+//   (the rotation brings each byte's bits 4-6 down to 0-2 and the next byte's bit 3 up to bit 7). The earlier
+//   layout, B in bits 3-5 and 6 of its own byte, took 4 instructions for B (shift, shift, 2 LOP3).
 //   For a 16-row block and a 128-group, the 32 lanes of a warp need 32 bytes each; they are stored as
 //   [half h][lane][16 bytes], 1024 bytes, so each of a warp's two 16-byte loads reads 512 contiguous bytes.
 //   Lane L = 4g + t, word j = 4h + jj (0..7), step s = j / 2 (k offset 32 s), part p = j % 2 (k offset 16 p):
@@ -32,9 +35,7 @@
 
 // The two e4m3 fragment registers held by one packed word: rows r (top) and r + 8 (bottom) of a 16-row block.
 static __device__ __forceinline__ uint32_t codes_top(uint32_t w) { return w & 0x87878787u; }
-static __device__ __forceinline__ uint32_t codes_bottom(uint32_t w) {
-    return ((w >> 3) & 0x07070707u) | ((w << 1) & 0x80808080u);
-}
+static __device__ __forceinline__ uint32_t codes_bottom(uint32_t w) { return __funnelshift_r(w, w, 4) & 0x87878787u; }
 
 // The three banks in these tiles, as the W4A8 kernels template them (WK): ours (int4-tc, above), a checkpoint's
 // unsigned int4 (int4-zp-tc: row r in the low nibble, r + 8 in the high one; u read as an e4m3 byte is u / 512),
