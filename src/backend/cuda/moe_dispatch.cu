@@ -20,13 +20,14 @@ static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, in
         if (local[e]) atomicAdd(&counts[e], local[e]);
 }
 
-// One block of MAX_EXPERTS threads: scans of the counts and of the tiles per expert (Hillis-Steele in shared).
-static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t *seg_start, int32_t *cursor,
+// One block of MAX_EXPERTS threads: scans of the counts and of the tiles (bn rows at most) per expert
+// (Hillis-Steele in shared).
+static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn, int32_t *seg_start, int32_t *cursor,
                                    fm_w4a8_tile *tiles, int32_t *n_tiles) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
     const int e = threadIdx.x;
     const int32_t c = e < E ? counts[e] : 0;
-    rows[e] = c, ntl[e] = (c + FM_W4A8_BN - 1) / FM_W4A8_BN;
+    rows[e] = c, ntl[e] = (c + bn - 1) / bn;
     __syncthreads();
     for (int o = 1; o < MAX_EXPERTS; o <<= 1) {
         const int32_t r = e >= o ? rows[e - o] : 0, n = e >= o ? ntl[e - o] : 0;
@@ -35,12 +36,12 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t *se
         __syncthreads();
     }
     if (e >= E) return;
-    const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + FM_W4A8_BN - 1) / FM_W4A8_BN;
+    const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
     seg_start[e] = start;
     cursor[e]    = 0;
-    for (int32_t i = 0; i * FM_W4A8_BN < c; i++) {
-        const int32_t n = c - i * FM_W4A8_BN < FM_W4A8_BN ? c - i * FM_W4A8_BN : FM_W4A8_BN;
-        fm_w4a8_tile t = {e, start + i * FM_W4A8_BN, n, 0};
+    for (int32_t i = 0; i * bn < c; i++) {
+        const int32_t n = c - i * bn < bn ? c - i * bn : bn;
+        fm_w4a8_tile t = {e, start + i * bn, n, 0};
         tiles[first_tile + i] = t;
     }
     if (e == E - 1) *n_tiles = ntl[e];
@@ -167,7 +168,8 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     const int64_t blocks = fm_ceil_div(P, 256);
     count_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(ids, P, E, b->counts);
     FM_LAUNCH_CHECK("moe_dispatch_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, b->seg_start, b->cursor, b->tiles, b->n_tiles);
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, (int32_t)fm_w4a8_tile_rows((uint64_t)P, (uint64_t)E),
+                                          b->seg_start, b->cursor, b->tiles, b->n_tiles);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
     if (b->xsum)
         place_quantize_kernel<true><<<warp_blocks(T), 256, 0, s>>>(x, T, k, H, ids, b->seg_start, b->cursor,

@@ -2,7 +2,7 @@
 // quantization that feeds the W4A8 GEMMs (w4a8_gemm.cuh).
 //
 //   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
-//   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= FM_W4A8_BN rows per expert (empty experts
+//   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= fm_w4a8_tile_rows(P, E) rows per expert (empty experts
 //      get none), *n_tiles, cursor[e] = 0
 //   3. one warp per token t, lane j < k for pair p = t k + j: slot = seg_start[e] + atomicAdd(cursor[e]);
 //      pair_of_slot[slot] = p; row t of x quantized once to e4m3 with one fp32 scale per 128 columns and stored

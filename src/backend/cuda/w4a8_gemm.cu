@@ -33,7 +33,7 @@
 #include "backend/w4a8_workspace.h"
 
 #define BM      256
-#define BN      FM_W4A8_BN
+#define BN      FM_W4A8_BN /* the widest tile; BNT (a template value) is the tile a kernel runs: 64 or 16 */
 #define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define THREADS 256
 
@@ -80,20 +80,25 @@ static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr)
                  : "r"(addr));
 }
 
+template <int BNT>
 static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int64_t i) {
     if (p.tiles) return p.tiles[i];
-    const int64_t r0 = i * BN, n = p.m_dense - r0 < BN ? p.m_dense - r0 : BN;
+    const int64_t r0 = i * BNT, n = p.m_dense - r0 < BNT ? p.m_dense - r0 : BNT;
     fm_w4a8_tile t = {p.dense_matrix, (int32_t)r0, (int32_t)n, 0};
     return t;
 }
 
-// One thread's share of loading an activation stage (BN rows x 128 bytes of 128-group grp, the rows' scales and,
-// for int4-zp banks, their group sums), fixed once per CTA: a stage is then two 16-byte cp.async per thread and,
-// for the first BN threads, one or two 4-byte ones, with no loop or branch (the generic strided loop this replaces
+// One thread's share of loading an activation stage (BNT rows x 128 bytes of 128-group grp, the rows' scales and,
+// for int4-zp banks, their group sums), fixed once per CTA: a stage is then one or two 16-byte cp.async per thread
+// and, for the first BNT threads, one or two 4-byte ones, with no loop (the generic strided loop this replaces
 // compiled to ~100 instructions per group, ~15 % of the kernel's samples under ncu). Rows past the tile are
 // zero-filled (source size 0, pointed at the tile's first row).
-#define STAGE_CHUNKS (BN * 128 / 16 / THREADS) /* 16-byte chunks per thread and stage */
+#define STAGE_CHUNKS 2 /* at most, per thread: BN * 128 / 16 / THREADS */
 static_assert(BN * 128 / 16 == STAGE_CHUNKS * THREADS && BN <= THREADS, "stage loader: chunks must divide evenly");
+template <int BNT> struct stage_shape {
+    static constexpr int chunks = BNT * 128 / 16;                         /* 16-byte chunks of a stage's tile */
+    static constexpr int per_thread = (chunks + THREADS - 1) / THREADS; /* 2 (BNT 64) or 1 (BNT 16: threads < 128) */
+};
 static_assert(STAGES == 3, "the group loop rotates three stages");
 // The CTA's weight row scales of a 128-group travel in the same stage (bytes per weight row: bf16 for int4-tc,
 // fp32 for e4m3-block, an fp32 scale and an fp32 zero x scale for int4-zp-tc, in two arrays of BM): read from shared
@@ -107,7 +112,7 @@ typedef struct stage_loader {
     const uint8_t *src[STAGE_CHUNKS]; // 128-group 0 of the chunk's row
     uint32_t       dst[STAGE_CHUNKS]; // its offset in a stage's tile (16-byte chunks XOR-swizzled by row)
     int            bytes[STAGE_CHUNKS];
-    const float   *sc;                // threads < BN: row tid's scale (and sum), 128-group 0; else NULL
+    const float   *sc;                // threads < BNT: row tid's scale (and sum), 128-group 0; else NULL
     const float   *sum;
     int            sc_bytes;
     const uint8_t *wsrc;              // threads < wk_scales<WK>::chunks: a 16-byte chunk of weight scales, group 0
@@ -115,21 +120,21 @@ typedef struct stage_loader {
     int64_t        wstride;           // bytes from one group's scales to the next
 } stage_loader;
 
-template <int WK>
+template <int WK, int BNT>
 static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params &p, const fm_w4a8_tile &tile) {
     stage_loader l;
     const int    tid = (int)threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < STAGE_CHUNKS; i++) {
+    for (int i = 0; i < stage_shape<BNT>::per_thread; i++) {
         const int  c = tid + i * THREADS, n = c >> 3, ch = c & 7;
-        const bool ok = n < tile.rows;
+        const bool ok = n < tile.rows; /* c past the tile (BNT 16, threads >= 128): never loaded (load_stage) */
         l.src[i] = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + ch * 16;
         l.dst[i] = (uint32_t)(n * 128 + ((ch ^ (n & 7)) << 4));
         l.bytes[i] = ok ? 16 : 0;
     }
     const bool ok = tid < tile.rows;
-    l.sc = tid < BN ? p.xs + tile.slot0 + (ok ? tid : 0) : NULL;
-    l.sum = tid < BN && WK == WK_INT4_ZP ? p.xsum + tile.slot0 + (ok ? tid : 0) : NULL;
+    l.sc = tid < BNT ? p.xs + tile.slot0 + (ok ? tid : 0) : NULL;
+    l.sum = tid < BNT && WK == WK_INT4_ZP ? p.xsum + tile.slot0 + (ok ? tid : 0) : NULL;
     l.sc_bytes = ok ? 4 : 0;
     /* weight scales: [matrix][group][rows_pad], this CTA's BM rows from row0; int4-zp-tc: scales, then zero x scale */
     const int64_t row0 = (int64_t)blockIdx.x * BM;
@@ -147,12 +152,14 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
 }
 
 // Activation tile and weight scales of 128-group grp into one stage.
-template <int WK>
+template <int WK, int BNT>
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const stage_loader &l, int64_t grp,
                                                   uint8_t *xs_smem, float *sc_smem, float *sum_smem, uint8_t *wsc_smem) {
     const uint32_t base = smem_u32(xs_smem);
 #pragma unroll
-    for (int i = 0; i < STAGE_CHUNKS; i++) cp_async16(base + l.dst[i], l.src[i] + grp * 128, l.bytes[i]);
+    for (int i = 0; i < stage_shape<BNT>::per_thread; i++)
+        if (stage_shape<BNT>::chunks % THREADS == 0 || (int)threadIdx.x + i * THREADS < stage_shape<BNT>::chunks)
+            cp_async16(base + l.dst[i], l.src[i] + grp * 128, l.bytes[i]);
     if (l.wsrc) cp_async16(smem_u32(wsc_smem + threadIdx.x * 16), l.wsrc + grp * l.wstride, l.wbytes);
     if (l.sc) {
         const int tid = (int)threadIdx.x;
@@ -229,11 +236,13 @@ static __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g
 // EPI_SWIGLU_SUMS, after the SwiGLU epilogue left each thread's decoded-code sums of rows n in acc[0][nt][c]: the
 // down bank is int4-zp, so h's group sums X = scale x (sum of the 128 codes) are written beside hs (a second CTA
 // reduction, as the amax one)
+template <int BNT>
 static __device__ __forceinline__ void write_group_sums(const gemm_params &p, const fm_w4a8_tile &tile,
-                                                        const float acc[2][8][4], float (*red)[BN], float (*red_sum)[BN]) {
+                                                        const float acc[2][BNT / 8][4], float (*red)[BNT],
+                                                        float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = nt * 8 + 2 * t + c;
@@ -256,10 +265,10 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 // weights needs them); a template value of its own so that the other two compile as if it did not exist.
 enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
 
-template <int EPILOGUE>
-static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][8][4],
-                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BN],
-                                                float (*red_sum)[BN]) {
+template <int EPILOGUE, int BNT>
+static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][BNT / 8][4],
+                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BNT],
+                                                float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == EPI_BF16) {
         int64_t col[2][2]; /* the output columns of this thread's 4 weight rows, -1 past the bank */
@@ -273,9 +282,9 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         /* the output rows of this thread's 16 activation rows, all loads first (interleaved with the stores, each
            lookup waited for the stores before it: the compiler cannot tell row_map from y; ncu: a third of the
            down GEMM's samples), then 4 values per row */
-        int32_t out_row[8][2];
+        int32_t out_row[BNT / 8][2];
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int     n = nt * 8 + 2 * t + c;
@@ -283,7 +292,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
                 out_row[nt][c] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
             }
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (out_row[nt][c] < 0) continue;
@@ -297,14 +306,14 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         return;
     }
     const int64_t I = p.rows / 2;
-    float amax[8][2];
+    float amax[BNT / 8][2];
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) amax[nt][0] = amax[nt][1] = 0.0f;
+    for (int nt = 0; nt < BNT / 8; nt++) amax[nt][0] = amax[nt][1] = 0.0f;
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
         const int64_t ch = blk[mb] * 8 + g;
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const float gate = round_bf16(acc[mb][nt][c]), up = round_bf16(acc[mb][nt][2 + c]);
@@ -314,7 +323,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             }
     }
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             float m = amax[nt][c];
@@ -327,7 +336,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
     /* one thread per activation row n finishes its amax over the warps and leaves the row's scale in red[0][n] and
        its reciprocal in red[1][n] (column n of red is read and written by that thread only; every thread doing all
        of its 16 rows' reductions was ~250 instructions each) */
-    if (threadIdx.x < BN) {
+    if (threadIdx.x < BNT) {
         const int n = threadIdx.x;
         float     m = 0.0f;
 #pragma unroll
@@ -341,7 +350,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
     }
     asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = nt * 8 + 2 * t + c;
@@ -360,25 +369,27 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             }
             if (EPILOGUE == EPI_SWIGLU_SUMS) acc[0][nt][c] = sum; /* reused: h is written */
         }
-    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums(p, tile, acc, red, red_sum);
+    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums<BNT>(p, tile, acc, red, red_sum);
 }
 
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
 // int4-zp: then acc -= (zero x scale) x (the activation group's sum)
 // The activation scales of this thread's columns (rows nt * 8 + 2t, + 1 of the tile) from the stage in shared
 // memory.
-static __device__ __forceinline__ void load_act_scales(const float *sc, float2 xsc[8]) {
+template <int BNT>
+static __device__ __forceinline__ void load_act_scales(const float *sc, float2 xsc[BNT / 8]) {
     const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) xsc[nt] = *(const float2 *)(sc + nt * 8 + 2 * t);
+    for (int nt = 0; nt < BNT / 8; nt++) xsc[nt] = *(const float2 *)(sc + nt * 8 + 2 * t);
 }
 
-template <int WK>
-static __device__ __forceinline__ void promote(float acc[2][8][4], const float part[2][8][4], const float wsc[2][2],
-                                               const float zs[2][2], const float2 xsc_all[8], const float *sum) {
+template <int WK, int BNT>
+static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const float part[2][BNT / 8][4],
+                                               const float wsc[2][2], const float zs[2][2], const float2 xsc_all[BNT / 8],
+                                               const float *sum) {
     const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
+    for (int nt = 0; nt < BNT / 8; nt++) {
         const float2 xsc = xsc_all[nt];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++) {
@@ -400,20 +411,20 @@ static __device__ __forceinline__ void promote(float acc[2][8][4], const float p
     }
 }
 
-template <int EPILOGUE, int WK>
-static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_params p) {
-    __shared__ __align__(128) uint8_t xs_smem[STAGES][BN * 128];
-    __shared__ float sc_smem[STAGES][BN];
-    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
+template <int EPILOGUE, int WK, int BNT>
+static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_mma_kernel(const gemm_params p) {
+    __shared__ __align__(128) uint8_t xs_smem[STAGES][BNT * 128];
+    __shared__ float sc_smem[STAGES][BNT];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
     __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
-    __shared__ float red[THREADS / 32][BN];
-    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BN];
+    __shared__ float red[THREADS / 32][BNT];
+    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
     constexpr int NW = wk_shape<WK>::words;
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
-    const fm_w4a8_tile tile = tile_of(p, tile_idx);
-    const stage_loader ld = stage_loader_at<WK>(p, tile);
+    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
+    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
     const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
     const bool    active = row_base < p.rows_pad;
@@ -422,18 +433,18 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
     const bool    blk_ok[2] = {active, active};
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
-    float    acc[2][8][4];
+    float    acc[2][BNT / 8][4];
     uint32_t words[2][NW]; /* the current group's codes; each part is reloaded with the next group's once used */
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
-    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
+    load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
     cp_async_commit();
     if (active) {
 #pragma unroll
@@ -446,18 +457,18 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
                            wsc_smem[st2]);
         cp_async_commit();
         if (!active) continue;
         const uint8_t *xt = xs_smem[st];
         const float   *sc = sc_smem[st];
         const float   *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
-        float part[2][8][4];
+        float part[2][BNT / 8][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
+            for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) part[mb][nt][i] = 0.0f;
 #pragma unroll
@@ -468,7 +479,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
             /* a full group ahead: the part whose last k step this was */
             if (more && (WK == WK_E4M3 || s % 2 == 1)) load_weight_part<WK>(ww, grp + 1, WK == WK_E4M3 ? s : s / 2, words);
 #pragma unroll
-            for (int np = 0; np < 4; np++) {
+            for (int np = 0; np < BNT / 16; np++) {
                 /* matrices: n8 tile 2np (k chunks 2s, 2s + 1), then n8 tile 2np + 1 */
                 const int n = (2 * np + (lane >> 4)) * 8 + (lane & 7), chunk = 2 * s + ((lane >> 3) & 1);
                 uint32_t  b[4];
@@ -480,14 +491,14 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
                 }
             }
         }
-        float2 xsc[8];
+        float2 xsc[BNT / 8];
         float  wsc[2][2], zs[2][2];
-        load_act_scales(sc, xsc);
+        load_act_scales<BNT>(sc, xsc);
         load_weight_scales<WK>(wsc_smem[st], ww.lrow, wsc, zs);
-        promote<WK>(acc, part, wsc, zs, xsc, xsum);
+        promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
 
-    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red, red_sum);
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
 
@@ -506,15 +517,26 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_mma_kernel(const gemm_
         "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),      \
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
-// d (an m64n64 f32 fragment: [n8 tile][4], the m16n8 D order) = A B (+ d when accumulate)
-static __device__ __forceinline__ void wgmma_m64n64k32(float d[8][4], const uint32_t a[4], uint64_t desc_b, int accumulate) {
+// d (an m64nN f32 fragment, N = BNT: [n8 tile][4], the m16n8 D order) = A B (+ d when accumulate)
+template <int BNT>
+static __device__ __forceinline__ void wgmma_tile(float d[BNT / 8][4], const uint32_t a[4], uint64_t desc_b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-                 "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-                 : WGMMA_PART_ARGS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    if constexpr (BNT == 64) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+                     "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                     : WGMMA_PART_ARGS(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    } else {
+        static_assert(BNT == 16, "wgmma tiles: n64 or n16");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+                       "+f"(d[1][2]), "+f"(d[1][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    }
 #else
     (void)d, (void)a, (void)desc_b, (void)accumulate;
     __trap();
@@ -548,9 +570,10 @@ static __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr) {
 }
 
 // After a wait: the block's partial and fragments belong to the program again (see fence_f).
-static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a[4][4]) {
+template <int BNT>
+static __device__ __forceinline__ void settle_block(float part[BNT / 8][4], uint32_t a[4][4]) {
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) fence_f(part[nt][i]);
 #pragma unroll
@@ -567,20 +590,20 @@ static __device__ __forceinline__ void settle_block(float part[8][4], uint32_t a
 // codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
 // producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
-template <int EPILOGUE, int WK>
-static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gemm_params p) {
-    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BN * 128];
-    __shared__ float sc_smem[STAGES][BN];
-    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BN];
+template <int EPILOGUE, int WK, int BNT>
+static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
+    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BNT * 128];
+    __shared__ float sc_smem[STAGES][BNT];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
     __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
-    __shared__ float red[THREADS / 32][BN];
-    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BN];
+    __shared__ float red[THREADS / 32][BNT];
+    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
-    const fm_w4a8_tile tile = tile_of(p, tile_idx);
-    const stage_loader ld = stage_loader_at<WK>(p, tile);
+    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
+    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
     const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
@@ -588,23 +611,23 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
     const int64_t KG = p.n_groups;
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
-    float    acc[2][8][4];
+    float    acc[2][BNT / 8][4];
     uint32_t words[2][NW], nxt[2][NW];
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
         for (int j = 0; j < NW; j++) nxt[mb][j] = 0u;
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 #pragma unroll
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-    load_stage<WK>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
+    load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
@@ -624,7 +647,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
                            wsc_smem[st2]);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[st]);
@@ -637,10 +660,10 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
-        float part[2][8][4];
+        float part[2][BNT / 8][4];
         /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after every
            k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
-        float2 xsc[8];
+        float2 xsc[BNT / 8];
         float  wsc[2][2], zs[2][2];
         /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a 128-group
            summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against the CPU
@@ -653,21 +676,21 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
 #pragma unroll
             for (int ks = k0; ks < k0 + KSTEP; ks++)
 #pragma unroll
-                for (int mb = 0; mb < 2; mb++) wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > k0);
+                for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > k0);
             wgmma_commit();
             wgmma_wait_all();
-            settle_block(part[0], a[0]);
-            settle_block(part[1], a[1]);
+            settle_block<BNT>(part[0], a[0]);
+            settle_block<BNT>(part[1], a[1]);
             if (k0 == 0) load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
-            load_act_scales(sc, xsc);
-            promote<WK>(acc, part, wsc, zs, xsc, xsum);
+            load_act_scales<BNT>(sc, xsc);
+            promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
         }
         wgmma_fence();
 #pragma unroll
         for (int ks = 4 - KSTEP; ks < 4; ks++)
 #pragma unroll
             for (int mb = 0; mb < 2; mb++)
-                wgmma_m64n64k32(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
+                wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
         wgmma_commit();
         /* while the tensor cores run: the next group's codes and scales */
         /* e4m3 fragments are the loaded words themselves (no conversion), so the compiler may hand the wgmma the words'
@@ -686,20 +709,20 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_kernel(const gem
             }
         if (WK != WK_E4M3) {
             load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
-            load_act_scales(sc, xsc);
+            load_act_scales<BNT>(sc, xsc);
         }
         wgmma_wait_all();
-        settle_block(part[0], a[0]);
-        settle_block(part[1], a[1]);
+        settle_block<BNT>(part[0], a[0]);
+        settle_block<BNT>(part[1], a[1]);
         if (WK == WK_E4M3 && more)
 #pragma unroll
             for (int mb = 0; mb < 2; mb++)
 #pragma unroll
                 for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
-        if (WK == WK_E4M3) load_act_scales(sc, xsc);
-        promote<WK>(acc, part, wsc, zs, xsc, xsum);
+        if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
+        promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
-    epilogue<EPILOGUE>(p, tile, acc, blk, blk_ok, red, red_sum);
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
 // Which kernel a GPU gets: wgmma on sm_90 (the binary carries sm_90a code), mma.sync elsewhere (sm_89: Ada);
@@ -720,17 +743,24 @@ const char *fm_cuda_w4a8_kernel_name(void) {
     return use_wgmma() ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
 
-template <int EPILOGUE, int WK>
+template <int EPILOGUE, int WK, int BNT>
 static void launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
-    if (use_wgmma()) w4a8_wgmma_kernel<EPILOGUE, WK><<<grid, THREADS, 0, s>>>(p);
-    else w4a8_mma_kernel<EPILOGUE, WK><<<grid, THREADS, 0, s>>>(p);
+    if (use_wgmma()) w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
+    else w4a8_mma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
 }
 
-template <int EPILOGUE>
+template <int EPILOGUE, int BNT>
 static void launch_kind(const gemm_params &p, fm_wformat f, dim3 grid, cudaStream_t s) {
-    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4>(p, grid, s);
-    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP>(p, grid, s);
-    else launch<EPILOGUE, WK_E4M3>(p, grid, s);
+    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, grid, s);
+    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, grid, s);
+    else launch<EPILOGUE, WK_E4M3, BNT>(p, grid, s);
+}
+
+template <int BNT>
+static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
+    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, grid, s);
+    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, grid, s);
+    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, grid, s);
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
@@ -740,6 +770,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
         (w->fmt == FM_W_INT4_ZP_TC && !a->xsum) ||
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
         (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535 ||
+        !(a->tile_rows == 0 || a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_SMALL) ||
         ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */) {
         fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld)\n",
                 fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles);
@@ -754,8 +785,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
-    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16>(p, w->fmt, grid, s);
-    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS>(p, w->fmt, grid, s);
-    else launch_kind<EPI_SWIGLU>(p, w->fmt, grid, s);
+    if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);
+    else launch_epilogue<FM_W4A8_BN>(a, p, grid, s);
     FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)" : "w4a8 grouped GEMM (swiglu e4m3 out)");
 }
