@@ -95,45 +95,39 @@ static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *
     }
 }
 
-// One warp per token: lanes j < k take the slots of the token's k routed pairs, then each 128-group of the token's
-// row is quantized once and its codes stored into all k slots (the k copies are identical: quantizing per pair, as
-// this kernel did before, read and converted the row k times and, one group after another, waited on each load:
-// 195 us at T = 8192 against a 40 us floor, ncu). Groups are loaded 4 at a time before any is stored.
+// One thread per routed pair: its slot in its expert's segment (pair_of_slot for the down GEMM's rows and
+// slot_of_pair for the gather below).
+static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t *seg_start, int32_t *cursor,
+                                   int32_t *pair_of_slot, int32_t *slot_of_pair) {
+    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t e = ids[p], slot = seg_start[e] + atomicAdd(&cursor[e], 1);
+        pair_of_slot[slot] = (int32_t)p;
+        slot_of_pair[p]    = slot;
+    }
+}
+
+// One warp per (token, 128-group): the group is quantized once and its codes stored into the token's k slots (the k
+// copies are identical). Every task is one round of loads (the group, the k slots), so a decode-sized dispatch is
+// one memory round trip. Before: one warp per pair walking its row's groups one after another (195 us at T = 8192
+// against a 40 us floor), then one warp per token (78 us at T = 8192 but 19 us at T = 16, ncu).
 template <bool SUMS>
-static __global__ void place_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H, const int32_t *ids,
-                                             const int32_t *seg_start, int32_t *cursor, int32_t *pair_of_slot,
-                                             uint8_t *x8, float *xs, float *xsum) {
+static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
+                                              const int32_t *slot_of_pair, uint8_t *x8, float *xs, float *xsum) {
     const int     lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128, P = T * k;
-    for (int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); t < T; t += warps) {
-        int32_t slot = 0;
-        if (lane < k) {
-            const int64_t p = t * k + lane;
-            const int32_t e = ids[p];
-            slot = seg_start[e] + atomicAdd(&cursor[e], 1);
-            pair_of_slot[slot] = (int32_t)p;
+    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < T * G; task += warps) {
+        const int64_t t = task / G, grp = task % G;
+        const int32_t slot = lane < k ? slot_of_pair[t * k + lane] : 0;
+        float         v[4], scale, sum;
+        load_group(x + t * H, H, grp, v);
+        const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
+        for (int j = 0; j < k; j++) {
+            const int64_t s = __shfl_sync(0xffffffffu, slot, j);
+            *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
         }
-        const __nv_bfloat16 *xr = x + t * H;
-        for (int64_t g0 = 0; g0 < G; g0 += 4) {
-            float v[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                if (g0 + i < G) load_group(xr, H, g0 + i, v[i]);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int64_t grp = g0 + i;
-                if (grp >= G) break;
-                float          scale, sum;
-                const uint32_t word = quantize_group<SUMS>(v[i], H, grp, &scale, &sum);
-                for (int j = 0; j < k; j++) {
-                    const int64_t s = __shfl_sync(0xffffffffu, slot, j);
-                    *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
-                }
-                if (lane < k) {
-                    xs[grp * P + slot] = scale;
-                    if (SUMS) xsum[grp * P + slot] = sum;
-                }
-            }
+        if (lane < k) {
+            xs[grp * P + slot] = scale;
+            if (SUMS) xsum[grp * P + slot] = sum;
         }
     }
 }
@@ -171,13 +165,15 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, (int32_t)fm_w4a8_tile_rows((uint64_t)P, (uint64_t)E),
                                           b->seg_start, b->cursor, b->tiles, b->n_tiles);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
+    slot_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(
+        ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
+    FM_LAUNCH_CHECK("moe_dispatch_slots");
+    const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
     if (b->xsum)
-        place_quantize_kernel<true><<<warp_blocks(T), 256, 0, s>>>(x, T, k, H, ids, b->seg_start, b->cursor,
-                                                                   b->pair_of_slot, b->x8, b->xs, b->xsum);
+        gather_quantize_kernel<true><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, b->xsum);
     else
-        place_quantize_kernel<false><<<warp_blocks(T), 256, 0, s>>>(x, T, k, H, ids, b->seg_start, b->cursor,
-                                                                    b->pair_of_slot, b->x8, b->xs, NULL);
-    FM_LAUNCH_CHECK("moe_dispatch_place_quantize");
+        gather_quantize_kernel<false><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, NULL);
+    FM_LAUNCH_CHECK("moe_dispatch_gather_quantize");
 }
 
 void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,

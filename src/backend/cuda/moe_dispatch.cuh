@@ -4,9 +4,9 @@
 //   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
 //   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= fm_w4a8_tile_rows(P, E) rows per expert (empty experts
 //      get none), *n_tiles, cursor[e] = 0
-//   3. one warp per token t, lane j < k for pair p = t k + j: slot = seg_start[e] + atomicAdd(cursor[e]);
-//      pair_of_slot[slot] = p; row t of x quantized once to e4m3 with one fp32 scale per 128 columns and stored
-//      into x8[slot], xs[group][slot] for each of its k slots (k <= 32).
+//   3. one thread per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p, slot_of_pair[p]
+//   4. one warp per (token t, 128-group): the group of row t of x quantized once to e4m3 with one fp32 scale and
+//      stored into x8[slot], xs[group][slot] for each of the token's k slots (k <= 32).
 // The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
 // computed on its own and the combine reads rows by pair, in routing order.
 #ifndef FM_CUDA_MOE_DISPATCH_CUH
@@ -15,7 +15,7 @@
 #include "backend/cuda/w4a8_gemm.cuh"
 
 typedef struct fm_dispatch_bufs {
-    int32_t      *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot; // counts and cursor: zeroed by the caller
+    int32_t      *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
     fm_w4a8_tile *tiles;
     uint8_t      *x8;  // [P][pad128(H)] e4m3
     float        *xs;  // [pad128(H) / 128][P]

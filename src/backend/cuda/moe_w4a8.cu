@@ -24,6 +24,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
+    b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
     b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t       *h  = ws + L.h;
