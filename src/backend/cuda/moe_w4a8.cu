@@ -1,24 +1,11 @@
 // W4A8 expert FFN and dense projections (moe_w4a8.cuh). Scratch comes from the backend's one workspace, laid
 // out by src/backend/w4a8_workspace.h (which the memory plan reads too).
-#include <string.h>
-
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/w4a8_workspace.h"
-
-// FP8MOE_COMBINE=atomic: the down GEMM combines the k expert rows with float atomics (an ablation, measured in
-// bench/NOTES.md); anything else: the deterministic combine kernel.
-static bool atomic_combine(void) {
-    static int choice = -1;
-    if (choice < 0) {
-        const char *env = getenv("FP8MOE_COMBINE");
-        choice = env && strcmp(env, "atomic") == 0;
-    }
-    return choice == 1;
-}
 
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out) {
@@ -61,17 +48,6 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 
     a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P;
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL, a.hsum = NULL;
-    if (atomic_combine() && k >= 2) {
-        /* the ablation of issue 5's combine: the down GEMM adds each pair's weighted row into an fp32 [T][H] (in
-           the expert-row buffer, P H x 2 bytes >= T H x 4 for k >= 2) with float atomics, then one conversion; the
-           sum's order, and so its last bits, depend on the schedule. Default: the deterministic combine below. */
-        float *acc = (float *)y;
-        FM_CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)(T * H) * sizeof(float), be->stream));
-        a.y = NULL, a.combine = acc, a.combine_w = weights, a.combine_k = k;
-        fm_cuda_w4a8_gemm(&a, be->stream);
-        fm_cuda_f32_to_bf16(acc, T * H, out, be->stream);
-        return;
-    }
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);

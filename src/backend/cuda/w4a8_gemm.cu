@@ -56,9 +56,6 @@ typedef struct gemm_params {
     __nv_bfloat16       *y;
     int64_t              ldy;
     const int32_t       *row_map;
-    float               *combine; // see fm_w4a8_args
-    const __nv_bfloat16 *combine_w;
-    int32_t              combine_k;
     uint8_t             *h;
     int64_t              ldh;
     float               *hs;
@@ -294,23 +291,6 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
                 const int32_t slot = tile.slot0 + n;
                 out_row[nt][c] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
             }
-        if (p.combine) { /* the atomic-combine ablation: out[token] += w x bf16(value), in arrival order */
-#pragma unroll
-            for (int nt = 0; nt < BNT / 8; nt++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    if (out_row[nt][c] < 0) continue;
-                    const int32_t pair = out_row[nt][c];
-                    const float   wp = __bfloat162float(p.combine_w[pair]);
-                    float        *o = p.combine + (int64_t)(pair / p.combine_k) * p.ldy;
-#pragma unroll
-                    for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-                        for (int half = 0; half < 2; half++)
-                            if (col[mb][half] >= 0) atomicAdd(o + col[mb][half], wp * round_bf16(acc[mb][nt][2 * half + c]));
-                }
-            return;
-        }
 #pragma unroll
         for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
@@ -789,8 +769,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     if (!tc || a->max_tiles <= 0 || (a->tiles == NULL) != (a->n_tiles == NULL) ||
         (w->fmt == FM_W_INT4_ZP_TC && !a->xsum) ||
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
-        (a->epilogue == FM_W4A8_OUT_BF16 && !a->y && !a->combine) || a->max_tiles > 65535 ||
-        (a->combine && (!a->row_map || !a->combine_w || a->combine_k < 1)) ||
+        (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535 ||
         !(a->tile_rows == 0 || a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_SMALL) ||
         ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */) {
         fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld)\n",
@@ -804,7 +783,6 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.x = a->x, p.ldx = w->ld, p.xs = a->xs, p.xsum = a->xsum, p.lds = a->lds;
     p.tiles = a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense, p.dense_matrix = a->dense_matrix;
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
-    p.combine = a->combine, p.combine_w = a->combine_w, p.combine_k = a->combine_k;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
     if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);

@@ -35,11 +35,6 @@ typedef struct fm_w4a8_args {
     __nv_bfloat16 *y;             // OUT_BF16
     int64_t        ldy;
     const int32_t *row_map;
-    // OUT_BF16 with combine (the atomic-combine ablation, moe_w4a8.cu): in place of y, each value v of activation row
-    // slot is added as combine_w[p] x bf16(v) into combine[p / combine_k][col] with a float atomic, p = row_map[slot]
-    float               *combine;
-    const __nv_bfloat16 *combine_w;
-    int32_t              combine_k;
     uint8_t       *h;             // OUT_SWIGLU_E4M3
     int64_t        ldh;
     float         *hs;
