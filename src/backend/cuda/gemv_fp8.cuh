@@ -19,7 +19,9 @@ size_t fm_cuda_gemv_fp8_smem(int64_t M, int64_t k_pad);
 #define FM_W8A8_GEMV_MAX_M 8
 #define FM_W4A8_GEMV_MAX_M FM_GEMV_FP8_MAX_M
 bool fm_cuda_gemv_enabled(void);
-static inline bool fm_w8a8_takes_gemv(int64_t M) { return M >= 1 && M <= FM_W8A8_GEMV_MAX_M && fm_cuda_gemv_enabled(); }
+// FM_W8A8_GEMV_MAX_M, or FP8MOE_W8A8_GEMV_MAX_M (1..16) where set (for measuring the threshold)
+int  fm_w8a8_gemv_max_m(void);
+static inline bool fm_w8a8_takes_gemv(int64_t M) { return M >= 1 && M <= fm_w8a8_gemv_max_m() && fm_cuda_gemv_enabled(); }
 static inline bool fm_w4a8_takes_gemv(int64_t M, int64_t k_pad) {
     return M >= 1 && M <= FM_W4A8_GEMV_MAX_M && fm_cuda_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX &&
            fm_cuda_gemv_enabled();
