@@ -52,8 +52,16 @@ static __device__ void stage_copy(const uint8_t *x, int64_t M, int64_t ld_src, i
 // out alike, staged after the scales)
 static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s, int64_t M,
                                        int64_t G, int R, int64_t ldsm, uint8_t *sm, float *ssc) {
+    /* each thread's first scale (and sum) is loaded before the rows, so that the two round trips to L2 overlap */
+    const int64_t i0 = threadIdx.x, r0 = i0 / G, g0 = i0 % G;
+    const bool    first = i0 < R * G && r0 < M;
+    const float   sc0 = first ? __ldcg(xs + g0 * ld_s + r0) : 0.0f, sum0 = first && xsum ? __ldcg(xsum + g0 * ld_s + r0) : 0.0f;
     stage_copy(x, M, G * 128, R, ldsm, sm);
-    for (int64_t i = threadIdx.x; i < R * G; i += blockDim.x) {
+    if (i0 < R * G) {
+        ssc[i0] = sc0;
+        if (xsum) ssc[R * G + i0] = sum0;
+    }
+    for (int64_t i = i0 + blockDim.x; i < R * G; i += blockDim.x) {
         const int64_t r = i / G, grp = i % G;
         ssc[i] = r < M ? __ldcg(xs + grp * ld_s + r) : 0.0f;
         if (xsum) ssc[R * G + i] = r < M ? __ldcg(xsum + grp * ld_s + r) : 0.0f;

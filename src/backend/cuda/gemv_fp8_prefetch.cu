@@ -29,11 +29,13 @@
 
 #define WARPS   GEMV_WARPS
 #define UPC_MAX 4 // 16-row blocks per CTA
+#define PIECES_MAX 8 // W8A8: the slice is copied in up to this many pieces (of whole rows)
 
-// lab/gemv_chain.cu defines this to time-stamp each CTA at points 0 (start), 1 (after the PDL wait), 2 (weights
-// arrived), 3 (done): the timeline of a chain of these kernels
+// lab/gemv_chain.cu defines this to time-stamp each CTA at points 0 (start), 1 (after the PDL wait; it also notes
+// whether the weights were in by then), 2 (weights arrived), 3 (done): the timeline of a chain of these kernels
 #ifndef GEMV_TRACE
-#define GEMV_TRACE(point, id)
+#define GEMV_TRACE(point, id, bar)
+#define GEMV_TRACE_X(word)
 #endif
 
 static __host__ __device__ inline int64_t w8a8_pitch(int64_t ld) { return (ld + 127) / 128 * 128 + 64; }
@@ -71,24 +73,33 @@ template <int NT, int UPC>
 static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_prefetch_kernel(const uint8_t *W, int64_t N, int64_t ld,
                                                                            const float *w_scale, const uint8_t *x,
                                                                            int64_t M, const float *x_scale,
-                                                                           __nv_bfloat16 *y) {
+                                                                           __nv_bfloat16 *y, int depth) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t sm[];
-    __shared__ __align__(8) uint64_t bar;
+    __shared__ __align__(8) uint64_t bars[PIECES_MAX];
     const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t row0 = (int64_t)blockIdx.x * UPC * 16, pitch = w8a8_pitch(ld);
     const int     rows = (int)(N - row0 < UPC * 16 ? N - row0 : UPC * 16);
-    GEMV_TRACE(0, W);
-    if (warp == 0) { /* the whole slice, one bulk copy per row; rows past N stay unwritten (their outputs are not stored) */
-        if (lane == 0) bulk_barrier_init(&bar), bulk_barrier_expect(&bar, (uint32_t)(rows * ld));
-        __syncwarp();
-        const uint64_t policy = l2_evict_first();
-        for (int r = lane; r < rows; r += 32) bulk_load(sm + r * pitch, W + (row0 + r) * ld, (uint32_t)ld, &bar, policy);
-    }
+    const int     rpp = (rows + PIECES_MAX - 1) / PIECES_MAX, np = (rows + rpp - 1) / rpp; /* rows per piece, pieces */
+    GEMV_TRACE(0, W, &bars[0]);
     pdl_launch_dependents();
-    __syncthreads(); /* the barrier is initialised for everyone */
-    pdl_wait();      /* from here on x may be read and y written */
-    GEMV_TRACE(1, W);
+    if (threadIdx.x == 0)
+        for (int p = 0; p < np; p++) bulk_barrier_init(&bars[p]);
+    __syncthreads(); /* the barriers are initialised for everyone */
+    if (threadIdx.x == 0) { /* the producer: the slice in pieces of rpp rows, one bulk copy per row, depth pieces in
+                               flight (rows past N stay unwritten: their outputs are not stored) */
+        const uint64_t policy = l2_evict_first();
+        for (int p = 0; p < np; p++) {
+            if (p >= depth) bulk_barrier_wait(&bars[p - depth], 0);
+            const int r1 = (p + 1) * rpp < rows ? (p + 1) * rpp : rows;
+            bulk_barrier_expect(&bars[p], (uint32_t)((r1 - p * rpp) * ld));
+            for (int r = p * rpp; r < r1; r++) bulk_load(sm + r * pitch, W + (row0 + r) * ld, (uint32_t)ld, &bars[p], policy);
+        }
+    }
+    const float w_sc = *w_scale; /* a weight: readable before the wait */
+    pdl_wait();                  /* from here on x may be read and y written */
+    GEMV_TRACE(1, W, &bars[np - 1]);
+    const float scale = w_sc * __ldcg(x_scale); /* in flight with x, not after the MMAs */
 
     const int     XU = 8 / NT; /* chunks of x in flight per lane */
     const int64_t pieces = ld / 16, chunks = (pieces + 3) / 4;
@@ -105,8 +116,9 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_prefetch_kernel(con
             for (int nt = 0; nt < NT; nt++)
                 vx[u][nt] = p < pieces && nt * 8 + g < M ? __ldcg((const uint4 *)(x + (nt * 8 + g) * ld) + p) : zero;
         }
-        bulk_barrier_wait(&bar, 0);
-        GEMV_TRACE(2, W);
+        for (int p = 0; p < np; p++) bulk_barrier_wait(&bars[p], 0);
+        GEMV_TRACE(2, W, &bars[0]);
+        GEMV_TRACE_X(vx[0][0].x | vx[XU - 1][NT - 1].w);
 #pragma unroll
         for (int u = 0; u < XU; u++) {
             if (c0 + (int64_t)u * WARPS >= chunks) break; /* warp-uniform */
@@ -125,9 +137,10 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_prefetch_kernel(con
             }
         }
     }
-    bulk_barrier_wait(&bar, 0); /* a warp without chunks must not reuse the buffer under a copy in flight */
-    reduce_store<NT, UPC>(acc, (float *)sm, row0, N, M, *w_scale * __ldcg(x_scale), y);
-    GEMV_TRACE(3, W);
+    for (int p = 0; p < np; p++) bulk_barrier_wait(&bars[p], 0); /* a warp without chunks must not reuse the buffer
+                                                                    under a copy in flight */
+    reduce_store<NT, UPC>(acc, (float *)sm, row0, N, M, scale, y);
+    GEMV_TRACE(3, W, &bars[0]);
 #else
     __trap();
 #endif
@@ -160,7 +173,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_prefetch_kernel(con
     uint8_t       *xsm = sm + w4a8_weight_bytes<WK>(UPC, G);
     const int64_t  ldsm = G * 128 + W4A8_PAD;
     float         *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
-    GEMV_TRACE(0, wt.codes);
+    GEMV_TRACE(0, wt.codes, &bar);
     if (warp == 0) { /* the codes of nb blocks are one run; the scales one short run per group */
         const int64_t code_bytes = nb * G * CH, piece = 16384;
         if (lane == 0)
@@ -181,10 +194,10 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_prefetch_kernel(con
     pdl_launch_dependents();
     __syncthreads(); /* the barrier is initialised for everyone */
     pdl_wait();      /* from here on x may be read and y written */
-    GEMV_TRACE(1, wt.codes);
+    GEMV_TRACE(1, wt.codes, &bar);
     stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
     bulk_barrier_wait(&bar, 0);
-    GEMV_TRACE(2, wt.codes);
+    GEMV_TRACE(2, wt.codes, &bar);
 
     float acc[UPC][NT][4];
 #pragma unroll
@@ -211,7 +224,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_prefetch_kernel(con
             w4a8_group_mma<NT, WK>(acc[b], w, xsm + grp * 128, ldsm, ssc, ssum, G, grp, wsa, wsb, wza, wzb);
         }
     reduce_store<NT, UPC>(acc, (float *)sm, row0, N, M, 1.0f, y); /* the scales are in the accumulator */
-    GEMV_TRACE(3, wt.codes);
+    GEMV_TRACE(3, wt.codes, &bar);
 #else
     __trap();
 #endif
@@ -243,7 +256,8 @@ bool fm_cuda_gemv_prefetch_enabled(void) {
 
 // Row blocks per CTA so that the grid is one CTA per SM at most, or 0 when no UPC <= UPC_MAX fits the shared memory
 static int blocks_per_cta(int64_t row_blocks, int64_t smem_per_block, int64_t smem_fixed) {
-    const int64_t upc = (row_blocks + sm_count() - 1) / sm_count();
+    const char   *env = getenv("FP8MOE_GEMV_UPC"); /* experiments only */
+    const int64_t upc = env ? atoi(env) : (row_blocks + sm_count() - 1) / sm_count();
     if (upc > UPC_MAX || upc * smem_per_block + smem_fixed > FM_GEMV_PREFETCH_SMEM) return 0;
     return (int)upc;
 }
@@ -262,9 +276,11 @@ static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws
     const void   *fn = (const void *)w8a8_prefetch_kernel<NT, UPC>;
     const int64_t weights = UPC * 16 * w8a8_pitch(ld), red = WARPS * UPC * NT * 4 * 32 * (int64_t)sizeof(float);
     allow_smem(fn, &allowed);
-    void *args[] = {(void *)&W, (void *)&N, (void *)&ld, (void *)&ws, (void *)&x, (void *)&M, (void *)&xsc, (void *)&y};
-    fm_cuda_launch_pdl(fn, dim3((unsigned)fm_ceil_div(N, 16 * UPC)), dim3(WARPS * 32),
-                       (size_t)(weights > red ? weights : red), s, args);
+    int   depth = getenv("FP8MOE_GEMV_DEPTH") ? atoi(getenv("FP8MOE_GEMV_DEPTH")) : PIECES_MAX; /* experiments */
+    void *args[] = {(void *)&W, (void *)&N, (void *)&ld, (void *)&ws, (void *)&x, (void *)&M, (void *)&xsc, (void *)&y, (void *)&depth};
+    int64_t smem = weights > red ? weights : red;
+    if (getenv("FP8MOE_GEMV_SMEM")) smem = atoi(getenv("FP8MOE_GEMV_SMEM")) > smem ? atoi(getenv("FP8MOE_GEMV_SMEM")) : smem; /* experiments */
+    fm_cuda_launch_pdl(fn, dim3((unsigned)fm_ceil_div(N, 16 * UPC)), dim3(WARPS * 32), (size_t)smem, s, args);
     FM_LAUNCH_CHECK("w8a8_prefetch");
 }
 
@@ -301,7 +317,9 @@ static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const f
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
     allow_smem(fn, &allowed);
     const int64_t used = w4a8_weight_bytes<WK>(UPC, G) + w4a8_stage_bytes(NT, G);
-    const int64_t red = WARPS * UPC * NT * 4 * 32 * (int64_t)sizeof(float), smem = used > red ? used : red;
+    const int64_t red = WARPS * UPC * NT * 4 * 32 * (int64_t)sizeof(float);
+    int64_t       smem = used > red ? used : red;
+    if (getenv("FP8MOE_GEMV_SMEM")) smem = atoi(getenv("FP8MOE_GEMV_SMEM")) > smem ? atoi(getenv("FP8MOE_GEMV_SMEM")) : smem; /* experiments */
     void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&G, (void *)&x,
                     (void *)&xs, (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y};
     fm_cuda_launch_pdl(fn, dim3((unsigned)fm_ceil_div(rows_pad / 16, UPC)), dim3(WARPS * 32), (size_t)smem, s, args);
