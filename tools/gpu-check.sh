@@ -16,11 +16,9 @@ FP8MOE_W4A8=mma ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops_mma.log" 2>&1; op
 # the dense projections without the decode GEMVs (cuBLASLt and the grouped kernel at every M), and without PDL
 FP8MOE_GEMV=0 FP8MOE_PDL=0 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops \
     >"$out/gpu_ops_nogemv.log" 2>&1; ops_nogemv_rc=$?
-# the decode GEMVs: the prefetching ones (sm_90) up to 16 rows for W8A8 too, and the register ones (sm_89's) alone
+# the W8A8 decode GEMV up to 16 rows (its two-tile form, which the route table leaves to cuBLASLt)
 FP8MOE_W8A8_GEMV_MAX_M=16 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops \
     >"$out/gpu_ops_gemv16.log" 2>&1; ops_gemv16_rc=$?
-FP8MOE_GEMV_PREFETCH=0 FP8MOE_W8A8_GEMV_MAX_M=16 FM_TEST_FILTER='test_linear*' timeout 300 \
-    ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops_noprefetch.log" 2>&1; ops_noprefetch_rc=$?
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
@@ -54,7 +52,7 @@ echo "|---|---|"
 echo "| make test (CPU suite) | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.log") programs passed, ${test_s} s |"
 echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops.log" | sort -g -k2 | tail -1), ${ops_s} s |"
 echo "| CUDA dense-projection tests without the decode GEMVs and PDL | rc $ops_nogemv_rc |"
-echo "| CUDA dense-projection tests, W8A8 GEMVs up to 16 rows: prefetching / register GEMVs | rc $ops_gemv16_rc / $ops_noprefetch_rc |"
+echo "| CUDA dense-projection tests, W8A8 GEMV up to 16 rows | rc $ops_gemv16_rc |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"

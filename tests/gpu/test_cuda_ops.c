@@ -95,13 +95,11 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
 
-/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMVs) and 9, 16, 300 (cuBLASLt FP8; gemv_fp8.cuh has the route
-   table, gpu-check also runs these with the GEMVs up to 16 rows), on the fused (M Kp <= 65536) and the two-kernel
-   activation quantization, K not a multiple of 16 (padded) nor of 64 (the GEMV's last chunk partial), the
-   Qwen3-30B-A3B attention shapes (3 and 1 row blocks per CTA in the prefetching GEMV, the last CTA partial), 4
-   row blocks per CTA (6400 rows on 132 SMs), a K too long for the prefetching GEMV's shared memory (the register
-   GEMV takes it), and an all-zero input on both GEMM routes (the scale floor: zeros out, no NaN). N must be a
-   multiple of 16. */
+/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; gemv_fp8.cuh has the route
+   table; gpu-check also runs these with the GEMV up to 16 rows, its two-tile form), on the fused (M Kp <= 65536)
+   and the two-kernel activation quantization, K not a multiple of 16 (padded) nor of 64 (the GEMV's last chunk
+   partial), the Qwen3-30B-A3B attention shapes, many rows with a short K, a long K with few rows, and an all-zero
+   input on both GEMM routes (the scale floor: zeros out, no NaN). N must be a multiple of 16. */
 static void test_linear_w8a8(void **s) {
     (void)s;
     const int64_t Ms[] = {1, 8, 9, 16, 300};
@@ -127,7 +125,7 @@ static void test_linear(void **s) {
     const int64_t Mw[] = {1, 9, 16, 300, 1000};
     for (int i = 0; i < 5; i++) linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Mw[i], 2048, 640);
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 65, 4160, 96);
-    /* the prefetching GEMV (gemv_fp8_prefetch.cu) with 3, 1 and 4 row blocks per CTA on 132 SMs */
+    /* the GEMV at the Qwen3-30B-A3B attention shapes, and many rows with a short K */
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 1, 2048, 5120);
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 16, 4096, 2048);
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 3, 256, 6400);

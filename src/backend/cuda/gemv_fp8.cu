@@ -30,15 +30,23 @@
 
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
-#include "backend/cuda/gemv_fp8_common.cuh"
-#include "backend/cuda/gemv_fp8_prefetch.cuh"
+#include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/w4a8_layout.cuh"
 
-#define WARPS  GEMV_WARPS
+#define WARPS  8
 // Loads in flight per warp, for one activation tile (NT = 1; halved for NT = 2 to stay within 128 registers, so
 // that two CTAs fit on an SM: the running kernel's and the next one's under PDL)
 #define W8A8_U 8 // 64-byte chunks (a Qwen3 projection at M <= 8: all of a warp's chunks in one round)
 #define W4A8_U 4 // 128-groups (likewise)
+
+template <int NT>
+static __device__ __forceinline__ void zero_acc(float acc[NT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+}
 
 // the KS partial sums of each row block: warp w of the CTA is (row block w / KS, slice w % KS)
 template <int NT, int KS>
@@ -58,6 +66,56 @@ static __device__ __forceinline__ void reduce_slices(float acc[NT][4], float (*r
             for (int j = 1; j < KS; j++) a += red[warp + j][nt][i][lane];
             acc[nt][i] = a;
         }
+}
+
+// y for rows r0 + g and r0 + g + 8, activation rows 8 nt + 2t and + 1 (the mma's C fragment), times scale
+template <int NT>
+static __device__ __forceinline__ void store_rows(const float acc[NT][4], int64_t r0, int64_t N, int64_t M, float scale,
+                                                  __nv_bfloat16 *y) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t row = r0 + g + (i >= 2 ? 8 : 0), m = nt * 8 + 2 * t + (i & 1);
+            if (row < N && m < M) y[m * N + row] = __float2bfloat16_rn(acc[nt][i] * scale);
+        }
+}
+
+// ---- x into shared memory: after the wait, every thread of the CTA, ends with __syncthreads ----
+
+#define W4A8_PAD 16 // likewise for the 4-byte reads of the W4A8 fragments
+static const int STAGE_UNROLL = 8; // loads in flight per thread while staging (a constant: #pragma unroll takes it)
+
+// e4m3 rows x [M][ld_src] -> sm [R][ldsm] (rows past M, and bytes past ld_src, zero)
+static __device__ void stage_copy(const uint8_t *x, int64_t M, int64_t ld_src, int R, int64_t ldsm, uint8_t *sm) {
+    const int64_t per_row = ldsm / 16, n = R * per_row;
+#pragma unroll STAGE_UNROLL
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const int64_t r = i / per_row, c = (i % per_row) * 16;
+        *(uint4 *)(sm + r * ldsm + c) = r < M && c < ld_src ? __ldcg((const uint4 *)(x + r * ld_src + c)) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// W4A8 from e4m3 x [M][G 128] with scales xs[grp * ld_s + row] (and, for int4-zp banks, the group sums xsum laid
+// out alike, staged after the scales)
+static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s, int64_t M,
+                                       int64_t G, int R, int64_t ldsm, uint8_t *sm, float *ssc) {
+    /* each thread's first scale (and sum) is loaded before the rows, so that the two round trips to L2 overlap */
+    const int64_t i0 = threadIdx.x, r0 = i0 / G, g0 = i0 % G;
+    const bool    first = i0 < R * G && r0 < M;
+    const float   sc0 = first ? __ldcg(xs + g0 * ld_s + r0) : 0.0f, sum0 = first && xsum ? __ldcg(xsum + g0 * ld_s + r0) : 0.0f;
+    stage_copy(x, M, G * 128, R, ldsm, sm);
+    if (i0 < R * G) {
+        ssc[i0] = sc0;
+        if (xsum) ssc[R * G + i0] = sum0;
+    }
+    for (int64_t i = i0 + blockDim.x; i < R * G; i += blockDim.x) {
+        const int64_t r = i / G, grp = i % G;
+        ssc[i] = r < M ? __ldcg(xs + grp * ld_s + r) : 0.0f;
+        if (xsum) ssc[R * G + i] = r < M ? __ldcg(xsum + grp * ld_s + r) : 0.0f;
+    }
+    __syncthreads();
 }
 
 // ---- the kernels ----
@@ -124,8 +182,17 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
 }
 
 // x is e4m3 [M][n_groups 128] with scales xs[group * ld_s + row] (quantized by an earlier kernel), staged in
-// dynamic shared memory (w4a8_stage_bytes: each lane's B fragment is 8 separate 4-byte words, which through L2
-// alone cost 2x, bench/NOTES.md). WK (w4a8_layout.cuh): the bank's kind.
+// dynamic shared memory: NT 8 rows of n_groups 128 + W4A8_PAD bytes, then their scales [NT 8][n_groups] fp32
+// (each lane's B fragment is 8 separate 4-byte words, which through L2 alone cost 2x: bench/NOTES.md), then for
+// int4-zp-tc banks their group sums. WK (w4a8_layout.cuh): the bank's kind; int4-zp adds -(zero x scale) x sum
+// per group, as the grouped kernel does.
+typedef struct gemv_w4a8_weights {
+    const uint8_t       *codes;
+    const __nv_bfloat16 *ws;  // int4-tc: bf16 scales [group][rows_pad]
+    const float         *wsf; // int4-zp-tc (x 512) and e4m3-block: fp32 scales, same layout
+    const float         *wzs; // int4-zp-tc: zero x scale
+} gemv_w4a8_weights;
+
 template <int NT, int KS, int WK>
 static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights wt, int64_t N,
                                                                        int64_t rows_pad, int64_t n_groups,
@@ -137,7 +204,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const g
     pdl_launch_dependents();
     constexpr int NP = wk_shape<WK>::parts, CH = wk_shape<WK>::chunk;
     const int     U = W4A8_U * 2 / (NT * NP); /* the same bytes in flight whatever the code width */
-    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ks = warp % KS;
+    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t blk = (int64_t)blockIdx.x * (WARPS / KS) + warp / KS, r0 = blk * 16;
     const bool    live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
@@ -179,8 +246,31 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const g
             uint32_t w[4 * NP];
 #pragma unroll
             for (int q = 0; q < NP; q++) w[4 * q] = v[u][q].x, w[4 * q + 1] = v[u][q].y, w[4 * q + 2] = v[u][q].z, w[4 * q + 3] = v[u][q].w;
-            w4a8_group_mma<NT, WK>(acc, w, xsm + grp * 128, ldsm, ssc, ssum, G, grp, wsa[u], wsb[u],
-                                   WK == WK_INT4_ZP ? wza[u] : 0.0f, WK == WK_INT4_ZP ? wzb[u] : 0.0f);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                /* step s: words 2s and 2s + 1 hold k = 32 s + 4 t + 0..3 and 32 s + 16 + 4 t + 0..3 of the group
+                   (w4a8_layout.cuh); b0 and b1 are the same bytes of activation row 8 nt + g */
+                const uint8_t *xb = xsm + (nt * 8 + g) * ldsm + grp * 128 + 4 * t;
+                float          part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    uint32_t a[4];
+                    weight_fragment<WK>(w, s, a);
+                    mma_e4m3(part, a, *(const uint32_t *)(xb + 32 * s), *(const uint32_t *)(xb + 32 * s + 16));
+                }
+                const float x0 = ssc[(nt * 8 + 2 * t) * G + grp], x1 = ssc[(nt * 8 + 2 * t + 1) * G + grp];
+                acc[nt][0] = fmaf(part[0], wsa[u] * x0, acc[nt][0]);
+                acc[nt][1] = fmaf(part[1], wsa[u] * x1, acc[nt][1]);
+                acc[nt][2] = fmaf(part[2], wsb[u] * x0, acc[nt][2]);
+                acc[nt][3] = fmaf(part[3], wsb[u] * x1, acc[nt][3]);
+                if (WK == WK_INT4_ZP) {
+                    const float s0 = ssum[(nt * 8 + 2 * t) * G + grp], s1 = ssum[(nt * 8 + 2 * t + 1) * G + grp];
+                    acc[nt][0] = fmaf(-wza[u], s0, acc[nt][0]);
+                    acc[nt][1] = fmaf(-wza[u], s1, acc[nt][1]);
+                    acc[nt][2] = fmaf(-wzb[u], s0, acc[nt][2]);
+                    acc[nt][3] = fmaf(-wzb[u], s1, acc[nt][3]);
+                }
+            }
         }
     }
     reduce_slices<NT, KS>(acc, red);
@@ -216,7 +306,8 @@ int fm_w8a8_gemv_max_m(void) {
 }
 
 size_t fm_cuda_gemv_fp8_smem(int64_t M, int64_t k_pad) {
-    return (size_t)w4a8_stage_bytes(M <= 8 ? 1 : 2, k_pad / 128);
+    const int64_t rows = M <= 8 ? 8 : 16;
+    return (size_t)(rows * (k_pad + W4A8_PAD) + 2 * rows * (k_pad / 128) * (int64_t)sizeof(float));
 }
 
 template <int NT, int KS>
@@ -245,10 +336,10 @@ void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_s
                 (long long)ld);
         abort();
     }
-    if (fm_cuda_w8a8_gemv_prefetch(W, N, ld, w_scale, x, M, x_scale, y, s)) return;
     const int ks = slices_for(fm_ceil_div(ld, 64), 8);
     if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, s); /* one n8 tile */
-    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);
+    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);       /* two: only where FP8MOE_W8A8_GEMV_MAX_M
+                                                                                 allows it (cuBLASLt is faster) */
     FM_LAUNCH_CHECK("w8a8_gemv");
 }
 
@@ -302,7 +393,6 @@ void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const fl
                 w->n);
         abort();
     }
-    if (fm_cuda_w4a8_gemv_prefetch(w, idx, x, xs, xsum, ld_s, M, y, s)) return;
     const int ks = slices_for(w->n_groups, 4);
     if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
     else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
