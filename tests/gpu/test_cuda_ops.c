@@ -110,6 +110,39 @@ static void test_linear_w8a8(void **s) {
     linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 300, 2048, 512, 0.0f);
 }
 
+/* W8A8 at decode sizes, many calls on one backend: the fused activation quantizer's blocks meet at a grid barrier
+   whose words persist between calls (linear_w8a8.cu), so a sequence with changing block counts (M Kp / 8192: 8,
+   3, 1, 8, 2, 6, 8, 1) must give each call its own amax. Outlier magnitudes change from call to call. */
+static void test_linear_w8a8_sequence(void **s) {
+    (void)s;
+    both          b = make_dense(FM_PRESET_FP8, FM_DENSE_W8A8);
+    const int64_t K = 4096, N = 64, Ms[] = {16, 6, 1, 16, 4, 12, 16, 2};
+    float        *w = rand_array(N * K, 0.1f);
+    fm_bank      *wb[2];
+    for (int i = 0; i < 2; i++) wb[i] = bank(b.be[i], w, 1, N, K, FM_W_E4M3_PT);
+    for (int c = 0; c < 8; c++) {
+        const int64_t M = Ms[c];
+        float        *x = rand_array(M * K, 1.0f), *y[2];
+        x[(c * 977) % (M * K)] = 10.0f * (float)(c + 1); /* the amax moves */
+        for (int i = 0; i < 2; i++) {
+            fm_backend *be = b.be[i];
+            void       *xd = gpu_upload(be, x, M * K), *base;
+            void       *yd = gpu_guarded(be, M * N, &base);
+            be->ops->linear(be, wb[i], 0, xd, M, be->plan.a_dense, yd);
+            y[i] = gpu_fetch(be, base, M * N, "linear");
+            be->ops->free(be, xd);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "linear e4m3-tensor sequence call %d M=%lld K=%lld N=%lld", c, (long long)M,
+                 (long long)K, (long long)N);
+        gpu_expect_close(y[1], y[0], M * N, 5e-3, what);
+        free(y[0]), free(y[1]), free(x);
+    }
+    for (int i = 0; i < 2; i++) b.be[i]->ops->bank_free(b.be[i], wb[i]);
+    free(w);
+    destroy(&b);
+}
+
 static void test_linear(void **s) {
     (void)s;
     const int64_t Ms[] = {1, 3, 17, 300}, Ks[][2] = {{200, 37}, {96, 256}, {1000, 130}};
@@ -340,7 +373,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_moe_w4a8),  cmocka_unit_test(test_linear_w8a8),
+        cmocka_unit_test(test_moe_w4a8),  cmocka_unit_test(test_linear_w8a8), cmocka_unit_test(test_linear_w8a8_sequence),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -36,10 +36,13 @@
 
 fm_status fm_lt_init(fm_lt *lt, fm_error *err) {
     memset(lt, 0, sizeof *lt);
-    if (cudaMalloc(&lt->workspace, LT_WORKSPACE) != cudaSuccess) {
+    if (cudaMalloc(&lt->workspace, LT_WORKSPACE + 256) != cudaSuccess ||
+        cudaMemset((char *)lt->workspace + LT_WORKSPACE, 0, 256) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) { /* zero before any stream of ours uses it */
         cudaGetLastError();
         return fm_fail(err, FM_ERR_NOMEM, "cuBLASLt: out of GPU memory for its %u-byte workspace", LT_WORKSPACE);
     }
+    lt->grid_sync = (unsigned *)((char *)lt->workspace + LT_WORKSPACE);
     LT_CHECK(cublasLtCreate(&lt->handle));
     const uint64_t ws = LT_WORKSPACE;
     LT_CHECK(cublasLtMatmulPreferenceCreate(&lt->pref));

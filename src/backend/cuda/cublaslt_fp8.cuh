@@ -15,10 +15,12 @@ extern "C" {
 #define FM_LT_SCALE_SLOT 4 // floats per device scale: one 16-byte slot each (cuBLASLt refuses less aligned scales)
 
 // The handle, the matmul preference and the workspace: one per user (the backend, the MoE anchor).
+#define FM_LT_GRID_SYNC_WORDS 4
 typedef struct fm_lt {
     cublasLtHandle_t           handle;
     cublasLtMatmulPreference_t pref;
     void                      *workspace;
+    unsigned                  *grid_sync; // after the workspace, zeroed once: the W8A8 activation quantizer's barrier
 } fm_lt;
 
 // One weight shape N x K: its descriptors and remembered algorithms.

@@ -86,23 +86,49 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
     }
 }
 
-// decode sizes (M Kp <= FM_W8A8_FUSED_ELEMS): one block does all three steps with its own amax reduction (no
-// atomics, no second launch); each thread keeps up to FUSED_PIECES pieces of 8 bf16 in registers between the
-// reduction and the cast, all loaded in one round. Launched with PDL: the GEMM after it starts meanwhile.
-#define FUSED_THREADS 1024
-#define FUSED_PIECES  (FM_W8A8_FUSED_ELEMS / 8 / FUSED_THREADS)
+// decode sizes (M Kp <= FM_W8A8_FUSED_ELEMS): one launch of B = ceil(M Kp / FUSED_BLOCK_ELEMS) blocks (FUSED_PIECES
+// pieces of 8 bf16 per thread, all loaded in one round and kept in registers). Each block reduces its amax; with
+// B > 1 the blocks meet at grid_barrier_amax, then each casts its own pieces. Launched with PDL: the GEMM after it
+// starts meanwhile. (It was one 1024-thread block: at M = 8-16 that one SM's casts took ~7-10 us per call, bench
+// gemm's w8a8 op row; bench/NOTES.md.)
+#define FUSED_THREADS     256
+#define FUSED_PIECES      4
+#define FUSED_BLOCK_ELEMS (FUSED_THREADS * FUSED_PIECES * 8)
+
+// The amax of all B blocks, for thread 0 of each: a sense-reversing grid barrier on the caller's zeroed words
+// sync[0] arrivals, sync[1] generation, sync[2 + generation % 2] the amax bits of this generation. The last block to
+// arrive clears the count and the next generation's amax, then advances the generation, which releases the others.
+// It cannot starve: every block calls launch_dependents before anything else, so no later kernel's CTA can take an
+// SM before all B blocks are resident.
+static __device__ float grid_barrier_amax(float a, unsigned *sync) {
+    volatile unsigned *vs = sync;
+    const unsigned     gen = vs[1];
+    atomicMax(&sync[2 + (gen & 1u)], __float_as_uint(a));
+    __threadfence();
+    if (atomicAdd(&sync[0], 1u) == gridDim.x - 1) {
+        sync[0] = 0u, sync[2 + ((gen + 1u) & 1u)] = 0u;
+        __threadfence();
+        atomicAdd(&sync[1], 1u);
+    } else {
+        while (vs[1] == gen) __nanosleep(20);
+    }
+    __threadfence();
+    return __uint_as_float(vs[2 + (gen & 1u)]);
+}
+
 static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp,
-                                                                        uint8_t *xq, float *scale_slot, unsigned *bad) {
-    __shared__ float red[32];
+                                                                        uint8_t *xq, float *scale_slot, unsigned *bad,
+                                                                        unsigned *sync) {
+    __shared__ float red[FUSED_THREADS / 32];
     pdl_launch_dependents();
     pdl_wait();
-    const int64_t per_row = Kp / 8, n = M * per_row;
+    const int64_t per_row = Kp / 8, n = M * per_row, first = (int64_t)blockIdx.x * FUSED_THREADS * FUSED_PIECES;
     uint4         v[FUSED_PIECES];
     float         a = 0.0f;
     unsigned      n_bad = 0;
 #pragma unroll
     for (int i = 0; i < FUSED_PIECES; i++) {
-        const int64_t p = threadIdx.x + (int64_t)i * FUSED_THREADS;
+        const int64_t p = first + threadIdx.x + (int64_t)i * FUSED_THREADS;
         v[i] = p < n ? load8(x, p / per_row, (p % per_row) * 8, K) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
@@ -111,15 +137,21 @@ static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const b
         for (int j = 0; j < 8; j++) a = fmaxf(a, fabsf(elem8(v[i], j))), n_bad += !isfinite(elem8(v[i], j));
     count_bad(n_bad, bad);
     a = e4m3t_warp_max(a);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) red[threadIdx.x >> 5] = a;
     __syncthreads();
-    a = 0.0f;
-    for (int w = 0; w < FUSED_THREADS / 32; w++) a = fmaxf(a, red[w]);
+    a = e4m3t_warp_max(lane < FUSED_THREADS / 32 ? red[lane] : 0.0f); /* every warp, the block's amax */
+    if (gridDim.x > 1) {
+        __syncthreads(); /* red is reused for the grid's amax */
+        if (threadIdx.x == 0) red[0] = grid_barrier_amax(a, sync);
+        __syncthreads();
+        a = red[0];
+    }
     const float s = e4m3t_scale_of(__float_as_uint(a));
-    if (threadIdx.x == 0) scale_slot[0] = s;
+    if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;
 #pragma unroll
     for (int i = 0; i < FUSED_PIECES; i++) {
-        const int64_t p = threadIdx.x + (int64_t)i * FUSED_THREADS;
+        const int64_t p = first + threadIdx.x + (int64_t)i * FUSED_THREADS;
         if (p >= n) break;
         uint32_t w[2] = {0, 0};
 #pragma unroll
@@ -156,12 +188,14 @@ static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int6
 
 // a plain 16-byte slot for the scale, then the amax word and the NaN/Inf count (fm_w8a8_linear_ws_bytes)
 void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
-                               unsigned *amax_and_bad, bool count_bad_inputs, cudaStream_t s) {
+                               unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, cudaStream_t s) {
     unsigned *amax = amax_and_bad, *bad = amax_and_bad + 1;
     if (M * Kp <= FM_W8A8_FUSED_ELEMS) {
         if (count_bad_inputs) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, s));
-        void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&Kp, (void *)&xq, (void *)&scale_slot, (void *)&bad};
-        fm_cuda_launch_pdl((const void *)act_fused_kernel, dim3(1), dim3(FUSED_THREADS), 0, s, args);
+        const unsigned blocks = (unsigned)fm_ceil_div(M * Kp, FUSED_BLOCK_ELEMS);
+        void *args[] = {(void *)&x,          (void *)&M,   (void *)&K,        (void *)&Kp,
+                        (void *)&xq,         (void *)&scale_slot, (void *)&bad, (void *)&grid_sync};
+        fm_cuda_launch_pdl((const void *)act_fused_kernel, dim3(blocks), dim3(FUSED_THREADS), 0, s, args);
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
         FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, s)); /* amax and the NaN/Inf count */
@@ -194,7 +228,7 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
     uint8_t  *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
-    fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, debug, be->stream);
+    fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, be->lt->grid_sync, debug, be->stream);
     fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {
         unsigned n_bad = 0;

@@ -13,9 +13,9 @@ void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, ui
                                   unsigned *amax_tmp, cudaStream_t s);
 
 // y [M, N] bf16 = x [M, K] W[idx]^T for an e4m3-tensor bank. Quantizes x per tensor into the backend's
-// workspace: one fused launch (amax, scale, cast in one block) up to FM_W8A8_FUSED_ELEMS elements of x with its
-// rows padded to 16 (M Kp), an amax
-// reduction and a cast above (the branch depends on the shape only).
+// workspace: one fused launch (amax, scale and cast; its blocks meet at a grid barrier) up to FM_W8A8_FUSED_ELEMS
+// elements of x with its rows padded to 16 (M Kp), an amax reduction and a cast above (the branch depends on the
+// shape only).
 #define FM_W8A8_FUSED_ELEMS 65536
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y);
@@ -23,9 +23,10 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
 // Its two halves, for callers that quantize once and time the GEMM alone (bench gemm):
 // x [M, K] bf16 -> xq [M][Kp] e4m3 with its scale in *scale_slot (16-byte aligned); amax_and_bad is two device
 // words of scratch (the amax, then the count of NaN/Inf inputs, zeroed here when count_bad_inputs or when the
-// two-kernel path runs).
+// two-kernel path runs); grid_sync is FM_LT_GRID_SYNC_WORDS device words, zero before the first call, which the
+// fused launch's grid barrier keeps (fm_lt's; calls on it must be in one stream).
 void fm_cuda_w8a8_quantize_act(const __nv_bfloat16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
-                               unsigned *amax_and_bad, bool count_bad_inputs, cudaStream_t s);
+                               unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, cudaStream_t s);
 // y = xq W[idx]^T times both scales: the route table of gemv_fp8.cuh (the mma.sync GEMV up to FM_W8A8_GEMV_MAX_M
 // rows, cuBLASLt FP8 above).
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
