@@ -8,6 +8,7 @@
 // makes every other code zero; in debug mode (FP8MOE_SYNC=1) each call reads the count back and says so.
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
+#include "backend/cuda/gemm_w8a8_wgmma.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -206,6 +207,15 @@ void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, 
     }
 }
 
+bool fm_w8a8_takes_wgmma(int64_t M) {
+    static int on = -1;
+    if (on < 0) {
+        const char *env = getenv("FP8MOE_W8A8_PREFILL");
+        on = env && strcmp(env, "wgmma") == 0 && fm_cuda_w8a8_wgmma_available();
+    }
+    return on == 1 && M > fm_w8a8_gemv_max_m();
+}
+
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
                        int64_t M, bf16 *y) {
     fm_error       err = {{0}};
@@ -213,6 +223,8 @@ void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const ui
     const float   *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
     if (fm_w8a8_takes_gemv(M)) {
         fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, be->stream);
+    } else if (fm_w8a8_takes_wgmma(M)) {
+        fm_cuda_w8a8_wgmma(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, be->stream);
     } else if (M > INT32_MAX || fm_lt_gemm_run(be->lt, w->lt_gemm, A, a_scale, xq, x_scale, (int)M, y, be->stream,
                                                "dense W8A8 projection", &err)) {
         fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);

@@ -28,7 +28,8 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
 void fm_cuda_w8a8_quantize_act(const __nv_bfloat16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
                                unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, cudaStream_t s);
 // y = xq W[idx]^T times both scales: the route table of gemv_fp8.cuh (the mma.sync GEMV up to FM_W8A8_GEMV_MAX_M
-// rows, cuBLASLt FP8 above).
+// rows, cuBLASLt FP8 above; our TMA + wgmma GEMM above when fm_w8a8_takes_wgmma).
+bool fm_w8a8_takes_wgmma(int64_t M); // FP8MOE_W8A8_PREFILL=wgmma on an sm_90 GPU, above the GEMV's rows
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
                        int64_t M, __nv_bfloat16 *y);
 
