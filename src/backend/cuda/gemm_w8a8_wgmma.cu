@@ -5,8 +5,9 @@
 // BN, 128 or 256) x 128 bytes of K per stage, STAGES stages. A producer warp loads both operand tiles of a stage with
 // bulk tensor copies (TMA, cp.async.bulk.tensor.2d, 128-byte swizzle, zero fill past the matrix edges) onto the
 // stage's "full" mbarrier; each consumer warpgroup waits on it, issues the stage's 4 wgmma.m64nBNk32 with both
-// operands read by the tensor cores from shared memory (SASS: QGMMA), and when they have completed arrives on the
-// stage's "empty" barrier, which the producer waits on before it reuses the stage. The epilogue writes the fp32
+// operands read by the tensor cores from shared memory (SASS: QGMMA), and once the next stage's wgmmas are issued
+// and this stage's have completed (one commit group kept in flight) arrives on the stage's "empty" barrier, which
+// the producer waits on before it reuses the stage. The epilogue writes the fp32
 // accumulator x sx sw as bf16 straight from the wgmma fragment.
 //
 // Floor: FLOPs / ~1.3 PFLOP/s (Qwen3-30B-A3B q|k|v at M = 2048: 43 GFLOP, 33 us); cuBLASLt FP8 reaches ~1.06
@@ -120,13 +121,14 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ks++) wgmma_ss<BN>(acc, desc_sw128(a + 32 * ks), desc_sw128(b + 32 * ks), 1);
         wgmma_commit();
-        wgmma_wait_all();
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) fence_f(acc[nt][i]);
-        if ((threadIdx.x & 127) == 0) barrier_arrive(&empty[s]);
+        wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
+        if (kb > 0 && (threadIdx.x & 127) == 0) barrier_arrive(&empty[(kb - 1) % STAGES]);
     }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) fence_f(acc[nt][i]);
 
     /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its m64 block; lane (g, t) rows g, g + 8,
        columns 8 nt + 2 t, + 1 */

@@ -21,6 +21,12 @@ static __device__ __forceinline__ void wgmma_wait_all(void) {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
+// At most N commit groups still in flight
+template <int N> static __device__ __forceinline__ void wgmma_wait(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
 // Keeps the compiler from moving reads or writes of registers that an in-flight wgmma owns across the wait.
 static __device__ __forceinline__ void fence_f(float &r) { asm volatile("" : "+f"(r)::"memory"); }
 static __device__ __forceinline__ void fence_u(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
