@@ -2,7 +2,7 @@
 // with one fp32 scale each (device pointers), fp32 accumulation, the scales and the bf16 rounding in the epilogue.
 //
 // Tiles: BM = 128 activation rows (two consumer warpgroups, one wgmma m64 block each) x BN weight rows (wgmma n =
-// BN, 128 or 256) x 128 bytes of K per stage, STAGES stages. A producer warp loads both operand tiles of a stage with
+// BN, 128 or 256) x 128 bytes of K per stage, STAGES stages; one persistent CTA per SM walks the tiles. A producer warp loads both operand tiles of a stage with
 // bulk tensor copies (TMA, cp.async.bulk.tensor.2d, 128-byte swizzle, zero fill past the matrix edges) onto the
 // stage's "full" mbarrier; each consumer warpgroup waits on it, issues the stage's 4 wgmma.m64nBNk32 with both
 // operands read by the tensor cores from shared memory (SASS: QGMMA), and once the next stage's wgmmas are issued
@@ -85,7 +85,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
     uint8_t      *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const int     wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int     kb_count = (int)((K + BK - 1) / BK);
-    const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
+    const int64_t tiles_n = (N + BN - 1) / BN, tiles = (M + BM - 1) / BM * tiles_n;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) barrier_init_count(&full[s], 1), barrier_init_count(&empty[s], CONSUMERS);
         FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
@@ -94,57 +94,69 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
     pdl_launch_dependents();
     pdl_wait(); /* x comes from the kernel before */
 
+    /* persistent: CTA b takes tiles b, b + grid, ... (n fastest); the ring's stage and phase follow one running
+       count of k blocks across tiles, so the producer loads the next tile while the consumers store this one */
     if (wg == CONSUMERS) { /* the producer: one thread of its first warp */
         if (warp == CONSUMERS * 4 && lane == 0) {
-            for (int kb = 0; kb < kb_count; kb++) {
-                const int s = kb % STAGES;
-                if (kb >= STAGES) bulk_barrier_wait(&empty[s], ((kb / STAGES) - 1) & 1);
-                uint8_t *a = smem + s * tile_smem<BN>::stage, *b = a + tile_smem<BN>::a_bytes;
-                bulk_barrier_expect(&full[s], tile_smem<BN>::stage);
-                tma_load_2d(a, &map_x, kb * BK, (int)m0, &full[s]);
-                tma_load_2d(b, &map_w, kb * BK, (int)n0, &full[s]);
+            int64_t it = 0;
+            for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int m0 = (int)(tile / tiles_n * BM), n0 = (int)(tile % tiles_n * BN);
+                for (int kb = 0; kb < kb_count; kb++, it++) {
+                    const int s = (int)(it % STAGES);
+                    if (it >= STAGES) bulk_barrier_wait(&empty[s], (uint32_t)((it / STAGES - 1) & 1));
+                    uint8_t *a = smem + s * tile_smem<BN>::stage, *b = a + tile_smem<BN>::a_bytes;
+                    bulk_barrier_expect(&full[s], tile_smem<BN>::stage);
+                    tma_load_2d(a, &map_x, kb * BK, m0, &full[s]);
+                    tma_load_2d(b, &map_w, kb * BK, n0, &full[s]);
+                }
             }
         }
         return;
     }
 
-    float acc[BN / 8][4];
+    const float sc = __ldg(x_scale) * __ldg(w_scale);
+    const int   g = lane >> 2, t = lane & 3;
+    int64_t     it = 0;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
+        float         acc[BN / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++)
+        for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
-    for (int kb = 0; kb < kb_count; kb++) {
-        const int s = kb % STAGES;
-        bulk_barrier_wait(&full[s], (kb / STAGES) & 1);
-        const uint32_t a = smem_u32(smem + s * tile_smem<BN>::stage) + wg * 64 * BK, b = a - wg * 64 * BK + tile_smem<BN>::a_bytes;
-        wgmma_fence();
+            for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+        for (int kb = 0; kb < kb_count; kb++, it++) {
+            const int s = (int)(it % STAGES);
+            bulk_barrier_wait(&full[s], (uint32_t)((it / STAGES) & 1));
+            const uint32_t a = smem_u32(smem + s * tile_smem<BN>::stage), b = a + tile_smem<BN>::a_bytes;
+            wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < BK / 32; ks++) wgmma_ss<BN>(acc, desc_sw128(a + 32 * ks), desc_sw128(b + 32 * ks), 1);
-        wgmma_commit();
-        wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
-        if (kb > 0 && (threadIdx.x & 127) == 0) barrier_arrive(&empty[(kb - 1) % STAGES]);
-    }
-    wgmma_wait<0>();
+            for (int ks = 0; ks < BK / 32; ks++)
+                wgmma_ss<BN>(acc, desc_sw128(a + wg * 64 * BK + 32 * ks), desc_sw128(b + 32 * ks), 1);
+            wgmma_commit();
+            wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
+            if (kb > 0 && (threadIdx.x & 127) == 0) barrier_arrive(&empty[(it - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++)
+        for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) fence_f(acc[nt][i]);
+            for (int i = 0; i < 4; i++) fence_f(acc[nt][i]);
+        if ((threadIdx.x & 127) == 0) barrier_arrive(&empty[(it - 1) % STAGES]);
 
-    /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its m64 block; lane (g, t) rows g, g + 8,
-       columns 8 nt + 2 t, + 1 */
-    const float   sc = __ldg(x_scale) * __ldg(w_scale);
-    const int     g = lane >> 2, t = lane & 3;
-    const int64_t r0 = m0 + wg * 64 + (warp & 3) * 16 + g;
+        /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its m64 block; lane (g, t) rows g, g + 8,
+           columns 8 nt + 2 t, + 1 */
+        const int64_t r0 = m0 + wg * 64 + (warp & 3) * 16 + g;
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; nt++) {
-        const int64_t c = n0 + nt * 8 + 2 * t;
+        for (int nt = 0; nt < BN / 8; nt++) {
+            const int64_t c = n0 + nt * 8 + 2 * t;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t r = r0 + 8 * h;
-            if (r >= M || c >= N) continue;
-            __nv_bfloat162 v = __floats2bfloat162_rn(acc[nt][2 * h] * sc, acc[nt][2 * h + 1] * sc);
-            if (c + 1 < N) *(__nv_bfloat162 *)(y + r * N + c) = v;
-            else y[r * N + c] = v.x;
+            for (int h = 0; h < 2; h++) {
+                const int64_t r = r0 + 8 * h;
+                if (r >= M || c >= N) continue;
+                __nv_bfloat162 v = __floats2bfloat162_rn(acc[nt][2 * h] * sc, acc[nt][2 * h + 1] * sc);
+                if (c + 1 < N) *(__nv_bfloat162 *)(y + r * N + c) = v;
+                else y[r * N + c] = v.x;
+            }
         }
     }
 #else
@@ -190,6 +202,16 @@ static CUtensorMap tile_map(const uint8_t *base, int64_t rows, int64_t cols, int
     return map;
 }
 
+static int sm_count(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        FM_CUDA_CHECK(cudaGetDevice(&dev));
+        FM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
+}
+
 bool fm_cuda_w8a8_wgmma_available(void) {
     static int ok = -1;
     if (ok < 0) {
@@ -219,7 +241,8 @@ static void launch(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale
         allowed = true;
     }
     void *args[] = {(void *)&mx, (void *)&mw, (void *)&M, (void *)&N, (void *)&K, (void *)&x_scale, (void *)&w_scale, (void *)&y};
-    fm_cuda_launch_pdl(fn, dim3((unsigned)fm_ceil_div(N, BN), (unsigned)fm_ceil_div(M, BM)), dim3(THREADS),
+    const int64_t tiles = fm_ceil_div(N, BN) * fm_ceil_div(M, BM);
+    fm_cuda_launch_pdl(fn, dim3((unsigned)(tiles < sm_count() ? tiles : sm_count())), dim3(THREADS),
                        tile_smem<BN>::bytes, s, args);
     FM_LAUNCH_CHECK("w8a8_wgmma");
 }
