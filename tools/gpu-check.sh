@@ -19,6 +19,12 @@ FP8MOE_GEMV=0 FP8MOE_PDL=0 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tes
 # the W8A8 decode GEMV up to 16 rows (its two-tile form, which the route table leaves to cuBLASLt)
 FP8MOE_W8A8_GEMV_MAX_M=16 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops \
     >"$out/gpu_ops_gemv16.log" 2>&1; ops_gemv16_rc=$?
+# the W8A8 projections above the GEMV's rows on our TMA + wgmma GEMM in place of cuBLASLt (both tile widths)
+for bn in 256 128; do
+    FP8MOE_W8A8_PREFILL=wgmma FP8MOE_W8A8_WGMMA_BN=$bn FM_TEST_FILTER='test_linear_w8a8*' timeout 120 \
+        ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops_wgmma$bn.log" 2>&1
+    eval "ops_wgmma${bn}_rc=$?"
+done
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
@@ -31,6 +37,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
     compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_prequant >"$out/memcheck_prequant.log" 2>&1
     m="$m, pre-quantized $?"
+    FP8MOE_W8A8_PREFILL=wgmma FM_TEST_FILTER='test_linear_w8a8*' compute-sanitizer --tool memcheck --error-exitcode 3 \
+        ./build/tests/gpu/test_cuda_ops >"$out/memcheck_wgmma.log" 2>&1
+    m="$m, W8A8 wgmma $?"
     # cuBLASLt's own kernels (nvjet_*, the W8A8 GEMMs) synchronise through mbarriers, which racecheck does not
     # model: it reports hazards inside them (bench/NOTES.md, 2026-11-30). Excluding them by name made the sanitizer
     # fail internally, so every kernel is checked and the hazards are counted apart: ours must be zero.
@@ -53,6 +62,7 @@ echo "| make test (CPU suite) | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.
 echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops.log" | sort -g -k2 | tail -1), ${ops_s} s |"
 echo "| CUDA dense-projection tests without the decode GEMVs and PDL | rc $ops_nogemv_rc |"
 echo "| CUDA dense-projection tests, W8A8 GEMV up to 16 rows | rc $ops_gemv16_rc |"
+echo "| CUDA W8A8 tests on our TMA + wgmma prefill GEMM, n256 / n128 tiles | rc $ops_wgmma256_rc / $ops_wgmma128_rc, $(grep -c ' err ' "$out/gpu_ops_wgmma256.log") comparisons |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"

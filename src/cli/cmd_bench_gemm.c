@@ -44,6 +44,9 @@ static const char *HELP =
     "                                          quantization on the device, then its GEMM\n"
     "                     w8a8-gemm            the same GEMM alone, on activations quantized once before timing\n"
     "                                          (mma.sync GEMV up to 16 rows, cuBLASLt FP8 above)\n"
+    "                     w8a8-wgmma           our TMA + wgmma W8A8 GEMM at every M (sm_90a), on the same\n"
+    "                                          activations: the prefill kernel the route table weighs against\n"
+    "                                          cuBLASLt\n"
     "                     w4a8                 ours, the fp8 preset's op: int4 weights as e4m3 on chip, dynamic\n"
     "                                          1x128 activation quantization, then its GEMM\n"
     "                     w4a8-gemm            the same GEMM alone (mma.sync GEMV up to 16 rows, the grouped\n"
@@ -84,11 +87,24 @@ static const gemm_shape shapes[] = {
     {"toy", "toy", 3, 160, 96, 96, 128, {1, 9, 40}, 3},
 };
 
-enum { R_BF16, R_LT_TENSOR, R_LT_ROW, R_W8A8, R_W8A8_GEMM, R_W4A8, R_W4A8_GEMM, R_W4A8_ZP, R_W4A8_BLOCK, ROUTE_COUNT };
+enum {
+    R_BF16,
+    R_LT_TENSOR,
+    R_LT_ROW,
+    R_W8A8,
+    R_W8A8_GEMM,
+    R_W8A8_WGMMA,
+    R_W4A8,
+    R_W4A8_GEMM,
+    R_W4A8_ZP,
+    R_W4A8_BLOCK,
+    ROUTE_COUNT
+};
 
-static const char *const route_names[ROUTE_COUNT] = {"bf16-cublas", "fp8-cublaslt-tensor", "fp8-cublaslt-row", "w8a8",
-                                                     "w8a8-gemm",   "w4a8",                "w4a8-gemm",
-                                                     "w4a8-zp",     "w4a8-block"};
+static const char *const route_names[ROUTE_COUNT] = {"bf16-cublas", "fp8-cublaslt-tensor", "fp8-cublaslt-row",
+                                                     "w8a8",        "w8a8-gemm",           "w8a8-wgmma",
+                                                     "w4a8",        "w4a8-gemm",           "w4a8-zp",
+                                                     "w4a8-block"};
 
 static const struct {
     fm_preset preset;
@@ -98,7 +114,8 @@ static const struct {
 } routes[ROUTE_COUNT] = {
     {FM_PRESET_REF, FM_DENSE_PRESET, -1, -1}, {FM_PRESET_FP8, FM_DENSE_W8A8, 0, -1},
     {FM_PRESET_FP8, FM_DENSE_W8A8, 1, -1},    {FM_PRESET_FP8, FM_DENSE_W8A8, -1, -1},
-    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},    {FM_PRESET_FP8, FM_DENSE_W8A8, 4, -1},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
     {FM_PRESET_FP8, FM_DENSE_PRESET, 3, -1},  {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_INT4_ASYM},
     {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_FP8_BLOCK},
 };

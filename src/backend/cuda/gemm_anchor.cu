@@ -3,6 +3,7 @@
 
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/gemm_anchor.cuh"
+#include "backend/cuda/gemm_w8a8_wgmma.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
@@ -91,6 +92,8 @@ extern "C" fm_status fm_gemm_only_create(fm_backend *bb, fm_gemm_only_kind kind,
         return fm_fail(err, FM_ERR_UNSUPPORTED, "this GEMM-only route wants a %s bank, got %s", fm_wformat_name(want),
                        fm_wformat_name(w->fmt));
     if (M < 1 || M > INT32_MAX) return fm_fail(err, FM_ERR_USAGE, "bench gemm: %lld rows", (long long)M);
+    if (kind == FM_GEMM_ONLY_W8A8_WGMMA && !fm_cuda_w8a8_wgmma_available())
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "the TMA + wgmma W8A8 GEMM needs an sm_90 GPU");
     fm_gemm_only *g = (fm_gemm_only *)calloc(1, sizeof *g);
     if (!g) return fm_fail(err, FM_ERR_NOMEM, "bench gemm: out of host memory");
     g->be = cuda_be(bb), g->kind = kind, g->w = w, g->M = M;
@@ -117,6 +120,10 @@ extern "C" fm_status fm_gemm_only_run(fm_gemm_only *g, int32_t idx, void *y, fm_
                               be->stream, "bench gemm (row-wise)", err);
     case FM_GEMM_ONLY_W8A8: fm_cuda_w8a8_gemm(be, w, idx, g->x8, g->xs, g->M, yb); return FM_OK;
     case FM_GEMM_ONLY_W4A8: fm_cuda_w4a8_linear_gemm(be, w, idx, g->x8, g->xs, NULL, g->M, yb); return FM_OK;
+    case FM_GEMM_ONLY_W8A8_WGMMA:
+        fm_cuda_w8a8_wgmma(A, w->rows, w->ld, w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, g->x8, g->M, g->xs, yb,
+                           be->stream);
+        return FM_OK;
     }
     return fm_fail(err, FM_ERR_USAGE, "bench gemm: unknown route %d", (int)g->kind);
 }

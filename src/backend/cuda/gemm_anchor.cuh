@@ -18,6 +18,7 @@ typedef enum {
     FM_GEMM_ONLY_LT_ROW,    // cuBLASLt FP8, row-wise: one scale per weight row and one per activation row
     FM_GEMM_ONLY_W8A8,      // ours: the W8A8 op's GEMM (its route table: mma.sync GEMV or cuBLASLt)
     FM_GEMM_ONLY_W4A8,      // ours: the W4A8 op's GEMM (mma.sync GEMV or the grouped W4A8 kernel)
+    FM_GEMM_ONLY_W8A8_WGMMA, // ours: the TMA + wgmma W8A8 GEMM at every M (sm_90a; the route table's alternative)
 } fm_gemm_only_kind;
 
 typedef struct fm_gemm_only fm_gemm_only;
@@ -26,7 +27,8 @@ typedef struct fm_gemm_only fm_gemm_only;
 // per tensor with the scale copied to every row (LT_ROW: the row-wise kernel is timed on the same codes; its speed
 // does not depend on the values), or per (row, 128-group) (W4A8). w is an e4m3-tensor bank (LT_*, W8A8) or an
 // int4-tc bank (W4A8) of the cuda backend be; LT_ROW also gets one scale per weight row (the matrix's). Synchronises.
-// FM_ERR_UNSUPPORTED for another backend or bank format, or when cuBLASLt has no row-wise FP8 GEMM here.
+// FM_ERR_UNSUPPORTED for another backend or bank format, when cuBLASLt has no row-wise FP8 GEMM here, or (W8A8_WGMMA)
+// on a GPU other than sm_90.
 fm_status fm_gemm_only_create(fm_backend *be, fm_gemm_only_kind kind, const fm_bank *w, const void *x, int64_t M,
                               fm_gemm_only **out, fm_error *err);
 // Enqueues y [M, w->rows] bf16 = x W[idx]^T on the backend's stream.
