@@ -230,10 +230,13 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     /* say which FP8 kernels this GPU gets wherever the device is named: the W4A8 GEMM (wgmma on Hopper, mma.sync
        elsewhere) and, for FP8 dense projections, the decode GEMVs (mma.sync everywhere; PDL where the GPU has it) */
     const bool fp8_dense = plan->w_dense == FM_W_INT4_G128_TC || plan->w_dense == FM_W_E4M3_PT;
-    char       dense[96] = "";
+    char       dense[160] = "";
     if (fp8_dense)
-        snprintf(dense, sizeof dense, ", decode GEMVs %s", !fm_cuda_gemv_enabled() ? "off (FP8MOE_GEMV=0)"
-                 : be->prop.major >= 9 ? "mma.sync m16n8k32 e4m3 + PDL" : "mma.sync m16n8k32 e4m3");
+        snprintf(dense, sizeof dense, ", decode GEMVs %s%s", !fm_cuda_gemv_enabled() ? "off (FP8MOE_GEMV=0)"
+                 : be->prop.major >= 9 ? "mma.sync m16n8k32 e4m3 + PDL" : "mma.sync m16n8k32 e4m3",
+                 plan->w_dense != FM_W_E4M3_PT ? ""
+                 : fm_w8a8_takes_wgmma(FM_GEMV_FP8_MAX_M + 1) ? ", W8A8 prefill TMA + wgmma (ours)"
+                                                              : ", W8A8 prefill cuBLASLt FP8");
     if (plan->w_dense == FM_W_INT4_G128_TC || plan->w_expert == FM_W_INT4_G128_TC)
         snprintf(be->device_label, sizeof be->device_label, "%s, W4A8 kernel %s%s", be->prop.name,
                  fm_cuda_w4a8_kernel_name(), dense);
