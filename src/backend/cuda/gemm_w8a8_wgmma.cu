@@ -55,24 +55,6 @@ static __device__ __forceinline__ void wgmma_ss(float d[BN / 8][4], uint64_t des
 #endif
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (the helpers only the sm_90a kernel body uses)
-static __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
-    FM_BULK_ASM("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-                ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar))
-                : "memory");
-}
-
-static __device__ __forceinline__ void barrier_arrive(uint64_t *bar) {
-    FM_BULK_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-static __device__ __forceinline__ void barrier_init_count(uint64_t *bar, unsigned count) {
-    FM_BULK_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n\tfence.mbarrier_init.release.cluster;" ::"r"(smem_u32(bar)),
-                "r"(count)
-                : "memory");
-}
-#endif
-
 template <int BN>
 static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
                                                                       const __grid_constant__ CUtensorMap map_w,
@@ -87,7 +69,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
     const int     kb_count = (int)((K + BK - 1) / BK);
     const int64_t tiles_n = (N + BN - 1) / BN, tiles = (M + BM - 1) / BM * tiles_n;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) barrier_init_count(&full[s], 1), barrier_init_count(&empty[s], CONSUMERS);
+        for (int s = 0; s < STAGES; s++) bulk_barrier_init(&full[s], 1), bulk_barrier_init(&empty[s], CONSUMERS);
         FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
@@ -106,8 +88,8 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
                     if (it >= STAGES) bulk_barrier_wait(&empty[s], (uint32_t)((it / STAGES - 1) & 1));
                     uint8_t *a = smem + s * tile_smem<BN>::stage, *b = a + tile_smem<BN>::a_bytes;
                     bulk_barrier_expect(&full[s], tile_smem<BN>::stage);
-                    tma_load_2d(a, &map_x, kb * BK, m0, &full[s]);
-                    tma_load_2d(b, &map_w, kb * BK, n0, &full[s]);
+                    bulk_tensor_load_2d(a, &map_x, kb * BK, m0, &full[s]);
+                    bulk_tensor_load_2d(b, &map_w, kb * BK, n0, &full[s]);
                 }
             }
         }
@@ -134,14 +116,14 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
                 wgmma_ss<BN>(acc, desc_sw128(a + wg * 64 * BK + 32 * ks), desc_sw128(b + 32 * ks), 1);
             wgmma_commit();
             wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
-            if (kb > 0 && (threadIdx.x & 127) == 0) barrier_arrive(&empty[(it - 1) % STAGES]);
+            if (kb > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
         }
         wgmma_wait<0>();
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) fence_f(acc[nt][i]);
-        if ((threadIdx.x & 127) == 0) barrier_arrive(&empty[(it - 1) % STAGES]);
+        if ((threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
 
         /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its m64 block; lane (g, t) rows g, g + 8,
            columns 8 nt + 2 t, + 1 */
