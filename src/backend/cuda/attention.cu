@@ -379,9 +379,7 @@ extern "C" void fm_cuda_attention(const __nv_bfloat16 *qkv, int64_t T, int32_t n
     if (nh < 1 || nkv < 1 || nh % nkv != 0) att_fail("need nh >= 1, nkv >= 1 and nh % nkv == 0", T, nh, nkv, hd);
     if (hd < 16 || hd > 256 || hd % 16 != 0) att_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
     if (((uintptr_t)qkv | (uintptr_t)out) % 16 != 0) att_fail("qkv and out must be 16-byte aligned", T, nh, nkv, hd);
-    int dev = 0, sms = 0;
-    FM_CUDA_CHECK(cudaGetDevice(&dev));
-    FM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
     const int small = (int64_t)nh * fm_ceil_div(T, 128) < 2 * (int64_t)sms;
     switch (hd) {
     case 16: att_launch<16>(qkv, T, nh, nkv, out, stream, small); break;

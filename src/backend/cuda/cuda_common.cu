@@ -14,6 +14,13 @@ bool fm_cuda_debug_mode(void) {
     return sync_mode == 1;
 }
 
+int fm_cuda_device_attr(cudaDeviceAttr attr) {
+    int dev = 0, v = 0;
+    FM_CUDA_CHECK(cudaGetDevice(&dev));
+    FM_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
+    return v;
+}
+
 void fm_cuda_launch_check(const char *kernel, const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && fm_cuda_debug_mode()) e = cudaDeviceSynchronize();

@@ -26,6 +26,9 @@
 // Debug mode (environment FP8MOE_SYNC=1): every launch is waited for, and ops that can check their inputs do
 // (the W8A8 activation quantizer reports NaN/Inf inputs).
 bool fm_cuda_debug_mode(void);
+
+// An attribute of the current device (compute capability, SM count, ...); stops the program if CUDA cannot say
+int fm_cuda_device_attr(cudaDeviceAttr attr);
 // Checks the last launch; with FP8MOE_SYNC=1 also waits for it and names it on failure.
 void fm_cuda_launch_check(const char *kernel, const char *file, int line);
 #define FM_LAUNCH_CHECK(kernel) fm_cuda_launch_check((kernel), __FILE__, __LINE__)

@@ -184,30 +184,18 @@ static CUtensorMap tile_map(const uint8_t *base, int64_t rows, int64_t cols, int
     return map;
 }
 
-static int sm_count(void) {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        FM_CUDA_CHECK(cudaGetDevice(&dev));
-        FM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return n;
-}
-
 bool fm_cuda_w8a8_wgmma_available(void) {
     static int ok = -1;
-    if (ok < 0) {
-        int dev = 0, major = 0;
-        FM_CUDA_CHECK(cudaGetDevice(&dev));
-        FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        ok = major == 9;
-    }
+    if (ok < 0) ok = fm_cuda_device_attr(cudaDevAttrComputeCapabilityMajor) == 9;
     return ok == 1;
 }
 
 int fm_cuda_w8a8_wgmma_bn(void) {
     static int bn = 0;
-    if (!bn) bn = getenv("FP8MOE_W8A8_WGMMA_BN") && atoi(getenv("FP8MOE_W8A8_WGMMA_BN")) == 128 ? 128 : 256;
+    if (!bn) {
+        const char *env = getenv("FP8MOE_W8A8_WGMMA_BN");
+        bn = env && atoi(env) == 128 ? 128 : 256;
+    }
     return bn;
 }
 
@@ -223,8 +211,10 @@ static void launch(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale
         allowed = true;
     }
     void *args[] = {(void *)&mx, (void *)&mw, (void *)&M, (void *)&N, (void *)&K, (void *)&x_scale, (void *)&w_scale, (void *)&y};
+    static int    sms = 0;
+    if (!sms) sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
     const int64_t tiles = fm_ceil_div(N, BN) * fm_ceil_div(M, BM);
-    fm_cuda_launch_pdl(fn, dim3((unsigned)(tiles < sm_count() ? tiles : sm_count())), dim3(THREADS),
+    fm_cuda_launch_pdl(fn, dim3((unsigned)(tiles < sms ? tiles : sms)), dim3(THREADS),
                        tile_smem<BN>::bytes, s, args);
     FM_LAUNCH_CHECK("w8a8_wgmma");
 }

@@ -705,11 +705,8 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 static bool use_wgmma(void) {
     static int choice = -1;
     if (choice < 0) {
-        int dev = 0, major = 0;
-        FM_CUDA_CHECK(cudaGetDevice(&dev));
-        FM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         const char *env = getenv("FP8MOE_W4A8");
-        choice = major == 9 && !(env && strcmp(env, "mma") == 0);
+        choice = fm_cuda_device_attr(cudaDevAttrComputeCapabilityMajor) == 9 && !(env && strcmp(env, "mma") == 0);
     }
     return choice == 1;
 }
