@@ -528,6 +528,37 @@ static void vram_limit_parsing(void **s) {
     assert_true(stat(out, &sb) != 0);
 }
 
+/* The forward pass runs on the buffers the load planned: a prompt longer than max_tokens is refused with both numbers
+ * and what to pass (nothing grows, on any backend: forward.c, fm_forward_stage); the planned length runs, and so
+ * does a shorter one on the same buffers, with the same logits as a model planned for exactly that length. */
+static void longer_prompt_refused(void **s) {
+    (void)s;
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = "cpu", opt.max_tokens = 4;
+    fm_model *m = NULL, *m3 = NULL;
+    fm_error  err = {{0}};
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_OK);
+    assert_int_equal(m->buf_tokens, 4);
+    const int32_t ids[5] = {11, 7, 300, 42, 5};
+    const int32_t V = m->cfg.vocab_size;
+    float *logits = malloc((size_t)(5 * V) * sizeof *logits), *l3 = malloc((size_t)(3 * V) * sizeof *l3);
+    assert_true(logits && l3);
+    assert_int_equal(fm_model_logits(m, ids, 5, logits, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "prompt of 5 tokens is longer than the 4 tokens the model was loaded for"));
+    assert_non_null(strstr(err.msg, "max_tokens >= 5"));
+    assert_int_equal(m->buf_tokens, 4); /* nothing grew */
+    assert_int_equal(fm_model_logits(m, ids, 4, logits, &err), FM_OK);
+    assert_int_equal(fm_model_logits(m, ids, 3, logits, &err), FM_OK);
+    opt.max_tokens = 3;
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m3, &err), FM_OK);
+    assert_int_equal(fm_model_logits(m3, ids, 3, l3, &err), FM_OK);
+    assert_memory_equal(logits, l3, (size_t)(3 * V) * sizeof *l3);
+    free(logits), free(l3);
+    fm_model_free(m3);
+    fm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bank_bytes_formulas),
@@ -539,6 +570,7 @@ int main(void) {
         cmocka_unit_test(w4a8_tiles_bound_every_routing),
         cmocka_unit_test(vram_limit_refuses_8gib),
         cmocka_unit_test(load_refuses_before_allocating),
+        cmocka_unit_test(longer_prompt_refused),
         cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(inspect_prints_the_plan),
         cmocka_unit_test(vram_limit_parsing),
