@@ -166,10 +166,12 @@ static void cu_download_f32(fm_backend *bb, const void *src, int64_t n, float *d
         cu_download_raw(bb, src, (size_t)n * sizeof(float), dst);
         return;
     }
-    uint16_t *h = (uint16_t *)dst + n;
+    unsigned char *h = (unsigned char *)dst + (size_t)n * sizeof(uint16_t); /* bytes only: the two views alias */
     cu_download_raw(bb, src, (size_t)n * sizeof(uint16_t), h);
     for (int64_t i = 0; i < n; i++) {
-        const uint32_t u = (uint32_t)h[i] << 16;
+        uint16_t v;
+        memcpy(&v, h + (size_t)i * sizeof v, sizeof v);
+        const uint32_t u = (uint32_t)v << 16;
         memcpy(&dst[i], &u, sizeof u);
     }
 }
