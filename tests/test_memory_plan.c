@@ -192,11 +192,13 @@ static void tiny_code_moe_cuda_by_hand(void **s) {
     const size_t act = 2048 * 4 + 3 * 2048 * 192 * 2 + 2048 * 384 * 2 + 2048 * 192 * 2 + 2048 * 1024 * 2 +
                        2048 * 512 * 2 + 2048 * 16 * 2 + 2048 * 4 * 4 + 2048 * 4 * 2 + 2048 * 4096 * 2;
     assert_int_equal(p.activations, act);
-    /* the grouped cuBLAS MoE: int32 counts|fill|offsets 3 x 16 + slot_of 8192 (-> 256-byte multiple 33,024),
-       3 x 16 pointers (-> 512), then xs, gu, h, y: 8192 pairs x (2 x 192 + 3 x 128) bf16 */
-    assert_int_equal(p.ws_moe, 33024 + 512 + 2048 * 4 * (2 * 192 + 3 * 128) * 2);
-    assert_int_equal(p.ws_logits, 2048 * 4096 * 4);
-    assert_int_equal(p.total, 13496448 + act + p.ws_moe + p.ws_logits);
+    /* the grouped cuBLAS MoE (moe_grouped_workspace.h): 8192 pairs over 16 experts average 512 rows, so 128-row
+       tiles, at most 8192 / 128 + 16 = 80 of them (10,240 rows); int32 counts|fill|segment rows 3 x 16 + slot_of
+       8192 (-> 256-byte multiple 33,024), 6 x 80 pointers (-> 3,840), then xs, gu, h, y: 10,240 rows x
+       (2 x 192 + 3 x 128) bf16; cuBLAS's 32 MiB workspace; no logits staging */
+    assert_int_equal(p.ws_moe, 33024 + 3840 + 10240 * (2 * 192 + 3 * 128) * 2);
+    assert_int_equal(p.ws_libs, 32 << 20);
+    assert_int_equal(p.total, 13496448 + act + p.ws_moe + p.ws_libs);
     assert_int_equal(p.load_staging, 64 << 20);
     assert_int_equal(p.peak, p.total);
     printf("tiny-code-moe cuda ref T=2048: weights %zu, activations %zu, workspace %zu, total %zu bytes\n",
@@ -239,12 +241,13 @@ static void qwen3_30b_plan(fm_preset preset, int64_t T, fm_memory_plan *p) {
  *         + swiglu 25,165,824 + router logits 524,288 + expert ids 65,536 + weights 32,768 + logits 622,329,856
  *         = 761,372,672
  *   workspace: MoE scratch, int4 (per token) 2048 x 8 x (3 x 768 + 2048) x 2 = 142,606,336, bf16 (grouped
- *         cuBLAS) 67,072 ints + 3,072 pointers + 16384 x (2 x 2048 + 3 x 768) x 2 = 209,785,344; logits staging
- *         2048 x 151936 x 4 = 1,244,659,712
+ *         cuBLAS: 16384 pairs over 128 experts, 128-row tiles, at most 128 + 128 = 256 tiles, 32,768 rows)
+ *         67,072 ints + 12,288 pointers + 32768 x (2 x 2048 + 3 x 768) x 2 = 419,509,760; cuBLAS's workspace
+ *         33,554,432; no logits staging (widened on the host)
  *   ref32 (the fp32 oracle): every weight twice the bf16 bytes (122 GB), activations fp32 but for the int32 ids
- *         and expert ids (2 x 761,372,672 - 8,192 - 65,536 = 1,522,671,616), MoE scratch 67,072 + 3,072 +
- *         16384 x 6400 x 4 = 419,500,544, no logits staging
- * So the bf16 plan is about 61 GB of weights (63.2 GB with T = 2048), int4 16-17 GB (18.8 GB with T = 2048). */
+ *         and expert ids (2 x 761,372,672 - 8,192 - 65,536 = 1,522,671,616), MoE scratch 67,072 + 12,288 +
+ *         32768 x 6400 x 4 = 838,940,160
+ * So the bf16 plan is about 61 GB of weights (62.3 GB with T = 2048), int4 16-17 GB (17.6 GB with T = 2048). */
 static void qwen3_30b_a3b_on_cuda(void **s) {
     (void)s;
     fm_memory_plan bf, i4;
@@ -268,12 +271,12 @@ static void qwen3_30b_a3b_on_cuda(void **s) {
     assert_true(i4.weight_total > 16e9 && i4.weight_total < 17e9);
     for (int i = 0; i < 2; i++) {
         const fm_memory_plan *p = i ? &i4 : &bf;
-        const int64_t ws_moe = i ? 142606336 : 209785344;
+        const int64_t ws_moe = i ? 142606336 : 419509760;
         assert_int_equal(p->activations, 761372672);
         assert_int_equal(p->ws_moe, ws_moe);
-        assert_int_equal(p->ws_logits, INT64_C(1244659712));
-        assert_int_equal(p->workspace, INT64_C(1244659712) + ws_moe);
-        assert_int_equal(p->total, p->weight_total + INT64_C(761372672) + INT64_C(1244659712) + ws_moe);
+        assert_int_equal(p->ws_libs, 33554432);
+        assert_int_equal(p->workspace, 33554432 + ws_moe);
+        assert_int_equal(p->total, p->weight_total + INT64_C(761372672) + 33554432 + ws_moe);
         assert_int_equal(p->peak, p->total);
         printf("qwen3-30b-a3b cuda %s T=2048: weights %zu (%.2f GiB), activations %zu, workspace %zu, total %zu (%.2f "
                "GiB)\n",
@@ -284,16 +287,19 @@ static void qwen3_30b_a3b_on_cuda(void **s) {
     qwen3_30b_plan(FM_PRESET_REF32, 2048, &r32);
     assert_int_equal(r32.weight_total, 2 * bf.weight_total);
     assert_int_equal(r32.activations, INT64_C(1522671616));
-    assert_int_equal(r32.ws_moe, 419500544);
-    assert_int_equal(r32.ws_logits, 0);
+    assert_int_equal(r32.ws_moe, 838940160);
+    assert_int_equal(r32.ws_libs, 33554432);
     printf("qwen3-30b-a3b cuda ref32 T=2048: weights %zu (%.2f GiB), total %zu (%.2f GiB)\n", r32.weight_total,
            (double)r32.weight_total / GiB, r32.total, (double)r32.total / GiB);
-    /* the activations and workspace grow linearly with T; the weights do not */
+    /* the activations grow linearly with T; the weights and the libraries' workspaces do not */
     fm_memory_plan bf1;
     qwen3_30b_plan(FM_PRESET_REF, 1, &bf1);
     assert_int_equal(bf1.weight_total, bf.weight_total);
     assert_int_equal(bf.activations, 2048 * bf1.activations);
-    assert_int_equal(bf.ws_logits, 2048 * bf1.ws_logits);
+    assert_int_equal(bf.ws_libs, bf1.ws_libs);
+    /* T = 1 (a decode step): 8 pairs, 16-row tiles, never more tiles than pairs: 8 tiles, 128 rows */
+    assert_int_equal(bf1.ws_moe, 1792 /* 3 x 512 + 32 ints, 256-aligned */ + 512 /* 6 x 8 pointers, aligned */ +
+                                     128 * 6400 * 2);
 }
 
 /* The fp8 preset by hand: the same int4 codes in the tensor-core layout (every width here is a multiple of 32 rows
@@ -317,7 +323,7 @@ static void qwen3_30b_a3b_fp8_on_cuda(void **s) {
     assert_int_equal(f8.weights[FM_MEM_EXPERTS], INT64_C(14948499456));
     assert_int_equal(f8.weight_total, i4.weight_total);
     assert_int_equal(f8.ws_moe, 116268800);
-    assert_int_equal(f8.workspace, 116268800 + INT64_C(1244659712));
+    assert_int_equal(f8.workspace, 116268800 + 33554432); /* and cuBLAS's workspace (the router, lm_head) */
 }
 
 /* The grouped GEMM's tile rows come from the shapes alone (16 while the experts average fewer than 32 rows, 64
@@ -361,11 +367,11 @@ static void vram_limit_refuses_8gib(void **s) {
     fm_error err = {{0}};
     assert_int_equal(fm_memory_plan_check(&bf, limit, "--vram-limit", &err), FM_ERR_NOMEM);
     printf("%s\n", err.msg);
-    assert_non_null(strstr(err.msg, "model needs 58.9 GiB on cuda (weights 56.9 GiB"));
+    assert_non_null(strstr(err.msg, "model needs 58.0 GiB on cuda (weights 56.9 GiB"));
     assert_non_null(strstr(err.msg, "for 2048 tokens) but 8.0 GiB is available (--vram-limit)"));
     assert_null(strchr(err.msg, '\n'));
     assert_int_equal(fm_memory_plan_check(&i4, limit, "--vram-limit", &err), FM_ERR_NOMEM);
-    assert_non_null(strstr(err.msg, "model needs 17.5 GiB"));
+    assert_non_null(strstr(err.msg, "model needs 16.4 GiB"));
     /* a 24 GiB card takes the int4 model, not the bf16 one; the boundary is exact */
     assert_int_equal(fm_memory_plan_check(&i4, (size_t)24 << 30, "free on the GPU", &err), FM_OK);
     assert_int_equal(fm_memory_plan_check(&bf, (size_t)24 << 30, "free on the GPU", &err), FM_ERR_NOMEM);
@@ -454,8 +460,8 @@ static void inspect_prints_the_plan(void **s) {
     assert_non_null(strstr(cli_out, "architecture: qwen3_moe")); /* the checkpoint report is still there */
     assert_non_null(strstr(cli_out, "memory plan: backend cuda, preset int4"));
     const char *rows[] = {"weights", "embeddings", "lm_head", "norms", "attention (qkv + o)", "router", "experts",
-                          "dense MLP", "activations", "logits", "workspace", "MoE per-token scratch",
-                          "logits download staging", "total", "peak"};
+                          "dense MLP", "activations", "logits", "workspace", "ops' scratch",
+                          "cuBLAS and cuBLASLt workspaces", "total", "peak"};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         if (!strstr(cli_out, rows[i])) fail_msg("inspect --tokens: no '%s' row in:\n%s", rows[i], cli_out);
     char num[64];
@@ -522,6 +528,37 @@ static void vram_limit_parsing(void **s) {
     assert_true(stat(out, &sb) != 0);
 }
 
+/* The forward pass runs on the buffers the load planned: a prompt longer than max_tokens is refused with both numbers
+ * and what to pass (nothing grows, on any backend: forward.c, fm_forward_stage); the planned length runs, and so
+ * does a shorter one on the same buffers, with the same logits as a model planned for exactly that length. */
+static void longer_prompt_refused(void **s) {
+    (void)s;
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = "cpu", opt.max_tokens = 4;
+    fm_model *m = NULL, *m3 = NULL;
+    fm_error  err = {{0}};
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_OK);
+    assert_int_equal(m->buf_tokens, 4);
+    const int32_t ids[5] = {11, 7, 300, 42, 5};
+    const int32_t V = m->cfg.vocab_size;
+    float *logits = malloc((size_t)(5 * V) * sizeof *logits), *l3 = malloc((size_t)(3 * V) * sizeof *l3);
+    assert_true(logits && l3);
+    assert_int_equal(fm_model_logits(m, ids, 5, logits, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "prompt of 5 tokens is longer than the 4 tokens the model was loaded for"));
+    assert_non_null(strstr(err.msg, "max_tokens >= 5"));
+    assert_int_equal(m->buf_tokens, 4); /* nothing grew */
+    assert_int_equal(fm_model_logits(m, ids, 4, logits, &err), FM_OK);
+    assert_int_equal(fm_model_logits(m, ids, 3, logits, &err), FM_OK);
+    opt.max_tokens = 3;
+    assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m3, &err), FM_OK);
+    assert_int_equal(fm_model_logits(m3, ids, 3, l3, &err), FM_OK);
+    assert_memory_equal(logits, l3, (size_t)(3 * V) * sizeof *l3);
+    free(logits), free(l3);
+    fm_model_free(m3);
+    fm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bank_bytes_formulas),
@@ -533,6 +570,7 @@ int main(void) {
         cmocka_unit_test(w4a8_tiles_bound_every_routing),
         cmocka_unit_test(vram_limit_refuses_8gib),
         cmocka_unit_test(load_refuses_before_allocating),
+        cmocka_unit_test(longer_prompt_refused),
         cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(inspect_prints_the_plan),
         cmocka_unit_test(vram_limit_parsing),

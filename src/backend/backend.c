@@ -70,7 +70,7 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
     fm_plan_from_preset(p, plan);
     if (!backend || strcmp(backend, "cuda") != 0) return;
-    if (p == FM_PRESET_REF) { /* ref32 keeps the fp32 plan: cuda_oracle.cu */
+    if (p == FM_PRESET_REF) { /* ref32 keeps the fp32 plan: the CUDA backend's fp32 activations, cuda_backend.cu */
         plan->act_bf16 = true;
         plan->w_dense = plan->w_expert = plan->w_other = FM_W_BF16;
     } else if (p == FM_PRESET_FP8) {

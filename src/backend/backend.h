@@ -103,7 +103,13 @@ typedef struct fm_backend_ops {
     void  (*destroy)(fm_backend *be);
     void *(*alloc)(fm_backend *be, size_t bytes); /* NULL on failure */
     void  (*free)(fm_backend *be, void *p);
-    /* Copies host data in/out of backend memory: ids (int32) and activations (as fp32 on the host side). */
+    /* Reserves, once at load (after the banks, before the first forward pass), the scratch the ops need for the
+     * memory plan's shapes: `workspace` bytes (engine/memory_plan.h: ws_moe) and what the backend's libraries need
+     * (cuda: cuBLAS's workspace). A forward pass then allocates nothing. NULL where ops need none kept (cpu). */
+    fm_status (*reserve)(fm_backend *be, size_t workspace, fm_error *err);
+    /* Copies host data in/out of backend memory: ids (int32) and activations (as fp32 on the host side).
+     * upload_ids does not wait for the device (the caller's ids may be reused at once): the staging step of a
+     * forward pass. The others return when the copy is done. */
     void  (*upload_ids)(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
     void  (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
     void  (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst); /* rounded to the act dtype */
@@ -156,5 +162,8 @@ fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_thr
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err);
 fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **out, fm_error *err);
+/* The CUDA backend's stream (a cudaStream_t) for capturing a forward pass into a CUDA graph (tests); NULL for
+ * another backend or a build without CUDA. */
+void *fm_cuda_backend_stream(fm_backend *be);
 
 #endif

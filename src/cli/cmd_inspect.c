@@ -226,10 +226,10 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     for (int i = 0; i < p.n_buffers; i++) plan_row(p.buffers[i].what, p.buffers[i].bytes, 2);
     plan_row("workspace", p.workspace, 0);
     if (!strcmp(p.backend, "cuda")) {
-        plan_row(plan.w_expert == FM_W_INT4_G128_TC ? "W4A8 scratch (MoE dispatch, e4m3 inputs)"
-                                                    : "MoE per-token scratch",
+        plan_row(plan.w_expert == FM_W_INT4_G128_TC ? "ops' scratch (W4A8 MoE dispatch, e4m3 inputs)"
+                                                    : "ops' scratch (MoE rows, quantized inputs)",
                  p.ws_moe, 2);
-        plan_row("logits download staging (fp32)", p.ws_logits, 2);
+        plan_row("cuBLAS and cuBLASLt workspaces", p.ws_libs, 2);
     } else {
         plan_row("linear input quantization", p.ws_linear, 2);
     }

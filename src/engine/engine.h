@@ -25,12 +25,14 @@ struct fm_model {
     fm_expert_layout  expert_layout;
     int64_t           n_params;
     size_t            weight_bytes; /* held by the backend */
-    struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated at load for buf_tokens */
+    struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated once at load for buf_tokens */
     int64_t           buf_tokens;
 };
 
-/* Allocates (or reallocates, for more tokens) the forward buffers: the activations of the memory plan. */
-fm_status fm_forward_buffers_reserve(fm_model *m, int64_t T, fm_error *err);
+/* Once, at load (after the banks): the forward buffers (the memory plan's activations) and the backend's scratch
+ * (ops->reserve: the plan's ws_moe) for up to T tokens. No forward pass allocates or grows anything afterwards; a
+ * longer prompt is refused (fm_forward_stage). */
+fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err);
 void      fm_forward_buffers_free(fm_model *m);
 
 /* Stages of a forward pass, for the benchmark's breakdown. */
@@ -52,9 +54,20 @@ typedef struct fm_profile {
 } fm_profile;
 
 /* Runs the forward pass over ids (positions 0..T-1) and writes logits: [T, vocab], or only the last position's
- * [vocab] when last_only. prof (may be NULL) receives the per-stage times. */
+ * [vocab] when last_only. prof (may be NULL) receives the per-stage times. T above the tokens the model was loaded
+ * for (fm_options.max_tokens) fails with FM_ERR_USAGE, naming both. */
 fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
                      fm_error *err);
+
+/* fm_forward in its three steps, run in this order (what a CUDA graph captures is the middle one):
+ *   stage    checks T against the plan and copies the ids to their device buffer (no wait for the device);
+ *   device   the pass itself, launches only: no host synchronisation, no allocation, no branch on values (shape
+ *            branches only), so on the GPU it can be captured on the backend's stream (fm_cuda_backend_stream) and
+ *            replayed; the debug switches FP8MOE_SYNC and FP8MOE_DUMP synchronise, and are not for capture;
+ *   collect  waits for the device and downloads the logits ([T, vocab] or [vocab] when last_only). */
+fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err);
+void      fm_forward_device(fm_model *m, int64_t T, bool last_only);
+fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err);
 
 /* Creates the backend and its weight banks for an already bound model (m->cfg set). */
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err);

@@ -5,6 +5,9 @@
  *               h = rmsnorm(x);  MoE: route(h Wr^T) -> x += sum_k w_k expert_k(h)
  *                                dense: x += down(swiglu(h Wgu^T))
  *   logits = rmsnorm(x) Wlm^T                                       [T, vocab]
+ *
+ * In three steps (engine.h): the ids staged into their device buffer, the device work (capturable into a CUDA
+ * graph: launches only, every buffer from the load-time plan), the collection (sync, logits download).
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "util/status.h"
 
 /* The activation buffers of a forward pass of up to m->buf_tokens tokens: allocated once, at load, from the
@@ -56,7 +60,8 @@ static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *
     return FM_OK;
 }
 
-/* FP8MOE_DUMP=1: after each op, a one-line summary of its output (for finding the first op that goes wrong). */
+/* FP8MOE_DUMP=1: after each op, a one-line summary of its output (for finding the first op that goes wrong). It
+ * downloads, so it synchronises: a debug switch, not for a captured pass. */
 static void dump(fm_backend *be, const char *what, int layer, const void *buf, int64_t n) {
     static int enabled = -1;
     if (enabled < 0) enabled = getenv("FP8MOE_DUMP") && strcmp(getenv("FP8MOE_DUMP"), "0") != 0;
@@ -76,9 +81,12 @@ static void dump(fm_backend *be, const char *what, int layer, const void *buf, i
     free(h);
 }
 
-fm_status fm_forward_buffers_reserve(fm_model *m, int64_t T, fm_error *err) {
-    if (m->bufs && T <= m->buf_tokens) return FM_OK;
-    fm_forward_buffers_free(m);
+/* Once, at load: the activation buffers and the backend's scratch for T tokens, both from the memory plan. A forward
+ * pass then allocates nothing, on any backend. */
+fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
+    if (m->bufs) return fm_fail(err, FM_ERR_USAGE, "the forward buffers are already reserved (%lld tokens)",
+                                (long long)m->buf_tokens);
+    if (T < 1) return fm_fail(err, FM_ERR_USAGE, "max_tokens must be >= 1, got %lld", (long long)T);
     fw_buffers *b = calloc(1, sizeof *b);
     if (!b) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     fm_status st = alloc_buffers(m, T, b, err);
@@ -88,7 +96,13 @@ fm_status fm_forward_buffers_reserve(fm_model *m, int64_t T, fm_error *err) {
         return st;
     }
     m->bufs = b, m->buf_tokens = T;
-    return FM_OK;
+    if (!m->be->ops->reserve) return FM_OK;
+    fm_config cfg = m->cfg;
+    cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
+    fm_memory_plan plan;
+    st = fm_memory_plan_compute(&cfg, &m->plan, m->be->ops->name, m->n_layers, T, &plan, err);
+    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, err);
+    return st;
 }
 
 void fm_forward_buffers_free(fm_model *m) {
@@ -113,7 +127,7 @@ typedef struct fw_timer {
 } fw_timer;
 
 static void tick(fw_timer *tm, fm_stage stage) {
-    if (!tm->on || tm->n >= FM_MARK_SLOTS) return;
+    if (!tm || !tm->on || tm->n >= FM_MARK_SLOTS) return;
     tm->stage_of[tm->n] = (uint8_t)stage;
     tm->be->ops->mark(tm->be, tm->n++);
 }
@@ -124,24 +138,30 @@ static void collect(const fw_timer *tm, fm_profile *prof) {
     if (tm->n > 1) prof->total_ms = tm->be->ops->elapsed_ms(tm->be, 0, tm->n - 1);
 }
 
-fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
-                     fm_error *err) {
+/* The one refusal of a forward pass: a prompt longer than the load planned for. Growing the buffers here instead would
+ * make the device memory depend on the input (the plan that checked the card would no longer hold) and would
+ * allocate inside the pass (no CUDA graph could hold it); the caller knows its prompt before loading (the CLI
+ * commands set max_tokens to it), so it asks for the right plan there. */
+fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err) {
+    if (T < 1) return fm_fail(err, FM_ERR_USAGE, "forward pass: no tokens to run (%lld)", (long long)T);
+    if (!m->bufs || T > m->buf_tokens)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "prompt of %lld tokens is longer than the %lld tokens the model was loaded for; load it with "
+                       "max_tokens >= %lld (fm_options.max_tokens)", (long long)T, (long long)m->buf_tokens,
+                       (long long)T);
+    m->be->ops->upload_ids(m->be, ids, T, m->bufs->ids);
+    return FM_OK;
+}
+
+/* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL) */
+static void run_device(fm_model *m, int64_t T, bool last_only, fw_timer *tm) {
     const fm_config      *c   = &m->cfg;
     const fm_plan        *p   = &m->plan;
     fm_backend           *be  = m->be;
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
     const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-    if (prof && (int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
-        return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
-    /* a longer prompt than the model was loaded for grows the buffers (the load-time plan covered max_tokens) */
-    fm_status st = fm_forward_buffers_reserve(m, T, err);
-    if (st) return st;
     const fw_buffers b = *m->bufs;
-    fw_timer *tm = calloc(1, sizeof *tm);
-    if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    tm->be = be, tm->on = prof != NULL;
-    ops->upload_ids(be, ids, T, b.ids);
     tick(tm, FM_STAGE_OTHER);
     ops->embed(be, m->embed, b.ids, T, b.x);
     dump(be, "embed", -1, b.x, T * H);
@@ -191,11 +211,31 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
     ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
     dump(be, "logits", -1, b.logits, rows * c->vocab_size);
     tick(tm, FM_STAGE_OTHER);
-    st = ops->sync(be, err);
-    if (!st) {
-        if (prof) collect(tm, prof);
-        ops->download_f32(be, b.logits, rows * c->vocab_size, logits);
+}
+
+void fm_forward_device(fm_model *m, int64_t T, bool last_only) { run_device(m, T, last_only, NULL); }
+
+fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err) {
+    fm_backend *be = m->be;
+    fm_status   st = be->ops->sync(be, err);
+    if (!st) be->ops->download_f32(be, m->bufs->logits, (last_only ? 1 : T) * m->cfg.vocab_size, logits);
+    return st;
+}
+
+fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
+                     fm_error *err) {
+    if (prof && (int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
+        return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
+    fm_status st = fm_forward_stage(m, ids, T, err);
+    if (st) return st;
+    fw_timer *tm = NULL;
+    if (prof) {
+        if (!(tm = calloc(1, sizeof *tm))) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        tm->be = m->be, tm->on = true;
     }
+    run_device(m, T, last_only, tm);
+    st = fm_forward_collect(m, T, last_only, logits, err);
+    if (!st && prof) collect(tm, prof);
     free(tm);
     return st;
 }

@@ -7,7 +7,9 @@
  *   activations       add_activations    <->  src/engine/forward.c (alloc_buffers)
  *   cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
  *                                             src/backend/w4a8_workspace.h (the fp8 preset's moe and linear),
- *                                             src/backend/cuda/cuda_backend.cu (cu_download_f32 staging)
+ *                                             src/backend/moe_grouped_workspace.h (ref and ref32's moe),
+ *                                             src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
+ *                                             src/backend/cuda/cuda_backend.cu (cu_reserve: cuBLAS's workspace)
  *   cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
  *   load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
  * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
@@ -17,11 +19,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/moe_grouped_workspace.h"
 #include "backend/w4a8_workspace.h"
 #include "util/status.h"
 
 #define GROUP              128          /* int4 scale group along K (FM_CUDA_GROUP, FM_CPU_GROUP) */
 #define CUDA_STAGING_BYTES (64u << 20) /* cuda_bank.cu: one upload staging buffer per bank, freed before it returns */
+#define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
+#define CUDA_LT_WS_BYTES     ((size_t)32 << 20) /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
 
 const char *fm_mem_family_name(fm_mem_family f) {
     switch (f) {
@@ -306,13 +311,11 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
             p->ws_moe = to_size(s, mul(s, mul(s, P, add(s, mul(s, 3, I), H)), 2));
         } else if (any_moe) {
-            /* moe_grouped_cublas.cu (bf16 or f32 banks): int32 counts|fill|offsets [3E] and slot_of [P], 256-byte
-               aligned, 3E pointers, 256-byte aligned, then xs [P,H] gu [P,2I] h [P,I] y [P,H] activations */
-            const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
-            const uint64_t E = (uint64_t)c->n_experts, a = fm_act_size_for("cuda", plan);
-            const uint64_t ints = ceil_div(mul(s, add(s, mul(s, 3, E), P), 4), 256) * 256;
-            const uint64_t ptrs = ceil_div(mul(s, E, 24), 256) * 256;
-            p->ws_moe = to_size(s, add(s, add(s, ints, ptrs), mul(s, mul(s, P, add(s, mul(s, 2, H), mul(s, 3, I))), a)));
+            /* moe_grouped_cublas.cu (bf16 or f32 banks): moe_grouped_workspace.h's layout, pairs in equal tiles */
+            const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok);
+            if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
+            p->ws_moe = to_size(s, fm_grouped_layout(P, (uint64_t)c->n_experts, H, (uint64_t)c->moe_intermediate,
+                                                     fm_act_size_for("cuda", plan)).total);
         }
         if (plan->w_dense == FM_W_E4M3_PT) {
             /* linear_w8a8.cu (fm_w8a8_linear_ws_bytes): the scale slot and the e4m3 input, rows padded to 16 bytes,
@@ -322,18 +325,18 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
             const size_t lin8 = to_size(s, add(s, mul(s, T, ceil_div(K, 16) * 16), 256));
             if (lin8 > p->ws_moe) p->ws_moe = lin8;
-            p->ws_moe = to_size(s, add(s, p->ws_moe, 32u << 20));
+            p->ws_libs = CUDA_LT_WS_BYTES;
         }
-        /* cuda_backend.cu fm_cu_download_f32: the bf16 logits widened to fp32 on the device before the copy (the
-           oracle's are fp32 already) */
-        if (plan->act_bf16) p->ws_logits = to_size(s, mul(s, mul(s, T, (uint64_t)c->vocab_size), sizeof(float)));
+        /* cuda_backend.cu cu_reserve: cuBLAS's workspace, given to it at load so that no GEMM allocates during a
+           forward pass. The logits download needs no device staging (bf16 widened on the host) */
+        p->ws_libs += CUDA_CUBLAS_WS_BYTES;
     } else {
         /* cpu_linear.c: qv [M, K] + qs [M, ceil(K/128)] fp32 per call; the widest K among the projections run */
         uint64_t K = max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
         if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
         p->ws_linear = to_size(s, mul(s, mul(s, T, add(s, K, ceil_div(K, GROUP))), sizeof(float)));
     }
-    p->workspace = to_size(s, add(s, add(s, p->ws_moe, p->ws_logits), p->ws_linear));
+    p->workspace = to_size(s, add(s, add(s, p->ws_moe, p->ws_libs), p->ws_linear));
 }
 
 fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,

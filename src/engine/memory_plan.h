@@ -2,8 +2,8 @@
  * model takes on a backend, by category:
  *   weights      every bank the load creates, by family, in the backend's exact layout (fm_bank_bytes_for)
  *   activations  every buffer the forward pass allocates for `tokens` tokens (forward.c, alloc_buffers)
- *   workspace    scratch the backend allocates during a forward pass (cuda: the per-token MoE scratch, kept by
- *                the backend between calls, and the fp32 staging of the logits download; cpu: the linear op's
+ *   workspace    scratch of the forward pass's ops (cuda: the ops' one scratch buffer, reserved at load for
+ *                `tokens` tokens, and the workspaces of cuBLAS and cuBLASLt; cpu: the linear op's
  *                activation-quantization scratch)
  * and the transient load staging (cuda: one 64 MiB buffer per bank upload, freed before the bank returns).
  *
@@ -54,10 +54,11 @@ typedef struct fm_memory_plan {
     int32_t     n_buffers;
     size_t      activations; /* sum of buffers[] */
 
-    size_t ws_moe;    /* cuda: per-token MoE scratch, P = tokens * k pairs x (2I + I + H) bf16 */
-    size_t ws_logits; /* cuda: fp32 staging of the logits download, tokens * vocab * 4 */
+    size_t ws_moe;    /* cuda: the ops' scratch buffer (the moe op's, or the quantized linears' when larger), what
+                         the load reserves (backend ops->reserve) and no forward pass grows */
+    size_t ws_libs;   /* cuda: cuBLAS's workspace (32 MiB, given at the reservation) and cuBLASLt's (32 MiB, W8A8) */
     size_t ws_linear; /* cpu: one linear op's quantized input rows, tokens * (K + ceil(K/128)) fp32, largest K */
-    size_t workspace; /* ws_moe + ws_logits + ws_linear: all can be alive at once during a forward pass */
+    size_t workspace; /* ws_moe + ws_libs + ws_linear: all can be alive at once during a forward pass */
 
     size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
 

@@ -230,8 +230,9 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
     if (!st) st = load_weights(m, src, opt->verbose, err);
-    /* the activations of the memory plan, once, for the prompt length the caller planned for */
-    if (!st) st = fm_forward_buffers_reserve(m, opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS, err);
+    /* the activations and the backend's scratch of the memory plan, once, for the prompt length the caller planned
+       for: a forward pass allocates nothing */
+    if (!st) st = fm_forward_reserve(m, opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS, err);
     return st;
 }
 

@@ -3,9 +3,10 @@
  *   - the bytes the CUDA backend reports for its banks (m->weight_bytes, and bank by bank per family) equal the
  *     plan's weights exactly: fm_bank_bytes_for and cuda_bank.cu agree;
  *   - the device's used memory (cudaMemGetInfo, through fm_cuda_free_memory) grows across the load by the
- *     plan's weights, within allocator rounding: at most 2 MiB per device allocation of a bank (values, and
- *     int4 scales) plus what a bare backend takes (stream, cuBLAS handle: measured here), and at least the
- *     weights less a few 2 MiB pages the driver keeps mapped after cudaFree of small allocations and reuses;
+ *     plan's weights, activations and workspace (all allocated at load: a forward pass allocates nothing), within
+ *     allocator rounding: at most 2 MiB per device allocation (bank values, int4 scales, buffers, scratch) plus
+ *     what a bare backend takes (stream, cuBLAS handle: measured here), and at least the plan less a few 2 MiB
+ *     pages the driver keeps mapped after cudaFree of small allocations and reuses;
  *   - a --vram-limit one byte below the plan's peak fails with FM_ERR_NOMEM naming --vram-limit, before
  *     anything is allocated: used memory is exactly what it was; a limit equal to the peak loads.
  * Runs only where a GPU is present (make test-gpu). */
@@ -114,21 +115,22 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
                          fm_preset_name(presets[i]), got[f], fm_mem_family_name((fm_mem_family)f), plan.weights[f]);
         assert_int_equal(m->weight_bytes, plan.weight_total);
 
-        /* the load allocates the weights and, once, the forward pass's activations for max_tokens (12 buffers) */
-        /* --dense w8a8: cuBLASLt's 32 MiB workspace comes with the first e4m3-tensor bank (the plan's workspace) */
-        const size_t    resident = plan.weight_total + plan.activations + (opt.dense == FM_DENSE_W8A8 ? (32u << 20) : 0);
+        /* the load allocates the weights and, once, the forward pass's activations for max_tokens (12 buffers) and
+           the whole workspace: the ops' scratch and cuBLAS's workspace (2 allocations, reserved after the banks) and,
+           with --dense w8a8, cuBLASLt's (with the first e4m3-tensor bank) */
+        const size_t    resident = plan.weight_total + plan.activations + plan.workspace;
         const long long delta    = (long long)after - (long long)before;
-        const size_t    slack    = (size_t)(plan.n_weight_allocs + 12) * ROUNDING + overhead + ROUNDING;
-        printf("%-32s %-4s weights + activations %12zu (plan) | device used +%lld (%+.2f MiB vs plan; bare backend "
+        const size_t    slack    = (size_t)(plan.n_weight_allocs + 12 + 3) * ROUNDING + overhead + ROUNDING;
+        printf("%-32s %-4s weights + activations + workspace %12zu (plan) | device used +%lld (%+.2f MiB vs plan; bare backend "
                "%.2f MiB, %d allocations, slack %.1f MiB)\n",
                name_of(src), fm_preset_name(presets[i]), resident, delta,
                ((double)delta - (double)resident) / (double)MiB, (double)overhead / (double)MiB,
-               plan.n_weight_allocs + 12, (double)slack / (double)MiB);
+               plan.n_weight_allocs + 15, (double)slack / (double)MiB);
         if (delta + (long long)REUSED_SMALL < (long long)resident)
-            fail_msg("%s %s: device memory grew by %lld bytes, less than the plan's %zu bytes of weights and activations",
+            fail_msg("%s %s: device memory grew by %lld bytes, less than the plan's %zu bytes of weights, activations and workspace",
                      name_of(src), fm_preset_name(presets[i]), delta, resident);
         if (delta > (long long)(resident + slack))
-            fail_msg("%s %s: device memory grew by %lld bytes, more than the plan's %zu bytes of weights and activations "
+            fail_msg("%s %s: device memory grew by %lld bytes, more than the plan's %zu bytes of weights, activations and workspace "
                      "+ %zu of rounding and backend", name_of(src), fm_preset_name(presets[i]), delta, resident, slack);
         fm_model_free(m);
 

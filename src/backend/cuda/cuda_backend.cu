@@ -1,9 +1,22 @@
-// The CUDA backend's op table (see src/backend/backend.h): bf16 activations in device memory, one stream,
-// every launch checked (cuda_common.cuh). Presets here: ref (bf16 weights, the bf16 reference) and int4
-// (w4a16, per-token expert dispatch), fp8 (W4A8: int4-tc banks, e4m3 1x128 activations, the grouped expert
-// kernel and W4A8 dense projections). fp4 (MXFP4 dispatch) has no GPU kernel yet: asking for it is a clear
-// error, never a silent fallback. ref32 (fp32 throughout) gets the oracle's op table, cuda_oracle.cu.
+// The CUDA backend's op table (see src/backend/backend.h): one table, each op written once and dispatching on
+// the backend's activation type to kernels instantiated for both: bf16 activations for the compute presets, fp32
+// for the ref32 plan. One stream, every launch checked (cuda_common.cuh). Presets here: ref (bf16 weights, the
+// bf16 reference) and int4 (w4a16, per-token expert dispatch), fp8 (W4A8: int4-tc banks, e4m3 1x128 activations,
+// the grouped expert kernel and W4A8 dense projections), and ref32. fp4 (MXFP4 dispatch) has no GPU kernel yet:
+// asking for it is a clear error, never a silent fallback.
+//
+// ref32, the oracle on the GPU: fp32 weights and activations, fp32 arithmetic. It computes what the CPU reference
+// computes, with different summation orders only, and exists so that models too large for the CPU (Qwen3-30B-A3B:
+// 122 GB of fp32 weights, ~10 s per layer per prompt on the CPU) can be judged against fp32 at full depth on one
+// H200. Its routes: SGEMM through cuBLAS in pedantic math mode (linear.cu), the grouped cuBLAS MoE with fp32 groups
+// (moe_grouped_cublas.cu), the element-wise kernels instantiated for fp32 (elementwise.cu, rope.cu, router.cu), and
+// a plain fp32 attention kernel (attention_f32.cu). Speed is not a goal there.
+//
+// Graph safety: no op allocates or synchronises the host. The scratch and cuBLAS's workspace are reserved once at
+// load (cu_reserve, for the memory plan's shapes); the debug switches (FP8MOE_SYNC, and FP8MOE_DUMP in the engine)
+// do synchronise, and are not for capture.
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_f32.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
@@ -19,21 +32,45 @@
 #include "backend/cuda/w4a8_gemm.cuh"
 
 extern "C" {
+#include "quant/bf16.h"
 #include "util/status.h"
 }
 
 typedef __nv_bfloat16 bf16;
 
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
-    if (bytes > be->work_bytes) {
-        if (be->work) FM_CUDA_CHECK(cudaFree(be->work)); /* cudaFree waits for the kernels still using it */
-        FM_CUDA_CHECK(cudaMalloc(&be->work, bytes));
-        be->work_bytes = bytes;
+    if (bytes <= be->work_bytes) return be->work;
+    if (be->work_fixed) {
+        fprintf(stderr, "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
+                "memory plan's shapes; the plan (src/engine/memory_plan.c, add_workspace) does not count this op at "
+                "this shape: a bug\n", bytes, be->work_bytes);
+        abort();
     }
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    FM_CUDA_CHECK(cudaStreamIsCapturing(be->stream, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) {
+        fprintf(stderr, "fp8moe: cuda workspace: %zu bytes asked during a stream capture with %zu reserved; reserve "
+                "the workspace first (ops->reserve)\n", bytes, be->work_bytes);
+        abort();
+    }
+    /* a backend without a reservation (op tests, kernel benchmarks): grow; cudaFree waits for the kernels using it */
+    if (be->work) FM_CUDA_CHECK(cudaFree(be->work));
+    FM_CUDA_CHECK(cudaMalloc(&be->work, bytes));
+    be->work_bytes = bytes;
     return be->work;
 }
 
-void fm_cu_mark(fm_backend *bb, int32_t slot) {
+/* True when the plan is the ref32 oracle's: fp32 weights everywhere, activations not rounded. */
+static bool plan_is_oracle(const fm_plan *p) {
+    return !p->act_bf16 && p->w_dense == FM_W_F32 && p->w_expert == FM_W_F32 && p->w_other == FM_W_F32 &&
+           p->a_dense == FM_A_NATIVE && p->a_dispatch == FM_A_NATIVE && p->a_expert == FM_A_NATIVE;
+}
+
+static cudaStream_t stream(fm_backend *bb) { return cuda_be(bb)->stream; }
+/* fp32 activations (ref32) or bf16: what every op below dispatches on */
+static bool f32(fm_backend *bb) { return cuda_be(bb)->f32; }
+
+static void cu_mark(fm_backend *bb, int32_t slot) {
     cuda_backend *be = cuda_be(bb);
     if (!be->marks) {
         be->marks = (cudaEvent_t *)calloc(FM_MARK_SLOTS, sizeof(cudaEvent_t));
@@ -43,15 +80,15 @@ void fm_cu_mark(fm_backend *bb, int32_t slot) {
     FM_CUDA_CHECK(cudaEventRecord(be->marks[slot], be->stream));
 }
 
-double fm_cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
+static double cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
     float ms = 0.0f;
     FM_CUDA_CHECK(cudaEventElapsedTime(&ms, cuda_be(bb)->marks[a], cuda_be(bb)->marks[b]));
     return ms;
 }
 
-const char *fm_cu_device_name(fm_backend *bb) { return cuda_be(bb)->device_label; }
+static const char *cu_device_name(fm_backend *bb) { return cuda_be(bb)->device_label; }
 
-void fm_cu_destroy(fm_backend *bb) {
+static void cu_destroy(fm_backend *bb) {
     cuda_backend *be = cuda_be(bb);
     if (be->marks) {
         for (int i = 0; i < FM_MARK_SLOTS; i++) cudaEventDestroy(be->marks[i]);
@@ -60,11 +97,12 @@ void fm_cu_destroy(fm_backend *bb) {
     if (be->work) cudaFree(be->work);
     if (be->lt) fm_lt_destroy(be->lt), free(be->lt);
     if (be->cublas) cublasDestroy(be->cublas);
+    if (be->cublas_ws) cudaFree(be->cublas_ws);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
 
-void *fm_cu_alloc(fm_backend *bb, size_t bytes) {
+static void *cu_alloc(fm_backend *bb, size_t bytes) {
     (void)bb;
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
@@ -74,53 +112,104 @@ void *fm_cu_alloc(fm_backend *bb, size_t bytes) {
     return p;
 }
 
-void fm_cu_free(fm_backend *bb, void *p) {
+static void cu_free(fm_backend *bb, void *p) {
     (void)bb;
     FM_CUDA_CHECK(cudaFree(p));
 }
 
-void fm_cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *dst) {
-    FM_CUDA_CHECK(cudaMemcpyAsync(dst, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, cuda_be(bb)->stream));
-    FM_CUDA_CHECK(cudaStreamSynchronize(cuda_be(bb)->stream)); /* ids is the caller's memory */
+/* Scratch for the plan's shapes and cuBLAS's workspace, once, before the first forward pass: after this no op
+   allocates (fm_cuda_workspace refuses to grow). cublasSetStream resets cuBLAS to its default workspace pool, so
+   the workspace is given after the stream. */
+static fm_status cu_reserve(fm_backend *bb, size_t workspace, fm_error *err) {
+    cuda_backend *be = cuda_be(bb);
+    if (be->work_fixed) return fm_fail(err, FM_ERR_USAGE, "cuda backend: the workspace is already reserved");
+    if (workspace > be->work_bytes) {
+        if (be->work) FM_CUDA_CHECK(cudaFree(be->work));
+        be->work = NULL, be->work_bytes = 0;
+        if (cudaMalloc(&be->work, workspace) != cudaSuccess) {
+            cudaGetLastError();
+            be->work = NULL;
+            return fm_fail(err, FM_ERR_NOMEM, "out of cuda memory for the ops' workspace (%zu bytes, the memory plan's)",
+                           workspace);
+        }
+        be->work_bytes = workspace;
+    }
+    if (!be->cublas_ws) {
+        if (cudaMalloc(&be->cublas_ws, FM_CUDA_CUBLAS_WS) != cudaSuccess) {
+            cudaGetLastError();
+            be->cublas_ws = NULL;
+            return fm_fail(err, FM_ERR_NOMEM, "out of cuda memory for cuBLAS's workspace (%zu bytes)", FM_CUDA_CUBLAS_WS);
+        }
+        if (cublasSetWorkspace(be->cublas, be->cublas_ws, FM_CUDA_CUBLAS_WS) != CUBLAS_STATUS_SUCCESS)
+            return fm_fail(err, FM_ERR_BACKEND, "cuda backend: cublasSetWorkspace failed");
+    }
+    be->work_fixed = true;
+    return FM_OK;
 }
 
+/* The ids of a forward pass into their device buffer. A copy from pageable host memory returns once the source has
+   been staged by the driver (CUDA's API synchronisation rules), so the caller may reuse ids at once; no sync. */
+static void cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *dst) {
+    FM_CUDA_CHECK(cudaMemcpyAsync(dst, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, stream(bb)));
+}
+
+static void cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
+    FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream(bb)));
+    FM_CUDA_CHECK(cudaStreamSynchronize(stream(bb)));
+}
+
+/* Activations to fp32 on the host, with no device staging: fp32 as it is; bf16 copied into the upper half of dst
+   and widened in place from the front (element i's 4 bytes end at or before element i + 1's bf16, exact). */
 static void cu_download_f32(fm_backend *bb, const void *src, int64_t n, float *dst) {
-    cuda_backend *be = cuda_be(bb);
-    float *tmp = NULL;
-    FM_CUDA_CHECK(cudaMalloc(&tmp, (size_t)(n ? n : 1) * sizeof(float)));
-    fm_cuda_bf16_to_f32((const bf16 *)src, n, tmp, be->stream);
-    FM_CUDA_CHECK(cudaMemcpyAsync(dst, tmp, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, be->stream));
-    FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
-    FM_CUDA_CHECK(cudaFree(tmp));
+    if (n <= 0) return;
+    if (f32(bb)) {
+        cu_download_raw(bb, src, (size_t)n * sizeof(float), dst);
+        return;
+    }
+    unsigned char *h = (unsigned char *)dst + (size_t)n * sizeof(uint16_t); /* bytes only: the two views alias */
+    cu_download_raw(bb, src, (size_t)n * sizeof(uint16_t), h);
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t v;
+        memcpy(&v, h + (size_t)i * sizeof v, sizeof v);
+        const uint32_t u = (uint32_t)v << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
 }
 
+/* Host fp32 into activations, rounded to bf16 on the host (round to nearest even, as the device does) */
 static void cu_upload_f32(fm_backend *bb, const float *src, int64_t n, void *dst) {
-    cuda_backend *be = cuda_be(bb);
-    void *tmp = NULL;
-    FM_CUDA_CHECK(cudaMalloc(&tmp, (size_t)(n ? n : 1) * sizeof(float)));
-    FM_CUDA_CHECK(cudaMemcpyAsync(tmp, src, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, be->stream));
-    fm_cuda_convert_bf16(tmp, 0 /* F32 */, 1, n, (bf16 *)dst, n, be->stream);
-    FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
-    FM_CUDA_CHECK(cudaFree(tmp));
+    if (n <= 0) return;
+    if (f32(bb)) {
+        FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, stream(bb)));
+        FM_CUDA_CHECK(cudaStreamSynchronize(stream(bb))); /* src is the caller's memory */
+        return;
+    }
+    uint16_t *h = (uint16_t *)malloc((size_t)n * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "fp8moe: cuda upload: out of host memory (%lld values)\n", (long long)n);
+        abort();
+    }
+    for (int64_t i = 0; i < n; i++) h[i] = fm_f32_to_bf16(src[i]);
+    FM_CUDA_CHECK(cudaMemcpyAsync(dst, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice, stream(bb)));
+    FM_CUDA_CHECK(cudaStreamSynchronize(stream(bb)));
+    free(h);
 }
 
-void fm_cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
-    FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_be(bb)->stream));
-    FM_CUDA_CHECK(cudaStreamSynchronize(cuda_be(bb)->stream));
-}
-
-fm_status fm_cu_sync(fm_backend *bb, fm_error *err) {
-    cudaError_t e = cudaStreamSynchronize(cuda_be(bb)->stream);
+static fm_status cu_sync(fm_backend *bb, fm_error *err) {
+    cudaError_t e = cudaStreamSynchronize(stream(bb));
     if (e == cudaSuccess) e = cudaGetLastError();
     return e == cudaSuccess ? FM_OK : fm_fail(err, FM_ERR_BACKEND, "cuda backend: %s", cudaGetErrorString(e));
 }
 
 static void cu_embed(fm_backend *bb, const fm_bank *table, const void *ids, int64_t T, void *out) {
-    fm_cuda_embed(bank_bf16(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (bf16 *)out, cuda_be(bb)->stream);
+    if (f32(bb))
+        fm_cuda_embed_f32(bank_f32(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (float *)out, stream(bb));
+    else fm_cuda_embed(bank_bf16(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (bf16 *)out, stream(bb));
 }
 
 static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps, void *out) {
-    fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, cuda_be(bb)->stream);
+    if (f32(bb)) fm_cuda_rmsnorm_f32((const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out, stream(bb));
+    else fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
 }
 
 /* the activation format each bank format takes (the plans the backend accepts) */
@@ -137,6 +226,8 @@ static void require_afmt(const fm_bank *w, fm_afmt afmt, const char *op) {
     }
 }
 
+/* bf16 and f32 banks (ref, ref32, and every plan's router and lm_head): cuBLAS in the bank's type; the int4 banks
+   of the int4 preset: the W4A16 GEMV; int4-tc and pre-quantized tc banks: W4A8; e4m3-tensor: W8A8 */
 static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y) {
     require_afmt(w, afmt, "linear");
     if (fm_cuda_w4a8_takes(w->fmt)) fm_cuda_linear_w4a8(cuda_be(bb), w, idx, (const bf16 *)x, M, (bf16 *)y);
@@ -146,30 +237,41 @@ static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void 
 
 static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                             const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, double theta) {
-    fm_cuda_qk_norm_rope((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
-                         k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, theta, cuda_be(bb)->stream);
+    if (f32(bb))
+        fm_cuda_qk_norm_rope_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
+                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, theta, stream(bb));
+    else
+        fm_cuda_qk_norm_rope((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
+                             k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, theta, stream(bb));
 }
 
+/* bf16: the flash-style tensor-core kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu) */
 static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out) {
-    fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, cuda_be(bb)->stream);
+    if (f32(bb)) fm_cuda_attention_f32((const float *)qkv, T, nh, nkv, hd, (float *)out, stream(bb));
+    else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
 }
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                      bool norm_topk, void *ids, void *weights) {
-    fm_cuda_route((const bf16 *)logits, T, E, k, kind == FM_ROUTER_SOFTMAX_TOPK, norm_topk, (int32_t *)ids,
-                  (bf16 *)weights, cuda_be(bb)->stream);
+    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK;
+    if (f32(bb))
+        fm_cuda_route_f32((const float *)logits, T, E, k, softmax_topk, norm_topk, (int32_t *)ids, (float *)weights,
+                          stream(bb));
+    else
+        fm_cuda_route((const bf16 *)logits, T, E, k, softmax_topk, norm_topk, (int32_t *)ids, (bf16 *)weights,
+                      stream(bb));
 }
 
 static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
     require_afmt(gate_up, a_dispatch, "moe");
     require_afmt(down, a_down, "moe");
-    /* bf16 banks (ref): grouped GEMMs through cuBLAS; int4-tc, int4-zp-tc, e4m3-block (fp8): the grouped W4A8
-       kernels; int4, int4-zp: the per-token W4A16 baseline */
+    /* bf16 and f32 banks (ref, ref32): grouped GEMMs through cuBLAS in the activation type; int4-tc, int4-zp-tc,
+       e4m3-block (fp8): the grouped W4A8 kernels; int4, int4-zp: the per-token W4A16 baseline */
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          (bf16 *)out);
-    else if (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16)
+    else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) || (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
         fm_cuda_moe_per_token(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
@@ -177,20 +279,34 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
 }
 
 static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, void *out) {
-    fm_cuda_swiglu((const bf16 *)gu, rows, I, (bf16 *)out, cuda_be(bb)->stream);
+    if (f32(bb)) fm_cuda_swiglu_f32((const float *)gu, rows, I, (float *)out, stream(bb));
+    else fm_cuda_swiglu((const bf16 *)gu, rows, I, (bf16 *)out, stream(bb));
 }
 
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
-    fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, cuda_be(bb)->stream);
+    if (f32(bb)) fm_cuda_add_f32((float *)acc, (const float *)x, n, stream(bb));
+    else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
 }
 
+/* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create) */
 static const fm_backend_ops cuda_ops = {
     .name         = "cuda",
     .act_size     = sizeof(bf16),
-    FM_CUDA_SHARED_OPS_HEAD,
+    .destroy      = cu_destroy,
+    .alloc        = cu_alloc,
+    .free         = cu_free,
+    .reserve      = cu_reserve,
+    .upload_ids   = cu_upload_ids,
     .download_f32 = cu_download_f32,
     .upload_f32   = cu_upload_f32,
-    FM_CUDA_SHARED_OPS_TAIL,
+    .download_raw = cu_download_raw,
+    .sync         = cu_sync,
+    .mark         = cu_mark,
+    .elapsed_ms   = cu_elapsed_ms,
+    .device_name  = cu_device_name,
+    .bank_create  = fm_cuda_bank_create,
+    .bank_free    = fm_cuda_bank_free,
+    .bank_bytes   = fm_cuda_bank_bytes,
     .embed        = cu_embed,
     .rmsnorm      = cu_rmsnorm,
     .linear       = cu_linear,
@@ -202,6 +318,10 @@ static const fm_backend_ops cuda_ops = {
     .add          = cu_add,
 };
 
+extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {
+    return bb && bb->ops->destroy == cu_destroy ? (void *)cuda_be(bb)->stream : NULL;
+}
+
 extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **out, fm_error *err) {
     *out      = NULL;
     int count = 0;
@@ -211,7 +331,7 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
                        e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
     /* what the kernels cover: native bf16 activations with bf16/int4 weights, e4m3 1x128 with int4-tc weights;
        or the oracle's plan (fp32 throughout) */
-    const bool    oracle   = fm_cuda_plan_is_oracle(plan);
+    const bool    oracle   = plan_is_oracle(plan);
     const bool    dense_ok = plan->a_dense == afmt_for(plan->w_dense);
     const fm_afmt want_e   = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
     if (!oracle && (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16 ||
@@ -223,7 +343,10 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
                        fm_wformat_name(plan->w_expert), fm_afmt_name(plan->a_dispatch), fm_afmt_name(plan->a_expert));
     cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
     if (!be) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    be->base.ops  = oracle ? &fm_cuda_oracle_ops : &cuda_ops;
+    be->ops          = cuda_ops;
+    be->ops.act_size = oracle ? sizeof(float) : sizeof(bf16);
+    be->f32          = oracle;
+    be->base.ops     = &be->ops;
     be->base.plan = *plan;
     FM_CUDA_CHECK(cudaGetDevice(&be->device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
@@ -246,7 +369,7 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
     if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS ||
         (oracle && cublasSetMathMode(be->cublas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
-        fm_cu_destroy(&be->base);
+        cu_destroy(&be->base);
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: cuBLAS initialisation failed");
     }
     *out = &be->base;

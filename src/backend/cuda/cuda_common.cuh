@@ -36,7 +36,7 @@ void fm_cuda_launch_check(const char *kernel, const char *file, int line);
 static inline int64_t fm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Activation element access for kernels written once for both activation types (template <typename A>):
-// bf16 (the compute presets, one rounding per store) and fp32 (the ref32 oracle, cuda_oracle.cu).
+// bf16 (the compute presets, one rounding per store) and fp32 (the ref32 oracle, cuda_backend.cu).
 static __device__ __forceinline__ float act_load(float x) { return x; }
 static __device__ __forceinline__ float act_load(__nv_bfloat16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ void  act_store(float *p, float v) { *p = v; }

@@ -1,7 +1,8 @@
 // CUDA backend: the state and weight-bank layout shared by its .cu files.
 //
-// Activations are bf16 in device memory. Weight banks hold n matrices [rows, cols] with padded rows so that
-// every row starts 16-byte aligned (16-byte loads in the GEMV kernels, any leading dimension for cuBLAS):
+// Activations are bf16 in device memory (fp32 under the ref32 oracle's plan). Weight banks hold n matrices
+// [rows, cols] with padded rows so that every row starts 16-byte aligned (16-byte loads in the GEMV kernels, any
+// leading dimension for cuBLAS):
 //   bf16:  w is [n][rows][ld] bf16, ld = cols rounded up to 8, padding zero
 //   f32:   w is [n][rows][ld] fp32, ld = cols rounded up to 4, padding zero (the ref32 oracle)
 //   int4:  w is [n][rows][ld] bytes, ld = cols rounded up to 32 elements / 2, two codes per byte (element
@@ -61,52 +62,36 @@ struct fm_bank {
 
 typedef struct cuda_backend {
     fm_backend     base;
+    fm_backend_ops ops;        // the backend's op table (cuda_backend.cu), act_size set for this plan
+    bool           f32;        // fp32 activations (the ref32 oracle's plan); bf16 otherwise
     cudaStream_t   stream;
     cublasHandle_t cublas;
     int            device;
     cudaDeviceProp prop;
     char           device_label[320]; // the GPU's name, and the W4A8 kernel it runs when the plan has one
-    void          *work;       // grow-only scratch for ops that need it (moe)
+    void          *work;       // scratch of the ops that need it (moe, quantized linears), see fm_cuda_workspace
     size_t         work_bytes;
+    bool           work_fixed; // reserved at load for the memory plan's shapes: never grows afterwards
+    void          *cublas_ws;  // cuBLAS's workspace, given to it at the reservation (none allocated during a pass)
     cudaEvent_t   *marks;      // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt  *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
 
-// Returns scratch of at least `bytes` (grows by reallocation; contents not kept).
+// The ops' scratch: at least `bytes`, contents not kept between ops. Once the load has reserved it for the memory
+// plan (ops->reserve), it never grows: asking for more is a bug of the plan (memory_plan.c, add_workspace) and stops
+// with both sizes. A backend used without a reservation (op tests, kernel benchmarks) grows it on demand, outside any
+// stream capture.
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
+// Bytes of the workspace cuBLAS gets from the reservation (NVIDIA's recommendation for Hopper: 32 MiB).
+#define FM_CUDA_CUBLAS_WS ((size_t)32 << 20)
 
-// The op-table entries that do not depend on the activation type (cuda_backend.cu), shared by the compute
-// table there and the ref32 oracle's (cuda_oracle.cu).
-void        fm_cu_destroy(fm_backend *be);
-void       *fm_cu_alloc(fm_backend *be, size_t bytes);
-void        fm_cu_free(fm_backend *be, void *p);
-void        fm_cu_upload_ids(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
-void        fm_cu_download_raw(fm_backend *be, const void *src, size_t bytes, void *dst);
-fm_status   fm_cu_sync(fm_backend *be, fm_error *err);
-void        fm_cu_mark(fm_backend *be, int32_t slot);
-double      fm_cu_elapsed_ms(fm_backend *be, int32_t a, int32_t b);
-const char *fm_cu_device_name(fm_backend *be);
 extern "C" {
 fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void      fm_cuda_bank_free(fm_backend *be, fm_bank *w);
 size_t    fm_cuda_bank_bytes(const fm_bank *w);
 }
-
-// Their designated initializers for an op table, in the member order C++ requires: the four before
-// download_f32 / upload_f32 (which depend on the activation type), then the eight after them.
-#define FM_CUDA_SHARED_OPS_HEAD                                                                              \
-    .destroy = fm_cu_destroy, .alloc = fm_cu_alloc, .free = fm_cu_free, .upload_ids = fm_cu_upload_ids
-#define FM_CUDA_SHARED_OPS_TAIL                                                                              \
-    .download_raw = fm_cu_download_raw, .sync = fm_cu_sync, .mark = fm_cu_mark, .elapsed_ms = fm_cu_elapsed_ms, \
-    .device_name = fm_cu_device_name, .bank_create = fm_cuda_bank_create, .bank_free = fm_cuda_bank_free,     \
-    .bank_bytes = fm_cuda_bank_bytes
-
-// The ref32 oracle's op table: fp32 activations, f32 banks (cuda_oracle.cu).
-extern const fm_backend_ops fm_cuda_oracle_ops;
-// True when the plan is the oracle's: fp32 weights everywhere, activations not rounded.
-bool fm_cuda_plan_is_oracle(const fm_plan *plan);
 
 static inline const __nv_bfloat16 *bank_bf16(const fm_bank *w, int32_t idx) {
     return (const __nv_bfloat16 *)w->w + (int64_t)idx * w->rows * w->ld;

@@ -1,7 +1,7 @@
 // Row-wise and element-wise ops: embedding gather, RMSNorm, SwiGLU, residual add, bf16 -> fp32.
 // All memory-bound; the floor is bytes read + written at ~4.25 TB/s. bf16 in and out, fp32 arithmetic,
 // the same formulas as the CPU reference (src/backend/cpu/cpu_elementwise.c). The _f32 variants are the same
-// kernels over fp32 activations and weights (the ref32 oracle, cuda_oracle.cu).
+// kernels over fp32 activations and weights (the ref32 oracle, cuda_backend.cu).
 #ifndef FM_CUDA_ELEMENTWISE_CUH
 #define FM_CUDA_ELEMENTWISE_CUH
 

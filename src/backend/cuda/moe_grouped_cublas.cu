@@ -1,14 +1,19 @@
-// Grouped MoE through cuBLAS (see moe_grouped_cublas.cuh).
+// Grouped MoE through cuBLAS (see moe_grouped_cublas.cuh), with no host synchronisation (graph-safe):
 //
-//   1. count the routed pairs per expert (atomics), copy the E counts to the host, prefix-sum them there
+//   1. count the routed pairs per expert (atomics); one block turns the counts into segment starts, each expert's
+//      segment padded to whole tiles of tile_rows rows (moe_grouped_workspace.h, from P and E alone), and writes the
+//      pointer arrays of both GEMMs: tile j computes rows [j * tile_rows, (j + 1) * tile_rows) with its expert's
+//      matrix; the tiles past the used ones take expert 0 and their own padding rows (computed, never read)
 //   2. scatter: each pair p = t*k + j takes a slot in its expert's segment (order inside a segment does not
 //      matter: every row is computed independently, and the combine reads rows by pair), gather x rows
-//   3. gate|up, SwiGLU, down: two grouped GEMMs, one group per expert with rows, cuBLAS bf16 -> fp32 -> bf16
+//   3. gate|up, SwiGLU, down: two batched GEMMs of max_tiles equal shapes, cuBLAS bf16 -> fp32 -> bf16
 //   4. combine: out[t] = sum_j w[t, j] * y[slot(t, j)] in j order, fp32, one bf16 rounding
 // The bf16 roundings match the per-token path and the CPU reference, so the three compute the same function.
 // fp32 banks (the ref32 oracle) take the same route with fp32 activations and SGEMMs (no rounding at all).
+// The cost of equal shapes: at most E padded tiles per GEMM (tile rows follow the average rows per expert).
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
+#include "backend/moe_grouped_workspace.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -17,14 +22,57 @@ static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t *coun
         atomicAdd(&counts[ids[p]], 1);
 }
 
-// slot_of[p] = offsets[e] + (arrival order within e); x rows gathered into xs[slot]
-static __global__ void scatter_kernel(const int32_t *ids, int64_t P, int32_t k, const int32_t *offsets, int32_t *fill,
+// The pointers of one batched GEMM y = x W^T per tile: A the expert's matrix, B the tile's input rows, C its output
+typedef struct gemm_ptrs {
+    const void **a, **b;
+    void       **c;
+    const char  *w;     // bank values
+    size_t       w_mat; // bytes per matrix
+    const char  *x;
+    size_t       x_row; // bytes per input row
+    char        *y;
+    size_t       y_row;
+} gemm_ptrs;
+
+// One block: segment row starts from the counts (thread 0, E is small), then the tiles' pointers of both GEMMs
+static __global__ void plan_kernel(const int32_t *counts, int32_t E, int64_t tile_rows, int64_t max_tiles,
+                                   int32_t *seg_row, int32_t *fill, gemm_ptrs g1, gemm_ptrs g2) {
+    extern __shared__ int32_t tile_start[]; // [E + 1]
+    if (threadIdx.x == 0) {
+        int32_t t = 0;
+        for (int32_t e = 0; e < E; e++) {
+            tile_start[e] = t;
+            seg_row[e]    = (int32_t)(t * tile_rows);
+            t += (int32_t)((counts[e] + tile_rows - 1) / tile_rows);
+        }
+        tile_start[E] = t;
+    }
+    for (int32_t e = threadIdx.x; e < E; e += blockDim.x) fill[e] = 0;
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < max_tiles; j += blockDim.x) {
+        int32_t e = 0; // a tile past the used ones: expert 0 on its own padding rows
+        if (j < tile_start[E]) { // the last expert whose first tile is at or before j
+            int32_t lo = 0, hi = E - 1;
+            while (lo < hi) {
+                const int32_t mid = (lo + hi + 1) / 2;
+                if (tile_start[mid] <= j) lo = mid;
+                else hi = mid - 1;
+            }
+            e = lo;
+        }
+        const int64_t row = j * tile_rows;
+        g1.a[j] = g1.w + (size_t)e * g1.w_mat, g1.b[j] = g1.x + (size_t)row * g1.x_row, g1.c[j] = g1.y + (size_t)row * g1.y_row;
+        g2.a[j] = g2.w + (size_t)e * g2.w_mat, g2.b[j] = g2.x + (size_t)row * g2.x_row, g2.c[j] = g2.y + (size_t)row * g2.y_row;
+    }
+}
+
+// slot_of[p] = seg_row[e] + (arrival order within e)
+static __global__ void scatter_kernel(const int32_t *ids, int64_t P, const int32_t *seg_row, int32_t *fill,
                                       int32_t *slot_of) {
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
         const int32_t e = ids[p];
-        slot_of[p] = offsets[e] + atomicAdd(&fill[e], 1);
+        slot_of[p] = seg_row[e] + atomicAdd(&fill[e], 1);
     }
-    (void)k;
 }
 
 template <typename A>
@@ -40,90 +88,57 @@ static unsigned blocks_for(int64_t n) {
     return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
 }
 
+static gemm_ptrs ptrs_for(const fm_bank *w, void **arrays, int64_t max_tiles, const char *x, char *y) {
+    const size_t esz = bank_elem_size(w);
+    gemm_ptrs    g;
+    g.a = (const void **)arrays, g.b = (const void **)(arrays + max_tiles), g.c = arrays + 2 * max_tiles;
+    g.w = (const char *)w->w, g.w_mat = (size_t)(w->rows * w->ld) * esz;
+    g.x = x, g.x_row = (size_t)w->cols * esz;
+    g.y = y, g.y_row = (size_t)w->rows * esz;
+    return g;
+}
 
-// Host-side arguments of one grouped call, one entry per expert that has rows (at most E).
-typedef struct group_args {
-    cublasOperation_t *ta, *tb;
-    int               *m, *n, *k, *lda, *ldb, *ldc, *size;
-    float             *alpha, *beta;
-    const void       **ptrs; /* A[groups], B[groups], C[groups] */
-} group_args;
-
-// y_e [M_e, N] = x_e [M_e, K] W_e^T for every expert with rows, in one grouped call
-static void grouped_gemm(cuda_backend *be, const fm_bank *w, const int *counts, const int *offsets, const char *x,
-                         char *y, void **dev_ptrs, group_args *g) {
-    const size_t      esz   = bank_elem_size(w);
+// y [tile] = x [tile] W_e^T for every tile, one batched call of equal shapes
+static void batched_gemm(cuda_backend *be, const fm_bank *w, const gemm_ptrs *g, int64_t tile_rows, int64_t max_tiles) {
     const cudaDataType dtype = w->fmt == FM_W_F32 ? CUDA_R_32F : CUDA_R_16BF;
-    int groups = 0;
-    for (int e = 0; e < w->n; e++)
-        if (counts[e]) groups++;
-    if (!groups) return;
-    int i = 0;
-    for (int e = 0; e < w->n; e++) {
-        if (!counts[e]) continue;
-        g->ta[i] = CUBLAS_OP_T, g->tb[i] = CUBLAS_OP_N;
-        g->m[i] = (int)w->rows, g->n[i] = counts[e], g->k[i] = (int)w->cols;
-        g->lda[i] = (int)w->ld, g->ldb[i] = (int)w->cols, g->ldc[i] = (int)w->rows;
-        g->alpha[i] = 1.0f, g->beta[i] = 0.0f, g->size[i] = 1;
-        g->ptrs[i]              = bank_matrix(w, e);
-        g->ptrs[groups + i]     = x + (size_t)offsets[e] * (size_t)w->cols * esz;
-        g->ptrs[2 * groups + i] = y + (size_t)offsets[e] * (size_t)w->rows * esz;
-        i++;
-    }
-    FM_CUDA_CHECK(cudaMemcpyAsync(dev_ptrs, g->ptrs, (size_t)(3 * groups) * sizeof(void *), cudaMemcpyHostToDevice,
-                                  be->stream));
-    const void *const *dA = (const void *const *)dev_ptrs;
-    FM_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(be->cublas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, dA, dtype, g->lda,
-                                         dA + groups, dtype, g->ldb, g->beta, (void *const *)(dev_ptrs + 2 * groups),
-                                         dtype, g->ldc, groups, g->size, CUBLAS_COMPUTE_32F));
-    /* the pointer upload reads g->ptrs (pageable host memory) and dev_ptrs is reused by the next call */
-    FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    const float        alpha = 1.0f, beta = 0.0f;
+    FM_CUBLAS_CHECK(cublasGemmBatchedEx(be->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)tile_rows, (int)w->cols,
+                                        &alpha, (const void *const *)g->a, dtype, (int)w->ld, (const void *const *)g->b,
+                                        dtype, (int)w->cols, &beta, (void *const *)g->c, dtype, (int)w->rows,
+                                        (int)max_tiles, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                                 const int32_t *ids, const void *weights, int32_t k, void *out) {
     const int64_t P = T * k, I = down->cols, H = down->rows, E = gate_up->n;
     if (P == 0) return;
-    const bool   f32 = gate_up->fmt == FM_W_F32;
-    const size_t esz = bank_elem_size(gate_up);
-    /* workspace (fm_moe_grouped_cublas_ws_bytes): counts|fill|offsets [3E] int32, slot_of [P] int32, pointers [3E],
-       xs [P,H], gu [P,2I], h [P,I], y [P,H] */
-    const size_t ints = (size_t)(3 * E + P), ptr_off = fm_ceil_div((int64_t)(ints * 4), 256) * 256;
-    const size_t act_off = ptr_off + (size_t)fm_ceil_div(3 * E * 8, 256) * 256;
-    const size_t bytes = act_off + (size_t)(P * (H + 2 * I + I + H)) * esz;
-    char *ws = (char *)fm_cuda_workspace(be, bytes);
-    int32_t *counts = (int32_t *)ws, *fill = counts + E, *offsets_d = fill + E, *slot_of = offsets_d + E;
-    void   **dev_ptrs = (void **)(ws + ptr_off);
-    char *xs = ws + act_off, *gu = xs + P * H * esz, *h = gu + P * 2 * I * esz, *y = h + P * I * esz;
+    const bool          f32 = gate_up->fmt == FM_W_F32;
+    const fm_grouped_ws L = fm_grouped_layout((uint64_t)P, (uint64_t)E, (uint64_t)H, (uint64_t)I, bank_elem_size(gate_up));
+    char    *ws      = (char *)fm_cuda_workspace(be, L.total);
+    int32_t *counts  = (int32_t *)(ws + L.counts), *fill = (int32_t *)(ws + L.fill);
+    int32_t *seg_row = (int32_t *)(ws + L.seg_row), *slot_of = (int32_t *)(ws + L.slot_of);
+    void   **arrays  = (void **)(ws + L.ptrs);
+    char    *xs = ws + L.xs, *gu = ws + L.gu, *h = ws + L.h, *y = ws + L.y;
+    const int64_t tr = (int64_t)L.tile_rows, mt = (int64_t)L.max_tiles;
+    const gemm_ptrs g1 = ptrs_for(gate_up, arrays, mt, xs, gu), g2 = ptrs_for(down, arrays + 3 * mt, mt, h, y);
 
-    FM_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)(2 * E) * sizeof(int32_t), be->stream));
+    FM_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), be->stream));
     count_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, counts);
     FM_LAUNCH_CHECK("moe_count");
-    /* host scratch: counts, offsets and the grouped-call arguments (one allocation) */
-    const size_t per = 2 * sizeof(cublasOperation_t) + 9 * sizeof(int) + 2 * sizeof(float) + 3 * sizeof(void *);
-    char *host = (char *)malloc((size_t)E * (2 * sizeof(int) + per));
-    if (!host) { fprintf(stderr, "fp8moe: moe: out of host memory\n"); abort(); }
-    int *cnt = (int *)host, *off = cnt + E;
-    group_args g;
-    g.ptrs  = (const void **)(off + E);
-    g.ta    = (cublasOperation_t *)(g.ptrs + 3 * E), g.tb = g.ta + E;
-    g.m     = (int *)(g.tb + E), g.n = g.m + E, g.k = g.n + E, g.lda = g.k + E, g.ldb = g.lda + E, g.ldc = g.ldb + E;
-    g.size  = g.ldc + E;
-    g.alpha = (float *)(g.size + E), g.beta = g.alpha + E;
-    FM_CUDA_CHECK(cudaMemcpyAsync(cnt, counts, (size_t)E * sizeof(int32_t), cudaMemcpyDeviceToHost, be->stream));
-    FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
-    for (int64_t e = 0, acc = 0; e < E; e++) off[e] = (int)acc, acc += cnt[e];
-    FM_CUDA_CHECK(cudaMemcpyAsync(offsets_d, off, (size_t)E * sizeof(int32_t), cudaMemcpyHostToDevice, be->stream));
-    scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, k, offsets_d, fill, slot_of);
+    plan_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int32_t), be->stream>>>(counts, (int32_t)E, tr, mt, seg_row, fill,
+                                                                           g1, g2);
+    FM_LAUNCH_CHECK("moe_plan");
+    scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, seg_row, fill, slot_of);
     FM_LAUNCH_CHECK("moe_scatter");
     if (f32) gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)x, P, k, H, slot_of, (float *)xs);
     else gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)x, P, k, H, slot_of, (bf16 *)xs);
     FM_LAUNCH_CHECK("moe_gather");
-    grouped_gemm(be, gate_up, cnt, off, xs, gu, dev_ptrs, &g);
-    if (f32) fm_cuda_swiglu_f32((const float *)gu, P, I, (float *)h, be->stream);
-    else fm_cuda_swiglu((const bf16 *)gu, P, I, (bf16 *)h, be->stream);
-    grouped_gemm(be, down, cnt, off, h, y, dev_ptrs, &g);
-    free(host);
+    batched_gemm(be, gate_up, &g1, tr, mt);
+    /* over every row, padding too: rows are independent, and a tile's padding rows are never read */
+    const int64_t R = (int64_t)L.rows;
+    if (f32) fm_cuda_swiglu_f32((const float *)gu, R, I, (float *)h, be->stream);
+    else fm_cuda_swiglu((const bf16 *)gu, R, I, (bf16 *)h, be->stream);
+    batched_gemm(be, down, &g2, tr, mt);
     if (f32) fm_cuda_moe_combine_f32((const float *)y, slot_of, (const float *)weights, T, k, H, (float *)out, be->stream);
     else fm_cuda_moe_combine((const bf16 *)y, slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
 }

@@ -11,6 +11,11 @@ fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **out, fm_error
     return fm_fail(err, FM_ERR_BACKEND, NOT_BUILT);
 }
 
+void *fm_cuda_backend_stream(fm_backend *be) {
+    (void)be;
+    return NULL;
+}
+
 fm_status fm_cuda_free_memory(size_t *free_bytes, size_t *total, fm_error *err) {
     *free_bytes = 0;
     if (total) *total = 0;
