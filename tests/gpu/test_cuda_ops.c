@@ -49,8 +49,8 @@ static both make_dense(fm_preset p, fm_dense dense) {
     fm_plan_for_backend(p, "cuda", &plan);
     fm_plan_set_dense(&plan, dense);
     fm_error err;
-    assert_int_equal(fm_backend_create("cpu", &plan, 0, &b.be[0], &err), FM_OK);
-    fm_status st = fm_backend_create("cuda", &plan, 0, &b.be[1], &err);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &b.be[0], &err), FM_OK);
+    fm_status st = fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &b.be[1], &err);
     if (st) fail_msg("cuda backend: %s", err.msg);
     return b;
 }
@@ -369,7 +369,8 @@ static void test_moe_w4a8(void **s) {
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 300, 128, 8, 2048, 768, false); /* Qwen3-30B-A3B widths */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
