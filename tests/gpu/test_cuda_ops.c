@@ -95,8 +95,8 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
 
-/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; gemv_fp8.cuh has the route
-   table; gpu-check also runs these with the GEMV up to 16 rows, its two-tile form), on the fused (M Kp <= 65536)
+/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; src/backend/routes.h has the route
+   table; gpu-check also runs these with --route w8a8.gemv_max_m=16, the two-tile form), on the fused (M Kp <= 65536)
    and the two-kernel activation quantization, K not a multiple of 16 (padded) nor of 64 (the GEMV's last chunk
    partial), the Qwen3-30B-A3B attention shapes, many rows with a short K, a long K with few rows, and an all-zero
    input on both GEMM routes (the scale floor: zeros out, no NaN). N must be a multiple of 16. */
