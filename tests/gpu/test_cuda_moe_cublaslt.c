@@ -1,4 +1,4 @@
-/* The cuBLASLt FP8 anchor of `bench moe` (src/backend/cuda/moe_cublaslt_fp8.cu) is a yardstick, but it must compute
+/* The cuBLASLt FP8 anchor of `bench moe` (bench/anchors/moe_cublaslt_fp8.cu) is a yardstick, but it must compute
  * the expert FFN correctly. Per case (fresh random weights, x with an outlier channel, routing by the GPU's route op,
  * outputs between NaN guards):
  *   - against an exact host emulation of its formats (bf16 weights -> e4m3 with one scale amax/448 per matrix; x and
