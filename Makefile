@@ -18,13 +18,18 @@ NVCCFLAGS = -std=c++20 -O2 -g -lineinfo $(CUDA_ARCHS) -Iinclude -Isrc -Xcompiler
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 CU_SRC   := $(sort $(wildcard src/backend/cuda/*.cu))
+# The yardsticks the bench commands measure against (cuBLASLt FP8 anchors): their own library, linked into the
+# fp8moe binary and the GPU tests that use them, never into libfp8moe.a.
+BENCH_CU_SRC := $(sort $(wildcard bench/anchors/*.cu))
 ifneq ($(NVCC),)
   LIB_SRC := $(filter-out src/backend/cuda/no_cuda.c,$(LIB_SRC))
   CFLAGS_ALL += -DFM_HAVE_CUDA=1
   LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread -lstdc++
   CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.o)
+  BENCH_LIB := $(BUILD)/libfp8moe_bench.a
 else
   CU_OBJ :=
+  BENCH_LIB :=
 endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
@@ -44,8 +49,15 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(CLI_OBJ) $(LIB)
-	$(CC) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS_ALL)
+$(BUILD)/libfp8moe_bench.a: $(BENCH_CU_SRC:%.cu=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+# the bench commands include bench/anchors/*.cuh
+$(CLI_OBJ): CFLAGS_ALL += -Ibench
+
+$(BIN): $(CLI_OBJ) $(BENCH_LIB) $(LIB)
+	$(CC) -o $@ $(CLI_OBJ) $(BENCH_LIB) $(LIB) $(LDLIBS_ALL)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -72,9 +84,14 @@ test: tests-build
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 GPU_TEST_SUPPORT_OBJ := $(BUILD)/tests/gpu/gpu_test_util.o
+# the GPU tests of the bench anchors link their library
+GPU_TEST_BENCH := $(BUILD)/tests/gpu/test_cuda_moe_cublaslt
+$(GPU_TEST_BENCH): $(BENCH_LIB)
+$(GPU_TEST_BENCH): BENCH_LINK = $(BENCH_LIB)
+$(GPU_TEST_BENCH): CFLAGS_ALL += -Ibench
 $(GPU_TEST_BIN): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(GPU_TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< $(GPU_TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< $(GPU_TEST_SUPPORT_OBJ) $(BENCH_LINK) $(LIB) -lcmocka $(LDLIBS_ALL)
 test-gpu: $(GPU_TEST_BIN) $(BIN)
 	@set -e; for t in $(GPU_TEST_BIN); do echo "== $$t"; ./$$t; done; echo "ALL GPU TESTS PASSED"
 

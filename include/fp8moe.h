@@ -73,11 +73,19 @@ typedef struct fm_options {
                                  allocated, the load checks that the memory plan (weights + activations +
                                  workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
     int64_t     max_tokens;   /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
+    const char *routes;       /* cuda: kernel route overrides, "key=value[,key=value...]" (NULL: the defaults for the
+                                 GPU). Keys: w4a8.kernel auto|wgmma|mma, w4a8.tile auto|16|64, dense.gemv
+                                 auto|on|off, w8a8.gemv_max_m auto|1..16, pdl auto|on|off (fm_routes_check; the
+                                 table: `fp8moe inspect --routes`). They choose kernels, never what is computed. */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
 
 void fm_options_init(fm_options *opt);
+
+/* Checks a route override string (fm_options.routes) without a GPU: FM_ERR_USAGE naming the bad key or value and
+ * listing the valid ones. Whether the GPU can run a forced kernel is checked when the backend is created. */
+fm_status fm_routes_check(const char *routes, fm_error *err);
 
 typedef struct fm_model fm_model;
 

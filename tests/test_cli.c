@@ -459,6 +459,63 @@ static void parity_usage_errors(void **s) {
     assert_false(exists(json));
 }
 
+/* --route on every command that loads a model or benchmarks: a bad key or value is a usage error (exit 2) whose one
+ * line names it and lists the valid keys or values; a good one runs (the cpu backend only checks it). */
+static void route_option(void **s) {
+    (void)s;
+    const char *m = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
+    const char *keys = "keys: w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl";
+    expect_error(fp8moe("logits %s --out %s/x --route w4a8.kernels=mma", m, cli_tmp), 2, "unknown route key 'w4a8.kernels'");
+    assert_non_null(strstr(cli_err, keys));
+    expect_error(fp8moe("logits %s --out %s/x --route pdl=off --route pdl=maybe", m, cli_tmp), 2,
+                 "route pdl: 'maybe' is not a value (auto, on or off)");
+    expect_error(fp8moe("perplexity %s --route w4a8.tile=32", m), 2, "'32' is not a value (auto, 16 or 64)");
+    expect_error(fp8moe("parity --model tests/models/qwen3-moe-f32 --route w8a8.gemv_max_m=17"), 2, "auto or 1..16");
+    expect_error(fp8moe("bench prefill --synthetic toy-moe --route dense.gemv"), 2, "'dense.gemv' is not key=value");
+    expect_error(fp8moe("bench gemm --shape toy --route w4a8.kernel=tensor"), 2, "auto, wgmma or mma");
+    expect_error(fp8moe("bench moe --shape toy --route gemv=off"), 2, "unknown route key 'gemv'");
+    expect_error(fp8moe("inspect --routes --route pdl="), 2, "is not key=value");
+    expect_error(fp8moe("inspect --model tests/models/qwen3-moe-f32 --route pdl=off"), 2, "--routes");
+    for (int i = 0; i < 4; i++) {
+        const char *cmds[] = {"logits", "perplexity", "parity", "bench gemm"};
+        assert_int_equal(fp8moe("%s --help", cmds[i]), 0);
+        assert_non_null(strstr(cli_out, "--route"));
+    }
+    char out[512];
+    snprintf(out, sizeof out, "%s/routed.f32", cli_tmp);
+    assert_int_equal(fp8moe("logits %s --out %s --route w4a8.kernel=mma,pdl=off --route w4a8.tile=16", m, out), 0);
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    assert_int_equal(sb.st_size, 37 * 320 * 4);
+    unlink(out);
+}
+
+/* inspect --routes: the table (every key, value, default) and the kernels at representative shapes, with or without a
+ * GPU (it says which), for a model's shapes or a Qwen3-30B-A3B-like default; the overrides show */
+static void inspect_routes(void **s) {
+    (void)s;
+    assert_int_equal(fp8moe("inspect --routes"), 0);
+    const char *want[] = {"kernel routes:", "overrides (--route, fm_options.routes): none", "w4a8.kernel", "w4a8.tile",
+                          "dense.gemv", "w8a8.gemv_max_m", "pdl", "auto|wgmma|mma", "Qwen3-30B-A3B-like",
+                          "M=1", "M=2048", "128 experts, top-8"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(cli_out, want[i])) fail_msg("inspect --routes: no '%s' in:\n%s", want[i], cli_out);
+    /* W8A8 at the defaults: the GEMV up to 8 rows, cuBLASLt above (any GPU); Qwen3 T = 256 -> 16-row tiles, 512 -> 64 */
+    assert_non_null(strstr(cli_out, "w8a8-gemv        w8a8-gemv        cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
+    assert_non_null(strstr(cli_out, "256        2048         16"));
+    assert_non_null(strstr(cli_out, "512        4096         64"));
+    assert_true(strstr(cli_out, "on this GPU") || strstr(cli_out, "on an sm_90 GPU"));
+    /* a model's shapes and overrides */
+    assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-f32 --routes --route dense.gemv=off "
+                            "--route w4a8.tile=64,w4a8.kernel=mma"), 0);
+    assert_non_null(strstr(cli_out, "architecture: qwen3_moe"));
+    assert_non_null(strstr(cli_out, "overrides (--route, fm_options.routes): dense.gemv=off,w4a8.tile=64,w4a8.kernel=mma"));
+    assert_non_null(strstr(cli_out, "cublaslt-fp8     cublaslt-fp8     cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
+    assert_non_null(strstr(cli_out, "w4a8-gemm-mma    w4a8-gemm-mma"));
+    assert_null(strstr(cli_out, "w4a8-gemv"));
+    assert_null(strstr(cli_out, " 16        \n")); /* every tile row 64 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(usage_errors),
@@ -473,6 +530,8 @@ int main(void) {
         cmocka_unit_test(parity_without_gnuplot),
         cmocka_unit_test(parity_usage_errors),
         cmocka_unit_test(parity_perplexity),
+        cmocka_unit_test(route_option),
+        cmocka_unit_test(inspect_routes),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

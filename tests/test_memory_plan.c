@@ -326,36 +326,6 @@ static void qwen3_30b_a3b_fp8_on_cuda(void **s) {
     assert_int_equal(f8.workspace, 116268800 + 33554432); /* and cuBLAS's workspace (the router, lm_head) */
 }
 
-/* The grouped GEMM's tile rows come from the shapes alone (16 while the experts average fewer than 32 rows, 64
- * from there; FP8MOE_W4A8_TILE forces one), and the tile list the workspace holds bounds every routing: the device
- * plan makes ceil(c_e / bn) tiles per expert, at most P / bn + min(E, P) in all. Checked here on skewed routings. */
-static void w4a8_tiles_bound_every_routing(void **s) {
-    (void)s;
-    unsetenv("FP8MOE_W4A8_TILE");
-    assert_int_equal(fm_w4a8_tile_rows(16 * 8, 128), FM_W4A8_BN_SMALL);       /* Qwen3 T = 16 */
-    assert_int_equal(fm_w4a8_tile_rows(32 * 128 - 1, 128), FM_W4A8_BN_SMALL); /* the boundary */
-    assert_int_equal(fm_w4a8_tile_rows(32 * 128, 128), FM_W4A8_BN);
-    assert_int_equal(fm_w4a8_tile_rows(2048 * 8, 128), FM_W4A8_BN);          /* Qwen3 T = 2048 */
-    setenv("FP8MOE_W4A8_TILE", "64", 1);
-    assert_int_equal(fm_w4a8_tile_rows(16 * 8, 128), FM_W4A8_BN);
-    setenv("FP8MOE_W4A8_TILE", "16", 1);
-    assert_int_equal(fm_w4a8_tile_rows(2048 * 8, 128), FM_W4A8_BN_SMALL);
-    unsetenv("FP8MOE_W4A8_TILE");
-    uint64_t rng = 12345;
-    for (int trial = 0; trial < 200; trial++) {
-        const uint64_t E = 1 + trial % 130, P = 1 + (uint64_t)trial * 97 % 20000;
-        uint64_t       counts[130] = {0};
-        for (uint64_t p = 0; p < P; p++) { /* half the pairs on expert 0, the rest spread (a skewed router) */
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            counts[(rng >> 33) % 2 ? 0 : (rng >> 40) % E]++;
-        }
-        const uint64_t bn = fm_w4a8_tile_rows(P, E);
-        uint64_t       tiles = 0;
-        for (uint64_t e = 0; e < E; e++) tiles += (counts[e] + bn - 1) / bn;
-        assert_true(tiles <= fm_w4a8_max_tiles(P, E));
-    }
-}
-
 /* An 8 GiB card: the bf16 and the int4 plan are both refused, before anything is allocated, by one line that says
  * how much is needed, of what, and what is available. */
 static void vram_limit_refuses_8gib(void **s) {
@@ -567,7 +537,6 @@ int main(void) {
         cmocka_unit_test(tiny_code_moe_cuda_by_hand),
         cmocka_unit_test(qwen3_30b_a3b_on_cuda),
         cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
-        cmocka_unit_test(w4a8_tiles_bound_every_routing),
         cmocka_unit_test(vram_limit_refuses_8gib),
         cmocka_unit_test(load_refuses_before_allocating),
         cmocka_unit_test(longer_prompt_refused),

@@ -99,9 +99,13 @@ void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
     if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
 }
 
-fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {
+fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,
+                            fm_backend **out, fm_error *err) {
     *out = NULL;
-    if (!name || strcmp(name, "cpu") == 0) return fm_cpu_backend_create(plan, n_threads, out, err);
-    if (strcmp(name, "cuda") == 0) return fm_cuda_backend_create(plan, out, err);
+    if (!name || strcmp(name, "cpu") == 0) {
+        const fm_status st = fm_routes_check(routes, err);
+        return st ? st : fm_cpu_backend_create(plan, n_threads, out, err);
+    }
+    if (strcmp(name, "cuda") == 0) return fm_cuda_backend_create(plan, routes, out, err);
     return fm_fail(err, FM_ERR_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
 }

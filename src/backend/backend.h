@@ -156,12 +156,15 @@ struct fm_backend {
     int32_t               n_threads;
 };
 
-/* Creates the named backend ("cpu", "cuda") for a plan. A backend that cannot run here (not built, no GPU)
- * returns FM_ERR_BACKEND with the reason. */
-fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err);
+/* Creates the named backend ("cpu", "cuda") for a plan. routes: the kernel route overrides, "key=value,..." or NULL
+ * (src/backend/routes.h; the cuda backend fills its route table from the device, then these; the cpu backend has
+ * one kernel per op and only checks them). A backend that cannot run here (not built, no GPU) returns
+ * FM_ERR_BACKEND with the reason; a bad route FM_ERR_USAGE, a route the GPU cannot run FM_ERR_UNSUPPORTED. */
+fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,
+                            fm_backend **out, fm_error *err);
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err);
-fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **out, fm_error *err);
+fm_status fm_cuda_backend_create(const fm_plan *plan, const char *routes, fm_backend **out, fm_error *err);
 /* The CUDA backend's stream (a cudaStream_t) for capturing a forward pass into a CUDA graph (tests); NULL for
  * another backend or a build without CUDA. */
 void *fm_cuda_backend_stream(fm_backend *be);

@@ -12,38 +12,27 @@
 #define FM_W4A8_WORKSPACE_H
 
 #include <stdint.h>
-#include <stdlib.h>
 
-#define FM_W4A8_BN       64 /* routed rows per tile of the grouped GEMM (w4a8_gemm.cu) */
-#define FM_W4A8_BN_SMALL 16 /* ... when the experts get few rows each (fm_w4a8_tile_rows) */
+#include "backend/routes.h" /* FM_W4A8_BN, FM_W4A8_BN_SMALL: the tile rows, fm_routes_w4a8_tile_rows */
+
 #define FM_W4A8_ALIGN    256 /* every sub-buffer starts 256-byte aligned */
 
 static inline uint64_t fm_w4a8_align(uint64_t b) { return (b + FM_W4A8_ALIGN - 1) / FM_W4A8_ALIGN * FM_W4A8_ALIGN; }
 static inline uint64_t fm_w4a8_pad128(uint64_t k) { return (k + 127) / 128 * 128; }
 
-/* The tile rows of a MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row
- * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short
- * prompts: a 64-row tile is then mostly padding, its promotion and epilogue work wasted), 64 from there. Measured on
- * the Qwen3 shape (E 128, top-8; bench/NOTES.md): 16-row tiles 1.24-1.58x faster up to T = 256 (P = 16 E), equal at
- * T = 512 (P = 32 E).
- * FP8MOE_W4A8_TILE=16 or 64 forces one (to measure the threshold; the memory plan follows it too). */
-static inline uint32_t fm_w4a8_tile_rows(uint64_t P, uint64_t E) {
-    const char *force = getenv("FP8MOE_W4A8_TILE");
-    if (force && atoi(force) == FM_W4A8_BN_SMALL) return FM_W4A8_BN_SMALL;
-    if (force && atoi(force) == FM_W4A8_BN) return FM_W4A8_BN;
-    return P < 32 * E ? FM_W4A8_BN_SMALL : FM_W4A8_BN;
-}
-static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E) {
-    const uint64_t bn = fm_w4a8_tile_rows(P, E);
+/* The most tiles P routed pairs over E experts make with tiles of bn rows (fm_routes_w4a8_tile_rows picks bn from
+ * the shapes and the route w4a8.tile): each expert's last tile may be partial. */
+static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E, uint64_t bn) {
     return (P + bn - 1) / bn + (E < P ? E : P);
 }
 
-/* Offsets of the MoE sub-buffers; total is the workspace size. */
+/* Offsets of the MoE sub-buffers for tiles of bn rows; total is the workspace size. */
 typedef struct fm_w4a8_moe_ws {
     uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, slot_of_pair, x, xs, xsum, h, hs, hsum, y, total;
 } fm_w4a8_moe_ws;
 
-static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I) {
+static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I,
+                                                uint64_t bn) {
     const uint64_t P = T * k, Hp = fm_w4a8_pad128(H), Ip = fm_w4a8_pad128(I);
     fm_w4a8_moe_ws w;
     uint64_t o = 0;
@@ -51,7 +40,7 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
     w.cursor = o, o += fm_w4a8_align(E * 4);
     w.seg_start = o, o += fm_w4a8_align(E * 4);
     w.n_tiles = o, o += fm_w4a8_align(4);
-    w.tiles = o, o += fm_w4a8_align(fm_w4a8_max_tiles(P, E) * 16);
+    w.tiles = o, o += fm_w4a8_align(fm_w4a8_max_tiles(P, E, bn) * 16);
     w.pair_of_slot = o, o += fm_w4a8_align(P * 4);
     w.slot_of_pair = o, o += fm_w4a8_align(P * 4);
     w.x = o, o += fm_w4a8_align(P * Hp);

@@ -26,6 +26,7 @@ int bench_common_option(const char *cmd, int o, const char *arg, bench_opts *b) 
     case BENCH_OPT_REPEAT: return cli_parse_int(cmd, "--repeat", arg, 1, BENCH_MAX_REPEAT, &b->repeat) ? 1 : -1;
     case BENCH_OPT_WARMUP: return cli_parse_int(cmd, "--warmup", arg, 0, 10000, &b->warmup) ? 1 : -1;
     case BENCH_OPT_THREADS: return cli_parse_int(cmd, "--threads", arg, 1, 4096, &b->threads) ? 1 : -1;
+    case BENCH_OPT_ROUTE: return cli_route_add(cmd, arg, b->routes, sizeof b->routes) ? 1 : -1;
     case BENCH_OPT_BACKEND:
         if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
             cli_usage(cmd, "--backend must be cuda or cpu, got '%s'", arg);

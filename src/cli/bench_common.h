@@ -38,18 +38,23 @@ cJSON *bench_json_root(const char *bench, const char *backend, const char *devic
 /* Writes the document to path (complete or not at all) and frees it. */
 fm_status bench_json_write(cJSON *root, const char *path, fm_error *err);
 
-/* The options every side-by-side benchmark takes: --repeat --warmup --json --backend --threads -v. */
+/* The options every side-by-side benchmark takes: --repeat --warmup --json --backend --threads --route -v. */
 typedef struct bench_opts {
     long        repeat, warmup, threads;
     const char *json_path, *backend;
     bool        verbose;
+    char        routes[512]; /* the --route options joined "k=v,k=v" (empty: the defaults) */
 } bench_opts;
 
-enum { BENCH_OPT_REPEAT = 1900, BENCH_OPT_WARMUP, BENCH_OPT_JSON, BENCH_OPT_BACKEND, BENCH_OPT_THREADS };
+/* routes for fm_backend_create: NULL when no --route was given */
+static inline const char *bench_routes(const bench_opts *b) { return b->routes[0] ? b->routes : NULL; }
+
+enum { BENCH_OPT_REPEAT = 1900, BENCH_OPT_WARMUP, BENCH_OPT_JSON, BENCH_OPT_BACKEND, BENCH_OPT_THREADS, BENCH_OPT_ROUTE };
 #define BENCH_LONG_OPTIONS                                                                                     \
     {"repeat", required_argument, 0, BENCH_OPT_REPEAT}, {"warmup", required_argument, 0, BENCH_OPT_WARMUP},  \
         {"json", required_argument, 0, BENCH_OPT_JSON}, {"backend", required_argument, 0, BENCH_OPT_BACKEND}, \
-        {"threads", required_argument, 0, BENCH_OPT_THREADS}, {"verbose", no_argument, 0, 'v'}
+        {"threads", required_argument, 0, BENCH_OPT_THREADS}, {"route", required_argument, 0, BENCH_OPT_ROUTE}, \
+        {"verbose", no_argument, 0, 'v'}
 
 /* Defaults: backend cuda, verbose when stderr is a terminal, the given repeat and warm-up. */
 void bench_opts_init(bench_opts *b, long repeat, long warmup);

@@ -36,11 +36,21 @@ bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t
 fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err);
 
 /* Options every model-running command shares: --model --backend --preset --layers --threads --vram-limit
- * --verbose. */
+ * --route --verbose. */
 typedef struct cli_model_opts {
     const char *model_dir;
     fm_options  opt;
+    char        routes[512]; /* the --route options joined "k=v,k=v"; opt.routes points here once one is given */
 } cli_model_opts;
+
+/* One --route KEY=VALUE: checked (fm_routes_check) and appended to routes (cap bytes, "k=v,k=v"). False after
+ * printing a usage message naming the key or value and the valid ones. */
+bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
+
+#define CLI_ROUTE_HELP                                                                                  \
+    "  --route KEY=VALUE  cuda: force a kernel route (repeatable; `fp8moe inspect --routes` prints the table):\n" \
+    "                     w4a8.kernel=auto|wgmma|mma, w4a8.tile=auto|16|64, dense.gemv=auto|on|off,\n"   \
+    "                     w8a8.gemv_max_m=auto|1..16, pdl=auto|on|off\n"
 
 #define CLI_MODEL_HELP                                                                                  \
     "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                \
@@ -52,6 +62,7 @@ typedef struct cli_model_opts {
     "  --threads N        CPU threads (default: all)\n"                                                  \
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"  \
     "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"     \
+    CLI_ROUTE_HELP                                                                                       \
     "  -v, --verbose      progress on stderr\n"                                                          \
     "  -h, --help         this help\n"
 

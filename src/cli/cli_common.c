@@ -99,18 +99,34 @@ double cli_now(void) {
 
 void cli_model_opts_init(cli_model_opts *o) {
     o->model_dir = NULL;
+    o->routes[0] = '\0';
     fm_options_init(&o->opt);
     o->opt.verbose = isatty(STDERR_FILENO); /* loading progress when a person is watching */
 }
 
-enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT, OPT_DENSE };
+bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap) {
+    fm_error err = {{0}};
+    if (fm_routes_check(arg, &err)) {
+        cli_usage(cmd, "--route: %s", err.msg);
+        return false;
+    }
+    const size_t used = strlen(routes);
+    if (used + strlen(arg) + 2 > cap) {
+        cli_usage(cmd, "--route: too many routes (%zu bytes at most)", cap - 1);
+        return false;
+    }
+    snprintf(routes + used, cap - used, "%s%s", used ? "," : "", arg);
+    return true;
+}
+
+enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT, OPT_DENSE, OPT_ROUTE };
 
 static const struct option model_options[] = {
     {"model", required_argument, 0, OPT_MODEL},     {"backend", required_argument, 0, OPT_BACKEND},
     {"preset", required_argument, 0, OPT_PRESET},   {"layers", required_argument, 0, OPT_LAYERS},
     {"threads", required_argument, 0, OPT_THREADS}, {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
     {"dense", required_argument, 0, OPT_DENSE},     {"verbose", no_argument, 0, 'v'},
-    {"help", no_argument, 0, 'h'},
+    {"route", required_argument, 0, OPT_ROUTE},     {"help", no_argument, 0, 'h'},
 };
 
 /* One of the shared options: true when handled (*bad set on a bad value, message printed). */
@@ -138,6 +154,10 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         o->opt.n_threads = (int32_t)v;
         return true;
     case OPT_VRAM_LIMIT: *bad = !cli_parse_bytes(cmd, "--vram-limit", arg, &o->opt.vram_limit); return true;
+    case OPT_ROUTE:
+        *bad = !cli_route_add(cmd, arg, o->routes, sizeof o->routes);
+        o->opt.routes = o->routes;
+        return true;
     case 'v': o->opt.verbose = true; return true;
     }
     return false;

@@ -13,7 +13,8 @@
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
-#include "backend/cuda/gemm_anchor.cuh"
+#include "anchors/gemm_anchor.cuh"
+#include "backend/cuda/cuda_graph.h"
 #endif
 
 #define MAX_ROW_COUNTS 16
@@ -44,13 +45,10 @@ static const char *HELP =
     "                                          quantization on the device, then its GEMM\n"
     "                     w8a8-gemm            the same GEMM alone, on activations quantized once before timing\n"
     "                                          (mma.sync GEMV up to 16 rows, cuBLASLt FP8 above)\n"
-    "                     w8a8-wgmma           our TMA + wgmma W8A8 GEMM at every M (sm_90a), on the same\n"
-    "                                          activations: the prefill kernel the route table weighs against\n"
-    "                                          cuBLASLt\n"
     "                     w4a8                 ours, the fp8 preset's op: int4 weights as e4m3 on chip, dynamic\n"
     "                                          1x128 activation quantization, then its GEMM\n"
     "                     w4a8-gemm            the same GEMM alone (mma.sync GEMV up to 16 rows, the grouped\n"
-    "                                          wgmma kernel above)\n"
+    "                                          W4A8 kernel above)\n"
     "                     w4a8-zp              the w4a8 op on the same weights as a pre-quantized checkpoint's\n"
     "                                          asymmetric int4 (groups of 128, fp16 scales, zero points;\n"
     "                                          quantized on the host): int4-zp-tc banks\n"
@@ -63,6 +61,7 @@ static const char *HELP =
     "                   time, no graphs: for checking the command where there is no GPU; GEMM-only routes are\n"
     "                   cuda only)\n"
     "  --threads N      CPU threads (--backend cpu; default all)\n"
+    "  --route K=V      cuda: force a kernel route of the ops (repeatable; `fp8moe inspect --routes`)\n"
     "  -v, --verbose    progress on stderr\n"
     "  -h, --help       this help\n"
     "\n"
@@ -93,7 +92,6 @@ enum {
     R_LT_ROW,
     R_W8A8,
     R_W8A8_GEMM,
-    R_W8A8_WGMMA,
     R_W4A8,
     R_W4A8_GEMM,
     R_W4A8_ZP,
@@ -102,9 +100,8 @@ enum {
 };
 
 static const char *const route_names[ROUTE_COUNT] = {"bf16-cublas", "fp8-cublaslt-tensor", "fp8-cublaslt-row",
-                                                     "w8a8",        "w8a8-gemm",           "w8a8-wgmma",
-                                                     "w4a8",        "w4a8-gemm",           "w4a8-zp",
-                                                     "w4a8-block"};
+                                                     "w8a8",        "w8a8-gemm",           "w4a8",
+                                                     "w4a8-gemm",   "w4a8-zp",             "w4a8-block"};
 
 static const struct {
     fm_preset preset;
@@ -114,8 +111,7 @@ static const struct {
 } routes[ROUTE_COUNT] = {
     {FM_PRESET_REF, FM_DENSE_PRESET, -1, -1}, {FM_PRESET_FP8, FM_DENSE_W8A8, 0, -1},
     {FM_PRESET_FP8, FM_DENSE_W8A8, 1, -1},    {FM_PRESET_FP8, FM_DENSE_W8A8, -1, -1},
-    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},    {FM_PRESET_FP8, FM_DENSE_W8A8, 4, -1},
-    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
     {FM_PRESET_FP8, FM_DENSE_PRESET, 3, -1},  {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_INT4_ASYM},
     {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_FP8_BLOCK},
 };
@@ -364,7 +360,7 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     fm_status st = FM_OK;
     if (routes[route].gemm_only >= 0 && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "%s (GEMM only) runs on the cuda backend only", route_names[route]);
-    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, &rc.be, &e);
+    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
     if (st) {
         for (int i = 0; i < c->n_rows; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;

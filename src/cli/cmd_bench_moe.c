@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
-#include "backend/cuda/moe_cublaslt_fp8.cuh"
+#include "anchors/moe_cublaslt_fp8.cuh"
 #endif
 
 
@@ -52,6 +52,7 @@ static const char *HELP =
     "  --backend B      cuda (default) or cpu (the CPU's exact emulation of each route's formats, wall-clock time:\n"
     "                   for checking the command where there is no GPU; fp8-cublaslt-loop is cuda only)\n"
     "  --threads N      CPU threads (--backend cpu; default all)\n"
+    "  --route K=V      cuda: force a kernel route of the ops (repeatable; `fp8moe inspect --routes`)\n"
     "  -v, --verbose    progress on stderr\n"
     "  -h, --help       this help\n"
     "\n"
@@ -308,7 +309,7 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
 #ifndef FM_HAVE_CUDA
     if (route == ROUTE_LT && !st) st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop: built without CUDA");
 #endif
-    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, &rc.be, &e);
+    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
     if (st) {
         for (int i = 0; i < c->n_tokens; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;

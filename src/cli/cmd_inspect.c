@@ -1,9 +1,11 @@
 /* fp8moe inspect: what a checkpoint is, without loading its weights: architecture, shapes, dtypes,
  * parameter counts and the bytes it takes in each weight format; with --tokens, the memory plan of a backend
- * and preset (engine/memory_plan.h) and whether it fits the GPU or a --vram-limit. */
+ * and preset (engine/memory_plan.h) and whether it fits the GPU or a --vram-limit; with --routes, the kernel route
+ * table (backend/routes.h) and the kernels it picks at the model's shapes. */
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/routes.h"
 #include "cli/cli.h"
 #include "engine/memory_plan.h"
 #include "io/config.h"
@@ -12,7 +14,8 @@
 
 static const char *HELP =
     "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--layers N]\n"
-    "                      [--vram-limit BYTES]]\n"
+    "                      [--vram-limit BYTES]] [--routes] [--route KEY=VALUE]...\n"
+    "       fp8moe inspect --routes [--route KEY=VALUE]...\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory\n"
     "  --tensors          also list every tensor with its dtype and shape\n"
@@ -24,6 +27,15 @@ static const char *HELP =
     "  --layers N         plan only the first N decoder layers\n"
     "  --vram-limit BYTES cuda: say whether the plan fits in this much memory (8Gi, 7.5G, bytes) instead of\n"
     "                     the GPU's free memory\n"
+    "  --routes           print the cuda backend's kernel route table: each key, its value, default and what it\n"
+    "                     decides, then the kernel of each dense weight format at M = 1, 8, 16, 128, 2048 rows and\n"
+    "                     the W4A8 MoE tile rows at several prompt lengths, for the model's shapes (without\n"
+    "                     --model: a Qwen3-30B-A3B-like shape), as on this machine's GPU (on sm_90 when there is\n"
+    "                     none; it says which)\n"
+    "  --route KEY=VALUE  an override (repeatable), as the model-running commands take it: the table and the memory\n"
+    "                     plan (w4a8.tile sizes the MoE workspace) follow it. Keys and values: w4a8.kernel=\n"
+    "                     auto|wgmma|mma, w4a8.tile=auto|16|64, dense.gemv=auto|on|off, w8a8.gemv_max_m=auto|1..16,\n"
+    "                     pdl=auto|on|off\n"
     "  -h, --help         this help\n";
 
 typedef struct plan_args {
@@ -32,7 +44,91 @@ typedef struct plan_args {
     fm_preset   preset;
     int32_t     n_layers;
     fm_dense    dense;
+    char        routes[512]; /* --route options, "k=v,k=v" */
 } plan_args;
+
+/* The shapes the route table is shown at: a model's, or Qwen3-30B-A3B's. */
+typedef struct route_shapes {
+    const char *what;
+    int64_t     hidden, attn, widest_k; /* hidden size, attention width (heads x head dim), the widest linear input */
+    int64_t     qkv_n;                  /* fused q|k|v rows */
+    int32_t     n_experts, top_k;       /* 0 experts: no MoE layer */
+} route_shapes;
+
+/* a dense kernel in a table cell */
+static const char *kernel_cell(fm_dense_kernel k, const fm_routes *r) {
+    switch (k) {
+    case FM_DK_CUBLAS: return "cublas";
+    case FM_DK_W4A16_GEMV: return "w4a16-gemv";
+    case FM_DK_W4A8_GEMV: return "w4a8-gemv";
+    case FM_DK_W4A8_GEMM: return fm_routes_w4a8_wgmma(r) ? "w4a8-gemm-wgmma" : "w4a8-gemm-mma";
+    case FM_DK_W8A8_GEMV: return "w8a8-gemv";
+    case FM_DK_W8A8_CUBLASLT: return "cublaslt-fp8";
+    }
+    return "?";
+}
+
+/* The route table (its values after the overrides), then what it picks at the shapes. */
+static fm_status print_routes(const route_shapes *s, const char *overrides, fm_error *err) {
+    int       sm = 0;
+    char      gpu[256];
+    fm_error  qerr = {{0}};
+    const bool have_gpu = fm_cuda_device_query(&sm, gpu, sizeof gpu, &qerr) == FM_OK;
+    if (!have_gpu) sm = 9;
+    fm_routes r;
+    fm_routes_default(&r, sm);
+    fm_status st = fm_routes_apply(&r, overrides, err);
+    if (st) return st;
+    if (have_gpu) printf("kernel routes: the cuda backend on this GPU, %s\n", gpu);
+    else printf("kernel routes: as the cuda backend would fill them on an sm_90 GPU (Hopper, e.g. H200); no GPU here (%s)\n",
+                qerr.msg);
+    printf("overrides (--route, fm_options.routes): %s\n", overrides && *overrides ? overrides : "none");
+    fm_routes_print(&r, stdout);
+
+    static const int64_t rows[] = {1, 8, 16, 128, 2048};
+    static const struct {
+        fm_wformat  f;
+        const char *where;
+    } formats[] = {{FM_W_BF16, "ref"},          {FM_W_INT4_G128, "int4"},      {FM_W_INT4_G128_TC, "fp8"},
+                   {FM_W_E4M3_PT, "--dense w8a8"}, {FM_W_INT4_ZP_TC, "fp8, int4 checkpoint"},
+                   {FM_W_E4M3_B128, "fp8, block-FP8 checkpoint"}};
+    printf("dense projections (%s: q|k|v %lld x %lld, o %lld x %lld; K up to %lld), kernel by weight format and M rows:\n",
+           s->what, (long long)s->qkv_n, (long long)s->hidden, (long long)s->hidden, (long long)s->attn,
+           (long long)s->widest_k);
+    printf("  %-13s %-26s", "format", "preset");
+    for (size_t m = 0; m < sizeof rows / sizeof *rows; m++) printf(" M=%-14lld", (long long)rows[m]);
+    printf("\n");
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+        printf("  %-13s %-26s", fm_wformat_name(formats[f].f), formats[f].where);
+        for (size_t m = 0; m < sizeof rows / sizeof *rows; m++)
+            printf(" %-16s", kernel_cell(fm_routes_dense_kernel(&r, formats[f].f, rows[m], s->widest_k), &r));
+        printf("\n");
+    }
+    printf("  (w4a8-gemm: %s; gemv kernels%s)\n", fm_dense_kernel_name(&r, FM_DK_W4A8_GEMM),
+           fm_routes_pdl(&r) ? " launched with PDL" : " launched without PDL");
+    if (s->n_experts > 0) {
+        static const int64_t tokens[] = {1, 16, 64, 256, 512, 2048};
+        printf("MoE experts (%d experts, top-%d): grouped W4A8 GEMM %s (fp8 preset); tile rows by prompt length T\n",
+               s->n_experts, s->top_k, fm_routes_w4a8_kernel_name(&r));
+        printf("  %-10s %-12s %-10s\n", "T", "pairs P", "tile rows");
+        for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
+            const uint64_t P = (uint64_t)tokens[t] * (uint64_t)s->top_k;
+            printf("  %-10lld %-12llu %-10u\n", (long long)tokens[t], (unsigned long long)P,
+                   fm_routes_w4a8_tile_rows(&r, P, (uint64_t)s->n_experts));
+        }
+        printf("  (bf16 experts, ref: grouped cuBLAS GEMMs; int4 experts, int4: per-token W4A16 GEMVs)\n");
+    }
+    return FM_OK;
+}
+
+static route_shapes shapes_of(const char *dir, const fm_config *c) {
+    route_shapes s = {dir, c->hidden_size, (int64_t)c->n_heads * c->head_dim, 0,
+                      (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->n_experts, c->n_experts_per_tok};
+    s.widest_k = s.hidden > s.attn ? s.hidden : s.attn;
+    for (int l = 0; l < c->n_layers; l++)
+        if (!c->layer_is_moe[l] && c->dense_intermediate > s.widest_k) s.widest_k = c->dense_intermediate;
+    return s;
+}
 
 static void print_shape(const fm_wsrc *w, const char *name) {
     if (w->rows == 1) printf("  %-28s [%lld]\n", name, (long long)w->cols);
@@ -203,8 +299,11 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     fm_plan plan;
     fm_plan_for_backend(a->preset, a->backend, &plan);
     fm_plan_set_dense(&plan, a->dense);
+    fm_routes routes;
+    fm_routes_default(&routes, 0);
+    fm_status st = fm_routes_apply(&routes, a->routes, err);
     fm_memory_plan p;
-    fm_status st = fm_memory_plan_compute(&cfg, &plan, a->backend, a->n_layers, a->tokens, &p, err);
+    if (!st) st = fm_memory_plan_compute_routes(&cfg, &plan, a->backend, &routes, a->n_layers, a->tokens, &p, err);
     if (st) return st;
     printf("memory plan: backend %s, preset %s (dense %s, experts %s, other %s), %d layers, %lld tokens\n", p.backend,
            fm_preset_name(a->preset), fm_wformat_name(plan.w_dense), fm_wformat_name(plan.w_expert),
@@ -261,9 +360,10 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
 
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
-    bool list = false;
-    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET};
-    enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I, OPT_DENSE_I };
+    bool list = false, routes = false;
+    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, ""};
+    enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I, OPT_DENSE_I,
+           OPT_ROUTES_I, OPT_ROUTE_I };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
                                              {"tokens", required_argument, 0, OPT_TOKENS},
@@ -272,6 +372,8 @@ int cmd_inspect(int argc, char **argv) {
                                              {"layers", required_argument, 0, OPT_LAYERS_I},
                                              {"vram-limit", required_argument, 0, OPT_VRAM_I},
                                              {"dense", required_argument, 0, OPT_DENSE_I},
+                                             {"routes", no_argument, 0, OPT_ROUTES_I},
+                                             {"route", required_argument, 0, OPT_ROUTE_I},
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     long v = 0;
@@ -300,13 +402,24 @@ int cmd_inspect(int argc, char **argv) {
         } else if (c == OPT_VRAM_I) {
             if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &pa.vram_limit)) return CLI_USAGE;
             plan_only = "--vram-limit";
+        } else if (c == OPT_ROUTES_I) {
+            routes = true;
+        } else if (c == OPT_ROUTE_I) {
+            if (!cli_route_add(cmd, optarg, pa.routes, sizeof pa.routes)) return CLI_USAGE;
         } else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
         else return cli_usage(cmd, "unknown option or missing value: '%s'", argv[optind - 1]);
     }
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
-    if (!dir) return cli_usage(cmd, "--model is required");
     if (plan_only && !pa.tokens) return cli_usage(cmd, "%s describes the memory plan, which needs --tokens T", plan_only);
-    fm_error     err = {{0}};
+    fm_error err = {{0}};
+    if (!dir && routes) { /* the table alone, at Qwen3-30B-A3B's shapes */
+        const route_shapes qwen3 = {"Qwen3-30B-A3B-like, no --model", 2048, 4096, 4096, 5120, 128, 8};
+        const fm_status    st    = print_routes(&qwen3, pa.routes, &err);
+        return st ? cli_fail(cmd, st, &err) : CLI_OK;
+    }
+    if (!dir) return cli_usage(cmd, "--model is required (or --routes alone for the route table)");
+    if (pa.routes[0] && !routes && !pa.tokens)
+        return cli_usage(cmd, "--route changes the route table (--routes) or the memory plan (--tokens T)");
     fm_config    cfg;
     fm_st_set    set = {0};
     fm_model_src src = {0};
@@ -324,6 +437,10 @@ int cmd_inspect(int argc, char **argv) {
                 printf("]\n");
             }
         if (pa.tokens) st = print_plan(&cfg, &src, &pa, &err);
+        if (!st && routes) {
+            const route_shapes s = shapes_of(dir, &cfg);
+            st = print_routes(&s, pa.routes, &err);
+        }
     }
     fm_model_src_free(&src);
     fm_st_close(&set);

@@ -51,6 +51,7 @@ static const char *HELP =
     "                     figure from the model's train_report.json when it has one\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n"
+    CLI_ROUTE_HELP
     "  -v, --verbose      progress on stderr\n"
     "  -h, --help         this help\n"
     "\n"

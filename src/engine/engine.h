@@ -3,6 +3,7 @@
 #define FM_ENGINE_H
 
 #include "backend/backend.h"
+#include "backend/routes.h"
 
 typedef struct fm_layer_weights {
     fm_bank *attn_norm, *ffn_norm; /* [H] */
@@ -25,6 +26,8 @@ struct fm_model {
     fm_expert_layout  expert_layout;
     int64_t           n_params;
     size_t            weight_bytes; /* held by the backend */
+    fm_routes          routes;      /* the route overrides the model was loaded with (opt->routes over the defaults): the
+                                       memory plan sizes the backend's scratch with them */
     struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated once at load for buf_tokens */
     int64_t           buf_tokens;
 };

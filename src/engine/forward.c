@@ -100,7 +100,7 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
     fm_memory_plan plan;
-    st = fm_memory_plan_compute(&cfg, &m->plan, m->be->ops->name, m->n_layers, T, &plan, err);
+    st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
     if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, err);
     return st;
 }

@@ -143,6 +143,7 @@ typedef struct planner {
     sz                     s;
     fm_error              *err;
     const fm_quant_config *quant; /* the checkpoint's pre-quantization (method NONE: a float checkpoint) */
+    const fm_routes       *routes; /* cuda: the route table (the W4A8 MoE tile rows) */
 } planner;
 
 /* model.c pick_format, from the configuration alone: the format a linear bank of a plan family takes. A pre-quantized
@@ -297,8 +298,10 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
                the widest linear input is the attention output, the hidden state or the dense MLP width */
             uint64_t ws = 0;
             if (any_moe) {
-                const fm_w4a8_moe_ws L = fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, (uint64_t)c->n_experts,
-                                                            H, (uint64_t)c->moe_intermediate);
+                const uint64_t       P = T * (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
+                const fm_w4a8_moe_ws L = fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, E, H,
+                                                            (uint64_t)c->moe_intermediate,
+                                                            fm_routes_w4a8_tile_rows(pl->routes, P, E));
                 ws = L.total;
             }
             uint64_t K = (uint64_t)max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
@@ -341,6 +344,12 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
 
 fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,
                                  int64_t tokens, fm_memory_plan *out, fm_error *err) {
+    return fm_memory_plan_compute_routes(cfg, plan, backend, NULL, n_layers, tokens, out, err);
+}
+
+fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *plan, const char *backend,
+                                        const fm_routes *routes, int32_t n_layers, int64_t tokens, fm_memory_plan *out,
+                                        fm_error *err) {
     memset(out, 0, sizeof *out);
     if (!backend || (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0))
         return fm_fail(err, FM_ERR_USAGE, "memory plan: unknown backend '%s' (choose cpu or cuda)",
@@ -352,7 +361,9 @@ fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, cons
     out->backend    = cuda ? "cuda" : "cpu";
     out->n_layers   = n_layers > 0 ? n_layers : cfg->n_layers;
     out->tokens     = tokens;
-    planner   pl    = {out, cuda, {false}, err, &cfg->quant};
+    fm_routes defaults;
+    fm_routes_default(&defaults, 0); /* the tile rule does not depend on the GPU */
+    planner   pl    = {out, cuda, {false}, err, &cfg->quant, routes ? routes : &defaults};
     fm_status st    = add_weights(&pl, cfg, plan);
     if (st) {
         memset(out, 0, sizeof *out);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/routes.h"
 
 typedef enum fm_mem_family {
     FM_MEM_EMBED,     /* embed_tokens */
@@ -97,6 +98,11 @@ size_t fm_act_size_for(const char *backend, const fm_plan *plan);
  * FM_ERR_FORMAT (sizes that overflow). Allocates nothing. */
 fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,
                                  int64_t tokens, fm_memory_plan *out, fm_error *err);
+/* The same with the cuda backend's route table (src/backend/routes.h; NULL: the defaults): the route w4a8.tile
+ * decides the W4A8 MoE tile rows, which size the tile list in its workspace. */
+fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *plan, const char *backend,
+                                        const fm_routes *routes, int32_t n_layers, int64_t tokens, fm_memory_plan *out,
+                                        fm_error *err);
 
 /* FM_OK when p->peak fits in `available` bytes; otherwise FM_ERR_NOMEM with a message such as
  * "model needs 61.1 GiB on cuda (weights 56.9, activations 0.7, workspace 1.3 for 2048 tokens) but 8.0 GiB is

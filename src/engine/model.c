@@ -197,8 +197,8 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
     const int64_t  T = opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS;
-    fm_memory_plan plan;
-    fm_status      st = fm_memory_plan_compute(&cfg, &m->plan, "cuda", m->n_layers, T, &plan, err);
+    fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
+    fm_status      st = fm_memory_plan_compute_routes(&cfg, &m->plan, "cuda", &m->routes, m->n_layers, T, &plan, err);
     size_t free_bytes = 0, total = 0;
     if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
     if (st) return st;
@@ -226,8 +226,10 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
         }
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
     fm_plan_set_dense(&m->plan, opt->dense);
-    fm_status st = check_device_memory(m, src, opt, err);
-    if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, &m->be, err);
+    fm_routes_default(&m->routes, 0);
+    fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
+    if (!st) st = check_device_memory(m, src, opt, err);
+    if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
     if (!st) st = load_weights(m, src, opt->verbose, err);
     /* the activations and the backend's scratch of the memory plan, once, for the prompt length the caller planned

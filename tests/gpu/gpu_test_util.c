@@ -12,6 +12,27 @@
 
 #include "gpu_test_util.h"
 
+static char routes[512];
+
+void gpu_test_args(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--route") && i + 1 < argc) v = argv[++i];
+        else if (!strncmp(argv[i], "--route=", 8)) v = argv[i] + 8;
+        fm_error err;
+        if (!v || strlen(routes) + strlen(v) + 2 > sizeof routes || fm_routes_check(v, &err)) {
+            fprintf(stderr, "%s: %s (usage: %s [--route KEY=VALUE]...)\n", argv[0],
+                    v && strlen(routes) + strlen(v) + 2 <= sizeof routes ? err.msg : "bad argument", argv[0]);
+            exit(2);
+        }
+        if (routes[0]) strcat(routes, ",");
+        strcat(routes, v);
+    }
+    fprintf(stderr, "routes: %s\n", routes[0] ? routes : "defaults");
+}
+
+const char *gpu_test_routes(void) { return routes[0] ? routes : NULL; }
+
 void *gpu_upload(fm_backend *be, const float *x, int64_t n) {
     void *p = be->ops->alloc(be, (size_t)n * be->ops->act_size);
     assert_non_null(p);

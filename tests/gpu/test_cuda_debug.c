@@ -23,7 +23,7 @@ static void run_captured(int64_t M, int64_t K, const float *x, char *buf, size_t
     fm_plan_set_dense(&plan, FM_DENSE_W8A8);
     fm_backend *be = NULL;
     fm_error    err;
-    if (fm_backend_create("cuda", &plan, 0, &be, &err)) fail_msg("cuda backend: %s", err.msg);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &be, &err)) fail_msg("cuda backend: %s", err.msg);
     const int64_t N = 64;
     float *w = malloc((size_t)(N * K) * sizeof *w);
     for (int64_t i = 0; i < N * K; i++) w[i] = (float)((i * 7919) % 201 - 100) / 1000.0f;
@@ -67,7 +67,8 @@ static void nonfinite_inputs_are_reported(void **s) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     setenv("FP8MOE_SYNC", "1", 1);
     const struct CMUnitTest tests[] = {cmocka_unit_test(nonfinite_inputs_are_reported)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "gpu_test_util.h"
 
 #define MiB             ((size_t)1 << 20)
 #define ROUNDING        (2 * MiB) /* the driver maps device memory in 2 MiB pages: at most this much per allocation */
@@ -82,7 +83,7 @@ static size_t backend_overhead(fm_preset p) {
     const size_t before = used_now();
     fm_backend  *be     = NULL;
     fm_error     err    = {{0}};
-    if (fm_backend_create("cuda", &plan, 0, &be, &err)) fail_msg("backend: %s", err.msg);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &be, &err)) fail_msg("backend: %s", err.msg);
     const size_t after = used_now();
     be->ops->destroy(be);
     return after > before ? after - before : 0;
@@ -93,6 +94,7 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
     for (int i = 0; i < n; i++) {
         fm_options opt;
         fm_options_init(&opt);
+        opt.routes = gpu_test_routes();
         opt.backend = "cuda", opt.preset = presets[i];
         opt.dense = dense[i];
         fm_model *m   = NULL;
@@ -207,6 +209,7 @@ static void qwen3_30b_a3b_on_8gib(void **s) {
     (void)s;
     fm_options opt;
     fm_options_init(&opt);
+    opt.routes = gpu_test_routes();
     opt.backend = "cuda", opt.vram_limit = (int64_t)8 << 30;
     fm_model    *m      = NULL;
     fm_error     err    = {{0}};
@@ -219,7 +222,8 @@ static void qwen3_30b_a3b_on_8gib(void **s) {
     assert_non_null(strstr(err.msg, "8.0 GiB is available (--vram-limit)"));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tiny_code_moe),      cmocka_unit_test(qwen3_f32),          cmocka_unit_test(qwen3_tied_dense),
         cmocka_unit_test(mixtral_sharded),    cmocka_unit_test(qwen3_30b_a3b_full), cmocka_unit_test(qwen3_30b_a3b_on_8gib),

@@ -17,12 +17,14 @@
 
 #include "fp8moe.h"
 #include "io/ids.h"
+#include "gpu_test_util.h"
 #include "util/metrics.h"
 
 static float *run_dense(const char *dir, const char *backend, const char *plan_backend, fm_preset p, fm_dense dense,
                         const int32_t *ids, int64_t T, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
+    opt.routes = gpu_test_routes();
     opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p, opt.dense = dense;
     fm_model *m = NULL;
     fm_error  err = {{0}};
@@ -98,7 +100,8 @@ static void golden_qwen3(void **s) { (void)s; parity("tests/models/qwen3-moe-bf1
 static void golden_tied(void **s) { (void)s; parity("tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-tied-f32/golden_ids.i32", 64); }
 static void golden_mixtral(void **s) { (void)s; parity("tests/models/mixtral-f32-sharded", "tests/models/mixtral-f32-sharded/golden_ids.i32", 64); }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tiny_code_moe), cmocka_unit_test(golden_qwen3), cmocka_unit_test(golden_tied),
         cmocka_unit_test(golden_mixtral),

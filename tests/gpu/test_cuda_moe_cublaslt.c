@@ -1,4 +1,4 @@
-/* The cuBLASLt FP8 anchor of `bench moe` (src/backend/cuda/moe_cublaslt_fp8.cu) is a yardstick, but it must compute
+/* The cuBLASLt FP8 anchor of `bench moe` (bench/anchors/moe_cublaslt_fp8.cu) is a yardstick, but it must compute
  * the expert FFN correctly. Per case (fresh random weights, x with an outlier channel, routing by the GPU's route op,
  * outputs between NaN guards):
  *   - against an exact host emulation of its formats (bf16 weights -> e4m3 with one scale amax/448 per matrix; x and
@@ -27,7 +27,7 @@
 
 #include "backend/backend.h"
 #include "gpu_test_util.h"
-#include "backend/cuda/moe_cublaslt_fp8.cuh"
+#include "anchors/moe_cublaslt_fp8.cuh"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 
@@ -44,7 +44,7 @@ static fm_backend *cuda_ref(void) {
     fm_plan_for_backend(FM_PRESET_REF, "cuda", &plan); /* bf16 banks */
     fm_backend *be = NULL;
     fm_error err;
-    if (fm_backend_create("cuda", &plan, 0, &be, &err)) fail_msg("cuda backend: %s", err.msg);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &be, &err)) fail_msg("cuda backend: %s", err.msg);
     return be;
 }
 
@@ -184,7 +184,7 @@ static void test_refusals(void **s) {
     be->ops->destroy(be);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_REF, "cuda", &plan);
-    assert_int_equal(fm_backend_create("cpu", &plan, 0, &be, &err), FM_OK);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &be, &err), FM_OK);
     gub = bank(be, gu, 2, 2 * 72, 200), dnb = bank(be, dn, 2, 200, 72);
     assert_int_equal(fm_lt_moe_create(be, gub, dnb, &lt, &err), FM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "cuda"));
@@ -193,7 +193,8 @@ static void test_refusals(void **s) {
     free(gu), free(dn);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_emulation_and_bf16),
         cmocka_unit_test(test_refusals),

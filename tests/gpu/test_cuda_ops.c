@@ -49,8 +49,8 @@ static both make_dense(fm_preset p, fm_dense dense) {
     fm_plan_for_backend(p, "cuda", &plan);
     fm_plan_set_dense(&plan, dense);
     fm_error err;
-    assert_int_equal(fm_backend_create("cpu", &plan, 0, &b.be[0], &err), FM_OK);
-    fm_status st = fm_backend_create("cuda", &plan, 0, &b.be[1], &err);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &b.be[0], &err), FM_OK);
+    fm_status st = fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &b.be[1], &err);
     if (st) fail_msg("cuda backend: %s", err.msg);
     return b;
 }
@@ -95,8 +95,8 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
 
-/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; gemv_fp8.cuh has the route
-   table; gpu-check also runs these with the GEMV up to 16 rows, its two-tile form), on the fused (M Kp <= 65536)
+/* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; src/backend/routes.h has the route
+   table; gpu-check also runs these with --route w8a8.gemv_max_m=16, the two-tile form), on the fused (M Kp <= 65536)
    and the two-kernel activation quantization, K not a multiple of 16 (padded) nor of 64 (the GEMV's last chunk
    partial), the Qwen3-30B-A3B attention shapes, many rows with a short K, a long K with few rows, and an all-zero
    input on both GEMM routes (the scale floor: zeros out, no NaN). N must be a multiple of 16. */
@@ -369,7 +369,8 @@ static void test_moe_w4a8(void **s) {
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 300, 128, 8, 2048, 768, false); /* Qwen3-30B-A3B widths */
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),

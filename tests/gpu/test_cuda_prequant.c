@@ -130,7 +130,7 @@ static fm_backend *backend(const char *name, fm_preset p) {
     fm_plan_for_backend(p, "cuda", &plan);
     fm_backend *be;
     fm_error    err;
-    fm_status   st = fm_backend_create(name, &plan, 0, &be, &err);
+    fm_status   st = fm_backend_create(name, &plan, 0, gpu_test_routes(), &be, &err);
     if (st) fail_msg("%s backend: %s", name, err.msg);
     return be;
 }
@@ -371,7 +371,8 @@ static void test_fp8_prequant_moe(void **s) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_int4zp_linear),       cmocka_unit_test(test_int4zp_moe),
         cmocka_unit_test(test_fp8_prequant_linear), cmocka_unit_test(test_fp8_prequant_refusals),

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fp8moe.h"
+#include "gpu_test_util.h"
 #include "util/metrics.h"
 
 #define T_TOKENS 24
@@ -23,6 +24,7 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
                   int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
+    opt.routes = gpu_test_routes();
     opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p;
     fm_model *m = NULL;
     fm_error  err = {{0}};
@@ -87,7 +89,8 @@ static void test_fp8_block(void **s) {
     parity("tests/data/quant/fp8-block-b48", block_fp8, 3);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_int4_small_groups), cmocka_unit_test(test_int4_g128),
                                        cmocka_unit_test(test_fp8_block)};
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/requantize.h"
+#include "gpu_test_util.h"
 
 #define TINY "models/tiny-code-moe"
 #define T 37
@@ -22,6 +23,7 @@
 static float *run(const char *dir, fm_preset preset, const int32_t *ids, size_t *bytes, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
+    opt.routes = gpu_test_routes();
     opt.backend = "cuda";
     opt.preset = preset;
     fm_model *m = NULL;
@@ -63,7 +65,8 @@ static void requantized_bit_identical(void **s) {
     assert_int_equal(system(cmd), 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {cmocka_unit_test(requantized_bit_identical)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

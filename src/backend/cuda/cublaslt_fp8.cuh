@@ -1,7 +1,7 @@
 // One FP8 GEMM shape through cuBLASLt, with per-tensor scales read from device pointers and the algorithm chosen
 // once per (rows, operand alignments): D [n, N] bf16 = a_scale * b_scale * B [n, K] A^T, A [N, K] and B [n, K]
 // e4m3 row-major (ld K). Used by the W8A8 dense projections (linear_w8a8.cu) and by the cuBLASLt MoE anchor
-// (moe_cublaslt_fp8.cu). cublaslt_fp8.cu says how the layouts map to cuBLASLt's and why alignment matters.
+// (bench/anchors/moe_cublaslt_fp8.cu). cublaslt_fp8.cu says how the layouts map to cuBLASLt's and why alignment matters.
 #ifndef FM_CUDA_CUBLASLT_FP8_CUH
 #define FM_CUDA_CUBLASLT_FP8_CUH
 

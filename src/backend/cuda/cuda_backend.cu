@@ -30,6 +30,7 @@
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/router.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
+#include "backend/routes.h"
 
 extern "C" {
 #include "quant/bf16.h"
@@ -322,7 +323,7 @@ extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {
     return bb && bb->ops->destroy == cu_destroy ? (void *)cuda_be(bb)->stream : NULL;
 }
 
-extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **out, fm_error *err) {
+extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *routes, fm_backend **out, fm_error *err) {
     *out      = NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -341,6 +342,15 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
                        "ref, ref32, int4, fp8",
                        fm_preset_name(plan->preset), fm_wformat_name(plan->w_dense), fm_afmt_name(plan->a_dense),
                        fm_wformat_name(plan->w_expert), fm_afmt_name(plan->a_dispatch), fm_afmt_name(plan->a_expert));
+    int           device = 0;
+    cudaDeviceProp prop;
+    FM_CUDA_CHECK(cudaGetDevice(&device));
+    FM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    /* the route table, once: the defaults for this GPU, then the caller's overrides (nothing reads it elsewhere) */
+    fm_routes table;
+    fm_routes_default(&table, prop.major);
+    fm_status st = fm_routes_apply(&table, routes, err);
+    if (st) return st;
     cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
     if (!be) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     be->ops          = cuda_ops;
@@ -348,21 +358,19 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, fm_backend **ou
     be->f32          = oracle;
     be->base.ops     = &be->ops;
     be->base.plan = *plan;
-    FM_CUDA_CHECK(cudaGetDevice(&be->device));
-    FM_CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
-    /* say which FP8 kernels this GPU gets wherever the device is named: the W4A8 GEMM (wgmma on Hopper, mma.sync
-       elsewhere) and, for FP8 dense projections, the decode GEMVs (mma.sync everywhere; PDL where the GPU has it) */
+    be->device = device, be->prop = prop, be->routes = table;
+    /* say which FP8 kernels the routes pick wherever the device is named: the W4A8 GEMM (wgmma on Hopper, mma.sync
+       elsewhere) and, for FP8 dense projections, the decode GEMVs (mma.sync; PDL where the GPU has it) */
     const bool fp8_dense = plan->w_dense == FM_W_INT4_G128_TC || plan->w_dense == FM_W_E4M3_PT;
     char       dense[160] = "";
     if (fp8_dense)
-        snprintf(dense, sizeof dense, ", decode GEMVs %s%s", !fm_cuda_gemv_enabled() ? "off (FP8MOE_GEMV=0)"
-                 : be->prop.major >= 9 ? "mma.sync m16n8k32 e4m3 + PDL" : "mma.sync m16n8k32 e4m3",
-                 plan->w_dense != FM_W_E4M3_PT ? ""
-                 : fm_w8a8_takes_wgmma(FM_GEMV_FP8_MAX_M + 1) ? ", W8A8 prefill TMA + wgmma (ours)"
-                                                              : ", W8A8 prefill cuBLASLt FP8");
+        snprintf(dense, sizeof dense, ", decode GEMVs %s%s%s",
+                 !fm_routes_gemv(&table) ? "off (route dense.gemv=off)" : "mma.sync m16n8k32 e4m3",
+                 fm_routes_gemv(&table) && fm_routes_pdl(&table) ? " + PDL" : "",
+                 plan->w_dense == FM_W_E4M3_PT ? ", W8A8 prefill cuBLASLt FP8" : "");
     if (plan->w_dense == FM_W_INT4_G128_TC || plan->w_expert == FM_W_INT4_G128_TC)
         snprintf(be->device_label, sizeof be->device_label, "%s, W4A8 kernel %s%s", be->prop.name,
-                 fm_cuda_w4a8_kernel_name(), dense);
+                 fm_routes_w4a8_kernel_name(&table), dense);
     else
         snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));

@@ -31,16 +31,7 @@ void fm_cuda_launch_check(const char *kernel, const char *file, int line) {
     }
 }
 
-void fm_cuda_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void **args) {
-    static int pdl = -1;
-    if (pdl < 0) {
-        int dev = 0, major = 0;
-        const char *env = getenv("FP8MOE_PDL");
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess)
-            pdl = major >= 9 && !(env && strcmp(env, "0") == 0);
-        else pdl = 0;
-    }
+void fm_cuda_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void **args, bool pdl) {
     cudaLaunchAttribute attr;
     memset(&attr, 0, sizeof attr);
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;

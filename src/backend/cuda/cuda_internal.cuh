@@ -26,6 +26,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "backend/routes.h"
 }
 #include "backend/cuda/cuda_common.cuh"
 
@@ -68,7 +69,8 @@ typedef struct cuda_backend {
     cublasHandle_t cublas;
     int            device;
     cudaDeviceProp prop;
-    char           device_label[320]; // the GPU's name, and the W4A8 kernel it runs when the plan has one
+    fm_routes      routes;            // which kernel runs each op at each shape: filled once at creation (routes.h)
+    char           device_label[320]; // the GPU's name, and the FP8 kernels the routes pick for the plan
     void          *work;       // scratch of the ops that need it (moe, quantized linears), see fm_cuda_workspace
     size_t         work_bytes;
     bool           work_fixed; // reserved at load for the memory plan's shapes: never grows afterwards

@@ -286,73 +286,53 @@ static int slices_for(int64_t steps, int64_t per_warp) {
     return ks;
 }
 
-bool fm_cuda_gemv_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *env = getenv("FP8MOE_GEMV");
-        on = !(env && strcmp(env, "0") == 0);
-    }
-    return on == 1;
-}
-
-int fm_w8a8_gemv_max_m(void) {
-    static int max_m = 0;
-    if (!max_m) {
-        const char *env = getenv("FP8MOE_W8A8_GEMV_MAX_M");
-        const int   v = env ? atoi(env) : 0;
-        max_m = v >= 1 && v <= FM_GEMV_FP8_MAX_M ? v : FM_W8A8_GEMV_MAX_M;
-    }
-    return max_m;
-}
-
-size_t fm_cuda_gemv_fp8_smem(int64_t M, int64_t k_pad) {
-    const int64_t rows = M <= 8 ? 8 : 16;
-    return (size_t)(rows * (k_pad + W4A8_PAD) + 2 * rows * (k_pad / 128) * (int64_t)sizeof(float));
-}
+static_assert(W4A8_PAD == 16, "fm_gemv_fp8_smem (routes.h) counts 16 bytes of padding per staged row");
 
 template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                        const float *xsc, __nv_bfloat16 *y, cudaStream_t s) {
+                        const float *xsc, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(fm_ceil_div(N, 16), WARPS / KS);
     void *args[] = {(void *)&W, (void *)&N, (void *)&ld, (void *)&ws, (void *)&x, (void *)&M, (void *)&xsc, (void *)&y};
-    fm_cuda_launch_pdl((const void *)w8a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args);
+    fm_cuda_launch_pdl((const void *)w8a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args,
+                       pdl);
 }
 
 template <int NT>
 static void dispatch_w8a8(int ks, const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                          const float *xsc, __nv_bfloat16 *y, cudaStream_t s) {
+                          const float *xsc, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, s); break;
-    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, s); break;
-    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, s); break;
-    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, s); break;
+    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
+    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
+    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
+    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
     }
 }
 
 void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
-                       const float *x_scale, __nv_bfloat16 *y, cudaStream_t s) {
+                       const float *x_scale, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     if (M < 1 || M > FM_GEMV_FP8_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
         fprintf(stderr, "fp8moe: w8a8_gemv: unsupported shape (M %lld, N %lld, ld %lld)\n", (long long)M, (long long)N,
                 (long long)ld);
         abort();
     }
     const int ks = slices_for(fm_ceil_div(ld, 64), 8);
-    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, s); /* one n8 tile */
-    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, s);       /* two: only where FP8MOE_W8A8_GEMV_MAX_M
-                                                                                 allows it (cuBLASLt is faster) */
+    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s); /* one n8 tile */
+    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s);       /* two: only where the route
+                                                                                      w8a8.gemv_max_m allows it
+                                                                                      (cuBLASLt is faster) */
     FM_LAUNCH_CHECK("w8a8_gemv");
 }
 
 template <int NT, int KS, int WK>
 static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     static bool    allowed = false; /* dynamic shared memory above 48 KiB must be allowed per kernel, once */
     const int64_t  blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)idx * w->n_groups * w->rows_pad;
     gemv_w4a8_weights wt;
     wt.codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
     wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
-    const size_t   smem = fm_cuda_gemv_fp8_smem(M, w->n_groups * 128);
+    const size_t   smem = (size_t)fm_gemv_fp8_smem(M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
@@ -362,40 +342,40 @@ static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const f
     void   *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,
                       (void *)&xs, (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK>, dim3((unsigned)blocks), dim3(WARPS * 32), smem, s,
-                       args);
+                       args, pdl);
 }
 
 template <int NT, int WK>
 static void dispatch_w4a8(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w4a8<NT, 1, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
-    case 2: launch_w4a8<NT, 2, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
-    case 4: launch_w4a8<NT, 4, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
-    default: launch_w4a8<NT, 8, WK>(w, idx, x, xs, xsum, ld_s, M, y, s); break;
+    case 1: launch_w4a8<NT, 1, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
+    case 2: launch_w4a8<NT, 2, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
+    case 4: launch_w4a8<NT, 4, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
+    default: launch_w4a8<NT, 8, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
     }
 }
 
 template <int WK>
 static void dispatch_rows(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
-    if (M <= 8) dispatch_w4a8<1, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
-    else dispatch_w4a8<2, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
+                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+    if (M <= 8) dispatch_w4a8<1, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
+    else dispatch_w4a8<2, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, cudaStream_t s) {
+                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     const bool kind_ok = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && xsum);
     if (!kind_ok || w->interleaved || idx < 0 || idx >= w->n ||
-        M < 1 || M > FM_GEMV_FP8_MAX_M || fm_cuda_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+        M < 1 || M > FM_GEMV_FP8_MAX_M || fm_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)M, (long long)w->cols, idx,
                 w->n);
         abort();
     }
     const int ks = slices_for(w->n_groups, 4);
-    if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
-    else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
-    else dispatch_rows<WK_E4M3>(ks, w, idx, x, xs, xsum, ld_s, M, y, s);
+    if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
+    else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
+    else dispatch_rows<WK_E4M3>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
     FM_LAUNCH_CHECK("w4a8_gemv");
 }

@@ -8,7 +8,6 @@
 // makes every other code zero; in debug mode (FP8MOE_SYNC=1) each call reads the count back and says so.
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
-#include "backend/cuda/gemm_w8a8_wgmma.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -189,14 +188,15 @@ static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int6
 
 // a plain 16-byte slot for the scale, then the amax word and the NaN/Inf count (fm_w8a8_linear_ws_bytes)
 void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
-                               unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, cudaStream_t s) {
+                               unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, bool pdl,
+                               cudaStream_t s) {
     unsigned *amax = amax_and_bad, *bad = amax_and_bad + 1;
     if (M * Kp <= FM_W8A8_FUSED_ELEMS) {
         if (count_bad_inputs) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, s));
         const unsigned blocks = (unsigned)fm_ceil_div(M * Kp, FUSED_BLOCK_ELEMS);
         void *args[] = {(void *)&x,          (void *)&M,   (void *)&K,        (void *)&Kp,
                         (void *)&xq,         (void *)&scale_slot, (void *)&bad, (void *)&grid_sync};
-        fm_cuda_launch_pdl((const void *)act_fused_kernel, dim3(blocks), dim3(FUSED_THREADS), 0, s, args);
+        fm_cuda_launch_pdl((const void *)act_fused_kernel, dim3(blocks), dim3(FUSED_THREADS), 0, s, args, pdl);
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
         FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, s)); /* amax and the NaN/Inf count */
@@ -207,27 +207,15 @@ void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, 
     }
 }
 
-// Our TMA + wgmma GEMM reaches 0.77-0.83x cuBLASLt FP8 at M = 2048 on the H200 and far less at M <= 128
-// (bench/NOTES.md, fifth session: 4.00 against 3.31 ms for the Qwen3 projections x 48), so the table keeps
-// cuBLASLt and ours is opt-in.
-bool fm_w8a8_takes_wgmma(int64_t M) {
-    static int on = -1;
-    if (on < 0) {
-        const char *env = getenv("FP8MOE_W8A8_PREFILL");
-        on = env && strcmp(env, "wgmma") == 0 && fm_cuda_w8a8_wgmma_available();
-    }
-    return on == 1 && M > fm_w8a8_gemv_max_m();
-}
-
+// Above the GEMV's rows cuBLASLt FP8 runs: a TMA + wgmma GEMM of our own reached 0.77-0.83x of it at M = 2048 on
+// the H200 and far less at M <= 128 (bench/NOTES.md, fifth session); it lives in lab/gemm_w8a8.cu.
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
                        int64_t M, bf16 *y) {
     fm_error       err = {{0}};
     const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
     const float   *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
-    if (fm_w8a8_takes_gemv(M)) {
-        fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, be->stream);
-    } else if (fm_w8a8_takes_wgmma(M)) {
-        fm_cuda_w8a8_wgmma(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, be->stream);
+    if (fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W8A8_GEMV) {
+        fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, fm_routes_pdl(&be->routes), be->stream);
     } else if (M > INT32_MAX || fm_lt_gemm_run(be->lt, w->lt_gemm, A, a_scale, xq, x_scale, (int)M, y, be->stream,
                                                "dense W8A8 projection", &err)) {
         fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);
@@ -243,7 +231,8 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
     uint8_t  *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
-    fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, be->lt->grid_sync, debug, be->stream);
+    fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, be->lt->grid_sync, debug, fm_routes_pdl(&be->routes),
+                              be->stream);
     fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {
         unsigned n_bad = 0;

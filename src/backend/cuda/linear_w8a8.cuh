@@ -24,12 +24,13 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
 // x [M, K] bf16 -> xq [M][Kp] e4m3 with its scale in *scale_slot (16-byte aligned); amax_and_bad is two device
 // words of scratch (the amax, then the count of NaN/Inf inputs, zeroed here when count_bad_inputs or when the
 // two-kernel path runs); grid_sync is FM_LT_GRID_SYNC_WORDS device words, zero before the first call, which the
-// fused launch's grid barrier keeps (fm_lt's; calls on it must be in one stream).
+// fused launch's grid barrier keeps (fm_lt's; calls on it must be in one stream); pdl: the fused launch with
+// programmatic dependent launch (fm_routes_pdl).
 void fm_cuda_w8a8_quantize_act(const __nv_bfloat16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
-                               unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, cudaStream_t s);
-// y = xq W[idx]^T times both scales: the route table of gemv_fp8.cuh (the mma.sync GEMV up to FM_W8A8_GEMV_MAX_M
-// rows, cuBLASLt FP8 above; our TMA + wgmma GEMM above when fm_w8a8_takes_wgmma).
-bool fm_w8a8_takes_wgmma(int64_t M); // FP8MOE_W8A8_PREFILL=wgmma on an sm_90 GPU, above the GEMV's rows
+                               unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, bool pdl,
+                               cudaStream_t s);
+// y = xq W[idx]^T times both scales, by the backend's route table (fm_routes_dense_kernel: the mma.sync GEMV up to
+// w8a8.gemv_max_m rows, cuBLASLt FP8 above).
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
                        int64_t M, __nv_bfloat16 *y);
 

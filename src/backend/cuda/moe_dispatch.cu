@@ -152,7 +152,7 @@ static unsigned warp_blocks(int64_t n) { /* 8 warps per block, one task (row or 
 }
 
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                          const fm_dispatch_bufs *b, cudaStream_t s) {
+                          int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32) {
         fprintf(stderr, "fp8moe: moe_dispatch: %d experts, top-%d (1..%d experts and top-1..32 supported)\n", E, k,
                 MAX_EXPERTS);
@@ -162,8 +162,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     const int64_t blocks = fm_ceil_div(P, 256);
     count_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(ids, P, E, b->counts);
     FM_LAUNCH_CHECK("moe_dispatch_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, (int32_t)fm_w4a8_tile_rows((uint64_t)P, (uint64_t)E),
-                                          b->seg_start, b->cursor, b->tiles, b->n_tiles);
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
     slot_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(
         ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
@@ -177,10 +176,10 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 }
 
 void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,
-                                int64_t ld_s, cudaStream_t s) {
+                                int64_t ld_s, bool pdl, cudaStream_t s) {
     if (M == 0) return;
     void *args[] = {(void *)&x, (void *)&M, (void *)&K, (void *)&x8, (void *)&xs, (void *)&xsum, (void *)&ld_s};
     const void *kernel = xsum ? (const void *)quantize_rows_kernel<true> : (const void *)quantize_rows_kernel<false>;
-    fm_cuda_launch_pdl(kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s, args);
+    fm_cuda_launch_pdl(kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s, args, pdl);
     FM_LAUNCH_CHECK("quantize_e4m3_rows");
 }

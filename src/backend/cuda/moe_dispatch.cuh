@@ -2,7 +2,7 @@
 // quantization that feeds the W4A8 GEMMs (w4a8_gemm.cuh).
 //
 //   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
-//   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= fm_w4a8_tile_rows(P, E) rows per expert (empty experts
+//   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= tile_rows rows per expert (empty experts
 //      get none), *n_tiles, cursor[e] = 0
 //   3. one thread per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p, slot_of_pair[p]
 //   4. one warp per (token t, 128-group): the group of row t of x quantized once to e4m3 with one fp32 scale and
@@ -22,13 +22,15 @@ typedef struct fm_dispatch_bufs {
     float        *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
 } fm_dispatch_bufs;
 
+// tile_rows: FM_W4A8_BN or FM_W4A8_BN_SMALL (fm_routes_w4a8_tile_rows), as the GEMMs after it are launched with.
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                          const fm_dispatch_bufs *b, cudaStream_t s);
+                          int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s);
 
 // x8[r][:] (ld = pad128(K), padding zero), xs[g][r] (ld_s) = e4m3 1x128 quantization of rows x[r][:K], r < M.
 // The same arithmetic as fm_e4m3_quantize_groups (src/quant/e4m3.c): scale = max(amax / 448, 1e-12),
 // code = e4m3_rne_satfinite(x / scale). xsum (NULL: not wanted): scale x the sum of the group's codes, as xs.
+// pdl: launched with programmatic dependent launch (fm_routes_pdl).
 void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,
-                                int64_t ld_s, cudaStream_t s);
+                                int64_t ld_s, bool pdl, cudaStream_t s);
 
 #endif

@@ -18,7 +18,9 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
                 (long long)down->rows, (long long)down->cols, fm_wformat_name(down->fmt));
         abort();
     }
-    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I);
+    const fm_routes     *r  = &be->routes;
+    const uint32_t       bn = fm_routes_w4a8_tile_rows(r, (uint64_t)P, (uint64_t)E);
+    const fm_w4a8_moe_ws L  = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     fm_dispatch_bufs b;
     b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
@@ -35,13 +37,13 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
         FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
-    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, &b, be->stream);
+    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
 
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
-    a.w = gate_up, a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
-    a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E);
-    a.tile_rows = (int32_t)fm_w4a8_tile_rows((uint64_t)P, (uint64_t)E); /* as the dispatch planned them */
+    a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
+    a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
+    a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
     a.hsum = hsum;
     fm_cuda_w4a8_gemm(&a, be->stream);
@@ -55,13 +57,13 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
                               const float *xsum, int64_t M, __nv_bfloat16 *y) {
-    if (fm_w4a8_takes_gemv(M, w->n_groups * 128)) {
-        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, be->stream);
+    if (fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
+        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_pdl(&be->routes), be->stream);
         return;
     }
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
-    a.w = w, a.x = x8, a.xs = xs, a.xsum = xsum, a.lds = M;
+    a.w = w, a.wgmma = fm_routes_w4a8_wgmma(&be->routes), a.x = x8, a.xs = xs, a.xsum = xsum, a.lds = M;
     a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
     fm_cuda_w4a8_gemm(&a, be->stream);
@@ -75,6 +77,6 @@ void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     uint8_t       *x8 = ws;
     float         *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
     float         *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
-    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, be->stream);
+    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, fm_routes_pdl(&be->routes), be->stream);
     fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
 }

@@ -16,7 +16,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y);
 // Its GEMM on x already quantized (x8 [M][pad128 K], xs [group][M], xsum as xs for int4-zp-tc banks, else NULL):
-// the mma.sync GEMV up to FM_W4A8_GEMV_MAX_M rows (gemv_fp8.cuh; int4-tc banks), the grouped kernel above.
+// the mma.sync GEMV or the grouped kernel, as the backend's route table says (fm_routes_dense_kernel).
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
                               const float *xsum, int64_t M, __nv_bfloat16 *y);
 

@@ -8,7 +8,8 @@
 //                            before it
 // Both are no-ops when the kernel was launched normally, and on sm_89 (compiled out: Ada has no PDL). A kernel
 // launched with fm_cuda_launch_pdl must call pdl_wait before touching data of earlier kernels. In a CUDA graph
-// the dependency becomes a programmatic edge. FP8MOE_PDL=0 launches normally (for same-run A/B).
+// the dependency becomes a programmatic edge. Whether it is used is a route (routes.h, key pdl: on for sm_90+ by
+// default; pdl=off launches normally, for same-run A/B).
 #ifndef FM_CUDA_PDL_CUH
 #define FM_CUDA_PDL_CUH
 
@@ -27,7 +28,7 @@ static __device__ __forceinline__ void pdl_wait(void) {
 }
 
 // Launches fn (a __global__ function; args: pointers to its arguments, as cudaLaunchKernel takes them) with PDL
-// where the GPU has it (compute capability 9+, FP8MOE_PDL not 0), normally elsewhere.
-void fm_cuda_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void **args);
+// when pdl (the caller passes fm_routes_pdl of its backend's route table), normally otherwise.
+void fm_cuda_launch_pdl(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void **args, bool pdl);
 
 #endif

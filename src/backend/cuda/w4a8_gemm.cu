@@ -2,7 +2,7 @@
 //   w4a8_wgmma_kernel  sm_90a: wgmma.m64n64k32 e4m3 (QGMMA), weights as register A fragments
 //   w4a8_mma_kernel    sm_89+: mma.sync.m16n8k32 e4m3 (Ada's FP8 tensor cores; on Hopper this instruction is
 //                      emulated through the fp16 units, about half the wgmma kernel's speed, so Hopper gets
-//                      wgmma and FP8MOE_W4A8=mma only serves to test this kernel there)
+//                      wgmma and the route w4a8.kernel=mma only serves to test this kernel there)
 //
 // Shapes: a CTA is 8 warps and computes 256 weight rows x 64 activation rows (one tile) over all of K.
 // Swap-AB: the weights are the MMA's A operand (from registers) and the activations its B operand (from
@@ -700,39 +700,26 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
     epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
-// Which kernel a GPU gets: wgmma on sm_90 (the binary carries sm_90a code), mma.sync elsewhere (sm_89: Ada);
-// FP8MOE_W4A8=mma forces the mma.sync kernel (to test it on a Hopper GPU).
-static bool use_wgmma(void) {
-    static int choice = -1;
-    if (choice < 0) {
-        const char *env = getenv("FP8MOE_W4A8");
-        choice = fm_cuda_device_attr(cudaDevAttrComputeCapabilityMajor) == 9 && !(env && strcmp(env, "mma") == 0);
-    }
-    return choice == 1;
-}
-
-const char *fm_cuda_w4a8_kernel_name(void) {
-    return use_wgmma() ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
-}
-
+// Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
+// elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
 template <int EPILOGUE, int WK, int BNT>
-static void launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
-    if (use_wgmma()) w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
+static void launch(const gemm_params &p, bool wgmma, dim3 grid, cudaStream_t s) {
+    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
     else w4a8_mma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
 }
 
 template <int EPILOGUE, int BNT>
-static void launch_kind(const gemm_params &p, fm_wformat f, dim3 grid, cudaStream_t s) {
-    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, grid, s);
-    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, grid, s);
-    else launch<EPILOGUE, WK_E4M3, BNT>(p, grid, s);
+static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, dim3 grid, cudaStream_t s) {
+    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, grid, s);
+    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, grid, s);
+    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, grid, s);
 }
 
 template <int BNT>
 static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
-    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, grid, s);
-    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, grid, s);
-    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, grid, s);
+    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);
+    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, grid, s);
+    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, grid, s);
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {

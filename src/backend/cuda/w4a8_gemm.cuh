@@ -20,6 +20,7 @@ typedef enum fm_w4a8_epilogue {
 
 typedef struct fm_w4a8_args {
     const fm_bank *w;             // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
+    bool           wgmma;         // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
     const uint8_t *x;             // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
     const float   *xs;            // activation scales [w->n_groups][lds]
     const float   *xsum;          // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
@@ -48,8 +49,5 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s);
 static inline bool fm_cuda_w4a8_takes(fm_wformat f) {
     return f == FM_W_INT4_G128_TC || f == FM_W_INT4_ZP_TC || f == FM_W_E4M3_B128;
 }
-
-// The kernel this GPU runs, in words (for logs and benchmark headers).
-const char *fm_cuda_w4a8_kernel_name(void);
 
 #endif

@@ -1,4 +1,4 @@
-// The wgmma pieces both sm_90a GEMMs share (w4a8_gemm.cu, gemm_w8a8_wgmma.cu): the fence, commit and wait of an
+// The wgmma pieces both sm_90a GEMMs share (w4a8_gemm.cu, and lab/gemm_w8a8.cu): the fence, commit and wait of an
 // async warpgroup MMA, the register fences that keep the compiler from touching in-flight fragments, and the
 // shared-memory descriptor of a K-major operand in the 128-byte swizzle. Empty (or a trap) below sm_90a.
 #ifndef FM_CUDA_WGMMA_CUH

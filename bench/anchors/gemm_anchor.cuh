@@ -1,11 +1,11 @@
 // The GEMM alone, for `fp8moe bench gemm`: a dense projection's GEMM on activations quantized once, before the
-// timing (as the library anchors are timed: torch._scaled_mm takes e4m3 inputs), and CUDA-graph capture and
-// replay of a sequence of such calls (launch gaps as a decode step sees them). Yardsticks and timing, not engine
-// paths: the engine's ops (backend.h linear) quantize their input on every call.
+// timing (as the library anchors are timed: torch._scaled_mm takes e4m3 inputs). Yardsticks, not engine paths: the
+// engine's ops (backend.h linear) quantize their input on every call. Built into build/libfp8moe_bench.a (the
+// fp8moe binary and the GPU tests link it), never into libfp8moe.a.
 //
 // Plain C declarations (no CUDA types), so the benchmark command, written in C, can include this header.
-#ifndef FM_CUDA_GEMM_ANCHOR_CUH
-#define FM_CUDA_GEMM_ANCHOR_CUH
+#ifndef FM_BENCH_GEMM_ANCHOR_CUH
+#define FM_BENCH_GEMM_ANCHOR_CUH
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,9 +16,8 @@ extern "C" {
 typedef enum {
     FM_GEMM_ONLY_LT_TENSOR, // cuBLASLt FP8, one scale per weight matrix and one per activation tensor
     FM_GEMM_ONLY_LT_ROW,    // cuBLASLt FP8, row-wise: one scale per weight row and one per activation row
-    FM_GEMM_ONLY_W8A8,      // ours: the W8A8 op's GEMM (its route table: mma.sync GEMV or cuBLASLt)
+    FM_GEMM_ONLY_W8A8,      // ours: the W8A8 op's GEMM (its route: mma.sync GEMV or cuBLASLt)
     FM_GEMM_ONLY_W4A8,      // ours: the W4A8 op's GEMM (mma.sync GEMV or the grouped W4A8 kernel)
-    FM_GEMM_ONLY_W8A8_WGMMA, // ours: the TMA + wgmma W8A8 GEMM at every M (sm_90a; the route table's alternative)
 } fm_gemm_only_kind;
 
 typedef struct fm_gemm_only fm_gemm_only;
@@ -27,23 +26,13 @@ typedef struct fm_gemm_only fm_gemm_only;
 // per tensor with the scale copied to every row (LT_ROW: the row-wise kernel is timed on the same codes; its speed
 // does not depend on the values), or per (row, 128-group) (W4A8). w is an e4m3-tensor bank (LT_*, W8A8) or an
 // int4-tc bank (W4A8) of the cuda backend be; LT_ROW also gets one scale per weight row (the matrix's). Synchronises.
-// FM_ERR_UNSUPPORTED for another backend or bank format, when cuBLASLt has no row-wise FP8 GEMM here, or (W8A8_WGMMA)
-// on a GPU other than sm_90.
+// FM_ERR_UNSUPPORTED for another backend or bank format, or when cuBLASLt has no row-wise FP8 GEMM here.
 fm_status fm_gemm_only_create(fm_backend *be, fm_gemm_only_kind kind, const fm_bank *w, const void *x, int64_t M,
                               fm_gemm_only **out, fm_error *err);
 // Enqueues y [M, w->rows] bf16 = x W[idx]^T on the backend's stream.
 fm_status fm_gemm_only_run(fm_gemm_only *g, int32_t idx, void *y, fm_error *err);
 void      fm_gemm_only_free(fm_gemm_only *g);
 
-typedef struct fm_cuda_graph fm_cuda_graph;
-
-// Captures what body enqueues on the cuda backend's stream into a graph (relaxed capture mode). body must not
-// allocate device memory or synchronise: run it once before capturing, so that workspaces have their size.
-fm_status fm_cuda_graph_capture(fm_backend *be, fm_status (*body)(void *ctx, fm_error *err), void *ctx,
-                                fm_cuda_graph **out, fm_error *err);
-// Launches the graph on the backend's stream (marks around it time it).
-fm_status fm_cuda_graph_launch(fm_cuda_graph *g, fm_error *err);
-void      fm_cuda_graph_free(fm_cuda_graph *g);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,12 @@
-// GEMM-only routes and CUDA graphs for bench gemm (gemm_anchor.cuh).
+// GEMM-only routes for bench gemm (gemm_anchor.cuh).
 #include <string.h>
 
 #include "backend/cuda/cublaslt_fp8.cuh"
-#include "backend/cuda/gemm_anchor.cuh"
-#include "backend/cuda/gemm_w8a8_wgmma.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/w4a8_workspace.h"
+#include "gemm_anchor.cuh"
 
 struct fm_gemm_only {
     cuda_backend     *be;
@@ -40,7 +39,7 @@ static fm_status prepare(fm_gemm_only *g, const __nv_bfloat16 *x, fm_error *err)
         const int64_t Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
         GO_CHECK(cudaMalloc((void **)&g->x8, (size_t)(M * Kp)), "activations");
         GO_CHECK(cudaMalloc((void **)&g->xs, (size_t)(M * (Kp / 128)) * sizeof(float)), "activation scales");
-        fm_cuda_quantize_e4m3_rows(x, M, K, g->x8, g->xs, NULL, M, be->stream);
+        fm_cuda_quantize_e4m3_rows(x, M, K, g->x8, g->xs, NULL, M, fm_routes_pdl(&be->routes), be->stream);
         return FM_OK;
     }
     unsigned *scratch = NULL;
@@ -48,7 +47,8 @@ static fm_status prepare(fm_gemm_only *g, const __nv_bfloat16 *x, fm_error *err)
     GO_CHECK(cudaMalloc((void **)&g->x8, (size_t)(M * w->ld)), "activations");
     GO_CHECK(cudaMalloc((void **)&g->xs, (size_t)n_scales * sizeof(float)), "activation scales");
     GO_CHECK(cudaMalloc((void **)&scratch, 2 * sizeof(unsigned)), "scratch");
-    fm_cuda_w8a8_quantize_act(x, M, K, w->ld, g->x8, g->xs, scratch, be->lt->grid_sync, true, be->stream);
+    fm_cuda_w8a8_quantize_act(x, M, K, w->ld, g->x8, g->xs, scratch, be->lt->grid_sync, true,
+                              fm_routes_pdl(&be->routes), be->stream);
     GO_CHECK(cudaStreamSynchronize(be->stream), "quantizing the activations");
     cudaFree(scratch);
     if (g->kind != FM_GEMM_ONLY_LT_ROW) return FM_OK;
@@ -92,8 +92,6 @@ extern "C" fm_status fm_gemm_only_create(fm_backend *bb, fm_gemm_only_kind kind,
         return fm_fail(err, FM_ERR_UNSUPPORTED, "this GEMM-only route wants a %s bank, got %s", fm_wformat_name(want),
                        fm_wformat_name(w->fmt));
     if (M < 1 || M > INT32_MAX) return fm_fail(err, FM_ERR_USAGE, "bench gemm: %lld rows", (long long)M);
-    if (kind == FM_GEMM_ONLY_W8A8_WGMMA && !fm_cuda_w8a8_wgmma_available())
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "the TMA + wgmma W8A8 GEMM needs an sm_90 GPU");
     fm_gemm_only *g = (fm_gemm_only *)calloc(1, sizeof *g);
     if (!g) return fm_fail(err, FM_ERR_NOMEM, "bench gemm: out of host memory");
     g->be = cuda_be(bb), g->kind = kind, g->w = w, g->M = M;
@@ -120,10 +118,6 @@ extern "C" fm_status fm_gemm_only_run(fm_gemm_only *g, int32_t idx, void *y, fm_
                               be->stream, "bench gemm (row-wise)", err);
     case FM_GEMM_ONLY_W8A8: fm_cuda_w8a8_gemm(be, w, idx, g->x8, g->xs, g->M, yb); return FM_OK;
     case FM_GEMM_ONLY_W4A8: fm_cuda_w4a8_linear_gemm(be, w, idx, g->x8, g->xs, NULL, g->M, yb); return FM_OK;
-    case FM_GEMM_ONLY_W8A8_WGMMA:
-        fm_cuda_w8a8_wgmma(A, w->rows, w->ld, w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, g->x8, g->M, g->xs, yb,
-                           be->stream);
-        return FM_OK;
     }
     return fm_fail(err, FM_ERR_USAGE, "bench gemm: unknown route %d", (int)g->kind);
 }
@@ -133,49 +127,5 @@ extern "C" void fm_gemm_only_free(fm_gemm_only *g) {
     if (g->gemm_ready) fm_lt_gemm_destroy(&g->row_gemm);
     if (g->lt_ready) fm_lt_destroy(&g->lt);
     cudaFree(g->x8), cudaFree(g->xs), cudaFree(g->wscales);
-    free(g);
-}
-
-struct fm_cuda_graph {
-    cudaStream_t    stream;
-    cudaGraph_t     graph;
-    cudaGraphExec_t exec;
-};
-
-extern "C" fm_status fm_cuda_graph_capture(fm_backend *bb, fm_status (*body)(void *ctx, fm_error *err), void *ctx,
-                                           fm_cuda_graph **out, fm_error *err) {
-    *out = NULL;
-    if (strcmp(bb->ops->name, "cuda") != 0)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "CUDA graphs need the cuda backend, not %s", bb->ops->name);
-    fm_cuda_graph *g = (fm_cuda_graph *)calloc(1, sizeof *g);
-    if (!g) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
-    g->stream = cuda_be(bb)->stream;
-    GO_CHECK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeRelaxed), "begin capture");
-    const fm_status st = body(ctx, err);
-    const cudaError_t e = cudaStreamEndCapture(g->stream, &g->graph);
-    if (st || e != cudaSuccess) {
-        cudaGetLastError();
-        fm_cuda_graph_free(g);
-        return st ? st : fm_fail(err, FM_ERR_BACKEND, "bench gemm: capture: %s", cudaGetErrorString(e));
-    }
-    const cudaError_t ie = cudaGraphInstantiate(&g->exec, g->graph, 0);
-    if (ie != cudaSuccess) {
-        cudaGetLastError();
-        fm_cuda_graph_free(g);
-        return fm_fail(err, FM_ERR_BACKEND, "bench gemm: instantiating the graph: %s", cudaGetErrorString(ie));
-    }
-    *out = g;
-    return FM_OK;
-}
-
-extern "C" fm_status fm_cuda_graph_launch(fm_cuda_graph *g, fm_error *err) {
-    GO_CHECK(cudaGraphLaunch(g->exec, g->stream), "graph launch");
-    return FM_OK;
-}
-
-extern "C" void fm_cuda_graph_free(fm_cuda_graph *g) {
-    if (!g) return;
-    if (g->exec) cudaGraphExecDestroy(g->exec);
-    if (g->graph) cudaGraphDestroy(g->graph);
     free(g);
 }

@@ -3,9 +3,10 @@
 // path: weights e4m3 with one fp32 scale per expert matrix (per-tensor), activations e4m3 with one dynamic
 // per-tensor scale computed on the device, one cublasLtMatmul per expert with rows and projection.
 //
+// Built into build/libfp8moe_bench.a (the fp8moe binary and the GPU tests link it), never into libfp8moe.a.
 // Plain C declarations (no CUDA types), so the benchmark command, written in C, can include this header.
-#ifndef FM_CUDA_MOE_CUBLASLT_FP8_CUH
-#define FM_CUDA_MOE_CUBLASLT_FP8_CUH
+#ifndef FM_BENCH_MOE_CUBLASLT_FP8_CUH
+#define FM_BENCH_MOE_CUBLASLT_FP8_CUH
 
 #ifdef __cplusplus
 extern "C" {

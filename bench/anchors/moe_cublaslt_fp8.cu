@@ -24,7 +24,7 @@
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
-#include "backend/cuda/moe_cublaslt_fp8.cuh"
+#include "moe_cublaslt_fp8.cuh"
 
 extern "C" {
 #include "util/status.h"

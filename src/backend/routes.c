@@ -1,0 +1,189 @@
+/* The route table (routes.h): parsing of the overrides, the deciders, the printer. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/routes.h"
+#include "util/status.h"
+
+#define KEYS "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl"
+
+void fm_routes_default(fm_routes *r, int sm_major) {
+    memset(r, 0, sizeof *r);
+    r->sm_major = sm_major;
+}
+
+static bool parse_switch(const char *v, fm_route_switch *out) {
+    if (!strcmp(v, "auto")) *out = FM_ROUTE_AUTO;
+    else if (!strcmp(v, "on")) *out = FM_ROUTE_ON;
+    else if (!strcmp(v, "off")) *out = FM_ROUTE_OFF;
+    else return false;
+    return true;
+}
+
+/* an integer in [lo, hi], or "auto" (0) */
+static bool parse_count(const char *v, long lo, long hi, int32_t *out) {
+    if (!strcmp(v, "auto")) return *out = 0, true;
+    char *end = NULL;
+    errno     = 0;
+    const long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > hi) return false;
+    *out = (int32_t)n;
+    return true;
+}
+
+/* one key=value onto r; the checks against the device come after the whole spec parsed */
+static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_error *err) {
+    if (!strcmp(key, "w4a8.kernel")) {
+        if (!strcmp(val, "auto")) r->w4a8_kernel = FM_ROUTE_W4A8_AUTO;
+        else if (!strcmp(val, "wgmma")) r->w4a8_kernel = FM_ROUTE_W4A8_WGMMA;
+        else if (!strcmp(val, "mma")) r->w4a8_kernel = FM_ROUTE_W4A8_MMA;
+        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.kernel: '%s' is not a value (auto, wgmma or mma)", val);
+    } else if (!strcmp(key, "w4a8.tile")) {
+        int32_t t = 0;
+        if (!parse_count(val, FM_W4A8_BN_SMALL, FM_W4A8_BN, &t) || (t && t != FM_W4A8_BN_SMALL && t != FM_W4A8_BN))
+            return fm_fail(err, FM_ERR_USAGE, "route w4a8.tile: '%s' is not a value (auto, %d or %d)", val,
+                           FM_W4A8_BN_SMALL, FM_W4A8_BN);
+        r->w4a8_tile = t;
+    } else if (!strcmp(key, "dense.gemv")) {
+        if (!parse_switch(val, &r->dense_gemv))
+            return fm_fail(err, FM_ERR_USAGE, "route dense.gemv: '%s' is not a value (auto, on or off)", val);
+    } else if (!strcmp(key, "w8a8.gemv_max_m")) {
+        if (!parse_count(val, 1, FM_GEMV_FP8_MAX_M, &r->w8a8_gemv_max_m))
+            return fm_fail(err, FM_ERR_USAGE, "route w8a8.gemv_max_m: '%s' is not a value (auto or 1..%d)", val,
+                           FM_GEMV_FP8_MAX_M);
+    } else if (!strcmp(key, "pdl")) {
+        if (!parse_switch(val, &r->pdl))
+            return fm_fail(err, FM_ERR_USAGE, "route pdl: '%s' is not a value (auto, on or off)", val);
+    } else {
+        return fm_fail(err, FM_ERR_USAGE, "unknown route key '%s' (keys: " KEYS ")", key);
+    }
+    return FM_OK;
+}
+
+fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
+    if (!spec || !*spec) return FM_OK;
+    fm_routes next = *r;
+    char      item[128];
+    for (const char *p = spec;;) {
+        const char  *comma = strchr(p, ',');
+        const size_t n     = comma ? (size_t)(comma - p) : strlen(p);
+        if (n >= sizeof item)
+            return fm_fail(err, FM_ERR_USAGE, "route '%.40s...' is too long (key=value, keys: " KEYS ")", p);
+        memcpy(item, p, n);
+        item[n]  = '\0';
+        char *eq = strchr(item, '=');
+        if (!eq || eq == item || !eq[1])
+            return fm_fail(err, FM_ERR_USAGE, "route '%s' is not key=value (keys: " KEYS ")", item);
+        *eq = '\0';
+        fm_status st = apply_one(&next, item, eq + 1, err);
+        if (st) return st;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (next.sm_major && next.sm_major != 9 && next.w4a8_kernel == FM_ROUTE_W4A8_WGMMA)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "route w4a8.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
+                       "sm_90a code for it); this GPU is sm_%d: use w4a8.kernel=mma or auto", next.sm_major * 10);
+    if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
+                       "dependent launch); this GPU is sm_%d: use pdl=off or auto", next.sm_major * 10);
+    *r = next;
+    return FM_OK;
+}
+
+bool fm_routes_w4a8_wgmma(const fm_routes *r) {
+    return r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA || (r->w4a8_kernel == FM_ROUTE_W4A8_AUTO && r->sm_major == 9);
+}
+
+/* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
+bool fm_routes_pdl(const fm_routes *r) {
+    return r->pdl == FM_ROUTE_ON || (r->pdl == FM_ROUTE_AUTO && r->sm_major >= 9);
+}
+
+/* The W4A8 GEMV beats the grouped kernel 2.7-5.4x at M <= 16 (bench/NOTES.md "bench gemm, final table": 0.492 /
+ * 0.579 / 1.007 ms against 2.657 / 2.668 / 2.694 at M = 1 / 8 / 16), so it keeps every M it can take. */
+bool fm_routes_gemv(const fm_routes *r) { return r->dense_gemv != FM_ROUTE_OFF; }
+
+int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r) {
+    return r->w8a8_gemv_max_m ? r->w8a8_gemv_max_m : FM_W8A8_GEMV_MAX_M_DEFAULT;
+}
+
+uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
+    if (r->w4a8_tile) return (uint32_t)r->w4a8_tile;
+    return P < 32 * E ? FM_W4A8_BN_SMALL : FM_W4A8_BN;
+}
+
+fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t M, int64_t K) {
+    switch (f) {
+    case FM_W_INT4_G128:
+    case FM_W_INT4_ZP: return FM_DK_W4A16_GEMV;
+    case FM_W_INT4_G128_TC:
+    case FM_W_INT4_ZP_TC:
+    case FM_W_E4M3_B128: {
+        const int64_t k_pad = (K + 127) / 128 * 128;
+        const bool gemv = fm_routes_gemv(r) && M >= 1 && M <= FM_GEMV_FP8_MAX_M &&
+                          fm_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
+        return gemv ? FM_DK_W4A8_GEMV : FM_DK_W4A8_GEMM;
+    }
+    case FM_W_E4M3_PT:
+        return fm_routes_gemv(r) && M >= 1 && M <= fm_routes_w8a8_gemv_max_m(r) ? FM_DK_W8A8_GEMV : FM_DK_W8A8_CUBLASLT;
+    case FM_W_F32:
+    case FM_W_BF16: break;
+    }
+    return FM_DK_CUBLAS;
+}
+
+const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {
+    return fm_routes_w4a8_wgmma(r) ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
+}
+
+const char *fm_dense_kernel_name(const fm_routes *r, fm_dense_kernel k) {
+    switch (k) {
+    case FM_DK_CUBLAS: return "cuBLAS GEMM";
+    case FM_DK_W4A16_GEMV: return "int4 GEMV (W4A16, row by row)";
+    case FM_DK_W4A8_GEMV: return fm_routes_pdl(r) ? "W4A8 GEMV mma.sync m16n8k32 e4m3 + PDL" : "W4A8 GEMV mma.sync m16n8k32 e4m3";
+    case FM_DK_W4A8_GEMM:
+        return fm_routes_w4a8_wgmma(r) ? "W4A8 GEMM wgmma m64n64k32 e4m3" : "W4A8 GEMM mma.sync m16n8k32 e4m3";
+    case FM_DK_W8A8_GEMV: return fm_routes_pdl(r) ? "W8A8 GEMV mma.sync m16n8k32 e4m3 + PDL" : "W8A8 GEMV mma.sync m16n8k32 e4m3";
+    case FM_DK_W8A8_CUBLASLT: return "cuBLASLt FP8";
+    }
+    return "?";
+}
+
+static const char *switch_name(fm_route_switch s) { return s == FM_ROUTE_ON ? "on" : s == FM_ROUTE_OFF ? "off" : "auto"; }
+
+void fm_routes_print(const fm_routes *r, FILE *out) {
+    char tile[8], maxm[8];
+    snprintf(tile, sizeof tile, "%d", r->w4a8_tile);
+    snprintf(maxm, sizeof maxm, "%d", r->w8a8_gemv_max_m);
+    const char *kernel = r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA ? "wgmma" : r->w4a8_kernel == FM_ROUTE_W4A8_MMA ? "mma" : "auto";
+    char now[4][64];
+    snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
+    snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
+    snprintf(now[2], sizeof now[2], "%s", fm_routes_gemv(r) ? "on" : "off");
+    snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
+    const struct {
+        const char *key, *value, *values, *def, *decides, *now;
+    } rows[] = {
+        {"w4a8.kernel", kernel, "auto|wgmma|mma", "wgmma on sm_90, else mma",
+         "the grouped W4A8 GEMM (MoE experts; W4A8 dense projections above the GEMV)", now[0]},
+        {"w4a8.tile", r->w4a8_tile ? tile : "auto", "auto|16|64", "16 while P < 32 E",
+         "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)", now[1]},
+        {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",
+         "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
+        {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",
+         "the W8A8 GEMV up to this many rows, cuBLASLt FP8 above", now[3]},
+        {"pdl", switch_name(r->pdl), "auto|on|off", "on for sm_90+",
+         "programmatic dependent launch of the decode kernels (quantizers, GEMVs)", fm_routes_pdl(r) ? "on" : "off"},
+    };
+    fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", rows[i].key, rows[i].value, rows[i].values, rows[i].def,
+                rows[i].now, rows[i].decides);
+}
+
+fm_status fm_routes_check(const char *routes, fm_error *err) {
+    fm_routes r;
+    fm_routes_default(&r, 0);
+    return fm_routes_apply(&r, routes, err);
+}

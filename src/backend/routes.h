@@ -1,0 +1,120 @@
+/* The route table: which kernel computes an op at a given shape, in one place.
+ *
+ * Filled once when the CUDA backend is created (fm_routes_default from the device, then fm_routes_apply with the
+ * caller's "key=value,..." overrides: fm_options.routes, the CLI's --route), stored in the backend and read by its
+ * ops; the memory plan reads the same table (the W4A8 MoE tile rows size its workspace), and `fp8moe inspect
+ * --routes` prints it. Plain C: the memory plan, inspect and the build without CUDA use it too.
+ *
+ * Keys (value `auto` everywhere = the default rule):
+ *   w4a8.kernel      auto | wgmma | mma   the grouped W4A8 GEMM (MoE experts, W4A8 dense projections above the
+ *                                         GEMV's rows): wgmma m64n64k32 on sm_90, mma.sync m16n8k32 elsewhere
+ *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it)
+ *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
+ *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
+ *   pdl              auto | on | off      programmatic dependent launch of the decode kernels (sm_90)
+ * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
+ * changes what an op computes, only which kernel computes it. */
+#ifndef FM_BACKEND_ROUTES_H
+#define FM_BACKEND_ROUTES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend/backend.h"
+
+typedef enum fm_route_switch {
+    FM_ROUTE_AUTO = 0,
+    FM_ROUTE_ON,
+    FM_ROUTE_OFF,
+} fm_route_switch;
+
+typedef enum fm_route_w4a8_kernel {
+    FM_ROUTE_W4A8_AUTO = 0,
+    FM_ROUTE_W4A8_WGMMA, /* wgmma m64n64k32 e4m3, sm_90a only */
+    FM_ROUTE_W4A8_MMA,   /* mma.sync m16n8k32 e4m3, sm_89 and sm_90 */
+} fm_route_w4a8_kernel;
+
+typedef struct fm_routes {
+    int32_t              sm_major;        /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
+    fm_route_w4a8_kernel w4a8_kernel;     /* w4a8.kernel */
+    int32_t              w4a8_tile;       /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
+    fm_route_switch      dense_gemv;      /* dense.gemv */
+    int32_t              w8a8_gemv_max_m; /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
+    fm_route_switch      pdl;             /* pdl */
+} fm_routes;
+
+/* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
+#define FM_W4A8_BN       64
+#define FM_W4A8_BN_SMALL 16
+
+/* The FP8 GEMVs (gemv_fp8.cu) take at most two n8 tiles of activation rows; the W4A8 one stages x in shared memory,
+ * at most FM_GEMV_FP8_SMEM_MAX bytes (fm_gemv_fp8_smem). */
+#define FM_GEMV_FP8_MAX_M    16
+#define FM_GEMV_FP8_SMEM_MAX (96 * 1024)
+/* Shared memory of the W4A8 GEMV: M rows (rounded up to 8 or 16) of k_pad e4m3 bytes + 16 bytes of padding, and
+ * two fp32 words per (row, 128-group) */
+static inline uint64_t fm_gemv_fp8_smem(int64_t M, int64_t k_pad) {
+    const uint64_t rows = M <= 8 ? 8 : 16;
+    return rows * (uint64_t)(k_pad + 16) + 2 * rows * (uint64_t)(k_pad / 128) * 4;
+}
+
+/* The W8A8 GEMV against cuBLASLt FP8, same run (bench gemm, H200, bench/NOTES.md "v2 -> v4: what PDL,
+ * ordering and L1 did"): the GEMV wins at
+ * M = 1 and 8 (0.449 / 0.494 ms for 48 layers of Qwen3 projections against 0.600 / 0.559) and loses at M = 16
+ * (0.670 against 0.564), where it runs two n8 tiles: threshold 8. */
+#define FM_W8A8_GEMV_MAX_M_DEFAULT 8
+
+/* The defaults for a GPU of compute capability sm_major (9 Hopper: the wgmma W4A8 GEMM and PDL; 8 and others:
+ * mma.sync, no PDL; 0: no GPU, resolved as "others"): every key auto. */
+void fm_routes_default(fm_routes *r, int sm_major);
+
+/* Applies "key=value[,key=value...]" (NULL or empty: nothing). FM_ERR_USAGE for an unknown key or a bad value, the
+ * message listing the valid keys or values; FM_ERR_UNSUPPORTED for a kernel the GPU of r->sm_major cannot run
+ * (w4a8.kernel=wgmma off sm_90, pdl=on below sm_90; not checked when sm_major is 0). r is unchanged on failure. */
+fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
+
+/* Resolved choices: */
+bool     fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
+bool     fm_routes_pdl(const fm_routes *r);        /* decode kernels launch with PDL */
+bool     fm_routes_gemv(const fm_routes *r);       /* the FP8 GEMVs run at all */
+int32_t  fm_routes_w8a8_gemv_max_m(const fm_routes *r);
+/* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row
+ * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short
+ * prompts: a 64-row tile is then mostly padding, its promotion and epilogue work wasted), 64 from there. Measured on
+ * the Qwen3 shape (E 128, top-8; bench/NOTES.md "v6: 16-row tiles for small batches"): 16-row tiles 1.24-1.58x faster up
+ * to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). w4a8.tile forces one. */
+uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
+
+/* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
+typedef enum fm_dense_kernel {
+    FM_DK_CUBLAS,         /* bf16 / fp32 weights: cuBLAS GEMM */
+    FM_DK_W4A16_GEMV,     /* int4-g128, int4-zp: the int4 GEMV, one input row at a time (the W4A16 baseline) */
+    FM_DK_W4A8_GEMV,      /* int4-g128-tc, int4-zp-tc, e4m3-block at M <= 16: the mma.sync W4A8 GEMV */
+    FM_DK_W4A8_GEMM,      /* ... above: the grouped W4A8 GEMM with one matrix (wgmma or mma.sync: w4a8.kernel) */
+    FM_DK_W8A8_GEMV,      /* e4m3-tensor at M <= w8a8.gemv_max_m: the mma.sync W8A8 GEMV */
+    FM_DK_W8A8_CUBLASLT,  /* ... above: cuBLASLt FP8 */
+} fm_dense_kernel;
+
+fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t M, int64_t K);
+/* The kernel in words, as logs and inspect print it (the W4A8 GEMM's names its MMA). */
+const char *fm_dense_kernel_name(const fm_routes *r, fm_dense_kernel k);
+/* The grouped W4A8 GEMM in words: "wgmma m64n64k32 e4m3 (sm_90a)" or "mma.sync m16n8k32 e4m3 (sm_89+)". */
+const char *fm_routes_w4a8_kernel_name(const fm_routes *r);
+
+/* Prints the table: each key, its value, the default, what it decides and what it resolves to. */
+void fm_routes_print(const fm_routes *r, FILE *out);
+
+/* The GPU the cuda backend would run on: compute capability major and the device's name (device_info.cu; the build
+ * without CUDA, no_cuda.c, and a machine without a GPU: FM_ERR_BACKEND with the reason). */
+fm_status fm_cuda_device_query(int *sm_major, char *name, size_t cap, fm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

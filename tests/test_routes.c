@@ -1,0 +1,288 @@
+/* The route table (src/backend/routes.c): the defaults per GPU, the override strings (every key and value, the
+ * errors with the valid keys or values, refusals of kernels a GPU cannot run), the deciders at their thresholds,
+ * the printer, and the memory plan following w4a8.tile. No GPU needed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/routes.h"
+#include "backend/w4a8_workspace.h"
+#include "engine/memory_plan.h"
+#include "io/config.h"
+
+static void assert_contains(const char *text, const char *part) {
+    if (!strstr(text, part)) fail_msg("'%s' does not contain '%s'", text, part);
+}
+
+static void defaults_follow_the_device(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_routes_default(&r, 9); /* Hopper: the wgmma W4A8 GEMM and PDL */
+    assert_true(fm_routes_w4a8_wgmma(&r));
+    assert_true(fm_routes_pdl(&r));
+    assert_true(fm_routes_gemv(&r));
+    assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 8);
+    assert_string_equal(fm_routes_w4a8_kernel_name(&r), "wgmma m64n64k32 e4m3 (sm_90a)");
+    fm_routes_default(&r, 8); /* Ada: mma.sync, no PDL */
+    assert_false(fm_routes_w4a8_wgmma(&r));
+    assert_false(fm_routes_pdl(&r));
+    assert_true(fm_routes_gemv(&r));
+    assert_string_equal(fm_routes_w4a8_kernel_name(&r), "mma.sync m16n8k32 e4m3 (sm_89+)");
+    fm_routes_default(&r, 10); /* a later GPU: PDL, but no sm_90a code for wgmma */
+    assert_false(fm_routes_w4a8_wgmma(&r));
+    assert_true(fm_routes_pdl(&r));
+    fm_routes_default(&r, 0); /* no GPU */
+    assert_false(fm_routes_w4a8_wgmma(&r));
+    assert_false(fm_routes_pdl(&r));
+}
+
+static void every_key_and_value_parses(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error  err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, NULL, &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r, "", &err), FM_OK);
+    assert_true(fm_routes_w4a8_wgmma(&r));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma,w4a8.tile=16,dense.gemv=off,w8a8.gemv_max_m=16,pdl=off", &err),
+                     FM_OK);
+    assert_false(fm_routes_w4a8_wgmma(&r));
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1 << 20, 1), 16);
+    assert_false(fm_routes_gemv(&r));
+    assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 16);
+    assert_false(fm_routes_pdl(&r));
+    /* auto goes back to the default rule; a later key wins */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=auto,w4a8.tile=auto,dense.gemv=auto,w8a8.gemv_max_m=auto,pdl=auto",
+                                     &err), FM_OK);
+    assert_true(fm_routes_w4a8_wgmma(&r));
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1 << 20, 1), 64);
+    assert_true(fm_routes_gemv(&r) && fm_routes_pdl(&r));
+    assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 8);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64,w4a8.tile=16,dense.gemv=on,w8a8.gemv_max_m=1,pdl=on", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1, 1000), 16);
+    assert_true(fm_routes_gemv(&r));
+    assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 1);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma", &err), FM_OK);
+    assert_true(fm_routes_w4a8_wgmma(&r));
+    assert_int_equal(fm_routes_check("w4a8.kernel=mma,pdl=off", &err), FM_OK); /* the public check */
+}
+
+/* a bad spec: FM_ERR_USAGE, the message naming what is wrong and what is valid, the table unchanged */
+static void expect_usage(const char *spec, const char *says, const char *lists) {
+    fm_routes r, before;
+    fm_error  err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
+    before = r;
+    if (fm_routes_apply(&r, spec, &err) != FM_ERR_USAGE) fail_msg("'%s' was accepted", spec);
+    assert_contains(err.msg, says);
+    assert_contains(err.msg, lists);
+    assert_memory_equal(&r, &before, sizeof r);
+    assert_int_equal(fm_routes_check(spec, &err), FM_ERR_USAGE);
+}
+
+static void bad_keys_and_values_are_usage_errors(void **s) {
+    (void)s;
+    const char *keys = "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl";
+    expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
+    expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
+    expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
+    expect_usage("w4a8.kernel", "is not key=value", keys);
+    expect_usage("=mma", "is not key=value", keys);
+    expect_usage("pdl=", "is not key=value", keys);
+    expect_usage("pdl=off,", "is not key=value", keys);
+    expect_usage(",pdl=off", "is not key=value", keys);
+    expect_usage("w4a8.kernel=tensorcore", "'tensorcore' is not a value", "auto, wgmma or mma");
+    expect_usage("w4a8.tile=32", "'32' is not a value", "auto, 16 or 64");
+    expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16 or 64");
+    expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
+    expect_usage("w8a8.gemv_max_m=0", "'0' is not a value", "auto or 1..16");
+    expect_usage("w8a8.gemv_max_m=17", "'17' is not a value", "auto or 1..16");
+    expect_usage("w8a8.gemv_max_m=-1", "'-1' is not a value", "auto or 1..16");
+    expect_usage("pdl=yes", "'yes' is not a value", "auto, on or off");
+    char long_spec[300];
+    memset(long_spec, 'a', sizeof long_spec - 1);
+    long_spec[sizeof long_spec - 1] = '\0';
+    expect_usage(long_spec, "too long", keys);
+}
+
+static void kernels_the_gpu_cannot_run_are_refused(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error  err = {{0}};
+    fm_routes_default(&r, 8);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma", &err), FM_ERR_UNSUPPORTED);
+    assert_contains(err.msg, "w4a8.kernel=wgmma needs an sm_90 GPU");
+    assert_contains(err.msg, "sm_80");
+    assert_false(fm_routes_w4a8_wgmma(&r));
+    assert_int_equal(fm_routes_apply(&r, "pdl=on", &err), FM_ERR_UNSUPPORTED);
+    assert_contains(err.msg, "pdl=on needs a GPU of compute capability 9");
+    assert_false(fm_routes_pdl(&r));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma,pdl=off", &err), FM_OK); /* what it can run */
+    fm_routes_default(&r, 10);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma", &err), FM_ERR_UNSUPPORTED);
+    assert_int_equal(fm_routes_apply(&r, "pdl=on", &err), FM_OK);
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma,pdl=on", &err), FM_OK);
+    fm_routes_default(&r, 0); /* no GPU to check against: the syntax only (the backend checks at creation) */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma,pdl=on", &err), FM_OK);
+}
+
+static void dense_kernels_at_their_thresholds(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error  err = {{0}};
+    fm_routes_default(&r, 9);
+    /* W8A8: the GEMV up to 8 rows (bench/NOTES.md), cuBLASLt FP8 above; none at M = 0 */
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_GEMV);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 8, 2048), FM_DK_W8A8_GEMV);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 9, 2048), FM_DK_W8A8_CUBLASLT);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2048, 2048), FM_DK_W8A8_CUBLASLT);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 0, 2048), FM_DK_W8A8_CUBLASLT);
+    /* W4A8 (all three bank formats): the GEMV up to 16 rows while x fits its shared memory, the GEMM above */
+    const fm_wformat w4a8[] = {FM_W_INT4_G128_TC, FM_W_INT4_ZP_TC, FM_W_E4M3_B128};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 1, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMM);
+        /* K 8192: 16 rows stage 16 x 8208 + 2 x 16 x 64 x 4 = 139,520 bytes > 96 KiB; 8 rows 69,760 fit */
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 8192), FM_DK_W4A8_GEMM);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 8, 8192), FM_DK_W4A8_GEMV);
+    }
+    assert_int_equal(fm_gemv_fp8_smem(16, 8192), 16 * 8208 + 2 * 16 * 64 * 4);
+    assert_int_equal(fm_gemv_fp8_smem(3, 128), 8 * 144 + 2 * 8 * 1 * 4); /* rows round up to 8 */
+    /* the formats with one kernel */
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_BF16, 1, 2048), FM_DK_CUBLAS);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_F32, 2048, 2048), FM_DK_CUBLAS);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128, 1, 2048), FM_DK_W4A16_GEMV);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_ZP, 2048, 2048), FM_DK_W4A16_GEMV);
+    /* the overrides move the thresholds */
+    assert_int_equal(fm_routes_apply(&r, "w8a8.gemv_max_m=16", &err), FM_OK);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 16, 2048), FM_DK_W8A8_GEMV);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 17, 2048), FM_DK_W8A8_CUBLASLT);
+    assert_int_equal(fm_routes_apply(&r, "w8a8.gemv_max_m=1", &err), FM_OK);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_GEMV);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2, 2048), FM_DK_W8A8_CUBLASLT);
+    assert_int_equal(fm_routes_apply(&r, "dense.gemv=off,w8a8.gemv_max_m=16", &err), FM_OK);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_CUBLASLT);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 1, 2048), FM_DK_W4A8_GEMM);
+    /* the names say which MMA the GEMM runs and whether the GEMVs use PDL */
+    fm_routes_default(&r, 9);
+    assert_string_equal(fm_dense_kernel_name(&r, FM_DK_W4A8_GEMM), "W4A8 GEMM wgmma m64n64k32 e4m3");
+    assert_string_equal(fm_dense_kernel_name(&r, FM_DK_W8A8_GEMV), "W8A8 GEMV mma.sync m16n8k32 e4m3 + PDL");
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma,pdl=off", &err), FM_OK);
+    assert_string_equal(fm_dense_kernel_name(&r, FM_DK_W4A8_GEMM), "W4A8 GEMM mma.sync m16n8k32 e4m3");
+    assert_string_equal(fm_dense_kernel_name(&r, FM_DK_W4A8_GEMV), "W4A8 GEMV mma.sync m16n8k32 e4m3");
+}
+
+/* 16-row tiles while the experts average fewer than 32 rows (P < 32 E), 64 from there; w4a8.tile forces one */
+static void moe_tile_rows(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error  err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);       /* Qwen3 T = 16 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128 - 1, 128), FM_W4A8_BN_SMALL); /* the boundary */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128, 128), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN);          /* Qwen3 T = 2048 */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_SMALL);
+}
+
+/* Qwen/Qwen3-30B-A3B's config.json (the fields fp8moe reads) */
+static const char QWEN3_30B[] =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 2048,"
+    " \"num_hidden_layers\": 48, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, \"head_dim\": 128,"
+    " \"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"intermediate_size\": 6144,"
+    " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"vocab_size\": 151936,"
+    " \"tie_word_embeddings\": false, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"hidden_act\": \"silu\","
+    " \"max_position_embeddings\": 40960, \"attention_bias\": false, \"use_sliding_window\": false}";
+
+/* The W4A8 MoE workspace holds the tile list of the tile rows the route picks: at T = 2048 (P = 16384 pairs over 128
+ * experts) 64-row tiles make at most 256 + 128 = 384 tiles (6,144 bytes), 16-row tiles 1,024 + 128 = 1,152 (18,432
+ * bytes): forcing w4a8.tile=16 grows the plan by exactly the difference, and the plan without routes is the
+ * defaults'. */
+static void memory_plan_follows_w4a8_tile(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error  err = {{0}};
+    if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_routes r16, r64, def;
+    fm_routes_default(&def, 9);
+    fm_routes_default(&r16, 9);
+    fm_routes_default(&r64, 9);
+    assert_int_equal(fm_routes_apply(&r16, "w4a8.tile=16", &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r64, "w4a8.tile=64", &err), FM_OK);
+    fm_memory_plan plain, pdef, p16, p64;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 2048, &plain, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &def, 0, 2048, &pdef, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r16, 0, 2048, &p16, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r64, 0, 2048, &p64, &err), FM_OK);
+    assert_int_equal(plain.ws_moe, pdef.ws_moe);
+    assert_int_equal(p64.ws_moe, pdef.ws_moe); /* 64 is the default at T = 2048 */
+    assert_int_equal(p16.ws_moe - pdef.ws_moe, 18432 - 6144);
+    assert_int_equal(p16.total - pdef.total, 18432 - 6144);
+    const fm_w4a8_moe_ws L16 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 16);
+    const fm_w4a8_moe_ws L64 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 64);
+    assert_int_equal(p16.ws_moe, L16.total);
+    assert_int_equal(pdef.ws_moe, L64.total);
+    /* the tile list bounds every routing: ceil(c_e / bn) tiles per expert, at most P / bn + min(E, P) in all
+       (skewed routings: half the pairs on expert 0) */
+    uint64_t rng = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        const uint64_t E = 1 + trial % 130, P = 1 + (uint64_t)trial * 97 % 20000;
+        uint64_t       counts[130] = {0};
+        for (uint64_t p = 0; p < P; p++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            counts[(rng >> 33) % 2 ? 0 : (rng >> 40) % E]++;
+        }
+        const fm_routes *tables[] = {&def, &r16, &r64};
+        for (int t = 0; t < 3; t++) {
+            const uint64_t bn = fm_routes_w4a8_tile_rows(tables[t], P, E);
+            uint64_t       tiles = 0;
+            for (uint64_t e = 0; e < E; e++) tiles += (counts[e] + bn - 1) / bn;
+            assert_true(tiles <= fm_w4a8_max_tiles(P, E, bn));
+        }
+    }
+}
+
+static void the_printer_shows_every_key(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error  err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16,pdl=off", &err), FM_OK);
+    char  *text = NULL;
+    size_t n = 0;
+    FILE  *f = open_memstream(&text, &n);
+    assert_non_null(f);
+    fm_routes_print(&r, f);
+    fclose(f);
+    const char *keys[] = {"w4a8.kernel", "w4a8.tile", "dense.gemv", "w8a8.gemv_max_m", "pdl"};
+    for (int i = 0; i < 5; i++) assert_contains(text, keys[i]);
+    assert_contains(text, "16 rows");            /* w4a8.tile now */
+    assert_contains(text, "auto|wgmma|mma");     /* the values */
+    assert_contains(text, "wgmma on sm_90");     /* a default */
+    assert_contains(text, "off    auto|on|off"); /* pdl's value */
+    free(text);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(defaults_follow_the_device),       cmocka_unit_test(every_key_and_value_parses),
+        cmocka_unit_test(bad_keys_and_values_are_usage_errors), cmocka_unit_test(kernels_the_gpu_cannot_run_are_refused),
+        cmocka_unit_test(dense_kernels_at_their_thresholds), cmocka_unit_test(moe_tile_rows),
+        cmocka_unit_test(memory_plan_follows_w4a8_tile),    cmocka_unit_test(the_printer_shows_every_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
