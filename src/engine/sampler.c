@@ -1,0 +1,161 @@
+/* The reference sampler (sampler.h says what one step computes). Plain and exact rather than fast: a full sort of
+ * the vocabulary per step, double-precision sums. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/sampler.h"
+#include "util/status.h"
+
+void fm_sampling_init(fm_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->temperature        = 0.0f;
+    s->top_p              = 1.0f;
+    s->repetition_penalty = 1.0f;
+}
+
+fm_status fm_sampling_check(const fm_sampling *s, fm_error *err) {
+    if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
+        return fm_fail(err, FM_ERR_USAGE, "temperature must be a finite number >= 0 (0 = greedy), got %g",
+                       (double)s->temperature);
+    if (s->top_k < 0) return fm_fail(err, FM_ERR_USAGE, "top_k must be >= 0 (0 = off), got %d", s->top_k);
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return fm_fail(err, FM_ERR_USAGE, "top_p must be in (0, 1] (1 = off), got %g", (double)s->top_p);
+    if (!(s->min_p >= 0.0f && s->min_p < 1.0f))
+        return fm_fail(err, FM_ERR_USAGE, "min_p must be in [0, 1) (0 = off), got %g", (double)s->min_p);
+    if (!(s->repetition_penalty > 0.0f) || !isfinite(s->repetition_penalty))
+        return fm_fail(err, FM_ERR_USAGE, "repetition_penalty must be a finite number > 0 (1 = off), got %g",
+                       (double)s->repetition_penalty);
+    if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f))
+        return fm_fail(err, FM_ERR_USAGE, "presence_penalty must be in [-2, 2], got %g", (double)s->presence_penalty);
+    if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f))
+        return fm_fail(err, FM_ERR_USAGE, "frequency_penalty must be in [-2, 2], got %g",
+                       (double)s->frequency_penalty);
+    if (s->n_logprobs < 0 || s->n_logprobs > FM_MAX_LOGPROBS)
+        return fm_fail(err, FM_ERR_USAGE, "logprobs must be in [0, %d], got %d", FM_MAX_LOGPROBS, s->n_logprobs);
+    return FM_OK;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+double fm_sample_uniform(uint64_t seed, uint64_t step) {
+    return (double)(splitmix64(splitmix64(seed) ^ step) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+typedef struct cand {
+    float   z; /* the logit after penalties and temperature */
+    int32_t id;
+} cand;
+
+/* probability descending, then id ascending: a total order, so the draw does not depend on the sort */
+static int cand_cmp(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->z != y->z) return x->z > y->z ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+size_t fm_sampler_scratch_bytes(int32_t vocab) {
+    return (size_t)vocab * (sizeof(cand) + sizeof(float) + sizeof(int32_t) + 1);
+}
+
+/* Penalised logits into l[vocab]; counts and seen are scratch. NaN becomes -inf: it can never be drawn. */
+static void apply_penalties(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *hist,
+                            int64_t n_hist, int64_t n_prompt, float *l, int32_t *counts, uint8_t *seen) {
+    for (int32_t i = 0; i < vocab; i++) l[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    const bool rep = s->repetition_penalty != 1.0f, pres = s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f;
+    if (!rep && !pres) return;
+    memset(counts, 0, (size_t)vocab * sizeof *counts);
+    memset(seen, 0, (size_t)vocab);
+    for (int64_t i = 0; i < n_hist; i++) {
+        const int32_t id = hist[i];
+        if (id < 0 || id >= vocab) continue; /* ids are checked where they enter; never index out of bounds here */
+        seen[id] = 1;
+        if (i >= n_prompt) counts[id]++;
+    }
+    for (int32_t i = 0; i < vocab; i++) {
+        if (rep && seen[i]) l[i] = l[i] > 0.0f ? l[i] / s->repetition_penalty : l[i] * s->repetition_penalty;
+        if (pres && counts[i]) l[i] -= s->presence_penalty + s->frequency_penalty * (float)counts[i];
+    }
+}
+
+static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int32_t n_top, fm_sample_info *info) {
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int32_t i = 0; i < vocab; i++) sum += isnan(logits[i]) ? 0.0 : exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    info->logprob    = (float)((double)logits[chosen] - lse);
+    info->n_top      = n_top < vocab ? n_top : vocab;
+    /* selection of the n_top largest, descending, ties to the lower id */
+    for (int32_t j = 0; j < info->n_top; j++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < vocab; i++) {
+            bool taken = false;
+            for (int32_t q = 0; q < j && !taken; q++) taken = info->top[q].id == i;
+            if (taken || isnan(logits[i])) continue;
+            if (best < 0 || logits[i] > logits[best]) best = i;
+        }
+        if (best < 0) { /* fewer finite ids than asked */
+            info->n_top = j;
+            break;
+        }
+        info->top[j].id      = best;
+        info->top[j].logprob = (float)((double)logits[best] - lse);
+    }
+}
+
+int32_t fm_sample(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *hist, int64_t n_hist,
+                  int64_t n_prompt, uint64_t step, void *scratch, fm_sample_info *info) {
+    cand    *c      = scratch;
+    float   *l      = (float *)(c + vocab);
+    int32_t *counts = (int32_t *)(l + vocab);
+    uint8_t *seen   = (uint8_t *)(counts + vocab);
+    apply_penalties(logits, vocab, s, hist, n_hist, n_prompt, l, counts, seen);
+    int32_t chosen = 0;
+    if (s->temperature == 0.0f) {
+        for (int32_t i = 1; i < vocab; i++)
+            if (l[i] > l[chosen]) chosen = i;
+    } else {
+        for (int32_t i = 0; i < vocab; i++) c[i].z = l[i] / s->temperature, c[i].id = i;
+        qsort(c, (size_t)vocab, sizeof *c, cand_cmp);
+        if (!isfinite(c[0].z)) { /* +inf (the first one wins) or every logit -inf (id 0) */
+            if (info) raw_logprobs(logits, vocab, c[0].id, s->n_logprobs, info);
+            return c[0].id;
+        }
+        int32_t n = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
+        /* weights relative to the largest: w_0 = 1 */
+        double total = 0.0;
+        for (int32_t i = 0; i < n; i++) total += exp((double)c[i].z - (double)c[0].z);
+        if (s->top_p < 1.0f) { /* keep i while the mass before it is below p */
+            double before = 0.0;
+            int32_t m = 0;
+            while (m < n && before < (double)s->top_p * total) before += exp((double)c[m].z - (double)c[0].z), m++;
+            n = m > 0 ? m : 1;
+        }
+        if (s->min_p > 0.0f) { /* probability >= min_p x the largest; the largest always stays */
+            int32_t m = 1;
+            while (m < n && exp((double)c[m].z - (double)c[0].z) >= (double)s->min_p) m++;
+            n = m;
+        }
+        total = 0.0;
+        for (int32_t i = 0; i < n; i++) total += exp((double)c[i].z - (double)c[0].z);
+        const double target = fm_sample_uniform(s->seed, step) * total;
+        double       cum    = 0.0;
+        chosen              = c[n - 1].id; /* rounding can leave target at the total: the last kept id */
+        for (int32_t i = 0; i < n; i++) {
+            cum += exp((double)c[i].z - (double)c[0].z);
+            if (cum > target) {
+                chosen = c[i].id;
+                break;
+            }
+        }
+    }
+    if (info) raw_logprobs(logits, vocab, chosen, s->n_logprobs, info);
+    return chosen;
+}
