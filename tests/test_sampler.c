@@ -228,6 +228,28 @@ static void test_infinite_logits(void **state) {
     free(sc);
 }
 
+/* top-k keeps every id tied with the k-th largest (Hugging Face's rule); the draw walks ids in order */
+static void test_ties(void **state) {
+    (void)state;
+    void       *sc = scratch_for(5);
+    fm_sampling s;
+    fm_sampling_init(&s);
+    s.temperature     = 1.0f, s.top_k = 2;
+    const float l[5]  = {0.0f, 1.0f, 1.0f, 1.0f, -1.0f};
+    long        n[5]  = {0};
+    for (uint64_t i = 0; i < 3000; i++) n[fm_sample(l, 5, &s, NULL, 0, 0, i, sc, NULL)]++;
+    assert_int_equal(n[0] + n[4], 0);
+    for (int i = 1; i <= 3; i++) assert_true(n[i] > 850 && n[i] < 1150); /* 1000 each; sd 26 */
+    /* u just below the first kept id's share picks it, just above picks the next one (id order) */
+    s.top_k = 0;
+    const float two[2] = {0.0f, 0.0f};
+    for (uint64_t i = 0; i < 200; i++) {
+        const int32_t id = fm_sample(two, 2, &s, NULL, 0, 0, i, sc, NULL);
+        assert_int_equal(id, fm_sample_uniform(s.seed, i) < 0.5 ? 0 : 1);
+    }
+    free(sc);
+}
+
 static void test_check(void **state) {
     (void)state;
     fm_sampling s;
@@ -300,7 +322,7 @@ int main(void) {
         cmocka_unit_test(test_uniform),         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_distributions),   cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_penalties),       cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_infinite_logits), cmocka_unit_test(test_check),
+        cmocka_unit_test(test_infinite_logits), cmocka_unit_test(test_check), cmocka_unit_test(test_ties),
         cmocka_unit_test(test_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -47,20 +47,14 @@ double fm_sample_uniform(uint64_t seed, uint64_t step) {
     return (double)(splitmix64(splitmix64(seed) ^ step) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-typedef struct cand {
-    float   z; /* the logit after penalties and temperature */
-    int32_t id;
-} cand;
-
-/* probability descending, then id ascending: a total order, so the draw does not depend on the sort */
-static int cand_cmp(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->z != y->z) return x->z > y->z ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+/* values descending */
+static int desc_cmp(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
 }
 
 size_t fm_sampler_scratch_bytes(int32_t vocab) {
-    return (size_t)vocab * (sizeof(cand) + sizeof(float) + sizeof(int32_t) + 1);
+    return (size_t)vocab * (2 * sizeof(float) + sizeof(int32_t) + 1);
 }
 
 /* Penalised logits into l[vocab]; counts and seen are scratch. NaN becomes -inf: it can never be drawn. */
@@ -112,48 +106,47 @@ static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int
 
 int32_t fm_sample(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *hist, int64_t n_hist,
                   int64_t n_prompt, uint64_t step, void *scratch, fm_sample_info *info) {
-    cand    *c      = scratch;
-    float   *l      = (float *)(c + vocab);
-    int32_t *counts = (int32_t *)(l + vocab);
+    float   *l      = scratch;
+    float   *sorted = l + vocab;
+    int32_t *counts = (int32_t *)(sorted + vocab);
     uint8_t *seen   = (uint8_t *)(counts + vocab);
     apply_penalties(logits, vocab, s, hist, n_hist, n_prompt, l, counts, seen);
     int32_t chosen = 0;
-    if (s->temperature == 0.0f) {
-        for (int32_t i = 1; i < vocab; i++)
-            if (l[i] > l[chosen]) chosen = i;
-    } else {
-        for (int32_t i = 0; i < vocab; i++) c[i].z = l[i] / s->temperature, c[i].id = i;
-        qsort(c, (size_t)vocab, sizeof *c, cand_cmp);
-        if (!isfinite(c[0].z)) { /* +inf (the first one wins) or every logit -inf (id 0) */
-            if (info) raw_logprobs(logits, vocab, c[0].id, s->n_logprobs, info);
-            return c[0].id;
-        }
-        int32_t n = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
-        /* weights relative to the largest: w_0 = 1 */
-        double total = 0.0;
-        for (int32_t i = 0; i < n; i++) total += exp((double)c[i].z - (double)c[0].z);
-        if (s->top_p < 1.0f) { /* keep i while the mass before it is below p */
-            double before = 0.0;
+    for (int32_t i = 1; i < vocab; i++) /* the argmax, ties to the lower id: greedy's answer */
+        if (l[i] > l[chosen]) chosen = i;
+    if (s->temperature > 0.0f && isfinite(l[chosen])) { /* +inf or all -inf: the argmax is the only candidate */
+        const double zmax = (double)l[chosen] / s->temperature;
+        for (int32_t i = 0; i < vocab; i++) l[i] = l[i] / s->temperature;
+        /* the filters as value thresholds: an id is kept when its scaled logit is >= the threshold */
+        double thr = -INFINITY;
+        memcpy(sorted, l, (size_t)vocab * sizeof *sorted);
+        qsort(sorted, (size_t)vocab, sizeof *sorted, desc_cmp);
+        int32_t n = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab; /* candidates: sorted[0..n) */
+        if (n < vocab) thr = sorted[n - 1];
+        if (s->top_p < 1.0f) { /* the smallest prefix whose mass reaches p: keep while the mass before is below p */
+            double total = 0.0, before = 0.0;
+            for (int32_t i = 0; i < n; i++) total += exp((double)sorted[i] - zmax);
             int32_t m = 0;
-            while (m < n && before < (double)s->top_p * total) before += exp((double)c[m].z - (double)c[0].z), m++;
-            n = m > 0 ? m : 1;
+            while (m < n && before < (double)s->top_p * total) before += exp((double)sorted[m] - zmax), m++;
+            if (m < 1) m = 1;
+            if ((double)sorted[m - 1] > thr) thr = sorted[m - 1];
         }
-        if (s->min_p > 0.0f) { /* probability >= min_p x the largest; the largest always stays */
-            int32_t m = 1;
-            while (m < n && exp((double)c[m].z - (double)c[0].z) >= (double)s->min_p) m++;
-            n = m;
+        if (s->min_p > 0.0f) { /* probability >= min_p x the largest's */
+            const double t = zmax + log((double)s->min_p);
+            if (t > thr) thr = t;
         }
-        total = 0.0;
-        for (int32_t i = 0; i < n; i++) total += exp((double)c[i].z - (double)c[0].z);
+        /* the draw: the first id, in id order, whose cumulative kept mass exceeds u x the total (a device walks the
+           vocabulary in blocks the same way, without a sort) */
+        double total = 0.0;
+        for (int32_t i = 0; i < vocab; i++)
+            if ((double)l[i] >= thr) total += exp((double)l[i] - zmax);
         const double target = fm_sample_uniform(s->seed, step) * total;
         double       cum    = 0.0;
-        chosen              = c[n - 1].id; /* rounding can leave target at the total: the last kept id */
-        for (int32_t i = 0; i < n; i++) {
-            cum += exp((double)c[i].z - (double)c[0].z);
-            if (cum > target) {
-                chosen = c[i].id;
-                break;
-            }
+        for (int32_t i = 0; i < vocab; i++) {
+            if (!((double)l[i] >= thr) || l[i] == -INFINITY) continue;
+            cum += exp((double)l[i] - zmax);
+            chosen = i; /* rounding can leave the target at the total: then the last kept id */
+            if (cum > target) break;
         }
     }
     if (info) raw_logprobs(logits, vocab, chosen, s->n_logprobs, info);

@@ -4,14 +4,14 @@
  *   1. penalties on the logits (the sequence's history: prompt ids, then generated ids)
  *        repetition r (Hugging Face, CTRL paper): every id seen in prompt or output: l > 0 ? l / r : l * r
  *        presence p, frequency f (OpenAI): every id generated c > 0 times: l -= p + f * c
- *   2. temperature 0: the argmax (ties: the lowest id). Otherwise l / T, then, in Hugging Face's order,
- *        top-k (the k largest), top-p (the smallest prefix, by probability, whose mass reaches p),
- *        min-p (the ids whose probability is at least min_p times the largest), each on the distribution the
- *        previous filter left, renormalised
- *   3. one uniform u in [0, 1) from (seed, step) by a counter-based hash (fm_sample_uniform), the same
- *        function on the device: the same seed gives the same tokens on every backend and batch order; the id
- *        is the first one, in the order (probability descending, id ascending), whose cumulative mass exceeds
- *        u times the total.
+ *   2. temperature 0: the argmax (ties: the lowest id). Otherwise z = l / T, then the filters, in Hugging Face's
+ *        order, each a threshold on z (ids tied at a threshold are kept together, as Hugging Face's top-k does):
+ *        top-k (z >= the k-th largest), top-p (z >= the smallest z of the shortest prefix, by probability, whose
+ *        mass reaches p of what top-k left), min-p (probability >= min_p times the largest)
+ *   3. one uniform u in [0, 1) from (seed, step) by a counter-based hash (fm_sample_uniform); the id is the first
+ *        kept one, in id order, whose cumulative mass exceeds u times the kept total. Id order (not probability
+ *        order) lets a device sampler walk the vocabulary in blocks without sorting it and draw the same id; the
+ *        same seed gives the same tokens on every backend and in any batch.
  * Log-probabilities are those of the model's own distribution (log-softmax of the raw logits, before penalties,
  * temperature and filters), as the OpenAI API and vLLM report them. */
 #ifndef FM_ENGINE_SAMPLER_H
