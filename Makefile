@@ -74,7 +74,7 @@ GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 GPU_TEST_SUPPORT_OBJ := $(BUILD)/tests/gpu/gpu_test_util.o
 $(GPU_TEST_BIN): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(GPU_TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(GPU_TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< $(GPU_TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
 test-gpu: $(GPU_TEST_BIN) $(BIN)
 	@set -e; for t in $(GPU_TEST_BIN); do echo "== $$t"; ./$$t; done; echo "ALL GPU TESTS PASSED"
 

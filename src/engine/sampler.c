@@ -57,24 +57,23 @@ size_t fm_sampler_scratch_bytes(int32_t vocab) {
     return (size_t)vocab * (2 * sizeof(float) + sizeof(int32_t) + 1);
 }
 
-/* Penalised logits into l[vocab]; counts and seen are scratch. NaN becomes -inf: it can never be drawn. */
-static void apply_penalties(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *hist,
-                            int64_t n_hist, int64_t n_prompt, float *l, int32_t *counts, uint8_t *seen) {
+/* Penalised logits into l[vocab] from the penalty state (either may be NULL: no such history). NaN becomes -inf: it
+ * can never be drawn. */
+static void apply_penalties(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *counts,
+                            const uint8_t *seen, float *l) {
     for (int32_t i = 0; i < vocab; i++) l[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-    const bool rep = s->repetition_penalty != 1.0f, pres = s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f;
-    if (!rep && !pres) return;
-    memset(counts, 0, (size_t)vocab * sizeof *counts);
-    memset(seen, 0, (size_t)vocab);
-    for (int64_t i = 0; i < n_hist; i++) {
-        const int32_t id = hist[i];
-        if (id < 0 || id >= vocab) continue; /* ids are checked where they enter; never index out of bounds here */
-        seen[id] = 1;
-        if (i >= n_prompt) counts[id]++;
-    }
+    const bool rep  = seen && s->repetition_penalty != 1.0f;
+    const bool pres = counts && (s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f);
     for (int32_t i = 0; i < vocab; i++) {
         if (rep && seen[i]) l[i] = l[i] > 0.0f ? l[i] / s->repetition_penalty : l[i] * s->repetition_penalty;
         if (pres && counts[i]) l[i] -= s->presence_penalty + s->frequency_penalty * (float)counts[i];
     }
+}
+
+void fm_sample_state_add(int32_t vocab, int32_t id, bool generated, int32_t *counts, uint8_t *seen) {
+    if (id < 0 || id >= vocab) return; /* ids are checked where they enter; never index out of bounds here */
+    seen[id] = 1;
+    if (generated) counts[id]++;
 }
 
 static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int32_t n_top, fm_sample_info *info) {
@@ -106,16 +105,23 @@ static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int
 
 int32_t fm_sample(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *hist, int64_t n_hist,
                   int64_t n_prompt, uint64_t step, void *scratch, fm_sample_info *info) {
-    float   *l      = scratch;
-    float   *sorted = l + vocab;
-    int32_t *counts = (int32_t *)(sorted + vocab);
+    int32_t *counts = (int32_t *)((float *)scratch + 2 * (size_t)vocab);
     uint8_t *seen   = (uint8_t *)(counts + vocab);
-    apply_penalties(logits, vocab, s, hist, n_hist, n_prompt, l, counts, seen);
+    memset(counts, 0, (size_t)vocab * sizeof *counts);
+    memset(seen, 0, (size_t)vocab);
+    for (int64_t i = 0; i < n_hist; i++) fm_sample_state_add(vocab, hist[i], i >= n_prompt, counts, seen);
+    return fm_sample_row(logits, vocab, s, counts, seen, step, scratch, info);
+}
+
+int32_t fm_sample_row(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *counts,
+                      const uint8_t *seen, uint64_t step, float *scratch, fm_sample_info *info) {
+    float *l = scratch, *sorted = scratch + vocab;
+    apply_penalties(logits, vocab, s, counts, seen, l);
     int32_t chosen = 0;
     for (int32_t i = 1; i < vocab; i++) /* the argmax, ties to the lower id: greedy's answer */
         if (l[i] > l[chosen]) chosen = i;
     if (s->temperature > 0.0f && isfinite(l[chosen])) { /* +inf or all -inf: the argmax is the only candidate */
-        const double zmax = (double)l[chosen] / s->temperature;
+        const double zmax = (double)(l[chosen] / s->temperature); /* the largest z: its weight is exactly 1 */
         for (int32_t i = 0; i < vocab; i++) l[i] = l[i] / s->temperature;
         /* the filters as value thresholds: an id is kept when its scaled logit is >= the threshold */
         double thr = -INFINITY;
@@ -123,6 +129,7 @@ int32_t fm_sample(const float *logits, int32_t vocab, const fm_sampling *s, cons
         qsort(sorted, (size_t)vocab, sizeof *sorted, desc_cmp);
         int32_t n = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab; /* candidates: sorted[0..n) */
         if (n < vocab) thr = sorted[n - 1];
+        while (n < vocab && sorted[n] >= thr) n++; /* ids tied with the k-th stay, and count in top-p's mass */
         if (s->top_p < 1.0f) { /* the smallest prefix whose mass reaches p: keep while the mass before is below p */
             double total = 0.0, before = 0.0;
             for (int32_t i = 0; i < n; i++) total += exp((double)sorted[i] - zmax);

@@ -17,6 +17,7 @@
 #ifndef FM_ENGINE_SAMPLER_H
 #define FM_ENGINE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fp8moe.h"
@@ -57,6 +58,15 @@ typedef struct fm_sample_info {
 
 /* Scratch for a vocabulary of `vocab` ids (fm_sampler_scratch_bytes). */
 size_t fm_sampler_scratch_bytes(int32_t vocab);
+
+/* The penalty state of a sequence: seen[vocab] marks the ids of prompt and output (repetition), counts[vocab] counts
+ * the output's (presence, frequency). Adds one id: a prompt id (generated false) or a generated one. */
+void fm_sample_state_add(int32_t vocab, int32_t id, bool generated, int32_t *counts, uint8_t *seen);
+
+/* One step on a row from its penalty state (counts and seen may be NULL: no penalties of that kind); scratch holds
+ * 2 x vocab floats. What a backend's sample op computes per row. */
+int32_t fm_sample_row(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *counts,
+                      const uint8_t *seen, uint64_t step, float *scratch, fm_sample_info *info);
 
 /* One step: the token for logits[vocab] given the sequence's history (n_hist ids, of which the first n_prompt are
  * the prompt) at generation step `step` (0 for the first generated token). scratch holds fm_sampler_scratch_bytes;
