@@ -1,0 +1,290 @@
+// Token sampling on the device, one CTA of 1024 threads per row; src/engine/sampler.h defines the arithmetic and
+// sampler.c is the reference this kernel reproduces (the same float operations for penalties and temperature, the
+// same double-precision masses, the same counter-based uniform), so a seed draws the same ids on both backends.
+//
+// Passes over the row (vocab V, from L2 after the first): penalties + temperature into z, with the argmax (1 pass);
+// greedy rows stop there. Sampled rows: top-k as a radix select of the k-th largest z (4 passes of 8 bits over
+// order-preserving keys), top-p as a radix select on probability mass (4 passes, double sums in 256 shared bins),
+// min-p in closed form, the kept total (1 pass), and the draw: each thread owns a contiguous chunk of ids, a block
+// scan of the chunk masses finds the chunk holding u x total, and its thread walks it in id order (1 pass). Log-
+// probabilities of the raw logits: log-sum-exp (1 pass) and the top N by N argmax passes over the total order
+// (value descending, id ascending), each pass taking the first element after the previous pick.
+// Floor: V x (2 or 4) bytes of logits per row from HBM; the rest is L2 traffic, ~10-14 passes of 4V bytes.
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/sampler.cuh"
+
+#define THREADS 1024
+#define WARPS   (THREADS / 32)
+
+typedef struct best_t {
+    float   v;
+    int32_t i;
+} best_t;
+
+// (v desc, i asc): true when a comes first
+static __device__ __forceinline__ bool before(best_t a, best_t b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
+
+static __device__ best_t block_best(best_t x, best_t *sh) {
+    for (int o = 16; o > 0; o >>= 1) {
+        best_t y;
+        y.v = __shfl_xor_sync(0xffffffffu, x.v, o), y.i = __shfl_xor_sync(0xffffffffu, x.i, o);
+        if (before(y, x)) x = y;
+    }
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) sh[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        x = sh[lane];
+        for (int o = 16; o > 0; o >>= 1) {
+            best_t y;
+            y.v = __shfl_xor_sync(0xffffffffu, x.v, o), y.i = __shfl_xor_sync(0xffffffffu, x.i, o);
+            if (before(y, x)) x = y;
+        }
+        if (lane == 0) sh[0] = x;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+static __device__ double block_sum(double x, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) sh[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        x = sh[lane];
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        if (lane == 0) sh[0] = x;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+// Exclusive prefix sum over the block's threads (thread order).
+static __device__ double block_exclusive_scan(double x, double *sh) {
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    double    inc = x;
+    for (int o = 1; o < 32; o <<= 1) {
+        const double y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    __syncthreads();
+    if (lane == 31) sh[w] = inc;
+    __syncthreads();
+    if (w == 0) {
+        double t = sh[lane], ti = t;
+        for (int o = 1; o < 32; o <<= 1) {
+            const double y = __shfl_up_sync(0xffffffffu, ti, o);
+            if (lane >= o) ti += y;
+        }
+        sh[lane] = ti - t; // the warps before this one
+    }
+    __syncthreads();
+    return sh[w] + inc - x;
+}
+
+static __device__ __forceinline__ float load_logit(const void *logits, bool f32, int64_t idx) {
+    const float v = f32 ? ((const float *)logits)[idx] : __bfloat162float(((const __nv_bfloat16 *)logits)[idx]);
+    return v;
+}
+
+// order-preserving map of a float to an unsigned key (larger float, larger key); z is never NaN
+static __device__ __forceinline__ uint32_t fkey(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+static __device__ __forceinline__ float key_float(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+static __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+typedef struct sample_smem {
+    best_t   best[WARPS];
+    double   dsum[WARPS];
+    uint32_t count[256];
+    double   mass[256];
+    uint32_t prefix, k;
+    double   above;
+    int32_t  chosen;
+} sample_smem;
+
+// The largest key K (among keys >= floor_key) with count{key >= K} >= k (top-k) or, when by_mass, with
+// mass{key >= K} >= target: four 8-bit passes from the top digit.
+static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, uint32_t floor_key, bool by_mass,
+                                        uint32_t k, double target, sample_smem *sh) {
+    uint32_t prefix = 0, mask = 0;
+    double   above  = 0.0; // mass (or count) of the keys above the prefix fixed so far
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += THREADS) sh->count[d] = 0, sh->mass[d] = 0.0;
+        __syncthreads();
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+            const uint32_t key = fkey(z[i]);
+            if (key < floor_key || (key & mask) != prefix) continue;
+            const uint32_t d = (key >> shift) & 255u;
+            if (by_mass) atomicAdd(&sh->mass[d], exp((double)z[i] - zmax));
+            else atomicAdd(&sh->count[d], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const double goal = by_mass ? target : (double)k;
+            int          pick = -1, lowest = -1;
+            double       acc = above, acc_lowest = above;
+            for (int d = 255; d >= 0; d--) {
+                const double here = by_mass ? sh->mass[d] : (double)sh->count[d];
+                if (here <= 0.0) continue;
+                if (acc + here >= goal) {
+                    pick = d;
+                    break;
+                }
+                lowest = d, acc_lowest = acc; // rounding can leave the goal above the whole mass: then the lowest digit
+                acc += here;
+            }
+            if (pick < 0) pick = lowest >= 0 ? lowest : 0, acc = acc_lowest;
+            sh->prefix = prefix | ((uint32_t)pick << shift);
+            sh->above  = acc;
+        }
+        __syncthreads();
+        prefix = sh->prefix, above = sh->above;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logits, bool f32, int32_t V,
+                                                                 const fm_sampling *params, uint64_t *steps,
+                                                                 int32_t *counts, uint8_t *seen, float *zbuf,
+                                                                 int32_t *ids, fm_sample_info *info) {
+    __shared__ sample_smem sh;
+    const int64_t     row = blockIdx.x;
+    const fm_sampling p   = params[row];
+    const int64_t     base = row * (int64_t)V;
+    float            *z    = zbuf + base;
+    const bool rep  = seen && p.repetition_penalty != 1.0f;
+    const bool pres = counts && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+    // penalties (the reference's float operations, uncontracted) and the argmax of the penalised logits
+    best_t mine = {-INFINITY, INT32_MAX};
+    for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+        float l = load_logit(logits, f32, base + i);
+        if (isnan(l)) l = -INFINITY;
+        if (rep && seen[base + i]) l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+        if (pres && counts[base + i])
+            l = __fsub_rn(l, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)counts[base + i])));
+        z[i] = l;
+        const best_t b = {l, i};
+        if (before(b, mine)) mine = b;
+    }
+    const best_t top = block_best(mine, sh.best);
+    int32_t      chosen = top.i;
+    if (p.temperature > 0.0f && isfinite(top.v)) {
+        const double zmax = (double)__fdiv_rn(top.v, p.temperature); // the largest z: its weight is exactly 1
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) z[i] = __fdiv_rn(z[i], p.temperature);
+        __syncthreads();
+        double thr = -INFINITY;
+        uint32_t floor_key = 0;
+        if (p.top_k > 0 && p.top_k < V) {
+            floor_key = radix_select(z, V, zmax, 0, false, (uint32_t)p.top_k, 0.0, &sh);
+            thr       = (double)key_float(floor_key);
+        }
+        if (p.top_p < 1.0f) {
+            double part = 0.0;
+            for (int32_t i = threadIdx.x; i < V; i += THREADS)
+                if (fkey(z[i]) >= floor_key) part += exp((double)z[i] - zmax);
+            const double total = block_sum(part, sh.dsum);
+            const uint32_t kp  = radix_select(z, V, zmax, floor_key, true, 0, (double)p.top_p * total, &sh);
+            const double   tp  = (double)key_float(kp);
+            if (tp > thr) thr = tp;
+        }
+        if (p.min_p > 0.0f) {
+            const double t = zmax + log((double)p.min_p);
+            if (t > thr) thr = t;
+        }
+        // the draw, in id order: thread t owns ids [t C, (t + 1) C)
+        const int32_t C = (V + THREADS - 1) / THREADS, lo = threadIdx.x * C, hi = min(V, lo + C);
+        double        part = 0.0;
+        int32_t       last = -1;
+        for (int32_t i = lo; i < hi; i++)
+            if ((double)z[i] >= thr && z[i] != -INFINITY) part += exp((double)z[i] - zmax), last = i;
+        const double total = block_sum(part, sh.dsum);
+        const double before_me = block_exclusive_scan(part, sh.dsum);
+        const double u = (double)(splitmix64(splitmix64(p.seed) ^ steps[row]) >> 11) * (1.0 / 9007199254740992.0);
+        const double target = u * total;
+        const best_t lastb  = block_best(best_t{(float)last, last}, sh.best); // the last kept id: the fallback
+        if (threadIdx.x == 0) sh.chosen = lastb.i;
+        __syncthreads();
+        if (part > 0.0 && before_me <= target && target < before_me + part) {
+            double cum = before_me;
+            for (int32_t i = lo; i < hi; i++) {
+                if (!((double)z[i] >= thr) || z[i] == -INFINITY) continue;
+                cum += exp((double)z[i] - zmax);
+                if (cum > target) {
+                    atomicMin(&sh.chosen, i);
+                    break;
+                }
+            }
+        }
+        __syncthreads();
+        chosen = sh.chosen;
+    }
+    if (info) { // the raw distribution: log-sum-exp, the chosen id's log-probability, the top N
+        best_t rmax = {-INFINITY, INT32_MAX};
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+            const best_t b = {load_logit(logits, f32, base + i), i};
+            if (!isnan(b.v) && before(b, rmax)) rmax = b;
+        }
+        const double mx = (double)block_best(rmax, sh.best).v;
+        double       part = 0.0;
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+            const float l = load_logit(logits, f32, base + i);
+            if (!isnan(l)) part += exp((double)l - mx);
+        }
+        const double lse = mx + log(block_sum(part, sh.dsum));
+        const int32_t n  = p.n_logprobs < V ? p.n_logprobs : V;
+        best_t        prev = {INFINITY, -1};
+        int32_t       got  = 0;
+        for (; got < n; got++) {
+            best_t b = {-INFINITY, INT32_MAX};
+            for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+                const best_t c = {load_logit(logits, f32, base + i), i};
+                if (!isnan(c.v) && before(prev, c) && before(c, b)) b = c;
+            }
+            const best_t w = block_best(b, sh.best);
+            if (w.i == INT32_MAX) break; // fewer non-NaN ids than asked
+            if (threadIdx.x == 0) info[row].top[got].id = w.i, info[row].top[got].logprob = (float)((double)w.v - lse);
+            prev = w;
+        }
+        if (threadIdx.x == 0) {
+            info[row].n_top   = got;
+            info[row].logprob = (float)((double)load_logit(logits, f32, base + chosen) - lse);
+        }
+    }
+    if (threadIdx.x == 0) {
+        ids[row] = chosen;
+        steps[row]++;
+        if (seen) seen[base + chosen] = 1;
+        if (counts) counts[base + chosen]++;
+    }
+}
+
+void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const fm_sampling *params,
+                    uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids, fm_sample_info *info,
+                    cudaStream_t s) {
+    if (B <= 0) return;
+    if ((counts == NULL) != (seen == NULL) || vocab <= 0 || !params || !steps || !z || !ids) {
+        fprintf(stderr, "fp8moe: sample: bad arguments (vocab %d, counts %p, seen %p)\n", vocab, (void *)counts,
+                (void *)seen);
+        abort();
+    }
+    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, params, steps, counts, seen, z, ids, info);
+    FM_LAUNCH_CHECK("sample");
+}

@@ -1,0 +1,29 @@
+// Token sampling on the device (sampler.cu): what src/engine/sampler.c's fm_sample_row computes, one row per CTA.
+// Plain C: the GPU tests call it directly.
+#ifndef FM_CUDA_SAMPLER_CUH
+#define FM_CUDA_SAMPLER_CUH
+
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// One id per row of logits [B][vocab] (fp32 when f32, else bf16). Device memory, all of it:
+//   params [B] fm_sampling, steps [B] (the draw of row r uses steps[r], which is then incremented),
+//   counts [B][vocab] int32 and seen [B][vocab] uint8: each row's penalty state (both NULL: no penalties), the
+//   chosen id is added to it (seen = 1, count + 1);
+//   z [B][vocab] fp32 scratch; ids [B] out; info [B] out (the raw log-probabilities, as fm_sample_info), or NULL.
+// Values never reach the host: the op is graph-safe and branches on shapes only.
+void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const fm_sampling *params,
+                    uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids, fm_sample_info *info,
+                    cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
