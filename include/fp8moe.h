@@ -73,6 +73,9 @@ typedef struct fm_options {
                                  allocated, the load checks that the memory plan (weights + activations +
                                  workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
     int64_t     max_tokens;   /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
+    int64_t     ctx;          /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
+                                 config has none); a larger value is allowed only when set explicitly. A longer
+                                 prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048

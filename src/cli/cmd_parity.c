@@ -375,6 +375,7 @@ int cmd_parity(int argc, char **argv) {
             ids_path = default_ids;
         }
         st = fm_ids_read(ids_path, &ids, &n_ids, &err);
+        if (!st) st = fm_ids_check_vocab(ids_path, ids, n_ids, V, &err);
         rep.ppl_ids = ids_path == a.ids_path ? a.ids_path : strdup(ids_path);
         if (!rep.ppl_ids) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory");
         if (!st && n_ids < a.prompts)

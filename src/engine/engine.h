@@ -27,7 +27,12 @@ struct fm_model {
     size_t            weight_bytes; /* held by the backend */
     struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated at load for buf_tokens */
     int64_t           buf_tokens;
+    int64_t           ctx;          /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
+    bool              ctx_explicit; /* set by the caller (--ctx), not by the config */
 };
+
+/* FM_OK when a sequence of T tokens fits the model's context, else a message naming the limit and --ctx. */
+fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err);
 
 /* Allocates (or reallocates, for more tokens) the forward buffers: the activations of the memory plan. */
 fm_status fm_forward_buffers_reserve(fm_model *m, int64_t T, fm_error *err);

@@ -14,6 +14,7 @@
 #include "quant/bf16.h"
 #include "quant/int4.h"
 #include "quant/int4_native.h"
+#include "util/progress.h"
 #include "util/status.h"
 
 /* One unit of the output: a tensor copied as it is, or a linear written as its three compressed-tensors tensors. */
@@ -235,7 +236,7 @@ static fm_status write_slot(writer_ctx *c, fm_st_writer *sw, const slot *s, fm_e
         c->stats->n_quantized++;
         if (!st && c->o->progress && it->layer + 1 > c->layer_done) {
             c->layer_done = it->layer + 1;
-            fprintf(stderr, "\rrequantize: layer %d/%d, %.1f MiB written", c->layer_done, c->p->src->cfg.n_layers,
+            fm_progress("requantize: layer %d/%d, %.1f MiB written", c->layer_done, c->p->src->cfg.n_layers,
                     (double)(c->stats->bytes + sw->written) / (1 << 20));
         }
         return st;
@@ -355,7 +356,7 @@ static fm_status write_tensors(const fm_requant_opts *o, const fm_model_src *src
     stats->n_copied = 0;
     for (int64_t i = 0; i < p.n; i++) stats->n_copied += p.items[i].copy != NULL;
     if (!st && p.n_files > 1) st = write_index(&p, o->out_dir, tensor_bytes, err);
-    if (o->progress) fprintf(stderr, "\n");
+    fm_progress_end();
     free(c.wf), free(c.q), free(c.sf), free(c.words);
     plan_free(&p);
     return st;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "util/file.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "util/status.h"
@@ -391,21 +392,14 @@ fm_status fm_st_open_file(const char *path, fm_st_file *out, fm_error *err) {
     if (!out) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", q(&qp, path), strerror(errno));
+    int       fd = -1;
+    fm_status ost = fm_open_regular(path, "a safetensors file", &fd, NULL, err); /* a FIFO would block open() */
+    if (ost) return ost;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return fm_fail(err, FM_ERR_IO, "%s: cannot stat: %s", q(&qp, path), strerror(e));
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        close(fd);
-        return fm_fail(err, FM_ERR_IO, "%s: is a directory, expected a safetensors file", q(&qp, path));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fm_fail(err, FM_ERR_IO, "%s: not a regular file", q(&qp, path));
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size == 0) {
@@ -605,14 +599,13 @@ static fm_status read_small(const char *path, char **data, uint64_t *len, bool *
     *data = NULL;
     *len = 0;
     *exists = false;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return FM_OK;
-        return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", q(&qp, path), strerror(errno));
-    }
+    int       fd      = -1;
+    bool      missing = false;
+    fm_status ost     = fm_open_regular(path, "a shard index (JSON)", &fd, &missing, err);
+    if (ost || missing) return ost;
     *exists = true;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
         return fm_fail(err, FM_ERR_IO, "%s: not a readable regular file", q(&qp, path));
     }
