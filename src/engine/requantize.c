@@ -226,7 +226,10 @@ static fm_status write_packed(writer_ctx *c, fm_st_writer *sw, item *it, fm_erro
 
 static fm_status write_slot(writer_ctx *c, fm_st_writer *sw, const slot *s, fm_error *err) {
     item *it = &c->p->items[s->item];
-    if (it->copy) return fm_st_writer_write(sw, it->copy->data, it->copy->nbytes, err);
+    if (it->copy) { /* copied as it is, so checked here: a NaN would pass into the new checkpoint */
+        fm_status st = fm_st_check_finite(it->copy, 0, it->copy->n_elements, err);
+        return st ? st : fm_st_writer_write(sw, it->copy->data, it->copy->nbytes, err);
+    }
     if (s->part == 2) {
         const int64_t shape[2] = {it->w->rows, it->w->cols};
         return fm_st_writer_write(sw, shape, sizeof shape, err);

@@ -36,7 +36,10 @@ fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
         fm_int4_ckpt_free(&c);
         return FM_OK;
     }
-    if (w->t) return fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+    if (w->t) {
+        fm_status st = fm_st_check_finite(w->t, w->offset, w->rows * w->cols, err);
+        return st ? st : fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+    }
     for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] = fm_synth_value(&w->synth, i, w->cols);
     return FM_OK;
 }
