@@ -278,7 +278,10 @@ int cmd_inspect(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == OPT_MODEL_I) dir = optarg;
+        if (c == OPT_MODEL_I) {
+            if (!*optarg) return cli_usage(cmd, "--model needs a checkpoint directory, got ''");
+            dir = optarg;
+        }
         else if (c == OPT_TENSORS) list = true;
         else if (c == OPT_TOKENS) {
             if (!cli_parse_int(cmd, "--tokens", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
