@@ -524,6 +524,13 @@ static void special_files_refused(void **s) {
     assert_int_equal(unlink(path), 0);
     assert_int_equal(mkfifo(path, 0644), 0);
     expect_error(fp8moe("inspect --model %s", dir), 1, "a FIFO");
+    /* requantize --force into a directory where a file it copies is a FIFO */
+    snprintf(dir, sizeof dir, "%s/rq-fifo", cli_tmp);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    expect_error(fp8moe("requantize --model tests/models/qwen3-moe-f32 --out %s --force -q", dir), 1, "a FIFO");
+    assert_true(is_fifo(path));
     assert_false(exists(out));
     cli_timeout_s = 0;
 }
