@@ -35,7 +35,7 @@ typedef struct plan_args {
 } plan_args;
 
 static void print_shape(const fm_wsrc *w, const char *name) {
-    if (w->rows == 1) printf("  %-28s [%lld]\n", name, (long long)w->cols);
+    if (w->rows == 1 && w->t && w->t->n_dims == 1) printf("  %-28s [%lld]\n", name, (long long)w->cols);
     else printf("  %-28s [%lld, %lld]\n", name, (long long)w->rows, (long long)w->cols);
 }
 
