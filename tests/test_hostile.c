@@ -163,12 +163,15 @@ static void write_tiny(const char *dir, const tiny_spec *s) {
     assert_int_equal(fm_st_writer_close(&w, &err), FM_OK);
 }
 
-static fm_status load(const char *dir, fm_preset p, fm_model **m, fm_error *err) {
+static fm_status load_on(const char *dir, const char *backend, fm_preset p, fm_model **m, fm_error *err) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset = p;
+    opt.backend = backend;
+    opt.preset  = p;
     return fm_model_load(dir, &opt, m, err);
 }
+
+static fm_status load(const char *dir, fm_preset p, fm_model **m, fm_error *err) { return load_on(dir, "cpu", p, m, err); }
 
 /* logits of ids 0, 1, 2, ... (mod V) at T positions, every one finite */
 static float *run(fm_model *m, int T) {
@@ -267,6 +270,12 @@ static void nonfinite_weights_refused(void **s) {
             assert_null(m);
             expect_msg(&err, cases[c].tensor, cases[c].what);
             expect_msg(&err, "element 3", NULL);
+            /* the GPU's load reads the stored bits itself: the same refusal where a GPU is present */
+            const fm_status st = load_on(dir, "cuda", presets[p], &m, &err);
+            assert_null(m);
+            if (st == FM_ERR_BACKEND) continue; /* no GPU here */
+            assert_int_equal(st, FM_ERR_FORMAT);
+            expect_msg(&err, cases[c].tensor, cases[c].what);
         }
     }
 }
