@@ -7,7 +7,7 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS_ALL = -std=c11 -D_DEFAULT_SOURCE $(OPT) $(SAN) -g -Wall -Wextra -Werror -MMD -MP -fopenmp -Iinclude -Isrc $(EXTRA_CFLAGS)
-LDLIBS_ALL = -lcjson -lm -fopenmp $(SAN)
+LDLIBS_ALL = -lcjson -lpcre2-8 -lm -fopenmp $(SAN)
 
 # CUDA: compiled whenever nvcc is present (CI has it; the GPU machine has it). NVCC= builds without it.
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -100,10 +100,11 @@ asan:
 	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
 # libFuzzer target for the safetensors + config + shard-index parsers (clang).
-FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/io/quant_config.c src/util/status.c $(wildcard src/quant/*.c)
+FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/io/quant_config.c src/io/ckpt_regex.c \
+            src/util/status.c src/util/file.c $(wildcard src/quant/*.c)
 $(BUILD)/fuzz/fuzz_loader: $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_DEFAULT_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o $@ $(FUZZ_SRC) -lcjson -lm
+	clang -std=c11 -D_DEFAULT_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o $@ $(FUZZ_SRC) -lcjson -lpcre2-8 -lm
 fuzz: $(BUILD)/fuzz/fuzz_loader
 FUZZ_SECONDS ?= 60
 fuzz-run: fuzz
@@ -128,7 +129,7 @@ clean:
 help:
 	@echo "targets:"
 	@echo "  make [all]     build $(LIB) and $(BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
-	@echo "  make deps      install missing Debian packages (cJSON, cmocka, gnuplot)"
+	@echo "  make deps      install missing Debian packages (cJSON, PCRE2, cmocka, gnuplot)"
 	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"

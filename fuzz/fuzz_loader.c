@@ -4,10 +4,11 @@
  *   byte % 3 == 0: a safetensors file (fm_st_parse), then every float tensor read back through fm_st_read_f32,
  *                  plus a few out-of-range reads that must fail;
  *   byte % 3 == 1: a shard index, model.safetensors.index.json (fm_st_parse_index);
- *   byte % 3 == 2: config.json (fm_config_parse).
+ *   byte % 3 == 2: config.json (fm_config_parse), then its quantization_config.ignore list on a module name.
  * Seeds in fuzz/seeds/ carry that leading byte (0x00 / 0x01 / 0x02). Every result is freed, so the leak
  * checker sees any path that forgets to. A parser that accepts input must leave consistent results: the
  * checks below abort (a finding) when they do not. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,11 @@ static void fuzz_safetensors(const uint8_t *buf, size_t size) {
             check(o != NULL, "out of memory");
             out = o;
             check(fm_st_read_f32(t, 0, t->n_elements, out, &err) == FM_OK, "read of a whole float tensor failed");
+            int64_t first_bad = -1; /* the finiteness check on the stored bits agrees with the decoded values */
+            for (int64_t j = 0; j < t->n_elements && first_bad < 0; j++)
+                if (!isfinite(out[j])) first_bad = j;
+            check((fm_st_check_finite(t, 0, t->n_elements, &err) == FM_OK) == (first_bad < 0),
+                  "finiteness check disagrees with the decoded values");
             if (t->n_elements > 1) {
                 check(fm_st_read_f32(t, t->n_elements - 1, 1, out, &err) == FM_OK, "read of the last element failed");
             }
@@ -97,7 +103,11 @@ static void fuzz_config(const uint8_t *buf, size_t size) {
     static fm_config cfg; /* large (per-layer flags): not on the stack */
     static int       warned;
     fm_error         err = {{0}};
-    if (fm_config_parse((const char *)buf, size, "fuzz.config.json", &cfg, &err) == FM_OK) return;
+    if (fm_config_parse((const char *)buf, size, "fuzz.config.json", &cfg, &err) == FM_OK) {
+        bool hit = false; /* the ignore list's regexes, on a module name: bounded, whatever the pattern */
+        fm_quant_config_ignores(&cfg.quant, "model.layers.0.mlp.experts.0.gate_proj", &hit, &err);
+        return;
+    }
     size_t n = strnlen(err.msg, sizeof err.msg);
     check(n > 0 && n < sizeof err.msg, "config: error message empty or unterminated");
     /* A multi-line message is a defect (messages are one line) but not a memory error: reported once per run

@@ -77,6 +77,9 @@ typedef struct fm_options {
                                  GPU). Keys: w4a8.kernel auto|wgmma|mma, w4a8.tile auto|16|64, dense.gemv
                                  auto|on|off, w8a8.gemv_max_m auto|1..16, pdl auto|on|off (fm_routes_check; the
                                  table: `fp8moe inspect --routes`). They choose kernels, never what is computed. */
+    int64_t     ctx;          /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
+                                 config has none); a larger value is allowed only when set explicitly. A longer
+                                 prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048

@@ -13,6 +13,7 @@
 
 char cli_tmp[256];
 char cli_out[1 << 16], cli_err[1 << 16];
+int  cli_timeout_s;
 
 void slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");
@@ -29,7 +30,9 @@ int fp8moe(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s %s >%s/stdout 2>%s/stderr", bin, args, cli_tmp, cli_tmp);
+    char limit[64] = "";
+    if (cli_timeout_s > 0) snprintf(limit, sizeof limit, "timeout -k 5 %d ", cli_timeout_s);
+    snprintf(cmd, sizeof cmd, "%s%s %s >%s/stdout 2>%s/stderr", limit, bin, args, cli_tmp, cli_tmp);
     int status = system(cmd);
     snprintf(path, sizeof path, "%s/stdout", cli_tmp);
     slurp(path, cli_out, sizeof cli_out);
@@ -37,7 +40,8 @@ int fp8moe(const char *fmt, ...) {
     slurp(path, cli_err, sizeof cli_err);
     if (!WIFEXITED(status)) fail_msg("'%s' did not exit normally (status %d)", args, status);
     int code = WEXITSTATUS(status);
-    if (code != 0 && code != 1 && code != 2) fail_msg("'%s' exited %d; stderr: %s", args, code, cli_err);
+    if (code != 0 && code != 1 && code != 2)
+        fail_msg("'%s' exited %d%s; stderr: %s", args, code, code == 124 ? " (timed out: blocked?)" : "", cli_err);
     return code;
 }
 

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "cli_runner.h"
+#include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -126,6 +127,7 @@ static void bad_ids(void **s) {
     int32_t v[3] = {1, 320, 2};
     write_bytes(ids, v, sizeof v);
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "outside the vocabulary");
+    assert_non_null(strstr(cli_err, ids)); /* which file holds the bad id */
     int32_t neg[1] = {-5};
     write_bytes(ids, neg, sizeof neg);
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "-5");
@@ -516,6 +518,182 @@ static void inspect_routes(void **s) {
     assert_null(strstr(cli_out, " 16        \n")); /* every tile row 64 */
 }
 
+/* ---- hostile input ------------------------------------------------------------------------------------ */
+
+/* Writes value over element `element` of tensor `name` in a safetensors file (located through the reader). */
+static void poison_tensor(const char *path, const char *name, int64_t element, float value) {
+    fm_st_file f;
+    fm_error   err = {{0}};
+    assert_int_equal(fm_st_open_file(path, &f, &err), FM_OK);
+    const fm_st_tensor *t = NULL;
+    for (int64_t i = 0; i < f.n_tensors; i++)
+        if (!strcmp(f.tensors[i].name, name)) t = &f.tensors[i];
+    assert_non_null(t);
+    assert_int_equal(t->dtype, FM_DTYPE_F32);
+    const long at = (long)(t->data - f.map) + 4 * element;
+    fm_st_close_file(&f);
+    FILE *o = fopen(path, "r+b");
+    assert_non_null(o);
+    assert_int_equal(fseek(o, at, SEEK_SET), 0);
+    assert_int_equal(fwrite(&value, 4, 1, o), 1);
+    fclose(o);
+}
+
+static bool is_fifo(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode);
+}
+
+/* FIFOs and directories where files are expected: refused by name, without blocking (before: open() waited forever
+ * for a writer, and --out FIFO was replaced by a regular file through the rename). */
+static void special_files_refused(void **s) {
+    (void)s;
+    cli_timeout_s = 60;
+    const char *m = "--model tests/models/qwen3-moe-f32", *ids = "tests/models/qwen3-moe-f32/golden_ids.i32";
+    char dir[512], path[600], fifo[512], out[512];
+    snprintf(out, sizeof out, "%s/never.f32", cli_tmp);
+    snprintf(fifo, sizeof fifo, "%s/out.fifo", cli_tmp);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, fifo), 1, "not a regular file (a FIFO)");
+    assert_true(is_fifo(fifo)); /* not replaced */
+    expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, cli_tmp), 1, "is a directory");
+    expect_error(fp8moe("logits %s --ids %s --out %s", m, fifo, out), 1, "a FIFO");
+    expect_error(fp8moe("logits %s --ids %s --out %s", m, cli_tmp, out), 1, "is a directory");
+    expect_error(fp8moe("parity --synthetic toy-moe --presets int4 --layers 1 --tokens 4 --json %s", fifo), 1, "a FIFO");
+    assert_true(is_fifo(fifo));
+
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        copy_model("tests/models/qwen3-moe-f32", "fifo", dir, sizeof dir);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(mkfifo(path, 0644), 0);
+        expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "not a regular file (a FIFO)");
+        assert_non_null(strstr(cli_err, files[i]));
+    }
+    copy_model("tests/models/mixtral-f32-sharded", "fifoshard", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model-00002-of-00005.safetensors", dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    expect_error(fp8moe("inspect --model %s", dir), 1, "a FIFO");
+    assert_non_null(strstr(cli_err, "model-00002-of-00005.safetensors"));
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    expect_error(fp8moe("inspect --model %s", dir), 1, "a FIFO");
+    /* requantize --force into a directory where a file it copies is a FIFO */
+    snprintf(dir, sizeof dir, "%s/rq-fifo", cli_tmp);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    expect_error(fp8moe("requantize --model tests/models/qwen3-moe-f32 --out %s --force -q", dir), 1, "a FIFO");
+    assert_true(is_fifo(path));
+    assert_false(exists(out));
+    cli_timeout_s = 0;
+}
+
+/* --model '' is a usage error; a path longer than the message buffer keeps the reason (the path loses its head). */
+static void messages_stay_whole(void **s) {
+    (void)s;
+    expect_error(fp8moe("logits --model '' --ids x --out y"), 2, "--model");
+    expect_error(fp8moe("inspect --model ''"), 2, "--model");
+    char dir[1400], path[1500];
+    size_t k = (size_t)snprintf(dir, sizeof dir, "%s", cli_tmp);
+    for (int i = 0; i < 5; i++) {
+        k += (size_t)snprintf(dir + k, sizeof dir - k, "/%0200d", i);
+        assert_int_equal(mkdir(dir, 0755), 0);
+    }
+    char cmd[3200];
+    snprintf(cmd, sizeof cmd, "cp -r tests/models/qwen3-moe-f32 %s/m", dir);
+    assert_int_equal(system(cmd), 0);
+    strcat(dir, "/m");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    replace_in_file(path, "\"hidden_size\": 96", "\"hidden_size\": \"ninety-six\"");
+    expect_error(fp8moe("inspect --model %s", dir), 1, "field 'hidden_size' must be an integer, got a string");
+    assert_non_null(strstr(cli_err, "/m/config.json"));
+    replace_in_file(path, "\"hidden_size\": \"ninety-six\"", "\"hidden_size\": 96, \"hidden_size\": 64");
+    expect_error(fp8moe("inspect --model %s", dir), 1, "key 'hidden_size' appears twice");
+}
+
+/* Progress lines go to a terminal only; on a terminal, an error replaces the progress line instead of being glued
+ * to it. */
+static void progress_on_terminal_only(void **s) {
+    (void)s;
+    assert_int_equal(fp8moe("perplexity --model models/tiny-code-moe --ids models/tiny-code-moe/eval_ids.i32 --window 8 "
+                            "--windows 2 -v"), 0);
+    assert_null(strchr(cli_err, '\r'));
+    assert_null(strstr(cli_err, "window 1/2"));
+    assert_null(strstr(cli_err, "loading layer"));
+
+    char dir[512], path[600], out[512];
+    copy_model("tests/models/qwen3-moe-f32", "nanlayer", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    poison_tensor(path, "model.layers.2.mlp.experts.5.up_proj.weight", 17, NAN);
+    snprintf(out, sizeof out, "%s/never.f32", cli_tmp);
+    if (system("command -v script >/dev/null 2>&1") != 0) {
+        print_message("script(1) not found: the terminal half of this test is skipped\n");
+        return;
+    }
+    const char *bin = getenv("FP8MOE_BIN") ? getenv("FP8MOE_BIN") : "build/fp8moe";
+    char cmd[2048], tty[600];
+    snprintf(tty, sizeof tty, "%s/tty.txt", cli_tmp);
+    snprintf(cmd, sizeof cmd, "script -qec '%s logits --model %s --ids tests/models/qwen3-moe-f32/golden_ids.i32 --out %s "
+             "-v' /dev/null > %s 2>&1", bin, dir, out, tty);
+    assert_int_not_equal(system(cmd), -1);
+    static char text[1 << 16];
+    slurp(tty, text, sizeof text);
+    const char *e = strstr(text, "fp8moe logits: error:");
+    if (!e) fail_msg("no error on the terminal: %s", text);
+    assert_non_null(strstr(text, "loading layer")); /* there was a progress line on the terminal */
+    const bool clean = e == text || e[-1] == '\n' || (e - text >= 4 && !memcmp(e - 4, "\r\033[K", 4));
+    if (!clean) fail_msg("the error is glued to a progress line: %s", text);
+    assert_non_null(strstr(e, "model.layers.2.mlp.experts.5.up_proj.weight"));
+    assert_false(exists(out));
+}
+
+/* NaN/Inf weights fail the run naming the tensor (before: ref wrote NaN logits, perplexity printed nan, int4/fp8 and
+ * requantize turned NaN into code 0, all with exit 0). */
+static void nonfinite_weights_fail(void **s) {
+    (void)s;
+    char dir[512], path[600], out[512];
+    copy_model("tests/models/qwen3-moe-f32", "nan", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    poison_tensor(path, "model.layers.1.self_attn.o_proj.weight", 5, INFINITY);
+    snprintf(out, sizeof out, "%s/never.f32", cli_tmp);
+    const char *ids = "tests/models/qwen3-moe-f32/golden_ids.i32";
+    const char *presets[] = {"ref", "int4", "fp8"};
+    for (int p = 0; p < 3; p++) {
+        expect_error(fp8moe("logits --model %s --ids %s --out %s --preset %s", dir, ids, out, presets[p]), 1,
+                     "model.layers.1.self_attn.o_proj.weight");
+        assert_non_null(strstr(cli_err, "element 5 is infinite"));
+    }
+    expect_error(fp8moe("perplexity --model %s --ids %s --window 8", dir, ids), 1, "model.layers.1.self_attn.o_proj");
+    assert_null(strstr(cli_out, "perplexity ="));
+    char rq[512];
+    snprintf(rq, sizeof rq, "%s/nan-int4", cli_tmp);
+    expect_error(fp8moe("requantize --model %s --out %s -q", dir, rq), 1, "model.layers.1.self_attn.o_proj.weight");
+    assert_false(exists(out));
+}
+
+/* A prompt longer than max_position_embeddings (256 here) is refused with the limit unless --ctx allows it. */
+static void context_limit_cli(void **s) {
+    (void)s;
+    char ids[512], out[512];
+    snprintf(ids, sizeof ids, "%s/long.i32", cli_tmp);
+    snprintf(out, sizeof out, "%s/long.f32", cli_tmp);
+    int32_t v[300];
+    for (int i = 0; i < 300; i++) v[i] = (i * 37) % 320;
+    write_bytes(ids, v, sizeof v);
+    const char *m = "--model tests/models/qwen3-moe-f32";
+    expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, out), 1, "context of 256 tokens");
+    assert_non_null(strstr(cli_err, "--ctx"));
+    assert_false(exists(out));
+    expect_error(fp8moe("perplexity %s --ids %s --window 300", m, ids), 1, "--ctx");
+    assert_int_equal(fp8moe("logits %s --ids %s --out %s --ctx 300", m, ids, out), 0);
+    assert_true(exists(out));
+    expect_error(fp8moe("logits %s --ids %s --out %s --ctx 0", m, ids, out), 2, "--ctx");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(usage_errors),
@@ -532,6 +710,11 @@ int main(void) {
         cmocka_unit_test(parity_perplexity),
         cmocka_unit_test(route_option),
         cmocka_unit_test(inspect_routes),
+        cmocka_unit_test(special_files_refused),
+        cmocka_unit_test(messages_stay_whole),
+        cmocka_unit_test(progress_on_terminal_only),
+        cmocka_unit_test(nonfinite_weights_fail),
+        cmocka_unit_test(context_limit_cli),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -32,10 +32,11 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
  * value. */
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out);
 
-/* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. */
+/* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. A path
+ * that exists and is not a regular file (a device, a FIFO, a directory) is refused, not replaced. */
 fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err);
 
-/* Options every model-running command shares: --model --backend --preset --layers --threads --vram-limit
+/* Options every model-running command shares: --model --backend --preset --layers --threads --ctx --vram-limit
  * --route --verbose. */
 typedef struct cli_model_opts {
     const char *model_dir;
@@ -60,6 +61,8 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "                     activations (one dynamic scale per input); the preset's otherwise\n"          \
     "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"        \
     "  --threads N        CPU threads (default: all)\n"                                                  \
+    "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"    \
+    "                     prompts are refused unless --ctx allows them)\n"                             \
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"  \
     "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"     \
     CLI_ROUTE_HELP                                                                                       \

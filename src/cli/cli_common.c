@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/file.h"
+#include "util/progress.h"
 #include "util/status.h"
 
 int cli_fail(const char *cmd, fm_status st, const fm_error *err) {
+    fm_progress_end(); /* never glued to a progress line */
     fprintf(stderr, "fp8moe %s: error: %s\n", cmd, err->msg[0] ? err->msg : fm_status_name(st));
     return st == FM_ERR_USAGE ? CLI_USAGE : CLI_BAD_INPUT;
 }
@@ -16,6 +19,7 @@ int cli_fail(const char *cmd, fm_status st, const fm_error *err) {
 int cli_usage(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    fm_progress_end();
     fprintf(stderr, "fp8moe %s: ", cmd);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, " (see 'fp8moe %s --help')\n", cmd);
@@ -72,18 +76,21 @@ bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t
 }
 
 fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err) {
+    fm_status cst = fm_check_output_path(path, err); /* the rename below would replace a device or FIFO */
+    if (cst) return cst;
+    fm_path_buf pb;
     size_t len = strlen(path) + 32;
     char  *tmp = malloc(len);
     if (!tmp) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     fm_status st = FM_OK;
-    if (!f) st = fm_fail(err, FM_ERR_IO, "%s: cannot create output file: %s", path, strerror(errno));
+    if (!f) st = fm_fail(err, FM_ERR_IO, "%s: cannot create output file: %s", fm_path_show(&pb, path), strerror(errno));
     else {
         bool ok = fwrite(data, 1, n, f) == n;
         ok &= fclose(f) == 0;
         if (!ok || rename(tmp, path) != 0) {
-            st = fm_fail(err, FM_ERR_IO, "%s: cannot write output file: %s", path, strerror(errno));
+            st = fm_fail(err, FM_ERR_IO, "%s: cannot write output file: %s", fm_path_show(&pb, path), strerror(errno));
             unlink(tmp);
         }
     }
@@ -119,21 +126,25 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap) {
     return true;
 }
 
-enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT, OPT_DENSE, OPT_ROUTE };
+enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT, OPT_DENSE, OPT_ROUTE, OPT_CTX };
 
 static const struct option model_options[] = {
     {"model", required_argument, 0, OPT_MODEL},     {"backend", required_argument, 0, OPT_BACKEND},
     {"preset", required_argument, 0, OPT_PRESET},   {"layers", required_argument, 0, OPT_LAYERS},
     {"threads", required_argument, 0, OPT_THREADS}, {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
-    {"dense", required_argument, 0, OPT_DENSE},     {"verbose", no_argument, 0, 'v'},
-    {"route", required_argument, 0, OPT_ROUTE},     {"help", no_argument, 0, 'h'},
+    {"dense", required_argument, 0, OPT_DENSE},     {"ctx", required_argument, 0, OPT_CTX},
+    {"route", required_argument, 0, OPT_ROUTE},     {"verbose", no_argument, 0, 'v'},
+    {"help", no_argument, 0, 'h'},
 };
 
 /* One of the shared options: true when handled (*bad set on a bad value, message printed). */
 static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts *o, bool *bad) {
     long v = 0;
     switch (c) {
-    case OPT_MODEL: o->model_dir = arg; return true;
+    case OPT_MODEL:
+        if (!*arg) *bad = true, cli_usage(cmd, "--model needs a checkpoint directory, got ''");
+        o->model_dir = arg;
+        return true;
     case OPT_BACKEND:
         if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
         o->opt.backend = arg;
@@ -152,6 +163,10 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
     case OPT_THREADS:
         *bad = !cli_parse_int(cmd, "--threads", arg, 1, 4096, &v);
         o->opt.n_threads = (int32_t)v;
+        return true;
+    case OPT_CTX:
+        *bad = !cli_parse_int(cmd, "--ctx", arg, 1, 1L << 40, &v);
+        o->opt.ctx = v;
         return true;
     case OPT_VRAM_LIMIT: *bad = !cli_parse_bytes(cmd, "--vram-limit", arg, &o->opt.vram_limit); return true;
     case OPT_ROUTE:

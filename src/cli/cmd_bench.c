@@ -7,6 +7,7 @@
 #include "cli/bench_common.h"
 #include "cli/cli.h"
 #include "engine/cost.h"
+#include "util/progress.h"
 
 static const char *HELP =
     "usage: fp8moe bench prefill --synthetic NAME [--layers L] [--tokens T] [--preset P] [--repeat R] [options]\n"
@@ -96,9 +97,9 @@ int cmd_bench(int argc, char **argv) {
         if (st || r < a.warmup) continue;
         total[r - a.warmup] = prof.total_ms;
         for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s][r - a.warmup] = prof.stage_ms[s];
-        if (mo.opt.verbose) fprintf(stderr, "\rrun %ld/%ld: %.3f ms", r - a.warmup + 1, a.repeat, prof.total_ms);
+        if (mo.opt.verbose) fm_progress("run %ld/%ld: %.3f ms", r - a.warmup + 1, a.repeat, prof.total_ms);
     }
-    if (mo.opt.verbose) fprintf(stderr, "\n");
+    fm_progress_end();
     if (!st) {
         fm_cost cost;
         fm_prefill_cost(&m->cfg, &m->plan, m->n_layers, T, true, &cost);

@@ -131,7 +131,7 @@ static route_shapes shapes_of(const char *dir, const fm_config *c) {
 }
 
 static void print_shape(const fm_wsrc *w, const char *name) {
-    if (w->rows == 1) printf("  %-28s [%lld]\n", name, (long long)w->cols);
+    if (w->rows == 1 && w->t && w->t->n_dims == 1) printf("  %-28s [%lld]\n", name, (long long)w->cols);
     else printf("  %-28s [%lld, %lld]\n", name, (long long)w->rows, (long long)w->cols);
 }
 
@@ -380,7 +380,10 @@ int cmd_inspect(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (c == OPT_MODEL_I) dir = optarg;
+        if (c == OPT_MODEL_I) {
+            if (!*optarg) return cli_usage(cmd, "--model needs a checkpoint directory, got ''");
+            dir = optarg;
+        }
         else if (c == OPT_TENSORS) list = true;
         else if (c == OPT_TOKENS) {
             if (!cli_parse_int(cmd, "--tokens", optarg, 1, 1L << 30, &v)) return CLI_USAGE;

@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "io/ids.h"
+#include "util/file.h"
 
 static const char *HELP =
     "usage: fp8moe logits --model DIR --ids FILE --out FILE [options]\n"
@@ -39,15 +40,18 @@ int cmd_logits(int argc, char **argv) {
     if (rc >= 0) return rc;
     const char *ids_path = a.ids_path, *out_path = a.out_path;
     if (!mo.model_dir || !ids_path || !out_path) return cli_usage(cmd, "--model, --ids and --out are required");
+    if (!*ids_path || !*out_path) return cli_usage(cmd, "--ids and --out need a file name, got ''");
 
     fm_error  err = {{0}};
     int32_t  *ids = NULL;
     int64_t   n   = 0;
     fm_model *m   = NULL;
     float    *logits = NULL;
-    fm_status st  = fm_ids_read(ids_path, &ids, &n, &err);
+    fm_status st  = fm_check_output_path(out_path, &err); /* before the run, not after it */
+    if (!st) st = fm_ids_read(ids_path, &ids, &n, &err);
     mo.opt.max_tokens = n; /* the memory check plans for this prompt */
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    if (!st) st = fm_ids_check_vocab(ids_path, ids, n, fm_model_vocab_size(m), &err);
     if (!st) {
         const size_t count = (size_t)n * (size_t)fm_model_vocab_size(m);
         logits = malloc(count * sizeof *logits);

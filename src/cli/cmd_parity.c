@@ -11,6 +11,7 @@
 #include "cli/parity.h"
 #include "engine/engine.h"
 #include "io/ids.h"
+#include "util/file.h"
 #include "util/status.h"
 
 static const char *HELP =
@@ -334,6 +335,9 @@ int cmd_parity(int argc, char **argv) {
 
     fm_error  err = {{0}};
     fm_config cfg;
+    const char *outs[] = {a.json_path, a.csv_path, a.plot_path}; /* a FIFO or device there: refused before the run */
+    for (int i = 0; i < 3; i++)
+        if (outs[i] && fm_check_output_path(outs[i], &err)) return cli_fail(cmd, FM_ERR_IO, &err);
     fm_status st = a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
     if (st) return cli_fail(cmd, st, &err);
     /* the oracle runs where the compared presets run unless told otherwise: ref32 on the GPU, ref on the cpu */
@@ -376,6 +380,7 @@ int cmd_parity(int argc, char **argv) {
             ids_path = default_ids;
         }
         st = fm_ids_read(ids_path, &ids, &n_ids, &err);
+        if (!st) st = fm_ids_check_vocab(ids_path, ids, n_ids, V, &err);
         rep.ppl_ids = ids_path == a.ids_path ? a.ids_path : strdup(ids_path);
         if (!rep.ppl_ids) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory");
         if (!st && n_ids < a.prompts)

@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "io/ids.h"
+#include "util/progress.h"
 
 static const char *HELP =
     "usage: fp8moe perplexity --model DIR --ids FILE [--window 512] [--windows N] [options]\n"
@@ -20,8 +21,8 @@ typedef struct progress_state {
 
 static void show_progress(void *user, int64_t done, int64_t total, double ppl) {
     const progress_state *p = (const progress_state *)user;
-    fprintf(stderr, "\rwindow %lld/%lld  ppl so far %.4f  (%.1f s)", (long long)done, (long long)total, ppl, cli_now() - p->t0);
-    if (done == total) fprintf(stderr, "\n");
+    fm_progress("window %lld/%lld  ppl so far %.4f  (%.1f s)", (long long)done, (long long)total, ppl, cli_now() - p->t0);
+    if (done == total) fm_progress_end();
 }
 
 enum { OPT_IDS = 2000, OPT_WINDOW, OPT_WINDOWS };
@@ -68,6 +69,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!st && windows == 0) windows = n / window;
     mo.opt.max_tokens = window;
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    if (!st) st = fm_ids_check_vocab(ids_path, ids, (int64_t)windows * window, fm_model_vocab_size(m), &err);
     double ppl = 0, loss = 0;
     progress_state ps = {cli_now()};
     if (!st) st = fm_model_perplexity(m, ids, n, (int32_t)window, windows, show_progress, &ps, &ppl, &loss, &err);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/parity.h"
+#include "util/file.h"
 #include "util/status.h"
 
 typedef struct reader {
@@ -91,17 +92,10 @@ static const char *backend_of(reader *rd, const cJSON *o) {
 
 fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     memset(r, 0, sizeof *r);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fm_fail(err, FM_ERR_IO, "%s: cannot open", path);
-    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
-    const bool ok = buf && fseek(f, 0, SEEK_SET) == 0 && fread(buf, 1, (size_t)size, f) == (size_t)size;
-    fclose(f);
-    if (!ok) {
-        free(buf);
-        return fm_fail(err, FM_ERR_IO, "%s: cannot read", path);
-    }
-    buf[size] = 0;
+    char     *buf  = NULL;
+    size_t    size = 0;
+    fm_status rst  = fm_read_regular(path, "a parity --json report", 64 << 20, &buf, &size, err);
+    if (rst) return rst;
     cJSON *root = cJSON_Parse(buf);
     free(buf);
     if (!root) return fm_fail(err, FM_ERR_FORMAT, "%s: not valid JSON", path);

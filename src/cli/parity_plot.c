@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/parity.h"
+#include "util/file.h"
 #include "util/status.h"
 
 /* 1 - cosine where the log scale can draw it; NaN (gnuplot skips the point) for an exact 1 or non-finite logits */
@@ -148,6 +149,8 @@ fm_status parity_write_plot(const parity_report *r, const char *path, bool *skip
     const char *gp = getenv("FP8MOE_GNUPLOT");
     if (!gp || !*gp) gp = "gnuplot";
     *skipped = false;
+    fm_status cst = fm_check_output_path(path, err); /* gnuplot would write into a FIFO or device */
+    if (cst) return cst;
     if (!gnuplot_found(gp)) {
         fprintf(stderr, "fp8moe parity: gnuplot not found ('%s'): %s not written (install gnuplot-nox for the plot)\n", gp, path);
         *skipped = true;

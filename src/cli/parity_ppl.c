@@ -12,19 +12,19 @@
 
 #include "cli/cli.h"
 #include "cli/parity.h"
+#include "util/file.h"
 #include "util/status.h"
 
 /* transformers' figure: train_report.json "ref_ppl_eval_bf16ckpt_fp32" (models/README.md), NAN when absent */
 static double reference_ppl(const char *model_dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/train_report.json", model_dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NAN;
-    char   buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    char  *buf = NULL;
+    size_t n   = 0;
+    fm_error ignored; /* absent, unreadable or not a regular file: no reference figure */
+    if (fm_read_regular(path, "train_report.json", 1 << 20, &buf, &n, &ignored)) return NAN;
     cJSON *root = cJSON_Parse(buf);
+    free(buf);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "ref_ppl_eval_bf16ckpt_fp32");
     const double ppl = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     cJSON_Delete(root);

@@ -30,12 +30,17 @@ struct fm_model {
                                        memory plan sizes the backend's scratch with them */
     struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated once at load for buf_tokens */
     int64_t           buf_tokens;
+    int64_t           ctx;          /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
+    bool              ctx_explicit; /* set by the caller (--ctx), not by the config */
 };
 
 /* Once, at load (after the banks): the forward buffers (the memory plan's activations) and the backend's scratch
  * (ops->reserve: the plan's ws_moe) for up to T tokens. No forward pass allocates or grows anything afterwards; a
  * longer prompt is refused (fm_forward_stage). */
 fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err);
+
+/* FM_OK when a sequence of T tokens fits the model's context, else a message naming the limit and --ctx. */
+fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err);
 void      fm_forward_buffers_free(fm_model *m);
 
 /* Stages of a forward pass, for the benchmark's breakdown. */

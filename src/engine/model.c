@@ -5,6 +5,7 @@
 
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "util/progress.h"
 #include "util/status.h"
 
 void fm_options_init(fm_options *opt) {
@@ -175,10 +176,11 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     if (lm_head_tied(src)) m->lm_head = m->embed;
     else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
     for (int l = 0; l < m->n_layers; l++) {
-        if (verbose) fprintf(stderr, "\rloading layer %d/%d", l + 1, m->n_layers);
+        if (verbose) fm_progress("loading layer %d/%d", l + 1, m->n_layers);
         if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) return st;
     }
-    if (verbose) fprintf(stderr, "\rloaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
+    fm_progress_end();
+    if (verbose) fprintf(stderr, "loaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
                          (double)m->weight_bytes / (1 << 20), m->be->ops->name);
     if (verbose && ld.n_native + ld.n_zp > 0) /* say which path the pre-quantized weights run */
         fprintf(stderr, "pre-quantized int4 banks: %d bound natively as the plan's int4 banks, %d in the checkpoint's "
@@ -215,7 +217,22 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
     return fm_memory_plan_check(&plan, available, source, err);
 }
 
+fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
+    if (m->ctx <= 0 || T <= m->ctx) return FM_OK;
+    if (m->ctx_explicit)
+        return fm_fail(err, FM_ERR_FORMAT, "%lld tokens in one sequence are more than the context of %lld tokens set by "
+                       "--ctx", (long long)T, (long long)m->ctx);
+    return fm_fail(err, FM_ERR_FORMAT, "%lld tokens in one sequence are more than the model's context of %lld tokens "
+                   "(max_position_embeddings in config.json); --ctx N allows longer sequences", (long long)T,
+                   (long long)m->ctx);
+}
+
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
+    if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
+    m->ctx          = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
+    m->ctx_explicit = opt->ctx > 0;
+    fm_status cst = fm_model_check_ctx(m, opt->max_tokens, err); /* before a memory plan for a prompt we refuse */
+    if (cst) return cst;
     m->n_layers = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
     m->n_params = src->n_params;
     m->cfg.quant.native_layout = src->cfg.quant.native_layout; /* found by the binder, for the memory plan */
@@ -285,6 +302,8 @@ void fm_model_free(fm_model *m) {
 
 fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err) {
     if (n_tokens <= 0) return fm_fail(err, FM_ERR_FORMAT, "no tokens to run (empty ids)");
+    fm_status st = fm_model_check_ctx(m, n_tokens, err);
+    if (st) return st;
     for (int64_t t = 0; t < n_tokens; t++)
         if (ids[t] < 0 || ids[t] >= m->cfg.vocab_size)
             return fm_fail(err, FM_ERR_FORMAT, "token id %d at position %lld is outside the vocabulary [0, %d)", ids[t],

@@ -20,6 +20,8 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
     if (windows < 1 || windows > n_ids / window)
         return fm_fail(err, FM_ERR_FORMAT, "%lld ids hold %lld windows of %d tokens; %lld requested", (long long)n_ids,
                        (long long)(n_ids / window), window, (long long)windows);
+    fm_status cst = fm_model_check_ctx(m, window, err); /* before the first window runs */
+    if (cst) return cst;
     const int32_t V = m->cfg.vocab_size;
     float *logits = fm_malloc((size_t)window * (size_t)V * sizeof *logits, err, "perplexity logits");
     if (!logits) return FM_ERR_NOMEM;
@@ -31,6 +33,8 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
         st = fm_model_logits(m, seq, window, logits, err);
         for (int32_t t = 0; !st && t + 1 < window; t++, scored++)
             loss += token_loss(logits + (size_t)t * (size_t)V, V, seq[t + 1]);
+        if (!st && !isfinite(loss))
+            st = fm_fail(err, FM_ERR_FORMAT, "window %lld: the loss is not finite (NaN or infinite logits)", (long long)w);
         if (!st && progress) progress(user, w + 1, windows, exp(loss / (double)scored));
     }
     free(logits);

@@ -14,6 +14,7 @@
 #include "quant/bf16.h"
 #include "quant/int4.h"
 #include "quant/int4_native.h"
+#include "util/progress.h"
 #include "util/status.h"
 
 /* One unit of the output: a tensor copied as it is, or a linear written as its three compressed-tensors tensors. */
@@ -225,7 +226,10 @@ static fm_status write_packed(writer_ctx *c, fm_st_writer *sw, item *it, fm_erro
 
 static fm_status write_slot(writer_ctx *c, fm_st_writer *sw, const slot *s, fm_error *err) {
     item *it = &c->p->items[s->item];
-    if (it->copy) return fm_st_writer_write(sw, it->copy->data, it->copy->nbytes, err);
+    if (it->copy) { /* copied as it is, so checked here: a NaN would pass into the new checkpoint */
+        fm_status st = fm_st_check_finite(it->copy, 0, it->copy->n_elements, err);
+        return st ? st : fm_st_writer_write(sw, it->copy->data, it->copy->nbytes, err);
+    }
     if (s->part == 2) {
         const int64_t shape[2] = {it->w->rows, it->w->cols};
         return fm_st_writer_write(sw, shape, sizeof shape, err);
@@ -235,7 +239,7 @@ static fm_status write_slot(writer_ctx *c, fm_st_writer *sw, const slot *s, fm_e
         c->stats->n_quantized++;
         if (!st && c->o->progress && it->layer + 1 > c->layer_done) {
             c->layer_done = it->layer + 1;
-            fprintf(stderr, "\rrequantize: layer %d/%d, %.1f MiB written", c->layer_done, c->p->src->cfg.n_layers,
+            fm_progress("requantize: layer %d/%d, %.1f MiB written", c->layer_done, c->p->src->cfg.n_layers,
                     (double)(c->stats->bytes + sw->written) / (1 << 20));
         }
         return st;
@@ -355,7 +359,7 @@ static fm_status write_tensors(const fm_requant_opts *o, const fm_model_src *src
     stats->n_copied = 0;
     for (int64_t i = 0; i < p.n; i++) stats->n_copied += p.items[i].copy != NULL;
     if (!st && p.n_files > 1) st = write_index(&p, o->out_dir, tensor_bytes, err);
-    if (o->progress) fprintf(stderr, "\n");
+    fm_progress_end();
     free(c.wf), free(c.q), free(c.sf), free(c.words);
     plan_free(&p);
     return st;

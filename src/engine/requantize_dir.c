@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "util/file.h"
 #include "util/status.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
@@ -59,8 +60,9 @@ fm_status fm_requant_prepare_dir(const fm_requant_opts *o, fm_error *err) {
 }
 
 static fm_status copy_file(const char *from, const char *to, fm_error *err) {
+    fm_status st = fm_check_output_path(to, err); /* a FIFO there would block fopen, a device would be written */
+    if (st) return st;
     FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
-    fm_status st = FM_OK;
     if (!in) return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", from, strerror(errno));
     if (!out) st = fm_fail(err, FM_ERR_IO, "%s: cannot create: %s", to, strerror(errno));
     char buf[1 << 16];
@@ -94,6 +96,8 @@ fm_status fm_requant_write_json(const char *dir, const char *name, const cJSON *
     char path[PATH_MAX + 256], tmp[PATH_MAX + 300];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.partial", path);
+    fm_status cst = fm_check_output_path(path, err); /* the rename below would replace a device or FIFO */
+    if (cst) return cst;
     char *text = cJSON_Print(root);
     if (!text) return fm_fail(err, FM_ERR_NOMEM, "out of memory writing %s", path);
     FILE *f = fopen(tmp, "wb");
@@ -149,18 +153,9 @@ fm_status fm_requant_write_config(const fm_requant_opts *o, const fm_model_src *
     if (!st) ignore[n++] = strdup("lm_head");
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", o->in_dir);
-    FILE *f = st ? NULL : fopen(path, "rb");
-    if (!st && !f) st = fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    long len = -1;
-    if (f) {
-        if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-        if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)len + 1)) &&
-            fread(text, 1, (size_t)len, f) != (size_t)len)
-            free(text), text = NULL;
-        fclose(f);
-        if (!text) st = fm_fail(err, FM_ERR_IO, "%s: read failed", path);
-    }
+    char  *text = NULL;
+    size_t len  = 0;
+    if (!st) st = fm_read_regular(path, "config.json", 16 * 1024 * 1024, &text, &len, err);
     cJSON *root = NULL;
     if (!st) st = fm_json_parse_object(text, (uint64_t)len, path, "config", &root, err);
     if (!st) {

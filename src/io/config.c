@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "util/file.h"
 #include "util/status.h"
 
 #define FM_MAX_DIM (1 << 24) /* sanity cap on any width or count read from a config */
@@ -288,27 +289,18 @@ fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_
     return st;
 }
 
-/* Reads a whole small text file into *buf (NUL-terminated, malloc'd), its length into *len. */
-static fm_status read_text(const char *path, char **buf, long *len, fm_error *err) {
-    *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fm_fail(err, FM_ERR_IO, "%s: cannot open (is --model a Hugging Face checkpoint directory?)", path);
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    fm_status st = FM_OK;
-    if (n < 0 || n > 16 * 1024 * 1024 || fseek(f, 0, SEEK_SET) != 0)
-        st = fm_fail(err, FM_ERR_FORMAT, "%s: unreadable or larger than 16 MiB", path);
-    else if (!(*buf = fm_malloc((size_t)n + 1, err, path)))
-        st = FM_ERR_NOMEM;
-    else if (fread(*buf, 1, (size_t)n, f) != (size_t)n)
-        st = fm_fail(err, FM_ERR_IO, "%s: read failed", path);
-    fclose(f);
-    if (st) {
-        free(*buf), *buf = NULL;
-        return st;
+/* Reads a whole small text file into *buf (NUL-terminated, malloc'd), its length into *len; a FIFO or a device is
+ * refused without blocking. */
+static fm_status read_text(const char *path, const char *what, char **buf, long *len, fm_error *err) {
+    size_t    n  = 0;
+    fm_status st = fm_read_regular(path, what, 16 * 1024 * 1024, buf, &n, err);
+    if (st == FM_ERR_IO && access(path, F_OK) != 0) {
+        fm_path_buf pb;
+        return fm_fail(err, FM_ERR_IO, "%s: cannot open (is --model a Hugging Face checkpoint directory?)",
+                       fm_path_show(&pb, path));
     }
-    (*buf)[n] = '\0', *len = n;
-    return FM_OK;
+    *len = (long)n;
+    return st;
 }
 
 /* Older AutoGPTQ checkpoints keep their GPTQ settings in DIR/quantize_config.json, not in config.json. */
@@ -319,9 +311,11 @@ static fm_status load_autogptq(const char *dir, fm_config *out, fm_error *err) {
     long      n    = 0;
     char     *buf  = NULL;
     cJSON    *root = NULL;
-    fm_status st   = read_text(path, &buf, &n, err);
-    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, path, "quantize_config", &root, err);
-    if (!st) st = fm_quant_config_parse_autogptq(root, path, &out->quant, err);
+    fm_path_buf pb;
+    const char *label = fm_path_show(&pb, path);
+    fm_status   st    = read_text(path, "quantize_config.json", &buf, &n, err);
+    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, label, "quantize_config", &root, err);
+    if (!st) st = fm_quant_config_parse_autogptq(root, label, &out->quant, err);
     cJSON_Delete(root);
     free(buf);
     return st;
@@ -332,8 +326,9 @@ fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     long      n   = 0;
     char     *buf = NULL;
-    fm_status st  = read_text(path, &buf, &n, err);
-    if (!st) st = fm_config_parse(buf, (uint64_t)n, path, out, err);
+    fm_path_buf pb;
+    fm_status   st = read_text(path, "config.json", &buf, &n, err);
+    if (!st) st = fm_config_parse(buf, (uint64_t)n, fm_path_show(&pb, path), out, err);
     free(buf);
     if (!st && out->quant.method == FM_QUANT_NONE) st = load_autogptq(dir, out, err);
     if (st) memset(out, 0, sizeof *out);

@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,48 @@ static int64_t text_problem(const uint8_t *s, uint64_t n, const char **why) {
     return -1;
 }
 
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A key repeated in one object of the tree (cJSON keeps both; Python's json keeps the last, cJSON lookups the first:
+ * the two would read different files). Returns FM_OK when every object's keys are distinct. where is the path of
+ * v from the root ("quantization_config.config_groups"), for the message. */
+static fm_status find_duplicate_key(const cJSON *v, char *where, size_t cap, const char *label, const char *what,
+                                    fm_error *err) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return FM_OK;
+    const size_t at = strlen(where);
+    if (cJSON_IsObject(v)) {
+        size_t n = 0;
+        for (const cJSON *c = v->child; c; c = c->next) n++;
+        if (n > 1) {
+            const char **keys = fm_malloc(n * sizeof *keys, err, "JSON keys");
+            if (!keys) return FM_ERR_NOMEM;
+            size_t i = 0;
+            for (const cJSON *c = v->child; c; c = c->next) keys[i++] = c->string ? c->string : "";
+            qsort(keys, n, sizeof *keys, cmp_key);
+            const char *dup = NULL;
+            for (i = 1; i < n && !dup; i++)
+                if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+            fm_status st = FM_OK;
+            if (dup)
+                st = fm_fail(err, FM_ERR_FORMAT, "%.300s: %s: key '%.160s' appears twice%s%.200s%s (Python keeps the "
+                             "last value, cJSON the first: remove one)", label, what, dup, at ? " in '" : "", where,
+                             at ? "'" : "");
+            free(keys);
+            if (st) return st;
+        }
+    }
+    int64_t i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+        if (cJSON_IsObject(v)) snprintf(where + at, cap - at, "%s%s", at ? "." : "", c->string ? c->string : "");
+        else snprintf(where + at, cap - at, "[%lld]", (long long)i);
+        fm_status st = find_duplicate_key(c, where, cap, label, what, err);
+        where[at] = '\0';
+        if (st) return st;
+    }
+    return FM_OK;
+}
+
 /* Parses JSON text that is not NUL-terminated. The text is copied with zero padding first: cJSON can read
  * past the length it is given (DaveGamble/cJSON issues 804, 775), which must land in our own zeros.
  * Only JSON whitespace may follow the value. On success *root is the tree (caller deletes). */
@@ -106,6 +149,12 @@ fm_status fm_json_parse_object(const char *text, uint64_t len, const char *label
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return fm_fail(err, FM_ERR_FORMAT, "%.300s: %s must be a JSON object at the top level", label, what);
+    }
+    char      where[256] = "";
+    fm_status st = find_duplicate_key(j, where, sizeof where, label, what, err);
+    if (st) {
+        cJSON_Delete(j);
+        return st;
     }
     *root = j;
     return FM_OK;

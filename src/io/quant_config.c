@@ -3,11 +3,11 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
+#include "io/ckpt_regex.h"
 #include "util/status.h"
 
 #define MAX_GROUP (1 << 20)
@@ -183,14 +183,12 @@ static fm_status parse_ignore(const qreader *r, const cJSON *list, fm_quant_conf
             return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: quantization_config.ignore is longer than %d bytes",
                            r->label, FM_QUANT_IGNORE_BYTES);
         if (strncmp(e->valuestring, "re:", 3) == 0) {
-            char pat[FM_QUANT_IGNORE_BYTES + 8];
-            regex_t re;
-            snprintf(pat, sizeof pat, "^(%s)", e->valuestring + 3);
-            if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) != 0)
-                return fm_fail(r->err, FM_ERR_UNSUPPORTED,
-                               "%s: quantization_config.ignore entry \"%.80s\" is not a POSIX extended regex", r->label,
-                               e->valuestring);
-            regfree(&re);
+            bool      hit = false;
+            fm_status st  = fm_regex_match(e->valuestring + 3, NULL, &hit, r->err);
+            if (st) {
+                fm_error_prefix(r->err, "%s: quantization_config.ignore", r->label);
+                return st;
+            }
         }
         memcpy(q->ignore + used, e->valuestring, len + 1);
         used += len + 1;
@@ -328,22 +326,21 @@ fm_status fm_quant_config_parse_autogptq(const cJSON *qc, const char *label, fm_
     return st;
 }
 
-bool fm_quant_config_ignores(const fm_quant_config *q, const char *module) {
+fm_status fm_quant_config_ignores(const fm_quant_config *q, const char *module, bool *ignored, fm_error *err) {
+    *ignored      = false;
     const char *e = q->ignore;
-    for (int32_t i = 0; i < q->n_ignore; i++, e += strlen(e) + 1) {
+    for (int32_t i = 0; i < q->n_ignore && !*ignored; i++, e += strlen(e) + 1) {
         if (strncmp(e, "re:", 3) != 0) {
-            if (strcmp(e, module) == 0) return true;
+            *ignored = strcmp(e, module) == 0;
             continue;
         }
-        char pat[FM_QUANT_IGNORE_BYTES + 8];
-        regex_t re;
-        snprintf(pat, sizeof pat, "^(%s)", e + 3); /* re.match: anchored at the start only */
-        if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) != 0) continue;
-        const bool hit = regexec(&re, module, 0, NULL, 0) == 0;
-        regfree(&re);
-        if (hit) return true;
+        fm_status st = fm_regex_match(e + 3, module, ignored, err); /* re.match: anchored at the start only */
+        if (st) {
+            fm_error_prefix(err, "quantization_config.ignore");
+            return st;
+        }
     }
-    return false;
+    return FM_OK;
 }
 
 void fm_quant_config_describe(const fm_quant_config *q, char *buf, size_t n) {

@@ -6,7 +6,7 @@
  *   compressed-tensors, format "pack-quantized": one config group whose weights are {num_bits, type "int",
  *         symmetric, strategy "group" | "channel", group_size, actorder}, no input activation quantization, and
  *         the `ignore` list (module names, or "re:" regexes matched at the start of the name as Python's
- *         re.match does) of Linear modules left in float.
+ *         re.match does, by PCRE2 with bounded cost: io/ckpt_regex.h) of Linear modules left in float.
  *   fp8:  fmt "e4m3", weight_block_size [bn, bk] (block-wise FP8: F8_E4M3 weights, one weight_scale_inv per
  *         bn x bk block), activation_scheme "dynamic".
  * Anything else (other bits, methods, formats, several config groups, quantized activations) is
@@ -57,9 +57,9 @@ fm_status fm_quant_config_parse(const struct cJSON *qc, const char *label, fm_qu
 fm_status fm_quant_config_parse_autogptq(const struct cJSON *qc, const char *label, fm_quant_config *out,
                                          fm_error *err);
 
-/* Whether module (e.g. "model.layers.0.mlp.gate") is in the ignore list. A regex that does not compile is
- * rejected by fm_quant_config_parse, so this never fails. */
-bool fm_quant_config_ignores(const fm_quant_config *q, const char *module);
+/* Whether module (e.g. "model.layers.0.mlp.gate") is in the ignore list (*ignored). A regex that does not compile is
+ * rejected by fm_quant_config_parse; a match that exceeds the regex limits (io/ckpt_regex.h) fails here. */
+fm_status fm_quant_config_ignores(const fm_quant_config *q, const char *module, bool *ignored, fm_error *err);
 
 /* One line describing the format ("gptq v1, int4, group 128, asymmetric, act-order"). */
 void fm_quant_config_describe(const fm_quant_config *q, char *buf, size_t n);

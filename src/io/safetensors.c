@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "util/file.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "util/status.h"
@@ -391,21 +392,14 @@ fm_status fm_st_open_file(const char *path, fm_st_file *out, fm_error *err) {
     if (!out) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", q(&qp, path), strerror(errno));
+    int       fd = -1;
+    fm_status ost = fm_open_regular(path, "a safetensors file", &fd, NULL, err); /* a FIFO would block open() */
+    if (ost) return ost;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return fm_fail(err, FM_ERR_IO, "%s: cannot stat: %s", q(&qp, path), strerror(e));
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        close(fd);
-        return fm_fail(err, FM_ERR_IO, "%s: is a directory, expected a safetensors file", q(&qp, path));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fm_fail(err, FM_ERR_IO, "%s: not a regular file", q(&qp, path));
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size == 0) {
@@ -605,14 +599,13 @@ static fm_status read_small(const char *path, char **data, uint64_t *len, bool *
     *data = NULL;
     *len = 0;
     *exists = false;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return FM_OK;
-        return fm_fail(err, FM_ERR_IO, "%s: cannot open: %s", q(&qp, path), strerror(errno));
-    }
+    int       fd      = -1;
+    bool      missing = false;
+    fm_status ost     = fm_open_regular(path, "a shard index (JSON)", &fd, &missing, err);
+    if (ost || missing) return ost;
     *exists = true;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
         return fm_fail(err, FM_ERR_IO, "%s: not a readable regular file", q(&qp, path));
     }
@@ -863,4 +856,60 @@ fm_status fm_st_read_f32(const fm_st_tensor *t, int64_t first, int64_t n, float 
         break;
     }
     return fm_fail(err, FM_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a float type", q(&qn, t->name), fm_dtype_name(t->dtype));
+}
+
+/* index of the first element whose exponent bits are all ones (NaN or infinity), or -1 */
+static int64_t first_nonfinite(const uint8_t *p, int64_t n, int esz, uint32_t exp_mask) {
+    int64_t bad = -1;
+    if (esz == 4) {
+        for (int64_t i = 0; i < n && bad < 0; i += 4096) { /* blocks: a vectorised test, an early exit */
+            const int64_t end = i + 4096 < n ? i + 4096 : n;
+            uint32_t      any = 0;
+            for (int64_t j = i; j < end; j++) {
+                uint32_t u;
+                memcpy(&u, p + 4 * j, 4);
+                any |= (u & exp_mask) == exp_mask;
+            }
+            for (int64_t j = i; any && j < end && bad < 0; j++) {
+                uint32_t u;
+                memcpy(&u, p + 4 * j, 4);
+                if ((u & exp_mask) == exp_mask) bad = j;
+            }
+        }
+    } else if (esz == 2) {
+        for (int64_t i = 0; i < n && bad < 0; i += 4096) {
+            const int64_t end = i + 4096 < n ? i + 4096 : n;
+            uint32_t      any = 0;
+            for (int64_t j = i; j < end; j++) any |= ((uint32_t)ld16(p + 2 * j) & exp_mask) == exp_mask;
+            for (int64_t j = i; any && j < end && bad < 0; j++)
+                if (((uint32_t)ld16(p + 2 * j) & exp_mask) == exp_mask) bad = j;
+        }
+    } else {
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if ((p[i] & exp_mask) == exp_mask) bad = i;
+    }
+    return bad;
+}
+
+fm_status fm_st_check_finite(const fm_st_tensor *t, int64_t first, int64_t n, fm_error *err) {
+    quoted qn;
+    if (!t) return fm_fail(err, FM_ERR_USAGE, "fm_st_check_finite: tensor is NULL");
+    if (first < 0 || n < 0 || first > t->n_elements || n > t->n_elements - first)
+        return fm_fail(err, FM_ERR_USAGE, "tensor '%s': check of %lld elements from element %lld is outside its %lld elements",
+                       q(&qn, t->name), (long long)n, (long long)first, (long long)t->n_elements);
+    uint32_t mask;
+    switch (t->dtype) {
+    case FM_DTYPE_F32: mask = 0x7f800000u; break;
+    case FM_DTYPE_BF16: mask = 0x7f80u; break;
+    case FM_DTYPE_F16: mask = 0x7c00u; break;
+    case FM_DTYPE_F8_E4M3: mask = 0x7fu; break; /* e4m3fn: no infinity, S.1111.111 is NaN */
+    default: return FM_OK;
+    }
+    const int     esz = dtype_info[t->dtype].size;
+    const int64_t bad = first_nonfinite(t->data + first * esz, n, esz, mask);
+    if (bad < 0) return FM_OK;
+    float v = 0;
+    fm_st_read_f32(t, first + bad, 1, &v, NULL);
+    return fm_fail(err, FM_ERR_FORMAT, "tensor '%s': element %lld is %s; every weight and scale must be finite (a "
+                   "corrupt checkpoint?)", q(&qn, t->name), (long long)(first + bad), isnan(v) ? "NaN" : "infinite");
 }

@@ -101,4 +101,9 @@ void                fm_st_close(fm_st_set *s);
  * FM_ERR_UNSUPPORTED for I32 and U8 tensors. */
 fm_status fm_st_read_f32(const fm_st_tensor *t, int64_t first, int64_t n, float *out, fm_error *err);
 
+/* Elements [first, first + n) of a float tensor (F32 F16 BF16 F8_E4M3) are finite: a NaN or infinity (a corrupt
+ * checkpoint, which every later format would turn into clean-looking numbers) is FM_ERR_FORMAT naming the tensor and
+ * the first bad element. Reads the stored bits only (no conversion); other dtypes pass. */
+fm_status fm_st_check_finite(const fm_st_tensor *t, int64_t first, int64_t n, fm_error *err);
+
 #endif

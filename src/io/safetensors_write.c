@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/file.h"
 #include "util/status.h"
 
 uint64_t fm_st_entry_bytes(const fm_st_entry *e) {
@@ -86,7 +87,9 @@ fm_status fm_st_writer_open(fm_st_writer *w, const char *path, const fm_st_entry
     memset(w, 0, sizeof *w);
     uint8_t *head = NULL;
     uint64_t head_len = 0;
-    fm_status st = fm_st_header_build(e, n, meta, n_meta, &head, &head_len, err);
+    fm_status st = fm_check_output_path(path, err); /* the final rename would replace a device or FIFO */
+    if (st) return st;
+    st = fm_st_header_build(e, n, meta, n_meta, &head, &head_len, err);
     if (st) return st;
     for (int64_t i = 0; i < n; i++) w->data_len += fm_st_entry_bytes(&e[i]);
     const size_t plen = strlen(path);

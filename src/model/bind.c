@@ -36,7 +36,10 @@ fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
         fm_int4_ckpt_free(&c);
         return FM_OK;
     }
-    if (w->t) return fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+    if (w->t) {
+        fm_status st = fm_st_check_finite(w->t, w->offset, w->rows * w->cols, err);
+        return st ? st : fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
+    }
     for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] = fm_synth_value(&w->synth, i, w->cols);
     return FM_OK;
 }
@@ -82,7 +85,19 @@ static fm_status need(binder *b, const char *name, int n_dims, const int64_t *sh
     return mark_used(b, t);
 }
 
-/* A whole 1-D or 2-D tensor as a view. */
+/* A whole tensor of n_dims (1: a vector [cols], viewed as one row; 2: a matrix [rows, cols]) as a view. The rank
+ * comes from the slot, never from the sizes: a [1, H] router of one expert is a matrix, not a vector. */
+static fm_status need_view(binder *b, fm_wsrc *w, const char *role, int n_dims, int64_t rows, int64_t cols,
+                           const char *name) {
+    int64_t shape[2] = {rows, cols};
+    const fm_st_tensor *t = NULL;
+    fm_status st = n_dims == 1 ? need(b, name, 1, &shape[1], role, &t) : need(b, name, 2, shape, role, &t);
+    if (st != FM_OK) return st;
+    *w = (fm_wsrc){t, 0, rows, cols, {0}, {0}};
+    b->n_params += rows * cols;
+    return FM_OK;
+}
+
 static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...)
     FM_PRINTF(6, 7);
 static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...) {
@@ -91,13 +106,17 @@ static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t ro
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    int64_t shape[2] = {rows, cols};
-    const fm_st_tensor *t = NULL;
-    fm_status st = rows == 1 ? need(b, name, 1, &shape[1], role, &t) : need(b, name, 2, shape, role, &t);
-    if (st != FM_OK) return st;
-    *w = (fm_wsrc){t, 0, rows, cols, {0}, {0}};
-    b->n_params += rows * cols;
-    return FM_OK;
+    return need_view(b, w, role, 2, rows, cols, name);
+}
+
+static fm_status need_vector(binder *b, fm_wsrc *w, const char *role, int64_t n, const char *fmt, ...) FM_PRINTF(5, 6);
+static fm_status need_vector(binder *b, fm_wsrc *w, const char *role, int64_t n, const char *fmt, ...) {
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return need_view(b, w, role, 1, 1, n, name);
 }
 
 static const fm_st_tensor *find_in_set(const void *set, const char *name) { return fm_st_find(set, name); }
@@ -139,7 +158,9 @@ static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t ro
     snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
     bool quantized = fm_qsrc_present(qc, module, find_in_set, b->set);
     if (qc->method == FM_QUANT_CT_PACKED) {
-        const bool ignored = fm_quant_config_ignores(qc, module);
+        bool      ignored = false;
+        fm_status ist     = fm_quant_config_ignores(qc, module, &ignored, b->err);
+        if (ist) return ist;
         if (ignored && quantized)
             return fm_fail(b->err, FM_ERR_FORMAT, "'%s' is in quantization_config.ignore but stored quantized", module);
         if (!ignored && !quantized)
@@ -256,16 +277,16 @@ static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_lay
     fm_status st;
     char fmt[128];
 #define NAME(suffix) (snprintf(fmt, sizeof fmt, "%s%s", p, suffix), fmt)
-    if ((st = need_matrix(b, &L->attn_norm, "input_layernorm", 1, H, NAME("input_layernorm.weight"), l)) ||
+    if ((st = need_vector(b, &L->attn_norm, "input_layernorm", H, NAME("input_layernorm.weight"), l)) ||
         (st = need_linear(b, &L->q, "q_proj", nq, H, NAME("self_attn.q_proj.weight"), l)) ||
         (st = need_linear(b, &L->k, "k_proj", nkv, H, NAME("self_attn.k_proj.weight"), l)) ||
         (st = need_linear(b, &L->v, "v_proj", nkv, H, NAME("self_attn.v_proj.weight"), l)) ||
         (st = need_linear(b, &L->o, "o_proj", H, nq, NAME("self_attn.o_proj.weight"), l)) ||
-        (st = need_matrix(b, &L->ffn_norm, "post_attention_layernorm", 1, H, NAME("post_attention_layernorm.weight"), l)))
+        (st = need_vector(b, &L->ffn_norm, "post_attention_layernorm", H, NAME("post_attention_layernorm.weight"), l)))
         return st;
     if (c->qk_norm &&
-        ((st = need_matrix(b, &L->q_norm, "q_norm", 1, hd, NAME("self_attn.q_norm.weight"), l)) ||
-         (st = need_matrix(b, &L->k_norm, "k_norm", 1, hd, NAME("self_attn.k_norm.weight"), l))))
+        ((st = need_vector(b, &L->q_norm, "q_norm", hd, NAME("self_attn.q_norm.weight"), l)) ||
+         (st = need_vector(b, &L->k_norm, "k_norm", hd, NAME("self_attn.k_norm.weight"), l))))
         return st;
     L->is_moe = c->layer_is_moe[l];
     if (L->is_moe) return bind_experts(b, l, names, L);
@@ -318,7 +339,7 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
     out->layers = calloc((size_t)cfg->n_layers, sizeof *out->layers);
     if (!out->layers) st = fm_fail(err, FM_ERR_NOMEM, "out of memory binding layers");
     if (!st) st = need_matrix(&b, &out->embed, "embed_tokens", V, H, "model.embed_tokens.weight");
-    if (!st) st = need_matrix(&b, &out->final_norm, "final norm", 1, H, "model.norm.weight");
+    if (!st) st = need_vector(&b, &out->final_norm, "final norm", H, "model.norm.weight");
     if (!st) {
         if (cfg->tie_word_embeddings) {
             out->lm_head = out->embed;

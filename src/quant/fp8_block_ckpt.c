@@ -39,7 +39,8 @@ fm_status fm_fp8_block_dequantize(const fm_qsrc *q, int64_t N, int64_t K, float 
     const int64_t bn = q->block_n, bk = q->group, nbk = (K + bk - 1) / bk, n_scales = ((N + bn - 1) / bn) * nbk;
     float *s = malloc((size_t)n_scales * sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory decoding %s", q->scales->name);
-    fm_status st = fm_st_read_f32(q->scales, 0, n_scales, s, err);
+    fm_status st = fm_st_check_finite(q->packed, 0, N * K, err); /* NaN codes */
+    if (!st) st = fm_st_read_f32(q->scales, 0, n_scales, s, err);
     for (int64_t i = 0; !st && i < n_scales; i++)
         if (!isfinite(s[i]))
             st = fm_fail(err, FM_ERR_FORMAT, "tensor '%s': scale %lld is not finite", q->scales->name, (long long)i);

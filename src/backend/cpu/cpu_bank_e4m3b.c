@@ -31,7 +31,8 @@ static fm_status check_part(const fm_bank_src *src, int32_t i, int32_t j, int64_
 /* rows of one part: its bytes, and each row's scales from its block row */
 static fm_status fill_part(fm_bank *w, const fm_wsrc *s, int64_t r0, float *blocks, fm_error *err) {
     const int64_t K = w->cols, ng = w->n_groups, bn = s->q.block_n, n_blocks = (s->rows + bn - 1) / bn * ng;
-    fm_status st = fm_st_read_f32(s->q.scales, 0, n_blocks, blocks, err);
+    fm_status st = fm_st_check_finite(s->q.packed, 0, s->rows * K, err); /* NaN codes */
+    if (!st) st = fm_st_read_f32(s->q.scales, 0, n_blocks, blocks, err);
     for (int64_t b = 0; !st && b < n_blocks; b++)
         if (!isfinite(blocks[b]))
             st = fm_fail(err, FM_ERR_FORMAT, "tensor '%s': scale %lld is not finite", s->q.scales->name, (long long)b);

@@ -160,6 +160,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
             }
             for (int64_t r = 0; r < s->rows; r += step) {
                 const int64_t n_rows = s->rows - r < step ? s->rows - r : step;
+                if (s->t && (st = fm_st_check_finite(s->t, s->offset + r * cols, n_rows * cols, err))) break;
                 if (s->t || deq) {
                     const uint8_t *host = deq ? (const uint8_t *)(deq + r * cols)
                                               : s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
@@ -188,6 +189,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                 FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
                 free(deq);
             }
+            if (st) break; /* a non-finite weight */
             row0 += s->rows;
         }
         if (!st && w8a8)

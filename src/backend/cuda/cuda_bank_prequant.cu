@@ -175,7 +175,9 @@ static fm_status build_e4m3_tiles(const fm_bank_src *src, fm_bank *w, const char
                 st = fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", label);
                 break;
             }
-            if ((st = fm_st_read_f32(s->q.scales, 0, n_sc, blk, err))) break;
+            if ((st = fm_st_check_finite(s->q.packed, 0, s->rows * K, err)) ||
+                (st = fm_st_check_finite(s->q.scales, 0, n_sc, err)) || (st = fm_st_read_f32(s->q.scales, 0, n_sc, blk, err)))
+                break;
             for (int64_t r = 0; r < s->rows; r++) {
                 memcpy(vals + (row0 + r) * Kp, s->q.packed->data + r * K, (size_t)K);
                 for (int64_t g = 0; g < w->n_groups; g++) row_sc[(row0 + r) * w->n_groups + g] = blk[(r / bn) * w->n_groups + g];
