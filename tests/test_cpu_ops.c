@@ -507,8 +507,8 @@ static void test_output_rounding(void **state) {
         memcpy(qkv32, qkv, (size_t)(T * ld) * sizeof(float));
         float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
         fm_bank *qnb = make_bank(be, qn, 1, 1, hd, FM_W_BF16), *knb = make_bank(be, kn, 1, 1, hd, FM_W_BF16);
-        be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, 1e6);
-        ref->ops->qk_norm_rope(ref, qkv32, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, 1e6);
+        be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, NULL, 1e6);
+        ref->ops->qk_norm_rope(ref, qkv32, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, NULL, 1e6);
         assert_true(all_bf16(qkv, T * ld));
         for (int64_t i = 0; i < T * ld; i++) assert_true(qkv[i] == fm_round_bf16(qkv32[i]));
         float *ao = act(be, T * nh * hd), *ao32 = act(ref, T * nh * hd);
@@ -741,7 +741,7 @@ static void test_rope_by_hand(void **state) {
     qkv[0]      = 1.0f; /* q = e_0: pair (0, 4) at frequency theta^0 = 1 */
     qkv[hd + 1] = 1.0f; /* k = e_1: pair (1, 5) at frequency theta^(-2/8) = 0.1 */
     for (int i = 0; i < hd; i++) qkv[2 * hd + i] = (float)(i + 1);
-    be->ops->qk_norm_rope(be, qkv, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, 10000.0);
+    be->ops->qk_norm_rope(be, qkv, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, NULL, 10000.0);
     const double c1 = cos(1.0), s1 = sin(1.0), c01 = cos(0.1), s01 = sin(0.1);
     assert_true(fabs(qkv[0] - c1) < 1e-6);
     assert_true(fabs(qkv[4] - s1) < 1e-6);
@@ -755,7 +755,7 @@ static void test_rope_by_hand(void **state) {
     /* a second half input rotates the other way: e_4 -> -sin at 0, cos at 4 */
     float q2[24] = {0};
     q2[4] = 1.0f;
-    be->ops->qk_norm_rope(be, q2, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, 10000.0);
+    be->ops->qk_norm_rope(be, q2, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, NULL, 10000.0);
     assert_true(fabs(q2[0] + s1) < 1e-6);
     assert_true(fabs(q2[4] - c1) < 1e-6);
     (void)ld;
@@ -771,7 +771,7 @@ static void test_rope_position0_identity(void **state) {
     const int64_t T = 3;
     float *qkv = rand_array(T * ld, 1.0f), *orig = xmalloc((size_t)(T * ld) * sizeof(float));
     memcpy(orig, qkv, (size_t)(T * ld) * sizeof(float));
-    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, 10000.0);
+    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, NULL, 10000.0);
     assert_memory_equal(qkv, orig, (size_t)ld * sizeof(float));
     for (int64_t t = 1; t < T; t++) {
         assert_memory_not_equal(qkv + t * ld, orig + t * ld, (size_t)(nh + nkv) * hd * sizeof(float));
@@ -812,7 +812,7 @@ static void test_qk_norm_rope_vs_double(void **state) {
         }
     float *orig = xmalloc((size_t)(T * ld) * sizeof(float));
     memcpy(orig, qkv, (size_t)(T * ld) * sizeof(float));
-    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qb, kb, eps, pos0, theta);
+    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qb, kb, eps, pos0, NULL, theta);
     assert_rel_below(rel_err(qkv, r, T * ld), 1e-5);
     for (int64_t t = 0; t < T; t++) /* v exactly untouched */
         assert_memory_equal(qkv + t * ld + (nh + nkv) * hd, orig + t * ld + (nh + nkv) * hd, (size_t)nkv * hd * sizeof(float));

@@ -238,7 +238,7 @@ static void attention_case(fm_preset preset, int64_t T, int32_t nh, int32_t nkv,
         fm_bank *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
         void *base, *d = gpu_guarded(be, T * ld, &base);
         be->ops->upload_f32(be, qkv, T * ld, d);
-        be->ops->qk_norm_rope(be, d, T, nh, nkv, hd, qb, kb, 1e-6f, 0, 1e6);
+        be->ops->qk_norm_rope(be, d, T, nh, nkv, hd, qb, kb, 1e-6f, 0, NULL, 1e6);
         r[i] = malloc((size_t)(T * ld) * sizeof(float));
         be->ops->download_f32(be, d, T * ld, r[i]);
         void *obase, *od = gpu_guarded(be, T * nh * hd, &obase);
