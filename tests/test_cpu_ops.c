@@ -507,8 +507,8 @@ static void test_output_rounding(void **state) {
         memcpy(qkv32, qkv, (size_t)(T * ld) * sizeof(float));
         float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
         fm_bank *qnb = make_bank(be, qn, 1, 1, hd, FM_W_BF16), *knb = make_bank(be, kn, 1, 1, hd, FM_W_BF16);
-        be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, 1e6);
-        ref->ops->qk_norm_rope(ref, qkv32, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, 1e6);
+        be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, NULL, 1e6);
+        ref->ops->qk_norm_rope(ref, qkv32, T, nh, nkv, hd, qnb, knb, 1e-6f, 5, NULL, 1e6);
         assert_true(all_bf16(qkv, T * ld));
         for (int64_t i = 0; i < T * ld; i++) assert_true(qkv[i] == fm_round_bf16(qkv32[i]));
         float *ao = act(be, T * nh * hd), *ao32 = act(ref, T * nh * hd);
@@ -741,7 +741,7 @@ static void test_rope_by_hand(void **state) {
     qkv[0]      = 1.0f; /* q = e_0: pair (0, 4) at frequency theta^0 = 1 */
     qkv[hd + 1] = 1.0f; /* k = e_1: pair (1, 5) at frequency theta^(-2/8) = 0.1 */
     for (int i = 0; i < hd; i++) qkv[2 * hd + i] = (float)(i + 1);
-    be->ops->qk_norm_rope(be, qkv, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, 10000.0);
+    be->ops->qk_norm_rope(be, qkv, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, NULL, 10000.0);
     const double c1 = cos(1.0), s1 = sin(1.0), c01 = cos(0.1), s01 = sin(0.1);
     assert_true(fabs(qkv[0] - c1) < 1e-6);
     assert_true(fabs(qkv[4] - s1) < 1e-6);
@@ -755,7 +755,7 @@ static void test_rope_by_hand(void **state) {
     /* a second half input rotates the other way: e_4 -> -sin at 0, cos at 4 */
     float q2[24] = {0};
     q2[4] = 1.0f;
-    be->ops->qk_norm_rope(be, q2, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, 10000.0);
+    be->ops->qk_norm_rope(be, q2, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, NULL, 10000.0);
     assert_true(fabs(q2[0] + s1) < 1e-6);
     assert_true(fabs(q2[4] - c1) < 1e-6);
     (void)ld;
@@ -771,7 +771,7 @@ static void test_rope_position0_identity(void **state) {
     const int64_t T = 3;
     float *qkv = rand_array(T * ld, 1.0f), *orig = xmalloc((size_t)(T * ld) * sizeof(float));
     memcpy(orig, qkv, (size_t)(T * ld) * sizeof(float));
-    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, 10000.0);
+    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, NULL, 10000.0);
     assert_memory_equal(qkv, orig, (size_t)ld * sizeof(float));
     for (int64_t t = 1; t < T; t++) {
         assert_memory_not_equal(qkv + t * ld, orig + t * ld, (size_t)(nh + nkv) * hd * sizeof(float));
@@ -812,7 +812,7 @@ static void test_qk_norm_rope_vs_double(void **state) {
         }
     float *orig = xmalloc((size_t)(T * ld) * sizeof(float));
     memcpy(orig, qkv, (size_t)(T * ld) * sizeof(float));
-    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qb, kb, eps, pos0, theta);
+    be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qb, kb, eps, pos0, NULL, theta);
     assert_rel_below(rel_err(qkv, r, T * ld), 1e-5);
     for (int64_t t = 0; t < T; t++) /* v exactly untouched */
         assert_memory_equal(qkv + t * ld + (nh + nkv) * hd, orig + t * ld + (nh + nkv) * hd, (size_t)nkv * hd * sizeof(float));
@@ -927,6 +927,219 @@ static void test_attention_vs_double(void **state) {
             free(qkv), free(r);
             be->ops->free(be, o);
         }
+    be->ops->destroy(be);
+}
+
+/* ---------------------------------------------------------------- paged KV cache */
+
+/* Block tables for nseq sequences of len[s] tokens in blocks of bt: every block id of the pool [0, n_blocks) at
+ * most once, in a shuffled order (block ids unrelated to sequence order), -1 past a sequence's last block; `spare`
+ * blocks stay unused (their slots keep the cache's NaN poison, so reading one shows). */
+static int32_t *paged_tables(int32_t nseq, const int32_t *len, int32_t bt, int32_t max_blocks, int32_t spare,
+                             int32_t *n_blocks) {
+    int32_t used = 0;
+    for (int32_t s = 0; s < nseq; s++) used += (len[s] + bt - 1) / bt;
+    *n_blocks = used + spare;
+    int32_t *perm = xmalloc((size_t)*n_blocks * sizeof *perm);
+    for (int32_t i = 0; i < *n_blocks; i++) perm[i] = i;
+    for (int32_t i = *n_blocks - 1; i > 0; i--) { /* Fisher-Yates */
+        const int32_t j = (int32_t)(urand() * (i + 1)), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    int32_t *tables = xmalloc((size_t)(nseq * max_blocks) * sizeof *tables), k = 0;
+    for (int32_t s = 0; s < nseq; s++)
+        for (int32_t b = 0; b < max_blocks; b++) tables[s * max_blocks + b] = b * bt < len[s] ? perm[k++] : -1;
+    free(perm);
+    return tables;
+}
+
+static int32_t paged_slot(const int32_t *tables, int32_t max_blocks, int32_t bt, int32_t seq, int32_t pos) {
+    return tables[seq * max_blocks + pos / bt] * bt + pos % bt;
+}
+
+/* kv_store copies each token's k and v heads bit for bit to its slot, and writes nothing else. */
+static void test_kv_store(void **state) {
+    (void)state;
+    seed(30);
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    for (int pi = 0; pi < 2; pi++) {
+        fm_backend   *be = make_backend(presets[pi]);
+        const int32_t nh = 4, nkv = 2, hd = 32, ld = (nh + 2 * nkv) * hd, row = nkv * hd, n_slots = 40;
+        const int64_t T = 7;
+        const int32_t slots[7] = {39, 0, 17, 16, 3, 22, 31};
+        float *qkv = rand_array(T * ld, 2.0f), *kc = act(be, (int64_t)n_slots * row), *vc = act(be, (int64_t)n_slots * row);
+        be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc);
+        for (int64_t t = 0; t < T; t++) {
+            assert_memory_equal(kc + slots[t] * row, qkv + t * ld + nh * hd, (size_t)row * sizeof(float));
+            assert_memory_equal(vc + slots[t] * row, qkv + t * ld + (nh + nkv) * hd, (size_t)row * sizeof(float));
+        }
+        int64_t written = 0;
+        for (int64_t i = 0; i < (int64_t)n_slots * row; i++) written += !isnan(kc[i]) + !isnan(vc[i]);
+        assert_int_equal(written, 2 * T * row);
+        free(qkv);
+        be->ops->free(be, kc), be->ops->free(be, vc);
+        be->ops->destroy(be);
+    }
+}
+
+/* One paged attention case: sequences of len[s] tokens whose k and v rows (random) go to the cache through
+ * kv_store and shuffled block tables; T query tokens (seq[t], pos[t]); the op against a double reference that reads
+ * the same k and v rows by position. */
+typedef struct paged_case {
+    int32_t        nh, nkv, hd, bt, nseq;
+    const int32_t *len;
+    int64_t        T;
+    const int32_t *seq, *pos;
+} paged_case;
+
+static void paged_vs_double(fm_backend *be, const paged_case *c, double bound) {
+    const int32_t nh = c->nh, nkv = c->nkv, hd = c->hd, bt = c->bt, ld = (nh + 2 * nkv) * hd, row = nkv * hd;
+    int32_t       max_len = 0, hist = 0;
+    for (int32_t s = 0; s < c->nseq; s++) max_len = c->len[s] > max_len ? c->len[s] : max_len, hist += c->len[s];
+    const int32_t max_blocks = (max_len + bt - 1) / bt;
+    int32_t       n_blocks;
+    int32_t      *tables = paged_tables(c->nseq, c->len, bt, max_blocks, 3, &n_blocks);
+    /* every sequence's tokens, as qkv rows (bf16 values for a bf16 plan: the cache holds activations) */
+    float   *rows = rand_array((int64_t)hist * ld, 2.0f);
+    int32_t *first = xmalloc((size_t)c->nseq * sizeof *first), *slots = xmalloc((size_t)hist * sizeof *slots);
+    for (int32_t s = 0, k = 0; s < c->nseq; s++) {
+        first[s] = k;
+        for (int32_t p = 0; p < c->len[s]; p++, k++) slots[k] = paged_slot(tables, max_blocks, bt, s, p);
+    }
+    cpu_round_act(be, rows, (int64_t)hist * ld);
+    const int64_t n_slots = (int64_t)n_blocks * bt;
+    float *kc = act(be, n_slots * row), *vc = act(be, n_slots * row);
+    be->ops->kv_store(be, rows, hist, nh, nkv, hd, slots, kc, vc);
+    /* the query tokens: row t of qkv is the row of (seq[t], pos[t]) */
+    float *qkv = xmalloc((size_t)(c->T * ld) * sizeof *qkv), *o = act(be, c->T * nh * hd);
+    for (int64_t t = 0; t < c->T; t++)
+        memcpy(qkv + t * ld, rows + (int64_t)(first[c->seq[t]] + c->pos[t]) * ld, (size_t)ld * sizeof *qkv);
+    be->ops->attention_paged(be, qkv, c->T, nh, nkv, hd, kc, vc, c->seq, c->pos, tables, max_blocks, bt, max_len,
+                             NULL, o);
+    double *r = dalloc(c->T * nh * hd), *p = dalloc(max_len);
+    for (int64_t t = 0; t < c->T; t++)
+        for (int32_t h = 0; h < nh; h++) {
+            const int32_t kvh = h / (nh / nkv), n = c->pos[t] + 1;
+            const float  *q = qkv + t * ld + h * hd;
+            double        mx = -INFINITY, sum = 0;
+            for (int32_t j = 0; j < n; j++) {
+                const float *k = rows + (int64_t)(first[c->seq[t]] + j) * ld + (nh + kvh) * hd;
+                double       d = 0;
+                for (int32_t i = 0; i < hd; i++) d += (double)q[i] * k[i];
+                p[j] = d / sqrt((double)hd);
+                mx   = fmax(mx, p[j]);
+            }
+            for (int32_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - mx));
+            double *ro = r + (t * nh + h) * hd;
+            for (int32_t j = 0; j < n; j++) {
+                const float *v = rows + (int64_t)(first[c->seq[t]] + j) * ld + (nh + nkv + kvh) * hd;
+                for (int32_t i = 0; i < hd; i++) ro[i] += p[j] / sum * v[i];
+            }
+        }
+    const double e = rel_err(o, r, c->T * nh * hd);
+    if (!(e < bound))
+        fail_msg("attention_paged nh=%d nkv=%d hd=%d bt=%d T=%lld act_bf16=%d: error %.3g, not below %.3g", nh, nkv, hd,
+                 bt, (long long)c->T, be->plan.act_bf16, e, bound);
+    if (be->plan.act_bf16) assert_true(all_bf16(o, c->T * nh * hd));
+    free(tables), free(rows), free(first), free(slots), free(qkv), free(r), free(p);
+    be->ops->free(be, kc), be->ops->free(be, vc), be->ops->free(be, o);
+}
+
+/* Paged attention vs double, ref plan: fp32 dot products of hd terms and an fp32 softmax over <= 70 scores, ~1e-7
+ * relative; bound 1e-5 (as the contiguous op). bf16 plan (int4): the same fp32 arithmetic on bf16 inputs, the
+ * output rounded to bf16 once (2^-9 relative at most, ~1.1e-3 normalised over many elements); bound 4e-3.
+ * Three sequences of 37, 16 (ending exactly at a block boundary) and 70 tokens in shuffled blocks of 16 (and of 7:
+ * any block size); GQA 1, 2 and 8; hd 64 and 128; T = 1 (decode), a batch of one decode token per sequence, and a
+ * prefill chunk (5 consecutive tokens of one sequence over its cached prefix) with another sequence's decode token
+ * in the same call. */
+static void test_attention_paged_vs_double(void **state) {
+    (void)state;
+    seed(31);
+    const int32_t len[3] = {37, 16, 70};
+    const int32_t seq1[1] = {2}, pos1[1] = {69};
+    const int32_t seq3[3] = {0, 1, 2}, pos3[3] = {36, 15, 69};
+    const int32_t seq6[6] = {2, 2, 2, 2, 2, 1}, pos6[6] = {63, 64, 65, 66, 67, 15};
+    const int32_t heads[3][2] = {{4, 4}, {4, 2}, {16, 2}}, hds[2] = {64, 128};
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    for (int pi = 0; pi < 2; pi++) {
+        fm_backend  *be = make_backend(presets[pi]);
+        const double bound = be->plan.act_bf16 ? 4e-3 : 1e-5;
+        for (int hi = 0; hi < 3; hi++)
+            for (int di = 0; di < 2; di++)
+                for (int bi = 0; bi < 2; bi++) {
+                    paged_case c = {heads[hi][0], heads[hi][1], hds[di], bi ? 7 : 16, 3, len, 1, seq1, pos1};
+                    paged_vs_double(be, &c, bound);
+                    c.T = 3, c.seq = seq3, c.pos = pos3;
+                    paged_vs_double(be, &c, bound);
+                    c.T = 6, c.seq = seq6, c.pos = pos6;
+                    paged_vs_double(be, &c, bound);
+                }
+        be->ops->destroy(be);
+    }
+}
+
+/* kv_store of a whole prompt, then attention_paged with every token at its own position, equals the contiguous
+ * attention op on the same qkv bit for bit: both ops run the same row routine (cpu_attention.c, attend_row) over the
+ * same k and v values (kv_store copies them exactly) in the same key order, so nothing may differ. Tight on purpose:
+ * any difference is a wrong slot or a wrong length. ref and bf16 plans, GQA 2 and 8, prompts ending inside a block
+ * and at a block boundary. */
+static void test_attention_paged_equals_contiguous(void **state) {
+    (void)state;
+    seed(32);
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    const int32_t   shapes[2][3] = {{4, 2, 64}, {16, 2, 128}};
+    const int32_t   lens[2] = {37, 48};
+    for (int pi = 0; pi < 2; pi++)
+        for (int si = 0; si < 2; si++)
+            for (int li = 0; li < 2; li++) {
+                fm_backend   *be = make_backend(presets[pi]);
+                const int32_t nh = shapes[si][0], nkv = shapes[si][1], hd = shapes[si][2], ld = (nh + 2 * nkv) * hd;
+                const int32_t bt = 16, T = lens[li], max_blocks = (T + bt - 1) / bt, row = nkv * hd;
+                int32_t       n_blocks;
+                int32_t      *tables = paged_tables(1, &T, bt, max_blocks, 2, &n_blocks);
+                float        *qkv = rand_array((int64_t)T * ld, 2.0f);
+                cpu_round_act(be, qkv, (int64_t)T * ld);
+                int32_t *slots = xmalloc((size_t)T * sizeof *slots), *seq = xmalloc((size_t)T * sizeof *seq);
+                int32_t *pos = xmalloc((size_t)T * sizeof *pos);
+                for (int32_t t = 0; t < T; t++) slots[t] = paged_slot(tables, max_blocks, bt, 0, t), seq[t] = 0, pos[t] = t;
+                float *kc = act(be, (int64_t)n_blocks * bt * row), *vc = act(be, (int64_t)n_blocks * bt * row);
+                float *o1 = act(be, (int64_t)T * nh * hd), *o2 = act(be, (int64_t)T * nh * hd);
+                be->ops->attention(be, qkv, T, nh, nkv, hd, o1);
+                be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc);
+                be->ops->attention_paged(be, qkv, T, nh, nkv, hd, kc, vc, seq, pos, tables, max_blocks, bt, T, NULL,
+                                         o2);
+                assert_memory_equal(o1, o2, (size_t)T * nh * hd * sizeof(float));
+                free(tables), free(qkv), free(slots), free(seq), free(pos);
+                be->ops->free(be, kc), be->ops->free(be, vc), be->ops->free(be, o1), be->ops->free(be, o2);
+                be->ops->destroy(be);
+            }
+}
+
+/* qk_norm_rope with a positions buffer equals the pos0 form at the same positions, bit for bit: consecutive
+ * positions against pos0, and arbitrary positions (a decode batch) token by token against T = 1 calls. */
+static void test_qk_norm_rope_positions(void **state) {
+    (void)state;
+    seed(33);
+    fm_backend   *be = make_backend(FM_PRESET_REF);
+    const int32_t nh = 4, nkv = 2, hd = 64, ld = (nh + 2 * nkv) * hd;
+    const int64_t T = 6;
+    float   *qn = rand_array(hd, 1.5f), *kn = rand_array(hd, 1.5f);
+    fm_bank *qb = make_bank(be, qn, 1, 1, hd, FM_W_F32), *kb = make_bank(be, kn, 1, 1, hd, FM_W_F32);
+    float   *a = rand_array(T * ld, 2.0f), *b = xmalloc((size_t)(T * ld) * sizeof(float));
+    memcpy(b, a, (size_t)(T * ld) * sizeof(float));
+    const int32_t consecutive[6] = {9, 10, 11, 12, 13, 14};
+    be->ops->qk_norm_rope(be, a, T, nh, nkv, hd, qb, kb, 1e-6f, 9, NULL, 1e6);
+    be->ops->qk_norm_rope(be, b, T, nh, nkv, hd, qb, kb, 1e-6f, 0, consecutive, 1e6); /* pos0 ignored */
+    assert_memory_equal(a, b, (size_t)(T * ld) * sizeof(float));
+    const int32_t batch[6] = {3, 2047, 0, 17, 17, 100000};
+    float *c = rand_array(T * ld, 2.0f), *d = xmalloc((size_t)(T * ld) * sizeof(float));
+    memcpy(d, c, (size_t)(T * ld) * sizeof(float));
+    be->ops->qk_norm_rope(be, c, T, nh, nkv, hd, qb, kb, 1e-6f, 0, batch, 1e6);
+    for (int64_t t = 0; t < T; t++) be->ops->qk_norm_rope(be, d + t * ld, 1, nh, nkv, hd, qb, kb, 1e-6f, batch[t], NULL, 1e6);
+    assert_memory_equal(c, d, (size_t)(T * ld) * sizeof(float));
+    assert_memory_not_equal(c + 3 * ld, c + 4 * ld, (size_t)ld * sizeof(float)); /* different inputs, same position */
+    free(a), free(b), free(c), free(d), free(qn), free(kn);
+    be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     be->ops->destroy(be);
 }
 
@@ -1101,6 +1314,10 @@ int main(void) {
         cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_vs_double),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_attention_paged_vs_double),
+        cmocka_unit_test(test_attention_paged_equals_contiguous),
+        cmocka_unit_test(test_qk_norm_rope_positions),
         cmocka_unit_test(test_moe_vs_double),
         cmocka_unit_test(test_moe_is_composition),
         cmocka_unit_test(test_bank_bad_parts),

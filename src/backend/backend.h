@@ -132,11 +132,33 @@ typedef struct fm_backend_ops {
     /* y[M, N] = x[M, K] W[idx]^T with x quantized as afmt; W is matrix idx of the bank */
     void (*linear)(fm_backend *be, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y);
     /* In place on a fused qkv buffer [T, (nh + 2 nkv) hd]: optional per-head RMSNorm of q and k (q_norm/k_norm
-     * may be NULL), then RoPE (rotate-half pairs (j, j + hd/2)) at positions pos0 + t. */
+     * may be NULL), then RoPE (rotate-half pairs (j, j + hd/2)) at position pos[t] (pos: int32 [T] in backend
+     * memory, read by the device, so a captured graph replays with new positions), or pos0 + t when pos is NULL. */
     void (*qk_norm_rope)(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                         const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, double theta);
+                         const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, const void *pos,
+                         double theta);
     /* Causal GQA attention reading q, k, v from the fused qkv buffer; out is [T, nh * hd]. */
     void (*attention)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out);
+    /* The paged KV cache (one layer's): k_cache and v_cache are [n_slots][nkv * hd] in the activation dtype; the
+     * slot of position p of sequence s is tables[s * max_blocks + p / block_tokens] * block_tokens
+     * + p % block_tokens (tables: int32 [max_seqs][max_blocks] in backend memory, engine/kv_cache.h).
+     *
+     * kv_store copies token t's k and v heads (from the fused qkv buffer [T, (nh + 2 nkv) hd], after
+     * qk_norm_rope) to slot slots[t] of k_cache and v_cache (slots: int32 [T] in backend memory; distinct). */
+    void (*kv_store)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                     const void *slots, void *k_cache, void *v_cache);
+    /* Attention over the paged cache: token t (its query heads from qkv row t; its k and v already stored) attends
+     * causally to positions 0..tok_pos[t] (inclusive) of sequence tok_seq[t], read through the block table; GQA
+     * (query head h reads kv head h / (nh / nkv)), scores q.k * hd^-0.5, softmax in fp32; out [T, nh * hd] in the
+     * act dtype. tok_seq, tok_pos, tables: int32 in backend memory, read by the device only (a captured graph
+     * replays with other positions and tables). max_len: an upper bound of tok_pos[t] + 1 known on the host (the
+     * planned context), used only to size the split along the context. scratch: backend memory of
+     * fm_attention_paged_scratch_bytes(T, nh, hd, max_len) bytes (backend/attention_paged.h; the CPU ignores it).
+     * Preconditions: the table entries of positions 0..tok_pos[t] are valid blocks; tok_pos[t] < max_len. */
+    void (*attention_paged)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                            const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                            const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                            void *scratch, void *out);
     /* Routing from router logits [T, E]: top-k expert ids [T, k] (int32) and weights [T, k] (act dtype). */
     void (*route)(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                   bool norm_topk, void *ids, void *weights);

@@ -174,7 +174,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fw_timer *tm) {
         ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, b.qkv);
         dump(be, "qkv", l, b.qkv, nqkv);
         tick(tm, FM_STAGE_ATTN_PROJ);
-        ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0, c->rope_theta);
+        ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0, NULL, c->rope_theta);
         dump(be, "qk_norm_rope", l, b.qkv, nqkv);
         ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
         dump(be, "attention", l, b.att, T * nh * hd);

@@ -11,6 +11,10 @@
  *   in a narrower-than-fp32 accumulator (measured ~5e-4 normalised against the exact CPU sum; the mma.sync
  *   kernel is within 4e-5), and in the MoE that difference can flip an e4m3 code of the SwiGLU output (one
  *   code step is 6-12% of the value), which a T = 1 case with a few hundred outputs shows as ~1.5e-2
+ *   paged KV cache: kv_store exact (each backend's cache against its own roped rows, bit for bit, no other slot
+ *   written); attention_paged as attention (1e-2 bf16: the GPU rounds P to bf16 for P V as the prefill kernel does,
+ *   and the roped q/k of the two backends may differ by a bf16 ulp; 1e-5 fp32); a captured decode step replayed
+ *   with new positions equals the plain launch bit for bit
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
+#include "backend/attention_paged.h"
 #include "backend/backend.h"
 #include "gpu_test_util.h"
 
@@ -238,7 +245,7 @@ static void attention_case(fm_preset preset, int64_t T, int32_t nh, int32_t nkv,
         fm_bank *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
         void *base, *d = gpu_guarded(be, T * ld, &base);
         be->ops->upload_f32(be, qkv, T * ld, d);
-        be->ops->qk_norm_rope(be, d, T, nh, nkv, hd, qb, kb, 1e-6f, 0, 1e6);
+        be->ops->qk_norm_rope(be, d, T, nh, nkv, hd, qb, kb, 1e-6f, 0, NULL, 1e6);
         r[i] = malloc((size_t)(T * ld) * sizeof(float));
         be->ops->download_f32(be, d, T * ld, r[i]);
         void *obase, *od = gpu_guarded(be, T * nh * hd, &obase);
@@ -267,6 +274,287 @@ static void test_rope_attention(void **s) {
             attention_case(FM_PRESET_REF, Ts[i], shapes[j][0], shapes[j][1], shapes[j][2], j % 2 == 0);
             attention_case(FM_PRESET_REF32, Ts[i], shapes[j][0], shapes[j][1], shapes[j][2], j % 2 == 0);
         }
+}
+
+/* ---------------------------------------------------------------- paged KV cache */
+
+/* A paged attention case on one backend pair: nseq sequences of len[s] tokens in shuffled blocks of bt, their k and
+ * v written through qk_norm_rope (device positions) and kv_store; T query tokens (seq[t], pos[t]) roped at their
+ * positions and attending through attention_paged with max_len as the planned context (>= the longest sequence). */
+typedef struct gpu_paged {
+    int32_t  nh, nkv, hd, bt, nseq, max_blocks, n_blocks;
+    int64_t  T, max_len, hist;
+    int32_t *len, *first, *tables, *hist_pos, *hist_slot, *seq, *pos;
+    float   *hist_rows, *q_rows; /* host fp32 inputs: [hist][ld] and [T][ld] */
+} gpu_paged;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#define CKG(call)                                                                                                  \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+    } while (0)
+
+static int32_t urand_below(int32_t n) { return (int32_t)((frand() * 0.5f + 0.5f) * (float)n) % n; }
+
+/* lengths: the longest is max_ctx, one ends at a block boundary, the others random; tokens: a decode token at the
+ * end of each of the first min(T, nseq) sequences, the rest a prefill chunk of consecutive positions at the end of
+ * sequence 0 (its cached prefix before it) */
+static gpu_paged paged_make(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx, int64_t max_len) {
+    gpu_paged p;
+    memset(&p, 0, sizeof p);
+    p.nh = nh, p.nkv = nkv, p.hd = hd, p.bt = 16, p.T = T, p.max_len = max_len;
+    p.nseq = T < 5 ? (int32_t)T : 5;
+    p.len = malloc((size_t)p.nseq * sizeof *p.len);
+    for (int32_t s = 0; s < p.nseq; s++) p.len[s] = 1 + urand_below(max_ctx);
+    p.len[p.nseq - 1] = max_ctx;
+    if (p.nseq > 1) p.len[p.nseq - 2] = max_ctx >= 32 ? (max_ctx / 32) * 16 : 16; /* ends at a block boundary */
+    const int64_t chunk = T - p.nseq + 1; /* sequence 0's tokens in the call */
+    if (p.len[0] < chunk) p.len[0] = (int32_t)chunk;
+    int32_t longest = 0;
+    for (int32_t s = 0; s < p.nseq; s++) longest = p.len[s] > longest ? p.len[s] : longest, p.hist += p.len[s];
+    if (p.max_len < longest) fail_msg("paged case: max_len %lld below the longest sequence %d", (long long)max_len, longest);
+    p.max_blocks = (int32_t)ceil_div(longest, p.bt);
+    /* shuffled block ids, 3 spare blocks never used */
+    p.n_blocks = 3;
+    for (int32_t s = 0; s < p.nseq; s++) p.n_blocks += (int32_t)ceil_div(p.len[s], p.bt);
+    int32_t *perm = malloc((size_t)p.n_blocks * sizeof *perm);
+    for (int32_t i = 0; i < p.n_blocks; i++) perm[i] = i;
+    for (int32_t i = p.n_blocks - 1; i > 0; i--) {
+        const int32_t j = urand_below(i + 1), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    p.tables = malloc((size_t)p.nseq * p.max_blocks * sizeof *p.tables);
+    for (int32_t s = 0, k = 0; s < p.nseq; s++)
+        for (int32_t b = 0; b < p.max_blocks; b++) p.tables[s * p.max_blocks + b] = b * p.bt < p.len[s] ? perm[k++] : -1;
+    free(perm);
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    p.first = malloc((size_t)p.nseq * sizeof *p.first);
+    p.hist_pos = malloc((size_t)p.hist * sizeof *p.hist_pos), p.hist_slot = malloc((size_t)p.hist * sizeof *p.hist_slot);
+    for (int32_t s = 0, k = 0; s < p.nseq; s++) {
+        p.first[s] = k;
+        for (int32_t i = 0; i < p.len[s]; i++, k++)
+            p.hist_pos[k] = i, p.hist_slot[k] = p.tables[s * p.max_blocks + i / p.bt] * p.bt + i % p.bt;
+    }
+    p.hist_rows = rand_array(p.hist * ld, 2.0f);
+    p.seq = malloc((size_t)T * sizeof *p.seq), p.pos = malloc((size_t)T * sizeof *p.pos);
+    int64_t t = 0;
+    for (int32_t s = 1; s < p.nseq; s++) p.seq[t] = s, p.pos[t] = p.len[s] - 1, t++;
+    for (int64_t i = 0; i < chunk; i++) p.seq[t] = 0, p.pos[t] = (int32_t)(p.len[0] - chunk + i), t++;
+    p.q_rows = malloc((size_t)(T * ld) * sizeof *p.q_rows);
+    for (t = 0; t < T; t++)
+        memcpy(p.q_rows + t * ld, p.hist_rows + (int64_t)(p.first[p.seq[t]] + p.pos[t]) * ld, (size_t)ld * sizeof(float));
+    return p;
+}
+
+static void paged_free(gpu_paged *p) {
+    free(p->len), free(p->first), free(p->tables), free(p->hist_pos), free(p->hist_slot), free(p->seq), free(p->pos);
+    free(p->hist_rows), free(p->q_rows);
+}
+
+static void *upload_i32(fm_backend *be, const int32_t *x, int64_t n) {
+    void *d = be->ops->alloc(be, (size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    assert_non_null(d);
+    be->ops->upload_ids(be, x, n, d);
+    return d;
+}
+
+/* n activations of base (guards included: GPU_TEST_GUARD on each side) to the host; fails if a guard was written */
+static float *fetch_with_guards(fm_backend *be, void *base, int64_t n, const char *what) {
+    const int64_t G = GPU_TEST_GUARD, total = n + 2 * G;
+    float        *all = malloc((size_t)total * sizeof *all);
+    be->ops->download_f32(be, base, total, all);
+    for (int64_t i = 0; i < G; i++)
+        if (!isnan(all[i]) || !isnan(all[n + G + i])) fail_msg("%s (%s): write outside the buffer", what, be->ops->name);
+    float *x = malloc((size_t)n * sizeof *x);
+    memcpy(x, all + G, (size_t)n * sizeof *x);
+    free(all);
+    return x;
+}
+
+/* The results of one backend: the roped history, the caches, the attention output. */
+typedef struct paged_out {
+    float *roped, *kc, *vc, *att;
+} paged_out;
+
+static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn) {
+    const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, n_slots = (int64_t)p->n_blocks * p->bt;
+    paged_out     r;
+    void *hpos = upload_i32(be, p->hist_pos, p->hist), *hslot = upload_i32(be, p->hist_slot, p->hist);
+    void *seq = upload_i32(be, p->seq, p->T), *pos = upload_i32(be, p->pos, p->T);
+    void *tables = upload_i32(be, p->tables, (int64_t)p->nseq * p->max_blocks);
+    void *hist = gpu_upload(be, p->hist_rows, p->hist * ld), *q = gpu_upload(be, p->q_rows, p->T * ld);
+    void *kbase, *vbase, *kc = gpu_guarded(be, n_slots * row, &kbase), *vc = gpu_guarded(be, n_slots * row, &vbase);
+    be->ops->qk_norm_rope(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, 0, hpos, 1e6);
+    be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc);
+    be->ops->qk_norm_rope(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, 0, pos, 1e6);
+    /* the scratch between NaN guards too (as activations: its bytes are the op's own, so only the guards count) */
+    const size_t  sb = fm_attention_paged_scratch_bytes(p->T, nh, hd, p->max_len);
+    const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
+    void         *sbase, *scratch = gpu_guarded(be, sn, &sbase);
+    void         *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
+    be->ops->attention_paged(be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len,
+                             sb ? scratch : NULL, o);
+    r.att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged");
+    free(fetch_with_guards(be, sbase, sn, "attention_paged scratch"));
+    r.kc = fetch_with_guards(be, kbase, n_slots * row, "kv_store k_cache");
+    r.vc = fetch_with_guards(be, vbase, n_slots * row, "kv_store v_cache");
+    r.roped = malloc((size_t)(p->hist * ld) * sizeof *r.roped);
+    be->ops->download_f32(be, hist, p->hist * ld, r.roped);
+    be->ops->free(be, hpos), be->ops->free(be, hslot), be->ops->free(be, seq), be->ops->free(be, pos);
+    be->ops->free(be, tables), be->ops->free(be, hist), be->ops->free(be, q);
+    be->ops->free(be, kbase), be->ops->free(be, vbase), be->ops->free(be, sbase);
+    return r;
+}
+
+/* kv_store put each token's roped k and v rows, bit for bit, in its slot, and wrote no other slot */
+static void expect_cache_holds(const gpu_paged *p, const paged_out *r, const char *what, const char *be_name) {
+    const int64_t ld = (int64_t)(p->nh + 2 * p->nkv) * p->hd, row = (int64_t)p->nkv * p->hd;
+    const int64_t n_slots = (int64_t)p->n_blocks * p->bt;
+    char *used = calloc((size_t)n_slots, 1);
+    for (int64_t k = 0; k < p->hist; k++) {
+        const int64_t s = p->hist_slot[k];
+        used[s] = 1;
+        if (memcmp(r->kc + s * row, r->roped + k * ld + (int64_t)p->nh * p->hd, (size_t)row * sizeof(float)) ||
+            memcmp(r->vc + s * row, r->roped + k * ld + (int64_t)(p->nh + p->nkv) * p->hd, (size_t)row * sizeof(float)))
+            fail_msg("%s (%s): slot %lld does not hold the k/v of history row %lld", what, be_name, (long long)s,
+                     (long long)k);
+    }
+    for (int64_t s = 0; s < n_slots; s++)
+        for (int64_t i = 0; !used[s] && i < row; i++)
+            if (!isnan(r->kc[s * row + i]) || !isnan(r->vc[s * row + i]))
+                fail_msg("%s (%s): kv_store wrote slot %lld, which no token maps to", what, be_name, (long long)s);
+    free(used);
+}
+
+/* CUDA vs CPU for one case and plan; bounds: the roped history and the attention output as the contiguous ops
+ * (reduction_bound: 1e-2 bf16, where the GPU also rounds P to bf16 for the P V product and the two backends' roped
+ * q/k may differ by a bf16 ulp; 1e-5 fp32); kv_store exact on each backend against its own roped rows. */
+static void paged_case_gpu(fm_preset preset, int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx,
+                           int64_t max_len, bool norm) {
+    both      b = make(preset);
+    gpu_paged p = paged_make(nh, nkv, hd, T, max_ctx, max_len);
+    float    *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
+    paged_out r[2];
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = b.be[i];
+        fm_bank    *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL, *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
+        r[i] = paged_run(be, &p, qb, kb);
+        if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "paged %s nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d", fm_preset_name(preset),
+             nh, nkv, hd, (long long)T, max_ctx, (long long)max_len, p.nseq);
+    for (int i = 0; i < 2; i++) expect_cache_holds(&p, &r[i], what, b.be[i]->ops->name);
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    char w2[200];
+    snprintf(w2, sizeof w2, "qk_norm_rope(positions) %s", what);
+    gpu_expect_close(r[1].roped, r[0].roped, p.hist * ld, reduction_bound(&b), w2);
+    snprintf(w2, sizeof w2, "attention_paged %s", what);
+    gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
+    for (int i = 0; i < 2; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
+    free(qn), free(kn);
+    paged_free(&p);
+    destroy(&b);
+}
+
+/* T = 1, 3, 17, 64 with the Qwen3-30B-A3B head shape (32/4 x 128) at contexts up to 3000 (splits from 1 to the
+ * most), and small shapes: hd 48 (padded tile rows), MHA hd 64, GQA 16 (a full m16 tile) at hd 32, GQA 24 (two
+ * query groups per kv head), hd 256; short contexts (one split, one tile, a single key) and a planned context far
+ * above the actual lengths (what a captured graph replays with). */
+static void test_paged_attention(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 3, 17, 64};
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_REF32};
+    for (int pi = 0; pi < 2; pi++) {
+        for (int i = 0; i < 4; i++) {
+            paged_case_gpu(presets[pi], 32, 4, 128, Ts[i], 3000, 3000, true);
+            paged_case_gpu(presets[pi], 32, 4, 128, Ts[i], 300, 4096, true);
+            paged_case_gpu(presets[pi], 4, 2, 48, Ts[i], 77, 77, false);
+        }
+        paged_case_gpu(presets[pi], 8, 8, 64, 3, 1000, 1000, true);
+        paged_case_gpu(presets[pi], 16, 1, 32, 17, 200, 256, true);
+        paged_case_gpu(presets[pi], 48, 2, 64, 5, 500, 500, false);
+        paged_case_gpu(presets[pi], 2, 1, 256, 3, 129, 129, true);
+        paged_case_gpu(presets[pi], 32, 4, 128, 1, 1, 1, true);   /* one key */
+        paged_case_gpu(presets[pi], 32, 4, 128, 1, 16, 2048, true); /* one block, many idle splits */
+    }
+}
+
+/* The decode step under a CUDA graph: attention_paged (with qk_norm_rope and kv_store) captured once, then replayed
+ * after new positions, slots and lengths were written into the same device buffers; each replay equals the plain
+ * launch for those lengths bit for bit (the kernels branch on shapes only and read lengths from device memory). */
+static void test_paged_graph_replay(void **s) {
+    (void)s;
+    both b = make(FM_PRESET_REF);
+    fm_backend *be = b.be[1];
+    const int32_t nh = 32, nkv = 4, hd = 128, bt = 16, nseq = 4, max_blocks = 64, T = nseq;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, max_len = (int64_t)max_blocks * bt;
+    const int64_t n_slots = (int64_t)nseq * max_blocks * bt;
+    /* sequence s owns blocks s, s + nseq, s + 2 nseq, ... (interleaved) */
+    int32_t tables[4 * 64];
+    for (int32_t q = 0; q < nseq; q++)
+        for (int32_t k = 0; k < max_blocks; k++) tables[q * max_blocks + k] = k * nseq + q;
+    float *cache_init = rand_array(n_slots * row, 2.0f), *qkv = rand_array((int64_t)T * ld, 2.0f);
+    void  *kc = gpu_upload(be, cache_init, n_slots * row), *vc = gpu_upload(be, cache_init, n_slots * row);
+    void  *q = be->ops->alloc(be, (size_t)(T * ld) * be->ops->act_size);
+    void  *dtab = upload_i32(be, tables, nseq * max_blocks), *dseq, *dpos, *dslot, *o;
+    int32_t seq[4] = {0, 1, 2, 3}, pos[4] = {5, 100, 1023, 16}, slot[4];
+    dseq = upload_i32(be, seq, T), dpos = upload_i32(be, pos, T), dslot = upload_i32(be, pos, T);
+    o = be->ops->alloc(be, (size_t)(T * nh * hd) * be->ops->act_size);
+    const size_t sb = fm_attention_paged_scratch_bytes(T, nh, hd, max_len);
+    void *scratch = be->ops->alloc(be, sb ? sb : 16);
+    cudaStream_t stream = (cudaStream_t)fm_cuda_backend_stream(be);
+    if (!stream) fail_msg("paged graph: the cuda backend has no stream");
+    #define STEP()                                                                                                   \
+        do {                                                                                                         \
+            be->ops->qk_norm_rope(be, q, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, dpos, 1e6);                           \
+            be->ops->kv_store(be, q, T, nh, nkv, hd, dslot, kc, vc);                                                 \
+            be->ops->attention_paged(be, q, T, nh, nkv, hd, kc, vc, dseq, dpos, dtab, max_blocks, bt, max_len,        \
+                                     scratch, o);                                                                    \
+        } while (0)
+    be->ops->upload_f32(be, qkv, (int64_t)T * ld, q);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CKG(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    STEP();
+    CKG(cudaStreamEndCapture(stream, &graph));
+    CKG(cudaGraphInstantiate(&exec, graph, 0));
+    const int32_t steps[3][4] = {{5, 100, 1023, 16}, {0, 15, 511, 1000}, {63, 64, 1, 777}};
+    const int64_t n_out = (int64_t)T * nh * hd;
+    float *plain = malloc((size_t)n_out * sizeof *plain), *replay = malloc((size_t)n_out * sizeof *replay);
+    float *nan_out = malloc((size_t)n_out * sizeof *nan_out);
+    for (int64_t i = 0; i < n_out; i++) nan_out[i] = NAN;
+    for (int st = 0; st < 3; st++) {
+        for (int32_t t = 0; t < T; t++)
+            pos[t] = steps[st][t], slot[t] = tables[seq[t] * max_blocks + pos[t] / bt] * bt + pos[t] % bt;
+        /* plain launch */
+        be->ops->upload_f32(be, qkv, (int64_t)T * ld, q);
+        be->ops->upload_ids(be, pos, T, dpos), be->ops->upload_ids(be, slot, T, dslot);
+        STEP();
+        be->ops->download_f32(be, o, n_out, plain);
+        /* the graph, the same inputs (the cache rows it rewrites get the same values), the output poisoned */
+        be->ops->upload_f32(be, qkv, (int64_t)T * ld, q);
+        be->ops->upload_f32(be, nan_out, n_out, o);
+        be->ops->upload_ids(be, pos, T, dpos), be->ops->upload_ids(be, slot, T, dslot);
+        CKG(cudaGraphLaunch(exec, stream));
+        be->ops->download_f32(be, o, n_out, replay);
+        for (int64_t i = 0; i < n_out; i++)
+            if (memcmp(&plain[i], &replay[i], sizeof(float)) != 0 || isnan(plain[i]))
+                fail_msg("paged graph step %d: output %lld is %.9g replayed, %.9g launched", st, (long long)i, replay[i],
+                         plain[i]);
+        printf("  paged graph step %d (positions %d %d %d %d): replay == launch\n", st, pos[0], pos[1], pos[2], pos[3]);
+    }
+    #undef STEP
+    CKG(cudaGraphExecDestroy(exec));
+    CKG(cudaGraphDestroy(graph));
+    free(plain), free(replay), free(nan_out), free(cache_init), free(qkv);
+    be->ops->free(be, kc), be->ops->free(be, vc), be->ops->free(be, q), be->ops->free(be, dtab);
+    be->ops->free(be, dseq), be->ops->free(be, dpos), be->ops->free(be, dslot), be->ops->free(be, o);
+    be->ops->free(be, scratch);
+    destroy(&b);
 }
 
 static void route_cases(fm_preset preset) {
@@ -375,6 +663,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_w4a8),  cmocka_unit_test(test_linear_w8a8), cmocka_unit_test(test_linear_w8a8_sequence),
+        cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_graph_replay),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

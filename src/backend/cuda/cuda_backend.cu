@@ -17,9 +17,11 @@
 // do synchronise, and are not for capture.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_f32.cuh"
+#include "backend/cuda/attention_paged.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
+#include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
@@ -237,19 +239,40 @@ static void cu_linear(fm_backend *bb, const fm_bank *w, int32_t idx, const void 
 }
 
 static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                            const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, double theta) {
+                            const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, const void *pos,
+                            double theta) {
     if (f32(bb))
         fm_cuda_qk_norm_rope_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
-                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, theta, stream(bb));
+                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, stream(bb));
     else
         fm_cuda_qk_norm_rope((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
-                             k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, theta, stream(bb));
+                             k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, stream(bb));
 }
 
 /* bf16: the flash-style tensor-core kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu) */
 static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out) {
     if (f32(bb)) fm_cuda_attention_f32((const float *)qkv, T, nh, nkv, hd, (float *)out, stream(bb));
     else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
+}
+
+static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
+                        void *k_cache, void *v_cache) {
+    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache, stream(bb));
+}
+
+/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32: the plain kernel */
+static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                               const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                               const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                               void *scratch, void *out) {
+    if (f32(bb))
+        fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
+                                    (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
+                                    max_blocks, block_tokens, max_len, (float *)out, stream(bb));
+    else
+        fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
+                                (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
+                                block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
 }
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
@@ -313,6 +336,8 @@ static const fm_backend_ops cuda_ops = {
     .linear       = cu_linear,
     .qk_norm_rope = cu_qk_norm_rope,
     .attention    = cu_attention,
+    .kv_store     = cu_kv_store,
+    .attention_paged = cu_attention_paged,
     .route        = cu_route,
     .moe          = cu_moe,
     .swiglu       = cu_swiglu,

@@ -5,7 +5,8 @@
 
 template <typename A>
 static __global__ void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm,
-                                           const A *k_norm, float eps, int64_t pos0, float theta) {
+                                           const A *k_norm, float eps, int64_t pos0, const int32_t *pos,
+                                           float theta) {
     const int64_t t = blockIdx.x;
     const int32_t h = blockIdx.y, half = hd / 2, j = threadIdx.x;
     A         *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
@@ -32,7 +33,7 @@ static __global__ void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int3
     }
     if (!active) return;
     const float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
-    const float f = (float)(pos0 + t) * inv_freq;
+    const float f = (float)(pos ? (int64_t)pos[t] : pos0 + t) * inv_freq;
     float sn, cs;
     sincosf(f, &sn, &cs);
     act_store(&x[j], a * cs - b * sn);
@@ -41,7 +42,7 @@ static __global__ void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int3
 
 template <typename A>
 static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm,
-                         float eps, int64_t pos0, double theta, cudaStream_t s) {
+                         float eps, int64_t pos0, const int32_t *pos, double theta, cudaStream_t s) {
     if (hd % 2 != 0 || hd > 1024 || T > INT32_MAX) {
         fprintf(stderr, "fp8moe: qk_norm_rope: unsupported head_dim %d or T %lld\n", hd, (long long)T);
         abort();
@@ -49,17 +50,18 @@ static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
     if (T == 0) return;
     const int threads = (int)fm_ceil_div(hd / 2, 32) * 32; /* whole warps: the reduction shuffles with full masks */
     dim3 grid((unsigned)T, (unsigned)(nh + nkv));
-    qk_norm_rope_kernel<<<grid, threads, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, (float)theta);
+    qk_norm_rope_kernel<<<grid, threads, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, (float)theta);
     FM_LAUNCH_CHECK("qk_norm_rope");
 }
 
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
-                                     double theta, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, theta, s);
+                                     const int32_t *pos, double theta, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const float *q_norm,
-                                         const float *k_norm, float eps, int64_t pos0, double theta, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, theta, s);
+                                         const float *k_norm, float eps, int64_t pos0, const int32_t *pos, double theta,
+                                         cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, s);
 }

@@ -1,0 +1,45 @@
+/* How the paged attention op (backend.h: attention_paged) splits a token's context, and the scratch that costs:
+ * plain C, so that the engine's memory plan counts the scratch before anything is allocated.
+ *
+ * Flash-decoding: the CUDA op runs one CTA per (token, kv head, split); each split takes a slice of the token's
+ * context and leaves a partial result (max, sum, unnormalised accumulator, fp32) in scratch, and a second kernel
+ * combines the slices. The number of splits S depends on shapes only (a captured graph replays with other
+ * lengths): enough CTAs to fill the GPU (2 per SM), no more than the planned context has chunks of
+ * FM_ATT_PAGED_MIN_CHUNK keys. Each CTA then reads its token's length from device memory and takes the slice
+ * [s * chunk, (s + 1) * chunk) with chunk = max(FM_ATT_PAGED_MIN_CHUNK, ceil(len / S) rounded up to 16): short
+ * sequences use the first few splits, the others exit at once. S = 1 writes the output directly (no scratch). */
+#ifndef FM_BACKEND_ATTENTION_PAGED_H
+#define FM_BACKEND_ATTENTION_PAGED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FM_ATT_PAGED_MIN_CHUNK  64  /* keys per split at least: one 16-key tile for each of the CTA's 4 warps */
+#define FM_ATT_PAGED_MAX_SPLITS 64  /* splits per token at most */
+#define FM_ATT_PAGED_MAX_SMS    256 /* multiprocessors assumed at most when the scratch is sized without a device */
+
+/* Splits for the shapes, on a GPU of sms multiprocessors; kv_ctas = T * nkv * ceil((nh / nkv) / 16), the CTAs of
+ * one split (a CTA takes up to 16 query heads of one kv head). At most fm_attention_paged_max_splits(T, max_len). */
+static inline int32_t fm_attention_paged_max_splits(int64_t T, int64_t max_len) {
+    int64_t s = (max_len + FM_ATT_PAGED_MIN_CHUNK - 1) / FM_ATT_PAGED_MIN_CHUNK;
+    const int64_t fill = T > 0 ? (2 * FM_ATT_PAGED_MAX_SMS + T - 1) / T : 1;
+    if (s > FM_ATT_PAGED_MAX_SPLITS) s = FM_ATT_PAGED_MAX_SPLITS;
+    if (s > fill) s = fill;
+    return s < 1 ? 1 : (int32_t)s;
+}
+
+static inline int32_t fm_attention_paged_splits(int64_t T, int64_t kv_ctas, int64_t max_len, int32_t sms) {
+    if (sms > FM_ATT_PAGED_MAX_SMS) sms = FM_ATT_PAGED_MAX_SMS;
+    const int64_t want = kv_ctas > 0 ? (2 * (int64_t)sms + kv_ctas - 1) / kv_ctas : 1;
+    const int32_t cap  = fm_attention_paged_max_splits(T, max_len);
+    return want < 1 ? 1 : want > cap ? cap : (int32_t)want;
+}
+
+/* Bytes of scratch attention_paged needs at these shapes: per (token, query head, split) hd + 2 floats (the
+ * accumulator, the max and the sum); none when one split suffices. An upper bound for every GPU. */
+static inline size_t fm_attention_paged_scratch_bytes(int64_t T, int32_t nh, int32_t hd, int64_t max_len) {
+    const int32_t s = fm_attention_paged_max_splits(T, max_len);
+    return s <= 1 ? 0 : (size_t)T * (size_t)nh * (size_t)s * ((size_t)hd + 2) * sizeof(float);
+}
+
+#endif

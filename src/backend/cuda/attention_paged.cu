@@ -1,0 +1,428 @@
+// Attention over the paged KV cache (see attention_paged.cuh): flash-decoding on tensor cores for bf16, a plain
+// kernel for the fp32 oracle.
+//
+// bf16, split kernel. Grid: x = token t, y = (kv head, group of up to 16 of its query heads), z = split s of the
+// token's context (backend/attention_paged.h: the number of splits S comes from the shapes; the slice of split s
+// is [s * chunk, (s + 1) * chunk) with chunk from the token's length, read from device memory, so a captured graph
+// replays with any lengths; splits past the end exit at once). Block: 4 warps. The CTA's query heads are the M rows
+// of one m16n8k16 tile (GQA: the K and V rows of the kv head are read once for the group; rows past the group are
+// zero and never stored). Warp w takes the 16-key tiles w, w + 4, w + 8, ... of the slice, each tile gathered row by
+// row through the block table (16-byte cp.async of K and V rows, zero-filled past the slice), and keeps its own
+// online softmax: S = Q K^T (ldmatrix K, mma), keys past the slice -> -inf, fp32 max and sum (exp2 of log2e-scaled
+// scores), P rounded to bf16 as the A operand, O += P V (ldmatrix.trans V, mma). The 4 warps then merge through
+// shared memory; with S = 1 the CTA writes out (O / l, bf16), else the split's partial (O unnormalised, max in
+// log2 units, sum; fp32) goes to scratch and the combine kernel (grid (token, query head)) merges the splits.
+//
+// Shared memory (dynamic), bf16 tiles in the layout of attention_mma.cuh (swizzled or padded rows):
+//   Q [16][HD]                         loaded once by the CTA; read by every warp (held in registers for HD <= 128)
+//   warp w: ST stages of K [16][HD] and V [16][HD]  written and read by warp w only (cp.async ring, __syncwarp)
+// ST = 2 for HD <= 128 (69 KB at HD 128), 1 above (72 KB at HD 256): under the 99 KB of sm_89. After the loop the
+// stage region holds the warps' O [4][16][HD] fp32 and the Q region their max and sum [2][4][16] for the merge.
+//
+// Scratch (S > 1): part_o [T][nh][S][HD] fp32, then part_m [T][nh][S] and part_l [T][nh][S] fp32.
+//
+// Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
+// H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); the scratch
+// round trip (S (hd + 2) floats per query head, written and read once, L2-resident) and the query are small beside
+// it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the repeats.
+//
+// fp32 (ref32): grid (token, query head), 4 warps; warp w takes keys w, w + 4, ... with an online softmax in fp32
+// (lanes split the head dimension, a shuffle reduction per score), then the warps merge through shared memory.
+// Written to be obviously right, not fast.
+#include <math.h>
+
+#include "backend/attention_paged.h"
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_paged.cuh"
+
+#define APG_WARPS   4
+#define APG_THREADS (APG_WARPS * 32)
+
+typedef __nv_bfloat16 bf16;
+
+// keys per split for a token of len keys and S splits (attention_paged.h); ceil(len / chunk) <= S
+static __device__ __forceinline__ int apg_chunk(int len, int splits) {
+    int c = (len + splits - 1) / splits;
+    c     = (c + 15) & ~15;
+    return c > FM_ATT_PAGED_MIN_CHUNK ? c : FM_ATT_PAGED_MIN_CHUNK;
+}
+
+typedef struct apg_args {
+    const bf16    *qkv, *k_cache, *v_cache;
+    const int32_t *tok_seq, *tok_pos, *tables;
+    float         *part; // scratch (S > 1)
+    bf16          *out;
+    int            nh, nkv, qgroups, max_blocks, block_tokens, splits;
+    float          sl2; // log2(e) / sqrt(hd)
+} apg_args;
+
+// cp.async of the 16 K and V rows of keys [j0, j0 + 16) of kv head kvh into one stage (rows at or past s1 zero-
+// filled). Lane l copies chunk l % CH of rows l / CH + p * RP (RP = 32 / CH rows per pass).
+template <int HD>
+static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, const bf16 *k_cache,
+                                                     const bf16 *v_cache, const int32_t *table, int block_tokens,
+                                                     int64_t kv_ld, int kvh, int j0, int s1, int lane) {
+    constexpr int CH = HD / 8, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
+    const int ch = lane % CH, r = lane / CH;
+    if (32 % CH != 0 && r >= RP) return;
+#pragma unroll
+    for (int p = 0; p < PASSES; p++) {
+        const int rr = r + p * RP;
+        if (16 % RP != 0 && rr >= 16) break;
+        const int j = j0 + rr;
+        const bool ok = j < s1;
+        int64_t off = 0;
+        if (ok) {
+            const int64_t block = table[j / block_tokens];
+            off = (block * block_tokens + j % block_tokens) * kv_ld + (int64_t)kvh * HD + ch * 8;
+        }
+        att_cp16(sk + att_off<HD>(rr, ch), k_cache + off, ok ? 16u : 0u);
+        att_cp16(sv + att_off<HD>(rr, ch), v_cache + off, ok ? 16u : 0u);
+    }
+}
+
+template <int HD> struct apg_shape {
+    static constexpr int RE = ATT_ROW_ELEMS(HD);
+    static constexpr int TILE = 16 * RE * 2;                         // bytes of one [16][HD] bf16 tile
+    static constexpr int ST = HD <= 128 ? 2 : 1;                     // K/V stages per warp
+    static constexpr int SMEM = TILE + APG_WARPS * ST * 2 * TILE;    // Q, then the warps' stages
+    static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * ST * 2 * TILE, "the merge's O must fit the stages");
+    static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
+    static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
+};
+
+template <int HD>
+__global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
+    typedef apg_shape<HD> SH;
+    constexpr int KS = HD / 16, DT = HD / 8, ST = SH::ST;
+    constexpr bool QREG = HD <= 128;
+    extern __shared__ __align__(128) unsigned char apg_smem[];
+    const uint32_t sq = (uint32_t)__cvta_generic_to_shared(apg_smem);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int64_t t = blockIdx.x;
+    const int G = a.nh / a.nkv;
+    const int kvh = blockIdx.y / a.qgroups, h0 = kvh * G + (blockIdx.y % a.qgroups) * 16;
+    const int nq = min(16, kvh * G + G - h0); // query heads of this CTA
+    const int split = blockIdx.z;
+    const int len = a.tok_pos[t] + 1;
+    const int chunk = apg_chunk(len, a.splits);
+    const int s0 = split * chunk;
+    if (s0 >= len) return; // a split past this token's context (the combine knows: it counts the same way)
+    const int s1 = min(len, s0 + chunk);
+    const int32_t *table = a.tables + (int64_t)a.tok_seq[t] * a.max_blocks;
+    const int64_t ld = (int64_t)(a.nh + 2 * a.nkv) * HD, kv_ld = (int64_t)a.nkv * HD;
+
+    { // Q: the CTA's nq query rows, zero rows after them
+        constexpr int CH = HD / 8;
+        const bf16 *gq = a.qkv + t * ld + (int64_t)h0 * HD;
+        for (int i = tid; i < 16 * CH; i += APG_THREADS) {
+            const int r = i / CH, ch = i % CH;
+            const bool ok = r < nq;
+            att_cp16(sq + att_off<HD>(r, ch), ok ? gq + r * HD + ch * 8 : gq, ok ? 16u : 0u);
+        }
+        att_cp_commit();
+    }
+    const int ntiles = (s1 - s0 + 15) / 16;
+    const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
+    const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * ST * 2 * SH::TILE);
+#pragma unroll
+    for (int st = 0; st < ST; st++) {
+        if (st < nw)
+            apg_load_tile<HD>(wbuf + st * 2 * SH::TILE, wbuf + st * 2 * SH::TILE + SH::TILE, a.k_cache, a.v_cache,
+                              table, a.block_tokens, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1, lane);
+        att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below
+    }
+    att_cp_wait<ST>();
+    __syncthreads(); // Q landed
+
+    const att_lane la = att_lane_init<HD>(lane & 15, lane >> 4);
+    const att_lane lk = att_lane_init<HD>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    uint32_t qf[QREG ? KS : 1][4];
+    if (QREG) {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) att_ldsm_x4(qf[QREG ? kk : 0], sq + att_lane_off<HD>(&la, 0, kk));
+    }
+    float o[DT][4];
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}; // rows g and g + 8: raw max, partial sum
+
+    for (int i = 0; i < nw; i++) {
+        const int st = ST == 1 ? 0 : i % ST;
+        const uint32_t sk = wbuf + st * 2 * SH::TILE, sv = sk + SH::TILE;
+        const int j0 = s0 + (warp + APG_WARPS * i) * 16;
+        att_cp_wait<ST - 1>();
+        __syncwarp(); // every lane's rows of tile i landed
+
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t qa[4], b[4];
+            if (QREG) {
+#pragma unroll
+                for (int r = 0; r < 4; r++) qa[r] = qf[QREG ? kk : 0][r];
+            } else {
+                att_ldsm_x4(qa, sq + att_lane_off<HD>(&la, 0, kk));
+            }
+            att_ldsm_x4(b, sk + att_lane_off<HD>(&lk, 0, kk));
+            att_mma(s[0], qa, b[0], b[1]);
+            att_mma(s[1], qa, b[2], b[3]);
+        }
+        if (j0 + 16 > s1) { // the slice ends in this tile
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    if (j0 + nt * 8 + 2 * c + (r & 1) >= s1) s[nt][r] = -INFINITY;
+        }
+        // online softmax (the 4 lanes of a quad share a row); the tile has a key below s1, so the max is finite
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float mx = fmaxf(fmaxf(s[0][2 * hf], s[0][2 * hf + 1]), fmaxf(s[1][2 * hf], s[1][2 * hf + 1]));
+            mx = fmaxf(mx, mrow[hf]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mb = mx * a.sl2;
+            const float alpha = att_exp2(mrow[hf] * a.sl2 - mb); // 0 on the first tile (-inf), 1 if the max stayed
+            mrow[hf] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                s[nt][2 * hf] = att_exp2(fmaf(s[nt][2 * hf], a.sl2, -mb));
+                s[nt][2 * hf + 1] = att_exp2(fmaf(s[nt][2 * hf + 1], a.sl2, -mb));
+                sum += s[nt][2 * hf] + s[nt][2 * hf + 1];
+            }
+            lrow[hf] = lrow[hf] * alpha + sum;
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= alpha, o[dt][2 * hf + 1] *= alpha;
+        }
+        // O += P V: the S accumulators of key n8 tiles 0 and 1 are the A fragment of the tile's one k-step
+        uint32_t p[4];
+        p[0] = att_pack_bf16(s[0][0], s[0][1]);
+        p[1] = att_pack_bf16(s[0][2], s[0][3]);
+        p[2] = att_pack_bf16(s[1][0], s[1][1]);
+        p[3] = att_pack_bf16(s[1][2], s[1][3]);
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; dp++) {
+            uint32_t b[4];
+            att_ldsm_x4_t(b, sv + att_lane_off<HD>(&la, 0, dp));
+            att_mma(o[2 * dp], p, b[0], b[1]);
+            att_mma(o[2 * dp + 1], p, b[2], b[3]);
+        }
+        __syncwarp(); // every lane is done with the stage before it is refilled
+        if (i + ST < nw)
+            apg_load_tile<HD>(sk, sv, a.k_cache, a.v_cache, table, a.block_tokens, kv_ld, kvh,
+                              j0 + APG_WARPS * ST * 16, s1, lane);
+        att_cp_commit();
+    }
+
+    // merge the warps: O [4][16][HD] fp32 over the stages, max (log2 units) and sum [4][16] each over Q
+    att_cp_wait_all();
+    __syncthreads(); // every warp is done with Q and its stages
+    float *so = (float *)(apg_smem + SH::TILE);
+    float *sm = (float *)apg_smem, *sl = sm + APG_WARPS * 16;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float l = lrow[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int r = g + 8 * hf;
+        if (c == 0) sm[warp * 16 + r] = mrow[hf] * a.sl2, sl[warp * 16 + r] = l; // -inf and 0 for a warp without keys
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++)
+            *(float2 *)&so[(warp * 16 + r) * HD + dt * 8 + 2 * c] = make_float2(o[dt][2 * hf], o[dt][2 * hf + 1]);
+    }
+    __syncthreads();
+    for (int i = tid; i < nq * HD; i += APG_THREADS) {
+        const int r = i / HD, d = i % HD;
+        float M = sm[r];
+#pragma unroll
+        for (int w = 1; w < APG_WARPS; w++) M = fmaxf(M, sm[w * 16 + r]); // finite: warp 0 had a tile
+        float acc = 0.0f, L = 0.0f;
+#pragma unroll
+        for (int w = 0; w < APG_WARPS; w++) {
+            const float e = exp2f(sm[w * 16 + r] - M);
+            acc += so[(w * 16 + r) * HD + d] * e;
+            L += sl[w * 16 + r] * e;
+        }
+        const int64_t th = t * a.nh + h0 + r; // (token, query head)
+        if (a.splits == 1) {
+            a.out[th * HD + d] = __float2bfloat16_rn(acc / L);
+        } else {
+            const int64_t pi = th * a.splits + split;
+            const int64_t n_part = (int64_t)gridDim.x * a.nh * a.splits;
+            a.part[pi * HD + d] = acc;
+            if (d == 0) a.part[n_part * HD + pi] = M, a.part[n_part * (HD + 1) + pi] = L;
+        }
+    }
+}
+
+// Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
+static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_pos, int nh, int hd, int splits,
+                                          bf16 *out) {
+    const int64_t t = blockIdx.x, th = t * nh + blockIdx.y;
+    const int d = threadIdx.x;
+    if (d >= hd) return;
+    const int len = tok_pos[t] + 1;
+    const int chunk = apg_chunk(len, splits), n = (len + chunk - 1) / chunk; // the splits that ran
+    const int64_t n_part = (int64_t)gridDim.x * nh * splits;
+    const float *pm = part + n_part * hd + th * splits, *pl = pm + n_part, *po = part + th * splits * hd;
+    float M = -INFINITY;
+    for (int s = 0; s < n; s++) M = fmaxf(M, pm[s]);
+    float acc = 0.0f, L = 0.0f;
+    for (int s = 0; s < n; s++) {
+        const float e = exp2f(pm[s] - M);
+        acc += po[(int64_t)s * hd + d] * e;
+        L += pl[s] * e;
+    }
+    out[th * hd + d] = __float2bfloat16_rn(acc / L);
+}
+
+static void apg_fail(const char *what, int64_t T, int32_t nh, int32_t nkv, int32_t hd) {
+    fprintf(stderr, "fp8moe: attention_paged(T=%lld, nh=%d, nkv=%d, hd=%d): %s\n", (long long)T, nh, nkv, hd, what);
+    abort();
+}
+
+// the checks both activation types share
+static void apg_check(const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *k_cache,
+                      const void *v_cache, const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                      int32_t max_blocks, int32_t block_tokens, int64_t max_len, const void *out) {
+    if (!qkv || !k_cache || !v_cache || !tok_seq || !tok_pos || !tables || !out)
+        apg_fail("null pointer", T, nh, nkv, hd);
+    if (T < 0 || T > INT32_MAX) apg_fail("T must be in [0, 2^31)", T, nh, nkv, hd);
+    if (nh < 1 || nkv < 1 || nh % nkv != 0 || nh > 65535)
+        apg_fail("need nh in [1, 65535], nkv >= 1 and nh % nkv == 0", T, nh, nkv, hd);
+    if (max_blocks < 1 || block_tokens < 1 || max_len < 1 || max_len > INT32_MAX)
+        apg_fail("need max_blocks >= 1, block_tokens >= 1 and max_len in [1, 2^31)", T, nh, nkv, hd);
+}
+
+template <int HD>
+static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, cudaStream_t s) {
+    typedef apg_shape<HD> SH;
+    if (SH::SMEM > 48 * 1024)
+        FM_CUDA_CHECK(cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+    apg_split_kernel<HD><<<dim3((unsigned)T, (unsigned)kv_ctas_y, (unsigned)a.splits), APG_THREADS, SH::SMEM, s>>>(a);
+    FM_LAUNCH_CHECK("attention_paged");
+}
+
+extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                        const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
+                                        const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                        int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
+                                        cudaStream_t s) {
+    apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
+    if (T == 0) return;
+    if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
+    if (((uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 != 0)
+        apg_fail("qkv, k_cache and v_cache must be 16-byte aligned", T, nh, nkv, hd);
+    const int qgroups = (int)fm_ceil_div(nh / nkv, 16);
+    if ((int64_t)nkv * qgroups > 65535) apg_fail("too many kv heads for the grid", T, nh, nkv, hd);
+    const int sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
+    apg_args a;
+    a.qkv = qkv, a.k_cache = k_cache, a.v_cache = v_cache;
+    a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables;
+    a.part = (float *)scratch, a.out = out;
+    a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
+    a.splits = fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
+    a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
+    if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
+        apg_fail("the split needs 16-byte aligned scratch of fm_attention_paged_scratch_bytes()", T, nh, nkv, hd);
+    const int y = nkv * qgroups;
+    switch (hd) {
+    case 16: apg_launch<16>(a, T, y, s); break;
+    case 32: apg_launch<32>(a, T, y, s); break;
+    case 48: apg_launch<48>(a, T, y, s); break;
+    case 64: apg_launch<64>(a, T, y, s); break;
+    case 80: apg_launch<80>(a, T, y, s); break;
+    case 96: apg_launch<96>(a, T, y, s); break;
+    case 112: apg_launch<112>(a, T, y, s); break;
+    case 128: apg_launch<128>(a, T, y, s); break;
+    case 144: apg_launch<144>(a, T, y, s); break;
+    case 160: apg_launch<160>(a, T, y, s); break;
+    case 176: apg_launch<176>(a, T, y, s); break;
+    case 192: apg_launch<192>(a, T, y, s); break;
+    case 208: apg_launch<208>(a, T, y, s); break;
+    case 224: apg_launch<224>(a, T, y, s); break;
+    case 240: apg_launch<240>(a, T, y, s); break;
+    case 256: apg_launch<256>(a, T, y, s); break;
+    }
+    if (a.splits > 1) {
+        apg_combine_kernel<<<dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s>>>(
+            a.part, tok_pos, nh, hd, a.splits, out);
+        FM_LAUNCH_CHECK("attention_paged_combine");
+    }
+}
+
+// ---------------------------------------------------------------- fp32 (ref32)
+
+#define APGF_MAXD 8 // head dims per lane: hd <= 256
+
+static __global__ void apg_f32_kernel(const float *qkv, const float *k_cache, const float *v_cache,
+                                      const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables, int nh,
+                                      int nkv, int hd, int max_blocks, int block_tokens, float *out) {
+    extern __shared__ float apgf_smem[]; // per warp: max, sum, acc[hd]
+    const int64_t t = blockIdx.x;
+    const int h = blockIdx.y, kvh = h / (nh / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, kv_ld = (int64_t)nkv * hd;
+    const int len = tok_pos[t] + 1;
+    const int32_t *table = tables + (int64_t)tok_seq[t] * max_blocks;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float q[APGF_MAXD], acc[APGF_MAXD];
+#pragma unroll
+    for (int i = 0; i < APGF_MAXD; i++) {
+        const int d = lane + 32 * i;
+        q[i] = d < hd ? qkv[t * ld + (int64_t)h * hd + d] : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = warp; j < len; j += APG_WARPS) {
+        const int64_t row = ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * kv_ld + (int64_t)kvh * hd;
+        const float *k = k_cache + row, *v = v_cache + row;
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < APGF_MAXD; i++)
+            if (lane + 32 * i < hd) dot += q[i] * k[lane + 32 * i];
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        const float sc = dot * scale, mn = fmaxf(m, sc);
+        const float corr = expf(m - mn), p = expf(sc - mn); // corr = 0 on the first key (m = -inf)
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < APGF_MAXD; i++)
+            if (lane + 32 * i < hd) acc[i] = acc[i] * corr + p * v[lane + 32 * i];
+        m = mn;
+    }
+    float *mine = apgf_smem + warp * (hd + 2);
+    if (lane == 0) mine[0] = m, mine[1] = l;
+#pragma unroll
+    for (int i = 0; i < APGF_MAXD; i++)
+        if (lane + 32 * i < hd) mine[2 + lane + 32 * i] = acc[i];
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += APG_THREADS) {
+        float M = -INFINITY;
+        for (int w = 0; w < APG_WARPS; w++) M = fmaxf(M, apgf_smem[w * (hd + 2)]);
+        float a = 0.0f, L = 0.0f;
+        for (int w = 0; w < APG_WARPS; w++) {
+            const float *ws = apgf_smem + w * (hd + 2);
+            const float  e = expf(ws[0] - M); // 0 for a warp without keys
+            a += ws[2 + d] * e;
+            L += ws[1] * e;
+        }
+        out[t * (int64_t)nh * hd + (int64_t)h * hd + d] = a / L;
+    }
+}
+
+extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                            const float *k_cache, const float *v_cache, const int32_t *tok_seq,
+                                            const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                            int32_t block_tokens, int64_t max_len, float *out, cudaStream_t s) {
+    apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
+    if (T == 0) return;
+    if (hd < 1 || hd > 32 * APGF_MAXD) apg_fail("hd must be in [1, 256] (fp32)", T, nh, nkv, hd);
+    const size_t smem = (size_t)APG_WARPS * (hd + 2) * sizeof(float);
+    apg_f32_kernel<<<dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s>>>(qkv, k_cache, v_cache, tok_seq, tok_pos,
+                                                                              tables, nh, nkv, hd, max_blocks,
+                                                                              block_tokens, out);
+    FM_LAUNCH_CHECK("attention_paged_f32");
+}

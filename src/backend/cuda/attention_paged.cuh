@@ -1,0 +1,29 @@
+// Attention over the paged KV cache: each token attends causally to its sequence's cached keys and values, read
+// through the block table (flash-decoding: the context split across CTAs, the partial results combined).
+#ifndef FM_CUDA_ATTENTION_PAGED_CUH
+#define FM_CUDA_ATTENTION_PAGED_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+// qkv [T, (nh + 2 nkv) hd] bf16 (the query heads of token t in row t); k_cache, v_cache [n_slots][nkv hd] bf16;
+// token t attends to positions 0..tok_pos[t] of sequence tok_seq[t], position p at slot
+// tables[tok_seq[t] * max_blocks + p / block_tokens] * block_tokens + p % block_tokens; query head h reads kv head
+// h / (nh / nkv). Scores q.k * hd^-0.5, softmax in fp32, fp32 accumulation, P rounded to bf16 for the P V product
+// (as the prefill kernel); out [T, nh hd] bf16. tok_seq, tok_pos, tables: int32 in device memory, never read by the
+// host (the launch depends on the shapes only: graph-safe). max_len (>= every tok_pos[t] + 1 for a balanced split;
+// any value is correct) picks the number of splits; scratch: fm_attention_paged_scratch_bytes(T, nh, hd, max_len)
+// bytes of device memory, 16-byte aligned (backend/attention_paged.h). Preconditions (checked; a violation stops
+// with a message): hd a multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv and caches.
+// The table entries a token reads are not checked on the device: they must be valid blocks.
+extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                        const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
+                                        const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                                        int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                                        __nv_bfloat16 *out, cudaStream_t s);
+// the same over fp32 (the ref32 oracle): fp32 arithmetic throughout, no split, no scratch; hd in [1, 256]
+extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                            const float *k_cache, const float *v_cache, const int32_t *tok_seq,
+                                            const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                            int32_t block_tokens, int64_t max_len, float *out, cudaStream_t s);
+
+#endif
