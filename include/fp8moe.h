@@ -80,6 +80,9 @@ typedef struct fm_options {
     int64_t     ctx;          /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
                                  config has none); a larger value is allowed only when set explicitly. A longer
                                  prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
+    int32_t     max_seqs;     /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
+                                 perplexity only). The load then also allocates the paged KV cache for max_seqs
+                                 sequences of ctx tokens and the sampler's state, counted by the memory check. */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
@@ -109,6 +112,59 @@ fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, flo
 typedef void (*fm_progress_fn)(void *user, int64_t done, int64_t total, double value);
 fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
                               fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
+
+/* ---- generation ---- */
+
+/* How one sequence samples (src/engine/sampler.h has the exact definitions). fm_gen_params_init: greedy. */
+typedef struct fm_gen_params {
+    float    temperature;        /* 0: greedy */
+    int32_t  top_k;              /* 0: off */
+    float    top_p;              /* 1: off */
+    float    min_p;              /* 0: off */
+    float    repetition_penalty; /* 1: off */
+    float    presence_penalty;   /* 0: off */
+    float    frequency_penalty;  /* 0: off */
+    uint64_t seed;
+    int64_t  max_tokens;         /* new tokens at most (>= 1) */
+    const int32_t *stop_ids;     /* extra end ids beside the model's eos ids (may be NULL) */
+    int32_t  n_stop_ids;
+    const int32_t *const *stop_seqs; /* stop sequences of ids (stop_seq_lens[i] ids each), excluded from the output */
+    const int32_t *stop_seq_lens;
+    int32_t  n_stop_seqs;
+    bool     ignore_eos;         /* run to max_tokens even past an eos id (benchmarks) */
+} fm_gen_params;
+
+void fm_gen_params_init(fm_gen_params *p);
+
+typedef enum fm_finish { FM_FINISH_LENGTH = 0, FM_FINISH_EOS, FM_FINISH_STOP } fm_finish;
+
+/* One generated sequence. */
+typedef struct fm_gen_output {
+    int32_t  *ids;     /* the new ids (the prompt excluded; an eos or stop id excluded), malloc'd; free with free() */
+    float    *logprobs; /* log-probability of each new id under the model's distribution */
+    int64_t   n;
+    fm_finish finish;
+} fm_gen_output;
+
+/* Timing of a generate call. */
+typedef struct fm_gen_stats {
+    double  prefill_s;        /* wall time of the prefill steps */
+    double  decode_s;         /* wall time of the decode steps */
+    double  ttft_s;           /* from the call to the first sampled token of the first sequence */
+    int64_t prefill_tokens;   /* prompt tokens run */
+    int64_t decode_tokens;    /* tokens sampled by decode steps */
+    int64_t decode_steps;
+} fm_gen_stats;
+
+/* Called after each sampled token of sequence i (may be NULL). */
+typedef void (*fm_token_fn)(void *user, int32_t i, int32_t id);
+
+/* Generates for n prompts (decoded together, max_seqs at a time; the rest wait for a free slot), each with its
+ * own parameters. The model must have been loaded with max_seqs > 0. prefill_chunk: prompt tokens per prefill step
+ * (0: the load's max_tokens). out[i] receives sequence i. */
+fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
+                            const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                            void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
 
 #ifdef __cplusplus
 }

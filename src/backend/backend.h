@@ -114,6 +114,8 @@ typedef struct fm_backend_ops {
     void  (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
     void  (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst); /* rounded to the act dtype */
     void  (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
+    /* bytes as they are, host to backend; like upload_ids it does not wait for the device (src may be reused) */
+    void  (*upload_raw)(fm_backend *be, const void *src, size_t bytes, void *dst);
     fm_status (*sync)(fm_backend *be, fm_error *err);
     /* Timing for benchmarks: mark(slot) records a point in stream order (slot < FM_MARK_SLOTS); after sync,
      * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
@@ -170,6 +172,14 @@ typedef struct fm_backend_ops {
     void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
     /* acc += x (n elements) */
     void (*add)(fm_backend *be, void *acc, const void *x, int64_t n);
+    /* One token per row of logits [B, vocab] (act dtype), as src/engine/sampler.h defines the step. Row r belongs to
+     * sequence slot row_slot[r] (int32 [B]); indexed by slot, in backend memory: params (fm_sampling), steps
+     * (uint64: the draw's counter, incremented), counts (int32 [slots][vocab]) and seen (uint8 [slots][vocab]), the
+     * penalty state, both NULL when no slot has penalties, to which the chosen id is added. z: scratch of B * vocab
+     * floats; ids: int32 [B] out; info: fm_sample_info [B] out (raw log-probabilities) or NULL. Values never reach
+     * the host: a decode step and its sampling replay as one CUDA graph. */
+    void (*sample)(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot,
+                   const void *params, void *steps, void *counts, void *seen, void *z, void *ids, void *info);
 } fm_backend_ops;
 
 struct fm_backend {

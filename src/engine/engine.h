@@ -30,6 +30,7 @@ struct fm_model {
                                        memory plan sizes the backend's scratch with them */
     struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated once at load for buf_tokens */
     int64_t           buf_tokens;
+    struct fm_kv_state *kv;         /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
     int64_t           ctx;          /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
     bool              ctx_explicit; /* set by the caller (--ctx), not by the config */
 };
@@ -76,6 +77,26 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
 fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err);
 void      fm_forward_device(fm_model *m, int64_t T, bool last_only);
 fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err);
+
+/* Generation steps (src/engine/generate.c drives them): T tokens of sequences whose KV cache already holds room for
+ * them (fm_kv_seq_append), token t of sequence seq[t] at position pos[t].
+ *   stage         copies ids, sequences, positions and cache slots (and the block tables when they changed) to
+ *                 backend memory, without waiting for the device;
+ *   device        the pass (launches only: capturable, like fm_forward_device), writing each token's K and V into
+ *                 the cache; logits of every token, or of the last only;
+ *   sample_device one token per logits row (B rows) with the sampler state of the rows' slots (kv->row_slot,
+ *                 uploaded before), into kv->ids_out / kv->info_out;
+ *   logits        waits and downloads `rows` rows of logits. */
+typedef enum fm_attn_mode {
+    FM_ATTN_NO_CACHE,    /* positions 0..T-1 of one sequence, nothing kept: prompt logits, perplexity */
+    FM_ATTN_FRESH,       /* one sequence from position 0: the contiguous kernel, K and V stored for later steps */
+    FM_ATTN_PAGED,       /* any tokens at any positions: attention over the paged cache (decode, prefill chunks) */
+} fm_attn_mode;
+fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+                        fm_error *err);
+void      fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
+void      fm_step_sample_device(fm_model *m, int32_t B);
+fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err);
 
 /* Creates the backend and its weight banks for an already bound model (m->cfg set). */
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/kv_state.h"
 #include "engine/memory_plan.h"
 #include "util/status.h"
 
@@ -153,8 +154,9 @@ fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error 
     return FM_OK;
 }
 
-/* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL) */
-static void run_device(fm_model *m, int64_t T, bool last_only, fw_timer *tm) {
+/* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
+ * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
+static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
     const fm_config      *c   = &m->cfg;
     const fm_plan        *p   = &m->plan;
     fm_backend           *be  = m->be;
@@ -174,9 +176,19 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fw_timer *tm) {
         ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, b.qkv);
         dump(be, "qkv", l, b.qkv, nqkv);
         tick(tm, FM_STAGE_ATTN_PROJ);
-        ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0, NULL, c->rope_theta);
+        const fm_kv_state *kv = m->kv;
+        ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
+                          attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
         dump(be, "qk_norm_rope", l, b.qkv, nqkv);
-        ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
+        if (attn != FM_ATTN_NO_CACHE) {
+            char *kl = (char *)kv->k + (size_t)l * (size_t)kv->layer_elems * ops->act_size;
+            char *vl = (char *)kv->v + (size_t)l * (size_t)kv->layer_elems * ops->act_size;
+            ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
+            if (attn == FM_ATTN_PAGED)
+                ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
+                                     kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
+        }
+        if (attn != FM_ATTN_PAGED) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
         dump(be, "attention", l, b.att, T * nh * hd);
         tick(tm, FM_STAGE_ATTENTION);
         ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
@@ -213,7 +225,52 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fw_timer *tm) {
     tick(tm, FM_STAGE_OTHER);
 }
 
-void fm_forward_device(fm_model *m, int64_t T, bool last_only) { run_device(m, T, last_only, NULL); }
+void fm_forward_device(fm_model *m, int64_t T, bool last_only) { run_device(m, T, last_only, FM_ATTN_NO_CACHE, NULL); }
+
+fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+                        fm_error *err) {
+    fm_kv_state *kv = m->kv;
+    if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache (fm_options.max_seqs = 0)");
+    if (T < 1 || T > kv->max_rows || T > m->buf_tokens)
+        return fm_fail(err, FM_ERR_USAGE, "a step of %lld tokens; the model was loaded for steps of 1 to %lld",
+                       (long long)T, (long long)(kv->max_rows < m->buf_tokens ? kv->max_rows : m->buf_tokens));
+    int32_t *h_seq = kv->h_idx, *h_pos = h_seq + T, *h_slot = h_pos + T;
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t s = seq[t];
+        if (s < 0 || s >= kv->pool.max_seqs || pos[t] < 0 || pos[t] >= fm_kv_seq_tokens(&kv->pool, s))
+            return fm_fail(err, FM_ERR_USAGE, "step token %lld: sequence %d position %d is not reserved in the KV cache",
+                           (long long)t, s, pos[t]);
+        h_seq[t] = s, h_pos[t] = pos[t];
+        h_slot[t] = fm_kv_block_of(&kv->pool, s, pos[t]) * kv->pool.block_tokens + pos[t] % kv->pool.block_tokens;
+    }
+    fm_backend *be = m->be;
+    be->ops->upload_ids(be, ids, T, m->bufs->ids);
+    be->ops->upload_ids(be, h_seq, T, kv->tok_seq);
+    be->ops->upload_ids(be, h_pos, T, kv->tok_pos);
+    be->ops->upload_ids(be, h_slot, T, kv->slots);
+    if (kv->tables_dirty) {
+        be->ops->upload_ids(be, fm_kv_tables(&kv->pool), (int64_t)kv->pool.max_seqs * kv->pool.max_blocks, kv->tables);
+        kv->tables_dirty = false;
+    }
+    return FM_OK;
+}
+
+void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn) {
+    run_device(m, T, last_only, attn, NULL);
+}
+
+void fm_step_sample_device(fm_model *m, int32_t B) {
+    fm_kv_state *kv = m->kv;
+    m->be->ops->sample(m->be, m->bufs->logits, B, m->cfg.vocab_size, kv->row_slot, kv->params, kv->steps, kv->counts,
+                       kv->seen, kv->z, kv->ids_out, kv->info_out);
+}
+
+fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err) {
+    fm_backend *be = m->be;
+    fm_status   st = be->ops->sync(be, err);
+    if (!st) be->ops->download_f32(be, m->bufs->logits, rows * m->cfg.vocab_size, logits);
+    return st;
+}
 
 fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err) {
     fm_backend *be = m->be;
@@ -233,7 +290,7 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
         if (!(tm = calloc(1, sizeof *tm))) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
         tm->be = m->be, tm->on = true;
     }
-    run_device(m, T, last_only, tm);
+    run_device(m, T, last_only, FM_ATTN_NO_CACHE, tm);
     st = fm_forward_collect(m, T, last_only, logits, err);
     if (!st && prof) collect(tm, prof);
     free(tm);

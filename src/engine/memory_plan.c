@@ -15,6 +15,7 @@
  * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
  * tests/gpu/test_cuda_memory.c with the CUDA backend's and with the device's used memory. */
 #include "engine/memory_plan.h"
+#include "engine/kv_state.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -382,6 +383,19 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
     return FM_OK;
 }
 
+fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg, const fm_plan *plan, int32_t max_seqs,
+                                        int64_t ctx, fm_error *err) {
+    size_t    cache = 0, state = 0;
+    fm_status st = fm_kv_state_plan(cfg, p->n_layers, fm_act_size_for(p->backend, plan), max_seqs, ctx, p->tokens,
+                                    &cache, &state, err);
+    if (st) return st;
+    p->kv_seqs = max_seqs, p->kv_ctx = ctx, p->kv_cache = cache, p->kv_state = state;
+    const size_t run = p->activations + p->workspace + cache + state;
+    p->total = p->weight_total + run;
+    p->peak  = p->weight_total + (run > p->load_staging ? run : p->load_staging);
+    return FM_OK;
+}
+
 const char *fm_mem_format(size_t bytes, char *buf, size_t cap) {
     const double b = (double)bytes;
     if (b >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.1f GiB", b / (1024.0 * 1024 * 1024));
@@ -398,13 +412,20 @@ fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const 
     fm_mem_format(available, avail, sizeof avail);
     if (strcmp(need, avail) == 0) snprintf(exact, sizeof exact, " (%zu > %zu bytes)", p->peak, available);
     fm_mem_format(p->weight_total, w, sizeof w);
-    const size_t run = p->activations + p->workspace;
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
+    char kv[160] = "";
+    if (p->kv_seqs > 0) {
+        char c1[32], c2[32];
+        snprintf(kv, sizeof kv, ", KV cache %s for %d sequences of %lld tokens (--max-seqs, --ctx), decode state %s",
+                 fm_mem_format(p->kv_cache, c1, sizeof c1), p->kv_seqs, (long long)p->kv_ctx,
+                 fm_mem_format(p->kv_state, c2, sizeof c2));
+    }
     if (run >= p->load_staging)
         return fm_fail(err, FM_ERR_NOMEM,
-                       "model needs %s on %s (weights %s, activations %s, workspace %s for %lld tokens) but %s is "
+                       "model needs %s on %s (weights %s, activations %s, workspace %s for %lld tokens%s) but %s is "
                        "available (%s)%s",
                        need, p->backend, w, fm_mem_format(p->activations, a, sizeof a),
-                       fm_mem_format(p->workspace, ws, sizeof ws), (long long)p->tokens, avail, source, exact);
+                       fm_mem_format(p->workspace, ws, sizeof ws), (long long)p->tokens, kv, avail, source, exact);
     return fm_fail(err, FM_ERR_NOMEM, "model needs %s on %s (weights %s, load staging %s) but %s is available (%s)%s",
                    need, p->backend, w, fm_mem_format(p->load_staging, stg, sizeof stg), avail, source, exact);
 }

@@ -61,9 +61,14 @@ typedef struct fm_memory_plan {
     size_t ws_linear; /* cpu: one linear op's quantized input rows, tokens * (K + ceil(K/128)) fp32, largest K */
     size_t workspace; /* ws_moe + ws_libs + ws_linear: all can be alive at once during a forward pass */
 
+    int32_t kv_seqs;     /* generation (fm_memory_plan_add_generation): sequences, and tokens per sequence */
+    int64_t kv_ctx;
+    size_t  kv_cache;    /* the paged KV cache: 2 x layers x ceil(ctx / 16) x 16 x seqs x kv heads x head_dim x act */
+    size_t  kv_state;    /* decode index buffers, paged-attention scratch, the sampler's per-sequence state */
+
     size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
 
-    size_t total; /* weight_total + activations + workspace: resident during a forward pass of `tokens` */
+    size_t total; /* weight_total + activations + workspace + kv_cache + kv_state: resident while running */
     size_t peak;  /* weight_total + max(activations + workspace, load_staging): what must fit */
 } fm_memory_plan;
 
@@ -103,6 +108,11 @@ fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, cons
 fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *plan, const char *backend,
                                         const fm_routes *routes, int32_t n_layers, int64_t tokens, fm_memory_plan *out,
                                         fm_error *err);
+
+/* Adds generation's memory to a computed plan: the KV cache and decode state for max_seqs sequences of ctx tokens
+ * (src/engine/kv_state.c sizes them; steps of up to p->tokens rows), and updates total and peak. */
+fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg, const fm_plan *plan, int32_t max_seqs,
+                                        int64_t ctx, fm_error *err);
 
 /* FM_OK when p->peak fits in `available` bytes; otherwise FM_ERR_NOMEM with a message such as
  * "model needs 61.1 GiB on cuda (weights 56.9, activations 0.7, workspace 1.3 for 2048 tokens) but 8.0 GiB is

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/kv_state.h"
 #include "engine/memory_plan.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -201,6 +202,7 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
     const int64_t  T = opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS;
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
     fm_status      st = fm_memory_plan_compute_routes(&cfg, &m->plan, "cuda", &m->routes, m->n_layers, T, &plan, err);
+    if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
     size_t free_bytes = 0, total = 0;
     if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
     if (st) return st;
@@ -252,6 +254,9 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     /* the activations and the backend's scratch of the memory plan, once, for the prompt length the caller planned
        for: a forward pass allocates nothing */
     if (!st) st = fm_forward_reserve(m, opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS, err);
+    /* generation: the KV cache and the decode state, planned above with the rest */
+    if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
+    if (!st && opt->max_seqs > 0) st = fm_kv_state_create(m, opt->max_seqs, m->buf_tokens, &m->kv, err);
     return st;
 }
 
@@ -282,6 +287,7 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
 void fm_model_free(fm_model *m) {
     if (!m) return;
     fm_backend *be = m->be;
+    if (be) fm_kv_state_free(m, m->kv);
     if (be) fm_forward_buffers_free(m);
     if (be) {
         void (*del)(fm_backend *, fm_bank *) = be->ops->bank_free;

@@ -277,6 +277,24 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     return FM_OK;
 }
 
+/* eos_token_id: an id or a list of ids (Qwen3's generation_config.json lists two); absent is no eos. */
+static fm_status read_eos(const cJSON *v, const char *label, fm_config *c, fm_error *err) {
+    if (!v || cJSON_IsNull(v)) return FM_OK;
+    const cJSON *one  = v;
+    const bool   list = cJSON_IsArray(v);
+    c->n_eos          = 0;
+    if (list && cJSON_GetArraySize(v) > FM_MAX_EOS)
+        return fm_fail(err, FM_ERR_FORMAT, "%s: eos_token_id lists %d ids, more than %d", label, cJSON_GetArraySize(v),
+                       FM_MAX_EOS);
+    for (one = list ? v->child : v; one; one = list ? one->next : NULL) {
+        if (!cJSON_IsNumber(one) || one->valuedouble < 0 || one->valuedouble > INT32_MAX ||
+            one->valuedouble != (double)(int64_t)one->valuedouble)
+            return fm_fail(err, FM_ERR_FORMAT, "%s: eos_token_id must be a token id or a list of them", label);
+        c->eos_ids[c->n_eos++] = (int32_t)one->valuedouble;
+    }
+    return FM_OK;
+}
+
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err) {
     memset(out, 0, sizeof *out);
     cJSON    *root = NULL;
@@ -284,6 +302,7 @@ fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_
     if (st) return st;
     cfg_reader r = {root, label, err};
     st = parse_fields(&r, out);
+    if (!st) st = read_eos(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), label, out, err);
     cJSON_Delete(root);
     if (st != FM_OK) memset(out, 0, sizeof *out);
     return st;
@@ -321,6 +340,25 @@ static fm_status load_autogptq(const char *dir, fm_config *out, fm_error *err) {
     return st;
 }
 
+/* DIR/generation_config.json, when present, says how the model ends a sequence (its eos ids replace config.json's,
+ * as transformers' generate() takes them). */
+static fm_status load_generation_config(const char *dir, fm_config *out, fm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (access(path, F_OK) != 0) return FM_OK;
+    long        n    = 0;
+    char       *buf  = NULL;
+    cJSON      *root = NULL;
+    fm_path_buf pb;
+    const char *label = fm_path_show(&pb, path);
+    fm_status   st    = read_text(path, "generation_config.json", &buf, &n, err);
+    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, label, "generation_config", &root, err);
+    if (!st) st = read_eos(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), label, out, err);
+    cJSON_Delete(root);
+    free(buf);
+    return st;
+}
+
 fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -331,6 +369,7 @@ fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
     if (!st) st = fm_config_parse(buf, (uint64_t)n, fm_path_show(&pb, path), out, err);
     free(buf);
     if (!st && out->quant.method == FM_QUANT_NONE) st = load_autogptq(dir, out, err);
+    if (!st) st = load_generation_config(dir, out, err);
     if (st) memset(out, 0, sizeof *out);
     return st;
 }

@@ -24,6 +24,8 @@ typedef enum fm_router_kind {
     FM_ROUTER_TOPK_SOFTMAX, /* Mixtral: top-k of the logits, softmax over the k */
 } fm_router_kind;
 
+#define FM_MAX_EOS 8 /* end-of-sequence ids a config may list */
+
 typedef struct fm_config {
     fm_arch        arch;
     char           model_type[32];
@@ -45,6 +47,8 @@ typedef struct fm_config {
     float          rms_norm_eps;
     double         rope_theta;
     int64_t        max_position_embeddings;
+    int32_t        eos_ids[FM_MAX_EOS];  /* eos_token_id: generation_config.json's when present, else config.json's */
+    int32_t        n_eos;
     bool           layer_is_moe[FM_MAX_LAYERS];
     fm_quant_config quant;               /* quantization_config: the format of pre-quantized linear weights */
 } fm_config;

@@ -112,7 +112,7 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     double worst_lp = 0.0;
     for (int step = 0; step < 8; step++) {
         CK(cudaMemset(d_ids, 0xff, (size_t)B * sizeof *ids));
-        fm_cuda_sample(d_logits, f32, B, vocab, d_params, d_steps, d_counts, d_seen, d_z, d_ids, d_info, 0);
+        fm_cuda_sample(d_logits, f32, B, vocab, NULL, d_params, d_steps, d_counts, d_seen, d_z, d_ids, d_info, 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ids, d_ids, (size_t)B * sizeof *ids, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(info, d_info, (size_t)B * sizeof *info, cudaMemcpyDeviceToHost));

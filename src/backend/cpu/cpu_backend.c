@@ -42,6 +42,11 @@ static void cpu_upload_ids(fm_backend *be, const int32_t *ids, int64_t n, void *
     memcpy(dst, ids, (size_t)n * sizeof *ids);
 }
 
+static void cpu_upload_raw(fm_backend *be, const void *src, size_t bytes, void *dst) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
 static void cpu_download_f32(fm_backend *be, const void *src, int64_t n, float *dst) {
     (void)be;
     memcpy(dst, src, (size_t)n * sizeof *dst);
@@ -72,6 +77,7 @@ static const fm_backend_ops cpu_ops = {
     .download_f32 = cpu_download_f32,
     .upload_f32   = cpu_upload_f32,
     .download_raw = cpu_download_raw,
+    .upload_raw   = cpu_upload_raw,
     .sync         = cpu_sync,
     .mark         = cpu_mark,
     .elapsed_ms   = cpu_elapsed_ms,
@@ -90,6 +96,7 @@ static const fm_backend_ops cpu_ops = {
     .moe          = cpu_moe,
     .swiglu       = cpu_swiglu,
     .add          = cpu_add,
+    .sample       = cpu_sample,
 };
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {

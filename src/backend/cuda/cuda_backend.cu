@@ -31,6 +31,7 @@
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/router.cuh"
+#include "backend/cuda/sampler.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/routes.h"
 
@@ -154,6 +155,10 @@ static fm_status cu_reserve(fm_backend *bb, size_t workspace, fm_error *err) {
    been staged by the driver (CUDA's API synchronisation rules), so the caller may reuse ids at once; no sync. */
 static void cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *dst) {
     FM_CUDA_CHECK(cudaMemcpyAsync(dst, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, stream(bb)));
+}
+
+static void cu_upload_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
+    FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(bb))); /* pageable: staged on return */
 }
 
 static void cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
@@ -307,6 +312,12 @@ static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, v
     else fm_cuda_swiglu((const bf16 *)gu, rows, I, (bf16 *)out, stream(bb));
 }
 
+static void cu_sample(fm_backend *bb, const void *logits, int32_t B, int32_t vocab, const void *row_slot,
+                      const void *params, void *steps, void *counts, void *seen, void *z, void *ids, void *info) {
+    fm_cuda_sample(logits, f32(bb), B, vocab, (const int32_t *)row_slot, (const fm_sampling *)params, (uint64_t *)steps,
+                   (int32_t *)counts, (uint8_t *)seen, (float *)z, (int32_t *)ids, (fm_sample_info *)info, stream(bb));
+}
+
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
     if (f32(bb)) fm_cuda_add_f32((float *)acc, (const float *)x, n, stream(bb));
     else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
@@ -324,6 +335,7 @@ static const fm_backend_ops cuda_ops = {
     .download_f32 = cu_download_f32,
     .upload_f32   = cu_upload_f32,
     .download_raw = cu_download_raw,
+    .upload_raw   = cu_upload_raw,
     .sync         = cu_sync,
     .mark         = cu_mark,
     .elapsed_ms   = cu_elapsed_ms,
@@ -342,6 +354,7 @@ static const fm_backend_ops cuda_ops = {
     .moe          = cu_moe,
     .swiglu       = cu_swiglu,
     .add          = cu_add,
+    .sample       = cu_sample,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {

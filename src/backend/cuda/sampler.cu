@@ -162,13 +162,15 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
 }
 
 static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logits, bool f32, int32_t V,
-                                                                 const fm_sampling *params, uint64_t *steps,
+                                                                 const int32_t *row_slot, const fm_sampling *params,
+                                                                 uint64_t *steps,
                                                                  int32_t *counts, uint8_t *seen, float *zbuf,
                                                                  int32_t *ids, fm_sample_info *info) {
     __shared__ sample_smem sh;
-    const int64_t     row = blockIdx.x;
-    const fm_sampling p   = params[row];
-    const int64_t     base = row * (int64_t)V;
+    const int64_t     row  = blockIdx.x;
+    const int64_t     slot = row_slot ? row_slot[row] : row; // the row's sequence: its parameters, step and state
+    const fm_sampling p    = params[slot];
+    const int64_t     base = row * (int64_t)V, sbase = slot * (int64_t)V;
     float            *z    = zbuf + base;
     const bool rep  = seen && p.repetition_penalty != 1.0f;
     const bool pres = counts && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
@@ -177,9 +179,9 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     for (int32_t i = threadIdx.x; i < V; i += THREADS) {
         float l = load_logit(logits, f32, base + i);
         if (isnan(l)) l = -INFINITY;
-        if (rep && seen[base + i]) l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
-        if (pres && counts[base + i])
-            l = __fsub_rn(l, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)counts[base + i])));
+        if (rep && seen[sbase + i]) l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+        if (pres && counts[sbase + i])
+            l = __fsub_rn(l, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)counts[sbase + i])));
         z[i] = l;
         const best_t b = {l, i};
         if (before(b, mine)) mine = b;
@@ -217,7 +219,7 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
             if ((double)z[i] >= thr && z[i] != -INFINITY) part += exp((double)z[i] - zmax), last = i;
         const double total = block_sum(part, sh.dsum);
         const double before_me = block_exclusive_scan(part, sh.dsum);
-        const double u = (double)(splitmix64(splitmix64(p.seed) ^ steps[row]) >> 11) * (1.0 / 9007199254740992.0);
+        const double u = (double)(splitmix64(splitmix64(p.seed) ^ steps[slot]) >> 11) * (1.0 / 9007199254740992.0);
         const double target = u * total;
         const best_t lastb  = block_best(best_t{(float)last, last}, sh.best); // the last kept id: the fallback
         if (threadIdx.x == 0) sh.chosen = lastb.i;
@@ -270,13 +272,14 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     }
     if (threadIdx.x == 0) {
         ids[row] = chosen;
-        steps[row]++;
-        if (seen) seen[base + chosen] = 1;
-        if (counts) counts[base + chosen]++;
+        steps[slot]++;
+        if (seen) seen[sbase + chosen] = 1;
+        if (counts) counts[sbase + chosen]++;
     }
 }
 
-void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const fm_sampling *params,
+void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
+                    const fm_sampling *params,
                     uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids, fm_sample_info *info,
                     cudaStream_t s) {
     if (B <= 0) return;
@@ -285,6 +288,6 @@ void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, cons
                 (void *)seen);
         abort();
     }
-    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, params, steps, counts, seen, z, ids, info);
+    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, z, ids, info);
     FM_LAUNCH_CHECK("sample");
 }

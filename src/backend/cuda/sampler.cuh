@@ -13,13 +13,15 @@
 extern "C" {
 #endif
 
-// One id per row of logits [B][vocab] (fp32 when f32, else bf16). Device memory, all of it:
-//   params [B] fm_sampling, steps [B] (the draw of row r uses steps[r], which is then incremented),
-//   counts [B][vocab] int32 and seen [B][vocab] uint8: each row's penalty state (both NULL: no penalties), the
-//   chosen id is added to it (seen = 1, count + 1);
+// One id per row of logits [B][vocab] (fp32 when f32, else bf16). Row r belongs to sequence slot
+// row_slot[r] (NULL: slot r). Device memory, all of it, indexed by slot:
+//   params [slots] fm_sampling, steps [slots] (the draw uses the slot's step, which is then incremented),
+//   counts [slots][vocab] int32 and seen [slots][vocab] uint8: each slot's penalty state (both NULL: no
+//   penalties), the chosen id is added to it (seen = 1, count + 1);
 //   z [B][vocab] fp32 scratch; ids [B] out; info [B] out (the raw log-probabilities, as fm_sample_info), or NULL.
 // Values never reach the host: the op is graph-safe and branches on shapes only.
-void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const fm_sampling *params,
+void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
+                    const fm_sampling *params,
                     uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids, fm_sample_info *info,
                     cudaStream_t s);
 

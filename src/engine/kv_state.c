@@ -1,0 +1,122 @@
+/* The generation state of a loaded model (kv_state.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/attention_paged.h"
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "util/status.h"
+
+/* the backend allocations, in one list so that create and free cannot disagree */
+#define KV_BUFFERS(s)                                                                                              \
+    void **bufs[] = {&(s)->k,      &(s)->v,     &(s)->tok_seq, &(s)->tok_pos, &(s)->slots,   &(s)->tables,     \
+                     &(s)->att_scratch, &(s)->params, &(s)->steps, &(s)->counts, &(s)->seen, &(s)->z,         \
+                     &(s)->row_slot, &(s)->ids_out, &(s)->info_out}
+
+void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
+    if (!s) return;
+    KV_BUFFERS(s);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);
+    fm_kv_pool_free(&s->pool);
+    free(s->h_idx);
+    free(s);
+}
+
+enum { KV_N_BUFFERS = 15 };
+
+/* The bytes of each buffer of KV_BUFFERS, in its order: the single source of the sizes (create and the memory plan) */
+static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv_pool *pool, int64_t ctx,
+                     int64_t max_rows, size_t bytes[KV_N_BUFFERS]) {
+    const int64_t slots = (int64_t)pool->n_blocks * pool->block_tokens, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    const size_t  V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs, layer = (size_t)(slots * kvd) * a;
+    const size_t  b[KV_N_BUFFERS] = {
+        (size_t)n_layers * layer,                                              /* k */
+        (size_t)n_layers * layer,                                              /* v */
+        (size_t)max_rows * 4, (size_t)max_rows * 4, (size_t)max_rows * 4,     /* tok_seq, tok_pos, slots */
+        S * (size_t)pool->max_blocks * 4,                                      /* tables */
+        fm_attention_paged_scratch_bytes(max_rows, c->n_heads, c->head_dim, ctx),
+        S * sizeof(fm_sampling), S * sizeof(uint64_t),                         /* params, steps */
+        S * V * sizeof(int32_t), S * V, S * V * sizeof(float),                 /* counts, seen, z */
+        S * 4, S * 4, S * sizeof(fm_sample_info),                              /* row_slot, ids_out, info_out */
+    };
+    memcpy(bytes, b, sizeof b);
+}
+
+fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
+                           int64_t max_rows, size_t *cache, size_t *state, fm_error *err) {
+    fm_kv_pool pool;
+    fm_status  st = fm_kv_pool_init(&pool, max_seqs, ctx, FM_KV_BLOCK_TOKENS, 0, err);
+    if (st) return st;
+    size_t bytes[KV_N_BUFFERS];
+    kv_bytes(c, n_layers, act_size, &pool, ctx, max_rows > max_seqs ? max_rows : max_seqs, bytes);
+    fm_kv_pool_free(&pool);
+    *cache = bytes[0] + bytes[1];
+    *state = 0;
+    for (int i = 2; i < KV_N_BUFFERS; i++) *state += bytes[i];
+    return FM_OK;
+}
+
+fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err) {
+    *out = NULL;
+    const fm_config *c = &m->cfg;
+    if (m->ctx <= 0)
+        return fm_fail(err, FM_ERR_USAGE, "generation needs a context to plan the KV cache for: the config has no "
+                       "max_position_embeddings; pass --ctx N");
+    fm_kv_state *s = calloc(1, sizeof *s);
+    if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    fm_status st = fm_kv_pool_init(&s->pool, max_seqs, m->ctx, FM_KV_BLOCK_TOKENS, 0, err);
+    if (st) {
+        free(s);
+        return st;
+    }
+    s->layer_elems = (int64_t)s->pool.n_blocks * s->pool.block_tokens * c->n_kv_heads * c->head_dim;
+    s->max_rows    = max_rows > max_seqs ? max_rows : max_seqs;
+    size_t bytes[KV_N_BUFFERS];
+    kv_bytes(c, m->n_layers, m->be->ops->act_size, &s->pool, m->ctx, s->max_rows, bytes);
+    KV_BUFFERS(s);
+    _Static_assert(sizeof bufs / sizeof *bufs == KV_N_BUFFERS, "one size per buffer");
+    for (size_t i = 0; i < KV_N_BUFFERS; i++)
+        if (!(*bufs[i] = m->be->ops->alloc(m->be, bytes[i] ? bytes[i] : 1))) {
+            fm_kv_state_free(m, s);
+            return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the KV cache and decode state (%zu bytes)",
+                           m->be->ops->name, bytes[i]);
+        }
+    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx))) {
+        fm_kv_state_free(m, s);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    s->tables_dirty = true;
+    *out            = s;
+    return FM_OK;
+}
+
+fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
+                          fm_error *err) {
+    fm_kv_state *s  = m->kv;
+    fm_status    st = fm_sampling_check(sp, err);
+    if (!st) st = fm_kv_seq_open(&s->pool, seq, err);
+    if (st) return st;
+    const size_t V      = (size_t)m->cfg.vocab_size;
+    int32_t     *counts = calloc(V, sizeof *counts);
+    uint8_t     *seen   = calloc(V, 1);
+    if (!counts || !seen) {
+        free(counts), free(seen);
+        fm_kv_seq_close(&s->pool, *seq);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n_prompt; i++) fm_sample_state_add((int32_t)V, prompt[i], false, counts, seen);
+    const uint64_t zero = 0;
+    fm_backend    *be   = m->be;
+    be->ops->upload_raw(be, sp, sizeof *sp, (char *)s->params + (size_t)*seq * sizeof *sp);
+    be->ops->upload_raw(be, &zero, sizeof zero, (char *)s->steps + (size_t)*seq * sizeof zero);
+    be->ops->upload_raw(be, counts, V * sizeof *counts, (char *)s->counts + (size_t)*seq * V * sizeof *counts);
+    be->ops->upload_raw(be, seen, V, (char *)s->seen + (size_t)*seq * V);
+    free(counts), free(seen);
+    return FM_OK;
+}
+
+void fm_kv_seq_end(fm_model *m, int32_t seq) {
+    fm_kv_seq_close(&m->kv->pool, seq);
+    m->kv->tables_dirty = true;
+}

@@ -1,0 +1,56 @@
+/* What a model loaded for generation holds beside its weights: the paged KV cache on the backend, its block
+ * bookkeeping (kv_cache.h), the per-step index buffers a decode step reads from backend memory, and the sampler's
+ * per-sequence state. Allocated once at load when fm_options.max_seqs > 0 (sized by the memory plan's
+ * generation terms, fm_memory_plan_add_generation), so a decode step allocates nothing and can be replayed as a
+ * CUDA graph: every value it reads (ids, positions, slots, block tables, sampling parameters) is in backend memory,
+ * written before the step. */
+#ifndef FM_ENGINE_KV_STATE_H
+#define FM_ENGINE_KV_STATE_H
+
+#include "engine/kv_cache.h"
+#include "engine/sampler.h"
+#include "io/config.h"
+
+typedef struct fm_model fm_model;
+
+typedef struct fm_kv_state {
+    fm_kv_pool pool;
+    int64_t    layer_elems; /* elements of one layer's K (or V) cache: n_slots * nkv * hd */
+    void      *k, *v;       /* [n_layers][n_slots][nkv * hd] in the activation dtype */
+    /* per step, int32 in backend memory, one entry per token of the step (max_rows): */
+    void      *tok_seq, *tok_pos, *slots;
+    void      *tables;      /* int32 [max_seqs][max_blocks], uploaded before a step when they changed */
+    void      *att_scratch; /* attention_paged's scratch for max_rows tokens over ctx */
+    int64_t    max_rows;    /* tokens of one step at most: max(max_tokens, max_seqs) */
+    /* the sampler, by sequence slot */
+    void      *params;      /* fm_sampling [max_seqs] */
+    void      *steps;       /* uint64 [max_seqs] */
+    void      *counts;      /* int32 [max_seqs][vocab] */
+    void      *seen;        /* uint8 [max_seqs][vocab] */
+    void      *z;           /* float [max_seqs][vocab] scratch */
+    void      *row_slot;    /* int32 [max_seqs]: the slot of each sampled row */
+    void      *ids_out;     /* int32 [max_seqs] */
+    void      *info_out;    /* fm_sample_info [max_seqs] */
+    /* host mirrors */
+    int32_t   *h_idx;       /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
+    bool       tables_dirty;
+} fm_kv_state;
+
+/* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself and the rest (index
+ * buffers, attention scratch, sampler state), for the memory plan; allocates nothing. */
+fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
+                           int64_t max_rows, size_t *cache, size_t *state, fm_error *err);
+
+/* Allocates the state for max_seqs sequences of m->ctx tokens on m's backend (m->ctx must be set: a context to
+ * plan for), for steps of up to max_rows tokens. */
+fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
+void      fm_kv_state_free(fm_model *m, fm_kv_state *s);
+
+/* Opens a sequence for a prompt and sampling parameters: a slot, its sampler state reset (the prompt's ids marked
+ * as seen for the repetition penalty), its step counter at 0. */
+fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
+                          fm_error *err);
+/* Ends a sequence: its blocks return to the pool. */
+void fm_kv_seq_end(fm_model *m, int32_t seq);
+
+#endif

@@ -1,0 +1,227 @@
+/* Generation on the CPU backend (the oracle): the KV cache, positions, batched decode and the generate loop.
+ *   - the logits of cached steps (a prefill of the first tokens, then one decode step per token, or the prompt in
+ *     chunks) equal the full prefill's logits at the same positions: cosine >= 0.99999 per row (fp32 throughout;
+ *     only the attention's summation order differs between the contiguous and the paged path);
+ *   - greedy generate equals greedy decoding by full forward passes without any cache (the definition);
+ *   - sequences decoded together give the same tokens as each decoded alone, with max_seqs below the number of
+ *     prompts (slots are freed and reused, blocks too);
+ *   - a fixed seed reproduces its tokens, another seed gives others; eos ids and max_tokens stop a sequence;
+ *   - a prompt that does not fit the planned context is refused with numbers. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+
+static const char *k_model = "tests/models/qwen3-moe-f32";
+
+static fm_model *load(int32_t max_seqs, int64_t ctx, int64_t max_tokens) {
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.max_seqs = max_seqs, opt.ctx = ctx, opt.max_tokens = max_tokens;
+    fm_model *m = NULL;
+    fm_error  err;
+    if (fm_model_load(k_model, &opt, &m, &err)) fail_msg("load: %s", err.msg);
+    return m;
+}
+
+static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % vocab);
+}
+
+static double cosine(const float *a, const float *b, int64_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+/* rows [first, first + rows) of a step's logits against the full pass's */
+static void expect_rows(const float *full, const float *step, int64_t first, int64_t rows, int32_t V, const char *what) {
+    for (int64_t r = 0; r < rows; r++) {
+        const double c = cosine(full + (first + r) * V, step + r * V, V);
+        if (!(c >= 0.99999)) fail_msg("%s: position %lld: cosine %.8f against the full prefill", what, (long long)(first + r), c);
+    }
+}
+
+static void test_cached_steps_equal_prefill(void **state) {
+    (void)state;
+    enum { N = 20, P = 12 };
+    fm_model     *m = load(2, 64, 32);
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t       ids[N];
+    prompt_ids(ids, N, V, 7);
+    float   *full = malloc((size_t)N * V * sizeof *full), *step = malloc((size_t)N * V * sizeof *step);
+    fm_error err;
+    assert_int_equal(fm_forward(m, ids, N, false, full, NULL, &err), FM_OK);
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    /* a fresh prefill of P tokens, then one decode step per token */
+    int32_t seq, seqs[N], pos[N];
+    assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
+    m->kv->tables_dirty = true;
+    for (int t = 0; t < N; t++) seqs[t] = seq, pos[t] = t;
+    assert_int_equal(fm_step_stage(m, ids, seqs, pos, P, &err), FM_OK);
+    fm_step_device(m, P, false, FM_ATTN_FRESH);
+    assert_int_equal(fm_step_logits(m, P, step, &err), FM_OK);
+    expect_rows(full, step, 0, P, V, "fresh prefill");
+    for (int t = P; t < N; t++) {
+        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, 1, &err), FM_OK);
+        m->kv->tables_dirty = true;
+        assert_int_equal(fm_step_stage(m, ids + t, seqs, pos + t, 1, &err), FM_OK);
+        fm_step_device(m, 1, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(m, 1, step, &err), FM_OK);
+        expect_rows(full, step, t, 1, V, "decode step");
+    }
+    fm_kv_seq_end(m, seq);
+    /* the same tokens as a prompt in chunks of 7 (paged attention over the cached prefix) */
+    assert_int_equal(fm_kv_seq_begin(m, ids, N, &sp, &seq, &err), FM_OK);
+    for (int p0 = 0; p0 < N; p0 += 7) {
+        const int T = N - p0 < 7 ? N - p0 : 7;
+        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, T, &err), FM_OK);
+        m->kv->tables_dirty = true;
+        for (int t = 0; t < T; t++) seqs[t] = seq;
+        assert_int_equal(fm_step_stage(m, ids + p0, seqs, pos + p0, T, &err), FM_OK);
+        fm_step_device(m, T, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(m, T, step, &err), FM_OK);
+        expect_rows(full, step, p0, T, V, "prefill chunk");
+    }
+    fm_kv_seq_end(m, seq);
+    free(full), free(step);
+    fm_model_free(m);
+}
+
+/* greedy by definition: full forward passes, argmax of the last row */
+static void greedy_reference(fm_model *ref, const int32_t *prompt, int64_t n, int64_t new_tokens, int32_t *out) {
+    const int32_t V   = fm_model_vocab_size(ref);
+    int32_t      *seq = malloc((size_t)(n + new_tokens) * sizeof *seq);
+    float        *lg  = malloc((size_t)V * sizeof *lg);
+    memcpy(seq, prompt, (size_t)n * sizeof *seq);
+    fm_error err;
+    for (int64_t t = 0; t < new_tokens; t++) {
+        assert_int_equal(fm_forward(ref, seq, n + t, true, lg, NULL, &err), FM_OK);
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            if (lg[v] > lg[best]) best = v;
+        seq[n + t] = out[t] = best;
+    }
+    free(seq), free(lg);
+}
+
+static void test_greedy_and_batches(void **state) {
+    (void)state;
+    enum { NP = 5, NEW = 10 };
+    fm_model     *m = load(3, 64, 16); /* 3 slots for 5 prompts; prefill chunks of 16 */
+    fm_model     *ref = load(0, 0, 64);
+    const int32_t V = fm_model_vocab_size(m);
+    const int64_t lens[NP] = {1, 16, 17, 30, 9}; /* 16: one full block; 17: one token into the second */
+    int32_t       buf[NP][30];
+    const int32_t *prompts[NP];
+    fm_gen_params  gp[NP];
+    for (int i = 0; i < NP; i++) {
+        prompt_ids(buf[i], lens[i], V, 100 + (uint32_t)i);
+        prompts[i] = buf[i];
+        fm_gen_params_init(&gp[i]);
+        gp[i].max_tokens = NEW, gp[i].ignore_eos = true;
+    }
+    fm_gen_output together[NP], alone;
+    fm_gen_stats  stats;
+    fm_error      err;
+    if (fm_model_generate(m, prompts, lens, gp, NP, 0, NULL, NULL, together, &stats, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(stats.prefill_tokens, 1 + 16 + 17 + 30 + 9);
+    assert_int_equal(stats.decode_tokens, NP * (NEW - 1));
+    int32_t want[NEW];
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(together[i].n, NEW);
+        assert_int_equal(together[i].finish, FM_FINISH_LENGTH);
+        greedy_reference(ref, prompts[i], lens[i], NEW, want);
+        assert_memory_equal(together[i].ids, want, sizeof want);
+        if (fm_model_generate(m, &prompts[i], &lens[i], &gp[i], 1, 5, NULL, NULL, &alone, NULL, &err))
+            fail_msg("%s", err.msg);
+        assert_memory_equal(alone.ids, want, sizeof want); /* alone, and prefilled in chunks of 5 */
+        for (int t = 0; t < NEW; t++) assert_true(together[i].logprobs[t] <= 0.0f && isfinite(together[i].logprobs[t]));
+        free(alone.ids), free(alone.logprobs);
+        free(together[i].ids), free(together[i].logprobs);
+    }
+    assert_int_equal(m->kv->pool.n_free, m->kv->pool.n_blocks); /* every block back in the pool */
+    fm_model_free(m), fm_model_free(ref);
+}
+
+static void test_sampling_seed_and_stops(void **state) {
+    (void)state;
+    fm_model     *m = load(2, 64, 16);
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t       p[8];
+    prompt_ids(p, 8, V, 3);
+    const int32_t *prompts[1] = {p};
+    const int64_t  len[1]     = {8};
+    fm_gen_params  gp;
+    fm_gen_params_init(&gp);
+    gp.max_tokens = 24, gp.temperature = 1.0f, gp.top_p = 0.95f, gp.seed = 42, gp.ignore_eos = true;
+    fm_gen_output a, b, c;
+    fm_error      err;
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    gp.seed = 43;
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &c, NULL, &err), FM_OK);
+    assert_int_equal(a.n, 24);
+    assert_memory_equal(a.ids, b.ids, 24 * sizeof *a.ids);
+    assert_memory_not_equal(a.ids, c.ids, 24 * sizeof *a.ids);
+    /* a stop id: the sequence ends at its first occurrence, the id itself not in the output */
+    const int32_t stop = a.ids[5];
+    int           first = 0;
+    while (a.ids[first] != stop) first++;
+    gp.seed = 42, gp.stop_ids = &stop, gp.n_stop_ids = 1;
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(b.finish, FM_FINISH_EOS);
+    assert_int_equal(b.n, first);
+    assert_memory_equal(b.ids, a.ids, (size_t)first * sizeof *a.ids);
+    /* a stop sequence of two ids */
+    const int32_t  two[2] = {a.ids[10], a.ids[11]};
+    const int32_t *seqs[1] = {two};
+    const int32_t  lens2[1] = {2};
+    gp.stop_ids = NULL, gp.n_stop_ids = 0, gp.stop_seqs = seqs, gp.stop_seq_lens = lens2, gp.n_stop_seqs = 1;
+    free(b.ids), free(b.logprobs);
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(b.finish, FM_FINISH_STOP);
+    assert_true(b.n <= 10);
+    free(a.ids), free(a.logprobs), free(b.ids), free(b.logprobs), free(c.ids), free(c.logprobs);
+    /* more than the planned context: refused with the numbers */
+    gp.max_tokens = 60;
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "64 tokens per sequence"));
+    fm_model_free(m);
+}
+
+static void test_without_cache(void **state) {
+    (void)state;
+    fm_model     *m = load(0, 0, 16);
+    int32_t       p[2] = {1, 2};
+    const int32_t *prompts[1] = {p};
+    const int64_t  len[1]     = {2};
+    fm_gen_params  gp;
+    fm_gen_params_init(&gp);
+    fm_gen_output o;
+    fm_error      err;
+    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &o, NULL, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "max_seqs"));
+    fm_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cached_steps_equal_prefill),
+        cmocka_unit_test(test_greedy_and_batches),
+        cmocka_unit_test(test_sampling_seed_and_stops),
+        cmocka_unit_test(test_without_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
