@@ -6,13 +6,17 @@
  *   - sequences decoded together give the same tokens as each decoded alone, with max_seqs below the number of
  *     prompts (slots are freed and reused, blocks too);
  *   - a fixed seed reproduces its tokens, another seed gives others; eos ids and max_tokens stop a sequence;
- *   - a prompt that does not fit the planned context is refused with numbers. */
+ *   - a prompt that does not fit the planned context is refused with numbers;
+ *   - greedy generation (ref, fp32) equals transformers' generate(do_sample=False) token for token on every model
+ *     with a golden_generate.json (tools/make_golden_generate.py: 32 new tokens; prompts chosen so that no step's
+ *     top-1/top-2 logit margin is a near tie, the smallest margin is in the file). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,12 +220,59 @@ static void test_without_cache(void **state) {
     fm_model_free(m);
 }
 
+static void test_golden_greedy(void **state) {
+    (void)state;
+    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16", "tests/models/qwen3-moe-tied-f32",
+                          "tests/models/mixtral-f32-sharded", "models/tiny-code-moe"};
+    for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/golden_generate.json", dirs[d]);
+        FILE *f = fopen(path, "rb");
+        if (!f) fail_msg("%s: missing (tools/make_golden_generate.py makes it)", path);
+        static char text[1 << 16];
+        const size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n]            = '\0';
+        cJSON       *root  = cJSON_Parse(text);
+        const cJSON *jp    = cJSON_GetObjectItem(root, "prompt"), *jw = cJSON_GetObjectItem(root, "new_ids");
+        const int    np    = cJSON_GetArraySize(jp), nw = cJSON_GetArraySize(jw);
+        int32_t      prompt[64], want[64];
+        assert_true(np <= 64 && nw <= 64);
+        for (int i = 0; i < np; i++) prompt[i] = cJSON_GetArrayItem(jp, i)->valueint;
+        for (int i = 0; i < nw; i++) want[i] = cJSON_GetArrayItem(jw, i)->valueint;
+        const double margin = cJSON_GetObjectItem(root, "min_margin")->valuedouble;
+        cJSON_Delete(root);
+        fm_options opt;
+        fm_options_init(&opt);
+        opt.max_seqs = 1, opt.ctx = np + nw, opt.max_tokens = np;
+        fm_model *m = NULL;
+        fm_error  err;
+        if (fm_model_load(dirs[d], &opt, &m, &err)) fail_msg("%s: %s", dirs[d], err.msg);
+        fm_gen_params gp;
+        fm_gen_params_init(&gp);
+        gp.max_tokens              = nw;
+        const int32_t *prompts[1]  = {prompt};
+        const int64_t  lens[1]     = {np};
+        fm_gen_output  o;
+        if (fm_model_generate(m, prompts, lens, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
+        /* transformers returns the eos it stopped on; ours ends before it */
+        int64_t got = o.n;
+        if (o.finish == FM_FINISH_EOS) assert_true(got < nw && m->cfg.n_eos > 0 && want[got] == m->cfg.eos_ids[0]), got++;
+        printf("  %-34s %d new tokens as transformers (smallest top-1/top-2 margin %.4f)\n", dirs[d], nw, margin);
+        assert_int_equal(got, nw);
+        assert_memory_equal(o.ids, want, (size_t)o.n * sizeof *want);
+        free(o.ids), free(o.logprobs);
+        fm_model_free(m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_steps_equal_prefill),
         cmocka_unit_test(test_greedy_and_batches),
         cmocka_unit_test(test_sampling_seed_and_stops),
         cmocka_unit_test(test_without_cache),
+        cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

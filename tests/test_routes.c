@@ -89,7 +89,7 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl";
+    const char *keys = "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl, decode.graphs";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */

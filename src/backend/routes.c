@@ -6,7 +6,7 @@
 #include "backend/routes.h"
 #include "util/status.h"
 
-#define KEYS "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl"
+#define KEYS "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl, decode.graphs"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -55,6 +55,9 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
     } else if (!strcmp(key, "pdl")) {
         if (!parse_switch(val, &r->pdl))
             return fm_fail(err, FM_ERR_USAGE, "route pdl: '%s' is not a value (auto, on or off)", val);
+    } else if (!strcmp(key, "decode.graphs")) {
+        if (!parse_switch(val, &r->decode_graphs))
+            return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
     } else {
         return fm_fail(err, FM_ERR_USAGE, "unknown route key '%s' (keys: " KEYS ")", key);
     }
@@ -96,6 +99,8 @@ bool fm_routes_w4a8_wgmma(const fm_routes *r) {
 }
 
 /* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
+bool fm_routes_decode_graphs(const fm_routes *r) { return r->decode_graphs != FM_ROUTE_OFF; }
+
 bool fm_routes_pdl(const fm_routes *r) {
     return r->pdl == FM_ROUTE_ON || (r->pdl == FM_ROUTE_AUTO && r->sm_major >= 9);
 }
@@ -175,6 +180,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "the W8A8 GEMV up to this many rows, cuBLASLt FP8 above", now[3]},
         {"pdl", switch_name(r->pdl), "auto|on|off", "on for sm_90+",
          "programmatic dependent launch of the decode kernels (quantizers, GEMVs)", fm_routes_pdl(r) ? "on" : "off"},
+        {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",
+         "decode steps captured once per batch bucket as CUDA graphs and replayed", fm_routes_decode_graphs(r) ? "on" : "off"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -12,6 +12,8 @@
  *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
  *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
  *   pdl              auto | on | off      programmatic dependent launch of the decode kernels (sm_90)
+ *   decode.graphs    auto | on | off      each decode step (its batch bucket 1, 2, 4, ... 128) captured once as a CUDA
+ *                                         graph and replayed (on by default)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -46,6 +48,7 @@ typedef struct fm_routes {
     fm_route_switch      dense_gemv;      /* dense.gemv */
     int32_t              w8a8_gemv_max_m; /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     fm_route_switch      pdl;             /* pdl */
+    fm_route_switch      decode_graphs;   /* decode.graphs */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -81,6 +84,7 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 /* Resolved choices: */
 bool     fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
 bool     fm_routes_pdl(const fm_routes *r);        /* decode kernels launch with PDL */
+bool     fm_routes_decode_graphs(const fm_routes *r); /* decode steps replay as CUDA graphs (cuda backend) */
 bool     fm_routes_gemv(const fm_routes *r);       /* the FP8 GEMVs run at all */
 int32_t  fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 /* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "backend/cuda/cuda_graph.h"
 #include "engine/stop.h"
 #include "util/status.h"
 
@@ -81,6 +82,45 @@ static void sample_rows(fm_model *m, const int32_t *slots, int32_t B, int32_t *i
     for (int32_t r = 0; r < B; r++) lps[r] = info[r].logprob;
 }
 
+/* The device work of a decode step of B rows (staged, row slots uploaded): the pass, then the sampler. */
+typedef struct decode_ctx {
+    fm_model *m;
+    int32_t   B;
+} decode_ctx;
+
+static fm_status decode_body(void *ctx, fm_error *err) {
+    (void)err;
+    const decode_ctx *d = ctx;
+    fm_step_device(d->m, d->B, false, FM_ATTN_PAGED);
+    fm_step_sample_device(d->m, d->B);
+    return FM_OK;
+}
+
+/* The step as a CUDA graph of its bucket: the first step of a bucket runs as it is (libraries set themselves up on
+ * first use, outside any capture), the second captures it, every later one replays it. */
+static fm_status decode_graph(fm_model *m, int32_t B, fm_error *err) {
+    fm_kv_state *kv = m->kv;
+    int32_t      b  = 0;
+    while ((1 << b) < B) b++;
+    decode_ctx d = {m, B};
+    if (!kv->warm[b]) {
+        kv->warm[b] = true;
+        return decode_body(&d, err);
+    }
+    if (!kv->graphs[b]) {
+        fm_status st = fm_cuda_graph_capture(m->be, decode_body, &d, &kv->graphs[b], err);
+        if (st) return st;
+    }
+    return fm_cuda_graph_launch(kv->graphs[b], err);
+}
+
+/* Decode steps replay as CUDA graphs on the cuda backend (route decode.graphs), except under the debug switches,
+ * which synchronise inside the pass. */
+static bool use_graphs(const fm_model *m) {
+    return fm_cuda_backend_stream(m->be) && fm_routes_decode_graphs(&m->routes) && !getenv("FP8MOE_SYNC") &&
+           !getenv("FP8MOE_DUMP");
+}
+
 static fm_status check_requests(const fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
                                 const fm_gen_params *params, int32_t n, fm_error *err) {
     const int32_t V = m->cfg.vocab_size;
@@ -122,10 +162,12 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
     const int64_t chunk = prefill_chunk > 0 && prefill_chunk < m->buf_tokens ? prefill_chunk : m->buf_tokens;
     const int32_t S     = kv->pool.max_seqs;
     gen_seq        *q    = calloc((size_t)n, sizeof *q);
-    int32_t        *idx  = malloc((size_t)(3 * (chunk > S ? chunk : S) + 2 * S) * sizeof *idx);
+    const int32_t   R    = fm_decode_bucket(S); /* rows of a padded decode step */
+    const int64_t   W    = chunk > R ? chunk : R;
+    int32_t        *idx  = malloc((size_t)(3 * W + R) * sizeof *idx);
     int32_t        *act  = malloc((size_t)S * sizeof *act); /* the requests in the decode batch */
-    float          *lps  = malloc((size_t)S * sizeof *lps);
-    fm_sample_info *info = malloc((size_t)S * sizeof *info);
+    float          *lps  = malloc((size_t)R * sizeof *lps);
+    fm_sample_info *info = malloc((size_t)R * sizeof *info);
     if (!q || !idx || !act || !lps || !info) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; !st && i < n; i++) {
         out[i].ids      = malloc((size_t)params[i].max_tokens * sizeof *out[i].ids);
@@ -138,9 +180,8 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
         q[i].stop = (fm_stop){q[i].eos, ne, params[i].stop_seqs, params[i].stop_seq_lens, params[i].n_stop_seqs,
                               params[i].max_tokens};
     }
-    int32_t *h_ids = idx, *h_seq = idx + chunk, *h_pos = h_seq + chunk, *h_slots = h_pos + chunk;
-    int32_t *h_step_ids = h_slots + S;
-    (void)h_step_ids;
+    int32_t *h_ids = idx, *h_seq = idx + W, *h_pos = h_seq + W, *h_slots = h_pos + W;
+    const bool   graphs  = use_graphs(m) && fm_decode_bucket(S) <= (1 << (FM_DECODE_BUCKETS - 1));
     const double t_start = now_s();
     int32_t      next = 0, n_act = 0, finished = 0;
     while (!st && finished < n) {
@@ -177,18 +218,25 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
             }
         }
         if (st || n_act == 0) continue;
-        /* one decode step of every active sequence */
-        const double t0 = now_s();
+        /* one decode step of every active sequence; with graphs, padded to its bucket by copies of row 0 (the same
+           K and V written to the same slot again, sampled into the padding slot, never read) */
+        const double  t0 = now_s();
+        const int32_t B  = graphs ? fm_decode_bucket(n_act) : n_act;
         for (int32_t j = 0; !st && j < n_act; j++) {
             gen_seq *g = &q[act[j]];
             st         = reserve(m, g->slot, 1, err);
             h_ids[j] = g->last, h_seq[j] = g->slot, h_pos[j] = (int32_t)g->len, h_slots[j] = g->slot;
         }
-        if (!st) st = fm_step_stage(m, h_ids, h_seq, h_pos, n_act, err);
+        for (int32_t j = n_act; j < B; j++) h_ids[j] = h_ids[0], h_seq[j] = h_seq[0], h_pos[j] = h_pos[0], h_slots[j] = kv->pad_slot;
+        if (!st) st = fm_step_stage(m, h_ids, h_seq, h_pos, B, err);
         if (st) break;
-        fm_step_device(m, n_act, false, FM_ATTN_PAGED);
+        m->be->ops->upload_ids(m->be, h_slots, B, kv->row_slot);
+        st = graphs ? decode_graph(m, B, err) : (decode_body(&(decode_ctx){m, B}, err));
+        if (st) break;
         int32_t *ids = h_ids; /* reused: the step's inputs are staged */
-        sample_rows(m, h_slots, n_act, ids, lps, info);
+        m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n_act * sizeof *ids, ids);
+        m->be->ops->download_raw(m->be, kv->info_out, (size_t)n_act * sizeof *info, info);
+        for (int32_t j = 0; j < n_act; j++) lps[j] = info[j].logprob;
         st = m->be->ops->sync(m->be, err);
         if (st) break;
         stats->decode_s += now_s() - t0;

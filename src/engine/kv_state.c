@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend/attention_paged.h"
+#include "backend/cuda/cuda_graph.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "util/status.h"
@@ -15,6 +16,7 @@
 
 void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     if (!s) return;
+    for (int b = 0; b < FM_DECODE_BUCKETS; b++) fm_cuda_graph_free(s->graphs[b]);
     KV_BUFFERS(s);
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);
@@ -29,16 +31,17 @@ enum { KV_N_BUFFERS = 15 };
 static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv_pool *pool, int64_t ctx,
                      int64_t max_rows, size_t bytes[KV_N_BUFFERS]) {
     const int64_t slots = (int64_t)pool->n_blocks * pool->block_tokens, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    const size_t  V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs, layer = (size_t)(slots * kvd) * a;
+    const size_t  V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs + 1, layer = (size_t)(slots * kvd) * a;
+    const size_t  R = (size_t)fm_decode_bucket(pool->max_seqs); /* sampled rows at most: a padded decode step */
     const size_t  b[KV_N_BUFFERS] = {
         (size_t)n_layers * layer,                                              /* k */
         (size_t)n_layers * layer,                                              /* v */
         (size_t)max_rows * 4, (size_t)max_rows * 4, (size_t)max_rows * 4,     /* tok_seq, tok_pos, slots */
-        S * (size_t)pool->max_blocks * 4,                                      /* tables */
+        (size_t)pool->max_seqs * (size_t)pool->max_blocks * 4,                 /* tables */
         fm_attention_paged_scratch_bytes(max_rows, c->n_heads, c->head_dim, ctx),
         S * sizeof(fm_sampling), S * sizeof(uint64_t),                         /* params, steps */
-        S * V * sizeof(int32_t), S * V, S * V * sizeof(float),                 /* counts, seen, z */
-        S * 4, S * 4, S * sizeof(fm_sample_info),                              /* row_slot, ids_out, info_out */
+        S * V * sizeof(int32_t), S * V, R * V * sizeof(float),                 /* counts, seen, z */
+        R * 4, R * 4, R * sizeof(fm_sample_info),                              /* row_slot, ids_out, info_out */
     };
     memcpy(bytes, b, sizeof b);
 }
@@ -49,7 +52,8 @@ fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size
     fm_status  st = fm_kv_pool_init(&pool, max_seqs, ctx, FM_KV_BLOCK_TOKENS, 0, err);
     if (st) return st;
     size_t bytes[KV_N_BUFFERS];
-    kv_bytes(c, n_layers, act_size, &pool, ctx, max_rows > max_seqs ? max_rows : max_seqs, bytes);
+    kv_bytes(c, n_layers, act_size, &pool, ctx, max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs),
+             bytes);
     fm_kv_pool_free(&pool);
     *cache = bytes[0] + bytes[1];
     *state = 0;
@@ -71,7 +75,8 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
         return st;
     }
     s->layer_elems = (int64_t)s->pool.n_blocks * s->pool.block_tokens * c->n_kv_heads * c->head_dim;
-    s->max_rows    = max_rows > max_seqs ? max_rows : max_seqs;
+    s->max_rows    = max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs);
+    s->pad_slot    = max_seqs;
     size_t bytes[KV_N_BUFFERS];
     kv_bytes(c, m->n_layers, m->be->ops->act_size, &s->pool, m->ctx, s->max_rows, bytes);
     KV_BUFFERS(s);
@@ -87,7 +92,27 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
     s->tables_dirty = true;
-    *out            = s;
+    /* the padding rows' sampler slot: greedy, no penalty state (its ids are never read) */
+    fm_sampling greedy;
+    fm_sampling_init(&greedy);
+    const uint64_t zero = 0;
+    uint8_t       *zeros = calloc((size_t)c->vocab_size, sizeof(int32_t));
+    if (!zeros) {
+        fm_kv_state_free(m, s);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    const size_t V = (size_t)c->vocab_size, p = (size_t)s->pad_slot;
+    m->be->ops->upload_raw(m->be, &greedy, sizeof greedy, (char *)s->params + p * sizeof greedy);
+    m->be->ops->upload_raw(m->be, &zero, sizeof zero, (char *)s->steps + p * sizeof zero);
+    m->be->ops->upload_raw(m->be, zeros, V * sizeof(int32_t), (char *)s->counts + p * V * sizeof(int32_t));
+    m->be->ops->upload_raw(m->be, zeros, V, (char *)s->seen + p * V);
+    st = m->be->ops->sync(m->be, err);
+    free(zeros);
+    if (st) {
+        fm_kv_state_free(m, s);
+        return st;
+    }
+    *out = s;
     return FM_OK;
 }
 

@@ -13,6 +13,15 @@
 
 typedef struct fm_model fm_model;
 
+/* Decode steps run in batch buckets 1, 2, 4, ... 128: a step of B sequences is padded to the next bucket so that one
+ * captured CUDA graph per bucket serves every batch (routes: decode.graphs). */
+#define FM_DECODE_BUCKETS 8
+static inline int32_t fm_decode_bucket(int32_t B) {
+    int32_t b = 1;
+    while (b < B) b *= 2;
+    return b;
+}
+
 typedef struct fm_kv_state {
     fm_kv_pool pool;
     int64_t    layer_elems; /* elements of one layer's K (or V) cache: n_slots * nkv * hd */
@@ -23,14 +32,17 @@ typedef struct fm_kv_state {
     void      *att_scratch; /* attention_paged's scratch for max_rows tokens over ctx */
     int64_t    max_rows;    /* tokens of one step at most: max(max_tokens, max_seqs) */
     /* the sampler, by sequence slot */
-    void      *params;      /* fm_sampling [max_seqs] */
-    void      *steps;       /* uint64 [max_seqs] */
-    void      *counts;      /* int32 [max_seqs][vocab] */
-    void      *seen;        /* uint8 [max_seqs][vocab] */
-    void      *z;           /* float [max_seqs][vocab] scratch */
-    void      *row_slot;    /* int32 [max_seqs]: the slot of each sampled row */
-    void      *ids_out;     /* int32 [max_seqs] */
-    void      *info_out;    /* fm_sample_info [max_seqs] */
+    void      *params;      /* fm_sampling [max_seqs + 1]: the last one is the padding rows' (pad_slot) */
+    void      *steps;       /* uint64 [max_seqs + 1] */
+    void      *counts;      /* int32 [max_seqs + 1][vocab] */
+    void      *seen;        /* uint8 [max_seqs + 1][vocab] */
+    void      *z;           /* float [rows][vocab] scratch, rows = the largest decode bucket */
+    void      *row_slot;    /* int32 [rows]: the slot of each sampled row */
+    void      *ids_out;     /* int32 [rows] */
+    void      *info_out;    /* fm_sample_info [rows] */
+    int32_t    pad_slot;    /* the sampler slot of padding rows (a decode step padded to its graph's bucket) */
+    struct fm_cuda_graph *graphs[FM_DECODE_BUCKETS]; /* captured decode steps, by bucket (NULL until captured) */
+    bool       warm[FM_DECODE_BUCKETS];              /* the bucket ran once uncaptured (lazy library setup) */
     /* host mirrors */
     int32_t   *h_idx;       /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
     bool       tables_dirty;

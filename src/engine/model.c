@@ -191,6 +191,14 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
 
 /* cuda: the memory plan of the weights and of a forward pass of max_tokens tokens against the device's free memory
  * (or --vram-limit, when smaller), before the backend exists and before any bank is allocated. */
+/* Tokens of one forward pass the load plans for: max_tokens (a prompt, a prefill chunk), and with generation at
+ * least the largest decode bucket (a step of max_seqs sequences padded to its CUDA graph's batch). */
+static int64_t planned_tokens(const fm_options *opt) {
+    const int64_t T = opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS;
+    const int64_t B = opt->max_seqs > 0 ? fm_decode_bucket(opt->max_seqs) : 0;
+    return T > B ? T : B;
+}
+
 static fm_status check_device_memory(const fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->vram_limit < 0)
         return fm_fail(err, FM_ERR_USAGE, "--vram-limit must be >= 0 bytes, got %lld", (long long)opt->vram_limit);
@@ -199,7 +207,7 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
     if (!opt->backend || strcmp(opt->backend, "cuda") != 0) return FM_OK;
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
-    const int64_t  T = opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS;
+    const int64_t  T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
     fm_status      st = fm_memory_plan_compute_routes(&cfg, &m->plan, "cuda", &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
@@ -253,7 +261,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st) st = load_weights(m, src, opt->verbose, err);
     /* the activations and the backend's scratch of the memory plan, once, for the prompt length the caller planned
        for: a forward pass allocates nothing */
-    if (!st) st = fm_forward_reserve(m, opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS, err);
+    if (!st) st = fm_forward_reserve(m, planned_tokens(opt), err);
     /* generation: the KV cache and the decode state, planned above with the rest */
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
     if (!st && opt->max_seqs > 0) st = fm_kv_state_create(m, opt->max_seqs, m->buf_tokens, &m->kv, err);

@@ -57,7 +57,9 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
                               const float *xsum, int64_t M, __nv_bfloat16 *y) {
-    if (fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
+    /* a dense MLP's gate|up bank is interleaved for the SwiGLU epilogue: only the GEMM's epilogue writes its rows back
+       in order, so it takes that bank at every M (the GEMV reads plain row tiles) */
+    if (!w->interleaved && fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
         fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_pdl(&be->routes), be->stream);
         return;
     }

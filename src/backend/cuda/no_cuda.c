@@ -1,5 +1,6 @@
 /* Stand-in for the CUDA backend when the build found no nvcc. */
 #include "backend/backend.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/routes.h"
 #include "engine/memory_plan.h"
 #include "util/status.h"
@@ -28,3 +29,17 @@ fm_status fm_cuda_free_memory(size_t *free_bytes, size_t *total, fm_error *err) 
     if (total) *total = 0;
     return fm_fail(err, FM_ERR_BACKEND, NOT_BUILT);
 }
+
+fm_status fm_cuda_graph_capture(fm_backend *be, fm_status (*body)(void *ctx, fm_error *err), void *ctx,
+                                fm_cuda_graph **out, fm_error *err) {
+    (void)be, (void)body, (void)ctx;
+    *out = NULL;
+    return fm_fail(err, FM_ERR_UNSUPPORTED, NOT_BUILT);
+}
+
+fm_status fm_cuda_graph_launch(fm_cuda_graph *g, fm_error *err) {
+    (void)g;
+    return fm_fail(err, FM_ERR_UNSUPPORTED, NOT_BUILT);
+}
+
+void fm_cuda_graph_free(fm_cuda_graph *g) { (void)g; }
