@@ -97,6 +97,14 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
 void      fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
 void      fm_step_sample_device(fm_model *m, int32_t B);
 fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err);
+/* The same device work with the forward pass's stage marks (not capturable): per-stage times of one step. */
+fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err);
+
+/* One decode step of n open sequences: each gets room for one token in its cache, runs ids[j] at its next position,
+ * and samples its next token with its own sampler state (out_ids, out_logprobs: the raw log-probability). On the
+ * cuda backend the step replays as the CUDA graph of its batch bucket (routes: decode.graphs). Waits for the step. */
+fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+                         float *out_logprobs, fm_error *err);
 
 /* Creates the backend and its weight banks for an already bound model (m->cfg set). */
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err);

@@ -259,6 +259,20 @@ void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn) {
     run_device(m, T, last_only, attn, NULL);
 }
 
+fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err) {
+    if ((int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
+        return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
+    fw_timer *tm = calloc(1, sizeof *tm);
+    if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    tm->be = m->be, tm->on = true;
+    run_device(m, T, last_only, attn, tm);
+    tick(tm, FM_STAGE_OTHER);
+    fm_status st = m->be->ops->sync(m->be, err);
+    if (!st) collect(tm, prof);
+    free(tm);
+    return st;
+}
+
 void fm_step_sample_device(fm_model *m, int32_t B) {
     fm_kv_state *kv = m->kv;
     m->be->ops->sample(m->be, m->bufs->logits, B, m->cfg.vocab_size, kv->row_slot, kv->params, kv->steps, kv->counts,

@@ -121,6 +121,37 @@ static bool use_graphs(const fm_model *m) {
            !getenv("FP8MOE_DUMP");
 }
 
+fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+                         float *out_logprobs, fm_error *err) {
+    fm_kv_state *kv = m->kv;
+    if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
+    if (n < 1 || n > kv->pool.max_seqs)
+        return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n, kv->pool.max_seqs);
+    const bool    graphs = use_graphs(m);
+    const int32_t B      = graphs ? fm_decode_bucket(n) : n; /* padded rows: copies of row 0 (the same K and V
+                                                                 written to the same slot again), sampled into the
+                                                                 padding slot and never read */
+    int32_t        *h_ids = kv->h_step, *h_seq = h_ids + B, *h_pos = h_seq + B, *h_slot = h_pos + B;
+    fm_sample_info *info  = kv->h_info;
+    fm_status       st    = FM_OK;
+    for (int32_t j = 0; !st && j < n; j++) {
+        h_ids[j] = ids[j], h_seq[j] = seqs[j], h_slot[j] = seqs[j];
+        h_pos[j] = (int32_t)fm_kv_seq_tokens(&kv->pool, seqs[j]);
+        st       = reserve(m, seqs[j], 1, err);
+    }
+    for (int32_t j = n; j < B; j++) h_ids[j] = h_ids[0], h_seq[j] = h_seq[0], h_pos[j] = h_pos[0], h_slot[j] = kv->pad_slot;
+    if (!st) st = fm_step_stage(m, h_ids, h_seq, h_pos, B, err);
+    if (st) return st;
+    m->be->ops->upload_ids(m->be, h_slot, B, kv->row_slot);
+    decode_ctx d = {m, B};
+    st           = graphs ? decode_graph(m, B, err) : decode_body(&d, err);
+    if (st) return st;
+    m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n * sizeof *out_ids, out_ids);
+    m->be->ops->download_raw(m->be, kv->info_out, (size_t)n * sizeof *info, info);
+    for (int32_t j = 0; j < n; j++) out_logprobs[j] = info[j].logprob;
+    return m->be->ops->sync(m->be, err);
+}
+
 static fm_status check_requests(const fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
                                 const fm_gen_params *params, int32_t n, fm_error *err) {
     const int32_t V = m->cfg.vocab_size;
@@ -164,7 +195,7 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
     gen_seq        *q    = calloc((size_t)n, sizeof *q);
     const int32_t   R    = fm_decode_bucket(S); /* rows of a padded decode step */
     const int64_t   W    = chunk > R ? chunk : R;
-    int32_t        *idx  = malloc((size_t)(3 * W + R) * sizeof *idx);
+    int32_t        *idx  = malloc((size_t)(3 * W) * sizeof *idx);
     int32_t        *act  = malloc((size_t)S * sizeof *act); /* the requests in the decode batch */
     float          *lps  = malloc((size_t)R * sizeof *lps);
     fm_sample_info *info = malloc((size_t)R * sizeof *info);
@@ -180,8 +211,7 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
         q[i].stop = (fm_stop){q[i].eos, ne, params[i].stop_seqs, params[i].stop_seq_lens, params[i].n_stop_seqs,
                               params[i].max_tokens};
     }
-    int32_t *h_ids = idx, *h_seq = idx + W, *h_pos = h_seq + W, *h_slots = h_pos + W;
-    const bool   graphs  = use_graphs(m) && fm_decode_bucket(S) <= (1 << (FM_DECODE_BUCKETS - 1));
+    int32_t *h_ids = idx, *h_seq = idx + W, *h_pos = h_seq + W;
     const double t_start = now_s();
     int32_t      next = 0, n_act = 0, finished = 0;
     while (!st && finished < n) {
@@ -218,26 +248,11 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
             }
         }
         if (st || n_act == 0) continue;
-        /* one decode step of every active sequence; with graphs, padded to its bucket by copies of row 0 (the same
-           K and V written to the same slot again, sampled into the padding slot, never read) */
-        const double  t0 = now_s();
-        const int32_t B  = graphs ? fm_decode_bucket(n_act) : n_act;
-        for (int32_t j = 0; !st && j < n_act; j++) {
-            gen_seq *g = &q[act[j]];
-            st         = reserve(m, g->slot, 1, err);
-            h_ids[j] = g->last, h_seq[j] = g->slot, h_pos[j] = (int32_t)g->len, h_slots[j] = g->slot;
-        }
-        for (int32_t j = n_act; j < B; j++) h_ids[j] = h_ids[0], h_seq[j] = h_seq[0], h_pos[j] = h_pos[0], h_slots[j] = kv->pad_slot;
-        if (!st) st = fm_step_stage(m, h_ids, h_seq, h_pos, B, err);
-        if (st) break;
-        m->be->ops->upload_ids(m->be, h_slots, B, kv->row_slot);
-        st = graphs ? decode_graph(m, B, err) : (decode_body(&(decode_ctx){m, B}, err));
-        if (st) break;
-        int32_t *ids = h_ids; /* reused: the step's inputs are staged */
-        m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n_act * sizeof *ids, ids);
-        m->be->ops->download_raw(m->be, kv->info_out, (size_t)n_act * sizeof *info, info);
-        for (int32_t j = 0; j < n_act; j++) lps[j] = info[j].logprob;
-        st = m->be->ops->sync(m->be, err);
+        /* one decode step of every active sequence */
+        const double t0 = now_s();
+        for (int32_t j = 0; j < n_act; j++) h_ids[j] = q[act[j]].last, h_seq[j] = q[act[j]].slot;
+        int32_t *ids = h_pos; /* the step's inputs are staged before its outputs come back */
+        st = fm_decode_step(m, n_act, h_ids, h_seq, ids, lps, err);
         if (st) break;
         stats->decode_s += now_s() - t0;
         stats->decode_steps++;

@@ -21,7 +21,7 @@ void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);
     fm_kv_pool_free(&s->pool);
-    free(s->h_idx);
+    free(s->h_idx), free(s->h_step), free(s->h_info);
     free(s);
 }
 
@@ -87,7 +87,10 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
             return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the KV cache and decode state (%zu bytes)",
                            m->be->ops->name, bytes[i]);
         }
-    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx))) {
+    const size_t rows = (size_t)fm_decode_bucket(max_seqs);
+    s->h_step         = malloc(4 * rows * sizeof *s->h_step);
+    s->h_info         = malloc(rows * sizeof *s->h_info);
+    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info) {
         fm_kv_state_free(m, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }

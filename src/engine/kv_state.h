@@ -45,6 +45,8 @@ typedef struct fm_kv_state {
     bool       warm[FM_DECODE_BUCKETS];              /* the bucket ran once uncaptured (lazy library setup) */
     /* host mirrors */
     int32_t   *h_idx;       /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
+    int32_t   *h_step;      /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
+    fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
     bool       tables_dirty;
 } fm_kv_state;
 
