@@ -31,6 +31,8 @@ done
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
 ./build/tests/gpu/test_cuda_debug >"$out/gpu_debug.log" 2>&1; debug_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_graph >"$out/gpu_graph.log" 2>&1; graph_rc=$?
+timeout 120 ./build/tests/gpu/test_cuda_sampler >"$out/gpu_sampler.log" 2>&1; sampler_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_generate >"$out/gpu_generate.log" 2>&1; generate_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; prequant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
@@ -71,6 +73,8 @@ echo "| GPU model parity | rc $models_rc |"
 echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_memory.log" | tr '\n' ' ') |"
 echo "| debug mode (NaN/Inf inputs reported) | rc $debug_rc |"
 echo "| forward captured into a CUDA graph, replayed bitwise equal (ref, int4, fp8, fp8 w8a8, ref32) | rc $graph_rc, $(grep -c 'bitwise equal' "$out/gpu_graph.log") model x preset runs |"
+echo "| device sampler = reference sampler (vocab 7, 1000, 151936; fp32, bf16; penalties) | rc $sampler_rc, $(grep -oE '[0-9]+ draws, [0-9]+ differ' "$out/gpu_sampler.log" | awk '{d+=$1; x+=$3} END {print d " draws, " x " differ"}') |"
+echo "| generation: cached steps vs prefill, graphs = launches, ref32 greedy = transformers | rc $generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate.log") graph cases, $(grep 'ref32 greedy' "$out/gpu_generate.log" | grep -c '32 of 32') of 5 models token for token |"
 echo "| pre-quantized banks: ops (int4-zp, int4-zp-tc, e4m3-block) | rc $prequant_rc, $(grep -c ' err ' "$out/gpu_prequant.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_prequant.log" | sort -g -k2 | tail -1) |"
 echo "| pre-quantized checkpoints: GPU vs CPU emulation, whole model | rc $prequant_models_rc, $(grep -c 'vs cpu emulation' "$out/gpu_prequant_models.log") runs, worst cos $(grep -oE 'emulation: cos [0-9.]+' "$out/gpu_prequant_models.log" | awk '{print $3}' | sort -g | head -1) |"
 echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"

@@ -11,6 +11,8 @@
 
 static const char *HELP =
     "usage: fp8moe bench prefill --synthetic NAME [--layers L] [--tokens T] [--preset P] [--repeat R] [options]\n"
+    "       fp8moe bench decode [options] (decode steps at a context, batch sizes and presets side by side:\n"
+    "                                     bench decode --help)\n"
     "       fp8moe bench moe [options]   (one MoE layer's experts, every route side by side: bench moe --help)\n"
     "       fp8moe bench gemm [options]  (every layer's attention projections, every route side by side, CUDA-graph\n"
     "                                     replay: bench gemm --help)\n"
@@ -59,9 +61,10 @@ int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cmd_bench_decode(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "prefill") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
-        return cli_usage(cmd, "the first argument must be 'prefill', 'moe' or 'gemm'");
+        return cli_usage(cmd, "the first argument must be 'prefill', 'decode', 'moe' or 'gemm'");
     }
     bench_args a = {NULL, NULL, 2048, 10, 2};
     cli_model_opts mo;

@@ -1,0 +1,287 @@
+/* fp8moe bench decode: decode steps of a synthetic model at real shapes, B sequences at a given context, the presets
+ * side by side, against the floor of the bytes a step must read. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/bench_common.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "engine/memory_plan.h"
+#include "util/progress.h"
+
+static const char *HELP =
+    "usage: fp8moe bench decode --synthetic NAME [--batch 1,8,64] [--context 2048] [--presets LIST] [options]\n"
+    "\n"
+    "Decode steps of a synthetic model with the shapes of a real checkpoint: for each preset and batch size B, B\n"
+    "sequences are prefilled to the context, then every timed step decodes one token of each (sampling greedy on\n"
+    "the device, decode steps replayed as CUDA graphs per batch bucket unless --route decode.graphs=off). Prints\n"
+    "per step the median, min and max wall time (staging, the step, the sampled ids back on the host), tokens/s,\n"
+    "the bytes a step must read (the weights it touches: attention projections, router, the experts its tokens\n"
+    "select (expected count under uniform routing), lm_head; and the KV cache of every sequence) against the floor\n"
+    "at 4.25 TB/s, and the per-stage times of one step run without a graph.\n"
+    "\n"
+    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, or toy-moe (small enough for the CPU)\n"
+    "  --batch LIST       sequences decoded together (default 1,8,64)\n"
+    "  --context N        tokens in each sequence's cache when the timing starts (default 2048)\n"
+    "  --presets LIST     presets side by side (default ref,int4,fp8,fp8+w8a8; cpu: ref,fp8); fp8+w8a8 is fp8 with\n"
+    "                     --dense w8a8\n"
+    "  --steps N          timed decode steps (default 64)\n"
+    "  --warmup W         untimed steps first (default 8; the first steps of a batch bucket capture its graph)\n"
+    "  --layers L         only the first L layers\n"
+    "  --json FILE        also write the results as JSON\n"
+    "  --backend B        cuda (default) or cpu\n"
+    "  --route KEY=VALUE  force a kernel route (repeatable; `fp8moe inspect --routes`)\n"
+    "  -v, --verbose      progress on stderr\n";
+
+enum { OPT_SYNTH = 2000, OPT_BATCH, OPT_CONTEXT, OPT_PRESETS, OPT_STEPS, OPT_LAYERS };
+static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
+                                            {"batch", required_argument, 0, OPT_BATCH},
+                                            {"context", required_argument, 0, OPT_CONTEXT},
+                                            {"presets", required_argument, 0, OPT_PRESETS},
+                                            {"steps", required_argument, 0, OPT_STEPS},
+                                            {"layers", required_argument, 0, OPT_LAYERS},
+                                            {"help", no_argument, 0, 'h'},
+                                            BENCH_LONG_OPTIONS,
+                                            {0, 0, 0, 0}};
+
+#define MAX_BATCHES 8
+static const char *const k_presets[] = {"ref", "int4", "fp8", "fp8+w8a8"};
+enum { N_PRESETS = 4 };
+
+typedef struct decode_row {
+    const char *preset;
+    int64_t     batch;
+    double      median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
+    fm_profile  prof; /* one step without a graph */
+    bench_status status;
+    char         msg[sizeof(((fm_error *)0)->msg)];
+} decode_row;
+
+/* Bytes one decode step of B tokens at context ctx must read: every dense weight once, the experts the B tokens
+ * select (E (1 - (1 - k/E)^B) of each layer's E under uniform routing), the lm_head, and the K and V of every
+ * sequence's context. */
+static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, int64_t ctx) {
+    const fm_config *c = &m->cfg;
+    double           b = (double)(p->weights[FM_MEM_ATTN] + p->weights[FM_MEM_ROUTER] + p->weights[FM_MEM_NORMS] +
+                        p->weights[FM_MEM_DENSE_MLP] + p->weights[FM_MEM_LM_HEAD]);
+    if (!p->weights[FM_MEM_LM_HEAD]) b += (double)p->weights[FM_MEM_EMBED]; /* tied: the embedding is the lm_head */
+    if (c->n_experts > 0) {
+        const double E = c->n_experts, k = c->n_experts_per_tok;
+        b += (double)p->weights[FM_MEM_EXPERTS] * (1.0 - pow(1.0 - k / E, (double)B));
+    }
+    b += (double)B * (double)ctx * 2.0 * m->n_layers * c->n_kv_heads * c->head_dim * (double)m->be->ops->act_size;
+    return b;
+}
+
+static void run_preset(const char *synth, const char *preset, const cli_model_opts *base, const int64_t *batches,
+                       int nb, int64_t context, long steps, long warmup, bool verbose, decode_row *rows) {
+    fm_options opt = base->opt;
+    fm_preset  p   = FM_PRESET_REF;
+    const bool w8a8 = !strcmp(preset, "fp8+w8a8");
+    fm_preset_parse(w8a8 ? "fp8" : preset, &p);
+    int64_t max_b = 0;
+    for (int i = 0; i < nb; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
+    opt.preset = p, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+    opt.max_seqs = (int32_t)max_b, opt.ctx = context + warmup + steps + 1;
+    opt.max_tokens = context < 2048 ? context : 2048;
+    fm_error  err = {{0}};
+    fm_model *m   = NULL;
+    for (int i = 0; i < nb; i++) rows[i].preset = preset, rows[i].batch = batches[i];
+    fm_status st = fm_model_load_synthetic(synth, opt.n_layers, &opt, &m, &err);
+    if (st) {
+        for (int i = 0; i < nb; i++) {
+            rows[i].status = st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED;
+            snprintf(rows[i].msg, sizeof rows[i].msg, "%s", err.msg);
+        }
+        return;
+    }
+    fm_memory_plan plan;
+    fm_config      cfg = m->cfg;
+    cfg.tie_word_embeddings = m->lm_head == m->embed;
+    st = fm_memory_plan_compute(&cfg, &m->plan, m->be->ops->name, m->n_layers, 1, &plan, &err);
+    const int32_t V = fm_model_vocab_size(m);
+    for (int bi = 0; !st && bi < nb; bi++) {
+        const int32_t B   = (int32_t)batches[bi];
+        int32_t      *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
+        int32_t      *pr  = malloc((size_t)context * sizeof *pr);
+        float        *lp  = malloc((size_t)B * sizeof *lp);
+        double       *ms  = malloc((size_t)steps * sizeof *ms);
+        fm_sampling   sp;
+        fm_sampling_init(&sp);
+        /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
+        for (int32_t s = 0; !st && s < B; s++) {
+            for (int64_t t = 0; t < context; t++) pr[t] = (int32_t)((t * 7919 + s * 104729 + 13) % V);
+            st = fm_kv_seq_begin(m, pr, context, &sp, &seq[s], &err);
+            for (int64_t p0 = 0; !st && p0 < context; p0 += opt.max_tokens) {
+                const int64_t T = context - p0 < opt.max_tokens ? context - p0 : opt.max_tokens;
+                int32_t      *sq = malloc((size_t)T * sizeof *sq), *ps = malloc((size_t)T * sizeof *ps);
+                for (int64_t t = 0; t < T; t++) sq[t] = seq[s], ps[t] = (int32_t)(p0 + t);
+                st = fm_kv_seq_append(&m->kv->pool, seq[s], T, &err);
+                m->kv->tables_dirty = true;
+                if (!st) st = fm_step_stage(m, pr + p0, sq, ps, T, &err);
+                if (!st) fm_step_device(m, T, true, p0 == 0 && T == context ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+                free(sq), free(ps);
+            }
+            ids[s] = pr[context - 1];
+        }
+        if (!st) st = m->be->ops->sync(m->be, &err);
+        if (verbose && !st) fm_progress("%s B=%d: prefilled %d x %lld tokens", preset, B, B, (long long)context);
+        /* one profiled step without a graph: the stage breakdown */
+        memset(&rows[bi].prof, 0, sizeof rows[bi].prof);
+        for (long r = 0; !st && r < warmup + steps; r++) {
+            const double t0 = cli_now();
+            st              = fm_decode_step(m, B, ids, seq, ids, lp, &err);
+            if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
+        }
+        if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
+            int32_t *pos = malloc((size_t)B * sizeof *pos);
+            for (int32_t s = 0; s < B && !st; s++) {
+                pos[s] = (int32_t)fm_kv_seq_tokens(&m->kv->pool, seq[s]);
+                st     = fm_kv_seq_append(&m->kv->pool, seq[s], 1, &err);
+            }
+            m->kv->tables_dirty = true;
+            if (!st) st = fm_step_stage(m, ids, seq, pos, B, &err);
+            if (!st) st = fm_step_profile(m, B, false, FM_ATTN_PAGED, &rows[bi].prof, &err);
+            free(pos);
+        }
+        for (int32_t s = 0; s < B; s++)
+            if (seq[s] >= 0 && fm_kv_seq_tokens(&m->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m, seq[s]);
+        if (!st) {
+            double med, mn, mx;
+            bench_stats(ms, steps, &med, &mn, &mx);
+            rows[bi].median_ms = med, rows[bi].min_ms = mn, rows[bi].max_ms = mx;
+            rows[bi].tokens_per_s = B / (med * 1e-3);
+            rows[bi].bytes        = step_bytes(m, &plan, B, context + warmup + steps / 2);
+            rows[bi].floor_ms     = 1e3 * rows[bi].bytes / BENCH_BANDWIDTH_BYTES_PER_S;
+            rows[bi].status       = BENCH_OK;
+        } else {
+            rows[bi].status = BENCH_FAILED;
+            snprintf(rows[bi].msg, sizeof rows[bi].msg, "%s", err.msg);
+        }
+        free(seq), free(ids), free(pr), free(lp), free(ms);
+    }
+    fm_progress_end();
+    fm_model_free(m);
+}
+
+int cmd_bench_decode(int argc, char **argv) {
+    const char *cmd = "bench decode";
+    bench_opts  b;
+    bench_opts_init(&b, 64, 8);
+    const char *synth = NULL;
+    int64_t     batches[MAX_BATCHES] = {1, 8, 64};
+    int         nb = 3, np = 0, pidx[N_PRESETS];
+    long        context = 2048, layers = 0;
+    bool        presets_given = false;
+    optind = 1;
+    for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
+        const int c = bench_common_option(cmd, o, optarg, &b);
+        if (c < 0) return CLI_USAGE;
+        if (c > 0) continue;
+        switch (o) {
+        case 'h': fputs(HELP, stdout); return CLI_OK;
+        case OPT_SYNTH: synth = optarg; break;
+        case OPT_BATCH:
+            if (!bench_parse_counts(cmd, "--batch", optarg, 1, 128, batches, MAX_BATCHES, &nb)) return CLI_USAGE;
+            break;
+        case OPT_CONTEXT:
+            if (!cli_parse_int(cmd, "--context", optarg, 1, 1 << 20, &context)) return CLI_USAGE;
+            break;
+        case OPT_PRESETS:
+            if (!bench_parse_names(cmd, "--presets", optarg, k_presets, N_PRESETS, pidx, &np)) return CLI_USAGE;
+            presets_given = true;
+            break;
+        case OPT_STEPS:
+            if (!cli_parse_int(cmd, "--steps", optarg, 1, BENCH_MAX_REPEAT, &b.repeat)) return CLI_USAGE;
+            break;
+        case OPT_LAYERS:
+            if (!cli_parse_int(cmd, "--layers", optarg, 1, 1 << 10, &layers)) return CLI_USAGE;
+            break;
+        default: return cli_usage(cmd, "unknown option");
+        }
+    }
+    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    if (!synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
+    const bool cuda = !strcmp(b.backend, "cuda");
+    if (!presets_given) {
+        np = 0;
+        if (cuda) pidx[np++] = 0, pidx[np++] = 1, pidx[np++] = 2, pidx[np++] = 3;
+        else pidx[np++] = 0, pidx[np++] = 2;
+    }
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    mo.opt.backend = b.backend, mo.opt.n_layers = (int32_t)layers, mo.opt.routes = bench_routes(&b);
+    mo.opt.n_threads = (int32_t)b.threads;
+    if (cuda) mo.opt.plan_backend = NULL;
+    else mo.opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
+    decode_row *rows = calloc((size_t)(np * nb), sizeof *rows);
+    if (!rows) return CLI_BAD_INPUT;
+    for (int i = 0; i < np; i++)
+        run_preset(synth, k_presets[pidx[i]], &mo, batches, nb, context, b.repeat, b.warmup, b.verbose, rows + i * nb);
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s\n", synth, context, b.repeat,
+           b.warmup, b.backend, b.routes[0] ? ", routes " : "", b.routes);
+    printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < np * nb; i++) {
+        const decode_row *r = &rows[i];
+        if (r->status != BENCH_OK) {
+            printf("| %s | %lld | %s: %s | | | | | | |\n", r->preset, (long long)r->batch, bench_status_name(r->status),
+                   r->msg);
+            continue;
+        }
+        printf("| %s | %lld | %.3f | %.3f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", r->preset, (long long)r->batch,
+               r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->bytes / 1e6, r->floor_ms,
+               r->floor_ms / r->median_ms);
+    }
+    printf("\nper stage, one step without a graph (device time between stage marks, ms):\n\n| preset | batch |");
+    for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %s |", fm_stage_name((fm_stage)s));
+    printf(" total |\n|---|---:|");
+    for (int s = 0; s <= FM_STAGE_COUNT; s++) printf("---:|");
+    printf("\n");
+    for (int i = 0; i < np * nb; i++) {
+        const decode_row *r = &rows[i];
+        if (r->status != BENCH_OK) continue;
+        printf("| %s | %lld |", r->preset, (long long)r->batch);
+        for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %.3f |", r->prof.stage_ms[s]);
+        printf(" %.3f |\n", r->prof.total_ms);
+    }
+    fm_status st  = FM_OK;
+    fm_error  err = {{0}};
+    if (b.json_path) {
+        cJSON *root = bench_json_root("decode", b.backend, "", b.repeat, b.warmup);
+        cJSON_AddStringToObject(root, "model", synth);
+        cJSON_AddNumberToObject(root, "context", (double)context);
+        cJSON_AddStringToObject(root, "routes", b.routes);
+        cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+        for (int i = 0; i < np * nb; i++) {
+            const decode_row *r = &rows[i];
+            cJSON            *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "preset", r->preset);
+            cJSON_AddNumberToObject(o, "batch", (double)r->batch);
+            cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
+            if (r->status == BENCH_OK) {
+                cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+                cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+                cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
+                cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+                cJSON_AddNumberToObject(o, "bytes_per_step", r->bytes);
+                cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+                cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
+                for (int s = 0; s < FM_STAGE_COUNT; s++)
+                    cJSON_AddNumberToObject(stg, fm_stage_name((fm_stage)s), r->prof.stage_ms[s]);
+            } else {
+                cJSON_AddStringToObject(o, "message", r->msg);
+            }
+            cJSON_AddItemToArray(arr, o);
+        }
+        st = bench_json_write(root, b.json_path, &err);
+    }
+    int failed = 0;
+    for (int i = 0; i < np * nb; i++) failed += rows[i].status == BENCH_FAILED;
+    free(rows);
+    if (st) return cli_fail(cmd, st, &err);
+    return failed ? CLI_BAD_INPUT : CLI_OK;
+}
