@@ -27,6 +27,17 @@ void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
 
 enum { KV_N_BUFFERS = 15 };
 
+/* attention_paged's scratch for any step of 1..max_rows tokens: the split count falls as T grows, so the largest
+ * need is not at max_rows (one split, no scratch, from 512 tokens) but at a small T */
+static size_t paged_scratch(const fm_config *c, int64_t max_rows, int64_t ctx) {
+    size_t most = 0;
+    for (int64_t T = 1; T <= max_rows; T++) {
+        const size_t b = fm_attention_paged_scratch_bytes(T, c->n_heads, c->head_dim, ctx);
+        most           = b > most ? b : most;
+    }
+    return most;
+}
+
 /* The bytes of each buffer of KV_BUFFERS, in its order: the single source of the sizes (create and the memory plan) */
 static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv_pool *pool, int64_t ctx,
                      int64_t max_rows, size_t bytes[KV_N_BUFFERS]) {
@@ -38,7 +49,7 @@ static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv
         (size_t)n_layers * layer,                                              /* v */
         (size_t)max_rows * 4, (size_t)max_rows * 4, (size_t)max_rows * 4,     /* tok_seq, tok_pos, slots */
         (size_t)pool->max_seqs * (size_t)pool->max_blocks * 4,                 /* tables */
-        fm_attention_paged_scratch_bytes(max_rows, c->n_heads, c->head_dim, ctx),
+        paged_scratch(c, max_rows, ctx),
         S * sizeof(fm_sampling), S * sizeof(uint64_t),                         /* params, steps */
         S * V * sizeof(int32_t), S * V, R * V * sizeof(float),                 /* counts, seen, z */
         R * 4, R * 4, R * sizeof(fm_sample_info),                              /* row_slot, ids_out, info_out */
