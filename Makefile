@@ -42,7 +42,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libfp8moe.a
 BIN := $(BUILD)/fp8moe
 
-.PHONY: all test test-gpu asan fuzz fuzz-run deps run clean help tests-build
+.PHONY: all test test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check
 all: $(LIB) $(BIN)
 
 $(LIB): $(LIB_OBJ)
@@ -123,6 +123,12 @@ run: all
 	  echo; echo "== CPU: exact emulation of every preset"; fi
 	./$(BIN) parity --model models/tiny-code-moe
 
+# The house style (.clang-format): format-check is what CI runs, format rewrites the sources.
+format:
+	@./tools/check-format.sh --fix
+format-check:
+	@./tools/check-format.sh
+
 clean:
 	rm -rf build
 
@@ -135,6 +141,7 @@ help:
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
 	@echo "  make test-gpu  CUDA op tests against the CPU, whole-model GPU parity (needs a GPU)"
 	@echo "  make fuzz-run  libFuzzer on the checkpoint parsers for FUZZ_SECONDS (default 60)"
+	@echo "  make format    apply .clang-format to every source (make format-check: what CI checks)"
 	@echo "  make clean     remove build/"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

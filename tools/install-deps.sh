@@ -5,6 +5,7 @@ need=()
 dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
 dpkg -s libpcre2-dev >/dev/null 2>&1 || need+=(libpcre2-dev) # checkpoint regexes (compressed-tensors ignore)
 dpkg -s libcmocka-dev >/dev/null 2>&1 || need+=(libcmocka-dev)
+command -v clang-format >/dev/null 2>&1 || need+=(clang-format) # make format-check (CI)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox) # parity --plot (without it the plot is skipped, said in one line)
 if [ ${#need[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
