@@ -412,6 +412,33 @@ static void plan_argument_errors(void **s) {
 
 /* ---- the command line ------------------------------------------------------------------------------------ */
 
+/* Generation's terms: the KV cache by hand for Qwen3-30B-A3B (48 layers, 4 KV heads of 128, bf16 on cuda):
+ * 64 sequences of 2048 tokens = 128 blocks of 16 each, 2 x 48 x 64 x 2048 x 4 x 128 x 2 = 12,884,901,888 bytes;
+ * a context of 2050 rounds up to 129 blocks. The plan refuses an 8 GiB card with the KV cache named. */
+static void generation_in_the_plan(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error  err = {{0}};
+    if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_memory_plan p;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 2048, &p, &err), FM_OK);
+    const size_t before = p.total;
+    assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 64, 2048, &err), FM_OK);
+    assert_int_equal(p.kv_cache, 12884901888ull);
+    assert_true(p.kv_state > (size_t)64 * 151936 * 9); /* the sampler state alone: counts, seen, z */
+    assert_int_equal(p.total, before + p.kv_cache + p.kv_state);
+    assert_int_equal(fm_memory_plan_check(&p, 8ull << 30, "--vram-limit", &err), FM_ERR_NOMEM);
+    assert_non_null(strstr(err.msg, "KV cache 12.0 GiB for 64 sequences of 2048 tokens"));
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 2048, &p, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 64, 2050, &err), FM_OK);
+    assert_int_equal(p.kv_cache, 12884901888ull / 128 * 129);
+    assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --tokens 64 --backend cuda --preset fp8 --max-seqs 4 "
+                            "--ctx 100"), 0);
+    assert_non_null(strstr(cli_out, "KV cache (4 seqs x 100 tokens)"));
+}
+
 static void expect_usage(int code, const char *needle) {
     if (code != 2 || !strstr(cli_err, needle)) fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, cli_err);
 }
@@ -543,6 +570,7 @@ int main(void) {
         cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(inspect_prints_the_plan),
         cmocka_unit_test(vram_limit_parsing),
+        cmocka_unit_test(generation_in_the_plan),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

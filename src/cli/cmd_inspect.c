@@ -11,10 +11,11 @@
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "model/model_src.h"
+#include "util/status.h"
 
 static const char *HELP =
     "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--layers N]\n"
-    "                      [--vram-limit BYTES]] [--routes] [--route KEY=VALUE]...\n"
+    "                      [--max-seqs B [--ctx N]] [--vram-limit BYTES]] [--routes] [--route KEY=VALUE]...\n"
     "       fp8moe inspect --routes [--route KEY=VALUE]...\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory\n"
@@ -25,6 +26,8 @@ static const char *HELP =
     "  --preset P         the plan's preset: ref (default), ref32, int4, fp8, fp4\n"
     "  --dense w8a8       the plan with e4m3 per-tensor dense projections (W8A8)\n"
     "  --layers N         plan only the first N decoder layers\n"
+    "  --max-seqs B       the plan for generation too: the paged KV cache of B sequences and the decode state\n"
+    "  --ctx N            tokens per sequence of that KV cache (default: max_position_embeddings)\n"
     "  --vram-limit BYTES cuda: say whether the plan fits in this much memory (8Gi, 7.5G, bytes) instead of\n"
     "                     the GPU's free memory\n"
     "  --routes           print the cuda backend's kernel route table: each key, its value, default and what it\n"
@@ -44,6 +47,8 @@ typedef struct plan_args {
     fm_preset   preset;
     int32_t     n_layers;
     fm_dense    dense;
+    int32_t     max_seqs; /* --max-seqs: generation's KV cache in the plan */
+    int64_t     ctx;
     char        routes[512]; /* --route options, "k=v,k=v" */
 } plan_args;
 
@@ -304,6 +309,10 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     fm_status st = fm_routes_apply(&routes, a->routes, err);
     fm_memory_plan p;
     if (!st) st = fm_memory_plan_compute_routes(&cfg, &plan, a->backend, &routes, a->n_layers, a->tokens, &p, err);
+    const int64_t ctx = a->ctx > 0 ? a->ctx : cfg.max_position_embeddings;
+    if (!st && a->max_seqs > 0 && ctx <= 0)
+        st = fm_fail(err, FM_ERR_USAGE, "--max-seqs: the config has no max_position_embeddings; give --ctx N");
+    if (!st && a->max_seqs > 0) st = fm_memory_plan_add_generation(&p, &cfg, &plan, a->max_seqs, ctx, err);
     if (st) return st;
     printf("memory plan: backend %s, preset %s (dense %s, experts %s, other %s), %d layers, %lld tokens\n", p.backend,
            fm_preset_name(a->preset), fm_wformat_name(plan.w_dense), fm_wformat_name(plan.w_expert),
@@ -332,7 +341,14 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     } else {
         plan_row("linear input quantization", p.ws_linear, 2);
     }
-    plan_row("total (weights + activations + workspace)", p.total, 0);
+    if (p.kv_seqs > 0) {
+        snprintf(what, sizeof what, "KV cache (%d seqs x %lld tokens)", p.kv_seqs, (long long)p.kv_ctx);
+        plan_row(what, p.kv_cache, 0);
+        plan_row("decode state (indices, scratch, sampler)", p.kv_state, 0);
+        plan_row("total (weights + act. + workspace + KV)", p.total, 0);
+    } else {
+        plan_row("total (weights + activations + workspace)", p.total, 0);
+    }
     plan_row(!strcmp(p.backend, "cuda") ? "load staging (transient, one bank at a time)" : "load staging (transient)",
              p.load_staging, 0);
     plan_row("peak (what must fit)", p.peak, 0);
@@ -361,9 +377,9 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false, routes = false;
-    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, ""};
+    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, ""};
     enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I, OPT_DENSE_I,
-           OPT_ROUTES_I, OPT_ROUTE_I };
+           OPT_ROUTES_I, OPT_ROUTE_I, OPT_MAX_SEQS_I, OPT_CTX_I };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
                                              {"tokens", required_argument, 0, OPT_TOKENS},
@@ -374,6 +390,8 @@ int cmd_inspect(int argc, char **argv) {
                                              {"dense", required_argument, 0, OPT_DENSE_I},
                                              {"routes", no_argument, 0, OPT_ROUTES_I},
                                              {"route", required_argument, 0, OPT_ROUTE_I},
+                                             {"max-seqs", required_argument, 0, OPT_MAX_SEQS_I},
+                                             {"ctx", required_argument, 0, OPT_CTX_I},
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     long v = 0;
@@ -405,6 +423,12 @@ int cmd_inspect(int argc, char **argv) {
         } else if (c == OPT_VRAM_I) {
             if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &pa.vram_limit)) return CLI_USAGE;
             plan_only = "--vram-limit";
+        } else if (c == OPT_MAX_SEQS_I) {
+            if (!cli_parse_int(cmd, "--max-seqs", optarg, 1, 4096, &v)) return CLI_USAGE;
+            pa.max_seqs = (int32_t)v, plan_only = "--max-seqs";
+        } else if (c == OPT_CTX_I) {
+            if (!cli_parse_int(cmd, "--ctx", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
+            pa.ctx = v, plan_only = "--ctx";
         } else if (c == OPT_ROUTES_I) {
             routes = true;
         } else if (c == OPT_ROUTE_I) {
