@@ -79,8 +79,8 @@ static void usage_errors(void **s) {
     assert_int_equal(fp8moe("--help"), 0);
     assert_non_null(strstr(cli_out, "usage: fp8moe"));
     expect_error(fp8moe("frobnicate"), 2, "frobnicate");
-    const char *cmds[] = {"logits", "perplexity", "inspect", "parity"};
-    for (int i = 0; i < 4; i++) {
+    const char *cmds[] = {"logits", "perplexity", "inspect", "parity", "generate"};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(fp8moe("%s --help", cmds[i]), 0);
         assert_non_null(strstr(cli_out, "usage: fp8moe"));
         assert_int_equal(fp8moe("%s", cmds[i]), 2);
@@ -694,6 +694,245 @@ static void context_limit_cli(void **s) {
     expect_error(fp8moe("logits %s --ids %s --out %s --ctx 0", m, ids, out), 2, "--ctx");
 }
 
+/* ---- generate ---- */
+
+static const char *k_gen_model = "--model tests/models/qwen3-moe-f32";
+
+/* tests/models/qwen3-moe-f32/golden_generate.json: the prompt and transformers' greedy new ids */
+static int golden_generate(int32_t *prompt, int *n_prompt, int32_t *want, int cap) {
+    static char text[1 << 16];
+    slurp("tests/models/qwen3-moe-f32/golden_generate.json", text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *jp = cJSON_GetObjectItem(root, "prompt"), *jw = cJSON_GetObjectItem(root, "new_ids");
+    *n_prompt = cJSON_GetArraySize(jp);
+    const int nw = cJSON_GetArraySize(jw);
+    assert_true(*n_prompt <= cap && nw <= cap);
+    for (int i = 0; i < *n_prompt; i++) prompt[i] = cJSON_GetArrayItem(jp, i)->valueint;
+    for (int i = 0; i < nw; i++) want[i] = cJSON_GetArrayItem(jw, i)->valueint;
+    cJSON_Delete(root);
+    return nw;
+}
+
+/* The ids of an output file (little-endian int32); returns their count. */
+static int read_ids(const char *path, int32_t *ids, int cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("%s: missing", path);
+    uint8_t b[4];
+    int     n = 0;
+    while (fread(b, 1, 4, f) == 4) {
+        assert_true(n < cap);
+        ids[n++] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+    }
+    fclose(f);
+    return n;
+}
+
+static cJSON *read_json(const char *path) {
+    static char text[1 << 18];
+    slurp(path, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    if (!root) fail_msg("%s: not JSON: %.200s", path, text);
+    return root;
+}
+
+/* Greedy through the command equals transformers' generate(do_sample=False): --out holds exactly N ids, the first N
+ * of the golden new ids; --json and --stream say the same; the summary has the speeds. */
+static void generate_greedy_equals_transformers(void **s) {
+    (void)s;
+    int32_t prompt[64], want[64], got[64];
+    int     np = 0;
+    const int nw = golden_generate(prompt, &np, want, 64);
+    char ids[512], out[512], json[512];
+    snprintf(ids, sizeof ids, "%s/golden_prompt.i32", cli_tmp);
+    snprintf(out, sizeof out, "%s/gen.i32", cli_tmp);
+    snprintf(json, sizeof json, "%s/gen.json", cli_tmp);
+    write_bytes(ids, prompt, (size_t)np * sizeof *prompt);
+    const int N[] = {1, 7, nw};
+    for (int k = 0; k < 3; k++) {
+        const int n = N[k];
+        if (fp8moe("generate %s --ids %s --max-tokens %d --ignore-eos --out %s --json %s", k_gen_model, ids, n, out, json))
+            fail_msg("generate: %s", cli_err);
+        assert_int_equal(read_ids(out, got, 64), n);
+        assert_memory_equal(got, want, (size_t)n * sizeof *got);
+        assert_non_null(strstr(cli_err, "tokens/s"));
+        assert_non_null(strstr(cli_err, "time to first token"));
+        assert_non_null(strstr(cli_err, "finish: length 1, eos 0, stop 0"));
+        cJSON *root = read_json(json);
+        const cJSON *seq = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "sequences"), 0);
+        assert_string_equal(cJSON_GetObjectItem(seq, "prompt_file")->valuestring, ids);
+        assert_int_equal(cJSON_GetObjectItem(seq, "n_prompt")->valueint, np);
+        assert_string_equal(cJSON_GetObjectItem(seq, "finish")->valuestring, "length");
+        const cJSON *jids = cJSON_GetObjectItem(seq, "ids"), *lps = cJSON_GetObjectItem(seq, "logprobs");
+        assert_int_equal(cJSON_GetArraySize(jids), n);
+        assert_int_equal(cJSON_GetArraySize(lps), n);
+        for (int t = 0; t < n; t++) {
+            assert_int_equal(cJSON_GetArrayItem(jids, t)->valueint, want[t]);
+            const double lp = cJSON_GetArrayItem(lps, t)->valuedouble;
+            assert_true(cJSON_IsNumber(cJSON_GetArrayItem(lps, t)) && lp <= 0 && lp > -20);
+        }
+        const cJSON *st = cJSON_GetObjectItem(root, "stats");
+        assert_int_equal(cJSON_GetObjectItem(st, "new_tokens")->valueint, n);
+        assert_int_equal(cJSON_GetObjectItem(st, "prefill_tokens")->valueint, np);
+        assert_int_equal(cJSON_GetObjectItem(st, "decode_tokens")->valueint, n - 1);
+        assert_int_equal(cJSON_GetObjectItem(root, "ctx")->valueint, np + n); /* planned: prompt + --max-tokens */
+        cJSON_Delete(root);
+    }
+    /* --stream: the same ids on stdout as they are sampled; a prefill in chunks of 5 changes nothing */
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 8 --ignore-eos --out %s --stream --prefill-chunk 5",
+                            k_gen_model, ids, out), 0);
+    char line[256] = "";
+    for (int t = 0, k = 0; t < 8; t++) k += snprintf(line + k, sizeof line - (size_t)k, "%s%d", t ? " " : "", want[t]);
+    strcat(line, "\n");
+    assert_string_equal(cli_out, line);
+    /* a stop id ends the sequence at its first occurrence (not written); a stop sequence too */
+    int first = 0;
+    while (want[first] != want[4]) first++;
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-id %d", k_gen_model, ids, out,
+                            json, want[4]), 0);
+    assert_int_equal(read_ids(out, got, 64), first);
+    assert_memory_equal(got, want, (size_t)first * sizeof *got);
+    cJSON *root = read_json(json);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "sequences"), 0), "finish")->valuestring,
+                        "eos");
+    cJSON_Delete(root);
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-seq %d,%d", k_gen_model, ids,
+                            out, json, want[7], want[8]), 0);
+    int at = 0; /* where the pair first occurs: the output ends before it */
+    while (!(want[at] == want[7] && want[at + 1] == want[8])) at++;
+    assert_int_equal(read_ids(out, got, 64), at);
+    assert_memory_equal(got, want, (size_t)at * sizeof *got);
+    assert_non_null(strstr(cli_err, "stop 1"));
+}
+
+/* Three prompts of different lengths in a batch file (relative paths from the file's directory): each sequence equals
+ * its prompt generated alone with seed + i, with 3 slots or 2; a seed reproduces its tokens at temperature 1. */
+static void generate_batch_equals_alone(void **s) {
+    (void)s;
+    int32_t prompt[64], want[64];
+    int     np = 0;
+    golden_generate(prompt, &np, want, 64);
+    char dir[512], path[600], batch[600], out[600], json[600], alone[600];
+    snprintf(dir, sizeof dir, "%s/prompts", cli_tmp);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    const char *names[3] = {"golden.i32", "sub/short.i32", "long.i32"};
+    int32_t     longp[30], shortp[3] = {5, 6, 7};
+    for (int i = 0; i < 30; i++) longp[i] = (i * 41 + 3) % 320;
+    const int32_t *data[3] = {prompt, shortp, longp};
+    const int      lens[3] = {np, 3, 30};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        write_bytes(path, data[i], (size_t)lens[i] * sizeof(int32_t));
+    }
+    snprintf(batch, sizeof batch, "%s/batch.txt", dir);
+    const char *list = "golden.i32\nsub/short.i32\n\nlong.i32\n";
+    write_bytes(batch, list, strlen(list));
+    snprintf(out, sizeof out, "%s/batch.i32", cli_tmp);
+    snprintf(json, sizeof json, "%s/batch.json", cli_tmp);
+    snprintf(alone, sizeof alone, "%s/alone.i32", cli_tmp);
+    enum { NEW = 8 };
+    const char *samp = "--max-tokens 8 --ignore-eos --temperature 1 --top-k 50 --seed 11";
+    if (fp8moe("generate %s --batch-file %s %s --out %s --json %s", k_gen_model, batch, samp, out, json))
+        fail_msg("generate: %s", cli_err);
+    int32_t together[3 * NEW], got[3 * NEW];
+    assert_int_equal(read_ids(out, together, 3 * NEW), 3 * NEW);
+    assert_non_null(strstr(cli_err, "prompts: 3"));
+    cJSON       *root = read_json(json);
+    const cJSON *seqs = cJSON_GetObjectItem(root, "sequences");
+    assert_int_equal(cJSON_GetArraySize(seqs), 3);
+    assert_int_equal(cJSON_GetObjectItem(root, "max_seqs")->valueint, 3);
+    for (int i = 0; i < 3; i++) {
+        const cJSON *q = cJSON_GetArrayItem(seqs, i);
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_string_equal(cJSON_GetObjectItem(q, "prompt_file")->valuestring, path);
+        assert_int_equal(cJSON_GetObjectItem(q, "n_prompt")->valueint, lens[i]);
+        assert_int_equal(cJSON_GetObjectItem(q, "offset")->valueint, i * NEW);
+        assert_int_equal(cJSON_GetObjectItem(q, "seed")->valueint, 11 + i);
+        /* alone, with the seed the batch gave it */
+        if (fp8moe("generate %s --ids %s --max-tokens 8 --ignore-eos --temperature 1 --top-k 50 --seed %d --out %s",
+                   k_gen_model, path, 11 + i, alone))
+            fail_msg("generate alone: %s", cli_err);
+        assert_int_equal(read_ids(alone, got, NEW), NEW);
+        if (memcmp(got, together + i * NEW, sizeof got[0] * NEW)) fail_msg("prompt %d: batched differs from alone", i);
+    }
+    cJSON_Delete(root);
+    /* two slots for three prompts, prefill in chunks of 4; then the same run again: the same ids */
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(fp8moe("generate %s --batch-file %s %s --out %s --max-seqs 2 --prefill-chunk 4", k_gen_model,
+                                batch, samp, out), 0);
+        assert_int_equal(read_ids(out, got, 3 * NEW), 3 * NEW);
+        assert_memory_equal(got, together, sizeof together);
+    }
+    /* another seed, other tokens */
+    assert_int_equal(fp8moe("generate %s --batch-file %s --max-tokens 8 --ignore-eos --temperature 1 --top-k 50 --seed 12 "
+                            "--out %s", k_gen_model, batch, out), 0);
+    assert_int_equal(read_ids(out, got, 3 * NEW), 3 * NEW);
+    assert_memory_not_equal(got, together, sizeof together);
+}
+
+/* Bad options exit 2 with one line, bad files exit 1 naming the file, and nothing is written. */
+static void generate_errors(void **s) {
+    (void)s;
+    cli_timeout_s = 60;
+    const char *ids = "tests/models/qwen3-moe-f32/golden_ids.i32"; /* 37 tokens */
+    char out[512], fifo[512], batch[512], g[1024];
+    snprintf(out, sizeof out, "%s/never.i32", cli_tmp);
+    snprintf(g, sizeof g, "generate %s --ids %s --out %s", k_gen_model, ids, out);
+    expect_error(fp8moe("%s", g), 2, "--max-tokens");
+    expect_error(fp8moe("%s --max-tokens 0", g), 2, "--max-tokens");
+    expect_error(fp8moe("%s --max-tokens 4 --top-p 0", g), 2, "--top-p");
+    expect_error(fp8moe("%s --max-tokens 4 --temperature -1", g), 2, "--temperature");
+    expect_error(fp8moe("%s --max-tokens 4 --temperature nan", g), 2, "--temperature");
+    expect_error(fp8moe("%s --max-tokens 4 --min-p 1", g), 2, "--min-p");
+    expect_error(fp8moe("%s --max-tokens 4 --presence-penalty 3", g), 2, "--presence-penalty");
+    expect_error(fp8moe("%s --max-tokens 4 --repetition-penalty 0", g), 2, "--repetition-penalty");
+    expect_error(fp8moe("%s --max-tokens 4 --seed -1", g), 2, "--seed");
+    expect_error(fp8moe("%s --max-tokens 4 --stop-id 320", g), 2, "--stop-id 320");
+    expect_error(fp8moe("%s --max-tokens 4 --stop-seq 1,x", g), 2, "--stop-seq");
+    expect_error(fp8moe("%s --max-tokens 4 --no-such-option", g), 2, "--no-such-option");
+    expect_error(fp8moe("%s --max-tokens 4 --json %s", g, out), 2, "same file");
+    expect_error(fp8moe("generate %s --max-tokens 4 --out %s", k_gen_model, out), 2, "--ids");
+    expect_error(fp8moe("generate %s --ids %s/absent.i32 --max-tokens 4 --out %s", k_gen_model, cli_tmp, out), 1,
+                 "absent.i32");
+    /* a batch file naming a missing prompt, or none; --stream with several prompts */
+    snprintf(batch, sizeof batch, "%s/gen-batch.txt", cli_tmp);
+    write_bytes(batch, "gone.i32\n", 9); /* relative to the batch file's directory: cli_tmp/gone.i32 */
+    expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s", k_gen_model, batch, out), 1, "gone.i32");
+    assert_non_null(strstr(cli_err, "line 1"));
+    write_bytes(batch, "\n\n", 2);
+    expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s", k_gen_model, batch, out), 1, "no prompts");
+    char cwd[512], lines[1200]; /* absolute paths: the batch file is elsewhere */
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(lines, sizeof lines, "%s/%s\n%s/%s\n", cwd, ids, cwd, ids);
+    write_bytes(batch, lines, strlen(lines));
+    expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s --stream", k_gen_model, batch, out), 2,
+                 "--stream");
+    expect_error(fp8moe("generate %s --batch-file %s --ids %s --max-tokens 4 --out %s", k_gen_model, batch, ids, out), 2,
+                 "--batch-file");
+    /* the context: 37 + 220 tokens are more than max_position_embeddings (256) unless --ctx allows them */
+    snprintf(g, sizeof g, "generate %s --ids %s --out %s", k_gen_model, ids, out);
+    expect_error(fp8moe("%s --max-tokens 220", g), 2, "max_position_embeddings");
+    assert_non_null(strstr(cli_err, "--ctx 257"));
+    expect_error(fp8moe("%s --max-tokens 20 --ctx 50", g), 2, "--ctx 50");
+    expect_error(fp8moe("%s --max-tokens 20 --ctx 37", g), 1, "golden_ids.i32");
+    assert_false(exists(out));
+    assert_int_equal(fp8moe("%s --max-tokens 220 --ctx 257 --ignore-eos", g), 0);
+    int32_t got[256];
+    assert_int_equal(read_ids(out, got, 256), 220);
+    unlink(out);
+    /* an output that is a FIFO is refused, not replaced, before the model loads */
+    snprintf(fifo, sizeof fifo, "%s/gen.fifo", cli_tmp);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    expect_error(fp8moe("generate %s --ids %s --max-tokens 4 --out %s", k_gen_model, ids, fifo), 1, "a FIFO");
+    expect_error(fp8moe("%s --max-tokens 4 --json %s", g, fifo), 1, "a FIFO");
+    assert_true(is_fifo(fifo));
+    expect_error(fp8moe("generate %s --ids %s --max-tokens 4 --out %s", k_gen_model, fifo, out), 1, "a FIFO");
+    assert_false(exists(out));
+    cli_timeout_s = 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(usage_errors),
@@ -715,6 +954,9 @@ int main(void) {
         cmocka_unit_test(progress_on_terminal_only),
         cmocka_unit_test(nonfinite_weights_fail),
         cmocka_unit_test(context_limit_cli),
+        cmocka_unit_test(generate_greedy_equals_transformers),
+        cmocka_unit_test(generate_batch_equals_alone),
+        cmocka_unit_test(generate_errors),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

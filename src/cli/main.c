@@ -1,4 +1,4 @@
-/* fp8moe: the command line. Subcommands: logits, perplexity, inspect, parity, bench, requantize. */
+/* fp8moe: the command line. Subcommands: logits, generate, perplexity, inspect, parity, bench, requantize. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -12,6 +12,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  parity      logits of every preset against the fp32 oracle: cosine, argmax, max error, time\n"
             "  logits      write float32 logits [T, vocab] for a file of int32 token ids\n"
+            "  generate    new token ids after a prompt of int32 ids (or a batch of prompts): greedy or sampled;\n"
+            "              prefill and decode tokens/s, time to first token\n"
             "  perplexity  perplexity over windows of a token-id file\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
@@ -41,6 +43,7 @@ int main(int argc, char **argv) {
         return CLI_OK;
     }
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
