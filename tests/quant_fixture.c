@@ -29,3 +29,11 @@ void quant_fixture_close(quant_fixture *f) {
     fm_st_close(&f->qset);
     fm_st_close(&f->dset);
 }
+
+bool quant_ignores(const fm_quant_config *q, const char *module) {
+    bool      hit = false;
+    fm_error  err = {{0}};
+    fm_status st  = fm_quant_config_ignores(q, module, &hit, &err);
+    if (st) fail_msg("fm_quant_config_ignores('%s'): %s", module, err.msg);
+    return hit;
+}

@@ -16,4 +16,7 @@ typedef struct quant_fixture {
 void quant_fixture_open(quant_fixture *f, const char *data_dir, const char *name);
 void quant_fixture_close(quant_fixture *f);
 
+/* Whether module is in a quantization config's ignore list; a failing lookup fails the test. */
+bool quant_ignores(const fm_quant_config *q, const char *module);
+
 #endif

@@ -40,15 +40,6 @@
 
 #define DATA "tests/data/quant"
 
-/* whether module is in the ignore list (the lookup itself must not fail) */
-static bool ignores(const fm_quant_config *q, const char *module) {
-    bool      hit = false;
-    fm_error  err = {{0}};
-    fm_status st  = fm_quant_config_ignores(q, module, &hit, &err);
-    if (st) fail_msg("fm_quant_config_ignores('%s'): %s", module, err.msg);
-    return hit;
-}
-
 static const char *const fixtures[] = {"gptq-v1-sym", "gptq-v1-asym-actorder",  "gptq-v2-asym-channel", "awq-gemm",
                                        "ct-sym",      "ct-asym-actorder-ignore"};
 #define N_FIXTURES (int)(sizeof fixtures / sizeof *fixtures)
@@ -503,10 +494,10 @@ static void config_accepts(void **s) {
     assert_int_equal(c->quant.method, FM_QUANT_CT_PACKED);
     assert_true(c->quant.sym);
     assert_int_equal(c->quant.n_ignore, 2);
-    assert_true(ignores(&c->quant, "lm_head"));
-    assert_true(ignores(&c->quant, "model.layers.11.mlp.gate"));
-    assert_false(ignores(&c->quant, "model.layers.11.mlp.gate_proj"));
-    assert_false(ignores(&c->quant, "model.layers.11.mlp.experts.0.up_proj"));
+    assert_true(quant_ignores(&c->quant, "lm_head"));
+    assert_true(quant_ignores(&c->quant, "model.layers.11.mlp.gate"));
+    assert_false(quant_ignores(&c->quant, "model.layers.11.mlp.gate_proj"));
+    assert_false(quant_ignores(&c->quant, "model.layers.11.mlp.experts.0.up_proj"));
     assert_int_equal(parse_quant("{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"activation_scheme\":\"dynamic\","
                                  "\"weight_block_size\":[128,128]}",
                                  c, &err),

@@ -31,6 +31,7 @@
 #include "engine/memory_plan.h"
 #include "engine/requantize.h"
 #include "engine/requantize_dir.h"
+#include "quant_fixture.h"
 #include "io/config.h"
 #include "io/ids.h"
 #include "io/safetensors_write.h"
@@ -39,15 +40,6 @@
 
 #define TINY "models/tiny-code-moe"
 #define T_TOKENS 24
-
-/* whether module is in the ignore list (the lookup itself must not fail) */
-static bool ignores(const fm_quant_config *q, const char *module) {
-    bool      hit = false;
-    fm_error  err = {{0}};
-    fm_status st  = fm_quant_config_ignores(q, module, &hit, &err);
-    if (st) fail_msg("fm_quant_config_ignores('%s'): %s", module, err.msg);
-    return hit;
-}
 
 static char out_dir[300]; /* the requantized tiny model, made once */
 static int32_t ids[T_TOKENS];
@@ -171,9 +163,9 @@ static void output_format(void **s) {
     assert_false(c->quant.act_order);
     assert_int_equal(c->quant.group_size, 128);
     assert_int_equal(c->quant.n_ignore, 5); /* 4 routers and lm_head */
-    assert_true(ignores(&c->quant, "model.layers.3.mlp.gate"));
-    assert_true(ignores(&c->quant, "lm_head"));
-    assert_false(ignores(&c->quant, "model.layers.3.mlp.experts.0.gate_proj"));
+    assert_true(quant_ignores(&c->quant, "model.layers.3.mlp.gate"));
+    assert_true(quant_ignores(&c->quant, "lm_head"));
+    assert_false(quant_ignores(&c->quant, "model.layers.3.mlp.experts.0.gate_proj"));
     free(c);
 
     char path[400];

@@ -322,40 +322,43 @@ static fm_status read_text(const char *path, const char *what, char **buf, long 
     return st;
 }
 
+/* DIR/name parsed as a JSON object into *root (the caller deletes it), or *root NULL when there is no such file;
+ * *label names the file in messages (pb holds it). */
+static fm_status read_optional_json(const char *dir, const char *name, const char *what, cJSON **root,
+                                    fm_path_buf *pb, const char **label, fm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *root = NULL;
+    if (access(path, F_OK) != 0) return FM_OK;
+    long  n   = 0;
+    char *buf = NULL;
+    *label    = fm_path_show(pb, path);
+    fm_status st = read_text(path, name, &buf, &n, err);
+    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, *label, what, root, err);
+    free(buf);
+    return st;
+}
+
 /* Older AutoGPTQ checkpoints keep their GPTQ settings in DIR/quantize_config.json, not in config.json. */
 static fm_status load_autogptq(const char *dir, fm_config *out, fm_error *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/quantize_config.json", dir);
-    if (access(path, F_OK) != 0) return FM_OK;
-    long      n    = 0;
-    char     *buf  = NULL;
-    cJSON    *root = NULL;
+    cJSON      *root  = NULL;
+    const char *label = NULL;
     fm_path_buf pb;
-    const char *label = fm_path_show(&pb, path);
-    fm_status   st    = read_text(path, "quantize_config.json", &buf, &n, err);
-    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, label, "quantize_config", &root, err);
-    if (!st) st = fm_quant_config_parse_autogptq(root, label, &out->quant, err);
+    fm_status   st = read_optional_json(dir, "quantize_config.json", "quantize_config", &root, &pb, &label, err);
+    if (!st && root) st = fm_quant_config_parse_autogptq(root, label, &out->quant, err);
     cJSON_Delete(root);
-    free(buf);
     return st;
 }
 
 /* DIR/generation_config.json, when present, says how the model ends a sequence (its eos ids replace config.json's,
  * as transformers' generate() takes them). */
 static fm_status load_generation_config(const char *dir, fm_config *out, fm_error *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (access(path, F_OK) != 0) return FM_OK;
-    long        n    = 0;
-    char       *buf  = NULL;
-    cJSON      *root = NULL;
+    cJSON      *root  = NULL;
+    const char *label = NULL;
     fm_path_buf pb;
-    const char *label = fm_path_show(&pb, path);
-    fm_status   st    = read_text(path, "generation_config.json", &buf, &n, err);
-    if (!st) st = fm_json_parse_object(buf, (uint64_t)n, label, "generation_config", &root, err);
-    if (!st) st = read_eos(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), label, out, err);
+    fm_status   st = read_optional_json(dir, "generation_config.json", "generation_config", &root, &pb, &label, err);
+    if (!st && root) st = read_eos(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), label, out, err);
     cJSON_Delete(root);
-    free(buf);
     return st;
 }
 

@@ -26,23 +26,23 @@ typedef struct best_t {
 // (v desc, i asc): true when a comes first
 static __device__ __forceinline__ bool before(best_t a, best_t b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
 
-static __device__ best_t block_best(best_t x, best_t *sh) {
+static __device__ best_t warp_best(best_t x) {
     for (int o = 16; o > 0; o >>= 1) {
         best_t y;
         y.v = __shfl_xor_sync(0xffffffffu, x.v, o), y.i = __shfl_xor_sync(0xffffffffu, x.i, o);
         if (before(y, x)) x = y;
     }
+    return x;
+}
+
+static __device__ best_t block_best(best_t x, best_t *sh) {
+    x = warp_best(x);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     __syncthreads();
     if (lane == 0) sh[w] = x;
     __syncthreads();
     if (w == 0) {
-        x = sh[lane];
-        for (int o = 16; o > 0; o >>= 1) {
-            best_t y;
-            y.v = __shfl_xor_sync(0xffffffffu, x.v, o), y.i = __shfl_xor_sync(0xffffffffu, x.i, o);
-            if (before(y, x)) x = y;
-        }
+        x = warp_best(sh[lane]);
         if (lane == 0) sh[0] = x;
     }
     __syncthreads();
