@@ -35,13 +35,13 @@ static void check_msg(const fm_error *err) {
 
 static void fuzz_safetensors(const uint8_t *buf, size_t size) {
     fm_st_file f;
-    fm_error   err = {{0}};
+    fm_error err = {{0}};
     if (fm_st_parse(buf, size, "fuzz.safetensors", &f, &err) != FM_OK) {
         check_msg(&err);
         check(f.tensors == NULL && f.path == NULL, "failed parse left results");
         return;
     }
-    float   *out = NULL;
+    float *out = NULL;
     uint64_t covered = 0;
     for (int64_t i = 0; i < f.n_tensors; i++) {
         const fm_st_tensor *t = &f.tensors[i];
@@ -65,7 +65,8 @@ static void fuzz_safetensors(const uint8_t *buf, size_t size) {
                 check(fm_st_read_f32(t, t->n_elements - 1, 1, out, &err) == FM_OK, "read of the last element failed");
             }
         } else if (!is_float) {
-            check(fm_st_read_f32(t, 0, t->n_elements, out, &err) == FM_ERR_UNSUPPORTED, "read of an integer tensor accepted");
+            check(fm_st_read_f32(t, 0, t->n_elements, out, &err) == FM_ERR_UNSUPPORTED,
+                  "read of an integer tensor accepted");
         }
         check(fm_st_read_f32(t, t->n_elements, 1, out, &err) != FM_OK, "read past the end accepted");
         check(fm_st_read_f32(t, -1, 1, out, &err) != FM_OK, "read before the start accepted");
@@ -82,8 +83,8 @@ static void fuzz_safetensors(const uint8_t *buf, size_t size) {
 }
 
 static void fuzz_index(const uint8_t *buf, size_t size) {
-    char   **shards = NULL;
-    int32_t  n = 0;
+    char **shards = NULL;
+    int32_t n = 0;
     fm_error err = {{0}};
     if (fm_st_parse_index((const char *)buf, size, "fuzz.index.json", &shards, &n, &err) != FM_OK) {
         check_msg(&err);
@@ -101,8 +102,8 @@ static void fuzz_index(const uint8_t *buf, size_t size) {
 
 static void fuzz_config(const uint8_t *buf, size_t size) {
     static fm_config cfg; /* large (per-layer flags): not on the stack */
-    static int       warned;
-    fm_error         err = {{0}};
+    static int warned;
+    fm_error err = {{0}};
     if (fm_config_parse((const char *)buf, size, "fuzz.config.json", &cfg, &err) == FM_OK) {
         bool hit = false; /* the ignore list's regexes, on a module name: bounded, whatever the pattern */
         fm_quant_config_ignores(&cfg.quant, "model.layers.0.mlp.experts.0.gate_proj", &hit, &err);
@@ -122,7 +123,7 @@ static void fuzz_config(const uint8_t *buf, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const uint8_t *rest = data + 1;
-    size_t         n = size - 1;
+    size_t n = size - 1;
     switch (data[0] % 3) {
     case 0: fuzz_safetensors(rest, n); break;
     case 1: fuzz_index(rest, n); break;

@@ -57,30 +57,30 @@ typedef enum fm_dense {
 } fm_dense;
 
 const char *fm_dense_name(fm_dense d);
-bool        fm_dense_parse(const char *name, fm_dense *out);
+bool fm_dense_parse(const char *name, fm_dense *out);
 
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
-    fm_preset   preset;
-    fm_dense    dense;    /* --dense: FM_DENSE_PRESET (0) unless asked */
-    int32_t     n_layers; /* run only the first n decoder layers; 0 = all */
-    int32_t     n_threads; /* CPU threads; 0 = OpenMP's default */
-    bool        verbose;   /* progress on stderr while loading */
+    fm_preset preset;
+    fm_dense dense;           /* --dense: FM_DENSE_PRESET (0) unless asked */
+    int32_t n_layers;         /* run only the first n decoder layers; 0 = all */
+    int32_t n_threads;        /* CPU threads; 0 = OpenMP's default */
+    bool verbose;             /* progress on stderr while loading */
     const char *plan_backend; /* take the preset's plan as it is on this backend (NULL: `backend`); with backend
                                  "cpu" and plan_backend "cuda" the CPU emulates the GPU's formats exactly */
-    int64_t     vram_limit;   /* cuda: behave as if the GPU had this many bytes free (the smaller of this and the
+    int64_t vram_limit;       /* cuda: behave as if the GPU had this many bytes free (the smaller of this and the
                                  real free memory counts); 0 = the GPU's free memory. Before any weight is
                                  allocated, the load checks that the memory plan (weights + activations +
                                  workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
-    int64_t     max_tokens;   /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
+    int64_t max_tokens;       /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
     const char *routes;       /* cuda: kernel route overrides, "key=value[,key=value...]" (NULL: the defaults for the
                                  GPU). Keys: w4a8.kernel auto|wgmma|mma, w4a8.tile auto|16|64, dense.gemv
                                  auto|on|off, w8a8.gemv_max_m auto|1..16, pdl auto|on|off (fm_routes_check; the
                                  table: `fp8moe inspect --routes`). They choose kernels, never what is computed. */
-    int64_t     ctx;          /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
+    int64_t ctx;              /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
                                  config has none); a larger value is allowed only when set explicitly. A longer
                                  prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
-    int32_t     max_seqs;     /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
+    int32_t max_seqs;         /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
                                  perplexity only). The load then also allocates the paged KV cache for max_seqs
                                  sequences of ctx tokens and the sampler's state, counted by the memory check. */
 } fm_options;
@@ -98,7 +98,7 @@ typedef struct fm_model fm_model;
 /* Loads the checkpoint in dir (config.json + model.safetensors or a sharded index), validates it and
  * quantizes it for opt->preset on opt->backend. On failure *out is NULL and nothing stays allocated. */
 fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, fm_error *err);
-void      fm_model_free(fm_model *m);
+void fm_model_free(fm_model *m);
 
 int32_t fm_model_vocab_size(const fm_model *m);
 
@@ -117,21 +117,21 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
 
 /* How one sequence samples (src/engine/sampler.h has the exact definitions). fm_gen_params_init: greedy. */
 typedef struct fm_gen_params {
-    float    temperature;        /* 0: greedy */
-    int32_t  top_k;              /* 0: off */
-    float    top_p;              /* 1: off */
-    float    min_p;              /* 0: off */
-    float    repetition_penalty; /* 1: off */
-    float    presence_penalty;   /* 0: off */
-    float    frequency_penalty;  /* 0: off */
+    float temperature;        /* 0: greedy */
+    int32_t top_k;            /* 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float repetition_penalty; /* 1: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
     uint64_t seed;
-    int64_t  max_tokens;         /* new tokens at most (>= 1) */
-    const int32_t *stop_ids;     /* extra end ids beside the model's eos ids (may be NULL) */
-    int32_t  n_stop_ids;
+    int64_t max_tokens;      /* new tokens at most (>= 1) */
+    const int32_t *stop_ids; /* extra end ids beside the model's eos ids (may be NULL) */
+    int32_t n_stop_ids;
     const int32_t *const *stop_seqs; /* stop sequences of ids (stop_seq_lens[i] ids each), excluded from the output */
     const int32_t *stop_seq_lens;
-    int32_t  n_stop_seqs;
-    bool     ignore_eos;         /* run to max_tokens even past an eos id (benchmarks) */
+    int32_t n_stop_seqs;
+    bool ignore_eos; /* run to max_tokens even past an eos id (benchmarks) */
 } fm_gen_params;
 
 void fm_gen_params_init(fm_gen_params *p);
@@ -140,19 +140,19 @@ typedef enum fm_finish { FM_FINISH_LENGTH = 0, FM_FINISH_EOS, FM_FINISH_STOP } f
 
 /* One generated sequence. */
 typedef struct fm_gen_output {
-    int32_t  *ids;     /* the new ids (the prompt excluded; an eos or stop id excluded), malloc'd; free with free() */
-    float    *logprobs; /* log-probability of each new id under the model's distribution */
-    int64_t   n;
+    int32_t *ids;    /* the new ids (the prompt excluded; an eos or stop id excluded), malloc'd; free with free() */
+    float *logprobs; /* log-probability of each new id under the model's distribution */
+    int64_t n;
     fm_finish finish;
 } fm_gen_output;
 
 /* Timing of a generate call. */
 typedef struct fm_gen_stats {
-    double  prefill_s;        /* wall time of the prefill steps */
-    double  decode_s;         /* wall time of the decode steps */
-    double  ttft_s;           /* from the call to the first sampled token of the first sequence */
-    int64_t prefill_tokens;   /* prompt tokens run */
-    int64_t decode_tokens;    /* tokens sampled by decode steps */
+    double prefill_s;       /* wall time of the prefill steps */
+    double decode_s;        /* wall time of the decode steps */
+    double ttft_s;          /* from the call to the first sampled token of the first sequence */
+    int64_t prefill_tokens; /* prompt tokens run */
+    int64_t decode_tokens;  /* tokens sampled by decode steps */
     int64_t decode_steps;
 } fm_gen_stats;
 

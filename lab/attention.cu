@@ -16,7 +16,7 @@
 #include "backend/cuda/attention.cu"
 
 #define PEAK_TFLOPS 790.0 // bf16 dense, measured on this H200 (KINDS.md, 8192^3 product through PyTorch)
-#define TOL         1e-2  // ||out - ref|| / ||ref||
+#define TOL 1e-2          // ||out - ref|| / ||ref||
 
 // ---------------------------------------------------------------------------------------------------------
 // host bf16 and random numbers
@@ -29,7 +29,7 @@ static uint16_t f2bf(float f) { // round to nearest even (inputs are finite)
 }
 static float bf2f(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
-    float    f;
+    float f;
     memcpy(&f, &u, 4);
     return f;
 }
@@ -52,7 +52,7 @@ static void make_qkv(uint16_t *h, int64_t T, int nh, int nkv, int hd, uint64_t s
             const double r = sqrt(-2.0 * log(rng_unif(&s))), a = 6.283185307179586 * rng_unif(&s);
             const double z[2] = {r * cos(a), r * sin(a)};
             for (int e = 0; e < 2; e++) {
-                const int   ch = (int)((i + e) % hd);
+                const int ch = (int)((i + e) % hd);
                 const float sc = (ch == 1 || ch == hd / 2 + 3) ? 5.0f : 1.0f;
                 h[t * ld + i + e] = f2bf(sc * (float)z[e]);
             }
@@ -67,8 +67,8 @@ static void make_qkv(uint16_t *h, int64_t T, int nh, int nkv, int hd, uint64_t s
 static void ref_attention(const float *qkv, int64_t T, int nh, int nkv, int hd, const int64_t *rows, int64_t nrows,
                           double *ref) {
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
-    const int     group = nh / nkv;
-    const double  scale = 1.0 / sqrt((double)hd);
+    const int group = nh / nkv;
+    const double scale = 1.0 / sqrt((double)hd);
 #pragma omp parallel
     {
         double *p = (double *)malloc((size_t)T * sizeof(double));
@@ -77,12 +77,12 @@ static void ref_attention(const float *qkv, int64_t T, int nh, int nkv, int hd, 
         for (int h = 0; h < nh; h++)
             for (int64_t ri = 0; ri < nrows; ri++) {
                 const int64_t t = rows ? rows[ri] : ri;
-                const float  *q = qkv + t * ld + (int64_t)h * hd;
+                const float *q = qkv + t * ld + (int64_t)h * hd;
                 const int64_t ko = (int64_t)(nh + h / group) * hd, vo = (int64_t)(nh + nkv + h / group) * hd;
-                double        mx = -DBL_MAX;
+                double mx = -DBL_MAX;
                 for (int64_t j = 0; j <= t; j++) {
                     const float *k = qkv + j * ld + ko;
-                    double       d = 0.0;
+                    double d = 0.0;
                     for (int i = 0; i < hd; i++) d += (double)q[i] * (double)k[i];
                     p[j] = d * scale;
                     if (p[j] > mx) mx = p[j];
@@ -110,20 +110,23 @@ static void ref_attention(const float *qkv, int64_t T, int nh, int nkv, int hd, 
 typedef void (*att_fn)(const __nv_bfloat16 *, int64_t, int32_t, int32_t, int32_t, __nv_bfloat16 *, cudaStream_t);
 typedef struct {
     const char *name;
-    int         hd; // 0: any head_dim
-    att_fn      fn;
+    int hd; // 0: any head_dim
+    att_fn fn;
 } variant;
 
 static void engine_forced(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd, __nv_bfloat16 *o,
                           cudaStream_t st, int small) {
+    // a case per instantiated head size; clang-format does not settle on one layout for these macro lines
+    // clang-format off
     switch (hd) {
-#define CASE(HD)                                                                                                  \
-    case HD: att_launch<HD>(q, T, nh, nkv, o, st, small); break;
+#define CASE(HD) case HD: att_launch<HD>(q, T, nh, nkv, o, st, small); break;
         CASE(16) CASE(32) CASE(48) CASE(64) CASE(80) CASE(96) CASE(112) CASE(128)
         CASE(144) CASE(160) CASE(176) CASE(192) CASE(208) CASE(224) CASE(240) CASE(256)
 #undef CASE
-    default: fprintf(stderr, "hd %d not instantiated\n", hd); abort();
+    default: fprintf(stderr, "hd %d not instantiated\n", hd);
+        abort();
     }
+    // clang-format on
 }
 static void engine_bm128(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd, __nv_bfloat16 *o,
                          cudaStream_t st) {
@@ -134,11 +137,11 @@ static void engine_bm64(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t n
     engine_forced(q, T, nh, nkv, hd, o, st, 1);
 }
 
-#define CFG(HD, MT, BN, QREG)                                                                                     \
-    static void cfg_##HD##_##MT##_##BN##_##QREG(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv,       \
-                                                 int32_t hd, __nv_bfloat16 *o, cudaStream_t st) {                 \
-        (void)hd;                                                                                                 \
-        att_launch_cfg<HD, MT, BN, QREG>(q, T, nh, nkv, o, st);                                                   \
+#define CFG(HD, MT, BN, QREG)                                                                                          \
+    static void cfg_##HD##_##MT##_##BN##_##QREG(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv,            \
+                                                int32_t hd, __nv_bfloat16 *o, cudaStream_t st) {                       \
+        (void)hd;                                                                                                      \
+        att_launch_cfg<HD, MT, BN, QREG>(q, T, nh, nkv, o, st);                                                        \
     }
 CFG(128, 1, 64, true)
 CFG(128, 2, 32, false)
@@ -171,12 +174,12 @@ typedef struct {
 // the last one) with the CPU reference.
 static check validate(const variant *v, int64_t T, int nh, int nkv, int hd, int nsample, uint64_t seed) {
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, ldo = (int64_t)nh * hd;
-    const size_t  nqkv = (size_t)(T * ld), nout = (size_t)(T * ldo);
-    uint16_t     *hq = (uint16_t *)malloc(nqkv * 2);
-    float        *fq = (float *)malloc(nqkv * sizeof(float));
-    uint16_t     *ho = (uint16_t *)malloc((nout + GUARD) * 2);
+    const size_t nqkv = (size_t)(T * ld), nout = (size_t)(T * ldo);
+    uint16_t *hq = (uint16_t *)malloc(nqkv * 2);
+    float *fq = (float *)malloc(nqkv * sizeof(float));
+    uint16_t *ho = (uint16_t *)malloc((nout + GUARD) * 2);
     make_qkv(hq, T, nh, nkv, hd, seed);
-    #pragma omp parallel for
+#pragma omp parallel for
     for (size_t i = 0; i < nqkv; i++) fq[i] = bf2f(hq[i]);
 
     __nv_bfloat16 *dq, *dout;
@@ -188,7 +191,7 @@ static check validate(const variant *v, int64_t T, int nh, int nkv, int hd, int 
     FM_CUDA_CHECK(cudaDeviceSynchronize());
     FM_CUDA_CHECK(cudaMemcpy(ho, dout, (nout + GUARD) * 2, cudaMemcpyDeviceToHost));
 
-    int64_t  nrows = T, *rows = NULL;
+    int64_t nrows = T, *rows = NULL;
     if (nsample > 0 && nsample < T) {
         nrows = nsample + 1;
         rows = (int64_t *)malloc((size_t)nrows * sizeof(int64_t));
@@ -198,7 +201,7 @@ static check validate(const variant *v, int64_t T, int nh, int nkv, int hd, int 
     double *ref = (double *)malloc((size_t)(nrows * ldo) * sizeof(double));
     ref_attention(fq, T, nh, nkv, hd, rows, nrows, ref);
 
-    check  c = {0, 0, 0, 0};
+    check c = {0, 0, 0, 0};
     double num = 0, den = 0;
     for (int64_t ri = 0; ri < nrows; ri++) {
         const int64_t t = rows ? rows[ri] : ri;
@@ -229,12 +232,12 @@ static check validate(const variant *v, int64_t T, int nh, int nkv, int hd, int 
     return c;
 }
 
-static int    n_checks = 0;
+static int n_checks = 0;
 static double worst_rel = 0.0;
 
 static int report(const variant *v, int64_t T, int nh, int nkv, int hd, int nsample, uint64_t seed) {
     const check c = validate(v, T, nh, nkv, hd, nsample, seed);
-    const int   ok = c.nan == 0 && c.guard_bad == 0 && c.rel <= TOL;
+    const int ok = c.nan == 0 && c.guard_bad == 0 && c.rel <= TOL;
     n_checks++;
     if (c.rel > worst_rel) worst_rel = c.rel;
     printf("%-28s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %s rel err %.3e  max abs %.3e  non-finite %lld  guard %lld  %s\n",
@@ -255,8 +258,8 @@ static int cmp_float(const void *a, const void *b) {
 
 static double time_ms(const variant *v, int64_t T, int nh, int nkv, int hd) {
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
-    const size_t  nqkv = (size_t)(T * ld), nout = (size_t)(T * nh * hd);
-    uint16_t     *hq = (uint16_t *)malloc(nqkv * 2);
+    const size_t nqkv = (size_t)(T * ld), nout = (size_t)(T * nh * hd);
+    uint16_t *hq = (uint16_t *)malloc(nqkv * 2);
     make_qkv(hq, T, nh, nkv, hd, 1234);
     __nv_bfloat16 *dq, *dout;
     FM_CUDA_CHECK(cudaMalloc(&dq, nqkv * 2));
@@ -289,8 +292,8 @@ static void report_time(const variant *v, int64_t T, int nh, int nkv, int hd) {
     const double ms = time_ms(v, T, nh, nkv, hd);
     const double flops = 2.0 * 2.0 * hd * nh * (double)T * (double)(T + 1) / 2.0;
     const double tf = flops / (ms * 1e-3) / 1e12;
-    printf("%-28s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %9.4f ms %7.1f TFLOP/s %5.1f%% of %.0f\n", v->name, (long long)T, nh,
-           nkv, hd, ms, tf, 100.0 * tf / PEAK_TFLOPS, PEAK_TFLOPS);
+    printf("%-28s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %9.4f ms %7.1f TFLOP/s %5.1f%% of %.0f\n", v->name, (long long)T,
+           nh, nkv, hd, ms, tf, 100.0 * tf / PEAK_TFLOPS, PEAK_TFLOPS);
     fflush(stdout);
 }
 
@@ -299,10 +302,8 @@ static void report_time(const variant *v, int64_t T, int nh, int nkv, int hd) {
 int main(int argc, char **argv) {
     int small = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--small"))
-            small = 1;
-        else if (!strcmp(argv[i], "--profile"))
-            profile = 1;
+        if (!strcmp(argv[i], "--small")) small = 1;
+        else if (!strcmp(argv[i], "--profile")) profile = 1;
         else {
             fprintf(stderr, "usage: %s [--small | --profile]\n", argv[0]);
             return 2;
@@ -315,7 +316,7 @@ int main(int argc, char **argv) {
     static const int HEADS[][3] = {{4, 2, 48}, {32, 4, 128}, {8, 8, 64}, {2, 1, 256}, {4, 4, 16}};
     static const int64_t TS[] = {1, 3, 17, 300, 1000};
     const int nheads = (int)(sizeof(HEADS) / sizeof(HEADS[0])), nts = (int)(sizeof(TS) / sizeof(TS[0]));
-    int       fails = 0, seed = 1;
+    int fails = 0, seed = 1;
 
     if (profile) { // one launch of the engine at T = 8192, (32, 4, 128), for ncu
         report_time(&VARIANTS[0], 8192, 32, 4, 128);
@@ -362,7 +363,8 @@ int main(int argc, char **argv) {
     }
     printf("validation: %d checks, %d failed, worst rel err %.3e (threshold %.0e)\n", n_checks, fails, worst_rel, TOL);
 
-    printf("== timing (CUDA events, 5 warm-ups, median of 30 samples of 10 launches; causal FLOPs = 4 hd nh T (T + 1) / 2)\n");
+    printf("== timing (CUDA events, 5 warm-ups, median of 30 samples of 10 launches; causal FLOPs = 4 hd nh T (T + 1) "
+           "/ 2)\n");
     static const int64_t TT[] = {512, 1024, 2048, 8192};
     for (int k = 0; k < NVARIANTS; k++) {
         if (!vok[k]) {

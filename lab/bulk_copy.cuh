@@ -51,9 +51,11 @@ static __device__ __forceinline__ void bulk_barrier_wait(uint64_t *bar, uint32_t
 // The tile of a 2-D tensor map at element coordinates (x inner, y outer) into dst, completing on bar
 static __device__ __forceinline__ void bulk_tensor_load_2d(void *dst, const CUtensorMap *map, int x, int y,
                                                            uint64_t *bar) {
-    FM_BULK_ASM("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-                ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar))
-                : "memory");
+    FM_BULK_ASM(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            smem_u32(dst)),
+        "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_u32(bar))
+        : "memory");
 }
 
 #endif

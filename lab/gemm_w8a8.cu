@@ -11,13 +11,13 @@
 // pointers), fp32 accumulation, the scales and the bf16 rounding in the epilogue.
 //
 // Tiles: BM = 128 activation rows (two consumer warpgroups, one wgmma m64 block each) x BN weight rows (wgmma n =
-// BN, 128 or 256) x 128 bytes of K per stage, STAGES stages; one persistent CTA per SM walks the tiles. A producer warp loads both operand tiles of a stage with
-// bulk tensor copies (TMA, cp.async.bulk.tensor.2d, 128-byte swizzle, zero fill past the matrix edges) onto the
-// stage's "full" mbarrier; each consumer warpgroup waits on it, issues the stage's 4 wgmma.m64nBNk32 with both
-// operands read by the tensor cores from shared memory (SASS: QGMMA), and once the next stage's wgmmas are issued
-// and this stage's have completed (one commit group kept in flight) arrives on the stage's "empty" barrier, which
-// the producer waits on before it reuses the stage. The epilogue writes the fp32
-// accumulator x sx sw as bf16 straight from the wgmma fragment.
+// BN, 128 or 256) x 128 bytes of K per stage, STAGES stages; one persistent CTA per SM walks the tiles. A producer warp
+// loads both operand tiles of a stage with bulk tensor copies (TMA, cp.async.bulk.tensor.2d, 128-byte swizzle, zero
+// fill past the matrix edges) onto the stage's "full" mbarrier; each consumer warpgroup waits on it, issues the stage's
+// 4 wgmma.m64nBNk32 with both operands read by the tensor cores from shared memory (SASS: QGMMA), and once the next
+// stage's wgmmas are issued and this stage's have completed (one commit group kept in flight) arrives on the stage's
+// "empty" barrier, which the producer waits on before it reuses the stage. The epilogue writes the fp32 accumulator x
+// sx sw as bf16 straight from the wgmma fragment.
 //
 // Floor: FLOPs / ~1.3 PFLOP/s (Qwen3-30B-A3B q|k|v at M = 2048: 43 GFLOP, 33 us); cuBLASLt FP8 reaches ~1.06
 // PFLOP/s on these shapes (bench gemm). lab/README.md has what this kernel reaches.
@@ -35,11 +35,11 @@ extern "C" {
 #include "quant/e4m3.h"
 }
 
-#define BM        128
-#define BK        128 // bytes of K (e4m3 elements) per stage: one 128-byte swizzle row
-#define STAGES    4
-#define CONSUMERS 2 // warpgroups
-#define THREADS   ((CONSUMERS + 1) * 128) // the producer is one warp of a third warpgroup (the rest idle)
+#define BM 128
+#define BK 128 // bytes of K (e4m3 elements) per stage: one 128-byte swizzle row
+#define STAGES 4
+#define CONSUMERS 2                     // warpgroups
+#define THREADS ((CONSUMERS + 1) * 128) // the producer is one warp of a third warpgroup (the rest idle)
 
 template <int BN> struct tile_smem {
     static constexpr int a_bytes = BM * BK, b_bytes = BN * BK, stage = a_bytes + b_bytes;
@@ -51,17 +51,56 @@ template <int BN>
 static __device__ __forceinline__ void wgmma_ss(float d[BN / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (BN == 256) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n}\n"
-                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
-                     : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-    } else
-    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+            "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+            "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, "
+            "%65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "
+            "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, "
+            "%106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
+            "%123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+              "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+              "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+              "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+              "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+              "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+              "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+              "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+              "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+              "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]),
+              "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]),
+              "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]),
+              "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]),
+              "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]),
+              "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]),
+              "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]),
+              "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]),
+              "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]),
+              "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]),
+              "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]),
+              "+f"(d[31][2]), "+f"(d[31][3])
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    } else {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
-                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                     "%59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+                       "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+                       "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                       "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                       "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+                       "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                       "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+                       "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                       "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
                      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
     }
 #else
@@ -72,16 +111,16 @@ static __device__ __forceinline__ void wgmma_ss(float d[BN / 8][4], uint64_t des
 
 template <int BN>
 static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
-                                                                      const __grid_constant__ CUtensorMap map_w,
-                                                                      int64_t M, int64_t N, int64_t K,
-                                                                      const float *x_scale, const float *w_scale,
-                                                                      __nv_bfloat16 *y) {
+                                                                       const __grid_constant__ CUtensorMap map_w,
+                                                                       int64_t M, int64_t N, int64_t K,
+                                                                       const float *x_scale, const float *w_scale,
+                                                                       __nv_bfloat16 *y) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
-    uint8_t      *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    const int     wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int     kb_count = (int)((K + BK - 1) / BK);
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kb_count = (int)((K + BK - 1) / BK);
     const int64_t tiles_n = (N + BN - 1) / BN, tiles = (M + BM - 1) / BM * tiles_n;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) bulk_barrier_init(&full[s], 1), bulk_barrier_init(&empty[s], CONSUMERS);
@@ -112,11 +151,11 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
     }
 
     const float sc = __ldg(x_scale) * __ldg(w_scale);
-    const int   g = lane >> 2, t = lane & 3;
-    int64_t     it = 0;
+    const int g = lane >> 2, t = lane & 3;
+    int64_t it = 0;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int64_t m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
-        float         acc[BN / 8][4];
+        float acc[BN / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
@@ -183,14 +222,15 @@ static encode_tiled_fn encoder(void) {
     return fn;
 }
 
-// rows x cols bytes (row stride ld) as a 2-D tensor of tiles box_rows x 128 bytes, 128-byte swizzle, zeros past the edges
+// rows x cols bytes (row stride ld) as a 2-D tensor of tiles box_rows x 128 bytes, 128-byte swizzle, zeros past the
+// edges
 static CUtensorMap tile_map(const uint8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-    CUtensorMap      map;
+    CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
     const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    const CUresult   r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem,
-                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "fp8moe: cuTensorMapEncodeTiled failed (%d) for %lld x %lld bytes, ld %lld\n", (int)r,
                 (long long)rows, (long long)cols, (long long)ld);
@@ -203,17 +243,19 @@ static CUtensorMap tile_map(const uint8_t *base, int64_t rows, int64_t cols, int
 template <int BN>
 static void launch_wgmma(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
                          const float *x_scale, __nv_bfloat16 *y, int sms, cudaStream_t s) {
-    static bool       allowed = false;
-    const void       *fn = (const void *)w8a8_wgmma_kernel<BN>;
+    static bool allowed = false;
+    const void *fn = (const void *)w8a8_wgmma_kernel<BN>;
     const CUtensorMap mx = tile_map(x, M, ld, ld, BM), mw = tile_map(W, N, ld, ld, BN);
-    int64_t           K = ld;
+    int64_t K = ld;
     if (!allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, tile_smem<BN>::bytes));
         allowed = true;
     }
-    void *args[] = {(void *)&mx, (void *)&mw, (void *)&M, (void *)&N, (void *)&K, (void *)&x_scale, (void *)&w_scale, (void *)&y};
+    void *args[] = {(void *)&mx, (void *)&mw,      (void *)&M,       (void *)&N,
+                    (void *)&K,  (void *)&x_scale, (void *)&w_scale, (void *)&y};
     const int64_t tiles = fm_ceil_div(N, BN) * fm_ceil_div(M, BM);
-    fm_cuda_launch_pdl(fn, dim3((unsigned)(tiles < sms ? tiles : sms)), dim3(THREADS), tile_smem<BN>::bytes, s, args, true);
+    fm_cuda_launch_pdl(fn, dim3((unsigned)(tiles < sms ? tiles : sms)), dim3(THREADS), tile_smem<BN>::bytes, s, args,
+                       true);
     FM_LAUNCH_CHECK("w8a8_wgmma");
 }
 
@@ -223,21 +265,21 @@ enum { V_WGMMA256, V_WGMMA128, V_CUBLASLT, VARIANTS };
 static const char *const variant_name[VARIANTS] = {"wgmma BM128 BN256 (4 stages)", "wgmma BM128 BN128 (4 stages)",
                                                    "cuBLASLt FP8 (the engine's route)"};
 
-#define GUARD     4096   // bf16 elements of poison after the output
+#define GUARD 4096       // bf16 elements of poison after the output
 #define FLOOR_TFS 1300.0 // FP8 dense rate measured on the H200 (bench/NOTES.md; DESIGN.md), TFLOP/s
 #define THRESHOLD 1e-2   // ||y - ref|| / ||ref||: one bf16 rounding of the output, fp32 accumulation
 
 typedef struct problem {
-    int64_t  M, N, K;
-    uint8_t *x, *w;          // device e4m3 [M][K], [N][K]
-    float   *scales;         // device: x scale at [0], w scale at [FM_LT_SCALE_SLOT] (16-byte slots)
-    uint8_t *hx, *hw;        // host codes
-    float    sx, sw;
-    __nv_bfloat16 *y;        // device [M][N] + GUARD
+    int64_t M, N, K;
+    uint8_t *x, *w;   // device e4m3 [M][K], [N][K]
+    float *scales;    // device: x scale at [0], w scale at [FM_LT_SCALE_SLOT] (16-byte slots)
+    uint8_t *hx, *hw; // host codes
+    float sx, sw;
+    __nv_bfloat16 *y; // device [M][N] + GUARD
 } problem;
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static double   uniform(void) { /* (0, 1) */
+static double uniform(void) { /* (0, 1) */
     rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
     return ((double)(rng_state >> 11) + 0.5) / 9007199254740992.0;
 }
@@ -330,7 +372,7 @@ static double validate(int v, problem *p, fm_lt *lt, fm_lt_gemm *g, const float 
             return -1;
         }
     const int64_t rows = p->M <= 512 ? p->M : 64;
-    double       *ref = (double *)malloc((size_t)p->N * sizeof(double)), num = 0.0, den = 0.0;
+    double *ref = (double *)malloc((size_t)p->N * sizeof(double)), num = 0.0, den = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const int64_t m = p->M <= 512 ? r : (r * 7919) % p->M;
         reference_row(p, dec, m, ref);
@@ -389,7 +431,7 @@ int main(int argc, char **argv) {
     for (int c = 0; c < 256; c++) dec[c] = fm_e4m3_to_f32((uint8_t)c);
     cudaStream_t s;
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    fm_lt    lt;
+    fm_lt lt;
     fm_error err = {{0}};
     if (fm_lt_init(&lt, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -398,14 +440,14 @@ int main(int argc, char **argv) {
 
     // validation: odd M, N not a multiple of either BN, K not a multiple of 128 (TMA zero-fills past the edges),
     // and the Qwen3-30B-A3B projections (q|k|v 5120 x 2048, o 2048 x 4096)
-    static const int64_t shapes[][3] = {{1, 160, 96},     {3, 208, 336},     {17, 400, 272},   {300, 5120, 2048},
+    static const int64_t shapes[][3] = {{1, 160, 96},      {3, 208, 336},     {17, 400, 272},     {300, 5120, 2048},
                                         {129, 2048, 4096}, {1000, 1040, 528}, {2048, 5120, 2048}, {2048, 2048, 4096}};
     const int n_shapes = small ? 3 : (int)(sizeof shapes / sizeof *shapes);
-    int       checks = 0, failed = 0;
-    double    worst = 0.0;
+    int checks = 0, failed = 0;
+    double worst = 0.0;
     printf("\nvalidation (threshold %.0e; poisoned output, %d-element guard):\n", THRESHOLD, GUARD);
     for (int i = 0; i < n_shapes; i++) {
-        problem    p;
+        problem p;
         fm_lt_gemm g;
         problem_init(&p, shapes[i][0], shapes[i][1], shapes[i][2]);
         if (fm_lt_gemm_init(&g, p.N, p.K, &err)) {
@@ -414,7 +456,7 @@ int main(int argc, char **argv) {
         }
         for (int v = 0; v < VARIANTS; v++) {
             const double e = validate(v, &p, &lt, &g, dec, sms, s);
-            const bool   ok = e >= 0 && e <= THRESHOLD;
+            const bool ok = e >= 0 && e <= THRESHOLD;
             printf("  M %5lld N %5lld K %5lld  %-34s err %.3e  %s\n", (long long)p.M, (long long)p.N, (long long)p.K,
                    variant_name[v], e, ok ? "ok" : "FAILED");
             checks++, failed += !ok, worst = e > worst ? e : worst;
@@ -430,7 +472,7 @@ int main(int argc, char **argv) {
 
     // timing: the Qwen3-30B-A3B attention projections
     const size_t flush_bytes = (size_t)256 << 20;
-    void        *flush = NULL;
+    void *flush = NULL;
     FM_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
     static const int64_t proj[][2] = {{5120, 2048}, {2048, 4096}};
     static const int64_t rows[] = {1, 16, 128, 2048};
@@ -438,7 +480,7 @@ int main(int argc, char **argv) {
     printf("  %-10s %-6s %-34s %10s %9s %7s %9s\n", "N x K", "M", "variant", "ms", "TFLOP/s", "% floor", "x cuBLASLt");
     for (int j = 0; j < 2; j++)
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
-            problem    p;
+            problem p;
             fm_lt_gemm g;
             problem_init(&p, rows[r], proj[j][0], proj[j][1]);
             if (fm_lt_gemm_init(&g, p.N, p.K, &err)) {

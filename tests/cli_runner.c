@@ -13,7 +13,7 @@
 
 char cli_tmp[256];
 char cli_out[1 << 16], cli_err[1 << 16];
-int  cli_timeout_s;
+int cli_timeout_s;
 
 void slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");

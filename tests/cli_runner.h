@@ -5,9 +5,9 @@
 
 #include <stddef.h>
 
-extern char cli_tmp[256];                /* a fresh directory for the test's files */
+extern char cli_tmp[256]; /* a fresh directory for the test's files */
 extern char cli_out[1 << 16], cli_err[1 << 16];
-extern int  cli_timeout_s;               /* > 0: each run is killed after this many seconds (a hang fails the test) */
+extern int cli_timeout_s; /* > 0: each run is killed after this many seconds (a hang fails the test) */
 
 /* cmocka group setup/teardown: creates / removes cli_tmp */
 int cli_runner_setup(void **state);

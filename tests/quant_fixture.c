@@ -31,9 +31,9 @@ void quant_fixture_close(quant_fixture *f) {
 }
 
 bool quant_ignores(const fm_quant_config *q, const char *module) {
-    bool      hit = false;
-    fm_error  err = {{0}};
-    fm_status st  = fm_quant_config_ignores(q, module, &hit, &err);
+    bool hit = false;
+    fm_error err = {{0}};
+    fm_status st = fm_quant_config_ignores(q, module, &hit, &err);
     if (st) fail_msg("fm_quant_config_ignores('%s'): %s", module, err.msg);
     return hit;
 }

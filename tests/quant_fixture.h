@@ -6,9 +6,9 @@
 #include "model/model_src.h"
 
 typedef struct quant_fixture {
-    char         dir[256];
-    fm_config    qcfg, dcfg;
-    fm_st_set    qset, dset;
+    char dir[256];
+    fm_config qcfg, dcfg;
+    fm_st_set qset, dset;
     fm_model_src qs, ds; /* the quantized checkpoint and its twin */
 } quant_fixture;
 

@@ -95,8 +95,8 @@ static void bench_command_prints_and_writes_json(void **s) {
     (void)s;
     char json[512];
     snprintf(json, sizeof json, "%s/bench.json", cli_tmp);
-    assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 33 --repeat 3 --warmup 1 --json %s",
-                            json), 0);
+    assert_int_equal(
+        fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 33 --repeat 3 --warmup 1 --json %s", json), 0);
     assert_non_null(strstr(cli_out, "| stage | median ms"));
     assert_non_null(strstr(cli_out, "| experts |"));
     char text[1 << 14];
@@ -155,7 +155,8 @@ static void bench_moe_command(void **s) {
 
     char json[512];
     snprintf(json, sizeof json, "%s/moe.json", cli_tmp);
-    assert_int_equal(fp8moe("bench moe --shape toy --backend cpu --tokens 7,20 --repeat 3 --warmup 1 --json %s", json), 0);
+    assert_int_equal(fp8moe("bench moe --shape toy --backend cpu --tokens 7,20 --repeat 3 --warmup 1 --json %s", json),
+                     0);
     assert_non_null(strstr(cli_out, "| route | T | median ms"));
     assert_non_null(strstr(cli_out, "| fp8-cublaslt-loop | 7 | unavailable: "));
     char text[1 << 15];
@@ -167,9 +168,9 @@ static void bench_moe_command(void **s) {
     const cJSON *rows = cJSON_GetObjectItem(root, "results");
     assert_int_equal(cJSON_GetArraySize(rows), 2 * 6); /* every T x every route */
     for (int i = 0; i < 12; i++) {
-        const cJSON *r     = cJSON_GetArrayItem(rows, i);
-        const char  *route = cJSON_GetObjectItem(r, "route")->valuestring;
-        const char  *st    = cJSON_GetObjectItem(r, "status")->valuestring;
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        const char *route = cJSON_GetObjectItem(r, "route")->valuestring;
+        const char *st = cJSON_GetObjectItem(r, "status")->valuestring;
         if (!strcmp(route, "fp8-cublaslt-loop")) {
             assert_string_equal(st, "unavailable");
             continue;
@@ -220,8 +221,8 @@ static void bench_gemm_command(void **s) {
 
     char json[512];
     snprintf(json, sizeof json, "%s/gemm.json", cli_tmp);
-    assert_int_equal(fp8moe("bench gemm --shape toy --backend cpu --rows 1,9 --layers 2 --repeat 3 --warmup 1 --json %s",
-                            json), 0);
+    assert_int_equal(
+        fp8moe("bench gemm --shape toy --backend cpu --rows 1,9 --layers 2 --repeat 3 --warmup 1 --json %s", json), 0);
     assert_non_null(strstr(cli_out, "| route | M=1 | M=9 |"));
     assert_non_null(strstr(cli_out, "| floor, int4 weights |"));
     assert_non_null(strstr(cli_out, "| w8a8-gemm | 1 | unavailable: "));
@@ -236,9 +237,9 @@ static void bench_gemm_command(void **s) {
     assert_int_equal(cJSON_GetArraySize(rows), 2 * 9); /* every M x every route */
     int ok = 0;
     for (int i = 0; i < 18; i++) {
-        const cJSON *r     = cJSON_GetArrayItem(rows, i);
-        const char  *route = cJSON_GetObjectItem(r, "route")->valuestring;
-        const char  *st    = cJSON_GetObjectItem(r, "status")->valuestring;
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        const char *route = cJSON_GetObjectItem(r, "route")->valuestring;
+        const char *st = cJSON_GetObjectItem(r, "status")->valuestring;
         if (strstr(route, "gemm") || strstr(route, "cublaslt")) {
             assert_string_equal(st, "unavailable"); /* GEMM-only routes: cuda only */
             continue;

@@ -98,7 +98,9 @@ static void logits_writes_every_position(void **s) {
     char out[512];
     snprintf(out, sizeof out, "%s/logits.f32", cli_tmp);
     assert_int_equal(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                            "--out %s", out), 0);
+                            "--out %s",
+                            out),
+                     0);
     struct stat sb;
     assert_int_equal(stat(out, &sb), 0);
     assert_int_equal(sb.st_size, 37 * 320 * 4);
@@ -171,12 +173,14 @@ static void bad_models(void **s) {
     copy_model("tests/models/qwen3-moe-f32", "shape", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
     replace_in_file(path, "\"head_dim\": 32", "\"head_dim\": 16");
-    expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "expected shape [64, 96], found [128, 96]");
+    expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1,
+                 "expected shape [64, 96], found [128, 96]");
 
     /* the same byte length, another dtype: a weight stored as I32 */
     copy_model("tests/models/qwen3-moe-f32", "dtype", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    patch_header(path, "\"model.embed_tokens.weight\":{\"dtype\":\"F32\"", "\"model.embed_tokens.weight\":{\"dtype\":\"I32\"");
+    patch_header(path, "\"model.embed_tokens.weight\":{\"dtype\":\"F32\"",
+                 "\"model.embed_tokens.weight\":{\"dtype\":\"I32\"");
     expect_error(fp8moe("logits --model %s --ids %s --out %s", dir, ids, out), 1, "model.embed_tokens.weight");
     assert_non_null(strstr(cli_err, "I32"));
 
@@ -198,7 +202,8 @@ static void cuda_backend_reports_cleanly(void **s) {
     char out[512];
     snprintf(out, sizeof out, "%s/cuda.f32", cli_tmp);
     int code = fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                      "--out %s --backend cuda", out);
+                      "--out %s --backend cuda",
+                      out);
     if (code == 0) {
         struct stat sb;
         assert_int_equal(stat(out, &sb), 0);
@@ -206,7 +211,9 @@ static void cuda_backend_reports_cleanly(void **s) {
         unlink(out);
         /* presets whose kernels are not there yet (fp4: MXFP4 dispatch) are refused by name */
         expect_error(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                            "--out %s --backend cuda --preset fp4", out), 1, "fp4");
+                            "--out %s --backend cuda --preset fp4",
+                            out),
+                     1, "fp4");
     } else {
         expect_error(code, 1, "cuda backend");
     }
@@ -228,8 +235,10 @@ static void inspect_reports(void **s) {
 
 static void perplexity_last_line(void **s) {
     (void)s;
-    assert_int_equal(fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                            "--window 12 --windows 3 --preset fp8"), 0);
+    assert_int_equal(
+        fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
+               "--window 12 --windows 3 --preset fp8"),
+        0);
     const char *last = strstr(cli_out, "perplexity = ");
     assert_non_null(last);
     double ppl = 0;
@@ -237,7 +246,8 @@ static void perplexity_last_line(void **s) {
     assert_true(ppl > 1.0);
     assert_string_equal(strchr(last, '\n'), "\n"); /* the last line of stdout */
     expect_error(fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                        "--window 12 --windows 4"), 1, "windows");
+                        "--window 12 --windows 4"),
+                 1, "windows");
 }
 
 static void parity_table_and_json(void **s) {
@@ -299,7 +309,9 @@ static void parity_depth_sweep(void **s) {
     snprintf(csv, sizeof csv, "%s/sweep.csv", cli_tmp);
     snprintf(png, sizeof png, "%s/sweep.png", cli_tmp);
     assert_int_equal(fp8moe("parity --synthetic toy-moe --backend cpu --presets int4,fp8 --layers 1,2 --tokens 16 "
-                            "--prompts 2 --json %s --csv %s --plot %s", json, csv, png), 0);
+                            "--prompts 2 --json %s --csv %s --plot %s",
+                            json, csv, png),
+                     0);
     assert_non_null(strstr(cli_out, "| layers | preset | backend | cos vs fp32 |"));
     for (int l = 1; l <= 2; l++) {
         assert_int_equal(table_rows(cli_out, l, "int4"), 1);
@@ -343,8 +355,9 @@ static void parity_depth_sweep(void **s) {
                 const cJSON *pr = cJSON_GetArrayItem(prompts, k);
                 assert_int_equal((int)num(pr, "first_token"), 16 * k);
                 const cJSON *c = get(pr, "vs_fp32");
-                for (const char *const *key = (const char *const[]){"cosine", "cosine_last", "max_abs_err", "argmax_agree",
-                                                                     "mean_kl", "top5_overlap", NULL}; *key; key++)
+                for (const char *const *key = (const char *const[]){"cosine", "cosine_last", "max_abs_err",
+                                                                    "argmax_agree", "mean_kl", "top5_overlap", NULL};
+                     *key; key++)
                     assert_true(isfinite(num(c, *key)));
                 sum += num(c, "cosine");
             }
@@ -399,7 +412,8 @@ static void parity_without_gnuplot(void **s) {
     char saved[512] = "";
     if (getenv("FP8MOE_GNUPLOT")) snprintf(saved, sizeof saved, "%s", getenv("FP8MOE_GNUPLOT"));
     setenv("FP8MOE_GNUPLOT", "/nonexistent/gnuplot", 1);
-    const int code = fp8moe("parity --synthetic toy-moe --presets fp8 --layers 1 --tokens 8 --json %s --plot %s", json, png);
+    const int code =
+        fp8moe("parity --synthetic toy-moe --presets fp8 --layers 1 --tokens 8 --json %s --plot %s", json, png);
     if (saved[0]) setenv("FP8MOE_GNUPLOT", saved, 1);
     else unsetenv("FP8MOE_GNUPLOT");
     assert_int_equal(code, 0);
@@ -415,11 +429,14 @@ static void parity_perplexity(void **s) {
     (void)s;
     char json[512], again[sizeof cli_out];
     snprintf(json, sizeof json, "%s/ppl.json", cli_tmp);
-    assert_int_equal(fp8moe("perplexity --model models/tiny-code-moe --ids models/tiny-code-moe/eval_ids.i32 --windows 2 "
-                            "--preset int4"), 0);
+    assert_int_equal(
+        fp8moe("perplexity --model models/tiny-code-moe --ids models/tiny-code-moe/eval_ids.i32 --windows 2 "
+               "--preset int4"),
+        0);
     double alone = 0;
     assert_int_equal(sscanf(strstr(cli_out, "perplexity = "), "perplexity = %lf", &alone), 1);
-    assert_int_equal(fp8moe("parity --model models/tiny-code-moe --presets int4 --tokens 32 --perplexity 2 --json %s", json), 0);
+    assert_int_equal(
+        fp8moe("parity --model models/tiny-code-moe --presets int4 --tokens 32 --perplexity 2 --json %s", json), 0);
     const char *table = strstr(cli_out, "| preset | backend | perplexity |");
     assert_non_null(table);
     char row[64];
@@ -467,7 +484,8 @@ static void route_option(void **s) {
     (void)s;
     const char *m = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
     const char *keys = "keys: w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl, decode.graphs";
-    expect_error(fp8moe("logits %s --out %s/x --route w4a8.kernels=mma", m, cli_tmp), 2, "unknown route key 'w4a8.kernels'");
+    expect_error(fp8moe("logits %s --out %s/x --route w4a8.kernels=mma", m, cli_tmp), 2,
+                 "unknown route key 'w4a8.kernels'");
     assert_non_null(strstr(cli_err, keys));
     expect_error(fp8moe("logits %s --out %s/x --route pdl=off --route pdl=maybe", m, cli_tmp), 2,
                  "route pdl: 'maybe' is not a value (auto, on or off)");
@@ -497,22 +515,36 @@ static void route_option(void **s) {
 static void inspect_routes(void **s) {
     (void)s;
     assert_int_equal(fp8moe("inspect --routes"), 0);
-    const char *want[] = {"kernel routes:", "overrides (--route, fm_options.routes): none", "w4a8.kernel", "w4a8.tile",
-                          "dense.gemv", "w8a8.gemv_max_m", "pdl", "auto|wgmma|mma", "Qwen3-30B-A3B-like",
-                          "M=1", "M=2048", "128 experts, top-8"};
+    const char *want[] = {"kernel routes:",
+                          "overrides (--route, fm_options.routes): none",
+                          "w4a8.kernel",
+                          "w4a8.tile",
+                          "dense.gemv",
+                          "w8a8.gemv_max_m",
+                          "pdl",
+                          "auto|wgmma|mma",
+                          "Qwen3-30B-A3B-like",
+                          "M=1",
+                          "M=2048",
+                          "128 experts, top-8"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(cli_out, want[i])) fail_msg("inspect --routes: no '%s' in:\n%s", want[i], cli_out);
-    /* W8A8 at the defaults: the GEMV up to 8 rows, cuBLASLt above (any GPU); Qwen3 T = 256 -> 16-row tiles, 512 -> 64 */
-    assert_non_null(strstr(cli_out, "w8a8-gemv        w8a8-gemv        cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
+    /* W8A8 at the defaults: the GEMV up to 8 rows, cuBLASLt above (any GPU); Qwen3 T = 256 -> 16-row tiles, 512 -> 64
+     */
+    assert_non_null(
+        strstr(cli_out, "w8a8-gemv        w8a8-gemv        cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
     assert_non_null(strstr(cli_out, "256        2048         16"));
     assert_non_null(strstr(cli_out, "512        4096         64"));
     assert_true(strstr(cli_out, "on this GPU") || strstr(cli_out, "on an sm_90 GPU"));
     /* a model's shapes and overrides */
     assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-f32 --routes --route dense.gemv=off "
-                            "--route w4a8.tile=64,w4a8.kernel=mma"), 0);
+                            "--route w4a8.tile=64,w4a8.kernel=mma"),
+                     0);
     assert_non_null(strstr(cli_out, "architecture: qwen3_moe"));
-    assert_non_null(strstr(cli_out, "overrides (--route, fm_options.routes): dense.gemv=off,w4a8.tile=64,w4a8.kernel=mma"));
-    assert_non_null(strstr(cli_out, "cublaslt-fp8     cublaslt-fp8     cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
+    assert_non_null(
+        strstr(cli_out, "overrides (--route, fm_options.routes): dense.gemv=off,w4a8.tile=64,w4a8.kernel=mma"));
+    assert_non_null(
+        strstr(cli_out, "cublaslt-fp8     cublaslt-fp8     cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
     assert_non_null(strstr(cli_out, "w4a8-gemm-mma    w4a8-gemm-mma"));
     assert_null(strstr(cli_out, "w4a8-gemv"));
     assert_null(strstr(cli_out, " 16        \n")); /* every tile row 64 */
@@ -523,7 +555,7 @@ static void inspect_routes(void **s) {
 /* Writes value over element `element` of tensor `name` in a safetensors file (located through the reader). */
 static void poison_tensor(const char *path, const char *name, int64_t element, float value) {
     fm_st_file f;
-    fm_error   err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_st_open_file(path, &f, &err), FM_OK);
     const fm_st_tensor *t = NULL;
     for (int64_t i = 0; i < f.n_tensors; i++)
@@ -559,7 +591,8 @@ static void special_files_refused(void **s) {
     expect_error(fp8moe("logits %s --ids %s --out %s", m, ids, cli_tmp), 1, "is a directory");
     expect_error(fp8moe("logits %s --ids %s --out %s", m, fifo, out), 1, "a FIFO");
     expect_error(fp8moe("logits %s --ids %s --out %s", m, cli_tmp, out), 1, "is a directory");
-    expect_error(fp8moe("parity --synthetic toy-moe --presets int4 --layers 1 --tokens 4 --json %s", fifo), 1, "a FIFO");
+    expect_error(fp8moe("parity --synthetic toy-moe --presets int4 --layers 1 --tokens 4 --json %s", fifo), 1,
+                 "a FIFO");
     assert_true(is_fifo(fifo));
 
     const char *files[] = {"config.json", "model.safetensors"};
@@ -619,8 +652,10 @@ static void messages_stay_whole(void **s) {
  * to it. */
 static void progress_on_terminal_only(void **s) {
     (void)s;
-    assert_int_equal(fp8moe("perplexity --model models/tiny-code-moe --ids models/tiny-code-moe/eval_ids.i32 --window 8 "
-                            "--windows 2 -v"), 0);
+    assert_int_equal(
+        fp8moe("perplexity --model models/tiny-code-moe --ids models/tiny-code-moe/eval_ids.i32 --window 8 "
+               "--windows 2 -v"),
+        0);
     assert_null(strchr(cli_err, '\r'));
     assert_null(strstr(cli_err, "window 1/2"));
     assert_null(strstr(cli_err, "loading layer"));
@@ -637,8 +672,10 @@ static void progress_on_terminal_only(void **s) {
     const char *bin = getenv("FP8MOE_BIN") ? getenv("FP8MOE_BIN") : "build/fp8moe";
     char cmd[2048], tty[600];
     snprintf(tty, sizeof tty, "%s/tty.txt", cli_tmp);
-    snprintf(cmd, sizeof cmd, "script -qec '%s logits --model %s --ids tests/models/qwen3-moe-f32/golden_ids.i32 --out %s "
-             "-v' /dev/null > %s 2>&1", bin, dir, out, tty);
+    snprintf(cmd, sizeof cmd,
+             "script -qec '%s logits --model %s --ids tests/models/qwen3-moe-f32/golden_ids.i32 --out %s "
+             "-v' /dev/null > %s 2>&1",
+             bin, dir, out, tty);
     assert_int_not_equal(system(cmd), -1);
     static char text[1 << 16];
     slurp(tty, text, sizeof text);
@@ -719,7 +756,7 @@ static int read_ids(const char *path, int32_t *ids, int cap) {
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("%s: missing", path);
     uint8_t b[4];
-    int     n = 0;
+    int n = 0;
     while (fread(b, 1, 4, f) == 4) {
         assert_true(n < cap);
         ids[n++] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
@@ -741,7 +778,7 @@ static cJSON *read_json(const char *path) {
 static void generate_greedy_equals_transformers(void **s) {
     (void)s;
     int32_t prompt[64], want[64], got[64];
-    int     np = 0;
+    int np = 0;
     const int nw = golden_generate(prompt, &np, want, 64);
     char ids[512], out[512], json[512];
     snprintf(ids, sizeof ids, "%s/golden_prompt.i32", cli_tmp);
@@ -751,7 +788,8 @@ static void generate_greedy_equals_transformers(void **s) {
     const int N[] = {1, 7, nw};
     for (int k = 0; k < 3; k++) {
         const int n = N[k];
-        if (fp8moe("generate %s --ids %s --max-tokens %d --ignore-eos --out %s --json %s", k_gen_model, ids, n, out, json))
+        if (fp8moe("generate %s --ids %s --max-tokens %d --ignore-eos --out %s --json %s", k_gen_model, ids, n, out,
+                   json))
             fail_msg("generate: %s", cli_err);
         assert_int_equal(read_ids(out, got, 64), n);
         assert_memory_equal(got, want, (size_t)n * sizeof *got);
@@ -780,7 +818,8 @@ static void generate_greedy_equals_transformers(void **s) {
     }
     /* --stream: the same ids on stdout as they are sampled; a prefill in chunks of 5 changes nothing */
     assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 8 --ignore-eos --out %s --stream --prefill-chunk 5",
-                            k_gen_model, ids, out), 0);
+                            k_gen_model, ids, out),
+                     0);
     char line[256] = "";
     for (int t = 0, k = 0; t < 8; t++) k += snprintf(line + k, sizeof line - (size_t)k, "%s%d", t ? " " : "", want[t]);
     strcat(line, "\n");
@@ -788,16 +827,19 @@ static void generate_greedy_equals_transformers(void **s) {
     /* a stop id ends the sequence at its first occurrence (not written); a stop sequence too */
     int first = 0;
     while (want[first] != want[4]) first++;
-    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-id %d", k_gen_model, ids, out,
-                            json, want[4]), 0);
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-id %d", k_gen_model, ids,
+                            out, json, want[4]),
+                     0);
     assert_int_equal(read_ids(out, got, 64), first);
     assert_memory_equal(got, want, (size_t)first * sizeof *got);
     cJSON *root = read_json(json);
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "sequences"), 0), "finish")->valuestring,
-                        "eos");
+    assert_string_equal(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "sequences"), 0), "finish")->valuestring,
+        "eos");
     cJSON_Delete(root);
-    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-seq %d,%d", k_gen_model, ids,
-                            out, json, want[7], want[8]), 0);
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-seq %d,%d", k_gen_model,
+                            ids, out, json, want[7], want[8]),
+                     0);
     int at = 0; /* where the pair first occurs: the output ends before it */
     while (!(want[at] == want[7] && want[at + 1] == want[8])) at++;
     assert_int_equal(read_ids(out, got, 64), at);
@@ -810,7 +852,7 @@ static void generate_greedy_equals_transformers(void **s) {
 static void generate_batch_equals_alone(void **s) {
     (void)s;
     int32_t prompt[64], want[64];
-    int     np = 0;
+    int np = 0;
     golden_generate(prompt, &np, want, 64);
     char dir[512], path[600], batch[600], out[600], json[600], alone[600];
     snprintf(dir, sizeof dir, "%s/prompts", cli_tmp);
@@ -818,10 +860,10 @@ static void generate_batch_equals_alone(void **s) {
     snprintf(path, sizeof path, "%s/sub", dir);
     assert_int_equal(mkdir(path, 0755), 0);
     const char *names[3] = {"golden.i32", "sub/short.i32", "long.i32"};
-    int32_t     longp[30], shortp[3] = {5, 6, 7};
+    int32_t longp[30], shortp[3] = {5, 6, 7};
     for (int i = 0; i < 30; i++) longp[i] = (i * 41 + 3) % 320;
     const int32_t *data[3] = {prompt, shortp, longp};
-    const int      lens[3] = {np, 3, 30};
+    const int lens[3] = {np, 3, 30};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         write_bytes(path, data[i], (size_t)lens[i] * sizeof(int32_t));
@@ -839,7 +881,7 @@ static void generate_batch_equals_alone(void **s) {
     int32_t together[3 * NEW], got[3 * NEW];
     assert_int_equal(read_ids(out, together, 3 * NEW), 3 * NEW);
     assert_non_null(strstr(cli_err, "prompts: 3"));
-    cJSON       *root = read_json(json);
+    cJSON *root = read_json(json);
     const cJSON *seqs = cJSON_GetObjectItem(root, "sequences");
     assert_int_equal(cJSON_GetArraySize(seqs), 3);
     assert_int_equal(cJSON_GetObjectItem(root, "max_seqs")->valueint, 3);
@@ -861,13 +903,17 @@ static void generate_batch_equals_alone(void **s) {
     /* two slots for three prompts, prefill in chunks of 4; then the same run again: the same ids */
     for (int r = 0; r < 2; r++) {
         assert_int_equal(fp8moe("generate %s --batch-file %s %s --out %s --max-seqs 2 --prefill-chunk 4", k_gen_model,
-                                batch, samp, out), 0);
+                                batch, samp, out),
+                         0);
         assert_int_equal(read_ids(out, got, 3 * NEW), 3 * NEW);
         assert_memory_equal(got, together, sizeof together);
     }
     /* another seed, other tokens */
-    assert_int_equal(fp8moe("generate %s --batch-file %s --max-tokens 8 --ignore-eos --temperature 1 --top-k 50 --seed 12 "
-                            "--out %s", k_gen_model, batch, out), 0);
+    assert_int_equal(
+        fp8moe("generate %s --batch-file %s --max-tokens 8 --ignore-eos --temperature 1 --top-k 50 --seed 12 "
+               "--out %s",
+               k_gen_model, batch, out),
+        0);
     assert_int_equal(read_ids(out, got, 3 * NEW), 3 * NEW);
     assert_memory_not_equal(got, together, sizeof together);
 }
@@ -902,15 +948,16 @@ static void generate_errors(void **s) {
     expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s", k_gen_model, batch, out), 1, "gone.i32");
     assert_non_null(strstr(cli_err, "line 1"));
     write_bytes(batch, "\n\n", 2);
-    expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s", k_gen_model, batch, out), 1, "no prompts");
+    expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s", k_gen_model, batch, out), 1,
+                 "no prompts");
     char cwd[512], lines[1200]; /* absolute paths: the batch file is elsewhere */
     assert_non_null(getcwd(cwd, sizeof cwd));
     snprintf(lines, sizeof lines, "%s/%s\n%s/%s\n", cwd, ids, cwd, ids);
     write_bytes(batch, lines, strlen(lines));
     expect_error(fp8moe("generate %s --batch-file %s --max-tokens 4 --out %s --stream", k_gen_model, batch, out), 2,
                  "--stream");
-    expect_error(fp8moe("generate %s --batch-file %s --ids %s --max-tokens 4 --out %s", k_gen_model, batch, ids, out), 2,
-                 "--batch-file");
+    expect_error(fp8moe("generate %s --batch-file %s --ids %s --max-tokens 4 --out %s", k_gen_model, batch, ids, out),
+                 2, "--batch-file");
     /* the context: 37 + 220 tokens are more than max_position_embeddings (256) unless --ctx allows them */
     snprintf(g, sizeof g, "generate %s --ids %s --out %s", k_gen_model, ids, out);
     expect_error(fp8moe("%s --max-tokens 220", g), 2, "max_position_embeddings");

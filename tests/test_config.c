@@ -20,75 +20,73 @@
 #include "io/config.h"
 
 /* The committed models/tiny-code-moe/config.json (Qwen3-MoE, transformers 5 spelling). */
-static const char QWEN3_JSON[] =
-    "{\n"
-    "  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n"
-    "  \"attention_bias\": false,\n"
-    "  \"attention_dropout\": 0.0,\n"
-    "  \"bos_token_id\": 0,\n"
-    "  \"decoder_sparse_step\": 1,\n"
-    "  \"dtype\": \"bfloat16\",\n"
-    "  \"eos_token_id\": 0,\n"
-    "  \"head_dim\": 48,\n"
-    "  \"hidden_act\": \"silu\",\n"
-    "  \"hidden_size\": 192,\n"
-    "  \"initializer_range\": 0.02,\n"
-    "  \"intermediate_size\": 512,\n"
-    "  \"max_position_embeddings\": 2048,\n"
-    "  \"mlp_only_layers\": [],\n"
-    "  \"model_type\": \"qwen3_moe\",\n"
-    "  \"moe_intermediate_size\": 128,\n"
-    "  \"norm_topk_prob\": true,\n"
-    "  \"num_attention_heads\": 4,\n"
-    "  \"num_experts_per_tok\": 4,\n"
-    "  \"num_hidden_layers\": 4,\n"
-    "  \"num_key_value_heads\": 2,\n"
-    "  \"num_local_experts\": 16,\n"
-    "  \"output_router_logits\": false,\n"
-    "  \"pad_token_id\": null,\n"
-    "  \"rms_norm_eps\": 1e-06,\n"
-    "  \"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"},\n"
-    "  \"router_aux_loss_coef\": 0.01,\n"
-    "  \"sliding_window\": null,\n"
-    "  \"tie_word_embeddings\": false,\n"
-    "  \"transformers_version\": \"5.17.0\",\n"
-    "  \"use_cache\": true,\n"
-    "  \"use_sliding_window\": false,\n"
-    "  \"vocab_size\": 4096\n"
-    "}\n";
+static const char QWEN3_JSON[] = "{\n"
+                                 "  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n"
+                                 "  \"attention_bias\": false,\n"
+                                 "  \"attention_dropout\": 0.0,\n"
+                                 "  \"bos_token_id\": 0,\n"
+                                 "  \"decoder_sparse_step\": 1,\n"
+                                 "  \"dtype\": \"bfloat16\",\n"
+                                 "  \"eos_token_id\": 0,\n"
+                                 "  \"head_dim\": 48,\n"
+                                 "  \"hidden_act\": \"silu\",\n"
+                                 "  \"hidden_size\": 192,\n"
+                                 "  \"initializer_range\": 0.02,\n"
+                                 "  \"intermediate_size\": 512,\n"
+                                 "  \"max_position_embeddings\": 2048,\n"
+                                 "  \"mlp_only_layers\": [],\n"
+                                 "  \"model_type\": \"qwen3_moe\",\n"
+                                 "  \"moe_intermediate_size\": 128,\n"
+                                 "  \"norm_topk_prob\": true,\n"
+                                 "  \"num_attention_heads\": 4,\n"
+                                 "  \"num_experts_per_tok\": 4,\n"
+                                 "  \"num_hidden_layers\": 4,\n"
+                                 "  \"num_key_value_heads\": 2,\n"
+                                 "  \"num_local_experts\": 16,\n"
+                                 "  \"output_router_logits\": false,\n"
+                                 "  \"pad_token_id\": null,\n"
+                                 "  \"rms_norm_eps\": 1e-06,\n"
+                                 "  \"rope_parameters\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"},\n"
+                                 "  \"router_aux_loss_coef\": 0.01,\n"
+                                 "  \"sliding_window\": null,\n"
+                                 "  \"tie_word_embeddings\": false,\n"
+                                 "  \"transformers_version\": \"5.17.0\",\n"
+                                 "  \"use_cache\": true,\n"
+                                 "  \"use_sliding_window\": false,\n"
+                                 "  \"vocab_size\": 4096\n"
+                                 "}\n";
 
 /* The committed tests/models/mixtral-f32-sharded/config.json. */
-static const char MIXTRAL_JSON[] =
-    "{\n"
-    "  \"architectures\": [\"MixtralForCausalLM\"],\n"
-    "  \"attention_dropout\": 0.0,\n"
-    "  \"bos_token_id\": 1,\n"
-    "  \"dtype\": \"float32\",\n"
-    "  \"eos_token_id\": 2,\n"
-    "  \"head_dim\": null,\n"
-    "  \"hidden_act\": \"silu\",\n"
-    "  \"hidden_size\": 64,\n"
-    "  \"initializer_range\": 0.02,\n"
-    "  \"intermediate_size\": 96,\n"
-    "  \"max_position_embeddings\": 256,\n"
-    "  \"model_type\": \"mixtral\",\n"
-    "  \"num_attention_heads\": 4,\n"
-    "  \"num_experts_per_tok\": 2,\n"
-    "  \"num_hidden_layers\": 2,\n"
-    "  \"num_key_value_heads\": 2,\n"
-    "  \"num_local_experts\": 8,\n"
-    "  \"output_router_logits\": false,\n"
-    "  \"pad_token_id\": null,\n"
-    "  \"rms_norm_eps\": 1e-05,\n"
-    "  \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"},\n"
-    "  \"router_aux_loss_coef\": 0.001,\n"
-    "  \"router_jitter_noise\": 0.0,\n"
-    "  \"sliding_window\": null,\n"
-    "  \"tie_word_embeddings\": false,\n"
-    "  \"transformers_version\": \"5.17.0\",\n"
-    "  \"use_cache\": true,\n"
-    "  \"vocab_size\": 300\n"
-    "}\n";
+static const char MIXTRAL_JSON[] = "{\n"
+                                   "  \"architectures\": [\"MixtralForCausalLM\"],\n"
+                                   "  \"attention_dropout\": 0.0,\n"
+                                   "  \"bos_token_id\": 1,\n"
+                                   "  \"dtype\": \"float32\",\n"
+                                   "  \"eos_token_id\": 2,\n"
+                                   "  \"head_dim\": null,\n"
+                                   "  \"hidden_act\": \"silu\",\n"
+                                   "  \"hidden_size\": 64,\n"
+                                   "  \"initializer_range\": 0.02,\n"
+                                   "  \"intermediate_size\": 96,\n"
+                                   "  \"max_position_embeddings\": 256,\n"
+                                   "  \"model_type\": \"mixtral\",\n"
+                                   "  \"num_attention_heads\": 4,\n"
+                                   "  \"num_experts_per_tok\": 2,\n"
+                                   "  \"num_hidden_layers\": 2,\n"
+                                   "  \"num_key_value_heads\": 2,\n"
+                                   "  \"num_local_experts\": 8,\n"
+                                   "  \"output_router_logits\": false,\n"
+                                   "  \"pad_token_id\": null,\n"
+                                   "  \"rms_norm_eps\": 1e-05,\n"
+                                   "  \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"},\n"
+                                   "  \"router_aux_loss_coef\": 0.001,\n"
+                                   "  \"router_jitter_noise\": 0.0,\n"
+                                   "  \"sliding_window\": null,\n"
+                                   "  \"tie_word_embeddings\": false,\n"
+                                   "  \"transformers_version\": \"5.17.0\",\n"
+                                   "  \"use_cache\": true,\n"
+                                   "  \"vocab_size\": 300\n"
+                                   "}\n";
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -134,7 +132,8 @@ static void expect_fail_(char *json, fm_status want, ...) {
     memset(&c, 0x5a, sizeof c);
     fm_error err;
     fm_status st = parse(json, &c, &err);
-    if (st != want) fail_msg("expected %s, got %s (%s) for %s", fm_status_name(want), fm_status_name(st), err.msg, json);
+    if (st != want)
+        fail_msg("expected %s, got %s (%s) for %s", fm_status_name(want), fm_status_name(st), err.msg, json);
     if (!strstr(err.msg, "cfg.json")) fail_msg("message does not name the file: %s", err.msg);
     va_list ap;
     va_start(ap, want);
@@ -354,8 +353,8 @@ static void test_no_experts_all_dense(void **state) {
     (void)state;
     fm_config c;
     /* num_experts 0: every layer dense; top-k and moe_intermediate_size are then not needed */
-    char *j = variant(QWEN3_JSON, "num_local_experts", "0", "num_experts_per_tok", NULL, "moe_intermediate_size", NULL,
-                      NULL);
+    char *j =
+        variant(QWEN3_JSON, "num_local_experts", "0", "num_experts_per_tok", NULL, "moe_intermediate_size", NULL, NULL);
     parse_ok(j, &c);
     assert_int_equal(c.n_experts, 0);
     for (int i = 0; i < 4; i++) assert_false(c.layer_is_moe[i]);
@@ -484,8 +483,8 @@ static void test_unsupported_rope(void **state) {
     /* a scaling factor without a type */
     expect_fail(variant(MIXTRAL_JSON, "rope_scaling", "{\"factor\":8.0}", NULL), FM_ERR_UNSUPPORTED, "rope_scaling",
                 "factor");
-    expect_fail(variant(QWEN3_JSON, "rope_parameters", "{\"rope_type\":\"linear\",\"rope_theta\":10000.0,\"factor\":2.0}",
-                        NULL),
+    expect_fail(variant(QWEN3_JSON, "rope_parameters",
+                        "{\"rope_type\":\"linear\",\"rope_theta\":10000.0,\"factor\":2.0}", NULL),
                 FM_ERR_UNSUPPORTED, "rope_parameters", "linear");
     expect_fail(variant(QWEN3_JSON, "rope_scaling", "\"yarn\"", NULL), FM_ERR_FORMAT, "rope_scaling");
     expect_fail(variant(QWEN3_JSON, "partial_rotary_factor", "0.5", NULL), FM_ERR_UNSUPPORTED, "partial_rotary_factor");
@@ -539,7 +538,7 @@ static void test_bad_json(void **state) {
     assert_non_null(strstr(err.msg, "cfg.json"));
     /* text after the object is not JSON (cJSON alone accepts it); trailing whitespace is fine */
     size_t n = strlen(QWEN3_JSON);
-    char  *tail = malloc(n + 32);
+    char *tail = malloc(n + 32);
     snprintf(tail, n + 32, "%s trailing garbage", QWEN3_JSON);
     expect_fail(tail, FM_ERR_FORMAT, "non-whitespace after the JSON value");
     tail = malloc(n + 32);
@@ -557,8 +556,10 @@ static void test_bad_json(void **state) {
 
 static void test_bad_experts(void **state) {
     (void)state;
-    expect_fail(variant(QWEN3_JSON, "num_experts_per_tok", "17", NULL), FM_ERR_FORMAT, "num_experts_per_tok", "17", "16");
-    expect_fail(variant(MIXTRAL_JSON, "num_experts_per_tok", "9", NULL), FM_ERR_FORMAT, "num_experts_per_tok", "9", "8");
+    expect_fail(variant(QWEN3_JSON, "num_experts_per_tok", "17", NULL), FM_ERR_FORMAT, "num_experts_per_tok", "17",
+                "16");
+    expect_fail(variant(MIXTRAL_JSON, "num_experts_per_tok", "9", NULL), FM_ERR_FORMAT, "num_experts_per_tok", "9",
+                "8");
     expect_fail(variant(QWEN3_JSON, "num_experts_per_tok", "0", NULL), FM_ERR_FORMAT, "num_experts_per_tok");
 }
 

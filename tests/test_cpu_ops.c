@@ -87,10 +87,10 @@ static double rel_err_ff(const float *y, const float *ref, int64_t n) {
     return e;
 }
 
-#define assert_rel_below(err, bound)                                                                     \
-    do {                                                                                                 \
-        double e_ = (err);                                                                               \
-        if (!(e_ < (bound))) fail_msg("%s = %.3g, not below %.3g", #err, e_, (double)(bound));          \
+#define assert_rel_below(err, bound)                                                                                   \
+    do {                                                                                                               \
+        double e_ = (err);                                                                                             \
+        if (!(e_ < (bound))) fail_msg("%s = %.3g, not below %.3g", #err, e_, (double)(bound));                         \
     } while (0)
 
 static bool all_bf16(const float *x, int64_t n) {
@@ -128,15 +128,15 @@ static char g_tensor_name[] = "test.weight";
 static fm_st_tensor f32_tensor(const float *data, int64_t n, int64_t rows, int64_t cols) {
     fm_st_tensor t;
     memset(&t, 0, sizeof t);
-    t.name       = g_tensor_name;
-    t.dtype      = FM_DTYPE_F32;
-    t.n_dims     = 3;
-    t.shape[0]   = n;
-    t.shape[1]   = rows;
-    t.shape[2]   = cols;
+    t.name = g_tensor_name;
+    t.dtype = FM_DTYPE_F32;
+    t.n_dims = 3;
+    t.shape[0] = n;
+    t.shape[1] = rows;
+    t.shape[2] = cols;
     t.n_elements = n * rows * cols;
-    t.data       = (const uint8_t *)data;
-    t.nbytes     = (uint64_t)t.n_elements * sizeof(float);
+    t.data = (const uint8_t *)data;
+    t.nbytes = (uint64_t)t.n_elements * sizeof(float);
     return t;
 }
 
@@ -161,7 +161,7 @@ static fm_bank *make_bank2(fm_backend *be, const float *a, const float *b, int32
     fm_st_tensor ta = f32_tensor(a, n, ra, cols), tb = f32_tensor(b, n, rb, cols);
     fm_wsrc *srcs = xmalloc((size_t)(2 * n) * sizeof *srcs);
     for (int32_t i = 0; i < n; i++) {
-        srcs[2 * i]     = (fm_wsrc){&ta, (int64_t)i * ra * cols, ra, cols, {0}, {0}};
+        srcs[2 * i] = (fm_wsrc){&ta, (int64_t)i * ra * cols, ra, cols, {0}, {0}};
         srcs[2 * i + 1] = (fm_wsrc){&tb, (int64_t)i * rb * cols, rb, cols, {0}, {0}};
     }
     fm_bank_src src = {srcs, n, 2, "test gate_up", true};
@@ -194,8 +194,8 @@ static double *int4_dequant(const float *w, int64_t rows, int64_t K) {
     const fm_int4_params p = {128, true, FM_SCALE_BF16};
     const int64_t ng = fm_int4_n_groups(K, 128);
     int8_t *q = xmalloc((size_t)(rows * K));
-    float  *s = xmalloc((size_t)(rows * ng) * sizeof *s);
-    float  *d = xmalloc((size_t)(rows * K) * sizeof *d);
+    float *s = xmalloc((size_t)(rows * ng) * sizeof *s);
+    float *d = xmalloc((size_t)(rows * K) * sizeof *d);
     fm_int4_quantize(w, rows, K, &p, q, s, NULL);
     fm_int4_dequantize(q, s, NULL, rows, K, &p, d);
     double *out = to_double(d, rows * K);
@@ -215,12 +215,12 @@ static double *act_dequant(const float *x, int64_t M, int64_t K, fm_afmt afmt) {
         return out;
     }
     uint8_t *codes = xmalloc((size_t)K + 1);
-    float   *sc    = xmalloc((size_t)(K / 128 + 1) * sizeof *sc);
-    uint8_t *mxs   = xmalloc((size_t)(K / 32 + 1));
-    float   *deq   = xmalloc((size_t)K * sizeof *deq);
+    float *sc = xmalloc((size_t)(K / 128 + 1) * sizeof *sc);
+    uint8_t *mxs = xmalloc((size_t)(K / 32 + 1));
+    float *deq = xmalloc((size_t)K * sizeof *deq);
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
-        double      *o  = out + m * K;
+        double *o = out + m * K;
         switch (afmt) {
         case FM_A_NATIVE:
             for (int64_t k = 0; k < K; k++) o[k] = xr[k];
@@ -388,7 +388,8 @@ static void test_linear_w8a8(void **state) {
                 if (i % K == 0) continue;
                 et += (xt[i] - xd[i]) * (xt[i] - xd[i]), eg += (xg[i] - xd[i]) * (xg[i] - xd[i]), n2 += xd[i] * xd[i];
             }
-            printf("  w8a8 M=%lld K=%lld: outlier 200 -> rel. error of the other activations, per tensor %.3g, 1x128 %.3g\n",
+            printf("  w8a8 M=%lld K=%lld: outlier 200 -> rel. error of the other activations, per tensor %.3g, 1x128 "
+                   "%.3g\n",
                    (long long)M, (long long)K, sqrt(et / n2), sqrt(eg / n2));
             assert_true(et > eg);
             free(xq), free(wq), free(r), free(xd), free(xt), free(xg);
@@ -427,15 +428,17 @@ static void test_w8a8_accuracy_study(void **state) {
         float *y = act(be, M * N), *ref = act(be, M * N);
         be->ops->linear(be, wb, 0, x, M, FM_A_NATIVE, ref);
         double e[4];
-        const struct { fm_bank *b; fm_afmt a; } v[4] = {{w8, FM_A_E4M3_PT}, {w8, FM_A_E4M3_ROW}, {w4, FM_A_E4M3_G128},
-                                                         {w4, FM_A_NATIVE}};
+        const struct {
+            fm_bank *b;
+            fm_afmt a;
+        } v[4] = {{w8, FM_A_E4M3_PT}, {w8, FM_A_E4M3_ROW}, {w4, FM_A_E4M3_G128}, {w4, FM_A_NATIVE}};
         for (int i = 0; i < 4; i++) {
             be->ops->linear(be, v[i].b, 0, x, M, v[i].a, y);
             e[i] = rel_err_ff(y, ref, M * N);
         }
         printf("  | %s | %.3g | %.3g | %.3g | %.3g |\n", cases[c], e[0], e[1], e[2], e[3]);
         for (int i = 0; i < 4; i++) assert_true(e[i] > 1e-4 && e[i] < 0.2);
-        assert_true(e[0] < e[2]); /* e4m3 weights with one scale lose less than int4 in 128-groups */
+        assert_true(e[0] < e[2]);              /* e4m3 weights with one scale lose less than int4 in 128-groups */
         if (c == 2) assert_true(e[1] <= e[0]); /* the massive token costs the other tokens only per tensor */
         be->ops->free(be, y), be->ops->free(be, ref);
         free(x);
@@ -529,7 +532,8 @@ static void test_output_rounding(void **state) {
         /* moe and embed */
         const int64_t H = 200;
         float *g = rand_array(E * I * H, 1.0f), *u = rand_array(E * I * H, 1.0f), *dn = rand_array(E * H * I, 1.0f);
-        fm_bank *gub = make_bank2(be, g, u, E, I, I, H, be->plan.w_expert), *db = make_bank(be, dn, E, H, I, be->plan.w_expert);
+        fm_bank *gub = make_bank2(be, g, u, E, I, I, H, be->plan.w_expert),
+                *db = make_bank(be, dn, E, H, I, be->plan.w_expert);
         float *mo = act(be, T * H);
         be->ops->moe(be, gub, db, x, T, ids, rw, k, be->plan.a_dispatch, be->plan.a_expert, mo);
         assert_true(all_bf16(mo, T * H));
@@ -674,9 +678,11 @@ static void test_route(void **state) {
         int32_t *ids = xmalloc((size_t)(T * k) * sizeof *ids), *ids2 = xmalloc((size_t)(T * k) * sizeof *ids2);
         float *w = act(be, T * k), *w2 = act(be, T * k);
         int32_t rid[8];
-        double  rw[8];
-        const struct { fm_router_kind kind; bool norm; } cases[] = {
-            {FM_ROUTER_SOFTMAX_TOPK, true}, {FM_ROUTER_SOFTMAX_TOPK, false}, {FM_ROUTER_TOPK_SOFTMAX, true}};
+        double rw[8];
+        const struct {
+            fm_router_kind kind;
+            bool norm;
+        } cases[] = {{FM_ROUTER_SOFTMAX_TOPK, true}, {FM_ROUTER_SOFTMAX_TOPK, false}, {FM_ROUTER_TOPK_SOFTMAX, true}};
         for (size_t c = 0; c < 3; c++) {
             poison(w, T * k);
             be->ops->route(be, logits, T, E, k, cases[c].kind, cases[c].norm, ids, w);
@@ -720,7 +726,7 @@ static void test_route_ties(void **state) {
     fm_backend *be = make_backend(FM_PRESET_REF);
     const float logits[6] = {1.0f, 2.0f, 0.5f, 2.0f, -1.0f, 2.0f};
     int32_t ids[2];
-    float   w[2];
+    float w[2];
     for (int kind = 0; kind < 2; kind++) {
         be->ops->route(be, logits, 1, 6, 2, (fm_router_kind)kind, true, ids, w);
         assert_int_equal(ids[0], 1);
@@ -738,7 +744,7 @@ static void test_rope_by_hand(void **state) {
     fm_backend *be = make_backend(FM_PRESET_REF);
     const int32_t hd = 8, ld = 3 * hd; /* nh = nkv = 1: q | k | v */
     float qkv[24] = {0};
-    qkv[0]      = 1.0f; /* q = e_0: pair (0, 4) at frequency theta^0 = 1 */
+    qkv[0] = 1.0f;      /* q = e_0: pair (0, 4) at frequency theta^0 = 1 */
     qkv[hd + 1] = 1.0f; /* k = e_1: pair (1, 5) at frequency theta^(-2/8) = 0.1 */
     for (int i = 0; i < hd; i++) qkv[2 * hd + i] = (float)(i + 1);
     be->ops->qk_norm_rope(be, qkv, 1, 1, 1, hd, NULL, NULL, 1e-6f, 1, NULL, 10000.0);
@@ -775,7 +781,8 @@ static void test_rope_position0_identity(void **state) {
     assert_memory_equal(qkv, orig, (size_t)ld * sizeof(float));
     for (int64_t t = 1; t < T; t++) {
         assert_memory_not_equal(qkv + t * ld, orig + t * ld, (size_t)(nh + nkv) * hd * sizeof(float));
-        assert_memory_equal(qkv + t * ld + (nh + nkv) * hd, orig + t * ld + (nh + nkv) * hd, (size_t)nkv * hd * sizeof(float));
+        assert_memory_equal(qkv + t * ld + (nh + nkv) * hd, orig + t * ld + (nh + nkv) * hd,
+                            (size_t)nkv * hd * sizeof(float));
     }
     free(qkv), free(orig);
     be->ops->destroy(be);
@@ -806,7 +813,7 @@ static void test_qk_norm_rope_vs_double(void **state) {
             for (int32_t j = 0; j < half; j++) {
                 const double f = (double)(pos0 + t) * pow(theta, -2.0 * j / hd);
                 const double a = x[j], b = x[j + half];
-                x[j]        = a * cos(f) - b * sin(f);
+                x[j] = a * cos(f) - b * sin(f);
                 x[j + half] = b * cos(f) + a * sin(f);
             }
         }
@@ -815,7 +822,8 @@ static void test_qk_norm_rope_vs_double(void **state) {
     be->ops->qk_norm_rope(be, qkv, T, nh, nkv, hd, qb, kb, eps, pos0, NULL, theta);
     assert_rel_below(rel_err(qkv, r, T * ld), 1e-5);
     for (int64_t t = 0; t < T; t++) /* v exactly untouched */
-        assert_memory_equal(qkv + t * ld + (nh + nkv) * hd, orig + t * ld + (nh + nkv) * hd, (size_t)nkv * hd * sizeof(float));
+        assert_memory_equal(qkv + t * ld + (nh + nkv) * hd, orig + t * ld + (nh + nkv) * hd,
+                            (size_t)nkv * hd * sizeof(float));
     free(qkv), free(qn), free(kn), free(r), free(orig);
     be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     be->ops->destroy(be);
@@ -891,7 +899,7 @@ static void test_attention_gqa(void **state) {
         /* new k and v for kv head kvh at every position */
         for (int64_t t = 0; t < T; t++)
             for (int32_t i = 0; i < hd; i++) {
-                qkv[t * ld + (nh + kvh) * hd + i]       = nzrand(2.0f);
+                qkv[t * ld + (nh + kvh) * hd + i] = nzrand(2.0f);
                 qkv[t * ld + (nh + nkv + kvh) * hd + i] = nzrand(2.0f);
             }
         be->ops->attention(be, qkv, T, nh, nkv, hd, o2);
@@ -963,11 +971,12 @@ static void test_kv_store(void **state) {
     seed(30);
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
     for (int pi = 0; pi < 2; pi++) {
-        fm_backend   *be = make_backend(presets[pi]);
+        fm_backend *be = make_backend(presets[pi]);
         const int32_t nh = 4, nkv = 2, hd = 32, ld = (nh + 2 * nkv) * hd, row = nkv * hd, n_slots = 40;
         const int64_t T = 7;
         const int32_t slots[7] = {39, 0, 17, 16, 3, 22, 31};
-        float *qkv = rand_array(T * ld, 2.0f), *kc = act(be, (int64_t)n_slots * row), *vc = act(be, (int64_t)n_slots * row);
+        float *qkv = rand_array(T * ld, 2.0f), *kc = act(be, (int64_t)n_slots * row),
+              *vc = act(be, (int64_t)n_slots * row);
         be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc);
         for (int64_t t = 0; t < T; t++) {
             assert_memory_equal(kc + slots[t] * row, qkv + t * ld + nh * hd, (size_t)row * sizeof(float));
@@ -986,21 +995,21 @@ static void test_kv_store(void **state) {
  * kv_store and shuffled block tables; T query tokens (seq[t], pos[t]); the op against a double reference that reads
  * the same k and v rows by position. */
 typedef struct paged_case {
-    int32_t        nh, nkv, hd, bt, nseq;
+    int32_t nh, nkv, hd, bt, nseq;
     const int32_t *len;
-    int64_t        T;
+    int64_t T;
     const int32_t *seq, *pos;
 } paged_case;
 
 static void paged_vs_double(fm_backend *be, const paged_case *c, double bound) {
     const int32_t nh = c->nh, nkv = c->nkv, hd = c->hd, bt = c->bt, ld = (nh + 2 * nkv) * hd, row = nkv * hd;
-    int32_t       max_len = 0, hist = 0;
+    int32_t max_len = 0, hist = 0;
     for (int32_t s = 0; s < c->nseq; s++) max_len = c->len[s] > max_len ? c->len[s] : max_len, hist += c->len[s];
     const int32_t max_blocks = (max_len + bt - 1) / bt;
-    int32_t       n_blocks;
-    int32_t      *tables = paged_tables(c->nseq, c->len, bt, max_blocks, 3, &n_blocks);
+    int32_t n_blocks;
+    int32_t *tables = paged_tables(c->nseq, c->len, bt, max_blocks, 3, &n_blocks);
     /* every sequence's tokens, as qkv rows (bf16 values for a bf16 plan: the cache holds activations) */
-    float   *rows = rand_array((int64_t)hist * ld, 2.0f);
+    float *rows = rand_array((int64_t)hist * ld, 2.0f);
     int32_t *first = xmalloc((size_t)c->nseq * sizeof *first), *slots = xmalloc((size_t)hist * sizeof *slots);
     for (int32_t s = 0, k = 0; s < c->nseq; s++) {
         first[s] = k;
@@ -1014,20 +1023,20 @@ static void paged_vs_double(fm_backend *be, const paged_case *c, double bound) {
     float *qkv = xmalloc((size_t)(c->T * ld) * sizeof *qkv), *o = act(be, c->T * nh * hd);
     for (int64_t t = 0; t < c->T; t++)
         memcpy(qkv + t * ld, rows + (int64_t)(first[c->seq[t]] + c->pos[t]) * ld, (size_t)ld * sizeof *qkv);
-    be->ops->attention_paged(be, qkv, c->T, nh, nkv, hd, kc, vc, c->seq, c->pos, tables, max_blocks, bt, max_len,
-                             NULL, o);
+    be->ops->attention_paged(be, qkv, c->T, nh, nkv, hd, kc, vc, c->seq, c->pos, tables, max_blocks, bt, max_len, NULL,
+                             o);
     double *r = dalloc(c->T * nh * hd), *p = dalloc(max_len);
     for (int64_t t = 0; t < c->T; t++)
         for (int32_t h = 0; h < nh; h++) {
             const int32_t kvh = h / (nh / nkv), n = c->pos[t] + 1;
-            const float  *q = qkv + t * ld + h * hd;
-            double        mx = -INFINITY, sum = 0;
+            const float *q = qkv + t * ld + h * hd;
+            double mx = -INFINITY, sum = 0;
             for (int32_t j = 0; j < n; j++) {
                 const float *k = rows + (int64_t)(first[c->seq[t]] + j) * ld + (nh + kvh) * hd;
-                double       d = 0;
+                double d = 0;
                 for (int32_t i = 0; i < hd; i++) d += (double)q[i] * k[i];
                 p[j] = d / sqrt((double)hd);
-                mx   = fmax(mx, p[j]);
+                mx = fmax(mx, p[j]);
             }
             for (int32_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - mx));
             double *ro = r + (t * nh + h) * hd;
@@ -1062,7 +1071,7 @@ static void test_attention_paged_vs_double(void **state) {
     const int32_t heads[3][2] = {{4, 4}, {4, 2}, {16, 2}}, hds[2] = {64, 128};
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
     for (int pi = 0; pi < 2; pi++) {
-        fm_backend  *be = make_backend(presets[pi]);
+        fm_backend *be = make_backend(presets[pi]);
         const double bound = be->plan.act_bf16 ? 4e-3 : 1e-5;
         for (int hi = 0; hi < 3; hi++)
             for (int di = 0; di < 2; di++)
@@ -1087,21 +1096,22 @@ static void test_attention_paged_equals_contiguous(void **state) {
     (void)state;
     seed(32);
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
-    const int32_t   shapes[2][3] = {{4, 2, 64}, {16, 2, 128}};
-    const int32_t   lens[2] = {37, 48};
+    const int32_t shapes[2][3] = {{4, 2, 64}, {16, 2, 128}};
+    const int32_t lens[2] = {37, 48};
     for (int pi = 0; pi < 2; pi++)
         for (int si = 0; si < 2; si++)
             for (int li = 0; li < 2; li++) {
-                fm_backend   *be = make_backend(presets[pi]);
+                fm_backend *be = make_backend(presets[pi]);
                 const int32_t nh = shapes[si][0], nkv = shapes[si][1], hd = shapes[si][2], ld = (nh + 2 * nkv) * hd;
                 const int32_t bt = 16, T = lens[li], max_blocks = (T + bt - 1) / bt, row = nkv * hd;
-                int32_t       n_blocks;
-                int32_t      *tables = paged_tables(1, &T, bt, max_blocks, 2, &n_blocks);
-                float        *qkv = rand_array((int64_t)T * ld, 2.0f);
+                int32_t n_blocks;
+                int32_t *tables = paged_tables(1, &T, bt, max_blocks, 2, &n_blocks);
+                float *qkv = rand_array((int64_t)T * ld, 2.0f);
                 cpu_round_act(be, qkv, (int64_t)T * ld);
                 int32_t *slots = xmalloc((size_t)T * sizeof *slots), *seq = xmalloc((size_t)T * sizeof *seq);
                 int32_t *pos = xmalloc((size_t)T * sizeof *pos);
-                for (int32_t t = 0; t < T; t++) slots[t] = paged_slot(tables, max_blocks, bt, 0, t), seq[t] = 0, pos[t] = t;
+                for (int32_t t = 0; t < T; t++)
+                    slots[t] = paged_slot(tables, max_blocks, bt, 0, t), seq[t] = 0, pos[t] = t;
                 float *kc = act(be, (int64_t)n_blocks * bt * row), *vc = act(be, (int64_t)n_blocks * bt * row);
                 float *o1 = act(be, (int64_t)T * nh * hd), *o2 = act(be, (int64_t)T * nh * hd);
                 be->ops->attention(be, qkv, T, nh, nkv, hd, o1);
@@ -1120,12 +1130,12 @@ static void test_attention_paged_equals_contiguous(void **state) {
 static void test_qk_norm_rope_positions(void **state) {
     (void)state;
     seed(33);
-    fm_backend   *be = make_backend(FM_PRESET_REF);
+    fm_backend *be = make_backend(FM_PRESET_REF);
     const int32_t nh = 4, nkv = 2, hd = 64, ld = (nh + 2 * nkv) * hd;
     const int64_t T = 6;
-    float   *qn = rand_array(hd, 1.5f), *kn = rand_array(hd, 1.5f);
+    float *qn = rand_array(hd, 1.5f), *kn = rand_array(hd, 1.5f);
     fm_bank *qb = make_bank(be, qn, 1, 1, hd, FM_W_F32), *kb = make_bank(be, kn, 1, 1, hd, FM_W_F32);
-    float   *a = rand_array(T * ld, 2.0f), *b = xmalloc((size_t)(T * ld) * sizeof(float));
+    float *a = rand_array(T * ld, 2.0f), *b = xmalloc((size_t)(T * ld) * sizeof(float));
     memcpy(b, a, (size_t)(T * ld) * sizeof(float));
     const int32_t consecutive[6] = {9, 10, 11, 12, 13, 14};
     be->ops->qk_norm_rope(be, a, T, nh, nkv, hd, qb, kb, 1e-6f, 9, NULL, 1e6);
@@ -1135,7 +1145,8 @@ static void test_qk_norm_rope_positions(void **state) {
     float *c = rand_array(T * ld, 2.0f), *d = xmalloc((size_t)(T * ld) * sizeof(float));
     memcpy(d, c, (size_t)(T * ld) * sizeof(float));
     be->ops->qk_norm_rope(be, c, T, nh, nkv, hd, qb, kb, 1e-6f, 0, batch, 1e6);
-    for (int64_t t = 0; t < T; t++) be->ops->qk_norm_rope(be, d + t * ld, 1, nh, nkv, hd, qb, kb, 1e-6f, batch[t], NULL, 1e6);
+    for (int64_t t = 0; t < T; t++)
+        be->ops->qk_norm_rope(be, d + t * ld, 1, nh, nkv, hd, qb, kb, 1e-6f, batch[t], NULL, 1e6);
     assert_memory_equal(c, d, (size_t)(T * ld) * sizeof(float));
     assert_memory_not_equal(c + 3 * ld, c + 4 * ld, (size_t)ld * sizeof(float)); /* different inputs, same position */
     free(a), free(b), free(c), free(d), free(qn), free(kn);
@@ -1203,7 +1214,8 @@ static void test_moe_is_composition(void **state) {
         float *x = rand_array(T * H, 1.0f);
         if (be->plan.act_bf16)
             for (int64_t i = 0; i < T * H; i++) x[i] = fm_round_bf16(x[i]);
-        fm_bank *gub = make_bank2(be, g, u, E, I, I, H, be->plan.w_expert), *db = make_bank(be, d, E, H, I, be->plan.w_expert);
+        fm_bank *gub = make_bank2(be, g, u, E, I, I, H, be->plan.w_expert),
+                *db = make_bank(be, d, E, H, I, be->plan.w_expert);
         const int32_t ids[10] = {1, 2, 3, 0, 0, 1, 2, 3, 3, 1};
         float w[10];
         for (int i = 0; i < 10; i++) w[i] = fm_round_bf16((float)(0.1 + 0.9 * urand()));

@@ -132,9 +132,14 @@ static float *rand_acts(int64_t M, int64_t K) {
 static void op_int4zp_handmade(void **s) {
     (void)s;
     fm_backend *be = cpu_f32();
-    const struct { int32_t G; bool sym; const char *what; } cases[] = {
-        {128, true, "int4-zp sym G=128"}, {128, false, "int4-zp asym G=128"},
-        {256, false, "int4-zp asym per-channel G=K=256"}, {256, true, "int4-zp sym per-channel G=K=256"}};
+    const struct {
+        int32_t G;
+        bool sym;
+        const char *what;
+    } cases[] = {{128, true, "int4-zp sym G=128"},
+                 {128, false, "int4-zp asym G=128"},
+                 {256, false, "int4-zp asym per-channel G=K=256"},
+                 {256, true, "int4-zp sym per-channel G=K=256"}};
     const int64_t M = 3, N = 37, K = 256;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         zp_bank z;
@@ -334,13 +339,15 @@ static void expect_refused(const char *name, fm_preset preset, const char *bank,
 
 static void refusals(void **s) {
     (void)s;
-    expect_refused("gptq-v1-asym-actorder", FM_PRESET_FP8, "layer 0 qkv", "act-order int4 (gptq", "--preset int4 handles it");
+    expect_refused("gptq-v1-asym-actorder", FM_PRESET_FP8, "layer 0 qkv", "act-order int4 (gptq",
+                   "--preset int4 handles it");
     expect_refused("ct-asym-actorder-ignore", FM_PRESET_FP8, "layer 0 qkv", "act-order int4 (compressed-tensors",
                    "--preset int4 handles it");
     expect_refused("ct-sym-g32", FM_PRESET_FP8, "layer 0 qkv", "int4 group size 32", "--preset int4 handles it");
     expect_refused("gptq-v1-sym", FM_PRESET_FP8, "layer 0 qkv", "int4 group size 16", "--preset int4 handles it");
     expect_refused("fp8-block", FM_PRESET_FP8, "layer 0 qkv", "blocks of [16, 16]", "128 wide along K");
-    expect_refused("fp8-block-b128", FM_PRESET_INT4, "layer 0 qkv", "read by --preset fp8, ref and ref32", "requantize");
+    expect_refused("fp8-block-b128", FM_PRESET_INT4, "layer 0 qkv", "read by --preset fp8, ref and ref32",
+                   "requantize");
     expect_refused("awq-g128", FM_PRESET_FP4, "layer 0 experts gate_up", "with mxfp4 activations", "--preset fp8");
     /* the int4 preset takes what fp8 refuses */
     fm_options opt;
@@ -354,10 +361,8 @@ static void refusals(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(op_int4zp_handmade),
-        cmocka_unit_test(mutation_zero_point),
-        cmocka_unit_test(op_fixtures),
-        cmocka_unit_test(model_fp8),
+        cmocka_unit_test(op_int4zp_handmade), cmocka_unit_test(mutation_zero_point),
+        cmocka_unit_test(op_fixtures),        cmocka_unit_test(model_fp8),
         cmocka_unit_test(refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

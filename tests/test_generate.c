@@ -32,7 +32,7 @@ static fm_model *load(int32_t max_seqs, int64_t ctx, int64_t max_tokens) {
     fm_options_init(&opt);
     opt.max_seqs = max_seqs, opt.ctx = ctx, opt.max_tokens = max_tokens;
     fm_model *m = NULL;
-    fm_error  err;
+    fm_error err;
     if (fm_model_load(k_model, &opt, &m, &err)) fail_msg("load: %s", err.msg);
     return m;
 }
@@ -48,21 +48,23 @@ static double cosine(const float *a, const float *b, int64_t n) {
 }
 
 /* rows [first, first + rows) of a step's logits against the full pass's */
-static void expect_rows(const float *full, const float *step, int64_t first, int64_t rows, int32_t V, const char *what) {
+static void expect_rows(const float *full, const float *step, int64_t first, int64_t rows, int32_t V,
+                        const char *what) {
     for (int64_t r = 0; r < rows; r++) {
         const double c = cosine(full + (first + r) * V, step + r * V, V);
-        if (!(c >= 0.99999)) fail_msg("%s: position %lld: cosine %.8f against the full prefill", what, (long long)(first + r), c);
+        if (!(c >= 0.99999))
+            fail_msg("%s: position %lld: cosine %.8f against the full prefill", what, (long long)(first + r), c);
     }
 }
 
 static void test_cached_steps_equal_prefill(void **state) {
     (void)state;
     enum { N = 20, P = 12 };
-    fm_model     *m = load(2, 64, 32);
+    fm_model *m = load(2, 64, 32);
     const int32_t V = fm_model_vocab_size(m);
-    int32_t       ids[N];
+    int32_t ids[N];
     prompt_ids(ids, N, V, 7);
-    float   *full = malloc((size_t)N * V * sizeof *full), *step = malloc((size_t)N * V * sizeof *step);
+    float *full = malloc((size_t)N * V * sizeof *full), *step = malloc((size_t)N * V * sizeof *step);
     fm_error err;
     assert_int_equal(fm_forward(m, ids, N, false, full, NULL, &err), FM_OK);
     fm_sampling sp;
@@ -105,9 +107,9 @@ static void test_cached_steps_equal_prefill(void **state) {
 
 /* greedy by definition: full forward passes, argmax of the last row */
 static void greedy_reference(fm_model *ref, const int32_t *prompt, int64_t n, int64_t new_tokens, int32_t *out) {
-    const int32_t V   = fm_model_vocab_size(ref);
-    int32_t      *seq = malloc((size_t)(n + new_tokens) * sizeof *seq);
-    float        *lg  = malloc((size_t)V * sizeof *lg);
+    const int32_t V = fm_model_vocab_size(ref);
+    int32_t *seq = malloc((size_t)(n + new_tokens) * sizeof *seq);
+    float *lg = malloc((size_t)V * sizeof *lg);
     memcpy(seq, prompt, (size_t)n * sizeof *seq);
     fm_error err;
     for (int64_t t = 0; t < new_tokens; t++) {
@@ -123,13 +125,13 @@ static void greedy_reference(fm_model *ref, const int32_t *prompt, int64_t n, in
 static void test_greedy_and_batches(void **state) {
     (void)state;
     enum { NP = 5, NEW = 10 };
-    fm_model     *m = load(3, 64, 16); /* 3 slots for 5 prompts; prefill chunks of 16 */
-    fm_model     *ref = load(0, 0, 64);
+    fm_model *m = load(3, 64, 16); /* 3 slots for 5 prompts; prefill chunks of 16 */
+    fm_model *ref = load(0, 0, 64);
     const int32_t V = fm_model_vocab_size(m);
     const int64_t lens[NP] = {1, 16, 17, 30, 9}; /* 16: one full block; 17: one token into the second */
-    int32_t       buf[NP][30];
+    int32_t buf[NP][30];
     const int32_t *prompts[NP];
-    fm_gen_params  gp[NP];
+    fm_gen_params gp[NP];
     for (int i = 0; i < NP; i++) {
         prompt_ids(buf[i], lens[i], V, 100 + (uint32_t)i);
         prompts[i] = buf[i];
@@ -137,8 +139,8 @@ static void test_greedy_and_batches(void **state) {
         gp[i].max_tokens = NEW, gp[i].ignore_eos = true;
     }
     fm_gen_output together[NP], alone;
-    fm_gen_stats  stats;
-    fm_error      err;
+    fm_gen_stats stats;
+    fm_error err;
     if (fm_model_generate(m, prompts, lens, gp, NP, 0, NULL, NULL, together, &stats, &err)) fail_msg("%s", err.msg);
     assert_int_equal(stats.prefill_tokens, 1 + 16 + 17 + 30 + 9);
     assert_int_equal(stats.decode_tokens, NP * (NEW - 1));
@@ -161,17 +163,17 @@ static void test_greedy_and_batches(void **state) {
 
 static void test_sampling_seed_and_stops(void **state) {
     (void)state;
-    fm_model     *m = load(2, 64, 16);
+    fm_model *m = load(2, 64, 16);
     const int32_t V = fm_model_vocab_size(m);
-    int32_t       p[8];
+    int32_t p[8];
     prompt_ids(p, 8, V, 3);
     const int32_t *prompts[1] = {p};
-    const int64_t  len[1]     = {8};
-    fm_gen_params  gp;
+    const int64_t len[1] = {8};
+    fm_gen_params gp;
     fm_gen_params_init(&gp);
     gp.max_tokens = 24, gp.temperature = 1.0f, gp.top_p = 0.95f, gp.seed = 42, gp.ignore_eos = true;
     fm_gen_output a, b, c;
-    fm_error      err;
+    fm_error err;
     assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
     assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
     gp.seed = 43;
@@ -181,7 +183,7 @@ static void test_sampling_seed_and_stops(void **state) {
     assert_memory_not_equal(a.ids, c.ids, 24 * sizeof *a.ids);
     /* a stop id: the sequence ends at its first occurrence, the id itself not in the output */
     const int32_t stop = a.ids[5];
-    int           first = 0;
+    int first = 0;
     while (a.ids[first] != stop) first++;
     gp.seed = 42, gp.stop_ids = &stop, gp.n_stop_ids = 1;
     assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
@@ -189,9 +191,9 @@ static void test_sampling_seed_and_stops(void **state) {
     assert_int_equal(b.n, first);
     assert_memory_equal(b.ids, a.ids, (size_t)first * sizeof *a.ids);
     /* a stop sequence of two ids */
-    const int32_t  two[2] = {a.ids[10], a.ids[11]};
+    const int32_t two[2] = {a.ids[10], a.ids[11]};
     const int32_t *seqs[1] = {two};
-    const int32_t  lens2[1] = {2};
+    const int32_t lens2[1] = {2};
     gp.stop_ids = NULL, gp.n_stop_ids = 0, gp.stop_seqs = seqs, gp.stop_seq_lens = lens2, gp.n_stop_seqs = 1;
     free(b.ids), free(b.logprobs);
     assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
@@ -207,14 +209,14 @@ static void test_sampling_seed_and_stops(void **state) {
 
 static void test_without_cache(void **state) {
     (void)state;
-    fm_model     *m = load(0, 0, 16);
-    int32_t       p[2] = {1, 2};
+    fm_model *m = load(0, 0, 16);
+    int32_t p[2] = {1, 2};
     const int32_t *prompts[1] = {p};
-    const int64_t  len[1]     = {2};
-    fm_gen_params  gp;
+    const int64_t len[1] = {2};
+    fm_gen_params gp;
     fm_gen_params_init(&gp);
     fm_gen_output o;
-    fm_error      err;
+    fm_error err;
     assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &o, NULL, &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "max_seqs"));
     fm_model_free(m);
@@ -222,8 +224,9 @@ static void test_without_cache(void **state) {
 
 static void test_golden_greedy(void **state) {
     (void)state;
-    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16", "tests/models/qwen3-moe-tied-f32",
-                          "tests/models/mixtral-f32-sharded", "models/tiny-code-moe"};
+    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
+                          "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
+                          "models/tiny-code-moe"};
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
         char path[256];
         snprintf(path, sizeof path, "%s/golden_generate.json", dirs[d]);
@@ -232,11 +235,11 @@ static void test_golden_greedy(void **state) {
         static char text[1 << 16];
         const size_t n = fread(text, 1, sizeof text - 1, f);
         fclose(f);
-        text[n]            = '\0';
-        cJSON       *root  = cJSON_Parse(text);
-        const cJSON *jp    = cJSON_GetObjectItem(root, "prompt"), *jw = cJSON_GetObjectItem(root, "new_ids");
-        const int    np    = cJSON_GetArraySize(jp), nw = cJSON_GetArraySize(jw);
-        int32_t      prompt[64], want[64];
+        text[n] = '\0';
+        cJSON *root = cJSON_Parse(text);
+        const cJSON *jp = cJSON_GetObjectItem(root, "prompt"), *jw = cJSON_GetObjectItem(root, "new_ids");
+        const int np = cJSON_GetArraySize(jp), nw = cJSON_GetArraySize(jw);
+        int32_t prompt[64], want[64];
         assert_true(np <= 64 && nw <= 64);
         for (int i = 0; i < np; i++) prompt[i] = cJSON_GetArrayItem(jp, i)->valueint;
         for (int i = 0; i < nw; i++) want[i] = cJSON_GetArrayItem(jw, i)->valueint;
@@ -246,18 +249,19 @@ static void test_golden_greedy(void **state) {
         fm_options_init(&opt);
         opt.max_seqs = 1, opt.ctx = np + nw, opt.max_tokens = np;
         fm_model *m = NULL;
-        fm_error  err;
+        fm_error err;
         if (fm_model_load(dirs[d], &opt, &m, &err)) fail_msg("%s: %s", dirs[d], err.msg);
         fm_gen_params gp;
         fm_gen_params_init(&gp);
-        gp.max_tokens              = nw;
-        const int32_t *prompts[1]  = {prompt};
-        const int64_t  lens[1]     = {np};
-        fm_gen_output  o;
+        gp.max_tokens = nw;
+        const int32_t *prompts[1] = {prompt};
+        const int64_t lens[1] = {np};
+        fm_gen_output o;
         if (fm_model_generate(m, prompts, lens, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
         /* transformers returns the eos it stopped on; ours ends before it */
         int64_t got = o.n;
-        if (o.finish == FM_FINISH_EOS) assert_true(got < nw && m->cfg.n_eos > 0 && want[got] == m->cfg.eos_ids[0]), got++;
+        if (o.finish == FM_FINISH_EOS)
+            assert_true(got < nw && m->cfg.n_eos > 0 && want[got] == m->cfg.eos_ids[0]), got++;
         printf("  %-34s %d new tokens as transformers (smallest top-1/top-2 margin %.4f)\n", dirs[d], nw, margin);
         assert_int_equal(got, nw);
         assert_memory_equal(o.ids, want, (size_t)o.n * sizeof *want);

@@ -34,10 +34,10 @@ static float *read_floats(const char *path, int64_t *n) {
 static float *run(const char *dir, fm_preset preset, int32_t layers, const int32_t *ids, int64_t T, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset   = preset;
+    opt.preset = preset;
     opt.n_layers = layers;
-    fm_model *m  = NULL;
-    fm_error  err = {{0}};
+    fm_model *m = NULL;
+    fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fprintf(stderr, "load %s: %s\n", dir, err.msg);
     assert_int_equal(st, FM_OK);
@@ -53,15 +53,15 @@ static float *run(const char *dir, fm_preset preset, int32_t layers, const int32
 static void check_golden(const char *dir) {
     char path[512];
     int32_t *ids = NULL;
-    int64_t  T = 0, n = 0;
+    int64_t T = 0, n = 0;
     fm_error err = {{0}};
     snprintf(path, sizeof path, "%s/golden_ids.i32", dir);
     assert_int_equal(fm_ids_read(path, &ids, &T, &err), FM_OK);
     assert_true(T % 2 == 1); /* an odd length, so no tile size divides it */
     snprintf(path, sizeof path, "%s/golden_logits.f32", dir);
-    float  *golden = read_floats(path, &n);
+    float *golden = read_floats(path, &n);
     int32_t V = 0;
-    float  *logits = run(dir, FM_PRESET_REF, 0, ids, T, &V);
+    float *logits = run(dir, FM_PRESET_REF, 0, ids, T, &V);
     assert_int_equal(n, T * V);
     fm_compare c;
     fm_logits_compare(golden, logits, T, V, &c);
@@ -74,17 +74,32 @@ static void check_golden(const char *dir) {
     free(logits), free(golden), free(ids);
 }
 
-static void golden_qwen3_f32(void **s) { (void)s; check_golden("tests/models/qwen3-moe-f32"); }
-static void golden_qwen3_bf16(void **s) { (void)s; check_golden("tests/models/qwen3-moe-bf16"); }
-static void golden_qwen3_fused(void **s) { (void)s; check_golden("tests/models/qwen3-moe-fused-bf16"); }
-static void golden_qwen3_tied(void **s) { (void)s; check_golden("tests/models/qwen3-moe-tied-f32"); }
-static void golden_mixtral_sharded(void **s) { (void)s; check_golden("tests/models/mixtral-f32-sharded"); }
+static void golden_qwen3_f32(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-moe-f32");
+}
+static void golden_qwen3_bf16(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-moe-bf16");
+}
+static void golden_qwen3_fused(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-moe-fused-bf16");
+}
+static void golden_qwen3_tied(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-moe-tied-f32");
+}
+static void golden_mixtral_sharded(void **s) {
+    (void)s;
+    check_golden("tests/models/mixtral-f32-sharded");
+}
 
 /* The fused 3-D expert layout holds the same bf16 weights as the per-expert file: identical logits, bit for bit. */
 static void fused_layout_equals_per_expert(void **s) {
     (void)s;
     int32_t *ids = NULL;
-    int64_t  T = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read("tests/models/qwen3-moe-bf16/golden_ids.i32", &ids, &T, &err), FM_OK);
     for (int p = 0; p < FM_PRESET_COUNT; p++) {
@@ -101,7 +116,7 @@ static void fused_layout_equals_per_expert(void **s) {
 static void deterministic_across_threads(void **s) {
     (void)s;
     int32_t *ids = NULL;
-    int64_t  T = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read("tests/models/qwen3-moe-tied-f32/golden_ids.i32", &ids, &T, &err), FM_OK);
     for (int p = 0; p < FM_PRESET_COUNT; p++) {
@@ -122,13 +137,13 @@ static void layer_subset(void **s) {
     (void)s;
     const char *dir = "tests/models/qwen3-moe-f32";
     int32_t *ids = NULL;
-    int64_t  T = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read("tests/models/qwen3-moe-f32/golden_ids.i32", &ids, &T, &err), FM_OK);
     int32_t V = 0;
     float *full = run(dir, FM_PRESET_REF, 0, ids, T, &V);
-    float *all  = run(dir, FM_PRESET_REF, 3, ids, T, &V);
-    float *one  = run(dir, FM_PRESET_REF, 1, ids, T, &V);
+    float *all = run(dir, FM_PRESET_REF, 3, ids, T, &V);
+    float *one = run(dir, FM_PRESET_REF, 1, ids, T, &V);
     assert_memory_equal(full, all, (size_t)T * (size_t)V * sizeof(float));
     fm_compare c;
     fm_logits_compare(full, one, T, V, &c);
@@ -151,7 +166,7 @@ static void presets_near_oracle(void **s) {
     (void)s;
     const char *dir = "models/tiny-code-moe";
     int32_t *ids = NULL;
-    int64_t  T = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read("models/tiny-code-moe/eval_ids.i32", &ids, &T, &err), FM_OK);
     T = 129;

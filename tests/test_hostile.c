@@ -46,7 +46,8 @@ static int teardown(void **s) {
 }
 
 static void expect_msg(const fm_error *err, const char *a, const char *b) {
-    if (!strstr(err->msg, a) || (b && !strstr(err->msg, b))) fail_msg("message should name '%s' and '%s': %s", a, b ? b : "", err->msg);
+    if (!strstr(err->msg, a) || (b && !strstr(err->msg, b)))
+        fail_msg("message should name '%s' and '%s': %s", a, b ? b : "", err->msg);
 }
 
 static void write_text(const char *path, const char *text) {
@@ -59,20 +60,20 @@ static void write_text(const char *path, const char *text) {
 /* ---- a tiny Qwen3-MoE checkpoint ------------------------------------------------------------------------ */
 
 typedef struct tiny_spec {
-    int   V, H, heads, kv, hd, E, k, I, L;
-    bool  dense;       /* every layer a dense SwiGLU of width I (mlp_only_layers), the weights of expert 0 */
+    int V, H, heads, kv, hd, E, k, I, L;
+    bool dense;         /* every layer a dense SwiGLU of width I (mlp_only_layers), the weights of expert 0 */
     const char *poison; /* tensor whose element 3 (or 0 when smaller) is set to poison_value */
     float poison_value;
-    int   max_pos;
+    int max_pos;
 } tiny_spec;
 
 #define MAX_T 64
 typedef struct tiny_tensor {
-    char    name[160];
-    int     n_dims;
+    char name[160];
+    int n_dims;
     int64_t shape[2];
     int64_t seed; /* expert tensors of a dense twin take the seed of the expert's, so both hold the same numbers */
-    bool    norm; /* 1 + small noise */
+    bool norm;    /* 1 + small noise */
 } tiny_tensor;
 
 static float rnd_value(uint64_t seed, int64_t i) {
@@ -96,7 +97,8 @@ static void write_tiny(const char *dir, const tiny_spec *s) {
     char cfg[2048], mlp_only[256] = "[]";
     if (s->dense) {
         size_t k = (size_t)snprintf(mlp_only, sizeof mlp_only, "[");
-        for (int l = 0; l < s->L; l++) k += (size_t)snprintf(mlp_only + k, sizeof mlp_only - k, "%s%d", l ? "," : "", l);
+        for (int l = 0; l < s->L; l++)
+            k += (size_t)snprintf(mlp_only + k, sizeof mlp_only - k, "%s%d", l ? "," : "", l);
         snprintf(mlp_only + k, sizeof mlp_only - k, "]");
     }
     snprintf(cfg, sizeof cfg,
@@ -155,7 +157,8 @@ static void write_tiny(const char *dir, const tiny_spec *s) {
         const int64_t count = t[i].n_dims == 1 ? t[i].shape[0] : t[i].shape[0] * t[i].shape[1];
         float *v = malloc((size_t)count * sizeof *v);
         const float scale = t[i].norm ? 0.1f : 1.0f / sqrtf((float)(t[i].n_dims == 2 ? t[i].shape[1] : 1));
-        for (int64_t j = 0; j < count; j++) v[j] = (t[i].norm ? 1.0f : 0.0f) + scale * rnd_value((uint64_t)t[i].seed, j);
+        for (int64_t j = 0; j < count; j++)
+            v[j] = (t[i].norm ? 1.0f : 0.0f) + scale * rnd_value((uint64_t)t[i].seed, j);
         if (s->poison && strcmp(s->poison, t[i].name) == 0) v[count > 3 ? 3 : 0] = s->poison_value;
         assert_int_equal(fm_st_writer_write(&w, v, (uint64_t)count * 4, &err), FM_OK);
         free(v);
@@ -167,11 +170,13 @@ static fm_status load_on(const char *dir, const char *backend, fm_preset p, fm_m
     fm_options opt;
     fm_options_init(&opt);
     opt.backend = backend;
-    opt.preset  = p;
+    opt.preset = p;
     return fm_model_load(dir, &opt, m, err);
 }
 
-static fm_status load(const char *dir, fm_preset p, fm_model **m, fm_error *err) { return load_on(dir, "cpu", p, m, err); }
+static fm_status load(const char *dir, fm_preset p, fm_model **m, fm_error *err) {
+    return load_on(dir, "cpu", p, m, err);
+}
 
 /* logits of ids 0, 1, 2, ... (mod V) at T positions, every one finite */
 static float *run(fm_model *m, int T) {
@@ -203,7 +208,7 @@ static void one_expert_equals_dense(void **s) {
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
     for (int p = 0; p < 3; p++) {
         fm_model *a = NULL, *b = NULL;
-        fm_error  err = {{0}};
+        fm_error err = {{0}};
         if (load(moe, presets[p], &a, &err)) fail_msg("%s: %s", fm_preset_name(presets[p]), err.msg);
         if (load(dense, presets[p], &b, &err)) fail_msg("%s dense: %s", fm_preset_name(presets[p]), err.msg);
         const int T = 5;
@@ -231,7 +236,7 @@ static void vocab_one_and_width_one(void **s) {
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP4};
     for (int p = 0; p < 4; p++) {
         fm_model *m = NULL;
-        fm_error  err = {{0}};
+        fm_error err = {{0}};
         if (load(v1, presets[p], &m, &err)) fail_msg("vocab 1, %s: %s", fm_preset_name(presets[p]), err.msg);
         assert_int_equal(fm_model_vocab_size(m), 1);
         free(run(m, 4));
@@ -248,7 +253,7 @@ static void nonfinite_weights_refused(void **s) {
     (void)s;
     const struct {
         const char *tensor;
-        float       value;
+        float value;
         const char *what;
     } cases[] = {
         {"model.layers.1.mlp.experts.2.down_proj.weight", NAN, "NaN"},
@@ -260,12 +265,21 @@ static void nonfinite_weights_refused(void **s) {
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char dir[300];
         snprintf(dir, sizeof dir, "%s/nan%zu", tmp, c);
-        tiny_spec spec = {.V = 20, .H = 32, .heads = 2, .kv = 1, .hd = 16, .E = 4, .k = 2, .I = 16, .L = 2,
-                          .poison = cases[c].tensor, .poison_value = cases[c].value};
+        tiny_spec spec = {.V = 20,
+                          .H = 32,
+                          .heads = 2,
+                          .kv = 1,
+                          .hd = 16,
+                          .E = 4,
+                          .k = 2,
+                          .I = 16,
+                          .L = 2,
+                          .poison = cases[c].tensor,
+                          .poison_value = cases[c].value};
         write_tiny(dir, &spec);
         for (int p = 0; p < 3; p++) {
             fm_model *m = NULL;
-            fm_error  err = {{0}};
+            fm_error err = {{0}};
             assert_int_equal(load(dir, presets[p], &m, &err), FM_ERR_FORMAT);
             assert_null(m);
             expect_msg(&err, cases[c].tensor, cases[c].what);
@@ -289,10 +303,10 @@ static void context_limit(void **s) {
     tiny_spec spec = {.V = 20, .H = 32, .heads = 2, .kv = 1, .hd = 16, .E = 2, .k = 1, .I = 16, .L = 1, .max_pos = 8};
     write_tiny(dir, &spec);
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(load(dir, FM_PRESET_REF, &m, &err), FM_OK);
     int32_t ids[32] = {0};
-    float  *lg = malloc(32 * 20 * sizeof *lg);
+    float *lg = malloc(32 * 20 * sizeof *lg);
     assert_int_equal(fm_model_logits(m, ids, 8, lg, &err), FM_OK); /* exactly the limit */
     assert_int_equal(fm_model_logits(m, ids, 9, lg, &err), FM_ERR_FORMAT);
     expect_msg(&err, "max_position_embeddings", "--ctx");
@@ -385,8 +399,9 @@ static void checkpoint_regexes(void **s) {
     fm_config *c = malloc(sizeof *c);
     fm_error err = {{0}};
     /* re.match semantics: anchored at the start, not at the end */
-    assert_int_equal(parse_ignore("[\"re:.*mlp\\\\.gate$\",\"re:model\\\\.layers\\\\.0\\\\.\",\"re:(?:lm_head|x)\"]", c,
-                                  &err), FM_OK);
+    assert_int_equal(
+        parse_ignore("[\"re:.*mlp\\\\.gate$\",\"re:model\\\\.layers\\\\.0\\\\.\",\"re:(?:lm_head|x)\"]", c, &err),
+        FM_OK);
     assert_true(ignored(c, "model.layers.3.mlp.gate"));
     assert_false(ignored(c, "model.layers.3.mlp.gate_proj"));
     assert_true(ignored(c, "model.layers.0.self_attn.q_proj")); /* a prefix match is enough */
@@ -433,7 +448,7 @@ static void fifos_refused(void **s) {
         rename(path, saved);
         assert_int_equal(mkfifo(path, 0644), 0);
         fm_model *m = NULL;
-        fm_error  err = {{0}};
+        fm_error err = {{0}};
         assert_int_equal(load(dir, FM_PRESET_REF, &m, &err), FM_ERR_IO);
         expect_msg(&err, names[i], "not a regular file (a FIFO)");
         unlink(path);
@@ -442,7 +457,7 @@ static void fifos_refused(void **s) {
     snprintf(path, sizeof path, "%s/ids.fifo", tmp);
     assert_int_equal(mkfifo(path, 0644), 0);
     int32_t *ids = NULL;
-    int64_t  n = 0;
+    int64_t n = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read(path, &ids, &n, &err), FM_ERR_IO);
     expect_msg(&err, "ids.fifo", "a FIFO");

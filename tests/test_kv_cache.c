@@ -53,7 +53,7 @@ static void test_block_bytes(void **state) {
 static void test_boundaries(void **state) {
     (void)state;
     fm_kv_pool p;
-    fm_error   err;
+    fm_error err;
     assert_int_equal(fm_kv_pool_init(&p, 2, 40, 16, 0, &err), FM_OK);
     assert_int_equal(p.max_blocks, 3);
     assert_int_equal(p.n_blocks, 6);
@@ -68,7 +68,7 @@ static void test_boundaries(void **state) {
     assert_int_equal(fm_kv_seq_append(&p, s, 15, &err), FM_OK); /* 32: still two */
     assert_int_equal(blocks_of(&p, s), 2);
     assert_int_equal(fm_kv_block_of(&p, s, 31), p.tables[1]);
-    assert_int_equal(fm_kv_seq_append(&p, s, 8, &err), FM_OK); /* 40 = ctx */
+    assert_int_equal(fm_kv_seq_append(&p, s, 8, &err), FM_OK);        /* 40 = ctx */
     assert_int_equal(fm_kv_seq_append(&p, s, 1, &err), FM_ERR_USAGE); /* past ctx: refused, unchanged */
     assert_non_null(strstr(err.msg, "--ctx"));
     assert_int_equal(fm_kv_seq_tokens(&p, s), 40);
@@ -79,7 +79,7 @@ static void test_boundaries(void **state) {
 static void test_reuse_and_full(void **state) {
     (void)state;
     fm_kv_pool p;
-    fm_error   err;
+    fm_error err;
     assert_int_equal(fm_kv_pool_init(&p, 3, 64, 16, 5, &err), FM_OK); /* overcommitted: 5 blocks for 3 x 4 */
     int32_t a, b, c;
     assert_int_equal(fm_kv_seq_open(&p, &a, &err), FM_OK);
@@ -97,7 +97,7 @@ static void test_reuse_and_full(void **state) {
     fm_kv_seq_close(&p, a);
     assert_int_equal(p.n_free, 3);
     assert_int_equal(fm_kv_seq_open(&p, &c, &err), FM_OK);
-    assert_int_equal(c, a); /* the slot is reused */
+    assert_int_equal(c, a);                                            /* the slot is reused */
     assert_int_equal(fm_kv_seq_append(&p, c, 64, &err), FM_ERR_NOMEM); /* 4 blocks wanted, 3 free */
     assert_int_equal(fm_kv_seq_append(&p, c, 48, &err), FM_OK);
     int found = 0; /* the freed blocks, all of them */
@@ -115,9 +115,9 @@ static void test_reuse_and_full(void **state) {
 static void test_random_ops(void **state) {
     (void)state;
     fm_kv_pool p;
-    fm_error   err;
+    fm_error err;
     assert_int_equal(fm_kv_pool_init(&p, 8, 100, 16, 30, &err), FM_OK);
-    int64_t  model[8];
+    int64_t model[8];
     uint64_t r = 12345;
     for (int s = 0; s < 8; s++) model[s] = -1;
     for (int it = 0; it < 5000; it++) {
@@ -149,7 +149,7 @@ static void test_random_ops(void **state) {
 static void test_bad_init(void **state) {
     (void)state;
     fm_kv_pool p;
-    fm_error   err;
+    fm_error err;
     assert_int_equal(fm_kv_pool_init(&p, 0, 10, 16, 0, &err), FM_ERR_USAGE);
     assert_int_equal(fm_kv_pool_init(&p, 1, 0, 16, 0, &err), FM_ERR_USAGE);
     assert_int_equal(fm_kv_pool_init(&p, 1 << 20, 1 << 20, 16, 0, &err), FM_ERR_USAGE);
@@ -157,8 +157,8 @@ static void test_bad_init(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_block_bytes),    cmocka_unit_test(test_boundaries), cmocka_unit_test(test_reuse_and_full),
-        cmocka_unit_test(test_random_ops),     cmocka_unit_test(test_bad_init),
+        cmocka_unit_test(test_block_bytes), cmocka_unit_test(test_boundaries), cmocka_unit_test(test_reuse_and_full),
+        cmocka_unit_test(test_random_ops),  cmocka_unit_test(test_bad_init),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,8 +27,12 @@
 #define GiB (1024.0 * 1024.0 * 1024.0)
 
 static const char *const models[] = {
-    "models/tiny-code-moe",      "tests/models/qwen3-moe-f32",          "tests/models/qwen3-moe-bf16",
-    "tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-fused-bf16", "tests/models/mixtral-f32-sharded",
+    "models/tiny-code-moe",
+    "tests/models/qwen3-moe-f32",
+    "tests/models/qwen3-moe-bf16",
+    "tests/models/qwen3-moe-tied-f32",
+    "tests/models/qwen3-moe-fused-bf16",
+    "tests/models/mixtral-f32-sharded",
 };
 
 /* ---- bank bytes per format ------------------------------------------------------------------------------ */
@@ -43,7 +47,8 @@ static void bank_bytes_formulas(void **s) {
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128, 1, 1, 1), 16 + 2);
     /* cuda int4-tc: rows padded to 32, K to 128 (half a byte each), bf16 scales [n][groups][rows_pad] */
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 2, 3, 130), 2 * 32 * 256 / 2 + 2 * 2 * 32 * 2);
-    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 128, 1536, 2048), 128 * 1536 * 1024 + 128 * 16 * 1536 * 2);
+    assert_int_equal(fm_bank_bytes_for("cuda", FM_W_INT4_G128_TC, 128, 1536, 2048),
+                     128 * 1536 * 1024 + 128 * 16 * 1536 * 2);
     /* cuda f32 (the ref32 oracle): rows padded to 4 elements */
     assert_int_equal(fm_bank_bytes_for("cuda", FM_W_F32, 2, 3, 130), 2 * 3 * 132 * 4);
     /* cpu: fp32 values whatever the format, int4 adds fp32 scales */
@@ -69,7 +74,7 @@ static void bank_bytes_formulas(void **s) {
 /* ---- the CPU backend holds what the plan says ------------------------------------------------------------ */
 
 typedef struct fam_bytes {
-    size_t  bytes[FM_MEM_FAMILY_COUNT];
+    size_t bytes[FM_MEM_FAMILY_COUNT];
     int32_t n_banks;
 } fam_bytes;
 
@@ -97,18 +102,18 @@ static void loaded_bytes(const fm_model *m, fam_bytes *out) {
 }
 
 static void plan_of(const fm_model *m, const char *backend, int64_t T, fm_memory_plan *p) {
-    fm_config cfg           = m->cfg;
+    fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed;
-    fm_error err            = {{0}};
-    fm_status st            = fm_memory_plan_compute(&cfg, &m->plan, backend, m->n_layers, T, p, &err);
+    fm_error err = {{0}};
+    fm_status st = fm_memory_plan_compute(&cfg, &m->plan, backend, m->n_layers, T, p, &err);
     if (st) fail_msg("plan: %s", err.msg);
 }
 
 static void cpu_weights_equal_plan(void **s) {
     (void)s;
-    const fm_preset presets[]       = {FM_PRESET_REF, FM_PRESET_INT4};
-    const char     *plan_backends[] = {"cpu", "cuda"}; /* cuda: the CPU emulating the GPU's formats (bf16, int4) */
-    const int32_t   layers[]        = {0, 1};
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    const char *plan_backends[] = {"cpu", "cuda"}; /* cuda: the CPU emulating the GPU's formats (bf16, int4) */
+    const int32_t layers[] = {0, 1};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         for (int p = 0; p < 2; p++)
             for (int b = 0; b < 2; b++)
@@ -116,8 +121,8 @@ static void cpu_weights_equal_plan(void **s) {
                     fm_options opt;
                     fm_options_init(&opt);
                     opt.preset = presets[p], opt.plan_backend = plan_backends[b], opt.n_layers = layers[l];
-                    fm_model *m   = NULL;
-                    fm_error  err = {{0}};
+                    fm_model *m = NULL;
+                    fm_error err = {{0}};
                     if (fm_model_load(models[i], &opt, &m, &err)) fail_msg("load %s: %s", models[i], err.msg);
                     fm_memory_plan plan;
                     plan_of(m, "cpu", 37, &plan);
@@ -131,7 +136,8 @@ static void cpu_weights_equal_plan(void **s) {
                     assert_int_equal(m->weight_bytes, plan.weight_total);
                     assert_int_equal(got.n_banks, plan.n_banks);
                     assert_int_equal(plan.n_layers, m->n_layers);
-                    assert_true(plan.activations > 0 && plan.total == plan.weight_total + plan.activations + plan.workspace);
+                    assert_true(plan.activations > 0 &&
+                                plan.total == plan.weight_total + plan.activations + plan.workspace);
                     fm_model_free(m);
                 }
 }
@@ -141,17 +147,24 @@ static void cpu_weights_equal_plan(void **s) {
  * by formula in bank_bytes_formulas, and against the device in tests/gpu/test_cuda_memory.c. */
 static void prequant_weights_equal_plan(void **s) {
     (void)s;
-    static const struct { const char *dir; fm_preset preset; } cases[] = {
-        {"tests/data/quant/gptq-v1-sym-g128", FM_PRESET_FP8}, {"tests/data/quant/awq-g128", FM_PRESET_FP8},
-        {"tests/data/quant/awq-g128", FM_PRESET_INT4},        {"tests/data/quant/gptq-v2-asym-channel-k128", FM_PRESET_FP8},
-        {"tests/data/quant/fp8-block-b128", FM_PRESET_FP8},   {"tests/data/quant/fp8-block-b48", FM_PRESET_FP8},
-        {"tests/data/quant/gptq-v1-sym", FM_PRESET_INT4},     {"tests/data/quant/gptq-v1-asym-actorder", FM_PRESET_INT4},
+    static const struct {
+        const char *dir;
+        fm_preset preset;
+    } cases[] = {
+        {"tests/data/quant/gptq-v1-sym-g128", FM_PRESET_FP8},
+        {"tests/data/quant/awq-g128", FM_PRESET_FP8},
+        {"tests/data/quant/awq-g128", FM_PRESET_INT4},
+        {"tests/data/quant/gptq-v2-asym-channel-k128", FM_PRESET_FP8},
+        {"tests/data/quant/fp8-block-b128", FM_PRESET_FP8},
+        {"tests/data/quant/fp8-block-b48", FM_PRESET_FP8},
+        {"tests/data/quant/gptq-v1-sym", FM_PRESET_INT4},
+        {"tests/data/quant/gptq-v1-asym-actorder", FM_PRESET_INT4},
         {"tests/data/quant/gptq-v1-sym-g128", FM_PRESET_INT4}}; /* act-order: an order per matrix, identity or not */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         fm_options opt;
         fm_options_init(&opt);
-        opt.preset   = cases[i].preset;
-        fm_model *m  = NULL;
+        opt.preset = cases[i].preset;
+        fm_model *m = NULL;
         fm_error err = {{0}};
         if (fm_model_load(cases[i].dir, &opt, &m, &err)) fail_msg("load %s: %s", cases[i].dir, err.msg);
         fm_memory_plan plan;
@@ -175,7 +188,7 @@ static void prequant_weights_equal_plan(void **s) {
 static void tiny_code_moe_cuda_by_hand(void **s) {
     (void)s;
     fm_config cfg;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_config_load("models/tiny-code-moe", &cfg, &err), FM_OK);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_REF, "cuda", &plan);
@@ -218,7 +231,7 @@ static const char QWEN3_30B[] =
 
 static void qwen3_30b_plan(fm_preset preset, int64_t T, fm_memory_plan *p) {
     fm_config cfg;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
     fm_plan plan;
     fm_plan_for_backend(preset, "cuda", &plan);
@@ -265,8 +278,9 @@ static void qwen3_30b_a3b_on_cuda(void **s) {
     assert_true(bf.weight_total > 60e9 && bf.weight_total < 62e9);
     assert_int_equal(i4.weights[FM_MEM_ATTN], 467140608);
     assert_int_equal(i4.weights[FM_MEM_EXPERTS], INT64_C(14948499456));
-    assert_int_equal(i4.weights[FM_MEM_EMBED] + i4.weights[FM_MEM_LM_HEAD] + i4.weights[FM_MEM_NORMS] + i4.weights[FM_MEM_ROUTER],
-                     bf.weights[FM_MEM_EMBED] + bf.weights[FM_MEM_LM_HEAD] + bf.weights[FM_MEM_NORMS] + bf.weights[FM_MEM_ROUTER]);
+    assert_int_equal(
+        i4.weights[FM_MEM_EMBED] + i4.weights[FM_MEM_LM_HEAD] + i4.weights[FM_MEM_NORMS] + i4.weights[FM_MEM_ROUTER],
+        bf.weights[FM_MEM_EMBED] + bf.weights[FM_MEM_LM_HEAD] + bf.weights[FM_MEM_NORMS] + bf.weights[FM_MEM_ROUTER]);
     assert_int_equal(i4.weight_total, INT64_C(16685887488));
     assert_true(i4.weight_total > 16e9 && i4.weight_total < 17e9);
     for (int i = 0; i < 2; i++) {
@@ -298,8 +312,8 @@ static void qwen3_30b_a3b_on_cuda(void **s) {
     assert_int_equal(bf.activations, 2048 * bf1.activations);
     assert_int_equal(bf.ws_libs, bf1.ws_libs);
     /* T = 1 (a decode step): 8 pairs, 16-row tiles, never more tiles than pairs: 8 tiles, 128 rows */
-    assert_int_equal(bf1.ws_moe, 1792 /* 3 x 512 + 32 ints, 256-aligned */ + 512 /* 6 x 8 pointers, aligned */ +
-                                     128 * 6400 * 2);
+    assert_int_equal(bf1.ws_moe,
+                     1792 /* 3 x 512 + 32 ints, 256-aligned */ + 512 /* 6 x 8 pointers, aligned */ + 128 * 6400 * 2);
 }
 
 /* The fp8 preset by hand: the same int4 codes in the tensor-core layout (every width here is a multiple of 32 rows
@@ -330,7 +344,7 @@ static void qwen3_30b_a3b_fp8_on_cuda(void **s) {
  * how much is needed, of what, and what is available. */
 static void vram_limit_refuses_8gib(void **s) {
     (void)s;
-    const size_t   limit = (size_t)8 << 30;
+    const size_t limit = (size_t)8 << 30;
     fm_memory_plan bf, i4;
     qwen3_30b_plan(FM_PRESET_REF, 2048, &bf);
     qwen3_30b_plan(FM_PRESET_INT4, 2048, &i4);
@@ -357,11 +371,11 @@ static void load_refuses_before_allocating(void **s) {
     (void)s;
     fm_options opt;
     fm_options_init(&opt);
-    opt.backend    = "cuda";
+    opt.backend = "cuda";
     opt.vram_limit = 1 << 20;
-    fm_model *m    = NULL;
-    fm_error  err  = {{0}};
-    fm_status st   = fm_model_load("models/tiny-code-moe", &opt, &m, &err);
+    fm_model *m = NULL;
+    fm_error err = {{0}};
+    fm_status st = fm_model_load("models/tiny-code-moe", &opt, &m, &err);
     assert_null(m);
     if (st == FM_ERR_NOMEM) assert_non_null(strstr(err.msg, "--vram-limit"));
     else {
@@ -381,7 +395,7 @@ static void load_refuses_before_allocating(void **s) {
 static void plan_argument_errors(void **s) {
     (void)s;
     fm_config cfg;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_config_load("tests/models/qwen3-moe-f32", &cfg, &err), FM_OK);
     fm_plan ref_cpu, ref_cuda;
     fm_plan_for_backend(FM_PRESET_REF, "cpu", &ref_cpu);
@@ -418,7 +432,7 @@ static void plan_argument_errors(void **s) {
 static void generation_in_the_plan(void **s) {
     (void)s;
     fm_config cfg;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
@@ -435,18 +449,20 @@ static void generation_in_the_plan(void **s) {
     assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 64, 2050, &err), FM_OK);
     assert_int_equal(p.kv_cache, 12884901888ull / 128 * 129);
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --tokens 64 --backend cuda --preset fp8 --max-seqs 4 "
-                            "--ctx 100"), 0);
+                            "--ctx 100"),
+                     0);
     assert_non_null(strstr(cli_out, "KV cache (4 seqs x 100 tokens)"));
 }
 
 static void expect_usage(int code, const char *needle) {
-    if (code != 2 || !strstr(cli_err, needle)) fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, cli_err);
+    if (code != 2 || !strstr(cli_err, needle))
+        fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, cli_err);
 }
 
 static void inspect_prints_the_plan(void **s) {
     (void)s;
     fm_config cfg;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_config_load("models/tiny-code-moe", &cfg, &err), FM_OK);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_INT4, "cuda", &plan);
@@ -456,9 +472,21 @@ static void inspect_prints_the_plan(void **s) {
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --backend cuda --preset int4 --tokens 512"), 0);
     assert_non_null(strstr(cli_out, "architecture: qwen3_moe")); /* the checkpoint report is still there */
     assert_non_null(strstr(cli_out, "memory plan: backend cuda, preset int4"));
-    const char *rows[] = {"weights", "embeddings", "lm_head", "norms", "attention (qkv + o)", "router", "experts",
-                          "dense MLP", "activations", "logits", "workspace", "ops' scratch",
-                          "cuBLAS and cuBLASLt workspaces", "total", "peak"};
+    const char *rows[] = {"weights",
+                          "embeddings",
+                          "lm_head",
+                          "norms",
+                          "attention (qkv + o)",
+                          "router",
+                          "experts",
+                          "dense MLP",
+                          "activations",
+                          "logits",
+                          "workspace",
+                          "ops' scratch",
+                          "cuBLAS and cuBLASLt workspaces",
+                          "total",
+                          "peak"};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         if (!strstr(cli_out, rows[i])) fail_msg("inspect --tokens: no '%s' row in:\n%s", rows[i], cli_out);
     char num[64];
@@ -486,8 +514,10 @@ static void inspect_prints_the_plan(void **s) {
 static void vram_limit_parsing(void **s) {
     (void)s;
     const char *m = "inspect --model models/tiny-code-moe --tokens 16 --backend cuda";
-    const char *bad[] = {"abc", "0", "-5", "8Q", "8gb", "1.5", ".5G", "8.G", "G", "99999999999999999999", "9000000000Ti", "''"};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect_usage(fp8moe("%s --vram-limit %s", m, bad[i]), "--vram-limit");
+    const char *bad[] = {"abc",          "0", "-5", "8Q", "8gb", "1.5", ".5G", "8.G", "G", "99999999999999999999",
+                         "9000000000Ti", "''"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_usage(fp8moe("%s --vram-limit %s", m, bad[i]), "--vram-limit");
     const char *good[] = {"123456789", "8G", "8Gi", "7.5Gi", "512M", "512Mi", "64K", "64Ki", "1T", "1Ti"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         if (fp8moe("%s --vram-limit %s", m, good[i]) != 0) fail_msg("--vram-limit %s refused: %s", good[i], cli_err);
@@ -534,7 +564,7 @@ static void longer_prompt_refused(void **s) {
     fm_options_init(&opt);
     opt.backend = "cpu", opt.max_tokens = 4;
     fm_model *m = NULL, *m3 = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_OK);
     assert_int_equal(m->buf_tokens, 4);
     const int32_t ids[5] = {11, 7, 300, 42, 5};
@@ -558,18 +588,12 @@ static void longer_prompt_refused(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(bank_bytes_formulas),
-        cmocka_unit_test(cpu_weights_equal_plan),
-        cmocka_unit_test(prequant_weights_equal_plan),
-        cmocka_unit_test(tiny_code_moe_cuda_by_hand),
-        cmocka_unit_test(qwen3_30b_a3b_on_cuda),
-        cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
-        cmocka_unit_test(vram_limit_refuses_8gib),
-        cmocka_unit_test(load_refuses_before_allocating),
-        cmocka_unit_test(longer_prompt_refused),
-        cmocka_unit_test(plan_argument_errors),
-        cmocka_unit_test(inspect_prints_the_plan),
-        cmocka_unit_test(vram_limit_parsing),
+        cmocka_unit_test(bank_bytes_formulas),         cmocka_unit_test(cpu_weights_equal_plan),
+        cmocka_unit_test(prequant_weights_equal_plan), cmocka_unit_test(tiny_code_moe_cuda_by_hand),
+        cmocka_unit_test(qwen3_30b_a3b_on_cuda),       cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
+        cmocka_unit_test(vram_limit_refuses_8gib),     cmocka_unit_test(load_refuses_before_allocating),
+        cmocka_unit_test(longer_prompt_refused),       cmocka_unit_test(plan_argument_errors),
+        cmocka_unit_test(inspect_prints_the_plan),     cmocka_unit_test(vram_limit_parsing),
         cmocka_unit_test(generation_in_the_plan),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);

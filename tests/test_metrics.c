@@ -52,7 +52,7 @@ static void hand_computed_2x3(void **s) {
 static void top5_overlap_three_of_five(void **s) {
     (void)s;
     const float ref[16] = {7, 6, 5, 4, 3, 2, 1, 0, /* row 1 */ 0, 1, 2, 3, 4, 5, 6, 7};
-    const float x[16]   = {7, 6, 5, 0, 0, 9, 8, 0, /* row 1 */ 0, 0, 0, 30, 40, 50, 60, 70};
+    const float x[16] = {7, 6, 5, 0, 0, 9, 8, 0, /* row 1 */ 0, 0, 0, 30, 40, 50, 60, 70};
     fm_compare c;
     fm_logits_compare(ref, x, 1, 8, &c);
     NEAR(c.top5_overlap, 3.0 / 5.0);
@@ -95,9 +95,27 @@ static void non_finite_logits(void **s) {
 static void summary_over_prompts(void **s) {
     (void)s;
     fm_compare v[3] = {
-        {.cosine = 0.99, .cosine_last = 0.98, .max_abs_err = 1, .max_abs_ref = 5, .argmax_agree = 0.9, .mean_kl = 0.1, .top5_overlap = 0.8},
-        {.cosine = 0.97, .cosine_last = 0.99, .max_abs_err = 3, .max_abs_ref = 4, .argmax_agree = 0.7, .mean_kl = 0.3, .top5_overlap = 0.9},
-        {.cosine = 0.98, .cosine_last = 0.97, .max_abs_err = 2, .max_abs_ref = 6, .argmax_agree = 0.8, .mean_kl = 0.2, .top5_overlap = 0.7},
+        {.cosine = 0.99,
+         .cosine_last = 0.98,
+         .max_abs_err = 1,
+         .max_abs_ref = 5,
+         .argmax_agree = 0.9,
+         .mean_kl = 0.1,
+         .top5_overlap = 0.8},
+        {.cosine = 0.97,
+         .cosine_last = 0.99,
+         .max_abs_err = 3,
+         .max_abs_ref = 4,
+         .argmax_agree = 0.7,
+         .mean_kl = 0.3,
+         .top5_overlap = 0.9},
+        {.cosine = 0.98,
+         .cosine_last = 0.97,
+         .max_abs_err = 2,
+         .max_abs_ref = 6,
+         .argmax_agree = 0.8,
+         .mean_kl = 0.2,
+         .top5_overlap = 0.7},
     };
     fm_compare mean, worst;
     fm_compare_summarize(v, 3, &mean, &worst);
@@ -128,9 +146,9 @@ static void summary_over_prompts(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(identical_logits),          cmocka_unit_test(hand_computed_2x3),
+        cmocka_unit_test(identical_logits),           cmocka_unit_test(hand_computed_2x3),
         cmocka_unit_test(top5_overlap_three_of_five), cmocka_unit_test(last_position_differs),
-        cmocka_unit_test(non_finite_logits),         cmocka_unit_test(summary_over_prompts),
+        cmocka_unit_test(non_finite_logits),          cmocka_unit_test(summary_over_prompts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

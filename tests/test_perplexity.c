@@ -17,7 +17,7 @@
 static void ref_perplexity_matches_transformers(void **s) {
     (void)s;
     int32_t *ids = NULL;
-    int64_t  n   = 0;
+    int64_t n = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_ids_read("models/tiny-code-moe/eval_ids.i32", &ids, &n, &err), FM_OK);
     assert_int_equal(n, 131072);
@@ -41,10 +41,10 @@ static void perplexity_rejects_bad_windows(void **s) {
     fm_options opt;
     fm_options_init(&opt);
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     assert_int_equal(fm_model_load("tests/models/qwen3-moe-f32", &opt, &m, &err), FM_OK);
     int32_t ids[40] = {0};
-    double  ppl = 0, loss = 0;
+    double ppl = 0, loss = 0;
     assert_int_equal(fm_model_perplexity(m, ids, 40, 16, 3, NULL, NULL, &ppl, &loss, &err), FM_ERR_FORMAT);
     assert_int_equal(fm_model_perplexity(m, ids, 40, 1, 1, NULL, NULL, &ppl, &loss, &err), FM_ERR_USAGE);
     assert_int_equal(fm_model_perplexity(m, ids, 40, 16, 2, NULL, NULL, &ppl, &loss, &err), FM_OK);

@@ -23,15 +23,13 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint32_t f2u(float f)
-{
+static uint32_t f2u(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static float u2f(uint32_t u)
-{
+static float u2f(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
@@ -42,13 +40,11 @@ typedef struct pair {
 } pair;
 
 /* Reads "<a> <b>" lines; base_a/base_b are 10 or 16. Returns the number of records (fails the test on error). */
-static int64_t load_pairs(const char *name, int base_a, int base_b, pair **out)
-{
+static int64_t load_pairs(const char *name, int base_a, int base_b, pair **out) {
     char path[256];
     snprintf(path, sizeof path, TABLE_DIR "%s", name);
     FILE *f = fopen(path, "r");
-    if (!f)
-        fail_msg("cannot open %s (tests run from the repository root)", path);
+    if (!f) fail_msg("cannot open %s (tests run from the repository root)", path);
     int64_t n = 0, cap = 1024;
     pair *p = malloc((size_t)cap * sizeof *p);
     assert_non_null(p);
@@ -62,8 +58,7 @@ static int64_t load_pairs(const char *name, int base_a, int base_b, pair **out)
         char *ea, *eb;
         p[n].a = (uint32_t)strtoul(sa, &ea, base_a);
         p[n].b = (uint32_t)strtoul(sb, &eb, base_b);
-        if (*ea || *eb)
-            fail_msg("%s: bad record %lld: '%s %s'", path, (long long)n + 1, sa, sb);
+        if (*ea || *eb) fail_msg("%s: bad record %lld: '%s %s'", path, (long long)n + 1, sa, sb);
         n++;
     }
     fclose(f);
@@ -83,47 +78,37 @@ static uint64_t rng_u64(void) /* splitmix64 */
 
 static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1p-53; } /* [0, 1) */
 
-static float rng_normal(void)
-{
+static float rng_normal(void) {
     double u1 = rng_unit(), u2 = rng_unit();
     return (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
 }
 
 /* Gap between e4m3 values around magnitude v (the binade of v; 2^-9 in the subnormal range). */
-static double e4m3_ulp(double v)
-{
-    if (v < 0x1p-6)
-        return 0x1p-9;
-    if (v >= 448.0)
-        return 32.0;
+static double e4m3_ulp(double v) {
+    if (v < 0x1p-6) return 0x1p-9;
+    if (v >= 448.0) return 32.0;
     int e;
     frexp(v, &e); /* v in [2^(e-1), 2^e) */
     return ldexp(1.0, e - 1 - 3);
 }
 
 /* Gap between e2m1 values around magnitude v; values above 6 count as the [4, 8) binade. */
-static double e2m1_ulp(double v)
-{
-    if (v < 2.0)
-        return 0.5;
-    if (v < 4.0)
-        return 1.0;
+static double e2m1_ulp(double v) {
+    if (v < 2.0) return 0.5;
+    if (v < 4.0) return 1.0;
     return 2.0;
 }
 
-static bool is_e2m1_value(double v)
-{
+static bool is_e2m1_value(double v) {
     static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
     for (int i = 0; i < 8; i++)
-        if (fabs(v) == mag[i])
-            return true;
+        if (fabs(v) == mag[i]) return true;
     return false;
 }
 
 /* ---------------------------------------------------------------- e4m3 */
 
-static void test_e4m3_decode_table(void **state)
-{
+static void test_e4m3_decode_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("e4m3_decode.txt", 10, 16, &t);
@@ -143,8 +128,7 @@ static void test_e4m3_decode_table(void **state)
     free(t);
 }
 
-static void test_e4m3_encode_table(void **state)
-{
+static void test_e4m3_encode_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("e4m3_encode.txt", 16, 10, &t);
@@ -166,13 +150,11 @@ static void test_e4m3_encode_table(void **state)
     free(t);
 }
 
-static void test_e4m3_roundtrip_and_saturation(void **state)
-{
+static void test_e4m3_roundtrip_and_saturation(void **state) {
     (void)state;
     for (int c = 0; c < 256; c++) {
         float v = fm_e4m3_to_f32((uint8_t)c);
-        if (isnan(v))
-            continue;
+        if (isnan(v)) continue;
         assert_int_equal(fm_f32_to_e4m3(v), c);
         assert_int_equal(f2u(fm_e4m3_to_f32(fm_f32_to_e4m3(v))), f2u(v));
     }
@@ -187,14 +169,14 @@ static void test_e4m3_roundtrip_and_saturation(void **state)
     assert_int_equal(fm_f32_to_e4m3(0x1p-10f), 0x00);
     assert_int_equal(fm_f32_to_e4m3(nextafterf(0x1p-10f, 1.0f)), 0x01);
     assert_int_equal(fm_f32_to_e4m3(-0x1p-9f), 0x81);
-    assert_int_equal(fm_f32_to_e4m3(3 * 0x1p-10f), 0x02);  /* 1.5 * 2^-9: tie between 1 and 2 -> 2 */
-    assert_int_equal(fm_f32_to_e4m3(15 * 0x1p-10f), 0x08); /* 7.5 * 2^-9: tie to even 8 * 2^-9 = 2^-6, the first normal */
+    assert_int_equal(fm_f32_to_e4m3(3 * 0x1p-10f), 0x02); /* 1.5 * 2^-9: tie between 1 and 2 -> 2 */
+    assert_int_equal(fm_f32_to_e4m3(15 * 0x1p-10f),
+                     0x08); /* 7.5 * 2^-9: tie to even 8 * 2^-9 = 2^-6, the first normal */
     assert_int_equal(fm_f32_to_e4m3(FLT_TRUE_MIN), 0x00);
     assert_int_equal(fm_f32_to_e4m3(-0.0f), 0x80);
 }
 
-static void test_e4m3_groups(void **state)
-{
+static void test_e4m3_groups(void **state) {
     (void)state;
     const int32_t G = 128;
     const int64_t K = 3 * G + 44; /* partial last group */
@@ -203,15 +185,13 @@ static void test_e4m3_groups(void **state)
     float scales[4];
     assert_true(x && codes);
     const float mags[4] = {3.0f, 0.0f, 1e-3f, 250.0f}; /* group 1 is all zero */
-    for (int64_t i = 0; i < K; i++)
-        x[i] = i / G == 1 ? 0.0f : mags[i / G] * rng_normal();
+    for (int64_t i = 0; i < K; i++) x[i] = i / G == 1 ? 0.0f : mags[i / G] * rng_normal();
     x[3 * G + 5] = -mags[3] * 9.0f; /* the partial group's amax is negative */
     fm_e4m3_quantize_groups(x, K, G, codes, scales);
     for (int g = 0; g < 4; g++) {
         int64_t g0 = g * G, g1 = g0 + G < K ? g0 + G : K;
         float amax = 0.0f;
-        for (int64_t i = g0; i < g1; i++)
-            amax = fmaxf(amax, fabsf(x[i]));
+        for (int64_t i = g0; i < g1; i++) amax = fmaxf(amax, fabsf(x[i]));
         assert_true(isfinite(scales[g]) && scales[g] > 0.0f);
         assert_true(f2u(scales[g]) == f2u(fmaxf(amax / 448.0f, FM_ACT_SCALE_FLOOR)));
         bool hit_max = false;
@@ -228,8 +208,7 @@ static void test_e4m3_groups(void **state)
                 assert_int_equal(codes[i] & 0x7F, 0x7E); /* amax maps to +-448 */
                 hit_max = true;
             }
-            if (g == 1)
-                assert_int_equal(codes[i], 0);
+            if (g == 1) assert_int_equal(codes[i], 0);
         }
         assert_true(hit_max || g == 1);
     }
@@ -240,21 +219,18 @@ static void test_e4m3_groups(void **state)
 
 /* ---------------------------------------------------------------- e2m1, e8m0 */
 
-static void test_e2m1_decode_table(void **state)
-{
+static void test_e2m1_decode_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("e2m1_decode.txt", 10, 16, &t);
     assert_int_equal(n, 16);
-    for (int64_t i = 0; i < n; i++)
-        assert_int_equal(f2u(fm_e2m1_to_f32((uint8_t)t[i].a)), t[i].b);
+    for (int64_t i = 0; i < n; i++) assert_int_equal(f2u(fm_e2m1_to_f32((uint8_t)t[i].a)), t[i].b);
     /* only the low nibble is used */
     assert_int_equal(f2u(fm_e2m1_to_f32(0xF7)), f2u(6.0f));
     free(t);
 }
 
-static void test_e2m1_encode_table(void **state)
-{
+static void test_e2m1_encode_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("e2m1_encode.txt", 16, 10, &t);
@@ -267,8 +243,7 @@ static void test_e2m1_encode_table(void **state)
     free(t);
 }
 
-static void test_e2m1_ties_and_policy(void **state)
-{
+static void test_e2m1_ties_and_policy(void **state) {
     (void)state;
     /* RNE ties go to the even mantissa */
     const float tie[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
@@ -281,8 +256,7 @@ static void test_e2m1_ties_and_policy(void **state)
         float hi = fm_e2m1_to_f32(fm_f32_to_e2m1(nextafterf(tie[i], 10.0f)));
         assert_true(lo < tie[i] && hi > tie[i]);
     }
-    for (int c = 0; c < 16; c++)
-        assert_int_equal(fm_f32_to_e2m1(fm_e2m1_to_f32((uint8_t)c)), c); /* -0 -> 8 included */
+    for (int c = 0; c < 16; c++) assert_int_equal(fm_f32_to_e2m1(fm_e2m1_to_f32((uint8_t)c)), c); /* -0 -> 8 included */
     assert_int_equal(fm_f32_to_e2m1(6.5f), 0x7);
     assert_int_equal(fm_f32_to_e2m1(1e30f), 0x7);
     assert_int_equal(fm_f32_to_e2m1(INFINITY), 0x7);
@@ -293,18 +267,15 @@ static void test_e2m1_ties_and_policy(void **state)
     assert_int_equal(fm_f32_to_e2m1(-NAN), 0x7);
 }
 
-static void test_e8m0_decode_table(void **state)
-{
+static void test_e8m0_decode_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("e8m0_decode.txt", 10, 16, &t);
     assert_int_equal(n, 256);
     for (int64_t i = 0; i < n; i++) {
         float got = fm_e8m0_to_f32((uint8_t)t[i].a);
-        if (isnan(u2f(t[i].b)))
-            assert_true(isnan(got));
-        else
-            assert_int_equal(f2u(got), t[i].b);
+        if (isnan(u2f(t[i].b))) assert_true(isnan(got));
+        else assert_int_equal(f2u(got), t[i].b);
     }
     assert_true(isnan(fm_e8m0_to_f32(0xFF)));
     assert_true(fm_e8m0_to_f32(127) == 1.0f && fm_e8m0_to_f32(0) == 0x1p-127f);
@@ -313,16 +284,14 @@ static void test_e8m0_decode_table(void **state)
 
 /* ---------------------------------------------------------------- bf16, f16 */
 
-static void test_bf16_table(void **state)
-{
+static void test_bf16_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("bf16_encode.txt", 16, 16, &t);
     assert_true(n > 10000);
     for (int64_t i = 0; i < n; i++) {
         uint16_t got = fm_f32_to_bf16(u2f(t[i].a));
-        if (got != t[i].b)
-            fail_msg("bf16 encode %08x: got %04x, ml_dtypes %04x", t[i].a, got, t[i].b);
+        if (got != t[i].b) fail_msg("bf16 encode %08x: got %04x, ml_dtypes %04x", t[i].a, got, t[i].b);
         assert_int_equal(f2u(fm_round_bf16(u2f(t[i].a))), t[i].b << 16);
     }
     free(t);
@@ -330,8 +299,7 @@ static void test_bf16_table(void **state)
     for (uint32_t h = 0; h < 65536; h++) {
         float v = fm_bf16_to_f32((uint16_t)h);
         assert_int_equal(f2u(v), h << 16);
-        if (!isnan(v))
-            assert_int_equal(fm_f32_to_bf16(v), h);
+        if (!isnan(v)) assert_int_equal(fm_f32_to_bf16(v), h);
     }
     uint16_t q = fm_f32_to_bf16(u2f(0x7F800001u)); /* signalling NaN whose payload is all in the low bits */
     assert_true(isnan(fm_bf16_to_f32(q)) && (q & 0x0040u));
@@ -342,15 +310,13 @@ static void test_bf16_table(void **state)
 }
 
 /* Independent decode of an f16 code, for the exhaustive round trip. */
-static double f16_value(uint16_t h)
-{
+static double f16_value(uint16_t h) {
     int e = (h >> 10) & 0x1F, m = h & 0x3FF;
     double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
     return (h & 0x8000) ? -v : v;
 }
 
-static void test_f16_table(void **state)
-{
+static void test_f16_table(void **state) {
     (void)state;
     pair *t;
     int64_t n = load_pairs("f16_encode.txt", 16, 16, &t);
@@ -374,9 +340,9 @@ static void test_f16_table(void **state)
     }
     /* subnormals, overflow, NaN */
     assert_int_equal(fm_f32_to_f16(0x1p-24f), 0x0001);
-    assert_int_equal(fm_f32_to_f16(0x1p-25f), 0x0000);                    /* tie -> even (0) */
+    assert_int_equal(fm_f32_to_f16(0x1p-25f), 0x0000); /* tie -> even (0) */
     assert_int_equal(fm_f32_to_f16(nextafterf(0x1p-25f, 1.0f)), 0x0001);
-    assert_int_equal(fm_f32_to_f16(3 * 0x1p-25f), 0x0002);                /* 1.5 ulp tie -> 2 */
+    assert_int_equal(fm_f32_to_f16(3 * 0x1p-25f), 0x0002);               /* 1.5 ulp tie -> 2 */
     assert_int_equal(fm_f32_to_f16(nextafterf(0x1p-14f, 0.0f)), 0x0400); /* rounds up to the first normal */
     assert_int_equal(fm_f32_to_f16(65504.0f), 0x7BFF);
     assert_int_equal(fm_f32_to_f16(65519.99f), 0x7BFF);
@@ -391,18 +357,15 @@ static void test_f16_table(void **state)
 static uint8_t nib(const uint8_t *packed, int64_t i) { return (packed[i / 2] >> (4 * (i % 2))) & 0xF; }
 
 /* Random blocks, each at its own magnitude (2^-20 .. 2^20) so many different scale bytes appear. */
-static void fill_blocks(float *x, int64_t n, int block)
-{
+static void fill_blocks(float *x, int64_t n, int block) {
     float mag = 1.0f;
     for (int64_t i = 0; i < n; i++) {
-        if (i % block == 0)
-            mag = ldexpf(1.0f + (float)rng_unit(), (int)(rng_u64() % 41) - 20);
+        if (i % block == 0) mag = ldexpf(1.0f + (float)rng_unit(), (int)(rng_u64() % 41) - 20);
         x[i] = mag * rng_normal();
     }
 }
 
-static void check_mx(const float *x, int64_t n, fm_mx_rule rule)
-{
+static void check_mx(const float *x, int64_t n, fm_mx_rule rule) {
     int64_t nb = (n + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
     uint8_t *packed = malloc((size_t)(n + 1) / 2), *sc = malloc((size_t)nb);
     float *deq = malloc((size_t)n * sizeof *deq);
@@ -410,18 +373,16 @@ static void check_mx(const float *x, int64_t n, fm_mx_rule rule)
     memset(packed, 0xAA, (size_t)(n + 1) / 2); /* poison: the quantizer must write every byte */
     fm_mxfp4_quantize(x, n, rule, packed, sc);
     fm_mxfp4_dequantize(packed, sc, n, deq);
-    if (n & 1)
-        assert_int_equal(packed[n / 2] >> 4, 0);
+    if (n & 1) assert_int_equal(packed[n / 2] >> 4, 0);
     for (int64_t b = 0; b < nb; b++) {
         int64_t b0 = b * FM_MX_BLOCK, b1 = b0 + FM_MX_BLOCK < n ? b0 + FM_MX_BLOCK : n;
         double X = fm_e8m0_to_f32(sc[b]);
         assert_true(sc[b] != 0xFF && X > 0.0);
         double amax = 0.0;
-        for (int64_t i = b0; i < b1; i++)
-            amax = fmax(amax, fabs(x[i]));
+        for (int64_t i = b0; i < b1; i++) amax = fmax(amax, fabs(x[i]));
         if (rule == FM_MX_RCEIL) {
-            assert_true(amax / X <= 6.0);       /* nothing clips ... */
-            assert_true(amax / (X / 2) > 6.0);  /* ... and X is the smallest power of two for which that holds */
+            assert_true(amax / X <= 6.0);      /* nothing clips ... */
+            assert_true(amax / (X / 2) > 6.0); /* ... and X is the smallest power of two for which that holds */
         } else {
             assert_true(amax / X >= 4.0 && amax / X < 8.0); /* X = 2^(floor(log2 amax) - 2) */
         }
@@ -444,8 +405,7 @@ static void check_mx(const float *x, int64_t n, fm_mx_rule rule)
     free(deq);
 }
 
-static void test_mxfp4_random(void **state)
-{
+static void test_mxfp4_random(void **state) {
     (void)state;
     const int64_t n = 40 * FM_MX_BLOCK + 13; /* odd, partial last block */
     float *x = malloc(n * sizeof *x);
@@ -458,8 +418,7 @@ static void test_mxfp4_random(void **state)
     free(x);
 }
 
-static void test_mxfp4_rules_and_edges(void **state)
-{
+static void test_mxfp4_rules_and_edges(void **state) {
     (void)state;
     float x[FM_MX_BLOCK * 3 + 5];
     uint8_t packed[sizeof x / sizeof x[0] / 2 + 1], sc[4];
@@ -467,8 +426,7 @@ static void test_mxfp4_rules_and_edges(void **state)
     const int64_t n = sizeof x / sizeof x[0];
     /* block 0: amax 7.5. FLOOR: X = 2^(2-2) = 1, 7.5 clips to 6. RCEIL: X = 2^ceil(log2 1.25) = 2, 7.5/2 -> 4 */
     /* block 1: all zero. block 2: amax exactly 6 (both rules: X = 1). block 3 (partial, 5): amax 1e-40 */
-    for (int64_t i = 0; i < n; i++)
-        x[i] = 0.0f;
+    for (int64_t i = 0; i < n; i++) x[i] = 0.0f;
     x[3] = 7.5f;
     x[4] = -1.0f;
     x[2 * FM_MX_BLOCK + 1] = -6.0f;
@@ -480,8 +438,7 @@ static void test_mxfp4_rules_and_edges(void **state)
     assert_int_equal(sc[0], 127);
     assert_true(deq[3] == 6.0f && deq[4] == -1.0f);
     assert_int_equal(sc[1], 0); /* all-zero block: smallest scale */
-    for (int i = FM_MX_BLOCK; i < 2 * FM_MX_BLOCK; i++)
-        assert_true(nib(packed, i) == 0 && deq[i] == 0.0f);
+    for (int i = FM_MX_BLOCK; i < 2 * FM_MX_BLOCK; i++) assert_true(nib(packed, i) == 0 && deq[i] == 0.0f);
     assert_int_equal(sc[2], 127);
     assert_true(deq[2 * FM_MX_BLOCK + 1] == -6.0f && deq[2 * FM_MX_BLOCK + 2] == 1.0f); /* 0.75 ties to 1 */
     assert_int_equal(sc[3], 0); /* exponent clamped at 0, not wrapped */
@@ -495,8 +452,7 @@ static void test_mxfp4_rules_and_edges(void **state)
     assert_int_equal(sc[1], 0);
     assert_int_equal(sc[2], 127);
     assert_int_equal(sc[3], 0);
-    for (int64_t i = 0; i < n; i++)
-        assert_false(isnan(deq[i]));
+    for (int64_t i = 0; i < n; i++) assert_false(isnan(deq[i]));
 
     /* the top of the range: FLOOR never exceeds 252, +-inf clamps to 254 (never the NaN byte) */
     float big[FM_MX_BLOCK] = {0};
@@ -511,8 +467,7 @@ static void test_mxfp4_rules_and_edges(void **state)
 
 /* ---------------------------------------------------------------- NVFP4 */
 
-static void test_nvfp4_random(void **state)
-{
+static void test_nvfp4_random(void **state) {
     (void)state;
     const int64_t n = 50 * FM_NV_BLOCK + 7;
     const int64_t nb = (n + FM_NV_BLOCK - 1) / FM_NV_BLOCK;
@@ -523,14 +478,12 @@ static void test_nvfp4_random(void **state)
         /* block magnitudes within 2^-7 of each other keep every block scale an e4m3 normal */
         float mag = 1.0f;
         for (int64_t i = 0; i < n; i++) {
-            if (i % FM_NV_BLOCK == 0)
-                mag = ldexpf(1.0f + (float)rng_unit(), -(int)(rng_u64() % 7)) * 37.0f;
+            if (i % FM_NV_BLOCK == 0) mag = ldexpf(1.0f + (float)rng_unit(), -(int)(rng_u64() % 7)) * 37.0f;
             x[i] = mag * rng_normal();
         }
         float ts = fm_nvfp4_tensor_scale(x, n);
         float amax = 0.0f;
-        for (int64_t i = 0; i < n; i++)
-            amax = fmaxf(amax, fabsf(x[i]));
+        for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
         assert_true(ts == amax / 2688.0f);
         memset(packed, 0xAA, (size_t)(n + 1) / 2);
         fm_nvfp4_quantize(x, n, ts, packed, sc);
@@ -540,8 +493,7 @@ static void test_nvfp4_random(void **state)
         for (int64_t b = 0; b < nb; b++) {
             int64_t b0 = b * FM_NV_BLOCK, b1 = b0 + FM_NV_BLOCK < n ? b0 + FM_NV_BLOCK : n;
             float bamax = 0.0f;
-            for (int64_t i = b0; i < b1; i++)
-                bamax = fmaxf(bamax, fabsf(x[i]));
+            for (int64_t i = b0; i < b1; i++) bamax = fmaxf(bamax, fabsf(x[i]));
             assert_int_equal(sc[b], fm_f32_to_e4m3(bamax / (6.0f * ts)));
             float bs = fm_e4m3_to_f32(sc[b]);
             assert_true(bs >= 0x1p-6f && bs <= 448.0f);
@@ -568,8 +520,7 @@ static void test_nvfp4_random(void **state)
     free(sc);
 }
 
-static void test_nvfp4_edges(void **state)
-{
+static void test_nvfp4_edges(void **state) {
     (void)state;
     enum { N = 3 * FM_NV_BLOCK + 3 };
     float x[N] = {0}, deq[N];
@@ -579,15 +530,12 @@ static void test_nvfp4_edges(void **state)
     assert_true(ts == FM_NVFP4_TENSOR_SCALE_FLOOR && isfinite(ts) && ts > 0.0f);
     fm_nvfp4_quantize(x, N, ts, packed, sc);
     fm_nvfp4_dequantize(packed, sc, ts, N, deq);
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(sc[i], 0);
-    for (int i = 0; i < N; i++)
-        assert_true(nib(packed, i) == 0 && deq[i] == 0.0f);
+    for (int i = 0; i < 4; i++) assert_int_equal(sc[i], 0);
+    for (int i = 0; i < N; i++) assert_true(nib(packed, i) == 0 && deq[i] == 0.0f);
 
     /* block 0 large; block 1 zero; block 2 so small its e4m3 scale rounds to 0 -> zeros;
      * partial block 3 holds +inf, which the tensor scale ignores and the block saturates */
-    for (int i = 0; i < FM_NV_BLOCK; i++)
-        x[i] = (float)(i - 7) * 100.0f;
+    for (int i = 0; i < FM_NV_BLOCK; i++) x[i] = (float)(i - 7) * 100.0f;
     x[2 * FM_NV_BLOCK + 3] = 1e-4f;
     x[3 * FM_NV_BLOCK + 1] = INFINITY;
     x[3 * FM_NV_BLOCK + 2] = -50.0f;
@@ -598,33 +546,28 @@ static void test_nvfp4_edges(void **state)
     assert_int_equal(sc[0], 0x7E);
     assert_int_equal(sc[1], 0);
     assert_int_equal(sc[2], 0);
-    for (int i = FM_NV_BLOCK; i < 3 * FM_NV_BLOCK; i++)
-        assert_true(nib(packed, i) == 0 && deq[i] == 0.0f);
+    for (int i = FM_NV_BLOCK; i < 3 * FM_NV_BLOCK; i++) assert_true(nib(packed, i) == 0 && deq[i] == 0.0f);
     assert_int_equal(sc[3], 0x7E); /* inf / (6 ts) saturates to 448 */
     assert_int_equal(nib(packed, 3 * FM_NV_BLOCK + 1), 0x7);
     assert_true(deq[3 * FM_NV_BLOCK + 1] == (float)(6.0 * 448.0 * ts));
     assert_true(fabsf(deq[15] - 800.0f) < 1e-3f && deq[0] == -deq[15]); /* -700 / (448 ts) = -5.25 -> -6 */
     assert_int_equal(packed[N / 2] >> 4, 0);
-    for (int i = 0; i < N; i++)
-        assert_false(isnan(deq[i]));
+    for (int i = 0; i < N; i++) assert_false(isnan(deq[i]));
 }
 
 /* ---------------------------------------------------------------- int4 */
 
-static float to_dtype(float s, fm_scale_dtype dt)
-{
+static float to_dtype(float s, fm_scale_dtype dt) {
     return dt == FM_SCALE_BF16 ? fm_bf16_to_f32(fm_f32_to_bf16(s)) : fm_f16_to_f32(fm_f32_to_f16(s));
 }
 
 /* The dtype value just below s (s > 0 representable in dt). */
-static float dtype_prev(float s, fm_scale_dtype dt)
-{
+static float dtype_prev(float s, fm_scale_dtype dt) {
     return dt == FM_SCALE_BF16 ? fm_bf16_to_f32((uint16_t)(fm_f32_to_bf16(s) - 1))
                                : fm_f16_to_f32((uint16_t)(fm_f32_to_f16(s) - 1));
 }
 
-static void check_int4(bool sym, int32_t G, fm_scale_dtype dt)
-{
+static void check_int4(bool sym, int32_t G, fm_scale_dtype dt) {
     enum { ROWS = 6, K = 200 };
     const int64_t ng = fm_int4_n_groups(K, G);
     float *w = malloc(ROWS * K * sizeof *w), *deq = malloc(ROWS * K * sizeof *deq);
@@ -635,14 +578,11 @@ static void check_int4(bool sym, int32_t G, fm_scale_dtype dt)
     const float outlier = 3000.0f;
     for (int r = 0; r < ROWS; r++) {
         float mag = ldexpf(0.02f, r - 2);
-        for (int k = 0; k < K; k++)
-            w[r * K + k] = mag * rng_normal() + (r == 2 ? 0.01f : 0.0f); /* row 2 off-centre */
+        for (int k = 0; k < K; k++) w[r * K + k] = mag * rng_normal() + (r == 2 ? 0.01f : 0.0f); /* row 2 off-centre */
     }
-    for (int k = 0; k < K; k++)
-        w[3 * K + k] = 0.0f; /* an all-zero row */
-    w[4 * K + 77] = outlier; /* one huge outlier */
-    for (int k = 0; k < K; k++)
-        w[5 * K + k] = fabsf(w[5 * K + k]); /* all positive: asym min widens to 0 */
+    for (int k = 0; k < K; k++) w[3 * K + k] = 0.0f;                /* an all-zero row */
+    w[4 * K + 77] = outlier;                                        /* one huge outlier */
+    for (int k = 0; k < K; k++) w[5 * K + k] = fabsf(w[5 * K + k]); /* all positive: asym min widens to 0 */
 
     memset(zeros, 0xEE, ROWS * ng);
     fm_int4_quantize(w, ROWS, K, &(fm_int4_params){G, sym, dt}, q, scales, sym ? NULL : zeros);
@@ -661,8 +601,7 @@ static void check_int4(bool sym, int32_t G, fm_scale_dtype dt)
             /* representable in the dtype, and the smallest such value >= the fp32 scale */
             assert_true(f2u(to_dtype(s, dt)) == f2u(s));
             assert_true(s >= sf);
-            if (s > 0.0f)
-                assert_true(dtype_prev(s, dt) < sf);
+            if (s > 0.0f) assert_true(dtype_prev(s, dt) < sf);
             int z = sym ? 0 : zeros[r * ng + g];
             assert_true(z >= 0 && z <= 15);
             for (int64_t k = k0; k < k1; k++) {
@@ -677,8 +616,7 @@ static void check_int4(bool sym, int32_t G, fm_scale_dtype dt)
             }
             if (r == 3) {
                 assert_true(s == 0.0f);
-                for (int64_t k = k0; k < k1; k++)
-                    assert_true(q[r * K + k] == z && deq[r * K + k] == 0.0f);
+                for (int64_t k = k0; k < k1; k++) assert_true(q[r * K + k] == z && deq[r * K + k] == 0.0f);
             }
         }
     }
@@ -686,8 +624,7 @@ static void check_int4(bool sym, int32_t G, fm_scale_dtype dt)
     assert_int_equal(q[4 * K + 77], sym ? 7 : 15);
     assert_true(deq[4 * K + 77] >= outlier * 0.9f);
     for (int64_t g = 0; g < ng; g++)
-        if (g != 77 / G)
-            assert_true(scales[4 * ng + g] < 1.0f);
+        if (g != 77 / G) assert_true(scales[4 * ng + g] < 1.0f);
     /* pack / unpack round trip, even and odd lengths */
     for (int64_t len = ROWS * K; len >= ROWS * K - 1; len--) {
         memset(q2, 0x55, ROWS * K);
@@ -704,40 +641,34 @@ static void check_int4(bool sym, int32_t G, fm_scale_dtype dt)
     free(packed);
 }
 
-static void test_int4_groups(void **state)
-{
+static void test_int4_groups(void **state) {
     (void)state;
     const int32_t groups[3] = {32, 64, 128};
     for (int sym = 0; sym < 2; sym++)
         for (int gi = 0; gi < 3; gi++)
-            for (int dt = 0; dt < 2; dt++)
-                check_int4(sym, groups[gi], dt ? FM_SCALE_F16 : FM_SCALE_BF16);
+            for (int dt = 0; dt < 2; dt++) check_int4(sym, groups[gi], dt ? FM_SCALE_F16 : FM_SCALE_BF16);
 }
 
-static void test_int4_pack_layout(void **state)
-{
+static void test_int4_pack_layout(void **state) {
     (void)state;
     int8_t q[17], back[17];
     uint8_t packed[9];
-    for (int i = 0; i < 16; i++)
-        q[i] = (int8_t)(i - 8); /* every symmetric code */
+    for (int i = 0; i < 16; i++) q[i] = (int8_t)(i - 8); /* every symmetric code */
     q[16] = -1;
     fm_int4_pack(q, 17, packed);
-    assert_int_equal(packed[0], 0x98);              /* -8 low nibble 0x8, -7 high nibble 0x9 */
-    assert_int_equal(packed[4], 0x10);              /* 0 low, 1 high */
-    assert_int_equal(packed[8], 0x0F);              /* odd tail: high nibble 0 */
+    assert_int_equal(packed[0], 0x98); /* -8 low nibble 0x8, -7 high nibble 0x9 */
+    assert_int_equal(packed[4], 0x10); /* 0 low, 1 high */
+    assert_int_equal(packed[8], 0x0F); /* odd tail: high nibble 0 */
     fm_int4_unpack(packed, 17, true, back);
     assert_memory_equal(q, back, 17);
-    for (int i = 0; i < 16; i++)
-        q[i] = (int8_t)i; /* every asymmetric code */
+    for (int i = 0; i < 16; i++) q[i] = (int8_t)i; /* every asymmetric code */
     fm_int4_pack(q, 16, packed);
     fm_int4_unpack(packed, 16, false, back);
     assert_memory_equal(q, back, 16);
     assert_int_equal(packed[7], 0xFE);
 }
 
-static void test_int4_saturated_f16_scale(void **state)
-{
+static void test_int4_saturated_f16_scale(void **state) {
     (void)state;
     /* a group beyond the fp16 range: the scale saturates at 65504 instead of becoming inf (no NaN out) */
     float w[32] = {0}, deq[32], s;
@@ -752,8 +683,7 @@ static void test_int4_saturated_f16_scale(void **state)
     assert_true(deq[0] == 7.0f * 65504.0f && deq[1] == 0.0f);
 }
 
-static void test_parallel_paths_match_serial(void **state)
-{
+static void test_parallel_paths_match_serial(void **state) {
     (void)state;
     /* large enough for the OpenMP paths (> 2^18 elements); row-by-row calls stay serial */
     enum { ROWS = 1030, K = 264 };
@@ -764,8 +694,7 @@ static void test_parallel_paths_match_serial(void **state)
     int8_t *q = malloc(ROWS * K), *q1 = malloc(K);
     uint8_t *z = malloc(ROWS * ng), *z1 = malloc(ng);
     assert_true(w && sc && sc1 && deq && deq1 && r && q && q1 && z && z1);
-    for (int64_t i = 0; i < ROWS * K; i++)
-        w[i] = rng_normal() * 0.05f;
+    for (int64_t i = 0; i < ROWS * K; i++) w[i] = rng_normal() * 0.05f;
     fm_int4_quantize(w, ROWS, K, &p, q, sc, z);
     fm_int4_dequantize(q, sc, z, ROWS, K, &p, deq);
     for (int64_t row = 0; row < ROWS; row++) {
@@ -778,8 +707,7 @@ static void test_parallel_paths_match_serial(void **state)
     }
     memcpy(r, w, ROWS * K * sizeof *r);
     fm_round_bf16_array(r, ROWS * K);
-    for (int64_t i = 0; i < ROWS * K; i++)
-        assert_int_equal(f2u(r[i]), f2u(fm_round_bf16(w[i])));
+    for (int64_t i = 0; i < ROWS * K; i++) assert_int_equal(f2u(r[i]), f2u(fm_round_bf16(w[i])));
     free(w);
     free(sc);
     free(sc1);
@@ -792,8 +720,7 @@ static void test_parallel_paths_match_serial(void **state)
     free(z1);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e4m3_decode_table),
         cmocka_unit_test(test_e4m3_encode_table),

@@ -114,7 +114,7 @@ static void check_ops(const char *name) {
     quant_fixture f;
     quant_fixture_open(&f, DATA, name);
     const fm_model_src *qs = &f.qs, *ds = &f.ds;
-    const fm_config    *qcfg = &f.qcfg;
+    const fm_config *qcfg = &f.qcfg;
     fm_error err = {{0}};
     assert_int_equal(qs->n_unused, 0); /* every tensor of the checkpoint found its slot */
     fm_plan plan;

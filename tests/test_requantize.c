@@ -238,7 +238,8 @@ static void writer_roundtrip(void **s) {
     fm_st_writer w;
     fm_error err = {{0}};
     assert_int_equal(fm_st_writer_open(&w, path, e, 4, meta, 1, &err), FM_OK);
-    for (int i = 0; i < 4; i++) assert_int_equal(fm_st_writer_write(&w, data[i], fm_st_entry_bytes(&e[i]), &err), FM_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(fm_st_writer_write(&w, data[i], fm_st_entry_bytes(&e[i]), &err), FM_OK);
     assert_int_equal(fm_st_writer_close(&w, &err), FM_OK);
     fm_st_file f;
     assert_int_equal(fm_st_open_file(path, &f, &err), FM_OK);
@@ -329,7 +330,8 @@ static void make_variant(const char *dst, variant v) {
     snprintf(path, sizeof path, "%s/model.safetensors", dst);
     fm_st_writer w;
     assert_int_equal(fm_st_writer_open(&w, path, e, n, NULL, 0, &err), FM_OK);
-    for (int64_t j = 0; j < n; j++) assert_int_equal(fm_st_writer_write(&w, data[j], fm_st_entry_bytes(&e[j]), &err), FM_OK);
+    for (int64_t j = 0; j < n; j++)
+        assert_int_equal(fm_st_writer_write(&w, data[j], fm_st_entry_bytes(&e[j]), &err), FM_OK);
     assert_int_equal(fm_st_writer_close(&w, &err), FM_OK);
     for (int64_t j = 0; j < n; j++) free(owned[j]);
     for (int64_t i = 0; i < n0; i++) free(names[i]);
@@ -341,8 +343,10 @@ static void make_variant(const char *dst, variant v) {
     slurp(path, text, 1 << 16);
     cJSON *cfg = cJSON_Parse(text);
     free(text);
-    cJSON *wts = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg,
-        "quantization_config"), "config_groups"), "group_0"), "weights");
+    cJSON *wts = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "quantization_config"), "config_groups"),
+                            "group_0"),
+        "weights");
     if (v == V_ZERO_POINTS || v == V_ZERO_POINT_9) cJSON_ReplaceItemInObject(wts, "symmetric", cJSON_CreateFalse());
     assert_int_equal(fm_requant_write_json(dst, "config.json", cfg, &err), FM_OK);
     cJSON_Delete(cfg);
@@ -493,8 +497,9 @@ static void cli_refusals(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(writer_roundtrip), cmocka_unit_test(bit_identical),  cmocka_unit_test(output_format),
-        cmocka_unit_test(sharded),          cmocka_unit_test(native_binding), cmocka_unit_test(autogptq_quantize_config),
+        cmocka_unit_test(writer_roundtrip), cmocka_unit_test(bit_identical),
+        cmocka_unit_test(output_format),    cmocka_unit_test(sharded),
+        cmocka_unit_test(native_binding),   cmocka_unit_test(autogptq_quantize_config),
         cmocka_unit_test(cli_refusals),
     };
     return cmocka_run_group_tests(tests, group_setup, cli_runner_teardown);

@@ -45,26 +45,28 @@ static void defaults_follow_the_device(void **s) {
 static void every_key_and_value_parses(void **s) {
     (void)s;
     fm_routes r;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_routes_default(&r, 9);
     assert_int_equal(fm_routes_apply(&r, NULL, &err), FM_OK);
     assert_int_equal(fm_routes_apply(&r, "", &err), FM_OK);
     assert_true(fm_routes_w4a8_wgmma(&r));
-    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma,w4a8.tile=16,dense.gemv=off,w8a8.gemv_max_m=16,pdl=off", &err),
-                     FM_OK);
+    assert_int_equal(
+        fm_routes_apply(&r, "w4a8.kernel=mma,w4a8.tile=16,dense.gemv=off,w8a8.gemv_max_m=16,pdl=off", &err), FM_OK);
     assert_false(fm_routes_w4a8_wgmma(&r));
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1 << 20, 1), 16);
     assert_false(fm_routes_gemv(&r));
     assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 16);
     assert_false(fm_routes_pdl(&r));
     /* auto goes back to the default rule; a later key wins */
-    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=auto,w4a8.tile=auto,dense.gemv=auto,w8a8.gemv_max_m=auto,pdl=auto",
-                                     &err), FM_OK);
+    assert_int_equal(
+        fm_routes_apply(&r, "w4a8.kernel=auto,w4a8.tile=auto,dense.gemv=auto,w8a8.gemv_max_m=auto,pdl=auto", &err),
+        FM_OK);
     assert_true(fm_routes_w4a8_wgmma(&r));
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1 << 20, 1), 64);
     assert_true(fm_routes_gemv(&r) && fm_routes_pdl(&r));
     assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 8);
-    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64,w4a8.tile=16,dense.gemv=on,w8a8.gemv_max_m=1,pdl=on", &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64,w4a8.tile=16,dense.gemv=on,w8a8.gemv_max_m=1,pdl=on", &err),
+                     FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1, 1000), 16);
     assert_true(fm_routes_gemv(&r));
     assert_int_equal(fm_routes_w8a8_gemv_max_m(&r), 1);
@@ -76,7 +78,7 @@ static void every_key_and_value_parses(void **s) {
 /* a bad spec: FM_ERR_USAGE, the message naming what is wrong and what is valid, the table unchanged */
 static void expect_usage(const char *spec, const char *says, const char *lists) {
     fm_routes r, before;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_routes_default(&r, 9);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
     before = r;
@@ -115,7 +117,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
 static void kernels_the_gpu_cannot_run_are_refused(void **s) {
     (void)s;
     fm_routes r;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_routes_default(&r, 8);
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma", &err), FM_ERR_UNSUPPORTED);
     assert_contains(err.msg, "w4a8.kernel=wgmma needs an sm_90 GPU");
@@ -137,7 +139,7 @@ static void kernels_the_gpu_cannot_run_are_refused(void **s) {
 static void dense_kernels_at_their_thresholds(void **s) {
     (void)s;
     fm_routes r;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_routes_default(&r, 9);
     /* W8A8: the GEMV up to 8 rows (bench/NOTES.md), cuBLASLt FP8 above; none at M = 0 */
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_GEMV);
@@ -185,12 +187,12 @@ static void dense_kernels_at_their_thresholds(void **s) {
 static void moe_tile_rows(void **s) {
     (void)s;
     fm_routes r;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_routes_default(&r, 9);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);       /* Qwen3 T = 16 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128 - 1, 128), FM_W4A8_BN_SMALL); /* the boundary */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128, 128), FM_W4A8_BN);
-    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN);          /* Qwen3 T = 2048 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN); /* Qwen3 T = 2048 */
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
@@ -213,7 +215,7 @@ static const char QWEN3_30B[] =
 static void memory_plan_follows_w4a8_tile(void **s) {
     (void)s;
     fm_config cfg;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
@@ -241,7 +243,7 @@ static void memory_plan_follows_w4a8_tile(void **s) {
     uint64_t rng = 12345;
     for (int trial = 0; trial < 200; trial++) {
         const uint64_t E = 1 + trial % 130, P = 1 + (uint64_t)trial * 97 % 20000;
-        uint64_t       counts[130] = {0};
+        uint64_t counts[130] = {0};
         for (uint64_t p = 0; p < P; p++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             counts[(rng >> 33) % 2 ? 0 : (rng >> 40) % E]++;
@@ -249,7 +251,7 @@ static void memory_plan_follows_w4a8_tile(void **s) {
         const fm_routes *tables[] = {&def, &r16, &r64};
         for (int t = 0; t < 3; t++) {
             const uint64_t bn = fm_routes_w4a8_tile_rows(tables[t], P, E);
-            uint64_t       tiles = 0;
+            uint64_t tiles = 0;
             for (uint64_t e = 0; e < E; e++) tiles += (counts[e] + bn - 1) / bn;
             assert_true(tiles <= fm_w4a8_max_tiles(P, E, bn));
         }
@@ -259,12 +261,12 @@ static void memory_plan_follows_w4a8_tile(void **s) {
 static void the_printer_shows_every_key(void **s) {
     (void)s;
     fm_routes r;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_routes_default(&r, 9);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16,pdl=off", &err), FM_OK);
-    char  *text = NULL;
+    char *text = NULL;
     size_t n = 0;
-    FILE  *f = open_memstream(&text, &n);
+    FILE *f = open_memstream(&text, &n);
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
@@ -279,10 +281,14 @@ static void the_printer_shows_every_key(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(defaults_follow_the_device),       cmocka_unit_test(every_key_and_value_parses),
-        cmocka_unit_test(bad_keys_and_values_are_usage_errors), cmocka_unit_test(kernels_the_gpu_cannot_run_are_refused),
-        cmocka_unit_test(dense_kernels_at_their_thresholds), cmocka_unit_test(moe_tile_rows),
-        cmocka_unit_test(memory_plan_follows_w4a8_tile),    cmocka_unit_test(the_printer_shows_every_key),
+        cmocka_unit_test(defaults_follow_the_device),
+        cmocka_unit_test(every_key_and_value_parses),
+        cmocka_unit_test(bad_keys_and_values_are_usage_errors),
+        cmocka_unit_test(kernels_the_gpu_cannot_run_are_refused),
+        cmocka_unit_test(dense_kernels_at_their_thresholds),
+        cmocka_unit_test(moe_tile_rows),
+        cmocka_unit_test(memory_plan_follows_w4a8_tile),
+        cmocka_unit_test(the_printer_shows_every_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

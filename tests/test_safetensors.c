@@ -67,7 +67,7 @@ static void write_text(const char *name, const char *text) { write_bytes(name, t
 /* A safetensors file: the u64 LE header length hlen (which may lie), header_bytes of header, then data. */
 static void write_st_raw(const char *name, uint64_t hlen, const char *header, size_t header_bytes, const void *data,
                          size_t data_len) {
-    size_t   n = 8 + header_bytes + data_len;
+    size_t n = 8 + header_bytes + data_len;
     uint8_t *buf = malloc(n);
     assert_non_null(buf);
     for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(hlen >> (8 * i));
@@ -90,20 +90,21 @@ typedef struct spec {
     const char *dtype;
     const char *shape; /* JSON array text */
     const void *bytes;
-    size_t      n;
+    size_t n;
 } spec;
 
 /* Writes a valid file from specs; pad extra spaces after the JSON (to misalign the data on purpose). */
 static void write_valid(const char *fname, const spec *s, int n, const char *metadata, int pad) {
-    char     header[8192];
-    size_t   h = 0;
-    uint8_t  data[8192];
-    size_t   off = 0;
+    char header[8192];
+    size_t h = 0;
+    uint8_t data[8192];
+    size_t off = 0;
     h += (size_t)snprintf(header + h, sizeof header - h, "{");
     if (metadata) h += (size_t)snprintf(header + h, sizeof header - h, "\"__metadata__\":%s%s", metadata, n ? "," : "");
     for (int i = 0; i < n; i++) {
-        h += (size_t)snprintf(header + h, sizeof header - h, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                              i ? "," : "", s[i].name, s[i].dtype, s[i].shape, off, off + s[i].n);
+        h += (size_t)snprintf(header + h, sizeof header - h,
+                              "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}", i ? "," : "",
+                              s[i].name, s[i].dtype, s[i].shape, off, off + s[i].n);
         assert_true(off + s[i].n <= sizeof data);
         if (s[i].n) memcpy(data + off, s[i].bytes, s[i].n);
         off += s[i].n;
@@ -131,32 +132,32 @@ static void assert_msg(const fm_error *err, ...) {
 }
 
 /* Opens g_dir/fname, expects status st; the message must name the file and contain the extra strings. */
-#define EXPECT_FILE_FAIL(fname, st, ...)                                  \
-    do {                                                                  \
-        char       p_[256];                                               \
-        fm_st_file f_;                                                    \
-        fm_error   e_ = {{0}};                                            \
-        path_of(p_, sizeof p_, fname);                                    \
-        fm_status r_ = fm_st_open_file(p_, &f_, &e_);                     \
-        if (r_ != (st)) print_error("status %d, message: %s\n", r_, e_.msg); \
-        assert_int_equal(r_, (st));                                       \
-        assert_null(f_.tensors);                                          \
-        assert_null(f_.map);                                              \
-        assert_null(f_.path);                                             \
-        assert_msg(&e_, fname, __VA_ARGS__, (const char *)NULL);          \
+#define EXPECT_FILE_FAIL(fname, st, ...)                                                                               \
+    do {                                                                                                               \
+        char p_[256];                                                                                                  \
+        fm_st_file f_;                                                                                                 \
+        fm_error e_ = {{0}};                                                                                           \
+        path_of(p_, sizeof p_, fname);                                                                                 \
+        fm_status r_ = fm_st_open_file(p_, &f_, &e_);                                                                  \
+        if (r_ != (st)) print_error("status %d, message: %s\n", r_, e_.msg);                                           \
+        assert_int_equal(r_, (st));                                                                                    \
+        assert_null(f_.tensors);                                                                                       \
+        assert_null(f_.map);                                                                                           \
+        assert_null(f_.path);                                                                                          \
+        assert_msg(&e_, fname, __VA_ARGS__, (const char *)NULL);                                                       \
     } while (0)
 
-#define EXPECT_DIR_FAIL(st, ...)                                          \
-    do {                                                                  \
-        fm_st_set s_;                                                     \
-        fm_error  e_ = {{0}};                                             \
-        fm_status r_ = fm_st_open_dir(g_dir, &s_, &e_);                   \
-        if (r_ != (st)) print_error("status %d, message: %s\n", r_, e_.msg); \
-        assert_int_equal(r_, (st));                                       \
-        assert_null(s_.files);                                            \
-        assert_null(s_.by_name);                                          \
-        assert_int_equal(s_.n_files, 0);                                  \
-        assert_msg(&e_, __VA_ARGS__, (const char *)NULL);                 \
+#define EXPECT_DIR_FAIL(st, ...)                                                                                       \
+    do {                                                                                                               \
+        fm_st_set s_;                                                                                                  \
+        fm_error e_ = {{0}};                                                                                           \
+        fm_status r_ = fm_st_open_dir(g_dir, &s_, &e_);                                                                \
+        if (r_ != (st)) print_error("status %d, message: %s\n", r_, e_.msg);                                           \
+        assert_int_equal(r_, (st));                                                                                    \
+        assert_null(s_.files);                                                                                         \
+        assert_null(s_.by_name);                                                                                       \
+        assert_int_equal(s_.n_files, 0);                                                                               \
+        assert_msg(&e_, __VA_ARGS__, (const char *)NULL);                                                              \
     } while (0)
 
 static void assert_f32_bits(float got, float want) {
@@ -171,13 +172,13 @@ static void assert_f32_bits(float got, float want) {
 
 /* ---- valid files ---------------------------------------------------------------------------------- */
 
-static const float    k_f32[6] = {1.5f, -2.25f, 0.0f, 3.4028235e38f, 1e-45f, -0.0f};
+static const float k_f32[6] = {1.5f, -2.25f, 0.0f, 3.4028235e38f, 1e-45f, -0.0f};
 static const uint16_t k_bf16[4] = {0x3F80, 0xC040, 0x0001, 0x7F80};
 static const uint16_t k_f16[4] = {0x3C00, 0xC000, 0x0001, 0x7BFF};
-static const uint8_t  k_e4m3[6] = {0x38, 0xB8, 0x7E, 0x01, 0x00, 0x7F};
-static const int32_t  k_i32[2] = {7, -9};
-static const uint8_t  k_u8[3] = {1, 2, 255};
-static const float    k_scalar = 42.0f;
+static const uint8_t k_e4m3[6] = {0x38, 0xB8, 0x7E, 0x01, 0x00, 0x7F};
+static const int32_t k_i32[2] = {7, -9};
+static const uint8_t k_u8[3] = {1, 2, 255};
+static const float k_scalar = 42.0f;
 
 /* Little-endian bytes of the constants above (the format's byte order, whatever the host's). */
 static void le16(uint8_t *out, const uint16_t *v, int n) {
@@ -204,9 +205,10 @@ static int make_all_dtypes(const char *fname, int pad) {
     le32(b_scalar, &k_scalar, 1);
     /* sizes 24, 8, 8, 6, 8, 3, 0, 4: after the 1-byte tensors, the 4-byte ones start misaligned */
     const spec s[] = {
-        {"w.f32", "F32", "[2,3]", b_f32, 24},     {"w.bf16", "BF16", "[4]", b_bf16, 8}, {"w.f16", "F16", "[2,2]", b_f16, 8},
-        {"w.e4m3", "F8_E4M3", "[6]", k_e4m3, 6},  {"w.u8", "U8", "[3]", k_u8, 3},       {"w.i32", "I32", "[2]", b_i32, 8},
-        {"w.empty", "F32", "[0,5]", NULL, 0},     {"w.scalar", "F32", "[]", b_scalar, 4},
+        {"w.f32", "F32", "[2,3]", b_f32, 24}, {"w.bf16", "BF16", "[4]", b_bf16, 8},
+        {"w.f16", "F16", "[2,2]", b_f16, 8},  {"w.e4m3", "F8_E4M3", "[6]", k_e4m3, 6},
+        {"w.u8", "U8", "[3]", k_u8, 3},       {"w.i32", "I32", "[2]", b_i32, 8},
+        {"w.empty", "F32", "[0,5]", NULL, 0}, {"w.scalar", "F32", "[]", b_scalar, 4},
     };
     write_valid(fname, s, (int)(sizeof s / sizeof s[0]), "{\"format\":\"pt\",\"note\":\"x\"}", pad);
     return (int)(sizeof s / sizeof s[0]);
@@ -220,7 +222,7 @@ static const fm_st_tensor *by_name(const fm_st_file *f, const char *name) {
 
 static void check_all_dtypes(const fm_st_tensor *(*find)(const void *, const char *), const void *ctx) {
     fm_error err;
-    float    v[8];
+    float v[8];
 
     const fm_st_tensor *t = find(ctx, "w.f32");
     assert_non_null(t);
@@ -312,8 +314,8 @@ static const fm_st_tensor *find_in_set(const void *ctx, const char *name) { retu
 static void test_valid_round_trip(void **state) {
     (void)state;
     for (int pad = 0; pad < 4; pad++) { /* the data region starts at every alignment */
-        int      n = make_all_dtypes("model.safetensors", pad);
-        char     p[256];
+        int n = make_all_dtypes("model.safetensors", pad);
+        char p[256];
         fm_error err;
         path_of(p, sizeof p, "model.safetensors");
 
@@ -343,9 +345,9 @@ static void test_valid_round_trip(void **state) {
 /* In-memory parse (what the fuzzer uses), empty header, and dtype helpers. */
 static void test_parse_in_memory(void **state) {
     (void)state;
-    uint8_t  buf[16] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+    uint8_t buf[16] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
     fm_st_file f;
-    fm_error   err;
+    fm_error err;
     assert_int_equal(fm_st_parse(buf, 10, "mem", &f, &err), FM_OK);
     assert_int_equal(f.n_tensors, 0);
     assert_null(f.map);
@@ -447,7 +449,8 @@ static void test_non_object_header(void **state) {
     EXPECT_FILE_FAIL("n5.safetensors", FM_ERR_FORMAT, "'a'", "data_offsets");
     write_st("n6.safetensors", "{\"a\":{\"dtype\":5,\"shape\":[0],\"data_offsets\":[0,0]}}", NULL, 0);
     EXPECT_FILE_FAIL("n6.safetensors", FM_ERR_FORMAT, "'a'", "dtype");
-    write_st("n7.safetensors", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", NULL, 0);
+    write_st("n7.safetensors", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+             NULL, 0);
     EXPECT_FILE_FAIL("n7.safetensors", FM_ERR_FORMAT, "'a'", "twice");
     write_st("n8.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0]}}", NULL, 0);
     EXPECT_FILE_FAIL("n8.safetensors", FM_ERR_FORMAT, "'a'", "data_offsets");
@@ -471,16 +474,19 @@ static void test_bad_shape(void **state) {
     EXPECT_FILE_FAIL("s1.safetensors", FM_ERR_FORMAT, "'neg'", "shape[0]", "-1", "negative");
     write_st("s2.safetensors", "{\"frac\":{\"dtype\":\"F32\",\"shape\":[2,1.5],\"data_offsets\":[0,12]}}", g_zeros, 12);
     EXPECT_FILE_FAIL("s2.safetensors", FM_ERR_FORMAT, "'frac'", "shape[1]", "1.5", "not an integer");
-    write_st("s3.safetensors", "{\"deep\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", g_zeros, 1);
+    write_st("s3.safetensors", "{\"deep\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+             g_zeros, 1);
     EXPECT_FILE_FAIL("s3.safetensors", FM_ERR_UNSUPPORTED, "'deep'", "9 dimensions", "8");
     write_st("s4.safetensors", "{\"str\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", g_zeros, 8);
     EXPECT_FILE_FAIL("s4.safetensors", FM_ERR_FORMAT, "'str'", "shape[0]", "not a number");
     write_st("s5.safetensors", "{\"big\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,8]}}", g_zeros, 8);
     EXPECT_FILE_FAIL("s5.safetensors", FM_ERR_FORMAT, "'big'", "too large");
-    write_st("s6.safetensors", "{\"ovf\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", g_zeros, 8);
+    write_st("s6.safetensors", "{\"ovf\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}",
+             g_zeros, 8);
     EXPECT_FILE_FAIL("s6.safetensors", FM_ERR_FORMAT, "'ovf'", "overflow");
     /* element count fits in 64 bits, bytes (x4) do not */
-    write_st("s7.safetensors", "{\"ovb\":{\"dtype\":\"F32\",\"shape\":[2147483648,2147483648],\"data_offsets\":[0,8]}}", g_zeros, 8);
+    write_st("s7.safetensors", "{\"ovb\":{\"dtype\":\"F32\",\"shape\":[2147483648,2147483648],\"data_offsets\":[0,8]}}",
+             g_zeros, 8);
     EXPECT_FILE_FAIL("s7.safetensors", FM_ERR_FORMAT, "'ovb'", "overflow");
     write_st("s8.safetensors", "{\"obj\":{\"dtype\":\"F32\",\"shape\":{},\"data_offsets\":[0,8]}}", g_zeros, 8);
     EXPECT_FILE_FAIL("s8.safetensors", FM_ERR_FORMAT, "'obj'", "shape");
@@ -494,7 +500,8 @@ static void test_offsets_outside(void **state) {
     EXPECT_FILE_FAIL("o2.safetensors", FM_ERR_FORMAT, "'nb'", "begin", "negative");
     write_st("o3.safetensors", "{\"rev\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,0]}}", g_zeros, 4);
     EXPECT_FILE_FAIL("o3.safetensors", FM_ERR_FORMAT, "'rev'", "4", "0");
-    write_st("o4.safetensors", "{\"huge\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[18446744073709551612,18446744073709551616]}}",
+    write_st("o4.safetensors",
+             "{\"huge\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[18446744073709551612,18446744073709551616]}}",
              g_zeros, 4);
     EXPECT_FILE_FAIL("o4.safetensors", FM_ERR_FORMAT, "'huge'", "too large");
 }
@@ -580,8 +587,8 @@ static void write_shards(void) {
     write_valid("model-00002-of-00002.safetensors", s2, 1, NULL, 3);
 }
 
-#define GOOD_INDEX                                                                                                           \
-    "{\"metadata\":{\"total_size\":24},\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\","                          \
+#define GOOD_INDEX                                                                                                     \
+    "{\"metadata\":{\"total_size\":24},\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\","                  \
     "\"t.c\":\"model-00002-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\"}}"
 
 static void test_sharded_valid(void **state) {
@@ -591,7 +598,7 @@ static void test_sharded_valid(void **state) {
     /* also a model.safetensors that must be ignored in favour of the index */
     write_st("model.safetensors", "{}", NULL, 0);
     fm_st_set s;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_st_open_dir(g_dir, &s, &err);
     if (st != FM_OK) print_error("%s\n", err.msg);
     assert_int_equal(st, FM_OK);
@@ -618,7 +625,7 @@ static void test_sharded_valid(void **state) {
     fm_st_close(&s);
 
     /* the index parser on its own: distinct shard names */
-    char  **sh = NULL;
+    char **sh = NULL;
     int32_t n = 0;
     assert_int_equal(fm_st_parse_index(GOOD_INDEX, strlen(GOOD_INDEX), "idx", &sh, &n, &err), FM_OK);
     assert_int_equal(n, 2);
@@ -631,31 +638,37 @@ static void test_sharded_valid(void **state) {
 static void test_sharded_missing_shard_file(void **state) {
     (void)state;
     write_shards();
-    write_text("model.safetensors.index.json",
-               "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\","
-               "\"t.c\":\"model-00003-of-00002.safetensors\"}}");
+    write_text(
+        "model.safetensors.index.json",
+        "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\","
+        "\"t.c\":\"model-00003-of-00002.safetensors\"}}");
     EXPECT_DIR_FAIL(FM_ERR_IO, "model.safetensors.index.json", "model-00003-of-00002.safetensors", "No such file");
 }
 
 static void test_sharded_tensor_not_in_shard(void **state) {
     (void)state;
     write_shards();
-    write_text("model.safetensors.index.json",
-               "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\","
-               "\"t.c\":\"model-00002-of-00002.safetensors\",\"t.ghost\":\"model-00002-of-00002.safetensors\"}}");
-    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "model.safetensors.index.json", "'t.ghost'", "model-00002-of-00002.safetensors", "no such tensor");
+    write_text(
+        "model.safetensors.index.json",
+        "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\","
+        "\"t.c\":\"model-00002-of-00002.safetensors\",\"t.ghost\":\"model-00002-of-00002.safetensors\"}}");
+    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "model.safetensors.index.json", "'t.ghost'", "model-00002-of-00002.safetensors",
+                    "no such tensor");
     /* mapped to the other shard than the one holding it */
-    write_text("model.safetensors.index.json",
-               "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00002-of-00002.safetensors\","
-               "\"t.c\":\"model-00002-of-00002.safetensors\"}}");
-    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "'t.b'", "model-00002-of-00002.safetensors", "but it is in shard 'model-00001-of-00002.safetensors'");
+    write_text(
+        "model.safetensors.index.json",
+        "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00002-of-00002.safetensors\","
+        "\"t.c\":\"model-00002-of-00002.safetensors\"}}");
+    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "'t.b'", "model-00002-of-00002.safetensors",
+                    "but it is in shard 'model-00001-of-00002.safetensors'");
 }
 
 static void test_sharded_tensor_missing_from_map(void **state) {
     (void)state;
     write_shards();
-    write_text("model.safetensors.index.json",
-               "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.c\":\"model-00002-of-00002.safetensors\"}}");
+    write_text(
+        "model.safetensors.index.json",
+        "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.c\":\"model-00002-of-00002.safetensors\"}}");
     EXPECT_DIR_FAIL(FM_ERR_FORMAT, "model.safetensors.index.json", "'t.b'", "model-00001-of-00002.safetensors",
                     "missing from the weight_map");
 }
@@ -666,21 +679,24 @@ static void test_sharded_tensor_in_two_shards(void **state) {
     uint8_t b[4] = {0};
     const spec s3[] = {{"t.a", "F32", "[1]", b, 4}};
     write_valid("model-00003-of-00003.safetensors", s3, 1, NULL, 0);
-    write_text("model.safetensors.index.json",
-               "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\","
-               "\"t.c\":\"model-00002-of-00002.safetensors\",\"t.x\":\"model-00003-of-00003.safetensors\"}}");
-    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "'t.a'", "two shards", "model-00001-of-00002.safetensors", "model-00003-of-00003.safetensors");
+    write_text(
+        "model.safetensors.index.json",
+        "{\"weight_map\":{\"t.a\":\"model-00001-of-00002.safetensors\",\"t.b\":\"model-00001-of-00002.safetensors\","
+        "\"t.c\":\"model-00002-of-00002.safetensors\",\"t.x\":\"model-00003-of-00003.safetensors\"}}");
+    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "'t.a'", "two shards", "model-00001-of-00002.safetensors",
+                    "model-00003-of-00003.safetensors");
 }
 
 static void test_sharded_bad_shard_name(void **state) {
     (void)state;
     write_shards();
     write_text("model.safetensors.index.json", "{\"weight_map\":{\"t.a\":\"../model-00001-of-00002.safetensors\"}}");
-    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "model.safetensors.index.json", "'t.a'", "../model-00001-of-00002.safetensors", "'/'");
+    EXPECT_DIR_FAIL(FM_ERR_FORMAT, "model.safetensors.index.json", "'t.a'", "../model-00001-of-00002.safetensors",
+                    "'/'");
 
-    fm_error    err;
-    char      **sh = (char **)&err; /* must be reset to NULL on failure */
-    int32_t     n = 7;
+    fm_error err;
+    char **sh = (char **)&err; /* must be reset to NULL on failure */
+    int32_t n = 7;
     const char *bad[] = {
         "{\"weight_map\":{\"w\":\"sub/x.safetensors\"}}",
         "{\"weight_map\":{\"w\":\"..\"}}",
@@ -710,8 +726,8 @@ static void test_neither_file(void **state) {
     EXPECT_DIR_FAIL(FM_ERR_IO, g_dir, "model.safetensors.index.json", "model.safetensors", "neither");
     /* not a directory at all */
     fm_st_set s;
-    fm_error  err;
-    char      p[256];
+    fm_error err;
+    char p[256];
     path_of(p, sizeof p, "config.json");
     assert_int_equal(fm_st_open_dir(p, &s, &err), FM_ERR_IO);
     assert_msg(&err, "config.json", "not a directory", (const char *)NULL);
@@ -724,9 +740,11 @@ static void test_neither_file(void **state) {
 static void test_sharded_bad_shard_content(void **state) {
     (void)state;
     write_shards();
-    write_st("model-00002-of-00002.safetensors", "{\"t.c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", g_zeros, 8);
+    write_st("model-00002-of-00002.safetensors", "{\"t.c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}",
+             g_zeros, 8);
     write_text("model.safetensors.index.json", GOOD_INDEX);
-    EXPECT_DIR_FAIL(FM_ERR_UNSUPPORTED, "model.safetensors.index.json", "model-00002-of-00002.safetensors", "'t.c'", "F64");
+    EXPECT_DIR_FAIL(FM_ERR_UNSUPPORTED, "model.safetensors.index.json", "model-00002-of-00002.safetensors", "'t.c'",
+                    "F64");
     write_text("model.safetensors.index.json", "{\"weight_map\":");
     EXPECT_DIR_FAIL(FM_ERR_FORMAT, "model.safetensors.index.json", "JSON");
 }
@@ -738,7 +756,7 @@ static void test_real_mixtral_sharded(void **state) {
     const char *dir = getenv("FM_TEST_MIXTRAL_DIR"); /* override for running outside the repository */
     if (!dir) dir = "tests/models/mixtral-f32-sharded";
     fm_st_set s;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_st_open_dir(dir, &s, &err);
     if (st != FM_OK) print_error("%s\n", err.msg);
     assert_int_equal(st, FM_OK);
@@ -747,7 +765,7 @@ static void test_real_mixtral_sharded(void **state) {
     assert_int_equal(s.n_tensors, 65);
     struct {
         const char *name;
-        int64_t     d0, d1;
+        int64_t d0, d1;
     } want[] = {
         {"model.embed_tokens.weight", 300, 64},
         {"lm_head.weight", 300, 64},
@@ -772,7 +790,7 @@ static void test_real_mixtral_sharded(void **state) {
         if (want[i].d1 >= 0) assert_int_equal(t->shape[1], want[i].d1);
     }
     const fm_st_tensor *e = fm_st_find(&s, "model.embed_tokens.weight");
-    float              *v = malloc(300 * 64 * sizeof *v);
+    float *v = malloc(300 * 64 * sizeof *v);
     assert_non_null(v);
     assert_int_equal(fm_st_read_f32(e, 0, 300 * 64, v, &err), FM_OK);
     double sum_sq = 0;

@@ -44,7 +44,7 @@ static void test_uniform(void **state) {
 
 static void test_greedy(void **state) {
     (void)state;
-    void       *sc = scratch_for(V);
+    void *sc = scratch_for(V);
     fm_sampling s;
     fm_sampling_init(&s);
     float l[V];
@@ -66,7 +66,7 @@ static void expected_probs(const fm_sampling *s, double *p) {
     for (int i = 0; i < V; i++) total += w[i];
     if (s->top_p < 1.0f) { /* the smallest prefix whose mass reaches top_p */
         double cum = 0.0;
-        int    keep = 0;
+        int keep = 0;
         while (keep < V && cum < s->top_p * total) cum += w[keep++];
         for (int i = keep; i < V; i++) w[i] = 0.0;
     }
@@ -82,8 +82,8 @@ static const double k_chi2_crit[8] = {0, 15.14, 18.42, 21.11, 23.51, 25.74, 27.8
 
 static void check_distribution(const fm_sampling *s, const char *what) {
     enum { N = 40000 };
-    void  *sc        = scratch_for(V);
-    long   count[V]  = {0};
+    void *sc = scratch_for(V);
+    long count[V] = {0};
     double p[V];
     expected_probs(s, p);
     for (uint64_t i = 0; i < N; i++) {
@@ -92,7 +92,7 @@ static void check_distribution(const fm_sampling *s, const char *what) {
         count[id]++;
     }
     double chi2 = 0.0;
-    int    kept = 0;
+    int kept = 0;
     for (int i = 0; i < V; i++) {
         if (p[i] == 0.0) {
             if (count[i]) fail_msg("%s: id %d is filtered out but was drawn %ld times", what, i, count[i]);
@@ -113,7 +113,7 @@ static void test_distributions(void **state) {
     (void)state;
     fm_sampling s;
     fm_sampling_init(&s);
-    s.seed        = 1234;
+    s.seed = 1234;
     s.temperature = 1.0f;
     check_distribution(&s, "temperature 1");
     s.temperature = 0.5f;
@@ -138,7 +138,7 @@ static void test_distributions(void **state) {
 
 static void test_seed_reproducible(void **state) {
     (void)state;
-    void       *sc = scratch_for(V);
+    void *sc = scratch_for(V);
     fm_sampling s;
     fm_sampling_init(&s);
     s.temperature = 1.0f, s.seed = 99;
@@ -154,19 +154,19 @@ static void test_seed_reproducible(void **state) {
 
 static void test_penalties(void **state) {
     (void)state;
-    void       *sc = scratch_for(4);
+    void *sc = scratch_for(4);
     fm_sampling s;
     fm_sampling_init(&s);
     /* repetition: id 0 (2.0) seen in the prompt -> 2.0 / 1.5 = 1.33 < id 1 (1.5) */
-    const float   l[4]    = {2.0f, 1.5f, -1.0f, -1.2f};
+    const float l[4] = {2.0f, 1.5f, -1.0f, -1.2f};
     const int32_t prompt[] = {0, 3};
-    s.repetition_penalty  = 1.5f;
+    s.repetition_penalty = 1.5f;
     assert_int_equal(fm_sample(l, 4, &s, prompt, 2, 2, 0, sc, NULL), 1);
     s.repetition_penalty = 1.2f; /* 2.0 / 1.2 = 1.67 > 1.5: id 0 stays */
     assert_int_equal(fm_sample(l, 4, &s, prompt, 2, 2, 0, sc, NULL), 0);
     /* a negative logit is multiplied: -1.2 * 1.5 = -1.8 < -1.0 ... and ids 0, 1 pushed below the negative ones */
-    const float   neg[4] = {-2.0f, -3.0f, -1.0f, -1.2f};
-    const int32_t h2[]   = {2};
+    const float neg[4] = {-2.0f, -3.0f, -1.0f, -1.2f};
+    const int32_t h2[] = {2};
     s.repetition_penalty = 2.5f; /* -1.0 * 2.5 = -2.5 < -2.0 (id 0) but id 3 at -1.2 is now the largest */
     assert_int_equal(fm_sample(neg, 4, &s, h2, 1, 1, 0, sc, NULL), 3);
     /* presence and frequency apply to generated ids only: the prompt's id 0 is not penalised */
@@ -177,7 +177,7 @@ static void test_penalties(void **state) {
     const int32_t gen0[] = {1, 0}; /* prompt {1}, generated {0}: 2.0 - 0.6 = 1.4 < 1.5 */
     assert_int_equal(fm_sample(l, 4, &s, gen0, 2, 1, 0, sc, NULL), 1);
     fm_sampling_init(&s);
-    s.frequency_penalty   = 0.2f; /* id 0 generated twice: 2.0 - 0.4 = 1.6 > 1.5; three times: 1.4 < 1.5 */
+    s.frequency_penalty = 0.2f; /* id 0 generated twice: 2.0 - 0.4 = 1.6 > 1.5; three times: 1.4 < 1.5 */
     const int32_t twice[] = {0, 0};
     const int32_t three[] = {0, 0, 0};
     assert_int_equal(fm_sample(l, 4, &s, twice, 2, 0, 0, sc, NULL), 0);
@@ -190,14 +190,14 @@ static void test_penalties(void **state) {
 
 static void test_logprobs(void **state) {
     (void)state;
-    void       *sc = scratch_for(V);
+    void *sc = scratch_for(V);
     fm_sampling s;
     fm_sampling_init(&s);
-    s.n_logprobs         = 3;
+    s.n_logprobs = 3;
     s.repetition_penalty = 3.0f; /* changes the choice, not the reported (raw) log-probabilities */
     const int32_t hist[] = {0};
     fm_sample_info info;
-    const int32_t  id = fm_sample(k_logits, V, &s, hist, 1, 1, 0, sc, &info);
+    const int32_t id = fm_sample(k_logits, V, &s, hist, 1, 1, 0, sc, &info);
     assert_int_equal(id, 1);
     double sum = 0.0;
     for (int i = 0; i < V; i++) sum += exp((double)k_logits[i]);
@@ -215,10 +215,10 @@ static void test_logprobs(void **state) {
 
 static void test_infinite_logits(void **state) {
     (void)state;
-    void       *sc = scratch_for(4);
+    void *sc = scratch_for(4);
     fm_sampling s;
     fm_sampling_init(&s);
-    s.temperature  = 1.0f;
+    s.temperature = 1.0f;
     const float a[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     assert_int_equal(fm_sample(a, 4, &s, NULL, 0, 0, 3, sc, NULL), 0);
     const float b[4] = {0.0f, INFINITY, 1.0f, INFINITY};
@@ -231,12 +231,12 @@ static void test_infinite_logits(void **state) {
 /* top-k keeps every id tied with the k-th largest (Hugging Face's rule); the draw walks ids in order */
 static void test_ties(void **state) {
     (void)state;
-    void       *sc = scratch_for(5);
+    void *sc = scratch_for(5);
     fm_sampling s;
     fm_sampling_init(&s);
-    s.temperature     = 1.0f, s.top_k = 2;
-    const float l[5]  = {0.0f, 1.0f, 1.0f, 1.0f, -1.0f};
-    long        n[5]  = {0};
+    s.temperature = 1.0f, s.top_k = 2;
+    const float l[5] = {0.0f, 1.0f, 1.0f, 1.0f, -1.0f};
+    long n[5] = {0};
     for (uint64_t i = 0; i < 3000; i++) n[fm_sample(l, 5, &s, NULL, 0, 0, i, sc, NULL)]++;
     assert_int_equal(n[0] + n[4], 0);
     for (int i = 1; i <= 3; i++) assert_true(n[i] > 850 && n[i] < 1150); /* 1000 each; sd 26 */
@@ -253,12 +253,12 @@ static void test_ties(void **state) {
 static void test_check(void **state) {
     (void)state;
     fm_sampling s;
-    fm_error    err;
+    fm_error err;
     fm_sampling_init(&s);
     assert_int_equal(fm_sampling_check(&s, &err), FM_OK);
     const struct {
-        size_t      off;
-        float       v;
+        size_t off;
+        float v;
         const char *name;
     } bad[] = {
         {offsetof(fm_sampling, temperature), -0.1f, "temperature"},
@@ -277,23 +277,23 @@ static void test_check(void **state) {
         assert_non_null(strstr(err.msg, bad[i].name));
     }
     fm_sampling t = s;
-    t.top_k       = -1;
+    t.top_k = -1;
     assert_int_equal(fm_sampling_check(&t, &err), FM_ERR_USAGE);
-    t            = s;
+    t = s;
     t.n_logprobs = FM_MAX_LOGPROBS + 1;
     assert_int_equal(fm_sampling_check(&t, &err), FM_ERR_USAGE);
 }
 
 static void test_stop(void **state) {
     (void)state;
-    const int32_t  eos[]   = {2, 7};
-    const int32_t  s1[]    = {5, 6};
-    const int32_t  s2[]    = {9};
-    const int32_t *seqs[]  = {s1, s2};
-    const int32_t  lens[]  = {2, 1};
-    fm_stop        st      = {eos, 2, seqs, lens, 2, 6};
-    int64_t        keep    = -1;
-    const int32_t  run[]   = {1, 3, 4};
+    const int32_t eos[] = {2, 7};
+    const int32_t s1[] = {5, 6};
+    const int32_t s2[] = {9};
+    const int32_t *seqs[] = {s1, s2};
+    const int32_t lens[] = {2, 1};
+    fm_stop st = {eos, 2, seqs, lens, 2, 6};
+    int64_t keep = -1;
+    const int32_t run[] = {1, 3, 4};
     assert_int_equal(fm_stop_check(&st, run, 3, &keep), FM_STOP_NONE);
     assert_int_equal(keep, 3);
     const int32_t e[] = {1, 3, 7};
@@ -319,10 +319,15 @@ static void test_stop(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_uniform),         cmocka_unit_test(test_greedy),
-        cmocka_unit_test(test_distributions),   cmocka_unit_test(test_seed_reproducible),
-        cmocka_unit_test(test_penalties),       cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_infinite_logits), cmocka_unit_test(test_check), cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_uniform),
+        cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_distributions),
+        cmocka_unit_test(test_seed_reproducible),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_infinite_logits),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_ties),
         cmocka_unit_test(test_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

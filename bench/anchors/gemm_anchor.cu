@@ -9,26 +9,26 @@
 #include "gemm_anchor.cuh"
 
 struct fm_gemm_only {
-    cuda_backend     *be;
+    cuda_backend *be;
     fm_gemm_only_kind kind;
-    const fm_bank    *w;
-    int64_t           M;
-    uint8_t          *x8;      // quantized x
-    float            *xs;      // its scale(s): one 16-byte slot (tensor), M (row-wise) or [groups][M] (W4A8)
-    float            *wscales; // LT_ROW: [n][rows] one scale per weight row
-    fm_lt             lt;      // LT_ROW: its own handle and shape
-    fm_lt_gemm        row_gemm;
-    bool              lt_ready, gemm_ready;
+    const fm_bank *w;
+    int64_t M;
+    uint8_t *x8;    // quantized x
+    float *xs;      // its scale(s): one 16-byte slot (tensor), M (row-wise) or [groups][M] (W4A8)
+    float *wscales; // LT_ROW: [n][rows] one scale per weight row
+    fm_lt lt;       // LT_ROW: its own handle and shape
+    fm_lt_gemm row_gemm;
+    bool lt_ready, gemm_ready;
 };
 
-#define GO_CHECK(call, what)                                                                                 \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            cudaGetLastError();                                                                              \
+#define GO_CHECK(call, what)                                                                                           \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            cudaGetLastError();                                                                                        \
             return fm_fail(err, e_ == cudaErrorMemoryAllocation ? FM_ERR_NOMEM : FM_ERR_BACKEND, "bench gemm: %s: %s", \
-                           what, cudaGetErrorString(e_));                                                    \
-        }                                                                                                    \
+                           what, cudaGetErrorString(e_));                                                              \
+        }                                                                                                              \
     } while (0)
 
 static fm_status prepare(fm_gemm_only *g, const __nv_bfloat16 *x, fm_error *err) {
@@ -54,7 +54,7 @@ static fm_status prepare(fm_gemm_only *g, const __nv_bfloat16 *x, fm_error *err)
     if (g->kind != FM_GEMM_ONLY_LT_ROW) return FM_OK;
 
     // row-wise: the tensor scales copied to every row of both operands
-    float  s = 0.0f;
+    float s = 0.0f;
     float *host = (float *)malloc((size_t)(w->n * w->rows > M ? w->n * w->rows : M) * sizeof(float));
     float *tscale = (float *)malloc((size_t)w->n * FM_LT_SCALE_SLOT * sizeof(float));
     if (!host || !tscale) {
@@ -106,13 +106,13 @@ extern "C" fm_status fm_gemm_only_create(fm_backend *bb, fm_gemm_only_kind kind,
 
 extern "C" fm_status fm_gemm_only_run(fm_gemm_only *g, int32_t idx, void *y, fm_error *err) {
     const fm_bank *w = g->w;
-    cuda_backend  *be = g->be;
+    cuda_backend *be = g->be;
     __nv_bfloat16 *yb = (__nv_bfloat16 *)y;
     const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
     switch (g->kind) {
     case FM_GEMM_ONLY_LT_TENSOR:
-        return fm_lt_gemm_run(be->lt, w->lt_gemm, A, w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, g->x8, g->xs, (int)g->M,
-                              yb, be->stream, "bench gemm (per-tensor)", err);
+        return fm_lt_gemm_run(be->lt, w->lt_gemm, A, w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, g->x8, g->xs,
+                              (int)g->M, yb, be->stream, "bench gemm (per-tensor)", err);
     case FM_GEMM_ONLY_LT_ROW:
         return fm_lt_gemm_run(&g->lt, &g->row_gemm, A, g->wscales + (int64_t)idx * w->rows, g->x8, g->xs, (int)g->M, yb,
                               be->stream, "bench gemm (row-wise)", err);

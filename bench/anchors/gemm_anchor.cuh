@@ -31,8 +31,7 @@ fm_status fm_gemm_only_create(fm_backend *be, fm_gemm_only_kind kind, const fm_b
                               fm_gemm_only **out, fm_error *err);
 // Enqueues y [M, w->rows] bf16 = x W[idx]^T on the backend's stream.
 fm_status fm_gemm_only_run(fm_gemm_only *g, int32_t idx, void *y, fm_error *err);
-void      fm_gemm_only_free(fm_gemm_only *g);
-
+void fm_gemm_only_free(fm_gemm_only *g);
 
 #ifdef __cplusplus
 }

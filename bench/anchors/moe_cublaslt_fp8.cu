@@ -32,26 +32,26 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-#define LT_ROW_ALIGN 16          // expert segments start at multiples of 16 rows (see 1. above)
+#define LT_ROW_ALIGN 16 // expert segments start at multiples of 16 rows (see 1. above)
 #define LT_SCALE_SLOT FM_LT_SCALE_SLOT
 
 // one projection (gate|up or down) of every expert, and the cuBLASLt objects that compute it
 typedef struct lt_proj {
-    uint8_t   *w;     // e4m3 [E][N][K]
-    float     *scale; // [E][LT_SCALE_SLOT] device, the scale in the slot's first float
-    int64_t    N, K;
+    uint8_t *w;   // e4m3 [E][N][K]
+    float *scale; // [E][LT_SCALE_SLOT] device, the scale in the slot's first float
+    int64_t N, K;
     fm_lt_gemm gemm;
 } lt_proj;
 
 struct fm_lt_moe {
     cuda_backend *be;
-    fm_lt         lt;
-    int32_t       E;
-    int64_t       H, I;
-    lt_proj       gu, dn;
-    char         *buf; // per-call buffers (grow-only), see ensure_buffers
-    size_t                     buf_bytes;
-    int                       *cnt, *off; // host [E]
+    fm_lt lt;
+    int32_t E;
+    int64_t H, I;
+    lt_proj gu, dn;
+    char *buf; // per-call buffers (grow-only), see ensure_buffers
+    size_t buf_bytes;
+    int *cnt, *off; // host [E]
 };
 
 static unsigned grid_for(int64_t n, int64_t cap) {
@@ -61,8 +61,8 @@ static unsigned grid_for(int64_t n, int64_t cap) {
 
 // 8 bf16 (16 bytes, aligned) -> fp32
 static __device__ void load8(const bf16 *p, float *v) {
-    const uint4            raw = *(const uint4 *)p;
-    const __nv_bfloat162 *h2  = (const __nv_bfloat162 *)&raw;
+    const uint4 raw = *(const uint4 *)p;
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
     for (int i = 0; i < 4; i++) {
         const float2 f = __bfloat1622float2(h2[i]);
         v[2 * i] = f.x, v[2 * i + 1] = f.y;
@@ -72,7 +72,8 @@ static __device__ void load8(const bf16 *p, float *v) {
 // e4m3(v[i] / s) for 8 values -> 8 bytes (aligned)
 static __device__ void store8_e4m3(uint8_t *p, const float *v, float s) {
     uint32_t lo = 0, hi = 0;
-    for (int i = 0; i < 4; i++) lo |= (uint32_t)e4m3t_encode(v[i] / s) << (8 * i), hi |= (uint32_t)e4m3t_encode(v[4 + i] / s) << (8 * i);
+    for (int i = 0; i < 4; i++)
+        lo |= (uint32_t)e4m3t_encode(v[i] / s) << (8 * i), hi |= (uint32_t)e4m3t_encode(v[4 + i] / s) << (8 * i);
     *(uint2 *)p = make_uint2(lo, hi);
 }
 
@@ -80,8 +81,9 @@ static __device__ void store8_e4m3(uint8_t *p, const float *v, float s) {
 
 static __global__ void bank_amax_kernel(const bf16 *w, int64_t rows, int64_t cols, int64_t ld, unsigned *amax) {
     const bf16 *m = w + (int64_t)blockIdx.y * rows * ld;
-    float       a = 0.0f;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
+    float a = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols;
+         i += (int64_t)gridDim.x * blockDim.x)
         a = fmaxf(a, fabsf(__bfloat162float(m[(i / cols) * ld + i % cols])));
     e4m3t_block_amax_commit(a, &amax[blockIdx.y]);
 }
@@ -91,7 +93,8 @@ static __global__ void bank_quant_kernel(const bf16 *w, int64_t rows, int64_t co
     const bf16 *m = w + (int64_t)blockIdx.y * rows * ld;
     const float s = e4m3t_scale_of(amax[blockIdx.y]);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale[blockIdx.y * LT_SCALE_SLOT] = s;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols;
+         i += (int64_t)gridDim.x * blockDim.x)
         q[(int64_t)blockIdx.y * rows * cols + i] = e4m3t_encode(__bfloat162float(m[(i / cols) * ld + i % cols]) / s);
 }
 
@@ -126,7 +129,8 @@ static __global__ void gather_quant_kernel(const bf16 *x, int64_t P, int32_t k, 
     const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
     float v[8];
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (H / 8); i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (H / 8);
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t p = i / (H / 8), c = 8 * (i % (H / 8));
         load8(x + (p / k) * H + c, v);
         store8_e4m3(xq + (int64_t)slot_of[p] * H + c, v, s);
@@ -137,11 +141,12 @@ static __global__ void gather_quant_kernel(const bf16 *x, int64_t P, int32_t k, 
 static __global__ void swiglu_amax_kernel(const bf16 *gu, int64_t P, int64_t I, const int32_t *slot_of, bf16 *h,
                                           unsigned *amax) {
     float a = 0.0f, g[8], u[8];
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8); i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8);
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = slot_of[i / (I / 8)], c = 8 * (i % (I / 8));
         load8(gu + row * 2 * I + c, g);
         load8(gu + row * 2 * I + I + c, u);
-        uint4           raw;
+        uint4 raw;
         __nv_bfloat162 *o = (__nv_bfloat162 *)&raw;
         for (int j = 0; j < 4; j++) {
             o[j] = __floats2bfloat162_rn(g[2 * j] / (1.0f + expf(-g[2 * j])) * u[2 * j],
@@ -160,7 +165,8 @@ static __global__ void quant_rows_kernel(const bf16 *h, int64_t P, int64_t I, co
     const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
     float v[8];
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8); i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * (I / 8);
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = slot_of[i / (I / 8)], c = 8 * (i % (I / 8));
         load8(h + row * I + c, v);
         store8_e4m3(hq + row * I + c, v, s);
@@ -210,9 +216,11 @@ extern "C" fm_status fm_lt_moe_create(fm_backend *bb, const fm_bank *gate_up, co
                        fm_wformat_name(gate_up->fmt), fm_wformat_name(down->fmt));
     const int64_t H = down->rows, I = down->cols;
     if (gate_up->n != down->n || gate_up->rows != 2 * I || gate_up->cols != H)
-        return fm_fail(err, FM_ERR_USAGE, "cublaslt moe: banks [%d][%lld, %lld] and [%d][%lld, %lld] are not gate_up [E][2I, H] "
-                       "and down [E][H, I]", gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, down->n,
-                       (long long)H, (long long)I);
+        return fm_fail(err, FM_ERR_USAGE,
+                       "cublaslt moe: banks [%d][%lld, %lld] and [%d][%lld, %lld] are not gate_up [E][2I, H] "
+                       "and down [E][H, I]",
+                       gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, down->n, (long long)H,
+                       (long long)I);
     if (H % 16 || I % 16)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "the cuBLASLt FP8 route needs H and I multiples of 16 (H %lld, I %lld)",
                        (long long)H, (long long)I);
@@ -274,11 +282,11 @@ static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 // counts | fill | offsets [3E] int32, slot_of [P], xq [R, H] e4m3, gu [R, 2I] bf16, h [R, I] bf16, hq [R, I] e4m3,
 // y [R, H] bf16 (R = rows with segment padding); every array starts at a multiple of 256 bytes
 typedef struct lt_bufs {
-    int32_t  *counts, *fill, *offsets, *slot_of;
+    int32_t *counts, *fill, *offsets, *slot_of;
     unsigned *amax;
-    float    *scale_x, *scale_h;
-    uint8_t  *xq, *hq;
-    bf16     *gu, *h, *y;
+    float *scale_x, *scale_h;
+    uint8_t *xq, *hq;
+    bf16 *gu, *h, *y;
 } lt_bufs;
 
 static fm_status ensure_buffers(fm_lt_moe *m, int64_t P, int64_t R, lt_bufs *b, fm_error *err) {
@@ -301,8 +309,8 @@ static fm_status ensure_buffers(fm_lt_moe *m, int64_t P, int64_t R, lt_bufs *b, 
         m->buf_bytes = at;
     }
     b->scale_x = (float *)(m->buf + o[0]), b->scale_h = b->scale_x + LT_SCALE_SLOT;
-    b->amax    = (unsigned *)(b->scale_h + LT_SCALE_SLOT);
-    b->counts  = (int32_t *)(b->amax + 2), b->fill = b->counts + E, b->offsets = b->fill + E;
+    b->amax = (unsigned *)(b->scale_h + LT_SCALE_SLOT);
+    b->counts = (int32_t *)(b->amax + 2), b->fill = b->counts + E, b->offsets = b->fill + E;
     b->slot_of = (int32_t *)(m->buf + o[1]);
     b->xq = (uint8_t *)(m->buf + o[2]), b->gu = (bf16 *)(m->buf + o[3]), b->h = (bf16 *)(m->buf + o[4]);
     b->hq = (uint8_t *)(m->buf + o[5]), b->y = (bf16 *)(m->buf + o[6]);
@@ -328,7 +336,8 @@ extern "C" fm_status fm_lt_moe_run(fm_lt_moe *m, const void *xv, int64_t T, cons
     FM_LAUNCH_CHECK("lt_moe_count");
     FM_CUDA_CHECK(cudaMemcpyAsync(m->cnt, b.counts, (size_t)E * 4, cudaMemcpyDeviceToHost, s));
     FM_CUDA_CHECK(cudaStreamSynchronize(s)); // the one host synchronisation: GEMM shapes are host arguments
-    for (int64_t e = 0, acc = 0; e < E; e++) m->off[e] = (int)acc, acc += fm_ceil_div(m->cnt[e], LT_ROW_ALIGN) * LT_ROW_ALIGN;
+    for (int64_t e = 0, acc = 0; e < E; e++)
+        m->off[e] = (int)acc, acc += fm_ceil_div(m->cnt[e], LT_ROW_ALIGN) * LT_ROW_ALIGN;
     FM_CUDA_CHECK(cudaMemcpyAsync(b.offsets, m->off, (size_t)E * 4, cudaMemcpyHostToDevice, s));
     scatter_kernel<<<grid_for(P, 4096), 256, 0, s>>>(ids, P, b.offsets, b.fill, b.slot_of);
     FM_LAUNCH_CHECK("lt_moe_scatter");

@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FM_ATT_PAGED_MIN_CHUNK  64  /* keys per split at least: one 16-key tile for each of the CTA's 4 warps */
-#define FM_ATT_PAGED_MAX_SPLITS 64  /* splits per token at most */
-#define FM_ATT_PAGED_MAX_SMS    256 /* multiprocessors assumed at most when the scratch is sized without a device */
+#define FM_ATT_PAGED_MIN_CHUNK 64  /* keys per split at least: one 16-key tile for each of the CTA's 4 warps */
+#define FM_ATT_PAGED_MAX_SPLITS 64 /* splits per token at most */
+#define FM_ATT_PAGED_MAX_SMS 256   /* multiprocessors assumed at most when the scratch is sized without a device */
 
 /* Splits for the shapes, on a GPU of sms multiprocessors; kv_ctas = T * nkv * ceil((nh / nkv) / 16), the CTAs of
  * one split (a CTA takes up to 16 query heads of one kv head). At most fm_attention_paged_max_splits(T, max_len). */
@@ -31,7 +31,7 @@ static inline int32_t fm_attention_paged_max_splits(int64_t T, int64_t max_len) 
 static inline int32_t fm_attention_paged_splits(int64_t T, int64_t kv_ctas, int64_t max_len, int32_t sms) {
     if (sms > FM_ATT_PAGED_MAX_SMS) sms = FM_ATT_PAGED_MAX_SMS;
     const int64_t want = kv_ctas > 0 ? (2 * (int64_t)sms + kv_ctas - 1) / kv_ctas : 1;
-    const int32_t cap  = fm_attention_paged_max_splits(T, max_len);
+    const int32_t cap = fm_attention_paged_max_splits(T, max_len);
     return want < 1 ? 1 : want > cap ? cap : (int32_t)want;
 }
 

@@ -61,9 +61,9 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
     /* every quantized preset: int4 linear weights, bf16 activations and bf16 for the other weights */
     *plan = (fm_plan){p, true, FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128, FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16};
     if (p == FM_PRESET_FP8 || p == FM_PRESET_FP4) {
-        plan->a_dense    = FM_A_E4M3_G128;
+        plan->a_dense = FM_A_E4M3_G128;
         plan->a_dispatch = p == FM_PRESET_FP4 ? FM_A_MXFP4 : FM_A_E4M3_G128;
-        plan->a_expert   = FM_A_E4M3_G128;
+        plan->a_expert = FM_A_E4M3_G128;
     }
 }
 

@@ -19,24 +19,24 @@
 
 /* Storage of a weight bank. */
 typedef enum fm_wformat {
-    FM_W_F32,        /* fp32 (the oracle) */
-    FM_W_BF16,       /* bf16 values */
-    FM_W_INT4_G128,  /* int4 symmetric, groups of 128 along K, bf16 scales */
+    FM_W_F32,          /* fp32 (the oracle) */
+    FM_W_BF16,         /* bf16 values */
+    FM_W_INT4_G128,    /* int4 symmetric, groups of 128 along K, bf16 scales */
     FM_W_INT4_G128_TC, /* the same codes and scales, laid out for the W4A8 tensor-core kernels (GPU: fragment-
                           ordered sign-magnitude nibbles, src/backend/cuda/w4a8_layout.cuh; CPU: as int4-g128) */
-    FM_W_E4M3_PT,    /* e4m3 with one fp32 scale per matrix, max(amax / 448, floor), quantized at load (W8A8) */
-    FM_W_INT4_ZP,    /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
-                        load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
-                        along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
-                        The engine picks it for an int4 plan when a bank's sources are pre-quantized int4 and not our
-                        own int4-g128 (those bind natively as int4-g128 / int4-g128-tc: quant/int4_native.h). */
-    FM_W_INT4_ZP_TC, /* the same numbers for an fp8 plan (e4m3 1x128 activations: the group a multiple of 128, K in
-                        input order). GPU: w4a8_layout.cuh's tiles of unsigned nibbles, the zero point applied per
-                        128-group (cuda_bank_prequant.cu); CPU: as int4-zp */
-    FM_W_E4M3_B128,  /* a block-FP8 checkpoint's e4m3 bytes as they are, with its weight_scale_inv per (bn x 128) block
-                        stored expanded per row: sinv[n][row][ceil(K / 128)] fp32; w = e4m3(code) * sinv. The engine
-                        picks it for the fp8 plans (DeepSeek-V3's recipe: 1x128 activations, 128-wide K blocks).
-                        GPU: w4a8_layout.cuh's tiles with 8-bit codes */
+    FM_W_E4M3_PT,      /* e4m3 with one fp32 scale per matrix, max(amax / 448, floor), quantized at load (W8A8) */
+    FM_W_INT4_ZP,      /* a pre-quantized checkpoint's int4 as it is (GPTQ, AWQ, compressed-tensors), repacked once at
+                          load: unsigned codes 0..15, a zero point (0..16) and an fp32 scale per (row, group of any size
+                          along K), K permuted so that act-order groups are contiguous; w = (code - zero) * scale.
+                          The engine picks it for an int4 plan when a bank's sources are pre-quantized int4 and not our
+                          own int4-g128 (those bind natively as int4-g128 / int4-g128-tc: quant/int4_native.h). */
+    FM_W_INT4_ZP_TC,   /* the same numbers for an fp8 plan (e4m3 1x128 activations: the group a multiple of 128, K in
+                          input order). GPU: w4a8_layout.cuh's tiles of unsigned nibbles, the zero point applied per
+                          128-group (cuda_bank_prequant.cu); CPU: as int4-zp */
+    FM_W_E4M3_B128, /* a block-FP8 checkpoint's e4m3 bytes as they are, with its weight_scale_inv per (bn x 128) block
+                       stored expanded per row: sinv[n][row][ceil(K / 128)] fp32; w = e4m3(code) * sinv. The engine
+                       picks it for the fp8 plans (DeepSeek-V3's recipe: 1x128 activations, 128-wide K blocks).
+                       GPU: w4a8_layout.cuh's tiles with 8-bit codes */
 } fm_wformat;
 
 /* int4 banks quantized by us (symmetric, group 128); FM_W_INT4_ZP is the checkpoint's own int4 */
@@ -59,14 +59,14 @@ const char *fm_afmt_name(fm_afmt f);
 
 /* The precision plan: what each weight family is stored as and how its activations are quantized. */
 typedef struct fm_plan {
-    fm_preset  preset;
-    bool       act_bf16;      /* activations rounded to bf16 at op boundaries */
-    fm_wformat w_dense;       /* q/k/v/o and dense-MLP projections */
-    fm_afmt    a_dense;
-    fm_wformat w_expert;      /* expert gate_up and down banks */
-    fm_afmt    a_dispatch;    /* expert gate_up input (the routed activation buffer) */
-    fm_afmt    a_expert;      /* expert down input */
-    fm_wformat w_other;       /* embeddings, norms, router, lm_head */
+    fm_preset preset;
+    bool act_bf16;      /* activations rounded to bf16 at op boundaries */
+    fm_wformat w_dense; /* q/k/v/o and dense-MLP projections */
+    fm_afmt a_dense;
+    fm_wformat w_expert; /* expert gate_up and down banks */
+    fm_afmt a_dispatch;  /* expert gate_up input (the routed activation buffer) */
+    fm_afmt a_expert;    /* expert down input */
+    fm_wformat w_other;  /* embeddings, norms, router, lm_head */
 } fm_plan;
 
 void fm_plan_from_preset(fm_preset p, fm_plan *plan);
@@ -78,15 +78,15 @@ void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan);
 
 typedef struct fm_backend fm_backend; /* per-backend state */
-typedef struct fm_bank    fm_bank;    /* a weight bank on the backend */
+typedef struct fm_bank fm_bank;       /* a weight bank on the backend */
 
 /* One projection bank's source: n matrices, each the row-concatenation of n_parts views srcs[i*n_parts + j]. */
 typedef struct fm_bank_src {
     const fm_wsrc *srcs;
-    int32_t        n;
-    int32_t        n_parts;
-    const char    *label; /* for messages: "layer 3 expert gate_up" */
-    bool           gate_up; /* two parts, gate rows then up rows, feeding a SwiGLU (a backend may interleave them) */
+    int32_t n;
+    int32_t n_parts;
+    const char *label; /* for messages: "layer 3 expert gate_up" */
+    bool gate_up;      /* two parts, gate rows then up rows, feeding a SwiGLU (a backend may interleave them) */
 } fm_bank_src;
 
 /* The least native of a bank's sources (quant/int4_native.h): FM_NATIVE_NO when any is float or not our format.
@@ -98,11 +98,11 @@ bool fm_bank_src_any_quantized(const fm_bank_src *src);
 
 typedef struct fm_backend_ops {
     const char *name;
-    size_t      act_size; /* bytes per activation element */
+    size_t act_size; /* bytes per activation element */
 
-    void  (*destroy)(fm_backend *be);
+    void (*destroy)(fm_backend *be);
     void *(*alloc)(fm_backend *be, size_t bytes); /* NULL on failure */
-    void  (*free)(fm_backend *be, void *p);
+    void (*free)(fm_backend *be, void *p);
     /* Reserves, once at load (after the banks, before the first forward pass), the scratch the ops need for the
      * memory plan's shapes: `workspace` bytes (engine/memory_plan.h: ws_moe) and what the backend's libraries need
      * (cuda: cuBLAS's workspace). A forward pass then allocates nothing. NULL where ops need none kept (cpu). */
@@ -110,22 +110,22 @@ typedef struct fm_backend_ops {
     /* Copies host data in/out of backend memory: ids (int32) and activations (as fp32 on the host side).
      * upload_ids does not wait for the device (the caller's ids may be reused at once): the staging step of a
      * forward pass. The others return when the copy is done. */
-    void  (*upload_ids)(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
-    void  (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
-    void  (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst); /* rounded to the act dtype */
-    void  (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
+    void (*upload_ids)(fm_backend *be, const int32_t *ids, int64_t n, void *dst);
+    void (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
+    void (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst);     /* rounded to the act dtype */
+    void (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
     /* bytes as they are, host to backend; like upload_ids it does not wait for the device (src may be reused) */
-    void  (*upload_raw)(fm_backend *be, const void *src, size_t bytes, void *dst);
+    void (*upload_raw)(fm_backend *be, const void *src, size_t bytes, void *dst);
     fm_status (*sync)(fm_backend *be, fm_error *err);
     /* Timing for benchmarks: mark(slot) records a point in stream order (slot < FM_MARK_SLOTS); after sync,
      * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
-    void        (*mark)(fm_backend *be, int32_t slot);
-    double      (*elapsed_ms)(fm_backend *be, int32_t a, int32_t b);
+    void (*mark)(fm_backend *be, int32_t slot);
+    double (*elapsed_ms)(fm_backend *be, int32_t a, int32_t b);
     const char *(*device_name)(fm_backend *be);
 
     fm_status (*bank_create)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
-    void      (*bank_free)(fm_backend *be, fm_bank *w);
-    size_t    (*bank_bytes)(const fm_bank *w);
+    void (*bank_free)(fm_backend *be, fm_bank *w);
+    size_t (*bank_bytes)(const fm_bank *w);
 
     /* out[t, :] = table[ids[t], :] */
     void (*embed)(fm_backend *be, const fm_bank *table, const void *ids, int64_t T, void *out);
@@ -147,8 +147,8 @@ typedef struct fm_backend_ops {
      *
      * kv_store copies token t's k and v heads (from the fused qkv buffer [T, (nh + 2 nkv) hd], after
      * qk_norm_rope) to slot slots[t] of k_cache and v_cache (slots: int32 [T] in backend memory; distinct). */
-    void (*kv_store)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                     const void *slots, void *k_cache, void *v_cache);
+    void (*kv_store)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
+                     void *k_cache, void *v_cache);
     /* Attention over the paged cache: token t (its query heads from qkv row t; its k and v already stored) attends
      * causally to positions 0..tok_pos[t] (inclusive) of sequence tok_seq[t], read through the block table; GQA
      * (query head h reads kv head h / (nh / nkv)), scores q.k * hd^-0.5, softmax in fp32; out [T, nh * hd] in the
@@ -166,8 +166,8 @@ typedef struct fm_backend_ops {
                   bool norm_topk, void *ids, void *weights);
     /* Expert FFN of every routed (token, expert): out[t] = sum_j w[t,j] * down_e(silu(gate_e x) * up_e x),
      * gate_up bank [E][2I, H] (gate rows first), down bank [E][H, I]. */
-    void (*moe)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
-                const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
+    void (*moe)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,
+                const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
     /* out[r, i] = silu(gu[r, i]) * gu[r, I + i] for a [rows, 2I] gate|up buffer */
     void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
     /* acc += x (n elements) */
@@ -184,8 +184,8 @@ typedef struct fm_backend_ops {
 
 struct fm_backend {
     const fm_backend_ops *ops;
-    fm_plan               plan;
-    int32_t               n_threads;
+    fm_plan plan;
+    int32_t n_threads;
 };
 
 /* Creates the named backend ("cpu", "cuda") for a plan. routes: the kernel route overrides, "key=value,..." or NULL

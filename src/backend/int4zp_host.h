@@ -11,12 +11,12 @@
 #include "backend/backend.h"
 
 typedef struct fm_int4zp_host {
-    int32_t  n;
-    int64_t  rows, cols;
-    int32_t  group;    /* K-group size (divides cols) */
-    int64_t  n_groups; /* cols / group */
+    int32_t n;
+    int64_t rows, cols;
+    int32_t group;    /* K-group size (divides cols) */
+    int64_t n_groups; /* cols / group */
     uint8_t *codes, *zeros;
-    float   *scales;
+    float *scales;
     int32_t *perm;
 } fm_int4zp_host;
 
@@ -24,6 +24,6 @@ typedef struct fm_int4zp_host {
  * keep_identity_orders (int4-zp): sources with a g_idx get an order even where it is the identity (what the memory
  * plan counts); otherwise (int4-zp-tc, which takes no order) perm stays NULL unless some order is not the identity. */
 fm_status fm_int4zp_host_build(const fm_bank_src *src, bool keep_identity_orders, fm_int4zp_host *out, fm_error *err);
-void      fm_int4zp_host_free(fm_int4zp_host *h);
+void fm_int4zp_host_free(fm_int4zp_host *h);
 
 #endif

@@ -20,7 +20,7 @@
  * decode steps small; 128 rows a GEMM at prefill) */
 static inline uint64_t fm_grouped_tile_rows(uint64_t P, uint64_t E) {
     const uint64_t avg = E ? (P + E - 1) / E : P;
-    uint64_t       tr  = 16;
+    uint64_t tr = 16;
     while (tr < avg && tr < 128) tr *= 2;
     return tr;
 }
@@ -32,31 +32,33 @@ static inline uint64_t fm_grouped_max_tiles(uint64_t P, uint64_t E) {
 }
 
 typedef struct fm_grouped_ws {
-    uint64_t tile_rows, max_tiles, rows; /* rows = max_tiles * tile_rows */
+    uint64_t tile_rows, max_tiles, rows;     /* rows = max_tiles * tile_rows */
     uint64_t counts, fill, seg_row, slot_of; /* byte offsets */
     uint64_t ptrs;                           /* 6 * max_tiles pointers */
     uint64_t xs, gu, h, y;
     uint64_t total;
 } fm_grouped_ws;
 
-static inline uint64_t fm_grouped_align(uint64_t b) { return (b + FM_GROUPED_ALIGN - 1) / FM_GROUPED_ALIGN * FM_GROUPED_ALIGN; }
+static inline uint64_t fm_grouped_align(uint64_t b) {
+    return (b + FM_GROUPED_ALIGN - 1) / FM_GROUPED_ALIGN * FM_GROUPED_ALIGN;
+}
 
 /* The layout for P pairs (callers bound P so that nothing here overflows: the memory plan checks the tokens) */
 static inline fm_grouped_ws fm_grouped_layout(uint64_t P, uint64_t E, uint64_t H, uint64_t I, uint64_t act_size) {
     fm_grouped_ws L;
     L.tile_rows = fm_grouped_tile_rows(P, E);
     L.max_tiles = fm_grouped_max_tiles(P, E);
-    L.rows      = L.max_tiles * L.tile_rows;
-    L.counts    = 0;
-    L.fill      = L.counts + E * 4;
-    L.seg_row   = L.fill + E * 4;
-    L.slot_of   = L.seg_row + E * 4;
-    L.ptrs      = fm_grouped_align(L.slot_of + P * 4);
-    L.xs        = fm_grouped_align(L.ptrs + 6 * L.max_tiles * 8);
-    L.gu        = L.xs + L.rows * H * act_size;
-    L.h         = L.gu + L.rows * 2 * I * act_size;
-    L.y         = L.h + L.rows * I * act_size;
-    L.total     = L.y + L.rows * H * act_size;
+    L.rows = L.max_tiles * L.tile_rows;
+    L.counts = 0;
+    L.fill = L.counts + E * 4;
+    L.seg_row = L.fill + E * 4;
+    L.slot_of = L.seg_row + E * 4;
+    L.ptrs = fm_grouped_align(L.slot_of + P * 4);
+    L.xs = fm_grouped_align(L.ptrs + 6 * L.max_tiles * 8);
+    L.gu = L.xs + L.rows * H * act_size;
+    L.h = L.gu + L.rows * 2 * I * act_size;
+    L.y = L.h + L.rows * I * act_size;
+    L.total = L.y + L.rows * H * act_size;
     return L;
 }
 

@@ -25,7 +25,7 @@ static bool parse_switch(const char *v, fm_route_switch *out) {
 static bool parse_count(const char *v, long lo, long hi, int32_t *out) {
     if (!strcmp(v, "auto")) return *out = 0, true;
     char *end = NULL;
-    errno     = 0;
+    errno = 0;
     const long n = strtol(v, &end, 10);
     if (errno || end == v || *end || n < lo || n > hi) return false;
     *out = (int32_t)n;
@@ -67,14 +67,14 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
 fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
     if (!spec || !*spec) return FM_OK;
     fm_routes next = *r;
-    char      item[128];
+    char item[128];
     for (const char *p = spec;;) {
-        const char  *comma = strchr(p, ',');
-        const size_t n     = comma ? (size_t)(comma - p) : strlen(p);
+        const char *comma = strchr(p, ',');
+        const size_t n = comma ? (size_t)(comma - p) : strlen(p);
         if (n >= sizeof item)
             return fm_fail(err, FM_ERR_USAGE, "route '%.40s...' is too long (key=value, keys: " KEYS ")", p);
         memcpy(item, p, n);
-        item[n]  = '\0';
+        item[n] = '\0';
         char *eq = strchr(item, '=');
         if (!eq || eq == item || !eq[1])
             return fm_fail(err, FM_ERR_USAGE, "route '%s' is not key=value (keys: " KEYS ")", item);
@@ -85,11 +85,15 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
         p = comma + 1;
     }
     if (next.sm_major && next.sm_major != 9 && next.w4a8_kernel == FM_ROUTE_W4A8_WGMMA)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "route w4a8.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
-                       "sm_90a code for it); this GPU is sm_%d: use w4a8.kernel=mma or auto", next.sm_major * 10);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "route w4a8.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
+                       "sm_90a code for it); this GPU is sm_%d: use w4a8.kernel=mma or auto",
+                       next.sm_major * 10);
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
-                       "dependent launch); this GPU is sm_%d: use pdl=off or auto", next.sm_major * 10);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
+                       "dependent launch); this GPU is sm_%d: use pdl=off or auto",
+                       next.sm_major * 10);
     *r = next;
     return FM_OK;
 }
@@ -126,8 +130,8 @@ fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t
     case FM_W_INT4_ZP_TC:
     case FM_W_E4M3_B128: {
         const int64_t k_pad = (K + 127) / 128 * 128;
-        const bool gemv = fm_routes_gemv(r) && M >= 1 && M <= FM_GEMV_FP8_MAX_M &&
-                          fm_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
+        const bool gemv =
+            fm_routes_gemv(r) && M >= 1 && M <= FM_GEMV_FP8_MAX_M && fm_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
         return gemv ? FM_DK_W4A8_GEMV : FM_DK_W4A8_GEMM;
     }
     case FM_W_E4M3_PT:
@@ -146,22 +150,28 @@ const char *fm_dense_kernel_name(const fm_routes *r, fm_dense_kernel k) {
     switch (k) {
     case FM_DK_CUBLAS: return "cuBLAS GEMM";
     case FM_DK_W4A16_GEMV: return "int4 GEMV (W4A16, row by row)";
-    case FM_DK_W4A8_GEMV: return fm_routes_pdl(r) ? "W4A8 GEMV mma.sync m16n8k32 e4m3 + PDL" : "W4A8 GEMV mma.sync m16n8k32 e4m3";
+    case FM_DK_W4A8_GEMV:
+        return fm_routes_pdl(r) ? "W4A8 GEMV mma.sync m16n8k32 e4m3 + PDL" : "W4A8 GEMV mma.sync m16n8k32 e4m3";
     case FM_DK_W4A8_GEMM:
         return fm_routes_w4a8_wgmma(r) ? "W4A8 GEMM wgmma m64n64k32 e4m3" : "W4A8 GEMM mma.sync m16n8k32 e4m3";
-    case FM_DK_W8A8_GEMV: return fm_routes_pdl(r) ? "W8A8 GEMV mma.sync m16n8k32 e4m3 + PDL" : "W8A8 GEMV mma.sync m16n8k32 e4m3";
+    case FM_DK_W8A8_GEMV:
+        return fm_routes_pdl(r) ? "W8A8 GEMV mma.sync m16n8k32 e4m3 + PDL" : "W8A8 GEMV mma.sync m16n8k32 e4m3";
     case FM_DK_W8A8_CUBLASLT: return "cuBLASLt FP8";
     }
     return "?";
 }
 
-static const char *switch_name(fm_route_switch s) { return s == FM_ROUTE_ON ? "on" : s == FM_ROUTE_OFF ? "off" : "auto"; }
+static const char *switch_name(fm_route_switch s) {
+    return s == FM_ROUTE_ON ? "on" : s == FM_ROUTE_OFF ? "off" : "auto";
+}
 
 void fm_routes_print(const fm_routes *r, FILE *out) {
     char tile[8], maxm[8];
     snprintf(tile, sizeof tile, "%d", r->w4a8_tile);
     snprintf(maxm, sizeof maxm, "%d", r->w8a8_gemv_max_m);
-    const char *kernel = r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA ? "wgmma" : r->w4a8_kernel == FM_ROUTE_W4A8_MMA ? "mma" : "auto";
+    const char *kernel = r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA ? "wgmma"
+                         : r->w4a8_kernel == FM_ROUTE_W4A8_MMA ? "mma"
+                                                               : "auto";
     char now[4][64];
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
     snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
@@ -181,7 +191,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"pdl", switch_name(r->pdl), "auto|on|off", "on for sm_90+",
          "programmatic dependent launch of the decode kernels (quantizers, GEMVs)", fm_routes_pdl(r) ? "on" : "off"},
         {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",
-         "decode steps captured once per batch bucket as CUDA graphs and replayed", fm_routes_decode_graphs(r) ? "on" : "off"},
+         "decode steps captured once per batch bucket as CUDA graphs and replayed",
+         fm_routes_decode_graphs(r) ? "on" : "off"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

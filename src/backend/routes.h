@@ -42,22 +42,22 @@ typedef enum fm_route_w4a8_kernel {
 } fm_route_w4a8_kernel;
 
 typedef struct fm_routes {
-    int32_t              sm_major;        /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
-    fm_route_w4a8_kernel w4a8_kernel;     /* w4a8.kernel */
-    int32_t              w4a8_tile;       /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
-    fm_route_switch      dense_gemv;      /* dense.gemv */
-    int32_t              w8a8_gemv_max_m; /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
-    fm_route_switch      pdl;             /* pdl */
-    fm_route_switch      decode_graphs;   /* decode.graphs */
+    int32_t sm_major;                 /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
+    fm_route_w4a8_kernel w4a8_kernel; /* w4a8.kernel */
+    int32_t w4a8_tile;                /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
+    fm_route_switch dense_gemv;       /* dense.gemv */
+    int32_t w8a8_gemv_max_m;          /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
+    fm_route_switch pdl;              /* pdl */
+    fm_route_switch decode_graphs;    /* decode.graphs */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
-#define FM_W4A8_BN       64
+#define FM_W4A8_BN 64
 #define FM_W4A8_BN_SMALL 16
 
 /* The FP8 GEMVs (gemv_fp8.cu) take at most two n8 tiles of activation rows; the W4A8 one stages x in shared memory,
  * at most FM_GEMV_FP8_SMEM_MAX bytes (fm_gemv_fp8_smem). */
-#define FM_GEMV_FP8_MAX_M    16
+#define FM_GEMV_FP8_MAX_M 16
 #define FM_GEMV_FP8_SMEM_MAX (96 * 1024)
 /* Shared memory of the W4A8 GEMV: M rows (rounded up to 8 or 16) of k_pad e4m3 bytes + 16 bytes of padding, and
  * two fp32 words per (row, 128-group) */
@@ -82,26 +82,26 @@ void fm_routes_default(fm_routes *r, int sm_major);
 fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 
 /* Resolved choices: */
-bool     fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
-bool     fm_routes_pdl(const fm_routes *r);        /* decode kernels launch with PDL */
-bool     fm_routes_decode_graphs(const fm_routes *r); /* decode steps replay as CUDA graphs (cuda backend) */
-bool     fm_routes_gemv(const fm_routes *r);       /* the FP8 GEMVs run at all */
-int32_t  fm_routes_w8a8_gemv_max_m(const fm_routes *r);
+bool fm_routes_w4a8_wgmma(const fm_routes *r);    /* the W4A8 GEMM runs the wgmma kernel */
+bool fm_routes_pdl(const fm_routes *r);           /* decode kernels launch with PDL */
+bool fm_routes_decode_graphs(const fm_routes *r); /* decode steps replay as CUDA graphs (cuda backend) */
+bool fm_routes_gemv(const fm_routes *r);          /* the FP8 GEMVs run at all */
+int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 /* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row
  * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short
  * prompts: a 64-row tile is then mostly padding, its promotion and epilogue work wasted), 64 from there. Measured on
- * the Qwen3 shape (E 128, top-8; bench/NOTES.md "v6: 16-row tiles for small batches"): 16-row tiles 1.24-1.58x faster up
- * to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). w4a8.tile forces one. */
+ * the Qwen3 shape (E 128, top-8; bench/NOTES.md "v6: 16-row tiles for small batches"): 16-row tiles 1.24-1.58x faster
+ * up to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). w4a8.tile forces one. */
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {
-    FM_DK_CUBLAS,         /* bf16 / fp32 weights: cuBLAS GEMM */
-    FM_DK_W4A16_GEMV,     /* int4-g128, int4-zp: the int4 GEMV, one input row at a time (the W4A16 baseline) */
-    FM_DK_W4A8_GEMV,      /* int4-g128-tc, int4-zp-tc, e4m3-block at M <= 16: the mma.sync W4A8 GEMV */
-    FM_DK_W4A8_GEMM,      /* ... above: the grouped W4A8 GEMM with one matrix (wgmma or mma.sync: w4a8.kernel) */
-    FM_DK_W8A8_GEMV,      /* e4m3-tensor at M <= w8a8.gemv_max_m: the mma.sync W8A8 GEMV */
-    FM_DK_W8A8_CUBLASLT,  /* ... above: cuBLASLt FP8 */
+    FM_DK_CUBLAS,        /* bf16 / fp32 weights: cuBLAS GEMM */
+    FM_DK_W4A16_GEMV,    /* int4-g128, int4-zp: the int4 GEMV, one input row at a time (the W4A16 baseline) */
+    FM_DK_W4A8_GEMV,     /* int4-g128-tc, int4-zp-tc, e4m3-block at M <= 16: the mma.sync W4A8 GEMV */
+    FM_DK_W4A8_GEMM,     /* ... above: the grouped W4A8 GEMM with one matrix (wgmma or mma.sync: w4a8.kernel) */
+    FM_DK_W8A8_GEMV,     /* e4m3-tensor at M <= w8a8.gemv_max_m: the mma.sync W8A8 GEMV */
+    FM_DK_W8A8_CUBLASLT, /* ... above: cuBLASLt FP8 */
 } fm_dense_kernel;
 
 fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t M, int64_t K);

@@ -15,7 +15,7 @@
 
 #include "backend/routes.h" /* FM_W4A8_BN, FM_W4A8_BN_SMALL: the tile rows, fm_routes_w4a8_tile_rows */
 
-#define FM_W4A8_ALIGN    256 /* every sub-buffer starts 256-byte aligned */
+#define FM_W4A8_ALIGN 256 /* every sub-buffer starts 256-byte aligned */
 
 static inline uint64_t fm_w4a8_align(uint64_t b) { return (b + FM_W4A8_ALIGN - 1) / FM_W4A8_ALIGN * FM_W4A8_ALIGN; }
 static inline uint64_t fm_w4a8_pad128(uint64_t k) { return (k + 127) / 128 * 128; }

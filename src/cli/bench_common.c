@@ -132,7 +132,8 @@ void bench_stats(double *ms, long n, double *median, double *min, double *max) {
 
 double bench_nerr(const float *x, const float *ref, int64_t n) {
     double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
+    for (int64_t i = 0; i < n; i++)
+        d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 

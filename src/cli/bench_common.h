@@ -15,9 +15,9 @@
 /* Ceilings measured on the H200 (bench/NOTES.md; DESIGN.md): device copy 4.25 TB/s, bf16 dense matrix ~0.79
  * PFLOP/s, FP8 dense matrix ~1.3 PFLOP/s. */
 #define BENCH_BANDWIDTH_BYTES_PER_S 4.25e12
-#define BENCH_BF16_FLOPS_PER_S      0.79e15
-#define BENCH_FP8_FLOPS_PER_S       1.3e15
-#define BENCH_MAX_REPEAT            2000 /* two marks per run, FM_MARK_SLOTS (4096) in all */
+#define BENCH_BF16_FLOPS_PER_S 0.79e15
+#define BENCH_FP8_FLOPS_PER_S 1.3e15
+#define BENCH_MAX_REPEAT 2000 /* two marks per run, FM_MARK_SLOTS (4096) in all */
 
 typedef enum { BENCH_NOT_RUN, BENCH_OK, BENCH_UNAVAILABLE, BENCH_FAILED } bench_status;
 const char *bench_status_name(bench_status s);
@@ -25,8 +25,8 @@ const char *bench_status_name(bench_status s);
 /* One row of a side-by-side table: a route at one size. err is against the reference route (NAN: none). */
 typedef struct bench_row {
     bench_status status;
-    char         msg[sizeof(((fm_error *)0)->msg)];
-    double       median_ms, min_ms, max_ms, flops, weight_bytes, floor_ms, err;
+    char msg[sizeof(((fm_error *)0)->msg)];
+    double median_ms, min_ms, max_ms, flops, weight_bytes, floor_ms, err;
 } bench_row;
 
 void bench_row_set(bench_row *r, bench_status st, const char *msg);
@@ -40,21 +40,29 @@ fm_status bench_json_write(cJSON *root, const char *path, fm_error *err);
 
 /* The options every side-by-side benchmark takes: --repeat --warmup --json --backend --threads --route -v. */
 typedef struct bench_opts {
-    long        repeat, warmup, threads;
+    long repeat, warmup, threads;
     const char *json_path, *backend;
-    bool        verbose;
-    char        routes[512]; /* the --route options joined "k=v,k=v" (empty: the defaults) */
+    bool verbose;
+    char routes[512]; /* the --route options joined "k=v,k=v" (empty: the defaults) */
 } bench_opts;
 
 /* routes for fm_backend_create: NULL when no --route was given */
 static inline const char *bench_routes(const bench_opts *b) { return b->routes[0] ? b->routes : NULL; }
 
-enum { BENCH_OPT_REPEAT = 1900, BENCH_OPT_WARMUP, BENCH_OPT_JSON, BENCH_OPT_BACKEND, BENCH_OPT_THREADS, BENCH_OPT_ROUTE };
-#define BENCH_LONG_OPTIONS                                                                                     \
-    {"repeat", required_argument, 0, BENCH_OPT_REPEAT}, {"warmup", required_argument, 0, BENCH_OPT_WARMUP},  \
-        {"json", required_argument, 0, BENCH_OPT_JSON}, {"backend", required_argument, 0, BENCH_OPT_BACKEND}, \
-        {"threads", required_argument, 0, BENCH_OPT_THREADS}, {"route", required_argument, 0, BENCH_OPT_ROUTE}, \
-        {"verbose", no_argument, 0, 'v'}
+enum {
+    BENCH_OPT_REPEAT = 1900,
+    BENCH_OPT_WARMUP,
+    BENCH_OPT_JSON,
+    BENCH_OPT_BACKEND,
+    BENCH_OPT_THREADS,
+    BENCH_OPT_ROUTE
+};
+#define BENCH_LONG_OPTIONS                                                                                             \
+    {"repeat", required_argument, 0, BENCH_OPT_REPEAT}, {"warmup", required_argument, 0, BENCH_OPT_WARMUP},            \
+        {"json", required_argument, 0, BENCH_OPT_JSON}, {"backend", required_argument, 0, BENCH_OPT_BACKEND},          \
+        {"threads", required_argument, 0, BENCH_OPT_THREADS}, {"route", required_argument, 0, BENCH_OPT_ROUTE}, {      \
+        "verbose", no_argument, 0, 'v'                                                                                 \
+    }
 
 /* Defaults: backend cuda, verbose when stderr is a terminal, the given repeat and warm-up. */
 void bench_opts_init(bench_opts *b, long repeat, long warmup);
@@ -75,7 +83,7 @@ fm_wsrc bench_weight_view(uint64_t seed, int64_t rows, int64_t cols);
 /* The pre-quantized routes: views v[0..n) quantized on the host into a checkpoint's format (model/qsynth.h), in
  * parallel; on success v[i] becomes the bound pre-quantized source and *q holds its tensors (bench_prequant_free). */
 fm_status bench_prequantize(fm_wsrc *v, int64_t n, fm_qsynth_kind kind, fm_qsynth **q, fm_error *err);
-void      bench_prequant_free(fm_qsynth *q, int64_t n);
+void bench_prequant_free(fm_qsynth *q, int64_t n);
 /* rows x cols values of s on the host (NULL when out of memory) */
 float *bench_synth_host(fm_synth s, int64_t rows, int64_t cols);
 /* bench inputs: uniform [-1, 1) with every 97th channel x8 (outliers, as the synthetic embeddings) */

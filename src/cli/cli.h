@@ -17,8 +17,8 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_requantize(int argc, char **argv);
-int cmd_bench_moe(int argc, char **argv); /* bench moe (argv[0] = "moe") */
-int cmd_bench_gemm(int argc, char **argv); /* bench gemm (argv[0] = "gemm") */
+int cmd_bench_moe(int argc, char **argv);    /* bench moe (argv[0] = "moe") */
+int cmd_bench_gemm(int argc, char **argv);   /* bench gemm (argv[0] = "gemm") */
 int cmd_bench_decode(int argc, char **argv); /* bench decode (argv[0] = "decode") */
 
 /* Prints "fp8moe CMD: error: MSG" and returns the exit code for st. */
@@ -42,33 +42,32 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
  * --route --verbose. */
 typedef struct cli_model_opts {
     const char *model_dir;
-    fm_options  opt;
-    char        routes[512]; /* the --route options joined "k=v,k=v"; opt.routes points here once one is given */
+    fm_options opt;
+    char routes[512]; /* the --route options joined "k=v,k=v"; opt.routes points here once one is given */
 } cli_model_opts;
 
 /* One --route KEY=VALUE: checked (fm_routes_check) and appended to routes (cap bytes, "k=v,k=v"). False after
  * printing a usage message naming the key or value and the valid ones. */
 bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
 
-#define CLI_ROUTE_HELP                                                                                  \
-    "  --route KEY=VALUE  cuda: force a kernel route (repeatable; `fp8moe inspect --routes` prints the table):\n" \
-    "                     w4a8.kernel=auto|wgmma|mma, w4a8.tile=auto|16|64, dense.gemv=auto|on|off,\n"   \
+#define CLI_ROUTE_HELP                                                                                                 \
+    "  --route KEY=VALUE  cuda: force a kernel route (repeatable; `fp8moe inspect --routes` prints the table):\n"      \
+    "                     w4a8.kernel=auto|wgmma|mma, w4a8.tile=auto|16|64, dense.gemv=auto|on|off,\n"                 \
     "                     w8a8.gemv_max_m=auto|1..16, pdl=auto|on|off\n"
 
-#define CLI_MODEL_HELP                                                                                  \
-    "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                \
-    "  --backend B        cpu (default) or cuda\n"                                                       \
-    "  --preset P         ref (default: fp32 oracle), ref32 (fp32 on the GPU too), int4, fp8, fp4\n"   \
-    "  --dense w8a8       dense projections as e4m3 weights (one scale per matrix, set at load) times e4m3\n" \
-    "                     activations (one dynamic scale per input); the preset's otherwise\n"          \
-    "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"        \
-    "  --threads N        CPU threads (default: all)\n"                                                  \
-    "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"    \
-    "                     prompts are refused unless --ctx allows them)\n"                             \
-    "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"  \
-    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"     \
-    CLI_ROUTE_HELP                                                                                       \
-    "  -v, --verbose      progress on stderr\n"                                                          \
+#define CLI_MODEL_HELP                                                                                                 \
+    "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                             \
+    "  --backend B        cpu (default) or cuda\n"                                                                     \
+    "  --preset P         ref (default: fp32 oracle), ref32 (fp32 on the GPU too), int4, fp8, fp4\n"                   \
+    "  --dense w8a8       dense projections as e4m3 weights (one scale per matrix, set at load) times e4m3\n"          \
+    "                     activations (one dynamic scale per input); the preset's otherwise\n"                         \
+    "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"                      \
+    "  --threads N        CPU threads (default: all)\n"                                                                \
+    "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"                 \
+    "                     prompts are refused unless --ctx allows them)\n"                                             \
+    "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"                \
+    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n" CLI_ROUTE_HELP    \
+    "  -v, --verbose      progress on stderr\n"                                                                        \
     "  -h, --help         this help\n"
 
 void cli_model_opts_init(cli_model_opts *o);
@@ -77,8 +76,8 @@ void cli_model_opts_init(cli_model_opts *o);
 typedef bool (*cli_option_fn)(const char *cmd, int id, const char *arg, void *ctx);
 
 /* Parses argv: the shared model options into mo, the command's own options (`own`, ids >= 2000, ended by a
- * zero entry) through handle(ctx); an own option named like a shared one replaces it. Returns -1 when the command should run, else the exit code to return:
- * 0 after --help (help printed), 2 on a usage error (message printed). */
+ * zero entry) through handle(ctx); an own option named like a shared one replaces it. Returns -1 when the command
+ * should run, else the exit code to return: 0 after --help (help printed), 2 on a usage error (message printed). */
 int cli_parse(const char *cmd, int argc, char **argv, const struct option *own, const char *help, cli_model_opts *mo,
               cli_option_fn handle, void *ctx);
 

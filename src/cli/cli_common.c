@@ -29,8 +29,8 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
 
 bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, long hi, long *out) {
     char *end = NULL;
-    errno     = 0;
-    long v    = strtol(text, &end, 10);
+    errno = 0;
+    long v = strtol(text, &end, 10);
     if (errno || !end || *end || end == text || v < lo || v > hi) {
         cli_usage(cmd, "%s expects an integer in [%ld, %ld], got '%s'", opt, lo, hi, text);
         return false;
@@ -42,9 +42,16 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out) {
     static const struct {
         const char *suffix;
-        uint64_t    mult;
-    } units[] = {{"", 1},          {"K", 1000},       {"M", 1000000},     {"G", 1000000000},  {"T", 1000000000000},
-                 {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40}};
+        uint64_t mult;
+    } units[] = {{"", 1},
+                 {"K", 1000},
+                 {"M", 1000000},
+                 {"G", 1000000000},
+                 {"T", 1000000000000},
+                 {"Ki", 1ull << 10},
+                 {"Mi", 1ull << 20},
+                 {"Gi", 1ull << 30},
+                 {"Ti", 1ull << 40}};
     const char *p = text;
     uint64_t whole = 0;
     bool ok = *p >= '0' && *p <= '9';
@@ -63,12 +70,14 @@ bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t
     if (ok) {
         const uint64_t m = u < sizeof units / sizeof *units ? units[u].mult : 1;
         ok = whole <= (uint64_t)INT64_MAX / m;
-        v  = whole * m + (uint64_t)(frac * (double)m + 0.5);
+        v = whole * m + (uint64_t)(frac * (double)m + 0.5);
         ok &= v >= 1 && v <= (uint64_t)INT64_MAX;
     }
     if (!ok) {
-        cli_usage(cmd, "%s expects a byte count >= 1 such as 8Gi, 7.5G or 8000000000 (suffixes K M G T, Ki Mi Gi Ti), "
-                  "got '%s'", opt, text);
+        cli_usage(cmd,
+                  "%s expects a byte count >= 1 such as 8Gi, 7.5G or 8000000000 (suffixes K M G T, Ki Mi Gi Ti), "
+                  "got '%s'",
+                  opt, text);
         return false;
     }
     *out = (int64_t)v;
@@ -80,7 +89,7 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
     if (cst) return cst;
     fm_path_buf pb;
     size_t len = strlen(path) + 32;
-    char  *tmp = malloc(len);
+    char *tmp = malloc(len);
     if (!tmp) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
@@ -126,14 +135,29 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap) {
     return true;
 }
 
-enum { OPT_MODEL = 1000, OPT_BACKEND, OPT_PRESET, OPT_LAYERS, OPT_THREADS, OPT_VRAM_LIMIT, OPT_DENSE, OPT_ROUTE, OPT_CTX };
+enum {
+    OPT_MODEL = 1000,
+    OPT_BACKEND,
+    OPT_PRESET,
+    OPT_LAYERS,
+    OPT_THREADS,
+    OPT_VRAM_LIMIT,
+    OPT_DENSE,
+    OPT_ROUTE,
+    OPT_CTX
+};
 
 static const struct option model_options[] = {
-    {"model", required_argument, 0, OPT_MODEL},     {"backend", required_argument, 0, OPT_BACKEND},
-    {"preset", required_argument, 0, OPT_PRESET},   {"layers", required_argument, 0, OPT_LAYERS},
-    {"threads", required_argument, 0, OPT_THREADS}, {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
-    {"dense", required_argument, 0, OPT_DENSE},     {"ctx", required_argument, 0, OPT_CTX},
-    {"route", required_argument, 0, OPT_ROUTE},     {"verbose", no_argument, 0, 'v'},
+    {"model", required_argument, 0, OPT_MODEL},
+    {"backend", required_argument, 0, OPT_BACKEND},
+    {"preset", required_argument, 0, OPT_PRESET},
+    {"layers", required_argument, 0, OPT_LAYERS},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
+    {"dense", required_argument, 0, OPT_DENSE},
+    {"ctx", required_argument, 0, OPT_CTX},
+    {"route", required_argument, 0, OPT_ROUTE},
+    {"verbose", no_argument, 0, 'v'},
     {"help", no_argument, 0, 'h'},
 };
 
@@ -146,7 +170,8 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         o->model_dir = arg;
         return true;
     case OPT_BACKEND:
-        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+            *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
         o->opt.backend = arg;
         return true;
     case OPT_PRESET:
@@ -154,7 +179,8 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
             *bad = true, cli_usage(cmd, "--preset must be one of ref, ref32, int4, fp8, fp4, got '%s'", arg);
         return true;
     case OPT_DENSE:
-        if (!fm_dense_parse(arg, &o->opt.dense)) *bad = true, cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", arg);
+        if (!fm_dense_parse(arg, &o->opt.dense))
+            *bad = true, cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", arg);
         return true;
     case OPT_LAYERS:
         *bad = !cli_parse_int(cmd, "--layers", arg, 1, 100000, &v);

@@ -29,15 +29,14 @@ static const char *HELP =
     "  --json FILE        also write the results as JSON\n" CLI_MODEL_HELP;
 
 enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON };
-static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
-                                            {"tokens", required_argument, 0, OPT_TOKENS},
-                                            {"repeat", required_argument, 0, OPT_REPEAT},
-                                            {"warmup", required_argument, 0, OPT_WARMUP},
-                                            {"json", required_argument, 0, OPT_JSON}, {0, 0, 0, 0}};
+static const struct option own_options[] = {
+    {"synthetic", required_argument, 0, OPT_SYNTH}, {"tokens", required_argument, 0, OPT_TOKENS},
+    {"repeat", required_argument, 0, OPT_REPEAT},   {"warmup", required_argument, 0, OPT_WARMUP},
+    {"json", required_argument, 0, OPT_JSON},       {0, 0, 0, 0}};
 
 typedef struct bench_args {
     const char *synthetic, *json_path;
-    long        tokens, repeat, warmup;
+    long tokens, repeat, warmup;
 } bench_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -53,7 +52,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
 }
 
 static double floor_ms(double bytes, double flops) {
-    const double a = bytes / BENCH_BANDWIDTH_BYTES_PER_S, b = flops / BENCH_BF16_FLOPS_PER_S; /* the cost model's floor: bf16 rate */
+    const double a = bytes / BENCH_BANDWIDTH_BYTES_PER_S,
+                 b = flops / BENCH_BF16_FLOPS_PER_S; /* the cost model's floor: bf16 rate */
     return 1e3 * (a > b ? a : b);
 }
 
@@ -84,10 +84,10 @@ int cmd_bench(int argc, char **argv) {
     const double load_s = cli_now() - t_load;
     const int64_t T = a.tokens;
     const int32_t V = fm_model_vocab_size(m);
-    int32_t *ids    = malloc((size_t)T * sizeof *ids);
-    float   *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *ids = malloc((size_t)T * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
     const int n = (int)a.repeat;
-    double  *total = calloc((size_t)n, sizeof *total), *stage[FM_STAGE_COUNT];
+    double *total = calloc((size_t)n, sizeof *total), *stage[FM_STAGE_COUNT];
     for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s] = calloc((size_t)n, sizeof(double));
     uint64_t x = 0x2545F4914F6CDD1Dull; /* deterministic token ids */
     for (int64_t t = 0; t < T; t++) {
@@ -111,7 +111,8 @@ int cmd_bench(int argc, char **argv) {
         double med = 0, mn = 0, mx = 0;
         bench_stats(sorted, n, &med, &mn, &mx);
         const char *dev = m->be->ops->device_name(m->be);
-        printf("bench prefill %s: %d layers, %lld tokens, preset %s, %s (%s); %ld runs after %ld warm-up; load %.1f s, %.2f GiB of weights\n",
+        printf("bench prefill %s: %d layers, %lld tokens, preset %s, %s (%s); %ld runs after %ld warm-up; load %.1f s, "
+               "%.2f GiB of weights\n",
                a.synthetic, m->n_layers, (long long)T, fm_preset_name(mo.opt.preset), m->be->ops->name, dev, a.repeat,
                a.warmup, load_s, (double)m->weight_bytes / (1u << 30));
         printf("latency: median %.3f ms, min %.3f, max %.3f; %.0f tokens/s; floor %.3f ms (%.1f%% of floor reached)\n",
@@ -126,10 +127,12 @@ int cmd_bench(int argc, char **argv) {
             bench_stats(sorted, n, &stage_med[s], &lo, &hi);
             const double f = floor_ms(cost.bytes[s], cost.flops[s]);
             printf("| %s | %.3f | %.1f%% | %.3f | %.1f | %.3f | %.2f |\n", fm_stage_name((fm_stage)s), stage_med[s],
-                   100.0 * stage_med[s] / med, cost.bytes[s] / 1e9, cost.flops[s] / 1e9, f, stage_med[s] > 0 ? f / stage_med[s] : 0);
+                   100.0 * stage_med[s] / med, cost.bytes[s] / 1e9, cost.flops[s] / 1e9, f,
+                   stage_med[s] > 0 ? f / stage_med[s] : 0);
         }
         printf("\nexpert weight bytes read by the per-token dispatch: %.2f GB (ideal, each touched expert once: "
-               "counted in the floor above)\n", cost.expert_weight_reads_per_token_design / 1e9);
+               "counted in the floor above)\n",
+               cost.expert_weight_reads_per_token_design / 1e9);
         if (a.json_path) {
             cJSON *root = cJSON_CreateObject();
             cJSON_AddStringToObject(root, "model", a.synthetic);

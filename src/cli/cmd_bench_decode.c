@@ -53,11 +53,11 @@ enum { N_PRESETS = 4 };
 
 typedef struct decode_row {
     const char *preset;
-    int64_t     batch;
-    double      median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
-    fm_profile  prof; /* one step without a graph */
+    int64_t batch;
+    double median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
+    fm_profile prof; /* one step without a graph */
     bench_status status;
-    char         msg[sizeof(((fm_error *)0)->msg)];
+    char msg[sizeof(((fm_error *)0)->msg)];
 } decode_row;
 
 /* Bytes one decode step of B tokens at context ctx must read: every dense weight once, the experts the B tokens
@@ -65,7 +65,7 @@ typedef struct decode_row {
  * sequence's context. */
 static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, int64_t ctx) {
     const fm_config *c = &m->cfg;
-    double           b = (double)(p->weights[FM_MEM_ATTN] + p->weights[FM_MEM_ROUTER] + p->weights[FM_MEM_NORMS] +
+    double b = (double)(p->weights[FM_MEM_ATTN] + p->weights[FM_MEM_ROUTER] + p->weights[FM_MEM_NORMS] +
                         p->weights[FM_MEM_DENSE_MLP] + p->weights[FM_MEM_LM_HEAD]);
     if (!p->weights[FM_MEM_LM_HEAD]) b += (double)p->weights[FM_MEM_EMBED]; /* tied: the embedding is the lm_head */
     if (c->n_experts > 0) {
@@ -79,7 +79,7 @@ static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, 
 static void run_preset(const char *synth, const char *preset, const cli_model_opts *base, const int64_t *batches,
                        int nb, int64_t context, long steps, long warmup, bool verbose, decode_row *rows) {
     fm_options opt = base->opt;
-    fm_preset  p   = FM_PRESET_REF;
+    fm_preset p = FM_PRESET_REF;
     const bool w8a8 = !strcmp(preset, "fp8+w8a8");
     fm_preset_parse(w8a8 ? "fp8" : preset, &p);
     int64_t max_b = 0;
@@ -87,8 +87,8 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
     opt.preset = p, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
     opt.max_seqs = (int32_t)max_b, opt.ctx = context + warmup + steps + 1;
     opt.max_tokens = context < 2048 ? context : 2048;
-    fm_error  err = {{0}};
-    fm_model *m   = NULL;
+    fm_error err = {{0}};
+    fm_model *m = NULL;
     for (int i = 0; i < nb; i++) rows[i].preset = preset, rows[i].batch = batches[i];
     fm_status st = fm_model_load_synthetic(synth, opt.n_layers, &opt, &m, &err);
     if (st) {
@@ -99,17 +99,17 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
         return;
     }
     fm_memory_plan plan;
-    fm_config      cfg = m->cfg;
+    fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed;
     st = fm_memory_plan_compute(&cfg, &m->plan, m->be->ops->name, m->n_layers, 1, &plan, &err);
     const int32_t V = fm_model_vocab_size(m);
     for (int bi = 0; !st && bi < nb; bi++) {
-        const int32_t B   = (int32_t)batches[bi];
-        int32_t      *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
-        int32_t      *pr  = malloc((size_t)context * sizeof *pr);
-        float        *lp  = malloc((size_t)B * sizeof *lp);
-        double       *ms  = malloc((size_t)steps * sizeof *ms);
-        fm_sampling   sp;
+        const int32_t B = (int32_t)batches[bi];
+        int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
+        int32_t *pr = malloc((size_t)context * sizeof *pr);
+        float *lp = malloc((size_t)B * sizeof *lp);
+        double *ms = malloc((size_t)steps * sizeof *ms);
+        fm_sampling sp;
         fm_sampling_init(&sp);
         /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
         for (int32_t s = 0; !st && s < B; s++) {
@@ -117,7 +117,7 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
             st = fm_kv_seq_begin(m, pr, context, &sp, &seq[s], &err);
             for (int64_t p0 = 0; !st && p0 < context; p0 += opt.max_tokens) {
                 const int64_t T = context - p0 < opt.max_tokens ? context - p0 : opt.max_tokens;
-                int32_t      *sq = malloc((size_t)T * sizeof *sq), *ps = malloc((size_t)T * sizeof *ps);
+                int32_t *sq = malloc((size_t)T * sizeof *sq), *ps = malloc((size_t)T * sizeof *ps);
                 for (int64_t t = 0; t < T; t++) sq[t] = seq[s], ps[t] = (int32_t)(p0 + t);
                 st = fm_kv_seq_append(&m->kv->pool, seq[s], T, &err);
                 m->kv->tables_dirty = true;
@@ -133,14 +133,14 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
         memset(&rows[bi].prof, 0, sizeof rows[bi].prof);
         for (long r = 0; !st && r < warmup + steps; r++) {
             const double t0 = cli_now();
-            st              = fm_decode_step(m, B, ids, seq, ids, lp, &err);
+            st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
             if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
         }
         if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
             int32_t *pos = malloc((size_t)B * sizeof *pos);
             for (int32_t s = 0; s < B && !st; s++) {
                 pos[s] = (int32_t)fm_kv_seq_tokens(&m->kv->pool, seq[s]);
-                st     = fm_kv_seq_append(&m->kv->pool, seq[s], 1, &err);
+                st = fm_kv_seq_append(&m->kv->pool, seq[s], 1, &err);
             }
             m->kv->tables_dirty = true;
             if (!st) st = fm_step_stage(m, ids, seq, pos, B, &err);
@@ -154,9 +154,9 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
             bench_stats(ms, steps, &med, &mn, &mx);
             rows[bi].median_ms = med, rows[bi].min_ms = mn, rows[bi].max_ms = mx;
             rows[bi].tokens_per_s = B / (med * 1e-3);
-            rows[bi].bytes        = step_bytes(m, &plan, B, context + warmup + steps / 2);
-            rows[bi].floor_ms     = 1e3 * rows[bi].bytes / BENCH_BANDWIDTH_BYTES_PER_S;
-            rows[bi].status       = BENCH_OK;
+            rows[bi].bytes = step_bytes(m, &plan, B, context + warmup + steps / 2);
+            rows[bi].floor_ms = 1e3 * rows[bi].bytes / BENCH_BANDWIDTH_BYTES_PER_S;
+            rows[bi].status = BENCH_OK;
         } else {
             rows[bi].status = BENCH_FAILED;
             snprintf(rows[bi].msg, sizeof rows[bi].msg, "%s", err.msg);
@@ -169,13 +169,13 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
 
 int cmd_bench_decode(int argc, char **argv) {
     const char *cmd = "bench decode";
-    bench_opts  b;
+    bench_opts b;
     bench_opts_init(&b, 64, 8);
     const char *synth = NULL;
-    int64_t     batches[MAX_BATCHES] = {1, 8, 64};
-    int         nb = 3, np = 0, pidx[N_PRESETS];
-    long        context = 2048, layers = 0;
-    bool        presets_given = false;
+    int64_t batches[MAX_BATCHES] = {1, 8, 64};
+    int nb = 3, np = 0, pidx[N_PRESETS];
+    long context = 2048, layers = 0;
+    bool presets_given = false;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
         const int c = bench_common_option(cmd, o, optarg, &b);
@@ -248,8 +248,8 @@ int cmd_bench_decode(int argc, char **argv) {
         for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %.3f |", r->prof.stage_ms[s]);
         printf(" %.3f |\n", r->prof.total_ms);
     }
-    fm_status st  = FM_OK;
-    fm_error  err = {{0}};
+    fm_status st = FM_OK;
+    fm_error err = {{0}};
     if (b.json_path) {
         cJSON *root = bench_json_root("decode", b.backend, "", b.repeat, b.warmup);
         cJSON_AddStringToObject(root, "model", synth);
@@ -258,7 +258,7 @@ int cmd_bench_decode(int argc, char **argv) {
         cJSON *arr = cJSON_AddArrayToObject(root, "rows");
         for (int i = 0; i < np * nb; i++) {
             const decode_row *r = &rows[i];
-            cJSON            *o = cJSON_CreateObject();
+            cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "preset", r->preset);
             cJSON_AddNumberToObject(o, "batch", (double)r->batch);
             cJSON_AddStringToObject(o, "status", bench_status_name(r->status));

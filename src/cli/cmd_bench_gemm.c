@@ -74,10 +74,10 @@ static const char *HELP =
 
 typedef struct gemm_shape {
     const char *name, *model;
-    int32_t     layers;
-    int64_t     qkv_n, qkv_k, o_n, o_k;
-    int64_t     rows[5];
-    int         n_rows;
+    int32_t layers;
+    int64_t qkv_n, qkv_k, o_n, o_k;
+    int64_t rows[5];
+    int n_rows;
 } gemm_shape;
 
 /* config.json of Qwen/Qwen3-30B-A3B: 32 query and 4 key/value heads of 128, hidden 2048 */
@@ -86,50 +86,43 @@ static const gemm_shape shapes[] = {
     {"toy", "toy", 3, 160, 96, 96, 128, {1, 9, 40}, 3},
 };
 
-enum {
-    R_BF16,
-    R_LT_TENSOR,
-    R_LT_ROW,
-    R_W8A8,
-    R_W8A8_GEMM,
-    R_W4A8,
-    R_W4A8_GEMM,
-    R_W4A8_ZP,
-    R_W4A8_BLOCK,
-    ROUTE_COUNT
-};
+enum { R_BF16, R_LT_TENSOR, R_LT_ROW, R_W8A8, R_W8A8_GEMM, R_W4A8, R_W4A8_GEMM, R_W4A8_ZP, R_W4A8_BLOCK, ROUTE_COUNT };
 
-static const char *const route_names[ROUTE_COUNT] = {"bf16-cublas", "fp8-cublaslt-tensor", "fp8-cublaslt-row",
-                                                     "w8a8",        "w8a8-gemm",           "w4a8",
-                                                     "w4a8-gemm",   "w4a8-zp",             "w4a8-block"};
+static const char *const route_names[ROUTE_COUNT] = {
+    "bf16-cublas", "fp8-cublaslt-tensor", "fp8-cublaslt-row", "w8a8",      "w8a8-gemm",
+    "w4a8",        "w4a8-gemm",           "w4a8-zp",          "w4a8-block"};
 
 static const struct {
     fm_preset preset;
-    fm_dense  dense;
-    int       gemm_only; /* -1: the backend's linear op; else the fm_gemm_only_kind of gemm_anchor.cuh */
-    int       prequant;  /* -1: the synthetic weights as they are; else the fm_qsynth_kind of a checkpoint's format */
+    fm_dense dense;
+    int gemm_only; /* -1: the backend's linear op; else the fm_gemm_only_kind of gemm_anchor.cuh */
+    int prequant;  /* -1: the synthetic weights as they are; else the fm_qsynth_kind of a checkpoint's format */
 } routes[ROUTE_COUNT] = {
-    {FM_PRESET_REF, FM_DENSE_PRESET, -1, -1}, {FM_PRESET_FP8, FM_DENSE_W8A8, 0, -1},
-    {FM_PRESET_FP8, FM_DENSE_W8A8, 1, -1},    {FM_PRESET_FP8, FM_DENSE_W8A8, -1, -1},
-    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
-    {FM_PRESET_FP8, FM_DENSE_PRESET, 3, -1},  {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_INT4_ASYM},
+    {FM_PRESET_REF, FM_DENSE_PRESET, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 0, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 1, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_W8A8, 2, -1},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, -1},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, 3, -1},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_INT4_ASYM},
     {FM_PRESET_FP8, FM_DENSE_PRESET, -1, FM_QSYNTH_FP8_BLOCK},
 };
 
 typedef struct result {
     bench_row t;
-    float    *out; /* the last layer's outputs, qkv then o, for the comparison */
+    float *out; /* the last layer's outputs, qkv then o, for the comparison */
 } result;
 
 typedef struct bench_cfg {
     const gemm_shape *shape;
-    int32_t           layers;
-    int64_t           rows[MAX_ROW_COUNTS];
-    int               n_rows;
-    int               route[ROUTE_COUNT], n_routes;
-    bench_opts       b;
-    float            *x_qkv, *x_o; /* host inputs for the largest M */
-    char              device[256];
+    int32_t layers;
+    int64_t rows[MAX_ROW_COUNTS];
+    int n_rows;
+    int route[ROUTE_COUNT], n_routes;
+    bench_opts b;
+    float *x_qkv, *x_o; /* host inputs for the largest M */
+    char device[256];
 } bench_cfg;
 
 static bool is_fp8(int route) { return route != R_BF16; }
@@ -148,7 +141,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
                                          BENCH_LONG_OPTIONS,
                                          {0, 0, 0, 0}};
     const char *shape = "qwen3", *rows = NULL, *route_list = NULL;
-    long        layers = 0;
+    long layers = 0;
     optind = 1;
     opterr = 0; /* our own message for unknown options */
     int o;
@@ -175,7 +168,8 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     if (layers > c->shape->layers)
         return cli_usage(CMD, "--layers %ld: %s has %d layers", layers, c->shape->name, c->shape->layers);
     c->layers = layers ? (int32_t)layers : c->shape->layers;
-    if (rows && !bench_parse_counts(CMD, "--rows", rows, 1, 1 << 16, c->rows, MAX_ROW_COUNTS, &c->n_rows)) return CLI_USAGE;
+    if (rows && !bench_parse_counts(CMD, "--rows", rows, 1, 1 << 16, c->rows, MAX_ROW_COUNTS, &c->n_rows))
+        return CLI_USAGE;
     if (!rows) {
         c->n_rows = c->shape->n_rows;
         memcpy(c->rows, c->shape->rows, (size_t)c->n_rows * sizeof *c->rows);
@@ -194,11 +188,11 @@ static void set_msg(result *r, bench_status st, const char *msg) { bench_row_set
  * device buffers and, for a GEMM-only route, the activations it quantized. */
 typedef struct route_ctx {
     const bench_cfg *c;
-    fm_backend      *be;
-    int              route;
-    fm_bank         *qkv, *o;
-    int64_t          M;
-    void            *x_qkv, *x_o, *y_qkv, *y_o;
+    fm_backend *be;
+    int route;
+    fm_bank *qkv, *o;
+    int64_t M;
+    void *x_qkv, *x_o, *y_qkv, *y_o;
 #ifdef FM_HAVE_CUDA
     fm_gemm_only *g_qkv, *g_o;
 #endif
@@ -206,7 +200,7 @@ typedef struct route_ctx {
 
 /* all layers, in order: q|k|v then o */
 static fm_status run_layers(void *ctx, fm_error *err) {
-    route_ctx  *rc = ctx;
+    route_ctx *rc = ctx;
     fm_backend *be = rc->be;
     for (int32_t l = 0; l < rc->c->layers; l++) {
 #ifdef FM_HAVE_CUDA
@@ -227,18 +221,18 @@ static fm_status run_layers(void *ctx, fm_error *err) {
 
 static fm_status make_banks(route_ctx *rc, fm_error *err) {
     const gemm_shape *s = rc->c->shape;
-    const int32_t     L = rc->c->layers;
-    fm_wsrc          *v = malloc((size_t)(2 * L) * sizeof *v);
+    const int32_t L = rc->c->layers;
+    fm_wsrc *v = malloc((size_t)(2 * L) * sizeof *v);
     if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
     for (int32_t l = 0; l < L; l++) {
-        v[l]     = bench_weight_view(101 + 2 * (uint64_t)l, s->qkv_n, s->qkv_k);
+        v[l] = bench_weight_view(101 + 2 * (uint64_t)l, s->qkv_n, s->qkv_k);
         v[L + l] = bench_weight_view(102 + 2 * (uint64_t)l, s->o_n, s->o_k);
     }
     /* the pre-quantized routes: the same weights as a checkpoint's asymmetric int4 or block-FP8, quantized here */
-    const int   kind = routes[rc->route].prequant;
-    fm_qsynth  *q = NULL;
-    fm_wformat  fmt = rc->be->plan.w_dense;
-    fm_status   st = kind < 0 ? FM_OK : bench_prequantize(v, 2 * (int64_t)L, (fm_qsynth_kind)kind, &q, err);
+    const int kind = routes[rc->route].prequant;
+    fm_qsynth *q = NULL;
+    fm_wformat fmt = rc->be->plan.w_dense;
+    fm_status st = kind < 0 ? FM_OK : bench_prequantize(v, 2 * (int64_t)L, (fm_qsynth_kind)kind, &q, err);
     if (kind >= 0) fmt = kind == FM_QSYNTH_INT4_ASYM ? FM_W_INT4_ZP_TC : FM_W_E4M3_B128;
     const fm_bank_src qsrc = {.srcs = v, .n = L, .n_parts = 1, .label = "bench layers q|k|v"};
     const fm_bank_src osrc = {.srcs = v + L, .n = L, .n_parts = 1, .label = "bench layers o"};
@@ -276,11 +270,11 @@ static void release_rows(route_ctx *rc) {
 
 /* Warm-up, then the timed runs: replays of one captured graph on the GPU, plain calls on the CPU. */
 static fm_status time_runs(route_ctx *rc, double *ms, fm_error *err) {
-    const bench_cfg *c  = rc->c;
-    fm_backend      *be = rc->be;
-    const bool       gpu = strcmp(c->b.backend, "cuda") == 0;
-    const long       warmup = gpu && c->b.warmup < 1 ? 1 : c->b.warmup; /* sizes the workspaces before the capture */
-    fm_status        st = FM_OK;
+    const bench_cfg *c = rc->c;
+    fm_backend *be = rc->be;
+    const bool gpu = strcmp(c->b.backend, "cuda") == 0;
+    const long warmup = gpu && c->b.warmup < 1 ? 1 : c->b.warmup; /* sizes the workspaces before the capture */
+    fm_status st = FM_OK;
     for (long r = 0; !st && r < warmup; r++) st = run_layers(rc, err);
     if (!st) st = be->ops->sync(be, err);
     if (st) return st;
@@ -302,24 +296,25 @@ static fm_status time_runs(route_ctx *rc, double *ms, fm_error *err) {
 #ifdef FM_HAVE_CUDA
     fm_cuda_graph_free(graph);
 #endif
-    for (long i = 0; !st && i < c->b.repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
+    for (long i = 0; !st && i < c->b.repeat; i++)
+        ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
     return st;
 }
 
 static void run_rows(route_ctx *rc, int mi, result *res) {
-    const bench_cfg  *c  = rc->c;
-    const gemm_shape *s  = c->shape;
-    fm_backend       *be = rc->be;
-    const int64_t     M = c->rows[mi];
-    const size_t      act = be->ops->act_size;
-    fm_error          err = {{0}};
-    double           *ms = malloc((size_t)c->b.repeat * sizeof *ms);
-    rc->M     = M;
+    const bench_cfg *c = rc->c;
+    const gemm_shape *s = c->shape;
+    fm_backend *be = rc->be;
+    const int64_t M = c->rows[mi];
+    const size_t act = be->ops->act_size;
+    fm_error err = {{0}};
+    double *ms = malloc((size_t)c->b.repeat * sizeof *ms);
+    rc->M = M;
     rc->x_qkv = be->ops->alloc(be, (size_t)(M * s->qkv_k) * act);
-    rc->x_o   = be->ops->alloc(be, (size_t)(M * s->o_k) * act);
+    rc->x_o = be->ops->alloc(be, (size_t)(M * s->o_k) * act);
     rc->y_qkv = be->ops->alloc(be, (size_t)(M * s->qkv_n) * act);
-    rc->y_o   = be->ops->alloc(be, (size_t)(M * s->o_n) * act);
-    res->out  = malloc((size_t)(M * (s->qkv_n + s->o_n)) * sizeof(float));
+    rc->y_o = be->ops->alloc(be, (size_t)(M * s->o_n) * act);
+    res->out = malloc((size_t)(M * (s->qkv_n + s->o_n)) * sizeof(float));
     if (!ms || !rc->x_qkv || !rc->x_o || !rc->y_qkv || !rc->y_o || !res->out) {
         set_msg(res, BENCH_FAILED, "out of memory for the activations");
         goto done;
@@ -341,7 +336,8 @@ static void run_rows(route_ctx *rc, int mi, result *res) {
     be->ops->download_f32(be, rc->y_qkv, M * s->qkv_n, res->out);
     be->ops->download_f32(be, rc->y_o, M * s->o_n, res->out + M * s->qkv_n);
     res->t.status = BENCH_OK;
-    if (c->b.verbose) fprintf(stderr, "%s M=%lld: median %.3f ms\n", route_names[rc->route], (long long)M, res->t.median_ms);
+    if (c->b.verbose)
+        fprintf(stderr, "%s M=%lld: median %.3f ms\n", route_names[rc->route], (long long)M, res->t.median_ms);
 done:
     if (res->t.status != BENCH_OK) free(res->out), res->out = NULL;
     release_rows(rc);
@@ -352,17 +348,18 @@ done:
  * stops the benchmark (no backend at all); the route's own failures go into its rows. */
 static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) {
     route_ctx rc = {.c = c, .route = route};
-    fm_plan   plan;
+    fm_plan plan;
     /* the GPU's plan on either backend: the CPU then emulates the GPU's formats exactly */
     fm_plan_for_backend(routes[route].preset, "cuda", &plan);
     fm_plan_set_dense(&plan, routes[route].dense);
-    fm_error  e = {{0}};
+    fm_error e = {{0}};
     fm_status st = FM_OK;
     if (routes[route].gemm_only >= 0 && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "%s (GEMM only) runs on the cuda backend only", route_names[route]);
     if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
     if (st) {
-        for (int i = 0; i < c->n_rows; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
+        for (int i = 0; i < c->n_rows; i++)
+            set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
@@ -386,8 +383,9 @@ static const result *at(const bench_cfg *c, const result *res, int ri, int mi) {
 static void print_tables(const bench_cfg *c, const result *res) {
     const gemm_shape *s = c->shape;
     printf("bench gemm %s (%s attention projections: q|k|v %lld x %lld, o %lld x %lld, %d layers): backend %s (%s); "
-           "%ld %s after %ld warm-up\n\n", s->name, s->model, (long long)s->qkv_n, (long long)s->qkv_k,
-           (long long)s->o_n, (long long)s->o_k, c->layers, c->b.backend, c->device[0] ? c->device : "none", c->b.repeat,
+           "%ld %s after %ld warm-up\n\n",
+           s->name, s->model, (long long)s->qkv_n, (long long)s->qkv_k, (long long)s->o_n, (long long)s->o_k, c->layers,
+           c->b.backend, c->device[0] ? c->device : "none", c->b.repeat,
            strcmp(c->b.backend, "cuda") ? "runs" : "graph replays", c->b.warmup);
     printf("median ms for all %d layers:\n\n| route |", c->layers);
     for (int mi = 0; mi < c->n_rows; mi++) printf(" M=%lld |", (long long)c->rows[mi]);
@@ -404,7 +402,10 @@ static void print_tables(const bench_cfg *c, const result *res) {
         printf("\n");
     }
     /* the floor of each weight format that ran: its bytes at the copy bandwidth (FLOPs are below it up to M ~ 300) */
-    const struct { const char *label; int route[3]; } floors[] = {
+    const struct {
+        const char *label;
+        int route[3];
+    } floors[] = {
         {"floor, bf16 weights", {R_BF16, -1, -1}},
         {"floor, e4m3 weights", {R_LT_TENSOR, R_W8A8, R_W8A8_GEMM}},
         {"floor, int4 weights", {R_W4A8, R_W4A8_GEMM, -1}},
@@ -430,16 +431,18 @@ static void print_tables(const bench_cfg *c, const result *res) {
     for (int mi = 0; mi < c->n_rows; mi++)
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = at(c, res, ri, mi);
-            const char   *name = route_names[c->route[ri]];
+            const char *name = route_names[c->route[ri]];
             if (r->t.status != BENCH_OK) {
-                printf("| %s | %lld | %s: %s |\n", name, (long long)c->rows[mi], bench_status_name(r->t.status), r->t.msg);
+                printf("| %s | %lld | %s: %s |\n", name, (long long)c->rows[mi], bench_status_name(r->t.status),
+                       r->t.msg);
                 continue;
             }
             char e[32] = "-";
             if (!isnan(r->t.err)) snprintf(e, sizeof e, "%.2e", r->t.err);
-            printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %s |\n", name, (long long)c->rows[mi],
-                   r->t.median_ms, r->t.min_ms, r->t.max_ms, r->t.flops / (r->t.median_ms * 1e-3) / 1e12,
-                   r->t.weight_bytes / (r->t.median_ms * 1e-3) / 1e9, r->t.floor_ms, r->t.median_ms / r->t.floor_ms, e);
+            printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %s |\n", name,
+                   (long long)c->rows[mi], r->t.median_ms, r->t.min_ms, r->t.max_ms,
+                   r->t.flops / (r->t.median_ms * 1e-3) / 1e12, r->t.weight_bytes / (r->t.median_ms * 1e-3) / 1e9,
+                   r->t.floor_ms, r->t.median_ms / r->t.floor_ms, e);
         }
 }
 
@@ -475,12 +478,12 @@ int cmd_bench_gemm(int argc, char **argv) {
     if (rc >= 0) return rc;
 
     fm_error err = {{0}};
-    int64_t  max_m = 0;
+    int64_t max_m = 0;
     for (int i = 0; i < c.n_rows; i++) max_m = c.rows[i] > max_m ? c.rows[i] : max_m;
     c.x_qkv = bench_input_with_outliers(max_m, c.shape->qkv_k);
-    c.x_o   = bench_input_with_outliers(max_m, c.shape->o_k);
-    result   *res = calloc((size_t)(c.n_routes * c.n_rows), sizeof *res);
-    fm_status st  = res && c.x_qkv && c.x_o ? FM_OK : fm_fail(&err, FM_ERR_NOMEM, "out of host memory");
+    c.x_o = bench_input_with_outliers(max_m, c.shape->o_k);
+    result *res = calloc((size_t)(c.n_routes * c.n_rows), sizeof *res);
+    fm_status st = res && c.x_qkv && c.x_o ? FM_OK : fm_fail(&err, FM_ERR_NOMEM, "out of host memory");
     for (int ri = 0; !st && ri < c.n_routes; ri++) st = run_route(&c, c.route[ri], res + ri * c.n_rows, &err);
     int failed = -1; /* first failed row */
     if (!st) {
@@ -488,10 +491,11 @@ int cmd_bench_gemm(int argc, char **argv) {
         for (int ri = 0; ri < c.n_routes; ri++)
             if (c.route[ri] == R_BF16) bf = ri;
         for (int i = 0; i < c.n_routes * c.n_rows; i++) {
-            result       *r = &res[i];
+            result *r = &res[i];
             const result *ref = bf >= 0 ? at(&c, res, bf, i % c.n_rows) : NULL;
             const int64_t n = c.rows[i % c.n_rows] * (c.shape->qkv_n + c.shape->o_n);
-            r->t.err = r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK ? bench_nerr(r->out, ref->out, n) : NAN;
+            r->t.err =
+                r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK ? bench_nerr(r->out, ref->out, n) : NAN;
             if (r->t.status == BENCH_FAILED && failed < 0) failed = i;
         }
         print_tables(&c, res);
@@ -504,8 +508,8 @@ int cmd_bench_gemm(int argc, char **argv) {
         return cli_fail(CMD, st, &err);
     }
     if (failed >= 0) {
-        fprintf(stderr, "fp8moe %s: error: route %s at M=%lld failed: %s\n", CMD, route_names[c.route[failed / c.n_rows]],
-                (long long)c.rows[failed % c.n_rows], res[failed].t.msg);
+        fprintf(stderr, "fp8moe %s: error: route %s at M=%lld failed: %s\n", CMD,
+                route_names[c.route[failed / c.n_rows]], (long long)c.rows[failed % c.n_rows], res[failed].t.msg);
         free(res);
         return CLI_BAD_INPUT;
     }

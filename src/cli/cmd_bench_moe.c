@@ -16,7 +16,6 @@
 #include "anchors/moe_cublaslt_fp8.cuh"
 #endif
 
-
 #define MAX_TOKEN_COUNTS 16
 
 static const char *CMD = "bench moe";
@@ -66,13 +65,13 @@ static const char *HELP =
     "Exit codes: 0 every route ran or was unavailable, 1 a route failed or no backend could be created, 2 usage.\n";
 
 typedef struct moe_shape {
-    const char    *name, *model;
-    int32_t        E, k;
-    int64_t        H, I;
+    const char *name, *model;
+    int32_t E, k;
+    int64_t H, I;
     fm_router_kind router;
-    bool           norm_topk;
-    int64_t        tokens[4];
-    int            n_tokens;
+    bool norm_topk;
+    int64_t tokens[4];
+    int n_tokens;
 } moe_shape;
 
 /* config.json values of Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 (as src/engine/synthetic.c) */
@@ -89,31 +88,29 @@ static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cub
 
 static const struct {
     fm_preset preset; /* the plan its backend is created with */
-    bool      fp8;    /* FLOP rate of the floor */
+    bool fp8;         /* FLOP rate of the floor */
 } routes[ROUTE_COUNT] = {
-    {FM_PRESET_INT4, false},
-    {FM_PRESET_REF, false},
+    {FM_PRESET_INT4, false}, {FM_PRESET_REF, false},
     {FM_PRESET_REF, true}, /* fp8-cublaslt-loop: bf16 banks, quantized to e4m3 per tensor by the route */
-    {FM_PRESET_FP8, true},
-    {FM_PRESET_FP8, true}, /* fp8-grouped-zp: a checkpoint's asymmetric int4 (int4-zp-tc) */
-    {FM_PRESET_FP8, true}, /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
+    {FM_PRESET_FP8, true},   {FM_PRESET_FP8, true}, /* fp8-grouped-zp: a checkpoint's asymmetric int4 (int4-zp-tc) */
+    {FM_PRESET_FP8, true},                          /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
 };
 
 typedef struct result {
     bench_row t;
-    double    act_bytes;
-    int32_t   touched; /* experts with at least one routed pair */
-    float    *out;     /* host copy of the output [T, H], for the comparison */
+    double act_bytes;
+    int32_t touched; /* experts with at least one routed pair */
+    float *out;      /* host copy of the output [T, H], for the comparison */
 } result;
 
 typedef struct bench_cfg {
     const moe_shape *shape;
-    int64_t          tokens[MAX_TOKEN_COUNTS];
-    int              n_tokens;
-    int              route[ROUTE_COUNT], n_routes;
-    bench_opts       b;
-    float          **x, **logits; /* host inputs per token count */
-    char             device[256];
+    int64_t tokens[MAX_TOKEN_COUNTS];
+    int n_tokens;
+    int route[ROUTE_COUNT], n_routes;
+    bench_opts b;
+    float **x, **logits; /* host inputs per token count */
+    char device[256];
 } bench_cfg;
 
 /* ---- arguments ---- */
@@ -167,13 +164,15 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
 /* x: uniform [-1, 1) with outlier channels x8 (as the synthetic embeddings); logits: uniform with std 2 */
 static fm_status make_inputs(bench_cfg *c, fm_error *err) {
     const moe_shape *s = c->shape;
-    c->x      = calloc((size_t)c->n_tokens, sizeof *c->x);
+    c->x = calloc((size_t)c->n_tokens, sizeof *c->x);
     c->logits = calloc((size_t)c->n_tokens, sizeof *c->logits);
     if (!c->x || !c->logits) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
     for (int i = 0; i < c->n_tokens; i++) {
-        c->x[i]      = bench_input_with_outliers(c->tokens[i], s->H);
-        c->logits[i] = bench_synth_host((fm_synth){0xD1B54A32D192ED03ull, 2.0f * sqrtf(3.0f), 0.0f, 0}, c->tokens[i], s->E);
-        if (!c->x[i] || !c->logits[i]) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %lld tokens", (long long)c->tokens[i]);
+        c->x[i] = bench_input_with_outliers(c->tokens[i], s->H);
+        c->logits[i] =
+            bench_synth_host((fm_synth){0xD1B54A32D192ED03ull, 2.0f * sqrtf(3.0f), 0.0f, 0}, c->tokens[i], s->E);
+        if (!c->x[i] || !c->logits[i])
+            return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %lld tokens", (long long)c->tokens[i]);
     }
     return FM_OK;
 }
@@ -183,12 +182,12 @@ static fm_status make_inputs(bench_cfg *c, fm_error *err) {
 static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wformat fmt, fm_bank **gu, fm_bank **dn,
                             fm_error *err) {
     const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK;
-    fm_wsrc   *v = malloc((size_t)(3 * s->E) * sizeof *v);
+    fm_wsrc *v = malloc((size_t)(3 * s->E) * sizeof *v);
     fm_qsynth *q = NULL;
     if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
     for (int32_t e = 0; e < s->E; e++) {
-        v[2 * e]        = bench_weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
-        v[2 * e + 1]    = bench_weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
+        v[2 * e] = bench_weight_view(1 + 3 * (uint64_t)e, s->I, s->H);
+        v[2 * e + 1] = bench_weight_view(2 + 3 * (uint64_t)e, s->I, s->H);
         v[2 * s->E + e] = bench_weight_view(3 + 3 * (uint64_t)e, s->H, s->I);
     }
     fm_status st = FM_OK;
@@ -218,14 +217,14 @@ static void set_msg(result *r, bench_status st, const char *msg) { bench_row_set
 /* The state one route's runs share. */
 typedef struct route_ctx {
     fm_backend *be;
-    int         route;
-    fm_bank    *gu, *dn;
-    void       *lt; /* fm_lt_moe for fp8-cublaslt-loop */
-    double      weight_bytes;
+    int route;
+    fm_bank *gu, *dn;
+    void *lt; /* fm_lt_moe for fp8-cublaslt-loop */
+    double weight_bytes;
 } route_ctx;
 
-static fm_status call_route(route_ctx *rc, const bench_cfg *c, const void *x, int64_t T, const void *ids,
-                            const void *w, void *out, fm_error *err) {
+static fm_status call_route(route_ctx *rc, const bench_cfg *c, const void *x, int64_t T, const void *ids, const void *w,
+                            void *out, fm_error *err) {
 #ifdef FM_HAVE_CUDA
     if (rc->route == ROUTE_LT) return fm_lt_moe_run(rc->lt, x, T, ids, w, c->shape->k, out, err);
 #else
@@ -238,17 +237,17 @@ static fm_status call_route(route_ctx *rc, const bench_cfg *c, const void *x, in
 
 /* One token count: inputs, routing, warm-up, timed runs, the output kept for the comparison. */
 static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
-    const moe_shape *s  = c->shape;
-    fm_backend      *be = rc->be;
-    const int64_t    T = c->tokens[ti], P = T * s->k;
-    const size_t     act = be->ops->act_size;
-    fm_error         err = {{0}};
+    const moe_shape *s = c->shape;
+    fm_backend *be = rc->be;
+    const int64_t T = c->tokens[ti], P = T * s->k;
+    const size_t act = be->ops->act_size;
+    fm_error err = {{0}};
     void *x = be->ops->alloc(be, (size_t)(T * s->H) * act), *lg = be->ops->alloc(be, (size_t)(T * s->E) * act);
     void *ids = be->ops->alloc(be, (size_t)P * sizeof(int32_t)), *w = be->ops->alloc(be, (size_t)P * act);
     void *out = be->ops->alloc(be, (size_t)(T * s->H) * act);
     int32_t *ids_h = malloc((size_t)P * sizeof *ids_h);
-    double  *ms    = malloc((size_t)c->b.repeat * sizeof *ms);
-    res->out       = malloc((size_t)(T * s->H) * sizeof(float));
+    double *ms = malloc((size_t)c->b.repeat * sizeof *ms);
+    res->out = malloc((size_t)(T * s->H) * sizeof(float));
     if (!x || !lg || !ids || !w || !out || !ids_h || !ms || !res->out) {
         set_msg(res, BENCH_FAILED, "out of memory for the activations");
         goto done;
@@ -276,12 +275,12 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     }
     for (long i = 0; i < c->b.repeat; i++) ms[i] = be->ops->elapsed_ms(be, (int32_t)(2 * i), (int32_t)(2 * i + 1));
     bench_stats(ms, c->b.repeat, &res->t.median_ms, &res->t.min_ms, &res->t.max_ms);
-    res->t.flops        = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
+    res->t.flops = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
     res->t.weight_bytes = rc->weight_bytes * res->touched / s->E;
-    res->act_bytes    = 2.0 * (double)(T * s->H) * (double)act;
+    res->act_bytes = 2.0 * (double)(T * s->H) * (double)act;
     const double bw_s = (res->t.weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
     const double fl_s = res->t.flops / (routes[rc->route].fp8 ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
-    res->t.floor_ms     = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
+    res->t.floor_ms = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
     be->ops->download_f32(be, out, T * s->H, res->out);
     res->t.status = BENCH_OK;
     if (c->b.verbose)
@@ -311,7 +310,8 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
 #endif
     if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
     if (st) {
-        for (int i = 0; i < c->n_tokens; i++) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
+        for (int i = 0; i < c->n_tokens; i++)
+            set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
@@ -357,16 +357,17 @@ static void print_table(const bench_cfg *c, result *res) {
     for (int ti = 0; ti < c->n_tokens; ti++)
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = &res[ri * c->n_tokens + ti];
-            const char   *name = route_names[c->route[ri]];
+            const char *name = route_names[c->route[ri]];
             if (r->t.status != BENCH_OK) {
-                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], bench_status_name(r->t.status), r->t.msg);
+                printf("| %s | %lld | %s: %s |\n", name, (long long)c->tokens[ti], bench_status_name(r->t.status),
+                       r->t.msg);
                 continue;
             }
             char e[32] = "-";
             if (!isnan(r->t.err)) snprintf(e, sizeof e, "%.2e", r->t.err);
             printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %d | %s |\n", name,
-                   (long long)c->tokens[ti], r->t.median_ms, r->t.min_ms, r->t.max_ms, tflops(r), gbps(r), r->t.floor_ms,
-                   r->t.median_ms / r->t.floor_ms, r->touched, e);
+                   (long long)c->tokens[ti], r->t.median_ms, r->t.min_ms, r->t.max_ms, tflops(r), gbps(r),
+                   r->t.floor_ms, r->t.median_ms / r->t.floor_ms, r->touched, e);
         }
 }
 
@@ -405,9 +406,9 @@ int cmd_bench_moe(int argc, char **argv) {
     int rc = parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
 
-    fm_error  err = {{0}};
-    result   *res = calloc((size_t)(c.n_routes * c.n_tokens), sizeof *res);
-    fm_status st  = res ? make_inputs(&c, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of host memory");
+    fm_error err = {{0}};
+    result *res = calloc((size_t)(c.n_routes * c.n_tokens), sizeof *res);
+    fm_status st = res ? make_inputs(&c, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of host memory");
     for (int ri = 0; !st && ri < c.n_routes; ri++) st = run_route(&c, c.route[ri], res + ri * c.n_tokens, &err);
     int failed = -1; /* first failed row */
     if (!st) {
@@ -417,7 +418,8 @@ int cmd_bench_moe(int argc, char **argv) {
         for (int i = 0; i < c.n_routes * c.n_tokens; i++) {
             result *r = &res[i], *ref = bf >= 0 ? &res[bf * c.n_tokens + i % c.n_tokens] : NULL;
             r->t.err = r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK
-                         ? bench_nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H) : NAN;
+                           ? bench_nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H)
+                           : NAN;
             if (r->t.status == BENCH_FAILED && failed < 0) failed = i;
         }
         print_table(&c, res);
@@ -431,8 +433,8 @@ int cmd_bench_moe(int argc, char **argv) {
         return cli_fail(CMD, st, &err);
     }
     if (failed >= 0) {
-        fprintf(stderr, "fp8moe %s: error: route %s at T=%lld failed: %s\n", CMD, route_names[c.route[failed / c.n_tokens]],
-                (long long)c.tokens[failed % c.n_tokens], res[failed].t.msg);
+        fprintf(stderr, "fp8moe %s: error: route %s at T=%lld failed: %s\n", CMD,
+                route_names[c.route[failed / c.n_tokens]], (long long)c.tokens[failed % c.n_tokens], res[failed].t.msg);
         free(res);
         return CLI_BAD_INPUT;
     }

@@ -63,52 +63,67 @@ static const char *HELP =
 enum { MAX_STOP_IDS = 64, MAX_STOP_SEQS = 16, MAX_STOP_SEQ_LEN = 16, MAX_PROMPTS = 65536, DEFAULT_MAX_SEQS = 64 };
 
 enum {
-    OPT_IDS = 2000, OPT_BATCH, OPT_OUT, OPT_JSON, OPT_MAX_TOKENS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P,
-    OPT_REPETITION, OPT_PRESENCE, OPT_FREQUENCY, OPT_SEED, OPT_STOP_ID, OPT_STOP_SEQ, OPT_IGNORE_EOS, OPT_STREAM,
-    OPT_MAX_SEQS, OPT_PREFILL_CHUNK
+    OPT_IDS = 2000,
+    OPT_BATCH,
+    OPT_OUT,
+    OPT_JSON,
+    OPT_MAX_TOKENS,
+    OPT_TEMPERATURE,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_MIN_P,
+    OPT_REPETITION,
+    OPT_PRESENCE,
+    OPT_FREQUENCY,
+    OPT_SEED,
+    OPT_STOP_ID,
+    OPT_STOP_SEQ,
+    OPT_IGNORE_EOS,
+    OPT_STREAM,
+    OPT_MAX_SEQS,
+    OPT_PREFILL_CHUNK
 };
-static const struct option own_options[] = {
-    {"ids", required_argument, 0, OPT_IDS},
-    {"batch-file", required_argument, 0, OPT_BATCH},
-    {"out", required_argument, 0, OPT_OUT},
-    {"json", required_argument, 0, OPT_JSON},
-    {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
-    {"temperature", required_argument, 0, OPT_TEMPERATURE},
-    {"top-k", required_argument, 0, OPT_TOP_K},
-    {"top-p", required_argument, 0, OPT_TOP_P},
-    {"min-p", required_argument, 0, OPT_MIN_P},
-    {"repetition-penalty", required_argument, 0, OPT_REPETITION},
-    {"presence-penalty", required_argument, 0, OPT_PRESENCE},
-    {"frequency-penalty", required_argument, 0, OPT_FREQUENCY},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"stop-id", required_argument, 0, OPT_STOP_ID},
-    {"stop-seq", required_argument, 0, OPT_STOP_SEQ},
-    {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
-    {"stream", no_argument, 0, OPT_STREAM},
-    {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
-    {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
-    {0, 0, 0, 0}};
+static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
+                                            {"batch-file", required_argument, 0, OPT_BATCH},
+                                            {"out", required_argument, 0, OPT_OUT},
+                                            {"json", required_argument, 0, OPT_JSON},
+                                            {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
+                                            {"temperature", required_argument, 0, OPT_TEMPERATURE},
+                                            {"top-k", required_argument, 0, OPT_TOP_K},
+                                            {"top-p", required_argument, 0, OPT_TOP_P},
+                                            {"min-p", required_argument, 0, OPT_MIN_P},
+                                            {"repetition-penalty", required_argument, 0, OPT_REPETITION},
+                                            {"presence-penalty", required_argument, 0, OPT_PRESENCE},
+                                            {"frequency-penalty", required_argument, 0, OPT_FREQUENCY},
+                                            {"seed", required_argument, 0, OPT_SEED},
+                                            {"stop-id", required_argument, 0, OPT_STOP_ID},
+                                            {"stop-seq", required_argument, 0, OPT_STOP_SEQ},
+                                            {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
+                                            {"stream", no_argument, 0, OPT_STREAM},
+                                            {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
+                                            {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+                                            {0, 0, 0, 0}};
 
 typedef struct gen_args {
-    const char   *ids_path, *batch_path, *out_path, *json_path;
-    long          max_tokens, max_seqs, prefill_chunk; /* 0: not given */
-    fm_gen_params gp;                                  /* the sampling options; seed, stops set per prompt */
-    int32_t       stop_ids[MAX_STOP_IDS];
-    int32_t       n_stop_ids;
-    int32_t       stop_seqs[MAX_STOP_SEQS][MAX_STOP_SEQ_LEN];
-    int32_t       stop_seq_lens[MAX_STOP_SEQS];
-    int32_t       n_stop_seqs;
-    bool          stream;
+    const char *ids_path, *batch_path, *out_path, *json_path;
+    long max_tokens, max_seqs, prefill_chunk; /* 0: not given */
+    fm_gen_params gp;                         /* the sampling options; seed, stops set per prompt */
+    int32_t stop_ids[MAX_STOP_IDS];
+    int32_t n_stop_ids;
+    int32_t stop_seqs[MAX_STOP_SEQS][MAX_STOP_SEQ_LEN];
+    int32_t stop_seq_lens[MAX_STOP_SEQS];
+    int32_t n_stop_seqs;
+    bool stream;
 } gen_args;
 
 /* A number for opt: finite, above lo (or at it when lo_incl), below hi (or at it when hi_incl). */
 static bool parse_real(const char *cmd, const char *opt, const char *text, double lo, bool lo_incl, double hi,
                        bool hi_incl, const char *range, float *out) {
-    char  *end = NULL;
-    errno      = 0;
-    double v   = strtod(text, &end);
-    bool   ok  = !errno && end != text && !*end && isfinite(v) && (lo_incl ? v >= lo : v > lo) &&
-             (hi_incl ? v <= hi : v < hi);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    bool ok =
+        !errno && end != text && !*end && isfinite(v) && (lo_incl ? v >= lo : v > lo) && (hi_incl ? v <= hi : v < hi);
     if (!ok) {
         cli_usage(cmd, "%s expects a number %s, got '%s'", opt, range, text);
         return false;
@@ -119,7 +134,7 @@ static bool parse_real(const char *cmd, const char *opt, const char *text, doubl
 
 static bool parse_seed(const char *cmd, const char *text, uint64_t *out) {
     char *end = NULL;
-    errno     = 0;
+    errno = 0;
     const unsigned long long v = strtoull(text, &end, 10);
     if (!(text[0] >= '0' && text[0] <= '9') || errno || *end) {
         cli_usage(cmd, "--seed expects an integer in [0, 2^64), got '%s'", text);
@@ -135,12 +150,12 @@ static bool parse_stop_seq(const char *cmd, const char *text, gen_args *a) {
         cli_usage(cmd, "--stop-seq: %d sequences at most", MAX_STOP_SEQS);
         return false;
     }
-    int32_t    *seq = a->stop_seqs[a->n_stop_seqs];
-    int32_t     n   = 0;
-    const char *p   = text;
+    int32_t *seq = a->stop_seqs[a->n_stop_seqs];
+    int32_t n = 0;
+    const char *p = text;
     for (;;) {
         char *end = NULL;
-        errno     = 0;
+        errno = 0;
         const long v = strtol(p, &end, 10);
         if (!(*p >= '0' && *p <= '9') || errno || v > INT32_MAX || (*end && *end != ',') || n == MAX_STOP_SEQ_LEN) {
             cli_usage(cmd, "--stop-seq expects 1 to %d token ids separated by commas (such as 13,198), got '%s'",
@@ -157,7 +172,7 @@ static bool parse_stop_seq(const char *cmd, const char *text, gen_args *a) {
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     gen_args *a = ctx;
-    long      v = 0;
+    long v = 0;
     switch (id) {
     case OPT_IDS: a->ids_path = arg; return true;
     case OPT_BATCH: a->batch_path = arg; return true;
@@ -199,9 +214,9 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
 
 /* One prompt: its ids and the file they came from (as opened). */
 typedef struct gen_prompt {
-    char    *path;
+    char *path;
     int32_t *ids;
-    int64_t  n;
+    int64_t n;
 } gen_prompt;
 
 static fm_status read_prompt(const char *path, gen_prompt *p, fm_error *err) {
@@ -212,19 +227,20 @@ static fm_status read_prompt(const char *path, gen_prompt *p, fm_error *err) {
 /* The prompts listed by a batch file: one ids-file path per line, relative to the batch file's directory. */
 static fm_status read_batch(const char *batch, gen_prompt **out, int32_t *n_out, fm_error *err) {
     fm_path_buf pb;
-    const char *B    = fm_path_show(&pb, batch);
-    char       *text = NULL;
-    size_t      len  = 0;
-    fm_status   st   = fm_read_regular(batch, "a batch file (one ids-file path per line)", 16u << 20, &text, &len, err);
+    const char *B = fm_path_show(&pb, batch);
+    char *text = NULL;
+    size_t len = 0;
+    fm_status st = fm_read_regular(batch, "a batch file (one ids-file path per line)", 16u << 20, &text, &len, err);
     if (st) return st;
     if (strlen(text) != len) {
         free(text);
-        return fm_fail(err, FM_ERR_FORMAT, "%s: a NUL byte in a batch file: expected text, one ids-file path per line", B);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: a NUL byte in a batch file: expected text, one ids-file path per line",
+                       B);
     }
-    const char  *slash   = strrchr(batch, '/');
+    const char *slash = strrchr(batch, '/');
     const size_t dir_len = slash ? (size_t)(slash - batch) + 1 : 0; /* with the slash */
-    gen_prompt  *p       = NULL;
-    int32_t      n = 0, cap = 0, line_no = 0;
+    gen_prompt *p = NULL;
+    int32_t n = 0, cap = 0, line_no = 0;
     for (char *line = text, *next; !st && line; line = next) {
         line_no++;
         next = strchr(line, '\n');
@@ -247,8 +263,8 @@ static fm_status read_batch(const char *batch, gen_prompt **out, int32_t *n_out,
             p = q;
         }
         memset(&p[n], 0, sizeof p[n]);
-        const bool rel  = line[0] != '/';
-        char      *path = malloc((rel ? dir_len : 0) + l + 1);
+        const bool rel = line[0] != '/';
+        char *path = malloc((rel ? dir_len : 0) + l + 1);
         if (!path) {
             st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
             break;
@@ -264,7 +280,7 @@ static fm_status read_batch(const char *batch, gen_prompt **out, int32_t *n_out,
     }
     free(text);
     if (!st && n == 0) st = fm_fail(err, FM_ERR_FORMAT, "%s: no prompts: expected one ids-file path per line", B);
-    *out   = p;
+    *out = p;
     *n_out = n;
     return st;
 }
@@ -299,19 +315,19 @@ static double per_s(int64_t n, double s) { return s > 0 ? (double)n / s : 0; }
 
 typedef struct gen_run {
     const cli_model_opts *mo;
-    const gen_args       *a;
-    const gen_prompt     *prompts;
-    int32_t               n;
-    const fm_gen_params  *params;
-    const fm_gen_output  *out;
-    const fm_gen_stats   *stats;
-    int64_t               prompt_tokens, new_tokens;
-    int32_t               finish[3]; /* by fm_finish */
+    const gen_args *a;
+    const gen_prompt *prompts;
+    int32_t n;
+    const fm_gen_params *params;
+    const fm_gen_output *out;
+    const fm_gen_stats *stats;
+    int64_t prompt_tokens, new_tokens;
+    int32_t finish[3]; /* by fm_finish */
 } gen_run;
 
 static fm_status write_json(const gen_run *r, const char *path, fm_error *err) {
-    const fm_gen_params *g    = &r->a->gp;
-    cJSON               *root = cJSON_CreateObject();
+    const fm_gen_params *g = &r->a->gp;
+    cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", r->mo->model_dir);
     cJSON_AddStringToObject(root, "backend", r->mo->opt.backend);
     cJSON_AddStringToObject(root, "preset", fm_preset_name(r->mo->opt.preset));
@@ -350,7 +366,7 @@ static fm_status write_json(const gen_run *r, const char *path, fm_error *err) {
     cJSON_AddNumberToObject(f, "ttft_ms", 1e3 * st->ttft_s);
     cJSON *fin = cJSON_AddObjectToObject(f, "finish");
     for (int k = 0; k < 3; k++) cJSON_AddNumberToObject(fin, finish_name((fm_finish)k), r->finish[k]);
-    cJSON  *list   = cJSON_AddArrayToObject(root, "sequences");
+    cJSON *list = cJSON_AddArrayToObject(root, "sequences");
     int64_t offset = 0;
     for (int32_t i = 0; i < r->n; i++) {
         const fm_gen_output *o = &r->out[i];
@@ -372,13 +388,13 @@ static fm_status write_json(const gen_run *r, const char *path, fm_error *err) {
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON output");
-    const size_t n   = strlen(text);
-    char        *buf = malloc(n + 1);
-    fm_status    rc  = buf ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON output");
+    const size_t n = strlen(text);
+    char *buf = malloc(n + 1);
+    fm_status rc = buf ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory for the JSON output");
     if (buf) {
         memcpy(buf, text, n);
         buf[n] = '\n';
-        rc     = cli_write_file(path, buf, n + 1, err);
+        rc = cli_write_file(path, buf, n + 1, err);
     }
     free(buf);
     cJSON_free(text);
@@ -403,8 +419,8 @@ static fm_status write_ids(const gen_run *r, const char *path, fm_error *err) {
 static void print_summary(const gen_run *r) {
     const fm_gen_stats *s = r->stats;
     fprintf(stderr, "prompts: %d (%lld tokens)   new tokens: %lld   finish: length %d, eos %d, stop %d\n", r->n,
-            (long long)r->prompt_tokens, (long long)r->new_tokens, r->finish[FM_FINISH_LENGTH], r->finish[FM_FINISH_EOS],
-            r->finish[FM_FINISH_STOP]);
+            (long long)r->prompt_tokens, (long long)r->new_tokens, r->finish[FM_FINISH_LENGTH],
+            r->finish[FM_FINISH_EOS], r->finish[FM_FINISH_STOP]);
     fprintf(stderr, "prefill: %lld tokens in %.1f ms, %.1f tokens/s   time to first token: %.1f ms\n",
             (long long)s->prefill_tokens, 1e3 * s->prefill_s, per_s(s->prefill_tokens, s->prefill_s), 1e3 * s->ttft_s);
     if (s->decode_steps > 0)
@@ -416,14 +432,16 @@ static void print_summary(const gen_run *r) {
 /* The KV cache's context: --ctx as given, else the longest prompt + --max-tokens within the model's
  * max_position_embeddings. Returns -1 when it fits (opt->ctx set), else the exit code (message printed). */
 static int plan_context(const char *cmd, cli_model_opts *mo, const gen_args *a, const gen_prompt *longest) {
-    fm_path_buf   pb;
-    const char   *P    = fm_path_show(&pb, longest->path);
+    fm_path_buf pb;
+    const char *P = fm_path_show(&pb, longest->path);
     const int64_t need = longest->n + a->max_tokens;
     if (mo->opt.ctx > 0) {
         if (longest->n >= mo->opt.ctx) {
             fm_error err;
-            fm_fail(&err, FM_ERR_FORMAT, "%s: %lld prompt tokens leave no room for a new one in the context of %lld "
-                    "tokens set by --ctx", P, (long long)longest->n, (long long)mo->opt.ctx);
+            fm_fail(&err, FM_ERR_FORMAT,
+                    "%s: %lld prompt tokens leave no room for a new one in the context of %lld "
+                    "tokens set by --ctx",
+                    P, (long long)longest->n, (long long)mo->opt.ctx);
             return cli_fail(cmd, FM_ERR_FORMAT, &err);
         }
         if (need > mo->opt.ctx)
@@ -432,20 +450,22 @@ static int plan_context(const char *cmd, cli_model_opts *mo, const gen_args *a, 
                              (long long)mo->opt.ctx);
         return -1;
     }
-    fm_error   err = {{0}};
+    fm_error err = {{0}};
     fm_config *cfg = malloc(sizeof *cfg);
-    fm_status  st  = cfg ? fm_config_load(mo->model_dir, cfg, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
+    fm_status st = cfg ? fm_config_load(mo->model_dir, cfg, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
     const int64_t limit = st ? 0 : cfg->max_position_embeddings;
     free(cfg);
     if (st) return cli_fail(cmd, st, &err);
     if (limit > 0 && longest->n >= limit) {
-        fm_fail(&err, FM_ERR_FORMAT, "%s: %lld prompt tokens leave no room for a new one in the model's context of "
-                "%lld tokens (max_position_embeddings in config.json); --ctx N allows longer sequences", P,
-                (long long)longest->n, (long long)limit);
+        fm_fail(&err, FM_ERR_FORMAT,
+                "%s: %lld prompt tokens leave no room for a new one in the model's context of "
+                "%lld tokens (max_position_embeddings in config.json); --ctx N allows longer sequences",
+                P, (long long)longest->n, (long long)limit);
         return cli_fail(cmd, FM_ERR_FORMAT, &err);
     }
     if (limit > 0 && need > limit)
-        return cli_usage(cmd, "--max-tokens %ld: %s has %lld tokens, + %ld new ones = %lld, more than the model's "
+        return cli_usage(cmd,
+                         "--max-tokens %ld: %s has %lld tokens, + %ld new ones = %lld, more than the model's "
                          "context of %lld tokens (max_position_embeddings in config.json); pass --ctx %lld to allow it",
                          a->max_tokens, P, (long long)longest->n, a->max_tokens, (long long)need, (long long)limit,
                          (long long)need);
@@ -463,37 +483,39 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     int rc = plan_context(cmd, mo, a, &prompts[longest]);
     if (rc >= 0) return rc;
     const int64_t chunk = a->prefill_chunk > 0 ? a->prefill_chunk : FM_DEFAULT_MAX_TOKENS;
-    mo->opt.max_tokens  = prompts[longest].n < chunk ? prompts[longest].n : chunk;
-    mo->opt.max_seqs    = (int32_t)(a->max_seqs > 0 ? a->max_seqs : n < DEFAULT_MAX_SEQS ? n : DEFAULT_MAX_SEQS);
+    mo->opt.max_tokens = prompts[longest].n < chunk ? prompts[longest].n : chunk;
+    mo->opt.max_seqs = (int32_t)(a->max_seqs > 0 ? a->max_seqs : n < DEFAULT_MAX_SEQS ? n : DEFAULT_MAX_SEQS);
 
-    fm_error       err    = {{0}};
-    fm_model      *m      = NULL;
+    fm_error err = {{0}};
+    fm_model *m = NULL;
     fm_gen_params *params = calloc((size_t)n, sizeof *params);
-    fm_gen_output *out    = calloc((size_t)n, sizeof *out);
-    const int32_t **ids   = calloc((size_t)n, sizeof *ids);
-    int64_t        *lens  = calloc((size_t)n, sizeof *lens);
-    const int32_t  *seq_ptrs[MAX_STOP_SEQS];
-    fm_status       st = params && out && ids && lens ? FM_OK : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
+    fm_gen_output *out = calloc((size_t)n, sizeof *out);
+    const int32_t **ids = calloc((size_t)n, sizeof *ids);
+    int64_t *lens = calloc((size_t)n, sizeof *lens);
+    const int32_t *seq_ptrs[MAX_STOP_SEQS];
+    fm_status st = params && out && ids && lens ? FM_OK : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
     if (!st) st = fm_model_load(mo->model_dir, &mo->opt, &m, &err);
     const int32_t V = m ? fm_model_vocab_size(m) : 0;
-    for (int32_t i = 0; !st && i < n; i++) st = fm_ids_check_vocab(prompts[i].path, prompts[i].ids, prompts[i].n, V, &err);
+    for (int32_t i = 0; !st && i < n; i++)
+        st = fm_ids_check_vocab(prompts[i].path, prompts[i].ids, prompts[i].n, V, &err);
     for (int32_t i = 0; !st && rc < 0 && i < a->n_stop_ids; i++)
-        if (a->stop_ids[i] >= V) rc = cli_usage(cmd, "--stop-id %d is outside the vocabulary [0, %d)", a->stop_ids[i], V);
+        if (a->stop_ids[i] >= V)
+            rc = cli_usage(cmd, "--stop-id %d is outside the vocabulary [0, %d)", a->stop_ids[i], V);
     for (int32_t i = 0; !st && rc < 0 && i < a->n_stop_seqs; i++)
         for (int32_t t = 0; rc < 0 && t < a->stop_seq_lens[i]; t++)
             if (a->stop_seqs[i][t] >= V)
                 rc = cli_usage(cmd, "--stop-seq: id %d is outside the vocabulary [0, %d)", a->stop_seqs[i][t], V);
-    gen_run      r       = {mo, a, prompts, n, params, out, NULL, 0, 0, {0}};
-    fm_gen_stats stats   = {0};
-    int64_t      streamed = 0;
+    gen_run r = {mo, a, prompts, n, params, out, NULL, 0, 0, {0}};
+    fm_gen_stats stats = {0};
+    int64_t streamed = 0;
     if (!st && rc < 0) {
         for (int32_t i = 0; i < a->n_stop_seqs; i++) seq_ptrs[i] = a->stop_seqs[i];
         for (int32_t i = 0; i < n; i++) {
-            params[i]               = a->gp;
-            params[i].seed          = a->gp.seed + (uint64_t)i;
-            params[i].stop_ids      = a->stop_ids, params[i].n_stop_ids = a->n_stop_ids;
-            params[i].stop_seqs     = seq_ptrs, params[i].stop_seq_lens = a->stop_seq_lens;
-            params[i].n_stop_seqs   = a->n_stop_seqs;
+            params[i] = a->gp;
+            params[i].seed = a->gp.seed + (uint64_t)i;
+            params[i].stop_ids = a->stop_ids, params[i].n_stop_ids = a->n_stop_ids;
+            params[i].stop_seqs = seq_ptrs, params[i].stop_seq_lens = a->stop_seq_lens;
+            params[i].n_stop_seqs = a->n_stop_seqs;
             ids[i] = prompts[i].ids, lens[i] = prompts[i].n;
         }
         st = fm_model_generate(m, ids, lens, params, n, mo->opt.max_tokens, a->stream ? stream_token : NULL, &streamed,
@@ -523,7 +545,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
-    gen_args    a;
+    gen_args a;
     memset(&a, 0, sizeof a);
     fm_gen_params_init(&a.gp);
     cli_model_opts mo;
@@ -534,21 +556,22 @@ int cmd_generate(int argc, char **argv) {
         return cli_usage(cmd, "--model, --ids (or --batch-file), --max-tokens and --out are required");
     if (a.ids_path && a.batch_path)
         return cli_usage(cmd, "--ids (one prompt) and --batch-file (several) exclude each other");
-    a.gp.max_tokens         = a.max_tokens;
+    a.gp.max_tokens = a.max_tokens;
     const char *prompt_path = a.ids_path ? a.ids_path : a.batch_path;
     if (!*prompt_path || !*a.out_path || (a.json_path && !*a.json_path))
         return cli_usage(cmd, "--ids, --batch-file, --out and --json need a file name, got ''");
-    if (same_file(a.out_path, a.json_path)) return cli_usage(cmd, "--out and --json name the same file '%s'", a.out_path);
+    if (same_file(a.out_path, a.json_path))
+        return cli_usage(cmd, "--out and --json name the same file '%s'", a.out_path);
 
-    fm_error    err     = {{0}};
+    fm_error err = {{0}};
     gen_prompt *prompts = NULL;
-    int32_t     n       = 0;
-    fm_status   st      = fm_check_output_path(a.out_path, &err); /* before the run, not after it */
+    int32_t n = 0;
+    fm_status st = fm_check_output_path(a.out_path, &err); /* before the run, not after it */
     if (!st && a.json_path) st = fm_check_output_path(a.json_path, &err);
     if (!st && a.ids_path) {
         prompts = calloc(1, sizeof *prompts);
-        st      = prompts ? read_prompt(a.ids_path, prompts, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
-        n       = prompts ? 1 : 0;
+        st = prompts ? read_prompt(a.ids_path, prompts, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
+        n = prompts ? 1 : 0;
     } else if (!st) st = read_batch(a.batch_path, &prompts, &n, &err);
     if (st) rc = cli_fail(cmd, st, &err);
     else if (a.stream && n > 1)

@@ -42,22 +42,22 @@ static const char *HELP =
     "  -h, --help         this help\n";
 
 typedef struct plan_args {
-    int64_t     tokens, vram_limit;
+    int64_t tokens, vram_limit;
     const char *backend;
-    fm_preset   preset;
-    int32_t     n_layers;
-    fm_dense    dense;
-    int32_t     max_seqs; /* --max-seqs: generation's KV cache in the plan */
-    int64_t     ctx;
-    char        routes[512]; /* --route options, "k=v,k=v" */
+    fm_preset preset;
+    int32_t n_layers;
+    fm_dense dense;
+    int32_t max_seqs; /* --max-seqs: generation's KV cache in the plan */
+    int64_t ctx;
+    char routes[512]; /* --route options, "k=v,k=v" */
 } plan_args;
 
 /* The shapes the route table is shown at: a model's, or Qwen3-30B-A3B's. */
 typedef struct route_shapes {
     const char *what;
-    int64_t     hidden, attn, widest_k; /* hidden size, attention width (heads x head dim), the widest linear input */
-    int64_t     qkv_n;                  /* fused q|k|v rows */
-    int32_t     n_experts, top_k;       /* 0 experts: no MoE layer */
+    int64_t hidden, attn, widest_k; /* hidden size, attention width (heads x head dim), the widest linear input */
+    int64_t qkv_n;                  /* fused q|k|v rows */
+    int32_t n_experts, top_k;       /* 0 experts: no MoE layer */
 } route_shapes;
 
 /* a dense kernel in a table cell */
@@ -75,9 +75,9 @@ static const char *kernel_cell(fm_dense_kernel k, const fm_routes *r) {
 
 /* The route table (its values after the overrides), then what it picks at the shapes. */
 static fm_status print_routes(const route_shapes *s, const char *overrides, fm_error *err) {
-    int       sm = 0;
-    char      gpu[256];
-    fm_error  qerr = {{0}};
+    int sm = 0;
+    char gpu[256];
+    fm_error qerr = {{0}};
     const bool have_gpu = fm_cuda_device_query(&sm, gpu, sizeof gpu, &qerr) == FM_OK;
     if (!have_gpu) sm = 9;
     fm_routes r;
@@ -85,21 +85,27 @@ static fm_status print_routes(const route_shapes *s, const char *overrides, fm_e
     fm_status st = fm_routes_apply(&r, overrides, err);
     if (st) return st;
     if (have_gpu) printf("kernel routes: the cuda backend on this GPU, %s\n", gpu);
-    else printf("kernel routes: as the cuda backend would fill them on an sm_90 GPU (Hopper, e.g. H200); no GPU here (%s)\n",
-                qerr.msg);
+    else
+        printf("kernel routes: as the cuda backend would fill them on an sm_90 GPU (Hopper, e.g. H200); no GPU here "
+               "(%s)\n",
+               qerr.msg);
     printf("overrides (--route, fm_options.routes): %s\n", overrides && *overrides ? overrides : "none");
     fm_routes_print(&r, stdout);
 
     static const int64_t rows[] = {1, 8, 16, 128, 2048};
     static const struct {
-        fm_wformat  f;
+        fm_wformat f;
         const char *where;
-    } formats[] = {{FM_W_BF16, "ref"},          {FM_W_INT4_G128, "int4"},      {FM_W_INT4_G128_TC, "fp8"},
-                   {FM_W_E4M3_PT, "--dense w8a8"}, {FM_W_INT4_ZP_TC, "fp8, int4 checkpoint"},
+    } formats[] = {{FM_W_BF16, "ref"},
+                   {FM_W_INT4_G128, "int4"},
+                   {FM_W_INT4_G128_TC, "fp8"},
+                   {FM_W_E4M3_PT, "--dense w8a8"},
+                   {FM_W_INT4_ZP_TC, "fp8, int4 checkpoint"},
                    {FM_W_E4M3_B128, "fp8, block-FP8 checkpoint"}};
-    printf("dense projections (%s: q|k|v %lld x %lld, o %lld x %lld; K up to %lld), kernel by weight format and M rows:\n",
-           s->what, (long long)s->qkv_n, (long long)s->hidden, (long long)s->hidden, (long long)s->attn,
-           (long long)s->widest_k);
+    printf(
+        "dense projections (%s: q|k|v %lld x %lld, o %lld x %lld; K up to %lld), kernel by weight format and M rows:\n",
+        s->what, (long long)s->qkv_n, (long long)s->hidden, (long long)s->hidden, (long long)s->attn,
+        (long long)s->widest_k);
     printf("  %-13s %-26s", "format", "preset");
     for (size_t m = 0; m < sizeof rows / sizeof *rows; m++) printf(" M=%-14lld", (long long)rows[m]);
     printf("\n");
@@ -127,8 +133,13 @@ static fm_status print_routes(const route_shapes *s, const char *overrides, fm_e
 }
 
 static route_shapes shapes_of(const char *dir, const fm_config *c) {
-    route_shapes s = {dir, c->hidden_size, (int64_t)c->n_heads * c->head_dim, 0,
-                      (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->n_experts, c->n_experts_per_tok};
+    route_shapes s = {dir,
+                      c->hidden_size,
+                      (int64_t)c->n_heads * c->head_dim,
+                      0,
+                      (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim,
+                      c->n_experts,
+                      c->n_experts_per_tok};
     s.widest_k = s.hidden > s.attn ? s.hidden : s.attn;
     for (int l = 0; l < c->n_layers; l++)
         if (!c->layer_is_moe[l] && c->dense_intermediate > s.widest_k) s.widest_k = c->dense_intermediate;
@@ -146,17 +157,18 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     int n_moe = 0;
     for (int l = 0; l < c->n_layers; l++) n_moe += c->layer_is_moe[l];
     printf("model: %s\n", dir);
-    printf("architecture: %s, %d layers (%d MoE, %d dense MLP)\n", c->model_type, c->n_layers, n_moe, c->n_layers - n_moe);
+    printf("architecture: %s, %d layers (%d MoE, %d dense MLP)\n", c->model_type, c->n_layers, n_moe,
+           c->n_layers - n_moe);
     printf("hidden %d, vocab %d, attention: %d query / %d key-value heads of %d (GQA group %d)%s\n", c->hidden_size,
            c->vocab_size, c->n_heads, c->n_kv_heads, c->head_dim, c->n_heads / c->n_kv_heads,
            c->qk_norm ? ", q/k RMSNorm" : "");
     if (c->n_experts > 0)
         printf("experts: %d, top-%d, width %d, router %s%s, stored as %s\n", c->n_experts, c->n_experts_per_tok,
-               c->moe_intermediate,
-               c->router == FM_ROUTER_SOFTMAX_TOPK ? "softmax -> top-k" : "top-k -> softmax",
-               c->router == FM_ROUTER_SOFTMAX_TOPK ? (c->norm_topk_prob ? " -> renormalise" : " (no renormalisation)") : "",
+               c->moe_intermediate, c->router == FM_ROUTER_SOFTMAX_TOPK ? "softmax -> top-k" : "top-k -> softmax",
+               c->router == FM_ROUTER_SOFTMAX_TOPK ? (c->norm_topk_prob ? " -> renormalise" : " (no renormalisation)")
+                                                   : "",
                n_moe ? fm_expert_layout_name(src->layers[c->n_layers - 1].is_moe ? src->layers[c->n_layers - 1].layout
-                                                                                  : src->layers[0].layout)
+                                                                                 : src->layers[0].layout)
                      : "-");
     if (n_moe < c->n_layers) printf("dense MLP width: %d\n", c->dense_intermediate);
     printf("rope theta %g, rms_norm_eps %g, tie_word_embeddings %s\n", c->rope_theta, (double)c->rms_norm_eps,
@@ -169,7 +181,9 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     }
     printf("tensors: %lld in %d file(s):", (long long)set->n_tensors, set->n_files);
     for (int d = 0; d < FM_DTYPE_COUNT; d++)
-        if (by_dtype[d]) printf(" %s x%lld (%.2f MiB)", fm_dtype_name((fm_dtype)d), (long long)by_dtype[d], mib((double)bytes_dtype[d]));
+        if (by_dtype[d])
+            printf(" %s x%lld (%.2f MiB)", fm_dtype_name((fm_dtype)d), (long long)by_dtype[d],
+                   mib((double)bytes_dtype[d]));
     printf("\nunused tensors: %lld\n", (long long)src->n_unused);
 
     /* parameters: total, and active per token (attention + k experts + dense layers + embeddings/head) */
@@ -179,7 +193,8 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     int64_t linear = 0, active = 0;
     for (int l = 0; l < c->n_layers; l++) {
         linear += attn + (c->layer_is_moe[l] ? (int64_t)c->n_experts * expert : dense);
-        active += attn + (c->layer_is_moe[l] ? (int64_t)c->n_experts_per_tok * expert + (int64_t)c->n_experts * H : dense);
+        active +=
+            attn + (c->layer_is_moe[l] ? (int64_t)c->n_experts_per_tok * expert + (int64_t)c->n_experts * H : dense);
     }
     const int64_t other = src->n_params - linear;
     printf("parameters: %.3f M total, %.3f M active per token; %.3f M in linear projections\n",
@@ -213,8 +228,8 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
  * input order per act-order matrix; the float linears of such a checkpoint stay bf16, 2 bytes a weight). */
 typedef struct quant_family {
     const char *name;
-    int64_t     n, n_quant, n_native;
-    double      ckpt_bytes, bank_bytes;
+    int64_t n, n_quant, n_native;
+    double ckpt_bytes, bank_bytes;
 } quant_family;
 
 /* as_bf16: a family the plan keeps in bf16 whatever the checkpoint (router, lm_head: dequantized at load) */
@@ -285,10 +300,11 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
                "the e4m3 bytes (e4m3-block); the int4 preset refuses block-FP8. `--tokens T --backend cuda --preset P` "
                "gives the bytes on the GPU)\n");
     else
-        printf("  (resident: the int4 preset on the cpu backend; native: linears in our own int4 format (symmetric, group "
-               "128, bf16 scales), bound as int4-g128 banks on every backend and preset; the other int4 linears keep "
-               "the checkpoint's own int4 (int4-zp; int4-zp-tc with e4m3 1x128 activations under --preset fp8); float "
-               "ones and router/lm_head in bf16. `--tokens T --backend cuda --preset P` gives the bytes on the GPU)\n");
+        printf(
+            "  (resident: the int4 preset on the cpu backend; native: linears in our own int4 format (symmetric, group "
+            "128, bf16 scales), bound as int4-g128 banks on every backend and preset; the other int4 linears keep "
+            "the checkpoint's own int4 (int4-zp; int4-zp-tc with e4m3 1x128 activations under --preset fp8); float "
+            "ones and router/lm_head in bf16. `--tokens T --backend cuda --preset P` gives the bytes on the GPU)\n");
 }
 
 static void plan_row(const char *what, size_t bytes, int indent) {
@@ -360,17 +376,17 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     size_t free_bytes = 0, total = 0;
     fm_error qerr = {{0}};
     const bool have_gpu = fm_cuda_free_memory(&free_bytes, &total, &qerr) == FM_OK;
-    if (have_gpu) printf("GPU: %s free of %s\n", fm_mem_format(free_bytes, b1, sizeof b1), fm_mem_format(total, b2, sizeof b2));
+    if (have_gpu)
+        printf("GPU: %s free of %s\n", fm_mem_format(free_bytes, b1, sizeof b1), fm_mem_format(total, b2, sizeof b2));
     else printf("GPU: not available here (%s)\n", qerr.msg);
     if (!have_gpu && a->vram_limit <= 0) return FM_OK;
-    const bool   limited   = a->vram_limit > 0 && (!have_gpu || (uint64_t)a->vram_limit < (uint64_t)free_bytes);
+    const bool limited = a->vram_limit > 0 && (!have_gpu || (uint64_t)a->vram_limit < (uint64_t)free_bytes);
     const size_t available = limited ? (size_t)a->vram_limit : free_bytes;
     fm_error verdict = {{0}};
     if (fm_memory_plan_check(&p, available, limited ? "--vram-limit" : "free on the GPU", &verdict) == FM_OK)
         printf("fits: yes, %s of %s available (%s)\n", fm_mem_format(p.peak, b1, sizeof b1),
                fm_mem_format(available, b2, sizeof b2), limited ? "--vram-limit" : "free on the GPU");
-    else
-        printf("fits: no: %s\n", verdict.msg);
+    else printf("fits: no: %s\n", verdict.msg);
     return FM_OK;
 }
 
@@ -378,8 +394,20 @@ int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false, routes = false;
     plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, ""};
-    enum { OPT_MODEL_I = 2000, OPT_TENSORS, OPT_TOKENS, OPT_BACKEND_I, OPT_PRESET_I, OPT_LAYERS_I, OPT_VRAM_I, OPT_DENSE_I,
-           OPT_ROUTES_I, OPT_ROUTE_I, OPT_MAX_SEQS_I, OPT_CTX_I };
+    enum {
+        OPT_MODEL_I = 2000,
+        OPT_TENSORS,
+        OPT_TOKENS,
+        OPT_BACKEND_I,
+        OPT_PRESET_I,
+        OPT_LAYERS_I,
+        OPT_VRAM_I,
+        OPT_DENSE_I,
+        OPT_ROUTES_I,
+        OPT_ROUTE_I,
+        OPT_MAX_SEQS_I,
+        OPT_CTX_I
+    };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
                                              {"tokens", required_argument, 0, OPT_TOKENS},
@@ -392,7 +420,8 @@ int cmd_inspect(int argc, char **argv) {
                                              {"route", required_argument, 0, OPT_ROUTE_I},
                                              {"max-seqs", required_argument, 0, OPT_MAX_SEQS_I},
                                              {"ctx", required_argument, 0, OPT_CTX_I},
-                                             {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
     int c;
     long v = 0;
     optind = 1;
@@ -401,8 +430,7 @@ int cmd_inspect(int argc, char **argv) {
         if (c == OPT_MODEL_I) {
             if (!*optarg) return cli_usage(cmd, "--model needs a checkpoint directory, got ''");
             dir = optarg;
-        }
-        else if (c == OPT_TENSORS) list = true;
+        } else if (c == OPT_TENSORS) list = true;
         else if (c == OPT_TOKENS) {
             if (!cli_parse_int(cmd, "--tokens", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
             pa.tokens = v;
@@ -415,7 +443,8 @@ int cmd_inspect(int argc, char **argv) {
                 return cli_usage(cmd, "--preset must be one of ref, ref32, int4, fp8, fp4, got '%s'", optarg);
             plan_only = "--preset";
         } else if (c == OPT_DENSE_I) {
-            if (!fm_dense_parse(optarg, &pa.dense)) return cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", optarg);
+            if (!fm_dense_parse(optarg, &pa.dense))
+                return cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", optarg);
             plan_only = "--dense";
         } else if (c == OPT_LAYERS_I) {
             if (!cli_parse_int(cmd, "--layers", optarg, 1, 100000, &v)) return CLI_USAGE;
@@ -437,18 +466,19 @@ int cmd_inspect(int argc, char **argv) {
         else return cli_usage(cmd, "unknown option or missing value: '%s'", argv[optind - 1]);
     }
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
-    if (plan_only && !pa.tokens) return cli_usage(cmd, "%s describes the memory plan, which needs --tokens T", plan_only);
+    if (plan_only && !pa.tokens)
+        return cli_usage(cmd, "%s describes the memory plan, which needs --tokens T", plan_only);
     fm_error err = {{0}};
     if (!dir && routes) { /* the table alone, at Qwen3-30B-A3B's shapes */
         const route_shapes qwen3 = {"Qwen3-30B-A3B-like, no --model", 2048, 4096, 4096, 5120, 128, 8};
-        const fm_status    st    = print_routes(&qwen3, pa.routes, &err);
+        const fm_status st = print_routes(&qwen3, pa.routes, &err);
         return st ? cli_fail(cmd, st, &err) : CLI_OK;
     }
     if (!dir) return cli_usage(cmd, "--model is required (or --routes alone for the route table)");
     if (pa.routes[0] && !routes && !pa.tokens)
         return cli_usage(cmd, "--route changes the route table (--routes) or the memory plan (--tokens T)");
-    fm_config    cfg;
-    fm_st_set    set = {0};
+    fm_config cfg;
+    fm_st_set set = {0};
     fm_model_src src = {0};
     fm_status st = fm_config_load(dir, &cfg, &err);
     if (!st) st = fm_st_open_dir(dir, &set, &err);

@@ -42,12 +42,12 @@ int cmd_logits(int argc, char **argv) {
     if (!mo.model_dir || !ids_path || !out_path) return cli_usage(cmd, "--model, --ids and --out are required");
     if (!*ids_path || !*out_path) return cli_usage(cmd, "--ids and --out need a file name, got ''");
 
-    fm_error  err = {{0}};
-    int32_t  *ids = NULL;
-    int64_t   n   = 0;
-    fm_model *m   = NULL;
-    float    *logits = NULL;
-    fm_status st  = fm_check_output_path(out_path, &err); /* before the run, not after it */
+    fm_error err = {{0}};
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    fm_model *m = NULL;
+    float *logits = NULL;
+    fm_status st = fm_check_output_path(out_path, &err); /* before the run, not after it */
     if (!st) st = fm_ids_read(ids_path, &ids, &n, &err);
     mo.opt.max_tokens = n; /* the memory check plans for this prompt */
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
@@ -58,7 +58,8 @@ int cmd_logits(int argc, char **argv) {
         if (!logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for %zu logits", count);
         if (!st) st = fm_model_logits(m, ids, n, logits, &err);
         if (!st) st = cli_write_file(out_path, logits, count * sizeof *logits, &err);
-        if (!st && mo.opt.verbose) fprintf(stderr, "wrote %lld x %d logits to %s\n", (long long)n, fm_model_vocab_size(m), out_path);
+        if (!st && mo.opt.verbose)
+            fprintf(stderr, "wrote %lld x %d logits to %s\n", (long long)n, fm_model_vocab_size(m), out_path);
     }
     free(logits);
     free(ids);

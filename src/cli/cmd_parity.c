@@ -1,6 +1,6 @@
 /* fp8moe parity: the main job, and the depth sweep of the parity report (issue 6). At each depth it runs the
- * fp32 oracle (ref on the CPU or ref32 on the GPU), the int4 baseline (on the compared presets' backend) and each requested
- * preset over the same K prompts of T tokens, and compares every preset's logits with the oracle's and the
+ * fp32 oracle (ref on the CPU or ref32 on the GPU), the int4 baseline (on the compared presets' backend) and each
+ * requested preset over the same K prompts of T tokens, and compares every preset's logits with the oracle's and the
  * baseline's. parity_output.c prints the table and writes JSON / CSV; parity_plot.c draws the PNG. */
 #include <math.h>
 #include <stdlib.h>
@@ -51,8 +51,7 @@ static const char *HELP =
     "                     preset, by the cpu's exact emulation of its formats; beside them transformers' fp32\n"
     "                     figure from the model's train_report.json when it has one\n"
     "  --threads N        CPU threads (default: all)\n"
-    "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n"
-    CLI_ROUTE_HELP
+    "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n" CLI_ROUTE_HELP
     "  -v, --verbose      progress on stderr\n"
     "  -h, --help         this help\n"
     "\n"
@@ -70,20 +69,39 @@ static const char *HELP =
 
 typedef struct parity_args {
     const char *ids_path, *json_path, *csv_path, *plot_path, *presets, *layers, *synthetic, *from_json, *oracle;
-    long        tokens, prompts, ppl_windows;
-    bool        run_option; /* an option that only a run takes (not --from-json) */
+    long tokens, prompts, ppl_windows;
+    bool run_option; /* an option that only a run takes (not --from-json) */
 } parity_args;
 
-enum { OPT_IDS = 2000, OPT_TOKENS, OPT_PRESETS, OPT_JSON, OPT_CSV, OPT_PLOT, OPT_LAYERS, OPT_PROMPTS, OPT_SYNTH, OPT_PRESET,
-       OPT_FROM_JSON, OPT_ORACLE, OPT_PPL };
-static const struct option own_options[] = {
-    {"ids", required_argument, 0, OPT_IDS},         {"tokens", required_argument, 0, OPT_TOKENS},
-    {"presets", required_argument, 0, OPT_PRESETS}, {"json", required_argument, 0, OPT_JSON},
-    {"csv", required_argument, 0, OPT_CSV},         {"plot", required_argument, 0, OPT_PLOT},
-    {"layers", required_argument, 0, OPT_LAYERS},   {"prompts", required_argument, 0, OPT_PROMPTS},
-    {"synthetic", required_argument, 0, OPT_SYNTH}, {"preset", required_argument, 0, OPT_PRESET},
-    {"from-json", required_argument, 0, OPT_FROM_JSON}, {"oracle", required_argument, 0, OPT_ORACLE},
-    {"perplexity", required_argument, 0, OPT_PPL}, {0, 0, 0, 0}};
+enum {
+    OPT_IDS = 2000,
+    OPT_TOKENS,
+    OPT_PRESETS,
+    OPT_JSON,
+    OPT_CSV,
+    OPT_PLOT,
+    OPT_LAYERS,
+    OPT_PROMPTS,
+    OPT_SYNTH,
+    OPT_PRESET,
+    OPT_FROM_JSON,
+    OPT_ORACLE,
+    OPT_PPL
+};
+static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
+                                            {"tokens", required_argument, 0, OPT_TOKENS},
+                                            {"presets", required_argument, 0, OPT_PRESETS},
+                                            {"json", required_argument, 0, OPT_JSON},
+                                            {"csv", required_argument, 0, OPT_CSV},
+                                            {"plot", required_argument, 0, OPT_PLOT},
+                                            {"layers", required_argument, 0, OPT_LAYERS},
+                                            {"prompts", required_argument, 0, OPT_PROMPTS},
+                                            {"synthetic", required_argument, 0, OPT_SYNTH},
+                                            {"preset", required_argument, 0, OPT_PRESET},
+                                            {"from-json", required_argument, 0, OPT_FROM_JSON},
+                                            {"oracle", required_argument, 0, OPT_ORACLE},
+                                            {"perplexity", required_argument, 0, OPT_PPL},
+                                            {0, 0, 0, 0}};
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     parity_args *a = ctx;
@@ -164,13 +182,13 @@ static bool parse_layers(const char *list, int32_t **out, int *n) {
 /* What every cell of the run shares. */
 typedef struct parity_run {
     const cli_model_opts *mo;
-    const char           *synthetic;
-    const int32_t        *ids; /* K prompts of T ids, back to back */
-    int64_t               T;
-    int                   K;
-    int32_t               V;
-    float                *oracle, *baseline, *scratch; /* [K][T][V], [K][T][V], [T][V] */
-    bool                  oracle_ready, baseline_ready;
+    const char *synthetic;
+    const int32_t *ids; /* K prompts of T ids, back to back */
+    int64_t T;
+    int K;
+    int32_t V;
+    float *oracle, *baseline, *scratch; /* [K][T][V], [K][T][V], [T][V] */
+    bool oracle_ready, baseline_ready;
 } parity_run;
 
 /* Loads preset c at this depth and runs the K prompts; compares each with the oracle and the baseline when they
@@ -205,16 +223,17 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
  * alone: its weights are freed before the next one loads (the GPU oracle at full Qwen3 depth needs 122 GB). */
 static fm_status run_depth(parity_run *r, const parity_report *rep, int d, fm_error *err) {
     const int32_t depth = rep->depths[d];
-    const size_t  TV    = (size_t)r->T * (size_t)r->V;
-    parity_cell  *o = parity_at(rep, d, 0), *b = parity_at(rep, d, rep->baseline);
+    const size_t TV = (size_t)r->T * (size_t)r->V;
+    parity_cell *o = parity_at(rep, d, 0), *b = parity_at(rep, d, rep->baseline);
     r->oracle_ready = r->baseline_ready = false;
     fm_status st = FM_OK;
     for (int i = 0; !st && i < rep->n_cells + 1; i++) {
         const int ci = i == 0 ? rep->baseline : i == 1 ? 0 : i - 1;
         if (i >= 2 && (ci == 0 || ci == rep->baseline)) continue;
         parity_cell *c = parity_at(rep, d, ci);
-        fprintf(stderr, "layers %d/%d: running preset %s on %s%s...\n", depth, rep->full_depth, fm_preset_name(c->preset),
-                c->backend, ci == 0 ? " (the oracle)" : (!c->listed ? " (the int4 baseline)" : ""));
+        fprintf(stderr, "layers %d/%d: running preset %s on %s%s...\n", depth, rep->full_depth,
+                fm_preset_name(c->preset), c->backend,
+                ci == 0 ? " (the oracle)" : (!c->listed ? " (the int4 baseline)" : ""));
         st = run_cell(r, depth, c, ci == 0 ? r->oracle : ci == rep->baseline ? r->baseline : NULL, err);
         if (st || i != 1) {
             r->baseline_ready = !st;
@@ -241,8 +260,8 @@ static fm_status run_depth(parity_run *r, const parity_report *rep, int d, fm_er
 /* The cells of every depth: [0] the oracle, the presets asked for (the oracle's own preset is its row), then the
  * int4 baseline when it was not asked for. */
 static fm_status make_cells(parity_report *rep, const fm_preset *list, int n_list, fm_error *err) {
-    fm_preset  cells[FM_PRESET_COUNT + 2];
-    bool       listed[FM_PRESET_COUNT + 2];
+    fm_preset cells[FM_PRESET_COUNT + 2];
+    bool listed[FM_PRESET_COUNT + 2];
     int n = 1;
     cells[0] = parity_oracle_preset(rep->oracle_backend), listed[0] = false, rep->baseline = -1;
     for (int i = 0; i < n_list; i++) {
@@ -285,7 +304,7 @@ void parity_free(parity_report *rep) {
 /* --synthetic prompts: the xorshift stream of bench prefill, K x T ids */
 static int32_t *synthetic_ids(int64_t n, int32_t V) {
     int32_t *ids = malloc((size_t)n * sizeof *ids);
-    uint64_t x   = 0x2545F4914F6CDD1Dull;
+    uint64_t x = 0x2545F4914F6CDD1Dull;
     for (int64_t t = 0; ids && t < n; t++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[t] = (int32_t)(x % (uint64_t)V);
@@ -307,10 +326,11 @@ static fm_status outputs(const parity_report *rep, const parity_args *a, fm_erro
 /* --from-json: the outputs of an earlier run, made again without running anything */
 static int from_json(const char *cmd, const parity_args *a, const cli_model_opts *mo) {
     if (mo->model_dir || a->synthetic || a->run_option)
-        return cli_usage(cmd, "--from-json makes the outputs of an earlier run again: it takes only --json, --csv and --plot");
-    fm_error      err = {{0}};
+        return cli_usage(
+            cmd, "--from-json makes the outputs of an earlier run again: it takes only --json, --csv and --plot");
+    fm_error err = {{0}};
     parity_report rep;
-    fm_status     st = parity_read_json(a->from_json, &rep, &err);
+    fm_status st = parity_read_json(a->from_json, &rep, &err);
     if (!st) st = outputs(&rep, a, &err);
     parity_free(&rep);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
@@ -333,21 +353,26 @@ int cmd_parity(int argc, char **argv) {
     if (!parse_presets(a.presets, list, &n_list))
         return cli_usage(cmd, "--presets must list ref, ref32, int4, fp8, fp4: '%s'", a.presets);
 
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_config cfg;
     const char *outs[] = {a.json_path, a.csv_path, a.plot_path}; /* a FIFO or device there: refused before the run */
     for (int i = 0; i < 3; i++)
         if (outs[i] && fm_check_output_path(outs[i], &err)) return cli_fail(cmd, FM_ERR_IO, &err);
-    fm_status st = a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
+    fm_status st =
+        a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
     if (st) return cli_fail(cmd, st, &err);
     /* the oracle runs where the compared presets run unless told otherwise: ref32 on the GPU, ref on the cpu */
-    parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir, .synthetic = a.synthetic != NULL,
-                         .backend = mo.opt.backend, .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
+    parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir,
+                         .synthetic = a.synthetic != NULL,
+                         .backend = mo.opt.backend,
+                         .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
                          .dense = mo.opt.dense,
-                         .prompts = (int)a.prompts, .full_depth = cfg.n_layers};
+                         .prompts = (int)a.prompts,
+                         .full_depth = cfg.n_layers};
     if (a.layers) {
         if (!parse_layers(a.layers, &rep.depths, &rep.n_depths))
-            return cli_usage(cmd, "--layers expects a comma-separated list of depths >= 1 such as 1,2,4,8, got '%s'", a.layers);
+            return cli_usage(cmd, "--layers expects a comma-separated list of depths >= 1 such as 1,2,4,8, got '%s'",
+                             a.layers);
         if (rep.depths[rep.n_depths - 1] > cfg.n_layers) {
             const int32_t over = rep.depths[rep.n_depths - 1];
             free(rep.depths);
@@ -367,7 +392,7 @@ int cmd_parity(int argc, char **argv) {
     /* the prompts: K consecutive windows of the ids file (T capped by its length), or synthetic ids */
     const int32_t V = cfg.vocab_size;
     int32_t *ids = NULL;
-    int64_t  T = a.tokens, n_ids = 0;
+    int64_t T = a.tokens, n_ids = 0;
     if (a.synthetic) {
         if (!(ids = synthetic_ids(T * a.prompts, V))) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory for the ids");
     } else {
@@ -376,7 +401,8 @@ int cmd_parity(int argc, char **argv) {
         const char *ids_path = a.ids_path;
         if (!ids_path) {
             snprintf(default_ids, sizeof default_ids, "%s/eval_ids.i32", mo.model_dir);
-            if (stat(default_ids, &sb) != 0) snprintf(default_ids, sizeof default_ids, "%s/golden_ids.i32", mo.model_dir);
+            if (stat(default_ids, &sb) != 0)
+                snprintf(default_ids, sizeof default_ids, "%s/golden_ids.i32", mo.model_dir);
             ids_path = default_ids;
         }
         st = fm_ids_read(ids_path, &ids, &n_ids, &err);
@@ -384,10 +410,13 @@ int cmd_parity(int argc, char **argv) {
         rep.ppl_ids = ids_path == a.ids_path ? a.ids_path : strdup(ids_path);
         if (!rep.ppl_ids) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory");
         if (!st && n_ids < a.prompts)
-            st = fm_fail(&err, FM_ERR_FORMAT, "%s: %lld ids are too few for --prompts %ld", ids_path, (long long)n_ids, a.prompts);
+            st = fm_fail(&err, FM_ERR_FORMAT, "%s: %lld ids are too few for --prompts %ld", ids_path, (long long)n_ids,
+                         a.prompts);
         if (!st && T * a.prompts > n_ids) {
             T = n_ids / a.prompts;
-            if (a.prompts > 1) fprintf(stderr, "parity: %s holds %lld ids: %ld prompts of %lld tokens\n", ids_path, (long long)n_ids, a.prompts, (long long)T);
+            if (a.prompts > 1)
+                fprintf(stderr, "parity: %s holds %lld ids: %ld prompts of %lld tokens\n", ids_path, (long long)n_ids,
+                        a.prompts, (long long)T);
         }
     }
     rep.tokens = T;
@@ -397,12 +426,13 @@ int cmd_parity(int argc, char **argv) {
     parity_run run = {.mo = &mo, .synthetic = a.synthetic, .ids = ids, .T = T, .K = rep.prompts, .V = V};
     const size_t TV = (size_t)T * (size_t)V;
     if (!st) {
-        run.oracle   = malloc((size_t)rep.prompts * TV * sizeof(float));
+        run.oracle = malloc((size_t)rep.prompts * TV * sizeof(float));
         run.baseline = malloc((size_t)rep.prompts * TV * sizeof(float));
-        run.scratch  = malloc(TV * sizeof(float));
+        run.scratch = malloc(TV * sizeof(float));
         if (!run.oracle || !run.baseline || !run.scratch)
-            st = fm_fail(&err, FM_ERR_NOMEM, "out of memory for the logits: 2 x %d prompts x %lld tokens x %d vocab floats",
-                         rep.prompts, (long long)T, V);
+            st = fm_fail(&err, FM_ERR_NOMEM,
+                         "out of memory for the logits: 2 x %d prompts x %lld tokens x %d vocab floats", rep.prompts,
+                         (long long)T, V);
     }
     for (int d = 0; !st && d < rep.n_depths; d++) st = run_depth(&run, &rep, d, &err);
     free(run.oracle), free(run.baseline), free(run.scratch);

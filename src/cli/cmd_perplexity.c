@@ -21,18 +21,20 @@ typedef struct progress_state {
 
 static void show_progress(void *user, int64_t done, int64_t total, double ppl) {
     const progress_state *p = (const progress_state *)user;
-    fm_progress("window %lld/%lld  ppl so far %.4f  (%.1f s)", (long long)done, (long long)total, ppl, cli_now() - p->t0);
+    fm_progress("window %lld/%lld  ppl so far %.4f  (%.1f s)", (long long)done, (long long)total, ppl,
+                cli_now() - p->t0);
     if (done == total) fm_progress_end();
 }
 
 enum { OPT_IDS = 2000, OPT_WINDOW, OPT_WINDOWS };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
                                             {"window", required_argument, 0, OPT_WINDOW},
-                                            {"windows", required_argument, 0, OPT_WINDOWS}, {0, 0, 0, 0}};
+                                            {"windows", required_argument, 0, OPT_WINDOWS},
+                                            {0, 0, 0, 0}};
 
 typedef struct ppl_args {
     const char *ids_path;
-    long        window, windows;
+    long window, windows;
 } ppl_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -51,21 +53,21 @@ int cmd_perplexity(int argc, char **argv) {
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
     const char *ids_path = a.ids_path;
-    const long  window = a.window;
-    long        windows = a.windows;
+    const long window = a.window;
+    long windows = a.windows;
     if (!mo.model_dir || !ids_path) return cli_usage(cmd, "--model and --ids are required");
 
-    fm_error  err = {{0}};
-    int32_t  *ids = NULL;
-    int64_t   n   = 0;
-    fm_model *m   = NULL;
-    fm_status st  = fm_ids_read(ids_path, &ids, &n, &err);
+    fm_error err = {{0}};
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    fm_model *m = NULL;
+    fm_status st = fm_ids_read(ids_path, &ids, &n, &err);
     if (!st && n < window)
         st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens, fewer than one window of %ld", ids_path,
                                      (long long)n, window);
     if (!st && windows > n / window)
-        st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens hold %lld windows of %ld, not %ld", ids_path,
-                                     (long long)n, (long long)(n / window), window, windows);
+        st = FM_ERR_FORMAT, snprintf(err.msg, sizeof err.msg, "%s: %lld tokens hold %lld windows of %ld, not %ld",
+                                     ids_path, (long long)n, (long long)(n / window), window, windows);
     if (!st && windows == 0) windows = n / window;
     mo.opt.max_tokens = window;
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
@@ -75,7 +77,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (!st) st = fm_model_perplexity(m, ids, n, (int32_t)window, windows, show_progress, &ps, &ppl, &loss, &err);
     if (!st) {
         printf("model: %s\npreset: %s\nbackend: %s\nwindows: %ld x %ld tokens, %ld scored\nmean loss: %.6f\n",
-               mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, windows * (window - 1), loss);
+               mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, windows * (window - 1),
+               loss);
         printf("perplexity = %.4f\n", ppl);
     }
     free(ids);

@@ -68,7 +68,7 @@ int cmd_requantize(int argc, char **argv) {
     if (st) return cli_fail(cmd, st, &err);
     if (o.progress)
         fprintf(stderr, "requantize: %lld linears as int4, %lld tensors copied, %d file(s), %.1f MiB in %.1f s -> %s\n",
-                (long long)s.n_quantized, (long long)s.n_copied, s.n_files, (double)s.bytes / (1 << 20),
-                cli_now() - t0, o.out_dir);
+                (long long)s.n_quantized, (long long)s.n_copied, s.n_files, (double)s.bytes / (1 << 20), cli_now() - t0,
+                o.out_dir);
     return CLI_OK;
 }

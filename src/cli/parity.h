@@ -10,39 +10,39 @@
 
 /* One preset at one depth, run on K prompts. */
 typedef struct parity_cell {
-    fm_preset   preset;
+    fm_preset preset;
     const char *backend;
-    bool        is_oracle; /* the fp32 oracle itself: ref on the cpu or ref32 on the GPU */
-    bool        listed;    /* asked for with --presets (the int4 baseline may run without being listed) */
-    double      load_s;
-    double     *forward_s;         /* [K] */
-    uint64_t   *hash;              /* [K] logits fingerprints */
+    bool is_oracle; /* the fp32 oracle itself: ref on the cpu or ref32 on the GPU */
+    bool listed;    /* asked for with --presets (the int4 baseline may run without being listed) */
+    double load_s;
+    double *forward_s;             /* [K] */
+    uint64_t *hash;                /* [K] logits fingerprints */
     fm_compare *vs_fp32, *vs_int4; /* [K] against the oracle, against the int4 baseline */
-    fm_compare  fp32_mean, fp32_worst, int4_mean, int4_worst;
-    double      ppl, ppl_emulated; /* --perplexity, at the full depth only: on the cell's backend, and the cpu's
-                                      exact emulation of the same plan (GPU cells); NAN where not measured */
+    fm_compare fp32_mean, fp32_worst, int4_mean, int4_worst;
+    double ppl, ppl_emulated; /* --perplexity, at the full depth only: on the cell's backend, and the cpu's
+                                 exact emulation of the same plan (GPU cells); NAN where not measured */
 } parity_cell;
 
 typedef struct parity_report {
-    const char *model;     /* checkpoint directory or synthetic name */
-    bool        synthetic;
-    const char *backend;   /* of the compared presets and of the int4 baseline */
+    const char *model; /* checkpoint directory or synthetic name */
+    bool synthetic;
+    const char *backend;        /* of the compared presets and of the int4 baseline */
     const char *oracle_backend; /* "cpu" (preset ref) or "cuda" (preset ref32) */
-    fm_dense    dense;          /* --dense: applied to every preset but the oracle */
-    int64_t     tokens;    /* T per prompt */
-    int         prompts;   /* K */
-    int32_t     full_depth;
-    int         n_depths;
-    int32_t    *depths;    /* ascending */
-    int         n_cells;   /* per depth: [0] the oracle, then the presets in the order asked, then the int4
-                              baseline when it was not asked for */
-    int         baseline;  /* index of the int4 cell */
-    parity_cell *cells;    /* [n_depths][n_cells] */
-    int64_t     ppl_windows;   /* --perplexity N: N windows of ppl_window tokens (0: not measured) */
-    int32_t     ppl_window;
-    const char *ppl_ids;       /* the ids file they came from */
-    double      ppl_reference; /* transformers' fp32 perplexity by the same protocol (the model's
-                                  train_report.json, ref_ppl_eval_bf16ckpt_fp32), NAN when unknown */
+    fm_dense dense;             /* --dense: applied to every preset but the oracle */
+    int64_t tokens;             /* T per prompt */
+    int prompts;                /* K */
+    int32_t full_depth;
+    int n_depths;
+    int32_t *depths;     /* ascending */
+    int n_cells;         /* per depth: [0] the oracle, then the presets in the order asked, then the int4
+                            baseline when it was not asked for */
+    int baseline;        /* index of the int4 cell */
+    parity_cell *cells;  /* [n_depths][n_cells] */
+    int64_t ppl_windows; /* --perplexity N: N windows of ppl_window tokens (0: not measured) */
+    int32_t ppl_window;
+    const char *ppl_ids;  /* the ids file they came from */
+    double ppl_reference; /* transformers' fp32 perplexity by the same protocol (the model's
+                             train_report.json, ref_ppl_eval_bf16ckpt_fp32), NAN when unknown */
 } parity_report;
 
 /* The fp32 oracle's preset on a backend: ref on the cpu, ref32 on the GPU (where ref is the bf16 reference). */
@@ -53,7 +53,7 @@ static inline fm_preset parity_oracle_preset(const char *oracle_backend) {
  * the oracle's row, not a second run. */
 static inline bool parity_is_oracle(fm_preset p, const char *backend, const char *oracle_backend) {
     const bool same = backend[0] == oracle_backend[0] && backend[1] == oracle_backend[1];
-    const bool cpu  = backend[0] == 'c' && backend[1] == 'p';
+    const bool cpu = backend[0] == 'c' && backend[1] == 'p';
     return same && (p == FM_PRESET_REF32 || (p == FM_PRESET_REF && cpu));
 }
 
@@ -74,7 +74,7 @@ struct cli_model_opts;
 fm_status parity_perplexity(parity_report *rep, const struct cli_model_opts *mo, const int32_t *ids, int64_t n_ids,
                             fm_error *err);
 
-void      parity_print_table(const parity_report *r);
+void parity_print_table(const parity_report *r);
 fm_status parity_write_json(const parity_report *r, const char *path, fm_error *err);
 fm_status parity_write_csv(const parity_report *r, const char *path, fm_error *err);
 

@@ -14,13 +14,14 @@
 
 typedef struct reader {
     const char *path;
-    fm_error   *err;
-    bool        bad;
+    fm_error *err;
+    bool bad;
 } reader;
 
 static const cJSON *field(reader *rd, const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v && !rd->bad) rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: no field '%s' (not a parity JSON?)", rd->path, key);
+    if (!v && !rd->bad)
+        rd->bad = true, fm_fail(rd->err, FM_ERR_FORMAT, "%s: no field '%s' (not a parity JSON?)", rd->path, key);
     return v;
 }
 
@@ -92,9 +93,9 @@ static const char *backend_of(reader *rd, const cJSON *o) {
 
 fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     memset(r, 0, sizeof *r);
-    char     *buf  = NULL;
-    size_t    size = 0;
-    fm_status rst  = fm_read_regular(path, "a parity --json report", 64 << 20, &buf, &size, err);
+    char *buf = NULL;
+    size_t size = 0;
+    fm_status rst = fm_read_regular(path, "a parity --json report", 64 << 20, &buf, &size, err);
     if (rst) return rst;
     cJSON *root = cJSON_Parse(buf);
     free(buf);
@@ -121,7 +122,7 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     /* the cells, as the run made them: the oracle, the rows in order (the oracle's own preset is its row), the
        baseline */
     const cJSON *rows0 = rd.bad ? NULL : array(&rd, cJSON_GetArrayItem(depths, 0), "presets", -1);
-    const int    n_rows = rows0 ? cJSON_GetArraySize(rows0) : 0;
+    const int n_rows = rows0 ? cJSON_GetArraySize(rows0) : 0;
     if (!rd.bad) {
         r->depths = calloc((size_t)r->n_depths, sizeof *r->depths);
         r->cells = calloc((size_t)r->n_depths * (size_t)(n_rows + 2), sizeof *r->cells);
@@ -129,9 +130,11 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     }
     int n_cells = 1, baseline = -1;
     fm_preset kinds[FM_PRESET_COUNT + 2] = {parity_oracle_preset(r->oracle_backend)};
-    bool      listed[FM_PRESET_COUNT + 2] = {false};
-    int       row_cell[FM_PRESET_COUNT + 2];
-    if (n_rows > FM_PRESET_COUNT + 1) rd.bad = true, fm_fail(err, FM_ERR_FORMAT, "%s: %d preset rows (at most %d)", path, n_rows, FM_PRESET_COUNT + 1);
+    bool listed[FM_PRESET_COUNT + 2] = {false};
+    int row_cell[FM_PRESET_COUNT + 2];
+    if (n_rows > FM_PRESET_COUNT + 1)
+        rd.bad = true,
+        fm_fail(err, FM_ERR_FORMAT, "%s: %d preset rows (at most %d)", path, n_rows, FM_PRESET_COUNT + 1);
     for (int i = 0; !rd.bad && i < n_rows; i++) {
         const cJSON *row = cJSON_GetArrayItem(rows0, i);
         fm_preset p;
@@ -153,12 +156,14 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
             c->backend = ci == 0 ? r->oracle_backend : r->backend;
             c->forward_s = calloc((size_t)K, sizeof *c->forward_s), c->hash = calloc((size_t)K, sizeof *c->hash);
             c->vs_fp32 = calloc((size_t)K, sizeof *c->vs_fp32), c->vs_int4 = calloc((size_t)K, sizeof *c->vs_int4);
-            if (!c->forward_s || !c->hash || !c->vs_fp32 || !c->vs_int4) rd.bad = true, fm_fail(err, FM_ERR_NOMEM, "out of memory");
+            if (!c->forward_s || !c->hash || !c->vs_fp32 || !c->vs_int4)
+                rd.bad = true, fm_fail(err, FM_ERR_NOMEM, "out of memory");
         }
         if (!rd.bad) read_run(&rd, field(&rd, depth, "oracle"), K, parity_at(r, d, 0));
         if (!rd.bad) read_run(&rd, field(&rd, depth, "baseline"), K, parity_at(r, d, baseline));
         const cJSON *rows = rd.bad ? NULL : array(&rd, depth, "presets", n_rows);
-        for (int i = 0; !rd.bad && i < n_rows; i++) read_row(&rd, cJSON_GetArrayItem(rows, i), K, parity_at(r, d, row_cell[i]));
+        for (int i = 0; !rd.bad && i < n_rows; i++)
+            read_row(&rd, cJSON_GetArrayItem(rows, i), K, parity_at(r, d, row_cell[i]));
         for (int ci = 0; !rd.bad && ci < n_cells; ci++) {
             parity_cell *c = parity_at(r, d, ci);
             fm_compare_summarize(c->vs_fp32, K, &c->fp32_mean, &c->fp32_worst);

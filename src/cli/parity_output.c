@@ -10,7 +10,9 @@
 #include "cli/parity.h"
 #include "util/status.h"
 
-static bool shown(const parity_report *r, const parity_cell *c) { return c->listed || (c->is_oracle && !parity_is_sweep(r)); }
+static bool shown(const parity_report *r, const parity_cell *c) {
+    return c->listed || (c->is_oracle && !parity_is_sweep(r));
+}
 
 static void print_classic(const parity_report *r) {
     const parity_cell *o = parity_at(r, 0, 0);
@@ -20,15 +22,17 @@ static void print_classic(const parity_report *r) {
     if (r->depths[0] != r->full_depth) printf("   layers: %d of %d", r->depths[0], r->full_depth);
     if (r->dense != FM_DENSE_PRESET) printf("   dense: %s", fm_dense_name(r->dense));
     printf("\n\n");
-    printf("| preset | backend | cosine vs fp32 | argmax agree | max abs err | max abs logit | mean KL (nats) | load s | forward s |\n");
-    printf("|--------|---------|----------------|--------------|-------------|---------------|----------------|--------|-----------|\n");
+    printf("| preset | backend | cosine vs fp32 | argmax agree | max abs err | max abs logit | mean KL (nats) | load s "
+           "| forward s |\n");
+    printf("|--------|---------|----------------|--------------|-------------|---------------|----------------|--------"
+           "|-----------|\n");
     for (int i = 0; i < r->n_cells; i++) {
         const parity_cell *c = parity_at(r, 0, i);
         if (!shown(r, c)) continue;
         const fm_compare *m = &c->vs_fp32[0];
-        printf("| %-6s | %-7s | %14.8f | %11.2f%% | %11.4g | %13.4g | %14.3e | %6.2f | %9.3f |\n", fm_preset_name(c->preset),
-               c->backend, m->cosine, 100.0 * m->argmax_agree, m->max_abs_err, m->max_abs_ref, m->mean_kl, c->load_s,
-               c->forward_s[0]);
+        printf("| %-6s | %-7s | %14.8f | %11.2f%% | %11.4g | %13.4g | %14.3e | %6.2f | %9.3f |\n",
+               fm_preset_name(c->preset), c->backend, m->cosine, 100.0 * m->argmax_agree, m->max_abs_err,
+               m->max_abs_ref, m->mean_kl, c->load_s, c->forward_s[0]);
     }
 }
 
@@ -47,23 +51,27 @@ static void print_sweep(const parity_report *r) {
            r->dense != FM_DENSE_PRESET ? "   dense: " : "", r->dense != FM_DENSE_PRESET ? fm_dense_name(r->dense) : "");
     printf("vs fp32: against the oracle; vs int4: against the baseline; mean and worst over the prompts; cos last: "
            "the last position; KL(oracle || preset) and top-5 overlap averaged over positions\n\n");
-    printf("| layers | preset | backend | cos vs fp32 | worst      | cos last   | argmax  | KL (nats) | top-5  | cos vs int4 | worst      | forward s |\n");
-    printf("|-------:|--------|---------|------------:|-----------:|-----------:|--------:|----------:|-------:|------------:|-----------:|----------:|\n");
+    printf("| layers | preset | backend | cos vs fp32 | worst      | cos last   | argmax  | KL (nats) | top-5  | cos "
+           "vs int4 | worst      | forward s |\n");
+    printf("|-------:|--------|---------|------------:|-----------:|-----------:|--------:|----------:|-------:|-------"
+           "-----:|-----------:|----------:|\n");
     for (int d = 0; d < r->n_depths; d++)
         for (int i = 0; i < r->n_cells; i++) {
             const parity_cell *c = parity_at(r, d, i);
             if (!shown(r, c)) continue;
-            printf("| %6d | %-6s | %-7s | %11.6f | %10.6f | %10.6f | %6.2f%% | %9.3e | %6.4f | %11.6f | %10.6f | %9.3f |\n",
+            printf("| %6d | %-6s | %-7s | %11.6f | %10.6f | %10.6f | %6.2f%% | %9.3e | %6.4f | %11.6f | %10.6f | %9.3f "
+                   "|\n",
                    r->depths[d], fm_preset_name(c->preset), c->backend, c->fp32_mean.cosine, c->fp32_worst.cosine,
                    c->fp32_mean.cosine_last, 100.0 * c->fp32_mean.argmax_agree, c->fp32_mean.mean_kl,
-                   c->fp32_mean.top5_overlap, c->int4_mean.cosine, c->int4_worst.cosine, mean_of(c->forward_s, r->prompts));
+                   c->fp32_mean.top5_overlap, c->int4_mean.cosine, c->int4_worst.cosine,
+                   mean_of(c->forward_s, r->prompts));
         }
 }
 
 /* --perplexity: one row per preset at the full depth; every preset that ran (the baseline too) */
 static void print_perplexity(const parity_report *r) {
-    printf("\nperplexity: %lld windows of %d tokens of %s (loss on positions 1..%d of each window)", (long long)r->ppl_windows,
-           r->ppl_window, r->ppl_ids ? r->ppl_ids : "the ids file", r->ppl_window - 1);
+    printf("\nperplexity: %lld windows of %d tokens of %s (loss on positions 1..%d of each window)",
+           (long long)r->ppl_windows, r->ppl_window, r->ppl_ids ? r->ppl_ids : "the ids file", r->ppl_window - 1);
     if (!isnan(r->ppl_reference)) printf("; transformers fp32: %.4f", r->ppl_reference);
     printf("\n\n| preset | backend | perplexity | cpu emulation | vs oracle |\n");
     printf("|--------|---------|-----------:|--------------:|----------:|\n");
@@ -169,8 +177,8 @@ fm_status parity_write_json(const parity_report *r, const char *path, fm_error *
     cJSON_AddNumberToObject(root, "model_layers", r->full_depth);
     cJSON_AddStringToObject(root, "backend", r->backend);
     char oracle[64];
-    snprintf(oracle, sizeof oracle, "%s preset, %s backend (fp32)", fm_preset_name(parity_oracle_preset(r->oracle_backend)),
-             r->oracle_backend);
+    snprintf(oracle, sizeof oracle, "%s preset, %s backend (fp32)",
+             fm_preset_name(parity_oracle_preset(r->oracle_backend)), r->oracle_backend);
     cJSON_AddStringToObject(root, "oracle", oracle);
     cJSON_AddStringToObject(root, "oracle_backend", r->oracle_backend);
     cJSON_AddStringToObject(root, "dense", fm_dense_name(r->dense));
@@ -234,9 +242,9 @@ static void csv_metrics(FILE *f, const fm_compare *m) {
 }
 
 fm_status parity_write_csv(const parity_report *r, const char *path, fm_error *err) {
-    char  *text = NULL;
-    size_t n    = 0;
-    FILE  *f    = open_memstream(&text, &n);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
     if (!f) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     fprintf(f, "model,tokens,layers,preset,backend,prompt,"
                "cos_fp32,cos_last_fp32,max_abs_err_fp32,argmax_fp32,kl_fp32,top5_fp32,"
@@ -247,7 +255,8 @@ fm_status parity_write_csv(const parity_report *r, const char *path, fm_error *e
             if (!shown(r, c)) continue;
             for (int k = 0; k < r->prompts; k++) {
                 csv_text(f, r->model);
-                fprintf(f, ",%lld,%d,%s,%s,%d", (long long)r->tokens, r->depths[d], fm_preset_name(c->preset), c->backend, k);
+                fprintf(f, ",%lld,%d,%s,%s,%d", (long long)r->tokens, r->depths[d], fm_preset_name(c->preset),
+                        c->backend, k);
                 csv_metrics(f, &c->vs_fp32[k]);
                 csv_metrics(f, &c->vs_int4[k]);
                 fprintf(f, ",%.6f,%.6f,%016llx\n", c->load_s, c->forward_s[k], (unsigned long long)c->hash[k]);

@@ -40,9 +40,9 @@ static void gp_quote(FILE *f, const char *s) {
 }
 
 static bool gnuplot_found(const char *gp) {
-    char  *cmd = NULL;
-    size_t n   = 0;
-    FILE  *f   = open_memstream(&cmd, &n);
+    char *cmd = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&cmd, &n);
     if (!f) return false;
     fputs("command -v ", f);
     shell_quote(f, gp);
@@ -55,7 +55,7 @@ static bool gnuplot_found(const char *gp) {
 
 /* The series: per shown preset (the oracle's own row is 1 and has no point), against fp32 and against int4. */
 typedef struct series {
-    int  cell;
+    int cell;
     bool vs_int4;
 } series;
 
@@ -80,7 +80,7 @@ static int list_series(const parity_report *r, series *out) {
 /* last non-empty line of gnuplot's output: where it names the script line and the error */
 static void last_line(const char *path, char *out, size_t cap) {
     FILE *f = fopen(path, "r");
-    char  line[512];
+    char line[512];
     out[0] = 0;
     while (f && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = 0;
@@ -89,7 +89,8 @@ static void last_line(const char *path, char *out, size_t cap) {
     if (f) fclose(f);
 }
 
-static void write_script(FILE *f, const parity_report *r, const series *s, int n_series, const char *png, const char *dat) {
+static void write_script(FILE *f, const parity_report *r, const series *s, int n_series, const char *png,
+                         const char *dat) {
     double lo = 1 - PARITY_GATE, hi = 1 - PARITY_GATE;
     for (int j = 0; j < n_series; j++)
         for (int d = 0; d < r->n_depths; d++) {
@@ -102,11 +103,13 @@ static void write_script(FILE *f, const parity_report *r, const series *s, int n
     lo /= 3, hi = hi * 3 > 1 ? 1 : hi * 3;
     const double x0 = r->depths[0], x1 = r->depths[r->n_depths - 1];
     fputs("if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1100,700 noenhanced font ',11' } "
-          "else { set terminal png size 1100,700 noenhanced }\n", f);
+          "else { set terminal png size 1100,700 noenhanced }\n",
+          f);
     fputs("set output ", f), gp_quote(f, png), fputc('\n', f);
     char title[1024];
-    snprintf(title, sizeof title, "fp8moe parity: %s%s, T = %lld tokens x %d prompt%s; presets on %s, oracle fp32 on %s",
-             r->model, r->synthetic ? " (synthetic)" : "", (long long)r->tokens, r->prompts, r->prompts > 1 ? "s" : "",
+    snprintf(title, sizeof title,
+             "fp8moe parity: %s%s, T = %lld tokens x %d prompt%s; presets on %s, oracle fp32 on %s", r->model,
+             r->synthetic ? " (synthetic)" : "", (long long)r->tokens, r->prompts, r->prompts > 1 ? "s" : "",
              r->backend, r->oracle_backend);
     fputs("set title ", f), gp_quote(f, title), fputc('\n', f);
     fputs("set xlabel 'decoder layers run (then the final norm and lm_head)'\n", f);
@@ -126,7 +129,8 @@ static void write_script(FILE *f, const parity_report *r, const series *s, int n
         char t[128];
         snprintf(t, sizeof t, "%s on %s vs %s", fm_preset_name(c->preset), c->backend, s[j].vs_int4 ? "int4" : "fp32");
         fputs(", \\\n     ", f), gp_quote(f, dat);
-        fprintf(f, " index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 lc %d dt %d title ", j, s[j].cell, s[j].vs_int4 ? 2 : 1);
+        fprintf(f, " index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 lc %d dt %d title ", j, s[j].cell,
+                s[j].vs_int4 ? 2 : 1);
         gp_quote(f, t);
     }
     fputc('\n', f);
@@ -152,7 +156,8 @@ fm_status parity_write_plot(const parity_report *r, const char *path, bool *skip
     fm_status cst = fm_check_output_path(path, err); /* gnuplot would write into a FIFO or device */
     if (cst) return cst;
     if (!gnuplot_found(gp)) {
-        fprintf(stderr, "fp8moe parity: gnuplot not found ('%s'): %s not written (install gnuplot-nox for the plot)\n", gp, path);
+        fprintf(stderr, "fp8moe parity: gnuplot not found ('%s'): %s not written (install gnuplot-nox for the plot)\n",
+                gp, path);
         *skipped = true;
         return FM_OK;
     }
@@ -173,15 +178,17 @@ fm_status parity_write_plot(const parity_report *r, const char *path, bool *skip
         bool ok = fd && fs;
         if (fd) ok &= fclose(fd) == 0;
         if (fs) ok &= fclose(fs) == 0;
-        if (!ok) st = fm_fail(err, FM_ERR_IO, "%s: cannot write the plot's files next to it: %s", path, strerror(errno));
+        if (!ok)
+            st = fm_fail(err, FM_ERR_IO, "%s: cannot write the plot's files next to it: %s", path, strerror(errno));
     }
     if (!st) {
-        char  *cmd = NULL;
-        size_t n   = 0;
-        FILE  *f   = open_memstream(&cmd, &n);
+        char *cmd = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&cmd, &n);
         if (!f) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
         else {
-            shell_quote(f, gp), fputc(' ', f), shell_quote(f, gps), fputs(" >", f), shell_quote(f, log), fputs(" 2>&1", f);
+            shell_quote(f, gp), fputc(' ', f), shell_quote(f, gps), fputs(" >", f), shell_quote(f, log),
+                fputs(" 2>&1", f);
             fclose(f);
             const int rc = system(cmd);
             free(cmd);

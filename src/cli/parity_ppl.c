@@ -19,8 +19,8 @@
 static double reference_ppl(const char *model_dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/train_report.json", model_dir);
-    char  *buf = NULL;
-    size_t n   = 0;
+    char *buf = NULL;
+    size_t n = 0;
     fm_error ignored; /* absent, unreadable or not a regular file: no reference figure */
     if (fm_read_regular(path, "train_report.json", 1 << 20, &buf, &n, &ignored)) return NAN;
     cJSON *root = cJSON_Parse(buf);
@@ -38,9 +38,9 @@ static fm_status score(const parity_report *rep, const cli_model_opts *mo, fm_pr
     opt.max_tokens = rep->ppl_window;
     fprintf(stderr, "perplexity: preset %s on %s%s, %lld windows of %d...\n", fm_preset_name(preset), backend,
             plan_backend ? " (emulating the GPU's formats)" : "", (long long)rep->ppl_windows, rep->ppl_window);
-    fm_model *m    = NULL;
-    double    loss = 0;
-    fm_status st   = fm_model_load(mo->model_dir, &opt, &m, err);
+    fm_model *m = NULL;
+    double loss = 0;
+    fm_status st = fm_model_load(mo->model_dir, &opt, &m, err);
     if (!st) st = fm_model_perplexity(m, ids, n_ids, rep->ppl_window, rep->ppl_windows, NULL, NULL, ppl, &loss, err);
     fm_model_free(m);
     return st;
@@ -50,10 +50,12 @@ fm_status parity_perplexity(parity_report *rep, const cli_model_opts *mo, const 
                             fm_error *err) {
     const int d = rep->n_depths - 1;
     if (rep->depths[d] != rep->full_depth)
-        return fm_fail(err, FM_ERR_USAGE, "--perplexity scores the whole model: --layers must include %d", rep->full_depth);
+        return fm_fail(err, FM_ERR_USAGE, "--perplexity scores the whole model: --layers must include %d",
+                       rep->full_depth);
     if (rep->ppl_windows * rep->ppl_window > n_ids)
-        return fm_fail(err, FM_ERR_FORMAT, "%s: %lld ids hold %lld windows of %d, not %lld", rep->ppl_ids, (long long)n_ids,
-                       (long long)(n_ids / rep->ppl_window), rep->ppl_window, (long long)rep->ppl_windows);
+        return fm_fail(err, FM_ERR_FORMAT, "%s: %lld ids hold %lld windows of %d, not %lld", rep->ppl_ids,
+                       (long long)n_ids, (long long)(n_ids / rep->ppl_window), rep->ppl_window,
+                       (long long)rep->ppl_windows);
     rep->ppl_reference = reference_ppl(mo->model_dir);
     fm_status st = FM_OK;
     for (int ci = 0; !st && ci < rep->n_cells; ci++) {

@@ -10,29 +10,29 @@ typedef struct fm_layer_weights {
     fm_bank *qkv;                  /* [(nh + 2 nkv) hd, H]: q | k | v rows */
     fm_bank *o;                    /* [H, nh hd] */
     fm_bank *q_norm, *k_norm;      /* [hd] (Qwen3) or NULL */
-    bool     is_moe;
-    fm_bank *router;               /* [E, H] */
-    fm_bank *gate_up;              /* MoE: [E][2I, H]; dense: [1][2Id, H] (gate rows, then up rows) */
-    fm_bank *down;                 /* MoE: [E][H, I]; dense: [1][H, Id] */
+    bool is_moe;
+    fm_bank *router;  /* [E, H] */
+    fm_bank *gate_up; /* MoE: [E][2I, H]; dense: [1][2Id, H] (gate rows, then up rows) */
+    fm_bank *down;    /* MoE: [E][H, I]; dense: [1][H, Id] */
 } fm_layer_weights;
 
 struct fm_model {
-    fm_config         cfg;
-    fm_plan           plan;
-    fm_backend       *be;
-    int32_t           n_layers;   /* layers loaded and run (--layers) */
-    fm_bank          *embed, *final_norm, *lm_head; /* lm_head may be embed (tied) */
+    fm_config cfg;
+    fm_plan plan;
+    fm_backend *be;
+    int32_t n_layers;                      /* layers loaded and run (--layers) */
+    fm_bank *embed, *final_norm, *lm_head; /* lm_head may be embed (tied) */
     fm_layer_weights *layers;
-    fm_expert_layout  expert_layout;
-    int64_t           n_params;
-    size_t            weight_bytes; /* held by the backend */
-    fm_routes          routes;      /* the route overrides the model was loaded with (opt->routes over the defaults): the
-                                       memory plan sizes the backend's scratch with them */
-    struct fw_buffers *bufs;        /* the forward pass's activation buffers, allocated once at load for buf_tokens */
-    int64_t           buf_tokens;
-    struct fm_kv_state *kv;         /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
-    int64_t           ctx;          /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
-    bool              ctx_explicit; /* set by the caller (--ctx), not by the config */
+    fm_expert_layout expert_layout;
+    int64_t n_params;
+    size_t weight_bytes;     /* held by the backend */
+    fm_routes routes;        /* the route overrides the model was loaded with (opt->routes over the defaults): the
+                                memory plan sizes the backend's scratch with them */
+    struct fw_buffers *bufs; /* the forward pass's activation buffers, allocated once at load for buf_tokens */
+    int64_t buf_tokens;
+    struct fm_kv_state *kv; /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
+    int64_t ctx;            /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
+    bool ctx_explicit;      /* set by the caller (--ctx), not by the config */
 };
 
 /* Once, at load (after the banks): the forward buffers (the memory plan's activations) and the backend's scratch
@@ -42,7 +42,7 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err);
 
 /* FM_OK when a sequence of T tokens fits the model's context, else a message naming the limit and --ctx. */
 fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err);
-void      fm_forward_buffers_free(fm_model *m);
+void fm_forward_buffers_free(fm_model *m);
 
 /* Stages of a forward pass, for the benchmark's breakdown. */
 typedef enum fm_stage {
@@ -75,7 +75,7 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
  *            replayed; the debug switches FP8MOE_SYNC and FP8MOE_DUMP synchronise, and are not for capture;
  *   collect  waits for the device and downloads the logits ([T, vocab] or [vocab] when last_only). */
 fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err);
-void      fm_forward_device(fm_model *m, int64_t T, bool last_only);
+void fm_forward_device(fm_model *m, int64_t T, bool last_only);
 fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err);
 
 /* Generation steps (src/engine/generate.c drives them): T tokens of sequences whose KV cache already holds room for
@@ -88,14 +88,14 @@ fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logi
  *                 uploaded before), into kv->ids_out / kv->info_out;
  *   logits        waits and downloads `rows` rows of logits. */
 typedef enum fm_attn_mode {
-    FM_ATTN_NO_CACHE,    /* positions 0..T-1 of one sequence, nothing kept: prompt logits, perplexity */
-    FM_ATTN_FRESH,       /* one sequence from position 0: the contiguous kernel, K and V stored for later steps */
-    FM_ATTN_PAGED,       /* any tokens at any positions: attention over the paged cache (decode, prefill chunks) */
+    FM_ATTN_NO_CACHE, /* positions 0..T-1 of one sequence, nothing kept: prompt logits, perplexity */
+    FM_ATTN_FRESH,    /* one sequence from position 0: the contiguous kernel, K and V stored for later steps */
+    FM_ATTN_PAGED,    /* any tokens at any positions: attention over the paged cache (decode, prefill chunks) */
 } fm_attn_mode;
 fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);
-void      fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
-void      fm_step_sample_device(fm_model *m, int32_t B);
+void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
+void fm_step_sample_device(fm_model *m, int32_t B);
 fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err);
 /* The same device work with the forward pass's stage marks (not capturable): per-stage times of one step. */
 fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err);

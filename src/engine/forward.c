@@ -35,12 +35,16 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *err) {
     const fm_config *c = &m->cfg;
-    fm_backend      *be = m->be;
-    const size_t     a  = be->ops->act_size;
-    const int64_t    H = c->hidden_size, hd = c->head_dim, qkv = (int64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
-    const int64_t    I = max64(c->moe_intermediate, c->dense_intermediate), E = c->n_experts > 0 ? c->n_experts : 1;
-    const int64_t    k = c->n_experts_per_tok > 0 ? c->n_experts_per_tok : 1;
-    const struct { void **p; size_t bytes; const char *what; } want[] = {
+    fm_backend *be = m->be;
+    const size_t a = be->ops->act_size;
+    const int64_t H = c->hidden_size, hd = c->head_dim, qkv = (int64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
+    const int64_t I = max64(c->moe_intermediate, c->dense_intermediate), E = c->n_experts > 0 ? c->n_experts : 1;
+    const int64_t k = c->n_experts_per_tok > 0 ? c->n_experts_per_tok : 1;
+    const struct {
+        void **p;
+        size_t bytes;
+        const char *what;
+    } want[] = {
         {&b->ids, (size_t)T * sizeof(int32_t), "ids"},
         {&b->x, (size_t)(T * H) * a, "residual"},
         {&b->h, (size_t)(T * H) * a, "normed"},
@@ -73,20 +77,25 @@ static void dump(fm_backend *be, const char *what, int layer, const void *buf, i
     double sum = 0, mx = 0;
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(h[i])) { bad++; continue; }
+        if (!isfinite(h[i])) {
+            bad++;
+            continue;
+        }
         sum += fabs(h[i]);
         mx = fabs(h[i]) > mx ? fabs(h[i]) : mx;
     }
-    fprintf(stderr, "dump layer %2d %-14s n %-9lld mean|x| %-12.5g max|x| %-12.5g nonfinite %lld  x[0..2] %g %g %g\n", layer,
-            what, (long long)n, sum / (double)n, mx, (long long)bad, h[0], n > 1 ? h[1] : 0.0f, n > 2 ? h[2] : 0.0f);
+    fprintf(stderr, "dump layer %2d %-14s n %-9lld mean|x| %-12.5g max|x| %-12.5g nonfinite %lld  x[0..2] %g %g %g\n",
+            layer, what, (long long)n, sum / (double)n, mx, (long long)bad, h[0], n > 1 ? h[1] : 0.0f,
+            n > 2 ? h[2] : 0.0f);
     free(h);
 }
 
 /* Once, at load: the activation buffers and the backend's scratch for T tokens, both from the memory plan. A forward
  * pass then allocates nothing, on any backend. */
 fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
-    if (m->bufs) return fm_fail(err, FM_ERR_USAGE, "the forward buffers are already reserved (%lld tokens)",
-                                (long long)m->buf_tokens);
+    if (m->bufs)
+        return fm_fail(err, FM_ERR_USAGE, "the forward buffers are already reserved (%lld tokens)",
+                       (long long)m->buf_tokens);
     if (T < 1) return fm_fail(err, FM_ERR_USAGE, "max_tokens must be >= 1, got %lld", (long long)T);
     fw_buffers *b = calloc(1, sizeof *b);
     if (!b) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
@@ -122,9 +131,9 @@ const char *fm_stage_name(fm_stage st) {
 /* Stage timing: a mark after each group of ops; the interval since the previous mark belongs to `stage`. */
 typedef struct fw_timer {
     fm_backend *be;
-    bool        on;
-    int32_t     n;                          /* marks recorded */
-    uint8_t     stage_of[FM_MARK_SLOTS];    /* stage of the interval ending at mark i */
+    bool on;
+    int32_t n;                       /* marks recorded */
+    uint8_t stage_of[FM_MARK_SLOTS]; /* stage of the interval ending at mark i */
 } fw_timer;
 
 static void tick(fw_timer *tm, fm_stage stage) {
@@ -148,8 +157,8 @@ fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error 
     if (!m->bufs || T > m->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE,
                        "prompt of %lld tokens is longer than the %lld tokens the model was loaded for; load it with "
-                       "max_tokens >= %lld (fm_options.max_tokens)", (long long)T, (long long)m->buf_tokens,
-                       (long long)T);
+                       "max_tokens >= %lld (fm_options.max_tokens)",
+                       (long long)T, (long long)m->buf_tokens, (long long)T);
     m->be->ops->upload_ids(m->be, ids, T, m->bufs->ids);
     return FM_OK;
 }
@@ -157,9 +166,9 @@ fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error 
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
 static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
-    const fm_config      *c   = &m->cfg;
-    const fm_plan        *p   = &m->plan;
-    fm_backend           *be  = m->be;
+    const fm_config *c = &m->cfg;
+    const fm_plan *p = &m->plan;
+    fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
     const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
@@ -199,7 +208,8 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
             ops->linear(be, L->router, 0, b.h, T, FM_A_NATIVE, b.rlogits);
-            ops->route(be, b.rlogits, T, c->n_experts, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.eids, b.ew);
+            ops->route(be, b.rlogits, T, c->n_experts, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.eids,
+                       b.ew);
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             tick(tm, FM_STAGE_ROUTING);
@@ -217,7 +227,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
     }
     /* the final norm and lm_head: every position, or only the last one (what generation and benchmarks need) */
     const int64_t first = last_only ? T - 1 : 0, rows = T - first;
-    const char   *xs = (const char *)b.x + (size_t)first * (size_t)H * ops->act_size;
+    const char *xs = (const char *)b.x + (size_t)first * (size_t)H * ops->act_size;
     ops->rmsnorm(be, xs, m->final_norm, rows, H, c->rms_norm_eps, b.h);
     dump(be, "final_norm", -1, b.h, rows * H);
     ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
@@ -238,8 +248,9 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
     for (int64_t t = 0; t < T; t++) {
         const int32_t s = seq[t];
         if (s < 0 || s >= kv->pool.max_seqs || pos[t] < 0 || pos[t] >= fm_kv_seq_tokens(&kv->pool, s))
-            return fm_fail(err, FM_ERR_USAGE, "step token %lld: sequence %d position %d is not reserved in the KV cache",
-                           (long long)t, s, pos[t]);
+            return fm_fail(err, FM_ERR_USAGE,
+                           "step token %lld: sequence %d position %d is not reserved in the KV cache", (long long)t, s,
+                           pos[t]);
         h_seq[t] = s, h_pos[t] = pos[t];
         h_slot[t] = fm_kv_block_of(&kv->pool, s, pos[t]) * kv->pool.block_tokens + pos[t] % kv->pool.block_tokens;
     }
@@ -281,14 +292,14 @@ void fm_step_sample_device(fm_model *m, int32_t B) {
 
 fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err) {
     fm_backend *be = m->be;
-    fm_status   st = be->ops->sync(be, err);
+    fm_status st = be->ops->sync(be, err);
     if (!st) be->ops->download_f32(be, m->bufs->logits, rows * m->cfg.vocab_size, logits);
     return st;
 }
 
 fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err) {
     fm_backend *be = m->be;
-    fm_status   st = be->ops->sync(be, err);
+    fm_status st = be->ops->sync(be, err);
     if (!st) be->ops->download_f32(be, m->bufs->logits, (last_only ? 1 : T) * m->cfg.vocab_size, logits);
     return st;
 }

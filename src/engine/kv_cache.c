@@ -17,15 +17,15 @@ fm_status fm_kv_pool_init(fm_kv_pool *p, int32_t max_seqs, int64_t ctx, int32_t 
         return fm_fail(err, FM_ERR_USAGE, "KV cache: max_seqs (%d), ctx (%lld) and block size (%d) must be >= 1",
                        max_seqs, (long long)ctx, block_tokens);
     const int64_t per_seq = (ctx + block_tokens - 1) / block_tokens;
-    const int64_t total   = n_blocks > 0 ? n_blocks : per_seq * max_seqs;
+    const int64_t total = n_blocks > 0 ? n_blocks : per_seq * max_seqs;
     if (total > INT32_MAX / 2 || per_seq * max_seqs > INT32_MAX / 2)
         return fm_fail(err, FM_ERR_USAGE, "KV cache: %d sequences of %lld tokens need %lld blocks, more than %d",
                        max_seqs, (long long)ctx, (long long)total, INT32_MAX / 2);
     p->n_blocks = (int32_t)total, p->block_tokens = block_tokens, p->max_seqs = max_seqs;
     p->max_blocks = (int32_t)per_seq, p->ctx = ctx;
     p->free_stack = fm_malloc((size_t)total * sizeof *p->free_stack, err, "KV block stack");
-    p->tables     = fm_malloc((size_t)(per_seq * max_seqs) * sizeof *p->tables, err, "KV block tables");
-    p->n_tokens   = fm_malloc((size_t)max_seqs * sizeof *p->n_tokens, err, "KV sequence lengths");
+    p->tables = fm_malloc((size_t)(per_seq * max_seqs) * sizeof *p->tables, err, "KV block tables");
+    p->n_tokens = fm_malloc((size_t)max_seqs * sizeof *p->n_tokens, err, "KV sequence lengths");
     if (!p->free_stack || !p->tables || !p->n_tokens) {
         fm_kv_pool_free(p);
         return FM_ERR_NOMEM;
@@ -46,7 +46,7 @@ fm_status fm_kv_seq_open(fm_kv_pool *p, int32_t *seq, fm_error *err) {
     for (int32_t s = 0; s < p->max_seqs; s++)
         if (p->n_tokens[s] < 0) {
             p->n_tokens[s] = 0;
-            *seq           = s;
+            *seq = s;
             return FM_OK;
         }
     return fm_fail(err, FM_ERR_NOMEM, "KV cache: all %d sequence slots are in use (--max-seqs)", p->max_seqs);
@@ -63,7 +63,7 @@ fm_status fm_kv_seq_append(fm_kv_pool *p, int32_t seq, int64_t n, fm_error *err)
                        seq, (long long)want, (long long)p->ctx);
     const int64_t blocks_have = (have + p->block_tokens - 1) / p->block_tokens;
     const int64_t blocks_want = (want + p->block_tokens - 1) / p->block_tokens;
-    const int64_t need        = blocks_want - blocks_have;
+    const int64_t need = blocks_want - blocks_have;
     if (need > p->n_free)
         return fm_fail(err, FM_ERR_NOMEM,
                        "KV cache full: sequence %d needs %lld more blocks of %d tokens, %d of %d are free", seq,
@@ -79,7 +79,7 @@ void fm_kv_seq_close(fm_kv_pool *p, int32_t seq) {
     int32_t *table = p->tables + (int64_t)seq * p->max_blocks;
     for (int32_t b = 0; b < p->max_blocks && table[b] >= 0; b++) {
         p->free_stack[p->n_free++] = table[b];
-        table[b]                   = -1;
+        table[b] = -1;
     }
     p->n_tokens[seq] = -1;
 }

@@ -19,16 +19,16 @@
 #define FM_KV_BLOCK_TOKENS 16
 
 typedef struct fm_kv_pool {
-    int32_t  n_blocks;       /* blocks in the pool */
-    int32_t  block_tokens;   /* tokens per block */
-    int32_t  max_seqs;       /* sequence slots */
-    int64_t  ctx;            /* tokens per sequence at most */
-    int32_t  max_blocks;     /* blocks per sequence at most: ceil(ctx / block_tokens) */
-    int32_t  n_free;         /* blocks on the free stack */
-    int32_t *free_stack;     /* [n_blocks]: free block ids, the top at n_free - 1 (LIFO: a freed block is reused
-                                first, while it may still be in L2) */
-    int32_t *tables;         /* [max_seqs][max_blocks] block ids, -1 where none */
-    int64_t *n_tokens;       /* [max_seqs] tokens held; -1: slot not in use */
+    int32_t n_blocks;     /* blocks in the pool */
+    int32_t block_tokens; /* tokens per block */
+    int32_t max_seqs;     /* sequence slots */
+    int64_t ctx;          /* tokens per sequence at most */
+    int32_t max_blocks;   /* blocks per sequence at most: ceil(ctx / block_tokens) */
+    int32_t n_free;       /* blocks on the free stack */
+    int32_t *free_stack;  /* [n_blocks]: free block ids, the top at n_free - 1 (LIFO: a freed block is reused
+                             first, while it may still be in L2) */
+    int32_t *tables;      /* [max_seqs][max_blocks] block ids, -1 where none */
+    int64_t *n_tokens;    /* [max_seqs] tokens held; -1: slot not in use */
 } fm_kv_pool;
 
 /* Bytes of one block on a backend: K and V of block_tokens tokens for every layer. */
@@ -39,7 +39,7 @@ int64_t fm_kv_block_bytes(int32_t n_layers, int32_t n_kv_heads, int32_t head_dim
  * (every sequence can reach ctx); fewer overcommits (sequences share the pool, and an append can find it full). */
 fm_status fm_kv_pool_init(fm_kv_pool *p, int32_t max_seqs, int64_t ctx, int32_t block_tokens, int64_t n_blocks,
                           fm_error *err);
-void      fm_kv_pool_free(fm_kv_pool *p);
+void fm_kv_pool_free(fm_kv_pool *p);
 
 /* Takes a free sequence slot (FM_ERR_NOMEM naming max_seqs when none is free). */
 fm_status fm_kv_seq_open(fm_kv_pool *p, int32_t *seq, fm_error *err);

@@ -9,10 +9,10 @@
 #include "util/status.h"
 
 /* the backend allocations, in one list so that create and free cannot disagree */
-#define KV_BUFFERS(s)                                                                                              \
-    void **bufs[] = {&(s)->k,      &(s)->v,     &(s)->tok_seq, &(s)->tok_pos, &(s)->slots,   &(s)->tables,     \
-                     &(s)->att_scratch, &(s)->params, &(s)->steps, &(s)->counts, &(s)->seen, &(s)->z,         \
-                     &(s)->row_slot, &(s)->ids_out, &(s)->info_out}
+#define KV_BUFFERS(s)                                                                                                  \
+    void **bufs[] = {&(s)->k,      &(s)->v,           &(s)->tok_seq,  &(s)->tok_pos, &(s)->slots,                      \
+                     &(s)->tables, &(s)->att_scratch, &(s)->params,   &(s)->steps,   &(s)->counts,                     \
+                     &(s)->seen,   &(s)->z,           &(s)->row_slot, &(s)->ids_out, &(s)->info_out}
 
 void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     if (!s) return;
@@ -33,7 +33,7 @@ static size_t paged_scratch(const fm_config *c, int64_t max_rows, int64_t ctx) {
     size_t most = 0;
     for (int64_t T = 1; T <= max_rows; T++) {
         const size_t b = fm_attention_paged_scratch_bytes(T, c->n_heads, c->head_dim, ctx);
-        most           = b > most ? b : most;
+        most = b > most ? b : most;
     }
     return most;
 }
@@ -42,17 +42,24 @@ static size_t paged_scratch(const fm_config *c, int64_t max_rows, int64_t ctx) {
 static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv_pool *pool, int64_t ctx,
                      int64_t max_rows, size_t bytes[KV_N_BUFFERS]) {
     const int64_t slots = (int64_t)pool->n_blocks * pool->block_tokens, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    const size_t  V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs + 1, layer = (size_t)(slots * kvd) * a;
-    const size_t  R = (size_t)fm_decode_bucket(pool->max_seqs); /* sampled rows at most: a padded decode step */
-    const size_t  b[KV_N_BUFFERS] = {
-        (size_t)n_layers * layer,                                              /* k */
-        (size_t)n_layers * layer,                                              /* v */
-        (size_t)max_rows * 4, (size_t)max_rows * 4, (size_t)max_rows * 4,     /* tok_seq, tok_pos, slots */
-        (size_t)pool->max_seqs * (size_t)pool->max_blocks * 4,                 /* tables */
+    const size_t V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs + 1, layer = (size_t)(slots * kvd) * a;
+    const size_t R = (size_t)fm_decode_bucket(pool->max_seqs); /* sampled rows at most: a padded decode step */
+    const size_t b[KV_N_BUFFERS] = {
+        (size_t)n_layers * layer, /* k */
+        (size_t)n_layers * layer, /* v */
+        (size_t)max_rows * 4,
+        (size_t)max_rows * 4,
+        (size_t)max_rows * 4,                                  /* tok_seq, tok_pos, slots */
+        (size_t)pool->max_seqs * (size_t)pool->max_blocks * 4, /* tables */
         paged_scratch(c, max_rows, ctx),
-        S * sizeof(fm_sampling), S * sizeof(uint64_t),                         /* params, steps */
-        S * V * sizeof(int32_t), S * V, R * V * sizeof(float),                 /* counts, seen, z */
-        R * 4, R * 4, R * sizeof(fm_sample_info),                              /* row_slot, ids_out, info_out */
+        S * sizeof(fm_sampling),
+        S * sizeof(uint64_t), /* params, steps */
+        S * V * sizeof(int32_t),
+        S * V,
+        R * V * sizeof(float), /* counts, seen, z */
+        R * 4,
+        R * 4,
+        R * sizeof(fm_sample_info), /* row_slot, ids_out, info_out */
     };
     memcpy(bytes, b, sizeof b);
 }
@@ -60,11 +67,11 @@ static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv
 fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
                            int64_t max_rows, size_t *cache, size_t *state, fm_error *err) {
     fm_kv_pool pool;
-    fm_status  st = fm_kv_pool_init(&pool, max_seqs, ctx, FM_KV_BLOCK_TOKENS, 0, err);
+    fm_status st = fm_kv_pool_init(&pool, max_seqs, ctx, FM_KV_BLOCK_TOKENS, 0, err);
     if (st) return st;
     size_t bytes[KV_N_BUFFERS];
-    kv_bytes(c, n_layers, act_size, &pool, ctx, max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs),
-             bytes);
+    kv_bytes(c, n_layers, act_size, &pool, ctx,
+             max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs), bytes);
     fm_kv_pool_free(&pool);
     *cache = bytes[0] + bytes[1];
     *state = 0;
@@ -76,7 +83,8 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     *out = NULL;
     const fm_config *c = &m->cfg;
     if (m->ctx <= 0)
-        return fm_fail(err, FM_ERR_USAGE, "generation needs a context to plan the KV cache for: the config has no "
+        return fm_fail(err, FM_ERR_USAGE,
+                       "generation needs a context to plan the KV cache for: the config has no "
                        "max_position_embeddings; pass --ctx N");
     fm_kv_state *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
@@ -86,8 +94,8 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
         return st;
     }
     s->layer_elems = (int64_t)s->pool.n_blocks * s->pool.block_tokens * c->n_kv_heads * c->head_dim;
-    s->max_rows    = max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs);
-    s->pad_slot    = max_seqs;
+    s->max_rows = max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs);
+    s->pad_slot = max_seqs;
     size_t bytes[KV_N_BUFFERS];
     kv_bytes(c, m->n_layers, m->be->ops->act_size, &s->pool, m->ctx, s->max_rows, bytes);
     KV_BUFFERS(s);
@@ -99,8 +107,8 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
                            m->be->ops->name, bytes[i]);
         }
     const size_t rows = (size_t)fm_decode_bucket(max_seqs);
-    s->h_step         = malloc(4 * rows * sizeof *s->h_step);
-    s->h_info         = malloc(rows * sizeof *s->h_info);
+    s->h_step = malloc(4 * rows * sizeof *s->h_step);
+    s->h_info = malloc(rows * sizeof *s->h_info);
     if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info) {
         fm_kv_state_free(m, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
@@ -110,7 +118,7 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     fm_sampling greedy;
     fm_sampling_init(&greedy);
     const uint64_t zero = 0;
-    uint8_t       *zeros = calloc((size_t)c->vocab_size, sizeof(int32_t));
+    uint8_t *zeros = calloc((size_t)c->vocab_size, sizeof(int32_t));
     if (!zeros) {
         fm_kv_state_free(m, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
@@ -132,13 +140,13 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
 
 fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
                           fm_error *err) {
-    fm_kv_state *s  = m->kv;
-    fm_status    st = fm_sampling_check(sp, err);
+    fm_kv_state *s = m->kv;
+    fm_status st = fm_sampling_check(sp, err);
     if (!st) st = fm_kv_seq_open(&s->pool, seq, err);
     if (st) return st;
-    const size_t V      = (size_t)m->cfg.vocab_size;
-    int32_t     *counts = calloc(V, sizeof *counts);
-    uint8_t     *seen   = calloc(V, 1);
+    const size_t V = (size_t)m->cfg.vocab_size;
+    int32_t *counts = calloc(V, sizeof *counts);
+    uint8_t *seen = calloc(V, 1);
     if (!counts || !seen) {
         free(counts), free(seen);
         fm_kv_seq_close(&s->pool, *seq);
@@ -146,7 +154,7 @@ fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, 
     }
     for (int64_t i = 0; i < n_prompt; i++) fm_sample_state_add((int32_t)V, prompt[i], false, counts, seen);
     const uint64_t zero = 0;
-    fm_backend    *be   = m->be;
+    fm_backend *be = m->be;
     be->ops->upload_raw(be, sp, sizeof *sp, (char *)s->params + (size_t)*seq * sizeof *sp);
     be->ops->upload_raw(be, &zero, sizeof zero, (char *)s->steps + (size_t)*seq * sizeof zero);
     be->ops->upload_raw(be, counts, V * sizeof *counts, (char *)s->counts + (size_t)*seq * V * sizeof *counts);

@@ -24,30 +24,30 @@ static inline int32_t fm_decode_bucket(int32_t B) {
 
 typedef struct fm_kv_state {
     fm_kv_pool pool;
-    int64_t    layer_elems; /* elements of one layer's K (or V) cache: n_slots * nkv * hd */
-    void      *k, *v;       /* [n_layers][n_slots][nkv * hd] in the activation dtype */
+    int64_t layer_elems; /* elements of one layer's K (or V) cache: n_slots * nkv * hd */
+    void *k, *v;         /* [n_layers][n_slots][nkv * hd] in the activation dtype */
     /* per step, int32 in backend memory, one entry per token of the step (max_rows): */
-    void      *tok_seq, *tok_pos, *slots;
-    void      *tables;      /* int32 [max_seqs][max_blocks], uploaded before a step when they changed */
-    void      *att_scratch; /* attention_paged's scratch for max_rows tokens over ctx */
-    int64_t    max_rows;    /* tokens of one step at most: max(max_tokens, max_seqs) */
+    void *tok_seq, *tok_pos, *slots;
+    void *tables;      /* int32 [max_seqs][max_blocks], uploaded before a step when they changed */
+    void *att_scratch; /* attention_paged's scratch for max_rows tokens over ctx */
+    int64_t max_rows;  /* tokens of one step at most: max(max_tokens, max_seqs) */
     /* the sampler, by sequence slot */
-    void      *params;      /* fm_sampling [max_seqs + 1]: the last one is the padding rows' (pad_slot) */
-    void      *steps;       /* uint64 [max_seqs + 1] */
-    void      *counts;      /* int32 [max_seqs + 1][vocab] */
-    void      *seen;        /* uint8 [max_seqs + 1][vocab] */
-    void      *z;           /* float [rows][vocab] scratch, rows = the largest decode bucket */
-    void      *row_slot;    /* int32 [rows]: the slot of each sampled row */
-    void      *ids_out;     /* int32 [rows] */
-    void      *info_out;    /* fm_sample_info [rows] */
-    int32_t    pad_slot;    /* the sampler slot of padding rows (a decode step padded to its graph's bucket) */
+    void *params;     /* fm_sampling [max_seqs + 1]: the last one is the padding rows' (pad_slot) */
+    void *steps;      /* uint64 [max_seqs + 1] */
+    void *counts;     /* int32 [max_seqs + 1][vocab] */
+    void *seen;       /* uint8 [max_seqs + 1][vocab] */
+    void *z;          /* float [rows][vocab] scratch, rows = the largest decode bucket */
+    void *row_slot;   /* int32 [rows]: the slot of each sampled row */
+    void *ids_out;    /* int32 [rows] */
+    void *info_out;   /* fm_sample_info [rows] */
+    int32_t pad_slot; /* the sampler slot of padding rows (a decode step padded to its graph's bucket) */
     struct fm_cuda_graph *graphs[FM_DECODE_BUCKETS]; /* captured decode steps, by bucket (NULL until captured) */
-    bool       warm[FM_DECODE_BUCKETS];              /* the bucket ran once uncaptured (lazy library setup) */
+    bool warm[FM_DECODE_BUCKETS];                    /* the bucket ran once uncaptured (lazy library setup) */
     /* host mirrors */
-    int32_t   *h_idx;       /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
-    int32_t   *h_step;      /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
+    int32_t *h_idx;         /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
+    int32_t *h_step;        /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
     fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
-    bool       tables_dirty;
+    bool tables_dirty;
 } fm_kv_state;
 
 /* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself and the rest (index
@@ -58,7 +58,7 @@ fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size
 /* Allocates the state for max_seqs sequences of m->ctx tokens on m's backend (m->ctx must be set: a context to
  * plan for), for steps of up to max_rows tokens. */
 fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
-void      fm_kv_state_free(fm_model *m, fm_kv_state *s);
+void fm_kv_state_free(fm_model *m, fm_kv_state *s);
 
 /* Opens a sequence for a prompt and sampling parameters: a slot, its sampler state reset (the prompt's ids marked
  * as seen for the repetition penalty), its step counter at 0. */

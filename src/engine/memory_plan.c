@@ -1,17 +1,14 @@
 /* The memory plan (memory_plan.h): bank, buffer and scratch sizes computed from shapes alone.
  *
  * Every figure here restates an allocation made elsewhere; keep them in step:
- *   bank bytes        fm_bank_bytes_for, fm_bank_bytes_int4zp  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld, n_groups,
- *                                             w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
- *   which banks       add_weights        <->  src/engine/model.c (load_weights, load_layer)
- *   activations       add_activations    <->  src/engine/forward.c (alloc_buffers)
- *   cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
- *                                             src/backend/w4a8_workspace.h (the fp8 preset's moe and linear),
- *                                             src/backend/moe_grouped_workspace.h (ref and ref32's moe),
- *                                             src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
- *                                             src/backend/cuda/cuda_backend.cu (cu_reserve: cuBLAS's workspace)
- *   cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
- *   load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
+ *   bank bytes        fm_bank_bytes_for, fm_bank_bytes_int4zp  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create:
+ * ld, n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes) which banks       add_weights <->
+ * src/engine/model.c (load_weights, load_layer) activations       add_activations    <->  src/engine/forward.c
+ * (alloc_buffers) cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace
+ * request), src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h (ref
+ * and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes), src/backend/cuda/cuda_backend.cu
+ * (cu_reserve: cuBLAS's workspace) cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's
+ * qv + qs) load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
  * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
  * tests/gpu/test_cuda_memory.c with the CUDA backend's and with the device's used memory. */
 #include "engine/memory_plan.h"
@@ -24,10 +21,10 @@
 #include "backend/w4a8_workspace.h"
 #include "util/status.h"
 
-#define GROUP              128          /* int4 scale group along K (FM_CUDA_GROUP, FM_CPU_GROUP) */
+#define GROUP 128                      /* int4 scale group along K (FM_CUDA_GROUP, FM_CPU_GROUP) */
 #define CUDA_STAGING_BYTES (64u << 20) /* cuda_bank.cu: one upload staging buffer per bank, freed before it returns */
 #define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
-#define CUDA_LT_WS_BYTES     ((size_t)32 << 20) /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
+#define CUDA_LT_WS_BYTES ((size_t)32 << 20)     /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
 
 const char *fm_mem_family_name(fm_mem_family f) {
     switch (f) {
@@ -81,10 +78,12 @@ size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64
     const uint64_t order = act_order ? mul(&s, mul(&s, (uint64_t)n, (uint64_t)cols), 4) : 0;
     uint64_t bytes = 0;
     if (strcmp(backend, "cuda") == 0 && fp8_plan) {
-        const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32), g128 = ceil_div((uint64_t)cols, GROUP);
+        const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32),
+                       g128 = ceil_div((uint64_t)cols, GROUP);
         bytes = add(&s, mul(&s, nrp, g128 * GROUP / 2), mul(&s, mul(&s, nrp, g128), 8));
     } else if (strcmp(backend, "cuda") == 0) {
-        bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 5)), order);
+        bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 5)),
+                    order);
     } else if (strcmp(backend, "cpu") == 0) {
         bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 2)), mul(&s, mul(&s, nr, groups), 5)), order);
     } else {
@@ -139,12 +138,12 @@ size_t fm_act_size_for(const char *backend, const fm_plan *plan) {
 }
 
 typedef struct planner {
-    fm_memory_plan        *p;
-    bool                   cuda;
-    sz                     s;
-    fm_error              *err;
+    fm_memory_plan *p;
+    bool cuda;
+    sz s;
+    fm_error *err;
     const fm_quant_config *quant; /* the checkpoint's pre-quantization (method NONE: a float checkpoint) */
-    const fm_routes       *routes; /* cuda: the route table (the W4A8 MoE tile rows) */
+    const fm_routes *routes;      /* cuda: the route table (the W4A8 MoE tile rows) */
 } planner;
 
 /* model.c pick_format, from the configuration alone: the format a linear bank of a plan family takes. A pre-quantized
@@ -159,9 +158,10 @@ static fm_status linear_format(const planner *pl, fm_wformat plan_fmt, fm_afmt a
     if (pl->quant->native_layout && !fp8_block) return FM_OK; /* our own int4-g128: the plan's banks (model.c) */
     if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
     else if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
-        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: pre-quantized weights (%s) with %s activations are not "
-                       "supported; --preset fp8 or int4 run them", what, fm_quant_method_name(pl->quant->method),
-                       fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out));
+        return fm_fail(pl->err, FM_ERR_UNSUPPORTED,
+                       "%s: pre-quantized weights (%s) with %s activations are not "
+                       "supported; --preset fp8 or int4 run them",
+                       what, fm_quant_method_name(pl->quant->method), fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out));
     else if (fp8_block)
         return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: block-FP8 weights are read by --preset fp8, ref and ref32",
                        what);
@@ -188,9 +188,9 @@ static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n,
 static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
                           int64_t rows, int64_t cols, const char *what) {
     fm_memory_plan *p = pl->p;
-    fm_wformat      fmt = plan_fmt;
-    const bool      linear = fam == FM_MEM_ATTN || fam == FM_MEM_EXPERTS || fam == FM_MEM_DENSE_MLP;
-    fm_status       st = linear ? linear_format(pl, plan_fmt, a_in, a_out, what, &fmt) : FM_OK;
+    fm_wformat fmt = plan_fmt;
+    const bool linear = fam == FM_MEM_ATTN || fam == FM_MEM_EXPERTS || fam == FM_MEM_DENSE_MLP;
+    fm_status st = linear ? linear_format(pl, plan_fmt, a_in, a_out, what, &fmt) : FM_OK;
     if (st) return st;
     const size_t bytes = bank_bytes(pl, fmt, a_in == FM_A_E4M3_G128, n, rows, cols);
     if (bytes == 0)
@@ -202,12 +202,15 @@ static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, f
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
     p->formats[fam] = fmt;
     p->n_banks++;
-    p->n_weight_allocs += fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT || fm_wformat_is_int4zp(fmt) || fmt == FM_W_E4M3_B128
-                              ? 2 : 1; /* values; scales apart */
+    p->n_weight_allocs +=
+        fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT || fm_wformat_is_int4zp(fmt) || fmt == FM_W_E4M3_B128
+            ? 2
+            : 1; /* values; scales apart */
     /* transient while the bank is built: cuda uploads through one staging buffer; the cpu quantizes a matrix at a
        time into int8 codes (cpu_bank.c) */
-    size_t staging = pl->cuda ? CUDA_STAGING_BYTES
-                              : fm_wformat_is_int4(fmt) ? to_size(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols)) : 0;
+    size_t staging = pl->cuda                  ? CUDA_STAGING_BYTES
+                     : fm_wformat_is_int4(fmt) ? to_size(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols))
+                                               : 0;
     /* cuda_bank.cu: a tensor-core bank is quantized in the row layout first, then repacked (both alive briefly) */
     if (pl->cuda && fmt == FM_W_INT4_G128_TC)
         staging = to_size(&pl->s, add(&pl->s, staging, fm_bank_bytes_for("cuda", FM_W_INT4_G128, n, rows, cols)));
@@ -256,16 +259,16 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 /* forward.c: alloc_buffers, buffer for buffer */
 static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
-    sz             *s = &pl->s;
-    const uint64_t  a = fm_act_size_for(p->backend, plan), T = (uint64_t)p->tokens;
-    const uint64_t  H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
-    const uint64_t  qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
-    const uint64_t  I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
-    const uint64_t  E = c->n_experts > 0 ? (uint64_t)c->n_experts : 1;
-    const uint64_t  k = c->n_experts_per_tok > 0 ? (uint64_t)c->n_experts_per_tok : 1;
+    sz *s = &pl->s;
+    const uint64_t a = fm_act_size_for(p->backend, plan), T = (uint64_t)p->tokens;
+    const uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
+    const uint64_t qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
+    const uint64_t I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
+    const uint64_t E = c->n_experts > 0 ? (uint64_t)c->n_experts : 1;
+    const uint64_t k = c->n_experts_per_tok > 0 ? (uint64_t)c->n_experts_per_tok : 1;
     const struct {
         const char *what;
-        uint64_t    elems, size;
+        uint64_t elems, size;
     } want[] = {
         {"ids", T, sizeof(int32_t)},
         {"residual", mul(s, T, H), a},
@@ -283,14 +286,14 @@ static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan
     for (size_t i = 0; i < sizeof want / sizeof *want && i < FM_MEM_MAX_BUFFERS; i++) {
         const size_t bytes = to_size(s, mul(s, want[i].elems, want[i].size));
         p->buffers[p->n_buffers++] = (fm_mem_item){want[i].what, bytes};
-        p->activations             = to_size(s, add(s, p->activations, bytes));
+        p->activations = to_size(s, add(s, p->activations, bytes));
     }
 }
 
 static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
-    sz             *s = &pl->s;
-    const uint64_t  T = (uint64_t)p->tokens, H = (uint64_t)c->hidden_size;
+    sz *s = &pl->s;
+    const uint64_t T = (uint64_t)p->tokens, H = (uint64_t)c->hidden_size;
     bool any_moe = false, any_dense = false;
     for (int32_t l = 0; l < p->n_layers; l++) any_moe |= c->layer_is_moe[l], any_dense |= !c->layer_is_moe[l];
     if (pl->cuda) {
@@ -299,10 +302,10 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
                the widest linear input is the attention output, the hidden state or the dense MLP width */
             uint64_t ws = 0;
             if (any_moe) {
-                const uint64_t       P = T * (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
-                const fm_w4a8_moe_ws L = fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, E, H,
-                                                            (uint64_t)c->moe_intermediate,
-                                                            fm_routes_w4a8_tile_rows(pl->routes, P, E));
+                const uint64_t P = T * (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
+                const fm_w4a8_moe_ws L =
+                    fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, E, H, (uint64_t)c->moe_intermediate,
+                                       fm_routes_w4a8_tile_rows(pl->routes, P, E));
                 ws = L.total;
             }
             uint64_t K = (uint64_t)max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
@@ -319,7 +322,8 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok);
             if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
             p->ws_moe = to_size(s, fm_grouped_layout(P, (uint64_t)c->n_experts, H, (uint64_t)c->moe_intermediate,
-                                                     fm_act_size_for("cuda", plan)).total);
+                                                     fm_act_size_for("cuda", plan))
+                                       .total);
         }
         if (plan->w_dense == FM_W_E4M3_PT) {
             /* linear_w8a8.cu (fm_w8a8_linear_ws_bytes): the scale slot and the e4m3 input, rows padded to 16 bytes,
@@ -359,40 +363,42 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
         return fm_fail(err, FM_ERR_USAGE, "memory plan: %d layers asked of a model with %d", n_layers, cfg->n_layers);
     if (tokens < 1) return fm_fail(err, FM_ERR_USAGE, "memory plan: tokens must be >= 1, got %lld", (long long)tokens);
     const bool cuda = strcmp(backend, "cuda") == 0;
-    out->backend    = cuda ? "cuda" : "cpu";
-    out->n_layers   = n_layers > 0 ? n_layers : cfg->n_layers;
-    out->tokens     = tokens;
+    out->backend = cuda ? "cuda" : "cpu";
+    out->n_layers = n_layers > 0 ? n_layers : cfg->n_layers;
+    out->tokens = tokens;
     fm_routes defaults;
     fm_routes_default(&defaults, 0); /* the tile rule does not depend on the GPU */
-    planner   pl    = {out, cuda, {false}, err, &cfg->quant, routes ? routes : &defaults};
-    fm_status st    = add_weights(&pl, cfg, plan);
+    planner pl = {out, cuda, {false}, err, &cfg->quant, routes ? routes : &defaults};
+    fm_status st = add_weights(&pl, cfg, plan);
     if (st) {
         memset(out, 0, sizeof *out);
         return st;
     }
-    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++) out->weight_total = to_size(&pl.s, add(&pl.s, out->weight_total, out->weights[f]));
+    for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+        out->weight_total = to_size(&pl.s, add(&pl.s, out->weight_total, out->weights[f]));
     add_activations(&pl, cfg, plan);
     add_workspace(&pl, cfg, plan);
     const size_t run = to_size(&pl.s, add(&pl.s, out->activations, out->workspace));
-    out->total       = to_size(&pl.s, add(&pl.s, out->weight_total, run));
-    out->peak        = to_size(&pl.s, add(&pl.s, out->weight_total, run > out->load_staging ? run : out->load_staging));
+    out->total = to_size(&pl.s, add(&pl.s, out->weight_total, run));
+    out->peak = to_size(&pl.s, add(&pl.s, out->weight_total, run > out->load_staging ? run : out->load_staging));
     if (pl.s.ovf) {
         memset(out, 0, sizeof *out);
-        return fm_fail(err, FM_ERR_FORMAT, "memory plan: the sizes for %lld tokens overflow 64 bits", (long long)tokens);
+        return fm_fail(err, FM_ERR_FORMAT, "memory plan: the sizes for %lld tokens overflow 64 bits",
+                       (long long)tokens);
     }
     return FM_OK;
 }
 
 fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg, const fm_plan *plan, int32_t max_seqs,
                                         int64_t ctx, fm_error *err) {
-    size_t    cache = 0, state = 0;
+    size_t cache = 0, state = 0;
     fm_status st = fm_kv_state_plan(cfg, p->n_layers, fm_act_size_for(p->backend, plan), max_seqs, ctx, p->tokens,
                                     &cache, &state, err);
     if (st) return st;
     p->kv_seqs = max_seqs, p->kv_ctx = ctx, p->kv_cache = cache, p->kv_state = state;
     const size_t run = p->activations + p->workspace + cache + state;
     p->total = p->weight_total + run;
-    p->peak  = p->weight_total + (run > p->load_staging ? run : p->load_staging);
+    p->peak = p->weight_total + (run > p->load_staging ? run : p->load_staging);
     return FM_OK;
 }
 

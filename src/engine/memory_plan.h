@@ -35,25 +35,25 @@ const char *fm_mem_family_name(fm_mem_family f);
 
 typedef struct fm_mem_item {
     const char *what;
-    size_t      bytes;
+    size_t bytes;
 } fm_mem_item;
 
 typedef struct fm_memory_plan {
-    const char *backend;  /* "cpu" or "cuda" */
-    int32_t     n_layers; /* decoder layers loaded */
-    int64_t     tokens;   /* activations and workspace are for this many tokens */
+    const char *backend; /* "cpu" or "cuda" */
+    int32_t n_layers;    /* decoder layers loaded */
+    int64_t tokens;      /* activations and workspace are for this many tokens */
 
-    size_t     weights[FM_MEM_FAMILY_COUNT];
+    size_t weights[FM_MEM_FAMILY_COUNT];
     fm_wformat formats[FM_MEM_FAMILY_COUNT]; /* the bank format each family takes (a pre-quantized checkpoint's
                                                 int4-zp, int4-zp-tc, e4m3-block in place of the plan's); FM_W_F32
                                                 for a family with no bank */
-    size_t     weight_total;
+    size_t weight_total;
     int32_t n_banks;         /* banks the load creates */
     int32_t n_weight_allocs; /* backend allocations those banks make (an int4 bank on cuda: values + scales) */
 
     fm_mem_item buffers[FM_MEM_MAX_BUFFERS]; /* the forward pass's activation buffers, in allocation order */
-    int32_t     n_buffers;
-    size_t      activations; /* sum of buffers[] */
+    int32_t n_buffers;
+    size_t activations; /* sum of buffers[] */
 
     size_t ws_moe;    /* cuda: the ops' scratch buffer (the moe op's, or the quantized linears' when larger), what
                          the load reserves (backend ops->reserve) and no forward pass grows */
@@ -61,10 +61,10 @@ typedef struct fm_memory_plan {
     size_t ws_linear; /* cpu: one linear op's quantized input rows, tokens * (K + ceil(K/128)) fp32, largest K */
     size_t workspace; /* ws_moe + ws_libs + ws_linear: all can be alive at once during a forward pass */
 
-    int32_t kv_seqs;     /* generation (fm_memory_plan_add_generation): sequences, and tokens per sequence */
+    int32_t kv_seqs; /* generation (fm_memory_plan_add_generation): sequences, and tokens per sequence */
     int64_t kv_ctx;
-    size_t  kv_cache;    /* the paged KV cache: 2 x layers x ceil(ctx / 16) x 16 x seqs x kv heads x head_dim x act */
-    size_t  kv_state;    /* decode index buffers, paged-attention scratch, the sampler's per-sequence state */
+    size_t kv_cache; /* the paged KV cache: 2 x layers x ceil(ctx / 16) x 16 x seqs x kv heads x head_dim x act */
+    size_t kv_state; /* decode index buffers, paged-attention scratch, the sampler's per-sequence state */
 
     size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
 

@@ -12,7 +12,7 @@
 void fm_options_init(fm_options *opt) {
     memset(opt, 0, sizeof *opt);
     opt->backend = "cpu";
-    opt->preset  = FM_PRESET_REF;
+    opt->preset = FM_PRESET_REF;
 }
 
 int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
@@ -20,7 +20,7 @@ int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
 typedef struct loader {
     fm_model *m;
     fm_error *err;
-    int32_t   n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
+    int32_t n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
 } loader;
 
 /* The fp8 plans (activations e4m3 with one scale per (row, 128-group)) on pre-quantized sources keep the checkpoint's
@@ -40,20 +40,22 @@ static fm_status pick_fp8_prequant(loader *ld, const fm_wsrc *srcs, int64_t coun
                 return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                                "%s: block-FP8 blocks of [%d, %d] (weight_block_size); the %s preset's e4m3 1x128 "
                                "activations need blocks 128 wide along K (one weight scale per activation group); "
-                               "--preset ref or ref32 reads this checkpoint", label, q->block_n, q->group, preset);
+                               "--preset ref or ref32 reads this checkpoint",
+                               label, q->block_n, q->group, preset);
             continue;
         }
         if (q->method == FM_QUANT_NONE) continue; /* a float part beside quantized ones: bank_create refuses it */
         if (!fm_qsrc_in_input_order(q, srcs[i].cols))
-            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: act-order int4 (%s, g_idx permutes the input channels) cannot take the %s preset's e4m3 "
-                           "1x128 activations, whose groups follow the input order; --preset int4 handles it", label,
-                           fm_quant_method_name(q->method), preset);
+            return fm_fail(
+                ld->err, FM_ERR_UNSUPPORTED,
+                "%s: act-order int4 (%s, g_idx permutes the input channels) cannot take the %s preset's e4m3 "
+                "1x128 activations, whose groups follow the input order; --preset int4 handles it",
+                label, fm_quant_method_name(q->method), preset);
         if (q->group % 128 != 0)
             return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                            "%s: int4 group size %d (%s) is not a multiple of 128, so an e4m3 1x128 activation group of "
-                           "the %s preset would span more than one weight group; --preset int4 handles it", label, q->group,
-                           fm_quant_method_name(q->method), preset);
+                           "the %s preset would span more than one weight group; --preset int4 handles it",
+                           label, q->group, fm_quant_method_name(q->method), preset);
     }
     *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
     return FM_OK;
@@ -83,13 +85,13 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_
     if (!fp8 && (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE))
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "%s: pre-quantized weights (%s) with %s activations (the %s preset) are not supported; --preset "
-                       "fp8 (e4m3 1x128 activations) or int4 run them", label,
-                       fm_quant_method_name(ld->m->cfg.quant.method), fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out),
-                       fm_preset_name(ld->m->plan.preset));
+                       "fp8 (e4m3 1x128 activations) or int4 run them",
+                       label, fm_quant_method_name(ld->m->cfg.quant.method),
+                       fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out), fm_preset_name(ld->m->plan.preset));
     bool fp8_block = false;
     for (int64_t i = 0; i < count; i++) fp8_block |= srcs[i].q.method == FM_QUANT_FP8_BLOCK;
     if (!fp8_block) {
-        const fm_bank_src    all = {srcs, (int32_t)count, 1, label, false};
+        const fm_bank_src all = {srcs, (int32_t)count, 1, label, false};
         const fm_native_int4 nat = fm_bank_src_native_int4(&all);
         if (nat == FM_NATIVE_YES || (nat == FM_NATIVE_MINUS8 && *fmt == FM_W_INT4_G128)) {
             ld->n_native++;
@@ -104,7 +106,8 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_
     if (fp8_block)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would "
-                       "requantize them to int4", label, fm_preset_name(ld->m->plan.preset));
+                       "requantize them to int4",
+                       label, fm_preset_name(ld->m->plan.preset));
     *fmt = FM_W_INT4_ZP;
     ld->n_zp++;
     return FM_OK;
@@ -116,7 +119,7 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     if (pst) return pst;
     /* the only two-part banks are gate|up (q|k|v has three) */
     fm_bank_src src = {srcs, n, n_parts, label, n_parts == 2};
-    fm_status   st  = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
+    fm_status st = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
     return st;
 }
@@ -128,7 +131,7 @@ static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n,
 
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
     const fm_config *c = &ld->m->cfg;
-    const fm_plan   *p = &ld->m->plan;
+    const fm_plan *p = &ld->m->plan;
     fm_status st;
     char label[96];
 #define LABEL(what) (snprintf(label, sizeof label, "layer %d %s", l, what), label)
@@ -149,13 +152,14 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
             return st;
         return FM_OK;
     }
-    const int32_t E  = c->n_experts;
-    fm_wsrc      *gu = fm_malloc((size_t)E * 2 * sizeof *gu, ld->err, "expert views");
+    const int32_t E = c->n_experts;
+    fm_wsrc *gu = fm_malloc((size_t)E * 2 * sizeof *gu, ld->err, "expert views");
     if (!gu) return FM_ERR_NOMEM;
     for (int32_t e = 0; e < E; e++) gu[2 * e] = s->expert_gate[e], gu[2 * e + 1] = s->expert_up[e];
     if (!(st = bank(ld, &L->router, &s->router, 1, 1, p->w_other, LABEL("router"))) &&
         !(st = bank_acts(ld, &L->gate_up, gu, E, 2, p->w_expert, p->a_dispatch, p->a_expert, LABEL("experts gate_up"))))
-        st = bank_acts(ld, &L->down, s->expert_down, E, 1, p->w_expert, p->a_dispatch, p->a_expert, LABEL("experts down"));
+        st = bank_acts(ld, &L->down, s->expert_down, E, 1, p->w_expert, p->a_dispatch, p->a_expert,
+                       LABEL("experts down"));
     free(gu);
 #undef LABEL
     return st;
@@ -181,11 +185,14 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
         if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) return st;
     }
     fm_progress_end();
-    if (verbose) fprintf(stderr, "loaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
-                         (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    if (verbose)
+        fprintf(stderr, "loaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
+                (double)m->weight_bytes / (1 << 20), m->be->ops->name);
     if (verbose && ld.n_native + ld.n_zp > 0) /* say which path the pre-quantized weights run */
-        fprintf(stderr, "pre-quantized int4 banks: %d bound natively as the plan's int4 banks, %d in the checkpoint's "
-                "own format (int4-zp)\n", ld.n_native, ld.n_zp);
+        fprintf(stderr,
+                "pre-quantized int4 banks: %d bound natively as the plan's int4 banks, %d in the checkpoint's "
+                "own format (int4-zp)\n",
+                ld.n_native, ld.n_zp);
     return FM_OK;
 }
 
@@ -207,20 +214,21 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
     if (!opt->backend || strcmp(opt->backend, "cuda") != 0) return FM_OK;
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
-    const int64_t  T = planned_tokens(opt);
+    const int64_t T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
-    fm_status      st = fm_memory_plan_compute_routes(&cfg, &m->plan, "cuda", &m->routes, m->n_layers, T, &plan, err);
+    fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, "cuda", &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
     size_t free_bytes = 0, total = 0;
     if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
     if (st) return st;
-    const bool   limited   = opt->vram_limit > 0 && (uint64_t)opt->vram_limit < (uint64_t)free_bytes;
+    const bool limited = opt->vram_limit > 0 && (uint64_t)opt->vram_limit < (uint64_t)free_bytes;
     const size_t available = limited ? (size_t)opt->vram_limit : free_bytes;
     char source[96], tot[32], w[32], a[32], ws[32], av[32];
     if (limited) snprintf(source, sizeof source, "--vram-limit");
     else snprintf(source, sizeof source, "free on the GPU, of %s", fm_mem_format(total, tot, sizeof tot));
     if (opt->verbose)
-        fprintf(stderr, "memory plan on cuda: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
+        fprintf(stderr,
+                "memory plan on cuda: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
                 fm_mem_format(plan.weight_total, w, sizeof w), fm_mem_format(plan.activations, a, sizeof a),
                 fm_mem_format(plan.workspace, ws, sizeof ws), (long long)T, fm_mem_format(available, av, sizeof av),
                 source);
@@ -230,16 +238,19 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
 fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
     if (m->ctx <= 0 || T <= m->ctx) return FM_OK;
     if (m->ctx_explicit)
-        return fm_fail(err, FM_ERR_FORMAT, "%lld tokens in one sequence are more than the context of %lld tokens set by "
-                       "--ctx", (long long)T, (long long)m->ctx);
-    return fm_fail(err, FM_ERR_FORMAT, "%lld tokens in one sequence are more than the model's context of %lld tokens "
-                   "(max_position_embeddings in config.json); --ctx N allows longer sequences", (long long)T,
-                   (long long)m->ctx);
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%lld tokens in one sequence are more than the context of %lld tokens set by "
+                       "--ctx",
+                       (long long)T, (long long)m->ctx);
+    return fm_fail(err, FM_ERR_FORMAT,
+                   "%lld tokens in one sequence are more than the model's context of %lld tokens "
+                   "(max_position_embeddings in config.json); --ctx N allows longer sequences",
+                   (long long)T, (long long)m->ctx);
 }
 
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
-    m->ctx          = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
+    m->ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
     m->ctx_explicit = opt->ctx > 0;
     fm_status cst = fm_model_check_ctx(m, opt->max_tokens, err); /* before a memory plan for a prompt we refuse */
     if (cst) return cst;
@@ -273,12 +284,13 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
     if ((unsigned)opt->preset >= FM_PRESET_COUNT) return fm_fail(err, FM_ERR_USAGE, "unknown preset %d", opt->preset);
     fm_model *m = fm_calloc(1, sizeof *m, err, "model");
     if (!m) return FM_ERR_NOMEM;
-    fm_st_set    set = {0};
+    fm_st_set set = {0};
     fm_model_src src = {0};
-    fm_status    st  = fm_config_load(dir, &m->cfg, err);
+    fm_status st = fm_config_load(dir, &m->cfg, err);
     if (!st && opt->n_layers < 0) st = fm_fail(err, FM_ERR_USAGE, "--layers must be >= 0, got %d", opt->n_layers);
     if (!st && opt->n_layers > m->cfg.n_layers)
-        st = fm_fail(err, FM_ERR_USAGE, "--layers %d is more than the model's %d layers", opt->n_layers, m->cfg.n_layers);
+        st = fm_fail(err, FM_ERR_USAGE, "--layers %d is more than the model's %d layers", opt->n_layers,
+                     m->cfg.n_layers);
     if (!st) st = fm_st_open_dir(dir, &set, err);
     if (!st) st = fm_model_src_bind(&m->cfg, &set, &src, err);
     if (!st) st = fm_model_build(m, &src, opt, err);
@@ -304,7 +316,8 @@ void fm_model_free(fm_model *m) {
         if (m->final_norm) del(be, m->final_norm);
         for (int l = 0; m->layers && l < m->n_layers; l++) {
             fm_layer_weights *L = &m->layers[l];
-            fm_bank *banks[] = {L->attn_norm, L->ffn_norm, L->qkv, L->o, L->q_norm, L->k_norm, L->router, L->gate_up, L->down};
+            fm_bank *banks[] = {L->attn_norm, L->ffn_norm, L->qkv,     L->o,   L->q_norm,
+                                L->k_norm,    L->router,   L->gate_up, L->down};
             for (size_t i = 0; i < sizeof banks / sizeof *banks; i++)
                 if (banks[i]) del(be, banks[i]);
         }

@@ -25,8 +25,8 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
     const int32_t V = m->cfg.vocab_size;
     float *logits = fm_malloc((size_t)window * (size_t)V * sizeof *logits, err, "perplexity logits");
     if (!logits) return FM_ERR_NOMEM;
-    double    loss = 0.0;
-    int64_t   scored = 0;
+    double loss = 0.0;
+    int64_t scored = 0;
     fm_status st = FM_OK;
     for (int64_t w = 0; !st && w < windows; w++) {
         const int32_t *seq = ids + w * window;
@@ -34,12 +34,13 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
         for (int32_t t = 0; !st && t + 1 < window; t++, scored++)
             loss += token_loss(logits + (size_t)t * (size_t)V, V, seq[t + 1]);
         if (!st && !isfinite(loss))
-            st = fm_fail(err, FM_ERR_FORMAT, "window %lld: the loss is not finite (NaN or infinite logits)", (long long)w);
+            st = fm_fail(err, FM_ERR_FORMAT, "window %lld: the loss is not finite (NaN or infinite logits)",
+                         (long long)w);
         if (!st && progress) progress(user, w + 1, windows, exp(loss / (double)scored));
     }
     free(logits);
     if (st) return st;
     *mean_loss = loss / (double)scored;
-    *ppl       = exp(*mean_loss);
+    *ppl = exp(*mean_loss);
     return FM_OK;
 }

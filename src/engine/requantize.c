@@ -19,19 +19,19 @@
 
 /* One unit of the output: a tensor copied as it is, or a linear written as its three compressed-tensors tensors. */
 typedef struct item {
-    const fm_st_tensor *copy;  /* a copied tensor, or NULL */
-    const fm_wsrc      *w;     /* a quantized linear's float source */
-    char               *names[3]; /* quantized: module.weight_packed, .weight_scale, .weight_shape */
-    int32_t             layer; /* -1: outside the decoder layers */
-    uint64_t            bytes;
-    int32_t             file;
-    uint16_t           *scales; /* quantized: the bf16 scales between writing packed and scale */
+    const fm_st_tensor *copy; /* a copied tensor, or NULL */
+    const fm_wsrc *w;         /* a quantized linear's float source */
+    char *names[3];           /* quantized: module.weight_packed, .weight_scale, .weight_shape */
+    int32_t layer;            /* -1: outside the decoder layers */
+    uint64_t bytes;
+    int32_t file;
+    uint16_t *scales; /* quantized: the bf16 scales between writing packed and scale */
 } item;
 
 typedef struct plan {
-    item    *items;
-    int64_t  n, cap;
-    int32_t  n_files;
+    item *items;
+    int64_t n, cap;
+    int32_t n_files;
     const fm_model_src *src;
     const fm_arch_names *names;
 } plan;
@@ -84,7 +84,8 @@ static fm_status add_linear(plan *p, const fm_wsrc *w, int32_t layer, int32_t ex
         snprintf(it.names[i], len, "%s.%s", module, suffix[i]);
     }
     it.bytes = packed_bytes(w) + scale_bytes(w) + 16;
-    if ((st = push(p, it, err))) for (int i = 0; i < 3; i++) free(it.names[i]);
+    if ((st = push(p, it, err)))
+        for (int i = 0; i < 3; i++) free(it.names[i]);
     return st;
 }
 
@@ -109,7 +110,7 @@ static fm_status add_linears(plan *p, fm_error *err) {
 }
 
 static int cmp_ptr(const void *a, const void *b) {
-    const uintptr_t x = (uintptr_t)*(const void *const *)a, y = (uintptr_t)*(const void *const *)b;
+    const uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
     return (x > y) - (x < y);
 }
 
@@ -160,8 +161,8 @@ static void file_name(const plan *p, int32_t f, char *out, size_t n) {
 /* An entry of the output: item index and which of its tensors (0 packed, 1 scale, 2 shape; 0 for a copy). */
 typedef struct slot {
     const char *name;
-    int64_t     item;
-    int32_t     part;
+    int64_t item;
+    int32_t part;
 } slot;
 
 static int cmp_slot(const void *a, const void *b) {
@@ -170,15 +171,15 @@ static int cmp_slot(const void *a, const void *b) {
 }
 
 typedef struct writer_ctx {
-    plan             *p;
+    plan *p;
     fm_requant_stats *stats;
     const fm_requant_opts *o;
-    float            *wf;    /* [rows * cols] the linear in fp32 */
-    int8_t           *q;     /* [rows * cols] */
-    float            *sf;    /* [rows * groups] */
-    uint32_t         *words; /* [rows * ceil(cols / 8)] */
-    int64_t           cap_elems, cap_groups;
-    int32_t           layer_done;
+    float *wf;       /* [rows * cols] the linear in fp32 */
+    int8_t *q;       /* [rows * cols] */
+    float *sf;       /* [rows * groups] */
+    uint32_t *words; /* [rows * ceil(cols / 8)] */
+    int64_t cap_elems, cap_groups;
+    int32_t layer_done;
 } writer_ctx;
 
 static fm_status grow(writer_ctx *c, const fm_wsrc *w, fm_error *err) {
@@ -240,7 +241,7 @@ static fm_status write_slot(writer_ctx *c, fm_st_writer *sw, const slot *s, fm_e
         if (!st && c->o->progress && it->layer + 1 > c->layer_done) {
             c->layer_done = it->layer + 1;
             fm_progress("requantize: layer %d/%d, %.1f MiB written", c->layer_done, c->p->src->cfg.n_layers,
-                    (double)(c->stats->bytes + sw->written) / (1 << 20));
+                        (double)(c->stats->bytes + sw->written) / (1 << 20));
         }
         return st;
     }
@@ -345,8 +346,9 @@ static fm_status write_tensors(const fm_requant_opts *o, const fm_model_src *src
     const char *base = strrchr(o->in_dir, '/');
     char source[256];
     snprintf(source, sizeof source, "%s", base && base[1] ? base + 1 : o->in_dir);
-    const char *meta[8] = {"format", "pt", "fp8moe.quantizer", "int4 symmetric group 128, bf16 scales rounded up",
-                           "fp8moe.source", source, "fp8moe.version", FP8MOE_VERSION};
+    const char *meta[8] = {
+        "format",        "pt",   "fp8moe.quantizer", "int4 symmetric group 128, bf16 scales rounded up",
+        "fp8moe.source", source, "fp8moe.version",   FP8MOE_VERSION};
     writer_ctx c = {.p = &p, .stats = stats, .o = o};
     for (int32_t f = 0; !st && f < p.n_files; f++) {
         char name[64], path[4200];

@@ -30,16 +30,16 @@
 
 typedef struct fm_requant_opts {
     const char *in_dir, *out_dir;
-    bool        force;       /* write into a non-empty out_dir, replacing its checkpoint files */
-    uint64_t    shard_bytes; /* 0: FM_REQUANT_SHARD_BYTES; one file when everything fits */
-    bool        progress;    /* layer i/L and bytes written on stderr */
+    bool force;           /* write into a non-empty out_dir, replacing its checkpoint files */
+    uint64_t shard_bytes; /* 0: FM_REQUANT_SHARD_BYTES; one file when everything fits */
+    bool progress;        /* layer i/L and bytes written on stderr */
 } fm_requant_opts;
 
 typedef struct fm_requant_stats {
-    int64_t  n_quantized; /* linears written as int4 */
-    int64_t  n_copied;    /* tensors copied as they are */
-    int32_t  n_files;     /* safetensors files written */
-    uint64_t bytes;       /* safetensors bytes written */
+    int64_t n_quantized; /* linears written as int4 */
+    int64_t n_copied;    /* tensors copied as they are */
+    int32_t n_files;     /* safetensors files written */
+    uint64_t bytes;      /* safetensors bytes written */
 } fm_requant_stats;
 
 /* FM_ERR_USAGE: out_dir exists and is not empty (without force), or is in_dir; FM_ERR_UNSUPPORTED: the input is

@@ -23,8 +23,8 @@ static bool ends_with(const char *s, const char *suffix) {
 
 /* A checkpoint file of ours: replaced by a new run, never copied from the input. */
 static bool is_checkpoint_file(const char *name) {
-    return ends_with(name, ".safetensors") || ends_with(name, ".safetensors.partial") || strcmp(name, INDEX_NAME) == 0 ||
-           strcmp(name, "config.json") == 0;
+    return ends_with(name, ".safetensors") || ends_with(name, ".safetensors.partial") ||
+           strcmp(name, INDEX_NAME) == 0 || strcmp(name, "config.json") == 0;
 }
 
 fm_status fm_requant_prepare_dir(const fm_requant_opts *o, fm_error *err) {
@@ -46,8 +46,10 @@ fm_status fm_requant_prepare_dir(const fm_requant_opts *o, fm_error *err) {
     while (!st && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (!o->force) {
-            st = fm_fail(err, FM_ERR_USAGE, "--out %s exists and is not empty (it holds '%s'); use --force to write "
-                         "into it, replacing its checkpoint files", o->out_dir, e->d_name);
+            st = fm_fail(err, FM_ERR_USAGE,
+                         "--out %s exists and is not empty (it holds '%s'); use --force to write "
+                         "into it, replacing its checkpoint files",
+                         o->out_dir, e->d_name);
             break;
         }
         char path[PATH_MAX + 256];
@@ -153,8 +155,8 @@ fm_status fm_requant_write_config(const fm_requant_opts *o, const fm_model_src *
     if (!st) ignore[n++] = strdup("lm_head");
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", o->in_dir);
-    char  *text = NULL;
-    size_t len  = 0;
+    char *text = NULL;
+    size_t len = 0;
     if (!st) st = fm_read_regular(path, "config.json", 16 * 1024 * 1024, &text, &len, err);
     cJSON *root = NULL;
     if (!st) st = fm_json_parse_object(text, (uint64_t)len, path, "config", &root, err);

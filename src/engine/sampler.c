@@ -9,8 +9,8 @@
 
 void fm_sampling_init(fm_sampling *s) {
     memset(s, 0, sizeof *s);
-    s->temperature        = 0.0f;
-    s->top_p              = 1.0f;
+    s->temperature = 0.0f;
+    s->top_p = 1.0f;
     s->repetition_penalty = 1.0f;
 }
 
@@ -29,8 +29,7 @@ fm_status fm_sampling_check(const fm_sampling *s, fm_error *err) {
     if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f))
         return fm_fail(err, FM_ERR_USAGE, "presence_penalty must be in [-2, 2], got %g", (double)s->presence_penalty);
     if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f))
-        return fm_fail(err, FM_ERR_USAGE, "frequency_penalty must be in [-2, 2], got %g",
-                       (double)s->frequency_penalty);
+        return fm_fail(err, FM_ERR_USAGE, "frequency_penalty must be in [-2, 2], got %g", (double)s->frequency_penalty);
     if (s->n_logprobs < 0 || s->n_logprobs > FM_MAX_LOGPROBS)
         return fm_fail(err, FM_ERR_USAGE, "logprobs must be in [0, %d], got %d", FM_MAX_LOGPROBS, s->n_logprobs);
     return FM_OK;
@@ -53,16 +52,14 @@ static int desc_cmp(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-size_t fm_sampler_scratch_bytes(int32_t vocab) {
-    return (size_t)vocab * (2 * sizeof(float) + sizeof(int32_t) + 1);
-}
+size_t fm_sampler_scratch_bytes(int32_t vocab) { return (size_t)vocab * (2 * sizeof(float) + sizeof(int32_t) + 1); }
 
 /* Penalised logits into l[vocab] from the penalty state (either may be NULL: no such history). NaN becomes -inf: it
  * can never be drawn. */
 static void apply_penalties(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *counts,
                             const uint8_t *seen, float *l) {
     for (int32_t i = 0; i < vocab; i++) l[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-    const bool rep  = seen && s->repetition_penalty != 1.0f;
+    const bool rep = seen && s->repetition_penalty != 1.0f;
     const bool pres = counts && (s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f);
     for (int32_t i = 0; i < vocab; i++) {
         if (rep && seen[i]) l[i] = l[i] > 0.0f ? l[i] / s->repetition_penalty : l[i] * s->repetition_penalty;
@@ -83,8 +80,8 @@ static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int
     double sum = 0.0;
     for (int32_t i = 0; i < vocab; i++) sum += isnan(logits[i]) ? 0.0 : exp((double)logits[i] - mx);
     const double lse = mx + log(sum);
-    info->logprob    = (float)((double)logits[chosen] - lse);
-    info->n_top      = n_top < vocab ? n_top : vocab;
+    info->logprob = (float)((double)logits[chosen] - lse);
+    info->n_top = n_top < vocab ? n_top : vocab;
     /* selection of the n_top largest, descending, ties to the lower id */
     for (int32_t j = 0; j < info->n_top; j++) {
         int32_t best = -1;
@@ -98,7 +95,7 @@ static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int
             info->n_top = j;
             break;
         }
-        info->top[j].id      = best;
+        info->top[j].id = best;
         info->top[j].logprob = (float)((double)logits[best] - lse);
     }
 }
@@ -106,7 +103,7 @@ static void raw_logprobs(const float *logits, int32_t vocab, int32_t chosen, int
 int32_t fm_sample(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *hist, int64_t n_hist,
                   int64_t n_prompt, uint64_t step, void *scratch, fm_sample_info *info) {
     int32_t *counts = (int32_t *)((float *)scratch + 2 * (size_t)vocab);
-    uint8_t *seen   = (uint8_t *)(counts + vocab);
+    uint8_t *seen = (uint8_t *)(counts + vocab);
     memset(counts, 0, (size_t)vocab * sizeof *counts);
     memset(seen, 0, (size_t)vocab);
     for (int64_t i = 0; i < n_hist; i++) fm_sample_state_add(vocab, hist[i], i >= n_prompt, counts, seen);
@@ -148,7 +145,7 @@ int32_t fm_sample_row(const float *logits, int32_t vocab, const fm_sampling *s, 
         for (int32_t i = 0; i < vocab; i++)
             if ((double)l[i] >= thr) total += exp((double)l[i] - zmax);
         const double target = fm_sample_uniform(s->seed, step) * total;
-        double       cum    = 0.0;
+        double cum = 0.0;
         for (int32_t i = 0; i < vocab; i++) {
             if (!((double)l[i] >= thr) || l[i] == -INFINITY) continue;
             cum += exp((double)l[i] - zmax);

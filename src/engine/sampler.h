@@ -25,15 +25,15 @@
 #define FM_MAX_LOGPROBS 20 /* the OpenAI API's bound on top_logprobs */
 
 typedef struct fm_sampling {
-    float    temperature;        /* 0: greedy; > 0: scale the logits by 1 / T */
-    int32_t  top_k;              /* 0: off */
-    float    top_p;              /* (0, 1]; 1: off */
-    float    min_p;              /* [0, 1); 0: off */
-    float    repetition_penalty; /* > 0; 1: off */
-    float    presence_penalty;   /* [-2, 2] as in the OpenAI API; 0: off */
-    float    frequency_penalty;  /* [-2, 2]; 0: off */
-    uint64_t seed;               /* the request's seed */
-    int32_t  n_logprobs;         /* top log-probabilities to report, 0..FM_MAX_LOGPROBS */
+    float temperature;        /* 0: greedy; > 0: scale the logits by 1 / T */
+    int32_t top_k;            /* 0: off */
+    float top_p;              /* (0, 1]; 1: off */
+    float min_p;              /* [0, 1); 0: off */
+    float repetition_penalty; /* > 0; 1: off */
+    float presence_penalty;   /* [-2, 2] as in the OpenAI API; 0: off */
+    float frequency_penalty;  /* [-2, 2]; 0: off */
+    uint64_t seed;            /* the request's seed */
+    int32_t n_logprobs;       /* top log-probabilities to report, 0..FM_MAX_LOGPROBS */
 } fm_sampling;
 
 /* Greedy, no penalties, seed 0, no log-probabilities. */
@@ -46,14 +46,14 @@ double fm_sample_uniform(uint64_t seed, uint64_t step);
 
 typedef struct fm_token_logprob {
     int32_t id;
-    float   logprob;
+    float logprob;
 } fm_token_logprob;
 
 /* What one step returns beside the id. */
 typedef struct fm_sample_info {
-    float            logprob;                  /* of the chosen id under the raw distribution */
-    int32_t          n_top;                    /* = s->n_logprobs (or vocab when smaller) */
-    fm_token_logprob top[FM_MAX_LOGPROBS];     /* the most likely ids of the raw distribution, descending */
+    float logprob;                         /* of the chosen id under the raw distribution */
+    int32_t n_top;                         /* = s->n_logprobs (or vocab when smaller) */
+    fm_token_logprob top[FM_MAX_LOGPROBS]; /* the most likely ids of the raw distribution, descending */
 } fm_sample_info;
 
 /* Scratch for a vocabulary of `vocab` ids (fm_sampler_scratch_bytes). */

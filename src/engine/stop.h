@@ -12,12 +12,12 @@ typedef enum fm_stop_reason {
 } fm_stop_reason;
 
 typedef struct fm_stop {
-    const int32_t        *eos;      /* n_eos ids */
-    int32_t               n_eos;
-    const int32_t *const *seqs;     /* n_seqs stop sequences, seq_lens[i] ids each (>= 1) */
-    const int32_t        *seq_lens;
-    int32_t               n_seqs;
-    int64_t               max_tokens; /* 0: no limit */
+    const int32_t *eos; /* n_eos ids */
+    int32_t n_eos;
+    const int32_t *const *seqs; /* n_seqs stop sequences, seq_lens[i] ids each (>= 1) */
+    const int32_t *seq_lens;
+    int32_t n_seqs;
+    int64_t max_tokens; /* 0: no limit */
 } fm_stop;
 
 const char *fm_stop_reason_name(fm_stop_reason r); /* "eos", "stop", "length", "none" */

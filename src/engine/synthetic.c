@@ -12,10 +12,10 @@
 
 typedef struct synth_shape {
     const char *name;
-    fm_arch     arch;
-    int32_t     vocab, hidden, layers, heads, kv_heads, head_dim, experts, top_k, moe_inter;
-    float       eps;
-    double      theta;
+    fm_arch arch;
+    int32_t vocab, hidden, layers, heads, kv_heads, head_dim, experts, top_k, moe_inter;
+    float eps;
+    double theta;
 } synth_shape;
 
 /* Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 config.json values; toy-moe is a Qwen3-MoE small enough
@@ -37,7 +37,7 @@ static void make_config(const synth_shape *s, fm_config *c) {
     c->n_experts = s->experts, c->n_experts_per_tok = s->top_k, c->moe_intermediate = s->moe_inter;
     c->dense_intermediate = s->moe_inter, c->decoder_sparse_step = 1, c->norm_topk_prob = true;
     c->qk_norm = s->arch == FM_ARCH_QWEN3_MOE;
-    c->router  = s->arch == FM_ARCH_MIXTRAL ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK;
+    c->router = s->arch == FM_ARCH_MIXTRAL ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK;
     c->rms_norm_eps = s->eps, c->rope_theta = s->theta, c->max_position_embeddings = 1 << 20;
     for (int l = 0; l < s->layers; l++) c->layer_is_moe[l] = true;
 }
@@ -47,7 +47,8 @@ typedef struct seeder {
 } seeder;
 
 static fm_wsrc linear_view(seeder *sd, int64_t rows, int64_t cols) {
-    return (fm_wsrc){NULL, 0, rows, cols, {sd->next++ * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}, {0}};
+    return (fm_wsrc){NULL, 0, rows, cols, {sd->next++ * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0},
+                     {0}};
 }
 
 static fm_wsrc norm_view(seeder *sd, int64_t cols) {
@@ -58,12 +59,13 @@ static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) 
     memset(src, 0, sizeof *src);
     src->cfg = *c;
     seeder sd = {1};
-    const int64_t H = c->hidden_size, hd = c->head_dim, nq = (int64_t)c->n_heads * hd, nkv = (int64_t)c->n_kv_heads * hd;
+    const int64_t H = c->hidden_size, hd = c->head_dim, nq = (int64_t)c->n_heads * hd,
+                  nkv = (int64_t)c->n_kv_heads * hd;
     const int64_t E = c->n_experts, I = c->moe_intermediate, V = c->vocab_size;
     src->embed = (fm_wsrc){NULL, 0, V, H, {sd.next++ * 0x632BE59BD9B4E019ull, 1.0f, 0.0f, 97}, {0}};
     src->final_norm = norm_view(&sd, H);
-    src->lm_head    = linear_view(&sd, V, H);
-    src->layers     = calloc((size_t)c->n_layers, sizeof *src->layers);
+    src->lm_head = linear_view(&sd, V, H);
+    src->layers = calloc((size_t)c->n_layers, sizeof *src->layers);
     if (!src->layers) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     src->n_params = 2 * V * H + H;
     for (int l = 0; l < c->n_layers; l++) {
@@ -77,12 +79,12 @@ static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) 
         L->router = linear_view(&sd, E, H);
         L->router.synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
         L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
-        L->expert_up   = calloc((size_t)E, sizeof(fm_wsrc));
+        L->expert_up = calloc((size_t)E, sizeof(fm_wsrc));
         L->expert_down = calloc((size_t)E, sizeof(fm_wsrc));
         if (!L->expert_gate || !L->expert_up || !L->expert_down) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
         for (int64_t e = 0; e < E; e++) {
             L->expert_gate[e] = linear_view(&sd, I, H);
-            L->expert_up[e]   = linear_view(&sd, I, H);
+            L->expert_up[e] = linear_view(&sd, I, H);
             L->expert_down[e] = linear_view(&sd, H, I);
         }
         src->n_params += 2 * H + 2 * nq * H + 2 * nkv * H + (c->qk_norm ? 2 * hd : 0) + E * H + 3 * E * I * H;
@@ -116,7 +118,7 @@ fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_o
     if (n_layers > 0) m->cfg.n_layers = n_layers; /* build only the layers that run */
     fm_model_src src;
     fm_options o = *opt;
-    o.n_layers   = 0;
+    o.n_layers = 0;
     fm_status st = make_src(&m->cfg, &src, err);
     if (!st) st = fm_model_build(m, &src, &o, err);
     fm_model_src_free(&src);

@@ -15,15 +15,15 @@ fm_status fm_regex_match(const char *pattern, const char *subject, bool *hit, fm
     *hit = false;
     const size_t len = strlen(pattern);
     if (len > FM_REGEX_MAX_PATTERN)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "regex \"%.60s...\" is %zu bytes long, more than the limit of %d", pattern,
-                       len, FM_REGEX_MAX_PATTERN);
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "regex \"%.60s...\" is %zu bytes long, more than the limit of %d",
+                       pattern, len, FM_REGEX_MAX_PATTERN);
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     if (!cc) return fm_fail(err, FM_ERR_NOMEM, "out of memory compiling regex \"%.80s\"", pattern);
     pcre2_set_max_pattern_length(cc, FM_REGEX_MAX_PATTERN);
     pcre2_set_parens_nest_limit(cc, 64);
-    int        code = 0;
-    PCRE2_SIZE off  = 0;
-    pcre2_code *re  = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_ANCHORED | PCRE2_UTF, &code, &off, cc);
+    int code = 0;
+    PCRE2_SIZE off = 0;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_ANCHORED | PCRE2_UTF, &code, &off, cc);
     pcre2_compile_context_free(cc);
     if (!re) {
         PCRE2_UCHAR why[160];
@@ -34,7 +34,7 @@ fm_status fm_regex_match(const char *pattern, const char *subject, bool *hit, fm
     fm_status st = FM_OK;
     if (subject) {
         pcre2_match_context *mc = pcre2_match_context_create(NULL);
-        pcre2_match_data    *md = pcre2_match_data_create_from_pattern(re, NULL);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
         if (!mc || !md) st = fm_fail(err, FM_ERR_NOMEM, "out of memory matching regex \"%.80s\"", pattern);
         if (!st) {
             pcre2_set_match_limit(mc, MATCH_LIMIT);
@@ -45,8 +45,10 @@ fm_status fm_regex_match(const char *pattern, const char *subject, bool *hit, fm
             else if (rc != PCRE2_ERROR_NOMATCH) {
                 PCRE2_UCHAR why[160];
                 pcre2_get_error_message(rc, why, sizeof why);
-                st = fm_fail(err, FM_ERR_UNSUPPORTED, "regex \"%.80s\" on '%.160s': %s (a pattern that backtracks this "
-                             "much is refused)", pattern, subject, (const char *)why);
+                st = fm_fail(err, FM_ERR_UNSUPPORTED,
+                             "regex \"%.80s\" on '%.160s': %s (a pattern that backtracks this "
+                             "much is refused)",
+                             pattern, subject, (const char *)why);
             }
         }
         pcre2_match_data_free(md);

@@ -16,8 +16,8 @@
 
 typedef struct cfg_reader {
     const cJSON *root;
-    const char  *label;
-    fm_error    *err;
+    const char *label;
+    fm_error *err;
 } cfg_reader;
 
 static const cJSON *field(const cfg_reader *r, const char *key) {
@@ -101,7 +101,8 @@ static fm_status check_rope_type(const cfg_reader *r, const cJSON *obj, const ch
     }
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, "factor");
     if (f && !cJSON_IsNull(f) && !cJSON_IsNumber(f))
-        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s.factor' must be a number, got %s", r->label, where, json_kind(f));
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s.factor' must be a number, got %s", r->label, where,
+                       json_kind(f));
     if (f && cJSON_IsNumber(f) && f->valuedouble != 1.0)
         return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s.factor = %g: RoPE scaling is not implemented", r->label,
                        where, f->valuedouble);
@@ -114,7 +115,7 @@ static fm_status read_rope(const cfg_reader *r, fm_config *c) {
     if ((st = check_rope_type(r, params, "rope_parameters")) != FM_OK) return st;
     if ((st = check_rope_type(r, field(r, "rope_scaling"), "rope_scaling")) != FM_OK) return st;
     const cJSON *theta = field(r, "rope_theta");
-    const char  *where = "rope_theta";
+    const char *where = "rope_theta";
     if (!theta && params) {
         theta = cJSON_GetObjectItemCaseSensitive(params, "rope_theta");
         where = "rope_parameters.rope_theta";
@@ -203,8 +204,9 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     if (strcmp(mt->valuestring, "qwen3_moe") == 0) c->arch = FM_ARCH_QWEN3_MOE;
     else if (strcmp(mt->valuestring, "mixtral") == 0) c->arch = FM_ARCH_MIXTRAL;
     else
-        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (supported: qwen3_moe, mixtral)",
-                       r->label, mt->valuestring);
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED,
+                       "%s: model_type \"%.64s\" is not supported (supported: qwen3_moe, mixtral)", r->label,
+                       mt->valuestring);
     snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
     const bool qwen = c->arch == FM_ARCH_QWEN3_MOE;
 
@@ -215,10 +217,12 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
         (st = read_i32(r, "num_key_value_heads", false, c->n_heads, 1, 65536, &c->n_kv_heads)))
         return st;
     if (c->n_heads % c->n_kv_heads != 0)
-        return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
-                       r->label, c->n_heads, c->n_kv_heads);
+        return fm_fail(r->err, FM_ERR_FORMAT,
+                       "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)", r->label,
+                       c->n_heads, c->n_kv_heads);
     if (!field(r, "head_dim") && c->hidden_size % c->n_heads != 0)
-        return fm_fail(r->err, FM_ERR_FORMAT, "%s: head_dim is absent and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
+        return fm_fail(r->err, FM_ERR_FORMAT,
+                       "%s: head_dim is absent and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
                        r->label, c->hidden_size, c->n_heads);
     if ((st = read_i32(r, "head_dim", false, c->hidden_size / c->n_heads, 2, 65536, &c->head_dim))) return st;
     if (c->head_dim % 2 != 0)
@@ -232,8 +236,8 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
             (st = read_int(r, "num_local_experts", true, 0, 0, 65536, &b)))
             return st;
         if (a != b)
-            return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_experts (%lld) and num_local_experts (%lld) disagree", r->label,
-                           (long long)a, (long long)b);
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_experts (%lld) and num_local_experts (%lld) disagree",
+                           r->label, (long long)a, (long long)b);
     }
     if ((st = read_i32(r, ekey, true, 0, qwen ? 0 : 1, 65536, &c->n_experts))) return st;
     if ((st = read_i32(r, "num_experts_per_tok", c->n_experts > 0, 0, 1, 65536, &c->n_experts_per_tok))) return st;
@@ -248,22 +252,23 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
             (st = read_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings)))
             return st;
         c->qk_norm = true;
-        c->router  = FM_ROUTER_SOFTMAX_TOPK;
+        c->router = FM_ROUTER_SOFTMAX_TOPK;
     } else {
         if ((st = read_i32(r, "intermediate_size", true, 0, 1, FM_MAX_DIM, &c->moe_intermediate)) ||
             (st = read_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings)))
             return st;
         c->dense_intermediate = c->moe_intermediate;
-        c->norm_topk_prob     = true; /* top-k of logits then softmax over the k: always normalised */
-        c->qk_norm            = false;
-        c->router             = FM_ROUTER_TOPK_SOFTMAX;
+        c->norm_topk_prob = true; /* top-k of logits then softmax over the k: always normalised */
+        c->qk_norm = false;
+        c->router = FM_ROUTER_TOPK_SOFTMAX;
         c->decoder_sparse_step = 1;
     }
     const cJSON *eps = field(r, "rms_norm_eps");
     double e = qwen ? 1e-6 : 1e-5;
     if (eps && (st = read_number(r, eps, "rms_norm_eps", &e))) return st;
     if (!(e > 0 && e < 1) || !((float)e > 0.0f)) /* also positive once stored as fp32 */
-        return fm_fail(r->err, FM_ERR_FORMAT, "%s: rms_norm_eps = %g must be in (0, 1) and representable in fp32", r->label, e);
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: rms_norm_eps = %g must be in (0, 1) and representable in fp32",
+                       r->label, e);
     c->rms_norm_eps = (float)e;
     if ((st = read_int(r, "max_position_embeddings", false, 0, 0, INT64_MAX / 2, &c->max_position_embeddings)))
         return st;
@@ -273,16 +278,17 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     bool any_dense = false;
     for (int i = 0; i < c->n_layers; i++) any_dense |= !c->layer_is_moe[i];
     if (any_dense && c->dense_intermediate <= 0)
-        return fm_fail(r->err, FM_ERR_FORMAT, "%s: dense MLP layers need 'intermediate_size', which is missing", r->label);
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: dense MLP layers need 'intermediate_size', which is missing",
+                       r->label);
     return FM_OK;
 }
 
 /* eos_token_id: an id or a list of ids (Qwen3's generation_config.json lists two); absent is no eos. */
 static fm_status read_eos(const cJSON *v, const char *label, fm_config *c, fm_error *err) {
     if (!v || cJSON_IsNull(v)) return FM_OK;
-    const cJSON *one  = v;
-    const bool   list = cJSON_IsArray(v);
-    c->n_eos          = 0;
+    const cJSON *one = v;
+    const bool list = cJSON_IsArray(v);
+    c->n_eos = 0;
     if (list && cJSON_GetArraySize(v) > FM_MAX_EOS)
         return fm_fail(err, FM_ERR_FORMAT, "%s: eos_token_id lists %d ids, more than %d", label, cJSON_GetArraySize(v),
                        FM_MAX_EOS);
@@ -297,8 +303,8 @@ static fm_status read_eos(const cJSON *v, const char *label, fm_config *c, fm_er
 
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err) {
     memset(out, 0, sizeof *out);
-    cJSON    *root = NULL;
-    fm_status st   = fm_json_parse_object(json, len, label, "config", &root, err);
+    cJSON *root = NULL;
+    fm_status st = fm_json_parse_object(json, len, label, "config", &root, err);
     if (st) return st;
     cfg_reader r = {root, label, err};
     st = parse_fields(&r, out);
@@ -311,7 +317,7 @@ fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_
 /* Reads a whole small text file into *buf (NUL-terminated, malloc'd), its length into *len; a FIFO or a device is
  * refused without blocking. */
 static fm_status read_text(const char *path, const char *what, char **buf, long *len, fm_error *err) {
-    size_t    n  = 0;
+    size_t n = 0;
     fm_status st = fm_read_regular(path, what, 16 * 1024 * 1024, buf, &n, err);
     if (st == FM_ERR_IO && access(path, F_OK) != 0) {
         fm_path_buf pb;
@@ -324,15 +330,15 @@ static fm_status read_text(const char *path, const char *what, char **buf, long 
 
 /* DIR/name parsed as a JSON object into *root (the caller deletes it), or *root NULL when there is no such file;
  * *label names the file in messages (pb holds it). */
-static fm_status read_optional_json(const char *dir, const char *name, const char *what, cJSON **root,
-                                    fm_path_buf *pb, const char **label, fm_error *err) {
+static fm_status read_optional_json(const char *dir, const char *name, const char *what, cJSON **root, fm_path_buf *pb,
+                                    const char **label, fm_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     *root = NULL;
     if (access(path, F_OK) != 0) return FM_OK;
-    long  n   = 0;
+    long n = 0;
     char *buf = NULL;
-    *label    = fm_path_show(pb, path);
+    *label = fm_path_show(pb, path);
     fm_status st = read_text(path, name, &buf, &n, err);
     if (!st) st = fm_json_parse_object(buf, (uint64_t)n, *label, what, root, err);
     free(buf);
@@ -341,10 +347,10 @@ static fm_status read_optional_json(const char *dir, const char *name, const cha
 
 /* Older AutoGPTQ checkpoints keep their GPTQ settings in DIR/quantize_config.json, not in config.json. */
 static fm_status load_autogptq(const char *dir, fm_config *out, fm_error *err) {
-    cJSON      *root  = NULL;
+    cJSON *root = NULL;
     const char *label = NULL;
     fm_path_buf pb;
-    fm_status   st = read_optional_json(dir, "quantize_config.json", "quantize_config", &root, &pb, &label, err);
+    fm_status st = read_optional_json(dir, "quantize_config.json", "quantize_config", &root, &pb, &label, err);
     if (!st && root) st = fm_quant_config_parse_autogptq(root, label, &out->quant, err);
     cJSON_Delete(root);
     return st;
@@ -353,10 +359,10 @@ static fm_status load_autogptq(const char *dir, fm_config *out, fm_error *err) {
 /* DIR/generation_config.json, when present, says how the model ends a sequence (its eos ids replace config.json's,
  * as transformers' generate() takes them). */
 static fm_status load_generation_config(const char *dir, fm_config *out, fm_error *err) {
-    cJSON      *root  = NULL;
+    cJSON *root = NULL;
     const char *label = NULL;
     fm_path_buf pb;
-    fm_status   st = read_optional_json(dir, "generation_config.json", "generation_config", &root, &pb, &label, err);
+    fm_status st = read_optional_json(dir, "generation_config.json", "generation_config", &root, &pb, &label, err);
     if (!st && root) st = read_eos(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), label, out, err);
     cJSON_Delete(root);
     return st;
@@ -365,10 +371,10 @@ static fm_status load_generation_config(const char *dir, fm_config *out, fm_erro
 fm_status fm_config_load(const char *dir, fm_config *out, fm_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    long      n   = 0;
-    char     *buf = NULL;
+    long n = 0;
+    char *buf = NULL;
     fm_path_buf pb;
-    fm_status   st = read_text(path, "config.json", &buf, &n, err);
+    fm_status st = read_text(path, "config.json", &buf, &n, err);
     if (!st) st = fm_config_parse(buf, (uint64_t)n, fm_path_show(&pb, path), out, err);
     free(buf);
     if (!st && out->quant.method == FM_QUANT_NONE) st = load_autogptq(dir, out, err);

@@ -27,30 +27,30 @@ typedef enum fm_router_kind {
 #define FM_MAX_EOS 8 /* end-of-sequence ids a config may list */
 
 typedef struct fm_config {
-    fm_arch        arch;
-    char           model_type[32];
-    int32_t        vocab_size;
-    int32_t        hidden_size;          /* residual width H */
-    int32_t        n_layers;
-    int32_t        n_heads;              /* query heads */
-    int32_t        n_kv_heads;           /* key/value heads (GQA) */
-    int32_t        head_dim;             /* explicit in Qwen3 (q_proj out = n_heads * head_dim may differ from H) */
-    int32_t        n_experts;            /* routed experts E */
-    int32_t        n_experts_per_tok;    /* top-k */
-    int32_t        moe_intermediate;     /* expert FFN width I */
-    int32_t        dense_intermediate;   /* width of dense SwiGLU layers (mlp_only_layers, sparse step) */
-    int32_t        decoder_sparse_step;
-    bool           norm_topk_prob;       /* renormalise the k selected probabilities (Mixtral: always) */
-    bool           tie_word_embeddings;  /* lm_head = embed_tokens, no lm_head tensor */
-    bool           qk_norm;              /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    fm_arch arch;
+    char model_type[32];
+    int32_t vocab_size;
+    int32_t hidden_size; /* residual width H */
+    int32_t n_layers;
+    int32_t n_heads;            /* query heads */
+    int32_t n_kv_heads;         /* key/value heads (GQA) */
+    int32_t head_dim;           /* explicit in Qwen3 (q_proj out = n_heads * head_dim may differ from H) */
+    int32_t n_experts;          /* routed experts E */
+    int32_t n_experts_per_tok;  /* top-k */
+    int32_t moe_intermediate;   /* expert FFN width I */
+    int32_t dense_intermediate; /* width of dense SwiGLU layers (mlp_only_layers, sparse step) */
+    int32_t decoder_sparse_step;
+    bool norm_topk_prob;      /* renormalise the k selected probabilities (Mixtral: always) */
+    bool tie_word_embeddings; /* lm_head = embed_tokens, no lm_head tensor */
+    bool qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
     fm_router_kind router;
-    float          rms_norm_eps;
-    double         rope_theta;
-    int64_t        max_position_embeddings;
-    int32_t        eos_ids[FM_MAX_EOS];  /* eos_token_id: generation_config.json's when present, else config.json's */
-    int32_t        n_eos;
-    bool           layer_is_moe[FM_MAX_LAYERS];
-    fm_quant_config quant;               /* quantization_config: the format of pre-quantized linear weights */
+    float rms_norm_eps;
+    double rope_theta;
+    int64_t max_position_embeddings;
+    int32_t eos_ids[FM_MAX_EOS]; /* eos_token_id: generation_config.json's when present, else config.json's */
+    int32_t n_eos;
+    bool layer_is_moe[FM_MAX_LAYERS];
+    fm_quant_config quant; /* quantization_config: the format of pre-quantized linear weights */
 } fm_config;
 
 /* Parses config.json text (len bytes, not necessarily NUL-terminated); label names the file in errors. */

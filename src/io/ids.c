@@ -12,19 +12,19 @@
 
 fm_status fm_ids_read(const char *path, int32_t **ids, int64_t *n, fm_error *err) {
     *ids = NULL;
-    *n   = 0;
+    *n = 0;
     fm_path_buf pb;
     const char *P = fm_path_show(&pb, path);
-    char       *raw = NULL;
-    size_t      len = 0;
-    fm_status   st  = fm_read_regular(path, "an ids file (little-endian int32 token ids)", IDS_MAX_BYTES, &raw, &len, err);
+    char *raw = NULL;
+    size_t len = 0;
+    fm_status st = fm_read_regular(path, "an ids file (little-endian int32 token ids)", IDS_MAX_BYTES, &raw, &len, err);
     if (st) return st;
     if (len == 0) st = fm_fail(err, FM_ERR_FORMAT, "%s: ids file is empty (no tokens)", P);
     else if (len % 4 != 0)
-        st = fm_fail(err, FM_ERR_FORMAT, "%s: ids file size %zu bytes is not a multiple of 4 (expected little-endian int32 ids)",
-                     P, len);
+        st = fm_fail(err, FM_ERR_FORMAT,
+                     "%s: ids file size %zu bytes is not a multiple of 4 (expected little-endian int32 ids)", P, len);
     const int64_t count = (int64_t)(len / 4);
-    int32_t      *out   = st ? NULL : fm_malloc((size_t)count * sizeof *out, err, "token ids");
+    int32_t *out = st ? NULL : fm_malloc((size_t)count * sizeof *out, err, "token ids");
     if (!st && !out) st = FM_ERR_NOMEM;
     for (int64_t i = 0; !st && i < count; i++) {
         const uint8_t *b = (const uint8_t *)raw + 4 * i;
@@ -36,7 +36,7 @@ fm_status fm_ids_read(const char *path, int32_t **ids, int64_t *n, fm_error *err
         return st;
     }
     *ids = out;
-    *n   = count;
+    *n = count;
     return FM_OK;
 }
 

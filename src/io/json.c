@@ -21,7 +21,8 @@ static int64_t text_problem(const uint8_t *s, uint64_t n, const char **why) {
             return (int64_t)i;
         }
         if (c == '\\' && i + 1 < n) {
-            if (s[i + 1] == 'u' && i + 5 < n && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0') {
+            if (s[i + 1] == 'u' && i + 5 < n && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' &&
+                s[i + 5] == '0') {
                 *why = "a \\u0000 escape";
                 return (int64_t)i;
             }
@@ -37,7 +38,7 @@ static int64_t text_problem(const uint8_t *s, uint64_t n, const char **why) {
             continue;
         }
         uint32_t cp;
-        int      len;
+        int len;
         if (c >= 0xC2 && c <= 0xDF) {
             len = 2;
             cp = c & 0x1F;
@@ -62,7 +63,8 @@ static int64_t text_problem(const uint8_t *s, uint64_t n, const char **why) {
             }
             cp = (cp << 6) | (s[i + k] & 0x3F);
         }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF)) {
             *why = "invalid UTF-8 (overlong, surrogate or out of range)";
             return (int64_t)i;
         }
@@ -94,9 +96,10 @@ static fm_status find_duplicate_key(const cJSON *v, char *where, size_t cap, con
                 if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
             fm_status st = FM_OK;
             if (dup)
-                st = fm_fail(err, FM_ERR_FORMAT, "%.300s: %s: key '%.160s' appears twice%s%.200s%s (Python keeps the "
-                             "last value, cJSON the first: remove one)", label, what, dup, at ? " in '" : "", where,
-                             at ? "'" : "");
+                st = fm_fail(err, FM_ERR_FORMAT,
+                             "%.300s: %s: key '%.160s' appears twice%s%.200s%s (Python keeps the "
+                             "last value, cJSON the first: remove one)",
+                             label, what, dup, at ? " in '" : "", where, at ? "'" : "");
             free(keys);
             if (st) return st;
         }
@@ -117,7 +120,7 @@ static fm_status find_duplicate_key(const cJSON *v, char *where, size_t cap, con
  * past the length it is given (DaveGamble/cJSON issues 804, 775), which must land in our own zeros.
  * Only JSON whitespace may follow the value. On success *root is the tree (caller deletes). */
 fm_status fm_json_parse_object(const char *text, uint64_t len, const char *label, const char *what, cJSON **root,
-                            fm_error *err) {
+                               fm_error *err) {
     const char *why = NULL;
     *root = NULL;
     int64_t bad = text_problem((const uint8_t *)text, len, &why);
@@ -130,11 +133,12 @@ fm_status fm_json_parse_object(const char *text, uint64_t len, const char *label
     if (len) memcpy(copy, text, (size_t)len);
     memset(copy + len, 0, 16);
     const char *end = NULL;
-    cJSON      *j = cJSON_ParseWithLengthOpts(copy, (size_t)len, &end, 0);
+    cJSON *j = cJSON_ParseWithLengthOpts(copy, (size_t)len, &end, 0);
     if (!j) {
         uint64_t at = (end && end >= copy && (uint64_t)(end - copy) <= len) ? (uint64_t)(end - copy) : 0;
         free(copy);
-        if (len == 0) return fm_fail(err, FM_ERR_FORMAT, "%.300s: %s is empty (0 bytes), expected a JSON object", label, what);
+        if (len == 0)
+            return fm_fail(err, FM_ERR_FORMAT, "%.300s: %s is empty (0 bytes), expected a JSON object", label, what);
         return fm_fail(err, FM_ERR_FORMAT, "%.300s: %s is not valid JSON (error near byte %llu of %llu)", label, what,
                        (unsigned long long)at, (unsigned long long)len);
     }
@@ -143,14 +147,15 @@ fm_status fm_json_parse_object(const char *text, uint64_t len, const char *label
     free(copy);
     if (pos < len) {
         cJSON_Delete(j);
-        return fm_fail(err, FM_ERR_FORMAT, "%.300s: %s has %llu bytes of non-whitespace after the JSON value (from byte %llu)",
-                       label, what, (unsigned long long)(len - pos), (unsigned long long)pos);
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%.300s: %s has %llu bytes of non-whitespace after the JSON value (from byte %llu)", label, what,
+                       (unsigned long long)(len - pos), (unsigned long long)pos);
     }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return fm_fail(err, FM_ERR_FORMAT, "%.300s: %s must be a JSON object at the top level", label, what);
     }
-    char      where[256] = "";
+    char where[256] = "";
     fm_status st = find_duplicate_key(j, where, sizeof where, label, what, err);
     if (st) {
         cJSON_Delete(j);
@@ -159,4 +164,3 @@ fm_status fm_json_parse_object(const char *text, uint64_t len, const char *label
     *root = j;
     return FM_OK;
 }
-

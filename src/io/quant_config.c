@@ -20,16 +20,11 @@ typedef struct qreader {
 
 const char *fm_quant_method_name(fm_quant_method m) {
     switch (m) {
-    case FM_QUANT_NONE:
-        return "none";
-    case FM_QUANT_GPTQ:
-        return "gptq";
-    case FM_QUANT_AWQ:
-        return "awq";
-    case FM_QUANT_CT_PACKED:
-        return "compressed-tensors pack-quantized";
-    case FM_QUANT_FP8_BLOCK:
-        return "fp8 block";
+    case FM_QUANT_NONE: return "none";
+    case FM_QUANT_GPTQ: return "gptq";
+    case FM_QUANT_AWQ: return "awq";
+    case FM_QUANT_CT_PACKED: return "compressed-tensors pack-quantized";
+    case FM_QUANT_FP8_BLOCK: return "fp8 block";
     }
     return "?";
 }
@@ -100,8 +95,7 @@ static fm_status parse_gptq(const qreader *r, const cJSON *qc, fm_quant_config *
         (st = get_bool(r, qc, "sym", true, &q->sym)) || (st = get_bool(r, qc, "desc_act", false, &q->act_order)) ||
         (st = get_str(r, qc, "checkpoint_format", "gptq", &fmt)))
         return st;
-    if (strcmp(fmt, "gptq") == 0)
-        q->zero_minus_one = true;
+    if (strcmp(fmt, "gptq") == 0) q->zero_minus_one = true;
     else if (strcmp(fmt, "gptq_v2") != 0)
         return fm_fail(r->err, FM_ERR_UNSUPPORTED,
                        "%s: %s.checkpoint_format = \"%.32s\" is not supported (gptq or gptq_v2)", r->label, r->where,
@@ -183,8 +177,8 @@ static fm_status parse_ignore(const qreader *r, const cJSON *list, fm_quant_conf
             return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: quantization_config.ignore is longer than %d bytes",
                            r->label, FM_QUANT_IGNORE_BYTES);
         if (strncmp(e->valuestring, "re:", 3) == 0) {
-            bool      hit = false;
-            fm_status st  = fm_regex_match(e->valuestring + 3, NULL, &hit, r->err);
+            bool hit = false;
+            fm_status st = fm_regex_match(e->valuestring + 3, NULL, &hit, r->err);
             if (st) {
                 fm_error_prefix(r->err, "%s: quantization_config.ignore", r->label);
                 return st;
@@ -268,11 +262,9 @@ static fm_status parse_ct(const qreader *r0, const cJSON *qc, fm_quant_config *q
     }
     /* actorder: "group" (or true) stores weight_g_idx; "weight" / "static" only changed the quantization order */
     const cJSON *ao = get(w, "actorder");
-    if (ao && cJSON_IsBool(ao))
-        q->act_order = cJSON_IsTrue(ao);
+    if (ao && cJSON_IsBool(ao)) q->act_order = cJSON_IsTrue(ao);
     else if (ao && cJSON_IsString(ao)) {
-        if (strcmp(ao->valuestring, "group") == 0)
-            q->act_order = true;
+        if (strcmp(ao->valuestring, "group") == 0) q->act_order = true;
         else if (strcmp(ao->valuestring, "weight") != 0 && strcmp(ao->valuestring, "static") != 0)
             return fm_fail(r.err, FM_ERR_UNSUPPORTED, "%s: %s.actorder = \"%.32s\" is not supported", r.label, where,
                            ao->valuestring);
@@ -293,14 +285,10 @@ fm_status fm_quant_config_parse(const cJSON *qc, const char *label, fm_quant_con
     fm_status st = get_str(&r, qc, "quant_method", NULL, &method);
     if (st) return st;
     if (!method) return fm_fail(err, FM_ERR_FORMAT, "%s: quantization_config.quant_method is missing", label);
-    if (strcmp(method, "gptq") == 0)
-        st = parse_gptq(&r, qc, out);
-    else if (strcmp(method, "awq") == 0)
-        st = parse_awq(&r, qc, out);
-    else if (strcmp(method, "compressed-tensors") == 0)
-        st = parse_ct(&r, qc, out);
-    else if (strcmp(method, "fp8") == 0)
-        st = parse_fp8(&r, qc, out);
+    if (strcmp(method, "gptq") == 0) st = parse_gptq(&r, qc, out);
+    else if (strcmp(method, "awq") == 0) st = parse_awq(&r, qc, out);
+    else if (strcmp(method, "compressed-tensors") == 0) st = parse_ct(&r, qc, out);
+    else if (strcmp(method, "fp8") == 0) st = parse_fp8(&r, qc, out);
     else
         st =
             fm_fail(err, FM_ERR_UNSUPPORTED,
@@ -320,14 +308,15 @@ fm_status fm_quant_config_parse_autogptq(const cJSON *qc, const char *label, fm_
     if (!st && strcmp(method, "gptq") != 0)
         st = fm_fail(err, FM_ERR_UNSUPPORTED,
                      "%s: quant_method = \"%.40s\": a separate quantize_config.json is read as GPTQ only (other "
-                     "methods belong in config.json's quantization_config)", label, method);
+                     "methods belong in config.json's quantization_config)",
+                     label, method);
     if (!st) st = parse_gptq(&r, qc, out);
     if (st) memset(out, 0, sizeof *out);
     return st;
 }
 
 fm_status fm_quant_config_ignores(const fm_quant_config *q, const char *module, bool *ignored, fm_error *err) {
-    *ignored      = false;
+    *ignored = false;
     const char *e = q->ignore;
     for (int32_t i = 0; i < q->n_ignore && !*ignored; i++, e += strlen(e) + 1) {
         if (strncmp(e, "re:", 3) != 0) {
@@ -353,10 +342,8 @@ void fm_quant_config_describe(const fm_quant_config *q, char *buf, size_t n) {
         return;
     }
     char group[32];
-    if (q->group_size < 0)
-        snprintf(group, sizeof group, "per channel");
-    else
-        snprintf(group, sizeof group, "group %d", q->group_size);
+    if (q->group_size < 0) snprintf(group, sizeof group, "per channel");
+    else snprintf(group, sizeof group, "group %d", q->group_size);
     snprintf(buf, n, "%s%s, int%d, %s, %s%s", fm_quant_method_name(q->method),
              q->method == FM_QUANT_GPTQ ? (q->zero_minus_one ? " v1" : " v2") : "", q->bits, group,
              q->sym ? "symmetric" : "asymmetric", q->act_order ? ", act-order" : "");

@@ -30,7 +30,7 @@
 
 static const struct {
     const char *name;
-    int         size;
+    int size;
 } dtype_info[FM_DTYPE_COUNT] = {
     [FM_DTYPE_F32] = {"F32", 4},         [FM_DTYPE_F16] = {"F16", 2}, [FM_DTYPE_BF16] = {"BF16", 2},
     [FM_DTYPE_F8_E4M3] = {"F8_E4M3", 1}, [FM_DTYPE_I32] = {"I32", 4}, [FM_DTYPE_U8] = {"U8", 1},
@@ -39,8 +39,8 @@ static const struct {
 
 /* dtypes of the safetensors format that fp8moe does not read: rejected as unsupported rather than malformed. */
 static const char *const other_st_dtypes[] = {
-    "BOOL", "F4",   "F6_E2M3", "F6_E3M2", "I8",  "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ",
-    "F8_E5M2FNUZ", "I16", "U16", "U32", "C64", "F64", "U64",
+    "BOOL",        "F4",  "F6_E2M3", "F6_E3M2", "I8",  "F8_E5M2", "F8_E8M0", "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ", "I16", "U16",     "U32",     "C64", "F64",     "U64",
 };
 
 const char *fm_dtype_name(fm_dtype t) {
@@ -93,7 +93,7 @@ static const char *json_uint(const cJSON *v, uint64_t *out) {
 
 typedef struct entry {
     uint64_t begin, end;
-    int64_t  idx;
+    int64_t idx;
 } entry;
 
 static int cmp_entry(const void *a, const void *b) {
@@ -125,8 +125,9 @@ static fm_status parse_dtype(const char *label, const char *name, const char *s,
     }
     for (size_t i = 0; i < sizeof other_st_dtypes / sizeof other_st_dtypes[0]; i++) {
         if (strcmp(s, other_st_dtypes[i]) == 0) {
-            return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported dtype '%s' (supported: " SUPPORTED_DTYPES ")",
-                           q(&ql, label), q(&qn, name), s);
+            return fm_fail(err, FM_ERR_UNSUPPORTED,
+                           "%s: tensor '%s': unsupported dtype '%s' (supported: " SUPPORTED_DTYPES ")", q(&ql, label),
+                           q(&qn, name), s);
         }
     }
     return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: " SUPPORTED_DTYPES ")",
@@ -136,7 +137,7 @@ static fm_status parse_dtype(const char *label, const char *name, const char *s,
 /* Fills t (name already set) from the JSON entry v; data pointer and contiguity are checked later. */
 static fm_status parse_entry(const char *label, const cJSON *v, uint64_t data_size, fm_st_tensor *t, uint64_t *begin,
                              uint64_t *end, fm_error *err) {
-    quoted      ql, qn, qk;
+    quoted ql, qn, qk;
     const char *L = q(&ql, label), *N = q(&qn, t->name);
     if (!cJSON_IsObject(v)) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': entry is not a JSON object", L, N);
     const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
@@ -145,8 +146,10 @@ static fm_status parse_entry(const char *label, const cJSON *v, uint64_t data_si
         if (c->string && strcmp(c->string, "dtype") == 0) slot = &dtype;
         else if (c->string && strcmp(c->string, "shape") == 0) slot = &shape;
         else if (c->string && strcmp(c->string, "data_offsets") == 0) slot = &offs;
-        else return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': unexpected key '%s' (expected dtype, shape, data_offsets)", L, N,
-                            q(&qk, c->string));
+        else
+            return fm_fail(err, FM_ERR_FORMAT,
+                           "%s: tensor '%s': unexpected key '%s' (expected dtype, shape, data_offsets)", L, N,
+                           q(&qk, c->string));
         if (*slot) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': key '%s' appears twice", L, N, c->string);
         *slot = c;
     }
@@ -162,18 +165,20 @@ static fm_status parse_entry(const char *label, const cJSON *v, uint64_t data_si
     if (!cJSON_IsArray(shape)) return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': \"shape\" is not an array", L, N);
     int n_dims = cJSON_GetArraySize(shape);
     if (n_dims > FM_ST_MAX_DIMS)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor '%s': shape has %d dimensions, at most %d supported", L, N, n_dims,
-                       FM_ST_MAX_DIMS);
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: tensor '%s': shape has %d dimensions, at most %d supported", L, N,
+                       n_dims, FM_ST_MAX_DIMS);
     uint64_t n_el = 1;
-    int      k = 0;
+    int k = 0;
     for (const cJSON *d = shape->child; d; d = d->next, k++) {
-        uint64_t    dim = 0;
+        uint64_t dim = 0;
         const char *bad = json_uint(d, &dim);
         if (bad) {
             if (cJSON_IsNumber(d))
-                return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': shape[%d] = %.17g %s (expected a non-negative integer)", L,
-                               N, k, d->valuedouble, bad);
-            return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': shape[%d] %s (expected a non-negative integer)", L, N, k, bad);
+                return fm_fail(err, FM_ERR_FORMAT,
+                               "%s: tensor '%s': shape[%d] = %.17g %s (expected a non-negative integer)", L, N, k,
+                               d->valuedouble, bad);
+            return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': shape[%d] %s (expected a non-negative integer)", L, N,
+                           k, bad);
         }
         if (!fm_mul_u64(n_el, dim, &n_el) || n_el > (uint64_t)INT64_MAX)
             return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': element count overflows at shape[%d] = %llu", L, N, k,
@@ -198,18 +203,22 @@ static fm_status parse_entry(const char *label, const cJSON *v, uint64_t data_si
         return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': data_offsets begin %llu is after end %llu", L, N,
                        (unsigned long long)*begin, (unsigned long long)*end);
     if (*end > data_size)
-        return fm_fail(err, FM_ERR_FORMAT,
-                       "%s: tensor '%s': data_offsets [%llu, %llu] extend past the data region (%llu bytes; file truncated?)", L,
-                       N, (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)data_size);
+        return fm_fail(
+            err, FM_ERR_FORMAT,
+            "%s: tensor '%s': data_offsets [%llu, %llu] extend past the data region (%llu bytes; file truncated?)", L,
+            N, (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)data_size);
     if (*end - *begin != nbytes)
-        return fm_fail(err, FM_ERR_FORMAT,
-                       "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but shape x %s needs %llu (%llu elements)", L,
-                       N, (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin),
-                       dtype_info[t->dtype].name, (unsigned long long)nbytes, (unsigned long long)n_el);
+        return fm_fail(
+            err, FM_ERR_FORMAT,
+            "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but shape x %s needs %llu (%llu elements)", L,
+            N, (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin),
+            dtype_info[t->dtype].name, (unsigned long long)nbytes, (unsigned long long)n_el);
     return FM_OK;
 }
 
-static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 /* The first key that appears twice in object o (cJSON keeps duplicates), or NULL. *dup_st is FM_ERR_NOMEM
  * when the check could not run. */
@@ -235,13 +244,14 @@ static const char *duplicate_key(const cJSON *o, fm_status *dup_st, fm_error *er
 
 static fm_status check_metadata(const char *label, const cJSON *m, fm_error *err) {
     quoted ql, qk;
-    if (!cJSON_IsObject(m)) return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" must be an object of strings", q(&ql, label));
+    if (!cJSON_IsObject(m))
+        return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" must be an object of strings", q(&ql, label));
     for (const cJSON *c = m->child; c; c = c->next) {
         if (!cJSON_IsString(c))
             return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is not a string", q(&ql, label),
                            q(&qk, c->string));
     }
-    fm_status   st;
+    fm_status st;
     const char *dup = duplicate_key(m, &st, err);
     if (st != FM_OK) return st;
     if (dup) return fm_fail(err, FM_ERR_FORMAT, "%s: \"__metadata__\" has key '%s' twice", q(&ql, label), q(&qk, dup));
@@ -259,7 +269,8 @@ static fm_status check_duplicates(const char *label, fm_st_tensor *t, int64_t n,
     for (int64_t i = 1; i < n; i++) {
         if (strcmp(p[i - 1]->name, p[i]->name) == 0) {
             quoted ql, qn;
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' is defined twice in the header", q(&ql, label), q(&qn, p[i]->name));
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' is defined twice in the header", q(&ql, label),
+                         q(&qn, p[i]->name));
             break;
         }
     }
@@ -271,30 +282,34 @@ static fm_status check_layout(const char *label, const fm_st_tensor *t, entry *e
                               fm_error *err) {
     quoted ql, qa, qb;
     qsort(e, (size_t)n, sizeof *e, cmp_entry);
-    uint64_t    prev_end = 0;
+    uint64_t prev_end = 0;
     const char *prev = NULL;
     for (int64_t i = 0; i < n; i++) {
         if (e[i].begin != prev_end) {
             const char *N = q(&qa, t[e[i].idx].name);
             if (!prev)
-                return fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s': the first tensor in the data region starts at %llu, expected 0",
+                return fm_fail(err, FM_ERR_FORMAT,
+                               "%s: tensor '%s': the first tensor in the data region starts at %llu, expected 0",
                                q(&ql, label), N, (unsigned long long)e[i].begin);
             if (e[i].begin > prev_end)
-                return fm_fail(err, FM_ERR_FORMAT,
-                               "%s: tensor '%s': starts at %llu but the previous tensor '%s' ends at %llu (a gap of %llu bytes)",
-                               q(&ql, label), N, (unsigned long long)e[i].begin, q(&qb, prev), (unsigned long long)prev_end,
-                               (unsigned long long)(e[i].begin - prev_end));
-            return fm_fail(err, FM_ERR_FORMAT,
-                           "%s: tensor '%s': starts at %llu but the previous tensor '%s' ends at %llu (overlap of %llu bytes)",
-                           q(&ql, label), N, (unsigned long long)e[i].begin, q(&qb, prev), (unsigned long long)prev_end,
-                           (unsigned long long)(prev_end - e[i].begin));
+                return fm_fail(
+                    err, FM_ERR_FORMAT,
+                    "%s: tensor '%s': starts at %llu but the previous tensor '%s' ends at %llu (a gap of %llu bytes)",
+                    q(&ql, label), N, (unsigned long long)e[i].begin, q(&qb, prev), (unsigned long long)prev_end,
+                    (unsigned long long)(e[i].begin - prev_end));
+            return fm_fail(
+                err, FM_ERR_FORMAT,
+                "%s: tensor '%s': starts at %llu but the previous tensor '%s' ends at %llu (overlap of %llu bytes)",
+                q(&ql, label), N, (unsigned long long)e[i].begin, q(&qb, prev), (unsigned long long)prev_end,
+                (unsigned long long)(prev_end - e[i].begin));
         }
         prev_end = e[i].end;
         prev = t[e[i].idx].name;
     }
     if (prev_end != data_size) {
         return fm_fail(err, FM_ERR_FORMAT,
-                       "%s: the data region is %llu bytes but the tensors cover %llu (%llu trailing bytes not indexed by any tensor)",
+                       "%s: the data region is %llu bytes but the tensors cover %llu (%llu trailing bytes not indexed "
+                       "by any tensor)",
                        q(&ql, label), (unsigned long long)data_size, (unsigned long long)prev_end,
                        (unsigned long long)(data_size - prev_end));
     }
@@ -308,8 +323,9 @@ fm_status fm_st_parse(const uint8_t *buf, uint64_t size, const char *label, fm_s
     if (!label) label = "<memory>";
     if (!buf && size) return fm_fail(err, FM_ERR_USAGE, "%s: fm_st_parse: buffer is NULL", q(&ql, label));
     if (size < 8)
-        return fm_fail(err, FM_ERR_FORMAT, "%s: file is %llu bytes, a safetensors file has at least 8 (the header length)",
-                       q(&ql, label), (unsigned long long)size);
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%s: file is %llu bytes, a safetensors file has at least 8 (the header length)", q(&ql, label),
+                       (unsigned long long)size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
     if (hlen > FM_ST_MAX_HEADER)
@@ -317,15 +333,16 @@ fm_status fm_st_parse(const uint8_t *buf, uint64_t size, const char *label, fm_s
                        (unsigned long long)hlen, (unsigned)FM_ST_MAX_HEADER);
     uint64_t data_start;
     if (!fm_add_u64(8, hlen, &data_start) || data_start > size)
-        return fm_fail(err, FM_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%llu bytes after the 8-byte prefix)",
+        return fm_fail(err, FM_ERR_FORMAT,
+                       "%s: header length %llu runs past the end of the file (%llu bytes after the 8-byte prefix)",
                        q(&ql, label), (unsigned long long)hlen, (unsigned long long)(size - 8));
     uint64_t data_size = size - data_start;
 
-    cJSON    *root = NULL;
+    cJSON *root = NULL;
     fm_status st = fm_json_parse_object((const char *)buf + 8, hlen, label, "header", &root, err);
     if (st != FM_OK) return st;
 
-    int64_t      n = 0;
+    int64_t n = 0;
     const cJSON *meta = NULL;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "__metadata__") == 0) {
@@ -344,8 +361,8 @@ fm_status fm_st_parse(const uint8_t *buf, uint64_t size, const char *label, fm_s
     }
 
     fm_st_tensor *t = fm_calloc((size_t)n, sizeof *t, err, "tensor table");
-    entry        *e = fm_calloc((size_t)n, sizeof *e, err, "tensor offsets");
-    char         *path = strdup(label);
+    entry *e = fm_calloc((size_t)n, sizeof *e, err, "tensor offsets");
+    char *path = strdup(label);
     if (!t || !e || !path) {
         free(t);
         free(e);
@@ -392,7 +409,7 @@ fm_status fm_st_open_file(const char *path, fm_st_file *out, fm_error *err) {
     if (!out) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_file: path is NULL");
-    int       fd = -1;
+    int fd = -1;
     fm_status ost = fm_open_regular(path, "a safetensors file", &fd, NULL, err); /* a FIFO would block open() */
     if (ost) return ost;
     struct stat sb;
@@ -404,16 +421,20 @@ fm_status fm_st_open_file(const char *path, fm_st_file *out, fm_error *err) {
     uint64_t size = (uint64_t)sb.st_size;
     if (size == 0) {
         close(fd);
-        return fm_fail(err, FM_ERR_FORMAT, "%s: file is empty (0 bytes), a safetensors file has at least 8", q(&qp, path));
+        return fm_fail(err, FM_ERR_FORMAT, "%s: file is empty (0 bytes), a safetensors file has at least 8",
+                       q(&qp, path));
     }
     if (size > SIZE_MAX) {
         close(fd);
-        return fm_fail(err, FM_ERR_IO, "%s: file of %llu bytes cannot be mapped", q(&qp, path), (unsigned long long)size);
+        return fm_fail(err, FM_ERR_IO, "%s: file of %llu bytes cannot be mapped", q(&qp, path),
+                       (unsigned long long)size);
     }
     void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int   e = errno;
+    int e = errno;
     close(fd);
-    if (m == MAP_FAILED) return fm_fail(err, FM_ERR_IO, "%s: cannot mmap %llu bytes: %s", q(&qp, path), (unsigned long long)size, strerror(e));
+    if (m == MAP_FAILED)
+        return fm_fail(err, FM_ERR_IO, "%s: cannot mmap %llu bytes: %s", q(&qp, path), (unsigned long long)size,
+                       strerror(e));
     fm_status st = fm_st_parse(m, size, path, out, err);
     if (st != FM_OK) {
         munmap(m, (size_t)size);
@@ -437,10 +458,12 @@ void fm_st_close_file(fm_st_file *f) {
 typedef struct wm_entry {
     const char *name;
     const char *shard;
-    int32_t     file;
+    int32_t file;
 } wm_entry;
 
-static int cmp_wm(const void *a, const void *b) { return strcmp(((const wm_entry *)a)->name, ((const wm_entry *)b)->name); }
+static int cmp_wm(const void *a, const void *b) {
+    return strcmp(((const wm_entry *)a)->name, ((const wm_entry *)b)->name);
+}
 
 static const char *bad_shard_name(const char *s) {
     size_t n = strlen(s), sfx = strlen(SHARD_SUFFIX);
@@ -469,7 +492,7 @@ static fm_status parse_index(const char *json, uint64_t len, const char *label, 
     *n_out = 0;
     fm_status st = fm_json_parse_object(json, len, label, "index", &root, err);
     if (st != FM_OK) return st;
-    const char  *L = q(&ql, label);
+    const char *L = q(&ql, label);
     const cJSON *wm = NULL;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "weight_map") == 0) {
@@ -492,7 +515,8 @@ static fm_status parse_index(const char *json, uint64_t len, const char *label, 
     for (const cJSON *c = wm->child; c; c = c->next) {
         /* (messages are formatted before the tree holding their strings is deleted) */
         if (!cJSON_IsString(c) || !c->valuestring) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map entry '%s' is not a string (a shard file name)", L, q(&qn, c->string));
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map entry '%s' is not a string (a shard file name)", L,
+                         q(&qn, c->string));
             cJSON_Delete(root);
             return st;
         }
@@ -573,9 +597,9 @@ fm_status fm_st_parse_index(const char *json, uint64_t len, const char *label, c
     *n_shards = 0;
     if (!label) label = "<index>";
     if (!json && len) return fm_fail(err, FM_ERR_USAGE, "fm_st_parse_index: json is NULL");
-    cJSON       *root = NULL;
+    cJSON *root = NULL;
     const cJSON *wm = NULL;
-    fm_status    st = parse_index(json ? json : "", len, label, &root, &wm, shards, n_shards, err);
+    fm_status st = parse_index(json ? json : "", len, label, &root, &wm, shards, n_shards, err);
     cJSON_Delete(root);
     return st;
 }
@@ -584,7 +608,7 @@ fm_status fm_st_parse_index(const char *json, uint64_t len, const char *label, c
 
 static char *join(const char *dir, const char *name, fm_error *err) {
     size_t a = strlen(dir), b = strlen(name);
-    char  *p = fm_malloc(a + b + 2, err, "path");
+    char *p = fm_malloc(a + b + 2, err, "path");
     if (!p) return NULL;
     memcpy(p, dir, a);
     size_t k = a;
@@ -599,9 +623,9 @@ static fm_status read_small(const char *path, char **data, uint64_t *len, bool *
     *data = NULL;
     *len = 0;
     *exists = false;
-    int       fd      = -1;
-    bool      missing = false;
-    fm_status ost     = fm_open_regular(path, "a shard index (JSON)", &fd, &missing, err);
+    int fd = -1;
+    bool missing = false;
+    fm_status ost = fm_open_regular(path, "a shard index (JSON)", &fd, &missing, err);
     if (ost || missing) return ost;
     *exists = true;
     struct stat sb;
@@ -615,7 +639,7 @@ static fm_status read_small(const char *path, char **data, uint64_t *len, bool *
                        (long long)sb.st_size, (unsigned)FM_ST_MAX_HEADER);
     }
     size_t n = (size_t)sb.st_size;
-    char  *buf = fm_malloc(n, err, "index file");
+    char *buf = fm_malloc(n, err, "index file");
     if (!buf) {
         close(fd);
         return FM_ERR_NOMEM;
@@ -675,9 +699,9 @@ static const char *base_name(const char *p) {
 }
 
 /* The weight_map and the shards' own headers must list the same tensors in the same places. */
-static fm_status check_weight_map(const fm_st_set *s, const cJSON *wm, char **shards, int32_t n_shards, const char *label,
-                                  fm_error *err) {
-    quoted  ql, qn, qa, qb;
+static fm_status check_weight_map(const fm_st_set *s, const cJSON *wm, char **shards, int32_t n_shards,
+                                  const char *label, fm_error *err) {
+    quoted ql, qn, qa, qb;
     int64_t n = 0;
     for (const cJSON *c = wm->child; c; c = c->next) n++;
     wm_entry *w = fm_malloc((size_t)n * sizeof *w, err, "weight_map table");
@@ -685,7 +709,7 @@ static fm_status check_weight_map(const fm_st_set *s, const cJSON *wm, char **sh
     int64_t k = 0;
     for (const cJSON *c = wm->child; c; c = c->next) {
         const char *key = c->valuestring;
-        char      **hit = bsearch(&key, shards, (size_t)n_shards, sizeof *shards, cmp_str_ptr);
+        char **hit = bsearch(&key, shards, (size_t)n_shards, sizeof *shards, cmp_str_ptr);
         w[k].name = c->string;
         w[k].shard = c->valuestring;
         w[k].file = hit ? (int32_t)(hit - shards) : -1; /* always found: shards was built from this map */
@@ -693,22 +717,23 @@ static fm_status check_weight_map(const fm_st_set *s, const cJSON *wm, char **sh
     }
     qsort(w, (size_t)n, sizeof *w, cmp_wm);
     fm_status st = FM_OK;
-    int64_t   i = 0, j = 0;
+    int64_t i = 0, j = 0;
     const char *L = q(&ql, label);
     while (st == FM_OK && (i < n || j < s->n_tensors)) {
         int c = (i >= n) ? 1 : (j >= s->n_tensors) ? -1 : strcmp(w[i].name, s->by_name[j]->name);
         if (c < 0) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map maps tensor '%s' to shard '%s', which has no such tensor", L,
-                         q(&qn, w[i].name), q(&qa, w[i].shard));
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map maps tensor '%s' to shard '%s', which has no such tensor",
+                         L, q(&qn, w[i].name), q(&qa, w[i].shard));
         } else if (c > 0) {
             const fm_st_tensor *t = s->by_name[j];
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' of shard '%s' is missing from the weight_map", L, q(&qn, t->name),
-                         q(&qa, base_name(s->files[t->file].path)));
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: tensor '%s' of shard '%s' is missing from the weight_map", L,
+                         q(&qn, t->name), q(&qa, base_name(s->files[t->file].path)));
         } else {
             const fm_st_tensor *t = s->by_name[j];
             if (t->file != w[i].file)
-                st = fm_fail(err, FM_ERR_FORMAT, "%s: weight_map maps tensor '%s' to shard '%s' but it is in shard '%s'", L,
-                             q(&qn, t->name), q(&qa, w[i].shard), q(&qb, base_name(s->files[t->file].path)));
+                st =
+                    fm_fail(err, FM_ERR_FORMAT, "%s: weight_map maps tensor '%s' to shard '%s' but it is in shard '%s'",
+                            L, q(&qn, t->name), q(&qa, w[i].shard), q(&qb, base_name(s->files[t->file].path)));
             i++;
             j++;
         }
@@ -719,12 +744,12 @@ static fm_status check_weight_map(const fm_st_set *s, const cJSON *wm, char **sh
 
 static fm_status open_sharded(const char *dir, const char *index_path, const char *json, uint64_t len, fm_st_set *s,
                               fm_error *err) {
-    quoted       qi, qs;
-    cJSON       *root = NULL;
+    quoted qi, qs;
+    cJSON *root = NULL;
     const cJSON *wm = NULL;
-    char       **shards = NULL;
-    int32_t      n_shards = 0;
-    fm_status    st = parse_index(json, len, index_path, &root, &wm, &shards, &n_shards, err);
+    char **shards = NULL;
+    int32_t n_shards = 0;
+    fm_status st = parse_index(json, len, index_path, &root, &wm, &shards, &n_shards, err);
     if (st != FM_OK) return st;
     s->files = fm_calloc((size_t)n_shards, sizeof *s->files, err, "shard table");
     if (!s->files) st = FM_ERR_NOMEM;
@@ -755,15 +780,17 @@ fm_status fm_st_open_dir(const char *dir, fm_st_set *out, fm_error *err) {
     memset(out, 0, sizeof *out);
     if (!dir) return fm_fail(err, FM_ERR_USAGE, "fm_st_open_dir: dir is NULL");
     struct stat sb;
-    if (stat(dir, &sb) != 0) return fm_fail(err, FM_ERR_IO, "%s: cannot open checkpoint directory: %s", q(&qd, dir), strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return fm_fail(err, FM_ERR_IO, "%s: not a directory (expected a checkpoint directory)", q(&qd, dir));
+    if (stat(dir, &sb) != 0)
+        return fm_fail(err, FM_ERR_IO, "%s: cannot open checkpoint directory: %s", q(&qd, dir), strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return fm_fail(err, FM_ERR_IO, "%s: not a directory (expected a checkpoint directory)", q(&qd, dir));
 
     fm_status st = FM_OK;
-    char     *index_path = join(dir, INDEX_NAME, err);
+    char *index_path = join(dir, INDEX_NAME, err);
     if (!index_path) return FM_ERR_NOMEM;
-    char    *json = NULL;
+    char *json = NULL;
     uint64_t len = 0;
-    bool     exists = false;
+    bool exists = false;
     st = read_small(index_path, &json, &len, &exists, err);
     if (st != FM_OK) {
         free(index_path);
@@ -819,23 +846,25 @@ fm_status fm_st_read_f32(const fm_st_tensor *t, int64_t first, int64_t n, float 
     quoted qn;
     if (!t) return fm_fail(err, FM_ERR_USAGE, "fm_st_read_f32: tensor is NULL");
     if (first < 0 || n < 0 || first > t->n_elements || n > t->n_elements - first)
-        return fm_fail(err, FM_ERR_USAGE, "tensor '%s': read of %lld elements from element %lld is outside its %lld elements",
+        return fm_fail(err, FM_ERR_USAGE,
+                       "tensor '%s': read of %lld elements from element %lld is outside its %lld elements",
                        q(&qn, t->name), (long long)n, (long long)first, (long long)t->n_elements);
-    if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_F16 && t->dtype != FM_DTYPE_BF16 && t->dtype != FM_DTYPE_F8_E4M3)
+    if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_F16 && t->dtype != FM_DTYPE_BF16 &&
+        t->dtype != FM_DTYPE_F8_E4M3)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "tensor '%s': dtype %s is not a float type (fm_st_read_f32 reads F32 F16 BF16 F8_E4M3)", q(&qn, t->name),
-                       fm_dtype_name(t->dtype));
+                       "tensor '%s': dtype %s is not a float type (fm_st_read_f32 reads F32 F16 BF16 F8_E4M3)",
+                       q(&qn, t->name), fm_dtype_name(t->dtype));
     if (n == 0) return FM_OK;
     if (!out) return fm_fail(err, FM_ERR_USAGE, "tensor '%s': fm_st_read_f32: out is NULL", q(&qn, t->name));
     const uint8_t *p = t->data;
     switch (t->dtype) {
-    case FM_DTYPE_F32:
-        p += first * 4;
+    case FM_DTYPE_F32: p += first * 4;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         memcpy(out, p, (size_t)n * 4);
 #else
         for (int64_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+            uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
+                         (uint32_t)p[4 * i + 3] << 24;
             memcpy(&out[i], &u, 4);
         }
 #endif
@@ -852,10 +881,10 @@ fm_status fm_st_read_f32(const fm_st_tensor *t, int64_t first, int64_t n, float 
         p += first;
         for (int64_t i = 0; i < n; i++) out[i] = fm_e4m3_to_f32(p[i]);
         return FM_OK;
-    default:
-        break;
+    default: break;
     }
-    return fm_fail(err, FM_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a float type", q(&qn, t->name), fm_dtype_name(t->dtype));
+    return fm_fail(err, FM_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not a float type", q(&qn, t->name),
+                   fm_dtype_name(t->dtype));
 }
 
 /* index of the first element whose exponent bits are all ones (NaN or infinity), or -1 */
@@ -864,7 +893,7 @@ static int64_t first_nonfinite(const uint8_t *p, int64_t n, int esz, uint32_t ex
     if (esz == 4) {
         for (int64_t i = 0; i < n && bad < 0; i += 4096) { /* blocks: a vectorised test, an early exit */
             const int64_t end = i + 4096 < n ? i + 4096 : n;
-            uint32_t      any = 0;
+            uint32_t any = 0;
             for (int64_t j = i; j < end; j++) {
                 uint32_t u;
                 memcpy(&u, p + 4 * j, 4);
@@ -879,7 +908,7 @@ static int64_t first_nonfinite(const uint8_t *p, int64_t n, int esz, uint32_t ex
     } else if (esz == 2) {
         for (int64_t i = 0; i < n && bad < 0; i += 4096) {
             const int64_t end = i + 4096 < n ? i + 4096 : n;
-            uint32_t      any = 0;
+            uint32_t any = 0;
             for (int64_t j = i; j < end; j++) any |= ((uint32_t)ld16(p + 2 * j) & exp_mask) == exp_mask;
             for (int64_t j = i; any && j < end && bad < 0; j++)
                 if (((uint32_t)ld16(p + 2 * j) & exp_mask) == exp_mask) bad = j;
@@ -895,7 +924,8 @@ fm_status fm_st_check_finite(const fm_st_tensor *t, int64_t first, int64_t n, fm
     quoted qn;
     if (!t) return fm_fail(err, FM_ERR_USAGE, "fm_st_check_finite: tensor is NULL");
     if (first < 0 || n < 0 || first > t->n_elements || n > t->n_elements - first)
-        return fm_fail(err, FM_ERR_USAGE, "tensor '%s': check of %lld elements from element %lld is outside its %lld elements",
+        return fm_fail(err, FM_ERR_USAGE,
+                       "tensor '%s': check of %lld elements from element %lld is outside its %lld elements",
                        q(&qn, t->name), (long long)n, (long long)first, (long long)t->n_elements);
     uint32_t mask;
     switch (t->dtype) {
@@ -905,11 +935,13 @@ fm_status fm_st_check_finite(const fm_st_tensor *t, int64_t first, int64_t n, fm
     case FM_DTYPE_F8_E4M3: mask = 0x7fu; break; /* e4m3fn: no infinity, S.1111.111 is NaN */
     default: return FM_OK;
     }
-    const int     esz = dtype_info[t->dtype].size;
+    const int esz = dtype_info[t->dtype].size;
     const int64_t bad = first_nonfinite(t->data + first * esz, n, esz, mask);
     if (bad < 0) return FM_OK;
     float v = 0;
     fm_st_read_f32(t, first + bad, 1, &v, NULL);
-    return fm_fail(err, FM_ERR_FORMAT, "tensor '%s': element %lld is %s; every weight and scale must be finite (a "
-                   "corrupt checkpoint?)", q(&qn, t->name), (long long)(first + bad), isnan(v) ? "NaN" : "infinite");
+    return fm_fail(err, FM_ERR_FORMAT,
+                   "tensor '%s': element %lld is %s; every weight and scale must be finite (a "
+                   "corrupt checkpoint?)",
+                   q(&qn, t->name), (long long)(first + bad), isnan(v) ? "NaN" : "infinite");
 }

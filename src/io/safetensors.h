@@ -47,25 +47,25 @@ typedef enum fm_dtype {
 } fm_dtype;
 
 const char *fm_dtype_name(fm_dtype t); /* the safetensors spelling, "BF16" */
-int         fm_dtype_size(fm_dtype t); /* bytes per element */
+int fm_dtype_size(fm_dtype t);         /* bytes per element */
 
 typedef struct fm_st_tensor {
-    char          *name;
-    fm_dtype       dtype;
-    int32_t        n_dims;
-    int64_t        shape[FM_ST_MAX_DIMS];
-    int64_t        n_elements;
-    const uint8_t *data;   /* points into the mapping */
-    uint64_t       nbytes;
-    int32_t        file;   /* index of the file in its fm_st_set */
+    char *name;
+    fm_dtype dtype;
+    int32_t n_dims;
+    int64_t shape[FM_ST_MAX_DIMS];
+    int64_t n_elements;
+    const uint8_t *data; /* points into the mapping */
+    uint64_t nbytes;
+    int32_t file; /* index of the file in its fm_st_set */
 } fm_st_tensor;
 
 typedef struct fm_st_file {
-    char         *path;
-    uint8_t      *map;      /* whole file (mmap) or NULL for an in-memory parse */
-    uint64_t      size;
+    char *path;
+    uint8_t *map; /* whole file (mmap) or NULL for an in-memory parse */
+    uint64_t size;
     fm_st_tensor *tensors;
-    int64_t       n_tensors;
+    int64_t n_tensors;
 } fm_st_file;
 
 /* Parses and validates buf[0..size) (a whole safetensors file). label names the file in messages.
@@ -74,27 +74,27 @@ fm_status fm_st_parse(const uint8_t *buf, uint64_t size, const char *label, fm_s
 /* open + fstat + read-only private mmap + fm_st_parse; on failure *out is all zero and nothing is mapped.
  * Closing (either function) twice is harmless. */
 fm_status fm_st_open_file(const char *path, fm_st_file *out, fm_error *err);
-void      fm_st_close_file(fm_st_file *f);
+void fm_st_close_file(fm_st_file *f);
 
 /* All tensors of a checkpoint directory: model.safetensors, or model.safetensors.index.json and its shards. */
 typedef struct fm_st_set {
-    fm_st_file          *files;
-    int32_t              n_files;
-    const fm_st_tensor **by_name;  /* all tensors, sorted by name */
-    int64_t              n_tensors;
+    fm_st_file *files;
+    int32_t n_files;
+    const fm_st_tensor **by_name; /* all tensors, sorted by name */
+    int64_t n_tensors;
 } fm_st_set;
 
 /* dir/model.safetensors.index.json when it exists (each shard opened once), else dir/model.safetensors.
  * by_name is sorted by strcmp; tensor.file indexes files. On failure *out is all zero. */
-fm_status           fm_st_open_dir(const char *dir, fm_st_set *out, fm_error *err);
+fm_status fm_st_open_dir(const char *dir, fm_st_set *out, fm_error *err);
 /* Validates a shard index given as JSON text (used by fm_st_open_dir and the fuzzer): fills the list of
  * distinct shard file names, sorted by strcmp (caller frees each and the array), after checking the
  * weight_map's shape: a non-empty object of tensor name -> shard file name, each a plain name (no '/',
  * ending in .safetensors). On failure *shards is NULL and *n_shards 0. */
-fm_status           fm_st_parse_index(const char *json, uint64_t len, const char *label, char ***shards,
-                                      int32_t *n_shards, fm_error *err);
+fm_status fm_st_parse_index(const char *json, uint64_t len, const char *label, char ***shards, int32_t *n_shards,
+                            fm_error *err);
 const fm_st_tensor *fm_st_find(const fm_st_set *s, const char *name);
-void                fm_st_close(fm_st_set *s);
+void fm_st_close(fm_st_set *s);
 
 /* Decodes n elements starting at element offset first of a float tensor (F32, F16, BF16, F8_E4M3) to fp32
  * (little-endian, any alignment). FM_ERR_USAGE when [first, first + n) is not inside the tensor;

@@ -82,8 +82,8 @@ fm_status fm_st_header_build(const fm_st_entry *e, int64_t n, const char *const 
     return FM_OK;
 }
 
-fm_status fm_st_writer_open(fm_st_writer *w, const char *path, const fm_st_entry *e, int64_t n,
-                            const char *const *meta, int32_t n_meta, fm_error *err) {
+fm_status fm_st_writer_open(fm_st_writer *w, const char *path, const fm_st_entry *e, int64_t n, const char *const *meta,
+                            int32_t n_meta, fm_error *err) {
     memset(w, 0, sizeof *w);
     uint8_t *head = NULL;
     uint64_t head_len = 0;

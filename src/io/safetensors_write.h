@@ -14,13 +14,13 @@
 
 typedef struct fm_st_entry {
     const char *name; /* owned by the caller, alive until the header is written */
-    fm_dtype    dtype;
-    int32_t     n_dims;
-    int64_t     shape[FM_ST_MAX_DIMS];
+    fm_dtype dtype;
+    int32_t n_dims;
+    int64_t shape[FM_ST_MAX_DIMS];
 } fm_st_entry;
 
 uint64_t fm_st_entry_bytes(const fm_st_entry *e);
-void     fm_st_entries_sort(fm_st_entry *e, int64_t n);
+void fm_st_entries_sort(fm_st_entry *e, int64_t n);
 
 /* The length prefix and the padded header of entries e[0..n) in that order, with __metadata__ from meta (n_meta
  * key/value pairs, meta[2i] the key, meta[2i + 1] the value; none when n_meta is 0). *out is malloc'd; *out_len
@@ -29,21 +29,21 @@ fm_status fm_st_header_build(const fm_st_entry *e, int64_t n, const char *const 
                              uint64_t *out_len, fm_error *err);
 
 typedef struct fm_st_writer {
-    FILE    *f;
-    char    *path, *tmp;
+    FILE *f;
+    char *path, *tmp;
     uint64_t data_len; /* bytes the header declares */
     uint64_t written;  /* data bytes written so far */
 } fm_st_writer;
 
 /* Creates PATH.partial and writes the header of e[0..n). */
-fm_status fm_st_writer_open(fm_st_writer *w, const char *path, const fm_st_entry *e, int64_t n,
-                            const char *const *meta, int32_t n_meta, fm_error *err);
+fm_status fm_st_writer_open(fm_st_writer *w, const char *path, const fm_st_entry *e, int64_t n, const char *const *meta,
+                            int32_t n_meta, fm_error *err);
 /* Appends bytes of the data region (the tensors in entry order; any split of their bytes). */
 fm_status fm_st_writer_write(fm_st_writer *w, const void *data, uint64_t n, fm_error *err);
 /* Checks that every declared byte was written, flushes, and renames PATH.partial to PATH. On failure the partial
  * file is removed. */
 fm_status fm_st_writer_close(fm_st_writer *w, fm_error *err);
 /* Removes the partial file (after an error elsewhere); harmless on a closed or zeroed writer. */
-void      fm_st_writer_abort(fm_st_writer *w);
+void fm_st_writer_abort(fm_st_writer *w);
 
 #endif

@@ -9,12 +9,12 @@
 #include "util/status.h"
 
 typedef struct binder {
-    const fm_config      *cfg;
-    const fm_st_set      *set;
-    fm_error             *err;
-    const fm_st_tensor  **used; /* every tensor bound, with repeats */
-    int64_t               n_used, cap_used;
-    int64_t               n_params;
+    const fm_config *cfg;
+    const fm_st_set *set;
+    fm_error *err;
+    const fm_st_tensor **used; /* every tensor bound, with repeats */
+    int64_t n_used, cap_used;
+    int64_t n_params;
 } binder;
 
 const char *fm_expert_layout_name(fm_expert_layout l) {
@@ -46,7 +46,8 @@ fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
 
 static void shape_str(char *buf, size_t n, int n_dims, const int64_t *shape) {
     size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < n_dims && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    for (int i = 0; i < n_dims && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
@@ -67,9 +68,9 @@ static fm_status need(binder *b, const char *name, int n_dims, const int64_t *sh
     const fm_st_tensor *t = fm_st_find(b->set, name);
     if (!t) return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' (%s) is missing from the checkpoint", name, role);
     if (t->dtype == FM_DTYPE_F8_E4M3)
-        return fm_fail(b->err, FM_ERR_UNSUPPORTED,
-                       "tensor '%s' is F8_E4M3: pre-quantized FP8 checkpoints (with their scales) are not supported yet",
-                       name);
+        return fm_fail(
+            b->err, FM_ERR_UNSUPPORTED,
+            "tensor '%s' is F8_E4M3: pre-quantized FP8 checkpoints (with their scales) are not supported yet", name);
     if (t->dtype != FM_DTYPE_F32 && t->dtype != FM_DTYPE_F16 && t->dtype != FM_DTYPE_BF16)
         return fm_fail(b->err, FM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; weights must be F32, F16 or BF16", name,
                        fm_dtype_name(t->dtype));
@@ -100,7 +101,8 @@ static fm_status need_view(binder *b, fm_wsrc *w, const char *role, int n_dims, 
 
 static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...)
     FM_PRINTF(6, 7);
-static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt, ...) {
+static fm_status need_matrix(binder *b, fm_wsrc *w, const char *role, int64_t rows, int64_t cols, const char *fmt,
+                             ...) {
     char name[512];
     va_list ap;
     va_start(ap, fmt);
@@ -133,8 +135,7 @@ static fm_status check_weight_shape(binder *b, const char *module, int64_t N, in
         int32_t v32[2];
         memcpy(v32, t->data, 8);
         v[0] = v32[0], v[1] = v32[1];
-    } else
-        return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' must be an I32 or I64 vector of 2 elements", name);
+    } else return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' must be an I32 or I64 vector of 2 elements", name);
     if (v[0] != N || v[1] != K)
         return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s' says [%lld, %lld]; the model config needs [%lld, %lld]",
                        name, (long long)v[0], (long long)v[1], (long long)N, (long long)K);
@@ -158,14 +159,16 @@ static fm_status need_linear(binder *b, fm_wsrc *w, const char *role, int64_t ro
     snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
     bool quantized = fm_qsrc_present(qc, module, find_in_set, b->set);
     if (qc->method == FM_QUANT_CT_PACKED) {
-        bool      ignored = false;
-        fm_status ist     = fm_quant_config_ignores(qc, module, &ignored, b->err);
+        bool ignored = false;
+        fm_status ist = fm_quant_config_ignores(qc, module, &ignored, b->err);
         if (ist) return ist;
         if (ignored && quantized)
             return fm_fail(b->err, FM_ERR_FORMAT, "'%s' is in quantization_config.ignore but stored quantized", module);
         if (!ignored && !quantized)
-            return fm_fail(b->err, FM_ERR_FORMAT, "tensor '%s.weight_packed' (%s) is missing: the module is not in "
-                           "quantization_config.ignore, so it must be stored quantized", module, role);
+            return fm_fail(b->err, FM_ERR_FORMAT,
+                           "tensor '%s.weight_packed' (%s) is missing: the module is not in "
+                           "quantization_config.ignore, so it must be stored quantized",
+                           module, role);
     }
     if (!quantized) return need_matrix(b, w, role, rows, cols, "%s", name);
     *w = (fm_wsrc){.rows = rows, .cols = cols};
@@ -192,8 +195,8 @@ static bool has_linear(const binder *b, const char *module) {
 }
 
 /* Views [E] of [rows, cols] into a 3-D bank [E, rows_total, cols], starting at row `row0` of each expert. */
-static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t rows_total, int64_t row0,
-                       int64_t rows, int64_t cols) {
+static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t rows_total, int64_t row0, int64_t rows,
+                       int64_t cols) {
     for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}, {0}};
 }
 
@@ -205,14 +208,17 @@ static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_l
     for (int i = 0; i < 3 && names->moe_prefixes[i]; i++) {
         snprintf(pre, sizeof pre, names->moe_prefixes[i], l);
         snprintf(module, sizeof module, "%s.gate", pre);
-        if (has_linear(b, module)) { prefix = names->moe_prefixes[i]; break; }
+        if (has_linear(b, module)) {
+            prefix = names->moe_prefixes[i];
+            break;
+        }
     }
     snprintf(pre, sizeof pre, prefix ? prefix : names->moe_prefixes[0], l);
     fm_status st;
     if ((st = need_linear(b, &L->router, "router", E, H, "%s.gate.weight", pre))) return st;
 
     L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
-    L->expert_up   = calloc((size_t)E, sizeof(fm_wsrc));
+    L->expert_up = calloc((size_t)E, sizeof(fm_wsrc));
     L->expert_down = calloc((size_t)E, sizeof(fm_wsrc));
     if (!L->expert_gate || !L->expert_up || !L->expert_down)
         return fm_fail(b->err, FM_ERR_NOMEM, "out of memory binding layer %d experts", l);
@@ -222,9 +228,12 @@ static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_l
     if (has_linear(b, name)) {
         L->layout = FM_EXPERTS_PER_EXPERT;
         for (int64_t e = 0; e < E; e++) {
-            if ((st = need_linear(b, &L->expert_gate[e], "expert gate", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, g)) ||
-                (st = need_linear(b, &L->expert_up[e], "expert up", I, H, "%s.experts.%lld.%s.weight", pre, (long long)e, u)) ||
-                (st = need_linear(b, &L->expert_down[e], "expert down", H, I, "%s.experts.%lld.%s.weight", pre, (long long)e, d)))
+            if ((st = need_linear(b, &L->expert_gate[e], "expert gate", I, H, "%s.experts.%lld.%s.weight", pre,
+                                  (long long)e, g)) ||
+                (st = need_linear(b, &L->expert_up[e], "expert up", I, H, "%s.experts.%lld.%s.weight", pre,
+                                  (long long)e, u)) ||
+                (st = need_linear(b, &L->expert_down[e], "expert down", H, I, "%s.experts.%lld.%s.weight", pre,
+                                  (long long)e, d)))
                 return st;
         }
         return FM_OK;
@@ -254,8 +263,8 @@ static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_l
             char un[512], dn[512];
             snprintf(un, sizeof un, "%s.experts.%s%s", pre, u, suffixes[s]);
             snprintf(dn, sizeof dn, "%s.experts.%s%s", pre, d, suffixes[s]);
-            if ((st = need(b, name, 3, sg, "expert gate bank", &gt)) || (st = need(b, un, 3, sg, "expert up bank", &ut)) ||
-                (st = need(b, dn, 3, sd, "expert down bank", &dt)))
+            if ((st = need(b, name, 3, sg, "expert gate bank", &gt)) ||
+                (st = need(b, un, 3, sg, "expert up bank", &ut)) || (st = need(b, dn, 3, sd, "expert down bank", &dt)))
                 return st;
             L->layout = FM_EXPERTS_SPLIT_3D;
             bank_views(L->expert_gate, gt, E, I, 0, I, H);
@@ -267,7 +276,8 @@ static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_l
     }
     return fm_fail(b->err, FM_ERR_FORMAT,
                    "layer %d: no expert weights found (looked for %s.experts.0.%s.weight, %s.experts.gate_up_proj, "
-                   "%s.experts.%s)", l, pre, g, pre, pre, g);
+                   "%s.experts.%s)",
+                   l, pre, g, pre, pre, g);
 }
 
 static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {
@@ -284,9 +294,8 @@ static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_lay
         (st = need_linear(b, &L->o, "o_proj", H, nq, NAME("self_attn.o_proj.weight"), l)) ||
         (st = need_vector(b, &L->ffn_norm, "post_attention_layernorm", H, NAME("post_attention_layernorm.weight"), l)))
         return st;
-    if (c->qk_norm &&
-        ((st = need_vector(b, &L->q_norm, "q_norm", hd, NAME("self_attn.q_norm.weight"), l)) ||
-         (st = need_vector(b, &L->k_norm, "k_norm", hd, NAME("self_attn.k_norm.weight"), l))))
+    if (c->qk_norm && ((st = need_vector(b, &L->q_norm, "q_norm", hd, NAME("self_attn.q_norm.weight"), l)) ||
+                       (st = need_vector(b, &L->k_norm, "k_norm", hd, NAME("self_attn.k_norm.weight"), l))))
         return st;
     L->is_moe = c->layer_is_moe[l];
     if (L->is_moe) return bind_experts(b, l, names, L);
@@ -300,7 +309,7 @@ static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_lay
 }
 
 static int cmp_ptr(const void *a, const void *b) {
-    uintptr_t x = (uintptr_t)*(const void *const *)a, y = (uintptr_t)*(const void *const *)b;
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
     return (x > y) - (x < y);
 }
 
@@ -323,8 +332,7 @@ static bool all_native_layout(const fm_model_src *m) {
             for (int32_t e = 0; ok && e < m->cfg.n_experts; e++)
                 ok = native_one(&L->expert_gate[e], &n) && native_one(&L->expert_up[e], &n) &&
                      native_one(&L->expert_down[e], &n);
-        else if (ok)
-            ok = native_one(&L->mlp_gate, &n) && native_one(&L->mlp_up, &n) && native_one(&L->mlp_down, &n);
+        else if (ok) ok = native_one(&L->mlp_gate, &n) && native_one(&L->mlp_up, &n) && native_one(&L->mlp_down, &n);
     }
     return ok && n > 0;
 }

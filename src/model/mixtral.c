@@ -5,7 +5,7 @@
 
 static const fm_arch_names mixtral = {
     .moe_prefixes = {"model.layers.%d.block_sparse_moe", "model.layers.%d.mlp", NULL},
-    .expert_part  = {"w1", "w3", "w2"},
+    .expert_part = {"w1", "w3", "w2"},
 };
 
 const fm_arch_names *fm_mixtral_names(void) { return &mixtral; }

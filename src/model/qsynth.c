@@ -24,8 +24,8 @@ static bool add_tensor(fm_qsynth *q, int i, const char *name, fm_dtype dt, int64
     snprintf(q->names[i], sizeof q->names[i], "m.%s", name);
     const size_t bytes = (size_t)(d0 * d1) * (size_t)fm_dtype_size(dt);
     if (!(q->data[i] = calloc(bytes ? bytes : 1, 1))) return false;
-    q->t[i] = (fm_st_tensor){.name = q->names[i], .dtype = dt, .n_dims = 2, .n_elements = d0 * d1,
-                             .data = q->data[i], .nbytes = bytes};
+    q->t[i] = (fm_st_tensor){
+        .name = q->names[i], .dtype = dt, .n_dims = 2, .n_elements = d0 * d1, .data = q->data[i], .nbytes = bytes};
     q->t[i].shape[0] = d0, q->t[i].shape[1] = d1;
     return true;
 }
@@ -35,8 +35,8 @@ static bool add_tensor(fm_qsynth *q, int i, const char *name, fm_dtype dt, int64
 static bool pack_int4_asym(const float *w, int64_t N, int64_t K, fm_qsynth *q) {
     const int64_t ng = fm_int4_n_groups(K, GROUP), KW = (K + 7) / 8;
     const fm_int4_params p = {GROUP, false, FM_SCALE_F16};
-    int8_t  *codes = malloc((size_t)(N * K));
-    float   *sc = malloc((size_t)(N * ng) * sizeof *sc);
+    int8_t *codes = malloc((size_t)(N * K));
+    float *sc = malloc((size_t)(N * ng) * sizeof *sc);
     uint8_t *zp = malloc((size_t)(N * ng));
     bool ok = codes && sc && zp && add_tensor(q, 0, "weight_packed", FM_DTYPE_I32, N, KW) &&
               add_tensor(q, 1, "weight_scale", FM_DTYPE_F16, N, ng) &&
@@ -60,12 +60,14 @@ static bool pack_int4_asym(const float *w, int64_t N, int64_t K, fm_qsynth *q) {
 /* block-FP8: weight F8_E4M3 [N, K], weight_scale_inv F32 [N/128, K/128], scale = amax / 448 per block */
 static bool pack_fp8_block(const float *w, int64_t N, int64_t K, fm_qsynth *q) {
     const int64_t nb = (N + GROUP - 1) / GROUP, kb = (K + GROUP - 1) / GROUP;
-    if (!add_tensor(q, 0, "weight", FM_DTYPE_F8_E4M3, N, K) || !add_tensor(q, 1, "weight_scale_inv", FM_DTYPE_F32, nb, kb))
+    if (!add_tensor(q, 0, "weight", FM_DTYPE_F8_E4M3, N, K) ||
+        !add_tensor(q, 1, "weight_scale_inv", FM_DTYPE_F32, nb, kb))
         return false;
     float *s = (float *)q->data[1];
     for (int64_t bi = 0; bi < nb; bi++)
         for (int64_t bk = 0; bk < kb; bk++) {
-            const int64_t n1 = (bi + 1) * GROUP < N ? (bi + 1) * GROUP : N, k1 = (bk + 1) * GROUP < K ? (bk + 1) * GROUP : K;
+            const int64_t n1 = (bi + 1) * GROUP < N ? (bi + 1) * GROUP : N,
+                          k1 = (bk + 1) * GROUP < K ? (bk + 1) * GROUP : K;
             float amax = 0.0f;
             for (int64_t n = bi * GROUP; n < n1; n++)
                 for (int64_t k = bk * GROUP; k < k1; k++) amax = fmaxf(amax, fabsf(w[n * K + k]));
@@ -81,15 +83,16 @@ fm_status fm_qsynth_make(const fm_wsrc *w, fm_qsynth_kind kind, fm_qsynth *q, fm
     memset(q, 0, sizeof *q);
     const int64_t N = w->rows, K = w->cols;
     float *f = malloc((size_t)(N * K) * sizeof *f);
-    if (!f) return fm_fail(err, FM_ERR_NOMEM, "out of memory quantizing a [%lld, %lld] linear", (long long)N, (long long)K);
+    if (!f)
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory quantizing a [%lld, %lld] linear", (long long)N, (long long)K);
     fm_status st = fm_wsrc_read(w, f, err);
     if (!st && !(kind == FM_QSYNTH_INT4_ASYM ? pack_int4_asym(f, N, K, q) : pack_fp8_block(f, N, K, q)))
         st = fm_fail(err, FM_ERR_NOMEM, "out of memory quantizing a [%lld, %lld] linear", (long long)N, (long long)K);
     free(f);
-    const fm_quant_config qc = kind == FM_QSYNTH_INT4_ASYM
-                                   ? (fm_quant_config){.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = GROUP}
-                                   : (fm_quant_config){.method = FM_QUANT_FP8_BLOCK, .bits = 8, .group_size = GROUP,
-                                                       .block_n = GROUP};
+    const fm_quant_config qc =
+        kind == FM_QSYNTH_INT4_ASYM
+            ? (fm_quant_config){.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = GROUP}
+            : (fm_quant_config){.method = FM_QUANT_FP8_BLOCK, .bits = 8, .group_size = GROUP, .block_n = GROUP};
     if (!st) st = fm_qsrc_bind(&qc, "m", N, K, find_in, q, &q->src.q, err);
     q->src.rows = N, q->src.cols = K;
     if (st) fm_qsynth_free(q);

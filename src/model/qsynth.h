@@ -15,14 +15,14 @@ typedef enum fm_qsynth_kind { FM_QSYNTH_INT4_ASYM, FM_QSYNTH_FP8_BLOCK } fm_qsyn
 /* One linear: its tensors (owned) and the bound source (src.q points into them). */
 typedef struct fm_qsynth {
     fm_st_tensor t[3];
-    char         names[3][40];
-    uint8_t     *data[3];
-    fm_wsrc      src;
+    char names[3][40];
+    uint8_t *data[3];
+    fm_wsrc src;
 } fm_qsynth;
 
 /* Quantizes the float view w ([rows, cols], read with fm_wsrc_read) into q. q must stay where it is while it is
  * used: q->src.q points at its tensors. */
 fm_status fm_qsynth_make(const fm_wsrc *w, fm_qsynth_kind kind, fm_qsynth *q, fm_error *err);
-void      fm_qsynth_free(fm_qsynth *q);
+void fm_qsynth_free(fm_qsynth *q);
 
 #endif

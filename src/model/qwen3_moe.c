@@ -7,7 +7,7 @@
 
 static const fm_arch_names qwen3_moe = {
     .moe_prefixes = {"model.layers.%d.mlp", NULL, NULL},
-    .expert_part  = {"gate_proj", "up_proj", "down_proj"},
+    .expert_part = {"gate_proj", "up_proj", "down_proj"},
 };
 
 const fm_arch_names *fm_qwen3_moe_names(void) { return &qwen3_moe; }

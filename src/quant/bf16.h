@@ -4,14 +4,14 @@
 
 #include <stdint.h>
 
-float    fm_bf16_to_f32(uint16_t h);
+float fm_bf16_to_f32(uint16_t h);
 uint16_t fm_f32_to_bf16(float f);
 /* f rounded to the nearest bf16 value, returned as fp32 */
-float    fm_round_bf16(float f);
-void     fm_round_bf16_array(float *x, int64_t n);
+float fm_round_bf16(float f);
+void fm_round_bf16_array(float *x, int64_t n);
 
-float    fm_f16_to_f32(uint16_t h);
+float fm_f16_to_f32(uint16_t h);
 uint16_t fm_f32_to_f16(float f); /* RNE; overflow -> inf; subnormals kept */
-float    fm_round_f16(float f);
+float fm_round_f16(float f);
 
 #endif

@@ -49,10 +49,8 @@ float fm_e8m0_to_f32(uint8_t e) {
 }
 
 static inline void put_nibble(uint8_t *packed, int64_t i, uint8_t code) {
-    if (i & 1)
-        packed[i >> 1] = (uint8_t)(packed[i >> 1] | (code << 4));
-    else
-        packed[i >> 1] = code; /* the even element writes the whole byte, so a lone last nibble pairs with 0 */
+    if (i & 1) packed[i >> 1] = (uint8_t)(packed[i >> 1] | (code << 4));
+    else packed[i >> 1] = code; /* the even element writes the whole byte, so a lone last nibble pairs with 0 */
 }
 
 static inline uint8_t get_nibble(const uint8_t *packed, int64_t i) {

@@ -23,7 +23,7 @@
 #define FM_MX_BLOCK 32
 #define FM_NV_BLOCK 16
 
-float   fm_e2m1_to_f32(uint8_t code); /* low 4 bits used */
+float fm_e2m1_to_f32(uint8_t code); /* low 4 bits used */
 uint8_t fm_f32_to_e2m1(float f);
 
 float fm_e8m0_to_f32(uint8_t e); /* NaN for 0xFF */

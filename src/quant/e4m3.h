@@ -10,7 +10,7 @@
 /* Smallest activation scale: an all-zero group gets this scale and encodes to zeros, never NaN. */
 #define FM_ACT_SCALE_FLOOR 1e-12f
 
-float   fm_e4m3_to_f32(uint8_t code);
+float fm_e4m3_to_f32(uint8_t code);
 uint8_t fm_f32_to_e4m3(float f);
 
 /* Activation quantization in 1 x group blocks along K (the fp8 preset uses group = 128):

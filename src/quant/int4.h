@@ -18,8 +18,8 @@
 typedef enum fm_scale_dtype { FM_SCALE_BF16, FM_SCALE_F16 } fm_scale_dtype;
 
 typedef struct fm_int4_params {
-    int32_t        group;      /* 32, 64 or 128 */
-    bool           symmetric;
+    int32_t group; /* 32, 64 or 128 */
+    bool symmetric;
     fm_scale_dtype scale_dtype;
 } fm_int4_params;
 
@@ -27,8 +27,8 @@ static inline int64_t fm_int4_n_groups(int64_t K, int32_t group) { return (K + g
 
 /* q is [rows, K] (sym: -8..7, asym: 0..15); scales is [rows, n_groups] (values exactly representable in
  * the scale dtype); zeros is [rows, n_groups] (asym only; may be NULL when symmetric). */
-void fm_int4_quantize(const float *w, int64_t rows, int64_t K, const fm_int4_params *p,
-                      int8_t *q, float *scales, uint8_t *zeros);
+void fm_int4_quantize(const float *w, int64_t rows, int64_t K, const fm_int4_params *p, int8_t *q, float *scales,
+                      uint8_t *zeros);
 void fm_int4_dequantize(const int8_t *q, const float *scales, const uint8_t *zeros, int64_t rows, int64_t K,
                         const fm_int4_params *p, float *w);
 

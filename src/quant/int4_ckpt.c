@@ -108,8 +108,7 @@ fm_status fm_qsrc_bind(const fm_quant_config *qc, const char *module, int64_t N,
         if ((zeros || !qc->sym) &&
             (st = expect(zeros, module, nm.zeros, "zero points packed along N", false, ng, N / 8, 2, err)))
             return st;
-        if (!gptq || !qc->act_order)
-            g_idx = NULL; /* GPTQ without desc_act: groups are k / G, g_idx unused */
+        if (!gptq || !qc->act_order) g_idx = NULL; /* GPTQ without desc_act: groups are k / G, g_idx unused */
         else if (!g_idx)
             return fm_fail(err, FM_ERR_FORMAT,
                            "tensor '%s.%s' (act-order group index) is missing: the config says "
@@ -158,8 +157,7 @@ static fm_status decode_g_idx(const fm_qsrc *q, fm_int4_ckpt *c, fm_error *err) 
         if (g < 0 || g >= ng)
             st = fm_fail(err, FM_ERR_FORMAT, "tensor '%s': g_idx[%lld] = %d is outside the %lld groups [0, %lld)",
                          q->g_idx->name, (long long)k, g, (long long)ng, (long long)ng);
-        else
-            count[g]++, c->g_idx[k] = g;
+        else count[g]++, c->g_idx[k] = g;
     }
     /* every group holds exactly G channels, as GPTQ's act-order assigns them: sorted by g_idx, the groups are the
        contiguous blocks of G the int4 bank stores */

@@ -9,8 +9,9 @@
  * pack-quantized: weight_packed I32 [N, ceil(K/8)], k = 8j + i at bits 4i of word j, storing the signed q + 8;
  * weight_scale [N, K/G]; weight_zero_point I32 [ceil(N/8), K/G] packed along dim 0 (n = 8r + i at bits 4i of row r),
  * signed zero + 8 (asymmetric only; symmetric z = 8); weight_g_idx I32 [K] when present (actorder "group"). (q - zp) *
- * s with both offset by 8 is (u - z) * s. G must divide K (the scale tensors have exactly K/G groups), except in compressed-tensors, whose
- * ceil(K/G) groups end with a partial one; group -1 in a config is G = K. In the v1 format a stored zero nibble of 15 reads as zero 16 (GPTQ's off-by-one), so z is in 0..16.
+ * s with both offset by 8 is (u - z) * s. G must divide K (the scale tensors have exactly K/G groups), except in
+ * compressed-tensors, whose ceil(K/G) groups end with a partial one; group -1 in a config is G = K. In the v1 format a
+ * stored zero nibble of 15 reads as zero 16 (GPTQ's off-by-one), so z is in 0..16.
  */
 #ifndef FM_QUANT_INT4_CKPT_H
 #define FM_QUANT_INT4_CKPT_H

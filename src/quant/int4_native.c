@@ -54,8 +54,9 @@ fm_native_int4 fm_qsrc_native_int4(const fm_qsrc *q, int64_t N, int64_t K) {
 fm_status fm_int4_ckpt_check_symmetric(const fm_int4_ckpt *c, const char *label, const char *tensor, fm_error *err) {
     for (int64_t e = 0; e < c->N * c->n_groups; e++)
         if (c->zeros[e] != 8)
-            return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: %s has zero point %d at row %lld, group %lld; an int4-g128 "
-                           "bank is symmetric (zero 8)", label, tensor, c->zeros[e], (long long)(e / c->n_groups),
-                           (long long)(e % c->n_groups));
+            return fm_fail(err, FM_ERR_UNSUPPORTED,
+                           "%s: %s has zero point %d at row %lld, group %lld; an int4-g128 "
+                           "bank is symmetric (zero 8)",
+                           label, tensor, c->zeros[e], (long long)(e / c->n_groups), (long long)(e % c->n_groups));
     return FM_OK;
 }

@@ -16,10 +16,10 @@
 #define FM_NATIVE_GROUP 128
 
 typedef enum fm_native_int4 {
-    FM_NATIVE_NO,        /* not our format: int4-zp */
-    FM_NATIVE_MINUS8,    /* our format with some code -8 (u = 0): int4-g128, but not the tensor-core layout, which
-                            holds -7..7 only (our quantizer never makes -8; other quantizers do) */
-    FM_NATIVE_YES,       /* our format, codes -7..7: int4-g128 and int4-g128-tc */
+    FM_NATIVE_NO,     /* not our format: int4-zp */
+    FM_NATIVE_MINUS8, /* our format with some code -8 (u = 0): int4-g128, but not the tensor-core layout, which
+                         holds -7..7 only (our quantizer never makes -8; other quantizers do) */
+    FM_NATIVE_YES,    /* our format, codes -7..7: int4-g128 and int4-g128-tc */
 } fm_native_int4;
 
 /* What the tensors' metadata says (format, dtypes, group, g_idx), without reading values: the necessary part. */

@@ -72,8 +72,8 @@ fm_status fm_read_regular(const char *path, const char *what, size_t max_bytes, 
                           fm_error *err) {
     fm_path_buf pb;
     *data = NULL;
-    *len  = 0;
-    int       fd = -1;
+    *len = 0;
+    int fd = -1;
     fm_status st = fm_open_regular(path, what, &fd, NULL, err);
     if (st) return st;
     struct stat sb;
@@ -82,8 +82,8 @@ fm_status fm_read_regular(const char *path, const char *what, size_t max_bytes, 
         return fm_fail(err, FM_ERR_FORMAT, "%s: unreadable or larger than %zu bytes (%s)", fm_path_show(&pb, path),
                        max_bytes, what);
     }
-    const size_t n   = (size_t)sb.st_size;
-    char        *buf = fm_malloc(n + 1, err, what);
+    const size_t n = (size_t)sb.st_size;
+    char *buf = fm_malloc(n + 1, err, what);
     if (!buf) {
         close(fd);
         return FM_ERR_NOMEM;
@@ -96,15 +96,15 @@ fm_status fm_read_regular(const char *path, const char *what, size_t max_bytes, 
             const int e = errno;
             free(buf);
             close(fd);
-            return fm_fail(err, FM_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", fm_path_show(&pb, path), got, n,
-                           r < 0 ? strerror(e) : "unexpected end of file");
+            return fm_fail(err, FM_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", fm_path_show(&pb, path), got,
+                           n, r < 0 ? strerror(e) : "unexpected end of file");
         }
         got += (size_t)r;
     }
     close(fd);
     buf[n] = '\0';
-    *data  = buf;
-    *len   = n;
+    *data = buf;
+    *len = n;
     return FM_OK;
 }
 
@@ -116,6 +116,8 @@ fm_status fm_check_output_path(const char *path, fm_error *err) {
     if (S_ISREG(sb.st_mode)) return FM_OK;
     if (S_ISDIR(sb.st_mode))
         return fm_fail(err, FM_ERR_IO, "%s: is a directory, expected an output file name", fm_path_show(&pb, path));
-    return fm_fail(err, FM_ERR_IO, "%s: not a regular file (%s); an output must be absent or a regular file, which "
-                   "is replaced", fm_path_show(&pb, path), fm_file_kind(sb.st_mode));
+    return fm_fail(err, FM_ERR_IO,
+                   "%s: not a regular file (%s); an output must be absent or a regular file, which "
+                   "is replaced",
+                   fm_path_show(&pb, path), fm_file_kind(sb.st_mode));
 }

@@ -79,10 +79,10 @@ void fm_logits_compare(const float *ref, const float *x, int64_t T, int32_t V, f
             kl += kt;
         }
     }
-    out->cosine       = (nr > 0 && nx > 0) ? dot / sqrt(nr * nx) : 0.0;
-    out->cosine_last  = (nr_last > 0 && nx_last > 0) ? dot_last / sqrt(nr_last * nx_last) : 0.0;
+    out->cosine = (nr > 0 && nx > 0) ? dot / sqrt(nr * nx) : 0.0;
+    out->cosine_last = (nr_last > 0 && nx_last > 0) ? dot_last / sqrt(nr_last * nx_last) : 0.0;
     out->argmax_agree = T > 0 ? (double)agree / (double)T : 0.0;
-    out->mean_kl      = T > 0 ? kl / (double)T : 0.0;
+    out->mean_kl = T > 0 ? kl / (double)T : 0.0;
     out->top5_overlap = T > 0 ? top / (double)T : 0.0;
     if (out->n_nonfinite) out->cosine = NAN, out->max_abs_err = INFINITY;
     if (!last_finite) out->cosine_last = NAN;
@@ -103,13 +103,13 @@ void fm_compare_summarize(const fm_compare *v, int n, fm_compare *mean, fm_compa
         mean->max_abs_ref += c->max_abs_ref, mean->argmax_agree += c->argmax_agree, mean->mean_kl += c->mean_kl;
         mean->top5_overlap += c->top5_overlap, mean->n_nonfinite += c->n_nonfinite;
         if (i == 0) continue;
-        worst->cosine       = worse_low(worst->cosine, c->cosine);
-        worst->cosine_last  = worse_low(worst->cosine_last, c->cosine_last);
+        worst->cosine = worse_low(worst->cosine, c->cosine);
+        worst->cosine_last = worse_low(worst->cosine_last, c->cosine_last);
         worst->argmax_agree = worse_low(worst->argmax_agree, c->argmax_agree);
         worst->top5_overlap = worse_low(worst->top5_overlap, c->top5_overlap);
-        worst->max_abs_err  = worse_high(worst->max_abs_err, c->max_abs_err);
-        worst->max_abs_ref  = worse_high(worst->max_abs_ref, c->max_abs_ref);
-        worst->mean_kl      = worse_high(worst->mean_kl, c->mean_kl);
+        worst->max_abs_err = worse_high(worst->max_abs_err, c->max_abs_err);
+        worst->max_abs_ref = worse_high(worst->max_abs_ref, c->max_abs_ref);
+        worst->mean_kl = worse_high(worst->mean_kl, c->mean_kl);
         worst->n_nonfinite += c->n_nonfinite;
     }
     mean->cosine /= n, mean->cosine_last /= n, mean->max_abs_err /= n, mean->max_abs_ref /= n;

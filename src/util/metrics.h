@@ -6,14 +6,14 @@
 #include <stdint.h>
 
 typedef struct fm_compare {
-    double  cosine;        /* over all T x V logits, flattened */
-    double  cosine_last;   /* over the V logits of the last position only (what generation samples from) */
-    double  max_abs_err;   /* max |x - ref| */
-    double  max_abs_ref;   /* max |ref| (for relative bounds) */
-    double  argmax_agree;  /* fraction of positions whose argmax matches */
-    double  mean_kl;       /* mean over positions of KL(softmax(ref) || softmax(x)), nats */
-    double  top5_overlap;  /* mean over positions of |top5(ref) & top5(x)| / 5 (top-V when V < 5) */
-    int64_t n_nonfinite;   /* NaN/Inf in x */
+    double cosine;       /* over all T x V logits, flattened */
+    double cosine_last;  /* over the V logits of the last position only (what generation samples from) */
+    double max_abs_err;  /* max |x - ref| */
+    double max_abs_ref;  /* max |ref| (for relative bounds) */
+    double argmax_agree; /* fraction of positions whose argmax matches */
+    double mean_kl;      /* mean over positions of KL(softmax(ref) || softmax(x)), nats */
+    double top5_overlap; /* mean over positions of |top5(ref) & top5(x)| / 5 (top-V when V < 5) */
+    int64_t n_nonfinite; /* NaN/Inf in x */
 } fm_compare;
 
 void fm_logits_compare(const float *ref, const float *x, int64_t T, int32_t V, fm_compare *out);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-static int  on_terminal = -1; /* isatty(stderr), asked once */
+static int on_terminal = -1; /* isatty(stderr), asked once */
 static bool line_open;
 
 void fm_progress(const char *fmt, ...) {

@@ -56,7 +56,8 @@ float *gpu_fetch(fm_backend *be, void *base, int64_t n, const char *what) {
     fm_error err;
     assert_int_equal(be->ops->sync(be, &err), FM_OK);
     for (int64_t i = 0; i < G; i++)
-        if (!isnan(all[i]) || !isnan(all[n + G + i])) fail_msg("%s (%s): write outside the output", what, be->ops->name);
+        if (!isnan(all[i]) || !isnan(all[n + G + i]))
+            fail_msg("%s (%s): write outside the output", what, be->ops->name);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(all[G + i]))
             fail_msg("%s (%s): output %lld not written or not finite", what, be->ops->name, (long long)i);
@@ -69,8 +70,12 @@ float *gpu_fetch(fm_backend *be, void *base, int64_t n, const char *what) {
 
 fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt, bool gate_up) {
     /* the tensor and views only need to live through bank_create, which copies (and converts) synchronously */
-    fm_st_tensor t = {.name = "test.weight", .dtype = FM_DTYPE_F32, .n_dims = 1, .n_elements = n * rows * cols,
-                      .data = (const uint8_t *)w, .nbytes = (uint64_t)(n * rows * cols) * 4};
+    fm_st_tensor t = {.name = "test.weight",
+                      .dtype = FM_DTYPE_F32,
+                      .n_dims = 1,
+                      .n_elements = n * rows * cols,
+                      .data = (const uint8_t *)w,
+                      .nbytes = (uint64_t)(n * rows * cols) * 4};
     t.shape[0] = n * rows * cols;
     fm_wsrc *views = malloc((size_t)n * sizeof *views);
     for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
@@ -84,7 +89,8 @@ fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64
 
 double gpu_nerr(const float *x, const float *ref, int64_t n) {
     double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
+    for (int64_t i = 0; i < n; i++)
+        d += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]), r += (double)ref[i] * ref[i];
     return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 

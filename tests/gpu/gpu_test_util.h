@@ -14,7 +14,7 @@
  * kernel route runs through the same override a user has (tools/gpu-check.sh runs the programs once per route set).
  * gpu_test_args parses main's argv (prints the routes; exits 2 on anything else); gpu_test_routes returns them
  * joined "k=v,k=v" for fm_backend_create and fm_options.routes (NULL: none). */
-void        gpu_test_args(int argc, char **argv);
+void gpu_test_args(int argc, char **argv);
 const char *gpu_test_routes(void);
 
 /* a backend buffer holding x (rounded to the backend's activation dtype) */

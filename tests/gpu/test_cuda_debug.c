@@ -22,14 +22,14 @@ static void run_captured(int64_t M, int64_t K, const float *x, char *buf, size_t
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_plan_set_dense(&plan, FM_DENSE_W8A8);
     fm_backend *be = NULL;
-    fm_error    err;
+    fm_error err;
     if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &be, &err)) fail_msg("cuda backend: %s", err.msg);
     const int64_t N = 64;
     float *w = malloc((size_t)(N * K) * sizeof *w);
     for (int64_t i = 0; i < N * K; i++) w[i] = (float)((i * 7919) % 201 - 100) / 1000.0f;
     fm_bank *wb = gpu_bank(be, w, 1, N, K, FM_W_E4M3_PT, false);
     void *xd = gpu_upload(be, x, M * K), *yd = be->ops->alloc(be, (size_t)(M * N) * be->ops->act_size);
-    FILE     *tmp = tmpfile(); /* removed when closed */
+    FILE *tmp = tmpfile(); /* removed when closed */
     const int fd = tmp ? fileno(tmp) : -1, saved = dup(2);
     assert_true(fd >= 0 && saved >= 0);
     fflush(stderr);

@@ -32,7 +32,7 @@ static fm_model *load(const char *dir, fm_preset preset, bool w8a8, int32_t max_
     opt.backend = "cuda", opt.preset = preset, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
     opt.max_seqs = max_seqs, opt.ctx = 128, opt.max_tokens = 64, opt.routes = routes;
     fm_model *m = NULL;
-    fm_error  err;
+    fm_error err;
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
     return m;
 }
@@ -45,17 +45,17 @@ static double cosine(const float *a, const float *b, int64_t n) {
 
 static void cached_vs_prefill(const char *dir, fm_preset preset, double bound) {
     enum { N = 40, P = 17 };
-    fm_model     *m = load(dir, preset, false, 2, NULL);
+    fm_model *m = load(dir, preset, false, 2, NULL);
     const int32_t V = fm_model_vocab_size(m);
-    int32_t       ids[N], seqs[N], pos[N];
+    int32_t ids[N], seqs[N], pos[N];
     for (int i = 0; i < N; i++) ids[i] = (i * 37 + 11) % V, pos[i] = i;
-    float   *full = malloc((size_t)N * V * sizeof *full), *row = malloc((size_t)N * V * sizeof *row);
+    float *full = malloc((size_t)N * V * sizeof *full), *row = malloc((size_t)N * V * sizeof *row);
     fm_error err;
     assert_int_equal(fm_forward(m, ids, N, false, full, NULL, &err), FM_OK);
     fm_sampling sp;
     fm_sampling_init(&sp);
     int32_t seq;
-    double  worst = 1.0;
+    double worst = 1.0;
     assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
     assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
     m->kv->tables_dirty = true;
@@ -102,10 +102,10 @@ static void test_cached_steps(void **state) {
 }
 
 static void generate4(fm_model *m, int32_t V, fm_gen_output *out) {
-    int32_t        buf[4][20];
+    int32_t buf[4][20];
     const int32_t *prompts[4];
-    const int64_t  lens[4] = {20, 20, 20, 20};
-    fm_gen_params  gp[4];
+    const int64_t lens[4] = {20, 20, 20, 20};
+    fm_gen_params gp[4];
     for (int i = 0; i < 4; i++) {
         for (int t = 0; t < 20; t++) buf[i][t] = (t * 13 + i * 101 + 5) % V;
         prompts[i] = buf[i];
@@ -121,11 +121,11 @@ static void test_graphs_equal_launches(void **state) {
     (void)state;
     const struct {
         fm_preset p;
-        bool      w8a8;
+        bool w8a8;
     } cases[] = {{FM_PRESET_REF, false}, {FM_PRESET_FP8, false}, {FM_PRESET_FP8, true}, {FM_PRESET_REF32, false}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        fm_model     *g = load("tests/models/qwen3-moe-bf16", cases[c].p, cases[c].w8a8, 4, NULL);
-        fm_model     *e = load("tests/models/qwen3-moe-bf16", cases[c].p, cases[c].w8a8, 4, "decode.graphs=off");
+        fm_model *g = load("tests/models/qwen3-moe-bf16", cases[c].p, cases[c].w8a8, 4, NULL);
+        fm_model *e = load("tests/models/qwen3-moe-bf16", cases[c].p, cases[c].w8a8, 4, "decode.graphs=off");
         const int32_t V = fm_model_vocab_size(g);
         fm_gen_output a[4], b[4];
         generate4(g, V, a);
@@ -148,10 +148,10 @@ static bool golden(const char *dir, int32_t **prompt, int64_t *n_prompt, int32_t
     snprintf(path, sizeof path, "%s/golden_generate.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f) return false;
-    char  *text = malloc(1 << 20);
-    size_t n    = fread(text, 1, (1 << 20) - 1, f);
+    char *text = malloc(1 << 20);
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
     fclose(f);
-    text[n]     = '\0';
+    text[n] = '\0';
     cJSON *root = cJSON_Parse(text);
     free(text);
     assert_non_null(root);
@@ -166,27 +166,28 @@ static bool golden(const char *dir, int32_t **prompt, int64_t *n_prompt, int32_t
 
 static void test_golden_greedy(void **state) {
     (void)state;
-    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16", "tests/models/qwen3-moe-tied-f32",
-                          "tests/models/mixtral-f32-sharded", "models/tiny-code-moe"};
+    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
+                          "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
+                          "models/tiny-code-moe"};
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
     int found = 0;
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
         int32_t *prompt, *want;
-        int64_t  np, nw;
+        int64_t np, nw;
         if (!golden(dirs[d], &prompt, &np, &want, &nw)) continue;
         found++;
         for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
-            fm_model     *m = load(dirs[d], presets[p], false, 1, NULL);
+            fm_model *m = load(dirs[d], presets[p], false, 1, NULL);
             fm_gen_params gp;
             fm_gen_params_init(&gp);
             gp.max_tokens = nw;
-            fm_gen_output  o;
-            fm_error       err;
+            fm_gen_output o;
+            fm_error err;
             const int32_t *pr[1] = {prompt};
             if (fm_model_generate(m, pr, &np, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
             /* transformers returns an eos it stopped on; ours ends the output before it */
             const int64_t got = o.n + (o.finish == FM_FINISH_EOS);
-            int64_t       agree = 0;
+            int64_t agree = 0;
             while (agree < o.n && agree < nw && o.ids[agree] == want[agree]) agree++;
             if (o.finish == FM_FINISH_EOS && agree == o.n && agree < nw) agree++; /* the eos itself */
             printf("  %-34s %-5s greedy: %lld of %lld tokens as transformers\n", dirs[d], fm_preset_name(presets[p]),

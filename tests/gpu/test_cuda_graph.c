@@ -24,25 +24,23 @@
 #include "engine/engine.h"
 #include "io/ids.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+#define CK(call)                                                                                                       \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) fail_msg("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
     } while (0)
 
 #define MAX_T 64 /* tokens of each prompt: enough for several tiles of every kernel, quick to run */
 
 typedef struct plan_case {
     fm_preset preset;
-    fm_dense  dense;
+    fm_dense dense;
     const char *name;
 } plan_case;
 
 static const plan_case CASES[] = {
-    {FM_PRESET_REF, FM_DENSE_PRESET, "ref"},
-    {FM_PRESET_INT4, FM_DENSE_PRESET, "int4"},
-    {FM_PRESET_FP8, FM_DENSE_PRESET, "fp8"},
-    {FM_PRESET_FP8, FM_DENSE_W8A8, "fp8 --dense w8a8"},
+    {FM_PRESET_REF, FM_DENSE_PRESET, "ref"},     {FM_PRESET_INT4, FM_DENSE_PRESET, "int4"},
+    {FM_PRESET_FP8, FM_DENSE_PRESET, "fp8"},     {FM_PRESET_FP8, FM_DENSE_W8A8, "fp8 --dense w8a8"},
     {FM_PRESET_REF32, FM_DENSE_PRESET, "ref32"},
 };
 
@@ -50,8 +48,8 @@ static fm_model *load(const char *dir, const plan_case *c, int64_t max_tokens) {
     fm_options opt;
     fm_options_init(&opt);
     opt.backend = "cuda", opt.preset = c->preset, opt.dense = c->dense, opt.max_tokens = max_tokens;
-    fm_model *m   = NULL;
-    fm_error  err = {{0}};
+    fm_model *m = NULL;
+    fm_error err = {{0}};
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s (%s) on cuda: %s", dir, c->name, err.msg);
     return m;
 }
@@ -65,7 +63,7 @@ static int64_t first_difference(const float *a, const float *b, int64_t n) {
 
 static void graph_replays(const char *dir, const char *ids_file) {
     int32_t *ids = NULL;
-    int64_t  T   = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     if (fm_ids_read(ids_file, &ids, &T, &err)) fail_msg("%s", err.msg);
     if (T > MAX_T) T = MAX_T;
@@ -75,9 +73,10 @@ static void graph_replays(const char *dir, const char *ids_file) {
     for (int64_t t = 0; t < T; t++) other[t] = ids[T - 1 - t]; /* the same ids reversed: other logits */
     for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++) {
         const plan_case *c = &CASES[ci];
-        fm_model        *m = load(dir, c, T);
-        const int64_t    n = T * m->cfg.vocab_size;
-        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *g = malloc((size_t)n * sizeof *g);
+        fm_model *m = load(dir, c, T);
+        const int64_t n = T * m->cfg.vocab_size;
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b),
+              *g = malloc((size_t)n * sizeof *g);
         assert_true(a && b && g);
         if (fm_forward(m, ids, T, false, a, NULL, &err)) fail_msg("%s %s: forward: %s", dir, c->name, err.msg);
 
@@ -85,8 +84,8 @@ static void graph_replays(const char *dir, const char *ids_file) {
         if (!stream) fail_msg("%s %s: the backend has no CUDA stream", dir, c->name);
         if (fm_forward_stage(m, ids, T, &err)) fail_msg("%s %s: stage: %s", dir, c->name, err.msg);
         CK(cudaStreamSynchronize(stream)); /* the staging copy is done before the capture starts */
-        cudaGraph_t     graph = NULL;
-        cudaGraphExec_t exec  = NULL;
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
         CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
         fm_forward_device(m, T, false);
         CK(cudaStreamEndCapture(stream, &graph));
@@ -132,12 +131,12 @@ static void tiny_code_moe(void **s) {
 static void longer_prompt_refused(void **s) {
     (void)s;
     int32_t *ids = NULL;
-    int64_t  T   = 0;
+    int64_t T = 0;
     fm_error err = {{0}};
     if (fm_ids_read("tests/models/qwen3-moe-bf16/golden_ids.i32", &ids, &T, &err)) fail_msg("%s", err.msg);
     if (T > 16) T = 16;
-    fm_model *m      = load("tests/models/qwen3-moe-bf16", &CASES[0], T - 1);
-    float    *logits = malloc((size_t)(T * m->cfg.vocab_size) * sizeof *logits);
+    fm_model *m = load("tests/models/qwen3-moe-bf16", &CASES[0], T - 1);
+    float *logits = malloc((size_t)(T * m->cfg.vocab_size) * sizeof *logits);
     assert_non_null(logits);
     assert_int_equal(fm_model_logits(m, ids, T, logits, &err), FM_ERR_USAGE);
     printf("%s\n", err.msg);

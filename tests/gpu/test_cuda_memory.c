@@ -24,13 +24,13 @@
 #include "engine/memory_plan.h"
 #include "gpu_test_util.h"
 
-#define MiB             ((size_t)1 << 20)
-#define ROUNDING        (2 * MiB) /* the driver maps device memory in 2 MiB pages: at most this much per allocation */
-#define REUSED_SMALL    (8 * MiB) /* pages of freed small allocations the driver may keep mapped and hand out again */
+#define MiB ((size_t)1 << 20)
+#define ROUNDING (2 * MiB)     /* the driver maps device memory in 2 MiB pages: at most this much per allocation */
+#define REUSED_SMALL (8 * MiB) /* pages of freed small allocations the driver may keep mapped and hand out again */
 
 static size_t used_now(void) {
-    size_t   free_bytes = 0, total = 0;
-    fm_error err        = {{0}};
+    size_t free_bytes = 0, total = 0;
+    fm_error err = {{0}};
     if (fm_cuda_free_memory(&free_bytes, &total, &err)) fail_msg("%s", err.msg);
     return total - free_bytes;
 }
@@ -48,9 +48,9 @@ static const char *name_of(const source *src) { return src->dir ? src->dir : src
 
 /* the plan model.c checks: the loaded layers, lm_head as bound, FM_DEFAULT_MAX_TOKENS tokens */
 static void plan_of(const fm_model *m, fm_memory_plan *p) {
-    fm_config cfg           = m->cfg;
+    fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed;
-    fm_error err            = {{0}};
+    fm_error err = {{0}};
     if (fm_memory_plan_compute(&cfg, &m->plan, "cuda", m->n_layers, FM_DEFAULT_MAX_TOKENS, p, &err))
         fail_msg("plan: %s", err.msg);
 }
@@ -81,8 +81,8 @@ static size_t backend_overhead(fm_preset p) {
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
     const size_t before = used_now();
-    fm_backend  *be     = NULL;
-    fm_error     err    = {{0}};
+    fm_backend *be = NULL;
+    fm_error err = {{0}};
     if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &be, &err)) fail_msg("backend: %s", err.msg);
     const size_t after = used_now();
     be->ops->destroy(be);
@@ -97,14 +97,14 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
         opt.routes = gpu_test_routes();
         opt.backend = "cuda", opt.preset = presets[i];
         opt.dense = dense[i];
-        fm_model *m   = NULL;
-        fm_error  err = {{0}};
+        fm_model *m = NULL;
+        fm_error err = {{0}};
         if (warm_up) { /* CUDA context, cuBLAS, the conversion kernels' modules: not the model's memory */
             if (load(src, &opt, &m, &err)) fail_msg("load %s: %s", name_of(src), err.msg);
             fm_model_free(m);
         }
         const size_t overhead = backend_overhead(presets[i]);
-        const size_t before   = used_now();
+        const size_t before = used_now();
         if (load(src, &opt, &m, &err)) fail_msg("load %s: %s", name_of(src), err.msg);
         const size_t after = used_now();
         fm_memory_plan plan;
@@ -120,43 +120,50 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
         /* the load allocates the weights and, once, the forward pass's activations for max_tokens (12 buffers) and
            the whole workspace: the ops' scratch and cuBLAS's workspace (2 allocations, reserved after the banks) and,
            with --dense w8a8, cuBLASLt's (with the first e4m3-tensor bank) */
-        const size_t    resident = plan.weight_total + plan.activations + plan.workspace;
-        const long long delta    = (long long)after - (long long)before;
-        const size_t    slack    = (size_t)(plan.n_weight_allocs + 12 + 3) * ROUNDING + overhead + ROUNDING;
-        printf("%-32s %-4s weights + activations + workspace %12zu (plan) | device used +%lld (%+.2f MiB vs plan; bare backend "
+        const size_t resident = plan.weight_total + plan.activations + plan.workspace;
+        const long long delta = (long long)after - (long long)before;
+        const size_t slack = (size_t)(plan.n_weight_allocs + 12 + 3) * ROUNDING + overhead + ROUNDING;
+        printf("%-32s %-4s weights + activations + workspace %12zu (plan) | device used +%lld (%+.2f MiB vs plan; bare "
+               "backend "
                "%.2f MiB, %d allocations, slack %.1f MiB)\n",
                name_of(src), fm_preset_name(presets[i]), resident, delta,
                ((double)delta - (double)resident) / (double)MiB, (double)overhead / (double)MiB,
                plan.n_weight_allocs + 15, (double)slack / (double)MiB);
         if (delta + (long long)REUSED_SMALL < (long long)resident)
-            fail_msg("%s %s: device memory grew by %lld bytes, less than the plan's %zu bytes of weights, activations and workspace",
+            fail_msg("%s %s: device memory grew by %lld bytes, less than the plan's %zu bytes of weights, activations "
+                     "and workspace",
                      name_of(src), fm_preset_name(presets[i]), delta, resident);
         if (delta > (long long)(resident + slack))
-            fail_msg("%s %s: device memory grew by %lld bytes, more than the plan's %zu bytes of weights, activations and workspace "
-                     "+ %zu of rounding and backend", name_of(src), fm_preset_name(presets[i]), delta, resident, slack);
+            fail_msg("%s %s: device memory grew by %lld bytes, more than the plan's %zu bytes of weights, activations "
+                     "and workspace "
+                     "+ %zu of rounding and backend",
+                     name_of(src), fm_preset_name(presets[i]), delta, resident, slack);
         fm_model_free(m);
 
         /* a limit one byte short: refused before anything is allocated */
-        opt.vram_limit        = (int64_t)plan.peak - 1;
+        opt.vram_limit = (int64_t)plan.peak - 1;
         const size_t before_2 = used_now();
-        fm_status    st       = load(src, &opt, &m, &err);
-        const size_t after_2  = used_now();
-        if (st != FM_ERR_NOMEM) fail_msg("%s: --vram-limit %lld gave %s: %s", name_of(src), (long long)opt.vram_limit,
-                                         fm_status_name(st), err.msg);
+        fm_status st = load(src, &opt, &m, &err);
+        const size_t after_2 = used_now();
+        if (st != FM_ERR_NOMEM)
+            fail_msg("%s: --vram-limit %lld gave %s: %s", name_of(src), (long long)opt.vram_limit, fm_status_name(st),
+                     err.msg);
         assert_null(m);
         assert_non_null(strstr(err.msg, "--vram-limit"));
-        if (after_2 != before_2) fail_msg("%s: a refused load changed device memory by %lld bytes", name_of(src),
-                                          (long long)after_2 - (long long)before_2);
+        if (after_2 != before_2)
+            fail_msg("%s: a refused load changed device memory by %lld bytes", name_of(src),
+                     (long long)after_2 - (long long)before_2);
         /* exactly enough: loads */
         opt.vram_limit = (int64_t)plan.peak;
-        if (load(src, &opt, &m, &err)) fail_msg("%s: --vram-limit = the plan's peak %zu: %s", name_of(src), plan.peak, err.msg);
+        if (load(src, &opt, &m, &err))
+            fail_msg("%s: --vram-limit = the plan's peak %zu: %s", name_of(src), plan.peak, err.msg);
         fm_model_free(m);
     }
 }
 
 static void check_source(const source *src, bool warm_up) {
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
-    const fm_dense  dense[] = {FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_W8A8};
+    const fm_dense dense[] = {FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_W8A8};
     check_plans(src, warm_up, presets, dense, 5);
 }
 
@@ -167,7 +174,7 @@ static void prequantized(void **s) {
     const source act = {"tests/data/quant/gptq-v1-asym-actorder", NULL};
     check_source(&awq, true);
     const fm_preset fp8_only[] = {FM_PRESET_REF, FM_PRESET_FP8}, int4_only[] = {FM_PRESET_INT4};
-    const fm_dense  plain[] = {FM_DENSE_PRESET, FM_DENSE_PRESET};
+    const fm_dense plain[] = {FM_DENSE_PRESET, FM_DENSE_PRESET};
     check_plans(&blk, false, fp8_only, plain, 2);
     check_plans(&act, false, int4_only, plain, 1);
 }
@@ -211,8 +218,8 @@ static void qwen3_30b_a3b_on_8gib(void **s) {
     fm_options_init(&opt);
     opt.routes = gpu_test_routes();
     opt.backend = "cuda", opt.vram_limit = (int64_t)8 << 30;
-    fm_model    *m      = NULL;
-    fm_error     err    = {{0}};
+    fm_model *m = NULL;
+    fm_error err = {{0}};
     const size_t before = used_now();
     assert_int_equal(fm_model_load_synthetic("qwen3-30b-a3b", 0, &opt, &m, &err), FM_ERR_NOMEM);
     assert_int_equal(used_now(), before);
@@ -225,8 +232,9 @@ static void qwen3_30b_a3b_on_8gib(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tiny_code_moe),      cmocka_unit_test(qwen3_f32),          cmocka_unit_test(qwen3_tied_dense),
-        cmocka_unit_test(mixtral_sharded),    cmocka_unit_test(qwen3_30b_a3b_full), cmocka_unit_test(qwen3_30b_a3b_on_8gib),
+        cmocka_unit_test(tiny_code_moe),      cmocka_unit_test(qwen3_f32),
+        cmocka_unit_test(qwen3_tied_dense),   cmocka_unit_test(mixtral_sharded),
+        cmocka_unit_test(qwen3_30b_a3b_full), cmocka_unit_test(qwen3_30b_a3b_on_8gib),
         cmocka_unit_test(prequantized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,7 +27,7 @@ static float *run_dense(const char *dir, const char *backend, const char *plan_b
     opt.routes = gpu_test_routes();
     opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p, opt.dense = dense;
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fail_msg("load %s on %s: %s", dir, backend, err.msg);
     *V = fm_model_vocab_size(m);
@@ -45,7 +45,7 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
 
 static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
     int32_t *ids = NULL;
-    int64_t  T = 0;
+    int64_t T = 0;
     fm_error err;
     assert_int_equal(fm_ids_read(ids_file, &ids, &T, &err), FM_OK);
     if (T > max_tokens) T = max_tokens;
@@ -55,7 +55,7 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
     float *int4_gpu = NULL;
     for (int i = 0; i < 4; i++) {
         float *emul = run(dir, "cpu", "cuda", presets[i], ids, T, &V);
-        float *gpu  = run(dir, "cuda", NULL, presets[i], ids, T, &V);
+        float *gpu = run(dir, "cuda", NULL, presets[i], ids, T, &V);
         fm_compare ce, co;
         fm_logits_compare(emul, gpu, T, V, &ce);
         fm_logits_compare(oracle, gpu, T, V, &co);
@@ -66,7 +66,9 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
         assert_int_equal(ce.n_nonfinite, 0);
         assert_true(ce.cosine >= 0.999);
         assert_true(ce.argmax_agree >= 0.9);
-        assert_true(co.cosine >= (presets[i] == FM_PRESET_REF32 ? 0.99999 : presets[i] == FM_PRESET_REF ? 0.999 : 0.97));
+        assert_true(co.cosine >= (presets[i] == FM_PRESET_REF32 ? 0.99999
+                                  : presets[i] == FM_PRESET_REF ? 0.999
+                                                                : 0.97));
         if (presets[i] == FM_PRESET_REF32) assert_true(co.argmax_agree >= 0.99);
         if (presets[i] == FM_PRESET_FP8) { /* the gate: fp8 against the int4 baseline */
             fm_compare cb;
@@ -80,14 +82,15 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
     }
     /* fp8 with --dense w8a8: the dense projections through cuBLASLt FP8, against the same three */
     float *emul = run_dense(dir, "cpu", "cuda", FM_PRESET_FP8, FM_DENSE_W8A8, ids, T, &V);
-    float *gpu  = run_dense(dir, "cuda", NULL, FM_PRESET_FP8, FM_DENSE_W8A8, ids, T, &V);
+    float *gpu = run_dense(dir, "cuda", NULL, FM_PRESET_FP8, FM_DENSE_W8A8, ids, T, &V);
     fm_compare ce, co, cb;
     fm_logits_compare(emul, gpu, T, V, &ce);
     fm_logits_compare(oracle, gpu, T, V, &co);
     fm_logits_compare(int4_gpu, gpu, T, V, &cb);
-    printf("%-36s fp8 --dense w8a8 | vs cpu emulation: cos %.6f argmax %5.1f%% | vs fp32: cos %.6f argmax %5.1f%% KL %.3g | "
-           "vs int4: cos %.6f\n", dir, ce.cosine, 100 * ce.argmax_agree, co.cosine, 100 * co.argmax_agree, co.mean_kl,
-           cb.cosine);
+    printf("%-36s fp8 --dense w8a8 | vs cpu emulation: cos %.6f argmax %5.1f%% | vs fp32: cos %.6f argmax %5.1f%% KL "
+           "%.3g | "
+           "vs int4: cos %.6f\n",
+           dir, ce.cosine, 100 * ce.argmax_agree, co.cosine, 100 * co.argmax_agree, co.mean_kl, cb.cosine);
     assert_int_equal(ce.n_nonfinite, 0);
     assert_true(ce.cosine >= 0.999);
     assert_true(co.cosine >= 0.97);
@@ -95,15 +98,29 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
     free(int4_gpu), free(oracle), free(ids);
 }
 
-static void tiny_code_moe(void **s) { (void)s; parity("models/tiny-code-moe", "models/tiny-code-moe/eval_ids.i32", 512); }
-static void golden_qwen3(void **s) { (void)s; parity("tests/models/qwen3-moe-bf16", "tests/models/qwen3-moe-bf16/golden_ids.i32", 64); }
-static void golden_tied(void **s) { (void)s; parity("tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-tied-f32/golden_ids.i32", 64); }
-static void golden_mixtral(void **s) { (void)s; parity("tests/models/mixtral-f32-sharded", "tests/models/mixtral-f32-sharded/golden_ids.i32", 64); }
+static void tiny_code_moe(void **s) {
+    (void)s;
+    parity("models/tiny-code-moe", "models/tiny-code-moe/eval_ids.i32", 512);
+}
+static void golden_qwen3(void **s) {
+    (void)s;
+    parity("tests/models/qwen3-moe-bf16", "tests/models/qwen3-moe-bf16/golden_ids.i32", 64);
+}
+static void golden_tied(void **s) {
+    (void)s;
+    parity("tests/models/qwen3-moe-tied-f32", "tests/models/qwen3-moe-tied-f32/golden_ids.i32", 64);
+}
+static void golden_mixtral(void **s) {
+    (void)s;
+    parity("tests/models/mixtral-f32-sharded", "tests/models/mixtral-f32-sharded/golden_ids.i32", 64);
+}
 
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tiny_code_moe), cmocka_unit_test(golden_qwen3), cmocka_unit_test(golden_tied),
+        cmocka_unit_test(tiny_code_moe),
+        cmocka_unit_test(golden_qwen3),
+        cmocka_unit_test(golden_tied),
         cmocka_unit_test(golden_mixtral),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

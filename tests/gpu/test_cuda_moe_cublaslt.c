@@ -31,7 +31,6 @@
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 
-
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -52,7 +51,6 @@ static fm_backend *cuda_ref(void) {
 static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols) {
     return gpu_bank(be, w, n, rows, cols, FM_W_BF16, false);
 }
-
 
 /* ---- the host emulation of the route's formats ---- */
 
@@ -120,15 +118,17 @@ static float *rand_bf16(int64_t n, float scale) {
 static void lt_case(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     fm_backend *be = cuda_ref();
     /* weights with variance 1 / fan_in (bf16 values, so the bank holds them exactly); x with an outlier channel */
-    float *gu = rand_bf16((int64_t)E * 2 * I * H, sqrtf(3.0f / (float)H)), *dn = rand_bf16((int64_t)E * H * I, sqrtf(3.0f / (float)I));
+    float *gu = rand_bf16((int64_t)E * 2 * I * H, sqrtf(3.0f / (float)H)),
+          *dn = rand_bf16((int64_t)E * H * I, sqrtf(3.0f / (float)I));
     float *x = rand_bf16(T * H, 1.0f), *logits = rand_bf16(T * E, 3.5f);
     for (int64_t t = 0; t < T; t++) x[t * H + 3] = fm_round_bf16(8.0f * x[t * H + 3]);
     fm_bank *gub = bank(be, gu, E, 2 * I, H), *dnb = bank(be, dn, E, H, I);
     void *xd = gpu_upload(be, x, T * H), *ld = gpu_upload(be, logits, T * E);
-    void *ids_d = be->ops->alloc(be, (size_t)(T * k) * 4), *w_d = be->ops->alloc(be, (size_t)(T * k) * be->ops->act_size);
+    void *ids_d = be->ops->alloc(be, (size_t)(T * k) * 4),
+         *w_d = be->ops->alloc(be, (size_t)(T * k) * be->ops->act_size);
     be->ops->route(be, ld, T, E, k, FM_ROUTER_SOFTMAX_TOPK, true, ids_d, w_d);
     int32_t *ids = malloc((size_t)(T * k) * sizeof *ids);
-    float   *wts = malloc((size_t)(T * k) * sizeof *wts);
+    float *wts = malloc((size_t)(T * k) * sizeof *wts);
     be->ops->download_raw(be, ids_d, (size_t)(T * k) * 4, ids);
     be->ops->download_f32(be, w_d, T * k, wts);
 
@@ -141,17 +141,21 @@ static void lt_case(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     assert_int_equal(fm_lt_moe_weight_bytes(lt), (size_t)(E * 3 * I * H) + 2 * (size_t)E * sizeof(float));
     /* twice: the first call chooses every (rows, alignment) algorithm, the second runs the remembered ones */
     for (int r = 0; r < 2; r++)
-        if (fm_lt_moe_run(lt, xd, T, ids_d, w_d, k, o_lt, &err)) fail_msg("fm_lt_moe_run (call %d): %s", r + 1, err.msg);
+        if (fm_lt_moe_run(lt, xd, T, ids_d, w_d, k, o_lt, &err))
+            fail_msg("fm_lt_moe_run (call %d): %s", r + 1, err.msg);
     char what[128];
     snprintf(what, sizeof what, "cublaslt fp8 moe T=%lld E=%d k=%d H=%lld I=%lld", (long long)T, E, k, (long long)H,
              (long long)I);
     float *ref = gpu_fetch(be, base_ref, T * H, what), *got = gpu_fetch(be, base_lt, T * H, what);
     float *emu = malloc((size_t)(T * H) * sizeof *emu);
     emulate(gu, dn, E, H, I, x, T, ids, wts, k, emu);
-    const double e_emu = gpu_nerr(got, emu, T * H), e_bf16 = gpu_nerr(got, ref, T * H), e_model = gpu_nerr(emu, ref, T * H);
-    printf("  %-52s err vs emulation %.3g, vs bf16 route %.3g (emulation vs bf16 %.3g)\n", what, e_emu, e_bf16, e_model);
+    const double e_emu = gpu_nerr(got, emu, T * H), e_bf16 = gpu_nerr(got, ref, T * H),
+                 e_model = gpu_nerr(emu, ref, T * H);
+    printf("  %-52s err vs emulation %.3g, vs bf16 route %.3g (emulation vs bf16 %.3g)\n", what, e_emu, e_bf16,
+           e_model);
     if (!(e_emu <= 1e-2)) {
-        for (int64_t i = 0; i < T * H && i < 6; i++) printf("    [%lld] lt %g emu %g bf16 %g\n", (long long)i, got[i], emu[i], ref[i]);
+        for (int64_t i = 0; i < T * H && i < 6; i++)
+            printf("    [%lld] lt %g emu %g bf16 %g\n", (long long)i, got[i], emu[i], ref[i]);
         fail_msg("%s: error %.3g against the emulation of its formats > 1e-2", what, e_emu);
     }
     if (!(e_bf16 <= 0.12)) fail_msg("%s: error %.3g against the bf16 route > 0.12", what, e_bf16);

@@ -33,7 +33,6 @@
 #include "backend/backend.h"
 #include "gpu_test_util.h"
 
-
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -71,7 +70,6 @@ static void destroy(both *b) {
     for (int i = 0; i < 2; i++) b->be[i]->ops->destroy(b->be[i]);
 }
 
-
 static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt) {
     return gpu_bank(be, w, n, rows, cols, fmt, false);
 }
@@ -100,7 +98,9 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
     destroy(&b);
 }
 
-static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) { linear_case_x(p, fmt, M, K, N, 1.0f); }
+static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) {
+    linear_case_x(p, fmt, M, K, N, 1.0f);
+}
 
 /* W8A8 (--dense w8a8): M = 1, 8 (the mma.sync GEMV) and 9, 16, 300 (cuBLASLt FP8; src/backend/routes.h has the route
    table; gpu-check also runs these with --route w8a8.gemv_max_m=16, the two-tile form), on the fused (M Kp <= 65536)
@@ -122,19 +122,19 @@ static void test_linear_w8a8(void **s) {
    3, 1, 8, 2, 6, 8, 1) must give each call its own amax. Outlier magnitudes change from call to call. */
 static void test_linear_w8a8_sequence(void **s) {
     (void)s;
-    both          b = make_dense(FM_PRESET_FP8, FM_DENSE_W8A8);
+    both b = make_dense(FM_PRESET_FP8, FM_DENSE_W8A8);
     const int64_t K = 4096, N = 64, Ms[] = {16, 6, 1, 16, 4, 12, 16, 2};
-    float        *w = rand_array(N * K, 0.1f);
-    fm_bank      *wb[2];
+    float *w = rand_array(N * K, 0.1f);
+    fm_bank *wb[2];
     for (int i = 0; i < 2; i++) wb[i] = bank(b.be[i], w, 1, N, K, FM_W_E4M3_PT);
     for (int c = 0; c < 8; c++) {
         const int64_t M = Ms[c];
-        float        *x = rand_array(M * K, 1.0f), *y[2];
+        float *x = rand_array(M * K, 1.0f), *y[2];
         x[(c * 977) % (M * K)] = 10.0f * (float)(c + 1); /* the amax moves */
         for (int i = 0; i < 2; i++) {
             fm_backend *be = b.be[i];
-            void       *xd = gpu_upload(be, x, M * K), *base;
-            void       *yd = gpu_guarded(be, M * N, &base);
+            void *xd = gpu_upload(be, x, M * K), *base;
+            void *yd = gpu_guarded(be, M * N, &base);
             be->ops->linear(be, wb[i], 0, xd, M, be->plan.a_dense, yd);
             y[i] = gpu_fetch(be, base, M * N, "linear");
             be->ops->free(be, xd);
@@ -200,7 +200,8 @@ static void norm_embed_elementwise(fm_preset preset) {
                 be->ops->bank_free(be, wb);
             }
             char what[64];
-            snprintf(what, sizeof what, "rmsnorm %s rows=%lld dim=%lld", fm_preset_name(preset), (long long)R, (long long)D);
+            snprintf(what, sizeof what, "rmsnorm %s rows=%lld dim=%lld", fm_preset_name(preset), (long long)R,
+                     (long long)D);
             gpu_expect_close(o[1], o[0], R * D, reduction_bound(&b), what);
             gpu_expect_close(sw[1], sw[0], R * (D / 2), 1e-6, "swiglu");
             gpu_expect_close(ad[1], ad[0], D, 1e-6, "add");
@@ -255,8 +256,8 @@ static void attention_case(fm_preset preset, int64_t T, int32_t nh, int32_t nkv,
         if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     }
     char what[96];
-    snprintf(what, sizeof what, "qk_norm_rope %s T=%lld nh=%d nkv=%d hd=%d norm=%d", fm_preset_name(preset), (long long)T,
-             nh, nkv, hd, norm);
+    snprintf(what, sizeof what, "qk_norm_rope %s T=%lld nh=%d nkv=%d hd=%d norm=%d", fm_preset_name(preset),
+             (long long)T, nh, nkv, hd, norm);
     gpu_expect_close(r[1], r[0], T * ld, reduction_bound(&b), what);
     snprintf(what, sizeof what, "attention    %s T=%lld nh=%d nkv=%d hd=%d", fm_preset_name(preset), (long long)T, nh,
              nkv, hd);
@@ -282,18 +283,18 @@ static void test_rope_attention(void **s) {
  * v written through qk_norm_rope (device positions) and kv_store; T query tokens (seq[t], pos[t]) roped at their
  * positions and attending through attention_paged with max_len as the planned context (>= the longest sequence). */
 typedef struct gpu_paged {
-    int32_t  nh, nkv, hd, bt, nseq, max_blocks, n_blocks;
-    int64_t  T, max_len, hist;
+    int32_t nh, nkv, hd, bt, nseq, max_blocks, n_blocks;
+    int64_t T, max_len, hist;
     int32_t *len, *first, *tables, *hist_pos, *hist_slot, *seq, *pos;
-    float   *hist_rows, *q_rows; /* host fp32 inputs: [hist][ld] and [T][ld] */
+    float *hist_rows, *q_rows; /* host fp32 inputs: [hist][ld] and [T][ld] */
 } gpu_paged;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-#define CKG(call)                                                                                                  \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+#define CKG(call)                                                                                                      \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) fail_msg("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
     } while (0)
 
 static int32_t urand_below(int32_t n) { return (int32_t)((frand() * 0.5f + 0.5f) * (float)n) % n; }
@@ -310,11 +311,12 @@ static gpu_paged paged_make(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int3
     for (int32_t s = 0; s < p.nseq; s++) p.len[s] = 1 + urand_below(max_ctx);
     p.len[p.nseq - 1] = max_ctx;
     if (p.nseq > 1) p.len[p.nseq - 2] = max_ctx >= 32 ? (max_ctx / 32) * 16 : 16; /* ends at a block boundary */
-    const int64_t chunk = T - p.nseq + 1; /* sequence 0's tokens in the call */
+    const int64_t chunk = T - p.nseq + 1;                                         /* sequence 0's tokens in the call */
     if (p.len[0] < chunk) p.len[0] = (int32_t)chunk;
     int32_t longest = 0;
     for (int32_t s = 0; s < p.nseq; s++) longest = p.len[s] > longest ? p.len[s] : longest, p.hist += p.len[s];
-    if (p.max_len < longest) fail_msg("paged case: max_len %lld below the longest sequence %d", (long long)max_len, longest);
+    if (p.max_len < longest)
+        fail_msg("paged case: max_len %lld below the longest sequence %d", (long long)max_len, longest);
     p.max_blocks = (int32_t)ceil_div(longest, p.bt);
     /* shuffled block ids, 3 spare blocks never used */
     p.n_blocks = 3;
@@ -327,11 +329,13 @@ static gpu_paged paged_make(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int3
     }
     p.tables = malloc((size_t)p.nseq * p.max_blocks * sizeof *p.tables);
     for (int32_t s = 0, k = 0; s < p.nseq; s++)
-        for (int32_t b = 0; b < p.max_blocks; b++) p.tables[s * p.max_blocks + b] = b * p.bt < p.len[s] ? perm[k++] : -1;
+        for (int32_t b = 0; b < p.max_blocks; b++)
+            p.tables[s * p.max_blocks + b] = b * p.bt < p.len[s] ? perm[k++] : -1;
     free(perm);
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
     p.first = malloc((size_t)p.nseq * sizeof *p.first);
-    p.hist_pos = malloc((size_t)p.hist * sizeof *p.hist_pos), p.hist_slot = malloc((size_t)p.hist * sizeof *p.hist_slot);
+    p.hist_pos = malloc((size_t)p.hist * sizeof *p.hist_pos),
+    p.hist_slot = malloc((size_t)p.hist * sizeof *p.hist_slot);
     for (int32_t s = 0, k = 0; s < p.nseq; s++) {
         p.first[s] = k;
         for (int32_t i = 0; i < p.len[s]; i++, k++)
@@ -344,7 +348,8 @@ static gpu_paged paged_make(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int3
     for (int64_t i = 0; i < chunk; i++) p.seq[t] = 0, p.pos[t] = (int32_t)(p.len[0] - chunk + i), t++;
     p.q_rows = malloc((size_t)(T * ld) * sizeof *p.q_rows);
     for (t = 0; t < T; t++)
-        memcpy(p.q_rows + t * ld, p.hist_rows + (int64_t)(p.first[p.seq[t]] + p.pos[t]) * ld, (size_t)ld * sizeof(float));
+        memcpy(p.q_rows + t * ld, p.hist_rows + (int64_t)(p.first[p.seq[t]] + p.pos[t]) * ld,
+               (size_t)ld * sizeof(float));
     return p;
 }
 
@@ -363,10 +368,11 @@ static void *upload_i32(fm_backend *be, const int32_t *x, int64_t n) {
 /* n activations of base (guards included: GPU_TEST_GUARD on each side) to the host; fails if a guard was written */
 static float *fetch_with_guards(fm_backend *be, void *base, int64_t n, const char *what) {
     const int64_t G = GPU_TEST_GUARD, total = n + 2 * G;
-    float        *all = malloc((size_t)total * sizeof *all);
+    float *all = malloc((size_t)total * sizeof *all);
     be->ops->download_f32(be, base, total, all);
     for (int64_t i = 0; i < G; i++)
-        if (!isnan(all[i]) || !isnan(all[n + G + i])) fail_msg("%s (%s): write outside the buffer", what, be->ops->name);
+        if (!isnan(all[i]) || !isnan(all[n + G + i]))
+            fail_msg("%s (%s): write outside the buffer", what, be->ops->name);
     float *x = malloc((size_t)n * sizeof *x);
     memcpy(x, all + G, (size_t)n * sizeof *x);
     free(all);
@@ -381,7 +387,7 @@ typedef struct paged_out {
 static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn) {
     const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, n_slots = (int64_t)p->n_blocks * p->bt;
-    paged_out     r;
+    paged_out r;
     void *hpos = upload_i32(be, p->hist_pos, p->hist), *hslot = upload_i32(be, p->hist_slot, p->hist);
     void *seq = upload_i32(be, p->seq, p->T), *pos = upload_i32(be, p->pos, p->T);
     void *tables = upload_i32(be, p->tables, (int64_t)p->nseq * p->max_blocks);
@@ -391,10 +397,10 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc);
     be->ops->qk_norm_rope(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, 0, pos, 1e6);
     /* the scratch between NaN guards too (as activations: its bytes are the op's own, so only the guards count) */
-    const size_t  sb = fm_attention_paged_scratch_bytes(p->T, nh, hd, p->max_len);
+    const size_t sb = fm_attention_paged_scratch_bytes(p->T, nh, hd, p->max_len);
     const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
-    void         *sbase, *scratch = gpu_guarded(be, sn, &sbase);
-    void         *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
+    void *sbase, *scratch = gpu_guarded(be, sn, &sbase);
+    void *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
     be->ops->attention_paged(be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len,
                              sb ? scratch : NULL, o);
     r.att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged");
@@ -434,19 +440,20 @@ static void expect_cache_holds(const gpu_paged *p, const paged_out *r, const cha
  * q/k may differ by a bf16 ulp; 1e-5 fp32); kv_store exact on each backend against its own roped rows. */
 static void paged_case_gpu(fm_preset preset, int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx,
                            int64_t max_len, bool norm) {
-    both      b = make(preset);
+    both b = make(preset);
     gpu_paged p = paged_make(nh, nkv, hd, T, max_ctx, max_len);
-    float    *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
+    float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
     paged_out r[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
-        fm_bank    *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL, *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
+        fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL,
+                *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
         r[i] = paged_run(be, &p, qb, kb);
         if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     }
     char what[160];
-    snprintf(what, sizeof what, "paged %s nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d", fm_preset_name(preset),
-             nh, nkv, hd, (long long)T, max_ctx, (long long)max_len, p.nseq);
+    snprintf(what, sizeof what, "paged %s nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d",
+             fm_preset_name(preset), nh, nkv, hd, (long long)T, max_ctx, (long long)max_len, p.nseq);
     for (int i = 0; i < 2; i++) expect_cache_holds(&p, &r[i], what, b.be[i]->ops->name);
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
     char w2[200];
@@ -478,7 +485,7 @@ static void test_paged_attention(void **s) {
         paged_case_gpu(presets[pi], 16, 1, 32, 17, 200, 256, true);
         paged_case_gpu(presets[pi], 48, 2, 64, 5, 500, 500, false);
         paged_case_gpu(presets[pi], 2, 1, 256, 3, 129, 129, true);
-        paged_case_gpu(presets[pi], 32, 4, 128, 1, 1, 1, true);   /* one key */
+        paged_case_gpu(presets[pi], 32, 4, 128, 1, 1, 1, true);     /* one key */
         paged_case_gpu(presets[pi], 32, 4, 128, 1, 16, 2048, true); /* one block, many idle splits */
     }
 }
@@ -498,9 +505,9 @@ static void test_paged_graph_replay(void **s) {
     for (int32_t q = 0; q < nseq; q++)
         for (int32_t k = 0; k < max_blocks; k++) tables[q * max_blocks + k] = k * nseq + q;
     float *cache_init = rand_array(n_slots * row, 2.0f), *qkv = rand_array((int64_t)T * ld, 2.0f);
-    void  *kc = gpu_upload(be, cache_init, n_slots * row), *vc = gpu_upload(be, cache_init, n_slots * row);
-    void  *q = be->ops->alloc(be, (size_t)(T * ld) * be->ops->act_size);
-    void  *dtab = upload_i32(be, tables, nseq * max_blocks), *dseq, *dpos, *dslot, *o;
+    void *kc = gpu_upload(be, cache_init, n_slots * row), *vc = gpu_upload(be, cache_init, n_slots * row);
+    void *q = be->ops->alloc(be, (size_t)(T * ld) * be->ops->act_size);
+    void *dtab = upload_i32(be, tables, nseq * max_blocks), *dseq, *dpos, *dslot, *o;
     int32_t seq[4] = {0, 1, 2, 3}, pos[4] = {5, 100, 1023, 16}, slot[4];
     dseq = upload_i32(be, seq, T), dpos = upload_i32(be, pos, T), dslot = upload_i32(be, pos, T);
     o = be->ops->alloc(be, (size_t)(T * nh * hd) * be->ops->act_size);
@@ -508,13 +515,13 @@ static void test_paged_graph_replay(void **s) {
     void *scratch = be->ops->alloc(be, sb ? sb : 16);
     cudaStream_t stream = (cudaStream_t)fm_cuda_backend_stream(be);
     if (!stream) fail_msg("paged graph: the cuda backend has no stream");
-    #define STEP()                                                                                                   \
-        do {                                                                                                         \
-            be->ops->qk_norm_rope(be, q, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, dpos, 1e6);                           \
-            be->ops->kv_store(be, q, T, nh, nkv, hd, dslot, kc, vc);                                                 \
-            be->ops->attention_paged(be, q, T, nh, nkv, hd, kc, vc, dseq, dpos, dtab, max_blocks, bt, max_len,        \
-                                     scratch, o);                                                                    \
-        } while (0)
+#define STEP()                                                                                                         \
+    do {                                                                                                               \
+        be->ops->qk_norm_rope(be, q, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, dpos, 1e6);                                 \
+        be->ops->kv_store(be, q, T, nh, nkv, hd, dslot, kc, vc);                                                       \
+        be->ops->attention_paged(be, q, T, nh, nkv, hd, kc, vc, dseq, dpos, dtab, max_blocks, bt, max_len, scratch,    \
+                                 o);                                                                                   \
+    } while (0)
     be->ops->upload_f32(be, qkv, (int64_t)T * ld, q);
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
@@ -543,11 +550,11 @@ static void test_paged_graph_replay(void **s) {
         be->ops->download_f32(be, o, n_out, replay);
         for (int64_t i = 0; i < n_out; i++)
             if (memcmp(&plain[i], &replay[i], sizeof(float)) != 0 || isnan(plain[i]))
-                fail_msg("paged graph step %d: output %lld is %.9g replayed, %.9g launched", st, (long long)i, replay[i],
-                         plain[i]);
+                fail_msg("paged graph step %d: output %lld is %.9g replayed, %.9g launched", st, (long long)i,
+                         replay[i], plain[i]);
         printf("  paged graph step %d (positions %d %d %d %d): replay == launch\n", st, pos[0], pos[1], pos[2], pos[3]);
     }
-    #undef STEP
+#undef STEP
     CKG(cudaGraphExecDestroy(exec));
     CKG(cudaGraphDestroy(graph));
     free(plain), free(replay), free(nan_out), free(cache_init), free(qkv);
@@ -573,7 +580,8 @@ static void route_cases(fm_preset preset) {
                     void *ld = gpu_upload(be, l, T * E), *base;
                     void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
                     void *wd = gpu_guarded(be, T * k, &base);
-                    be->ops->route(be, ld, T, E, k, kind ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK, true, idd, wd);
+                    be->ops->route(be, ld, T, E, k, kind ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK, true, idd,
+                                   wd);
                     w[i] = gpu_fetch(be, base, T * k, "route");
                     ids[i] = malloc((size_t)(T * k) * 4);
                     be->ops->download_raw(be, idd, (size_t)(T * k) * 4, ids[i]);
@@ -660,10 +668,16 @@ static void test_moe_w4a8(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_linear),   cmocka_unit_test(test_norm_embed_elementwise), cmocka_unit_test(test_rope_attention),
-        cmocka_unit_test(test_route),    cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_moe_w4a8),  cmocka_unit_test(test_linear_w8a8), cmocka_unit_test(test_linear_w8a8_sequence),
-        cmocka_unit_test(test_paged_attention), cmocka_unit_test(test_paged_graph_replay),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_norm_embed_elementwise),
+        cmocka_unit_test(test_rope_attention),
+        cmocka_unit_test(test_route),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe_w4a8),
+        cmocka_unit_test(test_linear_w8a8),
+        cmocka_unit_test(test_linear_w8a8_sequence),
+        cmocka_unit_test(test_paged_attention),
+        cmocka_unit_test(test_paged_graph_replay),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

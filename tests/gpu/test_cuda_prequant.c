@@ -36,10 +36,10 @@ static float frand(void) { return (float)(urand() >> 8) * (1.0f / 8388608.0f) - 
 /* One linear [N, K] stored in a checkpoint format, with the tensors it is bound from. */
 typedef struct qlinear {
     fm_st_tensor t[4]; /* packed, scales, zeros, g_idx (by name below) */
-    char         names[4][64];
-    uint8_t     *data[4];
-    fm_wsrc      src;
-    float       *w; /* [N, K] the checkpoint's own dequantization, for references */
+    char names[4][64];
+    uint8_t *data[4];
+    fm_wsrc src;
+    float *w; /* [N, K] the checkpoint's own dequantization, for references */
 } qlinear;
 
 static const fm_st_tensor *find_in(const void *ctx, const char *name) {
@@ -52,10 +52,10 @@ static const fm_st_tensor *find_in(const void *ctx, const char *name) {
 static void set_tensor(qlinear *q, int i, const char *suffix, fm_dtype dt, int n_dims, int64_t d0, int64_t d1) {
     snprintf(q->names[i], sizeof q->names[i], "m.%s", suffix);
     const int64_t n = d0 * (n_dims == 2 ? d1 : 1);
-    const size_t  bytes = (size_t)n * (size_t)fm_dtype_size(dt);
+    const size_t bytes = (size_t)n * (size_t)fm_dtype_size(dt);
     q->data[i] = calloc(bytes, 1);
-    q->t[i] = (fm_st_tensor){.name = q->names[i], .dtype = dt, .n_dims = n_dims, .n_elements = n, .data = q->data[i],
-                             .nbytes = bytes};
+    q->t[i] = (fm_st_tensor){
+        .name = q->names[i], .dtype = dt, .n_dims = n_dims, .n_elements = n, .data = q->data[i], .nbytes = bytes};
     q->t[i].shape[0] = d0, q->t[i].shape[1] = n_dims == 2 ? d1 : 0;
 }
 
@@ -73,8 +73,8 @@ static void bind(qlinear *q, const fm_quant_config *qc, int64_t N, int64_t K) {
 static void make_ct(qlinear *q, int64_t N, int64_t K, int32_t G, bool sym, bool act_order) {
     memset(q, 0, sizeof *q);
     const int64_t ng = K / G, KW = (K + 7) / 8;
-    fm_quant_config qc = {.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = G == K ? -1 : G, .sym = sym,
-                          .act_order = act_order};
+    fm_quant_config qc = {
+        .method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = G == K ? -1 : G, .sym = sym, .act_order = act_order};
     set_tensor(q, 0, "weight_packed", FM_DTYPE_I32, 2, N, KW);
     set_tensor(q, 1, "weight_scale", FM_DTYPE_F16, 2, N, ng);
     uint32_t *pk = (uint32_t *)q->data[0];
@@ -129,17 +129,17 @@ static fm_backend *backend(const char *name, fm_preset p) {
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
     fm_backend *be;
-    fm_error    err;
-    fm_status   st = fm_backend_create(name, &plan, 0, gpu_test_routes(), &be, &err);
+    fm_error err;
+    fm_status st = fm_backend_create(name, &plan, 0, gpu_test_routes(), &be, &err);
     if (st) fail_msg("%s backend: %s", name, err.msg);
     return be;
 }
 
 static fm_bank *make_bank(fm_backend *be, const fm_wsrc *srcs, int32_t n, int32_t parts, fm_wformat fmt, bool gate_up) {
     fm_bank_src src = {srcs, n, parts, "test bank", gate_up};
-    fm_bank    *b;
-    fm_error    err;
-    fm_status   st = be->ops->bank_create(be, &src, fmt, &b, &err);
+    fm_bank *b;
+    fm_error err;
+    fm_status st = be->ops->bank_create(be, &src, fmt, &b, &err);
     if (st) fail_msg("%s bank: %s", fm_wformat_name(fmt), err.msg);
     return b;
 }
@@ -150,7 +150,6 @@ static float *rand_x(int64_t n) {
     if (n > 3) x[3] = 24.0f; /* an outlier channel */
     return x;
 }
-
 
 static float *run_linear(fm_backend *be, fm_bank *wb, const float *x, int64_t M, int64_t K, int64_t N) {
     void *xd = gpu_upload(be, x, M * K), *base;
@@ -168,15 +167,15 @@ static void zp_w4a16_case(int64_t M, int64_t N, int64_t K, int32_t G, bool sym, 
     float *y[2], *x = rand_x(M * K);
     for (int i = 0; i < 2; i++) {
         fm_backend *be = backend(i ? "cuda" : "cpu", FM_PRESET_INT4);
-        fm_bank    *wb = make_bank(be, &q.src, 1, 1, FM_W_INT4_ZP, false);
+        fm_bank *wb = make_bank(be, &q.src, 1, 1, FM_W_INT4_ZP, false);
         y[i] = run_linear(be, wb, x, M, K, N);
         be->ops->bank_free(be, wb);
         be->ops->destroy(be);
     }
     free(x);
     char what[128];
-    snprintf(what, sizeof what, "int4-zp linear M=%lld N=%lld K=%lld G=%d%s%s", (long long)M, (long long)N, (long long)K,
-             G, sym ? " sym" : " asym", act_order ? " act-order" : "");
+    snprintf(what, sizeof what, "int4-zp linear M=%lld N=%lld K=%lld G=%d%s%s", (long long)M, (long long)N,
+             (long long)K, G, sym ? " sym" : " asym", act_order ? " act-order" : "");
     gpu_expect_close(y[1], y[0], M * N, 1e-2, what);
     free(y[0]), free(y[1]);
     free_q(&q);
@@ -188,14 +187,15 @@ static void test_int4zp_linear(void **s) {
     for (int i = 0; i < 3; i++) {
         zp_w4a16_case(Ms[i], 200, 384, 128, false, false);
         zp_w4a16_case(Ms[i], 256, 256, 32, true, true);
-        zp_w4a16_case(Ms[i], 72, 200, 200, false, false); /* one group per row (group_size -1), K not a multiple of 32 */
+        zp_w4a16_case(Ms[i], 72, 200, 200, false,
+                      false); /* one group per row (group_size -1), K not a multiple of 32 */
     }
 }
 
 /* fp8 presets: y = dequant(e4m3 1x128 (x)) . W^T in double, W the checkpoint's own dequantization */
 static float *fp8_reference(const float *x, const float *w, int64_t M, int64_t K, int64_t N) {
-    float   *y = malloc((size_t)(M * N) * sizeof *y), *xd = malloc((size_t)K * sizeof *xd);
-    float   *sc = malloc((size_t)((K + 127) / 128) * sizeof *sc);
+    float *y = malloc((size_t)(M * N) * sizeof *y), *xd = malloc((size_t)K * sizeof *xd);
+    float *sc = malloc((size_t)((K + 127) / 128) * sizeof *sc);
     uint8_t *codes = malloc((size_t)K);
     for (int64_t m = 0; m < M; m++) {
         fm_e4m3_quantize_groups(x + m * K, K, 128, codes, sc);
@@ -213,14 +213,15 @@ static float *fp8_reference(const float *x, const float *w, int64_t M, int64_t K
 /* a bank of n_parts linears stacked along rows (q|k|v), against the reference on their stacked weights */
 static void fp8_linear_parts(qlinear *q, int n_parts, fm_wformat fmt, int64_t M, const char *what) {
     const int64_t K = q[0].src.cols;
-    int64_t       N = 0;
-    fm_wsrc       srcs[4];
+    int64_t N = 0;
+    fm_wsrc srcs[4];
     for (int i = 0; i < n_parts; i++) srcs[i] = q[i].src, N += q[i].src.rows;
     float *w = malloc((size_t)(N * K) * sizeof *w), *wp = w;
-    for (int i = 0; i < n_parts; i++) memcpy(wp, q[i].w, (size_t)(q[i].src.rows * K) * sizeof *w), wp += q[i].src.rows * K;
+    for (int i = 0; i < n_parts; i++)
+        memcpy(wp, q[i].w, (size_t)(q[i].src.rows * K) * sizeof *w), wp += q[i].src.rows * K;
     fm_backend *be = backend("cuda", FM_PRESET_FP8);
-    fm_bank    *wb = make_bank(be, srcs, 1, n_parts, fmt, false);
-    float      *x = rand_x(M * K), *y = run_linear(be, wb, x, M, K, N), *ref = fp8_reference(x, w, M, K, N);
+    fm_bank *wb = make_bank(be, srcs, 1, n_parts, fmt, false);
+    float *x = rand_x(M * K), *y = run_linear(be, wb, x, M, K, N), *ref = fp8_reference(x, w, M, K, N);
     char label[160];
     snprintf(label, sizeof label, "%s M=%lld N=%lld K=%lld", what, (long long)M, (long long)N, (long long)K);
     gpu_expect_close(y, ref, M * N, 5e-3, label);
@@ -229,7 +230,9 @@ static void fp8_linear_parts(qlinear *q, int n_parts, fm_wformat fmt, int64_t M,
     be->ops->destroy(be);
 }
 
-static void fp8_linear_case(qlinear *q, fm_wformat fmt, int64_t M, const char *what) { fp8_linear_parts(q, 1, fmt, M, what); }
+static void fp8_linear_case(qlinear *q, fm_wformat fmt, int64_t M, const char *what) {
+    fp8_linear_parts(q, 1, fmt, M, what);
+}
 
 /* int4-zp-tc (the grouped W4A8 kernel with the zero-point term) and e4m3-block, at decode and prefill sizes */
 static void test_fp8_prequant_linear(void **s) {
@@ -259,11 +262,13 @@ static void test_fp8_prequant_linear(void **s) {
         fp8_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 128x128, N = 352");
         free_q(&q);
         qlinear qkv[3]; /* a fused q|k|v of three block grids, 48 rows per block (no part a multiple of 48) */
-        make_fp8_block(&qkv[0], 128, 256, 48), make_fp8_block(&qkv[1], 64, 256, 48), make_fp8_block(&qkv[2], 64, 256, 48);
+        make_fp8_block(&qkv[0], 128, 256, 48), make_fp8_block(&qkv[1], 64, 256, 48),
+            make_fp8_block(&qkv[2], 64, 256, 48);
         fp8_linear_parts(qkv, 3, FM_W_E4M3_B128, Ms[i], "e4m3-block 48x128, q|k|v 128+64+64");
         for (int j = 0; j < 3; j++) free_q(&qkv[j]);
         /* K = 128: a single group (the wgmma kernel's loop runs once) */
-        make_fp8_block(&qkv[0], 128, 128, 48), make_fp8_block(&qkv[1], 64, 128, 48), make_fp8_block(&qkv[2], 64, 128, 48);
+        make_fp8_block(&qkv[0], 128, 128, 48), make_fp8_block(&qkv[1], 64, 128, 48),
+            make_fp8_block(&qkv[2], 64, 128, 48);
         fp8_linear_parts(qkv, 3, FM_W_E4M3_B128, Ms[i] + 8, "e4m3-block 48x128, K = 128, q|k|v 128+64+64");
         for (int j = 0; j < 3; j++) free_q(&qkv[j]);
         make_ct(&qkv[0], 128, 256, 128, false, false), make_ct(&qkv[1], 64, 256, 128, false, false);
@@ -280,8 +285,8 @@ static void test_fp8_prequant_refusals(void **s) {
     qlinear q;
     make_ct(&q, 64, 256, 128, false, true);
     fm_bank_src src = {&q.src, 1, 1, "layer 0 qkv", false};
-    fm_bank    *b = NULL;
-    fm_error    err;
+    fm_bank *b = NULL;
+    fm_error err;
     assert_int_equal(be->ops->bank_create(be, &src, FM_W_INT4_ZP_TC, &b, &err), FM_ERR_UNSUPPORTED);
     printf("  refused: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "act-order"));
@@ -299,12 +304,13 @@ static void test_fp8_prequant_refusals(void **s) {
 typedef struct qexperts {
     qlinear *gate, *up, *down;
     fm_wsrc *gu, *dn;
-    int32_t  E;
+    int32_t E;
 } qexperts;
 
 static qexperts make_experts(int32_t E, int64_t H, int64_t I, int32_t fp8_bn, bool sym) {
-    qexperts x = {calloc((size_t)E, sizeof(qlinear)), calloc((size_t)E, sizeof(qlinear)), calloc((size_t)E, sizeof(qlinear)),
-                  calloc((size_t)E * 2, sizeof(fm_wsrc)), calloc((size_t)E, sizeof(fm_wsrc)), E};
+    qexperts x = {calloc((size_t)E, sizeof(qlinear)), calloc((size_t)E, sizeof(qlinear)),
+                  calloc((size_t)E, sizeof(qlinear)), calloc((size_t)E * 2, sizeof(fm_wsrc)),
+                  calloc((size_t)E, sizeof(fm_wsrc)), E};
     for (int32_t e = 0; e < E; e++) {
         if (fp8_bn) {
             make_fp8_block(&x.gate[e], I, H, fp8_bn), make_fp8_block(&x.up[e], I, H, fp8_bn);
@@ -328,14 +334,15 @@ static void free_experts(qexperts *x) {
 static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I, int32_t fp8_bn,
                      bool sym, double bound) {
     qexperts q = make_experts(E, H, I, fp8_bn, sym);
-    float   *x = rand_x(T * H), *wts = malloc((size_t)(T * k) * sizeof(float));
+    float *x = rand_x(T * H), *wts = malloc((size_t)(T * k) * sizeof(float));
     int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
     for (int64_t t = 0; t < T; t++)
-        for (int32_t j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 5 + j * 3) % E), wts[t * k + j] = 0.3f + 0.1f * (float)j;
+        for (int32_t j = 0; j < k; j++)
+            ids[t * k + j] = (int32_t)((t * 5 + j * 3) % E), wts[t * k + j] = 0.3f + 0.1f * (float)j;
     float *o[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = backend(i ? "cuda" : "cpu", p);
-        fm_bank    *gub = make_bank(be, q.gu, E, 2, fmt, true), *db = make_bank(be, q.dn, E, 1, fmt, false);
+        fm_bank *gub = make_bank(be, q.gu, E, 2, fmt, true), *db = make_bank(be, q.dn, E, 1, fmt, false);
         o[i] = gpu_run_moe(be, gub, db, x, T, H, ids, wts, k);
         be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
         be->ops->destroy(be);
@@ -365,7 +372,7 @@ static void test_fp8_prequant_moe(void **s) {
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 8, 2, 256, 128, 128, false, 3e-2);
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 5, 2, 384, 176, 128, false, 3e-2);
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 8, 2, 256, 128, 48, false, 3e-2);
-        moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 5, 2, 384, 176, 48, false, 3e-2); /* I: 48 x 3 + 32 rows */
+        moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i], 5, 2, 384, 176, 48, false, 3e-2);      /* I: 48 x 3 + 32 rows */
         moe_case(FM_PRESET_FP8, FM_W_E4M3_B128, Ts[i] + 23, 8, 2, 128, 128, 48, false, 3e-2); /* one K group */
         moe_case(FM_PRESET_FP8, FM_W_INT4_ZP_TC, Ts[i] + 23, 8, 2, 128, 128, 0, false, 3e-2);
     }

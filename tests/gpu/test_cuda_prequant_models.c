@@ -27,7 +27,7 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
     opt.routes = gpu_test_routes();
     opt.backend = backend, opt.plan_backend = plan_backend, opt.preset = p;
     fm_model *m = NULL;
-    fm_error  err = {{0}};
+    fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fail_msg("load %s (%s) on %s: %s", dir, fm_preset_name(p), backend, err.msg);
     *V = fm_model_vocab_size(m);
@@ -44,7 +44,7 @@ static void parity(const char *dir, const fm_preset *presets, int n) {
     float *oracle = run(dir, "cpu", "cpu", FM_PRESET_REF, ids, &V);
     for (int i = 0; i < n; i++) {
         float *emul = run(dir, "cpu", "cuda", presets[i], ids, &V);
-        float *gpu  = run(dir, "cuda", NULL, presets[i], ids, &V);
+        float *gpu = run(dir, "cuda", NULL, presets[i], ids, &V);
         fm_compare ce, co;
         fm_logits_compare(emul, gpu, T_TOKENS, V, &ce);
         fm_logits_compare(oracle, gpu, T_TOKENS, V, &co);

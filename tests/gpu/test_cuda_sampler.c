@@ -25,14 +25,14 @@
 #include "engine/sampler.h"
 #include "quant/bf16.h"
 
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                                  \
+#define CK(call)                                                                                                       \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                                      \
     } while (0)
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static double   urand(void) {
+static double urand(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
 }
@@ -48,7 +48,7 @@ static void *dev(size_t bytes) {
 static fm_sampling params_for(int r, int32_t vocab) {
     fm_sampling s;
     fm_sampling_init(&s);
-    s.seed       = 1000003ull * (uint64_t)r + 17;
+    s.seed = 1000003ull * (uint64_t)r + 17;
     s.n_logprobs = r % 21;
     switch (r % 12) {
     case 0: break; /* greedy */
@@ -69,38 +69,38 @@ static fm_sampling params_for(int r, int32_t vocab) {
 
 static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     const size_t n = (size_t)B * (size_t)vocab;
-    float       *logits = malloc(n * sizeof *logits);
-    uint16_t    *lb     = malloc(n * sizeof *lb);
-    int32_t     *counts = calloc(n, sizeof *counts), *dcounts_h = calloc(n, sizeof *dcounts_h);
-    uint8_t     *seen = calloc(n, 1), *dseen_h = calloc(n, 1);
+    float *logits = malloc(n * sizeof *logits);
+    uint16_t *lb = malloc(n * sizeof *lb);
+    int32_t *counts = calloc(n, sizeof *counts), *dcounts_h = calloc(n, sizeof *dcounts_h);
+    uint8_t *seen = calloc(n, 1), *dseen_h = calloc(n, 1);
     fm_sampling *params = malloc((size_t)B * sizeof *params);
-    uint64_t    *steps  = calloc((size_t)B, sizeof *steps);
-    float       *scratch = malloc(2 * (size_t)vocab * sizeof(float));
+    uint64_t *steps = calloc((size_t)B, sizeof *steps);
+    float *scratch = malloc(2 * (size_t)vocab * sizeof(float));
     fm_sample_info *info = malloc((size_t)B * sizeof *info), ref_info;
-    int32_t        *ids  = malloc((size_t)B * sizeof *ids);
+    int32_t *ids = malloc((size_t)B * sizeof *ids);
     assert_true(logits && lb && counts && dcounts_h && seen && dseen_h && params && steps && scratch && info && ids);
     for (size_t i = 0; i < n; i++) {
         float v = 3.0f * nrand();
         if (i % 97 == 5) v = logits[i - 1]; /* exact ties */
-        lb[i]     = fm_f32_to_bf16(v);
+        lb[i] = fm_f32_to_bf16(v);
         logits[i] = f32 ? v : fm_bf16_to_f32(lb[i]);
     }
     for (int32_t r = 0; r < B; r++) {
         params[r] = params_for(r, vocab);
-        steps[r]  = (uint64_t)r * 7;
+        steps[r] = (uint64_t)r * 7;
         if (penalties) /* a prompt of 40 ids and 10 generated ones */
             for (int j = 0; j < 50; j++)
                 fm_sample_state_add(vocab, (int32_t)(urand() * vocab), j >= 40, counts + (size_t)r * vocab,
                                     seen + (size_t)r * vocab);
     }
-    void           *d_logits = dev(n * (f32 ? 4 : 2));
-    fm_sampling    *d_params = dev((size_t)B * sizeof *params);
-    uint64_t       *d_steps  = dev((size_t)B * sizeof *steps);
-    int32_t        *d_counts = penalties ? dev(n * sizeof *counts) : NULL;
-    uint8_t        *d_seen   = penalties ? dev(n) : NULL;
-    float          *d_z      = dev(n * sizeof(float));
-    int32_t        *d_ids    = dev((size_t)B * sizeof *ids);
-    fm_sample_info *d_info   = dev((size_t)B * sizeof *info);
+    void *d_logits = dev(n * (f32 ? 4 : 2));
+    fm_sampling *d_params = dev((size_t)B * sizeof *params);
+    uint64_t *d_steps = dev((size_t)B * sizeof *steps);
+    int32_t *d_counts = penalties ? dev(n * sizeof *counts) : NULL;
+    uint8_t *d_seen = penalties ? dev(n) : NULL;
+    float *d_z = dev(n * sizeof(float));
+    int32_t *d_ids = dev((size_t)B * sizeof *ids);
+    fm_sample_info *d_info = dev((size_t)B * sizeof *info);
     CK(cudaMemcpy(d_logits, f32 ? (const void *)logits : (const void *)lb, n * (f32 ? 4 : 2), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_params, params, (size_t)B * sizeof *params, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_steps, steps, (size_t)B * sizeof *steps, cudaMemcpyHostToDevice));
@@ -119,8 +119,8 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
         for (int32_t r = 0; r < B; r++) {
             int32_t *c = penalties ? counts + (size_t)r * vocab : NULL;
             uint8_t *sn = penalties ? seen + (size_t)r * vocab : NULL;
-            const int32_t want = fm_sample_row(logits + (size_t)r * vocab, vocab, &params[r], c, sn, steps[r], scratch,
-                                               &ref_info);
+            const int32_t want =
+                fm_sample_row(logits + (size_t)r * vocab, vocab, &params[r], c, sn, steps[r], scratch, &ref_info);
             steps[r]++;
             if (penalties) fm_sample_state_add(vocab, want, true, c, sn);
             compared++;

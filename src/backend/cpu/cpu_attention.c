@@ -21,7 +21,7 @@ static void rms_head(float *x, int32_t hd, const float *w, float eps) {
 static void rope_head(float *x, int32_t half, const float *cosv, const float *sinv) {
     for (int32_t j = 0; j < half; j++) {
         const float a = x[j], b = x[j + half];
-        x[j]        = a * cosv[j] - b * sinv[j];
+        x[j] = a * cosv[j] - b * sinv[j];
         x[j + half] = b * cosv[j] + a * sinv[j];
     }
 }
@@ -29,7 +29,7 @@ static void rope_head(float *x, int32_t half, const float *cosv, const float *si
 void cpu_qk_norm_rope(fm_backend *be, void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm,
                       const fm_bank *k_norm, float eps, int64_t pos0, const void *posv, double theta) {
     const int32_t *pos = (const int32_t *)posv;
-    float        *qkv = (float *)qkvv;
+    float *qkv = (float *)qkvv;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
     const int32_t half = hd / 2;
     /* inv_freq as transformers computes it: 1 / theta^(2i/d) in fp32 */
@@ -63,18 +63,18 @@ static void attend_row(const float *q, const float *kbase, const float *vbase, c
     float mx = -INFINITY;
     for (int64_t j = 0; j < n; j++) {
         const float *k = kbase + rows[j];
-        float        s = 0.0f;
+        float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int32_t i = 0; i < hd; i++) s += q[i] * k[i];
         p[j] = s * scale;
-        mx   = p[j] > mx ? p[j] : mx;
+        mx = p[j] > mx ? p[j] : mx;
     }
     float sum = 0.0f;
     for (int64_t j = 0; j < n; j++) sum += (p[j] = expf(p[j] - mx));
     for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
     for (int64_t j = 0; j < n; j++) {
-        const float  pj = p[j] / sum;
-        const float *v  = vbase + rows[j];
+        const float pj = p[j] / sum;
+        const float *v = vbase + rows[j];
 #pragma omp simd
         for (int32_t i = 0; i < hd; i++) o[i] += pj * v[i];
     }
@@ -90,12 +90,12 @@ static void *cpu_xmalloc(size_t bytes, const char *what) {
 }
 
 void cpu_attention(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *outv) {
-    const float  *qkv = (const float *)qkvv;
-    float        *out = (float *)outv;
+    const float *qkv = (const float *)qkvv;
+    float *out = (float *)outv;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
     const int32_t group = nh / nkv;
-    const float   scale = 1.0f / sqrtf((float)hd);
-    int64_t      *rows = (int64_t *)cpu_xmalloc((size_t)T * sizeof *rows, "attention");
+    const float scale = 1.0f / sqrtf((float)hd);
+    int64_t *rows = (int64_t *)cpu_xmalloc((size_t)T * sizeof *rows, "attention");
     for (int64_t j = 0; j < T; j++) rows[j] = j * ld;
 #pragma omp parallel
     {
@@ -116,14 +116,14 @@ void cpu_attention(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int3
 void cpu_kv_store(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slotsv,
                   void *k_cachev, void *v_cachev) {
     (void)be;
-    const float   *qkv = (const float *)qkvv;
+    const float *qkv = (const float *)qkvv;
     const int32_t *slots = (const int32_t *)slotsv;
-    float         *kc = (float *)k_cachev, *vc = (float *)v_cachev;
-    const int64_t  ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd;
+    float *kc = (float *)k_cachev, *vc = (float *)v_cachev;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd;
     for (int64_t t = 0; t < T; t++) {
         if (slots[t] < 0) {
-            fprintf(stderr, "fp8moe: cpu kv_store: token %lld has slot %d (a block table entry not set?)\n", (long long)t,
-                    slots[t]);
+            fprintf(stderr, "fp8moe: cpu kv_store: token %lld has slot %d (a block table entry not set?)\n",
+                    (long long)t, slots[t]);
             abort();
         }
         memcpy(kc + (int64_t)slots[t] * row, qkv + t * ld + (int64_t)nh * hd, (size_t)row * sizeof(float));
@@ -136,13 +136,13 @@ void cpu_attention_paged(fm_backend *be, const void *qkvv, int64_t T, int32_t nh
                          const void *tablesv, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                          void *outv) {
     (void)scratch;
-    const float   *qkv = (const float *)qkvv;
+    const float *qkv = (const float *)qkvv;
     const int32_t *tok_seq = (const int32_t *)tok_seqv, *tok_pos = (const int32_t *)tok_posv;
     const int32_t *tables = (const int32_t *)tablesv;
-    float         *out = (float *)outv;
-    const int64_t  ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd;
-    const int32_t  group = nh / nkv;
-    const float    scale = 1.0f / sqrtf((float)hd);
+    float *out = (float *)outv;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd;
+    const int32_t group = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
     /* the slot rows of every token's context, checked once: a table entry that is not a block is a broken
        invariant of the engine (the GPU would read out of bounds), so it stops here with the numbers */
     int64_t *first = (int64_t *)cpu_xmalloc((size_t)(T + 1) * sizeof *first, "attention_paged");
@@ -156,15 +156,17 @@ void cpu_attention_paged(fm_backend *be, const void *qkvv, int64_t T, int32_t nh
         first[t + 1] = first[t] + tok_pos[t] + 1;
     }
     int64_t *rows = (int64_t *)cpu_xmalloc((size_t)first[T] * sizeof *rows, "attention_paged");
-    int64_t  longest = 1;
+    int64_t longest = 1;
     for (int64_t t = 0; t < T; t++) {
         const int64_t n = tok_pos[t] + 1;
         longest = n > longest ? n : longest;
         for (int64_t j = 0; j < n; j++) {
             const int32_t block = tables[(int64_t)tok_seq[t] * max_blocks + j / block_tokens];
             if (block < 0) {
-                fprintf(stderr, "fp8moe: cpu attention_paged: sequence %d has no block for position %lld (token %lld "
-                        "at position %d)\n", tok_seq[t], (long long)j, (long long)t, tok_pos[t]);
+                fprintf(stderr,
+                        "fp8moe: cpu attention_paged: sequence %d has no block for position %lld (token %lld "
+                        "at position %d)\n",
+                        tok_seq[t], (long long)j, (long long)t, tok_pos[t]);
                 abort();
             }
             rows[first[t] + j] = ((int64_t)block * block_tokens + j % block_tokens) * row;

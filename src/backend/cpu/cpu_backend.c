@@ -15,7 +15,7 @@ void cpu_round_act(const fm_backend *be, float *x, int64_t n) {
 /* the CPU backend: the op table plus wall-clock marks for benchmarks */
 typedef struct cpu_backend {
     fm_backend base;
-    double     marks[FM_MARK_SLOTS];
+    double marks[FM_MARK_SLOTS];
 } cpu_backend;
 
 static void cpu_destroy(fm_backend *be) { free(be); }
@@ -34,8 +34,14 @@ static const char *cpu_device_name(fm_backend *be) {
     (void)be;
     return "CPU (OpenMP)";
 }
-static void *cpu_alloc(fm_backend *be, size_t bytes) { (void)be; return malloc(bytes ? bytes : 1); }
-static void cpu_free(fm_backend *be, void *p) { (void)be; free(p); }
+static void *cpu_alloc(fm_backend *be, size_t bytes) {
+    (void)be;
+    return malloc(bytes ? bytes : 1);
+}
+static void cpu_free(fm_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
 
 static void cpu_upload_ids(fm_backend *be, const int32_t *ids, int64_t n, void *dst) {
     (void)be;
@@ -68,43 +74,43 @@ static fm_status cpu_sync(fm_backend *be, fm_error *err) {
 }
 
 static const fm_backend_ops cpu_ops = {
-    .name         = "cpu",
-    .act_size     = sizeof(float),
-    .destroy      = cpu_destroy,
-    .alloc        = cpu_alloc,
-    .free         = cpu_free,
-    .upload_ids   = cpu_upload_ids,
+    .name = "cpu",
+    .act_size = sizeof(float),
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload_ids = cpu_upload_ids,
     .download_f32 = cpu_download_f32,
-    .upload_f32   = cpu_upload_f32,
+    .upload_f32 = cpu_upload_f32,
     .download_raw = cpu_download_raw,
-    .upload_raw   = cpu_upload_raw,
-    .sync         = cpu_sync,
-    .mark         = cpu_mark,
-    .elapsed_ms   = cpu_elapsed_ms,
-    .device_name  = cpu_device_name,
-    .bank_create  = cpu_bank_create,
-    .bank_free    = cpu_bank_free,
-    .bank_bytes   = cpu_bank_bytes,
-    .embed        = cpu_embed,
-    .rmsnorm      = cpu_rmsnorm,
-    .linear       = cpu_linear,
+    .upload_raw = cpu_upload_raw,
+    .sync = cpu_sync,
+    .mark = cpu_mark,
+    .elapsed_ms = cpu_elapsed_ms,
+    .device_name = cpu_device_name,
+    .bank_create = cpu_bank_create,
+    .bank_free = cpu_bank_free,
+    .bank_bytes = cpu_bank_bytes,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .linear = cpu_linear,
     .qk_norm_rope = cpu_qk_norm_rope,
-    .attention    = cpu_attention,
-    .kv_store     = cpu_kv_store,
+    .attention = cpu_attention,
+    .kv_store = cpu_kv_store,
     .attention_paged = cpu_attention_paged,
-    .route        = cpu_route,
-    .moe          = cpu_moe,
-    .swiglu       = cpu_swiglu,
-    .add          = cpu_add,
-    .sample       = cpu_sample,
+    .route = cpu_route,
+    .moe = cpu_moe,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .sample = cpu_sample,
 };
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {
     cpu_backend *cb = fm_calloc(1, sizeof *cb, err, "cpu backend");
     if (!cb) return FM_ERR_NOMEM;
     fm_backend *be = &cb->base;
-    be->ops       = &cpu_ops;
-    be->plan      = *plan;
+    be->ops = &cpu_ops;
+    be->plan = *plan;
     be->n_threads = n_threads;
     if (n_threads > 0) omp_set_num_threads(n_threads);
     *out = be;

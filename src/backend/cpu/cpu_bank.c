@@ -1,7 +1,7 @@
 /* Weight banks on the CPU: decoded to fp32 once, then rounded (bf16) or group-quantized (int4) per format;
- * int4-zp and e4m3-block banks (pre-quantized checkpoints) are built from the checkpoint's codes (backend/int4zp_host.c,
- * cpu_bank_e4m3b.c) and kept as they are; checkpoints in our own int4-g128 format fill int4 banks from their codes
- * (cpu_bank_native_int4.c). */
+ * int4-zp and e4m3-block banks (pre-quantized checkpoints) are built from the checkpoint's codes
+ * (backend/int4zp_host.c, cpu_bank_e4m3b.c) and kept as they are; checkpoints in our own int4-g128 format fill int4
+ * banks from their codes (cpu_bank_native_int4.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +17,9 @@ static fm_status fill_matrix(const fm_bank_src *src, int32_t i, int64_t cols, fl
     for (int32_t j = 0; j < src->n_parts; j++) {
         const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j], *s0 = &src->srcs[j];
         if (s->cols != cols || s->rows != s0->rows)
-            return fm_fail(err, FM_ERR_FORMAT, "%s: matrix %d part %d is [%lld, %lld], expected [%lld, %lld]", src->label,
-                           i, j, (long long)s->rows, (long long)s->cols, (long long)s0->rows, (long long)cols);
+            return fm_fail(err, FM_ERR_FORMAT, "%s: matrix %d part %d is [%lld, %lld], expected [%lld, %lld]",
+                           src->label, i, j, (long long)s->rows, (long long)s->cols, (long long)s0->rows,
+                           (long long)cols);
         fm_status st = fm_wsrc_read(s, dst, err);
         if (st) return st;
         dst += s->rows * s->cols;
@@ -71,8 +72,8 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     int8_t *q = NULL;
     if (!st && fm_wformat_is_int4(fmt)) {
         w->n_groups = fm_int4_n_groups(cols, FM_CPU_GROUP);
-        w->scales   = fm_malloc((size_t)(src->n * rows * w->n_groups) * sizeof(float), err, src->label);
-        q           = fm_malloc((size_t)per, err, src->label);
+        w->scales = fm_malloc((size_t)(src->n * rows * w->n_groups) * sizeof(float), err, src->label);
+        q = fm_malloc((size_t)per, err, src->label);
         if (!w->scales || !q) st = FM_ERR_NOMEM;
     }
     if (!st && fmt == FM_W_E4M3_PT && !(w->tscale = fm_malloc((size_t)src->n * sizeof(float), err, src->label)))
@@ -115,7 +116,8 @@ size_t cpu_bank_bytes(const fm_bank *w) {
     if (fm_wformat_is_int4zp(w->fmt))
         return (size_t)(w->n * w->rows) * ((size_t)(w->cols + 1) / 2 + (size_t)w->n_groups * (1 + sizeof(float))) +
                (w->perm ? (size_t)(w->n * w->cols) * sizeof(int32_t) : 0);
-    if (w->fmt == FM_W_E4M3_B128) return (size_t)(w->n * w->rows) * ((size_t)w->cols + (size_t)w->n_groups * sizeof(float));
+    if (w->fmt == FM_W_E4M3_B128)
+        return (size_t)(w->n * w->rows) * ((size_t)w->cols + (size_t)w->n_groups * sizeof(float));
     size_t n = (size_t)(w->n * w->rows * w->cols) * sizeof(float);
     if (w->scales) n += (size_t)(w->n * w->rows * w->n_groups) * sizeof(float);
     if (w->tscale) n += (size_t)w->n * sizeof(float);

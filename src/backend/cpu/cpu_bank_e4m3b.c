@@ -17,14 +17,16 @@ static fm_status check_part(const fm_bank_src *src, int32_t i, int32_t j, int64_
     if (s->q.method != FM_QUANT_FP8_BLOCK)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "%s: part %d of matrix %d is not stored as block-FP8 while other parts are; an e4m3-block bank "
-                       "cannot mix them (use --preset ref)", src->label, j, i);
+                       "cannot mix them (use --preset ref)",
+                       src->label, j, i);
     if (s->cols != cols || s->rows != s0->rows)
         return fm_fail(err, FM_ERR_FORMAT, "%s: matrix %d part %d is [%lld, %lld], expected [%lld, %lld]", src->label,
                        i, j, (long long)s->rows, (long long)s->cols, (long long)s0->rows, (long long)cols);
     if (s->q.group != FM_CPU_GROUP)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "%s: block-FP8 blocks are %d wide along K; the e4m3-block bank takes 128 (one weight scale per "
-                       "1x128 activation group)", src->label, s->q.group);
+                       "1x128 activation group)",
+                       src->label, s->q.group);
     return FM_OK;
 }
 
@@ -38,7 +40,8 @@ static fm_status fill_part(fm_bank *w, const fm_wsrc *s, int64_t r0, float *bloc
             st = fm_fail(err, FM_ERR_FORMAT, "tensor '%s': scale %lld is not finite", s->q.scales->name, (long long)b);
     if (st) return st;
     memcpy(w->codes + r0 * K, s->q.packed->data, (size_t)(s->rows * K));
-    for (int64_t n = 0; n < s->rows; n++) memcpy(w->scales + (r0 + n) * ng, blocks + (n / bn) * ng, (size_t)ng * sizeof(float));
+    for (int64_t n = 0; n < s->rows; n++)
+        memcpy(w->scales + (r0 + n) * ng, blocks + (n / bn) * ng, (size_t)ng * sizeof(float));
     return FM_OK;
 }
 

@@ -15,8 +15,8 @@ fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error
         if (!fm_wsrc_is_quantized(s) || !fm_qsrc_native_layout(&s->q, s->cols))
             return fm_fail(err, FM_ERR_UNSUPPORTED,
                            "%s: source %lld is not int4 symmetric with groups of %d and bf16 scales, so it cannot "
-                           "fill a %s bank directly", src->label, (long long)i, FM_NATIVE_GROUP,
-                           fm_wformat_name(w->fmt));
+                           "fill a %s bank directly",
+                           src->label, (long long)i, FM_NATIVE_GROUP, fm_wformat_name(w->fmt));
         if (s->cols != K || s->rows != s0->rows)
             return fm_fail(err, FM_ERR_FORMAT, "%s: source %lld is [%lld, %lld], expected [%lld, %lld]", src->label,
                            (long long)i, (long long)s->rows, (long long)s->cols, (long long)s0->rows, (long long)K);

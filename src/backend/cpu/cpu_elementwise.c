@@ -6,8 +6,8 @@
 
 void cpu_embed(fm_backend *be, const fm_bank *table, const void *idsv, int64_t T, void *outv) {
     const int32_t *ids = (const int32_t *)idsv;
-    float         *out = (float *)outv;
-    const int64_t  H   = table->cols;
+    float *out = (float *)outv;
+    const int64_t H = table->cols;
     for (int64_t t = 0; t < T; t++) memcpy(out + t * H, table->w + (int64_t)ids[t] * H, (size_t)H * sizeof(float));
     cpu_round_act(be, out, T * H);
 }
@@ -15,11 +15,11 @@ void cpu_embed(fm_backend *be, const fm_bank *table, const void *idsv, int64_t T
 /* HF Llama/Qwen3 RMSNorm: fp32 mean of squares, x * rsqrt(mean + eps), then times the weight. */
 void cpu_rmsnorm(fm_backend *be, const void *xv, const fm_bank *w, int64_t rows, int64_t dim, float eps, void *outv) {
     const float *x = (const float *)xv;
-    float       *out = (float *)outv;
+    float *out = (float *)outv;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
-        float        ss = 0.0f;
+        float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
         for (int64_t i = 0; i < dim; i++) ss += xr[i] * xr[i];
         const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
@@ -30,7 +30,7 @@ void cpu_rmsnorm(fm_backend *be, const void *xv, const fm_bank *w, int64_t rows,
 
 void cpu_swiglu(fm_backend *be, const void *guv, int64_t rows, int64_t I, void *outv) {
     const float *gu = (const float *)guv;
-    float       *out = (float *)outv;
+    float *out = (float *)outv;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t i = 0; i < I; i++) {
@@ -41,8 +41,8 @@ void cpu_swiglu(fm_backend *be, const void *guv, int64_t rows, int64_t I, void *
 }
 
 void cpu_add(fm_backend *be, void *accv, const void *xv, int64_t n) {
-    float       *acc = (float *)accv;
-    const float *x   = (const float *)xv;
+    float *acc = (float *)accv;
+    const float *x = (const float *)xv;
     for (int64_t i = 0; i < n; i++) acc[i] += x[i];
     cpu_round_act(be, acc, n);
 }

@@ -11,27 +11,27 @@
 
 struct fm_bank {
     fm_wformat fmt;
-    int32_t    n;        /* matrices */
-    int64_t    rows, cols;
-    int64_t    n_groups; /* int4: ceil(cols / 128) */
-    float     *w;        /* [n][rows][cols]: values (f32, bf16-rounded) or int4 codes as floats */
-    float     *scales;   /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
-    float     *tscale;   /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
+    int32_t n; /* matrices */
+    int64_t rows, cols;
+    int64_t n_groups; /* int4: ceil(cols / 128) */
+    float *w;         /* [n][rows][cols]: values (f32, bf16-rounded) or int4 codes as floats */
+    float *scales;    /* int4: [n][rows][n_groups] bf16-valued scales; NULL otherwise */
+    float *tscale;    /* e4m3-tensor: [n] one scale per matrix (w holds the decoded e4m3 codes); NULL otherwise */
     /* int4-zp (a pre-quantized checkpoint's int4; w is NULL, scales as for int4 but per group of `group`) */
-    int32_t    group;    /* K-group size (n_groups = ceil(cols / group): the last group may be partial); e4m3-block: 128 */
-    uint8_t   *codes;    /* int4-zp: [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank
-                            order; e4m3-block: [n][rows][cols] the checkpoint's e4m3 bytes (scales: the block's
-                            weight_scale_inv repeated for each of its rows, [n][rows][ceil(cols / 128)]) */
-    uint8_t   *zeros;    /* [n][rows][n_groups] zero points 0..16 */
-    int32_t   *perm;     /* [n][cols] input channel at bank position j (act-order), or NULL: the identity */
+    int32_t group;  /* K-group size (n_groups = ceil(cols / group): the last group may be partial); e4m3-block: 128 */
+    uint8_t *codes; /* int4-zp: [n][rows][ceil(cols / 2)] unsigned codes, two per byte (element 2i low), K in bank
+                       order; e4m3-block: [n][rows][cols] the checkpoint's e4m3 bytes (scales: the block's
+                       weight_scale_inv repeated for each of its rows, [n][rows][ceil(cols / 128)]) */
+    uint8_t *zeros; /* [n][rows][n_groups] zero points 0..16 */
+    int32_t *perm;  /* [n][cols] input channel at bank position j (act-order), or NULL: the identity */
 };
 
 /* Activation row quantized for a linear op: values to multiply (e4m3 or E2M1 codes decoded, or the inputs),
  * and per-group scales (NULL when the values already carry their scale). */
 typedef struct cpu_qrow {
-    float  *val;    /* [K] */
-    float  *scale;  /* [n_groups] or NULL */
-    float   tensor_scale; /* e4m3-tensor: the input's one scale, folded in after the whole-K sum; else 1 */
+    float *val;         /* [K] */
+    float *scale;       /* [n_groups] or NULL */
+    float tensor_scale; /* e4m3-tensor: the input's one scale, folded in after the whole-K sum; else 1 */
 } cpu_qrow;
 
 /* Quantizes one activation row of K elements as afmt into q (val has K floats, scale ceil(K/128)). */
@@ -76,7 +76,7 @@ fm_status cpu_bank_fill_e4m3b(fm_bank *w, const fm_bank_src *src, fm_error *err)
 fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
-void      cpu_bank_free(fm_backend *be, fm_bank *w);
-size_t    cpu_bank_bytes(const fm_bank *w);
+void cpu_bank_free(fm_backend *be, fm_bank *w);
+size_t cpu_bank_bytes(const fm_bank *w);
 
 #endif

@@ -38,8 +38,7 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
         return;
     }
     case FM_A_E4M3_PT: /* needs the whole input's amax: cpu_linear quantizes it */
-    case FM_A_E4M3_ROW:
-        abort();
+    case FM_A_E4M3_ROW: abort();
     case FM_A_MXFP4: {
         /* E2M1 times its power-of-two block scale is exact in fp32: dequantize once */
         const int64_t nb = (K + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
@@ -60,10 +59,10 @@ void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) 
         return;
     }
     const int64_t K = w->cols, N = w->rows;
-    const float  *W = w->w + (int64_t)idx * N * K;
-    const bool    grouped = w->scales || x->scale;
+    const float *W = w->w + (int64_t)idx * N * K;
+    const bool grouped = w->scales || x->scale;
     const int64_t G = grouped ? FM_CPU_GROUP : K, n_groups = (K + G - 1) / G;
-    const float  *ws = w->scales ? w->scales + (int64_t)idx * N * w->n_groups : NULL;
+    const float *ws = w->scales ? w->scales + (int64_t)idx * N * w->n_groups : NULL;
     for (int64_t n = 0; n < N; n++) {
         const float *wr = W + n * K;
         float acc = 0.0f;
@@ -79,8 +78,8 @@ void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) 
 }
 
 void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, int64_t M, fm_afmt afmt, void *yv) {
-    const float  *x = (const float *)xv;
-    float        *y = (float *)yv;
+    const float *x = (const float *)xv;
+    float *y = (float *)yv;
     if (fm_wformat_is_int4zp(w->fmt) && afmt == FM_A_NATIVE) { /* w4a16: gathers act-order inputs once per row */
         cpu_linear_int4zp(be, w, idx, x, M, y);
         return;
@@ -89,11 +88,11 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
     float *qv = (float *)malloc((size_t)(M * K) * sizeof(float));
     float *qs = (float *)malloc((size_t)(M * n_groups) * sizeof(float));
     float *row_scale = NULL; /* e4m3-row: [M] */
-    float  tensor_scale = 1.0f;
+    float tensor_scale = 1.0f;
     const bool per_tensor_a = afmt == FM_A_E4M3_PT || afmt == FM_A_E4M3_ROW;
     if (per_tensor_a != (w->fmt == FM_W_E4M3_PT)) {
-        fprintf(stderr, "fp8moe: cpu linear: %s weights with %s activations is not a W8A8 pair\n", fm_wformat_name(w->fmt),
-                fm_afmt_name(afmt));
+        fprintf(stderr, "fp8moe: cpu linear: %s weights with %s activations is not a W8A8 pair\n",
+                fm_wformat_name(w->fmt), fm_afmt_name(afmt));
         abort(); /* the plans never pair them otherwise */
     }
     if (afmt == FM_A_E4M3_PT) tensor_scale = fm_e4m3_quantize_tensor(x, M * K, qv);
@@ -114,7 +113,8 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < n_blocks; b++) {
             const int64_t n0 = b * NB, n1 = n0 + NB < N ? n0 + NB : N;
-            if (fm_wformat_is_int4zp(w->fmt) || w->fmt == FM_W_E4M3_B128) { /* pre-quantized banks: their own row loops */
+            if (fm_wformat_is_int4zp(w->fmt) ||
+                w->fmt == FM_W_E4M3_B128) { /* pre-quantized banks: their own row loops */
                 cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL, 1.0f};
                 if (fm_wformat_is_int4zp(w->fmt)) cpu_int4zp_rows(w, idx, &q, n0, n1, y + m * N + n0);
                 else cpu_e4m3b_rows(w, idx, &q, n0, n1, y + m * N + n0);
@@ -122,7 +122,7 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
             }
             fm_bank sub = *w; /* a view of rows n0..n1 of matrix idx */
             sub.rows = n1 - n0;
-            sub.w    = w->w + ((int64_t)idx * N + n0) * K;
+            sub.w = w->w + ((int64_t)idx * N + n0) * K;
             sub.scales = w->scales ? w->scales + ((int64_t)idx * N + n0) * w->n_groups : NULL;
             sub.tscale = w->tscale ? w->tscale + idx : NULL;
             cpu_qrow q = {qv + m * K, has_scale ? qs + m * n_groups : NULL, row_scale ? row_scale[m] : tensor_scale};

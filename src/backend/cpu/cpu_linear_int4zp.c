@@ -47,7 +47,7 @@ static void dot_rows_a8(const fm_bank *w, int32_t idx, const float *xq, const fl
         const int64_t r = (int64_t)idx * w->rows + n;
         const uint8_t *cr = w->codes + r * KB;
         float acc = 0.0f;
-        for (int64_t g = 0; g < (K + A - 1) / A; g++) { /* the last activation group may be partial */
+        for (int64_t g = 0; g < (K + A - 1) / A; g++) {             /* the last activation group may be partial */
             const int64_t wg = g * A / G < ng ? g * A / G : ng - 1; /* g': the weight group holding group g */
             const float z = (float)w->zeros[r * ng + wg];
             float partial = 0.0f;
@@ -68,9 +68,10 @@ static void gather(const fm_bank *w, int32_t idx, const float *x, float *xp) {
 void cpu_int4zp_rows(const fm_bank *w, int32_t idx, const cpu_qrow *x, int64_t n0, int64_t n1, float *y) {
     if (x->scale) {
         if (w->perm || (w->n_groups > 1 && w->group % FM_CPU_GROUP != 0)) { /* one group: any K (per-channel) */
-            fprintf(stderr, "fp8moe: cpu linear: an int4-zp bank with group %d, K = %lld%s reached the e4m3 1x128 op "
-                    "(model.c refuses such banks for the fp8 plans)\n", w->group, (long long)w->cols,
-                    w->perm ? " and an act-order permutation" : "");
+            fprintf(stderr,
+                    "fp8moe: cpu linear: an int4-zp bank with group %d, K = %lld%s reached the e4m3 1x128 op "
+                    "(model.c refuses such banks for the fp8 plans)\n",
+                    w->group, (long long)w->cols, w->perm ? " and an act-order permutation" : "");
             abort(); /* a bug: the load checks both */
         }
         dot_rows_a8(w, idx, x->val, x->scale, n0, n1, y);

@@ -21,20 +21,20 @@ static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
     }
 }
 
-void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
-               void *idsv, void *weightsv) {
+void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
+               bool norm_topk, void *idsv, void *weightsv) {
     const float *logits = (const float *)logitsv;
-    int32_t     *ids    = (int32_t *)idsv;
-    float       *w      = (float *)weightsv;
+    int32_t *ids = (int32_t *)idsv;
+    float *w = (float *)weightsv;
 #pragma omp parallel
     {
         float *p = (float *)malloc((size_t)E * sizeof(float));
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < T; t++) {
-            const float *l  = logits + t * E;
-            int32_t     *id = ids + t * k;
-            float       *wt = w + t * k;
-            float        mx = -INFINITY, sum = 0.0f;
+            const float *l = logits + t * E;
+            int32_t *id = ids + t * k;
+            float *wt = w + t * k;
+            float mx = -INFINITY, sum = 0.0f;
             if (kind == FM_ROUTER_SOFTMAX_TOPK) {
                 for (int32_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
                 for (int32_t e = 0; e < E; e++) sum += (p[e] = expf(l[e] - mx));
@@ -58,19 +58,19 @@ void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_
 
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *xv, int64_t T, const void *idsv,
              const void *weightsv, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *outv) {
-    const float   *x   = (const float *)xv;
+    const float *x = (const float *)xv;
     const int32_t *ids = (const int32_t *)idsv;
-    const float   *w   = (const float *)weightsv;
-    float         *out = (float *)outv;
-    const int64_t  H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP;
+    const float *w = (const float *)weightsv;
+    float *out = (float *)outv;
+    const int64_t H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP;
 #pragma omp parallel
     {
         /* per-thread scratch: quantized input row, gate|up, SwiGLU output (quantized), expert output, sum */
         float *xq = (float *)malloc((size_t)(H + (H + G - 1) / G) * sizeof(float));
         float *gu = (float *)malloc((size_t)(2 * I) * sizeof(float));
-        float *h  = (float *)malloc((size_t)I * sizeof(float));
+        float *h = (float *)malloc((size_t)I * sizeof(float));
         float *hq = (float *)malloc((size_t)(I + (I + G - 1) / G) * sizeof(float));
-        float *y  = (float *)malloc((size_t)H * sizeof(float));
+        float *y = (float *)malloc((size_t)H * sizeof(float));
         float *acc = (float *)malloc((size_t)H * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < T; t++) {

@@ -8,13 +8,13 @@
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
                 void *steps, void *counts, void *seen, void *z, void *ids, void *info) {
     (void)be;
-    const int32_t     *slot_of = row_slot;
-    const fm_sampling *p       = params;
-    uint64_t          *step    = steps;
-    int32_t           *cnt     = counts;
-    uint8_t           *sn      = seen;
-    int32_t           *out     = ids;
-    fm_sample_info    *inf     = info;
+    const int32_t *slot_of = row_slot;
+    const fm_sampling *p = params;
+    uint64_t *step = steps;
+    int32_t *cnt = counts;
+    uint8_t *sn = seen;
+    int32_t *out = ids;
+    fm_sample_info *inf = info;
     /* the reference keeps its own 2 x vocab floats (z is the device kernel's scratch) */
     float *scratch = malloc(2 * (size_t)vocab * sizeof *scratch);
     if (!scratch) abort(); /* a few hundred KiB; the op has no error path (backend.h) */

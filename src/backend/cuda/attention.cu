@@ -40,7 +40,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 
-#define ATT_WARPS   4
+#define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * 32)
 
 // cp.async of rows [row0, row0 + ROWS) of one head (g points at its first column; ld elements between rows)
@@ -54,7 +54,7 @@ static __device__ __forceinline__ void att_load_tile(uint32_t s, const __nv_bflo
     const int ch = tid % CH, r = tid / CH;
     if (ATT_THREADS % CH != 0 && r >= RP) return;
     const __nv_bfloat16 *src = g + (int64_t)(row0 + r) * ld + ch * 8;
-    const int64_t        step = (int64_t)RP * ld;
+    const int64_t step = (int64_t)RP * ld;
 #pragma unroll
     for (int p = 0; p < PASSES; p++) {
         const int rr = r + p * RP;
@@ -66,9 +66,9 @@ static __device__ __forceinline__ void att_load_tile(uint32_t s, const __nv_bflo
 }
 
 template <int HD, int MT, int BN, bool QREG>
-__global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(const __nv_bfloat16 *__restrict__ qkv,
-                                                              __nv_bfloat16 *__restrict__ out, int T, int nh,
-                                                              int nkv, float sl2) {
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_fwd_kernel(const __nv_bfloat16 *__restrict__ qkv, __nv_bfloat16 *__restrict__ out, int T, int nh, int nkv,
+                   float sl2) {
     constexpr int BM = ATT_WARPS * 16 * MT; // query rows per block
     constexpr int KS = HD / 16;             // k-steps of S = Q K^T
     constexpr int NT = BN / 8;              // n8 tiles of S
@@ -121,14 +121,13 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(const __nv_bfloat1
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int kk = 0; kk < KS; kk++)
-                    att_ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
-                                sq + att_lane_off<HD>(&la, wr0 + mt * 16, kk));
+                    att_ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0], sq + att_lane_off<HD>(&la, wr0 + mt * 16, kk));
         }
         att_load_tile<HD, BN>(sv, gv, ld, n0, T, tid);
         att_cp_commit();
 
         const bool active = n0 <= m0 + wr0 + 16 * MT - 1; // some key of the tile is visible to this warp
-        float      s[MT][NT][4];
+        float s[MT][NT][4];
         if (active) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -196,7 +195,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(const __nv_bfloat1
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float mb = mx == -INFINITY ? 0.0f : mx * sl2; // a fully masked row stays 0, never NaN
-                alpha[hf] = att_exp2(mrow[mt][hf] * sl2 - mb);    // exactly 1 when the max did not move
+                alpha[hf] = att_exp2(mrow[mt][hf] * sl2 - mb);      // exactly 1 when the max did not move
                 mrow[mt][hf] = mx;
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
@@ -254,7 +253,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(const __nv_bfloat1
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = 1.0f / l; // l >= 1: the row's max contributes exp2(0)
-            const int   r = wr0 + mt * 16 + g + hf * 8;
+            const int r = wr0 + mt * 16 + g + hf * 8;
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
                 const uint32_t v = att_pack_bf16(o[mt][dt][2 * hf] * inv, o[mt][dt][2 * hf + 1] * inv);
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(const __nv_bfloat1
         const int i = lane + 32 * j;
         const int r = i / CH, ch = i % CH;
         const int t = m0 + wr0 + r;
-        uint4     v;
+        uint4 v;
         asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "r"(sq + att_off<HD>(wr0 + r, ch))
@@ -287,7 +286,7 @@ static void att_fail(const char *what, int64_t T, int32_t nh, int32_t nkv, int32
 template <int HD, int MT, int BN, bool QREG>
 static void att_launch_cfg(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, __nv_bfloat16 *out,
                            cudaStream_t stream) {
-    constexpr int    BM = ATT_WARPS * 16 * MT;
+    constexpr int BM = ATT_WARPS * 16 * MT;
     constexpr size_t smem = (size_t)(BM + 2 * BN) * ATT_ROW_ELEMS(HD) * 2;
     static_assert(HD % 16 == 0 && HD >= 16 && HD <= 256 && BN % 16 == 0 && (MT == 1 || MT == 2), "tile shape");
     static_assert(smem <= 99 * 1024, "shared memory above the sm_89 limit");
@@ -297,8 +296,8 @@ static void att_launch_cfg(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int3
         FM_CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<HD, MT, BN, QREG>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const float sl2 = (float)(1.4426950408889634 / sqrt((double)HD)); // log2(e) / sqrt(hd)
-    att_fwd_kernel<HD, MT, BN, QREG><<<dim3((unsigned)nh, (unsigned)qtiles), ATT_THREADS, smem, stream>>>(
-        qkv, out, (int)T, nh, nkv, sl2);
+    att_fwd_kernel<HD, MT, BN, QREG>
+        <<<dim3((unsigned)nh, (unsigned)qtiles), ATT_THREADS, smem, stream>>>(qkv, out, (int)T, nh, nkv, sl2);
     FM_LAUNCH_CHECK("attention");
 }
 
@@ -307,12 +306,9 @@ static void att_launch_cfg(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int3
 template <int HD>
 static void att_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, __nv_bfloat16 *out,
                        cudaStream_t stream, int small) {
-    if constexpr (HD > 128)
-        att_launch_cfg<HD, 1, 64, false>(qkv, T, nh, nkv, out, stream);
-    else if (small)
-        att_launch_cfg<HD, 1, 64, (HD <= 64)>(qkv, T, nh, nkv, out, stream);
-    else
-        att_launch_cfg<HD, 2, 64, (HD <= 64)>(qkv, T, nh, nkv, out, stream);
+    if constexpr (HD > 128) att_launch_cfg<HD, 1, 64, false>(qkv, T, nh, nkv, out, stream);
+    else if (small) att_launch_cfg<HD, 1, 64, (HD <= 64)>(qkv, T, nh, nkv, out, stream);
+    else att_launch_cfg<HD, 2, 64, (HD <= 64)>(qkv, T, nh, nkv, out, stream);
 }
 
 extern "C" void fm_cuda_attention(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,

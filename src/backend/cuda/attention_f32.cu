@@ -32,7 +32,7 @@ static __global__ void attention_f32_kernel(const float *qkv, int32_t nh, int32_
     const int64_t t = blockIdx.x;
     const int32_t h = blockIdx.y, kvh = h / (nh / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
-    const float  *kbase = qkv + (int64_t)(nh + kvh) * hd, *vbase = qkv + (int64_t)(nh + nkv + kvh) * hd;
+    const float *kbase = qkv + (int64_t)(nh + kvh) * hd, *vbase = qkv + (int64_t)(nh + nkv + kvh) * hd;
     float *q = attf_smem, *p = attf_smem + hd;
     for (int32_t d = threadIdx.x; d < hd; d += ATTF_THREADS) q[d] = qkv[t * ld + (int64_t)h * hd + d];
     __syncthreads();
@@ -65,8 +65,10 @@ extern "C" void fm_cuda_attention_f32(const float *qkv, int64_t T, int32_t nh, i
     FM_CUDA_CHECK(cudaGetDevice(&dev));
     FM_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (nkv < 1 || nh % nkv != 0 || T > INT32_MAX || smem + sizeof(float) * ATTF_THREADS / 32 > (size_t)max_smem) {
-        fprintf(stderr, "fp8moe: attention (fp32 oracle): %lld tokens x head_dim %d with %d/%d heads is not supported "
-                "(the scores of a row must fit %d bytes of shared memory)\n", (long long)T, hd, nh, nkv, max_smem);
+        fprintf(stderr,
+                "fp8moe: attention (fp32 oracle): %lld tokens x head_dim %d with %d/%d heads is not supported "
+                "(the scores of a row must fit %d bytes of shared memory)\n",
+                (long long)T, hd, nh, nkv, max_smem);
         abort();
     }
     FM_CUDA_CHECK(cudaFuncSetAttribute(attention_f32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

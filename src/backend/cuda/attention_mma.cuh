@@ -63,7 +63,8 @@ template <int HD> static __device__ __forceinline__ att_lane att_lane_init(int l
     att_lane a;
     a.row = (uint32_t)(lr * ATT_ROW_ELEMS(HD) * 2);
 #pragma unroll
-    for (int j = 0; j < 4; j++) a.x[j] = HD % 64 == 0 ? (uint32_t)(((2 * j + lc) ^ (lr & 7)) << 4) : (uint32_t)((2 * j + lc) << 4);
+    for (int j = 0; j < 4; j++)
+        a.x[j] = HD % 64 == 0 ? (uint32_t)(((2 * j + lc) ^ (lr & 7)) << 4) : (uint32_t)((2 * j + lc) << 4);
     return a;
 }
 template <int HD> static __device__ __forceinline__ uint32_t att_lane_off(const att_lane *a, int r0, int kk) {

@@ -35,7 +35,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_paged.cuh"
 
-#define APG_WARPS   4
+#define APG_WARPS 4
 #define APG_THREADS (APG_WARPS * 32)
 
 typedef __nv_bfloat16 bf16;
@@ -43,25 +43,25 @@ typedef __nv_bfloat16 bf16;
 // keys per split for a token of len keys and S splits (attention_paged.h); ceil(len / chunk) <= S
 static __device__ __forceinline__ int apg_chunk(int len, int splits) {
     int c = (len + splits - 1) / splits;
-    c     = (c + 15) & ~15;
+    c = (c + 15) & ~15;
     return c > FM_ATT_PAGED_MIN_CHUNK ? c : FM_ATT_PAGED_MIN_CHUNK;
 }
 
 typedef struct apg_args {
-    const bf16    *qkv, *k_cache, *v_cache;
+    const bf16 *qkv, *k_cache, *v_cache;
     const int32_t *tok_seq, *tok_pos, *tables;
-    float         *part; // scratch (S > 1)
-    bf16          *out;
-    int            nh, nkv, qgroups, max_blocks, block_tokens, splits;
-    float          sl2; // log2(e) / sqrt(hd)
+    float *part; // scratch (S > 1)
+    bf16 *out;
+    int nh, nkv, qgroups, max_blocks, block_tokens, splits;
+    float sl2; // log2(e) / sqrt(hd)
 } apg_args;
 
 // cp.async of the 16 K and V rows of keys [j0, j0 + 16) of kv head kvh into one stage (rows at or past s1 zero-
 // filled). Lane l copies chunk l % CH of rows l / CH + p * RP (RP = 32 / CH rows per pass).
 template <int HD>
-static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, const bf16 *k_cache,
-                                                     const bf16 *v_cache, const int32_t *table, int block_tokens,
-                                                     int64_t kv_ld, int kvh, int j0, int s1, int lane) {
+static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, const bf16 *k_cache, const bf16 *v_cache,
+                                                     const int32_t *table, int block_tokens, int64_t kv_ld, int kvh,
+                                                     int j0, int s1, int lane) {
     constexpr int CH = HD / 8, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
     const int ch = lane % CH, r = lane / CH;
     if (32 % CH != 0 && r >= RP) return;
@@ -83,16 +83,15 @@ static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, c
 
 template <int HD> struct apg_shape {
     static constexpr int RE = ATT_ROW_ELEMS(HD);
-    static constexpr int TILE = 16 * RE * 2;                         // bytes of one [16][HD] bf16 tile
-    static constexpr int ST = HD <= 128 ? 2 : 1;                     // K/V stages per warp
-    static constexpr int SMEM = TILE + APG_WARPS * ST * 2 * TILE;    // Q, then the warps' stages
+    static constexpr int TILE = 16 * RE * 2;                      // bytes of one [16][HD] bf16 tile
+    static constexpr int ST = HD <= 128 ? 2 : 1;                  // K/V stages per warp
+    static constexpr int SMEM = TILE + APG_WARPS * ST * 2 * TILE; // Q, then the warps' stages
     static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * ST * 2 * TILE, "the merge's O must fit the stages");
     static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
     static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
 };
 
-template <int HD>
-__global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
+template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
     typedef apg_shape<HD> SH;
     constexpr int KS = HD / 16, DT = HD / 8, ST = SH::ST;
     constexpr bool QREG = HD <= 128;
@@ -213,8 +212,8 @@ __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
         }
         __syncwarp(); // every lane is done with the stage before it is refilled
         if (i + ST < nw)
-            apg_load_tile<HD>(sk, sv, a.k_cache, a.v_cache, table, a.block_tokens, kv_ld, kvh,
-                              j0 + APG_WARPS * ST * 16, s1, lane);
+            apg_load_tile<HD>(sk, sv, a.k_cache, a.v_cache, table, a.block_tokens, kv_ld, kvh, j0 + APG_WARPS * ST * 16,
+                              s1, lane);
         att_cp_commit();
     }
 
@@ -298,11 +297,11 @@ static void apg_check(const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32
         apg_fail("need max_blocks >= 1, block_tokens >= 1 and max_len in [1, 2^31)", T, nh, nkv, hd);
 }
 
-template <int HD>
-static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, cudaStream_t s) {
+template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, cudaStream_t s) {
     typedef apg_shape<HD> SH;
     if (SH::SMEM > 48 * 1024)
-        FM_CUDA_CHECK(cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+        FM_CUDA_CHECK(
+            cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
     apg_split_kernel<HD><<<dim3((unsigned)T, (unsigned)kv_ctas_y, (unsigned)a.splits), APG_THREADS, SH::SMEM, s>>>(a);
     FM_LAUNCH_CHECK("attention_paged");
 }
@@ -378,7 +377,8 @@ static __global__ void apg_f32_kernel(const float *qkv, const float *k_cache, co
     }
     float m = -INFINITY, l = 0.0f;
     for (int j = warp; j < len; j += APG_WARPS) {
-        const int64_t row = ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * kv_ld + (int64_t)kvh * hd;
+        const int64_t row =
+            ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * kv_ld + (int64_t)kvh * hd;
         const float *k = k_cache + row, *v = v_cache + row;
         float dot = 0.0f;
 #pragma unroll
@@ -405,7 +405,7 @@ static __global__ void apg_f32_kernel(const float *qkv, const float *k_cache, co
         float a = 0.0f, L = 0.0f;
         for (int w = 0; w < APG_WARPS; w++) {
             const float *ws = apgf_smem + w * (hd + 2);
-            const float  e = expf(ws[0] - M); // 0 for a warp without keys
+            const float e = expf(ws[0] - M); // 0 for a warp without keys
             a += ws[2 + d] * e;
             L += ws[1] * e;
         }
@@ -421,8 +421,7 @@ extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t
     if (T == 0) return;
     if (hd < 1 || hd > 32 * APGF_MAXD) apg_fail("hd must be in [1, 256] (fp32)", T, nh, nkv, hd);
     const size_t smem = (size_t)APG_WARPS * (hd + 2) * sizeof(float);
-    apg_f32_kernel<<<dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s>>>(qkv, k_cache, v_cache, tok_seq, tok_pos,
-                                                                              tables, nh, nkv, hd, max_blocks,
-                                                                              block_tokens, out);
+    apg_f32_kernel<<<dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s>>>(
+        qkv, k_cache, v_cache, tok_seq, tok_pos, tables, nh, nkv, hd, max_blocks, block_tokens, out);
     FM_LAUNCH_CHECK("attention_paged_f32");
 }

@@ -45,16 +45,20 @@ typedef __nv_bfloat16 bf16;
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
     if (bytes <= be->work_bytes) return be->work;
     if (be->work_fixed) {
-        fprintf(stderr, "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
+        fprintf(stderr,
+                "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
                 "memory plan's shapes; the plan (src/engine/memory_plan.c, add_workspace) does not count this op at "
-                "this shape: a bug\n", bytes, be->work_bytes);
+                "this shape: a bug\n",
+                bytes, be->work_bytes);
         abort();
     }
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     FM_CUDA_CHECK(cudaStreamIsCapturing(be->stream, &capturing));
     if (capturing != cudaStreamCaptureStatusNone) {
-        fprintf(stderr, "fp8moe: cuda workspace: %zu bytes asked during a stream capture with %zu reserved; reserve "
-                "the workspace first (ops->reserve)\n", bytes, be->work_bytes);
+        fprintf(stderr,
+                "fp8moe: cuda workspace: %zu bytes asked during a stream capture with %zu reserved; reserve "
+                "the workspace first (ops->reserve)\n",
+                bytes, be->work_bytes);
         abort();
     }
     /* a backend without a reservation (op tests, kernel benchmarks): grow; cudaFree waits for the kernels using it */
@@ -133,8 +137,8 @@ static fm_status cu_reserve(fm_backend *bb, size_t workspace, fm_error *err) {
         if (cudaMalloc(&be->work, workspace) != cudaSuccess) {
             cudaGetLastError();
             be->work = NULL;
-            return fm_fail(err, FM_ERR_NOMEM, "out of cuda memory for the ops' workspace (%zu bytes, the memory plan's)",
-                           workspace);
+            return fm_fail(err, FM_ERR_NOMEM,
+                           "out of cuda memory for the ops' workspace (%zu bytes, the memory plan's)", workspace);
         }
         be->work_bytes = workspace;
     }
@@ -142,7 +146,8 @@ static fm_status cu_reserve(fm_backend *bb, size_t workspace, fm_error *err) {
         if (cudaMalloc(&be->cublas_ws, FM_CUDA_CUBLAS_WS) != cudaSuccess) {
             cudaGetLastError();
             be->cublas_ws = NULL;
-            return fm_fail(err, FM_ERR_NOMEM, "out of cuda memory for cuBLAS's workspace (%zu bytes)", FM_CUDA_CUBLAS_WS);
+            return fm_fail(err, FM_ERR_NOMEM, "out of cuda memory for cuBLAS's workspace (%zu bytes)",
+                           FM_CUDA_CUBLAS_WS);
         }
         if (cublasSetWorkspace(be->cublas, be->cublas_ws, FM_CUDA_CUBLAS_WS) != CUBLAS_STATUS_SUCCESS)
             return fm_fail(err, FM_ERR_BACKEND, "cuda backend: cublasSetWorkspace failed");
@@ -158,7 +163,8 @@ static void cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *d
 }
 
 static void cu_upload_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
-    FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(bb))); /* pageable: staged on return */
+    FM_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(bb))); /* pageable: staged on return */
 }
 
 static void cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
@@ -211,11 +217,13 @@ static fm_status cu_sync(fm_backend *bb, fm_error *err) {
 
 static void cu_embed(fm_backend *bb, const fm_bank *table, const void *ids, int64_t T, void *out) {
     if (f32(bb))
-        fm_cuda_embed_f32(bank_f32(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (float *)out, stream(bb));
+        fm_cuda_embed_f32(bank_f32(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (float *)out,
+                          stream(bb));
     else fm_cuda_embed(bank_bf16(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (bf16 *)out, stream(bb));
 }
 
-static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps, void *out) {
+static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps,
+                       void *out) {
     if (f32(bb)) fm_cuda_rmsnorm_f32((const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out, stream(bb));
     else fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
 }
@@ -248,7 +256,8 @@ static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, in
                             double theta) {
     if (f32(bb))
         fm_cuda_qk_norm_rope_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
-                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, stream(bb));
+                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta,
+                                 stream(bb));
     else
         fm_cuda_qk_norm_rope((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
                              k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, stream(bb));
@@ -260,9 +269,10 @@ static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh,
     else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
 }
 
-static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
-                        void *k_cache, void *v_cache) {
-    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache, stream(bb));
+static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                        const void *slots, void *k_cache, void *v_cache) {
+    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache,
+                     stream(bb));
 }
 
 /* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32: the plain kernel */
@@ -300,7 +310,8 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          (bf16 *)out);
-    else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) || (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
+    else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) ||
+             (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
         fm_cuda_moe_per_token(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
@@ -323,38 +334,39 @@ static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
     else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
 }
 
-/* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create) */
+/* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create)
+ */
 static const fm_backend_ops cuda_ops = {
-    .name         = "cuda",
-    .act_size     = sizeof(bf16),
-    .destroy      = cu_destroy,
-    .alloc        = cu_alloc,
-    .free         = cu_free,
-    .reserve      = cu_reserve,
-    .upload_ids   = cu_upload_ids,
+    .name = "cuda",
+    .act_size = sizeof(bf16),
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .reserve = cu_reserve,
+    .upload_ids = cu_upload_ids,
     .download_f32 = cu_download_f32,
-    .upload_f32   = cu_upload_f32,
+    .upload_f32 = cu_upload_f32,
     .download_raw = cu_download_raw,
-    .upload_raw   = cu_upload_raw,
-    .sync         = cu_sync,
-    .mark         = cu_mark,
-    .elapsed_ms   = cu_elapsed_ms,
-    .device_name  = cu_device_name,
-    .bank_create  = fm_cuda_bank_create,
-    .bank_free    = fm_cuda_bank_free,
-    .bank_bytes   = fm_cuda_bank_bytes,
-    .embed        = cu_embed,
-    .rmsnorm      = cu_rmsnorm,
-    .linear       = cu_linear,
+    .upload_raw = cu_upload_raw,
+    .sync = cu_sync,
+    .mark = cu_mark,
+    .elapsed_ms = cu_elapsed_ms,
+    .device_name = cu_device_name,
+    .bank_create = fm_cuda_bank_create,
+    .bank_free = fm_cuda_bank_free,
+    .bank_bytes = fm_cuda_bank_bytes,
+    .embed = cu_embed,
+    .rmsnorm = cu_rmsnorm,
+    .linear = cu_linear,
     .qk_norm_rope = cu_qk_norm_rope,
-    .attention    = cu_attention,
-    .kv_store     = cu_kv_store,
+    .attention = cu_attention,
+    .kv_store = cu_kv_store,
     .attention_paged = cu_attention_paged,
-    .route        = cu_route,
-    .moe          = cu_moe,
-    .swiglu       = cu_swiglu,
-    .add          = cu_add,
-    .sample       = cu_sample,
+    .route = cu_route,
+    .moe = cu_moe,
+    .swiglu = cu_swiglu,
+    .add = cu_add,
+    .sample = cu_sample,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {
@@ -362,7 +374,7 @@ extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {
 }
 
 extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *routes, fm_backend **out, fm_error *err) {
-    *out      = NULL;
+    *out = NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -370,9 +382,9 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
                        e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
     /* what the kernels cover: native bf16 activations with bf16/int4 weights, e4m3 1x128 with int4-tc weights;
        or the oracle's plan (fp32 throughout) */
-    const bool    oracle   = plan_is_oracle(plan);
-    const bool    dense_ok = plan->a_dense == afmt_for(plan->w_dense);
-    const fm_afmt want_e   = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
+    const bool oracle = plan_is_oracle(plan);
+    const bool dense_ok = plan->a_dense == afmt_for(plan->w_dense);
+    const fm_afmt want_e = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
     if (!oracle && (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16 ||
                     !plan->act_bf16 || plan->w_dense == FM_W_F32 || plan->w_expert == FM_W_F32))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
@@ -380,7 +392,7 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
                        "ref, ref32, int4, fp8",
                        fm_preset_name(plan->preset), fm_wformat_name(plan->w_dense), fm_afmt_name(plan->a_dense),
                        fm_wformat_name(plan->w_expert), fm_afmt_name(plan->a_dispatch), fm_afmt_name(plan->a_expert));
-    int           device = 0;
+    int device = 0;
     cudaDeviceProp prop;
     FM_CUDA_CHECK(cudaGetDevice(&device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -391,16 +403,16 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     if (st) return st;
     cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
     if (!be) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    be->ops          = cuda_ops;
+    be->ops = cuda_ops;
     be->ops.act_size = oracle ? sizeof(float) : sizeof(bf16);
-    be->f32          = oracle;
-    be->base.ops     = &be->ops;
+    be->f32 = oracle;
+    be->base.ops = &be->ops;
     be->base.plan = *plan;
     be->device = device, be->prop = prop, be->routes = table;
     /* say which FP8 kernels the routes pick wherever the device is named: the W4A8 GEMM (wgmma on Hopper, mma.sync
        elsewhere) and, for FP8 dense projections, the decode GEMVs (mma.sync; PDL where the GPU has it) */
     const bool fp8_dense = plan->w_dense == FM_W_INT4_G128_TC || plan->w_dense == FM_W_E4M3_PT;
-    char       dense[160] = "";
+    char dense[160] = "";
     if (fp8_dense)
         snprintf(dense, sizeof dense, ", decode GEMVs %s%s%s",
                  !fm_routes_gemv(&table) ? "off (route dense.gemv=off)" : "mma.sync m16n8k32 e4m3",
@@ -409,11 +421,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     if (plan->w_dense == FM_W_INT4_G128_TC || plan->w_expert == FM_W_INT4_G128_TC)
         snprintf(be->device_label, sizeof be->device_label, "%s, W4A8 kernel %s%s", be->prop.name,
                  fm_routes_w4a8_kernel_name(&table), dense);
-    else
-        snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
+    else snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
-    if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS ||
+    if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS ||
         (oracle && cublasSetMathMode(be->cublas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
         cu_destroy(&be->base);
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: cuBLAS initialisation failed");

@@ -23,14 +23,15 @@ static int64_t round_up(int64_t a, int64_t b) { return fm_ceil_div(a, b) * b; }
 /* int4-tc: the bank was quantized (or filled from a checkpoint's codes) in the row layout; repack it (w4a8_layout.cuh)
  * and free the row layout */
 fm_status fm_cuda_bank_repack_tc(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err) {
-    const bool    interleaved = src->gate_up && w->rows % 16 == 0;
+    const bool interleaved = src->gate_up && w->rows % 16 == 0;
     const int64_t rows_pad = round_up(w->rows, FM_TC_ROW_PAD);
-    const size_t  code_bytes = (size_t)(w->n * rows_pad * w->n_groups * FM_TC_K_GROUP / 2);
-    const size_t  scale_bytes = (size_t)(w->n * rows_pad * w->n_groups) * sizeof(__nv_bfloat16);
-    uint8_t       *codes = NULL;
+    const size_t code_bytes = (size_t)(w->n * rows_pad * w->n_groups * FM_TC_K_GROUP / 2);
+    const size_t scale_bytes = (size_t)(w->n * rows_pad * w->n_groups) * sizeof(__nv_bfloat16);
+    uint8_t *codes = NULL;
     __nv_bfloat16 *scales = NULL;
-    int           *bad = NULL, bad_host = 0;
-    if (cudaMalloc((void **)&codes, code_bytes) != cudaSuccess || cudaMalloc((void **)&scales, scale_bytes) != cudaSuccess ||
+    int *bad = NULL, bad_host = 0;
+    if (cudaMalloc((void **)&codes, code_bytes) != cudaSuccess ||
+        cudaMalloc((void **)&scales, scale_bytes) != cudaSuccess ||
         cudaMalloc((void **)&bad, sizeof(int)) != cudaSuccess) {
         cudaGetLastError();
         cudaFree(codes), cudaFree(scales), cudaFree(bad);
@@ -90,28 +91,30 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                                src->label, s->t->name, fm_dtype_name(s->t->dtype));
         }
     if (fmt == FM_W_E4M3_PT && rows % 16)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: --dense w8a8 runs through cuBLASLt FP8, which needs widths that are "
-                       "multiples of 16; this projection has %lld rows", src->label, (long long)rows);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: --dense w8a8 runs through cuBLASLt FP8, which needs widths that are "
+                       "multiples of 16; this projection has %lld rows",
+                       src->label, (long long)rows);
     fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
     if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
     w->fmt = fmt, w->n = src->n, w->rows = rows, w->cols = cols;
     if (fmt == FM_W_F32 || fmt == FM_W_BF16) {
-        w->ld    = round_up(cols, fmt == FM_W_F32 ? 4 : 8); /* 16-byte rows */
+        w->ld = round_up(cols, fmt == FM_W_F32 ? 4 : 8); /* 16-byte rows */
         w->bytes = (size_t)(w->n * rows * w->ld) * bank_elem_size(w);
     } else if (fmt == FM_W_E4M3_PT) {
-        w->ld    = round_up(cols, 16);
+        w->ld = round_up(cols, 16);
         w->bytes = (size_t)(w->n * rows * w->ld);
     } else {
-        w->ld       = round_up(cols, 32) / 2;
+        w->ld = round_up(cols, 32) / 2;
         w->n_groups = fm_ceil_div(cols, FM_CUDA_GROUP);
-        w->bytes    = (size_t)(w->n * rows * w->ld);
+        w->bytes = (size_t)(w->n * rows * w->ld);
     }
     const size_t scale_bytes = (size_t)(w->n * rows * w->n_groups) * sizeof(__nv_bfloat16);
     void *staging = NULL;
     /* e4m3-tensor: each matrix whole in fp32 first (its amax sets the scale), a scale slot per matrix */
-    const bool w8a8   = fmt == FM_W_E4M3_PT;
-    float     *t32    = NULL;
-    unsigned  *amax32 = NULL;
+    const bool w8a8 = fmt == FM_W_E4M3_PT;
+    float *t32 = NULL;
+    unsigned *amax32 = NULL;
     fm_status st = FM_OK;
     if (cudaMalloc(&w->w, w->bytes) != cudaSuccess ||
         (scale_bytes && cudaMalloc((void **)&w->scales, scale_bytes) != cudaSuccess) ||
@@ -120,7 +123,8 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                   cudaMalloc((void **)&t32, (size_t)(rows * cols) * sizeof(float)) != cudaSuccess ||
                   cudaMalloc((void **)&amax32, sizeof(unsigned)) != cudaSuccess))) {
         cudaGetLastError(); /* clear the sticky allocation error */
-        st = fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for %zu bytes of weights", src->label, w->bytes + scale_bytes);
+        st = fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for %zu bytes of weights", src->label,
+                     w->bytes + scale_bytes);
     }
     if (!st && w8a8) {
         w->lt_gemm = (fm_lt_gemm *)calloc(1, sizeof *w->lt_gemm);
@@ -135,7 +139,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
     for (int32_t i = 0; !st && i < src->n; i++) {
         int64_t row0 = 0; /* first row of this part inside matrix i */
         for (int32_t j = 0; j < src->n_parts; j++) {
-            const fm_wsrc *s    = &src->srcs[(int64_t)i * src->n_parts + j];
+            const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
             /* a pre-quantized view read into a float format (ref, ref32, w8a8): dequantized on the host with the
                checkpoint's own formula, then converted like an F32 tensor */
             float *deq = NULL;
@@ -149,12 +153,12 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                     break;
                 }
             }
-            const int      dtype = s->t ? (int)s->t->dtype : (int)FM_DTYPE_F32; /* synthetic, dequantized: F32 */
-            const int      esz  = fm_dtype_size((fm_dtype)dtype);
-            const int64_t  step = STAGING_BYTES / ((int64_t)esz * cols) > 0 ? STAGING_BYTES / ((int64_t)esz * cols) : 1;
+            const int dtype = s->t ? (int)s->t->dtype : (int)FM_DTYPE_F32; /* synthetic, dequantized: F32 */
+            const int esz = fm_dtype_size((fm_dtype)dtype);
+            const int64_t step = STAGING_BYTES / ((int64_t)esz * cols) > 0 ? STAGING_BYTES / ((int64_t)esz * cols) : 1;
             if (step * esz * cols > (int64_t)STAGING_BYTES) {
-                st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: a row of %lld elements exceeds the staging buffer", src->label,
-                             (long long)cols);
+                st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: a row of %lld elements exceeds the staging buffer",
+                             src->label, (long long)cols);
                 free(deq);
                 break;
             }
@@ -174,16 +178,16 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                     fm_cuda_synth_f32(&s->synth, r * cols, n_rows * cols, cols, (float *)staging, be->stream);
                 }
                 const int64_t dst_row = (int64_t)i * rows + row0 + r;
-                if (w8a8)
-                    fm_cuda_convert_f32(staging, dtype, n_rows, cols, t32 + (row0 + r) * cols, cols, be->stream);
+                if (w8a8) fm_cuda_convert_f32(staging, dtype, n_rows, cols, t32 + (row0 + r) * cols, cols, be->stream);
                 else if (fmt == FM_W_F32)
-                    fm_cuda_convert_f32(staging, dtype, n_rows, cols, (float *)w->w + dst_row * w->ld, w->ld, be->stream);
+                    fm_cuda_convert_f32(staging, dtype, n_rows, cols, (float *)w->w + dst_row * w->ld, w->ld,
+                                        be->stream);
                 else if (fmt == FM_W_BF16)
-                    fm_cuda_convert_bf16(staging, dtype, n_rows, cols,
-                                         (__nv_bfloat16 *)w->w + dst_row * w->ld, w->ld, be->stream);
+                    fm_cuda_convert_bf16(staging, dtype, n_rows, cols, (__nv_bfloat16 *)w->w + dst_row * w->ld, w->ld,
+                                         be->stream);
                 else
-                    fm_cuda_quantize_int4(staging, dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld,
-                                          w->ld, w->scales + dst_row * w->n_groups, w->n_groups, be->stream);
+                    fm_cuda_quantize_int4(staging, dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld, w->ld,
+                                          w->scales + dst_row * w->n_groups, w->n_groups, be->stream);
             }
             if (deq) { /* the copies above read it */
                 FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));

@@ -43,8 +43,10 @@ fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *s
                                           fm_error *err) {
     *out = NULL;
     if (!fm_wformat_is_int4(fmt) || !fm_cuda_bank_src_native(src))
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: only int4 symmetric group-128 sources with bf16 scales fill an "
-                       "int4 bank directly (asked for %s)", src->label, fm_wformat_name(fmt));
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: only int4 symmetric group-128 sources with bf16 scales fill an "
+                       "int4 bank directly (asked for %s)",
+                       src->label, fm_wformat_name(fmt));
     int64_t rows = 0, max_part = 0;
     for (int32_t j = 0; j < src->n_parts; j++) {
         rows += src->srcs[j].rows;
@@ -55,8 +57,7 @@ fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *s
         const fm_wsrc *s = &src->srcs[i], *s0 = &src->srcs[i % src->n_parts];
         if (s->cols != cols || s->rows != s0->rows)
             return fm_fail(err, FM_ERR_FORMAT, "%s: source %lld is [%lld, %lld], expected [%lld, %lld]", src->label,
-                           (long long)i, (long long)s->rows, (long long)s->cols, (long long)s0->rows,
-                           (long long)cols);
+                           (long long)i, (long long)s->rows, (long long)s->cols, (long long)s0->rows, (long long)cols);
     }
     fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
     if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
@@ -64,11 +65,12 @@ fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *s
     w->ld = fm_ceil_div(cols, 32) * 16, w->n_groups = fm_ceil_div(cols, FM_CUDA_GROUP);
     w->bytes = (size_t)(w->n * rows * w->ld);
     const size_t scale_bytes = (size_t)(w->n * rows * w->n_groups) * sizeof(__nv_bfloat16);
-    uint8_t  *codes = (uint8_t *)malloc((size_t)(max_part * w->ld));
+    uint8_t *codes = (uint8_t *)malloc((size_t)(max_part * w->ld));
     uint16_t *scales = (uint16_t *)malloc((size_t)(max_part * w->n_groups) * sizeof(uint16_t));
     fm_status st = FM_OK;
     if (!codes || !scales) st = fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
-    else if (cudaMalloc(&w->w, w->bytes) != cudaSuccess || cudaMalloc((void **)&w->scales, scale_bytes) != cudaSuccess) {
+    else if (cudaMalloc(&w->w, w->bytes) != cudaSuccess ||
+             cudaMalloc((void **)&w->scales, scale_bytes) != cudaSuccess) {
         cudaGetLastError(); // clear the sticky allocation error
         st = fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for %zu bytes of weights", src->label,
                      w->bytes + scale_bytes);

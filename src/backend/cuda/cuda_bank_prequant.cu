@@ -111,11 +111,15 @@ static fm_status alloc_tiles(fm_bank *w, bool nibbles, bool zp, const char *labe
 // checkpoint order, quantized once for every matrix that reads them)
 static fm_status build_zp_tiles(const fm_int4zp_host *h, fm_bank *w, bool gate_up, const char *label, fm_error *err) {
     if (h->perm) /* only an order that is not the identity is kept for int4-zp-tc (model.c refuses it first) */
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: act-order (desc_act) int4 weights run under --preset int4, not "
-                       "under the fp8 presets", label);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: act-order (desc_act) int4 weights run under --preset int4, not "
+                       "under the fp8 presets",
+                       label);
     if (h->n_groups > 1 && h->group % 128)
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: int4 groups of %d along K: the fp8 presets need a multiple of 128 "
-                       "(--preset int4 runs any group size)", label, h->group);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: int4 groups of %d along K: the fp8 presets need a multiple of 128 "
+                       "(--preset int4 runs any group size)",
+                       label, h->group);
     const int64_t rows = h->rows, K = h->cols, Kp = round_up(K, 128), KB = (K + 1) / 2, ng = h->n_groups;
     w->interleaved = gate_up && rows % 16 == 0;
     w->rows_pad = round_up(rows, FM_TC_ROW_PAD), w->n_groups = Kp / 128, w->ld = Kp;
@@ -123,7 +127,7 @@ static fm_status build_zp_tiles(const fm_int4zp_host *h, fm_bank *w, bool gate_u
     const size_t tile_bytes = (size_t)(w->rows_pad / 16 * w->n_groups) * FM_TC_CHUNK;
     const size_t sc_n = (size_t)(w->n_groups * w->rows_pad);
     uint8_t *vals = (uint8_t *)calloc((size_t)(rows * Kp), 1), *tiles = (uint8_t *)malloc(tile_bytes);
-    float   *fs = (float *)calloc(sc_n, sizeof(float)), *zs = (float *)calloc(sc_n, sizeof(float));
+    float *fs = (float *)calloc(sc_n, sizeof(float)), *zs = (float *)calloc(sc_n, sizeof(float));
     if (!st && (!vals || !tiles || !fs || !zs)) st = fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", label);
     for (int32_t i = 0; !st && i < h->n; i++) {
         for (int64_t r = 0; r < rows; r++) {
@@ -152,7 +156,8 @@ static fm_status build_e4m3_tiles(const fm_bank_src *src, fm_bank *w, const char
     for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++) {
         const fm_qsrc *q = &src->srcs[i].q;
         if (q->method != FM_QUANT_FP8_BLOCK)
-            return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: an e4m3-block bank needs block-FP8 sources in every part", label);
+            return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: an e4m3-block bank needs block-FP8 sources in every part",
+                           label);
         if (q->group != 128)
             return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: block-FP8 blocks %d wide along K: the fp8 presets need 128",
                            label, q->group);
@@ -163,24 +168,27 @@ static fm_status build_e4m3_tiles(const fm_bank_src *src, fm_bank *w, const char
     const size_t tile_bytes = (size_t)(w->rows_pad / 16 * w->n_groups) * 2 * FM_TC_CHUNK;
     const size_t sc_n = (size_t)(w->n_groups * w->rows_pad);
     uint8_t *vals = (uint8_t *)calloc((size_t)(rows * Kp), 1), *tiles = (uint8_t *)malloc(tile_bytes);
-    float   *fs = (float *)calloc(sc_n, sizeof(float)), *row_sc = (float *)malloc((size_t)(rows * w->n_groups) * sizeof(float));
-    float   *blk = NULL;
+    float *fs = (float *)calloc(sc_n, sizeof(float)),
+          *row_sc = (float *)malloc((size_t)(rows * w->n_groups) * sizeof(float));
+    float *blk = NULL;
     if (!st && (!vals || !tiles || !fs || !row_sc)) st = fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", label);
     for (int32_t i = 0; !st && i < src->n; i++) {
         int64_t row0 = 0;
         for (int32_t j = 0; !st && j < src->n_parts; j++) {
             const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
-            const int64_t  bn = s->q.block_n, nb = fm_ceil_div(s->rows, bn), n_sc = nb * w->n_groups;
+            const int64_t bn = s->q.block_n, nb = fm_ceil_div(s->rows, bn), n_sc = nb * w->n_groups;
             if (!(blk = (float *)realloc(blk, (size_t)n_sc * sizeof(float)))) {
                 st = fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", label);
                 break;
             }
             if ((st = fm_st_check_finite(s->q.packed, 0, s->rows * K, err)) ||
-                (st = fm_st_check_finite(s->q.scales, 0, n_sc, err)) || (st = fm_st_read_f32(s->q.scales, 0, n_sc, blk, err)))
+                (st = fm_st_check_finite(s->q.scales, 0, n_sc, err)) ||
+                (st = fm_st_read_f32(s->q.scales, 0, n_sc, blk, err)))
                 break;
             for (int64_t r = 0; r < s->rows; r++) {
                 memcpy(vals + (row0 + r) * Kp, s->q.packed->data + r * K, (size_t)K);
-                for (int64_t g = 0; g < w->n_groups; g++) row_sc[(row0 + r) * w->n_groups + g] = blk[(r / bn) * w->n_groups + g];
+                for (int64_t g = 0; g < w->n_groups; g++)
+                    row_sc[(row0 + r) * w->n_groups + g] = blk[(r / bn) * w->n_groups + g];
             }
             row0 += s->rows;
         }
@@ -204,7 +212,8 @@ extern "C" fm_status fm_cuda_bank_create_prequant(const fm_bank_src *src, fm_wfo
     fm_int4zp_host h;
     fm_status st = fm_int4zp_host_build(src, fmt == FM_W_INT4_ZP, &h, err);
     if (st) return st;
-    st = fmt == FM_W_INT4_ZP ? build_zp_rows(&h, w, src->label, err) : build_zp_tiles(&h, w, src->gate_up, src->label, err);
+    st = fmt == FM_W_INT4_ZP ? build_zp_rows(&h, w, src->label, err)
+                             : build_zp_tiles(&h, w, src->gate_up, src->label, err);
     fm_int4zp_host_free(&h);
     return st;
 }

@@ -9,7 +9,7 @@ static int sync_mode = -1; // -1: not read yet; FP8MOE_SYNC=1 synchronises after
 bool fm_cuda_debug_mode(void) {
     if (sync_mode < 0) {
         const char *v = getenv("FP8MOE_SYNC");
-        sync_mode     = v && strcmp(v, "0") != 0;
+        sync_mode = v && strcmp(v, "0") != 0;
     }
     return sync_mode == 1;
 }

@@ -13,14 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define FM_CUDA_CHECK(call)                                                                                   \
-    do {                                                                                                      \
-        cudaError_t e_ = (call);                                                                              \
-        if (e_ != cudaSuccess) {                                                                              \
-            fprintf(stderr, "fp8moe: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,               \
-                    cudaGetErrorString(e_));                                                                  \
-            abort();                                                                                          \
-        }                                                                                                     \
+#define FM_CUDA_CHECK(call)                                                                                            \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "fp8moe: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                        \
+                    cudaGetErrorString(e_));                                                                           \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 // Debug mode (environment FP8MOE_SYNC=1): every launch is waited for, and ops that can check their inputs do
@@ -39,7 +39,7 @@ static inline int64_t fm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b
 // bf16 (the compute presets, one rounding per store) and fp32 (the ref32 oracle, cuda_backend.cu).
 static __device__ __forceinline__ float act_load(float x) { return x; }
 static __device__ __forceinline__ float act_load(__nv_bfloat16 x) { return __bfloat162float(x); }
-static __device__ __forceinline__ void  act_store(float *p, float v) { *p = v; }
-static __device__ __forceinline__ void  act_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void act_store(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void act_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 #endif

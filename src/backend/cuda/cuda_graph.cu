@@ -8,19 +8,19 @@ extern "C" {
 #include "util/status.h"
 }
 
-#define GRAPH_CHECK(call, what)                                                                              \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            cudaGetLastError();                                                                              \
+#define GRAPH_CHECK(call, what)                                                                                        \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            cudaGetLastError();                                                                                        \
             return fm_fail(err, e_ == cudaErrorMemoryAllocation ? FM_ERR_NOMEM : FM_ERR_BACKEND, "CUDA graph: %s: %s", \
-                           what, cudaGetErrorString(e_));                                                    \
-        }                                                                                                    \
+                           what, cudaGetErrorString(e_));                                                              \
+        }                                                                                                              \
     } while (0)
 
 struct fm_cuda_graph {
-    cudaStream_t    stream;
-    cudaGraph_t     graph;
+    cudaStream_t stream;
+    cudaGraph_t graph;
     cudaGraphExec_t exec;
 };
 

@@ -18,7 +18,7 @@ fm_status fm_cuda_graph_capture(fm_backend *be, fm_status (*body)(void *ctx, fm_
                                 fm_cuda_graph **out, fm_error *err);
 /* Launches the graph on the backend's stream (marks around it time it). */
 fm_status fm_cuda_graph_launch(fm_cuda_graph *g, fm_error *err);
-void      fm_cuda_graph_free(fm_cuda_graph *g);
+void fm_cuda_graph_free(fm_cuda_graph *g);
 
 #ifdef __cplusplus
 }

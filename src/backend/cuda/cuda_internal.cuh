@@ -32,51 +32,51 @@ extern "C" {
 
 #define FM_CUDA_GROUP 128
 
-#define FM_CUBLAS_CHECK(call)                                                                                   \
-    do {                                                                                                        \
-        cublasStatus_t s_ = (call);                                                                             \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
-            fprintf(stderr, "fp8moe: cuBLAS error at %s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_);     \
-            abort();                                                                                            \
-        }                                                                                                       \
+#define FM_CUBLAS_CHECK(call)                                                                                          \
+    do {                                                                                                               \
+        cublasStatus_t s_ = (call);                                                                                    \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                             \
+            fprintf(stderr, "fp8moe: cuBLAS error at %s:%d: %s: %d\n", __FILE__, __LINE__, #call, (int)s_);            \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 struct fm_bank {
-    fm_wformat     fmt;
-    int32_t        n;
-    int64_t        rows, cols;
-    int64_t        ld;        // row stride: elements (bf16, f32) or bytes (int4)
-    int64_t        n_groups;  // int4 only
-    int64_t        rows_pad;  // int4-tc: rows rounded up to 32
-    bool           interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
-    void          *w;
-    __nv_bfloat16 *scales;    // int4 only
-    float         *tscale;    // e4m3-tensor only
-    int32_t        group;     // int4-zp: K-group size of zeros and fscales
-    uint8_t       *zeros;     // int4-zp
-    float         *fscales;   // pre-quantized formats (above)
-    float         *zscales;   // int4-zp-tc
-    int32_t       *perm;      // int4-zp, or NULL
+    fm_wformat fmt;
+    int32_t n;
+    int64_t rows, cols;
+    int64_t ld;       // row stride: elements (bf16, f32) or bytes (int4)
+    int64_t n_groups; // int4 only
+    int64_t rows_pad; // int4-tc: rows rounded up to 32
+    bool interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
+    void *w;
+    __nv_bfloat16 *scales;      // int4 only
+    float *tscale;              // e4m3-tensor only
+    int32_t group;              // int4-zp: K-group size of zeros and fscales
+    uint8_t *zeros;             // int4-zp
+    float *fscales;             // pre-quantized formats (above)
+    float *zscales;             // int4-zp-tc
+    int32_t *perm;              // int4-zp, or NULL
     struct fm_lt_gemm *lt_gemm; // e4m3-tensor only
-    size_t         bytes;
+    size_t bytes;
 };
 
 typedef struct cuda_backend {
-    fm_backend     base;
-    fm_backend_ops ops;        // the backend's op table (cuda_backend.cu), act_size set for this plan
-    bool           f32;        // fp32 activations (the ref32 oracle's plan); bf16 otherwise
-    cudaStream_t   stream;
+    fm_backend base;
+    fm_backend_ops ops; // the backend's op table (cuda_backend.cu), act_size set for this plan
+    bool f32;           // fp32 activations (the ref32 oracle's plan); bf16 otherwise
+    cudaStream_t stream;
     cublasHandle_t cublas;
-    int            device;
+    int device;
     cudaDeviceProp prop;
-    fm_routes      routes;            // which kernel runs each op at each shape: filled once at creation (routes.h)
-    char           device_label[320]; // the GPU's name, and the FP8 kernels the routes pick for the plan
-    void          *work;       // scratch of the ops that need it (moe, quantized linears), see fm_cuda_workspace
-    size_t         work_bytes;
-    bool           work_fixed; // reserved at load for the memory plan's shapes: never grows afterwards
-    void          *cublas_ws;  // cuBLAS's workspace, given to it at the reservation (none allocated during a pass)
-    cudaEvent_t   *marks;      // FM_MARK_SLOTS events, created on the first mark
-    struct fm_lt  *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
+    fm_routes routes;       // which kernel runs each op at each shape: filled once at creation (routes.h)
+    char device_label[320]; // the GPU's name, and the FP8 kernels the routes pick for the plan
+    void *work;             // scratch of the ops that need it (moe, quantized linears), see fm_cuda_workspace
+    size_t work_bytes;
+    bool work_fixed;    // reserved at load for the memory plan's shapes: never grows afterwards
+    void *cublas_ws;    // cuBLAS's workspace, given to it at the reservation (none allocated during a pass)
+    cudaEvent_t *marks; // FM_MARK_SLOTS events, created on the first mark
+    struct fm_lt *lt;   // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
@@ -91,8 +91,8 @@ void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 
 extern "C" {
 fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
-void      fm_cuda_bank_free(fm_backend *be, fm_bank *w);
-size_t    fm_cuda_bank_bytes(const fm_bank *w);
+void fm_cuda_bank_free(fm_backend *be, fm_bank *w);
+size_t fm_cuda_bank_bytes(const fm_bank *w);
 }
 
 static inline const __nv_bfloat16 *bank_bf16(const fm_bank *w, int32_t idx) {

@@ -12,7 +12,7 @@
 // The value of an e4m3 byte (finite codes: 2^(e - 7) (1 + m / 8), subnormals m 2^-9), without a conversion unit.
 static __device__ __forceinline__ float e4m3_decode(uint32_t b) {
     const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    const float    v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
+    const float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
     return (b & 0x80u) ? -v : v;
 }
 

@@ -17,10 +17,9 @@ static __global__ void embed_kernel(const A *table, int64_t ld, const int32_t *i
 }
 
 // one block per row: sum of squares in fp32, then w * (x * inv)
-template <typename A>
-static __global__ void rmsnorm_kernel(const A *x, const A *w, int64_t dim, float eps, A *out) {
+template <typename A> static __global__ void rmsnorm_kernel(const A *x, const A *w, int64_t dim, float eps, A *out) {
     const A *xr = x + blockIdx.x * dim;
-    A       *yr = out + blockIdx.x * dim;
+    A *yr = out + blockIdx.x * dim;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         const float v = act_load(xr[i]);
@@ -40,17 +39,16 @@ static __global__ void rmsnorm_kernel(const A *x, const A *w, int64_t dim, float
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) act_store(&yr[i], act_load(w[i]) * (act_load(xr[i]) * inv));
 }
 
-template <typename A>
-static __global__ void swiglu_kernel(const A *gu, int64_t rows, int64_t I, A *out) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * I; i += (int64_t)gridDim.x * blockDim.x) {
+template <typename A> static __global__ void swiglu_kernel(const A *gu, int64_t rows, int64_t I, A *out) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * I;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / I, c = i % I;
         const float g = act_load(gu[r * 2 * I + c]), u = act_load(gu[r * 2 * I + I + c]);
         act_store(&out[i], g / (1.0f + expf(-g)) * u);
     }
 }
 
-template <typename A>
-static __global__ void add_kernel(A *acc, const A *x, int64_t n) {
+template <typename A> static __global__ void add_kernel(A *acc, const A *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         act_store(&acc[i], act_load(acc[i]) + act_load(x[i]));
 }
@@ -71,17 +69,16 @@ static __global__ void moe_combine_kernel(const A *y, const int32_t *slot_of, co
 
 // bf16 rows, H a multiple of 8: one thread per 8 columns of a token (16-byte loads and store; the scalar kernel
 // above moved 2 bytes per load, 2.2x the HBM floor at T = 8192), the same products and order of sums.
-static __global__ void moe_combine_bf16x8_kernel(const __nv_bfloat16 *y, const int32_t *slot_of,
-                                                 const __nv_bfloat16 *w, int64_t T, int32_t k, int64_t H,
-                                                 __nv_bfloat16 *out) {
+static __global__ void moe_combine_bf16x8_kernel(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w,
+                                                 int64_t T, int32_t k, int64_t H, __nv_bfloat16 *out) {
     const int64_t H8 = H / 8;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H8; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / H8, c = (i % H8) * 8;
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         for (int32_t j = 0; j < k; j++) {
             const int64_t p = t * k + j, row = slot_of ? slot_of[p] : p;
-            const float   wj = __bfloat162float(w[p]);
-            const uint4   raw = __ldg((const uint4 *)(y + row * H + c));
+            const float wj = __bfloat162float(w[p]);
+            const uint4 raw = __ldg((const uint4 *)(y + row * H + c));
             const __nv_bfloat162 *v = (const __nv_bfloat162 *)&raw;
 #pragma unroll
             for (int q = 0; q < 4; q++) {
@@ -111,19 +108,20 @@ static void embed(const A *table, int64_t ld, const int32_t *ids, int64_t T, int
 template <typename A>
 static void rmsnorm(const A *x, const A *w, int64_t rows, int64_t dim, float eps, A *out, cudaStream_t s) {
     if (rows <= 0) return;
-    if (rows > INT32_MAX) { fprintf(stderr, "fp8moe: rmsnorm: %lld rows is too many\n", (long long)rows); abort(); }
+    if (rows > INT32_MAX) {
+        fprintf(stderr, "fp8moe: rmsnorm: %lld rows is too many\n", (long long)rows);
+        abort();
+    }
     rmsnorm_kernel<<<(unsigned)rows, 256, 0, s>>>(x, w, dim, eps, out);
     FM_LAUNCH_CHECK("rmsnorm");
 }
 
-template <typename A>
-static void swiglu(const A *gu, int64_t rows, int64_t I, A *out, cudaStream_t s) {
+template <typename A> static void swiglu(const A *gu, int64_t rows, int64_t I, A *out, cudaStream_t s) {
     swiglu_kernel<<<grid_for(rows * I), 256, 0, s>>>(gu, rows, I, out);
     FM_LAUNCH_CHECK("swiglu");
 }
 
-template <typename A>
-static void add(A *acc, const A *x, int64_t n, cudaStream_t s) {
+template <typename A> static void add(A *acc, const A *x, int64_t n, cudaStream_t s) {
     add_kernel<<<grid_for(n), 256, 0, s>>>(acc, x, n);
     FM_LAUNCH_CHECK("add");
 }
@@ -139,13 +137,21 @@ static void moe_combine(const A *y, const int32_t *slot_of, const A *w, int64_t 
 typedef __nv_bfloat16 bf16;
 
 extern "C" void fm_cuda_embed(const bf16 *table, int64_t ld, const int32_t *ids, int64_t T, int64_t H, bf16 *out,
-                              cudaStream_t s) { embed(table, ld, ids, T, H, out, s); }
+                              cudaStream_t s) {
+    embed(table, ld, ids, T, H, out, s);
+}
 extern "C" void fm_cuda_embed_f32(const float *table, int64_t ld, const int32_t *ids, int64_t T, int64_t H, float *out,
-                                  cudaStream_t s) { embed(table, ld, ids, T, H, out, s); }
+                                  cudaStream_t s) {
+    embed(table, ld, ids, T, H, out, s);
+}
 extern "C" void fm_cuda_rmsnorm(const bf16 *x, const bf16 *w, int64_t rows, int64_t dim, float eps, bf16 *out,
-                                cudaStream_t s) { rmsnorm(x, w, rows, dim, eps, out, s); }
+                                cudaStream_t s) {
+    rmsnorm(x, w, rows, dim, eps, out, s);
+}
 extern "C" void fm_cuda_rmsnorm_f32(const float *x, const float *w, int64_t rows, int64_t dim, float eps, float *out,
-                                    cudaStream_t s) { rmsnorm(x, w, rows, dim, eps, out, s); }
+                                    cudaStream_t s) {
+    rmsnorm(x, w, rows, dim, eps, out, s);
+}
 extern "C" void fm_cuda_swiglu(const bf16 *gu, int64_t rows, int64_t I, bf16 *out, cudaStream_t s) {
     swiglu(gu, rows, I, out, s);
 }

@@ -1,11 +1,11 @@
 // GEMV over a weight bank (see gemv.cuh).
 //
-// Grid (ceil(P / MR), ceil(N / 64)); 8 warps per block, 8 output elements (for MR input rows) per warp. The block first copies its input
-// row to shared memory (bf16, zero-padded to the bank's padded row), then each lane walks the weight row in
-// 16-byte loads: 8 bf16 weights, or 32 int4 codes. An int4 chunk of 32 lies inside one 128-group, so the
-// lane scales its partial sum once per chunk: acc += scale_g * sum(x * q), the per-group promotion of the
-// CPU reference (a checkpoint's int4-zp groups may be as small as 8: once per word, sum(x * (u - z))). Floor: the weight bytes, read once per output row p (the baseline re-reads an expert's
-// weights for every token routed to it), at ~4.25 TB/s.
+// Grid (ceil(P / MR), ceil(N / 64)); 8 warps per block, 8 output elements (for MR input rows) per warp. The block first
+// copies its input row to shared memory (bf16, zero-padded to the bank's padded row), then each lane walks the weight
+// row in 16-byte loads: 8 bf16 weights, or 32 int4 codes. An int4 chunk of 32 lies inside one 128-group, so the lane
+// scales its partial sum once per chunk: acc += scale_g * sum(x * q), the per-group promotion of the CPU reference (a
+// checkpoint's int4-zp groups may be as small as 8: once per word, sum(x * (u - z))). Floor: the weight bytes, read
+// once per output row p (the baseline re-reads an expert's weights for every token routed to it), at ~4.25 TB/s.
 #include "backend/cuda/gemv.cuh"
 
 #define GEMV_WARPS 8
@@ -18,10 +18,10 @@
 enum { GEMV_BF16, GEMV_INT4, GEMV_INT4_ZP };
 
 typedef struct gemv_zp {
-    const float   *scales; // [n][rows][n_groups]
-    const uint8_t *zeros;  // [n][rows][n_groups]
-    const int32_t *perm;   // [n][cols] or NULL
-    int32_t        group;
+    const float *scales;  // [n][rows][n_groups]
+    const uint8_t *zeros; // [n][rows][n_groups]
+    const int32_t *perm;  // [n][cols] or NULL
+    int32_t group;
 } gemv_zp;
 
 template <int MODE, int MR>
@@ -55,7 +55,7 @@ static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scale
         if (INT4) {
             const uint4 *wr = (const uint4 *)((const uint8_t *)wbase + row * ld);
             for (int64_t c = lane; c < ld / 16; c += 32) {
-                const uint4    v        = wr[c];
+                const uint4 v = wr[c];
                 const uint32_t words[4] = {v.x, v.y, v.z, v.w};
                 if (MODE == GEMV_INT4_ZP) { /* 8 codes (a word) lie inside one group: group % 8 == 0, or one group */
 #pragma unroll
@@ -77,7 +77,8 @@ static __global__ void gemv_kernel(const void *wbase, const __nv_bfloat16 *scale
                 } else {
                     float q[32];
 #pragma unroll
-                    for (int i = 0; i < 32; i++) q[i] = (float)((int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8);
+                    for (int i = 0; i < 32; i++)
+                        q[i] = (float)((int)(((words[i >> 3] >> ((i & 7) * 4)) & 0xFu) ^ 8u) - 8);
                     const float sc = __bfloat162float(scales[row * n_groups + (c * 32) / 128]);
 #pragma unroll
                     for (int r = 0; r < MR; r++) {
@@ -121,15 +122,15 @@ static void launch(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, 
                    int64_t x_row_div, int64_t P, __nv_bfloat16 *y, size_t smem, cudaStream_t s) {
     dim3 grid((unsigned)fm_ceil_div(P, MR), (unsigned)fm_ceil_div(w->rows, GEMV_WARPS * GEMV_ROWS_PER_WARP));
     const gemv_zp zp = {w->fscales, w->zeros, w->perm, w->group};
-    gemv_kernel<MODE, MR><<<grid, GEMV_WARPS * 32, smem * MR, s>>>(w->w, w->scales, w->rows, w->cols, w->ld, w->n_groups,
-                                                                  idx, matrix_of_row, x, x_row_div, P, y, zp);
+    gemv_kernel<MODE, MR><<<grid, GEMV_WARPS * 32, smem * MR, s>>>(
+        w->w, w->scales, w->rows, w->cols, w->ld, w->n_groups, idx, matrix_of_row, x, x_row_div, P, y, zp);
 }
 
 void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, const __nv_bfloat16 *x,
                   int64_t x_row_div, int64_t P, __nv_bfloat16 *y, cudaStream_t s) {
-    const bool    zp = w->fmt == FM_W_INT4_ZP, int4 = w->fmt == FM_W_INT4_G128 || zp;
+    const bool zp = w->fmt == FM_W_INT4_ZP, int4 = w->fmt == FM_W_INT4_G128 || zp;
     const int64_t kpad = int4 ? w->ld * 2 : w->ld, rowlen = int4 ? kpad / 32 * 40 : kpad;
-    const size_t  smem = (size_t)rowlen * sizeof(__nv_bfloat16); /* per input row */
+    const size_t smem = (size_t)rowlen * sizeof(__nv_bfloat16); /* per input row */
     if (smem > 48 * 1024 || fm_ceil_div(w->rows, GEMV_WARPS * GEMV_ROWS_PER_WARP) > 65535 || P > INT32_MAX ||
         (int4 && w->ld % 16) || (!int4 && w->ld % 8) || (zp && w->n_groups > 1 && w->group % 8)) {
         fprintf(stderr, "fp8moe: gemv: unsupported shape (K %lld, rows %lld) or layout\n", (long long)w->cols,
@@ -139,11 +140,14 @@ void fm_cuda_gemv(const fm_bank *w, int32_t idx, const int32_t *matrix_of_row, c
     if (P == 0) return;
     /* rows sharing one matrix (no per-row matrix) share weight loads, 4 at a time */
     const bool shared = matrix_of_row == NULL && smem * 4 <= 48 * 1024;
-    if (zp) shared ? launch<GEMV_INT4_ZP, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
-                   : launch<GEMV_INT4_ZP, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
-    else if (int4) shared ? launch<GEMV_INT4, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
-                          : launch<GEMV_INT4, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
-    else shared ? launch<GEMV_BF16, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
-                : launch<GEMV_BF16, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
+    if (zp)
+        shared ? launch<GEMV_INT4_ZP, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
+               : launch<GEMV_INT4_ZP, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
+    else if (int4)
+        shared ? launch<GEMV_INT4, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
+               : launch<GEMV_INT4, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
+    else
+        shared ? launch<GEMV_BF16, 4>(w, idx, NULL, x, x_row_div, P, y, smem, s)
+               : launch<GEMV_BF16, 1>(w, idx, matrix_of_row, x, x_row_div, P, y, smem, s);
     FM_LAUNCH_CHECK(zp ? "gemv_int4_zp" : int4 ? "gemv_int4" : "gemv_bf16");
 }

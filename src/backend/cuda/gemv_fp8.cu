@@ -34,14 +34,13 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 
-#define WARPS  8
+#define WARPS 8
 // Loads in flight per warp, for one activation tile (NT = 1; halved for NT = 2 to stay within 128 registers, so
 // that two CTAs fit on an SM: the running kernel's and the next one's under PDL)
 #define W8A8_U 8 // 64-byte chunks (a Qwen3 projection at M <= 8: all of a warp's chunks in one round)
 #define W4A8_U 4 // 128-groups (likewise)
 
-template <int NT>
-static __device__ __forceinline__ void zero_acc(float acc[NT][4]) {
+template <int NT> static __device__ __forceinline__ void zero_acc(float acc[NT][4]) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -84,7 +83,7 @@ static __device__ __forceinline__ void store_rows(const float acc[NT][4], int64_
 
 // ---- x into shared memory: after the wait, every thread of the CTA, ends with __syncthreads ----
 
-#define W4A8_PAD 16 // likewise for the 4-byte reads of the W4A8 fragments
+#define W4A8_PAD 16                // likewise for the 4-byte reads of the W4A8 fragments
 static const int STAGE_UNROLL = 8; // loads in flight per thread while staging (a constant: #pragma unroll takes it)
 
 // e4m3 rows x [M][ld_src] -> sm [R][ldsm] (rows past M, and bytes past ld_src, zero)
@@ -93,7 +92,8 @@ static __device__ void stage_copy(const uint8_t *x, int64_t M, int64_t ld_src, i
 #pragma unroll STAGE_UNROLL
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const int64_t r = i / per_row, c = (i % per_row) * 16;
-        *(uint4 *)(sm + r * ldsm + c) = r < M && c < ld_src ? __ldcg((const uint4 *)(x + r * ld_src + c)) : make_uint4(0, 0, 0, 0);
+        *(uint4 *)(sm + r * ldsm + c) =
+            r < M && c < ld_src ? __ldcg((const uint4 *)(x + r * ld_src + c)) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -103,8 +103,9 @@ static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const 
                                        int64_t G, int R, int64_t ldsm, uint8_t *sm, float *ssc) {
     /* each thread's first scale (and sum) is loaded before the rows, so that the two round trips to L2 overlap */
     const int64_t i0 = threadIdx.x, r0 = i0 / G, g0 = i0 % G;
-    const bool    first = i0 < R * G && r0 < M;
-    const float   sc0 = first ? __ldcg(xs + g0 * ld_s + r0) : 0.0f, sum0 = first && xsum ? __ldcg(xsum + g0 * ld_s + r0) : 0.0f;
+    const bool first = i0 < R * G && r0 < M;
+    const float sc0 = first ? __ldcg(xs + g0 * ld_s + r0) : 0.0f,
+                sum0 = first && xsum ? __ldcg(xsum + g0 * ld_s + r0) : 0.0f;
     stage_copy(x, M, G * 128, R, ldsm, sm);
     if (i0 < R * G) {
         ssc[i0] = sc0;
@@ -124,18 +125,19 @@ static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const 
 // load through L2 (the same 16 bytes of x serve every CTA: they stay in L2).
 template <int NT, int KS>
 static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
-                                                                       const float *w_scale, const uint8_t *x, int64_t M,
-                                                                       const float *x_scale, __nv_bfloat16 *y) {
+                                                                         const float *w_scale, const uint8_t *x,
+                                                                         int64_t M, const float *x_scale,
+                                                                         __nv_bfloat16 *y) {
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
-    const int     U = W8A8_U / NT;
-    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
+    const int U = W8A8_U / NT;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t r0 = ((int64_t)blockIdx.x * (WARPS / KS) + warp / KS) * 16;
     const int64_t pieces = ld / 16, chunks = (pieces + 3) / 4; // 16-byte pieces of a row; 4 pieces per chunk
-    const bool    ok_a = r0 + g < N, ok_b = r0 + g + 8 < N;
-    const uint4  *wa = (const uint4 *)(W + (r0 + g) * ld), *wb = (const uint4 *)(W + (r0 + g + 8) * ld);
-    const uint4  *xr[NT];
-    bool          ok_x[NT];
+    const bool ok_a = r0 + g < N, ok_b = r0 + g + 8 < N;
+    const uint4 *wa = (const uint4 *)(W + (r0 + g) * ld), *wb = (const uint4 *)(W + (r0 + g + 8) * ld);
+    const uint4 *xr[NT];
+    bool ok_x[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) ok_x[nt] = nt * 8 + g < M, xr[nt] = (const uint4 *)(x + (nt * 8 + g) * ld);
 
@@ -143,7 +145,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
     zero_acc<NT>(acc);
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    uint4       va[U], vb[U];
+    uint4 va[U], vb[U];
 #pragma unroll
     for (int u = 0; u < U; u++) { /* the first round of weights, before the wait */
         const int64_t p = 4 * (ks + (int64_t)u * KS) + t;
@@ -171,7 +173,8 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const uint32_t a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y}, a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
+                const uint32_t a0[4] = {va[u].x, vb[u].x, va[u].y, vb[u].y},
+                               a1[4] = {va[u].z, vb[u].z, va[u].w, vb[u].w};
                 mma_e4m3(acc[nt], a0, vx[u][nt].x, vx[u][nt].y);
                 mma_e4m3(acc[nt], a1, vx[u][nt].z, vx[u][nt].w);
             }
@@ -187,42 +190,41 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
 // int4-zp-tc banks their group sums. WK (w4a8_layout.cuh): the bank's kind; int4-zp adds -(zero x scale) x sum
 // per group, as the grouped kernel does.
 typedef struct gemv_w4a8_weights {
-    const uint8_t       *codes;
-    const __nv_bfloat16 *ws;  // int4-tc: bf16 scales [group][rows_pad]
-    const float         *wsf; // int4-zp-tc (x 512) and e4m3-block: fp32 scales, same layout
-    const float         *wzs; // int4-zp-tc: zero x scale
+    const uint8_t *codes;
+    const __nv_bfloat16 *ws; // int4-tc: bf16 scales [group][rows_pad]
+    const float *wsf;        // int4-zp-tc (x 512) and e4m3-block: fp32 scales, same layout
+    const float *wzs;        // int4-zp-tc: zero x scale
 } gemv_w4a8_weights;
 
 template <int NT, int KS, int WK>
-static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights wt, int64_t N,
-                                                                       int64_t rows_pad, int64_t n_groups,
-                                                                       const uint8_t *x, const float *xs,
-                                                                       const float *xsum, int64_t ld_s, int64_t M,
-                                                                       __nv_bfloat16 *y) {
+static __global__
+__launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights wt, int64_t N, int64_t rows_pad,
+                                                       int64_t n_groups, const uint8_t *x, const float *xs,
+                                                       const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
     constexpr int NP = wk_shape<WK>::parts, CH = wk_shape<WK>::chunk;
-    const int     U = W4A8_U * 2 / (NT * NP); /* the same bytes in flight whatever the code width */
-    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
+    const int U = W4A8_U * 2 / (NT * NP); /* the same bytes in flight whatever the code width */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t blk = (int64_t)blockIdx.x * (WARPS / KS) + warp / KS, r0 = blk * 16;
-    const bool    live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
+    const bool live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
-    float        *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
+    float *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
     const uint8_t *wq = wt.codes + blk * G * CH + 16 * lane;
 
     float acc[NT][4];
     zero_acc<NT>(acc);
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    uint4       v[U][NP];
-    float       wsa[U], wsb[U], wza[U], wzb[U];
+    uint4 v[U][NP];
+    float wsa[U], wsb[U], wza[U], wzb[U];
     for (int64_t g0 = ks, first = 1; g0 < G || first; g0 += (int64_t)KS * U) {
         const bool any = live && g0 < G;
 #pragma unroll
         for (int u = 0; u < U; u++) { /* codes and weight scales; the first round before the wait */
             const int64_t grp = g0 + (int64_t)u * KS, sa = grp * rows_pad + r0 + g;
-            const bool    in = any && grp < G;
+            const bool in = any && grp < G;
 #pragma unroll
             for (int q = 0; q < NP; q++) v[u][q] = in ? __ldcs((const uint4 *)(wq + grp * CH + q * 512)) : zero;
             if (WK == WK_INT4) {
@@ -245,13 +247,14 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const g
             if (grp >= G) break;
             uint32_t w[4 * NP];
 #pragma unroll
-            for (int q = 0; q < NP; q++) w[4 * q] = v[u][q].x, w[4 * q + 1] = v[u][q].y, w[4 * q + 2] = v[u][q].z, w[4 * q + 3] = v[u][q].w;
+            for (int q = 0; q < NP; q++)
+                w[4 * q] = v[u][q].x, w[4 * q + 1] = v[u][q].y, w[4 * q + 2] = v[u][q].z, w[4 * q + 3] = v[u][q].w;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 /* step s: words 2s and 2s + 1 hold k = 32 s + 4 t + 0..3 and 32 s + 16 + 4 t + 0..3 of the group
                    (w4a8_layout.cuh); b0 and b1 are the same bytes of activation row 8 nt + g */
                 const uint8_t *xb = xsm + (nt * 8 + g) * ldsm + grp * 128 + 4 * t;
-                float          part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int s = 0; s < 4; s++) {
                     uint32_t a[4];
@@ -317,30 +320,31 @@ void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_s
     }
     const int ks = slices_for(fm_ceil_div(ld, 64), 8);
     if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s); /* one n8 tile */
-    else dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s);       /* two: only where the route
-                                                                                      w8a8.gemv_max_m allows it
-                                                                                      (cuBLASLt is faster) */
+    else
+        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s); /* two: only where the route
+                                                                               w8a8.gemv_max_m allows it
+                                                                               (cuBLASLt is faster) */
     FM_LAUNCH_CHECK("w8a8_gemv");
 }
 
 template <int NT, int KS, int WK>
 static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                         int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
-    static bool    allowed = false; /* dynamic shared memory above 48 KiB must be allowed per kernel, once */
-    const int64_t  blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)idx * w->n_groups * w->rows_pad;
+    static bool allowed = false; /* dynamic shared memory above 48 KiB must be allowed per kernel, once */
+    const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)idx * w->n_groups * w->rows_pad;
     gemv_w4a8_weights wt;
     wt.codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
     wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
-    const size_t   smem = (size_t)fm_gemv_fp8_smem(M, w->n_groups * 128);
+    const size_t smem = (size_t)fm_gemv_fp8_smem(M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
         allowed = true;
     }
     int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups;
-    void   *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,
-                      (void *)&xs, (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y};
+    void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,
+                    (void *)&xs, (void *)&xsum, (void *)&ld_s,     (void *)&M,        (void *)&y};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK>, dim3((unsigned)blocks), dim3(WARPS * 32), smem, s,
                        args, pdl);
 }
@@ -366,8 +370,8 @@ static void dispatch_rows(int ks, const fm_bank *w, int32_t idx, const uint8_t *
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     const bool kind_ok = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && xsum);
-    if (!kind_ok || w->interleaved || idx < 0 || idx >= w->n ||
-        M < 1 || M > FM_GEMV_FP8_MAX_M || fm_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+    if (!kind_ok || w->interleaved || idx < 0 || idx >= w->n || M < 1 || M > FM_GEMV_FP8_MAX_M ||
+        fm_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)M, (long long)w->cols, idx,
                 w->n);

@@ -10,8 +10,8 @@ static __global__ void kv_store_kernel(const unsigned char *qkv, int64_t ld_b, i
     const int64_t t = blockIdx.x;
     const int64_t slot = slots[t];
     const int64_t n = row_b / (int64_t)sizeof(U);
-    const U      *ks = (const U *)(qkv + t * ld_b + k_b), *vs = (const U *)(qkv + t * ld_b + v_b);
-    U            *kd = (U *)(k_cache + slot * row_b), *vd = (U *)(v_cache + slot * row_b);
+    const U *ks = (const U *)(qkv + t * ld_b + k_b), *vs = (const U *)(qkv + t * ld_b + v_b);
+    U *kd = (U *)(k_cache + slot * row_b), *vd = (U *)(v_cache + slot * row_b);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         kd[i] = ks[i];
         vd[i] = vs[i];
@@ -22,7 +22,7 @@ template <typename U>
 static void kv_store_launch(const void *qkv, int64_t T, int64_t ld_b, int64_t k_b, int64_t v_b, int64_t row_b,
                             const int32_t *slots, void *k_cache, void *v_cache, cudaStream_t s) {
     const int64_t n = row_b / (int64_t)sizeof(U);
-    const int     threads = (int)(n >= 256 ? 256 : fm_ceil_div(n, 32) * 32);
+    const int threads = (int)(n >= 256 ? 256 : fm_ceil_div(n, 32) * 32);
     kv_store_kernel<U><<<(unsigned)T, threads, 0, s>>>((const unsigned char *)qkv, ld_b, k_b, v_b, row_b, slots,
                                                        (unsigned char *)k_cache, (unsigned char *)v_cache);
     FM_LAUNCH_CHECK("kv_store");
@@ -33,14 +33,16 @@ extern "C" void fm_cuda_kv_store(const void *qkv, int64_t T, int32_t nh, int32_t
     if (T == 0) return;
     if (!qkv || !slots || !k_cache || !v_cache || T < 0 || T > INT32_MAX || nh < 1 || nkv < 1 || hd < 1 ||
         (elem_bytes != 2 && elem_bytes != 4)) {
-        fprintf(stderr, "fp8moe: kv_store(T=%lld, nh=%d, nkv=%d, hd=%d, %d-byte elements): bad arguments (null pointer "
-                "or sizes out of range)\n", (long long)T, nh, nkv, hd, elem_bytes);
+        fprintf(stderr,
+                "fp8moe: kv_store(T=%lld, nh=%d, nkv=%d, hd=%d, %d-byte elements): bad arguments (null pointer "
+                "or sizes out of range)\n",
+                (long long)T, nh, nkv, hd, elem_bytes);
         abort();
     }
     const int64_t row_b = (int64_t)nkv * hd * elem_bytes, ld_b = (int64_t)(nh + 2 * nkv) * hd * elem_bytes;
     const int64_t k_b = (int64_t)nh * hd * elem_bytes, v_b = k_b + row_b;
-    const uint64_t all = (uint64_t)row_b | (uint64_t)ld_b | (uint64_t)k_b | (uintptr_t)qkv | (uintptr_t)k_cache |
-                         (uintptr_t)v_cache;
+    const uint64_t all =
+        (uint64_t)row_b | (uint64_t)ld_b | (uint64_t)k_b | (uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache;
     if (all % 16 == 0) kv_store_launch<uint4>(qkv, T, ld_b, k_b, v_b, row_b, slots, k_cache, v_cache, s);
     else if (all % 4 == 0) kv_store_launch<uint32_t>(qkv, T, ld_b, k_b, v_b, row_b, slots, k_cache, v_cache, s);
     else kv_store_launch<uint16_t>(qkv, T, ld_b, k_b, v_b, row_b, slots, k_cache, v_cache, s);

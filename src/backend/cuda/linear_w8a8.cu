@@ -32,14 +32,15 @@ static __global__ void matrix_cast_kernel(const float *w, int64_t rows, int64_t 
                                           const unsigned *amax, float *scale_slot) {
     const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * ldq; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * ldq;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i / ldq, c = i % ldq;
         q[i] = c < cols ? e4m3t_encode(w[r * cols + c] / s) : 0;
     }
 }
 
-void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq, float *scale_slot,
-                                  unsigned *amax_tmp, cudaStream_t s) {
+void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq,
+                                  float *scale_slot, unsigned *amax_tmp, cudaStream_t s) {
     FM_CUDA_CHECK(cudaMemsetAsync(amax_tmp, 0, sizeof(unsigned), s));
     matrix_amax_kernel<<<grid_for(rows * cols, AMAX_BLOCKS), 256, 0, s>>>(w, rows * cols, amax_tmp);
     FM_LAUNCH_CHECK("w8a8_matrix_amax");
@@ -78,10 +79,11 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
     const int64_t chunks = Kp / 16;
     for (int64_t i = first; i < M * chunks; i += step) {
         const int64_t r = i / chunks, c0 = (i % chunks) * 16;
-        const uint4   lo = load8(x, r, c0, K), hi = load8(x, r, c0 + 8, K);
-        uint32_t      v[4] = {0, 0, 0, 0};
+        const uint4 lo = load8(x, r, c0, K), hi = load8(x, r, c0 + 8, K);
+        uint32_t v[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int j = 0; j < 16; j++) v[j / 4] |= (uint32_t)e4m3t_encode(elem8(j < 8 ? lo : hi, j % 8) / s) << (8 * (j % 4));
+        for (int j = 0; j < 16; j++)
+            v[j / 4] |= (uint32_t)e4m3t_encode(elem8(j < 8 ? lo : hi, j % 8) / s) << (8 * (j % 4));
         *(uint4 *)(xq + r * Kp + c0) = make_uint4(v[0], v[1], v[2], v[3]);
     }
 }
@@ -91,8 +93,8 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
 // B > 1 the blocks meet at grid_barrier_amax, then each casts its own pieces. Launched with PDL: the GEMM after it
 // starts meanwhile. (It was one 1024-thread block: at M = 8-16 that one SM's casts took ~7-10 us per call, bench
 // gemm's w8a8 op row; bench/NOTES.md.)
-#define FUSED_THREADS     256
-#define FUSED_PIECES      4
+#define FUSED_THREADS 256
+#define FUSED_PIECES 4
 #define FUSED_BLOCK_ELEMS (FUSED_THREADS * FUSED_PIECES * 8)
 
 // The amax of all B blocks, for thread 0 of each: a sense-reversing grid barrier on the caller's zeroed words
@@ -102,7 +104,7 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
 // SM before all B blocks are resident.
 static __device__ float grid_barrier_amax(float a, unsigned *sync) {
     volatile unsigned *vs = sync;
-    const unsigned     gen = vs[1];
+    const unsigned gen = vs[1];
     atomicMax(&sync[2 + (gen & 1u)], __float_as_uint(a));
     __threadfence();
     if (atomicAdd(&sync[0], 1u) == gridDim.x - 1) {
@@ -116,16 +118,16 @@ static __device__ float grid_barrier_amax(float a, unsigned *sync) {
     return __uint_as_float(vs[2 + (gen & 1u)]);
 }
 
-static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp,
-                                                                        uint8_t *xq, float *scale_slot, unsigned *bad,
-                                                                        unsigned *sync) {
+static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const bf16 *x, int64_t M, int64_t K,
+                                                                         int64_t Kp, uint8_t *xq, float *scale_slot,
+                                                                         unsigned *bad, unsigned *sync) {
     __shared__ float red[FUSED_THREADS / 32];
     pdl_launch_dependents();
     pdl_wait();
     const int64_t per_row = Kp / 8, n = M * per_row, first = (int64_t)blockIdx.x * FUSED_THREADS * FUSED_PIECES;
-    uint4         v[FUSED_PIECES];
-    float         a = 0.0f;
-    unsigned      n_bad = 0;
+    uint4 v[FUSED_PIECES];
+    float a = 0.0f;
+    unsigned n_bad = 0;
 #pragma unroll
     for (int i = 0; i < FUSED_PIECES; i++) {
         const int64_t p = first + threadIdx.x + (int64_t)i * FUSED_THREADS;
@@ -162,8 +164,8 @@ static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const b
 
 // amax of n elements: 16-byte loads where x is aligned (the tail, or all of an unaligned x, element by element)
 static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax, unsigned *bad) {
-    float         a = 0.0f;
-    unsigned      n_bad = 0;
+    float a = 0.0f;
+    unsigned n_bad = 0;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     const int64_t n8 = ((uintptr_t)x & 15) == 0 ? n / 8 : 0;
     for (int64_t p = first; p < n8; p += step) {
@@ -179,8 +181,8 @@ static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax,
     e4m3t_block_amax_commit(a, amax);
 }
 
-static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, const unsigned *amax, uint8_t *xq,
-                                       float *scale_slot) {
+static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, const unsigned *amax,
+                                       uint8_t *xq, float *scale_slot) {
     const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;
     cast_rows(x, M, K, Kp, s, xq, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
@@ -194,8 +196,8 @@ void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, 
     if (M * Kp <= FM_W8A8_FUSED_ELEMS) {
         if (count_bad_inputs) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, s));
         const unsigned blocks = (unsigned)fm_ceil_div(M * Kp, FUSED_BLOCK_ELEMS);
-        void *args[] = {(void *)&x,          (void *)&M,   (void *)&K,        (void *)&Kp,
-                        (void *)&xq,         (void *)&scale_slot, (void *)&bad, (void *)&grid_sync};
+        void *args[] = {(void *)&x,  (void *)&M,          (void *)&K,   (void *)&Kp,
+                        (void *)&xq, (void *)&scale_slot, (void *)&bad, (void *)&grid_sync};
         fm_cuda_launch_pdl((const void *)act_fused_kernel, dim3(blocks), dim3(FUSED_THREADS), 0, s, args, pdl);
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
@@ -211,9 +213,9 @@ void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, 
 // the H200 and far less at M <= 128 (bench/NOTES.md, fifth session); it lives in lab/gemm_w8a8.cu.
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
                        int64_t M, bf16 *y) {
-    fm_error       err = {{0}};
+    fm_error err = {{0}};
     const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
-    const float   *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
+    const float *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
     if (fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W8A8_GEMV) {
         fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, fm_routes_pdl(&be->routes), be->stream);
     } else if (M > INT32_MAX || fm_lt_gemm_run(be->lt, w->lt_gemm, A, a_scale, xq, x_scale, (int)M, y, be->stream,
@@ -226,10 +228,10 @@ void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const ui
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const bf16 *x, int64_t M, bf16 *y) {
     if (M == 0) return;
     const int64_t K = w->cols, Kp = w->ld;
-    char     *ws = (char *)fm_cuda_workspace(be, fm_w8a8_linear_ws_bytes(M, K));
-    float    *xs = (float *)ws;
+    char *ws = (char *)fm_cuda_workspace(be, fm_w8a8_linear_ws_bytes(M, K));
+    float *xs = (float *)ws;
     unsigned *amax = (unsigned *)(ws + 16), *bad = amax + 1;
-    uint8_t  *xq = (uint8_t *)(ws + 256);
+    uint8_t *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
     fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, be->lt->grid_sync, debug, fm_routes_pdl(&be->routes),
                               be->stream);
@@ -239,8 +241,9 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
         FM_CUDA_CHECK(cudaMemcpyAsync(&n_bad, bad, sizeof n_bad, cudaMemcpyDeviceToHost, be->stream));
         FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
         if (n_bad)
-            fprintf(stderr, "fp8moe: W8A8 linear [%lld x %lld] -> %lld: %u of the %lld inputs are NaN or Inf; the e4m3 "
-                    "input (and so the output) is meaningless\n", (long long)M, (long long)K, (long long)w->rows, n_bad,
-                    (long long)(M * K));
+            fprintf(stderr,
+                    "fp8moe: W8A8 linear [%lld x %lld] -> %lld: %u of the %lld inputs are NaN or Inf; the e4m3 "
+                    "input (and so the output) is meaningless\n",
+                    (long long)M, (long long)K, (long long)w->rows, n_bad, (long long)(M * K));
     }
 }

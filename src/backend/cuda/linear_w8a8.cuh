@@ -9,8 +9,8 @@
 
 // One matrix at load: w [rows, cols] fp32 (contiguous) -> q [rows][ldq] e4m3 (columns past cols zero) and its
 // scale in *scale_slot (16-byte aligned), max(amax / 448, 1e-12); amax_tmp is one device word of scratch.
-void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq, float *scale_slot,
-                                  unsigned *amax_tmp, cudaStream_t s);
+void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, uint8_t *q, int64_t ldq,
+                                  float *scale_slot, unsigned *amax_tmp, cudaStream_t s);
 
 // y [M, N] bf16 = x [M, K] W[idx]^T for an e4m3-tensor bank. Quantizes x per tensor into the backend's
 // workspace: one fused launch (amax, scale and cast; its blocks meet at a grid barrier) up to FM_W8A8_FUSED_ELEMS

@@ -38,7 +38,7 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn,
     if (e >= E) return;
     const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
     seg_start[e] = start;
-    cursor[e]    = 0;
+    cursor[e] = 0;
     for (int32_t i = 0; i * bn < c; i++) {
         const int32_t n = c - i * bn < bn ? c - i * bn : bn;
         fm_w4a8_tile t = {e, start + i * bn, n, 0};
@@ -68,8 +68,8 @@ static __device__ __forceinline__ uint32_t quantize_group(const float v[4], int6
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
-    uint32_t    word  = 0;
-    float       sum   = 0.0f;
+    uint32_t word = 0;
+    float sum = 0.0f;
     for (int i = 0; i < 4; i++) {
         const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
         word |= c << (8 * i);
@@ -102,7 +102,7 @@ static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t 
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
         const int32_t e = ids[p], slot = seg_start[e] + atomicAdd(&cursor[e], 1);
         pair_of_slot[slot] = (int32_t)p;
-        slot_of_pair[p]    = slot;
+        slot_of_pair[p] = slot;
     }
 }
 
@@ -113,12 +113,12 @@ static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t 
 template <bool SUMS>
 static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                               const int32_t *slot_of_pair, uint8_t *x8, float *xs, float *xsum) {
-    const int     lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128, P = T * k;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < T * G; task += warps) {
         const int64_t t = task / G, grp = task % G;
         const int32_t slot = lane < k ? slot_of_pair[t * k + lane] : 0;
-        float         v[4], scale, sum;
+        float v[4], scale, sum;
         load_group(x + t * H, H, grp, v);
         const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
         for (int j = 0; j < k; j++) {
@@ -170,8 +170,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
     if (b->xsum)
         gather_quantize_kernel<true><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, b->xsum);
-    else
-        gather_quantize_kernel<false><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, NULL);
+    else gather_quantize_kernel<false><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, NULL);
     FM_LAUNCH_CHECK("moe_dispatch_gather_quantize");
 }
 

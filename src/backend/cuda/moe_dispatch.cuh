@@ -15,11 +15,11 @@
 #include "backend/cuda/w4a8_gemm.cuh"
 
 typedef struct fm_dispatch_bufs {
-    int32_t      *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
+    int32_t *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
     fm_w4a8_tile *tiles;
-    uint8_t      *x8;  // [P][pad128(H)] e4m3
-    float        *xs;  // [pad128(H) / 128][P]
-    float        *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
+    uint8_t *x8; // [P][pad128(H)] e4m3
+    float *xs;   // [pad128(H) / 128][P]
+    float *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN or FM_W4A8_BN_SMALL (fm_routes_w4a8_tile_rows), as the GEMMs after it are launched with.

@@ -25,13 +25,13 @@ static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t *coun
 // The pointers of one batched GEMM y = x W^T per tile: A the expert's matrix, B the tile's input rows, C its output
 typedef struct gemm_ptrs {
     const void **a, **b;
-    void       **c;
-    const char  *w;     // bank values
-    size_t       w_mat; // bytes per matrix
-    const char  *x;
-    size_t       x_row; // bytes per input row
-    char        *y;
-    size_t       y_row;
+    void **c;
+    const char *w; // bank values
+    size_t w_mat;  // bytes per matrix
+    const char *x;
+    size_t x_row; // bytes per input row
+    char *y;
+    size_t y_row;
 } gemm_ptrs;
 
 // One block: segment row starts from the counts (thread 0, E is small), then the tiles' pointers of both GEMMs
@@ -42,7 +42,7 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int64_t til
         int32_t t = 0;
         for (int32_t e = 0; e < E; e++) {
             tile_start[e] = t;
-            seg_row[e]    = (int32_t)(t * tile_rows);
+            seg_row[e] = (int32_t)(t * tile_rows);
             t += (int32_t)((counts[e] + tile_rows - 1) / tile_rows);
         }
         tile_start[E] = t;
@@ -50,7 +50,7 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int64_t til
     for (int32_t e = threadIdx.x; e < E; e += blockDim.x) fill[e] = 0;
     __syncthreads();
     for (int64_t j = threadIdx.x; j < max_tiles; j += blockDim.x) {
-        int32_t e = 0; // a tile past the used ones: expert 0 on its own padding rows
+        int32_t e = 0;           // a tile past the used ones: expert 0 on its own padding rows
         if (j < tile_start[E]) { // the last expert whose first tile is at or before j
             int32_t lo = 0, hi = E - 1;
             while (lo < hi) {
@@ -61,8 +61,10 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int64_t til
             e = lo;
         }
         const int64_t row = j * tile_rows;
-        g1.a[j] = g1.w + (size_t)e * g1.w_mat, g1.b[j] = g1.x + (size_t)row * g1.x_row, g1.c[j] = g1.y + (size_t)row * g1.y_row;
-        g2.a[j] = g2.w + (size_t)e * g2.w_mat, g2.b[j] = g2.x + (size_t)row * g2.x_row, g2.c[j] = g2.y + (size_t)row * g2.y_row;
+        g1.a[j] = g1.w + (size_t)e * g1.w_mat, g1.b[j] = g1.x + (size_t)row * g1.x_row,
+        g1.c[j] = g1.y + (size_t)row * g1.y_row;
+        g2.a[j] = g2.w + (size_t)e * g2.w_mat, g2.b[j] = g2.x + (size_t)row * g2.x_row,
+        g2.c[j] = g2.y + (size_t)row * g2.y_row;
     }
 }
 
@@ -90,7 +92,7 @@ static unsigned blocks_for(int64_t n) {
 
 static gemm_ptrs ptrs_for(const fm_bank *w, void **arrays, int64_t max_tiles, const char *x, char *y) {
     const size_t esz = bank_elem_size(w);
-    gemm_ptrs    g;
+    gemm_ptrs g;
     g.a = (const void **)arrays, g.b = (const void **)(arrays + max_tiles), g.c = arrays + 2 * max_tiles;
     g.w = (const char *)w->w, g.w_mat = (size_t)(w->rows * w->ld) * esz;
     g.x = x, g.x_row = (size_t)w->cols * esz;
@@ -101,24 +103,25 @@ static gemm_ptrs ptrs_for(const fm_bank *w, void **arrays, int64_t max_tiles, co
 // y [tile] = x [tile] W_e^T for every tile, one batched call of equal shapes
 static void batched_gemm(cuda_backend *be, const fm_bank *w, const gemm_ptrs *g, int64_t tile_rows, int64_t max_tiles) {
     const cudaDataType dtype = w->fmt == FM_W_F32 ? CUDA_R_32F : CUDA_R_16BF;
-    const float        alpha = 1.0f, beta = 0.0f;
-    FM_CUBLAS_CHECK(cublasGemmBatchedEx(be->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)tile_rows, (int)w->cols,
-                                        &alpha, (const void *const *)g->a, dtype, (int)w->ld, (const void *const *)g->b,
-                                        dtype, (int)w->cols, &beta, (void *const *)g->c, dtype, (int)w->rows,
-                                        (int)max_tiles, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const float alpha = 1.0f, beta = 0.0f;
+    FM_CUBLAS_CHECK(cublasGemmBatchedEx(be->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)tile_rows,
+                                        (int)w->cols, &alpha, (const void *const *)g->a, dtype, (int)w->ld,
+                                        (const void *const *)g->b, dtype, (int)w->cols, &beta, (void *const *)g->c,
+                                        dtype, (int)w->rows, (int)max_tiles, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                                 const int32_t *ids, const void *weights, int32_t k, void *out) {
     const int64_t P = T * k, I = down->cols, H = down->rows, E = gate_up->n;
     if (P == 0) return;
-    const bool          f32 = gate_up->fmt == FM_W_F32;
-    const fm_grouped_ws L = fm_grouped_layout((uint64_t)P, (uint64_t)E, (uint64_t)H, (uint64_t)I, bank_elem_size(gate_up));
-    char    *ws      = (char *)fm_cuda_workspace(be, L.total);
-    int32_t *counts  = (int32_t *)(ws + L.counts), *fill = (int32_t *)(ws + L.fill);
+    const bool f32 = gate_up->fmt == FM_W_F32;
+    const fm_grouped_ws L =
+        fm_grouped_layout((uint64_t)P, (uint64_t)E, (uint64_t)H, (uint64_t)I, bank_elem_size(gate_up));
+    char *ws = (char *)fm_cuda_workspace(be, L.total);
+    int32_t *counts = (int32_t *)(ws + L.counts), *fill = (int32_t *)(ws + L.fill);
     int32_t *seg_row = (int32_t *)(ws + L.seg_row), *slot_of = (int32_t *)(ws + L.slot_of);
-    void   **arrays  = (void **)(ws + L.ptrs);
-    char    *xs = ws + L.xs, *gu = ws + L.gu, *h = ws + L.h, *y = ws + L.y;
+    void **arrays = (void **)(ws + L.ptrs);
+    char *xs = ws + L.xs, *gu = ws + L.gu, *h = ws + L.h, *y = ws + L.y;
     const int64_t tr = (int64_t)L.tile_rows, mt = (int64_t)L.max_tiles;
     const gemm_ptrs g1 = ptrs_for(gate_up, arrays, mt, xs, gu), g2 = ptrs_for(down, arrays + 3 * mt, mt, h, y);
 
@@ -139,6 +142,7 @@ void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const 
     if (f32) fm_cuda_swiglu_f32((const float *)gu, R, I, (float *)h, be->stream);
     else fm_cuda_swiglu((const bf16 *)gu, R, I, (bf16 *)h, be->stream);
     batched_gemm(be, down, &g2, tr, mt);
-    if (f32) fm_cuda_moe_combine_f32((const float *)y, slot_of, (const float *)weights, T, k, H, (float *)out, be->stream);
+    if (f32)
+        fm_cuda_moe_combine_f32((const float *)y, slot_of, (const float *)weights, T, k, H, (float *)out, be->stream);
     else fm_cuda_moe_combine((const bf16 *)y, slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
 }

@@ -13,14 +13,15 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     if (P == 0) return;
     if (!fm_cuda_w4a8_takes(gate_up->fmt) || !fm_cuda_w4a8_takes(down->fmt) || !gate_up->interleaved ||
         gate_up->rows != 2 * I || gate_up->cols != H || down->n != E) {
-        fprintf(stderr, "fp8moe: moe_w4a8: banks do not match (gate_up [%d][%lld, %lld] %s, down [%d][%lld, %lld] %s)\n",
+        fprintf(stderr,
+                "fp8moe: moe_w4a8: banks do not match (gate_up [%d][%lld, %lld] %s, down [%d][%lld, %lld] %s)\n",
                 gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, fm_wformat_name(gate_up->fmt), down->n,
                 (long long)down->rows, (long long)down->cols, fm_wformat_name(down->fmt));
         abort();
     }
-    const fm_routes     *r  = &be->routes;
-    const uint32_t       bn = fm_routes_w4a8_tile_rows(r, (uint64_t)P, (uint64_t)E);
-    const fm_w4a8_moe_ws L  = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn);
+    const fm_routes *r = &be->routes;
+    const uint32_t bn = fm_routes_w4a8_tile_rows(r, (uint64_t)P, (uint64_t)E);
+    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     fm_dispatch_bufs b;
     b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
@@ -29,10 +30,10 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
     b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
-    uint8_t       *h  = ws + L.h;
-    float         *hs = (float *)(ws + L.hs);
-    float         *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
-    __nv_bfloat16 *y  = (__nv_bfloat16 *)(ws + L.y);
+    uint8_t *h = ws + L.h;
+    float *hs = (float *)(ws + L.hs);
+    float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
+    __nv_bfloat16 *y = (__nv_bfloat16 *)(ws + L.y);
 
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
@@ -49,7 +50,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P;
-    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL, a.hsum = NULL;
+    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
+    a.hsum = NULL;
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
@@ -74,11 +76,11 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y) {
     if (M == 0) return;
-    const int64_t  K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
-    uint8_t       *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
-    uint8_t       *x8 = ws;
-    float         *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
-    float         *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
+    const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
+    uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
+    uint8_t *x8 = ws;
+    float *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
+    float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
     fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, fm_routes_pdl(&be->routes), be->stream);
     fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
 }

@@ -13,7 +13,8 @@ static __device__ float load_elem(const void *src, int dtype, int64_t i) {
 
 template <typename A>
 static __global__ void convert_kernel(const void *src, int dtype, int64_t rows, int64_t cols, A *dst, int64_t ld) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * cols;
+         i += (int64_t)gridDim.x * blockDim.x)
         act_store(&dst[(i / cols) * ld + i % cols], load_elem(src, dtype, i));
 }
 
@@ -46,7 +47,7 @@ static __device__ __nv_bfloat16 scale_round_up(float s) {
 
 static __global__ void quantize_int4_kernel(const void *src, int dtype, int64_t rows, int64_t cols, uint8_t *dst,
                                             int64_t ld, __nv_bfloat16 *scales, int64_t n_groups) {
-    const int     lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31;
     const int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); /* (row, group) */
     if (task >= rows * n_groups) return;
     const int64_t r = task / n_groups, g = task % n_groups;
@@ -59,7 +60,7 @@ static __global__ void quantize_int4_kernel(const void *src, int dtype, int64_t 
     }
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const __nv_bfloat16 sb = scale_round_up(amax / 7.0f);
-    const float         sc = __bfloat162float(sb);
+    const float sc = __bfloat162float(sb);
     if (lane == 0) scales[r * n_groups + g] = sb;
     uint8_t q[4];
     for (int i = 0; i < 4; i++) {

@@ -5,11 +5,10 @@
 
 template <typename A>
 static __global__ void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm,
-                                           const A *k_norm, float eps, int64_t pos0, const int32_t *pos,
-                                           float theta) {
+                                           const A *k_norm, float eps, int64_t pos0, const int32_t *pos, float theta) {
     const int64_t t = blockIdx.x;
     const int32_t h = blockIdx.y, half = hd / 2, j = threadIdx.x;
-    A         *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
+    A *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
     const bool active = j < half;
     float a = active ? act_load(x[j]) : 0.0f, b = active ? act_load(x[j + half]) : 0.0f;
     const A *w = h < nh ? q_norm : k_norm;
@@ -60,8 +59,8 @@ extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, 
     qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, s);
 }
 
-extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const float *q_norm,
-                                         const float *k_norm, float eps, int64_t pos0, const int32_t *pos, double theta,
-                                         cudaStream_t s) {
+extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                         const float *q_norm, const float *k_norm, float eps, int64_t pos0,
+                                         const int32_t *pos, double theta, cudaStream_t s) {
     qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, s);
 }

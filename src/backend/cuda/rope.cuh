@@ -7,13 +7,14 @@
 // qkv: [T, (nh + 2 nkv) hd] bf16. For each token t and each of the nh query and nkv key heads: optional RMSNorm
 // over hd (q_norm for query heads, k_norm for key heads; both NULL for Mixtral), then rotate-half RoPE at
 // position pos[t] (pos: int32 [T] in device memory), or pos0 + t when pos is NULL (pairs (j, j + hd/2),
-// inv_freq[j] = 1 / theta^(2j/hd) in fp32), rounded to bf16 once at the end. Value heads are untouched. Preconditions: hd even, hd <= 1024.
+// inv_freq[j] = 1 / theta^(2j/hd) in fp32), rounded to bf16 once at the end. Value heads are untouched. Preconditions:
+// hd even, hd <= 1024.
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
                                      const int32_t *pos, double theta, cudaStream_t s);
 // the same over fp32 activations and norm weights (the ref32 oracle)
-extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const float *q_norm,
-                                         const float *k_norm, float eps, int64_t pos0, const int32_t *pos, double theta,
-                                         cudaStream_t s);
+extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                         const float *q_norm, const float *k_norm, float eps, int64_t pos0,
+                                         const int32_t *pos, double theta, cudaStream_t s);
 
 #endif

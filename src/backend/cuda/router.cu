@@ -8,8 +8,8 @@
 // The k selected values (probabilities or logits, descending) become weights: renormalised probabilities
 // (Qwen3 with norm_topk), the probabilities as they are, or a softmax over the k logits (Mixtral).
 template <typename A>
-static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int32_t k, bool softmax_topk, bool norm_topk,
-                                    int32_t *ids, A *weights) {
+static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int32_t k, bool softmax_topk,
+                                    bool norm_topk, int32_t *ids, A *weights) {
     if (softmax_topk) {
         if (norm_topk) {
             float s = 0.0f;
@@ -18,12 +18,12 @@ static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int3
         }
     } else {
         const float top = w[0];
-        float       s   = 0.0f;
+        float s = 0.0f;
         for (int32_t j = 0; j < k; j++) s += (w[j] = expf(w[j] - top));
         for (int32_t j = 0; j < k; j++) w[j] /= s;
     }
     for (int32_t j = 0; j < k; j++) {
-        ids[t * k + j]     = id[j];
+        ids[t * k + j] = id[j];
         act_store(&weights[t * k + j], w[j]);
     }
 }
@@ -39,10 +39,10 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
     if (softmax_topk)
         for (int32_t e = 0; e < E; e++) sum += expf(act_load(l[e]) - mx);
     int32_t id[FM_ROUTE_MAX_K];
-    float   w[FM_ROUTE_MAX_K];
+    float w[FM_ROUTE_MAX_K];
     for (int32_t j = 0; j < k; j++) {
         int32_t best = -1;
-        float   bv   = 0.0f;
+        float bv = 0.0f;
         for (int32_t e = 0; e < E; e++) {
             bool taken = false;
             for (int32_t i = 0; i < j; i++) taken |= id[i] == e;
@@ -51,7 +51,7 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
             if (!taken && (best < 0 || v > bv)) best = e, bv = v;
         }
         id[j] = best;
-        w[j]  = bv;
+        w[j] = bv;
     }
     finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
 }
@@ -61,8 +61,8 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
 template <typename A>
 static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                                          bool norm_topk, int32_t *ids, A *weights) {
-    const int64_t t    = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int     lane = threadIdx.x & 31;
+    const int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
     if (t >= T) return;
     const A *l = logits + t * E;
     float v[WARP_E];
@@ -71,7 +71,7 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
     for (int i = 0; i < WARP_E; i++) {
         const int e = lane + 32 * i;
         v[i] = e < E ? act_load(l[e]) : -INFINITY;
-        mx   = fmaxf(mx, v[i]);
+        mx = fmaxf(mx, v[i]);
     }
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if (softmax_topk) {
@@ -85,11 +85,11 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
             if (lane + 32 * i < E) v[i] = expf(v[i] - mx) / sum;
     }
     unsigned taken = 0; /* bit i: expert lane + 32 i already chosen */
-    float    w[FM_ROUTE_MAX_K];
-    int32_t  id[FM_ROUTE_MAX_K];
+    float w[FM_ROUTE_MAX_K];
+    int32_t id[FM_ROUTE_MAX_K];
     for (int32_t j = 0; j < k; j++) {
         float bv = -INFINITY;
-        int   be = 0x7fffffff;
+        int be = 0x7fffffff;
 #pragma unroll
         for (int i = 0; i < WARP_E; i++) {
             const int e = lane + 32 * i;
@@ -97,7 +97,7 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
         }
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int   oe = __shfl_xor_sync(0xffffffffu, be, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
             if (ov > bv || (ov == bv && oe < be)) bv = ov, be = oe;
         }
         if ((be & 31) == lane) taken |= 1u << (be >> 5);
@@ -111,14 +111,17 @@ template <typename A>
 static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk, int32_t *ids,
                   A *weights, cudaStream_t s) {
     if (k < 1 || k > E || k > FM_ROUTE_MAX_K) {
-        fprintf(stderr, "fp8moe: route: top-%d of %d experts is not supported (k <= min(E, %d))\n", k, E, FM_ROUTE_MAX_K);
+        fprintf(stderr, "fp8moe: route: top-%d of %d experts is not supported (k <= min(E, %d))\n", k, E,
+                FM_ROUTE_MAX_K);
         abort();
     }
     if (T == 0) return;
     if (E <= 32 * WARP_E)
-        route_warp_kernel<<<(unsigned)fm_ceil_div(T, 4), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids, weights);
+        route_warp_kernel<<<(unsigned)fm_ceil_div(T, 4), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids,
+                                                                      weights);
     else
-        route_kernel<<<(unsigned)fm_ceil_div(T, 128), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids, weights);
+        route_kernel<<<(unsigned)fm_ceil_div(T, 128), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids,
+                                                                   weights);
     FM_LAUNCH_CHECK("route");
 }
 
@@ -127,7 +130,7 @@ extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E,
     route(logits, T, E, k, softmax_topk, norm_topk, ids, weights, s);
 }
 
-extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
-                                  int32_t *ids, float *weights, cudaStream_t s) {
+extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
+                                  bool norm_topk, int32_t *ids, float *weights, cudaStream_t s) {
     route(logits, T, E, k, softmax_topk, norm_topk, ids, weights, s);
 }

@@ -11,7 +11,7 @@
 extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                               bool norm_topk, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s);
 // the same over fp32 logits and weights (the ref32 oracle)
-extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
-                                  int32_t *ids, float *weights, cudaStream_t s);
+extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
+                                  bool norm_topk, int32_t *ids, float *weights, cudaStream_t s);
 
 #endif

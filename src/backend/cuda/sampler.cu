@@ -16,10 +16,10 @@
 #include "backend/cuda/sampler.cuh"
 
 #define THREADS 1024
-#define WARPS   (THREADS / 32)
+#define WARPS (THREADS / 32)
 
 typedef struct best_t {
-    float   v;
+    float v;
     int32_t i;
 } best_t;
 
@@ -67,7 +67,7 @@ static __device__ double block_sum(double x, double *sh) {
 // Exclusive prefix sum over the block's threads (thread order).
 static __device__ double block_exclusive_scan(double x, double *sh) {
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    double    inc = x;
+    double inc = x;
     for (int o = 1; o < 32; o <<= 1) {
         const double y = __shfl_up_sync(0xffffffffu, inc, o);
         if (lane >= o) inc += y;
@@ -109,13 +109,13 @@ static __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 }
 
 typedef struct sample_smem {
-    best_t   best[WARPS];
-    double   dsum[WARPS];
+    best_t best[WARPS];
+    double dsum[WARPS];
     uint32_t count[256];
-    double   mass[256];
+    double mass[256];
     uint32_t prefix, k;
-    double   above;
-    int32_t  chosen;
+    double above;
+    int32_t chosen;
 } sample_smem;
 
 // The largest key K (among keys >= floor_key) with count{key >= K} >= k (top-k) or, when by_mass, with
@@ -123,7 +123,7 @@ typedef struct sample_smem {
 static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, uint32_t floor_key, bool by_mass,
                                         uint32_t k, double target, sample_smem *sh) {
     uint32_t prefix = 0, mask = 0;
-    double   above  = 0.0; // mass (or count) of the keys above the prefix fixed so far
+    double above = 0.0; // mass (or count) of the keys above the prefix fixed so far
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int d = threadIdx.x; d < 256; d += THREADS) sh->count[d] = 0, sh->mass[d] = 0.0;
         __syncthreads();
@@ -137,8 +137,8 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
         __syncthreads();
         if (threadIdx.x == 0) {
             const double goal = by_mass ? target : (double)k;
-            int          pick = -1, lowest = -1;
-            double       acc = above, acc_lowest = above;
+            int pick = -1, lowest = -1;
+            double acc = above, acc_lowest = above;
             for (int d = 255; d >= 0; d--) {
                 const double here = by_mass ? sh->mass[d] : (double)sh->count[d];
                 if (here <= 0.0) continue;
@@ -151,7 +151,7 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
             }
             if (pick < 0) pick = lowest >= 0 ? lowest : 0, acc = acc_lowest;
             sh->prefix = prefix | ((uint32_t)pick << shift);
-            sh->above  = acc;
+            sh->above = acc;
         }
         __syncthreads();
         prefix = sh->prefix, above = sh->above;
@@ -162,24 +162,24 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
 }
 
 static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logits, bool f32, int32_t V,
-                                                                 const int32_t *row_slot, const fm_sampling *params,
-                                                                 uint64_t *steps,
-                                                                 int32_t *counts, uint8_t *seen, float *zbuf,
-                                                                 int32_t *ids, fm_sample_info *info) {
+                                                                const int32_t *row_slot, const fm_sampling *params,
+                                                                uint64_t *steps, int32_t *counts, uint8_t *seen,
+                                                                float *zbuf, int32_t *ids, fm_sample_info *info) {
     __shared__ sample_smem sh;
-    const int64_t     row  = blockIdx.x;
-    const int64_t     slot = row_slot ? row_slot[row] : row; // the row's sequence: its parameters, step and state
-    const fm_sampling p    = params[slot];
-    const int64_t     base = row * (int64_t)V, sbase = slot * (int64_t)V;
-    float            *z    = zbuf + base;
-    const bool rep  = seen && p.repetition_penalty != 1.0f;
+    const int64_t row = blockIdx.x;
+    const int64_t slot = row_slot ? row_slot[row] : row; // the row's sequence: its parameters, step and state
+    const fm_sampling p = params[slot];
+    const int64_t base = row * (int64_t)V, sbase = slot * (int64_t)V;
+    float *z = zbuf + base;
+    const bool rep = seen && p.repetition_penalty != 1.0f;
     const bool pres = counts && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
     // penalties (the reference's float operations, uncontracted) and the argmax of the penalised logits
     best_t mine = {-INFINITY, INT32_MAX};
     for (int32_t i = threadIdx.x; i < V; i += THREADS) {
         float l = load_logit(logits, f32, base + i);
         if (isnan(l)) l = -INFINITY;
-        if (rep && seen[sbase + i]) l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+        if (rep && seen[sbase + i])
+            l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
         if (pres && counts[sbase + i])
             l = __fsub_rn(l, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)counts[sbase + i])));
         z[i] = l;
@@ -187,7 +187,7 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
         if (before(b, mine)) mine = b;
     }
     const best_t top = block_best(mine, sh.best);
-    int32_t      chosen = top.i;
+    int32_t chosen = top.i;
     if (p.temperature > 0.0f && isfinite(top.v)) {
         const double zmax = (double)__fdiv_rn(top.v, p.temperature); // the largest z: its weight is exactly 1
         for (int32_t i = threadIdx.x; i < V; i += THREADS) z[i] = __fdiv_rn(z[i], p.temperature);
@@ -196,15 +196,15 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
         uint32_t floor_key = 0;
         if (p.top_k > 0 && p.top_k < V) {
             floor_key = radix_select(z, V, zmax, 0, false, (uint32_t)p.top_k, 0.0, &sh);
-            thr       = (double)key_float(floor_key);
+            thr = (double)key_float(floor_key);
         }
         if (p.top_p < 1.0f) {
             double part = 0.0;
             for (int32_t i = threadIdx.x; i < V; i += THREADS)
                 if (fkey(z[i]) >= floor_key) part += exp((double)z[i] - zmax);
             const double total = block_sum(part, sh.dsum);
-            const uint32_t kp  = radix_select(z, V, zmax, floor_key, true, 0, (double)p.top_p * total, &sh);
-            const double   tp  = (double)key_float(kp);
+            const uint32_t kp = radix_select(z, V, zmax, floor_key, true, 0, (double)p.top_p * total, &sh);
+            const double tp = (double)key_float(kp);
             if (tp > thr) thr = tp;
         }
         if (p.min_p > 0.0f) {
@@ -213,15 +213,15 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
         }
         // the draw, in id order: thread t owns ids [t C, (t + 1) C)
         const int32_t C = (V + THREADS - 1) / THREADS, lo = threadIdx.x * C, hi = min(V, lo + C);
-        double        part = 0.0;
-        int32_t       last = -1;
+        double part = 0.0;
+        int32_t last = -1;
         for (int32_t i = lo; i < hi; i++)
             if ((double)z[i] >= thr && z[i] != -INFINITY) part += exp((double)z[i] - zmax), last = i;
         const double total = block_sum(part, sh.dsum);
         const double before_me = block_exclusive_scan(part, sh.dsum);
         const double u = (double)(splitmix64(splitmix64(p.seed) ^ steps[slot]) >> 11) * (1.0 / 9007199254740992.0);
         const double target = u * total;
-        const best_t lastb  = block_best(best_t{(float)last, last}, sh.best); // the last kept id: the fallback
+        const best_t lastb = block_best(best_t{(float)last, last}, sh.best); // the last kept id: the fallback
         if (threadIdx.x == 0) sh.chosen = lastb.i;
         __syncthreads();
         if (part > 0.0 && before_me <= target && target < before_me + part) {
@@ -245,15 +245,15 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
             if (!isnan(b.v) && before(b, rmax)) rmax = b;
         }
         const double mx = (double)block_best(rmax, sh.best).v;
-        double       part = 0.0;
+        double part = 0.0;
         for (int32_t i = threadIdx.x; i < V; i += THREADS) {
             const float l = load_logit(logits, f32, base + i);
             if (!isnan(l)) part += exp((double)l - mx);
         }
         const double lse = mx + log(block_sum(part, sh.dsum));
-        const int32_t n  = p.n_logprobs < V ? p.n_logprobs : V;
-        best_t        prev = {INFINITY, -1};
-        int32_t       got  = 0;
+        const int32_t n = p.n_logprobs < V ? p.n_logprobs : V;
+        best_t prev = {INFINITY, -1};
+        int32_t got = 0;
         for (; got < n; got++) {
             best_t b = {-INFINITY, INT32_MAX};
             for (int32_t i = threadIdx.x; i < V; i += THREADS) {
@@ -266,7 +266,7 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
             prev = w;
         }
         if (threadIdx.x == 0) {
-            info[row].n_top   = got;
+            info[row].n_top = got;
             info[row].logprob = (float)((double)load_logit(logits, f32, base + chosen) - lse);
         }
     }
@@ -279,15 +279,15 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
 }
 
 void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
-                    const fm_sampling *params,
-                    uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids, fm_sample_info *info,
-                    cudaStream_t s) {
+                    const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids,
+                    fm_sample_info *info, cudaStream_t s) {
     if (B <= 0) return;
     if ((counts == NULL) != (seen == NULL) || vocab <= 0 || !params || !steps || !z || !ids) {
         fprintf(stderr, "fp8moe: sample: bad arguments (vocab %d, counts %p, seen %p)\n", vocab, (void *)counts,
                 (void *)seen);
         abort();
     }
-    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, z, ids, info);
+    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, z, ids,
+                                                  info);
     FM_LAUNCH_CHECK("sample");
 }

@@ -21,9 +21,8 @@ extern "C" {
 //   z [B][vocab] fp32 scratch; ids [B] out; info [B] out (the raw log-probabilities, as fm_sample_info), or NULL.
 // Values never reach the host: the op is graph-safe and branches on shapes only.
 void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
-                    const fm_sampling *params,
-                    uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids, fm_sample_info *info,
-                    cudaStream_t s);
+                    const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids,
+                    fm_sample_info *info, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -8,8 +8,8 @@
 // Swap-AB: the weights are the MMA's A operand (from registers) and the activations its B operand (from
 // shared memory), so a warp owns 32 weight rows (two 16-row blocks) x 64 activation rows (eight n8 tiles):
 //   * int4 weights go global -> registers with two 16-byte loads per 16-row block and 128-group, in the
-//     fragment order of w4a8_layout.cuh, and become e4m3 A fragments with one LOP3 (or a funnel shift and a LOP3) per 4 codes;
-//     each weight byte is read once per CTA and converted once;
+//     fragment order of w4a8_layout.cuh, and become e4m3 A fragments with one LOP3 (or a funnel shift and a LOP3) per 4
+//     codes; each weight byte is read once per CTA and converted once;
 //   * activations: per 128-group, a 64 x 128-byte e4m3 tile and its 64 scales go global -> shared through a
 //     3-stage cp.async pipeline (16-byte chunks XOR-swizzled by row, read conflict-free with ldmatrix);
 //   * scales in the accumulator: each 128-group accumulates into a partial, then acc += partial * (weight
@@ -33,35 +33,35 @@
 #include "backend/cuda/wgmma.cuh"
 #include "backend/w4a8_workspace.h"
 
-#define BM      256
-#define BN      FM_W4A8_BN /* the widest tile; BNT (a template value) is the tile a kernel runs: 64 or 16 */
-#define STAGES  3 /* cp.async ring of activation tiles, one __syncthreads per 128-group */
+#define BM 256
+#define BN FM_W4A8_BN /* the widest tile; BNT (a template value) is the tile a kernel runs: 64 or 16 */
+#define STAGES 3      /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define THREADS 256
 
 typedef struct gemm_params {
-    const uint8_t       *wq;
-    const __nv_bfloat16 *ws;  // WK_INT4
-    const float         *wsf; // WK_INT4_ZP (scale x 512), WK_E4M3
-    const float         *wzs; // WK_INT4_ZP (zero x scale)
-    int64_t              rows, rows_pad, n_groups;
-    bool                 interleaved;
-    const uint8_t       *x;
-    int64_t              ldx;
-    const float         *xs;
-    const float         *xsum; // WK_INT4_ZP: activation group sums, laid out as xs
-    int64_t              lds;
-    const fm_w4a8_tile  *tiles;
-    const int32_t       *n_tiles;
-    int64_t              m_dense;
-    int32_t              dense_matrix;
-    __nv_bfloat16       *y;
-    int64_t              ldy;
-    const int32_t       *row_map;
-    uint8_t             *h;
-    int64_t              ldh;
-    float               *hs;
-    float               *hsum; // OUT_SWIGLU_E4M3 when the down bank is int4-zp: h's group sums, laid out as hs
-    int64_t              ldhs;
+    const uint8_t *wq;
+    const __nv_bfloat16 *ws; // WK_INT4
+    const float *wsf;        // WK_INT4_ZP (scale x 512), WK_E4M3
+    const float *wzs;        // WK_INT4_ZP (zero x scale)
+    int64_t rows, rows_pad, n_groups;
+    bool interleaved;
+    const uint8_t *x;
+    int64_t ldx;
+    const float *xs;
+    const float *xsum; // WK_INT4_ZP: activation group sums, laid out as xs
+    int64_t lds;
+    const fm_w4a8_tile *tiles;
+    const int32_t *n_tiles;
+    int64_t m_dense;
+    int32_t dense_matrix;
+    __nv_bfloat16 *y;
+    int64_t ldy;
+    const int32_t *row_map;
+    uint8_t *h;
+    int64_t ldh;
+    float *hs;
+    float *hsum; // OUT_SWIGLU_E4M3 when the down bank is int4-zp: h's group sums, laid out as hs
+    int64_t ldhs;
 } gemm_params;
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -81,8 +81,7 @@ static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr)
                  : "r"(addr));
 }
 
-template <int BNT>
-static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int64_t i) {
+template <int BNT> static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int64_t i) {
     if (p.tiles) return p.tiles[i];
     const int64_t r0 = i * BNT, n = p.m_dense - r0 < BNT ? p.m_dense - r0 : BNT;
     fm_w4a8_tile t = {p.dense_matrix, (int32_t)r0, (int32_t)n, 0};
@@ -97,7 +96,7 @@ static __device__ __forceinline__ fm_w4a8_tile tile_of(const gemm_params &p, int
 #define STAGE_CHUNKS 2 /* at most, per thread: BN * 128 / 16 / THREADS */
 static_assert(BN * 128 / 16 == STAGE_CHUNKS * THREADS && BN <= THREADS, "stage loader: chunks must divide evenly");
 template <int BNT> struct stage_shape {
-    static constexpr int chunks = BNT * 128 / 16;                         /* 16-byte chunks of a stage's tile */
+    static constexpr int chunks = BNT * 128 / 16;                       /* 16-byte chunks of a stage's tile */
     static constexpr int per_thread = (chunks + THREADS - 1) / THREADS; /* 2 (BNT 64) or 1 (BNT 16: threads < 128) */
 };
 static_assert(STAGES == 3, "the group loop rotates three stages");
@@ -111,23 +110,23 @@ template <int WK> struct wk_scales {
 };
 typedef struct stage_loader {
     const uint8_t *src[STAGE_CHUNKS]; // 128-group 0 of the chunk's row
-    uint32_t       dst[STAGE_CHUNKS]; // its offset in a stage's tile (16-byte chunks XOR-swizzled by row)
-    int            bytes[STAGE_CHUNKS];
-    const float   *sc;                // threads < BNT: row tid's scale (and sum), 128-group 0; else NULL
-    const float   *sum;
-    int            sc_bytes;
-    const uint8_t *wsrc;              // threads < wk_scales<WK>::chunks: a 16-byte chunk of weight scales, group 0
-    int            wbytes;            // 16, or 0 past the bank's padded rows (zero scales)
-    int64_t        wstride;           // bytes from one group's scales to the next
+    uint32_t dst[STAGE_CHUNKS];       // its offset in a stage's tile (16-byte chunks XOR-swizzled by row)
+    int bytes[STAGE_CHUNKS];
+    const float *sc; // threads < BNT: row tid's scale (and sum), 128-group 0; else NULL
+    const float *sum;
+    int sc_bytes;
+    const uint8_t *wsrc; // threads < wk_scales<WK>::chunks: a 16-byte chunk of weight scales, group 0
+    int wbytes;          // 16, or 0 past the bank's padded rows (zero scales)
+    int64_t wstride;     // bytes from one group's scales to the next
 } stage_loader;
 
 template <int WK, int BNT>
 static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params &p, const fm_w4a8_tile &tile) {
     stage_loader l;
-    const int    tid = (int)threadIdx.x;
+    const int tid = (int)threadIdx.x;
 #pragma unroll
     for (int i = 0; i < stage_shape<BNT>::per_thread; i++) {
-        const int  c = tid + i * THREADS, n = c >> 3, ch = c & 7;
+        const int c = tid + i * THREADS, n = c >> 3, ch = c & 7;
         const bool ok = n < tile.rows; /* c past the tile (BNT 16, threads >= 128): never loaded (load_stage) */
         l.src[i] = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + ch * 16;
         l.dst[i] = (uint32_t)(n * 128 + ((ch ^ (n & 7)) << 4));
@@ -141,11 +140,13 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
     const int64_t row0 = (int64_t)blockIdx.x * BM;
     l.wsrc = NULL, l.wbytes = 0, l.wstride = p.rows_pad * (WK == WK_INT4 ? 2 : 4);
     if (tid < wk_scales<WK>::chunks) {
-        const int     per = 16 / (WK == WK_INT4 ? 2 : 4); /* rows per chunk */
-        const int     part = WK == WK_INT4_ZP ? tid / (BM / per) : 0, c = tid - part * (BM / per);
+        const int per = 16 / (WK == WK_INT4 ? 2 : 4); /* rows per chunk */
+        const int part = WK == WK_INT4_ZP ? tid / (BM / per) : 0, c = tid - part * (BM / per);
         const int64_t row = row0 + (int64_t)c * per, base = (int64_t)tile.expert * p.n_groups * p.rows_pad;
-        const bool    in = row < p.rows_pad;
-        const uint8_t *arr = WK == WK_INT4 ? (const uint8_t *)p.ws : part ? (const uint8_t *)p.wzs : (const uint8_t *)p.wsf;
+        const bool in = row < p.rows_pad;
+        const uint8_t *arr = WK == WK_INT4 ? (const uint8_t *)p.ws
+                             : part        ? (const uint8_t *)p.wzs
+                                           : (const uint8_t *)p.wsf;
         l.wsrc = arr + (base + (in ? row : row0)) * (WK == WK_INT4 ? 2 : 4);
         l.wbytes = in ? 16 : 0;
     }
@@ -155,7 +156,8 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
 // Activation tile and weight scales of 128-group grp into one stage.
 template <int WK, int BNT>
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const stage_loader &l, int64_t grp,
-                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem, uint8_t *wsc_smem) {
+                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem,
+                                                  uint8_t *wsc_smem) {
     const uint32_t base = smem_u32(xs_smem);
 #pragma unroll
     for (int i = 0; i < stage_shape<BNT>::per_thread; i++)
@@ -173,15 +175,17 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
 // CTA-local index of its rows g of each block (the scales' place in the stage).
 typedef struct warp_weights {
     const uint8_t *codes[2]; // block mb, group 0, this lane's 16 bytes of part 0
-    int            lrow[2];  // blk[mb] * 16 + g - the CTA's first row
+    int lrow[2];             // blk[mb] * 16 + g - the CTA's first row
 } warp_weights;
 
 template <int WK>
-static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix, const int64_t blk[2]) {
-    const int     lane = threadIdx.x & 31;
-    warp_weights  w;
+static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix,
+                                                               const int64_t blk[2]) {
+    const int lane = threadIdx.x & 31;
+    warp_weights w;
     for (int mb = 0; mb < 2; mb++) {
-        w.codes[mb]  = p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
+        w.codes[mb] =
+            p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
         w.lrow[mb] = (int)(blk[mb] * 16 - (int64_t)blockIdx.x * BM) + (lane >> 2);
     }
     return w;
@@ -267,9 +271,9 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
 
 template <int EPILOGUE, int BNT>
-static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[2][BNT / 8][4],
-                                                const int64_t blk[2], const bool blk_ok[2], float (*red)[BNT],
-                                                float (*red_sum)[BNT]) {
+static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile,
+                                                float acc[2][BNT / 8][4], const int64_t blk[2], const bool blk_ok[2],
+                                                float (*red)[BNT], float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == EPI_BF16) {
         int64_t col[2][2]; /* the output columns of this thread's 4 weight rows, -1 past the bank */
@@ -288,7 +292,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int     n = nt * 8 + 2 * t + c;
+                const int n = nt * 8 + 2 * t + c;
                 const int32_t slot = tile.slot0 + n;
                 out_row[nt][c] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
             }
@@ -339,7 +343,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
        of its 16 rows' reductions was ~250 instructions each) */
     if (threadIdx.x < BNT) {
         const int n = threadIdx.x;
-        float     m = 0.0f;
+        float m = 0.0f;
 #pragma unroll
         for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
         const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
@@ -357,13 +361,14 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             const int n = nt * 8 + 2 * t + c;
             if (n >= tile.rows) continue;
             const int64_t slot = tile.slot0 + n;
-            const float   inv = red[1][n];
+            const float inv = red[1][n];
             float sum = 0.0f; /* EPI_SWIGLU_SUMS: this thread's codes of row n, decoded, for the group sum */
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) {
                 const int64_t ch = blk[mb] * 8 + g;
                 if (blk_ok[mb] && ch < I) {
-                    const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] * inv, __NV_SATFINITE, __NV_E4M3);
+                    const uint8_t code =
+                        (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] * inv, __NV_SATFINITE, __NV_E4M3);
                     p.h[slot * p.ldh + ch] = code;
                     if (EPILOGUE == EPI_SWIGLU_SUMS) sum += e4m3_decode(code);
                 }
@@ -377,8 +382,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 // int4-zp: then acc -= (zero x scale) x (the activation group's sum)
 // The activation scales of this thread's columns (rows nt * 8 + 2t, + 1 of the tile) from the stage in shared
 // memory.
-template <int BNT>
-static __device__ __forceinline__ void load_act_scales(const float *sc, float2 xsc[BNT / 8]) {
+template <int BNT> static __device__ __forceinline__ void load_act_scales(const float *sc, float2 xsc[BNT / 8]) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++) xsc[nt] = *(const float2 *)(sc + nt * 8 + 2 * t);
@@ -386,8 +390,8 @@ static __device__ __forceinline__ void load_act_scales(const float *sc, float2 x
 
 template <int WK, int BNT>
 static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const float part[2][BNT / 8][4],
-                                               const float wsc[2][2], const float zs[2][2], const float2 xsc_all[BNT / 8],
-                                               const float *sum) {
+                                               const float wsc[2][2], const float zs[2][2],
+                                               const float2 xsc_all[BNT / 8], const float *sum) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++) {
@@ -413,7 +417,8 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
 }
 
 template <int EPILOGUE, int WK, int BNT>
-static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_mma_kernel(const gemm_params p) {
+static __global__ __launch_bounds__(THREADS,
+                                    BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_mma_kernel(const gemm_params p) {
     __shared__ __align__(128) uint8_t xs_smem[STAGES][BNT * 128];
     __shared__ float sc_smem[STAGES][BNT];
     __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
@@ -426,15 +431,15 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
     const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
-    const int     warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
-    const bool    active = row_base < p.rows_pad;
+    const bool active = row_base < p.rows_pad;
     const int64_t KG = p.n_groups;
     const int64_t blk[2] = {row_base / 16, row_base / 16 + 1};
-    const bool    blk_ok[2] = {active, active};
+    const bool blk_ok[2] = {active, active};
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
-    float    acc[2][BNT / 8][4];
+    float acc[2][BNT / 8][4];
     uint32_t words[2][NW]; /* the current group's codes; each part is reloaded with the next group's once used */
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
@@ -454,17 +459,17 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 
     for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
-        const int  st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
             load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
-                           wsc_smem[st2]);
+                                wsc_smem[st2]);
         cp_async_commit();
         if (!active) continue;
         const uint8_t *xt = xs_smem[st];
-        const float   *sc = sc_smem[st];
-        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
+        const float *sc = sc_smem[st];
+        const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
         float part[2][BNT / 8][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
@@ -478,12 +483,13 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) weight_fragment<WK>(words[mb], s, a[mb]);
             /* a full group ahead: the part whose last k step this was */
-            if (more && (WK == WK_E4M3 || s % 2 == 1)) load_weight_part<WK>(ww, grp + 1, WK == WK_E4M3 ? s : s / 2, words);
+            if (more && (WK == WK_E4M3 || s % 2 == 1))
+                load_weight_part<WK>(ww, grp + 1, WK == WK_E4M3 ? s : s / 2, words);
 #pragma unroll
             for (int np = 0; np < BNT / 16; np++) {
                 /* matrices: n8 tile 2np (k chunks 2s, 2s + 1), then n8 tile 2np + 1 */
                 const int n = (2 * np + (lane >> 4)) * 8 + (lane & 7), chunk = 2 * s + ((lane >> 3) & 1);
-                uint32_t  b[4];
+                uint32_t b[4];
                 ldmatrix_x4(b, smem_u32(xt + n * 128 + ((chunk ^ (n & 7)) << 4)));
 #pragma unroll
                 for (int mb = 0; mb < 2; mb++) {
@@ -493,7 +499,7 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
             }
         }
         float2 xsc[BNT / 8];
-        float  wsc[2][2], zs[2][2];
+        float wsc[2][2], zs[2][2];
         load_act_scales<BNT>(sc, xsc);
         load_weight_scales<WK>(wsc_smem[st], ww.lrow, wsc, zs);
         promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
@@ -501,7 +507,6 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 
     epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
-
 
 // ---- sm_90a: wgmma ----------------------------------------------------------------------------------------
 // Same tile (256 weight rows x 64 activation rows), same layouts, same epilogue. Two warpgroups, each owning
@@ -511,24 +516,26 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 // 128-byte-swizzled shared tile. A 128-group is 8 wgmmas in one commit group; then wait, promote the partial
 // into the accumulator with the scales, as the mma.sync kernel does.
 
-#define WGMMA_PART_ARGS(d)                                                                                          \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),          \
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),      \
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),      \
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),      \
+#define WGMMA_PART_ARGS(d)                                                                                             \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),           \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),       \
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),       \
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),       \
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
 // d (an m64nN f32 fragment, N = BNT: [n8 tile][4], the m16n8 D order) = A B (+ d when accumulate)
 template <int BNT>
-static __device__ __forceinline__ void wgmma_tile(float d[BNT / 8][4], const uint32_t a[4], uint64_t desc_b, int accumulate) {
+static __device__ __forceinline__ void wgmma_tile(float d[BNT / 8][4], const uint32_t a[4], uint64_t desc_b,
+                                                  int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (BNT == 64) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-                     "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-                     : WGMMA_PART_ARGS(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+            "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+            : WGMMA_PART_ARGS(d)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
     } else {
         static_assert(BNT == 16, "wgmma tiles: n64 or n16");
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
@@ -545,8 +552,7 @@ static __device__ __forceinline__ void wgmma_tile(float d[BNT / 8][4], const uin
 }
 
 // After a wait: the block's partial and fragments belong to the program again (see fence_f).
-template <int BNT>
-static __device__ __forceinline__ void settle_block(float part[BNT / 8][4], uint32_t a[4][4]) {
+template <int BNT> static __device__ __forceinline__ void settle_block(float part[BNT / 8][4], uint32_t a[4][4]) {
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
@@ -566,7 +572,8 @@ static __device__ __forceinline__ void settle_block(float part[BNT / 8][4], uint
 // producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
 template <int EPILOGUE, int WK, int BNT>
-static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
+static __global__ __launch_bounds__(THREADS,
+                                    BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
     __shared__ __align__(1024) uint8_t xs_smem[STAGES][BNT * 128];
     __shared__ float sc_smem[STAGES][BNT];
     __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
@@ -579,14 +586,14 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
     const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
-    const int     warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
+    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
-    const bool    blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
+    const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
     const int64_t KG = p.n_groups;
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
-    float    acc[2][BNT / 8][4];
+    float acc[2][BNT / 8][4];
     uint32_t words[2][NW], nxt[2][NW];
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
@@ -612,22 +619,23 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 #pragma unroll
             for (int q = 0; q < NP; q++) {
                 const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
-                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z, words[mb][4 * q + 3] = v.w;
+                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
+                              words[mb][4 * q + 3] = v.w;
             }
         }
 
     for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
-        const int  st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
             load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
-                           wsc_smem[st2]);
+                                wsc_smem[st2]);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[st]);
-        const float   *sc = sc_smem[st];
-        const float   *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
+        const float *sc = sc_smem[st];
+        const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
         const uint8_t *wsm = wsc_smem[st];
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
@@ -639,7 +647,7 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
         /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after every
            k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
         float2 xsc[BNT / 8];
-        float  wsc[2][2], zs[2][2];
+        float wsc[2][2], zs[2][2];
         /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a 128-group
            summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against the CPU
            emulation, 0.99993 when every k step of 32 is promoted: bench/NOTES.md). int4 codes (3-4 significant bits)
@@ -679,7 +687,8 @@ static __global__ __launch_bounds__(THREADS, BNT == FM_W4A8_BN_SMALL ? 2 : 1) vo
 #pragma unroll
                 for (int pq = 0; pq < NP; pq++) {
                     const uint4 v = __ldg((const uint4 *)(q + pq * 512));
-                    dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z, dst[mb][4 * pq + 3] = v.w;
+                    dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z,
+                                dst[mb][4 * pq + 3] = v.w;
                 }
             }
         if (WK != WK_E4M3) {
@@ -715,8 +724,7 @@ static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, dim3 gri
     else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, grid, s);
 }
 
-template <int BNT>
-static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
+template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
     if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);
     else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, grid, s);
     else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, grid, s);
@@ -724,7 +732,7 @@ static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 gr
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     const fm_bank *w = a->w;
-    const bool     tc = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_INT4_ZP_TC || w->fmt == FM_W_E4M3_B128;
+    const bool tc = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_INT4_ZP_TC || w->fmt == FM_W_E4M3_B128;
     if (!tc || a->max_tiles <= 0 || (a->tiles == NULL) != (a->n_tiles == NULL) ||
         (w->fmt == FM_W_INT4_ZP_TC && !a->xsum) ||
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
@@ -746,5 +754,6 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
     if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);
     else launch_epilogue<FM_W4A8_BN>(a, p, grid, s);
-    FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)" : "w4a8 grouped GEMM (swiglu e4m3 out)");
+    FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)"
+                                                    : "w4a8 grouped GEMM (swiglu e4m3 out)");
 }

@@ -19,28 +19,28 @@ typedef enum fm_w4a8_epilogue {
 } fm_w4a8_epilogue;
 
 typedef struct fm_w4a8_args {
-    const fm_bank *w;             // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
-    bool           wgmma;         // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
-    const uint8_t *x;             // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
-    const float   *xs;            // activation scales [w->n_groups][lds]
-    const float   *xsum;          // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
-    int64_t        lds;
+    const fm_bank *w;  // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
+    bool wgmma;        // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
+    const uint8_t *x;  // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
+    const float *xs;   // activation scales [w->n_groups][lds]
+    const float *xsum; // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
+    int64_t lds;
     // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
     const fm_w4a8_tile *tiles;
-    const int32_t      *n_tiles;
-    int64_t             max_tiles; // grid size in tiles (an upper bound of *n_tiles)
-    int32_t             tile_rows; // the tiles' rows: FM_W4A8_BN (64; 0 means it) or FM_W4A8_BN_SMALL (16)
-    int64_t             m_dense;
-    int32_t             dense_matrix; // the bank matrix of dense tiling
-    fm_w4a8_epilogue    epilogue;
-    __nv_bfloat16 *y;             // OUT_BF16
-    int64_t        ldy;
+    const int32_t *n_tiles;
+    int64_t max_tiles; // grid size in tiles (an upper bound of *n_tiles)
+    int32_t tile_rows; // the tiles' rows: FM_W4A8_BN (64; 0 means it) or FM_W4A8_BN_SMALL (16)
+    int64_t m_dense;
+    int32_t dense_matrix; // the bank matrix of dense tiling
+    fm_w4a8_epilogue epilogue;
+    __nv_bfloat16 *y; // OUT_BF16
+    int64_t ldy;
     const int32_t *row_map;
-    uint8_t       *h;             // OUT_SWIGLU_E4M3
-    int64_t        ldh;
-    float         *hs;
-    float         *hsum;          // OUT_SWIGLU_E4M3 feeding an int4-zp-tc down bank: h's group sums, as hs (else NULL)
-    int64_t        ldhs;
+    uint8_t *h; // OUT_SWIGLU_E4M3
+    int64_t ldh;
+    float *hs;
+    float *hsum; // OUT_SWIGLU_E4M3 feeding an int4-zp-tc down bank: h's group sums, as hs (else NULL)
+    int64_t ldhs;
 } fm_w4a8_args;
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s);

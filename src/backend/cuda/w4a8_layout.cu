@@ -5,7 +5,7 @@
 
 static __device__ int code_at(const uint8_t *src, int64_t ld, int64_t row, int64_t k) {
     const uint8_t byte = src[row * ld + k / 2];
-    const int     nib  = (k & 1) ? byte >> 4 : byte & 0xF;
+    const int nib = (k & 1) ? byte >> 4 : byte & 0xF;
     return nib >= 8 ? nib - 16 : nib; /* two's complement nibble */
 }
 
@@ -14,13 +14,14 @@ static __global__ void repack_kernel(const uint8_t *src, const __nv_bfloat16 *sr
                                      __nv_bfloat16 *dst_scales, int64_t rows_pad, int *bad_codes) {
     const int64_t n_blocks = rows_pad / 16, words = (int64_t)n * n_blocks * n_groups * (FM_TC_CHUNK / 4);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
-        const int     in_chunk = (int)(i % (FM_TC_CHUNK / 4)); /* [half][lane][4 words] */
-        const int64_t chunk    = i / (FM_TC_CHUNK / 4);
+        const int in_chunk = (int)(i % (FM_TC_CHUNK / 4)); /* [half][lane][4 words] */
+        const int64_t chunk = i / (FM_TC_CHUNK / 4);
         const int64_t grp = chunk % n_groups, blk = (chunk / n_groups) % n_blocks, mat = chunk / (n_groups * n_blocks);
-        const int     half = in_chunk / 128, lane = (in_chunk / 4) % 32, j = half * 4 + in_chunk % 4;
-        const int     s = j / 2, p = j % 2, g = lane / 4, t = lane % 4;
+        const int half = in_chunk / 128, lane = (in_chunk / 4) % 32, j = half * 4 + in_chunk % 4;
+        const int s = j / 2, p = j % 2, g = lane / 4, t = lane % 4;
         const int64_t r_top = blk * 16 + g, r_bot = r_top + 8;
-        const int64_t src_top = fm_tc_source_row(r_top, rows, interleaved), src_bot = fm_tc_source_row(r_bot, rows, interleaved);
+        const int64_t src_top = fm_tc_source_row(r_top, rows, interleaved),
+                      src_bot = fm_tc_source_row(r_bot, rows, interleaved);
         const uint8_t *m = src + (int64_t)mat * rows * ld;
         uint32_t word = 0, sign_b = 0; /* sign_b: bit b = the sign of code B of byte b */
         for (int b = 0; b < 4; b++) {
@@ -38,10 +39,12 @@ static __global__ void repack_kernel(const uint8_t *src, const __nv_bfloat16 *sr
     }
     /* scales: [mat][grp][rows_pad], padded rows 0 */
     const int64_t n_scales = (int64_t)n * n_groups * rows_pad;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_scales; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_scales;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = i % rows_pad, grp = (i / rows_pad) % n_groups, mat = i / (rows_pad * n_groups);
-        dst_scales[i] = r < rows ? src_scales[((int64_t)mat * rows + fm_tc_source_row(r, rows, interleaved)) * n_groups + grp]
-                                 : __float2bfloat16_rn(0.0f);
+        dst_scales[i] =
+            r < rows ? src_scales[((int64_t)mat * rows + fm_tc_source_row(r, rows, interleaved)) * n_groups + grp]
+                     : __float2bfloat16_rn(0.0f);
     }
 }
 
@@ -53,11 +56,10 @@ extern "C" void fm_cuda_repack_int4_tc(const uint8_t *src, const __nv_bfloat16 *
                 (long long)rows_pad, (int)interleaved);
         abort();
     }
-    const int64_t words  = (int64_t)n * (rows_pad / 16) * n_groups * (FM_TC_CHUNK / 4);
+    const int64_t words = (int64_t)n * (rows_pad / 16) * n_groups * (FM_TC_CHUNK / 4);
     const int64_t blocks = fm_ceil_div(words, 256);
     if (blocks == 0) return;
-    repack_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(src, src_scales, n, rows, cols, ld, n_groups,
-                                                                             interleaved, (uint32_t *)dst, dst_scales,
-                                                                             rows_pad, bad_codes);
+    repack_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(
+        src, src_scales, n, rows, cols, ld, n_groups, interleaved, (uint32_t *)dst, dst_scales, rows_pad, bad_codes);
     FM_LAUNCH_CHECK("repack_int4_tc");
 }

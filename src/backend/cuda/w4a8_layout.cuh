@@ -29,9 +29,9 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
-#define FM_TC_ROW_PAD   32
-#define FM_TC_K_GROUP   128
-#define FM_TC_CHUNK     1024 /* bytes per (16-row block, 128-group) */
+#define FM_TC_ROW_PAD 32
+#define FM_TC_K_GROUP 128
+#define FM_TC_CHUNK 1024 /* bytes per (16-row block, 128-group) */
 
 // The two e4m3 fragment registers held by one packed word: rows r (top) and r + 8 (bottom) of a 16-row block.
 static __device__ __forceinline__ uint32_t codes_top(uint32_t w) { return w & 0x87878787u; }
@@ -51,8 +51,7 @@ template <int WK> struct wk_shape {
 };
 
 // The mma.sync m16n8k32 A fragment (mma_e4m3.cuh) of k step s from the words of one 16-row block.
-template <int WK>
-static __device__ __forceinline__ void weight_fragment(const uint32_t *words, int s, uint32_t a[4]) {
+template <int WK> static __device__ __forceinline__ void weight_fragment(const uint32_t *words, int s, uint32_t a[4]) {
     if (WK == WK_INT4) {
         a[0] = codes_top(words[2 * s]), a[1] = codes_bottom(words[2 * s]);
         a[2] = codes_top(words[2 * s + 1]), a[3] = codes_bottom(words[2 * s + 1]);
