@@ -186,6 +186,7 @@ static void test_sampling_seed_and_stops(void **state) {
     int first = 0;
     while (a.ids[first] != stop) first++;
     gp.seed = 42, gp.stop_ids = &stop, gp.n_stop_ids = 1;
+    free(b.ids), free(b.logprobs);
     assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
     assert_int_equal(b.finish, FM_FINISH_EOS);
     assert_int_equal(b.n, first);

@@ -34,7 +34,8 @@ static const char *HELP =
     "  --max-tokens N           new tokens per prompt at most (required)\n"
     "  --temperature T          T >= 0 (default 0: greedy)\n"
     "  --top-k K                keep the K most likely ids (default 0: off)\n"
-    "  --top-p P                keep the most likely ids that hold P of the probability, P in (0, 1] (default 1: off)\n"
+    "  --top-p P                keep the most likely ids that hold P of the probability, P in (0, 1]\n"
+    "                           (default 1: off)\n"
     "  --min-p P                keep ids at least P times as likely as the most likely one, P in [0, 1) (default 0)\n"
     "  --repetition-penalty R   R > 0: logits of ids in the prompt or the output divided by R (> 0) or times R\n"
     "                           (< 0) (default 1: off)\n"
@@ -57,7 +58,8 @@ static const char *HELP =
     "                           other prompts wait for a free slot\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at most)\n"
     "  --ctx N                  tokens per sequence in the KV cache (for generate the default is the longest\n"
-    "                           prompt + --max-tokens; more than the model's max_position_embeddings only with --ctx)\n"
+    "                           prompt + --max-tokens; more than the model's max_position_embeddings only when\n"
+    "                           --ctx says so)\n"
     "\n" CLI_MODEL_HELP;
 
 enum { MAX_STOP_IDS = 64, MAX_STOP_SEQS = 16, MAX_STOP_SEQ_LEN = 16, MAX_PROMPTS = 65536, DEFAULT_MAX_SEQS = 64 };
@@ -296,7 +298,7 @@ static const char *finish_name(fm_finish f) {
     return f == FM_FINISH_EOS ? "eos" : f == FM_FINISH_STOP ? "stop" : "length";
 }
 
-/* A JSON number written as text: integers exactly (seeds need all 64 bits), log-probabilities to float precision
+/* A JSON number written as text: integers exactly (seeds need all 64 bits), floats to float precision
  * (non-finite as null). */
 static cJSON *raw_u64(uint64_t v) {
     char s[32];
@@ -337,13 +339,13 @@ static fm_status write_json(const gen_run *r, const char *path, fm_error *err) {
     cJSON_AddNumberToObject(root, "prefill_chunk", (double)r->mo->opt.max_tokens);
     cJSON *s = cJSON_AddObjectToObject(root, "sampling");
     cJSON_AddNumberToObject(s, "max_tokens", (double)g->max_tokens);
-    cJSON_AddNumberToObject(s, "temperature", g->temperature);
+    cJSON_AddItemToObject(s, "temperature", raw_float(g->temperature));
     cJSON_AddNumberToObject(s, "top_k", g->top_k);
-    cJSON_AddNumberToObject(s, "top_p", g->top_p);
-    cJSON_AddNumberToObject(s, "min_p", g->min_p);
-    cJSON_AddNumberToObject(s, "repetition_penalty", g->repetition_penalty);
-    cJSON_AddNumberToObject(s, "presence_penalty", g->presence_penalty);
-    cJSON_AddNumberToObject(s, "frequency_penalty", g->frequency_penalty);
+    cJSON_AddItemToObject(s, "top_p", raw_float(g->top_p));
+    cJSON_AddItemToObject(s, "min_p", raw_float(g->min_p));
+    cJSON_AddItemToObject(s, "repetition_penalty", raw_float(g->repetition_penalty));
+    cJSON_AddItemToObject(s, "presence_penalty", raw_float(g->presence_penalty));
+    cJSON_AddItemToObject(s, "frequency_penalty", raw_float(g->frequency_penalty));
     cJSON_AddItemToObject(s, "seed", raw_u64(g->seed));
     cJSON *ids = cJSON_AddArrayToObject(s, "stop_ids");
     for (int32_t i = 0; i < r->a->n_stop_ids; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(r->a->stop_ids[i]));
