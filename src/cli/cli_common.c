@@ -206,15 +206,21 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
 
 int cli_parse(const char *cmd, int argc, char **argv, const struct option *own, const char *help, cli_model_opts *mo,
               cli_option_fn handle, void *ctx) {
-    enum { MAX_OPTIONS = 32 };
+    enum { MAX_OPTIONS = 64 };
     struct option all[MAX_OPTIONS];
-    size_t n = 0;
+    size_t n = 0, n_own = 0;
+    while (own[n_own].name) n_own++;
+    if (n_own + sizeof model_options / sizeof *model_options >= MAX_OPTIONS) { /* a programming error, caught at once */
+        fprintf(stderr, "fp8moe %s: %zu options are more than the parser's %d; raise MAX_OPTIONS\n", cmd, n_own,
+                MAX_OPTIONS);
+        abort();
+    }
     for (size_t i = 0; i < sizeof model_options / sizeof *model_options; i++) {
         bool mine = false; /* a command may give a shared option its own meaning (parity: --layers 1,2,4) */
         for (size_t j = 0; own[j].name; j++) mine |= strcmp(own[j].name, model_options[i].name) == 0;
         if (!mine) all[n++] = model_options[i];
     }
-    for (size_t i = 0; own[i].name && n < MAX_OPTIONS - 1; i++) all[n++] = own[i];
+    for (size_t i = 0; i < n_own; i++) all[n++] = own[i];
     memset(&all[n], 0, sizeof all[n]);
     int c;
     optind = 1;
