@@ -114,11 +114,17 @@ static fm_status decode_graph(fm_model *m, int32_t B, fm_error *err) {
     return fm_cuda_graph_launch(kv->graphs[b], err);
 }
 
+/* a debug switch is on when set to anything but 0 (as cuda_common.cu and forward.c read them) */
+static bool debug_switch(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") != 0;
+}
+
 /* Decode steps replay as CUDA graphs on the cuda backend (route decode.graphs), except under the debug switches,
  * which synchronise inside the pass. */
 static bool use_graphs(const fm_model *m) {
-    return fm_cuda_backend_stream(m->be) && fm_routes_decode_graphs(&m->routes) && !getenv("FP8MOE_SYNC") &&
-           !getenv("FP8MOE_DUMP");
+    return fm_cuda_backend_stream(m->be) && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
+           !debug_switch("FP8MOE_DUMP");
 }
 
 fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
