@@ -1307,9 +1307,34 @@ static void test_thread_determinism(void **state) {
     be->ops->destroy(be);
 }
 
+/* add_rmsnorm is add followed by rmsnorm, exactly (the fp32 plan and the bf16-rounding one) */
+static void test_add_rmsnorm(void **state) {
+    (void)state;
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4};
+    for (int pi = 0; pi < 2; pi++) {
+        fm_backend *be = make_backend(presets[pi]);
+        const int64_t R = 3, D = 200;
+        float *x = rand_array(R * D, 2.0f), *r0 = rand_array(R * D, 2.0f), *w = rand_array(D, 1.0f);
+        fm_bank *wb = make_bank(be, w, 1, 1, D, FM_W_F32);
+        float *a1 = act(be, R * D), *a2 = act(be, R * D), *o1 = act(be, R * D), *o2 = act(be, R * D);
+        be->ops->upload_f32(be, r0, R * D, a1);
+        be->ops->upload_f32(be, r0, R * D, a2);
+        be->ops->add_rmsnorm(be, a1, x, wb, R, D, 1e-6f, o1);
+        be->ops->add(be, a2, x, R * D);
+        be->ops->rmsnorm(be, a2, wb, R, D, 1e-6f, o2);
+        assert_memory_equal(a1, a2, (size_t)(R * D) * sizeof(float));
+        assert_memory_equal(o1, o2, (size_t)(R * D) * sizeof(float));
+        be->ops->bank_free(be, wb);
+        be->ops->free(be, a1), be->ops->free(be, a2), be->ops->free(be, o1), be->ops->free(be, o2);
+        free(x), free(r0), free(w);
+        be->ops->destroy(be);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_f32),
+        cmocka_unit_test(test_add_rmsnorm),
         cmocka_unit_test(test_linear_int4),
         cmocka_unit_test(test_linear_quant_act),
         cmocka_unit_test(test_linear_w8a8),

@@ -172,6 +172,10 @@ typedef struct fm_backend_ops {
     void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
     /* acc += x (n elements) */
     void (*add)(fm_backend *be, void *acc, const void *x, int64_t n);
+    /* acc += x, then out = rmsnorm(acc) * w: rows of dim elements; exactly add followed by rmsnorm (the residual add
+     * and the next block's norm, fused into one pass where the backend can) */
+    void (*add_rmsnorm)(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
+                        float eps, void *out);
     /* One token per row of logits [B, vocab] (act dtype), as src/engine/sampler.h defines the step. Row r belongs to
      * sequence slot row_slot[r] (int32 [B]); indexed by slot, in backend memory: params (fm_sampling), steps
      * (uint64: the draw's counter, incremented), counts (int32 [slots][vocab]) and seen (uint8 [slots][vocab]), the

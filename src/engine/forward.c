@@ -4,6 +4,7 @@
  *   per layer:  h = rmsnorm(x);  qkv = h Wqkv^T;  qk_norm + RoPE;  a = attention(qkv);  x += a Wo^T
  *               h = rmsnorm(x);  MoE: route(h Wr^T) -> x += sum_k w_k expert_k(h)
  *                                dense: x += down(swiglu(h Wgu^T))
+ *   (each residual add and the RMSNorm after it run as one op, add_rmsnorm)
  *   logits = rmsnorm(x) Wlm^T                                       [T, vocab]
  *
  * In three steps (engine.h): the ids staged into their device buffer, the device work (capturable into a CUDA
@@ -179,7 +180,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
     for (int l = 0; l < m->n_layers; l++) {
         const fm_layer_weights *L = &m->layers[l];
         const int64_t nqkv = T * (nh + 2 * nkv) * hd;
-        ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h);
+        if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
         ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, b.qkv);
@@ -203,8 +204,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
         dump(be, "o_proj", l, b.y, T * H);
         tick(tm, FM_STAGE_ATTN_PROJ);
-        ops->add(be, b.x, b.y, T * H);
-        ops->rmsnorm(be, b.x, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
             ops->linear(be, L->router, 0, b.h, T, FM_A_NATIVE, b.rlogits);
@@ -222,7 +222,10 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         }
         dump(be, "ffn", l, b.y, T * H);
         tick(tm, FM_STAGE_EXPERTS);
-        ops->add(be, b.x, b.y, T * H);
+        /* the residual add and the next layer's attention norm in one op; the last layer's add stands alone (the
+           final norm may take only the last row) */
+        if (l + 1 < m->n_layers) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
+        else ops->add(be, b.x, b.y, T * H);
         dump(be, "residual", l, b.x, T * H);
     }
     /* the final norm and lm_head: every position, or only the last one (what generation and benchmarks need) */

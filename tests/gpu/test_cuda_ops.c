@@ -206,6 +206,37 @@ static void norm_embed_elementwise(fm_preset preset) {
             gpu_expect_close(sw[1], sw[0], R * (D / 2), 1e-6, "swiglu");
             gpu_expect_close(ad[1], ad[0], D, 1e-6, "add");
             for (int i = 0; i < 2; i++) free(o[i]), free(sw[i]), free(ad[i]);
+            /* add_rmsnorm: against the CPU op, and on the GPU against add then rmsnorm, bit for bit */
+            float *r0 = rand_array(R * D, 2.0f), *fo[2], *fa[2], *uo = NULL, *ua = NULL;
+            for (int i = 0; i < 2; i++) {
+                fm_backend *be = b.be[i];
+                fm_bank *wb = bank(be, w, 1, 1, D, wf);
+                void *xd = gpu_upload(be, x, R * D), *acc = gpu_upload(be, r0, R * D), *base;
+                void *od = gpu_guarded(be, R * D, &base);
+                be->ops->add_rmsnorm(be, acc, xd, wb, R, D, 1e-6f, od);
+                fo[i] = gpu_fetch(be, base, R * D, "add_rmsnorm");
+                fa[i] = malloc((size_t)(R * D) * sizeof(float));
+                be->ops->download_f32(be, acc, R * D, fa[i]);
+                if (i == 1) {
+                    void *acc2 = gpu_upload(be, r0, R * D), *base2, *od2 = gpu_guarded(be, R * D, &base2);
+                    be->ops->add(be, acc2, xd, R * D);
+                    be->ops->rmsnorm(be, acc2, wb, R, D, 1e-6f, od2);
+                    uo = gpu_fetch(be, base2, R * D, "add then rmsnorm");
+                    ua = malloc((size_t)(R * D) * sizeof(float));
+                    be->ops->download_f32(be, acc2, R * D, ua);
+                    be->ops->free(be, acc2);
+                }
+                be->ops->free(be, acc), be->ops->free(be, xd);
+                be->ops->bank_free(be, wb);
+            }
+            snprintf(what, sizeof what, "add_rmsnorm %s rows=%lld dim=%lld", fm_preset_name(preset), (long long)R,
+                     (long long)D);
+            gpu_expect_close(fo[1], fo[0], R * D, reduction_bound(&b), what);
+            gpu_expect_close(fa[1], fa[0], R * D, 1e-6, "add_rmsnorm's sum");
+            gpu_expect_close(fo[1], uo, R * D, 0.0, "add_rmsnorm = add then rmsnorm (cuda)");
+            gpu_expect_close(fa[1], ua, R * D, 0.0, "add_rmsnorm's sum = add (cuda)");
+            for (int i = 0; i < 2; i++) free(fo[i]), free(fa[i]);
+            free(uo), free(ua), free(r0);
             free(x), free(w);
         }
     /* embedding: exact gather */

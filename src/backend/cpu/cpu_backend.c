@@ -102,6 +102,7 @@ static const fm_backend_ops cpu_ops = {
     .moe = cpu_moe,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .sample = cpu_sample,
 };
 

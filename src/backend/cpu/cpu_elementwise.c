@@ -46,3 +46,9 @@ void cpu_add(fm_backend *be, void *accv, const void *xv, int64_t n) {
     for (int64_t i = 0; i < n; i++) acc[i] += x[i];
     cpu_round_act(be, acc, n);
 }
+
+void cpu_add_rmsnorm(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps,
+                     void *out) {
+    cpu_add(be, acc, x, rows * dim);
+    cpu_rmsnorm(be, acc, w, rows, dim, eps, out);
+}

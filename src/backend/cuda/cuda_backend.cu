@@ -329,6 +329,14 @@ static void cu_sample(fm_backend *bb, const void *logits, int32_t B, int32_t voc
                    (int32_t *)counts, (uint8_t *)seen, (float *)z, (int32_t *)ids, (fm_sample_info *)info, stream(bb));
 }
 
+static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
+                           float eps, void *out) {
+    if (f32(bb))
+        fm_cuda_add_rmsnorm_f32((float *)acc, (const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out,
+                                stream(bb));
+    else fm_cuda_add_rmsnorm((bf16 *)acc, (const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
+}
+
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
     if (f32(bb)) fm_cuda_add_f32((float *)acc, (const float *)x, n, stream(bb));
     else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
@@ -366,6 +374,7 @@ static const fm_backend_ops cuda_ops = {
     .moe = cu_moe,
     .swiglu = cu_swiglu,
     .add = cu_add,
+    .add_rmsnorm = cu_add_rmsnorm,
     .sample = cu_sample,
 };
 

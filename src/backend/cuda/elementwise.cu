@@ -39,6 +39,35 @@ template <typename A> static __global__ void rmsnorm_kernel(const A *x, const A 
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) act_store(&yr[i], act_load(w[i]) * (act_load(xr[i]) * inv));
 }
 
+// acc += x, then out = rmsnorm(acc) * w, one block per row: the residual add and the next RMSNorm in one pass over
+// the row (decode: one launch and one round trip of the row instead of two). Each thread adds, rounds to the
+// activation type and stores its own elements, then normalises those same elements, with rmsnorm_kernel's block
+// size, order of summation and arithmetic: the result is bit for bit that of add followed by rmsnorm.
+template <typename A>
+static __global__ void add_rmsnorm_kernel(A *acc, const A *x, const A *w, int64_t dim, float eps, A *out) {
+    A *ar = acc + blockIdx.x * dim;
+    const A *xr = x + blockIdx.x * dim;
+    A *yr = out + blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        act_store(&ar[i], act_load(ar[i]) + act_load(xr[i]));
+        const float v = act_load(ar[i]);
+        ss += v * v;
+    }
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        ss = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (threadIdx.x == 0) part[0] = ss;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) act_store(&yr[i], act_load(w[i]) * (act_load(ar[i]) * inv));
+}
+
 template <typename A> static __global__ void swiglu_kernel(const A *gu, int64_t rows, int64_t I, A *out) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * I;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -116,6 +145,17 @@ static void rmsnorm(const A *x, const A *w, int64_t rows, int64_t dim, float eps
     FM_LAUNCH_CHECK("rmsnorm");
 }
 
+template <typename A>
+static void add_rmsnorm(A *acc, const A *x, const A *w, int64_t rows, int64_t dim, float eps, A *out, cudaStream_t s) {
+    if (rows <= 0) return;
+    if (rows > INT32_MAX) {
+        fprintf(stderr, "fp8moe: add_rmsnorm: %lld rows is too many\n", (long long)rows);
+        abort();
+    }
+    add_rmsnorm_kernel<<<(unsigned)rows, 256, 0, s>>>(acc, x, w, dim, eps, out);
+    FM_LAUNCH_CHECK("add_rmsnorm");
+}
+
 template <typename A> static void swiglu(const A *gu, int64_t rows, int64_t I, A *out, cudaStream_t s) {
     swiglu_kernel<<<grid_for(rows * I), 256, 0, s>>>(gu, rows, I, out);
     FM_LAUNCH_CHECK("swiglu");
@@ -151,6 +191,14 @@ extern "C" void fm_cuda_rmsnorm(const bf16 *x, const bf16 *w, int64_t rows, int6
 extern "C" void fm_cuda_rmsnorm_f32(const float *x, const float *w, int64_t rows, int64_t dim, float eps, float *out,
                                     cudaStream_t s) {
     rmsnorm(x, w, rows, dim, eps, out, s);
+}
+extern "C" void fm_cuda_add_rmsnorm(bf16 *acc, const bf16 *x, const bf16 *w, int64_t rows, int64_t dim, float eps,
+                                    bf16 *out, cudaStream_t s) {
+    add_rmsnorm(acc, x, w, rows, dim, eps, out, s);
+}
+extern "C" void fm_cuda_add_rmsnorm_f32(float *acc, const float *x, const float *w, int64_t rows, int64_t dim,
+                                        float eps, float *out, cudaStream_t s) {
+    add_rmsnorm(acc, x, w, rows, dim, eps, out, s);
 }
 extern "C" void fm_cuda_swiglu(const bf16 *gu, int64_t rows, int64_t I, bf16 *out, cudaStream_t s) {
     swiglu(gu, rows, I, out, s);

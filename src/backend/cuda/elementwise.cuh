@@ -17,6 +17,11 @@ extern "C" void fm_cuda_rmsnorm(const __nv_bfloat16 *x, const __nv_bfloat16 *w, 
 extern "C" void fm_cuda_swiglu(const __nv_bfloat16 *gu, int64_t rows, int64_t I, __nv_bfloat16 *out, cudaStream_t s);
 // acc[i] = bf16(acc[i] + x[i])
 extern "C" void fm_cuda_add(__nv_bfloat16 *acc, const __nv_bfloat16 *x, int64_t n, cudaStream_t s);
+// acc += x, then out = rmsnorm(acc) * w (rows of dim): bit for bit fm_cuda_add then fm_cuda_rmsnorm, in one launch
+extern "C" void fm_cuda_add_rmsnorm(__nv_bfloat16 *acc, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int64_t rows,
+                                    int64_t dim, float eps, __nv_bfloat16 *out, cudaStream_t s);
+extern "C" void fm_cuda_add_rmsnorm_f32(float *acc, const float *x, const float *w, int64_t rows, int64_t dim,
+                                        float eps, float *out, cudaStream_t s);
 // MoE combine: out[t, :] = bf16(sum_j w[t, j] * y[row(t * k + j), :]) in j order in fp32 (deterministic), where
 // row(p) = slot_of ? slot_of[p] : p
 extern "C" void fm_cuda_moe_combine(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w, int64_t T,
