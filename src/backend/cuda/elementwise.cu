@@ -16,6 +16,21 @@ static __global__ void embed_kernel(const A *table, int64_t ld, const int32_t *i
     }
 }
 
+// the sum of every thread's v over the block (warp shuffles, then one warp over the warps' sums), for every thread
+static __device__ float block_sum(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    return part[0];
+}
+
 // one block per row: sum of squares in fp32, then w * (x * inv)
 template <typename A> static __global__ void rmsnorm_kernel(const A *x, const A *w, int64_t dim, float eps, A *out) {
     const A *xr = x + blockIdx.x * dim;
@@ -25,17 +40,7 @@ template <typename A> static __global__ void rmsnorm_kernel(const A *x, const A 
         const float v = act_load(xr[i]);
         ss += v * v;
     }
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        ss = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (threadIdx.x == 0) part[0] = ss;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) act_store(&yr[i], act_load(w[i]) * (act_load(xr[i]) * inv));
 }
 
@@ -54,17 +59,7 @@ static __global__ void add_rmsnorm_kernel(A *acc, const A *x, const A *w, int64_
         const float v = act_load(ar[i]);
         ss += v * v;
     }
-    __shared__ float part[32];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        ss = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (threadIdx.x == 0) part[0] = ss;
-    }
-    __syncthreads();
-    const float inv = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) act_store(&yr[i], act_load(w[i]) * (act_load(ar[i]) * inv));
 }
 
