@@ -22,6 +22,7 @@
 #include "backend/w4a8_workspace.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
+#include "qwen3_config.h"
 #include "io/config.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -220,19 +221,10 @@ static void tiny_code_moe_cuda_by_hand(void **s) {
 
 /* ---- Qwen3-30B-A3B on cuda ------------------------------------------------------------------------------- */
 
-/* Qwen/Qwen3-30B-A3B's config.json (the fields fp8moe reads) */
-static const char QWEN3_30B[] =
-    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 2048,"
-    " \"num_hidden_layers\": 48, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, \"head_dim\": 128,"
-    " \"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"intermediate_size\": 6144,"
-    " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"vocab_size\": 151936,"
-    " \"tie_word_embeddings\": false, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"hidden_act\": \"silu\","
-    " \"max_position_embeddings\": 40960, \"attention_bias\": false, \"use_sliding_window\": false}";
-
 static void qwen3_30b_plan(fm_preset preset, int64_t T, fm_memory_plan *p) {
     fm_config cfg;
     fm_error err = {{0}};
-    if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
+    qwen3_30b_config(&cfg);
     fm_plan plan;
     fm_plan_for_backend(preset, "cuda", &plan);
     if (fm_memory_plan_compute(&cfg, &plan, "cuda", 0, T, p, &err)) fail_msg("%s", err.msg);
@@ -433,7 +425,7 @@ static void generation_in_the_plan(void **s) {
     (void)s;
     fm_config cfg;
     fm_error err = {{0}};
-    if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
+    qwen3_30b_config(&cfg);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_memory_plan p;

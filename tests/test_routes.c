@@ -14,6 +14,7 @@
 #include "backend/routes.h"
 #include "backend/w4a8_workspace.h"
 #include "engine/memory_plan.h"
+#include "qwen3_config.h"
 #include "io/config.h"
 
 static void assert_contains(const char *text, const char *part) {
@@ -199,15 +200,6 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_SMALL);
 }
 
-/* Qwen/Qwen3-30B-A3B's config.json (the fields fp8moe reads) */
-static const char QWEN3_30B[] =
-    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 2048,"
-    " \"num_hidden_layers\": 48, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, \"head_dim\": 128,"
-    " \"num_experts\": 128, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"intermediate_size\": 6144,"
-    " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"vocab_size\": 151936,"
-    " \"tie_word_embeddings\": false, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"hidden_act\": \"silu\","
-    " \"max_position_embeddings\": 40960, \"attention_bias\": false, \"use_sliding_window\": false}";
-
 /* The W4A8 MoE workspace holds the tile list of the tile rows the route picks: at T = 2048 (P = 16384 pairs over 128
  * experts) 64-row tiles make at most 256 + 128 = 384 tiles (6,144 bytes), 16-row tiles 1,024 + 128 = 1,152 (18,432
  * bytes): forcing w4a8.tile=16 grows the plan by exactly the difference, and the plan without routes is the
@@ -216,7 +208,7 @@ static void memory_plan_follows_w4a8_tile(void **s) {
     (void)s;
     fm_config cfg;
     fm_error err = {{0}};
-    if (fm_config_parse(QWEN3_30B, sizeof QWEN3_30B - 1, "qwen3-30b config", &cfg, &err)) fail_msg("%s", err.msg);
+    qwen3_30b_config(&cfg);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_routes r16, r64, def;
