@@ -1,0 +1,85 @@
+/* Continuous batching: requests join and leave the running decode batch between steps.
+ *
+ * One thread owns the scheduler (and the model's backend): it calls fm_sched_step in a loop; each step does one unit
+ * of device work: one prefill chunk of one waiting request, or one decode step of every active request (the
+ * scheduler alternates them so a long prompt does not stall the running streams). Requests are submitted and
+ * cancelled between steps by the same thread; a server wraps the scheduler with its own lock and queue.
+ *
+ * Every event of a request (each sampled token, then its end) goes to the request's callback, on the stepping
+ * thread, in order. fm_model_generate is this scheduler run to completion.
+ *
+ * A request may keep its sequence's KV cache when it finishes (keep = true) and a later request may continue from
+ * it (reuse = the earlier request's id): the later prompt is the whole conversation, the scheduler finds the common
+ * prefix with what the kept cache holds and prefills only the rest (a chat turn re-runs only the new text). */
+#ifndef FM_ENGINE_SCHEDULER_H
+#define FM_ENGINE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "fp8moe.h"
+
+typedef struct fm_sched fm_sched;
+
+typedef enum fm_sched_end {
+    FM_SCHED_RUNNING = 0,
+    FM_SCHED_LENGTH,    /* max_tokens reached */
+    FM_SCHED_EOS,       /* an eos id (not part of the output) */
+    FM_SCHED_STOP,      /* a stop id or stop sequence of ids (not part of the output) */
+    FM_SCHED_CANCELLED, /* fm_sched_cancel */
+    FM_SCHED_ERROR,     /* the request failed (e.g. the KV pool ran out of blocks): msg says why */
+} fm_sched_end;
+
+typedef struct fm_sched_event {
+    int64_t req;                /* the request */
+    int32_t id;                 /* a new token (-1 on the final event when it carries no token) */
+    const fm_sample_info *info; /* its log-probabilities (top n_logprobs of the request), NULL without a token */
+    fm_sched_end end;           /* FM_SCHED_RUNNING, or why the request ended: its last event */
+    int64_t n_prompt;           /* prompt tokens of the request; n_cached of them came from a kept cache */
+    int64_t n_cached;
+    int64_t n_generated;        /* tokens of output so far */
+    const char *msg;            /* FM_SCHED_ERROR: the reason */
+} fm_sched_event;
+
+typedef void (*fm_sched_fn)(void *user, const fm_sched_event *ev);
+
+typedef struct fm_sched_request {
+    const int32_t *prompt; /* copied at submit */
+    int64_t n_prompt;
+    fm_gen_params params;
+    int32_t n_logprobs; /* top log-probabilities per token, 0..FM_MAX_LOGPROBS */
+    bool keep;          /* keep the KV cache after the end (release with fm_sched_release) */
+    int64_t reuse;      /* a kept request whose cache this prompt continues; -1: none */
+    fm_sched_fn on_event;
+    void *user;
+} fm_sched_request;
+
+void fm_sched_request_init(fm_sched_request *r); /* greedy, reuse -1 */
+
+/* A scheduler over m (loaded with max_seqs > 0); prefill_chunk: prompt tokens per prefill step (0: the load's
+ * max_tokens). */
+fm_status fm_sched_create(fm_model *m, int64_t prefill_chunk, fm_sched **out, fm_error *err);
+/* Ends every request (cancelled, events sent) and frees what it holds. */
+void fm_sched_free(fm_sched *s);
+
+/* Queues a request (checked now: ids in the vocabulary, prompt + max_tokens within the context, sampling values);
+ * *req is its id. */
+fm_status fm_sched_submit(fm_sched *s, const fm_sched_request *r, int64_t *req, fm_error *err);
+/* Cancels a waiting or running request at the next step (its blocks are freed, its last event says cancelled).
+ * Unknown or finished ids are ignored. */
+void fm_sched_cancel(fm_sched *s, int64_t req);
+/* Frees the cache a finished request kept. */
+void fm_sched_release(fm_sched *s, int64_t req);
+
+/* One unit of device work; false in *busy when there was nothing to do. An error here is the backend's (fatal). */
+fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err);
+
+typedef struct fm_sched_stats {
+    int32_t waiting, running, kept; /* requests */
+    int32_t kv_blocks_used, kv_blocks_total;
+    int64_t prefill_tokens, decode_tokens, decode_steps;
+} fm_sched_stats;
+void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st);
+
+#endif
