@@ -26,6 +26,14 @@ for tile in 16 64; do
         >"$out/gpu_ops_tile$tile.log" 2>&1
     eval "ops_tile${tile}_rc=$?"
 done
+# the experts' grouped GEMM at every size (the default runs P <= 8 routed pairs as grouped GEMVs), then the GEMVs up to
+# 64 pairs and the fused router up to 8 tokens (the default fuses it at T = 1 only)
+FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route moe.gemv=off \
+    >"$out/gpu_ops_nomoegemv.log" 2>&1; ops_nomoegemv_rc=$?
+FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route moe.gemv=64 \
+    >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
+FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \
+    >>"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc="$ops_decode_routes_rc, $?"
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
@@ -67,6 +75,8 @@ echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") co
 echo "| CUDA dense-projection tests without the decode GEMVs and PDL (--route dense.gemv=off --route pdl=off) | rc $ops_nogemv_rc |"
 echo "| CUDA dense-projection tests, W8A8 GEMV up to 16 rows (--route w8a8.gemv_max_m=16) | rc $ops_gemv16_rc |"
 echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 64 rows | rc $ops_tile16_rc / $ops_tile64_rc, $(grep -c ' err ' "$out/gpu_ops_tile16.log") / $(grep -c ' err ' "$out/gpu_ops_tile64.log") comparisons |"
+echo "| CUDA W4A8 MoE tests on the grouped GEMM at every T (--route moe.gemv=off) | rc $ops_nomoegemv_rc, $(grep -c ' err ' "$out/gpu_ops_nomoegemv.log") comparisons |"
+echo "| CUDA MoE GEMVs up to 64 pairs, router fused up to T = 8 (--route moe.gemv=64 --route router.fused=on) | rc $ops_decode_routes_rc, $(grep -c ' err ' "$out/gpu_ops_decode_routes.log") comparisons |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"

@@ -164,6 +164,11 @@ typedef struct fm_backend_ops {
     /* Routing from router logits [T, E]: top-k expert ids [T, k] (int32) and weights [T, k] (act dtype). */
     void (*route)(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                   bool norm_topk, void *ids, void *weights);
+    /* The router in one op: logits [T, E] = x W^T (bank w, matrix 0, E = w->rows, stored in the act dtype as
+     * linear stores it), then route as `route` does. linear followed by route, up to the order in which the logits'
+     * dot products are summed (a backend may fuse the two: one launch at decode). */
+    void (*router)(fm_backend *be, const fm_bank *w, const void *x, int64_t T, int32_t k, fm_router_kind kind,
+                   bool norm_topk, void *logits, void *ids, void *weights);
     /* Expert FFN of every routed (token, expert): out[t] = sum_j w[t,j] * down_e(silu(gate_e x) * up_e x),
      * gate_up bank [E][2I, H] (gate rows first), down bank [E][H, I]. */
     void (*moe)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,

@@ -6,7 +6,7 @@
 #include "backend/routes.h"
 #include "util/status.h"
 
-#define KEYS "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl, decode.graphs"
+#define KEYS "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, decode.graphs"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -52,6 +52,14 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         if (!parse_count(val, 1, FM_GEMV_FP8_MAX_M, &r->w8a8_gemv_max_m))
             return fm_fail(err, FM_ERR_USAGE, "route w8a8.gemv_max_m: '%s' is not a value (auto or 1..%d)", val,
                            FM_GEMV_FP8_MAX_M);
+    } else if (!strcmp(key, "moe.gemv")) {
+        if (!strcmp(val, "off")) r->moe_gemv = -1;
+        else if (!parse_count(val, 1, FM_MOE_GEMV_MAX_PAIRS, &r->moe_gemv))
+            return fm_fail(err, FM_ERR_USAGE, "route moe.gemv: '%s' is not a value (auto, off or 1..%d)", val,
+                           FM_MOE_GEMV_MAX_PAIRS);
+    } else if (!strcmp(key, "router.fused")) {
+        if (!parse_switch(val, &r->router_fused))
+            return fm_fail(err, FM_ERR_USAGE, "route router.fused: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "pdl")) {
         if (!parse_switch(val, &r->pdl))
             return fm_fail(err, FM_ERR_USAGE, "route pdl: '%s' is not a value (auto, on or off)", val);
@@ -122,6 +130,16 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
     return P < 32 * E ? FM_W4A8_BN_SMALL : FM_W4A8_BN;
 }
 
+bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E) {
+    if (r->moe_gemv < 0) return false;
+    const uint64_t max = r->moe_gemv ? (uint64_t)r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT;
+    return P >= 1 && P <= max && fm_routes_w4a8_tile_rows(r, P, E) == FM_W4A8_BN_SMALL;
+}
+
+bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
+    return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
+}
+
 fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t M, int64_t K) {
     switch (f) {
     case FM_W_INT4_G128:
@@ -172,11 +190,14 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *kernel = r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA ? "wgmma"
                          : r->w4a8_kernel == FM_ROUTE_W4A8_MMA ? "mma"
                                                                : "auto";
-    char now[4][64];
+    char now[5][64], moe[8];
+    snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
     snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
     snprintf(now[2], sizeof now[2], "%s", fm_routes_gemv(r) ? "on" : "off");
     snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
+    if (r->moe_gemv < 0) snprintf(now[4], sizeof now[4], "off");
+    else snprintf(now[4], sizeof now[4], "P <= %d", r->moe_gemv ? r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT);
     const struct {
         const char *key, *value, *values, *def, *decides, *now;
     } rows[] = {
@@ -188,6 +209,12 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
         {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",
          "the W8A8 GEMV up to this many rows, cuBLASLt FP8 above", now[3]},
+        {"moe.gemv", r->moe_gemv < 0 ? "off" : r->moe_gemv ? moe : "auto", "auto|off|1..64", "8",
+         "the experts as grouped W4A8 GEMVs up to this many routed pairs (16-row tiles), the grouped GEMM above",
+         now[4]},
+        {"router.fused", switch_name(r->router_fused), "auto|on|off", "T = 1",
+         "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
+         r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1"},
         {"pdl", switch_name(r->pdl), "auto|on|off", "on for sm_90+",
          "programmatic dependent launch of the decode kernels (quantizers, GEMVs)", fm_routes_pdl(r) ? "on" : "off"},
         {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",

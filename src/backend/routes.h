@@ -11,6 +11,9 @@
  *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it)
  *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
  *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
+ *   moe.gemv         auto | off | 1..64   the grouped W4A8 GEMV for the experts of steps of at most this many routed
+ *                                         pairs (decode), the grouped GEMM above
+ *   router.fused     auto | on | off      the router GEMV and top-k in one launch (auto: T = 1; on: T <= 8)
  *   pdl              auto | on | off      programmatic dependent launch of the decode kernels (sm_90)
  *   decode.graphs    auto | on | off      each decode step (its batch bucket 1, 2, 4, ... 128) captured once as a CUDA
  *                                         graph and replayed (on by default)
@@ -49,6 +52,8 @@ typedef struct fm_routes {
     int32_t w8a8_gemv_max_m;          /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     fm_route_switch pdl;              /* pdl */
     fm_route_switch decode_graphs;    /* decode.graphs */
+    int32_t moe_gemv;                 /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
+    fm_route_switch router_fused;     /* router.fused */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -72,6 +77,11 @@ static inline uint64_t fm_gemv_fp8_smem(int64_t M, int64_t k_pad) {
  * (0.670 against 0.564), where it runs two n8 tiles: threshold 8. */
 #define FM_W8A8_GEMV_MAX_M_DEFAULT 8
 
+/* The grouped W4A8 GEMV (gemv_fp8.cu) for the experts: at most FM_MOE_GEMV_MAX_PAIRS routed pairs (its bf16 h
+ * buffer in the workspace is sized for that many), 16-row tiles. The default threshold: see fm_routes_moe_gemv. */
+#define FM_MOE_GEMV_MAX_PAIRS 64
+#define FM_MOE_GEMV_PAIRS_DEFAULT 8
+
 /* The defaults for a GPU of compute capability sm_major (9 Hopper: the wgmma W4A8 GEMM and PDL; 8 and others:
  * mma.sync, no PDL; 0: no GPU, resolved as "others"): every key auto. */
 void fm_routes_default(fm_routes *r, int sm_major);
@@ -93,6 +103,19 @@ int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
  * the Qwen3 shape (E 128, top-8; bench/NOTES.md "v6: 16-row tiles for small batches"): 16-row tiles 1.24-1.58x faster
  * up to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). w4a8.tile forces one. */
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
+/* The experts of a W4A8 MoE call with P routed pairs over E experts run as grouped GEMVs (each 16-row tile of the
+ * dispatch streams its expert's weights once through mma.sync, every SM busy even at P = 8) rather than the grouped
+ * GEMM, whose tiles at decode sizes leave most SMs idle and most of each tile empty (ncu, Qwen3 shape, B = 1: 11 us
+ * per GEMM call against a 3 us floor). Measured (bench decode, fp8 + w8a8, Qwen3 shape, H200, bench/NOTES.md
+ * "seventh session"): a step 0.31 ms faster at P = 8 (B = 1), equal at P = 16, 0.56 / 0.95 ms slower at P = 32 / 64
+ * (one CTA per 64 rows of one tile: the per-CTA costs grow with the tile count): default P <= 8. Needs 16-row
+ * tiles. */
+bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E);
+/* The router's GEMV and top-k run as one kernel (router.cu, bf16) rather than a cuBLAS GEMM and the route kernel for
+ * T tokens: `on` up to FM_ROUTER_FUSED_MAX_T, auto at T = 1 only. Measured (bench decode, fp8 + w8a8, Qwen3 shape,
+ * H200): 0.02 ms per step faster at B = 1, 0.09 / 0.29 / 0.6 ms slower at B = 2 / 4 / 8 (each lane reads the
+ * T token rows from L2 once per weight chunk). */
+bool fm_routes_router_fused(const fm_routes *r, int64_t T);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

@@ -28,7 +28,7 @@ static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E, uint64_t bn) {
 
 /* Offsets of the MoE sub-buffers for tiles of bn rows; total is the workspace size. */
 typedef struct fm_w4a8_moe_ws {
-    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, slot_of_pair, x, xs, xsum, h, hs, hsum, y, total;
+    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, slot_of_pair, x, xs, xsum, h, hs, hsum, y, h16, total;
 } fm_w4a8_moe_ws;
 
 static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I,
@@ -50,6 +50,9 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
     w.hs = o, o += fm_w4a8_align(Ip / 128 * P * 4);
     w.hsum = o, o += fm_w4a8_align(Ip / 128 * P * 4);
     w.y = o, o += fm_w4a8_align(P * H * 2);
+    /* the grouped GEMV route (decode: moe.gemv_max_pairs) writes h in bf16 before quantizing it; sized for at most
+       FM_MOE_GEMV_MAX_PAIRS pairs so the total grows with P (a plan made at the largest step covers every step) */
+    w.h16 = o, o += fm_w4a8_align((P < FM_MOE_GEMV_MAX_PAIRS ? P : FM_MOE_GEMV_MAX_PAIRS) * I * 2);
     w.total = o;
     return w;
 }

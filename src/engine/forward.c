@@ -207,9 +207,8 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
-            ops->linear(be, L->router, 0, b.h, T, FM_A_NATIVE, b.rlogits);
-            ops->route(be, b.rlogits, T, c->n_experts, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.eids,
-                       b.ew);
+            ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits, b.eids,
+                        b.ew);
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             tick(tm, FM_STAGE_ROUTING);

@@ -635,6 +635,64 @@ static void test_route(void **s) {
     route_cases(FM_PRESET_REF32);
 }
 
+/* The router op (GEMV + route; fused into one kernel on the GPU at T <= 8, route router.fused): logits close to the
+   CPU's, and the same experts with close weights, except where the CPU's own logits tie within the bf16 spacing
+   (summed in another order, a logit may round to the neighbouring bf16): there the chosen experts' CPU logits must
+   match rank by rank within that tolerance. */
+static void router_case(fm_preset preset, int32_t E, int32_t k, int64_t H, int64_t T, int kind) {
+    both b = make(preset);
+    float *w = rand_array((int64_t)E * H, 0.1f), *x = rand_array(T * H, 1.0f), *lg[2], *wt[2];
+    int32_t *ids[2];
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = b.be[i];
+        fm_bank *wb = bank(be, w, 1, E, H, other_fmt(&b));
+        void *xd = gpu_upload(be, x, T * H), *lbase, *wbase;
+        void *ld = gpu_guarded(be, T * E, &lbase), *wd = gpu_guarded(be, T * k, &wbase);
+        void *idd = be->ops->alloc(be, (size_t)(T * k) * 4);
+        be->ops->router(be, wb, xd, T, k, kind ? FM_ROUTER_TOPK_SOFTMAX : FM_ROUTER_SOFTMAX_TOPK, true, ld, idd, wd);
+        lg[i] = gpu_fetch(be, lbase, T * E, "router logits");
+        wt[i] = gpu_fetch(be, wbase, T * k, "router weights");
+        ids[i] = malloc((size_t)(T * k) * 4);
+        be->ops->download_raw(be, idd, (size_t)(T * k) * 4, ids[i]);
+        be->ops->free(be, xd), be->ops->free(be, idd);
+        be->ops->bank_free(be, wb);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "router %s %s E=%d k=%d H=%lld T=%lld", fm_preset_name(preset),
+             kind ? "topk-softmax" : "softmax-topk", E, k, (long long)H, (long long)T);
+    gpu_expect_close(lg[1], lg[0], T * E, reduction_bound(&b), what);
+    int ties = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (!memcmp(ids[0] + t * k, ids[1] + t * k, (size_t)k * 4)) {
+            gpu_expect_close(wt[1] + t * k, wt[0] + t * k, k, reduction_bound(&b), what);
+            continue;
+        }
+        ties++;
+        for (int32_t j = 0; j < k; j++) {
+            const float a = lg[0][t * E + ids[0][t * k + j]], g = lg[0][t * E + ids[1][t * k + j]];
+            if (fabsf(a - g) > 0.02f)
+                fail_msg("%s: token %lld rank %d: expert %d (cpu logit %g) where the cpu chose %d (%g)", what,
+                         (long long)t, j, ids[1][t * k + j], g, ids[0][t * k + j], a);
+        }
+    }
+    printf("  %s: %lld tokens, %d decided differently within a bf16 tie\n", what, (long long)T, ties);
+    for (int i = 0; i < 2; i++) free(lg[i]), free(wt[i]), free(ids[i]);
+    free(w), free(x);
+    destroy(&b);
+}
+
+static void test_router(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 3, 8, 17};
+    for (int i = 0; i < 4; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            router_case(FM_PRESET_FP8, 128, 8, 2048, Ts[i], kind); /* Qwen3-30B-A3B */
+            router_case(FM_PRESET_FP8, 8, 2, 200, Ts[i], kind);
+            router_case(FM_PRESET_REF, 13, 3, 196, Ts[i], kind); /* H % 8 != 0: the unfused route */
+            router_case(FM_PRESET_REF32, 16, 4, 256, Ts[i], kind);
+        }
+}
+
 /* routing: spread (pair (t, j) -> (5t + 3j) mod E) or skewed (every token's first choice is expert 0, the
    others spread over 1..E-2: expert 0 gets all T rows, expert E-1 none) */
 static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I,
@@ -694,6 +752,10 @@ static void test_moe_w4a8(void **s) {
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 4096, 16, 4, 256, 128, false);
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 4096, 16, 4, 256, 128, true);
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 300, 128, 8, 2048, 768, false); /* Qwen3-30B-A3B widths */
+    /* decode sizes at Qwen3 widths: the grouped GEMVs up to 64 routed pairs (route moe.gemv), the GEMM at 72 */
+    const int64_t Td[] = {1, 2, 8, 9};
+    for (int i = 0; i < 4; i++) moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, Td[i], 128, 8, 2048, 768, false);
+    moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 8, 128, 8, 2048, 768, true);
 }
 
 int main(int argc, char **argv) {
@@ -703,6 +765,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_norm_embed_elementwise),
         cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),
+        cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_w4a8),
         cmocka_unit_test(test_linear_w8a8),

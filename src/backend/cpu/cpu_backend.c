@@ -73,6 +73,13 @@ static fm_status cpu_sync(fm_backend *be, fm_error *err) {
     return FM_OK;
 }
 
+/* the router: the two ops it is defined as */
+static void cpu_router(fm_backend *be, const fm_bank *w, const void *x, int64_t T, int32_t k, fm_router_kind kind,
+                       bool norm_topk, void *logits, void *ids, void *weights) {
+    cpu_linear(be, w, 0, x, T, FM_A_NATIVE, logits);
+    cpu_route(be, logits, T, (int32_t)w->rows, k, kind, norm_topk, ids, weights);
+}
+
 static const fm_backend_ops cpu_ops = {
     .name = "cpu",
     .act_size = sizeof(float),
@@ -99,6 +106,7 @@ static const fm_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention_paged = cpu_attention_paged,
     .route = cpu_route,
+    .router = cpu_router,
     .moe = cpu_moe,
     .swiglu = cpu_swiglu,
     .add = cpu_add,

@@ -106,6 +106,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->lt) fm_lt_destroy(be->lt), free(be->lt);
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->cublas_ws) cudaFree(be->cublas_ws);
+    if (be->router_counter) cudaFree(be->router_counter);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -301,6 +302,22 @@ static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, i
                       stream(bb));
 }
 
+static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T, int32_t k, fm_router_kind kind,
+                      bool norm_topk, void *logits, void *ids, void *weights) {
+    cuda_backend *be = cuda_be(bb);
+    const int32_t E = (int32_t)w->rows;
+    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK;
+    if (!f32(bb) && w->fmt == FM_W_BF16 && be->router_counter && fm_routes_router_fused(&be->routes, T) &&
+        fm_cuda_router_fused_takes(T, E, k, w->cols, w->ld)) {
+        fm_cuda_router_fused((const bf16 *)bank_matrix(w, 0), w->ld, E, w->cols, (const bf16 *)x, T, k, softmax_topk,
+                             norm_topk, (bf16 *)logits, (int32_t *)ids, (bf16 *)weights, be->router_counter,
+                             stream(bb));
+        return;
+    }
+    cu_linear(bb, w, 0, x, T, FM_A_NATIVE, logits);
+    cu_route(bb, logits, T, E, k, kind, norm_topk, ids, weights);
+}
+
 static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
     require_afmt(gate_up, a_dispatch, "moe");
@@ -371,6 +388,7 @@ static const fm_backend_ops cuda_ops = {
     .kv_store = cu_kv_store,
     .attention_paged = cu_attention_paged,
     .route = cu_route,
+    .router = cu_router,
     .moe = cu_moe,
     .swiglu = cu_swiglu,
     .add = cu_add,
@@ -432,6 +450,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
                  fm_routes_w4a8_kernel_name(&table), dense);
     else snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    if (cudaMalloc(&be->router_counter, sizeof *be->router_counter) != cudaSuccess ||
+        cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess) {
+        cu_destroy(&be->base);
+        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the router's counter");
+    }
     /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
     if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(be->cublas, be->stream) != CUBLAS_STATUS_SUCCESS ||

@@ -77,6 +77,7 @@ typedef struct cuda_backend {
     void *cublas_ws;    // cuBLAS's workspace, given to it at the reservation (none allocated during a pass)
     cudaEvent_t *marks; // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt *lt;   // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
+    unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }

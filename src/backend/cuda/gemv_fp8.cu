@@ -196,11 +196,57 @@ typedef struct gemv_w4a8_weights {
     const float *wzs;        // int4-zp-tc: zero x scale
 } gemv_w4a8_weights;
 
-template <int NT, int KS, int WK>
+// Grouped use (the experts of a decode step, moe_w4a8.cu): blockIdx.y is a tile of the dispatch (expert, first
+// slot, rows <= NT * 8); the CTA multiplies those activation rows by that expert's matrix. OUT_BF16 writes y rows
+// through row_map (the down projection: slot -> routed pair); OUT_SWIGLU takes an interleaved gate|up bank, whose
+// 16-row block b holds gate and up of channels 8b..8b+7 in one thread's accumulators, and writes
+// h = bf16(silu(bf16 gate) * bf16 up) as bf16 [slot][I] (the grouped GEMM's epilogue arithmetic); the 128-group
+// quantization of h for the down GEMV is the activation quantizer's (one more launch: its amax spans 16 CTAs).
+enum { GV_DENSE, GV_GROUPED, GV_GROUPED_SWIGLU };
+typedef struct gemv_groups {
+    const fm_w4a8_tile *tiles;
+    const int32_t *n_tiles;
+    int64_t codes_stride, scales_stride; // per matrix: bytes of codes, elements of scales
+    const int32_t *row_map;              // GV_GROUPED: output row of each slot (NULL: the slot)
+    int64_t ldy;                         // y's row stride
+} gemv_groups;
+
+static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// the grouped epilogues (see above): rows r0 + g (+ 8) of the tile's M activation rows, from slot slot0
+template <int NT, bool SWIGLU>
+static __device__ __forceinline__ void store_grouped(const float acc[NT][4], int64_t r0, int64_t blk, int64_t N,
+                                                     int64_t M, int64_t slot0, const gemv_groups &gr,
+                                                     __nv_bfloat16 *y) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int64_t m = nt * 8 + 2 * t + c;
+            if (m >= M) continue;
+            if (SWIGLU) { /* rows r0 + g and r0 + g + 8: gate and up of channel 8 blk + g */
+                const int64_t ch = blk * 8 + g;
+                const float gate = gv_round_bf16(acc[nt][c]), up = gv_round_bf16(acc[nt][2 + c]);
+                if (ch < N / 2)
+                    y[(slot0 + m) * gr.ldy + ch] = __float2bfloat16_rn(__fdividef(gate, 1.0f + __expf(-gate)) * up);
+            } else {
+                const int64_t out = gr.row_map ? gr.row_map[slot0 + m] : slot0 + m;
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int64_t row = r0 + g + 8 * i;
+                    if (row < N) y[out * gr.ldy + row] = __float2bfloat16_rn(acc[nt][2 * i + c]);
+                }
+            }
+        }
+}
+
+template <int NT, int KS, int WK, int MODE>
 static __global__
-__launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights wt, int64_t N, int64_t rows_pad,
+__launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4a8_weights wt, int64_t N, int64_t rows_pad,
                                                        int64_t n_groups, const uint8_t *x, const float *xs,
-                                                       const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y) {
+                                                       const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y,
+                                                       const gemv_groups gr) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
@@ -211,6 +257,20 @@ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights w
     const bool live = r0 < rows_pad; // a block past the bank: no loads, zero partials (it still meets the others)
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
     float *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
+    int64_t slot0 = 0;
+    if (MODE != GV_DENSE) { /* the tile list is the dispatch's output: wait before reading it (no weight prefetch) */
+        pdl_wait();
+        if ((int32_t)blockIdx.y >= __ldcg(gr.n_tiles)) return; /* the whole CTA: before any barrier */
+        const fm_w4a8_tile tl = gr.tiles[blockIdx.y];
+        slot0 = tl.slot0, M = tl.rows;
+        wt.codes += tl.expert * gr.codes_stride;
+        const int64_t so = tl.expert * gr.scales_stride;
+        if (wt.ws) wt.ws += so;
+        if (wt.wsf) wt.wsf += so;
+        if (wt.wzs) wt.wzs += so;
+        x += slot0 * G * 128, xs += slot0;
+        if (xsum) xsum += slot0;
+    }
     const uint8_t *wq = wt.codes + blk * G * CH + 16 * lane;
 
     float acc[NT][4];
@@ -278,7 +338,11 @@ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(const gemv_w4a8_weights w
     }
     reduce_slices<NT, KS>(acc, red);
     if (ks || !live) return;
-    store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
+    if constexpr (MODE == GV_DENSE) {
+        store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
+    } else {
+        store_grouped<NT, MODE == GV_GROUPED_SWIGLU>(acc, r0, blk, N, M, slot0, gr, y);
+    }
 }
 
 // K slices per row block: about 8 chunks (W8A8) or 4 groups (W4A8) per warp, so a warp's loads are one round of U
@@ -338,15 +402,17 @@ static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const f
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
     const size_t smem = (size_t)fm_gemv_fp8_smem(M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
         allowed = true;
     }
     int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups;
-    void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,
-                    (void *)&xs, (void *)&xsum, (void *)&ld_s,     (void *)&M,        (void *)&y};
-    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK>, dim3((unsigned)blocks), dim3(WARPS * 32), smem, s,
-                       args, pdl);
+    gemv_groups gr;
+    memset(&gr, 0, sizeof gr);
+    void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
+                    (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y, (void *)&gr};
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>, dim3((unsigned)blocks),
+                       dim3(WARPS * 32), smem, s, args, pdl);
 }
 
 template <int NT, int WK>
@@ -382,4 +448,84 @@ void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const fl
     else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
     else dispatch_rows<WK_E4M3>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
     FM_LAUNCH_CHECK("w4a8_gemv");
+}
+
+// ---- grouped: the experts of a decode step ----
+
+template <int NT, int KS, int WK, int MODE>
+static void launch_moe(const fm_bank *w, const gemv_groups *gr, int64_t max_tiles, const uint8_t *x, const float *xs,
+                       const float *xsum, int64_t ld_s, int64_t max_rows, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+    static bool allowed = false;
+    const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS);
+    gemv_w4a8_weights wt;
+    wt.codes = (const uint8_t *)w->w, wt.ws = w->scales, wt.wsf = w->fscales, wt.wzs = w->zscales;
+    const size_t smem = (size_t)fm_gemv_fp8_smem(max_rows, w->n_groups * 128);
+    if (smem > 48 * 1024 && !allowed) {
+        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
+        allowed = true;
+    }
+    int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups, M = max_rows;
+    void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
+                    (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y, (void *)gr};
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks, (unsigned)max_tiles),
+                       dim3(WARPS * 32), smem, s, args, pdl);
+}
+
+template <int WK, int MODE>
+static void moe_ks(int ks, int nt, const fm_bank *w, const gemv_groups *gr, int64_t max_tiles, const uint8_t *x,
+                   const float *xs, const float *xsum, int64_t ld_s, int64_t max_rows, __nv_bfloat16 *y, bool pdl,
+                   cudaStream_t s) {
+#define FM_MOE_GEMV(NT_, KS_)                                                                                          \
+    launch_moe<NT_, KS_, WK, MODE>(w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s)
+    if (nt == 1) {
+        switch (ks) {
+        case 1: FM_MOE_GEMV(1, 1); break;
+        case 2: FM_MOE_GEMV(1, 2); break;
+        case 4: FM_MOE_GEMV(1, 4); break;
+        default: FM_MOE_GEMV(1, 8); break;
+        }
+    } else {
+        switch (ks) {
+        case 1: FM_MOE_GEMV(2, 1); break;
+        case 2: FM_MOE_GEMV(2, 2); break;
+        case 4: FM_MOE_GEMV(2, 4); break;
+        default: FM_MOE_GEMV(2, 8); break;
+        }
+    }
+#undef FM_MOE_GEMV
+}
+
+template <int WK>
+static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_groups *gr, int64_t max_tiles,
+                     const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s, int64_t max_rows,
+                     __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+    if (swiglu) moe_ks<WK, GV_GROUPED_SWIGLU>(ks, nt, w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
+    else moe_ks<WK, GV_GROUPED>(ks, nt, w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
+}
+
+void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
+                           int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
+                           bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy, bool pdl,
+                           cudaStream_t s) {
+    const bool kind_ok = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && xsum);
+    if (!kind_ok || swiglu != w->interleaved || max_rows < 1 || max_rows > FM_GEMV_FP8_MAX_M || max_tiles < 1 ||
+        max_tiles > 65535 || fm_gemv_fp8_smem(max_rows, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+        fprintf(stderr, "fp8moe: w4a8_moe_gemv: unsupported bank or shape (%s%s, rows %lld, K %lld, tiles %lld)\n",
+                fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)max_rows,
+                (long long)w->cols, (long long)max_tiles);
+        abort();
+    }
+    gemv_groups gr;
+    gr.tiles = tiles, gr.n_tiles = n_tiles, gr.row_map = row_map, gr.ldy = ldy;
+    gr.scales_stride = w->n_groups * w->rows_pad;
+    const int64_t chunk = w->fmt == FM_W_E4M3_B128 ? wk_shape<WK_E4M3>::chunk : wk_shape<WK_INT4>::chunk;
+    gr.codes_stride = (w->rows_pad / 16) * w->n_groups * chunk;
+    const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
+    if (w->fmt == FM_W_INT4_G128_TC)
+        moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
+    else if (w->fmt == FM_W_INT4_ZP_TC)
+        moe_mode<WK_INT4_ZP>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
+    else moe_mode<WK_E4M3>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
+    FM_LAUNCH_CHECK("w4a8_moe_gemv");
 }

@@ -22,4 +22,14 @@ extern "C" void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const
 extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s);
 
+// Grouped W4A8 (moe_w4a8.cu, the experts of a decode step): for each tile of the dispatch (tiles[0..*n_tiles), at
+// most max_tiles, each of rows <= max_rows <= FM_GEMV_FP8_MAX_M), the tile's activation rows of x (as for the
+// dense GEMV, ld_s the scales' stride) times its expert's matrix of bank w. swiglu (w an interleaved gate|up bank):
+// y[slot][ch] = bf16(silu(bf16 gate) * bf16 up), y [slots][ldy]; else y[row_map ? row_map[slot] : slot][row], bf16.
+#include "backend/cuda/w4a8_gemm.cuh"
+extern "C" void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles,
+                                      int64_t max_tiles, int64_t max_rows, const uint8_t *x, const float *xs,
+                                      const float *xsum, int64_t ld_s, bool swiglu, const int32_t *row_map,
+                                      __nv_bfloat16 *y, int64_t ldy, bool pdl, cudaStream_t s);
+
 #endif

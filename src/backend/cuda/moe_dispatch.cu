@@ -174,6 +174,80 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     FM_LAUNCH_CHECK("moe_dispatch_gather_quantize");
 }
 
+// fm_cuda_moe_dispatch_small: one block of MAX_EXPERTS threads; thread e is expert e in the plan, thread p pair p
+// in the slots; then its 32 warps gather and quantize (token, group) tasks as gather_quantize_kernel does.
+template <bool SUMS>
+static __global__ void __launch_bounds__(MAX_EXPERTS)
+    dispatch_small_kernel(const __nv_bfloat16 *x, int32_t T, int32_t k, int64_t H, const int32_t *ids, int32_t E,
+                          int32_t bn, fm_dispatch_bufs b) {
+    __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS], seg[MAX_EXPERTS];
+    __shared__ int32_t sid[FM_MOE_GEMV_MAX_PAIRS], sslot[FM_MOE_GEMV_MAX_PAIRS];
+    const int e = threadIdx.x, P = T * k;
+    if (e < P) sid[e] = ids[e];
+    rows[e] = 0;
+    __syncthreads();
+    if (e < P) atomicAdd(&rows[sid[e]], 1);
+    __syncthreads();
+    const int32_t c = e < E ? rows[e] : 0;
+    ntl[e] = (c + bn - 1) / bn;
+    for (int o = 1; o < MAX_EXPERTS; o <<= 1) { /* inclusive scans, as plan_kernel */
+        __syncthreads();
+        const int32_t r = e >= o ? rows[e - o] : 0, n = e >= o ? ntl[e - o] : 0;
+        __syncthreads();
+        rows[e] += r, ntl[e] += n;
+    }
+    __syncthreads();
+    if (e < E) {
+        const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
+        seg[e] = start;
+        for (int32_t i = 0; i * bn < c; i++) {
+            const int32_t n = c - i * bn < bn ? c - i * bn : bn;
+            fm_w4a8_tile t = {e, start + i * bn, n, 0};
+            b.tiles[first_tile + i] = t;
+        }
+        if (e == E - 1) *b.n_tiles = ntl[e];
+    }
+    __syncthreads();
+    if (e < P) { /* the pair's rank among the earlier pairs of its expert */
+        const int32_t ex = sid[e];
+        int32_t r = 0;
+        for (int p = 0; p < e; p++) r += sid[p] == ex;
+        const int32_t slot = seg[ex] + r;
+        b.pair_of_slot[slot] = e, b.slot_of_pair[e] = slot, sslot[e] = slot;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t G = (H + 127) / 128, Hp = G * 128;
+    for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
+        const int64_t t = task / G, grp = task % G;
+        const int32_t slot = lane < k ? sslot[t * k + lane] : 0;
+        float v[4], scale, sum;
+        load_group(x + t * H, H, grp, v);
+        const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
+        for (int j = 0; j < k; j++) {
+            const int64_t sl = __shfl_sync(0xffffffffu, slot, j);
+            *(uint32_t *)(b.x8 + sl * Hp + grp * 128 + lane * 4) = word;
+        }
+        if (lane < k) {
+            b.xs[grp * P + slot] = scale;
+            if (SUMS) b.xsum[grp * P + slot] = sum;
+        }
+    }
+}
+
+void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
+                                int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s) {
+    if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32 || T * k > FM_MOE_GEMV_MAX_PAIRS) {
+        fprintf(stderr, "fp8moe: moe_dispatch_small: %d experts, top-%d, %lld tokens (at most %d experts, top-32, %d pairs)\n",
+                E, k, (long long)T, MAX_EXPERTS, FM_MOE_GEMV_MAX_PAIRS);
+        abort();
+    }
+    if (T == 0) return;
+    if (b->xsum) dispatch_small_kernel<true><<<1, MAX_EXPERTS, 0, s>>>(x, (int32_t)T, k, H, ids, E, tile_rows, *b);
+    else dispatch_small_kernel<false><<<1, MAX_EXPERTS, 0, s>>>(x, (int32_t)T, k, H, ids, E, tile_rows, *b);
+    FM_LAUNCH_CHECK("moe_dispatch_small");
+}
+
 void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,
                                 int64_t ld_s, bool pdl, cudaStream_t s) {
     if (M == 0) return;

@@ -26,6 +26,12 @@ typedef struct fm_dispatch_bufs {
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
                           int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s);
 
+// The same four steps in one block, for a decode-sized dispatch (T k <= FM_MOE_GEMV_MAX_PAIRS, the route
+// moe.gemv): one launch instead of four and two memsets (counts and cursor are not used); slots inside an
+// expert's segment in pair order.
+void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
+                                int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s);
+
 // x8[r][:] (ld = pad128(K), padding zero), xs[g][r] (ld_s) = e4m3 1x128 quantization of rows x[r][:K], r < M.
 // The same arithmetic as fm_e4m3_quantize_groups (src/quant/e4m3.c): scale = max(amax / 448, 1e-12),
 // code = e4m3_rne_satfinite(x / scale). xsum (NULL: not wanted): scale x the sum of the group's codes, as xs.

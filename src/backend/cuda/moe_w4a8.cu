@@ -35,11 +35,27 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
     __nv_bfloat16 *y = (__nv_bfloat16 *)(ws + L.y);
 
+    if (fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E)) {
+        /* decode: the dispatch in one block, then each tile's expert streams through a GEMV; h in bf16, quantized as
+           the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups) */
+        fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
+        const bool pdl = fm_routes_pdl(r);
+        const int64_t max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
+        /* an expert gets at most one row per token (a token's top-k experts are distinct): T rows per tile at most */
+        const int64_t max_rows = T < (int64_t)bn ? T : (int64_t)bn;
+        __nv_bfloat16 *h16 = (__nv_bfloat16 *)(ws + L.h16);
+        fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, b.x8, b.xs, b.xsum, P, true, NULL,
+                              h16, I, pdl, be->stream);
+        fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
+        fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot, y,
+                              H, pdl, be->stream);
+        fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+        return;
+    }
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
         FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
     fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
-
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
     a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
