@@ -483,7 +483,8 @@ static void parity_usage_errors(void **s) {
 static void route_option(void **s) {
     (void)s;
     const char *m = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
-    const char *keys = "keys: w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl, decode.graphs";
+    const char *keys =
+        "keys: w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, decode.graphs";
     expect_error(fp8moe("logits %s --out %s/x --route w4a8.kernels=mma", m, cli_tmp), 2,
                  "unknown route key 'w4a8.kernels'");
     assert_non_null(strstr(cli_err, keys));
@@ -533,8 +534,13 @@ static void inspect_routes(void **s) {
      */
     assert_non_null(
         strstr(cli_out, "w8a8-gemv        w8a8-gemv        cublaslt-fp8     cublaslt-fp8     cublaslt-fp8"));
-    assert_non_null(strstr(cli_out, "256        2048         16"));
-    assert_non_null(strstr(cli_out, "512        4096         64"));
+    const char *t1 = strstr(cli_out, "\n  1          8            grouped W4A8 GEMVs");
+    const char *t256 = strstr(cli_out, "\n  256        2048         grouped W4A8 GEMM");
+    const char *t512 = strstr(cli_out, "\n  512        4096         grouped W4A8 GEMM");
+    assert_true(t1 && t256 && t512);
+    assert_true(strstr(t1, "fused GEMV + top-k") < strchr(t1 + 1, '\n')); /* the decode kernels at T = 1 */
+    assert_true(strstr(t256, "16-row tiles") < strchr(t256 + 1, '\n'));
+    assert_true(strstr(t512, "64-row tiles") < strchr(t512 + 1, '\n'));
     assert_true(strstr(cli_out, "on this GPU") || strstr(cli_out, "on an sm_90 GPU"));
     /* a model's shapes and overrides */
     assert_int_equal(fp8moe("inspect --model tests/models/qwen3-moe-f32 --routes --route dense.gemv=off "

@@ -92,7 +92,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, pdl, decode.graphs";
+    const char *keys =
+        "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, decode.graphs";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -109,6 +110,10 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("w8a8.gemv_max_m=17", "'17' is not a value", "auto or 1..16");
     expect_usage("w8a8.gemv_max_m=-1", "'-1' is not a value", "auto or 1..16");
     expect_usage("pdl=yes", "'yes' is not a value", "auto, on or off");
+    expect_usage("moe.gemv=0", "'0' is not a value", "auto, off or 1..64");
+    expect_usage("moe.gemv=65", "'65' is not a value", "auto, off or 1..64");
+    expect_usage("moe.gemv=on", "'on' is not a value", "auto, off or 1..64");
+    expect_usage("router.fused=1", "'1' is not a value", "auto, on or off");
     char long_spec[300];
     memset(long_spec, 'a', sizeof long_spec - 1);
     long_spec[sizeof long_spec - 1] = '\0';
@@ -200,6 +205,32 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_SMALL);
 }
 
+/* The experts' grouped GEMVs up to 8 routed pairs by default (moe.gemv: a count or off), only with 16-row tiles; the
+   fused router at T = 1 by default, up to 8 tokens when on */
+static void decode_kernels_at_their_thresholds(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_moe_gemv(&r, 8, 128));   /* Qwen3, one token */
+    assert_false(fm_routes_moe_gemv(&r, 16, 128)); /* two */
+    assert_false(fm_routes_moe_gemv(&r, 0, 128));
+    assert_true(fm_routes_router_fused(&r, 1));
+    assert_false(fm_routes_router_fused(&r, 2));
+    assert_int_equal(fm_routes_apply(&r, "moe.gemv=64,router.fused=on", &err), FM_OK);
+    assert_true(fm_routes_moe_gemv(&r, 64, 128));
+    assert_false(fm_routes_moe_gemv(&r, 65, 128));
+    assert_true(fm_routes_router_fused(&r, 8));
+    assert_true(fm_routes_router_fused(&r, 2));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64", &err), FM_OK); /* tiles the GEMVs cannot take */
+    assert_false(fm_routes_moe_gemv(&r, 8, 128));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=auto,moe.gemv=off,router.fused=off", &err), FM_OK);
+    assert_false(fm_routes_moe_gemv(&r, 1, 128));
+    assert_false(fm_routes_router_fused(&r, 1));
+    assert_int_equal(fm_routes_apply(&r, "moe.gemv=auto,router.fused=auto", &err), FM_OK);
+    assert_true(fm_routes_moe_gemv(&r, 8, 128) && fm_routes_router_fused(&r, 1));
+}
+
 /* The W4A8 MoE workspace holds the tile list of the tile rows the route picks: at T = 2048 (P = 16384 pairs over 128
  * experts) 64-row tiles make at most 256 + 128 = 384 tiles (6,144 bytes), 16-row tiles 1,024 + 128 = 1,152 (18,432
  * bytes): forcing w4a8.tile=16 grows the plan by exactly the difference, and the plan without routes is the
@@ -262,8 +293,9 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel", "w4a8.tile", "dense.gemv", "w8a8.gemv_max_m", "pdl"};
-    for (int i = 0; i < 5; i++) assert_contains(text, keys[i]);
+    const char *keys[] = {"w4a8.kernel", "w4a8.tile",    "dense.gemv", "w8a8.gemv_max_m",
+                          "moe.gemv",    "router.fused", "pdl"};
+    for (int i = 0; i < 7; i++) assert_contains(text, keys[i]);
     assert_contains(text, "16 rows");            /* w4a8.tile now */
     assert_contains(text, "auto|wgmma|mma");     /* the values */
     assert_contains(text, "wgmma on sm_90");     /* a default */
@@ -279,6 +311,7 @@ int main(void) {
         cmocka_unit_test(kernels_the_gpu_cannot_run_are_refused),
         cmocka_unit_test(dense_kernels_at_their_thresholds),
         cmocka_unit_test(moe_tile_rows),
+        cmocka_unit_test(decode_kernels_at_their_thresholds),
         cmocka_unit_test(memory_plan_follows_w4a8_tile),
         cmocka_unit_test(the_printer_shows_every_key),
     };

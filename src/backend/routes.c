@@ -209,12 +209,18 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
         {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",
          "the W8A8 GEMV up to this many rows, cuBLASLt FP8 above", now[3]},
-        {"moe.gemv", r->moe_gemv < 0 ? "off" : r->moe_gemv ? moe : "auto", "auto|off|1..64", "8",
+        {"moe.gemv",
+         r->moe_gemv < 0 ? "off"
+         : r->moe_gemv   ? moe
+                         : "auto",
+         "auto|off|1..64", "8",
          "the experts as grouped W4A8 GEMVs up to this many routed pairs (16-row tiles), the grouped GEMM above",
          now[4]},
         {"router.fused", switch_name(r->router_fused), "auto|on|off", "T = 1",
          "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
-         r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1"},
+         r->router_fused == FM_ROUTE_OFF  ? "off"
+         : r->router_fused == FM_ROUTE_ON ? "T <= 8"
+                                          : "T = 1"},
         {"pdl", switch_name(r->pdl), "auto|on|off", "on for sm_90+",
          "programmatic dependent launch of the decode kernels (quantizers, GEMVs)", fm_routes_pdl(r) ? "on" : "off"},
         {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",

@@ -118,14 +118,21 @@ static fm_status print_routes(const route_shapes *s, const char *overrides, fm_e
     printf("  (w4a8-gemm: %s; gemv kernels%s)\n", fm_dense_kernel_name(&r, FM_DK_W4A8_GEMM),
            fm_routes_pdl(&r) ? " launched with PDL" : " launched without PDL");
     if (s->n_experts > 0) {
-        static const int64_t tokens[] = {1, 16, 64, 256, 512, 2048};
-        printf("MoE experts (%d experts, top-%d): grouped W4A8 GEMM %s (fp8 preset); tile rows by prompt length T\n",
-               s->n_experts, s->top_k, fm_routes_w4a8_kernel_name(&r));
-        printf("  %-10s %-12s %-10s\n", "T", "pairs P", "tile rows");
+        static const int64_t tokens[] = {1, 2, 16, 64, 256, 512, 2048};
+        printf("MoE experts (%d experts, top-%d, fp8 preset) by prompt length or decode batch T; router by T:\n",
+               s->n_experts, s->top_k);
+        printf("  %-10s %-12s %-46s %s\n", "T", "pairs P", "experts", "router");
         for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
             const uint64_t P = (uint64_t)tokens[t] * (uint64_t)s->top_k;
-            printf("  %-10lld %-12llu %-10u\n", (long long)tokens[t], (unsigned long long)P,
-                   fm_routes_w4a8_tile_rows(&r, P, (uint64_t)s->n_experts));
+            char kernel[96];
+            if (fm_routes_moe_gemv(&r, P, (uint64_t)s->n_experts))
+                snprintf(kernel, sizeof kernel, "grouped W4A8 GEMVs mma.sync, 16-row tiles");
+            else
+                snprintf(kernel, sizeof kernel, "grouped W4A8 GEMM %s, %u-row tiles",
+                         fm_routes_w4a8_wgmma(&r) ? "wgmma" : "mma.sync",
+                         fm_routes_w4a8_tile_rows(&r, P, (uint64_t)s->n_experts));
+            printf("  %-10lld %-12llu %-46s %s\n", (long long)tokens[t], (unsigned long long)P, kernel,
+                   fm_routes_router_fused(&r, tokens[t]) ? "fused GEMV + top-k" : "cuBLAS GEMM + top-k");
         }
         printf("  (bf16 experts, ref: grouped cuBLAS GEMMs; int4 experts, int4: per-token W4A16 GEMVs)\n");
     }

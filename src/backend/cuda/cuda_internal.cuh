@@ -73,10 +73,10 @@ typedef struct cuda_backend {
     char device_label[320]; // the GPU's name, and the FP8 kernels the routes pick for the plan
     void *work;             // scratch of the ops that need it (moe, quantized linears), see fm_cuda_workspace
     size_t work_bytes;
-    bool work_fixed;    // reserved at load for the memory plan's shapes: never grows afterwards
-    void *cublas_ws;    // cuBLAS's workspace, given to it at the reservation (none allocated during a pass)
-    cudaEvent_t *marks; // FM_MARK_SLOTS events, created on the first mark
-    struct fm_lt *lt;   // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
+    bool work_fixed;          // reserved at load for the memory plan's shapes: never grows afterwards
+    void *cublas_ws;          // cuBLAS's workspace, given to it at the reservation (none allocated during a pass)
+    cudaEvent_t *marks;       // FM_MARK_SLOTS events, created on the first mark
+    struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
 } cuda_backend;
 

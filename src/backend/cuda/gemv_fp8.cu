@@ -242,11 +242,11 @@ static __device__ __forceinline__ void store_grouped(const float acc[NT][4], int
 }
 
 template <int NT, int KS, int WK, int MODE>
-static __global__
-__launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4a8_weights wt, int64_t N, int64_t rows_pad,
-                                                       int64_t n_groups, const uint8_t *x, const float *xs,
-                                                       const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y,
-                                                       const gemv_groups gr) {
+static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4a8_weights wt, int64_t N,
+                                                                         int64_t rows_pad, int64_t n_groups,
+                                                                         const uint8_t *x, const float *xs,
+                                                                         const float *xsum, int64_t ld_s, int64_t M,
+                                                                         __nv_bfloat16 *y, const gemv_groups gr) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
@@ -409,10 +409,10 @@ static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const f
     int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups;
     gemv_groups gr;
     memset(&gr, 0, sizeof gr);
-    void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
-                    (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y, (void *)&gr};
-    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>, dim3((unsigned)blocks),
-                       dim3(WARPS * 32), smem, s, args, pdl);
+    void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
+                    (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr};
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>, dim3((unsigned)blocks), dim3(WARPS * 32),
+                       smem, s, args, pdl);
 }
 
 template <int NT, int WK>
@@ -466,8 +466,8 @@ static void launch_moe(const fm_bank *w, const gemv_groups *gr, int64_t max_tile
         allowed = true;
     }
     int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups, M = max_rows;
-    void *args[] = {(void *)&wt, (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
-                    (void *)&xsum, (void *)&ld_s, (void *)&M, (void *)&y, (void *)gr};
+    void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
+                    (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)gr};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks, (unsigned)max_tiles),
                        dim3(WARPS * 32), smem, s, args, pdl);
 }
@@ -476,8 +476,7 @@ template <int WK, int MODE>
 static void moe_ks(int ks, int nt, const fm_bank *w, const gemv_groups *gr, int64_t max_tiles, const uint8_t *x,
                    const float *xs, const float *xsum, int64_t ld_s, int64_t max_rows, __nv_bfloat16 *y, bool pdl,
                    cudaStream_t s) {
-#define FM_MOE_GEMV(NT_, KS_)                                                                                          \
-    launch_moe<NT_, KS_, WK, MODE>(w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s)
+#define FM_MOE_GEMV(NT_, KS_) launch_moe<NT_, KS_, WK, MODE>(w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s)
     if (nt == 1) {
         switch (ks) {
         case 1: FM_MOE_GEMV(1, 1); break;
@@ -512,8 +511,8 @@ void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const in
     if (!kind_ok || swiglu != w->interleaved || max_rows < 1 || max_rows > FM_GEMV_FP8_MAX_M || max_tiles < 1 ||
         max_tiles > 65535 || fm_gemv_fp8_smem(max_rows, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_moe_gemv: unsupported bank or shape (%s%s, rows %lld, K %lld, tiles %lld)\n",
-                fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)max_rows,
-                (long long)w->cols, (long long)max_tiles);
+                fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)max_rows, (long long)w->cols,
+                (long long)max_tiles);
         abort();
     }
     gemv_groups gr;

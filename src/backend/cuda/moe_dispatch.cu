@@ -238,7 +238,8 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
 void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
                                 int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32 || T * k > FM_MOE_GEMV_MAX_PAIRS) {
-        fprintf(stderr, "fp8moe: moe_dispatch_small: %d experts, top-%d, %lld tokens (at most %d experts, top-32, %d pairs)\n",
+        fprintf(stderr,
+                "fp8moe: moe_dispatch_small: %d experts, top-%d, %lld tokens (at most %d experts, top-32, %d pairs)\n",
                 E, k, (long long)T, MAX_EXPERTS, FM_MOE_GEMV_MAX_PAIRS);
         abort();
     }

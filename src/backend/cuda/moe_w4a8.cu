@@ -44,8 +44,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         /* an expert gets at most one row per token (a token's top-k experts are distinct): T rows per tile at most */
         const int64_t max_rows = T < (int64_t)bn ? T : (int64_t)bn;
         __nv_bfloat16 *h16 = (__nv_bfloat16 *)(ws + L.h16);
-        fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, b.x8, b.xs, b.xsum, P, true, NULL,
-                              h16, I, pdl, be->stream);
+        fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, b.x8, b.xs, b.xsum, P, true, NULL, h16,
+                              I, pdl, be->stream);
         fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
         fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot, y,
                               H, pdl, be->stream);

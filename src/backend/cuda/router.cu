@@ -61,8 +61,8 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
 // Token t's routing by one warp, its E <= 32 WARP_E logits at l (L2: read through L2 only, for logits another CTA of
 // the same kernel wrote).
 template <typename A, bool L2>
-static __device__ void route_warp_token(const A *l, int64_t t, int32_t E, int32_t k, bool softmax_topk,
-                                        bool norm_topk, int32_t *ids, A *weights) {
+static __device__ void route_warp_token(const A *l, int64_t t, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
+                                        int32_t *ids, A *weights) {
     const int lane = threadIdx.x & 31;
     float v[WARP_E];
     float mx = -INFINITY;
@@ -181,8 +181,7 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     if (!last) return;
     __threadfence();
     for (int32_t t = warp; t < T; t += RF_WARPS)
-        route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, ids,
-                                              weights);
+        route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, ids, weights);
     if (threadIdx.x == 0) *counter = 0u;
 }
 
@@ -209,13 +208,12 @@ bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, int64_t H, int6
            k <= FM_ROUTE_MAX_K && H % 8 == 0 && ld % 8 == 0;
 }
 
-extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H,
-                                     const __nv_bfloat16 *x, int64_t T, int32_t k, bool softmax_topk, bool norm_topk,
-                                     __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
-                                     cudaStream_t s) {
+extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
+                                     int64_t T, int32_t k, bool softmax_topk, bool norm_topk, __nv_bfloat16 *logits,
+                                     int32_t *ids, __nv_bfloat16 *weights, unsigned *counter, cudaStream_t s) {
     if (!fm_cuda_router_fused_takes(T, E, k, H, ld)) {
-        fprintf(stderr, "fp8moe: router_fused: unsupported shape (T %lld, E %d, k %d, H %lld, ld %lld)\n",
-                (long long)T, E, k, (long long)H, (long long)ld);
+        fprintf(stderr, "fp8moe: router_fused: unsupported shape (T %lld, E %d, k %d, H %lld, ld %lld)\n", (long long)T,
+                E, k, (long long)H, (long long)ld);
         abort();
     }
     router_fused_kernel<<<(unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s>>>(

@@ -19,9 +19,8 @@ extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int
 // writes them. counter: one unsigned in device memory, zero before the first launch (left zero after each).
 #define FM_ROUTER_FUSED_MAX_T 8
 extern "C" bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, int64_t H, int64_t ld);
-extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H,
-                                     const __nv_bfloat16 *x, int64_t T, int32_t k, bool softmax_topk, bool norm_topk,
-                                     __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
-                                     cudaStream_t s);
+extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
+                                     int64_t T, int32_t k, bool softmax_topk, bool norm_topk, __nv_bfloat16 *logits,
+                                     int32_t *ids, __nv_bfloat16 *weights, unsigned *counter, cudaStream_t s);
 
 #endif
