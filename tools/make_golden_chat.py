@@ -140,23 +140,30 @@ class Jinja2Renderer:
     def apply_chat_template(self, messages, tokenize, add_generation_prompt, **kwargs):
         assert not tokenize
         return self.template.render(messages=messages, tools=None, documents=None,
-                                    add_generation_prompt=add_generation_prompt, **self.tokens, **kwargs)
+                                    add_generation_prompt=add_generation_prompt, **{**self.tokens, **kwargs})
 
 
-def render(tok, messages, add_generation_prompt, enable_thinking):
+def render(tok, messages, add_generation_prompt, enable_thinking, special):
     kwargs = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
     if enable_thinking is not None:
         kwargs["enable_thinking"] = enable_thinking
+    # bos_token/eos_token as the checkpoint's tokenizer_config.json names them, passed explicitly too so that the
+    # rendering does not depend on how a transformers version forwards the tokenizer's special tokens
+    kwargs.update(special)
     try:
-        return {"text": tok.apply_chat_template(messages, **kwargs)}
+        text = tok.apply_chat_template(messages, **kwargs)
     except jinja2.exceptions.TemplateError as e:  # raise_exception() in the template
         return {"error": str(e)}
+    if not isinstance(text, str):
+        sys.exit(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, not the text")
+    return {"text": text}
 
 
 def main():
     cases = []
     for fixture, name, thinking in TEMPLATES:
         template, bos, eos = load_fixture(fixture)
+        special = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
         if JINJA2_ONLY:
             tok = Jinja2Renderer(template, bos, eos)
         else:
@@ -169,7 +176,7 @@ def main():
                 for think in ((True, False) if thinking else (None,)):
                     case = {"fixture": fixture, "template": name, "conversation": title, "messages": messages,
                             "add_generation_prompt": gen, "enable_thinking": think}
-                    case.update(render(tok, messages, gen, think))
+                    case.update(render(tok, messages, gen, think, special))
                     cases.append(case)
     out = {
         "generator": "tools/make_golden_chat.py",
