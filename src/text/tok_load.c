@@ -538,8 +538,8 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
             ij = tok_strmap_get(&t->vocab, joined, (uint32_t)(na + nb));
         }
         if (ia < 0 || ib < 0 || ij < 0) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.60s' + '%.60s'): %s is not in model.vocab",
-                         label, (long long)rank, a, b, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.*s' + '%.*s'): %s is not in model.vocab",
+                         label, (long long)rank, (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
             break;
         }
         if (!tok_pairmap_put(&t->merges, ia, ib, (int32_t)rank, ij)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
