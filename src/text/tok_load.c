@@ -271,11 +271,13 @@ static fm_status load_decoder(ctx *c, const cJSON *o, int depth) {
 static fm_status append_ids(ctx *c, int32_t **dst, int32_t *n, const int32_t *src, int32_t k, bool front) {
     int32_t *p = realloc(*dst, (size_t)(*n + k + 1) * sizeof *p);
     if (!p) return fm_fail(c->err, FM_ERR_NOMEM, "out of memory");
+    *dst = p;
+    if (k == 0) return FM_OK;
     if (front) {
         memmove(p + k, p, (size_t)*n * sizeof *p);
         memcpy(p, src, (size_t)k * sizeof *p);
     } else memcpy(p + *n, src, (size_t)k * sizeof *p);
-    *dst = p, *n += k;
+    *n += k;
     return FM_OK;
 }
 
