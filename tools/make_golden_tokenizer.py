@@ -154,7 +154,6 @@ def train_spm(tmp):
         eos_id=2,
         pad_id=-1,
         num_threads=1,
-        minloglevel=2,
     )
     return prefix + ".model"
 
@@ -221,12 +220,44 @@ def build_llama(dirpath):
             except Exception as e:  # noqa: BLE001
                 errors.append(f"LlamaConverter: {e!r}")
         if how is None:
+            try:  # no usable converter in transformers: its legacy LlamaConverter transcribed (sentencepiece only)
+                tk = convert_like_llama_converter(model)
+                os.makedirs(dirpath, exist_ok=True)
+                tk.save(os.path.join(dirpath, "tokenizer.json"))
+                how = ("fp8moe's transcription of transformers' LlamaConverter (legacy): transformers could not convert: "
+                       + "; ".join(errors))
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"own conversion: {e!r}")
+        if how is None:
             sys.exit("could not convert the SentencePiece model with transformers:\n  " + "\n  ".join(errors))
         for e in errors:
             print(f"llama-spm: note: {e}")
         return Tokenizer.from_file(os.path.join(dirpath, "tokenizer.json")), how
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def convert_like_llama_converter(model_path):
+    """What transformers' LlamaConverter (legacy, add_bos_token) builds from a SentencePiece BPE model: vocabulary
+    by piece id, merges of every split of a piece into two pieces, ordered by the piece's score."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    scores = {sp.id_to_piece(i): sp.get_score(i) for i in range(sp.get_piece_size())}
+    merges = []
+    for piece, score in scores.items():
+        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+        merges.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
+    merges = [(a, b) for a, b, _ in sorted(merges, key=lambda m: m[2], reverse=True)]
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in ("<unk>", "<s>", "</s>")])
+    tk.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tk.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(content=" ", left=1, right=0)])
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                      special_tokens=[("<s>", vocab["<s>"])])
+    return tk
 
 
 def byte_token_ids(tok, family):
