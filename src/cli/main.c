@@ -1,4 +1,5 @@
-/* fp8moe: the command line. Subcommands: logits, generate, perplexity, inspect, parity, bench, requantize. */
+/* fp8moe: the command line. Subcommands: logits, generate, perplexity, inspect, parity, bench, requantize, tokenize,
+ * detokenize. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -12,13 +13,15 @@ static void usage(FILE *f) {
             "commands:\n"
             "  parity      logits of every preset against the fp32 oracle: cosine, argmax, max error, time\n"
             "  logits      write float32 logits [T, vocab] for a file of int32 token ids\n"
-            "  generate    new token ids after a prompt of int32 ids (or a batch of prompts): greedy or sampled;\n"
-            "              prefill and decode tokens/s, time to first token\n"
+            "  generate    new tokens after a prompt: text (--prompt, --chat through the chat template) streamed,\n"
+            "              or int32 ids (or a batch of prompts); greedy or sampled; tokens/s, time to first token\n"
             "  perplexity  perplexity over windows of a token-id file\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
             "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
             "              bench gemm: every layer's attention projections, every route side by side\n"
+            "              bench tokenize: encode MB/s of a tokenizer.json on a text file, one thread\n"
+            "  tokenize    token ids of a text with the model's tokenizer.json (detokenize: ids back to text)\n"
             "  requantize  write a float checkpoint as int4 compressed-tensors pack-quantized with our int4\n"
             "              quantizer; it loads bit-identically under --preset int4 and fp8 (also: --requantize)\n"
             "\n"
@@ -48,6 +51,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "requantize") || !strcmp(cmd, "--requantize")) return cmd_requantize(argc - 1, argv + 1);
     fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
     return CLI_USAGE;
