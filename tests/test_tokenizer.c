@@ -348,6 +348,42 @@ static void llama_style_hand_worked(void **state) {
     fm_tokenizer_free(t);
 }
 
+/* tokenizer_config.json's add_bos_token counts only when tokenizer.json has no post_processor (as transformers adds
+ * the bos itself then); with a TemplateProcessing, tokenizer.json decides (as `tokenizers`). */
+static void config_add_bos(void **state) {
+    (void)state;
+    char *json = llama_json(true, true, LLAMA_NORMALIZER, "null", LLAMA_DECODER);
+    char *post = strstr(json, "\"post_processor\": {");
+    assert_non_null(post);
+    char *end = strstr(post, "}}}, ") + 3; /* the post_processor object ends "}}}" */
+    char *no_post = malloc(strlen(json) + 1);
+    snprintf(no_post, strlen(json) + 1, "%.*s\"post_processor\": null%s", (int)(post - json), json, end);
+    const char *dir = tok_dir("config-bos", no_post);
+    char path[700];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    const char *cfg = "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": {\"content\": \"<s>\"}, "
+                      "\"eos_token\": \"</s>\"}";
+    write_text(path, cfg, strlen(cfg));
+    fm_tokenizer *t = load_ok(dir);
+    EXPECT_IDS(t, "hello", true, true, 1, 271, 2);
+    EXPECT_IDS(t, "hello", false, true, 271);
+    fm_tokenizer_free(t);
+    /* a bos that is not a token is an error naming the field */
+    cfg = "{\"add_bos_token\": true, \"bos_token\": \"<bos>\"}";
+    write_text(path, cfg, strlen(cfg));
+    fm_error err = {{0}};
+    assert_int_equal(fm_tokenizer_load(dir, &t, &err), FM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "bos_token"));
+    /* with the post_processor, the config does not add anything */
+    dir = tok_dir("config-bos", json);
+    cfg = "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
+    write_text(path, cfg, strlen(cfg));
+    t = load_ok(dir);
+    EXPECT_IDS(t, "hello", true, true, 1, 271);
+    fm_tokenizer_free(t);
+    free(no_post), free(json);
+}
+
 /* Without byte_fallback unknown characters become <unk>, a run of them one <unk> when fuse_unk. */
 static void llama_style_unk(void **state) {
     (void)state;
@@ -693,6 +729,7 @@ int main(void) {
         cmocka_unit_test(detok_holds_partial_characters),
         cmocka_unit_test(llama_style_hand_worked),
         cmocka_unit_test(llama_style_unk),
+        cmocka_unit_test(config_add_bos),
         cmocka_unit_test(metaspace_hand_worked),
         cmocka_unit_test(refused_components),
         cmocka_unit_test(hostile_files),
