@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "cli_runner.h"
 #include "text/tokenizer.h"
 
@@ -240,6 +242,57 @@ static void tiny_round_trips(void **state) {
     assert_int_equal(len, 3);
     assert_memory_equal(back, "a\0b", 3);
     free(back), free(ids);
+    fm_tokenizer_free(t);
+}
+
+/* NFC (computed by chunks between ASCII characters) equals utf8proc's NFC of the whole text, on random strings of
+ * starters, combining marks in both canonical orders, Hangul jamo, singletons (U+212B) and CJK: the byte-level
+ * tokenizer with an NFC normalizer decodes encode(s) to NFC(s). */
+static void nfc_equals_whole_text_nfc(void **state) {
+    (void)state;
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = fopen(TINY "/tokenizer.json", "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    json = malloc(len + 64);
+    assert_int_equal(fread(json, 1, len, f), len);
+    fclose(f);
+    json[len] = '\0';
+    char *at = strstr(json, "\"normalizer\": null");
+    assert_non_null(at);
+    memmove(at + 29, at + 18, strlen(at + 18) + 1);
+    memcpy(at, "\"normalizer\": {\"type\": \"NFC\"}", 29);
+    fm_tokenizer *t = load_ok(tok_dir("nfc", json));
+    free(json);
+    static const char *alphabet[] = {"a", "e", " ", "\n", "\xcc\x81" /* U+0301 ccc 230 */, "\xcc\xa3" /* U+0323 ccc 220 */,
+                                     "\xcc\x88", "\xc3\x85" /* Å */, "\xe2\x84\xab" /* U+212B */,
+                                     "\xe1\x84\x80" /* U+1100 */, "\xe1\x85\xa1" /* U+1161 */,
+                                     "\xe1\x86\xa8" /* U+11A8 */, "\xe4\xb8\xad", "\xcd\x84" /* U+0344 */, "."};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int it = 0; it < 400; it++) {
+        char s[512] = "";
+        size_t n = 0;
+        const int k = 1 + it % 40;
+        for (int j = 0; j < k; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const char *a = alphabet[x % (sizeof alphabet / sizeof *alphabet)];
+            memcpy(s + n, a, strlen(a) + 1);
+            n += strlen(a);
+        }
+        utf8proc_uint8_t *want = utf8proc_NFC((const utf8proc_uint8_t *)s);
+        assert_non_null(want);
+        int32_t *ids = NULL;
+        int64_t m = 0;
+        fm_error err = {{0}};
+        assert_int_equal(fm_tokenizer_encode(t, s, n, false, true, &ids, &m, &err), FM_OK);
+        size_t got_len = 0;
+        char *got = decode_ok(t, ids, m, false, &got_len);
+        if (strcmp(got, (const char *)want) != 0) fail_msg("NFC of '%s': got '%s', want '%s'", s, got, want);
+        free(got), free(ids), free(want);
+    }
     fm_tokenizer_free(t);
 }
 
@@ -726,6 +779,7 @@ int main(void) {
         cmocka_unit_test(tiny_hand_worked),
         cmocka_unit_test(tiny_eval_round_trip),
         cmocka_unit_test(tiny_round_trips),
+        cmocka_unit_test(nfc_equals_whole_text_nfc),
         cmocka_unit_test(detok_holds_partial_characters),
         cmocka_unit_test(llama_style_hand_worked),
         cmocka_unit_test(llama_style_unk),
