@@ -245,26 +245,63 @@ static void tiny_round_trips(void **state) {
     fm_tokenizer_free(t);
 }
 
+/* text with its first `from` replaced by `to` (malloc'd). */
+static char *replace_first(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    assert_non_null(at);
+    const size_t cap = strlen(text) + strlen(to) + 1;
+    char *out = malloc(cap);
+    snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return out;
+}
+
+/* models/tiny-code-moe/tokenizer.json with its first `from` replaced by `to` (malloc'd). */
+static char *tiny_variant(const char *from, const char *to) {
+    FILE *f = fopen(TINY "/tokenizer.json", "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const size_t len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc(len + 1);
+    assert_int_equal(fread(text, 1, len, f), len);
+    fclose(f);
+    text[len] = '\0';
+    char *out = replace_first(text, from, to);
+    free(text);
+    return out;
+}
+
+/* Added tokens matched in the normalized text (normalized: true): "café" written with a combining accent is found
+ * after NFC; a special one is text when parse_special is false, a plain one is matched either way. */
+static void normalized_added_tokens(void **state) {
+    (void)state;
+    char *json = tiny_variant("\"special\": true\n    }\n  ],",
+                              "\"special\": true\n    }, {\"id\": 4096, \"content\": \"caf\xc3\xa9\", \"single_word\": false, "
+                              "\"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": false}, {\"id\": "
+                              "4097, \"content\": \"<x>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                              "\"normalized\": true, \"special\": true}],");
+    char *json2 = replace_first(json, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
+    fm_tokenizer *t = load_ok(tok_dir("normalized-added", json2));
+    free(json), free(json2);
+    assert_int_equal(fm_tokenizer_vocab_size(t), 4098);
+    EXPECT_IDS(t, "x cafe\xcc\x81<x>", false, true, 88, 221, 4096, 4097); /* x, Ġ, café, <x> */
+    EXPECT_IDS(t, "cafe\xcc\x81", false, false, 4096);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    fm_error err = {{0}};
+    assert_int_equal(fm_tokenizer_encode(t, "<x>", 3, false, false, &ids, &n, &err), FM_OK);
+    assert_true(n > 1);
+    for (int64_t i = 0; i < n; i++) assert_int_not_equal(ids[i], 4097);
+    free(ids);
+    fm_tokenizer_free(t);
+}
+
 /* NFC (computed by chunks between ASCII characters) equals utf8proc's NFC of the whole text, on random strings of
  * starters, combining marks in both canonical orders, Hangul jamo, singletons (U+212B) and CJK: the byte-level
  * tokenizer with an NFC normalizer decodes encode(s) to NFC(s). */
 static void nfc_equals_whole_text_nfc(void **state) {
     (void)state;
-    char *json = NULL;
-    size_t len = 0;
-    FILE *f = fopen(TINY "/tokenizer.json", "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    json = malloc(len + 64);
-    assert_int_equal(fread(json, 1, len, f), len);
-    fclose(f);
-    json[len] = '\0';
-    char *at = strstr(json, "\"normalizer\": null");
-    assert_non_null(at);
-    memmove(at + 29, at + 18, strlen(at + 18) + 1);
-    memcpy(at, "\"normalizer\": {\"type\": \"NFC\"}", 29);
+    char *json = tiny_variant("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
     fm_tokenizer *t = load_ok(tok_dir("nfc", json));
     free(json);
     static const char *alphabet[] = {"a", "e", " ", "\n", "\xcc\x81" /* U+0301 ccc 230 */, "\xcc\xa3" /* U+0323 ccc 220 */,
@@ -780,6 +817,7 @@ int main(void) {
         cmocka_unit_test(tiny_eval_round_trip),
         cmocka_unit_test(tiny_round_trips),
         cmocka_unit_test(nfc_equals_whole_text_nfc),
+        cmocka_unit_test(normalized_added_tokens),
         cmocka_unit_test(detok_holds_partial_characters),
         cmocka_unit_test(llama_style_hand_worked),
         cmocka_unit_test(llama_style_unk),

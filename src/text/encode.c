@@ -14,6 +14,7 @@ typedef struct encode_ctx {
     tok_buf normalized; /* the current piece after the normalizers */
     const char *piece;  /* the current piece: normalized.p, or the text itself when no normalizer changes it */
     bool piece_at_start;
+    bool parse_special;
     tok_arena arena;
     tok_word_cache *cache;
     pcre2_match_data *md;
@@ -52,7 +53,7 @@ static fm_status encode_raw(void *p, size_t start, size_t end, fm_error *err) {
     c->piece_at_start = start == 0;
     if (!c->t->any_normalized_added) return encode_normalized(c, 0, n, err);
     const tok_added_cb cb = {encode_normalized, push_id, c};
-    return tok_split_added(c->t, c->piece, n, true, true, &cb, err);
+    return tok_split_added(c->t, c->piece, n, true, c->parse_special, &cb, err);
 }
 
 fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
@@ -64,7 +65,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t le
         if (!tok_utf8_lossy(text, len, &fixed)) return fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
         text = fixed.p, len = fixed.n;
     }
-    encode_ctx c = {.t = t, .text = text};
+    encode_ctx c = {.t = t, .text = text, .parse_special = parse_special};
     c.cache = tok_word_cache_new();
     c.md = pcre2_match_data_create(16, NULL);
     fm_status st = c.cache && c.md ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
