@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "cli_runner.h"
 #include "text/tokenizer.h"
 
@@ -243,6 +245,94 @@ static void tiny_round_trips(void **state) {
     fm_tokenizer_free(t);
 }
 
+/* text with its first `from` replaced by `to` (malloc'd). */
+static char *replace_first(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    assert_non_null(at);
+    const size_t cap = strlen(text) + strlen(to) + 1;
+    char *out = malloc(cap);
+    snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return out;
+}
+
+/* models/tiny-code-moe/tokenizer.json with its first `from` replaced by `to` (malloc'd). */
+static char *tiny_variant(const char *from, const char *to) {
+    FILE *f = fopen(TINY "/tokenizer.json", "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const size_t len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc(len + 1);
+    assert_int_equal(fread(text, 1, len, f), len);
+    fclose(f);
+    text[len] = '\0';
+    char *out = replace_first(text, from, to);
+    free(text);
+    return out;
+}
+
+/* Added tokens matched in the normalized text (normalized: true): "café" written with a combining accent is found
+ * after NFC; a special one is text when parse_special is false, a plain one is matched either way. */
+static void normalized_added_tokens(void **state) {
+    (void)state;
+    char *json = tiny_variant("\"special\": true\n    }\n  ],",
+                              "\"special\": true\n    }, {\"id\": 4096, \"content\": \"caf\xc3\xa9\", \"single_word\": false, "
+                              "\"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": false}, {\"id\": "
+                              "4097, \"content\": \"<x>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                              "\"normalized\": true, \"special\": true}],");
+    char *json2 = replace_first(json, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
+    fm_tokenizer *t = load_ok(tok_dir("normalized-added", json2));
+    free(json), free(json2);
+    assert_int_equal(fm_tokenizer_vocab_size(t), 4098);
+    EXPECT_IDS(t, "x cafe\xcc\x81<x>", false, true, 88, 221, 4096, 4097); /* x, Ġ, café, <x> */
+    EXPECT_IDS(t, "cafe\xcc\x81", false, false, 4096);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    fm_error err = {{0}};
+    assert_int_equal(fm_tokenizer_encode(t, "<x>", 3, false, false, &ids, &n, &err), FM_OK);
+    assert_true(n > 1);
+    for (int64_t i = 0; i < n; i++) assert_int_not_equal(ids[i], 4097);
+    free(ids);
+    fm_tokenizer_free(t);
+}
+
+/* NFC (computed by chunks between ASCII characters) equals utf8proc's NFC of the whole text, on random strings of
+ * starters, combining marks in both canonical orders, Hangul jamo, singletons (U+212B) and CJK: the byte-level
+ * tokenizer with an NFC normalizer decodes encode(s) to NFC(s). */
+static void nfc_equals_whole_text_nfc(void **state) {
+    (void)state;
+    char *json = tiny_variant("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
+    fm_tokenizer *t = load_ok(tok_dir("nfc", json));
+    free(json);
+    static const char *alphabet[] = {"a", "e", " ", "\n", "\xcc\x81" /* U+0301 ccc 230 */, "\xcc\xa3" /* U+0323 ccc 220 */,
+                                     "\xcc\x88", "\xc3\x85" /* Å */, "\xe2\x84\xab" /* U+212B */,
+                                     "\xe1\x84\x80" /* U+1100 */, "\xe1\x85\xa1" /* U+1161 */,
+                                     "\xe1\x86\xa8" /* U+11A8 */, "\xe4\xb8\xad", "\xcd\x84" /* U+0344 */, "."};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int it = 0; it < 400; it++) {
+        char s[512] = "";
+        size_t n = 0;
+        const int k = 1 + it % 40;
+        for (int j = 0; j < k; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            const char *a = alphabet[x % (sizeof alphabet / sizeof *alphabet)];
+            memcpy(s + n, a, strlen(a) + 1);
+            n += strlen(a);
+        }
+        utf8proc_uint8_t *want = utf8proc_NFC((const utf8proc_uint8_t *)s);
+        assert_non_null(want);
+        int32_t *ids = NULL;
+        int64_t m = 0;
+        fm_error err = {{0}};
+        assert_int_equal(fm_tokenizer_encode(t, s, n, false, true, &ids, &m, &err), FM_OK);
+        size_t got_len = 0;
+        char *got = decode_ok(t, ids, m, false, &got_len);
+        if (strcmp(got, (const char *)want) != 0) fail_msg("NFC of '%s': got '%s', want '%s'", s, got, want);
+        free(got), free(ids), free(want);
+    }
+    fm_tokenizer_free(t);
+}
+
 /* Byte tokens of a 3-byte character pushed one at a time: nothing until the character is complete. */
 static void detok_holds_partial_characters(void **state) {
     (void)state;
@@ -346,6 +436,42 @@ static void llama_style_hand_worked(void **state) {
     expect_stream(t, broken, 3, false, text, len, "llama broken bytes");
     free(text);
     fm_tokenizer_free(t);
+}
+
+/* tokenizer_config.json's add_bos_token counts only when tokenizer.json has no post_processor (as transformers adds
+ * the bos itself then); with a TemplateProcessing, tokenizer.json decides (as `tokenizers`). */
+static void config_add_bos(void **state) {
+    (void)state;
+    char *json = llama_json(true, true, LLAMA_NORMALIZER, "null", LLAMA_DECODER);
+    char *post = strstr(json, "\"post_processor\": {");
+    assert_non_null(post);
+    char *end = strstr(post, "}}}, ") + 3; /* the post_processor object ends "}}}" */
+    char *no_post = malloc(strlen(json) + 1);
+    snprintf(no_post, strlen(json) + 1, "%.*s\"post_processor\": null%s", (int)(post - json), json, end);
+    const char *dir = tok_dir("config-bos", no_post);
+    char path[700];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    const char *cfg = "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": {\"content\": \"<s>\"}, "
+                      "\"eos_token\": \"</s>\"}";
+    write_text(path, cfg, strlen(cfg));
+    fm_tokenizer *t = load_ok(dir);
+    EXPECT_IDS(t, "hello", true, true, 1, 271, 2);
+    EXPECT_IDS(t, "hello", false, true, 271);
+    fm_tokenizer_free(t);
+    /* a bos that is not a token is an error naming the field */
+    cfg = "{\"add_bos_token\": true, \"bos_token\": \"<bos>\"}";
+    write_text(path, cfg, strlen(cfg));
+    fm_error err = {{0}};
+    assert_int_equal(fm_tokenizer_load(dir, &t, &err), FM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "bos_token"));
+    /* with the post_processor, the config does not add anything */
+    dir = tok_dir("config-bos", json);
+    cfg = "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
+    write_text(path, cfg, strlen(cfg));
+    t = load_ok(dir);
+    EXPECT_IDS(t, "hello", true, true, 1, 271);
+    fm_tokenizer_free(t);
+    free(no_post), free(json);
 }
 
 /* Without byte_fallback unknown characters become <unk>, a run of them one <unk> when fuse_unk. */
@@ -690,9 +816,12 @@ int main(void) {
         cmocka_unit_test(tiny_hand_worked),
         cmocka_unit_test(tiny_eval_round_trip),
         cmocka_unit_test(tiny_round_trips),
+        cmocka_unit_test(nfc_equals_whole_text_nfc),
+        cmocka_unit_test(normalized_added_tokens),
         cmocka_unit_test(detok_holds_partial_characters),
         cmocka_unit_test(llama_style_hand_worked),
         cmocka_unit_test(llama_style_unk),
+        cmocka_unit_test(config_add_bos),
         cmocka_unit_test(metaspace_hand_worked),
         cmocka_unit_test(refused_components),
         cmocka_unit_test(hostile_files),

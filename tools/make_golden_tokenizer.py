@@ -11,7 +11,7 @@ It writes, for three tokenizers of the two families fp8moe reads:
                                  Split with Qwen2's regex, isolated; ByteLevel without regex; ByteLevel decoder),
                                  trained by the `tokenizers` BpeTrainer on tests/tokenizers/train_corpus.txt (~2000
                                  tokens), with Qwen's special tokens and a few added tokens
-  tests/tokenizers/llama-spm/    tokenizer.json + tokenizer_config.json: a SentencePiece BPE with byte_fallback trained
+  tests/tokenizers/llama-spm/    tokenizer.json: a SentencePiece BPE with byte_fallback trained
                                  by `sentencepiece` on the same corpus, converted by transformers as it converts
                                  Llama/Mistral tokenizers (Prepend/Replace or Metaspace, <0xNN> tokens, <s> </s> <unk>)
   tests/tokenizers/tiny-code-moe/  golden.json only (the tokenizer is models/tiny-code-moe/tokenizer.json)
@@ -187,12 +187,8 @@ def build_llama(dirpath):
                 raise RuntimeError("save_pretrained wrote no tokenizer.json")
             os.makedirs(dirpath, exist_ok=True)
             shutil.copy(os.path.join(out, "tokenizer.json"), os.path.join(dirpath, "tokenizer.json"))
-            if os.path.exists(os.path.join(out, "tokenizer_config.json")):
-                with open(os.path.join(out, "tokenizer_config.json")) as f:
-                    saved = json.load(f)
-                saved.pop("chat_template", None)
-                with open(os.path.join(dirpath, "tokenizer_config.json"), "w") as f:
-                    json.dump(saved, f, indent=2, ensure_ascii=False)
+            # tokenizer_config.json is left out: the golden ids are `tokenizers`' from tokenizer.json alone (fp8moe
+            # reads add_bos_token from it only when tokenizer.json has no post_processor; tested by hand in C)
             how = f"transformers {transformers.__version__} {type(hf).__name__} (AutoTokenizer from tokenizer.model)"
         except Exception as e:  # noqa: BLE001
             errors.append(f"AutoTokenizer: {e!r}")

@@ -12,8 +12,9 @@ typedef struct encode_ctx {
     const fm_tokenizer *t;
     const char *text;   /* the (valid UTF-8) input */
     tok_buf normalized; /* the current piece after the normalizers */
+    const char *piece;  /* the current piece: normalized.p, or the text itself when no normalizer changes it */
     bool piece_at_start;
-    tok_spans words;
+    bool parse_special;
     tok_arena arena;
     tok_word_cache *cache;
     pcre2_match_data *md;
@@ -25,14 +26,16 @@ static fm_status push_id(void *p, int32_t id, fm_error *err) {
     return tok_ids_push(&c->out, id) ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
 }
 
+static fm_status encode_word(void *p, const char *s, size_t n, fm_error *err) {
+    encode_ctx *c = p;
+    return tok_bpe_word(c->t, s, n, c->cache, &c->out, err);
+}
+
 /* Pre-tokenizes a normalized piece and runs BPE on its words. */
 static fm_status encode_normalized(void *p, size_t start, size_t end, fm_error *err) {
     encode_ctx *c = p;
-    const tok_span piece = {c->normalized.p + start, end - start, c->piece_at_start && start == 0};
-    c->words.n = 0;
-    fm_status st = tok_pretokenize(c->t, piece, &c->words, &c->arena, c->md, err);
-    for (size_t i = 0; !st && i < c->words.n; i++)
-        st = tok_bpe_word(c->t, c->words.p[i].s, c->words.p[i].n, c->cache, &c->out, err);
+    const tok_span piece = {c->piece + start, end - start, c->piece_at_start && start == 0};
+    fm_status st = tok_pretokenize(c->t, piece, encode_word, c, &c->arena, c->md, err);
     tok_arena_free(&c->arena);
     return st;
 }
@@ -40,12 +43,17 @@ static fm_status encode_normalized(void *p, size_t start, size_t end, fm_error *
 /* A piece of the raw text between added tokens: normalized, then split at the normalized added tokens. */
 static fm_status encode_raw(void *p, size_t start, size_t end, fm_error *err) {
     encode_ctx *c = p;
-    fm_status st = tok_normalize(c->t, c->text + start, end - start, &c->normalized, err);
-    if (st) return st;
+    size_t n = end - start;
+    c->piece = c->text + start;
+    if (tok_normalize_changes(c->t, c->piece, n)) {
+        fm_status st = tok_normalize(c->t, c->text + start, end - start, &c->normalized, err);
+        if (st) return st;
+        c->piece = c->normalized.p, n = c->normalized.n;
+    }
     c->piece_at_start = start == 0;
-    if (!c->t->any_normalized_added) return encode_normalized(c, 0, c->normalized.n, err);
+    if (!c->t->any_normalized_added) return encode_normalized(c, 0, n, err);
     const tok_added_cb cb = {encode_normalized, push_id, c};
-    return tok_split_added(c->t, c->normalized.p, c->normalized.n, true, true, &cb, err);
+    return tok_split_added(c->t, c->piece, n, true, c->parse_special, &cb, err);
 }
 
 fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
@@ -57,7 +65,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t le
         if (!tok_utf8_lossy(text, len, &fixed)) return fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
         text = fixed.p, len = fixed.n;
     }
-    encode_ctx c = {.t = t, .text = text};
+    encode_ctx c = {.t = t, .text = text, .parse_special = parse_special};
     c.cache = tok_word_cache_new();
     c.md = pcre2_match_data_create(16, NULL);
     fm_status st = c.cache && c.md ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
@@ -70,7 +78,7 @@ fm_status fm_tokenizer_encode(const fm_tokenizer *t, const char *text, size_t le
     for (int32_t i = 0; !st && add_special && i < t->n_eos; i++) st = push_id(&c, t->eos_ids[i], err);
     tok_word_cache_free(c.cache);
     if (c.md) pcre2_match_data_free(c.md);
-    free(c.normalized.p), free(c.words.p), free(fixed.p);
+    free(c.normalized.p), free(fixed.p);
     tok_arena_free(&c.arena);
     if (st) {
         free(c.out.p);

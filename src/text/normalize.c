@@ -18,10 +18,12 @@ static bool below(const char *s, size_t n, uint32_t limit) {
     return true;
 }
 
+/* The normal forms are computed chunk by chunk: a chunk boundary before an ASCII character changes nothing (ASCII
+ * characters are starters and the second half of no composition), so only the runs of non-ASCII characters that
+ * hold a code point the form may change (>= U+0300 for NFC, any non-ASCII for the others), with the ASCII character
+ * just before them (which may compose with what follows), go through utf8proc. */
 static fm_status unicode_normal_form(tok_norm_kind kind, const tok_buf *in, tok_buf *out, fm_error *err) {
-    const uint32_t limit = kind == NORM_NFC ? 0x300 : 0x80;
-    out->n = 0;
-    if (below(in->p, in->n, limit)) return tok_buf_put(out, in->p, in->n) ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
+    const uint8_t hard = kind == NORM_NFC ? 0xCC : 0x80; /* a lead byte >= 0xCC starts a code point >= U+0300 */
     int opts = UTF8PROC_STABLE;
     switch (kind) {
     case NORM_NFC: opts |= UTF8PROC_COMPOSE; break;
@@ -29,15 +31,32 @@ static fm_status unicode_normal_form(tok_norm_kind kind, const tok_buf *in, tok_
     case NORM_NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
     default: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
     }
-    utf8proc_uint8_t *res = NULL;
-    const utf8proc_ssize_t len =
-        utf8proc_map((const utf8proc_uint8_t *)in->p, (utf8proc_ssize_t)in->n, &res, (utf8proc_option_t)opts);
-    if (len < 0) {
+    const uint8_t *u = (const uint8_t *)in->p;
+    const size_t n = in->n;
+    out->n = 0;
+    bool ok = tok_buf_put(out, "", 0);
+    for (size_t i = 0; ok && i < n;) {
+        size_t h = i;
+        while (h < n && u[h] < hard) h++;
+        if (h == n) {
+            ok = tok_buf_put(out, in->p + i, n - i);
+            break;
+        }
+        size_t s = h, e = h;
+        while (s > i && u[s - 1] >= 0x80) s--;
+        if (s > i) s--; /* the ASCII character before the run */
+        while (e < n && u[e] >= 0x80) e++;
+        ok = tok_buf_put(out, in->p + i, s - i);
+        utf8proc_uint8_t *res = NULL;
+        const utf8proc_ssize_t len = utf8proc_map(u + s, (utf8proc_ssize_t)(e - s), &res, (utf8proc_option_t)opts);
+        if (len < 0) {
+            free(res);
+            return fm_fail(err, FM_ERR_FORMAT, "tokenizer: unicode normalization failed: %s", utf8proc_errmsg(len));
+        }
+        ok = ok && tok_buf_put(out, res, (size_t)len);
         free(res);
-        return fm_fail(err, FM_ERR_FORMAT, "tokenizer: unicode normalization failed: %s", utf8proc_errmsg(len));
+        i = e;
     }
-    const bool ok = tok_buf_put(out, res, (size_t)len);
-    free(res);
     return ok ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
 }
 
@@ -78,6 +97,12 @@ static fm_status replace_all(const char *pat, const pcre2_code *re, const char *
     }
     c.ok &= tok_buf_put(out, in->p + c.done, in->n - c.done);
     return c.ok ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
+}
+
+bool tok_normalize_changes(const fm_tokenizer *t, const char *s, size_t n) {
+    for (int i = 0; i < t->n_norm; i++)
+        if (t->norm[i].kind != NORM_NFC) return true;
+    return t->n_norm > 0 && !below(s, n, 0x300);
 }
 
 fm_status tok_normalize(const fm_tokenizer *t, const char *s, size_t n, tok_buf *out, fm_error *err) {

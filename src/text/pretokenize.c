@@ -129,83 +129,109 @@ static bool split_by_mode(const tok_span *span, segs *v, tok_split_mode mode, to
     return true;
 }
 
-static fm_status metaspace(const tok_pre *p, const tok_span *span, tok_spans *out, tok_arena *arena, segs *v,
-                           pcre2_match_data *md, fm_error *err) {
-    (void)md;
+/* One pre-tokenization in progress: each step hands its pieces to the next, the last one to word(). */
+typedef struct pre_run {
+    const fm_tokenizer *t;
+    tok_arena *arena;
+    pcre2_match_data *md;
+    tok_word_fn word;
+    void *ctx;
+    fm_error *err;
+} pre_run;
+
+static fm_status step(pre_run *r, int i, tok_span sp);
+
+/* A piece out of step i - 1: into step i, or a word after the last step. Empty pieces vanish (as in `tokenizers`). */
+static fm_status emit(pre_run *r, int i, const char *s, size_t n, bool at_start) {
+    if (n == 0) return FM_OK;
+    if (i == r->t->n_pre) return r->word(r->ctx, s, n, r->err);
+    return step(r, i, (tok_span){s, n, at_start});
+}
+
+/* Isolated and Removed need no look-ahead: pieces go on as the regex finds them. */
+typedef struct stream_split {
+    pre_run *r;
+    int next;
+    tok_span sp;
+    bool keep_gaps, keep_matches;
+    size_t done;
+    fm_status st;
+} stream_split;
+
+static void on_stream_match(void *p, size_t start, size_t end) {
+    stream_split *c = p;
+    if (c->st) return;
+    if (start > c->done && c->keep_gaps)
+        c->st = emit(c->r, c->next, c->sp.s + c->done, start - c->done, c->sp.at_start && c->done == 0);
+    if (!c->st && c->keep_matches) c->st = emit(c->r, c->next, c->sp.s + start, end - start, c->sp.at_start && start == 0);
+    c->done = end;
+}
+
+static fm_status split_regex(pre_run *r, int i, const tok_span *sp, const pcre2_code *re, tok_split_mode mode,
+                             bool invert) {
+    if (mode == SPLIT_ISOLATED || mode == SPLIT_REMOVED) {
+        stream_split c = {r, i + 1, *sp, true, true, 0, FM_OK};
+        if (mode == SPLIT_REMOVED) c.keep_gaps = !invert, c.keep_matches = invert; /* invert: the matches are kept */
+        fm_status st = tok_regex_each(re, sp->s, sp->n, r->md, on_stream_match, &c, r->err);
+        if (!st) st = c.st;
+        if (!st && c.done < sp->n && c.keep_gaps)
+            st = emit(r, i + 1, sp->s + c.done, sp->n - c.done, sp->at_start && c.done == 0);
+        return st;
+    }
+    segs v = {0};
+    tok_spans out = {0};
+    fm_status st = find_segments(re, sp->s, sp->n, invert, r->md, &v, r->err);
+    if (!st && !split_by_mode(sp, &v, mode, &out)) st = fm_fail(r->err, FM_ERR_NOMEM, "tokenizer: out of memory");
+    for (size_t k = 0; !st && k < out.n; k++) st = emit(r, i + 1, out.p[k].s, out.p[k].n, out.p[k].at_start);
+    free(v.p), free(out.p);
+    return st;
+}
+
+/* Metaspace: spaces become the replacement character, which is prepended as the scheme says; with split, a piece
+ * starts at each replacement character (MergedWithNext). */
+static fm_status metaspace(pre_run *r, int i, const tok_pre *p, const tok_span *sp) {
     tok_buf b = {0};
     const size_t rl = strlen(p->repl);
     bool ok = true;
-    const bool starts = span->n >= rl && memcmp(span->s, p->repl, rl) == 0;
+    const bool starts = sp->n >= rl && memcmp(sp->s, p->repl, rl) == 0;
     /* the replacement of spaces comes first, so a leading space counts as a leading replacement */
-    const bool starts_space = span->n > 0 && span->s[0] == ' ';
-    if (!starts && !starts_space &&
-        (p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && span->at_start)))
+    const bool starts_space = sp->n > 0 && sp->s[0] == ' ';
+    if (!starts && !starts_space && (p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && sp->at_start)))
         ok &= tok_buf_put(&b, p->repl, rl);
-    for (size_t i = 0; ok && i < span->n; i++)
-        ok &= span->s[i] == ' ' ? tok_buf_put(&b, p->repl, rl) : tok_buf_putc(&b, span->s[i]);
-    char *s = ok ? tok_arena_copy(arena, b.p ? b.p : "", b.n) : NULL;
+    for (size_t k = 0; ok && k < sp->n; k++) ok &= sp->s[k] == ' ' ? tok_buf_put(&b, p->repl, rl) : tok_buf_putc(&b, sp->s[k]);
+    char *s = ok ? tok_arena_copy(r->arena, b.p ? b.p : "", b.n) : NULL;
     const size_t n = b.n;
     free(b.p);
-    if (!s) return fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
-    const tok_span whole = {s, n, span->at_start};
-    if (!p->split) return tok_spans_push(out, s, n, span->at_start) ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    /* split before each replacement character (MergedWithNext on a literal) */
-    v->n = 0, v->done = 0, v->ok = true;
-    for (size_t i = 0; i + rl <= n;) {
-        if (memcmp(s + i, p->repl, rl) == 0) {
-            on_match(v, i, i + rl);
-            i += rl;
-        } else i++;
+    if (!s) return fm_fail(r->err, FM_ERR_NOMEM, "tokenizer: out of memory");
+    if (!p->split) return emit(r, i + 1, s, n, sp->at_start);
+    size_t from = 0;
+    fm_status st = FM_OK;
+    for (size_t k = 1; !st && k + rl <= n; k++)
+        if (memcmp(s + k, p->repl, rl) == 0) st = emit(r, i + 1, s + from, k - from, sp->at_start && from == 0), from = k;
+    return st ? st : emit(r, i + 1, s + from, n - from, sp->at_start && from == 0);
+}
+
+static fm_status step(pre_run *r, int i, tok_span sp) {
+    const tok_pre *p = &r->t->pre[i];
+    switch (p->kind) {
+    case PRE_SPLIT: return split_regex(r, i, &sp, p->re, p->mode, p->invert);
+    case PRE_BYTE_LEVEL:
+        if (p->add_prefix_space && sp.s[0] != ' ') {
+            char *s = tok_arena_copy(r->arena, NULL, 1 + sp.n);
+            if (!s) return fm_fail(r->err, FM_ERR_NOMEM, "tokenizer: out of memory");
+            s[0] = ' ';
+            memcpy(s + 1, sp.s, sp.n);
+            s[sp.n + 1] = '\0';
+            sp.s = s, sp.n++;
+        }
+        return p->re ? split_regex(r, i, &sp, p->re, SPLIT_ISOLATED, false) : emit(r, i + 1, sp.s, sp.n, sp.at_start);
+    case PRE_METASPACE: return metaspace(r, i, p, &sp);
     }
-    if (v->done < n) seg_push(v, v->done, n, false);
-    if (!v->ok || !split_by_mode(&whole, v, SPLIT_MERGED_NEXT, out))
-        return fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
     return FM_OK;
 }
 
-fm_status tok_pretokenize(const fm_tokenizer *t, tok_span piece, tok_spans *words, tok_arena *arena,
+fm_status tok_pretokenize(const fm_tokenizer *t, tok_span piece, tok_word_fn word, void *ctx, tok_arena *arena,
                           pcre2_match_data *md, fm_error *err) {
-    if (piece.n == 0) return FM_OK;
-    if (t->n_pre == 0) return tok_spans_push(words, piece.s, piece.n, piece.at_start) ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    tok_spans cur = {0}, next = {0};
-    segs v = {0};
-    fm_status st = tok_spans_push(&cur, piece.s, piece.n, piece.at_start) ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    for (int i = 0; !st && i < t->n_pre; i++) {
-        const tok_pre *p = &t->pre[i];
-        tok_spans *dst = i + 1 == t->n_pre ? words : &next; /* the last step writes the words */
-        if (dst == &next) next.n = 0;
-        for (size_t k = 0; !st && k < cur.n; k++) {
-            tok_span sp = cur.p[k];
-            switch (p->kind) {
-            case PRE_SPLIT:
-                st = find_segments(p->re, sp.s, sp.n, p->invert, md, &v, err);
-                if (!st && !split_by_mode(&sp, &v, p->mode, dst)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-                break;
-            case PRE_BYTE_LEVEL:
-                if (p->add_prefix_space && sp.s[0] != ' ') {
-                    char *s = tok_arena_copy(arena, NULL, 1 + sp.n);
-                    if (!s) {
-                        st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-                        break;
-                    }
-                    s[0] = ' ';
-                    memcpy(s + 1, sp.s, sp.n);
-                    s[sp.n + 1] = '\0';
-                    sp.s = s, sp.n++;
-                }
-                if (p->re) {
-                    st = find_segments(p->re, sp.s, sp.n, false, md, &v, err);
-                    if (!st && !split_by_mode(&sp, &v, SPLIT_ISOLATED, dst))
-                        st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-                } else if (!tok_spans_push(dst, sp.s, sp.n, sp.at_start))
-                    st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-                break;
-            case PRE_METASPACE: st = metaspace(p, &sp, dst, arena, &v, md, err); break;
-            }
-        }
-        tok_spans swap = cur;
-        cur = next, next = swap;
-    }
-    free(cur.p), free(next.p), free(v.p);
-    return st;
+    pre_run r = {t, arena, md, word, ctx, err};
+    return emit(&r, 0, piece.s, piece.n, piece.at_start);
 }

@@ -158,6 +158,8 @@ struct fm_tokenizer {
 /* ---- the steps, each in its file ---- */
 /* Applies the normalizers to s[0..n) into out (replacing its contents). */
 fm_status tok_normalize(const fm_tokenizer *t, const char *s, size_t n, tok_buf *out, fm_error *err);
+/* False when the normalizers leave s[0..n) as it is for certain (none, or only NFC on text below U+0300). */
+bool tok_normalize_changes(const fm_tokenizer *t, const char *s, size_t n);
 
 /* A piece of text between the pipeline's stages: bytes, and whether it starts the original text. */
 typedef struct tok_span {
@@ -180,8 +182,10 @@ typedef struct tok_arena {
 char *tok_arena_copy(tok_arena *a, const char *s, size_t n);
 void tok_arena_free(tok_arena *a);
 
-/* Splits one normalized piece into words through the pre-tokenizers (appended to words). */
-fm_status tok_pretokenize(const fm_tokenizer *t, tok_span piece, tok_spans *words, tok_arena *arena,
+/* Splits one normalized piece into words through the pre-tokenizers, calling word() on each in order as it is
+ * found. md: match data the regexes share (any size); arena: for pieces a step rewrites (Metaspace, a prefix space). */
+typedef fm_status (*tok_word_fn)(void *ctx, const char *s, size_t n, fm_error *err);
+fm_status tok_pretokenize(const fm_tokenizer *t, tok_span piece, tok_word_fn word, void *ctx, tok_arena *arena,
                           pcre2_match_data *md, fm_error *err);
 
 /* Finds each match of re in s[0..n), calling fn(start, end) in order; empty matches are skipped. */
