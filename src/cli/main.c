@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "  generate    new token ids after a prompt of int32 ids (or a batch of prompts): greedy or sampled;\n"
             "              prefill and decode tokens/s, time to first token\n"
             "  perplexity  perplexity over windows of a token-id file\n"
+            "  serve       an OpenAI-compatible HTTP server (chat and completions, streamed) with continuous batching\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
             "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "requantize") || !strcmp(cmd, "--requantize")) return cmd_requantize(argc - 1, argv + 1);
     fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
