@@ -7,7 +7,7 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS_ALL = -std=c11 -D_DEFAULT_SOURCE $(OPT) $(SAN) -g -Wall -Wextra -Werror -MMD -MP -fopenmp -Iinclude -Isrc $(EXTRA_CFLAGS)
-LDLIBS_ALL = -lcjson -lpcre2-8 -lmicrohttpd -lpthread -lm -fopenmp $(SAN)
+LDLIBS_ALL = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -fopenmp $(SAN)
 
 # CUDA: compiled whenever nvcc is present (CI has it; the GPU machine has it). NVCC= builds without it.
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)

@@ -4,6 +4,7 @@ set -eu
 need=()
 dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
 dpkg -s libpcre2-dev >/dev/null 2>&1 || need+=(libpcre2-dev) # checkpoint regexes (compressed-tensors ignore)
+dpkg -s libutf8proc-dev >/dev/null 2>&1 || need+=(libutf8proc-dev) # tokenizer: NFC normalization
 dpkg -s libcmocka-dev >/dev/null 2>&1 || need+=(libcmocka-dev)
 command -v clang-format >/dev/null 2>&1 || need+=(clang-format) # make format-check (CI)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox) # parity --plot (without it the plot is skipped, said in one line)

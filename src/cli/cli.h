@@ -21,6 +21,9 @@ int cmd_serve(int argc, char **argv);
 int cmd_bench_moe(int argc, char **argv);    /* bench moe (argv[0] = "moe") */
 int cmd_bench_gemm(int argc, char **argv);   /* bench gemm (argv[0] = "gemm") */
 int cmd_bench_decode(int argc, char **argv); /* bench decode (argv[0] = "decode") */
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_bench_tokenize(int argc, char **argv); /* bench tokenize (argv[0] = "tokenize") */
 
 /* Prints "fp8moe CMD: error: MSG" and returns the exit code for st. */
 int cli_fail(const char *cmd, fm_status st, const fm_error *err);

@@ -1,4 +1,5 @@
-/* fp8moe: the command line. Subcommands: logits, generate, perplexity, inspect, parity, bench, requantize. */
+/* fp8moe: the command line. Subcommands: logits, generate, perplexity, inspect, parity, bench, requantize, tokenize,
+ * detokenize. */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -20,6 +21,8 @@ static void usage(FILE *f) {
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
             "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
             "              bench gemm: every layer's attention projections, every route side by side\n"
+            "              bench tokenize: encode MB/s of a tokenizer.json on a text file, one thread\n"
+            "  tokenize    token ids of a text with the model's tokenizer.json (detokenize: ids back to text)\n"
             "  requantize  write a float checkpoint as int4 compressed-tensors pack-quantized with our int4\n"
             "              quantizer; it loads bit-identically under --preset int4 and fp8 (also: --requantize)\n"
             "\n"
@@ -50,6 +53,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "requantize") || !strcmp(cmd, "--requantize")) return cmd_requantize(argc - 1, argv + 1);
     fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
     return CLI_USAGE;
