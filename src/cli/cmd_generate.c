@@ -1,7 +1,7 @@
 /* fp8moe generate: new token ids after one prompt or a batch of prompts (fm_model_generate), with the run's
- * prefill and decode speed. The load is planned from the prompts: the KV cache holds --max-seqs sequences of
- * (longest prompt + --max-tokens) tokens unless --ctx says otherwise, and one prefill step takes at most
- * --prefill-chunk tokens. */
+ * prefill and decode speed; with --prompt TEXT (and --chat) the prompt is text and the new text streams to stdout.
+ * The load is planned from the prompts: the KV cache holds --max-seqs sequences of (longest prompt + --max-tokens)
+ * tokens unless --ctx says otherwise, and one prefill step takes at most --prefill-chunk tokens. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "cli/gen_text.h"
 #include "io/config.h"
 #include "io/ids.h"
 #include "util/file.h"
@@ -17,6 +18,7 @@
 
 static const char *HELP =
     "usage: fp8moe generate --model DIR (--ids FILE | --batch-file FILE) --max-tokens N --out FILE [options]\n"
+    "       fp8moe generate --model DIR --prompt TEXT [--chat [--system TEXT] [--no-think]] [options]\n"
     "\n"
     "Generates up to N new tokens after each prompt and writes their ids, the prompt excluded, to --out as\n"
     "little-endian int32; with several prompts, every sequence in prompt order, one after the other (--json says\n"
@@ -25,6 +27,16 @@ static const char *HELP =
     "the ids of --stream. Output files appear only when complete.\n"
     "\n"
     "prompts:\n"
+    "  --prompt TEXT            one prompt as text, encoded by DIR/tokenizer.json (with the special tokens its\n"
+    "                           post-processor adds, such as Mistral's <s>); the new text is printed on stdout as\n"
+    "                           it is generated; --max-tokens defaults to 256, --out is optional\n"
+    "  --chat                   --prompt is one user turn of the model's chat template (chat_template.jinja or\n"
+    "                           tokenizer_config.json, recognised by its text), the assistant's turn opened; its\n"
+    "                           end-of-turn token (<|im_end|>) ends the sequence too. -v prints the rendered prompt\n"
+    "  --system TEXT            with --chat: a system message before the user turn\n"
+    "  --no-think               with --chat: Qwen3's enable_thinking=false (an empty <think></think> block)\n"
+    "  --chat-template NAME     with --chat: render with this template instead of the checkpoint's: qwen3, chatml,\n"
+    "                           mistral (Mixtral-8x7B-Instruct's [INST]), mistral-legacy (its 2023 version)\n"
     "  --ids FILE               one prompt: token ids (little-endian int32)\n"
     "  --batch-file FILE        several prompts, generated together: a text file with one ids-file path per line\n"
     "                           (relative paths are relative to FILE's directory; blank lines are skipped).\n"
@@ -83,7 +95,12 @@ enum {
     OPT_IGNORE_EOS,
     OPT_STREAM,
     OPT_MAX_SEQS,
-    OPT_PREFILL_CHUNK
+    OPT_PREFILL_CHUNK,
+    OPT_PROMPT,
+    OPT_CHAT,
+    OPT_SYSTEM,
+    OPT_NO_THINK,
+    OPT_CHAT_TEMPLATE
 };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
                                             {"batch-file", required_argument, 0, OPT_BATCH},
@@ -104,6 +121,11 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"stream", no_argument, 0, OPT_STREAM},
                                             {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+                                            {"prompt", required_argument, 0, OPT_PROMPT},
+                                            {"chat", no_argument, 0, OPT_CHAT},
+                                            {"system", required_argument, 0, OPT_SYSTEM},
+                                            {"no-think", no_argument, 0, OPT_NO_THINK},
+                                            {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
                                             {0, 0, 0, 0}};
 
 typedef struct gen_args {
@@ -116,6 +138,8 @@ typedef struct gen_args {
     int32_t stop_seq_lens[MAX_STOP_SEQS];
     int32_t n_stop_seqs;
     bool stream;
+    gen_text_opts text; /* --prompt, --chat and theirs */
+    gen_text *gt;       /* a text prompt's tokenizer and printer, while it runs */
 } gen_args;
 
 /* A number for opt: finite, above lo (or at it when lo_incl), below hi (or at it when hi_incl). */
@@ -210,6 +234,11 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_STOP_SEQ: return parse_stop_seq(cmd, arg, a);
     case OPT_IGNORE_EOS: a->gp.ignore_eos = true; return true;
     case OPT_STREAM: a->stream = true; return true;
+    case OPT_PROMPT: a->text.prompt = arg; return true;
+    case OPT_CHAT: a->text.chat = true; return true;
+    case OPT_SYSTEM: a->text.system = arg; return true;
+    case OPT_NO_THINK: a->text.no_think = true; return true;
+    case OPT_CHAT_TEMPLATE: a->text.template_name = arg; return true;
     }
     return true;
 }
@@ -520,9 +549,11 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
             params[i].n_stop_seqs = a->n_stop_seqs;
             ids[i] = prompts[i].ids, lens[i] = prompts[i].n;
         }
-        st = fm_model_generate(m, ids, lens, params, n, mo->opt.max_tokens, a->stream ? stream_token : NULL, &streamed,
-                               out, &stats, &err);
-        if (a->stream && streamed) printf("\n");
+        fm_token_fn on_token = a->gt ? gen_text_on_token : a->stream ? stream_token : NULL;
+        void *user = a->gt ? (void *)a->gt : &streamed;
+        st = fm_model_generate(m, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out, &stats, &err);
+        if (a->gt) gen_text_finish(a->gt);
+        else if (a->stream && streamed) printf("\n");
     }
     if (!st && rc < 0) {
         r.stats = &stats;
@@ -530,12 +561,14 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
             r.prompt_tokens += prompts[i].n, r.new_tokens += out[i].n;
             r.finish[out[i].finish]++;
         }
-        st = write_ids(&r, a->out_path, &err);
+        if (a->out_path) st = write_ids(&r, a->out_path, &err);
         if (!st && a->json_path) st = write_json(&r, a->json_path, &err);
         if (!st) {
             print_summary(&r);
-            fprintf(stderr, "wrote %lld ids to %s%s%s\n", (long long)r.new_tokens, a->out_path,
-                    a->json_path ? ", the details to " : "", a->json_path ? a->json_path : "");
+            if (a->out_path)
+                fprintf(stderr, "wrote %lld ids to %s%s%s\n", (long long)r.new_tokens, a->out_path,
+                        a->json_path ? ", the details to " : "", a->json_path ? a->json_path : "");
+            else if (a->json_path) fprintf(stderr, "wrote the details to %s\n", a->json_path);
         }
     }
     for (int32_t i = 0; out && i < n; i++) free(out[i].ids), free(out[i].logprobs);
@@ -543,6 +576,47 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     fm_model_free(m);
     if (st) return cli_fail(cmd, st, &err);
     return rc >= 0 ? rc : CLI_OK;
+}
+
+enum { DEFAULT_TEXT_MAX_TOKENS = 256 };
+
+/* generate --prompt TEXT [--chat ...]: one text prompt, its new text streamed to stdout. */
+static int cmd_generate_text(const char *cmd, cli_model_opts *mo, gen_args *a) {
+    if (!a->text.prompt) return cli_usage(cmd, "--chat, --system, --no-think and --chat-template need --prompt TEXT");
+    if (!a->text.chat && (a->text.system || a->text.no_think || a->text.template_name))
+        return cli_usage(cmd, "--system, --no-think and --chat-template apply to --chat");
+    if (!mo->model_dir) return cli_usage(cmd, "--model is required");
+    if (a->ids_path || a->batch_path) return cli_usage(cmd, "--prompt excludes --ids and --batch-file");
+    if (a->stream) return cli_usage(cmd, "--stream prints ids; --prompt prints the text already");
+    if ((a->out_path && !*a->out_path) || (a->json_path && !*a->json_path))
+        return cli_usage(cmd, "--out and --json need a file name, got ''");
+    if (same_file(a->out_path, a->json_path))
+        return cli_usage(cmd, "--out and --json name the same file '%s'", a->out_path);
+    if (!a->max_tokens) a->max_tokens = DEFAULT_TEXT_MAX_TOKENS;
+    a->gp.max_tokens = a->max_tokens;
+    a->text.verbose = mo->opt.verbose;
+
+    fm_error err = {{0}};
+    fm_status st = a->out_path ? fm_check_output_path(a->out_path, &err) : FM_OK;
+    if (!st && a->json_path) st = fm_check_output_path(a->json_path, &err);
+    gen_text gt;
+    gen_prompt prompt = {0};
+    if (!st) st = gen_text_prompt(mo->model_dir, &a->text, &gt, &prompt.ids, &prompt.n, &err);
+    if (st) return cli_fail(cmd, st, &err);
+    for (int32_t i = 0; i < gt.n_stop_ids && a->n_stop_ids < MAX_STOP_IDS; i++)
+        a->stop_ids[a->n_stop_ids++] = gt.stop_ids[i];
+    int rc = CLI_OK;
+    if (!(prompt.path = strdup(a->text.chat ? "the chat prompt" : "--prompt"))) {
+        fm_fail(&err, FM_ERR_NOMEM, "out of memory");
+        rc = cli_fail(cmd, FM_ERR_NOMEM, &err);
+    } else {
+        a->gt = &gt;
+        rc = run(cmd, mo, a, &prompt, 1);
+        a->gt = NULL;
+    }
+    free(prompt.path), free(prompt.ids);
+    gen_text_free(&gt);
+    return rc;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -554,6 +628,8 @@ int cmd_generate(int argc, char **argv) {
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
+    if (a.text.prompt || a.text.chat || a.text.system || a.text.no_think || a.text.template_name)
+        return cmd_generate_text(cmd, &mo, &a);
     if (!mo.model_dir || !a.max_tokens || !a.out_path || !(a.ids_path || a.batch_path))
         return cli_usage(cmd, "--model, --ids (or --batch-file), --max-tokens and --out are required");
     if (a.ids_path && a.batch_path)
