@@ -89,7 +89,7 @@ const char fm_serve_page_html[] =
     "  let n = 0, answer = \"\";\n"
     "  try {\n"
     "    const r = await fetch(\"/v1/chat/completions\", {method: \"POST\", headers: headers(), body: JSON.stringify({\n"
-    "      model, messages, stream: true, max_tokens: Number(document.getElementById(\"max\").value) || 128,\n"
+    "      model: model || undefined, messages, stream: true, max_tokens: Number(document.getElementById(\"max\").value) || 128,\n"
     "      temperature: Number(document.getElementById(\"temp\").value) || 0, stream_options: {include_usage: true}})});\n"
     "    if (!r.ok) throw new Error((await r.json()).error.message);\n"
     "    for await (const chunk of events(r.body)) {\n"

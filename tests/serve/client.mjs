@@ -125,7 +125,7 @@ ok("completions stream (text prompt): same text");
 const cut = Math.max(4, Math.floor(text.length / 2));
 const stopStr = text.slice(cut, cut + 3);
 const upTo = text.slice(0, text.indexOf(stopStr));
-const st1 = await client.completions.create({ ...greedy, prompt: codePrompt, max_tokens: 40, stop: [stopStr, "\u0000never"] });
+const st1 = await client.completions.create({ ...greedy, prompt: codePrompt, max_tokens: 40, stop: [stopStr, "@@never@@"] });
 assert.equal(st1.choices[0].text, upTo);
 assert.equal(st1.choices[0].finish_reason, "stop");
 assert.ok(st1.usage.completion_tokens < 40);
@@ -188,13 +188,13 @@ await expectIdle("after the concurrent clients");
 const before = (await metrics()).get("fp8moe_requests_cancelled_total");
 const ac = new AbortController();
 const long = await client.completions.create({ ...greedy, prompt: ids(7, 10), max_tokens: 1800, stream: true }, { signal: ac.signal });
-let got = 0;
-try {
-  for await (const ch of long) { got += ch.choices.length; if (got >= 5) ac.abort(); }
-  assert.fail("the stream should have been aborted");
-} catch (e) {
-  assert.ok(e.name === "APIUserAbortError" || e.name === "AbortError", "abort: " + e.name);
+let got = 0, finished = false;
+for await (const ch of long) {
+  got += ch.choices.length;
+  if (ch.choices.length && ch.choices[0].finish_reason) finished = true;
+  if (got >= 5) { ac.abort(); break; } // the connection closes; the server sees the client gone
 }
+assert.equal(finished, false);
 ok("client aborted a 1800-token stream after " + got + " chunks");
 const idle = await expectIdle("after the abort");
 assert.ok(idle.get("fp8moe_requests_cancelled_total") > before, "the aborted request was cancelled");
