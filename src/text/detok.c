@@ -54,7 +54,7 @@ const char *fm_detok_push(fm_detok *d, int32_t id) {
     char *text = NULL;
     size_t len = 0;
     if (fm_tokenizer_decode(d->t, d->ids.p, d->ids.n, d->skip_special, &text, &len, &err)) return "";
-    if (len <= d->prefix_len || ends_incomplete(text, len) || memcmp(text, d->prefix, d->prefix_len) != 0) {
+    if (len <= d->prefix_len || ends_incomplete(text, len) || (d->prefix_len && memcmp(text, d->prefix, d->prefix_len) != 0)) {
         free(text);
         return "";
     }
@@ -79,7 +79,7 @@ const char *fm_detok_flush(fm_detok *d) {
     size_t len = 0;
     const char *res = "";
     if (!fm_tokenizer_decode(d->t, d->ids.p, d->ids.n, d->skip_special, &text, &len, &err) && len > d->prefix_len &&
-        memcmp(text, d->prefix, d->prefix_len) == 0)
+        (!d->prefix_len || memcmp(text, d->prefix, d->prefix_len) == 0))
         res = give(d, text + d->prefix_len, len - d->prefix_len);
     free(text);
     d->ids.n = 0, d->prefix_at = 0;

@@ -28,7 +28,9 @@ fm_status tok_regex_each(const pcre2_code *re, const char *s, size_t n, pcre2_ma
                          void (*fn)(void *ctx, size_t start, size_t end), void *ctx, fm_error *err) {
     size_t at = 0;
     while (at < n) {
-        const int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        /* the JIT entry point skips pcre2_match's option checks; a pattern without JIT code takes the interpreter */
+        int rc = pcre2_jit_match(re, (PCRE2_SPTR)s, n, at, 0, md, NULL);
+        if (rc == PCRE2_ERROR_JIT_BADOPTION) rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];

@@ -271,11 +271,13 @@ static fm_status load_decoder(ctx *c, const cJSON *o, int depth) {
 static fm_status append_ids(ctx *c, int32_t **dst, int32_t *n, const int32_t *src, int32_t k, bool front) {
     int32_t *p = realloc(*dst, (size_t)(*n + k + 1) * sizeof *p);
     if (!p) return fm_fail(c->err, FM_ERR_NOMEM, "out of memory");
+    *dst = p;
+    if (k == 0) return FM_OK;
     if (front) {
         memmove(p + k, p, (size_t)*n * sizeof *p);
         memcpy(p, src, (size_t)k * sizeof *p);
     } else memcpy(p + *n, src, (size_t)k * sizeof *p);
-    *dst = p, *n += k;
+    *n += k;
     return FM_OK;
 }
 
@@ -538,8 +540,8 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
             ij = tok_strmap_get(&t->vocab, joined, (uint32_t)(na + nb));
         }
         if (ia < 0 || ib < 0 || ij < 0) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.60s' + '%.60s'): %s is not in model.vocab",
-                         label, (long long)rank, a, b, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
+            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.*s' + '%.*s'): %s is not in model.vocab",
+                         label, (long long)rank, (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
             break;
         }
         if (!tok_pairmap_put(&t->merges, ia, ib, (int32_t)rank, ij)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
