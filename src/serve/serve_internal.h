@@ -4,6 +4,7 @@
 #define FM_SERVE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -112,7 +113,8 @@ struct srv {
     job *inbox, *inbox_tail;
     job **active; /* submitted and not ended (the scheduler thread's) */
     int32_t n_active, cap_active;
-    int32_t n_jobs; /* accepted and not ended: the queue bound */
+    int32_t n_jobs;       /* accepted and not ended: the queue bound */
+    atomic_int n_live;    /* jobs allocated and not yet freed (a reply may still be going out) */
     bool stopping;
     metrics met;
     fm_sched_stats stats; /* after the last step */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -36,6 +37,7 @@ static void job_free(job *j) {
     sb_free(&j->pending), sb_free(&j->text), sb_free(&j->out);
     cJSON_Delete(j->lp);
     pthread_cond_destroy(&j->cv);
+    atomic_fetch_sub(&j->s->n_live, 1);
     free(j);
 }
 
@@ -245,6 +247,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     job *j = calloc(1, sizeof *j);
     if (!j) return reply_error(s, c, &(oa_error){.status = 500, .type = "server_error", .message = "out of memory"});
     j->s = s;
+    atomic_fetch_add(&s->n_live, 1);
     pthread_cond_init(&j->cv, NULL);
     int rc = oa_parse(s, cs->body.p ? cs->body.p : "", cs->body.n, chat, j, &e);
     fm_error err;
@@ -476,7 +479,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     signal(SIGPIPE, SIG_IGN);
     pthread_create(&s->thread, NULL, scheduler_thread, s);
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
         (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
         v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
         MHD_OPTION_END);
@@ -500,7 +503,14 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL); /* every request ends (cancelled) */
-    if (d) MHD_stop_daemon(d);     /* the connections finish their replies */
+    if (d) {
+        /* no new connections; the replies under way get their last chunk out (5 s at most), then the daemon stops
+           (which closes whatever is still open) */
+        const MHD_socket listen = MHD_quiesce_daemon(d);
+        for (int i = 0; i < 500 && atomic_load(&s->n_live) > 0; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+        MHD_stop_daemon(d);
+        if (listen != MHD_INVALID_SOCKET) close(listen); /* quiesce hands the listening socket to the caller */
+    }
     if (s->fatal && !st) st = s->fatal, *err = s->fatal_err;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (s->tok) fm_tokenizer_free(s->tok);

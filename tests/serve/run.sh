@@ -66,6 +66,11 @@ node tests/serve/page.mjs "$URL" "$KEY" "$OUT/chat-page.png" "$CHROMIUM"
 echo "== serve: clean shutdown"
 used=$(curl -s "$URL/metrics" | awk '/^fp8moe_kv_blocks_used /{print $2}')
 [ "$used" = 0 ] || { echo "KV blocks in use at the end: $used"; exit 1; }
+# a stream still running when SIGTERM comes: it is cancelled and ends with data: [DONE]
+curl -sN -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
+  -d '{"prompt":[1,2,3],"max_tokens":2000,"ignore_eos":true,"stream":true}' "$URL/v1/completions" >"$OUT/inflight.txt" &
+inflight=$!
+for _ in $(seq 1 100); do [ -s "$OUT/inflight.txt" ] && break; sleep 0.1; done
 for i in "${!pids[@]}"; do
   p=${pids[$i]}
   kill -TERM "$p"
@@ -75,6 +80,9 @@ for i in "${!pids[@]}"; do
   fi
 done
 pids=()
+wait "$inflight" || true
+[ "$(tail -n 2 "$OUT/inflight.txt" | head -n 1)" = "data: [DONE]" ] || { echo "the in-flight stream was not ended"; exit 1; }
+grep -q '"finish_reason":"stop"' "$OUT/inflight.txt"
 grep -q 'SIGTERM: shutting down' "$OUT/main.log"
-echo "  ok  both servers exited 0 on SIGTERM (no sanitizer report), no KV block in use"
+echo "  ok  both servers exited 0 on SIGTERM (no sanitizer report), no KV block in use; a stream in flight was ended"
 echo "SERVE TESTS PASSED"
