@@ -4,6 +4,7 @@
  * the last of its references: the connection (request-completed callback), a streamed response (its free callback),
  * the scheduler (the request's final event). */
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -92,6 +93,7 @@ static int end_unsubmitted(srv *s, job *j, fm_sched_end end, const char *msg) {
     j->ended = true, j->end = end;
     snprintf(j->err_msg, sizeof j->err_msg, "%s", msg);
     s->n_jobs--;
+    if (end == FM_SCHED_CANCELLED) s->met.cancelled++;
     pthread_cond_broadcast(&j->cv);
     return --j->refs;
 }
@@ -242,6 +244,13 @@ static void stream_free(void *cls) {
     job_unref(j->s, j);
 }
 
+/* the peer closed its end (an orderly close reads as 0 bytes; pipelined data means it is still there) */
+static bool client_gone(int fd) {
+    char b;
+    const ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool chat) {
     oa_error e;
     job *j = calloc(1, sizeof *j);
@@ -293,7 +302,16 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
         MHD_destroy_response(r);
         return ret;
     }
-    while (!pull(j, true, 3600.0)) {
+    /* a non-stream reply is written at the end: meanwhile the socket is watched for the client going away */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    while (!pull(j, true, 0.2)) {
+        if (ci && client_gone(ci->connect_fd)) {
+            pthread_mutex_lock(&s->mu);
+            j->cancel = true;
+            pthread_cond_signal(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return MHD_NO; /* closes the connection; the completed callback lets go of the job */
+        }
     }
     if (j->end == FM_SCHED_ERROR) {
         oa_fail(&e, 500, "server_error", NULL, NULL, "%s", j->err_msg[0] ? j->err_msg : "generation failed");

@@ -4,6 +4,7 @@
 //   BUSY_URL  a second server started with --max-seqs 1 --max-queue 0 (no key), for the 429 check
 // Every check prints one line; the first failure ends the run with exit code 1.
 import assert from "node:assert/strict";
+import net from "node:net";
 import OpenAI from "openai";
 
 const [base, key, busyBase] = process.argv.slice(2);
@@ -199,6 +200,25 @@ ok("client aborted a 1800-token stream after " + got + " chunks");
 const idle = await expectIdle("after the abort");
 assert.ok(idle.get("fp8moe_requests_cancelled_total") > before, "the aborted request was cancelled");
 ok("the aborted request counted as cancelled");
+
+// ---- a non-stream client that closes its connection while its reply is being generated
+const before2 = idle.get("fp8moe_requests_cancelled_total");
+await new Promise((resolve, reject) => {
+  const body = JSON.stringify({ model, prompt: ids(8, 10), max_tokens: 1800, ignore_eos: true, temperature: 0 });
+  const u = new URL(base);
+  const sock = net.connect(Number(u.port), u.hostname, () => {
+    sock.write("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
+               key + "\r\nContent-Length: " + Buffer.byteLength(body) + "\r\n\r\n" + body);
+    const poll = async () => { // close once the server is generating it
+      if ((await metrics()).get("fp8moe_requests_running") >= 1) { sock.destroy(); resolve(); } else setTimeout(poll, 20);
+    };
+    poll().catch(reject);
+  });
+  sock.on("error", reject);
+});
+const idle2 = await expectIdle("after a non-stream client closed its connection");
+assert.ok(idle2.get("fp8moe_requests_cancelled_total") > before2, "the closed request was cancelled");
+ok("the closed non-stream request counted as cancelled");
 
 // ---- malformed and refused requests
 expectError(await raw("/v1/completions", { body: "{not json" }), 400, null, "bad JSON");
