@@ -7,7 +7,7 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS_ALL = -std=c11 -D_DEFAULT_SOURCE $(OPT) $(SAN) -g -Wall -Wextra -Werror -MMD -MP -fopenmp -Iinclude -Isrc $(EXTRA_CFLAGS)
-LDLIBS_ALL = -lcjson -lpcre2-8 -lutf8proc -lm -fopenmp $(SAN)
+LDLIBS_ALL = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -fopenmp $(SAN)
 
 # CUDA: compiled whenever nvcc is present (CI has it; the GPU machine has it). NVCC= builds without it.
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -42,7 +42,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libfp8moe.a
 BIN := $(BUILD)/fp8moe
 
-.PHONY: all test test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check
+.PHONY: all test test-serve test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check
 all: $(LIB) $(BIN)
 
 $(LIB): $(LIB_OBJ)
@@ -78,7 +78,16 @@ test: tests-build
 	@set -e; fail=0; for t in $(TEST_BIN); do \
 	  echo "== $$t"; FP8MOE_BIN=$(BIN) ./$$t || fail=1; \
 	done; \
+	echo "== tests/serve/run.sh (fp8moe serve under ASan against the openai client, curl and Chromium)"; \
+	$(MAKE) --no-print-directory test-serve || fail=1; \
 	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED"; else echo "SOME TESTS FAILED"; exit 1; fi
+
+# fp8moe serve against real clients (tests/serve/run.sh: the openai npm package, curl, headless Chromium), the server
+# built with ASan + UBSan for the whole run: a leak, a memory error or a KV block left in use fails it.
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+test-serve:
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT=-O2 NVCC= SAN="$(SAN_FLAGS)" build/asan/fp8moe >/dev/null
+	@tests/serve/run.sh build/asan/fp8moe
 
 # GPU tests (need a GPU; run through the device tool): every CUDA op against the CPU op, whole-model parity.
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
@@ -97,7 +106,7 @@ test-gpu: $(GPU_TEST_BIN) $(BIN)
 
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O2 NVCC= \
-	  SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+	  SAN="$(SAN_FLAGS)" test
 
 # libFuzzer target for the safetensors + config + shard-index parsers (clang).
 FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/io/quant_config.c src/io/ckpt_regex.c \
@@ -139,6 +148,7 @@ help:
 	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
+	@echo "  make test-serve  fp8moe serve (ASan build) against the openai npm client, curl and headless Chromium"
 	@echo "  make test-gpu  CUDA op tests against the CPU, whole-model GPU parity (needs a GPU)"
 	@echo "  make fuzz-run  libFuzzer on the checkpoint parsers for FUZZ_SECONDS (default 60)"
 	@echo "  make format    apply .clang-format to every source (make format-check: what CI checks)"

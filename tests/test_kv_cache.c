@@ -112,6 +112,36 @@ static void test_reuse_and_full(void **state) {
     fm_kv_pool_free(&p);
 }
 
+static void test_truncate(void **state) {
+    (void)state;
+    fm_kv_pool p;
+    fm_error err;
+    assert_int_equal(fm_kv_pool_init(&p, 2, 64, 16, 0, &err), FM_OK);
+    int32_t s;
+    assert_int_equal(fm_kv_seq_open(&p, &s, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_append(&p, s, 50, &err), FM_OK); /* 4 blocks */
+    const int32_t first = p.tables[0], second = p.tables[1];
+    fm_kv_seq_truncate(&p, s, 17); /* tokens 0..16: blocks 0 and 1 stay, 2 and 3 return */
+    assert_int_equal(fm_kv_seq_tokens(&p, s), 17);
+    assert_int_equal(blocks_of(&p, s), 2);
+    assert_int_equal(p.tables[0], first);
+    assert_int_equal(p.tables[1], second);
+    assert_int_equal(p.n_free, p.n_blocks - 2);
+    check_invariant(&p);
+    fm_kv_seq_truncate(&p, s, 17); /* not shorter: nothing */
+    fm_kv_seq_truncate(&p, s, 40); /* longer: nothing */
+    assert_int_equal(fm_kv_seq_tokens(&p, s), 17);
+    fm_kv_seq_truncate(&p, s, 16); /* exactly one block */
+    assert_int_equal(blocks_of(&p, s), 1);
+    assert_int_equal(fm_kv_seq_append(&p, s, 1, &err), FM_OK); /* grows again from there */
+    assert_int_equal(blocks_of(&p, s), 2);
+    fm_kv_seq_truncate(&p, s, 0);
+    assert_int_equal(blocks_of(&p, s), 0);
+    assert_int_equal(fm_kv_seq_tokens(&p, s), 0); /* still open */
+    assert_int_equal(p.n_free, p.n_blocks);
+    check_invariant(&p);
+    fm_kv_pool_free(&p);
+}
 static void test_random_ops(void **state) {
     (void)state;
     fm_kv_pool p;
@@ -158,7 +188,7 @@ static void test_bad_init(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_bytes), cmocka_unit_test(test_boundaries), cmocka_unit_test(test_reuse_and_full),
-        cmocka_unit_test(test_random_ops),  cmocka_unit_test(test_bad_init),
+        cmocka_unit_test(test_random_ops),  cmocka_unit_test(test_bad_init), cmocka_unit_test(test_truncate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

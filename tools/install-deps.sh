@@ -6,6 +6,11 @@ dpkg -s libcjson-dev >/dev/null 2>&1 || need+=(libcjson-dev)
 dpkg -s libpcre2-dev >/dev/null 2>&1 || need+=(libpcre2-dev) # checkpoint regexes (compressed-tensors ignore)
 dpkg -s libutf8proc-dev >/dev/null 2>&1 || need+=(libutf8proc-dev) # tokenizer: NFC normalization
 dpkg -s libcmocka-dev >/dev/null 2>&1 || need+=(libcmocka-dev)
+dpkg -s libmicrohttpd-dev >/dev/null 2>&1 || need+=(libmicrohttpd-dev) # fp8moe serve: the HTTP server
+command -v node >/dev/null 2>&1 || need+=(nodejs)       # tests/serve: the openai npm client, puppeteer-core
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v curl >/dev/null 2>&1 || need+=(curl)         # tests/serve: SSE framing
+command -v chromium >/dev/null 2>&1 || need+=(chromium) # tests/serve: the chat page in headless Chromium
 command -v clang-format >/dev/null 2>&1 || need+=(clang-format) # make format-check (CI)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox) # parity --plot (without it the plot is skipped, said in one line)
 if [ ${#need[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi

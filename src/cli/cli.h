@@ -17,6 +17,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_requantize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_bench_moe(int argc, char **argv);    /* bench moe (argv[0] = "moe") */
 int cmd_bench_gemm(int argc, char **argv);   /* bench gemm (argv[0] = "gemm") */
 int cmd_bench_decode(int argc, char **argv); /* bench decode (argv[0] = "decode") */

@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "  generate    new tokens after a prompt: text (--prompt, --chat through the chat template) streamed,\n"
             "              or int32 ids (or a batch of prompts); greedy or sampled; tokens/s, time to first token\n"
             "  perplexity  perplexity over windows of a token-id file\n"
+            "  serve       an OpenAI-compatible HTTP server (chat and completions, streamed) with continuous batching\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
             "  bench       prefill latency of a synthetic model at real shapes, per stage against the floors;\n"
             "              bench moe: one MoE layer's experts at real shapes, every route side by side\n"
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);

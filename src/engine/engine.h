@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/routes.h"
+#include "engine/sampler.h"
 
 typedef struct fm_layer_weights {
     fm_bank *attn_norm, *ffn_norm; /* [H] */
@@ -105,6 +106,14 @@ fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode a
  * cuda backend the step replays as the CUDA graph of its batch bucket (routes: decode.graphs). Waits for the step. */
 fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                          float *out_logprobs, fm_error *err);
+
+/* fm_decode_step when the room is already reserved (fm_kv_reserve, one token per sequence): the scheduler reserves
+ * per request first, so a full pool fails that request only. info[0..n) receives the rows' log-probabilities. */
+fm_status fm_decode_run(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+                        fm_sample_info *info, fm_error *err);
+/* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a
+ * block was taken); a full pool or the context is an error and changes nothing. */
+fm_status fm_kv_reserve(fm_model *m, int32_t seq, int64_t n, fm_error *err);
 
 /* Creates the backend and its weight banks for an already bound model (m->cfg set). */
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err);

@@ -74,6 +74,16 @@ fm_status fm_kv_seq_append(fm_kv_pool *p, int32_t seq, int64_t n, fm_error *err)
     return FM_OK;
 }
 
+void fm_kv_seq_truncate(fm_kv_pool *p, int32_t seq, int64_t n) {
+    if (seq < 0 || seq >= p->max_seqs || p->n_tokens[seq] < 0 || n < 0 || n >= p->n_tokens[seq]) return;
+    int32_t *table = p->tables + (int64_t)seq * p->max_blocks;
+    for (int64_t b = (n + p->block_tokens - 1) / p->block_tokens; b < p->max_blocks && table[b] >= 0; b++) {
+        p->free_stack[p->n_free++] = table[b];
+        table[b] = -1;
+    }
+    p->n_tokens[seq] = n;
+}
+
 void fm_kv_seq_close(fm_kv_pool *p, int32_t seq) {
     if (seq < 0 || seq >= p->max_seqs || p->n_tokens[seq] < 0) return;
     int32_t *table = p->tables + (int64_t)seq * p->max_blocks;

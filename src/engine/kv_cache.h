@@ -47,6 +47,9 @@ fm_status fm_kv_seq_open(fm_kv_pool *p, int32_t *seq, fm_error *err);
  * pool has too few free blocks, nothing changes and the error says how many blocks were needed and how many are
  * free: a full cache is an error, never an overwrite. */
 fm_status fm_kv_seq_append(fm_kv_pool *p, int32_t seq, int64_t n, fm_error *err);
+/* Shortens seq to its first n tokens (n <= its length): the blocks beyond ceil(n / block_tokens) go back to the
+ * pool (a kept cache continued by a prompt that shares only part of it). */
+void fm_kv_seq_truncate(fm_kv_pool *p, int32_t seq, int64_t n);
 /* Ends seq: its blocks go back to the pool, its slot is free. */
 void fm_kv_seq_close(fm_kv_pool *p, int32_t seq);
 

@@ -138,29 +138,37 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     return FM_OK;
 }
 
-fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
-                          fm_error *err) {
+fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *prompt, int64_t n_prompt,
+                                  const fm_sampling *sp, fm_error *err) {
     fm_kv_state *s = m->kv;
     fm_status st = fm_sampling_check(sp, err);
-    if (!st) st = fm_kv_seq_open(&s->pool, seq, err);
     if (st) return st;
     const size_t V = (size_t)m->cfg.vocab_size;
     int32_t *counts = calloc(V, sizeof *counts);
     uint8_t *seen = calloc(V, 1);
     if (!counts || !seen) {
         free(counts), free(seen);
-        fm_kv_seq_close(&s->pool, *seq);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < n_prompt; i++) fm_sample_state_add((int32_t)V, prompt[i], false, counts, seen);
     const uint64_t zero = 0;
     fm_backend *be = m->be;
-    be->ops->upload_raw(be, sp, sizeof *sp, (char *)s->params + (size_t)*seq * sizeof *sp);
-    be->ops->upload_raw(be, &zero, sizeof zero, (char *)s->steps + (size_t)*seq * sizeof zero);
-    be->ops->upload_raw(be, counts, V * sizeof *counts, (char *)s->counts + (size_t)*seq * V * sizeof *counts);
-    be->ops->upload_raw(be, seen, V, (char *)s->seen + (size_t)*seq * V);
+    be->ops->upload_raw(be, sp, sizeof *sp, (char *)s->params + (size_t)seq * sizeof *sp);
+    be->ops->upload_raw(be, &zero, sizeof zero, (char *)s->steps + (size_t)seq * sizeof zero);
+    be->ops->upload_raw(be, counts, V * sizeof *counts, (char *)s->counts + (size_t)seq * V * sizeof *counts);
+    be->ops->upload_raw(be, seen, V, (char *)s->seen + (size_t)seq * V);
     free(counts), free(seen);
     return FM_OK;
+}
+
+fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
+                          fm_error *err) {
+    fm_status st = fm_sampling_check(sp, err);
+    if (!st) st = fm_kv_seq_open(&m->kv->pool, seq, err);
+    if (st) return st;
+    st = fm_kv_seq_sampler_reset(m, *seq, prompt, n_prompt, sp, err);
+    if (st) fm_kv_seq_close(&m->kv->pool, *seq);
+    return st;
 }
 
 void fm_kv_seq_end(fm_model *m, int32_t seq) {

@@ -64,6 +64,10 @@ void fm_kv_state_free(fm_model *m, fm_kv_state *s);
  * as seen for the repetition penalty), its step counter at 0. */
 fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
                           fm_error *err);
+/* Resets an open sequence's sampler state for a new prompt and parameters (what fm_kv_seq_begin does after taking
+ * the slot): a kept cache continued by a new request. */
+fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *prompt, int64_t n_prompt,
+                                  const fm_sampling *sp, fm_error *err);
 /* Ends a sequence: its blocks return to the pool. */
 void fm_kv_seq_end(fm_model *m, int32_t seq);
 

@@ -1,0 +1,94 @@
+/* fp8moe serve: the OpenAI-compatible HTTP server (src/serve/serve.h) over a model loaded for --max-seqs
+ * sequences. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "serve/serve.h"
+
+static const char *HELP =
+    "usage: fp8moe serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs B] [--ctx N]\n"
+    "                    [--chat-template NAME] [options]\n"
+    "\n"
+    "An HTTP server with the OpenAI API: POST /v1/chat/completions and /v1/completions (streamed as server-sent\n"
+    "events with \"stream\": true), GET /v1/models, /health, /metrics (Prometheus) and a chat page at /. Requests\n"
+    "are batched continuously: up to --max-seqs decode together, prompts are prefilled in chunks between decode\n"
+    "steps, a client that disconnects has its sequence cancelled. SIGINT or SIGTERM stops it cleanly.\n"
+    "\n"
+    "server:\n"
+    "  --host ADDR              IPv4 or IPv6 address to listen on (default 127.0.0.1: this machine only)\n"
+    "  --port N                 TCP port (default 8080; 0: any free port, printed at start)\n"
+    "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/ (401 otherwise)\n"
+    "  --model-name NAME        the model id clients name (default: the directory's last component)\n"
+    "  --chat-template NAME     the chat template (qwen3, chatml, mistral, ...) when the checkpoint has none or\n"
+    "                           another is wanted\n"
+    "  --max-seqs B             sequences decoded together (default 16)\n"
+    "  --max-queue N            requests waiting beyond the running ones before 429 (default 256)\n"
+    "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
+    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
+    "  --port-file FILE         write the port there once listening\n"
+    "\n" CLI_MODEL_HELP;
+
+enum { OPT_HOST = 2000, OPT_PORT, OPT_API_KEY, OPT_MODEL_NAME, OPT_TEMPLATE, OPT_MAX_SEQS, OPT_MAX_QUEUE, OPT_MAX_BODY,
+       OPT_PREFILL_CHUNK, OPT_PORT_FILE };
+static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
+                                            {"port", required_argument, 0, OPT_PORT},
+                                            {"api-key", required_argument, 0, OPT_API_KEY},
+                                            {"model-name", required_argument, 0, OPT_MODEL_NAME},
+                                            {"chat-template", required_argument, 0, OPT_TEMPLATE},
+                                            {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
+                                            {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
+                                            {"max-body", required_argument, 0, OPT_MAX_BODY},
+                                            {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+                                            {"port-file", required_argument, 0, OPT_PORT_FILE},
+                                            {0, 0, 0, 0}};
+
+typedef struct serve_args {
+    fm_serve_opts so;
+    long max_seqs, prefill_chunk;
+} serve_args;
+
+static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
+    serve_args *a = ctx;
+    long v = 0;
+    switch (id) {
+    case OPT_HOST: a->so.host = arg; return true;
+    case OPT_PORT:
+        if (!cli_parse_int(cmd, "--port", arg, 0, 65535, &v)) return false;
+        a->so.port = (int32_t)v;
+        return true;
+    case OPT_API_KEY: a->so.api_key = arg; return true;
+    case OPT_MODEL_NAME: a->so.model_name = arg; return true;
+    case OPT_TEMPLATE: a->so.chat_template = arg; return true;
+    case OPT_MAX_SEQS: return cli_parse_int(cmd, "--max-seqs", arg, 1, 4096, &a->max_seqs);
+    case OPT_MAX_QUEUE:
+        if (!cli_parse_int(cmd, "--max-queue", arg, 0, 1L << 20, &v)) return false;
+        a->so.max_queue = (int32_t)v;
+        return true;
+    case OPT_MAX_BODY: return cli_parse_bytes(cmd, "--max-body", arg, &a->so.max_body);
+    case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
+    case OPT_PORT_FILE: a->so.port_file = arg; return true;
+    default: return false;
+    }
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve";
+    serve_args a = {.max_seqs = 16, .prefill_chunk = FM_DEFAULT_MAX_TOKENS};
+    fm_serve_opts_init(&a.so);
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
+    if (rc >= 0) return rc;
+    if (!mo.model_dir) return cli_usage(cmd, "--model is required");
+    a.so.model_dir = mo.model_dir;
+    mo.opt.max_seqs = (int32_t)a.max_seqs;
+    mo.opt.max_tokens = mo.opt.ctx > 0 && mo.opt.ctx < a.prefill_chunk ? mo.opt.ctx : a.prefill_chunk;
+    a.so.prefill_chunk = mo.opt.max_tokens;
+    fm_error err = {{0}};
+    fm_model *m = NULL;
+    fm_status st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    if (!st) st = fm_serve_run(m, &a.so, &err);
+    fm_model_free(m);
+    return st ? cli_fail(cmd, st, &err) : CLI_OK;
+}

@@ -1,0 +1,401 @@
+/* Continuous batching (scheduler.h): requests in submission order, each waiting, prefilling, running (in the decode
+ * batch) or kept (finished, its cache held for a later request). A step is one prefill chunk of the oldest request
+ * that can start, or one decode step of every running request; when both have work they alternate. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "engine/scheduler.h"
+#include "engine/stop.h"
+#include "util/status.h"
+
+typedef enum rq_state { RQ_WAITING, RQ_PREFILL, RQ_RUNNING, RQ_KEPT, RQ_DONE } rq_state;
+
+typedef struct rq {
+    int64_t id;
+    rq_state state;
+    fm_sched_request r; /* r.prompt and the stop lists point at the copies below */
+    int32_t *prompt;
+    int32_t *stop_ids;
+    int32_t **stop_seqs, *stop_lens;
+    int32_t *eos; /* the model's eos ids (unless ignore_eos) and the request's stop ids */
+    fm_stop stop;
+    bool cancel;
+    bool claimed;    /* kept, and a later request continues it */
+    int32_t slot;    /* KV sequence while prefilling, running or kept; -1 otherwise */
+    int64_t pos;     /* prompt tokens in the cache */
+    int64_t n_cached;
+    int32_t *gen;    /* [max_tokens] sampled ids */
+    int64_t n_gen;
+    int32_t *hist;   /* kept: prompt then generated ids; the cache holds the first fm_kv_seq_tokens of them */
+} rq;
+
+struct fm_sched {
+    fm_model *m;
+    int64_t chunk;
+    rq **reqs; /* submission order */
+    int32_t n, cap;
+    int64_t next_id;
+    bool last_prefill; /* the previous unit of work was a prefill chunk: a decode step goes next */
+    int32_t *h_seq, *h_pos; /* [chunk] */
+    int32_t *d_ids, *d_seqs, *d_out; /* [max_seqs] */
+    rq **d_who;
+    int64_t prefill_tokens, decode_tokens, decode_steps;
+};
+
+void fm_sched_request_init(fm_sched_request *r) {
+    memset(r, 0, sizeof *r);
+    fm_gen_params_init(&r->params);
+    r->reuse = -1;
+}
+
+static void rq_free(rq *q) {
+    if (!q) return;
+    for (int32_t i = 0; q->stop_seqs && i < q->r.params.n_stop_seqs; i++) free(q->stop_seqs[i]);
+    free(q->prompt), free(q->stop_ids), free(q->stop_seqs), free(q->stop_lens), free(q->eos), free(q->gen);
+    free(q->hist), free(q);
+}
+
+fm_status fm_sched_create(fm_model *m, int64_t prefill_chunk, fm_sched **out, fm_error *err) {
+    *out = NULL;
+    if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
+    fm_sched *s = calloc(1, sizeof *s);
+    if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->chunk = prefill_chunk > 0 && prefill_chunk < m->buf_tokens ? prefill_chunk : m->buf_tokens;
+    if (s->chunk > m->kv->max_rows) s->chunk = m->kv->max_rows;
+    const size_t S = (size_t)m->kv->pool.max_seqs;
+    s->h_seq = malloc((size_t)s->chunk * sizeof *s->h_seq);
+    s->h_pos = malloc((size_t)s->chunk * sizeof *s->h_pos);
+    s->d_ids = malloc(S * sizeof *s->d_ids), s->d_seqs = malloc(S * sizeof *s->d_seqs);
+    s->d_out = malloc(S * sizeof *s->d_out), s->d_who = malloc(S * sizeof *s->d_who);
+    if (!s->h_seq || !s->h_pos || !s->d_ids || !s->d_seqs || !s->d_out || !s->d_who) {
+        fm_sched_free(s);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    *out = s;
+    return FM_OK;
+}
+
+static rq *find(const fm_sched *s, int64_t id) {
+    for (int32_t i = 0; i < s->n; i++)
+        if (s->reqs[i]->id == id) return s->reqs[i];
+    return NULL;
+}
+
+static void emit(rq *q, int32_t id, const fm_sample_info *info, fm_sched_end end, int64_t n_generated,
+                 const char *msg) {
+    const fm_sched_event ev = {q->id, id, id >= 0 ? info : NULL, end, q->r.n_prompt, q->n_cached, n_generated, msg};
+    if (q->r.on_event) q->r.on_event(q->r.user, &ev);
+}
+
+/* The request's last event; its slot is freed, or held when it asked to keep its cache and ended normally. */
+static void finish(fm_sched *s, rq *q, fm_sched_end end, int32_t id, const fm_sample_info *info, int64_t n_generated,
+                   const char *msg) {
+    const bool keep = q->r.keep && q->slot >= 0 && (end == FM_SCHED_LENGTH || end == FM_SCHED_EOS || end == FM_SCHED_STOP);
+    if (keep) {
+        q->hist = malloc((size_t)(q->r.n_prompt + q->n_gen) * sizeof *q->hist);
+        if (q->hist) {
+            memcpy(q->hist, q->prompt, (size_t)q->r.n_prompt * sizeof *q->hist);
+            memcpy(q->hist + q->r.n_prompt, q->gen, (size_t)q->n_gen * sizeof *q->hist);
+        }
+    }
+    if (keep && q->hist) q->state = RQ_KEPT;
+    else {
+        if (q->slot >= 0) fm_kv_seq_end(s->m, q->slot);
+        q->slot = -1, q->state = RQ_DONE;
+    }
+    emit(q, id, info, end, n_generated, msg);
+}
+
+/* Drops finished requests from the list (not inside a pass over it that calls back) */
+static void compact(fm_sched *s) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < s->n; i++) {
+        if (s->reqs[i]->state == RQ_DONE) rq_free(s->reqs[i]);
+        else s->reqs[k++] = s->reqs[i];
+    }
+    s->n = k;
+}
+
+void fm_sched_free(fm_sched *s) {
+    if (!s) return;
+    for (int32_t i = 0; i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if (q->state == RQ_KEPT) {
+            fm_kv_seq_end(s->m, q->slot);
+            q->slot = -1, q->state = RQ_DONE;
+        } else if (q->state != RQ_DONE) finish(s, q, FM_SCHED_CANCELLED, -1, NULL, q->n_gen, NULL);
+    }
+    compact(s);
+    free(s->reqs), free(s->h_seq), free(s->h_pos), free(s->d_ids), free(s->d_seqs), free(s->d_out), free(s->d_who);
+    free(s);
+}
+
+static fm_sampling sampling_of(const fm_sched_request *r) {
+    const fm_gen_params *g = &r->params;
+    fm_sampling s;
+    fm_sampling_init(&s);
+    s.temperature = g->temperature, s.top_k = g->top_k, s.top_p = g->top_p, s.min_p = g->min_p;
+    s.repetition_penalty = g->repetition_penalty, s.presence_penalty = g->presence_penalty;
+    s.frequency_penalty = g->frequency_penalty, s.seed = g->seed, s.n_logprobs = r->n_logprobs;
+    return s;
+}
+
+static fm_status check(const fm_sched *s, const fm_sched_request *r, fm_error *err) {
+    const fm_model *m = s->m;
+    const int32_t V = m->cfg.vocab_size;
+    const fm_gen_params *g = &r->params;
+    if (r->n_prompt < 1 || !r->prompt) return fm_fail(err, FM_ERR_USAGE, "the prompt is empty");
+    if (g->max_tokens < 1)
+        return fm_fail(err, FM_ERR_USAGE, "max_tokens must be >= 1, got %lld", (long long)g->max_tokens);
+    for (int64_t t = 0; t < r->n_prompt; t++)
+        if (r->prompt[t] < 0 || r->prompt[t] >= V)
+            return fm_fail(err, FM_ERR_FORMAT, "prompt token %lld is id %d, outside the vocabulary of %d", (long long)t,
+                           r->prompt[t], V);
+    if (r->n_prompt + g->max_tokens > m->kv->pool.ctx)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "%lld prompt tokens + %lld new ones are more than the %lld tokens per sequence the KV cache "
+                       "was planned for (--ctx)",
+                       (long long)r->n_prompt, (long long)g->max_tokens, (long long)m->kv->pool.ctx);
+    if (g->n_stop_ids < 0 || g->n_stop_ids > 64 || (g->n_stop_ids > 0 && !g->stop_ids))
+        return fm_fail(err, FM_ERR_USAGE, "at most 64 stop ids, got %d", g->n_stop_ids);
+    if (g->n_stop_seqs < 0 || (g->n_stop_seqs > 0 && (!g->stop_seqs || !g->stop_seq_lens)))
+        return fm_fail(err, FM_ERR_USAGE, "stop sequences: %d without their ids", g->n_stop_seqs);
+    for (int32_t i = 0; i < g->n_stop_seqs; i++)
+        if (g->stop_seq_lens[i] < 1) return fm_fail(err, FM_ERR_USAGE, "stop sequence %d is empty", i);
+    if (r->n_logprobs < 0 || r->n_logprobs > FM_MAX_LOGPROBS)
+        return fm_fail(err, FM_ERR_USAGE, "n_logprobs must be in [0, %d], got %d", FM_MAX_LOGPROBS, r->n_logprobs);
+    fm_sampling sp = sampling_of(r);
+    fm_status st = fm_sampling_check(&sp, err);
+    if (st) return st;
+    if (r->reuse >= 0) {
+        const rq *k = find(s, r->reuse);
+        if (!k || k->state != RQ_KEPT || k->claimed)
+            return fm_fail(err, FM_ERR_USAGE, "request %lld has no kept cache to continue (or another request "
+                           "continues it)", (long long)r->reuse);
+    }
+    return FM_OK;
+}
+
+fm_status fm_sched_submit(fm_sched *s, const fm_sched_request *r, int64_t *req, fm_error *err) {
+    fm_status st = check(s, r, err);
+    if (st) return st;
+    if (s->n == s->cap) {
+        const int32_t cap = s->cap ? 2 * s->cap : 16;
+        rq **p = realloc(s->reqs, (size_t)cap * sizeof *p);
+        if (!p) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        s->reqs = p, s->cap = cap;
+    }
+    rq *q = calloc(1, sizeof *q);
+    if (!q) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    const fm_gen_params *g = &r->params;
+    const fm_model *m = s->m;
+    q->r = *r;
+    q->slot = -1;
+    q->prompt = malloc((size_t)r->n_prompt * sizeof *q->prompt);
+    q->gen = malloc((size_t)g->max_tokens * sizeof *q->gen);
+    q->eos = malloc((size_t)(m->cfg.n_eos + g->n_stop_ids + 1) * sizeof *q->eos);
+    q->stop_ids = malloc((size_t)(g->n_stop_ids + 1) * sizeof *q->stop_ids);
+    q->stop_seqs = calloc((size_t)g->n_stop_seqs + 1, sizeof *q->stop_seqs);
+    q->stop_lens = malloc((size_t)(g->n_stop_seqs + 1) * sizeof *q->stop_lens);
+    bool ok = q->prompt && q->gen && q->eos && q->stop_ids && q->stop_seqs && q->stop_lens;
+    for (int32_t i = 0; ok && i < g->n_stop_seqs; i++) {
+        q->stop_lens[i] = g->stop_seq_lens[i];
+        ok = (q->stop_seqs[i] = malloc((size_t)g->stop_seq_lens[i] * sizeof **q->stop_seqs)) != NULL;
+        if (ok) memcpy(q->stop_seqs[i], g->stop_seqs[i], (size_t)g->stop_seq_lens[i] * sizeof **q->stop_seqs);
+    }
+    if (!ok) {
+        q->r.params.n_stop_seqs = g->n_stop_seqs;
+        rq_free(q);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    memcpy(q->prompt, r->prompt, (size_t)r->n_prompt * sizeof *q->prompt);
+    if (g->n_stop_ids) memcpy(q->stop_ids, g->stop_ids, (size_t)g->n_stop_ids * sizeof *q->stop_ids);
+    q->r.prompt = q->prompt;
+    q->r.params.stop_ids = q->stop_ids;
+    q->r.params.stop_seqs = (const int32_t *const *)q->stop_seqs;
+    q->r.params.stop_seq_lens = q->stop_lens;
+    int32_t ne = 0;
+    for (int32_t e = 0; !g->ignore_eos && e < m->cfg.n_eos; e++) q->eos[ne++] = m->cfg.eos_ids[e];
+    for (int32_t e = 0; e < g->n_stop_ids; e++) q->eos[ne++] = g->stop_ids[e];
+    q->stop = (fm_stop){q->eos, ne, (const int32_t *const *)q->stop_seqs, q->stop_lens, g->n_stop_seqs, g->max_tokens};
+    if (r->reuse >= 0) find(s, r->reuse)->claimed = true;
+    q->id = s->next_id++;
+    q->state = RQ_WAITING;
+    s->reqs[s->n++] = q;
+    *req = q->id;
+    return FM_OK;
+}
+
+void fm_sched_cancel(fm_sched *s, int64_t req) {
+    rq *q = find(s, req);
+    if (q && q->state != RQ_DONE && q->state != RQ_KEPT) q->cancel = true;
+}
+
+void fm_sched_release(fm_sched *s, int64_t req) {
+    rq *q = find(s, req);
+    if (!q || q->state != RQ_KEPT) return;
+    fm_kv_seq_end(s->m, q->slot);
+    q->slot = -1, q->state = RQ_DONE; /* dropped from the list at the next step (this may run inside a callback) */
+}
+
+static bool slot_free(const fm_sched *s) {
+    const fm_kv_pool *p = &s->m->kv->pool;
+    for (int32_t i = 0; i < p->max_seqs; i++)
+        if (p->n_tokens[i] < 0) return true;
+    return false;
+}
+
+/* The oldest kept cache no request continues: given up when a new request needs its slot */
+static bool evict_kept(fm_sched *s) {
+    for (int32_t i = 0; i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if (q->state == RQ_KEPT && !q->claimed) {
+            fm_kv_seq_end(s->m, q->slot);
+            q->slot = -1, q->state = RQ_DONE;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Gives waiting request q its sequence: the kept cache it continues (cut to the common prefix, and at least the
+ * last prompt token left to run for its logits) or a free slot. false when no slot is free yet. */
+static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
+    *started = false;
+    fm_model *m = s->m;
+    const fm_sampling sp = sampling_of(&q->r);
+    rq *k = q->r.reuse >= 0 ? find(s, q->r.reuse) : NULL;
+    if (k && k->state == RQ_KEPT) {
+        const int64_t held = fm_kv_seq_tokens(&m->kv->pool, k->slot);
+        int64_t p = 0;
+        while (p < held && p < q->r.n_prompt - 1 && k->hist[p] == q->prompt[p]) p++;
+        fm_status st = fm_kv_seq_sampler_reset(m, k->slot, q->prompt, q->r.n_prompt, &sp, err);
+        if (st) return st;
+        fm_kv_seq_truncate(&m->kv->pool, k->slot, p);
+        m->kv->tables_dirty = true;
+        q->slot = k->slot, q->pos = q->n_cached = p;
+        k->slot = -1, k->state = RQ_DONE;
+    } else {
+        if (!slot_free(s) && !evict_kept(s)) return FM_OK;
+        fm_status st = fm_kv_seq_begin(m, q->prompt, q->r.n_prompt, &sp, &q->slot, err);
+        if (st) return st;
+    }
+    q->state = RQ_PREFILL;
+    *started = true;
+    return FM_OK;
+}
+
+/* Records sampled id of q; sends its event (the last one when the request stops here). */
+static void deliver(fm_sched *s, rq *q, int32_t id, const fm_sample_info *info) {
+    q->gen[q->n_gen++] = id;
+    int64_t keep = q->n_gen;
+    const fm_stop_reason r = fm_stop_check(&q->stop, q->gen, q->n_gen, &keep);
+    if (r == FM_STOP_NONE) emit(q, id, info, FM_SCHED_RUNNING, q->n_gen, NULL);
+    else if (r == FM_STOP_LENGTH) finish(s, q, FM_SCHED_LENGTH, id, info, keep, NULL);
+    else finish(s, q, r == FM_STOP_EOS ? FM_SCHED_EOS : FM_SCHED_STOP, -1, NULL, keep, NULL);
+}
+
+static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
+    fm_model *m = s->m;
+    fm_kv_state *kv = m->kv;
+    const int64_t n = q->r.n_prompt, p0 = q->pos, T = n - p0 < s->chunk ? n - p0 : s->chunk;
+    const bool last = p0 + T == n;
+    fm_error e;
+    if (fm_kv_reserve(m, q->slot, T, &e)) {
+        finish(s, q, FM_SCHED_ERROR, -1, NULL, 0, e.msg);
+        return FM_OK;
+    }
+    for (int64_t t = 0; t < T; t++) s->h_seq[t] = q->slot, s->h_pos[t] = (int32_t)(p0 + t);
+    fm_status st = fm_step_stage(m, q->prompt + p0, s->h_seq, s->h_pos, T, err);
+    if (st) return st;
+    fm_step_device(m, T, last, p0 == 0 && last ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    q->pos += T;
+    s->prefill_tokens += T;
+    if (!last) return m->be->ops->sync(m->be, err);
+    fm_backend *be = m->be;
+    int32_t id;
+    fm_sample_info *info = kv->h_info;
+    be->ops->upload_ids(be, &q->slot, 1, kv->row_slot);
+    fm_step_sample_device(m, 1);
+    be->ops->download_raw(be, kv->ids_out, sizeof id, &id);
+    be->ops->download_raw(be, kv->info_out, sizeof *info, info);
+    st = be->ops->sync(be, err);
+    if (st) return st;
+    q->state = RQ_RUNNING;
+    deliver(s, q, id, info);
+    return FM_OK;
+}
+
+static fm_status decode(fm_sched *s, fm_error *err) {
+    fm_model *m = s->m;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if (q->state != RQ_RUNNING) continue;
+        fm_error e;
+        if (fm_kv_reserve(m, q->slot, 1, &e)) {
+            finish(s, q, FM_SCHED_ERROR, -1, NULL, q->n_gen, e.msg);
+            continue;
+        }
+        s->d_ids[n] = q->gen[q->n_gen - 1], s->d_seqs[n] = q->slot, s->d_who[n] = q;
+        n++;
+    }
+    if (n == 0) return FM_OK;
+    fm_sample_info *info = m->kv->h_info;
+    fm_status st = fm_decode_run(m, n, s->d_ids, s->d_seqs, s->d_out, info, err);
+    if (st) return st;
+    s->decode_steps++, s->decode_tokens += n;
+    for (int32_t j = 0; j < n; j++) deliver(s, s->d_who[j], s->d_out[j], &info[j]);
+    return FM_OK;
+}
+
+fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err) {
+    *busy = false;
+    for (int32_t i = 0; i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if (q->cancel && q->state != RQ_DONE && q->state != RQ_KEPT) {
+            finish(s, q, FM_SCHED_CANCELLED, -1, NULL, q->n_gen, NULL);
+            *busy = true;
+        }
+    }
+    /* the request to prefill: the one begun, else the oldest waiting one that can have a sequence */
+    rq *pre = NULL;
+    bool running = false;
+    for (int32_t i = 0; i < s->n; i++) {
+        if (s->reqs[i]->state == RQ_PREFILL && !pre) pre = s->reqs[i];
+        running |= s->reqs[i]->state == RQ_RUNNING;
+    }
+    fm_status st = FM_OK;
+    for (int32_t i = 0; !pre && i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if (q->state != RQ_WAITING) continue;
+        bool started;
+        if ((st = start(s, q, &started, err))) return st;
+        if (started) pre = q;
+    }
+    if (pre && (!running || !s->last_prefill)) {
+        st = prefill_chunk(s, pre, err);
+        s->last_prefill = true, *busy = true;
+    } else if (running) {
+        st = decode(s, err);
+        s->last_prefill = false, *busy = true;
+    }
+    compact(s);
+    return st;
+}
+
+void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
+    memset(st, 0, sizeof *st);
+    for (int32_t i = 0; i < s->n; i++) {
+        const rq_state r = s->reqs[i]->state;
+        st->waiting += r == RQ_WAITING;
+        st->running += r == RQ_PREFILL || r == RQ_RUNNING;
+        st->kept += r == RQ_KEPT;
+    }
+    const fm_kv_pool *p = &s->m->kv->pool;
+    st->kv_blocks_total = p->n_blocks, st->kv_blocks_used = p->n_blocks - p->n_free;
+    st->prefill_tokens = s->prefill_tokens, st->decode_tokens = s->decode_tokens, st->decode_steps = s->decode_steps;
+}

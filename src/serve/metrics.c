@@ -1,0 +1,55 @@
+/* GET /metrics: the Prometheus text exposition format (version 0.0.4). */
+#include "serve/serve_internal.h"
+
+/* seconds: from 5 ms to 60 s, roughly x2.5 apart (time to first token spans a queue wait; per-token latency sits at
+ * the low end) */
+static const double k_bounds[HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                              0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 60.0};
+
+void hist_observe(histogram *h, double seconds) {
+    int b = 0;
+    while (b < HIST_BUCKETS && seconds > k_bounds[b]) b++;
+    h->counts[b]++;
+    h->sum += seconds;
+    h->n++;
+}
+
+static void hist_write(sbuf *o, const char *name, const char *help, const histogram *h) {
+    sb_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int b = 0; b < HIST_BUCKETS; b++) {
+        cum += h->counts[b];
+        sb_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, k_bounds[b], (unsigned long long)cum);
+    }
+    cum += h->counts[HIST_BUCKETS];
+    sb_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name,
+              h->sum, name, (unsigned long long)h->n);
+}
+
+static void counter(sbuf *o, const char *name, const char *help, uint64_t v) {
+    sb_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+static void gauge(sbuf *o, const char *name, const char *help, long long v) {
+    sb_printf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, v);
+}
+
+void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t queued) {
+    static const char *const codes[6] = {"2xx", "400", "401", "404", "429", "other"};
+    sb_puts(o, "# HELP fp8moe_requests_total HTTP requests to the API endpoints, by status\n"
+               "# TYPE fp8moe_requests_total counter\n");
+    for (int i = 0; i < 6; i++)
+        sb_printf(o, "fp8moe_requests_total{status=\"%s\"} %llu\n", codes[i], (unsigned long long)m->requests[i]);
+    counter(o, "fp8moe_prompt_tokens_total", "prompt tokens of accepted requests", m->prompt_tokens);
+    counter(o, "fp8moe_prompt_tokens_cached_total", "prompt tokens taken from a kept KV cache", m->cached_tokens);
+    counter(o, "fp8moe_generation_tokens_total", "tokens generated", m->generation_tokens);
+    counter(o, "fp8moe_requests_cancelled_total", "requests cancelled (client gone, stop string, shutdown)",
+            m->cancelled);
+    gauge(o, "fp8moe_queue_depth", "requests waiting for a sequence slot", (long long)queued);
+    gauge(o, "fp8moe_requests_running", "requests prefilling or decoding", st->running);
+    gauge(o, "fp8moe_kv_blocks_used", "KV cache blocks in use", st->kv_blocks_used);
+    gauge(o, "fp8moe_kv_blocks_total", "KV cache blocks in the pool", st->kv_blocks_total);
+    counter(o, "fp8moe_decode_steps_total", "decode steps run", (uint64_t)st->decode_steps);
+    hist_write(o, "fp8moe_time_to_first_token_seconds", "from a request's arrival to its first token", &m->ttft);
+    hist_write(o, "fp8moe_time_per_output_token_seconds", "between consecutive tokens of a request", &m->tpot);
+}

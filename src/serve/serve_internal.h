@@ -1,0 +1,150 @@
+/* The server's parts (serve.h): the shared state, a job (one generation request), the OpenAI request parser and
+ * reply writer (openai.c), the Prometheus metrics (metrics.c), the chat page (page.c). */
+#ifndef FM_SERVE_INTERNAL_H
+#define FM_SERVE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "serve/serve.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+/* a growable byte string, always NUL-terminated */
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+void sb_put(sbuf *b, const char *s, size_t n);
+void sb_puts(sbuf *b, const char *s);
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_free(sbuf *b);
+
+/* ---- metrics (all under srv.mu) ---- */
+enum { HIST_BUCKETS = 14 };
+typedef struct histogram {
+    uint64_t counts[HIST_BUCKETS + 1]; /* the last: +Inf */
+    double sum;
+    uint64_t n;
+} histogram;
+typedef struct metrics {
+    uint64_t requests[6]; /* by status class: [0] 2xx, [1] 400, [2] 401, [3] 404, [4] 429, [5] other */
+    uint64_t prompt_tokens, generation_tokens, cached_tokens, cancelled;
+    histogram ttft, tpot; /* time to first token, time per output token (between tokens) */
+} metrics;
+void hist_observe(histogram *h, double seconds);
+/* Prometheus text exposition of m and the scheduler's figures */
+void metrics_write(sbuf *out, const metrics *m, const fm_sched_stats *st, int32_t queued);
+
+/* one sampled token as the scheduler reported it */
+typedef struct tok_item {
+    int32_t id;
+    float logprob;
+    int32_t n_top;
+    fm_token_logprob top[FM_MAX_LOGPROBS];
+} tok_item;
+
+typedef struct srv srv;
+
+typedef struct job {
+    srv *s;
+    /* the request, set by its handler before it is queued */
+    bool chat, stream, include_usage;
+    bool want_logprobs; /* a logprobs object in the reply */
+    int32_t *prompt;
+    int64_t n_prompt;
+    fm_gen_params params;
+    int32_t n_logprobs;
+    int32_t stop_ids[64];
+    char **stops; /* text stop strings */
+    int32_t n_stops;
+    char id[48];
+    int64_t created;
+    /* shared with the scheduler thread, under s->mu */
+    tok_item *items;
+    int64_t n_items, cap_items;
+    bool ended;
+    fm_sched_end end;
+    char err_msg[768];
+    int64_t n_cached;
+    bool cancel;    /* the client went away, or a stop string ended the text: cancel at the next step */
+    bool submitted; /* in the scheduler as request `req` */
+    int64_t req;
+    int refs; /* the handler's connection, its streamed response, the scheduler */
+    pthread_cond_t cv;
+    double t_arrive, t_last;
+    struct job *next; /* the inbox */
+    /* the handler's side (the connection's thread only) */
+    int64_t consumed;
+    fm_detok *detok;
+    sbuf pending;  /* decoded text not yet sent: it may begin a stop string */
+    sbuf text;     /* non-stream: the whole text */
+    cJSON *lp;     /* non-stream: the logprobs object being built */
+    int64_t text_bytes;
+    bool text_done; /* a stop string was found: later tokens are dropped */
+    int64_t n_completion;
+    const char *finish;
+    sbuf out; /* stream bytes not yet handed to the connection */
+    size_t out_off;
+    bool role_sent, closed;
+} job;
+
+struct srv {
+    fm_model *m;
+    fm_sched *sched;
+    fm_tokenizer *tok;        /* NULL when the model has no tokenizer the server can load */
+    fm_chat_template *tmpl;   /* NULL when none */
+    char tok_error[768], tmpl_error[768];
+    int32_t tmpl_stop_ids[8];
+    int32_t n_tmpl_stop_ids;
+    fm_serve_opts o;
+    char model_name[256];
+    int64_t ctx;
+    int32_t vocab;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* the scheduler thread waits here for work */
+    job *inbox, *inbox_tail;
+    job **active; /* submitted and not ended (the scheduler thread's) */
+    int32_t n_active, cap_active;
+    int32_t n_jobs;       /* accepted and not ended: the queue bound */
+    atomic_int n_live;    /* jobs allocated and not yet freed (a reply may still be going out) */
+    bool stopping;
+    metrics met;
+    fm_sched_stats stats; /* after the last step */
+    pthread_t thread;
+    fm_status fatal;
+    fm_error fatal_err;
+};
+
+/* An OpenAI-style error: HTTP status and the fields of {"error": {...}} */
+typedef struct oa_error {
+    int status;
+    const char *type, *code;
+    char param[64];
+    char message[768];
+} oa_error;
+int oa_fail(oa_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+char *oa_error_json(const oa_error *e);
+
+/* Parses a request body into j (prompt ids, parameters); 0, or the HTTP status with e filled. */
+int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *e);
+/* Consumes items[0..n) of j and, when ended, its end: text through the detokenizer and the stop strings, appended
+ * to j->out as server-sent events (stream) or gathered for oa_final_json. Returns true when a stop string ended
+ * the text (the scheduler should cancel the rest). */
+bool oa_consume(job *j, const tok_item *items, int64_t n, bool ended, fm_sched_end end, const char *err_msg);
+/* The non-stream reply (after oa_consume saw the end); malloc'd JSON. */
+char *oa_final_json(job *j);
+
+extern const char fm_serve_page_html[];
+
+double serve_now(void);
+
+#endif

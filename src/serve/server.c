@@ -1,0 +1,541 @@
+/* The HTTP server (serve.h): libmicrohttpd with a thread per connection, the scheduler thread, the job lifecycle.
+ *
+ * A job is shared by its connection's thread and the scheduler thread (under srv.mu) and freed by whichever drops
+ * the last of its references: the connection (request-completed callback), a streamed response (its free callback),
+ * the scheduler (the request's final event). */
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "serve/serve_internal.h"
+#include "util/status.h"
+
+void fm_serve_opts_init(fm_serve_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_queue = 256;
+    o->max_body = 1 << 20;
+}
+
+/* ---- jobs ---- */
+
+static void job_free(job *j) {
+    if (!j) return;
+    for (int32_t i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->stops), free(j->prompt), free(j->items);
+    if (j->detok) fm_detok_free(j->detok);
+    sb_free(&j->pending), sb_free(&j->text), sb_free(&j->out);
+    cJSON_Delete(j->lp);
+    pthread_cond_destroy(&j->cv);
+    atomic_fetch_sub(&j->s->n_live, 1);
+    free(j);
+}
+
+static void job_unref(srv *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    const int left = --j->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left == 0) job_free(j);
+}
+
+/* the scheduler's events, on the scheduler thread */
+static void on_event(void *user, const fm_sched_event *ev) {
+    job *j = user;
+    srv *s = j->s;
+    const double now = serve_now();
+    pthread_mutex_lock(&s->mu);
+    if (ev->id >= 0) {
+        if (j->n_items == j->cap_items) {
+            const int64_t cap = j->cap_items ? 2 * j->cap_items : 64;
+            tok_item *p = realloc(j->items, (size_t)cap * sizeof *p);
+            if (!p) abort(); /* a few KiB per request */
+            j->items = p, j->cap_items = cap;
+        }
+        tok_item *it = &j->items[j->n_items++];
+        it->id = ev->id, it->logprob = ev->info->logprob, it->n_top = ev->info->n_top;
+        if (it->n_top > 0) memcpy(it->top, ev->info->top, (size_t)it->n_top * sizeof *it->top);
+        s->met.generation_tokens++;
+        hist_observe(j->n_items == 1 ? &s->met.ttft : &s->met.tpot, now - (j->n_items == 1 ? j->t_arrive : j->t_last));
+        j->t_last = now;
+    }
+    int left = 1;
+    if (ev->end != FM_SCHED_RUNNING) {
+        j->ended = true, j->end = ev->end, j->n_cached = ev->n_cached;
+        if (ev->msg) snprintf(j->err_msg, sizeof j->err_msg, "%s", ev->msg);
+        s->n_jobs--;
+        s->met.cached_tokens += (uint64_t)ev->n_cached;
+        if (ev->end == FM_SCHED_CANCELLED) s->met.cancelled++;
+        for (int32_t i = 0; i < s->n_active; i++)
+            if (s->active[i] == j) {
+                s->active[i] = s->active[--s->n_active];
+                break;
+            }
+        left = --j->refs;
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (left == 0) job_free(j);
+}
+
+/* ends a job the scheduler never took (shutdown, or a refused submit); under s->mu; returns the refs left */
+static int end_unsubmitted(srv *s, job *j, fm_sched_end end, const char *msg) {
+    j->ended = true, j->end = end;
+    snprintf(j->err_msg, sizeof j->err_msg, "%s", msg);
+    s->n_jobs--;
+    if (end == FM_SCHED_CANCELLED) s->met.cancelled++;
+    pthread_cond_broadcast(&j->cv);
+    return --j->refs;
+}
+
+static void *scheduler_thread(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        while (s->inbox) {
+            job *j = s->inbox;
+            s->inbox = j->next;
+            if (!s->inbox) s->inbox_tail = NULL;
+            fm_sched_request r;
+            fm_sched_request_init(&r);
+            r.prompt = j->prompt, r.n_prompt = j->n_prompt, r.params = j->params, r.n_logprobs = j->n_logprobs;
+            r.on_event = on_event, r.user = j;
+            fm_error err;
+            if (j->cancel || fm_sched_submit(s->sched, &r, &j->req, &err)) {
+                if (end_unsubmitted(s, j, j->cancel ? FM_SCHED_CANCELLED : FM_SCHED_ERROR, j->cancel ? "" : err.msg) == 0)
+                    job_free(j);
+                continue;
+            }
+            j->submitted = true;
+            if (s->n_active == s->cap_active) {
+                const int32_t cap = s->cap_active ? 2 * s->cap_active : 64;
+                job **p = realloc(s->active, (size_t)cap * sizeof *p);
+                if (!p) abort();
+                s->active = p, s->cap_active = cap;
+            }
+            s->active[s->n_active++] = j;
+        }
+        for (int32_t i = 0; i < s->n_active; i++)
+            if (s->active[i]->cancel) fm_sched_cancel(s->sched, s->active[i]->req);
+        pthread_mutex_unlock(&s->mu);
+        bool busy = false;
+        fm_error err;
+        const fm_status st = fm_sched_step(s->sched, &busy, &err);
+        pthread_mutex_lock(&s->mu);
+        fm_sched_get_stats(s->sched, &s->stats);
+        if (st) { /* the backend failed: nothing more can run; end the server */
+            s->fatal = st, s->fatal_err = err;
+            fprintf(stderr, "fp8moe serve: error: %s\n", err.msg);
+            s->stopping = true;
+            kill(getpid(), SIGTERM);
+            break;
+        }
+        if (!busy && !s->inbox && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    fm_sched_free(s->sched); /* every request still there ends cancelled (events: the handlers wake) */
+    s->sched = NULL;
+    pthread_mutex_lock(&s->mu);
+    fm_kv_pool *pool = &s->m->kv->pool;
+    s->stats.kv_blocks_used = pool->n_blocks - pool->n_free, s->stats.running = s->stats.waiting = 0;
+    while (s->inbox) {
+        job *j = s->inbox;
+        s->inbox = j->next;
+        if (end_unsubmitted(s, j, FM_SCHED_CANCELLED, "") == 0) job_free(j);
+    }
+    s->inbox_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* The handler's side: takes the job's new tokens (waiting for them when block) and turns them into text; a stop
+ * string asks the scheduler to cancel the rest. Returns true when the end has been consumed. */
+static bool pull(job *j, bool block, double wait_s) {
+    srv *s = j->s;
+    pthread_mutex_lock(&s->mu);
+    if (block && j->n_items == j->consumed && !j->ended) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + wait_s;
+        ts.tv_sec = (time_t)t, ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+        while (j->n_items == j->consumed && !j->ended)
+            if (pthread_cond_timedwait(&j->cv, &s->mu, &ts) == ETIMEDOUT) break;
+    }
+    const int64_t n = j->n_items - j->consumed;
+    tok_item *copy = n > 0 ? malloc((size_t)n * sizeof *copy) : NULL;
+    if (n > 0 && !copy) abort();
+    if (n > 0) memcpy(copy, j->items + j->consumed, (size_t)n * sizeof *copy);
+    j->consumed += n;
+    const bool ended = j->ended && j->consumed == j->n_items;
+    const fm_sched_end end = j->end;
+    char msg[sizeof j->err_msg];
+    memcpy(msg, j->err_msg, sizeof msg);
+    pthread_mutex_unlock(&s->mu);
+    const bool stopped = oa_consume(j, copy, n, ended, end, msg);
+    free(copy);
+    if (stopped) {
+        pthread_mutex_lock(&s->mu);
+        j->cancel = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return ended;
+}
+
+/* ---- HTTP ---- */
+
+typedef struct conn {
+    sbuf body;
+    bool too_big;
+    job *j;
+} conn;
+
+static enum MHD_Result reply(struct MHD_Connection *c, int status, char *body, const char *type) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", type);
+    const enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static void count_status(srv *s, int status) {
+    const int k = status < 300 ? 0 : status == 400 ? 1 : status == 401 ? 2 : status == 404 ? 3 : status == 429 ? 4 : 5;
+    pthread_mutex_lock(&s->mu);
+    s->met.requests[k]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result reply_error(srv *s, struct MHD_Connection *c, const oa_error *e) {
+    count_status(s, e->status);
+    return reply(c, e->status, oa_error_json(e), "application/json");
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    for (;;) {
+        if (j->out_off < j->out.n) {
+            size_t n = j->out.n - j->out_off;
+            n = n < max ? n : max;
+            memcpy(buf, j->out.p + j->out_off, n);
+            j->out_off += n;
+            if (j->out_off == j->out.n) j->out_off = j->out.n = 0;
+            return (ssize_t)n;
+        }
+        if (j->closed) return MHD_CONTENT_READER_END_OF_STREAM;
+        const size_t before = j->out.n;
+        pull(j, true, 10.0);
+        if (j->out.n == before && !j->closed) sb_puts(&j->out, ": keep-alive\n\n"); /* finds a client that left */
+    }
+}
+
+static void stream_free(void *cls) {
+    job *j = cls;
+    job_unref(j->s, j);
+}
+
+/* the peer closed its end (an orderly close reads as 0 bytes; pipelined data means it is still there) */
+static bool client_gone(int fd) {
+    char b;
+    const ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool chat) {
+    oa_error e;
+    job *j = calloc(1, sizeof *j);
+    if (!j) return reply_error(s, c, &(oa_error){.status = 500, .type = "server_error", .message = "out of memory"});
+    j->s = s;
+    atomic_fetch_add(&s->n_live, 1);
+    pthread_cond_init(&j->cv, NULL);
+    int rc = oa_parse(s, cs->body.p ? cs->body.p : "", cs->body.n, chat, j, &e);
+    fm_error err;
+    if (!rc && s->tok && fm_detok_create(s->tok, true, &j->detok, &err))
+        rc = oa_fail(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    if (rc) {
+        job_free(j);
+        return reply_error(s, c, &e);
+    }
+    j->created = (int64_t)time(NULL);
+    pthread_mutex_lock(&s->mu);
+    static uint64_t counter;
+    snprintf(j->id, sizeof j->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->created,
+             (unsigned long long)++counter);
+    const int32_t limit = s->m->kv->pool.max_seqs + s->o.max_queue;
+    if (s->stopping) rc = oa_fail(&e, 503, "server_error", NULL, NULL, "the server is shutting down");
+    else if (s->n_jobs >= limit)
+        rc = oa_fail(&e, 429, "rate_limit_error", "queue_full", NULL,
+                     "the server is busy: %d requests are running or queued (--max-seqs + --max-queue); retry later",
+                     s->n_jobs);
+    if (!rc) {
+        s->n_jobs++;
+        j->refs = 2 + (j->stream ? 1 : 0);
+        j->t_arrive = serve_now();
+        if (s->inbox_tail) s->inbox_tail->next = j;
+        else s->inbox = j;
+        s->inbox_tail = j;
+        s->met.prompt_tokens += (uint64_t)j->n_prompt;
+        s->met.requests[0]++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        job_free(j);
+        return reply_error(s, c, &e);
+    }
+    cs->j = j;
+    if (j->stream) {
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        const enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    /* a non-stream reply is written at the end: meanwhile the socket is watched for the client going away */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    while (!pull(j, true, 0.2)) {
+        if (ci && client_gone(ci->connect_fd)) {
+            pthread_mutex_lock(&s->mu);
+            j->cancel = true;
+            pthread_cond_signal(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return MHD_NO; /* closes the connection; the completed callback lets go of the job */
+        }
+    }
+    if (j->end == FM_SCHED_ERROR) {
+        oa_fail(&e, 500, "server_error", NULL, NULL, "%s", j->err_msg[0] ? j->err_msg : "generation failed");
+        return reply(c, 500, oa_error_json(&e), "application/json");
+    }
+    return reply(c, MHD_HTTP_OK, oa_final_json(j), "application/json");
+}
+
+static enum MHD_Result models(srv *s, struct MHD_Connection *c, const char *which) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "fp8moe");
+    cJSON_AddNumberToObject(m, "max_model_len", (double)s->ctx);
+    if (which) {
+        if (strcmp(which, s->model_name)) {
+            cJSON_Delete(m);
+            oa_error e;
+            oa_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%s' does not exist", which);
+            return reply_error(s, c, &e);
+        }
+        count_status(s, 200);
+        char *out = cJSON_PrintUnformatted(m);
+        cJSON_Delete(m);
+        return reply(c, 200, out, "application/json");
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    count_status(s, 200);
+    return reply(c, 200, out, "application/json");
+}
+
+static bool authorised(const srv *s, struct MHD_Connection *c) {
+    if (!s->o.api_key || !s->o.api_key[0]) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->o.api_key);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv *s = cls;
+    conn *cs = *con_cls;
+    if (!cs) {
+        if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        *con_cls = cs;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (cs->body.n + *upload_size > (size_t)s->o.max_body) cs->too_big = true;
+        else sb_put(&cs->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    oa_error e;
+    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (get && !strcmp(url, "/health")) return reply(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    if (get && !strcmp(url, "/")) return reply(c, 200, strdup(fm_serve_page_html), "text/html; charset=utf-8");
+    if (get && !strcmp(url, "/metrics")) {
+        sbuf o = {0};
+        pthread_mutex_lock(&s->mu);
+        int32_t queued = 0;
+        for (job *j = s->inbox; j; j = j->next) queued++;
+        metrics_write(&o, &s->met, &s->stats, queued + s->stats.waiting);
+        pthread_mutex_unlock(&s->mu);
+        return reply(c, 200, o.p, "text/plain; version=0.0.4");
+    }
+    const bool api = !strncmp(url, "/v1/", 4);
+    if (api && !authorised(s, c)) {
+        oa_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                "Incorrect or missing API key: send the header 'Authorization: Bearer KEY' with the key the server "
+                "was started with (--api-key)");
+        return reply_error(s, c, &e);
+    }
+    const bool gen = !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
+    if (gen && post) {
+        if (cs->too_big) {
+            oa_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                    "the request body is larger than %lld bytes (--max-body)", (long long)s->o.max_body);
+            return reply_error(s, c, &e);
+        }
+        return generate(s, c, cs, !strcmp(url, "/v1/chat/completions"));
+    }
+    if (get && !strcmp(url, "/v1/models")) return models(s, c, NULL);
+    if (get && !strncmp(url, "/v1/models/", 11)) return models(s, c, url + 11);
+    if (gen || !strcmp(url, "/v1/models"))
+        oa_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s", method, url);
+    else oa_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", method, url);
+    return reply_error(s, c, &e);
+}
+
+/* the request is over (answered, or the client went away): a job still running is cancelled */
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c, (void)toe;
+    srv *s = cls;
+    conn *cs = *con_cls;
+    if (!cs) return;
+    if (cs->j) {
+        pthread_mutex_lock(&s->mu);
+        if (!cs->j->ended) {
+            cs->j->cancel = true;
+            pthread_cond_signal(&s->cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        job_unref(s, cs->j);
+    }
+    sb_free(&cs->body);
+    free(cs);
+    *con_cls = NULL;
+}
+
+static void load_text(srv *s) {
+    fm_error err;
+    if (fm_tokenizer_load(s->o.model_dir, &s->tok, &err)) {
+        s->tok = NULL;
+        snprintf(s->tok_error, sizeof s->tok_error, "%s", err.msg);
+        fprintf(stderr, "fp8moe serve: no tokenizer (%s): text prompts and chat are refused with 501\n", err.msg);
+    }
+    if (fm_chat_template_load(s->o.model_dir, s->o.chat_template, &s->tmpl, &err)) {
+        s->tmpl = NULL;
+        snprintf(s->tmpl_error, sizeof s->tmpl_error, "%s", err.msg);
+        fprintf(stderr, "fp8moe serve: no chat template (%s): /v1/chat/completions is refused with 501\n", err.msg);
+        return;
+    }
+    const char *const *stops = fm_chat_template_stop_tokens(s->tmpl);
+    for (int i = 0; s->tok && stops && stops[i] && s->n_tmpl_stop_ids < 8; i++) {
+        const int32_t id = fm_tokenizer_token_id(s->tok, stops[i]);
+        if (id >= 0) s->tmpl_stop_ids[s->n_tmpl_stop_ids++] = id;
+    }
+}
+
+fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
+    if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "serve: the model was loaded without a KV cache (max_seqs > 0)");
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    s->m = m, s->o = *o, s->ctx = m->kv->pool.ctx, s->vocab = fm_model_vocab_size(m);
+    if (o->model_name) snprintf(s->model_name, sizeof s->model_name, "%s", o->model_name);
+    else {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s", o->model_dir);
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+        const char *base = strrchr(dir, '/');
+        snprintf(s->model_name, sizeof s->model_name, "%s", base ? base + 1 : dir);
+    }
+    struct sockaddr_in a4 = {0};
+    struct sockaddr_in6 a6 = {0};
+    const bool v6 = strchr(o->host, ':') != NULL;
+    if (v6 ? inet_pton(AF_INET6, o->host, &a6.sin6_addr) != 1 : inet_pton(AF_INET, o->host, &a4.sin_addr) != 1) {
+        free(s);
+        return fm_fail(err, FM_ERR_USAGE, "--host '%s' is not an IPv4 or IPv6 address (such as 127.0.0.1 or ::1)",
+                       o->host);
+    }
+    a4.sin_family = AF_INET, a4.sin_port = htons((uint16_t)o->port);
+    a6.sin6_family = AF_INET6, a6.sin6_port = htons((uint16_t)o->port);
+    load_text(s);
+    if (o->chat_template && !s->tmpl) {
+        fm_status st = fm_fail(err, FM_ERR_USAGE, "--chat-template %s: %s", o->chat_template, s->tmpl_error);
+        if (s->tok) fm_tokenizer_free(s->tok);
+        free(s);
+        return st;
+    }
+    fm_status st = fm_sched_create(m, o->prefill_chunk, &s->sched, err);
+    if (st) {
+        if (s->tok) fm_tokenizer_free(s->tok);
+        if (s->tmpl) fm_chat_template_free(s->tmpl);
+        free(s);
+        return st;
+    }
+    fm_sched_get_stats(s->sched, &s->stats);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    /* the signals are taken by sigwait here: blocked in every thread started from now on */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT), sigaddset(&sigs, SIGTERM);
+    sigset_t old;
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_create(&s->thread, NULL, scheduler_thread, s);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+        (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
+        v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_END);
+    if (!d) st = fm_fail(err, FM_ERR_IO, "cannot listen on %s port %d: %s", o->host, o->port, strerror(errno));
+    else {
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        const int port = info ? info->port : o->port;
+        fprintf(stderr, "fp8moe serve: %s on http://%s%s%s:%d/ (model '%s', %d sequences of %lld tokens)\n",
+                FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name, m->kv->pool.max_seqs,
+                (long long)s->ctx);
+        if (o->port_file) {
+            FILE *f = fopen(o->port_file, "w");
+            if (f) fprintf(f, "%d\n", port), fclose(f);
+        }
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        fprintf(stderr, "fp8moe serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL); /* every request ends (cancelled) */
+    if (d) {
+        /* no new connections; the replies under way get their last chunk out (5 s at most), then the daemon stops
+           (which closes whatever is still open) */
+        const MHD_socket listen = MHD_quiesce_daemon(d);
+        for (int i = 0; i < 500 && atomic_load(&s->n_live) > 0; i++) nanosleep(&(struct timespec){0, 10000000}, NULL);
+        MHD_stop_daemon(d);
+        if (listen != MHD_INVALID_SOCKET) close(listen); /* quiesce hands the listening socket to the caller */
+    }
+    if (s->fatal && !st) st = s->fatal, *err = s->fatal_err;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (s->tok) fm_tokenizer_free(s->tok);
+    if (s->tmpl) fm_chat_template_free(s->tmpl);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->active);
+    free(s);
+    return st;
+}

@@ -1,0 +1,365 @@
+/* The continuous-batching scheduler (src/engine/scheduler.h) on the CPU backend:
+ *   - requests that join a running batch (one submitted while another decodes, prompts prefilled in chunks between
+ *     decode steps) give the same greedy tokens as each run alone;
+ *   - a request cancelled mid-run ends with one cancelled event at the next step and its blocks return to the pool
+ *     (the other request goes on to the same tokens; 0 blocks in use at the end);
+ *   - a kept cache continued by a longer prompt gives the tokens of a fresh run of the whole prompt and prefills only
+ *     the new suffix (n_cached = the common prefix; at least the last prompt token is run again for its logits);
+ *   - a pool without room for a request's next block ends it with FM_SCHED_ERROR naming the full cache, its blocks
+ *     freed, and the next request runs as if nothing happened;
+ *   - every request gets its events in order (n_generated 1, 2, ...) and exactly one final event, the last;
+ *   - n_logprobs: the top ids per token, descending, the chosen greedy id first. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "engine/scheduler.h"
+
+static const char *k_model = "tests/models/qwen3-moe-f32";
+
+enum { MAX_REQ = 16, MAX_NEW = 32 };
+
+/* what the events of each request said */
+typedef struct rec {
+    int32_t ids[MAX_REQ][MAX_NEW];
+    int64_t n[MAX_REQ];      /* token events */
+    int32_t finals[MAX_REQ]; /* final events (must be 1) */
+    int32_t after_final[MAX_REQ];
+    fm_sched_end end[MAX_REQ];
+    int64_t n_generated[MAX_REQ], n_cached[MAX_REQ];
+    char msg[MAX_REQ][256];
+    int32_t top_ok[MAX_REQ]; /* tokens whose top log-probabilities were as asked */
+} rec;
+
+static void on_event(void *user, const fm_sched_event *ev) {
+    rec *r = user;
+    assert_true(ev->req >= 0 && ev->req < MAX_REQ);
+    const int64_t q = ev->req;
+    if (r->finals[q]) r->after_final[q]++;
+    if (ev->id >= 0) {
+        assert_true(r->n[q] < MAX_NEW);
+        r->ids[q][r->n[q]++] = ev->id;
+        if (ev->end == FM_SCHED_RUNNING) assert_int_equal(ev->n_generated, r->n[q]); /* in order, none lost */
+        assert_non_null(ev->info);
+        if (ev->info->n_top >= 1 && ev->info->top[0].id == ev->id) {
+            bool desc = true;
+            for (int32_t k = 1; k < ev->info->n_top; k++) desc &= ev->info->top[k].logprob <= ev->info->top[k - 1].logprob;
+            r->top_ok[q] += desc;
+        }
+    }
+    if (ev->end != FM_SCHED_RUNNING) {
+        r->finals[q]++;
+        r->end[q] = ev->end, r->n_generated[q] = ev->n_generated, r->n_cached[q] = ev->n_cached;
+        if (ev->msg) snprintf(r->msg[q], sizeof r->msg[q], "%s", ev->msg);
+    }
+}
+
+static fm_model *load(void) {
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.max_seqs = 4, opt.ctx = 64, opt.max_tokens = 32;
+    fm_model *m = NULL;
+    fm_error err;
+    if (fm_model_load(k_model, &opt, &m, &err)) fail_msg("load: %s", err.msg);
+    return m;
+}
+
+static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % vocab);
+}
+
+static fm_sched_request greedy(const int32_t *prompt, int64_t n, int64_t max_tokens, rec *r) {
+    fm_sched_request q;
+    fm_sched_request_init(&q);
+    q.prompt = prompt, q.n_prompt = n, q.params.max_tokens = max_tokens, q.params.ignore_eos = true;
+    q.on_event = on_event, q.user = r;
+    return q;
+}
+
+static int64_t submit(fm_sched *s, const fm_sched_request *q) {
+    int64_t id;
+    fm_error err;
+    if (fm_sched_submit(s, q, &id, &err)) fail_msg("submit: %s", err.msg);
+    return id;
+}
+
+static void run_all(fm_sched *s) {
+    fm_error err;
+    for (int guard = 0; guard < 10000; guard++) {
+        bool busy;
+        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+        if (!busy) return;
+    }
+    fail_msg("the scheduler never went idle");
+}
+
+static void step(fm_sched *s) {
+    bool busy;
+    fm_error err;
+    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+    assert_true(busy);
+}
+
+/* greedy tokens of one prompt alone */
+static void alone(fm_model *m, const int32_t *prompt, int64_t n, int64_t max_tokens, int32_t *out) {
+    fm_gen_params gp;
+    fm_gen_params_init(&gp);
+    gp.max_tokens = max_tokens, gp.ignore_eos = true;
+    fm_gen_output o;
+    fm_error err;
+    if (fm_model_generate(m, &prompt, &n, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(o.n, max_tokens);
+    memcpy(out, o.ids, (size_t)max_tokens * sizeof *out);
+    free(o.ids), free(o.logprobs);
+}
+
+static void expect_final(const rec *r, int64_t q, fm_sched_end end) {
+    assert_int_equal(r->finals[q], 1);
+    assert_int_equal(r->after_final[q], 0);
+    assert_int_equal(r->end[q], end);
+}
+
+static void test_join_running_batch(void **state) {
+    (void)state;
+    enum { NEW = 12 };
+    fm_model *m = load();
+    const int32_t V = fm_model_vocab_size(m);
+    const int64_t len[3] = {9, 17, 23};
+    int32_t p[3][23], ref[3][NEW];
+    for (int i = 0; i < 3; i++) prompt_ids(p[i], len[i], V, 11u + (uint32_t)i), alone(m, p[i], len[i], NEW, ref[i]);
+    fm_sched *s;
+    fm_error err;
+    assert_int_equal(fm_sched_create(m, 5, &s, &err), FM_OK); /* 5-token prefill chunks */
+    rec *r = calloc(1, sizeof *r);
+    fm_sched_request q0 = greedy(p[0], len[0], NEW, r), q1 = greedy(p[1], len[1], NEW, r);
+    fm_sched_request q2 = greedy(p[2], len[2], NEW, r);
+    q2.n_logprobs = 5;
+    const int64_t a = submit(s, &q0);
+    for (int i = 0; i < 4; i++) step(s); /* a: 2 prefill chunks, then decodes */
+    assert_true(r->n[a] >= 2);
+    const int64_t b = submit(s, &q1);
+    const int64_t a_before = r->n[a];
+    while (r->n[b] == 0) step(s);
+    /* b's 4 prefill chunks alternated with decode steps of a */
+    assert_true(r->n[a] - a_before >= 3);
+    const int64_t c = submit(s, &q2);
+    fm_sched_stats st;
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.waiting, 1);
+    assert_int_equal(st.running, 2);
+    run_all(s);
+    const int64_t ids[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        expect_final(r, ids[i], FM_SCHED_LENGTH);
+        assert_int_equal(r->n[ids[i]], NEW);
+        assert_int_equal(r->n_generated[ids[i]], NEW);
+        assert_memory_equal(r->ids[ids[i]], ref[i], sizeof ref[i]);
+    }
+    assert_int_equal(r->top_ok[c], NEW); /* greedy: the chosen id is the top one */
+    assert_int_equal(r->top_ok[a], 0);   /* no log-probabilities asked: n_top 0 */
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.running + st.waiting + st.kept, 0);
+    assert_int_equal(st.prefill_tokens, 9 + 17 + 23);
+    assert_int_equal(st.decode_tokens, 3 * (NEW - 1));
+    fm_sched_free(s);
+    free(r);
+    fm_model_free(m);
+}
+
+static void test_cancel_frees_blocks(void **state) {
+    (void)state;
+    enum { NEW = 20 };
+    fm_model *m = load();
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t p0[20], p1[20], ref[NEW];
+    prompt_ids(p0, 20, V, 3), prompt_ids(p1, 20, V, 4);
+    alone(m, p1, 20, NEW, ref);
+    fm_sched *s;
+    fm_error err;
+    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    rec *r = calloc(1, sizeof *r);
+    fm_sched_request q0 = greedy(p0, 20, NEW, r), q1 = greedy(p1, 20, NEW, r);
+    const int64_t a = submit(s, &q0), b = submit(s, &q1);
+    for (int i = 0; i < 6; i++) step(s);
+    assert_true(r->n[a] > 0 && r->n[b] > 0 && r->finals[a] == 0);
+    fm_sched_stats st;
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 4); /* 2 x ceil(21..24 / 16) */
+    fm_sched_cancel(s, a);
+    assert_int_equal(r->finals[a], 0); /* at the next step, not inside cancel */
+    const int64_t got = r->n[a];
+    step(s);
+    expect_final(r, a, FM_SCHED_CANCELLED);
+    assert_int_equal(r->n[a], got);
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 2); /* b's only */
+    fm_sched_cancel(s, a);                  /* finished: ignored */
+    fm_sched_cancel(s, 999);                /* unknown: ignored */
+    run_all(s);
+    expect_final(r, b, FM_SCHED_LENGTH);
+    assert_memory_equal(r->ids[b], ref, sizeof ref);
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    /* a waiting request cancelled before it ran, and a running one left when the scheduler is freed */
+    const int64_t c = submit(s, &q0), d = submit(s, &q1);
+    step(s);
+    fm_sched_cancel(s, d);
+    step(s);
+    expect_final(r, d, FM_SCHED_CANCELLED);
+    assert_int_equal(r->n[d], 0);
+    fm_sched_free(s);
+    expect_final(r, c, FM_SCHED_CANCELLED);
+    assert_int_equal(m->kv->pool.n_free, m->kv->pool.n_blocks);
+    free(r);
+    fm_model_free(m);
+}
+
+static void test_reuse_kept_cache(void **state) {
+    (void)state;
+    enum { P = 20, NEW = 8, EXTRA = 5 };
+    fm_model *m = load();
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t p[P], turn2[P + NEW + EXTRA], ref[NEW];
+    prompt_ids(p, P, V, 21);
+    fm_sched *s;
+    fm_error err;
+    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    rec *r = calloc(1, sizeof *r);
+    fm_sched_request q = greedy(p, P, NEW, r);
+    q.keep = true;
+    const int64_t a = submit(s, &q);
+    run_all(s);
+    expect_final(r, a, FM_SCHED_LENGTH);
+    fm_sched_stats st;
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kept, 1);
+    assert_int_equal(st.kv_blocks_used, 2); /* P + NEW - 1 = 27 tokens held */
+    /* the next turn: the whole conversation (prompt, the answer, new text) */
+    memcpy(turn2, p, sizeof p);
+    memcpy(turn2 + P, r->ids[a], NEW * sizeof *turn2);
+    prompt_ids(turn2 + P + NEW, EXTRA, V, 22);
+    const int64_t n2 = P + NEW + EXTRA;
+    alone(m, turn2, n2, NEW, ref);
+    const int64_t pre0 = st.prefill_tokens;
+    fm_sched_request q2 = greedy(turn2, n2, NEW, r);
+    q2.reuse = a, q2.keep = true;
+    const int64_t b = submit(s, &q2);
+    fm_sched_request q3 = greedy(turn2, n2, NEW, r);
+    q3.reuse = a;
+    int64_t dummy;
+    assert_int_equal(fm_sched_submit(s, &q3, &dummy, &err), FM_ERR_USAGE); /* a is continued by b already */
+    run_all(s);
+    expect_final(r, b, FM_SCHED_LENGTH);
+    assert_memory_equal(r->ids[b], ref, sizeof ref);
+    assert_int_equal(r->n_cached[b], P + NEW - 1); /* the cache held all but the last answer token */
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.prefill_tokens - pre0, n2 - (P + NEW - 1));
+    assert_int_equal(st.kept, 1); /* b now, a was consumed */
+    /* a prompt that shares only its first 10 tokens with b's cache: cut back, same tokens as fresh */
+    int32_t turn3[30];
+    memcpy(turn3, turn2, 10 * sizeof *turn3);
+    prompt_ids(turn3 + 10, 20, V, 23);
+    alone(m, turn3, 30, NEW, ref);
+    fm_sched_request q4 = greedy(turn3, 30, NEW, r);
+    q4.reuse = b, q4.keep = true;
+    const int64_t c = submit(s, &q4);
+    run_all(s);
+    assert_int_equal(r->n_cached[c], 10);
+    assert_memory_equal(r->ids[c], ref, sizeof ref);
+    /* the same prompt again: all of it cached but the last token, which runs for its logits */
+    fm_sched_request q5 = greedy(turn3, 30, NEW, r);
+    q5.reuse = c;
+    const int64_t d = submit(s, &q5);
+    run_all(s);
+    assert_int_equal(r->n_cached[d], 29);
+    assert_memory_equal(r->ids[d], ref, sizeof ref);
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kept, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    /* release frees a kept cache */
+    fm_sched_request q6 = greedy(p, P, 4, r);
+    q6.keep = true;
+    const int64_t e = submit(s, &q6);
+    run_all(s);
+    fm_sched_get_stats(s, &st);
+    assert_true(st.kv_blocks_used > 0);
+    fm_sched_release(s, e);
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    fm_sched_free(s);
+    free(r);
+    fm_model_free(m);
+}
+
+static void test_pool_exhaustion(void **state) {
+    (void)state;
+    enum { P = 20, NEW = 30 };
+    fm_model *m = load();
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t p[P], ref[NEW];
+    prompt_ids(p, P, V, 31);
+    alone(m, p, P, NEW, ref);
+    fm_sched *s;
+    fm_error err;
+    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    rec *r = calloc(1, sizeof *r);
+    /* an overcommitted pool: only the 2 blocks at the bottom of the free stack are left (32 tokens) */
+    fm_kv_pool *pool = &m->kv->pool;
+    const int32_t n_free = pool->n_free;
+    pool->n_free = 2;
+    fm_sched_request q = greedy(p, P, NEW, r);
+    const int64_t a = submit(s, &q);
+    run_all(s);
+    expect_final(r, a, FM_SCHED_ERROR);
+    assert_non_null(strstr(r->msg[a], "KV cache full"));
+    assert_int_equal(r->n[a], 32 - P + 1); /* tokens 20..31 fill the 2 blocks; the 13th sampled needs a third */
+    assert_memory_equal(r->ids[a], ref, (size_t)r->n[a] * sizeof *ref); /* correct until then */
+    assert_int_equal(pool->n_free, 2);
+    pool->n_free = n_free;
+    const int64_t b = submit(s, &q);
+    run_all(s);
+    expect_final(r, b, FM_SCHED_LENGTH);
+    assert_memory_equal(r->ids[b], ref, sizeof ref);
+    fm_sched_stats st;
+    fm_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    int64_t x;
+    /* refused at submit: the context, ids outside the vocabulary, a bad sampling value */
+    fm_sched_request bad = greedy(p, P, 64 - P + 1, r);
+    assert_int_equal(fm_sched_submit(s, &bad, &x, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "--ctx"));
+    int32_t big[2] = {1, V};
+    bad = greedy(big, 2, 4, r);
+    assert_int_equal(fm_sched_submit(s, &bad, &x, &err), FM_ERR_FORMAT);
+    bad = greedy(p, P, 4, r);
+    bad.params.top_p = 0.0f;
+    assert_int_equal(fm_sched_submit(s, &bad, &x, &err), FM_ERR_USAGE);
+    bad = greedy(p, P, 4, r);
+    bad.n_logprobs = FM_MAX_LOGPROBS + 1;
+    assert_int_equal(fm_sched_submit(s, &bad, &x, &err), FM_ERR_USAGE);
+    bad = greedy(p, P, 4, r);
+    bad.reuse = a; /* not kept */
+    assert_int_equal(fm_sched_submit(s, &bad, &x, &err), FM_ERR_USAGE);
+    fm_sched_free(s);
+    free(r);
+    fm_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_join_running_batch),
+        cmocka_unit_test(test_cancel_frees_blocks),
+        cmocka_unit_test(test_reuse_kept_cache),
+        cmocka_unit_test(test_pool_exhaustion),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
