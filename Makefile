@@ -127,7 +127,7 @@ deps:
 # The main job: a completion by the bundled trained model (it learnt Python source) through its tokenizer, streamed
 # with tokens/s, on the CPU and on the GPU when one is present; then the parity table of the presets against the
 # fp32 oracle (on the GPU too: the presets the CUDA backend runs, ref, int4, fp8).
-RUN_PROMPT := def fibonacci(n):\n    """Return the n-th Fibonacci number."""
+RUN_PROMPT := def read_lines(path):\n    with open(path) as f:
 run: all
 	@P="$$(printf '$(RUN_PROMPT)')"; \
 	echo "== models/tiny-code-moe completes a Python function (CPU, greedy)"; printf '%s' "$$P"; \
