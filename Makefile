@@ -124,9 +124,19 @@ fuzz-run: fuzz
 deps:
 	@./tools/install-deps.sh
 
-# The main job: the parity table of the presets on the bundled trained model against the fp32 oracle; on the
-# GPU too when one is present (the presets the CUDA backend runs: ref, int4, fp8).
+# The main job: a completion by the bundled trained model (it learnt Python source) through its tokenizer, streamed
+# with tokens/s, on the CPU and on the GPU when one is present; then the parity table of the presets against the
+# fp32 oracle (on the GPU too: the presets the CUDA backend runs, ref, int4, fp8).
+RUN_PROMPT := def read_lines(path):\n    with open(path) as f:
 run: all
+	@P="$$(printf '$(RUN_PROMPT)')"; \
+	echo "== models/tiny-code-moe completes a Python function (CPU, greedy)"; printf '%s' "$$P"; \
+	./$(BIN) generate --model models/tiny-code-moe --prompt "$$P" --max-tokens 48 --temperature 0 && \
+	if nvidia-smi -L >/dev/null 2>&1; then \
+	  echo; echo "== the same on the GPU (cuda backend, fp8 preset)"; printf '%s' "$$P"; \
+	  ./$(BIN) generate --model models/tiny-code-moe --prompt "$$P" --max-tokens 48 --temperature 0 \
+	    --backend cuda --preset fp8; fi
+	@echo
 	@if nvidia-smi -L >/dev/null 2>&1; then \
 	  echo "== GPU: cuda backend"; ./$(BIN) parity --model models/tiny-code-moe --backend cuda --presets ref,int4,fp8; \
 	  echo; echo "== CPU: exact emulation of every preset"; fi

@@ -12,6 +12,7 @@ enum { CLI_OK = 0, CLI_BAD_INPUT = 1, CLI_USAGE = 2 };
 
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_parity(int argc, char **argv);

@@ -4,10 +4,11 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/engine.h"
 #include "serve/serve.h"
 
 static const char *HELP =
-    "usage: fp8moe serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs B] [--ctx N]\n"
+    "usage: fp8moe serve (--model DIR | --synthetic NAME) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs B] [--ctx N]\n"
     "                    [--chat-template NAME] [options]\n"
     "\n"
     "An HTTP server with the OpenAI API: POST /v1/chat/completions and /v1/completions (streamed as server-sent\n"
@@ -27,10 +28,13 @@ static const char *HELP =
     "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
     "  --port-file FILE         write the port there once listening\n"
+    "  --synthetic NAME         serve synthetic weights at the shapes of a real checkpoint (qwen3-30b-a3b,\n"
+    "                           mixtral-8x7b, toy-moe) instead of --model: no tokenizer, so prompts are token ids\n"
+    "                           (/v1/completions); for benchmarks. --ctx defaults to 4096 there\n"
     "\n" CLI_MODEL_HELP;
 
 enum { OPT_HOST = 2000, OPT_PORT, OPT_API_KEY, OPT_MODEL_NAME, OPT_TEMPLATE, OPT_MAX_SEQS, OPT_MAX_QUEUE, OPT_MAX_BODY,
-       OPT_PREFILL_CHUNK, OPT_PORT_FILE };
+       OPT_PREFILL_CHUNK, OPT_PORT_FILE, OPT_SYNTHETIC };
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
                                             {"api-key", required_argument, 0, OPT_API_KEY},
@@ -41,11 +45,13 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"max-body", required_argument, 0, OPT_MAX_BODY},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
+                                            {"synthetic", required_argument, 0, OPT_SYNTHETIC},
                                             {0, 0, 0, 0}};
 
 typedef struct serve_args {
     fm_serve_opts so;
     long max_seqs, prefill_chunk;
+    const char *synthetic;
 } serve_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -68,6 +74,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_BODY: return cli_parse_bytes(cmd, "--max-body", arg, &a->so.max_body);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
     case OPT_PORT_FILE: a->so.port_file = arg; return true;
+    case OPT_SYNTHETIC: a->synthetic = arg; return true;
     default: return false;
     }
 }
@@ -80,14 +87,21 @@ int cmd_serve(int argc, char **argv) {
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
-    if (!mo.model_dir) return cli_usage(cmd, "--model is required");
+    if (!mo.model_dir && !a.synthetic) return cli_usage(cmd, "--model DIR (or --synthetic NAME) is required");
+    if (mo.model_dir && a.synthetic) return cli_usage(cmd, "--model and --synthetic exclude each other");
+    if (a.synthetic && a.so.chat_template)
+        return cli_usage(cmd, "--chat-template needs --model (a synthetic model has no tokenizer)");
+    enum { SYNTHETIC_CTX = 4096 }; /* a synthetic model's max_position_embeddings is 2^20: too much cache per sequence */
+    if (a.synthetic && mo.opt.ctx <= 0) mo.opt.ctx = SYNTHETIC_CTX;
+    if (a.synthetic && !a.so.model_name) a.so.model_name = a.synthetic;
     a.so.model_dir = mo.model_dir;
     mo.opt.max_seqs = (int32_t)a.max_seqs;
     mo.opt.max_tokens = mo.opt.ctx > 0 && mo.opt.ctx < a.prefill_chunk ? mo.opt.ctx : a.prefill_chunk;
     a.so.prefill_chunk = mo.opt.max_tokens;
     fm_error err = {{0}};
     fm_model *m = NULL;
-    fm_status st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    fm_status st = a.synthetic ? fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err)
+                               : fm_model_load(mo.model_dir, &mo.opt, &m, &err);
     if (!st) st = fm_serve_run(m, &a.so, &err);
     fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;

@@ -1,4 +1,4 @@
-/* fp8moe: the command line. Subcommands: logits, generate, perplexity, inspect, parity, bench, requantize, tokenize,
+/* fp8moe: the command line. Subcommands: logits, generate, chat, perplexity, inspect, parity, bench, requantize, tokenize,
  * detokenize. */
 #include <string.h>
 
@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "  logits      write float32 logits [T, vocab] for a file of int32 token ids\n"
             "  generate    new tokens after a prompt: text (--prompt, --chat through the chat template) streamed,\n"
             "              or int32 ids (or a batch of prompts); greedy or sampled; tokens/s, time to first token\n"
+            "  chat        an interactive chat in the terminal: the answer streamed, the conversation and its KV\n"
+            "              cache kept between turns (only the new text is prefilled); tokens/s per turn\n"
             "  perplexity  perplexity over windows of a token-id file\n"
             "  serve       an OpenAI-compatible HTTP server (chat and completions, streamed) with continuous batching\n"
             "  inspect     architecture, shapes, dtypes, parameter and byte counts of a checkpoint\n"
@@ -48,6 +50,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);

@@ -338,7 +338,9 @@ static fm_status read_optional_json(const char *dir, const char *name, const cha
     if (access(path, F_OK) != 0) return FM_OK;
     long n = 0;
     char *buf = NULL;
-    *label = fm_path_show(pb, path);
+    /* the label outlives path (a local): a short path is copied into pb, as a long one is shortened there */
+    if (fm_path_show(pb, path) == path) memcpy(pb->s, path, strlen(path) + 1); /* <= FM_PATH_SHOWN bytes */
+    *label = pb->s;
     fm_status st = read_text(path, name, &buf, &n, err);
     if (!st) st = fm_json_parse_object(buf, (uint64_t)n, *label, what, root, err);
     free(buf);

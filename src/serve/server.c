@@ -429,6 +429,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 static void load_text(srv *s) {
     fm_error err;
+    if (!s->o.model_dir) { /* serve --synthetic: token ids only */
+        snprintf(s->tok_error, sizeof s->tok_error, "a synthetic model has no tokenizer: send token ids");
+        snprintf(s->tmpl_error, sizeof s->tmpl_error, "a synthetic model has no chat template");
+        fprintf(stderr, "fp8moe serve: synthetic weights, no tokenizer: prompts must be token ids (/v1/completions)\n");
+        return;
+    }
     if (fm_tokenizer_load(s->o.model_dir, &s->tok, &err)) {
         s->tok = NULL;
         snprintf(s->tok_error, sizeof s->tok_error, "%s", err.msg);

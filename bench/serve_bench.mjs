@@ -1,0 +1,191 @@
+// The serving benchmark: N concurrent clients against a running `fp8moe serve` (or any OpenAI-compatible server),
+// each sending streamed /v1/completions requests from a fixed set of token-id prompts, one after the other, for
+// --duration seconds or --requests requests per client count. Reports aggregate output tokens/s, time to first
+// token and inter-token latency (p50, p99), requests completed and errors, as a table and as JSON.
+//
+// Node 18+ only (fetch, streams): no npm packages. bench/serve_bench.sh starts the server and runs this.
+//
+//   node bench/serve_bench.mjs --url http://127.0.0.1:8080 --clients 1,8,64 --prompt-tokens 1800 --max-tokens 256 \
+//        --duration 60 --json serve.json
+import { execSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+
+const HELP = `usage: node bench/serve_bench.mjs --url URL [options]
+
+  --url URL            the server (default http://127.0.0.1:8080)
+  --clients LIST       concurrent clients, one run per count (default 1,8,64)
+  --prompt-tokens N    tokens per prompt (default 512): token ids, so the length is exact and any vocabulary works
+  --prompts K          distinct prompts in the fixed set (default 16); client c's request r sends prompt (c + r) % K
+  --max-tokens M       new tokens per request (default 128); ignore_eos is sent, so each request makes M
+  --duration S         seconds each client count runs (default 30): no request starts after it, the ones under way
+                       finish and count
+  --requests R         or: requests per client count in all (overrides --duration)
+  --warmup W           requests sent before each client count, not counted (default 1)
+  --vocab V            prompt ids are drawn from [16, V) (default 4096: the smallest vocabulary fp8moe ships)
+  --api-key KEY        Authorization: Bearer KEY
+  --json FILE          the figures as JSON
+  --label TEXT         a note kept in the JSON (e.g. the GPU and the serve command)`;
+
+function parseArgs(argv) {
+    const a = { url: 'http://127.0.0.1:8080', clients: [1, 8, 64], promptTokens: 512, prompts: 16, maxTokens: 128,
+                duration: 30, requests: 0, warmup: 1, vocab: 4096, apiKey: '', json: '', label: '' };
+    const int = (k, v, lo) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < lo) usage(`${k} expects an integer >= ${lo}, got '${v}'`);
+        return n;
+    };
+    for (let i = 0; i < argv.length; i++) {
+        const k = argv[i], v = argv[i + 1];
+        const take = () => { if (v === undefined) usage(`${k} needs a value`); i++; return v; };
+        switch (k) {
+        case '-h': case '--help': console.log(HELP); process.exit(0);
+        case '--url': a.url = take().replace(/\/+$/, ''); break;
+        case '--clients': a.clients = take().split(',').map((x) => int('--clients', x, 1)); break;
+        case '--prompt-tokens': a.promptTokens = int(k, take(), 1); break;
+        case '--prompts': a.prompts = int(k, take(), 1); break;
+        case '--max-tokens': a.maxTokens = int(k, take(), 1); break;
+        case '--duration': a.duration = Number(take()); if (!(a.duration > 0)) usage('--duration expects seconds > 0'); break;
+        case '--requests': a.requests = int(k, take(), 1); break;
+        case '--warmup': a.warmup = int(k, take(), 0); break;
+        case '--vocab': a.vocab = int(k, take(), 17); break;
+        case '--api-key': a.apiKey = take(); break;
+        case '--json': a.json = take(); break;
+        case '--label': a.label = take(); break;
+        default: usage(`unknown option '${k}'`);
+        }
+    }
+    return a;
+}
+
+function usage(msg) {
+    console.error(`serve_bench: ${msg}\n\n${HELP}`);
+    process.exit(2);
+}
+
+// The fixed prompt set: K prompts of N ids each from a seeded generator (the same on every run).
+function makePrompts(k, n, vocab) {
+    let s = 0x9e3779b9;
+    const next = () => { s = (Math.imul(s, 1664525) + 1013904223) >>> 0; return s; };
+    return Array.from({ length: k }, () => Array.from({ length: n }, () => 16 + (next() % (vocab - 16))));
+}
+
+const headers = (a) => ({ 'Content-Type': 'application/json', ...(a.apiKey ? { Authorization: `Bearer ${a.apiKey}` } : {}) });
+
+// One streamed request: the arrival time of each token's chunk, relative to the send.
+async function oneRequest(a, model, prompt) {
+    const t0 = performance.now();
+    const body = { model, prompt, max_tokens: a.maxTokens, temperature: 0, stream: true, ignore_eos: true,
+                   stream_options: { include_usage: true } };
+    const res = await fetch(`${a.url}/v1/completions`, { method: 'POST', headers: headers(a), body: JSON.stringify(body) });
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
+    const times = [];
+    let usage = null, done = false, buf = '';
+    const dec = new TextDecoder();
+    for await (const part of res.body) {
+        buf += dec.decode(part, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf('\n\n')) >= 0) {
+            const event = buf.slice(0, cut);
+            buf = buf.slice(cut + 2);
+            for (const line of event.split('\n')) {
+                if (!line.startsWith('data:')) continue;
+                const data = line.slice(5).trim();
+                if (data === '[DONE]') { done = true; continue; }
+                const o = JSON.parse(data);
+                if (o.error) throw new Error(`stream error: ${o.error.message}`);
+                if (o.usage) usage = o.usage;
+                const c = o.choices && o.choices[0];
+                if (c && c.finish_reason === null) times.push(performance.now() - t0); // one chunk per token
+            }
+        }
+    }
+    if (!done) throw new Error('the stream ended without [DONE]');
+    const n = usage ? usage.completion_tokens : times.length;
+    return { times, n, total: performance.now() - t0 };
+}
+
+function pct(xs, p) {
+    if (!xs.length) return NaN;
+    const s = Float64Array.from(xs).sort();
+    return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
+}
+
+async function runLevel(a, model, prompts, clients) {
+    for (let w = 0; w < a.warmup; w++) await oneRequest(a, model, prompts[w % prompts.length]);
+    const ttft = [], itl = [], tpot = [];
+    let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '';
+    const t0 = performance.now();
+    const deadline = t0 + a.duration * 1e3;
+    const more = () => (a.requests ? started < a.requests : performance.now() < deadline);
+    let tEnd = t0;
+    async function client(c) {
+        for (let r = 0; more(); r++) {
+            started++;
+            try {
+                const x = await oneRequest(a, model, prompts[(c + r) % prompts.length]);
+                completed++, tokens += x.n;
+                if (x.times.length) ttft.push(x.times[0]);
+                for (let i = 1; i < x.times.length; i++) itl.push(x.times[i] - x.times[i - 1]);
+                if (x.times.length > 1) tpot.push((x.times.at(-1) - x.times[0]) / (x.times.length - 1));
+            } catch (e) {
+                errors++;
+                if (!firstError) firstError = String(e.message || e);
+            }
+            tEnd = performance.now();
+        }
+    }
+    await Promise.all(Array.from({ length: clients }, (_, c) => client(c)));
+    const wall = (tEnd - t0) / 1e3;
+    return {
+        clients, requests: completed, errors, first_error: firstError || undefined, wall_s: wall,
+        output_tokens: tokens, output_tokens_per_s: tokens / wall, requests_per_s: completed / wall,
+        ttft_ms_p50: pct(ttft, 50), ttft_ms_p99: pct(ttft, 99),
+        itl_ms_p50: pct(itl, 50), itl_ms_p99: pct(itl, 99),
+        tpot_ms_mean: tpot.length ? tpot.reduce((x, y) => x + y, 0) / tpot.length : NaN,
+    };
+}
+
+async function main() {
+    const a = parseArgs(process.argv.slice(2));
+    let models;
+    try {
+        const r = await fetch(`${a.url}/v1/models`, { headers: headers(a) });
+        if (!r.ok) throw new Error(`HTTP ${r.status}`);
+        models = await r.json();
+    } catch (e) {
+        console.error(`serve_bench: ${a.url}/v1/models: ${e.message} (is the server running?)`);
+        process.exit(1);
+    }
+    const model = models.data[0].id, ctx = models.data[0].max_model_len;
+    if (ctx && a.promptTokens + a.maxTokens > ctx)
+        usage(`--prompt-tokens ${a.promptTokens} + --max-tokens ${a.maxTokens} exceed the server's context of ${ctx} (serve --ctx)`);
+    const prompts = makePrompts(a.prompts, a.promptTokens, a.vocab);
+    let commit = '';
+    try { commit = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim(); } catch { /* not a checkout */ }
+    console.log(`model ${model} at ${a.url}   prompts: ${a.prompts} of ${a.promptTokens} token ids   new tokens: ${a.maxTokens} per request (ignore_eos)   ` +
+                (a.requests ? `${a.requests} requests per row` : `${a.duration} s per row`) + (commit ? `   commit ${commit}` : ''));
+    console.log('');
+    console.log('| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT mean ms |');
+    console.log('|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:|-------------:|');
+    const rows = [];
+    const f = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-');
+    for (const c of a.clients) {
+        const r = await runLevel(a, model, prompts, c);
+        rows.push(r);
+        console.log(`| ${String(c).padStart(7)} | ${String(r.requests).padStart(8)} | ${String(r.errors).padStart(6)} | ` +
+                    `${f(r.output_tokens_per_s).padStart(12)} | ${f(r.requests_per_s, 2).padStart(5)} | ${f(r.ttft_ms_p50).padStart(11)} | ` +
+                    `${f(r.ttft_ms_p99).padStart(11)} | ${f(r.itl_ms_p50, 2).padStart(10)} | ${f(r.itl_ms_p99, 2).padStart(10)} | ` +
+                    `${f(r.tpot_ms_mean, 2).padStart(12)} |`);
+        if (r.first_error) console.error(`  first error at ${c} clients: ${r.first_error}`);
+    }
+    if (a.json) {
+        const out = { bench: 'serve', date: new Date().toISOString(), commit, label: a.label, url: a.url, model,
+                      max_model_len: ctx, prompt_tokens: a.promptTokens, prompts: a.prompts, max_tokens: a.maxTokens,
+                      duration_s: a.requests ? null : a.duration, requests_per_row: a.requests || null, rows };
+        writeFileSync(a.json, JSON.stringify(out, (k, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
+        console.log(`\nwrote ${a.json}`);
+    }
+    process.exit(rows.some((r) => r.requests === 0) ? 1 : 0);
+}
+
+main();
