@@ -239,8 +239,7 @@ static void test_qwen3_by_hand(void **state) {
     const fm_chat_msg sys[] = {{"system", "S"}, {"user", "U"}};
     check_render(t, sys, 2, false, true, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n", NULL);
     /* an assistant turn before the last user query loses its reasoning: content.split('</think>')[-1].lstrip('\n') */
-    const fm_chat_msg earlier[] = {
-        {"user", "Hi"}, {"assistant", "<think>\nR\n</think>\n\nHello!"}, {"user", "Q"}};
+    const fm_chat_msg earlier[] = {{"user", "Hi"}, {"assistant", "<think>\nR\n</think>\n\nHello!"}, {"user", "Q"}};
     check_render(t, earlier, 3, true, true,
                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
                  "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n",
@@ -335,7 +334,7 @@ static void test_golden(void **state) {
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "text");
         const cJSON *want_error = cJSON_GetObjectItemCaseSensitive(c, "error");
         snprintf(g_case, sizeof g_case, "golden case %s: %s (generation prompt %d, thinking %d)", dir + sizeof FIXTURES,
-                cJSON_GetObjectItemCaseSensitive(c, "conversation")->valuestring, gen, think);
+                 cJSON_GetObjectItemCaseSensitive(c, "conversation")->valuestring, gen, think);
         check_render(t, m, n, gen, think, cJSON_IsString(want) ? want->valuestring : NULL,
                      cJSON_IsString(want_error) ? want_error->valuestring : NULL);
         assert_true(cJSON_IsString(want) || cJSON_IsString(want_error));

@@ -77,8 +77,8 @@ static void prompt_text_streams_the_completion(void **s) {
     snprintf(out, sizeof out, "%s/new.i32", cli_tmp);
     snprintf(json, sizeof json, "%s/new.json", cli_tmp);
     snprintf(ids_path, sizeof ids_path, "%s/prompt.i32", cli_tmp);
-    if (fp8moe("generate --model " MODEL " --prompt '%s' --max-tokens 12 --ignore-eos --out %s --json %s", prompt,
-               out, json))
+    if (fp8moe("generate --model " MODEL " --prompt '%s' --max-tokens 12 --ignore-eos --out %s --json %s", prompt, out,
+               json))
         fail_msg("generate --prompt: %s", cli_err);
     assert_non_null(strstr(cli_err, "tokens/s"));
     int32_t got[64];

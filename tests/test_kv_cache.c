@@ -188,7 +188,7 @@ static void test_bad_init(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_bytes), cmocka_unit_test(test_boundaries), cmocka_unit_test(test_reuse_and_full),
-        cmocka_unit_test(test_random_ops),  cmocka_unit_test(test_bad_init), cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_random_ops),  cmocka_unit_test(test_bad_init),   cmocka_unit_test(test_truncate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

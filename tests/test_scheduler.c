@@ -51,7 +51,8 @@ static void on_event(void *user, const fm_sched_event *ev) {
         assert_non_null(ev->info);
         if (ev->info->n_top >= 1 && ev->info->top[0].id == ev->id) {
             bool desc = true;
-            for (int32_t k = 1; k < ev->info->n_top; k++) desc &= ev->info->top[k].logprob <= ev->info->top[k - 1].logprob;
+            for (int32_t k = 1; k < ev->info->n_top; k++)
+                desc &= ev->info->top[k].logprob <= ev->info->top[k - 1].logprob;
             r->top_ok[q] += desc;
         }
     }

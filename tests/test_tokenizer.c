@@ -67,7 +67,7 @@ static void expect_ids(const fm_tokenizer *t, const char *text, size_t len, bool
     }
     free(ids);
 }
-#define EXPECT_IDS(t, text, add, parse, ...)                                                                            \
+#define EXPECT_IDS(t, text, add, parse, ...)                                                                           \
     do {                                                                                                               \
         static const int32_t want_[] = {__VA_ARGS__};                                                                  \
         expect_ids(t, text, strlen(text), add, parse, want_, (int64_t)(sizeof want_ / sizeof *want_));                 \
@@ -216,7 +216,10 @@ static void tiny_round_trips(void **state) {
     /* invalid UTF-8: a lone continuation byte, a truncated 3-byte sequence, a surrogate, 0xFF */
     static const struct {
         const char *in, *out;
-    } bad[] = {{"ab\x80" "cd", "ab\xEF\xBF\xBD" "cd"},
+    } bad[] = {{"ab\x80"
+                "cd",
+                "ab\xEF\xBF\xBD"
+                "cd"},
                {"x\xe4\xb8 y", "x\xEF\xBF\xBD y"},
                {"\xed\xa0\x80!", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD!"},
                {"\xff", "\xEF\xBF\xBD"},
@@ -275,11 +278,12 @@ static char *tiny_variant(const char *from, const char *to) {
  * after NFC; a special one is text when parse_special is false, a plain one is matched either way. */
 static void normalized_added_tokens(void **state) {
     (void)state;
-    char *json = tiny_variant("\"special\": true\n    }\n  ],",
-                              "\"special\": true\n    }, {\"id\": 4096, \"content\": \"caf\xc3\xa9\", \"single_word\": false, "
-                              "\"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": false}, {\"id\": "
-                              "4097, \"content\": \"<x>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
-                              "\"normalized\": true, \"special\": true}],");
+    char *json =
+        tiny_variant("\"special\": true\n    }\n  ],",
+                     "\"special\": true\n    }, {\"id\": 4096, \"content\": \"caf\xc3\xa9\", \"single_word\": false, "
+                     "\"lstrip\": false, \"rstrip\": false, \"normalized\": true, \"special\": false}, {\"id\": "
+                     "4097, \"content\": \"<x>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                     "\"normalized\": true, \"special\": true}],");
     char *json2 = replace_first(json, "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
     fm_tokenizer *t = load_ok(tok_dir("normalized-added", json2));
     free(json), free(json2);
@@ -304,10 +308,21 @@ static void nfc_equals_whole_text_nfc(void **state) {
     char *json = tiny_variant("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}");
     fm_tokenizer *t = load_ok(tok_dir("nfc", json));
     free(json);
-    static const char *alphabet[] = {"a", "e", " ", "\n", "\xcc\x81" /* U+0301 ccc 230 */, "\xcc\xa3" /* U+0323 ccc 220 */,
-                                     "\xcc\x88", "\xc3\x85" /* Å */, "\xe2\x84\xab" /* U+212B */,
-                                     "\xe1\x84\x80" /* U+1100 */, "\xe1\x85\xa1" /* U+1161 */,
-                                     "\xe1\x86\xa8" /* U+11A8 */, "\xe4\xb8\xad", "\xcd\x84" /* U+0344 */, "."};
+    static const char *alphabet[] = {"a",
+                                     "e",
+                                     " ",
+                                     "\n",
+                                     "\xcc\x81" /* U+0301 ccc 230 */,
+                                     "\xcc\xa3" /* U+0323 ccc 220 */,
+                                     "\xcc\x88",
+                                     "\xc3\x85" /* Å */,
+                                     "\xe2\x84\xab" /* U+212B */,
+                                     "\xe1\x84\x80" /* U+1100 */,
+                                     "\xe1\x85\xa1" /* U+1161 */,
+                                     "\xe1\x86\xa8" /* U+11A8 */,
+                                     "\xe4\xb8\xad",
+                                     "\xcd\x84" /* U+0344 */,
+                                     "."};
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (int it = 0; it < 400; it++) {
         char s[512] = "";
@@ -357,32 +372,35 @@ static void detok_holds_partial_characters(void **state) {
 /* ---- Llama/Mistral-style BPE, written here: vocabulary <unk> <s> </s>, <0x00>..<0xFF> (ids 3..258), then ---- */
 #define LLAMA_VOCAB                                                                                                    \
     "\"\xe2\x96\x81\": 259, \"h\": 260, \"e\": 261, \"l\": 262, \"o\": 263, \"w\": 264, \"r\": 265, \"d\": 266, "      \
-    "\"\xe2\x96\x81h\": 267, \"ll\": 268, \"\xe2\x96\x81he\": 269, \"llo\": 270, \"\xe2\x96\x81hello\": 271, "          \
-    "\"\xe2\x96\x81w\": 272, \"or\": 273, \"\xe2\x96\x81wor\": 274, \"\xe2\x96\x81world\": 275, "                       \
+    "\"\xe2\x96\x81h\": 267, \"ll\": 268, \"\xe2\x96\x81he\": 269, \"llo\": 270, \"\xe2\x96\x81hello\": 271, "         \
+    "\"\xe2\x96\x81w\": 272, \"or\": 273, \"\xe2\x96\x81wor\": 274, \"\xe2\x96\x81world\": 275, "                      \
     "\"\xe2\x96\x81worl\": 276"
 #define LLAMA_MERGES                                                                                                   \
-    "[\"\xe2\x96\x81 h\", \"l l\", \"\xe2\x96\x81h e\", \"ll o\", \"\xe2\x96\x81he llo\", \"\xe2\x96\x81 w\", "          \
+    "[\"\xe2\x96\x81 h\", \"l l\", \"\xe2\x96\x81h e\", \"ll o\", \"\xe2\x96\x81he llo\", \"\xe2\x96\x81 w\", "        \
     "[\"o\", \"r\"], [\"\xe2\x96\x81w\", \"or\"], \"\xe2\x96\x81wor l\", \"\xe2\x96\x81worl d\"]"
 #define LLAMA_ADDED                                                                                                    \
-    "[{\"id\": 0, \"content\": \"<unk>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "               \
-    "\"normalized\": false, \"special\": true}, {\"id\": 1, \"content\": \"<s>\", \"single_word\": false, "             \
-    "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}, {\"id\": 2, \"content\": "         \
-    "\"</s>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}]"
+    "[{\"id\": 0, \"content\": \"<unk>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "              \
+    "\"normalized\": false, \"special\": true}, {\"id\": 1, \"content\": \"<s>\", \"single_word\": false, "            \
+    "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}, {\"id\": 2, \"content\": "       \
+    "\"</s>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": "     \
+    "true}]"
 #define LLAMA_POST                                                                                                     \
-    "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "           \
-    "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", "  \
+    "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "          \
+    "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", " \
     "\"ids\": [1], \"tokens\": [\"<s>\"]}}}"
 #define LLAMA_DECODER                                                                                                  \
-    "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\xe2\x96\x81\"}, "     \
-    "\"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", " \
+    "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\xe2\x96\x81\"}, "    \
+    "\"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" "  \
+    "\", "                                                                                                             \
     "\"start\": 1, \"stop\": 0}]}"
 #define LLAMA_NORMALIZER                                                                                               \
-    "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\xe2\x96\x81\"}, "               \
+    "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\xe2\x96\x81\"}, "              \
     "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xe2\x96\x81\"}]}"
 
 /* The tokenizer.json of the Llama-style tests: byte_fallback and fuse_unk as given; normalizer, pre_tokenizer and
  * decoder JSON. */
-static char *llama_json(bool byte_fallback, bool fuse_unk, const char *normalizer, const char *pre, const char *decoder) {
+static char *llama_json(bool byte_fallback, bool fuse_unk, const char *normalizer, const char *pre,
+                        const char *decoder) {
     size_t cap = 1 << 16, n = 0;
     char *s = malloc(cap);
     n += (size_t)snprintf(s + n, cap - n,
@@ -639,7 +657,8 @@ static void hostile_files(void **state) {
         if (st != FM_ERR_FORMAT && st != FM_ERR_UNSUPPORTED)
             fail_msg("case %zu (%s): status %d, message: %s", i, cases[i].json, st, err.msg);
         assert_null(t);
-        if (!strstr(err.msg, cases[i].says)) fail_msg("case %zu: message does not say '%s': %s", i, cases[i].says, err.msg);
+        if (!strstr(err.msg, cases[i].says))
+            fail_msg("case %zu: message does not say '%s': %s", i, cases[i].says, err.msg);
         if (!strstr(err.msg, "tokenizer.json")) fail_msg("case %zu: message does not name the file: %s", i, err.msg);
     }
     /* no tokenizer.json at all, and a directory in its place */
@@ -672,7 +691,8 @@ static void expect_decode(const fm_tokenizer *t, const int32_t *ids, int64_t n, 
                           const char *what) {
     size_t len = 0;
     char *text = decode_ok(t, ids, n, skip, &len);
-    if (strcmp(text, want) != 0) fail_msg("%s: decode(skip_special=%d):\n  got  '%s'\n want '%s'", what, skip, text, want);
+    if (strcmp(text, want) != 0)
+        fail_msg("%s: decode(skip_special=%d):\n  got  '%s'\n want '%s'", what, skip, text, want);
     expect_stream(t, ids, n, skip, text, len, what);
     free(text);
 }
@@ -701,7 +721,8 @@ static int golden_dir(const char *golden_path) {
         const char *name = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
         char what[256];
         snprintf(what, sizeof what, "%s: case %s", golden_path, name);
-        const cJSON *txt = cJSON_GetObjectItemCaseSensitive(c, "text"), *hex = cJSON_GetObjectItemCaseSensitive(c, "bytes_hex");
+        const cJSON *txt = cJSON_GetObjectItemCaseSensitive(c, "text"),
+                    *hex = cJSON_GetObjectItemCaseSensitive(c, "bytes_hex");
         char *in;
         size_t len;
         if (cJSON_IsString(txt)) in = strdup(txt->valuestring), len = strlen(in);
@@ -813,20 +834,13 @@ static void cli_tokenize_detokenize(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tiny_hand_worked),
-        cmocka_unit_test(tiny_eval_round_trip),
-        cmocka_unit_test(tiny_round_trips),
-        cmocka_unit_test(nfc_equals_whole_text_nfc),
-        cmocka_unit_test(normalized_added_tokens),
-        cmocka_unit_test(detok_holds_partial_characters),
-        cmocka_unit_test(llama_style_hand_worked),
-        cmocka_unit_test(llama_style_unk),
-        cmocka_unit_test(config_add_bos),
-        cmocka_unit_test(metaspace_hand_worked),
-        cmocka_unit_test(refused_components),
-        cmocka_unit_test(hostile_files),
-        cmocka_unit_test(golden_tokenizers),
-        cmocka_unit_test(cli_tokenize_detokenize),
+        cmocka_unit_test(tiny_hand_worked),        cmocka_unit_test(tiny_eval_round_trip),
+        cmocka_unit_test(tiny_round_trips),        cmocka_unit_test(nfc_equals_whole_text_nfc),
+        cmocka_unit_test(normalized_added_tokens), cmocka_unit_test(detok_holds_partial_characters),
+        cmocka_unit_test(llama_style_hand_worked), cmocka_unit_test(llama_style_unk),
+        cmocka_unit_test(config_add_bos),          cmocka_unit_test(metaspace_hand_worked),
+        cmocka_unit_test(refused_components),      cmocka_unit_test(hostile_files),
+        cmocka_unit_test(golden_tokenizers),       cmocka_unit_test(cli_tokenize_detokenize),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

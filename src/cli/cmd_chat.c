@@ -235,7 +235,9 @@ static void print_figures(const chat *ch, const turn *t) {
             "%.1f tokens/s  first token %.1f ms  (%s)\n",
             ch->n_turns, (long long)t->n_prompt, (long long)t->n_cached, (long long)(t->n_prompt - t->n_cached),
             (long long)t->n_new, tps, 1e3 * ((t->n_new ? t->t_first : t->t_end) - t->t_submit),
-            t->end == FM_SCHED_LENGTH ? "max tokens reached" : t->end == FM_SCHED_EOS ? "end of text" : "end of turn");
+            t->end == FM_SCHED_LENGTH ? "max tokens reached"
+            : t->end == FM_SCHED_EOS  ? "end of text"
+                                      : "end of turn");
 }
 
 /* One user turn: rendered with the conversation, generated, streamed, stored. Returns a fatal status (the backend
@@ -297,8 +299,10 @@ static fm_status chat_turn(chat *ch, const char *line, fm_error *err) {
         fputc('\n', stdout);
         fflush(stdout);
         if (t.end == FM_SCHED_ERROR) {
-            fprintf(stderr, "fp8moe chat: the answer stopped: %s; type /reset to start a new conversation, or "
-                            "restart with a larger --ctx\n", t.msg);
+            fprintf(stderr,
+                    "fp8moe chat: the answer stopped: %s; type /reset to start a new conversation, or "
+                    "restart with a larger --ctx\n",
+                    t.msg);
             convo_pop(&ch->c);
         } else {
             print_figures(ch, &t);
@@ -317,8 +321,9 @@ static void find_stop_ids(chat *ch, const char *model_dir) {
     for (const char *const *s = fm_chat_template_stop_tokens(ch->tmpl); s && *s; s++) {
         const int32_t id = fm_tokenizer_token_id(ch->tok, *s);
         if (id < 0)
-            fprintf(stderr, "fp8moe chat: note: the chat template %s ends a turn with %s, which is not a token of "
-                            "%s/tokenizer.json; answers end at the model's eos or --max-tokens\n",
+            fprintf(stderr,
+                    "fp8moe chat: note: the chat template %s ends a turn with %s, which is not a token of "
+                    "%s/tokenizer.json; answers end at the model's eos or --max-tokens\n",
                     fm_chat_template_name(ch->tmpl), *s, model_dir);
         else if (ch->n_stop_ids < MAX_STOP) ch->stop_ids[ch->n_stop_ids++] = id;
     }

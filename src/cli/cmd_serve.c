@@ -8,7 +8,8 @@
 #include "serve/serve.h"
 
 static const char *HELP =
-    "usage: fp8moe serve (--model DIR | --synthetic NAME) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs B] [--ctx N]\n"
+    "usage: fp8moe serve (--model DIR | --synthetic NAME) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs "
+    "B] [--ctx N]\n"
     "                    [--chat-template NAME] [options]\n"
     "\n"
     "An HTTP server with the OpenAI API: POST /v1/chat/completions and /v1/completions (streamed as server-sent\n"
@@ -33,8 +34,19 @@ static const char *HELP =
     "                           (/v1/completions); for benchmarks. --ctx defaults to 4096 there\n"
     "\n" CLI_MODEL_HELP;
 
-enum { OPT_HOST = 2000, OPT_PORT, OPT_API_KEY, OPT_MODEL_NAME, OPT_TEMPLATE, OPT_MAX_SEQS, OPT_MAX_QUEUE, OPT_MAX_BODY,
-       OPT_PREFILL_CHUNK, OPT_PORT_FILE, OPT_SYNTHETIC };
+enum {
+    OPT_HOST = 2000,
+    OPT_PORT,
+    OPT_API_KEY,
+    OPT_MODEL_NAME,
+    OPT_TEMPLATE,
+    OPT_MAX_SEQS,
+    OPT_MAX_QUEUE,
+    OPT_MAX_BODY,
+    OPT_PREFILL_CHUNK,
+    OPT_PORT_FILE,
+    OPT_SYNTHETIC
+};
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
                                             {"api-key", required_argument, 0, OPT_API_KEY},
@@ -91,7 +103,9 @@ int cmd_serve(int argc, char **argv) {
     if (mo.model_dir && a.synthetic) return cli_usage(cmd, "--model and --synthetic exclude each other");
     if (a.synthetic && a.so.chat_template)
         return cli_usage(cmd, "--chat-template needs --model (a synthetic model has no tokenizer)");
-    enum { SYNTHETIC_CTX = 4096 }; /* a synthetic model's max_position_embeddings is 2^20: too much cache per sequence */
+    enum {
+        SYNTHETIC_CTX = 4096
+    }; /* a synthetic model's max_position_embeddings is 2^20: too much cache per sequence */
     if (a.synthetic && mo.opt.ctx <= 0) mo.opt.ctx = SYNTHETIC_CTX;
     if (a.synthetic && !a.so.model_name) a.so.model_name = a.synthetic;
     a.so.model_dir = mo.model_dir;

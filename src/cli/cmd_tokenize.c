@@ -43,7 +43,8 @@ static const char *BENCH_HELP =
     "usage: fp8moe bench tokenize --model DIR --file F [--repeat R] [--warmup W] [--json FILE]\n"
     "\n"
     "Encode throughput of DIR/tokenizer.json on the text of F, one thread, the whole file per encode call (as\n"
-    "tools/make_golden_tokenizer.py times `tokenizers`' encode on the same file): MB/s of the median run, min and max,\n"
+    "tools/make_golden_tokenizer.py times `tokenizers`' encode on the same file): MB/s of the median run, min and "
+    "max,\n"
     "tokens per second.\n"
     "\n"
     "  --model DIR   directory with tokenizer.json\n"
@@ -53,8 +54,19 @@ static const char *BENCH_HELP =
     "  --json FILE   also write the results as JSON\n"
     "  -h, --help    this help\n";
 
-enum { OPT_MODEL = 2000, OPT_TEXT, OPT_FILE, OPT_OUT, OPT_NO_SPECIAL, OPT_TEXT_SPECIAL, OPT_IDS, OPT_SKIP, OPT_REPEAT,
-       OPT_WARMUP, OPT_JSON };
+enum {
+    OPT_MODEL = 2000,
+    OPT_TEXT,
+    OPT_FILE,
+    OPT_OUT,
+    OPT_NO_SPECIAL,
+    OPT_TEXT_SPECIAL,
+    OPT_IDS,
+    OPT_SKIP,
+    OPT_REPEAT,
+    OPT_WARMUP,
+    OPT_JSON
+};
 
 typedef struct tok_args {
     const char *model, *text, *file, *out, *ids, *json;

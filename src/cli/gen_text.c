@@ -23,8 +23,9 @@ static fm_status render_chat(const char *model_dir, const gen_text_opts *o, gen_
     for (const char *const *s = fm_chat_template_stop_tokens(t); !st && *s; s++) {
         const int32_t id = fm_tokenizer_token_id(gt->tok, *s);
         if (id < 0)
-            fprintf(stderr, "fp8moe generate: note: the chat template %s ends a turn with %s, which is not a token of "
-                            "%s/tokenizer.json; its turn markers are plain text to this model\n",
+            fprintf(stderr,
+                    "fp8moe generate: note: the chat template %s ends a turn with %s, which is not a token of "
+                    "%s/tokenizer.json; its turn markers are plain text to this model\n",
                     fm_chat_template_name(t), *s, model_dir);
         else if (gt->n_stop_ids < GEN_TEXT_MAX_STOP) gt->stop_ids[gt->n_stop_ids++] = id;
     }
@@ -44,8 +45,7 @@ fm_status gen_text_prompt(const char *model_dir, const gen_text_opts *o, gen_tex
     const char *text = chat ? chat : o->prompt;
     if (!st) st = fm_tokenizer_encode(gt->tok, text, strlen(text), !o->chat, true, ids, n, err);
     free(chat);
-    if (!st && *n == 0)
-        st = fm_fail(err, FM_ERR_USAGE, "--prompt '%s' is no tokens at all: give some text", o->prompt);
+    if (!st && *n == 0) st = fm_fail(err, FM_ERR_USAGE, "--prompt '%s' is no tokens at all: give some text", o->prompt);
     if (!st) st = fm_detok_create(gt->tok, true, &gt->detok, err);
     if (st) {
         free(*ids);

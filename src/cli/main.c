@@ -1,5 +1,5 @@
-/* fp8moe: the command line. Subcommands: logits, generate, chat, perplexity, inspect, parity, bench, requantize, tokenize,
- * detokenize. */
+/* fp8moe: the command line. Subcommands: logits, generate, chat, perplexity, inspect, parity, bench, requantize,
+ * tokenize, detokenize. */
 #include <string.h>
 
 #include "cli/cli.h"

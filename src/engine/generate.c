@@ -152,7 +152,6 @@ static fm_status check_requests(const fm_model *m, const int32_t *const *prompts
     return FM_OK;
 }
 
-
 /* fm_model_generate's view of the scheduler's events */
 typedef struct gen_run {
     int64_t first_req; /* request ids are consecutive from here, in prompt order */

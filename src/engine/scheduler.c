@@ -22,13 +22,13 @@ typedef struct rq {
     int32_t *eos; /* the model's eos ids (unless ignore_eos) and the request's stop ids */
     fm_stop stop;
     bool cancel;
-    bool claimed;    /* kept, and a later request continues it */
-    int32_t slot;    /* KV sequence while prefilling, running or kept; -1 otherwise */
-    int64_t pos;     /* prompt tokens in the cache */
+    bool claimed; /* kept, and a later request continues it */
+    int32_t slot; /* KV sequence while prefilling, running or kept; -1 otherwise */
+    int64_t pos;  /* prompt tokens in the cache */
     int64_t n_cached;
-    int32_t *gen;    /* [max_tokens] sampled ids */
+    int32_t *gen; /* [max_tokens] sampled ids */
     int64_t n_gen;
-    int32_t *hist;   /* kept: prompt then generated ids; the cache holds the first fm_kv_seq_tokens of them */
+    int32_t *hist; /* kept: prompt then generated ids; the cache holds the first fm_kv_seq_tokens of them */
 } rq;
 
 struct fm_sched {
@@ -37,8 +37,8 @@ struct fm_sched {
     rq **reqs; /* submission order */
     int32_t n, cap;
     int64_t next_id;
-    bool last_prefill; /* the previous unit of work was a prefill chunk: a decode step goes next */
-    int32_t *h_seq, *h_pos; /* [chunk] */
+    bool last_prefill;               /* the previous unit of work was a prefill chunk: a decode step goes next */
+    int32_t *h_seq, *h_pos;          /* [chunk] */
     int32_t *d_ids, *d_seqs, *d_out; /* [max_seqs] */
     rq **d_who;
     int64_t prefill_tokens, decode_tokens, decode_steps;
@@ -93,7 +93,8 @@ static void emit(rq *q, int32_t id, const fm_sample_info *info, fm_sched_end end
 /* The request's last event; its slot is freed, or held when it asked to keep its cache and ended normally. */
 static void finish(fm_sched *s, rq *q, fm_sched_end end, int32_t id, const fm_sample_info *info, int64_t n_generated,
                    const char *msg) {
-    const bool keep = q->r.keep && q->slot >= 0 && (end == FM_SCHED_LENGTH || end == FM_SCHED_EOS || end == FM_SCHED_STOP);
+    const bool keep =
+        q->r.keep && q->slot >= 0 && (end == FM_SCHED_LENGTH || end == FM_SCHED_EOS || end == FM_SCHED_STOP);
     if (keep) {
         q->hist = malloc((size_t)(q->r.n_prompt + q->n_gen) * sizeof *q->hist);
         if (q->hist) {
@@ -173,8 +174,10 @@ static fm_status check(const fm_sched *s, const fm_sched_request *r, fm_error *e
     if (r->reuse >= 0) {
         const rq *k = find(s, r->reuse);
         if (!k || k->state != RQ_KEPT || k->claimed)
-            return fm_fail(err, FM_ERR_USAGE, "request %lld has no kept cache to continue (or another request "
-                           "continues it)", (long long)r->reuse);
+            return fm_fail(err, FM_ERR_USAGE,
+                           "request %lld has no kept cache to continue (or another request "
+                           "continues it)",
+                           (long long)r->reuse);
     }
     return FM_OK;
 }

@@ -38,9 +38,9 @@ typedef struct fm_sched_event {
     fm_sched_end end;           /* FM_SCHED_RUNNING, or why the request ended: its last event */
     int64_t n_prompt;           /* prompt tokens of the request; n_cached of them came from a kept cache */
     int64_t n_cached;
-    int64_t n_generated;        /* tokens of output so far; on the final event the output's length (the ids of a
-                                   stop sequence, sent before it matched, are cut from it) */
-    const char *msg;            /* FM_SCHED_ERROR: the reason */
+    int64_t n_generated; /* tokens of output so far; on the final event the output's length (the ids of a
+                            stop sequence, sent before it matched, are cut from it) */
+    const char *msg;     /* FM_SCHED_ERROR: the reason */
 } fm_sched_event;
 
 typedef void (*fm_sched_fn)(void *user, const fm_sched_event *ev);

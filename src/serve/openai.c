@@ -127,7 +127,8 @@ static int parse_prompt(srv *s, const cJSON *root, job *j, oa_error *e) {
     if (cJSON_IsString(p)) return encode(s, p->valuestring, true, j, e);
     if (!cJSON_IsArray(p)) return bad(e, "prompt", "'%s' must be a string or an array of token ids%s", "");
     const int n = cJSON_GetArraySize(p);
-    if (n == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0))) return encode(s, cJSON_GetArrayItem(p, 0)->valuestring, true, j, e);
+    if (n == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+        return encode(s, cJSON_GetArrayItem(p, 0)->valuestring, true, j, e);
     if (n == 0) return bad(e, "prompt", "'%s' is empty%s", "");
     if (!cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         return bad(e, "prompt", "'%s': one prompt per request (a string or an array of token ids; n = 1)%s", "");
@@ -182,8 +183,10 @@ static int parse_messages(srv *s, const cJSON *root, job *j, oa_error *e) {
     for (const cJSON *v = msgs->child; !rc && v; v = v->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(v, "role");
         if (!cJSON_IsObject(v) || !cJSON_IsString(role)) {
-            rc = oa_fail(e, 400, "invalid_request_error", NULL, "messages", "messages[%d] must be an object with a "
-                         "string 'role'", i);
+            rc = oa_fail(e, 400, "invalid_request_error", NULL, "messages",
+                         "messages[%d] must be an object with a "
+                         "string 'role'",
+                         i);
             break;
         }
         rc = content_text(cJSON_GetObjectItemCaseSensitive(v, "content"), i, &texts[i], e);
@@ -221,8 +224,7 @@ static int parse_stop(const cJSON *root, job *j, oa_error *e) {
     if (!j->stops) return oa_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     for (int i = 0; i < n; i++) {
         const cJSON *s = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsString(s) || !s->valuestring[0])
-            return bad(e, "stop", "'%s' must hold non-empty strings%s", "");
+        if (!cJSON_IsString(s) || !s->valuestring[0]) return bad(e, "stop", "'%s' must hold non-empty strings%s", "");
         if (!(j->stops[j->n_stops++] = strdup(s->valuestring)))
             return oa_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
@@ -233,9 +235,11 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return oa_fail(e, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON");
     int rc = 0;
-    if (!cJSON_IsObject(root)) rc = oa_fail(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+    if (!cJSON_IsObject(root))
+        rc = oa_fail(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!rc && model && !cJSON_IsNull(model) && !cJSON_IsString(model)) rc = bad(e, "model", "'%s' must be a string%s", "");
+    if (!rc && model && !cJSON_IsNull(model) && !cJSON_IsString(model))
+        rc = bad(e, "model", "'%s' must be a string%s", "");
     if (!rc && cJSON_IsString(model) && strcmp(model->valuestring, s->model_name))
         rc = oa_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                      "The model '%s' does not exist: this server serves '%s'", model->valuestring, s->model_name);
@@ -270,7 +274,8 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
         if (!rc) rc = get_bool(root, "logprobs", &want_lp, e);
         if (!rc) rc = get_int(root, "top_logprobs", 0, FM_MAX_LOGPROBS, &top_logprobs, e);
         if (!rc && top_logprobs >= 0 && !want_lp)
-            rc = oa_fail(e, 400, "invalid_request_error", NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            rc =
+                oa_fail(e, 400, "invalid_request_error", NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         j->n_logprobs = top_logprobs > 0 ? (int32_t)top_logprobs : 0;
     } else {
         if (!rc) rc = get_int(root, "logprobs", 0, FM_MAX_LOGPROBS, &logprobs, e);
@@ -286,7 +291,8 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     j->want_logprobs = want_lp;
     if (!rc) rc = parse_stop(root, j, e);
     if (!rc) rc = chat ? parse_messages(s, root, j, e) : parse_prompt(s, root, j, e);
-    if (!rc && j->n_prompt < 1) rc = oa_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt", "the prompt is empty");
+    if (!rc && j->n_prompt < 1)
+        rc = oa_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt", "the prompt is empty");
     if (!rc) {
         const int64_t room = s->ctx - j->n_prompt;
         if (max_tokens < 0) max_tokens = chat ? room : (room < 16 ? room : 16);
@@ -315,8 +321,8 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
 static cJSON *chunk_base(const job *j) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
-    cJSON_AddStringToObject(o, "object", j->chat ? (j->stream ? "chat.completion.chunk" : "chat.completion")
-                                                 : "text_completion");
+    cJSON_AddStringToObject(o, "object",
+                            j->chat ? (j->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->s->model_name);
     cJSON_AddNullToObject(o, "system_fingerprint");

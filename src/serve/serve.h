@@ -23,7 +23,7 @@ typedef struct fm_serve_opts {
     int64_t max_body;          /* request body bytes at most (413 beyond) */
     int64_t prefill_chunk;     /* prompt tokens per prefill step (0: the load's max_tokens) */
     int64_t default_max_tokens;
-    const char *port_file;     /* when set, the bound port is written there once listening (tests) */
+    const char *port_file; /* when set, the bound port is written there once listening (tests) */
 } fm_serve_opts;
 
 void fm_serve_opts_init(fm_serve_opts *o);

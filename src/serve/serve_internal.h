@@ -84,9 +84,9 @@ typedef struct job {
     /* the handler's side (the connection's thread only) */
     int64_t consumed;
     fm_detok *detok;
-    sbuf pending;  /* decoded text not yet sent: it may begin a stop string */
-    sbuf text;     /* non-stream: the whole text */
-    cJSON *lp;     /* non-stream: the logprobs object being built */
+    sbuf pending; /* decoded text not yet sent: it may begin a stop string */
+    sbuf text;    /* non-stream: the whole text */
+    cJSON *lp;    /* non-stream: the logprobs object being built */
     int64_t text_bytes;
     bool text_done; /* a stop string was found: later tokens are dropped */
     int64_t n_completion;
@@ -99,8 +99,8 @@ typedef struct job {
 struct srv {
     fm_model *m;
     fm_sched *sched;
-    fm_tokenizer *tok;        /* NULL when the model has no tokenizer the server can load */
-    fm_chat_template *tmpl;   /* NULL when none */
+    fm_tokenizer *tok;      /* NULL when the model has no tokenizer the server can load */
+    fm_chat_template *tmpl; /* NULL when none */
     char tok_error[768], tmpl_error[768];
     int32_t tmpl_stop_ids[8];
     int32_t n_tmpl_stop_ids;
@@ -113,8 +113,8 @@ struct srv {
     job *inbox, *inbox_tail;
     job **active; /* submitted and not ended (the scheduler thread's) */
     int32_t n_active, cap_active;
-    int32_t n_jobs;       /* accepted and not ended: the queue bound */
-    atomic_int n_live;    /* jobs allocated and not yet freed (a reply may still be going out) */
+    int32_t n_jobs;    /* accepted and not ended: the queue bound */
+    atomic_int n_live; /* jobs allocated and not yet freed (a reply may still be going out) */
     bool stopping;
     metrics met;
     fm_sched_stats stats; /* after the last step */

@@ -112,7 +112,8 @@ static void *scheduler_thread(void *arg) {
             r.on_event = on_event, r.user = j;
             fm_error err;
             if (j->cancel || fm_sched_submit(s->sched, &r, &j->req, &err)) {
-                if (end_unsubmitted(s, j, j->cancel ? FM_SCHED_CANCELLED : FM_SCHED_ERROR, j->cancel ? "" : err.msg) == 0)
+                if (end_unsubmitted(s, j, j->cancel ? FM_SCHED_CANCELLED : FM_SCHED_ERROR, j->cancel ? "" : err.msg) ==
+                    0)
                     job_free(j);
                 continue;
             }
@@ -295,7 +296,8 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     }
     cs->j = j;
     if (j->stream) {
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         const enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -331,7 +333,8 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c, const char *whic
         if (strcmp(which, s->model_name)) {
             cJSON_Delete(m);
             oa_error e;
-            oa_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%s' does not exist", which);
+            oa_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%s' does not exist",
+                    which);
             return reply_error(s, c, &e);
         }
         count_status(s, 200);
@@ -502,11 +505,11 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     pthread_sigmask(SIG_BLOCK, &sigs, &old);
     signal(SIGPIPE, SIG_IGN);
     pthread_create(&s->thread, NULL, scheduler_thread, s);
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
-        (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
-        v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-        MHD_OPTION_END);
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                                MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+                                            (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
+                                            v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
+                                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
     if (!d) st = fm_fail(err, FM_ERR_IO, "cannot listen on %s port %d: %s", o->host, o->port, strerror(errno));
     else {
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

@@ -9,14 +9,14 @@
 #include "util/status.h"
 
 /* ---- per-call word cache: word bytes -> ids ---- */
-#define CACHE_MAX_WORD 256         /* longer words are not cached (as `tokenizers`) */
+#define CACHE_MAX_WORD 256 /* longer words are not cached (as `tokenizers`) */
 #define CACHE_MAX_ENTRIES (1u << 20)
 
 struct tok_word_cache {
     struct cache_slot {
         uint64_t hash;
         uint32_t key_off, key_len, ids_off, n_ids; /* n_ids == UINT32_MAX: empty */
-    } *slots;
+    } * slots;
     uint32_t cap, n;
     tok_buf keys;
     tok_ids ids;

@@ -387,8 +387,7 @@ static const char *const LEGACY_ROLES = "Only user and assistant roles are suppo
 
 /* Both [INST] templates ignore add_generation_prompt: a conversation ending with a user turn is the prompt.
  * Returns the template's own error text, NULL when it renders. */
-static const char *render_mistral(sbuf *b, const fm_chat_template *t, const fm_chat_msg *msgs, int32_t n,
-                                  int32_t *at) {
+static const char *render_mistral(sbuf *b, const fm_chat_template *t, const fm_chat_msg *msgs, int32_t n, int32_t *at) {
     const bool legacy = t->info->kind == TMPL_MISTRAL_LEGACY;
     const char *system = !legacy && is_role(&msgs[0], "system") ? msgs[0].content : NULL;
     const int32_t first = system ? 1 : 0;

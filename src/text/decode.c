@@ -12,7 +12,7 @@ typedef struct strlist {
     tok_buf buf;
     struct str_ref {
         size_t off, len;
-    } *s;
+    } * s;
     size_t n, cap;
     bool ok;
 } strlist;
@@ -68,7 +68,10 @@ static int byte_token(const char *s, size_t n) {
     int v = 0;
     for (int k = 3; k < 5; k++) {
         const char c = s[k];
-        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        const int d = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }

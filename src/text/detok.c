@@ -54,7 +54,8 @@ const char *fm_detok_push(fm_detok *d, int32_t id) {
     char *text = NULL;
     size_t len = 0;
     if (fm_tokenizer_decode(d->t, d->ids.p, d->ids.n, d->skip_special, &text, &len, &err)) return "";
-    if (len <= d->prefix_len || ends_incomplete(text, len) || (d->prefix_len && memcmp(text, d->prefix, d->prefix_len) != 0)) {
+    if (len <= d->prefix_len || ends_incomplete(text, len) ||
+        (d->prefix_len && memcmp(text, d->prefix, d->prefix_len) != 0)) {
         free(text);
         return "";
     }

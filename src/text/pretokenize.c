@@ -44,7 +44,7 @@ typedef struct segs {
     struct seg {
         size_t s, e;
         bool match;
-    } *p;
+    } * p;
     size_t n, cap;
     size_t done;
     bool ok;
@@ -163,7 +163,8 @@ static void on_stream_match(void *p, size_t start, size_t end) {
     if (c->st) return;
     if (start > c->done && c->keep_gaps)
         c->st = emit(c->r, c->next, c->sp.s + c->done, start - c->done, c->sp.at_start && c->done == 0);
-    if (!c->st && c->keep_matches) c->st = emit(c->r, c->next, c->sp.s + start, end - start, c->sp.at_start && start == 0);
+    if (!c->st && c->keep_matches)
+        c->st = emit(c->r, c->next, c->sp.s + start, end - start, c->sp.at_start && start == 0);
     c->done = end;
 }
 
@@ -198,7 +199,8 @@ static fm_status metaspace(pre_run *r, int i, const tok_pre *p, const tok_span *
     const bool starts_space = sp->n > 0 && sp->s[0] == ' ';
     if (!starts && !starts_space && (p->scheme == PREPEND_ALWAYS || (p->scheme == PREPEND_FIRST && sp->at_start)))
         ok &= tok_buf_put(&b, p->repl, rl);
-    for (size_t k = 0; ok && k < sp->n; k++) ok &= sp->s[k] == ' ' ? tok_buf_put(&b, p->repl, rl) : tok_buf_putc(&b, sp->s[k]);
+    for (size_t k = 0; ok && k < sp->n; k++)
+        ok &= sp->s[k] == ' ' ? tok_buf_put(&b, p->repl, rl) : tok_buf_putc(&b, sp->s[k]);
     char *s = ok ? tok_arena_copy(r->arena, b.p ? b.p : "", b.n) : NULL;
     const size_t n = b.n;
     free(b.p);
@@ -207,7 +209,8 @@ static fm_status metaspace(pre_run *r, int i, const tok_pre *p, const tok_span *
     size_t from = 0;
     fm_status st = FM_OK;
     for (size_t k = 1; !st && k + rl <= n; k++)
-        if (memcmp(s + k, p->repl, rl) == 0) st = emit(r, i + 1, s + from, k - from, sp->at_start && from == 0), from = k;
+        if (memcmp(s + k, p->repl, rl) == 0)
+            st = emit(r, i + 1, s + from, k - from, sp->at_start && from == 0), from = k;
     return st ? st : emit(r, i + 1, s + from, n - from, sp->at_start && from == 0);
 }
 

@@ -16,8 +16,9 @@ fm_status tok_regex_compile(const char *pattern, bool literal, const char *what,
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "tokenizer.json: %s: regex '%.200s' does not compile (at offset %zu: %s)",
-                       what, pattern, (size_t)at, (const char *)msg);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "tokenizer.json: %s: regex '%.200s' does not compile (at offset %zu: %s)", what, pattern,
+                       (size_t)at, (const char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT (an unsupported CPU) the interpreter runs */
     *out = re;

@@ -52,7 +52,7 @@ typedef struct tok_strmap {
         const char *key;
         uint32_t len;
         int32_t value;
-    } *slots;
+    } * slots;
     uint32_t cap, n; /* cap a power of two */
 } tok_strmap;
 bool tok_strmap_init(tok_strmap *m, uint32_t expected);
@@ -68,7 +68,7 @@ typedef struct tok_pairmap {
     struct tok_pair_slot {
         uint64_t key; /* left << 32 | right; UINT64_MAX = empty */
         int32_t rank, id;
-    } *slots;
+    } * slots;
     uint32_t cap, n;
 } tok_pairmap;
 bool tok_pairmap_init(tok_pairmap *m, uint32_t expected);
@@ -81,8 +81,8 @@ const struct tok_pair_slot *tok_pairmap_get(const tok_pairmap *m, int32_t a, int
 typedef enum { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_PREPEND, NORM_REPLACE } tok_norm_kind;
 typedef struct tok_norm {
     tok_norm_kind kind;
-    char *a, *b;      /* PREPEND: a = the prefix; REPLACE: a = the literal pattern (NULL with re), b = the content */
-    pcre2_code *re;   /* REPLACE with a Regex pattern */
+    char *a, *b;    /* PREPEND: a = the prefix; REPLACE: a = the literal pattern (NULL with re), b = the content */
+    pcre2_code *re; /* REPLACE with a Regex pattern */
 } tok_norm;
 
 typedef enum { PRE_SPLIT, PRE_BYTE_LEVEL, PRE_METASPACE } tok_pre_kind;
@@ -90,23 +90,23 @@ typedef enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NE
 typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } tok_prepend_scheme;
 typedef struct tok_pre {
     tok_pre_kind kind;
-    pcre2_code *re;        /* SPLIT (a String pattern is compiled as a literal), BYTE_LEVEL with use_regex */
-    tok_split_mode mode;   /* SPLIT */
-    bool invert;           /* SPLIT */
-    bool add_prefix_space; /* BYTE_LEVEL */
-    char repl[8];          /* METASPACE: the replacement character (UTF-8) */
+    pcre2_code *re;            /* SPLIT (a String pattern is compiled as a literal), BYTE_LEVEL with use_regex */
+    tok_split_mode mode;       /* SPLIT */
+    bool invert;               /* SPLIT */
+    bool add_prefix_space;     /* BYTE_LEVEL */
+    char repl[8];              /* METASPACE: the replacement character (UTF-8) */
     tok_prepend_scheme scheme; /* METASPACE */
-    bool split;            /* METASPACE */
+    bool split;                /* METASPACE */
 } tok_pre;
 
 typedef enum { DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_BYTE_LEVEL, DEC_METASPACE } tok_dec_kind;
 typedef struct tok_dec {
     tok_dec_kind kind;
-    char *a, *b;             /* REPLACE: pattern (literal) and content */
-    pcre2_code *re;          /* REPLACE with a Regex pattern */
-    uint32_t strip_cp;       /* STRIP: the character */
+    char *a, *b;       /* REPLACE: pattern (literal) and content */
+    pcre2_code *re;    /* REPLACE with a Regex pattern */
+    uint32_t strip_cp; /* STRIP: the character */
     int32_t strip_start, strip_stop;
-    char repl[8];            /* METASPACE */
+    char repl[8]; /* METASPACE */
     tok_prepend_scheme scheme;
 } tok_dec;
 
@@ -122,23 +122,23 @@ typedef struct tok_added {
 
 struct fm_tokenizer {
     /* vocabulary: id -> token string (added tokens first, as `tokenizers` looks them up) */
-    int32_t n_ids;          /* largest id + 1 */
-    const char **id_str;    /* n_ids entries, NULL for a hole */
+    int32_t n_ids;       /* largest id + 1 */
+    const char **id_str; /* n_ids entries, NULL for a hole */
     uint32_t *id_len;
-    bool *id_special;       /* n_ids */
-    bool *id_added;         /* n_ids */
-    char *arena;            /* the strings */
-    tok_strmap vocab;       /* the model's vocabulary */
+    bool *id_special; /* n_ids */
+    bool *id_added;   /* n_ids */
+    char *arena;      /* the strings */
+    tok_strmap vocab; /* the model's vocabulary */
     tok_pairmap merges;
     bool byte_fallback, fuse_unk, ignore_merges;
-    int32_t unk_id;          /* -1: none */
-    int32_t byte_ids[256];   /* <0xNN> tokens (byte_fallback), -1 when absent */
+    int32_t unk_id;        /* -1: none */
+    int32_t byte_ids[256]; /* <0xNN> tokens (byte_fallback), -1 when absent */
 
     tok_norm norm[TOK_MAX_STEPS];
     int n_norm;
     tok_pre pre[TOK_MAX_STEPS];
     int n_pre;
-    bool byte_level;          /* the last pre-tokenizer is ByteLevel: words are bytes shown in the GPT-2 alphabet */
+    bool byte_level;             /* the last pre-tokenizer is ByteLevel: words are bytes shown in the GPT-2 alphabet */
     int32_t byte_level_ids[256]; /* byte-level mode: the vocabulary id of each byte's code point, -1 when absent */
     tok_dec dec[TOK_MAX_STEPS];
     int n_dec;

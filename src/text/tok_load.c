@@ -162,7 +162,8 @@ static const char *GPT2_PATTERN = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| 
 static fm_status load_pre(ctx *c, const cJSON *o, int depth) {
     fm_tokenizer *t = c->t;
     const char *type = type_of(o);
-    if (!cJSON_IsObject(o) || !type) return bad(c, "pre_tokenizer", "type", "a string (the pre_tokenizer is an object)");
+    if (!cJSON_IsObject(o) || !type)
+        return bad(c, "pre_tokenizer", "type", "a string (the pre_tokenizer is an object)");
     if (!strcmp(type, "Sequence")) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "pretokenizers"), *e;
         if (!cJSON_IsArray(list) || depth > 4) return bad(c, "pre_tokenizer", "pretokenizers", "an array");
@@ -174,8 +175,8 @@ static fm_status load_pre(ctx *c, const cJSON *o, int depth) {
     }
     if (t->byte_level)
         return fm_fail(c->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre_tokenizer '%.80s' after ByteLevel is not supported (ByteLevel must come last)", c->label,
-                       type);
+                       "%s: pre_tokenizer '%.80s' after ByteLevel is not supported (ByteLevel must come last)",
+                       c->label, type);
     if (t->n_pre == TOK_MAX_STEPS) return too_many(c, "pre_tokenizer");
     tok_pre *p = &t->pre[t->n_pre];
     memset(p, 0, sizeof *p);
@@ -283,8 +284,8 @@ static fm_status append_ids(ctx *c, int32_t **dst, int32_t *n, const int32_t *sr
 
 static fm_status load_template(ctx *c, const cJSON *o) {
     const char *where = "post_processor TemplateProcessing";
-    const cJSON *single = cJSON_GetObjectItemCaseSensitive(o, "single"), *specials =
-                                                                            cJSON_GetObjectItemCaseSensitive(o, "special_tokens"), *piece;
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(o, "single"),
+                *specials = cJSON_GetObjectItemCaseSensitive(o, "special_tokens"), *piece;
     if (!cJSON_IsArray(single)) return bad(c, where, "single", "an array");
     if (specials && !cJSON_IsObject(specials)) return bad(c, where, "special_tokens", "an object");
     int32_t *bos = NULL, *eos = NULL, nb = 0, ne = 0;
@@ -300,7 +301,8 @@ static fm_status load_template(ctx *c, const cJSON *o) {
             seen_seq = true;
         } else if (sp) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
-            const cJSON *tok = cJSON_IsString(name) ? cJSON_GetObjectItemCaseSensitive(specials, name->valuestring) : NULL;
+            const cJSON *tok =
+                cJSON_IsString(name) ? cJSON_GetObjectItemCaseSensitive(specials, name->valuestring) : NULL;
             const cJSON *ids = cJSON_GetObjectItemCaseSensitive(tok, "ids"), *e;
             if (!cJSON_IsArray(ids)) {
                 st = fm_fail(c->err, FM_ERR_FORMAT, "%s: %s: special token '%.80s' has no ids in special_tokens",
@@ -310,8 +312,9 @@ static fm_status load_template(ctx *c, const cJSON *o) {
             cJSON_ArrayForEach(e, ids) {
                 if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= c->t->n_ids ||
                     e->valuedouble != (double)(int32_t)e->valuedouble) {
-                    st = fm_fail(c->err, FM_ERR_FORMAT, "%s: %s: special token ids must be ids of the vocabulary (< %d)",
-                                 c->label, where, c->t->n_ids);
+                    st =
+                        fm_fail(c->err, FM_ERR_FORMAT, "%s: %s: special token ids must be ids of the vocabulary (< %d)",
+                                c->label, where, c->t->n_ids);
                     break;
                 }
                 const int32_t id = (int32_t)e->valuedouble;
@@ -331,7 +334,8 @@ static fm_status load_template(ctx *c, const cJSON *o) {
 
 static fm_status load_post(ctx *c, const cJSON *o, int depth) {
     const char *type = type_of(o);
-    if (!cJSON_IsObject(o) || !type) return bad(c, "post_processor", "type", "a string (the post_processor is an object)");
+    if (!cJSON_IsObject(o) || !type)
+        return bad(c, "post_processor", "type", "a string (the post_processor is an object)");
     if (!strcmp(type, "Sequence")) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "processors"), *e;
         if (!cJSON_IsArray(list) || depth > 4) return bad(c, "post_processor", "processors", "an array");
@@ -354,9 +358,8 @@ static fm_status check_model_options(ctx *c, const cJSON *m) {
     const char *type = type_of(m);
     if (!cJSON_IsObject(m)) return fm_fail(c->err, FM_ERR_FORMAT, "%s: 'model' must be an object", c->label);
     if (!type || strcmp(type, "BPE") != 0)
-        return fm_fail(c->err, FM_ERR_UNSUPPORTED,
-                       "%s: model type '%.80s' is not supported (fp8moe implements BPE)", c->label,
-                       type ? type : "(none)");
+        return fm_fail(c->err, FM_ERR_UNSUPPORTED, "%s: model type '%.80s' is not supported (fp8moe implements BPE)",
+                       c->label, type ? type : "(none)");
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(m, "dropout");
     if (drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0))
         return fm_fail(c->err, FM_ERR_UNSUPPORTED, "%s: model.dropout (BPE dropout) is not supported", c->label);
@@ -366,8 +369,8 @@ static fm_status check_model_options(ctx *c, const cJSON *m) {
         fm_status st = get_str(c, m, "model", affixes[i], true, &s);
         if (st) return st;
         if (s && s[0])
-            return fm_fail(c->err, FM_ERR_UNSUPPORTED, "%s: model.%s ('%.40s') is not supported", c->label,
-                           affixes[i], s);
+            return fm_fail(c->err, FM_ERR_UNSUPPORTED, "%s: model.%s ('%.40s') is not supported", c->label, affixes[i],
+                           s);
     }
     fm_status st = get_bool(c, m, "model", "byte_fallback", false, &c->t->byte_fallback);
     if (!st) st = get_bool(c, m, "model", "fuse_unk", false, &c->t->fuse_unk);
@@ -419,15 +422,17 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
         if ((int64_t)e->valuedouble > max_id) max_id = (int64_t)e->valuedouble;
     }
     cJSON_ArrayForEach(e, added) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"),
+                    *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         if (st) break;
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (double)id_limit ||
             id->valuedouble != (double)(int64_t)id->valuedouble)
             st = fm_fail(err, FM_ERR_FORMAT, "%s: added_tokens: every entry needs an integer 'id' in [0, %lld)", label,
                          (long long)id_limit);
         else if (!cJSON_IsString(content) || !content->valuestring[0])
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: added_tokens: the token of id %lld needs a non-empty 'content' string",
-                         label, (long long)id->valuedouble);
+            st =
+                fm_fail(err, FM_ERR_FORMAT, "%s: added_tokens: the token of id %lld needs a non-empty 'content' string",
+                        label, (long long)id->valuedouble);
         else {
             bytes += strlen(content->valuestring) + 1;
             if ((int64_t)id->valuedouble > max_id) max_id = (int64_t)id->valuedouble;
@@ -463,8 +468,10 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
     }
     /* normalizer, pre-tokenizer, decoder, post-processor */
     const cJSON *v;
-    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(v)) st = load_normalizer(&c, v, 0);
-    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(v)) st = load_pre(&c, v, 0);
+    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(v))
+        st = load_normalizer(&c, v, 0);
+    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(v))
+        st = load_pre(&c, v, 0);
     if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(v)) st = load_decoder(&c, v, 0);
     /* added tokens: their content is the string of their id (before the model's) */
     cJSON_ArrayForEach(e, added) {
@@ -489,7 +496,8 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
             tok_buf nb = {0};
             st = tok_normalize(t, a->content, n, &nb, err);
             a->match = nb.p, a->match_len = (uint32_t)nb.n;
-            if (!st && !nb.n) st = fm_fail(err, FM_ERR_FORMAT, "%s: added token '%.80s' normalizes to nothing", label, a->content);
+            if (!st && !nb.n)
+                st = fm_fail(err, FM_ERR_FORMAT, "%s: added token '%.80s' normalizes to nothing", label, a->content);
         }
         t->any_normalized_added |= a->normalized;
     }
@@ -504,8 +512,8 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
                 if ((uint8_t)t->added[i].match[0] == b) t->added_by_byte[k++] = i;
             t->first_added[b][1] = k;
             for (int32_t i = t->first_added[b][0] + 1; i < k; i++) /* insertion sort by length, descending */
-                for (int32_t j = i; j > t->first_added[b][0] &&
-                                    t->added[t->added_by_byte[j]].match_len > t->added[t->added_by_byte[j - 1]].match_len;
+                for (int32_t j = i; j > t->first_added[b][0] && t->added[t->added_by_byte[j]].match_len >
+                                                                    t->added[t->added_by_byte[j - 1]].match_len;
                      j--) {
                     const int32_t tmp = t->added_by_byte[j];
                     t->added_by_byte[j] = t->added_by_byte[j - 1], t->added_by_byte[j - 1] = tmp;
@@ -541,7 +549,10 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
         }
         if (ia < 0 || ib < 0 || ij < 0) {
             st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.*s' + '%.*s'): %s is not in model.vocab",
-                         label, (long long)rank, (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
+                         label, (long long)rank, (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b,
+                         ia < 0   ? "the left part"
+                         : ib < 0 ? "the right part"
+                                  : "the merged token");
             break;
         }
         if (!tok_pairmap_put(&t->merges, ia, ib, (int32_t)rank, ij)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");

@@ -88,7 +88,8 @@ int tok_utf8_encode(uint32_t cp, char out[4]) {
     if (cp < 0x80) return out[0] = (char)cp, 1;
     if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), 2;
     if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | ((cp >> 6) & 0x3F)), out[2] = (char)(0x80 | (cp & 0x3F));
+        out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+        out[2] = (char)(0x80 | (cp & 0x3F));
         return 3;
     }
     out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
