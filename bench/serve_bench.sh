@@ -23,7 +23,10 @@ if [ ${#serve_args[@]} -eq 0 ]; then
     echo "usage: $0 [serve options] -- [serve_bench.mjs options] (see the comment at the top)" >&2
     exit 2
 fi
-command -v node >/dev/null || { echo "serve_bench.sh: node is needed (Debian: nodejs)" >&2; exit 1; }
+# the client: Node's serve_bench.mjs, or its Python twin serve_bench.py where there is no Node (the GPU machine)
+if command -v node >/dev/null; then client=(node "$HERE/serve_bench.mjs")
+elif command -v python3 >/dev/null; then client=(python3 "$HERE/serve_bench.py")
+else echo "serve_bench.sh: node or python3 is needed" >&2; exit 1; fi
 command -v curl >/dev/null || { echo "serve_bench.sh: curl is needed" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "serve_bench.sh: $BIN is not built (make all)" >&2; exit 1; }
 
@@ -59,7 +62,7 @@ done
 port=$(cat "$tmp/port")
 echo "== listening on 127.0.0.1:$port after $((SECONDS - start)) s" >&2
 rc=0
-node "$HERE/serve_bench.mjs" --url "http://127.0.0.1:$port" "$@" || rc=$?
+"${client[@]}" --url "http://127.0.0.1:$port" "$@" || rc=$?
 kill -TERM "$pid"
 if ! wait "$pid"; then
     echo "serve_bench.sh: the server did not exit cleanly; its log:" >&2

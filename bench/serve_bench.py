@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""The serving benchmark's client in Python (standard library only), for machines without Node (the GPU machine):
+the same requests, prompt set, figures and table as bench/serve_bench.mjs, which documents them.
+
+    python3 bench/serve_bench.py --url http://127.0.0.1:8080 --clients 1,8 --prompt-tokens 1800 --max-tokens 128 \\
+        --duration 30 --json serve.json
+
+One thread per client; each request is a streamed /v1/completions with token-id prompts, temperature 0 and ignore_eos;
+a token's time is the arrival of its chunk, relative to the send."""
+import argparse
+import datetime
+import http.client
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def make_prompts(k, n, vocab):
+    """The fixed prompt set of serve_bench.mjs: the same seeded generator, the same ids."""
+    s = 0x9E3779B9
+    out = []
+    for _ in range(k):
+        p = []
+        for _ in range(n):
+            s = (s * 1664525 + 1013904223) & 0xFFFFFFFF
+            p.append(16 + s % (vocab - 16))
+        out.append(p)
+    return out
+
+
+def one_request(a, host, port, model, prompt):
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0,
+                       "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}})
+    headers = {"Content-Type": "application/json"}
+    if a.api_key:
+        headers["Authorization"] = "Bearer " + a.api_key
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    try:
+        conn.request("POST", "/v1/completions", body=body, headers=headers)
+        res = conn.getresponse()
+        if res.status != 200:
+            raise RuntimeError("HTTP %d: %s" % (res.status, res.read()[:300].decode("utf-8", "replace")))
+        times, usage, done, buf = [], None, False, b""
+        while True:
+            part = res.read1(65536)
+            if not part:
+                break
+            buf += part
+            while b"\n\n" in buf:
+                event, buf = buf.split(b"\n\n", 1)
+                for line in event.decode("utf-8").split("\n"):
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        continue
+                    o = json.loads(data)
+                    if o.get("error"):
+                        raise RuntimeError("stream error: " + o["error"].get("message", ""))
+                    if o.get("usage"):
+                        usage = o["usage"]
+                    c = (o.get("choices") or [None])[0]
+                    if c is not None and c.get("finish_reason") is None:
+                        times.append((time.perf_counter() - t0) * 1e3)  # one chunk per token
+        if not done:
+            raise RuntimeError("the stream ended without [DONE]")
+        return times, usage["completion_tokens"] if usage else len(times)
+    finally:
+        conn.close()
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
+
+
+def run_level(a, host, port, model, prompts, clients):
+    for w in range(a.warmup):
+        one_request(a, host, port, model, prompts[w % len(prompts)])
+    lock = threading.Lock()
+    st = {"ttft": [], "itl": [], "tpot": [], "tokens": 0, "completed": 0, "errors": 0, "started": 0,
+          "first_error": "", "t_end": 0.0}
+    t0 = time.perf_counter()
+    deadline = t0 + a.duration
+
+    def more():
+        return st["started"] < a.requests if a.requests else time.perf_counter() < deadline
+
+    def client(c):
+        r = 0
+        while True:
+            with lock:
+                if not more():
+                    return
+                st["started"] += 1
+            try:
+                times, n = one_request(a, host, port, model, prompts[(c + r) % len(prompts)])
+                with lock:
+                    st["completed"] += 1
+                    st["tokens"] += n
+                    if times:
+                        st["ttft"].append(times[0])
+                    st["itl"].extend(times[i] - times[i - 1] for i in range(1, len(times)))
+                    if len(times) > 1:
+                        st["tpot"].append((times[-1] - times[0]) / (len(times) - 1))
+            except Exception as e:  # counted, the first one reported
+                with lock:
+                    st["errors"] += 1
+                    st["first_error"] = st["first_error"] or str(e)
+            with lock:
+                st["t_end"] = time.perf_counter()
+            r += 1
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = max(st["t_end"] - t0, 1e-9)
+    return {"clients": clients, "requests": st["completed"], "errors": st["errors"],
+            "first_error": st["first_error"] or None, "wall_s": wall, "output_tokens": st["tokens"],
+            "output_tokens_per_s": st["tokens"] / wall, "requests_per_s": st["completed"] / wall,
+            "ttft_ms_p50": pct(st["ttft"], 50), "ttft_ms_p99": pct(st["ttft"], 99),
+            "itl_ms_p50": pct(st["itl"], 50), "itl_ms_p99": pct(st["itl"], 99),
+            "tpot_ms_mean": sum(st["tpot"]) / len(st["tpot"]) if st["tpot"] else float("nan")}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:8080")
+    p.add_argument("--clients", default="1,8,64")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--duration", type=float, default=30)
+    p.add_argument("--requests", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--api-key", default="")
+    p.add_argument("--json", default="")
+    p.add_argument("--label", default="")
+    a = p.parse_args()
+    clients = [int(x) for x in a.clients.split(",")]
+    if min(clients) < 1 or a.prompt_tokens < 1 or a.max_tokens < 1 or a.vocab < 17 or a.duration <= 0:
+        p.error("--clients, --prompt-tokens, --max-tokens >= 1, --vocab >= 17, --duration > 0")
+    u = urllib.parse.urlparse(a.url)
+    host, port = u.hostname, u.port or 80
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        conn.request("GET", "/v1/models", headers={"Authorization": "Bearer " + a.api_key} if a.api_key else {})
+        res = conn.getresponse()
+        if res.status != 200:
+            raise RuntimeError("HTTP %d" % res.status)
+        models = json.loads(res.read())
+    except Exception as e:
+        print("serve_bench: %s/v1/models: %s (is the server running?)" % (a.url, e), file=sys.stderr)
+        return 1
+    model, ctx = models["data"][0]["id"], models["data"][0].get("max_model_len")
+    if ctx and a.prompt_tokens + a.max_tokens > ctx:
+        p.error("--prompt-tokens %d + --max-tokens %d exceed the server's context of %d (serve --ctx)"
+                % (a.prompt_tokens, a.max_tokens, ctx))
+    prompts = make_prompts(a.prompts, a.prompt_tokens, a.vocab)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    print("model %s at %s   prompts: %d of %d token ids   new tokens: %d per request (ignore_eos)   %s%s"
+          % (model, a.url, a.prompts, a.prompt_tokens, a.max_tokens,
+             "%d requests per row" % a.requests if a.requests else "%g s per row" % a.duration,
+             "   commit " + commit if commit else ""))
+    print()
+    print("| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
+          "| TPOT mean ms |")
+    print("|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:"
+          "|-------------:|")
+    rows = []
+    for c in clients:
+        r = run_level(a, host, port, model, prompts, c)
+        rows.append(r)
+        print("| %7d | %8d | %6d | %12.1f | %5.2f | %11.1f | %11.1f | %10.2f | %10.2f | %12.2f |"
+              % (c, r["requests"], r["errors"], r["output_tokens_per_s"], r["requests_per_s"], r["ttft_ms_p50"],
+                 r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"], r["tpot_ms_mean"]), flush=True)
+        if r["first_error"]:
+            print("  first error at %d clients: %s" % (c, r["first_error"]), file=sys.stderr)
+    if a.json:
+        clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
+        out = {"bench": "serve", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
+               "label": a.label, "url": a.url, "model": model, "max_model_len": ctx, "prompt_tokens": a.prompt_tokens,
+               "prompts": a.prompts, "max_tokens": a.max_tokens, "duration_s": None if a.requests else a.duration,
+               "requests_per_row": a.requests or None, "rows": [{k: clean(v) for k, v in r.items()} for r in rows]}
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=2)
+            f.write("\n")
+        print("\nwrote " + a.json)
+    return 1 if any(r["requests"] == 0 for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
