@@ -57,3 +57,27 @@ int cli_runner_teardown(void **state) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", cli_tmp);
     return system(cmd) == 0 ? 0 : -1;
 }
+
+int cli_read_ids(const char *path, int32_t *ids, int cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("%s: missing", path);
+    uint8_t b[4];
+    int n = 0;
+    while (fread(b, 1, 4, f) == 4) {
+        assert_true(n < cap);
+        ids[n++] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+    }
+    fclose(f);
+    return n;
+}
+
+void cli_write_ids(const char *path, const int32_t *ids, int64_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t v = (uint32_t)ids[i];
+        const uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+        assert_int_equal(fwrite(b, 1, 4, f), 4);
+    }
+    fclose(f);
+}

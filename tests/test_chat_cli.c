@@ -96,25 +96,12 @@ static void two_turns_continue_the_cache(void **s) {
     assert_int_equal(fm_chat_render(t, msgs, 3, &co, &conv, &err), FM_OK);
     assert_int_equal(fm_tokenizer_encode(tok, conv, strlen(conv), false, true, &ids, &n, &err), FM_OK);
     assert_int_equal(n, np2);
-    FILE *f = fopen(ids_path, "wb");
-    assert_non_null(f);
-    for (int64_t i = 0; i < n; i++) {
-        const uint32_t v = (uint32_t)ids[i];
-        const uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-        assert_int_equal(fwrite(b, 1, 4, f), 4);
-    }
-    fclose(f);
+    cli_write_ids(ids_path, ids, n);
     free(ids), free(conv);
     if (fp8moe("generate --model " MODEL " --ids %s --max-tokens 16 --out %s", ids_path, out_path))
         fail_msg("generate: %s", cli_err);
     int32_t got[64];
-    int ng = 0;
-    uint8_t b[4];
-    f = fopen(out_path, "rb");
-    assert_non_null(f);
-    while (ng < 64 && fread(b, 1, 4, f) == 4)
-        got[ng++] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
-    fclose(f);
+    const int ng = cli_read_ids(out_path, got, 64);
     char *want = NULL;
     size_t wl = 0;
     assert_int_equal(fm_tokenizer_decode(tok, got, ng, true, &want, &wl, &err), FM_OK);

@@ -757,20 +757,6 @@ static int golden_generate(int32_t *prompt, int *n_prompt, int32_t *want, int ca
     return nw;
 }
 
-/* The ids of an output file (little-endian int32); returns their count. */
-static int read_ids(const char *path, int32_t *ids, int cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("%s: missing", path);
-    uint8_t b[4];
-    int n = 0;
-    while (fread(b, 1, 4, f) == 4) {
-        assert_true(n < cap);
-        ids[n++] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
-    }
-    fclose(f);
-    return n;
-}
-
 static cJSON *read_json(const char *path) {
     static char text[1 << 18];
     slurp(path, text, sizeof text);
@@ -797,7 +783,7 @@ static void generate_greedy_equals_transformers(void **s) {
         if (fp8moe("generate %s --ids %s --max-tokens %d --ignore-eos --out %s --json %s", k_gen_model, ids, n, out,
                    json))
             fail_msg("generate: %s", cli_err);
-        assert_int_equal(read_ids(out, got, 64), n);
+        assert_int_equal(cli_read_ids(out, got, 64), n);
         assert_memory_equal(got, want, (size_t)n * sizeof *got);
         assert_non_null(strstr(cli_err, "tokens/s"));
         assert_non_null(strstr(cli_err, "time to first token"));
@@ -836,7 +822,7 @@ static void generate_greedy_equals_transformers(void **s) {
     assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 16 --out %s --json %s --stop-id %d", k_gen_model, ids,
                             out, json, want[4]),
                      0);
-    assert_int_equal(read_ids(out, got, 64), first);
+    assert_int_equal(cli_read_ids(out, got, 64), first);
     assert_memory_equal(got, want, (size_t)first * sizeof *got);
     cJSON *root = read_json(json);
     assert_string_equal(
@@ -848,7 +834,7 @@ static void generate_greedy_equals_transformers(void **s) {
                      0);
     int at = 0; /* where the pair first occurs: the output ends before it */
     while (!(want[at] == want[7] && want[at + 1] == want[8])) at++;
-    assert_int_equal(read_ids(out, got, 64), at);
+    assert_int_equal(cli_read_ids(out, got, 64), at);
     assert_memory_equal(got, want, (size_t)at * sizeof *got);
     assert_non_null(strstr(cli_err, "stop 1"));
 }
@@ -885,7 +871,7 @@ static void generate_batch_equals_alone(void **s) {
     if (fp8moe("generate %s --batch-file %s %s --out %s --json %s", k_gen_model, batch, samp, out, json))
         fail_msg("generate: %s", cli_err);
     int32_t together[3 * NEW], got[3 * NEW];
-    assert_int_equal(read_ids(out, together, 3 * NEW), 3 * NEW);
+    assert_int_equal(cli_read_ids(out, together, 3 * NEW), 3 * NEW);
     assert_non_null(strstr(cli_err, "prompts: 3"));
     cJSON *root = read_json(json);
     const cJSON *seqs = cJSON_GetObjectItem(root, "sequences");
@@ -902,7 +888,7 @@ static void generate_batch_equals_alone(void **s) {
         if (fp8moe("generate %s --ids %s --max-tokens 8 --ignore-eos --temperature 1 --top-k 50 --seed %d --out %s",
                    k_gen_model, path, 11 + i, alone))
             fail_msg("generate alone: %s", cli_err);
-        assert_int_equal(read_ids(alone, got, NEW), NEW);
+        assert_int_equal(cli_read_ids(alone, got, NEW), NEW);
         if (memcmp(got, together + i * NEW, sizeof got[0] * NEW)) fail_msg("prompt %d: batched differs from alone", i);
     }
     cJSON_Delete(root);
@@ -911,7 +897,7 @@ static void generate_batch_equals_alone(void **s) {
         assert_int_equal(fp8moe("generate %s --batch-file %s %s --out %s --max-seqs 2 --prefill-chunk 4", k_gen_model,
                                 batch, samp, out),
                          0);
-        assert_int_equal(read_ids(out, got, 3 * NEW), 3 * NEW);
+        assert_int_equal(cli_read_ids(out, got, 3 * NEW), 3 * NEW);
         assert_memory_equal(got, together, sizeof together);
     }
     /* another seed, other tokens */
@@ -920,7 +906,7 @@ static void generate_batch_equals_alone(void **s) {
                "--out %s",
                k_gen_model, batch, out),
         0);
-    assert_int_equal(read_ids(out, got, 3 * NEW), 3 * NEW);
+    assert_int_equal(cli_read_ids(out, got, 3 * NEW), 3 * NEW);
     assert_memory_not_equal(got, together, sizeof together);
 }
 
@@ -973,7 +959,7 @@ static void generate_errors(void **s) {
     assert_false(exists(out));
     assert_int_equal(fp8moe("%s --max-tokens 220 --ctx 257 --ignore-eos", g), 0);
     int32_t got[256];
-    assert_int_equal(read_ids(out, got, 256), 220);
+    assert_int_equal(cli_read_ids(out, got, 256), 220);
     unlink(out);
     /* an output that is a FIFO is refused, not replaced, before the model loads */
     snprintf(fifo, sizeof fifo, "%s/gen.fifo", cli_tmp);

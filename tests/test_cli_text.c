@@ -27,30 +27,6 @@ static void expect_error(int code, int want, const char *needle) {
         fail_msg("exit %d (want %d); stderr should name '%s': %s", code, want, needle, cli_err);
 }
 
-static int read_ids(const char *path, int32_t *ids, int cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("%s: missing", path);
-    uint8_t b[4];
-    int n = 0;
-    while (fread(b, 1, 4, f) == 4) {
-        assert_true(n < cap);
-        ids[n++] = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
-    }
-    fclose(f);
-    return n;
-}
-
-static void write_ids(const char *path, const int32_t *ids, int64_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    for (int64_t i = 0; i < n; i++) {
-        const uint32_t v = (uint32_t)ids[i];
-        const uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-        assert_int_equal(fwrite(b, 1, 4, f), 4);
-    }
-    fclose(f);
-}
-
 /* The prompt length generate reported in --json. */
 static int json_n_prompt(const char *path) {
     static char text[1 << 16];
@@ -82,7 +58,7 @@ static void prompt_text_streams_the_completion(void **s) {
         fail_msg("generate --prompt: %s", cli_err);
     assert_non_null(strstr(cli_err, "tokens/s"));
     int32_t got[64];
-    const int n = read_ids(out, got, 64);
+    const int n = cli_read_ids(out, got, 64);
     assert_int_equal(n, 12);
 
     /* stdout is the text of the new ids, then a newline */
@@ -102,13 +78,13 @@ static void prompt_text_streams_the_completion(void **s) {
     int64_t np = 0;
     assert_int_equal(fm_tokenizer_encode(t, prompt, strlen(prompt), true, true, &ids, &np, &err), FM_OK);
     assert_int_equal(json_n_prompt(json), (int)np);
-    write_ids(ids_path, ids, np);
+    cli_write_ids(ids_path, ids, np);
     free(ids);
     fm_tokenizer_free(t);
     if (fp8moe("generate --model " MODEL " --ids %s --max-tokens 12 --ignore-eos --out %s", ids_path, out))
         fail_msg("generate --ids: %s", cli_err);
     int32_t again[64];
-    assert_int_equal(read_ids(out, again, 64), 12);
+    assert_int_equal(cli_read_ids(out, again, 64), 12);
     assert_memory_equal(again, got, sizeof *got * 12);
 
     /* without --out, only the text */

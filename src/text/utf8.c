@@ -32,20 +32,26 @@ bool tok_ids_push(tok_ids *v, int32_t id) {
     return true;
 }
 
-/* Well-formed sequences, Unicode table 3-7: the second byte's range depends on the first. */
+/* Well-formed sequences, Unicode table 3-7: the length a multi-byte lead byte c announces and the range [lo, hi] of
+ * the second byte, which depends on c; 0 for a byte that cannot lead one. */
+static int lead_byte(uint8_t c, uint8_t *lo, uint8_t *hi) {
+    *lo = 0x80, *hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c == 0xE0) return *lo = 0xA0, 3;
+    if (c == 0xED) return *hi = 0x9F, 3;
+    if (c >= 0xE1 && c <= 0xEF) return 3;
+    if (c == 0xF0) return *lo = 0x90, 4;
+    if (c == 0xF4) return *hi = 0x8F, 4;
+    if (c >= 0xF1 && c <= 0xF3) return 4;
+    return 0;
+}
+
 int tok_utf8_len(const uint8_t *s, size_t n) {
     const uint8_t c = s[0];
     if (c < 0x80) return 1;
-    int len;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else return 0;
+    uint8_t lo, hi;
+    const int len = lead_byte(c, &lo, &hi);
+    if (!len) return 0;
     if (n < (size_t)len || s[1] < lo || s[1] > hi) return 0;
     for (int k = 2; k < len; k++)
         if ((s[k] & 0xC0) != 0x80) return 0;
@@ -55,17 +61,9 @@ int tok_utf8_len(const uint8_t *s, size_t n) {
 /* How many bytes of the ill-formed sequence at s form one maximal subpart (replaced by one U+FFFD): the lead byte
  * and the continuation bytes that were still valid for it. */
 static size_t maximal_subpart(const uint8_t *s, size_t n) {
-    const uint8_t c = s[0];
-    int len;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else return 1;
+    uint8_t lo, hi;
+    const int len = lead_byte(s[0], &lo, &hi);
+    if (!len) return 1;
     size_t k = 1;
     if (k < n && s[k] >= lo && s[k] <= hi) k++;
     else return 1;

@@ -110,25 +110,35 @@ static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t 
 // copies are identical). Every task is one round of loads (the group, the k slots), so a decode-sized dispatch is
 // one memory round trip. Before: one warp per pair walking its row's groups one after another (195 us at T = 8192
 // against a 40 us floor), then one warp per token (78 us at T = 8192 but 19 us at T = 16, ncu).
+// One (token t, group grp) task of a warp: lane j < k holds slot, the slot of the token's j-th pair.
+template <bool SUMS>
+static __device__ __forceinline__ void gather_quantize_task(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P,
+                                                            int64_t t, int64_t grp, int32_t slot, uint8_t *x8,
+                                                            float *xs, float *xsum) {
+    const int lane = threadIdx.x & 31;
+    const int64_t Hp = (H + 127) / 128 * 128;
+    float v[4], scale, sum;
+    load_group(x + t * H, H, grp, v);
+    const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
+    for (int j = 0; j < k; j++) {
+        const int64_t s = __shfl_sync(0xffffffffu, slot, j);
+        *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
+    }
+    if (lane < k) {
+        xs[grp * P + slot] = scale;
+        if (SUMS) xsum[grp * P + slot] = sum;
+    }
+}
+
 template <bool SUMS>
 static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                               const int32_t *slot_of_pair, uint8_t *x8, float *xs, float *xsum) {
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128, P = T * k;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < T * G; task += warps) {
-        const int64_t t = task / G, grp = task % G;
-        const int32_t slot = lane < k ? slot_of_pair[t * k + lane] : 0;
-        float v[4], scale, sum;
-        load_group(x + t * H, H, grp, v);
-        const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
-        for (int j = 0; j < k; j++) {
-            const int64_t s = __shfl_sync(0xffffffffu, slot, j);
-            *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
-        }
-        if (lane < k) {
-            xs[grp * P + slot] = scale;
-            if (SUMS) xsum[grp * P + slot] = sum;
-        }
+        const int64_t t = task / G;
+        gather_quantize_task<SUMS>(x, H, k, T * k, t, task % G, lane < k ? slot_of_pair[t * k + lane] : 0, x8, xs,
+                                   xsum);
     }
 }
 
@@ -217,21 +227,10 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     }
     __syncthreads();
     const int lane = threadIdx.x & 31;
-    const int64_t G = (H + 127) / 128, Hp = G * 128;
+    const int64_t G = (H + 127) / 128;
     for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
-        const int64_t t = task / G, grp = task % G;
-        const int32_t slot = lane < k ? sslot[t * k + lane] : 0;
-        float v[4], scale, sum;
-        load_group(x + t * H, H, grp, v);
-        const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
-        for (int j = 0; j < k; j++) {
-            const int64_t sl = __shfl_sync(0xffffffffu, slot, j);
-            *(uint32_t *)(b.x8 + sl * Hp + grp * 128 + lane * 4) = word;
-        }
-        if (lane < k) {
-            b.xs[grp * P + slot] = scale;
-            if (SUMS) b.xsum[grp * P + slot] = sum;
-        }
+        const int64_t t = task / G;
+        gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs, b.xsum);
     }
 }
 
