@@ -24,11 +24,16 @@ const HELP = `usage: node bench/serve_bench.mjs --url URL [options]
   --vocab V            prompt ids are drawn from [16, V) (default 4096: the smallest vocabulary fp8moe ships)
   --api-key KEY        Authorization: Bearer KEY
   --json FILE          the figures as JSON
-  --label TEXT         a note kept in the JSON (e.g. the GPU and the serve command)`;
+  --label TEXT         a note kept in the JSON (e.g. the GPU and the serve command)
+  --probe-prompt-tokens N
+                       also run a probe client in each row: prompts of N tokens, 1 new token each, one after another
+                       while the clients decode; its time to first token is reported apart (e.g. a 1.8k-token prompt
+                       while 8 streams decode: --clients 8 --prompt-tokens 128 --max-tokens 1024
+                       --probe-prompt-tokens 1800)`;
 
 function parseArgs(argv) {
     const a = { url: 'http://127.0.0.1:8080', clients: [1, 8, 64], promptTokens: 512, prompts: 16, maxTokens: 128,
-                duration: 30, requests: 0, warmup: 1, vocab: 4096, apiKey: '', json: '', label: '' };
+                duration: 30, requests: 0, warmup: 1, vocab: 4096, apiKey: '', json: '', label: '', probeTokens: 0 };
     const int = (k, v, lo) => {
         const n = Number(v);
         if (!Number.isInteger(n) || n < lo) usage(`${k} expects an integer >= ${lo}, got '${v}'`);
@@ -51,6 +56,7 @@ function parseArgs(argv) {
         case '--api-key': a.apiKey = take(); break;
         case '--json': a.json = take(); break;
         case '--label': a.label = take(); break;
+        case '--probe-prompt-tokens': a.probeTokens = int(k, take(), 1); break;
         default: usage(`unknown option '${k}'`);
         }
     }
@@ -72,9 +78,9 @@ function makePrompts(k, n, vocab) {
 const headers = (a) => ({ 'Content-Type': 'application/json', ...(a.apiKey ? { Authorization: `Bearer ${a.apiKey}` } : {}) });
 
 // One streamed request: the arrival time of each token's chunk, relative to the send.
-async function oneRequest(a, model, prompt) {
+async function oneRequest(a, model, prompt, maxTokens = a.maxTokens) {
     const t0 = performance.now();
-    const body = { model, prompt, max_tokens: a.maxTokens, temperature: 0, stream: true, ignore_eos: true,
+    const body = { model, prompt, max_tokens: maxTokens, temperature: 0, stream: true, ignore_eos: true,
                    stream_options: { include_usage: true } };
     const res = await fetch(`${a.url}/v1/completions`, { method: 'POST', headers: headers(a), body: JSON.stringify(body) });
     if (!res.ok) throw new Error(`HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
@@ -110,7 +116,7 @@ function pct(xs, p) {
     return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 }
 
-async function runLevel(a, model, prompts, clients) {
+async function runLevel(a, model, prompts, probePrompts, clients) {
     for (let w = 0; w < a.warmup; w++) await oneRequest(a, model, prompts[w % prompts.length]);
     const ttft = [], itl = [], tpot = [];
     let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '';
@@ -134,7 +140,26 @@ async function runLevel(a, model, prompts, clients) {
             tEnd = performance.now();
         }
     }
+    // the probe: one long prompt at a time, 1 new token, while the clients decode: its time to first token under load
+    const probeTtft = [];
+    let stopProbe = false;
+    async function probe() {
+        await new Promise((r) => setTimeout(r, Math.min(2000, (a.duration * 1e3) / 4))); // the clients' decoding starts
+        for (let r = 0; !stopProbe && performance.now() < deadline; r++) {
+            try {
+                const x = await oneRequest(a, model, probePrompts[r % probePrompts.length], 1);
+                if (x.times.length) probeTtft.push(x.times[0]);
+            } catch (e) {
+                errors++;
+                if (!firstError) firstError = `probe: ${e.message || e}`;
+            }
+            await new Promise((res) => setTimeout(res, 50));
+        }
+    }
+    const probing = probePrompts.length ? probe() : Promise.resolve();
     await Promise.all(Array.from({ length: clients }, (_, c) => client(c)));
+    stopProbe = true;
+    await probing;
     const wall = (tEnd - t0) / 1e3;
     return {
         clients, requests: completed, errors, first_error: firstError || undefined, wall_s: wall,
@@ -142,6 +167,7 @@ async function runLevel(a, model, prompts, clients) {
         ttft_ms_p50: pct(ttft, 50), ttft_ms_p99: pct(ttft, 99),
         itl_ms_p50: pct(itl, 50), itl_ms_p99: pct(itl, 99),
         tpot_ms_mean: tpot.length ? tpot.reduce((x, y) => x + y, 0) / tpot.length : NaN,
+        probe_requests: probeTtft.length, probe_ttft_ms_p50: pct(probeTtft, 50), probe_ttft_ms_p99: pct(probeTtft, 99),
     };
 }
 
@@ -160,27 +186,31 @@ async function main() {
     if (ctx && a.promptTokens + a.maxTokens > ctx)
         usage(`--prompt-tokens ${a.promptTokens} + --max-tokens ${a.maxTokens} exceed the server's context of ${ctx} (serve --ctx)`);
     const prompts = makePrompts(a.prompts, a.promptTokens, a.vocab);
+    const probePrompts = a.probeTokens ? makePrompts(a.prompts, a.probeTokens, a.vocab) : [];
     let commit = '';
     try { commit = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim(); } catch { /* not a checkout */ }
     console.log(`model ${model} at ${a.url}   prompts: ${a.prompts} of ${a.promptTokens} token ids   new tokens: ${a.maxTokens} per request (ignore_eos)   ` +
                 (a.requests ? `${a.requests} requests per row` : `${a.duration} s per row`) + (commit ? `   commit ${commit}` : ''));
     console.log('');
-    console.log('| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT mean ms |');
-    console.log('|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:|-------------:|');
+    const probeHead = probePrompts.length ? [' probe TTFT p50 ms | probe TTFT p99 ms |', '------------------:|------------------:|'] : ['', ''];
+    console.log('| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT mean ms |' + probeHead[0]);
+    console.log('|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:|-------------:|' + probeHead[1]);
     const rows = [];
     const f = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-');
     for (const c of a.clients) {
-        const r = await runLevel(a, model, prompts, c);
+        const r = await runLevel(a, model, prompts, probePrompts, c);
         rows.push(r);
         console.log(`| ${String(c).padStart(7)} | ${String(r.requests).padStart(8)} | ${String(r.errors).padStart(6)} | ` +
                     `${f(r.output_tokens_per_s).padStart(12)} | ${f(r.requests_per_s, 2).padStart(5)} | ${f(r.ttft_ms_p50).padStart(11)} | ` +
                     `${f(r.ttft_ms_p99).padStart(11)} | ${f(r.itl_ms_p50, 2).padStart(10)} | ${f(r.itl_ms_p99, 2).padStart(10)} | ` +
-                    `${f(r.tpot_ms_mean, 2).padStart(12)} |`);
+                    `${f(r.tpot_ms_mean, 2).padStart(12)} |` +
+                    (probePrompts.length ? ` ${f(r.probe_ttft_ms_p50).padStart(17)} | ${f(r.probe_ttft_ms_p99).padStart(17)} |` : ''));
         if (r.first_error) console.error(`  first error at ${c} clients: ${r.first_error}`);
     }
     if (a.json) {
         const out = { bench: 'serve', date: new Date().toISOString(), commit, label: a.label, url: a.url, model,
                       max_model_len: ctx, prompt_tokens: a.promptTokens, prompts: a.prompts, max_tokens: a.maxTokens,
+                      probe_prompt_tokens: a.probeTokens || null,
                       duration_s: a.requests ? null : a.duration, requests_per_row: a.requests || null, rows };
         writeFileSync(a.json, JSON.stringify(out, (k, v) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
         console.log(`\nwrote ${a.json}`);

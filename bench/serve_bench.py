@@ -32,8 +32,8 @@ def make_prompts(k, n, vocab):
     return out
 
 
-def one_request(a, host, port, model, prompt):
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": a.max_tokens, "temperature": 0,
+def one_request(a, host, port, model, prompt, max_tokens=None):
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens or a.max_tokens, "temperature": 0,
                        "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}})
     headers = {"Content-Type": "application/json"}
     if a.api_key:
@@ -82,12 +82,12 @@ def pct(xs, p):
     return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
 
 
-def run_level(a, host, port, model, prompts, clients):
+def run_level(a, host, port, model, prompts, probe_prompts, clients):
     for w in range(a.warmup):
         one_request(a, host, port, model, prompts[w % len(prompts)])
     lock = threading.Lock()
     st = {"ttft": [], "itl": [], "tpot": [], "tokens": 0, "completed": 0, "errors": 0, "started": 0,
-          "first_error": "", "t_end": 0.0}
+          "first_error": "", "t_end": 0.0, "probe_ttft": [], "stop_probe": False}
     t0 = time.perf_counter()
     deadline = t0 + a.duration
 
@@ -119,10 +119,32 @@ def run_level(a, host, port, model, prompts, clients):
                 st["t_end"] = time.perf_counter()
             r += 1
 
+    def probe():
+        """One long prompt at a time, 1 new token, while the clients decode: its time to first token under load."""
+        time.sleep(min(2.0, a.duration / 4))  # let the clients' prompts in and their decoding start
+        r = 0
+        while not st["stop_probe"] and time.perf_counter() < deadline:
+            try:
+                times, _ = one_request(a, host, port, model, probe_prompts[r % len(probe_prompts)], 1)
+                with lock:
+                    if times:
+                        st["probe_ttft"].append(times[0])
+            except Exception as e:
+                with lock:
+                    st["errors"] += 1
+                    st["first_error"] = st["first_error"] or "probe: " + str(e)
+            r += 1
+            time.sleep(0.05)
+
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    if probe_prompts:
+        threads.append(threading.Thread(target=probe))
     for t in threads:
         t.start()
-    for t in threads:
+    for t in threads[:clients]:
+        t.join()
+    st["stop_probe"] = True
+    for t in threads[clients:]:
         t.join()
     wall = max(st["t_end"] - t0, 1e-9)
     return {"clients": clients, "requests": st["completed"], "errors": st["errors"],
@@ -130,7 +152,9 @@ def run_level(a, host, port, model, prompts, clients):
             "output_tokens_per_s": st["tokens"] / wall, "requests_per_s": st["completed"] / wall,
             "ttft_ms_p50": pct(st["ttft"], 50), "ttft_ms_p99": pct(st["ttft"], 99),
             "itl_ms_p50": pct(st["itl"], 50), "itl_ms_p99": pct(st["itl"], 99),
-            "tpot_ms_mean": sum(st["tpot"]) / len(st["tpot"]) if st["tpot"] else float("nan")}
+            "tpot_ms_mean": sum(st["tpot"]) / len(st["tpot"]) if st["tpot"] else float("nan"),
+            "probe_requests": len(st["probe_ttft"]), "probe_ttft_ms_p50": pct(st["probe_ttft"], 50),
+            "probe_ttft_ms_p99": pct(st["probe_ttft"], 99)}
 
 
 def main():
@@ -147,6 +171,9 @@ def main():
     p.add_argument("--api-key", default="")
     p.add_argument("--json", default="")
     p.add_argument("--label", default="")
+    p.add_argument("--probe-prompt-tokens", type=int, default=0,
+                   help="also run a probe client: prompts of N tokens, 1 new token each, one after another while "
+                        "the clients decode; its TTFT is reported apart (e.g. a 1.8k prompt while 8 streams decode)")
     a = p.parse_args()
     clients = [int(x) for x in a.clients.split(",")]
     if min(clients) < 1 or a.prompt_tokens < 1 or a.max_tokens < 1 or a.vocab < 17 or a.duration <= 0:
@@ -168,6 +195,7 @@ def main():
         p.error("--prompt-tokens %d + --max-tokens %d exceed the server's context of %d (serve --ctx)"
                 % (a.prompt_tokens, a.max_tokens, ctx))
     prompts = make_prompts(a.prompts, a.prompt_tokens, a.vocab)
+    probe_prompts = make_prompts(a.prompts, a.probe_prompt_tokens, a.vocab) if a.probe_prompt_tokens else []
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -177,24 +205,27 @@ def main():
              "%d requests per row" % a.requests if a.requests else "%g s per row" % a.duration,
              "   commit " + commit if commit else ""))
     print()
+    probe_head = (" probe TTFT p50 ms | probe TTFT p99 ms |", "------------------:|------------------:|") \
+        if probe_prompts else ("", "")
     print("| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
-          "| TPOT mean ms |")
+          "| TPOT mean ms |" + probe_head[0])
     print("|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:"
-          "|-------------:|")
+          "|-------------:|" + probe_head[1])
     rows = []
     for c in clients:
-        r = run_level(a, host, port, model, prompts, c)
+        r = run_level(a, host, port, model, prompts, probe_prompts, c)
         rows.append(r)
-        print("| %7d | %8d | %6d | %12.1f | %5.2f | %11.1f | %11.1f | %10.2f | %10.2f | %12.2f |"
+        probe_cols = " %17.1f | %17.1f |" % (r["probe_ttft_ms_p50"], r["probe_ttft_ms_p99"]) if probe_prompts else ""
+        print("| %7d | %8d | %6d | %12.1f | %5.2f | %11.1f | %11.1f | %10.2f | %10.2f | %12.2f |%s"
               % (c, r["requests"], r["errors"], r["output_tokens_per_s"], r["requests_per_s"], r["ttft_ms_p50"],
-                 r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"], r["tpot_ms_mean"]), flush=True)
+                 r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"], r["tpot_ms_mean"], probe_cols), flush=True)
         if r["first_error"]:
             print("  first error at %d clients: %s" % (c, r["first_error"]), file=sys.stderr)
     if a.json:
         clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
         out = {"bench": "serve", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
                "label": a.label, "url": a.url, "model": model, "max_model_len": ctx, "prompt_tokens": a.prompt_tokens,
-               "prompts": a.prompts, "max_tokens": a.max_tokens, "duration_s": None if a.requests else a.duration,
+               "prompts": a.prompts, "max_tokens": a.max_tokens, "probe_prompt_tokens": a.probe_prompt_tokens or None, "duration_s": None if a.requests else a.duration,
                "requests_per_row": a.requests or None, "rows": [{k: clean(v) for k, v in r.items()} for r in rows]}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)

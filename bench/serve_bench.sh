@@ -2,8 +2,9 @@
 # The serving benchmark end to end: starts `fp8moe serve` with the given options, waits for /health, runs
 # bench/serve_bench.mjs against it, stops the server (SIGTERM) and returns the clients' exit code.
 #
-#   bench/serve_bench.sh [serve options] -- [serve_bench.mjs options]
+#   bench/serve_bench.sh [serve options] -- [serve_bench.mjs options] [-- [serve_bench.mjs options] ...]
 #
+# Each `--` group is one client run against the same server, one after the other (one load for several tables).
 # The server listens on a free port of 127.0.0.1 (--port 0; do not pass --port or --port-file). Give it --max-seqs at
 # least the largest client count, and a --ctx that holds --prompt-tokens + --max-tokens. Examples:
 #   bench/serve_bench.sh --model models/tiny-code-moe --max-seqs 4 --ctx 512 -- \
@@ -62,7 +63,13 @@ done
 port=$(cat "$tmp/port")
 echo "== listening on 127.0.0.1:$port after $((SECONDS - start)) s" >&2
 rc=0
-"${client[@]}" --url "http://127.0.0.1:$port" "$@" || rc=$?
+# the client runs: the option groups between the `--`s
+group=()
+run_group() { "${client[@]}" --url "http://127.0.0.1:$port" "${group[@]}" || rc=$?; group=(); }
+for arg in "$@"; do
+    if [ "$arg" = "--" ]; then run_group; else group+=("$arg"); fi
+done
+run_group
 kill -TERM "$pid"
 if ! wait "$pid"; then
     echo "serve_bench.sh: the server did not exit cleanly; its log:" >&2
