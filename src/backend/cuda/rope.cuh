@@ -8,7 +8,7 @@
 // over hd (q_norm for query heads, k_norm for key heads; both NULL for Mixtral), then rotate-half RoPE at
 // position pos[t] (pos: int32 [T] in device memory), or pos0 + t when pos is NULL (pairs (j, j + hd/2),
 // inv_freq[j] = 1 / theta^(2j/hd) in fp32), rounded to bf16 once at the end. Value heads are untouched. Preconditions:
-// hd even, hd <= 1024.
+// hd a multiple of 4, hd <= 256 (every head_dim the attention kernels take).
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
                                      const int32_t *pos, double theta, cudaStream_t s);
