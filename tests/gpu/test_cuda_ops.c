@@ -176,9 +176,11 @@ static void test_linear(void **s) {
 static void norm_embed_elementwise(fm_preset preset) {
     both b = make(preset);
     const fm_wformat wf = other_fmt(&b);
-    const int64_t rows_list[] = {1, 17, 300}, dims[] = {96, 200, 2048};
+    /* dims: the norms' three forms (elementwise.cu): 16-byte chunks (8 | D <= 4096), the row in registers (100),
+       the plain loop (5000 > 4096) */
+    const int64_t rows_list[] = {1, 17, 300}, dims[] = {96, 200, 2048, 100, 5000};
     for (int ri = 0; ri < 3; ri++)
-        for (int di = 0; di < 3; di++) {
+        for (int di = 0; di < 5; di++) {
             const int64_t R = rows_list[ri], D = dims[di];
             float *x = rand_array(R * D, 2.0f), *w = rand_array(D, 1.0f), *o[2], *sw[2], *ad[2];
             for (int i = 0; i < 2; i++) {
