@@ -691,7 +691,9 @@ static __global__ __launch_bounds__(THREADS,
             cp_async_wait_1();
             __syncthreads(); /* stage st landed for all threads; the stage before it is free */
             W4A8_LOAD_AHEAD(st2);
-            const uint32_t xt = smem_u32(xs_smem[st]);
+            /* k step ks starts 32 bytes further: the descriptor's start address field (bytes / 16) + 2 ks (the tile is
+               1024-byte aligned, so the field does not carry) */
+            const uint64_t xdesc = desc_sw128(smem_u32(xs_smem[st]));
             const float *sc = sc_smem[st];
             const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
             const uint8_t *wsm = wsc_smem[st];
@@ -719,7 +721,7 @@ static __global__ __launch_bounds__(THREADS,
                 for (int ks = k0; ks < k0 + KSTEP; ks++)
 #pragma unroll
                     for (int mb = 0; mb < 2; mb++)
-                        wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > k0);
+                        wgmma_tile<BNT>(part[mb], a[mb][ks], xdesc + 2 * ks, ks > k0);
                 wgmma_commit();
                 wgmma_wait_all();
                 settle_block<BNT>(part[0], a[0]);
@@ -733,7 +735,7 @@ static __global__ __launch_bounds__(THREADS,
             for (int ks = 4 - KSTEP; ks < 4; ks++)
 #pragma unroll
                 for (int mb = 0; mb < 2; mb++)
-                    wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
+                    wgmma_tile<BNT>(part[mb], a[mb][ks], xdesc + 2 * ks, ks > 4 - KSTEP);
             wgmma_commit();
             /* while the tensor cores run: the next group's codes (the next item's first ones after the last group)
                and this group's scales. e4m3 fragments are the loaded words themselves (no conversion), so the
