@@ -663,20 +663,39 @@ static __global__ __launch_bounds__(THREADS,
     int64_t blk[2];
     bool blk_ok[2];
     warp_blocks(p, rb, blk, blk_ok);
+    /* the codes' cursor: item cw, group cg (ww, cblk_ok: its blocks), loaded one group ahead of the conversion */
+    int64_t cw = w, cg = 0;
     warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk, rb);
-    uint32_t words[2][NW], nxt[2][NW];
-    load_codes<WK>(ww, blk_ok, 0, words);
+    bool cblk_ok[2] = {blk_ok[0], blk_ok[1]};
+    const int lrow[2] = {ww.lrow[0], ww.lrow[1]}; /* the same in every row block */
+#define W4A8_CODES_AHEAD()                                                                                             \
+    do {                                                                                                               \
+        if (cw < items) load_codes<WK>(ww, cblk_ok, cg, words);                                                        \
+        if (++cg == KG) {                                                                                              \
+            cg = 0, cw += gridDim.x;                                                                                   \
+            if (PERSIST && cw < items) {                                                                               \
+                fm_w4a8_tile ct;                                                                                       \
+                int crb;                                                                                               \
+                int64_t cblk[2];                                                                                       \
+                work_at<BNT>(p, cw, ct, crb);                                                                          \
+                warp_blocks(p, crb, cblk, cblk_ok);                                                                    \
+                ww = warp_weights_at<WK>(p, ct.expert, cblk, crb);                                                     \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+    /* words: the codes of the group after the one whose fragments a holds; a: alive from its conversion (after the
+       previous group's wait) to its own wait (the tensor cores read it) */
+    uint32_t words[2][NW], a[2][4][4];
+    W4A8_CODES_AHEAD();
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-        for (int j = 0; j < NW; j++) nxt[mb][j] = 0u;
+        for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
+    W4A8_CODES_AHEAD();
 
     int st = 0; /* the stage of the group computed now; the ring runs on across items */
     for (;;) {
-        const int64_t w_next = w + gridDim.x;
-        const bool has_next = PERSIST && w_next < items;
-        fm_w4a8_tile tile_next = tile;
-        int rb_next = rb;
+        const bool has_next = PERSIST && w + gridDim.x < items;
         float acc[2][BNT / 8][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
@@ -686,7 +705,7 @@ static __global__ __launch_bounds__(THREADS,
                 for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
         for (int64_t grp = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) {
-            const bool last = grp + 1 == KG, more = !last || has_next;
+            const bool more = grp + 1 < KG || has_next;
             const int st2 = st == 0 ? 2 : st - 1; /* (st + 2) % STAGES */
             cp_async_wait_1();
             __syncthreads(); /* stage st landed for all threads; the stage before it is free */
@@ -698,11 +717,6 @@ static __global__ __launch_bounds__(THREADS,
             const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
             const uint8_t *wsm = wsc_smem[st];
 
-            uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
             float part[2][BNT / 8][4];
             /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after
                every k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
@@ -726,7 +740,7 @@ static __global__ __launch_bounds__(THREADS,
                 wgmma_wait_all();
                 settle_block<BNT>(part[0], a[0]);
                 settle_block<BNT>(part[1], a[1]);
-                if (k0 == 0) load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
+                if (k0 == 0) load_weight_scales<WK>(wsm, lrow, wsc, zs);
                 load_act_scales<BNT>(sc, xsc);
                 promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
             }
@@ -737,40 +751,32 @@ static __global__ __launch_bounds__(THREADS,
                 for (int mb = 0; mb < 2; mb++)
                     wgmma_tile<BNT>(part[mb], a[mb][ks], xdesc + 2 * ks, ks > 4 - KSTEP);
             wgmma_commit();
-            /* while the tensor cores run: the next group's codes (the next item's first ones after the last group)
-               and this group's scales. e4m3 fragments are the loaded words themselves (no conversion), so the
-               compiler may hand the wgmma the words' own registers: the next group's codes then go to registers of
-               their own until the wait (nxt), or a load landing early would change an operand the tensor cores have
-               not read yet (measured: wrong rows) */
-            uint32_t(*dst)[NW] = WK == WK_E4M3 ? nxt : words;
-            if (WK != WK_E4M3) load_weight_scales<WK>(wsm, ww.lrow, wsc, zs); /* before ww moves to the next item */
-            if (!last) {
-                load_codes<WK>(ww, blk_ok, grp + 1, dst);
-            } else if (has_next) {
-                int64_t nblk[2];
-                bool nblk_ok[2];
-                work_at<BNT>(p, w_next, tile_next, rb_next);
-                warp_blocks(p, rb_next, nblk, nblk_ok);
-                ww = warp_weights_at<WK>(p, tile_next.expert, nblk, rb_next);
-                load_codes<WK>(ww, nblk_ok, 0, dst);
+            /* while the tensor cores run: this group's scales */
+            if (WK != WK_E4M3) {
+                load_weight_scales<WK>(wsm, lrow, wsc, zs);
+                load_act_scales<BNT>(sc, xsc);
             }
-            if (WK != WK_E4M3) load_act_scales<BNT>(sc, xsc);
             wgmma_wait_all();
             settle_block<BNT>(part[0], a[0]);
             settle_block<BNT>(part[1], a[1]);
-            if (WK == WK_E4M3 && more)
+            if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
+            /* the next group's fragments (integer pipe) beside this group's promotion (fp32 pipe), so that its wgmmas
+               issue right after the next barrier; then the codes of the group after it */
+            if (more)
 #pragma unroll
                 for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-                    for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
-            if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
+                    for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
             promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
+            W4A8_CODES_AHEAD();
         }
         epilogue<EPILOGUE, BNT>(p, tile, rb, acc, blk, blk_ok, red, red_sum);
         if (!has_next) break;
-        w = w_next, tile = tile_next, rb = rb_next;
+        w += gridDim.x;
+        work_at<BNT>(p, w, tile, rb);
         warp_blocks(p, rb, blk, blk_ok);
     }
+#undef W4A8_CODES_AHEAD
 #undef W4A8_LOAD_AHEAD
 }
 
