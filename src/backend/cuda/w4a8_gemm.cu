@@ -52,8 +52,6 @@ typedef struct gemm_params {
     int64_t lds;
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
-    int64_t max_tiles;  // the launch's bound on *n_tiles (dense: the number of tiles)
-    int32_t row_blocks; // CTA row blocks of BM weight rows per tile
     int64_t m_dense;
     int32_t dense_matrix;
     __nv_bfloat16 *y;
@@ -123,8 +121,7 @@ typedef struct stage_loader {
 } stage_loader;
 
 template <int WK, int BNT>
-static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params &p, const fm_w4a8_tile &tile,
-                                                               int rb) {
+static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params &p, const fm_w4a8_tile &tile) {
     stage_loader l;
     const int tid = (int)threadIdx.x;
 #pragma unroll
@@ -140,7 +137,7 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
     l.sum = tid < BNT && WK == WK_INT4_ZP ? p.xsum + tile.slot0 + (ok ? tid : 0) : NULL;
     l.sc_bytes = ok ? 4 : 0;
     /* weight scales: [matrix][group][rows_pad], this CTA's BM rows from row0; int4-zp-tc: scales, then zero x scale */
-    const int64_t row0 = (int64_t)rb * BM;
+    const int64_t row0 = (int64_t)blockIdx.x * BM;
     l.wsrc = NULL, l.wbytes = 0, l.wstride = p.rows_pad * (WK == WK_INT4 ? 2 : 4);
     if (tid < wk_scales<WK>::chunks) {
         const int per = 16 / (WK == WK_INT4 ? 2 : 4); /* rows per chunk */
@@ -183,13 +180,13 @@ typedef struct warp_weights {
 
 template <int WK>
 static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix,
-                                                               const int64_t blk[2], int rb) {
+                                                               const int64_t blk[2]) {
     const int lane = threadIdx.x & 31;
     warp_weights w;
     for (int mb = 0; mb < 2; mb++) {
         w.codes[mb] =
             p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
-        w.lrow[mb] = (int)(blk[mb] * 16 - (int64_t)rb * BM) + (lane >> 2);
+        w.lrow[mb] = (int)(blk[mb] * 16 - (int64_t)blockIdx.x * BM) + (lane >> 2);
     }
     return w;
 }
@@ -245,7 +242,7 @@ static __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g
 // down bank is int4-zp, so h's group sums X = scale x (sum of the 128 codes) are written beside hs (a second CTA
 // reduction, as the amax one)
 template <int BNT>
-static __device__ __forceinline__ void write_group_sums(const gemm_params &p, const fm_w4a8_tile &tile, int rb,
+static __device__ __forceinline__ void write_group_sums(const gemm_params &p, const fm_w4a8_tile &tile,
                                                         const float acc[2][BNT / 8][4], float (*red)[BNT],
                                                         float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -265,7 +262,7 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
         float v = 0.0f;
         for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n];
         const int64_t slot = tile.slot0 + n;
-        p.hsum[(int64_t)rb * p.ldhs + slot] = v * red[0][n]; /* the row's scale (epilogue) */
+        p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * red[0][n]; /* the row's scale (epilogue) */
     }
 }
 
@@ -274,7 +271,7 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
 
 template <int EPILOGUE, int BNT>
-static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, int rb,
+static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile,
                                                 float acc[2][BNT / 8][4], const int64_t blk[2], const bool blk_ok[2],
                                                 float (*red)[BNT], float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -354,7 +351,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         /* one division per row and a multiply per element (the CPU divides each element: a product can differ from
            the quotient by an ulp, which moves an e4m3 code only at a rounding tie) */
         red[1][n] = 1.0f / scale;
-        if (n < tile.rows) p.hs[(int64_t)rb * p.ldhs + tile.slot0 + n] = scale;
+        if (n < tile.rows) p.hs[(int64_t)blockIdx.x * p.ldhs + tile.slot0 + n] = scale;
     }
     asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 #pragma unroll
@@ -378,7 +375,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             }
             if (EPILOGUE == EPI_SWIGLU_SUMS) acc[0][nt][c] = sum; /* reused: h is written */
         }
-    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums<BNT>(p, tile, rb, acc, red, red_sum);
+    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums<BNT>(p, tile, acc, red, red_sum);
 }
 
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
@@ -433,15 +430,14 @@ static __global__ __launch_bounds__(THREADS,
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
-    const int rb = (int)blockIdx.x;
-    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile, rb);
+    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
     const bool active = row_base < p.rows_pad;
     const int64_t KG = p.n_groups;
     const int64_t blk[2] = {row_base / 16, row_base / 16 + 1};
     const bool blk_ok[2] = {active, active};
-    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk, rb);
+    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
     float acc[2][BNT / 8][4];
     uint32_t words[2][NW]; /* the current group's codes; each part is reloaded with the next group's once used */
@@ -509,7 +505,7 @@ static __global__ __launch_bounds__(THREADS,
         promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
 
-    epilogue<EPILOGUE, BNT>(p, tile, rb, acc, blk, blk_ok, red, red_sum);
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
 // ---- sm_90a: wgmma ----------------------------------------------------------------------------------------
@@ -567,51 +563,9 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
         for (int i = 0; i < 4; i++) fence_u(a[ks][i]);
 }
 
-// The work of a persistent CTA: item w is row block w % row_blocks of tile w / row_blocks (consecutive CTAs share a
-// tile's activations in L2); there are n_tiles x row_blocks items.
-template <int BNT> static __device__ __forceinline__ int64_t work_items(const gemm_params &p) {
-    const int64_t n = p.n_tiles ? (int64_t)*p.n_tiles : p.max_tiles;
-    return (n < p.max_tiles ? n : p.max_tiles) * p.row_blocks;
-}
-template <int BNT>
-static __device__ __forceinline__ void work_at(const gemm_params &p, int64_t w, fm_w4a8_tile &tile, int &rb) {
-    const int64_t t = w / p.row_blocks;
-    rb = (int)(w - t * p.row_blocks);
-    tile = tile_of<BNT>(p, t);
-}
-// The 16-row blocks of this warp in row block rb: m64 block mb of its warpgroup is 16-row block blk[mb]
-static __device__ __forceinline__ void warp_blocks(const gemm_params &p, int rb, int64_t blk[2], bool blk_ok[2]) {
-    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
-    blk[0] = ((int64_t)rb * BM + wg * 128) / 16 + w4, blk[1] = blk[0] + 4;
-    blk_ok[0] = blk[0] * 16 < p.rows_pad, blk_ok[1] = blk[1] * 16 < p.rows_pad;
-}
-// The codes of 128-group grp of both blocks (zeros for a block past the bank, which then multiplies as zeros)
-template <int WK>
-static __device__ __forceinline__ void load_codes(const warp_weights &ww, const bool blk_ok[2], int64_t grp,
-                                                  uint32_t words[2][wk_shape<WK>::words]) {
-#pragma unroll
-    for (int mb = 0; mb < 2; mb++) {
-        if (blk_ok[mb]) {
-            const uint8_t *q = ww.codes[mb] + grp * wk_shape<WK>::chunk;
-#pragma unroll
-            for (int pq = 0; pq < wk_shape<WK>::parts; pq++) {
-                const uint4 v = __ldg((const uint4 *)(q + pq * 512));
-                words[mb][4 * pq] = v.x, words[mb][4 * pq + 1] = v.y, words[mb][4 * pq + 2] = v.z,
-                              words[mb][4 * pq + 3] = v.w;
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < wk_shape<WK>::words; j++) words[mb][j] = 0u;
-        }
-    }
-}
-
-// Persistent CTAs of two warpgroups of 4 warps; each warpgroup owns 128 weight rows of an item as two m64 blocks
-// (warp w of a warpgroup: rows 16w..16w+15 of each block). All 256 threads load the activation stages with cp.async
-// (a 3-stage ring) and meet at one __syncthreads per 128-group; each warp's codes come global -> registers a group
-// ahead. The ring and the codes run on across the CTA's items: the next item's first two stages are loaded during
-// the current item's last two groups and its first codes during the last one, so they land while the epilogue runs
-// (one CTA per item waited a whole HBM round trip at its start, with nothing else on the SM). Per group: convert both
+// Two warpgroups of 4 warps; each owns 128 weight rows as two m64 blocks (warp w of a warpgroup: rows 16w..16w+15
+// of each block). All 256 threads load the next activation stages with cp.async (a 3-stage ring) and meet at one
+// __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert both
 // blocks' fragments (nothing in flight: ptxas serialises every wgmma if a fragment register is redefined while
 // one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps) as one commit group, load the next group's
 // codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
@@ -626,185 +580,154 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BNT];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
-    constexpr int NW = wk_shape<WK>::words;
-    /* the 16-row tiles' kernel (two CTAs per SM, 128 registers) spilled with the cursors of the next item: one item
-       per CTA there (launch: a CTA per item) */
-    constexpr bool PERSIST = BNT == FM_W4A8_BN;
+    constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
-    const int64_t items = work_items<BNT>(p), KG = p.n_groups;
-    int64_t w = blockIdx.x;
-    if (w >= items) return;
+    const int64_t tile_idx = blockIdx.y;
+    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
+    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
+    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
+    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
+    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
+    const int64_t blk[2] = {blk0, blk0 + 4};
+    const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
+    const int64_t KG = p.n_groups;
+    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
-    /* the loader's cursor: item lw, group lg, two groups ahead of the compute */
-    int64_t lw = w, lg = 0;
-    fm_w4a8_tile tile;
-    int rb;
-    work_at<BNT>(p, w, tile, rb);
-    stage_loader ld = stage_loader_at<WK, BNT>(p, tile, rb);
-#define W4A8_LOAD_AHEAD(st_)                                                                                           \
-    do {                                                                                                               \
-        if (lw < items)                                                                                                \
-            load_stage<WK, BNT>(p, ld, lg, xs_smem[st_], sc_smem[st_], sum_smem[WK == WK_INT4_ZP ? (st_) : 0],         \
-                                wsc_smem[st_]);                                                                        \
-        cp_async_commit();                                                                                             \
-        if (++lg == KG) {                                                                                              \
-            lg = 0, lw += gridDim.x;                                                                                   \
-            if (PERSIST && lw < items) {                                                                               \
-                fm_w4a8_tile lt;                                                                                       \
-                int lrb;                                                                                               \
-                work_at<BNT>(p, lw, lt, lrb);                                                                          \
-                ld = stage_loader_at<WK, BNT>(p, lt, lrb);                                                             \
-            }                                                                                                          \
-        }                                                                                                              \
-    } while (0)
-    W4A8_LOAD_AHEAD(0);
-    W4A8_LOAD_AHEAD(1);
+    float acc[2][BNT / 8][4];
+    uint32_t words[2][NW], nxt[2][NW];
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++) {
+#pragma unroll
+        for (int j = 0; j < NW; j++) nxt[mb][j] = 0u;
+#pragma unroll
+        for (int nt = 0; nt < BNT / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
+    }
 
-    int64_t blk[2];
-    bool blk_ok[2];
-    warp_blocks(p, rb, blk, blk_ok);
-    /* the codes' cursor: item cw, group cg (ww, cblk_ok: its blocks), loaded one group ahead of the conversion */
-    int64_t cw = w, cg = 0;
-    warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk, rb);
-    bool cblk_ok[2] = {blk_ok[0], blk_ok[1]};
-    const int lrow[2] = {ww.lrow[0], ww.lrow[1]}; /* the same in every row block */
-#define W4A8_CODES_AHEAD()                                                                                             \
-    do {                                                                                                               \
-        if (cw < items) load_codes<WK>(ww, cblk_ok, cg, words);                                                        \
-        if (++cg == KG) {                                                                                              \
-            cg = 0, cw += gridDim.x;                                                                                   \
-            if (PERSIST && cw < items) {                                                                               \
-                fm_w4a8_tile ct;                                                                                       \
-                int crb;                                                                                               \
-                int64_t cblk[2];                                                                                       \
-                work_at<BNT>(p, cw, ct, crb);                                                                          \
-                warp_blocks(p, crb, cblk, cblk_ok);                                                                    \
-                ww = warp_weights_at<WK>(p, ct.expert, cblk, crb);                                                     \
-            }                                                                                                          \
-        }                                                                                                              \
-    } while (0)
-    /* words: the codes of the group after the one whose fragments a holds; a: alive from its conversion (after the
-       previous group's wait) to its own wait (the tensor cores read it) */
-    uint32_t words[2][NW], a[2][4][4];
-    W4A8_CODES_AHEAD();
+    load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
+    cp_async_commit();
+    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    cp_async_commit();
+    /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
+       absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
+        if (blk_ok[mb]) {
 #pragma unroll
-        for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
-    W4A8_CODES_AHEAD();
+            for (int q = 0; q < NP; q++) {
+                const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
+                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
+                              words[mb][4 * q + 3] = v.w;
+            }
+        }
 
-    int st = 0; /* the stage of the group computed now; the ring runs on across items */
-    for (;;) {
-        const bool has_next = PERSIST && w + gridDim.x < items;
-        float acc[2][BNT / 8][4];
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
+        const bool more = grp + 1 < KG;
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        cp_async_wait_1();
+        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
+        if (grp + 2 < KG)
+            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+                                wsc_smem[st2]);
+        cp_async_commit();
+        const uint32_t xt = smem_u32(xs_smem[st]);
+        const float *sc = sc_smem[st];
+        const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
+        const uint8_t *wsm = wsc_smem[st];
+
+        uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
-            for (int nt = 0; nt < BNT / 8; nt++)
+            for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
+        float part[2][BNT / 8][4];
+        /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after every
+           k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
+        float2 xsc[BNT / 8];
+        float wsc[2][2], zs[2][2];
+        /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a 128-group
+           summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against the CPU
+           emulation, 0.99993 when every k step of 32 is promoted: bench/NOTES.md). int4 codes (3-4 significant bits)
+           do not need it. So e4m3 banks promote after each k step; the last step's MMA overlaps the loads below. */
+        constexpr int KSTEP = WK == WK_E4M3 ? 1 : 4; /* k steps of 32 per promotion */
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
-
-        for (int64_t grp = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) {
-            const bool more = grp + 1 < KG || has_next;
-            const int st2 = st == 0 ? 2 : st - 1; /* (st + 2) % STAGES */
-            cp_async_wait_1();
-            __syncthreads(); /* stage st landed for all threads; the stage before it is free */
-            W4A8_LOAD_AHEAD(st2);
-            /* k step ks starts 32 bytes further: the descriptor's start address field (bytes / 16) + 2 ks (the tile is
-               1024-byte aligned, so the field does not carry) */
-            const uint64_t xdesc = desc_sw128(smem_u32(xs_smem[st]));
-            const float *sc = sc_smem[st];
-            const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
-            const uint8_t *wsm = wsc_smem[st];
-
-            float part[2][BNT / 8][4];
-            /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after
-               every k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
-            float2 xsc[BNT / 8];
-            float wsc[2][2], zs[2][2];
-            /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a
-               128-group summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against
-               the CPU emulation, 0.99993 when every k step of 32 is promoted: bench/NOTES.md). int4 codes (3-4
-               significant bits) do not need it. So e4m3 banks promote after each k step; the last step's MMA overlaps
-               the loads below. */
-            constexpr int KSTEP = WK == WK_E4M3 ? 1 : 4; /* k steps of 32 per promotion */
-#pragma unroll
-            for (int k0 = 0; k0 < 4 - KSTEP; k0 += KSTEP) { /* every chunk but the last (none for int4) */
-                wgmma_fence();
-#pragma unroll
-                for (int ks = k0; ks < k0 + KSTEP; ks++)
-#pragma unroll
-                    for (int mb = 0; mb < 2; mb++)
-                        wgmma_tile<BNT>(part[mb], a[mb][ks], xdesc + 2 * ks, ks > k0);
-                wgmma_commit();
-                wgmma_wait_all();
-                settle_block<BNT>(part[0], a[0]);
-                settle_block<BNT>(part[1], a[1]);
-                if (k0 == 0) load_weight_scales<WK>(wsm, lrow, wsc, zs);
-                load_act_scales<BNT>(sc, xsc);
-                promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
-            }
+        for (int k0 = 0; k0 < 4 - KSTEP; k0 += KSTEP) { /* every chunk but the last (none for int4) */
             wgmma_fence();
 #pragma unroll
-            for (int ks = 4 - KSTEP; ks < 4; ks++)
+            for (int ks = k0; ks < k0 + KSTEP; ks++)
 #pragma unroll
-                for (int mb = 0; mb < 2; mb++)
-                    wgmma_tile<BNT>(part[mb], a[mb][ks], xdesc + 2 * ks, ks > 4 - KSTEP);
+                for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > k0);
             wgmma_commit();
-            /* while the tensor cores run: this group's scales */
-            if (WK != WK_E4M3) {
-                load_weight_scales<WK>(wsm, lrow, wsc, zs);
-                load_act_scales<BNT>(sc, xsc);
-            }
             wgmma_wait_all();
             settle_block<BNT>(part[0], a[0]);
             settle_block<BNT>(part[1], a[1]);
-            if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
-            /* the next group's fragments (integer pipe) beside this group's promotion (fp32 pipe), so that its wgmmas
-               issue right after the next barrier; then the codes of the group after it */
-            if (more)
-#pragma unroll
-                for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
+            if (k0 == 0) load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
+            load_act_scales<BNT>(sc, xsc);
             promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
-            W4A8_CODES_AHEAD();
         }
-        epilogue<EPILOGUE, BNT>(p, tile, rb, acc, blk, blk_ok, red, red_sum);
-        if (!has_next) break;
-        w += gridDim.x;
-        work_at<BNT>(p, w, tile, rb);
-        warp_blocks(p, rb, blk, blk_ok);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 4 - KSTEP; ks < 4; ks++)
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++)
+                wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
+        wgmma_commit();
+        /* while the tensor cores run: the next group's codes and scales */
+        /* e4m3 fragments are the loaded words themselves (no conversion), so the compiler may hand the wgmma the words'
+           own registers: the next group's codes then go to registers of their own until the wait (nxt), or a load
+           landing early would change an operand the tensor cores have not read yet (measured: wrong rows) */
+        uint32_t(*dst)[NW] = WK == WK_E4M3 ? nxt : words;
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+            if (more && blk_ok[mb]) {
+                const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK>::chunk;
+#pragma unroll
+                for (int pq = 0; pq < NP; pq++) {
+                    const uint4 v = __ldg((const uint4 *)(q + pq * 512));
+                    dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z,
+                                dst[mb][4 * pq + 3] = v.w;
+                }
+            }
+        if (WK != WK_E4M3) {
+            load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
+            load_act_scales<BNT>(sc, xsc);
+        }
+        wgmma_wait_all();
+        settle_block<BNT>(part[0], a[0]);
+        settle_block<BNT>(part[1], a[1]);
+        if (WK == WK_E4M3 && more)
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+                for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
+        if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
+        promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
-#undef W4A8_CODES_AHEAD
-#undef W4A8_LOAD_AHEAD
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
 // Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
-// elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma. The mma.sync kernel is one CTA per
-// (row block, tile): grid (row_blocks, max_tiles); the wgmma kernel's persistent CTAs (64-row tiles) fill the SMs
-// once (one resident per SM) or cover every item if there are fewer; its 16-row tiles get one CTA per item.
-template <int EPILOGUE, int WK, int BNT> static void launch(const gemm_params &p, bool wgmma, cudaStream_t s) {
-    if (wgmma) {
-        const int64_t items = (int64_t)p.row_blocks * p.max_tiles,
-                      resident = BNT == FM_W4A8_BN ? fm_cuda_device_attr(cudaDevAttrMultiProcessorCount) : items;
-        w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<(unsigned)(items < resident ? items : resident), THREADS, 0, s>>>(p);
-    } else {
-        w4a8_mma_kernel<EPILOGUE, WK, BNT><<<dim3((unsigned)p.row_blocks, (unsigned)p.max_tiles), THREADS, 0, s>>>(p);
-    }
+// elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
+template <int EPILOGUE, int WK, int BNT>
+static void launch(const gemm_params &p, bool wgmma, dim3 grid, cudaStream_t s) {
+    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
+    else w4a8_mma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
 }
 
 template <int EPILOGUE, int BNT>
-static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, cudaStream_t s) {
-    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, s);
-    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, s);
-    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, s);
+static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, dim3 grid, cudaStream_t s) {
+    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, grid, s);
+    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, grid, s);
+    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, grid, s);
 }
 
-template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, cudaStream_t s) {
-    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, s);
-    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, s);
-    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, s);
+template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
+    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);
+    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, grid, s);
+    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, grid, s);
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
@@ -826,11 +749,11 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.rows = w->rows, p.rows_pad = w->rows_pad, p.n_groups = w->n_groups, p.interleaved = w->interleaved;
     p.x = a->x, p.ldx = w->ld, p.xs = a->xs, p.xsum = a->xsum, p.lds = a->lds;
     p.tiles = a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense, p.dense_matrix = a->dense_matrix;
-    p.max_tiles = a->max_tiles, p.row_blocks = (int32_t)fm_ceil_div(w->rows_pad, BM);
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;
-    if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, s);
-    else launch_epilogue<FM_W4A8_BN>(a, p, s);
+    const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
+    if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);
+    else launch_epilogue<FM_W4A8_BN>(a, p, grid, s);
     FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)"
                                                     : "w4a8 grouped GEMM (swiglu e4m3 out)");
 }
