@@ -75,52 +75,6 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
 
-// The wgmma kernel's stage ring synchronises through mbarriers in place of a __syncthreads per group (sm_90a only):
-// full[s] completes when every thread's copies into stage s have landed (each thread's arrival is triggered by the
-// completion of its cp.async), empty[s] when every thread is done with stage s (after its promotion).
-static __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-#else
-    (void)bar, (void)count;
-    __trap();
-#endif
-}
-static __device__ __forceinline__ void mbar_arrive_on_copies(uint64_t *bar) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-#else
-    (void)bar;
-#endif
-}
-static __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-#else
-    (void)bar;
-#endif
-}
-// Blocks until the barrier has completed the phase of this parity (0 for its first completion); then the stage's
-// bytes, written through the generic proxy, are made visible to the wgmma's async proxy
-static __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    uint32_t done = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-#else
-    (void)bar, (void)parity;
-#endif
-}
-static __device__ __forceinline__ void fence_proxy_async(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -626,7 +580,6 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BNT];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
-    __shared__ __align__(8) uint64_t full_bar[STAGES], empty_bar[STAGES];
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
@@ -654,17 +607,10 @@ static __global__ __launch_bounds__(THREADS,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-    if (threadIdx.x < STAGES) {
-        mbar_init(&full_bar[threadIdx.x], THREADS);
-        mbar_init(&empty_bar[threadIdx.x], THREADS);
-    }
-    __syncthreads();
     load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
-    mbar_arrive_on_copies(&full_bar[0]);
-    if (KG > 1) {
-        load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
-        mbar_arrive_on_copies(&full_bar[1]);
-    }
+    cp_async_commit();
+    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
 #pragma unroll
@@ -678,12 +624,15 @@ static __global__ __launch_bounds__(THREADS,
             }
         }
 
-    /* st = grp % STAGES, ph = (grp / STAGES) % 2: the phase of stage st's barriers that group grp completes */
-    for (int64_t grp = 0, st = 0, ph = 0; grp < KG; grp++, ph ^= st == STAGES - 1, st = st == STAGES - 1 ? 0 : st + 1) {
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES = (grp - 1) % STAGES */
-        mbar_wait(&full_bar[st], (uint32_t)ph); /* stage grp landed for all threads */
-        fence_proxy_async();
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        cp_async_wait_1();
+        __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
+        if (grp + 2 < KG)
+            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+                                wsc_smem[st2]);
+        cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[st]);
         const float *sc = sc_smem[st];
         const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
@@ -726,15 +675,7 @@ static __global__ __launch_bounds__(THREADS,
             for (int mb = 0; mb < 2; mb++)
                 wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
         wgmma_commit();
-        /* while the tensor cores run: stage grp + 2 into the stage of group grp - 1 once every thread is done with it
-           (the other warpgroup may still be promoting it: no CTA barrier, so one warpgroup's wgmmas run while the
-           other promotes), the next group's codes and this group's scales */
-        if (grp + 2 < KG) {
-            if (grp >= 1) mbar_wait(&empty_bar[st2], (uint32_t)(st == 0 ? ph ^ 1 : ph));
-            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
-                                wsc_smem[st2]);
-            mbar_arrive_on_copies(&full_bar[st2]);
-        }
+        /* while the tensor cores run: the next group's codes and scales */
         /* e4m3 fragments are the loaded words themselves (no conversion), so the compiler may hand the wgmma the words'
            own registers: the next group's codes then go to registers of their own until the wait (nxt), or a load
            landing early would change an operand the tensor cores have not read yet (measured: wrong rows) */
@@ -764,7 +705,6 @@ static __global__ __launch_bounds__(THREADS,
                 for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
         if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
         promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
-        mbar_arrive(&empty_bar[st]); /* this thread is done with stage st (its wgmmas, scales and sums) */
     }
     epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
