@@ -20,18 +20,6 @@ static __device__ __forceinline__ void act_store2(__nv_bfloat16 *p, float2 v) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v.x, v.y);
 }
 
-// One head's elements of this lane: pairs j = 64 r + 2 lane, + 1 and their partners j + half (zeros past half).
-template <typename A, int R>
-static __device__ __forceinline__ void load_head(const A *x, int half, int lane, float2 a[R], float2 b[R]) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int j = 64 * r + 2 * lane;
-        const bool in = j < half;
-        a[r] = in ? act_load2(x + j) : make_float2(0.0f, 0.0f);
-        b[r] = in ? act_load2(x + j + half) : make_float2(0.0f, 0.0f);
-    }
-}
-
 template <typename A, int R>
 static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv,
                                                                               int32_t hd, const A *q_norm,
@@ -39,13 +27,6 @@ static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A 
                                                                               const int32_t *pos, float theta) {
     const int64_t t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = hd / 2;
-    const int n_heads = nh + nkv, h_step = (int)gridDim.y * ROPE_WARPS;
-    A *row = qkv + t * (int64_t)(nh + 2 * nkv) * hd;
-    /* the first head's loads go out before the sines are computed, and each next head's before the current one is
-       finished: two heads' rows in flight per warp */
-    int h = (int)blockIdx.y * ROPE_WARPS + warp;
-    float2 a[R], b[R];
-    if (h < n_heads) load_head<A, R>(row + (int64_t)h * hd, half, lane, a, b);
     /* this lane's pairs: j = 64 r + 2 lane + c, c in {0, 1}, where j < half */
     float cs[R][2], sn[R][2];
     const float p = (float)(pos ? (int64_t)pos[t] : pos0 + t);
@@ -57,13 +38,18 @@ static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A 
             const float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
             sincosf(p * inv_freq, &sn[r][c], &cs[r][c]);
         }
-    for (; h < n_heads; h += h_step) {
-        A *x = row + (int64_t)h * hd;
-        float2 na[R], nb[R];
-        if (h + h_step < n_heads) load_head<A, R>(x + (int64_t)h_step * hd, half, lane, na, nb);
+    for (int h = (int)blockIdx.y * ROPE_WARPS + warp; h < nh + nkv; h += (int)gridDim.y * ROPE_WARPS) {
+        A *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
+        float2 a[R], b[R];
         float ss = 0.0f;
 #pragma unroll
-        for (int r = 0; r < R; r++) ss += a[r].x * a[r].x + a[r].y * a[r].y + b[r].x * b[r].x + b[r].y * b[r].y;
+        for (int r = 0; r < R; r++) {
+            const int j = 64 * r + 2 * lane;
+            const bool in = j < half;
+            a[r] = in ? act_load2(x + j) : make_float2(0.0f, 0.0f);
+            b[r] = in ? act_load2(x + j + half) : make_float2(0.0f, 0.0f);
+            ss += a[r].x * a[r].x + a[r].y * a[r].y + b[r].x * b[r].x + b[r].y * b[r].y;
+        }
         const A *w = h < nh ? q_norm : k_norm;
         if (w) {
 #pragma unroll
@@ -87,8 +73,6 @@ static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A 
             act_store2(x + j + half,
                        make_float2(b[r].x * cs[r][0] + a[r].x * sn[r][0], b[r].y * cs[r][1] + a[r].y * sn[r][1]));
         }
-#pragma unroll
-        for (int r = 0; r < R; r++) a[r] = na[r], b[r] = nb[r];
     }
 }
 
