@@ -154,17 +154,24 @@ CFG(128, 1, 128, false)
 CFG(256, 1, 32, false)
 #undef CFG
 
-// the wgmma kernel (attention_wgmma.cu): the engine's launcher (FA3's intra-warpgroup overlap) and the version without
-// the overlap (each warpgroup waits for S = Q K^T, then for O += P V)
-static void wgmma_plain(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd, __nv_bfloat16 *o,
-                        cudaStream_t st) {
-    (void)hd;
-    atw_launch<128, false>(q, T, nh, nkv, o, st);
-}
+// the wgmma kernel (attention_wgmma.cu): the engine's launcher and each schedule (ATW_PLAIN, ATW_OVERLAP,
+// ATW_PINGPONG: the kernel comment)
+#define WCFG(SCHED)                                                                                                    \
+    static void wgmma_##SCHED(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd,                 \
+                              __nv_bfloat16 *o, cudaStream_t st) {                                                     \
+        (void)hd;                                                                                                      \
+        atw_launch<128, SCHED>(q, T, nh, nkv, o, st);                                                                  \
+    }
+WCFG(ATW_PLAIN)
+WCFG(ATW_OVERLAP)
+WCFG(ATW_PINGPONG)
+#undef WCFG
 
 static const variant WGMMA_VARIANTS[] = {
     {"wgmma (fm_cuda_attention_wgmma)", 128, fm_cuda_attention_wgmma},
-    {"wgmma, no overlap", 128, wgmma_plain},
+    {"wgmma plain", 128, wgmma_ATW_PLAIN},
+    {"wgmma overlap", 128, wgmma_ATW_OVERLAP},
+    {"wgmma overlap + pingpong", 128, wgmma_ATW_PINGPONG},
 };
 #define NWGMMA ((int)(sizeof(WGMMA_VARIANTS) / sizeof(WGMMA_VARIANTS[0])))
 
