@@ -156,22 +156,24 @@ CFG(256, 1, 32, false)
 
 // the wgmma kernel (attention_wgmma.cu): the engine's launcher and each schedule (ATW_PLAIN, ATW_OVERLAP,
 // ATW_PINGPONG: the kernel comment)
-#define WCFG(SCHED)                                                                                                    \
-    static void wgmma_##SCHED(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd,                 \
-                              __nv_bfloat16 *o, cudaStream_t st) {                                                     \
+#define WCFG(SCHED, STAGES)                                                                                            \
+    static void wgmma_##SCHED##_##STAGES(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd,      \
+                                         __nv_bfloat16 *o, cudaStream_t st) {                                          \
         (void)hd;                                                                                                      \
-        atw_launch<128, SCHED>(q, T, nh, nkv, o, st);                                                                  \
+        atw_launch<128, SCHED, STAGES>(q, T, nh, nkv, o, st);                                                          \
     }
-WCFG(ATW_PLAIN)
-WCFG(ATW_OVERLAP)
-WCFG(ATW_PINGPONG)
+WCFG(ATW_PLAIN, 2)
+WCFG(ATW_PLAIN, 3)
+WCFG(ATW_OVERLAP, 3)
+WCFG(ATW_PINGPONG, 3)
 #undef WCFG
 
 static const variant WGMMA_VARIANTS[] = {
     {"wgmma (fm_cuda_attention_wgmma)", 128, fm_cuda_attention_wgmma},
-    {"wgmma plain", 128, wgmma_ATW_PLAIN},
-    {"wgmma overlap", 128, wgmma_ATW_OVERLAP},
-    {"wgmma overlap + pingpong", 128, wgmma_ATW_PINGPONG},
+    {"wgmma plain, 2 stages", 128, wgmma_ATW_PLAIN_2},
+    {"wgmma plain, 3 stages", 128, wgmma_ATW_PLAIN_3},
+    {"wgmma overlap, 3 stages", 128, wgmma_ATW_OVERLAP_3},
+    {"wgmma pingpong, 3 stages", 128, wgmma_ATW_PINGPONG_3},
 };
 #define NWGMMA ((int)(sizeof(WGMMA_VARIANTS) / sizeof(WGMMA_VARIANTS[0])))
 

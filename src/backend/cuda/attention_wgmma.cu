@@ -1,14 +1,15 @@
 // Causal GQA prefill attention on Hopper: wgmma + TMA, FlashAttention-3's recipe (sm_90a; a trap below it, the
 // route table sends other GPUs and head dims to the mma.sync kernel, attention.cu). hd 128 only for now.
 //
-// Grid: x = query head h (nh), y = query tile of BM = 128 rows, heaviest causal tile first (blockIdx.y = 0 is the
-// last tile); the q heads of one kv head are neighbours in x, so their K/V tile reads meet in L2 (as attention.cu).
+// Grid: x = query head h (nh), y = query tile of BM = 128 rows, heaviest causal tile first (blockIdx.y = 0 is the last
+// tile); the q heads of one kv head are neighbours in x, so their K/V tile reads meet in L2 (as attention.cu).
 // Block: 384 threads, three warpgroups:
-//   warps 0-3, 4-7   two consumer warpgroups; warpgroup w owns query rows m0 + 64 w .. + 63 and all their math
-//   warpgroup 2      the producer (its first thread): Q once, then K_n and V_n of every key tile n <= the diagonal into a 2-stage ring,
-//                    by bulk tensor copies (TMA, 128-byte swizzle, zero fill past T) on mbarriers
-// Barriers: q_full; per stage k_full, v_full (the producer's expect_tx arrival + the bytes) and empty (one arrival
-// per consumer warpgroup once its wgmmas have read the stage's K and V).
+//   warpgroups 0, 1  the consumers; warpgroup w owns query rows m0 + 64 w .. + 63 and all their math (240 registers)
+//   warpgroup 2      the producer (its first thread; 24 registers): Q once, then K_n and V_n of every key tile up to
+//                    the diagonal into a STAGES-deep ring, by bulk tensor copies (TMA, 128-byte swizzle, zero fill
+//                    past T) on mbarriers
+// Barriers: q_full; per stage k_full and v_full (the producer's expect_tx arrival + the bytes), k_empty and v_empty
+// (one arrival per consumer warpgroup: K_n once S_n is done, V_n once P_n V_n is, so K_{n+STAGES} loads early).
 //
 // Per key tile n of BN = 128 keys, per consumer warpgroup (registers per thread: S 64 fp32, O 64 fp32, P 32 b32):
 //   S = Q K_n^T     8 x wgmma.m64n128k16 bf16, A = Q and B = K_n from shared memory (K-major, desc_sw128)
@@ -17,14 +18,16 @@
 //   O += P V_n      8 x wgmma.m64n128k16, A = P rounded to bf16 in registers (the m64k16 A fragment has the
 //                   accumulator's layout, so S's n8 tiles 2j, 2j+1 are P's k-step j), B = V_n from shared memory
 //                   as the transposed (MN-major) operand: V's rows are keys, hd contiguous
-// OVERLAP (FA3's intra-warpgroup pipelining): S_{n+1} = Q K_{n+1}^T and O += P_n V_n are issued together, the
-// softmax of S_{n+1} runs while P_n V_n is still on the tensor cores, and O is rescaled after that wgmma completes.
-// The two consumer warpgroups are not synchronised with each other beyond the ring, so one's softmax also overlaps
-// the other's GEMMs.
+// Schedules (SCHED; the lab times each, lab/README.md):
+//   ATW_PLAIN       S_n issued and waited for, softmax, P_n V_n issued and waited for
+//   ATW_OVERLAP     FA3's intra-warpgroup pipelining: S_{n+1} = Q K_{n+1}^T and O += P_n V_n issued together, the
+//                   softmax of S_{n+1} runs while P_n V_n is still on the tensor cores, O rescaled after it completes
+//   ATW_PINGPONG    ATW_OVERLAP, and the two warpgroups take turns issuing their GEMMs (two named barriers), so that
+//                   one's softmax runs under the other's GEMMs (the engine's)
 //
 // Shared memory (dynamic, 1024-byte aligned): Q [2 halves][128 rows][128 B], then per stage K and V in the same
 // layout: each 64-column half of a tile is one TMA box, rows of 128 bytes, 16-byte chunk c of row r at c ^ (r & 7)
-// (the 128-byte swizzle both TMA and wgmma speak). 32 KB + 2 x 64 KB = 160 KB: one block per multiprocessor.
+// (the 128-byte swizzle both TMA and wgmma speak). 32 KB + STAGES x 64 KB: 224 KB at 3 stages, one block per SM.
 //
 // Floor: causal FLOPs 4 hd nh T (T + 1) / 2 over ~790 TFLOP/s (the bf16 wgmma rate measured on the H200).
 #include <cuda.h>
@@ -43,11 +46,9 @@
 // sub-partitions each hold one warp of every warpgroup and 16K registers: 24 + 2 x 240 = 504 of 512 per lane.
 #define ATW_PRODUCER_REGS 24
 #define ATW_CONSUMER_REGS 240
-#define ATW_STAGES 2
-
-template <int HD> struct atw_smem {
+template <int HD, int STAGES> struct atw_smem {
     static constexpr int q_bytes = ATW_BM * HD * 2, kv_bytes = ATW_BN * HD * 2;
-    static constexpr int bytes = q_bytes + ATW_STAGES * 2 * kv_bytes + 1024; // + alignment slack
+    static constexpr int bytes = q_bytes + STAGES * 2 * kv_bytes + 1024; // + alignment slack
 };
 
 // The device pieces exist only where the kernel does (the sm_90a pass; the host pass sees their declarations)
@@ -207,8 +208,6 @@ static __device__ __forceinline__ void atw_pack(uint32_t p[ATW_BN / 16][4], cons
     }
 }
 
-#endif
-
 // Named barriers of the ping-pong schedule: warpgroup w waits on barrier 1 + w for its turn on the tensor cores, the
 // other warpgroup's 128 threads arrive on it once they have issued theirs
 static __device__ __forceinline__ void atw_turn_wait(int wg) {
@@ -218,13 +217,16 @@ static __device__ __forceinline__ void atw_turn_pass(int wg) {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (wg ^ 1)) : "memory");
 }
 
+#endif
+
 // SCHED: ATW_PLAIN (each warpgroup waits for S, then for P V), ATW_OVERLAP (S_{n+1} issued with P_n V_n, softmax
 // under the latter), ATW_PINGPONG (ATW_OVERLAP, and the two warpgroups take turns issuing their GEMMs, so that
 // one's softmax runs under the other's GEMMs)
 enum { ATW_PLAIN, ATW_OVERLAP, ATW_PINGPONG };
 #define ATW_ENGINE_SCHED ATW_PINGPONG
+#define ATW_ENGINE_STAGES 3
 
-template <int HD, int SCHED>
+template <int HD, int SCHED, int STAGES>
 __global__ void __launch_bounds__(ATW_THREADS, 1)
     atw_fwd_kernel(const __grid_constant__ CUtensorMap map, __nv_bfloat16 *__restrict__ out, int T, int nh, int nkv,
                    float sl2) {
@@ -233,10 +235,10 @@ __global__ void __launch_bounds__(ATW_THREADS, 1)
     constexpr int NT = BN / 8;  // n8 tiles of S
     constexpr int DT = HD / 8;  // n8 tiles of O
     constexpr int PS = BN / 16; // k-steps of O += P V
-    constexpr int QB = atw_smem<HD>::q_bytes, KVB = atw_smem<HD>::kv_bytes;
+    constexpr int QB = atw_smem<HD, STAGES>::q_bytes, KVB = atw_smem<HD, STAGES>::kv_bytes;
     static_assert(HD == 128 && BM == 128 && BN == 128, "the m64n128 wgmma wrappers and the ring assume these");
     extern __shared__ uint8_t atw_raw[];
-    __shared__ __align__(8) uint64_t q_full, k_full[ATW_STAGES], v_full[ATW_STAGES], empty[ATW_STAGES];
+    __shared__ __align__(8) uint64_t q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     uint8_t *smem = (uint8_t *)(((uintptr_t)atw_raw + 1023) & ~(uintptr_t)1023);
     const uint32_t sq = smem_u32(smem), skv = sq + QB; // stage s: K at skv + 2 s KVB, V at + KVB
 
@@ -246,10 +248,11 @@ __global__ void __launch_bounds__(ATW_THREADS, 1)
     const int ntiles = min(T - 1, m0 + BM - 1) / BN + 1;
     if (tid == 0) {
         bulk_barrier_init(&q_full, 1);
-        for (int s = 0; s < ATW_STAGES; s++) {
+        for (int s = 0; s < STAGES; s++) {
             bulk_barrier_init(&k_full[s], 1);
             bulk_barrier_init(&v_full[s], 1);
-            bulk_barrier_init(&empty[s], ATW_CONSUMERS);
+            bulk_barrier_init(&k_empty[s], ATW_CONSUMERS);
+            bulk_barrier_init(&v_empty[s], ATW_CONSUMERS);
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
@@ -262,12 +265,14 @@ __global__ void __launch_bounds__(ATW_THREADS, 1)
             for (int hf = 0; hf < HD / 64; hf++)
                 bulk_tensor_load_2d(smem + hf * BM * 128, &map, h * HD + hf * 64, m0, &q_full);
             for (int n = 0; n < ntiles; n++) {
-                const int s = n % ATW_STAGES;
-                if (n >= ATW_STAGES) bulk_barrier_wait(&empty[s], (uint32_t)((n / ATW_STAGES - 1) & 1));
+                const int s = n % STAGES;
+                const uint32_t par = (uint32_t)((n / STAGES - 1) & 1);
                 uint8_t *k = smem + QB + s * 2 * KVB, *v = k + KVB;
+                if (n >= STAGES) bulk_barrier_wait(&k_empty[s], par);
                 bulk_barrier_expect(&k_full[s], KVB);
                 for (int hf = 0; hf < HD / 64; hf++)
                     bulk_tensor_load_2d(k + hf * BN * 128, &map, (nh + kvh) * HD + hf * 64, n * BN, &k_full[s]);
+                if (n >= STAGES) bulk_barrier_wait(&v_empty[s], par);
                 bulk_barrier_expect(&v_full[s], KVB);
                 for (int hf = 0; hf < HD / 64; hf++)
                     bulk_tensor_load_2d(v + hf * BN * 128, &map, (nh + nkv + kvh) * HD + hf * 64, n * BN, &v_full[s]);
@@ -285,24 +290,26 @@ __global__ void __launch_bounds__(ATW_THREADS, 1)
     bulk_barrier_wait(&q_full, 0);
 
     // stage addresses of tile n: K at kv(n), V at kv(n) + KVB; full-barrier parity of tile n
-#define ATW_KV(n) (skv + ((n) % ATW_STAGES) * 2 * KVB)
-#define ATW_PAR(n) ((uint32_t)(((n) / ATW_STAGES) & 1))
+#define ATW_KV(n) (skv + ((n) % STAGES) * 2 * KVB)
+#define ATW_PAR(n) ((uint32_t)(((n) / STAGES) & 1))
     const uint32_t sqw = sq + wg * 64 * 128; // the warpgroup's Q rows
     const bool lead = (tid & 127) == 0;      // arrives on the empty barriers for its warpgroup
+    // K_n goes back once S_n is done, V_n once P_n V_n is
     if (SCHED == ATW_PLAIN) {
         for (int n = 0; n < ntiles; n++) {
-            bulk_barrier_wait(&k_full[n % ATW_STAGES], ATW_PAR(n));
+            bulk_barrier_wait(&k_full[n % STAGES], ATW_PAR(n));
             atw_issue_qk<HD>(s, sqw, ATW_KV(n));
             wgmma_wait<0>();
             atw_own_s(s);
+            if (lead) bulk_barrier_arrive(&k_empty[n % STAGES]);
             atw_mask_softmax(s, n * BN, wg0, r0, c, m, l, alpha, sl2);
             atw_rescale(o, alpha);
             atw_pack(p, s);
-            bulk_barrier_wait(&v_full[n % ATW_STAGES], ATW_PAR(n));
+            bulk_barrier_wait(&v_full[n % STAGES], ATW_PAR(n));
             atw_issue_pv(o, p, ATW_KV(n) + KVB);
             wgmma_wait<0>();
             atw_own_op(o, p);
-            if (lead) bulk_barrier_arrive(&empty[n % ATW_STAGES]);
+            if (lead) bulk_barrier_arrive(&v_empty[n % STAGES]);
         }
     } else {
         const bool pp = SCHED == ATW_PINGPONG;
@@ -313,31 +320,33 @@ __global__ void __launch_bounds__(ATW_THREADS, 1)
         if (pp) atw_turn_pass(wg);
         wgmma_wait<0>();
         atw_own_s(s);
+        if (lead) bulk_barrier_arrive(&k_empty[0]);
         atw_mask_softmax(s, 0, wg0, r0, c, m, l, alpha, sl2);
         atw_pack(p, s);
         for (int n = 1; n < ntiles; n++) {
-            bulk_barrier_wait(&k_full[n % ATW_STAGES], ATW_PAR(n));
-            bulk_barrier_wait(&v_full[(n - 1) % ATW_STAGES], ATW_PAR(n - 1));
+            bulk_barrier_wait(&k_full[n % STAGES], ATW_PAR(n));
+            bulk_barrier_wait(&v_full[(n - 1) % STAGES], ATW_PAR(n - 1));
             if (pp) atw_turn_wait(wg);
             atw_issue_qk<HD>(s, sqw, ATW_KV(n));
             atw_issue_pv(o, p, ATW_KV(n - 1) + KVB);
             if (pp) atw_turn_pass(wg);
             wgmma_wait<1>(); // S_n is done; P_{n-1} V_{n-1} may still run
             atw_own_s(s);
+            if (lead) bulk_barrier_arrive(&k_empty[n % STAGES]);
             atw_mask_softmax(s, n * BN, wg0, r0, c, m, l, alpha, sl2);
             wgmma_wait<0>();
             atw_own_op(o, p);
-            if (lead) bulk_barrier_arrive(&empty[(n - 1) % ATW_STAGES]);
+            if (lead) bulk_barrier_arrive(&v_empty[(n - 1) % STAGES]);
             atw_rescale(o, alpha);
             atw_pack(p, s);
         }
-        bulk_barrier_wait(&v_full[(ntiles - 1) % ATW_STAGES], ATW_PAR(ntiles - 1));
+        bulk_barrier_wait(&v_full[(ntiles - 1) % STAGES], ATW_PAR(ntiles - 1));
         if (pp) atw_turn_wait(wg);
         atw_issue_pv(o, p, ATW_KV(ntiles - 1) + KVB);
         if (pp && wg == 0) atw_turn_pass(wg); // the last turn: warpgroup 1 has none to pass
         wgmma_wait<0>();
         atw_own_op(o, p);
-        if (lead) bulk_barrier_arrive(&empty[(ntiles - 1) % ATW_STAGES]);
+        if (lead) bulk_barrier_arrive(&v_empty[(ntiles - 1) % STAGES]);
     }
 #undef ATW_KV
 #undef ATW_PAR
@@ -393,13 +402,14 @@ static atw_encode_fn atw_encoder(void) {
 }
 
 // One launch of a schedule (the lab compares them; the engine runs ATW_ENGINE_SCHED)
-template <int HD, int SCHED>
+template <int HD, int SCHED, int STAGES>
 static void atw_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, __nv_bfloat16 *out,
                        cudaStream_t stream) {
     static bool allowed = false;
     if (!allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(atw_fwd_kernel<HD, SCHED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           atw_smem<HD>::bytes));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(atw_fwd_kernel<HD, SCHED, STAGES>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           atw_smem<HD, STAGES>::bytes));
         allowed = true;
     }
     // qkv as a 2-D tensor [T][(nh + 2 nkv) hd] bf16, boxes of 128 rows x 64 columns (128 bytes): one half of a
@@ -413,8 +423,8 @@ static void atw_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t 
                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) atw_fail("cuTensorMapEncodeTiled failed for qkv", T, nh, nkv, HD);
     const float sl2 = (float)(1.4426950408889634 / sqrt((double)HD)); // log2(e) / sqrt(hd)
-    atw_fwd_kernel<HD, SCHED><<<dim3((unsigned)nh, (unsigned)fm_ceil_div(T, ATW_BM)), ATW_THREADS,
-                                  atw_smem<HD>::bytes, stream>>>(map, out, (int)T, nh, nkv, sl2);
+    atw_fwd_kernel<HD, SCHED, STAGES><<<dim3((unsigned)nh, (unsigned)fm_ceil_div(T, ATW_BM)), ATW_THREADS,
+                                  atw_smem<HD, STAGES>::bytes, stream>>>(map, out, (int)T, nh, nkv, sl2);
     FM_LAUNCH_CHECK("attention_wgmma");
 }
 
@@ -432,5 +442,5 @@ extern "C" void fm_cuda_attention_wgmma(const __nv_bfloat16 *qkv, int64_t T, int
     static int sm_major = 0;
     if (!sm_major) sm_major = fm_cuda_device_attr(cudaDevAttrComputeCapabilityMajor);
     if (sm_major != 9) atw_fail("needs an sm_90 GPU (route attention.kernel=mma elsewhere)", T, nh, nkv, hd);
-    atw_launch<128, ATW_ENGINE_SCHED>(qkv, T, nh, nkv, out, stream);
+    atw_launch<128, ATW_ENGINE_SCHED, ATW_ENGINE_STAGES>(qkv, T, nh, nkv, out, stream);
 }
