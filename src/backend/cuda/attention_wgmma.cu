@@ -279,93 +279,93 @@ __global__ void __launch_bounds__(ATW_THREADS, 1)
             }
         }
     } else { // the consumers
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(ATW_CONSUMER_REGS));
-    const int g = lane >> 2, c = lane & 3;
-    const int r0 = m0 + wg * 64 + (warp & 3) * 16 + g; // this thread's rows r0 and r0 + 8
-    const int wg0 = m0 + wg * 64;                      // the warpgroup's first row
-    float o[DT][4], s[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
-    uint32_t p[PS][4];
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(ATW_CONSUMER_REGS));
+        const int g = lane >> 2, c = lane & 3;
+        const int r0 = m0 + wg * 64 + (warp & 3) * 16 + g; // this thread's rows r0 and r0 + 8
+        const int wg0 = m0 + wg * 64;                      // the warpgroup's first row
+        float o[DT][4], s[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+        uint32_t p[PS][4];
 #pragma unroll
-    for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    bulk_barrier_wait(&q_full, 0);
+        for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+        bulk_barrier_wait(&q_full, 0);
 
-    // stage addresses of tile n: K at kv(n), V at kv(n) + KVB; full-barrier parity of tile n
+        // stage addresses of tile n: K at kv(n), V at kv(n) + KVB; full-barrier parity of tile n
 #define ATW_KV(n) (skv + ((n) % STAGES) * 2 * KVB)
 #define ATW_PAR(n) ((uint32_t)(((n) / STAGES) & 1))
-    const uint32_t sqw = sq + wg * 64 * 128; // the warpgroup's Q rows
-    const bool lead = (tid & 127) == 0;      // arrives on the empty barriers for its warpgroup
-    // K_n goes back once S_n is done, V_n once P_n V_n is
-    if (SCHED == ATW_PLAIN) {
-        for (int n = 0; n < ntiles; n++) {
-            bulk_barrier_wait(&k_full[n % STAGES], ATW_PAR(n));
-            atw_issue_qk<HD>(s, sqw, ATW_KV(n));
-            wgmma_wait<0>();
-            atw_own_s(s);
-            if (lead) bulk_barrier_arrive(&k_empty[n % STAGES]);
-            atw_mask_softmax(s, n * BN, wg0, r0, c, m, l, alpha, sl2);
-            atw_rescale(o, alpha);
-            atw_pack(p, s);
-            bulk_barrier_wait(&v_full[n % STAGES], ATW_PAR(n));
-            atw_issue_pv(o, p, ATW_KV(n) + KVB);
-            wgmma_wait<0>();
-            atw_own_op(o, p);
-            if (lead) bulk_barrier_arrive(&v_empty[n % STAGES]);
-        }
-    } else {
-        const bool pp = SCHED == ATW_PINGPONG;
-        if (pp && wg == 1) atw_turn_pass(wg); // warpgroup 0 goes first
-        bulk_barrier_wait(&k_full[0], 0);
-        if (pp) atw_turn_wait(wg);
-        atw_issue_qk<HD>(s, sqw, ATW_KV(0));
-        if (pp) atw_turn_pass(wg);
-        wgmma_wait<0>();
-        atw_own_s(s);
-        if (lead) bulk_barrier_arrive(&k_empty[0]);
-        atw_mask_softmax(s, 0, wg0, r0, c, m, l, alpha, sl2);
-        atw_pack(p, s);
-        for (int n = 1; n < ntiles; n++) {
-            bulk_barrier_wait(&k_full[n % STAGES], ATW_PAR(n));
-            bulk_barrier_wait(&v_full[(n - 1) % STAGES], ATW_PAR(n - 1));
+        const uint32_t sqw = sq + wg * 64 * 128; // the warpgroup's Q rows
+        const bool lead = (tid & 127) == 0;      // arrives on the empty barriers for its warpgroup
+        // K_n goes back once S_n is done, V_n once P_n V_n is
+        if (SCHED == ATW_PLAIN) {
+            for (int n = 0; n < ntiles; n++) {
+                bulk_barrier_wait(&k_full[n % STAGES], ATW_PAR(n));
+                atw_issue_qk<HD>(s, sqw, ATW_KV(n));
+                wgmma_wait<0>();
+                atw_own_s(s);
+                if (lead) bulk_barrier_arrive(&k_empty[n % STAGES]);
+                atw_mask_softmax(s, n * BN, wg0, r0, c, m, l, alpha, sl2);
+                atw_rescale(o, alpha);
+                atw_pack(p, s);
+                bulk_barrier_wait(&v_full[n % STAGES], ATW_PAR(n));
+                atw_issue_pv(o, p, ATW_KV(n) + KVB);
+                wgmma_wait<0>();
+                atw_own_op(o, p);
+                if (lead) bulk_barrier_arrive(&v_empty[n % STAGES]);
+            }
+        } else {
+            const bool pp = SCHED == ATW_PINGPONG;
+            if (pp && wg == 1) atw_turn_pass(wg); // warpgroup 0 goes first
+            bulk_barrier_wait(&k_full[0], 0);
             if (pp) atw_turn_wait(wg);
-            atw_issue_qk<HD>(s, sqw, ATW_KV(n));
-            atw_issue_pv(o, p, ATW_KV(n - 1) + KVB);
+            atw_issue_qk<HD>(s, sqw, ATW_KV(0));
             if (pp) atw_turn_pass(wg);
-            wgmma_wait<1>(); // S_n is done; P_{n-1} V_{n-1} may still run
+            wgmma_wait<0>();
             atw_own_s(s);
-            if (lead) bulk_barrier_arrive(&k_empty[n % STAGES]);
-            atw_mask_softmax(s, n * BN, wg0, r0, c, m, l, alpha, sl2);
+            if (lead) bulk_barrier_arrive(&k_empty[0]);
+            atw_mask_softmax(s, 0, wg0, r0, c, m, l, alpha, sl2);
+            atw_pack(p, s);
+            for (int n = 1; n < ntiles; n++) {
+                bulk_barrier_wait(&k_full[n % STAGES], ATW_PAR(n));
+                bulk_barrier_wait(&v_full[(n - 1) % STAGES], ATW_PAR(n - 1));
+                if (pp) atw_turn_wait(wg);
+                atw_issue_qk<HD>(s, sqw, ATW_KV(n));
+                atw_issue_pv(o, p, ATW_KV(n - 1) + KVB);
+                if (pp) atw_turn_pass(wg);
+                wgmma_wait<1>(); // S_n is done; P_{n-1} V_{n-1} may still run
+                atw_own_s(s);
+                if (lead) bulk_barrier_arrive(&k_empty[n % STAGES]);
+                atw_mask_softmax(s, n * BN, wg0, r0, c, m, l, alpha, sl2);
+                wgmma_wait<0>();
+                atw_own_op(o, p);
+                if (lead) bulk_barrier_arrive(&v_empty[(n - 1) % STAGES]);
+                atw_rescale(o, alpha);
+                atw_pack(p, s);
+            }
+            bulk_barrier_wait(&v_full[(ntiles - 1) % STAGES], ATW_PAR(ntiles - 1));
+            if (pp) atw_turn_wait(wg);
+            atw_issue_pv(o, p, ATW_KV(ntiles - 1) + KVB);
+            if (pp && wg == 0) atw_turn_pass(wg); // the last turn: warpgroup 1 has none to pass
             wgmma_wait<0>();
             atw_own_op(o, p);
-            if (lead) bulk_barrier_arrive(&v_empty[(n - 1) % STAGES]);
-            atw_rescale(o, alpha);
-            atw_pack(p, s);
+            if (lead) bulk_barrier_arrive(&v_empty[(ntiles - 1) % STAGES]);
         }
-        bulk_barrier_wait(&v_full[(ntiles - 1) % STAGES], ATW_PAR(ntiles - 1));
-        if (pp) atw_turn_wait(wg);
-        atw_issue_pv(o, p, ATW_KV(ntiles - 1) + KVB);
-        if (pp && wg == 0) atw_turn_pass(wg); // the last turn: warpgroup 1 has none to pass
-        wgmma_wait<0>();
-        atw_own_op(o, p);
-        if (lead) bulk_barrier_arrive(&v_empty[(ntiles - 1) % STAGES]);
-    }
 #undef ATW_KV
 #undef ATW_PAR
 
-    // epilogue: O / l as bf16 pairs straight from the fragment, rows < T
-    const int64_t ldo = (int64_t)nh * HD;
+        // epilogue: O / l as bf16 pairs straight from the fragment, rows < T
+        const int64_t ldo = (int64_t)nh * HD;
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        float ls = l[hf];
-        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
-        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
-        const float inv = 1.0f / ls; // l >= 1: the row's max contributes exp2(0)
-        const int t = r0 + 8 * hf;
-        if (t >= T) continue;
-        __nv_bfloat16 *dst = out + (int64_t)t * ldo + (int64_t)h * HD + 2 * c;
+        for (int hf = 0; hf < 2; hf++) {
+            float ls = l[hf];
+            ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+            ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+            const float inv = 1.0f / ls; // l >= 1: the row's max contributes exp2(0)
+            const int t = r0 + 8 * hf;
+            if (t >= T) continue;
+            __nv_bfloat16 *dst = out + (int64_t)t * ldo + (int64_t)h * HD + 2 * c;
 #pragma unroll
-        for (int dt = 0; dt < DT; dt++)
-            *(uint32_t *)(dst + dt * 8) = att_pack_bf16(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
-    }
+            for (int dt = 0; dt < DT; dt++)
+                *(uint32_t *)(dst + dt * 8) = att_pack_bf16(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
+        }
     }
 #else
     (void)map, (void)out, (void)T, (void)nh, (void)nkv, (void)sl2;
