@@ -5,15 +5,20 @@
 //   make -C lab attention && ./build/lab/attention            validate every shape, then time
 //   ./build/lab/attention --small                              small shapes only (for compute-sanitizer)
 //   ./build/lab/attention --profile                            only the timing of T = 8192, (32, 4, 128) (for ncu)
+//   ./build/lab/attention --wgmma                              only the wgmma kernels (validation, then timing
+//                                                              beside the mma.sync engine shapes)
+//   ./build/lab/attention --profile-wgmma                      only the wgmma kernel at T = 8192 (for ncu)
 //
 // The op: qkv [T, (nh + 2 nkv) hd] bf16, out [T, nh hd] bf16, out[t, h] = softmax_j<=t(q_t,h . k_j,h/g / sqrt(hd))
-// . v_j,h/g with g = nh / nkv. The engine file is included (not linked) so that the lab can instantiate tile
-// configurations other than the engine's; cuda_common.cu is linked.
+// . v_j,h/g with g = nh / nkv. The engine files are included (not linked) so that the lab can instantiate tile
+// configurations other than the engine's: attention.cu (mma.sync, every GPU) and attention_wgmma.cu (wgmma + TMA,
+// sm_90 only, hd 128); cuda_common.cu is linked.
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "backend/cuda/attention.cu"
+#include "backend/cuda/attention_wgmma.cu"
 
 #define PEAK_TFLOPS 790.0 // bf16 dense, measured on this H200 (KINDS.md, 8192^3 product through PyTorch)
 #define TOL 1e-2          // ||out - ref|| / ||ref||
@@ -149,6 +154,29 @@ CFG(128, 1, 128, false)
 CFG(256, 1, 32, false)
 #undef CFG
 
+// the wgmma kernel (attention_wgmma.cu): the engine's launcher and each schedule (ATW_PLAIN, ATW_OVERLAP,
+// ATW_PINGPONG: the kernel comment)
+#define WCFG(SCHED, STAGES)                                                                                            \
+    static void wgmma_##SCHED##_##STAGES(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd,      \
+                                         __nv_bfloat16 *o, cudaStream_t st) {                                          \
+        (void)hd;                                                                                                      \
+        atw_launch<128, SCHED, STAGES>(q, T, nh, nkv, o, st);                                                          \
+    }
+WCFG(ATW_PLAIN, 2)
+WCFG(ATW_PLAIN, 3)
+WCFG(ATW_OVERLAP, 3)
+WCFG(ATW_PINGPONG, 3)
+#undef WCFG
+
+static const variant WGMMA_VARIANTS[] = {
+    {"wgmma (fm_cuda_attention_wgmma)", 128, fm_cuda_attention_wgmma},
+    {"wgmma plain, 2 stages", 128, wgmma_ATW_PLAIN_2},
+    {"wgmma plain, 3 stages", 128, wgmma_ATW_PLAIN_3},
+    {"wgmma overlap, 3 stages", 128, wgmma_ATW_OVERLAP_3},
+    {"wgmma pingpong, 3 stages", 128, wgmma_ATW_PINGPONG_3},
+};
+#define NWGMMA ((int)(sizeof(WGMMA_VARIANTS) / sizeof(WGMMA_VARIANTS[0])))
+
 static const variant VARIANTS[] = {
     {"engine (fm_cuda_attention)", 0, fm_cuda_attention},
     {"engine shapes, BM128 forced", 0, engine_bm128}, // hd > 128: the one shape (BM 64)
@@ -240,7 +268,7 @@ static int report(const variant *v, int64_t T, int nh, int nkv, int hd, int nsam
     const int ok = c.nan == 0 && c.guard_bad == 0 && c.rel <= TOL;
     n_checks++;
     if (c.rel > worst_rel) worst_rel = c.rel;
-    printf("%-28s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %s rel err %.3e  max abs %.3e  non-finite %lld  guard %lld  %s\n",
+    printf("%-31s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %s rel err %.3e  max abs %.3e  non-finite %lld  guard %lld  %s\n",
            v->name, (long long)T, nh, nkv, hd, nsample ? "(sampled)" : "         ", c.rel, c.maxabs, (long long)c.nan,
            (long long)c.guard_bad, ok ? "OK" : "FAIL");
     fflush(stdout);
@@ -292,26 +320,66 @@ static void report_time(const variant *v, int64_t T, int nh, int nkv, int hd) {
     const double ms = time_ms(v, T, nh, nkv, hd);
     const double flops = 2.0 * 2.0 * hd * nh * (double)T * (double)(T + 1) / 2.0;
     const double tf = flops / (ms * 1e-3) / 1e12;
-    printf("%-28s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %9.4f ms %7.1f TFLOP/s %5.1f%% of %.0f\n", v->name, (long long)T,
+    printf("%-31s T=%-6lld nh=%-3d nkv=%-2d hd=%-3d %9.4f ms %7.1f TFLOP/s %5.1f%% of %.0f\n", v->name, (long long)T,
            nh, nkv, hd, ms, tf, 100.0 * tf / PEAK_TFLOPS, PEAK_TFLOPS);
     fflush(stdout);
 }
 
 // ---------------------------------------------------------------------------------------------------------
 
+// The wgmma kernel (sm_90 only): validated on hd 128 at every T of the list (every row up to 2048, 64 sampled rows
+// + the last above), several head groupings, then timed beside the mma.sync engine in the same run. Returns the
+// number of failed checks.
+static int wgmma_section(int *seed) {
+    static const int64_t TV[] = {1, 3, 17, 300, 1000, 2048};
+    int fails = 0, ok[NWGMMA];
+    printf("== validation of the wgmma kernels (hd 128)\n");
+    for (int k = 0; k < NWGMMA; k++) {
+        const variant *v = &WGMMA_VARIANTS[k];
+        int f = 0;
+        for (int i = 0; i < (int)(sizeof(TV) / sizeof(TV[0])); i++) f += !report(v, TV[i], 32, 4, 128, 0, (*seed)++);
+        f += !report(v, 8192, 32, 4, 128, 64, (*seed)++);
+        f += !report(v, 8191, 8, 1, 128, 64, (*seed)++);
+        f += !report(v, 16384, 32, 4, 128, 64, (*seed)++);
+        f += !report(v, 1000, 32, 8, 128, 0, (*seed)++);
+        f += !report(v, 129, 2, 2, 128, 0, (*seed)++);
+        f += !report(v, 255, 3, 1, 128, 0, (*seed)++);
+        ok[k] = f == 0;
+        fails += f;
+    }
+    printf("== timing: the mma.sync engine and the wgmma kernels, (32, 4, 128), one run\n");
+    static const int64_t TT[] = {512, 1024, 2048, 4096, 8192, 16384};
+    for (int i = 0; i < (int)(sizeof(TT) / sizeof(TT[0])); i++) {
+        report_time(&VARIANTS[0], TT[i], 32, 4, 128);
+        for (int k = 0; k < NWGMMA; k++)
+            if (ok[k]) report_time(&WGMMA_VARIANTS[k], TT[i], 32, 4, 128);
+            else printf("%-31s not timed: failed validation\n", WGMMA_VARIANTS[k].name);
+    }
+    report_time(&VARIANTS[0], 8192, 32, 8, 128);
+    if (ok[0]) report_time(&WGMMA_VARIANTS[0], 8192, 32, 8, 128);
+    return fails;
+}
+
 int main(int argc, char **argv) {
-    int small = 0, profile = 0;
+    int small = 0, profile = 0, wgmma_only = 0, profile_wgmma = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--small")) small = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
+        else if (!strcmp(argv[i], "--wgmma")) wgmma_only = 1;
+        else if (!strcmp(argv[i], "--profile-wgmma")) profile_wgmma = 1;
         else {
-            fprintf(stderr, "usage: %s [--small | --profile]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--small | --profile | --wgmma | --profile-wgmma]\n", argv[0]);
             return 2;
         }
     }
     cudaDeviceProp prop;
     FM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    const int hopper = prop.major == 9; // the wgmma kernel runs there only
+    if ((wgmma_only || profile_wgmma) && !hopper) {
+        fprintf(stderr, "the wgmma kernel needs an sm_90 GPU\n");
+        return 1;
+    }
 
     static const int HEADS[][3] = {{4, 2, 48}, {32, 4, 128}, {8, 8, 64}, {2, 1, 256}, {4, 4, 16}};
     static const int64_t TS[] = {1, 3, 17, 300, 1000};
@@ -322,12 +390,23 @@ int main(int argc, char **argv) {
         report_time(&VARIANTS[0], 8192, 32, 4, 128);
         return 0;
     }
+    if (profile_wgmma) { // one launch of the wgmma kernel at T = 8192, (32, 4, 128), for ncu
+        report_time(&WGMMA_VARIANTS[0], 8192, 32, 4, 128);
+        return 0;
+    }
+    if (wgmma_only) {
+        fails = wgmma_section(&seed);
+        printf("%s\n", fails ? "SOME CHECKS FAILED" : "ALL CHECKS PASSED");
+        return fails ? 1 : 0;
+    }
     if (small) {
         static const int64_t TSMALL[] = {1, 17, 130};
         for (int s = 0; s < nheads; s++)
             for (int i = 0; i < 3; i++)
                 for (int k = 0; k < 2; k++) // the launcher (BM 64 here) and the BM 128 shapes
                     fails += !report(&VARIANTS[k], TSMALL[i], HEADS[s][0], HEADS[s][1], HEADS[s][2], 0, seed++);
+        for (int k = 0; hopper && k < NWGMMA; k++) // both wgmma versions, a partial tile and a full ring
+            for (int i = 0; i < 3; i++) fails += !report(&WGMMA_VARIANTS[k], TSMALL[i] * 3, 4, 2, 128, 0, seed++);
         printf("%s\n", fails ? "SOME CHECKS FAILED" : "ALL CHECKS PASSED");
         return fails ? 1 : 0;
     }
@@ -361,6 +440,7 @@ int main(int argc, char **argv) {
         vok[k] = f == 0;
         fails += f;
     }
+    if (hopper) fails += wgmma_section(&seed);
     printf("validation: %d checks, %d failed, worst rel err %.3e (threshold %.0e)\n", n_checks, fails, worst_rel, TOL);
 
     printf("== timing (CUDA events, 5 warm-ups, median of 30 samples of 10 launches; causal FLOPs = 4 hd nh T (T + 1) "
@@ -368,7 +448,7 @@ int main(int argc, char **argv) {
     static const int64_t TT[] = {512, 1024, 2048, 8192};
     for (int k = 0; k < NVARIANTS; k++) {
         if (!vok[k]) {
-            printf("%-28s not timed: failed validation\n", VARIANTS[k].name);
+            printf("%-31s not timed: failed validation\n", VARIANTS[k].name);
             continue;
         }
         const int hd = VARIANTS[k].hd ? VARIANTS[k].hd : 128;

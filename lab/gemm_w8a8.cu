@@ -30,7 +30,7 @@
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/wgmma.cuh"
-#include "bulk_copy.cuh"
+#include "backend/cuda/bulk_copy.cuh"
 extern "C" {
 #include "quant/e4m3.h"
 }

@@ -92,8 +92,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys =
-        "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, decode.graphs";
+    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, "
+                       "pdl, decode.graphs";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -103,6 +103,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("pdl=off,", "is not key=value", keys);
     expect_usage(",pdl=off", "is not key=value", keys);
     expect_usage("w4a8.kernel=tensorcore", "'tensorcore' is not a value", "auto, wgmma or mma");
+    expect_usage("attention.kernel=fa3", "route attention.kernel: 'fa3' is not a value", "auto, wgmma or mma");
     expect_usage("w4a8.tile=32", "'32' is not a value", "auto, 16 or 64");
     expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16 or 64");
     expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
@@ -132,6 +133,9 @@ static void kernels_the_gpu_cannot_run_are_refused(void **s) {
     assert_int_equal(fm_routes_apply(&r, "pdl=on", &err), FM_ERR_UNSUPPORTED);
     assert_contains(err.msg, "pdl=on needs a GPU of compute capability 9");
     assert_false(fm_routes_pdl(&r));
+    assert_int_equal(fm_routes_apply(&r, "attention.kernel=wgmma", &err), FM_ERR_UNSUPPORTED);
+    assert_contains(err.msg, "attention.kernel=wgmma needs an sm_90 GPU");
+    assert_false(fm_routes_attention_wgmma(&r, 128));
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma,pdl=off", &err), FM_OK); /* what it can run */
     fm_routes_default(&r, 10);
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=wgmma", &err), FM_ERR_UNSUPPORTED);
@@ -281,6 +285,33 @@ static void memory_plan_follows_w4a8_tile(void **s) {
     }
 }
 
+/* attention.kernel: wgmma on sm_90 for hd 128 only (the one head dim the kernel has), mma.sync elsewhere; forced
+   wgmma still leaves other head dims on mma.sync; forced mma takes every head dim */
+static void attention_kernel_by_device_and_head_dim(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_attention_wgmma(&r, 128));
+    assert_false(fm_routes_attention_wgmma(&r, 64));
+    assert_false(fm_routes_attention_wgmma(&r, 256));
+    assert_int_equal(fm_routes_apply(&r, "attention.kernel=mma", &err), FM_OK);
+    assert_false(fm_routes_attention_wgmma(&r, 128));
+    assert_int_equal(fm_routes_apply(&r, "attention.kernel=wgmma", &err), FM_OK);
+    assert_true(fm_routes_attention_wgmma(&r, 128));
+    assert_false(fm_routes_attention_wgmma(&r, 48));
+    assert_int_equal(fm_routes_apply(&r, "attention.kernel=auto", &err), FM_OK);
+    assert_true(fm_routes_attention_wgmma(&r, 128));
+    fm_routes_default(&r, 8); /* Ada */
+    assert_false(fm_routes_attention_wgmma(&r, 128));
+    assert_int_equal(fm_routes_apply(&r, "attention.kernel=mma", &err), FM_OK);
+    assert_false(fm_routes_attention_wgmma(&r, 128));
+    fm_routes_default(&r, 10); /* a later GPU: no sm_90a code */
+    assert_false(fm_routes_attention_wgmma(&r, 128));
+    fm_routes_default(&r, 0); /* no GPU */
+    assert_false(fm_routes_attention_wgmma(&r, 128));
+}
+
 static void the_printer_shows_every_key(void **s) {
     (void)s;
     fm_routes r;
@@ -293,9 +324,10 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel", "w4a8.tile",    "dense.gemv", "w8a8.gemv_max_m",
-                          "moe.gemv",    "router.fused", "pdl"};
-    for (int i = 0; i < 7; i++) assert_contains(text, keys[i]);
+    const char *keys[] = {"w4a8.kernel", "attention.kernel", "w4a8.tile", "dense.gemv", "w8a8.gemv_max_m",
+                          "moe.gemv",    "router.fused",     "pdl"};
+    for (int i = 0; i < 8; i++) assert_contains(text, keys[i]);
+    assert_contains(text, "wgmma for hd 128"); /* attention.kernel now */
     assert_contains(text, "16 rows");            /* w4a8.tile now */
     assert_contains(text, "auto|wgmma|mma");     /* the values */
     assert_contains(text, "wgmma on sm_90");     /* a default */
@@ -313,6 +345,7 @@ int main(void) {
         cmocka_unit_test(moe_tile_rows),
         cmocka_unit_test(decode_kernels_at_their_thresholds),
         cmocka_unit_test(memory_plan_follows_w4a8_tile),
+        cmocka_unit_test(attention_kernel_by_device_and_head_dim),
         cmocka_unit_test(the_printer_shows_every_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,6 +18,9 @@ t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 
 # Forced kernel routes (src/backend/routes.h), through the same --route override a user has:
 # the sm_89 (mma.sync) W4A8 kernel, forced on this GPU
 timeout 600 ./build/tests/gpu/test_cuda_ops --route w4a8.kernel=mma >"$out/gpu_ops_mma.log" 2>&1; ops_mma_rc=$?
+# the sm_89 (mma.sync) prefill attention, forced for every head dim (the default runs hd 128 on wgmma here)
+FM_TEST_FILTER='test_rope_attention' timeout 300 ./build/tests/gpu/test_cuda_ops --route attention.kernel=mma \
+    >"$out/gpu_ops_att_mma.log" 2>&1; ops_att_mma_rc=$?
 # the dense projections without the decode GEMVs (cuBLASLt and the grouped kernel at every M), and without PDL
 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops --route dense.gemv=off --route pdl=off \
     >"$out/gpu_ops_nogemv.log" 2>&1; ops_nogemv_rc=$?
@@ -82,6 +85,7 @@ echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 64 rows | rc $ops_tile16_rc / 
 echo "| CUDA W4A8 MoE tests on the grouped GEMM at every T (--route moe.gemv=off) | rc $ops_nomoegemv_rc, $(grep -c ' err ' "$out/gpu_ops_nomoegemv.log") comparisons |"
 echo "| CUDA MoE GEMVs up to 64 pairs, router fused up to T = 8 (--route moe.gemv=64 --route router.fused=on) | rc $ops_decode_routes_rc, $(grep -c ' err ' "$out/gpu_ops_decode_routes.log") comparisons |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
+echo "| CUDA attention tests on the mma.sync kernel (--route attention.kernel=mma) | rc $ops_att_mma_rc, $(grep -c 'attention ' "$out/gpu_ops_att_mma.log") comparisons |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"
 echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_memory.log" | tr '\n' ' ') |"

@@ -6,7 +6,9 @@
 #include "backend/routes.h"
 #include "util/status.h"
 
-#define KEYS "w4a8.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, decode.graphs"
+#define KEYS                                                                                                           \
+    "w4a8.kernel, attention.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, "             \
+    "decode.graphs"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -39,6 +41,12 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         else if (!strcmp(val, "wgmma")) r->w4a8_kernel = FM_ROUTE_W4A8_WGMMA;
         else if (!strcmp(val, "mma")) r->w4a8_kernel = FM_ROUTE_W4A8_MMA;
         else return fm_fail(err, FM_ERR_USAGE, "route w4a8.kernel: '%s' is not a value (auto, wgmma or mma)", val);
+    } else if (!strcmp(key, "attention.kernel")) {
+        if (!strcmp(val, "auto")) r->attention_kernel = FM_ROUTE_ATTENTION_AUTO;
+        else if (!strcmp(val, "wgmma")) r->attention_kernel = FM_ROUTE_ATTENTION_WGMMA;
+        else if (!strcmp(val, "mma")) r->attention_kernel = FM_ROUTE_ATTENTION_MMA;
+        else
+            return fm_fail(err, FM_ERR_USAGE, "route attention.kernel: '%s' is not a value (auto, wgmma or mma)", val);
     } else if (!strcmp(key, "w4a8.tile")) {
         int32_t t = 0;
         if (!parse_count(val, FM_W4A8_BN_SMALL, FM_W4A8_BN, &t) || (t && t != FM_W4A8_BN_SMALL && t != FM_W4A8_BN))
@@ -97,6 +105,11 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
                        "route w4a8.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
                        "sm_90a code for it); this GPU is sm_%d: use w4a8.kernel=mma or auto",
                        next.sm_major * 10);
+    if (next.sm_major && next.sm_major != 9 && next.attention_kernel == FM_ROUTE_ATTENTION_WGMMA)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "route attention.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
+                       "sm_90a code for it); this GPU is sm_%d: use attention.kernel=mma or auto",
+                       next.sm_major * 10);
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
@@ -108,6 +121,11 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
 
 bool fm_routes_w4a8_wgmma(const fm_routes *r) {
     return r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA || (r->w4a8_kernel == FM_ROUTE_W4A8_AUTO && r->sm_major == 9);
+}
+
+bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd) {
+    if (hd != FM_ATTENTION_WGMMA_HD || r->attention_kernel == FM_ROUTE_ATTENTION_MMA) return false;
+    return r->attention_kernel == FM_ROUTE_ATTENTION_WGMMA || r->sm_major == 9;
 }
 
 /* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
@@ -190,7 +208,10 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *kernel = r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA ? "wgmma"
                          : r->w4a8_kernel == FM_ROUTE_W4A8_MMA ? "mma"
                                                                : "auto";
-    char now[5][64], moe[8];
+    const char *att = r->attention_kernel == FM_ROUTE_ATTENTION_WGMMA ? "wgmma"
+                      : r->attention_kernel == FM_ROUTE_ATTENTION_MMA ? "mma"
+                                                                      : "auto";
+    char now[6][64], moe[8];
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
     snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
@@ -198,11 +219,15 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
     if (r->moe_gemv < 0) snprintf(now[4], sizeof now[4], "off");
     else snprintf(now[4], sizeof now[4], "P <= %d", r->moe_gemv ? r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT);
+    snprintf(now[5], sizeof now[5], "%s",
+             fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
     const struct {
         const char *key, *value, *values, *def, *decides, *now;
     } rows[] = {
         {"w4a8.kernel", kernel, "auto|wgmma|mma", "wgmma on sm_90, else mma",
          "the grouped W4A8 GEMM (MoE experts; W4A8 dense projections above the GEMV)", now[0]},
+        {"attention.kernel", att, "auto|wgmma|mma", "wgmma on sm_90 (hd 128)",
+         "prefill attention: wgmma + TMA (hd 128), else mma.sync flash attention", now[5]},
         {"w4a8.tile", r->w4a8_tile ? tile : "auto", "auto|16|64", "16 while P < 32 E",
          "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)", now[1]},
         {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",

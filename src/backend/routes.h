@@ -8,6 +8,10 @@
  * Keys (value `auto` everywhere = the default rule):
  *   w4a8.kernel      auto | wgmma | mma   the grouped W4A8 GEMM (MoE experts, W4A8 dense projections above the
  *                                         GEMV's rows): wgmma m64n64k32 on sm_90, mma.sync m16n8k32 elsewhere
+ *   attention.kernel auto | wgmma | mma   prefill attention (bf16): wgmma + TMA (attention_wgmma.cu, FlashAttention-3's
+ *                                         recipe) on sm_90 for the head dims it supports (128), mma.sync
+ *                                         (attention.cu) elsewhere and for every other head dim; wgmma forces it
+ *                                         where the head dim is supported, mma forces the mma.sync kernel everywhere
  *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it)
  *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
  *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
@@ -44,9 +48,16 @@ typedef enum fm_route_w4a8_kernel {
     FM_ROUTE_W4A8_MMA,   /* mma.sync m16n8k32 e4m3, sm_89 and sm_90 */
 } fm_route_w4a8_kernel;
 
+typedef enum fm_route_attention_kernel {
+    FM_ROUTE_ATTENTION_AUTO = 0,
+    FM_ROUTE_ATTENTION_WGMMA, /* wgmma + TMA, sm_90a only, hd 128 */
+    FM_ROUTE_ATTENTION_MMA,   /* mma.sync m16n8k16 bf16, every GPU and head dim */
+} fm_route_attention_kernel;
+
 typedef struct fm_routes {
     int32_t sm_major;                 /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
     fm_route_w4a8_kernel w4a8_kernel; /* w4a8.kernel */
+    fm_route_attention_kernel attention_kernel; /* attention.kernel */
     int32_t w4a8_tile;                /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
     fm_route_switch dense_gemv;       /* dense.gemv */
     int32_t w8a8_gemv_max_m;          /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
@@ -88,11 +99,17 @@ void fm_routes_default(fm_routes *r, int sm_major);
 
 /* Applies "key=value[,key=value...]" (NULL or empty: nothing). FM_ERR_USAGE for an unknown key or a bad value, the
  * message listing the valid keys or values; FM_ERR_UNSUPPORTED for a kernel the GPU of r->sm_major cannot run
- * (w4a8.kernel=wgmma off sm_90, pdl=on below sm_90; not checked when sm_major is 0). r is unchanged on failure. */
+ * (w4a8.kernel=wgmma or attention.kernel=wgmma off sm_90, pdl=on below sm_90; not checked when sm_major is 0). r is
+ * unchanged on failure. */
 fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 
 /* Resolved choices: */
 bool fm_routes_w4a8_wgmma(const fm_routes *r);    /* the W4A8 GEMM runs the wgmma kernel */
+/* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
+ * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
+ * 8192 0.959 ms against 1.500. */
+bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd);
+#define FM_ATTENTION_WGMMA_HD 128
 bool fm_routes_pdl(const fm_routes *r);           /* decode kernels launch with PDL */
 bool fm_routes_decode_graphs(const fm_routes *r); /* decode steps replay as CUDA graphs (cuda backend) */
 bool fm_routes_gemv(const fm_routes *r);          /* the FP8 GEMVs run at all */

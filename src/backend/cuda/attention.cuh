@@ -16,4 +16,11 @@
 extern "C" void fm_cuda_attention(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                   __nv_bfloat16 *out, cudaStream_t stream);
 
+// The same op on Hopper (attention_wgmma.cu: wgmma + TMA, FlashAttention-3's recipe; sm_90a code only): same
+// layouts, results and preconditions, plus hd one the kernel supports (fm_cuda_attention_wgmma_supported: 128 for
+// now) and an sm_90 GPU. The route table picks between the two (routes.h, key attention.kernel).
+extern "C" bool fm_cuda_attention_wgmma_supported(int32_t hd);
+extern "C" void fm_cuda_attention_wgmma(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                        __nv_bfloat16 *out, cudaStream_t stream);
+
 #endif

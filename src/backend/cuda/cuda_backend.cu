@@ -264,9 +264,13 @@ static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, in
                              k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, stream(bb));
 }
 
-/* bf16: the flash-style tensor-core kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu) */
+/* bf16: the wgmma kernel on Hopper where the head dim has one (attention_wgmma.cu; route attention.kernel), else the
+   flash-style mma.sync kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu) */
 static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out) {
+    const cuda_backend *be = cuda_be(bb);
     if (f32(bb)) fm_cuda_attention_f32((const float *)qkv, T, nh, nkv, hd, (float *)out, stream(bb));
+    else if (fm_routes_attention_wgmma(&be->routes, hd))
+        fm_cuda_attention_wgmma((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
     else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
 }
 

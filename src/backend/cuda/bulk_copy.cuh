@@ -3,7 +3,8 @@
 // parameter, __grid_constant__); the thread that issues it first arms the stage's barrier with the bytes to expect,
 // and every thread that needs the data waits on the barrier's phase. The barrier's transaction count holds < 2^20
 // bytes per phase. On sm_89 these compile to a trap: callers choose a kernel by compute capability.
-// (lab/gemm_w8a8.cu uses them; a 1-D bulk-copy GEMV built on the same pieces is in history, bench/NOTES.md.)
+// (attention_wgmma.cu and lab/gemm_w8a8.cu use them; a 1-D bulk-copy GEMV built on the same pieces is in history,
+// bench/NOTES.md.)
 #ifndef FM_CUDA_BULK_COPY_CUH
 #define FM_CUDA_BULK_COPY_CUH
 
