@@ -157,7 +157,7 @@ CFG(256, 1, 32, false)
 // the wgmma kernel (attention_wgmma.cu): the engine's launcher and each schedule (ATW_PLAIN, ATW_OVERLAP,
 // ATW_PINGPONG: the kernel comment)
 #define WCFG(SCHED, STAGES)                                                                                            \
-    static void wgmma_##SCHED##_##STAGES(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd,      \
+    static void wgmma_##SCHED##_##STAGES(const __nv_bfloat16 *q, int64_t T, int32_t nh, int32_t nkv, int32_t hd,       \
                                          __nv_bfloat16 *o, cudaStream_t st) {                                          \
         (void)hd;                                                                                                      \
         atw_launch<128, SCHED, STAGES>(q, T, nh, nkv, o, st);                                                          \

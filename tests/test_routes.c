@@ -324,10 +324,10 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel", "attention.kernel", "w4a8.tile", "dense.gemv", "w8a8.gemv_max_m",
-                          "moe.gemv",    "router.fused",     "pdl"};
+    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile",    "dense.gemv",
+                          "w8a8.gemv_max_m", "moe.gemv",         "router.fused", "pdl"};
     for (int i = 0; i < 8; i++) assert_contains(text, keys[i]);
-    assert_contains(text, "wgmma for hd 128"); /* attention.kernel now */
+    assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
     assert_contains(text, "16 rows");            /* w4a8.tile now */
     assert_contains(text, "auto|wgmma|mma");     /* the values */
     assert_contains(text, "wgmma on sm_90");     /* a default */

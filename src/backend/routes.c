@@ -45,8 +45,7 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         if (!strcmp(val, "auto")) r->attention_kernel = FM_ROUTE_ATTENTION_AUTO;
         else if (!strcmp(val, "wgmma")) r->attention_kernel = FM_ROUTE_ATTENTION_WGMMA;
         else if (!strcmp(val, "mma")) r->attention_kernel = FM_ROUTE_ATTENTION_MMA;
-        else
-            return fm_fail(err, FM_ERR_USAGE, "route attention.kernel: '%s' is not a value (auto, wgmma or mma)", val);
+        else return fm_fail(err, FM_ERR_USAGE, "route attention.kernel: '%s' is not a value (auto, wgmma or mma)", val);
     } else if (!strcmp(key, "w4a8.tile")) {
         int32_t t = 0;
         if (!parse_count(val, FM_W4A8_BN_SMALL, FM_W4A8_BN, &t) || (t && t != FM_W4A8_BN_SMALL && t != FM_W4A8_BN))

@@ -55,16 +55,16 @@ typedef enum fm_route_attention_kernel {
 } fm_route_attention_kernel;
 
 typedef struct fm_routes {
-    int32_t sm_major;                 /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
-    fm_route_w4a8_kernel w4a8_kernel; /* w4a8.kernel */
+    int32_t sm_major;                           /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
+    fm_route_w4a8_kernel w4a8_kernel;           /* w4a8.kernel */
     fm_route_attention_kernel attention_kernel; /* attention.kernel */
-    int32_t w4a8_tile;                /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
-    fm_route_switch dense_gemv;       /* dense.gemv */
-    int32_t w8a8_gemv_max_m;          /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
-    fm_route_switch pdl;              /* pdl */
-    fm_route_switch decode_graphs;    /* decode.graphs */
-    int32_t moe_gemv;                 /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
-    fm_route_switch router_fused;     /* router.fused */
+    int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
+    fm_route_switch dense_gemv;                 /* dense.gemv */
+    int32_t w8a8_gemv_max_m;                    /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
+    fm_route_switch pdl;                        /* pdl */
+    fm_route_switch decode_graphs;              /* decode.graphs */
+    int32_t moe_gemv;                           /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
+    fm_route_switch router_fused;               /* router.fused */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -104,7 +104,7 @@ void fm_routes_default(fm_routes *r, int sm_major);
 fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 
 /* Resolved choices: */
-bool fm_routes_w4a8_wgmma(const fm_routes *r);    /* the W4A8 GEMM runs the wgmma kernel */
+bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
  * 8192 0.959 ms against 1.500. */

@@ -133,8 +133,7 @@ static __device__ __forceinline__ void atw_softmax(float s[NT][4], float m[2], f
 
 // S = Q K^T for one tile, issued and committed (not waited for): q, k the shared addresses of the warpgroup's 64 Q
 // rows and of the K tile (HD / 64 halves of 128-byte rows each, ATW_BM resp. ATW_BN rows apart)
-template <int HD>
-static __device__ __forceinline__ void atw_issue_qk(float s[ATW_BN / 8][4], uint32_t q, uint32_t k) {
+template <int HD> static __device__ __forceinline__ void atw_issue_qk(float s[ATW_BN / 8][4], uint32_t q, uint32_t k) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
@@ -408,8 +407,7 @@ static void atw_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t 
     static bool allowed = false;
     if (!allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute(atw_fwd_kernel<HD, SCHED, STAGES>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           atw_smem<HD, STAGES>::bytes));
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, atw_smem<HD, STAGES>::bytes));
         allowed = true;
     }
     // qkv as a 2-D tensor [T][(nh + 2 nkv) hd] bf16, boxes of 128 rows x 64 columns (128 bytes): one half of a
@@ -423,8 +421,9 @@ static void atw_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t 
                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) atw_fail("cuTensorMapEncodeTiled failed for qkv", T, nh, nkv, HD);
     const float sl2 = (float)(1.4426950408889634 / sqrt((double)HD)); // log2(e) / sqrt(hd)
-    atw_fwd_kernel<HD, SCHED, STAGES><<<dim3((unsigned)nh, (unsigned)fm_ceil_div(T, ATW_BM)), ATW_THREADS,
-                                  atw_smem<HD, STAGES>::bytes, stream>>>(map, out, (int)T, nh, nkv, sl2);
+    atw_fwd_kernel<HD, SCHED, STAGES>
+        <<<dim3((unsigned)nh, (unsigned)fm_ceil_div(T, ATW_BM)), ATW_THREADS, atw_smem<HD, STAGES>::bytes, stream>>>(
+            map, out, (int)T, nh, nkv, sl2);
     FM_LAUNCH_CHECK("attention_wgmma");
 }
 
