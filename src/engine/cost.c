@@ -36,7 +36,9 @@ static void sum_layer(const fm_config *c, const fm_plan *p, int32_t l, layer_sum
         const fm_weight_spec *w = &d->specs[i];
         if (w->family == FM_WF_NORM || !fm_spec_present(w, c)) continue;
         const double rows = (double)fm_spec_rows(w, c), cols = (double)fm_spec_cols(w, c);
-        const fm_wformat f = w->family == FM_WF_EXPERTS ? p->w_expert : w->family == FM_WF_ROUTER ? p->w_other : p->w_dense;
+        const fm_wformat f = w->family == FM_WF_EXPERTS  ? p->w_expert
+                             : w->family == FM_WF_ROUTER ? p->w_other
+                                                         : p->w_dense;
         s->has[w->family] = true;
         s->w[w->family] += weight_bytes(f, rows, cols);
         s->act[w->family] += cols + rows;

@@ -1,14 +1,16 @@
 /* The memory plan (memory_plan.h): bank, buffer and scratch sizes computed from shapes alone.
  *
  * Every figure here restates an allocation made elsewhere; keep them in step:
- *   bank bytes        fm_bank_bytes_for, fm_bank_bytes_int4zp  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create:
- * ld, n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes) which banks       add_weights <->
- * src/engine/model.c (load_weights, load_layer) activations       add_activations    <->  src/engine/forward.c
- * (alloc_buffers) cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace
- * request), src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h (ref
- * and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes), src/backend/cuda/cuda_backend.cu
- * (cu_reserve: cuBLAS's workspace) cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's
- * qv + qs) load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
+ *   bank bytes      fm_bank_bytes_for, fm_bank_bytes_int4zp <-> src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld,
+ *                   n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
+ *   which banks     add_weights: the architecture's description (model/arch.h), bank for bank as model.c loads it
+ *   activations     fm_forward_buffers: the one list, which src/engine/forward.c (alloc_buffers) allocates
+ *   cuda workspace  add_workspace <-> src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
+ *                   src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h
+ *                   (ref and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
+ *                   src/backend/cuda/cuda_backend.cu (cu_reserve: cuBLAS's workspace)
+ *   cpu workspace   <-> src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
+ *   load staging    CUDA_STAGING_BYTES <-> src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
  * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
  * tests/gpu/test_cuda_memory.c with the CUDA backend's and with the device's used memory. */
 #include "engine/memory_plan.h"
@@ -265,11 +267,10 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* forward.c: alloc_buffers, buffer for buffer */
-static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
-    fm_memory_plan *p = pl->p;
-    sz *s = &pl->s;
-    const uint64_t a = fm_act_size_for(p->backend, plan), T = (uint64_t)p->tokens;
+/* The one list of the forward pass's activation buffers: forward.c allocates these, in this order */
+int32_t fm_forward_buffers(const fm_config *c, size_t act, int64_t tokens, fm_mem_item *out, bool *overflow) {
+    sz st = {false}, *s = &st;
+    const uint64_t a = act, T = (uint64_t)tokens;
     const uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
     const uint64_t qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
     const uint64_t I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
@@ -278,7 +279,7 @@ static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan
     const struct {
         const char *what;
         uint64_t elems, size;
-    } want[] = {
+    } want[FM_FORWARD_N_BUFFERS] = {
         {"ids", T, sizeof(int32_t)},
         {"residual", mul(s, T, H), a},
         {"normed", mul(s, T, H), a},
@@ -292,11 +293,19 @@ static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan
         {"expert weights", mul(s, T, k), a},
         {"logits", mul(s, T, (uint64_t)c->vocab_size), a},
     };
-    for (size_t i = 0; i < sizeof want / sizeof *want && i < FM_MEM_MAX_BUFFERS; i++) {
-        const size_t bytes = to_size(s, mul(s, want[i].elems, want[i].size));
-        p->buffers[p->n_buffers++] = (fm_mem_item){want[i].what, bytes};
-        p->activations = to_size(s, add(s, p->activations, bytes));
-    }
+    for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
+        out[i] = (fm_mem_item){want[i].what, to_size(s, mul(s, want[i].elems, want[i].size))};
+    *overflow = st.ovf;
+    return FM_FORWARD_N_BUFFERS;
+}
+
+static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
+    fm_memory_plan *p = pl->p;
+    bool ovf = false;
+    p->n_buffers = fm_forward_buffers(c, fm_act_size_for(p->backend, plan), p->tokens, p->buffers, &ovf);
+    pl->s.ovf |= ovf;
+    for (int32_t i = 0; i < p->n_buffers; i++)
+        p->activations = to_size(&pl->s, add(&pl->s, p->activations, p->buffers[i].bytes));
 }
 
 static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) {

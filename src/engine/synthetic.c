@@ -1,8 +1,8 @@
 /* Synthetic models at the shapes of real checkpoints, for benchmarks: every weight slot the architecture's
- * description lists (model/arch.h) is a synthetic view (fm_synth in model/model_src.h) with its own seed, so the backend generates the values where it runs and
- * then converts them through the same path as checkpoint weights. Scales keep activations at a realistic
- * size: linear weights uniform with variance 1/fan_in, norms 1 +- 0.1, router logits of std ~2 (decisive
- * routing), and embeddings with outlier channels (every 97th column x8). */
+ * description lists (model/arch.h) is a synthetic view (fm_synth in model/model_src.h) with its own seed, so the
+ * backend generates the values where it runs and then converts them through the same path as checkpoint weights.
+ * Scales keep activations at a realistic size: linear weights uniform with variance 1/fan_in, norms 1 +- 0.1, router
+ * logits of std ~2 (decisive routing), and embeddings with outlier channels (every 97th column x8). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

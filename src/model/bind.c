@@ -272,7 +272,8 @@ static fm_status bind_experts(binder *b, int l, const char *pre, const expert_pa
                 if ((st = need(b, tname, 3, shape, role, &t[i]))) return st;
             }
             L->layout = FM_EXPERTS_FUSED_V5;
-            for (int i = 0; i < x->n; i++) { /* the parts' rows of each expert in turn (concatenated, not interleaved) */
+            /* the parts' rows of each expert in turn (concatenated, not interleaved) */
+            for (int i = 0; i < x->n; i++) {
                 const fm_part_spec *p = x->part[i];
                 bank_views(L->ew[p->slot - FM_SRC_N_LAYER], t[i], E, fm_spec_rows(x->bank[i], c), x->row0[i],
                            p->rows(c), p->cols(c));

@@ -1,7 +1,7 @@
 /* Where each weight of a model lives in a checkpoint: the weight slots of a decoder layer (model/arch.h), each a
  * view of a 2-D row-major matrix inside a safetensors tensor. Per-architecture descriptions (qwen3_moe.c,
- * mixtral.c) give the slots, shapes and tensor names; bind.c finds them, whatever the expert layout (per-expert tensors or
- * fused 3-D banks), and checks every dtype and shape before anything is read. */
+ * mixtral.c) give the slots, shapes and tensor names; bind.c finds them, whatever the expert layout (per-expert
+ * tensors or fused 3-D banks), and checks every dtype and shape before anything is read. */
 #ifndef FM_MODEL_SRC_H
 #define FM_MODEL_SRC_H
 
