@@ -4,8 +4,28 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Every architecture the engine runs, in the order messages list them. */
+static const fm_arch_desc *(*const all[])(void) = {fm_arch_qwen3_moe, fm_arch_mixtral};
+#define N_ARCH (sizeof all / sizeof *all)
+
 const fm_arch_desc *fm_arch_of(const fm_config *c) {
-    return c->arch == FM_ARCH_MIXTRAL ? fm_arch_mixtral() : fm_arch_qwen3_moe();
+    for (size_t i = 0; i < N_ARCH; i++)
+        if (all[i]()->arch == c->arch) return all[i]();
+    return all[0]();
+}
+
+const fm_arch_desc *fm_arch_find(const char *model_type) {
+    for (size_t i = 0; i < N_ARCH; i++)
+        if (!strcmp(all[i]()->model_type, model_type)) return all[i]();
+    return NULL;
+}
+
+const char *fm_arch_supported(void) {
+    static char list[256];
+    if (!list[0])
+        for (size_t i = 0, k = 0; i < N_ARCH && k < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", all[i]()->model_type);
+    return list;
 }
 
 const fm_layer_desc *fm_arch_layer(const fm_arch_desc *a, const fm_config *c, int32_t layer) {

@@ -2,10 +2,14 @@
  * (src/model/qwen3_moe.c, src/model/mixtral.c). The generic code iterates a description instead of restating the
  * layer: binding a checkpoint (model/bind.c), loading and freeing the banks (engine/model.c), the memory plan's
  * weights (engine/memory_plan.c), the prefill cost model (engine/cost.c), synthetic models (engine/synthetic.c),
- * `inspect` (cli/cmd_inspect.c) and requantize's list of linears (engine/requantize.c). The forward pass
+ * `inspect` (cli/cmd_inspect.c), requantize's linears and ignore list (engine/requantize.c, requantize_dir.c) and
+ * the family's own config.json fields (io/config.c). The forward pass
  * (engine/forward.c) is the one place the math is written; it reads a layer's banks by slot.
  *
  * A description is
+ *   config        the config.json fields the family reads beyond the shared ones (each required or with its
+ *                 default), as two readers that io/config.c calls in turn, and the defaults of two shared fields
+ *                 (rms_norm_eps, rope_theta);
  *   layer kinds   which kind each layer is (attention + MoE, attention + dense MLP, ...), from the configuration;
  *   per kind      an ordered list of weight specs. A spec is one bank of the loaded model:
  *     bank        its slot in the layer's bank array (fm_layer_weights.bank[], fm_bank_slot)
@@ -18,6 +22,7 @@
  *                 [rows, cols] as functions of the configuration (rows NULL: a 1-D vector [cols]), checkpoint
  *                 name, the role errors name it by, the row inspect prints it under}
  *     when        a predicate on the configuration (NULL: always), e.g. q/k norms only where qk_norm is set
+ *     fused_name  an expert bank's name as one 3-D tensor in transformers v5 checkpoints ("gate_up_proj")
  *   MoE block     the checkpoint prefixes of the block, tried in order ("{P}" in router names); an expert part's
  *                 name is its name inside one expert ("gate_proj", Mixtral's "w1"): model/bind.c finds the experts
  *                 in any of the layouts transformers writes (per expert, fused gate_up_proj, 3-D banks).
@@ -26,9 +31,9 @@
  * their values); expert parts are bound and seeded expert by expert (gate, up, down of expert 0, then 1, ...).
  *
  * A new architecture is a new description (its slots appended to the enums below when it has new weights) and
- * the ops of its new layer kinds in the forward pass. What still restates a layer outside the descriptions:
- * config.c (fields read per model_type), the forward pass and its buffers (forward.c, memory_plan.c
- * add_activations/add_workspace), the activation traffic of cost.c's stages. */
+ * the ops of its new layer kinds in the forward pass (and its entry in arch.c's list, its fm_arch value). What still
+ * restates a layer outside the descriptions: the forward pass and its buffers (forward.c; memory_plan.c
+ * fm_forward_buffers and add_workspace), the activation traffic of cost.c's stages, the KV cache (kv_state.c). */
 #ifndef FM_MODEL_ARCH_H
 #define FM_MODEL_ARCH_H
 
@@ -128,11 +133,24 @@ typedef struct fm_layer_desc {
     int32_t n_specs;
 } fm_layer_desc;
 
+/* What config.json means for the architecture: io/config.c reads the fields every family shares (sizes, heads,
+ * experts, eps, RoPE, the refusals) and calls these for the family's own, in this order. */
+typedef struct fm_arch_config {
+    double rms_norm_eps; /* default when config.json has none (the transformers class's) */
+    double rope_theta;   /* default when config.json has none */
+    int32_t min_experts; /* num_experts below this is refused (0: dense models are valid) */
+    /* after the experts: widths, tie_word_embeddings, the router and whether q/k are normed */
+    fm_status (*read_fields)(const fm_cfg_reader *r, fm_config *c);
+    /* after the shared refusals: the family's own refusals (sliding window), then the layer kinds (layer_is_moe) */
+    fm_status (*read_layers)(const fm_cfg_reader *r, fm_config *c);
+} fm_arch_config;
+
 #define FM_MAX_MOE_PREFIXES 3
 
 typedef struct fm_arch_desc {
     fm_arch arch;
     const char *model_type;                       /* config.json's model_type */
+    fm_arch_config config;
     const char *moe_prefixes[FM_MAX_MOE_PREFIXES]; /* "model.layers.{L}.mlp", ...: tried in order; NULL-terminated */
     fm_layer_kind (*layer_kind)(const fm_config *c, int32_t layer);
     fm_layer_desc kinds[FM_LAYER_KIND_COUNT];
@@ -140,6 +158,9 @@ typedef struct fm_arch_desc {
 
 /* The description of a configuration's architecture. */
 const fm_arch_desc *fm_arch_of(const fm_config *c);
+/* The description of a config.json model_type, NULL when none; the supported ones, comma-separated. */
+const fm_arch_desc *fm_arch_find(const char *model_type);
+const char *fm_arch_supported(void);
 const fm_arch_desc *fm_arch_qwen3_moe(void);
 const fm_arch_desc *fm_arch_mixtral(void);
 
