@@ -21,7 +21,7 @@
 #include "util/status.h"
 
 /* The activation buffers of a forward pass of up to m->buf_tokens tokens: allocated once, at load, from the
- * memory plan's list (fm_forward_buffers, in this order), and reused by every call. */
+ * memory plan's list (fm_forward_buffer_list, in this order), and reused by every call. */
 typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
 } fw_buffers;
@@ -33,13 +33,13 @@ static void free_buffers(fm_backend *be, fw_buffers *b) {
 }
 
 _Static_assert(sizeof(fw_buffers) == FM_FORWARD_N_BUFFERS * sizeof(void *),
-               "fw_buffers holds the memory plan's forward buffers (fm_forward_buffers), in its order");
+               "fw_buffers holds the memory plan's forward buffers (fm_forward_buffer_list), in its order");
 
 static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *err) {
     fm_backend *be = m->be;
     fm_mem_item want[FM_FORWARD_N_BUFFERS];
     bool overflow = false; /* a size that overflows is SIZE_MAX: no allocation takes it */
-    fm_forward_buffers(&m->cfg, be->ops->act_size, T, want, &overflow);
+    fm_forward_buffer_list(&m->cfg, be->ops->act_size, T, want, &overflow);
     void **p = (void **)b;
     for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
         if (want[i].bytes == SIZE_MAX || !(p[i] = be->ops->alloc(be, want[i].bytes)))

@@ -4,7 +4,7 @@
  *   bank bytes      fm_bank_bytes_for, fm_bank_bytes_int4zp <-> src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld,
  *                   n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
  *   which banks     add_weights: the architecture's description (model/arch.h), bank for bank as model.c loads it
- *   activations     fm_forward_buffers: the one list, which src/engine/forward.c (alloc_buffers) allocates
+ *   activations     fm_forward_buffer_list: the one list, which src/engine/forward.c (alloc_buffers) allocates
  *   cuda workspace  add_workspace <-> src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
  *                   src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h
  *                   (ref and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
@@ -268,7 +268,7 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* The one list of the forward pass's activation buffers: forward.c allocates these, in this order */
-int32_t fm_forward_buffers(const fm_config *c, size_t act, int64_t tokens, fm_mem_item *out, bool *overflow) {
+int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, fm_mem_item *out, bool *overflow) {
     sz st = {false}, *s = &st;
     const uint64_t a = act, T = (uint64_t)tokens;
     const uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
@@ -302,7 +302,7 @@ int32_t fm_forward_buffers(const fm_config *c, size_t act, int64_t tokens, fm_me
 static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
     bool ovf = false;
-    p->n_buffers = fm_forward_buffers(c, fm_act_size_for(p->backend, plan), p->tokens, p->buffers, &ovf);
+    p->n_buffers = fm_forward_buffer_list(c, fm_act_size_for(p->backend, plan), p->tokens, p->buffers, &ovf);
     pl->s.ovf |= ovf;
     for (int32_t i = 0; i < p->n_buffers; i++)
         p->activations = to_size(&pl->s, add(&pl->s, p->activations, p->buffers[i].bytes));
