@@ -147,9 +147,7 @@ static route_shapes shapes_of(const char *dir, const fm_config *c) {
                       (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim,
                       c->n_experts,
                       c->n_experts_per_tok};
-    s.widest_k = s.hidden > s.attn ? s.hidden : s.attn;
-    for (int l = 0; l < c->n_layers; l++)
-        if (!c->layer_is_moe[l] && c->dense_intermediate > s.widest_k) s.widest_k = c->dense_intermediate;
+    s.widest_k = fm_arch_widest_dense_k(c, c->n_layers);
     return s;
 }
 
@@ -193,15 +191,20 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
                    mib((double)bytes_dtype[d]));
     printf("\nunused tensors: %lld\n", (long long)src->n_unused);
 
-    /* parameters: total, and active per token (attention + k experts + dense layers + embeddings/head) */
-    const int64_t H = c->hidden_size, hd = c->head_dim;
-    const int64_t attn = H * (int64_t)(c->n_heads + 2 * c->n_kv_heads) * hd + (int64_t)c->n_heads * hd * H;
-    const int64_t expert = 3 * (int64_t)c->moe_intermediate * H, dense = 3 * (int64_t)c->dense_intermediate * H;
+    /* parameters: total, and active per token (the linears of the description: attention, k of the experts, dense
+       layers; the router; embeddings/head and norms in `other`) */
+    const fm_arch_desc *arch = fm_arch_of(c);
     int64_t linear = 0, active = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        linear += attn + (c->layer_is_moe[l] ? (int64_t)c->n_experts * expert : dense);
-        active +=
-            attn + (c->layer_is_moe[l] ? (int64_t)c->n_experts_per_tok * expert + (int64_t)c->n_experts * H : dense);
+        const fm_layer_desc *d = fm_arch_layer(arch, c, l);
+        for (int32_t i = 0; i < d->n_specs; i++) {
+            const fm_weight_spec *w = &d->specs[i];
+            if (w->family == FM_WF_NORM || !fm_spec_present(w, c)) continue;
+            const int64_t one = fm_spec_rows(w, c) * fm_spec_cols(w, c);
+            if (w->family == FM_WF_EXPERTS) linear += c->n_experts * one, active += c->n_experts_per_tok * one;
+            else if (w->family == FM_WF_ROUTER) active += one;
+            else linear += one, active += one;
+        }
     }
     const int64_t other = src->n_params - linear;
     printf("parameters: %.3f M total, %.3f M active per token; %.3f M in linear projections\n",
@@ -214,19 +217,13 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     printf("shapes (layer 0):\n");
     print_shape(&src->embed, "embed_tokens");
     const fm_layer_src *L = &src->layers[0];
-    print_shape(&L->q, "q_proj");
-    print_shape(&L->k, "k_proj");
-    print_shape(&L->v, "v_proj");
-    print_shape(&L->o, "o_proj");
-    if (c->qk_norm) print_shape(&L->q_norm, "q_norm / k_norm");
-    if (L->is_moe) {
-        print_shape(&L->router, "router");
-        print_shape(&L->expert_gate[0], "expert gate / up (each)");
-        print_shape(&L->expert_down[0], "expert down (each)");
-    } else {
-        print_shape(&L->mlp_gate, "mlp gate / up");
-        print_shape(&L->mlp_down, "mlp down");
-    }
+    const fm_layer_desc *d0 = fm_arch_layer(arch, c, 0);
+    for (int32_t i = 0; i < d0->n_specs; i++)
+        for (int32_t j = 0; j < d0->specs[i].n_parts; j++) {
+            const fm_part_spec *p = &d0->specs[i].parts[j];
+            if (p->inspect && fm_spec_present(&d0->specs[i], c))
+                print_shape(fm_layer_src_cviews(L, p->slot), p->inspect);
+        }
     print_shape(&src->lm_head, c->tie_word_embeddings ? "lm_head (tied)" : "lm_head");
 }
 
@@ -278,19 +275,22 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
                            {"experts (gate_up + down)", 0, 0, 0, 0, 0},
                            {"dense MLP (gate_up + down)", 0, 0, 0, 0, 0},
                            {"lm_head", 0, 0, 0, 0, 0}};
+    /* the quantization row of each family of the description; a part after the first of a fused bank (k, v; up)
+       shares the first's input order */
+    const int row[FM_WF_COUNT] = {[FM_WF_NORM] = -1, [FM_WF_ATTN] = 0, [FM_WF_ROUTER] = 1, [FM_WF_EXPERTS] = 2,
+                                  [FM_WF_DENSE_MLP] = 3};
+    const fm_arch_desc *arch = fm_arch_of(c);
     for (int l = 0; l < c->n_layers; l++) {
         const fm_layer_src *L = &src->layers[l];
-        quant_add(&fam[0], &L->q, false, false), quant_add(&fam[0], &L->k, true, false);
-        quant_add(&fam[0], &L->v, true, false), quant_add(&fam[0], &L->o, false, false);
-        if (L->is_moe) {
-            quant_add(&fam[1], &L->router, false, true);
-            for (int e = 0; e < c->n_experts; e++) {
-                quant_add(&fam[2], &L->expert_gate[e], false, false), quant_add(&fam[2], &L->expert_up[e], true, false);
-                quant_add(&fam[2], &L->expert_down[e], false, false);
-            }
-        } else {
-            quant_add(&fam[3], &L->mlp_gate, false, false), quant_add(&fam[3], &L->mlp_up, true, false);
-            quant_add(&fam[3], &L->mlp_down, false, false);
+        const fm_layer_desc *d = fm_arch_layer(arch, c, l);
+        for (int32_t i = 0; i < d->n_specs; i++) {
+            const fm_weight_spec *w = &d->specs[i];
+            if (row[w->family] < 0 || !fm_spec_present(w, c)) continue;
+            const int32_t n = fm_spec_count(w, c);
+            for (int32_t e = 0; e < n; e++)
+                for (int32_t j = 0; j < w->n_parts; j++)
+                    quant_add(&fam[row[w->family]], &fm_layer_src_cviews(L, w->parts[j].slot)[e], j > 0,
+                              w->family == FM_WF_ROUTER);
         }
     }
     if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head))

@@ -2,20 +2,35 @@
 #ifndef FM_ENGINE_H
 #define FM_ENGINE_H
 
+#include <stddef.h>
+
 #include "backend/backend.h"
 #include "backend/routes.h"
 #include "engine/sampler.h"
 
+/* One layer's banks, by slot (model/arch.h fm_bank_slot; NULL where the layer's description has none). The named
+ * members alias the same pointers: the forward pass reads the layer through them. */
 typedef struct fm_layer_weights {
-    fm_bank *attn_norm, *ffn_norm; /* [H] */
-    fm_bank *qkv;                  /* [(nh + 2 nkv) hd, H]: q | k | v rows */
-    fm_bank *o;                    /* [H, nh hd] */
-    fm_bank *q_norm, *k_norm;      /* [hd] (Qwen3) or NULL */
-    bool is_moe;
-    fm_bank *router;  /* [E, H] */
-    fm_bank *gate_up; /* MoE: [E][2I, H]; dense: [1][2Id, H] (gate rows, then up rows) */
-    fm_bank *down;    /* MoE: [E][H, I]; dense: [1][H, Id] */
+    union {
+        fm_bank *bank[FM_BANK_COUNT];
+        struct {
+            fm_bank *attn_norm, *ffn_norm; /* [H] */
+            fm_bank *qkv;                  /* [(nh + 2 nkv) hd, H]: q | k | v rows */
+            fm_bank *o;                    /* [H, nh hd] */
+            fm_bank *q_norm, *k_norm;      /* [hd] (Qwen3) or NULL */
+            fm_bank *router;               /* [E, H] */
+            fm_bank *gate_up;              /* MoE: [E][2I, H]; dense: [1][2Id, H] (gate rows, then up rows) */
+            fm_bank *down;                 /* MoE: [E][H, I]; dense: [1][H, Id] */
+        };
+    };
+    fm_layer_kind kind;
+    bool is_moe; /* the kind has routed experts */
 } fm_layer_weights;
+
+_Static_assert(offsetof(fm_layer_weights, down) == offsetof(fm_layer_weights, bank) + FM_BANK_DOWN * sizeof(fm_bank *),
+               "fm_layer_weights: the named members follow fm_bank_slot");
+_Static_assert(offsetof(fm_layer_weights, qkv) == offsetof(fm_layer_weights, bank) + FM_BANK_QKV * sizeof(fm_bank *),
+               "fm_layer_weights: the named members follow fm_bank_slot");
 
 struct fm_model {
     fm_config cfg;

@@ -21,7 +21,7 @@
 #include "util/status.h"
 
 /* The activation buffers of a forward pass of up to m->buf_tokens tokens: allocated once, at load, from the
- * memory plan's activations (src/engine/memory_plan.c counts exactly these), and reused by every call. */
+ * memory plan's list (fm_forward_buffer_list, in this order), and reused by every call. */
 typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
 } fw_buffers;
@@ -32,35 +32,17 @@ static void free_buffers(fm_backend *be, fw_buffers *b) {
         if (p[i]) be->ops->free(be, p[i]);
 }
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+_Static_assert(sizeof(fw_buffers) == FM_FORWARD_N_BUFFERS * sizeof(void *),
+               "fw_buffers holds the memory plan's forward buffers (fm_forward_buffer_list), in its order");
 
 static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *err) {
-    const fm_config *c = &m->cfg;
     fm_backend *be = m->be;
-    const size_t a = be->ops->act_size;
-    const int64_t H = c->hidden_size, hd = c->head_dim, qkv = (int64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
-    const int64_t I = max64(c->moe_intermediate, c->dense_intermediate), E = c->n_experts > 0 ? c->n_experts : 1;
-    const int64_t k = c->n_experts_per_tok > 0 ? c->n_experts_per_tok : 1;
-    const struct {
-        void **p;
-        size_t bytes;
-        const char *what;
-    } want[] = {
-        {&b->ids, (size_t)T * sizeof(int32_t), "ids"},
-        {&b->x, (size_t)(T * H) * a, "residual"},
-        {&b->h, (size_t)(T * H) * a, "normed"},
-        {&b->qkv, (size_t)(T * qkv) * a, "qkv"},
-        {&b->att, (size_t)(T * c->n_heads * hd) * a, "attention out"},
-        {&b->y, (size_t)(T * H) * a, "block out"},
-        {&b->gu, (size_t)(T * 2 * I) * a, "gate_up"},
-        {&b->act, (size_t)(T * I) * a, "swiglu"},
-        {&b->rlogits, (size_t)(T * E) * a, "router logits"},
-        {&b->eids, (size_t)(T * k) * sizeof(int32_t), "expert ids"},
-        {&b->ew, (size_t)(T * k) * a, "expert weights"},
-        {&b->logits, (size_t)(T * c->vocab_size) * a, "logits"},
-    };
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
-        if (!(*want[i].p = be->ops->alloc(be, want[i].bytes)))
+    fm_mem_item want[FM_FORWARD_N_BUFFERS];
+    bool overflow = false; /* a size that overflows is SIZE_MAX: no allocation takes it */
+    fm_forward_buffer_list(&m->cfg, be->ops->act_size, T, want, &overflow);
+    void **p = (void **)b;
+    for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
+        if (want[i].bytes == SIZE_MAX || !(p[i] = be->ops->alloc(be, want[i].bytes)))
             return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the %s buffer (%zu bytes, %lld tokens)",
                            be->ops->name, want[i].what, want[i].bytes, (long long)T);
     return FM_OK;

@@ -1,18 +1,21 @@
 /* The memory plan (memory_plan.h): bank, buffer and scratch sizes computed from shapes alone.
  *
  * Every figure here restates an allocation made elsewhere; keep them in step:
- *   bank bytes        fm_bank_bytes_for, fm_bank_bytes_int4zp  <->  src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create:
- * ld, n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes) which banks       add_weights <->
- * src/engine/model.c (load_weights, load_layer) activations       add_activations    <->  src/engine/forward.c
- * (alloc_buffers) cuda workspace    add_workspace      <->  src/backend/cuda/moe_per_token.cu (fm_cuda_workspace
- * request), src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h (ref
- * and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes), src/backend/cuda/cuda_backend.cu
- * (cu_reserve: cuBLAS's workspace) cpu workspace                        <->  src/backend/cpu/cpu_linear.c (cpu_linear's
- * qv + qs) load staging      CUDA_STAGING_BYTES <->  src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
+ *   bank bytes      fm_bank_bytes_for, fm_bank_bytes_int4zp <-> src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld,
+ *                   n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
+ *   which banks     add_weights: the architecture's description (model/arch.h), bank for bank as model.c loads it
+ *   activations     fm_forward_buffer_list: the one list, which src/engine/forward.c (alloc_buffers) allocates
+ *   cuda workspace  add_workspace <-> src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
+ *                   src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h
+ *                   (ref and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
+ *                   src/backend/cuda/cuda_backend.cu (cu_reserve: cuBLAS's workspace)
+ *   cpu workspace   <-> src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
+ *   load staging    CUDA_STAGING_BYTES <-> src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
  * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
  * tests/gpu/test_cuda_memory.c with the CUDA backend's and with the device's used memory. */
 #include "engine/memory_plan.h"
 #include "engine/kv_state.h"
+#include "model/arch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -221,34 +224,42 @@ static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, f
     return FM_OK;
 }
 
-/* model.c: load_weights + load_layer, bank for bank */
+/* the memory plan's family of a description's weight family */
+static fm_mem_family mem_family(fm_wfamily f) {
+    switch (f) {
+    case FM_WF_NORM: return FM_MEM_NORMS;
+    case FM_WF_ATTN: return FM_MEM_ATTN;
+    case FM_WF_ROUTER: return FM_MEM_ROUTER;
+    case FM_WF_EXPERTS: return FM_MEM_EXPERTS;
+    case FM_WF_DENSE_MLP:
+    case FM_WF_COUNT: break;
+    }
+    return FM_MEM_DENSE_MLP;
+}
+
+/* model.c: load_weights + load_layer, bank for bank (the layers' banks from their descriptions) */
 static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *plan) {
-    const int64_t V = c->vocab_size, H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const int64_t I = c->moe_intermediate, Id = c->dense_intermediate;
-    const int32_t E = c->n_experts;
-    const fm_afmt ad = plan->a_dense, ai = plan->a_dispatch, ao = plan->a_expert;
+    const int64_t V = c->vocab_size, H = c->hidden_size;
     fm_status st;
     if ((st = bank(pl, FM_MEM_EMBED, plan->w_other, 1, V, H, "embed_tokens")) ||
         (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "final norm")))
         return st;
     if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, plan->w_other, 1, V, H, "lm_head"))) return st;
+    const fm_arch_desc *a = fm_arch_of(c);
     for (int32_t l = 0; l < pl->p->n_layers; l++) {
-        if ((st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "input_layernorm")) ||
-            (st = bank_fmt(pl, FM_MEM_ATTN, plan->w_dense, ad, ad, 1, (nh + 2 * nkv) * hd, H, "qkv")) ||
-            (st = bank_fmt(pl, FM_MEM_ATTN, plan->w_dense, ad, ad, 1, H, nh * hd, "o_proj")) ||
-            (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "post_attention_layernorm")))
-            return st;
-        if (c->qk_norm && ((st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, hd, "q_norm")) ||
-                           (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, hd, "k_norm"))))
-            return st;
-        if (c->layer_is_moe[l]) {
-            if ((st = bank(pl, FM_MEM_ROUTER, plan->w_other, 1, E, H, "router")) ||
-                (st = bank_fmt(pl, FM_MEM_EXPERTS, plan->w_expert, ai, ao, E, 2 * I, H, "experts gate_up")) ||
-                (st = bank_fmt(pl, FM_MEM_EXPERTS, plan->w_expert, ai, ao, E, H, I, "experts down")))
-                return st;
-        } else if ((st = bank_fmt(pl, FM_MEM_DENSE_MLP, plan->w_dense, ad, ad, 1, 2 * Id, H, "mlp gate_up")) ||
-                   (st = bank_fmt(pl, FM_MEM_DENSE_MLP, plan->w_dense, ad, ad, 1, H, Id, "mlp down"))) {
-            return st;
+        const fm_layer_desc *d = fm_arch_layer(a, c, l);
+        for (int32_t i = 0; i < d->n_specs; i++) {
+            const fm_weight_spec *w = &d->specs[i];
+            if (!fm_spec_present(w, c)) continue;
+            const int32_t n = fm_spec_count(w, c);
+            const int64_t rows = fm_spec_rows(w, c), cols = fm_spec_cols(w, c);
+            const fm_mem_family fam = mem_family(w->family);
+            if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP)
+                st = bank_fmt(pl, fam, plan->w_dense, plan->a_dense, plan->a_dense, n, rows, cols, w->label);
+            else if (w->family == FM_WF_EXPERTS)
+                st = bank_fmt(pl, fam, plan->w_expert, plan->a_dispatch, plan->a_expert, n, rows, cols, w->label);
+            else st = bank(pl, fam, plan->w_other, n, rows, cols, w->label);
+            if (st) return st;
         }
     }
     return FM_OK;
@@ -256,11 +267,10 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* forward.c: alloc_buffers, buffer for buffer */
-static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
-    fm_memory_plan *p = pl->p;
-    sz *s = &pl->s;
-    const uint64_t a = fm_act_size_for(p->backend, plan), T = (uint64_t)p->tokens;
+/* The one list of the forward pass's activation buffers: forward.c allocates these, in this order */
+int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, fm_mem_item *out, bool *overflow) {
+    sz st = {false}, *s = &st;
+    const uint64_t a = act, T = (uint64_t)tokens;
     const uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
     const uint64_t qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
     const uint64_t I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
@@ -269,7 +279,7 @@ static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan
     const struct {
         const char *what;
         uint64_t elems, size;
-    } want[] = {
+    } want[FM_FORWARD_N_BUFFERS] = {
         {"ids", T, sizeof(int32_t)},
         {"residual", mul(s, T, H), a},
         {"normed", mul(s, T, H), a},
@@ -283,19 +293,29 @@ static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan
         {"expert weights", mul(s, T, k), a},
         {"logits", mul(s, T, (uint64_t)c->vocab_size), a},
     };
-    for (size_t i = 0; i < sizeof want / sizeof *want && i < FM_MEM_MAX_BUFFERS; i++) {
-        const size_t bytes = to_size(s, mul(s, want[i].elems, want[i].size));
-        p->buffers[p->n_buffers++] = (fm_mem_item){want[i].what, bytes};
-        p->activations = to_size(s, add(s, p->activations, bytes));
-    }
+    for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
+        out[i] = (fm_mem_item){want[i].what, to_size(s, mul(s, want[i].elems, want[i].size))};
+    *overflow = st.ovf;
+    return FM_FORWARD_N_BUFFERS;
+}
+
+static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan) {
+    fm_memory_plan *p = pl->p;
+    bool ovf = false;
+    p->n_buffers = fm_forward_buffer_list(c, fm_act_size_for(p->backend, plan), p->tokens, p->buffers, &ovf);
+    pl->s.ovf |= ovf;
+    for (int32_t i = 0; i < p->n_buffers; i++)
+        p->activations = to_size(&pl->s, add(&pl->s, p->activations, p->buffers[i].bytes));
 }
 
 static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
     sz *s = &pl->s;
     const uint64_t T = (uint64_t)p->tokens, H = (uint64_t)c->hidden_size;
-    bool any_moe = false, any_dense = false;
-    for (int32_t l = 0; l < p->n_layers; l++) any_moe |= c->layer_is_moe[l], any_dense |= !c->layer_is_moe[l];
+    bool any_moe = false;
+    for (int32_t l = 0; l < p->n_layers; l++) any_moe |= c->layer_is_moe[l];
+    /* the widest input of the dense linears (attention projections, dense MLP) among the layers loaded */
+    const uint64_t K_dense = (uint64_t)fm_arch_widest_dense_k(c, p->n_layers);
     if (pl->cuda) {
         if (plan->w_expert == FM_W_INT4_G128_TC || plan->w_dense == FM_W_INT4_G128_TC) {
             /* moe_w4a8.cu: the moe op and the W4A8 linear share the backend's one scratch buffer (w4a8_workspace.h);
@@ -308,9 +328,7 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
                                        fm_routes_w4a8_tile_rows(pl->routes, P, E));
                 ws = L.total;
             }
-            uint64_t K = (uint64_t)max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
-            if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
-            const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K);
+            const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K_dense);
             if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
             p->ws_moe = to_size(s, ws > lin ? ws : lin);
         } else if (any_moe && fm_wformat_is_int4(plan->w_expert)) {
@@ -329,9 +347,7 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             /* linear_w8a8.cu (fm_w8a8_linear_ws_bytes): the scale slot and the e4m3 input, rows padded to 16 bytes,
                in the backend's one scratch buffer (the moe op uses it at other times); plus cuBLASLt's own 32 MiB
                workspace (cublaslt_fp8.cu, allocated with the first W8A8 bank) */
-            uint64_t K = (uint64_t)max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
-            if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
-            const size_t lin8 = to_size(s, add(s, mul(s, T, ceil_div(K, 16) * 16), 256));
+            const size_t lin8 = to_size(s, add(s, mul(s, T, ceil_div(K_dense, 16) * 16), 256));
             if (lin8 > p->ws_moe) p->ws_moe = lin8;
             p->ws_libs = CUDA_LT_WS_BYTES;
         }
@@ -340,9 +356,7 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
         p->ws_libs += CUDA_CUBLAS_WS_BYTES;
     } else {
         /* cpu_linear.c: qv [M, K] + qs [M, ceil(K/128)] fp32 per call; the widest K among the projections run */
-        uint64_t K = max64(c->hidden_size, (int64_t)c->n_heads * c->head_dim);
-        if (any_dense) K = (uint64_t)max64((int64_t)K, c->dense_intermediate);
-        p->ws_linear = to_size(s, mul(s, mul(s, T, add(s, K, ceil_div(K, GROUP))), sizeof(float)));
+        p->ws_linear = to_size(s, mul(s, mul(s, T, add(s, K_dense, ceil_div(K_dense, GROUP))), sizeof(float)));
     }
     p->workspace = to_size(s, add(s, add(s, p->ws_moe, p->ws_libs), p->ws_linear));
 }

@@ -38,6 +38,13 @@ typedef struct fm_mem_item {
     size_t bytes;
 } fm_mem_item;
 
+/* The forward pass's activation buffers for `tokens` tokens with act-byte activations, in allocation order: names and
+ * bytes into out[FM_FORWARD_N_BUFFERS]. The single list: forward.c allocates exactly these (its fw_buffers, member
+ * for member) and the memory plan counts them. *overflow is set when a size does not fit (the bytes are then
+ * SIZE_MAX). Returns FM_FORWARD_N_BUFFERS. */
+#define FM_FORWARD_N_BUFFERS 12
+int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, fm_mem_item *out, bool *overflow);
+
 typedef struct fm_memory_plan {
     const char *backend; /* "cpu" or "cuda" */
     int32_t n_layers;    /* decoder layers loaded */

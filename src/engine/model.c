@@ -113,12 +113,11 @@ static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_
     return FM_OK;
 }
 
-static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
-                           fm_afmt a_in, fm_afmt a_out, const char *label) {
+static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, bool gate_up,
+                           fm_wformat fmt, fm_afmt a_in, fm_afmt a_out, const char *label) {
     fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
     if (pst) return pst;
-    /* the only two-part banks are gate|up (q|k|v has three) */
-    fm_bank_src src = {srcs, n, n_parts, label, n_parts == 2};
+    fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
     return st;
@@ -126,43 +125,39 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
 
 static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
                       const char *label) {
-    return bank_acts(ld, out, srcs, n, n_parts, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
+    return bank_acts(ld, out, srcs, n, n_parts, false, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
 }
 
+/* Every bank of layer l, as its description lists them: the parts' views (expert by expert in an expert bank)
+ * fused into one bank in the format of the spec's family. */
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
     const fm_config *c = &ld->m->cfg;
     const fm_plan *p = &ld->m->plan;
-    fm_status st;
-    char label[96];
-#define LABEL(what) (snprintf(label, sizeof label, "layer %d %s", l, what), label)
-    const fm_wsrc qkv[3] = {s->q, s->k, s->v};
-    if ((st = bank(ld, &L->attn_norm, &s->attn_norm, 1, 1, p->w_other, LABEL("input_layernorm"))) ||
-        (st = bank(ld, &L->qkv, qkv, 1, 3, p->w_dense, LABEL("qkv"))) ||
-        (st = bank(ld, &L->o, &s->o, 1, 1, p->w_dense, LABEL("o_proj"))) ||
-        (st = bank(ld, &L->ffn_norm, &s->ffn_norm, 1, 1, p->w_other, LABEL("post_attention_layernorm"))))
-        return st;
-    if (c->qk_norm && ((st = bank(ld, &L->q_norm, &s->q_norm, 1, 1, p->w_other, LABEL("q_norm"))) ||
-                       (st = bank(ld, &L->k_norm, &s->k_norm, 1, 1, p->w_other, LABEL("k_norm")))))
-        return st;
+    const fm_layer_desc *d = fm_arch_layer(fm_arch_of(c), c, l);
+    L->kind = s->kind;
     L->is_moe = s->is_moe;
-    if (!s->is_moe) {
-        const fm_wsrc gu[2] = {s->mlp_gate, s->mlp_up};
-        if ((st = bank(ld, &L->gate_up, gu, 1, 2, p->w_dense, LABEL("mlp gate_up"))) ||
-            (st = bank(ld, &L->down, &s->mlp_down, 1, 1, p->w_dense, LABEL("mlp down"))))
-            return st;
-        return FM_OK;
+    for (int32_t i = 0; i < d->n_specs; i++) {
+        const fm_weight_spec *w = &d->specs[i];
+        if (!fm_spec_present(w, c)) continue;
+        const int32_t n = fm_spec_count(w, c), np = w->n_parts;
+        fm_wsrc *srcs = fm_malloc((size_t)n * (size_t)np * sizeof *srcs, ld->err, "weight views");
+        if (!srcs) return FM_ERR_NOMEM;
+        for (int32_t j = 0; j < np; j++) {
+            const fm_wsrc *v = fm_layer_src_cviews(s, w->parts[j].slot);
+            for (int32_t e = 0; e < n; e++) srcs[(size_t)e * (size_t)np + (size_t)j] = v[e];
+        }
+        fm_wformat fmt = p->w_other;
+        fm_afmt a_in = p->a_dense, a_out = p->a_dense;
+        if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP) fmt = p->w_dense;
+        if (w->family == FM_WF_EXPERTS) fmt = p->w_expert, a_in = p->a_dispatch, a_out = p->a_expert;
+        char label[96];
+        snprintf(label, sizeof label, "layer %d %s", l, w->label);
+        fm_status st = bank_acts(ld, &L->bank[w->bank], srcs, n, np, w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out,
+                                 label);
+        free(srcs);
+        if (st) return st;
     }
-    const int32_t E = c->n_experts;
-    fm_wsrc *gu = fm_malloc((size_t)E * 2 * sizeof *gu, ld->err, "expert views");
-    if (!gu) return FM_ERR_NOMEM;
-    for (int32_t e = 0; e < E; e++) gu[2 * e] = s->expert_gate[e], gu[2 * e + 1] = s->expert_up[e];
-    if (!(st = bank(ld, &L->router, &s->router, 1, 1, p->w_other, LABEL("router"))) &&
-        !(st = bank_acts(ld, &L->gate_up, gu, E, 2, p->w_expert, p->a_dispatch, p->a_expert, LABEL("experts gate_up"))))
-        st = bank_acts(ld, &L->down, s->expert_down, E, 1, p->w_expert, p->a_dispatch, p->a_expert,
-                       LABEL("experts down"));
-    free(gu);
-#undef LABEL
-    return st;
+    return FM_OK;
 }
 
 /* lm_head shares the embedding's bank when the binder pointed both at the same tensor (synthetic views, with no
@@ -315,11 +310,8 @@ void fm_model_free(fm_model *m) {
         if (m->embed) del(be, m->embed);
         if (m->final_norm) del(be, m->final_norm);
         for (int l = 0; m->layers && l < m->n_layers; l++) {
-            fm_layer_weights *L = &m->layers[l];
-            fm_bank *banks[] = {L->attn_norm, L->ffn_norm, L->qkv,     L->o,   L->q_norm,
-                                L->k_norm,    L->router,   L->gate_up, L->down};
-            for (size_t i = 0; i < sizeof banks / sizeof *banks; i++)
-                if (banks[i]) del(be, banks[i]);
+            for (int i = 0; i < FM_BANK_COUNT; i++)
+                if (m->layers[l].bank[i]) del(be, m->layers[l].bank[i]);
         }
         be->ops->destroy(be);
     }

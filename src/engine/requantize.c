@@ -33,7 +33,6 @@ typedef struct plan {
     int64_t n, cap;
     int32_t n_files;
     const fm_model_src *src;
-    const fm_arch_names *names;
 } plan;
 
 static uint64_t packed_bytes(const fm_wsrc *w) { return (uint64_t)w->rows * (uint64_t)((w->cols + 7) / 8) * 4; }
@@ -54,7 +53,7 @@ static fm_status push(plan *p, item it, fm_error *err) {
 
 /* The module name of a linear: its tensor's name without ".weight", or, for a view into a 3-D expert bank,
  * "<moe prefix>.experts.<e>.<part>" (the per-expert names compressed-tensors readers look up). */
-static fm_status module_name(const plan *p, const fm_wsrc *w, int32_t expert, int32_t part, char *out, size_t n,
+static fm_status module_name(const fm_wsrc *w, int32_t expert, const char *part, char *out, size_t n,
                              fm_error *err) {
     const char *name = w->t->name;
     const size_t len = strlen(name);
@@ -65,13 +64,14 @@ static fm_status module_name(const plan *p, const fm_wsrc *w, int32_t expert, in
     const char *at = strstr(name, ".experts.");
     if (expert < 0 || !at)
         return fm_fail(err, FM_ERR_UNSUPPORTED, "tensor '%s': cannot name the linear it holds for the output", name);
-    snprintf(out, n, "%.*s.experts.%d.%s", (int)(at - name), name, expert, p->names->expert_part[part]);
+    snprintf(out, n, "%.*s.experts.%d.%s", (int)(at - name), name, expert, part);
     return FM_OK;
 }
 
-static fm_status add_linear(plan *p, const fm_wsrc *w, int32_t layer, int32_t expert, int32_t part, fm_error *err) {
+static fm_status add_linear(plan *p, const fm_wsrc *w, int32_t layer, int32_t expert, const char *part,
+                            fm_error *err) {
     char module[512];
-    fm_status st = module_name(p, w, expert, part, module, sizeof module, err);
+    fm_status st = module_name(w, expert, part, module, sizeof module, err);
     if (st) return st;
     item it = {.w = w, .layer = layer};
     const char *suffix[3] = {"weight_packed", "weight_scale", "weight_shape"};
@@ -89,22 +89,34 @@ static fm_status add_linear(plan *p, const fm_wsrc *w, int32_t layer, int32_t ex
     return st;
 }
 
-/* Every linear the int4 preset quantizes, in layer order. */
+/* Every linear the int4 preset quantizes (the description's attention, expert and dense MLP parts; the router
+ * stays bf16), in layer order; the experts expert by expert. */
 static fm_status add_linears(plan *p, fm_error *err) {
     const fm_config *c = &p->src->cfg;
+    const fm_arch_desc *a = fm_arch_of(c);
     fm_status st = FM_OK;
     for (int32_t l = 0; !st && l < c->n_layers; l++) {
         const fm_layer_src *L = &p->src->layers[l];
-        const fm_wsrc *attn[4] = {&L->q, &L->k, &L->v, &L->o};
-        for (int i = 0; !st && i < 4; i++) st = add_linear(p, attn[i], l, -1, 0, err);
-        if (L->is_moe)
+        const fm_layer_desc *d = fm_arch_layer(a, c, l);
+        bool experts_done = false;
+        for (int32_t i = 0; !st && i < d->n_specs; i++) {
+            const fm_weight_spec *s = &d->specs[i];
+            if (!fm_wfamily_is_linear(s->family) || !fm_spec_present(s, c)) continue;
+            if (s->family != FM_WF_EXPERTS) {
+                for (int32_t j = 0; !st && j < s->n_parts; j++)
+                    st = add_linear(p, fm_layer_src_cviews(L, s->parts[j].slot), l, -1, s->parts[j].name, err);
+                continue;
+            }
+            if (experts_done) continue;
+            experts_done = true;
             for (int32_t e = 0; !st && e < c->n_experts; e++)
-                if (!(st = add_linear(p, &L->expert_gate[e], l, e, 0, err)) &&
-                    !(st = add_linear(p, &L->expert_up[e], l, e, 1, err)))
-                    st = add_linear(p, &L->expert_down[e], l, e, 2, err);
-        if (!L->is_moe && !(st = add_linear(p, &L->mlp_gate, l, -1, 0, err)) &&
-            !(st = add_linear(p, &L->mlp_up, l, -1, 1, err)))
-            st = add_linear(p, &L->mlp_down, l, -1, 2, err);
+                for (int32_t k = i; !st && k < d->n_specs; k++) {
+                    const fm_weight_spec *x = &d->specs[k];
+                    if (x->family != FM_WF_EXPERTS || !fm_spec_present(x, c)) continue;
+                    for (int32_t j = 0; !st && j < x->n_parts; j++)
+                        st = add_linear(p, &fm_layer_src_cviews(L, x->parts[j].slot)[e], l, e, x->parts[j].name, err);
+                }
+        }
     }
     return st;
 }
@@ -335,7 +347,7 @@ static fm_status write_index(const plan *p, const char *out_dir, uint64_t total,
 
 static fm_status write_tensors(const fm_requant_opts *o, const fm_model_src *src, const fm_st_set *set,
                                fm_requant_stats *stats, fm_error *err) {
-    plan p = {.src = src, .names = src->cfg.arch == FM_ARCH_MIXTRAL ? fm_mixtral_names() : fm_qwen3_moe_names()};
+    plan p = {.src = src};
     fm_status st = add_linears(&p, err);
     if (!st) st = add_copies(&p, set, err);
     if (st) {

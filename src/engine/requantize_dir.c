@@ -142,15 +142,24 @@ cJSON *fm_requant_quant_config(const char *const *ignore, int32_t n_ignore) {
 
 fm_status fm_requant_write_config(const fm_requant_opts *o, const fm_model_src *src, fm_error *err) {
     const fm_config *c = &src->cfg;
-    char **ignore = calloc((size_t)c->n_layers + 1, sizeof *ignore);
+    /* the linears left in bf16: each router of the description (and lm_head) */
+    char **ignore = calloc((size_t)c->n_layers * FM_SRC_N_LAYER + 1, sizeof *ignore);
     int32_t n = 0;
     fm_status st = ignore ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    const fm_arch_desc *a = fm_arch_of(c);
     for (int32_t l = 0; !st && l < c->n_layers; l++) {
-        const fm_wsrc *r = &src->layers[l].router;
-        if (!src->layers[l].is_moe || !r->t) continue;
-        const size_t len = strlen(r->t->name);
-        if (!(ignore[n] = malloc(len + 1))) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-        else snprintf(ignore[n++], len + 1, "%.*s", (int)(len - strlen(".weight")), r->t->name);
+        const fm_layer_desc *d = fm_arch_layer(a, c, l);
+        for (int32_t i = 0; !st && i < d->n_specs; i++) {
+            const fm_weight_spec *w = &d->specs[i];
+            if (w->family != FM_WF_ROUTER || !fm_spec_present(w, c)) continue;
+            for (int32_t j = 0; !st && j < w->n_parts; j++) {
+                const fm_wsrc *r = fm_layer_src_cviews(&src->layers[l], w->parts[j].slot);
+                if (!r->t) continue;
+                const size_t len = strlen(r->t->name);
+                if (!(ignore[n] = malloc(len + 1))) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
+                else snprintf(ignore[n++], len + 1, "%.*s", (int)(len - strlen(".weight")), r->t->name);
+            }
+        }
     }
     if (!st) ignore[n++] = strdup("lm_head");
     char path[PATH_MAX + 32];

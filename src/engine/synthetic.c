@@ -1,9 +1,10 @@
-/* Synthetic models at the shapes of real checkpoints, for benchmarks: every weight slot is a synthetic view
- * (fm_synth in model/model_src.h) with its own seed, so the backend generates the values where it runs and
- * then converts them through the same path as checkpoint weights. Scales keep activations at a realistic
- * size: linear weights uniform with variance 1/fan_in, norms 1 +- 0.1, router logits of std ~2 (decisive
- * routing), and embeddings with outlier channels (every 97th column x8). */
+/* Synthetic models at the shapes of real checkpoints, for benchmarks: every weight slot the architecture's
+ * description lists (model/arch.h) is a synthetic view (fm_synth in model/model_src.h) with its own seed, so the
+ * backend generates the values where it runs and then converts them through the same path as checkpoint weights.
+ * Scales keep activations at a realistic size: linear weights uniform with variance 1/fan_in, norms 1 +- 0.1, router
+ * logits of std ~2 (decisive routing), and embeddings with outlier channels (every 97th column x8). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +32,7 @@ const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b, toy-
 static void make_config(const synth_shape *s, fm_config *c) {
     memset(c, 0, sizeof *c);
     c->arch = s->arch;
-    strcpy(c->model_type, s->arch == FM_ARCH_MIXTRAL ? "mixtral" : "qwen3_moe");
+    snprintf(c->model_type, sizeof c->model_type, "%s", fm_arch_of(c)->model_type);
     c->vocab_size = s->vocab, c->hidden_size = s->hidden, c->n_layers = s->layers;
     c->n_heads = s->heads, c->n_kv_heads = s->kv_heads, c->head_dim = s->head_dim;
     c->n_experts = s->experts, c->n_experts_per_tok = s->top_k, c->moe_intermediate = s->moe_inter;
@@ -55,13 +56,56 @@ static fm_wsrc norm_view(seeder *sd, int64_t cols) {
     return (fm_wsrc){NULL, 0, 1, cols, {sd->next++ * 0x632BE59BD9B4E019ull, 0.1f, 1.0f, 0}, {0}};
 }
 
+/* One synthetic view per part of every bank the layer's description lists, in spec order (the experts expert by
+ * expert at the first expert bank): the seeds follow that order. */
+static fm_status make_layer(const fm_config *c, int32_t l, seeder *sd, fm_layer_src *L, int64_t *n_params,
+                            fm_error *err) {
+    const fm_arch_desc *a = fm_arch_of(c);
+    const fm_layer_desc *d = fm_arch_layer(a, c, l);
+    const int64_t E = c->n_experts;
+    L->kind = a->layer_kind(c, l);
+    L->layout = FM_EXPERTS_PER_EXPERT;
+    for (int32_t i = 0; i < d->n_specs; i++)
+        for (int32_t j = 0; j < d->specs[i].n_parts; j++) {
+            const fm_part_spec *p = &d->specs[i].parts[j];
+            if (d->specs[i].family != FM_WF_EXPERTS || !fm_spec_present(&d->specs[i], c)) continue;
+            L->is_moe = true;
+            if (!(L->ew[p->slot - FM_SRC_N_LAYER] = calloc((size_t)E, sizeof(fm_wsrc))))
+                return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        }
+    bool experts_done = false;
+    for (int32_t i = 0; i < d->n_specs; i++) {
+        const fm_weight_spec *w = &d->specs[i];
+        if (!fm_spec_present(w, c)) continue;
+        for (int32_t j = 0; w->family != FM_WF_EXPERTS && j < w->n_parts; j++) {
+            const fm_part_spec *p = &w->parts[j];
+            fm_wsrc *v = &L->w[p->slot];
+            *v = w->family == FM_WF_NORM ? norm_view(sd, p->cols(c)) : linear_view(sd, p->rows(c), p->cols(c));
+            if (w->family == FM_WF_ROUTER) v->synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
+            *n_params += v->rows * v->cols;
+        }
+        if (w->family != FM_WF_EXPERTS || experts_done) continue;
+        experts_done = true;
+        for (int64_t e = 0; e < E; e++)
+            for (int32_t k = i; k < d->n_specs; k++) {
+                const fm_weight_spec *x = &d->specs[k];
+                if (x->family != FM_WF_EXPERTS || !fm_spec_present(x, c)) continue;
+                for (int32_t j = 0; j < x->n_parts; j++) {
+                    const fm_part_spec *p = &x->parts[j];
+                    fm_wsrc *v = &L->ew[p->slot - FM_SRC_N_LAYER][e];
+                    *v = linear_view(sd, p->rows(c), p->cols(c));
+                    *n_params += v->rows * v->cols;
+                }
+            }
+    }
+    return FM_OK;
+}
+
 static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) {
     memset(src, 0, sizeof *src);
     src->cfg = *c;
     seeder sd = {1};
-    const int64_t H = c->hidden_size, hd = c->head_dim, nq = (int64_t)c->n_heads * hd,
-                  nkv = (int64_t)c->n_kv_heads * hd;
-    const int64_t E = c->n_experts, I = c->moe_intermediate, V = c->vocab_size;
+    const int64_t H = c->hidden_size, V = c->vocab_size;
     src->embed = (fm_wsrc){NULL, 0, V, H, {sd.next++ * 0x632BE59BD9B4E019ull, 1.0f, 0.0f, 97}, {0}};
     src->final_norm = norm_view(&sd, H);
     src->lm_head = linear_view(&sd, V, H);
@@ -69,25 +113,8 @@ static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) 
     if (!src->layers) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     src->n_params = 2 * V * H + H;
     for (int l = 0; l < c->n_layers; l++) {
-        fm_layer_src *L = &src->layers[l];
-        L->attn_norm = norm_view(&sd, H), L->ffn_norm = norm_view(&sd, H);
-        L->q = linear_view(&sd, nq, H), L->k = linear_view(&sd, nkv, H), L->v = linear_view(&sd, nkv, H);
-        L->o = linear_view(&sd, H, nq);
-        if (c->qk_norm) L->q_norm = norm_view(&sd, hd), L->k_norm = norm_view(&sd, hd);
-        L->is_moe = true;
-        L->layout = FM_EXPERTS_PER_EXPERT;
-        L->router = linear_view(&sd, E, H);
-        L->router.synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
-        L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
-        L->expert_up = calloc((size_t)E, sizeof(fm_wsrc));
-        L->expert_down = calloc((size_t)E, sizeof(fm_wsrc));
-        if (!L->expert_gate || !L->expert_up || !L->expert_down) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-        for (int64_t e = 0; e < E; e++) {
-            L->expert_gate[e] = linear_view(&sd, I, H);
-            L->expert_up[e] = linear_view(&sd, I, H);
-            L->expert_down[e] = linear_view(&sd, H, I);
-        }
-        src->n_params += 2 * H + 2 * nq * H + 2 * nkv * H + (c->qk_norm ? 2 * hd : 0) + E * H + 3 * E * I * H;
+        fm_status st = make_layer(c, l, &sd, &src->layers[l], &src->n_params, err);
+        if (st) return st;
     }
     return FM_OK;
 }

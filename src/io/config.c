@@ -9,16 +9,11 @@
 #include <unistd.h>
 
 #include "io/json.h"
+#include "model/arch.h"
 #include "util/file.h"
 #include "util/status.h"
 
-#define FM_MAX_DIM (1 << 24) /* sanity cap on any width or count read from a config */
-
-typedef struct cfg_reader {
-    const cJSON *root;
-    const char *label;
-    fm_error *err;
-} cfg_reader;
+typedef fm_cfg_reader cfg_reader;
 
 static const cJSON *field(const cfg_reader *r, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
@@ -82,6 +77,46 @@ static fm_status read_bool(const cfg_reader *r, const char *key, bool dflt, bool
     return FM_OK;
 }
 
+bool fm_cfg_has(const fm_cfg_reader *r, const char *key) { return field(r, key) != NULL; }
+
+fm_status fm_cfg_read_int(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                          int64_t *out) {
+    return read_int(r, key, required, dflt, lo, hi, out);
+}
+
+fm_status fm_cfg_read_i32(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                          int32_t *out) {
+    return read_i32(r, key, required, dflt, lo, hi, out);
+}
+
+fm_status fm_cfg_read_bool(const fm_cfg_reader *r, const char *key, bool dflt, bool *out) {
+    return read_bool(r, key, dflt, out);
+}
+
+fm_status fm_cfg_read_number(const fm_cfg_reader *r, const char *key, bool *present, double *out) {
+    const cJSON *v = field(r, key);
+    *present = v != NULL;
+    return v ? read_number(r, v, key, out) : FM_OK;
+}
+
+fm_status fm_cfg_read_layer_list(const fm_cfg_reader *r, const char *key, int32_t n_layers, bool *marked) {
+    const cJSON *list = field(r, key);
+    if (!list) return FM_OK;
+    if (!cJSON_IsArray(list))
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' must be an array of layer indices", r->label, key);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list) {
+        if (!cJSON_IsNumber(e))
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: %s entries must be layer indices, got %s", r->label, key,
+                           json_kind(e));
+        if (e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= n_layers)
+            return fm_fail(r->err, FM_ERR_FORMAT, "%s: %s entry %.17g is not a layer index in [0, %d)", r->label, key,
+                           e->valuedouble, n_layers);
+        marked[(int)e->valuedouble] = true;
+    }
+    return FM_OK;
+}
+
 /* Only the default RoPE is implemented: rope_scaling null/absent or of type "default". */
 static fm_status check_rope_type(const cfg_reader *r, const cJSON *obj, const char *where) {
     if (!obj || cJSON_IsNull(obj)) return FM_OK;
@@ -121,7 +156,7 @@ static fm_status read_rope(const cfg_reader *r, fm_config *c) {
         where = "rope_parameters.rope_theta";
     }
     /* HF class defaults when neither spelling is present */
-    c->rope_theta = c->arch == FM_ARCH_MIXTRAL ? 1e6 : 10000.0;
+    c->rope_theta = fm_arch_of(c)->config.rope_theta;
     if (theta && !cJSON_IsNull(theta)) {
         if ((st = read_number(r, theta, where, &c->rope_theta)) != FM_OK) return st;
         if (c->rope_theta <= 1.0)
@@ -138,7 +173,7 @@ static fm_status read_rope(const cfg_reader *r, fm_config *c) {
     return FM_OK;
 }
 
-static fm_status read_unsupported_switches(const cfg_reader *r, fm_config *c) {
+static fm_status read_unsupported_switches(const cfg_reader *r) {
     fm_status st;
     bool b = false;
     if ((st = read_bool(r, "attention_bias", false, &b)) != FM_OK) return st;
@@ -148,49 +183,6 @@ static fm_status read_unsupported_switches(const cfg_reader *r, fm_config *c) {
         return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: hidden_act = %s%s%s is not implemented (only silu)", r->label,
                        cJSON_IsString(act) ? "\"" : "", cJSON_IsString(act) ? act->valuestring : json_kind(act),
                        cJSON_IsString(act) ? "\"" : "");
-    if (c->arch == FM_ARCH_QWEN3_MOE) {
-        /* HF forces sliding_window to None unless use_sliding_window is true */
-        if ((st = read_bool(r, "use_sliding_window", false, &b)) != FM_OK) return st;
-        if (b) return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: use_sliding_window = true is not implemented", r->label);
-    } else {
-        const cJSON *sw = field(r, "sliding_window");
-        if (sw) {
-            double w = 0;
-            if ((st = read_number(r, sw, "sliding_window", &w)) != FM_OK) return st;
-            return fm_fail(r->err, FM_ERR_UNSUPPORTED,
-                           "%s: sliding_window = %g: sliding-window attention is not implemented", r->label, w);
-        }
-    }
-    return FM_OK;
-}
-
-static fm_status read_layer_kinds(const cfg_reader *r, fm_config *c) {
-    fm_status st;
-    if (c->arch == FM_ARCH_MIXTRAL) {
-        for (int i = 0; i < c->n_layers; i++) c->layer_is_moe[i] = true;
-        return FM_OK;
-    }
-    bool mlp_only[FM_MAX_LAYERS] = {false};
-    const cJSON *list = field(r, "mlp_only_layers");
-    if (list) {
-        if (!cJSON_IsArray(list))
-            return fm_fail(r->err, FM_ERR_FORMAT, "%s: field 'mlp_only_layers' must be an array of layer indices",
-                           r->label);
-        const cJSON *e;
-        cJSON_ArrayForEach(e, list) {
-            if (!cJSON_IsNumber(e))
-                return fm_fail(r->err, FM_ERR_FORMAT, "%s: mlp_only_layers entries must be layer indices, got %s",
-                               r->label, json_kind(e));
-            if (e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= c->n_layers)
-                return fm_fail(r->err, FM_ERR_FORMAT, "%s: mlp_only_layers entry %.17g is not a layer index in [0, %d)",
-                               r->label, e->valuedouble, c->n_layers);
-            mlp_only[(int)e->valuedouble] = true;
-        }
-    }
-    if ((st = read_i32(r, "decoder_sparse_step", false, 1, 1, FM_MAX_LAYERS, &c->decoder_sparse_step)) != FM_OK)
-        return st;
-    for (int i = 0; i < c->n_layers; i++)
-        c->layer_is_moe[i] = !mlp_only[i] && c->n_experts > 0 && (i + 1) % c->decoder_sparse_step == 0;
     return FM_OK;
 }
 
@@ -201,14 +193,12 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     if (!cJSON_IsString(mt))
         return fm_fail(r->err, FM_ERR_FORMAT, "%s: field 'model_type' must be a string, got %s", r->label,
                        json_kind(mt));
-    if (strcmp(mt->valuestring, "qwen3_moe") == 0) c->arch = FM_ARCH_QWEN3_MOE;
-    else if (strcmp(mt->valuestring, "mixtral") == 0) c->arch = FM_ARCH_MIXTRAL;
-    else
-        return fm_fail(r->err, FM_ERR_UNSUPPORTED,
-                       "%s: model_type \"%.64s\" is not supported (supported: qwen3_moe, mixtral)", r->label,
-                       mt->valuestring);
+    const fm_arch_desc *arch = fm_arch_find(mt->valuestring);
+    if (!arch)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (supported: %s)",
+                       r->label, mt->valuestring, fm_arch_supported());
+    c->arch = arch->arch;
     snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
-    const bool qwen = c->arch == FM_ARCH_QWEN3_MOE;
 
     if ((st = read_i32(r, "vocab_size", true, 0, 1, FM_MAX_DIM, &c->vocab_size)) ||
         (st = read_i32(r, "hidden_size", true, 0, 1, FM_MAX_DIM, &c->hidden_size)) ||
@@ -239,32 +229,15 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
             return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_experts (%lld) and num_local_experts (%lld) disagree",
                            r->label, (long long)a, (long long)b);
     }
-    if ((st = read_i32(r, ekey, true, 0, qwen ? 0 : 1, 65536, &c->n_experts))) return st;
+    if ((st = read_i32(r, ekey, true, 0, arch->config.min_experts, 65536, &c->n_experts))) return st;
     if ((st = read_i32(r, "num_experts_per_tok", c->n_experts > 0, 0, 1, 65536, &c->n_experts_per_tok))) return st;
     if (c->n_experts > 0 && c->n_experts_per_tok > c->n_experts)
         return fm_fail(r->err, FM_ERR_FORMAT, "%s: num_experts_per_tok (%d) is larger than %s (%d)", r->label,
                        c->n_experts_per_tok, ekey, c->n_experts);
 
-    if (qwen) {
-        if ((st = read_i32(r, "moe_intermediate_size", c->n_experts > 0, 0, 1, FM_MAX_DIM, &c->moe_intermediate)) ||
-            (st = read_i32(r, "intermediate_size", false, 0, 1, FM_MAX_DIM, &c->dense_intermediate)) ||
-            (st = read_bool(r, "norm_topk_prob", false, &c->norm_topk_prob)) ||
-            (st = read_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings)))
-            return st;
-        c->qk_norm = true;
-        c->router = FM_ROUTER_SOFTMAX_TOPK;
-    } else {
-        if ((st = read_i32(r, "intermediate_size", true, 0, 1, FM_MAX_DIM, &c->moe_intermediate)) ||
-            (st = read_bool(r, "tie_word_embeddings", false, &c->tie_word_embeddings)))
-            return st;
-        c->dense_intermediate = c->moe_intermediate;
-        c->norm_topk_prob = true; /* top-k of logits then softmax over the k: always normalised */
-        c->qk_norm = false;
-        c->router = FM_ROUTER_TOPK_SOFTMAX;
-        c->decoder_sparse_step = 1;
-    }
+    if ((st = arch->config.read_fields(r, c))) return st;
     const cJSON *eps = field(r, "rms_norm_eps");
-    double e = qwen ? 1e-6 : 1e-5;
+    double e = arch->config.rms_norm_eps;
     if (eps && (st = read_number(r, eps, "rms_norm_eps", &e))) return st;
     if (!(e > 0 && e < 1) || !((float)e > 0.0f)) /* also positive once stored as fp32 */
         return fm_fail(r->err, FM_ERR_FORMAT, "%s: rms_norm_eps = %g must be in (0, 1) and representable in fp32",
@@ -272,7 +245,8 @@ static fm_status parse_fields(const cfg_reader *r, fm_config *c) {
     c->rms_norm_eps = (float)e;
     if ((st = read_int(r, "max_position_embeddings", false, 0, 0, INT64_MAX / 2, &c->max_position_embeddings)))
         return st;
-    if ((st = read_rope(r, c)) || (st = read_unsupported_switches(r, c)) || (st = read_layer_kinds(r, c))) return st;
+    if ((st = read_rope(r, c)) || (st = read_unsupported_switches(r)) || (st = arch->config.read_layers(r, c)))
+        return st;
     if ((st = fm_quant_config_parse(field(r, "quantization_config"), r->label, &c->quant, r->err))) return st;
 
     bool any_dense = false;

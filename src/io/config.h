@@ -1,4 +1,5 @@
-/* config.json -> fm_config for the model families fp8moe implements (qwen3_moe, mixtral).
+/* config.json -> fm_config for the model families fp8moe implements (qwen3_moe, mixtral: model/arch.h lists them, and
+ * each family's description reads its own fields through fm_cfg_reader).
  * Spellings accepted as real files have them: num_experts | num_local_experts; rope_theta |
  * rope_parameters.rope_theta; head_dim absent = hidden_size / num_attention_heads. Anything not
  * implemented (another model_type, rope scaling other than default, sliding-window attention turned on,
@@ -15,6 +16,7 @@
 #include "io/quant_config.h"
 
 #define FM_MAX_LAYERS 1024
+#define FM_MAX_DIM (1 << 24) /* sanity cap on any width or count read from a config */
 
 typedef enum fm_arch { FM_ARCH_QWEN3_MOE, FM_ARCH_MIXTRAL } fm_arch;
 
@@ -52,6 +54,29 @@ typedef struct fm_config {
     bool layer_is_moe[FM_MAX_LAYERS];
     fm_quant_config quant; /* quantization_config: the format of pre-quantized linear weights */
 } fm_config;
+
+/* config.json as the architecture descriptions read their own fields (model/arch.h fm_arch_config): the object
+ * and the file's label for messages. The readers fail with a message naming the file and the field. */
+struct cJSON;
+typedef struct fm_cfg_reader {
+    const struct cJSON *root;
+    const char *label;
+    fm_error *err;
+} fm_cfg_reader;
+
+/* Whether key is present and not null. */
+bool fm_cfg_has(const fm_cfg_reader *r, const char *key);
+/* An integer in [lo, hi]; absent: *out = dflt, or an error when required. */
+fm_status fm_cfg_read_int(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                          int64_t *out);
+fm_status fm_cfg_read_i32(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                          int32_t *out);
+/* true or false; absent: dflt. */
+fm_status fm_cfg_read_bool(const fm_cfg_reader *r, const char *key, bool dflt, bool *out);
+/* A finite number when present (*present says whether it is). */
+fm_status fm_cfg_read_number(const fm_cfg_reader *r, const char *key, bool *present, double *out);
+/* An optional list of layer indices in [0, n_layers): marked[i] set for each. */
+fm_status fm_cfg_read_layer_list(const fm_cfg_reader *r, const char *key, int32_t n_layers, bool *marked);
 
 /* Parses config.json text (len bytes, not necessarily NUL-terminated); label names the file in errors. */
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err);

@@ -200,111 +200,164 @@ static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t
     for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}, {0}};
 }
 
-static fm_status bind_experts(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {
-    const fm_config *c = b->cfg;
-    const int64_t E = c->n_experts, I = c->moe_intermediate, H = c->hidden_size;
-    const char *prefix = NULL;
-    char pre[256], module[512];
-    for (int i = 0; i < 3 && names->moe_prefixes[i]; i++) {
-        snprintf(pre, sizeof pre, names->moe_prefixes[i], l);
-        snprintf(module, sizeof module, "%s.gate", pre);
-        if (has_linear(b, module)) {
-            prefix = names->moe_prefixes[i];
-            break;
+/* The expert parts of a layer kind, in spec order (gate, up, down), with the bank each belongs to and its first
+ * row inside that bank. */
+typedef struct expert_parts {
+    const fm_part_spec *part[FM_SRC_N_EXPERT];
+    const fm_weight_spec *bank[FM_SRC_N_EXPERT];
+    int64_t row0[FM_SRC_N_EXPERT];
+    int n;
+} expert_parts;
+
+static void find_expert_parts(const fm_layer_desc *d, const fm_config *c, expert_parts *x) {
+    x->n = 0;
+    for (int32_t i = 0; i < d->n_specs; i++) {
+        const fm_weight_spec *s = &d->specs[i];
+        if (s->family != FM_WF_EXPERTS || !fm_spec_present(s, c)) continue;
+        int64_t row0 = 0;
+        for (int32_t p = 0; p < s->n_parts && x->n < FM_SRC_N_EXPERT; p++) {
+            x->part[x->n] = &s->parts[p], x->bank[x->n] = s, x->row0[x->n] = row0;
+            row0 += fm_part_rows(&s->parts[p], c);
+            x->n++;
         }
     }
-    snprintf(pre, sizeof pre, prefix ? prefix : names->moe_prefixes[0], l);
-    fm_status st;
-    if ((st = need_linear(b, &L->router, "router", E, H, "%s.gate.weight", pre))) return st;
+}
 
-    L->expert_gate = calloc((size_t)E, sizeof(fm_wsrc));
-    L->expert_up = calloc((size_t)E, sizeof(fm_wsrc));
-    L->expert_down = calloc((size_t)E, sizeof(fm_wsrc));
-    if (!L->expert_gate || !L->expert_up || !L->expert_down)
-        return fm_fail(b->err, FM_ERR_NOMEM, "out of memory binding layer %d experts", l);
-    const char *g = names->expert_part[0], *u = names->expert_part[1], *d = names->expert_part[2];
+/* "fused expert gate_up bank" from the bank's tensor name "gate_up_proj" */
+static void fused_role(char *out, size_t n, const char *fused_name) {
+    const size_t len = strlen(fused_name), cut = len > 5 && !strcmp(fused_name + len - 5, "_proj") ? len - 5 : len;
+    snprintf(out, n, "fused expert %.*s bank", (int)cut, fused_name);
+}
+
+/* The experts of layer l under the MoE block prefix pre, in whichever layout the checkpoint has them. */
+static fm_status bind_experts(binder *b, int l, const char *pre, const expert_parts *x, fm_layer_src *L) {
+    const fm_config *c = b->cfg;
+    const int64_t E = c->n_experts;
+    fm_status st;
+    for (int i = 0; i < x->n; i++) {
+        fm_wsrc **views = &L->ew[x->part[i]->slot - FM_SRC_N_LAYER];
+        if (!(*views = calloc((size_t)E, sizeof(fm_wsrc))))
+            return fm_fail(b->err, FM_ERR_NOMEM, "out of memory binding layer %d experts", l);
+    }
     char name[512];
-    snprintf(name, sizeof name, "%s.experts.0.%s", pre, g);
+    snprintf(name, sizeof name, "%s.experts.0.%s", pre, x->part[0]->name);
     if (has_linear(b, name)) {
         L->layout = FM_EXPERTS_PER_EXPERT;
-        for (int64_t e = 0; e < E; e++) {
-            if ((st = need_linear(b, &L->expert_gate[e], "expert gate", I, H, "%s.experts.%lld.%s.weight", pre,
-                                  (long long)e, g)) ||
-                (st = need_linear(b, &L->expert_up[e], "expert up", I, H, "%s.experts.%lld.%s.weight", pre,
-                                  (long long)e, u)) ||
-                (st = need_linear(b, &L->expert_down[e], "expert down", H, I, "%s.experts.%lld.%s.weight", pre,
-                                  (long long)e, d)))
-                return st;
-        }
+        for (int64_t e = 0; e < E; e++)
+            for (int i = 0; i < x->n; i++) {
+                const fm_part_spec *p = x->part[i];
+                if ((st = need_linear(b, &L->ew[p->slot - FM_SRC_N_LAYER][e], p->role, p->rows(c), p->cols(c),
+                                      "%s.experts.%lld.%s.weight", pre, (long long)e, p->name)))
+                    return st;
+            }
         return FM_OK;
     }
     /* 3-D banks: the name with or without a ".weight" suffix */
     const char *suffixes[2] = {"", ".weight"};
     for (int s = 0; s < 2; s++) {
-        const fm_st_tensor *gu = NULL, *gt = NULL, *ut = NULL, *dt = NULL;
-        snprintf(name, sizeof name, "%s.experts.gate_up_proj%s", pre, suffixes[s]);
-        if (fm_st_find(b->set, name)) {
-            int64_t sgu[3] = {E, 2 * I, H}, sd[3] = {E, H, I};
-            char dname[512];
-            snprintf(dname, sizeof dname, "%s.experts.down_proj%s", pre, suffixes[s]);
-            if ((st = need(b, name, 3, sgu, "fused expert gate_up bank", &gu)) ||
-                (st = need(b, dname, 3, sd, "fused expert down bank", &dt)))
-                return st;
+        if (x->bank[0]->fused_name)
+            snprintf(name, sizeof name, "%s.experts.%s%s", pre, x->bank[0]->fused_name, suffixes[s]);
+        if (x->bank[0]->fused_name && fm_st_find(b->set, name)) {
+            const fm_st_tensor *t[FM_SRC_N_EXPERT] = {NULL};
+            for (int i = 0; i < x->n; i++) { /* one tensor per bank: [E, the bank's rows, cols] */
+                const fm_weight_spec *w = x->bank[i];
+                if (i > 0 && w == x->bank[i - 1]) {
+                    t[i] = t[i - 1];
+                    continue;
+                }
+                int64_t shape[3] = {E, fm_spec_rows(w, c), fm_spec_cols(w, c)};
+                char tname[512], role[96];
+                snprintf(tname, sizeof tname, "%s.experts.%s%s", pre, w->fused_name, suffixes[s]);
+                fused_role(role, sizeof role, w->fused_name);
+                if ((st = need(b, tname, 3, shape, role, &t[i]))) return st;
+            }
             L->layout = FM_EXPERTS_FUSED_V5;
-            bank_views(L->expert_gate, gu, E, 2 * I, 0, I, H); /* first I rows of each expert: gate */
-            bank_views(L->expert_up, gu, E, 2 * I, I, I, H);   /* next I rows: up (concatenated, not interleaved) */
-            bank_views(L->expert_down, dt, E, H, 0, H, I);
-            b->n_params += E * 3 * I * H;
+            /* the parts' rows of each expert in turn (concatenated, not interleaved) */
+            for (int i = 0; i < x->n; i++) {
+                const fm_part_spec *p = x->part[i];
+                bank_views(L->ew[p->slot - FM_SRC_N_LAYER], t[i], E, fm_spec_rows(x->bank[i], c), x->row0[i],
+                           p->rows(c), p->cols(c));
+                b->n_params += E * p->rows(c) * p->cols(c);
+            }
             return FM_OK;
         }
-        snprintf(name, sizeof name, "%s.experts.%s%s", pre, g, suffixes[s]);
+        snprintf(name, sizeof name, "%s.experts.%s%s", pre, x->part[0]->name, suffixes[s]);
         if (fm_st_find(b->set, name)) {
-            int64_t sg[3] = {E, I, H}, sd[3] = {E, H, I};
-            char un[512], dn[512];
-            snprintf(un, sizeof un, "%s.experts.%s%s", pre, u, suffixes[s]);
-            snprintf(dn, sizeof dn, "%s.experts.%s%s", pre, d, suffixes[s]);
-            if ((st = need(b, name, 3, sg, "expert gate bank", &gt)) ||
-                (st = need(b, un, 3, sg, "expert up bank", &ut)) || (st = need(b, dn, 3, sd, "expert down bank", &dt)))
-                return st;
+            const fm_st_tensor *t[FM_SRC_N_EXPERT] = {NULL};
+            for (int i = 0; i < x->n; i++) {
+                const fm_part_spec *p = x->part[i];
+                int64_t shape[3] = {E, p->rows(c), p->cols(c)};
+                char tname[512], role[96];
+                snprintf(tname, sizeof tname, "%s.experts.%s%s", pre, p->name, suffixes[s]);
+                snprintf(role, sizeof role, "%s bank", p->role);
+                if ((st = need(b, tname, 3, shape, role, &t[i]))) return st;
+            }
             L->layout = FM_EXPERTS_SPLIT_3D;
-            bank_views(L->expert_gate, gt, E, I, 0, I, H);
-            bank_views(L->expert_up, ut, E, I, 0, I, H);
-            bank_views(L->expert_down, dt, E, H, 0, H, I);
-            b->n_params += E * 3 * I * H;
+            for (int i = 0; i < x->n; i++) {
+                const fm_part_spec *p = x->part[i];
+                bank_views(L->ew[p->slot - FM_SRC_N_LAYER], t[i], E, p->rows(c), 0, p->rows(c), p->cols(c));
+                b->n_params += E * p->rows(c) * p->cols(c);
+            }
             return FM_OK;
         }
     }
     return fm_fail(b->err, FM_ERR_FORMAT,
-                   "layer %d: no expert weights found (looked for %s.experts.0.%s.weight, %s.experts.gate_up_proj, "
+                   "layer %d: no expert weights found (looked for %s.experts.0.%s.weight, %s.experts.%s, "
                    "%s.experts.%s)",
-                   l, pre, g, pre, pre, g);
+                   l, pre, x->part[0]->name, pre, x->bank[0]->fused_name ? x->bank[0]->fused_name : "-", pre,
+                   x->part[0]->name);
 }
 
-static fm_status bind_layer(binder *b, int l, const fm_arch_names *names, fm_layer_src *L) {
+/* The MoE block prefix of layer l: the first of the description's under which the router exists (the first when
+ * none has it: the router's own binding then names what is missing). */
+static void find_moe_prefix(const binder *b, const fm_arch_desc *a, const fm_layer_desc *d, int l, char *pre,
+                            size_t n) {
+    const fm_part_spec *router = NULL;
+    for (int32_t i = 0; i < d->n_specs && !router; i++)
+        if (d->specs[i].family == FM_WF_ROUTER) router = &d->specs[i].parts[0];
+    fm_arch_name(pre, n, a->moe_prefixes[0], l, NULL);
+    for (int i = 0; router && i < FM_MAX_MOE_PREFIXES && a->moe_prefixes[i]; i++) {
+        char p[256], module[512];
+        fm_arch_name(p, sizeof p, a->moe_prefixes[i], l, NULL);
+        fm_arch_name(module, sizeof module, router->name, l, p);
+        const size_t len = strlen(module);
+        if (len > 7 && !strcmp(module + len - 7, ".weight")) module[len - 7] = '\0';
+        if (has_linear(b, module)) {
+            snprintf(pre, n, "%s", p);
+            return;
+        }
+    }
+}
+
+/* Every weight of layer l as its description lists it; the experts at the first expert bank. */
+static fm_status bind_layer(binder *b, int l, const fm_arch_desc *a, fm_layer_src *L) {
     const fm_config *c = b->cfg;
-    const int64_t H = c->hidden_size, hd = c->head_dim, nq = c->n_heads * hd, nkv = c->n_kv_heads * hd;
-    const char *p = "model.layers.%d.";
+    const fm_layer_desc *d = fm_arch_layer(a, c, l);
+    expert_parts x;
+    find_expert_parts(d, c, &x);
+    L->kind = a->layer_kind(c, l);
+    L->is_moe = x.n > 0;
+    char pre[256];
+    find_moe_prefix(b, a, d, l, pre, sizeof pre);
+    bool experts_done = false;
     fm_status st;
-    char fmt[128];
-#define NAME(suffix) (snprintf(fmt, sizeof fmt, "%s%s", p, suffix), fmt)
-    if ((st = need_vector(b, &L->attn_norm, "input_layernorm", H, NAME("input_layernorm.weight"), l)) ||
-        (st = need_linear(b, &L->q, "q_proj", nq, H, NAME("self_attn.q_proj.weight"), l)) ||
-        (st = need_linear(b, &L->k, "k_proj", nkv, H, NAME("self_attn.k_proj.weight"), l)) ||
-        (st = need_linear(b, &L->v, "v_proj", nkv, H, NAME("self_attn.v_proj.weight"), l)) ||
-        (st = need_linear(b, &L->o, "o_proj", H, nq, NAME("self_attn.o_proj.weight"), l)) ||
-        (st = need_vector(b, &L->ffn_norm, "post_attention_layernorm", H, NAME("post_attention_layernorm.weight"), l)))
-        return st;
-    if (c->qk_norm && ((st = need_vector(b, &L->q_norm, "q_norm", hd, NAME("self_attn.q_norm.weight"), l)) ||
-                       (st = need_vector(b, &L->k_norm, "k_norm", hd, NAME("self_attn.k_norm.weight"), l))))
-        return st;
-    L->is_moe = c->layer_is_moe[l];
-    if (L->is_moe) return bind_experts(b, l, names, L);
-    const int64_t Id = c->dense_intermediate;
-    if ((st = need_linear(b, &L->mlp_gate, "dense mlp gate_proj", Id, H, NAME("mlp.gate_proj.weight"), l)) ||
-        (st = need_linear(b, &L->mlp_up, "dense mlp up_proj", Id, H, NAME("mlp.up_proj.weight"), l)) ||
-        (st = need_linear(b, &L->mlp_down, "dense mlp down_proj", H, Id, NAME("mlp.down_proj.weight"), l)))
-        return st;
-#undef NAME
+    for (int32_t i = 0; i < d->n_specs; i++) {
+        const fm_weight_spec *s = &d->specs[i];
+        if (!fm_spec_present(s, c)) continue;
+        if (s->family == FM_WF_EXPERTS) {
+            if (!experts_done && (st = bind_experts(b, l, pre, &x, L))) return st;
+            experts_done = true;
+            continue;
+        }
+        for (int32_t j = 0; j < s->n_parts; j++) {
+            const fm_part_spec *p = &s->parts[j];
+            char name[512];
+            fm_arch_name(name, sizeof name, p->name, l, pre);
+            st = p->rows ? need_linear(b, &L->w[p->slot], p->role, p->rows(c), p->cols(c), "%s", name)
+                         : need_view(b, &L->w[p->slot], p->role, 1, 1, p->cols(c), name);
+            if (st) return st;
+        }
+    }
     return FM_OK;
 }
 
@@ -323,16 +376,21 @@ static bool native_one(const fm_wsrc *w, int *n) {
 }
 
 static bool all_native_layout(const fm_model_src *m) {
+    const fm_config *c = &m->cfg;
+    const fm_arch_desc *a = fm_arch_of(c);
     int n = 0;
     bool ok = true;
-    for (int l = 0; ok && l < m->cfg.n_layers; l++) {
-        const fm_layer_src *L = &m->layers[l];
-        ok = native_one(&L->q, &n) && native_one(&L->k, &n) && native_one(&L->v, &n) && native_one(&L->o, &n);
-        if (L->is_moe)
-            for (int32_t e = 0; ok && e < m->cfg.n_experts; e++)
-                ok = native_one(&L->expert_gate[e], &n) && native_one(&L->expert_up[e], &n) &&
-                     native_one(&L->expert_down[e], &n);
-        else if (ok) ok = native_one(&L->mlp_gate, &n) && native_one(&L->mlp_up, &n) && native_one(&L->mlp_down, &n);
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        const fm_layer_desc *d = fm_arch_layer(a, c, l);
+        for (int32_t i = 0; ok && i < d->n_specs; i++) {
+            const fm_weight_spec *s = &d->specs[i];
+            if (!fm_wfamily_is_linear(s->family) || !fm_spec_present(s, c)) continue;
+            const int32_t count = fm_spec_count(s, c);
+            for (int32_t j = 0; ok && j < s->n_parts; j++) {
+                const fm_wsrc *v = fm_layer_src_cviews(&m->layers[l], s->parts[j].slot);
+                for (int32_t e = 0; ok && e < count; e++) ok = native_one(&v[e], &n);
+            }
+        }
     }
     return ok && n > 0;
 }
@@ -341,7 +399,7 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
     memset(out, 0, sizeof *out);
     out->cfg = *cfg;
     binder b = {.cfg = cfg, .set = set, .err = err};
-    const fm_arch_names *names = cfg->arch == FM_ARCH_MIXTRAL ? fm_mixtral_names() : fm_qwen3_moe_names();
+    const fm_arch_desc *arch = fm_arch_of(cfg);
     const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
     fm_status st = FM_OK;
     out->layers = calloc((size_t)cfg->n_layers, sizeof *out->layers);
@@ -356,7 +414,7 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
             st = need_linear(&b, &out->lm_head, "lm_head (tie_word_embeddings is false)", V, H, "lm_head.weight");
         }
     }
-    for (int l = 0; !st && l < cfg->n_layers; l++) st = bind_layer(&b, l, names, &out->layers[l]);
+    for (int l = 0; !st && l < cfg->n_layers; l++) st = bind_layer(&b, l, arch, &out->layers[l]);
     if (!st) out->cfg.quant.native_layout = all_native_layout(out);
     if (!st) {
         qsort(b.used, (size_t)b.n_used, sizeof *b.used, cmp_ptr);
@@ -373,9 +431,7 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
 void fm_model_src_free(fm_model_src *m) {
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) {
-            free(m->layers[l].expert_gate);
-            free(m->layers[l].expert_up);
-            free(m->layers[l].expert_down);
+            for (int i = 0; i < FM_SRC_N_EXPERT; i++) free(m->layers[l].ew[i]);
         }
     free(m->layers);
     memset(m, 0, sizeof *m);

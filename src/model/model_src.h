@@ -1,12 +1,15 @@
-/* Where each weight of a model lives in a checkpoint: the canonical weight slots of a MoE decoder, each a
- * view of a 2-D row-major matrix inside a safetensors tensor. Per-architecture files (qwen3_moe.c,
- * mixtral.c) give the tensor names; bind.c finds them, whatever the expert layout (per-expert tensors or
- * fused 3-D banks), and checks every dtype and shape before anything is read. */
+/* Where each weight of a model lives in a checkpoint: the weight slots of a decoder layer (model/arch.h), each a
+ * view of a 2-D row-major matrix inside a safetensors tensor. Per-architecture descriptions (qwen3_moe.c,
+ * mixtral.c) give the slots, shapes and tensor names; bind.c finds them, whatever the expert layout (per-expert
+ * tensors or fused 3-D banks), and checks every dtype and shape before anything is read. */
 #ifndef FM_MODEL_SRC_H
 #define FM_MODEL_SRC_H
 
+#include <stddef.h>
+
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "model/arch.h"
 #include "quant/int4_ckpt.h"
 
 /* Synthetic weights (benchmarks at real shapes without a checkpoint): element i of a view is
@@ -61,23 +64,53 @@ typedef enum fm_expert_layout {
 
 const char *fm_expert_layout_name(fm_expert_layout l);
 
+/* One layer's matrices, by source slot (model/arch.h): w[slot] for the layer's own, ew[slot - FM_SRC_N_LAYER] for
+ * the experts' ([E] each); a slot the layer's description does not have stays zero (rows 0). The named members
+ * alias the same storage, for readers of one known layer kind. */
 typedef struct fm_layer_src {
-    fm_wsrc attn_norm;      /* [H] */
-    fm_wsrc q, k, v;        /* [n_heads*hd, H], [n_kv*hd, H], [n_kv*hd, H] */
-    fm_wsrc o;              /* [H, n_heads*hd] */
-    fm_wsrc q_norm, k_norm; /* [hd] (Qwen3 only) */
-    fm_wsrc ffn_norm;       /* [H] post_attention_layernorm */
-    bool is_moe;
-    /* MoE layer */
+    union {
+        fm_wsrc w[FM_SRC_N_LAYER];
+        struct {
+            fm_wsrc attn_norm;        /* [H] */
+            fm_wsrc q, k, v;          /* [n_heads*hd, H], [n_kv*hd, H], [n_kv*hd, H] */
+            fm_wsrc o;                /* [H, n_heads*hd] */
+            fm_wsrc q_norm, k_norm;   /* [hd] (Qwen3 only) */
+            fm_wsrc ffn_norm;         /* [H] post_attention_layernorm */
+            fm_wsrc router;           /* [E, H] */
+            fm_wsrc mlp_gate, mlp_up; /* [Id, H] dense SwiGLU layer */
+            fm_wsrc mlp_down;         /* [H, Id] */
+        };
+    };
+    union {
+        fm_wsrc *ew[FM_SRC_N_EXPERT];
+        struct {
+            fm_wsrc *expert_gate; /* [E] of [I, H] */
+            fm_wsrc *expert_up;   /* [E] of [I, H] */
+            fm_wsrc *expert_down; /* [E] of [H, I] */
+        };
+    };
+    fm_layer_kind kind;
+    bool is_moe; /* the kind has routed experts */
     fm_expert_layout layout;
-    fm_wsrc router;       /* [E, H] */
-    fm_wsrc *expert_gate; /* [E] of [I, H] */
-    fm_wsrc *expert_up;   /* [E] of [I, H] */
-    fm_wsrc *expert_down; /* [E] of [H, I] */
-    /* dense SwiGLU layer */
-    fm_wsrc mlp_gate, mlp_up; /* [Id, H] */
-    fm_wsrc mlp_down;         /* [H, Id] */
 } fm_layer_src;
+
+#ifndef __cplusplus
+_Static_assert(offsetof(fm_layer_src, mlp_down) == offsetof(fm_layer_src, w) + FM_SRC_MLP_DOWN * sizeof(fm_wsrc),
+               "fm_layer_src: the named members follow fm_src_slot");
+_Static_assert(offsetof(fm_layer_src, ffn_norm) == offsetof(fm_layer_src, w) + FM_SRC_FFN_NORM * sizeof(fm_wsrc),
+               "fm_layer_src: the named members follow fm_src_slot");
+_Static_assert(offsetof(fm_layer_src, expert_down) ==
+                   offsetof(fm_layer_src, ew) + (FM_SRC_EXPERT_DOWN - FM_SRC_N_LAYER) * sizeof(fm_wsrc *),
+               "fm_layer_src: the named members follow fm_src_slot");
+#endif
+
+/* The views of one source slot (count: 1, or E for an expert slot; NULL when an expert slot is not bound). */
+static inline fm_wsrc *fm_layer_src_views(fm_layer_src *L, fm_src_slot s) {
+    return s < FM_SRC_N_LAYER ? &L->w[s] : L->ew[s - FM_SRC_N_LAYER];
+}
+static inline const fm_wsrc *fm_layer_src_cviews(const fm_layer_src *L, fm_src_slot s) {
+    return s < FM_SRC_N_LAYER ? &L->w[s] : L->ew[s - FM_SRC_N_LAYER];
+}
 
 typedef struct fm_model_src {
     fm_config cfg;
@@ -88,15 +121,6 @@ typedef struct fm_model_src {
     int64_t n_params;     /* elements bound (tied lm_head counted once) */
     int64_t n_unused;     /* tensors in the checkpoint that no slot uses */
 } fm_model_src;
-
-/* Tensor names of one architecture. Format strings take the layer index, then the expert index. */
-typedef struct fm_arch_names {
-    const char *moe_prefixes[3]; /* "model.layers.%d.mlp", ... tried in order; NULL-terminated */
-    const char *expert_part[3];  /* per-expert names of gate, up, down ("gate_proj"... / "w1","w3","w2") */
-} fm_arch_names;
-
-const fm_arch_names *fm_qwen3_moe_names(void);
-const fm_arch_names *fm_mixtral_names(void);
 
 fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model_src *out, fm_error *err);
 void fm_model_src_free(fm_model_src *m);
