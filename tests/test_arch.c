@@ -105,18 +105,16 @@ static void qwen3_shapes(void **s) {
         want[w->bank][2] = fm_spec_cols(w, &c);
     }
     const int64_t expect[FM_BANK_COUNT][3] = {
-        [FM_BANK_ATTN_NORM] = {1, 1, 2048},    [FM_BANK_FFN_NORM] = {1, 1, 2048},
-        [FM_BANK_QKV] = {1, 5120, 2048},       [FM_BANK_O] = {1, 2048, 4096},
-        [FM_BANK_Q_NORM] = {1, 1, 128},        [FM_BANK_K_NORM] = {1, 1, 128},
-        [FM_BANK_ROUTER] = {1, 128, 2048},     [FM_BANK_GATE_UP] = {128, 1536, 2048},
-        [FM_BANK_DOWN] = {128, 2048, 768},
+        [FM_BANK_ATTN_NORM] = {1, 1, 2048}, [FM_BANK_FFN_NORM] = {1, 1, 2048},     [FM_BANK_QKV] = {1, 5120, 2048},
+        [FM_BANK_O] = {1, 2048, 4096},      [FM_BANK_Q_NORM] = {1, 1, 128},        [FM_BANK_K_NORM] = {1, 1, 128},
+        [FM_BANK_ROUTER] = {1, 128, 2048},  [FM_BANK_GATE_UP] = {128, 1536, 2048}, [FM_BANK_DOWN] = {128, 2048, 768},
     };
     for (int b = 0; b < FM_BANK_COUNT; b++)
         for (int k = 0; k < 3; k++)
-            if (want[b][k] != expect[b][k]) fail_msg("bank %d [%d]: %lld, want %lld", b, k, (long long)want[b][k],
-                                                     (long long)expect[b][k]);
+            if (want[b][k] != expect[b][k])
+                fail_msg("bank %d [%d]: %lld, want %lld", b, k, (long long)want[b][k], (long long)expect[b][k]);
     assert_int_equal(fm_arch_widest_dense_k(&c, c.n_layers), 4096); /* o_proj's input, nh * hd */
-    c.qk_norm = false;                                                 /* the predicate drops the q/k norms */
+    c.qk_norm = false;                                              /* the predicate drops the q/k norms */
     int present = 0;
     for (int32_t j = 0; j < d->n_specs; j++) present += fm_spec_present(&d->specs[j], &c);
     assert_int_equal(present, d->n_specs - 2);
@@ -161,8 +159,8 @@ static void named_members_alias_the_slots(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(descriptions_are_well_formed),  cmocka_unit_test(model_types_are_found),
-        cmocka_unit_test(name_patterns_expand),          cmocka_unit_test(qwen3_shapes),
+        cmocka_unit_test(descriptions_are_well_formed),   cmocka_unit_test(model_types_are_found),
+        cmocka_unit_test(name_patterns_expand),           cmocka_unit_test(qwen3_shapes),
         cmocka_unit_test(dense_layers_take_the_mlp_kind), cmocka_unit_test(named_members_alias_the_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -152,8 +152,8 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         if (w->family == FM_WF_EXPERTS) fmt = p->w_expert, a_in = p->a_dispatch, a_out = p->a_expert;
         char label[96];
         snprintf(label, sizeof label, "layer %d %s", l, w->label);
-        fm_status st = bank_acts(ld, &L->bank[w->bank], srcs, n, np, w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out,
-                                 label);
+        fm_status st =
+            bank_acts(ld, &L->bank[w->bank], srcs, n, np, w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
         free(srcs);
         if (st) return st;
     }

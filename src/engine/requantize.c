@@ -53,8 +53,7 @@ static fm_status push(plan *p, item it, fm_error *err) {
 
 /* The module name of a linear: its tensor's name without ".weight", or, for a view into a 3-D expert bank,
  * "<moe prefix>.experts.<e>.<part>" (the per-expert names compressed-tensors readers look up). */
-static fm_status module_name(const fm_wsrc *w, int32_t expert, const char *part, char *out, size_t n,
-                             fm_error *err) {
+static fm_status module_name(const fm_wsrc *w, int32_t expert, const char *part, char *out, size_t n, fm_error *err) {
     const char *name = w->t->name;
     const size_t len = strlen(name);
     if (w->t->n_dims == 2 && w->offset == 0 && len > 7 && strcmp(name + len - 7, ".weight") == 0) {
@@ -68,8 +67,7 @@ static fm_status module_name(const fm_wsrc *w, int32_t expert, const char *part,
     return FM_OK;
 }
 
-static fm_status add_linear(plan *p, const fm_wsrc *w, int32_t layer, int32_t expert, const char *part,
-                            fm_error *err) {
+static fm_status add_linear(plan *p, const fm_wsrc *w, int32_t layer, int32_t expert, const char *part, fm_error *err) {
     char module[512];
     fm_status st = module_name(w, expert, part, module, sizeof module, err);
     if (st) return st;

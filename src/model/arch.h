@@ -109,7 +109,7 @@ typedef int64_t (*fm_dim_fn)(const fm_config *c);
 
 typedef struct fm_part_spec {
     fm_src_slot slot;
-    fm_dim_fn rows;      /* NULL: a vector [cols], 1-D in the checkpoint */
+    fm_dim_fn rows; /* NULL: a vector [cols], 1-D in the checkpoint */
     fm_dim_fn cols;
     const char *name;    /* checkpoint tensor, "{L}" / "{P}"; an expert part: its name inside one expert */
     const char *role;    /* what errors call it: "q_proj", "expert gate" */
@@ -120,9 +120,9 @@ typedef struct fm_weight_spec {
     fm_bank_slot bank;
     fm_wfamily family;
     fm_fusion fusion;
-    const char *label;                 /* load messages ("layer 3 qkv") and the memory plan's */
-    const char *fused_name;            /* an expert bank stored whole as one 3-D tensor [E, rows, cols] (transformers
-                                          v5: "gate_up_proj", "down_proj"); NULL otherwise */
+    const char *label;                /* load messages ("layer 3 qkv") and the memory plan's */
+    const char *fused_name;           /* an expert bank stored whole as one 3-D tensor [E, rows, cols] (transformers
+                                         v5: "gate_up_proj", "down_proj"); NULL otherwise */
     bool (*when)(const fm_config *c); /* NULL: always present */
     int32_t n_parts;
     fm_part_spec parts[FM_MAX_PARTS];
@@ -149,7 +149,7 @@ typedef struct fm_arch_config {
 
 typedef struct fm_arch_desc {
     fm_arch arch;
-    const char *model_type;                       /* config.json's model_type */
+    const char *model_type; /* config.json's model_type */
     fm_arch_config config;
     const char *moe_prefixes[FM_MAX_MOE_PREFIXES]; /* "model.layers.{L}.mlp", ...: tried in order; NULL-terminated */
     fm_layer_kind (*layer_kind)(const fm_config *c, int32_t layer);

@@ -13,43 +13,98 @@
 
 /* the two norms and the attention of every layer */
 #define NORM(bank, slot, label, name, when, inspect)                                                                   \
-    {bank, FM_WF_NORM, FM_FUSE_NONE, label, NULL, when, 1, {{slot, NULL, fm_dim_hidden, name, label, inspect}}}
+    {                                                                                                                  \
+        bank, FM_WF_NORM, FM_FUSE_NONE, label, NULL, when, 1, {                                                        \
+            { slot, NULL, fm_dim_hidden, name, label, inspect }                                                        \
+        }                                                                                                              \
+    }
 #define ATTENTION_SPECS                                                                                                \
     NORM(FM_BANK_ATTN_NORM, FM_SRC_ATTN_NORM, "input_layernorm", "model.layers.{L}.input_layernorm.weight", NULL,      \
          NULL),                                                                                                        \
         NORM(FM_BANK_FFN_NORM, FM_SRC_FFN_NORM, "post_attention_layernorm",                                            \
              "model.layers.{L}.post_attention_layernorm.weight", NULL, NULL),                                          \
-        {FM_BANK_QKV, FM_WF_ATTN, FM_FUSE_ROWS, "qkv", NULL, NULL, 3,                                                  \
+        {FM_BANK_QKV,                                                                                                  \
+         FM_WF_ATTN,                                                                                                   \
+         FM_FUSE_ROWS,                                                                                                 \
+         "qkv",                                                                                                        \
+         NULL,                                                                                                         \
+         NULL,                                                                                                         \
+         3,                                                                                                            \
          {{FM_SRC_Q, fm_dim_q, fm_dim_hidden, "model.layers.{L}.self_attn.q_proj.weight", "q_proj", "q_proj"},         \
           {FM_SRC_K, fm_dim_kv, fm_dim_hidden, "model.layers.{L}.self_attn.k_proj.weight", "k_proj", "k_proj"},        \
           {FM_SRC_V, fm_dim_kv, fm_dim_hidden, "model.layers.{L}.self_attn.v_proj.weight", "v_proj", "v_proj"}}},      \
-        {FM_BANK_O, FM_WF_ATTN, FM_FUSE_NONE, "o_proj", NULL, NULL, 1,                                                 \
+        {FM_BANK_O,                                                                                                    \
+         FM_WF_ATTN,                                                                                                   \
+         FM_FUSE_NONE,                                                                                                 \
+         "o_proj",                                                                                                     \
+         NULL,                                                                                                         \
+         NULL,                                                                                                         \
+         1,                                                                                                            \
          {{FM_SRC_O, fm_dim_hidden, fm_dim_q, "model.layers.{L}.self_attn.o_proj.weight", "o_proj", "o_proj"}}},       \
-        {FM_BANK_Q_NORM, FM_WF_NORM, FM_FUSE_NONE, "q_norm", NULL, fm_when_qk_norm, 1,                                 \
-         {{FM_SRC_Q_NORM, NULL, fm_dim_head, "model.layers.{L}.self_attn.q_norm.weight", "q_norm",                    \
+        {FM_BANK_Q_NORM,                                                                                               \
+         FM_WF_NORM,                                                                                                   \
+         FM_FUSE_NONE,                                                                                                 \
+         "q_norm",                                                                                                     \
+         NULL,                                                                                                         \
+         fm_when_qk_norm,                                                                                              \
+         1,                                                                                                            \
+         {{FM_SRC_Q_NORM, NULL, fm_dim_head, "model.layers.{L}.self_attn.q_norm.weight", "q_norm",                     \
            "q_norm / k_norm"}}},                                                                                       \
-        {FM_BANK_K_NORM, FM_WF_NORM, FM_FUSE_NONE, "k_norm", NULL, fm_when_qk_norm, 1,                                 \
-         {{FM_SRC_K_NORM, NULL, fm_dim_head, "model.layers.{L}.self_attn.k_norm.weight", "k_norm", NULL}}}
+    {                                                                                                                  \
+        FM_BANK_K_NORM, FM_WF_NORM, FM_FUSE_NONE, "k_norm", NULL, fm_when_qk_norm, 1, {                                \
+            { FM_SRC_K_NORM, NULL, fm_dim_head, "model.layers.{L}.self_attn.k_norm.weight", "k_norm", NULL }           \
+        }                                                                                                              \
+    }
 
 static const fm_weight_spec moe_layer[] = {
     ATTENTION_SPECS,
-    {FM_BANK_ROUTER, FM_WF_ROUTER, FM_FUSE_NONE, "router", NULL, NULL, 1,
+    {FM_BANK_ROUTER,
+     FM_WF_ROUTER,
+     FM_FUSE_NONE,
+     "router",
+     NULL,
+     NULL,
+     1,
      {{FM_SRC_ROUTER, fm_dim_experts, fm_dim_hidden, "{P}.gate.weight", "router", "router"}}},
-    {FM_BANK_GATE_UP, FM_WF_EXPERTS, FM_FUSE_GATE_UP, "experts gate_up", "gate_up_proj", NULL, 2,
+    {FM_BANK_GATE_UP,
+     FM_WF_EXPERTS,
+     FM_FUSE_GATE_UP,
+     "experts gate_up",
+     "gate_up_proj",
+     NULL,
+     2,
      {{FM_SRC_EXPERT_GATE, fm_dim_moe_inter, fm_dim_hidden, "gate_proj", "expert gate", "expert gate / up (each)"},
       {FM_SRC_EXPERT_UP, fm_dim_moe_inter, fm_dim_hidden, "up_proj", "expert up", NULL}}},
-    {FM_BANK_DOWN, FM_WF_EXPERTS, FM_FUSE_NONE, "experts down", "down_proj", NULL, 1,
+    {FM_BANK_DOWN,
+     FM_WF_EXPERTS,
+     FM_FUSE_NONE,
+     "experts down",
+     "down_proj",
+     NULL,
+     1,
      {{FM_SRC_EXPERT_DOWN, fm_dim_hidden, fm_dim_moe_inter, "down_proj", "expert down", "expert down (each)"}}},
 };
 
 static const fm_weight_spec mlp_layer[] = {
     ATTENTION_SPECS,
-    {FM_BANK_GATE_UP, FM_WF_DENSE_MLP, FM_FUSE_GATE_UP, "mlp gate_up", NULL, NULL, 2,
+    {FM_BANK_GATE_UP,
+     FM_WF_DENSE_MLP,
+     FM_FUSE_GATE_UP,
+     "mlp gate_up",
+     NULL,
+     NULL,
+     2,
      {{FM_SRC_MLP_GATE, fm_dim_dense_inter, fm_dim_hidden, "model.layers.{L}.mlp.gate_proj.weight",
        "dense mlp gate_proj", "mlp gate / up"},
       {FM_SRC_MLP_UP, fm_dim_dense_inter, fm_dim_hidden, "model.layers.{L}.mlp.up_proj.weight", "dense mlp up_proj",
        NULL}}},
-    {FM_BANK_DOWN, FM_WF_DENSE_MLP, FM_FUSE_NONE, "mlp down", NULL, NULL, 1,
+    {FM_BANK_DOWN,
+     FM_WF_DENSE_MLP,
+     FM_FUSE_NONE,
+     "mlp down",
+     NULL,
+     NULL,
+     1,
      {{FM_SRC_MLP_DOWN, fm_dim_hidden, fm_dim_dense_inter, "model.layers.{L}.mlp.down_proj.weight",
        "dense mlp down_proj", "mlp down"}}},
 };
