@@ -59,10 +59,25 @@ typedef enum fm_dense {
 const char *fm_dense_name(fm_dense d);
 bool fm_dense_parse(const char *name, fm_dense *out);
 
+/* --dispatch: the format of the expert dispatch buffer (the top-k routed copies of each token that the gate|up GEMM
+ * reads), beside the preset's choice (fp8: e4m3 1x128; fp4: MXFP4). */
+typedef enum fm_dispatch {
+    FM_DISPATCH_PRESET = 0, /* as the preset says */
+    FM_DISPATCH_BF16,       /* the activations as they are */
+    FM_DISPATCH_FP8,        /* e4m3 with one fp32 scale per 128 elements */
+    FM_DISPATCH_MXFP4,      /* E2M1, one UE8M0 scale per 32 elements */
+    FM_DISPATCH_NVFP4,      /* E2M1, one e4m3 scale per 16 elements and one fp32 scale per buffer */
+} fm_dispatch;
+
+const char *fm_dispatch_name(fm_dispatch d);
+bool fm_dispatch_parse(const char *name, fm_dispatch *out);
+
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset preset;
     fm_dense dense;           /* --dense: FM_DENSE_PRESET (0) unless asked */
+    fm_dispatch dispatch;     /* --dispatch: FM_DISPATCH_PRESET (0) unless asked (the cpu backend: every format;
+                                 cuda: the preset's, for now) */
     int32_t n_layers;         /* run only the first n decoder layers; 0 = all */
     int32_t n_threads;        /* CPU threads; 0 = OpenMP's default */
     bool verbose;             /* progress on stderr while loading */

@@ -248,6 +248,21 @@ static void perplexity_last_line(void **s) {
     expect_error(fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
                         "--window 12 --windows 4"),
                  1, "windows");
+    /* --dispatch: an FP4 dispatch buffer changes the perplexity a little; a bad name and the oracle are refused */
+    assert_int_equal(
+        fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
+               "--window 12 --windows 3 --preset fp8 --dispatch nvfp4"),
+        0);
+    double ppl4 = 0;
+    assert_non_null(strstr(cli_out, "perplexity = "));
+    assert_int_equal(sscanf(strstr(cli_out, "perplexity = "), "perplexity = %lf", &ppl4), 1);
+    assert_true(ppl4 > 1.0 && ppl4 != ppl && fabs(ppl4 / ppl - 1.0) < 0.2);
+    expect_error(fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
+                        "--dispatch fp16"),
+                 2, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset");
+    expect_error(fp8moe("perplexity --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
+                        "--window 12 --windows 3 --dispatch nvfp4"),
+                 2, "the ref preset is the oracle");
 }
 
 static void parity_table_and_json(void **s) {

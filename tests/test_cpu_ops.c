@@ -216,7 +216,7 @@ static double *act_dequant(const float *x, int64_t M, int64_t K, fm_afmt afmt) {
     }
     uint8_t *codes = xmalloc((size_t)K + 1);
     float *sc = xmalloc((size_t)(K / 128 + 1) * sizeof *sc);
-    uint8_t *mxs = xmalloc((size_t)(K / 32 + 1));
+    uint8_t *mxs = xmalloc((size_t)(K / 16 + 1)); /* MXFP4's scales per 32, NVFP4's per 16 */
     float *deq = xmalloc((size_t)K * sizeof *deq);
     for (int64_t m = 0; m < M; m++) {
         const float *xr = x + m * K;
@@ -242,6 +242,13 @@ static double *act_dequant(const float *x, int64_t M, int64_t K, fm_afmt afmt) {
             fm_mxfp4_dequantize(codes, mxs, K, deq);
             for (int64_t k = 0; k < K; k++) o[k] = deq[k];
             break;
+        case FM_A_NVFP4: { /* the tensor scale of all M K elements (the dispatch buffer's) */
+            const float ts = fm_nvfp4_tensor_scale(x, M * K);
+            fm_nvfp4_quantize(xr, K, ts, codes, mxs);
+            fm_nvfp4_dequantize(codes, mxs, ts, K, deq);
+            for (int64_t k = 0; k < K; k++) o[k] = deq[k];
+            break;
+        }
         }
     }
     free(codes), free(sc), free(mxs), free(deq);
@@ -1241,6 +1248,59 @@ static void test_moe_is_composition(void **state) {
     }
 }
 
+/* --dispatch: the moe op with an FP4 dispatch buffer is the same op on the buffer's dequantized values (NVFP4: one
+ * tensor scale over every routed row, i.e. over x; MXFP4: per 32-block), bit for bit, and differs from the unquantized
+ * dispatch. The plan's setter leaves the down input alone and refuses the oracle. */
+static void test_moe_fp4_dispatch(void **state) {
+    (void)state;
+    seed(16);
+    const int64_t T = 5, H = 200, I = 72;
+    const int32_t E = 4, k = 2;
+    const fm_afmt afmts[] = {FM_A_NVFP4, FM_A_MXFP4};
+    fm_backend *be = make_backend(FM_PRESET_FP8);
+    float *g = rand_array(E * I * H, 1.0f), *u = rand_array(E * I * H, 1.0f), *d = rand_array(E * H * I, 1.0f);
+    float *x = rand_array(T * H, 1.0f);
+    for (int64_t i = 0; i < T * H; i++)
+        x[i] = fm_round_bf16(x[i] * (float)(1 + (i / 40) % 7)); /* block scales differ */
+    fm_bank *gub = make_bank2(be, g, u, E, I, I, H, be->plan.w_expert),
+            *db = make_bank(be, d, E, H, I, be->plan.w_expert);
+    const int32_t ids[10] = {1, 2, 3, 0, 0, 1, 2, 3, 3, 1};
+    float w[10];
+    for (int i = 0; i < 10; i++) w[i] = fm_round_bf16((float)(0.1 + 0.9 * urand()));
+    for (int a = 0; a < 2; a++) {
+        float *o = act(be, T * H), *on = act(be, T * H), *oq = act(be, T * H), *xq = xmalloc((size_t)(T * H) * 4);
+        be->ops->moe(be, gub, db, x, T, ids, w, k, afmts[a], be->plan.a_expert, o);
+        be->ops->moe(be, gub, db, x, T, ids, w, k, FM_A_NATIVE, be->plan.a_expert, on);
+        double *xd = act_dequant(x, T, H, afmts[a]);
+        for (int64_t i = 0; i < T * H; i++) xq[i] = (float)xd[i]; /* exact: E2M1 x scales are floats */
+        be->ops->moe(be, gub, db, xq, T, ids, w, k, FM_A_NATIVE, be->plan.a_expert, oq);
+        assert_memory_equal(o, oq, (size_t)(T * H) * sizeof *o);
+        assert_true(rel_err_ff(o, on, T * H) > 1e-3); /* E2M1: ~10% per element */
+        free(xd), free(xq);
+        be->ops->free(be, o), be->ops->free(be, on), be->ops->free(be, oq);
+    }
+    /* the plan */
+    fm_plan plan;
+    fm_error err;
+    fm_plan_from_preset(FM_PRESET_FP8, &plan);
+    assert_int_equal(fm_plan_set_dispatch(&plan, FM_DISPATCH_NVFP4, &err), FM_OK);
+    assert_int_equal(plan.a_dispatch, FM_A_NVFP4);
+    assert_int_equal(plan.a_expert, FM_A_E4M3_G128);
+    assert_int_equal(fm_plan_set_dispatch(&plan, FM_DISPATCH_BF16, &err), FM_OK);
+    assert_int_equal(plan.a_dispatch, FM_A_NATIVE);
+    fm_plan_from_preset(FM_PRESET_FP4, &plan);
+    assert_int_equal(plan.a_dispatch, FM_A_MXFP4); /* fp4 = fp8 + --dispatch mxfp4 */
+    fm_plan_from_preset(FM_PRESET_REF, &plan);
+    assert_int_equal(fm_plan_set_dispatch(&plan, FM_DISPATCH_FP8, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "oracle"));
+    fm_dispatch dd;
+    assert_true(fm_dispatch_parse("nvfp4", &dd) && dd == FM_DISPATCH_NVFP4);
+    assert_false(fm_dispatch_parse("fp16", &dd));
+    free(g), free(u), free(d), free(x);
+    be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
+    be->ops->destroy(be);
+}
+
 /* ---------------------------------------------------------------- banks and threads */
 
 static void test_bank_bad_parts(void **state) {
@@ -1357,6 +1417,7 @@ int main(void) {
         cmocka_unit_test(test_qk_norm_rope_positions),
         cmocka_unit_test(test_moe_vs_double),
         cmocka_unit_test(test_moe_is_composition),
+        cmocka_unit_test(test_moe_fp4_dispatch),
         cmocka_unit_test(test_bank_bad_parts),
         cmocka_unit_test(test_thread_determinism),
     };

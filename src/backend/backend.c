@@ -23,6 +23,7 @@ const char *fm_afmt_name(fm_afmt f) {
     case FM_A_NATIVE: return "native";
     case FM_A_E4M3_G128: return "e4m3-1x128";
     case FM_A_MXFP4: return "mxfp4";
+    case FM_A_NVFP4: return "nvfp4";
     case FM_A_E4M3_PT: return "e4m3-tensor";
     case FM_A_E4M3_ROW: return "e4m3-row";
     }
@@ -30,6 +31,21 @@ const char *fm_afmt_name(fm_afmt f) {
 }
 
 const char *fm_dense_name(fm_dense d) { return d == FM_DENSE_W8A8 ? "w8a8" : "preset"; }
+
+static const char *const dispatch_names[] = {"preset", "bf16", "fp8", "mxfp4", "nvfp4"};
+
+const char *fm_dispatch_name(fm_dispatch d) {
+    return (unsigned)d < sizeof dispatch_names / sizeof *dispatch_names ? dispatch_names[d] : "?";
+}
+
+bool fm_dispatch_parse(const char *name, fm_dispatch *out) {
+    for (int i = 0; i < (int)(sizeof dispatch_names / sizeof *dispatch_names); i++)
+        if (strcmp(name, dispatch_names[i]) == 0) {
+            *out = (fm_dispatch)i;
+            return true;
+        }
+    return false;
+}
 
 bool fm_dense_parse(const char *name, fm_dense *out) {
     if (strcmp(name, "w8a8") == 0) *out = FM_DENSE_W8A8;
@@ -97,6 +113,20 @@ bool fm_bank_src_any_quantized(const fm_bank_src *src) {
 
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
     if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
+}
+
+fm_status fm_plan_set_dispatch(fm_plan *plan, fm_dispatch d, fm_error *err) {
+    if (d == FM_DISPATCH_PRESET) return FM_OK;
+    if (plan->preset == FM_PRESET_REF || plan->preset == FM_PRESET_REF32)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--dispatch %s: the %s preset is the oracle (fp32 throughout); --dispatch applies to int4, fp8 "
+                       "and fp4",
+                       fm_dispatch_name(d), fm_preset_name(plan->preset));
+    static const fm_afmt afmt[] = {FM_A_NATIVE, FM_A_NATIVE, FM_A_E4M3_G128, FM_A_MXFP4, FM_A_NVFP4};
+    if ((unsigned)d >= sizeof afmt / sizeof *afmt)
+        return fm_fail(err, FM_ERR_USAGE, "--dispatch: unknown format %d", (int)d);
+    plan->a_dispatch = afmt[d];
+    return FM_OK;
 }
 
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,

@@ -49,6 +49,8 @@ typedef enum fm_afmt {
     FM_A_NATIVE,    /* as stored: fp32 (ref) or bf16 (quantized presets) */
     FM_A_E4M3_G128, /* e4m3 with one fp32 scale per (row, 128-group along K) */
     FM_A_MXFP4,     /* E2M1 with one UE8M0 scale per 32 elements (RCEIL) */
+    FM_A_NVFP4,     /* E2M1 with one e4m3 scale per 16 elements and one fp32 scale for the whole input (its amax:
+                       quant/e2m1.h); the expert dispatch only (--dispatch nvfp4) */
     FM_A_E4M3_PT,   /* e4m3 with one dynamic fp32 scale for the whole input [M, K], max(amax / 448, floor) (W8A8) */
     FM_A_E4M3_ROW,  /* e4m3 with one dynamic fp32 scale per input row (token): the W8A8 row-wise variant; CPU only
                        for now (the accuracy study of bench/NOTES.md), no plan selects it */
@@ -73,6 +75,10 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan);
 /* Applies a --dense choice to a plan: FM_DENSE_W8A8 makes the dense projections e4m3 per tensor (weights and
  * activations); FM_DENSE_PRESET leaves the preset's. */
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
+/* Applies a --dispatch choice: the format of the expert dispatch buffer (the routed copies of each token, the gate|up
+ * GEMM's input); the down GEMM's input stays the preset's (it is made on chip by the SwiGLU epilogue and crosses no
+ * dispatch). FM_ERR_USAGE on the oracle presets. */
+fm_status fm_plan_set_dispatch(fm_plan *plan, fm_dispatch d, fm_error *err);
 /* The plan a preset means on a backend. On "cuda", ref is the bf16 reference: bf16 weights and activations,
  * fp32 accumulation (a CPU backend given this plan emulates it exactly, which is how the GPU ops are tested). */
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan);

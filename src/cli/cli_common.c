@@ -143,6 +143,7 @@ enum {
     OPT_THREADS,
     OPT_VRAM_LIMIT,
     OPT_DENSE,
+    OPT_DISPATCH,
     OPT_ROUTE,
     OPT_CTX
 };
@@ -155,6 +156,7 @@ static const struct option model_options[] = {
     {"threads", required_argument, 0, OPT_THREADS},
     {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
     {"dense", required_argument, 0, OPT_DENSE},
+    {"dispatch", required_argument, 0, OPT_DISPATCH},
     {"ctx", required_argument, 0, OPT_CTX},
     {"route", required_argument, 0, OPT_ROUTE},
     {"verbose", no_argument, 0, 'v'},
@@ -181,6 +183,10 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
     case OPT_DENSE:
         if (!fm_dense_parse(arg, &o->opt.dense))
             *bad = true, cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", arg);
+        return true;
+    case OPT_DISPATCH:
+        if (!fm_dispatch_parse(arg, &o->opt.dispatch))
+            *bad = true, cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", arg);
         return true;
     case OPT_LAYERS:
         *bad = !cli_parse_int(cmd, "--layers", arg, 1, 100000, &v);

@@ -259,6 +259,8 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
         }
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
     fm_plan_set_dense(&m->plan, opt->dense);
+    fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
+    if (dst) return dst;
     fm_routes_default(&m->routes, 0);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
     if (!st) st = check_device_memory(m, src, opt, err);

@@ -36,6 +36,8 @@ typedef struct cpu_qrow {
 
 /* Quantizes one activation row of K elements as afmt into q (val has K floats, scale ceil(K/128)). */
 void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q);
+/* The same as NVFP4 with the whole input's tensor scale (fm_nvfp4_tensor_scale of every row the buffer holds). */
+void cpu_quantize_row_nvfp4(const float *x, int64_t K, float tensor_scale, cpu_qrow *q);
 /* y[0..N) = row . W[idx]^T for one quantized row (serial; callers parallelise). */
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y);
 /* Rounds n outputs to bf16 when the backend's plan asks for bf16 activations. */

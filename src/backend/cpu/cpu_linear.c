@@ -38,7 +38,8 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
         return;
     }
     case FM_A_E4M3_PT: /* needs the whole input's amax: cpu_linear quantizes it */
-    case FM_A_E4M3_ROW: abort();
+    case FM_A_E4M3_ROW:
+    case FM_A_NVFP4: abort(); /* needs the whole input's amax: cpu_quantize_row_nvfp4 */
     case FM_A_MXFP4: {
         /* E2M1 times its power-of-two block scale is exact in fp32: dequantize once */
         const int64_t nb = (K + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
@@ -50,6 +51,16 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
         return;
     }
     }
+}
+
+void cpu_quantize_row_nvfp4(const float *x, int64_t K, float tensor_scale, cpu_qrow *q) {
+    /* the codes times their block scale times the tensor scale, decoded once (as MXFP4 above) */
+    const int64_t nb = (K + FM_NV_BLOCK - 1) / FM_NV_BLOCK;
+    uint8_t *packed = (uint8_t *)malloc((size_t)(K + 1) / 2 + (size_t)nb);
+    fm_nvfp4_quantize(x, K, tensor_scale, packed, packed + (K + 1) / 2);
+    fm_nvfp4_dequantize(packed, packed + (K + 1) / 2, tensor_scale, K, q->val);
+    free(packed);
+    q->scale = NULL;
 }
 
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "quant/e2m1.h"
 
 /* indices of the k largest values of v[0..n), in descending order (stable: lower index first on ties) */
 static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
@@ -63,6 +64,10 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
     const float *w = (const float *)weightsv;
     float *out = (float *)outv;
     const int64_t H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP;
+    /* NVFP4 dispatch: one fp32 scale for the whole buffer of routed rows, whose amax is x's (every row of x is routed
+       to k experts: the buffer holds k copies of each) */
+    const float nv_scale = a_dispatch == FM_A_NVFP4 ? fm_nvfp4_tensor_scale(x, T * H) : 1.0f;
+    if (a_down == FM_A_NVFP4) abort(); /* the down input is never FP4 (fm_plan_set_dispatch) */
 #pragma omp parallel
     {
         /* per-thread scratch: quantized input row, gate|up, SwiGLU output (quantized), expert output, sum */
@@ -75,7 +80,8 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < T; t++) {
             cpu_qrow xr = {xq, xq + H, 1.0f};
-            cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
+            if (a_dispatch == FM_A_NVFP4) cpu_quantize_row_nvfp4(x + t * H, H, nv_scale, &xr);
+            else cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {
                 const int32_t e = ids[t * k + j];
