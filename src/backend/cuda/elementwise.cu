@@ -67,6 +67,19 @@ static __device__ __forceinline__ void store8f(float *p, const float v[8]) {
     *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
     *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
+// The 16-byte form's last step, shared by both norms: out = w * (v * inv) for this thread's chunks of the row.
+template <typename A>
+static __device__ __forceinline__ void norm_store_chunks(float v[NORM_CHUNKS][8], const float wv[NORM_CHUNKS][8],
+                                                         float inv, A *yr, int64_t dim) {
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; j++) {
+        const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
+        if (c >= dim) continue;
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[j][e] = wv[j][e] * (v[j][e] * inv);
+        store8f(yr + c, v[j]);
+    }
+}
 // the 16-byte form applies: 8 | dim (so every row of an aligned buffer is aligned), dim <= 8 NORM_CHUNKS NORM_THREADS
 template <typename A> static __device__ __forceinline__ bool norm_vec8(const A *p, int64_t dim) {
     return dim % 8 == 0 && dim <= 8 * NORM_CHUNKS * NORM_THREADS && ((uintptr_t)p & 15) == 0;
@@ -97,15 +110,7 @@ static __global__ void rmsnorm_kernel(const A *__restrict__ x, const A *__restri
             if (8 * (t + j * NORM_THREADS) < dim)
 #pragma unroll
                 for (int e = 0; e < 8; e++) ss += v[j][e] * v[j][e];
-        const float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
-#pragma unroll
-        for (int j = 0; j < NORM_CHUNKS; j++) {
-            const int64_t c = 8 * (t + j * NORM_THREADS);
-            if (c >= dim) continue;
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[j][e] = wv[j][e] * (v[j][e] * inv);
-            store8f(yr + c, v[j]);
-        }
+        norm_store_chunks(v, wv, 1.0f / sqrtf(block_sum(ss) / (float)dim + eps), yr, dim);
         return;
     }
     if (dim <= NORM_VEC * NORM_THREADS) {
@@ -166,15 +171,7 @@ static __global__ void add_rmsnorm_kernel(A *__restrict__ acc, const A *__restri
             }
             store8f(ar + c, v[j]);
         }
-        const float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
-#pragma unroll
-        for (int j = 0; j < NORM_CHUNKS; j++) {
-            const int64_t c = 8 * (t + j * NORM_THREADS);
-            if (c >= dim) continue;
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[j][e] = wv[j][e] * (v[j][e] * inv);
-            store8f(yr + c, v[j]);
-        }
+        norm_store_chunks(v, wv, 1.0f / sqrtf(block_sum(ss) / (float)dim + eps), yr, dim);
         return;
     }
     if (dim <= NORM_VEC * NORM_THREADS) {
