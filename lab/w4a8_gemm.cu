@@ -70,18 +70,18 @@ typedef struct problem {
     const char *name;
     int32_t E;
     int64_t N, K, Kp, G, P;
-    int32_t *rows;          // [E] routed rows per matrix
-    int8_t *q;              // [E][N][K] codes
-    uint16_t *ws;           // [E][N][G] bf16 scales (the row layout's order)
-    uint8_t *x8;            // [P][Kp] e4m3 codes
-    float *xs;              // [G][P]
-    fm_bank bank;           // int4-tc on the device
-    uint8_t *d_x8;          // [P][Kp]
-    float *d_xs;            // [G][P]
-    __nv_bfloat16 *d_y;     // [P][N] + GUARD
-    fm_w4a8_tile *d_tiles;  // per tile height: [max tiles]
-    int32_t *d_n_tiles;     // per tile height
-    int64_t max_tiles[2];   // tile heights FM_W4A8_BN, FM_W4A8_BN_SMALL
+    int32_t *rows;         // [E] routed rows per matrix
+    int8_t *q;             // [E][N][K] codes
+    uint16_t *ws;          // [E][N][G] bf16 scales (the row layout's order)
+    uint8_t *x8;           // [P][Kp] e4m3 codes
+    float *xs;             // [G][P]
+    fm_bank bank;          // int4-tc on the device
+    uint8_t *d_x8;         // [P][Kp]
+    float *d_xs;           // [G][P]
+    __nv_bfloat16 *d_y;    // [P][N] + GUARD
+    fm_w4a8_tile *d_tiles; // per tile height: [max tiles]
+    int32_t *d_n_tiles;    // per tile height
+    int64_t max_tiles[2];  // tile heights FM_W4A8_BN, FM_W4A8_BN_SMALL
     fm_w4a8_tile *d_tl[2];
     int32_t *d_ntl[2];
 } problem;
@@ -112,7 +112,8 @@ static void problem_init(problem *p, const char *name, int32_t E, int64_t N, int
     p->q = (int8_t *)malloc((size_t)(E * N * K));
     p->ws = (uint16_t *)malloc((size_t)(E * N * p->G) * 2);
 #pragma omp parallel for
-    for (int64_t i = 0; i < E * N * K; i++) p->q[i] = (int8_t)((int)(mix(seed * 0x100000001B3ULL + (uint64_t)i) % 15) - 7);
+    for (int64_t i = 0; i < E * N * K; i++)
+        p->q[i] = (int8_t)((int)(mix(seed * 0x100000001B3ULL + (uint64_t)i) % 15) - 7);
 #pragma omp parallel for
     for (int64_t i = 0; i < E * N * p->G; i++) p->ws[i] = f2bf(0.01f * (0.5f + rndu(~(uint64_t)i)));
     // activations: N(0, 1) with every 97th channel x 8 (outliers), quantized per row and 128-group on the host
@@ -343,9 +344,12 @@ int main(int argc, char **argv) {
         int64_t N, K, P;
         bool skewed;
     } const shapes[] = {
-        {"tiny", 3, 40, 96, 7, true},          {"odd", 7, 200, 300, 61, true},
-        {"dense", 1, 272, 512, 129, false},    {"qwen3 down", 128, 2048, 768, 1200, true},
-        {"qwen3 gate|up", 128, 1536, 2048, 1200, true}, {"mixtral-like", 8, 1024, 4096, 700, true},
+        {"tiny", 3, 40, 96, 7, true},
+        {"odd", 7, 200, 300, 61, true},
+        {"dense", 1, 272, 512, 129, false},
+        {"qwen3 down", 128, 2048, 768, 1200, true},
+        {"qwen3 gate|up", 128, 1536, 2048, 1200, true},
+        {"mixtral-like", 8, 1024, 4096, 700, true},
     };
     const int n_shapes = small ? 3 : (int)(sizeof shapes / sizeof *shapes);
     int checks = 0, failed = 0;
@@ -377,11 +381,16 @@ int main(int argc, char **argv) {
         int32_t E;
         int64_t N, K, P;
     } const timed[] = {
-        {"qwen3 gate|up T=512", 128, 1536, 2048, 512 * 8},  {"qwen3 down T=512", 128, 2048, 768, 512 * 8},
-        {"qwen3 gate|up T=2048", 128, 1536, 2048, 2048 * 8}, {"qwen3 down T=2048", 128, 2048, 768, 2048 * 8},
-        {"qwen3 gate|up T=8192", 128, 1536, 2048, 8192 * 8}, {"qwen3 down T=8192", 128, 2048, 768, 8192 * 8},
-        {"mixtral gate|up T=2048", 8, 28672, 4096, 2048 * 2}, {"mixtral down T=2048", 8, 4096, 14336, 2048 * 2},
-        {"q|k|v M=2048", 1, 5120, 2048, 2048},                 {"o M=2048", 1, 2048, 4096, 2048},
+        {"qwen3 gate|up T=512", 128, 1536, 2048, 512 * 8},
+        {"qwen3 down T=512", 128, 2048, 768, 512 * 8},
+        {"qwen3 gate|up T=2048", 128, 1536, 2048, 2048 * 8},
+        {"qwen3 down T=2048", 128, 2048, 768, 2048 * 8},
+        {"qwen3 gate|up T=8192", 128, 1536, 2048, 8192 * 8},
+        {"qwen3 down T=8192", 128, 2048, 768, 8192 * 8},
+        {"mixtral gate|up T=2048", 8, 28672, 4096, 2048 * 2},
+        {"mixtral down T=2048", 8, 4096, 14336, 2048 * 2},
+        {"q|k|v M=2048", 1, 5120, 2048, 2048},
+        {"o M=2048", 1, 2048, 4096, 2048},
     };
     printf("\ntiming (CUDA events, 3 warm-ups, median of 20 launches, each after a 256 MiB L2 flush):\n");
     printf("  %-24s %-24s %9s %9s %9s %8s\n", "shape", "variant", "ms", "TFLOP/s", "floor ms", "x floor");
