@@ -147,10 +147,6 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
     return P < 32 * E ? FM_W4A8_BN_SMALL : FM_W4A8_BN;
 }
 
-bool fm_routes_w4a8_remainder_tiles(const fm_routes *r, uint64_t P, uint64_t E) {
-    return r->w4a8_tile == 0 && fm_routes_w4a8_tile_rows(r, P, E) == FM_W4A8_BN;
-}
-
 bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E) {
     if (r->moe_gemv < 0) return false;
     const uint64_t max = r->moe_gemv ? (uint64_t)r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT;
@@ -217,8 +213,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     char now[6][64], moe[8];
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
-    snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 while P < 32 E, else 64 (+16 for <= 32 left)",
-             r->w4a8_tile);
+    snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
     snprintf(now[2], sizeof now[2], "%s", fm_routes_gemv(r) ? "on" : "off");
     snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
     if (r->moe_gemv < 0) snprintf(now[4], sizeof now[4], "off");

@@ -12,8 +12,7 @@
  *                                         recipe) on sm_90 for the head dims it supports (128), mma.sync
  *                                         (attention.cu) elsewhere and for every other head dim; wgmma forces it
  *                                         where the head dim is supported, mma forces the mma.sync kernel everywhere
- *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it); auto
- *                                         at 64 also gives an expert's last <= 32 rows 16-row tiles (a second launch)
+ *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it)
  *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
  *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
  *   moe.gemv         auto | off | 1..64   the grouped W4A8 GEMV for the experts of steps of at most this many routed
@@ -121,13 +120,6 @@ int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
  * the Qwen3 shape (E 128, top-8; bench/NOTES.md "v6: 16-row tiles for small batches"): 16-row tiles 1.24-1.58x faster
  * up to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). w4a8.tile forces one. */
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
-/* With 64-row tiles (auto only, not a forced w4a8.tile = 64): an expert's last r = rows mod 64 rows, when 0 < r <= 32,
- * go to ceil(r / 16) 16-row tiles that a second launch of the GEMM computes, rather than to a 64-row tile that is
- * mostly padding. Routed rows per expert scatter around their mean (random routing at T = 2048 on the Qwen3 shape:
- * 128 +- 11), so about half the experts end with a nearly empty 64-row tile; a 16-row tile costs 0.38 of a 64-row
- * one (lab/w4a8_gemm, bench/NOTES.md "ninth session"), two of them 0.77. */
-bool fm_routes_w4a8_remainder_tiles(const fm_routes *r, uint64_t P, uint64_t E);
-#define FM_W4A8_REMAINDER_MAX 32 /* rows of an expert's last tile that go to 16-row tiles */
 /* The experts of a W4A8 MoE call with P routed pairs over E experts run as grouped GEMVs (each 16-row tile of the
  * dispatch streams its expert's weights once through mma.sync, every SM busy even at P = 8) rather than the grouped
  * GEMM, whose tiles at decode sizes leave most SMs idle and most of each tile empty (ncu, Qwen3 shape, B = 1: 11 us

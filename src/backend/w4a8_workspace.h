@@ -2,8 +2,7 @@
  * the memory plan (src/engine/memory_plan.c) and the kernels agree. Plain C: included by both.
  *
  * MoE, for P = T * k routed pairs over E experts, hidden H, width I (K padded to 128 for the e4m3 buffers):
- *   counts, cursor, segment starts [E] int32; tile count; tiles [max_tiles] x 16 B; the remainder tiles' count and
- *   list (16-row tiles of an expert's last <= 32 rows, fm_routes_w4a8_remainder_tiles); pair of each slot and slot
+ *   counts, cursor, segment starts [E] int32; tile count; tiles [max_tiles] x 16 B; pair of each slot and slot
  *   of each pair [P] int32;
  *   dispatched input e4m3 [P][pad128(H)] + scales [H/128][P] fp32 + group sums (for int4-zp banks, as the scales);
  *   SwiGLU output e4m3 [P][pad128(I)] + scales + group sums;
@@ -27,13 +26,10 @@ static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E, uint64_t bn) {
     return (P + bn - 1) / bn + (E < P ? E : P);
 }
 
-/* The most 16-row remainder tiles (fm_routes_w4a8_remainder_tiles): two per expert with routed rows. */
-static inline uint64_t fm_w4a8_max_remainder_tiles(uint64_t P, uint64_t E) { return 2 * (E < P ? E : P); }
-
 /* Offsets of the MoE sub-buffers for tiles of bn rows; total is the workspace size. */
 typedef struct fm_w4a8_moe_ws {
-    uint64_t counts, cursor, seg_start, n_tiles, tiles, n_tiles_small, tiles_small, pair_of_slot, slot_of_pair, x, xs,
-        xsum, h, hs, hsum, y, h16, total;
+    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, slot_of_pair, x, xs, xsum, h, hs, hsum, y, h16,
+        total;
 } fm_w4a8_moe_ws;
 
 static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I,
@@ -46,8 +42,6 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
     w.seg_start = o, o += fm_w4a8_align(E * 4);
     w.n_tiles = o, o += fm_w4a8_align(4);
     w.tiles = o, o += fm_w4a8_align(fm_w4a8_max_tiles(P, E, bn) * 16);
-    w.n_tiles_small = o, o += fm_w4a8_align(4);
-    w.tiles_small = o, o += fm_w4a8_align(fm_w4a8_max_remainder_tiles(P, E) * 16);
     w.pair_of_slot = o, o += fm_w4a8_align(P * 4);
     w.slot_of_pair = o, o += fm_w4a8_align(P * 4);
     w.x = o, o += fm_w4a8_align(P * Hp);

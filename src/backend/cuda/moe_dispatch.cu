@@ -21,43 +21,30 @@ static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, in
 }
 
 // One block of MAX_EXPERTS threads: scans of the counts and of the tiles (bn rows at most) per expert
-// (Hillis-Steele in shared). With tiles_small, an expert's last r = c mod bn rows, 0 < r <= FM_W4A8_REMAINDER_MAX,
-// become ceil(r / 16) tiles of FM_W4A8_BN_SMALL rows in tiles_small (their own scan) rather than one bn-row tile.
+// (Hillis-Steele in shared).
 static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn, int32_t *seg_start, int32_t *cursor,
-                                   fm_w4a8_tile *tiles, int32_t *n_tiles, fm_w4a8_tile *tiles_small,
-                                   int32_t *n_tiles_small) {
-    __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS], nsm[MAX_EXPERTS];
+                                   fm_w4a8_tile *tiles, int32_t *n_tiles) {
+    __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
     const int e = threadIdx.x;
-    const int32_t c = e < E ? counts[e] : 0, rem = c % bn;
-    const bool split = tiles_small && rem > 0 && rem <= FM_W4A8_REMAINDER_MAX;
-    const int32_t big = split ? c / bn : (c + bn - 1) / bn;
-    const int32_t small = split ? (rem + FM_W4A8_BN_SMALL - 1) / FM_W4A8_BN_SMALL : 0;
-    rows[e] = c, ntl[e] = big, nsm[e] = small;
+    const int32_t c = e < E ? counts[e] : 0;
+    rows[e] = c, ntl[e] = (c + bn - 1) / bn;
     __syncthreads();
     for (int o = 1; o < MAX_EXPERTS; o <<= 1) {
-        const int32_t r = e >= o ? rows[e - o] : 0, n = e >= o ? ntl[e - o] : 0, m = e >= o ? nsm[e - o] : 0;
+        const int32_t r = e >= o ? rows[e - o] : 0, n = e >= o ? ntl[e - o] : 0;
         __syncthreads();
-        rows[e] += r, ntl[e] += n, nsm[e] += m;
+        rows[e] += r, ntl[e] += n;
         __syncthreads();
     }
     if (e >= E) return;
-    const int32_t start = rows[e] - c, first_tile = ntl[e] - big, first_small = nsm[e] - small;
+    const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
     seg_start[e] = start;
     cursor[e] = 0;
-    for (int32_t i = 0; i < big; i++) {
+    for (int32_t i = 0; i * bn < c; i++) {
         const int32_t n = c - i * bn < bn ? c - i * bn : bn;
         fm_w4a8_tile t = {e, start + i * bn, n, 0};
         tiles[first_tile + i] = t;
     }
-    for (int32_t i = 0; i < small; i++) {
-        const int32_t r0 = big * bn + i * FM_W4A8_BN_SMALL;
-        fm_w4a8_tile t = {e, start + r0, c - r0 < FM_W4A8_BN_SMALL ? c - r0 : FM_W4A8_BN_SMALL, 0};
-        tiles_small[first_small + i] = t;
-    }
-    if (e == E - 1) {
-        *n_tiles = ntl[e];
-        if (tiles_small) *n_tiles_small = nsm[e];
-    }
+    if (e == E - 1) *n_tiles = ntl[e];
 }
 
 // A 128-column group of a row of K columns, 4 columns per lane: load_group reads them (8-byte loads where aligned,
@@ -185,8 +172,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     const int64_t blocks = fm_ceil_div(P, 256);
     count_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(ids, P, E, b->counts);
     FM_LAUNCH_CHECK("moe_dispatch_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
-                                          b->tiles_small, b->n_tiles_small);
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
     slot_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(
         ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);

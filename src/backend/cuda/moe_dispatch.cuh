@@ -3,8 +3,7 @@
 //
 //   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
 //   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= tile_rows rows per expert (empty experts
-//      get none), *n_tiles, cursor[e] = 0; with tiles_small, an expert's last r <= FM_W4A8_REMAINDER_MAX rows (r =
-//      rows mod tile_rows > 0) become 16-row tiles in tiles_small / *n_tiles_small instead of a mostly empty tile
+//      get none), *n_tiles, cursor[e] = 0
 //   3. one thread per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p, slot_of_pair[p]
 //   4. one warp per (token t, 128-group): the group of row t of x quantized once to e4m3 with one fp32 scale and
 //      stored into x8[slot], xs[group][slot] for each of the token's k slots (k <= 32).
@@ -18,8 +17,6 @@
 typedef struct fm_dispatch_bufs {
     int32_t *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
     fm_w4a8_tile *tiles;
-    fm_w4a8_tile *tiles_small; // NULL, or the remainder tiles (fm_routes_w4a8_remainder_tiles): 16 rows each
-    int32_t *n_tiles_small;
     uint8_t *x8; // [P][pad128(H)] e4m3
     float *xs;   // [pad128(H) / 128][P]
     float *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL

@@ -7,18 +7,6 @@
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/w4a8_workspace.h"
 
-// One grouped GEMM over the dispatch's tiles: the main list as planned, then (fm_routes_w4a8_remainder_tiles) the
-// experts' remainder rows on 16-row tiles, a second launch of the same GEMM with the same arguments.
-static void gemm_tiles(fm_w4a8_args *a, const fm_dispatch_bufs *b, bool remainder_tiles, int64_t P, int64_t E,
-                       cudaStream_t s) {
-    fm_cuda_w4a8_gemm(a, s);
-    if (!remainder_tiles) return;
-    fm_w4a8_args r = *a;
-    r.tiles = b->tiles_small, r.n_tiles = b->n_tiles_small, r.tile_rows = FM_W4A8_BN_SMALL;
-    r.max_tiles = (int64_t)fm_w4a8_max_remainder_tiles((uint64_t)P, (uint64_t)E);
-    fm_cuda_w4a8_gemm(&r, s);
-}
-
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out) {
     const int64_t P = T * k, E = gate_up->n, H = down->rows, I = down->cols;
@@ -39,9 +27,6 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
-    const bool remainder_tiles = fm_routes_w4a8_remainder_tiles(r, (uint64_t)P, (uint64_t)E);
-    b.tiles_small = remainder_tiles ? (fm_w4a8_tile *)(ws + L.tiles_small) : NULL;
-    b.n_tiles_small = remainder_tiles ? (int32_t *)(ws + L.n_tiles_small) : NULL;
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
     b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
@@ -78,12 +63,12 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
     a.hsum = hsum;
-    gemm_tiles(&a, &b, remainder_tiles, P, E, be->stream);
+    fm_cuda_w4a8_gemm(&a, be->stream);
 
     a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P;
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
     a.hsum = NULL;
-    gemm_tiles(&a, &b, remainder_tiles, P, E, be->stream);
+    fm_cuda_w4a8_gemm(&a, be->stream);
 
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
 }
