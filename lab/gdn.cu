@@ -54,9 +54,9 @@ static __global__ void l2norm_kernel(const float *x, int64_t n_vec, float scale,
 // recurrent form: qn, kn [T][Hk][DK] normalised, v [T][H][DV], g, beta [T][H], state [H][DK][DV] in and out,
 // o [T][H][DV]
 
-static __global__ void __launch_bounds__(128) recurrent_kernel(const float *qn, const float *kn, const float *v,
-                                                               const float *g, const float *beta, int64_t T, int H,
-                                                               int Hk, float *state, float *o) {
+static __global__ void __launch_bounds__(128)
+    recurrent_kernel(const float *qn, const float *kn, const float *v, const float *g, const float *beta, int64_t T,
+                     int H, int Hk, float *state, float *o) {
     __shared__ float kq[2][DK];
     __shared__ float part[4][32];
     const int h = blockIdx.y, kh = h / (H / Hk), w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -107,12 +107,12 @@ static __device__ __forceinline__ int64_t chunk_index(int64_t c, int h, int H) {
 #define KS (DK + 1) /* row stride of k and q in shared memory: the q.k and k.k dots read columns conflict-free */
 #define INTRA_SMEM ((2 * CH * KS + CH * DV + 2 * CH * CH + 4 * CH) * 4)
 
-static __global__ void __launch_bounds__(256) intra_kernel(const float *qn, const float *kn, const float *v,
-                                                           const float *g, const float *beta, int64_t T, int H,
-                                                           int Hk, chunk_scratch out) {
+static __global__ void __launch_bounds__(256)
+    intra_kernel(const float *qn, const float *kn, const float *v, const float *g, const float *beta, int64_t T, int H,
+                 int Hk, chunk_scratch out) {
     extern __shared__ float sm[];
     float *Ks = sm, *Qs = Ks + CH * KS, *Vs = Qs + CH * KS; /* [CH][KS], [CH][KS], [CH][DV] */
-    float *A = Vs + CH * DV, *Aq = A + CH * CH;            /* [CH][CH] */
+    float *A = Vs + CH * DV, *Aq = A + CH * CH;             /* [CH][CH] */
     float *gc = Aq + CH * CH, *bs = gc + CH, *tmp = bs + CH, *ebg = tmp + CH;
     const int64_t c = blockIdx.x;
     const int h = blockIdx.y, kh = h / (H / Hk), tid = threadIdx.x;
@@ -196,7 +196,7 @@ static __global__ void __launch_bounds__(256) intra_kernel(const float *qn, cons
 static __global__ void __launch_bounds__(128) state_kernel(chunk_scratch in, int64_t T, int H, float *state, float *o) {
     extern __shared__ float sm[];
     float *Ws = sm, *Qs = Ws + CH * DK, *Ks = Qs + CH * DK, *Aq = Ks + CH * DK; /* [CH][128] x 3, [CH][CH] */
-    float *part = Aq + CH * CH, *vn = part + 4 * CH * 32;                        /* [4][CH][32], [CH][32] */
+    float *part = Aq + CH * CH, *vn = part + 4 * CH * 32;                       /* [4][CH][32], [CH][32] */
     const int h = blockIdx.y, w = threadIdx.x >> 5, lane = threadIdx.x & 31, col = blockIdx.x * 32 + lane;
     float *S = state + (int64_t)h * DK * DV;
     float s[32];
@@ -222,10 +222,9 @@ static __global__ void __launch_bounds__(128) state_kernel(chunk_scratch in, int
         }
         __syncthreads();
         for (int r = 16 * w; r < 16 * w + 16; r++)
-            vn[r * 32 + lane] = in.U[(ci * CH + r) * DV + col] - (part[(0 * CH + r) * 32 + lane] +
-                                                                  part[(1 * CH + r) * 32 + lane] +
-                                                                  part[(2 * CH + r) * 32 + lane] +
-                                                                  part[(3 * CH + r) * 32 + lane]);
+            vn[r * 32 + lane] =
+                in.U[(ci * CH + r) * DV + col] - (part[(0 * CH + r) * 32 + lane] + part[(1 * CH + r) * 32 + lane] +
+                                                  part[(2 * CH + r) * 32 + lane] + part[(3 * CH + r) * 32 + lane]);
         __syncthreads();
         // o = Qg S + Aqk v'
         for (int r = 0; r < CH; r++) {
@@ -290,7 +289,8 @@ static void problem_init(problem *p, int64_t T, int H, int Hk, bool initial_stat
     p->v = (float *)malloc((size_t)nv * 4), p->g = (float *)malloc((size_t)(T * H) * 4);
     p->beta = (float *)malloc((size_t)(T * H) * 4), p->s0 = (float *)calloc((size_t)ns, 4);
 #pragma omp parallel for
-    for (int64_t i = 0; i < nq; i++) p->q[i] = rndn(seed * 7919 + 4 * (uint64_t)i), p->k[i] = rndn(seed * 7919 + 4 * (uint64_t)i + 1);
+    for (int64_t i = 0; i < nq; i++)
+        p->q[i] = rndn(seed * 7919 + 4 * (uint64_t)i), p->k[i] = rndn(seed * 7919 + 4 * (uint64_t)i + 1);
 #pragma omp parallel for
     for (int64_t i = 0; i < nv; i++) p->v[i] = rndn(seed * 104729 + 3 * (uint64_t)i + 2);
     for (int64_t t = 0; t < T; t++)
@@ -344,8 +344,8 @@ static void run_prep(const problem *p, cudaStream_t s) {
 
 static void run_recurrent(const problem *p, cudaStream_t s) {
     run_prep(p, s);
-    recurrent_kernel<<<dim3(DV / 32, p->H), 128, 0, s>>>(p->d_qn, p->d_kn, p->d_v, p->d_g, p->d_beta, p->T, p->H,
-                                                          p->Hk, p->d_state, p->d_o);
+    recurrent_kernel<<<dim3(DV / 32, p->H), 128, 0, s>>>(p->d_qn, p->d_kn, p->d_v, p->d_g, p->d_beta, p->T, p->H, p->Hk,
+                                                         p->d_state, p->d_o);
     FM_LAUNCH_CHECK("gdn recurrent");
 }
 
@@ -402,8 +402,8 @@ static double rel_err(const float *got, const double *ref, int64_t n, bool *fini
 }
 
 // runs one form from s0 with y poisoned (NaN); returns the relative errors of o and of the final state, or -1
-static void check(const problem *p, bool chunked, const double *o_ref, const double *s_ref, cudaStream_t s,
-                  double *e_o, double *e_s) {
+static void check(const problem *p, bool chunked, const double *o_ref, const double *s_ref, cudaStream_t s, double *e_o,
+                  double *e_s) {
     const int64_t no = p->T * p->H * DV, ns = (int64_t)p->H * DK * DV;
     FM_CUDA_CHECK(cudaMemcpyAsync(p->d_state, p->s0, (size_t)ns * 4, cudaMemcpyHostToDevice, s));
     FM_CUDA_CHECK(cudaMemsetAsync(p->d_o, 0xFF, (size_t)no * 4, s));
@@ -463,7 +463,7 @@ int main(int argc, char **argv) {
         int64_t T;
         int H, Hk;
         bool s0;
-    } shapes[] = {{1, 2, 1, false},  {1, 4, 2, true},   {63, 2, 2, false}, {64, 4, 2, true},
+    } shapes[] = {{1, 2, 1, false},  {1, 4, 2, true},   {63, 2, 2, false},  {64, 4, 2, true},
                   {65, 4, 2, false}, {130, 2, 1, true}, {1000, 4, 2, true}, {300, 32, 16, false}};
     const int n_shapes = small ? 4 : (int)(sizeof shapes / sizeof *shapes);
     int checks = 0, failed = 0;
