@@ -75,6 +75,9 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -579,10 +582,12 @@ static __global__ __launch_bounds__(WGS * 128,
                                     BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
     constexpr int NTHREADS = WGS * 128, MB = 4 / WGS;
     static_assert(WGS * MB == 4 && NTHREADS >= THREADS, "256 rows: 2 warpgroups x 2 m64 blocks or 4 x 1");
-    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BNT * 128];
-    __shared__ float sc_smem[STAGES][BNT];
-    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
-    __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
+    /* stages of the activation ring: 4 for 64-row tiles (int4-zp: 3, 48 KB of static shared memory) */
+    constexpr int NST = BNT == FM_W4A8_BN && WK != WK_INT4_ZP ? 4 : 3;
+    __shared__ __align__(1024) uint8_t xs_smem[NST][BNT * 128];
+    __shared__ float sc_smem[NST][BNT];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? NST : 1][BNT];
+    __shared__ __align__(16) uint8_t wsc_smem[NST][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[NTHREADS / 32][BNT];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? NTHREADS / 32 : 1][BNT];
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
@@ -616,11 +621,12 @@ static __global__ __launch_bounds__(WGS * 128,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-    if (loader) load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
-    cp_async_commit();
-    if (loader && KG > 1)
-        load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
-    cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < NST - 1; i++) {
+        if (loader && KG > i)
+            load_stage<WK, BNT>(p, ld, i, xs_smem[i], sc_smem[i], sum_smem[WK == WK_INT4_ZP ? i : 0], wsc_smem[i]);
+        cp_async_commit();
+    }
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
 #pragma unroll
@@ -634,13 +640,13 @@ static __global__ __launch_bounds__(WGS * 128,
             }
         }
 
-    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == NST - 1 ? 0 : st + 1) { /* st = grp % NST */
         const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
-        cp_async_wait_1();
+        const int st2 = st == 0 ? NST - 1 : (int)st - 1; /* (grp + NST - 1) % NST */
+        cp_async_wait<NST - 2>();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (loader && grp + 2 < KG)
-            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+        if (loader && grp + NST - 1 < KG)
+            load_stage<WK, BNT>(p, ld, grp + NST - 1, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
                                 wsc_smem[st2]);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[st]);
