@@ -4,10 +4,9 @@
 //                      emulated through the fp16 units, about half the wgmma kernel's speed, so Hopper gets
 //                      wgmma and the route w4a8.kernel=mma only serves to test this kernel there)
 //
-// Shapes: a CTA computes 256 weight rows x 64 activation rows (one tile) over all of K, in 8 warps (the wgmma
-// kernel: 16 for 64-row tiles, below). Swap-AB: the weights are the MMA's A operand (from registers) and the
-// activations its B operand (from shared memory), so a warp owns 32 weight rows (two 16-row blocks; the wgmma
-// kernel's 16 warps, 16 rows, one block) x 64 activation rows (eight n8 tiles):
+// Shapes: a CTA is 8 warps and computes 256 weight rows x 64 activation rows (one tile) over all of K.
+// Swap-AB: the weights are the MMA's A operand (from registers) and the activations its B operand (from
+// shared memory), so a warp owns 32 weight rows (two 16-row blocks) x 64 activation rows (eight n8 tiles):
 //   * int4 weights go global -> registers with two 16-byte loads per 16-row block and 128-group, in the
 //     fragment order of w4a8_layout.cuh, and become e4m3 A fragments with one LOP3 (or a funnel shift and a LOP3) per 4
 //     codes; each weight byte is read once per CTA and converted once;
@@ -75,9 +74,6 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
-template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -182,12 +178,12 @@ typedef struct warp_weights {
     int lrow[2];             // blk[mb] * 16 + g - the CTA's first row
 } warp_weights;
 
-template <int WK, int MB = 2>
+template <int WK>
 static __device__ __forceinline__ warp_weights warp_weights_at(const gemm_params &p, int32_t matrix,
-                                                               const int64_t blk[]) {
+                                                               const int64_t blk[2]) {
     const int lane = threadIdx.x & 31;
     warp_weights w;
-    for (int mb = 0; mb < MB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
         w.codes[mb] =
             p.wq + ((int64_t)matrix * (p.rows_pad / 16) + blk[mb]) * p.n_groups * wk_shape<WK>::chunk + lane * 16;
         w.lrow[mb] = (int)(blk[mb] * 16 - (int64_t)blockIdx.x * BM) + (lane >> 2);
@@ -210,11 +206,11 @@ static __device__ __forceinline__ void load_weight_part(const warp_weights &w, i
 // The row scales of the current 128-group for this thread's rows (g and g + 8 of both blocks: local rows lrow[mb]
 // and + 8 of the CTA's BM) from the stage, as the partial sums want them: int4 codes are e4m3 subnormals q / 512, so
 // their scales carry the 512 (int4-zp-tc stores it folded in); zs: zero x scale. Rows past the bank read zeros.
-template <int WK, int MB = 2>
-static __device__ __forceinline__ void load_weight_scales(const uint8_t *wsm, const int lrow[2], float sc[][2],
-                                                          float zs[][2]) {
+template <int WK>
+static __device__ __forceinline__ void load_weight_scales(const uint8_t *wsm, const int lrow[2], float sc[2][2],
+                                                          float zs[2][2]) {
 #pragma unroll
-    for (int mb = 0; mb < MB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
         if (WK == WK_INT4) {
             const __nv_bfloat16 *s = (const __nv_bfloat16 *)wsm + lrow[mb];
             sc[mb][0] = __bfloat162float(s[0]) * 512.0f, sc[mb][1] = __bfloat162float(s[8]) * 512.0f;
@@ -245,9 +241,9 @@ static __device__ __forceinline__ float silu_fast(float g) { return __fdividef(g
 // EPI_SWIGLU_SUMS, after the SwiGLU epilogue left each thread's decoded-code sums of rows n in acc[0][nt][c]: the
 // down bank is int4-zp, so h's group sums X = scale x (sum of the 128 codes) are written beside hs (a second CTA
 // reduction, as the amax one)
-template <int BNT, int NTHREADS = THREADS>
+template <int BNT>
 static __device__ __forceinline__ void write_group_sums(const gemm_params &p, const fm_w4a8_tile &tile,
-                                                        const float acc[][BNT / 8][4], float (*red)[BNT],
+                                                        const float acc[2][BNT / 8][4], float (*red)[BNT],
                                                         float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -261,10 +257,10 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
             v += __shfl_xor_sync(0xffffffffu, v, 16);
             if (g == 0) red_sum[warp][n] = v;
         }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(NTHREADS) : "memory");
-    for (int n = threadIdx.x; n < tile.rows; n += NTHREADS) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    for (int n = threadIdx.x; n < tile.rows; n += THREADS) {
         float v = 0.0f;
-        for (int w = 0; w < NTHREADS / 32; w++) v += red_sum[w][n];
+        for (int w = 0; w < THREADS / 32; w++) v += red_sum[w][n];
         const int64_t slot = tile.slot0 + n;
         p.hsum[(int64_t)blockIdx.x * p.ldhs + slot] = v * red[0][n]; /* the row's scale (epilogue) */
     }
@@ -274,15 +270,15 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 // weights needs them); a template value of its own so that the other two compile as if it did not exist.
 enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
 
-template <int EPILOGUE, int BNT, int MB = 2, int NTHREADS = THREADS>
-static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile, float acc[][BNT / 8][4],
-                                                const int64_t blk[], const bool blk_ok[], float (*red)[BNT],
-                                                float (*red_sum)[BNT]) {
+template <int EPILOGUE, int BNT>
+static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile,
+                                                float acc[2][BNT / 8][4], const int64_t blk[2], const bool blk_ok[2],
+                                                float (*red)[BNT], float (*red_sum)[BNT]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (EPILOGUE == EPI_BF16) {
-        int64_t col[MB][2]; /* the output columns of this thread's 2 MB weight rows, -1 past the bank */
+        int64_t col[2][2]; /* the output columns of this thread's 4 weight rows, -1 past the bank */
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++)
+        for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int64_t tr = blk[mb] * 16 + g + 8 * half;
@@ -307,7 +303,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
                 if (out_row[nt][c] < 0) continue;
                 __nv_bfloat16 *yr = p.y + (int64_t)out_row[nt][c] * p.ldy;
 #pragma unroll
-                for (int mb = 0; mb < MB; mb++)
+                for (int mb = 0; mb < 2; mb++)
 #pragma unroll
                     for (int half = 0; half < 2; half++)
                         if (col[mb][half] >= 0) yr[col[mb][half]] = __float2bfloat16_rn(acc[mb][nt][2 * half + c]);
@@ -319,7 +315,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++) amax[nt][0] = amax[nt][1] = 0.0f;
 #pragma unroll
-    for (int mb = 0; mb < MB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
         const int64_t ch = blk[mb] * 8 + g;
 #pragma unroll
         for (int nt = 0; nt < BNT / 8; nt++)
@@ -341,7 +337,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
             if (g == 0) red[warp][nt * 8 + 2 * t + c] = m;
         }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(NTHREADS) : "memory"); /* the CTA's warps */
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* the CTA's 8 warps */
     /* one thread per activation row n finishes its amax over the warps and leaves the row's scale in red[0][n] and
        its reciprocal in red[1][n] (column n of red is read and written by that thread only; every thread doing all
        of its 16 rows' reductions was ~250 instructions each) */
@@ -349,7 +345,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         const int n = threadIdx.x;
         float m = 0.0f;
 #pragma unroll
-        for (int w = 0; w < NTHREADS / 32; w++) m = fmaxf(m, red[w][n]);
+        for (int w = 0; w < THREADS / 32; w++) m = fmaxf(m, red[w][n]);
         const float scale = fmaxf(m / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
         red[0][n] = scale;
         /* one division per row and a multiply per element (the CPU divides each element: a product can differ from
@@ -357,7 +353,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         red[1][n] = 1.0f / scale;
         if (n < tile.rows) p.hs[(int64_t)blockIdx.x * p.ldhs + tile.slot0 + n] = scale;
     }
-    asm volatile("bar.sync 1, %0;\n" ::"n"(NTHREADS) : "memory");
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
@@ -368,7 +364,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             const float inv = red[1][n];
             float sum = 0.0f; /* EPI_SWIGLU_SUMS: this thread's codes of row n, decoded, for the group sum */
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++) {
+            for (int mb = 0; mb < 2; mb++) {
                 const int64_t ch = blk[mb] * 8 + g;
                 if (blk_ok[mb] && ch < I) {
                     const uint8_t code =
@@ -379,7 +375,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             }
             if (EPILOGUE == EPI_SWIGLU_SUMS) acc[0][nt][c] = sum; /* reused: h is written */
         }
-    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums<BNT, NTHREADS>(p, tile, acc, red, red_sum);
+    if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums<BNT>(p, tile, acc, red, red_sum);
 }
 
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
@@ -392,16 +388,16 @@ template <int BNT> static __device__ __forceinline__ void load_act_scales(const 
     for (int nt = 0; nt < BNT / 8; nt++) xsc[nt] = *(const float2 *)(sc + nt * 8 + 2 * t);
 }
 
-template <int WK, int BNT, int MB = 2>
-static __device__ __forceinline__ void promote(float acc[][BNT / 8][4], const float part[][BNT / 8][4],
-                                               const float wsc[][2], const float zs[][2], const float2 xsc_all[BNT / 8],
-                                               const float *sum) {
+template <int WK, int BNT>
+static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const float part[2][BNT / 8][4],
+                                               const float wsc[2][2], const float zs[2][2],
+                                               const float2 xsc_all[BNT / 8], const float *sum) {
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++) {
         const float2 xsc = xsc_all[nt];
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++) {
+        for (int mb = 0; mb < 2; mb++) {
             acc[mb][nt][0] = fmaf(part[mb][nt][0], wsc[mb][0] * xsc.x, acc[mb][nt][0]);
             acc[mb][nt][1] = fmaf(part[mb][nt][1], wsc[mb][0] * xsc.y, acc[mb][nt][1]);
             acc[mb][nt][2] = fmaf(part[mb][nt][2], wsc[mb][1] * xsc.x, acc[mb][nt][2]);
@@ -410,7 +406,7 @@ static __device__ __forceinline__ void promote(float acc[][BNT / 8][4], const fl
         if (WK == WK_INT4_ZP) {
             const float2 xs = *(const float2 *)(sum + nt * 8 + 2 * t);
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++) {
+            for (int mb = 0; mb < 2; mb++) {
                 acc[mb][nt][0] = fmaf(-zs[mb][0], xs.x, acc[mb][nt][0]);
                 acc[mb][nt][1] = fmaf(-zs[mb][0], xs.y, acc[mb][nt][1]);
                 acc[mb][nt][2] = fmaf(-zs[mb][1], xs.x, acc[mb][nt][2]);
@@ -513,12 +509,12 @@ static __global__ __launch_bounds__(THREADS,
 }
 
 // ---- sm_90a: wgmma ----------------------------------------------------------------------------------------
-// Same tile (256 weight rows x 64 activation rows), same layouts, same epilogue. Four warpgroups (two for 16-row
-// tiles), each owning 64 weight rows as one m64 block (128 as two); per k step of 32 a warpgroup issues
-// wgmma.m64n64k32 e4m3 with A (the weights, converted in registers: the A fragment of a warp is the m16n8k32 one,
-// warp w of the warpgroup holding rows 16w..16w+15 of the m64 block) and B (the activations) read by the tensor cores
-// straight from the 128-byte-swizzled shared tile. A 128-group is 4 wgmmas per block in one commit group; then wait,
-// promote the partial into the accumulator with the scales, as the mma.sync kernel does.
+// Same tile (256 weight rows x 64 activation rows), same layouts, same epilogue. Two warpgroups, each owning
+// 128 weight rows as two m64 blocks; per k step of 32 a warpgroup issues wgmma.m64n64k32 e4m3 with A (the
+// weights, converted in registers: the A fragment of a warp is the m16n8k32 one, warp w of the warpgroup holding
+// rows 16w..16w+15 of the m64 block) and B (the activations) read by the tensor cores straight from the
+// 128-byte-swizzled shared tile. A 128-group is 8 wgmmas in one commit group; then wait, promote the partial
+// into the accumulator with the scales, as the mma.sync kernel does.
 
 #define WGMMA_PART_ARGS(d)                                                                                             \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),           \
@@ -567,29 +563,23 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
         for (int i = 0; i < 4; i++) fence_u(a[ks][i]);
 }
 
-// WGS warpgroups of 4 warps; each owns 256 / WGS weight rows as MB = 4 / WGS m64 blocks (warp w of a warpgroup:
-// rows 16w..16w+15 of each block): two warpgroups of two blocks, or four of one block (half the registers per thread,
-// __launch_bounds__(512, 1): twice the warps per scheduler to hide the loop's fixed-latency chains). The first 256
-// threads load the next activation stages with cp.async (a 3-stage ring; the stage loader is laid out for 256) and all
-// meet at one __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert
-// the blocks' fragments (nothing in flight: ptxas serialises every wgmma if a fragment register is redefined while
-// one may still read it), issue the 4 MB wgmmas (MB blocks x 4 k steps) as one commit group, load the next group's
-// codes, wait, promote. The other warpgroups' wgmmas fill the tensor cores meanwhile. (Measured against: a
+// Two warpgroups of 4 warps; each owns 128 weight rows as two m64 blocks (warp w of a warpgroup: rows 16w..16w+15
+// of each block). All 256 threads load the next activation stages with cp.async (a 3-stage ring) and meet at one
+// __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert both
+// blocks' fragments (nothing in flight: ptxas serialises every wgmma if a fragment register is redefined while
+// one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps) as one commit group, load the next group's
+// codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
 // producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
-template <int EPILOGUE, int WK, int BNT, int WGS>
-static __global__ __launch_bounds__(WGS * 128,
+template <int EPILOGUE, int WK, int BNT>
+static __global__ __launch_bounds__(THREADS,
                                     BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
-    constexpr int NTHREADS = WGS * 128, MB = 4 / WGS;
-    static_assert(WGS * MB == 4 && NTHREADS >= THREADS, "256 rows: 2 warpgroups x 2 m64 blocks or 4 x 1");
-    /* stages of the activation ring: 4 for 64-row tiles (int4-zp: 3, 48 KB of static shared memory) */
-    constexpr int NST = BNT == FM_W4A8_BN && WK != WK_INT4_ZP ? 4 : 3;
-    __shared__ __align__(1024) uint8_t xs_smem[NST][BNT * 128];
-    __shared__ float sc_smem[NST][BNT];
-    __shared__ float sum_smem[WK == WK_INT4_ZP ? NST : 1][BNT];
-    __shared__ __align__(16) uint8_t wsc_smem[NST][BM * wk_scales<WK>::row_bytes];
-    __shared__ float red[NTHREADS / 32][BNT];
-    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? NTHREADS / 32 : 1][BNT];
+    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BNT * 128];
+    __shared__ float sc_smem[STAGES][BNT];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
+    __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
+    __shared__ float red[THREADS / 32][BNT];
+    __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
@@ -597,20 +587,16 @@ static __global__ __launch_bounds__(WGS * 128,
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
     const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
     const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
-    /* m64 block mb of this warp: 16-row block blk0 + 4 mb */
-    const int64_t blk0 = (int64_t)blockIdx.x * (BM / 16) + wg * 4 * MB + w4;
-    int64_t blk[MB];
-    bool blk_ok[MB];
-#pragma unroll
-    for (int mb = 0; mb < MB; mb++) blk[mb] = blk0 + 4 * mb, blk_ok[mb] = blk[mb] * 16 < p.rows_pad;
+    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
+    const int64_t blk[2] = {blk0, blk0 + 4};
+    const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
     const int64_t KG = p.n_groups;
-    const warp_weights ww = warp_weights_at<WK, MB>(p, tile.expert, blk);
-    const bool loader = NTHREADS == THREADS || threadIdx.x < THREADS; /* warp-uniform */
+    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
 
-    float acc[MB][BNT / 8][4];
-    uint32_t words[MB][NW], nxt[MB][NW];
+    float acc[2][BNT / 8][4];
+    uint32_t words[2][NW], nxt[2][NW];
 #pragma unroll
-    for (int mb = 0; mb < MB; mb++) {
+    for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
         for (int j = 0; j < NW; j++) nxt[mb][j] = 0u;
 #pragma unroll
@@ -621,16 +607,14 @@ static __global__ __launch_bounds__(WGS * 128,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-#pragma unroll
-    for (int i = 0; i < NST - 1; i++) {
-        if (loader && KG > i)
-            load_stage<WK, BNT>(p, ld, i, xs_smem[i], sc_smem[i], sum_smem[WK == WK_INT4_ZP ? i : 0], wsc_smem[i]);
-        cp_async_commit();
-    }
+    load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
+    cp_async_commit();
+    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
 #pragma unroll
-    for (int mb = 0; mb < MB; mb++)
+    for (int mb = 0; mb < 2; mb++)
         if (blk_ok[mb]) {
 #pragma unroll
             for (int q = 0; q < NP; q++) {
@@ -640,13 +624,13 @@ static __global__ __launch_bounds__(WGS * 128,
             }
         }
 
-    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == NST - 1 ? 0 : st + 1) { /* st = grp % NST */
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? NST - 1 : (int)st - 1; /* (grp + NST - 1) % NST */
-        cp_async_wait<NST - 2>();
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (loader && grp + NST - 1 < KG)
-            load_stage<WK, BNT>(p, ld, grp + NST - 1, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+        if (grp + 2 < KG)
+            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
                                 wsc_smem[st2]);
         cp_async_commit();
         const uint32_t xt = smem_u32(xs_smem[st]);
@@ -654,16 +638,16 @@ static __global__ __launch_bounds__(WGS * 128,
         const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
         const uint8_t *wsm = wsc_smem[st];
 
-        uint32_t a[MB][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
+        uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++)
+        for (int mb = 0; mb < 2; mb++)
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
-        float part[MB][BNT / 8][4];
+        float part[2][BNT / 8][4];
         /* the scales of this group: int4 kernels read them while the wgmmas run; e4m3 ones, which promote after every
            k step, read the activation scales after each wait (before it, 16 more registers made them spill) */
         float2 xsc[BNT / 8];
-        float wsc[MB][2], zs[MB][2];
+        float wsc[2][2], zs[2][2];
         /* e4m3 x e4m3 products carry 8 significant bits and the FP8 wgmma accumulates in less than fp32: a 128-group
            summed in the tensor cores lost accuracy on a real block-FP8 checkpoint (cosine 0.9981 against the CPU
            emulation, 0.99993 when every k step of 32 is promoted: bench/NOTES.md). int4 codes (3-4 significant bits)
@@ -675,20 +659,20 @@ static __global__ __launch_bounds__(WGS * 128,
 #pragma unroll
             for (int ks = k0; ks < k0 + KSTEP; ks++)
 #pragma unroll
-                for (int mb = 0; mb < MB; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > k0);
+                for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > k0);
             wgmma_commit();
             wgmma_wait_all();
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++) settle_block<BNT>(part[mb], a[mb]);
-            if (k0 == 0) load_weight_scales<WK, MB>(wsm, ww.lrow, wsc, zs);
+            settle_block<BNT>(part[0], a[0]);
+            settle_block<BNT>(part[1], a[1]);
+            if (k0 == 0) load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
             load_act_scales<BNT>(sc, xsc);
-            promote<WK, BNT, MB>(acc, part, wsc, zs, xsc, xsum);
+            promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
         }
         wgmma_fence();
 #pragma unroll
         for (int ks = 4 - KSTEP; ks < 4; ks++)
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++)
+            for (int mb = 0; mb < 2; mb++)
                 wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
         wgmma_commit();
         /* while the tensor cores run: the next group's codes and scales */
@@ -697,7 +681,7 @@ static __global__ __launch_bounds__(WGS * 128,
            landing early would change an operand the tensor cores have not read yet (measured: wrong rows) */
         uint32_t(*dst)[NW] = WK == WK_E4M3 ? nxt : words;
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++)
+        for (int mb = 0; mb < 2; mb++)
             if (more && blk_ok[mb]) {
                 const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK>::chunk;
 #pragma unroll
@@ -707,34 +691,29 @@ static __global__ __launch_bounds__(WGS * 128,
                                 dst[mb][4 * pq + 3] = v.w;
                 }
             }
-        /* four warpgroups: the activation scales (16 registers) after the wait too, or the int4 kernels spill */
-        constexpr bool XSC_EARLY = WK != WK_E4M3 && MB == 2;
-        if (WK != WK_E4M3) load_weight_scales<WK, MB>(wsm, ww.lrow, wsc, zs);
-        if (XSC_EARLY) load_act_scales<BNT>(sc, xsc);
+        if (WK != WK_E4M3) {
+            load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
+            load_act_scales<BNT>(sc, xsc);
+        }
         wgmma_wait_all();
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++) settle_block<BNT>(part[mb], a[mb]);
+        settle_block<BNT>(part[0], a[0]);
+        settle_block<BNT>(part[1], a[1]);
         if (WK == WK_E4M3 && more)
 #pragma unroll
-            for (int mb = 0; mb < MB; mb++)
+            for (int mb = 0; mb < 2; mb++)
 #pragma unroll
                 for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
-        if (!XSC_EARLY) load_act_scales<BNT>(sc, xsc);
-        promote<WK, BNT, MB>(acc, part, wsc, zs, xsc, xsum);
+        if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
+        promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
-    epilogue<EPILOGUE, BNT, MB, NTHREADS>(p, tile, acc, blk, blk_ok, red, red_sum);
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
-
-// Warpgroups of the wgmma kernel: four (one m64 block per warp, <= 128 registers, no spills for any bank) for 64-row
-// tiles; two for 16-row tiles (two CTAs per SM already: 16 warps).
-template <int BNT> static constexpr int wgmma_warpgroups(void) { return BNT == FM_W4A8_BN ? 4 : 2; }
 
 // Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
 // elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
 template <int EPILOGUE, int WK, int BNT>
 static void launch(const gemm_params &p, bool wgmma, dim3 grid, cudaStream_t s) {
-    constexpr int WGS = wgmma_warpgroups<BNT>();
-    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT, WGS><<<grid, WGS * 128, 0, s>>>(p);
+    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
     else w4a8_mma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
 }
 
