@@ -95,6 +95,21 @@ static void golden_mixtral_sharded(void **s) {
     check_golden("tests/models/mixtral-f32-sharded");
 }
 
+/* Qwen3-Next (tools/make_qwen3_next_golden.py): Gated DeltaNet and gated attention layers, the shared expert,
+ * partial RoPE, zero-centred norms; 77 tokens (past the delta rule's 64-token chunk). */
+static void golden_qwen3_next_f32(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-next-f32");
+}
+static void golden_qwen3_next_bf16(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-next-bf16");
+}
+static void golden_qwen3_next_tied(void **s) {
+    (void)s;
+    check_golden("tests/models/qwen3-next-tied-f32");
+}
+
 /* The fused 3-D expert layout holds the same bf16 weights as the per-expert file: identical logits, bit for bit. */
 static void fused_layout_equals_per_expert(void **s) {
     (void)s;
@@ -204,6 +219,9 @@ int main(void) {
         cmocka_unit_test(golden_qwen3_fused),
         cmocka_unit_test(golden_qwen3_tied),
         cmocka_unit_test(golden_mixtral_sharded),
+        cmocka_unit_test(golden_qwen3_next_f32),
+        cmocka_unit_test(golden_qwen3_next_bf16),
+        cmocka_unit_test(golden_qwen3_next_tied),
         cmocka_unit_test(fused_layout_equals_per_expert),
         cmocka_unit_test(deterministic_across_threads),
         cmocka_unit_test(layer_subset),

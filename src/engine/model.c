@@ -243,6 +243,17 @@ fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
                    (long long)T, (long long)m->ctx);
 }
 
+/* Qwen3-Next's layers (Gated DeltaNet, gated attention, the shared expert) have CPU ops only so far: the cuda backend
+ * refuses the architecture by name before anything is allocated. */
+static fm_status check_backend_runs_arch(const fm_config *c, const char *backend, fm_error *err) {
+    if (c->arch == FM_ARCH_QWEN3_NEXT && backend && strcmp(backend, "cpu") != 0)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "model_type qwen3_next (Gated DeltaNet layers, gated attention, shared expert) runs on the cpu "
+                       "backend only: the %s backend has no kernels for it yet; use --backend cpu",
+                       backend);
+    return FM_OK;
+}
+
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
     m->ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
@@ -264,6 +275,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_routes_default(&m->routes, 0);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
     if (!st) st = check_device_memory(m, src, opt, err);
+    if (!st) st = check_backend_runs_arch(&m->cfg, opt->backend, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
     if (!st) st = load_weights(m, src, opt->verbose, err);
