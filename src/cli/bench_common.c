@@ -83,7 +83,7 @@ bool bench_parse_names(const char *cmd, const char *opt, const char *list, const
 }
 
 fm_wsrc bench_weight_view(uint64_t seed, int64_t rows, int64_t cols) {
-    return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}, {0}, 0.0f};
+    return (fm_wsrc){NULL, 0, rows, cols, {seed * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0}, {0}};
 }
 
 fm_status bench_prequantize(fm_wsrc *v, int64_t n, fm_qsynth_kind kind, fm_qsynth **q, fm_error *err) {

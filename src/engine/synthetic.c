@@ -49,11 +49,11 @@ typedef struct seeder {
 
 static fm_wsrc linear_view(seeder *sd, int64_t rows, int64_t cols) {
     return (fm_wsrc){NULL, 0, rows, cols, {sd->next++ * 0x632BE59BD9B4E019ull, sqrtf(3.0f / (float)cols), 0.0f, 0},
-                     {0}, 0.0f};
+                     {0}};
 }
 
 static fm_wsrc norm_view(seeder *sd, int64_t cols) {
-    return (fm_wsrc){NULL, 0, 1, cols, {sd->next++ * 0x632BE59BD9B4E019ull, 0.1f, 1.0f, 0}, {0}, 0.0f};
+    return (fm_wsrc){NULL, 0, 1, cols, {sd->next++ * 0x632BE59BD9B4E019ull, 0.1f, 1.0f, 0}, {0}};
 }
 
 /* One synthetic view per part of every bank the layer's description lists, in spec order (the experts expert by
@@ -106,7 +106,7 @@ static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) 
     src->cfg = *c;
     seeder sd = {1};
     const int64_t H = c->hidden_size, V = c->vocab_size;
-    src->embed = (fm_wsrc){NULL, 0, V, H, {sd.next++ * 0x632BE59BD9B4E019ull, 1.0f, 0.0f, 97}, {0}, 0.0f};
+    src->embed = (fm_wsrc){NULL, 0, V, H, {sd.next++ * 0x632BE59BD9B4E019ull, 1.0f, 0.0f, 97}, {0}};
     src->final_norm = norm_view(&sd, H);
     src->lm_head = linear_view(&sd, V, H);
     src->layers = calloc((size_t)c->n_layers, sizeof *src->layers);

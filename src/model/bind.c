@@ -38,12 +38,9 @@ fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err) {
     }
     if (w->t) {
         fm_status st = fm_st_check_finite(w->t, w->offset, w->rows * w->cols, err);
-        if (!st) st = fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
-        if (!st && w->add != 0.0f)
-            for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] += w->add;
-        return st;
+        return st ? st : fm_st_read_f32(w->t, w->offset, w->rows * w->cols, out, err);
     }
-    for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] = fm_synth_value(&w->synth, i, w->cols) + w->add;
+    for (int64_t i = 0; i < w->rows * w->cols; i++) out[i] = fm_synth_value(&w->synth, i, w->cols);
     return FM_OK;
 }
 
@@ -100,7 +97,7 @@ static fm_status need_view(binder *b, fm_wsrc *w, const char *role, int n_dims, 
     const fm_st_tensor *t = NULL;
     fm_status st = n_dims == 1 ? need(b, name, 1, &shape[1], role, &t) : need(b, name, 2, shape, role, &t);
     if (st != FM_OK) return st;
-    *w = (fm_wsrc){t, 0, rows, cols, {0}, {0}, 0.0f};
+    *w = (fm_wsrc){t, 0, rows, cols, {0}, {0}};
     b->n_params += rows * cols;
     return FM_OK;
 }
@@ -203,7 +200,7 @@ static bool has_linear(const binder *b, const char *module) {
 /* Views [E] of [rows, cols] into a 3-D bank [E, rows_total, cols], starting at row `row0` of each expert. */
 static void bank_views(fm_wsrc *views, const fm_st_tensor *t, int64_t E, int64_t rows_total, int64_t row0, int64_t rows,
                        int64_t cols) {
-    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}, {0}, 0.0f};
+    for (int64_t e = 0; e < E; e++) views[e] = (fm_wsrc){t, (e * rows_total + row0) * cols, rows, cols, {0}, {0}};
 }
 
 /* The expert parts of a layer kind, in spec order (gate, up, down), with the bank each belongs to and its first
@@ -362,7 +359,6 @@ static fm_status bind_layer(binder *b, int l, const fm_arch_desc *a, fm_layer_sr
             st = p->rows ? need_linear(b, &L->w[p->slot], p->role, p->rows(c), p->cols(c), "%s", name)
                          : need_view(b, &L->w[p->slot], p->role, 1, 1, p->cols(c), name);
             if (st) return st;
-            if (a->plus_one_banks >> s->bank & 1) L->w[p->slot].add = 1.0f;
         }
     }
     return FM_OK;
@@ -413,7 +409,6 @@ fm_status fm_model_src_bind(const fm_config *cfg, const fm_st_set *set, fm_model
     if (!out->layers) st = fm_fail(err, FM_ERR_NOMEM, "out of memory binding layers");
     if (!st) st = need_matrix(&b, &out->embed, "embed_tokens", V, H, "model.embed_tokens.weight");
     if (!st) st = need_vector(&b, &out->final_norm, "final norm", H, "model.norm.weight");
-    if (!st && arch->final_norm_plus_one) out->final_norm.add = 1.0f;
     if (!st) {
         if (cfg->tie_word_embeddings) {
             out->lm_head = out->embed;

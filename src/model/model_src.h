@@ -30,13 +30,12 @@ typedef struct fm_wsrc {
     int64_t rows, cols;
     fm_synth synth;
     fm_qsrc q;
-    float add; /* added to every element read (zero-centred norm weights: 1 + w; model/arch.h plus_one_banks) */
 } fm_wsrc;
 
 static inline bool fm_wsrc_is_quantized(const fm_wsrc *w) { return w->q.method != FM_QUANT_NONE; }
 
-/* Decodes the view to fp32 (out has rows * cols elements), plus w->add; a pre-quantized source is dequantized with
- * its format's exact formula. */
+/* Decodes the view to fp32 (out has rows * cols elements); a pre-quantized source is dequantized with its
+ * format's exact formula. */
 fm_status fm_wsrc_read(const fm_wsrc *w, float *out, fm_error *err);
 
 #ifdef __CUDACC__
