@@ -1,7 +1,8 @@
 /* The CPU reference against transformers itself: tiny checkpoints made and evaluated by Hugging Face
  * transformers 5.17 (tools/make_golden.py, fp32 forward, eager attention) must be reproduced with
  * cosine >= 0.99999 and max |diff| <= 1e-4 x max |logit|. The BF16 checkpoints are held to the same
- * bound: their golden logits are transformers' fp32 forward of the bf16 file, which is what we compute. */
+ * bound: their golden logits are transformers' fp32 forward of the bf16 file, which is what we compute. Qwen3-Next's
+ * (tools/make_qwen3_next_golden.py) are held to the same bounds. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -108,6 +109,20 @@ static void golden_qwen3_next_bf16(void **s) {
 static void golden_qwen3_next_tied(void **s) {
     (void)s;
     check_golden("tests/models/qwen3-next-tied-f32");
+}
+
+/* No GPU kernels for Qwen3-Next yet: the cuda backend refuses it by name, before anything is allocated. */
+static void qwen3_next_cuda_refused(void **s) {
+    (void)s;
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = "cuda";
+    fm_model *m = NULL;
+    fm_error err = {{0}};
+    assert_int_equal(fm_model_load("tests/models/qwen3-next-f32", &opt, &m, &err), FM_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "qwen3_next"));
+    assert_non_null(strstr(err.msg, "--backend cpu"));
 }
 
 /* The fused 3-D expert layout holds the same bf16 weights as the per-expert file: identical logits, bit for bit. */
@@ -222,6 +237,7 @@ int main(void) {
         cmocka_unit_test(golden_qwen3_next_f32),
         cmocka_unit_test(golden_qwen3_next_bf16),
         cmocka_unit_test(golden_qwen3_next_tied),
+        cmocka_unit_test(qwen3_next_cuda_refused),
         cmocka_unit_test(fused_layout_equals_per_expert),
         cmocka_unit_test(deterministic_across_threads),
         cmocka_unit_test(layer_subset),

@@ -295,8 +295,8 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (dst) return dst;
     fm_routes_default(&m->routes, 0);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
-    if (!st) st = check_device_memory(m, src, opt, err);
     if (!st) st = check_backend_runs_arch(&m->cfg, opt->backend, err);
+    if (!st) st = check_device_memory(m, src, opt, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
     if (!st) st = load_weights(m, src, opt->verbose, err);
