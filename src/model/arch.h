@@ -35,7 +35,8 @@
  * A new architecture is a new description (its slots appended to the enums below when it has new weights) and
  * the ops of its new layer kinds in the forward pass (and its entry in arch.c's list, its fm_arch value). What still
  * restates a layer outside the descriptions: the forward pass and its buffers (forward.c; memory_plan.c
- * fm_forward_buffer_list and add_workspace), the activation traffic of cost.c's stages, the KV cache (kv_state.c). */
+ * fm_forward_buffer_list and add_workspace), the activation traffic of cost.c's stages, the KV cache and the Gated
+ * DeltaNet states (kv_state.c). */
 #ifndef FM_MODEL_ARCH_H
 #define FM_MODEL_ARCH_H
 
