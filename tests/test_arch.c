@@ -15,7 +15,10 @@
 #include "model/model_src.h"
 #include "qwen3_config.h"
 
-static const fm_arch_desc *all(int i) { return i == 0 ? fm_arch_qwen3_moe() : i == 1 ? fm_arch_mixtral() : NULL; }
+static const fm_arch_desc *all(int i) {
+    const fm_arch_desc *(*const list[])(void) = {fm_arch_qwen3_moe, fm_arch_mixtral, fm_arch_qwen3_next};
+    return i < (int)(sizeof list / sizeof *list) ? list[i]() : NULL;
+}
 
 /* Every kind: bank slots used once, source slots used once, parts of one bank as wide as each other, expert parts
  * exactly in expert banks, a fusion that matches the parts, names with a layer (or the MoE prefix) in them. */
@@ -69,12 +72,67 @@ static void model_types_are_found(void **s) {
     assert_ptr_equal(fm_arch_find("qwen3_moe"), fm_arch_qwen3_moe());
     assert_ptr_equal(fm_arch_find("mixtral"), fm_arch_mixtral());
     assert_null(fm_arch_find("llama"));
-    assert_string_equal(fm_arch_supported(), "qwen3_moe, mixtral");
+    assert_ptr_equal(fm_arch_find("qwen3_next"), fm_arch_qwen3_next());
+    assert_string_equal(fm_arch_supported(), "qwen3_moe, mixtral, qwen3_next");
     fm_config c = {0};
     c.arch = FM_ARCH_MIXTRAL;
     assert_ptr_equal(fm_arch_of(&c), fm_arch_mixtral());
     c.arch = FM_ARCH_QWEN3_MOE;
     assert_ptr_equal(fm_arch_of(&c), fm_arch_qwen3_moe());
+    c.arch = FM_ARCH_QWEN3_NEXT;
+    assert_ptr_equal(fm_arch_of(&c), fm_arch_qwen3_next());
+}
+
+/* Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (the fields fp8moe reads; no layer_types: every 4th layer is full
+ * attention): the four layer kinds' banks and shapes, the attention layers, the rotary dims */
+static const char QWEN3_NEXT_80B[] =
+    "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\", \"hidden_size\": 2048,"
+    " \"num_hidden_layers\": 48, \"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256,"
+    " \"num_experts\": 512, \"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512,"
+    " \"shared_expert_intermediate_size\": 512, \"intermediate_size\": 5120, \"decoder_sparse_step\": 1,"
+    " \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"vocab_size\": 151936, \"tie_word_embeddings\": false,"
+    " \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.25, \"hidden_act\": \"silu\","
+    " \"max_position_embeddings\": 262144, \"attention_bias\": false, \"full_attention_interval\": 4,"
+    " \"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16,"
+    " \"linear_num_value_heads\": 32, \"linear_value_head_dim\": 128}";
+
+static void qwen3_next_shapes(void **s) {
+    (void)s;
+    fm_config c;
+    fm_error err = {{0}};
+    if (fm_config_parse(QWEN3_NEXT_80B, sizeof QWEN3_NEXT_80B - 1, "qwen3-next config", &c, &err))
+        fail_msg("%s", err.msg);
+    const fm_arch_desc *a = fm_arch_of(&c);
+    assert_ptr_equal(a, fm_arch_qwen3_next());
+    assert_int_equal(a->layer_kind(&c, 0), FM_LAYER_GDN_MOE);
+    assert_int_equal(a->layer_kind(&c, 3), FM_LAYER_ATTN_MOE);
+    assert_int_equal(fm_arch_attention_layers(&c, 48), 12);
+    assert_int_equal(c.rotary_dim, 64);
+    assert_true(c.attn_output_gate);
+    int64_t got[2][FM_BANK_COUNT][3] = {{{0}}}; /* layer 0 (GDN), layer 3 (attention): n, rows, cols */
+    for (int k = 0; k < 2; k++) {
+        const fm_layer_desc *d = fm_arch_layer(a, &c, k ? 3 : 0);
+        for (int32_t j = 0; j < d->n_specs; j++) {
+            const fm_weight_spec *w = &d->specs[j];
+            if (!fm_spec_present(w, &c)) continue;
+            got[k][w->bank][0] = fm_spec_count(w, &c), got[k][w->bank][1] = fm_spec_rows(w, &c);
+            got[k][w->bank][2] = fm_spec_cols(w, &c);
+        }
+    }
+    const int64_t gdn[][4] = {
+        {FM_BANK_GDN_QKVZ, 1, 12288, 2048}, {FM_BANK_GDN_BA, 1, 64, 2048},    {FM_BANK_GDN_CONV, 1, 8192, 4},
+        {FM_BANK_GDN_A_LOG, 1, 1, 32},       {FM_BANK_GDN_NORM, 1, 1, 128},    {FM_BANK_GDN_OUT, 1, 2048, 4096},
+        {FM_BANK_ROUTER, 1, 512, 2048},      {FM_BANK_GATE_UP, 512, 1024, 2048}, {FM_BANK_SHARED_GATE_UP, 1, 1024, 2048},
+        {FM_BANK_SHARED_DOWN, 1, 2048, 512}, {FM_BANK_SHARED_SCORE, 1, 1, 2048},
+    };
+    for (size_t i = 0; i < sizeof gdn / sizeof *gdn; i++)
+        for (int k = 0; k < 3; k++) assert_int_equal(got[0][gdn[i][0]][k], gdn[i][k + 1]);
+    assert_int_equal(got[0][FM_BANK_QKV][0], 0); /* no attention in a GDN layer */
+    const int64_t attn[][4] = {{FM_BANK_QKV, 1, 8192 + 1024, 2048}, {FM_BANK_O, 1, 2048, 4096}, {FM_BANK_Q_NORM, 1, 1, 256}};
+    for (size_t i = 0; i < sizeof attn / sizeof *attn; i++)
+        for (int k = 0; k < 3; k++) assert_int_equal(got[1][attn[i][0]][k], attn[i][k + 1]);
+    assert_int_equal(got[1][FM_BANK_GDN_QKVZ][0], 0);
+    assert_int_equal(fm_arch_widest_dense_k(&c, 4), 4096); /* out_proj's and o_proj's input */
 }
 
 static void name_patterns_expand(void **s) {
@@ -162,6 +220,7 @@ int main(void) {
         cmocka_unit_test(descriptions_are_well_formed),   cmocka_unit_test(model_types_are_found),
         cmocka_unit_test(name_patterns_expand),           cmocka_unit_test(qwen3_shapes),
         cmocka_unit_test(dense_layers_take_the_mlp_kind), cmocka_unit_test(named_members_alias_the_slots),
+        cmocka_unit_test(qwen3_next_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,6 +88,20 @@ static const char MIXTRAL_JSON[] = "{\n"
                                    "  \"vocab_size\": 300\n"
                                    "}\n";
 
+/* tests/models/qwen3-next-f32/config.json (transformers 5.17), the fields fp8moe reads */
+static const char QWEN3_NEXT_JSON[] =
+    "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\", \"hidden_size\": 64,"
+    " \"num_hidden_layers\": 4, \"layer_types\": [\"linear_attention\", \"full_attention\", \"linear_attention\","
+    " \"linear_attention\"], \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 24,"
+    " \"partial_rotary_factor\": 0.25, \"rope_parameters\": {\"partial_rotary_factor\": 0.25, \"rope_theta\": 10000.0,"
+    " \"rope_type\": \"default\"}, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4,"
+    " \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 12, \"linear_conv_kernel_dim\": 4,"
+    " \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16,"
+    " \"shared_expert_intermediate_size\": 40, \"intermediate_size\": 48, \"mlp_only_layers\": [1],"
+    " \"decoder_sparse_step\": 1, \"norm_topk_prob\": true, \"rms_norm_eps\": 1e-06, \"vocab_size\": 256,"
+    " \"max_position_embeddings\": 256, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\","
+    " \"attention_bias\": false}";
+
 /* ---------------------------------------------------------------- helpers */
 
 /* base with top-level keys replaced: pairs (key, JSON value text or NULL = delete), ended by a NULL key.
@@ -464,6 +478,43 @@ static void test_rope_scaling_default_accepted(void **state) {
 
 /* ---------------------------------------------------------------- rejected configs */
 
+/* Qwen3-Next: the layer kinds (layer_types, or every full_attention_interval-th layer full attention, default 4),
+ * partial RoPE (default 0.25: transformers' own), the Gated DeltaNet's heads, the shared expert; the refusals */
+static void test_qwen3_next_fields(void **state) {
+    (void)state;
+    fm_config c;
+    parse_ok(QWEN3_NEXT_JSON, &c);
+    assert_int_equal(c.arch, FM_ARCH_QWEN3_NEXT);
+    const bool gdn[4] = {true, false, true, true}, moe[4] = {true, false, true, true};
+    for (int l = 0; l < 4; l++) assert_int_equal(c.layer_is_gdn[l], gdn[l]), assert_int_equal(c.layer_is_moe[l], moe[l]);
+    assert_int_equal(c.rotary_dim, 6);
+    assert_true(c.attn_output_gate && c.qk_norm && c.norm_topk_prob);
+    assert_int_equal(c.shared_expert_intermediate, 40);
+    assert_int_equal(c.gdn_k_heads, 2), assert_int_equal(c.gdn_v_heads, 4), assert_int_equal(c.gdn_k_dim, 16);
+    assert_int_equal(c.gdn_v_dim, 12), assert_int_equal(c.gdn_conv_kernel, 4);
+    char *j = variant(QWEN3_NEXT_JSON, "layer_types", NULL, "full_attention_interval", "2", NULL);
+    parse_ok(j, &c);
+    for (int l = 0; l < 4; l++) assert_int_equal(c.layer_is_gdn[l], l % 2 == 0);
+    free(j);
+    j = variant(QWEN3_NEXT_JSON, "layer_types", NULL, "partial_rotary_factor", NULL, "rope_parameters", NULL, NULL);
+    parse_ok(j, &c);
+    for (int l = 0; l < 4; l++) assert_int_equal(c.layer_is_gdn[l], l != 3); /* every 4th */
+    assert_int_equal(c.rotary_dim, 6);                                          /* 0.25 of 24 */
+    free(j);
+    j = variant(QWEN3_NEXT_JSON, "partial_rotary_factor", "0.5", NULL);
+    parse_ok(j, &c);
+    assert_int_equal(c.rotary_dim, 12);
+    free(j);
+    expect_fail(variant(QWEN3_NEXT_JSON, "partial_rotary_factor", "0.3", NULL), FM_ERR_FORMAT, "partial_rotary_factor",
+                "7 rotary dims");
+    expect_fail(variant(QWEN3_NEXT_JSON, "layer_types", "[\"linear_attention\"]", NULL), FM_ERR_FORMAT, "layer_types",
+                "4 strings");
+    expect_fail(variant(QWEN3_NEXT_JSON, "layer_types",
+                        "[\"linear_attention\", \"sliding_attention\", \"full_attention\", \"full_attention\"]", NULL),
+                FM_ERR_UNSUPPORTED, "layer_types[1]", "sliding_attention");
+    expect_fail(variant(QWEN3_NEXT_JSON, "linear_num_value_heads", "3", NULL), FM_ERR_FORMAT, "linear_num_value_heads");
+}
+
 static void test_unsupported_model_type(void **state) {
     (void)state;
     expect_fail(variant(QWEN3_JSON, "model_type", "\"llama\"", NULL), FM_ERR_UNSUPPORTED, "model_type", "llama");
@@ -661,6 +712,7 @@ int main(void) {
         cmocka_unit_test(test_bad_experts),
         cmocka_unit_test(test_bad_heads),
         cmocka_unit_test(test_bad_mlp_only_layers),
+        cmocka_unit_test(test_qwen3_next_fields),
         cmocka_unit_test(test_dense_needs_intermediate),
         cmocka_unit_test(test_load_missing_file),
     };

@@ -8,8 +8,9 @@
  *   - a fixed seed reproduces its tokens, another seed gives others; eos ids and max_tokens stop a sequence;
  *   - a prompt that does not fit the planned context is refused with numbers;
  *   - greedy generation (ref, fp32) equals transformers' generate(do_sample=False) token for token on every model
- *     with a golden_generate.json (tools/make_golden_generate.py: 32 new tokens; prompts chosen so that no step's
- *     top-1/top-2 logit margin is a near tie, the smallest margin is in the file). */
+ *     with a golden_generate.json (tools/make_golden_generate.py, tools/make_qwen3_next_golden.py: 32 new tokens;
+ *     prompts chosen so that no step's top-1/top-2 logit margin is a near tie, the smallest margin is in the file);
+ *   - Qwen3-Next (Gated DeltaNet states per sequence beside the KV cache) passes the cache tests above too. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,7 +26,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 
-static const char *k_model = "tests/models/qwen3-moe-f32";
+static const char *k_model = "tests/models/qwen3-moe-f32"; /* the model of the next test (qwen3-next runs some again) */
 
 static fm_model *load(int32_t max_seqs, int64_t ctx, int64_t max_tokens) {
     fm_options opt;
@@ -223,11 +224,27 @@ static void test_without_cache(void **state) {
     fm_model_free(m);
 }
 
+/* Qwen3-Next: the Gated DeltaNet layers keep a conv and a recurrent state per sequence beside the attention layers'
+ * KV cache; a fresh prefill (the chunked rule) then decode steps (the recurrent one), prompts in chunks, slots
+ * reused by later sequences, batched decode: the same logits and tokens as full passes without a cache. */
+static void test_qwen3_next_cached_steps(void **state) {
+    k_model = "tests/models/qwen3-next-f32";
+    test_cached_steps_equal_prefill(state);
+    k_model = "tests/models/qwen3-moe-f32";
+}
+
+static void test_qwen3_next_greedy_and_batches(void **state) {
+    k_model = "tests/models/qwen3-next-tied-f32";
+    test_greedy_and_batches(state);
+    k_model = "tests/models/qwen3-moe-f32";
+}
+
 static void test_golden_greedy(void **state) {
     (void)state;
     const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
                           "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
-                          "models/tiny-code-moe"};
+                          "models/tiny-code-moe",         "tests/models/qwen3-next-f32",
+                          "tests/models/qwen3-next-bf16", "tests/models/qwen3-next-tied-f32"};
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
         char path[256];
         snprintf(path, sizeof path, "%s/golden_generate.json", dirs[d]);
@@ -277,6 +294,8 @@ int main(void) {
         cmocka_unit_test(test_greedy_and_batches),
         cmocka_unit_test(test_sampling_seed_and_stops),
         cmocka_unit_test(test_without_cache),
+        cmocka_unit_test(test_qwen3_next_cached_steps),
+        cmocka_unit_test(test_qwen3_next_greedy_and_batches),
         cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -447,6 +447,23 @@ static void generation_in_the_plan(void **s) {
     assert_non_null(strstr(cli_out, "KV cache (4 seqs x 100 tokens)"));
 }
 
+/* Qwen3-Next keeps K and V for its attention layers only, and per Gated DeltaNet layer and sequence the conv's last
+ * kernel - 1 inputs and the delta rule's matrices, fp32. tests/models/qwen3-next-f32 (layers L F L L; 2 KV heads of
+ * 24; GDN: C = 2*2*16 + 4*12 = 112 channels, 4 taps, 4 value heads of 16 x 12), 2 sequences of 64 tokens = 8 blocks
+ * of 16 slots: K, V 2 x 1 x 128 x 48 x 4 = 49,152 bytes; states 3 x 2 x (3 x 112 + 4 x 16 x 12) x 4 = 26,496. */
+static void generation_counts_the_gdn_state(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error err = {{0}};
+    assert_int_equal(fm_config_load("tests/models/qwen3-next-f32", &cfg, &err), FM_OK);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_REF, "cpu", &plan);
+    fm_memory_plan p;
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cpu", 0, 64, &p, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 2, 64, &err), FM_OK);
+    assert_int_equal(p.kv_cache, 49152 + 26496);
+}
+
 static void expect_usage(int code, const char *needle) {
     if (code != 2 || !strstr(cli_err, needle))
         fail_msg("exit %d (want 2); stderr should name '%s': %s", code, needle, cli_err);
@@ -588,6 +605,7 @@ int main(void) {
         cmocka_unit_test(longer_prompt_refused),       cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(inspect_prints_the_plan),     cmocka_unit_test(vram_limit_parsing),
         cmocka_unit_test(generation_in_the_plan),
+        cmocka_unit_test(generation_counts_the_gdn_state),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

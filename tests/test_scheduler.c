@@ -355,11 +355,55 @@ static void test_pool_exhaustion(void **state) {
     fm_model_free(m);
 }
 
+/* Qwen3-Next: a kept cache continued whole keeps its Gated DeltaNet states (only the new tokens run); one cut back
+ * to a shorter common prefix cannot rewind them, so the prompt runs again from position 0. Tokens as alone. */
+static void test_qwen3_next_reuse(void **state) {
+    (void)state;
+    enum { P = 20, NEW = 8, EXTRA = 5 };
+    k_model = "tests/models/qwen3-next-f32";
+    fm_model *m = load();
+    k_model = "tests/models/qwen3-moe-f32";
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t p[P], turn2[P + NEW + EXTRA], turn3[30], ref[NEW];
+    prompt_ids(p, P, V, 31);
+    fm_sched *s;
+    fm_error err;
+    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    rec *r = calloc(1, sizeof *r);
+    fm_sched_request q = greedy(p, P, NEW, r);
+    q.keep = true;
+    const int64_t a = submit(s, &q);
+    run_all(s);
+    memcpy(turn2, p, sizeof p);
+    memcpy(turn2 + P, r->ids[a], NEW * sizeof *turn2);
+    prompt_ids(turn2 + P + NEW, EXTRA, V, 32);
+    alone(m, turn2, P + NEW + EXTRA, NEW, ref);
+    fm_sched_request q2 = greedy(turn2, P + NEW + EXTRA, NEW, r);
+    q2.reuse = a, q2.keep = true;
+    const int64_t b = submit(s, &q2);
+    run_all(s);
+    assert_int_equal(r->n_cached[b], P + NEW - 1);
+    assert_memory_equal(r->ids[b], ref, sizeof ref);
+    memcpy(turn3, turn2, 10 * sizeof *turn3);
+    prompt_ids(turn3 + 10, 20, V, 33);
+    alone(m, turn3, 30, NEW, ref);
+    fm_sched_request q3 = greedy(turn3, 30, NEW, r);
+    q3.reuse = b;
+    const int64_t c = submit(s, &q3);
+    run_all(s);
+    assert_int_equal(r->n_cached[c], 0);
+    assert_memory_equal(r->ids[c], ref, sizeof ref);
+    fm_sched_free(s);
+    free(r);
+    fm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_join_running_batch),
         cmocka_unit_test(test_cancel_frees_blocks),
         cmocka_unit_test(test_reuse_kept_cache),
+        cmocka_unit_test(test_qwen3_next_reuse),
         cmocka_unit_test(test_pool_exhaustion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

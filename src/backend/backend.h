@@ -83,6 +83,25 @@ fm_status fm_plan_set_dispatch(fm_plan *plan, fm_dispatch d, fm_error *err);
  * fp32 accumulation (a CPU backend given this plan emulates it exactly, which is how the GPU ops are tested). */
 void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan);
 
+/* A Gated DeltaNet layer's shape (Qwen3-Next's linear attention): nk key heads of dk, nv value heads of dv (nv a
+ * multiple of nk: value head h reads key head h / (nv / nk)), a causal depthwise conv of `kernel` taps over the
+ * C = 2 nk dk + nv dv channels q | k | v. in_proj_qkvz's output [T, 2 nk dk + 2 nv dv] holds, per key head, its q
+ * (dk), k (dk), then the v (nv/nk * dv) and z (nv/nk * dv) of its value heads; in_proj_ba's [T, 2 nv] per key head
+ * the b, then the a, of its value heads. */
+typedef struct fm_gdn_shape {
+    int32_t nk, nv, dk, dv, kernel;
+} fm_gdn_shape;
+
+static inline fm_gdn_shape fm_gdn_shape_of(const fm_config *c) {
+    return (fm_gdn_shape){c->gdn_k_heads, c->gdn_v_heads, c->gdn_k_dim, c->gdn_v_dim, c->gdn_conv_kernel};
+}
+static inline int64_t fm_gdn_channels(fm_gdn_shape g) { return 2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv; }
+static inline int64_t fm_gdn_qkvz_width(fm_gdn_shape g) { return 2 * (int64_t)g.nk * g.dk + 2 * (int64_t)g.nv * g.dv; }
+/* fp32 elements of one sequence's states in one layer: the conv's last kernel - 1 inputs [kernel - 1][C], and the
+ * delta rule's matrix per value head [nv][dk][dv] */
+static inline int64_t fm_gdn_conv_state_elems(fm_gdn_shape g) { return (int64_t)(g.kernel - 1) * fm_gdn_channels(g); }
+static inline int64_t fm_gdn_rec_state_elems(fm_gdn_shape g) { return (int64_t)g.nv * g.dk * g.dv; }
+
 typedef struct fm_backend fm_backend; /* per-backend state */
 typedef struct fm_bank fm_bank;       /* a weight bank on the backend */
 
@@ -195,6 +214,45 @@ typedef struct fm_backend_ops {
      * the host: a decode step and its sampling replay as one CUDA graph. */
     void (*sample)(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot,
                    const void *params, void *steps, void *counts, void *seen, void *z, void *ids, void *info);
+
+    /* Qwen3-Next's ops (backend/cpu/cpu_gated_attention.c, cpu_gdn.c): NULL on a backend without them, where the
+     * engine refuses the architecture at load (fm_backend_runs_arch).
+     *
+     * Gated attention's inputs: from qg [T, (2 nh + 2 nkv) hd] (per query head hd query values then hd gate values,
+     * then the k heads and the v heads) writes qkv [T, (nh + 2 nkv) hd] as qk_norm_rope leaves it (per-head q/k
+     * RMSNorm, then RoPE on the first rot_dim dims of each head: rotate-half pairs (j, j + rot_dim / 2), inv_freq
+     * theta^(-2j / rot_dim); the other dims pass) and gate [T, nh hd]. pos, pos0 as in qk_norm_rope. */
+    void (*gated_qk_norm_rope)(fm_backend *be, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                               int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0,
+                               const void *pos, double theta, void *qkv, void *gate);
+    /* x[i] *= sigmoid(gate[i]) for n elements (the gated attention's output) */
+    void (*sigmoid_mul)(fm_backend *be, void *x, const void *gate, int64_t n);
+    /* acc[r, :] += sigmoid(score[r]) * x[r, :], rows of dim (the shared expert's output under its gate) */
+    void (*add_sigmoid_scaled)(fm_backend *be, void *acc, const void *x, const void *score, int64_t rows, int64_t dim);
+    /* The Gated DeltaNet's causal depthwise conv + SiLU: out [T, C] (channels q | k | v, C = fm_gdn_channels) from
+     * the q, k, v columns of qkvz [T, fm_gdn_qkvz_width] (their grouped order undone), conv [C, kernel] (tap
+     * kernel - 1 on the current token). states NULL: the T tokens are one sequence from position 0 (no history, none
+     * kept). Else token t belongs to sequence tok_seq[t] at position tok_pos[t], in order: its history is that
+     * sequence's conv state (fp32 [max_seqs][kernel - 1][C]: fm_gdn_conv_state_elems per sequence), zero at
+     * position 0, and the state is advanced. */
+    void (*gdn_conv)(fm_backend *be, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
+                     const void *tok_seq, const void *tok_pos, void *out);
+    /* The gated delta rule over one sequence of T tokens from position 0, in chunks of 64 (prefill): per value head
+     * h (key head h / (nv / nk)), q and k L2-normalised (eps 1e-6), q scaled by dk^-1/2, beta = sigmoid(b),
+     * g = -exp(A_log) softplus(a + dt_bias); S_t = e^g S_{t-1} + k_t (beta (v_t - e^g S_{t-1}^T k_t))^T, out_t =
+     * S_t^T q_t [T, nv dv]. qkv: gdn_conv's out; ba: in_proj_ba's out; a_log, dt_bias: [nv] banks. states NULL:
+     * nothing kept; else the final S goes to sequence tok_seq[0]'s recurrent state (fp32 [max_seqs][nv][dk][dv]). */
+    void (*gdn_chunked)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
+                        int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, void *out);
+    /* The same rule token by token (decode, prefill chunks, batches of sequences): token t updates the state of
+     * sequence tok_seq[t] (zeroed first when tok_pos[t] == 0), in order. */
+    void (*gdn_recurrent)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log,
+                          const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
+                          const void *tok_pos, void *out);
+    /* The gated RMSNorm per value head: out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]) with z from qkvz's
+     * grouped columns; core and out [T, nv dv], w [dv]. */
+    void (*gdn_norm_gate)(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
+                          fm_gdn_shape g, float eps, void *out);
 } fm_backend_ops;
 
 struct fm_backend {

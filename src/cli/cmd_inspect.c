@@ -175,9 +175,25 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
                n_moe ? fm_expert_layout_name(src->layers[c->n_layers - 1].is_moe ? src->layers[c->n_layers - 1].layout
                                                                                  : src->layers[0].layout)
                      : "-");
+    if (c->shared_expert_intermediate > 0)
+        printf("shared expert: width %d, output scaled by sigmoid(shared_expert_gate)\n", c->shared_expert_intermediate);
     if (n_moe < c->n_layers) printf("dense MLP width: %d\n", c->dense_intermediate);
-    printf("rope theta %g, rms_norm_eps %g, tie_word_embeddings %s\n", c->rope_theta, (double)c->rms_norm_eps,
+    int n_gdn = 0;
+    for (int l = 0; l < c->n_layers; l++) n_gdn += c->layer_is_gdn[l];
+    if (n_gdn > 0 || c->attn_output_gate) {
+        printf("token mixers: %d Gated DeltaNet (linear attention: %d key / %d value heads of %d / %d, conv kernel %d), "
+               "%d %sfull attention\nlayer kinds:",
+               n_gdn, c->gdn_k_heads, c->gdn_v_heads, c->gdn_k_dim, c->gdn_v_dim, c->gdn_conv_kernel,
+               c->n_layers - n_gdn, c->attn_output_gate ? "gated " : "");
+        for (int l = 0; l < c->n_layers; l++) printf("%s%c", l % 8 ? "" : " ", c->layer_is_gdn[l] ? 'L' : 'F');
+        printf("  (L linear attention, F full attention)\n");
+    }
+    printf("rope theta %g", c->rope_theta);
+    if (c->rotary_dim != c->head_dim) printf(" on %d of %d dims per head", c->rotary_dim, c->head_dim);
+    printf(", rms_norm_eps %g, tie_word_embeddings %s\n", (double)c->rms_norm_eps,
            c->tie_word_embeddings ? "true" : "false");
+    if (fm_arch_of(c)->plus_one_banks) printf("RMSNorm weights: zero-centred (scale 1 + w)\n");
+    if (fm_arch_of(c)->ignored) printf("ignored: %s\n", fm_arch_of(c)->ignored);
 
     int64_t by_dtype[FM_DTYPE_COUNT] = {0}, bytes_dtype[FM_DTYPE_COUNT] = {0};
     for (int64_t i = 0; i < set->n_tensors; i++) {
@@ -214,17 +230,23 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
            mib(4.0 * (double)src->n_params), mib(2.0 * (double)src->n_params),
            mib((double)linear * (0.5 + 2.0 / 128.0) + 2.0 * (double)other));
 
-    printf("shapes (layer 0):\n");
-    print_shape(&src->embed, "embed_tokens");
-    const fm_layer_src *L = &src->layers[0];
-    const fm_layer_desc *d0 = fm_arch_layer(arch, c, 0);
-    for (int32_t i = 0; i < d0->n_specs; i++)
-        for (int32_t j = 0; j < d0->specs[i].n_parts; j++) {
-            const fm_part_spec *p = &d0->specs[i].parts[j];
-            if (p->inspect && fm_spec_present(&d0->specs[i], c))
-                print_shape(fm_layer_src_cviews(L, p->slot), p->inspect);
-        }
-    print_shape(&src->lm_head, c->tie_word_embeddings ? "lm_head (tied)" : "lm_head");
+    /* layer 0's shapes, and those of the first layer of another token mixer (Qwen3-Next) */
+    for (int l = 0; l < c->n_layers; l++) {
+        if (l > 0 && c->layer_is_gdn[l] == c->layer_is_gdn[0]) continue;
+        if (l > 0) printf("shapes (layer %d, %s):\n", l, c->layer_is_gdn[l] ? "linear attention" : "full attention");
+        else printf("shapes (layer 0):\n");
+        if (l == 0) print_shape(&src->embed, "embed_tokens");
+        const fm_layer_src *L = &src->layers[l];
+        const fm_layer_desc *d0 = fm_arch_layer(arch, c, l);
+        for (int32_t i = 0; i < d0->n_specs; i++)
+            for (int32_t j = 0; j < d0->specs[i].n_parts; j++) {
+                const fm_part_spec *p = &d0->specs[i].parts[j];
+                if (p->inspect && fm_spec_present(&d0->specs[i], c))
+                    print_shape(fm_layer_src_cviews(L, p->slot), p->inspect);
+            }
+        if (l == 0) print_shape(&src->lm_head, c->tie_word_embeddings ? "lm_head (tied)" : "lm_head");
+        if (l > 0) break;
+    }
 }
 
 /* Pre-quantized checkpoints: per weight family, how many linears are stored as int4 and the bytes they take in the

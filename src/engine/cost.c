@@ -63,9 +63,20 @@ void fm_prefill_cost(const fm_config *c, const fm_plan *p, int32_t n_layers, int
         sum_layer(c, p, l, &s);
         out->bytes[FM_STAGE_ATTN_PROJ] += s.w[FM_WF_ATTN] + A * t * s.act[FM_WF_ATTN];
         out->flops[FM_STAGE_ATTN_PROJ] += 2 * t * s.macs[FM_WF_ATTN];
-        /* qk-norm + RoPE read and write q and k; attention reads q, k, v and writes the output */
-        out->bytes[FM_STAGE_ATTENTION] += A * t * (2 * (nqkv - c->n_kv_heads * hd) + nqkv + nq);
-        out->flops[FM_STAGE_ATTENTION] += 2.0 * c->n_heads * hd * t * (t + 1);   /* causal q.k and p.v */
+        if (c->layer_is_gdn[l]) {
+            /* a Gated DeltaNet (Qwen3-Next): the conv reads and writes its C channels, the rule reads them and b|a and
+               writes nv dv, the gated norm reads it and z and writes it; per token and value head three dk x dv
+               products (S^T k, the rank-1 update, S^T q) */
+            const double C = 2.0 * c->gdn_k_heads * c->gdn_k_dim + (double)c->gdn_v_heads * c->gdn_v_dim;
+            const double vd = (double)c->gdn_v_heads * c->gdn_v_dim;
+            out->bytes[FM_STAGE_ATTENTION] += A * t * (3 * C + 2.0 * c->gdn_v_heads + 4 * vd);
+            out->flops[FM_STAGE_ATTENTION] += 2.0 * 3.0 * t * c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim;
+        } else {
+            /* qk-norm + RoPE read and write q and k; attention reads q, k, v and writes the output (gated: the
+               gate's read is left out) */
+            out->bytes[FM_STAGE_ATTENTION] += A * t * (2 * (nqkv - c->n_kv_heads * hd) + nqkv + nq);
+            out->flops[FM_STAGE_ATTENTION] += 2.0 * c->n_heads * hd * t * (t + 1); /* causal q.k and p.v */
+        }
         out->bytes[FM_STAGE_OTHER] += 2 * (2 * A * t * H) + 2 * (3 * A * t * H); /* 2 norms, 2 residual adds */
         if (s.has[FM_WF_ROUTER]) {
             /* logits in and out, then the k expert ids and weights per token */

@@ -21,6 +21,9 @@ typedef struct fm_layer_weights {
             fm_bank *router;               /* [E, H] */
             fm_bank *gate_up;              /* MoE: [E][2I, H]; dense: [1][2Id, H] (gate rows, then up rows) */
             fm_bank *down;                 /* MoE: [E][H, I]; dense: [1][H, Id] */
+            /* Qwen3-Next (model/arch.h's slots): the shared expert and its sigmoid gate; a Gated DeltaNet layer */
+            fm_bank *shared_gate_up, *shared_down, *shared_score;
+            fm_bank *gdn_qkvz, *gdn_ba, *gdn_conv, *gdn_a_log, *gdn_dt_bias, *gdn_norm, *gdn_out;
         };
     };
     fm_layer_kind kind;
@@ -28,6 +31,9 @@ typedef struct fm_layer_weights {
 } fm_layer_weights;
 
 _Static_assert(offsetof(fm_layer_weights, down) == offsetof(fm_layer_weights, bank) + FM_BANK_DOWN * sizeof(fm_bank *),
+               "fm_layer_weights: the named members follow fm_bank_slot");
+_Static_assert(offsetof(fm_layer_weights, gdn_out) ==
+                   offsetof(fm_layer_weights, bank) + FM_BANK_GDN_OUT * sizeof(fm_bank *),
                "fm_layer_weights: the named members follow fm_bank_slot");
 _Static_assert(offsetof(fm_layer_weights, qkv) == offsetof(fm_layer_weights, bank) + FM_BANK_QKV * sizeof(fm_bank *),
                "fm_layer_weights: the named members follow fm_bank_slot");

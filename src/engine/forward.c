@@ -2,7 +2,9 @@
  *
  *   x = embed(ids)                                                  [T, H]
  *   per layer:  h = rmsnorm(x);  qkv = h Wqkv^T;  qk_norm + RoPE;  a = attention(qkv);  x += a Wo^T
+ *                 (Qwen3-Next: gated attention, a *= sigmoid(gate), partial RoPE; or a Gated DeltaNet, gated_deltanet)
  *               h = rmsnorm(x);  MoE: route(h Wr^T) -> x += sum_k w_k expert_k(h)
+ *                                     (Qwen3-Next: + sigmoid(h Ws^T) shared_expert(h))
  *                                dense: x += down(swiglu(h Wgu^T))
  *   (each residual add and the RMSNorm after it run as one op, add_rmsnorm)
  *   logits = rmsnorm(x) Wlm^T                                       [T, vocab]
@@ -24,6 +26,8 @@
  * memory plan's list (fm_forward_buffer_list, in this order), and reused by every call. */
 typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
+    void *proj, *gates, *shared; /* Qwen3-Next (NULL for other models): q_proj or in_proj_qkvz out, the attention
+                                    gate or in_proj_ba out or the shared expert's score, the shared expert's out */
 } fw_buffers;
 
 static void free_buffers(fm_backend *be, fw_buffers *b) {
@@ -42,7 +46,7 @@ static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *
     fm_forward_buffer_list(&m->cfg, be->ops->act_size, T, want, &overflow);
     void **p = (void **)b;
     for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
-        if (want[i].bytes == SIZE_MAX || !(p[i] = be->ops->alloc(be, want[i].bytes)))
+        if (want[i].bytes > 0 && (want[i].bytes == SIZE_MAX || !(p[i] = be->ops->alloc(be, want[i].bytes))))
             return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the %s buffer (%zu bytes, %lld tokens)",
                            be->ops->name, want[i].what, want[i].bytes, (long long)T);
     return FM_OK;
@@ -146,6 +150,81 @@ fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error 
     return FM_OK;
 }
 
+/* A Gated DeltaNet layer's token mixer (Qwen3-Next's linear attention), from the normed b.h to b.y:
+ *   qkvz = h Wqkvz^T, ba = h Wba^T;  conv + SiLU over the q | k | v channels (the conv state per sequence);
+ *   the gated delta rule (chunked over one fresh sequence, else token by token on the per-sequence state);
+ *   gated RMSNorm with z;  y = out Wout^T
+ * gdn: the layer's index among the Gated DeltaNet layers (its slice of the states). */
+static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t gdn,
+                           fw_timer *tm) {
+    const fm_config *c = &m->cfg;
+    fm_backend *be = m->be;
+    const fm_backend_ops *ops = be->ops;
+    const fw_buffers b = *m->bufs;
+    const fm_gdn_shape g = fm_gdn_shape_of(c);
+    const fm_kv_state *kv = m->kv;
+    const bool cached = attn != FM_ATTN_NO_CACHE;
+    float *conv = cached ? (float *)kv->gdn_conv + (size_t)gdn * kv->pool.max_seqs * fm_gdn_conv_state_elems(g) : NULL;
+    float *rec = cached ? (float *)kv->gdn_rec + (size_t)gdn * kv->pool.max_seqs * fm_gdn_rec_state_elems(g) : NULL;
+    ops->linear(be, L->gdn_qkvz, 0, b.h, T, m->plan.a_dense, b.proj);
+    ops->linear(be, L->gdn_ba, 0, b.h, T, FM_A_NATIVE, b.gates);
+    tick(tm, FM_STAGE_ATTN_PROJ);
+    ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL,
+                  b.qkv);
+    dump(be, "gdn_conv", l, b.qkv, T * fm_gdn_channels(g));
+    if (attn == FM_ATTN_PAGED)
+        ops->gdn_recurrent(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, kv->tok_seq, kv->tok_pos,
+                           b.att);
+    else ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
+                          b.att);
+    ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
+    dump(be, "gdn_rule", l, b.qkv, T * (int64_t)g.nv * g.dv);
+    tick(tm, FM_STAGE_ATTENTION);
+    ops->linear(be, L->gdn_out, 0, b.qkv, T, m->plan.a_dense, b.y);
+    tick(tm, FM_STAGE_ATTN_PROJ);
+}
+
+/* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
+ * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
+ * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
+static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t n_attn,
+                            fw_timer *tm) {
+    const fm_config *c = &m->cfg;
+    const fm_plan *p = &m->plan;
+    fm_backend *be = m->be;
+    const fm_backend_ops *ops = be->ops;
+    const int64_t H = c->hidden_size;
+    const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    const int64_t nqkv = T * (nh + 2 * nkv) * hd;
+    const fw_buffers b = *m->bufs;
+    const fm_kv_state *kv = m->kv;
+    ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
+    tick(tm, FM_STAGE_ATTN_PROJ);
+    if (c->attn_output_gate) /* Qwen3-Next: q_proj's rows hold each head's query and gate; partial RoPE */
+        ops->gated_qk_norm_rope(be, b.proj, T, nh, nkv, hd, c->rotary_dim, L->q_norm, L->k_norm,
+                                c->rms_norm_eps, 0, attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos,
+                                c->rope_theta, b.qkv, b.gates);
+    else
+        ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
+                          attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
+    dump(be, "qk_norm_rope", l, b.qkv, nqkv);
+    if (attn != FM_ATTN_NO_CACHE) {
+        char *kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
+        char *vl = (char *)kv->v + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
+        ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
+        if (attn == FM_ATTN_PAGED)
+            ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
+                                 kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
+    }
+    if (attn != FM_ATTN_PAGED) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
+    if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
+    dump(be, "attention", l, b.att, T * nh * hd);
+    tick(tm, FM_STAGE_ATTENTION);
+    ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
+    dump(be, "o_proj", l, b.y, T * H);
+    tick(tm, FM_STAGE_ATTN_PROJ);
+}
+
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
 static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
@@ -154,38 +233,18 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
     fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
-    const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     const fw_buffers b = *m->bufs;
     tick(tm, FM_STAGE_OTHER);
     ops->embed(be, m->embed, b.ids, T, b.x);
     dump(be, "embed", -1, b.x, T * H);
+    int32_t n_attn = 0, n_gdn = 0; /* attention and Gated DeltaNet layers so far: their cache and state slices */
     for (int l = 0; l < m->n_layers; l++) {
         const fm_layer_weights *L = &m->layers[l];
-        const int64_t nqkv = T * (nh + 2 * nkv) * hd;
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
-        ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, b.qkv);
-        dump(be, "qkv", l, b.qkv, nqkv);
-        tick(tm, FM_STAGE_ATTN_PROJ);
-        const fm_kv_state *kv = m->kv;
-        ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
-                          attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
-        dump(be, "qk_norm_rope", l, b.qkv, nqkv);
-        if (attn != FM_ATTN_NO_CACHE) {
-            char *kl = (char *)kv->k + (size_t)l * (size_t)kv->layer_elems * ops->act_size;
-            char *vl = (char *)kv->v + (size_t)l * (size_t)kv->layer_elems * ops->act_size;
-            ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
-            if (attn == FM_ATTN_PAGED)
-                ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
-                                     kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
-        }
-        if (attn != FM_ATTN_PAGED) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
-        dump(be, "attention", l, b.att, T * nh * hd);
-        tick(tm, FM_STAGE_ATTENTION);
-        ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
-        dump(be, "o_proj", l, b.y, T * H);
-        tick(tm, FM_STAGE_ATTN_PROJ);
+        if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(m, L, l, T, attn, n_gdn++, tm);
+        else attention_mixer(m, L, l, T, attn, n_attn++, tm);
         ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
@@ -196,6 +255,13 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
             tick(tm, FM_STAGE_ROUTING);
             ops->moe(be, L->gate_up, L->down, b.h, T, b.eids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
                      b.y);
+            if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h) */
+                ops->linear(be, L->shared_score, 0, b.h, T, FM_A_NATIVE, b.gates);
+                ops->linear(be, L->shared_gate_up, 0, b.h, T, p->a_dense, b.gu);
+                ops->swiglu(be, b.gu, T, c->shared_expert_intermediate, b.act);
+                ops->linear(be, L->shared_down, 0, b.act, T, p->a_dense, b.shared);
+                ops->add_sigmoid_scaled(be, b.y, b.shared, b.gates, T, H);
+            }
         } else {
             ops->linear(be, L->gate_up, 0, b.h, T, p->a_dense, b.gu);
             ops->swiglu(be, b.gu, T, c->dense_intermediate, b.act);

@@ -6,13 +6,15 @@
 #include "backend/cuda/cuda_graph.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "model/arch.h"
 #include "util/status.h"
 
 /* the backend allocations, in one list so that create and free cannot disagree */
 #define KV_BUFFERS(s)                                                                                                  \
     void **bufs[] = {&(s)->k,      &(s)->v,           &(s)->tok_seq,  &(s)->tok_pos, &(s)->slots,                      \
                      &(s)->tables, &(s)->att_scratch, &(s)->params,   &(s)->steps,   &(s)->counts,                     \
-                     &(s)->seen,   &(s)->z,           &(s)->row_slot, &(s)->ids_out, &(s)->info_out}
+                     &(s)->seen,   &(s)->z,           &(s)->row_slot, &(s)->ids_out, &(s)->info_out,                   \
+                     &(s)->gdn_conv, &(s)->gdn_rec}
 
 void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     if (!s) return;
@@ -25,7 +27,7 @@ void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     free(s);
 }
 
-enum { KV_N_BUFFERS = 15 };
+enum { KV_N_BUFFERS = 17 };
 
 /* attention_paged's scratch for any step of 1..max_rows tokens: the split count falls as T grows, so the largest
  * need is not at max_rows (one split, no scratch, from 512 tokens) but at a small T */
@@ -42,11 +44,14 @@ static size_t paged_scratch(const fm_config *c, int64_t max_rows, int64_t ctx) {
 static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv_pool *pool, int64_t ctx,
                      int64_t max_rows, size_t bytes[KV_N_BUFFERS]) {
     const int64_t slots = (int64_t)pool->n_blocks * pool->block_tokens, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    const int32_t n_attn = fm_arch_attention_layers(c, n_layers), n_gdn = n_layers - n_attn;
+    const size_t gdn_seqs = (size_t)n_gdn * (size_t)pool->max_seqs * sizeof(float);
+    const fm_gdn_shape g = fm_gdn_shape_of(c);
     const size_t V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs + 1, layer = (size_t)(slots * kvd) * a;
     const size_t R = (size_t)fm_decode_bucket(pool->max_seqs); /* sampled rows at most: a padded decode step */
     const size_t b[KV_N_BUFFERS] = {
-        (size_t)n_layers * layer, /* k */
-        (size_t)n_layers * layer, /* v */
+        (size_t)n_attn * layer, /* k */
+        (size_t)n_attn * layer, /* v */
         (size_t)max_rows * 4,
         (size_t)max_rows * 4,
         (size_t)max_rows * 4,                                  /* tok_seq, tok_pos, slots */
@@ -60,6 +65,8 @@ static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv
         R * 4,
         R * 4,
         R * sizeof(fm_sample_info), /* row_slot, ids_out, info_out */
+        n_gdn ? gdn_seqs * (size_t)fm_gdn_conv_state_elems(g) : 0,
+        n_gdn ? gdn_seqs * (size_t)fm_gdn_rec_state_elems(g) : 0, /* gdn_conv, gdn_rec */
     };
     memcpy(bytes, b, sizeof b);
 }
@@ -73,9 +80,9 @@ fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size
     kv_bytes(c, n_layers, act_size, &pool, ctx,
              max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs), bytes);
     fm_kv_pool_free(&pool);
-    *cache = bytes[0] + bytes[1];
+    *cache = bytes[0] + bytes[1] + bytes[KV_N_BUFFERS - 2] + bytes[KV_N_BUFFERS - 1]; /* K, V and the GDN states */
     *state = 0;
-    for (int i = 2; i < KV_N_BUFFERS; i++) *state += bytes[i];
+    for (int i = 2; i < KV_N_BUFFERS - 2; i++) *state += bytes[i];
     return FM_OK;
 }
 

@@ -25,7 +25,12 @@ static inline int32_t fm_decode_bucket(int32_t B) {
 typedef struct fm_kv_state {
     fm_kv_pool pool;
     int64_t layer_elems; /* elements of one layer's K (or V) cache: n_slots * nkv * hd */
-    void *k, *v;         /* [n_layers][n_slots][nkv * hd] in the activation dtype */
+    void *k, *v;         /* [attention layers][n_slots][nkv * hd] in the activation dtype (a Gated DeltaNet layer has
+                            none: fm_arch_attention_layers counts the others) */
+    /* Gated DeltaNet layers (Qwen3-Next), fp32, by sequence slot: the conv's last inputs and the delta rule's
+       matrices (backend.h fm_gdn_conv_state_elems, fm_gdn_rec_state_elems per sequence and layer) */
+    void *gdn_conv;      /* [GDN layers][max_seqs][kernel - 1][C] */
+    void *gdn_rec;       /* [GDN layers][max_seqs][nv][dk][dv] */
     /* per step, int32 in backend memory, one entry per token of the step (max_rows): */
     void *tok_seq, *tok_pos, *slots;
     void *tables;      /* int32 [max_seqs][max_blocks], uploaded before a step when they changed */
@@ -50,8 +55,9 @@ typedef struct fm_kv_state {
     bool tables_dirty;
 } fm_kv_state;
 
-/* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself and the rest (index
- * buffers, attention scratch, sampler state), for the memory plan; allocates nothing. */
+/* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet
+ * layers' conv and recurrent states) and the rest (index buffers, attention scratch, sampler state), for the memory
+ * plan; allocates nothing. */
 fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
                            int64_t max_rows, size_t *cache, size_t *state, fm_error *err);
 

@@ -272,8 +272,22 @@ int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, f
     sz st = {false}, *s = &st;
     const uint64_t a = act, T = (uint64_t)tokens;
     const uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim;
-    const uint64_t qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd;
-    const uint64_t I = (uint64_t)max64(c->moe_intermediate, c->dense_intermediate);
+    const uint64_t att = (uint64_t)c->n_heads * hd;
+    /* Qwen3-Next: gated attention's q_proj (query | gate), a Gated DeltaNet's projections, conv and rule outputs;
+       0 where the configuration has none of them */
+    bool gdn = false;
+    for (int32_t l = 0; l < c->n_layers; l++) gdn |= c->layer_is_gdn[l];
+    const fm_gdn_shape g = fm_gdn_shape_of(c);
+    const uint64_t gdn_qkvz = gdn ? (uint64_t)fm_gdn_qkvz_width(g) : 0, gdn_c = gdn ? (uint64_t)fm_gdn_channels(g) : 0;
+    const uint64_t gdn_v = gdn ? (uint64_t)g.nv * (uint64_t)g.dv : 0;
+    const uint64_t qg = c->attn_output_gate ? (uint64_t)(2 * c->n_heads + 2 * c->n_kv_heads) * hd : 0;
+    const uint64_t proj = qg > gdn_qkvz ? qg : gdn_qkvz;
+    uint64_t gates = c->attn_output_gate ? att : 0;
+    gates = gdn && 2 * (uint64_t)g.nv > gates ? 2 * (uint64_t)g.nv : gates;
+    gates = c->shared_expert_intermediate > 0 && gates < 1 ? 1 : gates;
+    const uint64_t qkv0 = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd, qkv = qkv0 > gdn_c ? qkv0 : gdn_c;
+    const uint64_t att_out = att > gdn_v ? att : gdn_v;
+    const uint64_t I = (uint64_t)max64(max64(c->moe_intermediate, c->dense_intermediate), c->shared_expert_intermediate);
     const uint64_t E = c->n_experts > 0 ? (uint64_t)c->n_experts : 1;
     const uint64_t k = c->n_experts_per_tok > 0 ? (uint64_t)c->n_experts_per_tok : 1;
     const struct {
@@ -284,7 +298,7 @@ int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, f
         {"residual", mul(s, T, H), a},
         {"normed", mul(s, T, H), a},
         {"qkv", mul(s, T, qkv), a},
-        {"attention out", mul(s, T, mul(s, (uint64_t)c->n_heads, hd)), a},
+        {"attention out", mul(s, T, att_out), a},
         {"block out", mul(s, T, H), a},
         {"gate_up", mul(s, T, mul(s, 2, I)), a},
         {"swiglu", mul(s, T, I), a},
@@ -292,6 +306,9 @@ int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, f
         {"expert ids", mul(s, T, k), sizeof(int32_t)},
         {"expert weights", mul(s, T, k), a},
         {"logits", mul(s, T, (uint64_t)c->vocab_size), a},
+        {"input projection", mul(s, T, proj), a},
+        {"gates", mul(s, T, gates), a},
+        {"shared expert out", mul(s, T, c->shared_expert_intermediate > 0 ? H : 0), a},
     };
     for (int32_t i = 0; i < FM_FORWARD_N_BUFFERS; i++)
         out[i] = (fm_mem_item){want[i].what, to_size(s, mul(s, want[i].elems, want[i].size))};

@@ -128,6 +128,23 @@ static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n,
     return bank_acts(ld, out, srcs, n, n_parts, false, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
 }
 
+/* A zero-centred RMSNorm weight (model/arch.h plus_one_banks): its bank holds 1 + w, built from an fp32 copy. */
+static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm_wformat fmt, const char *label) {
+    const int64_t n = src->rows * src->cols;
+    float *w = fm_malloc((size_t)n * sizeof *w, ld->err, label);
+    if (!w) return FM_ERR_NOMEM;
+    fm_status st = fm_wsrc_read(src, w, ld->err);
+    for (int64_t i = 0; !st && i < n; i++) w[i] += 1.0f;
+    char name[96];
+    snprintf(name, sizeof name, "%s (1 + w)", label);
+    fm_st_tensor t = {.name = name, .dtype = FM_DTYPE_F32, .n_dims = 2, .shape = {src->rows, src->cols},
+                      .n_elements = n, .data = (const uint8_t *)w, .nbytes = (uint64_t)n * sizeof *w};
+    const fm_wsrc view = {&t, 0, src->rows, src->cols, {0}, {0}};
+    if (!st) st = bank(ld, out, &view, 1, 1, fmt, label);
+    free(w);
+    return st;
+}
+
 /* Every bank of layer l, as its description lists them: the parts' views (expert by expert in an expert bank)
  * fused into one bank in the format of the spec's family. */
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
@@ -153,7 +170,9 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         char label[96];
         snprintf(label, sizeof label, "layer %d %s", l, w->label);
         fm_status st =
-            bank_acts(ld, &L->bank[w->bank], srcs, n, np, w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
+            fm_arch_of(c)->plus_one_banks >> w->bank & 1
+                ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
+                : bank_acts(ld, &L->bank[w->bank], srcs, n, np, w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
         free(srcs);
         if (st) return st;
     }
@@ -171,7 +190,9 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     loader ld = {m, err, 0, 0};
     fm_status st;
     if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
-        (st = bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
+        (st = fm_arch_of(&m->cfg)->final_norm_plus_one
+                  ? bank_plus_one(&ld, &m->final_norm, &src->final_norm, m->plan.w_other, "final norm")
+                  : bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
         return st;
     if (lm_head_tied(src)) m->lm_head = m->embed;
     else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
@@ -243,6 +264,17 @@ fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
                    (long long)T, (long long)m->ctx);
 }
 
+/* Qwen3-Next's layers (Gated DeltaNet, gated attention, the shared expert) have CPU ops only so far: the cuda backend
+ * refuses the architecture by name before anything is allocated. */
+static fm_status check_backend_runs_arch(const fm_config *c, const char *backend, fm_error *err) {
+    if (c->arch == FM_ARCH_QWEN3_NEXT && backend && strcmp(backend, "cpu") != 0)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "model_type qwen3_next (Gated DeltaNet layers, gated attention, shared expert) runs on the cpu "
+                       "backend only: the %s backend has no kernels for it yet; use --backend cpu",
+                       backend);
+    return FM_OK;
+}
+
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
     m->ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
@@ -263,6 +295,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (dst) return dst;
     fm_routes_default(&m->routes, 0);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
+    if (!st) st = check_backend_runs_arch(&m->cfg, opt->backend, err);
     if (!st) st = check_device_memory(m, src, opt, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;

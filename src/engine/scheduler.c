@@ -8,6 +8,7 @@
 #include "engine/kv_state.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
+#include "model/arch.h"
 #include "util/status.h"
 
 typedef enum rq_state { RQ_WAITING, RQ_PREFILL, RQ_RUNNING, RQ_KEPT, RQ_DONE } rq_state;
@@ -275,6 +276,9 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         const int64_t held = fm_kv_seq_tokens(&m->kv->pool, k->slot);
         int64_t p = 0;
         while (p < held && p < q->r.n_prompt - 1 && k->hist[p] == q->prompt[p]) p++;
+        /* Gated DeltaNet states (Qwen3-Next) hold the whole cached sequence and cannot be cut back: a shorter common
+           prefix runs again from position 0, which resets them */
+        if (p < held && fm_arch_attention_layers(&m->cfg, m->n_layers) < m->n_layers) p = 0;
         fm_status st = fm_kv_seq_sampler_reset(m, k->slot, q->prompt, q->r.n_prompt, &sp, err);
         if (st) return st;
         fm_kv_seq_truncate(&m->kv->pool, k->slot, p);

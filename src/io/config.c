@@ -117,6 +117,27 @@ fm_status fm_cfg_read_layer_list(const fm_cfg_reader *r, const char *key, int32_
     return FM_OK;
 }
 
+fm_status fm_cfg_read_layer_types(const fm_cfg_reader *r, const char *key, int32_t n_layers, const char *marked_value,
+                                  const char *other_value, bool *marked) {
+    const cJSON *list = field(r, key);
+    if (!list) return FM_OK;
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != n_layers)
+        return fm_fail(r->err, FM_ERR_FORMAT, "%s: field '%s' must be an array of %d strings (one per layer)", r->label,
+                       key, n_layers);
+    int32_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list) {
+        const bool is_marked = cJSON_IsString(e) && !strcmp(e->valuestring, marked_value);
+        if (!is_marked && !(cJSON_IsString(e) && !strcmp(e->valuestring, other_value)))
+            return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s[%d] is %s%.64s%s; only \"%s\" and \"%s\" are implemented",
+                           r->label, key, i, cJSON_IsString(e) ? "\"" : "",
+                           cJSON_IsString(e) ? e->valuestring : json_kind(e), cJSON_IsString(e) ? "\"" : "",
+                           marked_value, other_value);
+        marked[i++] = is_marked;
+    }
+    return FM_OK;
+}
+
 /* Only the default RoPE is implemented: rope_scaling null/absent or of type "default". */
 static fm_status check_rope_type(const cfg_reader *r, const cJSON *obj, const char *where) {
     if (!obj || cJSON_IsNull(obj)) return FM_OK;
@@ -167,9 +188,19 @@ static fm_status read_rope(const cfg_reader *r, fm_config *c) {
     if (prf && !cJSON_IsNull(prf) && !cJSON_IsNumber(prf))
         return fm_fail(r->err, FM_ERR_FORMAT, "%s: field 'partial_rotary_factor' must be a number, got %s", r->label,
                        json_kind(prf));
-    if (prf && cJSON_IsNumber(prf) && prf->valuedouble != 1.0)
-        return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: partial_rotary_factor = %g is not implemented (only 1.0)",
-                       r->label, prf->valuedouble);
+    const double dflt = fm_arch_of(c)->config.partial_rotary_factor;
+    const double f = prf && cJSON_IsNumber(prf) ? prf->valuedouble : dflt > 0 ? dflt : 1.0;
+    if (f != 1.0 && dflt <= 0)
+        return fm_fail(r->err, FM_ERR_UNSUPPORTED,
+                       "%s: partial_rotary_factor = %g is not implemented for %s (only 1.0; qwen3_next rotates part of "
+                       "each head)",
+                       r->label, f, c->model_type);
+    /* transformers rotates the first int(head_dim * factor) dims of each head, in rotate-half pairs */
+    c->rotary_dim = (int32_t)((double)c->head_dim * f);
+    if (!(f > 0 && f <= 1) || c->rotary_dim < 2 || c->rotary_dim % 2 != 0)
+        return fm_fail(r->err, FM_ERR_FORMAT,
+                       "%s: partial_rotary_factor = %g gives %d rotary dims of head_dim %d; they must be even and >= 2",
+                       r->label, f, c->rotary_dim, c->head_dim);
     return FM_OK;
 }
 

@@ -1,7 +1,8 @@
 /* config.json -> fm_config for the model families fp8moe implements (qwen3_moe, mixtral: model/arch.h lists them, and
  * each family's description reads its own fields through fm_cfg_reader).
  * Spellings accepted as real files have them: num_experts | num_local_experts; rope_theta |
- * rope_parameters.rope_theta; head_dim absent = hidden_size / num_attention_heads. Anything not
+ * rope_parameters.rope_theta; partial_rotary_factor | rope_parameters.partial_rotary_factor (qwen3_next only: other
+ * families rotate whole heads); head_dim absent = hidden_size / num_attention_heads. Anything not
  * implemented (another model_type, rope scaling other than default, sliding-window attention turned on,
  * attention bias, an activation other than silu) is an FM_ERR_UNSUPPORTED naming the field.
  * quantization_config (pre-quantized int4 checkpoints) is read by io/quant_config.c into cfg.quant; without one,
@@ -18,7 +19,7 @@
 #define FM_MAX_LAYERS 1024
 #define FM_MAX_DIM (1 << 24) /* sanity cap on any width or count read from a config */
 
-typedef enum fm_arch { FM_ARCH_QWEN3_MOE, FM_ARCH_MIXTRAL } fm_arch;
+typedef enum fm_arch { FM_ARCH_QWEN3_MOE, FM_ARCH_MIXTRAL, FM_ARCH_QWEN3_NEXT } fm_arch;
 
 /* How routing probabilities are formed from the router logits of one token. */
 typedef enum fm_router_kind {
@@ -48,6 +49,14 @@ typedef struct fm_config {
     fm_router_kind router;
     float rms_norm_eps;
     double rope_theta;
+    int32_t rotary_dim; /* leading dims of each head that RoPE rotates: head_dim * partial_rotary_factor (even) */
+    /* Qwen3-Next */
+    bool attn_output_gate;              /* q_proj yields [query | gate] per head; attention out * sigmoid(gate) */
+    int32_t shared_expert_intermediate; /* width of the shared expert of MoE layers (0: none) */
+    int32_t gdn_k_heads, gdn_v_heads;   /* Gated DeltaNet layers: key and value heads (linear_num_*_heads) */
+    int32_t gdn_k_dim, gdn_v_dim;       /* linear_key_head_dim, linear_value_head_dim */
+    int32_t gdn_conv_kernel;            /* linear_conv_kernel_dim */
+    bool layer_is_gdn[FM_MAX_LAYERS];   /* layer_types[i] == "linear_attention" */
     int64_t max_position_embeddings;
     int32_t eos_ids[FM_MAX_EOS]; /* eos_token_id: generation_config.json's when present, else config.json's */
     int32_t n_eos;
@@ -77,6 +86,10 @@ fm_status fm_cfg_read_bool(const fm_cfg_reader *r, const char *key, bool dflt, b
 fm_status fm_cfg_read_number(const fm_cfg_reader *r, const char *key, bool *present, double *out);
 /* An optional list of layer indices in [0, n_layers): marked[i] set for each. */
 fm_status fm_cfg_read_layer_list(const fm_cfg_reader *r, const char *key, int32_t n_layers, bool *marked);
+
+/* A list of n_layers strings, each `marked_value` (marked[i] set) or `other_value`; anything else is refused. */
+fm_status fm_cfg_read_layer_types(const fm_cfg_reader *r, const char *key, int32_t n_layers, const char *marked_value,
+                                  const char *other_value, bool *marked);
 
 /* Parses config.json text (len bytes, not necessarily NUL-terminated); label names the file in errors. */
 fm_status fm_config_parse(const char *json, uint64_t len, const char *label, fm_config *out, fm_error *err);

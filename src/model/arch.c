@@ -5,7 +5,8 @@
 #include <string.h>
 
 /* Every architecture the engine runs, in the order messages list them. */
-static const fm_arch_desc *(*const all[])(void) = {fm_arch_qwen3_moe, fm_arch_mixtral};
+static const fm_arch_desc *(*const all[])(void) = {fm_arch_qwen3_moe, fm_arch_mixtral,
+                                                            fm_arch_qwen3_next};
 #define N_ARCH (sizeof all / sizeof *all)
 
 const fm_arch_desc *fm_arch_of(const fm_config *c) {
@@ -87,6 +88,13 @@ int64_t fm_dim_experts(const fm_config *c) { return c->n_experts; }
 int64_t fm_dim_moe_inter(const fm_config *c) { return c->moe_intermediate; }
 int64_t fm_dim_dense_inter(const fm_config *c) { return c->dense_intermediate; }
 bool fm_when_qk_norm(const fm_config *c) { return c->qk_norm; }
+
+int32_t fm_arch_attention_layers(const fm_config *c, int32_t n_layers) {
+    const fm_arch_desc *a = fm_arch_of(c);
+    int32_t n = 0;
+    for (int32_t l = 0; l < n_layers; l++) n += !fm_layer_kind_is_gdn(a->layer_kind(c, l));
+    return n;
+}
 
 fm_layer_kind fm_layer_kind_moe_or_mlp(const fm_config *c, int32_t layer) {
     return c->layer_is_moe[layer] ? FM_LAYER_ATTN_MOE : FM_LAYER_ATTN_MLP;

@@ -30,10 +30,13 @@
  * Spec order is the order of binding, loading, planning and of the synthetic seeds (so the synthetic models keep
  * their values); expert parts are bound and seeded expert by expert (gate, up, down of expert 0, then 1, ...).
  *
+ * Qwen3-Next (src/model/qwen3_next.c) adds the Gated DeltaNet layer kinds, the shared expert and zero-centred norms.
+ *
  * A new architecture is a new description (its slots appended to the enums below when it has new weights) and
  * the ops of its new layer kinds in the forward pass (and its entry in arch.c's list, its fm_arch value). What still
  * restates a layer outside the descriptions: the forward pass and its buffers (forward.c; memory_plan.c
- * fm_forward_buffer_list and add_workspace), the activation traffic of cost.c's stages, the KV cache (kv_state.c). */
+ * fm_forward_buffer_list and add_workspace), the activation traffic of cost.c's stages, the KV cache and the Gated
+ * DeltaNet states (kv_state.c). */
 #ifndef FM_MODEL_ARCH_H
 #define FM_MODEL_ARCH_H
 
@@ -57,7 +60,19 @@ typedef enum fm_src_slot {
     FM_SRC_MLP_GATE,
     FM_SRC_MLP_UP,
     FM_SRC_MLP_DOWN,
-    FM_SRC_N_LAYER, /* per-expert slots from here */
+    /* Qwen3-Next: the shared expert and its gate, the Gated DeltaNet (linear attention) weights */
+    FM_SRC_SHARED_GATE,  /* shared_expert.gate_proj [Is, H] */
+    FM_SRC_SHARED_UP,    /* shared_expert.up_proj [Is, H] */
+    FM_SRC_SHARED_DOWN,  /* shared_expert.down_proj [H, Is] */
+    FM_SRC_SHARED_SCORE, /* shared_expert_gate [1, H]: the sigmoid gate of the shared expert's output */
+    FM_SRC_GDN_QKVZ,     /* in_proj_qkvz [2 nk dk + 2 nv dv, H], rows grouped by key head (q, k, v, z of each) */
+    FM_SRC_GDN_BA,       /* in_proj_ba [2 nv, H], rows grouped by key head (b, a of each) */
+    FM_SRC_GDN_CONV,     /* conv1d [C, 1, K] read as [C, K], C = 2 nk dk + nv dv */
+    FM_SRC_GDN_A_LOG,    /* A_log [nv] */
+    FM_SRC_GDN_DT_BIAS,  /* dt_bias [nv] */
+    FM_SRC_GDN_NORM,     /* norm [dv]: the gated RMSNorm's weight (not zero-centred) */
+    FM_SRC_GDN_OUT,      /* out_proj [H, nv dv] */
+    FM_SRC_N_LAYER,      /* per-expert slots from here */
     FM_SRC_EXPERT_GATE = FM_SRC_N_LAYER,
     FM_SRC_EXPERT_UP,
     FM_SRC_EXPERT_DOWN,
@@ -78,13 +93,24 @@ typedef enum fm_bank_slot {
     FM_BANK_ROUTER,
     FM_BANK_GATE_UP,
     FM_BANK_DOWN,
+    FM_BANK_SHARED_GATE_UP, /* [1][2Is, H] gate rows then up rows (Qwen3-Next's shared expert) */
+    FM_BANK_SHARED_DOWN,    /* [1][H, Is] */
+    FM_BANK_SHARED_SCORE,   /* [1][1, H] */
+    FM_BANK_GDN_QKVZ,       /* Gated DeltaNet layers: in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj */
+    FM_BANK_GDN_BA,
+    FM_BANK_GDN_CONV,
+    FM_BANK_GDN_A_LOG,
+    FM_BANK_GDN_DT_BIAS,
+    FM_BANK_GDN_NORM,
+    FM_BANK_GDN_OUT,
     FM_BANK_COUNT
 } fm_bank_slot;
 
 typedef enum fm_wfamily {
     FM_WF_NORM,      /* RMSNorm weights: w_other; not a linear */
     FM_WF_ATTN,      /* attention projections: w_dense, a_dense activations */
-    FM_WF_ROUTER,    /* MoE router: w_other (kept in bf16 from a pre-quantized checkpoint) */
+    FM_WF_ROUTER,    /* MoE router and the other small matrices kept at w_other (bf16 from a pre-quantized checkpoint):
+                        Qwen3-Next's shared_expert_gate, in_proj_ba (the b|a rows) and conv1d */
     FM_WF_EXPERTS,   /* expert banks [E]: w_expert, a_dispatch in, a_expert out */
     FM_WF_DENSE_MLP, /* dense SwiGLU projections: w_dense, a_dense */
     FM_WF_COUNT
@@ -97,8 +123,10 @@ typedef enum fm_fusion {
 } fm_fusion;
 
 typedef enum fm_layer_kind {
-    FM_LAYER_ATTN_MOE, /* attention + routed experts */
+    FM_LAYER_ATTN_MOE, /* attention + routed experts (Qwen3-Next: gated attention, experts + shared expert) */
     FM_LAYER_ATTN_MLP, /* attention + dense SwiGLU */
+    FM_LAYER_GDN_MOE,  /* Gated DeltaNet (linear attention) + routed experts and the shared expert (Qwen3-Next) */
+    FM_LAYER_GDN_MLP,  /* Gated DeltaNet + dense SwiGLU */
     FM_LAYER_KIND_COUNT
 } fm_layer_kind;
 
@@ -143,6 +171,8 @@ typedef struct fm_arch_config {
     fm_status (*read_fields)(const fm_cfg_reader *r, fm_config *c);
     /* after the shared refusals: the family's own refusals (sliding window), then the layer kinds (layer_is_moe) */
     fm_status (*read_layers)(const fm_cfg_reader *r, fm_config *c);
+    /* partial_rotary_factor when config.json has none; 0: the family rotates whole heads and refuses any other */
+    double partial_rotary_factor;
 } fm_arch_config;
 
 #define FM_MAX_MOE_PREFIXES 3
@@ -154,6 +184,11 @@ typedef struct fm_arch_desc {
     const char *moe_prefixes[FM_MAX_MOE_PREFIXES]; /* "model.layers.{L}.mlp", ...: tried in order; NULL-terminated */
     fm_layer_kind (*layer_kind)(const fm_config *c, int32_t layer);
     fm_layer_desc kinds[FM_LAYER_KIND_COUNT];
+    /* zero-centred RMSNorm weights (Qwen3-Next's norms scale by 1 + w): the bank slots (bit 1 << slot) whose
+       weights load as 1 + w, and whether the final norm does */
+    uint64_t plus_one_banks;
+    bool final_norm_plus_one;
+    const char *ignored;  /* checkpoint tensors the family has and the engine does not run, for inspect (NULL) */
 } fm_arch_desc;
 
 /* The description of a configuration's architecture. */
@@ -163,6 +198,7 @@ const fm_arch_desc *fm_arch_find(const char *model_type);
 const char *fm_arch_supported(void);
 const fm_arch_desc *fm_arch_qwen3_moe(void);
 const fm_arch_desc *fm_arch_mixtral(void);
+const fm_arch_desc *fm_arch_qwen3_next(void);
 
 /* The specs of layer l. */
 const fm_layer_desc *fm_arch_layer(const fm_arch_desc *a, const fm_config *c, int32_t layer);
@@ -194,6 +230,10 @@ int64_t fm_dim_experts(const fm_config *c);     /* E */
 int64_t fm_dim_moe_inter(const fm_config *c);   /* expert width I */
 int64_t fm_dim_dense_inter(const fm_config *c); /* dense MLP width */
 bool fm_when_qk_norm(const fm_config *c);
+/* Whether a layer kind's token mixer is a Gated DeltaNet (no KV cache: a recurrent state per sequence). */
+static inline bool fm_layer_kind_is_gdn(fm_layer_kind k) { return k == FM_LAYER_GDN_MOE || k == FM_LAYER_GDN_MLP; }
+/* Layers among the first n that attend over a KV cache (the others keep Gated DeltaNet states). */
+int32_t fm_arch_attention_layers(const fm_config *c, int32_t n_layers);
 /* config.layer_is_moe: the kind of Qwen3-MoE and Mixtral layers */
 fm_layer_kind fm_layer_kind_moe_or_mlp(const fm_config *c, int32_t layer);
 

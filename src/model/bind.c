@@ -76,6 +76,9 @@ static fm_status need(binder *b, const char *name, int n_dims, const int64_t *sh
                        fm_dtype_name(t->dtype));
     bool same = t->n_dims == n_dims;
     for (int i = 0; same && i < n_dims; i++) same = t->shape[i] == shape[i];
+    /* a depthwise conv1d weight [C, 1, K] is the matrix [C, K] */
+    if (!same && n_dims == 2 && t->n_dims == 3 && t->shape[1] == 1)
+        same = t->shape[0] == shape[0] && t->shape[2] == shape[1];
     if (!same) {
         char want[128], got[128];
         shape_str(want, sizeof want, n_dims, shape);

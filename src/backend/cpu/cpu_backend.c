@@ -112,6 +112,13 @@ static const fm_backend_ops cpu_ops = {
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,
     .sample = cpu_sample,
+    .gated_qk_norm_rope = cpu_gated_qk_norm_rope,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .add_sigmoid_scaled = cpu_add_sigmoid_scaled,
+    .gdn_conv = cpu_gdn_conv,
+    .gdn_chunked = cpu_gdn_chunked,
+    .gdn_recurrent = cpu_gdn_recurrent,
+    .gdn_norm_gate = cpu_gdn_norm_gate,
 };
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {

@@ -65,6 +65,20 @@ void cpu_add_rmsnorm(fm_backend *be, void *acc, const void *x, const fm_bank *w,
                      void *out);
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
                 void *steps, void *counts, void *seen, void *z, void *ids, void *info);
+/* Qwen3-Next (cpu_gated_attention.c, cpu_gdn.c) */
+void cpu_gated_qk_norm_rope(fm_backend *be, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                            int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0,
+                            const void *pos, double theta, void *qkv, void *gate);
+void cpu_sigmoid_mul(fm_backend *be, void *x, const void *gate, int64_t n);
+void cpu_add_sigmoid_scaled(fm_backend *be, void *acc, const void *x, const void *score, int64_t rows, int64_t dim);
+void cpu_gdn_conv(fm_backend *be, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
+                  const void *tok_seq, const void *tok_pos, void *out);
+void cpu_gdn_chunked(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
+                     int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, void *out);
+void cpu_gdn_recurrent(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
+                       int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
+void cpu_gdn_norm_gate(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T, fm_gdn_shape g,
+                       float eps, void *out);
 
 /* int4-zp (cpu_linear_int4zp.c): outputs n0..n1 of matrix idx for one activation row in input order, as stored
  * (x->scale NULL) or e4m3 1x128 (x->scale set: the bank must have no act-order permutation and a group that is a

@@ -398,6 +398,14 @@ static const fm_backend_ops cuda_ops = {
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
     .sample = cu_sample,
+    /* Qwen3-Next's ops: no kernels yet (model.c refuses model_type qwen3_next on this backend by name) */
+    .gated_qk_norm_rope = NULL,
+    .sigmoid_mul = NULL,
+    .add_sigmoid_scaled = NULL,
+    .gdn_conv = NULL,
+    .gdn_chunked = NULL,
+    .gdn_recurrent = NULL,
+    .gdn_norm_gate = NULL,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {

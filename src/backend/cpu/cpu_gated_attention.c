@@ -1,0 +1,80 @@
+/* Qwen3-Next's gated full attention and gated shared expert on the CPU reference (backend.h states each op): the
+ * query/gate split of q_proj's output with per-head q/k RMSNorm and partial RoPE, and the two sigmoid gates. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+static void rms_head(float *x, int32_t hd, const float *w, float eps) {
+    float ss = 0.0f;
+    for (int32_t i = 0; i < hd; i++) ss += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    for (int32_t i = 0; i < hd; i++) x[i] = w[i] * (x[i] * inv);
+}
+
+void cpu_gated_qk_norm_rope(fm_backend *be, const void *qgv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                            int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0,
+                            const void *posv, double theta, void *qkvv, void *gatev) {
+    const int32_t *pos = (const int32_t *)posv;
+    const float *qg = (const float *)qgv;
+    float *qkv = (float *)qkvv, *gate = (float *)gatev;
+    const int64_t ld_in = (int64_t)(2 * nh + 2 * nkv) * hd, ld = (int64_t)(nh + 2 * nkv) * hd;
+    const int32_t half = rot_dim / 2;
+    /* inv_freq as transformers computes it over the rotary dims: 1 / theta^(2i / rot_dim) in fp32 */
+    float *inv_freq = (float *)malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
+    for (int32_t i = 0; i < half; i++) inv_freq[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)rot_dim);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        float cosv[half > 0 ? half : 1], sinv[half > 0 ? half : 1];
+        const float p = (float)(pos ? (int64_t)pos[t] : pos0 + t);
+        for (int32_t j = 0; j < half; j++) {
+            const float f = p * inv_freq[j];
+            cosv[j] = cosf(f);
+            sinv[j] = sinf(f);
+        }
+        const float *in = qg + t * ld_in;
+        float *row = qkv + t * ld;
+        for (int32_t h = 0; h < nh; h++) {
+            memcpy(row + (int64_t)h * hd, in + (int64_t)h * 2 * hd, (size_t)hd * sizeof(float));
+            memcpy(gate + t * (int64_t)nh * hd + (int64_t)h * hd, in + (int64_t)h * 2 * hd + hd,
+                   (size_t)hd * sizeof(float));
+        }
+        memcpy(row + (int64_t)nh * hd, in + (int64_t)2 * nh * hd, (size_t)(2 * nkv) * (size_t)hd * sizeof(float));
+        for (int32_t h = 0; h < nh + nkv; h++) {
+            float *x = row + (int64_t)h * hd;
+            const fm_bank *norm = h < nh ? q_norm : k_norm;
+            if (norm) rms_head(x, hd, norm->w, eps);
+            for (int32_t j = 0; j < half; j++) { /* rotate-half inside the rotary dims */
+                const float a = x[j], b = x[j + half];
+                x[j] = a * cosv[j] - b * sinv[j];
+                x[j + half] = b * cosv[j] + a * sinv[j];
+            }
+        }
+    }
+    free(inv_freq);
+    cpu_round_act(be, qkv, T * ld);
+    cpu_round_act(be, gate, T * (int64_t)nh * hd);
+}
+
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void cpu_sigmoid_mul(fm_backend *be, void *xv, const void *gatev, int64_t n) {
+    float *x = (float *)xv;
+    const float *gate = (const float *)gatev;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] *= sigmoid(gate[i]);
+    cpu_round_act(be, x, n);
+}
+
+void cpu_add_sigmoid_scaled(fm_backend *be, void *accv, const void *xv, const void *scorev, int64_t rows,
+                            int64_t dim) {
+    float *acc = (float *)accv;
+    const float *x = (const float *)xv, *score = (const float *)scorev;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float s = sigmoid(score[r]);
+        for (int64_t i = 0; i < dim; i++) acc[r * dim + i] += s * x[r * dim + i];
+    }
+    cpu_round_act(be, acc, rows * dim);
+}
