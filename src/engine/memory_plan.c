@@ -444,12 +444,15 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
     p->weight_total -= p->weights[FM_MEM_EXPERTS];
     p->weights[FM_MEM_EXPERTS] = 0;
     const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
-    const size_t rest = p->weight_total + (run + ids > p->load_staging ? run + ids : p->load_staging);
+    /* the pool is allocated after the banks are loaded (their staging freed): it shares the run's side of the peak */
+    const size_t rest = p->weight_total + run + ids;
+    const bool staging_fits = p->weight_total + p->load_staging <= available;
     int64_t S = slots;
     if (S == 0 && available == 0) S = all;
-    else if (S == 0) S = available > rest ? (int64_t)((available - rest) / p->expert_slot_bytes) : 0;
+    else if (S == 0)
+        S = staging_fits && available > rest ? (int64_t)((available - rest) / p->expert_slot_bytes) : 0;
     if (S > all) S = all;
-    char b1[32], b2[32], b3[32], b4[32];
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
     if (S < E) {
         if (slots > 0)
             return fm_fail(err, FM_ERR_USAGE,
@@ -460,12 +463,13 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
         return fm_fail(err, FM_ERR_NOMEM,
                        "experts in host memory: the expert cache needs at least %d slots (one layer's experts: a "
                        "prefill may route to all of them) of %s each = %s, but %s (%s) leaves %s after the rest (%s: "
-                       "weights without the experts, activations, workspace%s); that fits %lld slots",
+                       "weights without the experts, activations, workspace%s%s); that fits %lld slots",
                        E, fm_mem_format(p->expert_slot_bytes, b1, sizeof b1),
                        fm_mem_format(p->expert_slot_bytes * (size_t)E, b2, sizeof b2),
                        fm_mem_format(available, b3, sizeof b3), source ? source : "the limit",
-                       fm_mem_format(available > rest ? available - rest : 0, b4, sizeof b4),
-                       fm_mem_format(rest, b1, sizeof b1), p->kv_seqs > 0 ? ", KV cache, decode state" : "",
+                       fm_mem_format(staging_fits && available > rest ? available - rest : 0, b4, sizeof b4),
+                       fm_mem_format(staging_fits ? rest : p->weight_total + p->load_staging, b5, sizeof b5),
+                       p->kv_seqs > 0 ? ", KV cache, decode state" : "", staging_fits ? "" : "; the load staging",
                        (long long)S);
     }
     p->experts_in = FM_EXPERTS_HOST;
