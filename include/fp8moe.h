@@ -128,6 +128,8 @@ typedef struct fm_options {
                                  every expert; cuda: what --vram-limit or the free memory leaves). At least
                                  n_experts (one layer's experts: a prefill can route to all of them) */
     fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LRU (0) unless asked */
+    const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
+                                       expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048

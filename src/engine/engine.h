@@ -159,6 +159,14 @@ fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_o
                                   fm_error *err);
 /* The configuration of a synthetic model (its depth and vocabulary before anything is generated). */
 fm_status fm_synthetic_config(const char *name, fm_config *out, fm_error *err);
+/* fm_options.synthetic_routing: NULL or "uniform" (*zipf_s = 0), or "zipf:S" (0 < S <= 8); FM_ERR_USAGE naming
+ * --synthetic-routing otherwise. How the skew is made: synthetic.c. */
+fm_status fm_synthetic_routing_parse(const char *text, double *zipf_s, fm_error *err);
+/* The frequency with which a token of layer `layer` of synthetic model `name` routes to each expert (freq[E], sum
+ * top-k), as the routing option targets it: k/E each for uniform; for zipf:S, k (r + 1)^-S / sum over ranks r (each
+ * layer ranks its experts in its own order), capped at 0.45 with the excess spread over the others. */
+fm_status fm_synthetic_routing_targets(const char *name, const char *routing, int32_t layer, double *freq,
+                                       fm_error *err);
 /* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
 const char *fm_synthetic_names(void);
 
