@@ -72,6 +72,29 @@ typedef enum fm_dispatch {
 const char *fm_dispatch_name(fm_dispatch d);
 bool fm_dispatch_parse(const char *name, fm_dispatch *out);
 
+/* --experts-in: where the routed experts' weights live. */
+typedef enum fm_experts_in {
+    FM_EXPERTS_DEVICE = 0, /* every expert bank in backend memory (the default) */
+    FM_EXPERTS_HOST,       /* every expert bank in host memory in its backend layout; a pool of expert slots in
+                              backend memory caches the experts a layer needs (fm_options.expert_slots) */
+    FM_EXPERTS_AUTO,       /* host only when the memory plan does not fit with every expert in backend memory */
+} fm_experts_in;
+
+const char *fm_experts_in_name(fm_experts_in w);
+bool fm_experts_in_parse(const char *name, fm_experts_in *out);
+
+/* --expert-policy: which cached expert a miss evicts (experts in host memory). */
+typedef enum fm_expert_policy {
+    FM_EXPERT_LRU = 0, /* the least recently used slot */
+    FM_EXPERT_LFU,     /* the slot whose expert was needed least often (a count per expert, halved every
+                          FM_EXPERT_LFU_HALF_LIFE fetches so that it follows a changing routing), ties by LRU */
+} fm_expert_policy;
+
+#define FM_EXPERT_LFU_HALF_LIFE 256
+
+const char *fm_expert_policy_name(fm_expert_policy p);
+bool fm_expert_policy_parse(const char *name, fm_expert_policy *out);
+
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset preset;
@@ -98,6 +121,15 @@ typedef struct fm_options {
     int32_t max_seqs;         /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
                                  perplexity only). The load then also allocates the paged KV cache for max_seqs
                                  sequences of ctx tokens and the sampler's state, counted by the memory check. */
+    fm_experts_in experts_in; /* --experts-in: FM_EXPERTS_DEVICE (0) unless asked. cpu: host runs the CPU emulation
+                                 of the expert cache (auto = device there); cuda: refused for now (auto: device when
+                                 the plan fits, else a refusal naming --experts-in) */
+    int32_t expert_slots;     /* experts in host memory: slots of the expert cache; 0 = from the memory plan (cpu:
+                                 every expert; cuda: what --vram-limit or the free memory leaves). At least
+                                 n_experts (one layer's experts: a prefill can route to all of them) */
+    fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LRU (0) unless asked */
+    const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
+                                       expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
@@ -127,6 +159,21 @@ fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, flo
 typedef void (*fm_progress_fn)(void *user, int64_t done, int64_t total, double value);
 fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
                               fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
+
+/* The expert cache's counters since load (experts in host memory). An expert read is one (layer, expert) that a
+ * layer's routed tokens need in one forward pass: a hit when its slot already held it, a miss (one copy from host
+ * memory) otherwise. */
+typedef struct fm_expert_stats {
+    int32_t slots;       /* S */
+    int32_t experts;     /* routed experts of all layers: n_moe_layers x n_experts */
+    int64_t fetches;     /* layer passes through the cache */
+    int64_t hits, misses;
+    uint64_t bytes_copied; /* host -> backend bytes of the misses */
+    size_t slot_bytes;     /* one expert's gate_up + down in the backend layout */
+} fm_expert_stats;
+
+/* false (stats zeroed) when the model keeps its experts in backend memory. */
+bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out);
 
 /* ---- generation ---- */
 

@@ -54,6 +54,36 @@ bool fm_dense_parse(const char *name, fm_dense *out) {
     return true;
 }
 
+static const char *const experts_in_names[] = {"device", "host", "auto"};
+
+const char *fm_experts_in_name(fm_experts_in w) {
+    return (unsigned)w < sizeof experts_in_names / sizeof *experts_in_names ? experts_in_names[w] : "?";
+}
+
+bool fm_experts_in_parse(const char *name, fm_experts_in *out) {
+    for (int i = 0; i < (int)(sizeof experts_in_names / sizeof *experts_in_names); i++)
+        if (strcmp(name, experts_in_names[i]) == 0) {
+            *out = (fm_experts_in)i;
+            return true;
+        }
+    return false;
+}
+
+static const char *const policy_names[] = {"lru", "lfu"};
+
+const char *fm_expert_policy_name(fm_expert_policy p) {
+    return (unsigned)p < sizeof policy_names / sizeof *policy_names ? policy_names[p] : "?";
+}
+
+bool fm_expert_policy_parse(const char *name, fm_expert_policy *out) {
+    for (int i = 0; i < (int)(sizeof policy_names / sizeof *policy_names); i++)
+        if (strcmp(name, policy_names[i]) == 0) {
+            *out = (fm_expert_policy)i;
+            return true;
+        }
+    return false;
+}
+
 static const char *const preset_names[FM_PRESET_COUNT] = {"ref", "int4", "fp8", "fp4", "ref32"};
 
 const char *fm_preset_name(fm_preset p) { return (unsigned)p < FM_PRESET_COUNT ? preset_names[p] : "?"; }

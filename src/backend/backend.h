@@ -121,6 +121,32 @@ fm_native_int4 fm_bank_src_native_int4(const fm_bank_src *src);
 /* Whether any source of the bank is pre-quantized. */
 bool fm_bank_src_any_quantized(const fm_bank_src *src);
 
+/* Experts in host memory (fm_options.experts_in): every layer's expert banks stay in host memory in their backend
+ * layout (bank_create_host), and one pool of S expert slots in backend memory, shared by all layers, caches them. A
+ * slot holds one expert's gate|up and down matrices: slot s is matrix s of two pool banks shaped like a layer's
+ * expert banks with n = S. Before a layer's moe op, expert_fetch maps the routed expert ids [P] to slot ids [P],
+ * copying each needed expert that is not resident into a slot that this call does not need; the moe op then runs on
+ * the pool banks with the slot ids as its routed ids: the same bytes through the same kernels, so the results are
+ * bit-identical to all-resident experts. The residency bookkeeping (which slot, which victim) is
+ * backend/expert_residency.h, the reference every backend follows exactly. */
+typedef struct fm_expert_cache fm_expert_cache; /* per-backend state: the pool, the slot table, the counters */
+
+typedef struct fm_expert_cache_desc {
+    int32_t n_layers;       /* layers of the model (entries of gate_up / down) */
+    int32_t n_experts;      /* E: experts per MoE layer */
+    int32_t n_slots;        /* S >= E (a prefill of one layer may need every expert) */
+    int64_t max_ids;        /* routed ids one fetch maps at most (tokens x top-k of the largest forward pass) */
+    fm_expert_policy policy;
+    fm_bank *const *gate_up; /* [n_layers] host banks [E][2I, H] from bank_create_host; NULL for a dense layer */
+    fm_bank *const *down;    /* [n_layers] host banks [E][H, I]; NULL for a dense layer */
+} fm_expert_cache_desc;
+
+/* The cache's counters (fm_expert_stats in fp8moe.h counts the same things). */
+typedef struct fm_expert_cache_stats {
+    int64_t fetches, hits, misses;
+    uint64_t bytes_copied;
+} fm_expert_cache_stats;
+
 typedef struct fm_backend_ops {
     const char *name;
     size_t act_size; /* bytes per activation element */
@@ -151,6 +177,28 @@ typedef struct fm_backend_ops {
     fm_status (*bank_create)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
     void (*bank_free)(fm_backend *be, fm_bank *w);
     size_t (*bank_bytes)(const fm_bank *w);
+
+    /* Experts in host memory (NULL where the backend cannot keep them there yet: the engine refuses
+     * --experts-in host by the backend's name).
+     * bank_create_host: a bank like bank_create's, in host memory (cuda: pinned and mapped) in the backend's layout;
+     *   only expert_fetch reads it; bank_free and bank_bytes take it.
+     * expert_cache_create: the pool (two banks of n_slots matrices in backend memory, shaped and formatted like every
+     *   layer's gate_up and down banks, which must all agree: FM_ERR_UNSUPPORTED naming the layer otherwise), an
+     *   empty slot table, a slot-id buffer of max_ids int32 in backend memory; *pool_gate_up and *pool_down are the
+     *   pool banks to give the moe op, *slot_ids the buffer expert_fetch writes (all owned by the cache).
+     * expert_fetch: for layer `layer`, routed expert ids ids[0..P) (int32 in backend memory, each in [0, E)) to slot
+     *   ids slot_ids[0..P): every needed expert resident first, as backend/expert_residency.h defines. Stream-ordered
+     *   like every op (cuda: device kernels reading the ids and the table on the device, no host synchronisation).
+     * expert_cache_stats: the counters since creation (waits for the device).
+     * expert_cache_free: the pool, the table and the slot ids (not the host banks). */
+    fm_status (*bank_create_host)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
+                                  fm_error *err);
+    fm_status (*expert_cache_create)(fm_backend *be, const fm_expert_cache_desc *d, fm_expert_cache **out,
+                                     const fm_bank **pool_gate_up, const fm_bank **pool_down, void **slot_ids,
+                                     fm_error *err);
+    void (*expert_fetch)(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
+    void (*expert_cache_stats)(fm_backend *be, const fm_expert_cache *c, fm_expert_cache_stats *out);
+    void (*expert_cache_free)(fm_backend *be, fm_expert_cache *c);
 
     /* out[t, :] = table[ids[t], :] */
     void (*embed)(fm_backend *be, const fm_bank *table, const void *ids, int64_t T, void *out);

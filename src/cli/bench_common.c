@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/engine.h"
 #include "util/status.h"
 
 const char *bench_status_name(bench_status s) {
@@ -36,6 +37,25 @@ int bench_common_option(const char *cmd, int o, const char *arg, bench_opts *b) 
         return 1;
     }
     return 0;
+}
+
+bool bench_routing_check(const char *cmd, const char *arg) {
+    double s = 0;
+    fm_error err = {{0}};
+    if (fm_synthetic_routing_parse(arg, &s, &err) == FM_OK) return true;
+    cli_usage(cmd, "%s", err.msg);
+    return false;
+}
+
+void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, int64_t steps, cJSON *o) {
+    fm_expert_stats s;
+    if (!fm_model_expert_stats(m, &s)) return;
+    if (before) s.hits -= before->hits, s.misses -= before->misses, s.bytes_copied -= before->bytes_copied;
+    cJSON_AddNumberToObject(o, "expert_slots", s.slots);
+    cJSON_AddNumberToObject(o, "expert_hits", (double)s.hits);
+    cJSON_AddNumberToObject(o, "expert_misses", (double)s.misses);
+    cJSON_AddNumberToObject(o, "expert_hit_rate", s.hits + s.misses ? (double)s.hits / (double)(s.hits + s.misses) : 0);
+    cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", (double)s.bytes_copied / (double)(steps > 0 ? steps : 1));
 }
 
 bool bench_parse_counts(const char *cmd, const char *opt, const char *list, long lo, long hi, int64_t *out, int max,

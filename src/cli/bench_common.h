@@ -89,6 +89,16 @@ float *bench_synth_host(fm_synth s, int64_t rows, int64_t cols);
 /* bench inputs: uniform [-1, 1) with every 97th channel x8 (outliers, as the synthetic embeddings) */
 float *bench_input_with_outliers(int64_t rows, int64_t cols);
 
+/* --synthetic-routing (bench prefill, bench decode): how often each expert is routed to */
+#define BENCH_ROUTING_HELP                                                                                             \
+    "  --synthetic-routing R  uniform (default: random router rows) or zipf:S (expert of rank r routed to with\n"     \
+    "                     probability ~ (r + 1)^-S per layer, at most 45% per expert; router rows scaled to it)\n"
+/* checks a --synthetic-routing value; false after a usage message */
+bool bench_routing_check(const char *cmd, const char *arg);
+/* The expert cache's counters into o (expert_slots, expert_hits, expert_misses, expert_hit_rate, expert_bytes_copied
+ * per step over `steps` steps), the difference from *before when given; nothing for a model with device experts. */
+void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, int64_t steps, cJSON *o);
+
 /* median, min and max of n timings (sorts ms) */
 void bench_stats(double *ms, long n, double *median, double *min, double *max);
 /* ||x - ref|| / ||ref|| over n values */

@@ -39,6 +39,10 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
  * value. */
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out);
 
+/* Experts in host memory: one line of the expert cache's counters (slots, hit rate, misses, bytes copied); nothing
+ * when the model keeps its experts on the device. */
+void cli_print_expert_stats(const fm_model *m);
+
 /* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. A path
  * that exists and is not a regular file (a device, a FIFO, a directory) is refused, not replaced. */
 fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error *err);
@@ -77,7 +81,14 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"                 \
     "                     prompts are refused unless --ctx allows them)\n"                                             \
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"                \
-    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n" CLI_ROUTE_HELP    \
+    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"                  \
+    "  --experts-in W     where the routed experts live: device (default), host (host memory, with a cache of\n"      \
+    "                     expert slots in device memory; the cpu backend emulates it, cuda refuses it for now),\n"    \
+    "                     auto (host only when the model does not fit with every expert on the device)\n"            \
+    "  --expert-slots N   experts in host memory: slots of the expert cache (at least the experts of one layer);\n"   \
+    "                     default: what --vram-limit leaves after everything else (cpu: every expert)\n"             \
+    "  --expert-policy P  which cached expert a miss replaces: lru (default: least recently used) or lfu (least\n"    \
+    "                     often needed, counts halved every 256 layer passes)\n" CLI_ROUTE_HELP                       \
     "  -v, --verbose      progress on stderr\n"                                                                        \
     "  -h, --help         this help\n"
 

@@ -107,6 +107,17 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
     return st;
 }
 
+void cli_print_expert_stats(const fm_model *m) {
+    fm_expert_stats s;
+    if (!fm_model_expert_stats(m, &s)) return;
+    const int64_t reads = s.hits + s.misses;
+    printf("expert cache: %d slots of %d experts (%.1f KiB each), %lld layer passes, %lld expert reads, hit rate "
+           "%.2f%%, %lld misses, %.1f MiB copied from host memory\n",
+           s.slots, s.experts, (double)s.slot_bytes / 1024, (long long)s.fetches, (long long)reads,
+           reads ? 100.0 * (double)s.hits / (double)reads : 0.0, (long long)s.misses,
+           (double)s.bytes_copied / (1 << 20));
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -145,7 +156,10 @@ enum {
     OPT_DENSE,
     OPT_DISPATCH,
     OPT_ROUTE,
-    OPT_CTX
+    OPT_CTX,
+    OPT_EXPERTS_IN,
+    OPT_EXPERT_SLOTS,
+    OPT_EXPERT_POLICY
 };
 
 static const struct option model_options[] = {
@@ -159,6 +173,9 @@ static const struct option model_options[] = {
     {"dispatch", required_argument, 0, OPT_DISPATCH},
     {"ctx", required_argument, 0, OPT_CTX},
     {"route", required_argument, 0, OPT_ROUTE},
+    {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
+    {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS},
+    {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
     {"verbose", no_argument, 0, 'v'},
     {"help", no_argument, 0, 'h'},
 };
@@ -199,6 +216,18 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
     case OPT_CTX:
         *bad = !cli_parse_int(cmd, "--ctx", arg, 1, 1L << 40, &v);
         o->opt.ctx = v;
+        return true;
+    case OPT_EXPERTS_IN:
+        if (!fm_experts_in_parse(arg, &o->opt.experts_in))
+            *bad = true, cli_usage(cmd, "--experts-in must be host, device or auto, got '%s'", arg);
+        return true;
+    case OPT_EXPERT_SLOTS:
+        *bad = !cli_parse_int(cmd, "--expert-slots", arg, 1, 1L << 30, &v);
+        o->opt.expert_slots = (int32_t)v;
+        return true;
+    case OPT_EXPERT_POLICY:
+        if (!fm_expert_policy_parse(arg, &o->opt.expert_policy))
+            *bad = true, cli_usage(cmd, "--expert-policy must be lru or lfu, got '%s'", arg);
         return true;
     case OPT_VRAM_LIMIT: *bad = !cli_parse_bytes(cmd, "--vram-limit", arg, &o->opt.vram_limit); return true;
     case OPT_ROUTE:

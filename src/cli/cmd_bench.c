@@ -27,16 +27,20 @@ static const char *HELP =
     "  --tokens T         prompt length (default 2048)\n"
     "  --repeat R         timed runs (default 10)\n"
     "  --warmup W         untimed runs first (default 2)\n"
-    "  --json FILE        also write the results as JSON\n" CLI_MODEL_HELP;
+    "  --json FILE        also write the results as JSON\n" BENCH_ROUTING_HELP CLI_MODEL_HELP;
 
-enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON };
+enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING };
 static const struct option own_options[] = {
-    {"synthetic", required_argument, 0, OPT_SYNTH}, {"tokens", required_argument, 0, OPT_TOKENS},
-    {"repeat", required_argument, 0, OPT_REPEAT},   {"warmup", required_argument, 0, OPT_WARMUP},
-    {"json", required_argument, 0, OPT_JSON},       {0, 0, 0, 0}};
+    {"synthetic", required_argument, 0, OPT_SYNTH},
+    {"tokens", required_argument, 0, OPT_TOKENS},
+    {"repeat", required_argument, 0, OPT_REPEAT},
+    {"warmup", required_argument, 0, OPT_WARMUP},
+    {"json", required_argument, 0, OPT_JSON},
+    {"synthetic-routing", required_argument, 0, OPT_ROUTING},
+    {0, 0, 0, 0}};
 
 typedef struct bench_args {
-    const char *synthetic, *json_path;
+    const char *synthetic, *json_path, *routing;
     long tokens, repeat, warmup;
 } bench_args;
 
@@ -48,6 +52,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_REPEAT: return cli_parse_int(cmd, "--repeat", arg, 1, 10000, &a->repeat);
     case OPT_WARMUP: return cli_parse_int(cmd, "--warmup", arg, 0, 10000, &a->warmup);
     case OPT_JSON: a->json_path = arg; return true;
+    case OPT_ROUTING: a->routing = arg; return bench_routing_check(cmd, arg);
     }
     return true;
 }
@@ -68,7 +73,7 @@ int cmd_bench(int argc, char **argv) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
         return cli_usage(cmd, "the first argument must be 'prefill', 'decode', 'moe', 'gemm' or 'tokenize'");
     }
-    bench_args a = {NULL, NULL, 2048, 10, 2};
+    bench_args a = {NULL, NULL, NULL, 2048, 10, 2};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     mo.opt.backend = "cuda";
@@ -80,6 +85,7 @@ int cmd_bench(int argc, char **argv) {
     fm_error err = {{0}};
     fm_model *m = NULL;
     mo.opt.max_tokens = a.tokens;
+    mo.opt.synthetic_routing = a.routing;
     const double t_load = cli_now();
     fm_status st = fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err);
     if (st) return cli_fail(cmd, st, &err);
@@ -135,12 +141,16 @@ int cmd_bench(int argc, char **argv) {
         printf("\nexpert weight bytes read by the per-token dispatch: %.2f GB (ideal, each touched expert once: "
                "counted in the floor above)\n",
                cost.expert_weight_reads_per_token_design / 1e9);
+        printf("routing: %s\n", a.routing ? a.routing : "uniform");
+        cli_print_expert_stats(m);
         if (a.json_path) {
             cJSON *root = cJSON_CreateObject();
             cJSON_AddStringToObject(root, "model", a.synthetic);
             cJSON_AddNumberToObject(root, "layers", m->n_layers);
             cJSON_AddNumberToObject(root, "tokens", (double)T);
             cJSON_AddStringToObject(root, "preset", fm_preset_name(mo.opt.preset));
+            cJSON_AddStringToObject(root, "routing", a.routing ? a.routing : "uniform");
+            bench_expert_stats_json(m, NULL, 1, root);
             cJSON_AddStringToObject(root, "backend", m->be->ops->name);
             cJSON_AddStringToObject(root, "device", dev);
             cJSON_AddNumberToObject(root, "repeat", (double)a.repeat);

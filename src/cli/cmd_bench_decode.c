@@ -33,16 +33,36 @@ static const char *HELP =
     "  --layers L         only the first L layers\n"
     "  --json FILE        also write the results as JSON\n"
     "  --backend B        cuda (default) or cpu\n"
-    "  --route KEY=VALUE  force a kernel route (repeatable; `fp8moe inspect --routes`)\n"
+    "  --route KEY=VALUE  force a kernel route (repeatable; `fp8moe inspect --routes`)\n" BENCH_ROUTING_HELP
+    "  --experts-in W     device (default), host (experts in host memory behind an expert cache; cpu only for\n"
+    "                     now) or auto; then each row also gives the cache's hit rate over the timed steps and\n"
+    "                     the bytes copied from host memory per step\n"
+    "  --expert-slots N   slots of the expert cache (default: from the memory plan)\n"
+    "  --expert-policy P  lru (default) or lfu\n"
     "  -v, --verbose      progress on stderr\n";
 
-enum { OPT_SYNTH = 2000, OPT_BATCH, OPT_CONTEXT, OPT_PRESETS, OPT_STEPS, OPT_LAYERS };
+enum {
+    OPT_SYNTH = 2000,
+    OPT_BATCH,
+    OPT_CONTEXT,
+    OPT_PRESETS,
+    OPT_STEPS,
+    OPT_LAYERS,
+    OPT_ROUTING,
+    OPT_EXPERTS_IN,
+    OPT_EXPERT_SLOTS,
+    OPT_EXPERT_POLICY
+};
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
                                             {"context", required_argument, 0, OPT_CONTEXT},
                                             {"presets", required_argument, 0, OPT_PRESETS},
                                             {"steps", required_argument, 0, OPT_STEPS},
                                             {"layers", required_argument, 0, OPT_LAYERS},
+                                            {"synthetic-routing", required_argument, 0, OPT_ROUTING},
+                                            {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
+                                            {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS},
+                                            {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -56,6 +76,9 @@ typedef struct decode_row {
     int64_t batch;
     double median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
     fm_profile prof; /* one step without a graph */
+    bool host;       /* experts in host memory: the cache's counters over the timed steps */
+    double hit_rate, copied_per_step;
+    int32_t slots;
     bench_status status;
     char msg[sizeof(((fm_error *)0)->msg)];
 } decode_row;
@@ -131,10 +154,18 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
         if (verbose && !st) fm_progress("%s B=%d: prefilled %d x %lld tokens", preset, B, B, (long long)context);
         /* one profiled step without a graph: the stage breakdown */
         memset(&rows[bi].prof, 0, sizeof rows[bi].prof);
+        fm_expert_stats es0 = {0}, es1 = {0};
         for (long r = 0; !st && r < warmup + steps; r++) {
+            if (r == warmup) fm_model_expert_stats(m, &es0); /* the timed steps' own hits and misses */
             const double t0 = cli_now();
             st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
             if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
+        }
+        if (!st && (rows[bi].host = fm_model_expert_stats(m, &es1))) {
+            const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
+            rows[bi].hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
+            rows[bi].copied_per_step = (double)(es1.bytes_copied - es0.bytes_copied) / (double)steps;
+            rows[bi].slots = es1.slots;
         }
         if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
             int32_t *pos = malloc((size_t)B * sizeof *pos);
@@ -174,8 +205,11 @@ int cmd_bench_decode(int argc, char **argv) {
     const char *synth = NULL;
     int64_t batches[MAX_BATCHES] = {1, 8, 64};
     int nb = 3, np = 0, pidx[N_PRESETS];
-    long context = 2048, layers = 0;
+    long context = 2048, layers = 0, slots = 0;
     bool presets_given = false;
+    const char *routing = NULL;
+    fm_experts_in experts_in = FM_EXPERTS_DEVICE;
+    fm_expert_policy policy = FM_EXPERT_LRU;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
         const int c = bench_common_option(cmd, o, optarg, &b);
@@ -200,6 +234,21 @@ int cmd_bench_decode(int argc, char **argv) {
         case OPT_LAYERS:
             if (!cli_parse_int(cmd, "--layers", optarg, 1, 1 << 10, &layers)) return CLI_USAGE;
             break;
+        case OPT_ROUTING:
+            if (!bench_routing_check(cmd, optarg)) return CLI_USAGE;
+            routing = optarg;
+            break;
+        case OPT_EXPERTS_IN:
+            if (!fm_experts_in_parse(optarg, &experts_in))
+                return cli_usage(cmd, "--experts-in must be host, device or auto, got '%s'", optarg);
+            break;
+        case OPT_EXPERT_SLOTS:
+            if (!cli_parse_int(cmd, "--expert-slots", optarg, 1, 1L << 30, &slots)) return CLI_USAGE;
+            break;
+        case OPT_EXPERT_POLICY:
+            if (!fm_expert_policy_parse(optarg, &policy))
+                return cli_usage(cmd, "--expert-policy must be lru or lfu, got '%s'", optarg);
+            break;
         default: return cli_usage(cmd, "unknown option");
         }
     }
@@ -213,6 +262,8 @@ int cmd_bench_decode(int argc, char **argv) {
     }
     cli_model_opts mo;
     cli_model_opts_init(&mo);
+    mo.opt.experts_in = experts_in, mo.opt.expert_slots = (int32_t)slots, mo.opt.expert_policy = policy;
+    mo.opt.synthetic_routing = routing;
     mo.opt.backend = b.backend, mo.opt.n_layers = (int32_t)layers, mo.opt.routes = bench_routes(&b);
     mo.opt.n_threads = (int32_t)b.threads;
     if (cuda) mo.opt.plan_backend = NULL;
@@ -221,8 +272,9 @@ int cmd_bench_decode(int argc, char **argv) {
     if (!rows) return CLI_BAD_INPUT;
     for (int i = 0; i < np; i++)
         run_preset(synth, k_presets[pidx[i]], &mo, batches, nb, context, b.repeat, b.warmup, b.verbose, rows + i * nb);
-    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s\n", synth, context, b.repeat,
-           b.warmup, b.backend, b.routes[0] ? ", routes " : "", b.routes);
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s\n",
+           synth, context, b.repeat, b.warmup, b.backend, b.routes[0] ? ", routes " : "", b.routes,
+           routing ? routing : "uniform", fm_experts_in_name(experts_in));
     printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < np * nb; i++) {
@@ -235,6 +287,19 @@ int cmd_bench_decode(int argc, char **argv) {
         printf("| %s | %lld | %.3f | %.3f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", r->preset, (long long)r->batch,
                r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->bytes / 1e6, r->floor_ms,
                r->floor_ms / r->median_ms);
+    }
+    bool any_host = false;
+    for (int i = 0; i < np * nb; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
+    if (any_host) {
+        printf("\nexpert cache over the timed steps (%s):\n\n| preset | batch | slots | hit rate | MB copied / step |\n"
+               "|---|---:|---:|---:|---:|\n",
+               fm_expert_policy_name(policy));
+        for (int i = 0; i < np * nb; i++) {
+            const decode_row *r = &rows[i];
+            if (r->status == BENCH_OK && r->host)
+                printf("| %s | %lld | %d | %.2f%% | %.3f |\n", r->preset, (long long)r->batch, r->slots,
+                       100.0 * r->hit_rate, r->copied_per_step / 1e6);
+        }
     }
     printf("\nper stage, one step without a graph (device time between stage marks, ms):\n\n| preset | batch |");
     for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %s |", fm_stage_name((fm_stage)s));
@@ -255,6 +320,9 @@ int cmd_bench_decode(int argc, char **argv) {
         cJSON_AddStringToObject(root, "model", synth);
         cJSON_AddNumberToObject(root, "context", (double)context);
         cJSON_AddStringToObject(root, "routes", b.routes);
+        cJSON_AddStringToObject(root, "routing", routing ? routing : "uniform");
+        cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(experts_in));
+        cJSON_AddStringToObject(root, "expert_policy", fm_expert_policy_name(policy));
         cJSON *arr = cJSON_AddArrayToObject(root, "rows");
         for (int i = 0; i < np * nb; i++) {
             const decode_row *r = &rows[i];
@@ -269,6 +337,11 @@ int cmd_bench_decode(int argc, char **argv) {
                 cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
                 cJSON_AddNumberToObject(o, "bytes_per_step", r->bytes);
                 cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+                if (r->host) {
+                    cJSON_AddNumberToObject(o, "expert_slots", r->slots);
+                    cJSON_AddNumberToObject(o, "expert_hit_rate", r->hit_rate);
+                    cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", r->copied_per_step);
+                }
                 cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
                 for (int s = 0; s < FM_STAGE_COUNT; s++)
                     cJSON_AddNumberToObject(stg, fm_stage_name((fm_stage)s), r->prof.stage_ms[s]);

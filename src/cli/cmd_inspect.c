@@ -15,7 +15,8 @@
 
 static const char *HELP =
     "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--layers N]\n"
-    "                      [--max-seqs B [--ctx N]] [--vram-limit BYTES]] [--routes] [--route KEY=VALUE]...\n"
+    "                      [--max-seqs B [--ctx N]] [--vram-limit BYTES] [--experts-in W [--expert-slots N]]]\n"
+    "                      [--routes] [--route KEY=VALUE]...\n"
     "       fp8moe inspect --routes [--route KEY=VALUE]...\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory\n"
@@ -30,6 +31,10 @@ static const char *HELP =
     "  --ctx N            tokens per sequence of that KV cache (default: max_position_embeddings)\n"
     "  --vram-limit BYTES cuda: say whether the plan fits in this much memory (8Gi, 7.5G, bytes) instead of\n"
     "                     the GPU's free memory\n"
+    "  --experts-in W     the plan with the routed experts on the device (default), in host memory (host: an\n"
+    "                     expert cache of slots on the device, sized by --expert-slots or what --vram-limit or\n"
+    "                     the free memory leaves), or auto (host only when the plan does not fit otherwise)\n"
+    "  --expert-slots N   experts in host memory: the slots of the expert cache\n"
     "  --routes           print the cuda backend's kernel route table: each key, its value, default and what it\n"
     "                     decides, then the kernel of each dense weight format at M = 1, 8, 16, 128, 2048 rows and\n"
     "                     the W4A8 MoE tile rows at several prompt lengths, for the model's shapes (without\n"
@@ -50,6 +55,8 @@ typedef struct plan_args {
     int32_t max_seqs; /* --max-seqs: generation's KV cache in the plan */
     int64_t ctx;
     char routes[512]; /* --route options, "k=v,k=v" */
+    fm_experts_in experts_in;
+    int32_t expert_slots;
 } plan_args;
 
 /* The shapes the route table is shown at: a model's, or Qwen3-30B-A3B's. */
@@ -359,6 +366,17 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
         st = fm_fail(err, FM_ERR_USAGE, "--max-seqs: the config has no max_position_embeddings; give --ctx N");
     if (!st && a->max_seqs > 0) st = fm_memory_plan_add_generation(&p, &cfg, &plan, a->max_seqs, ctx, err);
     if (st) return st;
+    /* where the experts go: against --vram-limit or the GPU's free memory on cuda, no limit on the cpu */
+    char b1[32], b2[32];
+    size_t free_bytes = 0, total = 0;
+    fm_error qerr = {{0}};
+    const bool cuda = !strcmp(p.backend, "cuda");
+    const bool have_gpu = cuda && fm_cuda_free_memory(&free_bytes, &total, &qerr) == FM_OK;
+    const bool limited = cuda && a->vram_limit > 0 && (!have_gpu || (uint64_t)a->vram_limit < (uint64_t)free_bytes);
+    const size_t available = limited ? (size_t)a->vram_limit : have_gpu ? free_bytes : 0;
+    const char *source = limited ? "--vram-limit" : "free on the GPU";
+    if ((st = fm_memory_plan_place_experts(&p, &cfg, a->experts_in, a->expert_slots, available, source, err)))
+        return st;
     printf("memory plan: backend %s, preset %s (dense %s, experts %s, other %s), %d layers, %lld tokens\n", p.backend,
            fm_preset_name(a->preset), fm_wformat_name(plan.w_dense), fm_wformat_name(plan.w_expert),
            fm_wformat_name(plan.w_other), p.n_layers, (long long)p.tokens);
@@ -397,20 +415,29 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     plan_row(!strcmp(p.backend, "cuda") ? "load staging (transient, one bank at a time)" : "load staging (transient)",
              p.load_staging, 0);
     plan_row("peak (what must fit)", p.peak, 0);
-    if (strcmp(p.backend, "cuda") != 0) {
+    if (p.experts_in == FM_EXPERTS_HOST) {
+        snprintf(what, sizeof what, "expert cache (%d slots, in the peak)", p.expert_slots);
+        plan_row(what, p.expert_pool, 0);
+        plan_row("one slot (an expert's gate_up + down)", p.expert_slot_bytes, 2);
+        snprintf(what, sizeof what, "experts in host memory (%d x %d)", p.n_moe_layers, p.n_experts);
+        plan_row(what, p.host_experts, 0);
+    }
+    printf("experts-in: %s%s", fm_experts_in_name(p.experts_in),
+           a->experts_in == FM_EXPERTS_AUTO ? " (auto)" : "");
+    if (p.experts_in == FM_EXPERTS_HOST)
+        printf(", %d slots of %s (%d experts in %d layers), %s in host memory%s", p.expert_slots,
+               fm_mem_format(p.expert_slot_bytes, b1, sizeof b1), p.n_experts * p.n_moe_layers, p.n_moe_layers,
+               fm_mem_format(p.host_experts, b2, sizeof b2),
+               cuda ? " (the cuda backend refuses --experts-in host for now; the cpu backend emulates it)" : "");
+    printf("\n");
+    if (!cuda) {
         if (a->vram_limit > 0) printf("(--vram-limit applies to the cuda backend)\n");
         return FM_OK;
     }
-    char b1[32], b2[32];
-    size_t free_bytes = 0, total = 0;
-    fm_error qerr = {{0}};
-    const bool have_gpu = fm_cuda_free_memory(&free_bytes, &total, &qerr) == FM_OK;
     if (have_gpu)
         printf("GPU: %s free of %s\n", fm_mem_format(free_bytes, b1, sizeof b1), fm_mem_format(total, b2, sizeof b2));
     else printf("GPU: not available here (%s)\n", qerr.msg);
     if (!have_gpu && a->vram_limit <= 0) return FM_OK;
-    const bool limited = a->vram_limit > 0 && (!have_gpu || (uint64_t)a->vram_limit < (uint64_t)free_bytes);
-    const size_t available = limited ? (size_t)a->vram_limit : free_bytes;
     fm_error verdict = {{0}};
     if (fm_memory_plan_check(&p, available, limited ? "--vram-limit" : "free on the GPU", &verdict) == FM_OK)
         printf("fits: yes, %s of %s available (%s)\n", fm_mem_format(p.peak, b1, sizeof b1),
@@ -422,7 +449,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false, routes = false;
-    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, ""};
+    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, "", FM_EXPERTS_DEVICE, 0};
     enum {
         OPT_MODEL_I = 2000,
         OPT_TENSORS,
@@ -435,7 +462,9 @@ int cmd_inspect(int argc, char **argv) {
         OPT_ROUTES_I,
         OPT_ROUTE_I,
         OPT_MAX_SEQS_I,
-        OPT_CTX_I
+        OPT_CTX_I,
+        OPT_EXPERTS_IN_I,
+        OPT_EXPERT_SLOTS_I
     };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
@@ -449,6 +478,8 @@ int cmd_inspect(int argc, char **argv) {
                                              {"route", required_argument, 0, OPT_ROUTE_I},
                                              {"max-seqs", required_argument, 0, OPT_MAX_SEQS_I},
                                              {"ctx", required_argument, 0, OPT_CTX_I},
+                                             {"experts-in", required_argument, 0, OPT_EXPERTS_IN_I},
+                                             {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS_I},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c;
@@ -487,6 +518,13 @@ int cmd_inspect(int argc, char **argv) {
         } else if (c == OPT_CTX_I) {
             if (!cli_parse_int(cmd, "--ctx", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
             pa.ctx = v, plan_only = "--ctx";
+        } else if (c == OPT_EXPERTS_IN_I) {
+            if (!fm_experts_in_parse(optarg, &pa.experts_in))
+                return cli_usage(cmd, "--experts-in must be host, device or auto, got '%s'", optarg);
+            plan_only = "--experts-in";
+        } else if (c == OPT_EXPERT_SLOTS_I) {
+            if (!cli_parse_int(cmd, "--expert-slots", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
+            pa.expert_slots = (int32_t)v, plan_only = "--expert-slots";
         } else if (c == OPT_ROUTES_I) {
             routes = true;
         } else if (c == OPT_ROUTE_I) {

@@ -55,7 +55,26 @@ struct fm_model {
     struct fm_kv_state *kv; /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
     int64_t ctx;            /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
     bool ctx_explicit;      /* set by the caller (--ctx), not by the config */
+    bool experts_host;      /* experts in host memory (--experts-in, resolved by the memory plan at load) */
+    int32_t expert_slots;   /* then: the expert cache's slots (the plan's expert_slots) */
+    size_t expert_host_bytes;          /* then: the expert banks' bytes in host memory (not in weight_bytes) */
+    struct fm_expert_offload *experts; /* then: the expert cache (engine/expert_offload.c) */
 };
+
+/* Experts in host memory (engine/expert_offload.c). create: the backend's expert cache of n_slots slots over the
+ * layers' host expert banks, after the forward buffers are reserved (slot ids for buf_tokens x top-k routed ids);
+ * FM_ERR_UNSUPPORTED naming the backend when it has no expert cache. */
+typedef struct fm_expert_offload fm_expert_offload;
+fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_policy policy, fm_error *err);
+void fm_expert_offload_free(fm_model *m);
+
+/* What layer l's moe op runs on: its own expert banks and the routed ids as they are, or, with experts in host memory,
+ * the pool's banks and the slot ids after the backend's expert_fetch made the P routed experts resident. */
+typedef struct fm_moe_experts {
+    const fm_bank *gate_up, *down;
+    const void *ids;
+} fm_moe_experts;
+fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_t P);
 
 /* Once, at load (after the banks): the forward buffers (the memory plan's activations) and the backend's scratch
  * (ops->reserve: the plan's ws_moe) for up to T tokens. No forward pass allocates or grows anything afterwards; a
@@ -146,6 +165,14 @@ fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_o
                                   fm_error *err);
 /* The configuration of a synthetic model (its depth and vocabulary before anything is generated). */
 fm_status fm_synthetic_config(const char *name, fm_config *out, fm_error *err);
+/* fm_options.synthetic_routing: NULL or "uniform" (*zipf_s = 0), or "zipf:S" (0 < S <= 8); FM_ERR_USAGE naming
+ * --synthetic-routing otherwise. How the skew is made: synthetic.c. */
+fm_status fm_synthetic_routing_parse(const char *text, double *zipf_s, fm_error *err);
+/* The frequency with which a token of layer `layer` of synthetic model `name` routes to each expert (freq[E], sum
+ * top-k), as the routing option targets it: k/E each for uniform; for zipf:S, k (r + 1)^-S / sum over ranks r (each
+ * layer ranks its experts in its own order), capped at 0.45 with the excess spread over the others. */
+fm_status fm_synthetic_routing_targets(const char *name, const char *routing, int32_t layer, double *freq,
+                                       fm_error *err);
 /* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
 const char *fm_synthetic_names(void);
 

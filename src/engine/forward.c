@@ -253,7 +253,9 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             tick(tm, FM_STAGE_ROUTING);
-            ops->moe(be, L->gate_up, L->down, b.h, T, b.eids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
+            /* experts in host memory: the pool's slots, the routed experts made resident first */
+            const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
+            ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
                      b.y);
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h) */
                 ops->linear(be, L->shared_score, 0, b.h, T, FM_A_NATIVE, b.gates);

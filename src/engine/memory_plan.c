@@ -246,7 +246,9 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
         return st;
     if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, plan->w_other, 1, V, H, "lm_head"))) return st;
     const fm_arch_desc *a = fm_arch_of(c);
+    int32_t first_moe = -1;
     for (int32_t l = 0; l < pl->p->n_layers; l++) {
+        pl->p->n_moe_layers += c->layer_is_moe[l];
         const fm_layer_desc *d = fm_arch_layer(a, c, l);
         for (int32_t i = 0; i < d->n_specs; i++) {
             const fm_weight_spec *w = &d->specs[i];
@@ -256,9 +258,17 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
             const fm_mem_family fam = mem_family(w->family);
             if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP)
                 st = bank_fmt(pl, fam, plan->w_dense, plan->a_dense, plan->a_dense, n, rows, cols, w->label);
-            else if (w->family == FM_WF_EXPERTS)
+            else if (w->family == FM_WF_EXPERTS) {
+                const size_t before = pl->p->weights[fam];
                 st = bank_fmt(pl, fam, plan->w_expert, plan->a_dispatch, plan->a_expert, n, rows, cols, w->label);
-            else st = bank(pl, fam, plan->w_other, n, rows, cols, w->label);
+                /* a slot of the expert cache: one matrix of each expert bank of a layer (bank bytes are n x a
+                   matrix's in every layout) */
+                if (!st && n > 0 && (first_moe < 0 || first_moe == l)) {
+                    first_moe = l;
+                    pl->p->expert_slot_bytes += (pl->p->weights[fam] - before) / (size_t)n;
+                    pl->p->n_experts = n;
+                }
+            } else st = bank(pl, fam, plan->w_other, n, rows, cols, w->label);
             if (st) return st;
         }
     }
@@ -433,6 +443,62 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
     return FM_OK;
 }
 
+fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, fm_experts_in where, int32_t slots,
+                                       size_t available, const char *source, fm_error *err) {
+    p->experts_in = FM_EXPERTS_DEVICE;
+    if (slots < 0) return fm_fail(err, FM_ERR_USAGE, "--expert-slots must be >= 0, got %d", slots);
+    if ((unsigned)where > FM_EXPERTS_AUTO) return fm_fail(err, FM_ERR_USAGE, "unknown --experts-in value %d", where);
+    if (where == FM_EXPERTS_DEVICE) return FM_OK;
+    if (where == FM_EXPERTS_AUTO && (available == 0 || p->peak <= available)) return FM_OK;
+    if (p->n_moe_layers == 0 || p->n_experts == 0 || p->expert_slot_bytes == 0)
+        return fm_fail(err, FM_ERR_USAGE, "--experts-in host: the model has no routed experts in its %d layers",
+                       p->n_layers);
+    sz s = {false};
+    const int32_t E = p->n_experts, all = p->n_moe_layers * E;
+    const size_t ids = to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4));
+    /* everything but the experts: what the cache comes after */
+    p->host_experts = p->weights[FM_MEM_EXPERTS];
+    p->weight_total -= p->weights[FM_MEM_EXPERTS];
+    p->weights[FM_MEM_EXPERTS] = 0;
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
+    /* the pool is allocated after the banks are loaded (their staging freed): it shares the run's side of the peak */
+    const size_t rest = p->weight_total + run + ids;
+    const bool staging_fits = p->weight_total + p->load_staging <= available;
+    int64_t S = slots;
+    if (S == 0 && available == 0) S = all;
+    else if (S == 0)
+        S = staging_fits && available > rest ? (int64_t)((available - rest) / p->expert_slot_bytes) : 0;
+    if (S > all) S = all;
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    if (S < E) {
+        if (slots > 0)
+            return fm_fail(err, FM_ERR_USAGE,
+                           "--expert-slots %d is fewer than one layer's %d experts: a prefill of one layer may route "
+                           "to every expert, and the cache must hold them all at once (%d slots of %s = %s)",
+                           slots, E, E, fm_mem_format(p->expert_slot_bytes, b1, sizeof b1),
+                           fm_mem_format(p->expert_slot_bytes * (size_t)E, b2, sizeof b2));
+        return fm_fail(err, FM_ERR_NOMEM,
+                       "experts in host memory: the expert cache needs at least %d slots (one layer's experts: a "
+                       "prefill may route to all of them) of %s each = %s, but %s (%s) leaves %s after the rest (%s: "
+                       "weights without the experts, activations, workspace%s%s); that fits %lld slots",
+                       E, fm_mem_format(p->expert_slot_bytes, b1, sizeof b1),
+                       fm_mem_format(p->expert_slot_bytes * (size_t)E, b2, sizeof b2),
+                       fm_mem_format(available, b3, sizeof b3), source ? source : "the limit",
+                       fm_mem_format(staging_fits && available > rest ? available - rest : 0, b4, sizeof b4),
+                       fm_mem_format(staging_fits ? rest : p->weight_total + p->load_staging, b5, sizeof b5),
+                       p->kv_seqs > 0 ? ", KV cache, decode state" : "", staging_fits ? "" : "; the load staging",
+                       (long long)S);
+    }
+    p->experts_in = FM_EXPERTS_HOST;
+    p->expert_slots = (int32_t)S;
+    p->expert_pool = to_size(&s, add(&s, mul(&s, (uint64_t)S, p->expert_slot_bytes), ids));
+    const size_t with_pool = to_size(&s, add(&s, run, p->expert_pool));
+    p->total = to_size(&s, add(&s, p->weight_total, with_pool));
+    p->peak = to_size(&s, add(&s, p->weight_total, with_pool > p->load_staging ? with_pool : p->load_staging));
+    if (s.ovf) return fm_fail(err, FM_ERR_FORMAT, "memory plan: the expert cache's sizes overflow 64 bits");
+    return FM_OK;
+}
+
 const char *fm_mem_format(size_t bytes, char *buf, size_t cap) {
     const double b = (double)bytes;
     if (b >= 1024.0 * 1024 * 1024) snprintf(buf, cap, "%.1f GiB", b / (1024.0 * 1024 * 1024));
@@ -449,13 +515,19 @@ fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const 
     fm_mem_format(available, avail, sizeof avail);
     if (strcmp(need, avail) == 0) snprintf(exact, sizeof exact, " (%zu > %zu bytes)", p->peak, available);
     fm_mem_format(p->weight_total, w, sizeof w);
-    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
-    char kv[160] = "";
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->expert_pool;
+    char kv[256] = "";
     if (p->kv_seqs > 0) {
         char c1[32], c2[32];
         snprintf(kv, sizeof kv, ", KV cache %s for %d sequences of %lld tokens (--max-seqs, --ctx), decode state %s",
                  fm_mem_format(p->kv_cache, c1, sizeof c1), p->kv_seqs, (long long)p->kv_ctx,
                  fm_mem_format(p->kv_state, c2, sizeof c2));
+    }
+    if (p->experts_in == FM_EXPERTS_HOST) {
+        char c1[32];
+        const size_t used = strlen(kv);
+        snprintf(kv + used, sizeof kv - used, ", expert cache %s (%d slots, --expert-slots)",
+                 fm_mem_format(p->expert_pool, c1, sizeof c1), p->expert_slots);
     }
     if (run >= p->load_staging)
         return fm_fail(err, FM_ERR_NOMEM,

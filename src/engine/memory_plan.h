@@ -75,7 +75,18 @@ typedef struct fm_memory_plan {
 
     size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
 
-    size_t total; /* weight_total + activations + workspace + kv_cache + kv_state: resident while running */
+    /* experts (fm_memory_plan_place_experts): where they live, and with experts in host memory the expert cache */
+    fm_experts_in experts_in;  /* FM_EXPERTS_DEVICE (every expert bank in weights[FM_MEM_EXPERTS]) or
+                                  FM_EXPERTS_HOST (weights[FM_MEM_EXPERTS] = 0, the banks in host_experts) */
+    int32_t n_moe_layers;      /* MoE layers among those loaded */
+    int32_t n_experts;         /* E per MoE layer */
+    size_t expert_slot_bytes;  /* one expert's gate_up + down matrices in the backend layout (a slot's bytes) */
+    size_t host_experts;       /* host: every expert bank, in host memory (cuda: pinned) */
+    int32_t expert_slots;      /* host: S, the slots of the expert cache (>= n_experts) */
+    size_t expert_pool;        /* host: S x expert_slot_bytes + the slot ids (tokens x top-k int32), backend memory */
+
+    size_t total; /* weight_total + activations + workspace + kv_cache + kv_state + expert_pool: resident while
+                     running */
     size_t peak;  /* weight_total + max(activations + workspace, load_staging): what must fit */
 } fm_memory_plan;
 
@@ -120,6 +131,20 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
  * (src/engine/kv_state.c sizes them; steps of up to p->tokens rows), and updates total and peak. */
 fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg, const fm_plan *plan, int32_t max_seqs,
                                         int64_t ctx, fm_error *err);
+
+/* Places the experts of a computed plan (after fm_memory_plan_add_generation, if any: the cache comes after
+ * everything else). `available`: the backend bytes the plan may take, 0 = no limit (the cpu backend).
+ *   FM_EXPERTS_DEVICE  nothing changes
+ *   FM_EXPERTS_AUTO    device when available is 0 or the plan fits in it, else as host
+ *   FM_EXPERTS_HOST    the expert banks move to host_experts; the expert cache gets `slots` slots, or, when slots
+ *                      is 0, what `available` leaves after the rest (every expert when no limit), at most every
+ *                      expert; expert_pool is added to total and peak.
+ * Refuses (FM_ERR_NOMEM, with the numbers: slots, bytes per slot, what the limit leaves) a cache of fewer than
+ * n_experts slots: a prefill of one layer may route to every expert, and the pool must hold them all at once.
+ * `source` says where `available` comes from ("--vram-limit"). FM_ERR_USAGE for slots < 0 or a model without MoE
+ * layers in host mode. The caller still checks the result against `available` (fm_memory_plan_check). */
+fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, fm_experts_in where, int32_t slots,
+                                       size_t available, const char *source, fm_error *err);
 
 /* FM_OK when p->peak fits in `available` bytes; otherwise FM_ERR_NOMEM with a message such as
  * "model needs 61.1 GiB on cuda (weights 56.9, activations 0.7, workspace 1.3 for 2048 tokens) but 8.0 GiB is

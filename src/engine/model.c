@@ -123,6 +123,23 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     return st;
 }
 
+/* An expert bank in host memory (experts in host memory: fm_expert_offload_create checks the backend has the ops) */
+static fm_status bank_host(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, bool gate_up,
+                           fm_wformat fmt, fm_afmt a_in, fm_afmt a_out, const char *label) {
+    fm_model *m = ld->m;
+    if (!m->be->ops->bank_create_host)
+        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                       "--experts-in host: the %s backend cannot keep experts in host memory yet; --experts-in device "
+                       "runs the model with every expert in its memory",
+                       m->be->ops->name);
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
+    if (pst) return pst;
+    fm_bank_src src = {srcs, n, n_parts, label, gate_up};
+    fm_status st = m->be->ops->bank_create_host(m->be, &src, fmt, out, ld->err);
+    if (st == FM_OK) m->expert_host_bytes += m->be->ops->bank_bytes(*out);
+    return st;
+}
+
 static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
                       const char *label) {
     return bank_acts(ld, out, srcs, n, n_parts, false, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
@@ -169,10 +186,11 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         if (w->family == FM_WF_EXPERTS) fmt = p->w_expert, a_in = p->a_dispatch, a_out = p->a_expert;
         char label[96];
         snprintf(label, sizeof label, "layer %d %s", l, w->label);
-        fm_status st =
-            fm_arch_of(c)->plus_one_banks >> w->bank & 1
-                ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
-                : bank_acts(ld, &L->bank[w->bank], srcs, n, np, w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
+        const bool host = ld->m->experts_host && w->family == FM_WF_EXPERTS;
+        fm_status st = fm_arch_of(c)->plus_one_banks >> w->bank & 1
+                           ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
+                           : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], srcs, n, np,
+                                                            w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
         free(srcs);
         if (st) return st;
     }
@@ -204,6 +222,9 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     if (verbose)
         fprintf(stderr, "loaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
                 (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    if (verbose && m->experts_host)
+        fprintf(stderr, "experts in host memory: %.1f MiB, an expert cache of %d slots\n",
+                (double)m->expert_host_bytes / (1 << 20), m->expert_slots);
     if (verbose && ld.n_native + ld.n_zp > 0) /* say which path the pre-quantized weights run */
         fprintf(stderr,
                 "pre-quantized int4 banks: %d bound natively as the plan's int4 banks, %d in the checkpoint's "
@@ -222,18 +243,56 @@ static int64_t planned_tokens(const fm_options *opt) {
     return T > B ? T : B;
 }
 
-static fm_status check_device_memory(const fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
+/* Where the experts live (--experts-in, --expert-slots), resolved by the memory plan: m->experts_host and
+ * m->expert_slots. cpu: host is the emulation of the expert cache, S from --expert-slots or every expert; auto is
+ * device (no limit). cuda: host is refused for now (no expert cache kernels yet); auto is device when the plan fits,
+ * else a refusal naming the option. */
+static fm_status place_experts(fm_model *m, fm_memory_plan *plan, const fm_config *cfg, const fm_options *opt,
+                               size_t available, const char *source, fm_error *err) {
+    const bool cuda = strcmp(plan->backend, "cuda") == 0;
+    fm_status st = fm_memory_plan_place_experts(plan, cfg, opt->experts_in, opt->expert_slots, available, source, err);
+    if (st) return st;
+    if (cuda && plan->experts_in == FM_EXPERTS_HOST) {
+        char need[32], av[32];
+        return fm_fail(err, FM_ERR_NOMEM,
+                       "--experts-in auto: with every expert on the GPU the model needs %s but %s is available (%s), "
+                       "and the cuda backend cannot keep experts in host memory yet; --backend cpu runs it with "
+                       "--experts-in host",
+                       fm_mem_format(plan->peak - plan->expert_pool + plan->host_experts, need, sizeof need),
+                       fm_mem_format(available, av, sizeof av), source);
+    }
+    m->experts_host = plan->experts_in == FM_EXPERTS_HOST;
+    m->expert_slots = plan->expert_slots;
+    return FM_OK;
+}
+
+static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->vram_limit < 0)
         return fm_fail(err, FM_ERR_USAGE, "--vram-limit must be >= 0 bytes, got %lld", (long long)opt->vram_limit);
     if (opt->max_tokens < 0)
         return fm_fail(err, FM_ERR_USAGE, "max_tokens must be >= 0, got %lld", (long long)opt->max_tokens);
-    if (!opt->backend || strcmp(opt->backend, "cuda") != 0) return FM_OK;
+    if ((unsigned)opt->experts_in > FM_EXPERTS_AUTO)
+        return fm_fail(err, FM_ERR_USAGE, "unknown --experts-in value %d", opt->experts_in);
+    if (opt->expert_slots < 0)
+        return fm_fail(err, FM_ERR_USAGE, "--expert-slots must be >= 0, got %d", opt->expert_slots);
+    if (opt->expert_slots > 0 && opt->experts_in == FM_EXPERTS_DEVICE)
+        return fm_fail(err, FM_ERR_USAGE, "--expert-slots sizes the expert cache of --experts-in host (or auto)");
+    const bool cuda = opt->backend && strcmp(opt->backend, "cuda") == 0;
+    if (cuda && opt->experts_in == FM_EXPERTS_HOST)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "--experts-in host: the cuda backend cannot keep experts in host memory yet (its expert cache "
+                       "is not written); --backend cpu emulates it, --experts-in device runs the model on the GPU "
+                       "when it fits");
+    if (!cuda && opt->experts_in != FM_EXPERTS_HOST) return FM_OK; /* cpu: auto is device, no limit */
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
     const int64_t T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
-    fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, "cuda", &m->routes, m->n_layers, T, &plan, err);
+    fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, cuda ? "cuda" : "cpu", &m->routes, m->n_layers, T,
+                                                 &plan, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
+    if (!st && !cuda) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
+    if (st || !cuda) return st;
     size_t free_bytes = 0, total = 0;
     if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
     if (st) return st;
@@ -242,6 +301,7 @@ static fm_status check_device_memory(const fm_model *m, const fm_model_src *src,
     char source[96], tot[32], w[32], a[32], ws[32], av[32];
     if (limited) snprintf(source, sizeof source, "--vram-limit");
     else snprintf(source, sizeof source, "free on the GPU, of %s", fm_mem_format(total, tot, sizeof tot));
+    if ((st = place_experts(m, &plan, &cfg, opt, available, source, err))) return st;
     if (opt->verbose)
         fprintf(stderr,
                 "memory plan on cuda: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
@@ -306,6 +366,8 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     /* generation: the KV cache and the decode state, planned above with the rest */
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
     if (!st && opt->max_seqs > 0) st = fm_kv_state_create(m, opt->max_seqs, m->buf_tokens, &m->kv, err);
+    /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
+    if (!st && m->experts_host) st = fm_expert_offload_create(m, m->expert_slots, opt->expert_policy, err);
     return st;
 }
 
@@ -337,6 +399,7 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
 void fm_model_free(fm_model *m) {
     if (!m) return;
     fm_backend *be = m->be;
+    if (be) fm_expert_offload_free(m);
     if (be) fm_kv_state_free(m, m->kv);
     if (be) fm_forward_buffers_free(m);
     if (be) {

@@ -119,6 +119,200 @@ static fm_status make_src(const fm_config *c, fm_model_src *src, fm_error *err) 
     return FM_OK;
 }
 
+/* ---- routing skew (--synthetic-routing zipf:S) ----
+ * Random router rows route uniformly: each token's logits are about independent Gaussians of one scale (its hidden
+ * state's norm times the rows'), so every expert is in the top-k with probability k/E. zipf:S skews this by scaling
+ * the router row of the expert of rank r by a factor c_r (a trained router is skewed the same way, by its rows'
+ * norms and directions), calibrated so that under that Gaussian model the expert of rank r is in the top-k with
+ * probability f_r = k p_r, p_r proportional to (r + 1)^-S. A scaled Gaussian is above the others at most half of the
+ * time (its negative half loses whatever its scale), so f_r is capped at FM_SYNTH_ZIPF_CAP and the excess spread over
+ * the others in proportion to p (water-filling). Each layer ranks its experts in its own seeded order.
+ * Why weights and not a selection bias added in the router op (DeepSeek-V3's e_score_correction_bias): a bias would
+ * be a new input of the router and route ops on every backend, a semantic variant of the op contract for benchmarks
+ * only; scaled rows are just another checkpoint, so every kernel runs as it would on a real skewed router. */
+#define FM_SYNTH_ZIPF_CAP 0.45
+#define CALIB_SAMPLES 4096
+#define CALIB_ROUNDS 80
+
+fm_status fm_synthetic_routing_parse(const char *text, double *zipf_s, fm_error *err) {
+    *zipf_s = 0;
+    if (!text || strcmp(text, "uniform") == 0) return FM_OK;
+    char *end = NULL;
+    if (strncmp(text, "zipf:", 5) == 0) {
+        const double v = strtod(text + 5, &end);
+        if (end != text + 5 && *end == 0 && v > 0 && v <= 8) {
+            *zipf_s = v;
+            return FM_OK;
+        }
+    }
+    return fm_fail(err, FM_ERR_USAGE,
+                   "--synthetic-routing must be uniform or zipf:S with an exponent 0 < S <= 8 (zipf:1.0), got '%s'",
+                   text);
+}
+
+/* the experts' target frequencies by rank (sum k): k p_r capped, the excess re-spread */
+static void zipf_targets(int32_t E, int32_t k, double s, double *f) {
+    double sum = 0;
+    for (int32_t r = 0; r < E; r++) sum += pow(r + 1.0, -s);
+    for (int32_t r = 0; r < E; r++) f[r] = k * pow(r + 1.0, -s) / sum;
+    const double cap = FM_SYNTH_ZIPF_CAP > (double)k / E ? FM_SYNTH_ZIPF_CAP : (double)k / E;
+    for (int it = 0; it < E; it++) {
+        double excess = 0, free_p = 0;
+        for (int32_t r = 0; r < E; r++)
+            if (f[r] > cap) excess += f[r] - cap, f[r] = cap;
+        if (excess <= 0) break;
+        for (int32_t r = 0; r < E; r++)
+            if (f[r] < cap) free_p += f[r];
+        for (int32_t r = 0; r < E; r++)
+            if (f[r] < cap) f[r] += excess * f[r] / free_p;
+    }
+}
+
+/* deterministic standard normals (splitmix64 + Box-Muller) */
+static double normal(uint64_t *state) {
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        u[i] = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+/* c_r for the targets f_r: fixed Gaussian samples, the top-k of c_r z_r counted, c_r moved by (f / measured)^0.7 */
+static fm_status zipf_scales(int32_t E, int32_t k, double s, double *c, fm_error *err) {
+    double *f = malloc((size_t)E * sizeof *f), *z = malloc((size_t)CALIB_SAMPLES * (size_t)E * sizeof *z);
+    int64_t *hits = malloc((size_t)E * sizeof *hits);
+    int32_t *top = malloc((size_t)k * sizeof *top);
+    if (!f || !z || !hits || !top) {
+        free(f), free(z), free(hits), free(top);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    zipf_targets(E, k, s, f);
+    uint64_t state = 0x5EEDull;
+    for (int64_t i = 0; i < (int64_t)CALIB_SAMPLES * E; i++) z[i] = normal(&state);
+    for (int32_t r = 0; r < E; r++) c[r] = 1.0;
+    for (int round = 0; round < CALIB_ROUNDS; round++) {
+        memset(hits, 0, (size_t)E * sizeof *hits);
+        for (int32_t n = 0; n < CALIB_SAMPLES; n++) {
+            const double *zn = z + (int64_t)n * E;
+            int32_t m = 0; /* top-k of c_r z_r by insertion: top[0..m) in descending order */
+            for (int32_t r = 0; r < E; r++) {
+                const double v = c[r] * zn[r];
+                if (m == k && v <= c[top[k - 1]] * zn[top[k - 1]]) continue;
+                int32_t i = m < k ? m++ : k - 1;
+                for (; i > 0 && v > c[top[i - 1]] * zn[top[i - 1]]; i--) top[i] = top[i - 1];
+                top[i] = r;
+            }
+            for (int32_t j = 0; j < k; j++) hits[top[j]]++;
+        }
+        double logsum = 0;
+        for (int32_t r = 0; r < E; r++) {
+            const double got = ((double)hits[r] + 0.5) / CALIB_SAMPLES;
+            c[r] *= pow(f[r] / got, 0.7);
+            c[r] = c[r] < 1e-3 ? 1e-3 : c[r] > 1e3 ? 1e3 : c[r];
+            logsum += log(c[r]);
+        }
+        for (int32_t r = 0; r < E; r++) c[r] /= exp(logsum / E); /* geometric mean 1: the router's usual spread */
+    }
+    free(f), free(z), free(hits), free(top);
+    return FM_OK;
+}
+
+/* rank_of[e]: expert e's rank in layer l (a seeded shuffle per layer) */
+static void layer_ranks(int32_t E, int32_t l, int32_t *rank_of) {
+    int32_t *order = rank_of; /* order[r] = expert of rank r, inverted in place below */
+    for (int32_t e = 0; e < E; e++) order[e] = e;
+    uint64_t st = 0xC0FFEEull + (uint64_t)l * 0x632BE59BD9B4E019ull;
+    for (int32_t i = E - 1; i > 0; i--) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        const int32_t j = (int32_t)((st >> 33) % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+    int32_t *inv = malloc((size_t)E * sizeof *inv);
+    if (!inv) return;
+    for (int32_t r = 0; r < E; r++) inv[order[r]] = r;
+    memcpy(rank_of, inv, (size_t)E * sizeof *inv);
+    free(inv);
+}
+
+fm_status fm_synthetic_routing_targets(const char *name, const char *routing, int32_t layer, double *freq,
+                                       fm_error *err) {
+    fm_config c;
+    double s = 0;
+    fm_status st = fm_synthetic_config(name, &c, err);
+    if (!st) st = fm_synthetic_routing_parse(routing, &s, err);
+    if (st) return st;
+    const int32_t E = c.n_experts, k = c.n_experts_per_tok;
+    if (s == 0) {
+        for (int32_t e = 0; e < E; e++) freq[e] = (double)k / E;
+        return FM_OK;
+    }
+    double *f = malloc((size_t)E * sizeof *f);
+    int32_t *rank = malloc((size_t)E * sizeof *rank);
+    if (!f || !rank) {
+        free(f), free(rank);
+        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    }
+    zipf_targets(E, k, s, f);
+    layer_ranks(E, layer, rank);
+    for (int32_t e = 0; e < E; e++) freq[e] = f[rank[e]];
+    free(f), free(rank);
+    return FM_OK;
+}
+
+/* The skewed routers: each layer's router view becomes an fp32 tensor of its synthetic values with row e scaled by
+ * c of e's rank. The tensors live in *store until the model is built. */
+typedef struct routed_store {
+    fm_st_tensor *t;
+    float **v;
+    int32_t n;
+} routed_store;
+
+static void routed_store_free(routed_store *rs) {
+    for (int32_t i = 0; i < rs->n; i++) free(rs->v[i]);
+    free(rs->v), free(rs->t);
+    memset(rs, 0, sizeof *rs);
+}
+
+static fm_status skew_routers(const fm_config *c, double s, fm_model_src *src, routed_store *rs, fm_error *err) {
+    const int32_t E = c->n_experts, k = c->n_experts_per_tok;
+    const fm_arch_desc *a = fm_arch_of(c);
+    double *scale = malloc((size_t)E * sizeof *scale);
+    int32_t *rank = malloc((size_t)E * sizeof *rank);
+    rs->t = calloc((size_t)c->n_layers, sizeof *rs->t);
+    rs->v = calloc((size_t)c->n_layers, sizeof *rs->v);
+    fm_status st = scale && rank && rs->t && rs->v ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    if (!st) st = zipf_scales(E, k, s, scale, err);
+    for (int32_t l = 0; !st && l < c->n_layers; l++) {
+        const fm_layer_desc *d = fm_arch_layer(a, c, l);
+        for (int32_t i = 0; !st && i < d->n_specs; i++) {
+            if (d->specs[i].family != FM_WF_ROUTER || !fm_spec_present(&d->specs[i], c)) continue;
+            fm_wsrc *v = &src->layers[l].w[d->specs[i].parts[0].slot];
+            const int64_t H = v->cols;
+            float *w = malloc((size_t)(v->rows * H) * sizeof *w);
+            if (!w) {
+                st = fm_fail(err, FM_ERR_NOMEM, "out of memory for the synthetic routers");
+                break;
+            }
+            rs->v[rs->n] = w;
+            layer_ranks(E, l, rank);
+            for (int64_t r = 0; r < v->rows; r++)
+                for (int64_t j = 0; j < H; j++)
+                    w[r * H + j] = fm_synth_value(&v->synth, r * H + j, H) * (float)scale[rank[r % E]];
+            fm_st_tensor *t = &rs->t[rs->n++];
+            *t = (fm_st_tensor){.name = "synthetic router (zipf)", .dtype = FM_DTYPE_F32, .n_dims = 2,
+                                .shape = {v->rows, H}, .n_elements = v->rows * H, .data = (const uint8_t *)w,
+                                .nbytes = (uint64_t)(v->rows * H) * 4};
+            v->t = t, v->offset = 0;
+        }
+    }
+    free(scale), free(rank);
+    return st;
+}
+
 static const synth_shape *find_shape(const char *name) {
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
@@ -146,9 +340,14 @@ fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_o
     fm_model_src src;
     fm_options o = *opt;
     o.n_layers = 0;
-    fm_status st = make_src(&m->cfg, &src, err);
+    double zipf = 0;
+    routed_store rs = {0};
+    fm_status st = fm_synthetic_routing_parse(opt->synthetic_routing, &zipf, err);
+    if (!st) st = make_src(&m->cfg, &src, err);
+    if (!st && zipf > 0) st = skew_routers(&m->cfg, zipf, &src, &rs, err);
     if (!st) st = fm_model_build(m, &src, &o, err);
     fm_model_src_free(&src);
+    routed_store_free(&rs);
     if (st) {
         fm_model_free(m);
         return st;

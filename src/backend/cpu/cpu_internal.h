@@ -93,6 +93,14 @@ fm_status cpu_bank_fill_e4m3b(fm_bank *w, const fm_bank_src *src, fm_error *err)
 /* Builds an int4-g128 (or -tc) bank (w->fmt, n, rows, cols set) from pre-quantized sources in our own format. */
 fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error *err);
 
+/* Experts in host memory (cpu_expert_cache.c; the ops of backend.h): host banks are cpu_bank_create's. */
+fm_status cpu_expert_cache_create(fm_backend *be, const fm_expert_cache_desc *d, fm_expert_cache **out,
+                                  const fm_bank **pool_gate_up, const fm_bank **pool_down, void **slot_ids,
+                                  fm_error *err);
+void cpu_expert_fetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
+void cpu_expert_cache_stats(fm_backend *be, const fm_expert_cache *c, fm_expert_cache_stats *out);
+void cpu_expert_cache_free(fm_backend *be, fm_expert_cache *c);
+
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void cpu_bank_free(fm_backend *be, fm_bank *w);
 size_t cpu_bank_bytes(const fm_bank *w);

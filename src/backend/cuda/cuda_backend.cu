@@ -384,6 +384,12 @@ static const fm_backend_ops cuda_ops = {
     .bank_create = fm_cuda_bank_create,
     .bank_free = fm_cuda_bank_free,
     .bank_bytes = fm_cuda_bank_bytes,
+    /* experts in host memory: not yet (the engine refuses --experts-in host by this backend's name) */
+    .bank_create_host = NULL,
+    .expert_cache_create = NULL,
+    .expert_fetch = NULL,
+    .expert_cache_stats = NULL,
+    .expert_cache_free = NULL,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .linear = cu_linear,

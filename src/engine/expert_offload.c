@@ -1,0 +1,77 @@
+/* Experts in host memory, the engine's side (backend.h, "Experts in host memory"): the expert cache created once at
+ * load from the memory plan's slot count, and the one call the forward pass makes before each moe op. */
+#include <stdlib.h>
+
+#include "engine/engine.h"
+#include "util/status.h"
+
+struct fm_expert_offload {
+    fm_expert_cache *cache;
+    const fm_bank *pool_gate_up, *pool_down; /* the banks the moe op runs on: S slots */
+    void *slot_ids;                          /* int32 [tokens x top-k] in backend memory: what the moe op reads */
+    fm_bank **gate_up, **down;               /* [n_layers] the host banks (NULL for a dense layer) */
+    int32_t n_slots;
+    size_t slot_bytes;
+};
+
+fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_policy policy, fm_error *err) {
+    fm_backend *be = m->be;
+    const fm_backend_ops *ops = be->ops;
+    if (!ops->expert_cache_create || !ops->expert_fetch)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "--experts-in host: the %s backend cannot keep experts in host memory yet; --experts-in device "
+                       "runs the model with every expert in its memory",
+                       ops->name);
+    fm_expert_offload *x = fm_calloc(1, sizeof *x, err, "expert offload");
+    if (!x) return FM_ERR_NOMEM;
+    x->gate_up = fm_calloc((size_t)m->n_layers, sizeof *x->gate_up, err, "expert offload");
+    x->down = fm_calloc((size_t)m->n_layers, sizeof *x->down, err, "expert offload");
+    fm_status st = x->gate_up && x->down ? FM_OK : FM_ERR_NOMEM;
+    for (int l = 0; !st && l < m->n_layers; l++)
+        if (m->layers[l].is_moe) x->gate_up[l] = m->layers[l].gate_up, x->down[l] = m->layers[l].down;
+    const fm_expert_cache_desc d = {m->n_layers,
+                                    m->cfg.n_experts,
+                                    n_slots,
+                                    m->buf_tokens * m->cfg.n_experts_per_tok,
+                                    policy,
+                                    x->gate_up,
+                                    x->down};
+    if (!st) st = ops->expert_cache_create(be, &d, &x->cache, &x->pool_gate_up, &x->pool_down, &x->slot_ids, err);
+    if (st) {
+        free(x->gate_up), free(x->down), free(x);
+        return st;
+    }
+    x->n_slots = n_slots;
+    x->slot_bytes = (ops->bank_bytes(x->pool_gate_up) + ops->bank_bytes(x->pool_down)) / (size_t)n_slots;
+    m->experts = x;
+    return FM_OK;
+}
+
+void fm_expert_offload_free(fm_model *m) {
+    fm_expert_offload *x = m->experts;
+    if (!x) return;
+    m->be->ops->expert_cache_free(m->be, x->cache);
+    free(x->gate_up), free(x->down), free(x);
+    m->experts = NULL;
+}
+
+fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_t P) {
+    const fm_layer_weights *L = &m->layers[l];
+    fm_expert_offload *x = m->experts;
+    if (!x) return (fm_moe_experts){L->gate_up, L->down, ids};
+    m->be->ops->expert_fetch(m->be, x->cache, l, ids, P);
+    return (fm_moe_experts){x->pool_gate_up, x->pool_down, x->slot_ids};
+}
+
+bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out) {
+    *out = (fm_expert_stats){0};
+    const fm_expert_offload *x = m->experts;
+    if (!x) return false;
+    fm_expert_cache_stats s;
+    m->be->ops->expert_cache_stats(m->be, x->cache, &s);
+    int32_t moe = 0;
+    for (int l = 0; l < m->n_layers; l++) moe += m->layers[l].is_moe;
+    *out = (fm_expert_stats){x->n_slots,    moe * m->cfg.n_experts, s.fetches, s.hits, s.misses, s.bytes_copied,
+                             x->slot_bytes};
+    return true;
+}
