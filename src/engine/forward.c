@@ -199,6 +199,8 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     const fw_buffers b = *m->bufs;
     const fm_kv_state *kv = m->kv;
     ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
+    if (c->attn_output_gate) dump(be, "q|gate,k,v", l, b.proj, T * (2 * nh + 2 * nkv) * hd);
+    else dump(be, "qkv", l, b.qkv, nqkv);
     tick(tm, FM_STAGE_ATTN_PROJ);
     if (c->attn_output_gate) /* Qwen3-Next: q_proj's rows hold each head's query and gate; partial RoPE */
         ops->gated_qk_norm_rope(be, b.proj, T, nh, nkv, hd, c->rotary_dim, L->q_norm, L->k_norm,

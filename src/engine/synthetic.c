@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "io/config.h"
 #include "util/status.h"
 
 typedef struct synth_shape {
@@ -27,7 +28,32 @@ static const synth_shape shapes[] = {
     {"toy-moe", FM_ARCH_QWEN3_MOE, 256, 64, 2, 4, 2, 16, 8, 2, 32, 1e-6f, 1e4},
 };
 
-const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b, toy-moe"; }
+/* Shapes given as their config.json, read by io/config.c like a checkpoint's: Qwen/Qwen3-Next-80B-A3B-Instruct's
+ * (every 4th layer full attention, the rest Gated DeltaNets; 512 experts top-10 and a shared expert), and toy-next,
+ * the same architecture small enough for the CPU. */
+typedef struct json_shape {
+    const char *name, *json;
+} json_shape;
+
+static const json_shape json_shapes[] = {
+    {"qwen3-next-80b-a3b",
+     "{\"model_type\": \"qwen3_next\", \"vocab_size\": 151936, \"hidden_size\": 2048, \"num_hidden_layers\": 48,"
+     " \"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256, \"partial_rotary_factor\": 0.25,"
+     " \"rope_theta\": 10000000, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
+     " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
+     " \"linear_conv_kernel_dim\": 4, \"num_experts\": 512, \"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512,"
+     " \"shared_expert_intermediate_size\": 512, \"intermediate_size\": 5120, \"norm_topk_prob\": true,"
+     " \"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 1048576}"},
+    {"toy-next",
+     "{\"model_type\": \"qwen3_next\", \"vocab_size\": 256, \"hidden_size\": 64, \"num_hidden_layers\": 4,"
+     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, \"partial_rotary_factor\": 0.25,"
+     " \"rope_theta\": 10000, \"full_attention_interval\": 2, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4,"
+     " \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"linear_conv_kernel_dim\": 4, \"num_experts\": 8,"
+     " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, \"shared_expert_intermediate_size\": 32,"
+     " \"intermediate_size\": 64, \"norm_topk_prob\": true, \"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 1048576}"},
+};
+
+const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b, toy-moe, qwen3-next-80b-a3b, toy-next"; }
 
 static void make_config(const synth_shape *s, fm_config *c) {
     memset(c, 0, sizeof *c);
@@ -81,7 +107,8 @@ static fm_status make_layer(const fm_config *c, int32_t l, seeder *sd, fm_layer_
             const fm_part_spec *p = &w->parts[j];
             fm_wsrc *v = &L->w[p->slot];
             *v = w->family == FM_WF_NORM ? norm_view(sd, p->cols(c)) : linear_view(sd, p->rows(c), p->cols(c));
-            if (w->family == FM_WF_ROUTER) v->synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
+            if (w->bank == FM_BANK_ROUTER) v->synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
+            if (a->plus_one_banks >> w->bank & 1) v->synth.bias = 0.0f; /* zero-centred: loaded as 1 + w */
             *n_params += v->rows * v->cols;
         }
         if (w->family != FM_WF_EXPERTS || experts_done) continue;
@@ -321,21 +348,29 @@ static const synth_shape *find_shape(const char *name) {
 
 fm_status fm_synthetic_config(const char *name, fm_config *out, fm_error *err) {
     const synth_shape *s = find_shape(name);
-    if (!s) return fm_fail(err, FM_ERR_USAGE, "unknown synthetic model '%s' (choose %s)", name, fm_synthetic_names());
-    make_config(s, out);
-    return FM_OK;
+    if (s) {
+        make_config(s, out);
+        return FM_OK;
+    }
+    for (size_t i = 0; i < sizeof json_shapes / sizeof *json_shapes; i++)
+        if (!strcmp(json_shapes[i].name, name))
+            return fm_config_parse(json_shapes[i].json, strlen(json_shapes[i].json), name, out, err);
+    return fm_fail(err, FM_ERR_USAGE, "unknown synthetic model '%s' (choose %s)", name, fm_synthetic_names());
 }
 
 fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
                                   fm_error *err) {
     *out = NULL;
-    const synth_shape *s = find_shape(name);
-    if (!s) return fm_fail(err, FM_ERR_USAGE, "unknown synthetic model '%s' (choose %s)", name, fm_synthetic_names());
-    if (n_layers < 0 || n_layers > s->layers)
-        return fm_fail(err, FM_ERR_USAGE, "%s has %d layers; --layers %d is out of range", name, s->layers, n_layers);
     fm_model *m = fm_calloc(1, sizeof *m, err, "model");
     if (!m) return FM_ERR_NOMEM;
-    make_config(s, &m->cfg);
+    fm_status cst = fm_synthetic_config(name, &m->cfg, err);
+    if (!cst && (n_layers < 0 || n_layers > m->cfg.n_layers))
+        cst = fm_fail(err, FM_ERR_USAGE, "%s has %d layers; --layers %d is out of range", name, m->cfg.n_layers,
+                      n_layers);
+    if (cst) {
+        free(m);
+        return cst;
+    }
     if (n_layers > 0) m->cfg.n_layers = n_layers; /* build only the layers that run */
     fm_model_src src;
     fm_options o = *opt;
