@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
+#include "engine/scheduler.h"
 
 /* ---- residency bookkeeping ------------------------------------------------------------------------------------ */
 
@@ -226,6 +227,61 @@ static void logits_bit_identical(void **s) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_model(&cases[i], FM_EXPERT_LRU);
     check_model(&cases[0], FM_EXPERT_LFU);
     check_model(&cases[3], FM_EXPERT_LFU);
+}
+
+/* greedy generation (fm_model_generate) and the scheduler (what serve runs) with host experts: the same tokens as
+   device experts; the scheduler's stats carry the cache's counters (serve's /metrics prints them) */
+static void on_event(void *user, const fm_sched_event *ev) {
+    int32_t *n = user;
+    if (ev->id >= 0 && n[0] < 32) n[1 + n[0]++] = ev->id;
+}
+
+static void generation_and_scheduler(void **s) {
+    (void)s;
+    enum { NEW = 16, P = 9 };
+    const model_case mc = {"models/tiny-code-moe", FM_PRESET_FP8, "cuda"};
+    fm_model *dev = load(&mc, FM_EXPERTS_DEVICE, 0, FM_EXPERT_LRU);
+    fm_model *host = load(&mc, FM_EXPERTS_HOST, 16, FM_EXPERT_LFU);
+    int32_t prompt[P];
+    for (int i = 0; i < P; i++) prompt[i] = 100 + 37 * i;
+    const int32_t *pp = prompt;
+    const int64_t np = P;
+    fm_gen_params gp;
+    fm_gen_params_init(&gp);
+    gp.max_tokens = NEW, gp.ignore_eos = true;
+    fm_gen_output a, b;
+    fm_error err = {{0}};
+    assert_int_equal(fm_model_generate(dev, &pp, &np, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
+    assert_int_equal(fm_model_generate(host, &pp, &np, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(a.n, NEW);
+    assert_int_equal(b.n, NEW);
+    assert_memory_equal(a.ids, b.ids, NEW * sizeof *a.ids);
+    assert_memory_equal(a.logprobs, b.logprobs, NEW * sizeof *a.logprobs);
+    fm_sched *sc;
+    assert_int_equal(fm_sched_create(host, 4, &sc, &err), FM_OK);
+    fm_sched_request q;
+    fm_sched_request_init(&q);
+    int32_t got[1 + 32] = {0};
+    q.prompt = prompt, q.n_prompt = P, q.params.max_tokens = NEW, q.params.ignore_eos = true;
+    q.on_event = on_event, q.user = got;
+    int64_t id;
+    assert_int_equal(fm_sched_submit(sc, &q, &id, &err), FM_OK);
+    for (bool busy = true; busy;) assert_int_equal(fm_sched_step(sc, &busy, &err), FM_OK);
+    assert_int_equal(got[0], NEW);
+    assert_memory_equal(got + 1, a.ids, NEW * sizeof *a.ids);
+    fm_sched_stats st;
+    fm_sched_get_stats(sc, &st);
+    fm_expert_stats es;
+    assert_true(fm_model_expert_stats(host, &es));
+    assert_true(st.experts_host);
+    assert_int_equal(st.expert_slots, 16);
+    assert_int_equal(st.expert_hits, es.hits);
+    assert_int_equal(st.expert_misses, es.misses);
+    assert_true(st.expert_hits > 0 && st.expert_misses > 0);
+    fm_sched_free(sc);
+    free(a.ids), free(a.logprobs), free(b.ids), free(b.logprobs);
+    fm_model_free(host);
+    fm_model_free(dev);
 }
 
 /* ---- memory plan ---------------------------------------------------------------------------------------------- */
@@ -436,7 +492,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(residency_by_hand),   cmocka_unit_test(residency_limits), cmocka_unit_test(plan_places_experts),
         cmocka_unit_test(load_refusals),       cmocka_unit_test(logits_bit_identical), cmocka_unit_test(cli_flags),
-        cmocka_unit_test(synthetic_routing_skew),
+        cmocka_unit_test(synthetic_routing_skew), cmocka_unit_test(generation_and_scheduler),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

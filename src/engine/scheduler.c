@@ -405,4 +405,9 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
     const fm_kv_pool *p = &s->m->kv->pool;
     st->kv_blocks_total = p->n_blocks, st->kv_blocks_used = p->n_blocks - p->n_free;
     st->prefill_tokens = s->prefill_tokens, st->decode_tokens = s->decode_tokens, st->decode_steps = s->decode_steps;
+    fm_expert_stats es;
+    if ((st->experts_host = fm_model_expert_stats(s->m, &es))) {
+        st->expert_slots = es.slots, st->expert_hits = es.hits, st->expert_misses = es.misses;
+        st->expert_bytes_copied = es.bytes_copied;
+    }
 }

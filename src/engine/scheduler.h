@@ -80,6 +80,10 @@ typedef struct fm_sched_stats {
     int32_t waiting, running, kept; /* requests */
     int32_t kv_blocks_used, kv_blocks_total;
     int64_t prefill_tokens, decode_tokens, decode_steps;
+    bool experts_host; /* experts in host memory: the expert cache's counters (fm_expert_stats) */
+    int32_t expert_slots;
+    int64_t expert_hits, expert_misses;
+    uint64_t expert_bytes_copied;
 } fm_sched_stats;
 void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st);
 

@@ -50,6 +50,15 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
     gauge(o, "fp8moe_kv_blocks_used", "KV cache blocks in use", st->kv_blocks_used);
     gauge(o, "fp8moe_kv_blocks_total", "KV cache blocks in the pool", st->kv_blocks_total);
     counter(o, "fp8moe_decode_steps_total", "decode steps run", (uint64_t)st->decode_steps);
+    if (st->experts_host) { /* --experts-in host: the expert cache */
+        gauge(o, "fp8moe_expert_cache_slots", "expert slots of the cache in device memory", st->expert_slots);
+        counter(o, "fp8moe_expert_cache_hits_total", "expert reads (a layer's distinct routed experts) found resident",
+                (uint64_t)st->expert_hits);
+        counter(o, "fp8moe_expert_cache_misses_total", "expert reads copied from host memory",
+                (uint64_t)st->expert_misses);
+        counter(o, "fp8moe_expert_cache_copied_bytes_total", "bytes copied from host memory into the cache",
+                st->expert_bytes_copied);
+    }
     hist_write(o, "fp8moe_time_to_first_token_seconds", "from a request's arrival to its first token", &m->ttft);
     hist_write(o, "fp8moe_time_per_output_token_seconds", "between consecutive tokens of a request", &m->tpot);
 }
