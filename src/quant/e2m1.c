@@ -146,9 +146,8 @@ float fm_nvfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, float t
     const int nb = (int)((n + FM_NV_BLOCK - 1) / FM_NV_BLOCK);
     uint8_t smax = 0; /* non-negative e4m3 codes order as their values */
     for (int b = 0; b < nb; b++) smax = scales[b] > smax ? scales[b] : smax;
-    const float S = fm_e4m3_to_f32(smax);
-    float r[128 / FM_NV_BLOCK] = {0};
-    for (int b = 0; b < nb; b++) r[b] = S > 0.0f ? fm_e4m3_to_f32(scales[b]) / S : 0.0f;
-    expand_group(packed, n, FM_NV_BLOCK, r, e4m3);
+    const float S = fm_e4m3_to_f32(smax), inv = S > 0.0f ? 1.0f / S : 0.0f;
+    for (int64_t i = 0; i < n; i++) /* the code times its block scale is exact (6 significant bits at most) */
+        e4m3[i] = fm_f32_to_e4m3(fm_e2m1_to_f32(get_nibble(packed, i)) * fm_e4m3_to_f32(scales[i / FM_NV_BLOCK]) * inv);
     return S * tensor_scale;
 }

@@ -214,14 +214,17 @@ static __device__ __forceinline__ uint32_t quantize_group_fp4(const float v[4], 
     uint32_t b;
     float d;
     if (FMT == FM_W4A8_DISPATCH_MX) {
-        b = mx_scale_byte(amax), d = e8m0_decode(b); /* the division by a power of two is exact */
+        b = mx_scale_byte(amax), d = e8m0_decode(254u - b); /* 1 / X, exact: x / X is x times it, bit for bit */
     } else {
         b = e4m3_rne(__fdiv_rn(amax, __fmul_rn(6.0f, ts))), d = __fmul_rn(ts, e4m3_decode(b));
     }
     uint32_t codes = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        codes |= (FMT == FM_W4A8_DISPATCH_MX || d != 0.0f ? e2m1_encode(__fdiv_rn(v[i], d)) : 0u) << (4 * i);
+        codes |= (FMT == FM_W4A8_DISPATCH_MX ? e2m1_encode(__fmul_rn(v[i], d))
+                  : d != 0.0f                ? e2m1_encode(__fdiv_rn(v[i], d))
+                                             : 0u)
+                 << (4 * i);
     sc[0] = sc[1] = 0u;
 #pragma unroll
     for (int k = 0; k < 32 / LANES; k++) sc[k / 4] |= __shfl_sync(0xffffffffu, b, k * LANES) << (8 * (k % 4));
@@ -234,22 +237,22 @@ static __device__ __forceinline__ uint32_t quantize_group_fp4(const float v[4], 
 template <int FMT>
 static __device__ __forceinline__ uint32_t expand_lane(uint32_t codes, uint32_t byte, const uint32_t sc[2], float ts,
                                                        float *scale) {
-    uint32_t m = __vmaxu4(sc[0], sc[1]);
-    m = __vmaxu4(m, m >> 16);
-    const uint32_t smax = __vmaxu4(m, m >> 8) & 0xFFu;
-    float r;
+    uint32_t mx = __vmaxu4(sc[0], sc[1]);
+    mx = __vmaxu4(mx, mx >> 16);
+    const uint32_t smax = __vmaxu4(mx, mx >> 8) & 0xFFu;
+    float r, m; /* MX: the code x 2^-min(d, 24); NV: (the code x s_b, exact) x (1 / S) */
     if (FMT == FM_W4A8_DISPATCH_MX) {
         const uint32_t d = smax - byte;
-        r = __uint_as_float((127u - (d < 24u ? d : 24u)) << 23);
+        r = __uint_as_float((127u - (d < 24u ? d : 24u)) << 23), m = 1.0f;
         *scale = e8m0_decode(smax);
     } else {
         const float S = e4m3_decode(smax);
-        r = S > 0.0f ? __fdiv_rn(e4m3_decode(byte), S) : 0.0f;
+        r = S > 0.0f ? __frcp_rn(S) : 0.0f, m = e4m3_decode(byte);
         *scale = __fmul_rn(S, ts);
     }
     uint32_t word = 0;
 #pragma unroll
-    for (int i = 0; i < 4; i++) word |= e4m3_rne(__fmul_rn(e2m1_decode(codes >> (4 * i)), r)) << (8 * i);
+    for (int i = 0; i < 4; i++) word |= e4m3_rne(__fmul_rn(__fmul_rn(e2m1_decode(codes >> (4 * i)), m), r)) << (8 * i);
     return word;
 }
 
