@@ -28,10 +28,11 @@
 // mxfp4|nvfp4, int4-tc banks, SwiGLU epilogue): an FP4 stage is BNT rows x 64 bytes of E2M1 codes and each row's
 // 4 (MX) or 8 (NV) block-scale bytes, loaded by the same cp.async ring into a raw area. The CTA expands it into
 // the e4m3 tile the MMAs read (expand_stage) and writes each row's group scale where the e4m3 path's cp.async puts
-// the activation scales, so the MMAs and the promotion do not change. Group grp expands stage grp + 1 while its own
-// wgmmas run (the group's wait is for both stages; the next group's __syncthreads publishes the tile): a separate
-// expansion step between the wait and the MMAs, behind one more __syncthreads, cost 5-13% (MX) and 13-28% (NV)
-// of the layer at T = 16..8192 (bench/NOTES.md, ninth session). Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
+// the activation scales, so the MMAs and the promotion do not change. The expansion is a step of its own between
+// the stage's wait and the MMAs, behind one more __syncthreads: it costs the layer 5-13% (MX) and 13-28% (NV) at
+// T = 16..8192 against the e4m3 dispatch (bench/NOTES.md, ninth session); expanding stage grp + 1 while group grp's
+// wgmmas ran (no extra barrier, but a prefetch one stage shallower) measured slower still (+11-23% MX).
+// Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
 // S = the row's largest block scale of the group is the promotion's activation scale (NV: x the tensor scale),
 // and each code becomes e4m3(e2m1 value x s_block / S): exact for MX while s_block / S >= 2^-8 (beyond, the
 // products round into the e4m3 subnormals or to 0), an e4m3 rounding (2^-4 relative at most) for NV, whose
@@ -89,7 +90,6 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
-static __device__ __forceinline__ void cp_async_wait_0(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -248,11 +248,11 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
             /* MX: the code x 2^-min(d, 24) (exact in fp32); NV: (the code x s_b, exact) x (1 / S) */
             const uint32_t d = smax - byte;
             const float r = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
-            const float m = AF == FM_W4A8_DISPATCH_MX ? 1.0f : e4m3_decode(byte);
-            lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, m), r)) | fp8x2(__fmul_rn(m, r), __fmul_rn(__fmul_rn(1.5f, m), r))
-                                                                     << 16;
-            hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, m), r), __fmul_rn(__fmul_rn(3.0f, m), r)) |
-                 fp8x2(__fmul_rn(__fmul_rn(4.0f, m), r), __fmul_rn(__fmul_rn(6.0f, m), r)) << 16;
+            const float bs = AF == FM_W4A8_DISPATCH_MX ? 1.0f : e4m3_decode(byte);
+            lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, bs), r)) |
+                 fp8x2(__fmul_rn(bs, r), __fmul_rn(__fmul_rn(1.5f, bs), r)) << 16;
+            hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, bs), r), __fmul_rn(__fmul_rn(3.0f, bs), r)) |
+                 fp8x2(__fmul_rn(__fmul_rn(4.0f, bs), r), __fmul_rn(__fmul_rn(6.0f, bs), r)) << 16;
         }
         out[2 * i] = expand4(w[i] & 0xFFFFu, lo, hi), out[2 * i + 1] = expand4(w[i] >> 16, lo, hi);
     }
@@ -555,11 +555,6 @@ static __global__ __launch_bounds__(THREADS,
         load_stage<WK, BNT, AF>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1],
                                 raw_smem[AF ? 1 : 0]);
     cp_async_commit();
-    if (AF) { /* FP4: stage 0's expansion; then each group expands the next while its MMAs run */
-        cp_async_wait_1();
-        __syncthreads();
-        expand_stage<AF, BNT>(raw_smem[0], xs_smem[0], sc_smem[0], ts);
-    }
     if (active) {
 #pragma unroll
         for (int q = 0; q < wk_shape<WK>::parts; q++) load_weight_part<WK>(ww, 0, q, words);
@@ -567,16 +562,17 @@ static __global__ __launch_bounds__(THREADS,
 
     for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? 2 : (int)st - 1, st1 = st == 2 ? 0 : (int)st + 1; /* (grp + 2, + 1) % STAGES */
-        if (AF) cp_async_wait_0(); /* FP4: stage grp + 1 too, which this group expands */
-        else cp_async_wait_1();
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
             load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2],
                                     sum_smem[WK == WK_INT4_ZP ? st2 : 0], wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
-        if (AF && more) /* FP4: the next stage's expansion, read after the next __syncthreads */
-            expand_stage<AF, BNT>(raw_smem[AF ? st1 : 0], xs_smem[st1], sc_smem[st1], ts);
+        if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
+            expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
+            __syncthreads();
+        }
         if (!active) continue;
         const uint8_t *xt = xs_smem[st];
         const float *sc = sc_smem[st];
@@ -726,11 +722,6 @@ static __global__ __launch_bounds__(THREADS,
         load_stage<WK, BNT, AF>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1],
                                 raw_smem[AF ? 1 : 0]);
     cp_async_commit();
-    if (AF) { /* FP4: stage 0's expansion; then each group expands the next while its MMAs run */
-        cp_async_wait_1();
-        __syncthreads();
-        expand_stage<AF, BNT>(raw_smem[0], xs_smem[0], sc_smem[0], ts);
-    }
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
 #pragma unroll
@@ -746,14 +737,17 @@ static __global__ __launch_bounds__(THREADS,
 
     for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
         const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? 2 : (int)st - 1, st1 = st == 2 ? 0 : (int)st + 1; /* (grp + 2, + 1) % STAGES */
-        if (AF) cp_async_wait_0(); /* FP4: stage grp + 1 too, which this group expands */
-        else cp_async_wait_1();
+        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
+        cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
             load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2],
                                     sum_smem[WK == WK_INT4_ZP ? st2 : 0], wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
+        if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
+            expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
+            __syncthreads();
+        }
         const uint32_t xt = smem_u32(xs_smem[st]);
         const float *sc = sc_smem[st];
         const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
@@ -796,9 +790,7 @@ static __global__ __launch_bounds__(THREADS,
             for (int mb = 0; mb < 2; mb++)
                 wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
         wgmma_commit();
-        /* while the tensor cores run: the next FP4 stage's expansion (read after the next __syncthreads), the next
-           group's codes and scales */
-        if (AF && more) expand_stage<AF, BNT>(raw_smem[AF ? st1 : 0], xs_smem[st1], sc_smem[st1], ts);
+        /* while the tensor cores run: the next group's codes and scales */
         /* e4m3 fragments are the loaded words themselves (no conversion), so the compiler may hand the wgmma the words'
            own registers: the next group's codes then go to registers of their own until the wait (nxt), or a load
            landing early would change an operand the tensor cores have not read yet (measured: wrong rows) */
