@@ -29,7 +29,7 @@
 // 4 (MX) or 8 (NV) block-scale bytes, loaded by the same cp.async ring into a raw area. The CTA expands it into
 // the e4m3 tile the MMAs read (expand_stage) and writes each row's group scale where the e4m3 path's cp.async puts
 // the activation scales, so the MMAs and the promotion do not change. The expansion is a step of its own between
-// the stage's wait and the MMAs, behind one more __syncthreads: it costs the layer 5-13% (MX) and 13-28% (NV) at
+// the stage's wait and the MMAs, behind one more __syncthreads: it costs the layer 5-14% (MX) and 13-30% (NV) at
 // T = 16..8192 against the e4m3 dispatch (bench/NOTES.md, ninth session); expanding stage grp + 1 while group grp's
 // wgmmas ran (no extra barrier, but a prefetch one stage shallower) measured slower still (+11-23% MX).
 // Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
