@@ -209,11 +209,22 @@ static void cuda_backend_reports_cleanly(void **s) {
         assert_int_equal(stat(out, &sb), 0);
         assert_int_equal(sb.st_size, 37 * 320 * 4);
         unlink(out);
-        /* presets whose kernels are not there yet (fp4: MXFP4 dispatch) are refused by name */
+        /* fp4 (an MXFP4 dispatch buffer) and --dispatch nvfp4 run; a bf16 dispatch into the W4A8 experts (another
+           GEMM) is refused by name */
+        assert_int_equal(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids "
+                                "tests/models/qwen3-moe-f32/golden_ids.i32 --out %s --backend cuda --preset fp4",
+                                out),
+                         0);
+        assert_int_equal(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids "
+                                "tests/models/qwen3-moe-f32/golden_ids.i32 --out %s --backend cuda --dispatch nvfp4 "
+                                "--preset fp8",
+                                out),
+                         0);
+        unlink(out);
         expect_error(fp8moe("logits --model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32 "
-                            "--out %s --backend cuda --preset fp4",
+                            "--out %s --backend cuda --preset fp8 --dispatch bf16",
                             out),
-                     1, "fp4");
+                     1, "--dispatch fp8, mxfp4 or nvfp4");
     } else {
         expect_error(code, 1, "cuda backend");
     }

@@ -555,6 +555,72 @@ static void test_nvfp4_edges(void **state) {
     for (int i = 0; i < N; i++) assert_false(isnan(deq[i]));
 }
 
+/* ---------------------------------------------------------------- FP4 -> e4m3 expansion (the GEMM's) */
+
+/* MXFP4: every code times 2^-d (d = binades below the group's largest block scale) is an e4m3 value for d <= 8, so
+ * the expanded codes times the group scale are the dequantized buffer bit for bit; d = 9..12 round into the e4m3
+ * subnormals (0.5 x 2^-9 ties to 0), d >= 13 gives 0. NVFP4: each element is within half an e4m3 ulp (2^-4
+ * relative, plus the subnormal spacing 2^-10 x S) of its exact value; the largest block is exact. */
+static void test_fp4_expand_e4m3(void **state) {
+    (void)state;
+    enum { N = 128 + 96 }; /* a full group and a partial one (3 MX blocks, 6 NV blocks) */
+    float x[N], deq[N];
+    uint8_t packed[N / 2], sc[N / 16], e4[128];
+    for (int rep = 0; rep < 200; rep++) {
+        /* MX: block magnitudes 2^0 .. 2^-(rep % 14) */
+        for (int i = 0; i < N; i++) x[i] = ldexpf((float)rng_normal(), -(int)((i / 32) * (rep % 14) / 3));
+        fm_mxfp4_quantize(x, N, FM_MX_RCEIL, packed, sc);
+        fm_mxfp4_dequantize(packed, sc, N, deq);
+        for (int g = 0; g < 2; g++) {
+            const int k0 = g * 128, n = N - k0 < 128 ? N - k0 : 128;
+            const float S = fm_mxfp4_expand_e4m3(packed + k0 / 2, sc + k0 / 32, n, e4);
+            uint8_t smax = 0;
+            for (int b = 0; b < (n + 31) / 32; b++) smax = sc[k0 / 32 + b] > smax ? sc[k0 / 32 + b] : smax;
+            assert_true(S == fm_e8m0_to_f32(smax));
+            for (int i = 0; i < n; i++) {
+                const int d = smax - sc[(k0 + i) / 32];
+                const float v = fm_e2m1_to_f32(nib(packed, k0 + i));
+                const float got = fm_e4m3_to_f32(e4[i]);
+                if (d <= 8) assert_true(got * S == deq[k0 + i]);
+                else assert_true(got == fm_e4m3_to_f32(fm_f32_to_e4m3(ldexpf(v, -d))));
+                if (d >= 13) assert_true(got == 0.0f);
+            }
+        }
+        /* NV */
+        for (int i = 0; i < N; i++) x[i] = ldexpf((float)rng_normal(), -(int)((i / 16) % 5)) * 3.0f;
+        const float ts = fm_nvfp4_tensor_scale(x, N);
+        fm_nvfp4_quantize(x, N, ts, packed, sc);
+        fm_nvfp4_dequantize(packed, sc, ts, N, deq);
+        for (int g = 0; g < 2; g++) {
+            const int k0 = g * 128, n = N - k0 < 128 ? N - k0 : 128;
+            const float gs = fm_nvfp4_expand_e4m3(packed + k0 / 2, sc + k0 / 16, ts, n, e4);
+            uint8_t smax = 0;
+            for (int b = 0; b < (n + 15) / 16; b++) smax = sc[k0 / 16 + b] > smax ? sc[k0 / 16 + b] : smax;
+            const float S = fm_e4m3_to_f32(smax);
+            assert_true(gs == S * ts);
+            for (int i = 0; i < n; i++) {
+                const double exact = (double)fm_e2m1_to_f32(nib(packed, k0 + i)) *
+                                     fm_e4m3_to_f32(sc[(k0 + i) / 16]) / S; /* in units of the group scale */
+                const double got = fm_e4m3_to_f32(e4[i]);
+                assert_true(fabs(got - exact) <= fabs(exact) / 16.0 + 0x1p-10);
+                if (sc[(k0 + i) / 16] == smax) assert_true(got == exact);
+            }
+        }
+    }
+    /* NV: a group whose block scales are all 0 expands to zeros with scale 0 */
+    memset(packed, 0x77, sizeof packed), memset(sc, 0, sizeof sc);
+    assert_true(fm_nvfp4_expand_e4m3(packed, sc, 1.0f, 128, e4) == 0.0f);
+    for (int i = 0; i < 128; i++) assert_int_equal(e4[i], 0);
+    /* MX: a block 9 binades down: 6 x 2^-9 = 0.75 x 2^-6 is the subnormal 6 x 2^-9 (exact); 0.5 x 2^-9 = 2^-10 ties
+       to 0; 1.5 x 2^-9 rounds to 2 x 2^-9 (tie to even) */
+    memset(packed, 0, sizeof packed);
+    uint8_t mx[4] = {127, 118, 127, 127};
+    packed[16] = 0x7 | (0x1 << 4), packed[17] = 0x3 | (0xB << 4); /* elements 32..35: 6, 0.5, 1.5, -1.5 */
+    assert_true(fm_mxfp4_expand_e4m3(packed, mx, 128, e4) == 1.0f);
+    assert_true(fm_e4m3_to_f32(e4[32]) == 6.0f * 0x1p-9f && e4[33] == 0);
+    assert_true(fm_e4m3_to_f32(e4[34]) == 0x1p-8f && fm_e4m3_to_f32(e4[35]) == -0x1p-8f);
+}
+
 /* ---------------------------------------------------------------- int4 */
 
 static float to_dtype(float s, fm_scale_dtype dt) {
@@ -736,6 +802,7 @@ int main(void) {
         cmocka_unit_test(test_mxfp4_rules_and_edges),
         cmocka_unit_test(test_nvfp4_random),
         cmocka_unit_test(test_nvfp4_edges),
+        cmocka_unit_test(test_fp4_expand_e4m3),
         cmocka_unit_test(test_int4_groups),
         cmocka_unit_test(test_int4_pack_layout),
         cmocka_unit_test(test_int4_saturated_f16_scale),

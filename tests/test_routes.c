@@ -261,8 +261,8 @@ static void memory_plan_follows_w4a8_tile(void **s) {
     assert_int_equal(p64.ws_moe, pdef.ws_moe); /* 64 is the default at T = 2048 */
     assert_int_equal(p16.ws_moe - pdef.ws_moe, 18432 - 6144);
     assert_int_equal(p16.total - pdef.total, 18432 - 6144);
-    const fm_w4a8_moe_ws L16 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 16);
-    const fm_w4a8_moe_ws L64 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 64);
+    const fm_w4a8_moe_ws L16 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 16, FM_W4A8_DISPATCH_E4M3);
+    const fm_w4a8_moe_ws L64 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 64, FM_W4A8_DISPATCH_E4M3);
     assert_int_equal(p16.ws_moe, L16.total);
     assert_int_equal(pdef.ws_moe, L64.total);
     /* the tile list bounds every routing: ceil(c_e / bn) tiles per expert, at most P / bn + min(E, P) in all

@@ -119,8 +119,9 @@ void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
     if (p == FM_PRESET_REF) { /* ref32 keeps the fp32 plan: the CUDA backend's fp32 activations, cuda_backend.cu */
         plan->act_bf16 = true;
         plan->w_dense = plan->w_expert = plan->w_other = FM_W_BF16;
-    } else if (p == FM_PRESET_FP8) {
-        /* W4A8: the int4 banks in the tensor-core layout, the grouped expert kernel and W4A8 dense projections */
+    } else if (p == FM_PRESET_FP8 || p == FM_PRESET_FP4) {
+        /* W4A8: the int4 banks in the tensor-core layout, the grouped expert kernel and W4A8 dense projections (fp4:
+           the same, its MXFP4 dispatch buffer expanded to e4m3 in the gate|up GEMM) */
         plan->w_dense = plan->w_expert = FM_W_INT4_G128_TC;
     }
 }

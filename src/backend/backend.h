@@ -321,5 +321,11 @@ fm_status fm_cuda_backend_create(const fm_plan *plan, const char *routes, fm_bac
 /* The CUDA backend's stream (a cudaStream_t) for capturing a forward pass into a CUDA graph (tests); NULL for
  * another backend or a build without CUDA. */
 void *fm_cuda_backend_stream(fm_backend *be);
+/* Op tests: the FP4 dispatch buffer that the last moe op of a T x k routing over E experts (hidden H, width I, W4A8
+ * experts, --dispatch mxfp4|nvfp4) left in the CUDA backend's workspace, in pair order p = t k + j: E2M1 codes
+ * [T k][pad128(H) / 2] and block scales [T k][pad128(H) / 128][4 (MX) or 8 (NV) bytes], and the NVFP4 tensor scale
+ * (1 for MX). Synchronises. False on another backend, dispatch format or a build without CUDA. */
+bool fm_cuda_moe_dispatch_read(fm_backend *be, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I, uint8_t *codes,
+                               uint8_t *scales, float *tensor_scale);
 
 #endif

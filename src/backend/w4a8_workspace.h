@@ -5,6 +5,9 @@
  *   counts, cursor, segment starts [E] int32; tile count; tiles [max_tiles] x 16 B; pair of each slot and slot
  *   of each pair [P] int32;
  *   dispatched input e4m3 [P][pad128(H)] + scales [H/128][P] fp32 + group sums (for int4-zp banks, as the scales);
+ *   or, with an FP4 dispatch (--dispatch mxfp4|nvfp4), E2M1 codes [P][pad128(H) / 2] (two per byte) + block scales
+ *   [H/128][P] of 4 bytes (MX: 4 UE8M0) or 8 bytes (NV: 8 e4m3), the NVFP4 amax word and tensor scale, and the
+ *   e4m3 expansion of at most FM_MOE_GEMV_MAX_PAIRS rows that the decode GEMVs read (as the e4m3 input + scales);
  *   SwiGLU output e4m3 [P][pad128(I)] + scales + group sums;
  *   expert outputs bf16 [P][H] (combined per token, in routing order, by a separate kernel: deterministic).
  * Dense W4A8 linear, M rows, K inputs: the input as e4m3 [M][pad128(K)] + scales [K/128][M] fp32 + group sums. */
@@ -26,15 +29,27 @@ static inline uint64_t fm_w4a8_max_tiles(uint64_t P, uint64_t E, uint64_t bn) {
     return (P + bn - 1) / bn + (E < P ? E : P);
 }
 
-/* Offsets of the MoE sub-buffers for tiles of bn rows; total is the workspace size. */
+/* The dispatch buffer's format: e4m3 1x128 (the fp8 preset's), MXFP4 or NVFP4 (fm_w4a8_dispatch_of: the plan's
+ * a_dispatch). */
+typedef enum fm_w4a8_dispatch { FM_W4A8_DISPATCH_E4M3, FM_W4A8_DISPATCH_MX, FM_W4A8_DISPATCH_NV } fm_w4a8_dispatch;
+
+static inline fm_w4a8_dispatch fm_w4a8_dispatch_of(fm_afmt a) {
+    return a == FM_A_MXFP4 ? FM_W4A8_DISPATCH_MX : a == FM_A_NVFP4 ? FM_W4A8_DISPATCH_NV : FM_W4A8_DISPATCH_E4M3;
+}
+
+/* Offsets of the MoE sub-buffers for tiles of bn rows; total is the workspace size. x and xs hold the dispatch
+ * buffer in its format; ts (NVFP4: the amax word, then the tensor scale), xg and xgs (FP4: the decode GEMVs' e4m3
+ * input and scales) are empty otherwise. */
 typedef struct fm_w4a8_moe_ws {
-    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, slot_of_pair, x, xs, xsum, h, hs, hsum, y, h16,
-        total;
+    uint64_t counts, cursor, seg_start, n_tiles, tiles, pair_of_slot, slot_of_pair, x, xs, xsum, ts, xg, xgs, h, hs,
+        hsum, y, h16, total;
 } fm_w4a8_moe_ws;
 
 static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I,
-                                                uint64_t bn) {
+                                                uint64_t bn, fm_w4a8_dispatch d) {
     const uint64_t P = T * k, Hp = fm_w4a8_pad128(H), Ip = fm_w4a8_pad128(I);
+    const uint64_t Pg = P < FM_MOE_GEMV_MAX_PAIRS ? P : FM_MOE_GEMV_MAX_PAIRS;
+    const bool fp4 = d != FM_W4A8_DISPATCH_E4M3;
     fm_w4a8_moe_ws w;
     uint64_t o = 0;
     w.counts = o, o += fm_w4a8_align(E * 4);
@@ -44,9 +59,12 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
     w.tiles = o, o += fm_w4a8_align(fm_w4a8_max_tiles(P, E, bn) * 16);
     w.pair_of_slot = o, o += fm_w4a8_align(P * 4);
     w.slot_of_pair = o, o += fm_w4a8_align(P * 4);
-    w.x = o, o += fm_w4a8_align(P * Hp);
-    w.xs = o, o += fm_w4a8_align(Hp / 128 * P * 4);
+    w.x = o, o += fm_w4a8_align(fp4 ? P * Hp / 2 : P * Hp);
+    w.xs = o, o += fm_w4a8_align(Hp / 128 * P * (d == FM_W4A8_DISPATCH_NV ? 8 : 4));
     w.xsum = o, o += fm_w4a8_align(Hp / 128 * P * 4);
+    w.ts = o, o += d == FM_W4A8_DISPATCH_NV ? fm_w4a8_align(8) : 0;
+    w.xg = o, o += fp4 ? fm_w4a8_align(Pg * Hp) : 0;
+    w.xgs = o, o += fp4 ? fm_w4a8_align(Hp / 128 * Pg * 4) : 0;
     w.h = o, o += fm_w4a8_align(P * Ip);
     w.hs = o, o += fm_w4a8_align(Ip / 128 * P * 4);
     w.hsum = o, o += fm_w4a8_align(Ip / 128 * P * 4);

@@ -75,7 +75,7 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "  --dispatch F       the experts' dispatch buffer (each token's routed copies): bf16, fp8 (e4m3, a scale\n"       \
     "                     per 128), mxfp4 (E2M1, a power-of-two scale per 32), nvfp4 (E2M1, an e4m3 scale per\n"       \
     "                     16 and one fp32 scale); the preset's otherwise (fp8: fp8, fp4: mxfp4). cpu: all; cuda:\n"    \
-    "                     the preset's\n"                                                                              \
+    "                     fp8, mxfp4, nvfp4 with the fp8 and fp4 presets (int4-tc experts), else the preset's\n"      \
     "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"                      \
     "  --threads N        CPU threads (default: all)\n"                                                                \
     "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"                 \

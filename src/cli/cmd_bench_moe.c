@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/w4a8_workspace.h"
 #include "cli/bench_common.h"
 #include "cli/cli.h"
 #include "util/status.h"
@@ -45,6 +46,10 @@ static const char *HELP =
     "                                        same weights on the host; int4-zp-tc banks)\n"
     "                     fp8-grouped-block  the same kernel on a block-FP8 checkpoint (e4m3 weights, 128 x 128\n"
     "                                        scales, made on the host; e4m3-block banks)\n"
+    "                     fp4-grouped-mx     fp8-grouped with an MXFP4 dispatch buffer (--dispatch mxfp4, the fp4\n"
+    "                                        preset): E2M1 + UE8M0 per 32, expanded to e4m3 in the gate|up GEMM\n"
+    "                     fp4-grouped-nv     the same with NVFP4 (--dispatch nvfp4): E2M1 + e4m3 per 16 + one fp32\n"
+    "                                        tensor scale computed on the device\n"
     "  --repeat R       timed runs per route and T (default 20)\n"
     "  --warmup W       untimed runs first (default 3)\n"
     "  --json FILE      also write the results as JSON\n"
@@ -58,7 +63,8 @@ static const char *HELP =
     "Per route and T: median, min and max of the device time between two events around the moe call (GPU idle\n"
     "time inside the call, such as a host synchronisation, counts); TFLOP/s of FLOPs = 2 T k (2I H + H I);\n"
     "effective GB/s of bytes = the touched experts' weights once, in the route's own format, plus x read and out\n"
-    "written; the floor max(bytes / 4.25 TB/s, FLOPs / rate), rate 1.3 PFLOP/s for the fp8 routes and 0.79\n"
+    "written; dispatch MB = the grouped routes' dispatch buffer (the routed copies of x in the dispatch format with\n"
+    "their scales: what an expert-parallel all-to-all would send), written once and read once per layer; the floor max(bytes / 4.25 TB/s, FLOPs / rate), rate 1.3 PFLOP/s for the fp8 routes and 0.79\n"
     "PFLOP/s for the others; x floor = median / floor; err = ||out - out_bf16|| / ||out_bf16|| against the\n"
     "bf16-cublas output at the same T (when that route ran). A route the backend cannot run is printed as\n"
     "'unavailable: <reason>' and the others go on.\n"
@@ -81,24 +87,39 @@ static const moe_shape shapes[] = {
     {"toy", "toy", 8, 2, 256, 128, FM_ROUTER_SOFTMAX_TOPK, true, {7, 300}, 2},
 };
 
-enum { ROUTE_INT4, ROUTE_BF16, ROUTE_LT, ROUTE_FP8, ROUTE_FP8_ZP, ROUTE_FP8_BLOCK, ROUTE_COUNT };
+enum {
+    ROUTE_INT4,
+    ROUTE_BF16,
+    ROUTE_LT,
+    ROUTE_FP8,
+    ROUTE_FP8_ZP,
+    ROUTE_FP8_BLOCK,
+    ROUTE_FP4_MX,
+    ROUTE_FP4_NV,
+    ROUTE_COUNT
+};
 
-static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas",    "fp8-cublaslt-loop",
-                                                     "fp8-grouped",    "fp8-grouped-zp", "fp8-grouped-block"};
+static const char *const route_names[ROUTE_COUNT] = {
+    "int4-per-token",    "bf16-cublas",    "fp8-cublaslt-loop", "fp8-grouped", "fp8-grouped-zp",
+    "fp8-grouped-block", "fp4-grouped-mx", "fp4-grouped-nv"};
 
 static const struct {
-    fm_preset preset; /* the plan its backend is created with */
-    bool fp8;         /* FLOP rate of the floor */
+    fm_preset preset;    /* the plan its backend is created with */
+    fm_dispatch dispatch; /* and its --dispatch */
+    bool fp8;            /* FLOP rate of the floor */
 } routes[ROUTE_COUNT] = {
-    {FM_PRESET_INT4, false}, {FM_PRESET_REF, false},
-    {FM_PRESET_REF, true}, /* fp8-cublaslt-loop: bf16 banks, quantized to e4m3 per tensor by the route */
-    {FM_PRESET_FP8, true},   {FM_PRESET_FP8, true}, /* fp8-grouped-zp: a checkpoint's asymmetric int4 (int4-zp-tc) */
-    {FM_PRESET_FP8, true},                          /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
+    {FM_PRESET_INT4, FM_DISPATCH_PRESET, false}, {FM_PRESET_REF, FM_DISPATCH_PRESET, false},
+    {FM_PRESET_REF, FM_DISPATCH_PRESET, true}, /* fp8-cublaslt-loop: bf16 banks, quantized to e4m3 per tensor */
+    {FM_PRESET_FP8, FM_DISPATCH_PRESET, true},
+    {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-zp: a checkpoint's asymmetric int4 (int4-zp-tc) */
+    {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
+    {FM_PRESET_FP8, FM_DISPATCH_MXFP4, true},  {FM_PRESET_FP8, FM_DISPATCH_NVFP4, true},
 };
 
 typedef struct result {
     bench_row t;
     double act_bytes;
+    double dispatch_bytes; /* the grouped routes' dispatch buffer (codes + scales), else 0 */
     int32_t touched; /* experts with at least one routed pair */
     float *out;      /* host copy of the output [T, H], for the comparison */
 } result;
@@ -278,6 +299,11 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     res->t.flops = 2.0 * (double)P * (double)(2 * s->I * s->H + s->H * s->I);
     res->t.weight_bytes = rc->weight_bytes * res->touched / s->E;
     res->act_bytes = 2.0 * (double)(T * s->H) * (double)act;
+    if (be->plan.w_expert == FM_W_INT4_G128_TC) { /* the W4A8 grouped routes: x and xs of their workspace */
+        const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)s->k, (uint64_t)s->E, (uint64_t)s->H,
+                                                    (uint64_t)s->I, 64, fm_w4a8_dispatch_of(be->plan.a_dispatch));
+        res->dispatch_bytes = (double)(L.xsum - L.x); /* codes and scales, each 256-byte aligned */
+    }
     const double bw_s = (res->t.weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
     const double fl_s = res->t.flops / (routes[rc->route].fp8 ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
     res->t.floor_ms = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
@@ -302,7 +328,7 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     /* the GPU's plan on either backend: the CPU then emulates the GPU's formats exactly */
     fm_plan_for_backend(routes[route].preset, "cuda", &plan);
     fm_error e = {{0}};
-    fm_status st = FM_OK;
+    fm_status st = fm_plan_set_dispatch(&plan, routes[route].dispatch, &e);
     if (route == ROUTE_LT && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop runs on the cuda backend only");
 #ifndef FM_HAVE_CUDA
@@ -352,8 +378,9 @@ static void print_table(const bench_cfg *c, result *res) {
            c->b.repeat, c->b.warmup);
     printf("floor = max(bytes / 4.25 TB/s, FLOPs / 1.3 PFLOP/s fp8 or 0.79 PFLOP/s otherwise); bytes = touched "
            "experts' weights once + x + out; err = ||out - bf16-cublas|| / ||bf16-cublas||\n\n");
-    printf("| route | T | median ms | min | max | TFLOP/s | GB/s | floor ms | x floor | experts | err vs bf16 |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| route | T | median ms | min | max | TFLOP/s | GB/s | floor ms | x floor | experts | dispatch MB | err vs "
+           "bf16 |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int ti = 0; ti < c->n_tokens; ti++)
         for (int ri = 0; ri < c->n_routes; ri++) {
             const result *r = &res[ri * c->n_tokens + ti];
@@ -363,11 +390,12 @@ static void print_table(const bench_cfg *c, result *res) {
                        r->t.msg);
                 continue;
             }
-            char e[32] = "-";
+            char e[32] = "-", d[32] = "-";
             if (!isnan(r->t.err)) snprintf(e, sizeof e, "%.2e", r->t.err);
-            printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %d | %s |\n", name,
+            if (r->dispatch_bytes > 0) snprintf(d, sizeof d, "%.1f", r->dispatch_bytes / 1e6);
+            printf("| %s | %lld | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %.2f | %d | %s | %s |\n", name,
                    (long long)c->tokens[ti], r->t.median_ms, r->t.min_ms, r->t.max_ms, tflops(r), gbps(r),
-                   r->t.floor_ms, r->t.median_ms / r->t.floor_ms, r->touched, e);
+                   r->t.floor_ms, r->t.median_ms / r->t.floor_ms, r->touched, d, e);
         }
 }
 
@@ -390,6 +418,7 @@ static fm_status write_json(const bench_cfg *c, const result *res, fm_error *err
             bench_row_json(&r->t, o);
             if (r->t.status == BENCH_OK) {
                 cJSON_AddNumberToObject(o, "activation_bytes", r->act_bytes);
+                if (r->dispatch_bytes > 0) cJSON_AddNumberToObject(o, "dispatch_bytes", r->dispatch_bytes);
                 cJSON_AddNumberToObject(o, "touched_experts", r->touched);
                 cJSON_AddNumberToObject(o, "tflops", tflops(r));
                 cJSON_AddNumberToObject(o, "gbps", gbps(r));

@@ -26,6 +26,7 @@ static const char *HELP =
     "  --backend B        the plan's backend: cpu (default) or cuda\n"
     "  --preset P         the plan's preset: ref (default), ref32, int4, fp8, fp4\n"
     "  --dense w8a8       the plan with e4m3 per-tensor dense projections (W8A8)\n"
+    "  --dispatch D       the plan with the experts' dispatch buffer in D: bf16, fp8, mxfp4, nvfp4 (as run, generate)\n"
     "  --layers N         plan only the first N decoder layers\n"
     "  --max-seqs B       the plan for generation too: the paged KV cache of B sequences and the decode state\n"
     "  --ctx N            tokens per sequence of that KV cache (default: max_position_embeddings)\n"
@@ -57,6 +58,7 @@ typedef struct plan_args {
     char routes[512]; /* --route options, "k=v,k=v" */
     fm_experts_in experts_in;
     int32_t expert_slots;
+    fm_dispatch dispatch; /* --dispatch: the experts' dispatch buffer format (sizes the W4A8 MoE scratch) */
 } plan_args;
 
 /* The shapes the route table is shown at: a model's, or Qwen3-30B-A3B's. */
@@ -358,7 +360,8 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     fm_plan_set_dense(&plan, a->dense);
     fm_routes routes;
     fm_routes_default(&routes, 0);
-    fm_status st = fm_routes_apply(&routes, a->routes, err);
+    fm_status st = fm_plan_set_dispatch(&plan, a->dispatch, err);
+    if (!st) st = fm_routes_apply(&routes, a->routes, err);
     fm_memory_plan p;
     if (!st) st = fm_memory_plan_compute_routes(&cfg, &plan, a->backend, &routes, a->n_layers, a->tokens, &p, err);
     const int64_t ctx = a->ctx > 0 ? a->ctx : cfg.max_position_embeddings;
@@ -397,9 +400,12 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     for (int i = 0; i < p.n_buffers; i++) plan_row(p.buffers[i].what, p.buffers[i].bytes, 2);
     plan_row("workspace", p.workspace, 0);
     if (!strcmp(p.backend, "cuda")) {
-        plan_row(plan.w_expert == FM_W_INT4_G128_TC ? "ops' scratch (W4A8 MoE dispatch, e4m3 inputs)"
-                                                    : "ops' scratch (MoE rows, quantized inputs)",
-                 p.ws_moe, 2);
+        char scratch[96] = "ops' scratch (MoE rows, quantized inputs)";
+        if (plan.w_expert == FM_W_INT4_G128_TC) /* the dispatch buffer's format sizes it (w4a8_workspace.h) */
+            snprintf(scratch, sizeof scratch, "ops' scratch (W4A8 MoE dispatch, %s inputs)",
+                     plan.a_dispatch == FM_A_MXFP4 || plan.a_dispatch == FM_A_NVFP4 ? fm_afmt_name(plan.a_dispatch)
+                                                                                    : "e4m3");
+        plan_row(scratch, p.ws_moe, 2);
         plan_row("cuBLAS and cuBLASLt workspaces", p.ws_libs, 2);
     } else {
         plan_row("linear input quantization", p.ws_linear, 2);
@@ -449,7 +455,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false, routes = false;
-    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, "", FM_EXPERTS_DEVICE, 0};
+    plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, "", FM_EXPERTS_DEVICE, 0, FM_DISPATCH_PRESET};
     enum {
         OPT_MODEL_I = 2000,
         OPT_TENSORS,
@@ -464,7 +470,8 @@ int cmd_inspect(int argc, char **argv) {
         OPT_MAX_SEQS_I,
         OPT_CTX_I,
         OPT_EXPERTS_IN_I,
-        OPT_EXPERT_SLOTS_I
+        OPT_EXPERT_SLOTS_I,
+        OPT_DISPATCH_I
     };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
@@ -480,6 +487,7 @@ int cmd_inspect(int argc, char **argv) {
                                              {"ctx", required_argument, 0, OPT_CTX_I},
                                              {"experts-in", required_argument, 0, OPT_EXPERTS_IN_I},
                                              {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS_I},
+                                             {"dispatch", required_argument, 0, OPT_DISPATCH_I},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c;
@@ -506,6 +514,10 @@ int cmd_inspect(int argc, char **argv) {
             if (!fm_dense_parse(optarg, &pa.dense))
                 return cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", optarg);
             plan_only = "--dense";
+        } else if (c == OPT_DISPATCH_I) {
+            if (!fm_dispatch_parse(optarg, &pa.dispatch))
+                return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
+            plan_only = "--dispatch";
         } else if (c == OPT_LAYERS_I) {
             if (!cli_parse_int(cmd, "--layers", optarg, 1, 100000, &v)) return CLI_USAGE;
             pa.n_layers = (int32_t)v, plan_only = "--layers";

@@ -350,9 +350,9 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             uint64_t ws = 0;
             if (any_moe) {
                 const uint64_t P = T * (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
-                const fm_w4a8_moe_ws L =
-                    fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, E, H, (uint64_t)c->moe_intermediate,
-                                       fm_routes_w4a8_tile_rows(pl->routes, P, E));
+                const fm_w4a8_moe_ws L = fm_w4a8_moe_layout(
+                    T, (uint64_t)c->n_experts_per_tok, E, H, (uint64_t)c->moe_intermediate,
+                    fm_routes_w4a8_tile_rows(pl->routes, P, E), fm_w4a8_dispatch_of(plan->a_dispatch));
                 ws = L.total;
             }
             const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K_dense);

@@ -122,3 +122,32 @@ void fm_nvfp4_dequantize(const uint8_t *packed, const uint8_t *scales, float ten
         out[i] = eb * tensor_scale;
     }
 }
+
+/* e4m3_rne(e2m1 value of every element x its block's r) for the n elements of a group, blocks of `block` */
+static void expand_group(const uint8_t *packed, int64_t n, int block, const float *r, uint8_t *e4m3) {
+    for (int64_t i = 0; i < n; i++) e4m3[i] = fm_f32_to_e4m3(fm_e2m1_to_f32(get_nibble(packed, i)) * r[i / block]);
+}
+
+float fm_mxfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, int64_t n, uint8_t *e4m3) {
+    const int nb = (int)((n + FM_MX_BLOCK - 1) / FM_MX_BLOCK);
+    uint8_t smax = 0;
+    for (int b = 0; b < nb; b++) smax = scales[b] > smax ? scales[b] : smax;
+    float r[128 / FM_MX_BLOCK] = {0};
+    for (int b = 0; b < nb; b++) {
+        const int d = smax - scales[b];
+        r[b] = ldexpf(1.0f, -(d < 24 ? d : 24));
+    }
+    expand_group(packed, n, FM_MX_BLOCK, r, e4m3);
+    return fm_e8m0_to_f32(smax);
+}
+
+float fm_nvfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, float tensor_scale, int64_t n,
+                           uint8_t *e4m3) {
+    const int nb = (int)((n + FM_NV_BLOCK - 1) / FM_NV_BLOCK);
+    uint8_t smax = 0; /* non-negative e4m3 codes order as their values */
+    for (int b = 0; b < nb; b++) smax = scales[b] > smax ? scales[b] : smax;
+    const float S = fm_e4m3_to_f32(smax), inv = S > 0.0f ? 1.0f / S : 0.0f;
+    for (int64_t i = 0; i < n; i++) /* the code times its block scale is exact (6 significant bits at most) */
+        e4m3[i] = fm_f32_to_e4m3(fm_e2m1_to_f32(get_nibble(packed, i)) * fm_e4m3_to_f32(scales[i / FM_NV_BLOCK]) * inv);
+    return S * tensor_scale;
+}

@@ -52,4 +52,18 @@ float fm_nvfp4_tensor_scale(const float *x, int64_t n);
 void fm_nvfp4_quantize(const float *x, int64_t n, float tensor_scale, uint8_t *packed, uint8_t *scales);
 void fm_nvfp4_dequantize(const uint8_t *packed, const uint8_t *scales, float tensor_scale, int64_t n, float *out);
 
+/* The grouped GEMM's on-chip expansion of an FP4 buffer to e4m3 (Hopper has no FP4 tensor cores), one K-group of
+ * n <= 128 elements (its codes start at packed, its block scales at scales: 4 MX or 8 NV blocks, fewer when n is
+ * short). S is the group's largest decoded block scale; each element becomes e4m3_rne(e2m1 value x r), r the
+ * fp32 ratio of its block's scale to S, and the group's scale (the promotion's activation scale) is S (MX) or
+ * fp32(S x tensor_scale) (NV). MX: r = 2^-min(d, 24) for a block d binades below S, so the e4m3 code is exact
+ * for d <= 8 (every E2M1 value times 2^-d is an e4m3 value) and rounds into the e4m3 subnormals, or to 0, beyond
+ * (min(d, 24) gives the same codes as 2^-d: every product below 2^-10 rounds to 0). NV: the element is
+ * e4m3_rne(fp32(e2m1 value x s_b) x fp32(1 / S)) (the first product is exact; one reciprocal per group, as the
+ * GPU computes it): a quotient of e4m3 scales, whose product with the code (up to 6 significant bits) rounds to
+ * e4m3's 4: not exact.
+ * An NV group whose block scales are all 0 gets codes 0 and scale 0. Returns the group's scale. */
+float fm_mxfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, int64_t n, uint8_t *e4m3);
+float fm_nvfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, float tensor_scale, int64_t n, uint8_t *e4m3);
+
 #endif

@@ -179,16 +179,25 @@ static void prequantized(void **s) {
     check_plans(&act, false, int4_only, plain, 1);
 }
 
+/* fp4: the fp8 plan with the MXFP4 dispatch buffer (half the e4m3 one, w4a8_workspace.h) */
+static void check_fp4(const source *src) {
+    const fm_preset fp4[] = {FM_PRESET_FP4};
+    const fm_dense plain[] = {FM_DENSE_PRESET};
+    check_plans(src, false, fp4, plain, 1);
+}
+
 static void tiny_code_moe(void **s) {
     (void)s;
     const source src = {"models/tiny-code-moe", NULL};
     check_source(&src, true);
+    check_fp4(&src);
 }
 
 static void qwen3_f32(void **s) {
     (void)s;
     const source src = {"tests/models/qwen3-moe-f32", NULL};
     check_source(&src, true);
+    check_fp4(&src);
 }
 
 static void qwen3_tied_dense(void **s) { /* tied lm_head, a dense MLP layer */

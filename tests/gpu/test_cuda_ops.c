@@ -32,6 +32,8 @@
 #include "backend/attention_paged.h"
 #include "backend/backend.h"
 #include "gpu_test_util.h"
+#include "quant/bf16.h"
+#include "quant/e2m1.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
@@ -65,6 +67,19 @@ static fm_wformat other_fmt(const both *b) { return b->be[1]->plan.w_other; }
 static double reduction_bound(const both *b) { return b->be[1]->plan.act_bf16 ? 1e-2 : 1e-5; }
 
 static both make(fm_preset p) { return make_dense(p, FM_DENSE_PRESET); }
+
+/* both backends with the preset's plan and a --dispatch format */
+static both make_dispatch(fm_preset p, fm_dispatch d) {
+    both b;
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_error err;
+    assert_int_equal(fm_plan_set_dispatch(&plan, d, &err), FM_OK);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &b.be[0], &err), FM_OK);
+    fm_status st = fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &b.be[1], &err);
+    if (st) fail_msg("cuda backend: %s", err.msg);
+    return b;
+}
 
 static void destroy(both *b) {
     for (int i = 0; i < 2; i++) b->be[i]->ops->destroy(b->be[i]);
@@ -697,13 +712,21 @@ static void test_router(void **s) {
         }
 }
 
+static void expect_fp4_dispatch(fm_backend *be, fm_dispatch d, const float *x, int64_t T, int32_t E, int32_t k,
+                                int64_t H, int64_t I, const char *what);
+
 /* routing: spread (pair (t, j) -> (5t + 3j) mod E) or skewed (every token's first choice is expert 0, the
-   others spread over 1..E-2: expert 0 gets all T rows, expert E-1 none) */
-static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I,
-                            bool skewed) {
-    both b = make(p);
+   others spread over 1..E-2: expert 0 gets all T rows, expert E-1 none). d: the --dispatch format; an FP4 one gets
+   blocks of different magnitudes (x1..7, and 2^-11 for every 11th block of 32: MX blocks more than 8 binades below
+   their group's largest, whose expansion rounds) and its dispatch buffer checked byte for byte */
+static void moe_case_dispatch(fm_preset p, fm_wformat fmt, fm_dispatch d, int64_t T, int32_t E, int32_t k, int64_t H,
+                              int64_t I, bool skewed) {
+    both b = make_dispatch(p, d);
     float *gu = rand_array((int64_t)E * 2 * I * H, 0.1f), *dn = rand_array((int64_t)E * H * I, 0.1f);
     float *x = rand_array(T * H, 1.0f), *wts = malloc((size_t)(T * k) * sizeof(float));
+    const bool fp4 = d == FM_DISPATCH_MXFP4 || d == FM_DISPATCH_NVFP4;
+    for (int64_t i = 0; fp4 && i < T * H; i++)
+        x[i] *= (i % H) / 32 % 11 == 3 ? 0x1p-11f : (float)(1 + (i % H) / 40 % 7);
     int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
     for (int64_t t = 0; t < T; t++)
         for (int32_t j = 0; j < k; j++) {
@@ -712,18 +735,66 @@ static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, i
             wts[t * k + j] = 0.25f + 0.5f * fabsf(frand());
         }
     float *o[2];
+    char what[128];
+    snprintf(what, sizeof what, "moe %s%s%s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt),
+             fp4 ? " dispatch " : "", fp4 ? fm_dispatch_name(d) : "", (long long)T, E, k, (long long)H, (long long)I,
+             skewed ? " skewed" : "");
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
         fm_bank *gub = gpu_bank(be, gu, E, 2 * I, H, fmt, true), *db = bank(be, dn, E, H, I, fmt);
         o[i] = gpu_run_moe(be, gub, db, x, T, H, ids, wts, k);
+        if (i == 1 && fp4) expect_fp4_dispatch(be, d, x, T, E, k, H, I, what);
         be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
     }
-    char what[96];
-    snprintf(what, sizeof what, "moe %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt), (long long)T, E, k,
-             (long long)H, (long long)I, skewed ? " skewed" : "");
     gpu_expect_close(o[1], o[0], T * H, fmt == FM_W_INT4_G128_TC ? 3e-2 : reduction_bound(&b), what);
     free(o[0]), free(o[1]), free(gu), free(dn), free(x), free(wts), free(ids);
     destroy(&b);
+}
+
+static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I,
+                            bool skewed) {
+    moe_case_dispatch(p, fmt, FM_DISPATCH_PRESET, T, E, k, H, I, skewed);
+}
+
+/* The dispatch buffer the GPU left (fm_cuda_moe_dispatch_read) against the CPU codec on the same bf16 rows: every
+   code and block scale byte for byte (blocks past H: zero), the NVFP4 tensor scale bit for bit. */
+static void expect_fp4_dispatch(fm_backend *be, fm_dispatch d, const float *x, int64_t T, int32_t E, int32_t k,
+                                int64_t H, int64_t I, const char *what) {
+    const bool nv = d == FM_DISPATCH_NVFP4;
+    const int64_t P = T * k, Hp = (H + 127) / 128 * 128, G = Hp / 128, sb = nv ? 8 : 4, blk = nv ? 16 : 32;
+    uint8_t *codes = malloc((size_t)(P * Hp / 2)), *scales = malloc((size_t)(P * G * sb));
+    uint8_t *packed = calloc((size_t)Hp / 2, 1), *sc = calloc((size_t)(G * sb), 1);
+    float *xr = malloc((size_t)(T * H) * sizeof *xr), ts = 0.0f;
+    assert_true(fm_cuda_moe_dispatch_read(be, T, k, E, H, I, codes, scales, &ts));
+    for (int64_t i = 0; i < T * H; i++) xr[i] = fm_round_bf16(x[i]); /* what the GPU holds */
+    const float ts_cpu = nv ? fm_nvfp4_tensor_scale(xr, T * H) : 1.0f;
+    if (memcmp(&ts, &ts_cpu, 4) != 0) fail_msg("%s: tensor scale %.9g on the GPU, %.9g on the CPU", what, ts, ts_cpu);
+    int64_t sub = 0; /* MX blocks whose expansion rounds (more than 8 binades below their group's largest) */
+    for (int64_t t = 0; t < T; t++) {
+        memset(packed, 0, (size_t)Hp / 2), memset(sc, 0, (size_t)(G * sb));
+        if (nv) fm_nvfp4_quantize(xr + t * H, H, ts_cpu, packed, sc);
+        else fm_mxfp4_quantize(xr + t * H, H, FM_MX_RCEIL, packed, sc);
+        for (int64_t g = 0; !nv && g < G; g++) {
+            uint8_t m = 0;
+            for (int b = 0; b < 4; b++) m = sc[g * 4 + b] > m ? sc[g * 4 + b] : m;
+            for (int b = 0; b < 4; b++) sub += g * 128 + b * blk < H && m - sc[g * 4 + b] > 8;
+        }
+        for (int32_t j = 0; j < k; j++) {
+            const int64_t p = t * k + j;
+            for (int64_t c = 0; c < Hp / 2; c++)
+                if (codes[p * (Hp / 2) + c] != packed[c])
+                    fail_msg("%s: pair %lld code byte %lld: %02x on the GPU, %02x on the CPU", what, (long long)p,
+                             (long long)c, codes[p * (Hp / 2) + c], packed[c]);
+            for (int64_t c = 0; c < G * sb; c++)
+                if (scales[p * G * sb + c] != sc[c])
+                    fail_msg("%s: pair %lld block %lld scale %02x on the GPU, %02x on the CPU", what, (long long)p,
+                             (long long)c, scales[p * G * sb + c], sc[c]);
+        }
+    }
+    printf("  %s: dispatch buffer identical to the CPU codec's (%lld x %lld code bytes%s)\n", what, (long long)P,
+           (long long)(Hp / 2), nv ? "" : ", MX blocks rounded by the expansion:");
+    if (!nv) printf("    %lld of %lld\n", (long long)sub, (long long)(T * ((H + 31) / 32)));
+    free(codes), free(scales), free(packed), free(sc), free(xr);
 }
 
 static void moe_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
@@ -762,6 +833,38 @@ static void test_moe_w4a8(void **s) {
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 8, 128, 8, 2048, 768, true);
 }
 
+/* --dispatch mxfp4|nvfp4: the grouped W4A8 path with an FP4 dispatch buffer (the gate|up GEMM expands it to e4m3 on
+   chip; the decode GEMVs read the dispatch's own expansion) against the CPU emulation of the same expansion, with the
+   bound of the e4m3 dispatch; the dispatch buffer byte for byte the CPU codec's. T = 1, 7, 300, 4096, an expert with
+   every row and one with none (skewed), widths that are and are not multiples of 128, Qwen3 widths at decode sizes
+   (GEMVs) and at 300. Named test_moe_w4a8_* so that gpu-check's route-forced runs (tile 16/64, moe.gemv=off and =64,
+   w4a8.kernel=mma, memcheck) take it too. */
+static const fm_dispatch fp4_dispatches[] = {FM_DISPATCH_MXFP4, FM_DISPATCH_NVFP4};
+
+/* the small shapes (compute-sanitizer runs these alone) */
+static void test_moe_w4a8_fp4_small(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 7, 300};
+    for (int di = 0; di < 2; di++)
+        for (int i = 0; i < 3; i++) {
+            moe_case_dispatch(FM_PRESET_FP8, FM_W_INT4_G128_TC, fp4_dispatches[di], Ts[i], 8, 2, 200, 72, false);
+            moe_case_dispatch(FM_PRESET_FP8, FM_W_INT4_G128_TC, fp4_dispatches[di], Ts[i], 13, 5, 384, 200, true);
+        }
+}
+
+static void test_moe_w4a8_fp4(void **s) {
+    (void)s;
+    const fm_wformat f = FM_W_INT4_G128_TC;
+    for (int di = 0; di < 2; di++) {
+        const fm_dispatch d = fp4_dispatches[di];
+        moe_case_dispatch(FM_PRESET_FP8, f, d, 4096, 16, 4, 256, 128, true);
+        moe_case_dispatch(FM_PRESET_FP8, f, d, 300, 128, 8, 2048, 768, false); /* Qwen3-30B-A3B widths */
+        moe_case_dispatch(FM_PRESET_FP8, f, d, 1, 128, 8, 2048, 768, false);
+        moe_case_dispatch(FM_PRESET_FP8, f, d, 8, 128, 8, 2048, 768, true);
+        moe_case_dispatch(FM_PRESET_FP8, f, d, 9, 128, 8, 2048, 768, false);
+    }
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
@@ -772,6 +875,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_w4a8),
+        cmocka_unit_test(test_moe_w4a8_fp4_small),
+        cmocka_unit_test(test_moe_w4a8_fp4),
         cmocka_unit_test(test_linear_w8a8),
         cmocka_unit_test(test_linear_w8a8_sequence),
         cmocka_unit_test(test_paged_attention),

@@ -5,8 +5,9 @@
  *   e4m3-tensor (W8A8):  y[n] = (scale_x * scale_W) * sum_k a[k] q[n,k], one scale for the whole input (amax over
  *                        all M x K elements of this call) and one for the matrix, applied once after the sum as
  *                        cuBLASLt's scale pointers do; e4m3-row: the same with one scale per input row
- * where a is the activation as quantized (e4m3 codes decoded, E2M1 times its block scale, or the input
- * itself) and scale_a is its 1x128 scale (1 when the values carry their own scale). The product of the two
+ * where a is the activation as quantized (e4m3 codes decoded; FP4 rows expanded to e4m3 with one scale per
+ * 128-group, as the GPU's grouped GEMM expands them; or the input itself) and scale_a is its 1x128 scale (1 when
+ * the values carry their own scale). The product of the two
  * scales is folded into the fp32 accumulator once per 128-group, as the GPU kernels do ("promotion"). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,20 @@ static float dot(const float *a, const float *b, int64_t n) {
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+/* An FP4 row (codes and block scales as the dispatch buffer holds them) as the GPU's grouped GEMM reads it: each
+ * 128-group expanded to e4m3 codes with one group scale (fm_mxfp4_expand_e4m3, fm_nvfp4_expand_e4m3), the codes
+ * decoded into val and the scale kept apart, as for e4m3 1x128 activations. */
+static void expand_row(const uint8_t *packed, const uint8_t *scales, int64_t K, bool nv, float tensor_scale,
+                       cpu_qrow *q) {
+    uint8_t codes[FM_CPU_GROUP];
+    for (int64_t g = 0; g * FM_CPU_GROUP < K; g++) {
+        const int64_t k0 = g * FM_CPU_GROUP, n = K - k0 < FM_CPU_GROUP ? K - k0 : FM_CPU_GROUP;
+        q->scale[g] = nv ? fm_nvfp4_expand_e4m3(packed + k0 / 2, scales + k0 / FM_NV_BLOCK, tensor_scale, n, codes)
+                         : fm_mxfp4_expand_e4m3(packed + k0 / 2, scales + k0 / FM_MX_BLOCK, n, codes);
+        for (int64_t i = 0; i < n; i++) q->val[k0 + i] = fm_e4m3_to_f32(codes[i]);
+    }
 }
 
 void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
@@ -41,26 +56,22 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
     case FM_A_E4M3_ROW:
     case FM_A_NVFP4: abort(); /* needs the whole input's amax: cpu_quantize_row_nvfp4 */
     case FM_A_MXFP4: {
-        /* E2M1 times its power-of-two block scale is exact in fp32: dequantize once */
         const int64_t nb = (K + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
         uint8_t *packed = (uint8_t *)malloc((size_t)(K + 1) / 2 + (size_t)nb);
         fm_mxfp4_quantize(x, K, FM_MX_RCEIL, packed, packed + (K + 1) / 2);
-        fm_mxfp4_dequantize(packed, packed + (K + 1) / 2, K, q->val);
+        expand_row(packed, packed + (K + 1) / 2, K, false, 1.0f, q);
         free(packed);
-        q->scale = NULL;
         return;
     }
     }
 }
 
 void cpu_quantize_row_nvfp4(const float *x, int64_t K, float tensor_scale, cpu_qrow *q) {
-    /* the codes times their block scale times the tensor scale, decoded once (as MXFP4 above) */
     const int64_t nb = (K + FM_NV_BLOCK - 1) / FM_NV_BLOCK;
     uint8_t *packed = (uint8_t *)malloc((size_t)(K + 1) / 2 + (size_t)nb);
     fm_nvfp4_quantize(x, K, tensor_scale, packed, packed + (K + 1) / 2);
-    fm_nvfp4_dequantize(packed, packed + (K + 1) / 2, tensor_scale, K, q->val);
+    expand_row(packed, packed + (K + 1) / 2, K, true, tensor_scale, q);
     free(packed);
-    q->scale = NULL;
 }
 
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y) {
@@ -117,7 +128,7 @@ void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *xv, i
             cpu_quantize_row(x + m * K, K, afmt, &q);
         }
     }
-    const bool has_scale = afmt == FM_A_E4M3_G128;
+    const bool has_scale = afmt == FM_A_E4M3_G128 || afmt == FM_A_MXFP4;
     /* blocks of 16 outputs per task keep a weight block hot in cache across rows */
     const int64_t NB = 16, n_blocks = (N + NB - 1) / NB;
 #pragma omp parallel for collapse(2) schedule(static)

@@ -2,8 +2,9 @@
 // the backend's activation type to kernels instantiated for both: bf16 activations for the compute presets, fp32
 // for the ref32 plan. One stream, every launch checked (cuda_common.cuh). Presets here: ref (bf16 weights, the
 // bf16 reference) and int4 (w4a16, per-token expert dispatch), fp8 (W4A8: int4-tc banks, e4m3 1x128 activations,
-// the grouped expert kernel and W4A8 dense projections), and ref32. fp4 (MXFP4 dispatch) has no GPU kernel yet:
-// asking for it is a clear error, never a silent fallback.
+// the grouped expert kernel and W4A8 dense projections), fp4 (fp8 with an MXFP4 dispatch buffer; --dispatch
+// mxfp4|nvfp4 on fp8: the gate|up GEMM expands E2M1 to e4m3 on chip, w4a8_gemm.cu), and ref32. A bf16 dispatch on
+// fp8 (another GEMM: bf16 activations into the int4 experts) is refused by name, never a silent fallback.
 //
 // ref32, the oracle on the GPU: fp32 weights and activations, fp32 arithmetic. It computes what the CPU reference
 // computes, with different summation orders only, and exists so that models too large for the CPU (Qwen3-30B-A3B:
@@ -324,13 +325,14 @@ static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T
 
 static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
-    require_afmt(gate_up, a_dispatch, "moe");
+    const bool fp4 = a_dispatch == FM_A_MXFP4 || a_dispatch == FM_A_NVFP4; /* e4m3-bank plans only (creation) */
+    require_afmt(gate_up, fp4 ? FM_A_E4M3_G128 : a_dispatch, "moe");
     require_afmt(down, a_down, "moe");
     /* bf16 and f32 banks (ref, ref32): grouped GEMMs through cuBLAS in the activation type; int4-tc, int4-zp-tc,
        e4m3-block (fp8): the grouped W4A8 kernels; int4, int4-zp: the per-token W4A16 baseline */
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                         (bf16 *)out);
+                         a_dispatch, (bf16 *)out);
     else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) ||
              (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
@@ -430,11 +432,14 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     const bool oracle = plan_is_oracle(plan);
     const bool dense_ok = plan->a_dense == afmt_for(plan->w_dense);
     const fm_afmt want_e = plan->w_expert == FM_W_INT4_G128_TC ? FM_A_E4M3_G128 : FM_A_NATIVE;
-    if (!oracle && (!dense_ok || plan->a_dispatch != want_e || plan->a_expert != want_e || plan->w_other != FM_W_BF16 ||
+    /* the W4A8 experts also take an FP4 dispatch buffer (MXFP4, NVFP4), expanded to e4m3 in the gate|up GEMM */
+    const bool fp4 = plan->a_dispatch == FM_A_MXFP4 || plan->a_dispatch == FM_A_NVFP4;
+    const bool dispatch_ok = plan->a_dispatch == want_e || (want_e == FM_A_E4M3_G128 && fp4);
+    if (!oracle && (!dense_ok || !dispatch_ok || plan->a_expert != want_e || plan->w_other != FM_W_BF16 ||
                     !plan->act_bf16 || plan->w_dense == FM_W_F32 || plan->w_expert == FM_W_F32))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "cuda backend: preset %s (dense %s/%s, experts %s/%s/%s) has no GPU kernels; available on cuda: "
-                       "ref, ref32, int4, fp8",
+                       "ref, ref32, int4, fp8 and fp4 (--dispatch fp8, mxfp4 or nvfp4 with fp8 and fp4)",
                        fm_preset_name(plan->preset), fm_wformat_name(plan->w_dense), fm_afmt_name(plan->a_dense),
                        fm_wformat_name(plan->w_expert), fm_afmt_name(plan->a_dispatch), fm_afmt_name(plan->a_expert));
     int device = 0;

@@ -142,6 +142,160 @@ static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T,
     }
 }
 
+// ---- FP4 dispatch: E2M1 codes with block scales, bit for bit src/quant/e2m1.c ------------------------------------
+
+// fm_f32_to_e2m1: round to nearest even, sign of zero kept, finite overflow and +-inf saturate to +-6, NaN -> +6
+static __device__ __forceinline__ uint32_t e2m1_encode(float f) {
+    const uint32_t u = __float_as_uint(f), sign = (u >> 28) & 8u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 7u;
+    if (a >= 0x40C00000u) return sign | 7u;
+    if (a >= 0x3F800000u) {
+        uint32_t h = a - (126u << 23);
+        h = (h + 0x1FFFFFu + ((h >> 22) & 1u)) >> 22;
+        return sign | h;
+    }
+    const uint32_t exp = a >> 23;
+    const int shift = 149 - (int)exp;
+    if (exp == 0 || shift > 24) return sign;
+    const uint32_t m = (a & 0x7FFFFFu) | 0x800000u, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    uint32_t k = m >> shift;
+    if (rem > half || (rem == half && (k & 1u))) k++;
+    return sign | k;
+}
+
+static __device__ __forceinline__ float e2m1_decode(uint32_t c) {
+    const uint32_t m = c & 7u;
+    const float v = m < 2 ? 0.5f * (float)m : __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22));
+    return (c & 8u) ? -v : v;
+}
+
+static __device__ __forceinline__ float e8m0_decode(uint32_t e) { return __uint_as_float(e ? e << 23 : 0x00400000u); }
+
+// mx_scale_byte (RCEIL): 127 + ceil(log2(amax / 6)), clamped to 0..254; 0 for an all-zero block, 254 with an inf
+static __device__ __forceinline__ uint32_t mx_scale_byte(float amax) {
+    if (!(amax > 0.0f)) return 0u;
+    if (isinf(amax)) return 254u;
+    const uint32_t u = __float_as_uint(__fdiv_rn(amax, 6.0f)), E = u >> 23, M = u & 0x7FFFFFu;
+    if (u == 0u) return 0u;
+    const int x = E ? (int)E + (M != 0u) : (31 - __clz((int)M)) - 22 + ((M & (M - 1u)) != 0u); /* s = M 2^-149 */
+    return (uint32_t)(x < 0 ? 0 : x > 254 ? 254 : x);
+}
+
+static __device__ __forceinline__ uint32_t e4m3_rne(float v) {
+    return (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+// fm_nvfp4_tensor_scale of x from the amax word: max(amax / (6 x 448), floor)
+static __device__ __forceinline__ float nv_tensor_scale(uint32_t amax_bits) {
+    return fmaxf(__fdiv_rn(__uint_as_float(amax_bits), 2688.0f), 1e-12f); /* FM_NVFP4_TENSOR_SCALE_FLOOR */
+}
+
+// amax of the finite |x| over n bf16 values into *amax (zeroed before; non-negative floats order as their bits)
+static __global__ void amax_kernel(const __nv_bfloat16 *x, int64_t n, uint32_t *amax) {
+    float m = 0.0f;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float v = fabsf(__bfloat162float(x[i]));
+        if (v < INFINITY) m = fmaxf(m, v); /* NaN and inf fail the test */
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
+}
+
+// One lane's 4 elements of a 128-group as E2M1 (nibble i: element 4 lane + i) with its block's scale byte (*byte);
+// sc: the group's block scales as stored (MX: sc[0] = 4 bytes; NV: sc[0], sc[1] = 8 bytes), on every lane.
+template <int FMT>
+static __device__ __forceinline__ uint32_t quantize_group_fp4(const float v[4], float ts, uint32_t sc[2],
+                                                              uint32_t *byte) {
+    constexpr int LANES = FMT == FM_W4A8_DISPATCH_MX ? 8 : 4; /* lanes per block: 32 or 16 elements */
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = fmaxf(0.0f, amax); /* all four NaN: 0, as the CPU's fmaxf from 0 */
+    for (int o = 1; o < LANES; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    uint32_t b;
+    float d;
+    if (FMT == FM_W4A8_DISPATCH_MX) {
+        b = mx_scale_byte(amax), d = e8m0_decode(254u - b); /* 1 / X, exact: x / X is x times it, bit for bit */
+    } else {
+        b = e4m3_rne(__fdiv_rn(amax, __fmul_rn(6.0f, ts))), d = __fmul_rn(ts, e4m3_decode(b));
+    }
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        codes |= (FMT == FM_W4A8_DISPATCH_MX ? e2m1_encode(__fmul_rn(v[i], d))
+                  : d != 0.0f                ? e2m1_encode(__fdiv_rn(v[i], d))
+                                             : 0u)
+                 << (4 * i);
+    sc[0] = sc[1] = 0u;
+#pragma unroll
+    for (int k = 0; k < 32 / LANES; k++) sc[k / 4] |= __shfl_sync(0xffffffffu, b, k * LANES) << (8 * (k % 4));
+    *byte = b;
+    return codes;
+}
+
+// The grouped GEMM's expansion of this lane's 4 codes (w4a8_gemm.cu; fm_mxfp4_expand_e4m3, fm_nvfp4_expand_e4m3):
+// e4m3(e2m1 value x block scale / S), S the group's largest block scale; *scale: S (MX) or S x ts (NV).
+template <int FMT>
+static __device__ __forceinline__ uint32_t expand_lane(uint32_t codes, uint32_t byte, const uint32_t sc[2], float ts,
+                                                       float *scale) {
+    uint32_t mx = __vmaxu4(sc[0], sc[1]);
+    mx = __vmaxu4(mx, mx >> 16);
+    const uint32_t smax = __vmaxu4(mx, mx >> 8) & 0xFFu;
+    float r, m; /* MX: the code x 2^-min(d, 24); NV: (the code x s_b, exact) x (1 / S) */
+    if (FMT == FM_W4A8_DISPATCH_MX) {
+        const uint32_t d = smax - byte;
+        r = __uint_as_float((127u - (d < 24u ? d : 24u)) << 23), m = 1.0f;
+        *scale = e8m0_decode(smax);
+    } else {
+        const float S = e4m3_decode(smax);
+        r = S > 0.0f ? __frcp_rn(S) : 0.0f, m = e4m3_decode(byte);
+        *scale = __fmul_rn(S, ts);
+    }
+    uint32_t word = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) word |= e4m3_rne(__fmul_rn(__fmul_rn(e2m1_decode(codes >> (4 * i)), m), r)) << (8 * i);
+    return word;
+}
+
+// gather_quantize_task for an FP4 dispatch: codes into x8 (2 bytes per lane and slot), the block scales into xs;
+// EXPAND (the small dispatch, for the decode GEMVs): also the e4m3 expansion into xg and its scale into xgs.
+template <int FMT, bool EXPAND>
+static __device__ __forceinline__ void gather_quantize_fp4_task(const __nv_bfloat16 *x, int64_t H, int32_t k,
+                                                                int64_t P, int64_t t, int64_t grp, int32_t slot,
+                                                                float ts, const fm_dispatch_bufs &b) {
+    const int lane = threadIdx.x & 31;
+    const int64_t Hp = (H + 127) / 128 * 128;
+    float v[4];
+    uint32_t sc[2], byte;
+    load_group(x + t * H, H, grp, v);
+    const uint32_t codes = quantize_group_fp4<FMT>(v, ts, sc, &byte);
+    float gscale = 0.0f;
+    const uint32_t word = EXPAND ? expand_lane<FMT>(codes, byte, sc, ts, &gscale) : 0u;
+    for (int j = 0; j < k; j++) {
+        const int64_t s = __shfl_sync(0xffffffffu, slot, j);
+        *(uint16_t *)(b.x8 + s * (Hp / 2) + grp * 64 + lane * 2) = (uint16_t)codes;
+        if (EXPAND) *(uint32_t *)(b.xg + s * Hp + grp * 128 + lane * 4) = word;
+    }
+    if (lane < k) {
+        if (FMT == FM_W4A8_DISPATCH_MX) ((uint32_t *)b.xs)[grp * P + slot] = sc[0];
+        else ((uint2 *)b.xs)[grp * P + slot] = make_uint2(sc[0], sc[1]);
+        if (EXPAND) b.xgs[grp * P + slot] = gscale;
+    }
+}
+
+template <int FMT>
+static __global__ void gather_quantize_fp4_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
+                                                  const fm_dispatch_bufs b) {
+    const int lane = threadIdx.x & 31;
+    const float ts = FMT == FM_W4A8_DISPATCH_NV ? nv_tensor_scale(*b.amax) : 1.0f;
+    if (FMT == FM_W4A8_DISPATCH_NV && blockIdx.x == 0 && threadIdx.x == 0) ((float *)b.amax)[1] = ts; /* the GEMM's */
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
+    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < T * G; task += warps) {
+        const int64_t t = task / G;
+        gather_quantize_fp4_task<FMT, false>(x, H, k, T * k, t, task % G, lane < k ? b.slot_of_pair[t * k + lane] : 0,
+                                             ts, b);
+    }
+}
+
 // Dense rows: one warp per (row, group), so that a decode-sized input is one round of loads; launched with PDL
 // (pdl.cuh): the GEMM after it may start loading its weights meanwhile.
 template <bool SUMS>
@@ -178,7 +332,15 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
         ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
     FM_LAUNCH_CHECK("moe_dispatch_slots");
     const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
-    if (b->xsum)
+    if (b->fmt == FM_W4A8_DISPATCH_NV) {
+        FM_CUDA_CHECK(cudaMemsetAsync(b->amax, 0, 4, s));
+        const int64_t ab = fm_ceil_div(T * H, 256);
+        amax_kernel<<<(unsigned)(ab < 1024 ? (ab > 0 ? ab : 1) : 1024), 256, 0, s>>>(x, T * H, b->amax);
+        FM_LAUNCH_CHECK("moe_dispatch_amax");
+        gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
+    } else if (b->fmt == FM_W4A8_DISPATCH_MX) {
+        gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
+    } else if (b->xsum)
         gather_quantize_kernel<true><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, b->xsum);
     else gather_quantize_kernel<false><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, NULL);
     FM_LAUNCH_CHECK("moe_dispatch_gather_quantize");
@@ -186,16 +348,28 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 
 // fm_cuda_moe_dispatch_small: one block of MAX_EXPERTS threads; thread e is expert e in the plan, thread p pair p
 // in the slots; then its 32 warps gather and quantize (token, group) tasks as gather_quantize_kernel does.
-template <bool SUMS>
+// FMT (an FP4 dispatch): the block's amax pass over x first (NVFP4), the codes, and their e4m3 expansion for the
+// GEMVs (xg, xgs).
+template <bool SUMS, int FMT>
 static __global__ void __launch_bounds__(MAX_EXPERTS)
     dispatch_small_kernel(const __nv_bfloat16 *x, int32_t T, int32_t k, int64_t H, const int32_t *ids, int32_t E,
                           int32_t bn, fm_dispatch_bufs b) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS], seg[MAX_EXPERTS];
     __shared__ int32_t sid[FM_MOE_GEMV_MAX_PAIRS], sslot[FM_MOE_GEMV_MAX_PAIRS];
+    __shared__ uint32_t amax;
     const int e = threadIdx.x, P = T * k;
     if (e < P) sid[e] = ids[e];
     rows[e] = 0;
+    if (e == 0) amax = 0u;
     __syncthreads();
+    if (FMT == FM_W4A8_DISPATCH_NV) {
+        float m = 0.0f;
+        for (int64_t i = e; i < (int64_t)T * H; i += MAX_EXPERTS) {
+            const float v = fabsf(__bfloat162float(x[i]));
+            if (v < INFINITY) m = fmaxf(m, v);
+        }
+        atomicMax(&amax, __float_as_uint(m));
+    }
     if (e < P) atomicAdd(&rows[sid[e]], 1);
     __syncthreads();
     const int32_t c = e < E ? rows[e] : 0;
@@ -228,9 +402,14 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     __syncthreads();
     const int lane = threadIdx.x & 31;
     const int64_t G = (H + 127) / 128;
+    const float ts = FMT == FM_W4A8_DISPATCH_NV ? nv_tensor_scale(amax) : 1.0f;
+    if (FMT == FM_W4A8_DISPATCH_NV && e == 0) b.amax[0] = amax, ((float *)b.amax)[1] = ts;
     for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
         const int64_t t = task / G;
-        gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs, b.xsum);
+        if (FMT == FM_W4A8_DISPATCH_E4M3)
+            gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs,
+                                       b.xsum);
+        else gather_quantize_fp4_task<FMT, true>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, ts, b);
     }
 }
 
@@ -243,8 +422,14 @@ void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, co
         abort();
     }
     if (T == 0) return;
-    if (b->xsum) dispatch_small_kernel<true><<<1, MAX_EXPERTS, 0, s>>>(x, (int32_t)T, k, H, ids, E, tile_rows, *b);
-    else dispatch_small_kernel<false><<<1, MAX_EXPERTS, 0, s>>>(x, (int32_t)T, k, H, ids, E, tile_rows, *b);
+    const int32_t t32 = (int32_t)T;
+    if (b->fmt == FM_W4A8_DISPATCH_MX)
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+    else if (b->fmt == FM_W4A8_DISPATCH_NV)
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+    else if (b->xsum)
+        dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+    else dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     FM_LAUNCH_CHECK("moe_dispatch_small");
 }
 

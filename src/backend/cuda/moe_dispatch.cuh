@@ -6,7 +6,11 @@
 //      get none), *n_tiles, cursor[e] = 0
 //   3. one thread per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p, slot_of_pair[p]
 //   4. one warp per (token t, 128-group): the group of row t of x quantized once to e4m3 with one fp32 scale and
-//      stored into x8[slot], xs[group][slot] for each of the token's k slots (k <= 32).
+//      stored into x8[slot], xs[group][slot] for each of the token's k slots (k <= 32). With an FP4 dispatch
+//      (fmt MX or NV, --dispatch mxfp4|nvfp4) the group becomes E2M1 codes (two per byte) with its block scales,
+//      bit for bit the CPU's fm_mxfp4_quantize (RCEIL) / fm_nvfp4_quantize (src/quant/e2m1.c); NVFP4's tensor
+//      scale comes from an amax pass over x on the device before step 4 (every routed row is a row of x), so
+//      nothing is read back on the host.
 // The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
 // computed on its own and the combine reads rows by pair, in routing order.
 #ifndef FM_CUDA_MOE_DISPATCH_CUH
@@ -17,9 +21,14 @@
 typedef struct fm_dispatch_bufs {
     int32_t *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
     fm_w4a8_tile *tiles;
-    uint8_t *x8; // [P][pad128(H)] e4m3
-    float *xs;   // [pad128(H) / 128][P]
+    int32_t fmt; // fm_w4a8_dispatch (w4a8_workspace.h): what x8 and xs hold
+    uint8_t *x8; // [P][pad128(H)] e4m3; FP4: [P][pad128(H) / 2] E2M1, element 2i in the low nibble
+    float *xs;   // [pad128(H) / 128][P] fp32; FP4: the same places as words of block scales, 4 bytes each (MX: the
+                 // 4 UE8M0 bytes of the group, block b in byte b) or 8 (NV: 8 e4m3 bytes)
     float *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
+    uint32_t *amax; // NV: [0] the amax word (finite |x|, as fp32 bits), [1] the tensor scale (fp32) after it
+    uint8_t *xg;    // FP4, small dispatch only: the e4m3 expansion the decode GEMVs read, as x8 of an e4m3
+    float *xgs;     // dispatch, and its group scales as xs (the grouped GEMM's expansion, done here for them)
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN or FM_W4A8_BN_SMALL (fm_routes_w4a8_tile_rows), as the GEMMs after it are launched with.

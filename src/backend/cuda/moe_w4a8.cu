@@ -8,9 +8,18 @@
 #include "backend/w4a8_workspace.h"
 
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
-                      const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out) {
+                      const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
+                      __nv_bfloat16 *out) {
     const int64_t P = T * k, E = gate_up->n, H = down->rows, I = down->cols;
     if (P == 0) return;
+    const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(a_dispatch);
+    if (fmt != FM_W4A8_DISPATCH_E4M3 && (gate_up->fmt != FM_W_INT4_G128_TC || down->fmt != FM_W_INT4_G128_TC)) {
+        fprintf(stderr,
+                "fp8moe: moe_w4a8: --dispatch %s needs int4-tc expert banks (ours, from a float checkpoint); this "
+                "model's are %s and %s: use --dispatch fp8\n",
+                fm_afmt_name(a_dispatch), fm_wformat_name(gate_up->fmt), fm_wformat_name(down->fmt));
+        abort(); /* the backend refuses such banks at load (cuda_bank.cu) */
+    }
     if (!fm_cuda_w4a8_takes(gate_up->fmt) || !fm_cuda_w4a8_takes(down->fmt) || !gate_up->interleaved ||
         gate_up->rows != 2 * I || gate_up->cols != H || down->n != E) {
         fprintf(stderr,
@@ -21,14 +30,17 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     }
     const fm_routes *r = &be->routes;
     const uint32_t bn = fm_routes_w4a8_tile_rows(r, (uint64_t)P, (uint64_t)E);
-    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn);
+    const fm_w4a8_moe_ws L =
+        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     fm_dispatch_bufs b;
     b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
-    b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
+    b.fmt = fmt, b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
+    b.amax = (uint32_t *)(ws + L.ts), b.xg = ws + L.xg, b.xgs = (float *)(ws + L.xgs);
+    const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t *h = ws + L.h;
     float *hs = (float *)(ws + L.hs);
@@ -44,8 +56,9 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         /* an expert gets at most one row per token (a token's top-k experts are distinct): T rows per tile at most */
         const int64_t max_rows = T < (int64_t)bn ? T : (int64_t)bn;
         __nv_bfloat16 *h16 = (__nv_bfloat16 *)(ws + L.h16);
-        fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, b.x8, b.xs, b.xsum, P, true, NULL, h16,
-                              I, pdl, be->stream);
+        /* an FP4 dispatch: the GEMV reads the e4m3 expansion the dispatch wrote beside the codes (xg, xgs) */
+        fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, fp4 ? b.xg : b.x8, fp4 ? b.xgs : b.xs,
+                              b.xsum, P, true, NULL, h16, I, pdl, be->stream);
         fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
         fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot, y,
                               H, pdl, be->stream);
@@ -61,16 +74,46 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
     a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
     a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
+    a.dispatch = fmt, a.xts = (const float *)b.amax + 1;
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
     a.hsum = hsum;
     fm_cuda_w4a8_gemm(&a, be->stream);
 
-    a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P;
+    a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P, a.dispatch = FM_W4A8_DISPATCH_E4M3, a.xts = NULL;
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
     a.hsum = NULL;
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+}
+
+extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I,
+                                          uint8_t *codes, uint8_t *scales, float *tensor_scale) {
+    if (!fm_cuda_backend_stream(bb)) return false;
+    cuda_backend *be = cuda_be(bb);
+    const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(bb->plan.a_dispatch);
+    if (fmt == FM_W4A8_DISPATCH_E4M3 || !be->work) return false;
+    const int64_t P = T * k, Hp = (int64_t)fm_w4a8_pad128((uint64_t)H), G = Hp / 128;
+    const int64_t sb = fmt == FM_W4A8_DISPATCH_NV ? 8 : 4; /* block-scale bytes per group */
+    const uint32_t bn = fm_routes_w4a8_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E);
+    const fm_w4a8_moe_ws L =
+        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
+    const uint8_t *ws = (const uint8_t *)be->work;
+    int32_t *slot = (int32_t *)malloc((size_t)P * 4);
+    uint8_t *c = (uint8_t *)malloc((size_t)(P * Hp / 2)), *s = (uint8_t *)malloc((size_t)(G * P * sb));
+    uint32_t ts[2] = {0, 0x3F800000u};
+    FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    FM_CUDA_CHECK(cudaMemcpy(slot, ws + L.slot_of_pair, (size_t)P * 4, cudaMemcpyDeviceToHost));
+    FM_CUDA_CHECK(cudaMemcpy(c, ws + L.x, (size_t)(P * Hp / 2), cudaMemcpyDeviceToHost));
+    FM_CUDA_CHECK(cudaMemcpy(s, ws + L.xs, (size_t)(G * P * sb), cudaMemcpyDeviceToHost));
+    if (fmt == FM_W4A8_DISPATCH_NV) FM_CUDA_CHECK(cudaMemcpy(ts, ws + L.ts, 8, cudaMemcpyDeviceToHost));
+    for (int64_t p = 0; p < P; p++) {
+        memcpy(codes + p * (Hp / 2), c + (int64_t)slot[p] * (Hp / 2), (size_t)(Hp / 2));
+        for (int64_t g = 0; g < G; g++) memcpy(scales + (p * G + g) * sb, s + (g * P + slot[p]) * sb, (size_t)sb);
+    }
+    memcpy(tensor_scale, &ts[1], 4);
+    free(slot), free(c), free(s);
+    return true;
 }
 
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,

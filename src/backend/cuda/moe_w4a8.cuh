@@ -8,8 +8,10 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 // Same contract as the backend's moe op (backend.h); gate_up and down are int4-tc banks, gate_up interleaved.
+// a_dispatch: e4m3 1x128, or FP4 (MXFP4, NVFP4: int4-tc banks only) for the gate|up input; the down input is e4m3.
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
-                      const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, __nv_bfloat16 *out);
+                      const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
+                      __nv_bfloat16 *out);
 
 // Dense W4A8 projection y[M, N] = x[M, K] W[idx]^T: x quantized to e4m3 1x128, then the same GEMM kernel with
 // one matrix. w is an int4-tc bank.

@@ -18,6 +18,12 @@ void *fm_cuda_backend_stream(fm_backend *be) {
     return NULL;
 }
 
+bool fm_cuda_moe_dispatch_read(fm_backend *be, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I, uint8_t *codes,
+                               uint8_t *scales, float *tensor_scale) {
+    (void)be, (void)T, (void)k, (void)E, (void)H, (void)I, (void)codes, (void)scales, (void)tensor_scale;
+    return false;
+}
+
 fm_status fm_cuda_device_query(int *sm_major, char *name, size_t cap, fm_error *err) {
     *sm_major = 0;
     if (cap) name[0] = '\0';

@@ -23,6 +23,21 @@
 //              acc += partial x (512 s) x a  -  (z s) x X, X = the activation group's sum (a x sum of its codes,
 //              written by the quantizer next to its scale)
 //   WK_E4M3    a block-FP8 checkpoint's e4m3 bytes (e4m3-block): 2048-byte chunks, no conversion, fp32 scales
+//
+// The activation format AF is one too (fm_w4a8_dispatch, w4a8_workspace.h; the gate|up GEMM of --dispatch
+// mxfp4|nvfp4, int4-tc banks, SwiGLU epilogue): an FP4 stage is BNT rows x 64 bytes of E2M1 codes and each row's
+// 4 (MX) or 8 (NV) block-scale bytes, loaded by the same cp.async ring into a raw area. The CTA expands it into
+// the e4m3 tile the MMAs read (expand_stage) and writes each row's group scale where the e4m3 path's cp.async puts
+// the activation scales, so the MMAs and the promotion do not change. The expansion is a step of its own between
+// the stage's wait and the MMAs, behind one more __syncthreads: it costs the layer 5-14% (MX) and 13-30% (NV) at
+// T = 16..8192 against the e4m3 dispatch (bench/NOTES.md, ninth session); expanding stage grp + 1 while group grp's
+// wgmmas ran (no extra barrier, but a prefetch one stage shallower) measured slower still (+11-23% MX).
+// Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
+// S = the row's largest block scale of the group is the promotion's activation scale (NV: x the tensor scale),
+// and each code becomes e4m3(e2m1 value x s_block / S): exact for MX while s_block / S >= 2^-8 (beyond, the
+// products round into the e4m3 subnormals or to 0), an e4m3 rounding (2^-4 relative at most) for NV, whose
+// scale ratios are not powers of two. A promotion per block would keep NV exact only at 16-element K steps,
+// below the MMAs' K of 32. The CPU emulation expands the same way (fm_mxfp4_expand_e4m3, fm_nvfp4_expand_e4m3).
 #include <cuda_fp8.h>
 #include <string.h>
 
@@ -50,6 +65,7 @@ typedef struct gemm_params {
     const float *xs;
     const float *xsum; // WK_INT4_ZP: activation group sums, laid out as xs
     int64_t lds;
+    const float *xts; // AF NV: the tensor scale (device)
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
     int64_t m_dense;
@@ -120,12 +136,18 @@ typedef struct stage_loader {
     int64_t wstride;     // bytes from one group's scales to the next
 } stage_loader;
 
-template <int WK, int BNT>
+template <int WK, int BNT, int AF>
 static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params &p, const fm_w4a8_tile &tile) {
     stage_loader l;
     const int tid = (int)threadIdx.x;
+    if (AF != FM_W4A8_DISPATCH_E4M3) { /* FP4: BNT rows x 64 bytes of codes, 16-byte chunks in row order */
+        const int n = tid >> 2;
+        const bool ok = n < tile.rows;
+        l.src[0] = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + (tid & 3) * 16;
+        l.dst[0] = (uint32_t)tid * 16, l.bytes[0] = ok ? 16 : 0;
+    }
 #pragma unroll
-    for (int i = 0; i < stage_shape<BNT>::per_thread; i++) {
+    for (int i = 0; i < (AF == FM_W4A8_DISPATCH_E4M3 ? stage_shape<BNT>::per_thread : 0); i++) {
         const int c = tid + i * THREADS, n = c >> 3, ch = c & 7;
         const bool ok = n < tile.rows; /* c past the tile (BNT 16, threads >= 128): never loaded (load_stage) */
         l.src[i] = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + ch * 16;
@@ -134,6 +156,7 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
     }
     const bool ok = tid < tile.rows;
     l.sc = tid < BNT ? p.xs + tile.slot0 + (ok ? tid : 0) : NULL;
+    if (AF == FM_W4A8_DISPATCH_NV && tid < BNT) l.sc = p.xs + 2 * (tile.slot0 + (ok ? tid : 0)); /* 8-byte words */
     l.sum = tid < BNT && WK == WK_INT4_ZP ? p.xsum + tile.slot0 + (ok ? tid : 0) : NULL;
     l.sc_bytes = ok ? 4 : 0;
     /* weight scales: [matrix][group][rows_pad], this CTA's BM rows from row0; int4-zp-tc: scales, then zero x scale */
@@ -153,11 +176,25 @@ static __device__ __forceinline__ stage_loader stage_loader_at(const gemm_params
     return l;
 }
 
-// Activation tile and weight scales of 128-group grp into one stage.
-template <int WK, int BNT>
+static __device__ __forceinline__ void cp_async8(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+// Activation tile and weight scales of 128-group grp into one stage (an FP4 tile and its block scales: into raw,
+// [BNT][64] code bytes then [BNT][8] scale bytes).
+template <int WK, int BNT, int AF>
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const stage_loader &l, int64_t grp,
                                                   uint8_t *xs_smem, float *sc_smem, float *sum_smem,
-                                                  uint8_t *wsc_smem) {
+                                                  uint8_t *wsc_smem, uint8_t *raw) {
+    if (AF != FM_W4A8_DISPATCH_E4M3) {
+        const uint32_t rb = smem_u32(raw);
+        if ((int)threadIdx.x < BNT * 4) cp_async16(rb + l.dst[0], l.src[0] + grp * 64, l.bytes[0]);
+        if (l.wsrc) cp_async16(smem_u32(wsc_smem + threadIdx.x * 16), l.wsrc + grp * l.wstride, l.wbytes);
+        const uint32_t sd = rb + BNT * 64 + threadIdx.x * 8;
+        if (l.sc && AF == FM_W4A8_DISPATCH_MX) cp_async4(sd, l.sc + grp * p.lds, l.sc_bytes);
+        if (l.sc && AF == FM_W4A8_DISPATCH_NV) cp_async8(sd, l.sc + 2 * grp * p.lds, 2 * l.sc_bytes);
+        return;
+    }
     const uint32_t base = smem_u32(xs_smem);
 #pragma unroll
     for (int i = 0; i < stage_shape<BNT>::per_thread; i++)
@@ -169,6 +206,68 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
         cp_async4(smem_u32(sc_smem + tid), l.sc + grp * p.lds, l.sc_bytes);
         if (WK == WK_INT4_ZP) cp_async4(smem_u32(sum_smem + tid), l.sum + grp * p.lds, l.sc_bytes);
     }
+}
+
+// FP4 -> e4m3 on chip, one stage (raw, as load_stage left it) into the e4m3 tile of the MMAs (the same swizzle as
+// the e4m3 path's) and the rows' group scales into sc: thread tid expands BNT / 16 words of 8 codes of row
+// tid x BNT / 256 (32 elements, one MX block or two NV blocks, at BNT 64; 8 at BNT 16). Per block a table of the 8
+// magnitudes times s_block / S as e4m3 bytes, then per 4 codes a byte permute picks the magnitudes and a second
+// one the sign bits. Rows past the tile were zero-filled: codes 0.
+static __device__ __forceinline__ uint32_t expand4(uint32_t x, uint32_t lo, uint32_t hi) {
+    return __byte_perm(lo, hi, x & 0x7777u) | __byte_perm(0x8000u, 0u, (x >> 3) & 0x1111u);
+}
+
+static __device__ __forceinline__ uint32_t fp8x2(float a, float b) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+template <int AF, int BNT>
+static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t *tile, float *sc, float ts) {
+    constexpr int W = BNT / 16, BLOCK_WORDS = AF == FM_W4A8_DISPATCH_MX ? 4 : 2; /* code words per thread, block */
+    const int tid = (int)threadIdx.x, n = tid * W >> 4, j0 = tid * W & 15;
+    uint32_t w[W];
+    if constexpr (W == 4) {
+        const uint4 v = *(const uint4 *)(raw + n * 64 + j0 * 4);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+        w[0] = *(const uint32_t *)(raw + n * 64 + j0 * 4);
+    }
+    const uint8_t *sb = raw + BNT * 64 + n * 8;
+    const uint32_t s0 = *(const uint32_t *)sb, s1 = AF == FM_W4A8_DISPATCH_NV ? *(const uint32_t *)(sb + 4) : 0u;
+    uint32_t m = __vmaxu4(s0, s1);
+    m = __vmaxu4(m, m >> 16);
+    const uint32_t smax = __vmaxu4(m, m >> 8) & 0xFFu; /* NV: non-negative e4m3 codes order as their values */
+    const float S = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float(smax ? smax << 23 : 0x00400000u) : e4m3_decode(smax);
+    const float inv = AF == FM_W4A8_DISPATCH_NV && S > 0.0f ? __frcp_rn(S) : 0.0f; /* NV: 1 / S, as the CPU's */
+    uint32_t out[2 * W], lo = 0u, hi = 0u;
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        if (i % BLOCK_WORDS == 0) {
+            const int blk = (j0 + i) / BLOCK_WORDS;
+            const uint32_t byte = (blk < 4 ? s0 >> (8 * blk) : s1 >> (8 * (blk - 4))) & 0xFFu;
+            /* MX: the code x 2^-min(d, 24) (exact in fp32); NV: (the code x s_b, exact) x (1 / S) */
+            const uint32_t d = smax - byte;
+            const float r = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
+            const float bs = AF == FM_W4A8_DISPATCH_MX ? 1.0f : e4m3_decode(byte);
+            lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, bs), r)) |
+                 fp8x2(__fmul_rn(bs, r), __fmul_rn(__fmul_rn(1.5f, bs), r)) << 16;
+            hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, bs), r), __fmul_rn(__fmul_rn(3.0f, bs), r)) |
+                 fp8x2(__fmul_rn(__fmul_rn(4.0f, bs), r), __fmul_rn(__fmul_rn(6.0f, bs), r)) << 16;
+        }
+        out[2 * i] = expand4(w[i] & 0xFFFFu, lo, hi), out[2 * i + 1] = expand4(w[i] >> 16, lo, hi);
+    }
+    uint8_t *row = tile + n * 128;
+    if constexpr (W == 4) {
+        const int ch = j0 >> 1; /* 32 bytes: chunks ch, ch + 1 */
+        *(uint4 *)(row + ((ch ^ (n & 7)) << 4)) = make_uint4(out[0], out[1], out[2], out[3]);
+        *(uint4 *)(row + (((ch + 1) ^ (n & 7)) << 4)) = make_uint4(out[4], out[5], out[6], out[7]);
+    } else {
+        *(uint2 *)(row + (((j0 >> 1) ^ (n & 7)) << 4) + (j0 & 1) * 8) = make_uint2(out[0], out[1]);
+    }
+    if (j0 == 0) sc[n] = AF == FM_W4A8_DISPATCH_MX ? S : __fmul_rn(S, ts);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the tile is wgmma's B: read by the async proxy */
+#endif
 }
 
 // Where one warp's weight codes live: its two 16-row blocks (any two blocks of a matrix) for this lane, and the
@@ -416,7 +515,7 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
     }
 }
 
-template <int EPILOGUE, int WK, int BNT>
+template <int EPILOGUE, int WK, int BNT, int AF>
 static __global__ __launch_bounds__(THREADS,
                                     BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_mma_kernel(const gemm_params p) {
     __shared__ __align__(128) uint8_t xs_smem[STAGES][BNT * 128];
@@ -425,12 +524,14 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BNT];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
+    __shared__ __align__(16) uint8_t raw_smem[AF ? STAGES : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
     constexpr int NW = wk_shape<WK>::words;
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
-    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
+    const stage_loader ld = stage_loader_at<WK, BNT, AF>(p, tile);
+    const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row_base = (int64_t)blockIdx.x * BM + warp * 32; /* first tiled weight row of this warp */
     const bool active = row_base < p.rows_pad;
@@ -448,9 +549,11 @@ static __global__ __launch_bounds__(THREADS,
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
 
-    load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
+    load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    if (KG > 1)
+        load_stage<WK, BNT, AF>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1],
+                                raw_smem[AF ? 1 : 0]);
     cp_async_commit();
     if (active) {
 #pragma unroll
@@ -463,9 +566,13 @@ static __global__ __launch_bounds__(THREADS,
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
-                                wsc_smem[st2]);
+            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2],
+                                    sum_smem[WK == WK_INT4_ZP ? st2 : 0], wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
+        if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
+            expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
+            __syncthreads();
+        }
         if (!active) continue;
         const uint8_t *xt = xs_smem[st];
         const float *sc = sc_smem[st];
@@ -571,7 +678,7 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
 // codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
 // producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
-template <int EPILOGUE, int WK, int BNT>
+template <int EPILOGUE, int WK, int BNT, int AF>
 static __global__ __launch_bounds__(THREADS,
                                     BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
     __shared__ __align__(1024) uint8_t xs_smem[STAGES][BNT * 128];
@@ -580,12 +687,14 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BNT];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
+    __shared__ __align__(16) uint8_t raw_smem[AF ? STAGES : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
-    const stage_loader ld = stage_loader_at<WK, BNT>(p, tile);
+    const stage_loader ld = stage_loader_at<WK, BNT, AF>(p, tile);
+    const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
     const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
@@ -607,9 +716,11 @@ static __global__ __launch_bounds__(THREADS,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-    load_stage<WK, BNT>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0]);
+    load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
     cp_async_commit();
-    if (KG > 1) load_stage<WK, BNT>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1]);
+    if (KG > 1)
+        load_stage<WK, BNT, AF>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1],
+                                raw_smem[AF ? 1 : 0]);
     cp_async_commit();
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
@@ -630,9 +741,13 @@ static __global__ __launch_bounds__(THREADS,
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK, BNT>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
-                                wsc_smem[st2]);
+            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2],
+                                    sum_smem[WK == WK_INT4_ZP ? st2 : 0], wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
+        if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
+            expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
+            __syncthreads();
+        }
         const uint32_t xt = smem_u32(xs_smem[st]);
         const float *sc = sc_smem[st];
         const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
@@ -711,10 +826,10 @@ static __global__ __launch_bounds__(THREADS,
 
 // Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
 // elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
-template <int EPILOGUE, int WK, int BNT>
+template <int EPILOGUE, int WK, int BNT, int AF = FM_W4A8_DISPATCH_E4M3>
 static void launch(const gemm_params &p, bool wgmma, dim3 grid, cudaStream_t s) {
-    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
-    else w4a8_mma_kernel<EPILOGUE, WK, BNT><<<grid, THREADS, 0, s>>>(p);
+    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF><<<grid, THREADS, 0, s>>>(p);
+    else w4a8_mma_kernel<EPILOGUE, WK, BNT, AF><<<grid, THREADS, 0, s>>>(p);
 }
 
 template <int EPILOGUE, int BNT>
@@ -725,7 +840,11 @@ static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, dim3 gri
 }
 
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
-    if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);
+    /* FP4 activations: the gate|up GEMM of int4-tc banks only (fm_cuda_w4a8_gemm checks) */
+    if (a->dispatch == FM_W4A8_DISPATCH_MX) launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, grid, s);
+    else if (a->dispatch == FM_W4A8_DISPATCH_NV)
+        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, grid, s);
+    else if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);
     else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, grid, s);
     else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, grid, s);
 }
@@ -738,16 +857,20 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
         (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535 ||
         !(a->tile_rows == 0 || a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_SMALL) ||
-        ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */) {
-        fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld)\n",
-                fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles);
+        ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */ ||
+        (a->dispatch != FM_W4A8_DISPATCH_E4M3 &&
+         (w->fmt != FM_W_INT4_G128_TC || a->epilogue != FM_W4A8_OUT_SWIGLU_E4M3 || a->hsum ||
+          (a->dispatch == FM_W4A8_DISPATCH_NV && !a->xts)))) {
+        fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld, dispatch %d)\n",
+                fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles, (int)a->dispatch);
         abort();
     }
     gemm_params p;
     memset(&p, 0, sizeof p);
     p.wq = (const uint8_t *)w->w, p.ws = w->scales, p.wsf = w->fscales, p.wzs = w->zscales;
     p.rows = w->rows, p.rows_pad = w->rows_pad, p.n_groups = w->n_groups, p.interleaved = w->interleaved;
-    p.x = a->x, p.ldx = w->ld, p.xs = a->xs, p.xsum = a->xsum, p.lds = a->lds;
+    p.x = a->x, p.ldx = a->dispatch != FM_W4A8_DISPATCH_E4M3 ? w->ld / 2 : w->ld, p.xs = a->xs, p.xsum = a->xsum;
+    p.lds = a->lds, p.xts = a->xts;
     p.tiles = a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense, p.dense_matrix = a->dense_matrix;
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;

@@ -5,6 +5,7 @@
 #define FM_CUDA_W4A8_GEMM_CUH
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/w4a8_workspace.h"
 
 // One tile: rows [slot0, slot0 + rows) of the activation matrix (rows <= the tile rows the GEMM is launched with:
 // FM_W4A8_BN, or FM_W4A8_BN_SMALL when experts get few rows, w4a8_workspace.h) times matrix `expert`.
@@ -25,6 +26,10 @@ typedef struct fm_w4a8_args {
     const float *xs;   // activation scales [w->n_groups][lds]
     const float *xsum; // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
     int64_t lds;
+    // the activations' format (fm_w4a8_dispatch): e4m3 as above, or FP4 (int4-tc banks, the SwiGLU epilogue): x holds
+    // E2M1 codes [slots][w->ld / 2] and xs the block-scale words of moe_dispatch.cuh; xts the NVFP4 tensor scale
+    int32_t dispatch;
+    const float *xts;
     // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
