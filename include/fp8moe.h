@@ -164,9 +164,9 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
  * layer's routed tokens need in one forward pass: a hit when its slot already held it, a miss (one copy from host
  * memory) otherwise. */
 typedef struct fm_expert_stats {
-    int32_t slots;       /* S */
-    int32_t experts;     /* routed experts of all layers: n_moe_layers x n_experts */
-    int64_t fetches;     /* layer passes through the cache */
+    int32_t slots;   /* S */
+    int32_t experts; /* routed experts of all layers: n_moe_layers x n_experts */
+    int64_t fetches; /* layer passes through the cache */
     int64_t hits, misses;
     uint64_t bytes_copied; /* host -> backend bytes of the misses */
     size_t slot_bytes;     /* one expert's gate_up + down in the backend layout */

@@ -52,7 +52,8 @@ static fm_status run(const char *dir, fm_preset preset, const int32_t *ids, int6
 }
 
 int main(int argc, char **argv) {
-    const char *dir = "models/tiny-code-moe", *ids_path = "models/tiny-code-moe/eval_ids.i32", *slots = "16,24,32,48,64";
+    const char *dir = "models/tiny-code-moe", *ids_path = "models/tiny-code-moe/eval_ids.i32",
+               *slots = "16,24,32,48,64";
     fm_preset preset = FM_PRESET_FP8;
     int64_t n = 2048;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -62,7 +63,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--slots")) slots = argv[i + 1];
         else if (!strcmp(argv[i], "--preset") && fm_preset_parse(argv[i + 1], &preset)) continue;
         else {
-            fprintf(stderr, "usage: expert_cache [--model DIR] [--ids FILE] [--tokens N] [--slots LIST] [--preset P]\n");
+            fprintf(stderr,
+                    "usage: expert_cache [--model DIR] [--ids FILE] [--tokens N] [--slots LIST] [--preset P]\n");
             return 2;
         }
     }

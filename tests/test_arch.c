@@ -120,15 +120,18 @@ static void qwen3_next_shapes(void **s) {
         }
     }
     const int64_t gdn[][4] = {
-        {FM_BANK_GDN_QKVZ, 1, 12288, 2048}, {FM_BANK_GDN_BA, 1, 64, 2048},    {FM_BANK_GDN_CONV, 1, 8192, 4},
-        {FM_BANK_GDN_A_LOG, 1, 1, 32},       {FM_BANK_GDN_NORM, 1, 1, 128},    {FM_BANK_GDN_OUT, 1, 2048, 4096},
-        {FM_BANK_ROUTER, 1, 512, 2048},      {FM_BANK_GATE_UP, 512, 1024, 2048}, {FM_BANK_SHARED_GATE_UP, 1, 1024, 2048},
-        {FM_BANK_SHARED_DOWN, 1, 2048, 512}, {FM_BANK_SHARED_SCORE, 1, 1, 2048},
+        {FM_BANK_GDN_QKVZ, 1, 12288, 2048},      {FM_BANK_GDN_BA, 1, 64, 2048},
+        {FM_BANK_GDN_CONV, 1, 8192, 4},          {FM_BANK_GDN_A_LOG, 1, 1, 32},
+        {FM_BANK_GDN_NORM, 1, 1, 128},           {FM_BANK_GDN_OUT, 1, 2048, 4096},
+        {FM_BANK_ROUTER, 1, 512, 2048},          {FM_BANK_GATE_UP, 512, 1024, 2048},
+        {FM_BANK_SHARED_GATE_UP, 1, 1024, 2048}, {FM_BANK_SHARED_DOWN, 1, 2048, 512},
+        {FM_BANK_SHARED_SCORE, 1, 1, 2048},
     };
     for (size_t i = 0; i < sizeof gdn / sizeof *gdn; i++)
         for (int k = 0; k < 3; k++) assert_int_equal(got[0][gdn[i][0]][k], gdn[i][k + 1]);
     assert_int_equal(got[0][FM_BANK_QKV][0], 0); /* no attention in a GDN layer */
-    const int64_t attn[][4] = {{FM_BANK_QKV, 1, 8192 + 1024, 2048}, {FM_BANK_O, 1, 2048, 4096}, {FM_BANK_Q_NORM, 1, 1, 256}};
+    const int64_t attn[][4] = {
+        {FM_BANK_QKV, 1, 8192 + 1024, 2048}, {FM_BANK_O, 1, 2048, 4096}, {FM_BANK_Q_NORM, 1, 1, 256}};
     for (size_t i = 0; i < sizeof attn / sizeof *attn; i++)
         for (int k = 0; k < 3; k++) assert_int_equal(got[1][attn[i][0]][k], attn[i][k + 1]);
     assert_int_equal(got[1][FM_BANK_GDN_QKVZ][0], 0);
@@ -217,9 +220,12 @@ static void named_members_alias_the_slots(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(descriptions_are_well_formed),   cmocka_unit_test(model_types_are_found),
-        cmocka_unit_test(name_patterns_expand),           cmocka_unit_test(qwen3_shapes),
-        cmocka_unit_test(dense_layers_take_the_mlp_kind), cmocka_unit_test(named_members_alias_the_slots),
+        cmocka_unit_test(descriptions_are_well_formed),
+        cmocka_unit_test(model_types_are_found),
+        cmocka_unit_test(name_patterns_expand),
+        cmocka_unit_test(qwen3_shapes),
+        cmocka_unit_test(dense_layers_take_the_mlp_kind),
+        cmocka_unit_test(named_members_alias_the_slots),
         cmocka_unit_test(qwen3_next_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -197,7 +197,7 @@ static void bench_moe_command(void **s) {
     assert_int_equal(cJSON_GetObjectItem(root, "experts")->valueint, 8);
     const cJSON *rows = cJSON_GetObjectItem(root, "results");
     assert_int_equal(cJSON_GetArraySize(rows), 2 * 8); /* every T x every route */
-    double dispatch_mb[2][3] = {{0}}; /* per T: fp8-grouped, fp4-grouped-mx, fp4-grouped-nv */
+    double dispatch_mb[2][3] = {{0}};                  /* per T: fp8-grouped, fp4-grouped-mx, fp4-grouped-nv */
     for (int i = 0; i < 16; i++) {
         const cJSON *r = cJSON_GetArrayItem(rows, i);
         const char *route = cJSON_GetObjectItem(r, "route")->valuestring;
@@ -312,12 +312,9 @@ static void bench_gemm_command(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(synthetic_is_deterministic),
-        cmocka_unit_test(synthetic_qwen3_next),
-        cmocka_unit_test(cost_matches_hand_count),
-        cmocka_unit_test(bench_command_prints_and_writes_json),
-        cmocka_unit_test(bench_moe_command),
-        cmocka_unit_test(bench_gemm_command),
+        cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
+        cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
+        cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

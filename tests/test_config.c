@@ -486,7 +486,8 @@ static void test_qwen3_next_fields(void **state) {
     parse_ok(QWEN3_NEXT_JSON, &c);
     assert_int_equal(c.arch, FM_ARCH_QWEN3_NEXT);
     const bool gdn[4] = {true, false, true, true}, moe[4] = {true, false, true, true};
-    for (int l = 0; l < 4; l++) assert_int_equal(c.layer_is_gdn[l], gdn[l]), assert_int_equal(c.layer_is_moe[l], moe[l]);
+    for (int l = 0; l < 4; l++)
+        assert_int_equal(c.layer_is_gdn[l], gdn[l]), assert_int_equal(c.layer_is_moe[l], moe[l]);
     assert_int_equal(c.rotary_dim, 6);
     assert_true(c.attn_output_gate && c.qk_norm && c.norm_topk_prob);
     assert_int_equal(c.shared_expert_intermediate, 40);
@@ -499,7 +500,7 @@ static void test_qwen3_next_fields(void **state) {
     j = variant(QWEN3_NEXT_JSON, "layer_types", NULL, "partial_rotary_factor", NULL, "rope_parameters", NULL, NULL);
     parse_ok(j, &c);
     for (int l = 0; l < 4; l++) assert_int_equal(c.layer_is_gdn[l], l != 3); /* every 4th */
-    assert_int_equal(c.rotary_dim, 6);                                          /* 0.25 of 24 */
+    assert_int_equal(c.rotary_dim, 6);                                       /* 0.25 of 24 */
     free(j);
     j = variant(QWEN3_NEXT_JSON, "partial_rotary_factor", "0.5", NULL);
     parse_ok(j, &c);

@@ -180,7 +180,8 @@ static void test_gdn_rule_vs_double(void **state) {
 
 /* The chunked rule equals the recurrent step token by token: outputs and final state, at T = 1, 63, 64, 65, 1000.
  * Both are fp32 with different summation orders; the decays bound how far a rounding error travels, so the bound
- * does not grow with T: 2e-6 (3e-7 seen). Without a state to keep, the chunked op gives the same outputs bit for bit. */
+ * does not grow with T: 2e-6 (3e-7 seen). Without a state to keep, the chunked op gives the same outputs bit for bit.
+ */
 static void test_gdn_chunked_equals_recurrent(void **state) {
     (void)state;
     const int64_t Ts[] = {1, 63, 64, 65, 1000};
@@ -386,12 +387,9 @@ static void test_sigmoid_gates(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gdn_rule_vs_double),
-        cmocka_unit_test(test_gdn_chunked_equals_recurrent),
-        cmocka_unit_test(test_gdn_recurrent_batches),
-        cmocka_unit_test(test_gdn_conv),
-        cmocka_unit_test(test_gdn_norm_gate),
-        cmocka_unit_test(test_gated_qk_norm_rope),
+        cmocka_unit_test(test_gdn_rule_vs_double),    cmocka_unit_test(test_gdn_chunked_equals_recurrent),
+        cmocka_unit_test(test_gdn_recurrent_batches), cmocka_unit_test(test_gdn_conv),
+        cmocka_unit_test(test_gdn_norm_gate),         cmocka_unit_test(test_gated_qk_norm_rope),
         cmocka_unit_test(test_sigmoid_gates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,8 +33,8 @@
 typedef struct fetch_case {
     int32_t layer, n;
     int32_t ids[4];
-    int32_t slots[4];        /* expected slot of each id */
-    int32_t n_copies;        /* expected copies */
+    int32_t slots[4]; /* expected slot of each id */
+    int32_t n_copies; /* expected copies */
     int32_t copy_e[3], copy_s[3];
 } fetch_case;
 
@@ -50,7 +50,8 @@ static void run_cases(fm_expert_policy policy, const fetch_case *cases, int n_ca
             if (slots[i] != f->slots[i])
                 fail_msg("%s fetch %d: id %d went to slot %d, want %d", fm_expert_policy_name(policy), c, i, slots[i],
                          f->slots[i]);
-        if (nc != f->n_copies) fail_msg("%s fetch %d: %d copies, want %d", fm_expert_policy_name(policy), c, nc, f->n_copies);
+        if (nc != f->n_copies)
+            fail_msg("%s fetch %d: %d copies, want %d", fm_expert_policy_name(policy), c, nc, f->n_copies);
         for (int j = 0; j < nc; j++)
             if (ce[j] != f->copy_e[j] || cs[j] != f->copy_s[j])
                 fail_msg("%s fetch %d: copy %d is expert %d -> slot %d, want %d -> %d", fm_expert_policy_name(policy),
@@ -131,7 +132,8 @@ static fm_model *load(const model_case *mc, fm_experts_in where, int32_t slots, 
     opt.experts_in = where, opt.expert_slots = slots, opt.expert_policy = policy;
     fm_model *m = NULL;
     fm_error err = {{0}};
-    if (fm_model_load(mc->dir, &opt, &m, &err)) fail_msg("%s (%s): load: %s", mc->dir, fm_preset_name(mc->preset), err.msg);
+    if (fm_model_load(mc->dir, &opt, &m, &err))
+        fail_msg("%s (%s): load: %s", mc->dir, fm_preset_name(mc->preset), err.msg);
     return m;
 }
 
@@ -220,9 +222,9 @@ static void logits_bit_identical(void **s) {
         {"tests/models/qwen3-moe-tied-f32", FM_PRESET_REF, NULL},
         {"tests/models/mixtral-f32-sharded", FM_PRESET_REF, NULL},
         {"tests/models/mixtral-f32-sharded", FM_PRESET_FP8, "cuda"},
-        {"tests/data/quant/gptq-v1-asym-actorder", FM_PRESET_INT4, NULL}, /* int4-zp: codes, zeros, perm */
+        {"tests/data/quant/gptq-v1-asym-actorder", FM_PRESET_INT4, NULL},    /* int4-zp: codes, zeros, perm */
         {"tests/data/quant/gptq-v2-asym-channel-k128", FM_PRESET_FP8, NULL}, /* int4-zp-tc */
-        {"tests/data/quant/fp8-block-b128", FM_PRESET_FP8, NULL},         /* e4m3-block */
+        {"tests/data/quant/fp8-block-b128", FM_PRESET_FP8, NULL},            /* e4m3-block */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_model(&cases[i], FM_EXPERT_LRU);
     check_model(&cases[0], FM_EXPERT_LFU);
@@ -480,8 +482,9 @@ static void cli_flags(void **s) {
     assert_non_null(strstr(cli_out, "--experts-in W"));
     assert_non_null(strstr(cli_out, "--expert-slots N"));
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --tokens 64 --experts-in host --expert-slots 20"), 0);
-    assert_non_null(strstr(cli_out, "experts-in: host, 20 slots of 288.0 KiB (64 experts in 4 layers), 18.0 MiB in host "
-                                    "memory"));
+    assert_non_null(strstr(cli_out,
+                           "experts-in: host, 20 slots of 288.0 KiB (64 experts in 4 layers), 18.0 MiB in host "
+                           "memory"));
     assert_non_null(strstr(cli_out, "expert cache (20 slots, in the peak)"));
     assert_int_equal(fp8moe("inspect --model models/tiny-code-moe --tokens 64"), 0);
     assert_non_null(strstr(cli_out, "experts-in: device\n"));
@@ -490,8 +493,9 @@ static void cli_flags(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(residency_by_hand),   cmocka_unit_test(residency_limits), cmocka_unit_test(plan_places_experts),
-        cmocka_unit_test(load_refusals),       cmocka_unit_test(logits_bit_identical), cmocka_unit_test(cli_flags),
+        cmocka_unit_test(residency_by_hand),      cmocka_unit_test(residency_limits),
+        cmocka_unit_test(plan_places_experts),    cmocka_unit_test(load_refusals),
+        cmocka_unit_test(logits_bit_identical),   cmocka_unit_test(cli_flags),
         cmocka_unit_test(synthetic_routing_skew), cmocka_unit_test(generation_and_scheduler),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);

@@ -241,10 +241,14 @@ static void test_qwen3_next_greedy_and_batches(void **state) {
 
 static void test_golden_greedy(void **state) {
     (void)state;
-    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
-                          "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
-                          "models/tiny-code-moe",         "tests/models/qwen3-next-f32",
-                          "tests/models/qwen3-next-bf16", "tests/models/qwen3-next-tied-f32"};
+    const char *dirs[] = {"tests/models/qwen3-moe-f32",
+                          "tests/models/qwen3-moe-bf16",
+                          "tests/models/qwen3-moe-tied-f32",
+                          "tests/models/mixtral-f32-sharded",
+                          "models/tiny-code-moe",
+                          "tests/models/qwen3-next-f32",
+                          "tests/models/qwen3-next-bf16",
+                          "tests/models/qwen3-next-tied-f32"};
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
         char path[256];
         snprintf(path, sizeof path, "%s/golden_generate.json", dirs[d]);

@@ -604,8 +604,7 @@ int main(void) {
         cmocka_unit_test(vram_limit_refuses_8gib),     cmocka_unit_test(load_refuses_before_allocating),
         cmocka_unit_test(longer_prompt_refused),       cmocka_unit_test(plan_argument_errors),
         cmocka_unit_test(inspect_prints_the_plan),     cmocka_unit_test(vram_limit_parsing),
-        cmocka_unit_test(generation_in_the_plan),
-        cmocka_unit_test(generation_counts_the_gdn_state),
+        cmocka_unit_test(generation_in_the_plan),      cmocka_unit_test(generation_counts_the_gdn_state),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -599,8 +599,8 @@ static void test_fp4_expand_e4m3(void **state) {
             const float S = fm_e4m3_to_f32(smax);
             assert_true(gs == S * ts);
             for (int i = 0; i < n; i++) {
-                const double exact = (double)fm_e2m1_to_f32(nib(packed, k0 + i)) *
-                                     fm_e4m3_to_f32(sc[(k0 + i) / 16]) / S; /* in units of the group scale */
+                const double exact = (double)fm_e2m1_to_f32(nib(packed, k0 + i)) * fm_e4m3_to_f32(sc[(k0 + i) / 16]) /
+                                     S; /* in units of the group scale */
                 const double got = fm_e4m3_to_f32(e4[i]);
                 assert_true(fabs(got - exact) <= fabs(exact) / 16.0 + 0x1p-10);
                 if (sc[(k0 + i) / 16] == smax) assert_true(got == exact);

@@ -400,10 +400,8 @@ static void test_qwen3_next_reuse(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_join_running_batch),
-        cmocka_unit_test(test_cancel_frees_blocks),
-        cmocka_unit_test(test_reuse_kept_cache),
-        cmocka_unit_test(test_qwen3_next_reuse),
+        cmocka_unit_test(test_join_running_batch), cmocka_unit_test(test_cancel_frees_blocks),
+        cmocka_unit_test(test_reuse_kept_cache),   cmocka_unit_test(test_qwen3_next_reuse),
         cmocka_unit_test(test_pool_exhaustion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -132,10 +132,10 @@ bool fm_bank_src_any_quantized(const fm_bank_src *src);
 typedef struct fm_expert_cache fm_expert_cache; /* per-backend state: the pool, the slot table, the counters */
 
 typedef struct fm_expert_cache_desc {
-    int32_t n_layers;       /* layers of the model (entries of gate_up / down) */
-    int32_t n_experts;      /* E: experts per MoE layer */
-    int32_t n_slots;        /* S >= E (a prefill of one layer may need every expert) */
-    int64_t max_ids;        /* routed ids one fetch maps at most (tokens x top-k of the largest forward pass) */
+    int32_t n_layers;  /* layers of the model (entries of gate_up / down) */
+    int32_t n_experts; /* E: experts per MoE layer */
+    int32_t n_slots;   /* S >= E (a prefill of one layer may need every expert) */
+    int64_t max_ids;   /* routed ids one fetch maps at most (tokens x top-k of the largest forward pass) */
     fm_expert_policy policy;
     fm_bank *const *gate_up; /* [n_layers] host banks [E][2I, H] from bank_create_host; NULL for a dense layer */
     fm_bank *const *down;    /* [n_layers] host banks [E][H, I]; NULL for a dense layer */
@@ -191,8 +191,7 @@ typedef struct fm_backend_ops {
      *   like every op (cuda: device kernels reading the ids and the table on the device, no host synchronisation).
      * expert_cache_stats: the counters since creation (waits for the device).
      * expert_cache_free: the pool, the table and the slot ids (not the host banks). */
-    fm_status (*bank_create_host)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
-                                  fm_error *err);
+    fm_status (*bank_create_host)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
     fm_status (*expert_cache_create)(fm_backend *be, const fm_expert_cache_desc *d, fm_expert_cache **out,
                                      const fm_bank **pool_gate_up, const fm_bank **pool_down, void **slot_ids,
                                      fm_error *err);
@@ -294,9 +293,8 @@ typedef struct fm_backend_ops {
                         int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, void *out);
     /* The same rule token by token (decode, prefill chunks, batches of sequences): token t updates the state of
      * sequence tok_seq[t] (zeroed first when tok_pos[t] == 0), in order. */
-    void (*gdn_recurrent)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log,
-                          const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
-                          const void *tok_pos, void *out);
+    void (*gdn_recurrent)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
+                          int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
     /* The gated RMSNorm per value head: out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]) with z from qkvz's
      * grouped columns; core and out [T, nv dv], w [dv]. */
     void (*gdn_norm_gate)(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T,

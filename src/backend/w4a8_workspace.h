@@ -45,8 +45,8 @@ typedef struct fm_w4a8_moe_ws {
         hsum, y, h16, total;
 } fm_w4a8_moe_ws;
 
-static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I,
-                                                uint64_t bn, fm_w4a8_dispatch d) {
+static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I, uint64_t bn,
+                                                fm_w4a8_dispatch d) {
     const uint64_t P = T * k, Hp = fm_w4a8_pad128(H), Ip = fm_w4a8_pad128(I);
     const uint64_t Pg = P < FM_MOE_GEMV_MAX_PAIRS ? P : FM_MOE_GEMV_MAX_PAIRS;
     const bool fp4 = d != FM_W4A8_DISPATCH_E4M3;

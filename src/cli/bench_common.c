@@ -55,7 +55,8 @@ void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, i
     cJSON_AddNumberToObject(o, "expert_hits", (double)s.hits);
     cJSON_AddNumberToObject(o, "expert_misses", (double)s.misses);
     cJSON_AddNumberToObject(o, "expert_hit_rate", s.hits + s.misses ? (double)s.hits / (double)(s.hits + s.misses) : 0);
-    cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", (double)s.bytes_copied / (double)(steps > 0 ? steps : 1));
+    cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step",
+                            (double)s.bytes_copied / (double)(steps > 0 ? steps : 1));
 }
 
 bool bench_parse_counts(const char *cmd, const char *opt, const char *list, long lo, long hi, int64_t *out, int max,

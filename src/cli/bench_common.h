@@ -91,7 +91,7 @@ float *bench_input_with_outliers(int64_t rows, int64_t cols);
 
 /* --synthetic-routing (bench prefill, bench decode): how often each expert is routed to */
 #define BENCH_ROUTING_HELP                                                                                             \
-    "  --synthetic-routing R  uniform (default: random router rows) or zipf:S (expert of rank r routed to with\n"     \
+    "  --synthetic-routing R  uniform (default: random router rows) or zipf:S (expert of rank r routed to with\n"      \
     "                     probability ~ (r + 1)^-S per layer, at most 45% per expert; router rows scaled to it)\n"
 /* checks a --synthetic-routing value; false after a usage message */
 bool bench_routing_check(const char *cmd, const char *arg);

@@ -75,20 +75,20 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "  --dispatch F       the experts' dispatch buffer (each token's routed copies): bf16, fp8 (e4m3, a scale\n"       \
     "                     per 128), mxfp4 (E2M1, a power-of-two scale per 32), nvfp4 (E2M1, an e4m3 scale per\n"       \
     "                     16 and one fp32 scale); the preset's otherwise (fp8: fp8, fp4: mxfp4). cpu: all; cuda:\n"    \
-    "                     fp8, mxfp4, nvfp4 with the fp8 and fp4 presets (int4-tc experts), else the preset's\n"      \
+    "                     fp8, mxfp4, nvfp4 with the fp8 and fp4 presets (int4-tc experts), else the preset's\n"       \
     "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"                      \
     "  --threads N        CPU threads (default: all)\n"                                                                \
     "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"                 \
     "                     prompts are refused unless --ctx allows them)\n"                                             \
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"                \
-    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"                  \
-    "  --experts-in W     where the routed experts live: device (default), host (host memory, with a cache of\n"      \
-    "                     expert slots in device memory; the cpu backend emulates it, cuda refuses it for now),\n"    \
-    "                     auto (host only when the model does not fit with every expert on the device)\n"            \
-    "  --expert-slots N   experts in host memory: slots of the expert cache (at least the experts of one layer);\n"   \
-    "                     default: what --vram-limit leaves after everything else (cpu: every expert)\n"             \
-    "  --expert-policy P  which cached expert a miss replaces: lru (default: least recently used) or lfu (least\n"    \
-    "                     often needed, counts halved every 256 layer passes)\n" CLI_ROUTE_HELP                       \
+    "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"                   \
+    "  --experts-in W     where the routed experts live: device (default), host (host memory, with a cache of\n"       \
+    "                     expert slots in device memory; the cpu backend emulates it, cuda refuses it for now),\n"     \
+    "                     auto (host only when the model does not fit with every expert on the device)\n"              \
+    "  --expert-slots N   experts in host memory: slots of the expert cache (at least the experts of one layer);\n"    \
+    "                     default: what --vram-limit leaves after everything else (cpu: every expert)\n"               \
+    "  --expert-policy P  which cached expert a miss replaces: lru (default: least recently used) or lfu (least\n"     \
+    "                     often needed, counts halved every 256 layer passes)\n" CLI_ROUTE_HELP                        \
     "  -v, --verbose      progress on stderr\n"                                                                        \
     "  -h, --help         this help\n"
 

@@ -30,14 +30,13 @@ static const char *HELP =
     "  --json FILE        also write the results as JSON\n" BENCH_ROUTING_HELP CLI_MODEL_HELP;
 
 enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING };
-static const struct option own_options[] = {
-    {"synthetic", required_argument, 0, OPT_SYNTH},
-    {"tokens", required_argument, 0, OPT_TOKENS},
-    {"repeat", required_argument, 0, OPT_REPEAT},
-    {"warmup", required_argument, 0, OPT_WARMUP},
-    {"json", required_argument, 0, OPT_JSON},
-    {"synthetic-routing", required_argument, 0, OPT_ROUTING},
-    {0, 0, 0, 0}};
+static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
+                                            {"tokens", required_argument, 0, OPT_TOKENS},
+                                            {"repeat", required_argument, 0, OPT_REPEAT},
+                                            {"warmup", required_argument, 0, OPT_WARMUP},
+                                            {"json", required_argument, 0, OPT_JSON},
+                                            {"synthetic-routing", required_argument, 0, OPT_ROUTING},
+                                            {0, 0, 0, 0}};
 
 typedef struct bench_args {
     const char *synthetic, *json_path, *routing;

@@ -64,7 +64,8 @@ static const char *HELP =
     "time inside the call, such as a host synchronisation, counts); TFLOP/s of FLOPs = 2 T k (2I H + H I);\n"
     "effective GB/s of bytes = the touched experts' weights once, in the route's own format, plus x read and out\n"
     "written; dispatch MB = the grouped routes' dispatch buffer (the routed copies of x in the dispatch format with\n"
-    "their scales: what an expert-parallel all-to-all would send), written once and read once per layer; the floor max(bytes / 4.25 TB/s, FLOPs / rate), rate 1.3 PFLOP/s for the fp8 routes and 0.79\n"
+    "their scales: what an expert-parallel all-to-all would send), written once and read once per layer; the floor "
+    "max(bytes / 4.25 TB/s, FLOPs / rate), rate 1.3 PFLOP/s for the fp8 routes and 0.79\n"
     "PFLOP/s for the others; x floor = median / floor; err = ||out - out_bf16|| / ||out_bf16|| against the\n"
     "bf16-cublas output at the same T (when that route ran). A route the backend cannot run is printed as\n"
     "'unavailable: <reason>' and the others go on.\n"
@@ -99,29 +100,31 @@ enum {
     ROUTE_COUNT
 };
 
-static const char *const route_names[ROUTE_COUNT] = {
-    "int4-per-token",    "bf16-cublas",    "fp8-cublaslt-loop", "fp8-grouped", "fp8-grouped-zp",
-    "fp8-grouped-block", "fp4-grouped-mx", "fp4-grouped-nv"};
+static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas",    "fp8-cublaslt-loop",
+                                                     "fp8-grouped",    "fp8-grouped-zp", "fp8-grouped-block",
+                                                     "fp4-grouped-mx", "fp4-grouped-nv"};
 
 static const struct {
-    fm_preset preset;    /* the plan its backend is created with */
+    fm_preset preset;     /* the plan its backend is created with */
     fm_dispatch dispatch; /* and its --dispatch */
-    bool fp8;            /* FLOP rate of the floor */
+    bool fp8;             /* FLOP rate of the floor */
 } routes[ROUTE_COUNT] = {
-    {FM_PRESET_INT4, FM_DISPATCH_PRESET, false}, {FM_PRESET_REF, FM_DISPATCH_PRESET, false},
+    {FM_PRESET_INT4, FM_DISPATCH_PRESET, false},
+    {FM_PRESET_REF, FM_DISPATCH_PRESET, false},
     {FM_PRESET_REF, FM_DISPATCH_PRESET, true}, /* fp8-cublaslt-loop: bf16 banks, quantized to e4m3 per tensor */
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true},
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-zp: a checkpoint's asymmetric int4 (int4-zp-tc) */
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
-    {FM_PRESET_FP8, FM_DISPATCH_MXFP4, true},  {FM_PRESET_FP8, FM_DISPATCH_NVFP4, true},
+    {FM_PRESET_FP8, FM_DISPATCH_MXFP4, true},
+    {FM_PRESET_FP8, FM_DISPATCH_NVFP4, true},
 };
 
 typedef struct result {
     bench_row t;
     double act_bytes;
     double dispatch_bytes; /* the grouped routes' dispatch buffer (codes + scales), else 0 */
-    int32_t touched; /* experts with at least one routed pair */
-    float *out;      /* host copy of the output [T, H], for the comparison */
+    int32_t touched;       /* experts with at least one routed pair */
+    float *out;            /* host copy of the output [T, H], for the comparison */
 } result;
 
 typedef struct bench_cfg {

@@ -185,15 +185,17 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
                                                                                  : src->layers[0].layout)
                      : "-");
     if (c->shared_expert_intermediate > 0)
-        printf("shared expert: width %d, output scaled by sigmoid(shared_expert_gate)\n", c->shared_expert_intermediate);
+        printf("shared expert: width %d, output scaled by sigmoid(shared_expert_gate)\n",
+               c->shared_expert_intermediate);
     if (n_moe < c->n_layers) printf("dense MLP width: %d\n", c->dense_intermediate);
     int n_gdn = 0;
     for (int l = 0; l < c->n_layers; l++) n_gdn += c->layer_is_gdn[l];
     if (n_gdn > 0 || c->attn_output_gate) {
-        printf("token mixers: %d Gated DeltaNet (linear attention: %d key / %d value heads of %d / %d, conv kernel %d), "
-               "%d %sfull attention\nlayer kinds:",
-               n_gdn, c->gdn_k_heads, c->gdn_v_heads, c->gdn_k_dim, c->gdn_v_dim, c->gdn_conv_kernel,
-               c->n_layers - n_gdn, c->attn_output_gate ? "gated " : "");
+        printf(
+            "token mixers: %d Gated DeltaNet (linear attention: %d key / %d value heads of %d / %d, conv kernel %d), "
+            "%d %sfull attention\nlayer kinds:",
+            n_gdn, c->gdn_k_heads, c->gdn_v_heads, c->gdn_k_dim, c->gdn_v_dim, c->gdn_conv_kernel, c->n_layers - n_gdn,
+            c->attn_output_gate ? "gated " : "");
         for (int l = 0; l < c->n_layers; l++) printf("%s%c", l % 8 ? "" : " ", c->layer_is_gdn[l] ? 'L' : 'F');
         printf("  (L linear attention, F full attention)\n");
     }
@@ -428,8 +430,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
         snprintf(what, sizeof what, "experts in host memory (%d x %d)", p.n_moe_layers, p.n_experts);
         plan_row(what, p.host_experts, 0);
     }
-    printf("experts-in: %s%s", fm_experts_in_name(p.experts_in),
-           a->experts_in == FM_EXPERTS_AUTO ? " (auto)" : "");
+    printf("experts-in: %s%s", fm_experts_in_name(p.experts_in), a->experts_in == FM_EXPERTS_AUTO ? " (auto)" : "");
     if (p.experts_in == FM_EXPERTS_HOST)
         printf(", %d slots of %s (%d experts in %d layers), %s in host memory%s", p.expert_slots,
                fm_mem_format(p.expert_slot_bytes, b1, sizeof b1), p.n_experts * p.n_moe_layers, p.n_moe_layers,

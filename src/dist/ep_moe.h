@@ -20,8 +20,8 @@
 #include "dist/comm.h"
 
 typedef struct fm_ep_stats {
-    int64_t rows_sent[FM_COMM_MAX_RANKS]; /* routed copies sent to each rank (self included) */
-    int64_t rows_received;                /* rows this rank's experts computed */
+    int64_t rows_sent[FM_COMM_MAX_RANKS];   /* routed copies sent to each rank (self included) */
+    int64_t rows_received;                  /* rows this rank's experts computed */
     uint64_t bytes_dispatch, bytes_combine; /* sent to other ranks by each all-to-all */
 } fm_ep_stats;
 

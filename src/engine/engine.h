@@ -52,12 +52,12 @@ struct fm_model {
                                 memory plan sizes the backend's scratch with them */
     struct fw_buffers *bufs; /* the forward pass's activation buffers, allocated once at load for buf_tokens */
     int64_t buf_tokens;
-    struct fm_kv_state *kv; /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
-    int64_t ctx;            /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
-    bool ctx_explicit;      /* set by the caller (--ctx), not by the config */
-    bool experts_host;      /* experts in host memory (--experts-in, resolved by the memory plan at load) */
-    int32_t expert_slots;   /* then: the expert cache's slots (the plan's expert_slots) */
-    size_t expert_host_bytes;          /* then: the expert banks' bytes in host memory (not in weight_bytes) */
+    struct fm_kv_state *kv;   /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
+    int64_t ctx;              /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
+    bool ctx_explicit;        /* set by the caller (--ctx), not by the config */
+    bool experts_host;        /* experts in host memory (--experts-in, resolved by the memory plan at load) */
+    int32_t expert_slots;     /* then: the expert cache's slots (the plan's expert_slots) */
+    size_t expert_host_bytes; /* then: the expert banks' bytes in host memory (not in weight_bytes) */
     struct fm_expert_offload *experts; /* then: the expert cache (engine/expert_offload.c) */
 };
 

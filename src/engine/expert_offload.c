@@ -29,13 +29,8 @@ fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_polic
     fm_status st = x->gate_up && x->down ? FM_OK : FM_ERR_NOMEM;
     for (int l = 0; !st && l < m->n_layers; l++)
         if (m->layers[l].is_moe) x->gate_up[l] = m->layers[l].gate_up, x->down[l] = m->layers[l].down;
-    const fm_expert_cache_desc d = {m->n_layers,
-                                    m->cfg.n_experts,
-                                    n_slots,
-                                    m->buf_tokens * m->cfg.n_experts_per_tok,
-                                    policy,
-                                    x->gate_up,
-                                    x->down};
+    const fm_expert_cache_desc d = {m->n_layers, m->cfg.n_experts, n_slots, m->buf_tokens * m->cfg.n_experts_per_tok,
+                                    policy,      x->gate_up,       x->down};
     if (!st) st = ops->expert_cache_create(be, &d, &x->cache, &x->pool_gate_up, &x->pool_down, &x->slot_ids, err);
     if (st) {
         free(x->gate_up), free(x->down), free(x);
@@ -71,7 +66,7 @@ bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out) {
     m->be->ops->expert_cache_stats(m->be, x->cache, &s);
     int32_t moe = 0;
     for (int l = 0; l < m->n_layers; l++) moe += m->layers[l].is_moe;
-    *out = (fm_expert_stats){x->n_slots,    moe * m->cfg.n_experts, s.fetches, s.hits, s.misses, s.bytes_copied,
-                             x->slot_bytes};
+    *out = (fm_expert_stats){x->n_slots, moe * m->cfg.n_experts, s.fetches,    s.hits,
+                             s.misses,   s.bytes_copied,         x->slot_bytes};
     return true;
 }

@@ -169,14 +169,14 @@ static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_
     ops->linear(be, L->gdn_qkvz, 0, b.h, T, m->plan.a_dense, b.proj);
     ops->linear(be, L->gdn_ba, 0, b.h, T, FM_A_NATIVE, b.gates);
     tick(tm, FM_STAGE_ATTN_PROJ);
-    ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL,
-                  b.qkv);
+    ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL, b.qkv);
     dump(be, "gdn_conv", l, b.qkv, T * fm_gdn_channels(g));
     if (attn == FM_ATTN_PAGED)
         ops->gdn_recurrent(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, kv->tok_seq, kv->tok_pos,
                            b.att);
-    else ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
-                          b.att);
+    else
+        ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
+                         b.att);
     ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
     dump(be, "gdn_rule", l, b.qkv, T * (int64_t)g.nv * g.dv);
     tick(tm, FM_STAGE_ATTENTION);
@@ -203,9 +203,8 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     else dump(be, "qkv", l, b.qkv, nqkv);
     tick(tm, FM_STAGE_ATTN_PROJ);
     if (c->attn_output_gate) /* Qwen3-Next: q_proj's rows hold each head's query and gate; partial RoPE */
-        ops->gated_qk_norm_rope(be, b.proj, T, nh, nkv, hd, c->rotary_dim, L->q_norm, L->k_norm,
-                                c->rms_norm_eps, 0, attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos,
-                                c->rope_theta, b.qkv, b.gates);
+        ops->gated_qk_norm_rope(be, b.proj, T, nh, nkv, hd, c->rotary_dim, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
+                                attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta, b.qkv, b.gates);
     else
         ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
                           attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
@@ -257,8 +256,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
             tick(tm, FM_STAGE_ROUTING);
             /* experts in host memory: the pool's slots, the routed experts made resident first */
             const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
-            ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
-                     b.y);
+            ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert, b.y);
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h) */
                 ops->linear(be, L->shared_score, 0, b.h, T, FM_A_NATIVE, b.gates);
                 ops->linear(be, L->shared_gate_up, 0, b.h, T, p->a_dense, b.gu);

@@ -29,8 +29,8 @@ typedef struct fm_kv_state {
                             none: fm_arch_attention_layers counts the others) */
     /* Gated DeltaNet layers (Qwen3-Next), fp32, by sequence slot: the conv's last inputs and the delta rule's
        matrices (backend.h fm_gdn_conv_state_elems, fm_gdn_rec_state_elems per sequence and layer) */
-    void *gdn_conv;      /* [GDN layers][max_seqs][kernel - 1][C] */
-    void *gdn_rec;       /* [GDN layers][max_seqs][nv][dk][dv] */
+    void *gdn_conv; /* [GDN layers][max_seqs][kernel - 1][C] */
+    void *gdn_rec;  /* [GDN layers][max_seqs][nv][dk][dv] */
     /* per step, int32 in backend memory, one entry per token of the step (max_rows): */
     void *tok_seq, *tok_pos, *slots;
     void *tables;      /* int32 [max_seqs][max_blocks], uploaded before a step when they changed */

@@ -297,7 +297,8 @@ int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, f
     gates = c->shared_expert_intermediate > 0 && gates < 1 ? 1 : gates;
     const uint64_t qkv0 = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd, qkv = qkv0 > gdn_c ? qkv0 : gdn_c;
     const uint64_t att_out = att > gdn_v ? att : gdn_v;
-    const uint64_t I = (uint64_t)max64(max64(c->moe_intermediate, c->dense_intermediate), c->shared_expert_intermediate);
+    const uint64_t I =
+        (uint64_t)max64(max64(c->moe_intermediate, c->dense_intermediate), c->shared_expert_intermediate);
     const uint64_t E = c->n_experts > 0 ? (uint64_t)c->n_experts : 1;
     const uint64_t k = c->n_experts_per_tok > 0 ? (uint64_t)c->n_experts_per_tok : 1;
     const struct {
@@ -466,8 +467,7 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
     const bool staging_fits = p->weight_total + p->load_staging <= available;
     int64_t S = slots;
     if (S == 0 && available == 0) S = all;
-    else if (S == 0)
-        S = staging_fits && available > rest ? (int64_t)((available - rest) / p->expert_slot_bytes) : 0;
+    else if (S == 0) S = staging_fits && available > rest ? (int64_t)((available - rest) / p->expert_slot_bytes) : 0;
     if (S > all) S = all;
     char b1[32], b2[32], b3[32], b4[32], b5[32];
     if (S < E) {

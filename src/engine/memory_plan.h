@@ -76,14 +76,14 @@ typedef struct fm_memory_plan {
     size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
 
     /* experts (fm_memory_plan_place_experts): where they live, and with experts in host memory the expert cache */
-    fm_experts_in experts_in;  /* FM_EXPERTS_DEVICE (every expert bank in weights[FM_MEM_EXPERTS]) or
-                                  FM_EXPERTS_HOST (weights[FM_MEM_EXPERTS] = 0, the banks in host_experts) */
-    int32_t n_moe_layers;      /* MoE layers among those loaded */
-    int32_t n_experts;         /* E per MoE layer */
-    size_t expert_slot_bytes;  /* one expert's gate_up + down matrices in the backend layout (a slot's bytes) */
-    size_t host_experts;       /* host: every expert bank, in host memory (cuda: pinned) */
-    int32_t expert_slots;      /* host: S, the slots of the expert cache (>= n_experts) */
-    size_t expert_pool;        /* host: S x expert_slot_bytes + the slot ids (tokens x top-k int32), backend memory */
+    fm_experts_in experts_in; /* FM_EXPERTS_DEVICE (every expert bank in weights[FM_MEM_EXPERTS]) or
+                                 FM_EXPERTS_HOST (weights[FM_MEM_EXPERTS] = 0, the banks in host_experts) */
+    int32_t n_moe_layers;     /* MoE layers among those loaded */
+    int32_t n_experts;        /* E per MoE layer */
+    size_t expert_slot_bytes; /* one expert's gate_up + down matrices in the backend layout (a slot's bytes) */
+    size_t host_experts;      /* host: every expert bank, in host memory (cuda: pinned) */
+    int32_t expert_slots;     /* host: S, the slots of the expert cache (>= n_experts) */
+    size_t expert_pool;       /* host: S x expert_slot_bytes + the slot ids (tokens x top-k int32), backend memory */
 
     size_t total; /* weight_total + activations + workspace + kv_cache + kv_state + expert_pool: resident while
                      running */

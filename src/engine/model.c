@@ -154,8 +154,13 @@ static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm
     for (int64_t i = 0; !st && i < n; i++) w[i] += 1.0f;
     char name[96];
     snprintf(name, sizeof name, "%s (1 + w)", label);
-    fm_st_tensor t = {.name = name, .dtype = FM_DTYPE_F32, .n_dims = 2, .shape = {src->rows, src->cols},
-                      .n_elements = n, .data = (const uint8_t *)w, .nbytes = (uint64_t)n * sizeof *w};
+    fm_st_tensor t = {.name = name,
+                      .dtype = FM_DTYPE_F32,
+                      .n_dims = 2,
+                      .shape = {src->rows, src->cols},
+                      .n_elements = n,
+                      .data = (const uint8_t *)w,
+                      .nbytes = (uint64_t)n * sizeof *w};
     const fm_wsrc view = {&t, 0, src->rows, src->cols, {0}, {0}};
     if (!st) st = bank(ld, out, &view, 1, 1, fmt, label);
     free(w);
@@ -288,8 +293,8 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
     const int64_t T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
-    fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, cuda ? "cuda" : "cpu", &m->routes, m->n_layers, T,
-                                                 &plan, err);
+    fm_status st =
+        fm_memory_plan_compute_routes(&cfg, &m->plan, cuda ? "cuda" : "cpu", &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
     if (!st && !cuda) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
     if (st || !cuda) return st;

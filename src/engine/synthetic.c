@@ -41,16 +41,19 @@ static const json_shape json_shapes[] = {
      " \"num_attention_heads\": 16, \"num_key_value_heads\": 2, \"head_dim\": 256, \"partial_rotary_factor\": 0.25,"
      " \"rope_theta\": 10000000, \"full_attention_interval\": 4, \"linear_num_key_heads\": 16,"
      " \"linear_num_value_heads\": 32, \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,"
-     " \"linear_conv_kernel_dim\": 4, \"num_experts\": 512, \"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512,"
+     " \"linear_conv_kernel_dim\": 4, \"num_experts\": 512, \"num_experts_per_tok\": 10, \"moe_intermediate_size\": "
+     "512,"
      " \"shared_expert_intermediate_size\": 512, \"intermediate_size\": 5120, \"norm_topk_prob\": true,"
      " \"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 1048576}"},
     {"toy-next",
      "{\"model_type\": \"qwen3_next\", \"vocab_size\": 256, \"hidden_size\": 64, \"num_hidden_layers\": 4,"
      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, \"partial_rotary_factor\": 0.25,"
-     " \"rope_theta\": 10000, \"full_attention_interval\": 2, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4,"
+     " \"rope_theta\": 10000, \"full_attention_interval\": 2, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": "
+     "4,"
      " \"linear_key_head_dim\": 16, \"linear_value_head_dim\": 16, \"linear_conv_kernel_dim\": 4, \"num_experts\": 8,"
      " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, \"shared_expert_intermediate_size\": 32,"
-     " \"intermediate_size\": 64, \"norm_topk_prob\": true, \"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 1048576}"},
+     " \"intermediate_size\": 64, \"norm_topk_prob\": true, \"rms_norm_eps\": 1e-06, \"max_position_embeddings\": "
+     "1048576}"},
 };
 
 const char *fm_synthetic_names(void) { return "qwen3-30b-a3b, mixtral-8x7b, toy-moe, qwen3-next-80b-a3b, toy-next"; }
@@ -108,7 +111,7 @@ static fm_status make_layer(const fm_config *c, int32_t l, seeder *sd, fm_layer_
             fm_wsrc *v = &L->w[p->slot];
             *v = w->family == FM_WF_NORM ? norm_view(sd, p->cols(c)) : linear_view(sd, p->rows(c), p->cols(c));
             if (w->bank == FM_BANK_ROUTER) v->synth.scale *= 2.0f * sqrtf(3.0f); /* logits of std ~2 */
-            if (a->plus_one_banks >> w->bank & 1) v->synth.bias = 0.0f; /* zero-centred: loaded as 1 + w */
+            if (a->plus_one_banks >> w->bank & 1) v->synth.bias = 0.0f;          /* zero-centred: loaded as 1 + w */
             *n_params += v->rows * v->cols;
         }
         if (w->family != FM_WF_EXPERTS || experts_done) continue;
@@ -330,8 +333,12 @@ static fm_status skew_routers(const fm_config *c, double s, fm_model_src *src, r
                 for (int64_t j = 0; j < H; j++)
                     w[r * H + j] = fm_synth_value(&v->synth, r * H + j, H) * (float)scale[rank[r % E]];
             fm_st_tensor *t = &rs->t[rs->n++];
-            *t = (fm_st_tensor){.name = "synthetic router (zipf)", .dtype = FM_DTYPE_F32, .n_dims = 2,
-                                .shape = {v->rows, H}, .n_elements = v->rows * H, .data = (const uint8_t *)w,
+            *t = (fm_st_tensor){.name = "synthetic router (zipf)",
+                                .dtype = FM_DTYPE_F32,
+                                .n_dims = 2,
+                                .shape = {v->rows, H},
+                                .n_elements = v->rows * H,
+                                .data = (const uint8_t *)w,
                                 .nbytes = (uint64_t)(v->rows * H) * 4};
             v->t = t, v->offset = 0;
         }

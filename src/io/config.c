@@ -129,10 +129,10 @@ fm_status fm_cfg_read_layer_types(const fm_cfg_reader *r, const char *key, int32
     cJSON_ArrayForEach(e, list) {
         const bool is_marked = cJSON_IsString(e) && !strcmp(e->valuestring, marked_value);
         if (!is_marked && !(cJSON_IsString(e) && !strcmp(e->valuestring, other_value)))
-            return fm_fail(r->err, FM_ERR_UNSUPPORTED, "%s: %s[%d] is %s%.64s%s; only \"%s\" and \"%s\" are implemented",
-                           r->label, key, i, cJSON_IsString(e) ? "\"" : "",
-                           cJSON_IsString(e) ? e->valuestring : json_kind(e), cJSON_IsString(e) ? "\"" : "",
-                           marked_value, other_value);
+            return fm_fail(r->err, FM_ERR_UNSUPPORTED,
+                           "%s: %s[%d] is %s%.64s%s; only \"%s\" and \"%s\" are implemented", r->label, key, i,
+                           cJSON_IsString(e) ? "\"" : "", cJSON_IsString(e) ? e->valuestring : json_kind(e),
+                           cJSON_IsString(e) ? "\"" : "", marked_value, other_value);
         marked[i++] = is_marked;
     }
     return FM_OK;

@@ -5,8 +5,7 @@
 #include <string.h>
 
 /* Every architecture the engine runs, in the order messages list them. */
-static const fm_arch_desc *(*const all[])(void) = {fm_arch_qwen3_moe, fm_arch_mixtral,
-                                                            fm_arch_qwen3_next};
+static const fm_arch_desc *(*const all[])(void) = {fm_arch_qwen3_moe, fm_arch_mixtral, fm_arch_qwen3_next};
 #define N_ARCH (sizeof all / sizeof *all)
 
 const fm_arch_desc *fm_arch_of(const fm_config *c) {

@@ -96,7 +96,7 @@ typedef enum fm_bank_slot {
     FM_BANK_SHARED_GATE_UP, /* [1][2Is, H] gate rows then up rows (Qwen3-Next's shared expert) */
     FM_BANK_SHARED_DOWN,    /* [1][H, Is] */
     FM_BANK_SHARED_SCORE,   /* [1][1, H] */
-    FM_BANK_GDN_QKVZ,       /* Gated DeltaNet layers: in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj */
+    FM_BANK_GDN_QKVZ, /* Gated DeltaNet layers: in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj */
     FM_BANK_GDN_BA,
     FM_BANK_GDN_CONV,
     FM_BANK_GDN_A_LOG,
@@ -188,7 +188,7 @@ typedef struct fm_arch_desc {
        weights load as 1 + w, and whether the final norm does */
     uint64_t plus_one_banks;
     bool final_norm_plus_one;
-    const char *ignored;  /* checkpoint tensors the family has and the engine does not run, for inspect (NULL) */
+    const char *ignored; /* checkpoint tensors the family has and the engine does not run, for inspect (NULL) */
 } fm_arch_desc;
 
 /* The description of a configuration's architecture. */

@@ -37,27 +37,25 @@ static bool when_shared(const fm_config *c) { return c->shared_expert_intermedia
 #define LAYER "model.layers.{L}."
 
 /* a vector [cols] of w_other */
-#define VECTOR(bank_, slot_, label_, name_, cols_, inspect_)                                                     \
-    {.bank = bank_,                                                                                                    \
-     .family = FM_WF_NORM,                                                                                             \
-     .fusion = FM_FUSE_NONE,                                                                                           \
-     .label = label_,                                                                                                  \
-     .n_parts = 1,                                                                                                     \
-     .parts = {{slot_, NULL, cols_, name_, label_, inspect_}}}
+#define VECTOR(bank_, slot_, label_, name_, cols_, inspect_)                                                           \
+    {                                                                                                                  \
+        .bank = bank_, .family = FM_WF_NORM, .fusion = FM_FUSE_NONE, .label = label_, .n_parts = 1, .parts = {         \
+            {slot_, NULL, cols_, name_, label_, inspect_}                                                              \
+        }                                                                                                              \
+    }
 
 /* one matrix */
 #define MATRIX(bank_, family_, slot_, label_, name_, rows_, cols_, when_, inspect_)                                    \
-    {.bank = bank_,                                                                                                    \
-     .family = family_,                                                                                                \
-     .fusion = FM_FUSE_NONE,                                                                                           \
-     .label = label_,                                                                                                  \
-     .when = when_,                                                                                                    \
-     .n_parts = 1,                                                                                                     \
-     .parts = {{slot_, rows_, cols_, name_, label_, inspect_}}}
+    {                                                                                                                  \
+        .bank = bank_, .family = family_, .fusion = FM_FUSE_NONE, .label = label_, .when = when_, .n_parts = 1,        \
+        .parts = {                                                                                                     \
+            {slot_, rows_, cols_, name_, label_, inspect_}                                                             \
+        }                                                                                                              \
+    }
 
 #define NORMS                                                                                                          \
-    VECTOR(FM_BANK_ATTN_NORM, FM_SRC_ATTN_NORM, "input_layernorm", LAYER "input_layernorm.weight", fm_dim_hidden,     \
-           NULL),                                                                                                \
+    VECTOR(FM_BANK_ATTN_NORM, FM_SRC_ATTN_NORM, "input_layernorm", LAYER "input_layernorm.weight", fm_dim_hidden,      \
+           NULL),                                                                                                      \
         VECTOR(FM_BANK_FFN_NORM, FM_SRC_FFN_NORM, "post_attention_layernorm", LAYER "post_attention_layernorm.weight", \
                fm_dim_hidden, NULL)
 
@@ -74,7 +72,7 @@ static bool when_shared(const fm_config *c) { return c->shared_expert_intermedia
                {FM_SRC_V, fm_dim_kv, fm_dim_hidden, LAYER "self_attn.v_proj.weight", "v_proj", "v_proj"}}},            \
         MATRIX(FM_BANK_O, FM_WF_ATTN, FM_SRC_O, "o_proj", LAYER "self_attn.o_proj.weight", fm_dim_hidden, fm_dim_q,    \
                NULL, "o_proj"),                                                                                        \
-        VECTOR(FM_BANK_Q_NORM, FM_SRC_Q_NORM, "q_norm", LAYER "self_attn.q_norm.weight", fm_dim_head,            \
+        VECTOR(FM_BANK_Q_NORM, FM_SRC_Q_NORM, "q_norm", LAYER "self_attn.q_norm.weight", fm_dim_head,                  \
                "q_norm / k_norm"),                                                                                     \
         VECTOR(FM_BANK_K_NORM, FM_SRC_K_NORM, "k_norm", LAYER "self_attn.k_norm.weight", fm_dim_head, NULL)
 
@@ -87,12 +85,11 @@ static bool when_shared(const fm_config *c) { return c->shared_expert_intermedia
                dim_gdn_ba, fm_dim_hidden, NULL, "in_proj_ba"),                                                         \
         MATRIX(FM_BANK_GDN_CONV, FM_WF_ROUTER, FM_SRC_GDN_CONV, "conv1d", LAYER "linear_attn.conv1d.weight",           \
                dim_gdn_conv_channels, dim_gdn_kernel, NULL, "conv1d [C, K]"),                                          \
-        VECTOR(FM_BANK_GDN_A_LOG, FM_SRC_GDN_A_LOG, "A_log", LAYER "linear_attn.A_log", dim_gdn_heads,           \
+        VECTOR(FM_BANK_GDN_A_LOG, FM_SRC_GDN_A_LOG, "A_log", LAYER "linear_attn.A_log", dim_gdn_heads,                 \
                "A_log / dt_bias"),                                                                                     \
-        VECTOR(FM_BANK_GDN_DT_BIAS, FM_SRC_GDN_DT_BIAS, "dt_bias", LAYER "linear_attn.dt_bias", dim_gdn_heads,   \
-               NULL),                                                                                                  \
+        VECTOR(FM_BANK_GDN_DT_BIAS, FM_SRC_GDN_DT_BIAS, "dt_bias", LAYER "linear_attn.dt_bias", dim_gdn_heads, NULL),  \
         VECTOR(FM_BANK_GDN_NORM, FM_SRC_GDN_NORM, "linear_attn norm", LAYER "linear_attn.norm.weight", dim_gdn_v_dim,  \
-               "linear_attn norm"),                                                                              \
+               "linear_attn norm"),                                                                                    \
         MATRIX(FM_BANK_GDN_OUT, FM_WF_ATTN, FM_SRC_GDN_OUT, "out_proj", LAYER "linear_attn.out_proj.weight",           \
                fm_dim_hidden, dim_gdn_value, NULL, "out_proj")
 
@@ -204,7 +201,8 @@ static fm_layer_kind layer_kind(const fm_config *c, int32_t layer) {
     return c->layer_is_moe[layer] ? FM_LAYER_ATTN_MOE : FM_LAYER_ATTN_MLP;
 }
 
-#define KIND(specs) {specs, sizeof specs / sizeof *specs}
+#define KIND(specs)                                                                                                    \
+    { specs, sizeof specs / sizeof *specs }
 
 static const fm_arch_desc qwen3_next = {
     .arch = FM_ARCH_QWEN3_NEXT,

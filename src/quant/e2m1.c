@@ -141,8 +141,7 @@ float fm_mxfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, int64_t
     return fm_e8m0_to_f32(smax);
 }
 
-float fm_nvfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, float tensor_scale, int64_t n,
-                           uint8_t *e4m3) {
+float fm_nvfp4_expand_e4m3(const uint8_t *packed, const uint8_t *scales, float tensor_scale, int64_t n, uint8_t *e4m3) {
     const int nb = (int)((n + FM_NV_BLOCK - 1) / FM_NV_BLOCK);
     uint8_t smax = 0; /* non-negative e4m3 codes order as their values */
     for (int b = 0; b < nb; b++) smax = scales[b] > smax ? scales[b] : smax;

@@ -40,8 +40,8 @@ static size_t slice_total(const bank_slices *s) { return s->w + s->scales + s->t
 
 static bool same_layout(const fm_bank *a, const fm_bank *b) {
     const bank_slices sa = slices_of(a), sb = slices_of(b);
-    return a->fmt == b->fmt && a->n == b->n && a->rows == b->rows && a->cols == b->cols &&
-           a->n_groups == b->n_groups && a->group == b->group && memcmp(&sa, &sb, sizeof sa) == 0;
+    return a->fmt == b->fmt && a->n == b->n && a->rows == b->rows && a->cols == b->cols && a->n_groups == b->n_groups &&
+           a->group == b->group && memcmp(&sa, &sb, sizeof sa) == 0;
 }
 
 /* A bank of n matrices with like's format, shape and arrays (contents undefined until copied into). */
@@ -49,7 +49,11 @@ static fm_status pool_bank(const fm_bank *like, int32_t n, const char *what, fm_
     const bank_slices s = slices_of(like);
     fm_bank *b = fm_calloc(1, sizeof *b, err, what);
     if (!b) return FM_ERR_NOMEM;
-    *b = (fm_bank){.fmt = like->fmt, .n = n, .rows = like->rows, .cols = like->cols, .n_groups = like->n_groups,
+    *b = (fm_bank){.fmt = like->fmt,
+                   .n = n,
+                   .rows = like->rows,
+                   .cols = like->cols,
+                   .n_groups = like->n_groups,
                    .group = like->group};
     bool ok = true;
     if (s.w) ok &= (b->w = malloc(s.w * (size_t)n)) != NULL;

@@ -67,8 +67,7 @@ void cpu_sigmoid_mul(fm_backend *be, void *xv, const void *gatev, int64_t n) {
     cpu_round_act(be, x, n);
 }
 
-void cpu_add_sigmoid_scaled(fm_backend *be, void *accv, const void *xv, const void *scorev, int64_t rows,
-                            int64_t dim) {
+void cpu_add_sigmoid_scaled(fm_backend *be, void *accv, const void *xv, const void *scorev, int64_t rows, int64_t dim) {
     float *acc = (float *)accv;
     const float *x = (const float *)xv, *score = (const float *)scorev;
 #pragma omp parallel for schedule(static)

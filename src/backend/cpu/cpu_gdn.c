@@ -116,9 +116,9 @@ static void recurrent_step(float *S, const gdn_tok *x, int32_t dk, int32_t dv, f
         for (int32_t e = 0; e < dv; e++) o[e] += S[(int64_t)i * dv + e] * x->q[i];
 }
 
-void cpu_gdn_recurrent(fm_backend *be, const void *qkvv, const void *bav, const fm_bank *a_log,
-                       const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *statesv, const void *tok_seqv,
-                       const void *tok_posv, void *outv) {
+void cpu_gdn_recurrent(fm_backend *be, const void *qkvv, const void *bav, const fm_bank *a_log, const fm_bank *dt_bias,
+                       int64_t T, fm_gdn_shape g, void *statesv, const void *tok_seqv, const void *tok_posv,
+                       void *outv) {
     const int32_t *tok_seq = (const int32_t *)tok_seqv, *tok_pos = (const int32_t *)tok_posv;
     float *states = (float *)statesv, *out = (float *)outv;
     const int64_t per = fm_gdn_rec_state_elems(g), head = (int64_t)g.dk * g.dv;
@@ -223,8 +223,8 @@ void cpu_gdn_chunked(fm_backend *be, const void *qkvv, const void *bav, const fm
         float *S = final ? NULL : (float *)xmalloc((size_t)head * sizeof(float), "gdn_chunked");
 #pragma omp for schedule(static)
         for (int32_t h = 0; h < g.nv; h++)
-            chunked_head((const float *)qkvv, (const float *)bav, a_log, dt_bias, T, g, h,
-                         final ? final + h * head : S, buf, out);
+            chunked_head((const float *)qkvv, (const float *)bav, a_log, dt_bias, T, g, h, final ? final + h * head : S,
+                         buf, out);
         free(S), free(buf);
     }
     cpu_round_act(be, out, T * (int64_t)g.nv * g.dv);

@@ -259,9 +259,9 @@ static __device__ __forceinline__ uint32_t expand_lane(uint32_t codes, uint32_t 
 // gather_quantize_task for an FP4 dispatch: codes into x8 (2 bytes per lane and slot), the block scales into xs;
 // EXPAND (the small dispatch, for the decode GEMVs): also the e4m3 expansion into xg and its scale into xgs.
 template <int FMT, bool EXPAND>
-static __device__ __forceinline__ void gather_quantize_fp4_task(const __nv_bfloat16 *x, int64_t H, int32_t k,
-                                                                int64_t P, int64_t t, int64_t grp, int32_t slot,
-                                                                float ts, const fm_dispatch_bufs &b) {
+static __device__ __forceinline__ void gather_quantize_fp4_task(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P,
+                                                                int64_t t, int64_t grp, int32_t slot, float ts,
+                                                                const fm_dispatch_bufs &b) {
     const int lane = threadIdx.x & 31;
     const int64_t Hp = (H + 127) / 128 * 128;
     float v[4];
@@ -407,8 +407,7 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
         const int64_t t = task / G;
         if (FMT == FM_W4A8_DISPATCH_E4M3)
-            gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs,
-                                       b.xsum);
+            gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs, b.xsum);
         else gather_quantize_fp4_task<FMT, true>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, ts, b);
     }
 }
@@ -424,12 +423,17 @@ void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, co
     if (T == 0) return;
     const int32_t t32 = (int32_t)T;
     if (b->fmt == FM_W4A8_DISPATCH_MX)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX>
+            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     else if (b->fmt == FM_W4A8_DISPATCH_NV)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV>
+            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     else if (b->xsum)
-        dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
-    else dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3><<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3>
+            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+    else
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3>
+            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     FM_LAUNCH_CHECK("moe_dispatch_small");
 }
 

@@ -21,11 +21,11 @@
 typedef struct fm_dispatch_bufs {
     int32_t *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
     fm_w4a8_tile *tiles;
-    int32_t fmt; // fm_w4a8_dispatch (w4a8_workspace.h): what x8 and xs hold
-    uint8_t *x8; // [P][pad128(H)] e4m3; FP4: [P][pad128(H) / 2] E2M1, element 2i in the low nibble
-    float *xs;   // [pad128(H) / 128][P] fp32; FP4: the same places as words of block scales, 4 bytes each (MX: the
-                 // 4 UE8M0 bytes of the group, block b in byte b) or 8 (NV: 8 e4m3 bytes)
-    float *xsum; // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
+    int32_t fmt;    // fm_w4a8_dispatch (w4a8_workspace.h): what x8 and xs hold
+    uint8_t *x8;    // [P][pad128(H)] e4m3; FP4: [P][pad128(H) / 2] E2M1, element 2i in the low nibble
+    float *xs;      // [pad128(H) / 128][P] fp32; FP4: the same places as words of block scales, 4 bytes each (MX: the
+                    // 4 UE8M0 bytes of the group, block b in byte b) or 8 (NV: 8 e4m3 bytes)
+    float *xsum;    // as xs: each group's sum, scale x (sum of its codes), for int4-zp banks; or NULL
     uint32_t *amax; // NV: [0] the amax word (finite |x|, as fp32 bits), [1] the tensor scale (fp32) after it
     uint8_t *xg;    // FP4, small dispatch only: the e4m3 expansion the decode GEMVs read, as x8 of an e4m3
     float *xgs;     // dispatch, and its group scales as xs (the grouped GEMM's expansion, done here for them)

@@ -184,8 +184,8 @@ static __device__ __forceinline__ void cp_async8(uint32_t dst, const void *src, 
 // [BNT][64] code bytes then [BNT][8] scale bytes).
 template <int WK, int BNT, int AF>
 static __device__ __forceinline__ void load_stage(const gemm_params &p, const stage_loader &l, int64_t grp,
-                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem,
-                                                  uint8_t *wsc_smem, uint8_t *raw) {
+                                                  uint8_t *xs_smem, float *sc_smem, float *sum_smem, uint8_t *wsc_smem,
+                                                  uint8_t *raw) {
     if (AF != FM_W4A8_DISPATCH_E4M3) {
         const uint32_t rb = smem_u32(raw);
         if ((int)threadIdx.x < BNT * 4) cp_async16(rb + l.dst[0], l.src[0] + grp * 64, l.bytes[0]);
@@ -566,8 +566,8 @@ static __global__ __launch_bounds__(THREADS,
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2],
-                                    sum_smem[WK == WK_INT4_ZP ? st2 : 0], wsc_smem[st2], raw_smem[AF ? st2 : 0]);
+            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+                                    wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
         if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
             expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
@@ -741,8 +741,8 @@ static __global__ __launch_bounds__(THREADS,
         cp_async_wait_1();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + 2 < KG)
-            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2],
-                                    sum_smem[WK == WK_INT4_ZP ? st2 : 0], wsc_smem[st2], raw_smem[AF ? st2 : 0]);
+            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
+                                    wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
         if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
             expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
