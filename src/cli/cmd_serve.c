@@ -30,7 +30,8 @@ static const char *HELP =
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
     "  --port-file FILE         write the port there once listening\n"
     "  --synthetic NAME         serve synthetic weights at the shapes of a real checkpoint (qwen3-30b-a3b,\n"
-    "                           mixtral-8x7b, toy-moe) instead of --model: no tokenizer, so prompts are token ids\n"
+    "                           mixtral-8x7b, toy-moe; qwen3-next-80b-a3b, toy-next on the cpu backend) instead\n"
+    "                           of --model: no tokenizer, so prompts are token ids\n"
     "                           (/v1/completions); for benchmarks. --ctx defaults to 4096 there\n"
     "\n" CLI_MODEL_HELP;
 
