@@ -349,14 +349,34 @@ static void run_recurrent(const problem *p, cudaStream_t s) {
     FM_LAUNCH_CHECK("gdn recurrent");
 }
 
-static void run_chunked(const problem *p, cudaStream_t s) {
-    run_prep(p, s);
+static void run_intra(const problem *p, cudaStream_t s) {
     const int64_t n_chunks = (p->T + CH - 1) / CH;
     intra_kernel<<<dim3((unsigned)n_chunks, p->H), 256, INTRA_SMEM, s>>>(p->d_qn, p->d_kn, p->d_v, p->d_g, p->d_beta,
                                                                          p->T, p->H, p->Hk, p->cs);
     FM_LAUNCH_CHECK("gdn intra");
+}
+
+static void run_state(const problem *p, cudaStream_t s) {
     state_kernel<<<dim3(DV / 32, p->H), 128, STATE_SMEM, s>>>(p->cs, p->T, p->H, p->d_state, p->d_o);
     FM_LAUNCH_CHECK("gdn state");
+}
+
+static void run_chunked(const problem *p, cudaStream_t s) {
+    run_prep(p, s);
+    run_intra(p, s);
+    run_state(p, s);
+}
+
+// what time_median launches: a whole form, or one kernel of the chunked form (its inputs left by a whole run)
+typedef enum { PART_RECURRENT, PART_CHUNKED, PART_PREP, PART_INTRA, PART_STATE } part;
+static const char *part_name[] = {"recurrent", "chunked", "  l2norm", "  intra", "  state"};
+
+static void run_part(const problem *p, part w, cudaStream_t s) {
+    if (w == PART_RECURRENT) run_recurrent(p, s);
+    else if (w == PART_CHUNKED) run_chunked(p, s);
+    else if (w == PART_PREP) run_prep(p, s);
+    else if (w == PART_INTRA) run_intra(p, s);
+    else run_state(p, s);
 }
 
 // the recurrence in float64 on the host: o [T][H][DV], state [H][DK][DV] (from s0)
@@ -420,15 +440,15 @@ static void check(const problem *p, bool chunked, const double *o_ref, const dou
     free(o), free(st);
 }
 
-static float time_median(const problem *p, bool chunked, cudaStream_t s, int samples) {
-    for (int i = 0; i < 2; i++) chunked ? run_chunked(p, s) : run_recurrent(p, s);
+static float time_median(const problem *p, part w, cudaStream_t s, int samples) {
+    for (int i = 0; i < 2; i++) run_part(p, w, s);
     cudaEvent_t a, b;
     FM_CUDA_CHECK(cudaEventCreate(&a));
     FM_CUDA_CHECK(cudaEventCreate(&b));
     float *ms = (float *)malloc((size_t)samples * 4);
     for (int i = 0; i < samples; i++) {
         FM_CUDA_CHECK(cudaEventRecord(a, s));
-        chunked ? run_chunked(p, s) : run_recurrent(p, s);
+        run_part(p, w, s);
         FM_CUDA_CHECK(cudaEventRecord(b, s));
         FM_CUDA_CHECK(cudaEventSynchronize(b));
         FM_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
@@ -493,7 +513,7 @@ int main(int argc, char **argv) {
 
     // timing: Qwen3-Next-80B-A3B's linear attention (32 v-heads, 16 k-heads, dk = dv = 128), one layer, one
     // sequence; FLOPs counted as the chunked form does them
-    printf("\ntiming (CUDA events, median of 10; state reset not included):\n");
+    printf("\ntiming (CUDA events, median of 10; state reset not included; the chunked form's three kernels apart):\n");
     printf("  %-7s %-10s %9s %9s\n", "T", "form", "ms", "TFLOP/s");
     static const int64_t Ts[] = {1, 2048, 8192};
     for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
@@ -502,11 +522,13 @@ int main(int argc, char **argv) {
         FM_CUDA_CHECK(cudaMemset(p.d_state, 0, (size_t)p.H * DK * DV * 4));
         const double chunks = (double)((p.T + CH - 1) / CH) * p.H;
         const double fl = chunks * (4.0 * CH * CH * DK * 2 + 3.0 * CH * DK * DV * 2);
-        for (int form = 0; form < 2; form++) {
-            if (form == 0 && p.T > 2048) continue; /* the recurrent form at T = 8192: minutes of nothing new */
-            const float ms = time_median(&p, form == 1, s, 10);
-            printf("  %-7lld %-10s %9.4f %9.2f\n", (long long)p.T, form ? "chunked" : "recurrent", ms,
-                   fl / (ms * 1e-3) / 1e12);
+        for (int w = PART_RECURRENT; w <= PART_STATE; w++) {
+            if (w == PART_RECURRENT && p.T > 2048)
+                continue; /* the recurrent form at T = 8192: minutes of nothing new */
+            const float ms = time_median(&p, (part)w, s, 10);
+            printf("  %-7lld %-10s %9.4f", (long long)p.T, part_name[w], ms);
+            if (w <= PART_CHUNKED) printf(" %9.2f", fl / (ms * 1e-3) / 1e12);
+            printf("\n");
         }
         problem_free(&p);
     }
