@@ -26,15 +26,16 @@ static void rope_head(float *x, int32_t half, const float *cosv, const float *si
     }
 }
 
-void cpu_qk_norm_rope(fm_backend *be, void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm,
-                      const fm_bank *k_norm, float eps, int64_t pos0, const void *posv, double theta) {
-    const int32_t *pos = (const int32_t *)posv;
-    float *qkv = (float *)qkvv;
+/* Per-head q/k RMSNorm, then rotate-half RoPE over the first rot_dim dims of each q and k head (pairs (j, j + rot_dim /
+ * 2), inv_freq as transformers computes it: 1 / theta^(2j / rot_dim) in fp32), in place on qkv [T][(nh + 2 nkv) hd];
+ * rot_dim = hd for full RoPE, less for partial rotary (Qwen3-Next). No activation rounding. */
+void cpu_norm_rope_rows(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim,
+                        const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, const int32_t *pos,
+                        double theta) {
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
-    const int32_t half = hd / 2;
-    /* inv_freq as transformers computes it: 1 / theta^(2i/d) in fp32 */
-    float *inv_freq = (float *)malloc((size_t)half * sizeof(float));
-    for (int32_t i = 0; i < half; i++) inv_freq[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)hd);
+    const int32_t half = rot_dim / 2;
+    float *inv_freq = (float *)malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
+    for (int32_t i = 0; i < half; i++) inv_freq[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)rot_dim);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; t++) {
         float cosv[half > 0 ? half : 1], sinv[half > 0 ? half : 1];
@@ -53,6 +54,13 @@ void cpu_qk_norm_rope(fm_backend *be, void *qkvv, int64_t T, int32_t nh, int32_t
         }
     }
     free(inv_freq);
+}
+
+void cpu_qk_norm_rope(fm_backend *be, void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm,
+                      const fm_bank *k_norm, float eps, int64_t pos0, const void *posv, double theta) {
+    float *qkv = (float *)qkvv;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    cpu_norm_rope_rows(qkv, T, nh, nkv, hd, hd, q_norm, k_norm, eps, pos0, (const int32_t *)posv, theta);
     for (int64_t t = 0; t < T; t++) cpu_round_act(be, qkv + t * ld, (int64_t)(nh + nkv) * hd);
 }
 

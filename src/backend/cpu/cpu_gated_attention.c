@@ -6,33 +6,15 @@
 
 #include "backend/cpu/cpu_internal.h"
 
-static void rms_head(float *x, int32_t hd, const float *w, float eps) {
-    float ss = 0.0f;
-    for (int32_t i = 0; i < hd; i++) ss += x[i] * x[i];
-    const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
-    for (int32_t i = 0; i < hd; i++) x[i] = w[i] * (x[i] * inv);
-}
-
 void cpu_gated_qk_norm_rope(fm_backend *be, const void *qgv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                             int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0,
                             const void *posv, double theta, void *qkvv, void *gatev) {
-    const int32_t *pos = (const int32_t *)posv;
     const float *qg = (const float *)qgv;
     float *qkv = (float *)qkvv, *gate = (float *)gatev;
     const int64_t ld_in = (int64_t)(2 * nh + 2 * nkv) * hd, ld = (int64_t)(nh + 2 * nkv) * hd;
-    const int32_t half = rot_dim / 2;
-    /* inv_freq as transformers computes it over the rotary dims: 1 / theta^(2i / rot_dim) in fp32 */
-    float *inv_freq = (float *)malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
-    for (int32_t i = 0; i < half; i++) inv_freq[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)rot_dim);
+    /* the split: per head hd query rows then hd gate rows, then k and v as they are */
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; t++) {
-        float cosv[half > 0 ? half : 1], sinv[half > 0 ? half : 1];
-        const float p = (float)(pos ? (int64_t)pos[t] : pos0 + t);
-        for (int32_t j = 0; j < half; j++) {
-            const float f = p * inv_freq[j];
-            cosv[j] = cosf(f);
-            sinv[j] = sinf(f);
-        }
         const float *in = qg + t * ld_in;
         float *row = qkv + t * ld;
         for (int32_t h = 0; h < nh; h++) {
@@ -41,18 +23,8 @@ void cpu_gated_qk_norm_rope(fm_backend *be, const void *qgv, int64_t T, int32_t 
                    (size_t)hd * sizeof(float));
         }
         memcpy(row + (int64_t)nh * hd, in + (int64_t)2 * nh * hd, (size_t)(2 * nkv) * (size_t)hd * sizeof(float));
-        for (int32_t h = 0; h < nh + nkv; h++) {
-            float *x = row + (int64_t)h * hd;
-            const fm_bank *norm = h < nh ? q_norm : k_norm;
-            if (norm) rms_head(x, hd, norm->w, eps);
-            for (int32_t j = 0; j < half; j++) { /* rotate-half inside the rotary dims */
-                const float a = x[j], b = x[j + half];
-                x[j] = a * cosv[j] - b * sinv[j];
-                x[j + half] = b * cosv[j] + a * sinv[j];
-            }
-        }
     }
-    free(inv_freq);
+    cpu_norm_rope_rows(qkv, T, nh, nkv, hd, rot_dim, q_norm, k_norm, eps, pos0, (const int32_t *)posv, theta);
     cpu_round_act(be, qkv, T * ld);
     cpu_round_act(be, gate, T * (int64_t)nh * hd);
 }

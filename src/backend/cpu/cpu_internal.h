@@ -46,6 +46,9 @@ void cpu_round_act(const fm_backend *be, float *x, int64_t n);
 void cpu_embed(fm_backend *be, const fm_bank *table, const void *ids, int64_t T, void *out);
 void cpu_rmsnorm(fm_backend *be, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps, void *out);
 void cpu_linear(fm_backend *be, const fm_bank *w, int32_t idx, const void *x, int64_t M, fm_afmt afmt, void *y);
+void cpu_norm_rope_rows(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim,
+                        const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0, const int32_t *pos,
+                        double theta);
 void cpu_qk_norm_rope(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm,
                       const fm_bank *k_norm, float eps, int64_t pos0, const void *pos, double theta);
 void cpu_attention(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out);
