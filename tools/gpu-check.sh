@@ -31,7 +31,7 @@ FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops --rout
 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops --route w8a8.gemv_max_m=16 \
     >"$out/gpu_ops_gemv16.log" 2>&1; ops_gemv16_rc=$?
 # the W4A8 MoE on each tile height at every T (the default picks 16 below 32 rows per expert, 64 above); the
-# 'test_moe_w4a8*' runs here take the FP4 dispatch cases too (test_moe_w4a8_fp4, test_moe_w4a8_fp4_small)
+# 'test_moe_w4a8*' runs here take the small FP4 dispatch cases too (test_moe_w4a8_fp4_small; the large ones, test_moe_fp4_large, run above)
 for tile in 16 64; do
     FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.tile=$tile \
         >"$out/gpu_ops_tile$tile.log" 2>&1

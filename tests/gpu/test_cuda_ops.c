@@ -837,8 +837,9 @@ static void test_moe_w4a8(void **s) {
    chip; the decode GEMVs read the dispatch's own expansion) against the CPU emulation of the same expansion, with the
    bound of the e4m3 dispatch; the dispatch buffer byte for byte the CPU codec's. T = 1, 7, 300, 4096, an expert with
    every row and one with none (skewed), widths that are and are not multiples of 128, Qwen3 widths at decode sizes
-   (GEMVs) and at 300. Named test_moe_w4a8_* so that gpu-check's route-forced runs (tile 16/64, moe.gemv=off and =64,
-   w4a8.kernel=mma, memcheck) take it too. */
+   (GEMVs) and at 300. The small shapes are named test_moe_w4a8_* so that gpu-check's route-forced runs (tile 16/64,
+   moe.gemv=off and =64, memcheck) take them too; the large ones (test_moe_fp4_large: about a minute of CPU reference
+   and bank building per run) run on the default routes and on w4a8.kernel=mma only. */
 static const fm_dispatch fp4_dispatches[] = {FM_DISPATCH_MXFP4, FM_DISPATCH_NVFP4};
 
 /* the small shapes (compute-sanitizer runs these alone) */
@@ -852,7 +853,7 @@ static void test_moe_w4a8_fp4_small(void **s) {
         }
 }
 
-static void test_moe_w4a8_fp4(void **s) {
+static void test_moe_fp4_large(void **s) {
     (void)s;
     const fm_wformat f = FM_W_INT4_G128_TC;
     for (int di = 0; di < 2; di++) {
@@ -876,7 +877,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_w4a8),
         cmocka_unit_test(test_moe_w4a8_fp4_small),
-        cmocka_unit_test(test_moe_w4a8_fp4),
+        cmocka_unit_test(test_moe_fp4_large),
         cmocka_unit_test(test_linear_w8a8),
         cmocka_unit_test(test_linear_w8a8_sequence),
         cmocka_unit_test(test_paged_attention),
