@@ -8,7 +8,8 @@
  *     int4-zp-tc, e4m3-block banks: every array of a bank goes through the slot copy);
  *   - the memory plan: the experts move to host memory, the pool is S x slot bytes; a cache smaller than one layer's
  *     experts is refused with the numbers; auto keeps the experts on the device when the plan fits;
- *   - the command line: --experts-in, --expert-slots, --expert-policy, their errors, the cuda refusal, the stats line
+ *   - the command line: --experts-in, --expert-slots, --expert-policy, their errors, the cuda refusal of presets
+ *     other than fp8 and fp4 (the GPU's expert cache: tests/gpu/test_cuda_offload.c), the stats line
  *     of perplexity and the plan of inspect. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -367,9 +368,12 @@ static void load_refusals(void **s) {
     opt.experts_in = FM_EXPERTS_DEVICE, opt.expert_slots = 16;
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "--expert-slots sizes the expert cache of --experts-in host"));
-    opt.experts_in = FM_EXPERTS_HOST, opt.expert_slots = 0, opt.backend = "cuda";
+    /* cuda keeps int4-tc experts in host memory (the fp8 and fp4 presets): refused before the GPU is asked */
+    opt.experts_in = FM_EXPERTS_HOST, opt.expert_slots = 0, opt.backend = "cuda", opt.preset = FM_PRESET_INT4;
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "--experts-in host: the cuda backend cannot keep experts in host memory yet"));
+    assert_non_null(strstr(err.msg, "--experts-in host: the cuda backend keeps experts in host memory for the fp8 "
+                                    "and fp4 presets (int4-g128-tc experts); preset int4 has int4-g128 experts"));
+    opt.preset = FM_PRESET_FP8;
     /* cpu, auto: device (no limit there) */
     opt.experts_in = FM_EXPERTS_AUTO, opt.backend = "cpu";
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_OK);
@@ -477,7 +481,8 @@ static void cli_flags(void **s) {
     expect_exit(fp8moe("%s --experts-in host --expert-policy mru", ppl), 2, "--expert-policy must be lru or lfu");
     expect_exit(fp8moe("%s --experts-in host --expert-slots 4", ppl), 2,
                 "--expert-slots 4 is fewer than one layer's 16 experts");
-    expect_exit(fp8moe("%s --backend cuda --experts-in host", ppl), 1, "--experts-in host: the cuda backend");
+    expect_exit(fp8moe("%s --backend cuda --experts-in host --preset ref", ppl), 1,
+                "--experts-in host: the cuda backend keeps experts in host memory for the fp8 and fp4 presets");
     assert_int_equal(fp8moe("perplexity --help"), 0);
     assert_non_null(strstr(cli_out, "--experts-in W"));
     assert_non_null(strstr(cli_out, "--expert-slots N"));

@@ -31,7 +31,8 @@ FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops --rout
 FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops --route w8a8.gemv_max_m=16 \
     >"$out/gpu_ops_gemv16.log" 2>&1; ops_gemv16_rc=$?
 # the W4A8 MoE on each tile height at every T (the default picks 16 below 32 rows per expert, 64 above); the
-# 'test_moe_w4a8*' runs here take the small FP4 dispatch cases too (test_moe_w4a8_fp4_small; the large ones, test_moe_fp4_large, run above)
+# 'test_moe_w4a8*' runs here take the small FP4 dispatch cases too (test_moe_w4a8_fp4_small; the large ones,
+# test_moe_fp4_large, run above)
 for tile in 16 64; do
     FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.tile=$tile \
         >"$out/gpu_ops_tile$tile.log" 2>&1
@@ -55,6 +56,7 @@ timeout 300 ./build/tests/gpu/test_cuda_generate >"$out/gpu_generate.log" 2>&1; 
 timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; prequant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_offload >"$out/gpu_offload.log" 2>&1; offload_rc=$?
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
@@ -63,6 +65,12 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     FM_TEST_FILTER='test_moe_w4a8*' compute-sanitizer --tool memcheck --error-exitcode 3 \
         ./build/tests/gpu/test_cuda_ops --route w4a8.kernel=mma >"$out/memcheck_mma.log" 2>&1
     m="$m, W4A8 mma.sync $?"
+    FM_TEST_FILTER='test_cache_small' compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_offload \
+        >"$out/memcheck_offload.log" 2>&1
+    m="$m, expert cache $?"
+    FM_TEST_FILTER='test_cache_small' compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_offload \
+        >"$out/racecheck_offload.log" 2>&1
+    m="$m, expert cache racecheck $?"
     # cuBLASLt's own kernels (nvjet_*, the W8A8 GEMMs) synchronise through mbarriers, which racecheck does not
     # model: it reports hazards inside them (bench/NOTES.md, 2026-11-30). Excluding them by name made the sanitizer
     # fail internally, so every kernel is checked and the hazards are counted apart: ours must be zero.
@@ -101,4 +109,5 @@ echo "| generation: cached steps vs prefill, graphs = launches, ref32 greedy = t
 echo "| pre-quantized banks: ops (int4-zp, int4-zp-tc, e4m3-block) | rc $prequant_rc, $(grep -c ' err ' "$out/gpu_prequant.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_prequant.log" | sort -g -k2 | tail -1) |"
 echo "| pre-quantized checkpoints: GPU vs CPU emulation, whole model | rc $prequant_models_rc, $(grep -c 'vs cpu emulation' "$out/gpu_prequant_models.log") runs, worst cos $(grep -oE 'emulation: cos [0-9.]+' "$out/gpu_prequant_models.log" | awk '{print $3}' | sort -g | head -1) |"
 echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"
+echo "| experts in host memory: device residency = reference, pool moe = device banks, models bit-identical | rc $offload_rc, $(grep -c 'as the reference' "$out/gpu_offload.log") cache cases, $(grep -c 'bit-identical;' "$out/gpu_offload.log") model cases |"
 echo "| sanitizers | $san |"

@@ -184,11 +184,13 @@ typedef struct fm_backend_ops {
      *   only expert_fetch reads it; bank_free and bank_bytes take it.
      * expert_cache_create: the pool (two banks of n_slots matrices in backend memory, shaped and formatted like every
      *   layer's gate_up and down banks, which must all agree: FM_ERR_UNSUPPORTED naming the layer otherwise), an
-     *   empty slot table, a slot-id buffer of max_ids int32 in backend memory; *pool_gate_up and *pool_down are the
-     *   pool banks to give the moe op, *slot_ids the buffer expert_fetch writes (all owned by the cache).
-     * expert_fetch: for layer `layer`, routed expert ids ids[0..P) (int32 in backend memory, each in [0, E)) to slot
-     *   ids slot_ids[0..P): every needed expert resident first, as backend/expert_residency.h defines. Stream-ordered
-     *   like every op (cuda: device kernels reading the ids and the table on the device, no host synchronisation).
+     *   empty slot table, a slot-id buffer of max_ids int32 in backend memory or NULL (the views above);
+     *   *pool_gate_up and *pool_down are the pool banks to give the moe op, *slot_ids the buffer expert_fetch writes
+     *   (all owned by the cache).
+     * expert_fetch: for layer `layer`, routed expert ids ids[0..P) (int32 in backend memory, each in [0, E)): every
+     *   needed expert resident, as backend/expert_residency.h defines, then slot ids slot_ids[0..P) or the views'
+     *   slot table. Stream-ordered like every op (cuda: device kernels reading the ids and the table on the device,
+     *   no host synchronisation: graph-safe).
      * expert_cache_stats: the counters since creation (waits for the device).
      * expert_cache_free: the pool, the table and the slot ids (not the host banks). */
     fm_status (*bank_create_host)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
@@ -325,5 +327,14 @@ void *fm_cuda_backend_stream(fm_backend *be);
  * (1 for MX). Synchronises. False on another backend, dispatch format or a build without CUDA. */
 bool fm_cuda_moe_dispatch_read(fm_backend *be, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I, uint8_t *codes,
                                uint8_t *scales, float *tensor_scale);
+/* Op tests: the CUDA expert cache's table after the fetches so far: slot_of [n_layers * E] (the slot of each
+ * (layer, expert), -1 when not resident) and owner [S] (layer * E + expert held by each slot, -1 when empty), as
+ * backend/expert_residency.h keeps them. Synchronises. FM_ERR_BACKEND on a build without CUDA. */
+/* Benchmarks: the host link as the CUDA expert cache uses it, `bytes` from pinned host memory into GPU memory, in
+ * GB/s: by the DMA engines (cudaMemcpyAsync) and by the cache's copy kernel reading mapped host memory (the floor of
+ * a miss). FM_ERR_BACKEND without CUDA. */
+fm_status fm_cuda_host_link(size_t bytes, double *dma_gbps, double *mapped_gbps, fm_error *err);
+fm_status fm_cuda_expert_cache_table(fm_backend *be, const fm_expert_cache *c, int32_t *slot_of, int32_t *owner,
+                                     fm_error *err);
 
 #endif

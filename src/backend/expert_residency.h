@@ -43,4 +43,17 @@ void fm_residency_free(fm_residency *r);
 void fm_residency_fetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *slots,
                         int32_t *copy_expert, int32_t *copy_slot, int32_t *n_copies);
 
+/* Bytes of a device backend's table (cuda: backend/cuda/expert_cache.cu, one allocation; the memory plan counts it
+ * in the expert pool): slot_of and uses [L * E] 4 bytes each, owner [S] 4 and last_use [S] 8 bytes, the copy list
+ * and the layer's slot table [E] x 3 of 4 bytes, 4 counters of 8 bytes and the copy count, each part 256-byte
+ * aligned. */
+static inline size_t fm_expert_device_table_bytes(int32_t n_layers, int32_t n_experts, int32_t n_slots) {
+    const size_t keys = (size_t)n_layers * (size_t)n_experts, S = (size_t)n_slots, E = (size_t)n_experts;
+#define FM_A256(b) (((b) + 255) / 256 * 256)
+    const size_t bytes =
+        FM_A256(keys * 4) * 2 + FM_A256(S * 4) + FM_A256(S * 8) + FM_A256(E * 4) * 3 + FM_A256(32) + FM_A256(4);
+#undef FM_A256
+    return bytes;
+}
+
 #endif

@@ -35,10 +35,13 @@ static const char *HELP =
     "  --json FILE        also write the results as JSON\n"
     "  --backend B        cuda (default) or cpu\n"
     "  --route KEY=VALUE  force a kernel route (repeatable; `fp8moe inspect --routes`)\n" BENCH_ROUTING_HELP
-    "  --experts-in W     device (default), host (experts in host memory behind an expert cache; cpu only for\n"
-    "                     now) or auto; then each row also gives the cache's hit rate over the timed steps and\n"
-    "                     the bytes copied from host memory per step\n"
+    "  --experts-in W     device (default), host (experts in host memory behind an expert cache; on cuda the\n"
+    "                     fp8 and fp4 presets) or auto (host when the model does not fit); then each row also\n"
+    "                     gives the cache's hit rate over the timed steps, the bytes copied from host memory\n"
+    "                     per step and their floor at the host link's bandwidth, measured in the same run\n"
     "  --expert-slots N   slots of the expert cache (default: from the memory plan)\n"
+    "  --vram-limit BYTES plan as if the GPU had this much memory (8G, 12Gi, bytes): with --experts-in host or\n"
+    "                     auto, the expert cache gets what the rest leaves\n"
     "  --expert-policy P  lru (default) or lfu\n"
     "  -v, --verbose      progress on stderr\n";
 
@@ -52,7 +55,8 @@ enum {
     OPT_ROUTING,
     OPT_EXPERTS_IN,
     OPT_EXPERT_SLOTS,
-    OPT_EXPERT_POLICY
+    OPT_EXPERT_POLICY,
+    OPT_VRAM_LIMIT
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -64,6 +68,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
                                             {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS},
                                             {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
+                                            {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -211,6 +216,7 @@ int cmd_bench_decode(int argc, char **argv) {
     const char *routing = NULL;
     fm_experts_in experts_in = FM_EXPERTS_DEVICE;
     fm_expert_policy policy = FM_EXPERT_LRU;
+    int64_t vram_limit = 0;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
         const int c = bench_common_option(cmd, o, optarg, &b);
@@ -250,6 +256,9 @@ int cmd_bench_decode(int argc, char **argv) {
             if (!fm_expert_policy_parse(optarg, &policy))
                 return cli_usage(cmd, "--expert-policy must be lru or lfu, got '%s'", optarg);
             break;
+        case OPT_VRAM_LIMIT:
+            if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &vram_limit)) return CLI_USAGE;
+            break;
         default: return cli_usage(cmd, "unknown option");
         }
     }
@@ -264,6 +273,7 @@ int cmd_bench_decode(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     mo.opt.experts_in = experts_in, mo.opt.expert_slots = (int32_t)slots, mo.opt.expert_policy = policy;
+    mo.opt.vram_limit = vram_limit;
     mo.opt.synthetic_routing = routing;
     mo.opt.backend = b.backend, mo.opt.n_layers = (int32_t)layers, mo.opt.routes = bench_routes(&b);
     mo.opt.n_threads = (int32_t)b.threads;
@@ -291,15 +301,29 @@ int cmd_bench_decode(int argc, char **argv) {
     }
     bool any_host = false;
     for (int i = 0; i < np * nb; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
+    double dma_gbps = 0, link_gbps = 0;
+    if (any_host && cuda) { /* the floor of the misses: their bytes at the host link's rate, measured now */
+        fm_error lerr = {{0}};
+        if (fm_cuda_host_link((size_t)256 << 20, &dma_gbps, &link_gbps, &lerr))
+            fprintf(stderr, "%s: host link not measured: %s\n", cmd, lerr.msg);
+        else
+            printf("\nhost link, 256 MiB from pinned host memory: %.1f GB/s by the expert cache's copy kernel "
+                   "(mapped reads), %.1f GB/s by cudaMemcpy\n",
+                   link_gbps, dma_gbps);
+    }
     if (any_host) {
-        printf("\nexpert cache over the timed steps (%s):\n\n| preset | batch | slots | hit rate | MB copied / step |\n"
-               "|---|---:|---:|---:|---:|\n",
-               fm_expert_policy_name(policy));
+        char lim[64] = "";
+        if (vram_limit > 0) snprintf(lim, sizeof lim, ", --vram-limit %.2f GiB", (double)vram_limit / (1 << 30));
+        printf("\nexpert cache over the timed steps (%s%s):\n\n| preset | batch | slots | hit rate | MB copied / step "
+               "| link floor ms / step | expert fetch ms (stage) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+               fm_expert_policy_name(policy), lim);
         for (int i = 0; i < np * nb; i++) {
             const decode_row *r = &rows[i];
             if (r->status == BENCH_OK && r->host)
-                printf("| %s | %lld | %d | %.2f%% | %.3f |\n", r->preset, (long long)r->batch, r->slots,
-                       100.0 * r->hit_rate, r->copied_per_step / 1e6);
+                printf("| %s | %lld | %d | %.2f%% | %.3f | %.3f | %.3f |\n", r->preset, (long long)r->batch, r->slots,
+                       100.0 * r->hit_rate, r->copied_per_step / 1e6,
+                       link_gbps > 0 ? r->copied_per_step / (link_gbps * 1e9) * 1e3 : 0.0,
+                       r->prof.stage_ms[FM_STAGE_FETCH]);
         }
     }
     printf("\nper stage, one step without a graph (device time between stage marks, ms):\n\n| preset | batch |");
@@ -323,6 +347,11 @@ int cmd_bench_decode(int argc, char **argv) {
         cJSON_AddStringToObject(root, "routes", b.routes);
         cJSON_AddStringToObject(root, "routing", routing ? routing : "uniform");
         cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(experts_in));
+        cJSON_AddNumberToObject(root, "vram_limit", (double)vram_limit);
+        if (link_gbps > 0) {
+            cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
+            cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
+        }
         cJSON_AddStringToObject(root, "expert_policy", fm_expert_policy_name(policy));
         cJSON *arr = cJSON_AddArrayToObject(root, "rows");
         for (int i = 0; i < np * nb; i++) {

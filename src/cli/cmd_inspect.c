@@ -435,7 +435,9 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
         printf(", %d slots of %s (%d experts in %d layers), %s in host memory%s", p.expert_slots,
                fm_mem_format(p.expert_slot_bytes, b1, sizeof b1), p.n_experts * p.n_moe_layers, p.n_moe_layers,
                fm_mem_format(p.host_experts, b2, sizeof b2),
-               cuda ? " (the cuda backend refuses --experts-in host for now; the cpu backend emulates it)" : "");
+               cuda && a->preset != FM_PRESET_FP8 && a->preset != FM_PRESET_FP4
+                   ? " (the cuda backend keeps experts in host memory for the fp8 and fp4 presets only)"
+                   : "");
     printf("\n");
     if (!cuda) {
         if (a->vram_limit > 0) printf("(--vram-limit applies to the cuda backend)\n");

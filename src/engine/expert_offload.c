@@ -8,8 +8,8 @@
 struct fm_expert_offload {
     fm_expert_cache *cache;
     const fm_bank *pool_gate_up, *pool_down; /* the banks the moe op runs on: S slots */
-    void *slot_ids;                          /* int32 [tokens x top-k] in backend memory: what the moe op reads */
-    fm_bank **gate_up, **down;               /* [n_layers] the host banks (NULL for a dense layer) */
+    void *slot_ids; /* int32 [tokens x top-k] in backend memory: what the moe op reads; NULL: the routed ids */
+    fm_bank **gate_up, **down; /* [n_layers] the host banks (NULL for a dense layer) */
     int32_t n_slots;
     size_t slot_bytes;
 };
@@ -55,7 +55,8 @@ fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_
     fm_expert_offload *x = m->experts;
     if (!x) return (fm_moe_experts){L->gate_up, L->down, ids};
     m->be->ops->expert_fetch(m->be, x->cache, l, ids, P);
-    return (fm_moe_experts){x->pool_gate_up, x->pool_down, x->slot_ids};
+    /* no slot-id buffer: the pool banks take the routed ids as they are (cuda: views through a slot table) */
+    return (fm_moe_experts){x->pool_gate_up, x->pool_down, x->slot_ids ? x->slot_ids : ids};
 }
 
 bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out) {

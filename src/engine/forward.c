@@ -110,8 +110,8 @@ void fm_forward_buffers_free(fm_model *m) {
 }
 
 const char *fm_stage_name(fm_stage st) {
-    static const char *const names[FM_STAGE_COUNT] = {"attention projections", "attention", "routing", "experts",
-                                                      "other"};
+    static const char *const names[FM_STAGE_COUNT] = {"attention projections", "attention", "routing",
+                                                      "expert fetch",          "experts",   "other"};
     return (unsigned)st < FM_STAGE_COUNT ? names[st] : "?";
 }
 
@@ -256,6 +256,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
             tick(tm, FM_STAGE_ROUTING);
             /* experts in host memory: the pool's slots, the routed experts made resident first */
             const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
+            if (m->experts) tick(tm, FM_STAGE_FETCH);
             ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert, b.y);
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h) */
                 ops->linear(be, L->shared_score, 0, b.h, T, FM_A_NATIVE, b.gates);

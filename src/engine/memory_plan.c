@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/expert_residency.h"
 #include "backend/moe_grouped_workspace.h"
 #include "backend/w4a8_workspace.h"
 #include "util/status.h"
@@ -455,12 +456,19 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
         return fm_fail(err, FM_ERR_USAGE, "--experts-in host: the model has no routed experts in its %d layers",
                        p->n_layers);
     sz s = {false};
+    const bool cuda = strcmp(p->backend, "cuda") == 0;
+    /* the cache's own memory besides its slots: cpu, the slot ids of the largest pass; cuda, the device table
+       (backend/expert_residency.h) as large as it can be (a slot per expert: a few hundred KiB at most) */
     const int32_t E = p->n_experts, all = p->n_moe_layers * E;
-    const size_t ids = to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4));
+    const size_t ids = cuda ? fm_expert_device_table_bytes(p->n_layers, E, all)
+                            : to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4));
     /* everything but the experts: what the cache comes after */
     p->host_experts = p->weights[FM_MEM_EXPERTS];
     p->weight_total -= p->weights[FM_MEM_EXPERTS];
     p->weights[FM_MEM_EXPERTS] = 0;
+    /* cuda builds each expert bank on the device, then moves it to host memory (expert_cache.cu): one layer's banks
+       (both at most: a layer's experts, E slots) beside the staging the bank's build takes */
+    if (cuda) p->load_staging = to_size(&s, add(&s, p->load_staging, mul(&s, (uint64_t)E, p->expert_slot_bytes)));
     const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
     /* the pool is allocated after the banks are loaded (their staging freed): it shares the run's side of the peak */
     const size_t rest = p->weight_total + run + ids;

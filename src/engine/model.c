@@ -248,30 +248,33 @@ static int64_t planned_tokens(const fm_options *opt) {
     return T > B ? T : B;
 }
 
+/* cuda: the expert cache keeps int4-tc banks (the fp8 and fp4 presets' experts; expert_cache.cu) */
+static fm_status host_experts_format(const fm_model *m, const fm_options *opt, fm_error *err) {
+    if (m->plan.w_expert == FM_W_INT4_G128_TC) return FM_OK;
+    return fm_fail(err, FM_ERR_UNSUPPORTED,
+                   "--experts-in %s: the cuda backend keeps experts in host memory for the fp8 and fp4 presets "
+                   "(int4-g128-tc experts); preset %s has %s experts: --preset fp8, or --backend cpu",
+                   opt->experts_in == FM_EXPERTS_AUTO ? "auto (the model does not fit)" : "host",
+                   fm_preset_name(opt->preset), fm_wformat_name(m->plan.w_expert));
+}
+
 /* Where the experts live (--experts-in, --expert-slots), resolved by the memory plan: m->experts_host and
  * m->expert_slots. cpu: host is the emulation of the expert cache, S from --expert-slots or every expert; auto is
- * device (no limit). cuda: host is refused for now (no expert cache kernels yet); auto is device when the plan fits,
- * else a refusal naming the option. */
+ * device (no limit). cuda: host takes the slots that fit beside everything else (or --expert-slots); auto is device
+ * when the plan fits, else host; the expert cache keeps int4-tc banks only (the fp8 and fp4 presets). */
 static fm_status place_experts(fm_model *m, fm_memory_plan *plan, const fm_config *cfg, const fm_options *opt,
                                size_t available, const char *source, fm_error *err) {
     const bool cuda = strcmp(plan->backend, "cuda") == 0;
     fm_status st = fm_memory_plan_place_experts(plan, cfg, opt->experts_in, opt->expert_slots, available, source, err);
     if (st) return st;
-    if (cuda && plan->experts_in == FM_EXPERTS_HOST) {
-        char need[32], av[32];
-        return fm_fail(err, FM_ERR_NOMEM,
-                       "--experts-in auto: with every expert on the GPU the model needs %s but %s is available (%s), "
-                       "and the cuda backend cannot keep experts in host memory yet; --backend cpu runs it with "
-                       "--experts-in host",
-                       fm_mem_format(plan->peak - plan->expert_pool + plan->host_experts, need, sizeof need),
-                       fm_mem_format(available, av, sizeof av), source);
-    }
+    if (cuda && plan->experts_in == FM_EXPERTS_HOST && (st = host_experts_format(m, opt, err))) return st;
     m->experts_host = plan->experts_in == FM_EXPERTS_HOST;
     m->expert_slots = plan->expert_slots;
     return FM_OK;
 }
 
 static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
+    fm_status st0;
     if (opt->vram_limit < 0)
         return fm_fail(err, FM_ERR_USAGE, "--vram-limit must be >= 0 bytes, got %lld", (long long)opt->vram_limit);
     if (opt->max_tokens < 0)
@@ -283,11 +286,7 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     if (opt->expert_slots > 0 && opt->experts_in == FM_EXPERTS_DEVICE)
         return fm_fail(err, FM_ERR_USAGE, "--expert-slots sizes the expert cache of --experts-in host (or auto)");
     const bool cuda = opt->backend && strcmp(opt->backend, "cuda") == 0;
-    if (cuda && opt->experts_in == FM_EXPERTS_HOST)
-        return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "--experts-in host: the cuda backend cannot keep experts in host memory yet (its expert cache "
-                       "is not written); --backend cpu emulates it, --experts-in device runs the model on the GPU "
-                       "when it fits");
+    if (cuda && opt->experts_in == FM_EXPERTS_HOST && (st0 = host_experts_format(m, opt, err))) return st0;
     if (!cuda && opt->experts_in != FM_EXPERTS_HOST) return FM_OK; /* cpu: auto is device, no limit */
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */

@@ -27,6 +27,7 @@
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
+#include "backend/cuda/expert_cache.cuh"
 #include "backend/cuda/moe_per_token.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/quantize.cuh"
@@ -330,6 +331,10 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     require_afmt(down, a_down, "moe");
     /* bf16 and f32 banks (ref, ref32): grouped GEMMs through cuBLAS in the activation type; int4-tc, int4-zp-tc,
        e4m3-block (fp8): the grouped W4A8 kernels; int4, int4-zp: the per-token W4A16 baseline */
+    if (gate_up->slot_of && gate_up->fmt != FM_W_INT4_G128_TC) { /* expert_cache.cu keeps int4-tc banks only */
+        fprintf(stderr, "fp8moe: moe: an expert cache's pool of %s banks\n", fm_wformat_name(gate_up->fmt));
+        abort();
+    }
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          a_dispatch, (bf16 *)out);
@@ -386,12 +391,12 @@ static const fm_backend_ops cuda_ops = {
     .bank_create = fm_cuda_bank_create,
     .bank_free = fm_cuda_bank_free,
     .bank_bytes = fm_cuda_bank_bytes,
-    /* experts in host memory: not yet (the engine refuses --experts-in host by this backend's name) */
-    .bank_create_host = NULL,
-    .expert_cache_create = NULL,
-    .expert_fetch = NULL,
-    .expert_cache_stats = NULL,
-    .expert_cache_free = NULL,
+    /* experts in host memory (expert_cache.cu: int4-tc banks, the fp8 and fp4 presets) */
+    .bank_create_host = fm_cuda_bank_create_host,
+    .expert_cache_create = fm_cuda_expert_cache_create,
+    .expert_fetch = fm_cuda_expert_fetch,
+    .expert_cache_stats = fm_cuda_expert_cache_stats,
+    .expert_cache_free = fm_cuda_expert_cache_free,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .linear = cu_linear,

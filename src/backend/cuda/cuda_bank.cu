@@ -228,6 +228,12 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
 extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w) {
     (void)be;
     if (!w) return;
+    if (w->host) { /* expert_cache.cu: only w and scales, pinned */
+        if (w->w) FM_CUDA_CHECK(cudaFreeHost(w->w));
+        if (w->scales) FM_CUDA_CHECK(cudaFreeHost(w->scales));
+        free(w);
+        return;
+    }
     if (w->w) FM_CUDA_CHECK(cudaFree(w->w));
     if (w->scales) FM_CUDA_CHECK(cudaFree(w->scales));
     if (w->tscale) FM_CUDA_CHECK(cudaFree(w->tscale));

@@ -59,6 +59,8 @@ struct fm_bank {
     int32_t *perm;              // int4-zp, or NULL
     struct fm_lt_gemm *lt_gemm; // e4m3-tensor only
     size_t bytes;
+    bool host;              // bank_create_host: w and scales in pinned, mapped host memory (expert_cache.cu)
+    const int32_t *slot_of; // an expert cache's pool view: expert e is matrix slot_of[e] (device [n]), else NULL
 };
 
 typedef struct cuda_backend {

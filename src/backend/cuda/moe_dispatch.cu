@@ -23,7 +23,7 @@ static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, in
 // One block of MAX_EXPERTS threads: scans of the counts and of the tiles (bn rows at most) per expert
 // (Hillis-Steele in shared).
 static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn, int32_t *seg_start, int32_t *cursor,
-                                   fm_w4a8_tile *tiles, int32_t *n_tiles) {
+                                   fm_w4a8_tile *tiles, int32_t *n_tiles, const int32_t *matrix_of) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
     const int e = threadIdx.x;
     const int32_t c = e < E ? counts[e] : 0;
@@ -41,7 +41,7 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn,
     cursor[e] = 0;
     for (int32_t i = 0; i * bn < c; i++) {
         const int32_t n = c - i * bn < bn ? c - i * bn : bn;
-        fm_w4a8_tile t = {e, start + i * bn, n, 0};
+        fm_w4a8_tile t = {matrix_of ? matrix_of[e] : e, start + i * bn, n, 0};
         tiles[first_tile + i] = t;
     }
     if (e == E - 1) *n_tiles = ntl[e];
@@ -326,7 +326,8 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     const int64_t blocks = fm_ceil_div(P, 256);
     count_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(ids, P, E, b->counts);
     FM_LAUNCH_CHECK("moe_dispatch_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles);
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
+                                          b->matrix_of);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
     slot_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(
         ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
@@ -386,7 +387,7 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
         seg[e] = start;
         for (int32_t i = 0; i * bn < c; i++) {
             const int32_t n = c - i * bn < bn ? c - i * bn : bn;
-            fm_w4a8_tile t = {e, start + i * bn, n, 0};
+            fm_w4a8_tile t = {b.matrix_of ? b.matrix_of[e] : e, start + i * bn, n, 0};
             b.tiles[first_tile + i] = t;
         }
         if (e == E - 1) *b.n_tiles = ntl[e];

@@ -29,6 +29,7 @@ typedef struct fm_dispatch_bufs {
     uint32_t *amax; // NV: [0] the amax word (finite |x|, as fp32 bits), [1] the tensor scale (fp32) after it
     uint8_t *xg;    // FP4, small dispatch only: the e4m3 expansion the decode GEMVs read, as x8 of an e4m3
     float *xgs;     // dispatch, and its group scales as xs (the grouped GEMM's expansion, done here for them)
+    const int32_t *matrix_of; // [E] the bank matrix of each expert (an expert cache's slot table), or NULL: matrix e
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN or FM_W4A8_BN_SMALL (fm_routes_w4a8_tile_rows), as the GEMMs after it are launched with.

@@ -21,7 +21,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         abort(); /* the backend refuses such banks at load (cuda_bank.cu) */
     }
     if (!fm_cuda_w4a8_takes(gate_up->fmt) || !fm_cuda_w4a8_takes(down->fmt) || !gate_up->interleaved ||
-        gate_up->rows != 2 * I || gate_up->cols != H || down->n != E) {
+        gate_up->rows != 2 * I || gate_up->cols != H || down->n != E || down->slot_of != gate_up->slot_of) {
         fprintf(stderr,
                 "fp8moe: moe_w4a8: banks do not match (gate_up [%d][%lld, %lld] %s, down [%d][%lld, %lld] %s)\n",
                 gate_up->n, (long long)gate_up->rows, (long long)gate_up->cols, fm_wformat_name(gate_up->fmt), down->n,
@@ -39,6 +39,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
     b.fmt = fmt, b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
+    b.matrix_of = gate_up->slot_of; /* an expert cache's pool: the slot of each expert (expert_cache.cu) */
     b.amax = (uint32_t *)(ws + L.ts), b.xg = ws + L.xg, b.xgs = (float *)(ws + L.xgs);
     const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;

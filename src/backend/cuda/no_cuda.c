@@ -24,6 +24,18 @@ bool fm_cuda_moe_dispatch_read(fm_backend *be, int64_t T, int32_t k, int32_t E, 
     return false;
 }
 
+fm_status fm_cuda_expert_cache_table(fm_backend *be, const fm_expert_cache *c, int32_t *slot_of, int32_t *owner,
+                                     fm_error *err) {
+    (void)be, (void)c, (void)slot_of, (void)owner;
+    return fm_fail(err, FM_ERR_BACKEND, NOT_BUILT);
+}
+
+fm_status fm_cuda_host_link(size_t bytes, double *dma_gbps, double *mapped_gbps, fm_error *err) {
+    (void)bytes;
+    *dma_gbps = *mapped_gbps = 0;
+    return fm_fail(err, FM_ERR_BACKEND, NOT_BUILT);
+}
+
 fm_status fm_cuda_device_query(int *sm_major, char *name, size_t cap, fm_error *err) {
     *sm_major = 0;
     if (cap) name[0] = '\0';
