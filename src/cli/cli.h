@@ -83,7 +83,7 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes); the load\n"                \
     "                     fails before allocating if weights + buffers for 2048 tokens do not fit\n"                   \
     "  --experts-in W     where the routed experts live: device (default), host (host memory, with a cache of\n"       \
-    "                     expert slots in device memory; the cpu backend emulates it, cuda refuses it for now),\n"     \
+    "                     expert slots in device memory; cuda: the fp8 and fp4 presets; cpu: every preset),\n"         \
     "                     auto (host only when the model does not fit with every expert on the device)\n"              \
     "  --expert-slots N   experts in host memory: slots of the expert cache (at least the experts of one layer);\n"    \
     "                     default: what --vram-limit leaves after everything else (cpu: every expert)\n"               \

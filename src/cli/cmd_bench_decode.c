@@ -42,6 +42,9 @@ static const char *HELP =
     "  --expert-slots N   slots of the expert cache (default: from the memory plan)\n"
     "  --vram-limit BYTES plan as if the GPU had this much memory (8G, 12Gi, bytes): with --experts-in host or\n"
     "                     auto, the expert cache gets what the rest leaves\n"
+    "  --decode-input I   sampled (default: each step decodes the token the last one sampled) or random (a\n"
+    "                     random token per sequence and step: routing as independent as the model makes it, the\n"
+    "                     expert cache's hard case; a synthetic model's sampled tokens tend to repeat)\n"
     "  --expert-policy P  lru (default) or lfu\n"
     "  -v, --verbose      progress on stderr\n";
 
@@ -56,7 +59,8 @@ enum {
     OPT_EXPERTS_IN,
     OPT_EXPERT_SLOTS,
     OPT_EXPERT_POLICY,
-    OPT_VRAM_LIMIT
+    OPT_VRAM_LIMIT,
+    OPT_DECODE_INPUT
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -69,6 +73,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS},
                                             {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
                                             {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
+                                            {"decode-input", required_argument, 0, OPT_DECODE_INPUT},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -106,7 +111,8 @@ static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, 
 }
 
 static void run_preset(const char *synth, const char *preset, const cli_model_opts *base, const int64_t *batches,
-                       int nb, int64_t context, long steps, long warmup, bool verbose, decode_row *rows) {
+                       int nb, int64_t context, long steps, long warmup, bool verbose, bool random_ids,
+                       decode_row *rows) {
     fm_options opt = base->opt;
     fm_preset p = FM_PRESET_REF;
     const bool w8a8 = !strcmp(preset, "fp8+w8a8");
@@ -161,8 +167,11 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
         /* one profiled step without a graph: the stage breakdown */
         memset(&rows[bi].prof, 0, sizeof rows[bi].prof);
         fm_expert_stats es0 = {0}, es1 = {0};
+        uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
         for (long r = 0; !st && r < warmup + steps; r++) {
             if (r == warmup) fm_model_expert_stats(m, &es0); /* the timed steps' own hits and misses */
+            for (int32_t s = 0; random_ids && s < B; s++)
+                x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
             const double t0 = cli_now();
             st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
             if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
@@ -217,6 +226,7 @@ int cmd_bench_decode(int argc, char **argv) {
     fm_experts_in experts_in = FM_EXPERTS_DEVICE;
     fm_expert_policy policy = FM_EXPERT_LRU;
     int64_t vram_limit = 0;
+    bool random_ids = false;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
         const int c = bench_common_option(cmd, o, optarg, &b);
@@ -259,6 +269,11 @@ int cmd_bench_decode(int argc, char **argv) {
         case OPT_VRAM_LIMIT:
             if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &vram_limit)) return CLI_USAGE;
             break;
+        case OPT_DECODE_INPUT:
+            if (strcmp(optarg, "sampled") && strcmp(optarg, "random"))
+                return cli_usage(cmd, "--decode-input must be sampled or random, got '%s'", optarg);
+            random_ids = !strcmp(optarg, "random");
+            break;
         default: return cli_usage(cmd, "unknown option");
         }
     }
@@ -282,10 +297,12 @@ int cmd_bench_decode(int argc, char **argv) {
     decode_row *rows = calloc((size_t)(np * nb), sizeof *rows);
     if (!rows) return CLI_BAD_INPUT;
     for (int i = 0; i < np; i++)
-        run_preset(synth, k_presets[pidx[i]], &mo, batches, nb, context, b.repeat, b.warmup, b.verbose, rows + i * nb);
-    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s\n",
+        run_preset(synth, k_presets[pidx[i]], &mo, batches, nb, context, b.repeat, b.warmup, b.verbose, random_ids,
+                   rows + i * nb);
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s, "
+           "input %s\n",
            synth, context, b.repeat, b.warmup, b.backend, b.routes[0] ? ", routes " : "", b.routes,
-           routing ? routing : "uniform", fm_experts_in_name(experts_in));
+           routing ? routing : "uniform", fm_experts_in_name(experts_in), random_ids ? "random" : "sampled");
     printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < np * nb; i++) {
@@ -348,6 +365,7 @@ int cmd_bench_decode(int argc, char **argv) {
         cJSON_AddStringToObject(root, "routing", routing ? routing : "uniform");
         cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(experts_in));
         cJSON_AddNumberToObject(root, "vram_limit", (double)vram_limit);
+        cJSON_AddStringToObject(root, "decode_input", random_ids ? "random" : "sampled");
         if (link_gbps > 0) {
             cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
             cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);

@@ -281,8 +281,8 @@ static void test_plan_and_refusals(void **s) {
     size_t free0 = 0, total = 0;
     fm_error err = {{0}};
     assert_int_equal(fm_cuda_free_memory(&free0, &total, &err), FM_OK);
-    fm_model *m = load("models/tiny-code-moe", FM_PRESET_FP8, FM_DISPATCH_PRESET, FM_EXPERTS_HOST, 20,
-                       FM_EXPERT_LRU, "cuda");
+    fm_model *m =
+        load("models/tiny-code-moe", FM_PRESET_FP8, FM_DISPATCH_PRESET, FM_EXPERTS_HOST, 20, FM_EXPERT_LRU, "cuda");
     size_t free1 = 0;
     assert_int_equal(fm_cuda_free_memory(&free1, &total, &err), FM_OK);
     fm_expert_stats st;

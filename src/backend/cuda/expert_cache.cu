@@ -32,13 +32,13 @@ extern "C" {
 #define COPY_BLOCKS 528 /* 4 per SM on an H200: enough 16-byte reads in flight to fill the host link */
 #define COPY_THREADS 256
 
-// The device table (one allocation of fm_expert_device_table_bytes, expert_residency.h): as fm_residency's arrays, plus the copy list and the
-// counters. hdr: [0] tick, [1] fetches, [2] hits, [3] misses.
+// The device table (one allocation of fm_expert_device_table_bytes, expert_residency.h): as fm_residency's arrays, plus
+// the copy list and the counters. hdr: [0] tick, [1] fetches, [2] hits, [3] misses.
 typedef struct dev_table {
-    int32_t *slot_of;   // [L * E]
-    uint32_t *uses;     // [L * E]
-    int32_t *owner;     // [S]
-    uint64_t *last_use; // [S]
+    int32_t *slot_of;               // [L * E]
+    uint32_t *uses;                 // [L * E]
+    int32_t *owner;                 // [S]
+    uint64_t *last_use;             // [S]
     int32_t *copy_e, *copy_s, *map; // [E]
     uint64_t *hdr;                  // [4]
     int32_t *n_copies;              // [1]
@@ -96,8 +96,9 @@ extern "C" fm_status fm_cuda_bank_create_host(fm_backend *bb, const fm_bank_src 
     if (dc != hc || ds != hs) {
         cudaFreeHost(hc), cudaFreeHost(hs);
         fm_cuda_bank_free(bb, w);
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s: this system maps pinned host memory at other device addresses "
-                                                "(no unified addressing): --experts-in device",
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: this system maps pinned host memory at other device addresses "
+                       "(no unified addressing): --experts-in device",
                        src->label);
     }
     FM_CUDA_CHECK(cudaMemcpy(hc, w->w, cb, cudaMemcpyDeviceToHost));
@@ -134,9 +135,9 @@ static fm_bank *view_bank(const fm_bank *like, int32_t E, int32_t S, uint8_t *co
     return v;
 }
 
-extern "C" fm_status fm_cuda_expert_cache_create(fm_backend *bb, const fm_expert_cache_desc *d,
-                                                 fm_expert_cache **out, const fm_bank **pool_gate_up,
-                                                 const fm_bank **pool_down, void **slot_ids, fm_error *err) {
+extern "C" fm_status fm_cuda_expert_cache_create(fm_backend *bb, const fm_expert_cache_desc *d, fm_expert_cache **out,
+                                                 const fm_bank **pool_gate_up, const fm_bank **pool_down,
+                                                 void **slot_ids, fm_error *err) {
     *out = NULL, *slot_ids = NULL;
     int32_t first = -1;
     for (int32_t l = 0; l < d->n_layers; l++) {
@@ -170,7 +171,8 @@ extern "C" fm_status fm_cuda_expert_cache_create(fm_backend *bb, const fm_expert
     const size_t S = (size_t)d->n_slots, E = (size_t)d->n_experts, keys = (size_t)d->n_layers * E;
     const size_t table = fm_expert_device_table_bytes(d->n_layers, d->n_experts, d->n_slots);
     bool ok = true;
-    for (int i = 0; i < N_ARRAYS; i++) ok = ok && cudaMalloc((void **)&c->pool[i], c->matrix_bytes[i] * S) == cudaSuccess;
+    for (int i = 0; i < N_ARRAYS; i++)
+        ok = ok && cudaMalloc((void **)&c->pool[i], c->matrix_bytes[i] * S) == cudaSuccess;
     ok = ok && cudaMalloc(&c->table_mem, table) == cudaSuccess;
     if (!ok) {
         cudaGetLastError();
@@ -229,7 +231,7 @@ static __device__ victim_key shfl_key(const victim_key &k, int src_lane_xor) {
 static __global__ void __launch_bounds__(RES_THREADS)
     residency_kernel(dev_table t, int32_t L, int32_t E, int32_t S, int32_t policy, int32_t layer, const int32_t *ids,
                      int64_t P) {
-    __shared__ int32_t first[RES_THREADS];   // the first index of expert e among ids, INT32_MAX if absent
+    __shared__ int32_t first[RES_THREADS];     // the first index of expert e among ids, INT32_MAX if absent
     __shared__ int32_t missfirst[RES_THREADS]; // first[e] for a missing expert, else INT32_MAX
     __shared__ int32_t miss_e[RES_THREADS];    // the misses in order of first appearance
     __shared__ int32_t n_miss, n_hit;
@@ -333,7 +335,7 @@ extern "C" void fm_cuda_expert_fetch(fm_backend *bb, fm_expert_cache *c, int32_t
     if (P == 0) return;
     cudaStream_t s = cuda_be(bb)->stream;
     residency_kernel<<<1, RES_THREADS, 0, s>>>(c->t, c->n_layers, c->n_experts, c->n_slots, (int32_t)c->policy, layer,
-                                                (const int32_t *)ids, P);
+                                               (const int32_t *)ids, P);
     FM_LAUNCH_CHECK("expert_residency");
     copy_args a;
     const fm_bank *gu = c->gate_up[layer], *dn = c->down[layer];
@@ -358,11 +360,11 @@ extern "C" void fm_cuda_expert_cache_free(fm_backend *bb, fm_expert_cache *c) {
 }
 
 extern "C" fm_status fm_cuda_expert_cache_table(fm_backend *bb, const fm_expert_cache *c, int32_t *slot_of,
-                                                 int32_t *owner, fm_error *err) {
+                                                int32_t *owner, fm_error *err) {
     if (!c) return fm_fail(err, FM_ERR_USAGE, "no expert cache");
     FM_CUDA_CHECK(cudaStreamSynchronize(cuda_be(bb)->stream));
-    FM_CUDA_CHECK(cudaMemcpy(slot_of, c->t.slot_of, (size_t)c->n_layers * (size_t)c->n_experts * 4,
-                             cudaMemcpyDeviceToHost));
+    FM_CUDA_CHECK(
+        cudaMemcpy(slot_of, c->t.slot_of, (size_t)c->n_layers * (size_t)c->n_experts * 4, cudaMemcpyDeviceToHost));
     FM_CUDA_CHECK(cudaMemcpy(owner, c->t.owner, (size_t)c->n_slots * 4, cudaMemcpyDeviceToHost));
     return FM_OK;
 }
