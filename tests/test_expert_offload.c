@@ -71,10 +71,11 @@ static void run_cases(fm_expert_policy policy, const fetch_case *cases, int n_ca
  *   D  layer 1 [0 1 2]  e1 hit (slot 2, lu 4); e0, e2 miss among slots 0 (L0e0 lu 1, 1 use), 1 (L0e2 lu 3,
  *                       2 uses), 3 (L0e1 lu 3, 1 use):
  *                         LRU  e0 -> 0 (lu 1), e2 -> 1 (lu 3, lower index than 3)                     slots 0 2 1
- *                         LFU  e0 -> 0 (1 use, lu 1), e2 -> 3 (1 use) keeping L0e2 (2 uses)           slots 0 2 3
+ *                         LFU  e0 -> 3 (1 use; of the two 1-use slots the more recent, lu 3), e2 -> 0
+ *                              (1 use, lu 1), keeping L0e2 (2 uses)                                   slots 3 2 0
  *   E  layer 0 [0]      L0e0 was evicted: miss.
  *                         LRU  victims lu: 0:4 1:4 2:4 3:3 (L0e1) -> 3                                  slots 3
- *                         LFU  uses: 0 L1e0 1, 1 L0e2 2, 2 L1e1 2, 3 L1e2 1 (lu 4 both) -> 0            slots 0
+ *                         LFU  uses: 0 L1e2 1, 1 L0e2 2, 2 L1e1 2, 3 L1e0 1 (lu 4 both) -> 0            slots 0
  *   F  layer 0 [2]        LRU  L0e2 was evicted at D: miss; lu 0:4 1:4 2:4 3:5 -> 0                    slots 0
  *                         LFU  L0e2 kept in slot 1: hit                                                slots 1
  *   LRU: 2 hits (C, D), 8 misses; LFU: 3 hits (C, D, F), 7 misses. */
@@ -93,7 +94,7 @@ static void residency_by_hand(void **s) {
         {0, 3, {0, 2, 0}, {0, 1, 0}, 2, {0, 2}, {0, 1}},
         {1, 1, {1}, {2}, 1, {1}, {2}},
         {0, 2, {2, 1}, {1, 3}, 1, {1}, {3}},
-        {1, 3, {0, 1, 2}, {0, 2, 3}, 2, {0, 2}, {0, 3}},
+        {1, 3, {0, 1, 2}, {3, 2, 0}, 2, {0, 2}, {3, 0}},
         {0, 1, {0}, {0}, 1, {0}, {0}},
         {0, 1, {2}, {1}, 0, {0}, {0}},
     };

@@ -43,6 +43,8 @@ static bool before(const fm_residency *r, int32_t a, int32_t b) {
         const int64_t ua = r->owner[a] < 0 ? -1 : (int64_t)r->uses[r->owner[a]];
         const int64_t ub = r->owner[b] < 0 ? -1 : (int64_t)r->uses[r->owner[b]];
         if (ua != ub) return ua < ub;
+        if (r->last_use[a] != r->last_use[b]) return r->last_use[a] > r->last_use[b]; /* ties: most recent first */
+        return a < b;
     }
     if (r->last_use[a] != r->last_use[b]) return r->last_use[a] < r->last_use[b];
     return a < b;

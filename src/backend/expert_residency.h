@@ -10,7 +10,11 @@
  *      slot's last_use becomes tick (pinned for this fetch); the others are misses, kept in that order.
  *   3. Each miss in order takes a victim among the slots not pinned (last_use != tick): the smallest key
  *        LRU  (last_use, slot)                          empty slots have last_use 0: taken first, lowest first
- *        LFU  (uses of its owner, last_use, slot)       an empty slot counts -1 uses
+ *        LFU  (uses of its owner, -last_use, slot)      an empty slot counts -1 uses; among equal counts the
+ *                                                       most recently used goes first: when every expert is
+ *                                                       needed equally (a prefill cycling through the layers),
+ *                                                       the slots outside the last layer's stay resident, where
+ *                                                       the oldest-first order would evict what comes next
  *      the victim's old owner becomes a miss in the table, the slot gets (l, e), last_use = tick, and (e, slot) is
  *      a copy to make. A victim always exists: S >= E and a fetch pins at most E slots.
  *   4. slots[i] = the slot of (l, ids[i]).

@@ -206,16 +206,16 @@ extern "C" fm_status fm_cuda_expert_cache_create(fm_backend *bb, const fm_expert
 
 // The victim order of expert_residency.h: true when slot a (key ka) goes before slot b
 typedef struct victim_key {
-    int64_t uses; // LFU: the owner's uses, -1 for an empty slot; LRU: 0
+    int64_t uses; // LFU: the owner's uses, -1 for an empty slot; LRU: 0 (then last_use alone orders)
     uint64_t last_use;
     int32_t slot; // -1: no candidate
 } victim_key;
 
-static __device__ __forceinline__ bool key_before(const victim_key &a, const victim_key &b) {
+static __device__ __forceinline__ bool key_before(const victim_key &a, const victim_key &b, bool lfu) {
     if (a.slot < 0) return false;
     if (b.slot < 0) return true;
     if (a.uses != b.uses) return a.uses < b.uses;
-    if (a.last_use != b.last_use) return a.last_use < b.last_use;
+    if (a.last_use != b.last_use) return (a.last_use < b.last_use) != lfu; // LFU: among equal counts, the most recent
     return a.slot < b.slot;
 }
 
@@ -278,17 +278,17 @@ static __global__ void __launch_bounds__(RES_THREADS)
                 const int32_t o = t.owner[s];
                 k.uses = o < 0 ? -1 : (int64_t)t.uses[o];
             }
-            if (key_before(k, best)) best = k;
+            if (key_before(k, best, lfu)) best = k;
         }
         for (int o = 16; o > 0; o >>= 1) {
             const victim_key other = shfl_key(best, o);
-            if (key_before(other, best)) best = other;
+            if (key_before(other, best, lfu)) best = other;
         }
         if ((tid & 31) == 0) warp_best[tid >> 5] = best;
         __syncthreads();
         if (tid == 0) {
             for (int w = 1; w < RES_THREADS / 32; w++)
-                if (key_before(warp_best[w], best)) best = warp_best[w];
+                if (key_before(warp_best[w], best, lfu)) best = warp_best[w];
             const int32_t v = best.slot, e = miss_e[j]; // a victim always exists: S >= E
             const int32_t old = t.owner[v];
             if (old >= 0) t.slot_of[old] = -1;
