@@ -51,6 +51,9 @@ static const char *HELP =
     "                     of models/README.md; N = 256 is the published one), on its backend and, for a GPU\n"
     "                     preset, by the cpu's exact emulation of its formats; beside them transformers' fp32\n"
     "                     figure from the model's train_report.json when it has one\n"
+    "  --dense w8a8       the compared presets with e4m3 dense projections (never the oracle)\n"
+    "  --dispatch D       the expert dispatch format of the fp8 and fp4 presets: bf16, fp8, mxfp4, nvfp4 (run\n"
+    "                     once per format to sweep them; the oracle and int4 keep their own)\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n" CLI_ROUTE_HELP
     "  -v, --verbose      progress on stderr\n"
@@ -198,6 +201,8 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
     fm_options opt = r->mo->opt;
     opt.preset = c->preset, opt.backend = c->backend, opt.n_layers = depth;
     if (c->is_oracle) opt.dense = FM_DENSE_PRESET; /* --dense refines the compared presets, never the oracle */
+    /* --dispatch: the expert dispatch format of the e4m3 presets; the oracle and int4 keep theirs */
+    if (c->preset != FM_PRESET_FP8 && c->preset != FM_PRESET_FP4) opt.dispatch = FM_DISPATCH_PRESET;
     fm_model *m = NULL;
     double t0 = cli_now();
     fm_status st = r->synthetic ? fm_model_load_synthetic(r->synthetic, depth, &opt, &m, err)
@@ -368,6 +373,7 @@ int cmd_parity(int argc, char **argv) {
                          .backend = mo.opt.backend,
                          .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
                          .dense = mo.opt.dense,
+                         .dispatch = mo.opt.dispatch,
                          .prompts = (int)a.prompts,
                          .full_depth = cfg.n_layers};
     if (a.layers) {

@@ -115,6 +115,8 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     r->oracle_backend = cJSON_IsString(ob) && !strcmp(ob->valuestring, "cuda") ? "cuda" : "cpu";
     const cJSON *dn = cJSON_GetObjectItemCaseSensitive(root, "dense");
     if (!cJSON_IsString(dn) || !fm_dense_parse(dn->valuestring, &r->dense)) r->dense = FM_DENSE_PRESET;
+    const cJSON *dp = cJSON_GetObjectItemCaseSensitive(root, "dispatch"); /* absent in runs before --dispatch */
+    if (!cJSON_IsString(dp) || !fm_dispatch_parse(dp->valuestring, &r->dispatch)) r->dispatch = FM_DISPATCH_PRESET;
     const cJSON *depths = array(&rd, root, "depths", -1);
     r->n_depths = depths ? cJSON_GetArraySize(depths) : 0;
     if (!rd.bad && (r->n_depths < 1 || r->prompts < 1 || r->tokens < 1))

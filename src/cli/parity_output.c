@@ -21,6 +21,7 @@ static void print_classic(const parity_report *r) {
            (unsigned long long)o->hash[0]);
     if (r->depths[0] != r->full_depth) printf("   layers: %d of %d", r->depths[0], r->full_depth);
     if (r->dense != FM_DENSE_PRESET) printf("   dense: %s", fm_dense_name(r->dense));
+    if (r->dispatch != FM_DISPATCH_PRESET) printf("   dispatch (fp8, fp4): %s", fm_dispatch_name(r->dispatch));
     printf("\n\n");
     printf("| preset | backend | cosine vs fp32 | argmax agree | max abs err | max abs logit | mean KL (nats) | load s "
            "| forward s |\n");
@@ -49,6 +50,8 @@ static void print_sweep(const parity_report *r) {
     printf(" of %d   oracle: %s (fp32, %s)   baseline: int4 on %s%s%s\n", r->full_depth,
            fm_preset_name(parity_oracle_preset(r->oracle_backend)), r->oracle_backend, r->backend,
            r->dense != FM_DENSE_PRESET ? "   dense: " : "", r->dense != FM_DENSE_PRESET ? fm_dense_name(r->dense) : "");
+    if (r->dispatch != FM_DISPATCH_PRESET)
+        printf("dispatch of the fp8 and fp4 presets: %s\n", fm_dispatch_name(r->dispatch));
     printf("vs fp32: against the oracle; vs int4: against the baseline; mean and worst over the prompts; cos last: "
            "the last position; KL(oracle || preset) and top-5 overlap averaged over positions\n\n");
     printf("| layers | preset | backend | cos vs fp32 | worst      | cos last   | argmax  | KL (nats) | top-5  | cos "
@@ -182,6 +185,7 @@ fm_status parity_write_json(const parity_report *r, const char *path, fm_error *
     cJSON_AddStringToObject(root, "oracle", oracle);
     cJSON_AddStringToObject(root, "oracle_backend", r->oracle_backend);
     cJSON_AddStringToObject(root, "dense", fm_dense_name(r->dense));
+    cJSON_AddStringToObject(root, "dispatch", fm_dispatch_name(r->dispatch));
     char baseline[64];
     snprintf(baseline, sizeof baseline, "int4 preset, %s backend", r->backend);
     cJSON_AddStringToObject(root, "baseline", baseline);
