@@ -1,0 +1,192 @@
+/* Can a layer's routing predict the next layer's? The prefetch question of experts in host memory: a miss's copy
+ * could start before the next layer's router runs (overlapping the link with this layer's compute) if the experts it
+ * will need were known. Teacher-forced decode of a token file on the CPU (a real model's routing), every fetch's
+ * routed ids recorded (the backend's expert_fetch, wrapped); then, on the second half of the tokens, with statistics
+ * from the first half, for each token and layer l + 1 (l + 1 >= 1):
+ *   - the experts it routes to, A(t, l + 1), against four predictions of k experts made before its router runs:
+ *       co-occurrence  the k experts of layer l + 1 most often routed together with A(t, l) (counted on the first half)
+ *       frequency      layer l + 1's k most used experts (first half)
+ *       previous token A(t - 1, l + 1)
+ *       random         k of E (expected overlap k / E)
+ *     recall = |prediction & A| / k;
+ *   - with the expert cache of S slots (LFU, the reference of backend/expert_residency.h) replaying the recorded
+ *     fetches: how many of the fetch's misses the co-occurrence prediction held (copies that could have started a
+ *     layer early) and how many predicted experts were neither needed nor resident (copies a prefetch would waste).
+ *
+ *   make -C lab expert_prefetch && ./build/lab/expert_prefetch [--model DIR] [--ids FILE] [--tokens N] [--slots S] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/expert_residency.h"
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "io/ids.h"
+
+/* the recording: ids of every fetch, in order (layer of each fetch, its P ids) */
+typedef struct recording {
+    int32_t *layer, *n, *ids; /* [fetches], [fetches], [fetches * max_p] */
+    int64_t fetches, cap, max_p;
+} recording;
+
+static recording rec;
+static void (*real_fetch)(fm_backend *, fm_expert_cache *, int32_t, const void *, int64_t);
+
+static void recording_fetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
+    if (rec.fetches < rec.cap && P <= rec.max_p) {
+        rec.layer[rec.fetches] = layer, rec.n[rec.fetches] = (int32_t)P;
+        memcpy(rec.ids + rec.fetches * rec.max_p, ids, (size_t)P * sizeof(int32_t));
+        rec.fetches++;
+    }
+    real_fetch(be, c, layer, ids, P);
+}
+
+static int fail(const char *what, const fm_error *err) {
+    fprintf(stderr, "expert_prefetch: %s: %s\n", what, err->msg);
+    return 1;
+}
+
+/* the k largest of score[E] (ties to the lower index) into out[k] */
+static void top_k(const double *score, int32_t E, int32_t k, int32_t *out) {
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int32_t i = 0; i < j; i++) taken |= out[i] == e;
+            if (!taken && (best < 0 || score[e] > score[best])) best = e;
+        }
+        out[j] = best;
+    }
+}
+
+static int32_t overlap(const int32_t *a, const int32_t *b, int32_t k) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < k; i++)
+        for (int32_t j = 0; j < k; j++) n += a[i] == b[j];
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = "models/tiny-code-moe", *ids_path = "models/tiny-code-moe/eval_ids.i32";
+    int64_t n = 2048;
+    int32_t S = 24;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--ids")) ids_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--tokens")) n = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--slots")) S = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: expert_prefetch [--model DIR] [--ids FILE] [--tokens N] [--slots S]\n");
+            return 2;
+        }
+    }
+    fm_error err = {{0}};
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    if (fm_ids_read(ids_path, &ids, &n_ids, &err)) return fail(ids_path, &err);
+    if (n < 4 || n > n_ids) {
+        fprintf(stderr, "expert_prefetch: --tokens %lld: %s holds %lld\n", (long long)n, ids_path, (long long)n_ids);
+        return 2;
+    }
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.preset = FM_PRESET_FP8, opt.plan_backend = "cuda";
+    opt.max_seqs = 1, opt.ctx = n + 1, opt.max_tokens = 1, opt.n_threads = 1;
+    opt.experts_in = FM_EXPERTS_HOST; /* the cpu's cache holds every expert: only the ids matter here */
+    fm_model *m = NULL;
+    if (fm_model_load(dir, &opt, &m, &err)) return fail(dir, &err);
+    const int32_t L = m->n_layers, E = m->cfg.n_experts, k = m->cfg.n_experts_per_tok;
+    int32_t moe = 0;
+    for (int32_t l = 0; l < L; l++) moe += m->layers[l].is_moe;
+    rec.max_p = k, rec.cap = n * moe;
+    rec.layer = malloc((size_t)rec.cap * sizeof(int32_t)), rec.n = malloc((size_t)rec.cap * sizeof(int32_t));
+    rec.ids = malloc((size_t)(rec.cap * k) * sizeof(int32_t));
+    /* wrap the backend's fetch (a copy of its op table: lab code, not the engine's) */
+    static fm_backend_ops ops;
+    ops = *m->be->ops, real_fetch = ops.expert_fetch, ops.expert_fetch = recording_fetch, m->be->ops = &ops;
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    int32_t seq = -1;
+    fm_status st = fm_kv_seq_begin(m, ids, 1, &sp, &seq, &err);
+    for (int64_t t = 0; !st && t < n; t++) {
+        const int32_t pos = (int32_t)t;
+        st = fm_kv_seq_append(&m->kv->pool, seq, 1, &err);
+        m->kv->tables_dirty = true;
+        if (!st) st = fm_step_stage(m, ids + t, &seq, &pos, 1, &err);
+        if (!st) fm_step_device(m, 1, true, t == 0 ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    }
+    if (st) return fail("decode", &err);
+    if (rec.fetches != n * moe) {
+        fprintf(stderr, "expert_prefetch: %lld fetches recorded, expected %lld\n", (long long)rec.fetches,
+                (long long)(n * moe));
+        return 1;
+    }
+    /* A(t, j): the routed experts of token t at the j-th MoE layer */
+#define A(t, j) (rec.ids + ((int64_t)(t) * moe + (j)) * k)
+    const int64_t half = n / 2;
+    double *co = calloc((size_t)moe * E * E, sizeof *co), *freq = calloc((size_t)moe * E, sizeof *freq);
+    for (int64_t t = 0; t < half; t++)
+        for (int32_t j = 0; j < moe; j++)
+            for (int32_t a = 0; a < k; a++) {
+                freq[(size_t)j * E + A(t, j)[a]] += 1;
+                if (j + 1 < moe)
+                    for (int32_t b = 0; b < k; b++) co[((size_t)j * E + A(t, j)[a]) * E + A(t, j + 1)[b]] += 1;
+            }
+    /* the cache replaying every recorded fetch, the first half included (its state at the second half is real) */
+    fm_residency r;
+    if (fm_residency_init(&r, L, E, S, FM_EXPERT_LFU, &err)) return fail("residency", &err);
+    int32_t slots[64], ce[1024], cs[1024], nc;
+    int32_t *moe_layer = malloc((size_t)moe * sizeof *moe_layer);
+    for (int32_t l = 0, j = 0; l < L; l++)
+        if (m->layers[l].is_moe) moe_layer[j++] = l;
+    double rec_co = 0, rec_fr = 0, rec_prev = 0, n_pred = 0, misses = 0, caught = 0, wasted = 0;
+    int32_t pred[64], pf[64];
+    double *score = malloc((size_t)E * sizeof *score);
+    for (int64_t t = 0; t < n; t++)
+        for (int32_t j = 0; j < moe; j++) {
+            const int32_t *a = A(t, j);
+            bool *resident = calloc((size_t)E, sizeof(bool));
+            for (int32_t e = 0; e < E; e++) resident[e] = r.slot_of[(size_t)moe_layer[j] * E + e] >= 0;
+            if (t >= half && j > 0) {
+                /* the predictions for layer j, made from layer j - 1's routing of the same token */
+                for (int32_t e = 0; e < E; e++) {
+                    score[e] = 0;
+                    for (int32_t b = 0; b < k; b++) score[e] += co[((size_t)(j - 1) * E + A(t, j - 1)[b]) * E + e];
+                }
+                top_k(score, E, k, pred);
+                for (int32_t e = 0; e < E; e++) score[e] = freq[(size_t)j * E + e];
+                top_k(score, E, k, pf);
+                rec_co += overlap(pred, a, k), rec_fr += overlap(pf, a, k), rec_prev += overlap(A(t - 1, j), a, k);
+                n_pred += k;
+                for (int32_t i = 0; i < k; i++) {
+                    bool needed = false;
+                    for (int32_t b = 0; b < k; b++) needed |= pred[i] == a[b];
+                    wasted += !needed && !resident[pred[i]];
+                }
+                for (int32_t b = 0; b < k; b++)
+                    if (!resident[a[b]]) {
+                        misses++;
+                        for (int32_t i = 0; i < k; i++) caught += pred[i] == a[b];
+                    }
+            }
+            free(resident);
+            fm_residency_fetch(&r, moe_layer[j], a, k, slots, ce, cs, &nc);
+        }
+    printf("expert prefetch on %s: %lld tokens of %s decoded one per step (teacher-forced), %d MoE layers x %d "
+           "experts, top-%d; statistics from the first %lld tokens, figures over the other %lld, layers 2..%d\n\n",
+           dir, (long long)n, ids_path, moe, E, k, (long long)half, (long long)(n - half), moe);
+    printf("| prediction of layer l + 1's experts | recall (of k) |\n|---|---:|\n");
+    printf("| co-occurrence with layer l's experts (same token) | %.2f%% |\n", 100.0 * rec_co / n_pred);
+    printf("| layer l + 1's most used experts | %.2f%% |\n", 100.0 * rec_fr / n_pred);
+    printf("| the previous token's experts at layer l + 1 | %.2f%% |\n", 100.0 * rec_prev / n_pred);
+    printf("| random (k / E) | %.2f%% |\n", 100.0 * k / E);
+    printf("\nwith the expert cache (LFU, %d slots of %d): %.0f misses; the co-occurrence prediction held %.2f%% of "
+           "them, and named %.2f non-resident experts per layer pass that were not needed (copies a prefetch would "
+           "waste), against %.2f misses per layer pass\n",
+           S, moe * E, misses, 100.0 * caught / (misses > 0 ? misses : 1), wasted / (n_pred / k),
+           misses / (n_pred / k));
+    free(co), free(freq), free(score), free(moe_layer), free(rec.layer), free(rec.n), free(rec.ids), free(ids);
+    fm_residency_free(&r);
+    fm_model_free(m);
+    return 0;
+}
