@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* A(t, j): the routed experts of token t at the j-th MoE layer */
-#define A(t, j) (rec.ids + ((int64_t)(t) * moe + (j)) * k)
+#define A(t, j) (rec.ids + ((int64_t)(t)*moe + (j)) * k)
     const int64_t half = n / 2;
     double *co = calloc((size_t)moe * E * E, sizeof *co), *freq = calloc((size_t)moe * E, sizeof *freq);
     for (int64_t t = 0; t < half; t++)
