@@ -169,7 +169,8 @@ static int run_world(const block *B, const fm_plan *plan, int N, int32_t nkv, fl
 
 static double nerr(const float *a, const float *ref, int64_t n) {
     double d = 0, r = 0;
-    for (int64_t i = 0; i < n; i++) d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]), r += (double)ref[i] * ref[i];
+    for (int64_t i = 0; i < n; i++)
+        d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]), r += (double)ref[i] * ref[i];
     return sqrt(d / r);
 }
 

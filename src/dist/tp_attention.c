@@ -31,7 +31,7 @@ fm_status fm_tp_attention_host(fm_comm *c, fm_backend *be, const fm_bank *qkv, c
     fm_status st = FM_OK;
     if (!buf || !att) st = fm_fail(err, FM_ERR_NOMEM, "tensor parallelism: out of host memory on rank %d", me);
     if (st == FM_OK) {
-        ops->linear(be, qkv, 0, x, T, a_dense, buf);                                       /* column-parallel */
+        ops->linear(be, qkv, 0, x, T, a_dense, buf);                                         /* column-parallel */
         ops->qk_norm_rope(be, buf, T, nh_r, nkv_r, hd, q_norm, k_norm, eps, 0, NULL, theta); /* this rank's heads */
         ops->attention(be, buf, T, nh_r, nkv_r, hd, att);
         ops->linear(be, o, 0, att, T, a_dense, y); /* row-parallel: this rank's share of every output */

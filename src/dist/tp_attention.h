@@ -23,9 +23,9 @@ bool fm_tp_head_range(int32_t nh, int32_t nkv, int n_ranks, int rank, int32_t *h
                       int32_t *nkv_r);
 
 /* One attention block on rank fm_comm_rank(c): x [T][H] (every token; fp32 activations of a CPU backend), qkv and o
- * this rank's shards (above: [(nh_r + 2 nkv_r) hd, H] and [H, nh_r hd] from fm_tp_head_range), q_norm / k_norm the per-head-dim norms (NULL: none), a_dense the plan's activation
- * format of dense projections; y [T][H] receives the whole block's output (the all-reduced sum). Every rank of the
- * world calls it together. */
+ * this rank's shards (above: [(nh_r + 2 nkv_r) hd, H] and [H, nh_r hd] from fm_tp_head_range), q_norm / k_norm the
+ * per-head-dim norms (NULL: none), a_dense the plan's activation format of dense projections; y [T][H] receives the
+ * whole block's output (the all-reduced sum). Every rank of the world calls it together. */
 fm_status fm_tp_attention_host(fm_comm *c, fm_backend *be, const fm_bank *qkv, const fm_bank *o, const fm_bank *q_norm,
                                const fm_bank *k_norm, fm_afmt a_dense, const float *x, int64_t T, int64_t H, int32_t nh,
                                int32_t nkv, int32_t hd, float eps, double theta, float *y, fm_error *err);
