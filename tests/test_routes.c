@@ -347,7 +347,7 @@ static void the_printer_shows_every_key(void **s) {
     const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile",    "w4a8.fp4", "dense.gemv",
                           "w8a8.gemv_max_m", "moe.gemv",         "router.fused", "pdl"};
     for (int i = 0; i < 9; i++) assert_contains(text, keys[i]);
-    assert_contains(text, "inline (MMA warps)"); /* w4a8.fp4 now: sm_80 has no wgmma kernel */
+    assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
     assert_contains(text, "16 rows");            /* w4a8.tile now */
     assert_contains(text, "auto|wgmma|mma");     /* the values */

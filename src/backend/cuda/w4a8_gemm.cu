@@ -208,15 +208,11 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
     }
 }
 
-// FP4 -> e4m3 on chip, one stage (raw, as load_stage left it) into the e4m3 tile of the MMAs (the same swizzle as
-// the e4m3 path's) and the rows' group scales into sc: thread tid expands BNT / 16 words of 8 codes of row
-// tid x BNT / 256 (32 elements, one MX block or two NV blocks, at BNT 64; 8 at BNT 16). Per block a table of the 8
-// magnitudes times s_block / S as e4m3 bytes, then per 4 codes a byte permute picks the magnitudes and a second
-// one the sign bits. Rows past the tile were zero-filled: codes 0.
-static __device__ __forceinline__ uint32_t expand4(uint32_t x, uint32_t lo, uint32_t hi) {
-    return __byte_perm(lo, hi, x & 0x7777u) | __byte_perm(0x8000u, 0u, (x >> 3) & 0x1111u);
-}
-
+// FP4 -> e4m3 on chip, one stage (raw, as load_stage or fp4_load_stage left it) into the e4m3 tile of the MMAs (the
+// same swizzle as the e4m3 path's) and the rows' group scales into sc. Per block a table of the 8 magnitudes times
+// s_block / S as e4m3 bytes (MX within 5 binades of S, NV with c1's exponent >= 2: integer steps on the bytes of one
+// conversion; else 4 conversions), then per 4 codes a byte permute picks the magnitudes and a second one the sign
+// bits. Rows past the tile were zero-filled: codes 0.
 static __device__ __forceinline__ uint32_t fp8x2(float a, float b) {
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
@@ -246,9 +242,10 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
     }
     const uint8_t *sb = raw + BNT * 64 + (NT == THREADS ? n : tid) * 8;
     const uint32_t s0 = *(const uint32_t *)sb, s1 = AF == FM_W4A8_DISPATCH_NV ? *(const uint32_t *)(sb + 4) : 0u;
-    uint32_t m = __vmaxu4(s0, s1);
-    m = __vmaxu4(m, m >> 16);
-    const uint32_t smax = __vmaxu4(m, m >> 8) & 0xFFu; /* NV: non-negative e4m3 codes order as their values */
+    /* the largest scale byte, as two 16-bit lanes (NV: non-negative e4m3 codes order as their values) */
+    uint32_t m = __vmaxu2(s0 & 0x00FF00FFu, (s0 >> 8) & 0x00FF00FFu);
+    if (AF == FM_W4A8_DISPATCH_NV) m = __vmaxu2(m, __vmaxu2(s1 & 0x00FF00FFu, (s1 >> 8) & 0x00FF00FFu));
+    const uint32_t smax = max(m & 0xFFFFu, m >> 16);
     const float S = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float(smax ? smax << 23 : 0x00400000u) : e4m3_decode(smax);
     const float inv = AF == FM_W4A8_DISPATCH_NV && S > 0.0f ? __frcp_rn(S) : 0.0f; /* NV: 1 / S, as the CPU's */
     uint32_t out[2 * W], lo = 0u, hi = 0u;
@@ -259,21 +256,34 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
             const uint32_t byte = (blk < 4 ? s0 >> (8 * blk) : s1 >> (8 * (blk - 4))) & 0xFFu;
             /* MX: the code x 2^-min(d, 24) (exact in fp32); NV: (the code x s_b, exact) x (1 / S) */
             const uint32_t d = smax - byte;
+            /* NV: p1 = s_b x (1 / S) and p15 = (1.5 s_b) x (1 / S) are the only products that round (the others
+               are them times 2^-1, 2, 4: exact in fp32), so one conversion gives c1 = e4m3(p1), c15 = e4m3(p15) */
+            const float bs = AF == FM_W4A8_DISPATCH_NV ? e4m3_decode(byte) : 0.0f;
+            const uint32_t c = AF == FM_W4A8_DISPATCH_NV
+                                   ? fp8x2(__fmul_rn(bs, inv), __fmul_rn(__fmul_rn(1.5f, bs), inv))
+                                   : 0u;
             if (AF == FM_W4A8_DISPATCH_MX && d <= 5u) {
                 /* the table's e4m3 bytes (0, 0.5, 1, 1.5 | 2, 3, 4, 6) with the exponent field lowered by d: exact
                    and normal while 0.5 x 2^-d >= 2^-6, the same bytes as the conversions below give */
                 lo = 0x3C383000u - d * 0x08080800u, hi = 0x4C484440u - d * 0x08080808u;
+            } else if (AF == FM_W4A8_DISPATCH_NV && (c & 0x78u) >= 0x10u) {
+                /* c1's exponent field >= 2: scaling by 2^j (j = -1, 1, 2) commutes with the e4m3 rounding (p1 / 2
+                   stays normal, or rounds up to the smallest normal exactly as c1 - 8 says; 4 p15 <= 6, no
+                   overflow), so the table is (0, c1 - 8, c1, c15 | c1 + 8, c15 + 8, c1 + 16, c15 + 16) */
+                lo = __byte_perm(c, 0u, 0x1004) - 0x00000800u, hi = __byte_perm(c, 0u, 0x1010) + 0x10100808u;
             } else {
                 const float r =
                     AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
-                const float bs = AF == FM_W4A8_DISPATCH_MX ? 1.0f : e4m3_decode(byte);
-                lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, bs), r)) |
-                     fp8x2(__fmul_rn(bs, r), __fmul_rn(__fmul_rn(1.5f, bs), r)) << 16;
-                hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, bs), r), __fmul_rn(__fmul_rn(3.0f, bs), r)) |
-                     fp8x2(__fmul_rn(__fmul_rn(4.0f, bs), r), __fmul_rn(__fmul_rn(6.0f, bs), r)) << 16;
+                const float b1 = AF == FM_W4A8_DISPATCH_MX ? 1.0f : bs;
+                lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, b1), r)) |
+                     fp8x2(__fmul_rn(b1, r), __fmul_rn(__fmul_rn(1.5f, b1), r)) << 16;
+                hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, b1), r), __fmul_rn(__fmul_rn(3.0f, b1), r)) |
+                     fp8x2(__fmul_rn(__fmul_rn(4.0f, b1), r), __fmul_rn(__fmul_rn(6.0f, b1), r)) << 16;
             }
         }
-        out[2 * i] = expand4(w[i] & 0xFFFFu, lo, hi), out[2 * i + 1] = expand4(w[i] >> 16, lo, hi);
+        const uint32_t mag = w[i] & 0x77777777u, sgn = (w[i] >> 3) & 0x11111111u; /* 8 codes, both halves */
+        out[2 * i] = __byte_perm(lo, hi, mag) | __byte_perm(0x8000u, 0u, sgn);
+        out[2 * i + 1] = __byte_perm(lo, hi, mag >> 16) | __byte_perm(0x8000u, 0u, sgn >> 16);
     }
     uint8_t *row = tile + n * 128;
     if constexpr (W >= 2) {
@@ -974,8 +984,12 @@ __launch_bounds__(FP4_CTA_THREADS, FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_ker
             cp_async_commit();
             if (grp + 1 < KG) {
                 cp_async_wait_2(); /* stage grp + 1 landed (this thread's bytes) */
+#ifdef FP4_DIAG_SKIP_EXPAND /* timing diagnostic only (wrong results): the producer loads but does not expand */
+                if (pt < BNT) sc_smem[(grp + 1) & 1][pt] = 1.0f;
+#else
                 expand_stage<AF, BNT, FP4_PRODUCERS>(raw_smem[r], xs_smem[(grp + 1) & 1], sc_smem[(grp + 1) & 1], ts,
                                                      pt);
+#endif
             }
         }
         return;
