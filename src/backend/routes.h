@@ -117,7 +117,9 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 /* Resolved choices: */
 bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
 /* The FP4 gate|up GEMM of tile_rows-row tiles expands on a producer warpgroup (the wgmma kernel only; mma.sync
- * expands inline). Measured: bench/NOTES.md "tenth session". */
+ * expands inline). Measured (bench moe, Qwen3 T = 512 / 2048 / 8192, H200, bench/NOTES.md "tenth session"): MX
+ * 0.216 / 0.493 / 1.584 ms against 0.222 / 0.525 / 1.712 inline, NV 0.243 / 0.555 / 1.783 against 0.247 / 0.581 /
+ * 1.882 (fp8 dispatch 0.209 / 0.474 / 1.508); T = 16 (16-row tiles) within 0.002 ms of inline. */
 bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows);
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =

@@ -28,10 +28,13 @@
 // mxfp4|nvfp4, int4-tc banks, SwiGLU epilogue): an FP4 stage is BNT rows x 64 bytes of E2M1 codes and each row's
 // 4 (MX) or 8 (NV) block-scale bytes, loaded by the same cp.async ring into a raw area. The CTA expands it into
 // the e4m3 tile the MMAs read (expand_stage) and writes each row's group scale where the e4m3 path's cp.async puts
-// the activation scales, so the MMAs and the promotion do not change. The expansion is a step of its own between
-// the stage's wait and the MMAs, behind one more __syncthreads: it costs the layer 5-14% (MX) and 13-30% (NV) at
-// T = 16..8192 against the e4m3 dispatch (bench/NOTES.md, ninth session); expanding stage grp + 1 while group grp's
-// wgmmas ran (no extra barrier, but a prefetch one stage shallower) measured slower still (+11-23% MX).
+// the activation scales, so the MMAs and the promotion do not change. On the wgmma kernel (route w4a8.fp4, default
+// producer) the expansion runs on a producer warpgroup of its own, a stage ahead of the MMA warpgroups
+// (w4a8_wgmma_fp4_kernel): the layer costs +3-5% (MX) and +13-18% (NV) against the e4m3 dispatch at T = 16..8192
+// (bench/NOTES.md, tenth session). Inline (w4a8.fp4=inline, and the mma.sync kernel) it is a step of its own between
+// the stage's wait and the MMAs, behind one more __syncthreads: +5-14% (MX) and +13-30% (NV) (ninth session);
+// expanding stage grp + 1 while group grp's wgmmas ran (no extra barrier, but a prefetch one stage shallower)
+// measured slower still (+11-23% MX).
 // Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
 // S = the row's largest block scale of the group is the promotion's activation scale (NV: x the tensor scale),
 // and each code becomes e4m3(e2m1 value x s_block / S): exact for MX while s_block / S >= 2^-8 (beyond, the
@@ -210,9 +213,9 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
 
 // FP4 -> e4m3 on chip, one stage (raw, as load_stage or fp4_load_stage left it) into the e4m3 tile of the MMAs (the
 // same swizzle as the e4m3 path's) and the rows' group scales into sc. Per block a table of the 8 magnitudes times
-// s_block / S as e4m3 bytes (MX within 5 binades of S, NV with c1's exponent >= 2: integer steps on the bytes of one
-// conversion; else 4 conversions), then per 4 codes a byte permute picks the magnitudes and a second one the sign
-// bits. Rows past the tile were zero-filled: codes 0.
+// s_block / S as e4m3 bytes (MX within 5 binades of S: integer steps on constant bytes; NV on the producer when
+// c1's exponent >= 2: integer steps on the bytes of one conversion; else 4 conversions), then per 4 codes a byte
+// permute picks the magnitudes and a second one the sign bits. Rows past the tile were zero-filled: codes 0.
 static __device__ __forceinline__ uint32_t fp8x2(float a, float b) {
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
@@ -256,17 +259,18 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
             const uint32_t byte = (blk < 4 ? s0 >> (8 * blk) : s1 >> (8 * (blk - 4))) & 0xFFu;
             /* MX: the code x 2^-min(d, 24) (exact in fp32); NV: (the code x s_b, exact) x (1 / S) */
             const uint32_t d = smax - byte;
-            /* NV: p1 = s_b x (1 / S) and p15 = (1.5 s_b) x (1 / S) are the only products that round (the others
-               are them times 2^-1, 2, 4: exact in fp32), so one conversion gives c1 = e4m3(p1), c15 = e4m3(p15) */
+            /* NV on the producer: p1 = s_b x (1 / S) and p15 = (1.5 s_b) x (1 / S) are the only products that
+               round (the others are them times 2^-1, 2, 4: exact in fp32), so one conversion gives c1 = e4m3(p1),
+               c15 = e4m3(p15). In the MMA warps' expansion (NT = THREADS) it measured slower than the 4
+               conversions (bench/NOTES.md, tenth session), so they keep those. */
+            constexpr bool NV_STEPS = AF == FM_W4A8_DISPATCH_NV && NT != THREADS;
             const float bs = AF == FM_W4A8_DISPATCH_NV ? e4m3_decode(byte) : 0.0f;
-            const uint32_t c = AF == FM_W4A8_DISPATCH_NV
-                                   ? fp8x2(__fmul_rn(bs, inv), __fmul_rn(__fmul_rn(1.5f, bs), inv))
-                                   : 0u;
+            const uint32_t c = NV_STEPS ? fp8x2(__fmul_rn(bs, inv), __fmul_rn(__fmul_rn(1.5f, bs), inv)) : 0u;
             if (AF == FM_W4A8_DISPATCH_MX && d <= 5u) {
                 /* the table's e4m3 bytes (0, 0.5, 1, 1.5 | 2, 3, 4, 6) with the exponent field lowered by d: exact
                    and normal while 0.5 x 2^-d >= 2^-6, the same bytes as the conversions below give */
                 lo = 0x3C383000u - d * 0x08080800u, hi = 0x4C484440u - d * 0x08080808u;
-            } else if (AF == FM_W4A8_DISPATCH_NV && (c & 0x78u) >= 0x10u) {
+            } else if (NV_STEPS && (c & 0x78u) >= 0x10u) {
                 /* c1's exponent field >= 2: scaling by 2^j (j = -1, 1, 2) commutes with the e4m3 rounding (p1 / 2
                    stays normal, or rounds up to the smallest normal exactly as c1 - 8 says; 4 p15 <= 6, no
                    overflow), so the table is (0, c1 - 8, c1, c15 | c1 + 8, c15 + 8, c1 + 16, c15 + 16) */
@@ -984,12 +988,8 @@ __launch_bounds__(FP4_CTA_THREADS, FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_ker
             cp_async_commit();
             if (grp + 1 < KG) {
                 cp_async_wait_2(); /* stage grp + 1 landed (this thread's bytes) */
-#ifdef FP4_DIAG_SKIP_EXPAND /* timing diagnostic only (wrong results): the producer loads but does not expand */
-                if (pt < BNT) sc_smem[(grp + 1) & 1][pt] = 1.0f;
-#else
                 expand_stage<AF, BNT, FP4_PRODUCERS>(raw_smem[r], xs_smem[(grp + 1) & 1], sc_smem[(grp + 1) & 1], ts,
                                                      pt);
-#endif
             }
         }
         return;
