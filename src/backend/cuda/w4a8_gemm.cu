@@ -861,7 +861,7 @@ static __global__ __launch_bounds__(THREADS,
 }
 
 // ---- sm_90a: the FP4 gate|up GEMM with a producer warpgroup ----------------------------------------------
-// The FP4 dispatch's gate|up GEMM (int4-tc bank, SwiGLU epilogue, 64-row tiles) with the expansion off the MMA
+// The FP4 dispatch's gate|up GEMM (int4-tc bank, SwiGLU epilogue, both tile heights) with the expansion off the MMA
 // warps: a CTA of three warpgroups, the two of w4a8_wgmma_kernel (consumers: fragments, wgmmas, promotion, epilogue,
 // unchanged) and a producer warpgroup that loads every stage (FP4 codes, block scales, weight scales) and expands
 // stage grp + 1 into the e4m3 tile while the consumers run group grp. One barrier of all 384 threads per group, as
