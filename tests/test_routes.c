@@ -92,8 +92,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, "
-                       "pdl, decode.graphs";
+    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, "
+                       "router.fused, pdl, decode.graphs";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -106,6 +106,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("attention.kernel=fa3", "route attention.kernel: 'fa3' is not a value", "auto, wgmma or mma");
     expect_usage("w4a8.tile=32", "'32' is not a value", "auto, 16 or 64");
     expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16 or 64");
+    expect_usage("w4a8.fp4=on", "route w4a8.fp4: 'on' is not a value", "auto, producer or inline");
     expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
     expect_usage("w8a8.gemv_max_m=0", "'0' is not a value", "auto or 1..16");
     expect_usage("w8a8.gemv_max_m=17", "'17' is not a value", "auto or 1..16");
@@ -207,6 +208,25 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_SMALL);
+}
+
+/* Where the FP4 gate|up GEMM expands: a producer warpgroup with the wgmma kernel unless w4a8.fp4=inline; the mma.sync
+   kernel always inline */
+static void fp4_expansion_follows_the_kernel(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN));
+    assert_true(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN_SMALL));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.fp4=inline", &err), FM_OK);
+    assert_false(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.fp4=producer,w4a8.kernel=mma", &err), FM_OK);
+    assert_false(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=auto", &err), FM_OK);
+    assert_true(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN));
+    fm_routes_default(&r, 8);
+    assert_false(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN));
 }
 
 /* The experts' grouped GEMVs up to 8 routed pairs by default (moe.gemv: a count or off), only with 16-row tiles; the
@@ -324,9 +344,10 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile",    "dense.gemv",
+    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile",    "w4a8.fp4", "dense.gemv",
                           "w8a8.gemv_max_m", "moe.gemv",         "router.fused", "pdl"};
-    for (int i = 0; i < 8; i++) assert_contains(text, keys[i]);
+    for (int i = 0; i < 9; i++) assert_contains(text, keys[i]);
+    assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
     assert_contains(text, "16 rows");            /* w4a8.tile now */
     assert_contains(text, "auto|wgmma|mma");     /* the values */
@@ -343,6 +364,7 @@ int main(void) {
         cmocka_unit_test(kernels_the_gpu_cannot_run_are_refused),
         cmocka_unit_test(dense_kernels_at_their_thresholds),
         cmocka_unit_test(moe_tile_rows),
+        cmocka_unit_test(fp4_expansion_follows_the_kernel),
         cmocka_unit_test(decode_kernels_at_their_thresholds),
         cmocka_unit_test(memory_plan_follows_w4a8_tile),
         cmocka_unit_test(attention_kernel_by_device_and_head_dim),

@@ -7,7 +7,7 @@
 #include "util/status.h"
 
 #define KEYS                                                                                                           \
-    "w4a8.kernel, attention.kernel, w4a8.tile, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, "             \
+    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, "   \
     "decode.graphs"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
@@ -52,6 +52,11 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
             return fm_fail(err, FM_ERR_USAGE, "route w4a8.tile: '%s' is not a value (auto, %d or %d)", val,
                            FM_W4A8_BN_SMALL, FM_W4A8_BN);
         r->w4a8_tile = t;
+    } else if (!strcmp(key, "w4a8.fp4")) {
+        if (!strcmp(val, "auto")) r->w4a8_fp4 = FM_ROUTE_FP4_AUTO;
+        else if (!strcmp(val, "producer")) r->w4a8_fp4 = FM_ROUTE_FP4_PRODUCER;
+        else if (!strcmp(val, "inline")) r->w4a8_fp4 = FM_ROUTE_FP4_INLINE;
+        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.fp4: '%s' is not a value (auto, producer or inline)", val);
     } else if (!strcmp(key, "dense.gemv")) {
         if (!parse_switch(val, &r->dense_gemv))
             return fm_fail(err, FM_ERR_USAGE, "route dense.gemv: '%s' is not a value (auto, on or off)", val);
@@ -177,6 +182,11 @@ fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t
     return FM_DK_CUBLAS;
 }
 
+bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows) {
+    (void)tile_rows;
+    return fm_routes_w4a8_wgmma(r) && r->w4a8_fp4 != FM_ROUTE_FP4_INLINE;
+}
+
 const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {
     return fm_routes_w4a8_wgmma(r) ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
@@ -210,7 +220,10 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *att = r->attention_kernel == FM_ROUTE_ATTENTION_WGMMA ? "wgmma"
                       : r->attention_kernel == FM_ROUTE_ATTENTION_MMA ? "mma"
                                                                       : "auto";
-    char now[6][64], moe[8];
+    const char *fp4 = r->w4a8_fp4 == FM_ROUTE_FP4_PRODUCER ? "producer"
+                      : r->w4a8_fp4 == FM_ROUTE_FP4_INLINE ? "inline"
+                                                           : "auto";
+    char now[7][64], moe[8];
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
     snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
@@ -220,6 +233,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     else snprintf(now[4], sizeof now[4], "P <= %d", r->moe_gemv ? r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT);
     snprintf(now[5], sizeof now[5], "%s",
              fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
+    snprintf(now[6], sizeof now[6], "%s",
+             fm_routes_w4a8_fp4_producer(r, FM_W4A8_BN) ? "producer warpgroup" : "inline (MMA warps)");
     const struct {
         const char *key, *value, *values, *def, *decides, *now;
     } rows[] = {
@@ -229,6 +244,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "prefill attention: wgmma + TMA (hd 128), else mma.sync flash attention", now[5]},
         {"w4a8.tile", r->w4a8_tile ? tile : "auto", "auto|16|64", "16 while P < 32 E",
          "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)", now[1]},
+        {"w4a8.fp4", fp4, "auto|producer|inline", "producer (wgmma)",
+         "where the FP4 dispatch's gate|up GEMM expands E2M1 to e4m3: its own warpgroup or the MMA warps", now[6]},
         {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",
          "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
         {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",

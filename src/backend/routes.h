@@ -13,6 +13,10 @@
  *                                         (attention.cu) elsewhere and for every other head dim; wgmma forces it
  *                                         where the head dim is supported, mma forces the mma.sync kernel everywhere
  *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it)
+ *   w4a8.fp4         auto | producer | inline   where the wgmma gate|up GEMM of an FP4 dispatch (--dispatch mxfp4|
+ *                                         nvfp4) expands E2M1 to e4m3: a producer warpgroup of its own, a stage ahead
+ *                                         of the MMA warpgroups, or the MMA warps themselves between the stage's
+ *                                         barrier and the MMAs (w4a8_gemm.cu)
  *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
  *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
  *   moe.gemv         auto | off | 1..64   the grouped W4A8 GEMV for the experts of steps of at most this many routed
@@ -48,6 +52,12 @@ typedef enum fm_route_w4a8_kernel {
     FM_ROUTE_W4A8_MMA,   /* mma.sync m16n8k32 e4m3, sm_89 and sm_90 */
 } fm_route_w4a8_kernel;
 
+typedef enum fm_route_w4a8_fp4 {
+    FM_ROUTE_FP4_AUTO = 0,
+    FM_ROUTE_FP4_PRODUCER, /* a producer warpgroup expands (wgmma kernel only) */
+    FM_ROUTE_FP4_INLINE,   /* the MMA warps expand each stage */
+} fm_route_w4a8_fp4;
+
 typedef enum fm_route_attention_kernel {
     FM_ROUTE_ATTENTION_AUTO = 0,
     FM_ROUTE_ATTENTION_WGMMA, /* wgmma + TMA, sm_90a only, hd 128 */
@@ -59,6 +69,7 @@ typedef struct fm_routes {
     fm_route_w4a8_kernel w4a8_kernel;           /* w4a8.kernel */
     fm_route_attention_kernel attention_kernel; /* attention.kernel */
     int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
+    fm_route_w4a8_fp4 w4a8_fp4;                 /* w4a8.fp4 */
     fm_route_switch dense_gemv;                 /* dense.gemv */
     int32_t w8a8_gemv_max_m;                    /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     fm_route_switch pdl;                        /* pdl */
@@ -105,6 +116,11 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 
 /* Resolved choices: */
 bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
+/* The FP4 gate|up GEMM of tile_rows-row tiles expands on a producer warpgroup (the wgmma kernel only; mma.sync
+ * expands inline). Measured (bench moe, Qwen3 T = 512 / 2048 / 8192, H200, bench/NOTES.md "tenth session"): MX
+ * 0.216 / 0.493 / 1.584 ms against 0.222 / 0.525 / 1.712 inline, NV 0.243 / 0.555 / 1.783 against 0.247 / 0.581 /
+ * 1.882 (fp8 dispatch 0.209 / 0.474 / 1.508); T = 16 (16-row tiles) within 0.002 ms of inline. */
+bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows);
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
  * 8192 0.959 ms against 1.500. */

@@ -43,8 +43,8 @@ static const char *HELP =
     "                     none; it says which)\n"
     "  --route KEY=VALUE  an override (repeatable), as the model-running commands take it: the table and the memory\n"
     "                     plan (w4a8.tile sizes the MoE workspace) follow it. Keys and values: w4a8.kernel=\n"
-    "                     auto|wgmma|mma, w4a8.tile=auto|16|64, dense.gemv=auto|on|off, w8a8.gemv_max_m=auto|1..16,\n"
-    "                     pdl=auto|on|off\n"
+    "                     auto|wgmma|mma, w4a8.tile=auto|16|64, w4a8.fp4=auto|producer|inline, dense.gemv=\n"
+    "                     auto|on|off, w8a8.gemv_max_m=auto|1..16, pdl=auto|on|off\n"
     "  -h, --help         this help\n";
 
 typedef struct plan_args {

@@ -75,7 +75,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
     a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
     a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
-    a.dispatch = fmt, a.xts = (const float *)b.amax + 1;
+    a.dispatch = fmt, a.xts = (const float *)b.amax + 1, a.fp4_producer = fm_routes_w4a8_fp4_producer(r, bn);
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
     a.hsum = hsum;
     fm_cuda_w4a8_gemm(&a, be->stream);

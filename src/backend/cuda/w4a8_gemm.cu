@@ -28,10 +28,13 @@
 // mxfp4|nvfp4, int4-tc banks, SwiGLU epilogue): an FP4 stage is BNT rows x 64 bytes of E2M1 codes and each row's
 // 4 (MX) or 8 (NV) block-scale bytes, loaded by the same cp.async ring into a raw area. The CTA expands it into
 // the e4m3 tile the MMAs read (expand_stage) and writes each row's group scale where the e4m3 path's cp.async puts
-// the activation scales, so the MMAs and the promotion do not change. The expansion is a step of its own between
-// the stage's wait and the MMAs, behind one more __syncthreads: it costs the layer 5-14% (MX) and 13-30% (NV) at
-// T = 16..8192 against the e4m3 dispatch (bench/NOTES.md, ninth session); expanding stage grp + 1 while group grp's
-// wgmmas ran (no extra barrier, but a prefetch one stage shallower) measured slower still (+11-23% MX).
+// the activation scales, so the MMAs and the promotion do not change. On the wgmma kernel (route w4a8.fp4, default
+// producer) the expansion runs on a producer warpgroup of its own, a stage ahead of the MMA warpgroups
+// (w4a8_wgmma_fp4_kernel): the layer costs +3-5% (MX) and +13-18% (NV) against the e4m3 dispatch at T = 16..8192
+// (bench/NOTES.md, tenth session). Inline (w4a8.fp4=inline, and the mma.sync kernel) it is a step of its own between
+// the stage's wait and the MMAs, behind one more __syncthreads: +5-14% (MX) and +13-30% (NV) (ninth session);
+// expanding stage grp + 1 while group grp's wgmmas ran (no extra barrier, but a prefetch one stage shallower)
+// measured slower still (+11-23% MX).
 // Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
 // S = the row's largest block scale of the group is the promotion's activation scale (NV: x the tensor scale),
 // and each code becomes e4m3(e2m1 value x s_block / S): exact for MX while s_block / S >= 2^-8 (beyond, the
@@ -208,35 +211,44 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
     }
 }
 
-// FP4 -> e4m3 on chip, one stage (raw, as load_stage left it) into the e4m3 tile of the MMAs (the same swizzle as
-// the e4m3 path's) and the rows' group scales into sc: thread tid expands BNT / 16 words of 8 codes of row
-// tid x BNT / 256 (32 elements, one MX block or two NV blocks, at BNT 64; 8 at BNT 16). Per block a table of the 8
-// magnitudes times s_block / S as e4m3 bytes, then per 4 codes a byte permute picks the magnitudes and a second
-// one the sign bits. Rows past the tile were zero-filled: codes 0.
-static __device__ __forceinline__ uint32_t expand4(uint32_t x, uint32_t lo, uint32_t hi) {
-    return __byte_perm(lo, hi, x & 0x7777u) | __byte_perm(0x8000u, 0u, (x >> 3) & 0x1111u);
-}
-
+// FP4 -> e4m3 on chip, one stage (raw, as load_stage or fp4_load_stage left it) into the e4m3 tile of the MMAs (the
+// same swizzle as the e4m3 path's) and the rows' group scales into sc. Per block a table of the 8 magnitudes times
+// s_block / S as e4m3 bytes (MX within 5 binades of S: integer steps on constant bytes; NV on the producer when
+// c1's exponent >= 2: integer steps on the bytes of one conversion; else 4 conversions), then per 4 codes a byte
+// permute picks the magnitudes and a second one the sign bits. Rows past the tile were zero-filled: codes 0.
 static __device__ __forceinline__ uint32_t fp8x2(float a, float b) {
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
 
-template <int AF, int BNT>
-static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t *tile, float *sc, float ts) {
-    constexpr int W = BNT / 16, BLOCK_WORDS = AF == FM_W4A8_DISPATCH_MX ? 4 : 2; /* code words per thread, block */
-    const int tid = (int)threadIdx.x, n = tid * W >> 4, j0 = tid * W & 15;
+// NT threads expand a stage; thread tid (0..NT-1) takes W = BNT x 16 / NT words of row n. The CTA-wide expansion
+// (NT = THREADS) reads the row's block scales where load_stage put them ([BNT][8] after the codes); the producer
+// warpgroup's (NT = FP4_PRODUCERS) each thread loaded its own copy ([NT][8] after the codes, fp4_load_stage), so that
+// a producer thread reads only bytes its own cp.async wrote and needs no barrier with the other producers.
+template <int AF, int BNT, int NT>
+static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t *tile, float *sc, float ts, int tid) {
+    constexpr int W = BNT * 16 / NT, BLOCK_WORDS = AF == FM_W4A8_DISPATCH_MX ? 4 : 2; /* code words per thread, block */
+    static_assert(W == 1 || W == 2 || W == 4 || W == 8, "expand_stage: 1, 2, 4 or 8 code words per thread");
+    const int n = tid * W >> 4, j0 = tid * W & 15;
     uint32_t w[W];
-    if constexpr (W == 4) {
-        const uint4 v = *(const uint4 *)(raw + n * 64 + j0 * 4);
-        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    const uint8_t *src = raw + n * 64 + j0 * 4;
+    if constexpr (W >= 4) {
+#pragma unroll
+        for (int q = 0; q < W / 4; q++) {
+            const uint4 v = *(const uint4 *)(src + 16 * q);
+            w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
+        }
+    } else if constexpr (W == 2) {
+        const uint2 v = *(const uint2 *)src;
+        w[0] = v.x, w[1] = v.y;
     } else {
-        w[0] = *(const uint32_t *)(raw + n * 64 + j0 * 4);
+        w[0] = *(const uint32_t *)src;
     }
-    const uint8_t *sb = raw + BNT * 64 + n * 8;
+    const uint8_t *sb = raw + BNT * 64 + (NT == THREADS ? n : tid) * 8;
     const uint32_t s0 = *(const uint32_t *)sb, s1 = AF == FM_W4A8_DISPATCH_NV ? *(const uint32_t *)(sb + 4) : 0u;
-    uint32_t m = __vmaxu4(s0, s1);
-    m = __vmaxu4(m, m >> 16);
-    const uint32_t smax = __vmaxu4(m, m >> 8) & 0xFFu; /* NV: non-negative e4m3 codes order as their values */
+    /* the largest scale byte, as two 16-bit lanes (NV: non-negative e4m3 codes order as their values) */
+    uint32_t m = __vmaxu2(s0 & 0x00FF00FFu, (s0 >> 8) & 0x00FF00FFu);
+    if (AF == FM_W4A8_DISPATCH_NV) m = __vmaxu2(m, __vmaxu2(s1 & 0x00FF00FFu, (s1 >> 8) & 0x00FF00FFu));
+    const uint32_t smax = max(m & 0xFFFFu, m >> 16);
     const float S = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float(smax ? smax << 23 : 0x00400000u) : e4m3_decode(smax);
     const float inv = AF == FM_W4A8_DISPATCH_NV && S > 0.0f ? __frcp_rn(S) : 0.0f; /* NV: 1 / S, as the CPU's */
     uint32_t out[2 * W], lo = 0u, hi = 0u;
@@ -247,20 +259,44 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
             const uint32_t byte = (blk < 4 ? s0 >> (8 * blk) : s1 >> (8 * (blk - 4))) & 0xFFu;
             /* MX: the code x 2^-min(d, 24) (exact in fp32); NV: (the code x s_b, exact) x (1 / S) */
             const uint32_t d = smax - byte;
-            const float r = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
-            const float bs = AF == FM_W4A8_DISPATCH_MX ? 1.0f : e4m3_decode(byte);
-            lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, bs), r)) |
-                 fp8x2(__fmul_rn(bs, r), __fmul_rn(__fmul_rn(1.5f, bs), r)) << 16;
-            hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, bs), r), __fmul_rn(__fmul_rn(3.0f, bs), r)) |
-                 fp8x2(__fmul_rn(__fmul_rn(4.0f, bs), r), __fmul_rn(__fmul_rn(6.0f, bs), r)) << 16;
+            /* NV on the producer: p1 = s_b x (1 / S) and p15 = (1.5 s_b) x (1 / S) are the only products that
+               round (the others are them times 2^-1, 2, 4: exact in fp32), so one conversion gives c1 = e4m3(p1),
+               c15 = e4m3(p15). In the MMA warps' expansion (NT = THREADS) it measured slower than the 4
+               conversions (bench/NOTES.md, tenth session), so they keep those. */
+            constexpr bool NV_STEPS = AF == FM_W4A8_DISPATCH_NV && NT != THREADS;
+            const float bs = AF == FM_W4A8_DISPATCH_NV ? e4m3_decode(byte) : 0.0f;
+            const uint32_t c = NV_STEPS ? fp8x2(__fmul_rn(bs, inv), __fmul_rn(__fmul_rn(1.5f, bs), inv)) : 0u;
+            if (AF == FM_W4A8_DISPATCH_MX && d <= 5u) {
+                /* the table's e4m3 bytes (0, 0.5, 1, 1.5 | 2, 3, 4, 6) with the exponent field lowered by d: exact
+                   and normal while 0.5 x 2^-d >= 2^-6, the same bytes as the conversions below give */
+                lo = 0x3C383000u - d * 0x08080800u, hi = 0x4C484440u - d * 0x08080808u;
+            } else if (NV_STEPS && (c & 0x78u) >= 0x10u) {
+                /* c1's exponent field >= 2: scaling by 2^j (j = -1, 1, 2) commutes with the e4m3 rounding (p1 / 2
+                   stays normal, or rounds up to the smallest normal exactly as c1 - 8 says; 4 p15 <= 6, no
+                   overflow), so the table is (0, c1 - 8, c1, c15 | c1 + 8, c15 + 8, c1 + 16, c15 + 16) */
+                lo = __byte_perm(c, 0u, 0x1004) - 0x00000800u, hi = __byte_perm(c, 0u, 0x1010) + 0x10100808u;
+            } else {
+                const float r =
+                    AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
+                const float b1 = AF == FM_W4A8_DISPATCH_MX ? 1.0f : bs;
+                lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, b1), r)) |
+                     fp8x2(__fmul_rn(b1, r), __fmul_rn(__fmul_rn(1.5f, b1), r)) << 16;
+                hi = fp8x2(__fmul_rn(__fmul_rn(2.0f, b1), r), __fmul_rn(__fmul_rn(3.0f, b1), r)) |
+                     fp8x2(__fmul_rn(__fmul_rn(4.0f, b1), r), __fmul_rn(__fmul_rn(6.0f, b1), r)) << 16;
+            }
         }
-        out[2 * i] = expand4(w[i] & 0xFFFFu, lo, hi), out[2 * i + 1] = expand4(w[i] >> 16, lo, hi);
+        const uint32_t mag = w[i] & 0x77777777u, sgn = (w[i] >> 3) & 0x11111111u; /* 8 codes, both halves */
+        out[2 * i] = __byte_perm(lo, hi, mag) | __byte_perm(0x8000u, 0u, sgn);
+        out[2 * i + 1] = __byte_perm(lo, hi, mag >> 16) | __byte_perm(0x8000u, 0u, sgn >> 16);
     }
     uint8_t *row = tile + n * 128;
-    if constexpr (W == 4) {
-        const int ch = j0 >> 1; /* 32 bytes: chunks ch, ch + 1 */
-        *(uint4 *)(row + ((ch ^ (n & 7)) << 4)) = make_uint4(out[0], out[1], out[2], out[3]);
-        *(uint4 *)(row + (((ch + 1) ^ (n & 7)) << 4)) = make_uint4(out[4], out[5], out[6], out[7]);
+    if constexpr (W >= 2) {
+#pragma unroll
+        for (int c = 0; c < W / 2; c++) { /* 16 bytes: chunk (j0 >> 1) + c */
+            const int ch = (j0 >> 1) + c;
+            *(uint4 *)(row + ((ch ^ (n & 7)) << 4)) =
+                make_uint4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
+        }
     } else {
         *(uint2 *)(row + (((j0 >> 1) ^ (n & 7)) << 4) + (j0 & 1) * 8) = make_uint2(out[0], out[1]);
     }
@@ -570,7 +606,7 @@ static __global__ __launch_bounds__(THREADS,
                                     wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
         if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
-            expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
+            expand_stage<AF, BNT, THREADS>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts, (int)threadIdx.x);
             __syncthreads();
         }
         if (!active) continue;
@@ -745,7 +781,7 @@ static __global__ __launch_bounds__(THREADS,
                                     wsc_smem[st2], raw_smem[AF ? st2 : 0]);
         cp_async_commit();
         if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
-            expand_stage<AF, BNT>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts);
+            expand_stage<AF, BNT, THREADS>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts, (int)threadIdx.x);
             __syncthreads();
         }
         const uint32_t xt = smem_u32(xs_smem[st]);
@@ -824,6 +860,213 @@ static __global__ __launch_bounds__(THREADS,
     epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
 }
 
+// ---- sm_90a: the FP4 gate|up GEMM with a producer warpgroup ----------------------------------------------
+// The FP4 dispatch's gate|up GEMM (int4-tc bank, SwiGLU epilogue, both tile heights) with the expansion off the MMA
+// warps: a CTA of three warpgroups, the two of w4a8_wgmma_kernel (consumers: fragments, wgmmas, promotion, epilogue,
+// unchanged) and a producer warpgroup that loads every stage (FP4 codes, block scales, weight scales) and expands
+// stage grp + 1 into the e4m3 tile while the consumers run group grp. One barrier of all 384 threads per group, as
+// the e4m3 path has one: at barrier grp the producer has expanded stage grp and the consumers are done with group
+// grp - 1, so two e4m3 tiles suffice; the consumers issue no stage loads at all. Registers: the producer gives all
+// but FP4_PRODUCER_REGS back (setmaxnreg), the consumers take FP4_CONSUMER_REGS (the 256-thread kernel uses 235).
+// The producer's cp.async ring is private to each producer thread: it loads the code bytes it expands and its own
+// copy of its row's block scales, so its wait_group alone makes them visible to it (no barrier among producers).
+#define FP4_PRODUCERS 128
+#define FP4_CTA_THREADS (THREADS + FP4_PRODUCERS)
+/* registers per thread after setmaxnreg, by tile height: 64-row tiles run one CTA per SM (384 x 168 allocated at
+   launch), 16-row tiles two (384 x 80); fewer producer registers spilled (ptxas -v) */
+#define FP4_PRODUCER_REGS(BNT) ((BNT) == FM_W4A8_BN ? 56 : 32)
+#define FP4_CONSUMER_REGS(BNT) ((BNT) == FM_W4A8_BN ? 224 : 104)
+#define FP4_CTAS_PER_SM(BNT) ((BNT) == FM_W4A8_BN ? 1 : 2)
+#define FP4_RAW_STAGES 3 /* the producer loads stage grp + 3 while expanding grp + 1 */
+#define FP4_WSC_STAGES 4 /* weight scales: stages grp (consumers) .. grp + 3 (producer) */
+static_assert(2 * FP4_CONSUMER_REGS(FM_W4A8_BN) * 128 + FP4_PRODUCER_REGS(FM_W4A8_BN) * 128 <= 168 * 384 &&
+                  2 * FP4_CONSUMER_REGS(FM_W4A8_BN_SMALL) * 128 + FP4_PRODUCER_REGS(FM_W4A8_BN_SMALL) * 128 <= 80 * 384,
+              "fp4 kernel: the registers allocated at launch");
+static_assert(wk_scales<WK_INT4>::chunks <= FP4_PRODUCERS, "fp4 kernel: weight scale chunks per producer");
+
+static __device__ __forceinline__ void fp4_barrier(void) {
+    asm volatile("bar.sync 2, %0;\n" ::"n"(FP4_CTA_THREADS) : "memory"); /* 0: __syncthreads, 1: the epilogue's */
+}
+static __device__ __forceinline__ void cp_async_wait_2(void) { asm volatile("cp.async.wait_group 2;\n" ::); }
+
+template <int R> static __device__ __forceinline__ void setmaxnreg_dec(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R> static __device__ __forceinline__ void setmaxnreg_inc(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+
+// One producer thread's share of a stage: BNT / 2 code bytes of row n (the bytes expand_stage gives it), its row's
+// block scales, and (pt < wk_scales chunks) 16 bytes of the CTA's weight scales.
+typedef struct fp4_loader {
+    const uint8_t *codes;  // group 0
+    const uint8_t *scales; // group 0
+    int64_t sstride;       // bytes from one group's block scales to the next
+    bool ok;               // row n inside the tile (else zero-filled)
+    const uint8_t *wsrc;   // as stage_loader's
+    int wbytes;
+    int64_t wstride;
+} fp4_loader;
+
+template <int BNT, int AF>
+static __device__ __forceinline__ fp4_loader fp4_loader_at(const gemm_params &p, const fm_w4a8_tile &tile, int pt) {
+    constexpr int CB = BNT * 64 / FP4_PRODUCERS, SB = AF == FM_W4A8_DISPATCH_NV ? 8 : 4;
+    fp4_loader l;
+    const int n = pt * CB / 64;
+    l.ok = n < tile.rows;
+    const int64_t slot = tile.slot0 + (l.ok ? n : 0);
+    l.codes = p.x + slot * p.ldx + (pt * CB & 63);
+    l.scales = (const uint8_t *)p.xs + slot * SB, l.sstride = p.lds * SB;
+    const int64_t row0 = (int64_t)blockIdx.x * BM;
+    l.wsrc = NULL, l.wbytes = 0, l.wstride = p.rows_pad * 2;
+    if (pt < wk_scales<WK_INT4>::chunks) {
+        const int64_t row = row0 + (int64_t)pt * 8, base = (int64_t)tile.expert * p.n_groups * p.rows_pad;
+        const bool in = row < p.rows_pad;
+        l.wsrc = (const uint8_t *)p.ws + (base + (in ? row : row0)) * 2;
+        l.wbytes = in ? 16 : 0;
+    }
+    return l;
+}
+
+// Stage grp into raw (codes at [pt x CB], which is row n's place in [BNT][64]; scales at [BNT x 64 + pt x 8]) and wsc.
+template <int BNT, int AF>
+static __device__ __forceinline__ void fp4_load_stage(const fp4_loader &l, int64_t grp, uint8_t *raw, uint8_t *wsc,
+                                                      int pt) {
+    constexpr int CB = BNT * 64 / FP4_PRODUCERS;
+    const uint32_t rb = smem_u32(raw);
+    const uint8_t *c = l.codes + grp * 64;
+    if constexpr (CB == 32) {
+        cp_async16(rb + pt * 32, c, l.ok ? 16 : 0);
+        cp_async16(rb + pt * 32 + 16, c + 16, l.ok ? 16 : 0);
+    } else {
+        static_assert(CB == 8, "fp4 producer: 32 or 8 code bytes per thread");
+        cp_async8(rb + pt * 8, c, l.ok ? 8 : 0);
+    }
+    const uint32_t sd = rb + BNT * 64 + pt * 8;
+    if (AF == FM_W4A8_DISPATCH_MX) cp_async4(sd, l.scales + grp * l.sstride, l.ok ? 4 : 0);
+    else cp_async8(sd, l.scales + grp * l.sstride, l.ok ? 8 : 0);
+    if (l.wsrc) cp_async16(smem_u32(wsc + pt * 16), l.wsrc + grp * l.wstride, l.wbytes);
+}
+
+template <int BNT, int AF>
+static __global__
+__launch_bounds__(FP4_CTA_THREADS, FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_kernel(const gemm_params p) {
+    __shared__ __align__(1024) uint8_t xs_smem[2][BNT * 128];
+    __shared__ float sc_smem[2][BNT];
+    __shared__ __align__(16) uint8_t wsc_smem[FP4_WSC_STAGES][BM * wk_scales<WK_INT4>::row_bytes];
+    __shared__ __align__(16) uint8_t raw_smem[FP4_RAW_STAGES][BNT * 64 + FP4_PRODUCERS * 8];
+    __shared__ float red[THREADS / 32][BNT];
+    constexpr int NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL) /* wgmma and setmaxnreg: sm_90a only (the route never launches it elsewhere) */
+    __trap();
+#else
+    const int64_t tile_idx = blockIdx.y;
+    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
+    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
+    const int64_t KG = p.n_groups;
+
+    if ((int)threadIdx.x >= THREADS) { /* the producer warpgroup */
+        setmaxnreg_dec<FP4_PRODUCER_REGS(BNT)>();
+        const int pt = (int)threadIdx.x - THREADS;
+        const fp4_loader ld = fp4_loader_at<BNT, AF>(p, tile, pt);
+        const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
+#pragma unroll
+        for (int s = 0; s < FP4_RAW_STAGES; s++) {
+            if (s < KG) fp4_load_stage<BNT, AF>(ld, s, raw_smem[s], wsc_smem[s], pt);
+            cp_async_commit();
+        }
+        cp_async_wait_2();
+        expand_stage<AF, BNT, FP4_PRODUCERS>(raw_smem[0], xs_smem[0], sc_smem[0], ts, pt);
+        for (int64_t grp = 0, r = 1; grp < KG; grp++, r = r == 2 ? 0 : r + 1) { /* r = (grp + 1) % 3 */
+            fp4_barrier(); /* stage grp expanded; the consumers are done with grp - 1 (its tile, scales, raw slot) */
+            if (grp + 3 < KG)
+                fp4_load_stage<BNT, AF>(ld, grp + 3, raw_smem[r == 0 ? 2 : r - 1], wsc_smem[(grp + 3) & 3], pt);
+            cp_async_commit();
+            if (grp + 1 < KG) {
+                cp_async_wait_2(); /* stage grp + 1 landed (this thread's bytes) */
+                expand_stage<AF, BNT, FP4_PRODUCERS>(raw_smem[r], xs_smem[(grp + 1) & 1], sc_smem[(grp + 1) & 1], ts,
+                                                     pt);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<FP4_CONSUMER_REGS(BNT)>();
+    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
+    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
+    const int64_t blk[2] = {blk0, blk0 + 4};
+    const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
+    const warp_weights ww = warp_weights_at<WK_INT4>(p, tile.expert, blk);
+
+    float acc[2][BNT / 8][4];
+    uint32_t words[2][NW];
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++) {
+#pragma unroll
+        for (int nt = 0; nt < BNT / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
+    }
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++)
+        if (blk_ok[mb]) {
+#pragma unroll
+            for (int q = 0; q < NP; q++) {
+                const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
+                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
+                              words[mb][4 * q + 3] = v.w;
+            }
+        }
+
+    for (int64_t grp = 0; grp < KG; grp++) {
+        const bool more = grp + 1 < KG;
+        fp4_barrier(); /* stage grp expanded and its weight scales landed */
+        const uint32_t xt = smem_u32(xs_smem[grp & 1]);
+        const float *sc = sc_smem[grp & 1];
+        const uint8_t *wsm = wsc_smem[grp & 3];
+        uint32_t a[2][4][4];
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) weight_fragment<WK_INT4>(words[mb], ks, a[mb][ks]);
+        float part[2][BNT / 8][4];
+        float2 xsc[BNT / 8];
+        float wsc[2][2], zs[2][2];
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
+        wgmma_commit();
+        /* while the tensor cores run: the next group's codes and this group's scales */
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+            if (more && blk_ok[mb]) {
+                const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK_INT4>::chunk;
+#pragma unroll
+                for (int pq = 0; pq < NP; pq++) {
+                    const uint4 v = __ldg((const uint4 *)(q + pq * 512));
+                    words[mb][4 * pq] = v.x, words[mb][4 * pq + 1] = v.y, words[mb][4 * pq + 2] = v.z,
+                                   words[mb][4 * pq + 3] = v.w;
+                }
+            }
+        load_weight_scales<WK_INT4>(wsm, ww.lrow, wsc, zs);
+        load_act_scales<BNT>(sc, xsc);
+        wgmma_wait_all();
+        settle_block<BNT>(part[0], a[0]);
+        settle_block<BNT>(part[1], a[1]);
+        promote<WK_INT4, BNT>(acc, part, wsc, zs, xsc, NULL);
+    }
+    epilogue<EPI_SWIGLU, BNT>(p, tile, acc, blk, blk_ok, red, red);
+#endif
+}
+
 // Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
 // elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
 template <int EPILOGUE, int WK, int BNT, int AF = FM_W4A8_DISPATCH_E4M3>
@@ -841,7 +1084,12 @@ static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, dim3 gri
 
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
     /* FP4 activations: the gate|up GEMM of int4-tc banks only (fm_cuda_w4a8_gemm checks) */
-    if (a->dispatch == FM_W4A8_DISPATCH_MX) launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, grid, s);
+    if (a->dispatch != FM_W4A8_DISPATCH_E4M3 && a->wgmma && a->fp4_producer) { /* the producer warpgroup's kernel */
+        if (a->dispatch == FM_W4A8_DISPATCH_MX)
+            w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_MX><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
+        else w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_NV><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
+    } else if (a->dispatch == FM_W4A8_DISPATCH_MX)
+        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, grid, s);
     else if (a->dispatch == FM_W4A8_DISPATCH_NV)
         launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, grid, s);
     else if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);

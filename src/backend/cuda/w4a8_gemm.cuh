@@ -30,6 +30,7 @@ typedef struct fm_w4a8_args {
     // E2M1 codes [slots][w->ld / 2] and xs the block-scale words of moe_dispatch.cuh; xts the NVFP4 tensor scale
     int32_t dispatch;
     const float *xts;
+    bool fp4_producer; // FP4 on the wgmma kernel: a producer warpgroup expands (fm_routes_w4a8_fp4_producer)
     // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
