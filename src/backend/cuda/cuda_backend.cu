@@ -21,6 +21,8 @@
 #include "backend/cuda/attention_paged.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gated_attention.cuh"
+#include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
@@ -365,6 +367,51 @@ static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
     else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
 }
 
+/* Qwen3-Next's ops (gated_attention.cu, gdn.cu): the norm, conv and gate banks are of the activation type (w_other:
+   bf16, or f32 for ref32); the GDN states are fp32 */
+static const void *vec_or_null(const fm_bank *w) { return w ? bank_matrix(w, 0) : NULL; }
+
+static void cu_gated_qk_norm_rope(fm_backend *bb, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                  int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps,
+                                  int64_t pos0, const void *pos, double theta, void *qkv, void *gate) {
+    fm_cuda_gated_qk_norm_rope(f32(bb), qg, T, nh, nkv, hd, rot_dim, vec_or_null(q_norm), vec_or_null(k_norm), eps,
+                               pos0, (const int32_t *)pos, theta, qkv, gate, stream(bb));
+}
+
+static void cu_sigmoid_mul(fm_backend *bb, void *x, const void *gate, int64_t n) {
+    fm_cuda_sigmoid_mul(f32(bb), x, gate, n, stream(bb));
+}
+
+static void cu_add_sigmoid_scaled(fm_backend *bb, void *acc, const void *x, const void *score, int64_t rows,
+                                  int64_t dim) {
+    fm_cuda_add_sigmoid_scaled(f32(bb), acc, x, score, rows, dim, stream(bb));
+}
+
+static void cu_gdn_conv(fm_backend *bb, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
+                        const void *tok_seq, const void *tok_pos, void *out) {
+    fm_cuda_gdn_conv(f32(bb), qkvz, bank_matrix(conv, 0), conv->ld, T, g, (float *)states, (const int32_t *)tok_seq,
+                     (const int32_t *)tok_pos, out, stream(bb));
+}
+
+static void cu_gdn_chunked(fm_backend *bb, const void *qkv, const void *ba, const fm_bank *a_log,
+                           const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
+                           void *out) {
+    fm_cuda_gdn_chunked(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
+                        (const int32_t *)tok_seq, out, stream(bb));
+}
+
+static void cu_gdn_recurrent(fm_backend *bb, const void *qkv, const void *ba, const fm_bank *a_log,
+                             const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
+                             const void *tok_pos, void *out) {
+    fm_cuda_gdn_recurrent(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
+                          (const int32_t *)tok_seq, (const int32_t *)tok_pos, out, stream(bb));
+}
+
+static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
+                             fm_gdn_shape g, float eps, void *out) {
+    fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, stream(bb));
+}
+
 /* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create)
  */
 static const fm_backend_ops cuda_ops = {
@@ -406,14 +453,13 @@ static const fm_backend_ops cuda_ops = {
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
     .sample = cu_sample,
-    /* Qwen3-Next's ops: no kernels yet (model.c refuses model_type qwen3_next on this backend by name) */
-    .gated_qk_norm_rope = NULL,
-    .sigmoid_mul = NULL,
-    .add_sigmoid_scaled = NULL,
-    .gdn_conv = NULL,
-    .gdn_chunked = NULL,
-    .gdn_recurrent = NULL,
-    .gdn_norm_gate = NULL,
+    .gated_qk_norm_rope = cu_gated_qk_norm_rope,
+    .sigmoid_mul = cu_sigmoid_mul,
+    .add_sigmoid_scaled = cu_add_sigmoid_scaled,
+    .gdn_conv = cu_gdn_conv,
+    .gdn_chunked = cu_gdn_chunked,
+    .gdn_recurrent = cu_gdn_recurrent,
+    .gdn_norm_gate = cu_gdn_norm_gate,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {
