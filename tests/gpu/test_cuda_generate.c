@@ -7,6 +7,8 @@
  *     0.99837 on qwen3-moe-bf16);
  *   - decode steps replayed as CUDA graphs give the tokens of the same steps launched one by one (route
  *     decode.graphs=off), bit for bit: four sequences of equal length, so both runs have the same batch shapes;
+ *   - Qwen3-Next (its Gated DeltaNet states beside the KV cache): the same, and three sequences replaying a 4-row
+ *     decode graph (one padding row) against launches without padding;
  *   - ref32 greedy generation equals transformers' generate(do_sample=False) for 32 new tokens on every model with
  *     a golden_generate.json (prompts chosen where no step's top-1/top-2 margin is a near tie), and every preset's
  *     agreement with it is printed. */
@@ -103,23 +105,31 @@ static void test_cached_steps(void **state) {
     cached_vs_prefill("models/tiny-code-moe", FM_PRESET_FP8, 0.995);
     cached_vs_prefill("tests/models/qwen3-moe-tied-f32", FM_PRESET_FP8, 0.995); /* a dense MLP layer: W4A8 at M = 1 */
     cached_vs_prefill("tests/models/mixtral-f32-sharded", FM_PRESET_INT4, 0.999);
+    /* Qwen3-Next: the Gated DeltaNet's conv and recurrent states carried through the fresh prefill (the chunked
+       rule), the decode steps and the chunks (token by token) */
+    cached_vs_prefill("tests/models/qwen3-next-bf16", FM_PRESET_REF32, 0.99999);
+    cached_vs_prefill("tests/models/qwen3-next-bf16", FM_PRESET_REF, 0.999);
+    cached_vs_prefill("tests/models/qwen3-next-bf16", FM_PRESET_FP8, 0.995);
+    cached_vs_prefill("tests/models/qwen3-next-tied-f32", FM_PRESET_INT4, 0.999);
 }
 
-static void generate4(fm_model *m, int32_t V, fm_gen_output *out) {
+/* n <= 4 sequences of 20-token prompts, 24 new tokens each; greedy: every sequence at temperature 0 */
+static void generate_n(fm_model *m, int32_t V, int32_t n, bool greedy, fm_gen_output *out) {
     int32_t buf[4][20];
     const int32_t *prompts[4];
     const int64_t lens[4] = {20, 20, 20, 20};
     fm_gen_params gp[4];
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         for (int t = 0; t < 20; t++) buf[i][t] = (t * 13 + i * 101 + 5) % V;
         prompts[i] = buf[i];
         fm_gen_params_init(&gp[i]);
-        gp[i].max_tokens = 24, gp[i].ignore_eos = true, gp[i].temperature = i % 2 ? 0.8f : 0.0f, gp[i].seed = 9;
-        gp[i].top_k = i == 3 ? 20 : 0;
+        gp[i].max_tokens = 24, gp[i].ignore_eos = true, gp[i].temperature = i % 2 && !greedy ? 0.8f : 0.0f;
+        gp[i].seed = 9, gp[i].top_k = i == 3 ? 20 : 0;
     }
     fm_error err;
-    if (fm_model_generate(m, prompts, lens, gp, 4, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_model_generate(m, prompts, lens, gp, n, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
 }
+static void generate4(fm_model *m, int32_t V, fm_gen_output *out) { generate_n(m, V, 4, false, out); }
 
 static void test_graphs_equal_launches(void **state) {
     (void)state;
@@ -145,6 +155,37 @@ static void test_graphs_equal_launches(void **state) {
         }
         printf("  %s%s: 4 x 24 tokens, graphs equal launches\n", fm_preset_name(cases[c].p),
                cases[c].w8a8 ? " + w8a8" : "");
+        fm_model_free(g), fm_model_free(e);
+    }
+}
+
+/* Qwen3-Next's states under decode graphs: three sequences replay the 4-row graph with one padding row (a copy of row
+   0, generate.c), which must not advance sequence 0's conv and recurrent states a second time. Greedy ref32 tokens
+   with graphs against the same steps launched one by one (3 rows, no padding): equal (a second update of a state
+   changes the sequence's next logits by far more than a near tie). Then the graphs against launches at 4 rows on
+   the bf16 presets, bit for bit, as above. */
+static void test_qwen3_next_graphs(void **state) {
+    (void)state;
+    const char *dir = "tests/models/qwen3-next-bf16";
+    char off[300];
+    snprintf(off, sizeof off, "decode.graphs=off%s%s", gpu_test_routes() ? "," : "",
+             gpu_test_routes() ? gpu_test_routes() : "");
+    const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_FP8};
+    for (size_t c = 0; c < sizeof presets / sizeof *presets; c++) {
+        const int32_t n = presets[c] == FM_PRESET_REF32 ? 3 : 4;
+        fm_model *g = load(dir, presets[c], false, 4, NULL), *e = load(dir, presets[c], false, 4, off);
+        const int32_t V = fm_model_vocab_size(g);
+        fm_gen_output a[4], b[4];
+        generate_n(g, V, n, n == 3, a);
+        generate_n(e, V, n, n == 3, b);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(a[i].n, 24);
+            assert_int_equal(b[i].n, 24);
+            assert_memory_equal(a[i].ids, b[i].ids, 24 * sizeof(int32_t));
+            free(a[i].ids), free(a[i].logprobs), free(b[i].ids), free(b[i].logprobs);
+        }
+        printf("  %s %s: %d x 24 tokens, graphs%s equal launches\n", dir, fm_preset_name(presets[c]), n,
+               n == 3 ? " (one padding row)" : "");
         fm_model_free(g), fm_model_free(e);
     }
 }
@@ -175,7 +216,8 @@ static void test_golden_greedy(void **state) {
     (void)state;
     const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
                           "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
-                          "models/tiny-code-moe"};
+                          "models/tiny-code-moe",          "tests/models/qwen3-next-f32",
+                          "tests/models/qwen3-next-bf16",  "tests/models/qwen3-next-tied-f32"};
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
     int found = 0;
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
@@ -216,6 +258,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_steps),
         cmocka_unit_test(test_graphs_equal_launches),
+        cmocka_unit_test(test_qwen3_next_graphs),
         cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
