@@ -268,10 +268,12 @@ static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, in
 }
 
 /* bf16: the wgmma kernel on Hopper where the head dim has one (attention_wgmma.cu; route attention.kernel), else the
-   flash-style mma.sync kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu) */
+   flash-style mma.sync kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu), which also
+   takes bf16 head dims that are not a multiple of 16 (no tensor-core kernel has them: tiny test models only) */
 static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out) {
     const cuda_backend *be = cuda_be(bb);
     if (f32(bb)) fm_cuda_attention_f32((const float *)qkv, T, nh, nkv, hd, (float *)out, stream(bb));
+    else if (hd % 16 != 0) fm_cuda_attention_plain_bf16((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
     else if (fm_routes_attention_wgmma(&be->routes, hd))
         fm_cuda_attention_wgmma((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
     else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
@@ -283,7 +285,8 @@ static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, 
                      stream(bb));
 }
 
-/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32: the plain kernel */
+/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
+   are not a multiple of 16: the plain kernel */
 static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
                                const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
@@ -292,6 +295,11 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
         fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
                                     (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
                                     max_blocks, block_tokens, max_len, (float *)out, stream(bb));
+    else if (hd % 16 != 0)
+        fm_cuda_attention_paged_plain_bf16((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache,
+                                           (const bf16 *)v_cache, (const int32_t *)tok_seq, (const int32_t *)tok_pos,
+                                           (const int32_t *)tables, max_blocks, block_tokens, max_len, (bf16 *)out,
+                                           stream(bb));
     else
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
