@@ -6,7 +6,8 @@
  * chunked form (chunks of 64) against the GPU's token-by-token form at T = 1, 63, 64, 65, 1000, then the recurrent
  * step against the chunked result on the GPU alone, then multi-sequence steps with the states carried (conv and
  * recurrent, fp32 states compared too) and with a decode graph's padding rows (copies of row 0), which must change no
- * state: the CPU is given the real rows only. Runs only where a GPU is present (make test-gpu). */
+ * state: the CPU is given the real rows only. The bf16 chunked op at dk = dv = 128 runs the tensor-core form (route
+ * gdn.tc; tools/gpu-check.sh runs this program again with gdn.tc=off). Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -245,14 +246,16 @@ static void test_gdn_fresh(void **s) {
             fresh_case(ps[pi], big_shape, Ts[i]);
         }
     fresh_case(FM_PRESET_REF32, tied_shape, 65);
+    fresh_case(FM_PRESET_REF, big_shape, 2100); /* ref: two segments of the tensor-core form */
 }
 
 /* The recurrent step against the chunked result, on the GPU: the chunked rule over T tokens (its outputs and final
    state) equals the first `split` tokens chunked (their state kept) followed by the rest token by token (positions
-   split..T-1, the state carried), and the whole sequence token by token. fp32 (ref32), so that only the summation
-   order differs. */
-static void recurrent_vs_chunked(fm_gdn_shape g, int64_t T, int64_t split) {
-    gdn_case c = gdn_make(FM_PRESET_REF32, g);
+   split..T-1, the state carried), and the whole sequence token by token. ref32: the same kernel in both forms, only
+   the summation order differs; ref with dk = dv = 128: the chunked form on tensor cores (gdn.tc, TF32 products)
+   against the token-by-token kernel, over segments of 2048 tokens at T = 2100. */
+static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t split) {
+    gdn_case c = gdn_make(p, g);
     fm_backend *be = c.b.be[1];
     const int64_t V = (int64_t)g.nv * g.dv, per = fm_gdn_rec_state_elems(g);
     float *qkv = rand_array(T * c.C, 1.0f), *ba = rand_array(T * 2 * g.nv, 2.0f);
@@ -264,6 +267,7 @@ static void recurrent_vs_chunked(fm_gdn_shape g, int64_t T, int64_t split) {
     void *o = gpu_guarded(be, T * V, &base);
     be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], T, g, states, sd, o);
     float *ref = gpu_fetch(be, base, T * V, "gdn_chunked"), *ref_st = fetch_states(be, states, per);
+    const double e = bound(&c.b);
     /* the whole sequence token by token */
     o = gpu_guarded(be, T * V, &base);
     be->ops->gdn_recurrent(be, qd, bad, c.al[1], c.dt[1], T, g, states, sd, pd, o);
@@ -271,16 +275,17 @@ static void recurrent_vs_chunked(fm_gdn_shape g, int64_t T, int64_t split) {
     /* split tokens chunked, the rest recurrent: one output buffer, two launches */
     o = gpu_guarded(be, T * V, &base);
     be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], split, g, states, sd, o);
-    be->ops->gdn_recurrent(be, (float *)qd + split * c.C, (float *)bad + split * 2 * g.nv, c.al[1], c.dt[1],
-                           T - split, g, states, (int32_t *)sd + split, (int32_t *)pd + split, (float *)o + split * V);
+    const size_t a = be->ops->act_size;
+    be->ops->gdn_recurrent(be, (char *)qd + split * c.C * a, (char *)bad + split * 2 * g.nv * a, c.al[1], c.dt[1],
+                           T - split, g, states, (int32_t *)sd + split, (int32_t *)pd + split, (char *)o + split * V * a);
     float *two = gpu_fetch(be, base, T * V, "gdn_chunked + gdn_recurrent"), *two_st = fetch_states(be, states, per);
     char sh[96], what[192];
     snprintf(what, sizeof what, "gdn_recurrent vs chunked %s T=%lld", shape_str(&c, sh, sizeof sh), (long long)T);
-    gpu_expect_close(all, ref, T * V, 1e-5, what);
-    gpu_expect_close(all_st, ref_st, per, 1e-5, "  final state");
+    gpu_expect_close(all, ref, T * V, e, what);
+    gpu_expect_close(all_st, ref_st, per, e, "  final state");
     snprintf(what, sizeof what, "  chunked to %lld, then recurrent", (long long)split);
-    gpu_expect_close(two, ref, T * V, 1e-5, what);
-    gpu_expect_close(two_st, ref_st, per, 1e-5, "  final state");
+    gpu_expect_close(two, ref, T * V, e, what);
+    gpu_expect_close(two_st, ref_st, per, e, "  final state");
     free(ref), free(ref_st), free(all), free(all_st), free(two), free(two_st), free(qkv), free(ba), free(seq), free(pos);
     be->ops->free(be, qd), be->ops->free(be, bad), be->ops->free(be, sd), be->ops->free(be, pd);
     be->ops->free(be, states);
@@ -289,9 +294,11 @@ static void recurrent_vs_chunked(fm_gdn_shape g, int64_t T, int64_t split) {
 
 static void test_gdn_recurrent_vs_chunked(void **s) {
     (void)s;
-    recurrent_vs_chunked(small_shape, 200, 64);
-    recurrent_vs_chunked(big_shape, 130, 65);
-    recurrent_vs_chunked(tied_shape, 70, 1);
+    recurrent_vs_chunked(FM_PRESET_REF32, small_shape, 200, 64);
+    recurrent_vs_chunked(FM_PRESET_REF32, big_shape, 130, 65);
+    recurrent_vs_chunked(FM_PRESET_REF32, tied_shape, 70, 1);
+    recurrent_vs_chunked(FM_PRESET_REF, big_shape, 130, 65);
+    recurrent_vs_chunked(FM_PRESET_REF, big_shape, 2100, 2049);
 }
 
 /* Multi-sequence steps on both backends, the conv and recurrent states carried: a prompt of sequence 2 (positions
