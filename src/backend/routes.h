@@ -23,7 +23,9 @@
  *                                         graph and replayed (on by default)
  *   gdn.tc           auto | on | off      the Gated DeltaNet's chunked form (a prompt from position 0) on tensor cores
  *                                         (gdn_chunked_tc.cu) where it takes the shape (dk = dv = 128, bf16
- *                                         activations; on = auto), else token by token (gdn.cu); off: token by token
+ *                                         activations), else token by token (gdn.cu). auto = off until the kernel
+ *                                         has run on a GPU (written without device time: bench/NOTES.md, tenth
+ *                                         session); on forces it
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -139,8 +141,8 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E);
  * T token rows from L2 once per weight chunk). */
 bool fm_routes_router_fused(const fm_routes *r, int64_t T);
 /* The Gated DeltaNet's chunked op runs on tensor cores (gdn_chunked_tc.cu) for heads of dk x dv over bf16 (act_bf16)
- * or fp32 activations: where fm_gdn_tc_takes the shape, unless gdn.tc=off (the memory plan sizes its scratch by the
- * same answer). */
+ * or fp32 activations: with gdn.tc=on where fm_gdn_tc_takes the shape (auto: not yet, see the key above); the memory
+ * plan sizes its scratch by the same answer. */
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */

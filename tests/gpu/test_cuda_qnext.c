@@ -6,8 +6,8 @@
  * chunked form (chunks of 64) against the GPU's token-by-token form at T = 1, 63, 64, 65, 1000, then the recurrent
  * step against the chunked result on the GPU alone, then multi-sequence steps with the states carried (conv and
  * recurrent, fp32 states compared too) and with a decode graph's padding rows (copies of row 0), which must change no
- * state: the CPU is given the real rows only. The bf16 chunked op at dk = dv = 128 runs the tensor-core form (route
- * gdn.tc; tools/gpu-check.sh runs this program again with gdn.tc=off). Runs only where a GPU is present (make test-gpu). */
+ * state: the CPU is given the real rows only. tools/gpu-check.sh runs this program again with --route gdn.tc=on, where
+ * the bf16 chunked op at dk = dv = 128 runs the tensor-core form (gdn_chunked_tc.cu). Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -246,14 +246,14 @@ static void test_gdn_fresh(void **s) {
             fresh_case(ps[pi], big_shape, Ts[i]);
         }
     fresh_case(FM_PRESET_REF32, tied_shape, 65);
-    fresh_case(FM_PRESET_REF, big_shape, 2100); /* ref: two segments of the tensor-core form */
+    fresh_case(FM_PRESET_REF, big_shape, 2100); /* gdn.tc=on: two segments of the tensor-core form */
 }
 
 /* The recurrent step against the chunked result, on the GPU: the chunked rule over T tokens (its outputs and final
    state) equals the first `split` tokens chunked (their state kept) followed by the rest token by token (positions
    split..T-1, the state carried), and the whole sequence token by token. ref32: the same kernel in both forms, only
-   the summation order differs; ref with dk = dv = 128: the chunked form on tensor cores (gdn.tc, TF32 products)
-   against the token-by-token kernel, over segments of 2048 tokens at T = 2100. */
+   the summation order differs; ref with dk = dv = 128: under --route gdn.tc=on the chunked form on tensor cores (TF32
+   products) against the token-by-token kernel, over segments of 2048 tokens at T = 2100. */
 static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t split) {
     gdn_case c = gdn_make(p, g);
     fm_backend *be = c.b.be[1];
