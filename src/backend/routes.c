@@ -257,7 +257,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",
          "decode steps captured once per batch bucket as CUDA graphs and replayed",
          fm_routes_decode_graphs(r) ? "on" : "off"},
-        {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "off (not yet run on a GPU)",
+        {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "off (not yet measured)",
          "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
          r->gdn_tc == FM_ROUTE_ON ? "dk = dv = 128, bf16" : "off"},
     };
