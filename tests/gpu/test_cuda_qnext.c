@@ -7,7 +7,8 @@
  * step against the chunked result on the GPU alone, then multi-sequence steps with the states carried (conv and
  * recurrent, fp32 states compared too) and with a decode graph's padding rows (copies of row 0), which must change no
  * state: the CPU is given the real rows only. tools/gpu-check.sh runs this program again with --route gdn.tc=on, where
- * the bf16 chunked op at dk = dv = 128 runs the tensor-core form (gdn_chunked_tc.cu). Runs only where a GPU is present (make test-gpu). */
+ * the bf16 chunked op at dk = dv = 128 runs the tensor-core form (gdn_chunked_tc.cu). Runs only where a GPU is present
+ * (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -126,7 +127,8 @@ static void gates_case(fm_preset p, int64_t rows, int64_t dim) {
     float *score = rand_array(rows, 6.0f), *sm[2], *as[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
-        void *xd = gpu_upload(be, x, rows * dim), *gd = gpu_upload(be, g, rows * dim), *sd = gpu_upload(be, score, rows);
+        void *xd = gpu_upload(be, x, rows * dim), *gd = gpu_upload(be, g, rows * dim);
+        void *sd = gpu_upload(be, score, rows);
         void *base, *ad;
         void *o = gpu_guarded(be, rows * dim, &base);
         be->ops->upload_f32(be, x, rows * dim, o);
@@ -203,7 +205,8 @@ static void fresh_case(fm_preset p, fm_gdn_shape g, int64_t T) {
     float *cv[2], *ru[2], *st[2], *ng[2];
     for (int i = 0; i < 2; i++) {
         fm_backend *be = c.b.be[i];
-        void *zd = gpu_upload(be, qkvz, T * c.Wz), *bad = gpu_upload(be, ba, T * 2 * g.nv), *cd = gpu_upload(be, core, T * V);
+        void *zd = gpu_upload(be, qkvz, T * c.Wz), *bad = gpu_upload(be, ba, T * 2 * g.nv);
+        void *cd = gpu_upload(be, core, T * V);
         void *sq = ids(be, &seq1, 1), *states = zero_states(be, 2 * per), *base, *qkv;
         void *o = gpu_guarded(be, T * c.C, &base);
         be->ops->gdn_conv(be, zd, c.conv[i], T, g, NULL, NULL, NULL, o);
@@ -277,7 +280,8 @@ static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t
     be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], split, g, states, sd, o);
     const size_t a = be->ops->act_size;
     be->ops->gdn_recurrent(be, (char *)qd + split * c.C * a, (char *)bad + split * 2 * g.nv * a, c.al[1], c.dt[1],
-                           T - split, g, states, (int32_t *)sd + split, (int32_t *)pd + split, (char *)o + split * V * a);
+                           T - split, g, states, (int32_t *)sd + split, (int32_t *)pd + split,
+                           (char *)o + split * V * a);
     float *two = gpu_fetch(be, base, T * V, "gdn_chunked + gdn_recurrent"), *two_st = fetch_states(be, states, per);
     char sh[96], what[192];
     snprintf(what, sizeof what, "gdn_recurrent vs chunked %s T=%lld", shape_str(&c, sh, sizeof sh), (long long)T);
@@ -286,7 +290,8 @@ static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t
     snprintf(what, sizeof what, "  chunked to %lld, then recurrent", (long long)split);
     gpu_expect_close(two, ref, T * V, e, what);
     gpu_expect_close(two_st, ref_st, per, e, "  final state");
-    free(ref), free(ref_st), free(all), free(all_st), free(two), free(two_st), free(qkv), free(ba), free(seq), free(pos);
+    free(ref), free(ref_st), free(all), free(all_st), free(two), free(two_st);
+    free(qkv), free(ba), free(seq), free(pos);
     be->ops->free(be, qd), be->ops->free(be, bad), be->ops->free(be, sd), be->ops->free(be, pd);
     be->ops->free(be, states);
     gdn_free(&c);

@@ -1,6 +1,7 @@
-// Causal GQA attention in fp32 for the ref32 oracle (see attention_f32.cuh), also instantiated over bf16 activations
-// for the head dims the tensor-core kernels do not take (not a multiple of 16: Qwen3-Next's tiny golden checkpoints): the CPU reference's algorithm
-// (src/backend/cpu/cpu_attention.c) on the GPU, written for being obviously right rather than fast.
+// Causal GQA attention in fp32 for the ref32 oracle (see attention_f32.cuh): the CPU reference's algorithm
+// (src/backend/cpu/cpu_attention.c) on the GPU, written for being obviously right rather than fast. Also instantiated
+// over bf16 activations for the head dims the tensor-core kernels do not take (not a multiple of 16: Qwen3-Next's tiny
+// golden checkpoints).
 //
 // Grid: x = query position t, y = query head h. Block: 4 warps. Dynamic shared memory: the query row (hd
 // floats) and the t + 1 scores of that row.

@@ -143,7 +143,8 @@ static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const 
         Sg = states + (int64_t)seq[t0] * per + (int64_t)h * dk * dv;
         fresh = pos[t0] == 0;
     }
-    for (int i = w; i < dk; i += RULE_WARPS) S[i * RULE_COLS + lane] = !fresh && has_col ? Sg[(int64_t)i * dv + col] : 0.0f;
+    for (int i = w; i < dk; i += RULE_WARPS)
+        S[i * RULE_COLS + lane] = !fresh && has_col ? Sg[(int64_t)i * dv + col] : 0.0f;
     const float a_exp = expf(act_load(a_log[h])), dtb = act_load(dt_bias[h]), qscale = 1.0f / sqrtf((float)dk);
     for (int64_t t = t0; t < t1; t++) {
         const A *row = qkv + t * C;

@@ -275,7 +275,8 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
         }
         __syncthreads(); /* shared memory is restaged for the next chunk */
     }
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x) Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
 }
 
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
@@ -289,8 +290,9 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
     if (T <= 0) return;
     static bool attributes_set = false; /* once per process: the kernels' shared memory above 48 KB */
     if (!attributes_set) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, INTRA_SMEM));
-        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, STATE_SMEM));
+        const cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, smem, INTRA_SMEM));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
         attributes_set = true;
     }
     const uint64_t n = fm_gdn_tc_seg_units((uint64_t)T, (uint64_t)g.nv);
