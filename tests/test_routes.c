@@ -93,7 +93,7 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, "
-                       "router.fused, pdl, decode.graphs";
+                       "router.fused, pdl, decode.graphs, gdn.tc";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -356,6 +356,25 @@ static void the_printer_shows_every_key(void **s) {
     free(text);
 }
 
+/* gdn.tc: the Gated DeltaNet's chunked prefill on tensor cores, forced by the route (auto: token by token until the
+   kernel has run on a GPU), for dk = dv = 128 over bf16 activations only (the ref32 oracle and other head sizes run
+   token by token) */
+static void gdn_tc_by_shape_and_route(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_gdn_tc(&r, 128, 128, true));
+    assert_int_equal(fm_routes_apply(&r, "gdn.tc=on", &err), FM_OK);
+    assert_true(fm_routes_gdn_tc(&r, 128, 128, true));
+    assert_false(fm_routes_gdn_tc(&r, 128, 128, false));
+    assert_false(fm_routes_gdn_tc(&r, 16, 12, true));
+    assert_false(fm_routes_gdn_tc(&r, 128, 64, true));
+    assert_int_equal(fm_routes_apply(&r, "gdn.tc=off", &err), FM_OK);
+    assert_false(fm_routes_gdn_tc(&r, 128, 128, true));
+    expect_usage("gdn.tc=yes", "'yes' is not a value", "auto, on or off");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults_follow_the_device),
@@ -369,6 +388,7 @@ int main(void) {
         cmocka_unit_test(memory_plan_follows_w4a8_tile),
         cmocka_unit_test(attention_kernel_by_device_and_head_dim),
         cmocka_unit_test(the_printer_shows_every_key),
+        cmocka_unit_test(gdn_tc_by_shape_and_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -265,7 +265,7 @@ typedef struct fm_backend_ops {
                    const void *params, void *steps, void *counts, void *seen, void *z, void *ids, void *info);
 
     /* Qwen3-Next's ops (backend/cpu/cpu_gated_attention.c, cpu_gdn.c): NULL on a backend without them, where the
-     * engine refuses the architecture at load (fm_backend_runs_arch).
+     * engine refuses the architecture at load (model.c, check_backend_runs_arch).
      *
      * Gated attention's inputs: from qg [T, (2 nh + 2 nkv) hd] (per query head hd query values then hd gate values,
      * then the k heads and the v heads) writes qkv [T, (nh + 2 nkv) hd] as qk_norm_rope leaves it (per-head q/k

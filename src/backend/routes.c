@@ -8,7 +8,7 @@
 
 #define KEYS                                                                                                           \
     "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, "   \
-    "decode.graphs"
+    "decode.graphs, gdn.tc"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -75,6 +75,9 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
     } else if (!strcmp(key, "pdl")) {
         if (!parse_switch(val, &r->pdl))
             return fm_fail(err, FM_ERR_USAGE, "route pdl: '%s' is not a value (auto, on or off)", val);
+    } else if (!strcmp(key, "gdn.tc")) {
+        if (!parse_switch(val, &r->gdn_tc))
+            return fm_fail(err, FM_ERR_USAGE, "route gdn.tc: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -160,6 +163,10 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E) {
 
 bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
+}
+
+bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16) {
+    return r->gdn_tc == FM_ROUTE_ON && fm_gdn_tc_takes(dk, dv, act_bf16);
 }
 
 fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t M, int64_t K) {
@@ -267,6 +274,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",
          "decode steps captured once per batch bucket as CUDA graphs and replayed",
          fm_routes_decode_graphs(r) ? "on" : "off"},
+        {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "off (not yet measured)",
+         "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
+         r->gdn_tc == FM_ROUTE_ON ? "dk = dv = 128, bf16" : "off"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -25,6 +25,11 @@
  *   pdl              auto | on | off      programmatic dependent launch of the decode kernels (sm_90)
  *   decode.graphs    auto | on | off      each decode step (its batch bucket 1, 2, 4, ... 128) captured once as a CUDA
  *                                         graph and replayed (on by default)
+ *   gdn.tc           auto | on | off      the Gated DeltaNet's chunked form (a prompt from position 0) on tensor cores
+ *                                         (gdn_chunked_tc.cu) where it takes the shape (dk = dv = 128, bf16
+ *                                         activations), else token by token (gdn.cu). auto = off until the kernel
+ *                                         has run on a GPU (written without device time: bench/NOTES.md, tenth
+ *                                         session); on forces it
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -39,6 +44,7 @@ extern "C" {
 #endif
 
 #include "backend/backend.h"
+#include "backend/gdn_workspace.h"
 
 typedef enum fm_route_switch {
     FM_ROUTE_AUTO = 0,
@@ -76,6 +82,7 @@ typedef struct fm_routes {
     fm_route_switch decode_graphs;              /* decode.graphs */
     int32_t moe_gemv;                           /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
     fm_route_switch router_fused;               /* router.fused */
+    fm_route_switch gdn_tc;                     /* gdn.tc */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -149,6 +156,10 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E);
  * H200): 0.02 ms per step faster at B = 1, 0.09 / 0.29 / 0.6 ms slower at B = 2 / 4 / 8 (each lane reads the
  * T token rows from L2 once per weight chunk). */
 bool fm_routes_router_fused(const fm_routes *r, int64_t T);
+/* The Gated DeltaNet's chunked op runs on tensor cores (gdn_chunked_tc.cu) for heads of dk x dv over bf16 (act_bf16)
+ * or fp32 activations: with gdn.tc=on where fm_gdn_tc_takes the shape (auto: not yet, see the key above); the memory
+ * plan sizes its scratch by the same answer. */
+bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

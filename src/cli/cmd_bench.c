@@ -23,7 +23,7 @@ static const char *HELP =
     "and max latency over R runs after warm-up, tokens/s, and per stage the time, its bytes and FLOPs, and the\n"
     "floor max(bytes / 4.25 TB/s, FLOPs / 0.79 PFLOP/s).\n"
     "\n"
-    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, qwen3-next-80b-a3b (cpu backend only so far), or\n"
+    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, qwen3-next-80b-a3b, or\n"
     "                     toy-moe / toy-next (small enough for the CPU)\n"
     "  (bench prefill runs on the cuda backend unless --backend cpu is given)\n"
     "  --tokens T         prompt length (default 2048)\n"

@@ -23,7 +23,7 @@ static const char *HELP =
     "select (expected count under uniform routing), lm_head; and the KV cache of every sequence) against the floor\n"
     "at 4.25 TB/s, and the per-stage times of one step run without a graph.\n"
     "\n"
-    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, qwen3-next-80b-a3b (cpu backend only so far), or\n"
+    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, qwen3-next-80b-a3b, or\n"
     "                     toy-moe / toy-next (small enough for the CPU)\n"
     "  --batch LIST       sequences decoded together (default 1,8,64)\n"
     "  --context N        tokens in each sequence's cache when the timing starts (default 2048)\n"

@@ -6,6 +6,7 @@
  *   which banks     add_weights: the architecture's description (model/arch.h), bank for bank as model.c loads it
  *   activations     fm_forward_buffer_list: the one list, which src/engine/forward.c (alloc_buffers) allocates
  *   cuda workspace  add_workspace <-> src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
+ *                   src/backend/gdn_workspace.h (the Gated DeltaNet's chunked form on tensor cores),
  *                   src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h
  *                   (ref and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
  *                   src/backend/cuda/cuda_backend.cu (cu_reserve: cuBLAS's workspace)
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "backend/expert_residency.h"
+#include "backend/gdn_workspace.h"
 #include "backend/moe_grouped_workspace.h"
 #include "backend/w4a8_workspace.h"
 #include "util/status.h"
@@ -379,6 +381,14 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
             const size_t lin8 = to_size(s, add(s, mul(s, T, ceil_div(K_dense, 16) * 16), 256));
             if (lin8 > p->ws_moe) p->ws_moe = lin8;
             p->ws_libs = CUDA_LT_WS_BYTES;
+        }
+        /* gdn_chunked_tc.cu: the chunked Gated DeltaNet's scratch of one segment (gdn_workspace.h), in the backend's
+           one scratch buffer (no other op uses it at the same time) */
+        bool gdn = false;
+        for (int32_t l = 0; l < p->n_layers; l++) gdn |= c->layer_is_gdn[l];
+        if (gdn && fm_routes_gdn_tc(pl->routes, c->gdn_k_dim, c->gdn_v_dim, plan->act_bf16)) {
+            const size_t g = to_size(s, fm_gdn_tc_ws_bytes(T, (uint64_t)c->gdn_v_heads));
+            if (g > p->ws_moe) p->ws_moe = g;
         }
         /* cuda_backend.cu cu_reserve: cuBLAS's workspace, given to it at load so that no GEMM allocates during a
            forward pass. The logits download needs no device staging (bf16 widened on the host) */

@@ -328,14 +328,17 @@ fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
                    (long long)T, (long long)m->ctx);
 }
 
-/* Qwen3-Next's layers (Gated DeltaNet, gated attention, the shared expert) have CPU ops only so far: the cuda backend
- * refuses the architecture by name before anything is allocated. */
-static fm_status check_backend_runs_arch(const fm_config *c, const char *backend, fm_error *err) {
-    if (c->arch == FM_ARCH_QWEN3_NEXT && backend && strcmp(backend, "cpu") != 0)
+/* Qwen3-Next's layers (Gated DeltaNet, gated attention, the shared expert) need their ops (backend.h); a backend whose
+ * table leaves them NULL refuses the architecture by name, before any weight is loaded. */
+static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *be, fm_error *err) {
+    const fm_backend_ops *o = be->ops;
+    if (c->arch == FM_ARCH_QWEN3_NEXT &&
+        (!o->gated_qk_norm_rope || !o->sigmoid_mul || !o->add_sigmoid_scaled || !o->gdn_conv || !o->gdn_chunked ||
+         !o->gdn_recurrent || !o->gdn_norm_gate))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "model_type qwen3_next (Gated DeltaNet layers, gated attention, shared expert) runs on the cpu "
-                       "backend only: the %s backend has no kernels for it yet; use --backend cpu",
-                       backend);
+                       "model_type qwen3_next (Gated DeltaNet layers, gated attention, shared expert): the %s backend "
+                       "has no kernels for it; use --backend cpu",
+                       o->name);
     return FM_OK;
 }
 
@@ -359,9 +362,9 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (dst) return dst;
     fm_routes_default(&m->routes, 0);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
-    if (!st) st = check_backend_runs_arch(&m->cfg, opt->backend, err);
     if (!st) st = check_device_memory(m, src, opt, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
+    if (!st) st = check_backend_runs_arch(&m->cfg, m->be, err);
     if (!st && !(m->layers = fm_calloc((size_t)m->n_layers, sizeof *m->layers, err, "layers"))) st = FM_ERR_NOMEM;
     if (!st) st = load_weights(m, src, opt->verbose, err);
     /* the activations and the backend's scratch of the memory plan, once, for the prompt length the caller planned

@@ -7,6 +7,8 @@
  *     0.99837 on qwen3-moe-bf16);
  *   - decode steps replayed as CUDA graphs give the tokens of the same steps launched one by one (route
  *     decode.graphs=off), bit for bit: four sequences of equal length, so both runs have the same batch shapes;
+ *   - Qwen3-Next (its Gated DeltaNet states beside the KV cache): the same, and three sequences replaying a 4-row
+ *     decode graph (one padding row) against launches without padding;
  *   - ref32 greedy generation equals transformers' generate(do_sample=False) for 32 new tokens on every model with
  *     a golden_generate.json (prompts chosen where no step's top-1/top-2 margin is a near tie), and every preset's
  *     agreement with it is printed. */
@@ -47,9 +49,9 @@ static double cosine(const float *a, const float *b, int64_t n) {
    (route moe.gemv=off: the grouped GEMM at every size). The default decode route, the grouped GEMVs, equals the CPU
    emulation exactly where the GEMM is within 5e-3 of it (test_cuda_ops, test_moe_w4a8), and a step on one against a
    prefill on the other measures the GEMM's rounding, not the cache (tiny-code-moe fp8: cosine 0.9917). */
-static void cached_vs_prefill(const char *dir, fm_preset preset, double bound) {
+static void cached_vs_prefill_routes(const char *dir, fm_preset preset, double bound, const char *routes) {
     enum { N = 40, P = 17 };
-    fm_model *m = load(dir, preset, false, 2, gpu_test_routes() ? gpu_test_routes() : "moe.gemv=off");
+    fm_model *m = load(dir, preset, false, 2, gpu_test_routes() ? gpu_test_routes() : routes);
     const int32_t V = fm_model_vocab_size(m);
     int32_t ids[N], seqs[N], pos[N];
     for (int i = 0; i < N; i++) ids[i] = (i * 37 + 11) % V, pos[i] = i;
@@ -59,7 +61,7 @@ static void cached_vs_prefill(const char *dir, fm_preset preset, double bound) {
     fm_sampling sp;
     fm_sampling_init(&sp);
     int32_t seq;
-    double worst = 1.0;
+    double worst = 1.0, phase[3] = {1.0, 1.0, 1.0}; /* fresh prefill, decode steps, chunks */
     assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
     assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
     m->kv->tables_dirty = true;
@@ -67,14 +69,14 @@ static void cached_vs_prefill(const char *dir, fm_preset preset, double bound) {
     assert_int_equal(fm_step_stage(m, ids, seqs, pos, P, &err), FM_OK);
     fm_step_device(m, P, false, FM_ATTN_FRESH);
     assert_int_equal(fm_step_logits(m, P, row, &err), FM_OK);
-    for (int t = 0; t < P; t++) worst = fmin(worst, cosine(full + (size_t)t * V, row + (size_t)t * V, V));
+    for (int t = 0; t < P; t++) phase[0] = fmin(phase[0], cosine(full + (size_t)t * V, row + (size_t)t * V, V));
     for (int t = P; t < N; t++) {
         assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, 1, &err), FM_OK);
         m->kv->tables_dirty = true;
         assert_int_equal(fm_step_stage(m, ids + t, seqs, pos + t, 1, &err), FM_OK);
         fm_step_device(m, 1, false, FM_ATTN_PAGED);
         assert_int_equal(fm_step_logits(m, 1, row, &err), FM_OK);
-        worst = fmin(worst, cosine(full + (size_t)t * V, row, V));
+        phase[1] = fmin(phase[1], cosine(full + (size_t)t * V, row, V));
     }
     fm_kv_seq_end(m, seq);
     assert_int_equal(fm_kv_seq_begin(m, ids, N, &sp, &seq, &err), FM_OK);
@@ -85,14 +87,22 @@ static void cached_vs_prefill(const char *dir, fm_preset preset, double bound) {
         assert_int_equal(fm_step_stage(m, ids + p0, seqs, pos + p0, T, &err), FM_OK);
         fm_step_device(m, T, false, FM_ATTN_PAGED);
         assert_int_equal(fm_step_logits(m, T, row, &err), FM_OK);
-        for (int t = 0; t < T; t++) worst = fmin(worst, cosine(full + (size_t)(p0 + t) * V, row + (size_t)t * V, V));
+        for (int t = 0; t < T; t++)
+            phase[2] = fmin(phase[2], cosine(full + (size_t)(p0 + t) * V, row + (size_t)t * V, V));
     }
     fm_kv_seq_end(m, seq);
-    printf("  %-32s %-5s cached steps vs full prefill: worst cosine %.8f (bound %g)\n", dir, fm_preset_name(preset),
-           worst, bound);
+    worst = fmin(phase[0], fmin(phase[1], phase[2]));
+    printf("  %-32s %-5s cached steps vs full prefill: worst cosine %.8f (bound %g; fresh %.8f, decode %.8f, chunks "
+           "%.8f; routes %s)\n",
+           dir, fm_preset_name(preset), worst, bound, phase[0], phase[1], phase[2],
+           gpu_test_routes() ? gpu_test_routes() : routes);
     assert_true(worst >= bound);
     free(full), free(row);
     fm_model_free(m);
+}
+
+static void cached_vs_prefill(const char *dir, fm_preset preset, double bound) {
+    cached_vs_prefill_routes(dir, preset, bound, "moe.gemv=off");
 }
 
 static void test_cached_steps(void **state) {
@@ -103,23 +113,33 @@ static void test_cached_steps(void **state) {
     cached_vs_prefill("models/tiny-code-moe", FM_PRESET_FP8, 0.995);
     cached_vs_prefill("tests/models/qwen3-moe-tied-f32", FM_PRESET_FP8, 0.995); /* a dense MLP layer: W4A8 at M = 1 */
     cached_vs_prefill("tests/models/mixtral-f32-sharded", FM_PRESET_INT4, 0.999);
+    /* Qwen3-Next: the Gated DeltaNet's conv and recurrent states carried through the fresh prefill (the chunked
+       rule), the decode steps and the chunks (token by token) */
+    cached_vs_prefill("tests/models/qwen3-next-bf16", FM_PRESET_REF32, 0.99999);
+    cached_vs_prefill("tests/models/qwen3-next-bf16", FM_PRESET_REF, 0.999);
+    cached_vs_prefill_routes("tests/models/qwen3-next-bf16", FM_PRESET_FP8, 0.0, "moe.gemv=off"); /* printed */
+    cached_vs_prefill_routes("tests/models/qwen3-next-bf16", FM_PRESET_FP8, 0.995, "moe.gemv=off,dense.gemv=off");
+    cached_vs_prefill_routes("tests/models/qwen3-next-bf16", FM_PRESET_INT4, 0.999, "moe.gemv=off");
+    cached_vs_prefill("tests/models/qwen3-next-tied-f32", FM_PRESET_INT4, 0.999);
 }
 
-static void generate4(fm_model *m, int32_t V, fm_gen_output *out) {
+/* n <= 4 sequences of 20-token prompts, 24 new tokens each; greedy: every sequence at temperature 0 */
+static void generate_n(fm_model *m, int32_t V, int32_t n, bool greedy, fm_gen_output *out) {
     int32_t buf[4][20];
     const int32_t *prompts[4];
     const int64_t lens[4] = {20, 20, 20, 20};
     fm_gen_params gp[4];
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         for (int t = 0; t < 20; t++) buf[i][t] = (t * 13 + i * 101 + 5) % V;
         prompts[i] = buf[i];
         fm_gen_params_init(&gp[i]);
-        gp[i].max_tokens = 24, gp[i].ignore_eos = true, gp[i].temperature = i % 2 ? 0.8f : 0.0f, gp[i].seed = 9;
-        gp[i].top_k = i == 3 ? 20 : 0;
+        gp[i].max_tokens = 24, gp[i].ignore_eos = true, gp[i].temperature = i % 2 && !greedy ? 0.8f : 0.0f;
+        gp[i].seed = 9, gp[i].top_k = i == 3 ? 20 : 0;
     }
     fm_error err;
-    if (fm_model_generate(m, prompts, lens, gp, 4, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_model_generate(m, prompts, lens, gp, n, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
 }
+static void generate4(fm_model *m, int32_t V, fm_gen_output *out) { generate_n(m, V, 4, false, out); }
 
 static void test_graphs_equal_launches(void **state) {
     (void)state;
@@ -145,6 +165,37 @@ static void test_graphs_equal_launches(void **state) {
         }
         printf("  %s%s: 4 x 24 tokens, graphs equal launches\n", fm_preset_name(cases[c].p),
                cases[c].w8a8 ? " + w8a8" : "");
+        fm_model_free(g), fm_model_free(e);
+    }
+}
+
+/* Qwen3-Next's states under decode graphs: three sequences replay the 4-row graph with one padding row (a copy of row
+   0, generate.c), which must not advance sequence 0's conv and recurrent states a second time. Greedy ref32 tokens
+   with graphs against the same steps launched one by one (3 rows, no padding): equal (a second update of a state
+   changes the sequence's next logits by far more than a near tie). Then the graphs against launches at 4 rows on
+   the bf16 presets, bit for bit, as above. */
+static void test_qwen3_next_graphs(void **state) {
+    (void)state;
+    const char *dir = "tests/models/qwen3-next-bf16";
+    char off[300];
+    snprintf(off, sizeof off, "decode.graphs=off%s%s", gpu_test_routes() ? "," : "",
+             gpu_test_routes() ? gpu_test_routes() : "");
+    const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_FP8};
+    for (size_t c = 0; c < sizeof presets / sizeof *presets; c++) {
+        const int32_t n = presets[c] == FM_PRESET_REF32 ? 3 : 4;
+        fm_model *g = load(dir, presets[c], false, 4, NULL), *e = load(dir, presets[c], false, 4, off);
+        const int32_t V = fm_model_vocab_size(g);
+        fm_gen_output a[4], b[4];
+        generate_n(g, V, n, n == 3, a);
+        generate_n(e, V, n, n == 3, b);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(a[i].n, 24);
+            assert_int_equal(b[i].n, 24);
+            assert_memory_equal(a[i].ids, b[i].ids, 24 * sizeof(int32_t));
+            free(a[i].ids), free(a[i].logprobs), free(b[i].ids), free(b[i].logprobs);
+        }
+        printf("  %s %s: %d x 24 tokens, graphs%s equal launches\n", dir, fm_preset_name(presets[c]), n,
+               n == 3 ? " (one padding row)" : "");
         fm_model_free(g), fm_model_free(e);
     }
 }
@@ -175,7 +226,8 @@ static void test_golden_greedy(void **state) {
     (void)state;
     const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
                           "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
-                          "models/tiny-code-moe"};
+                          "models/tiny-code-moe",          "tests/models/qwen3-next-f32",
+                          "tests/models/qwen3-next-bf16",  "tests/models/qwen3-next-tied-f32"};
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
     int found = 0;
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
@@ -216,6 +268,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_steps),
         cmocka_unit_test(test_graphs_equal_launches),
+        cmocka_unit_test(test_qwen3_next_graphs),
         cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

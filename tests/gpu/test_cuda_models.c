@@ -43,7 +43,13 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
     return run_dense(dir, backend, plan_backend, p, FM_DENSE_PRESET, ids, T, V);
 }
 
-static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
+/* q_bound: the least cosine of a quantized preset against the fp32 oracle, and of fp8 against int4 (a format's cost,
+   model-dependent: the 64-wide random Qwen3-Next checkpoints lose ~0.04 to int4 on the CPU as well, test_golden.c) */
+/* w8a8: also fp8 with --dense w8a8 (cuBLASLt FP8: every dense projection's width a multiple of 16) */
+/* fp8_emul: the least cosine of the fp8 presets against their CPU emulation (0.999; lower where a model's routing
+   margins are tiny: the W4A8 kernels' accumulation order moves an e4m3 code now and then, test_cuda_ops.c) */
+static void parity_q(const char *dir, const char *ids_file, int64_t max_tokens, double q_bound, bool w8a8,
+                     double fp8_emul) {
     int32_t *ids = NULL;
     int64_t T = 0;
     fm_error err;
@@ -64,21 +70,25 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
                dir, fm_preset_name(presets[i]), (long long)T, ce.cosine, 100 * ce.argmax_agree, ce.max_abs_err,
                co.cosine, 100 * co.argmax_agree, co.mean_kl);
         assert_int_equal(ce.n_nonfinite, 0);
-        assert_true(ce.cosine >= 0.999);
+        assert_true(ce.cosine >= (presets[i] == FM_PRESET_FP8 ? fp8_emul : 0.999));
         assert_true(ce.argmax_agree >= 0.9);
         assert_true(co.cosine >= (presets[i] == FM_PRESET_REF32 ? 0.99999
                                   : presets[i] == FM_PRESET_REF ? 0.999
-                                                                : 0.97));
+                                                                : q_bound));
         if (presets[i] == FM_PRESET_REF32) assert_true(co.argmax_agree >= 0.99);
         if (presets[i] == FM_PRESET_FP8) { /* the gate: fp8 against the int4 baseline */
             fm_compare cb;
             fm_logits_compare(int4_gpu, gpu, T, V, &cb);
             printf("%-36s fp8 vs int4 (both GPU): cos %.6f argmax %5.1f%%\n", dir, cb.cosine, 100 * cb.argmax_agree);
-            assert_true(cb.cosine >= 0.99);
+            assert_true(cb.cosine >= (q_bound < 0.97 ? q_bound : 0.99));
         }
         free(emul);
         if (presets[i] == FM_PRESET_INT4) int4_gpu = gpu;
         else free(gpu);
+    }
+    if (!w8a8) {
+        free(int4_gpu), free(oracle), free(ids);
+        return;
     }
     /* fp8 with --dense w8a8: the dense projections through cuBLASLt FP8, against the same three */
     float *emul = run_dense(dir, "cpu", "cuda", FM_PRESET_FP8, FM_DENSE_W8A8, ids, T, &V);
@@ -92,10 +102,14 @@ static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
            "vs int4: cos %.6f\n",
            dir, ce.cosine, 100 * ce.argmax_agree, co.cosine, 100 * co.argmax_agree, co.mean_kl, cb.cosine);
     assert_int_equal(ce.n_nonfinite, 0);
-    assert_true(ce.cosine >= 0.999);
-    assert_true(co.cosine >= 0.97);
+    assert_true(ce.cosine >= fp8_emul);
+    assert_true(co.cosine >= q_bound);
     free(emul), free(gpu);
     free(int4_gpu), free(oracle), free(ids);
+}
+
+static void parity(const char *dir, const char *ids_file, int64_t max_tokens) {
+    parity_q(dir, ids_file, max_tokens, 0.97, true, 0.999);
 }
 
 static void tiny_code_moe(void **s) {
@@ -115,6 +129,51 @@ static void golden_mixtral(void **s) {
     parity("tests/models/mixtral-f32-sharded", "tests/models/mixtral-f32-sharded/golden_ids.i32", 64);
 }
 
+/* Qwen3-Next: ref32 on the GPU against transformers' fp32 logits (tools/make_qwen3_next_golden.py) as the CPU
+   reference is held (tests/test_golden.c: cosine >= 0.99999, every argmax), then the presets' parity as above */
+static void golden_gpu(const char *dir) {
+    char path[512];
+    int32_t *ids = NULL;
+    int64_t T = 0;
+    fm_error err;
+    snprintf(path, sizeof path, "%s/golden_ids.i32", dir);
+    assert_int_equal(fm_ids_read(path, &ids, &T, &err), FM_OK);
+    snprintf(path, sizeof path, "%s/golden_logits.f32", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const long bytes = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *want = malloc((size_t)bytes);
+    assert_int_equal(fread(want, 1, (size_t)bytes, f), (size_t)bytes);
+    fclose(f);
+    int32_t V = 0;
+    float *gpu = run(dir, "cuda", NULL, FM_PRESET_REF32, ids, T, &V);
+    assert_int_equal(bytes / 4, T * V);
+    fm_compare c;
+    fm_logits_compare(want, gpu, T, V, &c);
+    printf("%-36s ref32 (GPU) vs transformers: cos %.9f max|diff| %.3g (max|logit| %.3g) argmax %5.1f%%\n", dir,
+           c.cosine, c.max_abs_err, c.max_abs_ref, 100 * c.argmax_agree);
+    assert_int_equal(c.n_nonfinite, 0);
+    assert_true(c.cosine >= 0.99999);
+    assert_true(c.argmax_agree == 1.0);
+    free(gpu), free(want), free(ids);
+}
+
+static void golden_qwen3_next(void **s) {
+    (void)s;
+    const char *dirs[] = {"tests/models/qwen3-next-f32", "tests/models/qwen3-next-bf16",
+                          "tests/models/qwen3-next-tied-f32"};
+    for (int i = 0; i < 3; i++) {
+        char ids[512];
+        snprintf(ids, sizeof ids, "%s/golden_ids.i32", dirs[i]);
+        golden_gpu(dirs[i]);
+        /* the tied model's widths (72, 24) are not multiples of 16 (no --dense w8a8); fp8 against its emulation on
+           qwen3-next-f32: cosine 0.99901, 0.99880 with --dense w8a8 (device run of 2026-12-02, qgpu) */
+        parity_q(dirs[i], ids, 128, 0.9, i < 2, 0.995);
+    }
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
@@ -122,6 +181,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(golden_qwen3),
         cmocka_unit_test(golden_tied),
         cmocka_unit_test(golden_mixtral),
+        cmocka_unit_test(golden_qwen3_next),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,5 +9,9 @@
 // h / (nh / nkv)
 extern "C" void fm_cuda_attention_f32(const float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, float *out,
                                       cudaStream_t s);
+// the same kernel over bf16 activations (fp32 arithmetic, out rounded once): the bf16 path for a head dim that is not
+// a multiple of 16, which the tensor-core kernels (attention.cu, attention_wgmma.cu) do not take
+extern "C" void fm_cuda_attention_plain_bf16(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                             __nv_bfloat16 *out, cudaStream_t s);
 
 #endif

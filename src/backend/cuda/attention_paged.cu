@@ -358,9 +358,10 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
 
 #define APGF_MAXD 8 // head dims per lane: hd <= 256
 
-static __global__ void apg_f32_kernel(const float *qkv, const float *k_cache, const float *v_cache,
+template <typename A>
+static __global__ void apg_f32_kernel(const A *qkv, const A *k_cache, const A *v_cache,
                                       const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables, int nh,
-                                      int nkv, int hd, int max_blocks, int block_tokens, float *out) {
+                                      int nkv, int hd, int max_blocks, int block_tokens, A *out) {
     extern __shared__ float apgf_smem[]; // per warp: max, sum, acc[hd]
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (nh / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -372,25 +373,25 @@ static __global__ void apg_f32_kernel(const float *qkv, const float *k_cache, co
 #pragma unroll
     for (int i = 0; i < APGF_MAXD; i++) {
         const int d = lane + 32 * i;
-        q[i] = d < hd ? qkv[t * ld + (int64_t)h * hd + d] : 0.0f;
+        q[i] = d < hd ? act_load(qkv[t * ld + (int64_t)h * hd + d]) : 0.0f;
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     for (int j = warp; j < len; j += APG_WARPS) {
         const int64_t row =
             ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * kv_ld + (int64_t)kvh * hd;
-        const float *k = k_cache + row, *v = v_cache + row;
+        const A *k = k_cache + row, *v = v_cache + row;
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < APGF_MAXD; i++)
-            if (lane + 32 * i < hd) dot += q[i] * k[lane + 32 * i];
+            if (lane + 32 * i < hd) dot += q[i] * act_load(k[lane + 32 * i]);
         for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         const float sc = dot * scale, mn = fmaxf(m, sc);
         const float corr = expf(m - mn), p = expf(sc - mn); // corr = 0 on the first key (m = -inf)
         l = l * corr + p;
 #pragma unroll
         for (int i = 0; i < APGF_MAXD; i++)
-            if (lane + 32 * i < hd) acc[i] = acc[i] * corr + p * v[lane + 32 * i];
+            if (lane + 32 * i < hd) acc[i] = acc[i] * corr + p * act_load(v[lane + 32 * i]);
         m = mn;
     }
     float *mine = apgf_smem + warp * (hd + 2);
@@ -409,19 +410,36 @@ static __global__ void apg_f32_kernel(const float *qkv, const float *k_cache, co
             a += ws[2 + d] * e;
             L += ws[1] * e;
         }
-        out[t * (int64_t)nh * hd + (int64_t)h * hd + d] = a / L;
+        act_store(out + t * (int64_t)nh * hd + (int64_t)h * hd + d, a / L);
     }
+}
+
+template <typename A>
+static void attention_paged_plain(const A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *k_cache,
+                                  const A *v_cache, const int32_t *tok_seq, const int32_t *tok_pos,
+                                  const int32_t *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                                  A *out, cudaStream_t s) {
+    apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
+    if (T == 0) return;
+    if (hd < 1 || hd > 32 * APGF_MAXD) apg_fail("hd must be in [1, 256] (plain kernel)", T, nh, nkv, hd);
+    const size_t smem = (size_t)APG_WARPS * (hd + 2) * sizeof(float);
+    apg_f32_kernel<A><<<dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s>>>(
+        qkv, k_cache, v_cache, tok_seq, tok_pos, tables, nh, nkv, hd, max_blocks, block_tokens, out);
+    FM_LAUNCH_CHECK("attention_paged_f32");
 }
 
 extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                             const float *k_cache, const float *v_cache, const int32_t *tok_seq,
                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                             int32_t block_tokens, int64_t max_len, float *out, cudaStream_t s) {
-    apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
-    if (T == 0) return;
-    if (hd < 1 || hd > 32 * APGF_MAXD) apg_fail("hd must be in [1, 256] (fp32)", T, nh, nkv, hd);
-    const size_t smem = (size_t)APG_WARPS * (hd + 2) * sizeof(float);
-    apg_f32_kernel<<<dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s>>>(
-        qkv, k_cache, v_cache, tok_seq, tok_pos, tables, nh, nkv, hd, max_blocks, block_tokens, out);
-    FM_LAUNCH_CHECK("attention_paged_f32");
+    attention_paged_plain(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens,
+                          max_len, out, s);
+}
+
+extern "C" void fm_cuda_attention_paged_plain_bf16(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                                   const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
+                                                   const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                                   int32_t block_tokens, int64_t max_len, bf16 *out, cudaStream_t s) {
+    attention_paged_plain(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens,
+                          max_len, out, s);
 }

@@ -25,5 +25,13 @@ extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t
                                             const float *k_cache, const float *v_cache, const int32_t *tok_seq,
                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                             int32_t block_tokens, int64_t max_len, float *out, cudaStream_t s);
+// the fp32 kernel over bf16 activations and cache (fp32 arithmetic, out rounded once): the bf16 path for a head dim
+// that is not a multiple of 16 (the split tensor-core kernel takes multiples of 16 only); no scratch
+extern "C" void fm_cuda_attention_paged_plain_bf16(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv,
+                                                   int32_t hd, const __nv_bfloat16 *k_cache,
+                                                   const __nv_bfloat16 *v_cache, const int32_t *tok_seq,
+                                                   const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                                   int32_t block_tokens, int64_t max_len, __nv_bfloat16 *out,
+                                                   cudaStream_t s);
 
 #endif

@@ -21,6 +21,8 @@
 #include "backend/cuda/attention_paged.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gated_attention.cuh"
+#include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
@@ -267,10 +269,12 @@ static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, in
 }
 
 /* bf16: the wgmma kernel on Hopper where the head dim has one (attention_wgmma.cu; route attention.kernel), else the
-   flash-style mma.sync kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu) */
+   flash-style mma.sync kernel (attention.cu); fp32: the plain kernel of the oracle (attention_f32.cu), which also
+   takes bf16 head dims that are not a multiple of 16 (no tensor-core kernel has them: tiny test models only) */
 static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out) {
     const cuda_backend *be = cuda_be(bb);
     if (f32(bb)) fm_cuda_attention_f32((const float *)qkv, T, nh, nkv, hd, (float *)out, stream(bb));
+    else if (hd % 16 != 0) fm_cuda_attention_plain_bf16((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
     else if (fm_routes_attention_wgmma(&be->routes, hd))
         fm_cuda_attention_wgmma((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
     else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
@@ -282,7 +286,8 @@ static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, 
                      stream(bb));
 }
 
-/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32: the plain kernel */
+/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
+   are not a multiple of 16: the plain kernel */
 static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
                                const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
@@ -291,6 +296,11 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
         fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
                                     (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
                                     max_blocks, block_tokens, max_len, (float *)out, stream(bb));
+    else if (hd % 16 != 0)
+        fm_cuda_attention_paged_plain_bf16((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache,
+                                           (const bf16 *)v_cache, (const int32_t *)tok_seq, (const int32_t *)tok_pos,
+                                           (const int32_t *)tables, max_blocks, block_tokens, max_len, (bf16 *)out,
+                                           stream(bb));
     else
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
@@ -370,6 +380,60 @@ static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
     else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
 }
 
+/* Qwen3-Next's ops (gated_attention.cu, gdn.cu): the norm, conv and gate banks are of the activation type (w_other:
+   bf16, or f32 for ref32); the GDN states are fp32 */
+static const void *vec_or_null(const fm_bank *w) { return w ? bank_matrix(w, 0) : NULL; }
+
+static void cu_gated_qk_norm_rope(fm_backend *bb, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                  int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps,
+                                  int64_t pos0, const void *pos, double theta, void *qkv, void *gate) {
+    fm_cuda_gated_qk_norm_rope(f32(bb), qg, T, nh, nkv, hd, rot_dim, vec_or_null(q_norm), vec_or_null(k_norm), eps,
+                               pos0, (const int32_t *)pos, theta, qkv, gate, stream(bb));
+}
+
+static void cu_sigmoid_mul(fm_backend *bb, void *x, const void *gate, int64_t n) {
+    fm_cuda_sigmoid_mul(f32(bb), x, gate, n, stream(bb));
+}
+
+static void cu_add_sigmoid_scaled(fm_backend *bb, void *acc, const void *x, const void *score, int64_t rows,
+                                  int64_t dim) {
+    fm_cuda_add_sigmoid_scaled(f32(bb), acc, x, score, rows, dim, stream(bb));
+}
+
+static void cu_gdn_conv(fm_backend *bb, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
+                        const void *tok_seq, const void *tok_pos, void *out) {
+    fm_cuda_gdn_conv(f32(bb), qkvz, bank_matrix(conv, 0), conv->ld, T, g, (float *)states, (const int32_t *)tok_seq,
+                     (const int32_t *)tok_pos, out, stream(bb));
+}
+
+/* the chunked form on tensor cores where the route takes the shape (gdn.tc: dk = dv = 128, bf16), its scratch in the
+   workspace; else the token-by-token kernel over the one sequence */
+static void cu_gdn_chunked(fm_backend *bb, const void *qkv, const void *ba, const fm_bank *a_log,
+                           const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
+                           void *out) {
+    cuda_backend *be = cuda_be(bb);
+    if (fm_routes_gdn_tc(&be->routes, g.dk, g.dv, !f32(bb))) {
+        void *ws = fm_cuda_workspace(be, fm_gdn_tc_ws_bytes((uint64_t)T, (uint64_t)g.nv));
+        fm_cuda_gdn_chunked_tc(qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
+                               (const int32_t *)tok_seq, ws, out, stream(bb));
+        return;
+    }
+    fm_cuda_gdn_chunked(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
+                        (const int32_t *)tok_seq, out, stream(bb));
+}
+
+static void cu_gdn_recurrent(fm_backend *bb, const void *qkv, const void *ba, const fm_bank *a_log,
+                             const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
+                             const void *tok_pos, void *out) {
+    fm_cuda_gdn_recurrent(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
+                          (const int32_t *)tok_seq, (const int32_t *)tok_pos, out, stream(bb));
+}
+
+static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
+                             fm_gdn_shape g, float eps, void *out) {
+    fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, stream(bb));
+}
+
 /* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create)
  */
 static const fm_backend_ops cuda_ops = {
@@ -411,14 +475,13 @@ static const fm_backend_ops cuda_ops = {
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
     .sample = cu_sample,
-    /* Qwen3-Next's ops: no kernels yet (model.c refuses model_type qwen3_next on this backend by name) */
-    .gated_qk_norm_rope = NULL,
-    .sigmoid_mul = NULL,
-    .add_sigmoid_scaled = NULL,
-    .gdn_conv = NULL,
-    .gdn_chunked = NULL,
-    .gdn_recurrent = NULL,
-    .gdn_norm_gate = NULL,
+    .gated_qk_norm_rope = cu_gated_qk_norm_rope,
+    .sigmoid_mul = cu_sigmoid_mul,
+    .add_sigmoid_scaled = cu_add_sigmoid_scaled,
+    .gdn_conv = cu_gdn_conv,
+    .gdn_chunked = cu_gdn_chunked,
+    .gdn_recurrent = cu_gdn_recurrent,
+    .gdn_norm_gate = cu_gdn_norm_gate,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {

@@ -1,0 +1,122 @@
+// Qwen3-Next's gated attention inputs and its two sigmoid gates (see gated_attention.cuh). Memory-bound and small
+// beside the projections: one block of 8 warps per token for the split + norm + partial RoPE (warp w takes heads w,
+// w + 8, ...; a head goes through the warp's shared row so that a lane can read its rotation partner), grid-stride
+// loops for the gates.
+#include "backend/cuda/gated_attention.cuh"
+
+#define GA_WARPS 8
+#define GA_MAX_HD 256
+
+static int grid_for(int64_t n) {
+    const int64_t blocks = fm_ceil_div(n, 256);
+    return (int)(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <typename A>
+static __global__ __launch_bounds__(GA_WARPS * 32) void gated_qk_norm_rope_kernel(
+    const A *qg, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim, const A *q_norm, const A *k_norm, float eps,
+    int64_t pos0, const int32_t *pos, float theta, A *qkv, A *gate) {
+    __shared__ float xs[GA_WARPS][GA_MAX_HD];
+    const int64_t t = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = rot_dim / 2;
+    const int64_t ld_in = (int64_t)(2 * nh + 2 * nkv) * hd, ld = (int64_t)(nh + 2 * nkv) * hd;
+    const A *in = qg + t * ld_in;
+    A *row = qkv + t * ld;
+    /* the v heads and the gates are copies */
+    for (int64_t i = threadIdx.x; i < (int64_t)nkv * hd; i += blockDim.x)
+        row[(int64_t)(nh + nkv) * hd + i] = in[(int64_t)(2 * nh + nkv) * hd + i];
+    for (int64_t i = threadIdx.x; i < (int64_t)nh * hd; i += blockDim.x)
+        gate[t * nh * hd + i] = in[(i / hd) * 2 * hd + hd + i % hd];
+    const float p = (float)(pos ? (int64_t)pos[t] : pos0 + t);
+    float *x = xs[warp];
+    for (int h = warp; h < nh + nkv; h += GA_WARPS) {
+        const A *src = h < nh ? in + (int64_t)h * 2 * hd : in + (int64_t)2 * nh * hd + (int64_t)(h - nh) * hd;
+        const A *w = h < nh ? q_norm : k_norm;
+        float ss = 0.0f;
+        for (int j = lane; j < hd; j += 32) {
+            const float v = act_load(src[j]);
+            x[j] = v, ss += v * v;
+        }
+        if (w) {
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+            for (int j = lane; j < hd; j += 32) x[j] = act_load(w[j]) * (x[j] * inv);
+        }
+        __syncwarp();
+        A *dst = row + (int64_t)h * hd;
+        for (int j = lane; j < hd; j += 32) {
+            float y = x[j];
+            if (j < rot_dim) {
+                const int i = j < half ? j : j - half;
+                const float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rot_dim);
+                float sn, cs;
+                sincosf(p * inv_freq, &sn, &cs);
+                y = j < half ? x[j] * cs - x[j + half] * sn : x[j] * cs + x[j - half] * sn;
+            }
+            act_store(dst + j, y);
+        }
+        __syncwarp(); /* x is rewritten by the warp's next head */
+    }
+}
+
+template <typename A> static __global__ void sigmoid_mul_kernel(A *x, const A *gate, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        act_store(x + i, act_load(x[i]) * sigmoidf_(act_load(gate[i])));
+}
+
+template <typename A>
+static __global__ void add_sigmoid_scaled_kernel(A *acc, const A *x, const A *score, int64_t rows, int64_t dim) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * dim;
+         i += (int64_t)gridDim.x * blockDim.x)
+        act_store(acc + i, act_load(acc[i]) + sigmoidf_(act_load(score[i / dim])) * act_load(x[i]));
+}
+
+template <typename A>
+static void gated_qk_norm_rope(const A *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim,
+                               const A *q_norm, const A *k_norm, float eps, int64_t pos0, const int32_t *pos,
+                               double theta, A *qkv, A *gate, cudaStream_t s) {
+    if (hd > GA_MAX_HD || rot_dim % 2 != 0 || rot_dim > hd || T > INT32_MAX) {
+        fprintf(stderr, "fp8moe: gated_qk_norm_rope: unsupported head_dim %d, rotary dims %d or T %lld\n", hd,
+                rot_dim, (long long)T);
+        abort();
+    }
+    if (T == 0) return;
+    gated_qk_norm_rope_kernel<A><<<(unsigned)T, GA_WARPS * 32, 0, s>>>(qg, nh, nkv, hd, rot_dim, q_norm, k_norm, eps,
+                                                                       pos0, pos, (float)theta, qkv, gate);
+    FM_LAUNCH_CHECK("gated_qk_norm_rope");
+}
+
+extern "C" void fm_cuda_gated_qk_norm_rope(bool f32, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                           int32_t rot_dim, const void *q_norm, const void *k_norm, float eps,
+                                           int64_t pos0, const int32_t *pos, double theta, void *qkv, void *gate,
+                                           cudaStream_t s) {
+    typedef __nv_bfloat16 bf16;
+    if (f32)
+        gated_qk_norm_rope((const float *)qg, T, nh, nkv, hd, rot_dim, (const float *)q_norm, (const float *)k_norm,
+                           eps, pos0, pos, theta, (float *)qkv, (float *)gate, s);
+    else
+        gated_qk_norm_rope((const bf16 *)qg, T, nh, nkv, hd, rot_dim, (const bf16 *)q_norm, (const bf16 *)k_norm, eps,
+                           pos0, pos, theta, (bf16 *)qkv, (bf16 *)gate, s);
+}
+
+extern "C" void fm_cuda_sigmoid_mul(bool f32, void *x, const void *gate, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    if (f32) sigmoid_mul_kernel<<<grid_for(n), 256, 0, s>>>((float *)x, (const float *)gate, n);
+    else sigmoid_mul_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)x, (const __nv_bfloat16 *)gate, n);
+    FM_LAUNCH_CHECK("sigmoid_mul");
+}
+
+extern "C" void fm_cuda_add_sigmoid_scaled(bool f32, void *acc, const void *x, const void *score, int64_t rows,
+                                           int64_t dim, cudaStream_t s) {
+    if (rows * dim <= 0) return;
+    typedef __nv_bfloat16 bf16;
+    if (f32)
+        add_sigmoid_scaled_kernel<<<grid_for(rows * dim), 256, 0, s>>>((float *)acc, (const float *)x,
+                                                                       (const float *)score, rows, dim);
+    else
+        add_sigmoid_scaled_kernel<<<grid_for(rows * dim), 256, 0, s>>>((bf16 *)acc, (const bf16 *)x,
+                                                                       (const bf16 *)score, rows, dim);
+    FM_LAUNCH_CHECK("add_sigmoid_scaled");
+}

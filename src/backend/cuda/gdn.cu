@@ -1,0 +1,303 @@
+// The Gated DeltaNet's ops on the GPU (see gdn.cuh for the contract, backend.h for each op, cpu_gdn.c for the
+// reference).
+//
+// conv: one thread per (token, channel); a tap before the token reads the row it needs when that row belongs to
+//   the same run (rows of the same sequence at consecutive positions), else the sequence's conv state; a second
+//   kernel, once every output has read the old state, writes each sequence's last kernel - 1 inputs at its run's last
+//   row. Both fully parallel, so that a fresh prompt of T tokens costs one pass over its q|k|v columns.
+// the rule, token by token: a block per (32 state columns, value head, run of a sequence): warp w holds state rows
+//   w, w + 4, ... of the block's 32 columns in shared memory (dk x 32 fp32); per token the block normalises q and k,
+//   then two cross-warp sums (S^T k and S^T q). Any dk <= 256 and dv (the golden checkpoints have dk 8 and 16, dv 10
+//   and 12). gdn_chunked runs the same kernel over its one sequence (one run from a zero state): the chunked form
+//   computes the same recurrence in another order, and its speed on tensor cores is lab/gdn.cu's subject.
+// norm_gate: one warp per (token, value head).
+#include "backend/cuda/gdn.cuh"
+
+#define RULE_WARPS 4
+#define RULE_COLS 32
+#define GDN_MAX_DK 256
+#define GDN_MAX_KERNEL 64
+
+typedef __nv_bfloat16 bf16;
+
+static __device__ __forceinline__ float silu_(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static __device__ __forceinline__ int64_t gdn_channels(fm_gdn_shape g) {
+    return 2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv;
+}
+static __device__ __forceinline__ int64_t gdn_qkvz_width(fm_gdn_shape g) {
+    return 2 * (int64_t)g.nk * g.dk + 2 * (int64_t)g.nv * g.dv;
+}
+
+/* column of channel c (q | k | v order) inside a qkvz row (grouped by key head), as cpu_gdn.c */
+static __device__ __forceinline__ int64_t qkvz_column(fm_gdn_shape g, int64_t c) {
+    const int64_t r = g.nv / g.nk, W = 2 * (int64_t)g.dk + 2 * r * g.dv, key = (int64_t)g.nk * g.dk;
+    if (c < key) return (c / g.dk) * W + c % g.dk;
+    if (c < 2 * key) return ((c - key) / g.dk) * W + g.dk + (c - key) % g.dk;
+    const int64_t h = (c - 2 * key) / g.dv, e = (c - 2 * key) % g.dv;
+    return (h / r) * W + 2 * (int64_t)g.dk + (h % r) * g.dv + e;
+}
+
+/* a padding row of a decode step replayed as a graph: a copy of row 0 (gdn.cuh) */
+static __device__ __forceinline__ bool is_padding(const int32_t *seq, const int32_t *pos, int64_t t) {
+    return t > 0 && seq[t] == seq[0] && pos[t] == pos[0];
+}
+/* whether row u (a real row) continues row u - 1's run */
+static __device__ __forceinline__ bool continues(const int32_t *seq, const int32_t *pos, int64_t u) {
+    return u > 0 && seq[u - 1] == seq[u] && pos[u - 1] == pos[u] - 1 && !is_padding(seq, pos, u - 1);
+}
+/* how many rows before row t (at most limit) are in its run */
+static __device__ int run_back(const int32_t *seq, const int32_t *pos, int64_t t, int limit) {
+    int r = 0;
+    while (r < limit && continues(seq, pos, t - r)) r++;
+    return r;
+}
+
+/* the input at distance d before row t (d <= kernel - 1) of channel c: a row of the run, the state, or zero before
+   position 0; r = run_back(t) */
+template <typename A>
+static __device__ __forceinline__ float conv_input(const A *qkvz, int64_t Wz, int64_t col, int64_t t, int d, int r,
+                                                   int64_t p, const float *hist, int64_t C, int64_t c, int K) {
+    if (d <= r) return act_load(qkvz[(t - d) * Wz + col]);
+    if (p - d < 0) return 0.0f;
+    return hist[(int64_t)(K - 1 - (d - r)) * C + c]; /* the state's inputs: oldest first, the run's first row next */
+}
+
+template <typename A>
+static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
+                                       const float *states, const int32_t *seq, const int32_t *pos, A *out) {
+    const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
+    const int K = g.kernel;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * C; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / C, c = i % C, col = qkvz_column(g, c);
+        const A *wc = w + c * ld;
+        float acc = act_load(wc[K - 1]) * act_load(qkvz[t * Wz + col]);
+        if (!states) {
+            for (int j = 0; j < K - 1; j++) {
+                const int64_t src = t - (K - 1) + j;
+                if (src >= 0) acc += act_load(wc[j]) * act_load(qkvz[src * Wz + col]);
+            }
+        } else {
+            const int r = run_back(seq, pos, t, K - 1);
+            const float *hist = states + (int64_t)seq[t] * (K - 1) * C;
+            for (int j = 0; j < K - 1; j++)
+                acc += act_load(wc[j]) * conv_input(qkvz, Wz, col, t, K - 1 - j, r, pos[t], hist, C, c, K);
+        }
+        act_store(out + i, silu_(acc));
+    }
+}
+
+/* each sequence's new conv state at the last row of its run: its last kernel - 1 inputs */
+template <typename A>
+static __global__ void gdn_conv_state_kernel(const A *qkvz, int64_t T, fm_gdn_shape g, float *states,
+                                             const int32_t *seq, const int32_t *pos) {
+    const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
+    const int K = g.kernel;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * C; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / C, c = i % C;
+        if (is_padding(seq, pos, t) || (t + 1 < T && !is_padding(seq, pos, t + 1) && continues(seq, pos, t + 1)))
+            continue;
+        const int64_t col = qkvz_column(g, c);
+        const int r = run_back(seq, pos, t, K - 2);
+        float *hist = states + (int64_t)seq[t] * (K - 1) * C;
+        float next[GDN_MAX_KERNEL];
+        for (int j = 0; j < K - 1; j++) next[j] = conv_input(qkvz, Wz, col, t, K - 2 - j, r, pos[t], hist, C, c, K);
+        for (int j = 0; j < K - 1; j++) hist[(int64_t)j * C + c] = next[j];
+    }
+}
+
+/* The gated delta rule over rows [t0, t1) of one sequence, value head blockIdx.y, state columns 32 blockIdx.x + lane:
+   chunked: one run of all T rows (blockIdx.z 0), from a zero state, the final state to states[seq[0]] when given;
+   else: block z takes the run starting at row z (others return), from the sequence's state (zero at position 0). */
+template <typename A>
+static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const A *qkv, const A *ba, const A *a_log,
+                                                                          const A *dt_bias, int64_t T, fm_gdn_shape g,
+                                                                          float *states, const int32_t *seq,
+                                                                          const int32_t *pos, bool chunked, A *out) {
+    extern __shared__ float sm[];
+    __shared__ float part[RULE_WARPS][RULE_COLS];
+    __shared__ float red[2][RULE_WARPS];
+    const int dk = g.dk, dv = g.dv, r = g.nv / g.nk;
+    float *S = sm, *qs = S + dk * RULE_COLS, *ks = qs + dk; /* [dk][32], [dk], [dk] */
+    const int h = blockIdx.y, kh = h / r, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int col = blockIdx.x * RULE_COLS + lane;
+    const bool has_col = col < dv;
+    const int64_t C = gdn_channels(g), key = (int64_t)g.nk * dk, ld_out = (int64_t)g.nv * dv;
+    const int64_t per = (int64_t)g.nv * dk * dv;
+    int64_t t0 = 0, t1 = T;
+    float *Sg = NULL;
+    bool fresh = true;
+    if (chunked) {
+        if (blockIdx.z != 0) return;
+        if (states) Sg = states + (int64_t)seq[0] * per + (int64_t)h * dk * dv;
+    } else {
+        t0 = blockIdx.z;
+        if (is_padding(seq, pos, t0)) { /* no state change; a finite output */
+            if (w == 0 && has_col) act_store(out + t0 * ld_out + (int64_t)h * dv + col, 0.0f);
+            return;
+        }
+        if (continues(seq, pos, t0)) return; /* inside another block's run */
+        t1 = t0 + 1;
+        while (t1 < T && !is_padding(seq, pos, t1) && continues(seq, pos, t1)) t1++;
+        Sg = states + (int64_t)seq[t0] * per + (int64_t)h * dk * dv;
+        fresh = pos[t0] == 0;
+    }
+    for (int i = w; i < dk; i += RULE_WARPS)
+        S[i * RULE_COLS + lane] = !fresh && has_col ? Sg[(int64_t)i * dv + col] : 0.0f;
+    const float a_exp = expf(act_load(a_log[h])), dtb = act_load(dt_bias[h]), qscale = 1.0f / sqrtf((float)dk);
+    for (int64_t t = t0; t < t1; t++) {
+        const A *row = qkv + t * C;
+        float sq = 0.0f, sk = 0.0f;
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+            const float q = act_load(row[(int64_t)kh * dk + i]), k = act_load(row[key + (int64_t)kh * dk + i]);
+            qs[i] = q, ks[i] = k, sq += q * q, sk += k * k;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
+        if (lane == 0) red[0][w] = sq, red[1][w] = sk;
+        __syncthreads();
+        sq = 0.0f, sk = 0.0f;
+        for (int i = 0; i < RULE_WARPS; i++) sq += red[0][i], sk += red[1][i];
+        const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
+        const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
+        const float beta = 1.0f / (1.0f + expf(-act_load(bar[h % r])));
+        const float decay = expf(-a_exp * softplus_(act_load(bar[r + h % r]) + dtb));
+        const float v = has_col ? act_load(row[2 * key + (int64_t)h * dv + col]) : 0.0f;
+        float u = 0.0f;
+        for (int i = w; i < dk; i += RULE_WARPS) {
+            const float s = S[i * RULE_COLS + lane] * decay;
+            S[i * RULE_COLS + lane] = s;
+            u += s * (ks[i] * ik);
+        }
+        part[w][lane] = u;
+        __syncthreads();
+        u = 0.0f;
+        for (int i = 0; i < RULE_WARPS; i++) u += part[i][lane];
+        u = beta * (v - u);
+        float o = 0.0f;
+        for (int i = w; i < dk; i += RULE_WARPS) {
+            const float s = S[i * RULE_COLS + lane] + (ks[i] * ik) * u;
+            S[i * RULE_COLS + lane] = s;
+            o += s * (qs[i] * iq * qscale);
+        }
+        __syncthreads(); /* every warp has read part */
+        part[w][lane] = o;
+        __syncthreads();
+        if (w == 0 && has_col) {
+            o = 0.0f;
+            for (int i = 0; i < RULE_WARPS; i++) o += part[i][lane];
+            act_store(out + t * ld_out + (int64_t)h * dv + col, o);
+        }
+        __syncthreads(); /* part, qs and ks are rewritten for the next token */
+    }
+    if (Sg && has_col)
+        for (int i = w; i < dk; i += RULE_WARPS) Sg[(int64_t)i * dv + col] = S[i * RULE_COLS + lane];
+}
+
+template <typename A>
+static __global__ void gdn_norm_gate_kernel(const A *core, const A *qkvz, const A *w, int64_t T, fm_gdn_shape g,
+                                            float eps, A *out) {
+    const int lane = threadIdx.x & 31, r = g.nv / g.nk;
+    const int64_t Wz = gdn_qkvz_width(g), Wg = 2 * (int64_t)g.dk + 2 * (int64_t)r * g.dv;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t wi = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); wi < T * g.nv; wi += warps) {
+        const int64_t t = wi / g.nv;
+        const int h = (int)(wi % g.nv);
+        const A *x = core + wi * g.dv;
+        const A *z = qkvz + t * Wz + (h / r) * Wg + 2 * (int64_t)g.dk + (int64_t)r * g.dv + (int64_t)(h % r) * g.dv;
+        float ss = 0.0f;
+        for (int e = lane; e < g.dv; e += 32) {
+            const float v = act_load(x[e]);
+            ss += v * v;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float inv = 1.0f / sqrtf(ss / (float)g.dv + eps);
+        for (int e = lane; e < g.dv; e += 32)
+            act_store(out + wi * g.dv + e, act_load(w[e]) * (act_load(x[e]) * inv) * silu_(act_load(z[e])));
+    }
+}
+
+static int grid_for(int64_t n, int per_block) {
+    const int64_t blocks = fm_ceil_div(n, per_block);
+    return (int)(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+static void check_shape(fm_gdn_shape g, const char *op) {
+    if (g.dk < 1 || g.dk > GDN_MAX_DK || g.dv < 1 || g.kernel < 1 || g.kernel > GDN_MAX_KERNEL || g.nk < 1 ||
+        g.nv % g.nk != 0) {
+        fprintf(stderr, "fp8moe: cuda %s: unsupported Gated DeltaNet shape (dk %d, dv %d, conv kernel %d)\n", op, g.dk,
+                g.dv, g.kernel);
+        abort();
+    }
+}
+
+template <typename A>
+static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g, float *states, const int32_t *seq,
+                 const int32_t *pos, A *out, cudaStream_t s) {
+    const int64_t n = T * (2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv);
+    gdn_conv_kernel<A><<<grid_for(n, 256), 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    FM_LAUNCH_CHECK("gdn_conv");
+    if (states && g.kernel > 1) {
+        gdn_conv_state_kernel<A><<<grid_for(n, 256), 256, 0, s>>>(qkvz, T, g, states, seq, pos);
+        FM_LAUNCH_CHECK("gdn_conv state");
+    }
+}
+
+extern "C" void fm_cuda_gdn_conv(bool f32, const void *qkvz, const void *conv_w, int64_t conv_ld, int64_t T,
+                                 fm_gdn_shape g, float *states, const int32_t *tok_seq, const int32_t *tok_pos,
+                                 void *out, cudaStream_t s) {
+    check_shape(g, "gdn_conv");
+    if (T <= 0) return;
+    if (f32)
+        conv((const float *)qkvz, (const float *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (float *)out, s);
+    else conv((const bf16 *)qkvz, (const bf16 *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (bf16 *)out, s);
+}
+
+static void rule(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias, int64_t T,
+                 fm_gdn_shape g, float *states, const int32_t *seq, const int32_t *pos, bool chunked, void *out,
+                 cudaStream_t s) {
+    check_shape(g, chunked ? "gdn_chunked" : "gdn_recurrent");
+    if (T <= 0) return;
+    if (!chunked && T > 65535) {
+        fprintf(stderr, "fp8moe: cuda gdn_recurrent: a step of %lld tokens (at most 65535)\n", (long long)T);
+        abort();
+    }
+    const dim3 grid((unsigned)fm_ceil_div(g.dv, RULE_COLS), (unsigned)g.nv, chunked ? 1u : (unsigned)T);
+    const size_t smem = (size_t)(g.dk * RULE_COLS + 2 * g.dk) * sizeof(float);
+    if (f32)
+        gdn_rule_kernel<float><<<grid, RULE_WARPS * 32, smem, s>>>(
+            (const float *)qkv, (const float *)ba, (const float *)a_log, (const float *)dt_bias, T, g, states, seq, pos,
+            chunked, (float *)out);
+    else
+        gdn_rule_kernel<bf16><<<grid, RULE_WARPS * 32, smem, s>>>((const bf16 *)qkv, (const bf16 *)ba,
+                                                                  (const bf16 *)a_log, (const bf16 *)dt_bias, T, g,
+                                                                  states, seq, pos, chunked, (bf16 *)out);
+    FM_LAUNCH_CHECK(chunked ? "gdn_chunked" : "gdn_recurrent");
+}
+
+extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
+                                    int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *out,
+                                    cudaStream_t s) {
+    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, NULL, true, out, s);
+}
+
+extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log,
+                                      const void *dt_bias, int64_t T, fm_gdn_shape g, float *states,
+                                      const int32_t *tok_seq, const int32_t *tok_pos, void *out, cudaStream_t s) {
+    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, tok_pos, false, out, s);
+}
+
+extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
+                                      fm_gdn_shape g, float eps, void *out, cudaStream_t s) {
+    check_shape(g, "gdn_norm_gate");
+    if (T <= 0) return;
+    const int grid = grid_for(T * g.nv, 8);
+    if (f32)
+        gdn_norm_gate_kernel<float><<<grid, 256, 0, s>>>((const float *)core, (const float *)qkvz, (const float *)w, T,
+                                                         g, eps, (float *)out);
+    else
+        gdn_norm_gate_kernel<bf16><<<grid, 256, 0, s>>>((const bf16 *)core, (const bf16 *)qkvz, (const bf16 *)w, T, g,
+                                                        eps, (bf16 *)out);
+    FM_LAUNCH_CHECK("gdn_norm_gate");
+}

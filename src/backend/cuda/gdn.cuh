@@ -1,0 +1,41 @@
+// The Gated DeltaNet (Qwen3-Next's linear attention) on the GPU: backend.h states each op (gdn_conv, gdn_chunked,
+// gdn_recurrent, gdn_norm_gate); the CPU reference is src/backend/cpu/cpu_gdn.c. Activations bf16, or fp32 under
+// the ref32 oracle (f32 true); weights (conv [C][ld], A_log, dt_bias, norm) banks of the activation type; the
+// recurrent and conv states fp32 per sequence; arithmetic fp32, one rounding per store.
+//
+// The states with a step (tok_seq, tok_pos: int32 [T] in device memory, read by the device only): a sequence's tokens
+// in one step are consecutive rows at consecutive positions (what fm_step_stage's callers give: a prefill chunk, or
+// one token per sequence at decode). Padding rows, which a decode step replayed as a CUDA graph appends as copies of
+// row 0 (generate.c): a row t > 0 with row 0's sequence and position; they change no state, and their outputs are
+// finite but meaningless.
+#ifndef FM_CUDA_GDN_CUH
+#define FM_CUDA_GDN_CUH
+
+extern "C" {
+#include "backend/backend.h"
+}
+#include "backend/cuda/cuda_common.cuh"
+
+// conv: [C][conv_ld] weights, tap kernel - 1 on the current token; states NULL: one sequence from position 0
+extern "C" void fm_cuda_gdn_conv(bool f32, const void *qkvz, const void *conv, int64_t conv_ld, int64_t T,
+                                 fm_gdn_shape g, float *states, const int32_t *tok_seq, const int32_t *tok_pos,
+                                 void *out, cudaStream_t s);
+// the rule over one sequence of T tokens from position 0 and a zero state; the final state to states[tok_seq[0]]
+// unless states is NULL
+extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
+                                    int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *out,
+                                    cudaStream_t s);
+// the same on tensor cores (gdn_chunked_tc.cu) for dk = dv = 128 over bf16 activations (fm_gdn_tc_takes); ws: the
+// backend's scratch of fm_gdn_tc_ws_bytes(T, nv) bytes (backend/gdn_workspace.h)
+extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
+                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
+                                       void *out, cudaStream_t s);
+// the rule token by token on the per-sequence states (zeroed at position 0)
+extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log,
+                                      const void *dt_bias, int64_t T, fm_gdn_shape g, float *states,
+                                      const int32_t *tok_seq, const int32_t *tok_pos, void *out, cudaStream_t s);
+// out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]), z from qkvz's grouped columns
+extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
+                                      fm_gdn_shape g, float eps, void *out, cudaStream_t s);
+
+#endif

@@ -1,0 +1,313 @@
+// The gated delta rule's chunked form on tensor cores (TF32 WMMA m16n16k8, fp32 accumulation) for Qwen3-Next's heads
+// (dk = dv = 128) over bf16 activations: the form of transformers' torch_chunk_gated_delta_rule and FLA's chunk
+// kernels, lab/gdn.cu's two kernels with their products moved to tensor cores. Per chunk of C = 64 tokens and value
+// head, with G the decays' cumulative sums inside the chunk (cpu_gdn.c states the algebra):
+//   intra  (every chunk at once; grid (chunks, heads), 8 warps): q, k l2-normalised; K K^T and Q K^T (WMMA); the
+//          strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq = (q_r.k_c) e^(G_r - G_c); T = (I -
+//          A)^-1 by forward substitution (fp32, 64 steps); W = T diag(beta e^G) K and U = T diag(beta) V (WMMA);
+//          Q e^G, K e^(G_last - G), e^(G_last) -> scratch (gdn_workspace.h)
+//   state  (sequential over the chunks; grid (4 column blocks of 32, heads), 4 warps, the state block [128][32] in
+//          shared memory): v' = U - W S; o = (Q e^G) S + Aq v'; S = e^(G_last) S + (K e^(G_last - G))^T v'
+// A prompt runs in segments of FM_GDN_TC_SEG_CHUNKS chunks (the scratch of one segment), the state carried in the
+// op's state buffer or the scratch's. TF32 rounds the products' inputs to 10-bit mantissas: the outputs differ from
+// the fp32 token-by-token form by ~1e-3 relative, below the bf16 rounding of the result (the ref32 oracle, fp32
+// activations, keeps the token-by-token kernel of gdn.cu).
+#include <mma.h>
+
+#include "backend/cuda/gdn.cuh"
+extern "C" {
+#include "backend/gdn_workspace.h"
+}
+
+using namespace nvcuda;
+
+#define CH 64
+#define D FM_GDN_TC_DIM
+#define LDK (D + 4)  /* row stride of the [64][128] tiles in shared memory */
+#define LDA (CH + 4) /* of the [64][64] ones */
+#define LDS 36       /* of the state's column block and the [64][32] tiles */
+#define INTRA_SMEM ((3 * CH * LDK + 2 * CH * LDA + 4 * CH) * 4)
+#define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 2 * CH * LDS) * 4)
+
+typedef __nv_bfloat16 bf16;
+
+typedef struct tc_scratch {
+    float *W, *U, *Qg, *Kg, *Aq, *eg, *S;
+} tc_scratch;
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> frag_at;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_b;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> frag_bt;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> frag_c;
+
+template <typename F> static __device__ __forceinline__ void to_tf32(F &f) {
+#pragma unroll
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = wmma::__float_to_tf32(f.x[i]);
+}
+
+static __device__ __forceinline__ float softplus_tc(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* segment chunk cl of head h: scratch index */
+static __device__ __forceinline__ int64_t unit(int cl, int h, int nv) { return (int64_t)cl * nv + h; }
+
+template <typename A>
+static __global__ __launch_bounds__(256) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log, const A *dt_bias,
+                                                          int64_t T, int64_t c_first, fm_gdn_shape g,
+                                                          tc_scratch out) {
+    extern __shared__ __align__(128) float sm[];
+    float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs + CH * LDK, *Am = Vs + CH * LDK, *Aq = Am + CH * LDA;
+    float *gc = Aq + CH * LDA, *bs = gc + CH, *tmp = bs + CH, *ebg = tmp + CH;
+    const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
+    /* rows: q and k normalised (q also times dk^-1/2), v; zeros past T */
+    for (int row = warp; row < CH; row += 8) {
+        const int64_t t = t0 + row;
+        float q[4], k[4], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int d = lane + 32 * i;
+            q[i] = t < T ? act_load(qkv[t * C + (int64_t)kh * D + d]) : 0.0f;
+            k[i] = t < T ? act_load(qkv[t * C + key + (int64_t)kh * D + d]) : 0.0f;
+            Vs[row * LDK + d] = t < T ? act_load(qkv[t * C + 2 * key + (int64_t)h * D + d]) : 0.0f;
+            sq += q[i] * q[i], sk += k[i] * k[i];
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
+        const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), scale = 1.0f / sqrtf((float)D);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            Qs[row * LDK + lane + 32 * i] = q[i] * iq * scale;
+            Ks[row * LDK + lane + 32 * i] = k[i] * ik;
+        }
+    }
+    if (tid < CH) {
+        const int64_t t = t0 + tid;
+        float gv = 0.0f, bv = 0.0f;
+        if (t < T) {
+            const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
+            bv = 1.0f / (1.0f + expf(-act_load(bar[h % r])));
+            gv = -expf(act_load(a_log[h])) * softplus_tc(act_load(bar[r + h % r]) + act_load(dt_bias[h]));
+        }
+        gc[tid] = gv, bs[tid] = bv;
+    }
+    __syncthreads();
+    if (tid < 32) { /* inclusive cumulative sum of the 64 decays, two per lane */
+        float a = gc[2 * tid], b = a + gc[2 * tid + 1];
+        for (int o = 1; o < 32; o <<= 1) {
+            const float n = __shfl_up_sync(0xffffffffu, b, o);
+            if (tid >= o) a += n, b += n;
+        }
+        gc[2 * tid] = a, gc[2 * tid + 1] = b;
+    }
+    /* K K^T into Am and Q K^T into Aq, the 10 tiles on or below the diagonal; warp w: tiles w, w + 8 of 16 */
+    for (int tile = warp; tile < 16; tile += 8) {
+        const int ti = tile / 4, tj = tile % 4;
+        if (ti < tj) continue;
+        frag_c kk, qk;
+        wmma::fill_fragment(kk, 0.0f), wmma::fill_fragment(qk, 0.0f);
+        for (int s = 0; s < D / 8; s++) {
+            frag_a ak, aq;
+            frag_bt b;
+            wmma::load_matrix_sync(ak, Ks + ti * 16 * LDK + s * 8, LDK);
+            wmma::load_matrix_sync(aq, Qs + ti * 16 * LDK + s * 8, LDK);
+            wmma::load_matrix_sync(b, Ks + tj * 16 * LDK + s * 8, LDK);
+            to_tf32(ak), to_tf32(aq), to_tf32(b);
+            wmma::mma_sync(kk, ak, b, kk);
+            wmma::mma_sync(qk, aq, b, qk);
+        }
+        wmma::store_matrix_sync(Am + ti * 16 * LDA + tj * 16, kk, LDA, wmma::mem_row_major);
+        wmma::store_matrix_sync(Aq + ti * 16 * LDA + tj * 16, qk, LDA, wmma::mem_row_major);
+    }
+    __syncthreads();
+    const int64_t u = unit(cl, h, g.nv);
+    float *aq_out = out.Aq + u * CH * CH;
+    for (int i = tid; i < CH * CH; i += 256) {
+        const int rr = i / CH, cc = i % CH;
+        const float dec = cc <= rr ? expf(gc[rr] - gc[cc]) : 0.0f;
+        Am[rr * LDA + cc] = cc < rr ? -bs[rr] * Am[rr * LDA + cc] * dec : 0.0f;
+        aq_out[i] = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
+    }
+    __syncthreads();
+    /* forward substitution (lab/gdn.cu): row i <- row i + sum over the rows m < i already done; then T = A + I */
+    for (int i = 1; i < CH; i++) {
+        if (tid < i) tmp[tid] = Am[i * LDA + tid];
+        __syncthreads();
+        if (tid < i) {
+            float acc = tmp[tid];
+            for (int m = tid + 1; m < i; m++) acc = fmaf(tmp[m], Am[m * LDA + tid], acc);
+            Am[i * LDA + tid] = acc;
+        }
+        __syncthreads();
+    }
+    if (tid < CH) Am[tid * LDA + tid] = 1.0f, ebg[tid] = bs[tid] * expf(gc[tid]);
+    __syncthreads();
+    /* T diag(beta e^G) into Aq, T diag(beta) in place */
+    for (int i = tid; i < CH * CH; i += 256) {
+        const int rr = i / CH, cc = i % CH;
+        const float t = Am[rr * LDA + cc];
+        Aq[rr * LDA + cc] = t * ebg[cc];
+        Am[rr * LDA + cc] = t * bs[cc];
+    }
+    __syncthreads();
+    /* W = (T diag(beta e^G)) K, U = (T diag(beta)) V: 4 x 8 tiles, warp w: tiles w, w + 8, w + 16, w + 24; T is
+       lower triangular, so row tile ti needs the first 2 (ti + 1) k-steps only */
+    for (int tile = warp; tile < 32; tile += 8) {
+        const int ti = tile / 8, tj = tile % 8;
+        frag_c w_, u_;
+        wmma::fill_fragment(w_, 0.0f), wmma::fill_fragment(u_, 0.0f);
+        for (int s = 0; s < 2 * (ti + 1); s++) {
+            frag_a a1, a2;
+            frag_b bk, bv;
+            wmma::load_matrix_sync(a1, Aq + ti * 16 * LDA + s * 8, LDA);
+            wmma::load_matrix_sync(a2, Am + ti * 16 * LDA + s * 8, LDA);
+            wmma::load_matrix_sync(bk, Ks + s * 8 * LDK + tj * 16, LDK);
+            wmma::load_matrix_sync(bv, Vs + s * 8 * LDK + tj * 16, LDK);
+            to_tf32(a1), to_tf32(a2), to_tf32(bk), to_tf32(bv);
+            wmma::mma_sync(w_, a1, bk, w_);
+            wmma::mma_sync(u_, a2, bv, u_);
+        }
+        wmma::store_matrix_sync(out.W + u * CH * D + ti * 16 * D + tj * 16, w_, D, wmma::mem_row_major);
+        wmma::store_matrix_sync(out.U + u * CH * D + ti * 16 * D + tj * 16, u_, D, wmma::mem_row_major);
+    }
+    const float glast = gc[CH - 1];
+    for (int i = tid; i < CH * D; i += 256) {
+        const int rr = i / D, d = i % D;
+        out.Qg[u * CH * D + i] = Qs[rr * LDK + d] * expf(gc[rr]);
+        out.Kg[u * CH * D + i] = Ks[rr * LDK + d] * expf(glast - gc[rr]);
+    }
+    if (tid == 0) out.eg[u] = expf(glast);
+}
+
+/* a [64][128] fp32 tile of the scratch into shared memory rows of LDK */
+static __device__ __forceinline__ void stage(float *dst, const float *src) {
+    for (int i = threadIdx.x; i < CH * D / 4; i += blockDim.x) {
+        const int rr = i / (D / 4), c4 = i % (D / 4);
+        *(float4 *)(dst + rr * LDK + 4 * c4) = ((const float4 *)src)[i];
+    }
+}
+
+/* S: the head's state [128][128] fp32 (states[seq[0]] or the scratch's), read unless fresh, written at the end */
+template <typename A>
+static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_t T, int64_t c_first, int n_chunks,
+                                                          fm_gdn_shape g, float *states, const int32_t *seq,
+                                                          bool fresh, A *out) {
+    extern __shared__ __align__(128) float sm[];
+    float *Ws = sm, *Qs = Ws + CH * LDK, *Ks = Qs + CH * LDK, *Aq = Ks + CH * LDK;
+    float *S = Aq + CH * LDA, *vb = S + D * LDS, *ob = vb + CH * LDS;
+    const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
+    float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
+    const int64_t ld_out = (int64_t)g.nv * D;
+    for (int cl = 0; cl < n_chunks; cl++) {
+        const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH;
+        stage(Ws, in.W + u * CH * D), stage(Qs, in.Qg + u * CH * D), stage(Ks, in.Kg + u * CH * D);
+        for (int i = threadIdx.x; i < CH * CH / 4; i += blockDim.x)
+            *(float4 *)(Aq + (i / (CH / 4)) * LDA + 4 * (i % (CH / 4))) = ((const float4 *)(in.Aq + u * CH * CH))[i];
+        __syncthreads();
+        /* W S: warp w takes row tile w, both column tiles */
+        for (int tj = 0; tj < 2; tj++) {
+            frag_c acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int s = 0; s < D / 8; s++) {
+                frag_a a;
+                frag_b b;
+                wmma::load_matrix_sync(a, Ws + warp * 16 * LDK + s * 8, LDK);
+                wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
+                to_tf32(a), to_tf32(b);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(vb + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) { /* v' = U - W S */
+            const int rr = i / 32, j = i % 32;
+            vb[rr * LDS + j] = in.U[u * CH * D + rr * D + col0 + j] - vb[rr * LDS + j];
+        }
+        __syncthreads();
+        /* o = (Q e^G) S + Aq v' (Aq lower triangular: row tile w needs 2 (w + 1) k-steps) */
+        for (int tj = 0; tj < 2; tj++) {
+            frag_c acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int s = 0; s < D / 8; s++) {
+                frag_a a;
+                frag_b b;
+                wmma::load_matrix_sync(a, Qs + warp * 16 * LDK + s * 8, LDK);
+                wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
+                to_tf32(a), to_tf32(b);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            for (int s = 0; s < 2 * (warp + 1); s++) {
+                frag_a a;
+                frag_b b;
+                wmma::load_matrix_sync(a, Aq + warp * 16 * LDA + s * 8, LDA);
+                wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
+                to_tf32(a), to_tf32(b);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(ob + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+        }
+        __syncthreads(); /* every warp has read S */
+        /* S = e^(G_last) S + (K e^(G_last - G))^T v': warp w owns state rows 32 w .. 32 w + 31 */
+        const float eg = in.eg[u];
+        for (int tile = 0; tile < 4; tile++) {
+            const int ri = 32 * warp + 16 * (tile / 2), tj = tile % 2;
+            frag_c acc;
+            wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
+#pragma unroll
+            for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
+            for (int s = 0; s < CH / 8; s++) {
+                frag_at a;
+                frag_b b;
+                wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
+                wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
+                to_tf32(a), to_tf32(b);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(S + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+        }
+        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
+            const int rr = i / 32, j = i % 32;
+            const int64_t t = t0 + rr;
+            if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
+        }
+        __syncthreads(); /* shared memory is restaged for the next chunk */
+    }
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
+}
+
+extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
+                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
+                                       void *out, cudaStream_t s) {
+    if (!fm_gdn_tc_takes(g.dk, g.dv, true) || g.nk < 1 || g.nv % g.nk != 0) {
+        fprintf(stderr, "fp8moe: cuda gdn_chunked (tensor cores): shape dk %d dv %d is not dk = dv = %d\n", g.dk, g.dv,
+                FM_GDN_TC_DIM);
+        abort();
+    }
+    if (T <= 0) return;
+    static bool attributes_set = false; /* once per process: the kernels' shared memory above 48 KB */
+    if (!attributes_set) {
+        const cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, smem, INTRA_SMEM));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
+        attributes_set = true;
+    }
+    const uint64_t n = fm_gdn_tc_seg_units((uint64_t)T, (uint64_t)g.nv);
+    float *base = (float *)ws;
+    tc_scratch sc;
+    sc.W = base, sc.U = sc.W + n * CH * D, sc.Qg = sc.U + n * CH * D, sc.Kg = sc.Qg + n * CH * D;
+    sc.Aq = sc.Kg + n * CH * D, sc.eg = sc.Aq + n * CH * CH, sc.S = sc.eg + (n + 63) / 64 * 64;
+    const int64_t chunks = fm_ceil_div(T, CH);
+    for (int64_t c0 = 0; c0 < chunks; c0 += FM_GDN_TC_SEG_CHUNKS) {
+        const int nc = (int)(chunks - c0 < FM_GDN_TC_SEG_CHUNKS ? chunks - c0 : FM_GDN_TC_SEG_CHUNKS);
+        gdn_tc_intra<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 256, INTRA_SMEM, s>>>(
+            (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc);
+        FM_LAUNCH_CHECK("gdn_chunked_tc intra");
+        gdn_tc_state<bf16><<<dim3(D / 32, (unsigned)g.nv), 128, STATE_SMEM, s>>>(sc, T, c0, nc, g, states, tok_seq,
+                                                                                c0 == 0, (bf16 *)out);
+        FM_LAUNCH_CHECK("gdn_chunked_tc state");
+    }
+}
