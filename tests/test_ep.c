@@ -8,13 +8,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "dist/ep_moe.h"
+#include "sim_world.h"
 
 #define E 8
 #define K 2
@@ -85,19 +85,17 @@ static void free_layer(layer *L) { free(L->gate), free(L->up), free(L->down), fr
 static int g_extra_tokens; /* the last rank takes this many tokens more than the blocks hold (the error path) */
 
 typedef struct rank_job {
-    fm_comm *c;
     const layer *L;
     fm_plan plan;
-    int n_ranks;
     float *out; /* [T_ALL][H]: this rank writes its slice */
     fm_status st;
     fm_ep_stats stats;
     char msg[sizeof(((fm_error *)0)->msg)];
 } rank_job;
 
-static void *run_rank(void *arg) {
+static fm_status run_rank(fm_comm *c, void *arg) {
     rank_job *j = arg;
-    const int r = fm_comm_rank(j->c), N = j->n_ranks;
+    const int r = fm_comm_rank(c), N = fm_comm_size(c);
     fm_backend *be = NULL;
     fm_error err = {{0}};
     if (fm_cpu_backend_create(&j->plan, 1, &be, &err) != FM_OK) fail_msg("backend: %s", err.msg);
@@ -107,13 +105,13 @@ static void *run_rank(void *arg) {
     fm_bank *dn = n ? bank(be, j->L->down, NULL, first, n, H, 0, I, j->plan.w_expert) : NULL;
     const int64_t t0 = (int64_t)T_ALL * r / N, t1 = (int64_t)T_ALL * (r + 1) / N;
     const int64_t max_tokens = (T_ALL + N - 1) / N - (r == N - 1 ? g_extra_tokens : 0);
-    j->st = fm_ep_moe_host(j->c, be, gu, dn, E, j->L->x + t0 * H, t1 - t0, H, j->L->ids + t0 * K, j->L->w + t0 * K, K,
+    j->st = fm_ep_moe_host(c, be, gu, dn, E, j->L->x + t0 * H, t1 - t0, H, j->L->ids + t0 * K, j->L->w + t0 * K, K,
                            max_tokens, j->out + t0 * H, &j->stats, &err);
     snprintf(j->msg, sizeof j->msg, "%s", err.msg);
     if (gu) be->ops->bank_free(be, gu);
     if (dn) be->ops->bank_free(be, dn);
     be->ops->destroy(be);
-    return NULL;
+    return j->st;
 }
 
 /* the single-rank result: one backend, every expert, every token */
@@ -129,19 +127,9 @@ static void single_rank(const layer *L, const fm_plan *plan, float *out) {
 }
 
 static int run_world(const layer *L, const fm_plan *plan, int N, float *out, rank_job *jobs) {
-    fm_world *w = NULL;
-    fm_error err = {{0}};
-    assert_int_equal(fm_world_create_sim(N, &w, &err), FM_OK);
-    pthread_t th[FM_COMM_MAX_RANKS];
-    for (int r = 0; r < N; r++) {
-        memset(&jobs[r], 0, sizeof jobs[r]);
-        jobs[r].c = fm_world_comm(w, r), jobs[r].L = L, jobs[r].plan = *plan, jobs[r].n_ranks = N, jobs[r].out = out;
-        assert_int_equal(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
-    }
-    int failed = 0;
-    for (int r = 0; r < N; r++) pthread_join(th[r], NULL), failed += jobs[r].st != FM_OK;
-    fm_world_free(w);
-    return failed;
+    for (int r = 0; r < N; r++)
+        memset(&jobs[r], 0, sizeof jobs[r]), jobs[r].L = L, jobs[r].plan = *plan, jobs[r].out = out;
+    return sim_world_run(N, run_rank, jobs, sizeof *jobs);
 }
 
 static void ep_equals_single_rank(void **s) {

@@ -28,6 +28,7 @@
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
 #include "engine/scheduler.h"
+#include "kv_steps.h"
 
 /* ---- residency bookkeeping ------------------------------------------------------------------------------------ */
 
@@ -149,34 +150,6 @@ static void expect_same(const float *a, const float *b, int64_t n, const char *w
     }
 }
 
-/* a prefill of N tokens, then a fresh prefill of P and decode steps over the paged cache, into out: the logits of
-   the prefill [N][V], then of the generation [N][V] */
-static void run_model(fm_model *m, const int32_t *ids, float *out) {
-    enum { N = 20, P = 12 };
-    const int32_t V = fm_model_vocab_size(m);
-    fm_error err = {{0}};
-    assert_int_equal(fm_forward(m, ids, N, false, out, NULL, &err), FM_OK);
-    float *gen = out + (size_t)N * V;
-    fm_sampling sp;
-    fm_sampling_init(&sp);
-    int32_t seq, seqs[N], pos[N];
-    assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
-    assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
-    m->kv->tables_dirty = true;
-    for (int t = 0; t < N; t++) seqs[t] = seq, pos[t] = t;
-    assert_int_equal(fm_step_stage(m, ids, seqs, pos, P, &err), FM_OK);
-    fm_step_device(m, P, false, FM_ATTN_FRESH);
-    assert_int_equal(fm_step_logits(m, P, gen, &err), FM_OK);
-    for (int t = P; t < N; t++) {
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, 1, &err), FM_OK);
-        m->kv->tables_dirty = true;
-        assert_int_equal(fm_step_stage(m, ids + t, seqs, pos + t, 1, &err), FM_OK);
-        fm_step_device(m, 1, false, FM_ATTN_PAGED);
-        assert_int_equal(fm_step_logits(m, 1, gen + (size_t)t * V, &err), FM_OK);
-    }
-    fm_kv_seq_end(m, seq);
-}
-
 static void check_model(const model_case *mc, fm_expert_policy policy) {
     enum { N = 20 };
     fm_model *dev = load(mc, FM_EXPERTS_DEVICE, 0, FM_EXPERT_LRU);
@@ -190,8 +163,8 @@ static void check_model(const model_case *mc, fm_expert_policy policy) {
     uint32_t seed = 11;
     for (int i = 0; i < N; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % (uint32_t)V);
     float *a = malloc((size_t)2 * N * V * sizeof *a), *b = malloc((size_t)2 * N * V * sizeof *b);
-    run_model(host, ids, a);
-    run_model(dev, ids, b);
+    kv_prefill_and_steps(host, ids, N, 12, a);
+    kv_prefill_and_steps(dev, ids, N, 12, b);
     expect_same(a, b, (int64_t)N * V, "prefill", mc);
     expect_same(a + (size_t)N * V, b + (size_t)N * V, (int64_t)N * V, "generation (prefill 12, 8 decode steps)", mc);
     fm_expert_stats st;

@@ -11,13 +11,13 @@
 #include <cmocka.h>
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "dist/tp_attention.h"
+#include "sim_world.h"
 
 #define NH 8
 #define NKV 4
@@ -122,18 +122,16 @@ static void single_rank(const block *B, const fm_plan *plan, float *y) {
 }
 
 typedef struct rank_job {
-    fm_comm *c;
     const block *B;
     fm_plan plan;
-    int32_t nkv; /* the KV heads the world is told (NKV, or another count for the error path) */
-    float *y;    /* [T][H]: this rank's copy of the result */
+    float *y; /* [T][H]: this rank's copy of the result */
     fm_status st;
     char msg[sizeof(((fm_error *)0)->msg)];
 } rank_job;
 
-static void *run_rank(void *arg) {
+static fm_status run_rank(fm_comm *c, void *arg) {
     rank_job *j = arg;
-    const int r = fm_comm_rank(j->c), N = fm_comm_size(j->c);
+    const int r = fm_comm_rank(c), N = fm_comm_size(c);
     fm_backend *be = NULL;
     fm_error err = {{0}};
     if (fm_cpu_backend_create(&j->plan, 1, &be, &err) != FM_OK) fail_msg("backend: %s", err.msg);
@@ -143,28 +141,18 @@ static void *run_rank(void *arg) {
         shards(be, j->B, &j->plan, h0, nh, kv0, nkv, &qkv, &o, &qn, &kn);
     else /* a split the heads do not allow: the whole block, which the call refuses before using it */
         shards(be, j->B, &j->plan, 0, NH, 0, NKV, &qkv, &o, &qn, &kn);
-    j->st = fm_tp_attention_host(j->c, be, qkv, o, qn, kn, j->plan.a_dense, j->B->x, T, H, NH, j->nkv, HD, EPS, THETA,
-                                 j->y, &err);
+    j->st = fm_tp_attention_host(c, be, qkv, o, qn, kn, j->plan.a_dense, j->B->x, T, H, NH, NKV, HD, EPS, THETA, j->y,
+                                 &err);
     snprintf(j->msg, sizeof j->msg, "%s", err.msg);
     free_shards(be, qkv, o, qn, kn);
     be->ops->destroy(be);
-    return NULL;
+    return j->st;
 }
 
-static int run_world(const block *B, const fm_plan *plan, int N, int32_t nkv, float *const *y, rank_job *jobs) {
-    fm_world *w = NULL;
-    fm_error err = {{0}};
-    assert_int_equal(fm_world_create_sim(N, &w, &err), FM_OK);
-    pthread_t th[FM_COMM_MAX_RANKS];
-    for (int r = 0; r < N; r++) {
-        memset(&jobs[r], 0, sizeof jobs[r]);
-        jobs[r].c = fm_world_comm(w, r), jobs[r].B = B, jobs[r].plan = *plan, jobs[r].nkv = nkv, jobs[r].y = y[r];
-        assert_int_equal(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
-    }
-    int failed = 0;
-    for (int r = 0; r < N; r++) pthread_join(th[r], NULL), failed += jobs[r].st != FM_OK;
-    fm_world_free(w);
-    return failed;
+static int run_world(const block *B, const fm_plan *plan, int N, float *const *y, rank_job *jobs) {
+    for (int r = 0; r < N; r++)
+        memset(&jobs[r], 0, sizeof jobs[r]), jobs[r].B = B, jobs[r].plan = *plan, jobs[r].y = y[r];
+    return sim_world_run(N, run_rank, jobs, sizeof *jobs);
 }
 
 static double nerr(const float *a, const float *ref, int64_t n) {
@@ -193,7 +181,7 @@ static void tp_equals_single_rank(void **s) {
         for (int N = 1; N <= 4; N *= 2) {
             rank_job jobs[4];
             for (int r = 0; r < N; r++) memset(ys[r], 0xFF, sizeof(float) * T * H);
-            assert_int_equal(run_world(&B, plan, N, NKV, ys, jobs), 0);
+            assert_int_equal(run_world(&B, plan, N, ys, jobs), 0);
             for (int r = 1; r < N; r++) assert_memory_equal(ys[r], ys[0], sizeof(float) * T * H); /* same bits */
             const double e_tp = nerr(ys[0], exact, T * H), e_vs = nerr(ys[0], single, T * H);
             printf("  %-10s %d ranks: vs one rank %.3g, vs the fp32 block %.3g (one rank: %.3g)\n",
@@ -218,7 +206,7 @@ static void bad_split_fails_everywhere(void **s) {
     float *ys[3];
     for (int r = 0; r < 3; r++) ys[r] = malloc(sizeof(float) * T * H);
     rank_job jobs[3];
-    assert_int_equal(run_world(&B, &plan, 3, NKV, ys, jobs), 3);
+    assert_int_equal(run_world(&B, &plan, 3, ys, jobs), 3);
     for (int r = 0; r < 3; r++) {
         assert_int_equal(jobs[r].st, FM_ERR_USAGE);
         assert_non_null(strstr(jobs[r].msg, "8 query heads in groups over 4 KV heads do not split over 3 ranks"));

@@ -68,7 +68,9 @@ float *gpu_fetch(fm_backend *be, void *base, int64_t n, const char *what) {
     return out;
 }
 
-fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt, bool gate_up) {
+/* a bank through bank_create, or bank_create_host (host) */
+static fm_bank *bank_from(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt,
+                          bool gate_up, bool host) {
     /* the tensor and views only need to live through bank_create, which copies (and converts) synchronously */
     fm_st_tensor t = {.name = "test.weight",
                       .dtype = FM_DTYPE_F32,
@@ -79,12 +81,22 @@ fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64
     t.shape[0] = n * rows * cols;
     fm_wsrc *views = malloc((size_t)n * sizeof *views);
     for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
-    fm_bank_src src = {views, n, 1, "test bank", gate_up};
+    fm_bank_src src = {views, n, 1, host ? "test host bank" : "test bank", gate_up};
     fm_bank *b = NULL;
     fm_error err;
-    if (be->ops->bank_create(be, &src, fmt, &b, &err)) fail_msg("bank_create on %s: %s", be->ops->name, err.msg);
+    if ((host ? be->ops->bank_create_host : be->ops->bank_create)(be, &src, fmt, &b, &err))
+        fail_msg("bank_create%s on %s: %s", host ? "_host" : "", be->ops->name, err.msg);
     free(views);
     return b;
+}
+
+fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt, bool gate_up) {
+    return bank_from(be, w, n, rows, cols, fmt, gate_up, false);
+}
+
+fm_bank *gpu_bank_host(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt,
+                       bool gate_up) {
+    return bank_from(be, w, n, rows, cols, fmt, gate_up, true);
 }
 
 double gpu_nerr(const float *x, const float *ref, int64_t n) {

@@ -26,6 +26,9 @@ void *gpu_guarded(fm_backend *be, int64_t n, void **base);
 float *gpu_fetch(fm_backend *be, void *base, int64_t n, const char *what);
 /* a bank of n host fp32 matrices [rows, cols] in format fmt (one part; gate_up: gate rows then up rows) */
 fm_bank *gpu_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt, bool gate_up);
+/* the same in host memory (bank_create_host: experts behind an expert cache) */
+fm_bank *gpu_bank_host(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, fm_wformat fmt,
+                       bool gate_up);
 /* The moe op on backend be with the plan's activation formats: x [T, H], routing ids and weights [T, k] from the
  * host; returns the output [T, H] (fetched from between NaN guards; caller frees). */
 float *gpu_run_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const float *x, int64_t T, int64_t H,

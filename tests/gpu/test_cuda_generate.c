@@ -224,10 +224,14 @@ static bool golden(const char *dir, int32_t **prompt, int64_t *n_prompt, int32_t
 
 static void test_golden_greedy(void **state) {
     (void)state;
-    const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/qwen3-moe-bf16",
-                          "tests/models/qwen3-moe-tied-f32", "tests/models/mixtral-f32-sharded",
-                          "models/tiny-code-moe",          "tests/models/qwen3-next-f32",
-                          "tests/models/qwen3-next-bf16",  "tests/models/qwen3-next-tied-f32"};
+    const char *dirs[] = {"tests/models/qwen3-moe-f32",
+                          "tests/models/qwen3-moe-bf16",
+                          "tests/models/qwen3-moe-tied-f32",
+                          "tests/models/mixtral-f32-sharded",
+                          "models/tiny-code-moe",
+                          "tests/models/qwen3-next-f32",
+                          "tests/models/qwen3-next-bf16",
+                          "tests/models/qwen3-next-tied-f32"};
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8};
     int found = 0;
     for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {

@@ -177,11 +177,8 @@ static void golden_qwen3_next(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(tiny_code_moe),
-        cmocka_unit_test(golden_qwen3),
-        cmocka_unit_test(golden_tied),
-        cmocka_unit_test(golden_mixtral),
-        cmocka_unit_test(golden_qwen3_next),
+        cmocka_unit_test(tiny_code_moe),  cmocka_unit_test(golden_qwen3),      cmocka_unit_test(golden_tied),
+        cmocka_unit_test(golden_mixtral), cmocka_unit_test(golden_qwen3_next),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
+#include "../kv_steps.h"
 #include "gpu_test_util.h"
 
 static uint32_t rng = 12345;
@@ -36,25 +37,6 @@ static float *rand_array(int64_t n, float scale) {
     float *a = malloc((size_t)n * sizeof *a);
     for (int64_t i = 0; i < n; i++) a[i] = scale * ((float)(next_u32() >> 8) / 8388608.0f - 1.0f);
     return a;
-}
-
-/* a host bank (bank_create_host) of n fp32 matrices, as gpu_bank makes a device one */
-static fm_bank *host_bank(fm_backend *be, const float *w, int32_t n, int64_t rows, int64_t cols, bool gate_up) {
-    fm_st_tensor t = {.name = "test.weight",
-                      .dtype = FM_DTYPE_F32,
-                      .n_dims = 1,
-                      .n_elements = n * rows * cols,
-                      .data = (const uint8_t *)w,
-                      .nbytes = (uint64_t)(n * rows * cols) * 4};
-    t.shape[0] = n * rows * cols;
-    fm_wsrc *views = malloc((size_t)n * sizeof *views);
-    for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
-    fm_bank_src src = {views, n, 1, "test host bank", gate_up};
-    fm_bank *b = NULL;
-    fm_error err;
-    if (be->ops->bank_create_host(be, &src, FM_W_INT4_G128_TC, &b, &err)) fail_msg("bank_create_host: %s", err.msg);
-    free(views);
-    return b;
 }
 
 /* routed ids of T tokens, top-k distinct experts each; hot: the first choice among the first 3 experts */
@@ -85,7 +67,8 @@ static void cache_case(fm_expert_policy policy, int32_t L, int32_t E, int32_t S,
     for (int32_t l = 0; l < L; l++) {
         if (l == 1 && L > 2) continue; /* a dense layer: no banks */
         float *gu = rand_array((int64_t)E * 2 * I * H, 0.1f), *dn = rand_array((int64_t)E * H * I, 0.1f);
-        hgu[l] = host_bank(be, gu, E, 2 * I, H, true), hdn[l] = host_bank(be, dn, E, H, I, false);
+        hgu[l] = gpu_bank_host(be, gu, E, 2 * I, H, FM_W_INT4_G128_TC, true);
+        hdn[l] = gpu_bank_host(be, dn, E, H, I, FM_W_INT4_G128_TC, false);
         dgu[l] = gpu_bank(be, gu, E, 2 * I, H, FM_W_INT4_G128_TC, true);
         ddn[l] = gpu_bank(be, dn, E, H, I, FM_W_INT4_G128_TC, false);
         free(gu), free(dn);
@@ -188,34 +171,6 @@ static fm_model *load(const char *dir, fm_preset preset, fm_dispatch dispatch, f
     return m;
 }
 
-/* a prefill of N tokens, then a fresh prefill of P and decode steps over the paged cache, launched one by one, into
-   out: the logits of the prefill [N][V], then of the generation [N][V] */
-static void run_model(fm_model *m, const int32_t *ids, float *out) {
-    enum { N = 20, P = 12 };
-    const int32_t V = fm_model_vocab_size(m);
-    fm_error err = {{0}};
-    assert_int_equal(fm_forward(m, ids, N, false, out, NULL, &err), FM_OK);
-    float *gen = out + (size_t)N * V;
-    fm_sampling sp;
-    fm_sampling_init(&sp);
-    int32_t seq, seqs[N], pos[N];
-    assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
-    assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
-    m->kv->tables_dirty = true;
-    for (int t = 0; t < N; t++) seqs[t] = seq, pos[t] = t;
-    assert_int_equal(fm_step_stage(m, ids, seqs, pos, P, &err), FM_OK);
-    fm_step_device(m, P, false, FM_ATTN_FRESH);
-    assert_int_equal(fm_step_logits(m, P, gen, &err), FM_OK);
-    for (int t = P; t < N; t++) {
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, 1, &err), FM_OK);
-        m->kv->tables_dirty = true;
-        assert_int_equal(fm_step_stage(m, ids + t, seqs, pos + t, 1, &err), FM_OK);
-        fm_step_device(m, 1, false, FM_ATTN_PAGED);
-        assert_int_equal(fm_step_logits(m, 1, gen + (size_t)t * V, &err), FM_OK);
-    }
-    fm_kv_seq_end(m, seq);
-}
-
 /* greedy generation through fm_model_generate: its decode steps replay as CUDA graphs (route decode.graphs) */
 static void generate(fm_model *m, const int32_t *prompt, int64_t n, fm_gen_output *out) {
     fm_gen_params gp;
@@ -237,8 +192,8 @@ static void model_case(const char *dir, fm_preset preset, fm_dispatch dispatch, 
     uint32_t seed = 11;
     for (int i = 0; i < N; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % (uint32_t)V);
     float *a = malloc((size_t)2 * N * V * sizeof *a), *b = malloc((size_t)2 * N * V * sizeof *b);
-    run_model(host, ids, a);
-    run_model(dev, ids, b);
+    kv_prefill_and_steps(host, ids, N, 12, a);
+    kv_prefill_and_steps(dev, ids, N, 12, b);
     if (memcmp(a, b, (size_t)2 * N * V * sizeof *a))
         fail_msg("%s %s dispatch %s %s: logits with the experts in host memory differ from the GPU's", dir,
                  fm_preset_name(preset), fm_dispatch_name(dispatch), fm_expert_policy_name(policy));

@@ -113,11 +113,11 @@ static void test_gated_qk_norm_rope(void **s) {
     (void)s;
     const fm_preset ps[] = {FM_PRESET_REF, FM_PRESET_REF32};
     for (int i = 0; i < 2; i++) {
-        gated_rope_case(ps[i], 1, 4, 2, 24, 6, true, true);  /* the golden checkpoints' shapes */
+        gated_rope_case(ps[i], 1, 4, 2, 24, 6, true, true); /* the golden checkpoints' shapes */
         gated_rope_case(ps[i], 17, 2, 1, 16, 8, true, false);
         gated_rope_case(ps[i], 300, 16, 2, 256, 64, true, true); /* Qwen3-Next-80B-A3B's */
-        gated_rope_case(ps[i], 5, 3, 3, 40, 40, false, true);   /* full rotation, no norms */
-        gated_rope_case(ps[i], 9, 3, 1, 100, 0, true, false);   /* no rotation */
+        gated_rope_case(ps[i], 5, 3, 3, 40, 40, false, true);    /* full rotation, no norms */
+        gated_rope_case(ps[i], 9, 3, 1, 100, 0, true, false);    /* no rotation */
     }
 }
 
@@ -191,8 +191,7 @@ static void gdn_free(gdn_case *c) {
 }
 
 static const char *shape_str(const gdn_case *c, char *buf, size_t n) {
-    snprintf(buf, n, "%s nk=%d nv=%d dk=%d dv=%d K=%d", pname(&c->b), c->g.nk, c->g.nv, c->g.dk, c->g.dv,
-             c->g.kernel);
+    snprintf(buf, n, "%s nk=%d nv=%d dk=%d dv=%d K=%d", pname(&c->b), c->g.nk, c->g.nv, c->g.dk, c->g.dv, c->g.kernel);
     return buf;
 }
 
@@ -322,8 +321,8 @@ static void multi_seq_case(fm_preset p, fm_gdn_shape g, int32_t pad) {
     typedef struct step {
         int32_t n, seqs[8];
     } step;
-    const step steps[] = {{5, {2, 2, 2, 2, 2}}, {7, {2, 2, 2, 0, 0, 0, 3}}, {3, {2, 0, 3}}, {3, {2, 0, 3}},
-                          {1, {3}},             {3, {0, 3, 2}}};
+    const step steps[] = {{5, {2, 2, 2, 2, 2}}, {7, {2, 2, 2, 0, 0, 0, 3}}, {3, {2, 0, 3}}, {3, {2, 0, 3}}, {1, {3}},
+                          {3, {0, 3, 2}}};
     for (size_t si = 0; si < sizeof steps / sizeof *steps; si++) {
         const int32_t n = steps[si].n, B = n + pad;
         int32_t seq[16], pos[16];
@@ -377,10 +376,8 @@ static void test_gdn_multi_sequence(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gated_qk_norm_rope),
-        cmocka_unit_test(test_gates),
-        cmocka_unit_test(test_gdn_fresh),
-        cmocka_unit_test(test_gdn_recurrent_vs_chunked),
+        cmocka_unit_test(test_gated_qk_norm_rope), cmocka_unit_test(test_gates),
+        cmocka_unit_test(test_gdn_fresh),          cmocka_unit_test(test_gdn_recurrent_vs_chunked),
         cmocka_unit_test(test_gdn_multi_sequence),
     };
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

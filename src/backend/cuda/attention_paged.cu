@@ -359,9 +359,9 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
 #define APGF_MAXD 8 // head dims per lane: hd <= 256
 
 template <typename A>
-static __global__ void apg_f32_kernel(const A *qkv, const A *k_cache, const A *v_cache,
-                                      const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables, int nh,
-                                      int nkv, int hd, int max_blocks, int block_tokens, A *out) {
+static __global__ void apg_f32_kernel(const A *qkv, const A *k_cache, const A *v_cache, const int32_t *tok_seq,
+                                      const int32_t *tok_pos, const int32_t *tables, int nh, int nkv, int hd,
+                                      int max_blocks, int block_tokens, A *out) {
     extern __shared__ float apgf_smem[]; // per warp: max, sum, acc[hd]
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (nh / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

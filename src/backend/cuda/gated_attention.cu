@@ -78,8 +78,8 @@ static void gated_qk_norm_rope(const A *qg, int64_t T, int32_t nh, int32_t nkv, 
                                const A *q_norm, const A *k_norm, float eps, int64_t pos0, const int32_t *pos,
                                double theta, A *qkv, A *gate, cudaStream_t s) {
     if (hd > GA_MAX_HD || rot_dim % 2 != 0 || rot_dim > hd || T > INT32_MAX) {
-        fprintf(stderr, "fp8moe: gated_qk_norm_rope: unsupported head_dim %d, rotary dims %d or T %lld\n", hd,
-                rot_dim, (long long)T);
+        fprintf(stderr, "fp8moe: gated_qk_norm_rope: unsupported head_dim %d, rotary dims %d or T %lld\n", hd, rot_dim,
+                (long long)T);
         abort();
     }
     if (T == 0) return;

@@ -249,8 +249,7 @@ extern "C" void fm_cuda_gdn_conv(bool f32, const void *qkvz, const void *conv_w,
                                  void *out, cudaStream_t s) {
     check_shape(g, "gdn_conv");
     if (T <= 0) return;
-    if (f32)
-        conv((const float *)qkvz, (const float *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (float *)out, s);
+    if (f32) conv((const float *)qkvz, (const float *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (float *)out, s);
     else conv((const bf16 *)qkvz, (const bf16 *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (bf16 *)out, s);
 }
 
@@ -266,9 +265,9 @@ static void rule(bool f32, const void *qkv, const void *ba, const void *a_log, c
     const dim3 grid((unsigned)fm_ceil_div(g.dv, RULE_COLS), (unsigned)g.nv, chunked ? 1u : (unsigned)T);
     const size_t smem = (size_t)(g.dk * RULE_COLS + 2 * g.dk) * sizeof(float);
     if (f32)
-        gdn_rule_kernel<float><<<grid, RULE_WARPS * 32, smem, s>>>(
-            (const float *)qkv, (const float *)ba, (const float *)a_log, (const float *)dt_bias, T, g, states, seq, pos,
-            chunked, (float *)out);
+        gdn_rule_kernel<float><<<grid, RULE_WARPS * 32, smem, s>>>((const float *)qkv, (const float *)ba,
+                                                                   (const float *)a_log, (const float *)dt_bias, T, g,
+                                                                   states, seq, pos, chunked, (float *)out);
     else
         gdn_rule_kernel<bf16><<<grid, RULE_WARPS * 32, smem, s>>>((const bf16 *)qkv, (const bf16 *)ba,
                                                                   (const bf16 *)a_log, (const bf16 *)dt_bias, T, g,
@@ -282,9 +281,9 @@ extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, c
     rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, NULL, true, out, s);
 }
 
-extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log,
-                                      const void *dt_bias, int64_t T, fm_gdn_shape g, float *states,
-                                      const int32_t *tok_seq, const int32_t *tok_pos, void *out, cudaStream_t s) {
+extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
+                                      int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
+                                      const int32_t *tok_pos, void *out, cudaStream_t s) {
     rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, tok_pos, false, out, s);
 }
 
@@ -294,10 +293,10 @@ extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qk
     if (T <= 0) return;
     const int grid = grid_for(T * g.nv, 8);
     if (f32)
-        gdn_norm_gate_kernel<float><<<grid, 256, 0, s>>>((const float *)core, (const float *)qkvz, (const float *)w, T,
-                                                         g, eps, (float *)out);
+        gdn_norm_gate_kernel<float>
+            <<<grid, 256, 0, s>>>((const float *)core, (const float *)qkvz, (const float *)w, T, g, eps, (float *)out);
     else
-        gdn_norm_gate_kernel<bf16><<<grid, 256, 0, s>>>((const bf16 *)core, (const bf16 *)qkvz, (const bf16 *)w, T, g,
-                                                        eps, (bf16 *)out);
+        gdn_norm_gate_kernel<bf16>
+            <<<grid, 256, 0, s>>>((const bf16 *)core, (const bf16 *)qkvz, (const bf16 *)w, T, g, eps, (bf16 *)out);
     FM_LAUNCH_CHECK("gdn_norm_gate");
 }

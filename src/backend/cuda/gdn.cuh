@@ -31,9 +31,9 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
                                        int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
                                        void *out, cudaStream_t s);
 // the rule token by token on the per-sequence states (zeroed at position 0)
-extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log,
-                                      const void *dt_bias, int64_t T, fm_gdn_shape g, float *states,
-                                      const int32_t *tok_seq, const int32_t *tok_pos, void *out, cudaStream_t s);
+extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
+                                      int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
+                                      const int32_t *tok_pos, void *out, cudaStream_t s);
 // out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]), z from qkvz's grouped columns
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
                                       fm_gdn_shape g, float eps, void *out, cudaStream_t s);

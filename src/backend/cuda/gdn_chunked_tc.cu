@@ -53,8 +53,7 @@ static __device__ __forceinline__ int64_t unit(int cl, int h, int nv) { return (
 
 template <typename A>
 static __global__ __launch_bounds__(256) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log, const A *dt_bias,
-                                                          int64_t T, int64_t c_first, fm_gdn_shape g,
-                                                          tc_scratch out) {
+                                                           int64_t T, int64_t c_first, fm_gdn_shape g, tc_scratch out) {
     extern __shared__ __align__(128) float sm[];
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs + CH * LDK, *Am = Vs + CH * LDK, *Aq = Am + CH * LDA;
     float *gc = Aq + CH * LDA, *bs = gc + CH, *tmp = bs + CH, *ebg = tmp + CH;
@@ -191,8 +190,8 @@ static __device__ __forceinline__ void stage(float *dst, const float *src) {
 /* S: the head's state [128][128] fp32 (states[seq[0]] or the scratch's), read unless fresh, written at the end */
 template <typename A>
 static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_t T, int64_t c_first, int n_chunks,
-                                                          fm_gdn_shape g, float *states, const int32_t *seq,
-                                                          bool fresh, A *out) {
+                                                           fm_gdn_shape g, float *states, const int32_t *seq,
+                                                           bool fresh, A *out) {
     extern __shared__ __align__(128) float sm[];
     float *Ws = sm, *Qs = Ws + CH * LDK, *Ks = Qs + CH * LDK, *Aq = Ks + CH * LDK;
     float *S = Aq + CH * LDA, *vb = S + D * LDS, *ob = vb + CH * LDS;
@@ -307,7 +306,7 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
             (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
         gdn_tc_state<bf16><<<dim3(D / 32, (unsigned)g.nv), 128, STATE_SMEM, s>>>(sc, T, c0, nc, g, states, tok_seq,
-                                                                                c0 == 0, (bf16 *)out);
+                                                                                 c0 == 0, (bf16 *)out);
         FM_LAUNCH_CHECK("gdn_chunked_tc state");
     }
 }

@@ -276,8 +276,7 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
                    overflow), so the table is (0, c1 - 8, c1, c15 | c1 + 8, c15 + 8, c1 + 16, c15 + 16) */
                 lo = __byte_perm(c, 0u, 0x1004) - 0x00000800u, hi = __byte_perm(c, 0u, 0x1010) + 0x10100808u;
             } else {
-                const float r =
-                    AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
+                const float r = AF == FM_W4A8_DISPATCH_MX ? __uint_as_float((127u - (d < 24u ? d : 24u)) << 23) : inv;
                 const float b1 = AF == FM_W4A8_DISPATCH_MX ? 1.0f : bs;
                 lo = fp8x2(0.0f, __fmul_rn(__fmul_rn(0.5f, b1), r)) |
                      fp8x2(__fmul_rn(b1, r), __fmul_rn(__fmul_rn(1.5f, b1), r)) << 16;
@@ -953,15 +952,16 @@ static __device__ __forceinline__ void fp4_load_stage(const fp4_loader &l, int64
 }
 
 template <int BNT, int AF>
-static __global__
-__launch_bounds__(FP4_CTA_THREADS, FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_kernel(const gemm_params p) {
+static __global__ __launch_bounds__(FP4_CTA_THREADS,
+                                    FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_kernel(const gemm_params p) {
     __shared__ __align__(1024) uint8_t xs_smem[2][BNT * 128];
     __shared__ float sc_smem[2][BNT];
     __shared__ __align__(16) uint8_t wsc_smem[FP4_WSC_STAGES][BM * wk_scales<WK_INT4>::row_bytes];
     __shared__ __align__(16) uint8_t raw_smem[FP4_RAW_STAGES][BNT * 64 + FP4_PRODUCERS * 8];
     __shared__ float red[THREADS / 32][BNT];
     constexpr int NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL) /* wgmma and setmaxnreg: sm_90a only (the route never launches it elsewhere) */
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL) /* wgmma and setmaxnreg: sm_90a only (the route never launches it elsewhere)   \
+                                         */
     __trap();
 #else
     const int64_t tile_idx = blockIdx.y;
@@ -1053,7 +1053,7 @@ __launch_bounds__(FP4_CTA_THREADS, FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_ker
                 for (int pq = 0; pq < NP; pq++) {
                     const uint4 v = __ldg((const uint4 *)(q + pq * 512));
                     words[mb][4 * pq] = v.x, words[mb][4 * pq + 1] = v.y, words[mb][4 * pq + 2] = v.z,
-                                   words[mb][4 * pq + 3] = v.w;
+                                  words[mb][4 * pq + 3] = v.w;
                 }
             }
         load_weight_scales<WK_INT4>(wsm, ww.lrow, wsc, zs);
