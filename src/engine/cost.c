@@ -69,8 +69,8 @@ void fm_prefill_cost(const fm_config *c, const fm_plan *p, int32_t n_layers, int
                products (S^T k, the rank-1 update, S^T q) */
             const double C = 2.0 * c->gdn_k_heads * c->gdn_k_dim + (double)c->gdn_v_heads * c->gdn_v_dim;
             const double vd = (double)c->gdn_v_heads * c->gdn_v_dim;
-            out->bytes[FM_STAGE_ATTENTION] += A * t * (3 * C + 2.0 * c->gdn_v_heads + 4 * vd);
-            out->flops[FM_STAGE_ATTENTION] += 2.0 * 3.0 * t * c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim;
+            out->bytes[FM_STAGE_GDN] += A * t * (3 * C + 2.0 * c->gdn_v_heads + 4 * vd);
+            out->flops[FM_STAGE_GDN] += 2.0 * 3.0 * t * c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim;
         } else {
             /* qk-norm + RoPE read and write q and k; attention reads q, k, v and writes the output (gated: the
                gate's read is left out) */

@@ -89,10 +89,11 @@ void fm_forward_buffers_free(fm_model *m);
 typedef enum fm_stage {
     FM_STAGE_ATTN_PROJ, /* q|k|v and o projections */
     FM_STAGE_ATTENTION, /* q/k norm + RoPE, attention */
-    FM_STAGE_ROUTING,   /* router projection, top-k */
-    FM_STAGE_FETCH,     /* experts in host memory: the expert cache's fetch (residency, copies of the misses) */
-    FM_STAGE_EXPERTS,   /* expert FFN (or dense MLP) */
-    FM_STAGE_OTHER,     /* embedding, norms, residual adds, lm_head */
+    FM_STAGE_GDN,     /* Gated DeltaNet layers (Qwen3-Next): conv, delta rule, gated norm (their projections: above) */
+    FM_STAGE_ROUTING, /* router projection, top-k */
+    FM_STAGE_FETCH,   /* experts in host memory: the expert cache's fetch (residency, copies of the misses) */
+    FM_STAGE_EXPERTS, /* expert FFN (or dense MLP) */
+    FM_STAGE_OTHER,   /* embedding, norms, residual adds, lm_head */
     FM_STAGE_COUNT
 } fm_stage;
 

@@ -110,7 +110,7 @@ void fm_forward_buffers_free(fm_model *m) {
 }
 
 const char *fm_stage_name(fm_stage st) {
-    static const char *const names[FM_STAGE_COUNT] = {"attention projections", "attention", "routing",
+    static const char *const names[FM_STAGE_COUNT] = {"attention projections", "attention", "gated deltanet", "routing",
                                                       "expert fetch",          "experts",   "other"};
     return (unsigned)st < FM_STAGE_COUNT ? names[st] : "?";
 }
@@ -179,7 +179,7 @@ static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_
                          b.att);
     ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
     dump(be, "gdn_rule", l, b.qkv, T * (int64_t)g.nv * g.dv);
-    tick(tm, FM_STAGE_ATTENTION);
+    tick(tm, FM_STAGE_GDN);
     ops->linear(be, L->gdn_out, 0, b.qkv, T, m->plan.a_dense, b.y);
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
