@@ -192,8 +192,8 @@ static fm_status read_rope(const cfg_reader *r, fm_config *c) {
     const double f = prf && cJSON_IsNumber(prf) ? prf->valuedouble : dflt > 0 ? dflt : 1.0;
     if (f != 1.0 && dflt <= 0)
         return fm_fail(r->err, FM_ERR_UNSUPPORTED,
-                       "%s: partial_rotary_factor = %g is not implemented for %s (only 1.0; qwen3_next rotates part of "
-                       "each head)",
+                       "%s: partial_rotary_factor = %g is refused for model_type %s: its rotary embedding turns whole "
+                       "heads (1.0); only qwen3_next rotates part of each head",
                        r->label, f, c->model_type);
     /* transformers rotates the first int(head_dim * factor) dims of each head, in rotate-half pairs */
     c->rotary_dim = (int32_t)((double)c->head_dim * f);
