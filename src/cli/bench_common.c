@@ -201,3 +201,15 @@ fm_status bench_json_write(cJSON *root, const char *path, fm_error *err) {
     free(text);
     return st;
 }
+
+bool bench_host_link(const char *cmd, double *link_gbps, double *dma_gbps) {
+    fm_error err = {{0}};
+    if (fm_cuda_host_link((size_t)256 << 20, dma_gbps, link_gbps, &err)) {
+        fprintf(stderr, "%s: host link not measured: %s\n", cmd, err.msg);
+        return false;
+    }
+    printf("host link, 256 MiB from pinned host memory: %.1f GB/s by the expert cache's copy kernel (mapped reads), "
+           "%.1f GB/s by cudaMemcpy\n",
+           *link_gbps, *dma_gbps);
+    return true;
+}

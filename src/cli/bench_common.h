@@ -98,6 +98,9 @@ bool bench_routing_check(const char *cmd, const char *arg);
 /* The expert cache's counters into o (expert_slots, expert_hits, expert_misses, expert_hit_rate, expert_bytes_copied
  * per step over `steps` steps), the difference from *before when given; nothing for a model with device experts. */
 void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, int64_t steps, cJSON *o);
+/* The host link as the CUDA expert cache uses it (fm_cuda_host_link, 256 MiB): prints one line (both rates) and
+ * returns true with the rates, or says on stderr why not and returns false. */
+bool bench_host_link(const char *cmd, double *link_gbps, double *dma_gbps);
 
 /* median, min and max of n timings (sorts ms) */
 void bench_stats(double *ms, long n, double *median, double *min, double *max);

@@ -149,15 +149,9 @@ int cmd_bench(int argc, char **argv) {
         if (fm_model_expert_stats(m, &es) && !strcmp(m->be->ops->name, "cuda")) {
             /* the floor of the misses: their bytes at the host link's rate, measured now */
             copied_per_run = (double)es.bytes_copied / (double)(a.repeat + a.warmup);
-            fm_error lerr = {{0}};
-            if (fm_cuda_host_link((size_t)256 << 20, &dma_gbps, &link_gbps, &lerr))
-                fprintf(stderr, "%s: host link not measured: %s\n", cmd, lerr.msg);
-            else
-                printf("host link, 256 MiB from pinned host memory: %.1f GB/s by the expert cache's copy kernel "
-                       "(mapped reads), %.1f GB/s by cudaMemcpy; %.1f MB copied per prefill: link floor %.3f ms "
-                       "(%.0f tokens/s)\n",
-                       link_gbps, dma_gbps, copied_per_run / 1e6, copied_per_run / (link_gbps * 1e9) * 1e3,
-                       (double)T / (copied_per_run / (link_gbps * 1e9)));
+            if (bench_host_link(cmd, &link_gbps, &dma_gbps))
+                printf("%.1f MB copied per prefill: link floor %.3f ms (%.0f tokens/s)\n", copied_per_run / 1e6,
+                       copied_per_run / (link_gbps * 1e9) * 1e3, (double)T / (copied_per_run / (link_gbps * 1e9)));
         }
         if (a.json_path) {
             cJSON *root = cJSON_CreateObject();

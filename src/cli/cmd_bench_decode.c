@@ -320,13 +320,8 @@ int cmd_bench_decode(int argc, char **argv) {
     for (int i = 0; i < np * nb; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
     double dma_gbps = 0, link_gbps = 0;
     if (any_host && cuda) { /* the floor of the misses: their bytes at the host link's rate, measured now */
-        fm_error lerr = {{0}};
-        if (fm_cuda_host_link((size_t)256 << 20, &dma_gbps, &link_gbps, &lerr))
-            fprintf(stderr, "%s: host link not measured: %s\n", cmd, lerr.msg);
-        else
-            printf("\nhost link, 256 MiB from pinned host memory: %.1f GB/s by the expert cache's copy kernel "
-                   "(mapped reads), %.1f GB/s by cudaMemcpy\n",
-                   link_gbps, dma_gbps);
+        printf("\n");
+        bench_host_link(cmd, &link_gbps, &dma_gbps);
     }
     if (any_host) {
         char lim[64] = "";

@@ -470,7 +470,7 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
     /* the cache's own memory besides its slots: cpu, the slot ids of the largest pass; cuda, the device table
        (backend/expert_residency.h) as large as it can be (a slot per expert: a few hundred KiB at most) */
     const int32_t E = p->n_experts, all = p->n_moe_layers * E;
-    const size_t ids = cuda ? fm_expert_device_table_bytes(p->n_layers, E, all)
+    const size_t own = cuda ? fm_expert_device_table_bytes(p->n_layers, E, all)
                             : to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4));
     /* everything but the experts: what the cache comes after */
     p->host_experts = p->weights[FM_MEM_EXPERTS];
@@ -481,7 +481,7 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
     if (cuda) p->load_staging = to_size(&s, add(&s, p->load_staging, mul(&s, (uint64_t)E, p->expert_slot_bytes)));
     const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
     /* the pool is allocated after the banks are loaded (their staging freed): it shares the run's side of the peak */
-    const size_t rest = p->weight_total + run + ids;
+    const size_t rest = p->weight_total + run + own;
     const bool staging_fits = p->weight_total + p->load_staging <= available;
     int64_t S = slots;
     if (S == 0 && available == 0) S = all;
@@ -509,7 +509,7 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
     }
     p->experts_in = FM_EXPERTS_HOST;
     p->expert_slots = (int32_t)S;
-    p->expert_pool = to_size(&s, add(&s, mul(&s, (uint64_t)S, p->expert_slot_bytes), ids));
+    p->expert_pool = to_size(&s, add(&s, mul(&s, (uint64_t)S, p->expert_slot_bytes), own));
     const size_t with_pool = to_size(&s, add(&s, run, p->expert_pool));
     p->total = to_size(&s, add(&s, p->weight_total, with_pool));
     p->peak = to_size(&s, add(&s, p->weight_total, with_pool > p->load_staging ? with_pool : p->load_staging));
