@@ -356,15 +356,15 @@ static void the_printer_shows_every_key(void **s) {
     free(text);
 }
 
-/* gdn.tc: the Gated DeltaNet's chunked prefill on tensor cores, forced by the route (auto: token by token until the
-   kernel has run on a GPU), for dk = dv = 128 over bf16 activations only (the ref32 oracle and other head sizes run
-   token by token) */
+/* gdn.tc: the Gated DeltaNet's chunked prefill on tensor cores by default (off: token by token), for dk = dv = 128
+   over bf16 activations only (the ref32 oracle and other head sizes run token by token) */
 static void gdn_tc_by_shape_and_route(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
     fm_routes_default(&r, 9);
-    assert_false(fm_routes_gdn_tc(&r, 128, 128, true));
+    assert_true(fm_routes_gdn_tc(&r, 128, 128, true));
+    assert_false(fm_routes_gdn_tc(&r, 128, 128, false));
     assert_int_equal(fm_routes_apply(&r, "gdn.tc=on", &err), FM_OK);
     assert_true(fm_routes_gdn_tc(&r, 128, 128, true));
     assert_false(fm_routes_gdn_tc(&r, 128, 128, false));

@@ -166,7 +166,7 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
 }
 
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16) {
-    return r->gdn_tc == FM_ROUTE_ON && fm_gdn_tc_takes(dk, dv, act_bf16);
+    return r->gdn_tc != FM_ROUTE_OFF && fm_gdn_tc_takes(dk, dv, act_bf16);
 }
 
 fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t M, int64_t K) {
@@ -274,9 +274,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",
          "decode steps captured once per batch bucket as CUDA graphs and replayed",
          fm_routes_decode_graphs(r) ? "on" : "off"},
-        {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "off (not yet measured)",
+        {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "on",
          "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
-         r->gdn_tc == FM_ROUTE_ON ? "dk = dv = 128, bf16" : "off"},
+         r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

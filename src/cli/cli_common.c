@@ -107,14 +107,23 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
     return st;
 }
 
-void cli_print_expert_stats(const fm_model *m) {
+bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_expert_stats *out) {
+    if (!fm_model_expert_stats(m, out)) return false;
+    if (since) {
+        out->fetches -= since->fetches, out->hits -= since->hits, out->misses -= since->misses;
+        out->bytes_copied -= since->bytes_copied;
+    }
+    return true;
+}
+
+void cli_print_expert_stats(const fm_model *m, const fm_expert_stats *since) {
     fm_expert_stats s;
-    if (!fm_model_expert_stats(m, &s)) return;
+    if (!cli_expert_stats_since(m, since, &s)) return;
     const int64_t reads = s.hits + s.misses;
-    printf("expert cache: %d slots of %d experts (%.1f KiB each), %lld layer passes, %lld expert reads, hit rate "
+    printf("expert cache%s: %d slots of %d experts (%.1f KiB each), %lld layer passes, %lld expert reads, hit rate "
            "%.2f%%, %lld misses, %.1f MiB copied from host memory\n",
-           s.slots, s.experts, (double)s.slot_bytes / 1024, (long long)s.fetches, (long long)reads,
-           reads ? 100.0 * (double)s.hits / (double)reads : 0.0, (long long)s.misses,
+           since ? " (the timed runs)" : "", s.slots, s.experts, (double)s.slot_bytes / 1024, (long long)s.fetches,
+           (long long)reads, reads ? 100.0 * (double)s.hits / (double)reads : 0.0, (long long)s.misses,
            (double)s.bytes_copied / (1 << 20));
 }
 

@@ -103,8 +103,11 @@ int cmd_bench(int argc, char **argv) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[t] = (int32_t)(x % (uint64_t)V);
     }
+    fm_expert_stats cache0; /* the expert cache's counts after the warm-up: the timed runs' own hits and copies */
+    memset(&cache0, 0, sizeof cache0);
     for (long r = 0; !st && r < a.warmup + a.repeat; r++) {
         fm_profile prof;
+        if (r == a.warmup) fm_model_expert_stats(m, &cache0);
         st = fm_forward(m, ids, T, true, logits, &prof, &err);
         if (st || r < a.warmup) continue;
         total[r - a.warmup] = prof.total_ms;
@@ -143,12 +146,12 @@ int cmd_bench(int argc, char **argv) {
                "counted in the floor above)\n",
                cost.expert_weight_reads_per_token_design / 1e9);
         printf("routing: %s\n", a.routing ? a.routing : "uniform");
-        cli_print_expert_stats(m);
+        cli_print_expert_stats(m, &cache0);
         fm_expert_stats es;
         double link_gbps = 0, dma_gbps = 0, copied_per_run = 0;
-        if (fm_model_expert_stats(m, &es) && !strcmp(m->be->ops->name, "cuda")) {
+        if (cli_expert_stats_since(m, &cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
             /* the floor of the misses: their bytes at the host link's rate, measured now */
-            copied_per_run = (double)es.bytes_copied / (double)(a.repeat + a.warmup);
+            copied_per_run = (double)es.bytes_copied / (double)a.repeat;
             if (bench_host_link(cmd, &link_gbps, &dma_gbps))
                 printf("%.1f MB copied per prefill: link floor %.3f ms (%.0f tokens/s)\n", copied_per_run / 1e6,
                        copied_per_run / (link_gbps * 1e9) * 1e3, (double)T / (copied_per_run / (link_gbps * 1e9)));

@@ -80,7 +80,7 @@ int cmd_perplexity(int argc, char **argv) {
                mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, windows * (window - 1),
                loss);
         printf("perplexity = %.4f\n", ppl);
-        cli_print_expert_stats(m);
+        cli_print_expert_stats(m, NULL);
     }
     free(ids);
     fm_model_free(m);

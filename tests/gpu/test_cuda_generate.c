@@ -123,23 +123,22 @@ static void test_cached_steps(void **state) {
     cached_vs_prefill("tests/models/qwen3-next-tied-f32", FM_PRESET_INT4, 0.999);
 }
 
-/* n <= 4 sequences of 20-token prompts, 24 new tokens each; greedy: every sequence at temperature 0 */
-static void generate_n(fm_model *m, int32_t V, int32_t n, bool greedy, fm_gen_output *out) {
+/* 4 sequences of 20-token prompts, 24 new tokens each (two greedy, two sampled) */
+static void generate4(fm_model *m, int32_t V, fm_gen_output *out) {
     int32_t buf[4][20];
     const int32_t *prompts[4];
     const int64_t lens[4] = {20, 20, 20, 20};
     fm_gen_params gp[4];
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < 4; i++) {
         for (int t = 0; t < 20; t++) buf[i][t] = (t * 13 + i * 101 + 5) % V;
         prompts[i] = buf[i];
         fm_gen_params_init(&gp[i]);
-        gp[i].max_tokens = 24, gp[i].ignore_eos = true, gp[i].temperature = i % 2 && !greedy ? 0.8f : 0.0f;
+        gp[i].max_tokens = 24, gp[i].ignore_eos = true, gp[i].temperature = i % 2 ? 0.8f : 0.0f;
         gp[i].seed = 9, gp[i].top_k = i == 3 ? 20 : 0;
     }
     fm_error err;
-    if (fm_model_generate(m, prompts, lens, gp, n, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_model_generate(m, prompts, lens, gp, 4, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
 }
-static void generate4(fm_model *m, int32_t V, fm_gen_output *out) { generate_n(m, V, 4, false, out); }
 
 static void test_graphs_equal_launches(void **state) {
     (void)state;
@@ -169,35 +168,84 @@ static void test_graphs_equal_launches(void **state) {
     }
 }
 
-/* Qwen3-Next's states under decode graphs: three sequences replay the 4-row graph with one padding row (a copy of row
-   0, generate.c), which must not advance sequence 0's conv and recurrent states a second time. Greedy ref32 tokens
-   with graphs against the same steps launched one by one (3 rows, no padding): equal (a second update of a state
-   changes the sequence's next logits by far more than a near tie). Then the graphs against launches at 4 rows on
-   the bf16 presets, bit for bit, as above. */
+/* Greedy decode steps of n sequences of the Qwen3-Next golden model, all n in every step: sequence i prefilled alone
+   with prompt i % 3 (a fourth sequence repeats the first's prompt, so its rows are copies of the first's), then
+   `steps` steps from the prompt's last id. ids, lps: [n][steps]. */
+#define NEXT_STEPS 16
+static void decode_together(fm_model *m, int32_t n, int32_t ids[4][NEXT_STEPS], float lps[4][NEXT_STEPS]) {
+    const int32_t V = fm_model_vocab_size(m), P = 19;
+    int32_t prompt[3][20], seq[4], in[4], pos[20];
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    fm_error err = {{0}};
+    for (int32_t i = 0; i < n; i++) {
+        for (int t = 0; t < 20; t++) prompt[i % 3][t] = (t * 13 + (i % 3) * 101 + 5) % V;
+        assert_int_equal(fm_kv_seq_begin(m, prompt[i % 3], P, &sp, &seq[i], &err), FM_OK);
+        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq[i], P, &err), FM_OK);
+        m->kv->tables_dirty = true;
+        int32_t seqs[20];
+        for (int t = 0; t < P; t++) seqs[t] = seq[i], pos[t] = t;
+        assert_int_equal(fm_step_stage(m, prompt[i % 3], seqs, pos, P, &err), FM_OK);
+        fm_step_device(m, P, true, FM_ATTN_FRESH);
+        in[i] = prompt[i % 3][P];
+    }
+    for (int s = 0; s < NEXT_STEPS; s++) {
+        int32_t out[4];
+        float lp[4];
+        if (fm_decode_step(m, n, in, seq, out, lp, &err)) fail_msg("decode step %d: %s", s, err.msg);
+        for (int32_t i = 0; i < n; i++) ids[i][s] = in[i] = out[i], lps[i][s] = lp[i];
+    }
+    for (int32_t i = 0; i < n; i++) fm_kv_seq_end(m, seq[i]);
+}
+
+/* the first step where two sequences' tokens or logprobs differ (NEXT_STEPS: none) */
+static int first_difference(const int32_t *a, const float *alp, const int32_t *b, const float *blp) {
+    int s = 0;
+    while (s < NEXT_STEPS && a[s] == b[s] && !memcmp(&alp[s], &blp[s], sizeof *alp)) s++;
+    return s;
+}
+
+/* Qwen3-Next's states under decode graphs. Three sequences replay the 4-row graph with one padding row (a copy of
+   row 0, generate.c), which must not advance sequence 0's conv and recurrent states a second time. The same three
+   with a fourth, real sequence in that row (the first's prompt again: the same row, its own states) run the same
+   kernels on the same rows, so the three must come out bit for bit as with the padding row; a second update of
+   sequence 0's states would change its next tokens' logprobs. Then graphs against launches at 4 rows, bit for bit.
+   Qwen3-MoE (no recurrent state) runs the same comparisons, so that a difference is placed: the padding of the
+   recurrent layers, or any model. Every comparison is printed before the first failing one fails the test. */
 static void test_qwen3_next_graphs(void **state) {
     (void)state;
-    const char *dir = "tests/models/qwen3-next-bf16";
+    const char *dirs[] = {"tests/models/qwen3-next-bf16", "tests/models/qwen3-moe-bf16"};
     char off[300];
     snprintf(off, sizeof off, "decode.graphs=off%s%s", gpu_test_routes() ? "," : "",
              gpu_test_routes() ? gpu_test_routes() : "");
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_FP8};
-    for (size_t c = 0; c < sizeof presets / sizeof *presets; c++) {
-        const int32_t n = presets[c] == FM_PRESET_REF32 ? 3 : 4;
-        fm_model *g = load(dir, presets[c], false, 4, NULL), *e = load(dir, presets[c], false, 4, off);
-        const int32_t V = fm_model_vocab_size(g);
-        fm_gen_output a[4], b[4];
-        generate_n(g, V, n, n == 3, a);
-        generate_n(e, V, n, n == 3, b);
-        for (int i = 0; i < n; i++) {
-            assert_int_equal(a[i].n, 24);
-            assert_int_equal(b[i].n, 24);
-            assert_memory_equal(a[i].ids, b[i].ids, 24 * sizeof(int32_t));
-            free(a[i].ids), free(a[i].logprobs), free(b[i].ids), free(b[i].logprobs);
+    char failed[256] = "";
+    for (int di = 0; di < 2; di++)
+        for (size_t c = 0; c < sizeof presets / sizeof *presets; c++) {
+            fm_model *g = load(dirs[di], presets[c], false, 4, NULL), *e = load(dirs[di], presets[c], false, 4, off);
+            int32_t pad[4][NEXT_STEPS], four[4][NEXT_STEPS], launched[4][NEXT_STEPS];
+            float pad_lp[4][NEXT_STEPS], four_lp[4][NEXT_STEPS], launched_lp[4][NEXT_STEPS];
+            decode_together(g, 3, pad, pad_lp);
+            decode_together(g, 4, four, four_lp);
+            decode_together(e, 4, launched, launched_lp);
+            int d_pad[3], d_launch[4];
+            for (int i = 0; i < 4; i++) {
+                if (i < 3) d_pad[i] = first_difference(pad[i], pad_lp[i], four[i], four_lp[i]);
+                d_launch[i] = first_difference(four[i], four_lp[i], launched[i], launched_lp[i]);
+            }
+            const int d_rep = first_difference(four[3], four_lp[3], four[0], four_lp[0]);
+            printf("  %s %s: of %d steps, equal until step | padding row vs a 4th sequence: %d %d %d | graphs vs "
+                   "launches: %d %d %d %d | the repeated prompt vs the first: %d\n",
+                   dirs[di], fm_preset_name(presets[c]), NEXT_STEPS, d_pad[0], d_pad[1], d_pad[2], d_launch[0],
+                   d_launch[1], d_launch[2], d_launch[3], d_rep);
+            bool ok = true;
+            for (int i = 0; i < 4; i++) ok &= (i == 3 || d_pad[i] == NEXT_STEPS) && d_launch[i] == NEXT_STEPS;
+            if (!ok && !failed[0])
+                snprintf(failed, sizeof failed, "%s %s: decode steps differ (above)", dirs[di],
+                         fm_preset_name(presets[c]));
+            fm_model_free(g), fm_model_free(e);
         }
-        printf("  %s %s: %d x 24 tokens, graphs%s equal launches\n", dir, fm_preset_name(presets[c]), n,
-               n == 3 ? " (one padding row)" : "");
-        fm_model_free(g), fm_model_free(e);
-    }
+    if (failed[0]) fail_msg("%s", failed);
 }
 
 /* the golden generation of a model directory, or false when it has none */

@@ -616,9 +616,10 @@ static void test_paged_graph_replay(void **s) {
 
 static void route_cases(fm_preset preset) {
     both b = make(preset);
-    const int32_t cases[][2] = {{8, 2}, {16, 4}, {128, 8}};
+    /* a warp per token with 8, 16 and 32 experts per lane (Qwen3-Next: 512, top-10), a thread per token above 1024 */
+    const int32_t cases[][2] = {{8, 2}, {16, 4}, {128, 8}, {512, 10}, {1000, 32}, {1030, 3}};
     const int64_t Ts[] = {1, 17, 300};
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 6; c++)
         for (int ti = 0; ti < 3; ti++)
             for (int kind = 0; kind < 2; kind++) {
                 const int32_t E = cases[c][0], k = cases[c][1];
@@ -705,7 +706,8 @@ static void test_router(void **s) {
     const int64_t Ts[] = {1, 3, 8, 17};
     for (int i = 0; i < 4; i++)
         for (int kind = 0; kind < 2; kind++) {
-            router_case(FM_PRESET_FP8, 128, 8, 2048, Ts[i], kind); /* Qwen3-30B-A3B */
+            router_case(FM_PRESET_FP8, 128, 8, 2048, Ts[i], kind);  /* Qwen3-30B-A3B */
+            router_case(FM_PRESET_FP8, 512, 10, 2048, Ts[i], kind); /* Qwen3-Next-80B-A3B */
             router_case(FM_PRESET_FP8, 8, 2, 200, Ts[i], kind);
             router_case(FM_PRESET_REF, 13, 3, 196, Ts[i], kind); /* H % 8 != 0: the unfused route */
             router_case(FM_PRESET_REF32, 16, 4, 256, Ts[i], kind);

@@ -237,6 +237,8 @@ static void fresh_case(fm_preset p, fm_gdn_shape g, int64_t T) {
 static const fm_gdn_shape small_shape = {2, 4, 16, 12, 4}; /* qwen3-next-bf16 / -f32 */
 static const fm_gdn_shape tied_shape = {2, 2, 8, 10, 3};   /* qwen3-next-tied-f32 */
 static const fm_gdn_shape big_shape = {2, 4, 128, 128, 4}; /* Qwen3-Next-80B-A3B's heads (fewer of them) */
+/* conv kernels of 6 and 10 taps: the GPU conv's 8-tap window and its per-token form */
+static const fm_gdn_shape taps6_shape = {1, 2, 16, 12, 6}, taps10_shape = {1, 1, 8, 8, 10};
 
 static void test_gdn_fresh(void **s) {
     (void)s;
@@ -248,6 +250,7 @@ static void test_gdn_fresh(void **s) {
             fresh_case(ps[pi], big_shape, Ts[i]);
         }
     fresh_case(FM_PRESET_REF32, tied_shape, 65);
+    fresh_case(FM_PRESET_REF32, taps6_shape, 65), fresh_case(FM_PRESET_REF32, taps10_shape, 65);
     fresh_case(FM_PRESET_REF, big_shape, 2100); /* gdn.tc=on: two segments of the tensor-core form */
 }
 
@@ -370,6 +373,8 @@ static void test_gdn_multi_sequence(void **s) {
         multi_seq_case(ps[pi], small_shape, 5);
         multi_seq_case(ps[pi], tied_shape, 1);
         multi_seq_case(ps[pi], big_shape, 3);
+        multi_seq_case(ps[pi], taps6_shape, 2);
+        multi_seq_case(ps[pi], taps10_shape, 1);
     }
 }
 

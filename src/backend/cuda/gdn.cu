@@ -1,8 +1,9 @@
 // The Gated DeltaNet's ops on the GPU (see gdn.cuh for the contract, backend.h for each op, cpu_gdn.c for the
 // reference).
 //
-// conv: one thread per (token, channel); a tap before the token reads the row it needs when that row belongs to
-//   the same run (rows of the same sequence at consecutive positions), else the sequence's conv state; a second
+// conv: a tap before the token reads the row it needs when that row belongs to the same run (rows of the same
+//   sequence at consecutive positions), else the sequence's conv state (kernels of <= 8 taps: a thread per channel
+//   over 32 rows, its window of inputs sliding in registers; longer ones: a thread per channel and token); a second
 //   kernel, once every output has read the old state, writes each sequence's last kernel - 1 inputs at its run's last
 //   row. Both fully parallel, so that a fresh prompt of T tokens costs one pass over its q|k|v columns.
 // the rule, token by token: a block per (32 state columns, value head, run of a sequence): warp w holds state rows
@@ -30,13 +31,15 @@ static __device__ __forceinline__ int64_t gdn_qkvz_width(fm_gdn_shape g) {
     return 2 * (int64_t)g.nk * g.dk + 2 * (int64_t)g.nv * g.dv;
 }
 
-/* column of channel c (q | k | v order) inside a qkvz row (grouped by key head), as cpu_gdn.c */
-static __device__ __forceinline__ int64_t qkvz_column(fm_gdn_shape g, int64_t c) {
-    const int64_t r = g.nv / g.nk, W = 2 * (int64_t)g.dk + 2 * r * g.dv, key = (int64_t)g.nk * g.dk;
+/* column of channel c (q | k | v order) inside a qkvz row (grouped by key head), as cpu_gdn.c; 32-bit: a row's
+   width is far below 2^31, and 64-bit divisions per output made the conv kernel issue-bound (0.88 ms at T = 8192,
+   Qwen3-Next's 8192 channels) */
+static __device__ __forceinline__ int qkvz_column(fm_gdn_shape g, int c) {
+    const int r = g.nv / g.nk, W = 2 * g.dk + 2 * r * g.dv, key = g.nk * g.dk;
     if (c < key) return (c / g.dk) * W + c % g.dk;
     if (c < 2 * key) return ((c - key) / g.dk) * W + g.dk + (c - key) % g.dk;
-    const int64_t h = (c - 2 * key) / g.dv, e = (c - 2 * key) % g.dv;
-    return (h / r) * W + 2 * (int64_t)g.dk + (h % r) * g.dv + e;
+    const int h = (c - 2 * key) / g.dv, e = (c - 2 * key) % g.dv;
+    return (h / r) * W + 2 * g.dk + (h % r) * g.dv + e;
 }
 
 /* a padding row of a decode step replayed as a graph: a copy of row 0 (gdn.cuh) */
@@ -64,14 +67,17 @@ static __device__ __forceinline__ float conv_input(const A *qkvz, int64_t Wz, in
     return hist[(int64_t)(K - 1 - (d - r)) * C + c]; /* the state's inputs: oldest first, the run's first row next */
 }
 
+/* grid (channel blocks, token blocks): thread x of block (bx, by) takes channel 256 bx + x at tokens by, by +
+   gridDim.y, ... (its column and weights found once) */
 template <typename A>
 static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
                                        const float *states, const int32_t *seq, const int32_t *pos, A *out) {
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
-    const int K = g.kernel;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * C; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / C, c = i % C, col = qkvz_column(g, c);
-        const A *wc = w + c * ld;
+    const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int64_t col = qkvz_column(g, c);
+    const A *wc = w + c * ld;
+    for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
         float acc = act_load(wc[K - 1]) * act_load(qkvz[t * Wz + col]);
         if (!states) {
             for (int j = 0; j < K - 1; j++) {
@@ -84,21 +90,63 @@ static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, in
             for (int j = 0; j < K - 1; j++)
                 acc += act_load(wc[j]) * conv_input(qkvz, Wz, col, t, K - 1 - j, r, pos[t], hist, C, c, K);
         }
-        act_store(out + i, silu_(acc));
+        act_store(out + t * C + c, silu_(acc));
     }
 }
 
-/* each sequence's new conv state at the last row of its run: its last kernel - 1 inputs */
+/* The same outputs for kernels of at most KW taps, a thread per channel over CONV_ROWS consecutive rows: a window of
+   the last KW inputs in registers slides by one row while the run continues (one load per output), and is rebuilt
+   as the kernel above builds it at the block's first row and wherever a run starts. The same products summed in the
+   same order as the kernel above (the window's unused taps add 0 * 0). */
+#define CONV_ROWS 32
+template <typename A, int KW>
+static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
+                                              const float *states, const int32_t *seq, const int32_t *pos, A *out) {
+    const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
+    const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int64_t col = qkvz_column(g, c);
+    float wr[KW], a[KW]; /* index KW - 1 - d: the tap at distance d before the row (d = 0: the row itself) */
+#pragma unroll
+    for (int d = 0; d < KW; d++) wr[KW - 1 - d] = d < K ? act_load(w[c * ld + K - 1 - d]) : 0.0f;
+    for (int64_t t0 = (int64_t)blockIdx.y * CONV_ROWS; t0 < T; t0 += (int64_t)gridDim.y * CONV_ROWS) {
+        const int64_t t1 = t0 + CONV_ROWS < T ? t0 + CONV_ROWS : T;
+        for (int64_t t = t0; t < t1; t++) {
+            const float x = act_load(qkvz[t * Wz + col]);
+            if (t > t0 && (!states || continues(seq, pos, t))) {
+#pragma unroll
+                for (int i = 0; i + 1 < KW; i++) a[i] = a[i + 1];
+                a[KW - 1] = x;
+            } else {
+                a[KW - 1] = x;
+                const int r = states ? run_back(seq, pos, t, K - 1) : 0;
+                const float *hist = states ? states + (int64_t)seq[t] * (K - 1) * C : NULL;
+#pragma unroll
+                for (int d = 1; d < KW; d++)
+                    a[KW - 1 - d] = d >= K       ? 0.0f
+                                    : states     ? conv_input(qkvz, Wz, col, t, d, r, pos[t], hist, C, c, K)
+                                    : t - d >= 0 ? act_load(qkvz[(t - d) * Wz + col])
+                                                 : 0.0f;
+            }
+            float acc = wr[KW - 1] * a[KW - 1];
+#pragma unroll
+            for (int i = 0; i + 1 < KW; i++) acc += wr[i] * a[i];
+            act_store(out + t * C + c, silu_(acc));
+        }
+    }
+}
+
+/* each sequence's new conv state at the last row of its run: its last kernel - 1 inputs (grid as the conv's) */
 template <typename A>
 static __global__ void gdn_conv_state_kernel(const A *qkvz, int64_t T, fm_gdn_shape g, float *states,
                                              const int32_t *seq, const int32_t *pos) {
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
-    const int K = g.kernel;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * C; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / C, c = i % C;
+    const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int64_t col = qkvz_column(g, c);
+    for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
         if (is_padding(seq, pos, t) || (t + 1 < T && !is_padding(seq, pos, t + 1) && continues(seq, pos, t + 1)))
             continue;
-        const int64_t col = qkvz_column(g, c);
         const int r = run_back(seq, pos, t, K - 2);
         float *hist = states + (int64_t)seq[t] * (K - 1) * C;
         float next[GDN_MAX_KERNEL];
@@ -235,11 +283,17 @@ static void check_shape(fm_gdn_shape g, const char *op) {
 template <typename A>
 static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g, float *states, const int32_t *seq,
                  const int32_t *pos, A *out, cudaStream_t s) {
-    const int64_t n = T * (2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv);
-    gdn_conv_kernel<A><<<grid_for(n, 256), 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    const int64_t C = 2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv;
+    const dim3 grid((unsigned)fm_ceil_div(C, 256), (unsigned)(T < 65535 ? T : 65535));
+    const int64_t row_blocks = fm_ceil_div(T, CONV_ROWS);
+    const dim3 wgrid((unsigned)fm_ceil_div(C, 256), (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
+    if (g.kernel <= 4) gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    else if (g.kernel <= 8)
+        gdn_conv_window_kernel<A, 8><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    else gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     FM_LAUNCH_CHECK("gdn_conv");
     if (states && g.kernel > 1) {
-        gdn_conv_state_kernel<A><<<grid_for(n, 256), 256, 0, s>>>(qkvz, T, g, states, seq, pos);
+        gdn_conv_state_kernel<A><<<grid, 256, 0, s>>>(qkvz, T, g, states, seq, pos);
         FM_LAUNCH_CHECK("gdn_conv state");
     }
 }

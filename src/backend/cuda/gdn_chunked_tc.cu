@@ -2,9 +2,10 @@
 // (dk = dv = 128) over bf16 activations: the form of transformers' torch_chunk_gated_delta_rule and FLA's chunk
 // kernels, lab/gdn.cu's two kernels with their products moved to tensor cores. Per chunk of C = 64 tokens and value
 // head, with G the decays' cumulative sums inside the chunk (cpu_gdn.c states the algebra):
-//   intra  (every chunk at once; grid (chunks, heads), 8 warps): q, k l2-normalised; K K^T and Q K^T (WMMA); the
+//   intra  (every chunk at once; grid (chunks, heads), 8 warps, two blocks per SM): q, k l2-normalised; K K^T and Q K^T
+//   (WMMA); the
 //          strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq = (q_r.k_c) e^(G_r - G_c); T = (I -
-//          A)^-1 by forward substitution (fp32, 64 steps); W = T diag(beta e^G) K and U = T diag(beta) V (WMMA);
+//          A)^-1 by right-looking substitution (fp32, 62 steps); W = T diag(beta e^G) K and U = T diag(beta) V (WMMA);
 //          Q e^G, K e^(G_last - G), e^(G_last) -> scratch (gdn_workspace.h)
 //   state  (sequential over the chunks; grid (4 column blocks of 32, heads), 4 warps, the state block [128][32] in
 //          shared memory): v' = U - W S; o = (Q e^G) S + Aq v'; S = e^(G_last) S + (K e^(G_last - G))^T v'
@@ -14,6 +15,7 @@
 // activations, keeps the token-by-token kernel of gdn.cu).
 #include <mma.h>
 
+#include "backend/cuda/attention_mma.cuh" /* cp.async */
 #include "backend/cuda/gdn.cuh"
 extern "C" {
 #include "backend/gdn_workspace.h"
@@ -26,8 +28,8 @@ using namespace nvcuda;
 #define LDK (D + 4)  /* row stride of the [64][128] tiles in shared memory */
 #define LDA (CH + 4) /* of the [64][64] ones */
 #define LDS 36       /* of the state's column block and the [64][32] tiles */
-#define INTRA_SMEM ((3 * CH * LDK + 2 * CH * LDA + 4 * CH) * 4)
-#define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 2 * CH * LDS) * 4)
+#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH) * 4)
+#define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 3 * CH * LDS) * 4)
 
 typedef __nv_bfloat16 bf16;
 
@@ -52,16 +54,22 @@ static __device__ __forceinline__ float softplus_tc(float x) { return x > 20.0f 
 static __device__ __forceinline__ int64_t unit(int cl, int h, int nv) { return (int64_t)cl * nv + h; }
 
 template <typename A>
-static __global__ __launch_bounds__(256) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log, const A *dt_bias,
-                                                           int64_t T, int64_t c_first, fm_gdn_shape g, tc_scratch out) {
+static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log,
+                                                              const A *dt_bias, int64_t T, int64_t c_first,
+                                                              fm_gdn_shape g, tc_scratch out) {
     extern __shared__ __align__(128) float sm[];
-    float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs + CH * LDK, *Am = Vs + CH * LDK, *Aq = Am + CH * LDA;
-    float *gc = Aq + CH * LDA, *bs = gc + CH, *tmp = bs + CH, *ebg = tmp + CH;
+    /* V takes Q's buffer once Q e^G is out (103 KB of shared memory: two blocks per SM) */
+    float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
+    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH;
     const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
-    /* rows: q and k normalised (q also times dk^-1/2), v; zeros past T */
-    for (int row = warp; row < CH; row += 8) {
+    /* rows: q and k normalised (q also times dk^-1/2), v kept in registers until Q's buffer is free; zeros past T.
+       Warp w: rows w, w + 8, ...; every load of a row issued before the row's sums */
+    float v[CH / 8][4];
+#pragma unroll
+    for (int rw = 0; rw < CH / 8; rw++) {
+        const int row = warp + 8 * rw;
         const int64_t t = t0 + row;
         float q[4], k[4], sq = 0.0f, sk = 0.0f;
 #pragma unroll
@@ -69,9 +77,10 @@ static __global__ __launch_bounds__(256) void gdn_tc_intra(const A *qkv, const A
             const int d = lane + 32 * i;
             q[i] = t < T ? act_load(qkv[t * C + (int64_t)kh * D + d]) : 0.0f;
             k[i] = t < T ? act_load(qkv[t * C + key + (int64_t)kh * D + d]) : 0.0f;
-            Vs[row * LDK + d] = t < T ? act_load(qkv[t * C + 2 * key + (int64_t)h * D + d]) : 0.0f;
-            sq += q[i] * q[i], sk += k[i] * k[i];
+            v[rw][i] = t < T ? act_load(qkv[t * C + 2 * key + (int64_t)h * D + d]) : 0.0f;
         }
+#pragma unroll
+        for (int i = 0; i < 4; i++) sq += q[i] * q[i], sk += k[i] * k[i];
         for (int o = 16; o > 0; o >>= 1)
             sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
         const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), scale = 1.0f / sqrtf((float)D);
@@ -128,15 +137,24 @@ static __global__ __launch_bounds__(256) void gdn_tc_intra(const A *qkv, const A
         Am[rr * LDA + cc] = cc < rr ? -bs[rr] * Am[rr * LDA + cc] * dec : 0.0f;
         aq_out[i] = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
     }
+    for (int i = tid; i < CH * D; i += 256) {
+        const int rr = i / D, d = i % D;
+        out.Qg[u * CH * D + i] = Qs[rr * LDK + d] * expf(gc[rr]);
+    }
     __syncthreads();
-    /* forward substitution (lab/gdn.cu): row i <- row i + sum over the rows m < i already done; then T = A + I */
-    for (int i = 1; i < CH; i++) {
-        if (tid < i) tmp[tid] = Am[i * LDA + tid];
-        __syncthreads();
-        if (tid < i) {
-            float acc = tmp[tid];
-            for (int m = tid + 1; m < i; m++) acc = fmaf(tmp[m], Am[m * LDA + tid], acc);
-            Am[i * LDA + tid] = acc;
+#pragma unroll
+    for (int rw = 0; rw < CH / 8; rw++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) Vs[(warp + 8 * rw) * LDK + lane + 32 * i] = v[rw][i];
+    /* X = A + A X (T = I + X = (I - A)^-1), right-looking: once row m of X is final (after step m - 1), step m adds
+       A[i][m] X[m][c] to every X[i][c] with i > m, c < m, all of them at once. In place: step m reads column m of
+       the rows below (still A's, written by no step) and row m (written by no step from m on). 62 steps of at most
+       4 products per thread and one barrier (the row by row form waited on a 63-long dependent chain per row). */
+    for (int m = 1; m < CH - 1; m++) {
+        const int n = (CH - 1 - m) * m;
+        for (int idx = tid; idx < n; idx += 256) {
+            const int i = m + 1 + idx / m, c = idx % m;
+            Am[i * LDA + c] = fmaf(Am[i * LDA + m], Am[m * LDA + c], Am[i * LDA + c]);
         }
         __syncthreads();
     }
@@ -173,18 +191,26 @@ static __global__ __launch_bounds__(256) void gdn_tc_intra(const A *qkv, const A
     const float glast = gc[CH - 1];
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
-        out.Qg[u * CH * D + i] = Qs[rr * LDK + d] * expf(gc[rr]);
         out.Kg[u * CH * D + i] = Ks[rr * LDK + d] * expf(glast - gc[rr]);
     }
     if (tid == 0) out.eg[u] = expf(glast);
 }
 
-/* a [64][128] fp32 tile of the scratch into shared memory rows of LDK */
-static __device__ __forceinline__ void stage(float *dst, const float *src) {
-    for (int i = threadIdx.x; i < CH * D / 4; i += blockDim.x) {
-        const int rr = i / (D / 4), c4 = i % (D / 4);
-        *(float4 *)(dst + rr * LDK + 4 * c4) = ((const float4 *)src)[i];
-    }
+/* cp.async of a [64][128] fp32 tile of the scratch into shared memory rows of LDK, and of a [64][64] one into rows of
+   LDA: every 16-byte piece in flight at once (the caller commits and waits) */
+static __device__ __forceinline__ void stage_async(float *dst, const float *src) {
+    for (int i = threadIdx.x; i < CH * D / 4; i += blockDim.x)
+        att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / (D / 4)) * LDK + 4 * (i % (D / 4))), src + 4 * i, 16);
+}
+/* the block's 32 columns of a [64][128] tile into rows of LDS */
+static __device__ __forceinline__ void stage_cols_async(float *dst, const float *src, int col0) {
+    for (int i = threadIdx.x; i < CH * 8; i += blockDim.x)
+        att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / 8) * LDS + 4 * (i % 8)),
+                 src + (i / 8) * D + col0 + 4 * (i % 8), 16);
+}
+static __device__ __forceinline__ void stage_aq_async(float *dst, const float *src) {
+    for (int i = threadIdx.x; i < CH * CH / 4; i += blockDim.x)
+        att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / (CH / 4)) * LDA + 4 * (i % (CH / 4))), src + 4 * i, 16);
 }
 
 /* S: the head's state [128][128] fp32 (states[seq[0]] or the scratch's), read unless fresh, written at the end */
@@ -194,17 +220,25 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
                                                            bool fresh, A *out) {
     extern __shared__ __align__(128) float sm[];
     float *Ws = sm, *Qs = Ws + CH * LDK, *Ks = Qs + CH * LDK, *Aq = Ks + CH * LDK;
-    float *S = Aq + CH * LDA, *vb = S + D * LDS, *ob = vb + CH * LDS;
+    float *S = Aq + CH * LDA, *vb = S + D * LDS, *ob = vb + CH * LDS, *Us = ob + CH * LDS;
     const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
     float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
     for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
         S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
     const int64_t ld_out = (int64_t)g.nv * D;
+    /* chunk 0's tiles; each later chunk's tile is requested as soon as every warp is done with the buffer (W after
+       W S, U after v', Q e^G and Aq after o, K after the state update), so its load overlaps the rest of this chunk
+       (U was read from global memory inside the v' loop: a wait on memory every chunk) */
+    {
+        const int64_t u0 = unit(0, h, g.nv);
+        stage_async(Ws, in.W + u0 * CH * D), stage_async(Qs, in.Qg + u0 * CH * D), stage_async(Ks, in.Kg + u0 * CH * D);
+        stage_aq_async(Aq, in.Aq + u0 * CH * CH), stage_cols_async(Us, in.U + u0 * CH * D, col0);
+        att_cp_commit();
+    }
     for (int cl = 0; cl < n_chunks; cl++) {
-        const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH;
-        stage(Ws, in.W + u * CH * D), stage(Qs, in.Qg + u * CH * D), stage(Ks, in.Kg + u * CH * D);
-        for (int i = threadIdx.x; i < CH * CH / 4; i += blockDim.x)
-            *(float4 *)(Aq + (i / (CH / 4)) * LDA + 4 * (i % (CH / 4))) = ((const float4 *)(in.Aq + u * CH * CH))[i];
+        const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH, un = unit(cl + 1, h, g.nv);
+        const bool next = cl + 1 < n_chunks;
+        att_cp_wait_all();
         __syncthreads();
         /* W S: warp w takes row tile w, both column tiles */
         for (int tj = 0; tj < 2; tj++) {
@@ -221,11 +255,13 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
             wmma::store_matrix_sync(vb + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
         }
         __syncthreads();
+        if (next) stage_async(Ws, in.W + un * CH * D), att_cp_commit();
         for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) { /* v' = U - W S */
             const int rr = i / 32, j = i % 32;
-            vb[rr * LDS + j] = in.U[u * CH * D + rr * D + col0 + j] - vb[rr * LDS + j];
+            vb[rr * LDS + j] = Us[rr * LDS + j] - vb[rr * LDS + j];
         }
         __syncthreads();
+        if (next) stage_cols_async(Us, in.U + un * CH * D, col0), att_cp_commit();
         /* o = (Q e^G) S + Aq v' (Aq lower triangular: row tile w needs 2 (w + 1) k-steps) */
         for (int tj = 0; tj < 2; tj++) {
             frag_c acc;
@@ -248,7 +284,8 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
             }
             wmma::store_matrix_sync(ob + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
         }
-        __syncthreads(); /* every warp has read S */
+        __syncthreads(); /* every warp has read S, Q e^G and Aq */
+        if (next) stage_async(Qs, in.Qg + un * CH * D), stage_aq_async(Aq, in.Aq + un * CH * CH), att_cp_commit();
         /* S = e^(G_last) S + (K e^(G_last - G))^T v': warp w owns state rows 32 w .. 32 w + 31 */
         const float eg = in.eg[u];
         for (int tile = 0; tile < 4; tile++) {
@@ -272,7 +309,8 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
             const int64_t t = t0 + rr;
             if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
         }
-        __syncthreads(); /* shared memory is restaged for the next chunk */
+        __syncthreads(); /* every warp has read K e^(G_last - G) */
+        if (next) stage_async(Ks, in.Kg + un * CH * D), att_cp_commit();
     }
     for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
         Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];

@@ -14,7 +14,7 @@ extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E,
 extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                                   bool norm_topk, int32_t *ids, float *weights, cudaStream_t s);
 
-// The router GEMV and the routing in one launch (router.cu), for T <= FM_ROUTER_FUSED_MAX_T tokens, E <= 256
+// The router GEMV and the routing in one launch (router.cu), for T <= FM_ROUTER_FUSED_MAX_T tokens, E <= 1024
 // experts, H and ld multiples of 8 (fm_cuda_router_fused_takes). W bf16 [E][ld]; logits [T][E] bf16 as the GEMM
 // writes them. counter: one unsigned in device memory, zero before the first launch (left zero after each).
 #define FM_ROUTER_FUSED_MAX_T 8
