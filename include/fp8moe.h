@@ -87,7 +87,8 @@ bool fm_experts_in_parse(const char *name, fm_experts_in *out);
 typedef enum fm_expert_policy {
     FM_EXPERT_LRU = 0, /* the least recently used slot */
     FM_EXPERT_LFU,     /* the slot whose expert was needed least often (a count per expert, halved every
-                          FM_EXPERT_LFU_HALF_LIFE fetches so that it follows a changing routing), ties by LRU */
+                          FM_EXPERT_LFU_HALF_LIFE fetches so that it follows a changing routing); among equal
+                          counts the most recently used goes (a cyclic pass keeps S - E slots) */
 } fm_expert_policy;
 
 #define FM_EXPERT_LFU_HALF_LIFE 256
@@ -127,7 +128,7 @@ typedef struct fm_options {
     int32_t expert_slots;     /* experts in host memory: slots of the expert cache; 0 = from the memory plan (cpu:
                                  every expert; cuda: what --vram-limit or the free memory leaves). At least
                                  n_experts (one layer's experts: a prefill can route to all of them) */
-    fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LRU (0) unless asked */
+    fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
     const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
                                        expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
 } fm_options;

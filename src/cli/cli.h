@@ -89,8 +89,8 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "                     auto (host only when the model does not fit with every expert on the device)\n"              \
     "  --expert-slots N   experts in host memory: slots of the expert cache (at least the experts of one layer);\n"    \
     "                     default: what --vram-limit leaves after everything else (cpu: every expert)\n"               \
-    "  --expert-policy P  which cached expert a miss replaces: lru (default: least recently used) or lfu (least\n"     \
-    "                     often needed, counts halved every 256 layer passes)\n" CLI_ROUTE_HELP                        \
+    "  --expert-policy P  which cached expert a miss replaces: lfu (default: least often needed, counts halved\n"      \
+    "                     every 256 layer passes) or lru (least recently used)\n" CLI_ROUTE_HELP                       \
     "  -v, --verbose      progress on stderr\n"                                                                        \
     "  -h, --help         this help\n"
 

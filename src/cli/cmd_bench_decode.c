@@ -45,7 +45,7 @@ static const char *HELP =
     "  --decode-input I   sampled (default: each step decodes the token the last one sampled) or random (a\n"
     "                     random token per sequence and step: routing as independent as the model makes it, the\n"
     "                     expert cache's hard case; a synthetic model's sampled tokens tend to repeat)\n"
-    "  --expert-policy P  lru (default) or lfu\n"
+    "  --expert-policy P  lfu (default) or lru\n"
     "  -v, --verbose      progress on stderr\n";
 
 enum {
@@ -224,7 +224,7 @@ int cmd_bench_decode(int argc, char **argv) {
     bool presets_given = false;
     const char *routing = NULL;
     fm_experts_in experts_in = FM_EXPERTS_DEVICE;
-    fm_expert_policy policy = FM_EXPERT_LRU;
+    fm_expert_policy policy = FM_EXPERT_LFU;
     int64_t vram_limit = 0;
     bool random_ids = false;
     optind = 1;

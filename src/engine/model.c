@@ -13,6 +13,7 @@ void fm_options_init(fm_options *opt) {
     memset(opt, 0, sizeof *opt);
     opt->backend = "cpu";
     opt->preset = FM_PRESET_REF;
+    opt->expert_policy = FM_EXPERT_LFU; /* a prefill's cyclic pass over the layers defeats LRU (docs/RESULTS.md 2.11) */
 }
 
 int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
