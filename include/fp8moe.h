@@ -131,6 +131,9 @@ typedef struct fm_options {
     fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
     const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
                                        expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
+    int32_t ep_ranks, ep_rank;      /* expert parallelism (--ep): the model holds the routed experts of rank ep_rank
+                                       of ep_ranks (0 or 1: every expert); a rank's forward pass needs the others
+                                       (src/dist/ep_model.h loads and runs the group) */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048

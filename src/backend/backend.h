@@ -220,7 +220,8 @@ typedef struct fm_backend_ops {
      * + p % block_tokens (tables: int32 [max_seqs][max_blocks] in backend memory, engine/kv_cache.h).
      *
      * kv_store copies token t's k and v heads (from the fused qkv buffer [T, (nh + 2 nkv) hd], after
-     * qk_norm_rope) to slot slots[t] of k_cache and v_cache (slots: int32 [T] in backend memory; distinct). */
+     * qk_norm_rope) to slot slots[t] of k_cache and v_cache (slots: int32 [T] in backend memory; distinct, or -1: a
+     * padding row, nothing stored). */
     void (*kv_store)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
                      void *k_cache, void *v_cache);
     /* Attention over the paged cache: token t (its query heads from qkv row t; its k and v already stored) attends

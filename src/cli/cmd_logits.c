@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "dist/ep_model.h"
 #include "io/ids.h"
 #include "util/file.h"
 
@@ -13,21 +14,27 @@ static const char *HELP =
     "position as little-endian float32 [T, vocab], row-major. The output appears only when complete.\n"
     "\n"
     "  --ids FILE         token ids\n"
-    "  --out FILE         logits output\n" CLI_MODEL_HELP;
+    "  --out FILE         logits output\n"
+    "  --ep N             expert parallelism over N ranks in this process (cpu backend: the ranks exchange\n"
+    "                     through host memory), each holding 1/N of the routed experts; the logits are those\n"
+    "                     of one model holding every expert, bit for bit\n" CLI_MODEL_HELP;
 
-enum { OPT_IDS = 2000, OPT_OUT };
-static const struct option own_options[] = {
-    {"ids", required_argument, 0, OPT_IDS}, {"out", required_argument, 0, OPT_OUT}, {0, 0, 0, 0}};
+enum { OPT_IDS = 2000, OPT_OUT, OPT_EP };
+static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
+                                            {"out", required_argument, 0, OPT_OUT},
+                                            {"ep", required_argument, 0, OPT_EP},
+                                            {0, 0, 0, 0}};
 
 typedef struct logits_args {
     const char *ids_path, *out_path;
+    long ep;
 } logits_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
-    (void)cmd;
     logits_args *a = ctx;
     if (id == OPT_IDS) a->ids_path = arg;
     else if (id == OPT_OUT) a->out_path = arg;
+    else if (id == OPT_EP) return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
     return true;
 }
 
@@ -46,23 +53,29 @@ int cmd_logits(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t n = 0;
     fm_model *m = NULL;
+    fm_ep_group *group = NULL;
     float *logits = NULL;
     fm_status st = fm_check_output_path(out_path, &err); /* before the run, not after it */
     if (!st) st = fm_ids_read(ids_path, &ids, &n, &err);
     mo.opt.max_tokens = n; /* the memory check plans for this prompt */
-    if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    if (!st && a.ep > 1) st = fm_ep_group_load(mo.model_dir, &mo.opt, (int)a.ep, &group, &err);
+    if (!st && group) m = group->models[0];
+    if (!st && !group) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
     if (!st) st = fm_ids_check_vocab(ids_path, ids, n, fm_model_vocab_size(m), &err);
     if (!st) {
         const size_t count = (size_t)n * (size_t)fm_model_vocab_size(m);
         logits = malloc(count * sizeof *logits);
         if (!logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for %zu logits", count);
-        if (!st) st = fm_model_logits(m, ids, n, logits, &err);
+        if (!st)
+            st = group ? fm_ep_group_forward(group, ids, n, false, logits, &err)
+                       : fm_model_logits(m, ids, n, logits, &err);
         if (!st) st = cli_write_file(out_path, logits, count * sizeof *logits, &err);
         if (!st && mo.opt.verbose)
             fprintf(stderr, "wrote %lld x %d logits to %s\n", (long long)n, fm_model_vocab_size(m), out_path);
     }
     free(logits);
     free(ids);
-    fm_model_free(m);
+    if (group) fm_ep_group_free(group);
+    else fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep_moe.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
@@ -139,8 +140,20 @@ static void collect(const fw_timer *tm, fm_profile *prof) {
  * make the device memory depend on the input (the plan that checked the card would no longer hold) and would
  * allocate inside the pass (no CUDA graph could hold it); the caller knows its prompt before loading (the CLI
  * commands set max_tokens to it), so it asks for the right plan there. */
+/* a rank of an expert-parallel group runs only with the others (its experts are a share) */
+static fm_status check_not_lone_rank(const fm_model *m, fm_error *err) {
+    if (m->ep_ranks > 1 && !m->ep_comm)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "the model holds the experts of rank %d of %d: it runs in its expert-parallel group "
+                       "(fm_ep_group_forward)",
+                       m->ep_rank, m->ep_ranks);
+    return FM_OK;
+}
+
 fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err) {
     if (T < 1) return fm_fail(err, FM_ERR_USAGE, "forward pass: no tokens to run (%lld)", (long long)T);
+    fm_status lone = check_not_lone_rank(m, err);
+    if (lone) return lone;
     if (!m->bufs || T > m->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE,
                        "prompt of %lld tokens is longer than the %lld tokens the model was loaded for; load it with "
@@ -226,6 +239,35 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
 
+/* Expert parallelism (m->ep_comm, host form: the cpu backend's buffers are host memory). Every rank holds every
+ * token; rank r sends its share of the rows, [r P, (r + 1) P) with P = ceil(T / N), through the dispatch and combine
+ * all-to-alls (dist/ep_moe.h: the same bits as one rank running every expert), then the ranks gather every share,
+ * so each holds the whole layer output. Either every rank's exchanges succeed or every rank's fail (ep_moe.h): the
+ * first failure is kept in ep_status, and the later layers skip the exchanges on every rank alike. */
+static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t T, const fw_buffers *b) {
+    if (m->ep_status) return;
+    const int N = fm_comm_size(m->ep_comm), r = fm_comm_rank(m->ep_comm);
+    const int64_t H = m->cfg.hidden_size, P = (T + N - 1) / N, r0 = T < r * P ? T : r * P;
+    const int64_t Tr = (T < r0 + P ? T : r0 + P) - r0;
+    const int32_t k = m->cfg.n_experts_per_tok;
+    float *y = (float *)b->y, *share = calloc((size_t)(P * H), sizeof *share),
+          *all = malloc((size_t)(N * P * H) * sizeof *all);
+    fm_status st = !share || !all ? fm_fail(&m->ep_err, FM_ERR_NOMEM, "expert parallelism: out of host memory") : FM_OK;
+    fm_error e = {{0}};
+    /* a rank out of memory takes part with an empty share: the sizes disagree and every rank fails together */
+    fm_status xst = fm_ep_moe_host(m->ep_comm, m->be, L->gate_up, L->down, m->cfg.n_experts,
+                                   (const float *)b->h + r0 * H, st ? 0 : Tr, H, (const int32_t *)b->eids + r0 * k,
+                                   (const float *)b->ew + r0 * k, k, st ? 0 : P, share ? share : y, NULL, &e);
+    if (!st && xst) st = xst, m->ep_err = e;
+    if (!st) {
+        xst = fm_comm_all_gather(m->ep_comm, share, all, (size_t)(P * H) * sizeof *all, &e);
+        if (xst) st = xst, m->ep_err = e;
+    }
+    if (!st) memcpy(y, all, (size_t)(T * H) * sizeof *y);
+    m->ep_status = st;
+    free(share), free(all);
+}
+
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
 static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
@@ -254,10 +296,15 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             tick(tm, FM_STAGE_ROUTING);
-            /* experts in host memory: the pool's slots, the routed experts made resident first */
-            const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
-            if (m->experts) tick(tm, FM_STAGE_FETCH);
-            ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert, b.y);
+            if (m->ep_comm) {
+                expert_parallel_moe(m, L, T, &b);
+            } else {
+                /* experts in host memory: the pool's slots, the routed experts made resident first */
+                const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
+                if (m->experts) tick(tm, FM_STAGE_FETCH);
+                ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
+                         b.y);
+            }
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h) */
                 ops->linear(be, L->shared_score, 0, b.h, T, FM_A_NATIVE, b.gates);
                 ops->linear(be, L->shared_gate_up, 0, b.h, T, p->a_dense, b.gu);
@@ -294,6 +341,8 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
                         fm_error *err) {
     fm_kv_state *kv = m->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache (fm_options.max_seqs = 0)");
+    if (m->ep_ranks > 1) /* the group runs prefill passes only (dist/ep_model.h) */
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "generation steps with expert parallelism are not built yet");
     if (T < 1 || T > kv->max_rows || T > m->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE, "a step of %lld tokens; the model was loaded for steps of 1 to %lld",
                        (long long)T, (long long)(kv->max_rows < m->buf_tokens ? kv->max_rows : m->buf_tokens));
@@ -305,7 +354,13 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
                            "step token %lld: sequence %d position %d is not reserved in the KV cache", (long long)t, s,
                            pos[t]);
         h_seq[t] = s, h_pos[t] = pos[t];
-        h_slot[t] = fm_kv_block_of(&kv->pool, s, pos[t]) * kv->pool.block_tokens + pos[t] % kv->pool.block_tokens;
+        /* a decode graph's padding row (a copy of row 0's sequence and position, generate.c) stores no k and v
+           (slot -1): after a Gated DeltaNet layer, which leaves its output at zero, its k and v are not row 0's, and
+           two writers of one slot race */
+        const bool padding = t > 0 && s == seq[0] && pos[t] == pos[0];
+        h_slot[t] = padding
+                        ? -1
+                        : fm_kv_block_of(&kv->pool, s, pos[t]) * kv->pool.block_tokens + pos[t] % kv->pool.block_tokens;
     }
     fm_backend *be = m->be;
     be->ops->upload_ids(be, ids, T, m->bufs->ids);
@@ -370,6 +425,10 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
     }
     run_device(m, T, last_only, FM_ATTN_NO_CACHE, tm);
     st = fm_forward_collect(m, T, last_only, logits, err);
+    if (!st && m->ep_status) { /* an exchange of expert parallelism failed (expert_parallel_moe) */
+        st = m->ep_status, m->ep_status = FM_OK;
+        if (err) *err = m->ep_err;
+    }
     if (!st && prof) collect(tm, prof);
     free(tm);
     return st;

@@ -87,8 +87,8 @@ fm_status fm_decode_run(fm_model *m, int32_t n, const int32_t *ids, const int32_
         return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n,
                        kv->pool.max_seqs);
     const bool graphs = use_graphs(m);
-    const int32_t B = graphs ? fm_decode_bucket(n) : n; /* padded rows: copies of row 0 (the same K and V
-                                                            written to the same slot again), sampled into the
+    const int32_t B = graphs ? fm_decode_bucket(n) : n; /* padded rows: copies of row 0 that store no K and V
+                                                            (fm_step_stage) and change no state, sampled into the
                                                             padding slot and never read */
     int32_t *h_ids = kv->h_step, *h_seq = h_ids + B, *h_pos = h_seq + B, *h_slot = h_pos + B;
     for (int32_t j = 0; j < n; j++) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep_moe.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
@@ -186,6 +187,10 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
             const fm_wsrc *v = fm_layer_src_cviews(s, w->parts[j].slot);
             for (int32_t e = 0; e < n; e++) srcs[(size_t)e * (size_t)np + (size_t)j] = v[e];
         }
+        /* expert parallelism: this rank's experts only */
+        const bool ep = w->family == FM_WF_EXPERTS && ld->m->ep_ranks > 1;
+        const fm_wsrc *first = ep ? srcs + (size_t)ld->m->ep_first * (size_t)np : srcs;
+        const int32_t n_load = ep ? ld->m->ep_n : n;
         fm_wformat fmt = p->w_other;
         fm_afmt a_in = p->a_dense, a_out = p->a_dense;
         if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP) fmt = p->w_dense;
@@ -195,7 +200,7 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         const bool host = ld->m->experts_host && w->family == FM_WF_EXPERTS;
         fm_status st = fm_arch_of(c)->plus_one_banks >> w->bank & 1
                            ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
-                           : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], srcs, n, np,
+                           : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], first, n_load, np,
                                                             w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
         free(srcs);
         if (st) return st;
@@ -342,6 +347,33 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
     return FM_OK;
 }
 
+/* --ep: the rank's share of the experts (fm_ep_expert_range), or an error naming what cannot be split. The host form
+ * of the exchanges (dist/ep_moe.h) reads the cpu backend's buffers; the NCCL form the cuda backend needs is not built.
+ */
+static fm_status expert_parallel_rank(fm_model *m, const fm_options *opt, fm_error *err) {
+    const int32_t N = opt->ep_ranks, E = m->cfg.n_experts;
+    if (N < 0 || N > FM_COMM_MAX_RANKS)
+        return fm_fail(err, FM_ERR_USAGE, "--ep must be 1..%d ranks, got %d", FM_COMM_MAX_RANKS, N);
+    m->ep_ranks = N > 1 ? N : 1, m->ep_rank = 0, m->ep_first = 0, m->ep_n = E;
+    if (N <= 1) return FM_OK;
+    if (opt->ep_rank < 0 || opt->ep_rank >= N)
+        return fm_fail(err, FM_ERR_USAGE, "expert-parallel rank %d of %d ranks", opt->ep_rank, N);
+    if (E < 1) return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", N);
+    if (E % N)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", N, E, N);
+    if (strcmp(opt->backend, "cpu"))
+        return fm_fail(
+            err, FM_ERR_UNSUPPORTED,
+            "--ep %d on the %s backend: expert parallelism runs on the cpu backend (ranks exchanging through "
+            "host memory); the GPU form over NCCL is not built yet",
+            N, opt->backend);
+    if (opt->experts_in == FM_EXPERTS_HOST)
+        return fm_fail(err, FM_ERR_USAGE, "--ep with --experts-in host: each rank keeps its experts in its memory");
+    m->ep_rank = opt->ep_rank;
+    fm_ep_expert_range(E, N, opt->ep_rank, &m->ep_first, &m->ep_n);
+    return FM_OK;
+}
+
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
     m->ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
@@ -349,6 +381,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_status cst = fm_model_check_ctx(m, opt->max_tokens, err); /* before a memory plan for a prompt we refuse */
     if (cst) return cst;
     m->n_layers = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
+    if ((cst = expert_parallel_rank(m, opt, err))) return cst;
     m->n_params = src->n_params;
     m->cfg.quant.native_layout = src->cfg.quant.native_layout; /* found by the binder, for the memory plan */
     for (int l = 0; l < m->cfg.n_layers; l++)

@@ -129,6 +129,7 @@ void cpu_kv_store(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int32
     float *kc = (float *)k_cachev, *vc = (float *)v_cachev;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd;
     for (int64_t t = 0; t < T; t++) {
+        if (slots[t] == -1) continue; /* a padding row */
         if (slots[t] < 0) {
             fprintf(stderr, "fp8moe: cpu kv_store: token %lld has slot %d (a block table entry not set?)\n",
                     (long long)t, slots[t]);

@@ -9,6 +9,7 @@ static __global__ void kv_store_kernel(const unsigned char *qkv, int64_t ld_b, i
                                        const int32_t *slots, unsigned char *k_cache, unsigned char *v_cache) {
     const int64_t t = blockIdx.x;
     const int64_t slot = slots[t];
+    if (slot < 0) return; /* a padding row (backend.h) */
     const int64_t n = row_b / (int64_t)sizeof(U);
     const U *ks = (const U *)(qkv + t * ld_b + k_b), *vs = (const U *)(qkv + t * ld_b + v_b);
     U *kd = (U *)(k_cache + slot * row_b), *vd = (U *)(v_cache + slot * row_b);

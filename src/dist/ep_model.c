@@ -1,0 +1,105 @@
+/* Expert parallelism over a whole model, host form (ep_model.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/ep_model.h"
+#include "util/status.h"
+
+fm_status fm_ep_group_load(const char *dir, const fm_options *opt, int n_ranks, fm_ep_group **out, fm_error *err) {
+    *out = NULL;
+    if (n_ranks < 2 || n_ranks > FM_COMM_MAX_RANKS)
+        return fm_fail(err, FM_ERR_USAGE, "--ep must be 2..%d ranks for a group, got %d", FM_COMM_MAX_RANKS, n_ranks);
+    fm_ep_group *g = fm_calloc(1, sizeof *g, err, "expert-parallel group");
+    if (!g) return FM_ERR_NOMEM;
+    g->n_ranks = n_ranks;
+    fm_status st = fm_world_create_sim(n_ranks, &g->world, err);
+    for (int r = 0; !st && r < n_ranks; r++) {
+        fm_options o = *opt;
+        o.ep_ranks = n_ranks, o.ep_rank = r;
+        st = fm_model_load(dir, &o, &g->models[r], err);
+        if (st && err && r > 0) { /* the first rank's message is the model's; a later one's names that rank */
+            char pre[48];
+            const size_t n = (size_t)snprintf(pre, sizeof pre, "expert-parallel rank %d: ", r), cap = sizeof err->msg;
+            memmove(err->msg + n, err->msg, cap - n - 1);
+            memcpy(err->msg, pre, n);
+            err->msg[cap - 1] = '\0';
+        }
+        if (!st) g->models[r]->ep_comm = fm_world_comm(g->world, r);
+    }
+    if (st) {
+        fm_ep_group_free(g);
+        return st;
+    }
+    *out = g;
+    return FM_OK;
+}
+
+void fm_ep_group_free(fm_ep_group *g) {
+    if (!g) return;
+    for (int r = 0; r < g->n_ranks; r++) fm_model_free(g->models[r]);
+    fm_world_free(g->world);
+    free(g);
+}
+
+typedef struct rank_pass {
+    fm_model *m;
+    const int32_t *ids;
+    int64_t T;
+    bool last_only;
+    float *logits;
+    fm_status st;
+    fm_error err;
+} rank_pass;
+
+static void *run_rank(void *arg) {
+    rank_pass *p = arg;
+    p->st = fm_forward(p->m, p->ids, p->T, p->last_only, p->logits, NULL, &p->err);
+    return NULL;
+}
+
+fm_status fm_ep_group_forward(fm_ep_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
+                              fm_error *err) {
+    const int N = g->n_ranks;
+    fm_status cst = fm_model_check_ctx(g->models[0], T, err);
+    if (cst) return cst;
+    const int64_t rows = last_only ? 1 : T;
+    const size_t n = (size_t)(rows > 0 ? rows : 1) * (size_t)g->models[0]->cfg.vocab_size;
+    rank_pass pass[FM_COMM_MAX_RANKS];
+    pthread_t th[FM_COMM_MAX_RANKS];
+    bool started[FM_COMM_MAX_RANKS] = {false};
+    fm_status st = FM_OK;
+    for (int r = 0; r < N; r++) {
+        pass[r] = (rank_pass){g->models[r], ids, T, last_only, r ? malloc(n * sizeof(float)) : logits, FM_OK, {{0}}};
+        if (!pass[r].logits) pass[r].st = fm_fail(&pass[r].err, FM_ERR_NOMEM, "out of host memory for rank %d", r);
+    }
+    /* every rank runs, or none: a rank missing from the exchanges would leave the others waiting */
+    for (int r = 0; r < N; r++)
+        if (pass[r].st) st = pass[r].st, *err = pass[r].err;
+    for (int r = 0; !st && r < N; r++) {
+        if (pthread_create(&th[r], NULL, run_rank, &pass[r])) {
+            fprintf(stderr, "fp8moe: expert parallelism: cannot start the thread of rank %d\n", r);
+            abort(); /* the ranks already started wait in their first exchange for this one */
+        }
+        started[r] = true;
+    }
+    for (int r = 0; r < N; r++)
+        if (started[r]) pthread_join(th[r], NULL);
+    for (int r = 0; !st && r < N; r++)
+        if (pass[r].st) {
+            st = pass[r].st;
+            if (err) *err = pass[r].err;
+        }
+    for (int r = 1; r < N; r++) free(pass[r].logits);
+    return st;
+}
+
+size_t fm_ep_group_expert_bytes(const fm_ep_group *g, int rank) {
+    const fm_model *m = g->models[rank];
+    size_t bytes = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->layers[l].is_moe)
+            bytes += m->be->ops->bank_bytes(m->layers[l].gate_up) + m->be->ops->bank_bytes(m->layers[l].down);
+    return bytes;
+}
