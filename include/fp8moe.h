@@ -133,7 +133,9 @@ typedef struct fm_options {
                                        expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
     int32_t ep_ranks, ep_rank;      /* expert parallelism (--ep): the model holds the routed experts of rank ep_rank
                                        of ep_ranks (0 or 1: every expert); a rank's forward pass needs the others
-                                       (src/dist/ep_model.h loads and runs the group) */
+                                       (src/dist/rank_group.h loads and runs the group) */
+    int32_t tp_ranks, tp_rank;      /* tensor parallelism of attention (--tp): the model holds the attention heads
+                                       of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048

@@ -12,12 +12,13 @@
 #include "io/safetensors.h"
 #include "model/model_src.h"
 #include "dist/ep_moe.h"
+#include "dist/tp_attention.h"
 #include "util/status.h"
 
 static const char *HELP =
     "usage: fp8moe inspect --model DIR [--tensors] [--tokens T [--backend B] [--preset P] [--dense w8a8] [--layers N]\n"
     "                      [--max-seqs B [--ctx N]] [--vram-limit BYTES] [--experts-in W [--expert-slots N]]\n"
-    "                      [--ep N]]\n"
+    "                      [--ep N] [--tp N]]\n"
     "                      [--routes] [--route KEY=VALUE]...\n"
     "       fp8moe inspect --routes [--route KEY=VALUE]...\n"
     "\n"
@@ -39,6 +40,7 @@ static const char *HELP =
     "                     the free memory leaves), or auto (host only when the plan does not fit otherwise)\n"
     "  --expert-slots N   experts in host memory: the slots of the expert cache\n"
     "  --ep N             the plan per rank of expert parallelism over N ranks: each rank's experts and bytes\n"
+    "  --tp N             the same for tensor parallelism of attention (each rank's heads); with --ep, one group\n"
     "  --routes           print the cuda backend's kernel route table: each key, its value, default and what it\n"
     "                     decides, then the kernel of each dense weight format at M = 1, 8, 16, 128, 2048 rows and\n"
     "                     the W4A8 MoE tile rows at several prompt lengths, for the model's shapes (without\n"
@@ -62,7 +64,7 @@ typedef struct plan_args {
     fm_experts_in experts_in;
     int32_t expert_slots;
     fm_dispatch dispatch; /* --dispatch: the experts' dispatch buffer format (sizes the W4A8 MoE scratch) */
-    int32_t ep;           /* --ep: the partition over that many expert-parallel ranks (0: none) */
+    int32_t ep, tp;       /* --ep, --tp: the partition over that many ranks (0: none) */
 } plan_args;
 
 /* The shapes the route table is shown at: a model's, or Qwen3-30B-A3B's. */
@@ -355,23 +357,43 @@ static void plan_row(const char *what, size_t bytes, int indent) {
     printf("  %*s%-*s %12.2f %16zu\n", indent, "", 44 - indent, what, mib((double)bytes), bytes);
 }
 
-/* --ep N: each rank holds every weight but the routed experts, and its share of those (fm_ep_expert_range; the plan
- * above is one model's). Activations and workspace are every rank's too (each rank holds every token). */
-static fm_status print_expert_partition(const fm_config *cfg, const fm_memory_plan *p, int32_t N, fm_error *err) {
-    if (cfg->n_experts < 1) return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", N);
-    if (cfg->n_experts % N)
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", N,
-                       cfg->n_experts, N);
-    const size_t experts = p->weights[FM_MEM_EXPERTS], share = experts / (size_t)N;
-    printf("expert parallelism over %d ranks (one process, a rank per device; the cpu backend runs it today):\n", N);
-    printf("  %-6s %-16s %14s %18s %18s\n", "rank", "experts", "experts MiB", "other weights MiB", "peak MiB");
+/* --ep N / --tp N: what each rank holds. --ep: its share of the routed experts (fm_ep_expert_range); --tp: its share
+ * of the attention layers' q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole); every other weight, the
+ * activations and the workspace are every rank's (each rank holds every token). The plan above is one model's. */
+static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, int32_t ep, int32_t tp, fm_error *err) {
+    const int32_t N = ep > tp ? ep : tp;
+    if (ep > 1 && tp > 1 && ep != tp)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
+                       ep, tp);
+    if (ep > 1 && cfg->n_experts < 1)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", ep);
+    if (ep > 1 && cfg->n_experts % ep)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", ep,
+                       cfg->n_experts, ep);
+    int32_t h0 = 0, nh = cfg->n_heads, kv0 = 0, nkv = cfg->n_kv_heads;
+    if (tp > 1 && !fm_tp_head_range(cfg->n_heads, cfg->n_kv_heads, tp, 0, &h0, &nh, &kv0, &nkv))
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--tp %d: the model's %d key-value heads (%d query heads) do not split evenly over %d ranks", tp,
+                       cfg->n_kv_heads, cfg->n_heads, tp);
+    const size_t experts = p->weights[FM_MEM_EXPERTS], attn = p->weights[FM_MEM_ATTN];
+    const size_t e_share = ep > 1 ? experts / (size_t)ep : experts, a_share = tp > 1 ? attn / (size_t)tp : attn;
+    printf("%s over %d ranks (one process, a rank per device; the cpu backend runs it today):\n",
+           ep > 1 && tp > 1 ? "expert and tensor parallelism"
+           : ep > 1         ? "expert parallelism"
+                            : "tensor parallelism",
+           N);
+    printf("  %-6s %-16s %-16s %14s %16s %18s %12s\n", "rank", "experts", "heads (q / kv)", "experts MiB",
+           "attention MiB", "other weights MiB", "peak MiB");
     for (int r = 0; r < N; r++) {
-        int32_t first = 0, n = 0;
-        fm_ep_expert_range(cfg->n_experts, N, r, &first, &n);
-        char range[32];
+        int32_t first = 0, n = cfg->n_experts;
+        if (ep > 1) fm_ep_expert_range(cfg->n_experts, ep, r, &first, &n);
+        if (tp > 1) fm_tp_head_range(cfg->n_heads, cfg->n_kv_heads, tp, r, &h0, &nh, &kv0, &nkv);
+        char range[32], heads[40];
         snprintf(range, sizeof range, "%d..%d of %d", first, first + n - 1, cfg->n_experts);
-        printf("  %-6d %-16s %14.2f %18.2f %18.2f\n", r, range, mib((double)share),
-               mib((double)(p->weight_total - experts)), mib((double)(p->peak - experts + share)));
+        snprintf(heads, sizeof heads, "%d..%d / %d..%d", h0, h0 + nh - 1, kv0, kv0 + nkv - 1);
+        printf("  %-6d %-16s %-16s %14.2f %16.2f %18.2f %12.2f\n", r, cfg->n_experts > 0 ? range : "-", heads,
+               mib((double)e_share), mib((double)a_share), mib((double)(p->weight_total - experts - attn)),
+               mib((double)(p->peak - experts - attn + e_share + a_share)));
     }
     return FM_OK;
 }
@@ -455,7 +477,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
         snprintf(what, sizeof what, "experts in host memory (%d x %d)", p.n_moe_layers, p.n_experts);
         plan_row(what, p.host_experts, 0);
     }
-    if (a->ep > 1 && (st = print_expert_partition(&cfg, &p, a->ep, err))) return st;
+    if ((a->ep > 1 || a->tp > 1) && (st = print_partition(&cfg, &p, a->ep, a->tp, err))) return st;
     printf("experts-in: %s%s", fm_experts_in_name(p.experts_in), a->experts_in == FM_EXPERTS_AUTO ? " (auto)" : "");
     if (p.experts_in == FM_EXPERTS_HOST)
         printf(", %d slots of %s (%d experts in %d layers), %s in host memory%s", p.expert_slots,
@@ -485,7 +507,7 @@ int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
     bool list = false, routes = false;
     plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, "", FM_EXPERTS_DEVICE, 0, FM_DISPATCH_PRESET,
-                    0};
+                    0, 0};
     enum {
         OPT_MODEL_I = 2000,
         OPT_TENSORS,
@@ -502,7 +524,8 @@ int cmd_inspect(int argc, char **argv) {
         OPT_EXPERTS_IN_I,
         OPT_EXPERT_SLOTS_I,
         OPT_DISPATCH_I,
-        OPT_EP_I
+        OPT_EP_I,
+        OPT_TP_I
     };
     static const struct option longopts[] = {{"model", required_argument, 0, OPT_MODEL_I},
                                              {"tensors", no_argument, 0, OPT_TENSORS},
@@ -520,6 +543,7 @@ int cmd_inspect(int argc, char **argv) {
                                              {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS_I},
                                              {"dispatch", required_argument, 0, OPT_DISPATCH_I},
                                              {"ep", required_argument, 0, OPT_EP_I},
+                                             {"tp", required_argument, 0, OPT_TP_I},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int c;
@@ -572,6 +596,9 @@ int cmd_inspect(int argc, char **argv) {
         } else if (c == OPT_EP_I) {
             if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &v)) return CLI_USAGE;
             pa.ep = (int32_t)v, plan_only = "--ep";
+        } else if (c == OPT_TP_I) {
+            if (!cli_parse_int(cmd, "--tp", optarg, 1, FM_COMM_MAX_RANKS, &v)) return CLI_USAGE;
+            pa.tp = (int32_t)v, plan_only = "--tp";
         } else if (c == OPT_ROUTES_I) {
             routes = true;
         } else if (c == OPT_ROUTE_I) {

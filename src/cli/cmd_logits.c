@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dist/ep_model.h"
+#include "dist/rank_group.h"
 #include "io/ids.h"
 #include "util/file.h"
 
@@ -17,17 +17,20 @@ static const char *HELP =
     "  --out FILE         logits output\n"
     "  --ep N             expert parallelism over N ranks in this process (cpu backend: the ranks exchange\n"
     "                     through host memory), each holding 1/N of the routed experts; the logits are those\n"
-    "                     of one model holding every expert, bit for bit\n" CLI_MODEL_HELP;
+    "                     of one model holding every expert, bit for bit\n"
+    "  --tp N             tensor parallelism of the attention layers over N ranks (each 1/N of the heads, one\n"
+    "                     all-reduce per layer); with --ep, the same N ranks\n" CLI_MODEL_HELP;
 
-enum { OPT_IDS = 2000, OPT_OUT, OPT_EP };
+enum { OPT_IDS = 2000, OPT_OUT, OPT_EP, OPT_TP };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
                                             {"out", required_argument, 0, OPT_OUT},
                                             {"ep", required_argument, 0, OPT_EP},
+                                            {"tp", required_argument, 0, OPT_TP},
                                             {0, 0, 0, 0}};
 
 typedef struct logits_args {
     const char *ids_path, *out_path;
-    long ep;
+    long ep, tp;
 } logits_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -35,6 +38,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     if (id == OPT_IDS) a->ids_path = arg;
     else if (id == OPT_OUT) a->out_path = arg;
     else if (id == OPT_EP) return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
+    else if (id == OPT_TP) return cli_parse_int(cmd, "--tp", arg, 1, FM_COMM_MAX_RANKS, &a->tp);
     return true;
 }
 
@@ -53,12 +57,13 @@ int cmd_logits(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t n = 0;
     fm_model *m = NULL;
-    fm_ep_group *group = NULL;
+    fm_rank_group *group = NULL;
     float *logits = NULL;
     fm_status st = fm_check_output_path(out_path, &err); /* before the run, not after it */
     if (!st) st = fm_ids_read(ids_path, &ids, &n, &err);
     mo.opt.max_tokens = n; /* the memory check plans for this prompt */
-    if (!st && a.ep > 1) st = fm_ep_group_load(mo.model_dir, &mo.opt, (int)a.ep, &group, &err);
+    mo.opt.ep_ranks = (int32_t)a.ep, mo.opt.tp_ranks = (int32_t)a.tp;
+    if (!st && (a.ep > 1 || a.tp > 1)) st = fm_rank_group_load(mo.model_dir, &mo.opt, &group, &err);
     if (!st && group) m = group->models[0];
     if (!st && !group) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
     if (!st) st = fm_ids_check_vocab(ids_path, ids, n, fm_model_vocab_size(m), &err);
@@ -67,7 +72,7 @@ int cmd_logits(int argc, char **argv) {
         logits = malloc(count * sizeof *logits);
         if (!logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for %zu logits", count);
         if (!st)
-            st = group ? fm_ep_group_forward(group, ids, n, false, logits, &err)
+            st = group ? fm_rank_group_forward(group, ids, n, false, logits, &err)
                        : fm_model_logits(m, ids, n, logits, &err);
         if (!st) st = cli_write_file(out_path, logits, count * sizeof *logits, &err);
         if (!st && mo.opt.verbose)
@@ -75,7 +80,7 @@ int cmd_logits(int argc, char **argv) {
     }
     free(logits);
     free(ids);
-    if (group) fm_ep_group_free(group);
+    if (group) fm_rank_group_free(group);
     else fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

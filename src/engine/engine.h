@@ -60,12 +60,15 @@ struct fm_model {
     size_t expert_host_bytes; /* then: the expert banks' bytes in host memory (not in weight_bytes) */
     struct fm_expert_offload *experts; /* then: the expert cache (engine/expert_offload.c) */
     /* expert parallelism (fm_options.ep_ranks > 1): this rank's experts [ep_first, ep_first + ep_n) of every MoE
-       layer, and its end of the group's communicator (dist/ep_model.c sets it after the load); a failed exchange
-       during a forward pass is kept in ep_status / ep_err and returned by fm_forward */
+       layer; tensor parallelism of attention (tp_ranks > 1): its query heads [tp_h0, tp_h0 + tp_nh) and key-value
+       heads [tp_kv0, tp_kv0 + tp_nkv) (without: every head). ep_comm / tp_comm: its end of the group's communicator
+       (dist/rank_group.c sets them after the load). A failed exchange during a forward pass is kept in
+       dist_status / dist_err and returned by fm_forward. */
     int32_t ep_ranks, ep_rank, ep_first, ep_n;
-    struct fm_comm *ep_comm;
-    fm_status ep_status;
-    fm_error ep_err;
+    int32_t tp_ranks, tp_rank, tp_h0, tp_nh, tp_kv0, tp_nkv;
+    struct fm_comm *ep_comm, *tp_comm;
+    fm_status dist_status;
+    fm_error dist_err;
 };
 
 /* Experts in host memory (engine/expert_offload.c). create: the backend's expert cache of n_slots slots over the

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
+#include "quant/bf16.h"
 #include "util/status.h"
 
 /* The activation buffers of a forward pass of up to m->buf_tokens tokens: allocated once, at load, from the
@@ -140,13 +141,13 @@ static void collect(const fw_timer *tm, fm_profile *prof) {
  * make the device memory depend on the input (the plan that checked the card would no longer hold) and would
  * allocate inside the pass (no CUDA graph could hold it); the caller knows its prompt before loading (the CLI
  * commands set max_tokens to it), so it asks for the right plan there. */
-/* a rank of an expert-parallel group runs only with the others (its experts are a share) */
+/* a rank of a group runs only with the others (its experts or heads are a share) */
 static fm_status check_not_lone_rank(const fm_model *m, fm_error *err) {
-    if (m->ep_ranks > 1 && !m->ep_comm)
+    if ((m->ep_ranks > 1 && !m->ep_comm) || (m->tp_ranks > 1 && !m->tp_comm))
         return fm_fail(err, FM_ERR_USAGE,
-                       "the model holds the experts of rank %d of %d: it runs in its expert-parallel group "
-                       "(fm_ep_group_forward)",
-                       m->ep_rank, m->ep_ranks);
+                       "the model holds rank %d's share of a group of %d ranks: it runs in its group "
+                       "(fm_rank_group_forward)",
+                       m->ep_ranks > 1 ? m->ep_rank : m->tp_rank, m->ep_ranks > 1 ? m->ep_ranks : m->tp_ranks);
     return FM_OK;
 }
 
@@ -197,6 +198,17 @@ static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
 
+/* Tensor parallelism (m->tp_comm, host form): y [n] holds this rank's partial o projection (its heads' columns);
+ * the all-reduce sums the ranks' partials in rank order (the same bits on every rank), rounded to the activation
+ * dtype as the single-rank projection's output is. A failure is kept as expert_parallel_moe's is. */
+static void tensor_parallel_sum(fm_model *m, void *y, int64_t n) {
+    if (m->dist_status) return;
+    fm_error e = {{0}};
+    const fm_status st = fm_comm_all_reduce_sum(m->tp_comm, y, n, FM_COMM_F32, &e);
+    if (st) m->dist_status = st, m->dist_err = e;
+    else if (m->plan.act_bf16) fm_round_bf16_array((float *)y, n);
+}
+
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
@@ -207,7 +219,7 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
-    const int32_t nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    const int32_t nh = m->tp_nh, nkv = m->tp_nkv, hd = c->head_dim; /* this rank's heads (--tp), else all */
     const int64_t nqkv = T * (nh + 2 * nkv) * hd;
     const fw_buffers b = *m->bufs;
     const fm_kv_state *kv = m->kv;
@@ -235,6 +247,7 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     dump(be, "attention", l, b.att, T * nh * hd);
     tick(tm, FM_STAGE_ATTENTION);
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
+    if (m->tp_comm) tensor_parallel_sum(m, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
@@ -243,28 +256,29 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
  * token; rank r sends its share of the rows, [r P, (r + 1) P) with P = ceil(T / N), through the dispatch and combine
  * all-to-alls (dist/ep_moe.h: the same bits as one rank running every expert), then the ranks gather every share,
  * so each holds the whole layer output. Either every rank's exchanges succeed or every rank's fail (ep_moe.h): the
- * first failure is kept in ep_status, and the later layers skip the exchanges on every rank alike. */
+ * first failure is kept in dist_status, and the later layers skip the exchanges on every rank alike. */
 static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t T, const fw_buffers *b) {
-    if (m->ep_status) return;
+    if (m->dist_status) return;
     const int N = fm_comm_size(m->ep_comm), r = fm_comm_rank(m->ep_comm);
     const int64_t H = m->cfg.hidden_size, P = (T + N - 1) / N, r0 = T < r * P ? T : r * P;
     const int64_t Tr = (T < r0 + P ? T : r0 + P) - r0;
     const int32_t k = m->cfg.n_experts_per_tok;
     float *y = (float *)b->y, *share = calloc((size_t)(P * H), sizeof *share),
           *all = malloc((size_t)(N * P * H) * sizeof *all);
-    fm_status st = !share || !all ? fm_fail(&m->ep_err, FM_ERR_NOMEM, "expert parallelism: out of host memory") : FM_OK;
+    fm_status st =
+        !share || !all ? fm_fail(&m->dist_err, FM_ERR_NOMEM, "expert parallelism: out of host memory") : FM_OK;
     fm_error e = {{0}};
     /* a rank out of memory takes part with an empty share: the sizes disagree and every rank fails together */
     fm_status xst = fm_ep_moe_host(m->ep_comm, m->be, L->gate_up, L->down, m->cfg.n_experts,
                                    (const float *)b->h + r0 * H, st ? 0 : Tr, H, (const int32_t *)b->eids + r0 * k,
                                    (const float *)b->ew + r0 * k, k, st ? 0 : P, share ? share : y, NULL, &e);
-    if (!st && xst) st = xst, m->ep_err = e;
+    if (!st && xst) st = xst, m->dist_err = e;
     if (!st) {
         xst = fm_comm_all_gather(m->ep_comm, share, all, (size_t)(P * H) * sizeof *all, &e);
-        if (xst) st = xst, m->ep_err = e;
+        if (xst) st = xst, m->dist_err = e;
     }
     if (!st) memcpy(y, all, (size_t)(T * H) * sizeof *y);
-    m->ep_status = st;
+    m->dist_status = st;
     free(share), free(all);
 }
 
@@ -341,8 +355,8 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
                         fm_error *err) {
     fm_kv_state *kv = m->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache (fm_options.max_seqs = 0)");
-    if (m->ep_ranks > 1) /* the group runs prefill passes only (dist/ep_model.h) */
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "generation steps with expert parallelism are not built yet");
+    if (m->ep_ranks > 1 || m->tp_ranks > 1) /* the group runs prefill passes only (dist/rank_group.h) */
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "generation steps of a group of ranks (--ep, --tp) are not built yet");
     if (T < 1 || T > kv->max_rows || T > m->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE, "a step of %lld tokens; the model was loaded for steps of 1 to %lld",
                        (long long)T, (long long)(kv->max_rows < m->buf_tokens ? kv->max_rows : m->buf_tokens));
@@ -425,9 +439,9 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
     }
     run_device(m, T, last_only, FM_ATTN_NO_CACHE, tm);
     st = fm_forward_collect(m, T, last_only, logits, err);
-    if (!st && m->ep_status) { /* an exchange of expert parallelism failed (expert_parallel_moe) */
-        st = m->ep_status, m->ep_status = FM_OK;
-        if (err) *err = m->ep_err;
+    if (!st && m->dist_status) { /* an exchange of the group failed (expert_parallel_moe, tensor_parallel_sum) */
+        st = m->dist_status, m->dist_status = FM_OK;
+        if (err) *err = m->dist_err;
     }
     if (!st && prof) collect(tm, prof);
     free(tm);

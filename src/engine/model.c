@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dist/ep_moe.h"
+#include "dist/tp_attention.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
@@ -169,6 +170,39 @@ static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm
     return st;
 }
 
+/* --tp: the views of this rank's heads in an attention layer's q|k|v bank (each part's rows of its heads: q_proj's
+ * rows per query head, k_proj's and v_proj's per key-value head) or o bank (its heads' columns, as one one-row view
+ * per output row: a bank's parts are stacked rows). *srcs is replaced for o (one part per row: *np). */
+static fm_status tp_views(loader *ld, fm_bank_slot bank, fm_wsrc **srcs, int32_t *np) {
+    const fm_model *m = ld->m;
+    for (int32_t j = 0; j < *np; j++)
+        if (!(*srcs)[j].t || fm_wsrc_is_quantized(&(*srcs)[j]))
+            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
+                           "--tp: the attention projections are split from a checkpoint's float tensors (not "
+                           "synthetic or pre-quantized weights)");
+    if (bank == FM_BANK_QKV) {
+        for (int32_t j = 0; j < *np; j++) { /* parts q, k, v in that order (model/arch.h) */
+            fm_wsrc *v = &(*srcs)[j];
+            const int32_t heads = j == 0 ? m->cfg.n_heads : m->cfg.n_kv_heads;
+            const int32_t h0 = j == 0 ? m->tp_h0 : m->tp_kv0, nh = j == 0 ? m->tp_nh : m->tp_nkv;
+            const int64_t per = v->rows / heads;
+            v->offset += (int64_t)h0 * per * v->cols, v->rows = (int64_t)nh * per;
+        }
+        return FM_OK;
+    }
+    const fm_wsrc o = (*srcs)[0];
+    const int64_t hd = o.cols / m->cfg.n_heads;
+    fm_wsrc *rows = fm_malloc((size_t)o.rows * sizeof *rows, ld->err, "o_proj shard views");
+    if (!rows) return FM_ERR_NOMEM;
+    for (int64_t r = 0; r < o.rows; r++) {
+        rows[r] = o;
+        rows[r].offset = o.offset + r * o.cols + m->tp_h0 * hd, rows[r].rows = 1, rows[r].cols = m->tp_nh * hd;
+    }
+    free(*srcs);
+    *srcs = rows, *np = (int32_t)o.rows;
+    return FM_OK;
+}
+
 /* Every bank of layer l, as its description lists them: the parts' views (expert by expert in an expert bank)
  * fused into one bank in the format of the spec's family. */
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
@@ -187,8 +221,16 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
             const fm_wsrc *v = fm_layer_src_cviews(s, w->parts[j].slot);
             for (int32_t e = 0; e < n; e++) srcs[(size_t)e * (size_t)np + (size_t)j] = v[e];
         }
-        /* expert parallelism: this rank's experts only */
+        /* expert parallelism: this rank's experts only; tensor parallelism: its heads' rows and columns */
         const bool ep = w->family == FM_WF_EXPERTS && ld->m->ep_ranks > 1;
+        int32_t np_load = np;
+        if (ld->m->tp_ranks > 1 && (w->bank == FM_BANK_QKV || w->bank == FM_BANK_O)) {
+            fm_status tst = tp_views(ld, w->bank, &srcs, &np_load);
+            if (tst) {
+                free(srcs);
+                return tst;
+            }
+        }
         const fm_wsrc *first = ep ? srcs + (size_t)ld->m->ep_first * (size_t)np : srcs;
         const int32_t n_load = ep ? ld->m->ep_n : n;
         fm_wformat fmt = p->w_other;
@@ -200,7 +242,7 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         const bool host = ld->m->experts_host && w->family == FM_WF_EXPERTS;
         fm_status st = fm_arch_of(c)->plus_one_banks >> w->bank & 1
                            ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
-                           : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], first, n_load, np,
+                           : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], first, n_load, np_load,
                                                             w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
         free(srcs);
         if (st) return st;
@@ -347,30 +389,54 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
     return FM_OK;
 }
 
-/* --ep: the rank's share of the experts (fm_ep_expert_range), or an error naming what cannot be split. The host form
- * of the exchanges (dist/ep_moe.h) reads the cpu backend's buffers; the NCCL form the cuda backend needs is not built.
- */
-static fm_status expert_parallel_rank(fm_model *m, const fm_options *opt, fm_error *err) {
-    const int32_t N = opt->ep_ranks, E = m->cfg.n_experts;
+/* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
+ * an error naming what cannot be split. The host form of the exchanges (dist/) reads the cpu backend's buffers; the
+ * NCCL form the cuda backend needs is not built. */
+static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank, const fm_options *opt, fm_error *err) {
     if (N < 0 || N > FM_COMM_MAX_RANKS)
-        return fm_fail(err, FM_ERR_USAGE, "--ep must be 1..%d ranks, got %d", FM_COMM_MAX_RANKS, N);
-    m->ep_ranks = N > 1 ? N : 1, m->ep_rank = 0, m->ep_first = 0, m->ep_n = E;
+        return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
     if (N <= 1) return FM_OK;
-    if (opt->ep_rank < 0 || opt->ep_rank >= N)
-        return fm_fail(err, FM_ERR_USAGE, "expert-parallel rank %d of %d ranks", opt->ep_rank, N);
-    if (E < 1) return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", N);
-    if (E % N)
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", N, E, N);
+    if (rank < 0 || rank >= N) return fm_fail(err, FM_ERR_USAGE, "%s: rank %d of %d ranks", opt_name, rank, N);
     if (strcmp(opt->backend, "cpu"))
-        return fm_fail(
-            err, FM_ERR_UNSUPPORTED,
-            "--ep %d on the %s backend: expert parallelism runs on the cpu backend (ranks exchanging through "
-            "host memory); the GPU form over NCCL is not built yet",
-            N, opt->backend);
-    if (opt->experts_in == FM_EXPERTS_HOST)
-        return fm_fail(err, FM_ERR_USAGE, "--ep with --experts-in host: each rank keeps its experts in its memory");
-    m->ep_rank = opt->ep_rank;
-    fm_ep_expert_range(E, N, opt->ep_rank, &m->ep_first, &m->ep_n);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s %d on the %s backend: the ranks run on the cpu backend (exchanging through host memory); "
+                       "the GPU form over NCCL is not built yet",
+                       opt_name, N, opt->backend);
+    return FM_OK;
+}
+
+static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *err) {
+    const fm_config *c = &m->cfg;
+    const int32_t E = c->n_experts, NE = opt->ep_ranks, NT = opt->tp_ranks;
+    m->ep_ranks = 1, m->ep_rank = 0, m->ep_first = 0, m->ep_n = E;
+    m->tp_ranks = 1, m->tp_rank = 0, m->tp_h0 = 0, m->tp_nh = c->n_heads, m->tp_kv0 = 0, m->tp_nkv = c->n_kv_heads;
+    fm_status st = check_group_size("--ep", NE, opt->ep_rank, opt, err);
+    if (!st) st = check_group_size("--tp", NT, opt->tp_rank, opt, err);
+    if (st) return st;
+    if (NE > 1 && NT > 1 && (NE != NT || opt->ep_rank != opt->tp_rank))
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
+                       NE, NT);
+    if (NE > 1) {
+        if (E < 1) return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", NE);
+        if (E % NE)
+            return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", NE,
+                           E, NE);
+        if (opt->experts_in == FM_EXPERTS_HOST)
+            return fm_fail(err, FM_ERR_USAGE, "--ep with --experts-in host: each rank keeps its experts in its memory");
+        m->ep_ranks = NE, m->ep_rank = opt->ep_rank;
+        fm_ep_expert_range(E, NE, opt->ep_rank, &m->ep_first, &m->ep_n);
+    }
+    if (NT > 1) {
+        if (!fm_tp_head_range(c->n_heads, c->n_kv_heads, NT, opt->tp_rank, &m->tp_h0, &m->tp_nh, &m->tp_kv0,
+                              &m->tp_nkv))
+            return fm_fail(err, FM_ERR_USAGE,
+                           "--tp %d: the model's %d key-value heads (%d query heads) do not split evenly over %d ranks",
+                           NT, c->n_kv_heads, c->n_heads, NT);
+        if (c->quant.method != FM_QUANT_NONE)
+            return fm_fail(err, FM_ERR_UNSUPPORTED,
+                           "--tp with a pre-quantized checkpoint: its attention projections are not split yet");
+        m->tp_ranks = NT, m->tp_rank = opt->tp_rank;
+    }
     return FM_OK;
 }
 
@@ -381,7 +447,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_status cst = fm_model_check_ctx(m, opt->max_tokens, err); /* before a memory plan for a prompt we refuse */
     if (cst) return cst;
     m->n_layers = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
-    if ((cst = expert_parallel_rank(m, opt, err))) return cst;
+    if ((cst = parallel_ranks(m, opt, err))) return cst;
     m->n_params = src->n_params;
     m->cfg.quant.native_layout = src->cfg.quant.native_layout; /* found by the binder, for the memory plan */
     for (int l = 0; l < m->cfg.n_layers; l++)

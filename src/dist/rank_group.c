@@ -1,42 +1,48 @@
-/* Expert parallelism over a whole model, host form (ep_model.h). */
+/* A group of ranks over a whole model, host form (rank_group.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/ep_model.h"
+#include "dist/rank_group.h"
 #include "util/status.h"
 
-fm_status fm_ep_group_load(const char *dir, const fm_options *opt, int n_ranks, fm_ep_group **out, fm_error *err) {
+fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err) {
     *out = NULL;
+    const int ne = opt->ep_ranks, nt = opt->tp_ranks, n_ranks = ne > nt ? ne : nt;
     if (n_ranks < 2 || n_ranks > FM_COMM_MAX_RANKS)
-        return fm_fail(err, FM_ERR_USAGE, "--ep must be 2..%d ranks for a group, got %d", FM_COMM_MAX_RANKS, n_ranks);
-    fm_ep_group *g = fm_calloc(1, sizeof *g, err, "expert-parallel group");
+        return fm_fail(err, FM_ERR_USAGE, "--ep / --tp must be 2..%d ranks for a group, got %d", FM_COMM_MAX_RANKS,
+                       n_ranks);
+    if (ne > 1 && nt > 1 && ne != nt)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
+                       ne, nt);
+    fm_rank_group *g = fm_calloc(1, sizeof *g, err, "expert-parallel group");
     if (!g) return FM_ERR_NOMEM;
     g->n_ranks = n_ranks;
     fm_status st = fm_world_create_sim(n_ranks, &g->world, err);
     for (int r = 0; !st && r < n_ranks; r++) {
         fm_options o = *opt;
-        o.ep_ranks = n_ranks, o.ep_rank = r;
+        o.ep_rank = r, o.tp_rank = r;
         st = fm_model_load(dir, &o, &g->models[r], err);
         if (st && err && r > 0) { /* the first rank's message is the model's; a later one's names that rank */
             char pre[48];
-            const size_t n = (size_t)snprintf(pre, sizeof pre, "expert-parallel rank %d: ", r), cap = sizeof err->msg;
+            const size_t n = (size_t)snprintf(pre, sizeof pre, "rank %d of the group: ", r), cap = sizeof err->msg;
             memmove(err->msg + n, err->msg, cap - n - 1);
             memcpy(err->msg, pre, n);
             err->msg[cap - 1] = '\0';
         }
-        if (!st) g->models[r]->ep_comm = fm_world_comm(g->world, r);
+        if (!st && ne > 1) g->models[r]->ep_comm = fm_world_comm(g->world, r);
+        if (!st && nt > 1) g->models[r]->tp_comm = fm_world_comm(g->world, r);
     }
     if (st) {
-        fm_ep_group_free(g);
+        fm_rank_group_free(g);
         return st;
     }
     *out = g;
     return FM_OK;
 }
 
-void fm_ep_group_free(fm_ep_group *g) {
+void fm_rank_group_free(fm_rank_group *g) {
     if (!g) return;
     for (int r = 0; r < g->n_ranks; r++) fm_model_free(g->models[r]);
     fm_world_free(g->world);
@@ -59,8 +65,8 @@ static void *run_rank(void *arg) {
     return NULL;
 }
 
-fm_status fm_ep_group_forward(fm_ep_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
-                              fm_error *err) {
+fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
+                                fm_error *err) {
     const int N = g->n_ranks;
     fm_status cst = fm_model_check_ctx(g->models[0], T, err);
     if (cst) return cst;
@@ -95,7 +101,7 @@ fm_status fm_ep_group_forward(fm_ep_group *g, const int32_t *ids, int64_t T, boo
     return st;
 }
 
-size_t fm_ep_group_expert_bytes(const fm_ep_group *g, int rank) {
+size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank) {
     const fm_model *m = g->models[rank];
     size_t bytes = 0;
     for (int l = 0; l < m->n_layers; l++)

@@ -1,0 +1,38 @@
+/* A group of ranks in one process over a whole model, host form (the cpu backend): N ranks, each a model of the same
+ * checkpoint holding its share, joined by a simulated world (comm.h); a thread per rank. The shares:
+ *   --ep N  expert parallelism: every dense weight and 1/N of the routed experts (fm_ep_expert_range); the MoE
+ *           layers exchange their rows (engine/forward.c, dist/ep_moe.h): the logits of one model holding every
+ *           expert, bit for bit;
+ *   --tp N  tensor parallelism of the attention layers: the rank's query and key-value heads (fm_tp_head_range), o's
+ *           columns of them, one all-reduce per layer (dist/tp_attention.h): the logits of one model up to the
+ *           order in which o's partial sums add;
+ *   both    the same N ranks (one per device), attention split by heads, experts by expert.
+ * A forward pass runs on every rank at once over the same prompt; every rank ends with the same logits
+ * (tests/test_rank_group.c). The GPU form is the same plan over NCCL, one GPU per rank. */
+#ifndef FM_DIST_RANK_GROUP_H
+#define FM_DIST_RANK_GROUP_H
+
+#include "dist/comm.h"
+#include "engine/engine.h"
+
+typedef struct fm_rank_group {
+    int n_ranks;
+    fm_world *world;
+    fm_model *models[FM_COMM_MAX_RANKS]; /* rank r's model */
+} fm_rank_group;
+
+/* Loads dir once per rank with opt, whose ep_ranks and tp_ranks (either > 1; equal when both are) size the group
+ * (ep_rank and tp_rank are set per rank here), and joins the ranks. Errors name the rank when a later rank's load
+ * fails. */
+fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err);
+void fm_rank_group_free(fm_rank_group *g);
+
+/* fm_forward on every rank together (the prompt on every rank); logits as fm_forward's, from rank 0 (every rank holds
+ * the same). */
+fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
+                                fm_error *err);
+
+/* The routed-expert bytes rank r holds (the dense weights are every rank's, but for --tp's attention heads). */
+size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank);
+
+#endif
