@@ -2,8 +2,9 @@
  * its share, a thread each, exchanging through the simulated communicator:
  *   --ep 2 and 4: the golden checkpoints give the logits of one model holding every expert, bit for bit, for every
  *     position of a prompt that does not split evenly over the ranks and of one shorter than the ranks; the oracle and
- *     the fp8 preset, on Qwen3-MoE, Mixtral and Qwen3-Next (whose shared expert stays on every rank); the ranks'
- *     expert bytes add up to the single model's;
+ *     the fp8 preset, on Qwen3-MoE, Mixtral and Qwen3-Next (whose shared expert stays on every rank), and the fp4
+ *     preset (MXFP4 dispatch) over 8 ranks of the bundled model; the ranks' expert bytes add up to the single model's;
+ *     NVFP4 dispatch, whose per-tensor scale a rank would take over its own rows, is refused;
  *   --tp 2 (alone and with --ep 2): the oracle within rounding of one model; the quantized presets as close to the
  *     oracle as one model;
  *   splits the model does not allow are refused with the numbers; `fp8moe logits --ep 2` writes the same file as
@@ -83,6 +84,7 @@ static void group_case(const char *dir, fm_preset p, int n_ranks) {
 
 static void whole_models_match_one_rank(void **s) {
     (void)s;
+    group_case("models/tiny-code-moe", FM_PRESET_FP4, 8); /* MXFP4 dispatch: its scales are per 32 of a row */
     const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/mixtral-f32-sharded",
                           "tests/models/qwen3-next-f32", "tests/models/qwen3-moe-tied-f32"};
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_FP8};
@@ -179,6 +181,9 @@ static void splits_the_model_cannot_take_are_refused(void **s) {
     expect_refused(&o, 1, FM_ERR_USAGE, "--ep / --tp must be 2..64 ranks for a group, got 1");
     o.experts_in = FM_EXPERTS_HOST;
     expect_refused(&o, 2, FM_ERR_USAGE, "--ep with --experts-in host");
+    o = options(FM_PRESET_FP8);
+    o.dispatch = FM_DISPATCH_NVFP4;
+    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "--ep with --dispatch nvfp4");
     o = options(FM_PRESET_FP8);
     o.backend = "cuda";
     expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "the GPU form over NCCL is not built yet");
