@@ -7,8 +7,10 @@
  *     NVFP4 dispatch, whose per-tensor scale a rank would take over its own rows, is refused;
  *   --tp 2 (alone and with --ep 2): the oracle within rounding of one model; the quantized presets as close to the
  *     oracle as one model;
+ *   generation (prefill chunks, then decode steps over the paged KV cache): --ep the same tokens and logprobs as one
+ *   model, bit for bit; --tp the same tokens, logprobs within 1e-4;
  *   splits the model does not allow are refused with the numbers; `fp8moe logits --ep 2` writes the same file as
- *   without it, and `inspect --ep 4` prints the partition. */
+ *   without it, `generate --ep 2` the same ids, and `inspect --ep 4` prints the partition. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,6 +165,71 @@ static void tensor_parallel_attention_matches_one_rank(void **s) {
         }
 }
 
+/* 3 prompts, 12 new tokens each: greedy, sampled at temperature 0.8, and top-k 5 */
+static void generate3(fm_model *m, fm_rank_group *g, fm_gen_output *out) {
+    const int32_t V = fm_model_vocab_size(g ? g->models[0] : m);
+    int32_t buf[3][9];
+    const int32_t *prompts[3];
+    const int64_t lens[3] = {9, 5, 7};
+    fm_gen_params gp[3];
+    for (int i = 0; i < 3; i++) {
+        for (int t = 0; t < 9; t++) buf[i][t] = (t * 17 + i * 29 + 1) % V;
+        prompts[i] = buf[i];
+        fm_gen_params_init(&gp[i]);
+        gp[i].max_tokens = 12, gp[i].ignore_eos = true, gp[i].seed = 7 + (uint64_t)i;
+        gp[i].temperature = i == 0 ? 0.0f : 0.8f, gp[i].top_k = i == 2 ? 5 : 0;
+    }
+    fm_error err = {{0}};
+    const fm_status st = g ? fm_rank_group_generate(g, prompts, lens, gp, 3, 4, NULL, NULL, out, NULL, &err)
+                           : fm_model_generate(m, prompts, lens, gp, 3, 4, NULL, NULL, out, NULL, &err);
+    if (st) fail_msg("generate: %s", err.msg);
+}
+
+/* Generation through a group (prefill chunks of 4 tokens, then decode steps of the three sequences together): with
+   --ep the same tokens and logprobs as one model, bit for bit; with --tp (the oracle) the same tokens, logprobs
+   within 1e-4. */
+static void generation_matches_one_rank(void **s) {
+    (void)s;
+    const struct {
+        const char *dir;
+        fm_preset p;
+        int ep, tp;
+    } cases[] = {
+        {"tests/models/qwen3-moe-f32", FM_PRESET_REF, 2, 0},  {"tests/models/qwen3-moe-f32", FM_PRESET_FP8, 4, 0},
+        {"tests/models/qwen3-next-f32", FM_PRESET_FP8, 2, 0}, {"tests/models/mixtral-f32-sharded", FM_PRESET_REF, 2, 2},
+        {"tests/models/qwen3-moe-f32", FM_PRESET_REF, 0, 2},  {"tests/models/qwen3-next-f32", FM_PRESET_REF, 2, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        fm_options o = options(cases[c].p);
+        o.max_seqs = 4, o.ctx = 64, o.max_tokens = 32;
+        fm_error err = {{0}};
+        fm_model *one = NULL;
+        fm_rank_group *g = NULL;
+        if (fm_model_load(cases[c].dir, &o, &one, &err)) fail_msg("load: %s", err.msg);
+        o.ep_ranks = cases[c].ep, o.tp_ranks = cases[c].tp;
+        if (fm_rank_group_load(cases[c].dir, &o, &g, &err)) fail_msg("group: %s", err.msg);
+        fm_gen_output a[3], b[3];
+        generate3(one, NULL, a);
+        generate3(NULL, g, b);
+        double worst = 0;
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(a[i].n, 12);
+            assert_int_equal(b[i].n, 12);
+            assert_memory_equal(a[i].ids, b[i].ids, 12 * sizeof(int32_t));
+            for (int t = 0; t < 12; t++) {
+                const double d = fabs((double)a[i].logprobs[t] - b[i].logprobs[t]);
+                if (d > worst) worst = d;
+            }
+            if (cases[c].tp <= 1) assert_memory_equal(a[i].logprobs, b[i].logprobs, 12 * sizeof(float));
+            free(a[i].ids), free(a[i].logprobs), free(b[i].ids), free(b[i].logprobs);
+        }
+        if (worst > 1e-4) fail_msg("%s --tp %d: logprobs differ by %g", cases[c].dir, cases[c].tp, worst);
+        printf("  %-32s %-4s --ep %d --tp %d: 3 x 12 tokens as one model, logprobs within %.3g\n", cases[c].dir,
+               fm_preset_name(cases[c].p), cases[c].ep, cases[c].tp, worst);
+        fm_rank_group_free(g);
+        fm_model_free(one);
+    }
+}
+
 static void expect_refused(const fm_options *opt, int n_ranks, fm_status want, const char *needle) {
     fm_error err = {{0}};
     fm_rank_group *g = NULL;
@@ -256,6 +323,15 @@ static void cli_commands(void **s) {
     a = malloc(n * sizeof *a), b = malloc(n * sizeof *b);
     read_all(one, a, n), read_all(two, b, n);
     free(a), free(b);
+    /* generate --ep 2: the same new ids */
+    char g1[300], g2[300];
+    snprintf(g1, sizeof g1, "%s/gen1.i32", cli_tmp), snprintf(g2, sizeof g2, "%s/gen2.i32", cli_tmp);
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 10 --ignore-eos --out %s", model, ids, g1), 0);
+    assert_int_equal(fp8moe("generate %s --ids %s --max-tokens 10 --ignore-eos --out %s --ep 2", model, ids, g2), 0);
+    int32_t x[16], y[16];
+    assert_int_equal(cli_read_ids(g1, x, 16), 10);
+    assert_int_equal(cli_read_ids(g2, y, 16), 10);
+    assert_memory_equal(x, y, sizeof(int32_t) * 10);
     assert_int_equal(fp8moe("inspect %s --tokens 64 --ep 3", model), 2);
     assert_non_null(strstr(cli_err, "8 experts do not split evenly over 3 ranks"));
 }
@@ -264,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(whole_models_match_one_rank),
         cmocka_unit_test(tensor_parallel_attention_matches_one_rank),
+        cmocka_unit_test(generation_matches_one_rank),
         cmocka_unit_test(splits_the_model_cannot_take_are_refused),
         cmocka_unit_test(cli_commands),
     };

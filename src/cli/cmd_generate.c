@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/gen_text.h"
+#include "dist/rank_group.h"
 #include "io/config.h"
 #include "io/ids.h"
 #include "util/file.h"
@@ -69,6 +70,9 @@ static const char *HELP =
     "  --max-seqs B             sequences decoded together (default: the number of prompts, 64 at most); the\n"
     "                           other prompts wait for a free slot\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at most)\n"
+    "  --ep N, --tp N           split the model over N ranks in this process: the routed experts (--ep), the\n"
+    "                           attention heads (--tp), or both on the same ranks (cpu backend; README, \"Expert\n"
+    "                           and tensor parallelism\")\n"
     "  --ctx N                  tokens per sequence in the KV cache (for generate the default is the longest\n"
     "                           prompt + --max-tokens; more than the model's max_position_embeddings only when\n"
     "                           --ctx says so)\n"
@@ -100,7 +104,9 @@ enum {
     OPT_CHAT,
     OPT_SYSTEM,
     OPT_NO_THINK,
-    OPT_CHAT_TEMPLATE
+    OPT_CHAT_TEMPLATE,
+    OPT_EP,
+    OPT_TP
 };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
                                             {"batch-file", required_argument, 0, OPT_BATCH},
@@ -126,11 +132,14 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"system", required_argument, 0, OPT_SYSTEM},
                                             {"no-think", no_argument, 0, OPT_NO_THINK},
                                             {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+                                            {"ep", required_argument, 0, OPT_EP},
+                                            {"tp", required_argument, 0, OPT_TP},
                                             {0, 0, 0, 0}};
 
 typedef struct gen_args {
     const char *ids_path, *batch_path, *out_path, *json_path;
     long max_tokens, max_seqs, prefill_chunk; /* 0: not given */
+    long ep, tp;                              /* --ep, --tp: ranks of a group (0: none) */
     fm_gen_params gp;                         /* the sampling options; seed, stops set per prompt */
     int32_t stop_ids[MAX_STOP_IDS];
     int32_t n_stop_ids;
@@ -239,6 +248,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_SYSTEM: a->text.system = arg; return true;
     case OPT_NO_THINK: a->text.no_think = true; return true;
     case OPT_CHAT_TEMPLATE: a->text.template_name = arg; return true;
+    case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
+    case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_COMM_MAX_RANKS, &a->tp);
     }
     return true;
 }
@@ -525,7 +536,11 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     int64_t *lens = calloc((size_t)n, sizeof *lens);
     const int32_t *seq_ptrs[MAX_STOP_SEQS];
     fm_status st = params && out && ids && lens ? FM_OK : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
-    if (!st) st = fm_model_load(mo->model_dir, &mo->opt, &m, &err);
+    fm_rank_group *group = NULL;
+    mo->opt.ep_ranks = (int32_t)a->ep, mo->opt.tp_ranks = (int32_t)a->tp;
+    if (!st && (a->ep > 1 || a->tp > 1)) st = fm_rank_group_load(mo->model_dir, &mo->opt, &group, &err);
+    if (!st && group) m = group->models[0];
+    if (!st && !group) st = fm_model_load(mo->model_dir, &mo->opt, &m, &err);
     const int32_t V = m ? fm_model_vocab_size(m) : 0;
     for (int32_t i = 0; !st && i < n; i++)
         st = fm_ids_check_vocab(prompts[i].path, prompts[i].ids, prompts[i].n, V, &err);
@@ -551,7 +566,9 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
         }
         fm_token_fn on_token = a->gt ? gen_text_on_token : a->stream ? stream_token : NULL;
         void *user = a->gt ? (void *)a->gt : &streamed;
-        st = fm_model_generate(m, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out, &stats, &err);
+        st = group ? fm_rank_group_generate(group, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out,
+                                            &stats, &err)
+                   : fm_model_generate(m, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out, &stats, &err);
         if (a->gt) gen_text_finish(a->gt);
         else if (a->stream && streamed) printf("\n");
     }
@@ -573,7 +590,8 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     }
     for (int32_t i = 0; out && i < n; i++) free(out[i].ids), free(out[i].logprobs);
     free(params), free(out), free(ids), free(lens);
-    fm_model_free(m);
+    if (group) fm_rank_group_free(group);
+    else fm_model_free(m);
     if (st) return cli_fail(cmd, st, &err);
     return rc >= 0 ? rc : CLI_OK;
 }

@@ -101,6 +101,66 @@ fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T,
     return st;
 }
 
+typedef struct rank_gen {
+    fm_model *m;
+    const int32_t *const *prompts;
+    const int64_t *n_prompt;
+    const fm_gen_params *params;
+    int32_t n;
+    int64_t prefill_chunk;
+    fm_token_fn on_token;
+    void *user;
+    fm_gen_output *out;
+    fm_gen_stats *stats;
+    fm_status st;
+    fm_error err;
+} rank_gen;
+
+static void *run_rank_gen(void *arg) {
+    rank_gen *p = arg;
+    p->st = fm_model_generate(p->m, p->prompts, p->n_prompt, p->params, p->n, p->prefill_chunk, p->on_token, p->user,
+                              p->out, p->stats, &p->err);
+    return NULL;
+}
+
+fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts, const int64_t *n_prompt,
+                                 const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                                 void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err) {
+    const int N = g->n_ranks;
+    rank_gen job[FM_COMM_MAX_RANKS];
+    pthread_t th[FM_COMM_MAX_RANKS];
+    fm_gen_output *others = calloc((size_t)(N - 1) * (size_t)(n > 0 ? n : 1), sizeof *others);
+    if (!others) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for the ranks' outputs");
+    for (int r = 0; r < N; r++)
+        job[r] = (rank_gen){g->models[r],
+                            prompts,
+                            n_prompt,
+                            params,
+                            n,
+                            prefill_chunk,
+                            r ? NULL : on_token,
+                            r ? NULL : user,
+                            r ? others + (size_t)(r - 1) * (size_t)n : out,
+                            r ? NULL : stats,
+                            FM_OK,
+                            {{0}}};
+    for (int r = 0; r < N; r++)
+        if (pthread_create(&th[r], NULL, run_rank_gen, &job[r])) {
+            fprintf(stderr, "fp8moe: group of ranks: cannot start the thread of rank %d\n", r);
+            abort(); /* the ranks already started wait in their first exchange for this one */
+        }
+    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    fm_status st = FM_OK;
+    for (int r = 0; !st && r < N; r++)
+        if (job[r].st) {
+            st = job[r].st;
+            if (err) *err = job[r].err;
+        }
+    for (size_t i = 0; i < (size_t)(N - 1) * (size_t)n; i++) free(others[i].ids), free(others[i].logprobs);
+    free(others);
+    return st;
+}
+
 size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank) {
     const fm_model *m = g->models[rank];
     size_t bytes = 0;

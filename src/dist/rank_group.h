@@ -7,8 +7,8 @@
  *           columns of them, one all-reduce per layer (dist/tp_attention.h): the logits of one model up to the
  *           order in which o's partial sums add;
  *   both    the same N ranks (one per device), attention split by heads, experts by expert.
- * A forward pass runs on every rank at once over the same prompt; every rank ends with the same logits
- * (tests/test_rank_group.c). The GPU form is the same plan over NCCL, one GPU per rank. */
+ * A forward pass or a generation runs on every rank at once over the same prompts; every rank ends with the same
+ * logits (tests/test_rank_group.c). The GPU form is the same plan over NCCL, one GPU per rank. */
 #ifndef FM_DIST_RANK_GROUP_H
 #define FM_DIST_RANK_GROUP_H
 
@@ -31,6 +31,13 @@ void fm_rank_group_free(fm_rank_group *g);
  * the same). */
 fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
                                 fm_error *err);
+
+/* fm_model_generate on every rank together (load the group with max_seqs > 0): every rank runs the same scheduler
+ * over the same logits (bit-identical across the ranks: the exchanges give every rank the same bits) and samples the
+ * same tokens, so their steps line up; on_token and out are rank 0's. */
+fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts, const int64_t *n_prompt,
+                                 const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                                 void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
 
 /* The routed-expert bytes rank r holds (the dense weights are every rank's, but for --tp's attention heads). */
 size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank);

@@ -150,6 +150,9 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
 void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
 void fm_step_sample_device(fm_model *m, int32_t B);
 fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err);
+/* A group's rank (--ep, --tp): the first failed exchange of the passes since the last call (then cleared), else
+ * FM_OK. fm_forward, fm_step_logits and fm_decode_run return it. */
+fm_status fm_dist_status_take(fm_model *m, fm_error *err);
 /* The same device work with the forward pass's stage marks (not capturable): per-stage times of one step. */
 fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err);
 

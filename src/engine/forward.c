@@ -355,8 +355,8 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
                         fm_error *err) {
     fm_kv_state *kv = m->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache (fm_options.max_seqs = 0)");
-    if (m->ep_ranks > 1 || m->tp_ranks > 1) /* the group runs prefill passes only (dist/rank_group.h) */
-        return fm_fail(err, FM_ERR_UNSUPPORTED, "generation steps of a group of ranks (--ep, --tp) are not built yet");
+    fm_status lone = check_not_lone_rank(m, err);
+    if (lone) return lone;
     if (T < 1 || T > kv->max_rows || T > m->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE, "a step of %lld tokens; the model was loaded for steps of 1 to %lld",
                        (long long)T, (long long)(kv->max_rows < m->buf_tokens ? kv->max_rows : m->buf_tokens));
@@ -412,9 +412,19 @@ void fm_step_sample_device(fm_model *m, int32_t B) {
                        kv->seen, kv->z, kv->ids_out, kv->info_out);
 }
 
+fm_status fm_dist_status_take(fm_model *m, fm_error *err) {
+    const fm_status st = m->dist_status;
+    if (st) {
+        m->dist_status = FM_OK;
+        if (err) *err = m->dist_err;
+    }
+    return st;
+}
+
 fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err) {
     fm_backend *be = m->be;
     fm_status st = be->ops->sync(be, err);
+    if (!st) st = fm_dist_status_take(m, err);
     if (!st) be->ops->download_f32(be, m->bufs->logits, rows * m->cfg.vocab_size, logits);
     return st;
 }
@@ -439,10 +449,7 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
     }
     run_device(m, T, last_only, FM_ATTN_NO_CACHE, tm);
     st = fm_forward_collect(m, T, last_only, logits, err);
-    if (!st && m->dist_status) { /* an exchange of the group failed (expert_parallel_moe, tensor_parallel_sum) */
-        st = m->dist_status, m->dist_status = FM_OK;
-        if (err) *err = m->dist_err;
-    }
+    if (!st) st = fm_dist_status_take(m, err);
     if (!st && prof) collect(tm, prof);
     free(tm);
     return st;

@@ -105,7 +105,8 @@ fm_status fm_decode_run(fm_model *m, int32_t n, const int32_t *ids, const int32_
     if (st) return st;
     m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n * sizeof *out_ids, out_ids);
     m->be->ops->download_raw(m->be, kv->info_out, (size_t)n * sizeof *info, info);
-    return m->be->ops->sync(m->be, err);
+    st = m->be->ops->sync(m->be, err);
+    return st ? st : fm_dist_status_take(m, err);
 }
 
 fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
