@@ -229,30 +229,35 @@ static void fp4_expansion_follows_the_kernel(void **s) {
     assert_false(fm_routes_w4a8_fp4_producer(&r, FM_W4A8_BN));
 }
 
-/* The experts' grouped GEMVs up to 8 routed pairs by default (moe.gemv: a count or off), only with 16-row tiles; the
+/* The experts' grouped GEMVs up to 8 routed pairs, or one token's top-k when more, by default (moe.gemv: a count or
+   off), only with 16-row tiles; the
    fused router at T = 1 by default, up to 8 tokens when on */
 static void decode_kernels_at_their_thresholds(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
     fm_routes_default(&r, 9);
-    assert_true(fm_routes_moe_gemv(&r, 8, 128));   /* Qwen3, one token */
-    assert_false(fm_routes_moe_gemv(&r, 16, 128)); /* two */
-    assert_false(fm_routes_moe_gemv(&r, 0, 128));
+    assert_true(fm_routes_moe_gemv(&r, 8, 128, 8));   /* Qwen3, one token */
+    assert_false(fm_routes_moe_gemv(&r, 16, 128, 8)); /* two */
+    assert_false(fm_routes_moe_gemv(&r, 0, 128, 8));
+    assert_true(fm_routes_moe_gemv(&r, 10, 512, 10));  /* Qwen3-Next, one token of top-10 */
+    assert_false(fm_routes_moe_gemv(&r, 20, 512, 10)); /* two */
+    assert_true(fm_routes_moe_gemv(&r, 8, 8, 2));      /* Mixtral: four tokens of top-2 */
+    assert_false(fm_routes_moe_gemv(&r, 10, 8, 2));
     assert_true(fm_routes_router_fused(&r, 1));
     assert_false(fm_routes_router_fused(&r, 2));
     assert_int_equal(fm_routes_apply(&r, "moe.gemv=64,router.fused=on", &err), FM_OK);
-    assert_true(fm_routes_moe_gemv(&r, 64, 128));
-    assert_false(fm_routes_moe_gemv(&r, 65, 128));
+    assert_true(fm_routes_moe_gemv(&r, 64, 128, 8));
+    assert_false(fm_routes_moe_gemv(&r, 65, 128, 8));
     assert_true(fm_routes_router_fused(&r, 8));
     assert_true(fm_routes_router_fused(&r, 2));
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64", &err), FM_OK); /* tiles the GEMVs cannot take */
-    assert_false(fm_routes_moe_gemv(&r, 8, 128));
+    assert_false(fm_routes_moe_gemv(&r, 8, 128, 8));
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=auto,moe.gemv=off,router.fused=off", &err), FM_OK);
-    assert_false(fm_routes_moe_gemv(&r, 1, 128));
+    assert_false(fm_routes_moe_gemv(&r, 1, 128, 8));
     assert_false(fm_routes_router_fused(&r, 1));
     assert_int_equal(fm_routes_apply(&r, "moe.gemv=auto,router.fused=auto", &err), FM_OK);
-    assert_true(fm_routes_moe_gemv(&r, 8, 128) && fm_routes_router_fused(&r, 1));
+    assert_true(fm_routes_moe_gemv(&r, 8, 128, 8) && fm_routes_router_fused(&r, 1));
 }
 
 /* The W4A8 MoE workspace holds the tile list of the tile rows the route picks: at T = 2048 (P = 16384 pairs over 128

@@ -155,9 +155,11 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
     return P < 32 * E ? FM_W4A8_BN_SMALL : FM_W4A8_BN;
 }
 
-bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E) {
+bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) {
     if (r->moe_gemv < 0) return false;
-    const uint64_t max = r->moe_gemv ? (uint64_t)r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT;
+    /* auto: up to 8 pairs, and always one token's k (Qwen3-Next's top-10 decode step: RESULTS 2.12) */
+    const uint64_t dflt = k > FM_MOE_GEMV_PAIRS_DEFAULT && k <= FM_MOE_GEMV_MAX_PAIRS ? k : FM_MOE_GEMV_PAIRS_DEFAULT;
+    const uint64_t max = r->moe_gemv ? (uint64_t)r->moe_gemv : dflt;
     return P >= 1 && P <= max && fm_routes_w4a8_tile_rows(r, P, E) == FM_W4A8_BN_SMALL;
 }
 
@@ -237,7 +239,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     snprintf(now[2], sizeof now[2], "%s", fm_routes_gemv(r) ? "on" : "off");
     snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
     if (r->moe_gemv < 0) snprintf(now[4], sizeof now[4], "off");
-    else snprintf(now[4], sizeof now[4], "P <= %d", r->moe_gemv ? r->moe_gemv : FM_MOE_GEMV_PAIRS_DEFAULT);
+    else if (r->moe_gemv) snprintf(now[4], sizeof now[4], "P <= %d", r->moe_gemv);
+    else snprintf(now[4], sizeof now[4], "P <= max(%d, top-k)", FM_MOE_GEMV_PAIRS_DEFAULT);
     snprintf(now[5], sizeof now[5], "%s",
              fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
     snprintf(now[6], sizeof now[6], "%s",
@@ -261,7 +264,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          r->moe_gemv < 0 ? "off"
          : r->moe_gemv   ? moe
                          : "auto",
-         "auto|off|1..64", "8",
+         "auto|off|1..64", "8, or top-k",
          "the experts as grouped W4A8 GEMVs up to this many routed pairs (16-row tiles), the grouped GEMM above",
          now[4]},
         {"router.fused", switch_name(r->router_fused), "auto|on|off", "T = 1",

@@ -20,7 +20,8 @@
  *   dense.gemv       auto | on | off      the mma.sync FP8 GEMVs of the dense projections at decode sizes
  *   w8a8.gemv_max_m  auto | 1..16         the W8A8 GEMV up to this many rows, cuBLASLt FP8 above
  *   moe.gemv         auto | off | 1..64   the grouped W4A8 GEMV for the experts of steps of at most this many routed
- *                                         pairs (decode), the grouped GEMM above
+ *                                         pairs (decode), the grouped GEMM above (auto: 8, or one token's top-k
+ *                                         when more)
  *   router.fused     auto | on | off      the router GEMV and top-k in one launch (auto: T = 1; on: T <= 8)
  *   pdl              auto | on | off      programmatic dependent launch of the decode kernels (sm_90)
  *   decode.graphs    auto | on | off      each decode step (its batch bucket 1, 2, 4, ... 128) captured once as a CUDA
@@ -150,7 +151,7 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
  * "seventh session"): a step 0.31 ms faster at P = 8 (B = 1), equal at P = 16, 0.56 / 0.95 ms slower at P = 32 / 64
  * (one CTA per 64 rows of one tile: the per-CTA costs grow with the tile count): default P <= 8. Needs 16-row
  * tiles. */
-bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E);
+bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k);
 /* The router's GEMV and top-k run as one kernel (router.cu, bf16) rather than a cuBLAS GEMM and the route kernel for
  * T tokens: `on` up to FM_ROUTER_FUSED_MAX_T, auto at T = 1 only. Measured (bench decode, fp8 + w8a8, Qwen3 shape,
  * H200): 0.02 ms per step faster at B = 1, 0.09 / 0.29 / 0.6 ms slower at B = 2 / 4 / 8 (each lane reads the

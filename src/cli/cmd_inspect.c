@@ -140,7 +140,7 @@ static fm_status print_routes(const route_shapes *s, const char *overrides, fm_e
         for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
             const uint64_t P = (uint64_t)tokens[t] * (uint64_t)s->top_k;
             char kernel[96];
-            if (fm_routes_moe_gemv(&r, P, (uint64_t)s->n_experts))
+            if (fm_routes_moe_gemv(&r, P, (uint64_t)s->n_experts, (uint64_t)s->top_k))
                 snprintf(kernel, sizeof kernel, "grouped W4A8 GEMVs mma.sync, 16-row tiles");
             else
                 snprintf(kernel, sizeof kernel, "grouped W4A8 GEMM %s, %u-row tiles",

@@ -48,7 +48,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
     __nv_bfloat16 *y = (__nv_bfloat16 *)(ws + L.y);
 
-    if (fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E)) {
+    if (fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) {
         /* decode: the dispatch in one block, then each tile's expert streams through a GEMV; h in bf16, quantized as
            the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups) */
         fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
