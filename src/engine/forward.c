@@ -256,7 +256,9 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
  * token; rank r sends its share of the rows, [r P, (r + 1) P) with P = ceil(T / N), through the dispatch and combine
  * all-to-alls (dist/ep_moe.h: the same bits as one rank running every expert), then the ranks gather every share,
  * so each holds the whole layer output. Either every rank's exchanges succeed or every rank's fail (ep_moe.h): the
- * first failure is kept in dist_status, and the later layers skip the exchanges on every rank alike. */
+ * first failure is kept in dist_status, and the later layers skip the exchanges on every rank alike. The host form
+ * allocates its exchange buffers per layer (the one exception to "a forward pass allocates nothing"); the GPU form's
+ * blocks are fixed-size and belong in the memory plan. */
 static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t T, const fw_buffers *b) {
     if (m->dist_status) return;
     const int N = fm_comm_size(m->ep_comm), r = fm_comm_rank(m->ep_comm);
