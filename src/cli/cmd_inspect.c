@@ -358,8 +358,9 @@ static void plan_row(const char *what, size_t bytes, int indent) {
 }
 
 /* --ep N / --tp N: what each rank holds. --ep: its share of the routed experts (fm_ep_expert_range); --tp: its share
- * of the attention layers' q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole); every other weight, the
- * activations and the workspace are every rank's (each rank holds every token). The plan above is one model's. */
+ * of the attention layers' q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole) and of the KV cache;
+ * every other weight, the activations and the workspace are every rank's (each rank holds every token). The plan
+ * above is one model's. */
 static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, int32_t ep, int32_t tp, fm_error *err) {
     const int32_t N = ep > tp ? ep : tp;
     if (ep > 1 && tp > 1 && ep != tp)
@@ -377,6 +378,7 @@ static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, 
                        cfg->n_kv_heads, cfg->n_heads, tp);
     const size_t experts = p->weights[FM_MEM_EXPERTS], attn = p->weights[FM_MEM_ATTN];
     const size_t e_share = ep > 1 ? experts / (size_t)ep : experts, a_share = tp > 1 ? attn / (size_t)tp : attn;
+    const size_t kv_share = tp > 1 ? p->kv_cache / (size_t)tp : p->kv_cache; /* the KV heads are split too */
     printf("%s over %d ranks (one process, a rank per device; the cpu backend runs it today):\n",
            ep > 1 && tp > 1 ? "expert and tensor parallelism"
            : ep > 1         ? "expert parallelism"
@@ -393,7 +395,7 @@ static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, 
         snprintf(heads, sizeof heads, "%d..%d / %d..%d", h0, h0 + nh - 1, kv0, kv0 + nkv - 1);
         printf("  %-6d %-16s %-16s %14.2f %16.2f %18.2f %12.2f\n", r, cfg->n_experts > 0 ? range : "-", heads,
                mib((double)e_share), mib((double)a_share), mib((double)(p->weight_total - experts - attn)),
-               mib((double)(p->peak - experts - attn + e_share + a_share)));
+               mib((double)(p->peak - experts - attn - p->kv_cache + e_share + a_share + kv_share)));
     }
     return FM_OK;
 }
