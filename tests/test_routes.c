@@ -93,7 +93,7 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, "
-                       "router.fused, pdl, decode.graphs, gdn.tc";
+                       "router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -378,6 +378,13 @@ static void gdn_tc_by_shape_and_route(void **s) {
     assert_int_equal(fm_routes_apply(&r, "gdn.tc=off", &err), FM_OK);
     assert_false(fm_routes_gdn_tc(&r, 128, 128, true));
     expect_usage("gdn.tc=yes", "'yes' is not a value", "auto, on or off");
+    /* gdn.state: the state pass on 4 warps unless 8 are forced */
+    assert_int_equal(fm_routes_gdn_state_warps(&r), 4);
+    assert_int_equal(fm_routes_apply(&r, "gdn.state=8", &err), FM_OK);
+    assert_int_equal(fm_routes_gdn_state_warps(&r), 8);
+    assert_int_equal(fm_routes_apply(&r, "gdn.state=auto", &err), FM_OK);
+    assert_int_equal(fm_routes_gdn_state_warps(&r), 4);
+    expect_usage("gdn.state=6", "'6' is not a value", "auto, 4 or 8");
 }
 
 int main(void) {

@@ -8,7 +8,7 @@
 
 #define KEYS                                                                                                           \
     "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, "   \
-    "decode.graphs, gdn.tc"
+    "decode.graphs, gdn.tc, gdn.state"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -78,6 +78,11 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
     } else if (!strcmp(key, "gdn.tc")) {
         if (!parse_switch(val, &r->gdn_tc))
             return fm_fail(err, FM_ERR_USAGE, "route gdn.tc: '%s' is not a value (auto, on or off)", val);
+    } else if (!strcmp(key, "gdn.state")) {
+        int32_t w = 0;
+        if (!parse_count(val, 4, 8, &w) || (w != 0 && w != 4 && w != 8))
+            return fm_fail(err, FM_ERR_USAGE, "route gdn.state: '%s' is not a value (auto, 4 or 8)", val);
+        r->gdn_state_warps = w;
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -167,6 +172,8 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
 }
 
+int fm_routes_gdn_state_warps(const fm_routes *r) { return r->gdn_state_warps ? r->gdn_state_warps : 4; }
+
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16) {
     return r->gdn_tc != FM_ROUTE_OFF && fm_gdn_tc_takes(dk, dv, act_bf16);
 }
@@ -232,7 +239,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *fp4 = r->w4a8_fp4 == FM_ROUTE_FP4_PRODUCER ? "producer"
                       : r->w4a8_fp4 == FM_ROUTE_FP4_INLINE ? "inline"
                                                            : "auto";
-    char now[7][64], moe[8];
+    char now[8][64], moe[8], warps[8];
+    snprintf(warps, sizeof warps, "%d", r->gdn_state_warps);
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
     snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
@@ -245,6 +253,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
              fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
     snprintf(now[6], sizeof now[6], "%s",
              fm_routes_w4a8_fp4_producer(r, FM_W4A8_BN) ? "producer warpgroup" : "inline (MMA warps)");
+    snprintf(now[7], sizeof now[7], "%d warps", fm_routes_gdn_state_warps(r));
     const struct {
         const char *key, *value, *values, *def, *decides, *now;
     } rows[] = {
@@ -280,6 +289,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "on",
          "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
          r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off"},
+        {"gdn.state", r->gdn_state_warps ? warps : "auto", "auto|4|8", "4 (8 not yet measured)",
+         "warps of the chunked rule's sequential state pass (8: the output beside the state update)", now[7]},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -316,9 +316,121 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
         Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
 }
 
+/* The state pass on 8 warps (route gdn.state=8): the recurrence is W S -> v' -> S' and the output o = (Q e^G) S + Aq v'
+ * is off it, so after v' warps 0-3 compute o while warps 4-7 compute the next state into the other of two state
+ * buffers (both read the old one), and W S runs on all 8 warps (one 16x16 tile each). Per chunk a warp's chain is 16 +
+ * 32 k-steps (4-warp form: 32 + 48 + 32). The same products as gdn_tc_state, in the same order per tile: the same
+ * bits. Written without device time: tools/gpu-check.sh runs the op tests on this route. */
+#define STATE8_SMEM ((3 * CH * LDK + CH * LDA + 2 * D * LDS + 3 * CH * LDS) * 4)
+
+template <typename A>
+static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64_t T, int64_t c_first, int n_chunks,
+                                                            fm_gdn_shape g, float *states, const int32_t *seq,
+                                                            bool fresh, A *out) {
+    extern __shared__ __align__(128) float sm[];
+    float *Ws = sm, *Qs = Ws + CH * LDK, *Ks = Qs + CH * LDK, *Aq = Ks + CH * LDK;
+    float *S = Aq + CH * LDA, *Sn = S + D * LDS, *vb = Sn + D * LDS, *ob = vb + CH * LDS, *Us = ob + CH * LDS;
+    const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
+    float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
+    const int64_t ld_out = (int64_t)g.nv * D;
+    {
+        const int64_t u0 = unit(0, h, g.nv);
+        stage_async(Ws, in.W + u0 * CH * D), stage_async(Qs, in.Qg + u0 * CH * D), stage_async(Ks, in.Kg + u0 * CH * D);
+        stage_aq_async(Aq, in.Aq + u0 * CH * CH), stage_cols_async(Us, in.U + u0 * CH * D, col0);
+        att_cp_commit();
+    }
+    for (int cl = 0; cl < n_chunks; cl++) {
+        const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH, un = unit(cl + 1, h, g.nv);
+        const bool next = cl + 1 < n_chunks;
+        att_cp_wait_all();
+        __syncthreads();
+        { /* W S: warp w takes the tile (row w / 2, column w % 2) */
+            const int ti = warp >> 1, tj = warp & 1;
+            frag_c acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int s = 0; s < D / 8; s++) {
+                frag_a a;
+                frag_b b;
+                wmma::load_matrix_sync(a, Ws + ti * 16 * LDK + s * 8, LDK);
+                wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
+                to_tf32(a), to_tf32(b);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(vb + ti * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+        }
+        __syncthreads();
+        if (next) stage_async(Ws, in.W + un * CH * D), att_cp_commit();
+        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) { /* v' = U - W S */
+            const int rr = i / 32, j = i % 32;
+            vb[rr * LDS + j] = Us[rr * LDS + j] - vb[rr * LDS + j];
+        }
+        __syncthreads();
+        if (next) stage_cols_async(Us, in.U + un * CH * D, col0), att_cp_commit();
+        if (warp < 4) { /* o = (Q e^G) S + Aq v': row tile w, both column tiles (Aq lower triangular) */
+            for (int tj = 0; tj < 2; tj++) {
+                frag_c acc;
+                wmma::fill_fragment(acc, 0.0f);
+                for (int s = 0; s < D / 8; s++) {
+                    frag_a a;
+                    frag_b b;
+                    wmma::load_matrix_sync(a, Qs + warp * 16 * LDK + s * 8, LDK);
+                    wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
+                    to_tf32(a), to_tf32(b);
+                    wmma::mma_sync(acc, a, b, acc);
+                }
+                for (int s = 0; s < 2 * (warp + 1); s++) {
+                    frag_a a;
+                    frag_b b;
+                    wmma::load_matrix_sync(a, Aq + warp * 16 * LDA + s * 8, LDA);
+                    wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
+                    to_tf32(a), to_tf32(b);
+                    wmma::mma_sync(acc, a, b, acc);
+                }
+                wmma::store_matrix_sync(ob + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+            }
+        } else { /* S' = e^(G_last) S + (K e^(G_last - G))^T v' into Sn: warp 4 + w owns state rows 32 w .. 32 w + 31 */
+            const int w = warp - 4;
+            const float eg = in.eg[u];
+            for (int tile = 0; tile < 4; tile++) {
+                const int ri = 32 * w + 16 * (tile / 2), tj = tile % 2;
+                frag_c acc;
+                wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
+#pragma unroll
+                for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
+                for (int s = 0; s < CH / 8; s++) {
+                    frag_at a;
+                    frag_b b;
+                    wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
+                    wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
+                    to_tf32(a), to_tf32(b);
+                    wmma::mma_sync(acc, a, b, acc);
+                }
+                wmma::store_matrix_sync(Sn + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+            }
+        }
+        __syncthreads(); /* o and the next state written; S, Q e^G, Aq, K and v' read */
+        if (next) {
+            stage_async(Qs, in.Qg + un * CH * D), stage_aq_async(Aq, in.Aq + un * CH * CH);
+            stage_async(Ks, in.Kg + un * CH * D), att_cp_commit();
+        }
+        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
+            const int rr = i / 32, j = i % 32;
+            const int64_t t = t0 + rr;
+            if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
+        }
+        float *tmp = S; /* the next state is the current one */
+        S = Sn, Sn = tmp;
+    }
+    __syncthreads(); /* the last state, written by warps 4-7 */
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
+}
+
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                        int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
-                                       void *out, cudaStream_t s) {
+                                       void *out, int state_warps, cudaStream_t s) {
     if (!fm_gdn_tc_takes(g.dk, g.dv, true) || g.nk < 1 || g.nv % g.nk != 0) {
         fprintf(stderr, "fp8moe: cuda gdn_chunked (tensor cores): shape dk %d dv %d is not dk = dv = %d\n", g.dk, g.dv,
                 FM_GDN_TC_DIM);
@@ -330,6 +442,7 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
         const cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, smem, INTRA_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state8<bf16>, smem, STATE8_SMEM));
         attributes_set = true;
     }
     const uint64_t n = fm_gdn_tc_seg_units((uint64_t)T, (uint64_t)g.nv);
@@ -343,8 +456,12 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
         gdn_tc_intra<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 256, INTRA_SMEM, s>>>(
             (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
-        gdn_tc_state<bf16><<<dim3(D / 32, (unsigned)g.nv), 128, STATE_SMEM, s>>>(sc, T, c0, nc, g, states, tok_seq,
-                                                                                 c0 == 0, (bf16 *)out);
+        if (state_warps == 8)
+            gdn_tc_state8<bf16><<<dim3(D / 32, (unsigned)g.nv), 256, STATE8_SMEM, s>>>(sc, T, c0, nc, g, states,
+                                                                                       tok_seq, c0 == 0, (bf16 *)out);
+        else
+            gdn_tc_state<bf16><<<dim3(D / 32, (unsigned)g.nv), 128, STATE_SMEM, s>>>(sc, T, c0, nc, g, states, tok_seq,
+                                                                                     c0 == 0, (bf16 *)out);
         FM_LAUNCH_CHECK("gdn_chunked_tc state");
     }
 }
