@@ -315,6 +315,8 @@ static void cli_commands(void **s) {
     assert_int_equal(fp8moe("inspect %s --tokens 64 --ep 4", model), 0);
     assert_non_null(strstr(cli_out, "expert parallelism over 4 ranks"));
     assert_non_null(strstr(cli_out, "6..7 of 8"));
+    assert_non_null(
+        strstr(cli_out, "all-to-all per MoE layer at 64 tokens (uniform routing, 75% of the routed copies"));
     assert_int_equal(fp8moe("inspect %s --tokens 64 --ep 2 --tp 2", model), 0);
     assert_non_null(strstr(cli_out, "expert and tensor parallelism over 2 ranks"));
     assert_non_null(strstr(cli_out, "2..3 / 1..1"));

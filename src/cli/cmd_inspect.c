@@ -357,6 +357,21 @@ static void plan_row(const char *what, size_t bytes, int indent) {
     printf("  %*s%-*s %12.2f %16zu\n", indent, "", 44 - indent, what, mib((double)bytes), bytes);
 }
 
+/* --ep N: what a MoE layer's two all-to-alls carry at T tokens (the plan's), by dispatch format, with uniform routing:
+ * each rank sends its T / N tokens' k routed copies, (N - 1) / N of them to other ranks, and gets as many expert
+ * outputs back (bf16 rows). A copy is a row of H values: bf16 2 H bytes; e4m3 H + 4 H / 128 (an fp32 scale per 128);
+ * MXFP4 H / 2 + H / 32 (a UE8M0 scale per 32); NVFP4 H / 2 + H / 16 (an e4m3 scale per 16; the buffer's fp32 scale
+ * aside). */
+static void print_exchange_bytes(const fm_config *cfg, int64_t T, int32_t N) {
+    const double H = cfg->hidden_size, copies = (double)T * cfg->n_experts_per_tok * (N - 1) / N;
+    const double bf16 = 2 * H, e4m3 = H + 4 * H / 128, mx = H / 2 + H / 32, nv = H / 2 + H / 16;
+    printf("  all-to-all per MoE layer at %lld tokens (uniform routing, %.0f%% of the routed copies leave their rank), "
+           "all ranks together: dispatch bf16 %.2f MiB, e4m3 %.2f, MXFP4 %.2f (%.2fx e4m3), NVFP4 %.2f (%.2fx); "
+           "combine (bf16) %.2f MiB\n",
+           (long long)T, 100.0 * (N - 1) / N, mib(copies * bf16), mib(copies * e4m3), mib(copies * mx), mx / e4m3,
+           mib(copies * nv), nv / e4m3, mib(copies * bf16));
+}
+
 /* --ep N / --tp N: what each rank holds. --ep: its share of the routed experts (fm_ep_expert_range); --tp: its share
  * of the attention layers' q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole) and of the KV cache;
  * every other weight, the activations and the workspace are every rank's (each rank holds every token). The plan
@@ -397,6 +412,7 @@ static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, 
                mib((double)e_share), mib((double)a_share), mib((double)(p->weight_total - experts - attn)),
                mib((double)(p->peak - experts - attn - p->kv_cache + e_share + a_share + kv_share)));
     }
+    if (ep > 1) print_exchange_bytes(cfg, p->tokens, ep);
     return FM_OK;
 }
 
