@@ -99,6 +99,7 @@ static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, in
    as the kernel above builds it at the block's first row and wherever a run starts. The same products summed in the
    same order as the kernel above (the window's unused taps add 0 * 0). */
 #define CONV_ROWS 32
+#define CONV_LOADS 8 /* divides CONV_ROWS */
 template <typename A, int KW>
 static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
                                               const float *states, const int32_t *seq, const int32_t *pos, A *out) {
@@ -111,27 +112,34 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
     for (int d = 0; d < KW; d++) wr[KW - 1 - d] = d < K ? act_load(w[c * ld + K - 1 - d]) : 0.0f;
     for (int64_t t0 = (int64_t)blockIdx.y * CONV_ROWS; t0 < T; t0 += (int64_t)gridDim.y * CONV_ROWS) {
         const int64_t t1 = t0 + CONV_ROWS < T ? t0 + CONV_ROWS : T;
-        for (int64_t t = t0; t < t1; t++) {
-            const float x = act_load(qkvz[t * Wz + col]);
-            if (t > t0 && (!states || continues(seq, pos, t))) {
+        for (int64_t tb = t0; tb < t1; tb += CONV_LOADS) {
+            float xs[CONV_LOADS]; /* the next rows' inputs in flight together (one at a time, each waited on memory) */
 #pragma unroll
-                for (int i = 0; i + 1 < KW; i++) a[i] = a[i + 1];
-                a[KW - 1] = x;
-            } else {
-                a[KW - 1] = x;
-                const int r = states ? run_back(seq, pos, t, K - 1) : 0;
-                const float *hist = states ? states + (int64_t)seq[t] * (K - 1) * C : NULL;
+            for (int i = 0; i < CONV_LOADS; i++) xs[i] = tb + i < t1 ? act_load(qkvz[(tb + i) * Wz + col]) : 0.0f;
 #pragma unroll
-                for (int d = 1; d < KW; d++)
-                    a[KW - 1 - d] = d >= K       ? 0.0f
-                                    : states     ? conv_input(qkvz, Wz, col, t, d, r, pos[t], hist, C, c, K)
-                                    : t - d >= 0 ? act_load(qkvz[(t - d) * Wz + col])
-                                                 : 0.0f;
+            for (int i = 0; i < CONV_LOADS; i++) {
+                const int64_t t = tb + i;
+                if (t >= t1) break;
+                if (t > t0 && (!states || continues(seq, pos, t))) {
+#pragma unroll
+                    for (int j = 0; j + 1 < KW; j++) a[j] = a[j + 1];
+                    a[KW - 1] = xs[i];
+                } else {
+                    a[KW - 1] = xs[i];
+                    const int r = states ? run_back(seq, pos, t, K - 1) : 0;
+                    const float *hist = states ? states + (int64_t)seq[t] * (K - 1) * C : NULL;
+#pragma unroll
+                    for (int d = 1; d < KW; d++)
+                        a[KW - 1 - d] = d >= K       ? 0.0f
+                                        : states     ? conv_input(qkvz, Wz, col, t, d, r, pos[t], hist, C, c, K)
+                                        : t - d >= 0 ? act_load(qkvz[(t - d) * Wz + col])
+                                                     : 0.0f;
+                }
+                float acc = wr[KW - 1] * a[KW - 1];
+#pragma unroll
+                for (int j = 0; j + 1 < KW; j++) acc += wr[j] * a[j];
+                act_store(out + t * C + c, silu_(acc));
             }
-            float acc = wr[KW - 1] * a[KW - 1];
-#pragma unroll
-            for (int i = 0; i + 1 < KW; i++) acc += wr[i] * a[i];
-            act_store(out + t * C + c, silu_(acc));
         }
     }
 }
