@@ -1,7 +1,8 @@
 /* Expert parallelism, host form (src/dist/ep_moe.h), over the simulated communicator: one MoE layer split over 1, 2
  * and 4 ranks (each a thread with its own CPU backend holding only its experts, each routing its own slice of the
- * tokens) gives the same bits as one backend computing every expert, for the oracle, the int4 and fp8 presets and the
- * MXFP4 dispatch; a split the experts do not allow fails on every rank. */
+ * tokens, the rows travelling in the dispatch format) gives the same bits as one backend computing every expert, for
+ * the oracle, the int4 and fp8 presets and the MXFP4 and NVFP4 dispatch (NVFP4's tensor scale from the ranks' amax);
+ * the FP4 blocks carry about half the bytes of the e4m3 ones; a split the experts do not allow fails on every rank. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "dist/ep_moe.h"
+#include "quant/bf16.h"
 #include "sim_world.h"
 
 #define E 8
@@ -136,15 +138,22 @@ static void ep_equals_single_rank(void **s) {
     (void)s;
     layer L;
     make_layer(&L);
-    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
-    const fm_dispatch dispatch[] = {FM_DISPATCH_PRESET, FM_DISPATCH_PRESET, FM_DISPATCH_PRESET, FM_DISPATCH_MXFP4};
-    const char *names[] = {"ref", "int4", "fp8", "fp8 + mxfp4 dispatch"};
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8, FM_PRESET_FP8};
+    const fm_dispatch dispatch[] = {FM_DISPATCH_PRESET, FM_DISPATCH_PRESET, FM_DISPATCH_PRESET, FM_DISPATCH_MXFP4,
+                                    FM_DISPATCH_NVFP4};
+    const char *names[] = {"ref", "int4", "fp8", "fp8 + mxfp4 dispatch", "fp8 + nvfp4 dispatch"};
     float *ref = malloc(sizeof(float) * T_ALL * H), *out = malloc(sizeof(float) * T_ALL * H);
-    for (int p = 0; p < 4; p++) {
+    float *x32 = L.x, *x16 = malloc(sizeof(float) * T_ALL * H);
+    uint64_t bytes_fmt[5] = {0}; /* dispatch bytes at 4 ranks */
+    for (int p = 0; p < 5; p++) {
         fm_plan plan;
         fm_error err = {{0}};
         fm_plan_from_preset(presets[p], &plan);
         if (dispatch[p] != FM_DISPATCH_PRESET) assert_int_equal(fm_plan_set_dispatch(&plan, dispatch[p], &err), FM_OK);
+        /* a bf16 plan's activations are bf16 values (the layer before rounded them), which its rows carry as bf16 */
+        memcpy(x16, x32, sizeof(float) * T_ALL * H);
+        if (plan.act_bf16) fm_round_bf16_array(x16, T_ALL * H);
+        L.x = x16;
         single_rank(&L, &plan, ref);
         for (int N = 1; N <= 4; N *= 2) {
             rank_job jobs[4];
@@ -158,12 +167,20 @@ static void ep_equals_single_rank(void **s) {
             }
             assert_int_equal(rows, T_ALL * K);
             assert_int_equal(sent, T_ALL * K);
+            if (N == 4) bytes_fmt[p] = jobs[0].stats.bytes_dispatch;
             printf("  %-22s %d ranks: bits equal to one rank; rows per rank", names[p], N);
             for (int r = 0; r < N; r++) printf(" %lld", (long long)jobs[r].stats.rows_received);
             printf("\n");
             assert_memory_equal(out, ref, sizeof(float) * T_ALL * H);
         }
     }
+    /* the blocks carry the dispatch format: FP4 rows are about half of e4m3 ones (ids, counts and padding aside) */
+    printf("  dispatch bytes rank 0 sent at 4 ranks: fp32 rows %llu, e4m3 %llu, MXFP4 %llu, NVFP4 %llu\n",
+           (unsigned long long)bytes_fmt[0], (unsigned long long)bytes_fmt[2], (unsigned long long)bytes_fmt[3],
+           (unsigned long long)bytes_fmt[4]);
+    assert_true(bytes_fmt[3] * 10 < bytes_fmt[2] * 6 && bytes_fmt[2] * 10 < bytes_fmt[0] * 4);
+    L.x = x32;
+    free(x16);
     free(ref), free(out);
     free_layer(&L);
 }

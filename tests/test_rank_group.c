@@ -3,8 +3,8 @@
  *   --ep 2 and 4: the golden checkpoints give the logits of one model holding every expert, bit for bit, for every
  *     position of a prompt that does not split evenly over the ranks and of one shorter than the ranks; the oracle and
  *     the fp8 preset, on Qwen3-MoE, Mixtral and Qwen3-Next (whose shared expert stays on every rank), and the fp4
- *     preset (MXFP4 dispatch) over 8 ranks of the bundled model; the ranks' expert bytes add up to the single model's;
- *     NVFP4 dispatch, whose per-tensor scale a rank would take over its own rows, is refused;
+ *     preset (MXFP4 dispatch) and NVFP4 dispatch over 8 ranks of the bundled model; the ranks' expert bytes add up to
+ *     the single model's;
  *   --tp 2 (alone and with --ep 2): the oracle within rounding of one model; the quantized presets as close to the
  *     oracle as one model;
  *   generation (prefill chunks, then decode steps over the paged KV cache): --ep the same tokens and logprobs as one
@@ -51,8 +51,9 @@ static size_t expert_bytes(const fm_model *m) {
     return b;
 }
 
-static void group_case(const char *dir, fm_preset p, int n_ranks) {
+static void group_case(const char *dir, fm_preset p, int n_ranks, fm_dispatch d) {
     fm_options o = options(p);
+    o.dispatch = d;
     fm_error err = {{0}};
     fm_model *one = NULL;
     fm_rank_group *g = NULL;
@@ -86,14 +87,17 @@ static void group_case(const char *dir, fm_preset p, int n_ranks) {
 
 static void whole_models_match_one_rank(void **s) {
     (void)s;
-    group_case("models/tiny-code-moe", FM_PRESET_FP4, 8); /* MXFP4 dispatch: its scales are per 32 of a row */
+    group_case("models/tiny-code-moe", FM_PRESET_FP4, 8, FM_DISPATCH_PRESET); /* MXFP4: scales per 32 of a row */
+    /* NVFP4: one scale for the whole buffer, from the largest of the ranks' amax */
+    group_case("models/tiny-code-moe", FM_PRESET_FP8, 8, FM_DISPATCH_NVFP4);
+    group_case("tests/models/qwen3-moe-f32", FM_PRESET_FP8, 4, FM_DISPATCH_NVFP4);
     const char *dirs[] = {"tests/models/qwen3-moe-f32", "tests/models/mixtral-f32-sharded",
                           "tests/models/qwen3-next-f32", "tests/models/qwen3-moe-tied-f32"};
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_FP8};
     for (int d = 0; d < 4; d++)
         for (int p = 0; p < 2; p++) {
-            group_case(dirs[d], presets[p], 2);
-            if (d == 0 || d == 3) group_case(dirs[d], presets[p], 4);
+            group_case(dirs[d], presets[p], 2, FM_DISPATCH_PRESET);
+            if (d == 0 || d == 3) group_case(dirs[d], presets[p], 4, FM_DISPATCH_PRESET);
         }
 }
 
@@ -248,9 +252,6 @@ static void splits_the_model_cannot_take_are_refused(void **s) {
     expect_refused(&o, 1, FM_ERR_USAGE, "--ep / --tp must be 2..64 ranks for a group, got 1");
     o.experts_in = FM_EXPERTS_HOST;
     expect_refused(&o, 2, FM_ERR_USAGE, "--ep with --experts-in host");
-    o = options(FM_PRESET_FP8);
-    o.dispatch = FM_DISPATCH_NVFP4;
-    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "--ep with --dispatch nvfp4");
     o = options(FM_PRESET_FP8);
     o.backend = "cuda";
     expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "the GPU form over NCCL is not built yet");

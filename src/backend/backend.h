@@ -248,6 +248,12 @@ typedef struct fm_backend_ops {
      * gate_up bank [E][2I, H] (gate rows first), down bank [E][H, I]. */
     void (*moe)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,
                 const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
+    /* The experts on rows already in the dispatch format (expert parallelism: what a rank received): rows holds R
+     * rows of fm_dispatch_row_bytes(a_dispatch, plan.act_bf16, H) bytes (backend/dispatch_row.h), ids [R] each
+     * row's expert, top-1 with weight 1; out [R, H] the expert outputs, the bits moe computes for the same pairs.
+     * tensor_scale: NVFP4's, the whole buffer's. NULL where the backend has no such op (cuda: the NCCL form). */
+    void (*moe_dispatched)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *rows, int64_t R,
+                           const void *ids, fm_afmt a_dispatch, float tensor_scale, fm_afmt a_down, void *out);
     /* out[r, i] = silu(gu[r, i]) * gu[r, I + i] for a [rows, 2I] gate|up buffer */
     void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
     /* acc += x (n elements) */

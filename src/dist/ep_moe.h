@@ -5,13 +5,17 @@
  * same bits as one rank computing every expert (tests/test_ep.c).
  *
  * This is the host form, for backends whose buffers are host memory (the CPU backend): the plan (which row goes
- * where, and where it comes back) is computed on the host and the rows travel in the backend's activation format.
- * The GPU form keeps the same block layout but builds it with kernels and sends the rows in the dispatch format
- * (e4m3 1x128, MXFP4, NVFP4), with the row counts inside the blocks so that no size reaches the host.
+ * where, and where it comes back) is computed on the host; the rows travel in the plan's dispatch format
+ * (backend/dispatch_row.h: e4m3 1x128, MXFP4 or NVFP4 codes and scales, or the activations as they are) and the
+ * receiving rank's experts read them as they arrived (moe_dispatched); NVFP4's one tensor scale is the whole
+ * buffer's, from the largest of the ranks' amax (one small all-gather). The expert outputs come back in the
+ * activation format. The GPU form keeps the same block layout but builds it with kernels, with the row counts
+ * inside the blocks so that no size reaches the host.
  *
- * Block layout (one per destination rank, all of one size so that the all-to-all needs no size exchange):
- *   int32 rows, int32 pad[3], int32 local expert id [cap], float row [cap][H]      (dispatch)
- *   int32 rows, int32 pad[3], float row [cap][H]                                   (return)
+ * Block layout (one per destination rank, all of one size so that the all-to-all needs no size exchange; whole
+ * 16-byte units):
+ *   int32 rows, int32 pad[3], int32 local expert id [cap], row [cap] in the dispatch format      (dispatch)
+ *   int32 rows, int32 pad[3], row [cap] in the activation format                                 (return)
  * with cap = the most routed copies one rank can send one rank: max tokens per rank x k. */
 #ifndef FM_DIST_EP_MOE_H
 #define FM_DIST_EP_MOE_H

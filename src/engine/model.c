@@ -423,11 +423,6 @@ static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *er
                            E, NE);
         if (opt->experts_in == FM_EXPERTS_HOST)
             return fm_fail(err, FM_ERR_USAGE, "--ep with --experts-in host: each rank keeps its experts in its memory");
-        if (opt->dispatch == FM_DISPATCH_NVFP4) /* its scale over the rows a rank receives is not one model's */
-            return fm_fail(
-                err, FM_ERR_UNSUPPORTED,
-                "--ep with --dispatch nvfp4: NVFP4's per-tensor scale would be each rank's own (the "
-                "all-reduce of the amax that makes it one model's is not built); mxfp4 and fp8 split exactly");
         m->ep_ranks = NE, m->ep_rank = opt->ep_rank;
         fm_ep_expert_range(E, NE, opt->ep_rank, &m->ep_first, &m->ep_n);
     }

@@ -97,12 +97,18 @@ void fm_mxfp4_dequantize(const uint8_t *packed, const uint8_t *scales, int64_t n
         out[i] = fm_e2m1_to_f32(get_nibble(packed, i)) * fm_e8m0_to_f32(scales[i / FM_MX_BLOCK]);
 }
 
-float fm_nvfp4_tensor_scale(const float *x, int64_t n) {
+float fm_nvfp4_amax(const float *x, int64_t n) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++)
         if (isfinite(x[i])) amax = fmaxf(amax, fabsf(x[i]));
+    return amax;
+}
+
+float fm_nvfp4_scale_of_amax(float amax) {
     return fmaxf(amax / (FM_E2M1_MAX * FM_E4M3_MAX), FM_NVFP4_TENSOR_SCALE_FLOOR);
 }
+
+float fm_nvfp4_tensor_scale(const float *x, int64_t n) { return fm_nvfp4_scale_of_amax(fm_nvfp4_amax(x, n)); }
 
 void fm_nvfp4_quantize(const float *x, int64_t n, float tensor_scale, uint8_t *packed, uint8_t *scales) {
     for (int64_t b0 = 0, bi = 0; b0 < n; b0 += FM_NV_BLOCK, bi++) {

@@ -43,6 +43,10 @@ void fm_mxfp4_dequantize(const uint8_t *packed, const uint8_t *scales, int64_t n
 /* NVFP4 per-tensor scale: max(amax / (6 * 448), FM_NVFP4_TENSOR_SCALE_FLOOR) in fp32, amax over the
  * finite elements (NaN and +-inf ignored, so one inf does not zero every other element). */
 float fm_nvfp4_tensor_scale(const float *x, int64_t n);
+/* Its two steps, for a buffer held in parts (expert parallelism: the largest of the parts' amax gives the scale of the
+ * whole): the amax over the finite elements, and the scale of an amax. */
+float fm_nvfp4_amax(const float *x, int64_t n);
+float fm_nvfp4_scale_of_amax(float amax);
 /* scales is [ceil(n/16)] e4m3 codes of block_amax / (6 * tensor_scale) (RNE, saturating at 448, so a
  * block holding +-inf gets 448). With d = tensor_scale * decoded block scale (fp32), element i is
  * e2m1(x_i / d), or 0 when d == 0 (a block far below the tensor amax whose scale rounds to 0).

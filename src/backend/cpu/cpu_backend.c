@@ -113,6 +113,7 @@ static const fm_backend_ops cpu_ops = {
     .route = cpu_route,
     .router = cpu_router,
     .moe = cpu_moe,
+    .moe_dispatched = cpu_moe_dispatched,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,

@@ -38,6 +38,10 @@ typedef struct cpu_qrow {
 void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q);
 /* The same as NVFP4 with the whole input's tensor scale (fm_nvfp4_tensor_scale of every row the buffer holds). */
 void cpu_quantize_row_nvfp4(const float *x, int64_t K, float tensor_scale, cpu_qrow *q);
+/* An FP4 row's codes and block scales (as the dispatch buffer holds them) expanded as the GPU's grouped GEMM reads
+ * them: each 128-group to e4m3 codes (decoded into val) with one group scale. */
+void cpu_expand_fp4_row(const uint8_t *packed, const uint8_t *scales, int64_t K, bool nv, float tensor_scale,
+                        cpu_qrow *q);
 /* y[0..N) = row . W[idx]^T for one quantized row (serial; callers parallelise). */
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y);
 /* Rounds n outputs to bf16 when the backend's plan asks for bf16 activations. */
@@ -60,6 +64,8 @@ void cpu_attention_paged(fm_backend *be, const void *qkv, int64_t T, int32_t nh,
                          void *out);
 void cpu_route(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
                void *ids, void *weights);
+void cpu_moe_dispatched(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *rows, int64_t R,
+                        const void *ids, fm_afmt a_dispatch, float tensor_scale, fm_afmt a_down, void *out);
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,
              const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
 void cpu_swiglu(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);

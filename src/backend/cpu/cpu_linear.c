@@ -27,8 +27,8 @@ static float dot(const float *a, const float *b, int64_t n) {
 /* An FP4 row (codes and block scales as the dispatch buffer holds them) as the GPU's grouped GEMM reads it: each
  * 128-group expanded to e4m3 codes with one group scale (fm_mxfp4_expand_e4m3, fm_nvfp4_expand_e4m3), the codes
  * decoded into val and the scale kept apart, as for e4m3 1x128 activations. */
-static void expand_row(const uint8_t *packed, const uint8_t *scales, int64_t K, bool nv, float tensor_scale,
-                       cpu_qrow *q) {
+void cpu_expand_fp4_row(const uint8_t *packed, const uint8_t *scales, int64_t K, bool nv, float tensor_scale,
+                        cpu_qrow *q) {
     uint8_t codes[FM_CPU_GROUP];
     for (int64_t g = 0; g * FM_CPU_GROUP < K; g++) {
         const int64_t k0 = g * FM_CPU_GROUP, n = K - k0 < FM_CPU_GROUP ? K - k0 : FM_CPU_GROUP;
@@ -59,7 +59,7 @@ void cpu_quantize_row(const float *x, int64_t K, fm_afmt afmt, cpu_qrow *q) {
         const int64_t nb = (K + FM_MX_BLOCK - 1) / FM_MX_BLOCK;
         uint8_t *packed = (uint8_t *)malloc((size_t)(K + 1) / 2 + (size_t)nb);
         fm_mxfp4_quantize(x, K, FM_MX_RCEIL, packed, packed + (K + 1) / 2);
-        expand_row(packed, packed + (K + 1) / 2, K, false, 1.0f, q);
+        cpu_expand_fp4_row(packed, packed + (K + 1) / 2, K, false, 1.0f, q);
         free(packed);
         return;
     }
@@ -70,7 +70,7 @@ void cpu_quantize_row_nvfp4(const float *x, int64_t K, float tensor_scale, cpu_q
     const int64_t nb = (K + FM_NV_BLOCK - 1) / FM_NV_BLOCK;
     uint8_t *packed = (uint8_t *)malloc((size_t)(K + 1) / 2 + (size_t)nb);
     fm_nvfp4_quantize(x, K, tensor_scale, packed, packed + (K + 1) / 2);
-    expand_row(packed, packed + (K + 1) / 2, K, true, tensor_scale, q);
+    cpu_expand_fp4_row(packed, packed + (K + 1) / 2, K, true, tensor_scale, q);
     free(packed);
 }
 

@@ -6,8 +6,12 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "backend/cpu/cpu_internal.h"
+#include "backend/dispatch_row.h"
 #include "quant/e2m1.h"
+#include "quant/e4m3.h"
 
 /* indices of the k largest values of v[0..n), in descending order (stable: lower index first on ties) */
 static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
@@ -57,6 +61,21 @@ void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_
     cpu_round_act(be, w, T * k);
 }
 
+/* Expert e's FFN on one quantized input row: gate|up, SwiGLU, the down input quantized as a_down, down; every
+ * product's output rounded to the activation dtype. Scratch: gu [2I], h [I], hq [I + groups]; y [H]. */
+static void expert_ffn(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const cpu_qrow *xr, int32_t e,
+                       fm_afmt a_down, float *gu, float *h, float *hq, float *y) {
+    const int64_t H = gate_up->cols, I = down->cols;
+    cpu_linear_row(gate_up, e, xr, gu);
+    cpu_round_act(be, gu, 2 * I);
+    for (int64_t i = 0; i < I; i++) h[i] = gu[i] / (1.0f + expf(-gu[i])) * gu[I + i];
+    cpu_round_act(be, h, I);
+    cpu_qrow hr = {hq, hq + I, 1.0f};
+    cpu_quantize_row(h, I, a_down, &hr);
+    cpu_linear_row(down, e, &hr, y);
+    cpu_round_act(be, y, H);
+}
+
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *xv, int64_t T, const void *idsv,
              const void *weightsv, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *outv) {
     const float *x = (const float *)xv;
@@ -84,15 +103,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
             else cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {
-                const int32_t e = ids[t * k + j];
-                cpu_linear_row(gate_up, e, &xr, gu);
-                cpu_round_act(be, gu, 2 * I);
-                for (int64_t i = 0; i < I; i++) h[i] = gu[i] / (1.0f + expf(-gu[i])) * gu[I + i];
-                cpu_round_act(be, h, I);
-                cpu_qrow hr = {hq, hq + I, 1.0f};
-                cpu_quantize_row(h, I, a_down, &hr);
-                cpu_linear_row(down, e, &hr, y);
-                cpu_round_act(be, y, H);
+                expert_ffn(be, gate_up, down, &xr, ids[t * k + j], a_down, gu, h, hq, y);
                 const float wj = w[t * k + j];
                 for (int64_t i = 0; i < H; i++) acc[i] += wj * y[i];
             }
@@ -101,4 +112,39 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
         free(xq), free(gu), free(h), free(hq), free(y), free(acc);
     }
     cpu_round_act(be, out, T * H);
+}
+
+void cpu_moe_dispatched(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *rowsv, int64_t R,
+                        const void *idsv, fm_afmt a_dispatch, float tensor_scale, fm_afmt a_down, void *outv) {
+    const uint8_t *rows = (const uint8_t *)rowsv;
+    const int32_t *ids = (const int32_t *)idsv;
+    float *out = (float *)outv;
+    const int64_t H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP;
+    const bool bf16 = be->plan.act_bf16;
+    const size_t row_b = fm_dispatch_row_bytes(a_dispatch, bf16, H);
+    if (!row_b) abort(); /* not a dispatch format (fm_plan_set_dispatch never picks one) */
+#pragma omp parallel
+    {
+        float *xq = (float *)malloc((size_t)(H + (H + G - 1) / G) * sizeof(float));
+        float *gu = (float *)malloc((size_t)(2 * I) * sizeof(float));
+        float *h = (float *)malloc((size_t)I * sizeof(float));
+        float *hq = (float *)malloc((size_t)(I + (I + G - 1) / G) * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t r = 0; r < R; r++) {
+            const uint8_t *row = rows + (size_t)r * row_b;
+            cpu_qrow xr = {xq, xq + H, 1.0f};
+            /* the row as cpu_quantize_row (or _nvfp4) makes it from the values the codes came from */
+            if (a_dispatch == FM_A_NATIVE) {
+                fm_dispatch_row_decode_native(row, H, bf16, xq);
+                xr.scale = NULL;
+            } else if (a_dispatch == FM_A_E4M3_G128) {
+                for (int64_t i = 0; i < H; i++) xq[i] = fm_e4m3_to_f32(row[i]);
+                memcpy(xr.scale, row + H, (size_t)((H + G - 1) / G) * sizeof(float));
+            } else {
+                cpu_expand_fp4_row(row, row + (H + 1) / 2, H, a_dispatch == FM_A_NVFP4, tensor_scale, &xr);
+            }
+            expert_ffn(be, gate_up, down, &xr, ids[r], a_down, gu, h, hq, out + r * H);
+        }
+        free(xq), free(gu), free(h), free(hq);
+    }
 }
