@@ -471,6 +471,7 @@ static const fm_backend_ops cuda_ops = {
     .route = cu_route,
     .router = cu_router,
     .moe = cu_moe,
+    .moe_dispatched = NULL, /* expert parallelism on the GPU: the NCCL form, not built */
     .swiglu = cu_swiglu,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
