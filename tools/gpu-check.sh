@@ -2,7 +2,7 @@
 # Everything a GPU-machine run needs, in one call (device tool: carry .carry, begin with `source .carry/env.sh;`):
 # builds with nvcc for sm_90a/sm_89, runs the CPU test suite, the CUDA op tests and whole-model GPU parity,
 # compute-sanitizer memcheck and racecheck over the op tests (SANITIZE=1), and prints a short table last.
-# Logs go to $OUT (or /tmp when OUT is unset).
+# Logs go to $OUT (or /tmp when OUT is unset). GPU_PART=ops or GPU_PART=models splits the GPU tests over two calls.
 set -uo pipefail
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -16,6 +16,16 @@ build_s=$(( $(date +%s) - t0 ))
 t0=$(date +%s); test_rc="skipped (CPU_SUITE=0)"
 if [ "${CPU_SUITE:-1}" = 1 ]; then make test >"$out/test.log" 2>&1; test_rc=$?; else : >"$out/test.log"; fi
 test_s=$(( $(date +%s) - t0 ))
+# GPU_PART=ops runs only the CUDA op tests and their route-forced reruns, GPU_PART=models only the rest (model
+# parity, generation, Qwen3-Next, offload, ...): each fits one 10-minute device call; the default runs both
+part=${GPU_PART:-all}
+for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
+    ops_decode_routes_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
+    prequant_rc prequant_models_rc requant_rc offload_rc; do eval "$v=skipped"; done
+for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
+    gpu_ops_decode_routes gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload; do : >"$out/$f.log"; done
+if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
 # Forced kernel routes (src/backend/routes.h), through the same --route override a user has:
@@ -46,6 +56,8 @@ FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --ro
     >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
 FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \
     >>"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc="$ops_decode_routes_rc, $?"
+fi
+if [ "$part" != ops ]; then
 # Qwen3-Next's ops (gated attention, Gated DeltaNet; the chunked rule on tensor cores by default), then the delta rule
 # token by token (--route gdn.tc=off)
 t0=$(date +%s); timeout 300 ./build/tests/gpu/test_cuda_qnext >"$out/gpu_qnext.log" 2>&1; qnext_rc=$?; qnext_s=$(( $(date +%s) - t0 ))
@@ -64,6 +76,7 @@ timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; 
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_offload >"$out/gpu_offload.log" 2>&1; offload_rc=$?
+fi
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
