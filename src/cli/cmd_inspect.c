@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/model_src.h"
 #include "dist/ep_moe.h"
+#include "dist/rank_group.h"
 #include "dist/tp_attention.h"
 #include "util/status.h"
 
@@ -378,19 +379,9 @@ static void print_exchange_bytes(const fm_config *cfg, int64_t T, int32_t N) {
  * above is one model's. */
 static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, int32_t ep, int32_t tp, fm_error *err) {
     const int32_t N = ep > tp ? ep : tp;
-    if (ep > 1 && tp > 1 && ep != tp)
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
-                       ep, tp);
-    if (ep > 1 && cfg->n_experts < 1)
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", ep);
-    if (ep > 1 && cfg->n_experts % ep)
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", ep,
-                       cfg->n_experts, ep);
+    const fm_status st = fm_rank_split_check(cfg, ep, tp, err);
+    if (st) return st;
     int32_t h0 = 0, nh = cfg->n_heads, kv0 = 0, nkv = cfg->n_kv_heads;
-    if (tp > 1 && !fm_tp_head_range(cfg->n_heads, cfg->n_kv_heads, tp, 0, &h0, &nh, &kv0, &nkv))
-        return fm_fail(err, FM_ERR_USAGE,
-                       "--tp %d: the model's %d key-value heads (%d query heads) do not split evenly over %d ranks", tp,
-                       cfg->n_kv_heads, cfg->n_heads, tp);
     const size_t experts = p->weights[FM_MEM_EXPERTS], attn = p->weights[FM_MEM_ATTN];
     const size_t e_share = ep > 1 ? experts / (size_t)ep : experts, a_share = tp > 1 ? attn / (size_t)tp : attn;
     const size_t kv_share = tp > 1 ? p->kv_cache / (size_t)tp : p->kv_cache; /* the KV heads are split too */

@@ -5,7 +5,25 @@
 #include <string.h>
 
 #include "dist/rank_group.h"
+#include "dist/tp_attention.h"
 #include "util/status.h"
+
+fm_status fm_rank_split_check(const fm_config *c, int32_t ep, int32_t tp, fm_error *err) {
+    if (ep > 1 && tp > 1 && ep != tp)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
+                       ep, tp);
+    if (ep > 1 && c->n_experts < 1)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", ep);
+    if (ep > 1 && c->n_experts % ep)
+        return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", ep,
+                       c->n_experts, ep);
+    int32_t h0, nh, kv0, nkv;
+    if (tp > 1 && !fm_tp_head_range(c->n_heads, c->n_kv_heads, tp, 0, &h0, &nh, &kv0, &nkv))
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--tp %d: the model's %d key-value heads (%d query heads) do not split evenly over %d ranks", tp,
+                       c->n_kv_heads, c->n_heads, tp);
+    return FM_OK;
+}
 
 fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err) {
     *out = NULL;
@@ -13,9 +31,6 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
     if (n_ranks < 2 || n_ranks > FM_COMM_MAX_RANKS)
         return fm_fail(err, FM_ERR_USAGE, "--ep / --tp must be 2..%d ranks for a group, got %d", FM_COMM_MAX_RANKS,
                        n_ranks);
-    if (ne > 1 && nt > 1 && ne != nt)
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
-                       ne, nt);
     fm_rank_group *g = fm_calloc(1, sizeof *g, err, "expert-parallel group");
     if (!g) return FM_ERR_NOMEM;
     g->n_ranks = n_ranks;

@@ -15,6 +15,11 @@
 #include "dist/comm.h"
 #include "engine/engine.h"
 
+/* Whether a model of configuration c splits over --ep ep and --tp tp ranks (0 or 1: no split): together they must
+ * be the same ranks; the experts must split evenly (fm_ep_expert_range), the key-value heads too (fm_tp_head_range).
+ * FM_ERR_USAGE naming the numbers. */
+fm_status fm_rank_split_check(const fm_config *c, int32_t ep, int32_t tp, fm_error *err);
+
 typedef struct fm_rank_group {
     int n_ranks;
     fm_world *world;

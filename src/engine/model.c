@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dist/ep_moe.h"
+#include "dist/rank_group.h"
 #include "dist/tp_attention.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
@@ -412,26 +413,19 @@ static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *er
     m->tp_ranks = 1, m->tp_rank = 0, m->tp_h0 = 0, m->tp_nh = c->n_heads, m->tp_kv0 = 0, m->tp_nkv = c->n_kv_heads;
     fm_status st = check_group_size("--ep", NE, opt->ep_rank, opt, err);
     if (!st) st = check_group_size("--tp", NT, opt->tp_rank, opt, err);
+    if (!st) st = fm_rank_split_check(c, NE, NT, err);
     if (st) return st;
-    if (NE > 1 && NT > 1 && (NE != NT || opt->ep_rank != opt->tp_rank))
-        return fm_fail(err, FM_ERR_USAGE, "--ep %d with --tp %d: together they take the same ranks (one per device)",
-                       NE, NT);
+    if (NE > 1 && NT > 1 && opt->ep_rank != opt->tp_rank)
+        return fm_fail(err, FM_ERR_USAGE, "--ep rank %d and --tp rank %d: one rank of one group", opt->ep_rank,
+                       opt->tp_rank);
     if (NE > 1) {
-        if (E < 1) return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model has no routed experts to split", NE);
-        if (E % NE)
-            return fm_fail(err, FM_ERR_USAGE, "--ep %d: the model's %d experts do not split evenly over %d ranks", NE,
-                           E, NE);
         if (opt->experts_in == FM_EXPERTS_HOST)
             return fm_fail(err, FM_ERR_USAGE, "--ep with --experts-in host: each rank keeps its experts in its memory");
         m->ep_ranks = NE, m->ep_rank = opt->ep_rank;
         fm_ep_expert_range(E, NE, opt->ep_rank, &m->ep_first, &m->ep_n);
     }
     if (NT > 1) {
-        if (!fm_tp_head_range(c->n_heads, c->n_kv_heads, NT, opt->tp_rank, &m->tp_h0, &m->tp_nh, &m->tp_kv0,
-                              &m->tp_nkv))
-            return fm_fail(err, FM_ERR_USAGE,
-                           "--tp %d: the model's %d key-value heads (%d query heads) do not split evenly over %d ranks",
-                           NT, c->n_kv_heads, c->n_heads, NT);
+        fm_tp_head_range(c->n_heads, c->n_kv_heads, NT, opt->tp_rank, &m->tp_h0, &m->tp_nh, &m->tp_kv0, &m->tp_nkv);
         if (c->quant.method != FM_QUANT_NONE)
             return fm_fail(err, FM_ERR_UNSUPPORTED,
                            "--tp with a pre-quantized checkpoint: its attention projections are not split yet");

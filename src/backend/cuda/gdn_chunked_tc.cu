@@ -213,7 +213,111 @@ static __device__ __forceinline__ void stage_aq_async(float *dst, const float *s
         att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / (CH / 4)) * LDA + 4 * (i % (CH / 4))), src + 4 * i, 16);
 }
 
-/* S: the head's state [128][128] fp32 (states[seq[0]] or the scratch's), read unless fresh, written at the end */
+/* The state pass's pieces, shared by its 4- and 8-warp forms. Shared memory: W, Q e^G, K e^(G_last - G) [64][LDK],
+ * Aq [64][LDA], the state block [128][LDS] (its 32 columns col0..), v' and o [64][LDS], U's 32 columns [64][LDS]. */
+
+/* vb's tile (ti, tj) = W S */
+static __device__ __forceinline__ void ws_tile(const float *Ws, const float *S, int ti, int tj, float *vb) {
+    frag_c acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int s = 0; s < D / 8; s++) {
+        frag_a a;
+        frag_b b;
+        wmma::load_matrix_sync(a, Ws + ti * 16 * LDK + s * 8, LDK);
+        wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
+        to_tf32(a), to_tf32(b);
+        wmma::mma_sync(acc, a, b, acc);
+    }
+    wmma::store_matrix_sync(vb + ti * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+}
+
+/* v' = U - W S, by every thread of the block */
+static __device__ __forceinline__ void v_prime(float *vb, const float *Us) {
+    for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
+        const int rr = i / 32, j = i % 32;
+        vb[rr * LDS + j] = Us[rr * LDS + j] - vb[rr * LDS + j];
+    }
+}
+
+/* o's row tile w (both column tiles) = (Q e^G) S + Aq v' (Aq lower triangular: 2 (w + 1) k-steps) */
+static __device__ __forceinline__ void o_rows(int w, const float *Qs, const float *S, const float *Aq, const float *vb,
+                                              float *ob) {
+    for (int tj = 0; tj < 2; tj++) {
+        frag_c acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int s = 0; s < D / 8; s++) {
+            frag_a a;
+            frag_b b;
+            wmma::load_matrix_sync(a, Qs + w * 16 * LDK + s * 8, LDK);
+            wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
+            to_tf32(a), to_tf32(b);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        for (int s = 0; s < 2 * (w + 1); s++) {
+            frag_a a;
+            frag_b b;
+            wmma::load_matrix_sync(a, Aq + w * 16 * LDA + s * 8, LDA);
+            wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
+            to_tf32(a), to_tf32(b);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(ob + w * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+    }
+}
+
+/* state rows 32 w .. 32 w + 31 of Sn = e^(G_last) S + (K e^(G_last - G))^T v' (Sn may be S: each tile is read, then
+   written, by the one warp) */
+static __device__ __forceinline__ void state_rows(int w, float eg, const float *S, const float *Ks, const float *vb,
+                                                  float *Sn) {
+    for (int tile = 0; tile < 4; tile++) {
+        const int ri = 32 * w + 16 * (tile / 2), tj = tile % 2;
+        frag_c acc;
+        wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
+#pragma unroll
+        for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
+        for (int s = 0; s < CH / 8; s++) {
+            frag_at a;
+            frag_b b;
+            wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
+            wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
+            to_tf32(a), to_tf32(b);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(Sn + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+    }
+}
+
+/* o of the chunk starting at token t0 to out (the block's 32 columns of head h) */
+template <typename A>
+static __device__ __forceinline__ void store_o(const float *ob, int64_t t0, int64_t T, int64_t ld_out, int h, int col0,
+                                               A *out) {
+    for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
+        const int rr = i / 32, j = i % 32;
+        const int64_t t = t0 + rr;
+        if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
+    }
+}
+
+/* the head's state block in (zero when fresh), and chunk 0's tiles requested */
+static __device__ __forceinline__ void state_pass_begin(const tc_scratch &in, int h, int nv, int col0, const float *Sg,
+                                                        bool fresh, float *S, float *Ws, float *Qs, float *Ks,
+                                                        float *Aq, float *Us) {
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
+    const int64_t u0 = unit(0, h, nv);
+    stage_async(Ws, in.W + u0 * CH * D), stage_async(Qs, in.Qg + u0 * CH * D), stage_async(Ks, in.Kg + u0 * CH * D);
+    stage_aq_async(Aq, in.Aq + u0 * CH * CH), stage_cols_async(Us, in.U + u0 * CH * D, col0);
+    att_cp_commit();
+}
+
+static __device__ __forceinline__ void state_pass_end(const float *S, int col0, float *Sg) {
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
+}
+
+/* S: the head's state [128][128] fp32 (states[seq[0]] or the scratch's), read unless fresh, written at the end. Each
+   later chunk's tile is requested as soon as every warp is done with its buffer (W after W S, U after v', Q e^G and Aq
+   after o, K after the state update), so its load overlaps the rest of this chunk. */
 template <typename A>
 static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_t T, int64_t c_first, int n_chunks,
                                                            fm_gdn_shape g, float *states, const int32_t *seq,
@@ -223,97 +327,28 @@ static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_
     float *S = Aq + CH * LDA, *vb = S + D * LDS, *ob = vb + CH * LDS, *Us = ob + CH * LDS;
     const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
     float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
-        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
     const int64_t ld_out = (int64_t)g.nv * D;
-    /* chunk 0's tiles; each later chunk's tile is requested as soon as every warp is done with the buffer (W after
-       W S, U after v', Q e^G and Aq after o, K after the state update), so its load overlaps the rest of this chunk
-       (U was read from global memory inside the v' loop: a wait on memory every chunk) */
-    {
-        const int64_t u0 = unit(0, h, g.nv);
-        stage_async(Ws, in.W + u0 * CH * D), stage_async(Qs, in.Qg + u0 * CH * D), stage_async(Ks, in.Kg + u0 * CH * D);
-        stage_aq_async(Aq, in.Aq + u0 * CH * CH), stage_cols_async(Us, in.U + u0 * CH * D, col0);
-        att_cp_commit();
-    }
+    state_pass_begin(in, h, g.nv, col0, Sg, fresh, S, Ws, Qs, Ks, Aq, Us);
     for (int cl = 0; cl < n_chunks; cl++) {
         const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH, un = unit(cl + 1, h, g.nv);
         const bool next = cl + 1 < n_chunks;
         att_cp_wait_all();
         __syncthreads();
-        /* W S: warp w takes row tile w, both column tiles */
-        for (int tj = 0; tj < 2; tj++) {
-            frag_c acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int s = 0; s < D / 8; s++) {
-                frag_a a;
-                frag_b b;
-                wmma::load_matrix_sync(a, Ws + warp * 16 * LDK + s * 8, LDK);
-                wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
-                to_tf32(a), to_tf32(b);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(vb + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-        }
+        for (int tj = 0; tj < 2; tj++) ws_tile(Ws, S, warp, tj, vb); /* warp w: row tile w */
         __syncthreads();
         if (next) stage_async(Ws, in.W + un * CH * D), att_cp_commit();
-        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) { /* v' = U - W S */
-            const int rr = i / 32, j = i % 32;
-            vb[rr * LDS + j] = Us[rr * LDS + j] - vb[rr * LDS + j];
-        }
+        v_prime(vb, Us);
         __syncthreads();
         if (next) stage_cols_async(Us, in.U + un * CH * D, col0), att_cp_commit();
-        /* o = (Q e^G) S + Aq v' (Aq lower triangular: row tile w needs 2 (w + 1) k-steps) */
-        for (int tj = 0; tj < 2; tj++) {
-            frag_c acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int s = 0; s < D / 8; s++) {
-                frag_a a;
-                frag_b b;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * LDK + s * 8, LDK);
-                wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
-                to_tf32(a), to_tf32(b);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            for (int s = 0; s < 2 * (warp + 1); s++) {
-                frag_a a;
-                frag_b b;
-                wmma::load_matrix_sync(a, Aq + warp * 16 * LDA + s * 8, LDA);
-                wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
-                to_tf32(a), to_tf32(b);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(ob + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-        }
+        o_rows(warp, Qs, S, Aq, vb, ob);
         __syncthreads(); /* every warp has read S, Q e^G and Aq */
         if (next) stage_async(Qs, in.Qg + un * CH * D), stage_aq_async(Aq, in.Aq + un * CH * CH), att_cp_commit();
-        /* S = e^(G_last) S + (K e^(G_last - G))^T v': warp w owns state rows 32 w .. 32 w + 31 */
-        const float eg = in.eg[u];
-        for (int tile = 0; tile < 4; tile++) {
-            const int ri = 32 * warp + 16 * (tile / 2), tj = tile % 2;
-            frag_c acc;
-            wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
-#pragma unroll
-            for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
-            for (int s = 0; s < CH / 8; s++) {
-                frag_at a;
-                frag_b b;
-                wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
-                wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
-                to_tf32(a), to_tf32(b);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(S + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-        }
-        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
-            const int rr = i / 32, j = i % 32;
-            const int64_t t = t0 + rr;
-            if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
-        }
+        state_rows(warp, in.eg[u], S, Ks, vb, S);
+        store_o(ob, t0, T, ld_out, h, col0, out);
         __syncthreads(); /* every warp has read K e^(G_last - G) */
         if (next) stage_async(Ks, in.Kg + un * CH * D), att_cp_commit();
     }
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
-        Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
+    state_pass_end(S, col0, Sg);
 }
 
 /* The state pass on 8 warps (route gdn.state=8): the recurrence is W S -> v' -> S' and the output o = (Q e^G) S + Aq v'
@@ -332,100 +367,32 @@ static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64
     float *S = Aq + CH * LDA, *Sn = S + D * LDS, *vb = Sn + D * LDS, *ob = vb + CH * LDS, *Us = ob + CH * LDS;
     const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
     float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
-        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
     const int64_t ld_out = (int64_t)g.nv * D;
-    {
-        const int64_t u0 = unit(0, h, g.nv);
-        stage_async(Ws, in.W + u0 * CH * D), stage_async(Qs, in.Qg + u0 * CH * D), stage_async(Ks, in.Kg + u0 * CH * D);
-        stage_aq_async(Aq, in.Aq + u0 * CH * CH), stage_cols_async(Us, in.U + u0 * CH * D, col0);
-        att_cp_commit();
-    }
+    state_pass_begin(in, h, g.nv, col0, Sg, fresh, S, Ws, Qs, Ks, Aq, Us);
     for (int cl = 0; cl < n_chunks; cl++) {
         const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH, un = unit(cl + 1, h, g.nv);
         const bool next = cl + 1 < n_chunks;
         att_cp_wait_all();
         __syncthreads();
-        { /* W S: warp w takes the tile (row w / 2, column w % 2) */
-            const int ti = warp >> 1, tj = warp & 1;
-            frag_c acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int s = 0; s < D / 8; s++) {
-                frag_a a;
-                frag_b b;
-                wmma::load_matrix_sync(a, Ws + ti * 16 * LDK + s * 8, LDK);
-                wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
-                to_tf32(a), to_tf32(b);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(vb + ti * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-        }
+        ws_tile(Ws, S, warp >> 1, warp & 1, vb); /* warp w: the tile (w / 2, w % 2) */
         __syncthreads();
         if (next) stage_async(Ws, in.W + un * CH * D), att_cp_commit();
-        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) { /* v' = U - W S */
-            const int rr = i / 32, j = i % 32;
-            vb[rr * LDS + j] = Us[rr * LDS + j] - vb[rr * LDS + j];
-        }
+        v_prime(vb, Us);
         __syncthreads();
         if (next) stage_cols_async(Us, in.U + un * CH * D, col0), att_cp_commit();
-        if (warp < 4) { /* o = (Q e^G) S + Aq v': row tile w, both column tiles (Aq lower triangular) */
-            for (int tj = 0; tj < 2; tj++) {
-                frag_c acc;
-                wmma::fill_fragment(acc, 0.0f);
-                for (int s = 0; s < D / 8; s++) {
-                    frag_a a;
-                    frag_b b;
-                    wmma::load_matrix_sync(a, Qs + warp * 16 * LDK + s * 8, LDK);
-                    wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
-                    to_tf32(a), to_tf32(b);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                for (int s = 0; s < 2 * (warp + 1); s++) {
-                    frag_a a;
-                    frag_b b;
-                    wmma::load_matrix_sync(a, Aq + warp * 16 * LDA + s * 8, LDA);
-                    wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
-                    to_tf32(a), to_tf32(b);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(ob + warp * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-            }
-        } else { /* S' = e^(G_last) S + (K e^(G_last - G))^T v' into Sn: warp 4 + w owns state rows 32 w .. 32 w + 31 */
-            const int w = warp - 4;
-            const float eg = in.eg[u];
-            for (int tile = 0; tile < 4; tile++) {
-                const int ri = 32 * w + 16 * (tile / 2), tj = tile % 2;
-                frag_c acc;
-                wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
-#pragma unroll
-                for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
-                for (int s = 0; s < CH / 8; s++) {
-                    frag_at a;
-                    frag_b b;
-                    wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
-                    wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
-                    to_tf32(a), to_tf32(b);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(Sn + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-            }
-        }
+        if (warp < 4) o_rows(warp, Qs, S, Aq, vb, ob);
+        else state_rows(warp - 4, in.eg[u], S, Ks, vb, Sn);
         __syncthreads(); /* o and the next state written; S, Q e^G, Aq, K and v' read */
         if (next) {
             stage_async(Qs, in.Qg + un * CH * D), stage_aq_async(Aq, in.Aq + un * CH * CH);
             stage_async(Ks, in.Kg + un * CH * D), att_cp_commit();
         }
-        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
-            const int rr = i / 32, j = i % 32;
-            const int64_t t = t0 + rr;
-            if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
-        }
+        store_o(ob, t0, T, ld_out, h, col0, out);
         float *tmp = S; /* the next state is the current one */
         S = Sn, Sn = tmp;
     }
     __syncthreads(); /* the last state, written by warps 4-7 */
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
-        Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
+    state_pass_end(S, col0, Sg);
 }
 
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
