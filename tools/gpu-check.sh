@@ -62,9 +62,11 @@ if [ "$part" != ops ]; then
 # token by token (--route gdn.tc=off)
 t0=$(date +%s); timeout 300 ./build/tests/gpu/test_cuda_qnext >"$out/gpu_qnext.log" 2>&1; qnext_rc=$?; qnext_s=$(( $(date +%s) - t0 ))
 timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.tc=off >"$out/gpu_qnext_tc.log" 2>&1; qnext_tc_rc=$?
-# the chunked rule's state pass on 8 warps (--route gdn.state=8; 4 by default until measured)
-timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.state=8 >"$out/gpu_qnext_state8.log" 2>&1
-qnext_tc_rc="$qnext_tc_rc, state pass on 8 warps rc $?"
+# the chunked rule's other state passes (--route gdn.state=4: 4 warps; split: states, then outputs in parallel)
+for form in 4 split; do
+    timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.state=$form >"$out/gpu_qnext_state$form.log" 2>&1
+    qnext_tc_rc="$qnext_tc_rc, gdn.state=$form rc $?"
+done
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?

@@ -3,8 +3,9 @@
  *
  * The form runs a prompt in segments of at most FM_GDN_TC_SEG_CHUNKS chunks of 64 tokens; per (chunk, value head) of
  * a segment the intra-chunk kernel leaves W, U, Q e^G, K e^(G_last - G) [64][128] fp32 each, the decayed causal
- * q.k block [64][64] fp32 and e^(G_last) (one float, the array padded to 64); after them, a state [nv][128][128]
- * fp32 that carries the rule between segments when the op keeps no state of its own. */
+ * q.k block [64][64] fp32 and e^(G_last) (one float, the array padded to 64); then the state before each chunk
+ * [128][128] fp32 (written by the split state pass, route gdn.state=split, for its parallel output pass); after them,
+ * a state [nv][128][128] fp32 that carries the rule between segments when the op keeps no state of its own. */
 #ifndef FM_GDN_WORKSPACE_H
 #define FM_GDN_WORKSPACE_H
 
@@ -28,7 +29,7 @@ static inline uint64_t fm_gdn_tc_seg_units(uint64_t T, uint64_t nv) {
 
 static inline uint64_t fm_gdn_tc_ws_bytes(uint64_t T, uint64_t nv) {
     const uint64_t n = fm_gdn_tc_seg_units(T, nv), D = FM_GDN_TC_DIM;
-    return (n * (4 * 64 * D + 64 * 64) + (n + 63) / 64 * 64 + nv * D * D) * sizeof(float);
+    return (n * (4 * 64 * D + 64 * 64 + D * D) + (n + 63) / 64 * 64 + nv * D * D) * sizeof(float);
 }
 
 #endif

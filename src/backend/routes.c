@@ -80,9 +80,10 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
             return fm_fail(err, FM_ERR_USAGE, "route gdn.tc: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "gdn.state")) {
         int32_t w = 0;
-        if (!parse_count(val, 4, 8, &w) || (w != 0 && w != 4 && w != 8))
-            return fm_fail(err, FM_ERR_USAGE, "route gdn.state: '%s' is not a value (auto, 4 or 8)", val);
-        r->gdn_state_warps = w;
+        if (!strcmp(val, "split")) w = FM_GDN_STATE_SPLIT;
+        else if (!parse_count(val, 4, 8, &w) || (w != 0 && w != 4 && w != 8))
+            return fm_fail(err, FM_ERR_USAGE, "route gdn.state: '%s' is not a value (auto, 4, 8 or split)", val);
+        r->gdn_state = w;
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -172,7 +173,7 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
 }
 
-int fm_routes_gdn_state_warps(const fm_routes *r) { return r->gdn_state_warps ? r->gdn_state_warps : 4; }
+int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : 8; }
 
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16) {
     return r->gdn_tc != FM_ROUTE_OFF && fm_gdn_tc_takes(dk, dv, act_bf16);
@@ -240,7 +241,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
                       : r->w4a8_fp4 == FM_ROUTE_FP4_INLINE ? "inline"
                                                            : "auto";
     char now[8][64], moe[8], warps[8];
-    snprintf(warps, sizeof warps, "%d", r->gdn_state_warps);
+    snprintf(warps, sizeof warps, "%d", r->gdn_state);
+    if (r->gdn_state == FM_GDN_STATE_SPLIT) snprintf(warps, sizeof warps, "split");
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
     snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
@@ -253,7 +255,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
              fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
     snprintf(now[6], sizeof now[6], "%s",
              fm_routes_w4a8_fp4_producer(r, FM_W4A8_BN) ? "producer warpgroup" : "inline (MMA warps)");
-    snprintf(now[7], sizeof now[7], "%d warps", fm_routes_gdn_state_warps(r));
+    if (fm_routes_gdn_state(r) == FM_GDN_STATE_SPLIT) snprintf(now[7], sizeof now[7], "states, then outputs");
+    else snprintf(now[7], sizeof now[7], "%d warps", fm_routes_gdn_state(r));
     const struct {
         const char *key, *value, *values, *def, *decides, *now;
     } rows[] = {
@@ -289,8 +292,8 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "on",
          "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
          r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off"},
-        {"gdn.state", r->gdn_state_warps ? warps : "auto", "auto|4|8", "4 (8 not yet measured)",
-         "warps of the chunked rule's sequential state pass (8: the output beside the state update)", now[7]},
+        {"gdn.state", r->gdn_state ? warps : "auto", "auto|4|8|split", "8",
+         "the chunked rule's state pass: 4 or 8 warps, or split (states in sequence, outputs in parallel)", now[7]},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

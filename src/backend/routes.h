@@ -31,9 +31,11 @@
  *                                         activations), else token by token (gdn.cu). auto = on (H200, T = 8192:
  *                                         2.9x the token-by-token kernel, docs/RESULTS.md); off forces token by
  *                                         token
- *   gdn.state        auto | 4 | 8         warps of that form's sequential state pass: 8 computes the output beside
- *                                         the state update (auto = 4 until 8 has run on a GPU: written without
- *                                         device time, bench/NOTES.md eleventh session)
+ *   gdn.state        auto | 4 | 8 | split that form's sequential state pass: on 4 warps (state and output chunk by
+ *                                         chunk), on 8 (the output beside the state update), or split: the
+ *                                         sequential pass computes only the states (8 warps) and a parallel pass
+ *                                         the outputs of every chunk from them (FLA's form). auto = 8 (H200, T =
+ *                                         2048: 14% less Gated DeltaNet time than 4, bench/NOTES.md)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -87,7 +89,7 @@ typedef struct fm_routes {
     int32_t moe_gemv;                           /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
     fm_route_switch router_fused;               /* router.fused */
     fm_route_switch gdn_tc;                     /* gdn.tc */
-    int32_t gdn_state_warps;                    /* gdn.state: 0 auto, 4 or 8 */
+    int32_t gdn_state;                          /* gdn.state: 0 auto, 4, 8 or FM_GDN_STATE_SPLIT */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -165,8 +167,10 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T);
  * or fp32 activations: unless gdn.tc=off, where fm_gdn_tc_takes the shape; the memory
  * plan sizes its scratch by the same answer. */
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16);
-/* The warps of the tensor-core form's state pass: 4, or 8 when forced (gdn.state). */
-int fm_routes_gdn_state_warps(const fm_routes *r);
+/* The tensor-core form's state pass (gdn.state): 4 or 8 (its warps, the output computed in the pass) or
+ * FM_GDN_STATE_SPLIT (the states in the pass, the outputs in a parallel one). */
+#define FM_GDN_STATE_SPLIT 1
+int fm_routes_gdn_state(const fm_routes *r);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

@@ -5,10 +5,13 @@
 //   intra  (every chunk at once; grid (chunks, heads), 8 warps, two blocks per SM): q, k l2-normalised; K K^T and Q K^T
 //   (WMMA); the
 //          strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq = (q_r.k_c) e^(G_r - G_c); T = (I -
-//          A)^-1 by right-looking substitution (fp32, 62 steps); W = T diag(beta e^G) K and U = T diag(beta) V (WMMA);
+//          A)^-1 by 16 x 16 blocks (fp32: the diagonal ones by substitution in a warp each, then the rest by block
+//          products); W = T diag(beta e^G) K and U = T diag(beta) V (WMMA);
 //          Q e^G, K e^(G_last - G), e^(G_last) -> scratch (gdn_workspace.h)
 //   state  (sequential over the chunks; grid (4 column blocks of 32, heads), 4 warps, the state block [128][32] in
 //          shared memory): v' = U - W S; o = (Q e^G) S + Aq v'; S = e^(G_last) S + (K e^(G_last - G))^T v'
+//          (route gdn.state: that on 4 or 8 warps, or split: the sequential pass keeps v' and S before each chunk,
+//          a parallel pass over every (column block, chunk, head) computes o from them)
 // A prompt runs in segments of FM_GDN_TC_SEG_CHUNKS chunks (the scratch of one segment), the state carried in the
 // op's state buffer or the scratch's. TF32 rounds the products' inputs to 10-bit mantissas: the outputs differ from
 // the fp32 token-by-token form by ~1e-3 relative, below the bf16 rounding of the result (the ref32 oracle, fp32
@@ -19,6 +22,7 @@
 #include "backend/cuda/gdn.cuh"
 extern "C" {
 #include "backend/gdn_workspace.h"
+#include "backend/routes.h"
 }
 
 using namespace nvcuda;
@@ -28,13 +32,13 @@ using namespace nvcuda;
 #define LDK (D + 4)  /* row stride of the [64][128] tiles in shared memory */
 #define LDA (CH + 4) /* of the [64][64] ones */
 #define LDS 36       /* of the state's column block and the [64][32] tiles */
-#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH) * 4)
+#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH + 3 * 256) * 4)
 #define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 3 * CH * LDS) * 4)
 
 typedef __nv_bfloat16 bf16;
 
 typedef struct tc_scratch {
-    float *W, *U, *Qg, *Kg, *Aq, *eg, *S;
+    float *W, *U, *Qg, *Kg, *Aq, *eg, *Sc, *S; /* Sc: the state before each chunk (split state pass) */
 } tc_scratch;
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_a;
@@ -58,9 +62,9 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
                                                               const A *dt_bias, int64_t T, int64_t c_first,
                                                               fm_gdn_shape g, tc_scratch out) {
     extern __shared__ __align__(128) float sm[];
-    /* V takes Q's buffer once Q e^G is out (103 KB of shared memory: two blocks per SM) */
+    /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
-    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH;
+    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16 */
     const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
@@ -146,24 +150,54 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
     for (int rw = 0; rw < CH / 8; rw++)
 #pragma unroll
         for (int i = 0; i < 4; i++) Vs[(warp + 8 * rw) * LDK + lane + 32 * i] = v[rw][i];
-    /* X = A + A X (T = I + X = (I - A)^-1), right-looking: once row m of X is final (after step m - 1), step m adds
-       A[i][m] X[m][c] to every X[i][c] with i > m, c < m, all of them at once. In place: step m reads column m of
-       the rows below (still A's, written by no step) and row m (written by no step from m on). 62 steps of at most
-       4 products per thread and one barrier (the row by row form waited on a 63-long dependent chain per row). */
-    for (int m = 1; m < CH - 1; m++) {
-        const int n = (CH - 1 - m) * m;
-        for (int idx = tid; idx < n; idx += 256) {
-            const int i = m + 1 + idx / m, c = idx % m;
-            Am[i * LDA + c] = fmaf(Am[i * LDA + m], Am[m * LDA + c], Am[i * LDA + c]);
+    /* T = (I - A)^-1 by 16 x 16 blocks (FLA's solve_tril): first each diagonal block's inverse, I + X with X = A +
+       A X by right-looking substitution inside one warp (warps 0-3, 14 steps: step m adds A[i][m] X[m][c] to every
+       X[i][c] with i > m, c < m; it reads column m below the diagonal, still A's, and row m, final), in place in Am;
+       then the blocks below the diagonal by their distance from it, T_ij = T_ii sum_{k=j}^{i-1} A_ik T_kj (fp32, two
+       block products a round, 6 barriers). T goes to Aq (its q.k block is out), A stays in Am for the products. The
+       whole-matrix substitution before it (62 barriers, a division per element) held 45% of the kernel's samples. */
+    if (warp < 4) {
+        float *X = Am + 16 * warp * LDA + 16 * warp;
+        for (int m = 1; m < 15; m++) {
+#pragma unroll
+            for (int e = lane; e < 256; e += 32) {
+                const int i = e >> 4, c = e & 15;
+                if (i > m && c < m) X[i * LDA + c] = fmaf(X[i * LDA + m], X[m * LDA + c], X[i * LDA + c]);
+            }
+            __syncwarp();
+        }
+    }
+    if (tid < CH) ebg[tid] = bs[tid] * expf(gc[tid]);
+    __syncthreads();
+    for (int i = tid; i < CH * CH; i += 256) {
+        const int rr = i / CH, cc = i % CH;
+        Aq[rr * LDA + cc] = rr == cc ? 1.0f : (rr >> 4) == (cc >> 4) && cc < rr ? Am[rr * LDA + cc] : 0.0f;
+    }
+    __syncthreads();
+    for (int d = 1; d < 4; d++) { /* the blocks (b + d, b), b < 4 - d */
+        for (int e = tid; e < (4 - d) * 256; e += 256) {
+            const int i = (e >> 8) + d, j = e >> 8, r = (e >> 4) & 15, c = e & 15;
+            float acc = 0.0f;
+            for (int k = j; k < i; k++)
+#pragma unroll
+                for (int l = 0; l < 16; l++)
+                    acc = fmaf(Am[(16 * i + r) * LDA + 16 * k + l], Aq[(16 * k + l) * LDA + 16 * j + c], acc);
+            Pb[e] = acc;
+        }
+        __syncthreads();
+        for (int e = tid; e < (4 - d) * 256; e += 256) {
+            const int i = (e >> 8) + d, j = e >> 8, r = (e >> 4) & 15, c = e & 15;
+            float acc = 0.0f;
+            for (int l = 0; l <= r; l++)
+                acc = fmaf(Aq[(16 * i + r) * LDA + 16 * i + l], Pb[(j << 8) + l * 16 + c], acc);
+            Aq[(16 * i + r) * LDA + 16 * j + c] = acc;
         }
         __syncthreads();
     }
-    if (tid < CH) Am[tid * LDA + tid] = 1.0f, ebg[tid] = bs[tid] * expf(gc[tid]);
-    __syncthreads();
-    /* T diag(beta e^G) into Aq, T diag(beta) in place */
+    /* T diag(beta e^G) in place in Aq, T diag(beta) into Am */
     for (int i = tid; i < CH * CH; i += 256) {
         const int rr = i / CH, cc = i % CH;
-        const float t = Am[rr * LDA + cc];
+        const float t = Aq[rr * LDA + cc];
         Aq[rr * LDA + cc] = t * ebg[cc];
         Am[rr * LDA + cc] = t * bs[cc];
     }
@@ -395,9 +429,132 @@ static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64
     state_pass_end(S, col0, Sg);
 }
 
+/* The split state pass (route gdn.state=split), FLA's form: the sequence of chunks carries only the state, W S ->
+ * v' -> S', on 8 warps (W S: one 16x16 tile each, 16 k-steps; S': two tiles each, 8 k-steps: a 32-k-step chain per
+ * warp and chunk, against 64 on gdn_tc_state8's longest warp), and leaves v' (over U's columns) and the state
+ * before each chunk (Sc) in the scratch; gdn_tc_out then computes every chunk's o = (Q e^G) S + Aq v' at once. The
+ * tiles of chunk c + 1 (W, K e^(G_last - G), U's columns) load into the second of two buffers while chunk c computes.
+ * Shared memory: W and K [64][LDK] twice, the state block [128][LDS], v' [64][LDS], U's columns [64][LDS] twice. The
+ * same products per tile, in the same order, as gdn_tc_state: the same bits. */
+#define HPASS_SMEM ((4 * CH * LDK + D * LDS + 3 * CH * LDS) * 4)
+
+/* chunk u's W, K e^(G_last - G) and U's 32 columns, requested */
+static __device__ __forceinline__ void hpass_stage(const tc_scratch &in, int64_t u, int col0, float *Ws, float *Ks,
+                                                   float *Us) {
+    stage_async(Ws, in.W + u * CH * D), stage_async(Ks, in.Kg + u * CH * D);
+    stage_cols_async(Us, in.U + u * CH * D, col0);
+    att_cp_commit();
+}
+
+static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_chunks, fm_gdn_shape g, float *states,
+                                                           const int32_t *seq, bool fresh) {
+    extern __shared__ __align__(128) float sm[];
+    /* buffer b: W at sm + 2 b CH LDK, K after it; U's columns at Ub + b CH LDS */
+    float *S = sm + 4 * CH * LDK, *vb = S + D * LDS, *Ub = vb + CH * LDS;
+    const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
+    float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
+    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
+        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
+    hpass_stage(in, unit(0, h, g.nv), col0, sm, sm + CH * LDK, Ub);
+    for (int cl = 0; cl < n_chunks; cl++) {
+        const int b = cl & 1;
+        const int64_t u = unit(cl, h, g.nv);
+        const float *Ws = sm + 2 * b * CH * LDK, *Ks = Ws + CH * LDK, *Us = Ub + b * CH * LDS;
+        /* buffer b ^ 1 was chunk cl - 1's: every warp passed the barrier after its last use */
+        if (cl + 1 < n_chunks) {
+            float *Wn = sm + 2 * (b ^ 1) * CH * LDK;
+            hpass_stage(in, unit(cl + 1, h, g.nv), col0, Wn, Wn + CH * LDK, Ub + (b ^ 1) * CH * LDS);
+            att_cp_wait<1>();
+        } else {
+            att_cp_wait_all();
+        }
+        __syncthreads(); /* chunk cl's tiles and the state after chunk cl - 1 */
+        float *Sc = in.Sc + u * D * D;
+        for (int i = threadIdx.x; i < D * 8; i += blockDim.x) { /* the state before chunk cl, for gdn_tc_out */
+            const int r = i / 8, c4 = 4 * (i % 8);
+            *(float4 *)(Sc + (int64_t)r * D + col0 + c4) = *(const float4 *)(S + r * LDS + c4);
+        }
+        ws_tile(Ws, S, warp >> 1, warp & 1, vb); /* warp w: the tile (w / 2, w % 2) */
+        __syncthreads();
+        float *Ug = in.U + u * CH * D + col0; /* v' over U's columns: gdn_tc_out reads it there */
+        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
+            const int rr = i / 32, j = i % 32;
+            const float v = Us[rr * LDS + j] - vb[rr * LDS + j];
+            vb[rr * LDS + j] = v;
+            Ug[(int64_t)rr * D + j] = v;
+        }
+        __syncthreads();
+        const float eg = in.eg[u];
+        for (int tile = 0; tile < 2; tile++) { /* warp w: state rows 16 w .. 16 w + 15, both column tiles */
+            const int ri = 16 * warp, tj = tile;
+            frag_c acc;
+            wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
+#pragma unroll
+            for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
+            for (int s = 0; s < CH / 8; s++) {
+                frag_at a;
+                frag_b bb;
+                wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
+                wmma::load_matrix_sync(bb, vb + s * 8 * LDS + tj * 16, LDS);
+                to_tf32(a), to_tf32(bb);
+                wmma::mma_sync(acc, a, bb, acc);
+            }
+            wmma::store_matrix_sync(S + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+        }
+        __syncthreads(); /* the new state; W, K, U and v' of buffer b read */
+    }
+    state_pass_end(S, col0, Sg);
+}
+
+/* The split pass's outputs: grid (4 column blocks of 32, chunks, heads), 4 warps; block (j, c, h) writes o's 32
+ * columns of chunk c, warp w its row tile w: o = (Q e^G) S + Aq v' (Aq lower triangular: 2 (w + 1) k-steps), the
+ * same products in the same order as o_rows. The fragments load straight from the scratch (L2; the state's and v'
+ * columns, shared by the 4 warps, from L1): no staging, so that the 40-odd registers, not shared memory, bound the
+ * blocks per SM (a staged form, 88 KB a block, ran 2 blocks = 8 warps per SM and 232 us at T = 2048). */
+template <typename A>
+static __global__ __launch_bounds__(128) void gdn_tc_out(tc_scratch in, int64_t T, int64_t c_first, fm_gdn_shape g,
+                                                         A *out) {
+    __shared__ __align__(128) float ob[CH * LDS];
+    const int col0 = blockIdx.x * 32, cl = blockIdx.y, h = blockIdx.z, w = threadIdx.x >> 5;
+    const int64_t u = unit(cl, h, g.nv);
+    const float *Qg = in.Qg + u * CH * D + w * 16 * D, *Sc = in.Sc + u * D * D + col0;
+    const float *Aq = in.Aq + u * CH * CH + w * 16 * CH, *V = in.U + u * CH * D + col0;
+    frag_c acc[2];
+    wmma::fill_fragment(acc[0], 0.0f), wmma::fill_fragment(acc[1], 0.0f);
+    for (int s = 0; s < D / 8; s++) {
+        frag_a a;
+        wmma::load_matrix_sync(a, Qg + s * 8, D);
+        to_tf32(a);
+#pragma unroll
+        for (int tj = 0; tj < 2; tj++) {
+            frag_b b;
+            wmma::load_matrix_sync(b, Sc + (int64_t)s * 8 * D + tj * 16, D);
+            to_tf32(b);
+            wmma::mma_sync(acc[tj], a, b, acc[tj]);
+        }
+    }
+    for (int s = 0; s < 2 * (w + 1); s++) {
+        frag_a a;
+        wmma::load_matrix_sync(a, Aq + s * 8, CH);
+        to_tf32(a);
+#pragma unroll
+        for (int tj = 0; tj < 2; tj++) {
+            frag_b b;
+            wmma::load_matrix_sync(b, V + (int64_t)s * 8 * D + tj * 16, D);
+            to_tf32(b);
+            wmma::mma_sync(acc[tj], a, b, acc[tj]);
+        }
+    }
+#pragma unroll
+    for (int tj = 0; tj < 2; tj++)
+        wmma::store_matrix_sync(ob + w * 16 * LDS + tj * 16, acc[tj], LDS, wmma::mem_row_major);
+    __syncthreads();
+    store_o(ob, (c_first + cl) * CH, T, (int64_t)g.nv * D, h, col0, out);
+}
+
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                        int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
-                                       void *out, int state_warps, cudaStream_t s) {
+                                       void *out, int state_form, cudaStream_t s) {
     if (!fm_gdn_tc_takes(g.dk, g.dv, true) || g.nk < 1 || g.nv % g.nk != 0) {
         fprintf(stderr, "fp8moe: cuda gdn_chunked (tensor cores): shape dk %d dv %d is not dk = dv = %d\n", g.dk, g.dv,
                 FM_GDN_TC_DIM);
@@ -410,20 +567,26 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, smem, INTRA_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state8<bf16>, smem, STATE8_SMEM));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_hpass, smem, HPASS_SMEM));
         attributes_set = true;
     }
     const uint64_t n = fm_gdn_tc_seg_units((uint64_t)T, (uint64_t)g.nv);
     float *base = (float *)ws;
     tc_scratch sc;
     sc.W = base, sc.U = sc.W + n * CH * D, sc.Qg = sc.U + n * CH * D, sc.Kg = sc.Qg + n * CH * D;
-    sc.Aq = sc.Kg + n * CH * D, sc.eg = sc.Aq + n * CH * CH, sc.S = sc.eg + (n + 63) / 64 * 64;
+    sc.Aq = sc.Kg + n * CH * D, sc.eg = sc.Aq + n * CH * CH, sc.Sc = sc.eg + (n + 63) / 64 * 64;
+    sc.S = sc.Sc + n * D * D;
     const int64_t chunks = fm_ceil_div(T, CH);
     for (int64_t c0 = 0; c0 < chunks; c0 += FM_GDN_TC_SEG_CHUNKS) {
         const int nc = (int)(chunks - c0 < FM_GDN_TC_SEG_CHUNKS ? chunks - c0 : FM_GDN_TC_SEG_CHUNKS);
         gdn_tc_intra<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 256, INTRA_SMEM, s>>>(
             (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
-        if (state_warps == 8)
+        if (state_form == FM_GDN_STATE_SPLIT) {
+            gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, c0 == 0);
+            FM_LAUNCH_CHECK("gdn_chunked_tc states");
+            gdn_tc_out<bf16><<<dim3(D / 32, (unsigned)nc, (unsigned)g.nv), 128, 0, s>>>(sc, T, c0, g, (bf16 *)out);
+        } else if (state_form == 8)
             gdn_tc_state8<bf16><<<dim3(D / 32, (unsigned)g.nv), 256, STATE8_SMEM, s>>>(sc, T, c0, nc, g, states,
                                                                                        tok_seq, c0 == 0, (bf16 *)out);
         else
