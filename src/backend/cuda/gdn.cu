@@ -94,53 +94,90 @@ static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, in
     }
 }
 
-/* The same outputs for kernels of at most KW taps, a thread per channel over CONV_ROWS consecutive rows: a window of
-   the last KW inputs in registers slides by one row while the run continues (one load per output), and is rebuilt
-   as the kernel above builds it at the block's first row and wherever a run starts. The same products summed in the
-   same order as the kernel above (the window's unused taps add 0 * 0). */
-#define CONV_ROWS 32
-#define CONV_LOADS 8 /* divides CONV_ROWS */
+/* The same outputs for kernels of at most KW taps, a thread per two adjacent channels (one 4-byte load and store
+   per row for bf16; even dk and dv keep a pair's columns adjacent) over CONV_ROWS = 32 consecutive rows: a window
+   of the last KW inputs in registers slides by one row while the run continues (one load per output), and is
+   rebuilt as the kernel above builds it at the block's first row and wherever a run starts. Which rows continue
+   their run is found once per block (warp 0, one ballot) instead of by every thread (6 index loads a row). The same
+   products summed in the same order as the kernel above (the window's unused taps add 0 * 0). */
+#define CONV_ROWS 32 /* the ballot's 32 lanes */
+#define CONV_LOADS 8 /* rows whose loads are in flight together; divides CONV_ROWS */
+static __device__ __forceinline__ void load_pair(const bf16 *p, float *x) {
+    const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)p);
+    x[0] = f.x, x[1] = f.y;
+}
+static __device__ __forceinline__ void load_pair(const float *p, float *x) { x[0] = p[0], x[1] = p[1]; }
+static __device__ __forceinline__ void store_pair(bf16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+static __device__ __forceinline__ void store_pair(float *p, float a, float b) { p[0] = a, p[1] = b; }
+
 template <typename A, int KW>
 static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
                                               const float *states, const int32_t *seq, const int32_t *pos, A *out) {
+    __shared__ uint32_t run_mask; /* bit i: row t0 + i continues row t0 + i - 1 inside the block's rows */
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
-    const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    const int64_t col = qkvz_column(g, c);
-    float wr[KW], a[KW]; /* index KW - 1 - d: the tap at distance d before the row (d = 0: the row itself) */
+    const int K = g.kernel, c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+    const bool active = c < C;
+    const int64_t col = active ? qkvz_column(g, c) : 0;
+    float wr[2][KW], a[2][KW]; /* index KW - 1 - d: the tap at distance d before the row (d = 0: the row itself) */
 #pragma unroll
-    for (int d = 0; d < KW; d++) wr[KW - 1 - d] = d < K ? act_load(w[c * ld + K - 1 - d]) : 0.0f;
+    for (int v = 0; v < 2; v++)
+#pragma unroll
+        for (int d = 0; d < KW; d++) wr[v][KW - 1 - d] = active && d < K ? act_load(w[(c + v) * ld + K - 1 - d]) : 0.0f;
     for (int64_t t0 = (int64_t)blockIdx.y * CONV_ROWS; t0 < T; t0 += (int64_t)gridDim.y * CONV_ROWS) {
         const int64_t t1 = t0 + CONV_ROWS < T ? t0 + CONV_ROWS : T;
-        for (int64_t tb = t0; tb < t1; tb += CONV_LOADS) {
-            float xs[CONV_LOADS]; /* the next rows' inputs in flight together (one at a time, each waited on memory) */
+        if (threadIdx.x < 32) {
+            const int64_t t = t0 + threadIdx.x;
+            const bool cont = t < t1 && t > t0 && (!states || continues(seq, pos, t));
+            const uint32_t m = __ballot_sync(0xffffffffu, cont);
+            if (threadIdx.x == 0) run_mask = m;
+        }
+        __syncthreads();
+        const uint32_t mask = run_mask;
+        for (int64_t tb = t0; active && tb < t1; tb += CONV_LOADS) {
+            float xs[CONV_LOADS][2]; /* the next rows' inputs in flight together */
 #pragma unroll
-            for (int i = 0; i < CONV_LOADS; i++) xs[i] = tb + i < t1 ? act_load(qkvz[(tb + i) * Wz + col]) : 0.0f;
+            for (int i = 0; i < CONV_LOADS; i++) {
+                if (tb + i < t1) load_pair(qkvz + (tb + i) * Wz + col, xs[i]);
+                else xs[i][0] = xs[i][1] = 0.0f;
+            }
 #pragma unroll
             for (int i = 0; i < CONV_LOADS; i++) {
                 const int64_t t = tb + i;
                 if (t >= t1) break;
-                if (t > t0 && (!states || continues(seq, pos, t))) {
+                if ((mask >> (t - t0)) & 1u) {
 #pragma unroll
-                    for (int j = 0; j + 1 < KW; j++) a[j] = a[j + 1];
-                    a[KW - 1] = xs[i];
+                    for (int v = 0; v < 2; v++) {
+#pragma unroll
+                        for (int j = 0; j + 1 < KW; j++) a[v][j] = a[v][j + 1];
+                        a[v][KW - 1] = xs[i][v];
+                    }
                 } else {
-                    a[KW - 1] = xs[i];
                     const int r = states ? run_back(seq, pos, t, K - 1) : 0;
                     const float *hist = states ? states + (int64_t)seq[t] * (K - 1) * C : NULL;
 #pragma unroll
-                    for (int d = 1; d < KW; d++)
-                        a[KW - 1 - d] = d >= K       ? 0.0f
-                                        : states     ? conv_input(qkvz, Wz, col, t, d, r, pos[t], hist, C, c, K)
-                                        : t - d >= 0 ? act_load(qkvz[(t - d) * Wz + col])
-                                                     : 0.0f;
-                }
-                float acc = wr[KW - 1] * a[KW - 1];
+                    for (int v = 0; v < 2; v++) {
+                        a[v][KW - 1] = xs[i][v];
 #pragma unroll
-                for (int j = 0; j + 1 < KW; j++) acc += wr[j] * a[j];
-                act_store(out + t * C + c, silu_(acc));
+                        for (int d = 1; d < KW; d++)
+                            a[v][KW - 1 - d] = d >= K   ? 0.0f
+                                               : states ? conv_input(qkvz, Wz, col + v, t, d, r, pos[t], hist, C, c + v, K)
+                                               : t - d >= 0 ? act_load(qkvz[(t - d) * Wz + col + v])
+                                                            : 0.0f;
+                    }
+                }
+                float acc[2];
+#pragma unroll
+                for (int v = 0; v < 2; v++) {
+                    acc[v] = wr[v][KW - 1] * a[v][KW - 1];
+#pragma unroll
+                    for (int j = 0; j + 1 < KW; j++) acc[v] += wr[v][j] * a[v][j];
+                }
+                store_pair(out + t * C + c, silu_(acc[0]), silu_(acc[1]));
             }
         }
+        __syncthreads(); /* run_mask is rewritten for the next rows */
     }
 }
 
@@ -326,8 +363,11 @@ static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape 
     const int64_t C = 2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv;
     const dim3 grid((unsigned)fm_ceil_div(C, 256), (unsigned)(T < 65535 ? T : 65535));
     const int64_t row_blocks = fm_ceil_div(T, CONV_ROWS);
-    const dim3 wgrid((unsigned)fm_ceil_div(C, 256), (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
-    if (g.kernel <= 4) gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    const dim3 wgrid((unsigned)fm_ceil_div(C, 512), (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
+    /* the window kernel's channel pairs: adjacent columns (even dk, dv), 4-byte aligned rows */
+    const bool pairs = g.dk % 2 == 0 && g.dv % 2 == 0 && ((uintptr_t)qkvz | (uintptr_t)out) % (2 * sizeof(A)) == 0;
+    if (!pairs) gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    else if (g.kernel <= 4) gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     else if (g.kernel <= 8)
         gdn_conv_window_kernel<A, 8><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     else gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
