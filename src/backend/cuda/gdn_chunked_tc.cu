@@ -60,7 +60,7 @@ static __device__ __forceinline__ int64_t unit(int cl, int h, int nv) { return (
 template <typename A>
 static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log,
                                                               const A *dt_bias, int64_t T, int64_t c_first,
-                                                              fm_gdn_shape g, tc_scratch out) {
+                                                              fm_gdn_shape g, tc_scratch out, bool qa_bf16) {
     extern __shared__ __align__(128) float sm[];
     /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
@@ -139,11 +139,15 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
         const int rr = i / CH, cc = i % CH;
         const float dec = cc <= rr ? expf(gc[rr] - gc[cc]) : 0.0f;
         Am[rr * LDA + cc] = cc < rr ? -bs[rr] * Am[rr * LDA + cc] * dec : 0.0f;
-        aq_out[i] = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
+        const float aq = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
+        if (qa_bf16) ((bf16 *)aq_out)[i] = __float2bfloat16(aq); /* the split pass's output pass reads bf16 */
+        else aq_out[i] = aq;
     }
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
-        out.Qg[u * CH * D + i] = Qs[rr * LDK + d] * expf(gc[rr]);
+        const float qg = Qs[rr * LDK + d] * expf(gc[rr]);
+        if (qa_bf16) ((bf16 *)(out.Qg + u * CH * D))[i] = __float2bfloat16(qg);
+        else out.Qg[u * CH * D + i] = qg;
     }
     __syncthreads();
 #pragma unroll
@@ -431,12 +435,17 @@ static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64
 
 /* The split state pass (route gdn.state=split), FLA's form: the sequence of chunks carries only the state, W S ->
  * v' -> S', on 8 warps (W S: one 16x16 tile each, 16 k-steps; S': two tiles each, 8 k-steps: a 32-k-step chain per
- * warp and chunk, against 64 on gdn_tc_state8's longest warp), and leaves v' (over U's columns) and the state
- * before each chunk (Sc) in the scratch; gdn_tc_out then computes every chunk's o = (Q e^G) S + Aq v' at once. The
- * tiles of chunk c + 1 (W, K e^(G_last - G), U's columns) load into the second of two buffers while chunk c computes.
- * Shared memory: W and K [64][LDK] twice, the state block [128][LDS], v' [64][LDS], U's columns [64][LDS] twice. The
- * same products per tile, in the same order, as gdn_tc_state: the same bits. */
+ * warp and chunk, against 64 on gdn_tc_state8's longest warp), and leaves the state before each chunk and v' in the
+ * chunk's Sc slot as bf16 ([128][128], then [64][128]); gdn_tc_out then computes every chunk's o = (Q e^G) S + Aq v'
+ * at once (the intra kernel leaves Q e^G and Aq as bf16 for it). The tiles of chunk c + 1 (W, K e^(G_last - G), U's
+ * columns) load into the second of two buffers while chunk c computes. Shared memory: W and K [64][LDK] twice, the
+ * state block [128][LDS], v' [64][LDS], U's columns [64][LDS] twice. The state's products per tile as gdn_tc_state's,
+ * in the same order: the same final state. */
 #define HPASS_SMEM ((4 * CH * LDK + D * LDS + 3 * CH * LDS) * 4)
+#define OPASS_SMEM ((2 * CH * D + CH * CH + D * D) * 2) /* bf16 Q e^G, v', Aq, S */
+static __device__ __forceinline__ void store_pair_out(bf16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
 
 /* chunk u's W, K e^(G_last - G) and U's 32 columns, requested */
 static __device__ __forceinline__ void hpass_stage(const tc_scratch &in, int64_t u, int col0, float *Ws, float *Ks,
@@ -469,19 +478,21 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
             att_cp_wait_all();
         }
         __syncthreads(); /* chunk cl's tiles and the state after chunk cl - 1 */
-        float *Sc = in.Sc + u * D * D;
+        bf16 *Sc = (bf16 *)(in.Sc + u * D * D), *Vc = Sc + D * D; /* bf16 [128][128], then v' [64][128] */
         for (int i = threadIdx.x; i < D * 8; i += blockDim.x) { /* the state before chunk cl, for gdn_tc_out */
             const int r = i / 8, c4 = 4 * (i % 8);
-            *(float4 *)(Sc + (int64_t)r * D + col0 + c4) = *(const float4 *)(S + r * LDS + c4);
+            const float4 v = *(const float4 *)(S + r * LDS + c4);
+            uint2 p;
+            p.x = att_pack_bf16(v.x, v.y), p.y = att_pack_bf16(v.z, v.w);
+            *(uint2 *)(Sc + (int64_t)r * D + col0 + c4) = p;
         }
         ws_tile(Ws, S, warp >> 1, warp & 1, vb); /* warp w: the tile (w / 2, w % 2) */
         __syncthreads();
-        float *Ug = in.U + u * CH * D + col0; /* v' over U's columns: gdn_tc_out reads it there */
         for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
             const int rr = i / 32, j = i % 32;
             const float v = Us[rr * LDS + j] - vb[rr * LDS + j];
             vb[rr * LDS + j] = v;
-            Ug[(int64_t)rr * D + j] = v;
+            Vc[(int64_t)rr * D + col0 + j] = __float2bfloat16(v); /* v' for gdn_tc_out */
         }
         __syncthreads();
         const float eg = in.eg[u];
@@ -506,50 +517,70 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
     state_pass_end(S, col0, Sg);
 }
 
-/* The split pass's outputs: grid (4 column blocks of 32, chunks, heads), 4 warps; block (j, c, h) writes o's 32
- * columns of chunk c, warp w its row tile w: o = (Q e^G) S + Aq v' (Aq lower triangular: 2 (w + 1) k-steps), the
- * same products in the same order as o_rows. The fragments load straight from the scratch (L2; the state's and v'
- * columns, shared by the 4 warps, from L1): no staging, so that the 40-odd registers, not shared memory, bound the
- * blocks per SM (a staged form, 88 KB a block, ran 2 blocks = 8 warps per SM and 232 us at T = 2048). */
+/* The split pass's outputs, on bf16 mma.sync m16n8k16: grid (chunks, heads), 4 warps; block (c, h) stages Q e^G
+ * [64][128], Aq [64][64], the state before chunk c [128][128] and v' [64][128] (bf16, written so by the intra kernel
+ * and the state pass; 72 KB, 3 blocks per SM) and warp w writes rows 16 w .. 16 w + 15 of o = (Q e^G) S + Aq v' over
+ * all 128 columns (Aq lower triangular: w + 1 k-steps), fp32 accumulators (16 n8 tiles). A from row-major tiles by
+ * ldmatrix, B from the row-major [k][n] tiles by ldmatrix.trans, the XOR-swizzled layout of attention_mma.cuh. bf16
+ * products as FLA's kernels (the TF32 WMMA form with its fragments from L2: 151 us at T = 2048, issue-bound on
+ * scalar fragment loads). */
 template <typename A>
 static __global__ __launch_bounds__(128) void gdn_tc_out(tc_scratch in, int64_t T, int64_t c_first, fm_gdn_shape g,
                                                          A *out) {
-    __shared__ __align__(128) float ob[CH * LDS];
-    const int col0 = blockIdx.x * 32, cl = blockIdx.y, h = blockIdx.z, w = threadIdx.x >> 5;
+    extern __shared__ __align__(128) unsigned char osm[];
+    const uint32_t sq = (uint32_t)__cvta_generic_to_shared(osm), sa = sq + CH * D * 2, ss = sa + CH * CH * 2,
+                   sv = ss + D * D * 2;
+    const int cl = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t u = unit(cl, h, g.nv);
-    const float *Qg = in.Qg + u * CH * D + w * 16 * D, *Sc = in.Sc + u * D * D + col0;
-    const float *Aq = in.Aq + u * CH * CH + w * 16 * CH, *V = in.U + u * CH * D + col0;
-    frag_c acc[2];
-    wmma::fill_fragment(acc[0], 0.0f), wmma::fill_fragment(acc[1], 0.0f);
-    for (int s = 0; s < D / 8; s++) {
-        frag_a a;
-        wmma::load_matrix_sync(a, Qg + s * 8, D);
-        to_tf32(a);
-#pragma unroll
-        for (int tj = 0; tj < 2; tj++) {
-            frag_b b;
-            wmma::load_matrix_sync(b, Sc + (int64_t)s * 8 * D + tj * 16, D);
-            to_tf32(b);
-            wmma::mma_sync(acc[tj], a, b, acc[tj]);
-        }
+    const bf16 *Qg = (const bf16 *)(in.Qg + u * CH * D), *Aqg = (const bf16 *)(in.Aq + u * CH * CH);
+    const bf16 *Sc = (const bf16 *)(in.Sc + u * D * D), *Vc = Sc + D * D;
+    for (int i = tid; i < CH * D / 8; i += 128) { /* 16-byte chunks: Q e^G and v' (16 a row), Aq (8), S (16) */
+        att_cp16(sq + att_off<D>(i / 16, i % 16), Qg + 8 * i, 16);
+        att_cp16(sv + att_off<D>(i / 16, i % 16), Vc + 8 * i, 16);
     }
-    for (int s = 0; s < 2 * (w + 1); s++) {
-        frag_a a;
-        wmma::load_matrix_sync(a, Aq + s * 8, CH);
-        to_tf32(a);
-#pragma unroll
-        for (int tj = 0; tj < 2; tj++) {
-            frag_b b;
-            wmma::load_matrix_sync(b, V + (int64_t)s * 8 * D + tj * 16, D);
-            to_tf32(b);
-            wmma::mma_sync(acc[tj], a, b, acc[tj]);
-        }
-    }
-#pragma unroll
-    for (int tj = 0; tj < 2; tj++)
-        wmma::store_matrix_sync(ob + w * 16 * LDS + tj * 16, acc[tj], LDS, wmma::mem_row_major);
+    for (int i = tid; i < CH * CH / 8; i += 128) att_cp16(sa + att_off<CH>(i / 8, i % 8), Aqg + 8 * i, 16);
+    for (int i = tid; i < D * D / 8; i += 128) att_cp16(ss + att_off<D>(i / 16, i % 16), Sc + 8 * i, 16);
+    att_cp_commit();
+    att_cp_wait_all();
     __syncthreads();
-    store_o(ob, (c_first + cl) * CH, T, (int64_t)g.nv * D, h, col0, out);
+    const att_lane l128 = att_lane_init<D>(lane & 15, lane >> 4), l64 = att_lane_init<CH>(lane & 15, lane >> 4);
+    float acc[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4];
+        att_ldsm_x4(a, sq + att_lane_off<D>(&l128, 16 * warp, kk));
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b[4];
+            att_ldsm_x4_t(b, ss + att_lane_off<D>(&l128, 16 * kk, dp));
+            att_mma(acc[2 * dp], a, b[0], b[1]);
+            att_mma(acc[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+#pragma unroll
+    for (int ks = 0; ks < CH / 16; ks++) {
+        if (ks > warp) break;
+        uint32_t a[4];
+        att_ldsm_x4(a, sa + att_lane_off<CH>(&l64, 16 * warp, ks));
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b[4];
+            att_ldsm_x4_t(b, sv + att_lane_off<D>(&l128, 16 * ks, dp));
+            att_mma(acc[2 * dp], a, b[0], b[1]);
+            att_mma(acc[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+    const int64_t t0 = (c_first + cl) * CH + 16 * warp + (lane >> 2), ld_out = (int64_t)g.nv * D;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int64_t t = t0 + 8 * hf;
+        if (t >= T) continue;
+        A *o = out + t * ld_out + (int64_t)h * D + 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) store_pair_out(o + 8 * n, acc[n][2 * hf], acc[n][2 * hf + 1]);
+    }
 }
 
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
@@ -568,6 +599,7 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state8<bf16>, smem, STATE8_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_hpass, smem, HPASS_SMEM));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_out<bf16>, smem, OPASS_SMEM));
         attributes_set = true;
     }
     const uint64_t n = fm_gdn_tc_seg_units((uint64_t)T, (uint64_t)g.nv);
@@ -580,12 +612,13 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
     for (int64_t c0 = 0; c0 < chunks; c0 += FM_GDN_TC_SEG_CHUNKS) {
         const int nc = (int)(chunks - c0 < FM_GDN_TC_SEG_CHUNKS ? chunks - c0 : FM_GDN_TC_SEG_CHUNKS);
         gdn_tc_intra<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 256, INTRA_SMEM, s>>>(
-            (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc);
+            (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc,
+            state_form == FM_GDN_STATE_SPLIT);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
         if (state_form == FM_GDN_STATE_SPLIT) {
             gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, c0 == 0);
             FM_LAUNCH_CHECK("gdn_chunked_tc states");
-            gdn_tc_out<bf16><<<dim3(D / 32, (unsigned)nc, (unsigned)g.nv), 128, 0, s>>>(sc, T, c0, g, (bf16 *)out);
+            gdn_tc_out<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 128, OPASS_SMEM, s>>>(sc, T, c0, g, (bf16 *)out);
         } else if (state_form == 8)
             gdn_tc_state8<bf16><<<dim3(D / 32, (unsigned)g.nv), 256, STATE8_SMEM, s>>>(sc, T, c0, nc, g, states,
                                                                                        tok_seq, c0 == 0, (bf16 *)out);
