@@ -32,7 +32,7 @@ using namespace nvcuda;
 #define LDK (D + 4)  /* row stride of the [64][128] tiles in shared memory */
 #define LDA (CH + 4) /* of the [64][64] ones */
 #define LDS 36       /* of the state's column block and the [64][32] tiles */
-#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH + 3 * 256) * 4)
+#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH + 8 * 256) * 4)
 #define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 3 * CH * LDS) * 4)
 
 typedef __nv_bfloat16 bf16;
@@ -64,7 +64,7 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
     extern __shared__ __align__(128) float sm[];
     /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
-    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16 */
+    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16, later 8 warps' staging */
     const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
@@ -223,13 +223,27 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
             wmma::mma_sync(w_, a1, bk, w_);
             wmma::mma_sync(u_, a2, bv, u_);
         }
-        wmma::store_matrix_sync(out.W + u * CH * D + ti * 16 * D + tj * 16, w_, D, wmma::mem_row_major);
+        if (qa_bf16) { /* the split state pass reads W as bf16: the tile through the warp's staging, 16 bytes a lane */
+            float *st = Pb + 256 * warp;
+            wmma::store_matrix_sync(st, w_, 16, wmma::mem_row_major);
+            __syncwarp();
+            const float *e = st + 8 * lane; /* row lane / 2, columns 8 (lane % 2) .. + 7 */
+            uint4 p;
+            p.x = att_pack_bf16(e[0], e[1]), p.y = att_pack_bf16(e[2], e[3]);
+            p.z = att_pack_bf16(e[4], e[5]), p.w = att_pack_bf16(e[6], e[7]);
+            *(uint4 *)((bf16 *)(out.W + u * CH * D) + (ti * 16 + lane / 2) * D + tj * 16 + 8 * (lane % 2)) = p;
+            __syncwarp();
+        } else {
+            wmma::store_matrix_sync(out.W + u * CH * D + ti * 16 * D + tj * 16, w_, D, wmma::mem_row_major);
+        }
         wmma::store_matrix_sync(out.U + u * CH * D + ti * 16 * D + tj * 16, u_, D, wmma::mem_row_major);
     }
     const float glast = gc[CH - 1];
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
-        out.Kg[u * CH * D + i] = Ks[rr * LDK + d] * expf(glast - gc[rr]);
+        const float kg = Ks[rr * LDK + d] * expf(glast - gc[rr]);
+        if (qa_bf16) ((bf16 *)(out.Kg + u * CH * D))[i] = __float2bfloat16(kg);
+        else out.Kg[u * CH * D + i] = kg;
     }
     if (tid == 0) out.eg[u] = expf(glast);
 }
@@ -434,85 +448,140 @@ static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64
 }
 
 /* The split state pass (route gdn.state=split), FLA's form: the sequence of chunks carries only the state, W S ->
- * v' -> S', on 8 warps (W S: one 16x16 tile each, 16 k-steps; S': two tiles each, 8 k-steps: a 32-k-step chain per
- * warp and chunk, against 64 on gdn_tc_state8's longest warp), and leaves the state before each chunk and v' in the
- * chunk's Sc slot as bf16 ([128][128], then [64][128]); gdn_tc_out then computes every chunk's o = (Q e^G) S + Aq v'
- * at once (the intra kernel leaves Q e^G and Aq as bf16 for it). The tiles of chunk c + 1 (W, K e^(G_last - G), U's
- * columns) load into the second of two buffers while chunk c computes. Shared memory: W and K [64][LDK] twice, the
- * state block [128][LDS], v' [64][LDS], U's columns [64][LDS] twice. The state's products per tile as gdn_tc_state's,
- * in the same order: the same final state. */
-#define HPASS_SMEM ((4 * CH * LDK + D * LDS + 3 * CH * LDS) * 4)
+ * v' -> S' (8 warps, a 12-k-step chain per warp and chunk on bf16 mma.sync), and leaves the state before each chunk
+ * and v' in the chunk's Sc slot as bf16 ([128][128], then [64][128]); gdn_tc_out then computes every chunk's o = (Q
+ * e^G) S + Aq v' at once. With this form the intra kernel leaves W, K e^(G_last - G), Q e^G and Aq as bf16. The tiles
+ * of chunk c + 1 (W, K, U's columns) load into the second of two buffers while chunk c computes. */
 #define OPASS_SMEM ((2 * CH * D + CH * CH + D * D) * 2) /* bf16 Q e^G, v', Aq, S */
 static __device__ __forceinline__ void store_pair_out(bf16 *p, float a, float b) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
 }
 
-/* chunk u's W, K e^(G_last - G) and U's 32 columns, requested */
-static __device__ __forceinline__ void hpass_stage(const tc_scratch &in, int64_t u, int col0, float *Ws, float *Ks,
+/* chunk u's W and K e^(G_last - G) (bf16 [64][128], the XOR-swizzled layout of attention_mma.cuh) and U's 32
+   columns (fp32, rows of LDS), requested */
+static __device__ __forceinline__ void hpass_stage(const tc_scratch &in, int64_t u, int col0, uint32_t sW, uint32_t sK,
                                                    float *Us) {
-    stage_async(Ws, in.W + u * CH * D), stage_async(Ks, in.Kg + u * CH * D);
+    const bf16 *W = (const bf16 *)(in.W + u * CH * D), *K = (const bf16 *)(in.Kg + u * CH * D);
+    for (int i = threadIdx.x; i < CH * D / 8; i += blockDim.x) {
+        att_cp16(sW + att_off<D>(i / 16, i % 16), W + 8 * i, 16);
+        att_cp16(sK + att_off<D>(i / 16, i % 16), K + 8 * i, 16);
+    }
     stage_cols_async(Us, in.U + u * CH * D, col0);
     att_cp_commit();
 }
 
+#define HB 32 /* the state block's columns */
+#define HPASS_SMEM (4 * CH * D * 2 + (2 * CH * LDS + D * LDS) * 4 + (D + CH) * ATT_ROW_ELEMS(HB) * 2)
+
+/* bf16 pair at row r, column j (even) of a [rows][32] tile (attention_mma.cuh's layout for HD = 32: rows of 40) */
+static __device__ __forceinline__ void st_pair32(uint32_t base, int r, int j, float a, float b) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + att_off<HB>(r, j / 8) + 2 * (j % 8)),
+                 "r"(att_pack_bf16(a, b))
+                 : "memory");
+}
+
+/* On bf16 mma.sync m16n8k16 (fp32 accumulators; FLA's kernels multiply bf16 too): per chunk, W S (64 x 32: warp w the
+ * rows 16 (w / 2), columns 16 (w % 2), 8 k-steps), v' = U - W S in fp32, then S' = e^(G_last) S + (K e^(G_last -
+ * G))^T v' (128 x 32: warp w rows 16 w, 4 k-steps over the chunk's 64 tokens, K^T by ldmatrix.trans of K's rows).
+ * The state stays fp32 in shared memory (each warp updates its own fragment positions) beside a bf16 copy, the W S
+ * operand, which is also what the output pass reads as the state before the chunk. */
 static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_chunks, fm_gdn_shape g, float *states,
                                                            const int32_t *seq, bool fresh) {
-    extern __shared__ __align__(128) float sm[];
-    /* buffer b: W at sm + 2 b CH LDK, K after it; U's columns at Ub + b CH LDS */
-    float *S = sm + 4 * CH * LDK, *vb = S + D * LDS, *Ub = vb + CH * LDS;
-    const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
+    extern __shared__ __align__(128) unsigned char hsm[];
+    const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(hsm); /* buffer b: W at s0 + 2 b CH D 2, K after it */
+    float *Ub = (float *)(hsm + 4 * CH * D * 2), *S = Ub + 2 * CH * LDS;
+    const uint32_t sSb = (uint32_t)__cvta_generic_to_shared(S + D * LDS), sVb = sSb + D * ATT_ROW_ELEMS(HB) * 2;
+    const int h = blockIdx.y, col0 = blockIdx.x * HB, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int gr = lane >> 2, gc2 = 2 * (lane & 3); /* accumulator rows gr, gr + 8, columns gc2, gc2 + 1 */
     float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
-        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
-    hpass_stage(in, unit(0, h, g.nv), col0, sm, sm + CH * LDK, Ub);
+    for (int i = tid; i < D * HB / 2; i += blockDim.x) {
+        const int r = i / (HB / 2), j = 2 * (i % (HB / 2));
+        const float a = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j], b = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j + 1];
+        S[r * LDS + j] = a, S[r * LDS + j + 1] = b;
+        st_pair32(sSb, r, j, a, b);
+    }
+    /* ldmatrix rows: A and the .trans B operands read row lane & 15, chunk + lane / 16; K^T (A by .trans) reads rows
+       (lane & 7) + 8 (lane / 16), chunk + (lane / 8) % 2 (attention_mma.cuh's two lane patterns) */
+    const att_lane la128 = att_lane_init<D>(lane & 15, lane >> 4);
+    const int lr = lane & 15, lc = lane >> 4, kr = (lane & 7) + ((lane >> 4) << 3), kc = (lane >> 3) & 1;
+    hpass_stage(in, unit(0, h, g.nv), col0, s0, s0 + CH * D * 2, Ub);
     for (int cl = 0; cl < n_chunks; cl++) {
         const int b = cl & 1;
         const int64_t u = unit(cl, h, g.nv);
-        const float *Ws = sm + 2 * b * CH * LDK, *Ks = Ws + CH * LDK, *Us = Ub + b * CH * LDS;
-        /* buffer b ^ 1 was chunk cl - 1's: every warp passed the barrier after its last use */
-        if (cl + 1 < n_chunks) {
-            float *Wn = sm + 2 * (b ^ 1) * CH * LDK;
-            hpass_stage(in, unit(cl + 1, h, g.nv), col0, Wn, Wn + CH * LDK, Ub + (b ^ 1) * CH * LDS);
+        const uint32_t sW = s0 + 2 * b * CH * D * 2, sK = sW + CH * D * 2;
+        const float *Us = Ub + b * CH * LDS;
+        if (cl + 1 < n_chunks) { /* buffer b ^ 1 was chunk cl - 1's: every warp passed the barrier after its use */
+            const uint32_t sn = s0 + 2 * (b ^ 1) * CH * D * 2;
+            hpass_stage(in, unit(cl + 1, h, g.nv), col0, sn, sn + CH * D * 2, Ub + (b ^ 1) * CH * LDS);
             att_cp_wait<1>();
         } else {
             att_cp_wait_all();
         }
         __syncthreads(); /* chunk cl's tiles and the state after chunk cl - 1 */
         bf16 *Sc = (bf16 *)(in.Sc + u * D * D), *Vc = Sc + D * D; /* bf16 [128][128], then v' [64][128] */
-        for (int i = threadIdx.x; i < D * 8; i += blockDim.x) { /* the state before chunk cl, for gdn_tc_out */
-            const int r = i / 8, c4 = 4 * (i % 8);
-            const float4 v = *(const float4 *)(S + r * LDS + c4);
-            uint2 p;
-            p.x = att_pack_bf16(v.x, v.y), p.y = att_pack_bf16(v.z, v.w);
-            *(uint2 *)(Sc + (int64_t)r * D + col0 + c4) = p;
+        for (int i = tid; i < D * HB / 8; i += blockDim.x) { /* the state before chunk cl, for gdn_tc_out */
+            const int r = i / (HB / 8), ch = i % (HB / 8);
+            uint4 v;
+            asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "r"(sSb + att_off<HB>(r, ch))
+                         : "memory");
+            *(uint4 *)(Sc + (int64_t)r * D + col0 + 8 * ch) = v;
         }
-        ws_tile(Ws, S, warp >> 1, warp & 1, vb); /* warp w: the tile (w / 2, w % 2) */
-        __syncthreads();
-        for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
-            const int rr = i / 32, j = i % 32;
-            const float v = Us[rr * LDS + j] - vb[rr * LDS + j];
-            vb[rr * LDS + j] = v;
-            Vc[(int64_t)rr * D + col0 + j] = __float2bfloat16(v); /* v' for gdn_tc_out */
-        }
-        __syncthreads();
-        const float eg = in.eg[u];
-        for (int tile = 0; tile < 2; tile++) { /* warp w: state rows 16 w .. 16 w + 15, both column tiles */
-            const int ri = 16 * warp, tj = tile;
-            frag_c acc;
-            wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
+        { /* W S, then v' */
+            const int mt = warp >> 1, dp = warp & 1;
+            float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-            for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
-            for (int s = 0; s < CH / 8; s++) {
-                frag_at a;
-                frag_b bb;
-                wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
-                wmma::load_matrix_sync(bb, vb + s * 8 * LDS + tj * 16, LDS);
-                to_tf32(a), to_tf32(bb);
-                wmma::mma_sync(acc, a, bb, acc);
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t a[4], bq[4];
+                att_ldsm_x4(a, sW + att_lane_off<D>(&la128, 16 * mt, kk));
+                att_ldsm_x4_t(bq, sSb + att_off<HB>(16 * kk + lr, 2 * dp + lc));
+                att_mma(acc[0], a, bq[0], bq[1]);
+                att_mma(acc[1], a, bq[2], bq[3]);
             }
-            wmma::store_matrix_sync(S + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = 16 * mt + gr + 8 * hf, j = 16 * dp + 8 * n + gc2;
+                    const float v0 = Us[r * LDS + j] - acc[n][2 * hf], v1 = Us[r * LDS + j + 1] - acc[n][2 * hf + 1];
+                    st_pair32(sVb, r, j, v0, v1);
+                    *(__nv_bfloat162 *)(Vc + (int64_t)r * D + col0 + j) = __floats2bfloat162_rn(v0, v1);
+                }
         }
-        __syncthreads(); /* the new state; W, K, U and v' of buffer b read */
+        __syncthreads(); /* v' complete; the bf16 state read */
+        { /* S' = e^(G_last) S + K^T v' on rows 16 w .. 16 w + 15 */
+            const float eg = in.eg[u];
+            float acc[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = 16 * warp + gr + 8 * hf, j = 8 * n + gc2;
+                    acc[n][2 * hf] = eg * S[r * LDS + j], acc[n][2 * hf + 1] = eg * S[r * LDS + j + 1];
+                }
+#pragma unroll
+            for (int ks = 0; ks < CH / 16; ks++) {
+                uint32_t a[4];
+                att_ldsm_x4_t(a, sK + att_off<D>(16 * ks + kr, 2 * warp + kc));
+#pragma unroll
+                for (int dp = 0; dp < 2; dp++) {
+                    uint32_t bq[4];
+                    att_ldsm_x4_t(bq, sVb + att_off<HB>(16 * ks + lr, 2 * dp + lc));
+                    att_mma(acc[2 * dp], a, bq[0], bq[1]);
+                    att_mma(acc[2 * dp + 1], a, bq[2], bq[3]);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = 16 * warp + gr + 8 * hf, j = 8 * n + gc2;
+                    S[r * LDS + j] = acc[n][2 * hf], S[r * LDS + j + 1] = acc[n][2 * hf + 1];
+                    st_pair32(sSb, r, j, acc[n][2 * hf], acc[n][2 * hf + 1]);
+                }
+        }
+        __syncthreads(); /* the new state; W, K, U of buffer b and v' read */
     }
     state_pass_end(S, col0, Sg);
 }
