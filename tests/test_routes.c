@@ -378,14 +378,14 @@ static void gdn_tc_by_shape_and_route(void **s) {
     assert_int_equal(fm_routes_apply(&r, "gdn.tc=off", &err), FM_OK);
     assert_false(fm_routes_gdn_tc(&r, 128, 128, true));
     expect_usage("gdn.tc=yes", "'yes' is not a value", "auto, on or off");
-    /* gdn.state: the state pass on 8 warps unless 4 or the split form are forced */
-    assert_int_equal(fm_routes_gdn_state(&r), 8);
+    /* gdn.state: the split form unless 4 or 8 warps are forced */
+    assert_int_equal(fm_routes_gdn_state(&r), FM_GDN_STATE_SPLIT);
     assert_int_equal(fm_routes_apply(&r, "gdn.state=4", &err), FM_OK);
     assert_int_equal(fm_routes_gdn_state(&r), 4);
-    assert_int_equal(fm_routes_apply(&r, "gdn.state=split", &err), FM_OK);
-    assert_int_equal(fm_routes_gdn_state(&r), FM_GDN_STATE_SPLIT);
-    assert_int_equal(fm_routes_apply(&r, "gdn.state=auto", &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r, "gdn.state=8", &err), FM_OK);
     assert_int_equal(fm_routes_gdn_state(&r), 8);
+    assert_int_equal(fm_routes_apply(&r, "gdn.state=auto", &err), FM_OK);
+    assert_int_equal(fm_routes_gdn_state(&r), FM_GDN_STATE_SPLIT);
     expect_usage("gdn.state=6", "'6' is not a value", "auto, 4, 8 or split");
 }
 

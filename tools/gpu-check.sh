@@ -62,8 +62,8 @@ if [ "$part" != ops ]; then
 # token by token (--route gdn.tc=off)
 t0=$(date +%s); timeout 300 ./build/tests/gpu/test_cuda_qnext >"$out/gpu_qnext.log" 2>&1; qnext_rc=$?; qnext_s=$(( $(date +%s) - t0 ))
 timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.tc=off >"$out/gpu_qnext_tc.log" 2>&1; qnext_tc_rc=$?
-# the chunked rule's other state passes (--route gdn.state=4: 4 warps; split: states, then outputs in parallel)
-for form in 4 split; do
+# the chunked rule's other state passes (--route gdn.state=4 or 8 warps, the output in the pass; the default is split)
+for form in 4 8; do
     timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.state=$form >"$out/gpu_qnext_state$form.log" 2>&1
     qnext_tc_rc="$qnext_tc_rc, gdn.state=$form rc $?"
 done

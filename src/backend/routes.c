@@ -173,7 +173,7 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
 }
 
-int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : 8; }
+int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
 
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16) {
     return r->gdn_tc != FM_ROUTE_OFF && fm_gdn_tc_takes(dk, dv, act_bf16);
@@ -292,7 +292,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "on",
          "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
          r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off"},
-        {"gdn.state", r->gdn_state ? warps : "auto", "auto|4|8|split", "8",
+        {"gdn.state", r->gdn_state ? warps : "auto", "auto|4|8|split", "split",
          "the chunked rule's state pass: 4 or 8 warps, or split (states in sequence, outputs in parallel)", now[7]},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");

@@ -32,10 +32,11 @@
  *                                         2.9x the token-by-token kernel, docs/RESULTS.md); off forces token by
  *                                         token
  *   gdn.state        auto | 4 | 8 | split that form's sequential state pass: on 4 warps (state and output chunk by
- *                                         chunk), on 8 (the output beside the state update), or split: the
- *                                         sequential pass computes only the states (8 warps) and a parallel pass
- *                                         the outputs of every chunk from them (FLA's form). auto = 8 (H200, T =
- *                                         2048: 14% less Gated DeltaNet time than 4, bench/NOTES.md)
+ *                                         chunk, TF32), on 8 (the output beside the state update), or split: the
+ *                                         sequential pass computes only the states (bf16 mma.sync) and a parallel
+ *                                         pass the outputs of every chunk from them (FLA's form). auto = split (H200,
+ *                                         T = 2048, 48 layers: Gated DeltaNet 22.1 -> 12.5 ms against 8,
+ *                                         bench/NOTES.md twelfth session)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -168,7 +169,7 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T);
  * plan sizes its scratch by the same answer. */
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16);
 /* The tensor-core form's state pass (gdn.state): 4 or 8 (its warps, the output computed in the pass) or
- * FM_GDN_STATE_SPLIT (the states in the pass, the outputs in a parallel one). */
+ * FM_GDN_STATE_SPLIT (the states in the pass, the outputs in a parallel one; the default). */
 #define FM_GDN_STATE_SPLIT 1
 int fm_routes_gdn_state(const fm_routes *r);
 
