@@ -161,8 +161,9 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
                         a[v][KW - 1] = xs[i][v];
 #pragma unroll
                         for (int d = 1; d < KW; d++)
-                            a[v][KW - 1 - d] = d >= K   ? 0.0f
-                                               : states ? conv_input(qkvz, Wz, col + v, t, d, r, pos[t], hist, C, c + v, K)
+                            a[v][KW - 1 - d] = d >= K ? 0.0f
+                                               : states
+                                                   ? conv_input(qkvz, Wz, col + v, t, d, r, pos[t], hist, C, c + v, K)
                                                : t - d >= 0 ? act_load(qkvz[(t - d) * Wz + col + v])
                                                             : 0.0f;
                     }
@@ -367,7 +368,8 @@ static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape 
     /* the window kernel's channel pairs: adjacent columns (even dk, dv), 4-byte aligned rows */
     const bool pairs = g.dk % 2 == 0 && g.dv % 2 == 0 && ((uintptr_t)qkvz | (uintptr_t)out) % (2 * sizeof(A)) == 0;
     if (!pairs) gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
-    else if (g.kernel <= 4) gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    else if (g.kernel <= 4)
+        gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     else if (g.kernel <= 8)
         gdn_conv_window_kernel<A, 8><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     else gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);

@@ -64,7 +64,8 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
     extern __shared__ __align__(128) float sm[];
     /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
-    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16, later 8 warps' staging */
+    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH,
+          *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16, later 8 warps' staging */
     const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
@@ -475,8 +476,7 @@ static __device__ __forceinline__ void hpass_stage(const tc_scratch &in, int64_t
 
 /* bf16 pair at row r, column j (even) of a [rows][32] tile (attention_mma.cuh's layout for HD = 32: rows of 40) */
 static __device__ __forceinline__ void st_pair32(uint32_t base, int r, int j, float a, float b) {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + att_off<HB>(r, j / 8) + 2 * (j % 8)),
-                 "r"(att_pack_bf16(a, b))
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + att_off<HB>(r, j / 8) + 2 * (j % 8)), "r"(att_pack_bf16(a, b))
                  : "memory");
 }
 
@@ -496,7 +496,8 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
     float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
     for (int i = tid; i < D * HB / 2; i += blockDim.x) {
         const int r = i / (HB / 2), j = 2 * (i % (HB / 2));
-        const float a = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j], b = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j + 1];
+        const float a = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j],
+                    b = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j + 1];
         S[r * LDS + j] = a, S[r * LDS + j + 1] = b;
         st_pair32(sSb, r, j, a, b);
     }
@@ -519,7 +520,7 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
         }
         __syncthreads(); /* chunk cl's tiles and the state after chunk cl - 1 */
         bf16 *Sc = (bf16 *)(in.Sc + u * D * D), *Vc = Sc + D * D; /* bf16 [128][128], then v' [64][128] */
-        for (int i = tid; i < D * HB / 8; i += blockDim.x) { /* the state before chunk cl, for gdn_tc_out */
+        for (int i = tid; i < D * HB / 8; i += blockDim.x) {      /* the state before chunk cl, for gdn_tc_out */
             const int r = i / (HB / 8), ch = i % (HB / 8);
             uint4 v;
             asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
@@ -550,7 +551,7 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
                 }
         }
         __syncthreads(); /* v' complete; the bf16 state read */
-        { /* S' = e^(G_last) S + K^T v' on rows 16 w .. 16 w + 15 */
+        {                /* S' = e^(G_last) S + K^T v' on rows 16 w .. 16 w + 15 */
             const float eg = in.eg[u];
             float acc[4][4];
 #pragma unroll
