@@ -472,6 +472,10 @@ static __device__ __forceinline__ void hpass_stage(const tc_scratch &in, int64_t
 }
 
 #define HB 32 /* the state block's columns */
+/* the split form's bf16 tiles in the fp32 scratch slots (gdn_workspace.h): the state before the chunk and v' in the
+   [128][128] Sc slot, W, K e^(G_last - G) and Q e^G in their [64][128] ones, Aq in its [64][64] one */
+static_assert(D * D * 2 + CH * D * 2 <= D * D * 4 && CH * D * 2 <= CH * D * 4 && CH * CH * 2 <= CH * CH * 4,
+              "bf16 tiles fit their fp32 slots");
 #define HPASS_SMEM (4 * CH * D * 2 + (2 * CH * LDS + D * LDS) * 4 + (D + CH) * ATT_ROW_ELEMS(HB) * 2)
 
 /* bf16 pair at row r, column j (even) of a [rows][32] tile (attention_mma.cuh's layout for HD = 32: rows of 40) */
