@@ -41,5 +41,15 @@ static __device__ __forceinline__ float act_load(float x) { return x; }
 static __device__ __forceinline__ float act_load(__nv_bfloat16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ void act_store(float *p, float v) { *p = v; }
 static __device__ __forceinline__ void act_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+// Two adjacent elements (p[0], p[1]): one 4-byte access for bf16 (p 4-byte aligned), two for fp32
+static __device__ __forceinline__ void act_load_pair(const __nv_bfloat16 *p, float *x) {
+    const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)p);
+    x[0] = f.x, x[1] = f.y;
+}
+static __device__ __forceinline__ void act_load_pair(const float *p, float *x) { x[0] = p[0], x[1] = p[1]; }
+static __device__ __forceinline__ void act_store_pair(__nv_bfloat16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+static __device__ __forceinline__ void act_store_pair(float *p, float a, float b) { p[0] = a, p[1] = b; }
 
 #endif

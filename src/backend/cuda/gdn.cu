@@ -102,16 +102,6 @@ static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, in
    products summed in the same order as the kernel above (the window's unused taps add 0 * 0). */
 #define CONV_ROWS 32 /* the ballot's 32 lanes */
 #define CONV_LOADS 8 /* rows whose loads are in flight together; divides CONV_ROWS */
-static __device__ __forceinline__ void load_pair(const bf16 *p, float *x) {
-    const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)p);
-    x[0] = f.x, x[1] = f.y;
-}
-static __device__ __forceinline__ void load_pair(const float *p, float *x) { x[0] = p[0], x[1] = p[1]; }
-static __device__ __forceinline__ void store_pair(bf16 *p, float a, float b) {
-    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
-}
-static __device__ __forceinline__ void store_pair(float *p, float a, float b) { p[0] = a, p[1] = b; }
-
 template <typename A, int KW>
 static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
                                               const float *states, const int32_t *seq, const int32_t *pos, A *out) {
@@ -139,7 +129,7 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
             float xs[CONV_LOADS][2]; /* the next rows' inputs in flight together */
 #pragma unroll
             for (int i = 0; i < CONV_LOADS; i++) {
-                if (tb + i < t1) load_pair(qkvz + (tb + i) * Wz + col, xs[i]);
+                if (tb + i < t1) act_load_pair(qkvz + (tb + i) * Wz + col, xs[i]);
                 else xs[i][0] = xs[i][1] = 0.0f;
             }
 #pragma unroll
@@ -175,7 +165,7 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
 #pragma unroll
                     for (int j = 0; j + 1 < KW; j++) acc[v] += wr[v][j] * a[v][j];
                 }
-                store_pair(out + t * C + c, silu_(acc[0]), silu_(acc[1]));
+                act_store_pair(out + t * C + c, silu_(acc[0]), silu_(acc[1]));
             }
         }
         __syncthreads(); /* run_mask is rewritten for the next rows */

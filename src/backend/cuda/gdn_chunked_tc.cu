@@ -6,7 +6,7 @@
 //          l2-normalised; K K^T and Q K^T; the strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq
 //          = (q_r.k_c) e^(G_r - G_c); T = (I - A)^-1 by 16 x 16 blocks (fp32: the diagonal ones by substitution in a
 //          warp each, then the rest by block products); W = T diag(beta e^G) K and U = T diag(beta) V; Q e^G,
-//          K e^(G_last - G), e^(G_last) -> scratch (gdn_workspace.h)
+//          K e^(G_last - G), e^(G_last) -> scratch (gdn_workspace.h; W, K, Q and Aq as bf16 for the split form)
 //   state  sequential over the chunks: v' = U - W S; o = (Q e^G) S + Aq v'; S = e^(G_last) S + (K e^(G_last -
 //          G))^T v'. Route gdn.state: split (the default) runs the recurrence alone on bf16 mma.sync (gdn_tc_hpass,
 //          grid (4 column blocks of 32, heads)), keeping v' and the state before each chunk, and the outputs of every
@@ -38,7 +38,7 @@ using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
 
 typedef struct tc_scratch {
-    float *W, *U, *Qg, *Kg, *Aq, *eg, *Sc, *S; /* Sc: the state before each chunk (split state pass) */
+    float *W, *U, *Qg, *Kg, *Aq, *eg, *Sc, *S; /* Sc: the split form's slot per chunk (its state before, v') */
 } tc_scratch;
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_a;
@@ -60,7 +60,7 @@ static __device__ __forceinline__ int64_t unit(int cl, int h, int nv) { return (
 template <typename A>
 static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log,
                                                               const A *dt_bias, int64_t T, int64_t c_first,
-                                                              fm_gdn_shape g, tc_scratch out, bool qa_bf16) {
+                                                              fm_gdn_shape g, tc_scratch out, bool split_bf16) {
     extern __shared__ __align__(128) float sm[];
     /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
@@ -141,13 +141,13 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
         const float dec = cc <= rr ? expf(gc[rr] - gc[cc]) : 0.0f;
         Am[rr * LDA + cc] = cc < rr ? -bs[rr] * Am[rr * LDA + cc] * dec : 0.0f;
         const float aq = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
-        if (qa_bf16) ((bf16 *)aq_out)[i] = __float2bfloat16(aq); /* the split pass's output pass reads bf16 */
+        if (split_bf16) ((bf16 *)aq_out)[i] = __float2bfloat16(aq); /* the split pass's output pass reads bf16 */
         else aq_out[i] = aq;
     }
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
         const float qg = Qs[rr * LDK + d] * expf(gc[rr]);
-        if (qa_bf16) ((bf16 *)(out.Qg + u * CH * D))[i] = __float2bfloat16(qg);
+        if (split_bf16) ((bf16 *)(out.Qg + u * CH * D))[i] = __float2bfloat16(qg);
         else out.Qg[u * CH * D + i] = qg;
     }
     __syncthreads();
@@ -224,7 +224,8 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
             wmma::mma_sync(w_, a1, bk, w_);
             wmma::mma_sync(u_, a2, bv, u_);
         }
-        if (qa_bf16) { /* the split state pass reads W as bf16: the tile through the warp's staging, 16 bytes a lane */
+        if (split_bf16) { /* the split state pass reads W as bf16: the tile through the warp's staging, 16 bytes a lane
+                           */
             float *st = Pb + 256 * warp;
             wmma::store_matrix_sync(st, w_, 16, wmma::mem_row_major);
             __syncwarp();
@@ -243,7 +244,7 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
         const float kg = Ks[rr * LDK + d] * expf(glast - gc[rr]);
-        if (qa_bf16) ((bf16 *)(out.Kg + u * CH * D))[i] = __float2bfloat16(kg);
+        if (split_bf16) ((bf16 *)(out.Kg + u * CH * D))[i] = __float2bfloat16(kg);
         else out.Kg[u * CH * D + i] = kg;
     }
     if (tid == 0) out.eg[u] = expf(glast);
@@ -454,9 +455,6 @@ static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64
  * e^G) S + Aq v' at once. With this form the intra kernel leaves W, K e^(G_last - G), Q e^G and Aq as bf16. The tiles
  * of chunk c + 1 (W, K, U's columns) load into the second of two buffers while chunk c computes. */
 #define OPASS_SMEM ((2 * CH * D + CH * CH + D * D) * 2) /* bf16 Q e^G, v', Aq, S */
-static __device__ __forceinline__ void store_pair_out(bf16 *p, float a, float b) {
-    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
-}
 
 /* chunk u's W and K e^(G_last - G) (bf16 [64][128], the XOR-swizzled layout of attention_mma.cuh) and U's 32
    columns (fp32, rows of LDS), requested */
@@ -553,7 +551,7 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
                     const int r = 16 * mt + gr + 8 * hf, j = 16 * dp + 8 * n + gc2;
                     const float v0 = Us[r * LDS + j] - acc[n][2 * hf], v1 = Us[r * LDS + j + 1] - acc[n][2 * hf + 1];
                     st_pair32(sVb, r, j, v0, v1);
-                    *(__nv_bfloat162 *)(Vc + (int64_t)r * D + col0 + j) = __floats2bfloat162_rn(v0, v1);
+                    act_store_pair(Vc + (int64_t)r * D + col0 + j, v0, v1);
                 }
         }
         __syncthreads(); /* v' complete; the bf16 state read */
@@ -655,7 +653,7 @@ static __global__ __launch_bounds__(128) void gdn_tc_out(tc_scratch in, int64_t 
         if (t >= T) continue;
         A *o = out + t * ld_out + (int64_t)h * D + 2 * (lane & 3);
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) store_pair_out(o + 8 * n, acc[n][2 * hf], acc[n][2 * hf + 1]);
+        for (int n = 0; n < D / 8; n++) act_store_pair(o + 8 * n, acc[n][2 * hf], acc[n][2 * hf + 1]);
     }
 }
 
