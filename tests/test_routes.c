@@ -92,8 +92,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, "
-                       "router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
+    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
+                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -107,6 +107,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("w4a8.tile=32", "'32' is not a value", "auto, 16 or 64");
     expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16 or 64");
     expect_usage("w4a8.fp4=on", "route w4a8.fp4: 'on' is not a value", "auto, producer or inline");
+    expect_usage("w4a8.codes=tma", "route w4a8.codes: 'tma' is not a value", "auto, regs or smem");
     expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
     expect_usage("w8a8.gemv_max_m=0", "'0' is not a value", "auto or 1..16");
     expect_usage("w8a8.gemv_max_m=17", "'17' is not a value", "auto or 1..16");
@@ -208,6 +209,29 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_SMALL);
+}
+
+/* Where the wgmma W4A8 GEMM's codes come from: the stage ring while the experts average under 64 rows (P < 64 E, E >
+   1), registers otherwise (dense projections, large batches); forced either way; never on the mma.sync kernel. */
+static void w4a8_codes_by_rows_per_expert(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_w4a8_codes_staged(&r, 2048 * 10, 512));  /* Qwen3-Next, T = 2048: 40 rows per expert */
+    assert_true(fm_routes_w4a8_codes_staged(&r, 512 * 8, 128));    /* Qwen3, T = 512: 32 */
+    assert_false(fm_routes_w4a8_codes_staged(&r, 1024 * 8, 128));  /* Qwen3, T = 1024: 64 */
+    assert_false(fm_routes_w4a8_codes_staged(&r, 8192 * 10, 512)); /* 160 */
+    assert_false(fm_routes_w4a8_codes_staged(&r, 40, 1));          /* a dense projection */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.codes=smem", &err), FM_OK);
+    assert_true(fm_routes_w4a8_codes_staged(&r, 8192 * 10, 512));
+    assert_true(fm_routes_w4a8_codes_staged(&r, 4096, 1));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.codes=regs", &err), FM_OK);
+    assert_false(fm_routes_w4a8_codes_staged(&r, 2048 * 10, 512));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.codes=smem,w4a8.kernel=mma", &err), FM_OK);
+    assert_false(fm_routes_w4a8_codes_staged(&r, 2048 * 10, 512)); /* mma.sync: registers only */
+    fm_routes_default(&r, 8);
+    assert_false(fm_routes_w4a8_codes_staged(&r, 2048 * 10, 512)); /* Ada: mma.sync */
 }
 
 /* Where the FP4 gate|up GEMM expands: a producer warpgroup with the wgmma kernel unless w4a8.fp4=inline; the mma.sync
@@ -349,9 +373,9 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile",    "w4a8.fp4", "dense.gemv",
-                          "w8a8.gemv_max_m", "moe.gemv",         "router.fused", "pdl"};
-    for (int i = 0; i < 9; i++) assert_contains(text, keys[i]);
+    const char *keys[] = {"w4a8.kernel", "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",  "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl"};
+    for (int i = 0; i < 10; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
     assert_contains(text, "16 rows");            /* w4a8.tile now */
@@ -402,6 +426,7 @@ int main(void) {
         cmocka_unit_test(memory_plan_follows_w4a8_tile),
         cmocka_unit_test(attention_kernel_by_device_and_head_dim),
         cmocka_unit_test(the_printer_shows_every_key),
+        cmocka_unit_test(w4a8_codes_by_rows_per_expert),
         cmocka_unit_test(gdn_tc_by_shape_and_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,9 +20,11 @@ test_s=$(( $(date +%s) - t0 ))
 # parity, generation, Qwen3-Next, offload, ...): each fits one 10-minute device call; the default runs both
 part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
+    ops_codes_regs_rc ops_codes_smem_rc \
     ops_decode_routes_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
     prequant_rc prequant_models_rc requant_rc offload_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
+    gpu_ops_codes_regs gpu_ops_codes_smem \
     gpu_ops_decode_routes gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
     gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
@@ -52,6 +54,15 @@ done
 # 64 pairs and the fused router up to 8 tokens (the default fuses it at T = 1 only)
 FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route moe.gemv=off \
     >"$out/gpu_ops_nomoegemv.log" 2>&1; ops_nomoegemv_rc=$?
+# the wgmma GEMM's codes both ways at every size (auto takes the stage ring while the experts average under 64 rows),
+# the dense projections' GEMM with the ring too
+for codes in regs smem; do
+    FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route moe.gemv=off \
+        --route w4a8.codes=$codes >"$out/gpu_ops_codes_$codes.log" 2>&1
+    eval "ops_codes_${codes}_rc=$?"
+done
+FM_TEST_FILTER='test_linear' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.codes=smem \
+    >>"$out/gpu_ops_codes_smem.log" 2>&1; ops_codes_smem_rc="$ops_codes_smem_rc, $?"
 FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route moe.gemv=64 \
     >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
 FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \
@@ -125,6 +136,7 @@ echo "| CUDA dense-projection tests without the decode GEMVs and PDL (--route de
 echo "| CUDA dense-projection tests, W8A8 GEMV up to 16 rows (--route w8a8.gemv_max_m=16) | rc $ops_gemv16_rc |"
 echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 64 rows | rc $ops_tile16_rc / $ops_tile64_rc, $(grep -c ' err ' "$out/gpu_ops_tile16.log") / $(grep -c ' err ' "$out/gpu_ops_tile64.log") comparisons |"
 echo "| CUDA W4A8 MoE tests on the grouped GEMM at every T (--route moe.gemv=off) | rc $ops_nomoegemv_rc, $(grep -c ' err ' "$out/gpu_ops_nomoegemv.log") comparisons |"
+echo "| CUDA W4A8 GEMM tests, codes forced to registers / the stage ring (+ dense) | rc $ops_codes_regs_rc / $ops_codes_smem_rc, $(grep -c ' err ' "$out/gpu_ops_codes_regs.log") / $(grep -c ' err ' "$out/gpu_ops_codes_smem.log") comparisons |"
 echo "| CUDA MoE GEMVs up to 64 pairs, router fused up to T = 8 (--route moe.gemv=64 --route router.fused=on) | rc $ops_decode_routes_rc, $(grep -c ' err ' "$out/gpu_ops_decode_routes.log") comparisons |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| CUDA attention tests on the mma.sync kernel (--route attention.kernel=mma) | rc $ops_att_mma_rc, $(grep -c 'attention ' "$out/gpu_ops_att_mma.log") comparisons |"

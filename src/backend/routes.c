@@ -7,7 +7,8 @@
 #include "util/status.h"
 
 #define KEYS                                                                                                           \
-    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, router.fused, pdl, "   \
+    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
+    "router.fused, pdl, "                                                                                              \
     "decode.graphs, gdn.tc, gdn.state"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
@@ -57,6 +58,11 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         else if (!strcmp(val, "producer")) r->w4a8_fp4 = FM_ROUTE_FP4_PRODUCER;
         else if (!strcmp(val, "inline")) r->w4a8_fp4 = FM_ROUTE_FP4_INLINE;
         else return fm_fail(err, FM_ERR_USAGE, "route w4a8.fp4: '%s' is not a value (auto, producer or inline)", val);
+    } else if (!strcmp(key, "w4a8.codes")) {
+        if (!strcmp(val, "auto")) r->w4a8_codes = FM_ROUTE_CODES_AUTO;
+        else if (!strcmp(val, "regs")) r->w4a8_codes = FM_ROUTE_CODES_REGS;
+        else if (!strcmp(val, "smem")) r->w4a8_codes = FM_ROUTE_CODES_SMEM;
+        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.codes: '%s' is not a value (auto, regs or smem)", val);
     } else if (!strcmp(key, "dense.gemv")) {
         if (!parse_switch(val, &r->dense_gemv))
             return fm_fail(err, FM_ERR_USAGE, "route dense.gemv: '%s' is not a value (auto, on or off)", val);
@@ -204,6 +210,12 @@ bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows) {
     return fm_routes_w4a8_wgmma(r) && r->w4a8_fp4 != FM_ROUTE_FP4_INLINE;
 }
 
+bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E) {
+    if (!fm_routes_w4a8_wgmma(r) || r->w4a8_codes == FM_ROUTE_CODES_REGS) return false;
+    /* auto: the expert GEMMs while the experts average under one 64-row tile each (E > 1, P < 64 E) */
+    return r->w4a8_codes == FM_ROUTE_CODES_SMEM || (E > 1 && P < 64 * E);
+}
+
 const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {
     return fm_routes_w4a8_wgmma(r) ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
@@ -240,7 +252,10 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *fp4 = r->w4a8_fp4 == FM_ROUTE_FP4_PRODUCER ? "producer"
                       : r->w4a8_fp4 == FM_ROUTE_FP4_INLINE ? "inline"
                                                            : "auto";
-    char now[8][64], moe[8], warps[8];
+    const char *codes = r->w4a8_codes == FM_ROUTE_CODES_REGS   ? "regs"
+                        : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "smem"
+                                                               : "auto";
+    char now[9][64], moe[8], warps[8];
     snprintf(warps, sizeof warps, "%d", r->gdn_state);
     if (r->gdn_state == FM_GDN_STATE_SPLIT) snprintf(warps, sizeof warps, "split");
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
@@ -255,6 +270,11 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
              fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
     snprintf(now[6], sizeof now[6], "%s",
              fm_routes_w4a8_fp4_producer(r, FM_W4A8_BN) ? "producer warpgroup" : "inline (MMA warps)");
+    snprintf(now[8], sizeof now[8], "%s",
+             !fm_routes_w4a8_wgmma(r)               ? "registers (mma.sync)"
+             : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "stage ring"
+             : r->w4a8_codes == FM_ROUTE_CODES_REGS ? "registers"
+                                                    : "ring while P < 64 E (experts), else registers");
     if (fm_routes_gdn_state(r) == FM_GDN_STATE_SPLIT) snprintf(now[7], sizeof now[7], "states, then outputs");
     else snprintf(now[7], sizeof now[7], "%d warps", fm_routes_gdn_state(r));
     const struct {
@@ -268,6 +288,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)", now[1]},
         {"w4a8.fp4", fp4, "auto|producer|inline", "producer (wgmma)",
          "where the FP4 dispatch's gate|up GEMM expands E2M1 to e4m3: its own warpgroup or the MMA warps", now[6]},
+        {"w4a8.codes", codes, "auto|regs|smem", "smem while P < 64 E",
+         "how the wgmma W4A8 GEMM's int4 codes reach its warps: registers a group ahead, or the shared-memory ring",
+         now[8]},
         {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",
          "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
         {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",

@@ -71,6 +71,12 @@ typedef enum fm_route_w4a8_fp4 {
     FM_ROUTE_FP4_INLINE,   /* the MMA warps expand each stage */
 } fm_route_w4a8_fp4;
 
+typedef enum fm_route_w4a8_codes {
+    FM_ROUTE_CODES_AUTO = 0,
+    FM_ROUTE_CODES_REGS, /* each warp loads its int4 codes into registers a group ahead */
+    FM_ROUTE_CODES_SMEM, /* the CTA's codes travel in the cp.async stage ring (wgmma kernel only) */
+} fm_route_w4a8_codes;
+
 typedef enum fm_route_attention_kernel {
     FM_ROUTE_ATTENTION_AUTO = 0,
     FM_ROUTE_ATTENTION_WGMMA, /* wgmma + TMA, sm_90a only, hd 128 */
@@ -83,6 +89,7 @@ typedef struct fm_routes {
     fm_route_attention_kernel attention_kernel; /* attention.kernel */
     int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
     fm_route_w4a8_fp4 w4a8_fp4;                 /* w4a8.fp4 */
+    fm_route_w4a8_codes w4a8_codes;             /* w4a8.codes */
     fm_route_switch dense_gemv;                 /* dense.gemv */
     int32_t w8a8_gemv_max_m;                    /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     fm_route_switch pdl;                        /* pdl */
@@ -136,6 +143,13 @@ bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma k
  * 0.216 / 0.493 / 1.584 ms against 0.222 / 0.525 / 1.712 inline, NV 0.243 / 0.555 / 1.783 against 0.247 / 0.581 /
  * 1.882 (fp8 dispatch 0.209 / 0.474 / 1.508); T = 16 (16-row tiles) within 0.002 ms of inline. */
 bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows);
+/* The wgmma W4A8 GEMM of P routed pairs over E experts (dense projections: E = 1) takes its codes through the
+ * shared-memory stage ring rather than into registers a group ahead (w4a8_gemm.cu, CS): auto while the experts
+ * average fewer than 64 rows (P < 64 E, E > 1), where each tile streams its own expert's codes from DRAM. Measured
+ * (bench moe, fp8-grouped, H200, bench/NOTES.md "thirteenth session"): Qwen3-Next (E 512, top-10) T = 16 / 512 / 2048
+ * 0.100 / 0.272 / 0.580 ms against 0.108 / 0.299 / 0.604, T = 8192 equal; Qwen3 (E 128, top-8) T = 16 / 512 0.081 /
+ * 0.213 against 0.085 / 0.221, T = 2048 equal, T = 8192 1.660 against 1.585 (P = 512 E: registers). */
+bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E);
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
  * 8192 0.959 ms against 1.500. */

@@ -22,7 +22,7 @@
 static const char *CMD = "bench moe";
 
 static const char *HELP =
-    "usage: fp8moe bench moe [--shape qwen3|mixtral|toy] [--tokens T1,T2,..] [--routes R1,R2,..] [options]\n"
+    "usage: fp8moe bench moe [--shape qwen3|qwen3-next|mixtral|toy] [--tokens T1,T2,..] [--routes R1,R2,..] [options]\n"
     "\n"
     "Times ONE MoE layer's expert FFN (gate|up GEMM, SwiGLU, down GEMM, weighted combine; routing excluded) at the\n"
     "shapes of a real model, for several routes side by side in the same run, on the same inputs: x [T, H] bf16\n"
@@ -32,8 +32,10 @@ static const char *HELP =
     "\n"
     "  --shape S        qwen3: Qwen3-30B-A3B, E 128 experts, top-8, H 2048, I 768 (default)\n"
     "                   mixtral: Mixtral-8x7B, E 8, top-2, H 4096, I 14336\n"
+    "                   qwen3-next: Qwen3-Next-80B-A3B's routed experts, E 512, top-10, H 2048, I 512 (its\n"
+    "                   shared expert is a dense MLP, not timed here)\n"
     "                   toy: E 8, top-2, H 256, I 128 (checks of the command itself)\n"
-    "  --tokens LIST    token counts T (default qwen3 16,512,2048,8192; mixtral 512,4096; toy 7,300)\n"
+    "  --tokens LIST    token counts T (default qwen3, qwen3-next 16,512,2048,8192; mixtral 512,4096; toy 7,300)\n"
     "  --routes LIST    default: all, in this order:\n"
     "                     int4-per-token     int4 preset: W4A16 GEMVs, one dispatch per routed pair (the baseline)\n"
     "                     bf16-cublas        ref preset: bf16 weights, grouped GEMMs (cublasGemmGroupedBatchedEx)\n"
@@ -81,10 +83,12 @@ typedef struct moe_shape {
     int n_tokens;
 } moe_shape;
 
-/* config.json values of Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1 (as src/engine/synthetic.c) */
+/* config.json values of Qwen/Qwen3-30B-A3B, mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-Next-80B-A3B-Instruct (as
+   src/engine/synthetic.c) */
 static const moe_shape shapes[] = {
     {"qwen3", "Qwen3-30B-A3B", 128, 8, 2048, 768, FM_ROUTER_SOFTMAX_TOPK, true, {16, 512, 2048, 8192}, 4},
     {"mixtral", "Mixtral-8x7B", 8, 2, 4096, 14336, FM_ROUTER_TOPK_SOFTMAX, false, {512, 4096}, 2},
+    {"qwen3-next", "Qwen3-Next-80B-A3B", 512, 10, 2048, 512, FM_ROUTER_SOFTMAX_TOPK, true, {16, 512, 2048, 8192}, 4},
     {"toy", "toy", 8, 2, 256, 128, FM_ROUTER_SOFTMAX_TOPK, true, {7, 300}, 2},
 };
 
@@ -169,7 +173,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c) {
     if (optind < argc) return cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         if (!strcmp(shape, shapes[i].name)) c->shape = &shapes[i];
-    if (!c->shape) return cli_usage(CMD, "unknown shape '%s' (choose qwen3, mixtral or toy)", shape);
+    if (!c->shape) return cli_usage(CMD, "unknown shape '%s' (choose qwen3, qwen3-next, mixtral or toy)", shape);
     if (tokens && !bench_parse_counts(CMD, "--tokens", tokens, 1, 1 << 20, c->tokens, MAX_TOKEN_COUNTS, &c->n_tokens))
         return CLI_USAGE;
     if (!tokens) {

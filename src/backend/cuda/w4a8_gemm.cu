@@ -54,6 +54,7 @@
 #define BM 256
 #define BN FM_W4A8_BN /* the widest tile; BNT (a template value) is the tile a kernel runs: 64 or 16 */
 #define STAGES 3      /* cp.async ring of activation tiles, one __syncthreads per 128-group */
+#define CSTAGES 4     /* the wgmma kernel's ring when the codes travel in it too (route w4a8.codes, CS = 1) */
 #define THREADS 256
 
 typedef struct gemm_params {
@@ -93,6 +94,9 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -208,6 +212,47 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
         const int tid = (int)threadIdx.x;
         cp_async4(smem_u32(sc_smem + tid), l.sc + grp * p.lds, l.sc_bytes);
         if (WK == WK_INT4_ZP) cp_async4(smem_u32(sum_smem + tid), l.sum + grp * p.lds, l.sc_bytes);
+    }
+}
+
+// The CTA's codes of one 128-group through the stage ring (the wgmma kernel with CS = 1, route w4a8.codes): its 16
+// blocks of 16 rows x one group, chunk bytes each, into [16][chunk] of the stage, the global order (a warp then reads
+// its block's words from shared memory as it would from global memory). Per thread 16 x chunk / 16 / THREADS
+// 16-byte cp.async (4 for int4, 8 for e4m3): chunk c = tid + i THREADS is block c / (chunk / 16) of the CTA. Blocks
+// past the bank's padded rows are zero-filled (they multiply as zeros, as the register path's absent blocks).
+template <int WK> struct code_stage {
+    static constexpr int bytes = 16 * wk_shape<WK>::chunk;                     /* per stage */
+    static constexpr int per_thread = bytes / 16 / THREADS;                    /* 4 (int4) or 8 (e4m3) */
+    static constexpr int blocks_per_step = THREADS * 16 / wk_shape<WK>::chunk; /* block stride between i and i + 1 */
+};
+typedef struct code_loader {
+    const uint8_t *src; // chunk i = 0 of this thread, group 0
+    int64_t step;       // bytes from chunk i to i + 1 (blocks_per_step blocks of all groups)
+    uint32_t valid;     // bit i: chunk i's block lies inside the bank's padded rows
+} code_loader;
+
+template <int WK> static __device__ __forceinline__ code_loader code_loader_at(const gemm_params &p, int32_t matrix) {
+    constexpr int CPB = wk_shape<WK>::chunk / 16; /* 16-byte chunks per block */
+    const int tid = (int)threadIdx.x;
+    const int64_t blocks = p.rows_pad / 16, b0 = (int64_t)blockIdx.x * (BM / 16) + tid / CPB;
+    const int64_t bstride = p.n_groups * wk_shape<WK>::chunk; /* one 16-row block, all groups */
+    code_loader c;
+    c.src = p.wq + ((int64_t)matrix * blocks + b0) * bstride + (tid % CPB) * 16;
+    c.step = code_stage<WK>::blocks_per_step * bstride;
+    c.valid = 0;
+#pragma unroll
+    for (int i = 0; i < code_stage<WK>::per_thread; i++)
+        if (b0 + i * code_stage<WK>::blocks_per_step < blocks) c.valid |= 1u << i;
+    return c;
+}
+
+template <int WK> static __device__ __forceinline__ void load_codes(const code_loader &c, int64_t grp, uint8_t *stage) {
+    const uint32_t base = smem_u32(stage) + threadIdx.x * 16;
+    const uint8_t *src = c.src + grp * wk_shape<WK>::chunk;
+#pragma unroll
+    for (int i = 0; i < code_stage<WK>::per_thread; i++) {
+        const bool ok = (c.valid >> i) & 1u;
+        cp_async16(base + i * THREADS * 16, ok ? src + i * c.step : c.src, ok ? 16 : 0);
     }
 }
 
@@ -707,22 +752,31 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
 
 // Two warpgroups of 4 warps; each owns 128 weight rows as two m64 blocks (warp w of a warpgroup: rows 16w..16w+15
 // of each block). All 256 threads load the next activation stages with cp.async (a 3-stage ring) and meet at one
-// __syncthreads per 128-group; each warp's codes come global -> registers a group ahead. Per group: convert both
-// blocks' fragments (nothing in flight: ptxas serialises every wgmma if a fragment register is redefined while
-// one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps) as one commit group, load the next group's
-// codes, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured against: a
-// producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
+// __syncthreads per 128-group. Per group: convert both blocks' fragments (nothing in flight: ptxas serialises every
+// wgmma if a fragment register is redefined while one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps)
+// as one commit group, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured
+// against: a producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
 // bench/NOTES.md.)
-template <int EPILOGUE, int WK, int BNT, int AF>
+// Where the codes come from is CS (route w4a8.codes):
+//   CS = 0  each warp loads its codes global -> registers a group ahead (issued while the group's wgmmas run): one
+//           group of codes in flight per CTA, ~16 KB per SM with one CTA per SM;
+//   CS = 1  the CTA's codes of a group travel in the cp.async ring with its activation tile (CSTAGES = 4 stages, 16
+//           KB of codes each in dynamic shared memory) and each warp reads its words from shared memory after the
+//           barrier: three groups in flight. For experts of a few dozen rows (Qwen3-Next: 512 experts x ~40 rows at
+//           T = 2048) every tile streams its own expert's codes from DRAM and the register path waits a DRAM
+//           latency per group; where tiles share an expert (L2 hits) the register path's shorter chain wins.
+template <int EPILOGUE, int WK, int BNT, int AF, int CS>
 static __global__ __launch_bounds__(THREADS,
                                     BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
-    __shared__ __align__(1024) uint8_t xs_smem[STAGES][BNT * 128];
-    __shared__ float sc_smem[STAGES][BNT];
-    __shared__ float sum_smem[WK == WK_INT4_ZP ? STAGES : 1][BNT];
-    __shared__ __align__(16) uint8_t wsc_smem[STAGES][BM * wk_scales<WK>::row_bytes];
+    constexpr int S = CS ? CSTAGES : STAGES;
+    __shared__ __align__(1024) uint8_t xs_smem[S][BNT * 128];
+    __shared__ float sc_smem[S][BNT];
+    __shared__ float sum_smem[WK == WK_INT4_ZP ? S : 1][BNT];
+    __shared__ __align__(16) uint8_t wsc_smem[S][BM * wk_scales<WK>::row_bytes];
     __shared__ float red[THREADS / 32][BNT];
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
-    __shared__ __align__(16) uint8_t raw_smem[AF ? STAGES : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
+    __shared__ __align__(16) uint8_t raw_smem[AF ? S : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
+    extern __shared__ __align__(16) uint8_t code_smem[];                       /* CS: [S][code_stage<WK>::bytes] */
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
     const int64_t tile_idx = blockIdx.y;
@@ -730,12 +784,17 @@ static __global__ __launch_bounds__(THREADS,
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
     const stage_loader ld = stage_loader_at<WK, BNT, AF>(p, tile);
     const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
-    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3;
+    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, lane = threadIdx.x & 31;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
     const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
-    const int64_t KG = p.n_groups;
+    const int KG = (int)p.n_groups;
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
+    code_loader cl;
+    if (CS) cl = code_loader_at<WK>(p, tile.expert);
+    /* CS: this lane's 16 bytes of part 0 of block mb in a code stage */
+    const int coff[2] = {(wg * 8 + w4) * wk_shape<WK>::chunk + lane * 16,
+                         (wg * 8 + w4 + 4) * wk_shape<WK>::chunk + lane * 16};
 
     float acc[2][BNT / 8][4];
     uint32_t words[2][NW], nxt[2][NW];
@@ -751,33 +810,39 @@ static __global__ __launch_bounds__(THREADS,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-    load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
-    cp_async_commit();
-    if (KG > 1)
-        load_stage<WK, BNT, AF>(p, ld, 1, xs_smem[1], sc_smem[1], sum_smem[WK == WK_INT4_ZP ? 1 : 0], wsc_smem[1],
-                                raw_smem[AF ? 1 : 0]);
-    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) { /* stages 0 .. S - 2 */
+        if (s < KG) {
+            load_stage<WK, BNT, AF>(p, ld, s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0], wsc_smem[s],
+                                    raw_smem[AF ? s : 0]);
+            if (CS) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
+        }
+        cp_async_commit();
+    }
     /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
        absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
+    if (!CS)
 #pragma unroll
-    for (int mb = 0; mb < 2; mb++)
-        if (blk_ok[mb]) {
+        for (int mb = 0; mb < 2; mb++)
+            if (blk_ok[mb]) {
 #pragma unroll
-            for (int q = 0; q < NP; q++) {
-                const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
-                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
-                              words[mb][4 * q + 3] = v.w;
+                for (int q = 0; q < NP; q++) {
+                    const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
+                    words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
+                                  words[mb][4 * q + 3] = v.w;
+                }
             }
-        }
 
-    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == STAGES - 1 ? 0 : st + 1) { /* st = grp % STAGES */
+    for (int grp = 0, st = 0; grp < KG; grp++, st = st == S - 1 ? 0 : st + 1) { /* st = grp % S */
         const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % STAGES */
-        cp_async_wait_1();
+        const int stl = st == 0 ? S - 1 : st - 1; /* (grp + S - 1) % S: freed by the barrier below */
+        cp_async_wait<S - 2>();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
-        if (grp + 2 < KG)
-            load_stage<WK, BNT, AF>(p, ld, grp + 2, xs_smem[st2], sc_smem[st2], sum_smem[WK == WK_INT4_ZP ? st2 : 0],
-                                    wsc_smem[st2], raw_smem[AF ? st2 : 0]);
+        if (grp + S - 1 < KG) {
+            load_stage<WK, BNT, AF>(p, ld, grp + S - 1, xs_smem[stl], sc_smem[stl],
+                                    sum_smem[WK == WK_INT4_ZP ? stl : 0], wsc_smem[stl], raw_smem[AF ? stl : 0]);
+            if (CS) load_codes<WK>(cl, grp + S - 1, code_smem + stl * code_stage<WK>::bytes);
+        }
         cp_async_commit();
         if (AF) { /* FP4: the stage's expansion, visible to every warp before the MMAs read it */
             expand_stage<AF, BNT, THREADS>(raw_smem[AF ? st : 0], xs_smem[st], sc_smem[st], ts, (int)threadIdx.x);
@@ -787,6 +852,17 @@ static __global__ __launch_bounds__(THREADS,
         const float *sc = sc_smem[st];
         const float *xsum = sum_smem[WK == WK_INT4_ZP ? st : 0];
         const uint8_t *wsm = wsc_smem[st];
+        if (CS) { /* this group's words from the stage (zeros for a block past the bank: zero-filled) */
+            const uint8_t *cs = code_smem + st * code_stage<WK>::bytes;
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+                for (int q = 0; q < NP; q++) {
+                    const uint4 v = *(const uint4 *)(cs + coff[mb] + q * 512);
+                    words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
+                                  words[mb][4 * q + 3] = v.w;
+                }
+        }
 
         uint32_t a[2][4][4]; /* [block][k step][fragment]: alive until the wait (the tensor cores read them) */
 #pragma unroll
@@ -825,22 +901,24 @@ static __global__ __launch_bounds__(THREADS,
             for (int mb = 0; mb < 2; mb++)
                 wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 4 - KSTEP);
         wgmma_commit();
-        /* while the tensor cores run: the next group's codes and scales */
+        /* while the tensor cores run (CS = 0): the next group's codes and scales */
         /* e4m3 fragments are the loaded words themselves (no conversion), so the compiler may hand the wgmma the words'
            own registers: the next group's codes then go to registers of their own until the wait (nxt), or a load
-           landing early would change an operand the tensor cores have not read yet (measured: wrong rows) */
+           landing early would change an operand the tensor cores have not read yet (measured: wrong rows). With CS
+           the words are reloaded only after the wait. */
         uint32_t(*dst)[NW] = WK == WK_E4M3 ? nxt : words;
+        if (!CS)
 #pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-            if (more && blk_ok[mb]) {
-                const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK>::chunk;
+            for (int mb = 0; mb < 2; mb++)
+                if (more && blk_ok[mb]) {
+                    const uint8_t *q = ww.codes[mb] + (int64_t)(grp + 1) * wk_shape<WK>::chunk;
 #pragma unroll
-                for (int pq = 0; pq < NP; pq++) {
-                    const uint4 v = __ldg((const uint4 *)(q + pq * 512));
-                    dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z,
-                                dst[mb][4 * pq + 3] = v.w;
+                    for (int pq = 0; pq < NP; pq++) {
+                        const uint4 v = __ldg((const uint4 *)(q + pq * 512));
+                        dst[mb][4 * pq] = v.x, dst[mb][4 * pq + 1] = v.y, dst[mb][4 * pq + 2] = v.z,
+                                    dst[mb][4 * pq + 3] = v.w;
+                    }
                 }
-            }
         if (WK != WK_E4M3) {
             load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
             load_act_scales<BNT>(sc, xsc);
@@ -848,7 +926,7 @@ static __global__ __launch_bounds__(THREADS,
         wgmma_wait_all();
         settle_block<BNT>(part[0], a[0]);
         settle_block<BNT>(part[1], a[1]);
-        if (WK == WK_E4M3 && more)
+        if (!CS && WK == WK_E4M3 && more)
 #pragma unroll
             for (int mb = 0; mb < 2; mb++)
 #pragma unroll
@@ -1070,16 +1148,28 @@ static __global__ __launch_bounds__(FP4_CTA_THREADS,
 // Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
 // elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
 template <int EPILOGUE, int WK, int BNT, int AF = FM_W4A8_DISPATCH_E4M3>
-static void launch(const gemm_params &p, bool wgmma, dim3 grid, cudaStream_t s) {
-    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF><<<grid, THREADS, 0, s>>>(p);
+static void launch(const gemm_params &p, bool wgmma, bool codes_staged, dim3 grid, cudaStream_t s) {
+    /* FP4 stages inline (AF): the codes stay on the register path (four raw FP4 stages would not fit beside the
+       rest in static shared memory) */
+    if constexpr (AF == FM_W4A8_DISPATCH_E4M3) {
+        if (wgmma && codes_staged) {
+            constexpr int smem = CSTAGES * code_stage<WK>::bytes;
+            FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1><<<grid, THREADS, smem, s>>>(p);
+            return;
+        }
+    }
+    (void)codes_staged;
+    if (wgmma) w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 0><<<grid, THREADS, 0, s>>>(p);
     else w4a8_mma_kernel<EPILOGUE, WK, BNT, AF><<<grid, THREADS, 0, s>>>(p);
 }
 
 template <int EPILOGUE, int BNT>
-static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, dim3 grid, cudaStream_t s) {
-    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, grid, s);
-    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, grid, s);
-    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, grid, s);
+static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, bool cs, dim3 grid, cudaStream_t s) {
+    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, cs, grid, s);
+    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, cs, grid, s);
+    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, cs, grid, s);
 }
 
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
@@ -1089,12 +1179,13 @@ template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm
             w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_MX><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
         else w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_NV><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
     } else if (a->dispatch == FM_W4A8_DISPATCH_MX)
-        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, grid, s);
+        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, a->codes_staged, grid, s);
     else if (a->dispatch == FM_W4A8_DISPATCH_NV)
-        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, grid, s);
-    else if (a->epilogue == FM_W4A8_OUT_BF16) launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, grid, s);
-    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, grid, s);
-    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, grid, s);
+        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, a->codes_staged, grid, s);
+    else if (a->epilogue == FM_W4A8_OUT_BF16)
+        launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, grid, s);
+    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, grid, s);
+    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, grid, s);
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
