@@ -510,14 +510,14 @@ static void route_option(void **s) {
     (void)s;
     const char *m = "--model tests/models/qwen3-moe-f32 --ids tests/models/qwen3-moe-f32/golden_ids.i32";
     const char *keys =
-        "keys: w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, dense.gemv, w8a8.gemv_max_m, moe.gemv, "
-        "router.fused, pdl, decode.graphs, gdn.tc";
+        "keys: w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
+        "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc";
     expect_error(fp8moe("logits %s --out %s/x --route w4a8.kernels=mma", m, cli_tmp), 2,
                  "unknown route key 'w4a8.kernels'");
     assert_non_null(strstr(cli_err, keys));
     expect_error(fp8moe("logits %s --out %s/x --route pdl=off --route pdl=maybe", m, cli_tmp), 2,
                  "route pdl: 'maybe' is not a value (auto, on or off)");
-    expect_error(fp8moe("perplexity %s --route w4a8.tile=32", m), 2, "'32' is not a value (auto, 16 or 64)");
+    expect_error(fp8moe("perplexity %s --route w4a8.tile=48", m), 2, "'48' is not a value (auto, 16, 32 or 64)");
     expect_error(fp8moe("parity --model tests/models/qwen3-moe-f32 --route w8a8.gemv_max_m=17"), 2, "auto or 1..16");
     expect_error(fp8moe("bench prefill --synthetic toy-moe --route dense.gemv"), 2, "'dense.gemv' is not key=value");
     expect_error(fp8moe("bench gemm --shape toy --route w4a8.kernel=tensor"), 2, "auto, wgmma or mma");

@@ -104,8 +104,8 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage(",pdl=off", "is not key=value", keys);
     expect_usage("w4a8.kernel=tensorcore", "'tensorcore' is not a value", "auto, wgmma or mma");
     expect_usage("attention.kernel=fa3", "route attention.kernel: 'fa3' is not a value", "auto, wgmma or mma");
-    expect_usage("w4a8.tile=32", "'32' is not a value", "auto, 16 or 64");
-    expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16 or 64");
+    expect_usage("w4a8.tile=48", "'48' is not a value", "auto, 16, 32 or 64");
+    expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16, 32 or 64");
     expect_usage("w4a8.fp4=on", "route w4a8.fp4: 'on' is not a value", "auto, producer or inline");
     expect_usage("w4a8.codes=tma", "route w4a8.codes: 'tma' is not a value", "auto, regs or smem");
     expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
@@ -203,8 +203,25 @@ static void moe_tile_rows(void **s) {
     fm_routes_default(&r, 9);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);       /* Qwen3 T = 16 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128 - 1, 128), FM_W4A8_BN_SMALL); /* the boundary */
-    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128, 128), FM_W4A8_BN);
-    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN); /* Qwen3 T = 2048 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 32 * 128, 128), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_MID);  /* Qwen3 T = 2048 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 10, 512), FM_W4A8_BN_MID); /* Qwen3-Next T = 2048 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 256 * 128 - 1, 128), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 256 * 128, 128), FM_W4A8_BN); /* Qwen3 T = 4096 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 8192 * 8, 128), FM_W4A8_BN);  /* Qwen3 T = 8192 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 2, 8), FM_W4A8_BN);    /* Mixtral T = 2048 */
+    /* a checkpoint's banks keep 64 where ours take 32, unless forced */
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, true), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_E4M3_B128, false), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_ZP_TC, false), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, false), FM_W4A8_BN_SMALL);
+    fm_routes_default(&r, 8); /* mma.sync: 16 or 64 */
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=32", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, true), FM_W4A8_BN_MID);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
@@ -295,25 +312,32 @@ static void memory_plan_follows_w4a8_tile(void **s) {
     qwen3_30b_config(&cfg);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
-    fm_routes r16, r64, def;
+    fm_routes r16, r32, r64, def;
     fm_routes_default(&def, 9);
     fm_routes_default(&r16, 9);
+    fm_routes_default(&r32, 9);
     fm_routes_default(&r64, 9);
     assert_int_equal(fm_routes_apply(&r16, "w4a8.tile=16", &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r32, "w4a8.tile=32", &err), FM_OK);
     assert_int_equal(fm_routes_apply(&r64, "w4a8.tile=64", &err), FM_OK);
-    fm_memory_plan plain, pdef, p16, p64;
+    fm_memory_plan plain, pdef, p16, p32, p64;
     assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 2048, &plain, &err), FM_OK);
     assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &def, 0, 2048, &pdef, &err), FM_OK);
     assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r16, 0, 2048, &p16, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r32, 0, 2048, &p32, &err), FM_OK);
     assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r64, 0, 2048, &p64, &err), FM_OK);
     assert_int_equal(plain.ws_moe, pdef.ws_moe);
-    assert_int_equal(p64.ws_moe, pdef.ws_moe); /* 64 is the default at T = 2048 */
-    assert_int_equal(p16.ws_moe - pdef.ws_moe, 18432 - 6144);
-    assert_int_equal(p16.total - pdef.total, 18432 - 6144);
+    assert_int_equal(p32.ws_moe, pdef.ws_moe); /* 32 is the default at T = 2048 (128 rows per expert) */
+    /* the tile list: (P / bn + min(E, P)) x 16 bytes, P = 16384, E = 128 */
+    assert_int_equal(p16.ws_moe - pdef.ws_moe, 18432 - 10240);
+    assert_int_equal(p16.total - pdef.total, 18432 - 10240);
+    assert_int_equal(pdef.ws_moe - p64.ws_moe, 10240 - 6144);
     const fm_w4a8_moe_ws L16 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 16, FM_W4A8_DISPATCH_E4M3);
+    const fm_w4a8_moe_ws L32 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 32, FM_W4A8_DISPATCH_E4M3);
     const fm_w4a8_moe_ws L64 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 64, FM_W4A8_DISPATCH_E4M3);
     assert_int_equal(p16.ws_moe, L16.total);
-    assert_int_equal(pdef.ws_moe, L64.total);
+    assert_int_equal(pdef.ws_moe, L32.total);
+    assert_int_equal(p64.ws_moe, L64.total);
     /* the tile list bounds every routing: ceil(c_e / bn) tiles per expert, at most P / bn + min(E, P) in all
        (skewed routings: half the pairs on expert 0) */
     uint64_t rng = 12345;
@@ -324,8 +348,8 @@ static void memory_plan_follows_w4a8_tile(void **s) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             counts[(rng >> 33) % 2 ? 0 : (rng >> 40) % E]++;
         }
-        const fm_routes *tables[] = {&def, &r16, &r64};
-        for (int t = 0; t < 3; t++) {
+        const fm_routes *tables[] = {&def, &r16, &r32, &r64};
+        for (int t = 0; t < 4; t++) {
             const uint64_t bn = fm_routes_w4a8_tile_rows(tables[t], P, E);
             uint64_t tiles = 0;
             for (uint64_t e = 0; e < E; e++) tiles += (counts[e] + bn - 1) / bn;

@@ -20,11 +20,11 @@ test_s=$(( $(date +%s) - t0 ))
 # parity, generation, Qwen3-Next, offload, ...): each fits one 10-minute device call; the default runs both
 part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
-    ops_codes_regs_rc ops_codes_smem_rc \
+    ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc \
     ops_decode_routes_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
     prequant_rc prequant_models_rc requant_rc offload_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
-    gpu_ops_codes_regs gpu_ops_codes_smem \
+    gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem \
     gpu_ops_decode_routes gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
     gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
@@ -45,7 +45,7 @@ FM_TEST_FILTER='test_linear*' timeout 300 ./build/tests/gpu/test_cuda_ops --rout
 # the W4A8 MoE on each tile height at every T (the default picks 16 below 32 rows per expert, 64 above); the
 # 'test_moe_w4a8*' runs here take the small FP4 dispatch cases too (test_moe_w4a8_fp4_small; the large ones,
 # test_moe_fp4_large, run above)
-for tile in 16 64; do
+for tile in 16 32 64; do
     FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.tile=$tile \
         >"$out/gpu_ops_tile$tile.log" 2>&1
     eval "ops_tile${tile}_rc=$?"
@@ -134,7 +134,7 @@ echo "| make test (CPU suite) | rc $test_rc, $(grep -c '^\[  PASSED' "$out/test.
 echo "| CUDA op tests | rc $ops_rc, $(grep -c '  .* err ' "$out/gpu_ops.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops.log" | sort -g -k2 | tail -1), ${ops_s} s |"
 echo "| CUDA dense-projection tests without the decode GEMVs and PDL (--route dense.gemv=off --route pdl=off) | rc $ops_nogemv_rc |"
 echo "| CUDA dense-projection tests, W8A8 GEMV up to 16 rows (--route w8a8.gemv_max_m=16) | rc $ops_gemv16_rc |"
-echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 64 rows | rc $ops_tile16_rc / $ops_tile64_rc, $(grep -c ' err ' "$out/gpu_ops_tile16.log") / $(grep -c ' err ' "$out/gpu_ops_tile64.log") comparisons |"
+echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 32 / 64 rows | rc $ops_tile16_rc / $ops_tile32_rc / $ops_tile64_rc, $(grep -c ' err ' "$out/gpu_ops_tile16.log") / $(grep -c ' err ' "$out/gpu_ops_tile32.log") / $(grep -c ' err ' "$out/gpu_ops_tile64.log") comparisons |"
 echo "| CUDA W4A8 MoE tests on the grouped GEMM at every T (--route moe.gemv=off) | rc $ops_nomoegemv_rc, $(grep -c ' err ' "$out/gpu_ops_nomoegemv.log") comparisons |"
 echo "| CUDA W4A8 GEMM tests, codes forced to registers / the stage ring (+ dense) | rc $ops_codes_regs_rc / $ops_codes_smem_rc, $(grep -c ' err ' "$out/gpu_ops_codes_regs.log") / $(grep -c ' err ' "$out/gpu_ops_codes_smem.log") comparisons |"
 echo "| CUDA MoE GEMVs up to 64 pairs, router fused up to T = 8 (--route moe.gemv=64 --route router.fused=on) | rc $ops_decode_routes_rc, $(grep -c ' err ' "$out/gpu_ops_decode_routes.log") comparisons |"

@@ -49,9 +49,10 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         else return fm_fail(err, FM_ERR_USAGE, "route attention.kernel: '%s' is not a value (auto, wgmma or mma)", val);
     } else if (!strcmp(key, "w4a8.tile")) {
         int32_t t = 0;
-        if (!parse_count(val, FM_W4A8_BN_SMALL, FM_W4A8_BN, &t) || (t && t != FM_W4A8_BN_SMALL && t != FM_W4A8_BN))
-            return fm_fail(err, FM_ERR_USAGE, "route w4a8.tile: '%s' is not a value (auto, %d or %d)", val,
-                           FM_W4A8_BN_SMALL, FM_W4A8_BN);
+        if (!parse_count(val, FM_W4A8_BN_SMALL, FM_W4A8_BN, &t) ||
+            (t && t != FM_W4A8_BN_SMALL && t != FM_W4A8_BN_MID && t != FM_W4A8_BN))
+            return fm_fail(err, FM_ERR_USAGE, "route w4a8.tile: '%s' is not a value (auto, %d, %d or %d)", val,
+                           FM_W4A8_BN_SMALL, FM_W4A8_BN_MID, FM_W4A8_BN);
         r->w4a8_tile = t;
     } else if (!strcmp(key, "w4a8.fp4")) {
         if (!strcmp(val, "auto")) r->w4a8_fp4 = FM_ROUTE_FP4_AUTO;
@@ -164,7 +165,15 @@ int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r) {
 
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
     if (r->w4a8_tile) return (uint32_t)r->w4a8_tile;
-    return P < 32 * E ? FM_W4A8_BN_SMALL : FM_W4A8_BN;
+    if (P < 32 * E) return FM_W4A8_BN_SMALL;
+    /* 32-row tiles measured on the wgmma kernel only */
+    return fm_routes_w4a8_wgmma(r) && P < 256 * E ? FM_W4A8_BN_MID : FM_W4A8_BN;
+}
+
+uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch) {
+    const uint32_t bn = fm_routes_w4a8_tile_rows(r, P, E);
+    const bool measured = f == FM_W_INT4_G128_TC && !fp4_dispatch;
+    return bn == FM_W4A8_BN_MID && !r->w4a8_tile && !measured ? FM_W4A8_BN : bn;
 }
 
 bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) {
@@ -260,7 +269,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     if (r->gdn_state == FM_GDN_STATE_SPLIT) snprintf(warps, sizeof warps, "split");
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
     snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
-    snprintf(now[1], sizeof now[1], r->w4a8_tile ? "%d rows" : "16 rows while P < 32 E, else 64", r->w4a8_tile);
+    if (r->w4a8_tile) snprintf(now[1], sizeof now[1], "%d rows", r->w4a8_tile);
+    else if (fm_routes_w4a8_wgmma(r)) snprintf(now[1], sizeof now[1], "16 / 32 / 64 rows at P < 32 E / 256 E / above");
+    else snprintf(now[1], sizeof now[1], "16 rows while P < 32 E, else 64");
     snprintf(now[2], sizeof now[2], "%s", fm_routes_gemv(r) ? "on" : "off");
     snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
     if (r->moe_gemv < 0) snprintf(now[4], sizeof now[4], "off");
@@ -284,7 +295,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "the grouped W4A8 GEMM (MoE experts; W4A8 dense projections above the GEMV)", now[0]},
         {"attention.kernel", att, "auto|wgmma|mma", "wgmma on sm_90 (hd 128)",
          "prefill attention: wgmma + TMA (hd 128), else mma.sync flash attention", now[5]},
-        {"w4a8.tile", r->w4a8_tile ? tile : "auto", "auto|16|64", "16 while P < 32 E",
+        {"w4a8.tile", r->w4a8_tile ? tile : "auto", "auto|16|32|64", "16, 32 (wgmma), 64 by P / E",
          "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)", now[1]},
         {"w4a8.fp4", fp4, "auto|producer|inline", "producer (wgmma)",
          "where the FP4 dispatch's gate|up GEMM expands E2M1 to e4m3: its own warpgroup or the MMA warps", now[6]},

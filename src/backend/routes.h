@@ -87,7 +87,7 @@ typedef struct fm_routes {
     int32_t sm_major;                           /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
     fm_route_w4a8_kernel w4a8_kernel;           /* w4a8.kernel */
     fm_route_attention_kernel attention_kernel; /* attention.kernel */
-    int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL or FM_W4A8_BN */
+    int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL, _MID or FM_W4A8_BN */
     fm_route_w4a8_fp4 w4a8_fp4;                 /* w4a8.fp4 */
     fm_route_w4a8_codes w4a8_codes;             /* w4a8.codes */
     fm_route_switch dense_gemv;                 /* dense.gemv */
@@ -102,6 +102,7 @@ typedef struct fm_routes {
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
 #define FM_W4A8_BN 64
+#define FM_W4A8_BN_MID 32 /* two CTAs per SM on the wgmma kernel (w4a8.tile=32) */
 #define FM_W4A8_BN_SMALL 16
 
 /* The FP8 GEMVs (gemv_fp8.cu) take at most two n8 tiles of activation rows; the W4A8 one stages x in shared memory,
@@ -163,8 +164,17 @@ int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
  * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short
  * prompts: a 64-row tile is then mostly padding, its promotion and epilogue work wasted), 64 from there. Measured on
  * the Qwen3 shape (E 128, top-8; bench/NOTES.md "v6: 16-row tiles for small batches"): 16-row tiles 1.24-1.58x faster
- * up to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). w4a8.tile forces one. */
+ * up to T = 256 (P = 16 E), equal at T = 512 (P = 32 E). On the wgmma kernel 32-row tiles (n32, two CTAs per SM,
+ * the codes through the stage ring) from 32 to 256 rows per expert: bench moe, H200, bench/NOTES.md "thirteenth
+ * session": Qwen3 T = 512 / 2048 0.172 / 0.475 ms against 0.215 / 0.511 with 64, T = 8192 (P = 512 E) 1.659
+ * against 1.599; Qwen3-Next (E 512, top-10) T = 2048 / 8192 0.548 / 1.609 against 0.581 / 1.726. w4a8.tile forces
+ * one. */
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
+/* The same for expert banks of format f and an FP4 dispatch or not: auto keeps 64 where it would take 32 unless f is
+ * int4-tc with an e4m3 dispatch (where 32 was measured; a checkpoint's int4-zp-tc and e4m3-block banks have not run
+ * 32-row tiles by default, and an FP4 dispatch would lose its producer warpgroup, which has no 32-row form). The
+ * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list). */
+uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch);
 /* The experts of a W4A8 MoE call with P routed pairs over E experts run as grouped GEMVs (each 16-row tile of the
  * dispatch streams its expert's weights once through mma.sync, every SM busy even at P = 8) rather than the grouped
  * GEMM, whose tiles at decode sizes leave most SMs idle and most of each tile empty (ncu, Qwen3 shape, B = 1: 11 us

@@ -420,7 +420,9 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
     out->n_layers = n_layers > 0 ? n_layers : cfg->n_layers;
     out->tokens = tokens;
     fm_routes defaults;
-    fm_routes_default(&defaults, 0); /* the tile rule does not depend on the GPU */
+    /* Hopper's tile rule: where it takes 32-row tiles other GPUs take 64, whose tile list is shorter, so the plan
+       holds for every GPU */
+    fm_routes_default(&defaults, 9);
     planner pl = {out, cuda, {false}, err, &cfg->quant, routes ? routes : &defaults};
     fm_status st = add_weights(&pl, cfg, plan);
     if (st) {

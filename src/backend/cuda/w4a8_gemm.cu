@@ -52,7 +52,7 @@
 #include "backend/w4a8_workspace.h"
 
 #define BM 256
-#define BN FM_W4A8_BN /* the widest tile; BNT (a template value) is the tile a kernel runs: 64 or 16 */
+#define BN FM_W4A8_BN /* the widest tile; BNT (a template value) is the tile a kernel runs: 64, 32 or 16 */
 #define STAGES 3      /* cp.async ring of activation tiles, one __syncthreads per 128-group */
 #define CSTAGES 4     /* the wgmma kernel's ring when the codes travel in it too (route w4a8.codes, CS = 1) */
 #define THREADS 256
@@ -723,8 +723,17 @@ static __device__ __forceinline__ void wgmma_tile(float d[BNT / 8][4], const uin
             "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
             : WGMMA_PART_ARGS(d)
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    } else if constexpr (BNT == 32) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, "
+                     "%20, p, 1, 1;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+                       "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
     } else {
-        static_assert(BNT == 16, "wgmma tiles: n64 or n16");
+        static_assert(BNT == 16, "wgmma tiles: n64, n32 or n16");
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
                      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
@@ -767,7 +776,7 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
 //           latency per group; where tiles share an expert (L2 hits) the register path's shorter chain wins.
 template <int EPILOGUE, int WK, int BNT, int AF, int CS>
 static __global__ __launch_bounds__(THREADS,
-                                    BNT == FM_W4A8_BN_SMALL ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
+                                    BNT <= FM_W4A8_BN_MID ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
     constexpr int S = CS ? CSTAGES : STAGES;
     __shared__ __align__(1024) uint8_t xs_smem[S][BNT * 128];
     __shared__ float sc_smem[S][BNT];
@@ -1152,7 +1161,9 @@ static void launch(const gemm_params &p, bool wgmma, bool codes_staged, dim3 gri
     /* FP4 stages inline (AF): the codes stay on the register path (four raw FP4 stages would not fit beside the
        rest in static shared memory) */
     if constexpr (AF == FM_W4A8_DISPATCH_E4M3) {
-        if (wgmma && codes_staged) {
+        /* 32-row tiles: always the ring (two CTAs per SM leave 128 registers, where a group of codes held in
+           registers spills) */
+        if (wgmma && (codes_staged || BNT == FM_W4A8_BN_MID)) {
             constexpr int smem = CSTAGES * code_stage<WK>::bytes;
             FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -1174,11 +1185,16 @@ static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, bool cs,
 
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
     /* FP4 activations: the gate|up GEMM of int4-tc banks only (fm_cuda_w4a8_gemm checks) */
-    if (a->dispatch != FM_W4A8_DISPATCH_E4M3 && a->wgmma && a->fp4_producer) { /* the producer warpgroup's kernel */
-        if (a->dispatch == FM_W4A8_DISPATCH_MX)
-            w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_MX><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
-        else w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_NV><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
-    } else if (a->dispatch == FM_W4A8_DISPATCH_MX)
+    /* the producer warpgroup's kernel has register splits for 64- and 16-row tiles; 32-row ones expand inline */
+    if constexpr (BNT != FM_W4A8_BN_MID) {
+        if (a->dispatch != FM_W4A8_DISPATCH_E4M3 && a->wgmma && a->fp4_producer) {
+            if (a->dispatch == FM_W4A8_DISPATCH_MX)
+                w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_MX><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
+            else w4a8_wgmma_fp4_kernel<BNT, FM_W4A8_DISPATCH_NV><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
+            return;
+        }
+    }
+    if (a->dispatch == FM_W4A8_DISPATCH_MX)
         launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, a->codes_staged, grid, s);
     else if (a->dispatch == FM_W4A8_DISPATCH_NV)
         launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, a->codes_staged, grid, s);
@@ -1195,7 +1211,8 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
         (w->fmt == FM_W_INT4_ZP_TC && !a->xsum) ||
         (a->epilogue == FM_W4A8_OUT_SWIGLU_E4M3 && (!w->interleaved || !a->h || !a->hs)) ||
         (a->epilogue == FM_W4A8_OUT_BF16 && !a->y) || a->max_tiles > 65535 ||
-        !(a->tile_rows == 0 || a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_SMALL) ||
+        !(a->tile_rows == 0 || a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_MID ||
+          a->tile_rows == FM_W4A8_BN_SMALL) ||
         ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */ ||
         (a->dispatch != FM_W4A8_DISPATCH_E4M3 &&
          (w->fmt != FM_W_INT4_G128_TC || a->epilogue != FM_W4A8_OUT_SWIGLU_E4M3 || a->hsum ||
@@ -1215,6 +1232,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles);
     if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);
+    else if (a->tile_rows == FM_W4A8_BN_MID) launch_epilogue<FM_W4A8_BN_MID>(a, p, grid, s);
     else launch_epilogue<FM_W4A8_BN>(a, p, grid, s);
     FM_LAUNCH_CHECK(a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)"
                                                     : "w4a8 grouped GEMM (swiglu e4m3 out)");
