@@ -149,7 +149,8 @@ bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows);
  * average fewer than 64 rows (P < 64 E, E > 1), where each tile streams its own expert's codes from DRAM. Measured
  * (bench moe, fp8-grouped, H200, bench/NOTES.md "thirteenth session"): Qwen3-Next (E 512, top-10) T = 16 / 512 / 2048
  * 0.100 / 0.272 / 0.580 ms against 0.108 / 0.299 / 0.604, T = 8192 equal; Qwen3 (E 128, top-8) T = 16 / 512 0.081 /
- * 0.213 against 0.085 / 0.221, T = 2048 equal, T = 8192 1.660 against 1.585 (P = 512 E: registers). */
+ * 0.213 against 0.085 / 0.221, T = 2048 equal, T = 8192 1.660 against 1.585 (P = 512 E: registers). 32-row tiles
+ * take the ring whatever this says (two CTAs per SM leave 128 registers: w4a8_gemm.cu). */
 bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E);
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =

@@ -771,9 +771,11 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
 //           group of codes in flight per CTA, ~16 KB per SM with one CTA per SM;
 //   CS = 1  the CTA's codes of a group travel in the cp.async ring with its activation tile (CSTAGES = 4 stages, 16
 //           KB of codes each in dynamic shared memory) and each warp reads its words from shared memory after the
-//           barrier: three groups in flight. For experts of a few dozen rows (Qwen3-Next: 512 experts x ~40 rows at
-//           T = 2048) every tile streams its own expert's codes from DRAM and the register path waits a DRAM
-//           latency per group; where tiles share an expert (L2 hits) the register path's shorter chain wins.
+//           barrier: three groups in flight, and no words held across the wgmmas (7 fewer registers; what lets
+//           32-row tiles run two CTAs per SM within 128). Measured (bench/NOTES.md, thirteenth session): 4-9%
+//           faster where experts get few rows (each tile streams its own expert's codes from DRAM), 5% slower at
+//           512 rows per expert: the code loads' latency was not what bounds the kernel (ncu: 40% of DRAM
+//           bandwidth, 22% of the tensor pipe, 0.44 eligible warps per scheduler at one CTA per SM).
 template <int EPILOGUE, int WK, int BNT, int AF, int CS>
 static __global__ __launch_bounds__(THREADS,
                                     BNT <= FM_W4A8_BN_MID ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
