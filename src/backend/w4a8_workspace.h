@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "backend/routes.h" /* FM_W4A8_BN, FM_W4A8_BN_SMALL: the tile rows, fm_routes_w4a8_tile_rows */
+#include "backend/routes.h" /* FM_W4A8_BN, _MID, _SMALL: the tile rows, fm_routes_w4a8_tile_rows */
 
 #define FM_W4A8_ALIGN 256 /* every sub-buffer starts 256-byte aligned */
 

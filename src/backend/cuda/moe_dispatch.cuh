@@ -32,7 +32,8 @@ typedef struct fm_dispatch_bufs {
     const int32_t *matrix_of; // [E] the bank matrix of each expert (an expert cache's slot table), or NULL: matrix e
 } fm_dispatch_bufs;
 
-// tile_rows: FM_W4A8_BN or FM_W4A8_BN_SMALL (fm_routes_w4a8_tile_rows), as the GEMMs after it are launched with.
+// tile_rows: FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL (fm_routes_w4a8_moe_tile_rows), as the GEMMs after it are
+// launched with.
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
                           int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s);
 

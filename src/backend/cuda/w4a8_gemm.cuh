@@ -8,7 +8,7 @@
 #include "backend/w4a8_workspace.h"
 
 // One tile: rows [slot0, slot0 + rows) of the activation matrix (rows <= the tile rows the GEMM is launched with:
-// FM_W4A8_BN, or FM_W4A8_BN_SMALL when experts get few rows, w4a8_workspace.h) times matrix `expert`.
+// FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL by rows per expert, routes.h) times matrix `expert`.
 typedef struct fm_w4a8_tile {
     int32_t expert, slot0, rows, pad;
 } fm_w4a8_tile;
@@ -36,7 +36,7 @@ typedef struct fm_w4a8_args {
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
     int64_t max_tiles; // grid size in tiles (an upper bound of *n_tiles)
-    int32_t tile_rows; // the tiles' rows: FM_W4A8_BN (64; 0 means it) or FM_W4A8_BN_SMALL (16)
+    int32_t tile_rows; // the tiles' rows: FM_W4A8_BN (64; 0 means it), FM_W4A8_BN_MID (32) or FM_W4A8_BN_SMALL (16)
     int64_t m_dense;
     int32_t dense_matrix; // the bank matrix of dense tiling
     fm_w4a8_epilogue epilogue;
