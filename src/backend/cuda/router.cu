@@ -124,84 +124,13 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
     route_warp_token<A, false>(logits + t * E, t, E, k, softmax_topk, norm_topk, ids, weights);
 }
 
-// Token t's routing by a whole CTA of NT threads (the fused router's last CTA when E > 256: the warp form's lane
-// scans 16 or 32 experts per round and evaluates as many exponentials and divisions on one warp, ~15 us per token at
-// E = 512, k = 10 under ncu). Thread i holds experts i, i + NT, ...: the max and the softmax sum by warp shuffles and
-// one shared-memory step, then each of the k rounds is a warp argmax, the warps' winners through shared memory and an
-// argmax of those (ties to the lower index, as route_warp_token_n), the winner's owner marking it taken. The logits
-// are read through L2 only (other CTAs of the kernel wrote them). Values and order as the warp form's, except that
-// the softmax sum is added up in another order (a last-bit difference in the probabilities).
-template <int NT, int PT>
-static __device__ void route_block_token(const __nv_bfloat16 *l, int64_t t, int32_t E, int32_t k, bool softmax_topk,
-                                         bool norm_topk, int32_t *ids, __nv_bfloat16 *weights) {
-    __shared__ float red_v[NT / 32];
-    __shared__ int red_e[NT / 32];
-    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    float v[PT];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < PT; i++) {
-        const int e = tid + NT * i;
-        v[i] = e < E ? __bfloat162float(__ldcg(l + e)) : -INFINITY;
-        mx = fmaxf(mx, v[i]);
-    }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) red_v[warp] = mx;
-    __syncthreads();
-    mx = red_v[0];
-    for (int w = 1; w < NT / 32; w++) mx = fmaxf(mx, red_v[w]);
-    __syncthreads();
-    if (softmax_topk) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < PT; i++)
-            if (tid + NT * i < E) sum += expf(v[i] - mx);
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0) red_v[warp] = sum;
-        __syncthreads();
-        sum = 0.0f;
-        for (int w = 0; w < NT / 32; w++) sum += red_v[w];
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < PT; i++)
-            if (tid + NT * i < E) v[i] = expf(v[i] - mx) / sum;
-    }
-    unsigned taken = 0; /* bit i: expert tid + NT i already chosen */
-    float w[FM_ROUTE_MAX_K];
-    int32_t id[FM_ROUTE_MAX_K];
-    for (int32_t j = 0; j < k; j++) {
-        float bv = -INFINITY;
-        int be = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < PT; i++) {
-            const int e = tid + NT * i;
-            if (e < E && !(taken >> i & 1u) && (v[i] > bv || (v[i] == bv && e < be))) bv = v[i], be = e;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (ov > bv || (ov == bv && oe < be)) bv = ov, be = oe;
-        }
-        if (lane == 0) red_v[warp] = bv, red_e[warp] = be;
-        __syncthreads();
-        bv = red_v[0], be = red_e[0];
-        for (int q = 1; q < NT / 32; q++)
-            if (red_v[q] > bv || (red_v[q] == bv && red_e[q] < be)) bv = red_v[q], be = red_e[q];
-        __syncthreads(); /* red_* are rewritten by the next round */
-        if (be % NT == tid) taken |= 1u << (be / NT);
-        id[j] = be, w[j] = bv;
-    }
-    if (tid == 0) finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
-}
-
 // The router at decode sizes in one launch (fm_cuda_router_fused): one warp per expert row of the bf16 router
 // weights, RF_WARPS rows per CTA (Qwen3-30B-A3B: E = 128, 16 CTAs); a lane issues all of its row's 16-byte loads
 // (8 for H = 2048) before using one, multiplies them with the T <= FM_ROUTER_FUSED_MAX_T token rows (read through
 // L1/L2: 4 KiB each), and the warp sum, rounded to bf16 as the GEMM's output is, goes to logits. The last CTA to
 // finish (a counter in device memory, reset by that CTA, so a captured graph replays it) routes every token as
-// route_warp_kernel does (E <= 256), or one token after another on all its warps (route_block_token). Floor: E x H x 2
-// bytes (512 KiB, 0.12 us at 4.25 TB/s); what it saves is the cuBLAS GEMM's launch and tail and the route kernel's
-// launch (ncu: 5.8 + 5.3 us per layer before).
+// route_warp_kernel does. Floor: E x H x 2 bytes (512 KiB, 0.12 us at 4.25 TB/s); what it saves is the
+// cuBLAS GEMM's launch and tail and the route kernel's launch (ncu: 5.8 + 5.3 us per layer before).
 #define RF_WARPS 8
 #define RF_U 8 /* 16-byte weight loads in flight per lane */
 
@@ -273,17 +202,8 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if (E > 32 * 8) /* more than 8 experts per lane on a warp: the whole CTA routes each token */
-        for (int32_t t = 0; t < T; t++) {
-            const __nv_bfloat16 *lt = logits + (int64_t)t * E;
-            if (E <= RF_WARPS * 32 * 2)
-                route_block_token<RF_WARPS * 32, 2>(lt, t, E, k, softmax_topk, norm_topk, ids, weights);
-            else route_block_token<RF_WARPS * 32, 4>(lt, t, E, k, softmax_topk, norm_topk, ids, weights);
-        }
-    else
-        for (int32_t t = warp; t < T; t += RF_WARPS)
-            route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, ids,
-                                                  weights);
+    for (int32_t t = warp; t < T; t += RF_WARPS)
+        route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, ids, weights);
     if (threadIdx.x == 0) *counter = 0u;
 }
 
