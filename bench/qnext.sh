@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The Qwen3-Next-80B-A3B shape's figures (docs/RESULTS.md 2.12) in one call, on the GPU: prefill T = 2048 over 48
 # layers, one GDN layer against one full-attention layer at T = 8192 (4 layers: 3 GDN + 1 attention), each with the
-# split state pass (the default) and the 8-warp one (route gdn.state), prefill T = 2048 with the experts on 16-row
-# tiles (route w4a8.tile: ~40 rows per expert, where auto takes 64), decode at batch 1, 8 and 64, and transformers'
-# torch chunked rule as the yardstick when torch is there. fp8 + --dense w8a8, synthetic weights. One line per run; the full outputs in
-# $OUT/qnext_runs.tgz.
+# split state pass (the default) and the 8-warp one (route gdn.state), prefill T = 2048 with the experts as before the
+# 32-row tiles and the codes ring (~40 rows per expert: auto takes both), decode at batch 1, 8 and 64, and
+# transformers' torch chunked rule as the yardstick when torch is there. fp8 + --dense w8a8, synthetic weights. One
+# line per run; the full outputs in $OUT/qnext_runs.tgz.
 # Usage (device tool): source .carry/env.sh; make -j all && bench/qnext.sh
 set -uo pipefail
 out=${OUT:-/tmp}
@@ -23,10 +23,10 @@ for w in split 8; do
   lat=$(grep -oE 'median [0-9.]+ ms' "$f" | head -1); tps=$(grep -oE '[0-9]+ tokens/s' "$f" | head -1)
   echo "| T = 8192, 4 layers (3 GDN + 1 attention), gdn.state=$w | $lat | $tps | $(stage "$f" 'gated deltanet') | $(stage "$f" attention) | $(stage "$f" experts) |"
 done
-f="$out/qnext_prefill_2048_tile16.txt"
-timeout 120 $B $P --tokens 2048 --route w4a8.tile=16 >"$f" 2>&1
+f="$out/qnext_prefill_2048_tile64.txt"
+timeout 120 $B $P --tokens 2048 --route w4a8.tile=64 --route w4a8.codes=regs >"$f" 2>&1
 lat=$(grep -oE 'median [0-9.]+ ms' "$f" | head -1); tps=$(grep -oE '[0-9]+ tokens/s' "$f" | head -1)
-echo "| prefill T = 2048, 48 layers, w4a8.tile=16 | $lat | $tps | $(stage "$f" 'gated deltanet') | $(stage "$f" attention) | $(stage "$f" experts) |"
+echo "| prefill T = 2048, 48 layers, the experts as before (64-row tiles, codes in registers) | $lat | $tps | $(stage "$f" 'gated deltanet') | $(stage "$f" attention) | $(stage "$f" experts) |"
 f="$out/qnext_decode.txt"
 timeout 180 $B bench decode --synthetic qwen3-next-80b-a3b --presets fp8+w8a8 --batch 1,8,64 --context 512 --steps 32 \
   --warmup 4 >"$f" 2>&1
