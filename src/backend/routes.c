@@ -8,8 +8,7 @@
 
 #define KEYS                                                                                                           \
     "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
-    "router.fused, pdl, "                                                                                              \
-    "decode.graphs, gdn.tc, gdn.state"
+    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -285,7 +284,7 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
              !fm_routes_w4a8_wgmma(r)               ? "registers (mma.sync)"
              : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "stage ring"
              : r->w4a8_codes == FM_ROUTE_CODES_REGS ? "registers"
-                                                    : "ring while P < 64 E (experts), else registers");
+                                                    : "ring for 16/32-row tiles or P < 64 E, else registers");
     if (fm_routes_gdn_state(r) == FM_GDN_STATE_SPLIT) snprintf(now[7], sizeof now[7], "states, then outputs");
     else snprintf(now[7], sizeof now[7], "%d warps", fm_routes_gdn_state(r));
     const struct {
