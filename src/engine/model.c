@@ -453,7 +453,11 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
     if (dst) return dst;
-    fm_routes_default(&m->routes, 0);
+    /* the routes of the GPU the backend will run on: the memory plan sizes the MoE workspace by its tile rule */
+    int sm_major = 0;
+    fm_error qerr;
+    if (opt->backend && !strcmp(opt->backend, "cuda") && fm_cuda_device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
+    fm_routes_default(&m->routes, sm_major);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
     if (!st) st = check_device_memory(m, src, opt, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
