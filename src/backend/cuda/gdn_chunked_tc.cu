@@ -2,11 +2,12 @@
 // the form of transformers' torch_chunk_gated_delta_rule and FLA's chunk kernels, lab/gdn.cu's kernels with their
 // products moved to tensor cores. Per chunk of C = 64 tokens and value head, with G the decays' cumulative sums
 // inside the chunk (cpu_gdn.c states the algebra):
-//   intra  (every chunk at once; grid (chunks, heads), 8 warps, two blocks per SM; TF32 WMMA m16n16k8): q, k
-//          l2-normalised; K K^T and Q K^T; the strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq
-//          = (q_r.k_c) e^(G_r - G_c); T = (I - A)^-1 by 16 x 16 blocks (fp32: the diagonal ones by substitution in a
-//          warp each, then the rest by block products); W = T diag(beta e^G) K and U = T diag(beta) V; Q e^G,
-//          K e^(G_last - G), e^(G_last) -> scratch (gdn_workspace.h; W, K, Q and Aq as bf16 for the split form)
+//   intra  (every chunk at once; grid (chunks, heads), 8 warps, two blocks per SM): q, k l2-normalised; K K^T and
+//          Q K^T; the strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq = (q_r.k_c) e^(G_r -
+//          G_c); T = (I - A)^-1 by 16 x 16 blocks (fp32: the diagonal ones by substitution in a warp each, then the
+//          rest by block products); W = T diag(beta e^G) K and U = T diag(beta) V; Q e^G, K e^(G_last - G),
+//          e^(G_last) -> scratch (gdn_workspace.h). The split form's (gdn_tc_intra16) multiplies on bf16 mma.sync
+//          and leaves W, K, Q and Aq as bf16; the 4- and 8-warp forms' (gdn_tc_intra) on TF32 WMMA m16n16k8, fp32
 //   state  sequential over the chunks: v' = U - W S; o = (Q e^G) S + Aq v'; S = e^(G_last) S + (K e^(G_last -
 //          G))^T v'. Route gdn.state: split (the default) runs the recurrence alone on bf16 mma.sync (gdn_tc_hpass,
 //          grid (4 column blocks of 32, heads)), keeping v' and the state before each chunk, and the outputs of every
@@ -32,7 +33,7 @@ using namespace nvcuda;
 #define LDK (D + 4)  /* row stride of the [64][128] tiles in shared memory */
 #define LDA (CH + 4) /* of the [64][64] ones */
 #define LDS 36       /* of the state's column block and the [64][32] tiles */
-#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH + 8 * 256) * 4)
+#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH + 768) * 4)
 #define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 3 * CH * LDS) * 4)
 
 typedef __nv_bfloat16 bf16;
@@ -57,15 +58,90 @@ static __device__ __forceinline__ float softplus_tc(float x) { return x > 20.0f 
 /* segment chunk cl of head h: scratch index */
 static __device__ __forceinline__ int64_t unit(int cl, int h, int nv) { return (int64_t)cl * nv + h; }
 
+/* The chunk's gates by a block of >= 64 threads: beta = sigmoid(b) into bs, and the inclusive cumulative sum G of
+   the decays g = -e^(A_log) softplus(a + dt_bias) into gc; zeros past T. The cumulative sum is warp 0's, after a
+   barrier: the caller's next barrier publishes it */
+template <typename A>
+static __device__ __forceinline__ void chunk_gates(const A *ba, const A *a_log, const A *dt_bias, int64_t t0, int64_t T,
+                                                   fm_gdn_shape g, int h, float *gc, float *bs) {
+    const int tid = threadIdx.x, r = g.nv / g.nk, kh = h / r;
+    if (tid < CH) {
+        const int64_t t = t0 + tid;
+        float gv = 0.0f, bv = 0.0f;
+        if (t < T) {
+            const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
+            bv = 1.0f / (1.0f + expf(-act_load(bar[h % r])));
+            gv = -expf(act_load(a_log[h])) * softplus_tc(act_load(bar[r + h % r]) + act_load(dt_bias[h]));
+        }
+        gc[tid] = gv, bs[tid] = bv;
+    }
+    __syncthreads();
+    if (tid < 32) { /* two per lane */
+        float a = gc[2 * tid], b = a + gc[2 * tid + 1];
+        for (int o = 1; o < 32; o <<= 1) {
+            const float n = __shfl_up_sync(0xffffffffu, b, o);
+            if (tid >= o) a += n, b += n;
+        }
+        gc[2 * tid] = a, gc[2 * tid + 1] = b;
+    }
+}
+
+/* T = (I - A)^-1 by 16 x 16 blocks (FLA's solve_tril), by a block of 256 threads, A's strictly lower part in Am
+   ([64][LDA] fp32, complete: the caller's barrier), T into Tm (upper part zero): first each diagonal block's inverse,
+   I + X with X = A + A X by right-looking substitution inside one warp (warps 0-3, 14 steps: step m adds A[i][m]
+   X[m][c] to every X[i][c] with i > m, c < m; it reads column m below the diagonal, still A's, and row m, final), in
+   place in Am; then the blocks below the diagonal by their distance from it, T_ij = T_ii sum_{k=j}^{i-1} A_ik T_kj
+   (fp32, two block products a round, 6 barriers; Pb holds 768 floats). Ends with a barrier. The whole-matrix
+   substitution before it (62 barriers, a division per element) held 45% of the TF32 intra kernel's samples. */
+static __device__ __forceinline__ void tril_solve(float *Am, float *Tm, float *Pb) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (warp < 4) {
+        float *X = Am + 16 * warp * LDA + 16 * warp;
+        for (int m = 1; m < 15; m++) {
+#pragma unroll
+            for (int e = lane; e < 256; e += 32) {
+                const int i = e >> 4, c = e & 15;
+                if (i > m && c < m) X[i * LDA + c] = fmaf(X[i * LDA + m], X[m * LDA + c], X[i * LDA + c]);
+            }
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < CH * CH; i += 256) {
+        const int rr = i / CH, cc = i % CH;
+        Tm[rr * LDA + cc] = rr == cc ? 1.0f : (rr >> 4) == (cc >> 4) && cc < rr ? Am[rr * LDA + cc] : 0.0f;
+    }
+    __syncthreads();
+    for (int d = 1; d < 4; d++) { /* the blocks (b + d, b), b < 4 - d */
+        for (int e = tid; e < (4 - d) * 256; e += 256) {
+            const int i = (e >> 8) + d, j = e >> 8, r = (e >> 4) & 15, c = e & 15;
+            float acc = 0.0f;
+            for (int k = j; k < i; k++)
+#pragma unroll
+                for (int l = 0; l < 16; l++)
+                    acc = fmaf(Am[(16 * i + r) * LDA + 16 * k + l], Tm[(16 * k + l) * LDA + 16 * j + c], acc);
+            Pb[e] = acc;
+        }
+        __syncthreads();
+        for (int e = tid; e < (4 - d) * 256; e += 256) {
+            const int i = (e >> 8) + d, j = e >> 8, r = (e >> 4) & 15, c = e & 15;
+            float acc = 0.0f;
+            for (int l = 0; l <= r; l++)
+                acc = fmaf(Tm[(16 * i + r) * LDA + 16 * i + l], Pb[(j << 8) + l * 16 + c], acc);
+            Tm[(16 * i + r) * LDA + 16 * j + c] = acc;
+        }
+        __syncthreads();
+    }
+}
+
 template <typename A>
 static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log,
                                                               const A *dt_bias, int64_t T, int64_t c_first,
-                                                              fm_gdn_shape g, tc_scratch out, bool split_bf16) {
+                                                              fm_gdn_shape g, tc_scratch out) {
     extern __shared__ __align__(128) float sm[];
     /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
     float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
-    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH,
-          *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16, later 8 warps' staging */
+    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16 */
     const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
@@ -95,25 +171,7 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
             Ks[row * LDK + lane + 32 * i] = k[i] * ik;
         }
     }
-    if (tid < CH) {
-        const int64_t t = t0 + tid;
-        float gv = 0.0f, bv = 0.0f;
-        if (t < T) {
-            const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
-            bv = 1.0f / (1.0f + expf(-act_load(bar[h % r])));
-            gv = -expf(act_load(a_log[h])) * softplus_tc(act_load(bar[r + h % r]) + act_load(dt_bias[h]));
-        }
-        gc[tid] = gv, bs[tid] = bv;
-    }
-    __syncthreads();
-    if (tid < 32) { /* inclusive cumulative sum of the 64 decays, two per lane */
-        float a = gc[2 * tid], b = a + gc[2 * tid + 1];
-        for (int o = 1; o < 32; o <<= 1) {
-            const float n = __shfl_up_sync(0xffffffffu, b, o);
-            if (tid >= o) a += n, b += n;
-        }
-        gc[2 * tid] = a, gc[2 * tid + 1] = b;
-    }
+    chunk_gates(ba, a_log, dt_bias, t0, T, g, h, gc, bs);
     /* K K^T into Am and Q K^T into Aq, the 10 tiles on or below the diagonal; warp w: tiles w, w + 8 of 16 */
     for (int tile = warp; tile < 16; tile += 8) {
         const int ti = tile / 4, tj = tile % 4;
@@ -141,64 +199,21 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
         const float dec = cc <= rr ? expf(gc[rr] - gc[cc]) : 0.0f;
         Am[rr * LDA + cc] = cc < rr ? -bs[rr] * Am[rr * LDA + cc] * dec : 0.0f;
         const float aq = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
-        if (split_bf16) ((bf16 *)aq_out)[i] = __float2bfloat16(aq); /* the split pass's output pass reads bf16 */
-        else aq_out[i] = aq;
+        aq_out[i] = aq;
     }
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
         const float qg = Qs[rr * LDK + d] * expf(gc[rr]);
-        if (split_bf16) ((bf16 *)(out.Qg + u * CH * D))[i] = __float2bfloat16(qg);
-        else out.Qg[u * CH * D + i] = qg;
+        out.Qg[u * CH * D + i] = qg;
     }
     __syncthreads();
 #pragma unroll
     for (int rw = 0; rw < CH / 8; rw++)
 #pragma unroll
         for (int i = 0; i < 4; i++) Vs[(warp + 8 * rw) * LDK + lane + 32 * i] = v[rw][i];
-    /* T = (I - A)^-1 by 16 x 16 blocks (FLA's solve_tril): first each diagonal block's inverse, I + X with X = A +
-       A X by right-looking substitution inside one warp (warps 0-3, 14 steps: step m adds A[i][m] X[m][c] to every
-       X[i][c] with i > m, c < m; it reads column m below the diagonal, still A's, and row m, final), in place in Am;
-       then the blocks below the diagonal by their distance from it, T_ij = T_ii sum_{k=j}^{i-1} A_ik T_kj (fp32, two
-       block products a round, 6 barriers). T goes to Aq (its q.k block is out), A stays in Am for the products. The
-       whole-matrix substitution before it (62 barriers, a division per element) held 45% of the kernel's samples. */
-    if (warp < 4) {
-        float *X = Am + 16 * warp * LDA + 16 * warp;
-        for (int m = 1; m < 15; m++) {
-#pragma unroll
-            for (int e = lane; e < 256; e += 32) {
-                const int i = e >> 4, c = e & 15;
-                if (i > m && c < m) X[i * LDA + c] = fmaf(X[i * LDA + m], X[m * LDA + c], X[i * LDA + c]);
-            }
-            __syncwarp();
-        }
-    }
+    /* T into Aq (its q.k block is out), A stays in Am for the products */
     if (tid < CH) ebg[tid] = bs[tid] * expf(gc[tid]);
-    __syncthreads();
-    for (int i = tid; i < CH * CH; i += 256) {
-        const int rr = i / CH, cc = i % CH;
-        Aq[rr * LDA + cc] = rr == cc ? 1.0f : (rr >> 4) == (cc >> 4) && cc < rr ? Am[rr * LDA + cc] : 0.0f;
-    }
-    __syncthreads();
-    for (int d = 1; d < 4; d++) { /* the blocks (b + d, b), b < 4 - d */
-        for (int e = tid; e < (4 - d) * 256; e += 256) {
-            const int i = (e >> 8) + d, j = e >> 8, r = (e >> 4) & 15, c = e & 15;
-            float acc = 0.0f;
-            for (int k = j; k < i; k++)
-#pragma unroll
-                for (int l = 0; l < 16; l++)
-                    acc = fmaf(Am[(16 * i + r) * LDA + 16 * k + l], Aq[(16 * k + l) * LDA + 16 * j + c], acc);
-            Pb[e] = acc;
-        }
-        __syncthreads();
-        for (int e = tid; e < (4 - d) * 256; e += 256) {
-            const int i = (e >> 8) + d, j = e >> 8, r = (e >> 4) & 15, c = e & 15;
-            float acc = 0.0f;
-            for (int l = 0; l <= r; l++)
-                acc = fmaf(Aq[(16 * i + r) * LDA + 16 * i + l], Pb[(j << 8) + l * 16 + c], acc);
-            Aq[(16 * i + r) * LDA + 16 * j + c] = acc;
-        }
-        __syncthreads();
-    }
+    tril_solve(Am, Aq, Pb);
     /* T diag(beta e^G) in place in Aq, T diag(beta) into Am */
     for (int i = tid; i < CH * CH; i += 256) {
         const int rr = i / CH, cc = i % CH;
@@ -224,28 +239,182 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
             wmma::mma_sync(w_, a1, bk, w_);
             wmma::mma_sync(u_, a2, bv, u_);
         }
-        if (split_bf16) { /* the split state pass reads W as bf16: the tile through the warp's staging, 16 bytes a lane
-                           */
-            float *st = Pb + 256 * warp;
-            wmma::store_matrix_sync(st, w_, 16, wmma::mem_row_major);
-            __syncwarp();
-            const float *e = st + 8 * lane; /* row lane / 2, columns 8 (lane % 2) .. + 7 */
-            uint4 p;
-            p.x = att_pack_bf16(e[0], e[1]), p.y = att_pack_bf16(e[2], e[3]);
-            p.z = att_pack_bf16(e[4], e[5]), p.w = att_pack_bf16(e[6], e[7]);
-            *(uint4 *)((bf16 *)(out.W + u * CH * D) + (ti * 16 + lane / 2) * D + tj * 16 + 8 * (lane % 2)) = p;
-            __syncwarp();
-        } else {
-            wmma::store_matrix_sync(out.W + u * CH * D + ti * 16 * D + tj * 16, w_, D, wmma::mem_row_major);
-        }
+        wmma::store_matrix_sync(out.W + u * CH * D + ti * 16 * D + tj * 16, w_, D, wmma::mem_row_major);
         wmma::store_matrix_sync(out.U + u * CH * D + ti * 16 * D + tj * 16, u_, D, wmma::mem_row_major);
     }
     const float glast = gc[CH - 1];
     for (int i = tid; i < CH * D; i += 256) {
         const int rr = i / D, d = i % D;
         const float kg = Ks[rr * LDK + d] * expf(glast - gc[rr]);
-        if (split_bf16) ((bf16 *)(out.Kg + u * CH * D))[i] = __float2bfloat16(kg);
-        else out.Kg[u * CH * D + i] = kg;
+        out.Kg[u * CH * D + i] = kg;
+    }
+    if (tid == 0) out.eg[u] = expf(glast);
+}
+
+/* st.shared of 4 or 8 bytes at a shared-window address */
+static __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+static __device__ __forceinline__ void sts64(uint32_t addr, uint32_t a, uint32_t b) {
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
+}
+
+/* The split form's intra kernel on bf16 mma.sync m16n8k16 with fp32 accumulators (FLA's chunk kernels multiply bf16
+ * too): grid (chunks, heads), 8 warps, two blocks per SM (102 KB of shared memory). Per (chunk, value head):
+ *   rows   warp w: rows w, w + 8, ..., a lane 4 adjacent columns (8-byte loads, issued before the gates' loads); q, k
+ *          l2-normalised (q times dk^-1/2) into bf16 [64][128] tiles beside v (attention_mma.cuh's swizzled
+ *          layout); Q e^G and K e^(G_last - G) to the scratch from registers
+ *   K K^T and Q K^T  warp w: row tile w / 2, n8 tiles 4 (w % 2) .. + 3, those wholly above the diagonal skipped, 8
+ *          k-steps, B = K^T from K's rows by plain ldmatrix; the decays and beta applied in registers: A (fp32, for
+ *          the solve) and the causal Aq (bf16, to the scratch)
+ *   T = (I - A)^-1  tril_solve, fp32
+ *   W, U   T diag(beta e^G) and T diag(beta) as bf16 [64][64]; warps 0-3 W = (..) K, warps 4-7 U = (..) V, row tile
+ *          w % 4 over all 128 columns, k-steps up to the diagonal, K and V by ldmatrix.trans
+ * Per (chunk, head) 48 KB read (q and k once per value head), 104 KB written (U fp32: the state pass's v' = U - W S
+ * stays fp32); at T = 2048, 32 heads, 156 MB: ~50 us at the copy rate. The TF32 WMMA form before it took 233 us (ncu,
+ * twelfth session). */
+#define INTRA16_SMEM (3 * CH * D * 2 + 2 * CH * CH * 2 + (2 * CH * LDA + 3 * CH + 768) * 4)
+
+static __global__ __launch_bounds__(256, 2) void gdn_tc_intra16(const bf16 *qkv, const bf16 *ba, const bf16 *a_log,
+                                                                const bf16 *dt_bias, int64_t T, int64_t c_first,
+                                                                fm_gdn_shape g, tc_scratch out) {
+    extern __shared__ __align__(128) unsigned char ism[];
+    const uint32_t sQ = (uint32_t)__cvta_generic_to_shared(ism), sK = sQ + CH * D * 2, sV = sK + CH * D * 2,
+                   sT1 = sV + CH * D * 2, sT2 = sT1 + CH * CH * 2;
+    float *Am = (float *)(ism + 3 * CH * D * 2 + 2 * CH * CH * 2), *Tm = Am + CH * LDA;
+    float *gc = Tm + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH;
+    const int cl = blockIdx.x, h = blockIdx.y, kh = h / (g.nv / g.nk);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
+    const int64_t u = unit(cl, h, g.nv);
+    uint2 qr[CH / 8], kr[CH / 8], vr[CH / 8];
+#pragma unroll
+    for (int rw = 0; rw < CH / 8; rw++) {
+        const int64_t t = t0 + warp + 8 * rw;
+        const uint2 z = make_uint2(0u, 0u);
+        const bf16 *row = qkv + t * C + 4 * lane;
+        qr[rw] = t < T ? *(const uint2 *)(row + (int64_t)kh * D) : z;
+        kr[rw] = t < T ? *(const uint2 *)(row + key + (int64_t)kh * D) : z;
+        vr[rw] = t < T ? *(const uint2 *)(row + 2 * key + (int64_t)h * D) : z;
+    }
+    chunk_gates(ba, a_log, dt_bias, t0, T, g, h, gc, bs);
+    __syncthreads();
+    const float glast = gc[CH - 1], scale = 1.0f / sqrtf((float)D);
+    bf16 *Qg = (bf16 *)(out.Qg + u * CH * D) + 4 * lane, *Kg = (bf16 *)(out.Kg + u * CH * D) + 4 * lane;
+#pragma unroll
+    for (int rw = 0; rw < CH / 8; rw++) {
+        const int row = warp + 8 * rw;
+        const float2 q01 = __bfloat1622float2(*(const __nv_bfloat162 *)&qr[rw].x),
+                     q23 = __bfloat1622float2(*(const __nv_bfloat162 *)&qr[rw].y),
+                     k01 = __bfloat1622float2(*(const __nv_bfloat162 *)&kr[rw].x),
+                     k23 = __bfloat1622float2(*(const __nv_bfloat162 *)&kr[rw].y);
+        float sq = q01.x * q01.x + q01.y * q01.y + q23.x * q23.x + q23.y * q23.y;
+        float sk = k01.x * k01.x + k01.y * k01.y + k23.x * k23.x + k23.y * k23.y;
+        for (int o = 16; o > 0; o >>= 1)
+            sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
+        const float iq = scale / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
+        const float q[4] = {q01.x * iq, q01.y * iq, q23.x * iq, q23.y * iq};
+        const float k[4] = {k01.x * ik, k01.y * ik, k23.x * ik, k23.y * ik};
+        const uint32_t off = att_off<D>(row, lane >> 1) + (lane & 1) * 8;
+        sts64(sQ + off, att_pack_bf16(q[0], q[1]), att_pack_bf16(q[2], q[3]));
+        sts64(sK + off, att_pack_bf16(k[0], k[1]), att_pack_bf16(k[2], k[3]));
+        sts64(sV + off, vr[rw].x, vr[rw].y);
+        const float eq = expf(gc[row]), ek = expf(glast - gc[row]);
+        *(uint2 *)(Qg + row * D) = make_uint2(att_pack_bf16(q[0] * eq, q[1] * eq), att_pack_bf16(q[2] * eq, q[3] * eq));
+        *(uint2 *)(Kg + row * D) = make_uint2(att_pack_bf16(k[0] * ek, k[1] * ek), att_pack_bf16(k[2] * ek, k[3] * ek));
+    }
+    if (tid < CH) ebg[tid] = bs[tid] * expf(gc[tid]);
+    __syncthreads();
+    const int gr = lane >> 2, gc2 = 2 * (lane & 3); /* accumulator rows gr, gr + 8, columns gc2, gc2 + 1 */
+    const att_lane l128 = att_lane_init<D>(lane & 15, lane >> 4), l64 = att_lane_init<CH>(lane & 15, lane >> 4);
+    { /* K K^T and Q K^T: n8 tiles 2p, 2p + 1 of pair p = 2 (w % 2) + pp, computed when p <= ti (on or below the
+         diagonal); B by plain ldmatrix of K's rows 16 p + (lane & 7) + 8 (lane / 16), chunk 2 kk + (lane / 8) % 2 */
+        const int ti = warp >> 1, p0 = 2 * (warp & 1), br = (lane & 7) + ((lane >> 4) << 3), bc = (lane >> 3) & 1;
+        float kk[4][4], qk[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) kk[n][e] = qk[n][e] = 0.0f;
+        if (p0 <= ti) {
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+                uint32_t ak[4], aq[4];
+                att_ldsm_x4(ak, sK + att_lane_off<D>(&l128, 16 * ti, ks));
+                att_ldsm_x4(aq, sQ + att_lane_off<D>(&l128, 16 * ti, ks));
+#pragma unroll
+                for (int pp = 0; pp < 2; pp++) {
+                    if (p0 + pp > ti) break;
+                    uint32_t b[4];
+                    att_ldsm_x4(b, sK + att_off<D>(16 * (p0 + pp) + br, 2 * ks + bc));
+                    att_mma(kk[2 * pp], ak, b[0], b[1]), att_mma(kk[2 * pp + 1], ak, b[2], b[3]);
+                    att_mma(qk[2 * pp], aq, b[0], b[1]), att_mma(qk[2 * pp + 1], aq, b[2], b[3]);
+                }
+            }
+        }
+        /* A = -beta_r (k_r.k_c) e^(G_r - G_c) below the diagonal, Aq = (q_r.k_c) e^(G_r - G_c) on and below it;
+           zeros above (the tiles skipped too: the output pass reads all of Aq) */
+        bf16 *Aqg = (bf16 *)(out.Aq + u * CH * CH);
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = 16 * ti + gr + 8 * hf, c = 8 * (2 * p0 + n) + gc2;
+                float a[2] = {0.0f, 0.0f}, q[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (c + e <= r) {
+                        const float dec = expf(gc[r] - gc[c + e]);
+                        q[e] = qk[n][2 * hf + e] * dec;
+                        if (c + e < r) a[e] = -bs[r] * kk[n][2 * hf + e] * dec;
+                    }
+                Am[r * LDA + c] = a[0], Am[r * LDA + c + 1] = a[1];
+                act_store_pair(Aqg + r * CH + c, q[0], q[1]);
+            }
+    }
+    __syncthreads();
+    tril_solve(Am, Tm, Pb);
+    for (int i = tid; i < CH * CH / 2; i += 256) { /* T diag(beta e^G), T diag(beta) as bf16 */
+        const int rr = i / (CH / 2), cc = 2 * (i % (CH / 2));
+        const float a = Tm[rr * LDA + cc], b = Tm[rr * LDA + cc + 1];
+        const uint32_t off = att_off<CH>(rr, cc >> 3) + 2 * (cc & 7);
+        sts32(sT1 + off, att_pack_bf16(a * ebg[cc], b * ebg[cc + 1]));
+        sts32(sT2 + off, att_pack_bf16(a * bs[cc], b * bs[cc + 1]));
+    }
+    __syncthreads();
+    { /* W (warps 0-3) and U (4-7): row tile w % 4, k-steps 0 .. w % 4 (T lower triangular) */
+        const int ti = warp & 3;
+        const bool is_u = warp >= 4;
+        const uint32_t sA = is_u ? sT2 : sT1, sB = is_u ? sV : sK;
+        float acc[D / 8][4];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < CH / 16; ks++) {
+            if (ks > ti) break;
+            uint32_t a[4];
+            att_ldsm_x4(a, sA + att_lane_off<CH>(&l64, 16 * ti, ks));
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4];
+                att_ldsm_x4_t(b, sB + att_lane_off<D>(&l128, 16 * ks, dp));
+                att_mma(acc[2 * dp], a, b[0], b[1]);
+                att_mma(acc[2 * dp + 1], a, b[2], b[3]);
+            }
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = 16 * ti + gr + 8 * hf;
+            if (is_u) {
+                float *o = out.U + u * CH * D + r * D + gc2;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+                    *(float2 *)(o + 8 * n) = make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]);
+            } else {
+                bf16 *o = (bf16 *)(out.W + u * CH * D) + r * D + gc2;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++) act_store_pair(o + 8 * n, acc[n][2 * hf], acc[n][2 * hf + 1]);
+            }
+        }
     }
     if (tid == 0) out.eg[u] = expf(glast);
 }
@@ -670,6 +839,7 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
     if (!attributes_set) {
         const cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, smem, INTRA_SMEM));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra16, smem, INTRA16_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state8<bf16>, smem, STATE8_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_hpass, smem, HPASS_SMEM));
@@ -685,9 +855,12 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
     const int64_t chunks = fm_ceil_div(T, CH);
     for (int64_t c0 = 0; c0 < chunks; c0 += FM_GDN_TC_SEG_CHUNKS) {
         const int nc = (int)(chunks - c0 < FM_GDN_TC_SEG_CHUNKS ? chunks - c0 : FM_GDN_TC_SEG_CHUNKS);
-        gdn_tc_intra<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 256, INTRA_SMEM, s>>>(
-            (const bf16 *)qkv, (const bf16 *)ba, (const bf16 *)a_log, (const bf16 *)dt_bias, T, c0, g, sc,
-            state_form == FM_GDN_STATE_SPLIT);
+        const dim3 grid((unsigned)nc, (unsigned)g.nv);
+        const bf16 *q = (const bf16 *)qkv, *b = (const bf16 *)ba, *al = (const bf16 *)a_log,
+                   *dt = (const bf16 *)dt_bias;
+        if (state_form == FM_GDN_STATE_SPLIT)
+            gdn_tc_intra16<<<grid, 256, INTRA16_SMEM, s>>>(q, b, al, dt, T, c0, g, sc);
+        else gdn_tc_intra<bf16><<<grid, 256, INTRA_SMEM, s>>>(q, b, al, dt, T, c0, g, sc);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
         if (state_form == FM_GDN_STATE_SPLIT) {
             gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, c0 == 0);
