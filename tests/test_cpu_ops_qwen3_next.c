@@ -385,12 +385,34 @@ static void test_sigmoid_gates(void **state) {
     be->ops->destroy(be);
 }
 
+/* acc += sigmoid(h[r, :] . w) * x[r, :] per row, the score computed by the op (Qwen3-Next's shared-expert gate) */
+static void test_add_sigmoid_gated(void **state) {
+    (void)state;
+    seed(91);
+    fm_backend *be = make_backend();
+    const int64_t R = 5, D = 37;
+    float *x = rand_array(R * D, 3.0f), *h = rand_array(R * D, 1.0f), *w = rand_array(D, 1.0f);
+    float *acc = rand_array(R * D, 1.0f);
+    double *ref = dalloc(R * D);
+    for (int64_t r = 0; r < R; r++) {
+        double dot = 0.0;
+        for (int64_t i = 0; i < D; i++) dot += (double)h[r * D + i] * w[i];
+        for (int64_t i = 0; i < D; i++) ref[r * D + i] = (double)acc[r * D + i] + x[r * D + i] / (1.0 + exp(-dot));
+    }
+    fm_bank *wb = make_bank(be, w, 1, D);
+    be->ops->add_sigmoid_gated(be, acc, x, h, wb, R, D);
+    assert_rel_below(rel_err(acc, ref, R * D), 1e-6);
+    be->ops->bank_free(be, wb);
+    free(x), free(h), free(w), free(acc), free(ref);
+    be->ops->destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gdn_rule_vs_double),    cmocka_unit_test(test_gdn_chunked_equals_recurrent),
         cmocka_unit_test(test_gdn_recurrent_batches), cmocka_unit_test(test_gdn_conv),
         cmocka_unit_test(test_gdn_norm_gate),         cmocka_unit_test(test_gated_qk_norm_rope),
-        cmocka_unit_test(test_sigmoid_gates),
+        cmocka_unit_test(test_sigmoid_gates),         cmocka_unit_test(test_add_sigmoid_gated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -285,6 +285,12 @@ typedef struct fm_backend_ops {
     void (*sigmoid_mul)(fm_backend *be, void *x, const void *gate, int64_t n);
     /* acc[r, :] += sigmoid(score[r]) * x[r, :], rows of dim (the shared expert's output under its gate) */
     void (*add_sigmoid_scaled)(fm_backend *be, void *acc, const void *x, const void *score, int64_t rows, int64_t dim);
+    /* The same with the score computed: acc[r, :] += sigmoid(h[r, :] . w) * x[r, :], w matrix 0 of a [1, dim] bank
+     * (Qwen3-Next's shared_expert_gate). Exactly linear(w, h) (FM_A_NATIVE, the score stored in the act dtype)
+     * followed by add_sigmoid_scaled, up to the order in which the dot product is summed: one launch where the
+     * backend fuses them. */
+    void (*add_sigmoid_gated)(fm_backend *be, void *acc, const void *x, const void *h, const fm_bank *w, int64_t rows,
+                              int64_t dim);
     /* The Gated DeltaNet's causal depthwise conv + SiLU: out [T, C] (channels q | k | v, C = fm_gdn_channels) from
      * the q, k, v columns of qkvz [T, fm_gdn_qkvz_width] (their grouped order undone), conv [C, kernel] (tap
      * kernel - 1 on the current token). states NULL: the T tokens are one sequence from position 0 (no history, none

@@ -29,7 +29,7 @@
 typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
     void *proj, *gates, *shared; /* Qwen3-Next (NULL for other models): q_proj or in_proj_qkvz out, the attention
-                                    gate or in_proj_ba out or the shared expert's score, the shared expert's out */
+                                    gate or in_proj_ba out, the shared expert's out */
 } fw_buffers;
 
 static void free_buffers(fm_backend *be, fw_buffers *b) {
@@ -321,12 +321,11 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
                 ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
                          b.y);
             }
-            if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h) */
-                ops->linear(be, L->shared_score, 0, b.h, T, FM_A_NATIVE, b.gates);
+            if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
                 ops->linear(be, L->shared_gate_up, 0, b.h, T, p->a_dense, b.gu);
                 ops->swiglu(be, b.gu, T, c->shared_expert_intermediate, b.act);
                 ops->linear(be, L->shared_down, 0, b.act, T, p->a_dense, b.shared);
-                ops->add_sigmoid_scaled(be, b.y, b.shared, b.gates, T, H);
+                ops->add_sigmoid_gated(be, b.y, b.shared, b.h, L->shared_score, T, H);
             }
         } else {
             ops->linear(be, L->gate_up, 0, b.h, T, p->a_dense, b.gu);

@@ -297,7 +297,6 @@ int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, f
     const uint64_t proj = qg > gdn_qkvz ? qg : gdn_qkvz;
     uint64_t gates = c->attn_output_gate ? att : 0;
     gates = gdn && 2 * (uint64_t)g.nv > gates ? 2 * (uint64_t)g.nv : gates;
-    gates = c->shared_expert_intermediate > 0 && gates < 1 ? 1 : gates;
     const uint64_t qkv0 = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * hd, qkv = qkv0 > gdn_c ? qkv0 : gdn_c;
     const uint64_t att_out = att > gdn_v ? att : gdn_v;
     const uint64_t I =

@@ -381,7 +381,7 @@ fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
  * table leaves them NULL refuses the architecture by name, before any weight is loaded. */
 static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *be, fm_error *err) {
     const fm_backend_ops *o = be->ops;
-    if (c->arch == FM_ARCH_QWEN3_NEXT && (!o->gated_qk_norm_rope || !o->sigmoid_mul || !o->add_sigmoid_scaled ||
+    if (c->arch == FM_ARCH_QWEN3_NEXT && (!o->gated_qk_norm_rope || !o->sigmoid_mul || !o->add_sigmoid_gated ||
                                           !o->gdn_conv || !o->gdn_chunked || !o->gdn_recurrent || !o->gdn_norm_gate))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "model_type qwen3_next (Gated DeltaNet layers, gated attention, shared expert): the %s backend "

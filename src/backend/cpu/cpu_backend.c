@@ -121,6 +121,7 @@ static const fm_backend_ops cpu_ops = {
     .gated_qk_norm_rope = cpu_gated_qk_norm_rope,
     .sigmoid_mul = cpu_sigmoid_mul,
     .add_sigmoid_scaled = cpu_add_sigmoid_scaled,
+    .add_sigmoid_gated = cpu_add_sigmoid_gated,
     .gdn_conv = cpu_gdn_conv,
     .gdn_chunked = cpu_gdn_chunked,
     .gdn_recurrent = cpu_gdn_recurrent,

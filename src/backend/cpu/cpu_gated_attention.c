@@ -1,6 +1,7 @@
 /* Qwen3-Next's gated full attention and gated shared expert on the CPU reference (backend.h states each op): the
  * query/gate split of q_proj's output with per-head q/k RMSNorm and partial RoPE, and the two sigmoid gates. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,4 +49,18 @@ void cpu_add_sigmoid_scaled(fm_backend *be, void *accv, const void *xv, const vo
         for (int64_t i = 0; i < dim; i++) acc[r * dim + i] += s * x[r * dim + i];
     }
     cpu_round_act(be, acc, rows * dim);
+}
+
+void cpu_add_sigmoid_gated(fm_backend *be, void *acc, const void *x, const void *h, const fm_bank *w, int64_t rows,
+                           int64_t dim) {
+    (void)dim; /* w's columns */
+    /* the op's definition: the score as linear leaves it (rounded to the act dtype), then the gate */
+    float *score = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *score);
+    if (!score) {
+        fprintf(stderr, "fp8moe: cpu add_sigmoid_gated: out of memory for %lld scores\n", (long long)rows);
+        abort();
+    }
+    cpu_linear(be, w, 0, h, rows, FM_A_NATIVE, score);
+    cpu_add_sigmoid_scaled(be, acc, x, score, rows, dim);
+    free(score);
 }

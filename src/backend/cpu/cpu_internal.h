@@ -80,6 +80,8 @@ void cpu_gated_qk_norm_rope(fm_backend *be, const void *qg, int64_t T, int32_t n
                             const void *pos, double theta, void *qkv, void *gate);
 void cpu_sigmoid_mul(fm_backend *be, void *x, const void *gate, int64_t n);
 void cpu_add_sigmoid_scaled(fm_backend *be, void *acc, const void *x, const void *score, int64_t rows, int64_t dim);
+void cpu_add_sigmoid_gated(fm_backend *be, void *acc, const void *x, const void *h, const fm_bank *w, int64_t rows,
+                           int64_t dim);
 void cpu_gdn_conv(fm_backend *be, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
                   const void *tok_seq, const void *tok_pos, void *out);
 void cpu_gdn_chunked(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,

@@ -400,6 +400,16 @@ static void cu_add_sigmoid_scaled(fm_backend *bb, void *acc, const void *x, cons
     fm_cuda_add_sigmoid_scaled(f32(bb), acc, x, score, rows, dim, stream(bb));
 }
 
+static void cu_add_sigmoid_gated(fm_backend *bb, void *acc, const void *x, const void *h, const fm_bank *w,
+                                 int64_t rows, int64_t dim) {
+    if (w->fmt != (f32(bb) ? FM_W_F32 : FM_W_BF16) || w->cols != dim) { /* w_other: the act type (backend.c) */
+        fprintf(stderr, "fp8moe: cuda add_sigmoid_gated: the gate's weights are %s [%lld], not the activations' type\n",
+                fm_wformat_name(w->fmt), (long long)w->cols);
+        abort();
+    }
+    fm_cuda_add_sigmoid_gated(f32(bb), acc, x, h, bank_matrix(w, 0), rows, dim, stream(bb));
+}
+
 static void cu_gdn_conv(fm_backend *bb, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
                         const void *tok_seq, const void *tok_pos, void *out) {
     fm_cuda_gdn_conv(f32(bb), qkvz, bank_matrix(conv, 0), conv->ld, T, g, (float *)states, (const int32_t *)tok_seq,
@@ -479,6 +489,7 @@ static const fm_backend_ops cuda_ops = {
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,
     .sigmoid_mul = cu_sigmoid_mul,
     .add_sigmoid_scaled = cu_add_sigmoid_scaled,
+    .add_sigmoid_gated = cu_add_sigmoid_gated,
     .gdn_conv = cu_gdn_conv,
     .gdn_chunked = cu_gdn_chunked,
     .gdn_recurrent = cu_gdn_recurrent,

@@ -1,7 +1,7 @@
 // Qwen3-Next's gated attention inputs and its two sigmoid gates (see gated_attention.cuh). Memory-bound and small
-// beside the projections: one block of 8 warps per token for the split + norm + partial RoPE (warp w takes heads w,
-// w + 8, ...; a head goes through the warp's shared row so that a lane can read its rotation partner), grid-stride
-// loops for the gates.
+// beside the projections: blocks of 8 warps, grid (T, Y), for the split + norm + partial RoPE (warp w of block (t, y)
+// takes token t's heads 8 y + w, + 8 Y, ...; Y > 1 only at decode sizes; a head goes through the warp's shared row
+// so that a lane can read its rotation partner), grid-stride loops and rows for the gates.
 #include "backend/cuda/gated_attention.cuh"
 
 #define GA_WARPS 8
@@ -24,14 +24,14 @@ static __global__ __launch_bounds__(GA_WARPS * 32) void gated_qk_norm_rope_kerne
     const int64_t ld_in = (int64_t)(2 * nh + 2 * nkv) * hd, ld = (int64_t)(nh + 2 * nkv) * hd;
     const A *in = qg + t * ld_in;
     A *row = qkv + t * ld;
-    /* the v heads and the gates are copies */
-    for (int64_t i = threadIdx.x; i < (int64_t)nkv * hd; i += blockDim.x)
+    /* the v heads and the gates are copies, shared by the token's gridDim.y blocks */
+    const int64_t i0 = (int64_t)blockIdx.y * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.y * blockDim.x;
+    for (int64_t i = i0; i < (int64_t)nkv * hd; i += stride)
         row[(int64_t)(nh + nkv) * hd + i] = in[(int64_t)(2 * nh + nkv) * hd + i];
-    for (int64_t i = threadIdx.x; i < (int64_t)nh * hd; i += blockDim.x)
-        gate[t * nh * hd + i] = in[(i / hd) * 2 * hd + hd + i % hd];
+    for (int64_t i = i0; i < (int64_t)nh * hd; i += stride) gate[t * nh * hd + i] = in[(i / hd) * 2 * hd + hd + i % hd];
     const float p = (float)(pos ? (int64_t)pos[t] : pos0 + t);
     float *x = xs[warp];
-    for (int h = warp; h < nh + nkv; h += GA_WARPS) {
+    for (int h = (int)blockIdx.y * GA_WARPS + warp; h < nh + nkv; h += (int)gridDim.y * GA_WARPS) {
         const A *src = h < nh ? in + (int64_t)h * 2 * hd : in + (int64_t)2 * nh * hd + (int64_t)(h - nh) * hd;
         const A *w = h < nh ? q_norm : k_norm;
         float ss = 0.0f;
@@ -73,16 +73,12 @@ static __global__ void add_sigmoid_scaled_kernel(A *acc, const A *x, const A *sc
         act_store(acc + i, act_load(acc[i]) + sigmoidf_(act_load(score[i / dim])) * act_load(x[i]));
 }
 
-// The same for bf16 rows of dim % 8 == 0 at 16-byte aligned addresses (the shared expert's output at every Qwen3-Next
-// MoE layer): a block per row, its score read once, 8 elements per 16-byte load, each rounded once as above. The
-// element-wise form took 24 us at T = 2048, H = 2048 (ncu: 64-bit division and 2-byte accesses per element) for 24 MB
-// moved (6 us at 4.25 TB/s).
-static __global__ void add_sigmoid_scaled_bf16x8_kernel(__nv_bfloat16 *acc, const __nv_bfloat16 *x,
-                                                        const __nv_bfloat16 *score, int64_t dim) {
-    const int64_t row = blockIdx.x;
-    const float g = sigmoidf_(__bfloat162float(score[row]));
-    uint4 *a = (uint4 *)(acc + row * dim);
-    const uint4 *b = (const uint4 *)(x + row * dim);
+// acc_row += g * x_row for bf16 rows of dim % 8 == 0 at 16-byte aligned addresses, by the block's threads: 8 elements
+// per 16-byte load, each rounded once
+static __device__ __forceinline__ void gate_row_bf16x8(__nv_bfloat16 *acc_row, const __nv_bfloat16 *x_row, float g,
+                                                       int64_t dim) {
+    uint4 *a = (uint4 *)acc_row;
+    const uint4 *b = (const uint4 *)x_row;
     for (int64_t c = threadIdx.x; c < dim / 8; c += blockDim.x) {
         uint4 av = a[c];
         const uint4 bv = b[c];
@@ -97,6 +93,57 @@ static __global__ void add_sigmoid_scaled_bf16x8_kernel(__nv_bfloat16 *acc, cons
     }
 }
 
+// add_sigmoid_scaled for those rows (the shared expert's output at every Qwen3-Next MoE layer): a block per row, its
+// score read once. The element-wise form took 24 us at T = 2048, H = 2048 (ncu: 64-bit division and 2-byte accesses
+// per element) for 24 MB moved (6 us at 4.25 TB/s).
+static __global__ void add_sigmoid_scaled_bf16x8_kernel(__nv_bfloat16 *acc, const __nv_bfloat16 *x,
+                                                        const __nv_bfloat16 *score, int64_t dim) {
+    const int64_t row = blockIdx.x;
+    gate_row_bf16x8(acc + row * dim, x + row * dim, sigmoidf_(__bfloat162float(score[row])), dim);
+}
+
+// add_sigmoid_gated: the score h[row] . w in the same block, then the gate as above. 256 threads per row; the dot in
+// fp32 (bf16 rows of dim % 8 == 0: 16-byte lanes, V8), the warp sums added in warp order, the score rounded to the
+// act dtype as linear stores it. At decode (one row) this one launch replaces cuBLAS's dot, its split-K reduction
+// and the gate's own launch.
+template <typename A, bool V8>
+static __global__ __launch_bounds__(256) void add_sigmoid_gated_kernel(A *acc, const A *x, const A *h, const A *w,
+                                                                       int64_t dim) {
+    __shared__ float part[8];
+    const int64_t row = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const A *hr = h + row * dim;
+    float s = 0.0f;
+    if (V8) {
+        for (int64_t c = tid; c < dim / 8; c += 256) {
+            const uint4 hv = ((const uint4 *)hr)[c], wv = ((const uint4 *)w)[c];
+            const __nv_bfloat162 *hp = (const __nv_bfloat162 *)&hv, *wp = (const __nv_bfloat162 *)&wv;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float2 a = __bfloat1622float2(hp[i]), b = __bfloat1622float2(wp[i]);
+                s = fmaf(a.x, b.x, s), s = fmaf(a.y, b.y, s);
+            }
+        }
+    } else {
+        for (int64_t i = tid; i < dim; i += 256) s = fmaf(act_load(hr[i]), act_load(w[i]), s);
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    float score = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) score += part[i];
+    A stored;
+    act_store(&stored, score);
+    const float g = sigmoidf_(act_load(stored));
+    if (V8) {
+        gate_row_bf16x8((__nv_bfloat16 *)(acc + row * dim), (const __nv_bfloat16 *)(x + row * dim), g, dim);
+    } else {
+        for (int64_t i = tid; i < dim; i += 256)
+            act_store(acc + row * dim + i, act_load(acc[row * dim + i]) + g * act_load(x[row * dim + i]));
+    }
+}
+
 template <typename A>
 static void gated_qk_norm_rope(const A *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim,
                                const A *q_norm, const A *k_norm, float eps, int64_t pos0, const int32_t *pos,
@@ -107,8 +154,12 @@ static void gated_qk_norm_rope(const A *qg, int64_t T, int32_t nh, int32_t nkv, 
         abort();
     }
     if (T == 0) return;
-    gated_qk_norm_rope_kernel<A><<<(unsigned)T, GA_WARPS * 32, 0, s>>>(qg, nh, nkv, hd, rot_dim, q_norm, k_norm, eps,
-                                                                       pos0, pos, (float)theta, qkv, gate);
+    /* Y blocks per token at decode sizes (about 2 per SM of an H200, at most one per group of GA_WARPS heads), so
+       that a warp's heads do not run one after another on a single SM */
+    const int64_t groups = fm_ceil_div(nh + nkv, GA_WARPS), want = fm_ceil_div(264, T);
+    const dim3 grid((unsigned)T, (unsigned)(want < groups ? want : groups));
+    gated_qk_norm_rope_kernel<A><<<grid, GA_WARPS * 32, 0, s>>>(qg, nh, nkv, hd, rot_dim, q_norm, k_norm, eps, pos0,
+                                                                pos, (float)theta, qkv, gate);
     FM_LAUNCH_CHECK("gated_qk_norm_rope");
 }
 
@@ -146,4 +197,24 @@ extern "C" void fm_cuda_add_sigmoid_scaled(bool f32, void *acc, const void *x, c
         add_sigmoid_scaled_kernel<<<grid_for(rows * dim), 256, 0, s>>>((bf16 *)acc, (const bf16 *)x,
                                                                        (const bf16 *)score, rows, dim);
     FM_LAUNCH_CHECK("add_sigmoid_scaled");
+}
+
+extern "C" void fm_cuda_add_sigmoid_gated(bool f32, void *acc, const void *x, const void *h, const void *w,
+                                          int64_t rows, int64_t dim, cudaStream_t s) {
+    if (rows <= 0 || dim <= 0) return;
+    if (rows > INT32_MAX) {
+        fprintf(stderr, "fp8moe: add_sigmoid_gated: %lld rows\n", (long long)rows);
+        abort();
+    }
+    typedef __nv_bfloat16 bf16;
+    if (f32)
+        add_sigmoid_gated_kernel<float, false>
+            <<<(unsigned)rows, 256, 0, s>>>((float *)acc, (const float *)x, (const float *)h, (const float *)w, dim);
+    else if (dim % 8 == 0 && ((uintptr_t)acc | (uintptr_t)x | (uintptr_t)h | (uintptr_t)w) % 16 == 0)
+        add_sigmoid_gated_kernel<bf16, true>
+            <<<(unsigned)rows, 256, 0, s>>>((bf16 *)acc, (const bf16 *)x, (const bf16 *)h, (const bf16 *)w, dim);
+    else
+        add_sigmoid_gated_kernel<bf16, false>
+            <<<(unsigned)rows, 256, 0, s>>>((bf16 *)acc, (const bf16 *)x, (const bf16 *)h, (const bf16 *)w, dim);
+    FM_LAUNCH_CHECK("add_sigmoid_gated");
 }

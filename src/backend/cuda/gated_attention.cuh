@@ -19,5 +19,8 @@ extern "C" void fm_cuda_sigmoid_mul(bool f32, void *x, const void *gate, int64_t
 // acc[r, :] += sigmoid(score[r]) * x[r, :], rows of dim
 extern "C" void fm_cuda_add_sigmoid_scaled(bool f32, void *acc, const void *x, const void *score, int64_t rows,
                                            int64_t dim, cudaStream_t s);
+// acc[r, :] += sigmoid(h[r, :] . w) * x[r, :], w [dim] of the act type, the score rounded to the act type first
+extern "C" void fm_cuda_add_sigmoid_gated(bool f32, void *acc, const void *x, const void *h, const void *w,
+                                          int64_t rows, int64_t dim, cudaStream_t s);
 
 #endif

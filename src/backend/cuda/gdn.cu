@@ -99,12 +99,16 @@ static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, in
    of the last KW inputs in registers slides by one row while the run continues (one load per output), and is
    rebuilt as the kernel above builds it at the block's first row and wherever a run starts. Which rows continue
    their run is found once per block (warp 0, one ballot) instead of by every thread (6 index loads a row). The same
-   products summed in the same order as the kernel above (the window's unused taps add 0 * 0). */
+   products summed in the same order as the kernel above (the window's unused taps add 0 * 0). With write_state (one
+   block row: T <= CONV_ROWS, a decode step) each thread then writes its own channels' new conv states, as
+   gdn_conv_state_kernel does: it alone read them, so no other thread can see the old ones replaced (one launch less
+   per Gated DeltaNet layer and step). */
 #define CONV_ROWS 32 /* the ballot's 32 lanes */
 #define CONV_LOADS 8 /* rows whose loads are in flight together; divides CONV_ROWS */
 template <typename A, int KW>
 static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
-                                              const float *states, const int32_t *seq, const int32_t *pos, A *out) {
+                                              float *states, const int32_t *seq, const int32_t *pos, A *out,
+                                              bool write_state) {
     __shared__ uint32_t run_mask; /* bit i: row t0 + i continues row t0 + i - 1 inside the block's rows */
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
     const int K = g.kernel, c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
@@ -170,6 +174,20 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
         }
         __syncthreads(); /* run_mask is rewritten for the next rows */
     }
+    if (write_state && active && states) /* gridDim.y == 1: every row above was this thread's */
+        for (int64_t t = 0; t < T; t++) {
+            if (is_padding(seq, pos, t) || (t + 1 < T && !is_padding(seq, pos, t + 1) && continues(seq, pos, t + 1)))
+                continue;
+            const int r = run_back(seq, pos, t, K - 2);
+            float *hist = states + (int64_t)seq[t] * (K - 1) * C;
+#pragma unroll
+            for (int v = 0; v < 2; v++) {
+                float next[GDN_MAX_KERNEL];
+                for (int j = 0; j < K - 1; j++)
+                    next[j] = conv_input(qkvz, Wz, col + v, t, K - 2 - j, r, pos[t], hist, C, c + v, K);
+                for (int j = 0; j < K - 1; j++) hist[(int64_t)j * C + c + v] = next[j];
+            }
+        }
 }
 
 /* each sequence's new conv state at the last row of its run: its last kernel - 1 inputs (grid as the conv's) */
@@ -357,14 +375,13 @@ static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape 
     const dim3 wgrid((unsigned)fm_ceil_div(C, 512), (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
     /* the window kernel's channel pairs: adjacent columns (even dk, dv), 4-byte aligned rows */
     const bool pairs = g.dk % 2 == 0 && g.dv % 2 == 0 && ((uintptr_t)qkvz | (uintptr_t)out) % (2 * sizeof(A)) == 0;
-    if (!pairs) gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    const bool window = pairs && g.kernel <= 8, fused_state = window && states && row_blocks == 1;
+    if (!window) gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     else if (g.kernel <= 4)
-        gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
-    else if (g.kernel <= 8)
-        gdn_conv_window_kernel<A, 8><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
-    else gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+        gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out, fused_state);
+    else gdn_conv_window_kernel<A, 8><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out, fused_state);
     FM_LAUNCH_CHECK("gdn_conv");
-    if (states && g.kernel > 1) {
+    if (states && g.kernel > 1 && !fused_state) {
         gdn_conv_state_kernel<A><<<grid, 256, 0, s>>>(qkvz, T, g, states, seq, pos);
         FM_LAUNCH_CHECK("gdn_conv state");
     }
