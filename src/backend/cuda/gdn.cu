@@ -100,9 +100,9 @@ static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, in
    rebuilt as the kernel above builds it at the block's first row and wherever a run starts. Which rows continue
    their run is found once per block (warp 0, one ballot) instead of by every thread (6 index loads a row). The same
    products summed in the same order as the kernel above (the window's unused taps add 0 * 0). With write_state (one
-   block row: T <= CONV_ROWS, a decode step) each thread then writes its own channels' new conv states, as
-   gdn_conv_state_kernel does: it alone read them, so no other thread can see the old ones replaced (one launch less
-   per Gated DeltaNet layer and step). */
+   block row, T <= CONV_ROWS: the launcher sets it for a single-token step) each thread then writes its own channels'
+   new conv states, as gdn_conv_state_kernel does: it alone read them, so no other thread can see the old ones
+   replaced (one launch less per Gated DeltaNet layer and step). */
 #define CONV_ROWS 32 /* the ballot's 32 lanes */
 #define CONV_LOADS 8 /* rows whose loads are in flight together; divides CONV_ROWS */
 template <typename A, int KW>
@@ -375,7 +375,9 @@ static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape 
     const dim3 wgrid((unsigned)fm_ceil_div(C, 512), (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
     /* the window kernel's channel pairs: adjacent columns (even dk, dv), 4-byte aligned rows */
     const bool pairs = g.dk % 2 == 0 && g.dv % 2 == 0 && ((uintptr_t)qkvz | (uintptr_t)out) % (2 * sizeof(A)) == 0;
-    const bool window = pairs && g.kernel <= 8, fused_state = window && states && row_blocks == 1;
+    /* the state in the window kernel for one row only: over several rows (a batch of sequences) its serial loop of
+       state loads and stores cost more than the launch it saves (batch 8: +3.7 us a layer, H200) */
+    const bool window = pairs && g.kernel <= 8, fused_state = window && states && T == 1;
     if (!window) gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
     else if (g.kernel <= 4)
         gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out, fused_state);
