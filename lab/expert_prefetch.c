@@ -3,11 +3,17 @@
  * will need were known. Teacher-forced decode of a token file on the CPU (a real model's routing), every fetch's
  * routed ids recorded (the backend's expert_fetch, wrapped); then, on the second half of the tokens, with statistics
  * from the first half, for each token and layer l + 1 (l + 1 >= 1):
- *   - the experts it routes to, A(t, l + 1), against four predictions of k experts made before its router runs:
+ *   - the experts it routes to, A(t, l + 1), against six predictions of k experts made before its router runs:
  *       co-occurrence  the k experts of layer l + 1 most often routed together with A(t, l) (counted on the first half)
  *       frequency      layer l + 1's k most used experts (first half)
  *       previous token A(t - 1, l + 1)
+ *       router on the residual entering layer l + 1 (pre-gating): layer l + 1's router on its ffn_norm of the
+ *                      residual stream before layer l + 1's mixer (known while layer l + 1's attention runs)
+ *       router on the residual after layer l's mixer: the same on the stream before layer l's experts (known a
+ *                      layer earlier: while layer l's experts and layer l + 1's mixer run)
  *       random         k of E (expected overlap k / E)
+ *     (the residual stream recorded from the add + RMSNorm op, wrapped like the fetch: its accumulator after the
+ *     add is the stream after each mixer and after each layer);
  *     recall = |prediction & A| / k;
  *   - with the expert cache of S slots (LFU, the reference of backend/expert_residency.h) replaying the recorded
  *     fetches: how many of the fetch's misses the co-occurrence prediction held (copies that could have started a
@@ -31,6 +37,20 @@ typedef struct recording {
 
 static recording rec;
 static void (*real_fetch)(fm_backend *, fm_expert_cache *, int32_t, const void *, int64_t);
+
+/* the residual stream of the current step, one row per add + RMSNorm call in call order: after layer 0's mixer,
+   entering layer 1, after layer 1's mixer, ... (cpu backend: its buffers are host floats) */
+static float *stream_rows;
+static int32_t stream_calls, stream_cap, stream_H;
+static void (*real_add_rmsnorm)(fm_backend *, void *, const void *, const fm_bank *, int64_t, int64_t, float, void *);
+
+static void recording_add_rmsnorm(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
+                                  float eps, void *out) {
+    real_add_rmsnorm(be, acc, x, w, rows, dim, eps, out);
+    if (rows == 1 && dim == stream_H && stream_calls < stream_cap)
+        memcpy(stream_rows + (size_t)stream_calls * stream_H, acc, (size_t)dim * sizeof(float));
+    stream_calls++;
+}
 
 static void recording_fetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
     if (rec.fetches < rec.cap && P <= rec.max_p) {
@@ -103,7 +123,18 @@ int main(int argc, char **argv) {
     rec.ids = malloc((size_t)(rec.cap * k) * sizeof(int32_t));
     /* wrap the backend's fetch (a copy of its op table: lab code, not the engine's) */
     static fm_backend_ops ops;
-    ops = *m->be->ops, real_fetch = ops.expert_fetch, ops.expert_fetch = recording_fetch, m->be->ops = &ops;
+    ops = *m->be->ops, real_fetch = ops.expert_fetch, ops.expert_fetch = recording_fetch;
+    real_add_rmsnorm = ops.add_rmsnorm, ops.add_rmsnorm = recording_add_rmsnorm, m->be->ops = &ops;
+    fm_backend *be = m->be;
+    const int64_t H = m->cfg.hidden_size;
+    stream_H = (int32_t)H, stream_cap = 2 * L;
+    stream_rows = malloc((size_t)(stream_cap * H) * sizeof(float));
+    /* pre-gating predictions, per token and MoE layer: [n][moe][k], from the stream entering the layer and from the
+       stream after the previous layer's mixer; the router's logits ranked (softmax keeps the order) */
+    int32_t *pg_enter = malloc((size_t)(n * moe * k) * sizeof(int32_t)),
+            *pg_mid = malloc((size_t)(n * moe * k) * sizeof(int32_t));
+    float *xn = be->ops->alloc(be, (size_t)H * sizeof(float)), *lg = be->ops->alloc(be, (size_t)E * sizeof(float));
+    double *lgd = malloc((size_t)E * sizeof *lgd);
     fm_sampling sp;
     fm_sampling_init(&sp);
     int32_t seq = -1;
@@ -113,7 +144,26 @@ int main(int argc, char **argv) {
         st = fm_kv_seq_append(&m->kv->pool, seq, 1, &err);
         m->kv->tables_dirty = true;
         if (!st) st = fm_step_stage(m, ids + t, &seq, &pos, 1, &err);
+        stream_calls = 0;
         if (!st) fm_step_device(m, 1, true, t == 0 ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+        if (!st && stream_calls != 2 * L - 1) {
+            fprintf(stderr, "expert_prefetch: %d add + RMSNorm calls in a step, expected %d\n", stream_calls,
+                    2 * L - 1);
+            return 1;
+        }
+        /* layer l's router on its ffn_norm of the stream entering layer l (call 2 l - 1) and of the stream after layer
+           l - 1's mixer (call 2 l - 2) */
+        for (int32_t l = 1, j = m->layers[0].is_moe; !st && l < L; l++) {
+            if (!m->layers[l].is_moe) continue;
+            for (int v = 0; v < 2; v++) {
+                be->ops->rmsnorm(be, stream_rows + (size_t)(2 * l - 1 - v) * H, m->layers[l].ffn_norm, 1, H,
+                                 m->cfg.rms_norm_eps, xn);
+                be->ops->linear(be, m->layers[l].router, 0, xn, 1, FM_A_NATIVE, lg);
+                for (int32_t e = 0; e < E; e++) lgd[e] = lg[e];
+                top_k(lgd, E, k, (v ? pg_mid : pg_enter) + ((size_t)t * moe + j) * k);
+            }
+            j++;
+        }
     }
     if (st) return fail("decode", &err);
     if (rec.fetches != n * moe) {
@@ -139,7 +189,8 @@ int main(int argc, char **argv) {
     int32_t *moe_layer = malloc((size_t)moe * sizeof *moe_layer);
     for (int32_t l = 0, j = 0; l < L; l++)
         if (m->layers[l].is_moe) moe_layer[j++] = l;
-    double rec_co = 0, rec_fr = 0, rec_prev = 0, n_pred = 0, misses = 0, caught = 0, wasted = 0;
+    double rec_co = 0, rec_fr = 0, rec_prev = 0, rec_pe = 0, rec_pm = 0, n_pred = 0, misses = 0, caught = 0, wasted = 0;
+    double caught_pe = 0, wasted_pe = 0, caught_pm = 0, wasted_pm = 0;
     int32_t pred[64], pf[64];
     double *score = malloc((size_t)E * sizeof *score);
     for (int64_t t = 0; t < n; t++)
@@ -156,17 +207,24 @@ int main(int argc, char **argv) {
                 top_k(score, E, k, pred);
                 for (int32_t e = 0; e < E; e++) score[e] = freq[(size_t)j * E + e];
                 top_k(score, E, k, pf);
+                const int32_t *pe = pg_enter + ((size_t)t * moe + j) * k, *pm = pg_mid + ((size_t)t * moe + j) * k;
                 rec_co += overlap(pred, a, k), rec_fr += overlap(pf, a, k), rec_prev += overlap(A(t - 1, j), a, k);
+                rec_pe += overlap(pe, a, k), rec_pm += overlap(pm, a, k);
                 n_pred += k;
-                for (int32_t i = 0; i < k; i++) {
-                    bool needed = false;
-                    for (int32_t b = 0; b < k; b++) needed |= pred[i] == a[b];
-                    wasted += !needed && !resident[pred[i]];
-                }
+                const int32_t *ps[3] = {pred, pe, pm};
+                double *wasted_of[3] = {&wasted, &wasted_pe, &wasted_pm},
+                       *caught_of[3] = {&caught, &caught_pe, &caught_pm};
+                for (int q = 0; q < 3; q++)
+                    for (int32_t i = 0; i < k; i++) {
+                        bool needed = false;
+                        for (int32_t b = 0; b < k; b++) needed |= ps[q][i] == a[b];
+                        *wasted_of[q] += !needed && !resident[ps[q][i]];
+                    }
                 for (int32_t b = 0; b < k; b++)
                     if (!resident[a[b]]) {
                         misses++;
-                        for (int32_t i = 0; i < k; i++) caught += pred[i] == a[b];
+                        for (int q = 0; q < 3; q++)
+                            for (int32_t i = 0; i < k; i++) *caught_of[q] += ps[q][i] == a[b];
                     }
             }
             free(resident);
@@ -179,12 +237,20 @@ int main(int argc, char **argv) {
     printf("| co-occurrence with layer l's experts (same token) | %.2f%% |\n", 100.0 * rec_co / n_pred);
     printf("| layer l + 1's most used experts | %.2f%% |\n", 100.0 * rec_fr / n_pred);
     printf("| the previous token's experts at layer l + 1 | %.2f%% |\n", 100.0 * rec_prev / n_pred);
+    printf("| layer l + 1's router on the residual entering layer l + 1 | %.2f%% |\n", 100.0 * rec_pe / n_pred);
+    printf("| layer l + 1's router on the residual after layer l's mixer | %.2f%% |\n", 100.0 * rec_pm / n_pred);
     printf("| random (k / E) | %.2f%% |\n", 100.0 * k / E);
     printf("\nwith the expert cache (LFU, %d slots of %d): %.0f misses; the co-occurrence prediction held %.2f%% of "
            "them, and named %.2f non-resident experts per layer pass that were not needed (copies a prefetch would "
            "waste), against %.2f misses per layer pass\n",
            S, moe * E, misses, 100.0 * caught / (misses > 0 ? misses : 1), wasted / (n_pred / k),
            misses / (n_pred / k));
+    printf("the router on the residual entering the layer: held %.2f%% of the misses, %.2f wasted copies per pass; "
+           "after the previous layer's mixer: %.2f%%, %.2f\n",
+           100.0 * caught_pe / (misses > 0 ? misses : 1), wasted_pe / (n_pred / k),
+           100.0 * caught_pm / (misses > 0 ? misses : 1), wasted_pm / (n_pred / k));
+    free(pg_enter), free(pg_mid), free(lgd), free(stream_rows);
+    be->ops->free(be, xn), be->ops->free(be, lg);
     free(co), free(freq), free(score), free(moe_layer), free(rec.layer), free(rec.n), free(rec.ids), free(ids);
     fm_residency_free(&r);
     fm_model_free(m);
