@@ -17,7 +17,10 @@
  *     recall = |prediction & A| / k;
  *   - with the expert cache of S slots (LFU, the reference of backend/expert_residency.h) replaying the recorded
  *     fetches: how many of the fetch's misses the co-occurrence prediction held (copies that could have started a
- *     layer early) and how many predicted experts were neither needed nor resident (copies a prefetch would waste).
+ *     layer early) and how many predicted experts were neither needed nor resident (copies a prefetch would waste);
+ *   - the same cache replayed with the pre-gating prefetches made (a fetch of the predicted experts before the layer's
+ *     mixer (a), or before the previous layer's router (b)): the copies left in each layer's own fetch, which its
+ *     GEMMs wait for, and the copies made early, whose time could hide under compute.
  *
  *   make -C lab expert_prefetch && ./build/lab/expert_prefetch [--model DIR] [--ids FILE] [--tokens N] [--slots S] */
 #include <stdio.h>
@@ -183,8 +186,13 @@ int main(int argc, char **argv) {
                     for (int32_t b = 0; b < k; b++) co[((size_t)j * E + A(t, j)[a]) * E + A(t, j + 1)[b]] += 1;
             }
     /* the cache replaying every recorded fetch, the first half included (its state at the second half is real) */
-    fm_residency r;
-    if (fm_residency_init(&r, L, E, S, FM_EXPERT_LFU, &err)) return fail("residency", &err);
+    fm_residency r, rpe, rpm; /* rpe, rpm: the same cache with the prefetches of (a) and (b) applied */
+    if (fm_residency_init(&r, L, E, S, FM_EXPERT_LFU, &err) || fm_residency_init(&rpe, L, E, S, FM_EXPERT_LFU, &err) ||
+        fm_residency_init(&rpm, L, E, S, FM_EXPERT_LFU, &err))
+        return fail("residency", &err);
+    /* per layer pass of the second half: copies the layer's own fetch makes (each stalls its GEMMs) and the
+       prefetches' copies (under earlier work), for the caches with prefetch (a) and (b) */
+    double stall_pe = 0, pre_pe = 0, stall_pm = 0, pre_pm = 0, passes = 0, all_misses = 0;
     int32_t slots[64], ce[1024], cs[1024], nc;
     int32_t *moe_layer = malloc((size_t)moe * sizeof *moe_layer);
     for (int32_t l = 0, j = 0; l < L; l++)
@@ -229,6 +237,23 @@ int main(int argc, char **argv) {
             }
             free(resident);
             fm_residency_fetch(&r, moe_layer[j], a, k, slots, ce, cs, &nc);
+            const bool counted = t >= half;
+            passes += counted, all_misses += counted ? nc : 0;
+            /* (a): before layer j's mixer, layer j's predicted experts; then its own fetch */
+            if (j > 0) {
+                fm_residency_fetch(&rpe, moe_layer[j], pg_enter + ((size_t)t * moe + j) * k, k, slots, ce, cs, &nc);
+                pre_pe += counted ? nc : 0;
+            }
+            fm_residency_fetch(&rpe, moe_layer[j], a, k, slots, ce, cs, &nc);
+            stall_pe += counted ? nc : 0;
+            /* (b): after layer j's mixer (before its router), layer j + 1's predicted experts; then layer j's fetch */
+            if (j + 1 < moe) {
+                fm_residency_fetch(&rpm, moe_layer[j + 1], pg_mid + ((size_t)t * moe + j + 1) * k, k, slots, ce, cs,
+                                   &nc);
+                pre_pm += counted ? nc : 0;
+            }
+            fm_residency_fetch(&rpm, moe_layer[j], a, k, slots, ce, cs, &nc);
+            stall_pm += counted ? nc : 0;
         }
     printf("expert prefetch on %s: %lld tokens of %s decoded one per step (teacher-forced), %d MoE layers x %d "
            "experts, top-%d; statistics from the first %lld tokens, figures over the other %lld, layers 2..%d\n\n",
@@ -249,6 +274,11 @@ int main(int argc, char **argv) {
            "after the previous layer's mixer: %.2f%%, %.2f\n",
            100.0 * caught_pe / (misses > 0 ? misses : 1), wasted_pe / (n_pred / k),
            100.0 * caught_pm / (misses > 0 ? misses : 1), wasted_pm / (n_pred / k));
+    printf("\nthe cache with the prefetches applied (every layer of the second half, LFU, %d slots), copies per layer "
+           "pass: without prefetch %.3f, all in the layer's own fetch; prefetch (a) %.3f in the fetch + %.3f "
+           "earlier; prefetch (b) %.3f + %.3f earlier\n",
+           S, all_misses / passes, stall_pe / passes, pre_pe / passes, stall_pm / passes, pre_pm / passes);
+    fm_residency_free(&rpe), fm_residency_free(&rpm);
     free(pg_enter), free(pg_mid), free(lgd), free(stream_rows);
     be->ops->free(be, xn), be->ops->free(be, lg);
     free(co), free(freq), free(score), free(moe_layer), free(rec.layer), free(rec.n), free(rec.ids), free(ids);
