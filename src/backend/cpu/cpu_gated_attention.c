@@ -53,7 +53,6 @@ void cpu_add_sigmoid_scaled(fm_backend *be, void *accv, const void *xv, const vo
 
 void cpu_add_sigmoid_gated(fm_backend *be, void *acc, const void *x, const void *h, const fm_bank *w, int64_t rows,
                            int64_t dim) {
-    (void)dim; /* w's columns */
     /* the op's definition: the score as linear leaves it (rounded to the act dtype), then the gate */
     float *score = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *score);
     if (!score) {
