@@ -251,6 +251,27 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, cons
     if (tid == 0) out.eg[u] = expf(glast);
 }
 
+/* acc (rows 16 ti .. 16 ti + 15, all D columns: D / 8 n8 tiles) += A [64][64] x B [64][D], bf16 tiles in
+   attention_mma.cuh's layout (A by ldmatrix, B row-major [k][n] by ldmatrix.trans), A lower triangular by 16 x 16
+   blocks: the k-steps up to the diagonal block only (T diag(..) K or V in the intra kernel, Aq v' in the output pass)
+ */
+static __device__ __forceinline__ void tril_rows_mma(uint32_t sA, uint32_t sB, int ti, const att_lane &l64,
+                                                     const att_lane &l128, float acc[D / 8][4]) {
+#pragma unroll
+    for (int ks = 0; ks < CH / 16; ks++) {
+        if (ks > ti) break;
+        uint32_t a[4];
+        att_ldsm_x4(a, sA + att_lane_off<CH>(&l64, 16 * ti, ks));
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b[4];
+            att_ldsm_x4_t(b, sB + att_lane_off<D>(&l128, 16 * ks, dp));
+            att_mma(acc[2 * dp], a, b[0], b[1]);
+            att_mma(acc[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+}
+
 /* st.shared of 4 or 8 bytes at a shared-window address */
 static __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
@@ -388,19 +409,7 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra16(const bf16 *qkv,
         float acc[D / 8][4];
 #pragma unroll
         for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < CH / 16; ks++) {
-            if (ks > ti) break;
-            uint32_t a[4];
-            att_ldsm_x4(a, sA + att_lane_off<CH>(&l64, 16 * ti, ks));
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b[4];
-                att_ldsm_x4_t(b, sB + att_lane_off<D>(&l128, 16 * ks, dp));
-                att_mma(acc[2 * dp], a, b[0], b[1]);
-                att_mma(acc[2 * dp + 1], a, b[2], b[3]);
-            }
-        }
+        tril_rows_mma(sA, sB, ti, l64, l128, acc);
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int r = 16 * ti + gr + 8 * hf;
@@ -802,19 +811,7 @@ static __global__ __launch_bounds__(128) void gdn_tc_out(tc_scratch in, int64_t 
             att_mma(acc[2 * dp + 1], a, b[2], b[3]);
         }
     }
-#pragma unroll
-    for (int ks = 0; ks < CH / 16; ks++) {
-        if (ks > warp) break;
-        uint32_t a[4];
-        att_ldsm_x4(a, sa + att_lane_off<CH>(&l64, 16 * warp, ks));
-#pragma unroll
-        for (int dp = 0; dp < D / 16; dp++) {
-            uint32_t b[4];
-            att_ldsm_x4_t(b, sv + att_lane_off<D>(&l128, 16 * ks, dp));
-            att_mma(acc[2 * dp], a, b[0], b[1]);
-            att_mma(acc[2 * dp + 1], a, b[2], b[3]);
-        }
-    }
+    tril_rows_mma(sa, sv, warp, l64, l128, acc);
     const int64_t t0 = (c_first + cl) * CH + 16 * warp + (lane >> 2), ld_out = (int64_t)g.nv * D;
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
