@@ -224,6 +224,11 @@ typedef struct fm_backend_ops {
      * padding row, nothing stored). */
     void (*kv_store)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
                      void *k_cache, void *v_cache);
+    /* qk_norm_rope at positions pos (backend memory), then kv_store of the roped rows: exactly the two ops in that
+     * order, in one launch where the backend fuses them (a decode step's attention layer: route rope.store). */
+    void (*qk_norm_rope_store)(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                               const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos, double theta,
+                               const void *slots, void *k_cache, void *v_cache);
     /* Attention over the paged cache: token t (its query heads from qkv row t; its k and v already stored) attends
      * causally to positions 0..tok_pos[t] (inclusive) of sequence tok_seq[t], read through the block table; GQA
      * (query head h reads kv head h / (nh / nkv)), scores q.k * hd^-0.5, softmax in fp32; out [T, nh * hd] in the

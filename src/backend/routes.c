@@ -8,7 +8,7 @@
 
 #define KEYS                                                                                                           \
     "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
-    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state"
+    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -90,6 +90,9 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         else if (!parse_count(val, 4, 8, &w) || (w != 0 && w != 4 && w != 8))
             return fm_fail(err, FM_ERR_USAGE, "route gdn.state: '%s' is not a value (auto, 4, 8 or split)", val);
         r->gdn_state = w;
+    } else if (!strcmp(key, "rope.store")) {
+        if (!parse_switch(val, &r->rope_store))
+            return fm_fail(err, FM_ERR_USAGE, "route rope.store: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -186,6 +189,8 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) 
 bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
 }
+
+bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
 
 int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
 
@@ -327,6 +332,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off"},
         {"gdn.state", r->gdn_state ? warps : "auto", "auto|4|8|split", "split",
          "the chunked rule's state pass: 4 or 8 warps, or split (states in sequence, outputs in parallel)", now[7]},
+        {"rope.store", switch_name(r->rope_store), "auto|on|off", "on",
+         "a decode step's k and v stored in the paged cache by the q/k norm + RoPE kernel, else a kv_store launch",
+         fm_routes_rope_store(r) ? "on" : "off"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

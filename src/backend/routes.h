@@ -37,6 +37,9 @@
  *                                         pass the outputs of every chunk from them (FLA's form). auto = split (H200,
  *                                         T = 2048, 48 layers: Gated DeltaNet 22.1 -> 12.5 ms against 8,
  *                                         bench/NOTES.md twelfth session)
+ *   rope.store       auto | on | off      a decode step's attention layer stores its k and v in the paged cache
+ *                                         from the q/k norm + RoPE kernel (one launch) rather than a kv_store
+ *                                         launch after it (auto = on)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -98,6 +101,7 @@ typedef struct fm_routes {
     fm_route_switch router_fused;               /* router.fused */
     fm_route_switch gdn_tc;                     /* gdn.tc */
     int32_t gdn_state;                          /* gdn.state: 0 auto, 4, 8 or FM_GDN_STATE_SPLIT */
+    fm_route_switch rope_store;                 /* rope.store */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -197,6 +201,9 @@ bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16)
  * FM_GDN_STATE_SPLIT (the states in the pass, the outputs in a parallel one; the default). */
 #define FM_GDN_STATE_SPLIT 1
 int fm_routes_gdn_state(const fm_routes *r);
+/* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
+ * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
+bool fm_routes_rope_store(const fm_routes *r);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

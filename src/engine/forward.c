@@ -227,17 +227,26 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     if (c->attn_output_gate) dump(be, "q|gate,k,v", l, b.proj, T * (2 * nh + 2 * nkv) * hd);
     else dump(be, "qkv", l, b.qkv, nqkv);
     tick(tm, FM_STAGE_ATTN_PROJ);
+    char *kl = NULL, *vl = NULL; /* the layer's slices of the paged KV cache */
+    if (attn != FM_ATTN_NO_CACHE) {
+        kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
+        vl = (char *)kv->v + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
+    }
+    /* the k and v stored by the RoPE kernel itself (route rope.store), else by kv_store after it */
+    const bool store_in_rope =
+        kl && !c->attn_output_gate && ops->qk_norm_rope_store && fm_routes_rope_store(&m->routes);
     if (c->attn_output_gate) /* Qwen3-Next: q_proj's rows hold each head's query and gate; partial RoPE */
         ops->gated_qk_norm_rope(be, b.proj, T, nh, nkv, hd, c->rotary_dim, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
                                 attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta, b.qkv, b.gates);
+    else if (store_in_rope)
+        ops->qk_norm_rope_store(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, kv->tok_pos,
+                                c->rope_theta, kv->slots, kl, vl);
     else
         ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
                           attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
     dump(be, "qk_norm_rope", l, b.qkv, nqkv);
-    if (attn != FM_ATTN_NO_CACHE) {
-        char *kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
-        char *vl = (char *)kv->v + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
-        ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
+    if (kl) {
+        if (!store_in_rope) ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
         if (attn == FM_ATTN_PAGED)
             ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
                                  kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);

@@ -12,7 +12,8 @@
  *   kernel is within 4e-5), and in the MoE that difference can flip an e4m3 code of the SwiGLU output (one
  *   code step is 6-12% of the value), which a T = 1 case with a few hundred outputs shows as ~1.5e-2
  *   paged KV cache: kv_store exact (each backend's cache against its own roped rows, bit for bit, no other slot
- *   written); attention_paged as attention (1e-2 bf16: the GPU rounds P to bf16 for P V as the prefill kernel does,
+ *   written; qk_norm_rope_store the bits of qk_norm_rope + kv_store, padding rows storing nothing); attention_paged
+ *   as attention (1e-2 bf16: the GPU rounds P to bf16 for P V as the prefill kernel does,
  *   and the roped q/k of the two backends may differ by a bf16 ulp; 1e-5 fp32); a captured decode step replayed
  *   with new positions equals the plain launch bit for bit
  * Runs only where a GPU is present (make test-gpu). */
@@ -434,7 +435,9 @@ typedef struct paged_out {
     float *roped, *kc, *vc, *att;
 } paged_out;
 
-static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn) {
+/* fused: the history through qk_norm_rope_store, and the queries through it with every slot -1 (padding rows: nothing
+ * stored), where the plain run has qk_norm_rope, kv_store and qk_norm_rope */
+static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused) {
     const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, n_slots = (int64_t)p->n_blocks * p->bt;
     paged_out r;
@@ -443,9 +446,20 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     void *tables = upload_i32(be, p->tables, (int64_t)p->nseq * p->max_blocks);
     void *hist = gpu_upload(be, p->hist_rows, p->hist * ld), *q = gpu_upload(be, p->q_rows, p->T * ld);
     void *kbase, *vbase, *kc = gpu_guarded(be, n_slots * row, &kbase), *vc = gpu_guarded(be, n_slots * row, &vbase);
-    be->ops->qk_norm_rope(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, 0, hpos, 1e6);
-    be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc);
-    be->ops->qk_norm_rope(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, 0, pos, 1e6);
+    if (fused) {
+        int32_t *none = malloc((size_t)p->T * sizeof *none);
+        for (int64_t t = 0; t < p->T; t++) none[t] = -1;
+        void *qslot = upload_i32(be, none, p->T);
+        be->ops->qk_norm_rope_store(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, hpos, 1e6, hslot, kc, vc);
+        be->ops->qk_norm_rope_store(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, pos, 1e6, qslot, kc, vc);
+        be->ops->sync(be, NULL);
+        be->ops->free(be, qslot);
+        free(none);
+    } else {
+        be->ops->qk_norm_rope(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, 0, hpos, 1e6);
+        be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc);
+        be->ops->qk_norm_rope(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, 0, pos, 1e6);
+    }
     /* the scratch between NaN guards too (as activations: its bytes are the op's own, so only the guards count) */
     const size_t sb = fm_attention_paged_scratch_bytes(p->T, nh, hd, p->max_len);
     const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
@@ -493,25 +507,31 @@ static void paged_case_gpu(fm_preset preset, int32_t nh, int32_t nkv, int32_t hd
     both b = make(preset);
     gpu_paged p = paged_make(nh, nkv, hd, T, max_ctx, max_len);
     float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
-    paged_out r[2];
-    for (int i = 0; i < 2; i++) {
-        fm_backend *be = b.be[i];
+    paged_out r[3]; /* cpu, cuda, cuda with qk_norm_rope_store */
+    for (int i = 0; i < 3; i++) {
+        fm_backend *be = b.be[i < 2 ? i : 1];
         fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL,
                 *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
-        r[i] = paged_run(be, &p, qb, kb);
+        r[i] = paged_run(be, &p, qb, kb, i == 2);
         if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     }
     char what[160];
     snprintf(what, sizeof what, "paged %s nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d",
              fm_preset_name(preset), nh, nkv, hd, (long long)T, max_ctx, (long long)max_len, p.nseq);
     for (int i = 0; i < 2; i++) expect_cache_holds(&p, &r[i], what, b.be[i]->ops->name);
-    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, cache = (int64_t)p.n_blocks * p.bt * nkv * hd;
+    /* the fused op: the same bits as the two ops, padding rows storing nothing */
+    if (memcmp(r[2].roped, r[1].roped, (size_t)(p.hist * ld) * sizeof(float)) ||
+        memcmp(r[2].kc, r[1].kc, (size_t)cache * sizeof(float)) ||
+        memcmp(r[2].vc, r[1].vc, (size_t)cache * sizeof(float)) ||
+        memcmp(r[2].att, r[1].att, (size_t)(T * nh * hd) * sizeof(float)))
+        fail_msg("qk_norm_rope_store %s: not the bits of qk_norm_rope + kv_store", what);
     char w2[200];
     snprintf(w2, sizeof w2, "qk_norm_rope(positions) %s", what);
     gpu_expect_close(r[1].roped, r[0].roped, p.hist * ld, reduction_bound(&b), w2);
     snprintf(w2, sizeof w2, "attention_paged %s", what);
     gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
-    for (int i = 0; i < 2; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
+    for (int i = 0; i < 3; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
     free(qn), free(kn);
     paged_free(&p);
     destroy(&b);

@@ -64,6 +64,14 @@ void cpu_qk_norm_rope(fm_backend *be, void *qkvv, int64_t T, int32_t nh, int32_t
     for (int64_t t = 0; t < T; t++) cpu_round_act(be, qkv + t * ld, (int64_t)(nh + nkv) * hd);
 }
 
+/* the two ops, in order: the definition every backend's fused form follows */
+void cpu_qk_norm_rope_store(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                            const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos, double theta,
+                            const void *slots, void *k_cache, void *v_cache) {
+    cpu_qk_norm_rope(be, qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta);
+    cpu_kv_store(be, qkv, T, nh, nkv, hd, slots, k_cache, v_cache);
+}
+
 /* One query row against n keys: o = softmax(q.k_j * scale) . v_j, key j at kbase + rows[j], value j at
  * vbase + rows[j]; p holds n scores. */
 static void attend_row(const float *q, const float *kbase, const float *vbase, const int64_t *rows, int64_t n,

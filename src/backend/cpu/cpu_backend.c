@@ -109,6 +109,7 @@ static const fm_backend_ops cpu_ops = {
     .qk_norm_rope = cpu_qk_norm_rope,
     .attention = cpu_attention,
     .kv_store = cpu_kv_store,
+    .qk_norm_rope_store = cpu_qk_norm_rope_store,
     .attention_paged = cpu_attention_paged,
     .route = cpu_route,
     .router = cpu_router,

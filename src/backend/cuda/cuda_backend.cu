@@ -286,6 +286,19 @@ static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, 
                      stream(bb));
 }
 
+static void cu_qk_norm_rope_store(fm_backend *bb, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                  const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos,
+                                  double theta, const void *slots, void *k_cache, void *v_cache) {
+    if (f32(bb))
+        fm_cuda_qk_norm_rope_store_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
+                                       k_norm ? bank_f32(k_norm, 0) : NULL, eps, (const int32_t *)pos, theta,
+                                       (const int32_t *)slots, (float *)k_cache, (float *)v_cache, stream(bb));
+    else
+        fm_cuda_qk_norm_rope_store((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
+                                   k_norm ? bank_bf16(k_norm, 0) : NULL, eps, (const int32_t *)pos, theta,
+                                   (const int32_t *)slots, (bf16 *)k_cache, (bf16 *)v_cache, stream(bb));
+}
+
 /* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
    are not a multiple of 16: the plain kernel */
 static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -477,6 +490,7 @@ static const fm_backend_ops cuda_ops = {
     .qk_norm_rope = cu_qk_norm_rope,
     .attention = cu_attention,
     .kv_store = cu_kv_store,
+    .qk_norm_rope_store = cu_qk_norm_rope_store,
     .attention_paged = cu_attention_paged,
     .route = cu_route,
     .router = cu_router,

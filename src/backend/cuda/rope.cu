@@ -7,6 +7,11 @@
 // and the token's sines and cosines are computed once per warp for all of its heads. (The kernel it replaced ran one
 // 64-thread block per (token, head) with two block barriers and recomputed powf and sincosf per head: 55.6 us at the
 // shape above, ncu.)
+//
+// STORE (qk_norm_rope_store, a decode step over the paged KV cache): the token's k heads, as rounded, and its v heads
+// also go to slot slots[t] of the layer's caches ([n_slots][nkv * hd], nothing for slot -1: a padding row); the v
+// heads are extra warps' work in the same loop (the kv_store launch that it saves is one launch's latency, ~2 us in a
+// graph).
 #include "backend/cuda/rope.cuh"
 
 #define ROPE_WARPS 8
@@ -20,12 +25,14 @@ static __device__ __forceinline__ void act_store2(__nv_bfloat16 *p, float2 v) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v.x, v.y);
 }
 
-template <typename A, int R>
-static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv,
-                                                                              int32_t hd, const A *q_norm,
-                                                                              const A *k_norm, float eps, int64_t pos0,
-                                                                              const int32_t *pos, float theta) {
+template <typename A, int R, bool STORE>
+static __global__ __launch_bounds__(ROPE_WARPS *
+                                    32) void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int32_t hd,
+                                                                 const A *q_norm, const A *k_norm, float eps,
+                                                                 int64_t pos0, const int32_t *pos, float theta,
+                                                                 const int32_t *slots, A *k_cache, A *v_cache) {
     const int64_t t = blockIdx.x;
+    const int64_t slot = STORE ? (int64_t)slots[t] : -1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = hd / 2;
     /* this lane's pairs: j = 64 r + 2 lane + c, c in {0, 1}, where j < half */
     float cs[R][2], sn[R][2];
@@ -38,8 +45,21 @@ static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A 
             const float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
             sincosf(p * inv_freq, &sn[r][c], &cs[r][c]);
         }
-    for (int h = (int)blockIdx.y * ROPE_WARPS + warp; h < nh + nkv; h += (int)gridDim.y * ROPE_WARPS) {
+    const int heads = STORE ? nh + 2 * nkv : nh + nkv;
+    for (int h = (int)blockIdx.y * ROPE_WARPS + warp; h < heads; h += (int)gridDim.y * ROPE_WARPS) {
         A *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
+        if (STORE && h >= nh + nkv) { /* a v head: copied to the cache as it is */
+            if (slot < 0) continue;
+            A *d = v_cache + slot * nkv * hd + (int64_t)(h - nh - nkv) * hd;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int j = 64 * r + 2 * lane;
+                if (j >= half) continue;
+                act_store2(d + j, act_load2(x + j));
+                act_store2(d + j + half, act_load2(x + j + half));
+            }
+            continue;
+        }
         float2 a[R], b[R];
         float ss = 0.0f;
 #pragma unroll
@@ -68,17 +88,23 @@ static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(A 
         for (int r = 0; r < R; r++) {
             const int j = 64 * r + 2 * lane;
             if (j >= half) continue;
-            act_store2(x + j,
-                       make_float2(a[r].x * cs[r][0] - b[r].x * sn[r][0], a[r].y * cs[r][1] - b[r].y * sn[r][1]));
-            act_store2(x + j + half,
-                       make_float2(b[r].x * cs[r][0] + a[r].x * sn[r][0], b[r].y * cs[r][1] + a[r].y * sn[r][1]));
+            const float2 lo = make_float2(a[r].x * cs[r][0] - b[r].x * sn[r][0], a[r].y * cs[r][1] - b[r].y * sn[r][1]);
+            const float2 hi = make_float2(b[r].x * cs[r][0] + a[r].x * sn[r][0], b[r].y * cs[r][1] + a[r].y * sn[r][1]);
+            act_store2(x + j, lo);
+            act_store2(x + j + half, hi);
+            if (STORE && h >= nh && slot >= 0) { /* a k head: the same rounded values in the cache */
+                A *d = k_cache + slot * nkv * hd + (int64_t)(h - nh) * hd;
+                act_store2(d + j, lo);
+                act_store2(d + j + half, hi);
+            }
         }
     }
 }
 
 template <typename A>
 static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm,
-                         float eps, int64_t pos0, const int32_t *pos, double theta, cudaStream_t s) {
+                         float eps, int64_t pos0, const int32_t *pos, double theta, const int32_t *slots, A *k_cache,
+                         A *v_cache, cudaStream_t s) {
     if (hd % 4 != 0 || hd > 256 || T > INT32_MAX) {
         fprintf(stderr, "fp8moe: qk_norm_rope: unsupported head_dim %d or T %lld\n", hd, (long long)T);
         abort();
@@ -87,22 +113,48 @@ static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
     /* Y: head groups per token, so that short steps still fill the GPU (about 2 blocks per SM of an H200); R =
        ceil(hd / 2 / 64) pair rounds per lane */
     const float th = (float)theta;
-    const int64_t groups = fm_ceil_div(nh + nkv, ROPE_WARPS), want = fm_ceil_div(264, T);
+    const bool store = slots != NULL;
+    const int64_t groups = fm_ceil_div(nh + nkv + (store ? nkv : 0), ROPE_WARPS), want = fm_ceil_div(264, T);
     dim3 grid((unsigned)T, (unsigned)(want < groups ? want : groups)), block(ROPE_WARPS * 32);
-    if (hd <= 128)
-        qk_norm_rope_kernel<A, 1><<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th);
-    else qk_norm_rope_kernel<A, 2><<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th);
-    FM_LAUNCH_CHECK("qk_norm_rope");
+    if (hd <= 128 && store)
+        qk_norm_rope_kernel<A, 1, true>
+            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, slots, k_cache, v_cache);
+    else if (hd <= 128)
+        qk_norm_rope_kernel<A, 1, false>
+            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, NULL, NULL, NULL);
+    else if (store)
+        qk_norm_rope_kernel<A, 2, true>
+            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, slots, k_cache, v_cache);
+    else
+        qk_norm_rope_kernel<A, 2, false>
+            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, NULL, NULL, NULL);
+    FM_LAUNCH_CHECK(store ? "qk_norm_rope_store" : "qk_norm_rope");
 }
 
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
                                      const int32_t *pos, double theta, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, s);
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL,
+                 (__nv_bfloat16 *)NULL, (__nv_bfloat16 *)NULL, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                          const float *q_norm, const float *k_norm, float eps, int64_t pos0,
                                          const int32_t *pos, double theta, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, s);
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL, (float *)NULL,
+                 (float *)NULL, s);
+}
+
+extern "C" void fm_cuda_qk_norm_rope_store(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                           const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps,
+                                           const int32_t *pos, double theta, const int32_t *slots,
+                                           __nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, s);
+}
+
+extern "C" void fm_cuda_qk_norm_rope_store_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                               const float *q_norm, const float *k_norm, float eps, const int32_t *pos,
+                                               double theta, const int32_t *slots, float *k_cache, float *v_cache,
+                                               cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, s);
 }

@@ -16,5 +16,16 @@ extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, 
 extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                          const float *q_norm, const float *k_norm, float eps, int64_t pos0,
                                          const int32_t *pos, double theta, cudaStream_t s);
+// qk_norm_rope at device positions pos, then token t's k heads (as rounded) and v heads copied to slot slots[t] of
+// k_cache and v_cache ([n_slots][nkv hd], the layer's paged KV cache; nothing for slot -1): qk_norm_rope followed
+// by fm_cuda_kv_store, bit for bit, in one launch.
+extern "C" void fm_cuda_qk_norm_rope_store(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                           const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps,
+                                           const int32_t *pos, double theta, const int32_t *slots,
+                                           __nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, cudaStream_t s);
+extern "C" void fm_cuda_qk_norm_rope_store_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                               const float *q_norm, const float *k_norm, float eps, const int32_t *pos,
+                                               double theta, const int32_t *slots, float *k_cache, float *v_cache,
+                                               cudaStream_t s);
 
 #endif
