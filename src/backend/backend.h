@@ -156,8 +156,19 @@ typedef struct fm_backend_ops {
     void (*free)(fm_backend *be, void *p);
     /* Reserves, once at load (after the banks, before the first forward pass), the scratch the ops need for the
      * memory plan's shapes: `workspace` bytes (engine/memory_plan.h: ws_moe) and what the backend's libraries need
-     * (cuda: cuBLAS's workspace). A forward pass then allocates nothing. NULL where ops need none kept (cpu). */
-    fm_status (*reserve)(fm_backend *be, size_t workspace, fm_error *err);
+     * (cuda: cuBLAS's workspace); side_workspace > 0: a second stream for the side ops below, its ops' own scratch
+     * of that many bytes (ws_side) and its own library handles. A forward pass then allocates nothing. NULL where
+     * ops need none kept (cpu). */
+    fm_status (*reserve)(fm_backend *be, size_t workspace, size_t side_workspace, fm_error *err);
+    /* Work beside the main chain of ops (cuda: a second stream, captured into a graph as a fork and a join).
+     * side_begin: the ops issued until side_end run after everything issued before side_begin, concurrently with
+     * what is issued between side_end and side_join, which must not touch their outputs; side_join: everything
+     * issued after it runs after them. Without a reserved side stream (and on a backend whose ops run in order:
+     * NULL, cpu) the ops simply run in issue order, which is one of the orders the contract allows. Timing marks
+     * belong to the main chain: none between side_begin and side_end. */
+    void (*side_begin)(fm_backend *be);
+    void (*side_end)(fm_backend *be);
+    void (*side_join)(fm_backend *be);
     /* Copies host data in/out of backend memory: ids (int32) and activations (as fp32 on the host side).
      * upload_ids does not wait for the device (the caller's ids may be reused at once): the staging step of a
      * forward pass. The others return when the copy is done. */

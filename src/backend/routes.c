@@ -8,7 +8,7 @@
 
 #define KEYS                                                                                                           \
     "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
-    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store"
+    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -93,6 +93,9 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
     } else if (!strcmp(key, "rope.store")) {
         if (!parse_switch(val, &r->rope_store))
             return fm_fail(err, FM_ERR_USAGE, "route rope.store: '%s' is not a value (auto, on or off)", val);
+    } else if (!strcmp(key, "shared.stream")) {
+        if (!parse_switch(val, &r->shared_stream))
+            return fm_fail(err, FM_ERR_USAGE, "route shared.stream: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -191,6 +194,15 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
 }
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
+
+bool fm_routes_shared_stream(const fm_routes *r, int64_t T) {
+    return r->shared_stream == FM_ROUTE_ON || (r->shared_stream == FM_ROUTE_AUTO && T <= FM_SHARED_STREAM_MAX_T);
+}
+
+int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T) {
+    if (r->shared_stream == FM_ROUTE_OFF) return 0;
+    return r->shared_stream == FM_ROUTE_ON || T < FM_SHARED_STREAM_MAX_T ? T : FM_SHARED_STREAM_MAX_T;
+}
 
 int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
 
@@ -335,6 +347,11 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"rope.store", switch_name(r->rope_store), "auto|on|off", "on",
          "a decode step's k and v stored in the paged cache by the q/k norm + RoPE kernel, else a kv_store launch",
          fm_routes_rope_store(r) ? "on" : "off"},
+        {"shared.stream", switch_name(r->shared_stream), "auto|on|off", "T <= 8",
+         "the shared expert (Qwen3-Next) on a second stream beside the router and the routed experts",
+         r->shared_stream == FM_ROUTE_OFF  ? "off"
+         : r->shared_stream == FM_ROUTE_ON ? "every pass"
+                                           : "T <= 8"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -40,6 +40,9 @@
  *   rope.store       auto | on | off      a decode step's attention layer stores its k and v in the paged cache
  *                                         from the q/k norm + RoPE kernel (one launch) rather than a kv_store
  *                                         launch after it (auto = on)
+ *   shared.stream    auto | on | off      Qwen3-Next's shared expert on a second stream, beside the router and the
+ *                                         routed experts (auto: steps of at most 8 rows, where both chains are
+ *                                         launch-latency bound; on: every pass, prefill too)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -102,6 +105,7 @@ typedef struct fm_routes {
     fm_route_switch gdn_tc;                     /* gdn.tc */
     int32_t gdn_state;                          /* gdn.state: 0 auto, 4, 8 or FM_GDN_STATE_SPLIT */
     fm_route_switch rope_store;                 /* rope.store */
+    fm_route_switch shared_stream;              /* shared.stream */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -204,6 +208,11 @@ int fm_routes_gdn_state(const fm_routes *r);
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
+/* A pass of T rows runs the shared expert on the backend's second stream (shared.stream; auto up to
+ * FM_SHARED_STREAM_MAX_T rows), and the rows that stream's scratch is sized for in a plan of T tokens (0: none). */
+#define FM_SHARED_STREAM_MAX_T 8
+bool fm_routes_shared_stream(const fm_routes *r, int64_t T);
+int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

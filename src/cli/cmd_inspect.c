@@ -464,6 +464,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
                      plan.a_dispatch == FM_A_MXFP4 || plan.a_dispatch == FM_A_NVFP4 ? fm_afmt_name(plan.a_dispatch)
                                                                                     : "e4m3");
         plan_row(scratch, p.ws_moe, 2);
+        if (p.ws_side) plan_row("side stream's scratch (shared expert)", p.ws_side, 2);
         plan_row("cuBLAS and cuBLASLt workspaces", p.ws_libs, 2);
     } else {
         plan_row("linear input quantization", p.ws_linear, 2);

@@ -100,7 +100,7 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
     fm_memory_plan plan;
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
-    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, err);
+    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, plan.ws_side, err);
     return st;
 }
 
@@ -293,6 +293,15 @@ static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t 
     free(share), free(all);
 }
 
+/* Qwen3-Next's shared expert up to its gate: b.shared = down(swiglu(h Wgu^T)) */
+static void shared_expert(fm_model *m, const fm_layer_weights *L, int64_t T) {
+    fm_backend *be = m->be;
+    const fw_buffers b = *m->bufs;
+    be->ops->linear(be, L->shared_gate_up, 0, b.h, T, m->plan.a_dense, b.gu);
+    be->ops->swiglu(be, b.gu, T, m->cfg.shared_expert_intermediate, b.act);
+    be->ops->linear(be, L->shared_down, 0, b.act, T, m->plan.a_dense, b.shared);
+}
+
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
 static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
@@ -316,6 +325,14 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
+            /* the shared expert beside the router and the routed experts (route shared.stream: a step's chains are
+               a few launches each, bound by their latency), else after them */
+            const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
+            if (beside) {
+                if (ops->side_begin) ops->side_begin(be);
+                shared_expert(m, L, T);
+                if (ops->side_end) ops->side_end(be);
+            }
             ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits, b.eids,
                         b.ew);
             dump(be, "router", l, b.rlogits, T * c->n_experts);
@@ -331,9 +348,8 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
                          b.y);
             }
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
-                ops->linear(be, L->shared_gate_up, 0, b.h, T, p->a_dense, b.gu);
-                ops->swiglu(be, b.gu, T, c->shared_expert_intermediate, b.act);
-                ops->linear(be, L->shared_down, 0, b.act, T, p->a_dense, b.shared);
+                if (!beside) shared_expert(m, L, T);
+                else if (ops->side_join) ops->side_join(be);
                 ops->add_sigmoid_gated(be, b.y, b.shared, b.h, L->shared_score, T, H);
             }
         } else {

@@ -31,6 +31,7 @@
 #define CUDA_STAGING_BYTES (64u << 20) /* cuda_bank.cu: one upload staging buffer per bank, freed before it returns */
 #define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)     /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
+#define CUDA_SIDE_CUBLAS_WS_BYTES ((size_t)4 << 20) /* cuda_internal.cuh FM_CUDA_SIDE_CUBLAS_WS */
 
 const char *fm_mem_family_name(fm_mem_family f) {
     switch (f) {
@@ -392,11 +393,25 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
         /* cuda_backend.cu cu_reserve: cuBLAS's workspace, given to it at load so that no GEMM allocates during a
            forward pass. The logits download needs no device staging (bf16 widened on the host) */
         p->ws_libs += CUDA_CUBLAS_WS_BYTES;
+        /* the side stream (route shared.stream): the shared expert's linears of up to `rows` rows, inputs H and the
+           shared width, in scratch of their own (W4A8: w4a8_workspace.h; W8A8: the scale slot and the e4m3 rows; at
+           least the 256-byte slot), and the stream's cuBLAS workspace */
+        const int64_t rows = fm_routes_shared_stream_rows(pl->routes, (int64_t)T);
+        if (c->shared_expert_intermediate > 0 && any_moe && rows > 0) {
+            const uint64_t R = (uint64_t)rows, I = (uint64_t)c->shared_expert_intermediate, K = H > I ? H : I;
+            uint64_t side = add(s, mul(s, R, ceil_div(K, 16) * 16), 256);
+            if (plan->w_dense == FM_W_INT4_G128_TC) {
+                const uint64_t w4 = fm_w4a8_linear_ws_bytes(R, K);
+                side = w4 > side ? w4 : side;
+            }
+            p->ws_side = to_size(s, side);
+            p->ws_libs += CUDA_SIDE_CUBLAS_WS_BYTES;
+        }
     } else {
         /* cpu_linear.c: qv [M, K] + qs [M, ceil(K/128)] fp32 per call; the widest K among the projections run */
         p->ws_linear = to_size(s, mul(s, mul(s, T, add(s, K_dense, ceil_div(K_dense, GROUP))), sizeof(float)));
     }
-    p->workspace = to_size(s, add(s, add(s, p->ws_moe, p->ws_libs), p->ws_linear));
+    p->workspace = to_size(s, add(s, add(s, add(s, p->ws_moe, p->ws_side), p->ws_libs), p->ws_linear));
 }
 
 fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,

@@ -8,7 +8,8 @@
  *   - decode steps replayed as CUDA graphs give the tokens of the same steps launched one by one (route
  *     decode.graphs=off), bit for bit: four sequences of equal length, so both runs have the same batch shapes;
  *   - Qwen3-Next (its Gated DeltaNet states beside the KV cache): the same, and three sequences replaying a 4-row
- *     decode graph (one padding row) against launches without padding;
+ *     decode graph (one padding row) against launches without padding; the default routes (the shared expert on
+ *     the side stream, k and v stored by the RoPE kernel) against shared.stream=off,rope.store=off, bit for bit;
  *   - ref32 greedy generation equals transformers' generate(do_sample=False) for 32 new tokens on every model with
  *     a golden_generate.json (prompts chosen where no step's top-1/top-2 margin is a near tie), and every preset's
  *     agreement with it is printed. */
@@ -209,41 +210,50 @@ static int first_difference(const int32_t *a, const float *alp, const int32_t *b
    row 0, generate.c), which must not advance sequence 0's conv and recurrent states a second time. The same three
    with a fourth, real sequence in that row (the first's prompt again: the same row, its own states) run the same
    kernels on the same rows, so the three must come out bit for bit as with the padding row; a second update of
-   sequence 0's states would change its next tokens' logprobs. Then graphs against launches at 4 rows, bit for bit.
+   sequence 0's states would change its next tokens' logprobs. Then graphs against launches at 4 rows, bit for bit,
+   and the default routes against the shared expert on the main stream and the k and v stored by kv_store (routes
+   shared.stream=off, rope.store=off): the same kernels in another order or launch, bit for bit.
    Qwen3-MoE (no recurrent state) runs the same comparisons, so that a difference is placed: the padding of the
    recurrent layers, or any model. Every comparison is printed before the first failing one fails the test. */
 static void test_qwen3_next_graphs(void **state) {
     (void)state;
     const char *dirs[] = {"tests/models/qwen3-next-bf16", "tests/models/qwen3-moe-bf16"};
-    char off[300];
+    char off[300], plain[300];
     snprintf(off, sizeof off, "decode.graphs=off%s%s", gpu_test_routes() ? "," : "",
+             gpu_test_routes() ? gpu_test_routes() : "");
+    snprintf(plain, sizeof plain, "shared.stream=off,rope.store=off%s%s", gpu_test_routes() ? "," : "",
              gpu_test_routes() ? gpu_test_routes() : "");
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_FP8};
     char failed[256] = "";
     for (int di = 0; di < 2; di++)
         for (size_t c = 0; c < sizeof presets / sizeof *presets; c++) {
-            fm_model *g = load(dirs[di], presets[c], false, 4, NULL), *e = load(dirs[di], presets[c], false, 4, off);
-            int32_t pad[4][NEXT_STEPS], four[4][NEXT_STEPS], launched[4][NEXT_STEPS];
-            float pad_lp[4][NEXT_STEPS], four_lp[4][NEXT_STEPS], launched_lp[4][NEXT_STEPS];
+            fm_model *g = load(dirs[di], presets[c], false, 4, NULL), *e = load(dirs[di], presets[c], false, 4, off),
+                     *q = load(dirs[di], presets[c], false, 4, plain);
+            int32_t pad[4][NEXT_STEPS], four[4][NEXT_STEPS], launched[4][NEXT_STEPS], serial[4][NEXT_STEPS];
+            float pad_lp[4][NEXT_STEPS], four_lp[4][NEXT_STEPS], launched_lp[4][NEXT_STEPS], serial_lp[4][NEXT_STEPS];
             decode_together(g, 3, pad, pad_lp);
             decode_together(g, 4, four, four_lp);
             decode_together(e, 4, launched, launched_lp);
-            int d_pad[3], d_launch[4];
+            decode_together(q, 4, serial, serial_lp);
+            int d_pad[3], d_launch[4], d_serial[4];
             for (int i = 0; i < 4; i++) {
                 if (i < 3) d_pad[i] = first_difference(pad[i], pad_lp[i], four[i], four_lp[i]);
                 d_launch[i] = first_difference(four[i], four_lp[i], launched[i], launched_lp[i]);
+                d_serial[i] = first_difference(four[i], four_lp[i], serial[i], serial_lp[i]);
             }
             const int d_rep = first_difference(four[3], four_lp[3], four[0], four_lp[0]);
             printf("  %s %s: of %d steps, equal until step | padding row vs a 4th sequence: %d %d %d | graphs vs "
-                   "launches: %d %d %d %d | the repeated prompt vs the first: %d\n",
+                   "launches: %d %d %d %d | vs shared.stream=off,rope.store=off: %d %d %d %d | the repeated prompt "
+                   "vs the first: %d\n",
                    dirs[di], fm_preset_name(presets[c]), NEXT_STEPS, d_pad[0], d_pad[1], d_pad[2], d_launch[0],
-                   d_launch[1], d_launch[2], d_launch[3], d_rep);
+                   d_launch[1], d_launch[2], d_launch[3], d_serial[0], d_serial[1], d_serial[2], d_serial[3], d_rep);
             bool ok = true;
-            for (int i = 0; i < 4; i++) ok &= (i == 3 || d_pad[i] == NEXT_STEPS) && d_launch[i] == NEXT_STEPS;
+            for (int i = 0; i < 4; i++)
+                ok &= (i == 3 || d_pad[i] == NEXT_STEPS) && d_launch[i] == NEXT_STEPS && d_serial[i] == NEXT_STEPS;
             if (!ok && !failed[0])
                 snprintf(failed, sizeof failed, "%s %s: decode steps differ (above)", dirs[di],
                          fm_preset_name(presets[c]));
-            fm_model_free(g), fm_model_free(e);
+            fm_model_free(g), fm_model_free(e), fm_model_free(q);
         }
     if (failed[0]) fail_msg("%s", failed);
 }

@@ -111,6 +111,12 @@ static void cu_destroy(fm_backend *bb) {
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->cublas_ws) cudaFree(be->cublas_ws);
     if (be->router_counter) cudaFree(be->router_counter);
+    if (be->side_cublas) cublasDestroy(be->side_cublas);
+    if (be->side_cublas_ws) cudaFree(be->side_cublas_ws);
+    if (be->side_work) cudaFree(be->side_work);
+    if (be->side_fork) cudaEventDestroy(be->side_fork);
+    if (be->side_done) cudaEventDestroy(be->side_done);
+    if (be->side_stream) cudaStreamDestroy(be->side_stream);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -133,9 +139,71 @@ static void cu_free(fm_backend *bb, void *p) {
 /* Scratch for the plan's shapes and cuBLAS's workspace, once, before the first forward pass: after this no op
    allocates (fm_cuda_workspace refuses to grow). cublasSetStream resets cuBLAS to its default workspace pool, so
    the workspace is given after the stream. */
-static fm_status cu_reserve(fm_backend *bb, size_t workspace, fm_error *err) {
+/* The side stream: its own stream, events, cuBLAS handle (a handle is bound to one stream and one workspace) and
+   scratch (the quantized linears' input buffers: the main stream's moe op uses the main scratch meanwhile). */
+static fm_status reserve_side(cuda_backend *be, size_t bytes, fm_error *err) {
+    if (cudaStreamCreateWithFlags(&be->side_stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&be->side_fork, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&be->side_done, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: could not create the side stream and its events");
+    }
+    if (cudaMalloc(&be->side_work, bytes) != cudaSuccess ||
+        cudaMalloc(&be->side_cublas_ws, FM_CUDA_SIDE_CUBLAS_WS) != cudaSuccess) {
+        cudaGetLastError();
+        return fm_fail(err, FM_ERR_NOMEM, "out of cuda memory for the side stream's scratch (%zu + %zu bytes)", bytes,
+                       FM_CUDA_SIDE_CUBLAS_WS);
+    }
+    be->side_work_bytes = bytes;
+    if (cublasCreate(&be->side_cublas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(be->side_cublas, be->side_stream) != CUBLAS_STATUS_SUCCESS ||
+        (plan_is_oracle(&be->base.plan) &&
+         cublasSetMathMode(be->side_cublas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS) ||
+        cublasSetWorkspace(be->side_cublas, be->side_cublas_ws, FM_CUDA_SIDE_CUBLAS_WS) != CUBLAS_STATUS_SUCCESS)
+        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: cuBLAS initialisation of the side stream failed");
+    return FM_OK;
+}
+
+static void swap_side(cuda_backend *be) {
+    cudaStream_t s = be->stream;
+    be->stream = be->side_stream, be->side_stream = s;
+    cublasHandle_t h = be->cublas;
+    be->cublas = be->side_cublas, be->side_cublas = h;
+    void *w = be->work;
+    be->work = be->side_work, be->side_work = w;
+    size_t n = be->work_bytes;
+    be->work_bytes = be->side_work_bytes, be->side_work_bytes = n;
+    be->in_side = !be->in_side;
+}
+
+static void cu_side_begin(fm_backend *bb) {
+    cuda_backend *be = cuda_be(bb);
+    if (!be->side_stream || be->in_side) return;
+    FM_CUDA_CHECK(cudaEventRecord(be->side_fork, be->stream));
+    FM_CUDA_CHECK(cudaStreamWaitEvent(be->side_stream, be->side_fork, 0));
+    swap_side(be);
+}
+
+static void cu_side_end(fm_backend *bb) {
+    cuda_backend *be = cuda_be(bb);
+    if (!be->in_side) return;
+    FM_CUDA_CHECK(cudaEventRecord(be->side_done, be->stream));
+    swap_side(be);
+}
+
+static void cu_side_join(fm_backend *bb) {
+    cuda_backend *be = cuda_be(bb);
+    if (!be->side_stream || be->in_side) return;
+    FM_CUDA_CHECK(cudaStreamWaitEvent(be->stream, be->side_done, 0));
+}
+
+static fm_status cu_reserve(fm_backend *bb, size_t workspace, size_t side_workspace, fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     if (be->work_fixed) return fm_fail(err, FM_ERR_USAGE, "cuda backend: the workspace is already reserved");
+    if (side_workspace > 0) {
+        fm_status st = reserve_side(be, side_workspace, err);
+        if (st) return st;
+    }
     if (workspace > be->work_bytes) {
         if (be->work) FM_CUDA_CHECK(cudaFree(be->work));
         be->work = NULL, be->work_bytes = 0;
@@ -466,6 +534,9 @@ static const fm_backend_ops cuda_ops = {
     .alloc = cu_alloc,
     .free = cu_free,
     .reserve = cu_reserve,
+    .side_begin = cu_side_begin,
+    .side_end = cu_side_end,
+    .side_join = cu_side_join,
     .upload_ids = cu_upload_ids,
     .download_f32 = cu_download_f32,
     .upload_f32 = cu_upload_f32,

@@ -80,6 +80,16 @@ typedef struct cuda_backend {
     cudaEvent_t *marks;       // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
+    /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
+       side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,
+       so every op issues there unchanged */
+    cudaStream_t side_stream;
+    cublasHandle_t side_cublas;
+    void *side_work;
+    size_t side_work_bytes;
+    void *side_cublas_ws;
+    cudaEvent_t side_fork, side_done; // recorded on the main stream at side_begin, on the side stream at side_end
+    bool in_side;
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
@@ -91,6 +101,8 @@ static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be;
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 // Bytes of the workspace cuBLAS gets from the reservation (NVIDIA's recommendation for Hopper: 32 MiB).
 #define FM_CUDA_CUBLAS_WS ((size_t)32 << 20)
+// The side stream's cuBLAS workspace (its GEMMs are small: steps of a few rows)
+#define FM_CUDA_SIDE_CUBLAS_WS ((size_t)4 << 20)
 
 extern "C" {
 fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
