@@ -174,8 +174,10 @@ typedef struct fm_expert_stats {
     int32_t experts; /* routed experts of all layers: n_moe_layers x n_experts */
     int64_t fetches; /* layer passes through the cache */
     int64_t hits, misses;
-    uint64_t bytes_copied; /* host -> backend bytes of the misses */
-    size_t slot_bytes;     /* one expert's gate_up + down in the backend layout */
+    uint64_t bytes_copied;               /* host -> backend bytes of the misses */
+    size_t slot_bytes;                   /* one expert's gate_up + down in the backend layout */
+    int64_t prefetches, prefetch_copies; /* layer passes prefetched ahead (route expert.prefetch), experts copied */
+    uint64_t bytes_prefetched;           /* host -> backend bytes of those copies */
 } fm_expert_stats;
 
 /* false (stats zeroed) when the model keeps its experts in backend memory. */

@@ -127,10 +127,11 @@ typedef struct model_case {
     const char *plan_backend; /* NULL: the cpu's plan; "cuda": the GPU's formats emulated */
 } model_case;
 
-static fm_model *load(const model_case *mc, fm_experts_in where, int32_t slots, fm_expert_policy policy) {
+static fm_model *load_routes(const model_case *mc, fm_experts_in where, int32_t slots, fm_expert_policy policy,
+                             const char *routes) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset = mc->preset, opt.plan_backend = mc->plan_backend;
+    opt.preset = mc->preset, opt.plan_backend = mc->plan_backend, opt.routes = routes;
     opt.max_seqs = 1, opt.ctx = 64, opt.max_tokens = 32;
     opt.experts_in = where, opt.expert_slots = slots, opt.expert_policy = policy;
     fm_model *m = NULL;
@@ -138,6 +139,10 @@ static fm_model *load(const model_case *mc, fm_experts_in where, int32_t slots, 
     if (fm_model_load(mc->dir, &opt, &m, &err))
         fail_msg("%s (%s): load: %s", mc->dir, fm_preset_name(mc->preset), err.msg);
     return m;
+}
+
+static fm_model *load(const model_case *mc, fm_experts_in where, int32_t slots, fm_expert_policy policy) {
+    return load_routes(mc, where, slots, policy, NULL);
 }
 
 static void expect_same(const float *a, const float *b, int64_t n, const char *what, const model_case *mc) {
@@ -204,6 +209,41 @@ static void logits_bit_identical(void **s) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_model(&cases[i], FM_EXPERT_LRU);
     check_model(&cases[0], FM_EXPERT_LFU);
     check_model(&cases[3], FM_EXPERT_LFU);
+}
+
+/* The expert prefetch (route expert.prefetch, on by default for steps of <= 8 rows): 24 decode steps through a cache
+   of 24 slots (LFU) with and without it give the same logits bit for bit; with it, every decode step prefetched each
+   MoE layer, and the layers' own fetches missed fewer experts (tiny-code-moe, fp8 as the GPU runs it) */
+static void prefetch_keeps_logits(void **s) {
+    (void)s;
+    enum { N = 32, P = 8 };
+    const model_case mc = {"models/tiny-code-moe", FM_PRESET_FP8, "cuda"};
+    fm_model *pre = load(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU);
+    fm_model *off = load_routes(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU, "expert.prefetch=off");
+    const int32_t V = fm_model_vocab_size(pre);
+    int32_t ids[N];
+    uint32_t seed = 5;
+    for (int i = 0; i < N; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % (uint32_t)V);
+    float *a = malloc((size_t)2 * N * V * sizeof *a), *b = malloc((size_t)2 * N * V * sizeof *b);
+    kv_prefill_and_steps(pre, ids, N, P, a);
+    kv_prefill_and_steps(off, ids, N, P, b);
+    expect_same(a, b, (int64_t)2 * N * V, "prefetch on vs off (prefill 32; prefill 8, 24 decode steps)", &mc);
+    fm_expert_stats sp, so;
+    assert_true(fm_model_expert_stats(pre, &sp));
+    assert_true(fm_model_expert_stats(off, &so));
+    int32_t moe = 0;
+    for (int l = 0; l < pre->n_layers; l++) moe += pre->layers[l].is_moe;
+    printf("  prefetch on: %lld own misses, %lld experts prefetched in %lld layer passes; off: %lld own misses\n",
+           (long long)sp.misses, (long long)sp.prefetch_copies, (long long)sp.prefetches, (long long)so.misses);
+    assert_int_equal(sp.prefetches, (int64_t)moe * (N - P + 1)); /* the decode steps and the 8-token prefill */
+    assert_int_equal(so.prefetches, 0);
+    assert_int_equal(sp.fetches, so.fetches);
+    assert_int_equal(sp.bytes_prefetched, (uint64_t)sp.prefetch_copies * sp.slot_bytes);
+    assert_true(sp.prefetch_copies > 0);
+    assert_true(sp.misses < so.misses);
+    free(a), free(b);
+    fm_model_free(pre);
+    fm_model_free(off);
 }
 
 /* greedy generation (fm_model_generate) and the scheduler (what serve runs) with host experts: the same tokens as
@@ -284,7 +324,9 @@ static void plan_places_experts(void **s) {
     assert_int_equal(p.host_experts, dev.weights[FM_MEM_EXPERTS]);
     assert_int_equal(p.weights[FM_MEM_EXPERTS], 0);
     assert_int_equal(p.weight_total, dev.weight_total - p.host_experts);
-    assert_int_equal(p.expert_pool, 20 * p.expert_slot_bytes + 64 * 4 * 4); /* + slot ids: 64 tokens x top-4 */
+    /* + slot ids: 64 tokens x top-4; + the prefetch's buffers for 8 rows: h 8 x 192 and logits 8 x 16 fp32, ids and
+       weights 8 x 4 (each part padded to 256 bytes) */
+    assert_int_equal(p.expert_pool, 20 * p.expert_slot_bytes + 64 * 4 * 4 + 6144 + 512 + 256 + 256);
     assert_int_equal(p.total, dev.total - p.host_experts + p.expert_pool);
     /* no slot count and no limit: every expert; more than every expert: every expert */
     p = dev;
@@ -301,7 +343,7 @@ static void plan_places_experts(void **s) {
     assert_int_equal(fm_memory_plan_place_experts(&p, &cfg, FM_EXPERTS_AUTO, 0, dev.peak, "--vram-limit", &err), FM_OK);
     assert_int_equal(p.experts_in, FM_EXPERTS_DEVICE);
     /* a limit 30 slots above the rest: 30 slots */
-    const size_t rest = dev.peak - dev.weights[FM_MEM_EXPERTS] + 64 * 4 * 4;
+    const size_t rest = dev.peak - dev.weights[FM_MEM_EXPERTS] + 64 * 4 * 4 + 6144 + 512 + 256 + 256;
     p = dev;
     assert_int_equal(fm_memory_plan_place_experts(&p, &cfg, FM_EXPERTS_AUTO, 0, rest + 30 * dev.expert_slot_bytes + 7,
                                                   "--vram-limit", &err),
@@ -476,6 +518,7 @@ int main(void) {
         cmocka_unit_test(plan_places_experts),    cmocka_unit_test(load_refusals),
         cmocka_unit_test(logits_bit_identical),   cmocka_unit_test(cli_flags),
         cmocka_unit_test(synthetic_routing_skew), cmocka_unit_test(generation_and_scheduler),
+        cmocka_unit_test(prefetch_keeps_logits),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

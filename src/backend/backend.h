@@ -144,7 +144,9 @@ typedef struct fm_expert_cache_desc {
 /* The cache's counters (fm_expert_stats in fp8moe.h counts the same things). */
 typedef struct fm_expert_cache_stats {
     int64_t fetches, hits, misses;
-    uint64_t bytes_copied;
+    uint64_t bytes_copied; /* the fetches' copies (their misses) */
+    int64_t prefetches, prefetch_copies;
+    uint64_t bytes_prefetched; /* the prefetches' copies */
 } fm_expert_cache_stats;
 
 typedef struct fm_backend_ops {
@@ -202,6 +204,9 @@ typedef struct fm_backend_ops {
      *   needed expert resident, as backend/expert_residency.h defines, then slot ids slot_ids[0..P) or the views'
      *   slot table. Stream-ordered like every op (cuda: device kernels reading the ids and the table on the device,
      *   no host synchronisation: graph-safe).
+     * expert_prefetch: layer `layer`'s predicted expert ids ids[0..P) made resident ahead of its fetch, as
+     *   backend/expert_residency.h defines a prefetch (the copies only: no slot ids written, no use counted);
+     *   stream-ordered, graph-safe; NULL where the backend has none (the engine then prefetches nothing).
      * expert_cache_stats: the counters since creation (waits for the device).
      * expert_cache_free: the pool, the table and the slot ids (not the host banks). */
     fm_status (*bank_create_host)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
@@ -209,6 +214,7 @@ typedef struct fm_backend_ops {
                                      const fm_bank **pool_gate_up, const fm_bank **pool_down, void **slot_ids,
                                      fm_error *err);
     void (*expert_fetch)(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
+    void (*expert_prefetch)(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
     void (*expert_cache_stats)(fm_backend *be, const fm_expert_cache *c, fm_expert_cache_stats *out);
     void (*expert_cache_free)(fm_backend *be, fm_expert_cache *c);
 

@@ -81,3 +81,31 @@ void fm_residency_fetch(fm_residency *r, int32_t layer, const int32_t *ids, int6
     *n_copies = n_miss;
     for (int64_t i = 0; i < P; i++) slots[i] = table[ids[i]];
 }
+
+void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *copy_expert,
+                           int32_t *copy_slot, int32_t *n_copies) {
+    const int32_t E = r->n_experts;
+    int32_t *table = r->slot_of + (size_t)layer * (size_t)E;
+    const int32_t key0 = layer * E;
+    r->prefetches++;
+    /* distinct experts: seen[] holds fetch ticks, so this pass marks with a value no tick reaches */
+    const uint64_t mark = UINT64_MAX - (uint64_t)r->prefetches;
+    int32_t n_miss = 0;
+    for (int64_t i = 0; i < P; i++) {
+        const int32_t e = ids[i];
+        if (r->seen[e] == mark) continue;
+        r->seen[e] = mark;
+        if (table[e] < 0) r->miss[n_miss++] = e;
+    }
+    for (int32_t j = 0; j < n_miss; j++) {
+        int32_t v = -1;
+        for (int32_t s = 0; s < r->n_slots; s++)
+            if ((r->owner[s] < 0 || r->owner[s] / E != layer) && (v < 0 || before(r, s, v))) v = s;
+        if (r->owner[v] >= 0) r->slot_of[r->owner[v]] = -1;
+        const int32_t e = r->miss[j];
+        r->owner[v] = key0 + e, table[e] = v, r->last_use[v] = r->tick;
+        copy_expert[j] = e, copy_slot[j] = v;
+    }
+    r->prefetch_copies += n_miss;
+    *n_copies = n_miss;
+}

@@ -18,7 +18,17 @@
  *      the victim's old owner becomes a miss in the table, the slot gets (l, e), last_use = tick, and (e, slot) is
  *      a copy to make. A victim always exists: S >= E and a fetch pins at most E slots.
  *   4. slots[i] = the slot of (l, ids[i]).
- * Counters: a hit or a miss per distinct (layer, expert) of a fetch. */
+ * Counters: a hit or a miss per distinct (layer, expert) of a fetch.
+ *
+ * One prefetch of layer l with predicted ids[0..P) (the router of layer l on the residual stream before the layer's
+ * token mixer: the engine's expert.prefetch route), made resident ahead of the layer's fetch:
+ *   no tick, no use counted, no slot pinned (a prediction is not a use: counted as one, LFU would keep wrong guesses);
+ *   the distinct experts of ids in order of first appearance that are not resident each take, in order, the victim
+ *   of step 3's key among the slots that do not hold an expert of layer l (the ones this prefetch filled included:
+ *   the layer's own slots are what its fetch is about to read); the slot gets (l, e) with last_use = the current
+ *   tick, and (e, slot) is a copy to make. A victim always exists: S >= E and layer l holds at most E - 1 slots while
+ *   one of its experts is missing.
+ * Counters: prefetches, and the copies they made. */
 #ifndef FM_BACKEND_EXPERT_RESIDENCY_H
 #define FM_BACKEND_EXPERT_RESIDENCY_H
 
@@ -35,6 +45,7 @@ typedef struct fm_residency {
     int32_t *miss;      /* [E]: scratch, this fetch's missing experts in order */
     uint64_t tick;
     int64_t fetches, hits, misses;
+    int64_t prefetches, prefetch_copies;
 } fm_residency;
 
 /* An empty table (every slot free). FM_ERR_USAGE when S < E or a size is not positive; FM_ERR_NOMEM. */
@@ -47,15 +58,19 @@ void fm_residency_free(fm_residency *r);
 void fm_residency_fetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *slots,
                         int32_t *copy_expert, int32_t *copy_slot, int32_t *n_copies);
 
+/* One prefetch (above): the copies to make, as fm_residency_fetch's. ids must lie in [0, E). */
+void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *copy_expert,
+                           int32_t *copy_slot, int32_t *n_copies);
+
 /* Bytes of a device backend's table (cuda: backend/cuda/expert_cache.cu, one allocation; the memory plan counts it
  * in the expert pool): slot_of and uses [L * E] 4 bytes each, owner [S] 4 and last_use [S] 8 bytes, the copy list
- * and the layer's slot table [E] x 3 of 4 bytes, 4 counters of 8 bytes and the copy count, each part 256-byte
+ * and the layer's slot table [E] x 3 of 4 bytes, 6 counters of 8 bytes and the copy count, each part 256-byte
  * aligned. */
 static inline size_t fm_expert_device_table_bytes(int32_t n_layers, int32_t n_experts, int32_t n_slots) {
     const size_t keys = (size_t)n_layers * (size_t)n_experts, S = (size_t)n_slots, E = (size_t)n_experts;
 #define FM_A256(b) (((b) + 255) / 256 * 256)
     const size_t bytes =
-        FM_A256(keys * 4) * 2 + FM_A256(S * 4) + FM_A256(S * 8) + FM_A256(E * 4) * 3 + FM_A256(32) + FM_A256(4);
+        FM_A256(keys * 4) * 2 + FM_A256(S * 4) + FM_A256(S * 8) + FM_A256(E * 4) * 3 + FM_A256(48) + FM_A256(4);
 #undef FM_A256
     return bytes;
 }

@@ -8,7 +8,7 @@
 
 #define KEYS                                                                                                           \
     "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
-    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream"
+    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, expert.prefetch"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -96,6 +96,9 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
     } else if (!strcmp(key, "shared.stream")) {
         if (!parse_switch(val, &r->shared_stream))
             return fm_fail(err, FM_ERR_USAGE, "route shared.stream: '%s' is not a value (auto, on or off)", val);
+    } else if (!strcmp(key, "expert.prefetch")) {
+        if (!parse_switch(val, &r->expert_prefetch))
+            return fm_fail(err, FM_ERR_USAGE, "route expert.prefetch: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -202,6 +205,10 @@ bool fm_routes_shared_stream(const fm_routes *r, int64_t T) {
 int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T) {
     if (r->shared_stream == FM_ROUTE_OFF) return 0;
     return r->shared_stream == FM_ROUTE_ON || T < FM_SHARED_STREAM_MAX_T ? T : FM_SHARED_STREAM_MAX_T;
+}
+
+bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T) {
+    return r->expert_prefetch != FM_ROUTE_OFF && T <= FM_EXPERT_PREFETCH_MAX_T;
 }
 
 int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
@@ -352,6 +359,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          r->shared_stream == FM_ROUTE_OFF  ? "off"
          : r->shared_stream == FM_ROUTE_ON ? "every pass"
                                            : "T <= 8"},
+        {"expert.prefetch", switch_name(r->expert_prefetch), "auto|on|off", "T <= 8",
+         "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
+         r->expert_prefetch == FM_ROUTE_OFF ? "off" : "T <= 8"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -43,6 +43,10 @@
  *   shared.stream    auto | on | off      Qwen3-Next's shared expert on a second stream, beside the router and the
  *                                         routed experts (auto: steps of at most 8 rows, where both chains are
  *                                         launch-latency bound; on: every pass, prefill too)
+ *   expert.prefetch  auto | on | off      experts in host memory: each MoE layer's experts predicted at the layer's
+ *                                         start (its router on the residual stream before the token mixer) and
+ *                                         copied on the side stream while the mixer runs (auto = on: steps of at
+ *                                         most 8 rows; a prefill needs most experts of every layer anyway)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -106,6 +110,7 @@ typedef struct fm_routes {
     int32_t gdn_state;                          /* gdn.state: 0 auto, 4, 8 or FM_GDN_STATE_SPLIT */
     fm_route_switch rope_store;                 /* rope.store */
     fm_route_switch shared_stream;              /* shared.stream */
+    fm_route_switch expert_prefetch;            /* expert.prefetch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -213,6 +218,10 @@ bool fm_routes_rope_store(const fm_routes *r);
 #define FM_SHARED_STREAM_MAX_T 8
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T);
 int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T);
+/* A pass of T rows with experts in host memory prefetches each layer's predicted experts (expert.prefetch: steps of at
+ * most FM_EXPERT_PREFETCH_MAX_T rows unless off; the prediction's buffers are sized for that many). */
+#define FM_EXPERT_PREFETCH_MAX_T 8
+bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

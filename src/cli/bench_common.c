@@ -50,13 +50,18 @@ bool bench_routing_check(const char *cmd, const char *arg) {
 void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, int64_t steps, cJSON *o) {
     fm_expert_stats s;
     if (!fm_model_expert_stats(m, &s)) return;
-    if (before) s.hits -= before->hits, s.misses -= before->misses, s.bytes_copied -= before->bytes_copied;
+    if (before) {
+        s.hits -= before->hits, s.misses -= before->misses, s.bytes_copied -= before->bytes_copied;
+        s.bytes_prefetched -= before->bytes_prefetched;
+    }
     cJSON_AddNumberToObject(o, "expert_slots", s.slots);
     cJSON_AddNumberToObject(o, "expert_hits", (double)s.hits);
     cJSON_AddNumberToObject(o, "expert_misses", (double)s.misses);
     cJSON_AddNumberToObject(o, "expert_hit_rate", s.hits + s.misses ? (double)s.hits / (double)(s.hits + s.misses) : 0);
     cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step",
                             (double)s.bytes_copied / (double)(steps > 0 ? steps : 1));
+    cJSON_AddNumberToObject(o, "expert_bytes_prefetched_per_step",
+                            (double)s.bytes_prefetched / (double)(steps > 0 ? steps : 1));
 }
 
 bool bench_parse_counts(const char *cmd, const char *opt, const char *list, long lo, long hi, int64_t *out, int max,

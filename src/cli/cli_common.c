@@ -112,6 +112,8 @@ bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_
     if (since) {
         out->fetches -= since->fetches, out->hits -= since->hits, out->misses -= since->misses;
         out->bytes_copied -= since->bytes_copied;
+        out->prefetches -= since->prefetches, out->prefetch_copies -= since->prefetch_copies;
+        out->bytes_prefetched -= since->bytes_prefetched;
     }
     return true;
 }
@@ -125,6 +127,9 @@ void cli_print_expert_stats(const fm_model *m, const fm_expert_stats *since) {
            since ? " (the timed runs)" : "", s.slots, s.experts, (double)s.slot_bytes / 1024, (long long)s.fetches,
            (long long)reads, reads ? 100.0 * (double)s.hits / (double)reads : 0.0, (long long)s.misses,
            (double)s.bytes_copied / (1 << 20));
+    if (s.prefetches)
+        printf("expert prefetch: %lld layer passes, %lld experts copied ahead, %.1f MiB\n", (long long)s.prefetches,
+               (long long)s.prefetch_copies, (double)s.bytes_prefetched / (1 << 20));
 }
 
 double cli_now(void) {

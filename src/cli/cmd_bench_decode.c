@@ -88,7 +88,7 @@ typedef struct decode_row {
     double median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
     fm_profile prof; /* one step without a graph */
     bool host;       /* experts in host memory: the cache's counters over the timed steps */
-    double hit_rate, copied_per_step;
+    double hit_rate, copied_per_step, prefetched_per_step;
     int32_t slots;
     bench_status status;
     char msg[sizeof(((fm_error *)0)->msg)];
@@ -180,6 +180,7 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
             const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
             rows[bi].hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
             rows[bi].copied_per_step = (double)(es1.bytes_copied - es0.bytes_copied) / (double)steps;
+            rows[bi].prefetched_per_step = (double)(es1.bytes_prefetched - es0.bytes_prefetched) / (double)steps;
             rows[bi].slots = es1.slots;
         }
         if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
@@ -326,15 +327,17 @@ int cmd_bench_decode(int argc, char **argv) {
     if (any_host) {
         char lim[64] = "";
         if (vram_limit > 0) snprintf(lim, sizeof lim, ", --vram-limit %.2f GiB", (double)vram_limit / (1 << 30));
-        printf("\nexpert cache over the timed steps (%s%s):\n\n| preset | batch | slots | hit rate | MB copied / step "
-               "| link floor ms / step | expert fetch ms (stage) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        printf("\nexpert cache over the timed steps (%s%s; the hit rate and MB copied are the layers' own fetches, "
+               "MB prefetched what the expert prefetch copied ahead of them, route expert.prefetch):\n\n| preset | "
+               "batch | slots | hit rate | MB copied / step | MB prefetched / step | link floor ms / step | expert "
+               "fetch ms (stage) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
                fm_expert_policy_name(policy), lim);
         for (int i = 0; i < np * nb; i++) {
             const decode_row *r = &rows[i];
             if (r->status == BENCH_OK && r->host)
-                printf("| %s | %lld | %d | %.2f%% | %.3f | %.3f | %.3f |\n", r->preset, (long long)r->batch, r->slots,
-                       100.0 * r->hit_rate, r->copied_per_step / 1e6,
-                       link_gbps > 0 ? r->copied_per_step / (link_gbps * 1e9) * 1e3 : 0.0,
+                printf("| %s | %lld | %d | %.2f%% | %.3f | %.3f | %.3f | %.3f |\n", r->preset, (long long)r->batch,
+                       r->slots, 100.0 * r->hit_rate, r->copied_per_step / 1e6, r->prefetched_per_step / 1e6,
+                       link_gbps > 0 ? (r->copied_per_step + r->prefetched_per_step) / (link_gbps * 1e9) * 1e3 : 0.0,
                        r->prof.stage_ms[FM_STAGE_FETCH]);
         }
     }
@@ -384,6 +387,7 @@ int cmd_bench_decode(int argc, char **argv) {
                     cJSON_AddNumberToObject(o, "expert_slots", r->slots);
                     cJSON_AddNumberToObject(o, "expert_hit_rate", r->hit_rate);
                     cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", r->copied_per_step);
+                    cJSON_AddNumberToObject(o, "expert_bytes_prefetched_per_step", r->prefetched_per_step);
                 }
                 cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
                 for (int s = 0; s < FM_STAGE_COUNT; s++)

@@ -86,6 +86,14 @@ typedef struct fm_moe_experts {
 } fm_moe_experts;
 fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_t P);
 
+/* The expert prefetch (route expert.prefetch; experts in host memory on a backend with expert_prefetch): whether a
+ * pass of T rows prefetches layer l's experts, and the prefetch itself, issued at the layer's start from the residual
+ * stream x [T, H] entering it: ffn_norm(x) (on the main chain, which overwrites x later), then on the side chain
+ * (backend side ops) the layer's router on it and expert_prefetch of its top-k. The caller joins the side chain
+ * (ops->side_join) before the layer's router: the prefetch's router and the real one share the router's state. */
+bool fm_moe_prefetch_on(const fm_model *m, int32_t l, int64_t T);
+void fm_moe_prefetch(fm_model *m, int32_t l, const void *x, int64_t T);
+
 /* Once, at load (after the banks): the forward buffers (the memory plan's activations) and the backend's scratch
  * (ops->reserve: the plan's ws_moe) for up to T tokens. No forward pass allocates or grows anything afterwards; a
  * longer prompt is refused (fm_forward_stage). */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "util/status.h"
 
 struct fm_expert_offload {
@@ -12,6 +13,9 @@ struct fm_expert_offload {
     fm_bank **gate_up, **down; /* [n_layers] the host banks (NULL for a dense layer) */
     int32_t n_slots;
     size_t slot_bytes;
+    /* the prefetch's prediction (fm_moe_prefetch), rows of at most FM_EXPERT_PREFETCH_MAX_T tokens: the normed
+       residual [R, H], router logits [R, E], ids and weights [R, k]; one allocation (memory_plan.h) */
+    void *pf_mem, *pf_h, *pf_logits, *pf_ids, *pf_w;
 };
 
 fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_policy policy, fm_error *err) {
@@ -39,6 +43,17 @@ fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_polic
     x->n_slots = n_slots;
     x->slot_bytes = (ops->bank_bytes(x->pool_gate_up) + ops->bank_bytes(x->pool_down)) / (size_t)n_slots;
     m->experts = x;
+    if (ops->expert_prefetch) {
+        fm_expert_prefetch_layout pf;
+        fm_expert_prefetch_layout_of(&m->cfg, m->buf_tokens, &pf);
+        if (!(x->pf_mem = ops->alloc(be, pf.total))) {
+            fm_expert_offload_free(m);
+            return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the expert prefetch's buffers (%zu bytes)",
+                           ops->name, pf.total);
+        }
+        char *b = x->pf_mem;
+        x->pf_h = b + pf.h, x->pf_logits = b + pf.logits, x->pf_ids = b + pf.ids, x->pf_w = b + pf.w;
+    }
     return FM_OK;
 }
 
@@ -46,6 +61,7 @@ void fm_expert_offload_free(fm_model *m) {
     fm_expert_offload *x = m->experts;
     if (!x) return;
     m->be->ops->expert_cache_free(m->be, x->cache);
+    if (x->pf_mem) m->be->ops->free(m->be, x->pf_mem);
     free(x->gate_up), free(x->down), free(x);
     m->experts = NULL;
 }
@@ -59,6 +75,25 @@ fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_
     return (fm_moe_experts){x->pool_gate_up, x->pool_down, x->slot_ids ? x->slot_ids : ids};
 }
 
+bool fm_moe_prefetch_on(const fm_model *m, int32_t l, int64_t T) {
+    return m->experts && m->experts->pf_mem && m->layers[l].is_moe && !m->ep_comm &&
+           fm_routes_expert_prefetch(&m->routes, T);
+}
+
+void fm_moe_prefetch(fm_model *m, int32_t l, const void *x, int64_t T) {
+    fm_backend *be = m->be;
+    const fm_backend_ops *ops = be->ops;
+    const fm_config *c = &m->cfg;
+    const fm_layer_weights *L = &m->layers[l];
+    fm_expert_offload *o = m->experts;
+    ops->rmsnorm(be, x, L->ffn_norm, T, c->hidden_size, c->rms_norm_eps, o->pf_h);
+    if (ops->side_begin) ops->side_begin(be);
+    ops->router(be, L->router, o->pf_h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, o->pf_logits, o->pf_ids,
+                o->pf_w);
+    ops->expert_prefetch(be, o->cache, l, o->pf_ids, T * c->n_experts_per_tok);
+    if (ops->side_end) ops->side_end(be);
+}
+
 bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out) {
     *out = (fm_expert_stats){0};
     const fm_expert_offload *x = m->experts;
@@ -67,7 +102,8 @@ bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out) {
     m->be->ops->expert_cache_stats(m->be, x->cache, &s);
     int32_t moe = 0;
     for (int l = 0; l < m->n_layers; l++) moe += m->layers[l].is_moe;
-    *out = (fm_expert_stats){x->n_slots, moe * m->cfg.n_experts, s.fetches,    s.hits,
-                             s.misses,   s.bytes_copied,         x->slot_bytes};
+    *out = (fm_expert_stats){x->n_slots,        moe * m->cfg.n_experts, s.fetches,     s.hits,
+                             s.misses,          s.bytes_copied,         x->slot_bytes, s.prefetches,
+                             s.prefetch_copies, s.bytes_prefetched};
     return true;
 }

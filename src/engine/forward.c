@@ -100,7 +100,9 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
     fm_memory_plan plan;
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
-    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, plan.ws_side, err);
+    /* experts in host memory: the expert prefetch runs on the side stream (as memory_plan.c places the experts) */
+    const size_t side = plan.ws_side ? plan.ws_side : m->experts_host ? FM_SIDE_WS_MIN : 0;
+    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, side, err);
     return st;
 }
 
@@ -317,12 +319,17 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
     int32_t n_attn = 0, n_gdn = 0; /* attention and Gated DeltaNet layers so far: their cache and state slices */
     for (int l = 0; l < m->n_layers; l++) {
         const fm_layer_weights *L = &m->layers[l];
+        /* experts in host memory: the layer's experts predicted from the stream entering it, copied on the side
+           chain while the token mixer runs */
+        const bool prefetch = fm_moe_prefetch_on(m, l, T);
+        if (prefetch) fm_moe_prefetch(m, l, b.x, T);
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
         if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(m, L, l, T, attn, n_gdn++, tm);
         else attention_mixer(m, L, l, T, attn, n_attn++, tm);
         ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        if (prefetch && ops->side_join) ops->side_join(be);
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream: a step's chains are

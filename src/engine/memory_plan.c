@@ -471,6 +471,17 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
     return FM_OK;
 }
 
+void fm_expert_prefetch_layout_of(const fm_config *cfg, int64_t tokens, fm_expert_prefetch_layout *out) {
+    const size_t R = (size_t)(tokens < FM_EXPERT_PREFETCH_MAX_T ? tokens : FM_EXPERT_PREFETCH_MAX_T);
+#define A256(b) (((b) + 255) / 256 * 256)
+    out->h = 0;
+    out->logits = out->h + A256(R * (size_t)cfg->hidden_size * 4);
+    out->ids = out->logits + A256(R * (size_t)cfg->n_experts * 4);
+    out->w = out->ids + A256(R * (size_t)cfg->n_experts_per_tok * 4);
+    out->total = out->w + A256(R * (size_t)cfg->n_experts_per_tok * 4);
+#undef A256
+}
+
 fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, fm_experts_in where, int32_t slots,
                                        size_t available, const char *source, fm_error *err) {
     p->experts_in = FM_EXPERTS_DEVICE;
@@ -486,8 +497,19 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
     /* the cache's own memory besides its slots: cpu, the slot ids of the largest pass; cuda, the device table
        (backend/expert_residency.h) as large as it can be (a slot per expert: a few hundred KiB at most) */
     const int32_t E = p->n_experts, all = p->n_moe_layers * E;
-    const size_t own = cuda ? fm_expert_device_table_bytes(p->n_layers, E, all)
-                            : to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4));
+    fm_expert_prefetch_layout pf;
+    fm_expert_prefetch_layout_of(cfg, p->tokens, &pf);
+    const size_t own =
+        to_size(&s, add(&s,
+                        cuda ? fm_expert_device_table_bytes(p->n_layers, E, all)
+                             : to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4)),
+                        pf.total));
+    /* cuda: the prefetch runs on the side stream (forward.c), which the plan may not have made yet */
+    if (cuda && p->ws_side == 0) {
+        p->ws_side = FM_SIDE_WS_MIN;
+        p->ws_libs += CUDA_SIDE_CUBLAS_WS_BYTES;
+        p->workspace = to_size(&s, add(&s, p->workspace, FM_SIDE_WS_MIN + CUDA_SIDE_CUBLAS_WS_BYTES));
+    }
     /* everything but the experts: what the cache comes after */
     p->host_experts = p->weights[FM_MEM_EXPERTS];
     p->weight_total -= p->weights[FM_MEM_EXPERTS];

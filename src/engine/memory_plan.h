@@ -86,12 +86,24 @@ typedef struct fm_memory_plan {
     size_t expert_slot_bytes; /* one expert's gate_up + down matrices in the backend layout (a slot's bytes) */
     size_t host_experts;      /* host: every expert bank, in host memory (cuda: pinned) */
     int32_t expert_slots;     /* host: S, the slots of the expert cache (>= n_experts) */
-    size_t expert_pool;       /* host: S x expert_slot_bytes + the slot ids (tokens x top-k int32), backend memory */
+    size_t expert_pool;       /* host: S x expert_slot_bytes + the cache's own memory (cpu: the slot ids, tokens x
+                                 top-k int32; cuda: the device table) + the expert prefetch's buffers */
 
     size_t total; /* weight_total + activations + workspace + kv_cache + kv_state + expert_pool: resident while
                      running */
     size_t peak;  /* weight_total + max(activations + workspace, load_staging): what must fit */
 } fm_memory_plan;
+
+/* The expert prefetch's buffers (engine/expert_offload.c, one allocation by any backend with expert_prefetch): for
+ * R = min(tokens, FM_EXPERT_PREFETCH_MAX_T) rows, the normed residual [R, H], the router logits [R, E], ids and
+ * weights [R, k], 4 bytes an element (fp32 on the cpu; bf16 activations take half), each part 256-byte aligned. */
+typedef struct fm_expert_prefetch_layout {
+    size_t h, logits, ids, w, total;
+} fm_expert_prefetch_layout;
+void fm_expert_prefetch_layout_of(const fm_config *cfg, int64_t tokens, fm_expert_prefetch_layout *out);
+/* The side stream's scratch when nothing but the expert prefetch runs there (its router and the prefetch need none:
+ * the minimum the cuda backend takes, the W8A8 quantizer's scale slot) */
+#define FM_SIDE_WS_MIN 256
 
 /* Bytes one bank of n matrices [rows, cols] in format fmt occupies on a backend. The single source of the bank
  * layouts' sizes; they must equal what the backends allocate:

@@ -2,13 +2,14 @@
  *   - the device's residency kernel makes the reference's choices (backend/expert_residency.c): after every fetch
  *     of a random sequence (decode-sized and prefill-sized routings, several layers, a cache a little larger than
  *     one layer's experts so that most fetches evict), the slot table and the slot owners equal the reference's,
- *     and so do the counters, LRU and LFU (past a half-life);
+ *     and so do the counters, LRU and LFU (past a half-life); half the fetches follow a prefetch of the layer
+ *     (expert_prefetch: a guess of one or two tokens' experts), whose table is checked against the reference too;
  *   - the moe op on the cache's pool views, fetch after fetch, is bit-identical to the moe op on the layer's own
  *     device banks (the copies landed, the dispatch read the table), on the grouped GEMM and on the decode GEMVs;
  *   - whole models: logits of a prefill, then a fresh prefill and decode steps, with the experts in host memory
  *     and the smallest cache (S = E, every layer pass evicts) bit-identical to all experts on the GPU (fp8, fp4,
  *     NVFP4 dispatch), and greedy generation whose decode steps replay as CUDA graphs: the same tokens and
- *     log-probabilities;
+ *     log-probabilities (the decode steps prefetch each layer's experts on the side stream: route expert.prefetch);
  *   - the plan: the GPU's memory grows by the plan's peak at most with the experts in host memory.
  * Runs only where a GPU is present. */
 #include <stdarg.h>
@@ -93,6 +94,17 @@ static void cache_case(fm_expert_policy policy, int32_t L, int32_t E, int32_t S,
         while (!hgu[l]) l = (l + 1) % L;
         const uint32_t pick = next_u32() % 8;
         const int64_t T = pick == 0 ? Tmax : pick == 1 ? 17 : pick < 4 ? 2 : 1;
+        if (next_u32() % 2 == 0) { /* a prefetch of the layer first: a guess of one or two tokens' experts */
+            const int64_t Tp = 1 + next_u32() % 2;
+            routing(ids, wts, Tp, k, E, pick == 5);
+            be->ops->upload_ids(be, ids, Tp * k, idd);
+            be->ops->expert_prefetch(be, c, l, idd, Tp * k);
+            fm_residency_prefetch(&ref, l, ids, Tp * k, ce, cs, &nc);
+            assert_int_equal(fm_cuda_expert_cache_table(be, c, slot_of, owner, &err), FM_OK);
+            if (memcmp(slot_of, ref.slot_of, (size_t)L * E * 4) || memcmp(owner, ref.owner, (size_t)S * 4))
+                fail_msg("%s prefetch before fetch %d (layer %d): the table differs from the reference",
+                         fm_expert_policy_name(policy), f, l);
+        }
         routing(ids, wts, T, k, E, pick == 5);
         be->ops->upload_ids(be, ids, T * k, idd);
         be->ops->expert_fetch(be, c, l, idd, T * k);
@@ -123,11 +135,14 @@ static void cache_case(fm_expert_policy policy, int32_t L, int32_t E, int32_t S,
     assert_int_equal(st.fetches, ref.fetches);
     assert_int_equal(st.hits, ref.hits);
     assert_int_equal(st.misses, ref.misses);
-    printf("  %s L=%d E=%d S=%d k=%d H=%lld I=%lld: %d fetches, %lld hits, %lld misses (%.1f MB copied) as the "
-           "reference; %d moe outputs bit-identical to device banks\n",
+    assert_int_equal(st.prefetches, ref.prefetches);
+    assert_int_equal(st.prefetch_copies, ref.prefetch_copies);
+    printf("  %s L=%d E=%d S=%d k=%d H=%lld I=%lld: %d fetches, %lld hits, %lld misses (%.1f MB copied), %lld "
+           "prefetches copying %lld experts, as the reference; %d moe outputs bit-identical to device banks\n",
            fm_expert_policy_name(policy), L, E, S, k, (long long)H, (long long)I, n_fetches, (long long)st.hits,
-           (long long)st.misses, (double)st.bytes_copied / 1e6, compared);
-    assert_true(st.misses > 0 && st.hits > 0);
+           (long long)st.misses, (double)st.bytes_copied / 1e6, (long long)st.prefetches, (long long)st.prefetch_copies,
+           compared);
+    assert_true(st.misses > 0 && st.hits > 0 && st.prefetch_copies > 0);
     be->ops->expert_cache_free(be, c);
     fm_residency_free(&ref);
     for (int32_t l = 0; l < L; l++) {

@@ -101,6 +101,7 @@ static const fm_backend_ops cpu_ops = {
     .bank_create_host = cpu_bank_create,
     .expert_cache_create = cpu_expert_cache_create,
     .expert_fetch = cpu_expert_fetch,
+    .expert_prefetch = cpu_expert_prefetch,
     .expert_cache_stats = cpu_expert_cache_stats,
     .expert_cache_free = cpu_expert_cache_free,
     .embed = cpu_embed,

@@ -16,7 +16,7 @@ struct fm_expert_cache {
     int32_t *slot_ids;                     /* [max_ids] */
     int64_t max_ids;
     int32_t *copy_e, *copy_s; /* [E] */
-    uint64_t bytes_copied;
+    uint64_t bytes_copied, bytes_prefetched;
 };
 
 /* Bytes of one matrix of each array of a CPU bank (0 where the bank has no such array). */
@@ -145,9 +145,21 @@ void cpu_expert_fetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const v
     }
 }
 
+void cpu_expert_prefetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
+    (void)be;
+    int32_t n = 0;
+    fm_residency_prefetch(&c->res, layer, (const int32_t *)ids, P, c->copy_e, c->copy_s, &n);
+    for (int32_t j = 0; j < n; j++) {
+        c->bytes_prefetched += copy_matrix(c->gate_up[layer], c->copy_e[j], c->pool_gu, c->copy_s[j]);
+        c->bytes_prefetched += copy_matrix(c->down[layer], c->copy_e[j], c->pool_dn, c->copy_s[j]);
+    }
+}
+
 void cpu_expert_cache_stats(fm_backend *be, const fm_expert_cache *c, fm_expert_cache_stats *out) {
     (void)be;
-    *out = (fm_expert_cache_stats){c->res.fetches, c->res.hits, c->res.misses, c->bytes_copied};
+    *out = (fm_expert_cache_stats){c->res.fetches,     c->res.hits,       c->res.misses,
+                                   c->bytes_copied,    c->res.prefetches, c->res.prefetch_copies,
+                                   c->bytes_prefetched};
 }
 
 void cpu_expert_cache_free(fm_backend *be, fm_expert_cache *c) { cache_free(be, c); }

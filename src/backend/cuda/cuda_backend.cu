@@ -553,6 +553,7 @@ static const fm_backend_ops cuda_ops = {
     .bank_create_host = fm_cuda_bank_create_host,
     .expert_cache_create = fm_cuda_expert_cache_create,
     .expert_fetch = fm_cuda_expert_fetch,
+    .expert_prefetch = fm_cuda_expert_prefetch,
     .expert_cache_stats = fm_cuda_expert_cache_stats,
     .expert_cache_free = fm_cuda_expert_cache_free,
     .embed = cu_embed,

@@ -14,6 +14,7 @@
 //   residency_kernel  one block of 1024 threads runs backend/expert_residency.h's steps on the device table: the
 //                     same choices as the reference (same victims, same counters), the copy list (expert, slot),
 //                     and the layer's table copied into the view's slot_of;
+//   (expert_prefetch: the same two launches, the residency kernel in its prefetch form: expert_residency.h)
 //   copy_kernel       a grid-stride copy of the listed experts' four arrays (gate|up codes and scales, down codes
 //                     and scales) from mapped host memory into their slots, 16 bytes per load: the host link is
 //                     the floor (missed expert bytes / link bandwidth). The grid is fixed; the count is read on
@@ -33,14 +34,14 @@ extern "C" {
 #define COPY_THREADS 256
 
 // The device table (one allocation of fm_expert_device_table_bytes, expert_residency.h): as fm_residency's arrays, plus
-// the copy list and the counters. hdr: [0] tick, [1] fetches, [2] hits, [3] misses.
+// the copy list and the counters. hdr: [0] tick, [1] fetches, [2] hits, [3] misses, [4] prefetches, [5] their copies.
 typedef struct dev_table {
     int32_t *slot_of;               // [L * E]
     uint32_t *uses;                 // [L * E]
     int32_t *owner;                 // [S]
     uint64_t *last_use;             // [S]
     int32_t *copy_e, *copy_s, *map; // [E]
-    uint64_t *hdr;                  // [4]
+    uint64_t *hdr;                  // [6]
     int32_t *n_copies;              // [1]
 } dev_table;
 
@@ -188,7 +189,7 @@ extern "C" fm_status fm_cuda_expert_cache_create(fm_backend *bb, const fm_expert
     c->t.copy_e = (int32_t *)m, m += align256(E * 4);
     c->t.copy_s = (int32_t *)m, m += align256(E * 4);
     c->t.map = (int32_t *)m, m += align256(E * 4);
-    c->t.hdr = (uint64_t *)m, m += align256(4 * 8);
+    c->t.hdr = (uint64_t *)m, m += align256(6 * 8);
     c->t.n_copies = (int32_t *)m;
     cudaStream_t s = cuda_be(bb)->stream;
     FM_CUDA_CHECK(cudaMemsetAsync(c->table_mem, 0, table, s));
@@ -227,22 +228,23 @@ static __device__ victim_key shfl_key(const victim_key &k, int src_lane_xor) {
     return o;
 }
 
-// One fetch of `layer`: the reference's steps 1-4 (expert_residency.h) on the device table, by one block.
+// One fetch of `layer`: the reference's steps 1-4 (expert_residency.h) on the device table, by one block. prefetch:
+// the reference's prefetch instead (no tick, no use, no pin; victims among the slots of other layers; no map).
 static __global__ void __launch_bounds__(RES_THREADS)
     residency_kernel(dev_table t, int32_t L, int32_t E, int32_t S, int32_t policy, int32_t layer, const int32_t *ids,
-                     int64_t P) {
+                     int64_t P, bool prefetch) {
     __shared__ int32_t first[RES_THREADS];     // the first index of expert e among ids, INT32_MAX if absent
     __shared__ int32_t missfirst[RES_THREADS]; // first[e] for a missing expert, else INT32_MAX
     __shared__ int32_t miss_e[RES_THREADS];    // the misses in order of first appearance
     __shared__ int32_t n_miss, n_hit;
     __shared__ victim_key warp_best[RES_THREADS / 32];
     const int tid = threadIdx.x;
-    const uint64_t tick = t.hdr[0] + 1;
+    const uint64_t tick = t.hdr[0] + (prefetch ? 0 : 1);
     const int32_t key0 = layer * E;
     const bool lfu = policy == FM_EXPERT_LFU;
     if (tid == 0) n_miss = 0, n_hit = 0;
     // 1. the LFU half-life
-    if (lfu && tick % FM_EXPERT_LFU_HALF_LIFE == 0)
+    if (!prefetch && lfu && tick % FM_EXPERT_LFU_HALF_LIFE == 0)
         for (int64_t i = tid; i < (int64_t)L * E; i += RES_THREADS) t.uses[i] >>= 1;
     for (int e = tid; e < E; e += RES_THREADS) first[e] = INT32_MAX;
     __syncthreads();
@@ -252,10 +254,12 @@ static __global__ void __launch_bounds__(RES_THREADS)
     if (tid < E) {
         missfirst[tid] = INT32_MAX;
         if (first[tid] != INT32_MAX) {
-            t.uses[key0 + tid]++;
             const int32_t s = t.slot_of[key0 + tid];
-            if (s >= 0) t.last_use[s] = tick, atomicAdd(&n_hit, 1);
-            else missfirst[tid] = first[tid];
+            if (!prefetch) {
+                t.uses[key0 + tid]++;
+                if (s >= 0) t.last_use[s] = tick, atomicAdd(&n_hit, 1);
+            }
+            if (s < 0) missfirst[tid] = first[tid];
         }
     }
     __syncthreads();
@@ -266,18 +270,17 @@ static __global__ void __launch_bounds__(RES_THREADS)
         atomicAdd(&n_miss, 1);
     }
     __syncthreads();
-    // 3. each miss in order takes the smallest key among the slots not pinned (last_use != tick)
+    // 3. each miss in order takes the smallest key among the slots not pinned (last_use != tick; a prefetch: among
+    // the slots that hold no expert of this layer)
     const int nm = n_miss;
     for (int j = 0; j < nm; j++) {
         victim_key best = {0, 0, -1};
         for (int32_t s = tid; s < S; s += RES_THREADS) {
             const uint64_t lu = t.last_use[s];
-            if (lu == tick) continue;
+            const int32_t o = t.owner[s];
+            if (prefetch ? o >= 0 && o / E == layer : lu == tick) continue;
             victim_key k = {0, lu, s};
-            if (lfu) {
-                const int32_t o = t.owner[s];
-                k.uses = o < 0 ? -1 : (int64_t)t.uses[o];
-            }
+            if (lfu) k.uses = o < 0 ? -1 : (int64_t)t.uses[o];
             if (key_before(k, best, lfu)) best = k;
         }
         for (int o = 16; o > 0; o >>= 1) {
@@ -298,6 +301,10 @@ static __global__ void __launch_bounds__(RES_THREADS)
         __syncthreads();
     }
     // 4. the layer's table for the moe op's views; the counters
+    if (prefetch) {
+        if (tid == 0) t.hdr[4] += 1, t.hdr[5] += (uint64_t)nm, *t.n_copies = nm;
+        return;
+    }
     for (int e = tid; e < E; e += RES_THREADS) t.map[e] = t.slot_of[key0 + e];
     if (tid == 0) {
         t.hdr[0] = tick, t.hdr[1] += 1, t.hdr[2] += (uint64_t)n_hit, t.hdr[3] += (uint64_t)nm;
@@ -327,15 +334,16 @@ static __global__ void __launch_bounds__(COPY_THREADS)
     }
 }
 
-extern "C" void fm_cuda_expert_fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
+static void fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P, bool prefetch) {
     if (layer < 0 || layer >= c->n_layers || !c->gate_up[layer]) {
-        fprintf(stderr, "fp8moe: expert_fetch: layer %d has no experts in the cache\n", layer);
+        fprintf(stderr, "fp8moe: expert_%s: layer %d has no experts in the cache\n", prefetch ? "prefetch" : "fetch",
+                layer);
         abort();
     }
     if (P == 0) return;
     cudaStream_t s = cuda_be(bb)->stream;
     residency_kernel<<<1, RES_THREADS, 0, s>>>(c->t, c->n_layers, c->n_experts, c->n_slots, (int32_t)c->policy, layer,
-                                               (const int32_t *)ids, P);
+                                               (const int32_t *)ids, P, prefetch);
     FM_LAUNCH_CHECK("expert_residency");
     copy_args a;
     const fm_bank *gu = c->gate_up[layer], *dn = c->down[layer];
@@ -346,12 +354,21 @@ extern "C" void fm_cuda_expert_fetch(fm_backend *bb, fm_expert_cache *c, int32_t
     FM_LAUNCH_CHECK("expert_copy");
 }
 
+extern "C" void fm_cuda_expert_fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
+    fetch(bb, c, layer, ids, P, false);
+}
+
+extern "C" void fm_cuda_expert_prefetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
+    fetch(bb, c, layer, ids, P, true);
+}
+
 extern "C" void fm_cuda_expert_cache_stats(fm_backend *bb, const fm_expert_cache *c, fm_expert_cache_stats *out) {
-    uint64_t h[4] = {0, 0, 0, 0};
+    uint64_t h[6] = {0, 0, 0, 0, 0, 0};
     FM_CUDA_CHECK(cudaStreamSynchronize(cuda_be(bb)->stream));
     FM_CUDA_CHECK(cudaMemcpy(h, c->t.hdr, sizeof h, cudaMemcpyDeviceToHost));
     const uint64_t slot = c->matrix_bytes[0] + c->matrix_bytes[1] + c->matrix_bytes[2] + c->matrix_bytes[3];
-    *out = (fm_expert_cache_stats){(int64_t)h[1], (int64_t)h[2], (int64_t)h[3], h[3] * slot};
+    *out = (fm_expert_cache_stats){(int64_t)h[1], (int64_t)h[2], (int64_t)h[3], h[3] * slot,
+                                   (int64_t)h[4], (int64_t)h[5], h[5] * slot};
 }
 
 extern "C" void fm_cuda_expert_cache_free(fm_backend *bb, fm_expert_cache *c) {
