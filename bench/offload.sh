@@ -15,7 +15,7 @@ row() { # name, output file: the tokens/s (or latency) line, the cache's line, t
   local f=$2
   printf "| %s | %s | %s | %s |\n" "$1" \
     "$(grep -E '^\| fp8\+w8a8 \| 1 \| [0-9.]+ \|' "$f" | head -1 | awk -F'|' '{print $7 " tokens/s, " $4 " ms"}')$(grep -oE '[0-9]+ tokens/s;' "$f" | head -1)" \
-    "$(grep -E '^\| fp8\+w8a8 \| 1 \| [0-9]+ \| [0-9.]+%' "$f" | awk -F'|' '{print $5 " hits, " $6 " MB/step, floor " $7 " ms"}')$(grep -oE 'hit rate [0-9.]+%, [0-9]+ misses' "$f" | head -1)" \
+    "$(grep -E '^\| fp8\+w8a8 \| 1 \| [0-9]+ \| [0-9.]+%' "$f" | awk -F'|' '{print $5 " hits, " $6 " MB/step (+" $7 " prefetched), floor " $8 " ms"}')$(grep -oE 'hit rate [0-9.]+%, [0-9]+ misses' "$f" | head -1)" \
     "$(grep -oE '[0-9.]+ GB/s by the expert cache' "$f" | head -1)"
 }
 echo "| run | speed | cache | host link |"

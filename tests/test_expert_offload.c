@@ -211,15 +211,15 @@ static void logits_bit_identical(void **s) {
     check_model(&cases[3], FM_EXPERT_LFU);
 }
 
-/* The expert prefetch (route expert.prefetch, on by default for steps of <= 8 rows): 24 decode steps through a cache
+/* The expert prefetch (route expert.prefetch=on: steps of <= 8 rows): 24 decode steps through a cache
    of 24 slots (LFU) with and without it give the same logits bit for bit; with it, every decode step prefetched each
    MoE layer, and the layers' own fetches missed fewer experts (tiny-code-moe, fp8 as the GPU runs it) */
 static void prefetch_keeps_logits(void **s) {
     (void)s;
     enum { N = 32, P = 8 };
     const model_case mc = {"models/tiny-code-moe", FM_PRESET_FP8, "cuda"};
-    fm_model *pre = load(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU);
-    fm_model *off = load_routes(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU, "expert.prefetch=off");
+    fm_model *pre = load_routes(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU, "expert.prefetch=on");
+    fm_model *off = load(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU);
     const int32_t V = fm_model_vocab_size(pre);
     int32_t ids[N];
     uint32_t seed = 5;

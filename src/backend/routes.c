@@ -208,7 +208,7 @@ int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T) {
 }
 
 bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T) {
-    return r->expert_prefetch != FM_ROUTE_OFF && T <= FM_EXPERT_PREFETCH_MAX_T;
+    return r->expert_prefetch == FM_ROUTE_ON && T <= FM_EXPERT_PREFETCH_MAX_T;
 }
 
 int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
@@ -359,9 +359,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          r->shared_stream == FM_ROUTE_OFF  ? "off"
          : r->shared_stream == FM_ROUTE_ON ? "every pass"
                                            : "T <= 8"},
-        {"expert.prefetch", switch_name(r->expert_prefetch), "auto|on|off", "T <= 8",
+        {"expert.prefetch", switch_name(r->expert_prefetch), "auto|on|off", "off",
          "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
-         r->expert_prefetch == FM_ROUTE_OFF ? "off" : "T <= 8"},
+         r->expert_prefetch == FM_ROUTE_ON ? "T <= 8" : "off"},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -45,8 +45,11 @@
  *                                         launch-latency bound; on: every pass, prefill too)
  *   expert.prefetch  auto | on | off      experts in host memory: each MoE layer's experts predicted at the layer's
  *                                         start (its router on the residual stream before the token mixer) and
- *                                         copied on the side stream while the mixer runs (auto = on: steps of at
- *                                         most 8 rows; a prefill needs most experts of every layer anyway)
+ *                                         copied on the side stream while the mixer runs, in steps of at most 8
+ *                                         rows (a prefill needs most experts of every layer anyway). auto = off:
+ *                                         on the synthetic Qwen3-30B-A3B at --vram-limit 8G it copied 1.5x the
+ *                                         bytes and made a step 6-17 % slower (bench/NOTES.md fifteenth session);
+ *                                         on for a checkpoint whose routing it predicts
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -218,8 +221,8 @@ bool fm_routes_rope_store(const fm_routes *r);
 #define FM_SHARED_STREAM_MAX_T 8
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T);
 int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T);
-/* A pass of T rows with experts in host memory prefetches each layer's predicted experts (expert.prefetch: steps of at
- * most FM_EXPERT_PREFETCH_MAX_T rows unless off; the prediction's buffers are sized for that many). */
+/* A pass of T rows with experts in host memory prefetches each layer's predicted experts (expert.prefetch=on: steps of
+ * at most FM_EXPERT_PREFETCH_MAX_T rows; the prediction's buffers are sized for that many). */
 #define FM_EXPERT_PREFETCH_MAX_T 8
 bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T);
 

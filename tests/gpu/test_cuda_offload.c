@@ -9,7 +9,7 @@
  *   - whole models: logits of a prefill, then a fresh prefill and decode steps, with the experts in host memory
  *     and the smallest cache (S = E, every layer pass evicts) bit-identical to all experts on the GPU (fp8, fp4,
  *     NVFP4 dispatch), and greedy generation whose decode steps replay as CUDA graphs: the same tokens and
- *     log-probabilities (the decode steps prefetch each layer's experts on the side stream: route expert.prefetch);
+ *     log-probabilities, with and without the expert prefetch on the side stream (route expert.prefetch=on);
  *   - the plan: the GPU's memory grows by the plan's peak at most with the experts in host memory.
  * Runs only where a GPU is present. */
 #include <stdarg.h>
@@ -171,11 +171,11 @@ static void test_cache_qwen_routing(void **s) {
 
 /* ---- whole models --------------------------------------------------------------------------------------------- */
 
-static fm_model *load(const char *dir, fm_preset preset, fm_dispatch dispatch, fm_experts_in where, int32_t slots,
-                      fm_expert_policy policy, const char *backend) {
+static fm_model *load_routes(const char *dir, fm_preset preset, fm_dispatch dispatch, fm_experts_in where,
+                             int32_t slots, fm_expert_policy policy, const char *backend, const char *routes) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.backend = backend, opt.preset = preset, opt.dispatch = dispatch, opt.routes = gpu_test_routes();
+    opt.backend = backend, opt.preset = preset, opt.dispatch = dispatch, opt.routes = routes;
     opt.max_seqs = 1, opt.ctx = 64, opt.max_tokens = 32;
     opt.experts_in = where, opt.expert_slots = slots, opt.expert_policy = policy;
     fm_model *m = NULL;
@@ -184,6 +184,11 @@ static fm_model *load(const char *dir, fm_preset preset, fm_dispatch dispatch, f
         fail_msg("%s (%s, %s, experts in %s): load: %s", dir, fm_preset_name(preset), backend,
                  fm_experts_in_name(where), err.msg);
     return m;
+}
+
+static fm_model *load(const char *dir, fm_preset preset, fm_dispatch dispatch, fm_experts_in where, int32_t slots,
+                      fm_expert_policy policy, const char *backend) {
+    return load_routes(dir, preset, dispatch, where, slots, policy, backend, gpu_test_routes());
 }
 
 /* greedy generation through fm_model_generate: its decode steps replay as CUDA graphs (route decode.graphs) */
@@ -201,6 +206,10 @@ static void model_case(const char *dir, fm_preset preset, fm_dispatch dispatch, 
     fm_model *dev = load(dir, preset, dispatch, FM_EXPERTS_DEVICE, 0, FM_EXPERT_LRU, "cuda");
     const int32_t E = dev->cfg.n_experts, V = fm_model_vocab_size(dev);
     fm_model *host = load(dir, preset, dispatch, FM_EXPERTS_HOST, E, policy, "cuda");
+    char pf_routes[300];
+    snprintf(pf_routes, sizeof pf_routes, "expert.prefetch=on%s%s", gpu_test_routes() ? "," : "",
+             gpu_test_routes() ? gpu_test_routes() : "");
+    fm_model *pf = load_routes(dir, preset, dispatch, FM_EXPERTS_HOST, E, policy, "cuda", pf_routes);
     assert_true(host->experts_host);
     assert_int_equal(host->weight_bytes + host->expert_host_bytes, dev->weight_bytes);
     int32_t ids[N];
@@ -212,11 +221,22 @@ static void model_case(const char *dir, fm_preset preset, fm_dispatch dispatch, 
     if (memcmp(a, b, (size_t)2 * N * V * sizeof *a))
         fail_msg("%s %s dispatch %s %s: logits with the experts in host memory differ from the GPU's", dir,
                  fm_preset_name(preset), fm_dispatch_name(dispatch), fm_expert_policy_name(policy));
+    kv_prefill_and_steps(pf, ids, N, 12, a); /* the decode steps prefetch each layer on the side stream */
+    if (memcmp(a, b, (size_t)2 * N * V * sizeof *a))
+        fail_msg("%s %s dispatch %s %s: logits with the expert prefetch differ from the GPU's", dir,
+                 fm_preset_name(preset), fm_dispatch_name(dispatch), fm_expert_policy_name(policy));
     fm_gen_output ga, gb;
     generate(host, ids, 9, &ga);
     generate(dev, ids, 9, &gb);
     assert_memory_equal(ga.ids, gb.ids, 16 * sizeof *ga.ids);
     assert_memory_equal(ga.logprobs, gb.logprobs, 16 * sizeof *ga.logprobs);
+    free(ga.ids), free(ga.logprobs);
+    generate(pf, ids, 9, &ga);
+    assert_memory_equal(ga.ids, gb.ids, 16 * sizeof *ga.ids);
+    assert_memory_equal(ga.logprobs, gb.logprobs, 16 * sizeof *ga.logprobs);
+    fm_expert_stats ps;
+    assert_true(fm_model_expert_stats(pf, &ps));
+    assert_true(ps.prefetches > 0);
     fm_expert_stats st;
     assert_true(fm_model_expert_stats(host, &st));
     int32_t moe = 0;
@@ -231,7 +251,7 @@ static void model_case(const char *dir, fm_preset preset, fm_dispatch dispatch, 
     assert_int_equal(st.bytes_copied, (uint64_t)st.misses * st.slot_bytes);
     free(ga.ids), free(ga.logprobs), free(gb.ids), free(gb.logprobs);
     free(a), free(b);
-    fm_model_free(host), fm_model_free(dev);
+    fm_model_free(host), fm_model_free(dev), fm_model_free(pf);
 }
 
 static void test_models_bit_identical(void **s) {
