@@ -198,14 +198,9 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
 
-bool fm_routes_shared_stream(const fm_routes *r, int64_t T) {
-    return r->shared_stream == FM_ROUTE_ON || (r->shared_stream == FM_ROUTE_AUTO && T <= FM_SHARED_STREAM_MAX_T);
-}
+bool fm_routes_shared_stream(const fm_routes *r, int64_t T) { return T >= 1 && r->shared_stream != FM_ROUTE_OFF; }
 
-int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T) {
-    if (r->shared_stream == FM_ROUTE_OFF) return 0;
-    return r->shared_stream == FM_ROUTE_ON || T < FM_SHARED_STREAM_MAX_T ? T : FM_SHARED_STREAM_MAX_T;
-}
+int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T) { return r->shared_stream == FM_ROUTE_OFF ? 0 : T; }
 
 bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T) {
     return r->expert_prefetch == FM_ROUTE_ON && T <= FM_EXPERT_PREFETCH_MAX_T;
@@ -354,11 +349,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"rope.store", switch_name(r->rope_store), "auto|on|off", "on",
          "a decode step's k and v stored in the paged cache by the q/k norm + RoPE kernel, else a kv_store launch",
          fm_routes_rope_store(r) ? "on" : "off"},
-        {"shared.stream", switch_name(r->shared_stream), "auto|on|off", "T <= 8",
+        {"shared.stream", switch_name(r->shared_stream), "auto|on|off", "on",
          "the shared expert (Qwen3-Next) on a second stream beside the router and the routed experts",
-         r->shared_stream == FM_ROUTE_OFF  ? "off"
-         : r->shared_stream == FM_ROUTE_ON ? "every pass"
-                                           : "T <= 8"},
+         r->shared_stream == FM_ROUTE_OFF ? "off" : "every pass"},
         {"expert.prefetch", switch_name(r->expert_prefetch), "auto|on|off", "off",
          "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
          r->expert_prefetch == FM_ROUTE_ON ? "T <= 8" : "off"},

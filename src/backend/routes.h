@@ -41,8 +41,9 @@
  *                                         from the q/k norm + RoPE kernel (one launch) rather than a kv_store
  *                                         launch after it (auto = on)
  *   shared.stream    auto | on | off      Qwen3-Next's shared expert on a second stream, beside the router and the
- *                                         routed experts (auto: steps of at most 8 rows, where both chains are
- *                                         launch-latency bound; on: every pass, prefill too)
+ *                                         routed experts (auto = on, every pass: H200, qwen3-next-80b-a3b, decode
+ *                                         batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms; bench/NOTES.md
+ *                                         fifteenth session)
  *   expert.prefetch  auto | on | off      experts in host memory: each MoE layer's experts predicted at the layer's
  *                                         start (its router on the residual stream before the token mixer) and
  *                                         copied on the side stream while the mixer runs, in steps of at most 8
@@ -216,9 +217,8 @@ int fm_routes_gdn_state(const fm_routes *r);
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
-/* A pass of T rows runs the shared expert on the backend's second stream (shared.stream; auto up to
- * FM_SHARED_STREAM_MAX_T rows), and the rows that stream's scratch is sized for in a plan of T tokens (0: none). */
-#define FM_SHARED_STREAM_MAX_T 8
+/* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
+ * that stream's scratch is sized for in a plan of T tokens (0: none). */
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T);
 int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T);
 /* A pass of T rows with experts in host memory prefetches each layer's predicted experts (expert.prefetch=on: steps of

@@ -332,8 +332,7 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         if (prefetch && ops->side_join) ops->side_join(be);
         tick(tm, FM_STAGE_OTHER);
         if (L->is_moe) {
-            /* the shared expert beside the router and the routed experts (route shared.stream: a step's chains are
-               a few launches each, bound by their latency), else after them */
+            /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
             if (beside) {
                 if (ops->side_begin) ops->side_begin(be);

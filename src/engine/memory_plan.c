@@ -31,7 +31,7 @@
 #define CUDA_STAGING_BYTES (64u << 20) /* cuda_bank.cu: one upload staging buffer per bank, freed before it returns */
 #define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)     /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
-#define CUDA_SIDE_CUBLAS_WS_BYTES ((size_t)4 << 20) /* cuda_internal.cuh FM_CUDA_SIDE_CUBLAS_WS */
+#define CUDA_SIDE_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_SIDE_CUBLAS_WS */
 
 const char *fm_mem_family_name(fm_mem_family f) {
     switch (f) {

@@ -67,7 +67,7 @@ typedef struct fm_memory_plan {
     size_t ws_side;   /* cuda: the side stream's scratch (a shared expert beside the routed ones: route shared.stream),
                          the quantized linears' inputs of its rows; 0: no side stream */
     size_t ws_libs;   /* cuda: cuBLAS's workspace (32 MiB, given at the reservation) and cuBLASLt's (32 MiB, W8A8);
-                         with a side stream, its cuBLAS handle's (4 MiB) */
+                         with a side stream, its cuBLAS handle's (32 MiB) */
     size_t ws_linear; /* cpu: one linear op's quantized input rows, tokens * (K + ceil(K/128)) fp32, largest K */
     size_t workspace; /* ws_moe + ws_side + ws_libs + ws_linear: all can be alive at once during a forward pass */
 

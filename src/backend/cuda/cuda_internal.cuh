@@ -82,7 +82,9 @@ typedef struct cuda_backend {
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,
-       so every op issues there unchanged */
+       so every op issues there unchanged. Not swapped, so never used by both chains at once: the fused router's
+       counter (router_counter) and the W8A8 quantizer's grid barrier (lt->grid_sync); the forward pass puts no
+       router or W8A8 linear on the main chain while the side chain runs one */
     cudaStream_t side_stream;
     cublasHandle_t side_cublas;
     void *side_work;
@@ -101,8 +103,10 @@ static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be;
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 // Bytes of the workspace cuBLAS gets from the reservation (NVIDIA's recommendation for Hopper: 32 MiB).
 #define FM_CUDA_CUBLAS_WS ((size_t)32 << 20)
-// The side stream's cuBLAS workspace (its GEMMs are small: steps of a few rows)
-#define FM_CUDA_SIDE_CUBLAS_WS ((size_t)4 << 20)
+// The side stream's cuBLAS workspace: the main handle's size, because cuBLAS picks its algorithm (and so the
+// summation order) by the workspace it may use: with 4 MiB, ref32's prefill GEMMs on the side stream came out other
+// bits than on the main stream (bench/NOTES.md, fifteenth session)
+#define FM_CUDA_SIDE_CUBLAS_WS FM_CUDA_CUBLAS_WS
 
 extern "C" {
 fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
