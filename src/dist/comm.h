@@ -8,10 +8,13 @@
  *   simulated (comm_sim.c)  the ranks exchange through host memory, with a barrier between the phases; for the CPU
  *                           backend, whose buffers are host memory: the partitioning, the dispatch and the combine are
  *                           tested on any machine against the single-rank result
- *   NCCL                    the same calls on GPU buffers, on each rank's stream (to come with the multi-GPU machines)
+ *   NCCL (backend/cuda/comm_nccl.cu)  the same calls on GPU buffers, enqueued on each rank's stream
+ *                           (fm_comm_set_stream) and returning at once, stream-ordered like the backend's ops; NCCL
+ *                           is loaded when a world is made (dlopen of libnccl.so.2), so nothing else needs it
  *
- * Every collective is called by all ranks of the world, each from its own thread, with the same sizes (checked: a
- * mismatch fails on every rank with FM_ERR_USAGE). Buffers are the calling rank's backend memory. */
+ * Every collective is called by all ranks of the world, each from its own thread, with the same sizes (the simulated
+ * world checks: a mismatch fails on every rank with FM_ERR_USAGE; NCCL cannot, and a mismatch hangs or fails in
+ * NCCL). Buffers are the calling rank's backend memory. */
 #ifndef FM_DIST_COMM_H
 #define FM_DIST_COMM_H
 
@@ -32,13 +35,26 @@ typedef enum fm_comm_dtype {
 #define FM_COMM_MAX_RANKS 64
 fm_status fm_world_create_sim(int n_ranks, fm_world **out, fm_error *err);
 void fm_world_free(fm_world *w);
+/* A world of n_ranks NCCL ranks, rank r on GPU devices[r] (one process, a thread per rank: ncclCommInitAll).
+ * FM_ERR_BACKEND when the build has no CUDA or libnccl.so.2 cannot be loaded (the message says how to point to it:
+ * LD_LIBRARY_PATH), or NCCL fails to make the communicators. */
+fm_status fm_world_create_nccl(int n_ranks, const int *devices, fm_world **out, fm_error *err);
+/* The loaded NCCL's version (NCCL_VERSION_CODE, e.g. 22703 for 2.27.3); 0 before a world was made or without CUDA. */
+int fm_nccl_version(void);
 fm_comm *fm_world_comm(fm_world *w, int rank);
+/* The implementation's name: "simulated" or "NCCL". */
+const char *fm_comm_kind(const fm_comm *c);
+/* The stream rank c's collectives are enqueued on (NCCL: the rank's backend's cudaStream_t, fm_cuda_backend_stream;
+ * the simulated world runs them on the calling thread and ignores it). */
+void fm_comm_set_stream(fm_comm *c, void *stream);
 
 int fm_comm_rank(const fm_comm *c);
 int fm_comm_size(const fm_comm *c);
 
 /* buf[n] <- the sum over ranks of every rank's buf[n]. The ranks' values are added in rank order 0, 1, ..., N-1 in fp32
- * and rounded once (bf16), so every rank gets the same bits and the result does not depend on timing. */
+ * and rounded once (bf16), so every rank gets the same bits and the result does not depend on timing (NCCL: an
+ * all-gather into the communicator's scratch, then a kernel summing in rank order; NCCL's own reductions sum in an
+ * order of its choosing). */
 fm_status fm_comm_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_dtype t, fm_error *err);
 
 /* recv[r * bytes, (r + 1) * bytes) <- rank r's send[0, bytes), for every rank r (recv holds N blocks). */

@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/routes.h"
+#include "dist/comm.h"
 #include "engine/memory_plan.h"
 #include "util/status.h"
 
@@ -61,3 +62,11 @@ fm_status fm_cuda_graph_launch(fm_cuda_graph *g, fm_error *err) {
 }
 
 void fm_cuda_graph_free(fm_cuda_graph *g) { (void)g; }
+
+fm_status fm_world_create_nccl(int n_ranks, const int *devices, fm_world **out, fm_error *err) {
+    (void)n_ranks, (void)devices;
+    *out = NULL;
+    return fm_fail(err, FM_ERR_BACKEND, "NCCL world: not built (nvcc was not found at build time)");
+}
+
+int fm_nccl_version(void) { return 0; }
