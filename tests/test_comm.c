@@ -1,6 +1,6 @@
 /* The simulated communicator (src/dist/comm.h): each collective over 1..5 ranks, each rank a thread, against what it
- * must give computed in one thread; every rank gets the same bits from a reduction; a mismatched call fails on every
- * rank; the bytes a rank sends. */
+ * must give computed in one thread, on host buffers and staged through each rank's backend (its raw copies); every
+ * rank gets the same bits from a reduction; a mismatched call fails on every rank; the bytes a rank sends. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "dist/comm.h"
 #include "quant/bf16.h"
 
@@ -57,16 +58,25 @@ static void *run_rank(void *arg) {
     return NULL;
 }
 
-static void collectives_match_one_thread(void **s) {
-    (void)s;
+/* staged: every rank's collectives copy through a cpu backend's raw copies (fm_comm_sim_stage_through: the form that
+   runs ranks of the cuda backend), which must change nothing */
+static void collectives_match(bool staged) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_REF, "cpu", &plan);
     for (int n = 1; n <= 5; n++) {
         fm_world *w = NULL;
         fm_error err = {{0}};
         assert_int_equal(fm_world_create_sim(n, &w, &err), FM_OK);
         rank_job *jobs = calloc((size_t)n, sizeof *jobs);
         pthread_t *th = calloc((size_t)n, sizeof *th);
+        fm_backend *be[5] = {NULL};
         for (int r = 0; r < n; r++) {
             jobs[r].c = fm_world_comm(w, r), jobs[r].n_ranks = n;
+            assert_string_equal(fm_comm_kind(jobs[r].c), "simulated");
+            if (staged) {
+                assert_int_equal(fm_backend_create("cpu", &plan, 1, NULL, &be[r], &err), FM_OK);
+                fm_comm_sim_stage_through(jobs[r].c, be[r]);
+            }
             assert_int_equal(fm_comm_size(jobs[r].c), n);
             assert_int_equal(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
         }
@@ -96,7 +106,19 @@ static void collectives_match_one_thread(void **s) {
         }
         free(jobs), free(th);
         fm_world_free(w);
+        for (int r = 0; r < n; r++)
+            if (be[r]) be[r]->ops->destroy(be[r]);
     }
+}
+
+static void collectives_match_one_thread(void **s) {
+    (void)s;
+    collectives_match(false);
+}
+
+static void collectives_staged_through_a_backend(void **s) {
+    (void)s;
+    collectives_match(true);
 }
 
 /* Rank 1 asks for a different size: every rank gets FM_ERR_USAGE, nobody hangs, and the world stays usable. */
@@ -153,6 +175,7 @@ static void world_sizes_are_checked(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives_match_one_thread),
+        cmocka_unit_test(collectives_staged_through_a_backend),
         cmocka_unit_test(mismatched_call_fails_everywhere),
         cmocka_unit_test(world_sizes_are_checked),
     };

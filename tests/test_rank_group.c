@@ -254,7 +254,7 @@ static void splits_the_model_cannot_take_are_refused(void **s) {
     expect_refused(&o, 2, FM_ERR_USAGE, "--ep with --experts-in host");
     o = options(FM_PRESET_FP8);
     o.backend = "cuda";
-    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "the GPU form over NCCL is not built yet");
+    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "expert parallelism exchanges its rows in host code");
     /* --tp: heads that do not split, and --ep with another number of ranks */
     fm_rank_group *g = NULL;
     fm_error gerr = {{0}};

@@ -24,7 +24,8 @@
 #include "fp8moe.h"
 
 typedef struct fm_world fm_world; /* every rank of the process */
-typedef struct fm_comm fm_comm;   /* one rank's end */
+typedef struct fm_backend fm_backend;
+typedef struct fm_comm fm_comm; /* one rank's end */
 
 typedef enum fm_comm_dtype {
     FM_COMM_F32,
@@ -47,6 +48,12 @@ const char *fm_comm_kind(const fm_comm *c);
 /* The stream rank c's collectives are enqueued on (NCCL: the rank's backend's cudaStream_t, fm_cuda_backend_stream;
  * the simulated world runs them on the calling thread and ignores it). */
 void fm_comm_set_stream(fm_comm *c, void *stream);
+/* A rank of a simulated world whose buffers are its backend's memory (any backend): each collective copies them to
+ * host memory with the backend's raw copies (the download waits for the rank's device work), exchanges there and
+ * copies the results back (stream-ordered), the same bits as NCCL's form. What runs ranks of the cuda backend
+ * without NCCL (several ranks on one GPU: the tests); not for a captured step (it synchronises). No effect on an
+ * NCCL world's rank. */
+void fm_comm_sim_stage_through(fm_comm *c, fm_backend *be);
 
 int fm_comm_rank(const fm_comm *c);
 int fm_comm_size(const fm_comm *c);

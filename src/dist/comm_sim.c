@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "dist/comm_world.h"
 #include "quant/bf16.h"
 #include "util/status.h"
 
-typedef enum { OP_ALL_REDUCE_F32, OP_ALL_REDUCE_BF16, OP_ALL_GATHER, OP_ALL_TO_ALL } op_kind;
+typedef enum { OP_ALL_REDUCE_F32, OP_ALL_REDUCE_BF16, OP_ALL_GATHER, OP_ALL_TO_ALL, OP_FAILED } op_kind;
 
 typedef struct sim_world {
     pthread_barrier_t bar;
@@ -25,7 +26,8 @@ static const char *op_name(int op) {
     return op == OP_ALL_REDUCE_F32    ? "all_reduce (f32)"
            : op == OP_ALL_REDUCE_BF16 ? "all_reduce (bf16)"
            : op == OP_ALL_GATHER      ? "all_gather"
-                                      : "all_to_all";
+           : op == OP_ALL_TO_ALL      ? "all_to_all"
+                                      : "nothing (it failed before the collective)";
 }
 
 static fm_status sim_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_dtype t, fm_error *err);
@@ -79,11 +81,14 @@ static fm_status finish(fm_comm *c, fm_status st) {
     return st;
 }
 
-static fm_status sim_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_dtype t, fm_error *err) {
-    if (n < 0 || (n > 0 && !buf)) return fm_fail(err, FM_ERR_USAGE, "all_reduce of %lld elements", (long long)n);
+/* The collectives on host buffers (the cpu backend's memory, or a staged rank's host copies). `pre`: a failure of
+ * this rank before the collective (its staging); it publishes an operation no rank makes, so every rank fails. */
+static fm_status reduce_host(fm_comm *c, void *buf, int64_t n, fm_comm_dtype t, fm_status pre, fm_error *err) {
     const size_t elem = t == FM_COMM_F32 ? 4 : 2;
     float *sum = n ? malloc((size_t)n * sizeof *sum) : NULL; /* before publishing: every rank must reach the barriers */
-    fm_status st = publish(c, t == FM_COMM_F32 ? OP_ALL_REDUCE_F32 : OP_ALL_REDUCE_BF16, buf, (size_t)n * elem, err);
+    const int op = pre ? OP_FAILED : t == FM_COMM_F32 ? OP_ALL_REDUCE_F32 : OP_ALL_REDUCE_BF16;
+    fm_status st = publish(c, op, buf, (size_t)n * elem, err);
+    if (pre) st = pre;
     if (st == FM_OK && n && !sum) st = fm_fail(err, FM_ERR_NOMEM, "all_reduce: out of host memory");
     if (st == FM_OK)
         for (int64_t i = 0; i < n; i++) {
@@ -106,19 +111,73 @@ static fm_status sim_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_dt
     return st;
 }
 
-static fm_status sim_all_gather(fm_comm *c, const void *send, void *recv, size_t bytes, fm_error *err) {
-    fm_status st = publish(c, OP_ALL_GATHER, send, bytes, err);
+static fm_status gather_host(fm_comm *c, const void *send, void *recv, size_t bytes, fm_status pre, fm_error *err) {
+    fm_status st = publish(c, pre ? OP_FAILED : OP_ALL_GATHER, send, bytes, err);
+    if (pre) st = pre;
     if (st == FM_OK && bytes)
         for (int r = 0; r < c->w->n; r++) memcpy((char *)recv + (size_t)r * bytes, sim(c)->pub[r], bytes);
     if (st == FM_OK) c->sent += (uint64_t)(c->w->n - 1) * bytes;
     return finish(c, st);
 }
 
-static fm_status sim_all_to_all(fm_comm *c, const void *send, void *recv, size_t block, fm_error *err) {
-    fm_status st = publish(c, OP_ALL_TO_ALL, send, block, err);
+static fm_status all_to_all_host(fm_comm *c, const void *send, void *recv, size_t block, fm_status pre, fm_error *err) {
+    fm_status st = publish(c, pre ? OP_FAILED : OP_ALL_TO_ALL, send, block, err);
+    if (pre) st = pre;
     if (st == FM_OK && block)
         for (int r = 0; r < c->w->n; r++)
             memcpy((char *)recv + (size_t)r * block, (const char *)sim(c)->pub[r] + (size_t)c->rank * block, block);
     if (st == FM_OK) c->sent += (uint64_t)(c->w->n - 1) * block;
     return finish(c, st);
+}
+
+/* A staged rank (fm_comm_sim_stage_through): its buffers are its backend's memory, copied to host memory before the
+ * collective (the download waits for the rank's device work) and back after it (stream-ordered). */
+static fm_backend *stage_of(const fm_comm *c) { return (fm_backend *)c->impl; }
+
+static void *staged_copy(fm_backend *be, const void *src, size_t bytes, size_t cap) {
+    void *h = malloc(cap ? cap : 1);
+    if (h && src && bytes) be->ops->download_raw(be, src, bytes, h);
+    return h;
+}
+
+static fm_status nomem(fm_error *err, const char *what, size_t bytes) {
+    return fm_fail(err, FM_ERR_NOMEM, "%s: out of host memory to stage %zu bytes", what, bytes);
+}
+
+static fm_status sim_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_dtype t, fm_error *err) {
+    if (n < 0 || (n > 0 && !buf)) return fm_fail(err, FM_ERR_USAGE, "all_reduce of %lld elements", (long long)n);
+    fm_backend *be = stage_of(c);
+    if (!be) return reduce_host(c, buf, n, t, FM_OK, err);
+    const size_t bytes = (size_t)n * (t == FM_COMM_F32 ? 4 : 2);
+    void *h = staged_copy(be, buf, bytes, bytes);
+    const fm_status st = reduce_host(c, h, n, t, h ? FM_OK : nomem(err, "all_reduce", bytes), err);
+    if (!st && bytes) be->ops->upload_raw(be, h, bytes, buf);
+    free(h);
+    return st;
+}
+
+static fm_status sim_all_gather(fm_comm *c, const void *send, void *recv, size_t bytes, fm_error *err) {
+    fm_backend *be = stage_of(c);
+    if (!be) return gather_host(c, send, recv, bytes, FM_OK, err);
+    const size_t all = bytes * (size_t)c->w->n;
+    void *hs = staged_copy(be, send, bytes, bytes), *hr = malloc(all ? all : 1);
+    const fm_status st = gather_host(c, hs, hr, bytes, hs && hr ? FM_OK : nomem(err, "all_gather", all), err);
+    if (!st && all) be->ops->upload_raw(be, hr, all, recv);
+    free(hs), free(hr);
+    return st;
+}
+
+static fm_status sim_all_to_all(fm_comm *c, const void *send, void *recv, size_t block, fm_error *err) {
+    fm_backend *be = stage_of(c);
+    if (!be) return all_to_all_host(c, send, recv, block, FM_OK, err);
+    const size_t all = block * (size_t)c->w->n;
+    void *hs = staged_copy(be, send, all, all), *hr = malloc(all ? all : 1);
+    const fm_status st = all_to_all_host(c, hs, hr, block, hs && hr ? FM_OK : nomem(err, "all_to_all", all), err);
+    if (!st && all) be->ops->upload_raw(be, hr, all, recv);
+    free(hs), free(hr);
+    return st;
+}
+
+void fm_comm_sim_stage_through(fm_comm *c, fm_backend *be) {
+    if (c->w->vt == &sim_vt) c->impl = be;
 }

@@ -1,4 +1,4 @@
-/* A group of ranks over a whole model, host form (rank_group.h). */
+/* A group of ranks over a whole model (rank_group.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +35,17 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
     if (!g) return FM_ERR_NOMEM;
     g->n_ranks = n_ranks;
     fm_status st = fm_world_create_sim(n_ranks, &g->world, err);
+    /* ranks of another backend than the cpu (--tp on cuda: every rank on the one GPU the backend takes) exchange
+       through host memory, staged by their backends' copies, which synchronise: their decode steps run without
+       graphs */
+    const bool staged = strcmp(opt->backend, "cpu") != 0;
+    char routes[512];
+    snprintf(routes, sizeof routes, "%s%sdecode.graphs=off", opt->routes ? opt->routes : "",
+             opt->routes && *opt->routes ? "," : "");
     for (int r = 0; !st && r < n_ranks; r++) {
         fm_options o = *opt;
         o.ep_rank = r, o.tp_rank = r;
+        if (staged) o.routes = routes;
         st = fm_model_load(dir, &o, &g->models[r], err);
         if (st && err && r > 0) { /* the first rank's message is the model's; a later one's names that rank */
             char pre[48];
@@ -48,6 +56,7 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
         }
         if (!st && ne > 1) g->models[r]->ep_comm = fm_world_comm(g->world, r);
         if (!st && nt > 1) g->models[r]->tp_comm = fm_world_comm(g->world, r);
+        if (!st && staged) fm_comm_sim_stage_through(fm_world_comm(g->world, r), g->models[r]->be);
     }
     if (st) {
         fm_rank_group_free(g);

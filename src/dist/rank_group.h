@@ -1,4 +1,4 @@
-/* A group of ranks in one process over a whole model, host form (the cpu backend): N ranks, each a model of the same
+/* A group of ranks in one process over a whole model: N ranks, each a model of the same
  * checkpoint holding its share, joined by a simulated world (comm.h); a thread per rank. The shares:
  *   --ep N  expert parallelism: every dense weight and 1/N of the routed experts (fm_ep_expert_range); the MoE
  *           layers exchange their rows (engine/forward.c, dist/ep_moe.h): the logits of one model holding every
@@ -8,7 +8,11 @@
  *           order in which o's partial sums add;
  *   both    the same N ranks (one per device), attention split by heads, experts by expert.
  * A forward pass or a generation runs on every rank at once over the same prompts; every rank ends with the same
- * logits (tests/test_rank_group.c). The GPU form is the same plan over NCCL, one GPU per rank. */
+ * logits (tests/test_rank_group.c). The ranks exchange through a simulated world (dist/comm.h): on the cpu backend
+ * in host memory; --tp on the cuda backend staged through each rank's backend, every rank on the one GPU the backend
+ * takes (tests/gpu/test_cuda_tp.c: a correctness path, not a speed-up), decode steps without graphs. What is left for
+ * several GPUs: a device per rank and the NCCL world (backend/cuda/comm_nccl.cu, tested alone), and for --ep on
+ * cuda the exchange of rows on the device. */
 #ifndef FM_DIST_RANK_GROUP_H
 #define FM_DIST_RANK_GROUP_H
 

@@ -200,15 +200,17 @@ static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
 
-/* Tensor parallelism (m->tp_comm, host form): y [n] holds this rank's partial o projection (its heads' columns);
- * the all-reduce sums the ranks' partials in rank order (the same bits on every rank), rounded to the activation
- * dtype as the single-rank projection's output is. A failure is kept as expert_parallel_moe's is. */
+/* Tensor parallelism (m->tp_comm): y [n] holds this rank's partial o projection (its heads' columns); the all-reduce
+ * sums the ranks' partials in rank order in fp32 (the same bits on every rank), rounded to the activation dtype as the
+ * single-rank projection's output is: bf16 buffers (cuda) by the collective, fp32 ones holding bf16 values (the cpu
+ * backend's bf16 plans) after it. A failure is kept as expert_parallel_moe's is. */
 static void tensor_parallel_sum(fm_model *m, void *y, int64_t n) {
     if (m->dist_status) return;
     fm_error e = {{0}};
-    const fm_status st = fm_comm_all_reduce_sum(m->tp_comm, y, n, FM_COMM_F32, &e);
+    const bool bf16_buffers = m->be->ops->act_size == 2;
+    const fm_status st = fm_comm_all_reduce_sum(m->tp_comm, y, n, bf16_buffers ? FM_COMM_BF16 : FM_COMM_F32, &e);
     if (st) m->dist_status = st, m->dist_err = e;
-    else if (m->plan.act_bf16) fm_round_bf16_array((float *)y, n);
+    else if (m->plan.act_bf16 && !bf16_buffers) fm_round_bf16_array((float *)y, n);
 }
 
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate

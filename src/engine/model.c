@@ -391,17 +391,17 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
 }
 
 /* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
- * an error naming what cannot be split. The host form of the exchanges (dist/) reads the cpu backend's buffers; the
- * NCCL form the cuda backend needs is not built. */
+ * an error naming what cannot be split. Expert parallelism's exchange of rows (dist/ep_moe.c) is host code over the
+ * cpu backend's buffers; tensor parallelism's all-reduce takes any backend's (dist/comm.h). */
 static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank, const fm_options *opt, fm_error *err) {
     if (N < 0 || N > FM_COMM_MAX_RANKS)
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
     if (N <= 1) return FM_OK;
     if (rank < 0 || rank >= N) return fm_fail(err, FM_ERR_USAGE, "%s: rank %d of %d ranks", opt_name, rank, N);
-    if (strcmp(opt->backend, "cpu"))
+    if (strcmp(opt->backend, "cpu") && (strcmp(opt->backend, "cuda") || strcmp(opt_name, "--tp")))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "%s %d on the %s backend: the ranks run on the cpu backend (exchanging through host memory); "
-                       "the GPU form over NCCL is not built yet",
+                       "%s %d on the %s backend: expert parallelism exchanges its rows in host code, on the cpu "
+                       "backend only for now (--tp runs on the cpu and cuda backends)",
                        opt_name, N, opt->backend);
     return FM_OK;
 }

@@ -117,8 +117,8 @@ static void test_collectives(void **state) {
                 fail_msg("all_reduce f32: rank %d element %lld: %.9g, want %.9g", r, (long long)i, jobs[r].red[i],
                          want);
             if (jobs[r].redb[i] != fm_f32_to_bf16(wantb))
-                fail_msg("all_reduce bf16: rank %d element %lld: 0x%04x, want 0x%04x", r, (long long)i,
-                         jobs[r].redb[i], fm_f32_to_bf16(wantb));
+                fail_msg("all_reduce bf16: rank %d element %lld: 0x%04x, want 0x%04x", r, (long long)i, jobs[r].redb[i],
+                         fm_f32_to_bf16(wantb));
         }
     }
     for (int r = 0; r < n; r++) {

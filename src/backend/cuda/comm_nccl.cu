@@ -22,7 +22,7 @@ extern "C" {
 }
 
 typedef struct ncclComm *ncclComm_t;
-typedef int ncclResult_t; // ncclSuccess = 0
+typedef int ncclResult_t;                                     // ncclSuccess = 0
 enum { NCCL_UINT8 = 1, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9 }; // ncclDataType_t values (nccl.h)
 
 typedef struct nccl_api {
@@ -62,8 +62,8 @@ static fm_status load_nccl(fm_error *err) {
     SYM(error_string, "ncclGetErrorString");
     SYM(get_version, "ncclGetVersion");
 #undef SYM
-    if (!a.comm_init_all || !a.comm_destroy || !a.all_gather || !a.send || !a.recv || !a.group_start ||
-        !a.group_end || !a.error_string || !a.get_version) {
+    if (!a.comm_init_all || !a.comm_destroy || !a.all_gather || !a.send || !a.recv || !a.group_start || !a.group_end ||
+        !a.error_string || !a.get_version) {
         dlclose(lib);
         return fm_fail(err, FM_ERR_BACKEND, "NCCL: libnccl.so.2 lacks an entry point (ncclSend needs NCCL >= 2.7)");
     }
@@ -140,8 +140,8 @@ static fm_status nccl_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_d
     if (t == FM_COMM_F32)
         sum_ranks_kernel<float><<<blocks, threads, 0, stream_of(c)>>>((const float *)r->scratch, N, n, (float *)buf);
     else
-        sum_ranks_kernel<__nv_bfloat16><<<blocks, threads, 0, stream_of(c)>>>((const __nv_bfloat16 *)r->scratch, N, n,
-                                                                              (__nv_bfloat16 *)buf);
+        sum_ranks_kernel<__nv_bfloat16>
+            <<<blocks, threads, 0, stream_of(c)>>>((const __nv_bfloat16 *)r->scratch, N, n, (__nv_bfloat16 *)buf);
     st = cuda_check(cudaGetLastError(), "sum_ranks launch", err);
     if (!st) c->sent += (uint64_t)(N - 1) * (uint64_t)n * elem;
     return st;
@@ -166,13 +166,12 @@ static fm_status nccl_all_to_all(fm_comm *c, const void *send, void *recv, size_
         st = nccl_check(api.group_start(), "group start", err);
         for (int p = 0; !st && p < N; p++) {
             if (p == me) continue;
-            st = nccl_check(api.send((const char *)send + (size_t)p * block, block, NCCL_UINT8, p, r->comm,
-                                     stream_of(c)),
-                            "send", err);
+            st = nccl_check(
+                api.send((const char *)send + (size_t)p * block, block, NCCL_UINT8, p, r->comm, stream_of(c)), "send",
+                err);
             if (!st)
-                st = nccl_check(
-                    api.recv((char *)recv + (size_t)p * block, block, NCCL_UINT8, p, r->comm, stream_of(c)), "recv",
-                    err);
+                st = nccl_check(api.recv((char *)recv + (size_t)p * block, block, NCCL_UINT8, p, r->comm, stream_of(c)),
+                                "recv", err);
         }
         const fm_status end = nccl_check(api.group_end(), "group end", err); // always closes the group
         if (!st) st = end;
