@@ -33,8 +33,8 @@ static float *logits_of(fm_model *m, fm_rank_group *g, const int32_t *ids, int64
     const int32_t V = fm_model_vocab_size(g ? g->models[0] : m);
     float *out = malloc((size_t)T * (size_t)V * sizeof *out);
     fm_error err = {{0}};
-    const fm_status st = g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m, ids, T, false, out,
-                                                                                            NULL, &err);
+    const fm_status st =
+        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m, ids, T, false, out, NULL, &err);
     if (st) fail_msg("forward: %s", err.msg);
     return out;
 }
