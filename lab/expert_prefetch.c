@@ -186,13 +186,18 @@ int main(int argc, char **argv) {
                     for (int32_t b = 0; b < k; b++) co[((size_t)j * E + A(t, j)[a]) * E + A(t, j + 1)[b]] += 1;
             }
     /* the cache replaying every recorded fetch, the first half included (its state at the second half is real) */
-    fm_residency r, rpe, rpm; /* rpe, rpm: the same cache with the prefetches of (a) and (b) applied */
+    /* rpe, rpm: the same cache with the prefetches of (a) and (b) applied as fetches; rpx, rph: (a) as the engine
+       prefetches (fm_residency_prefetch: no use counted, the layer's slots kept), all k predicted experts and the
+       top k / 2 of them */
+    fm_residency r, rpe, rpm, rpx, rph;
     if (fm_residency_init(&r, L, E, S, FM_EXPERT_LFU, &err) || fm_residency_init(&rpe, L, E, S, FM_EXPERT_LFU, &err) ||
-        fm_residency_init(&rpm, L, E, S, FM_EXPERT_LFU, &err))
+        fm_residency_init(&rpm, L, E, S, FM_EXPERT_LFU, &err) ||
+        fm_residency_init(&rpx, L, E, S, FM_EXPERT_LFU, &err) || fm_residency_init(&rph, L, E, S, FM_EXPERT_LFU, &err))
         return fail("residency", &err);
     /* per layer pass of the second half: copies the layer's own fetch makes (each stalls its GEMMs) and the
        prefetches' copies (under earlier work), for the caches with prefetch (a) and (b) */
     double stall_pe = 0, pre_pe = 0, stall_pm = 0, pre_pm = 0, passes = 0, all_misses = 0;
+    double stall_px = 0, pre_px = 0, stall_ph = 0, pre_ph = 0;
     int32_t slots[64], ce[1024], cs[1024], nc;
     int32_t *moe_layer = malloc((size_t)moe * sizeof *moe_layer);
     for (int32_t l = 0, j = 0; l < L; l++)
@@ -246,6 +251,18 @@ int main(int argc, char **argv) {
             }
             fm_residency_fetch(&rpe, moe_layer[j], a, k, slots, ce, cs, &nc);
             stall_pe += counted ? nc : 0;
+            /* (a) as the engine prefetches: all k, then the top k / 2 */
+            if (j > 0) {
+                const int32_t *pe = pg_enter + ((size_t)t * moe + j) * k;
+                fm_residency_prefetch(&rpx, moe_layer[j], pe, k, ce, cs, &nc);
+                pre_px += counted ? nc : 0;
+                fm_residency_prefetch(&rph, moe_layer[j], pe, k / 2 > 0 ? k / 2 : 1, ce, cs, &nc);
+                pre_ph += counted ? nc : 0;
+            }
+            fm_residency_fetch(&rpx, moe_layer[j], a, k, slots, ce, cs, &nc);
+            stall_px += counted ? nc : 0;
+            fm_residency_fetch(&rph, moe_layer[j], a, k, slots, ce, cs, &nc);
+            stall_ph += counted ? nc : 0;
             /* (b): after layer j's mixer (before its router), layer j + 1's predicted experts; then layer j's fetch */
             if (j + 1 < moe) {
                 fm_residency_fetch(&rpm, moe_layer[j + 1], pg_mid + ((size_t)t * moe + j + 1) * k, k, slots, ce, cs,
@@ -278,7 +295,10 @@ int main(int argc, char **argv) {
            "pass: without prefetch %.3f, all in the layer's own fetch; prefetch (a) %.3f in the fetch + %.3f "
            "earlier; prefetch (b) %.3f + %.3f earlier\n",
            S, all_misses / passes, stall_pe / passes, pre_pe / passes, stall_pm / passes, pre_pm / passes);
-    fm_residency_free(&rpe), fm_residency_free(&rpm);
+    printf("(a) as the engine prefetches (fm_residency_prefetch: no use counted, the layer's own slots kept): all k "
+           "predicted %.3f in the fetch + %.3f earlier; the top k / 2 %.3f + %.3f earlier\n",
+           stall_px / passes, pre_px / passes, stall_ph / passes, pre_ph / passes);
+    fm_residency_free(&rpe), fm_residency_free(&rpm), fm_residency_free(&rpx), fm_residency_free(&rph);
     free(pg_enter), free(pg_mid), free(lgd), free(stream_rows);
     be->ops->free(be, xn), be->ops->free(be, lg);
     free(co), free(freq), free(score), free(moe_layer), free(rec.layer), free(rec.n), free(rec.ids), free(ids);
