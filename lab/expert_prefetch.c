@@ -254,9 +254,9 @@ int main(int argc, char **argv) {
             /* (a) as the engine prefetches: all k, then the top k / 2 */
             if (j > 0) {
                 const int32_t *pe = pg_enter + ((size_t)t * moe + j) * k;
-                fm_residency_prefetch(&rpx, moe_layer[j], pe, k, ce, cs, &nc);
+                fm_residency_prefetch(&rpx, moe_layer[j], pe, 1, k, k, ce, cs, &nc);
                 pre_px += counted ? nc : 0;
-                fm_residency_prefetch(&rph, moe_layer[j], pe, k / 2 > 0 ? k / 2 : 1, ce, cs, &nc);
+                fm_residency_prefetch(&rph, moe_layer[j], pe, 1, k, k / 2 > 0 ? k / 2 : 1, ce, cs, &nc);
                 pre_ph += counted ? nc : 0;
             }
             fm_residency_fetch(&rpx, moe_layer[j], a, k, slots, ce, cs, &nc);

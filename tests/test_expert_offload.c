@@ -211,14 +211,13 @@ static void logits_bit_identical(void **s) {
     check_model(&cases[3], FM_EXPERT_LFU);
 }
 
-/* The expert prefetch (route expert.prefetch=on: steps of <= 8 rows): 24 decode steps through a cache
+/* The expert prefetch (route expert.prefetch=on or N: steps of <= 8 rows): 24 decode steps through a cache
    of 24 slots (LFU) with and without it give the same logits bit for bit; with it, every decode step prefetched each
    MoE layer, and the layers' own fetches missed fewer experts (tiny-code-moe, fp8 as the GPU runs it) */
-static void prefetch_keeps_logits(void **s) {
-    (void)s;
+static void prefetch_case(const char *route) {
     enum { N = 32, P = 8 };
     const model_case mc = {"models/tiny-code-moe", FM_PRESET_FP8, "cuda"};
-    fm_model *pre = load_routes(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU, "expert.prefetch=on");
+    fm_model *pre = load_routes(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU, route);
     fm_model *off = load(&mc, FM_EXPERTS_HOST, 24, FM_EXPERT_LFU);
     const int32_t V = fm_model_vocab_size(pre);
     int32_t ids[N];
@@ -233,7 +232,7 @@ static void prefetch_keeps_logits(void **s) {
     assert_true(fm_model_expert_stats(off, &so));
     int32_t moe = 0;
     for (int l = 0; l < pre->n_layers; l++) moe += pre->layers[l].is_moe;
-    printf("  prefetch on: %lld own misses, %lld experts prefetched in %lld layer passes; off: %lld own misses\n",
+    printf("  %s: %lld own misses, %lld experts prefetched in %lld layer passes; off: %lld own misses\n", route,
            (long long)sp.misses, (long long)sp.prefetch_copies, (long long)sp.prefetches, (long long)so.misses);
     assert_int_equal(sp.prefetches, (int64_t)moe * (N - P + 1)); /* the decode steps and the 8-token prefill */
     assert_int_equal(so.prefetches, 0);
@@ -244,6 +243,13 @@ static void prefetch_keeps_logits(void **s) {
     free(a), free(b);
     fm_model_free(pre);
     fm_model_free(off);
+}
+
+/* every predicted expert of each token (on), and the top 2 of its top-4 */
+static void prefetch_keeps_logits(void **s) {
+    (void)s;
+    prefetch_case("expert.prefetch=on");
+    prefetch_case("expert.prefetch=2");
 }
 
 /* greedy generation (fm_model_generate) and the scheduler (what serve runs) with host experts: the same tokens as

@@ -204,9 +204,10 @@ typedef struct fm_backend_ops {
      *   needed expert resident, as backend/expert_residency.h defines, then slot ids slot_ids[0..P) or the views'
      *   slot table. Stream-ordered like every op (cuda: device kernels reading the ids and the table on the device,
      *   no host synchronisation: graph-safe).
-     * expert_prefetch: layer `layer`'s predicted expert ids ids[0..P) made resident ahead of its fetch, as
-     *   backend/expert_residency.h defines a prefetch (the copies only: no slot ids written, no use counted);
-     *   stream-ordered, graph-safe; NULL where the backend has none (the engine then prefetches nothing).
+     * expert_prefetch: layer `layer`'s predicted experts made resident ahead of its fetch: ids [rows][k] (int32 in
+     *   backend memory, each row in order of score), the first m of each row, as backend/expert_residency.h defines
+     *   a prefetch (the copies only: no slot ids written, no use counted); stream-ordered, graph-safe; NULL where
+     *   the backend has none (the engine then prefetches nothing).
      * expert_cache_stats: the counters since creation (waits for the device).
      * expert_cache_free: the pool, the table and the slot ids (not the host banks). */
     fm_status (*bank_create_host)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
@@ -214,7 +215,8 @@ typedef struct fm_backend_ops {
                                      const fm_bank **pool_gate_up, const fm_bank **pool_down, void **slot_ids,
                                      fm_error *err);
     void (*expert_fetch)(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
-    void (*expert_prefetch)(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
+    void (*expert_prefetch)(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t rows, int32_t k,
+                            int32_t m);
     void (*expert_cache_stats)(fm_backend *be, const fm_expert_cache *c, fm_expert_cache_stats *out);
     void (*expert_cache_free)(fm_backend *be, fm_expert_cache *c);
 

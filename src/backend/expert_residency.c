@@ -82,8 +82,8 @@ void fm_residency_fetch(fm_residency *r, int32_t layer, const int32_t *ids, int6
     for (int64_t i = 0; i < P; i++) slots[i] = table[ids[i]];
 }
 
-void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *copy_expert,
-                           int32_t *copy_slot, int32_t *n_copies) {
+void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t rows, int32_t k, int32_t m,
+                           int32_t *copy_expert, int32_t *copy_slot, int32_t *n_copies) {
     const int32_t E = r->n_experts;
     int32_t *table = r->slot_of + (size_t)layer * (size_t)E;
     const int32_t key0 = layer * E;
@@ -91,8 +91,8 @@ void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, i
     /* distinct experts: seen[] holds fetch ticks, so this pass marks with a value no tick reaches */
     const uint64_t mark = UINT64_MAX - (uint64_t)r->prefetches;
     int32_t n_miss = 0;
-    for (int64_t i = 0; i < P; i++) {
-        const int32_t e = ids[i];
+    for (int64_t i = 0; i < rows * m; i++) {
+        const int32_t e = ids[i / m * k + i % m];
         if (r->seen[e] == mark) continue;
         r->seen[e] = mark;
         if (table[e] < 0) r->miss[n_miss++] = e;

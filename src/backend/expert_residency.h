@@ -20,8 +20,9 @@
  *   4. slots[i] = the slot of (l, ids[i]).
  * Counters: a hit or a miss per distinct (layer, expert) of a fetch.
  *
- * One prefetch of layer l with predicted ids[0..P) (the router of layer l on the residual stream before the layer's
- * token mixer: the engine's expert.prefetch route), made resident ahead of the layer's fetch:
+ * One prefetch of layer l with the predicted experts of `rows` tokens, the first m of each row of k ids (the router of
+ * layer l on the residual stream before the layer's token mixer, ids in order of score: the engine's expert.prefetch
+ * route, m its count), made resident ahead of the layer's fetch:
  *   no tick, no use counted, no slot pinned (a prediction is not a use: counted as one, LFU would keep wrong guesses);
  *   the distinct experts of ids in order of first appearance that are not resident each take, in order, the victim
  *   of step 3's key among the slots that do not hold an expert of layer l (the ones this prefetch filled included:
@@ -58,9 +59,10 @@ void fm_residency_free(fm_residency *r);
 void fm_residency_fetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *slots,
                         int32_t *copy_expert, int32_t *copy_slot, int32_t *n_copies);
 
-/* One prefetch (above): the copies to make, as fm_residency_fetch's. ids must lie in [0, E). */
-void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t P, int32_t *copy_expert,
-                           int32_t *copy_slot, int32_t *n_copies);
+/* One prefetch (above): ids [rows][k], the first m (1..k) of each row taken; the copies to make, as
+ * fm_residency_fetch's. ids must lie in [0, E). */
+void fm_residency_prefetch(fm_residency *r, int32_t layer, const int32_t *ids, int64_t rows, int32_t k, int32_t m,
+                           int32_t *copy_expert, int32_t *copy_slot, int32_t *n_copies);
 
 /* Bytes of a device backend's table (cuda: backend/cuda/expert_cache.cu, one allocation; the memory plan counts it
  * in the expert pool): slot_of and uses [L * E] 4 bytes each, owner [S] 4 and last_use [S] 8 bytes, the copy list

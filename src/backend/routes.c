@@ -97,8 +97,11 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         if (!parse_switch(val, &r->shared_stream))
             return fm_fail(err, FM_ERR_USAGE, "route shared.stream: '%s' is not a value (auto, on or off)", val);
     } else if (!strcmp(key, "expert.prefetch")) {
-        if (!parse_switch(val, &r->expert_prefetch))
-            return fm_fail(err, FM_ERR_USAGE, "route expert.prefetch: '%s' is not a value (auto, on or off)", val);
+        if (!strcmp(val, "off")) r->expert_prefetch = -1;
+        else if (!strcmp(val, "on")) r->expert_prefetch = FM_EXPERT_PREFETCH_ALL;
+        else if (!parse_count(val, 1, 64, &r->expert_prefetch))
+            return fm_fail(err, FM_ERR_USAGE, "route expert.prefetch: '%s' is not a value (auto, on, off or 1..64)",
+                           val);
     } else if (!strcmp(key, "decode.graphs")) {
         if (!parse_switch(val, &r->decode_graphs))
             return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
@@ -203,7 +206,11 @@ bool fm_routes_shared_stream(const fm_routes *r, int64_t T) { return T >= 1 && r
 int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T) { return r->shared_stream == FM_ROUTE_OFF ? 0 : T; }
 
 bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T) {
-    return r->expert_prefetch == FM_ROUTE_ON && T <= FM_EXPERT_PREFETCH_MAX_T;
+    return r->expert_prefetch >= 1 && T <= FM_EXPERT_PREFETCH_MAX_T;
+}
+
+int32_t fm_routes_expert_prefetch_top(const fm_routes *r, int32_t k) {
+    return r->expert_prefetch < 1 ? 0 : r->expert_prefetch < k ? r->expert_prefetch : k;
 }
 
 int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
@@ -282,7 +289,16 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *codes = r->w4a8_codes == FM_ROUTE_CODES_REGS   ? "regs"
                         : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "smem"
                                                                : "auto";
-    char now[9][64], moe[8], warps[8];
+    char now[9][64], moe[8], warps[8], prefetch[8], prefetch_now[40];
+    snprintf(prefetch, sizeof prefetch, "%d", r->expert_prefetch);
+    if (r->expert_prefetch <= 0 || r->expert_prefetch == FM_EXPERT_PREFETCH_ALL)
+        snprintf(prefetch, sizeof prefetch, "%s",
+                 r->expert_prefetch == 0  ? "auto"
+                 : r->expert_prefetch < 0 ? "off"
+                                          : "on");
+    if (r->expert_prefetch < 1) snprintf(prefetch_now, sizeof prefetch_now, "off");
+    else if (r->expert_prefetch == FM_EXPERT_PREFETCH_ALL) snprintf(prefetch_now, sizeof prefetch_now, "top-k, T <= 8");
+    else snprintf(prefetch_now, sizeof prefetch_now, "top %d, T <= 8", r->expert_prefetch);
     snprintf(warps, sizeof warps, "%d", r->gdn_state);
     if (r->gdn_state == FM_GDN_STATE_SPLIT) snprintf(warps, sizeof warps, "split");
     snprintf(moe, sizeof moe, "%d", r->moe_gemv);
@@ -352,9 +368,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"shared.stream", switch_name(r->shared_stream), "auto|on|off", "on",
          "the shared expert (Qwen3-Next) on a second stream beside the router and the routed experts",
          r->shared_stream == FM_ROUTE_OFF ? "off" : "every pass"},
-        {"expert.prefetch", switch_name(r->expert_prefetch), "auto|on|off", "off",
+        {"expert.prefetch", prefetch, "auto|on|off|1..64", "off",
          "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
-         r->expert_prefetch == FM_ROUTE_ON ? "T <= 8" : "off"},
+         prefetch_now},
     };
     fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)

@@ -44,13 +44,13 @@
  *                                         routed experts (auto = on, every pass: H200, qwen3-next-80b-a3b, decode
  *                                         batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms; bench/NOTES.md
  *                                         fifteenth session)
- *   expert.prefetch  auto | on | off      experts in host memory: each MoE layer's experts predicted at the layer's
+ *   expert.prefetch  auto|on|off|1..64    experts in host memory: each MoE layer's experts predicted at the layer's
  *                                         start (its router on the residual stream before the token mixer) and
  *                                         copied on the side stream while the mixer runs, in steps of at most 8
- *                                         rows (a prefill needs most experts of every layer anyway). auto = off:
- *                                         on the synthetic Qwen3-30B-A3B at --vram-limit 8G it copied 1.5x the
- *                                         bytes and made a step 6-17 % slower (bench/NOTES.md fifteenth session);
- *                                         on for a checkpoint whose routing it predicts
+ *                                         rows (a prefill needs most experts of every layer anyway); on: each
+ *                                         token's top-k prediction, N: its top N. auto = off: on the synthetic
+ *                                         Qwen3-30B-A3B at --vram-limit 8G the whole top-k copied 1.5x the bytes
+ *                                         and made a step 6-17 % slower (bench/NOTES.md fifteenth session)
  * An override is for measuring a threshold or testing a kernel on a GPU where it is not the default; it never
  * changes what an op computes, only which kernel computes it. */
 #ifndef FM_BACKEND_ROUTES_H
@@ -114,7 +114,7 @@ typedef struct fm_routes {
     int32_t gdn_state;                          /* gdn.state: 0 auto, 4, 8 or FM_GDN_STATE_SPLIT */
     fm_route_switch rope_store;                 /* rope.store */
     fm_route_switch shared_stream;              /* shared.stream */
-    fm_route_switch expert_prefetch;            /* expert.prefetch */
+    int32_t expert_prefetch;                    /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -224,7 +224,10 @@ int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T);
 /* A pass of T rows with experts in host memory prefetches each layer's predicted experts (expert.prefetch=on: steps of
  * at most FM_EXPERT_PREFETCH_MAX_T rows; the prediction's buffers are sized for that many). */
 #define FM_EXPERT_PREFETCH_MAX_T 8
+#define FM_EXPERT_PREFETCH_ALL 1024 /* expert.prefetch=on: every one of a token's top-k */
 bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T);
+/* How many of each token's top-k predicted experts a prefetch takes (1..k), when it runs. */
+int32_t fm_routes_expert_prefetch_top(const fm_routes *r, int32_t k);
 
 /* The kernel of a dense projection (the backend's linear op) of weight format f, M rows and K inputs. */
 typedef enum fm_dense_kernel {

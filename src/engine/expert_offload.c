@@ -90,7 +90,8 @@ void fm_moe_prefetch(fm_model *m, int32_t l, const void *x, int64_t T) {
     if (ops->side_begin) ops->side_begin(be);
     ops->router(be, L->router, o->pf_h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, o->pf_logits, o->pf_ids,
                 o->pf_w);
-    ops->expert_prefetch(be, o->cache, l, o->pf_ids, T * c->n_experts_per_tok);
+    ops->expert_prefetch(be, o->cache, l, o->pf_ids, T, c->n_experts_per_tok,
+                         fm_routes_expert_prefetch_top(&m->routes, c->n_experts_per_tok));
     if (ops->side_end) ops->side_end(be);
 }
 

@@ -3,7 +3,8 @@
  *     of a random sequence (decode-sized and prefill-sized routings, several layers, a cache a little larger than
  *     one layer's experts so that most fetches evict), the slot table and the slot owners equal the reference's,
  *     and so do the counters, LRU and LFU (past a half-life); half the fetches follow a prefetch of the layer
- *     (expert_prefetch: a guess of one or two tokens' experts), whose table is checked against the reference too;
+ *     (expert_prefetch: a guess of one or two tokens' experts, the first 1..k of each), whose table is checked
+ *     against the reference too;
  *   - the moe op on the cache's pool views, fetch after fetch, is bit-identical to the moe op on the layer's own
  *     device banks (the copies landed, the dispatch read the table), on the grouped GEMM and on the decode GEMVs;
  *   - whole models: logits of a prefill, then a fresh prefill and decode steps, with the experts in host memory
@@ -98,8 +99,9 @@ static void cache_case(fm_expert_policy policy, int32_t L, int32_t E, int32_t S,
             const int64_t Tp = 1 + next_u32() % 2;
             routing(ids, wts, Tp, k, E, pick == 5);
             be->ops->upload_ids(be, ids, Tp * k, idd);
-            be->ops->expert_prefetch(be, c, l, idd, Tp * k);
-            fm_residency_prefetch(&ref, l, ids, Tp * k, ce, cs, &nc);
+            const int32_t top = 1 + (int32_t)(next_u32() % (uint32_t)k); /* the first `top` of each row */
+            be->ops->expert_prefetch(be, c, l, idd, Tp, k, top);
+            fm_residency_prefetch(&ref, l, ids, Tp, k, top, ce, cs, &nc);
             assert_int_equal(fm_cuda_expert_cache_table(be, c, slot_of, owner, &err), FM_OK);
             if (memcmp(slot_of, ref.slot_of, (size_t)L * E * 4) || memcmp(owner, ref.owner, (size_t)S * 4))
                 fail_msg("%s prefetch before fetch %d (layer %d): the table differs from the reference",

@@ -145,10 +145,11 @@ void cpu_expert_fetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const v
     }
 }
 
-void cpu_expert_prefetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
+void cpu_expert_prefetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t rows, int32_t k,
+                         int32_t m) {
     (void)be;
     int32_t n = 0;
-    fm_residency_prefetch(&c->res, layer, (const int32_t *)ids, P, c->copy_e, c->copy_s, &n);
+    fm_residency_prefetch(&c->res, layer, (const int32_t *)ids, rows, k, m, c->copy_e, c->copy_s, &n);
     for (int32_t j = 0; j < n; j++) {
         c->bytes_prefetched += copy_matrix(c->gate_up[layer], c->copy_e[j], c->pool_gu, c->copy_s[j]);
         c->bytes_prefetched += copy_matrix(c->down[layer], c->copy_e[j], c->pool_dn, c->copy_s[j]);

@@ -112,7 +112,8 @@ fm_status cpu_expert_cache_create(fm_backend *be, const fm_expert_cache_desc *d,
                                   const fm_bank **pool_gate_up, const fm_bank **pool_down, void **slot_ids,
                                   fm_error *err);
 void cpu_expert_fetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
-void cpu_expert_prefetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P);
+void cpu_expert_prefetch(fm_backend *be, fm_expert_cache *c, int32_t layer, const void *ids, int64_t rows, int32_t k,
+                         int32_t m);
 void cpu_expert_cache_stats(fm_backend *be, const fm_expert_cache *c, fm_expert_cache_stats *out);
 void cpu_expert_cache_free(fm_backend *be, fm_expert_cache *c);
 

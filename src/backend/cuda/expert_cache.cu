@@ -229,10 +229,11 @@ static __device__ victim_key shfl_key(const victim_key &k, int src_lane_xor) {
 }
 
 // One fetch of `layer`: the reference's steps 1-4 (expert_residency.h) on the device table, by one block. prefetch:
-// the reference's prefetch instead (no tick, no use, no pin; victims among the slots of other layers; no map).
+// the reference's prefetch instead (no tick, no use, no pin; victims among the slots of other layers; no map). The
+// ids: rows of k, the first m of each (P = rows m; a fetch passes k = m = 1).
 static __global__ void __launch_bounds__(RES_THREADS)
     residency_kernel(dev_table t, int32_t L, int32_t E, int32_t S, int32_t policy, int32_t layer, const int32_t *ids,
-                     int64_t P, bool prefetch) {
+                     int64_t P, int32_t k, int32_t m, bool prefetch) {
     __shared__ int32_t first[RES_THREADS];     // the first index of expert e among ids, INT32_MAX if absent
     __shared__ int32_t missfirst[RES_THREADS]; // first[e] for a missing expert, else INT32_MAX
     __shared__ int32_t miss_e[RES_THREADS];    // the misses in order of first appearance
@@ -249,7 +250,7 @@ static __global__ void __launch_bounds__(RES_THREADS)
     for (int e = tid; e < E; e += RES_THREADS) first[e] = INT32_MAX;
     __syncthreads();
     // 2. the distinct experts, in order of first appearance: hits pinned (last_use = tick), misses ranked
-    for (int64_t i = tid; i < P; i += RES_THREADS) atomicMin(&first[ids[i]], (int32_t)i);
+    for (int64_t i = tid; i < P; i += RES_THREADS) atomicMin(&first[ids[i / m * k + i % m]], (int32_t)i);
     __syncthreads();
     if (tid < E) {
         missfirst[tid] = INT32_MAX;
@@ -334,7 +335,8 @@ static __global__ void __launch_bounds__(COPY_THREADS)
     }
 }
 
-static void fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P, bool prefetch) {
+static void fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P, int32_t k, int32_t m,
+                  bool prefetch) {
     if (layer < 0 || layer >= c->n_layers || !c->gate_up[layer]) {
         fprintf(stderr, "fp8moe: expert_%s: layer %d has no experts in the cache\n", prefetch ? "prefetch" : "fetch",
                 layer);
@@ -343,7 +345,7 @@ static void fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void 
     if (P == 0) return;
     cudaStream_t s = cuda_be(bb)->stream;
     residency_kernel<<<1, RES_THREADS, 0, s>>>(c->t, c->n_layers, c->n_experts, c->n_slots, (int32_t)c->policy, layer,
-                                               (const int32_t *)ids, P, prefetch);
+                                               (const int32_t *)ids, P, k, m, prefetch);
     FM_LAUNCH_CHECK("expert_residency");
     copy_args a;
     const fm_bank *gu = c->gate_up[layer], *dn = c->down[layer];
@@ -355,11 +357,16 @@ static void fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void 
 }
 
 extern "C" void fm_cuda_expert_fetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
-    fetch(bb, c, layer, ids, P, false);
+    fetch(bb, c, layer, ids, P, 1, 1, false);
 }
 
-extern "C" void fm_cuda_expert_prefetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids, int64_t P) {
-    fetch(bb, c, layer, ids, P, true);
+extern "C" void fm_cuda_expert_prefetch(fm_backend *bb, fm_expert_cache *c, int32_t layer, const void *ids,
+                                        int64_t rows, int32_t k, int32_t m) {
+    if (k < 1 || m < 1 || m > k) {
+        fprintf(stderr, "fp8moe: expert_prefetch: the first %d of rows of %d ids\n", m, k);
+        abort();
+    }
+    fetch(bb, c, layer, ids, rows * m, k, m, true);
 }
 
 extern "C" void fm_cuda_expert_cache_stats(fm_backend *bb, const fm_expert_cache *c, fm_expert_cache_stats *out) {
