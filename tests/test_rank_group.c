@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cli_runner.h"
+#include "logits_diff.h"
 #include "dist/rank_group.h"
 
 static fm_options options(fm_preset p) {
@@ -101,12 +102,6 @@ static void whole_models_match_one_rank(void **s) {
         }
 }
 
-static double rms_diff(const float *a, const float *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return sqrt(s / (double)n);
-}
-
 /* --tp N (and --ep N on the same ranks) against one model. The oracle: only o's partial sums add in another order
    (rank by rank, then rounded as the projection's output is), so the logits agree to rounding: within 1e-5 of the
    largest logit, every position's argmax the same. The quantized presets: a shard of o is quantized on its own (its
@@ -128,24 +123,15 @@ static void tp_case(const char *dir, fm_preset p, int n_ranks, bool ep) {
     int32_t ids[23];
     for (int64_t t = 0; t < T; t++) ids[t] = (int32_t)((t * 7 + 3) % V);
     float *a = logits_of(one, NULL, ids, T), *b = logits_of(NULL, g, ids, T), *f = logits_of(oracle, NULL, ids, T);
-    double maxabs = 0, diff = 0;
-    int same = 0;
-    for (int64_t t = 0; t < T; t++) {
-        int32_t ia = 0, ib = 0;
-        for (int32_t v = 0; v < V; v++) {
-            const float x = a[t * V + v], y = b[t * V + v];
-            if (fabs(x) > maxabs) maxabs = fabs(x);
-            if (fabs(x - y) > diff) diff = fabs(x - y);
-            if (x > a[t * V + ia]) ia = v;
-            if (y > b[t * V + ib]) ib = v;
-        }
-        same += ia == ib;
-    }
+    const logits_diff d = logits_compare(a, b, T, V);
+    const double maxabs = d.max_abs, diff = d.max_diff;
+    const int64_t same = d.same;
     const size_t n = (size_t)T * (size_t)V;
-    const double e_one = rms_diff(a, f, n), e_tp = rms_diff(b, f, n);
-    printf("  %-32s %-4s --tp %d%s: max |diff| %.3g (max |logit| %.3g), argmax %d of %lld; RMS to the oracle %.3g "
+    const double e_one = logits_rms_diff(a, f, n), e_tp = logits_rms_diff(b, f, n);
+    printf("  %-32s %-4s --tp %d%s: max |diff| %.3g (max |logit| %.3g), argmax %lld of %lld; RMS to the oracle %.3g "
            "(one model %.3g)\n",
-           dir, fm_preset_name(p), n_ranks, ep ? " --ep" : "", diff, maxabs, same, (long long)T, e_tp, e_one);
+           dir, fm_preset_name(p), n_ranks, ep ? " --ep" : "", diff, maxabs, (long long)same, (long long)T, e_tp,
+           e_one);
     if (p == FM_PRESET_REF) {
         assert_int_equal(same, T);
         if (diff > 1e-5 * maxabs) fail_msg("%s --tp %d: max |diff| %g > 1e-5 x %g", dir, n_ranks, diff, maxabs);

@@ -19,6 +19,7 @@
 
 #include "dist/rank_group.h"
 #include "engine/engine.h"
+#include "../logits_diff.h"
 #include "gpu_test_util.h"
 
 static fm_options options(fm_preset p) {
@@ -39,12 +40,6 @@ static float *logits_of(fm_model *m, fm_rank_group *g, const int32_t *ids, int64
     return out;
 }
 
-static double rms_diff(const float *a, const float *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return sqrt(s / (double)n);
-}
-
 static void tp_case(const char *dir, fm_preset p) {
     fm_options o = options(p), ro = options(FM_PRESET_REF32);
     fm_model *one = NULL, *oracle = NULL;
@@ -59,24 +54,14 @@ static void tp_case(const char *dir, fm_preset p) {
     int32_t ids[T];
     for (int64_t t = 0; t < T; t++) ids[t] = (int32_t)((t * 7 + 3) % V);
     float *a = logits_of(one, NULL, ids, T), *b = logits_of(NULL, g, ids, T), *f = logits_of(oracle, NULL, ids, T);
-    double maxabs = 0, diff = 0;
-    int same = 0;
-    for (int64_t t = 0; t < T; t++) {
-        int32_t ia = 0, ib = 0;
-        for (int32_t v = 0; v < V; v++) {
-            const float x = a[t * V + v], y = b[t * V + v];
-            if (fabs(x) > maxabs) maxabs = fabs(x);
-            if (fabs(x - y) > diff) diff = fabs(x - y);
-            if (x > a[t * V + ia]) ia = v;
-            if (y > b[t * V + ib]) ib = v;
-        }
-        same += ia == ib;
-    }
+    const logits_diff d = logits_compare(a, b, T, V);
+    const double maxabs = d.max_abs, diff = d.max_diff;
+    const int64_t same = d.same;
     const size_t n = (size_t)T * (size_t)V;
-    const double e_one = rms_diff(a, f, n), e_tp = rms_diff(b, f, n);
-    printf("  %-32s %-5s --tp 2 on the GPU: max |diff| %.3g (max |logit| %.3g), argmax %d of %d; RMS to the oracle "
+    const double e_one = logits_rms_diff(a, f, n), e_tp = logits_rms_diff(b, f, n);
+    printf("  %-32s %-5s --tp 2 on the GPU: max |diff| %.3g (max |logit| %.3g), argmax %lld of %d; RMS to the oracle "
            "%.3g (one model %.3g)\n",
-           dir, fm_preset_name(p), diff, maxabs, same, T, e_tp, e_one);
+           dir, fm_preset_name(p), diff, maxabs, (long long)same, (int)T, e_tp, e_one);
     if (p == FM_PRESET_REF32) {
         assert_int_equal(same, T);
         if (diff > 1e-5 * maxabs) fail_msg("%s --tp 2: max |diff| %g > 1e-5 x %g", dir, diff, maxabs);
