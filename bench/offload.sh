@@ -33,6 +33,12 @@ for lim in 8G 12G 16G; do
     timeout 120 $B $D --experts-in host --vram-limit $lim --decode-input $input --expert-policy lfu \
       --synthetic-routing zipf:1.2 >"$f" 2>&1
     row "decode $lim, $input input, zipf:1.2, lfu" "$f"
+    if [ "$lim" = 8G ]; then # the expert prefetch: each token's top 4 predicted experts (route expert.prefetch)
+      f="$out/offload_decode_${lim}_${input}_uniform_lfu_prefetch4.txt"
+      timeout 120 $B $D --experts-in host --vram-limit $lim --decode-input $input --expert-policy lfu \
+        --route expert.prefetch=4 >"$f" 2>&1
+      row "decode $lim, $input input, uniform, lfu, expert.prefetch=4" "$f"
+    fi
   done
   for pol in lru lfu; do
     f="$out/offload_prefill_${lim}_${pol}.txt"
