@@ -2,7 +2,7 @@
 # The figures of experts in host memory (docs/RESULTS.md 2.11): Qwen3-30B-A3B shape, fp8 + --dense w8a8, on the GPU,
 # at --vram-limit 8G, 12G and 16G. Decode, one sequence: the step's sampled token as input (a synthetic model's tokens
 # repeat) and a random token per step (independent routing: the cache's hard case), uniform and zipf:1.2 routing, LRU
-# and LFU; prefill T = 2048 with each policy; the all-on-GPU baseline of both in the same run. Each benchmark measures
+# and LFU, at 8G also with the expert prefetch of each token's top 4; prefill T = 2048 with each policy; the all-on-GPU baseline of both in the same run. Each benchmark measures
 # the host link itself and prints the copies' floor. One line per run; the full outputs in $OUT/offload_runs.tgz.
 # Usage (device tool): source .carry/env.sh; make -j all && bench/offload.sh [STEPS]
 set -uo pipefail
