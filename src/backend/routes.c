@@ -372,9 +372,9 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
          "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
          prefetch_now},
     };
-    fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
+    fprintf(out, "  %-16s %-6s %-17s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        fprintf(out, "  %-16s %-6s %-15s %-25s %-32s %s\n", rows[i].key, rows[i].value, rows[i].values, rows[i].def,
+        fprintf(out, "  %-16s %-6s %-17s %-25s %-32s %s\n", rows[i].key, rows[i].value, rows[i].values, rows[i].def,
                 rows[i].now, rows[i].decides);
 }
 
