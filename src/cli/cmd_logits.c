@@ -19,7 +19,8 @@ static const char *HELP =
     "                     through host memory), each holding 1/N of the routed experts; the logits are those\n"
     "                     of one model holding every expert, bit for bit\n"
     "  --tp N             tensor parallelism of the attention layers over N ranks (each 1/N of the heads, one\n"
-    "                     all-reduce per layer); with --ep, the same N ranks\n" CLI_MODEL_HELP;
+    "                     all-reduce per layer; cpu, or cuda with every rank on the one GPU); with --ep, the\n"
+    "                     same N ranks\n" CLI_MODEL_HELP;
 
 enum { OPT_IDS = 2000, OPT_OUT, OPT_EP, OPT_TP };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
