@@ -40,8 +40,11 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
        graphs */
     const bool staged = strcmp(opt->backend, "cpu") != 0;
     char routes[512];
-    snprintf(routes, sizeof routes, "%s%sdecode.graphs=off", opt->routes ? opt->routes : "",
-             opt->routes && *opt->routes ? "," : "");
+    if ((size_t)snprintf(routes, sizeof routes, "%s%sdecode.graphs=off", opt->routes ? opt->routes : "",
+                         opt->routes && *opt->routes ? "," : "") >= sizeof routes)
+        st = st ? st
+                : fm_fail(err, FM_ERR_USAGE, "--route: %zu characters, more than a group of ranks takes (%zu)",
+                          strlen(opt->routes), sizeof routes - 20);
     for (int r = 0; !st && r < n_ranks; r++) {
         fm_options o = *opt;
         o.ep_rank = r, o.tp_rank = r;

@@ -101,7 +101,7 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     fm_memory_plan plan;
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
     /* experts in host memory: the expert prefetch runs on the side stream (as memory_plan.c places the experts) */
-    const size_t side = plan.ws_side ? plan.ws_side : m->experts_host ? FM_SIDE_WS_MIN : 0;
+    const size_t side = plan.ws_side ? plan.ws_side : m->experts_host && plan.expert_prefetch ? FM_SIDE_WS_MIN : 0;
     if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, side, err);
     return st;
 }

@@ -438,6 +438,7 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
        holds for every GPU */
     fm_routes_default(&defaults, 9);
     planner pl = {out, cuda, {false}, err, &cfg->quant, routes ? routes : &defaults};
+    out->expert_prefetch = fm_routes_expert_prefetch(pl.routes, 1);
     fm_status st = add_weights(&pl, cfg, plan);
     if (st) {
         memset(out, 0, sizeof *out);
@@ -505,7 +506,7 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
                              : to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4)),
                         pf.total));
     /* cuda: the prefetch runs on the side stream (forward.c), which the plan may not have made yet */
-    if (cuda && p->ws_side == 0) {
+    if (cuda && p->expert_prefetch && p->ws_side == 0) {
         p->ws_side = FM_SIDE_WS_MIN;
         p->ws_libs += CUDA_SIDE_CUBLAS_WS_BYTES;
         p->workspace = to_size(&s, add(&s, p->workspace, FM_SIDE_WS_MIN + CUDA_SIDE_CUBLAS_WS_BYTES));

@@ -62,8 +62,10 @@ typedef struct fm_memory_plan {
     int32_t n_buffers;
     size_t activations; /* sum of buffers[] */
 
-    size_t ws_moe;    /* cuda: the ops' scratch buffer (the moe op's, or the quantized linears' when larger), what
-                         the load reserves (backend ops->reserve) and no forward pass grows */
+    size_t ws_moe;        /* cuda: the ops' scratch buffer (the moe op's, or the quantized linears' when larger), what
+                             the load reserves (backend ops->reserve) and no forward pass grows */
+    bool expert_prefetch; /* the routes prefetch experts (expert.prefetch): with experts in host memory, the side
+                             stream the prefetch runs on is planned (fm_memory_plan_place_experts) */
     size_t ws_side;   /* cuda: the side stream's scratch (a shared expert beside the routed ones: route shared.stream),
                          the quantized linears' inputs of its rows; 0: no side stream */
     size_t ws_libs;   /* cuda: cuBLAS's workspace (32 MiB, given at the reservation) and cuBLASLt's (32 MiB, W8A8);
