@@ -210,18 +210,25 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 256 * 128, 128), FM_W4A8_BN); /* Qwen3 T = 4096 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 8192 * 8, 128), FM_W4A8_BN);  /* Qwen3 T = 8192 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 2, 8), FM_W4A8_BN);    /* Mixtral T = 2048 */
-    /* a checkpoint's banks keep 64 where ours take 32, unless forced */
-    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false), FM_W4A8_BN_MID);
-    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, true), FM_W4A8_BN);
-    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_E4M3_B128, false), FM_W4A8_BN);
-    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_ZP_TC, false), FM_W4A8_BN);
-    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, false), FM_W4A8_BN_SMALL);
+    /* a checkpoint's banks keep 64 where ours take 32, unless forced; so do experts too large for L2 (Mixtral T = 512:
+       128 rows per expert of 58.7 MB gate|up codes) */
+    const uint64_t qwen3 = (uint64_t)1536 * 2048 / 2, mixtral = (uint64_t)28672 * 4096 / 2;
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, true, qwen3), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_E4M3_B128, false, qwen3), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_ZP_TC, false, qwen3), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, false, qwen3), FM_W4A8_BN_SMALL);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 512 * 2, 8), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 512 * 2, 8, FM_W_INT4_G128_TC, false, mixtral), FM_W4A8_BN);
+    assert_int_equal(
+        fm_routes_w4a8_moe_tile_rows(&r, 512 * 2, 8, FM_W_INT4_G128_TC, false, FM_W4A8_MID_MAX_EXPERT_BYTES),
+        FM_W4A8_BN_MID);
     fm_routes_default(&r, 8); /* mma.sync: 16 or 64 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=32", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_MID);
-    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, true), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, true, mixtral), FM_W4A8_BN_MID);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=64", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);

@@ -192,7 +192,13 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
  * int4-tc with an e4m3 dispatch (where 32 was measured; a checkpoint's int4-zp-tc and e4m3-block banks have not run
  * 32-row tiles by default, and an FP4 dispatch would lose its producer warpgroup, which has no 32-row form). The
  * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list). */
-uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch);
+uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch,
+                                      uint64_t expert_bytes);
+/* ... and 64 where one expert's gate|up codes (expert_bytes) exceed this: the tiles of one expert re-read its weights,
+ * from L2 while they fit there (Qwen3: 1.5 MB), from DRAM when they do not (Mixtral: 58.7 MB of the H200's 50 MB),
+ * and 32-row tiles make twice the tiles. Measured (bench moe, H200, bench/NOTES.md "sixteenth session"): Mixtral
+ * T = 512 0.88 ms on 32-row tiles against 0.78 on 64. */
+#define FM_W4A8_MID_MAX_EXPERT_BYTES (16ull << 20)
 /* The experts of a W4A8 MoE call with P routed pairs over E experts run as grouped GEMVs (each 16-row tile of the
  * dispatch streams its expert's weights once through mma.sync, every SM busy even at P = 8) rather than the grouped
  * GEMM, whose tiles at decode sizes leave most SMs idle and most of each tile empty (ncu, Qwen3 shape, B = 1: 11 us

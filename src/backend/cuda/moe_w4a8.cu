@@ -30,7 +30,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     }
     const fm_routes *r = &be->routes;
     const uint32_t bn =
-        fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, fmt != FM_W4A8_DISPATCH_E4M3);
+        fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, fmt != FM_W4A8_DISPATCH_E4M3,
+                                     (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
     const fm_w4a8_moe_ws L =
         fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
@@ -99,7 +100,8 @@ extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, 
     const int64_t P = T * k, Hp = (int64_t)fm_w4a8_pad128((uint64_t)H), G = Hp / 128;
     const int64_t sb = fmt == FM_W4A8_DISPATCH_NV ? 8 : 4; /* block-scale bytes per group */
     /* an FP4 dispatch runs on int4-tc banks only: the tile rows fm_cuda_moe_w4a8 took */
-    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, FM_W_INT4_G128_TC, true);
+    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, FM_W_INT4_G128_TC, true,
+                                                     (uint64_t)(2 * I * H / 2));
     const fm_w4a8_moe_ws L =
         fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     const uint8_t *ws = (const uint8_t *)be->work;

@@ -799,7 +799,7 @@ static __global__ __launch_bounds__(THREADS,
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
     const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
-    const int KG = (int)p.n_groups;
+    const int64_t KG = p.n_groups;
     const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
     code_loader cl;
     if (CS) cl = code_loader_at<WK>(p, tile.expert);
@@ -821,9 +821,13 @@ static __global__ __launch_bounds__(THREADS,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
+    /* stages 0 .. S - 2 (a GEMM has at least one group) */
+    load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
+    if (CS) load_codes<WK>(cl, 0, code_smem);
+    cp_async_commit();
 #pragma unroll
-    for (int s = 0; s < S - 1; s++) { /* stages 0 .. S - 2 */
-        if (s < KG) {
+    for (int s = 1; s < S - 1; s++) {
+        if (KG > s) {
             load_stage<WK, BNT, AF>(p, ld, s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0], wsc_smem[s],
                                     raw_smem[AF ? s : 0]);
             if (CS) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
@@ -844,9 +848,10 @@ static __global__ __launch_bounds__(THREADS,
                 }
             }
 
-    for (int grp = 0, st = 0; grp < KG; grp++, st = st == S - 1 ? 0 : st + 1) { /* st = grp % S */
+    /* the group counter is 64-bit, as the stage loads multiply it into 64-bit offsets */
+    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == S - 1 ? 0 : st + 1) { /* st = grp % S */
         const bool more = grp + 1 < KG;
-        const int stl = st == 0 ? S - 1 : st - 1; /* (grp + S - 1) % S: freed by the barrier below */
+        const int stl = st == 0 ? S - 1 : (int)st - 1; /* (grp + S - 1) % S: freed by the barrier below */
         cp_async_wait<S - 2>();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + S - 1 < KG) {
@@ -922,7 +927,7 @@ static __global__ __launch_bounds__(THREADS,
 #pragma unroll
             for (int mb = 0; mb < 2; mb++)
                 if (more && blk_ok[mb]) {
-                    const uint8_t *q = ww.codes[mb] + (int64_t)(grp + 1) * wk_shape<WK>::chunk;
+                    const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK>::chunk;
 #pragma unroll
                     for (int pq = 0; pq < NP; pq++) {
                         const uint4 v = __ldg((const uint4 *)(q + pq * 512));
