@@ -970,8 +970,9 @@ static __global__ __launch_bounds__(THREADS,
 #define PP_SC_OFF (2 * PP_STAGES * PP_TILE)                     /* activation scales [2][PP_STAGES][64] f32 */
 #define PP_WSC_OFF (PP_SC_OFF + 2 * PP_STAGES * FM_W4A8_BN * 4) /* weight scales [2][PP_STAGES][128] bf16 */
 #define PP_SMEM (PP_WSC_OFF + 2 * PP_STAGES * 128 * 2 + 1024)   /* + the alignment slack */
-#define PP_BAR_ISSUED0 3 /* warpgroup 0 has issued group g (1 and 2: each warpgroup's stage barrier) */
+#define PP_BAR_ISSUED0 3 /* warpgroup 0 has issued group g (0: __syncthreads, 1: the epilogue's) */
 #define PP_BAR_ISSUED1 4 /* warpgroup 1 has issued group g */
+#define PP_BAR_STAGE 5   /* + wg: warpgroup wg's stage ring */
 
 static __device__ __forceinline__ void named_bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
@@ -1079,7 +1080,7 @@ template <int EPILOGUE> static __global__ __launch_bounds__(THREADS, 1) void w4a
         const bool more = grp + 1 < KG;
         const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % 3: this warpgroup read it last in group grp - 1 */
         cp_async_wait_1();
-        named_bar_sync(1 + wg, 128); /* this warpgroup's stage grp landed; its stage grp - 1 is free */
+        named_bar_sync(PP_BAR_STAGE + wg, 128); /* this warpgroup's stage grp landed; its stage grp - 1 is free */
         if (grp + 2 < KG) pp_load_stage(p, ld, grp + 2, tile0 + st2 * PP_TILE, sc0 + st2 * BNT, wsc0 + st2 * 256, wt);
         cp_async_commit();
         uint32_t a[2][4][4];
