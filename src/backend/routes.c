@@ -62,6 +62,7 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         if (!strcmp(val, "auto")) r->w4a8_sched = FM_ROUTE_SCHED_AUTO;
         else if (!strcmp(val, "lockstep")) r->w4a8_sched = FM_ROUTE_SCHED_LOCKSTEP;
         else if (!strcmp(val, "pingpong")) r->w4a8_sched = FM_ROUTE_SCHED_PINGPONG;
+        else if (!strcmp(val, "decoupled")) r->w4a8_sched = FM_ROUTE_SCHED_DECOUPLED;
         else
             return fm_fail(err, FM_ERR_USAGE, "route w4a8.sched: '%s' is not a value (auto, lockstep or pingpong)",
                            val);
@@ -258,8 +259,9 @@ bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E) {
     return r->w4a8_codes == FM_ROUTE_CODES_SMEM || (E > 1 && P < 64 * E);
 }
 
-bool fm_routes_w4a8_pingpong(const fm_routes *r) {
-    return fm_routes_w4a8_wgmma(r) && r->w4a8_sched == FM_ROUTE_SCHED_PINGPONG;
+int fm_routes_w4a8_pingpong(const fm_routes *r) {
+    if (!fm_routes_w4a8_wgmma(r)) return 0;
+    return r->w4a8_sched == FM_ROUTE_SCHED_PINGPONG ? 1 : r->w4a8_sched == FM_ROUTE_SCHED_DECOUPLED ? 2 : 0;
 }
 
 const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {

@@ -93,8 +93,9 @@ typedef enum fm_route_w4a8_codes {
 
 typedef enum fm_route_w4a8_sched {
     FM_ROUTE_SCHED_AUTO = 0,
-    FM_ROUTE_SCHED_LOCKSTEP, /* one __syncthreads per 128-group: both warpgroups issue, wait and promote together */
-    FM_ROUTE_SCHED_PINGPONG, /* each warpgroup its own stage ring; they take turns at the tensor cores */
+    FM_ROUTE_SCHED_LOCKSTEP,  /* one __syncthreads per 128-group: both warpgroups issue, wait and promote together */
+    FM_ROUTE_SCHED_PINGPONG,  /* each warpgroup its own stage ring; they take turns at the tensor cores */
+    FM_ROUTE_SCHED_DECOUPLED, /* each warpgroup its own stage ring, no turns */
 } fm_route_w4a8_sched;
 
 typedef enum fm_route_attention_kernel {
@@ -179,7 +180,7 @@ bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E);
 /* The wgmma W4A8 GEMM's 64-row tiles of int4-tc banks with the codes in registers and an e4m3 dispatch run the
  * ping-pong kernel (w4a8_wgmma_pp_kernel: the two warpgroups decoupled, taking turns at the tensor cores) rather than
  * the lockstep one. auto = lockstep (the ping-pong kernel is new: bench/NOTES.md "sixteenth session"). */
-bool fm_routes_w4a8_pingpong(const fm_routes *r);
+int fm_routes_w4a8_pingpong(const fm_routes *r); /* 0 lockstep, 1 ping-pong, 2 decoupled without turns */
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
  * 8192 0.959 ms against 1.500. */

@@ -1025,7 +1025,8 @@ static __device__ __forceinline__ void pp_load_stage(const gemm_params &p, const
     if (l.wsrc) cp_async16(smem_u32(wsc + wt * 16), l.wsrc + grp * l.wstride, l.wbytes);
 }
 
-template <int EPILOGUE> static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_pp_kernel(const gemm_params p) {
+template <int EPILOGUE, bool ORDERED>
+static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_pp_kernel(const gemm_params p) {
     constexpr int BNT = FM_W4A8_BN, WK = WK_INT4, NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
     extern __shared__ __align__(1024) uint8_t pp_smem[];
     __shared__ float red[THREADS / 32][BNT];
@@ -1089,8 +1090,8 @@ template <int EPILOGUE> static __global__ __launch_bounds__(THREADS, 1) void w4a
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
         /* the turn: 1 issues group grp after 0 has; 0 issues grp + 1 after 1 has issued grp */
-        if (wg == 1) named_bar_sync(PP_BAR_ISSUED0, 256);
-        else if (grp > 0) named_bar_sync(PP_BAR_ISSUED1, 256);
+        if (ORDERED && wg == 1) named_bar_sync(PP_BAR_ISSUED0, 256);
+        else if (ORDERED && grp > 0) named_bar_sync(PP_BAR_ISSUED1, 256);
         float part[2][BNT / 8][4];
         const uint32_t xt = tile0 + (uint32_t)st * PP_TILE;
         wgmma_fence();
@@ -1099,8 +1100,8 @@ template <int EPILOGUE> static __global__ __launch_bounds__(THREADS, 1) void w4a
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
         wgmma_commit();
-        if (wg == 0) named_bar_arrive(PP_BAR_ISSUED0, 256);
-        else if (more) named_bar_arrive(PP_BAR_ISSUED1, 256);
+        if (ORDERED && wg == 0) named_bar_arrive(PP_BAR_ISSUED0, 256);
+        else if (ORDERED && more) named_bar_arrive(PP_BAR_ISSUED1, 256);
             /* while the tensor cores run: the next group's codes and this group's scales */
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
@@ -1363,20 +1364,25 @@ static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, bool cs,
     else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, cs, grid, s);
 }
 
+template <int EPILOGUE> static void launch_pp(const gemm_params &p, bool ordered, dim3 grid, cudaStream_t s) {
+    if (ordered) {
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_pp_kernel<EPILOGUE, true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
+        w4a8_wgmma_pp_kernel<EPILOGUE, true><<<grid, THREADS, PP_SMEM, s>>>(p);
+    } else {
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_pp_kernel<EPILOGUE, false>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
+        w4a8_wgmma_pp_kernel<EPILOGUE, false><<<grid, THREADS, PP_SMEM, s>>>(p);
+    }
+}
+
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
     /* the ping-pong kernel: 64-row tiles of int4-tc banks, an e4m3 dispatch, codes in registers, bf16 or SwiGLU out */
     if constexpr (BNT == FM_W4A8_BN) {
         if (a->pingpong && a->wgmma && !a->codes_staged && a->dispatch == FM_W4A8_DISPATCH_E4M3 &&
             a->w->fmt == FM_W_INT4_G128_TC && !a->hsum) {
-            if (a->epilogue == FM_W4A8_OUT_BF16) {
-                FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_pp_kernel<EPI_BF16>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
-                w4a8_wgmma_pp_kernel<EPI_BF16><<<grid, THREADS, PP_SMEM, s>>>(p);
-            } else {
-                FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_pp_kernel<EPI_SWIGLU>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
-                w4a8_wgmma_pp_kernel<EPI_SWIGLU><<<grid, THREADS, PP_SMEM, s>>>(p);
-            }
+            if (a->epilogue == FM_W4A8_OUT_BF16) launch_pp<EPI_BF16>(p, a->pingpong == 1, grid, s);
+            else launch_pp<EPI_SWIGLU>(p, a->pingpong == 1, grid, s);
             return;
         }
     }
