@@ -92,8 +92,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, w4a8.sched, dense.gemv, "
-                       "w8a8.gemv_max_m, moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
+    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
+                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -108,7 +108,6 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16, 32 or 64");
     expect_usage("w4a8.fp4=on", "route w4a8.fp4: 'on' is not a value", "auto, producer or inline");
     expect_usage("w4a8.codes=tma", "route w4a8.codes: 'tma' is not a value", "auto, regs or smem");
-    expect_usage("w4a8.sched=on", "route w4a8.sched: 'on' is not a value", "auto, lockstep or pingpong");
     expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
     expect_usage("w8a8.gemv_max_m=0", "'0' is not a value", "auto or 1..16");
     expect_usage("w8a8.gemv_max_m=17", "'17' is not a value", "auto or 1..16");
@@ -257,24 +256,6 @@ static void w4a8_codes_by_rows_per_expert(void **s) {
     assert_false(fm_routes_w4a8_codes_staged(&r, 2048 * 10, 512)); /* mma.sync: registers only */
     fm_routes_default(&r, 8);
     assert_false(fm_routes_w4a8_codes_staged(&r, 2048 * 10, 512)); /* Ada: mma.sync */
-}
-
-/* The wgmma W4A8 GEMM's schedule: lockstep unless w4a8.sched=pingpong; never ping-pong on the mma.sync kernel. */
-static void w4a8_sched_by_route(void **s) {
-    (void)s;
-    fm_routes r;
-    fm_error err = {{0}};
-    fm_routes_default(&r, 9);
-    assert_false(fm_routes_w4a8_pingpong(&r));
-    assert_int_equal(fm_routes_apply(&r, "w4a8.sched=pingpong", &err), FM_OK);
-    assert_true(fm_routes_w4a8_pingpong(&r));
-    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma", &err), FM_OK);
-    assert_false(fm_routes_w4a8_pingpong(&r));
-    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=auto,w4a8.sched=lockstep", &err), FM_OK);
-    assert_false(fm_routes_w4a8_pingpong(&r));
-    fm_routes_default(&r, 8);
-    assert_int_equal(fm_routes_apply(&r, "w4a8.sched=pingpong", &err), FM_OK);
-    assert_false(fm_routes_w4a8_pingpong(&r)); /* Ada: mma.sync */
 }
 
 /* Where the FP4 gate|up GEMM expands: a producer warpgroup with the wgmma kernel unless w4a8.fp4=inline; the mma.sync
@@ -471,7 +452,6 @@ int main(void) {
         cmocka_unit_test(kernels_the_gpu_cannot_run_are_refused),
         cmocka_unit_test(dense_kernels_at_their_thresholds),
         cmocka_unit_test(moe_tile_rows),
-        cmocka_unit_test(w4a8_sched_by_route),
         cmocka_unit_test(fp4_expansion_follows_the_kernel),
         cmocka_unit_test(decode_kernels_at_their_thresholds),
         cmocka_unit_test(memory_plan_follows_w4a8_tile),

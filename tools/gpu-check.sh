@@ -63,12 +63,6 @@ for codes in regs smem; do
 done
 FM_TEST_FILTER='test_linear' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.codes=smem \
     >>"$out/gpu_ops_codes_smem.log" 2>&1; ops_codes_smem_rc="$ops_codes_smem_rc, $?"
-# the ping-pong schedule of the wgmma GEMM (64-row tiles, codes in registers): the experts and the dense projections
-FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.sched=pingpong \
-    --route w4a8.tile=64 --route w4a8.codes=regs --route moe.gemv=off >>"$out/gpu_ops_codes_regs.log" 2>&1
-ops_codes_regs_rc="$ops_codes_regs_rc, pingpong rc $?"
-FM_TEST_FILTER='test_linear' timeout 300 ./build/tests/gpu/test_cuda_ops --route w4a8.sched=pingpong \
-    --route dense.gemv=off >>"$out/gpu_ops_codes_regs.log" 2>&1; ops_codes_regs_rc="$ops_codes_regs_rc, $?"
 FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --route moe.gemv=64 \
     >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
 FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \

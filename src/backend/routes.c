@@ -7,8 +7,8 @@
 #include "util/status.h"
 
 #define KEYS                                                                                                           \
-    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, w4a8.sched, dense.gemv, w8a8.gemv_max_m, "        \
-    "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, expert.prefetch"
+    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
+    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, expert.prefetch"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
@@ -58,14 +58,6 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         else if (!strcmp(val, "producer")) r->w4a8_fp4 = FM_ROUTE_FP4_PRODUCER;
         else if (!strcmp(val, "inline")) r->w4a8_fp4 = FM_ROUTE_FP4_INLINE;
         else return fm_fail(err, FM_ERR_USAGE, "route w4a8.fp4: '%s' is not a value (auto, producer or inline)", val);
-    } else if (!strcmp(key, "w4a8.sched")) {
-        if (!strcmp(val, "auto")) r->w4a8_sched = FM_ROUTE_SCHED_AUTO;
-        else if (!strcmp(val, "lockstep")) r->w4a8_sched = FM_ROUTE_SCHED_LOCKSTEP;
-        else if (!strcmp(val, "pingpong")) r->w4a8_sched = FM_ROUTE_SCHED_PINGPONG;
-        else if (!strcmp(val, "decoupled")) r->w4a8_sched = FM_ROUTE_SCHED_DECOUPLED;
-        else
-            return fm_fail(err, FM_ERR_USAGE, "route w4a8.sched: '%s' is not a value (auto, lockstep or pingpong)",
-                           val);
     } else if (!strcmp(key, "w4a8.codes")) {
         if (!strcmp(val, "auto")) r->w4a8_codes = FM_ROUTE_CODES_AUTO;
         else if (!strcmp(val, "regs")) r->w4a8_codes = FM_ROUTE_CODES_REGS;
@@ -259,11 +251,6 @@ bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E) {
     return r->w4a8_codes == FM_ROUTE_CODES_SMEM || (E > 1 && P < 64 * E);
 }
 
-int fm_routes_w4a8_pingpong(const fm_routes *r) {
-    if (!fm_routes_w4a8_wgmma(r)) return 0;
-    return r->w4a8_sched == FM_ROUTE_SCHED_PINGPONG ? 1 : r->w4a8_sched == FM_ROUTE_SCHED_DECOUPLED ? 2 : 0;
-}
-
 const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {
     return fm_routes_w4a8_wgmma(r) ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
@@ -350,13 +337,6 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"w4a8.codes", codes, "auto|regs|smem", "smem while P < 64 E",
          "how the wgmma W4A8 GEMM's int4 codes reach its warps: registers a group ahead, or the shared-memory ring",
          now[8]},
-        {"w4a8.sched",
-         r->w4a8_sched == FM_ROUTE_SCHED_LOCKSTEP   ? "lockstep"
-         : r->w4a8_sched == FM_ROUTE_SCHED_PINGPONG ? "pingpong"
-                                                    : "auto",
-         "auto|lockstep|pingpong", "lockstep",
-         "the wgmma W4A8 GEMM's 64-row tiles (codes in registers): warpgroups in lockstep, or taking turns",
-         fm_routes_w4a8_pingpong(r) ? "pingpong" : "lockstep"},
         {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",
          "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
         {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",

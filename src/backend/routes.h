@@ -91,13 +91,6 @@ typedef enum fm_route_w4a8_codes {
     FM_ROUTE_CODES_SMEM, /* the CTA's codes travel in the cp.async stage ring (wgmma kernel only) */
 } fm_route_w4a8_codes;
 
-typedef enum fm_route_w4a8_sched {
-    FM_ROUTE_SCHED_AUTO = 0,
-    FM_ROUTE_SCHED_LOCKSTEP,  /* one __syncthreads per 128-group: both warpgroups issue, wait and promote together */
-    FM_ROUTE_SCHED_PINGPONG,  /* each warpgroup its own stage ring; they take turns at the tensor cores */
-    FM_ROUTE_SCHED_DECOUPLED, /* each warpgroup its own stage ring, no turns */
-} fm_route_w4a8_sched;
-
 typedef enum fm_route_attention_kernel {
     FM_ROUTE_ATTENTION_AUTO = 0,
     FM_ROUTE_ATTENTION_WGMMA, /* wgmma + TMA, sm_90a only, hd 128 */
@@ -111,7 +104,6 @@ typedef struct fm_routes {
     int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL, _MID or FM_W4A8_BN */
     fm_route_w4a8_fp4 w4a8_fp4;                 /* w4a8.fp4 */
     fm_route_w4a8_codes w4a8_codes;             /* w4a8.codes */
-    fm_route_w4a8_sched w4a8_sched;             /* w4a8.sched */
     fm_route_switch dense_gemv;                 /* dense.gemv */
     int32_t w8a8_gemv_max_m;                    /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     fm_route_switch pdl;                        /* pdl */
@@ -177,10 +169,6 @@ bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows);
  * 0.213 against 0.085 / 0.221, T = 2048 equal, T = 8192 1.660 against 1.585 (P = 512 E: registers). 32-row tiles
  * take the ring whatever this says (two CTAs per SM leave 128 registers: w4a8_gemm.cu). */
 bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E);
-/* The wgmma W4A8 GEMM's 64-row tiles of int4-tc banks with the codes in registers and an e4m3 dispatch run the
- * ping-pong kernel (w4a8_wgmma_pp_kernel: the two warpgroups decoupled, taking turns at the tensor cores) rather than
- * the lockstep one. auto = lockstep (the ping-pong kernel is new: bench/NOTES.md "sixteenth session"). */
-int fm_routes_w4a8_pingpong(const fm_routes *r); /* 0 lockstep, 1 ping-pong, 2 decoupled without turns */
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
  * 8192 0.959 ms against 1.500. */

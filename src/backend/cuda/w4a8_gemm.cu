@@ -764,7 +764,8 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
 // __syncthreads per 128-group. Per group: convert both blocks' fragments (nothing in flight: ptxas serialises every
 // wgmma if a fragment register is redefined while one may still read it), issue the 8 wgmmas (2 blocks x 4 k steps)
 // as one commit group, wait, promote. The other warpgroup's wgmmas fill the tensor cores meanwhile. (Measured
-// against: a producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower:
+// against: a producer warpgroup with an mbarrier ring, 20-25% slower; promoting block 0 while block 1 runs, 2% slower;
+// each warpgroup with its own stage ring, 8-19% slower, and taking turns at the tensor cores on top, 12-22% slower:
 // bench/NOTES.md.)
 // Where the codes come from is CS (route w4a8.codes):
 //   CS = 0  each warp loads its codes global -> registers a group ahead (issued while the group's wgmmas run): one
@@ -848,7 +849,8 @@ static __global__ __launch_bounds__(THREADS,
                 }
             }
 
-    /* the group counter is 64-bit, as the stage loads multiply it into 64-bit offsets */
+    /* 64-bit group counter and stage 0 outside the prologue loop: the register path's PTX as before the ring's CS
+       variant, whose 32-bit counter measured 5-11 % slower (bench/NOTES.md, sixteenth session) */
     for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == S - 1 ? 0 : st + 1) { /* st = grp % S */
         const bool more = grp + 1 < KG;
         const int stl = st == 0 ? S - 1 : (int)st - 1; /* (grp + S - 1) % S: freed by the barrier below */
@@ -951,180 +953,6 @@ static __global__ __launch_bounds__(THREADS,
         promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
     epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
-}
-
-// ---- sm_90a: the two warpgroups decoupled and taking turns (route w4a8.sched=pingpong) ---------------------
-// w4a8_wgmma_kernel meets at one __syncthreads per 128-group, so both warpgroups issue their wgmmas together, wait
-// for both, then promote while the tensor cores idle (ncu: 22% of the tensor pipe busy at T = 2048). Here each
-// warpgroup owns its stage ring (its copy of the activation tile and scales and its 128 weight rows' scales, loaded
-// by its 128 threads, one named barrier of 128 per group), so nothing ties the two per group, and two named barriers
-// of 256 order their issues: warpgroup 0 issues group g, then 1 issues g, then 0 issues g + 1 (after 1's issue of
-// g), ...; each promotes group g while the other's wgmmas run. (The eighth session's mbarrier ring, D, kept the
-// stage loads shared by both warpgroups, which tied them; no turns emerged.) Tile: 256 weight rows (two m64 blocks
-// per warpgroup, as above) x 64 activation rows; int4-tc banks, e4m3 activations, codes global -> registers a group
-// ahead; bf16 or SwiGLU epilogue (the one above). Dynamic shared memory: PP_STAGES x 2 tiles of 8 KB (1024-aligned
-// for the 128-byte swizzle), then the scales. Floor: as the lockstep kernel's (tensor pipe 512 cycles per group and
-// SM at full rate); the lockstep loop takes ~1,200.
-#define PP_STAGES 3
-#define PP_TILE (FM_W4A8_BN * 128)                              /* one warpgroup's activation tile, bytes */
-#define PP_SC_OFF (2 * PP_STAGES * PP_TILE)                     /* activation scales [2][PP_STAGES][64] f32 */
-#define PP_WSC_OFF (PP_SC_OFF + 2 * PP_STAGES * FM_W4A8_BN * 4) /* weight scales [2][PP_STAGES][128] bf16 */
-#define PP_SMEM (PP_WSC_OFF + 2 * PP_STAGES * 128 * 2 + 1024)   /* + the alignment slack */
-#define PP_BAR_ISSUED0 3 /* warpgroup 0 has issued group g (0: __syncthreads, 1: the epilogue's) */
-#define PP_BAR_ISSUED1 4 /* warpgroup 1 has issued group g */
-#define PP_BAR_STAGE 5   /* + wg: warpgroup wg's stage ring */
-
-static __device__ __forceinline__ void named_bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-static __device__ __forceinline__ void named_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-// One warpgroup's share of a stage: thread wt (0..127) copies 4 16-byte chunks of the 64 x 128 tile (the swizzle of
-// stage_loader_at), threads < 64 one activation scale each, threads < 16 16 bytes of the warpgroup's weight scales.
-typedef struct pp_loader {
-    const uint8_t *src[4];
-    uint32_t dst[4];
-    int bytes[4];
-    const float *sc; /* wt < 64, else NULL */
-    int sc_bytes;
-    const uint8_t *wsrc; /* wt < 16, else NULL */
-    int wbytes;
-    int64_t wstride;
-} pp_loader;
-
-static __device__ __forceinline__ pp_loader pp_loader_at(const gemm_params &p, const fm_w4a8_tile &tile, int wg,
-                                                         int wt) {
-    pp_loader l;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int c = wt + i * 128, n = c >> 3, ch = c & 7;
-        const bool ok = n < tile.rows;
-        l.src[i] = p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + ch * 16;
-        l.dst[i] = (uint32_t)(n * 128 + ((ch ^ (n & 7)) << 4));
-        l.bytes[i] = ok ? 16 : 0;
-    }
-    const bool ok = wt < tile.rows;
-    l.sc = wt < FM_W4A8_BN ? p.xs + tile.slot0 + (ok ? wt : 0) : NULL;
-    l.sc_bytes = ok ? 4 : 0;
-    const int64_t row0 = (int64_t)blockIdx.x * BM, row = row0 + wg * 128 + wt * 8; /* 8 bf16 scales per chunk */
-    const bool in = row < p.rows_pad;
-    l.wstride = p.rows_pad * 2;
-    l.wsrc = wt < 16 ? (const uint8_t *)p.ws + ((int64_t)tile.expert * p.n_groups * p.rows_pad + (in ? row : row0)) * 2
-                     : NULL;
-    l.wbytes = in ? 16 : 0;
-    return l;
-}
-
-static __device__ __forceinline__ void pp_load_stage(const gemm_params &p, const pp_loader &l, int64_t grp,
-                                                     uint32_t tile, float *sc, uint8_t *wsc, int wt) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) cp_async16(tile + l.dst[i], l.src[i] + grp * 128, l.bytes[i]);
-    if (l.sc) cp_async4(smem_u32(sc + wt), l.sc + grp * p.lds, l.sc_bytes);
-    if (l.wsrc) cp_async16(smem_u32(wsc + wt * 16), l.wsrc + grp * l.wstride, l.wbytes);
-}
-
-template <int EPILOGUE, bool ORDERED>
-static __global__ __launch_bounds__(THREADS, 1) void w4a8_wgmma_pp_kernel(const gemm_params p) {
-    constexpr int BNT = FM_W4A8_BN, WK = WK_INT4, NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
-    extern __shared__ __align__(1024) uint8_t pp_smem[];
-    __shared__ float red[THREADS / 32][BNT];
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL) /* wgmma: sm_90a only (the route never launches it elsewhere) */
-    __trap();
-#else
-    const uint32_t raw = smem_u32(pp_smem), base = (raw + 1023u) & ~1023u;
-    uint8_t *const sm = pp_smem + (base - raw);
-    const int64_t tile_idx = blockIdx.y;
-    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
-    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
-    const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, wt = threadIdx.x & 127;
-    const pp_loader ld = pp_loader_at(p, tile, wg, wt);
-    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4;
-    const int64_t blk[2] = {blk0, blk0 + 4};
-    const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
-    const int64_t KG = p.n_groups;
-    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
-    const int lrow[2] = {ww.lrow[0] - wg * 128, ww.lrow[1] - wg * 128}; /* rows in this warpgroup's scales */
-    /* stage s of this warpgroup: its tile, activation scales and weight scales */
-    const uint32_t tile0 = base + (uint32_t)(wg * PP_STAGES * PP_TILE);
-    float *const sc0 = (float *)(sm + PP_SC_OFF) + wg * PP_STAGES * BNT;
-    uint8_t *const wsc0 = sm + PP_WSC_OFF + wg * PP_STAGES * 256;
-
-    float acc[2][BNT / 8][4];
-    uint32_t words[2][NW];
-#pragma unroll
-    for (int mb = 0; mb < 2; mb++) {
-#pragma unroll
-        for (int nt = 0; nt < BNT / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mb][nt][i] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NW; j++) words[mb][j] = 0u;
-    }
-    pp_load_stage(p, ld, 0, tile0, sc0, wsc0, wt);
-    cp_async_commit();
-    if (KG > 1) pp_load_stage(p, ld, 1, tile0 + PP_TILE, sc0 + BNT, wsc0 + 256, wt);
-    cp_async_commit();
-#pragma unroll
-    for (int mb = 0; mb < 2; mb++)
-        if (blk_ok[mb]) {
-#pragma unroll
-            for (int q = 0; q < NP; q++) {
-                const uint4 v = __ldg((const uint4 *)(ww.codes[mb] + q * 512));
-                words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
-                              words[mb][4 * q + 3] = v.w;
-            }
-        }
-
-    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == PP_STAGES - 1 ? 0 : st + 1) { /* st = grp % 3 */
-        const bool more = grp + 1 < KG;
-        const int st2 = st == 0 ? 2 : (int)st - 1; /* (grp + 2) % 3: this warpgroup read it last in group grp - 1 */
-        cp_async_wait_1();
-        named_bar_sync(PP_BAR_STAGE + wg, 128); /* this warpgroup's stage grp landed; its stage grp - 1 is free */
-        if (grp + 2 < KG) pp_load_stage(p, ld, grp + 2, tile0 + st2 * PP_TILE, sc0 + st2 * BNT, wsc0 + st2 * 256, wt);
-        cp_async_commit();
-        uint32_t a[2][4][4];
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) weight_fragment<WK>(words[mb], ks, a[mb][ks]);
-        /* the turn: 1 issues group grp after 0 has; 0 issues grp + 1 after 1 has issued grp */
-        if (ORDERED && wg == 1) named_bar_sync(PP_BAR_ISSUED0, 256);
-        else if (ORDERED && grp > 0) named_bar_sync(PP_BAR_ISSUED1, 256);
-        float part[2][BNT / 8][4];
-        const uint32_t xt = tile0 + (uint32_t)st * PP_TILE;
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++)
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(part[mb], a[mb][ks], desc_sw128(xt + 32 * ks), ks > 0);
-        wgmma_commit();
-        if (ORDERED && wg == 0) named_bar_arrive(PP_BAR_ISSUED0, 256);
-        else if (ORDERED && more) named_bar_arrive(PP_BAR_ISSUED1, 256);
-            /* while the tensor cores run: the next group's codes and this group's scales */
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-            if (more && blk_ok[mb]) {
-                const uint8_t *q = ww.codes[mb] + (grp + 1) * wk_shape<WK>::chunk;
-#pragma unroll
-                for (int pq = 0; pq < NP; pq++) {
-                    const uint4 v = __ldg((const uint4 *)(q + pq * 512));
-                    words[mb][4 * pq] = v.x, words[mb][4 * pq + 1] = v.y, words[mb][4 * pq + 2] = v.z,
-                                  words[mb][4 * pq + 3] = v.w;
-                }
-            }
-        float2 xsc[BNT / 8];
-        float wsc[2][2], zs[2][2];
-        load_weight_scales<WK>(wsc0 + st * 256, lrow, wsc, zs);
-        load_act_scales<BNT>(sc0 + st * BNT, xsc);
-        wgmma_wait_all();
-        settle_block<BNT>(part[0], a[0]);
-        settle_block<BNT>(part[1], a[1]);
-        promote<WK, BNT>(acc, part, wsc, zs, xsc, NULL);
-    }
-    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, NULL);
-#endif
 }
 
 // ---- sm_90a: the FP4 gate|up GEMM with a producer warpgroup ----------------------------------------------
@@ -1364,28 +1192,7 @@ static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, bool cs,
     else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, cs, grid, s);
 }
 
-template <int EPILOGUE> static void launch_pp(const gemm_params &p, bool ordered, dim3 grid, cudaStream_t s) {
-    if (ordered) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_pp_kernel<EPILOGUE, true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
-        w4a8_wgmma_pp_kernel<EPILOGUE, true><<<grid, THREADS, PP_SMEM, s>>>(p);
-    } else {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_pp_kernel<EPILOGUE, false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, PP_SMEM));
-        w4a8_wgmma_pp_kernel<EPILOGUE, false><<<grid, THREADS, PP_SMEM, s>>>(p);
-    }
-}
-
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
-    /* the ping-pong kernel: 64-row tiles of int4-tc banks, an e4m3 dispatch, codes in registers, bf16 or SwiGLU out */
-    if constexpr (BNT == FM_W4A8_BN) {
-        if (a->pingpong && a->wgmma && !a->codes_staged && a->dispatch == FM_W4A8_DISPATCH_E4M3 &&
-            a->w->fmt == FM_W_INT4_G128_TC && !a->hsum) {
-            if (a->epilogue == FM_W4A8_OUT_BF16) launch_pp<EPI_BF16>(p, a->pingpong == 1, grid, s);
-            else launch_pp<EPI_SWIGLU>(p, a->pingpong == 1, grid, s);
-            return;
-        }
-    }
     /* FP4 activations: the gate|up GEMM of int4-tc banks only (fm_cuda_w4a8_gemm checks) */
     /* the producer warpgroup's kernel has register splits for 64- and 16-row tiles; 32-row ones expand inline */
     if constexpr (BNT != FM_W4A8_BN_MID) {
