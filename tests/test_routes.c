@@ -215,6 +215,9 @@ static void moe_tile_rows(void **s) {
     const uint64_t qwen3 = (uint64_t)1536 * 2048 / 2, mixtral = (uint64_t)28672 * 4096 / 2;
     assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN_MID);
     assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, true, qwen3), FM_W4A8_BN);
+    /* an FP4 dispatch: 32 while the experts average under 64 rows (its producer kernel has no 32-row form) */
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 512 * 8, 128, FM_W_INT4_G128_TC, true, qwen3), FM_W4A8_BN_MID);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 64 * 128, 128, FM_W_INT4_G128_TC, true, qwen3), FM_W4A8_BN);
     assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_E4M3_B128, false, qwen3), FM_W4A8_BN);
     assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_ZP_TC, false, qwen3), FM_W4A8_BN);
     assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_E4M3_B128, false, qwen3), FM_W4A8_BN_SMALL);

@@ -184,7 +184,10 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
 uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch,
                                       uint64_t expert_bytes) {
     const uint32_t bn = fm_routes_w4a8_tile_rows(r, P, E);
-    const bool measured = f == FM_W_INT4_G128_TC && !fp4_dispatch && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES;
+    /* an FP4 dispatch expands inline on 32-row tiles (the producer kernel has none): faster than 64 with the producer
+       at 32 rows per expert, slower at 128 (bench/NOTES.md, sixteenth session) */
+    const bool measured =
+        f == FM_W_INT4_G128_TC && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES && (!fp4_dispatch || P < 64 * E);
     return bn == FM_W4A8_BN_MID && !r->w4a8_tile && !measured ? FM_W4A8_BN : bn;
 }
 

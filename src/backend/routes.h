@@ -190,7 +190,9 @@ int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
 /* The same for expert banks of format f and an FP4 dispatch or not: auto keeps 64 where it would take 32 unless f is
  * int4-tc with an e4m3 dispatch (where 32 was measured; a checkpoint's int4-zp-tc and e4m3-block banks have not run
- * 32-row tiles by default, and an FP4 dispatch would lose its producer warpgroup, which has no 32-row form). The
+ * 32-row tiles by default), or int4-tc with an FP4 dispatch while P < 64 E: there it loses its producer warpgroup,
+ * which has no 32-row form, and gains anyway (H200, Qwen3 T = 512: MX 0.219 -> 0.205 ms, NV 0.243 -> 0.240; at
+ * T = 2048 32-row tiles cost MX 0.498 -> 0.545: bench/NOTES.md, sixteenth session). The
  * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list). */
 uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch,
                                       uint64_t expert_bytes);
