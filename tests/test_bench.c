@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/dispatch_row.h"
 #include "cli_runner.h"
 #include "engine/cost.h"
 #include "util/metrics.h"
@@ -152,6 +153,47 @@ static void bench_command_prints_and_writes_json(void **s) {
     assert_non_null(strstr(cli_err, "toy-moe"));
     assert_int_equal(fp8moe("bench decode"), 2);
     assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 0"), 2);
+}
+
+/* bench prefill --ep N: the group's time and the bytes its ranks send per layer, in each dispatch format. The
+   dispatch all-to-all sends fixed-size blocks (dist/ep_moe.h: 16 bytes of header, then an expert id and a row per
+   routed copy of the most tokens a rank holds), so its bytes follow from the format's row; MXFP4's rows are half
+   e4m3's plus their scales; the combine comes back in the activation format whatever the dispatch. */
+static double ranks_json(const char *dispatch, int ranks, const char *key) {
+    char json[512], text[1 << 12];
+    snprintf(json, sizeof json, "%s/ranks_%s_%d.json", cli_tmp, dispatch, ranks);
+    assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --preset fp8 --dispatch %s --ep %d "
+                            "--tokens 64 --repeat 2 --warmup 1 --json %s",
+                            dispatch, ranks, json),
+                     0);
+    assert_non_null(strstr(cli_out, "| MoE dispatch all-to-all"));
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_int_equal(cJSON_GetObjectItem(root, "ranks")->valueint, ranks);
+    assert_true(cJSON_GetObjectItem(root, "median_ms")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(root, "other_bytes_per_layer")->valuedouble >= 0);
+    const double v = cJSON_GetObjectItem(root, key)->valuedouble;
+    cJSON_Delete(root);
+    return v;
+}
+
+static void bench_prefill_over_ranks(void **s) {
+    (void)s;
+    /* toy-moe: H 64, top-2; 64 tokens over N ranks: 64 / N each, blocks of 2 x 64 / N routed copies */
+    for (int N = 2; N <= 4; N *= 2) {
+        const size_t cap = 2 * 64 / (size_t)N, row = fm_dispatch_row_bytes(FM_A_E4M3_G128, true, 64);
+        const size_t block = (16 + cap * 4 + cap * row + 15) / 16 * 16;
+        assert_true(fabs(ranks_json("fp8", N, "dispatch_bytes_per_layer") - (double)(N * (N - 1) * block)) < 0.5);
+    }
+    const double e4m3 = ranks_json("fp8", 2, "dispatch_bytes_per_layer"),
+                 mx = ranks_json("mxfp4", 2, "dispatch_bytes_per_layer"),
+                 nv = ranks_json("nvfp4", 2, "dispatch_bytes_per_layer");
+    assert_true(mx < 0.6 * e4m3 && nv < 0.6 * e4m3 && mx <= nv);
+    assert_true(ranks_json("fp8", 2, "combine_bytes_per_layer") == ranks_json("mxfp4", 2, "combine_bytes_per_layer"));
+    /* what the group cannot be: ranks that do not split the experts, and --ep on the cuda backend */
+    assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --ep 3 --tokens 8"), 2);
+    assert_non_null(strstr(cli_err, "do not split evenly"));
 }
 
 /* the options every side-by-side benchmark shares (bench_common.c), refused with exit code 2 */
@@ -315,6 +357,7 @@ int main(void) {
         cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
         cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
         cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
+        cmocka_unit_test(bench_prefill_over_ranks),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

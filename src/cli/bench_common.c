@@ -150,6 +150,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+void bench_token_ids(int32_t *ids, int64_t T, int32_t V) {
+    uint64_t x = 0x2545F4914F6CDD1Dull; /* xorshift64 */
+    for (int64_t t = 0; t < T; t++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[t] = (int32_t)(x % (uint64_t)V);
+    }
+}
+
 void bench_stats(double *ms, long n, double *median, double *min, double *max) {
     qsort(ms, (size_t)n, sizeof *ms, cmp_double);
     *median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);

@@ -102,6 +102,15 @@ void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, i
  * returns true with the rates, or says on stderr why not and returns false. */
 bool bench_host_link(const char *cmd, double *link_gbps, double *dma_gbps);
 
+/* T deterministic token ids below V (the same prompt for every bench prefill run) */
+void bench_token_ids(int32_t *ids, int64_t T, int32_t V);
+/* bench prefill --ep N (bench_prefill_ranks.c): the prefill of T tokens by a group of ranks in this process over the
+ * synthetic model `synthetic` (mo: the model options, ep_ranks set), with the bytes the ranks send each other per
+ * layer; a CLI exit code */
+struct cli_model_opts;
+int bench_prefill_ranks(const char *cmd, const char *synthetic, struct cli_model_opts *mo, int64_t T, long repeat,
+                        long warmup, const char *json_path);
+
 /* median, min and max of n timings (sorts ms) */
 void bench_stats(double *ms, long n, double *median, double *min, double *max);
 /* ||x - ref|| / ||ref|| over n values */

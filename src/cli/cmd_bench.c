@@ -6,6 +6,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/cli.h"
+#include "dist/comm.h"
 #include "engine/cost.h"
 #include "util/progress.h"
 
@@ -29,20 +30,24 @@ static const char *HELP =
     "  --tokens T         prompt length (default 2048)\n"
     "  --repeat R         timed runs (default 10)\n"
     "  --warmup W         untimed runs first (default 2)\n"
-    "  --json FILE        also write the results as JSON\n" BENCH_ROUTING_HELP CLI_MODEL_HELP;
+    "  --json FILE        also write the results as JSON\n"
+    "  --ep N             the prefill by N ranks in this process, each with 1/N of the routed experts (cpu\n"
+    "                     backend: a simulated world exchanging through host memory), the routed rows sent\n"
+    "                     all-to-all in the --dispatch format; prints the wall time of the whole group and the\n"
+    "                     bytes the ranks send each other per layer (--tp splits a checkpoint's float attention\n"
+    "                     weights: fp8moe logits/generate --tp, not synthetic ones)\n" BENCH_ROUTING_HELP
+        CLI_MODEL_HELP;
 
-enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING };
-static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
-                                            {"tokens", required_argument, 0, OPT_TOKENS},
-                                            {"repeat", required_argument, 0, OPT_REPEAT},
-                                            {"warmup", required_argument, 0, OPT_WARMUP},
-                                            {"json", required_argument, 0, OPT_JSON},
-                                            {"synthetic-routing", required_argument, 0, OPT_ROUTING},
-                                            {0, 0, 0, 0}};
+enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING, OPT_EP };
+static const struct option own_options[] = {
+    {"synthetic", required_argument, 0, OPT_SYNTH}, {"tokens", required_argument, 0, OPT_TOKENS},
+    {"repeat", required_argument, 0, OPT_REPEAT},   {"warmup", required_argument, 0, OPT_WARMUP},
+    {"json", required_argument, 0, OPT_JSON},       {"synthetic-routing", required_argument, 0, OPT_ROUTING},
+    {"ep", required_argument, 0, OPT_EP},           {0, 0, 0, 0}};
 
 typedef struct bench_args {
     const char *synthetic, *json_path, *routing;
-    long tokens, repeat, warmup;
+    long tokens, repeat, warmup, ep;
 } bench_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -54,6 +59,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_WARMUP: return cli_parse_int(cmd, "--warmup", arg, 0, 10000, &a->warmup);
     case OPT_JSON: a->json_path = arg; return true;
     case OPT_ROUTING: a->routing = arg; return bench_routing_check(cmd, arg);
+    case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
     }
     return true;
 }
@@ -74,7 +80,7 @@ int cmd_bench(int argc, char **argv) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
         return cli_usage(cmd, "the first argument must be 'prefill', 'decode', 'moe', 'gemm' or 'tokenize'");
     }
-    bench_args a = {NULL, NULL, NULL, 2048, 10, 2};
+    bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     mo.opt.backend = "cuda";
@@ -87,6 +93,10 @@ int cmd_bench(int argc, char **argv) {
     fm_model *m = NULL;
     mo.opt.max_tokens = a.tokens;
     mo.opt.synthetic_routing = a.routing;
+    if (a.ep > 1) {
+        mo.opt.ep_ranks = (int32_t)a.ep;
+        return bench_prefill_ranks(cmd, a.synthetic, &mo, a.tokens, a.repeat, a.warmup, a.json_path);
+    }
     const double t_load = cli_now();
     fm_status st = fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err);
     if (st) return cli_fail(cmd, st, &err);
@@ -98,11 +108,7 @@ int cmd_bench(int argc, char **argv) {
     const int n = (int)a.repeat;
     double *total = calloc((size_t)n, sizeof *total), *stage[FM_STAGE_COUNT];
     for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s] = calloc((size_t)n, sizeof(double));
-    uint64_t x = 0x2545F4914F6CDD1Dull; /* deterministic token ids */
-    for (int64_t t = 0; t < T; t++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        ids[t] = (int32_t)(x % (uint64_t)V);
-    }
+    bench_token_ids(ids, T, V);
     fm_expert_stats cache0; /* the expert cache's counts after the warm-up: the timed runs' own hits and copies */
     memset(&cache0, 0, sizeof cache0);
     for (long r = 0; !st && r < a.warmup + a.repeat; r++) {

@@ -25,7 +25,9 @@ fm_status fm_rank_split_check(const fm_config *c, int32_t ep, int32_t tp, fm_err
     return FM_OK;
 }
 
-fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err) {
+/* dir, or the synthetic model `synthetic` of n_layers layers (dir NULL) */
+static fm_status group_load(const char *dir, const char *synthetic, int32_t n_layers, const fm_options *opt,
+                            fm_rank_group **out, fm_error *err) {
     *out = NULL;
     const int ne = opt->ep_ranks, nt = opt->tp_ranks, n_ranks = ne > nt ? ne : nt;
     if (n_ranks < 2 || n_ranks > FM_COMM_MAX_RANKS)
@@ -49,7 +51,8 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
         fm_options o = *opt;
         o.ep_rank = r, o.tp_rank = r;
         if (staged) o.routes = routes;
-        st = fm_model_load(dir, &o, &g->models[r], err);
+        st = dir ? fm_model_load(dir, &o, &g->models[r], err)
+                 : fm_model_load_synthetic(synthetic, n_layers, &o, &g->models[r], err);
         if (st && err && r > 0) { /* the first rank's message is the model's; a later one's names that rank */
             char pre[48];
             const size_t n = (size_t)snprintf(pre, sizeof pre, "rank %d of the group: ", r), cap = sizeof err->msg;
@@ -67,6 +70,15 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
     }
     *out = g;
     return FM_OK;
+}
+
+fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err) {
+    return group_load(dir, NULL, 0, opt, out, err);
+}
+
+fm_status fm_rank_group_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_rank_group **out,
+                                       fm_error *err) {
+    return group_load(NULL, name, n_layers, opt, out, err);
 }
 
 void fm_rank_group_free(fm_rank_group *g) {

@@ -34,6 +34,10 @@ typedef struct fm_rank_group {
  * (ep_rank and tp_rank are set per rank here), and joins the ranks. Errors name the rank when a later rank's load
  * fails. */
 fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err);
+/* The same over the synthetic model `name` (engine.h: fm_model_load_synthetic), its first n_layers layers (0: all):
+ * the same weights on every rank (each keeps its share), as one such model would hold them. */
+fm_status fm_rank_group_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_rank_group **out,
+                                       fm_error *err);
 void fm_rank_group_free(fm_rank_group *g);
 
 /* fm_forward on every rank together (the prompt on every rank); logits as fm_forward's, from rank 0 (every rank holds

@@ -283,11 +283,13 @@ static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t 
     fm_status st =
         !share || !all ? fm_fail(&m->dist_err, FM_ERR_NOMEM, "expert parallelism: out of host memory") : FM_OK;
     fm_error e = {{0}};
+    fm_ep_stats stats;
     /* a rank out of memory takes part with an empty share: the sizes disagree and every rank fails together */
     fm_status xst = fm_ep_moe_host(m->ep_comm, m->be, L->gate_up, L->down, m->cfg.n_experts,
                                    (const float *)b->h + r0 * H, st ? 0 : Tr, H, (const int32_t *)b->eids + r0 * k,
-                                   (const float *)b->ew + r0 * k, k, st ? 0 : P, share ? share : y, NULL, &e);
+                                   (const float *)b->ew + r0 * k, k, st ? 0 : P, share ? share : y, &stats, &e);
     if (!st && xst) st = xst, m->dist_err = e;
+    if (!st) m->ep_bytes_dispatch += stats.bytes_dispatch, m->ep_bytes_combine += stats.bytes_combine;
     if (!st) {
         xst = fm_comm_all_gather(m->ep_comm, share, all, (size_t)(P * H) * sizeof *all, &e);
         if (xst) st = xst, m->dist_err = e;
