@@ -48,7 +48,8 @@ int bench_prefill_ranks(const char *cmd, const char *synthetic, struct cli_model
         const double t0 = cli_now();
         st = fm_rank_group_forward(g, ids, T, true, logits, &err);
         if (!st && r >= warmup) ms[r - warmup] = (cli_now() - t0) * 1e3;
-        if (!st && mo->opt.verbose && r >= warmup) fm_progress("run %ld/%ld: %.3f ms", r - warmup + 1, repeat, ms[r - warmup]);
+        if (!st && mo->opt.verbose && r >= warmup)
+            fm_progress("run %ld/%ld: %.3f ms", r - warmup + 1, repeat, ms[r - warmup]);
     }
     fm_progress_end();
     if (!st) {
@@ -63,7 +64,8 @@ int bench_prefill_ranks(const char *cmd, const char *synthetic, struct cli_model
         printf("bench prefill %s: %d layers, %lld tokens, preset %s, dispatch %s, %s backend; %d ranks (--ep %d --tp "
                "%d, %s world); %ld runs after %ld warm-up; load %.1f s\n",
                synthetic, m0->n_layers, (long long)T, fm_preset_name(mo->opt.preset), dispatch_fmt, m0->be->ops->name,
-               g->n_ranks, m0->ep_ranks, m0->tp_ranks, fm_comm_kind(fm_world_comm(g->world, 0)), repeat, warmup, load_s);
+               g->n_ranks, m0->ep_ranks, m0->tp_ranks, fm_comm_kind(fm_world_comm(g->world, 0)), repeat, warmup,
+               load_s);
         printf("latency (the group, wall time): median %.3f ms, min %.3f, max %.3f; %.0f tokens/s\n", med, mn, mx,
                (double)T / (med * 1e-3));
         printf("\n| sent between ranks, per layer (all ranks) | bytes | per token |\n|---|---:|---:|\n");
