@@ -156,26 +156,29 @@ static fm_status sim_all_reduce_sum(fm_comm *c, void *buf, int64_t n, fm_comm_dt
     return st;
 }
 
+/* A host exchange (gather_host, all_to_all_host) on staged copies: send_bytes of the rank's send buffer downloaded,
+ * the exchange by unit (its bytes or block argument), recv_bytes uploaded into recv */
+typedef fm_status (*host_exchange)(fm_comm *c, const void *send, void *recv, size_t unit, fm_status pre, fm_error *err);
+static fm_status staged_exchange(fm_comm *c, fm_backend *be, host_exchange fn, const char *what, const void *send,
+                                 void *recv, size_t unit, size_t send_bytes, size_t recv_bytes, fm_error *err) {
+    void *hs = staged_copy(be, send, send_bytes, send_bytes), *hr = malloc(recv_bytes ? recv_bytes : 1);
+    const fm_status st = fn(c, hs, hr, unit, hs && hr ? FM_OK : nomem(err, what, recv_bytes), err);
+    if (!st && recv_bytes) be->ops->upload_raw(be, hr, recv_bytes, recv);
+    free(hs), free(hr);
+    return st;
+}
+
 static fm_status sim_all_gather(fm_comm *c, const void *send, void *recv, size_t bytes, fm_error *err) {
     fm_backend *be = stage_of(c);
     if (!be) return gather_host(c, send, recv, bytes, FM_OK, err);
-    const size_t all = bytes * (size_t)c->w->n;
-    void *hs = staged_copy(be, send, bytes, bytes), *hr = malloc(all ? all : 1);
-    const fm_status st = gather_host(c, hs, hr, bytes, hs && hr ? FM_OK : nomem(err, "all_gather", all), err);
-    if (!st && all) be->ops->upload_raw(be, hr, all, recv);
-    free(hs), free(hr);
-    return st;
+    return staged_exchange(c, be, gather_host, "all_gather", send, recv, bytes, bytes, bytes * (size_t)c->w->n, err);
 }
 
 static fm_status sim_all_to_all(fm_comm *c, const void *send, void *recv, size_t block, fm_error *err) {
     fm_backend *be = stage_of(c);
     if (!be) return all_to_all_host(c, send, recv, block, FM_OK, err);
     const size_t all = block * (size_t)c->w->n;
-    void *hs = staged_copy(be, send, all, all), *hr = malloc(all ? all : 1);
-    const fm_status st = all_to_all_host(c, hs, hr, block, hs && hr ? FM_OK : nomem(err, "all_to_all", all), err);
-    if (!st && all) be->ops->upload_raw(be, hr, all, recv);
-    free(hs), free(hr);
-    return st;
+    return staged_exchange(c, be, all_to_all_host, "all_to_all", send, recv, block, all, all, err);
 }
 
 void fm_comm_sim_stage_through(fm_comm *c, fm_backend *be) {
