@@ -1276,14 +1276,13 @@ static __global__ __launch_bounds__(THREADS, 2) void w4a8_wgmma_inplace_kernel(c
                 }
             }
         }
-        /* k step ks starts 32 bytes on: the descriptor's address field (bytes / 16) + 2 ks, no carry (the tile is
-           1024-aligned) */
-        const uint64_t desc = desc_sw128(smem_u32(xs_smem[st]));
+        const uint32_t xt = smem_u32(xs_smem[st]);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++)
 #pragma unroll
-            for (int mb = 0; mb < 2; mb++) wgmma_tile<BNT>(acc[mb], a[mb][ks], desc + 2 * ks, grp > 0 || ks > 0);
+            for (int mb = 0; mb < 2; mb++)
+                wgmma_tile<BNT>(acc[mb], a[mb][ks], desc_sw128(xt + 32 * ks), grp > 0 || ks > 0);
         wgmma_commit();
         wgmma_wait_all();
         settle_block<BNT>(acc[0], a[0]);
