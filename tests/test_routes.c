@@ -92,9 +92,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys =
-        "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, w4a8.accum, dense.gemv, w8a8.gemv_max_m, "
-        "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
+    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
+                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -109,7 +108,6 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16, 32 or 64");
     expect_usage("w4a8.fp4=on", "route w4a8.fp4: 'on' is not a value", "auto, producer or inline");
     expect_usage("w4a8.codes=tma", "route w4a8.codes: 'tma' is not a value", "auto, regs or smem");
-    expect_usage("w4a8.accum=fp32", "route w4a8.accum: 'fp32' is not a value", "auto, partial or inplace");
     expect_usage("dense.gemv=0", "'0' is not a value", "auto, on or off");
     expect_usage("w8a8.gemv_max_m=0", "'0' is not a value", "auto or 1..16");
     expect_usage("w8a8.gemv_max_m=17", "'17' is not a value", "auto or 1..16");
@@ -238,21 +236,6 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_apply(&r, "w4a8.tile=16", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN_SMALL);
-}
-
-/* How the wgmma W4A8 GEMM applies the group scales: a partial per group unless forced in place; never on mma.sync. */
-static void w4a8_accum_in_place_only_when_asked_on_wgmma(void **s) {
-    (void)s;
-    fm_routes r;
-    fm_error err = {{0}};
-    fm_routes_default(&r, 9);
-    assert_false(fm_routes_w4a8_accum_inplace(&r));
-    assert_int_equal(fm_routes_apply(&r, "w4a8.accum=inplace", &err), FM_OK);
-    assert_true(fm_routes_w4a8_accum_inplace(&r));
-    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma", &err), FM_OK);
-    assert_false(fm_routes_w4a8_accum_inplace(&r)); /* mma.sync: partials only */
-    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=auto,w4a8.accum=partial", &err), FM_OK);
-    assert_false(fm_routes_w4a8_accum_inplace(&r));
 }
 
 /* Where the wgmma W4A8 GEMM's codes come from: the stage ring while the experts average under 64 rows (P < 64 E, E >
@@ -478,7 +461,6 @@ int main(void) {
         cmocka_unit_test(attention_kernel_by_device_and_head_dim),
         cmocka_unit_test(the_printer_shows_every_key),
         cmocka_unit_test(w4a8_codes_by_rows_per_expert),
-        cmocka_unit_test(w4a8_accum_in_place_only_when_asked_on_wgmma),
         cmocka_unit_test(gdn_tc_by_shape_and_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,8 +7,7 @@
 #include "util/status.h"
 
 #define KEYS                                                                                                           \
-    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, w4a8.accum, dense.gemv, w8a8.gemv_max_m, "        \
-    "moe.gemv, "                                                                                                       \
+    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
     "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, expert.prefetch"
 
 void fm_routes_default(fm_routes *r, int sm_major) {
@@ -64,11 +63,6 @@ static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_er
         else if (!strcmp(val, "regs")) r->w4a8_codes = FM_ROUTE_CODES_REGS;
         else if (!strcmp(val, "smem")) r->w4a8_codes = FM_ROUTE_CODES_SMEM;
         else return fm_fail(err, FM_ERR_USAGE, "route w4a8.codes: '%s' is not a value (auto, regs or smem)", val);
-    } else if (!strcmp(key, "w4a8.accum")) {
-        if (!strcmp(val, "auto")) r->w4a8_accum = FM_ROUTE_ACCUM_AUTO;
-        else if (!strcmp(val, "partial")) r->w4a8_accum = FM_ROUTE_ACCUM_PARTIAL;
-        else if (!strcmp(val, "inplace")) r->w4a8_accum = FM_ROUTE_ACCUM_INPLACE;
-        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.accum: '%s' is not a value (auto, partial or inplace)", val);
     } else if (!strcmp(key, "dense.gemv")) {
         if (!parse_switch(val, &r->dense_gemv))
             return fm_fail(err, FM_ERR_USAGE, "route dense.gemv: '%s' is not a value (auto, on or off)", val);
@@ -260,10 +254,6 @@ bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E) {
     return r->w4a8_codes == FM_ROUTE_CODES_SMEM || (E > 1 && P < 64 * E);
 }
 
-bool fm_routes_w4a8_accum_inplace(const fm_routes *r) {
-    return fm_routes_w4a8_wgmma(r) && r->w4a8_accum == FM_ROUTE_ACCUM_INPLACE;
-}
-
 const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {
     return fm_routes_w4a8_wgmma(r) ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
@@ -303,9 +293,6 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
     const char *codes = r->w4a8_codes == FM_ROUTE_CODES_REGS   ? "regs"
                         : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "smem"
                                                                : "auto";
-    const char *accum = r->w4a8_accum == FM_ROUTE_ACCUM_PARTIAL   ? "partial"
-                        : r->w4a8_accum == FM_ROUTE_ACCUM_INPLACE ? "inplace"
-                                                                  : "auto";
     char now[9][64], moe[8], warps[8], prefetch[8], prefetch_now[40];
     snprintf(prefetch, sizeof prefetch, "%d", r->expert_prefetch);
     if (r->expert_prefetch <= 0 || r->expert_prefetch == FM_EXPERT_PREFETCH_ALL)
@@ -353,10 +340,6 @@ void fm_routes_print(const fm_routes *r, FILE *out) {
         {"w4a8.codes", codes, "auto|regs|smem", "smem while P < 64 E",
          "how the wgmma W4A8 GEMM's int4 codes reach its warps: registers a group ahead, or the shared-memory ring",
          now[8]},
-        {"w4a8.accum", accum, "auto|partial|inplace", "partial",
-         "how the wgmma W4A8 GEMM (int4-tc, e4m3, 64-row tiles) applies the group scales: a partial per group, or "
-         "the accumulator in the group's frame",
-         fm_routes_w4a8_accum_inplace(r) ? "in the frame (two CTAs per SM)" : "partial per group"},
         {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",
          "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
         {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",

@@ -13,10 +13,6 @@
  *                                         (attention.cu) elsewhere and for every other head dim; wgmma forces it
  *                                         where the head dim is supported, mma forces the mma.sync kernel everywhere
  *   w4a8.tile        auto | 16 | 64       routed rows per tile of the W4A8 MoE GEMM (the memory plan follows it)
- *   w4a8.accum       auto | partial | inplace   how the wgmma W4A8 GEMM (int4-tc bank, e4m3 activations, 64-row
- *                                         tiles) applies the per-group scales: a partial sum per 128-group promoted
- *                                         into the accumulator, or the accumulator kept in the group's frame and
- *                                         rescaled (64 registers fewer: two CTAs per SM)
  *   w4a8.fp4         auto | producer | inline   where the wgmma gate|up GEMM of an FP4 dispatch (--dispatch mxfp4|
  *                                         nvfp4) expands E2M1 to e4m3: a producer warpgroup of its own, a stage ahead
  *                                         of the MMA warpgroups, or the MMA warps themselves between the stage's
@@ -95,12 +91,6 @@ typedef enum fm_route_w4a8_codes {
     FM_ROUTE_CODES_SMEM, /* the CTA's codes travel in the cp.async stage ring (wgmma kernel only) */
 } fm_route_w4a8_codes;
 
-typedef enum fm_route_w4a8_accum {
-    FM_ROUTE_ACCUM_AUTO = 0,
-    FM_ROUTE_ACCUM_PARTIAL, /* each 128-group into a partial sum, promoted into the accumulator with its scales */
-    FM_ROUTE_ACCUM_INPLACE, /* the accumulator in the scales' frame, rescaled per group (two CTAs per SM) */
-} fm_route_w4a8_accum;
-
 typedef enum fm_route_attention_kernel {
     FM_ROUTE_ATTENTION_AUTO = 0,
     FM_ROUTE_ATTENTION_WGMMA, /* wgmma + TMA, sm_90a only, hd 128 */
@@ -114,7 +104,6 @@ typedef struct fm_routes {
     int32_t w4a8_tile;                          /* w4a8.tile: 0 auto, FM_W4A8_BN_SMALL, _MID or FM_W4A8_BN */
     fm_route_w4a8_fp4 w4a8_fp4;                 /* w4a8.fp4 */
     fm_route_w4a8_codes w4a8_codes;             /* w4a8.codes */
-    fm_route_w4a8_accum w4a8_accum;             /* w4a8.accum */
     fm_route_switch dense_gemv;                 /* dense.gemv */
     int32_t w8a8_gemv_max_m;                    /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     fm_route_switch pdl;                        /* pdl */
@@ -180,10 +169,6 @@ bool fm_routes_w4a8_fp4_producer(const fm_routes *r, uint32_t tile_rows);
  * 0.213 against 0.085 / 0.221, T = 2048 equal, T = 8192 1.660 against 1.585 (P = 512 E: registers). 32-row tiles
  * take the ring whatever this says (two CTAs per SM leave 128 registers: w4a8_gemm.cu). */
 bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E);
-/* The wgmma W4A8 GEMM of an int4-tc bank on e4m3 activations in 64-row tiles keeps its accumulator in the frame of
- * the current group's scales (w4a8_gemm.cu, w4a8_wgmma_inplace_kernel: no partial sum, two CTAs per SM) rather than
- * promoting a partial per 128-group. auto = partial. */
-bool fm_routes_w4a8_accum_inplace(const fm_routes *r);
 /* Prefill attention of head dim hd runs the wgmma kernel (attention_wgmma.cu: hd 128 only). Measured (lab/attention,
  * H200, (32, 4, 128) causal, bench/NOTES.md "eighth session"): T = 2048 0.0725 ms against 0.110 for mma.sync, T =
  * 8192 0.959 ms against 1.500. */

@@ -76,7 +76,6 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     memset(&a, 0, sizeof a);
     a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
     a.codes_staged = fm_routes_w4a8_codes_staged(r, (uint64_t)P, (uint64_t)E);
-    a.accum_inplace = fm_routes_w4a8_accum_inplace(r);
     a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
     a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
     a.dispatch = fmt, a.xts = (const float *)b.amax + 1, a.fp4_producer = fm_routes_w4a8_fp4_producer(r, bn);
@@ -135,7 +134,6 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     memset(&a, 0, sizeof a);
     a.w = w, a.wgmma = fm_routes_w4a8_wgmma(&be->routes), a.x = x8, a.xs = xs, a.xsum = xsum, a.lds = M;
     a.codes_staged = fm_routes_w4a8_codes_staged(&be->routes, (uint64_t)M, 1);
-    a.accum_inplace = fm_routes_w4a8_accum_inplace(&be->routes);
     a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
     fm_cuda_w4a8_gemm(&a, be->stream);

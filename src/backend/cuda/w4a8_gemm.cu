@@ -1163,167 +1163,10 @@ static __global__ __launch_bounds__(FP4_CTA_THREADS,
 #endif
 }
 
-// ---- sm_90a: the accumulator in the scales' frame (route w4a8.accum=inplace) ----------------------------------------
-// The int4-tc, e4m3-dispatch kernel of 64-row tiles without a partial sum: the wgmmas accumulate every 128-group
-// straight into acc, which is kept in the frame of the current group's scales. With F_g[m][n] = (512 x weight scale of
-// row m) x (activation scale of row n) of group g, acc holds sum_{j <= g} P_j F_j / F_g; before group g's wgmmas it is
-// rescaled by F_{g-1} / F_g, and the epilogue multiplies by F_last. Same instruction count as the partial's promotion
-// (two fp32 multiplies per element and group), 64 registers fewer (no partial), which is what lets 64-row tiles run
-// two CTAs per SM (128 registers; the codes through the stage ring): the other CTA's wgmmas fill the tensor pipe while
-// one rescales, converts and meets its barrier (the eighth session's profile: 0.44 eligible warps per scheduler).
-// The ratios F_{g-1} / F_g are rank one: one per weight row (thread r of the CTA owns row r) and one per activation
-// row (thread n < BNT owns row n). At group g, after the barrier that made stages g and g + 1 visible, those threads
-// write group g + 1's ratios into their stage slot (read at the next barrier). A zero scale (a padded row, an
-// all-zero weight group: its codes are zero too) keeps the frame as it was.
-#define IP_STAGES 4 /* the ring: stages g and g + 1 landed at group g's barrier, g + 2 and g + 3 in flight */
-
-static __device__ __forceinline__ float frame_step(float &f, float s) {
-    const float next = s != 0.0f ? s : f;
-    const float r = __fdividef(f, next);
-    f = next;
-    return r;
-}
-
-template <int EPILOGUE, int BNT>
-static __global__ __launch_bounds__(THREADS, 2) void w4a8_wgmma_inplace_kernel(const gemm_params p) {
-    constexpr int S = IP_STAGES, NP = wk_shape<WK_INT4>::parts, NW = wk_shape<WK_INT4>::words;
-    static_assert(S == CSTAGES, "the code ring's stages");
-    __shared__ __align__(1024) uint8_t xs_smem[S][BNT * 128];
-    __shared__ float sc_smem[S][BNT];
-    __shared__ __align__(16) uint8_t wsc_smem[S][BM * 2];
-    __shared__ float rw_smem[S][BM]; /* F ratios of the weight rows, by the group they step into */
-    __shared__ float rx_smem[S][BNT];
-    __shared__ float red[THREADS / 32][BNT];
-    extern __shared__ __align__(16) uint8_t code_smem[]; /* [S][code_stage<WK_INT4>::bytes] */
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __trap();
-#else
-    const int64_t tile_idx = blockIdx.y;
-    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
-    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
-    const stage_loader ld = stage_loader_at<WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3>(p, tile);
-    const code_loader cl = code_loader_at<WK_INT4>(p, tile.expert);
-    const int tid = (int)threadIdx.x, warp = tid >> 5, wg = warp >> 2, w4 = warp & 3, lane = tid & 31;
-    const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
-    const int64_t blk[2] = {blk0, blk0 + 4};
-    const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
-    const int64_t KG = p.n_groups;
-    const warp_weights ww = warp_weights_at<WK_INT4>(p, tile.expert, blk);
-    const int coff[2] = {(wg * 8 + w4) * FM_TC_CHUNK + lane * 16, (wg * 8 + w4 + 4) * FM_TC_CHUNK + lane * 16};
-
-#pragma unroll
-    for (int s = 0; s < S - 1; s++) {
-        if (KG > s) {
-            load_stage<WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3>(p, ld, s, xs_smem[s], sc_smem[s], NULL, wsc_smem[s], NULL);
-            load_codes<WK_INT4>(cl, s, code_smem + s * code_stage<WK_INT4>::bytes);
-        }
-        cp_async_commit();
-    }
-    float acc[2][BNT / 8][4];
-    float fw = 1.0f, fx = 1.0f; /* the frame of weight row tid and activation row tid (tid < BNT) */
-
-    for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == S - 1 ? 0 : st + 1) { /* st = grp % S */
-        const int stl = st == 0 ? S - 1 : (int)st - 1, stn = st == S - 1 ? 0 : (int)st + 1;
-        cp_async_wait<S - 3>();
-        __syncthreads(); /* stages grp and grp + 1 landed for all threads; grp - 1's slot is free */
-        {
-            const float w = __bfloat162float(((const __nv_bfloat16 *)wsc_smem[st])[tid]) * 512.0f;
-            if (grp == 0) frame_step(fw, w);
-            if (grp + 1 < KG)
-                rw_smem[stn][tid] =
-                    frame_step(fw, __bfloat162float(((const __nv_bfloat16 *)wsc_smem[stn])[tid]) * 512.0f);
-            if (tid < BNT) {
-                if (grp == 0) frame_step(fx, sc_smem[st][tid]);
-                if (grp + 1 < KG) rx_smem[stn][tid] = frame_step(fx, sc_smem[stn][tid]);
-            }
-        }
-        if (grp + S - 1 < KG) {
-            load_stage<WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3>(p, ld, grp + S - 1, xs_smem[stl], sc_smem[stl], NULL,
-                                                            wsc_smem[stl], NULL);
-            load_codes<WK_INT4>(cl, grp + S - 1, code_smem + stl * code_stage<WK_INT4>::bytes);
-        }
-        cp_async_commit();
-        uint32_t a[2][4][4];
-        {
-            const uint8_t *cs = code_smem + st * code_stage<WK_INT4>::bytes;
-            uint32_t words[2][NW];
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-                for (int q = 0; q < NP; q++) {
-                    const uint4 v = *(const uint4 *)(cs + coff[mb] + q * 512);
-                    words[mb][4 * q] = v.x, words[mb][4 * q + 1] = v.y, words[mb][4 * q + 2] = v.z,
-                                  words[mb][4 * q + 3] = v.w;
-                }
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++) weight_fragment<WK_INT4>(words[mb], ks, a[mb][ks]);
-        }
-        if (grp > 0) { /* into group grp's frame */
-            const int t = lane & 3;
-            float rw[2][2];
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++)
-                rw[mb][0] = rw_smem[st][ww.lrow[mb]], rw[mb][1] = rw_smem[st][ww.lrow[mb] + 8];
-#pragma unroll
-            for (int nt = 0; nt < BNT / 8; nt++) {
-                const float2 rx = *(const float2 *)(rx_smem[st] + nt * 8 + 2 * t);
-#pragma unroll
-                for (int mb = 0; mb < 2; mb++) {
-                    acc[mb][nt][0] *= rw[mb][0] * rx.x, acc[mb][nt][1] *= rw[mb][0] * rx.y;
-                    acc[mb][nt][2] *= rw[mb][1] * rx.x, acc[mb][nt][3] *= rw[mb][1] * rx.y;
-                }
-            }
-        }
-        const uint32_t xt = smem_u32(xs_smem[st]);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++)
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++)
-                wgmma_tile<BNT>(acc[mb], a[mb][ks], desc_sw128(xt + 32 * ks), grp > 0 || ks > 0);
-        wgmma_commit();
-        wgmma_wait_all();
-        settle_block<BNT>(acc[0], a[0]);
-        settle_block<BNT>(acc[1], a[1]);
-    }
-    /* out of the last group's frame: its scales, by the threads that own them */
-    __syncthreads();
-    rw_smem[0][tid] = fw;
-    if (tid < BNT) rx_smem[0][tid] = fx;
-    __syncthreads();
-    {
-        const int t = lane & 3;
-#pragma unroll
-        for (int nt = 0; nt < BNT / 8; nt++) {
-            const float2 fxn = *(const float2 *)(rx_smem[0] + nt * 8 + 2 * t);
-#pragma unroll
-            for (int mb = 0; mb < 2; mb++) {
-                const float f0 = rw_smem[0][ww.lrow[mb]], f1 = rw_smem[0][ww.lrow[mb] + 8];
-                acc[mb][nt][0] *= f0 * fxn.x, acc[mb][nt][1] *= f0 * fxn.y;
-                acc[mb][nt][2] *= f1 * fxn.x, acc[mb][nt][3] *= f1 * fxn.y;
-            }
-        }
-    }
-    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red);
-#endif
-}
-
 // Which kernel runs is the route w4a8.kernel (routes.h): wgmma on sm_90 (the binary carries sm_90a code), mma.sync
 // elsewhere (sm_89: Ada); the caller passes the choice in fm_w4a8_args.wgmma.
 template <int EPILOGUE, int WK, int BNT, int AF = FM_W4A8_DISPATCH_E4M3>
-static void launch(const gemm_params &p, bool wgmma, bool codes_staged, bool inplace, dim3 grid, cudaStream_t s) {
-    if constexpr (AF == FM_W4A8_DISPATCH_E4M3 && WK == WK_INT4 && BNT == FM_W4A8_BN && EPILOGUE != EPI_SWIGLU_SUMS) {
-        if (wgmma && inplace) {
-            constexpr int smem = IP_STAGES * code_stage<WK_INT4>::bytes;
-            FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_inplace_kernel<EPILOGUE, BNT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            w4a8_wgmma_inplace_kernel<EPILOGUE, BNT><<<grid, THREADS, smem, s>>>(p);
-            return;
-        }
-    }
-    (void)inplace;
+static void launch(const gemm_params &p, bool wgmma, bool codes_staged, dim3 grid, cudaStream_t s) {
     /* FP4 stages inline (AF): the codes stay on the register path (four raw FP4 stages would not fit beside the
        rest in static shared memory) */
     if constexpr (AF == FM_W4A8_DISPATCH_E4M3) {
@@ -1343,10 +1186,10 @@ static void launch(const gemm_params &p, bool wgmma, bool codes_staged, bool inp
 }
 
 template <int EPILOGUE, int BNT>
-static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, bool cs, bool ip, dim3 grid, cudaStream_t s) {
-    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, cs, ip, grid, s);
-    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, cs, false, grid, s);
-    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, cs, false, grid, s);
+static void launch_kind(const gemm_params &p, fm_wformat f, bool wgmma, bool cs, dim3 grid, cudaStream_t s) {
+    if (f == FM_W_INT4_G128_TC) launch<EPILOGUE, WK_INT4, BNT>(p, wgmma, cs, grid, s);
+    else if (f == FM_W_INT4_ZP_TC) launch<EPILOGUE, WK_INT4_ZP, BNT>(p, wgmma, cs, grid, s);
+    else launch<EPILOGUE, WK_E4M3, BNT>(p, wgmma, cs, grid, s);
 }
 
 template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
@@ -1361,14 +1204,13 @@ template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm
         }
     }
     if (a->dispatch == FM_W4A8_DISPATCH_MX)
-        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, a->codes_staged, false, grid, s);
+        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, a->codes_staged, grid, s);
     else if (a->dispatch == FM_W4A8_DISPATCH_NV)
-        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, a->codes_staged, false, grid, s);
+        launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_NV>(p, a->wgmma, a->codes_staged, grid, s);
     else if (a->epilogue == FM_W4A8_OUT_BF16)
-        launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, a->accum_inplace, grid, s);
-    else if (a->hsum)
-        launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, a->accum_inplace, grid, s);
-    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, a->accum_inplace, grid, s);
+        launch_kind<EPI_BF16, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, grid, s);
+    else if (a->hsum) launch_kind<EPI_SWIGLU_SUMS, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, grid, s);
+    else launch_kind<EPI_SWIGLU, BNT>(p, a->w->fmt, a->wgmma, a->codes_staged, grid, s);
 }
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {

@@ -20,14 +20,12 @@ typedef enum fm_w4a8_epilogue {
 } fm_w4a8_epilogue;
 
 typedef struct fm_w4a8_args {
-    const fm_bank *w;   // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
-    bool wgmma;         // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
-    bool codes_staged;  // wgmma kernel: the codes through the shared-memory stage ring (fm_routes_w4a8_codes_staged)
-    bool accum_inplace; // wgmma kernel, int4-tc bank, e4m3 activations, 64-row tiles: the accumulator in the scales'
-                        // frame, two CTAs per SM (fm_routes_w4a8_accum_inplace)
-    const uint8_t *x;   // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
-    const float *xs;    // activation scales [w->n_groups][lds]
-    const float *xsum;  // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
+    const fm_bank *w;  // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
+    bool wgmma;        // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
+    bool codes_staged; // wgmma kernel: the codes through the shared-memory stage ring (fm_routes_w4a8_codes_staged)
+    const uint8_t *x;  // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
+    const float *xs;   // activation scales [w->n_groups][lds]
+    const float *xsum; // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
     int64_t lds;
     // the activations' format (fm_w4a8_dispatch): e4m3 as above, or FP4 (int4-tc banks, the SwiGLU epilogue): x holds
     // E2M1 codes [slots][w->ld / 2] and xs the block-scale words of moe_dispatch.cuh; xts the NVFP4 tensor scale
