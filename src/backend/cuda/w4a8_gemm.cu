@@ -449,13 +449,89 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 // weights needs them); a template value of its own so that the other two compile as if it did not exist.
 enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
 
+// The output tiles pass through shared memory (scratch: the CTA's activation stages, free once every warp is past
+// its last group) so that global memory sees 16-byte stores of whole rows: a thread's accumulators hold 4 weight rows
+// x 16 activation rows, i.e. 2-byte (bf16) or 1-byte (e4m3) pieces 8 and 64 elements apart, which as single stores
+// with their addresses and bounds were about 30 % of the SwiGLU epilogue's instructions and most of the bf16 one's.
+// Rows of the scratch tiles are padded by 16 bytes: the column writes of a warp's 8 x 4 lanes then fall in distinct
+// banks, and the row reads stay 16-byte aligned.
+#define EPI_ROW_PAD 16
+template <int BNT> struct epi_scratch {
+    static constexpr int h_stride = 128 + EPI_ROW_PAD; /* e4m3 h: BNT rows x 128 channels */
+    static constexpr int y_stride =
+        2 * 128 + EPI_ROW_PAD; /* bf16 y: BNT rows x 128 columns, one half of the CTA's 256 */
+    static constexpr int bytes = BNT * y_stride;
+};
+
+// The bf16 output of one half (128 weight rows = output columns) of the CTA's tile from scratch, where warps of that
+// half left it: 16-byte stores where the row allows (ldy a multiple of 8, the columns inside the bank), else 2-byte.
+template <int BNT>
+static __device__ __forceinline__ void store_y_half(const gemm_params &p, const fm_w4a8_tile &tile,
+                                                    const uint8_t *scratch, int half, const int32_t *out_row) {
+    constexpr int CHUNKS = BNT * 16; /* 16-byte chunks: BNT rows x 128 columns */
+    const int64_t col0 = (int64_t)blockIdx.x * BM + 128 * half;
+    const bool wide = p.ldy % 8 == 0 && (uintptr_t)p.y % 16 == 0;
+#pragma unroll
+    for (int j = 0; j < (CHUNKS + THREADS - 1) / THREADS; j++) {
+        const int i = (int)threadIdx.x + j * THREADS, n = i >> 4, k = i & 15;
+        if ((CHUNKS % THREADS && i >= CHUNKS) || out_row[j] < 0) continue;
+        const int64_t col = col0 + 8 * k;
+        const uint4 v = *(const uint4 *)(scratch + n * epi_scratch<BNT>::y_stride + 16 * k);
+        __nv_bfloat16 *dst = p.y + (int64_t)out_row[j] * p.ldy + col;
+        if (wide && col + 8 <= p.rows) {
+            *(uint4 *)dst = v;
+        } else {
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                if (col + q < p.rows) dst[q] = __ushort_as_bfloat16((unsigned short)(w[q / 2] >> (16 * (q & 1))));
+        }
+    }
+}
+
 template <int EPILOGUE, int BNT>
 static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w4a8_tile &tile,
                                                 float acc[2][BNT / 8][4], const int64_t blk[2], const bool blk_ok[2],
-                                                float (*red)[BNT], float (*red_sum)[BNT]) {
+                                                float (*red)[BNT], float (*red_sum)[BNT], uint8_t *scratch) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    if (EPILOGUE == EPI_BF16) {
-        int64_t col[2][2]; /* the output columns of this thread's 4 weight rows, -1 past the bank */
+    if (EPILOGUE == EPI_BF16 && !p.interleaved) {
+        /* the output rows of the chunks this thread stores (the same rows for both halves) */
+        constexpr int CHUNKS = BNT * 16;
+        int32_t out_row[(CHUNKS + THREADS - 1) / THREADS];
+#pragma unroll
+        for (int j = 0; j < (CHUNKS + THREADS - 1) / THREADS; j++) {
+            const int n = ((int)threadIdx.x + j * THREADS) >> 4;
+            const int32_t slot = tile.slot0 + n;
+            out_row[j] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
+        }
+        /* local weight row of this thread's (block mb, row g + 8 half): which half of the CTA's 256 it lies in */
+        const int lr0 = (int)(blk[0] * 16 - (int64_t)blockIdx.x * BM) + g,
+                  lr1 = (int)(blk[1] * 16 - (int64_t)blockIdx.x * BM) + g;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* every warp past its last group / stores */
+#pragma unroll
+            for (int mb = 0; mb < 2; mb++) {
+                const int lr = mb ? lr1 : lr0;
+                if ((lr >> 7) != half) continue;
+                uint8_t *col = scratch + 2 * (lr & 127);
+#pragma unroll
+                for (int nt = 0; nt < BNT / 8; nt++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const int n = nt * 8 + 2 * t + c;
+                        *(__nv_bfloat16 *)(col + n * epi_scratch<BNT>::y_stride) = __float2bfloat16_rn(acc[mb][nt][c]);
+                        *(__nv_bfloat16 *)(col + n * epi_scratch<BNT>::y_stride + 16) =
+                            __float2bfloat16_rn(acc[mb][nt][2 + c]);
+                    }
+            }
+            asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+            store_y_half<BNT>(p, tile, scratch, half, out_row);
+        }
+        return;
+    }
+    if (EPILOGUE == EPI_BF16) { /* an interleaved bank (a dense MLP's gate|up): its columns back in bank order */
+        int64_t col[2][2];      /* the output columns of this thread's 4 weight rows, -1 past the bank */
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
 #pragma unroll
@@ -533,27 +609,34 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         if (n < tile.rows) p.hs[(int64_t)blockIdx.x * p.ldhs + tile.slot0 + n] = scale;
     }
     asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    /* the codes into scratch [BNT][128 channels] (an invalid channel's h is 0: code 0, as the zeroed h holds there),
+       then out as 16-byte row pieces: this CTA's 128 channels are one 128-byte run of each h row */
+    const int ch0 = (int)(blk[0] * 8 - (int64_t)blockIdx.x * 128) + g,
+              ch1 = (int)(blk[1] * 8 - (int64_t)blockIdx.x * 128) + g;
 #pragma unroll
     for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = nt * 8 + 2 * t + c;
-            if (n >= tile.rows) continue;
-            const int64_t slot = tile.slot0 + n;
             const float inv = red[1][n];
             float sum = 0.0f; /* EPI_SWIGLU_SUMS: this thread's codes of row n, decoded, for the group sum */
 #pragma unroll
             for (int mb = 0; mb < 2; mb++) {
-                const int64_t ch = blk[mb] * 8 + g;
-                if (blk_ok[mb] && ch < I) {
-                    const uint8_t code =
-                        (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] * inv, __NV_SATFINITE, __NV_E4M3);
-                    p.h[slot * p.ldh + ch] = code;
-                    if (EPILOGUE == EPI_SWIGLU_SUMS) sum += e4m3_decode(code);
-                }
+                const uint8_t code = (uint8_t)__nv_cvt_float_to_fp8(acc[mb][nt][c] * inv, __NV_SATFINITE, __NV_E4M3);
+                scratch[n * epi_scratch<BNT>::h_stride + (mb ? ch1 : ch0)] = code;
+                if (EPILOGUE == EPI_SWIGLU_SUMS && blk_ok[mb] && blk[mb] * 8 + g < I) sum += e4m3_decode(code);
             }
             if (EPILOGUE == EPI_SWIGLU_SUMS) acc[0][nt][c] = sum; /* reused: h is written */
         }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    constexpr int CHUNKS = BNT * 8; /* 16-byte chunks: BNT rows x 128 bytes */
+#pragma unroll
+    for (int j = 0; j < (CHUNKS + THREADS - 1) / THREADS; j++) {
+        const int i = (int)threadIdx.x + j * THREADS, n = i >> 3, k = i & 7;
+        if ((CHUNKS % THREADS && i >= CHUNKS) || n >= tile.rows) continue;
+        *(uint4 *)(p.h + (tile.slot0 + n) * p.ldh + (int64_t)blockIdx.x * 128 + 16 * k) =
+            *(const uint4 *)(scratch + n * epi_scratch<BNT>::h_stride + 16 * k);
+    }
     if (EPILOGUE == EPI_SWIGLU_SUMS) write_group_sums<BNT>(p, tile, acc, red, red_sum);
 }
 
@@ -692,7 +775,8 @@ static __global__ __launch_bounds__(THREADS,
         promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
 
-    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
+    static_assert(sizeof xs_smem >= epi_scratch<BNT>::bytes, "epilogue scratch in the activation stages");
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
 }
 
 // ---- sm_90a: wgmma ----------------------------------------------------------------------------------------
@@ -952,7 +1036,8 @@ static __global__ __launch_bounds__(THREADS,
         if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
         promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
-    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum);
+    static_assert(sizeof xs_smem >= epi_scratch<BNT>::bytes, "epilogue scratch in the activation stages");
+    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
 }
 
 // ---- sm_90a: the FP4 gate|up GEMM with a producer warpgroup ----------------------------------------------
@@ -1159,7 +1244,8 @@ static __global__ __launch_bounds__(FP4_CTA_THREADS,
         settle_block<BNT>(part[1], a[1]);
         promote<WK_INT4, BNT>(acc, part, wsc, zs, xsc, NULL);
     }
-    epilogue<EPI_SWIGLU, BNT>(p, tile, acc, blk, blk_ok, red, red);
+    static_assert(sizeof xs_smem >= BNT * epi_scratch<BNT>::h_stride, "epilogue scratch in the activation stages");
+    epilogue<EPI_SWIGLU, BNT>(p, tile, acc, blk, blk_ok, red, red, &xs_smem[0][0]);
 #endif
 }
 
