@@ -215,36 +215,6 @@ static __device__ __forceinline__ void load_stage(const gemm_params &p, const st
     }
 }
 
-// The shared-memory addresses of one e4m3 stage (the wgmma kernel's ring): computed once from the rings' bases, so
-// that a group's loads do not convert generic addresses again (ptxas re-read the CTA's shared window, S2R
-// SR_CgaCtaId, twice per group inside the loop, beside 64-bit products for the stage pointers).
-typedef struct stage_smem {
-    uint32_t xs, sc, sum, wsc;
-} stage_smem;
-
-template <int WK, int BNT> static __device__ __forceinline__ stage_smem stage_smem_at(const stage_smem &base, int st) {
-    stage_smem s;
-    s.xs = base.xs + (uint32_t)st * (BNT * 128), s.sc = base.sc + (uint32_t)st * (BNT * 4);
-    s.sum = WK == WK_INT4_ZP ? base.sum + (uint32_t)st * (BNT * 4) : base.sum;
-    s.wsc = base.wsc + (uint32_t)st * (BM * wk_scales<WK>::row_bytes);
-    return s;
-}
-
-// load_stage of an e4m3 activation tile into the stage at these addresses.
-template <int WK, int BNT>
-static __device__ __forceinline__ void load_stage_at(const gemm_params &p, const stage_loader &l, int64_t grp,
-                                                     const stage_smem &s) {
-#pragma unroll
-    for (int i = 0; i < stage_shape<BNT>::per_thread; i++)
-        if (stage_shape<BNT>::chunks % THREADS == 0 || (int)threadIdx.x + i * THREADS < stage_shape<BNT>::chunks)
-            cp_async16(s.xs + l.dst[i], l.src[i] + grp * 128, l.bytes[i]);
-    if (l.wsrc) cp_async16(s.wsc + threadIdx.x * 16, l.wsrc + grp * l.wstride, l.wbytes);
-    if (l.sc) {
-        cp_async4(s.sc + threadIdx.x * 4, l.sc + grp * p.lds, l.sc_bytes);
-        if (WK == WK_INT4_ZP) cp_async4(s.sum + threadIdx.x * 4, l.sum + grp * p.lds, l.sc_bytes);
-    }
-}
-
 // The CTA's codes of one 128-group through the stage ring (the wgmma kernel with CS = 1, route w4a8.codes): its 16
 // blocks of 16 rows x one group, chunk bytes each, into [16][chunk] of the stage, the global order (a warp then reads
 // its block's words from shared memory as it would from global memory). Per thread 16 x chunk / 16 / THREADS
@@ -936,21 +906,15 @@ static __global__ __launch_bounds__(THREADS,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
 
-    stage_smem ring;
-    ring.xs = smem_u32(&xs_smem[0][0]), ring.sc = smem_u32(&sc_smem[0][0]), ring.sum = smem_u32(&sum_smem[0][0]);
-    ring.wsc = smem_u32(&wsc_smem[0][0]);
     /* stages 0 .. S - 2 (a GEMM has at least one group) */
-    if (AF == FM_W4A8_DISPATCH_E4M3) load_stage_at<WK, BNT>(p, ld, 0, ring);
-    else load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
+    load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
     if (CS) load_codes<WK>(cl, 0, code_smem);
     cp_async_commit();
 #pragma unroll
     for (int s = 1; s < S - 1; s++) {
         if (KG > s) {
-            if (AF == FM_W4A8_DISPATCH_E4M3) load_stage_at<WK, BNT>(p, ld, s, stage_smem_at<WK, BNT>(ring, s));
-            else
-                load_stage<WK, BNT, AF>(p, ld, s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0],
-                                        wsc_smem[s], raw_smem[AF ? s : 0]);
+            load_stage<WK, BNT, AF>(p, ld, s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0], wsc_smem[s],
+                                    raw_smem[AF ? s : 0]);
             if (CS) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
         }
         cp_async_commit();
@@ -977,11 +941,8 @@ static __global__ __launch_bounds__(THREADS,
         cp_async_wait<S - 2>();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + S - 1 < KG) {
-            if (AF == FM_W4A8_DISPATCH_E4M3)
-                load_stage_at<WK, BNT>(p, ld, grp + S - 1, stage_smem_at<WK, BNT>(ring, stl));
-            else
-                load_stage<WK, BNT, AF>(p, ld, grp + S - 1, xs_smem[stl], sc_smem[stl],
-                                        sum_smem[WK == WK_INT4_ZP ? stl : 0], wsc_smem[stl], raw_smem[AF ? stl : 0]);
+            load_stage<WK, BNT, AF>(p, ld, grp + S - 1, xs_smem[stl], sc_smem[stl],
+                                    sum_smem[WK == WK_INT4_ZP ? stl : 0], wsc_smem[stl], raw_smem[AF ? stl : 0]);
             if (CS) load_codes<WK>(cl, grp + S - 1, code_smem + stl * code_stage<WK>::bytes);
         }
         cp_async_commit();
