@@ -196,6 +196,51 @@ static void bench_prefill_over_ranks(void **s) {
     assert_non_null(strstr(cli_err, "do not split evenly"));
 }
 
+/* bench decode --ep N, batch B on toy-moe: row r of the JSON's key */
+static double decode_ranks_json(const char *dispatch, int ranks, const char *batches, int row, const char *key) {
+    char json[512], text[1 << 13];
+    snprintf(json, sizeof json, "%s/decode_ranks_%s_%d.json", cli_tmp, dispatch, ranks);
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --dispatch %s --ep %d --batch %s "
+                            "--context 24 --steps 3 --warmup 1 --json %s",
+                            dispatch, ranks, batches, json),
+                     0);
+    assert_non_null(strstr(cli_out, "| MoE dispatch"));
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_int_equal(cJSON_GetObjectItem(root, "ranks")->valueint, ranks);
+    const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), row);
+    assert_non_null(r);
+    assert_true(cJSON_GetObjectItem(r, "median_ms")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(r, "other_bytes_per_step_layer")->valuedouble >= 0);
+    const double v = cJSON_GetObjectItem(r, key)->valuedouble;
+    cJSON_Delete(root);
+    return v;
+}
+
+/* A decode step of B sequences over N ranks sends, per layer, N (N - 1) blocks of ceil(B / N) x top-k routed rows in
+ * the dispatch format (the prefill's layout at T = B); the decode steps alone are counted (not the prefill). */
+static void bench_decode_over_ranks(void **s) {
+    (void)s;
+    const size_t row = fm_dispatch_row_bytes(FM_A_E4M3_G128, true, 64);
+    const int batch[2] = {4, 7};
+    for (int N = 2; N <= 4; N *= 2)
+        for (int i = 0; i < 2; i++) {
+            const size_t cap = 2 * (size_t)((batch[i] + N - 1) / N);
+            const size_t block = (16 + cap * 4 + cap * row + 15) / 16 * 16;
+            assert_true(fabs(decode_ranks_json("fp8", N, "4,7", i, "dispatch_bytes_per_step_layer") -
+                             (double)((size_t)N * (size_t)(N - 1) * block)) < 0.5);
+        }
+    const double e4m3 = decode_ranks_json("fp8", 2, "8", 0, "dispatch_bytes_per_step_layer"),
+                 mx = decode_ranks_json("mxfp4", 2, "8", 0, "dispatch_bytes_per_step_layer");
+    assert_true(mx < 0.6 * e4m3);
+    /* --ep decodes on the cpu backend only; --dispatch belongs to --ep */
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --ep 2"), 2);
+    assert_non_null(strstr(cli_err, "--backend cpu"));
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --dispatch mxfp4"), 2);
+    assert_non_null(strstr(cli_err, "--ep"));
+}
+
 /* the options every side-by-side benchmark shares (bench_common.c), refused with exit code 2 */
 static void common_usage_errors(const char *bench) {
     assert_int_equal(fp8moe("bench %s --repeat 5000", bench), 2);
@@ -357,7 +402,7 @@ int main(void) {
         cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
         cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
         cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
-        cmocka_unit_test(bench_prefill_over_ranks),
+        cmocka_unit_test(bench_prefill_over_ranks),   cmocka_unit_test(bench_decode_over_ranks),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -111,6 +111,12 @@ struct cli_model_opts;
 int bench_prefill_ranks(const char *cmd, const char *synthetic, struct cli_model_opts *mo, int64_t T, long repeat,
                         long warmup, const char *json_path);
 
+/* bench decode --ep N (bench_decode_ranks.c): decode steps of each batch of sequences by a group of ranks over the
+ * synthetic model `synthetic` (mo: ep_ranks, preset, dispatch set), with the bytes the ranks send each other per step
+ * and layer; a CLI exit code */
+int bench_decode_ranks(const char *cmd, const char *synthetic, struct cli_model_opts *mo, const char *preset,
+                       const int64_t *batches, int nb, int64_t context, long steps, long warmup, const char *json_path);
+
 /* median, min and max of n timings (sorts ms) */
 void bench_stats(double *ms, long n, double *median, double *min, double *max);
 /* ||x - ref|| / ||ref|| over n values */

@@ -7,6 +7,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/cli.h"
+#include "dist/comm.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
@@ -46,6 +47,11 @@ static const char *HELP =
     "                     random token per sequence and step: routing as independent as the model makes it, the\n"
     "                     expert cache's hard case; a synthetic model's sampled tokens tend to repeat)\n"
     "  --expert-policy P  lfu (default) or lru\n"
+    "  --ep N             decode by N ranks in this process, each with 1/N of the routed experts (cpu backend: a\n"
+    "                     simulated world exchanging through host memory; one preset, default fp8), the routed\n"
+    "                     rows sent all-to-all in the --dispatch format: per batch the group's wall time per step\n"
+    "                     and the bytes the ranks send each other per step and layer\n"
+    "  --dispatch F       the expert dispatch format with --ep: bf16, fp8, mxfp4, nvfp4 or preset (default)\n"
     "  -v, --verbose      progress on stderr\n";
 
 enum {
@@ -60,7 +66,9 @@ enum {
     OPT_EXPERT_SLOTS,
     OPT_EXPERT_POLICY,
     OPT_VRAM_LIMIT,
-    OPT_DECODE_INPUT
+    OPT_DECODE_INPUT,
+    OPT_EP,
+    OPT_DISPATCH
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -74,6 +82,8 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
                                             {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
                                             {"decode-input", required_argument, 0, OPT_DECODE_INPUT},
+                                            {"ep", required_argument, 0, OPT_EP},
+                                            {"dispatch", required_argument, 0, OPT_DISPATCH},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -228,6 +238,8 @@ int cmd_bench_decode(int argc, char **argv) {
     fm_expert_policy policy = FM_EXPERT_LFU;
     int64_t vram_limit = 0;
     bool random_ids = false;
+    long ep = 1;
+    fm_dispatch dispatch = FM_DISPATCH_PRESET;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
         const int c = bench_common_option(cmd, o, optarg, &b);
@@ -275,6 +287,13 @@ int cmd_bench_decode(int argc, char **argv) {
                 return cli_usage(cmd, "--decode-input must be sampled or random, got '%s'", optarg);
             random_ids = !strcmp(optarg, "random");
             break;
+        case OPT_EP:
+            if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &ep)) return CLI_USAGE;
+            break;
+        case OPT_DISPATCH:
+            if (!fm_dispatch_parse(optarg, &dispatch))
+                return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
+            break;
         default: return cli_usage(cmd, "unknown option");
         }
     }
@@ -295,6 +314,18 @@ int cmd_bench_decode(int argc, char **argv) {
     mo.opt.n_threads = (int32_t)b.threads;
     if (cuda) mo.opt.plan_backend = NULL;
     else mo.opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
+    if (ep > 1) {                      /* a group of ranks: one preset (the first given; fp8 by default) */
+        if (cuda)
+            return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): the cuda backend's expert "
+                                  "parallelism needs a device per rank");
+        const char *preset = presets_given ? k_presets[pidx[0]] : "fp8";
+        fm_preset pr = FM_PRESET_REF;
+        fm_preset_parse(!strcmp(preset, "fp8+w8a8") ? "fp8" : preset, &pr);
+        mo.opt.preset = pr, mo.opt.dense = !strcmp(preset, "fp8+w8a8") ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+        mo.opt.dispatch = dispatch, mo.opt.ep_ranks = (int32_t)ep, mo.opt.verbose = b.verbose;
+        return bench_decode_ranks(cmd, synth, &mo, preset, batches, nb, context, b.repeat, b.warmup, b.json_path);
+    }
+    if (dispatch != FM_DISPATCH_PRESET) return cli_usage(cmd, "--dispatch is for --ep (the presets set the format)");
     decode_row *rows = calloc((size_t)(np * nb), sizeof *rows);
     if (!rows) return CLI_BAD_INPUT;
     for (int i = 0; i < np; i++)
