@@ -24,7 +24,7 @@ typedef struct rank_decode {
     int32_t B;
     int64_t context, chunk; /* prefill steps of at most chunk tokens */
     long warmup, steps;
-    double *ms; /* rank 0: the timed steps' wall times */
+    double *ms;                       /* rank 0: the timed steps' wall times */
     uint64_t sent, dispatch, combine; /* this rank's, over the timed steps */
     fm_status st;
     fm_error err;
@@ -40,8 +40,8 @@ static void *run_rank_decode(void *arg) {
     int32_t *pr = malloc((size_t)j->context * sizeof *pr), *sq = malloc((size_t)chunk * sizeof *sq),
             *ps = malloc((size_t)chunk * sizeof *ps);
     float *lp = malloc((size_t)B * sizeof *lp);
-    fm_status st = !seq || !ids || !pr || !sq || !ps || !lp ? fm_fail(&j->err, FM_ERR_NOMEM, "out of host memory")
-                                                             : FM_OK;
+    fm_status st =
+        !seq || !ids || !pr || !sq || !ps || !lp ? fm_fail(&j->err, FM_ERR_NOMEM, "out of host memory") : FM_OK;
     /* every rank takes part in every pass whatever happened to it (its exchanges then fail on every rank) */
     fm_sampling sp;
     fm_sampling_init(&sp);
@@ -140,8 +140,7 @@ int bench_decode_ranks(const char *cmd, const char *synthetic, struct cli_model_
     if (!rows) st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
     for (int i = 0; !st && i < nb; i++) {
         st = run_batch(g, (int32_t)batches[i], context, mo->opt.max_tokens, warmup, steps, &rows[i], &err);
-        if (!st && mo->opt.verbose)
-            fm_progress("B=%lld: %.3f ms a step", (long long)rows[i].batch, rows[i].median_ms);
+        if (!st && mo->opt.verbose) fm_progress("B=%lld: %.3f ms a step", (long long)rows[i].batch, rows[i].median_ms);
     }
     fm_progress_end();
     if (!st) {
