@@ -155,22 +155,29 @@ static void bench_command_prints_and_writes_json(void **s) {
     assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --tokens 0"), 2);
 }
 
+/* The JSON a group-of-ranks bench wrote (the caller deletes it), checked for its rank count. */
+static cJSON *group_json(const char *path, int ranks) {
+    static char text[1 << 13];
+    slurp(path, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_int_equal(cJSON_GetObjectItem(root, "ranks")->valueint, ranks);
+    return root;
+}
+
 /* bench prefill --ep N: the group's time and the bytes its ranks send per layer, in each dispatch format. The
    dispatch all-to-all sends fixed-size blocks (dist/ep_moe.h: 16 bytes of header, then an expert id and a row per
    routed copy of the most tokens a rank holds), so its bytes follow from the format's row; MXFP4's rows are half
    e4m3's plus their scales; the combine comes back in the activation format whatever the dispatch. */
 static double ranks_json(const char *dispatch, int ranks, const char *key) {
-    char json[512], text[1 << 12];
+    char json[512];
     snprintf(json, sizeof json, "%s/ranks_%s_%d.json", cli_tmp, dispatch, ranks);
     assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --preset fp8 --dispatch %s --ep %d "
                             "--tokens 64 --repeat 2 --warmup 1 --json %s",
                             dispatch, ranks, json),
                      0);
     assert_non_null(strstr(cli_out, "| MoE dispatch all-to-all"));
-    slurp(json, text, sizeof text);
-    cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
-    assert_int_equal(cJSON_GetObjectItem(root, "ranks")->valueint, ranks);
+    cJSON *root = group_json(json, ranks);
     assert_true(cJSON_GetObjectItem(root, "median_ms")->valuedouble > 0);
     assert_true(cJSON_GetObjectItem(root, "other_bytes_per_layer")->valuedouble >= 0);
     const double v = cJSON_GetObjectItem(root, key)->valuedouble;
@@ -198,17 +205,14 @@ static void bench_prefill_over_ranks(void **s) {
 
 /* bench decode --ep N, batch B on toy-moe: row r of the JSON's key */
 static double decode_ranks_json(const char *dispatch, int ranks, const char *batches, int row, const char *key) {
-    char json[512], text[1 << 13];
+    char json[512];
     snprintf(json, sizeof json, "%s/decode_ranks_%s_%d.json", cli_tmp, dispatch, ranks);
     assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --dispatch %s --ep %d --batch %s "
                             "--context 24 --steps 3 --warmup 1 --json %s",
                             dispatch, ranks, batches, json),
                      0);
     assert_non_null(strstr(cli_out, "| MoE dispatch"));
-    slurp(json, text, sizeof text);
-    cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
-    assert_int_equal(cJSON_GetObjectItem(root, "ranks")->valueint, ranks);
+    cJSON *root = group_json(json, ranks);
     const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), row);
     assert_non_null(r);
     assert_true(cJSON_GetObjectItem(r, "median_ms")->valuedouble > 0);

@@ -3,11 +3,10 @@
  * all-to-alls (the dispatch format's rows, and back in the activation format) and the rest (every rank's share of
  * the experts' outputs gathered to all). Each rank runs on a thread of its own what bench decode runs on one model:
  * the B sequences prefilled to the context, then warm-up and timed decode steps of all B together, every rank in
- * step with the others through their exchanges. Rank 0's step times are the group's; the bytes are every rank's
- * counters over the timed steps. On the cpu backend the world is simulated in host memory: the time is the CPU's,
- * the bytes are what a world of devices would carry. */
+ * step with the others through their exchanges (fm_rank_group_run). Rank 0's step times are the group's; the bytes are
+ * every rank's counters over the timed steps. On the cpu backend the world is simulated in host memory: the time is the
+ * CPU's, the bytes are what a world of devices would carry. */
 #include <cjson/cJSON.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +88,6 @@ static fm_status run_batch(fm_rank_group *g, int32_t B, int64_t context, int64_t
                            ranks_row *row, fm_error *err) {
     const int N = g->n_ranks;
     rank_decode job[FM_COMM_MAX_RANKS];
-    pthread_t th[FM_COMM_MAX_RANKS];
     double *ms = malloc((size_t)steps * sizeof *ms);
     if (!ms) return fm_fail(err, FM_ERR_NOMEM, "bench decode: out of host memory");
     for (int r = 0; r < N; r++) {
@@ -98,12 +96,7 @@ static fm_status run_batch(fm_rank_group *g, int32_t B, int64_t context, int64_t
         job[r].chunk = chunk;
         job[r].warmup = warmup, job[r].steps = steps, job[r].ms = r ? NULL : ms;
     }
-    for (int r = 0; r < N; r++)
-        if (pthread_create(&th[r], NULL, run_rank_decode, &job[r])) {
-            fprintf(stderr, "fp8moe: bench decode: cannot start the thread of rank %d\n", r);
-            abort(); /* the ranks already started wait in their first exchange for this one */
-        }
-    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    fm_rank_group_run(g, run_rank_decode, job, sizeof job[0]);
     fm_status st = FM_OK;
     uint64_t sent = 0, dispatch = 0, combine = 0;
     for (int r = 0; r < N; r++) {

@@ -167,7 +167,6 @@ fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts
                                  void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err) {
     const int N = g->n_ranks;
     rank_gen job[FM_COMM_MAX_RANKS];
-    pthread_t th[FM_COMM_MAX_RANKS];
     fm_gen_output *others = calloc((size_t)(N - 1) * (size_t)(n > 0 ? n : 1), sizeof *others);
     if (!others) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for the ranks' outputs");
     for (int r = 0; r < N; r++)
@@ -183,12 +182,7 @@ fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts
                             r ? NULL : stats,
                             FM_OK,
                             {{0}}};
-    for (int r = 0; r < N; r++)
-        if (pthread_create(&th[r], NULL, run_rank_gen, &job[r])) {
-            fprintf(stderr, "fp8moe: group of ranks: cannot start the thread of rank %d\n", r);
-            abort(); /* the ranks already started wait in their first exchange for this one */
-        }
-    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    fm_rank_group_run(g, run_rank_gen, job, sizeof job[0]);
     fm_status st = FM_OK;
     for (int r = 0; !st && r < N; r++)
         if (job[r].st) {
@@ -198,6 +192,16 @@ fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts
     for (size_t i = 0; i < (size_t)(N - 1) * (size_t)n; i++) free(others[i].ids), free(others[i].logprobs);
     free(others);
     return st;
+}
+
+void fm_rank_group_run(const fm_rank_group *g, void *(*fn)(void *), void *jobs, size_t job_size) {
+    pthread_t th[FM_COMM_MAX_RANKS];
+    for (int r = 0; r < g->n_ranks; r++)
+        if (pthread_create(&th[r], NULL, fn, (char *)jobs + (size_t)r * job_size)) {
+            fprintf(stderr, "fp8moe: group of ranks: cannot start the thread of rank %d\n", r);
+            abort(); /* the ranks already started wait in their first exchange for this one */
+        }
+    for (int r = 0; r < g->n_ranks; r++) pthread_join(th[r], NULL);
 }
 
 size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank) {

@@ -52,6 +52,12 @@ fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts
                                  const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
                                  void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
 
+/* Runs fn on every rank's job at once, a thread each (jobs: n_ranks items of job_size bytes, rank r's at r x
+ * job_size), and returns when all have: what any pass of the group needs, since a rank waits in its exchanges until
+ * every other rank reaches them. A thread that cannot start aborts the process (the started ranks would wait for it).
+ */
+void fm_rank_group_run(const fm_rank_group *g, void *(*fn)(void *), void *jobs, size_t job_size);
+
 /* The routed-expert bytes rank r holds (the dense weights are every rank's, but for --tp's attention heads). */
 size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank);
 
