@@ -165,6 +165,13 @@ static cJSON *group_json(const char *path, int ranks) {
     return root;
 }
 
+/* o's `key`, after its time and its `other` bytes are checked to be plausible */
+static double group_value(const cJSON *o, const char *other, const char *key) {
+    assert_true(cJSON_GetObjectItem(o, "median_ms")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(o, other)->valuedouble >= 0);
+    return cJSON_GetObjectItem(o, key)->valuedouble;
+}
+
 /* bench prefill --ep N: the group's time and the bytes its ranks send per layer, in each dispatch format. The
    dispatch all-to-all sends fixed-size blocks (dist/ep_moe.h: 16 bytes of header, then an expert id and a row per
    routed copy of the most tokens a rank holds), so its bytes follow from the format's row; MXFP4's rows are half
@@ -178,9 +185,7 @@ static double ranks_json(const char *dispatch, int ranks, const char *key) {
                      0);
     assert_non_null(strstr(cli_out, "| MoE dispatch all-to-all"));
     cJSON *root = group_json(json, ranks);
-    assert_true(cJSON_GetObjectItem(root, "median_ms")->valuedouble > 0);
-    assert_true(cJSON_GetObjectItem(root, "other_bytes_per_layer")->valuedouble >= 0);
-    const double v = cJSON_GetObjectItem(root, key)->valuedouble;
+    const double v = group_value(root, "other_bytes_per_layer", key);
     cJSON_Delete(root);
     return v;
 }
@@ -215,9 +220,7 @@ static double decode_ranks_json(const char *dispatch, int ranks, const char *bat
     cJSON *root = group_json(json, ranks);
     const cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), row);
     assert_non_null(r);
-    assert_true(cJSON_GetObjectItem(r, "median_ms")->valuedouble > 0);
-    assert_true(cJSON_GetObjectItem(r, "other_bytes_per_step_layer")->valuedouble >= 0);
-    const double v = cJSON_GetObjectItem(r, key)->valuedouble;
+    const double v = group_value(r, "other_bytes_per_step_layer", key);
     cJSON_Delete(root);
     return v;
 }
