@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/kv_state.h"
 #include "util/status.h"
 
 const char *bench_status_name(bench_status s) {
@@ -156,6 +157,33 @@ void bench_token_ids(int32_t *ids, int64_t T, int32_t V) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[t] = (int32_t)(x % (uint64_t)V);
     }
+}
+
+fm_status bench_prefill_sequences(fm_model *m, int32_t B, int64_t context, int64_t chunk, int32_t *seq, int32_t *last,
+                                  fm_error *err) {
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t *pr = malloc((size_t)context * sizeof *pr), *sq = malloc((size_t)chunk * sizeof *sq),
+            *ps = malloc((size_t)chunk * sizeof *ps);
+    fm_status st = !pr || !sq || !ps ? fm_fail(err, FM_ERR_NOMEM, "bench decode: out of host memory") : FM_OK;
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    for (int32_t s = 0; s < B; s++) seq[s] = -1;
+    for (int32_t s = 0; !st && s < B; s++) {
+        for (int64_t t = 0; t < context; t++) pr[t] = (int32_t)((t * 7919 + s * 104729 + 13) % V);
+        st = fm_kv_seq_begin(m, pr, context, &sp, &seq[s], err);
+        for (int64_t p0 = 0; !st && p0 < context; p0 += chunk) {
+            const int64_t T = context - p0 < chunk ? context - p0 : chunk;
+            for (int64_t t = 0; t < T; t++) sq[t] = seq[s], ps[t] = (int32_t)(p0 + t);
+            st = fm_kv_seq_append(&m->kv->pool, seq[s], T, err);
+            m->kv->tables_dirty = true;
+            if (!st) st = fm_step_stage(m, pr + p0, sq, ps, T, err);
+            if (!st) fm_step_device(m, T, true, p0 == 0 && T == context ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+            if (!st) st = fm_dist_status_take(m, err);
+        }
+        last[s] = pr[context - 1];
+    }
+    free(pr), free(sq), free(ps);
+    return st;
 }
 
 void bench_stats(double *ms, long n, double *median, double *min, double *max) {

@@ -111,6 +111,14 @@ struct cli_model_opts;
 int bench_prefill_ranks(const char *cmd, const char *synthetic, struct cli_model_opts *mo, int64_t T, long repeat,
                         long warmup, const char *json_path);
 
+/* bench decode's prefill: B sequences of its deterministic prompts (sequence s, token t: (7919 t + 104729 s + 13) mod
+ * V) opened in m's KV cache and run to `context` tokens in steps of at most `chunk` tokens; seq[s] their ids (-1 where
+ * none was opened: the caller ends the others), last[s] each prompt's last token (the first decode step's input).
+ * Stops at the first error; a rank of a group fails where the others do (they run the same steps). */
+struct fm_model;
+fm_status bench_prefill_sequences(struct fm_model *m, int32_t B, int64_t context, int64_t chunk, int32_t *seq,
+                                  int32_t *last, fm_error *err);
+
 /* bench decode --ep N (bench_decode_ranks.c): decode steps of each batch of sequences by a group of ranks over the
  * synthetic model `synthetic` (mo: ep_ranks, preset, dispatch set), with the bytes the ranks send each other per step
  * and layer; a CLI exit code */

@@ -29,36 +29,15 @@ typedef struct rank_decode {
     fm_error err;
 } rank_decode;
 
-/* Rank j's prefill of B sequences (the prompts of bench decode's one-model rows) and its decode steps. */
+/* Rank j's prefill of B sequences (bench decode's prompts) and its decode steps. */
 static void *run_rank_decode(void *arg) {
     rank_decode *j = arg;
     fm_model *m = j->m;
-    const int32_t B = j->B, V = fm_model_vocab_size(m);
-    const int64_t chunk = j->chunk;
+    const int32_t B = j->B;
     int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
-    int32_t *pr = malloc((size_t)j->context * sizeof *pr), *sq = malloc((size_t)chunk * sizeof *sq),
-            *ps = malloc((size_t)chunk * sizeof *ps);
     float *lp = malloc((size_t)B * sizeof *lp);
-    fm_status st =
-        !seq || !ids || !pr || !sq || !ps || !lp ? fm_fail(&j->err, FM_ERR_NOMEM, "out of host memory") : FM_OK;
-    /* every rank takes part in every pass whatever happened to it (its exchanges then fail on every rank) */
-    fm_sampling sp;
-    fm_sampling_init(&sp);
-    for (int32_t s = 0; s < B; s++) {
-        if (seq) seq[s] = -1;
-        for (int64_t t = 0; pr && t < j->context; t++) pr[t] = (int32_t)((t * 7919 + s * 104729 + 13) % V);
-        if (!st) st = fm_kv_seq_begin(m, pr, j->context, &sp, &seq[s], &j->err);
-        for (int64_t p0 = 0; p0 < j->context; p0 += chunk) {
-            const int64_t T = j->context - p0 < chunk ? j->context - p0 : chunk;
-            for (int64_t t = 0; !st && t < T; t++) sq[t] = seq[s], ps[t] = (int32_t)(p0 + t);
-            if (!st) st = fm_kv_seq_append(&m->kv->pool, seq[s], T, &j->err);
-            m->kv->tables_dirty = true;
-            if (!st) st = fm_step_stage(m, pr + p0, sq, ps, T, &j->err);
-            fm_step_device(m, T, true, p0 == 0 && T == j->context ? FM_ATTN_FRESH : FM_ATTN_PAGED);
-            if (!st) st = fm_dist_status_take(m, &j->err);
-        }
-        if (ids && pr) ids[s] = pr[j->context - 1];
-    }
+    fm_status st = !seq || !ids || !lp ? fm_fail(&j->err, FM_ERR_NOMEM, "out of host memory")
+                                       : bench_prefill_sequences(m, B, j->context, j->chunk, seq, ids, &j->err);
     for (long r = 0; !st && r < j->warmup + j->steps; r++) {
         if (r == j->warmup) {
             j->sent = fm_comm_bytes_sent(j->comm), j->dispatch = m->ep_bytes_dispatch, j->combine = m->ep_bytes_combine;
@@ -73,7 +52,7 @@ static void *run_rank_decode(void *arg) {
     }
     for (int32_t s = 0; seq && s < B; s++)
         if (seq[s] >= 0) fm_kv_seq_end(m, seq[s]);
-    free(seq), free(ids), free(pr), free(sq), free(ps), free(lp);
+    free(seq), free(ids), free(lp);
     j->st = st;
     return NULL;
 }

@@ -151,27 +151,11 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
     for (int bi = 0; !st && bi < nb; bi++) {
         const int32_t B = (int32_t)batches[bi];
         int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
-        int32_t *pr = malloc((size_t)context * sizeof *pr);
         float *lp = malloc((size_t)B * sizeof *lp);
         double *ms = malloc((size_t)steps * sizeof *ms);
-        fm_sampling sp;
-        fm_sampling_init(&sp);
         /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
-        for (int32_t s = 0; !st && s < B; s++) {
-            for (int64_t t = 0; t < context; t++) pr[t] = (int32_t)((t * 7919 + s * 104729 + 13) % V);
-            st = fm_kv_seq_begin(m, pr, context, &sp, &seq[s], &err);
-            for (int64_t p0 = 0; !st && p0 < context; p0 += opt.max_tokens) {
-                const int64_t T = context - p0 < opt.max_tokens ? context - p0 : opt.max_tokens;
-                int32_t *sq = malloc((size_t)T * sizeof *sq), *ps = malloc((size_t)T * sizeof *ps);
-                for (int64_t t = 0; t < T; t++) sq[t] = seq[s], ps[t] = (int32_t)(p0 + t);
-                st = fm_kv_seq_append(&m->kv->pool, seq[s], T, &err);
-                m->kv->tables_dirty = true;
-                if (!st) st = fm_step_stage(m, pr + p0, sq, ps, T, &err);
-                if (!st) fm_step_device(m, T, true, p0 == 0 && T == context ? FM_ATTN_FRESH : FM_ATTN_PAGED);
-                free(sq), free(ps);
-            }
-            ids[s] = pr[context - 1];
-        }
+        if (!seq || !ids || !lp || !ms) st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
+        else st = bench_prefill_sequences(m, B, context, opt.max_tokens, seq, ids, &err);
         if (!st) st = m->be->ops->sync(m->be, &err);
         if (verbose && !st) fm_progress("%s B=%d: prefilled %d x %lld tokens", preset, B, B, (long long)context);
         /* one profiled step without a graph: the stage breakdown */
@@ -204,7 +188,7 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
             if (!st) st = fm_step_profile(m, B, false, FM_ATTN_PAGED, &rows[bi].prof, &err);
             free(pos);
         }
-        for (int32_t s = 0; s < B; s++)
+        for (int32_t s = 0; seq && s < B; s++)
             if (seq[s] >= 0 && fm_kv_seq_tokens(&m->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m, seq[s]);
         if (!st) {
             double med, mn, mx;
@@ -218,7 +202,7 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
             rows[bi].status = BENCH_FAILED;
             snprintf(rows[bi].msg, sizeof rows[bi].msg, "%s", err.msg);
         }
-        free(seq), free(ids), free(pr), free(lp), free(ms);
+        free(seq), free(ids), free(lp), free(ms);
     }
     fm_progress_end();
     fm_model_free(m);

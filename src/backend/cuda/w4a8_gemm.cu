@@ -456,10 +456,10 @@ enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SW
 // Rows of the scratch tiles are padded by 16 bytes: the column writes of a warp's 8 x 4 lanes then fall in distinct
 // banks, and the row reads stay 16-byte aligned.
 #define EPI_ROW_PAD 16
+// Row strides in bytes: e4m3 h, BNT rows x 128 channels; bf16 y, BNT rows x 128 columns (one half of the CTA's 256).
 template <int BNT> struct epi_scratch {
-    static constexpr int h_stride = 128 + EPI_ROW_PAD; /* e4m3 h: BNT rows x 128 channels */
-    static constexpr int y_stride =
-        2 * 128 + EPI_ROW_PAD; /* bf16 y: BNT rows x 128 columns, one half of the CTA's 256 */
+    static constexpr int h_stride = 128 + EPI_ROW_PAD;
+    static constexpr int y_stride = 2 * 128 + EPI_ROW_PAD;
     static constexpr int bytes = BNT * y_stride;
 };
 
