@@ -225,16 +225,18 @@ static double decode_ranks_json(const char *dispatch, int ranks, const char *bat
     return v;
 }
 
-/* A decode step of B sequences over N ranks sends, per layer, N (N - 1) blocks of ceil(B / N) x top-k routed rows in
- * the dispatch format (the prefill's layout at T = B); the decode steps alone are counted (not the prefill). */
+/* A decode step of B sequences over N ranks sends, per layer, N (N - 1) blocks of ceil(B / N) x top-k routed rows
+ * (rounded up to 8) in the dispatch format (the prefill's layout at T = B); the decode steps alone are counted (not the
+ * prefill). */
 static void bench_decode_over_ranks(void **s) {
     (void)s;
     const size_t row = fm_dispatch_row_bytes(FM_A_E4M3_G128, true, 64);
     const int batch[2] = {4, 7};
     for (int N = 2; N <= 4; N *= 2)
         for (int i = 0; i < 2; i++) {
-            const size_t cap = 2 * (size_t)((batch[i] + N - 1) / N);
-            const size_t block = (16 + cap * 4 + cap * row + 15) / 16 * 16;
+            /* backend/ep_blocks.h: a 16-byte header, the ids padded to 16 bytes, the rows; cap rounded up to 8 */
+            const size_t cap = (2 * (size_t)((batch[i] + N - 1) / N) + 7) / 8 * 8;
+            const size_t block = (16 + (cap * 4 + 15) / 16 * 16 + cap * row + 15) / 16 * 16;
             assert_true(fabs(decode_ranks_json("fp8", N, "4,7", i, "dispatch_bytes_per_step_layer") -
                              (double)((size_t)N * (size_t)(N - 1) * block)) < 0.5);
         }

@@ -1,5 +1,5 @@
-/* Expert parallelism, host form (src/dist/ep_moe.h), over the simulated communicator: one MoE layer split over 1, 2
- * and 4 ranks (each a thread with its own CPU backend holding only its experts, each routing its own slice of the
+/* Expert parallelism on the CPU backend (src/dist/ep_moe.h), over the simulated communicator: one MoE layer split over
+ * 1, 2 and 4 ranks (each a thread with its own CPU backend holding only its experts, each routing its own slice of the
  * tokens, the rows travelling in the dispatch format) gives the same bits as one backend computing every expert, for
  * the oracle, the int4 and fp8 presets and the MXFP4 and NVFP4 dispatch (NVFP4's tensor scale from the ranks' amax);
  * the FP4 blocks carry about half the bytes of the e4m3 ones; a split the experts do not allow fails on every rank. */
@@ -107,8 +107,15 @@ static fm_status run_rank(fm_comm *c, void *arg) {
     fm_bank *dn = n ? bank(be, j->L->down, NULL, first, n, H, 0, I, j->plan.w_expert) : NULL;
     const int64_t t0 = (int64_t)T_ALL * r / N, t1 = (int64_t)T_ALL * (r + 1) / N;
     const int64_t max_tokens = (T_ALL + N - 1) / N - (r == N - 1 ? g_extra_tokens : 0);
-    j->st = fm_ep_moe_host(c, be, gu, dn, E, j->L->x + t0 * H, t1 - t0, H, j->L->ids + t0 * K, j->L->w + t0 * K, K,
-                           max_tokens, j->out + t0 * H, &j->stats, &err);
+    fm_ep_layout lay;
+    fm_ep_buffers bufs = {0};
+    j->st = fm_ep_layout_of(E, N, max_tokens, K, H, j->plan.a_dispatch, j->plan.act_bf16, &lay, &err);
+    if (j->st == FM_OK && fm_ep_buffers_alloc(be, &lay, &bufs, &err) != FM_OK) fail_msg("buffers: %s", err.msg);
+    j->stats.with_rows = true;
+    if (j->st == FM_OK)
+        j->st = fm_ep_moe(c, be, &lay, &bufs, gu, dn, j->L->x + t0 * H, t1 - t0, j->L->ids + t0 * K, j->L->w + t0 * K,
+                          j->out + t0 * H, &j->stats, &err);
+    fm_ep_buffers_free(be, &bufs);
     snprintf(j->msg, sizeof j->msg, "%s", err.msg);
     if (gu) be->ops->bank_free(be, gu);
     if (dn) be->ops->bank_free(be, dn);

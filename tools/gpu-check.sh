@@ -22,11 +22,11 @@ part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc \
     ops_decode_routes_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
-    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc; do eval "$v=skipped"; done
+    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem \
     gpu_ops_decode_routes gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
-    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp; do : >"$out/$f.log"; done
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
@@ -95,6 +95,8 @@ LD_LIBRARY_PATH=${nccl_lib:+$nccl_lib:}${LD_LIBRARY_PATH:-} timeout 300 ./build/
     >"$out/gpu_nccl.log" 2>&1; nccl_rc=$?
 # tensor parallelism on the cuda backend: --tp 2, both ranks on this GPU, against one model
 timeout 300 ./build/tests/gpu/test_cuda_tp >"$out/gpu_tp.log" 2>&1; tp_rc=$?
+# expert parallelism on the cuda backend: --ep 2 and 4, every rank on this GPU, e4m3 rows through the blocks
+timeout 300 ./build/tests/gpu/test_cuda_ep >"$out/gpu_ep.log" 2>&1; ep_rc=$?
 fi
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
@@ -160,4 +162,5 @@ echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $r
 echo "| experts in host memory: device residency = reference, pool moe = device banks, models bit-identical | rc $offload_rc, $(grep -c 'as the reference' "$out/gpu_offload.log") cache cases, $(grep -c 'bit-identical;' "$out/gpu_offload.log") model cases |"
 echo "| NCCL world: all_reduce bit for bit as the rank-order sum, all_gather, all_to_all | rc $nccl_rc, $(grep -oE 'NCCL [0-9]+ over [0-9]+ GPU' "$out/gpu_nccl.log" | head -1) |"
 echo "| --tp 2 on the GPU against one model (logits, greedy tokens) | rc $tp_rc, $(grep -c 'on the GPU: max' "$out/gpu_tp.log") cases |"
+echo "| --ep 2 / 4 on the GPU against one model (logits, greedy tokens) | rc $ep_rc, $(grep -c 'on the GPU: bits' "$out/gpu_ep.log") cases, $(grep -c 'bits equal' "$out/gpu_ep.log") bit-identical |"
 echo "| sanitizers | $san |"

@@ -104,6 +104,7 @@ static inline int64_t fm_gdn_rec_state_elems(fm_gdn_shape g) { return (int64_t)g
 
 typedef struct fm_backend fm_backend; /* per-backend state */
 typedef struct fm_bank fm_bank;       /* a weight bank on the backend */
+struct fm_ep_layout;                  /* backend/ep_blocks.h */
 
 /* One projection bank's source: n matrices, each the row-concatenation of n_parts views srcs[i*n_parts + j]. */
 typedef struct fm_bank_src {
@@ -180,6 +181,8 @@ typedef struct fm_backend_ops {
     void (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
     /* bytes as they are, host to backend; like upload_ids it does not wait for the device (src may be reused) */
     void (*upload_raw)(fm_backend *be, const void *src, size_t bytes, void *dst);
+    /* bytes of backend memory to backend memory, stream-ordered (a device copy on a GPU) */
+    void (*copy)(fm_backend *be, const void *src, size_t bytes, void *dst);
     fm_status (*sync)(fm_backend *be, fm_error *err);
     /* Timing for benchmarks: mark(slot) records a point in stream order (slot < FM_MARK_SLOTS); after sync,
      * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
@@ -272,12 +275,23 @@ typedef struct fm_backend_ops {
      * gate_up bank [E][2I, H] (gate rows first), down bank [E][H, I]. */
     void (*moe)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,
                 const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
-    /* The experts on rows already in the dispatch format (expert parallelism: what a rank received): rows holds R
-     * rows of fm_dispatch_row_bytes(a_dispatch, plan.act_bf16, H) bytes (backend/dispatch_row.h), ids [R] each
-     * row's expert, top-1 with weight 1; out [R, H] the expert outputs, the bits moe computes for the same pairs.
-     * tensor_scale: NVFP4's, the whole buffer's. NULL where the backend has no such op (cuda: the NCCL form). */
-    void (*moe_dispatched)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *rows, int64_t R,
-                           const void *ids, fm_afmt a_dispatch, float tensor_scale, fm_afmt a_down, void *out);
+    /* Expert parallelism's three steps on one rank, around the two all-to-alls (dist/ep_moe.c; the blocks'
+     * layout L: backend/ep_blocks.h, the same on every backend). Routing ids are the route op's (0..E-1).
+     * ep_dispatch: x [T, H] this rank's tokens, ids [T, k] -> send (L->n_ranks dispatch blocks: each routed copy, in
+     *   the dispatch format, in the block of its expert's rank with its local id, the rows' counts in the headers)
+     *   and ret_row [T, k] (int32: where each copy's output comes back, ep_blocks.h). tensor_scale: NVFP4's, the
+     *   whole group's.
+     * moe_blocks: the rank's experts on what it received (recv: L->n_ranks dispatch blocks) -> yret (L->n_ranks
+     *   return blocks): the bits moe computes for the same pairs; rows past a block's count are not written.
+     * ep_combine: out [T, H] = sum_j w[t, j] y[ret_row[t, j]] in routing order over yrecv (the return blocks, one
+     *   array of rows), rounded as moe rounds: the bits of moe over every expert.
+     * NULL where the backend has none. */
+    void (*ep_dispatch)(fm_backend *be, const struct fm_ep_layout *L, const void *x, int64_t T, const void *ids,
+                        float tensor_scale, void *send, void *ret_row);
+    void (*moe_blocks)(fm_backend *be, const struct fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
+                       const void *recv, float tensor_scale, fm_afmt a_down, void *yret);
+    void (*ep_combine)(fm_backend *be, const struct fm_ep_layout *L, const void *yrecv, const void *ret_row,
+                       const void *weights, int64_t T, void *out);
     /* out[r, i] = silu(gu[r, i]) * gu[r, I + i] for a [rows, 2I] gate|up buffer */
     void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
     /* acc += x (n elements) */

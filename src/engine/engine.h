@@ -67,6 +67,7 @@ struct fm_model {
     int32_t ep_ranks, ep_rank, ep_first, ep_n;
     int32_t tp_ranks, tp_rank, tp_h0, tp_nh, tp_kv0, tp_nkv;
     struct fm_comm *ep_comm, *tp_comm;
+    struct fm_ep_state *ep; /* expert parallelism's exchange buffers (forward.c), reserved with the forward buffers */
     uint64_t ep_bytes_dispatch, ep_bytes_combine; /* since the load: what this rank's MoE all-to-alls sent */
     fm_status dist_status;
     fm_error dist_err;

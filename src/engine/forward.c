@@ -81,6 +81,44 @@ static void dump(fm_backend *be, const char *what, int layer, const void *buf, i
 
 /* Once, at load: the activation buffers and the backend's scratch for T tokens, both from the memory plan. A forward
  * pass then allocates nothing, on any backend. */
+/* Expert parallelism's buffers (dist/ep_moe.h), sized once for the most tokens a pass takes: the blocks of both
+ * all-to-alls, this rank's share of the layer output and every rank's (gathered). A rank routes share P = ceil(T / N)
+ * of the T tokens every rank holds; a pass's blocks are sized for its own P (a decode step's are small), within
+ * these. */
+typedef struct fm_ep_state {
+    fm_ep_buffers b;
+    void *share, *all; /* [P][H], [N][P][H] activations */
+} fm_ep_state;
+
+static void ep_free(fm_model *m) {
+    fm_ep_state *ep = m->ep;
+    if (!ep) return;
+    fm_ep_buffers_free(m->be, &ep->b);
+    if (ep->share) m->be->ops->free(m->be, ep->share);
+    if (ep->all) m->be->ops->free(m->be, ep->all);
+    free(ep);
+    m->ep = NULL;
+}
+
+static fm_status ep_reserve(fm_model *m, int64_t T, fm_error *err) {
+    const int32_t N = m->ep_ranks;
+    const int64_t P = (T + N - 1) / N, H = m->cfg.hidden_size;
+    const size_t as = m->be->ops->act_size;
+    fm_ep_state *ep = fm_calloc(1, sizeof *ep, err, "expert-parallel state");
+    if (!ep) return FM_ERR_NOMEM;
+    m->ep = ep;
+    fm_ep_layout L;
+    fm_status st = fm_ep_layout_of(m->cfg.n_experts, N, P, m->cfg.n_experts_per_tok, H, m->plan.a_dispatch,
+                                   m->plan.act_bf16, &L, err);
+    if (!st) st = fm_ep_buffers_alloc(m->be, &L, &ep->b, err);
+    if (!st && (!(ep->share = m->be->ops->alloc(m->be, (size_t)(P * H) * as)) ||
+                !(ep->all = m->be->ops->alloc(m->be, (size_t)(N * P * H) * as))))
+        st = fm_fail(err, FM_ERR_NOMEM, "expert parallelism: out of %s memory for the layer output (%d x %lld rows)",
+                     m->be->ops->name, N, (long long)P);
+    if (st) ep_free(m);
+    return st;
+}
+
 fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     if (m->bufs)
         return fm_fail(err, FM_ERR_USAGE, "the forward buffers are already reserved (%lld tokens)",
@@ -95,6 +133,7 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
         return st;
     }
     m->bufs = b, m->buf_tokens = T;
+    if (m->ep_ranks > 1 && (st = ep_reserve(m, T, err))) return st;
     if (!m->be->ops->reserve) return FM_OK;
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
@@ -107,6 +146,7 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
 }
 
 void fm_forward_buffers_free(fm_model *m) {
+    ep_free(m);
     if (!m->bufs) return;
     free_buffers(m->be, m->bufs);
     free(m->bufs);
@@ -265,38 +305,32 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
 
-/* Expert parallelism (m->ep_comm, host form: the cpu backend's buffers are host memory). Every rank holds every
- * token; rank r sends its share of the rows, [r P, (r + 1) P) with P = ceil(T / N), through the dispatch and combine
- * all-to-alls (dist/ep_moe.h: the same bits as one rank running every expert), then the ranks gather every share,
- * so each holds the whole layer output. Either every rank's exchanges succeed or every rank's fail (ep_moe.h): the
- * first failure is kept in dist_status, and the later layers skip the exchanges on every rank alike. The host form
- * allocates its exchange buffers per layer (the one exception to "a forward pass allocates nothing"); the GPU form's
- * blocks are fixed-size and belong in the memory plan. */
+/* Expert parallelism (m->ep_comm). Every rank holds every token; rank r routes its share of the rows, [r P, (r + 1) P)
+ * with P = ceil(T / N), through the dispatch and combine all-to-alls (dist/ep_moe.h: the same bits as one rank
+ * running every expert), then the ranks gather every share, so each holds the whole layer output. Either every
+ * rank's exchanges succeed or every rank's fail (ep_moe.h): the first failure is kept in dist_status, and the later
+ * layers skip the exchanges on every rank alike. */
 static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t T, const fw_buffers *b) {
     if (m->dist_status) return;
+    fm_backend *be = m->be;
+    const fm_ep_state *ep = m->ep;
     const int N = fm_comm_size(m->ep_comm), r = fm_comm_rank(m->ep_comm);
     const int64_t H = m->cfg.hidden_size, P = (T + N - 1) / N, r0 = T < r * P ? T : r * P;
     const int64_t Tr = (T < r0 + P ? T : r0 + P) - r0;
     const int32_t k = m->cfg.n_experts_per_tok;
-    float *y = (float *)b->y, *share = calloc((size_t)(P * H), sizeof *share),
-          *all = malloc((size_t)(N * P * H) * sizeof *all);
-    fm_status st =
-        !share || !all ? fm_fail(&m->dist_err, FM_ERR_NOMEM, "expert parallelism: out of host memory") : FM_OK;
+    const size_t as = be->ops->act_size, row = (size_t)H * as;
     fm_error e = {{0}};
-    fm_ep_stats stats;
-    /* a rank out of memory takes part with an empty share: the sizes disagree and every rank fails together */
-    fm_status xst = fm_ep_moe_host(m->ep_comm, m->be, L->gate_up, L->down, m->cfg.n_experts,
-                                   (const float *)b->h + r0 * H, st ? 0 : Tr, H, (const int32_t *)b->eids + r0 * k,
-                                   (const float *)b->ew + r0 * k, k, st ? 0 : P, share ? share : y, &stats, &e);
-    if (!st && xst) st = xst, m->dist_err = e;
+    fm_ep_stats stats = {.with_rows = false};
+    fm_ep_layout lay; /* every rank passes the same T: the same blocks */
+    fm_status st = fm_ep_layout_of(m->cfg.n_experts, N, P, k, H, m->plan.a_dispatch, m->plan.act_bf16, &lay, &e);
+    if (!st)
+        st = fm_ep_moe(m->ep_comm, be, &lay, &ep->b, L->gate_up, L->down, (const char *)b->h + (size_t)r0 * row, Tr,
+                       (const int32_t *)b->eids + r0 * k, (const char *)b->ew + (size_t)(r0 * k) * as, ep->share,
+                       &stats, &e);
     if (!st) m->ep_bytes_dispatch += stats.bytes_dispatch, m->ep_bytes_combine += stats.bytes_combine;
-    if (!st) {
-        xst = fm_comm_all_gather(m->ep_comm, share, all, (size_t)(P * H) * sizeof *all, &e);
-        if (xst) st = xst, m->dist_err = e;
-    }
-    if (!st) memcpy(y, all, (size_t)(T * H) * sizeof *y);
-    m->dist_status = st;
-    free(share), free(all);
+    if (!st) st = fm_comm_all_gather(m->ep_comm, ep->share, ep->all, (size_t)P * row, &e);
+    if (!st) be->ops->copy(be, ep->all, (size_t)T * row, b->y);
+    if (st) m->dist_status = st, m->dist_err = e;
 }
 
 /* Qwen3-Next's shared expert up to its gate: b.shared = down(swiglu(h Wgu^T)) */

@@ -391,19 +391,28 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
 }
 
 /* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
- * an error naming what cannot be split. Expert parallelism's exchange of rows (dist/ep_moe.c) is host code over the
- * cpu backend's buffers; tensor parallelism's all-reduce takes any backend's (dist/comm.h). */
+ * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
+ * on cuda, expert parallelism takes the fp8 preset's W4A8 experts with the e4m3 dispatch (ep_on_cuda). */
 static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank, const fm_options *opt, fm_error *err) {
     if (N < 0 || N > FM_COMM_MAX_RANKS)
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
     if (N <= 1) return FM_OK;
     if (rank < 0 || rank >= N) return fm_fail(err, FM_ERR_USAGE, "%s: rank %d of %d ranks", opt_name, rank, N);
-    if (strcmp(opt->backend, "cpu") && (strcmp(opt->backend, "cuda") || strcmp(opt_name, "--tp")))
-        return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "%s %d on the %s backend: expert parallelism exchanges its rows in host code, on the cpu "
-                       "backend only for now (--tp runs on the cpu and cuda backends)",
+    if (strcmp(opt->backend, "cpu") && strcmp(opt->backend, "cuda"))
+        return fm_fail(err, FM_ERR_UNSUPPORTED, "%s %d on the %s backend: the cpu and cuda backends split models",
                        opt_name, N, opt->backend);
     return FM_OK;
+}
+
+/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu) carry e4m3 rows into
+ * the W4A8 grouped GEMMs, so the plan must be the fp8 preset's with the e4m3 dispatch */
+static fm_status ep_on_cuda(const fm_model *m, const fm_options *opt, fm_error *err) {
+    if (m->ep_ranks <= 1 || strcmp(opt->backend, "cuda")) return FM_OK;
+    if (m->plan.a_dispatch == FM_A_E4M3_G128 && m->plan.act_bf16) return FM_OK;
+    return fm_fail(err, FM_ERR_UNSUPPORTED,
+                   "--ep %d on the cuda backend: the fp8 preset with the e4m3 dispatch (--dispatch fp8) for now; this "
+                   "plan dispatches %s (--preset %s; FP4 and bf16 rows run on the cpu backend)",
+                   m->ep_ranks, fm_afmt_name(m->plan.a_dispatch), fm_preset_name(opt->preset));
 }
 
 static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *err) {
@@ -452,6 +461,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
+    if (!dst) dst = ep_on_cuda(m, opt, err);
     if (dst) return dst;
     /* the routes of the GPU the backend will run on: the memory plan sizes the MoE workspace by its tile rule */
     int sm_major = 0;

@@ -48,6 +48,11 @@ static void cpu_upload_ids(fm_backend *be, const int32_t *ids, int64_t n, void *
     memcpy(dst, ids, (size_t)n * sizeof *ids);
 }
 
+static void cpu_copy(fm_backend *be, const void *src, size_t bytes, void *dst) {
+    (void)be;
+    memmove(dst, src, bytes);
+}
+
 static void cpu_upload_raw(fm_backend *be, const void *src, size_t bytes, void *dst) {
     (void)be;
     memcpy(dst, src, bytes);
@@ -91,6 +96,7 @@ static const fm_backend_ops cpu_ops = {
     .upload_f32 = cpu_upload_f32,
     .download_raw = cpu_download_raw,
     .upload_raw = cpu_upload_raw,
+    .copy = cpu_copy,
     .sync = cpu_sync,
     .mark = cpu_mark,
     .elapsed_ms = cpu_elapsed_ms,
@@ -115,7 +121,9 @@ static const fm_backend_ops cpu_ops = {
     .route = cpu_route,
     .router = cpu_router,
     .moe = cpu_moe,
-    .moe_dispatched = cpu_moe_dispatched,
+    .ep_dispatch = cpu_ep_dispatch,
+    .moe_blocks = cpu_moe_blocks,
+    .ep_combine = cpu_ep_combine,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,

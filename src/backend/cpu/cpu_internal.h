@@ -67,8 +67,12 @@ void cpu_attention_paged(fm_backend *be, const void *qkv, int64_t T, int32_t nh,
                          void *out);
 void cpu_route(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
                void *ids, void *weights);
-void cpu_moe_dispatched(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *rows, int64_t R,
-                        const void *ids, fm_afmt a_dispatch, float tensor_scale, fm_afmt a_down, void *out);
+void cpu_ep_dispatch(fm_backend *be, const struct fm_ep_layout *L, const void *x, int64_t T, const void *ids,
+                     float tensor_scale, void *send, void *ret_row);
+void cpu_moe_blocks(fm_backend *be, const struct fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
+                    const void *recv, float tensor_scale, fm_afmt a_down, void *yret);
+void cpu_ep_combine(fm_backend *be, const struct fm_ep_layout *L, const void *yrecv, const void *ret_row,
+                    const void *weights, int64_t T, void *out);
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,
              const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out);
 void cpu_swiglu(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/dispatch_row.h"
+#include "backend/ep_blocks.h"
 #include "quant/e2m1.h"
 #include "quant/e4m3.h"
 
@@ -114,37 +115,45 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
     cpu_round_act(be, out, T * H);
 }
 
-void cpu_moe_dispatched(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *rowsv, int64_t R,
-                        const void *idsv, fm_afmt a_dispatch, float tensor_scale, fm_afmt a_down, void *outv) {
-    const uint8_t *rows = (const uint8_t *)rowsv;
-    const int32_t *ids = (const int32_t *)idsv;
-    float *out = (float *)outv;
-    const int64_t H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP;
+/* What a rank received (expert parallelism): each row of the dispatch blocks, decoded as cpu_quantize_row (or
+ * _nvfp4) makes it from the values its codes came from, through its expert; the output in the activation format in
+ * the row's place of the return blocks (backend/ep_blocks.h). */
+void cpu_moe_blocks(fm_backend *be, const fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
+                    const void *recvv, float tensor_scale, fm_afmt a_down, void *yretv) {
+    const uint8_t *recv = (const uint8_t *)recvv;
+    uint8_t *yret = (uint8_t *)yretv;
+    const int64_t H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP, rows = L->n_ranks * L->cap;
     const bool bf16 = be->plan.act_bf16;
-    const size_t row_b = fm_dispatch_row_bytes(a_dispatch, bf16, H);
-    if (!row_b) abort(); /* not a dispatch format (fm_plan_set_dispatch never picks one) */
+    const fm_afmt fmt = L->fmt;
 #pragma omp parallel
     {
         float *xq = (float *)malloc((size_t)(H + (H + G - 1) / G) * sizeof(float));
         float *gu = (float *)malloc((size_t)(2 * I) * sizeof(float));
         float *h = (float *)malloc((size_t)I * sizeof(float));
         float *hq = (float *)malloc((size_t)(I + (I + G - 1) / G) * sizeof(float));
+        float *y = (float *)malloc((size_t)H * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t r = 0; r < R; r++) {
-            const uint8_t *row = rows + (size_t)r * row_b;
+        for (int64_t q = 0; q < rows; q++) {
+            const uint8_t *b = recv + (size_t)(q / L->cap) * L->dblock;
+            const int64_t i = q % L->cap;
+            int32_t n, e;
+            memcpy(&n, b, 4);
+            if (i >= n) continue;
+            memcpy(&e, b + L->ids_at + 4 * i, 4);
+            const uint8_t *row = b + L->rows_at + (size_t)i * L->row_d;
             cpu_qrow xr = {xq, xq + H, 1.0f};
-            /* the row as cpu_quantize_row (or _nvfp4) makes it from the values the codes came from */
-            if (a_dispatch == FM_A_NATIVE) {
+            if (fmt == FM_A_NATIVE) {
                 fm_dispatch_row_decode_native(row, H, bf16, xq);
                 xr.scale = NULL;
-            } else if (a_dispatch == FM_A_E4M3_G128) {
-                for (int64_t i = 0; i < H; i++) xq[i] = fm_e4m3_to_f32(row[i]);
+            } else if (fmt == FM_A_E4M3_G128) {
+                for (int64_t c = 0; c < H; c++) xq[c] = fm_e4m3_to_f32(row[c]);
                 memcpy(xr.scale, row + H, (size_t)((H + G - 1) / G) * sizeof(float));
             } else {
-                cpu_expand_fp4_row(row, row + (H + 1) / 2, H, a_dispatch == FM_A_NVFP4, tensor_scale, &xr);
+                cpu_expand_fp4_row(row, row + (H + 1) / 2, H, fmt == FM_A_NVFP4, tensor_scale, &xr);
             }
-            expert_ffn(be, gate_up, down, &xr, ids[r], a_down, gu, h, hq, out + r * H);
+            expert_ffn(be, gate_up, down, &xr, e, a_down, gu, h, hq, y);
+            fm_dispatch_row_encode(y, H, FM_A_NATIVE, bf16, 1.0f, yret + (size_t)q * L->row_r);
         }
-        free(xq), free(gu), free(h), free(hq);
+        free(xq), free(gu), free(h), free(hq), free(y);
     }
 }

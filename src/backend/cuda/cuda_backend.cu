@@ -30,8 +30,10 @@
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
 #include "backend/cuda/expert_cache.cuh"
+#include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_per_token.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
+#include "backend/ep_blocks.h"
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/router.cuh"
@@ -240,6 +242,10 @@ static void cu_upload_raw(fm_backend *bb, const void *src, size_t bytes, void *d
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(bb))); /* pageable: staged on return */
 }
 
+static void cu_copy(fm_backend *bb, const void *src, size_t bytes, void *dst) {
+    FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(bb)));
+}
+
 static void cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
     FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream(bb)));
     FM_CUDA_CHECK(cudaStreamSynchronize(stream(bb)));
@@ -437,6 +443,31 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
                               (const bf16 *)weights, k, (bf16 *)out);
 }
 
+/* Expert parallelism (dist/ep_moe.h): the fp8 preset's W4A8 experts with the e4m3 dispatch and bf16 activations,
+   what model.c lets --ep load on this backend */
+static void cu_ep_dispatch(fm_backend *bb, const fm_ep_layout *L, const void *x, int64_t T, const void *ids,
+                           float tensor_scale, void *send, void *ret_row) {
+    (void)tensor_scale; /* NVFP4's: not taken here */
+    if (f32(bb)) {
+        fprintf(stderr, "fp8moe: ep_dispatch: fp32 activations (the bf16 plans only)\n");
+        abort();
+    }
+    fm_cuda_ep_dispatch((const bf16 *)x, T, (const int32_t *)ids, L, (uint8_t *)send, (int32_t *)ret_row, stream(bb));
+}
+
+static void cu_moe_blocks(fm_backend *bb, const fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
+                          const void *recv, float tensor_scale, fm_afmt a_down, void *yret) {
+    (void)tensor_scale;
+    require_afmt(down, a_down, "moe_blocks");
+    fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, (bf16 *)yret);
+}
+
+static void cu_ep_combine(fm_backend *bb, const fm_ep_layout *L, const void *yrecv, const void *ret_row,
+                          const void *weights, int64_t T, void *out) {
+    fm_cuda_moe_combine((const bf16 *)yrecv, (const int32_t *)ret_row, (const bf16 *)weights, T, L->k, L->H,
+                        (bf16 *)out, stream(bb));
+}
+
 static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, void *out) {
     if (f32(bb)) fm_cuda_swiglu_f32((const float *)gu, rows, I, (float *)out, stream(bb));
     else fm_cuda_swiglu((const bf16 *)gu, rows, I, (bf16 *)out, stream(bb));
@@ -542,6 +573,7 @@ static const fm_backend_ops cuda_ops = {
     .upload_f32 = cu_upload_f32,
     .download_raw = cu_download_raw,
     .upload_raw = cu_upload_raw,
+    .copy = cu_copy,
     .sync = cu_sync,
     .mark = cu_mark,
     .elapsed_ms = cu_elapsed_ms,
@@ -567,7 +599,9 @@ static const fm_backend_ops cuda_ops = {
     .route = cu_route,
     .router = cu_router,
     .moe = cu_moe,
-    .moe_dispatched = NULL, /* expert parallelism on the GPU: the NCCL form, not built */
+    .ep_dispatch = cu_ep_dispatch,
+    .moe_blocks = cu_moe_blocks,
+    .ep_combine = cu_ep_combine,
     .swiglu = cu_swiglu,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,

@@ -5,6 +5,7 @@
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
 
 #define MAX_EXPERTS 1024
@@ -14,7 +15,7 @@ static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, in
     for (int e = threadIdx.x; e < E; e += blockDim.x) local[e] = 0;
     __syncthreads();
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x)
-        atomicAdd(&local[ids[p]], 1);
+        if (ids[p] >= 0) atomicAdd(&local[ids[p]], 1); /* -1: an empty place (expert parallelism's blocks) */
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         if (local[e]) atomicAdd(&counts[e], local[e]);
@@ -100,7 +101,12 @@ static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *
 static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t *seg_start, int32_t *cursor,
                                    int32_t *pair_of_slot, int32_t *slot_of_pair) {
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
-        const int32_t e = ids[p], slot = seg_start[e] + atomicAdd(&cursor[e], 1);
+        const int32_t e = ids[p];
+        if (e < 0) { /* an empty place */
+            slot_of_pair[p] = -1;
+            continue;
+        }
+        const int32_t slot = seg_start[e] + atomicAdd(&cursor[e], 1);
         pair_of_slot[slot] = (int32_t)p;
         slot_of_pair[p] = slot;
     }
@@ -445,4 +451,150 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
     const void *kernel = xsum ? (const void *)quantize_rows_kernel<true> : (const void *)quantize_rows_kernel<false>;
     fm_cuda_launch_pdl(kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s, args, pdl);
     FM_LAUNCH_CHECK("quantize_e4m3_rows");
+}
+
+// ---- expert parallelism (backend/ep_blocks.h): the sending rank's blocks, the receiving rank's dispatch ----------
+
+// One block of 1024 threads over the P routed copies in chunks of 1024, in (token, j) order: each copy's index in its
+// destination's block (the copies of a warp to one rank ranked by __match_any_sync, the warps' counts scanned per
+// rank), its local expert id into that block, ret_row[p]; the blocks' row counts into their headers last.
+static __global__ void __launch_bounds__(1024)
+    ep_positions_kernel(const int32_t *ids, int64_t P, int32_t el, int32_t N, int64_t cap, uint8_t *send,
+                        int64_t dblock, int64_t ids_at, int32_t *ret_row) {
+    __shared__ int32_t wcount[32][FM_EP_MAX_RANKS];
+    __shared__ int32_t base[FM_EP_MAX_RANKS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x < FM_EP_MAX_RANKS) base[threadIdx.x] = 0;
+    for (int64_t c0 = 0; c0 < P; c0 += 1024) {
+        for (int i = threadIdx.x; i < 32 * FM_EP_MAX_RANKS; i += 1024) (&wcount[0][0])[i] = 0;
+        __syncthreads();
+        const int64_t p = c0 + threadIdx.x;
+        const int32_t e = p < P ? ids[p] : -1, d = e >= 0 ? e / el : -1;
+        const unsigned same = __match_any_sync(0xffffffffu, d);
+        const int rank = __popc(same & ((1u << lane) - 1u));
+        if (d >= 0 && rank == 0) wcount[warp][d] = __popc(same);
+        __syncthreads();
+        if ((int)threadIdx.x < N) {
+            int32_t acc = base[threadIdx.x];
+            for (int w = 0; w < 32; w++) {
+                const int32_t n = wcount[w][threadIdx.x];
+                wcount[w][threadIdx.x] = acc;
+                acc += n;
+            }
+            base[threadIdx.x] = acc;
+        }
+        __syncthreads();
+        if (d >= 0) {
+            const int32_t pos = wcount[warp][d] + rank;
+            ((int32_t *)(send + d * dblock + ids_at))[pos] = e - d * el;
+            ret_row[p] = (int32_t)(d * cap + pos);
+        }
+        __syncthreads();
+    }
+    if ((int)threadIdx.x < N) {
+        int32_t *h = (int32_t *)(send + threadIdx.x * dblock);
+        h[0] = base[threadIdx.x], h[1] = 0, h[2] = 0, h[3] = 0;
+    }
+}
+
+// One warp per (routed copy p, 128-group g): the token's group quantized as the moe's dispatch quantizes it, its
+// codes and scale into the copy's row (H codes, then the fp32 scales: backend/dispatch_row.h). H % 4 == 0 (the
+// launcher checks): whole words.
+static __global__ void ep_rows_kernel(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P, const int32_t *ret_row,
+                                      int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at, int64_t row_d) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
+    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < P * G; task += warps) {
+        const int64_t p = task / G, g = task % G, c = g * 128 + lane * 4;
+        const int32_t rr = ret_row[p];
+        uint8_t *row = send + (rr / cap) * dblock + rows_at + (rr % cap) * row_d;
+        float v[4], scale, sum;
+        load_group(x + (p / k) * H, H, g, v);
+        const uint32_t word = quantize_group<false>(v, H, g, &scale, &sum);
+        if (c < H) *(uint32_t *)(row + c) = word;
+        if (lane == 0) *(float *)(row + H + 4 * g) = scale;
+    }
+}
+
+void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const fm_ep_layout *L, uint8_t *send,
+                         int32_t *ret_row, cudaStream_t s) {
+    if (L->fmt != FM_A_E4M3_G128 || L->H % 4 || L->n_ranks > FM_EP_MAX_RANKS) {
+        fprintf(stderr, "fp8moe: ep_dispatch: %s rows of %lld over %d ranks (the e4m3 dispatch, H %% 4 == 0)\n",
+                fm_afmt_name(L->fmt), (long long)L->H, L->n_ranks);
+        abort();
+    }
+    const int64_t P = T * L->k;
+    ep_positions_kernel<<<1, 1024, 0, s>>>(ids, P, L->n_experts / L->n_ranks, L->n_ranks, L->cap, send,
+                                           (int64_t)L->dblock, (int64_t)L->ids_at, ret_row);
+    FM_LAUNCH_CHECK("ep_positions");
+    if (P == 0) return;
+    ep_rows_kernel<<<warp_blocks(P * fm_ceil_div(L->H, 128)), 256, 0, s>>>(
+        x, L->H, L->k, P, ret_row, L->cap, send, (int64_t)L->dblock, (int64_t)L->rows_at, (int64_t)L->row_d);
+    FM_LAUNCH_CHECK("ep_rows");
+}
+
+// The receiving rank: place q = s cap + i of the N x cap the blocks hold gets block s's local id of row i, or -1
+// past its count (the tile plan skips those).
+static __global__ void ep_flatten_kernel(const uint8_t *recv, int64_t NQ, int64_t cap, int64_t dblock, int64_t ids_at,
+                                         int32_t *ids) {
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < NQ; q += (int64_t)gridDim.x * blockDim.x) {
+        const uint8_t *b = recv + (q / cap) * dblock;
+        const int64_t i = q % cap;
+        ids[q] = i < *(const int32_t *)b ? ((const int32_t *)(b + ids_at))[i] : -1;
+    }
+}
+
+// One warp per (place q, 128-group g) of a received row: its codes and scale where the moe's dispatch would have
+// quantized them (x8 row slot, zeros past H; xs[g][slot]), with SUMS the group's sum as quantize_group makes it.
+template <bool SUMS>
+static __global__ void ep_gather_kernel(const uint8_t *recv, int64_t NQ, int64_t H, int64_t cap, int64_t dblock,
+                                        int64_t rows_at, int64_t row_d, const int32_t *slot_of_pair, uint8_t *x8,
+                                        float *xs, float *xsum) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128;
+    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < NQ * G; task += warps) {
+        const int64_t q = task / G, g = task % G, c = g * 128 + lane * 4;
+        const int32_t slot = slot_of_pair[q];
+        if (slot < 0) continue; /* warp-uniform: one place per warp */
+        const uint8_t *row = recv + (q / cap) * dblock + rows_at + (q % cap) * row_d;
+        const uint32_t word = c < H ? *(const uint32_t *)(row + c) : 0u;
+        const float scale = *(const float *)(row + H + 4 * g);
+        *(uint32_t *)(x8 + slot * Hp + c) = word;
+        float sum = 0.0f;
+        if (SUMS) {
+            for (int i = 0; i < 4; i++) sum += e4m3_decode((word >> (8 * i)) & 0xFFu);
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        }
+        if (lane == 0) {
+            xs[g * NQ + slot] = scale;
+            if (SUMS) xsum[g * NQ + slot] = sum * scale;
+        }
+    }
+}
+
+void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, int32_t *ids,
+                        const fm_dispatch_bufs *b, cudaStream_t s) {
+    if (E < 1 || E > MAX_EXPERTS || b->fmt != FM_W4A8_DISPATCH_E4M3) {
+        fprintf(stderr, "fp8moe: ep_receive: %d experts (1..%d), the e4m3 dispatch only\n", E, MAX_EXPERTS);
+        abort();
+    }
+    const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
+    const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
+    ep_flatten_kernel<<<grid, 256, 0, s>>>(recv, NQ, L->cap, (int64_t)L->dblock, (int64_t)L->ids_at, ids);
+    FM_LAUNCH_CHECK("ep_flatten");
+    count_kernel<<<grid, 256, 0, s>>>(ids, NQ, E, b->counts);
+    FM_LAUNCH_CHECK("ep_count");
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
+                                          b->matrix_of);
+    FM_LAUNCH_CHECK("ep_plan");
+    slot_kernel<<<grid, 256, 0, s>>>(ids, NQ, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
+    FM_LAUNCH_CHECK("ep_slots");
+    const unsigned qblocks = warp_blocks(NQ * fm_ceil_div(L->H, 128));
+    if (b->xsum)
+        ep_gather_kernel<true><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, (int64_t)L->dblock, (int64_t)L->rows_at,
+                                                       (int64_t)L->row_d, b->slot_of_pair, b->x8, b->xs, b->xsum);
+    else
+        ep_gather_kernel<false><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, (int64_t)L->dblock, (int64_t)L->rows_at,
+                                                        (int64_t)L->row_d, b->slot_of_pair, b->x8, b->xs, NULL);
+    FM_LAUNCH_CHECK("ep_gather");
 }

@@ -5,7 +5,33 @@
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
+#include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
+
+// The gate|up GEMM (SwiGLU epilogue: e4m3 h) and the down GEMM (bf16 y, rows of the pairs) over a dispatch's tiles.
+static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const fm_dispatch_bufs *bp,
+                          int64_t P, int64_t E, uint32_t bn, uint8_t *h, float *hs, float *hsum, __nv_bfloat16 *y) {
+    const fm_routes *r = &be->routes;
+    const fm_dispatch_bufs b = *bp;
+    const int64_t H = down->rows, I = down->cols;
+    const fm_w4a8_dispatch fmt = (fm_w4a8_dispatch)b.fmt;
+    fm_w4a8_args a;
+    memset(&a, 0, sizeof a);
+    a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
+    a.codes_staged = fm_routes_w4a8_codes_staged(r, (uint64_t)P, (uint64_t)E);
+    a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
+    a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
+    a.dispatch = fmt, a.xts = b.amax ? (const float *)b.amax + 1 : NULL,
+    a.fp4_producer = fm_routes_w4a8_fp4_producer(r, bn);
+    a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
+    a.hsum = hsum;
+    fm_cuda_w4a8_gemm(&a, be->stream);
+
+    a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P, a.dispatch = FM_W4A8_DISPATCH_E4M3, a.xts = NULL;
+    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
+    a.hsum = NULL;
+    fm_cuda_w4a8_gemm(&a, be->stream);
+}
 
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
@@ -72,23 +98,42 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
         FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
     fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
-    fm_w4a8_args a;
-    memset(&a, 0, sizeof a);
-    a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
-    a.codes_staged = fm_routes_w4a8_codes_staged(r, (uint64_t)P, (uint64_t)E);
-    a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
-    a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
-    a.dispatch = fmt, a.xts = (const float *)b.amax + 1, a.fp4_producer = fm_routes_w4a8_fp4_producer(r, bn);
-    a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
-    a.hsum = hsum;
-    fm_cuda_w4a8_gemm(&a, be->stream);
-
-    a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P, a.dispatch = FM_W4A8_DISPATCH_E4M3, a.xts = NULL;
-    a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
-    a.hsum = NULL;
-    fm_cuda_w4a8_gemm(&a, be->stream);
-
+    grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+}
+
+// Expert parallelism: this rank's experts on its received blocks (backend/ep_blocks.h), the e4m3 dispatch; y rows
+// land in the return blocks' places (pair q = s cap + i is row q of yret).
+void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_bank *gate_up, const fm_bank *down,
+                             const uint8_t *recv, __nv_bfloat16 *yret) {
+    const int64_t P = (int64_t)Lb->n_ranks * Lb->cap, E = gate_up->n, H = down->rows, I = down->cols;
+    if (!fm_cuda_w4a8_takes(gate_up->fmt) || !fm_cuda_w4a8_takes(down->fmt) || !gate_up->interleaved ||
+        gate_up->rows != 2 * I || gate_up->cols != H || down->n != E || Lb->fmt != FM_A_E4M3_G128 || Lb->H != H) {
+        fprintf(stderr, "fp8moe: moe_blocks: banks %s / %s and %s rows do not match (the W4A8 experts, e4m3 rows)\n",
+                fm_wformat_name(gate_up->fmt), fm_wformat_name(down->fmt), fm_afmt_name(Lb->fmt));
+        abort();
+    }
+    const fm_w4a8_dispatch fmt = FM_W4A8_DISPATCH_E4M3;
+    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, gate_up->fmt, false,
+                                                     (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
+    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)P, 1, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
+    uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total + fm_w4a8_align((uint64_t)P * 4));
+    fm_dispatch_bufs b;
+    memset(&b, 0, sizeof b);
+    b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
+    b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
+    b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
+    b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
+    b.fmt = fmt, b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs), b.matrix_of = gate_up->slot_of;
+    b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
+    uint8_t *h = ws + L.h;
+    float *hs = (float *)(ws + L.hs);
+    float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
+    int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
+    FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
+    if (I % 128) FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
+    fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, ids, &b, be->stream);
+    grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
 }
 
 extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I,
