@@ -6,6 +6,9 @@
  *     are quantized as the one model quantizes them and each expert computes a row alone; what may differ is the
  *     tile height the grouped GEMM picks for the received rows, which the test reports as bits equal or not);
  *   - greedy generation of 12 tokens through the paged KV cache (decode steps without graphs): the same ids.
+ * And the three ops alone against the CPU backend's (test_ep_ops): ep_dispatch's blocks byte for byte (counts, local
+ * ids, e4m3 codes and scales) and its ret_row; moe_blocks on the same received blocks within the moe op's bound;
+ * ep_combine on the same return rows.
  * Runs only where a GPU is present. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "backend/ep_blocks.h"
 #include "dist/rank_group.h"
+#include "quant/bf16.h"
 #include "engine/engine.h"
 #include "../logits_diff.h"
 #include "gpu_test_util.h"
@@ -87,6 +93,126 @@ static void ep_case(const char *dir, int n_ranks) {
     fm_model_free(one), fm_model_free(oracle);
 }
 
+static uint32_t rng = 2463534242u;
+static float frand(void) { /* uniform [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 17, rng ^= rng << 5;
+    return (float)(rng >> 8) / 8388608.0f - 1.0f;
+}
+
+/* backend buffers of n bytes, and their bytes back on the host */
+static void *raw_up(fm_backend *be, const void *src, size_t n) {
+    void *d = be->ops->alloc(be, n);
+    assert_non_null(d);
+    be->ops->upload_raw(be, src, n, d);
+    return d;
+}
+static uint8_t *raw_down(fm_backend *be, const void *src, size_t n) {
+    uint8_t *h = malloc(n);
+    be->ops->download_raw(be, src, n, h);
+    return h;
+}
+
+/* One rank's three ops at N ranks, E experts, top-k, rows of H, T tokens, on both backends (fp8 plan). */
+static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, int64_t T) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *cpu = NULL, *gpu = NULL;
+    fm_error err = {{0}};
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    fm_ep_layout L;
+    assert_int_equal(fm_ep_layout_of(E, N, T, k, H, FM_A_E4M3_G128, true, &L, &err), FM_OK);
+    const int32_t el = E / N;
+    float *x = malloc((size_t)(T * H) * sizeof *x), *w = malloc((size_t)(T * k) * sizeof *w);
+    int32_t *ids = malloc((size_t)(T * k) * sizeof *ids);
+    for (int64_t i = 0; i < T * H; i++) x[i] = fm_round_bf16(frand() * ((i % H) % 37 == 0 ? 6.0f : 1.0f));
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t j = 0; j < k; j++) { /* distinct experts, skewed toward rank 0's */
+            ids[t * k + j] = (int32_t)(((t % 3 == 0 ? 0 : t * 7) + j * 5) % E);
+            w[t * k + j] = fm_round_bf16(0.25f + 0.5f * fabsf(frand()));
+        }
+    const size_t sbytes = (size_t)N * (L.dblock > L.rblock ? L.dblock : L.rblock);
+    /* ep_dispatch */
+    uint8_t *send_c = calloc(1, sbytes);
+    int32_t *ret_c = malloc((size_t)(T * k) * sizeof *ret_c);
+    cpu->ops->ep_dispatch(cpu, &L, x, T, ids, 1.0f, send_c, ret_c);
+    void *xg = gpu_upload(gpu, x, T * H), *idg = gpu->ops->alloc(gpu, (size_t)(T * k) * 4);
+    gpu->ops->upload_ids(gpu, ids, T * k, idg);
+    uint8_t *zero = calloc(1, sbytes);
+    void *sendg = raw_up(gpu, zero, sbytes), *retg = gpu->ops->alloc(gpu, (size_t)(T * k) * 4);
+    gpu->ops->ep_dispatch(gpu, &L, xg, T, idg, 1.0f, sendg, retg);
+    uint8_t *send_g = raw_down(gpu, sendg, sbytes);
+    int32_t *ret_g = (int32_t *)raw_down(gpu, retg, (size_t)(T * k) * 4);
+    assert_memory_equal(ret_g, ret_c, (size_t)(T * k) * 4);
+    int64_t rows = 0;
+    for (int32_t d = 0; d < N; d++) {
+        const uint8_t *bc = send_c + (size_t)d * L.dblock, *bg = send_g + (size_t)d * L.dblock;
+        int32_t n;
+        memcpy(&n, bc, 4);
+        rows += n;
+        assert_memory_equal(bg, bc, FM_EP_HEADER);
+        assert_memory_equal(bg + L.ids_at, bc + L.ids_at, (size_t)n * 4);
+        assert_memory_equal(bg + L.rows_at, bc + L.rows_at, (size_t)n * L.row_d);
+    }
+    assert_int_equal(rows, T * k);
+    /* moe_blocks: the blocks as one rank receives them (each block's local ids index this rank's el experts) */
+    float *gu = malloc((size_t)el * 2 * I * H * sizeof *gu), *dn = malloc((size_t)el * H * I * sizeof *dn);
+    for (int64_t i = 0; i < (int64_t)el * 2 * I * H; i++) gu[i] = 0.1f * frand();
+    for (int64_t i = 0; i < (int64_t)el * H * I; i++) dn[i] = 0.1f * frand();
+    fm_bank *gub[2], *dnb[2];
+    fm_backend *be[2] = {cpu, gpu};
+    for (int b = 0; b < 2; b++)
+        gub[b] = gpu_bank(be[b], gu, el, 2 * I, H, plan.w_expert, true),
+        dnb[b] = gpu_bank(be[b], dn, el, H, I, plan.w_expert, false);
+    uint8_t *yret_c = calloc(1, sbytes);
+    cpu->ops->moe_blocks(cpu, &L, gub[0], dnb[0], send_c, 1.0f, plan.a_expert, yret_c);
+    void *recvg = raw_up(gpu, send_c, sbytes), *yretg = raw_up(gpu, zero, sbytes);
+    gpu->ops->moe_blocks(gpu, &L, gub[1], dnb[1], recvg, 1.0f, plan.a_expert, yretg);
+    uint8_t *yret_g = raw_down(gpu, yretg, sbytes);
+    float *yc = malloc((size_t)(T * k * H) * sizeof *yc), *yg = malloc((size_t)(T * k * H) * sizeof *yg);
+    int64_t r = 0;
+    for (int32_t d = 0; d < N; d++) { /* the counted rows of each block, as floats */
+        int32_t n;
+        memcpy(&n, send_c + (size_t)d * L.dblock, 4);
+        for (int32_t i = 0; i < n; i++, r++)
+            for (int64_t c = 0; c < H; c++) {
+                uint16_t vc, vg;
+                memcpy(&vc, yret_c + ((size_t)(d * L.cap + i) * H + c) * 2, 2);
+                memcpy(&vg, yret_g + ((size_t)(d * L.cap + i) * H + c) * 2, 2);
+                yc[r * H + c] = fm_bf16_to_f32(vc), yg[r * H + c] = fm_bf16_to_f32(vg);
+            }
+    }
+    char what[160];
+    snprintf(what, sizeof what, "moe_blocks N=%d E=%d k=%d H=%lld I=%lld T=%lld", N, E, k, (long long)H, (long long)I,
+             (long long)T);
+    gpu_expect_close(yg, yc, r * H, 3e-2, what);
+    /* ep_combine over the same return rows (the CPU's) */
+    float *oc = malloc((size_t)(T * H) * sizeof *oc);
+    cpu->ops->ep_combine(cpu, &L, yret_c, ret_c, w, T, oc);
+    void *yrecvg = raw_up(gpu, yret_c, sbytes), *wg = gpu_upload(gpu, w, T * k), *ogb = NULL;
+    void *og = gpu_guarded(gpu, T * H, &ogb);
+    gpu->ops->ep_combine(gpu, &L, yrecvg, retg, wg, T, og);
+    float *o = gpu_fetch(gpu, ogb, T * H, "ep_combine");
+    snprintf(what, sizeof what, "ep_combine N=%d k=%d H=%lld T=%lld", N, k, (long long)H, (long long)T);
+    gpu_expect_close(o, oc, T * H, 1e-2, what);
+    printf("  ep ops N=%d E=%d k=%d H=%lld T=%lld: dispatch blocks byte for byte, %lld rows\n", N, E, k, (long long)H,
+           (long long)T, (long long)rows);
+    for (int b = 0; b < 2; b++) be[b]->ops->bank_free(be[b], gub[b]), be[b]->ops->bank_free(be[b], dnb[b]);
+    void *gbufs[] = {xg, idg, sendg, retg, recvg, yretg, yrecvg, wg};
+    for (size_t i = 0; i < sizeof gbufs / sizeof *gbufs; i++) gpu->ops->free(gpu, gbufs[i]);
+    free(x), free(w), free(ids), free(send_c), free(ret_c), free(zero), free(send_g), free(ret_g), free(gu), free(dn);
+    free(yret_c), free(yret_g), free(yc), free(yg), free(oc), free(o);
+    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
+}
+
+static void test_ep_ops(void **s) {
+    (void)s;
+    ep_ops_case(2, 8, 2, 96, 64, 23);      /* a test model's widths: H not a multiple of 128 */
+    ep_ops_case(4, 16, 4, 256, 128, 300);  /* several chunks of the positions kernel */
+    ep_ops_case(2, 128, 8, 2048, 768, 64); /* Qwen3-30B-A3B widths, a decode batch */
+    ep_ops_case(8, 64, 8, 512, 256, 1);    /* one token */
+}
+
 static void test_expert_parallel(void **s) {
     (void)s;
     ep_case("tests/models/qwen3-moe-f32", 2);
@@ -98,6 +224,7 @@ static void test_expert_parallel(void **s) {
 
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_expert_parallel)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_ep_ops), cmocka_unit_test(test_expert_parallel)};
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
