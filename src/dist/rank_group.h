@@ -9,10 +9,9 @@
  *   both    the same N ranks (one per device), attention split by heads, experts by expert.
  * A forward pass or a generation runs on every rank at once over the same prompts; every rank ends with the same
  * logits (tests/test_rank_group.c). The ranks exchange through a simulated world (dist/comm.h): on the cpu backend
- * in host memory; --tp on the cuda backend staged through each rank's backend, every rank on the one GPU the backend
- * takes (tests/gpu/test_cuda_tp.c: a correctness path, not a speed-up), decode steps without graphs. What is left for
- * several GPUs: a device per rank and the NCCL world (backend/cuda/comm_nccl.cu, tested alone), and for --ep on
- * cuda the exchange of rows on the device. */
+ * in host memory; on the cuda backend staged through each rank's backend, every rank on the one GPU the backend
+ * takes (tests/gpu/test_cuda_tp.c, test_cuda_ep.c: a correctness path, not a speed-up), decode steps without graphs.
+ * What is left for several GPUs: a device per rank and the NCCL world (backend/cuda/comm_nccl.cu, tested alone). */
 #ifndef FM_DIST_RANK_GROUP_H
 #define FM_DIST_RANK_GROUP_H
 
