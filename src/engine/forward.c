@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/w4a8_workspace.h"
 #include "dist/ep_moe.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
@@ -141,7 +142,14 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
     /* experts in host memory: the expert prefetch runs on the side stream (as memory_plan.c places the experts) */
     const size_t side = plan.ws_side ? plan.ws_side : m->experts_host && plan.expert_prefetch ? FM_SIDE_WS_MIN : 0;
-    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, side, err);
+    size_t ws = plan.ws_moe;
+    if (!st && m->ep_ranks > 1 && !strcmp(m->be->ops->name, "cuda")) { /* expert parallelism's received blocks */
+        const uint64_t ep =
+            fm_w4a8_ep_ws_bytes((uint64_t)T, (uint64_t)m->cfg.n_experts_per_tok, (uint64_t)m->cfg.n_experts,
+                                (uint64_t)m->ep_ranks, (uint64_t)m->cfg.hidden_size, (uint64_t)m->cfg.moe_intermediate);
+        if (ep > ws) ws = (size_t)ep;
+    }
+    if (!st) st = m->be->ops->reserve(m->be, ws, side, err);
     return st;
 }
 
