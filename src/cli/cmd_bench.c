@@ -31,8 +31,9 @@ static const char *HELP =
     "  --repeat R         timed runs (default 10)\n"
     "  --warmup W         untimed runs first (default 2)\n"
     "  --json FILE        also write the results as JSON\n"
-    "  --ep N             the prefill by N ranks in this process, each with 1/N of the routed experts (cpu\n"
-    "                     backend: a simulated world exchanging through host memory), the routed rows sent\n"
+    "  --ep N             the prefill by N ranks in this process, each with 1/N of the routed experts (a\n"
+    "                     simulated world exchanging through host memory; on cuda every rank on the one GPU:\n"
+    "                     the bytes hold, the time is no multi-GPU one), the routed rows sent\n"
     "                     all-to-all in the --dispatch format; prints the wall time of the whole group and the\n"
     "                     bytes the ranks send each other per layer (--tp splits a checkpoint's float attention\n"
     "                     weights: fp8moe logits/generate --tp, not synthetic ones)\n" BENCH_ROUTING_HELP

@@ -300,8 +300,8 @@ int cmd_bench_decode(int argc, char **argv) {
     else mo.opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
     if (ep > 1) {                      /* a group of ranks: one preset (the first given; fp8 by default) */
         if (cuda)
-            return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): the cuda backend's expert "
-                                  "parallelism needs a device per rank");
+            return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
+                                  "the one GPU, whose steps time no multi-GPU decode");
         const char *preset = presets_given ? k_presets[pidx[0]] : "fp8";
         fm_preset pr = FM_PRESET_REF;
         fm_preset_parse(!strcmp(preset, "fp8+w8a8") ? "fp8" : preset, &pr);
