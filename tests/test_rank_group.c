@@ -238,13 +238,14 @@ static void splits_the_model_cannot_take_are_refused(void **s) {
     expect_refused(&o, 1, FM_ERR_USAGE, "--ep / --tp must be 2..64 ranks for a group, got 1");
     o.experts_in = FM_EXPERTS_HOST;
     expect_refused(&o, 2, FM_ERR_USAGE, "--ep with --experts-in host");
-    /* the cuda backend's expert parallelism carries e4m3 rows (refused before any GPU is asked for) */
-    o = options(FM_PRESET_FP8);
-    o.backend = "cuda", o.dispatch = FM_DISPATCH_MXFP4;
-    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "--ep 2 on the cuda backend: the fp8 preset with the e4m3 dispatch");
+    /* the cuda backend's expert parallelism carries e4m3 or FP4 rows into the W4A8 experts (refused before any GPU
+       is asked for) */
+    o = options(FM_PRESET_INT4);
+    o.backend = "cuda";
+    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "--ep 2 on the cuda backend: the fp8 and fp4 presets");
     o = options(FM_PRESET_REF);
     o.backend = "cuda";
-    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "this plan dispatches");
+    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "this plan is --preset ref");
     /* --tp: heads that do not split, and --ep with another number of ranks */
     fm_rank_group *g = NULL;
     fm_error gerr = {{0}};

@@ -82,11 +82,13 @@ static inline uint64_t fm_w4a8_linear_ws_bytes(uint64_t M, uint64_t K) {
 }
 
 /* Expert parallelism's moe_blocks (moe_w4a8.cu, fm_cuda_moe_w4a8_blocks): a rank's E / N experts over the N x cap
- * places of its received blocks at top-1, cap = ceil(T / N) k rounded up to 8 (backend/ep_blocks.h), then an int32 id
- * per place; sized for the smallest tiles (the longest tile list), whichever the route picks. */
-static inline uint64_t fm_w4a8_ep_ws_bytes(uint64_t T, uint64_t k, uint64_t E, uint64_t N, uint64_t H, uint64_t I) {
+ * places of its received blocks at top-1, cap = ceil(T / N) k rounded up to 8 (backend/ep_blocks.h), in dispatch
+ * format d, then an int32 id per place; sized for the smallest tiles (the longest tile list), whichever the route
+ * picks. */
+static inline uint64_t fm_w4a8_ep_ws_bytes(uint64_t T, uint64_t k, uint64_t E, uint64_t N, uint64_t H, uint64_t I,
+                                           fm_w4a8_dispatch d) {
     const uint64_t cap = ((T + N - 1) / N * k + 7) / 8 * 8, P = N * cap;
-    return fm_w4a8_moe_layout(P, 1, E / N, H, I, FM_W4A8_BN_SMALL, FM_W4A8_DISPATCH_E4M3).total + fm_w4a8_align(P * 4);
+    return fm_w4a8_moe_layout(P, 1, E / N, H, I, FM_W4A8_BN_SMALL, d).total + fm_w4a8_align(P * 4);
 }
 
 #endif

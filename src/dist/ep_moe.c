@@ -17,7 +17,8 @@ fm_status fm_ep_buffers_alloc(fm_backend *be, const fm_ep_layout *L, fm_ep_buffe
     b->send = be->ops->alloc(be, (size_t)L->n_ranks * block);
     b->recv = be->ops->alloc(be, (size_t)L->n_ranks * block);
     b->ret_row = be->ops->alloc(be, (size_t)(L->cap > 0 ? L->cap : 1) * sizeof(int32_t));
-    if (b->send && b->recv && b->ret_row) return FM_OK;
+    b->amax = be->ops->alloc(be, (size_t)(1 + L->n_ranks) * sizeof(float));
+    if (b->send && b->recv && b->ret_row && b->amax) return FM_OK;
     fm_ep_buffers_free(be, b);
     return fm_fail(err, FM_ERR_NOMEM,
                    "expert parallelism: out of %s memory for the exchange blocks (2 x %d x %zu bytes)", be->ops->name,
@@ -28,13 +29,16 @@ void fm_ep_buffers_free(fm_backend *be, fm_ep_buffers *b) {
     if (b->send) be->ops->free(be, b->send);
     if (b->recv) be->ops->free(be, b->recv);
     if (b->ret_row) be->ops->free(be, b->ret_row);
+    if (b->amax) be->ops->free(be, b->amax);
     memset(b, 0, sizeof *b);
 }
 
-/* NVFP4: the tensor scale of the whole buffer every rank routes, from the largest of the ranks' amax (all-gathered;
- * a rank that already failed passes no bytes, so every rank fails here together). The amax is taken on the host. */
-static fm_status nvfp4_scale(fm_comm *c, fm_backend *be, const void *x, int64_t n, bool failed, float *scale,
-                             fm_error *err) {
+/* NVFP4: the tensor scale of the whole buffer every rank routes, from the largest of the ranks' amax (all-gathered
+ * through amax, backend memory [1 + N]; a rank that already failed passes no bytes, so every rank fails here
+ * together). The amax is taken on the host. */
+static fm_status nvfp4_scale(fm_comm *c, fm_backend *be, const void *x, int64_t n, bool failed, float *amax_buf,
+                             float *scale, fm_error *err) {
+    const int N = fm_comm_size(c);
     float amax = 0.0f, all[FM_COMM_MAX_RANKS];
     float *h = !failed && n > 0 ? malloc((size_t)n * sizeof *h) : NULL;
     if (h) {
@@ -44,10 +48,12 @@ static fm_status nvfp4_scale(fm_comm *c, fm_backend *be, const void *x, int64_t 
     } else if (!failed && n > 0) {
         failed = true; /* out of host memory: this rank fails, the others with it */
     }
-    fm_status st = fm_comm_all_gather(c, &amax, all, failed ? 0 : sizeof amax, err);
+    if (!failed) be->ops->upload_raw(be, &amax, sizeof amax, amax_buf);
+    fm_status st = fm_comm_all_gather(c, amax_buf, amax_buf + 1, failed ? 0 : sizeof amax, err);
     if (!st && failed) st = fm_fail(err, FM_ERR_NOMEM, "expert parallelism: out of host memory");
     if (st) return st;
-    for (int r = 0; r < fm_comm_size(c); r++) amax = all[r] > amax ? all[r] : amax;
+    be->ops->download_raw(be, amax_buf + 1, (size_t)N * sizeof *all, all);
+    for (int r = 0; r < N; r++) amax = all[r] > amax ? all[r] : amax;
     *scale = fm_nvfp4_scale_of_amax(amax);
     return FM_OK;
 }
@@ -76,7 +82,8 @@ fm_status fm_ep_moe(fm_comm *c, fm_backend *be, const fm_ep_layout *L, const fm_
                      fm_comm_rank(c), (long long)L->max_tokens);
     fm_error cerr = {{0}};
     float ts = 1.0f;
-    if (L->fmt == FM_A_NVFP4) keep_first(&st, nvfp4_scale(c, be, x, T * L->H, st != FM_OK, &ts, &cerr), err, &cerr);
+    if (L->fmt == FM_A_NVFP4)
+        keep_first(&st, nvfp4_scale(c, be, x, T * L->H, st != FM_OK, (float *)b->amax, &ts, &cerr), err, &cerr);
 
     if (st == FM_OK) ops->ep_dispatch(be, L, x, T, ids, ts, b->send, b->ret_row);
     if (stats) {

@@ -9,7 +9,8 @@
  * so that no size reaches the host (the GPU's form is graph-safe given a graph-safe communicator). The rows travel in
  * the plan's dispatch format (e4m3 1x128, MXFP4 or NVFP4 codes and scales, or the activations as they are) and the
  * receiving rank's experts read them as they arrived; NVFP4's one tensor scale is the whole group's, from the largest
- * of the ranks' amax (one small all-gather; its amax is taken on the host: the cpu backend's). The expert outputs
+ * of the ranks' amax (one small all-gather in the backends' memory; the amax itself is taken on the host, which
+ * waits for the backend: not graph-safe yet). The expert outputs
  * come back in the activation format. */
 #ifndef FM_DIST_EP_MOE_H
 #define FM_DIST_EP_MOE_H
@@ -31,9 +32,10 @@ typedef struct fm_ep_stats {
 void fm_ep_expert_range(int32_t E, int n_ranks, int rank, int32_t *first, int32_t *n);
 
 /* The exchange buffers of one rank for layout L (and any of smaller blocks), in its backend's memory: send and recv
- * hold L->n_ranks blocks of either trip; ret_row, int32 [cap], the place of each routed copy's output (ep_blocks.h). */
+ * hold L->n_ranks blocks of either trip; ret_row, int32 [cap], the place of each routed copy's output (ep_blocks.h);
+ * amax, fp32 [1 + n_ranks], NVFP4's all-gather of the ranks' amax (this rank's, then every rank's). */
 typedef struct fm_ep_buffers {
-    void *send, *recv, *ret_row;
+    void *send, *recv, *ret_row, *amax;
 } fm_ep_buffers;
 fm_status fm_ep_buffers_alloc(fm_backend *be, const fm_ep_layout *L, fm_ep_buffers *b, fm_error *err);
 void fm_ep_buffers_free(fm_backend *be, fm_ep_buffers *b);

@@ -392,7 +392,8 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
 
 /* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
  * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
- * on cuda, expert parallelism takes the fp8 preset's W4A8 experts with the e4m3 dispatch (ep_on_cuda). */
+ * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch
+ * (ep_on_cuda). */
 static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank, const fm_options *opt, fm_error *err) {
     if (N < 0 || N > FM_COMM_MAX_RANKS)
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
@@ -404,15 +405,17 @@ static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank,
     return FM_OK;
 }
 
-/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu) carry e4m3 rows into
- * the W4A8 grouped GEMMs, so the plan must be the fp8 preset's with the e4m3 dispatch */
+/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu) carry e4m3, MXFP4 or
+ * NVFP4 rows into the W4A8 grouped GEMMs, so the plan must be the fp8 or fp4 preset's with one of those dispatches */
 static fm_status ep_on_cuda(const fm_model *m, const fm_options *opt, fm_error *err) {
     if (m->ep_ranks <= 1 || strcmp(opt->backend, "cuda")) return FM_OK;
-    if (m->plan.a_dispatch == FM_A_E4M3_G128 && m->plan.act_bf16) return FM_OK;
+    const fm_afmt d = m->plan.a_dispatch;
+    const bool w4a8 = opt->preset == FM_PRESET_FP8 || opt->preset == FM_PRESET_FP4;
+    if (w4a8 && m->plan.act_bf16 && (d == FM_A_E4M3_G128 || d == FM_A_MXFP4 || d == FM_A_NVFP4)) return FM_OK;
     return fm_fail(err, FM_ERR_UNSUPPORTED,
-                   "--ep %d on the cuda backend: the fp8 preset with the e4m3 dispatch (--dispatch fp8) for now; this "
-                   "plan dispatches %s (--preset %s; FP4 and bf16 rows run on the cpu backend)",
-                   m->ep_ranks, fm_afmt_name(m->plan.a_dispatch), fm_preset_name(opt->preset));
+                   "--ep %d on the cuda backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4) for now; "
+                   "this plan is --preset %s dispatching %s (the other presets split on the cpu backend)",
+                   m->ep_ranks, fm_preset_name(opt->preset), fm_afmt_name(d));
 }
 
 static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *err) {

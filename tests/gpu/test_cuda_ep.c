@@ -1,15 +1,15 @@
 /* Expert parallelism on the cuda backend (dist/ep_moe.h; backend/cuda/moe_dispatch.cu, moe_w4a8.cu): --ep 2 and 4,
- * every rank on this GPU holding its share of the experts, the e4m3 rows exchanged by the simulated world staged
- * through each rank's backend (dist/comm.h). Against one model on the GPU (fp8 preset, W4A8 experts), a 23-token
- * prompt:
+ * every rank on this GPU holding its share of the experts, the rows exchanged in the dispatch format (e4m3, MXFP4,
+ * NVFP4) by the simulated world staged through each rank's backend (dist/comm.h). Against one model on the GPU with
+ * the same plan (fp8 or fp4 preset, W4A8 experts), a 23-token prompt:
  *   - the logits: every argmax the same, and the RMS distance to the ref32 oracle within 1.01x one model's (the rows
  *     are quantized as the one model quantizes them and each expert computes a row alone; what may differ is the
  *     tile height the grouped GEMM picks for the received rows, which the test reports as bits equal or not);
- *   - greedy generation of 12 tokens through the paged KV cache (decode steps without graphs): the same ids.
+ *   - greedy generation of 12 tokens through the paged KV cache (decode steps without graphs): the same ids as one
+ *     model running its decode experts on the grouped GEMM (moe.gemv=off), logprobs within 1e-3 (measured: equal).
  * And the three ops alone against the CPU backend's (test_ep_ops): ep_dispatch's blocks byte for byte (counts, local
- * ids, e4m3 codes and scales) and its ret_row; moe_blocks on the same received blocks within the moe op's bound;
- * ep_combine on the same return rows.
- * Runs only where a GPU is present. */
+ * ids, the rows' codes and scales in each format) and its ret_row; moe_blocks on the same received blocks within the
+ * moe op's bound; ep_combine on the same return rows. Runs only where a GPU is present. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +25,7 @@
 #include "backend/ep_blocks.h"
 #include "dist/rank_group.h"
 #include "quant/bf16.h"
+#include "quant/e2m1.h"
 #include "engine/engine.h"
 #include "../logits_diff.h"
 #include "gpu_test_util.h"
@@ -47,8 +48,12 @@ static float *logits_of(fm_model *m, fm_rank_group *g, const int32_t *ids, int64
     return out;
 }
 
-static void ep_case(const char *dir, int n_ranks) {
-    fm_options o = options(FM_PRESET_FP8, "cuda"), ro = options(FM_PRESET_REF32, "cuda");
+static void ep_case(const char *dir, int n_ranks, fm_preset preset, fm_dispatch dispatch) {
+    fm_options o = options(preset, "cuda"), ro = options(FM_PRESET_REF32, "cuda");
+    o.dispatch = dispatch;
+    char plan[48];
+    snprintf(plan, sizeof plan, "%s%s%s", fm_preset_name(preset), dispatch ? " --dispatch " : "",
+             dispatch ? fm_dispatch_name(dispatch) : "");
     fm_model *one = NULL, *oracle = NULL;
     fm_rank_group *g = NULL;
     fm_error err = {{0}};
@@ -67,30 +72,45 @@ static void ep_case(const char *dir, int n_ranks) {
     const bool bits = memcmp(a, b, n * sizeof *a) == 0;
     uint64_t sent = 0;
     for (int r = 0; r < n_ranks; r++) sent += g->models[r]->ep_bytes_dispatch;
-    printf("  %-32s fp8 --ep %d on the GPU: %s, max |diff| %.3g (max |logit| %.3g), argmax %lld of %d; RMS to the "
+    printf("  %-32s %s --ep %d on the GPU: %s, max |diff| %.3g (max |logit| %.3g), argmax %lld of %d; RMS to the "
            "oracle %.4g (one model %.4g); %llu dispatch bytes sent\n",
-           dir, n_ranks, bits ? "bits equal" : "bits differ", d.max_diff, d.max_abs, (long long)d.same, (int)T, e_ep,
-           e_one, (unsigned long long)sent);
+           dir, plan, n_ranks, bits ? "bits equal" : "bits differ", d.max_diff, d.max_abs, (long long)d.same, (int)T,
+           e_ep, e_one, (unsigned long long)sent);
     assert_int_equal(d.same, T);
     if (e_ep > 1.01 * e_one) fail_msg("%s --ep %d: RMS %g from the oracle, one model %g", dir, n_ranks, e_ep, e_one);
     assert_true(sent > 0);
-    /* greedy generation through the paged cache */
+    /* greedy generation through the paged cache, against one model whose decode steps run the experts' grouped GEMM
+       as the ranks do (moe.gemv=off: the default's grouped GEMVs sum in another order, so a near tie may go the
+       other way) */
+    fm_model *one_gemm = NULL;
+    char routes[256];
+    snprintf(routes, sizeof routes, "%s%smoe.gemv=off", gpu_test_routes() ? gpu_test_routes() : "",
+             gpu_test_routes() ? "," : "");
+    fm_options og = options(preset, "cuda");
+    og.dispatch = dispatch, og.routes = routes;
+    if (fm_model_load(dir, &og, &one_gemm, &err)) fail_msg("load %s: %s", dir, err.msg);
     const int32_t *pp = ids;
     const int64_t np = 9;
     fm_gen_params gp;
     fm_gen_params_init(&gp);
     gp.max_tokens = 12, gp.ignore_eos = true;
     fm_gen_output x, y;
-    if (fm_model_generate(one, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_model_generate(one_gemm, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err)) fail_msg("%s", err.msg);
     if (fm_rank_group_generate(g, &pp, &np, &gp, 1, 0, NULL, NULL, &y, NULL, &err)) fail_msg("%s", err.msg);
     assert_int_equal(x.n, 12);
     assert_int_equal(y.n, 12);
+    const bool same_ids = memcmp(x.ids, y.ids, 12 * sizeof *x.ids) == 0;
+    float lp_diff = 0.0f;
+    for (int i = 0; i < 12 && x.logprobs && y.logprobs; i++)
+        lp_diff = fmaxf(lp_diff, fabsf(x.logprobs[i] - y.logprobs[i]));
+    printf("  %-32s %s --ep %d on the GPU: 12 greedy tokens %s one model (moe.gemv=off), logprobs within %.3g\n", dir,
+           plan, n_ranks, same_ids ? "as" : "NOT as", lp_diff);
     assert_memory_equal(x.ids, y.ids, 12 * sizeof *x.ids);
-    printf("  %-32s fp8 --ep %d on the GPU: 12 greedy tokens as one model\n", dir, n_ranks);
+    if (lp_diff > 1e-3f) fail_msg("%s --ep %d: logprobs %g apart from one model's", dir, n_ranks, lp_diff);
     free(x.ids), free(x.logprobs), free(y.ids), free(y.logprobs);
     free(a), free(b), free(f);
     fm_rank_group_free(g);
-    fm_model_free(one), fm_model_free(oracle);
+    fm_model_free(one), fm_model_free(oracle), fm_model_free(one_gemm);
 }
 
 static uint32_t rng = 2463534242u;
@@ -112,16 +132,18 @@ static uint8_t *raw_down(fm_backend *be, const void *src, size_t n) {
     return h;
 }
 
-/* One rank's three ops at N ranks, E experts, top-k, rows of H, T tokens, on both backends (fp8 plan). */
-static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, int64_t T) {
+/* One rank's three ops at N ranks, E experts, top-k, rows of H, T tokens, on both backends (fp8 plan, the rows in
+ * dispatch format fmt). */
+static void ep_ops_case(fm_afmt fmt, int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, int64_t T) {
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    plan.a_dispatch = fmt;
     fm_backend *cpu = NULL, *gpu = NULL;
     fm_error err = {{0}};
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
     if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
     fm_ep_layout L;
-    assert_int_equal(fm_ep_layout_of(E, N, T, k, H, FM_A_E4M3_G128, true, &L, &err), FM_OK);
+    assert_int_equal(fm_ep_layout_of(E, N, T, k, H, fmt, true, &L, &err), FM_OK);
     const int32_t el = E / N;
     float *x = malloc((size_t)(T * H) * sizeof *x), *w = malloc((size_t)(T * k) * sizeof *w);
     int32_t *ids = malloc((size_t)(T * k) * sizeof *ids);
@@ -131,16 +153,18 @@ static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, i
             ids[t * k + j] = (int32_t)(((t % 3 == 0 ? 0 : t * 7) + j * 5) % E);
             w[t * k + j] = fm_round_bf16(0.25f + 0.5f * fabsf(frand()));
         }
+    /* NVFP4's tensor scale, of the whole buffer (fm_ep_moe agrees on it over the ranks) */
+    const float ts = fmt == FM_A_NVFP4 ? fm_nvfp4_tensor_scale(x, T * H) : 1.0f;
     const size_t sbytes = (size_t)N * (L.dblock > L.rblock ? L.dblock : L.rblock);
     /* ep_dispatch */
     uint8_t *send_c = calloc(1, sbytes);
     int32_t *ret_c = malloc((size_t)(T * k) * sizeof *ret_c);
-    cpu->ops->ep_dispatch(cpu, &L, x, T, ids, 1.0f, send_c, ret_c);
+    cpu->ops->ep_dispatch(cpu, &L, x, T, ids, ts, send_c, ret_c);
     void *xg = gpu_upload(gpu, x, T * H), *idg = gpu->ops->alloc(gpu, (size_t)(T * k) * 4);
     gpu->ops->upload_ids(gpu, ids, T * k, idg);
     uint8_t *zero = calloc(1, sbytes);
     void *sendg = raw_up(gpu, zero, sbytes), *retg = gpu->ops->alloc(gpu, (size_t)(T * k) * 4);
-    gpu->ops->ep_dispatch(gpu, &L, xg, T, idg, 1.0f, sendg, retg);
+    gpu->ops->ep_dispatch(gpu, &L, xg, T, idg, ts, sendg, retg);
     uint8_t *send_g = raw_down(gpu, sendg, sbytes);
     int32_t *ret_g = (int32_t *)raw_down(gpu, retg, (size_t)(T * k) * 4);
     assert_memory_equal(ret_g, ret_c, (size_t)(T * k) * 4);
@@ -165,9 +189,9 @@ static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, i
         gub[b] = gpu_bank(be[b], gu, el, 2 * I, H, plan.w_expert, true),
         dnb[b] = gpu_bank(be[b], dn, el, H, I, plan.w_expert, false);
     uint8_t *yret_c = calloc(1, sbytes);
-    cpu->ops->moe_blocks(cpu, &L, gub[0], dnb[0], send_c, 1.0f, plan.a_expert, yret_c);
+    cpu->ops->moe_blocks(cpu, &L, gub[0], dnb[0], send_c, ts, plan.a_expert, yret_c);
     void *recvg = raw_up(gpu, send_c, sbytes), *yretg = raw_up(gpu, zero, sbytes);
-    gpu->ops->moe_blocks(gpu, &L, gub[1], dnb[1], recvg, 1.0f, plan.a_expert, yretg);
+    gpu->ops->moe_blocks(gpu, &L, gub[1], dnb[1], recvg, ts, plan.a_expert, yretg);
     uint8_t *yret_g = raw_down(gpu, yretg, sbytes);
     float *yc = malloc((size_t)(T * k * H) * sizeof *yc), *yg = malloc((size_t)(T * k * H) * sizeof *yg);
     int64_t r = 0;
@@ -183,8 +207,8 @@ static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, i
             }
     }
     char what[160];
-    snprintf(what, sizeof what, "moe_blocks N=%d E=%d k=%d H=%lld I=%lld T=%lld", N, E, k, (long long)H, (long long)I,
-             (long long)T);
+    snprintf(what, sizeof what, "moe_blocks %s N=%d E=%d k=%d H=%lld I=%lld T=%lld", fm_afmt_name(fmt), N, E, k,
+             (long long)H, (long long)I, (long long)T);
     gpu_expect_close(yg, yc, r * H, 3e-2, what);
     /* ep_combine over the same return rows (the CPU's) */
     float *oc = malloc((size_t)(T * H) * sizeof *oc);
@@ -195,8 +219,8 @@ static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, i
     float *o = gpu_fetch(gpu, ogb, T * H, "ep_combine");
     snprintf(what, sizeof what, "ep_combine N=%d k=%d H=%lld T=%lld", N, k, (long long)H, (long long)T);
     gpu_expect_close(o, oc, T * H, 1e-2, what);
-    printf("  ep ops N=%d E=%d k=%d H=%lld T=%lld: dispatch blocks byte for byte, %lld rows\n", N, E, k, (long long)H,
-           (long long)T, (long long)rows);
+    printf("  ep ops %s N=%d E=%d k=%d H=%lld T=%lld: dispatch blocks byte for byte, %lld rows\n", fm_afmt_name(fmt), N,
+           E, k, (long long)H, (long long)T, (long long)rows);
     for (int b = 0; b < 2; b++) be[b]->ops->bank_free(be[b], gub[b]), be[b]->ops->bank_free(be[b], dnb[b]);
     void *gbufs[] = {xg, idg, sendg, retg, recvg, yretg, yrecvg, wg};
     for (size_t i = 0; i < sizeof gbufs / sizeof *gbufs; i++) gpu->ops->free(gpu, gbufs[i]);
@@ -207,19 +231,27 @@ static void ep_ops_case(int32_t N, int32_t E, int32_t k, int64_t H, int64_t I, i
 
 static void test_ep_ops(void **s) {
     (void)s;
-    ep_ops_case(2, 8, 2, 96, 64, 23);      /* a test model's widths: H not a multiple of 128 */
-    ep_ops_case(4, 16, 4, 256, 128, 300);  /* several chunks of the positions kernel */
-    ep_ops_case(2, 128, 8, 2048, 768, 64); /* Qwen3-30B-A3B widths, a decode batch */
-    ep_ops_case(8, 64, 8, 512, 256, 1);    /* one token */
+    const fm_afmt fmts[] = {FM_A_E4M3_G128, FM_A_MXFP4, FM_A_NVFP4};
+    for (int f = 0; f < 3; f++) {
+        ep_ops_case(fmts[f], 2, 8, 2, 96, 64, 23);      /* a test model's widths: H not a multiple of 128 */
+        ep_ops_case(fmts[f], 4, 16, 4, 256, 128, 300);  /* several chunks of the positions kernel */
+        ep_ops_case(fmts[f], 2, 128, 8, 2048, 768, 64); /* Qwen3-30B-A3B widths, a decode batch */
+        ep_ops_case(fmts[f], 8, 64, 8, 512, 256, 1);    /* one token */
+    }
+    ep_ops_case(FM_A_NVFP4, 2, 8, 2, 100, 64, 7); /* a part block of 4 values; rows of 50 + 7 bytes */
 }
 
 static void test_expert_parallel(void **s) {
     (void)s;
-    ep_case("tests/models/qwen3-moe-f32", 2);
-    ep_case("tests/models/qwen3-moe-f32", 4);
-    ep_case("tests/models/mixtral-f32-sharded", 2);
-    ep_case("tests/models/qwen3-next-f32", 2);
-    ep_case("tests/models/qwen3-moe-bf16", 2);
+    ep_case("tests/models/qwen3-moe-f32", 2, FM_PRESET_FP8, FM_DISPATCH_PRESET);
+    ep_case("tests/models/qwen3-moe-f32", 4, FM_PRESET_FP8, FM_DISPATCH_PRESET);
+    ep_case("tests/models/mixtral-f32-sharded", 2, FM_PRESET_FP8, FM_DISPATCH_PRESET);
+    ep_case("tests/models/qwen3-next-f32", 2, FM_PRESET_FP8, FM_DISPATCH_PRESET);
+    ep_case("tests/models/qwen3-moe-bf16", 2, FM_PRESET_FP8, FM_DISPATCH_PRESET);
+    /* the FP4 dispatch: the fp4 preset (MXFP4), and NVFP4 with its tensor scale agreed over the ranks */
+    ep_case("tests/models/qwen3-moe-f32", 2, FM_PRESET_FP4, FM_DISPATCH_PRESET);
+    ep_case("tests/models/qwen3-moe-f32", 4, FM_PRESET_FP8, FM_DISPATCH_NVFP4);
+    ep_case("tests/models/mixtral-f32-sharded", 2, FM_PRESET_FP8, FM_DISPATCH_NVFP4);
 }
 
 int main(int argc, char **argv) {

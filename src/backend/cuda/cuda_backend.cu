@@ -443,23 +443,22 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
                               (const bf16 *)weights, k, (bf16 *)out);
 }
 
-/* Expert parallelism (dist/ep_moe.h): the fp8 preset's W4A8 experts with the e4m3 dispatch and bf16 activations,
-   what model.c lets --ep load on this backend */
+/* Expert parallelism (dist/ep_moe.h): the W4A8 experts of the fp8 and fp4 presets with bf16 activations and the
+   e4m3, MXFP4 or NVFP4 dispatch, what model.c lets --ep load on this backend */
 static void cu_ep_dispatch(fm_backend *bb, const fm_ep_layout *L, const void *x, int64_t T, const void *ids,
                            float tensor_scale, void *send, void *ret_row) {
-    (void)tensor_scale; /* NVFP4's: not taken here */
     if (f32(bb)) {
         fprintf(stderr, "fp8moe: ep_dispatch: fp32 activations (the bf16 plans only)\n");
         abort();
     }
-    fm_cuda_ep_dispatch((const bf16 *)x, T, (const int32_t *)ids, L, (uint8_t *)send, (int32_t *)ret_row, stream(bb));
+    fm_cuda_ep_dispatch((const bf16 *)x, T, (const int32_t *)ids, L, tensor_scale, (uint8_t *)send, (int32_t *)ret_row,
+                        stream(bb));
 }
 
 static void cu_moe_blocks(fm_backend *bb, const fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
                           const void *recv, float tensor_scale, fm_afmt a_down, void *yret) {
-    (void)tensor_scale;
     require_afmt(down, a_down, "moe_blocks");
-    fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, (bf16 *)yret);
+    fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, tensor_scale, (bf16 *)yret);
 }
 
 static void cu_ep_combine(fm_backend *bb, const fm_ep_layout *L, const void *yrecv, const void *ret_row,

@@ -497,30 +497,50 @@ static __global__ void __launch_bounds__(1024)
     }
 }
 
-// One warp per (routed copy p, 128-group g): the token's group quantized as the moe's dispatch quantizes it, its
-// codes and scale into the copy's row (H codes, then the fp32 scales: backend/dispatch_row.h). H % 4 == 0 (the
-// launcher checks): whole words.
+// One warp per (routed copy p, 128-group g): the token's group quantized as the moe's dispatch quantizes it, into
+// the copy's row (backend/dispatch_row.h). e4m3: the group's H codes, then its fp32 scale. FP4 (FMT, ts: NVFP4's
+// tensor scale): its E2M1 pairs, then its block scales (4 UE8M0 or 8 e4m3 bytes) among the row's ceil(H / 32 or 16).
+// H % 4 == 0 (the launcher checks): whole lanes. FP4 rows are byte-aligned only (their length may be odd): bytes.
+template <int FMT>
 static __global__ void ep_rows_kernel(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P, const int32_t *ret_row,
-                                      int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at, int64_t row_d) {
+                                      int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at, int64_t row_d,
+                                      float ts) {
+    constexpr int BLOCKS = FMT == FM_W4A8_DISPATCH_NV ? 8 : 4; /* FP4 block scales per 128-group */
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < P * G; task += warps) {
         const int64_t p = task / G, g = task % G, c = g * 128 + lane * 4;
         const int32_t rr = ret_row[p];
         uint8_t *row = send + (rr / cap) * dblock + rows_at + (rr % cap) * row_d;
-        float v[4], scale, sum;
+        float v[4];
         load_group(x + (p / k) * H, H, g, v);
-        const uint32_t word = quantize_group<false>(v, H, g, &scale, &sum);
-        if (c < H) *(uint32_t *)(row + c) = word;
-        if (lane == 0) *(float *)(row + H + 4 * g) = scale;
+        if (FMT == FM_W4A8_DISPATCH_E4M3) {
+            float scale, sum;
+            const uint32_t word = quantize_group<false>(v, H, g, &scale, &sum);
+            if (c < H) *(uint32_t *)(row + c) = word;
+            if (lane == 0) *(float *)(row + H + 4 * g) = scale;
+        } else {
+            uint32_t sc[2], byte;
+            const uint32_t codes = quantize_group_fp4<FMT>(v, ts, sc, &byte);
+            const int64_t nb = (H + 1) / 2, blocks = (H + 128 / BLOCKS - 1) / (128 / BLOCKS);
+            if (c < H) {
+                row[c / 2] = (uint8_t)codes;
+                row[c / 2 + 1] = (uint8_t)(codes >> 8);
+            }
+            if (lane < BLOCKS && g * BLOCKS + lane < blocks)
+                row[nb + g * BLOCKS + lane] = (uint8_t)(sc[lane / 4] >> (8 * (lane % 4)));
+        }
     }
 }
 
-void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const fm_ep_layout *L, uint8_t *send,
-                         int32_t *ret_row, cudaStream_t s) {
-    if (L->fmt != FM_A_E4M3_G128 || L->H % 4 || L->n_ranks > FM_EP_MAX_RANKS) {
-        fprintf(stderr, "fp8moe: ep_dispatch: %s rows of %lld over %d ranks (the e4m3 dispatch, H %% 4 == 0)\n",
-                fm_afmt_name(L->fmt), (long long)L->H, L->n_ranks);
+void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const fm_ep_layout *L, float ts,
+                         uint8_t *send, int32_t *ret_row, cudaStream_t s) {
+    const bool fmt_ok = L->fmt == FM_A_E4M3_G128 || L->fmt == FM_A_MXFP4 || L->fmt == FM_A_NVFP4;
+    if (!fmt_ok || L->H % 4 || L->n_ranks > FM_EP_MAX_RANKS) {
+        fprintf(
+            stderr,
+            "fp8moe: ep_dispatch: %s rows of %lld over %d ranks (the e4m3, MXFP4 and NVFP4 dispatch, H %% 4 == 0)\n",
+            fm_afmt_name(L->fmt), (long long)L->H, L->n_ranks);
         abort();
     }
     const int64_t P = T * L->k;
@@ -528,8 +548,22 @@ void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, 
                                            (int64_t)L->dblock, (int64_t)L->ids_at, ret_row);
     FM_LAUNCH_CHECK("ep_positions");
     if (P == 0) return;
-    ep_rows_kernel<<<warp_blocks(P * fm_ceil_div(L->H, 128)), 256, 0, s>>>(
-        x, L->H, L->k, P, ret_row, L->cap, send, (int64_t)L->dblock, (int64_t)L->rows_at, (int64_t)L->row_d);
+    const unsigned grid = warp_blocks(P * fm_ceil_div(L->H, 128));
+    const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
+    switch (fm_w4a8_dispatch_of(L->fmt)) {
+    case FM_W4A8_DISPATCH_E4M3:
+        ep_rows_kernel<FM_W4A8_DISPATCH_E4M3>
+            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, ts);
+        break;
+    case FM_W4A8_DISPATCH_MX:
+        ep_rows_kernel<FM_W4A8_DISPATCH_MX>
+            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, ts);
+        break;
+    case FM_W4A8_DISPATCH_NV:
+        ep_rows_kernel<FM_W4A8_DISPATCH_NV>
+            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, ts);
+        break;
+    }
     FM_LAUNCH_CHECK("ep_rows");
 }
 
@@ -572,10 +606,41 @@ static __global__ void ep_gather_kernel(const uint8_t *recv, int64_t NQ, int64_t
     }
 }
 
-void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, int32_t *ids,
-                        const fm_dispatch_bufs *b, cudaStream_t s) {
-    if (E < 1 || E > MAX_EXPERTS || b->fmt != FM_W4A8_DISPATCH_E4M3) {
-        fprintf(stderr, "fp8moe: ep_receive: %d experts (1..%d), the e4m3 dispatch only\n", E, MAX_EXPERTS);
+// An FP4 dispatch's ep_gather_kernel: place q's E2M1 pairs of group g into x8 (the slot's pad128(H) / 2 bytes), its
+// block scales as the group's word(s) of xs (fm_dispatch_bufs); NVFP4: the tensor scale where the GEMM reads it.
+template <int FMT>
+static __global__ void ep_gather_fp4_kernel(const uint8_t *recv, int64_t NQ, int64_t H, int64_t cap, int64_t dblock,
+                                            int64_t rows_at, int64_t row_d, const int32_t *slot_of_pair, uint8_t *x8,
+                                            uint32_t *xs, float ts, uint32_t *amax) {
+    constexpr int BLOCKS = FMT == FM_W4A8_DISPATCH_NV ? 8 : 4;
+    if (FMT == FM_W4A8_DISPATCH_NV && blockIdx.x == 0 && threadIdx.x == 0) ((float *)amax)[1] = ts;
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128;
+    const int64_t nb = (H + 1) / 2, blocks = (H + 128 / BLOCKS - 1) / (128 / BLOCKS);
+    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < NQ * G; task += warps) {
+        const int64_t q = task / G, g = task % G, c2 = g * 64 + lane * 2;
+        const int32_t slot = slot_of_pair[q];
+        if (slot < 0) continue; /* warp-uniform: one place per warp */
+        const uint8_t *row = recv + (q / cap) * dblock + rows_at + (q % cap) * row_d;
+        const uint32_t codes = c2 < nb ? (uint32_t)row[c2] | (uint32_t)row[c2 + 1] << 8 : 0u;
+        *(uint16_t *)(x8 + slot * (Hp / 2) + c2) = (uint16_t)codes;
+        const uint32_t byte = lane < BLOCKS && g * BLOCKS + lane < blocks ? row[nb + g * BLOCKS + lane] : 0u;
+        uint32_t w[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < BLOCKS; j++) w[j / 4] |= __shfl_sync(0xffffffffu, byte, j) << (8 * (j % 4));
+        if (lane == 0) {
+            if (FMT == FM_W4A8_DISPATCH_MX) xs[g * NQ + slot] = w[0];
+            else ((uint2 *)xs)[g * NQ + slot] = make_uint2(w[0], w[1]);
+        }
+    }
+}
+
+void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, float ts,
+                        int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s) {
+    if (E < 1 || E > MAX_EXPERTS || b->fmt != (int32_t)fm_w4a8_dispatch_of(L->fmt) ||
+        (L->fmt != FM_A_E4M3_G128 && L->fmt != FM_A_MXFP4 && L->fmt != FM_A_NVFP4)) {
+        fprintf(stderr, "fp8moe: ep_receive: %d experts (1..%d), %s rows (the e4m3, MXFP4 and NVFP4 dispatch)\n", E,
+                MAX_EXPERTS, fm_afmt_name(L->fmt));
         abort();
     }
     const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
@@ -590,11 +655,18 @@ void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, i
     slot_kernel<<<grid, 256, 0, s>>>(ids, NQ, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
     FM_LAUNCH_CHECK("ep_slots");
     const unsigned qblocks = warp_blocks(NQ * fm_ceil_div(L->H, 128));
-    if (b->xsum)
-        ep_gather_kernel<true><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, (int64_t)L->dblock, (int64_t)L->rows_at,
-                                                       (int64_t)L->row_d, b->slot_of_pair, b->x8, b->xs, b->xsum);
+    const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
+    if (b->fmt == FM_W4A8_DISPATCH_MX)
+        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_MX><<<qblocks, 256, 0, s>>>(
+            recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8, (uint32_t *)b->xs, ts, b->amax);
+    else if (b->fmt == FM_W4A8_DISPATCH_NV)
+        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(
+            recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8, (uint32_t *)b->xs, ts, b->amax);
+    else if (b->xsum)
+        ep_gather_kernel<true><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair,
+                                                       b->x8, b->xs, b->xsum);
     else
-        ep_gather_kernel<false><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, (int64_t)L->dblock, (int64_t)L->rows_at,
-                                                        (int64_t)L->row_d, b->slot_of_pair, b->x8, b->xs, NULL);
+        ep_gather_kernel<false><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair,
+                                                        b->x8, b->xs, NULL);
     FM_LAUNCH_CHECK("ep_gather");
 }

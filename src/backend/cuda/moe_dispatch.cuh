@@ -50,15 +50,16 @@ void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, co
 void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs, float *xsum,
                                 int64_t ld_s, bool pdl, cudaStream_t s);
 
-// Expert parallelism (backend/ep_blocks.h; the e4m3 dispatch). ep_dispatch: the sending rank's blocks from x [T][H]
-// and ids [T][k] (all E experts): positions, local ids, row counts, then each copy's row quantized as the moe's
-// dispatch quantizes it; ret_row [T k]. ep_receive: the receiving rank's tile plan and e4m3 rows from its received
-// blocks (N x cap places, the empty ones id -1 in ids [N cap]), in b (counts and cursor zeroed), as
-// fm_cuda_moe_dispatch leaves them for T = N cap tokens at k = 1.
+// Expert parallelism (backend/ep_blocks.h; the e4m3, MXFP4 and NVFP4 dispatch). ep_dispatch: the sending rank's blocks
+// from x [T][H] and ids [T][k] (all E experts): positions, local ids, row counts, then each copy's row quantized as
+// the moe's dispatch quantizes it (ts: NVFP4's tensor scale, of every rank's x); ret_row [T k]. ep_receive: the
+// receiving rank's tile plan and rows from its received blocks (N x cap places, the empty ones id -1 in ids [N cap]),
+// in b (counts and cursor zeroed; b->fmt the blocks' format), as fm_cuda_moe_dispatch leaves them for T = N cap
+// tokens at k = 1 (NVFP4: ts where the GEMM reads it, b->amax[1]).
 struct fm_ep_layout;
-void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L,
+void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L, float ts,
                          uint8_t *send, int32_t *ret_row, cudaStream_t s);
-void fm_cuda_ep_receive(const uint8_t *recv, const struct fm_ep_layout *L, int32_t E, int32_t tile_rows, int32_t *ids,
-                        const fm_dispatch_bufs *b, cudaStream_t s);
+void fm_cuda_ep_receive(const uint8_t *recv, const struct fm_ep_layout *L, int32_t E, int32_t tile_rows, float ts,
+                        int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s);
 
 #endif

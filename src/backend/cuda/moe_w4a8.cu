@@ -102,19 +102,25 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
 }
 
-// Expert parallelism: this rank's experts on its received blocks (backend/ep_blocks.h), the e4m3 dispatch; y rows
-// land in the return blocks' places (pair q = s cap + i is row q of yret).
+// Expert parallelism: this rank's experts on its received blocks (backend/ep_blocks.h) in the dispatch format (e4m3,
+// or FP4 on int4-tc banks, as fm_cuda_moe_w4a8 takes them; ts: NVFP4's tensor scale); y rows land in the return
+// blocks' places (pair q = s cap + i is row q of yret).
 void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_bank *gate_up, const fm_bank *down,
-                             const uint8_t *recv, __nv_bfloat16 *yret) {
+                             const uint8_t *recv, float ts, __nv_bfloat16 *yret) {
     const int64_t P = (int64_t)Lb->n_ranks * Lb->cap, E = gate_up->n, H = down->rows, I = down->cols;
+    const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(Lb->fmt);
+    const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
+    const bool rows_ok =
+        Lb->fmt == FM_A_E4M3_G128 || (fp4 && gate_up->fmt == FM_W_INT4_G128_TC && down->fmt == FM_W_INT4_G128_TC);
     if (!fm_cuda_w4a8_takes(gate_up->fmt) || !fm_cuda_w4a8_takes(down->fmt) || !gate_up->interleaved ||
-        gate_up->rows != 2 * I || gate_up->cols != H || down->n != E || Lb->fmt != FM_A_E4M3_G128 || Lb->H != H) {
-        fprintf(stderr, "fp8moe: moe_blocks: banks %s / %s and %s rows do not match (the W4A8 experts, e4m3 rows)\n",
+        gate_up->rows != 2 * I || gate_up->cols != H || down->n != E || !rows_ok || Lb->H != H) {
+        fprintf(stderr,
+                "fp8moe: moe_blocks: banks %s / %s and %s rows do not match (the W4A8 experts: e4m3 rows, or FP4 rows "
+                "on int4-tc banks)\n",
                 fm_wformat_name(gate_up->fmt), fm_wformat_name(down->fmt), fm_afmt_name(Lb->fmt));
         abort();
     }
-    const fm_w4a8_dispatch fmt = FM_W4A8_DISPATCH_E4M3;
-    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, gate_up->fmt, false,
+    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, gate_up->fmt, fp4,
                                                      (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
     const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)P, 1, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total + fm_w4a8_align((uint64_t)P * 4));
@@ -125,6 +131,7 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
     b.fmt = fmt, b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs), b.matrix_of = gate_up->slot_of;
+    b.amax = fmt == FM_W4A8_DISPATCH_NV ? (uint32_t *)(ws + L.ts) : NULL; /* [1]: the tensor scale the GEMM reads */
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t *h = ws + L.h;
     float *hs = (float *)(ws + L.hs);
@@ -132,7 +139,7 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
-    fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, ids, &b, be->stream);
+    fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, ts, ids, &b, be->stream);
     grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
 }
 
