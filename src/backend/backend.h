@@ -279,19 +279,24 @@ typedef struct fm_backend_ops {
      * layout L: backend/ep_blocks.h, the same on every backend). Routing ids are the route op's (0..E-1).
      * ep_dispatch: x [T, H] this rank's tokens, ids [T, k] -> send (L->n_ranks dispatch blocks: each routed copy, in
      *   the dispatch format, in the block of its expert's rank with its local id, the rows' counts in the headers)
-     *   and ret_row [T, k] (int32: where each copy's output comes back, ep_blocks.h). tensor_scale: NVFP4's, the
-     *   whole group's.
+     *   and ret_row [T, k] (int32: where each copy's output comes back, ep_blocks.h). amaxes: NVFP4's, fp32
+     *   [L->n_ranks] of every rank's amax op on its x (backend memory), whose largest gives the whole group's tensor
+     *   scale (fm_ep_nvfp4_scale); NULL for the other formats.
      * moe_blocks: the rank's experts on what it received (recv: L->n_ranks dispatch blocks) -> yret (L->n_ranks
-     *   return blocks): the bits moe computes for the same pairs; rows past a block's count are not written.
+     *   return blocks): the bits moe computes for the same pairs; rows past a block's count are not written. amaxes as
+     *   ep_dispatch's.
      * ep_combine: out [T, H] = sum_j w[t, j] y[ret_row[t, j]] in routing order over yrecv (the return blocks, one
      *   array of rows), rounded as moe rounds: the bits of moe over every expert.
      * NULL where the backend has none. */
     void (*ep_dispatch)(fm_backend *be, const struct fm_ep_layout *L, const void *x, int64_t T, const void *ids,
-                        float tensor_scale, void *send, void *ret_row);
+                        const void *amaxes, void *send, void *ret_row);
     void (*moe_blocks)(fm_backend *be, const struct fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
-                       const void *recv, float tensor_scale, fm_afmt a_down, void *yret);
+                       const void *recv, const void *amaxes, fm_afmt a_down, void *yret);
     void (*ep_combine)(fm_backend *be, const struct fm_ep_layout *L, const void *yrecv, const void *ret_row,
                        const void *weights, int64_t T, void *out);
+    /* out (fp32 [1], backend memory) = the largest finite |x| of n activations, 0 when none (fm_nvfp4_amax): what
+     * NVFP4's tensor scale is made from, kept on the device */
+    void (*amax)(fm_backend *be, const void *x, int64_t n, void *out);
     /* out[r, i] = silu(gu[r, i]) * gu[r, I + i] for a [rows, 2I] gate|up buffer */
     void (*swiglu)(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *out);
     /* acc += x (n elements) */

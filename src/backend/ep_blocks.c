@@ -1,6 +1,7 @@
 /* The blocks of expert parallelism's all-to-alls (ep_blocks.h). */
 #include "backend/ep_blocks.h"
 #include "backend/dispatch_row.h"
+#include "quant/e2m1.h"
 #include "util/status.h"
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
@@ -20,4 +21,11 @@ fm_status fm_ep_layout_of(int32_t E, int32_t n_ranks, int64_t max_tokens, int32_
     l->rblock = (size_t)l->cap * l->row_r; /* cap % 8 == 0: whole 16-byte units, and the return rows of all blocks
                                               are one array of n_ranks x cap rows */
     return FM_OK;
+}
+
+float fm_ep_nvfp4_scale(const fm_ep_layout *L, const float *amaxes) {
+    if (L->fmt != FM_A_NVFP4) return 1.0f;
+    float amax = 0.0f;
+    for (int32_t r = 0; r < L->n_ranks; r++) amax = amaxes[r] > amax ? amaxes[r] : amax;
+    return fm_nvfp4_scale_of_amax(amax);
 }

@@ -32,6 +32,10 @@ typedef struct fm_ep_layout {
     size_t dblock, rblock;         /* bytes of a dispatch block, of a return block (multiples of 16) */
 } fm_ep_layout;
 
+/* NVFP4's tensor scale of the group from every rank's amax (fp32 [L->n_ranks], host memory): fm_nvfp4_scale_of_amax
+ * of the largest; 1 for the other formats (amaxes may then be NULL). */
+float fm_ep_nvfp4_scale(const fm_ep_layout *L, const float *amaxes);
+
 /* The layout for E experts over n_ranks ranks, at most max_tokens tokens per rank, top-k, rows of H in fmt.
  * FM_ERR_USAGE when E does not split or fmt is not a dispatch format. */
 fm_status fm_ep_layout_of(int32_t E, int32_t n_ranks, int64_t max_tokens, int32_t k, int64_t H, fm_afmt fmt,

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "dist/ep_moe.h"
-#include "quant/e2m1.h"
 #include "util/status.h"
 
 void fm_ep_expert_range(int32_t E, int n_ranks, int rank, int32_t *first, int32_t *n) {
@@ -33,31 +32,6 @@ void fm_ep_buffers_free(fm_backend *be, fm_ep_buffers *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* NVFP4: the tensor scale of the whole buffer every rank routes, from the largest of the ranks' amax (all-gathered
- * through amax, backend memory [1 + N]; a rank that already failed passes no bytes, so every rank fails here
- * together). The amax is taken on the host. */
-static fm_status nvfp4_scale(fm_comm *c, fm_backend *be, const void *x, int64_t n, bool failed, float *amax_buf,
-                             float *scale, fm_error *err) {
-    const int N = fm_comm_size(c);
-    float amax = 0.0f, all[FM_COMM_MAX_RANKS];
-    float *h = !failed && n > 0 ? malloc((size_t)n * sizeof *h) : NULL;
-    if (h) {
-        be->ops->download_f32(be, x, n, h);
-        amax = fm_nvfp4_amax(h, n);
-        free(h);
-    } else if (!failed && n > 0) {
-        failed = true; /* out of host memory: this rank fails, the others with it */
-    }
-    if (!failed) be->ops->upload_raw(be, &amax, sizeof amax, amax_buf);
-    fm_status st = fm_comm_all_gather(c, amax_buf, amax_buf + 1, failed ? 0 : sizeof amax, err);
-    if (!st && failed) st = fm_fail(err, FM_ERR_NOMEM, "expert parallelism: out of host memory");
-    if (st) return st;
-    be->ops->download_raw(be, amax_buf + 1, (size_t)N * sizeof *all, all);
-    for (int r = 0; r < N; r++) amax = all[r] > amax ? all[r] : amax;
-    *scale = fm_nvfp4_scale_of_amax(amax);
-    return FM_OK;
-}
-
 /* an exchange's own error must not hide this rank's earlier one */
 static void keep_first(fm_status *st, fm_status cst, fm_error *err, const fm_error *cerr) {
     if (*st == FM_OK && cst != FM_OK) {
@@ -80,12 +54,20 @@ fm_status fm_ep_moe(fm_comm *c, fm_backend *be, const fm_ep_layout *L, const fm_
     else if (T > L->max_tokens)
         st = fm_fail(err, FM_ERR_USAGE, "%lld tokens on rank %d, more than the %lld the blocks hold", (long long)T,
                      fm_comm_rank(c), (long long)L->max_tokens);
+    else if (L->fmt == FM_A_NVFP4 && !ops->amax)
+        st = fm_fail(err, FM_ERR_UNSUPPORTED, "expert parallelism: the %s backend has no amax op (NVFP4)", ops->name);
     fm_error cerr = {{0}};
-    float ts = 1.0f;
-    if (L->fmt == FM_A_NVFP4)
-        keep_first(&st, nvfp4_scale(c, be, x, T * L->H, st != FM_OK, (float *)b->amax, &ts, &cerr), err, &cerr);
+    /* NVFP4: the tensor scale is the group's, from every rank's amax, gathered in backend memory (no host round
+       trip: a rank that failed passes no bytes, so every rank fails here together) */
+    const float *amaxes = NULL;
+    if (L->fmt == FM_A_NVFP4) {
+        float *mine = (float *)b->amax;
+        if (st == FM_OK) ops->amax(be, x, T * L->H, mine);
+        keep_first(&st, fm_comm_all_gather(c, mine, mine + 1, st == FM_OK ? sizeof(float) : 0, &cerr), err, &cerr);
+        amaxes = mine + 1;
+    }
 
-    if (st == FM_OK) ops->ep_dispatch(be, L, x, T, ids, ts, b->send, b->ret_row);
+    if (st == FM_OK) ops->ep_dispatch(be, L, x, T, ids, amaxes, b->send, b->ret_row);
     if (stats) {
         const bool with_rows = stats->with_rows;
         memset(stats, 0, sizeof *stats);
@@ -109,7 +91,7 @@ fm_status fm_ep_moe(fm_comm *c, fm_backend *be, const fm_ep_layout *L, const fm_
         stats->rows_received += n;
     }
     /* the experts' outputs go into the send buffer, whose dispatch blocks have gone */
-    if (st == FM_OK) ops->moe_blocks(be, L, gate_up, down, b->recv, ts, be->plan.a_expert, b->send);
+    if (st == FM_OK) ops->moe_blocks(be, L, gate_up, down, b->recv, amaxes, be->plan.a_expert, b->send);
     keep_first(&st, fm_comm_all_to_all(c, b->send, b->recv, st == FM_OK ? L->rblock : 0, &cerr), err, &cerr);
     const uint64_t sent2 = fm_comm_bytes_sent(c);
     if (st == FM_OK) ops->ep_combine(be, L, b->recv, b->ret_row, weights, T, out);

@@ -9,9 +9,8 @@
  * so that no size reaches the host (the GPU's form is graph-safe given a graph-safe communicator). The rows travel in
  * the plan's dispatch format (e4m3 1x128, MXFP4 or NVFP4 codes and scales, or the activations as they are) and the
  * receiving rank's experts read them as they arrived; NVFP4's one tensor scale is the whole group's, from the largest
- * of the ranks' amax (one small all-gather in the backends' memory; the amax itself is taken on the host, which
- * waits for the backend: not graph-safe yet). The expert outputs
- * come back in the activation format. */
+ * of the ranks' amax (the backend's amax op, then one small all-gather, all in the backends' memory). The expert
+ * outputs come back in the activation format. */
 #ifndef FM_DIST_EP_MOE_H
 #define FM_DIST_EP_MOE_H
 

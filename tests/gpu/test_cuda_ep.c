@@ -7,9 +7,10 @@
  *     tile height the grouped GEMM picks for the received rows, which the test reports as bits equal or not);
  *   - greedy generation of 12 tokens through the paged KV cache (decode steps without graphs): the same ids as one
  *     model running its decode experts on the grouped GEMM (moe.gemv=off), logprobs within 1e-3 (measured: equal).
- * And the three ops alone against the CPU backend's (test_ep_ops): ep_dispatch's blocks byte for byte (counts, local
- * ids, the rows' codes and scales in each format) and its ret_row; moe_blocks on the same received blocks within the
- * moe op's bound; ep_combine on the same return rows. Runs only where a GPU is present. */
+ * And the ops alone against the CPU backend's (test_ep_ops): amax (NVFP4's tensor scale kept on the device);
+ * ep_dispatch's blocks byte for byte (counts, local ids, the rows' codes and scales in each format) and its ret_row;
+ * moe_blocks on the same received blocks within the moe op's bound; ep_combine on the same return rows. Runs only where
+ * a GPU is present. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -153,18 +154,22 @@ static void ep_ops_case(fm_afmt fmt, int32_t N, int32_t E, int32_t k, int64_t H,
             ids[t * k + j] = (int32_t)(((t % 3 == 0 ? 0 : t * 7) + j * 5) % E);
             w[t * k + j] = fm_round_bf16(0.25f + 0.5f * fabsf(frand()));
         }
-    /* NVFP4's tensor scale, of the whole buffer (fm_ep_moe agrees on it over the ranks) */
-    const float ts = fmt == FM_A_NVFP4 ? fm_nvfp4_tensor_scale(x, T * H) : 1.0f;
+    /* NVFP4: every rank's amax (fm_ep_moe gathers them), this rank's x's the largest but at the last place */
+    float amaxes[FM_EP_MAX_RANKS];
+    for (int32_t r = 0; r < N; r++) amaxes[r] = fm_nvfp4_amax(x, T * H) * (r == N - 1 ? 1.0f : 0.5f / (float)(r + 1));
+    const float *am_c = fmt == FM_A_NVFP4 ? amaxes : NULL;
+    void *am_g = NULL;
+    if (fmt == FM_A_NVFP4) am_g = raw_up(gpu, amaxes, (size_t)N * sizeof *amaxes);
     const size_t sbytes = (size_t)N * (L.dblock > L.rblock ? L.dblock : L.rblock);
     /* ep_dispatch */
     uint8_t *send_c = calloc(1, sbytes);
     int32_t *ret_c = malloc((size_t)(T * k) * sizeof *ret_c);
-    cpu->ops->ep_dispatch(cpu, &L, x, T, ids, ts, send_c, ret_c);
+    cpu->ops->ep_dispatch(cpu, &L, x, T, ids, am_c, send_c, ret_c);
     void *xg = gpu_upload(gpu, x, T * H), *idg = gpu->ops->alloc(gpu, (size_t)(T * k) * 4);
     gpu->ops->upload_ids(gpu, ids, T * k, idg);
     uint8_t *zero = calloc(1, sbytes);
     void *sendg = raw_up(gpu, zero, sbytes), *retg = gpu->ops->alloc(gpu, (size_t)(T * k) * 4);
-    gpu->ops->ep_dispatch(gpu, &L, xg, T, idg, ts, sendg, retg);
+    gpu->ops->ep_dispatch(gpu, &L, xg, T, idg, am_g, sendg, retg);
     uint8_t *send_g = raw_down(gpu, sendg, sbytes);
     int32_t *ret_g = (int32_t *)raw_down(gpu, retg, (size_t)(T * k) * 4);
     assert_memory_equal(ret_g, ret_c, (size_t)(T * k) * 4);
@@ -189,9 +194,9 @@ static void ep_ops_case(fm_afmt fmt, int32_t N, int32_t E, int32_t k, int64_t H,
         gub[b] = gpu_bank(be[b], gu, el, 2 * I, H, plan.w_expert, true),
         dnb[b] = gpu_bank(be[b], dn, el, H, I, plan.w_expert, false);
     uint8_t *yret_c = calloc(1, sbytes);
-    cpu->ops->moe_blocks(cpu, &L, gub[0], dnb[0], send_c, ts, plan.a_expert, yret_c);
+    cpu->ops->moe_blocks(cpu, &L, gub[0], dnb[0], send_c, am_c, plan.a_expert, yret_c);
     void *recvg = raw_up(gpu, send_c, sbytes), *yretg = raw_up(gpu, zero, sbytes);
-    gpu->ops->moe_blocks(gpu, &L, gub[1], dnb[1], recvg, ts, plan.a_expert, yretg);
+    gpu->ops->moe_blocks(gpu, &L, gub[1], dnb[1], recvg, am_g, plan.a_expert, yretg);
     uint8_t *yret_g = raw_down(gpu, yretg, sbytes);
     float *yc = malloc((size_t)(T * k * H) * sizeof *yc), *yg = malloc((size_t)(T * k * H) * sizeof *yg);
     int64_t r = 0;
@@ -224,13 +229,42 @@ static void ep_ops_case(fm_afmt fmt, int32_t N, int32_t E, int32_t k, int64_t H,
     for (int b = 0; b < 2; b++) be[b]->ops->bank_free(be[b], gub[b]), be[b]->ops->bank_free(be[b], dnb[b]);
     void *gbufs[] = {xg, idg, sendg, retg, recvg, yretg, yrecvg, wg};
     for (size_t i = 0; i < sizeof gbufs / sizeof *gbufs; i++) gpu->ops->free(gpu, gbufs[i]);
+    if (am_g) gpu->ops->free(gpu, am_g);
     free(x), free(w), free(ids), free(send_c), free(ret_c), free(zero), free(send_g), free(ret_g), free(gu), free(dn);
     free(yret_c), free(yret_g), free(yc), free(yg), free(oc), free(o);
     cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
 }
 
+/* The amax op (NVFP4's tensor scale on the device) against the CPU backend's: bf16 activations with NaN, +-inf and
+ * the largest finite value negative, none at all, and an fp32 plan's. */
+static void amax_case(fm_preset preset, int64_t n) {
+    fm_plan plan;
+    fm_plan_for_backend(preset, "cuda", &plan);
+    fm_backend *cpu = NULL, *gpu = NULL;
+    fm_error err = {{0}};
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = fm_round_bf16(3.0f * frand());
+    if (n > 100) x[7] = NAN, x[50] = INFINITY, x[99] = -INFINITY, x[n - 1] = -7.5f;
+    float want = -1.0f, got = -1.0f;
+    cpu->ops->amax(cpu, x, n, &want);
+    void *xg = gpu_upload(gpu, x, n > 0 ? n : 1), *og = gpu->ops->alloc(gpu, sizeof(float));
+    gpu->ops->amax(gpu, xg, n, og);
+    gpu->ops->download_raw(gpu, og, sizeof got, &got);
+    printf("  amax %s n=%lld: %g (cpu %g)\n", fm_preset_name(preset), (long long)n, (double)got, (double)want);
+    assert_true(memcmp(&got, &want, sizeof got) == 0);
+    if (n > 100) assert_true(want == 7.5f);
+    gpu->ops->free(gpu, xg), gpu->ops->free(gpu, og);
+    free(x);
+    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
+}
+
 static void test_ep_ops(void **s) {
     (void)s;
+    amax_case(FM_PRESET_FP8, 300001);
+    amax_case(FM_PRESET_FP8, 0);
+    amax_case(FM_PRESET_REF32, 4099);
     const fm_afmt fmts[] = {FM_A_E4M3_G128, FM_A_MXFP4, FM_A_NVFP4};
     for (int f = 0; f < 3; f++) {
         ep_ops_case(fmts[f], 2, 8, 2, 96, 64, 23);      /* a test model's widths: H not a multiple of 128 */

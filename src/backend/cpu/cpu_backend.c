@@ -124,6 +124,7 @@ static const fm_backend_ops cpu_ops = {
     .ep_dispatch = cpu_ep_dispatch,
     .moe_blocks = cpu_moe_blocks,
     .ep_combine = cpu_ep_combine,
+    .amax = cpu_amax,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,

@@ -1,15 +1,22 @@
-/* Expert parallelism's dispatch and combine on the CPU backend (backend.h: ep_dispatch, ep_combine; the blocks:
- * backend/ep_blocks.h). The reference the GPU's kernels are tested against. */
+/* Expert parallelism's dispatch, combine and amax on the CPU backend (backend.h: ep_dispatch, ep_combine, amax; the
+ * blocks: backend/ep_blocks.h). The reference the GPU's kernels are tested against. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/dispatch_row.h"
 #include "backend/ep_blocks.h"
+#include "quant/e2m1.h"
+
+void cpu_amax(fm_backend *be, const void *x, int64_t n, void *out) {
+    (void)be;
+    *(float *)out = fm_nvfp4_amax((const float *)x, n);
+}
 
 void cpu_ep_dispatch(fm_backend *be, const fm_ep_layout *L, const void *xv, int64_t T, const void *idsv,
-                     float tensor_scale, void *sendv, void *ret_rowv) {
+                     const void *amaxes, void *sendv, void *ret_rowv) {
     (void)be;
+    const float tensor_scale = fm_ep_nvfp4_scale(L, (const float *)amaxes);
     const float *x = (const float *)xv;
     const int32_t *ids = (const int32_t *)idsv;
     uint8_t *send = (uint8_t *)sendv;

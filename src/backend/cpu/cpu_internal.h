@@ -68,9 +68,10 @@ void cpu_attention_paged(fm_backend *be, const void *qkv, int64_t T, int32_t nh,
 void cpu_route(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
                void *ids, void *weights);
 void cpu_ep_dispatch(fm_backend *be, const struct fm_ep_layout *L, const void *x, int64_t T, const void *ids,
-                     float tensor_scale, void *send, void *ret_row);
+                     const void *amaxes, void *send, void *ret_row);
 void cpu_moe_blocks(fm_backend *be, const struct fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
-                    const void *recv, float tensor_scale, fm_afmt a_down, void *yret);
+                    const void *recv, const void *amaxes, fm_afmt a_down, void *yret);
+void cpu_amax(fm_backend *be, const void *x, int64_t n, void *out);
 void cpu_ep_combine(fm_backend *be, const struct fm_ep_layout *L, const void *yrecv, const void *ret_row,
                     const void *weights, int64_t T, void *out);
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T, const void *ids,

@@ -119,7 +119,8 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
  * _nvfp4) makes it from the values its codes came from, through its expert; the output in the activation format in
  * the row's place of the return blocks (backend/ep_blocks.h). */
 void cpu_moe_blocks(fm_backend *be, const fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
-                    const void *recvv, float tensor_scale, fm_afmt a_down, void *yretv) {
+                    const void *recvv, const void *amaxes, fm_afmt a_down, void *yretv) {
+    const float tensor_scale = fm_ep_nvfp4_scale(L, (const float *)amaxes);
     const uint8_t *recv = (const uint8_t *)recvv;
     uint8_t *yret = (uint8_t *)yretv;
     const int64_t H = gate_up->cols, I = down->cols, G = FM_CPU_GROUP, rows = L->n_ranks * L->cap;

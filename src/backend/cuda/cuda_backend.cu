@@ -446,19 +446,23 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
 /* Expert parallelism (dist/ep_moe.h): the W4A8 experts of the fp8 and fp4 presets with bf16 activations and the
    e4m3, MXFP4 or NVFP4 dispatch, what model.c lets --ep load on this backend */
 static void cu_ep_dispatch(fm_backend *bb, const fm_ep_layout *L, const void *x, int64_t T, const void *ids,
-                           float tensor_scale, void *send, void *ret_row) {
+                           const void *amaxes, void *send, void *ret_row) {
     if (f32(bb)) {
         fprintf(stderr, "fp8moe: ep_dispatch: fp32 activations (the bf16 plans only)\n");
         abort();
     }
-    fm_cuda_ep_dispatch((const bf16 *)x, T, (const int32_t *)ids, L, tensor_scale, (uint8_t *)send, (int32_t *)ret_row,
-                        stream(bb));
+    fm_cuda_ep_dispatch((const bf16 *)x, T, (const int32_t *)ids, L, (const float *)amaxes, (uint8_t *)send,
+                        (int32_t *)ret_row, stream(bb));
 }
 
 static void cu_moe_blocks(fm_backend *bb, const fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
-                          const void *recv, float tensor_scale, fm_afmt a_down, void *yret) {
+                          const void *recv, const void *amaxes, fm_afmt a_down, void *yret) {
     require_afmt(down, a_down, "moe_blocks");
-    fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, tensor_scale, (bf16 *)yret);
+    fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, (const float *)amaxes, (bf16 *)yret);
+}
+
+static void cu_amax(fm_backend *bb, const void *x, int64_t n, void *out) {
+    fm_cuda_amax(x, !f32(bb), n, (float *)out, stream(bb));
 }
 
 static void cu_ep_combine(fm_backend *bb, const fm_ep_layout *L, const void *yrecv, const void *ret_row,
@@ -601,6 +605,7 @@ static const fm_backend_ops cuda_ops = {
     .ep_dispatch = cu_ep_dispatch,
     .moe_blocks = cu_moe_blocks,
     .ep_combine = cu_ep_combine,
+    .amax = cu_amax,
     .swiglu = cu_swiglu,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,

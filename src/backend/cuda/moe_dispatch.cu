@@ -196,12 +196,23 @@ static __device__ __forceinline__ float nv_tensor_scale(uint32_t amax_bits) {
     return fmaxf(__fdiv_rn(__uint_as_float(amax_bits), 2688.0f), 1e-12f); /* FM_NVFP4_TENSOR_SCALE_FLOOR */
 }
 
-// amax of the finite |x| over n bf16 values into *amax (zeroed before; non-negative floats order as their bits)
-static __global__ void amax_kernel(const __nv_bfloat16 *x, int64_t n, uint32_t *amax) {
+// Expert parallelism's NVFP4 tensor scale: of the largest of the ranks' amax (fm_ep_nvfp4_scale)
+static __device__ __forceinline__ float ep_tensor_scale(const float *amaxes, int32_t n_ranks) {
+    float m = 0.0f;
+    for (int32_t r = 0; r < n_ranks; r++) m = fmaxf(m, amaxes[r]);
+    return nv_tensor_scale(__float_as_uint(m));
+}
+
+static __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+
+// amax of the finite |x| over n bf16 (or fp32) values into *amax (zeroed before; non-negative floats order as their
+// bits)
+template <typename X> static __global__ void amax_kernel(const X *x, int64_t n, uint32_t *amax) {
     float m = 0.0f;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float v = fabsf(__bfloat162float(x[i]));
+        const float v = fabsf(to_f32(x[i]));
         if (v < INFINITY) m = fmaxf(m, v); /* NaN and inf fail the test */
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -342,7 +353,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     if (b->fmt == FM_W4A8_DISPATCH_NV) {
         FM_CUDA_CHECK(cudaMemsetAsync(b->amax, 0, 4, s));
         const int64_t ab = fm_ceil_div(T * H, 256);
-        amax_kernel<<<(unsigned)(ab < 1024 ? (ab > 0 ? ab : 1) : 1024), 256, 0, s>>>(x, T * H, b->amax);
+        amax_kernel<__nv_bfloat16><<<(unsigned)(ab < 1024 ? (ab > 0 ? ab : 1) : 1024), 256, 0, s>>>(x, T * H, b->amax);
         FM_LAUNCH_CHECK("moe_dispatch_amax");
         gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
     } else if (b->fmt == FM_W4A8_DISPATCH_MX) {
@@ -498,14 +509,16 @@ static __global__ void __launch_bounds__(1024)
 }
 
 // One warp per (routed copy p, 128-group g): the token's group quantized as the moe's dispatch quantizes it, into
-// the copy's row (backend/dispatch_row.h). e4m3: the group's H codes, then its fp32 scale. FP4 (FMT, ts: NVFP4's
-// tensor scale): its E2M1 pairs, then its block scales (4 UE8M0 or 8 e4m3 bytes) among the row's ceil(H / 32 or 16).
+// the copy's row (backend/dispatch_row.h). e4m3: the group's H codes, then its fp32 scale. FP4 (FMT; NVFP4's
+// tensor scale, of the ranks' amaxes): its E2M1 pairs, then its block scales (4 UE8M0 or 8 e4m3 bytes) among the row's
+// ceil(H / 32 or 16).
 // H % 4 == 0 (the launcher checks): whole lanes. FP4 rows are byte-aligned only (their length may be odd): bytes.
 template <int FMT>
 static __global__ void ep_rows_kernel(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P, const int32_t *ret_row,
                                       int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at, int64_t row_d,
-                                      float ts) {
+                                      const float *amaxes, int32_t n_ranks) {
     constexpr int BLOCKS = FMT == FM_W4A8_DISPATCH_NV ? 8 : 4; /* FP4 block scales per 128-group */
+    const float ts = FMT == FM_W4A8_DISPATCH_NV ? ep_tensor_scale(amaxes, n_ranks) : 1.0f;
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < P * G; task += warps) {
@@ -533,8 +546,8 @@ static __global__ void ep_rows_kernel(const __nv_bfloat16 *x, int64_t H, int32_t
     }
 }
 
-void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const fm_ep_layout *L, float ts,
-                         uint8_t *send, int32_t *ret_row, cudaStream_t s) {
+void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const fm_ep_layout *L,
+                         const float *amaxes, uint8_t *send, int32_t *ret_row, cudaStream_t s) {
     const bool fmt_ok = L->fmt == FM_A_E4M3_G128 || L->fmt == FM_A_MXFP4 || L->fmt == FM_A_NVFP4;
     if (!fmt_ok || L->H % 4 || L->n_ranks > FM_EP_MAX_RANKS) {
         fprintf(
@@ -553,15 +566,15 @@ void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, 
     switch (fm_w4a8_dispatch_of(L->fmt)) {
     case FM_W4A8_DISPATCH_E4M3:
         ep_rows_kernel<FM_W4A8_DISPATCH_E4M3>
-            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, ts);
+            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
         break;
     case FM_W4A8_DISPATCH_MX:
         ep_rows_kernel<FM_W4A8_DISPATCH_MX>
-            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, ts);
+            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
         break;
     case FM_W4A8_DISPATCH_NV:
         ep_rows_kernel<FM_W4A8_DISPATCH_NV>
-            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, ts);
+            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
         break;
     }
     FM_LAUNCH_CHECK("ep_rows");
@@ -607,13 +620,15 @@ static __global__ void ep_gather_kernel(const uint8_t *recv, int64_t NQ, int64_t
 }
 
 // An FP4 dispatch's ep_gather_kernel: place q's E2M1 pairs of group g into x8 (the slot's pad128(H) / 2 bytes), its
-// block scales as the group's word(s) of xs (fm_dispatch_bufs); NVFP4: the tensor scale where the GEMM reads it.
+// block scales as the group's word(s) of xs (fm_dispatch_bufs); NVFP4: the tensor scale (of the ranks' amaxes) where
+// the GEMM reads it.
 template <int FMT>
 static __global__ void ep_gather_fp4_kernel(const uint8_t *recv, int64_t NQ, int64_t H, int64_t cap, int64_t dblock,
                                             int64_t rows_at, int64_t row_d, const int32_t *slot_of_pair, uint8_t *x8,
-                                            uint32_t *xs, float ts, uint32_t *amax) {
+                                            uint32_t *xs, const float *amaxes, int32_t n_ranks, uint32_t *amax) {
     constexpr int BLOCKS = FMT == FM_W4A8_DISPATCH_NV ? 8 : 4;
-    if (FMT == FM_W4A8_DISPATCH_NV && blockIdx.x == 0 && threadIdx.x == 0) ((float *)amax)[1] = ts;
+    if (FMT == FM_W4A8_DISPATCH_NV && blockIdx.x == 0 && threadIdx.x == 0)
+        ((float *)amax)[1] = ep_tensor_scale(amaxes, n_ranks);
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128;
     const int64_t nb = (H + 1) / 2, blocks = (H + 128 / BLOCKS - 1) / (128 / BLOCKS);
@@ -635,7 +650,7 @@ static __global__ void ep_gather_fp4_kernel(const uint8_t *recv, int64_t NQ, int
     }
 }
 
-void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, float ts,
+void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, const float *amaxes,
                         int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || b->fmt != (int32_t)fm_w4a8_dispatch_of(L->fmt) ||
         (L->fmt != FM_A_E4M3_G128 && L->fmt != FM_A_MXFP4 && L->fmt != FM_A_NVFP4)) {
@@ -657,11 +672,13 @@ void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, i
     const unsigned qblocks = warp_blocks(NQ * fm_ceil_div(L->H, 128));
     const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
     if (b->fmt == FM_W4A8_DISPATCH_MX)
-        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_MX><<<qblocks, 256, 0, s>>>(
-            recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8, (uint32_t *)b->xs, ts, b->amax);
+        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_MX>
+            <<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8,
+                                     (uint32_t *)b->xs, amaxes, L->n_ranks, b->amax);
     else if (b->fmt == FM_W4A8_DISPATCH_NV)
-        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(
-            recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8, (uint32_t *)b->xs, ts, b->amax);
+        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_NV>
+            <<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8,
+                                     (uint32_t *)b->xs, amaxes, L->n_ranks, b->amax);
     else if (b->xsum)
         ep_gather_kernel<true><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair,
                                                        b->x8, b->xs, b->xsum);
@@ -669,4 +686,14 @@ void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, i
         ep_gather_kernel<false><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair,
                                                         b->x8, b->xs, NULL);
     FM_LAUNCH_CHECK("ep_gather");
+}
+
+void fm_cuda_amax(const void *x, bool bf16, int64_t n, float *out, cudaStream_t s) {
+    FM_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, s));
+    if (n <= 0) return;
+    const int64_t blocks = fm_ceil_div(n, 256);
+    const unsigned grid = (unsigned)(blocks < 1024 ? blocks : 1024);
+    if (bf16) amax_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>((const __nv_bfloat16 *)x, n, (uint32_t *)out);
+    else amax_kernel<float><<<grid, 256, 0, s>>>((const float *)x, n, (uint32_t *)out);
+    FM_LAUNCH_CHECK("amax");
 }

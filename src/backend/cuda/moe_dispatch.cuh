@@ -52,14 +52,17 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
 
 // Expert parallelism (backend/ep_blocks.h; the e4m3, MXFP4 and NVFP4 dispatch). ep_dispatch: the sending rank's blocks
 // from x [T][H] and ids [T][k] (all E experts): positions, local ids, row counts, then each copy's row quantized as
-// the moe's dispatch quantizes it (ts: NVFP4's tensor scale, of every rank's x); ret_row [T k]. ep_receive: the
-// receiving rank's tile plan and rows from its received blocks (N x cap places, the empty ones id -1 in ids [N cap]),
-// in b (counts and cursor zeroed; b->fmt the blocks' format), as fm_cuda_moe_dispatch leaves them for T = N cap
-// tokens at k = 1 (NVFP4: ts where the GEMM reads it, b->amax[1]).
+// the moe's dispatch quantizes it (amaxes: NVFP4's, every rank's amax, device memory [N]; the tensor scale is made
+// from them on the device); ret_row [T k]. ep_receive: the receiving rank's tile plan and rows from its received
+// blocks (N x cap places, the empty ones id -1 in ids [N cap]), in b (counts and cursor zeroed; b->fmt the blocks'
+// format), as fm_cuda_moe_dispatch leaves them for T = N cap tokens at k = 1 (NVFP4: the tensor scale where the GEMM
+// reads it, b->amax[1]).
 struct fm_ep_layout;
-void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L, float ts,
-                         uint8_t *send, int32_t *ret_row, cudaStream_t s);
-void fm_cuda_ep_receive(const uint8_t *recv, const struct fm_ep_layout *L, int32_t E, int32_t tile_rows, float ts,
-                        int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s);
+void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L,
+                         const float *amaxes, uint8_t *send, int32_t *ret_row, cudaStream_t s);
+void fm_cuda_ep_receive(const uint8_t *recv, const struct fm_ep_layout *L, int32_t E, int32_t tile_rows,
+                        const float *amaxes, int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s);
+// *out (device fp32) = the largest finite |x| of n bf16 (or fp32) values, 0 when none (fm_nvfp4_amax)
+void fm_cuda_amax(const void *x, bool bf16, int64_t n, float *out, cudaStream_t s);
 
 #endif

@@ -103,10 +103,10 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
 }
 
 // Expert parallelism: this rank's experts on its received blocks (backend/ep_blocks.h) in the dispatch format (e4m3,
-// or FP4 on int4-tc banks, as fm_cuda_moe_w4a8 takes them; ts: NVFP4's tensor scale); y rows land in the return
-// blocks' places (pair q = s cap + i is row q of yret).
+// or FP4 on int4-tc banks, as fm_cuda_moe_w4a8 takes them; amaxes: NVFP4's, every rank's amax); y rows land in the
+// return blocks' places (pair q = s cap + i is row q of yret).
 void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_bank *gate_up, const fm_bank *down,
-                             const uint8_t *recv, float ts, __nv_bfloat16 *yret) {
+                             const uint8_t *recv, const float *amaxes, __nv_bfloat16 *yret) {
     const int64_t P = (int64_t)Lb->n_ranks * Lb->cap, E = gate_up->n, H = down->rows, I = down->cols;
     const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(Lb->fmt);
     const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
@@ -139,7 +139,7 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
-    fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, ts, ids, &b, be->stream);
+    fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, amaxes, ids, &b, be->stream);
     grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
 }
 

@@ -13,11 +13,11 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
                       __nv_bfloat16 *out);
 // Expert parallelism's moe_blocks op (backend.h) on W4A8 banks: the experts on the rows of the received dispatch
-// blocks (backend/ep_blocks.h; e4m3, or MXFP4 / NVFP4 on int4-tc banks, ts the NVFP4 tensor scale), each output row
-// in its place of the return blocks yret.
+// blocks (backend/ep_blocks.h; e4m3, or MXFP4 / NVFP4 on int4-tc banks; amaxes: NVFP4's, every rank's amax, device
+// fp32 [N]), each output row in its place of the return blocks yret.
 struct fm_ep_layout;
 void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const struct fm_ep_layout *L, const fm_bank *gate_up,
-                             const fm_bank *down, const uint8_t *recv, float ts, __nv_bfloat16 *yret);
+                             const fm_bank *down, const uint8_t *recv, const float *amaxes, __nv_bfloat16 *yret);
 
 // Dense W4A8 projection y[M, N] = x[M, K] W[idx]^T: x quantized to e4m3 1x128, then the same GEMM kernel with
 // one matrix. w is an int4-tc bank.
