@@ -243,9 +243,7 @@ static void splits_the_model_cannot_take_are_refused(void **s) {
     o = options(FM_PRESET_INT4);
     o.backend = "cuda";
     expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "--ep 2 on the cuda backend: the fp8 and fp4 presets");
-    o = options(FM_PRESET_REF);
-    o.backend = "cuda";
-    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "this plan is --preset ref");
+    expect_refused(&o, 2, FM_ERR_UNSUPPORTED, "this plan is --preset int4");
     /* --tp: heads that do not split, and --ep with another number of ranks */
     fm_rank_group *g = NULL;
     fm_error gerr = {{0}};

@@ -62,4 +62,13 @@ static inline fm_grouped_ws fm_grouped_layout(uint64_t P, uint64_t E, uint64_t H
     return L;
 }
 
+/* Expert parallelism's moe_blocks on bf16 / fp32 banks (moe_grouped_cublas.cu, fm_cuda_moe_grouped_cublas_blocks): a
+ * rank's E / N experts over the N x cap places of its received blocks at top-1, cap = ceil(T / N) k rounded up to 8
+ * (backend/ep_blocks.h), then an int32 id per place. */
+static inline uint64_t fm_grouped_ep_ws_bytes(uint64_t T, uint64_t k, uint64_t E, uint64_t N, uint64_t H, uint64_t I,
+                                              uint64_t act_size) {
+    const uint64_t cap = ((T + N - 1) / N * k + 7) / 8 * 8, P = N * cap;
+    return fm_grouped_layout(P, E / N, H, I, act_size).total + fm_grouped_align(P * 4);
+}
+
 #endif

@@ -392,8 +392,8 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
 
 /* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
  * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
- * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch
- * (ep_on_cuda). */
+ * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch and
+ * the ref and ref32 presets' cuBLAS experts (ep_on_cuda). */
 static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank, const fm_options *opt, fm_error *err) {
     if (N < 0 || N > FM_COMM_MAX_RANKS)
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
@@ -405,16 +405,18 @@ static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank,
     return FM_OK;
 }
 
-/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu) carry e4m3, MXFP4 or
- * NVFP4 rows into the W4A8 grouped GEMMs, so the plan must be the fp8 or fp4 preset's with one of those dispatches */
+/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu, moe_grouped_cublas.cu)
+ * carry e4m3, MXFP4 or NVFP4 rows into the W4A8 grouped GEMMs (the fp8 and fp4 presets) and the activations' own rows
+ * into the cuBLAS grouped GEMMs (ref, ref32); the int4 preset's per-token baseline has none */
 static fm_status ep_on_cuda(const fm_model *m, const fm_options *opt, fm_error *err) {
     if (m->ep_ranks <= 1 || strcmp(opt->backend, "cuda")) return FM_OK;
     const fm_afmt d = m->plan.a_dispatch;
     const bool w4a8 = opt->preset == FM_PRESET_FP8 || opt->preset == FM_PRESET_FP4;
     if (w4a8 && m->plan.act_bf16 && (d == FM_A_E4M3_G128 || d == FM_A_MXFP4 || d == FM_A_NVFP4)) return FM_OK;
+    if ((opt->preset == FM_PRESET_REF || opt->preset == FM_PRESET_REF32) && d == FM_A_NATIVE) return FM_OK;
     return fm_fail(err, FM_ERR_UNSUPPORTED,
-                   "--ep %d on the cuda backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4) for now; "
-                   "this plan is --preset %s dispatching %s (the other presets split on the cpu backend)",
+                   "--ep %d on the cuda backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4), ref and "
+                   "ref32; this plan is --preset %s dispatching %s (it splits on the cpu backend)",
                    m->ep_ranks, fm_preset_name(opt->preset), fm_afmt_name(d));
 }
 

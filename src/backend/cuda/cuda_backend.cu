@@ -443,32 +443,48 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
                               (const bf16 *)weights, k, (bf16 *)out);
 }
 
-/* Expert parallelism (dist/ep_moe.h): the W4A8 experts of the fp8 and fp4 presets with bf16 activations and the
-   e4m3, MXFP4 or NVFP4 dispatch, what model.c lets --ep load on this backend */
+/* Expert parallelism (dist/ep_moe.h), what model.c lets --ep load on this backend: the W4A8 experts of the fp8 and
+   fp4 presets (bf16 activations; e4m3, MXFP4 or NVFP4 rows), and the bf16 / fp32 experts of ref and ref32 through
+   cuBLAS (the activations' own rows) */
 static void cu_ep_dispatch(fm_backend *bb, const fm_ep_layout *L, const void *x, int64_t T, const void *ids,
                            const void *amaxes, void *send, void *ret_row) {
-    if (f32(bb)) {
-        fprintf(stderr, "fp8moe: ep_dispatch: fp32 activations (the bf16 plans only)\n");
+    if (f32(bb) && L->fmt != FM_A_NATIVE) {
+        fprintf(stderr, "fp8moe: ep_dispatch: %s rows from fp32 activations (the bf16 plans only)\n",
+                fm_afmt_name(L->fmt));
         abort();
     }
-    fm_cuda_ep_dispatch((const bf16 *)x, T, (const int32_t *)ids, L, (const float *)amaxes, (uint8_t *)send,
-                        (int32_t *)ret_row, stream(bb));
+    fm_cuda_ep_dispatch(x, T, (const int32_t *)ids, L, (const float *)amaxes, (uint8_t *)send, (int32_t *)ret_row,
+                        stream(bb));
 }
 
 static void cu_moe_blocks(fm_backend *bb, const fm_ep_layout *L, const fm_bank *gate_up, const fm_bank *down,
                           const void *recv, const void *amaxes, fm_afmt a_down, void *yret) {
     require_afmt(down, a_down, "moe_blocks");
-    fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, (const float *)amaxes, (bf16 *)yret);
-}
-
-static void cu_amax(fm_backend *bb, const void *x, int64_t n, void *out) {
-    fm_cuda_amax(x, !f32(bb), n, (float *)out, stream(bb));
+    if (fm_cuda_w4a8_takes(gate_up->fmt))
+        fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, (const float *)amaxes,
+                                (bf16 *)yret);
+    else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) ||
+             (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
+        fm_cuda_moe_grouped_cublas_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, yret);
+    else {
+        fprintf(stderr, "fp8moe: moe_blocks: %s banks (the W4A8, bf16 and fp32 experts only)\n",
+                fm_wformat_name(gate_up->fmt));
+        abort();
+    }
 }
 
 static void cu_ep_combine(fm_backend *bb, const fm_ep_layout *L, const void *yrecv, const void *ret_row,
                           const void *weights, int64_t T, void *out) {
-    fm_cuda_moe_combine((const bf16 *)yrecv, (const int32_t *)ret_row, (const bf16 *)weights, T, L->k, L->H,
-                        (bf16 *)out, stream(bb));
+    if (f32(bb))
+        fm_cuda_moe_combine_f32((const float *)yrecv, (const int32_t *)ret_row, (const float *)weights, T, L->k, L->H,
+                                (float *)out, stream(bb));
+    else
+        fm_cuda_moe_combine((const bf16 *)yrecv, (const int32_t *)ret_row, (const bf16 *)weights, T, L->k, L->H,
+                            (bf16 *)out, stream(bb));
+}
+
+static void cu_amax(fm_backend *bb, const void *x, int64_t n, void *out) {
+    fm_cuda_amax(x, !f32(bb), n, (float *)out, stream(bb));
 }
 
 static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, void *out) {

@@ -546,14 +546,33 @@ static __global__ void ep_rows_kernel(const __nv_bfloat16 *x, int64_t H, int32_t
     }
 }
 
-void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const fm_ep_layout *L,
-                         const float *amaxes, uint8_t *send, int32_t *ret_row, cudaStream_t s) {
-    const bool fmt_ok = L->fmt == FM_A_E4M3_G128 || L->fmt == FM_A_MXFP4 || L->fmt == FM_A_NVFP4;
-    if (!fmt_ok || L->H % 4 || L->n_ranks > FM_EP_MAX_RANKS) {
-        fprintf(
-            stderr,
-            "fp8moe: ep_dispatch: %s rows of %lld over %d ranks (the e4m3, MXFP4 and NVFP4 dispatch, H %% 4 == 0)\n",
-            fm_afmt_name(L->fmt), (long long)L->H, L->n_ranks);
+// The native format (FM_A_NATIVE: the activations as they are, bf16 or fp32): each copy's row is its token's row.
+template <typename A>
+static __global__ void ep_native_rows_kernel(const A *x, int64_t H, int32_t k, int64_t P, const int32_t *ret_row,
+                                             int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at,
+                                             int64_t row_d) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * H; i += stride) {
+        const int64_t p = i / H, c = i % H;
+        const int32_t rr = ret_row[p];
+        ((A *)(send + (rr / cap) * dblock + rows_at + (rr % cap) * row_d))[c] = x[(p / k) * H + c];
+    }
+}
+
+static unsigned elem_blocks(int64_t n) {
+    const int64_t b = fm_ceil_div(n, 256);
+    return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
+}
+
+void fm_cuda_ep_dispatch(const void *x, int64_t T, const int32_t *ids, const fm_ep_layout *L, const float *amaxes,
+                         uint8_t *send, int32_t *ret_row, cudaStream_t s) {
+    const bool native = L->fmt == FM_A_NATIVE;
+    const bool fmt_ok = native || L->fmt == FM_A_E4M3_G128 || L->fmt == FM_A_MXFP4 || L->fmt == FM_A_NVFP4;
+    if (!fmt_ok || (!native && L->H % 4) || L->n_ranks > FM_EP_MAX_RANKS) {
+        fprintf(stderr,
+                "fp8moe: ep_dispatch: %s rows of %lld over %d ranks (the native, e4m3, MXFP4 and NVFP4 dispatch; "
+                "H %% 4 == 0 for the quantized ones)\n",
+                fm_afmt_name(L->fmt), (long long)L->H, L->n_ranks);
         abort();
     }
     const int64_t P = T * L->k;
@@ -561,20 +580,32 @@ void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, 
                                            (int64_t)L->dblock, (int64_t)L->ids_at, ret_row);
     FM_LAUNCH_CHECK("ep_positions");
     if (P == 0) return;
+    if (native) {
+        const int64_t db = (int64_t)L->dblock, at = (int64_t)L->rows_at, rd = (int64_t)L->row_d;
+        if (L->act_bf16)
+            ep_native_rows_kernel<__nv_bfloat16><<<elem_blocks(P * L->H), 256, 0, s>>>(
+                (const __nv_bfloat16 *)x, L->H, L->k, P, ret_row, L->cap, send, db, at, rd);
+        else
+            ep_native_rows_kernel<float><<<elem_blocks(P * L->H), 256, 0, s>>>((const float *)x, L->H, L->k, P, ret_row,
+                                                                               L->cap, send, db, at, rd);
+        FM_LAUNCH_CHECK("ep_native_rows");
+        return;
+    }
+    const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
     const unsigned grid = warp_blocks(P * fm_ceil_div(L->H, 128));
     const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
     switch (fm_w4a8_dispatch_of(L->fmt)) {
     case FM_W4A8_DISPATCH_E4M3:
         ep_rows_kernel<FM_W4A8_DISPATCH_E4M3>
-            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
+            <<<grid, 256, 0, s>>>(xb, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
         break;
     case FM_W4A8_DISPATCH_MX:
         ep_rows_kernel<FM_W4A8_DISPATCH_MX>
-            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
+            <<<grid, 256, 0, s>>>(xb, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
         break;
     case FM_W4A8_DISPATCH_NV:
         ep_rows_kernel<FM_W4A8_DISPATCH_NV>
-            <<<grid, 256, 0, s>>>(x, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
+            <<<grid, 256, 0, s>>>(xb, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
         break;
     }
     FM_LAUNCH_CHECK("ep_rows");
@@ -650,6 +681,13 @@ static __global__ void ep_gather_fp4_kernel(const uint8_t *recv, int64_t NQ, int
     }
 }
 
+void fm_cuda_ep_flatten(const uint8_t *recv, const fm_ep_layout *L, int32_t *ids, cudaStream_t s) {
+    const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
+    const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
+    ep_flatten_kernel<<<grid, 256, 0, s>>>(recv, NQ, L->cap, (int64_t)L->dblock, (int64_t)L->ids_at, ids);
+    FM_LAUNCH_CHECK("ep_flatten");
+}
+
 void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, const float *amaxes,
                         int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || b->fmt != (int32_t)fm_w4a8_dispatch_of(L->fmt) ||
@@ -660,8 +698,7 @@ void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, i
     }
     const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
     const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
-    ep_flatten_kernel<<<grid, 256, 0, s>>>(recv, NQ, L->cap, (int64_t)L->dblock, (int64_t)L->ids_at, ids);
-    FM_LAUNCH_CHECK("ep_flatten");
+    fm_cuda_ep_flatten(recv, L, ids, s);
     count_kernel<<<grid, 256, 0, s>>>(ids, NQ, E, b->counts);
     FM_LAUNCH_CHECK("ep_count");
     plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,

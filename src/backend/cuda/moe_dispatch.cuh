@@ -58,8 +58,11 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
 // format), as fm_cuda_moe_dispatch leaves them for T = N cap tokens at k = 1 (NVFP4: the tensor scale where the GEMM
 // reads it, b->amax[1]).
 struct fm_ep_layout;
-void fm_cuda_ep_dispatch(const __nv_bfloat16 *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L,
+// x: bf16 [T][H], or the plan's activations (bf16 or fp32) for the native format (FM_A_NATIVE: rows copied).
+void fm_cuda_ep_dispatch(const void *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L,
                          const float *amaxes, uint8_t *send, int32_t *ret_row, cudaStream_t s);
+// ids [N cap] of the received blocks' places: block s's local id of row i at q = s cap + i, -1 past its count
+void fm_cuda_ep_flatten(const uint8_t *recv, const struct fm_ep_layout *L, int32_t *ids, cudaStream_t s);
 void fm_cuda_ep_receive(const uint8_t *recv, const struct fm_ep_layout *L, int32_t E, int32_t tile_rows,
                         const float *amaxes, int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s);
 // *out (device fp32) = the largest finite |x| of n bf16 (or fp32) values, 0 when none (fm_nvfp4_amax)

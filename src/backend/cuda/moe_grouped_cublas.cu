@@ -12,14 +12,17 @@
 // fp32 banks (the ref32 oracle) take the same route with fp32 activations and SGEMMs (no rounding at all).
 // The cost of equal shapes: at most E padded tiles per GEMM (tile rows follow the average rows per expert).
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
+#include "backend/ep_blocks.h"
 #include "backend/moe_grouped_workspace.h"
 
 typedef __nv_bfloat16 bf16;
 
+// (an id of -1: an empty place of expert parallelism's received blocks, skipped here and by the scatter)
 static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t *counts) {
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x)
-        atomicAdd(&counts[ids[p]], 1);
+        if (ids[p] >= 0) atomicAdd(&counts[ids[p]], 1);
 }
 
 // The pointers of one batched GEMM y = x W^T per tile: A the expert's matrix, B the tile's input rows, C its output
@@ -68,12 +71,12 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int64_t til
     }
 }
 
-// slot_of[p] = seg_row[e] + (arrival order within e)
+// slot_of[p] = seg_row[e] + (arrival order within e); -1 for an empty place (id -1)
 static __global__ void scatter_kernel(const int32_t *ids, int64_t P, const int32_t *seg_row, int32_t *fill,
                                       int32_t *slot_of) {
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
         const int32_t e = ids[p];
-        slot_of[p] = seg_row[e] + atomicAdd(&fill[e], 1);
+        slot_of[p] = e >= 0 ? seg_row[e] + atomicAdd(&fill[e], 1) : -1;
     }
 }
 
@@ -145,4 +148,74 @@ void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const 
     if (f32)
         fm_cuda_moe_combine_f32((const float *)y, slot_of, (const float *)weights, T, k, H, (float *)out, be->stream);
     else fm_cuda_moe_combine((const bf16 *)y, slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
+}
+
+// Expert parallelism: the received blocks' native rows (row q of block q / cap) into their slots, and each computed
+// row back to its place q of the return blocks (rows of H activations, as one array of N x cap rows)
+template <typename A>
+static __global__ void gather_blocks_kernel(const uint8_t *recv, int64_t NQ, int64_t H, int64_t cap, int64_t dblock,
+                                            int64_t rows_at, int64_t row_d, const int32_t *slot_of, A *xs) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < NQ * H; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t q = i / H, c = i % H;
+        const int32_t s = slot_of[q];
+        if (s >= 0) xs[(int64_t)s * H + c] = ((const A *)(recv + (q / cap) * dblock + rows_at + (q % cap) * row_d))[c];
+    }
+}
+
+template <typename A>
+static __global__ void put_rows_kernel(const A *y, const int32_t *slot_of, int64_t NQ, int64_t H, A *yret) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < NQ * H; i += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t s = slot_of[i / H];
+        if (s >= 0) yret[i] = y[(int64_t)s * H + i % H];
+    }
+}
+
+void fm_cuda_moe_grouped_cublas_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_bank *gate_up,
+                                       const fm_bank *down, const uint8_t *recv, void *yret) {
+    const int64_t P = (int64_t)Lb->n_ranks * Lb->cap, I = down->cols, H = down->rows, E = gate_up->n;
+    const bool f32 = gate_up->fmt == FM_W_F32;
+    if (Lb->fmt != FM_A_NATIVE || Lb->act_bf16 == f32 || Lb->H != H || gate_up->cols != H) {
+        fprintf(stderr, "fp8moe: moe_blocks: %s rows (%s activations) on %s banks\n", fm_afmt_name(Lb->fmt),
+                Lb->act_bf16 ? "bf16" : "fp32", fm_wformat_name(gate_up->fmt));
+        abort();
+    }
+    if (P == 0) return;
+    const fm_grouped_ws L =
+        fm_grouped_layout((uint64_t)P, (uint64_t)E, (uint64_t)H, (uint64_t)I, bank_elem_size(gate_up));
+    char *ws = (char *)fm_cuda_workspace(be, L.total + fm_grouped_align((uint64_t)P * 4));
+    int32_t *counts = (int32_t *)(ws + L.counts), *fill = (int32_t *)(ws + L.fill);
+    int32_t *seg_row = (int32_t *)(ws + L.seg_row), *slot_of = (int32_t *)(ws + L.slot_of);
+    int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
+    void **arrays = (void **)(ws + L.ptrs);
+    char *xs = ws + L.xs, *gu = ws + L.gu, *h = ws + L.h, *y = ws + L.y;
+    const int64_t tr = (int64_t)L.tile_rows, mt = (int64_t)L.max_tiles;
+    const gemm_ptrs g1 = ptrs_for(gate_up, arrays, mt, xs, gu), g2 = ptrs_for(down, arrays + 3 * mt, mt, h, y);
+    const int64_t db = (int64_t)Lb->dblock, at = (int64_t)Lb->rows_at, rd = (int64_t)Lb->row_d;
+
+    FM_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), be->stream));
+    fm_cuda_ep_flatten(recv, Lb, ids, be->stream);
+    count_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, counts);
+    FM_LAUNCH_CHECK("moe_blocks_count");
+    plan_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int32_t), be->stream>>>(counts, (int32_t)E, tr, mt, seg_row, fill,
+                                                                           g1, g2);
+    FM_LAUNCH_CHECK("moe_blocks_plan");
+    scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, seg_row, fill, slot_of);
+    FM_LAUNCH_CHECK("moe_blocks_scatter");
+    if (f32)
+        gather_blocks_kernel<float>
+            <<<blocks_for(P * H), 256, 0, be->stream>>>(recv, P, H, Lb->cap, db, at, rd, slot_of, (float *)xs);
+    else
+        gather_blocks_kernel<bf16>
+            <<<blocks_for(P * H), 256, 0, be->stream>>>(recv, P, H, Lb->cap, db, at, rd, slot_of, (bf16 *)xs);
+    FM_LAUNCH_CHECK("moe_blocks_gather");
+    batched_gemm(be, gate_up, &g1, tr, mt);
+    const int64_t R = (int64_t)L.rows;
+    if (f32) fm_cuda_swiglu_f32((const float *)gu, R, I, (float *)h, be->stream);
+    else fm_cuda_swiglu((const bf16 *)gu, R, I, (bf16 *)h, be->stream);
+    batched_gemm(be, down, &g2, tr, mt);
+    if (f32)
+        put_rows_kernel<float>
+            <<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)y, slot_of, P, H, (float *)yret);
+    else put_rows_kernel<bf16><<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)y, slot_of, P, H, (bf16 *)yret);
+    FM_LAUNCH_CHECK("moe_blocks_put_rows");
 }

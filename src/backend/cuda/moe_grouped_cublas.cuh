@@ -13,4 +13,11 @@
 void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                                 const int32_t *ids, const void *weights, int32_t k, void *out);
 
+// Expert parallelism's moe_blocks op (backend.h) on bf16 or fp32 banks: the same grouped GEMMs over the native rows
+// of the received dispatch blocks (backend/ep_blocks.h; the N x cap places at top-1, empty ones skipped), each output
+// row in its place of the return blocks yret. The GEMMs' shapes follow from N x cap (no host synchronisation).
+struct fm_ep_layout;
+void fm_cuda_moe_grouped_cublas_blocks(cuda_backend *be, const struct fm_ep_layout *L, const fm_bank *gate_up,
+                                       const fm_bank *down, const uint8_t *recv, void *yret);
+
 #endif
