@@ -113,41 +113,70 @@ static void batched_gemm(cuda_backend *be, const fm_bank *w, const gemm_ptrs *g,
                                         dtype, (int)w->rows, (int)max_tiles, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// The workspace of one grouped MoE over P routed pairs (moe_grouped_workspace.h), extra bytes after it
+typedef struct grouped_run {
+    fm_grouped_ws L;
+    char *ws, *xs, *gu, *h, *y;
+    int32_t *counts, *fill, *seg_row, *slot_of;
+    gemm_ptrs g1, g2;
+    int64_t tile_rows, max_tiles;
+} grouped_run;
+
+static grouped_run grouped_setup(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, int64_t P,
+                                 uint64_t extra) {
+    grouped_run r;
+    r.L = fm_grouped_layout((uint64_t)P, (uint64_t)gate_up->n, (uint64_t)down->rows, (uint64_t)down->cols,
+                            bank_elem_size(gate_up));
+    char *ws = r.ws = (char *)fm_cuda_workspace(be, r.L.total + extra);
+    r.counts = (int32_t *)(ws + r.L.counts), r.fill = (int32_t *)(ws + r.L.fill);
+    r.seg_row = (int32_t *)(ws + r.L.seg_row), r.slot_of = (int32_t *)(ws + r.L.slot_of);
+    r.xs = ws + r.L.xs, r.gu = ws + r.L.gu, r.h = ws + r.L.h, r.y = ws + r.L.y;
+    r.tile_rows = (int64_t)r.L.tile_rows, r.max_tiles = (int64_t)r.L.max_tiles;
+    void **arrays = (void **)(ws + r.L.ptrs);
+    r.g1 = ptrs_for(gate_up, arrays, r.max_tiles, r.xs, r.gu);
+    r.g2 = ptrs_for(down, arrays + 3 * r.max_tiles, r.max_tiles, r.h, r.y);
+    return r;
+}
+
+// Steps 1-2 without the gather: each pair's slot in its expert's tiles (ids of -1 skipped), the GEMMs' pointers
+static void grouped_plan(cuda_backend *be, const grouped_run *r, const int32_t *ids, int64_t P, int32_t E) {
+    FM_CUDA_CHECK(cudaMemsetAsync(r->counts, 0, (size_t)E * sizeof(int32_t), be->stream));
+    count_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, r->counts);
+    FM_LAUNCH_CHECK("moe_count");
+    plan_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int32_t), be->stream>>>(r->counts, E, r->tile_rows, r->max_tiles,
+                                                                           r->seg_row, r->fill, r->g1, r->g2);
+    FM_LAUNCH_CHECK("moe_plan");
+    scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, r->seg_row, r->fill, r->slot_of);
+    FM_LAUNCH_CHECK("moe_scatter");
+}
+
+// Step 3: gate|up, SwiGLU, down over every tile
+static void grouped_ffn(cuda_backend *be, const grouped_run *r, const fm_bank *gate_up, const fm_bank *down) {
+    const int64_t I = down->cols;
+    batched_gemm(be, gate_up, &r->g1, r->tile_rows, r->max_tiles);
+    /* over every row, padding too: rows are independent, and a tile's padding rows are never read */
+    const int64_t R = (int64_t)r->L.rows;
+    if (gate_up->fmt == FM_W_F32) fm_cuda_swiglu_f32((const float *)r->gu, R, I, (float *)r->h, be->stream);
+    else fm_cuda_swiglu((const bf16 *)r->gu, R, I, (bf16 *)r->h, be->stream);
+    batched_gemm(be, down, &r->g2, r->tile_rows, r->max_tiles);
+}
+
 void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                                 const int32_t *ids, const void *weights, int32_t k, void *out) {
-    const int64_t P = T * k, I = down->cols, H = down->rows, E = gate_up->n;
+    const int64_t P = T * k, H = down->rows;
     if (P == 0) return;
     const bool f32 = gate_up->fmt == FM_W_F32;
-    const fm_grouped_ws L =
-        fm_grouped_layout((uint64_t)P, (uint64_t)E, (uint64_t)H, (uint64_t)I, bank_elem_size(gate_up));
-    char *ws = (char *)fm_cuda_workspace(be, L.total);
-    int32_t *counts = (int32_t *)(ws + L.counts), *fill = (int32_t *)(ws + L.fill);
-    int32_t *seg_row = (int32_t *)(ws + L.seg_row), *slot_of = (int32_t *)(ws + L.slot_of);
-    void **arrays = (void **)(ws + L.ptrs);
-    char *xs = ws + L.xs, *gu = ws + L.gu, *h = ws + L.h, *y = ws + L.y;
-    const int64_t tr = (int64_t)L.tile_rows, mt = (int64_t)L.max_tiles;
-    const gemm_ptrs g1 = ptrs_for(gate_up, arrays, mt, xs, gu), g2 = ptrs_for(down, arrays + 3 * mt, mt, h, y);
-
-    FM_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), be->stream));
-    count_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, counts);
-    FM_LAUNCH_CHECK("moe_count");
-    plan_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int32_t), be->stream>>>(counts, (int32_t)E, tr, mt, seg_row, fill,
-                                                                           g1, g2);
-    FM_LAUNCH_CHECK("moe_plan");
-    scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, seg_row, fill, slot_of);
-    FM_LAUNCH_CHECK("moe_scatter");
-    if (f32) gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)x, P, k, H, slot_of, (float *)xs);
-    else gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)x, P, k, H, slot_of, (bf16 *)xs);
-    FM_LAUNCH_CHECK("moe_gather");
-    batched_gemm(be, gate_up, &g1, tr, mt);
-    /* over every row, padding too: rows are independent, and a tile's padding rows are never read */
-    const int64_t R = (int64_t)L.rows;
-    if (f32) fm_cuda_swiglu_f32((const float *)gu, R, I, (float *)h, be->stream);
-    else fm_cuda_swiglu((const bf16 *)gu, R, I, (bf16 *)h, be->stream);
-    batched_gemm(be, down, &g2, tr, mt);
+    const grouped_run r = grouped_setup(be, gate_up, down, P, 0);
+    grouped_plan(be, &r, ids, P, gate_up->n);
     if (f32)
-        fm_cuda_moe_combine_f32((const float *)y, slot_of, (const float *)weights, T, k, H, (float *)out, be->stream);
-    else fm_cuda_moe_combine((const bf16 *)y, slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
+        gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)x, P, k, H, r.slot_of, (float *)r.xs);
+    else gather_kernel<<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)x, P, k, H, r.slot_of, (bf16 *)r.xs);
+    FM_LAUNCH_CHECK("moe_gather");
+    grouped_ffn(be, &r, gate_up, down);
+    if (f32)
+        fm_cuda_moe_combine_f32((const float *)r.y, r.slot_of, (const float *)weights, T, k, H, (float *)out,
+                                be->stream);
+    else fm_cuda_moe_combine((const bf16 *)r.y, r.slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
 }
 
 // Expert parallelism: the received blocks' native rows (row q of block q / cap) into their slots, and each computed
@@ -172,7 +201,7 @@ static __global__ void put_rows_kernel(const A *y, const int32_t *slot_of, int64
 
 void fm_cuda_moe_grouped_cublas_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_bank *gate_up,
                                        const fm_bank *down, const uint8_t *recv, void *yret) {
-    const int64_t P = (int64_t)Lb->n_ranks * Lb->cap, I = down->cols, H = down->rows, E = gate_up->n;
+    const int64_t P = (int64_t)Lb->n_ranks * Lb->cap, H = down->rows;
     const bool f32 = gate_up->fmt == FM_W_F32;
     if (Lb->fmt != FM_A_NATIVE || Lb->act_bf16 == f32 || Lb->H != H || gate_up->cols != H) {
         fprintf(stderr, "fp8moe: moe_blocks: %s rows (%s activations) on %s banks\n", fm_afmt_name(Lb->fmt),
@@ -180,42 +209,24 @@ void fm_cuda_moe_grouped_cublas_blocks(cuda_backend *be, const fm_ep_layout *Lb,
         abort();
     }
     if (P == 0) return;
-    const fm_grouped_ws L =
-        fm_grouped_layout((uint64_t)P, (uint64_t)E, (uint64_t)H, (uint64_t)I, bank_elem_size(gate_up));
-    char *ws = (char *)fm_cuda_workspace(be, L.total + fm_grouped_align((uint64_t)P * 4));
-    int32_t *counts = (int32_t *)(ws + L.counts), *fill = (int32_t *)(ws + L.fill);
-    int32_t *seg_row = (int32_t *)(ws + L.seg_row), *slot_of = (int32_t *)(ws + L.slot_of);
-    int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
-    void **arrays = (void **)(ws + L.ptrs);
-    char *xs = ws + L.xs, *gu = ws + L.gu, *h = ws + L.h, *y = ws + L.y;
-    const int64_t tr = (int64_t)L.tile_rows, mt = (int64_t)L.max_tiles;
-    const gemm_ptrs g1 = ptrs_for(gate_up, arrays, mt, xs, gu), g2 = ptrs_for(down, arrays + 3 * mt, mt, h, y);
+    const grouped_run r = grouped_setup(be, gate_up, down, P, fm_grouped_align((uint64_t)P * 4));
+    int32_t *ids = (int32_t *)(r.ws + r.L.total); /* each place's local expert, -1 where empty */
     const int64_t db = (int64_t)Lb->dblock, at = (int64_t)Lb->rows_at, rd = (int64_t)Lb->row_d;
-
-    FM_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), be->stream));
     fm_cuda_ep_flatten(recv, Lb, ids, be->stream);
-    count_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, counts);
-    FM_LAUNCH_CHECK("moe_blocks_count");
-    plan_kernel<<<1, 256, (size_t)(E + 1) * sizeof(int32_t), be->stream>>>(counts, (int32_t)E, tr, mt, seg_row, fill,
-                                                                           g1, g2);
-    FM_LAUNCH_CHECK("moe_blocks_plan");
-    scatter_kernel<<<blocks_for(P), 256, 0, be->stream>>>(ids, P, seg_row, fill, slot_of);
-    FM_LAUNCH_CHECK("moe_blocks_scatter");
+    grouped_plan(be, &r, ids, P, gate_up->n);
     if (f32)
         gather_blocks_kernel<float>
-            <<<blocks_for(P * H), 256, 0, be->stream>>>(recv, P, H, Lb->cap, db, at, rd, slot_of, (float *)xs);
+            <<<blocks_for(P * H), 256, 0, be->stream>>>(recv, P, H, Lb->cap, db, at, rd, r.slot_of, (float *)r.xs);
     else
         gather_blocks_kernel<bf16>
-            <<<blocks_for(P * H), 256, 0, be->stream>>>(recv, P, H, Lb->cap, db, at, rd, slot_of, (bf16 *)xs);
+            <<<blocks_for(P * H), 256, 0, be->stream>>>(recv, P, H, Lb->cap, db, at, rd, r.slot_of, (bf16 *)r.xs);
     FM_LAUNCH_CHECK("moe_blocks_gather");
-    batched_gemm(be, gate_up, &g1, tr, mt);
-    const int64_t R = (int64_t)L.rows;
-    if (f32) fm_cuda_swiglu_f32((const float *)gu, R, I, (float *)h, be->stream);
-    else fm_cuda_swiglu((const bf16 *)gu, R, I, (bf16 *)h, be->stream);
-    batched_gemm(be, down, &g2, tr, mt);
+    grouped_ffn(be, &r, gate_up, down);
     if (f32)
         put_rows_kernel<float>
-            <<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)y, slot_of, P, H, (float *)yret);
-    else put_rows_kernel<bf16><<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)y, slot_of, P, H, (bf16 *)yret);
+            <<<blocks_for(P * H), 256, 0, be->stream>>>((const float *)r.y, r.slot_of, P, H, (float *)yret);
+    else
+        put_rows_kernel<bf16>
+            <<<blocks_for(P * H), 256, 0, be->stream>>>((const bf16 *)r.y, r.slot_of, P, H, (bf16 *)yret);
     FM_LAUNCH_CHECK("moe_blocks_put_rows");
 }
