@@ -373,11 +373,12 @@ static void print_exchange_bytes(const fm_config *cfg, int64_t T, int32_t N) {
            mib(copies * nv), nv / e4m3, mib(copies * bf16));
 }
 
-/* --ep N / --tp N: what each rank holds. --ep: its share of the routed experts (fm_ep_expert_range); --tp: its share
- * of the attention layers' q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole) and of the KV cache;
- * every other weight, the activations and the workspace are every rank's (each rank holds every token). The plan
- * above is one model's. */
-static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, int32_t ep, int32_t tp, fm_error *err) {
+/* --ep N / --tp N: what each rank holds. --ep: its share of the routed experts (fm_ep_expert_range) and its exchange
+ * buffers (send and receive blocks for the prompt's tokens, dist/ep_moe.h); --tp: its share of the attention layers'
+ * q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole) and of the KV cache; every other weight, the
+ * activations and the workspace are every rank's (each rank holds every token). The plan above is one model's. */
+static fm_status print_partition(const fm_config *cfg, const fm_plan *plan, const fm_memory_plan *p, int32_t ep,
+                                 int32_t tp, fm_error *err) {
     const int32_t N = ep > tp ? ep : tp;
     const fm_status st = fm_rank_split_check(cfg, ep, tp, err);
     if (st) return st;
@@ -385,13 +386,23 @@ static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, 
     const size_t experts = p->weights[FM_MEM_EXPERTS], attn = p->weights[FM_MEM_ATTN];
     const size_t e_share = ep > 1 ? experts / (size_t)ep : experts, a_share = tp > 1 ? attn / (size_t)tp : attn;
     const size_t kv_share = tp > 1 ? p->kv_cache / (size_t)tp : p->kv_cache; /* the KV heads are split too */
-    printf("%s over %d ranks (one process, a rank per device; the cpu backend runs it today):\n",
+    size_t exchange = 0; /* fm_ep_buffers_alloc's: send and recv, N blocks of either trip each, and ret_row */
+    if (ep > 1 && cfg->n_experts > 0) {
+        fm_ep_layout L;
+        const int64_t P = (p->tokens + ep - 1) / ep;
+        if (fm_ep_layout_of(cfg->n_experts, ep, P, cfg->n_experts_per_tok, cfg->hidden_size, plan->a_dispatch,
+                            plan->act_bf16, &L, err))
+            return FM_ERR_USAGE;
+        exchange = 2 * (size_t)ep * (L.dblock > L.rblock ? L.dblock : L.rblock) + (size_t)L.cap * 4;
+    }
+    printf("%s over %d ranks (one process, a rank per device; the cpu and cuda backends run the ranks in one process "
+           "today, on cuda all on one GPU):\n",
            ep > 1 && tp > 1 ? "expert and tensor parallelism"
            : ep > 1         ? "expert parallelism"
                             : "tensor parallelism",
            N);
-    printf("  %-6s %-16s %-16s %14s %16s %18s %12s\n", "rank", "experts", "heads (q / kv)", "experts MiB",
-           "attention MiB", "other weights MiB", "peak MiB");
+    printf("  %-6s %-16s %-16s %14s %16s %18s %13s %12s\n", "rank", "experts", "heads (q / kv)", "experts MiB",
+           "attention MiB", "other weights MiB", "exchange MiB", "peak MiB");
     for (int r = 0; r < N; r++) {
         int32_t first = 0, n = cfg->n_experts;
         if (ep > 1) fm_ep_expert_range(cfg->n_experts, ep, r, &first, &n);
@@ -399,9 +410,10 @@ static fm_status print_partition(const fm_config *cfg, const fm_memory_plan *p, 
         char range[32], heads[40];
         snprintf(range, sizeof range, "%d..%d of %d", first, first + n - 1, cfg->n_experts);
         snprintf(heads, sizeof heads, "%d..%d / %d..%d", h0, h0 + nh - 1, kv0, kv0 + nkv - 1);
-        printf("  %-6d %-16s %-16s %14.2f %16.2f %18.2f %12.2f\n", r, cfg->n_experts > 0 ? range : "-", heads,
+        printf("  %-6d %-16s %-16s %14.2f %16.2f %18.2f %13.2f %12.2f\n", r, cfg->n_experts > 0 ? range : "-", heads,
                mib((double)e_share), mib((double)a_share), mib((double)(p->weight_total - experts - attn)),
-               mib((double)(p->peak - experts - attn - p->kv_cache + e_share + a_share + kv_share)));
+               mib((double)exchange),
+               mib((double)(p->peak - experts - attn - p->kv_cache + e_share + a_share + kv_share + exchange)));
     }
     if (ep > 1) print_exchange_bytes(cfg, p->tokens, ep);
     return FM_OK;
@@ -487,7 +499,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
         snprintf(what, sizeof what, "experts in host memory (%d x %d)", p.n_moe_layers, p.n_experts);
         plan_row(what, p.host_experts, 0);
     }
-    if ((a->ep > 1 || a->tp > 1) && (st = print_partition(&cfg, &p, a->ep, a->tp, err))) return st;
+    if ((a->ep > 1 || a->tp > 1) && (st = print_partition(&cfg, &plan, &p, a->ep, a->tp, err))) return st;
     printf("experts-in: %s%s", fm_experts_in_name(p.experts_in), a->experts_in == FM_EXPERTS_AUTO ? " (auto)" : "");
     if (p.experts_in == FM_EXPERTS_HOST)
         printf(", %d slots of %s (%d experts in %d layers), %s in host memory%s", p.expert_slots,
