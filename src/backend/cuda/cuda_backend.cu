@@ -421,6 +421,11 @@ static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T
     cu_route(bb, logits, T, E, k, kind, norm_topk, ids, weights);
 }
 
+/* bf16 and f32 expert banks (ref, ref32): the grouped GEMMs through cuBLAS in the activation type */
+static bool cublas_experts(const fm_bank *gate_up, const fm_bank *down) {
+    return (gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) || (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32);
+}
+
 static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                    const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *out) {
     const bool fp4 = a_dispatch == FM_A_MXFP4 || a_dispatch == FM_A_NVFP4; /* e4m3-bank plans only (creation) */
@@ -435,8 +440,7 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          a_dispatch, (bf16 *)out);
-    else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) ||
-             (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
+    else if (cublas_experts(gate_up, down))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
         fm_cuda_moe_per_token(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids,
@@ -463,8 +467,7 @@ static void cu_moe_blocks(fm_backend *bb, const fm_ep_layout *L, const fm_bank *
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, (const float *)amaxes,
                                 (bf16 *)yret);
-    else if ((gate_up->fmt == FM_W_BF16 && down->fmt == FM_W_BF16) ||
-             (gate_up->fmt == FM_W_F32 && down->fmt == FM_W_F32))
+    else if (cublas_experts(gate_up, down))
         fm_cuda_moe_grouped_cublas_blocks(cuda_be(bb), L, gate_up, down, (const uint8_t *)recv, yret);
     else {
         fprintf(stderr, "fp8moe: moe_blocks: %s banks (the W4A8, bf16 and fp32 experts only)\n",

@@ -351,10 +351,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     FM_LAUNCH_CHECK("moe_dispatch_slots");
     const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
     if (b->fmt == FM_W4A8_DISPATCH_NV) {
-        FM_CUDA_CHECK(cudaMemsetAsync(b->amax, 0, 4, s));
-        const int64_t ab = fm_ceil_div(T * H, 256);
-        amax_kernel<__nv_bfloat16><<<(unsigned)(ab < 1024 ? (ab > 0 ? ab : 1) : 1024), 256, 0, s>>>(x, T * H, b->amax);
-        FM_LAUNCH_CHECK("moe_dispatch_amax");
+        fm_cuda_amax(x, true, T * H, (float *)b->amax, s);
         gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
     } else if (b->fmt == FM_W4A8_DISPATCH_MX) {
         gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
