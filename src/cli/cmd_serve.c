@@ -24,6 +24,13 @@ static const char *HELP =
     "  --model-name NAME        the model id clients name (default: the directory's last component)\n"
     "  --chat-template NAME     the chat template (qwen3, chatml, mistral, ...) when the checkpoint has none or\n"
     "                           another is wanted\n"
+    "  --tool-parser NAME       how tool calls are read from the model's text: hermes (Qwen3's <tool_call>),\n"
+    "                           mistral ([TOOL_CALLS]) or none (default: from the chat template's text)\n"
+    "  --reasoning-parser NAME  qwen3 or deepseek_r1 (<think> blocks into reasoning_content) or none\n"
+    "                           (default: from the chat template's text)\n"
+    "  --default-chat-template-kwargs JSON\n"
+    "                           template variables every request starts from, e.g. '{\"enable_thinking\": false}'\n"
+    "                           (a request's chat_template_kwargs override them)\n"
     "  --max-seqs B             sequences decoded together (default 16)\n"
     "  --max-queue N            requests waiting beyond the running ones before 429 (default 256)\n"
     "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
@@ -46,7 +53,10 @@ enum {
     OPT_MAX_BODY,
     OPT_PREFILL_CHUNK,
     OPT_PORT_FILE,
-    OPT_SYNTHETIC
+    OPT_SYNTHETIC,
+    OPT_TOOL_PARSER,
+    OPT_REASONING_PARSER,
+    OPT_DEFAULT_KWARGS
 };
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
@@ -59,6 +69,9 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
                                             {"synthetic", required_argument, 0, OPT_SYNTHETIC},
+                                            {"tool-parser", required_argument, 0, OPT_TOOL_PARSER},
+                                            {"reasoning-parser", required_argument, 0, OPT_REASONING_PARSER},
+                                            {"default-chat-template-kwargs", required_argument, 0, OPT_DEFAULT_KWARGS},
                                             {0, 0, 0, 0}};
 
 typedef struct serve_args {
@@ -79,6 +92,9 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_API_KEY: a->so.api_key = arg; return true;
     case OPT_MODEL_NAME: a->so.model_name = arg; return true;
     case OPT_TEMPLATE: a->so.chat_template = arg; return true;
+    case OPT_TOOL_PARSER: a->so.tool_parser = arg; return true;
+    case OPT_REASONING_PARSER: a->so.reasoning_parser = arg; return true;
+    case OPT_DEFAULT_KWARGS: a->so.default_chat_template_kwargs = arg; return true;
     case OPT_MAX_SEQS: return cli_parse_int(cmd, "--max-seqs", arg, 1, 4096, &a->max_seqs);
     case OPT_MAX_QUEUE:
         if (!cli_parse_int(cmd, "--max-queue", arg, 0, 1L << 20, &v)) return false;

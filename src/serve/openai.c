@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 
 #include "serve/serve_internal.h"
 
@@ -108,7 +109,7 @@ static int get_bool(const cJSON *root, const char *name, bool *out, oa_error *e)
     return 0;
 }
 
-static int encode(srv *s, const char *text, bool add_special, job *j, oa_error *e) {
+int oa_encode(srv *s, const char *text, bool add_special, job *j, oa_error *e) {
     if (!s->tok)
         return oa_fail(e, 501, "server_error", "tokenizer_unavailable", NULL,
                        "this server has no tokenizer for the model (%s): send /v1/completions with prompt as an array "
@@ -124,11 +125,11 @@ static int encode(srv *s, const char *text, bool add_special, job *j, oa_error *
 static int parse_prompt(srv *s, const cJSON *root, job *j, oa_error *e) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p || cJSON_IsNull(p)) return bad(e, "prompt", "'%s' is required%s", "");
-    if (cJSON_IsString(p)) return encode(s, p->valuestring, true, j, e);
+    if (cJSON_IsString(p)) return oa_encode(s, p->valuestring, true, j, e);
     if (!cJSON_IsArray(p)) return bad(e, "prompt", "'%s' must be a string or an array of token ids%s", "");
     const int n = cJSON_GetArraySize(p);
     if (n == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
-        return encode(s, cJSON_GetArrayItem(p, 0)->valuestring, true, j, e);
+        return oa_encode(s, cJSON_GetArrayItem(p, 0)->valuestring, true, j, e);
     if (n == 0) return bad(e, "prompt", "'%s' is empty%s", "");
     if (!cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         return bad(e, "prompt", "'%s': one prompt per request (a string or an array of token ids; n = 1)%s", "");
@@ -144,75 +145,6 @@ static int parse_prompt(srv *s, const cJSON *root, job *j, oa_error *e) {
         j->prompt[i] = (int32_t)v->valuedouble;
     }
     return 0;
-}
-
-/* the text of one message's content: a string, or an array of {"type": "text", "text": ...} parts */
-static int content_text(const cJSON *c, int i, sbuf *out, oa_error *e) {
-    if (!c || cJSON_IsNull(c)) return 0;
-    if (cJSON_IsString(c)) {
-        sb_puts(out, c->valuestring);
-        return 0;
-    }
-    if (cJSON_IsArray(c)) {
-        for (const cJSON *part = c->child; part; part = part->next) {
-            const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-            const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-            if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
-                return oa_fail(e, 400, "invalid_request_error", NULL, "messages",
-                               "messages[%d].content: only text parts ({\"type\": \"text\", \"text\": ...}) are "
-                               "supported",
-                               i);
-            sb_puts(out, text->valuestring);
-        }
-        return 0;
-    }
-    return oa_fail(e, 400, "invalid_request_error", NULL, "messages",
-                   "messages[%d].content must be a string or an array of text parts", i);
-}
-
-static int parse_messages(srv *s, const cJSON *root, job *j, oa_error *e) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!msgs || cJSON_IsNull(msgs)) return bad(e, "messages", "'%s' is required%s", "");
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
-        return bad(e, "messages", "'%s' must be a non-empty array of messages%s", "");
-    const int n = cJSON_GetArraySize(msgs);
-    fm_chat_msg *m = calloc((size_t)n, sizeof *m);
-    sbuf *texts = calloc((size_t)n, sizeof *texts);
-    int rc = m && texts ? 0 : oa_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    int i = 0;
-    for (const cJSON *v = msgs->child; !rc && v; v = v->next, i++) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(v, "role");
-        if (!cJSON_IsObject(v) || !cJSON_IsString(role)) {
-            rc = oa_fail(e, 400, "invalid_request_error", NULL, "messages",
-                         "messages[%d] must be an object with a "
-                         "string 'role'",
-                         i);
-            break;
-        }
-        rc = content_text(cJSON_GetObjectItemCaseSensitive(v, "content"), i, &texts[i], e);
-        m[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
-        m[i].content = texts[i].p ? texts[i].p : "";
-    }
-    if (!rc && !s->tmpl)
-        rc = oa_fail(e, 501, "server_error", "chat_template_unavailable", NULL,
-                     "this server has no chat template for the model (%s): start it with --chat-template NAME, or use "
-                     "/v1/completions",
-                     s->tmpl_error);
-    if (!rc && !s->tok)
-        rc = oa_fail(e, 501, "server_error", "tokenizer_unavailable", NULL,
-                     "this server has no tokenizer for the model (%s)", s->tok_error);
-    char *text = NULL;
-    if (!rc) {
-        const fm_chat_opts co = {.add_generation_prompt = true, .enable_thinking = true};
-        fm_error err;
-        if (fm_chat_render(s->tmpl, m, n, &co, &text, &err))
-            rc = oa_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
-    }
-    if (!rc) rc = encode(s, text, false, j, e);
-    free(text);
-    for (int k = 0; texts && k < n; k++) sb_free(&texts[k]);
-    free(texts), free(m);
-    return rc;
 }
 
 static int parse_stop(const cJSON *root, job *j, oa_error *e) {
@@ -290,7 +222,7 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     }
     j->want_logprobs = want_lp;
     if (!rc) rc = parse_stop(root, j, e);
-    if (!rc) rc = chat ? parse_messages(s, root, j, e) : parse_prompt(s, root, j, e);
+    if (!rc) rc = chat ? chat_parse(s, root, j, e) : parse_prompt(s, root, j, e);
     if (!rc && j->n_prompt < 1)
         rc = oa_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt", "the prompt is empty");
     if (!rc) {
@@ -336,6 +268,10 @@ static cJSON *usage_json(const job *j) {
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + j->n_completion));
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", (double)j->n_cached);
+    if (j->chat) {
+        cJSON *c = cJSON_AddObjectToObject(u, "completion_tokens_details");
+        cJSON_AddNumberToObject(c, "reasoning_tokens", (double)chat_out_reasoning_tokens(j));
+    }
     return u;
 }
 
@@ -419,16 +355,18 @@ static void send_chunk(job *j, const char *text, size_t len, const tok_item *ite
     cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
-    char *t = strndup(text, len);
     if (j->chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (!j->role_sent) cJSON_AddStringToObject(d, "role", "assistant"), j->role_sent = true;
-        if (len || !finish) cJSON_AddStringToObject(d, "content", t);
-    } else cJSON_AddStringToObject(c, "text", t);
-    free(t);
+        if (!chat_out_delta(j, d) && !finish) cJSON_AddStringToObject(d, "content", "");
+    } else {
+        char *t = strndup(text, len);
+        cJSON_AddStringToObject(c, "text", t);
+        free(t);
+    }
     if (j->want_logprobs && n > 0) cJSON_AddItemToObject(c, "logprobs", add_logprobs(j, NULL, items, n));
     else cJSON_AddNullToObject(c, "logprobs");
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", j->chat ? chat_out_finish_reason(j, finish) : finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     if (j->include_usage) cJSON_AddNullToObject(o, "usage");
     send_event(j, o);
@@ -436,10 +374,11 @@ static void send_chunk(job *j, const char *text, size_t len, const tok_item *ite
 
 /* text that is ready to go out (the stop strings checked) */
 static void emit_text(job *j, const char *text, size_t len, const tok_item *items, int64_t n, const char *finish) {
+    if (j->chatq) chat_out_push(j, text, len); /* the parts wait in the job until the chunk takes them */
     if (j->stream) {
         if (len || n || finish || (j->chat && !j->role_sent)) send_chunk(j, text, len, items, n, finish);
     } else {
-        sb_put(&j->text, text, len);
+        if (!j->chatq) sb_put(&j->text, text, len);
         if (j->want_logprobs && n) j->lp = add_logprobs(j, j->lp, items, n);
     }
     j->text_bytes += (int64_t)len;
@@ -479,6 +418,7 @@ bool oa_consume(job *j, const tok_item *items, int64_t n, bool ended, fm_sched_e
     bool stopped = false;
     for (int64_t i = 0; i < n && !j->text_done; i++) {
         j->n_completion++;
+        if (j->chatq) chat_out_token(j, items[i].id);
         const char *piece = j->detok ? fm_detok_push(j->detok, items[i].id) : "";
         sb_puts(&j->pending, piece);
         size_t slen = 0;
@@ -493,6 +433,10 @@ bool oa_consume(job *j, const tok_item *items, int64_t n, bool ended, fm_sched_e
         emit_text(j, j->pending.p ? j->pending.p : "", go, &items[i], 1, NULL);
         if (j->pending.p) memmove(j->pending.p, j->pending.p + go, hold + 1);
         j->pending.n = hold;
+        if (chat_out_stop(j)) { /* one tool call was all the request allowed */
+            j->text_done = stopped = true, j->finish = "stop";
+            break;
+        }
     }
     if (!ended || j->closed) return stopped;
     j->closed = true;
@@ -516,6 +460,7 @@ bool oa_consume(job *j, const tok_item *items, int64_t n, bool ended, fm_sched_e
         j->finish = at >= 0 ? "stop" : finish_name(end);
         j->text_done = true;
     }
+    if (j->chatq) chat_out_finish(j);
     if (j->stream) {
         send_chunk(j, "", 0, NULL, 0, j->finish);
         if (j->include_usage) {
@@ -537,18 +482,28 @@ char *oa_final_json(job *j) {
     if (j->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", text);
+        chat_out_message(j, m);
     } else cJSON_AddStringToObject(c, "text", text);
     if (j->want_logprobs) {
         if (!j->lp) j->lp = add_logprobs(j, NULL, NULL, 0);
         cJSON_AddItemToObject(c, "logprobs", j->lp);
         j->lp = NULL;
     } else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", j->finish ? j->finish : "stop");
+    const char *finish = j->finish ? j->finish : "stop";
+    cJSON_AddStringToObject(c, "finish_reason", j->chat ? chat_out_finish_reason(j, finish) : finish);
     cJSON_AddItemToObject(o, "usage", usage_json(j));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
+}
+
+uint64_t serve_random(void) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) { /* no entropy source: the clock, mixed */
+        r = (uint64_t)(serve_now() * 1e9) ^ (uint64_t)(uintptr_t)&r;
+        r ^= r >> 33, r *= 0xff51afd7ed558ccdull, r ^= r >> 33;
+    }
+    return r;
 }
 
 double serve_now(void) {

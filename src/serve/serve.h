@@ -18,7 +18,10 @@ typedef struct fm_serve_opts {
     const char *host;          /* address to bind (default 127.0.0.1) */
     int32_t port;              /* 0: a free port, printed on stderr */
     const char *api_key;       /* NULL: no key needed */
-    const char *chat_template; /* --chat-template NAME (NULL: the checkpoint's) */
+    const char *chat_template; /* --chat-template FILE (NULL: the checkpoint's) */
+    const char *tool_parser;      /* --tool-parser hermes|mistral|none (NULL: from the template) */
+    const char *reasoning_parser; /* --reasoning-parser qwen3|deepseek_r1|none (NULL: from the template) */
+    const char *default_chat_template_kwargs; /* JSON object of template variables every request starts from */
     int32_t max_queue;         /* requests waiting beyond the running ones before 429 */
     int64_t max_body;          /* request body bytes at most (413 beyond) */
     int64_t prefill_chunk;     /* prompt tokens per prefill step (0: the load's max_tokens) */

@@ -14,8 +14,11 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "serve/serve.h"
+#include "serve/chat.h"
 #include "text/chat_template.h"
+#include "text/reasoning.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 /* a growable byte string, always NUL-terminated */
 typedef struct sbuf {
@@ -52,6 +55,31 @@ typedef struct tok_item {
 } tok_item;
 
 typedef struct srv srv;
+
+enum { TOOL_CHOICE_NONE, TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED };
+
+/* a chat request's agent side (chat_request.c, chat_output.c, chat_constraint.c) */
+typedef struct chat_req {
+    int choice;      /* TOOL_CHOICE_* */
+    char named[128]; /* TOOL_CHOICE_NAMED: the function */
+    bool parallel;   /* parallel_tool_calls */
+    cJSON *tools;    /* the request's tools while they are active (NULL: none, or tool_choice none) */
+    fm_tool_format tool_fmt;
+    fm_reasoning_format reasoning_fmt;
+    bool opened;            /* the prompt left a think block open */
+    struct chat_constraint *constraint; /* response_format / a forced tool call (NULL: none) */
+    /* the reply */
+    fm_reasoning_split split;
+    fm_tool_parser *parser;         /* NULL when no tools are active */
+    sbuf d_reasoning, d_content;    /* stream: the parts since the last chunk */
+    cJSON *d_calls;                 /* stream: tool_calls entries since the last chunk */
+    sbuf reasoning;                 /* non-stream: the whole reasoning (the content goes to job.text) */
+    cJSON *calls;                   /* non-stream: the message's tool_calls */
+    int64_t n_reasoning_tokens;
+    bool counting, first_seen; /* reasoning tokens: inside the think block; a token was seen */
+    int32_t n_calls;
+    bool stop_now; /* parallel_tool_calls false and one call is complete: the rest is dropped */
+} chat_req;
 
 typedef struct job {
     srv *s;
@@ -94,6 +122,7 @@ typedef struct job {
     sbuf out; /* stream bytes not yet handed to the connection */
     size_t out_off;
     bool role_sent, closed;
+    chat_req *chatq; /* chat requests: the agent side (NULL for completions) */
 } job;
 
 struct srv {
@@ -118,6 +147,11 @@ struct srv {
     bool stopping;
     metrics met;
     fm_sched_stats stats; /* after the last step */
+    /* the chat API's output formats (chat_setup) */
+    fm_tool_format chat_tool_fmt;
+    fm_reasoning_format chat_reasoning_fmt;
+    cJSON *chat_default_kwargs; /* --default-chat-template-kwargs (NULL: none) */
+    int32_t chat_think_start, chat_think_end; /* the ids of <think> and </think> (-1: none) */
     pthread_t thread;
     fm_status fatal;
     fm_error fatal_err;
@@ -133,6 +167,11 @@ typedef struct oa_error {
 int oa_fail(oa_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 char *oa_error_json(const oa_error *e);
+
+/* Encodes text into j's prompt; 0 or the HTTP status. */
+int oa_encode(srv *s, const char *text, bool add_special, job *j, oa_error *e);
+/* A random 64-bit number (ids, seeds). */
+uint64_t serve_random(void);
 
 /* Parses a request body into j (prompt ids, parameters); 0, or the HTTP status with e filled. */
 int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *e);

@@ -37,6 +37,7 @@ static void job_free(job *j) {
     if (j->detok) fm_detok_free(j->detok);
     sb_free(&j->pending), sb_free(&j->text), sb_free(&j->out);
     cJSON_Delete(j->lp);
+    chat_out_free(j);
     pthread_cond_destroy(&j->cv);
     atomic_fetch_sub(&j->s->n_live, 1);
     free(j);
@@ -449,6 +450,12 @@ static void load_text(srv *s) {
         fprintf(stderr, "fp8moe serve: no chat template (%s): /v1/chat/completions is refused with 501\n", err.msg);
         return;
     }
+    if (chat_setup(s, &err)) {
+        snprintf(s->tmpl_error, sizeof s->tmpl_error, "%s", err.msg);
+        fm_chat_template_free(s->tmpl);
+        s->tmpl = NULL;
+        return;
+    }
     const char *const *stops = fm_chat_template_stop_tokens(s->tmpl);
     for (int i = 0; s->tok && stops && stops[i] && s->n_tmpl_stop_ids < 8; i++) {
         const int32_t id = fm_tokenizer_token_id(s->tok, stops[i]);
@@ -481,8 +488,8 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     a4.sin_family = AF_INET, a4.sin_port = htons((uint16_t)o->port);
     a6.sin6_family = AF_INET6, a6.sin6_port = htons((uint16_t)o->port);
     load_text(s);
-    if (o->chat_template && !s->tmpl) {
-        fm_status st = fm_fail(err, FM_ERR_USAGE, "--chat-template %s: %s", o->chat_template, s->tmpl_error);
+    if ((o->chat_template || o->tool_parser || o->reasoning_parser || o->default_chat_template_kwargs) && !s->tmpl) {
+        fm_status st = fm_fail(err, FM_ERR_USAGE, "the chat template: %s", s->tmpl_error);
         if (s->tok) fm_tokenizer_free(s->tok);
         free(s);
         return st;
@@ -491,6 +498,8 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     if (st) {
         if (s->tok) fm_tokenizer_free(s->tok);
         if (s->tmpl) fm_chat_template_free(s->tmpl);
+    chat_teardown(s);
+        chat_teardown(s);
         free(s);
         return st;
     }
@@ -542,6 +551,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (s->tok) fm_tokenizer_free(s->tok);
     if (s->tmpl) fm_chat_template_free(s->tmpl);
+    chat_teardown(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->active);

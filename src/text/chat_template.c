@@ -447,3 +447,25 @@ fm_status fm_chat_render(const fm_chat_template *t, const fm_chat_msg *msgs, int
     *text = b.p;
     return FM_OK;
 }
+
+/* ---- an adapter to the variables form, until the interpreter lands: messages' role and content only ---- */
+const char *fm_chat_template_source(const fm_chat_template *t) {
+    return t->info->kind == TMPL_QWEN3 ? "<tool_call> <think> enable_thinking" : "";
+}
+const char *fm_chat_template_path(const fm_chat_template *t) { return t->info->name; }
+fm_status fm_chat_template_apply(const fm_chat_template *t, const cJSON *vars, char **text, fm_error *err) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(vars, "messages");
+    const int n = cJSON_GetArraySize(msgs);
+    fm_chat_msg *m = calloc((size_t)n + 1, sizeof *m);
+    if (!m) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(msgs, i);
+        m[i].role = cJSON_GetObjectItemCaseSensitive(v, "role")->valuestring;
+        m[i].content = cJSON_GetObjectItemCaseSensitive(v, "content")->valuestring;
+    }
+    const cJSON *et = cJSON_GetObjectItemCaseSensitive(vars, "enable_thinking");
+    const fm_chat_opts co = {.add_generation_prompt = true, .enable_thinking = !cJSON_IsFalse(et)};
+    fm_status st = fm_chat_render(t, m, n, &co, text, err);
+    free(m);
+    return st;
+}

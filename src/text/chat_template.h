@@ -39,3 +39,7 @@ fm_status fm_chat_render(const fm_chat_template *t, const fm_chat_msg *msgs, int
 const char *const *fm_chat_template_stop_tokens(const fm_chat_template *t);
 
 #endif
+#include <cjson/cJSON.h>
+const char *fm_chat_template_source(const fm_chat_template *t);
+const char *fm_chat_template_path(const fm_chat_template *t);
+fm_status fm_chat_template_apply(const fm_chat_template *t, const cJSON *vars, char **text, fm_error *err);
