@@ -134,8 +134,8 @@ static void test_hermes(void **state) {
                 "<tool_call>\n{\"arguments\": {}, \"name\": \"b\"}\n</tool_call>\n",
                 "", "B0:a A0:{\"x\": [1, {\"y\": \"}\"}]}| E0 B1:b A1:{}| E1 ", 2);
     /* not a call object: the block is content, whole */
-    check_tools(FM_TOOLS_HERMES, "<tool_call>\nnot json\n</tool_call> after", "<tool_call>\nnot json\n</tool_call> after",
-                "", 0);
+    check_tools(FM_TOOLS_HERMES, "<tool_call>\nnot json\n</tool_call> after",
+                "<tool_call>\nnot json\n</tool_call> after", "", 0);
     /* no call: the text unchanged, a partial tag at the end too */
     check_tools(FM_TOOLS_HERMES, "a < b and <tool", "a < b and <tool", "", 0);
     /* a call cut by the end of the output, its arguments complete: still a call */
@@ -151,8 +151,8 @@ static void test_hermes(void **state) {
 static void test_mistral(void **state) {
     (void)state;
     check_tools(FM_TOOLS_MISTRAL,
-                "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
-                "", "B0:a A0:{\"x\": 1}| E0 B1:b A1:{}| E1 ", 2);
+                "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]", "",
+                "B0:a A0:{\"x\": 1}| E0 B1:b A1:{}| E1 ", 2);
     check_tools(FM_TOOLS_MISTRAL, "Plain answer.", "Plain answer.", "", 0);
     check_tools(FM_TOOLS_MISTRAL, "[TOOL_CALLS] oops", "[TOOL_CALLS] oops", "", 0);
 }

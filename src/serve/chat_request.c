@@ -75,7 +75,8 @@ static int tool_calls_copy(const cJSON *calls, int i, cJSON *msg, oa_error *e) {
 /* one message into the template's shape */
 static int message_copy(const cJSON *m, int i, cJSON *out, oa_error *e) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-    if (!cJSON_IsObject(m) || !cJSON_IsString(role)) return bad_msg(e, i, "must be an object with a string 'role'%s", "");
+    if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+        return bad_msg(e, i, "must be an object with a string 'role'%s", "");
     const char *r = role->valuestring;
     if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user") && strcmp(r, "assistant") &&
         strcmp(r, "tool"))
@@ -145,8 +146,7 @@ static int tool_choice_parse(const cJSON *root, const cJSON *tools, chat_req *q,
                            "\"function\": {\"name\": ...}}, got \"%s\"",
                            v);
     } else {
-        const cJSON *name =
-            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name");
         if (!cJSON_IsObject(tc) || !cJSON_IsString(name))
             return oa_fail(e, 400, "invalid_request_error", NULL, "tool_choice",
                            "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -182,7 +182,8 @@ static int kwargs_merge(srv *s, const cJSON *root, cJSON *vars, oa_error *e) {
     const cJSON *et = cJSON_GetObjectItemCaseSensitive(root, "enable_thinking");
     if (et && !cJSON_IsNull(et)) {
         if (!cJSON_IsBool(et))
-            return oa_fail(e, 400, "invalid_request_error", NULL, "enable_thinking", "'enable_thinking' must be a boolean");
+            return oa_fail(e, 400, "invalid_request_error", NULL, "enable_thinking",
+                           "'enable_thinking' must be a boolean");
         cJSON_DeleteItemFromObjectCaseSensitive(vars, "enable_thinking");
         cJSON_AddBoolToObject(vars, "enable_thinking", cJSON_IsTrue(et));
     }
@@ -299,8 +300,8 @@ fm_status chat_setup(srv *s, fm_error *err) {
         s->chat_think_end = fm_tokenizer_token_id(s->tok, "</think>");
     }
     if (s->tmpl)
-        fprintf(stderr, "fp8moe serve: chat template %s: tool calls %s, reasoning %s\n",
-                fm_chat_template_path(s->tmpl), fm_tool_format_name(s->chat_tool_fmt),
+        fprintf(stderr, "fp8moe serve: chat template %s: tool calls %s, reasoning %s\n", fm_chat_template_path(s->tmpl),
+                fm_tool_format_name(s->chat_tool_fmt),
                 s->chat_reasoning_fmt == FM_REASONING_THINK_TAGS ? "<think> tags" : "none");
     return FM_OK;
 }

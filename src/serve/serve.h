@@ -13,18 +13,18 @@
 
 typedef struct fm_serve_opts {
     const char *model_dir;
-    const char *model_name;    /* the id in /v1/models and the "model" field requests must name (NULL: the
-                                  directory's last component) */
-    const char *host;          /* address to bind (default 127.0.0.1) */
-    int32_t port;              /* 0: a free port, printed on stderr */
-    const char *api_key;       /* NULL: no key needed */
-    const char *chat_template; /* --chat-template FILE (NULL: the checkpoint's) */
+    const char *model_name;       /* the id in /v1/models and the "model" field requests must name (NULL: the
+                                     directory's last component) */
+    const char *host;             /* address to bind (default 127.0.0.1) */
+    int32_t port;                 /* 0: a free port, printed on stderr */
+    const char *api_key;          /* NULL: no key needed */
+    const char *chat_template;    /* --chat-template FILE (NULL: the checkpoint's) */
     const char *tool_parser;      /* --tool-parser hermes|mistral|none (NULL: from the template) */
     const char *reasoning_parser; /* --reasoning-parser qwen3|deepseek_r1|none (NULL: from the template) */
     const char *default_chat_template_kwargs; /* JSON object of template variables every request starts from */
-    int32_t max_queue;         /* requests waiting beyond the running ones before 429 */
-    int64_t max_body;          /* request body bytes at most (413 beyond) */
-    int64_t prefill_chunk;     /* prompt tokens per prefill step (0: the load's max_tokens) */
+    int32_t max_queue;                        /* requests waiting beyond the running ones before 429 */
+    int64_t max_body;                         /* request body bytes at most (413 beyond) */
+    int64_t prefill_chunk;                    /* prompt tokens per prefill step (0: the load's max_tokens) */
     int64_t default_max_tokens;
     const char *port_file; /* when set, the bound port is written there once listening (tests) */
 } fm_serve_opts;

@@ -66,15 +66,15 @@ typedef struct chat_req {
     cJSON *tools;    /* the request's tools while they are active (NULL: none, or tool_choice none) */
     fm_tool_format tool_fmt;
     fm_reasoning_format reasoning_fmt;
-    bool opened;            /* the prompt left a think block open */
+    bool opened;                        /* the prompt left a think block open */
     struct chat_constraint *constraint; /* response_format / a forced tool call (NULL: none) */
     /* the reply */
     fm_reasoning_split split;
-    fm_tool_parser *parser;         /* NULL when no tools are active */
-    sbuf d_reasoning, d_content;    /* stream: the parts since the last chunk */
-    cJSON *d_calls;                 /* stream: tool_calls entries since the last chunk */
-    sbuf reasoning;                 /* non-stream: the whole reasoning (the content goes to job.text) */
-    cJSON *calls;                   /* non-stream: the message's tool_calls */
+    fm_tool_parser *parser;      /* NULL when no tools are active */
+    sbuf d_reasoning, d_content; /* stream: the parts since the last chunk */
+    cJSON *d_calls;              /* stream: tool_calls entries since the last chunk */
+    sbuf reasoning;              /* non-stream: the whole reasoning (the content goes to job.text) */
+    cJSON *calls;                /* non-stream: the message's tool_calls */
     int64_t n_reasoning_tokens;
     bool counting, first_seen; /* reasoning tokens: inside the think block; a token was seen */
     int32_t n_calls;
@@ -150,7 +150,7 @@ struct srv {
     /* the chat API's output formats (chat_setup) */
     fm_tool_format chat_tool_fmt;
     fm_reasoning_format chat_reasoning_fmt;
-    cJSON *chat_default_kwargs; /* --default-chat-template-kwargs (NULL: none) */
+    cJSON *chat_default_kwargs;               /* --default-chat-template-kwargs (NULL: none) */
     int32_t chat_think_start, chat_think_end; /* the ids of <think> and </think> (-1: none) */
     pthread_t thread;
     fm_status fatal;

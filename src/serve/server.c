@@ -498,7 +498,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     if (st) {
         if (s->tok) fm_tokenizer_free(s->tok);
         if (s->tmpl) fm_chat_template_free(s->tmpl);
-    chat_teardown(s);
+        chat_teardown(s);
         chat_teardown(s);
         free(s);
         return st;

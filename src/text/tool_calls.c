@@ -38,11 +38,11 @@ static void g_put(gbuf *b, const char *s, size_t n) {
 
 /* one call object as far as scanned */
 typedef struct call_scan {
-    int state;           /* -1 broken, 0 incomplete, 1 complete */
-    size_t end;          /* complete: the index after its closing brace */
-    char *name;          /* malloc'd once its string is complete (the caller frees it) */
-    size_t args_at;      /* where the arguments' value starts (0: not reached) */
-    size_t args_n;       /* its bytes arrived so far (all of them when args_done) */
+    int state;      /* -1 broken, 0 incomplete, 1 complete */
+    size_t end;     /* complete: the index after its closing brace */
+    char *name;     /* malloc'd once its string is complete (the caller frees it) */
+    size_t args_at; /* where the arguments' value starts (0: not reached) */
+    size_t args_n;  /* its bytes arrived so far (all of them when args_done) */
     bool has_args, args_done;
 } call_scan;
 
@@ -52,11 +52,11 @@ struct fm_tool_parser {
     int mode;
     char hold[MAX_HOLD];
     size_t n_hold;
-    gbuf blk;       /* the current call block's text, after its open tag */
-    size_t obj_at;  /* mistral: where the current object starts in blk */
-    int32_t index;  /* of the current call */
-    bool begun;     /* its call_begin went out */
-    size_t sent;    /* its argument bytes that went out */
+    gbuf blk;      /* the current call block's text, after its open tag */
+    size_t obj_at; /* mistral: where the current object starts in blk */
+    int32_t index; /* of the current call */
+    bool begun;    /* its call_begin went out */
+    size_t sent;   /* its argument bytes that went out */
     int32_t n_calls;
     bool after_call; /* the whitespace that follows a call only separates it from the next */
 };
@@ -190,8 +190,8 @@ static void scan_call(const char *s, size_t n, size_t i, call_scan *c) {
             return;
         }
         const bool is_name = key_n == 4 && !memcmp(s + key, "name", 4);
-        const bool is_args = (key_n == 9 && !memcmp(s + key, "arguments", 9)) ||
-                             (key_n == 10 && !memcmp(s + key, "parameters", 10));
+        const bool is_args =
+            (key_n == 9 && !memcmp(s + key, "arguments", 9)) || (key_n == 10 && !memcmp(s + key, "parameters", 10));
         if (is_args) c->has_args = true, c->args_at = i, c->args_n = (vr ? vend : n) - i, c->args_done = vr == 1;
         if (vr == 0) return;
         if (is_name && !c->name && s[i] == '"') c->name = json_string(s + i, vend - i);
