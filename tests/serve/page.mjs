@@ -21,7 +21,10 @@ try {
   await page.type("#input", message);
   await page.keyboard.press("Enter");
   await page.waitForSelector(".msg.assistant[data-done='1']", { timeout: 60000 });
-  const answer = await page.$eval(".msg.assistant", (el) => el.textContent);
+  const answer = await page.$eval(".msg.assistant .answer", (el) => el.textContent);
+  // this model does not reason: the reasoning fold stays hidden; the thinking switch is there
+  assert.equal(await page.$eval(".msg.assistant details.reasoning", (el) => el.hidden), true);
+  assert.equal(await page.$eval("#think", (el) => el.checked), true);
   const user = await page.$eval(".msg.user", (el) => el.textContent);
   assert.equal(user, message);
   const shown = await page.$$eval(".msg.error", (els) => els.map((el) => el.textContent));
