@@ -66,9 +66,10 @@ static srv *server(void) {
     return s;
 }
 
-static const char k_agent_text[] = "<think>\nThe user wants the weather in Paris.\n</think>\n\n"
-                                   "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                                   "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+static const char k_agent_text[] =
+    "<think>\nThe user wants the weather in Paris.\n</think>\n\n"
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+    "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
 
 static void non_stream_message(void **state) {
     (void)state;
@@ -136,7 +137,7 @@ static void stream_deltas(void **state) {
         if (cJSON_IsString(r)) strcat(reasoning, r->valuestring);
         if (cJSON_IsString(t)) strcat(content, t->valuestring);
         for (const cJSON *tc = cJSON_GetObjectItem(d, "tool_calls") ? cJSON_GetObjectItem(d, "tool_calls")->child
-                                                                     : NULL;
+                                                                    : NULL;
              tc; tc = tc->next) {
             const int idx = cJSON_GetObjectItem(tc, "index")->valueint;
             const cJSON *f = cJSON_GetObjectItem(tc, "function");

@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "engine/sampling_limits.h"
 #include "engine/scheduler.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -101,8 +102,14 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_SYSTEM: a->system = arg; return true;
     case OPT_NO_THINK: a->no_think = true; return true;
     case OPT_NO_REUSE: a->no_reuse = true; return true;
-    case OPT_TEMPERATURE: return parse_float(cmd, "--temperature", arg, 0, 1e6, false, &a->gp.temperature);
-    case OPT_TOP_P: return parse_float(cmd, "--top-p", arg, 0, 1, true, &a->gp.top_p);
+    case OPT_TEMPERATURE:
+        if (!parse_float(cmd, "--temperature", arg, 0, 1e6, false, &a->gp.temperature)) return false;
+        a->gp.temperature = fm_sampler_temperature(a->gp.temperature);
+        return true;
+    case OPT_TOP_P:
+        if (!parse_float(cmd, "--top-p", arg, 0, 1, true, &a->gp.top_p)) return false;
+        a->gp.top_p = fm_sampler_top_p(a->gp.top_p > 0 ? a->gp.top_p : FLT_MIN); /* 1e-50 became 0 in fp32 */
+        return true;
     case OPT_TOP_K:
         if (!cli_parse_int(cmd, "--top-k", arg, 0, 1L << 30, &v)) return false;
         a->gp.top_k = (int32_t)v;

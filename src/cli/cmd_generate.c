@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/gen_text.h"
 #include "dist/rank_group.h"
+#include "engine/sampling_limits.h"
 #include "io/config.h"
 #include "io/ids.h"
 #include "util/file.h"
@@ -217,12 +218,18 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_SEQS: return cli_parse_int(cmd, "--max-seqs", arg, 1, 4096, &a->max_seqs);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
     case OPT_TEMPERATURE:
-        return parse_real(cmd, "--temperature", arg, 0, true, INFINITY, false, ">= 0 (0: greedy)", &a->gp.temperature);
+        if (!parse_real(cmd, "--temperature", arg, 0, true, INFINITY, false, ">= 0 (0: greedy)", &a->gp.temperature))
+            return false;
+        a->gp.temperature = fm_sampler_temperature(a->gp.temperature);
+        return true;
     case OPT_TOP_K:
         if (!cli_parse_int(cmd, "--top-k", arg, 0, INT32_MAX, &v)) return false;
         a->gp.top_k = (int32_t)v;
         return true;
-    case OPT_TOP_P: return parse_real(cmd, "--top-p", arg, 0, false, 1, true, "in (0, 1] (1: off)", &a->gp.top_p);
+    case OPT_TOP_P:
+        if (!parse_real(cmd, "--top-p", arg, 0, false, 1, true, "in (0, 1] (1: off)", &a->gp.top_p)) return false;
+        a->gp.top_p = fm_sampler_top_p(a->gp.top_p > 0 ? a->gp.top_p : FLT_MIN); /* 1e-50 became 0 in fp32 */
+        return true;
     case OPT_MIN_P: return parse_real(cmd, "--min-p", arg, 0, true, 1, false, "in [0, 1) (0: off)", &a->gp.min_p);
     case OPT_REPETITION:
         return parse_real(cmd, "--repetition-penalty", arg, 0, false, INFINITY, false, "> 0 (1: off)",

@@ -13,14 +13,25 @@ static const char *HELP =
     "                    [--chat-template NAME] [options]\n"
     "\n"
     "An HTTP server with the OpenAI API: POST /v1/chat/completions and /v1/completions (streamed as server-sent\n"
-    "events with \"stream\": true), GET /v1/models, /health, /metrics (Prometheus) and a chat page at /. Requests\n"
-    "are batched continuously: up to --max-seqs decode together, prompts are prefilled in chunks between decode\n"
-    "steps, a client that disconnects has its sequence cancelled. SIGINT or SIGTERM stops it cleanly.\n"
+    "events with \"stream\": true), POST /tokenize and /detokenize, GET /v1/models, /health, /metrics (Prometheus)\n"
+    "and a chat page at /. Requests are batched continuously: up to --max-seqs decode together, prompts are\n"
+    "prefilled in chunks between decode steps, a client that disconnects has its sequence cancelled. SIGINT or\n"
+    "SIGTERM drains: new requests get 503, running ones get --drain-timeout seconds, the rest are cut.\n"
+    "One log line per request on stderr. docs/serving.md has the fields, endpoints, metrics and security notes.\n"
     "\n"
     "server:\n"
     "  --host ADDR              IPv4 or IPv6 address to listen on (default 127.0.0.1: this machine only)\n"
     "  --port N                 TCP port (default 8080; 0: any free port, printed at start)\n"
-    "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/ (401 otherwise)\n"
+    "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/, /tokenize, /detokenize and /metrics\n"
+    "                           (401 otherwise); without a key, a server on a loopback address answers only\n"
+    "                           Host localhost, 127.0.0.1 or [::1] (DNS rebinding guard)\n"
+    "  --cors-origin ORIGIN     let browser pages from ORIGIN (such as https://app.example, or *) call the API\n"
+    "  --strict-fields          refuse request fields this server does not know with a 400 (default: named in\n"
+    "                           the log); --fields-markdown prints the table of fields and exits\n"
+    "  --drain-timeout S        seconds running requests get to finish after SIGTERM (default 30)\n"
+    "  --idle-timeout S         close a connection that sends nothing for S seconds (default 60)\n"
+    "  --max-conns N            open connections at most (default 512)\n"
+    "  --max-conns-per-client N open connections from one address at most (default 64)\n"
     "  --model-name NAME        the model id clients name (default: the directory's last component)\n"
     "  --chat-template NAME     the chat template (qwen3, chatml, mistral, ...) when the checkpoint has none or\n"
     "                           another is wanted\n"
@@ -56,7 +67,14 @@ enum {
     OPT_SYNTHETIC,
     OPT_TOOL_PARSER,
     OPT_REASONING_PARSER,
-    OPT_DEFAULT_KWARGS
+    OPT_DEFAULT_KWARGS,
+    OPT_CORS,
+    OPT_STRICT,
+    OPT_FIELDS_MD,
+    OPT_DRAIN,
+    OPT_IDLE,
+    OPT_MAX_CONNS,
+    OPT_MAX_CONNS_CLIENT
 };
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
@@ -72,12 +90,20 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"tool-parser", required_argument, 0, OPT_TOOL_PARSER},
                                             {"reasoning-parser", required_argument, 0, OPT_REASONING_PARSER},
                                             {"default-chat-template-kwargs", required_argument, 0, OPT_DEFAULT_KWARGS},
+                                            {"cors-origin", required_argument, 0, OPT_CORS},
+                                            {"strict-fields", no_argument, 0, OPT_STRICT},
+                                            {"fields-markdown", no_argument, 0, OPT_FIELDS_MD},
+                                            {"drain-timeout", required_argument, 0, OPT_DRAIN},
+                                            {"idle-timeout", required_argument, 0, OPT_IDLE},
+                                            {"max-conns", required_argument, 0, OPT_MAX_CONNS},
+                                            {"max-conns-per-client", required_argument, 0, OPT_MAX_CONNS_CLIENT},
                                             {0, 0, 0, 0}};
 
 typedef struct serve_args {
     fm_serve_opts so;
     long max_seqs, prefill_chunk;
     const char *synthetic;
+    bool fields_markdown;
 } serve_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -104,6 +130,29 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
     case OPT_PORT_FILE: a->so.port_file = arg; return true;
     case OPT_SYNTHETIC: a->synthetic = arg; return true;
+    case OPT_CORS:
+        if (!arg[0])
+            return cli_usage(cmd, "--cors-origin is empty: give an origin such as https://app.example, or *"), false;
+        a->so.cors_origin = arg;
+        return true;
+    case OPT_STRICT: a->so.strict_fields = true; return true;
+    case OPT_FIELDS_MD: a->fields_markdown = true; return true;
+    case OPT_DRAIN:
+        if (!cli_parse_int(cmd, "--drain-timeout", arg, 0, 86400, &v)) return false;
+        a->so.drain_timeout = (double)v;
+        return true;
+    case OPT_IDLE:
+        if (!cli_parse_int(cmd, "--idle-timeout", arg, 1, 86400, &v)) return false;
+        a->so.idle_timeout = (int32_t)v;
+        return true;
+    case OPT_MAX_CONNS:
+        if (!cli_parse_int(cmd, "--max-conns", arg, 1, 1L << 20, &v)) return false;
+        a->so.max_conns = (int32_t)v;
+        return true;
+    case OPT_MAX_CONNS_CLIENT:
+        if (!cli_parse_int(cmd, "--max-conns-per-client", arg, 1, 1L << 20, &v)) return false;
+        a->so.max_conns_per_client = (int32_t)v;
+        return true;
     default: return false;
     }
 }
@@ -116,6 +165,14 @@ int cmd_serve(int argc, char **argv) {
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
+    if (a.fields_markdown) {
+        char *md = fm_serve_fields_markdown();
+        fputs(md, stdout);
+        free(md);
+        return CLI_OK;
+    }
+    if (a.so.api_key && !a.so.api_key[0])
+        return cli_usage(cmd, "--api-key is empty (an unset variable?): give a key, or leave the option out");
     if (!mo.model_dir && !a.synthetic) return cli_usage(cmd, "--model DIR (or --synthetic NAME) is required");
     if (mo.model_dir && a.synthetic) return cli_usage(cmd, "--model and --synthetic exclude each other");
     if (a.synthetic && a.so.chat_template)

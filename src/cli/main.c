@@ -1,5 +1,6 @@
 /* fp8moe: the command line. Subcommands: logits, generate, chat, perplexity, inspect, parity, bench, requantize,
  * tokenize, detokenize. */
+#include <errno.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -34,6 +35,22 @@ static void usage(FILE *f) {
             FP8MOE_VERSION);
 }
 
+static int run_command(const char *cmd, int argc, char **argv) {
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "requantize") || !strcmp(cmd, "--requantize")) return cmd_requantize(argc - 1, argv + 1);
+    fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
+    return CLI_USAGE;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -48,17 +65,13 @@ int main(int argc, char **argv) {
         printf("fp8moe %s\n", FP8MOE_VERSION);
         return CLI_OK;
     }
-    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
-    if (!strcmp(cmd, "parity")) return cmd_parity(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
-    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
-    if (!strcmp(cmd, "requantize") || !strcmp(cmd, "--requantize")) return cmd_requantize(argc - 1, argv + 1);
-    fprintf(stderr, "fp8moe: unknown command '%s' (see 'fp8moe --help')\n", cmd);
-    return CLI_USAGE;
+    errno = 0;
+    const int rc = run_command(cmd, argc, argv);
+    /* output that never reached its file (a full disk, a closed pipe, >/dev/full) is a failure, not a success */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "fp8moe %s: error: cannot write the output to stdout: %s\n", cmd,
+                strerror(errno ? errno : EIO));
+        return rc ? rc : CLI_BAD_INPUT;
+    }
+    return rc;
 }

@@ -211,7 +211,9 @@ static int kwargs_merge(srv *s, const cJSON *root, cJSON *vars, oa_error *e) {
     return 0;
 }
 
-int chat_parse(srv *s, const cJSON *root, job *j, oa_error *e) {
+/* the conversation of root rendered by the template into *text (malloc'd); q receives the tool settings */
+static int render(srv *s, const cJSON *root, bool add_generation_prompt, chat_req *q, char **text, oa_error *e) {
+    *text = NULL;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!msgs || cJSON_IsNull(msgs))
         return oa_fail(e, 400, "invalid_request_error", NULL, "messages", "'messages' is required");
@@ -223,9 +225,6 @@ int chat_parse(srv *s, const cJSON *root, job *j, oa_error *e) {
                        "this server has no chat template for the model (%s): start it with --chat-template FILE, or "
                        "use /v1/completions",
                        s->tmpl_error);
-    chat_req *q = calloc(1, sizeof *q);
-    if (!q) return oa_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    j->chatq = q;
     cJSON *vars = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(vars, "messages");
     int rc = 0, i = 0;
     for (const cJSON *m = msgs->child; !rc && m; m = m->next, i++) rc = message_copy(m, i, list, e);
@@ -252,21 +251,36 @@ int chat_parse(srv *s, const cJSON *root, job *j, oa_error *e) {
         else cJSON_AddItemToObject(vars, "tools", cJSON_Duplicate(tools, true));
         q->tools = cJSON_Duplicate(tools, true);
     }
-    cJSON_AddBoolToObject(vars, "add_generation_prompt", true);
+    cJSON_AddBoolToObject(vars, "add_generation_prompt", add_generation_prompt);
     if (!rc) rc = kwargs_merge(s, root, vars, e);
-    if (!rc && !s->tok)
-        rc = oa_fail(e, 501, "server_error", "tokenizer_unavailable", NULL,
-                     "this server has no tokenizer for the model (%s)", s->tok_error);
-    char *text = NULL;
     if (!rc) {
         fm_error err;
-        if (fm_chat_template_apply(s->tmpl, vars, &text, &err))
+        if (fm_chat_template_apply(s->tmpl, vars, text, &err))
             rc = oa_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
     }
     cJSON_Delete(vars);
+    return rc;
+}
+
+int serve_chat_prompt(srv *s, const cJSON *root, bool add_generation_prompt, char **text, oa_error *e) {
+    chat_req q = {0};
+    const int rc = render(s, root, add_generation_prompt, &q, text, e);
+    cJSON_Delete(q.tools);
+    return rc;
+}
+
+int chat_parse(srv *s, const cJSON *root, job *j, oa_error *e) {
+    chat_req *q = calloc(1, sizeof *q);
+    if (!q) return oa_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    j->chatq = q;
+    char *text = NULL;
+    int rc = render(s, root, true, q, &text, e);
+    if (!rc && !s->tok)
+        rc = oa_fail(e, 501, "server_error", "tokenizer_unavailable", NULL,
+                     "this server has no tokenizer for the model (%s)", s->tok_error);
     if (!rc) rc = oa_encode(s, text, false, j, e);
     if (!rc) {
-        q->tool_fmt = q->tools ? s->chat_tool_fmt : FM_TOOLS_NONE;
+        q->tool_fmt = q->tools && q->choice != TOOL_CHOICE_NONE ? s->chat_tool_fmt : FM_TOOLS_NONE;
         q->reasoning_fmt = s->chat_reasoning_fmt;
         q->opened = fm_reasoning_prompt_opens(q->reasoning_fmt, text);
     }

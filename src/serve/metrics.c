@@ -1,4 +1,5 @@
-/* GET /metrics: the Prometheus text exposition format (version 0.0.4). */
+/* GET /metrics: the Prometheus text exposition format (version 0.0.4). Every name is listed with its meaning in
+ * docs/serving.md. */
 #include "serve/serve_internal.h"
 
 /* seconds: from 5 ms to 60 s, roughly x2.5 apart (time to first token spans a queue wait; per-token latency sits at
@@ -34,7 +35,11 @@ static void gauge(sbuf *o, const char *name, const char *help, long long v) {
     sb_printf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, v);
 }
 
-void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t queued) {
+static void gauge_real(sbuf *o, const char *name, const char *help, double v) {
+    sb_printf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.6f\n", name, help, name, name, v);
+}
+
+void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t queued, bool draining) {
     static const char *const codes[6] = {"2xx", "400", "401", "404", "429", "other"};
     sb_puts(o, "# HELP fp8moe_requests_total HTTP requests to the API endpoints, by status\n"
                "# TYPE fp8moe_requests_total counter\n");
@@ -45,10 +50,21 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
     counter(o, "fp8moe_generation_tokens_total", "tokens generated", m->generation_tokens);
     counter(o, "fp8moe_requests_cancelled_total", "requests cancelled (client gone, stop string, shutdown)",
             m->cancelled);
+    counter(o, "fp8moe_requests_cut_total", "requests ended by a shutdown before they finished (finish_reason abort)",
+            m->cut);
+    counter(o, "fp8moe_prefix_cache_queries_total", "requests that ended, each a lookup of its prompt in the KV cache",
+            m->prefix_queries);
+    counter(o, "fp8moe_prefix_cache_hits_total", "requests whose prompt began with tokens already in the KV cache",
+            m->prefix_hits);
     gauge(o, "fp8moe_queue_depth", "requests waiting for a sequence slot", (long long)queued);
+    gauge(o, "fp8moe_requests_waiting", "requests waiting for a sequence slot (as fp8moe_queue_depth)",
+          (long long)queued);
     gauge(o, "fp8moe_requests_running", "requests prefilling or decoding", st->running);
     gauge(o, "fp8moe_kv_blocks_used", "KV cache blocks in use", st->kv_blocks_used);
     gauge(o, "fp8moe_kv_blocks_total", "KV cache blocks in the pool", st->kv_blocks_total);
+    gauge_real(o, "fp8moe_kv_cache_usage_ratio", "KV cache blocks in use over the pool's blocks (0 to 1)",
+               st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0.0);
+    gauge(o, "fp8moe_draining", "1 after SIGTERM, while running requests finish and new ones get 503", draining);
     counter(o, "fp8moe_decode_steps_total", "decode steps run", (uint64_t)st->decode_steps);
     if (st->experts_host) { /* --experts-in host: the expert cache */
         gauge(o, "fp8moe_expert_cache_slots", "expert slots of the cache in device memory", st->expert_slots);
@@ -60,5 +76,7 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
                 st->expert_bytes_copied);
     }
     hist_write(o, "fp8moe_time_to_first_token_seconds", "from a request's arrival to its first token", &m->ttft);
-    hist_write(o, "fp8moe_time_per_output_token_seconds", "between consecutive tokens of a request", &m->tpot);
+    hist_write(o, "fp8moe_inter_token_latency_seconds", "between consecutive tokens of a request", &m->itl);
+    hist_write(o, "fp8moe_e2e_request_latency_seconds", "from a request's arrival to its last token or its end",
+               &m->e2e);
 }

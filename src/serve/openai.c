@@ -1,5 +1,6 @@
 /* The OpenAI API's shapes: request bodies of /v1/completions and /v1/chat/completions into a job, and the job's
  * tokens into replies (one JSON object, or server-sent event chunks), with text-level stop strings. */
+#include <sys/random.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 #include <sys/random.h>
 
+#include "engine/sampling_limits.h"
 #include "serve/serve_internal.h"
 
 void sb_put(sbuf *b, const char *s, size_t n) {
@@ -62,12 +64,15 @@ int oa_fail(oa_error *e, int status, const char *type, const char *code, const c
 
 char *oa_error_json(const oa_error *e) {
     cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(o, "message", e->message);
+    sbuf msg = {0}, param = {0}; /* a message may quote what the client sent: never its invalid UTF-8 raw */
+    utf8_sanitize(&msg, e->message), utf8_sanitize(&param, e->param);
+    cJSON_AddStringToObject(o, "message", msg.p);
     cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
-    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
+    if (param.n) cJSON_AddStringToObject(o, "param", param.p);
     else cJSON_AddNullToObject(o, "param");
     if (e->code) cJSON_AddStringToObject(o, "code", e->code);
     else cJSON_AddNullToObject(o, "code");
+    sb_free(&msg), sb_free(&param);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
@@ -163,12 +168,25 @@ static int parse_stop(const cJSON *root, job *j, oa_error *e) {
     return 0;
 }
 
+/* a seed for a request that names none: two such requests must not sample the same text */
+static int64_t random_seed(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+    }
+    return (int64_t)(v >> 1);
+}
+
 int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *e) {
+    if (body_check(body, len, e)) return e->status;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return oa_fail(e, 400, "invalid_request_error", NULL, NULL, "the body is not valid JSON");
     int rc = 0;
     if (!cJSON_IsObject(root))
         rc = oa_fail(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+    if (!rc) rc = fields_check(root, chat, s->o.strict_fields, &j->unknown_fields, e);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!rc && model && !cJSON_IsNull(model) && !cJSON_IsString(model))
         rc = bad(e, "model", "'%s' must be a string%s", "");
@@ -179,7 +197,7 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     fm_gen_params *g = &j->params;
     fm_gen_params_init(g);
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, presence = 0.0, frequency = 0.0, repetition = 1.0;
-    int64_t top_k = 0, seed = 0, n = 1, max_tokens = -1, logprobs = -1, top_logprobs = -1;
+    int64_t top_k = 0, seed = random_seed(), n = 1, max_tokens = -1, logprobs = -1, top_logprobs = -1;
     bool ignore_eos = false, want_lp = false, echo = false;
     if (!rc) rc = get_number(root, "temperature", 0, 2, &temperature, e);
     if (!rc) rc = get_number(root, "top_p", 0, 1, &top_p, e);
@@ -228,7 +246,7 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     if (!rc) {
         const int64_t room = s->ctx - j->n_prompt;
         if (max_tokens < 0) max_tokens = chat ? room : (room < 16 ? room : 16);
-        if (j->n_prompt + max_tokens > s->ctx)
+        if (max_tokens < 1 || j->n_prompt + max_tokens > s->ctx) /* the prompt alone fills the context */
             rc = oa_fail(e, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
                          "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
                          "(%lld in the prompt, %lld for the completion). Please reduce the prompt or max_tokens.",
@@ -237,7 +255,8 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     }
     cJSON_Delete(root);
     if (rc) return rc;
-    g->max_tokens = max_tokens, g->temperature = (float)temperature, g->top_p = (float)top_p;
+    g->max_tokens = max_tokens, g->temperature = fm_sampler_temperature(temperature),
+    g->top_p = fm_sampler_top_p(top_p);
     g->top_k = (int32_t)(top_k < 0 ? 0 : top_k), g->min_p = (float)min_p, g->presence_penalty = (float)presence;
     g->frequency_penalty = (float)frequency, g->repetition_penalty = (float)repetition, g->seed = (uint64_t)seed;
     g->ignore_eos = ignore_eos;
@@ -452,12 +471,23 @@ bool oa_consume(job *j, const tok_item *items, int64_t n, bool ended, fm_sched_e
         }
         return stopped;
     }
+    const bool cut = end == FM_SCHED_CANCELLED && j->cut; /* the server stopped before the request ended */
+    if (cut && j->stream) {
+        oa_error e;
+        oa_fail(&e, 503, "server_error", "server_shutting_down", NULL,
+                "the server shut down before the request finished (--drain-timeout): the text is cut short");
+        char *s = oa_error_json(&e);
+        sb_puts(&j->out, "data: ");
+        sb_puts(&j->out, s);
+        sb_puts(&j->out, "\n\n");
+        free(s);
+    }
     if (!j->text_done) {
         if (j->detok) sb_puts(&j->pending, fm_detok_flush(j->detok));
         size_t slen = 0;
         const int64_t at = find_stop(j, j->pending.p ? j->pending.p : "", j->pending.n, &slen);
         emit_text(j, j->pending.p ? j->pending.p : "", at >= 0 ? (size_t)at : j->pending.n, NULL, 0, NULL);
-        j->finish = at >= 0 ? "stop" : finish_name(end);
+        j->finish = at >= 0 ? "stop" : cut ? "abort" : finish_name(end);
         j->text_done = true;
     }
     if (j->chatq) chat_out_finish(j);

@@ -26,14 +26,24 @@ typedef struct fm_serve_opts {
     int64_t max_body;                         /* request body bytes at most (413 beyond) */
     int64_t prefill_chunk;                    /* prompt tokens per prefill step (0: the load's max_tokens) */
     int64_t default_max_tokens;
-    const char *port_file; /* when set, the bound port is written there once listening (tests) */
+    const char *port_file;        /* when set, the bound port is written there once listening (tests) */
+    bool strict_fields;           /* unknown request fields: a 400 (otherwise named in the log) */
+    const char *cors_origin;      /* --cors-origin: the origin browsers may call from ("*": any); NULL: no CORS */
+    double drain_timeout;         /* SIGTERM: seconds the running requests get to finish (default 30) */
+    int32_t idle_timeout;         /* seconds a connection may send nothing before it is closed (default 60) */
+    int32_t max_conns;            /* open connections at most (default 512) */
+    int32_t max_conns_per_client; /* open connections from one IP address at most (default 64) */
 } fm_serve_opts;
 
 void fm_serve_opts_init(fm_serve_opts *o);
 
-/* Serves m (loaded with max_seqs > 0) until SIGINT or SIGTERM; then every request is cancelled, the threads end and
- * everything the server allocated is freed (the model stays the caller's). The calling thread waits for the
- * signals (they are blocked in every thread the server starts). */
+/* Serves m (loaded with max_seqs > 0) until SIGINT or SIGTERM; then it drains: new requests get 503, the running
+ * ones get drain_timeout seconds to finish, the rest end cut (an error event, finish_reason "abort"); the threads
+ * end and everything the server allocated is freed (the model stays the caller's). A second signal cuts at once. The
+ * calling thread waits for the signals (they are blocked in every thread the server starts). */
 fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err);
+
+/* The table of request fields (implemented, refused, accepted without effect) as Markdown; malloc'd. */
+char *fm_serve_fields_markdown(void);
 
 #endif

@@ -39,12 +39,26 @@ typedef struct histogram {
 } histogram;
 typedef struct metrics {
     uint64_t requests[6]; /* by status class: [0] 2xx, [1] 400, [2] 401, [3] 404, [4] 429, [5] other */
-    uint64_t prompt_tokens, generation_tokens, cached_tokens, cancelled;
-    histogram ttft, tpot; /* time to first token, time per output token (between tokens) */
+    uint64_t prompt_tokens, generation_tokens, cached_tokens, cancelled, cut;
+    uint64_t prefix_queries, prefix_hits; /* requests that ended; those whose prompt began in the cache */
+    histogram ttft, itl, e2e;             /* time to first token, inter-token latency, arrival to the last event */
 } metrics;
 void hist_observe(histogram *h, double seconds);
 /* Prometheus text exposition of m and the scheduler's figures */
-void metrics_write(sbuf *out, const metrics *m, const fm_sched_stats *st, int32_t queued);
+void metrics_write(sbuf *out, const metrics *m, const fm_sched_stats *st, int32_t queued, bool draining);
+
+/* ---- the per-request log line (access_log.c) ---- */
+typedef struct access_entry {
+    const char *id, *method, *path;
+    int status;
+    bool generation; /* a completion request: the token counts are printed */
+    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    double ttft_s; /* < 0: no token */
+    double total_s;
+    const char *finish; /* NULL: none */
+} access_entry;
+void access_log_format(sbuf *out, const access_entry *a);
+void access_log_write(const access_entry *a); /* to stderr */
 
 /* one sampled token as the scheduler reported it */
 typedef struct tok_item {
@@ -93,6 +107,7 @@ typedef struct job {
     int32_t stop_ids[64];
     char **stops; /* text stop strings */
     int32_t n_stops;
+    sbuf unknown_fields; /* named in the log (fields.c) */
     char id[48];
     int64_t created;
     /* shared with the scheduler thread, under s->mu */
@@ -103,12 +118,13 @@ typedef struct job {
     char err_msg[768];
     int64_t n_cached;
     bool cancel;    /* the client went away, or a stop string ended the text: cancel at the next step */
+    bool cut;       /* the server stopped before the request ended (SIGTERM, past --drain-timeout) */
     bool submitted; /* in the scheduler as request `req` */
     int64_t req;
     int refs; /* the handler's connection, its streamed response, the scheduler */
     pthread_cond_t cv;
-    double t_arrive, t_last;
-    struct job *next; /* the inbox */
+    double t_arrive, t_first, t_last; /* t_first: 0 until the first token */
+    struct job *next;                 /* the inbox */
     /* the handler's side (the connection's thread only) */
     int64_t consumed;
     fm_detok *detok;
@@ -135,6 +151,7 @@ struct srv {
     int32_t n_tmpl_stop_ids;
     fm_serve_opts o;
     char model_name[256];
+    bool loopback; /* listening on 127.0.0.0/8 or ::1 */
     int64_t ctx;
     int32_t vocab;
     pthread_mutex_t mu;
@@ -144,6 +161,7 @@ struct srv {
     int32_t n_active, cap_active;
     int32_t n_jobs;    /* accepted and not ended: the queue bound */
     atomic_int n_live; /* jobs allocated and not yet freed (a reply may still be going out) */
+    bool draining;     /* SIGTERM came: new requests get 503 */
     bool stopping;
     metrics met;
     fm_sched_stats stats; /* after the last step */
@@ -172,6 +190,33 @@ char *oa_error_json(const oa_error *e);
 int oa_encode(srv *s, const char *text, bool add_special, job *j, oa_error *e);
 /* A random 64-bit number (ids, seeds). */
 uint64_t serve_random(void);
+/* ---- request bodies (body_check.c) ---- */
+/* 0 when body is UTF-8 without a \u0000 escape; a 400 in e otherwise */
+int body_check(const char *body, size_t len, oa_error *e);
+/* appends s with every invalid UTF-8 sequence replaced by U+FFFD (out is always allocated after) */
+void utf8_sanitize(sbuf *out, const char *s);
+
+/* ---- the request fields (fields.c) ---- */
+typedef enum field_status {
+    FIELD_IMPLEMENTED,
+    FIELD_REFUSED,        /* a 400 naming the field whenever it is given (not null) */
+    FIELD_NO_EFFECT,      /* accepted, changes nothing, for the reason the table states */
+    FIELD_UNKNOWN,        /* not in the table */
+    FIELD_OTHER_ENDPOINT, /* a field of the other endpoint (messages on /v1/completions): a 400 */
+} field_status;
+field_status fields_status(const char *name, bool chat);
+/* Checks the members of a request object (and of its stream_options) against the table: 0, or a 400 in e. Unknown
+ * fields are a 400 when strict, otherwise appended to unknown (quoted, comma-separated) when it is not NULL. */
+int fields_check(const cJSON *root, bool chat, bool strict, sbuf *unknown, oa_error *e);
+/* the table as Markdown (docs/serving.md holds it) */
+void fields_markdown(sbuf *out);
+
+/* ---- /tokenize, /detokenize (tokenize.c) and the chat prompt (chat_prompt.c) ---- */
+/* 0 with the reply JSON in *out (malloc'd), or the HTTP status with e filled */
+int serve_tokenize(srv *s, const char *body, size_t len, char **out, oa_error *e);
+int serve_detokenize(srv *s, const char *body, size_t len, char **out, oa_error *e);
+/* root's messages (with chat_template_kwargs, enable_thinking, tools) rendered by the chat template; *text malloc'd */
+int serve_chat_prompt(srv *s, const cJSON *root, bool add_generation_prompt, char **text, oa_error *e);
 
 /* Parses a request body into j (prompt ids, parameters); 0, or the HTTP status with e filled. */
 int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *e);

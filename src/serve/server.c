@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,10 @@ void fm_serve_opts_init(fm_serve_opts *o) {
     o->port = 8080;
     o->max_queue = 256;
     o->max_body = 1 << 20;
+    o->drain_timeout = 30;
+    o->idle_timeout = 60;
+    o->max_conns = 512;
+    o->max_conns_per_client = 64;
 }
 
 /* ---- jobs ---- */
@@ -34,6 +39,7 @@ static void job_free(job *j) {
     if (!j) return;
     for (int32_t i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->stops), free(j->prompt), free(j->items);
+    sb_free(&j->unknown_fields);
     if (j->detok) fm_detok_free(j->detok);
     sb_free(&j->pending), sb_free(&j->text), sb_free(&j->out);
     cJSON_Delete(j->lp);
@@ -67,7 +73,8 @@ static void on_event(void *user, const fm_sched_event *ev) {
         it->id = ev->id, it->logprob = ev->info->logprob, it->n_top = ev->info->n_top;
         if (it->n_top > 0) memcpy(it->top, ev->info->top, (size_t)it->n_top * sizeof *it->top);
         s->met.generation_tokens++;
-        hist_observe(j->n_items == 1 ? &s->met.ttft : &s->met.tpot, now - (j->n_items == 1 ? j->t_arrive : j->t_last));
+        if (j->n_items == 1) j->t_first = now;
+        hist_observe(j->n_items == 1 ? &s->met.ttft : &s->met.itl, now - (j->n_items == 1 ? j->t_arrive : j->t_last));
         j->t_last = now;
     }
     int left = 1;
@@ -76,7 +83,10 @@ static void on_event(void *user, const fm_sched_event *ev) {
         if (ev->msg) snprintf(j->err_msg, sizeof j->err_msg, "%s", ev->msg);
         s->n_jobs--;
         s->met.cached_tokens += (uint64_t)ev->n_cached;
+        s->met.prefix_queries++, s->met.prefix_hits += ev->n_cached > 0;
+        hist_observe(&s->met.e2e, now - j->t_arrive);
         if (ev->end == FM_SCHED_CANCELLED) s->met.cancelled++;
+        if (ev->end == FM_SCHED_CANCELLED && j->cut) s->met.cut++;
         for (int32_t i = 0; i < s->n_active; i++)
             if (s->active[i] == j) {
                 s->active[i] = s->active[--s->n_active];
@@ -95,6 +105,7 @@ static int end_unsubmitted(srv *s, job *j, fm_sched_end end, const char *msg) {
     snprintf(j->err_msg, sizeof j->err_msg, "%s", msg);
     s->n_jobs--;
     if (end == FM_SCHED_CANCELLED) s->met.cancelled++;
+    if (end == FM_SCHED_CANCELLED && j->cut) s->met.cut++;
     pthread_cond_broadcast(&j->cv);
     return --j->refs;
 }
@@ -200,14 +211,39 @@ typedef struct conn {
     sbuf body;
     bool too_big;
     job *j;
+    /* the log line */
+    int status;
+    double t_start;
+    char method[16], path[160];
 } conn;
 
-static enum MHD_Result reply(struct MHD_Connection *c, int status, char *body, const char *type) {
+/* headers every reply carries: CORS when --cors-origin is set (the request's Origin echoed when it matches) */
+static void add_cors(const srv *s, struct MHD_Connection *c, struct MHD_Response *r) {
+    if (!s->o.cors_origin) return;
+    if (!strcmp(s->o.cors_origin, "*")) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        return;
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && !strcmp(origin, s->o.cors_origin)) MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+/* queues body (malloc'd, taken) with status; header/value: one more header (NULL: none) */
+static enum MHD_Result reply_h(srv *s, conn *cs, struct MHD_Connection *c, int status, char *body, const char *type,
+                               const char *header, const char *value) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", type);
+    if (type) MHD_add_response_header(r, "Content-Type", type);
+    if (header) MHD_add_response_header(r, header, value);
+    add_cors(s, c, r);
+    if (cs) cs->status = status;
     const enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result reply(srv *s, conn *cs, struct MHD_Connection *c, int status, char *body, const char *type) {
+    return reply_h(s, cs, c, status, body, type, NULL, NULL);
 }
 
 static void count_status(srv *s, int status) {
@@ -217,9 +253,37 @@ static void count_status(srv *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static enum MHD_Result reply_error(srv *s, struct MHD_Connection *c, const oa_error *e) {
+/* an error reply; a 429 or 503 says when to retry (a queue slot frees within about a second; a drain takes longer) */
+static enum MHD_Result reply_error(srv *s, conn *cs, struct MHD_Connection *c, const oa_error *e) {
     count_status(s, e->status);
-    return reply(c, e->status, oa_error_json(e), "application/json");
+    const bool retry = e->status == 429 || e->status == 503;
+    return reply_h(s, cs, c, e->status, oa_error_json(e), "application/json", retry ? "Retry-After" : NULL,
+                   e->status == 429 ? "1" : "5");
+}
+
+static enum MHD_Result method_not_allowed(srv *s, conn *cs, struct MHD_Connection *c, const char *method,
+                                          const char *url, const char *allow) {
+    oa_error e;
+    oa_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s (allowed: %s)",
+            method, url, allow);
+    count_status(s, 405);
+    return reply_h(s, cs, c, 405, oa_error_json(&e), "application/json", "Allow", allow);
+}
+
+/* DNS rebinding: a web page on a name its owner then points at 127.0.0.1 can reach a keyless server on this
+ * machine from the visitor's browser, with the page's name in Host. A keyless server bound to a loopback address
+ * answers only the names of this machine. */
+static bool host_allowed(const srv *s, const char *host) {
+    if (s->o.api_key || !s->loopback || !host) return true; /* HTTP/1.0 sends no Host */
+    char name[256];
+    snprintf(name, sizeof name, "%s", host);
+    char *end = name[0] == '[' ? strchr(name, ']') : strrchr(name, ':');
+    if (end && name[0] == '[') end[1] = 0;
+    else if (end) *end = 0;
+    static const char *const ok[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcasecmp(name, ok[i])) return true;
+    return false;
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -256,7 +320,8 @@ static bool client_gone(int fd) {
 static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool chat) {
     oa_error e;
     job *j = calloc(1, sizeof *j);
-    if (!j) return reply_error(s, c, &(oa_error){.status = 500, .type = "server_error", .message = "out of memory"});
+    if (!j)
+        return reply_error(s, cs, c, &(oa_error){.status = 500, .type = "server_error", .message = "out of memory"});
     j->s = s;
     atomic_fetch_add(&s->n_live, 1);
     pthread_cond_init(&j->cv, NULL);
@@ -266,7 +331,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
         rc = oa_fail(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
     if (rc) {
         job_free(j);
-        return reply_error(s, c, &e);
+        return reply_error(s, cs, c, &e);
     }
     j->created = (int64_t)time(NULL);
     pthread_mutex_lock(&s->mu);
@@ -274,7 +339,9 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->created,
              (unsigned long long)++counter);
     const int32_t limit = s->m->kv->pool.max_seqs + s->o.max_queue;
-    if (s->stopping) rc = oa_fail(&e, 503, "server_error", NULL, NULL, "the server is shutting down");
+    if (s->stopping || s->draining)
+        rc = oa_fail(&e, 503, "server_error", "server_shutting_down", NULL,
+                     "the server is shutting down: it takes no new requests");
     else if (s->n_jobs >= limit)
         rc = oa_fail(&e, 429, "rate_limit_error", "queue_full", NULL,
                      "the server is busy: %d requests are running or queued (--max-seqs + --max-queue); retry later",
@@ -282,7 +349,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     if (!rc) {
         s->n_jobs++;
         j->refs = 2 + (j->stream ? 1 : 0);
-        j->t_arrive = serve_now();
+        j->t_arrive = cs->t_start;
         if (s->inbox_tail) s->inbox_tail->next = j;
         else s->inbox = j;
         s->inbox_tail = j;
@@ -293,14 +360,21 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     pthread_mutex_unlock(&s->mu);
     if (rc) {
         job_free(j);
-        return reply_error(s, c, &e);
+        return reply_error(s, cs, c, &e);
     }
+    if (j->unknown_fields.n)
+        fprintf(stderr,
+                "fp8moe serve: request id=%s: fields %s are unknown here and have no effect "
+                "(--strict-fields refuses them)\n",
+                j->id, j->unknown_fields.p);
     cs->j = j;
     if (j->stream) {
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j, stream_free);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        add_cors(s, c, r);
+        cs->status = MHD_HTTP_OK;
         const enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         return ret;
@@ -313,17 +387,23 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
             j->cancel = true;
             pthread_cond_signal(&s->cv);
             pthread_mutex_unlock(&s->mu);
-            return MHD_NO; /* closes the connection; the completed callback lets go of the job */
+            cs->status = 499; /* the client closed the request (nginx's code), for the log */
+            return MHD_NO;    /* closes the connection; the completed callback lets go of the job */
         }
     }
     if (j->end == FM_SCHED_ERROR) {
         oa_fail(&e, 500, "server_error", NULL, NULL, "%s", j->err_msg[0] ? j->err_msg : "generation failed");
-        return reply(c, 500, oa_error_json(&e), "application/json");
+        return reply(s, cs, c, 500, oa_error_json(&e), "application/json");
     }
-    return reply(c, MHD_HTTP_OK, oa_final_json(j), "application/json");
+    if (j->end == FM_SCHED_CANCELLED && j->cut) {
+        oa_fail(&e, 503, "server_error", "server_shutting_down", NULL,
+                "the server shut down before the request finished (--drain-timeout)");
+        return reply(s, cs, c, 503, oa_error_json(&e), "application/json");
+    }
+    return reply(s, cs, c, MHD_HTTP_OK, oa_final_json(j), "application/json");
 }
 
-static enum MHD_Result models(srv *s, struct MHD_Connection *c, const char *which) {
+static enum MHD_Result models(srv *s, conn *cs, struct MHD_Connection *c, const char *which) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_name);
     cJSON_AddStringToObject(m, "object", "model");
@@ -336,12 +416,12 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c, const char *whic
             oa_error e;
             oa_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%s' does not exist",
                     which);
-            return reply_error(s, c, &e);
+            return reply_error(s, cs, c, &e);
         }
         count_status(s, 200);
         char *out = cJSON_PrintUnformatted(m);
         cJSON_Delete(m);
-        return reply(c, 200, out, "application/json");
+        return reply(s, cs, c, 200, out, "application/json");
     }
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
@@ -349,13 +429,76 @@ static enum MHD_Result models(srv *s, struct MHD_Connection *c, const char *whic
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     count_status(s, 200);
-    return reply(c, 200, out, "application/json");
+    return reply(s, cs, c, 200, out, "application/json");
 }
 
 static bool authorised(const srv *s, struct MHD_Connection *c) {
-    if (!s->o.api_key || !s->o.api_key[0]) return true;
+    if (!s->o.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->o.api_key);
+}
+
+/* /tokenize and /detokenize */
+static enum MHD_Result tokenize(srv *s, conn *cs, struct MHD_Connection *c, bool detokenize) {
+    oa_error e;
+    char *out = NULL;
+    const char *body = cs->body.p ? cs->body.p : "";
+    const int rc =
+        detokenize ? serve_detokenize(s, body, cs->body.n, &out, &e) : serve_tokenize(s, body, cs->body.n, &out, &e);
+    if (rc) return reply_error(s, cs, c, &e);
+    count_status(s, 200);
+    return reply(s, cs, c, 200, out, "application/json");
+}
+
+static enum MHD_Result preflight(srv *s, conn *cs, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
+    if (s->o.cors_origin) {
+        add_cors(s, c, r);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    cs->status = 204;
+    const enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+typedef struct header_scan {
+    const char *content_length; /* the first value */
+    bool conflict;              /* another Content-Length with a different value */
+} header_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    header_scan *h = cls;
+    if (strcasecmp(key, "Content-Length")) return MHD_YES;
+    if (!h->content_length) h->content_length = value ? value : "";
+    else if (strcmp(h->content_length, value ? value : "")) h->conflict = true;
+    return MHD_YES;
+}
+
+/* The checks made when a request's headers have arrived, before its body is read (so that an over-limit body with
+ * "Expect: 100-continue" gets its 413 without a 100 first). Returns false when a reply was queued. */
+static bool headers_ok(srv *s, conn *cs, struct MHD_Connection *c, enum MHD_Result *ret) {
+    oa_error e = {0};
+    header_scan h = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
+    if (h.conflict)
+        oa_fail(&e, 400, "invalid_request_error", "invalid_request", NULL,
+                "the request has two Content-Length headers with different values");
+    else if (h.content_length && strtoull(h.content_length, NULL, 10) > (unsigned long long)s->o.max_body)
+        oa_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                "the request body is larger than %lld bytes (--max-body)", (long long)s->o.max_body);
+    else if (!host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+        oa_fail(&e, 403, "invalid_request_error", "host_not_allowed", NULL,
+                "the Host header does not name this machine: a server without --api-key listening on a loopback "
+                "address answers only requests for localhost, 127.0.0.1 or [::1] (a guard against DNS rebinding); "
+                "start it with --api-key to serve other names");
+    if (!e.status) return true;
+    *ret = reply_error(s, cs, c, &e);
+    return false;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -366,7 +509,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
-        return MHD_YES;
+        cs->t_start = serve_now();
+        snprintf(cs->method, sizeof cs->method, "%s", method);
+        snprintf(cs->path, sizeof cs->path, "%s", url);
+        enum MHD_Result ret = MHD_YES;
+        return headers_ok(s, cs, c, &ret) ? MHD_YES : ret;
     }
     if (*upload_size) {
         if (cs->body.n + *upload_size > (size_t)s->o.max_body) cs->too_big = true;
@@ -375,57 +522,87 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     oa_error e;
-    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    if (get && !strcmp(url, "/health")) return reply(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
-    if (get && !strcmp(url, "/")) return reply(c, 200, strdup(fm_serve_page_html), "text/html; charset=utf-8");
-    if (get && !strcmp(url, "/metrics")) {
+    const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (!strcmp(method, "OPTIONS")) return preflight(s, cs, c);
+    if (!strcmp(url, "/health")) {
+        if (!get) return method_not_allowed(s, cs, c, method, url, "GET, HEAD");
+        pthread_mutex_lock(&s->mu);
+        const bool draining = s->draining || s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (draining)
+            return reply_h(s, cs, c, 503, strdup("{\"status\":\"draining\"}"), "application/json", "Retry-After", "5");
+        return reply(s, cs, c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    }
+    if (!strcmp(url, "/")) {
+        if (!get) return method_not_allowed(s, cs, c, method, url, "GET, HEAD");
+        return reply(s, cs, c, 200, strdup(fm_serve_page_html), "text/html; charset=utf-8");
+    }
+    const bool gen = !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
+    const bool tok = !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
+    const bool keyed = !strncmp(url, "/v1/", 4) || !strcmp(url, "/metrics") || tok;
+    if (keyed && !authorised(s, c)) {
+        oa_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                "Incorrect or missing API key: send the header 'Authorization: Bearer KEY' with the key the server "
+                "was started with (--api-key)");
+        return reply_error(s, cs, c, &e);
+    }
+    if ((gen || tok) && post && cs->too_big) {
+        oa_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                "the request body is larger than %lld bytes (--max-body)", (long long)s->o.max_body);
+        return reply_error(s, cs, c, &e);
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return method_not_allowed(s, cs, c, method, url, "GET, HEAD");
         sbuf o = {0};
         pthread_mutex_lock(&s->mu);
         int32_t queued = 0;
         for (job *j = s->inbox; j; j = j->next) queued++;
-        metrics_write(&o, &s->met, &s->stats, queued + s->stats.waiting);
+        metrics_write(&o, &s->met, &s->stats, queued + s->stats.waiting, s->draining);
         pthread_mutex_unlock(&s->mu);
-        return reply(c, 200, o.p, "text/plain; version=0.0.4");
+        return reply(s, cs, c, 200, o.p, "text/plain; version=0.0.4");
     }
-    const bool api = !strncmp(url, "/v1/", 4);
-    if (api && !authorised(s, c)) {
-        oa_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                "Incorrect or missing API key: send the header 'Authorization: Bearer KEY' with the key the server "
-                "was started with (--api-key)");
-        return reply_error(s, c, &e);
-    }
-    const bool gen = !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
-    if (gen && post) {
-        if (cs->too_big) {
-            oa_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                    "the request body is larger than %lld bytes (--max-body)", (long long)s->o.max_body);
-            return reply_error(s, c, &e);
-        }
+    if (gen) {
+        if (!post) return method_not_allowed(s, cs, c, method, url, "POST");
         return generate(s, c, cs, !strcmp(url, "/v1/chat/completions"));
     }
-    if (get && !strcmp(url, "/v1/models")) return models(s, c, NULL);
-    if (get && !strncmp(url, "/v1/models/", 11)) return models(s, c, url + 11);
-    if (gen || !strcmp(url, "/v1/models"))
-        oa_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %s", method, url);
-    else oa_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", method, url);
-    return reply_error(s, c, &e);
+    if (tok) {
+        if (!post) return method_not_allowed(s, cs, c, method, url, "POST");
+        return tokenize(s, cs, c, !strcmp(url, "/detokenize"));
+    }
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
+        if (!get) return method_not_allowed(s, cs, c, method, url, "GET, HEAD");
+        return models(s, cs, c, url[10] == '/' ? url + 11 : NULL);
+    }
+    oa_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no such endpoint: %s %s", method, url);
+    return reply_error(s, cs, c, &e);
 }
 
-/* the request is over (answered, or the client went away): a job still running is cancelled */
+/* the request is over (answered, or the client went away): a job still running is cancelled; the log line */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
+    (void)c;
     srv *s = cls;
     conn *cs = *con_cls;
     if (!cs) return;
+    access_entry a = {.method = cs->method, .path = cs->path, .status = cs->status, .ttft_s = -1};
+    a.total_s = serve_now() - cs->t_start;
+    if (!a.status) a.status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499;
     if (cs->j) {
+        job *j = cs->j;
         pthread_mutex_lock(&s->mu);
-        if (!cs->j->ended) {
-            cs->j->cancel = true;
+        if (!j->ended) {
+            j->cancel = true;
             pthread_cond_signal(&s->cv);
         }
+        a.cached_tokens = j->n_cached;
+        if (j->t_first > 0) a.ttft_s = j->t_first - j->t_arrive;
         pthread_mutex_unlock(&s->mu);
-        job_unref(s, cs->j);
-    }
+        a.id = j->id, a.generation = true, a.prompt_tokens = j->n_prompt, a.completion_tokens = j->n_completion;
+        a.finish = j->finish ? j->finish : j->closed ? NULL : "cancelled";
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && j->stream) a.status = 499;
+        access_log_write(&a);
+        job_unref(s, j);
+    } else if (strcmp(cs->path, "/health") && strcmp(cs->path, "/metrics"))
+        access_log_write(&a); /* probes and scrapes stay out of the log */
     sb_free(&cs->body);
     free(cs);
     *con_cls = NULL;
@@ -463,8 +640,56 @@ static void load_text(srv *s) {
     }
 }
 
+static fm_status write_port_file(const char *path, int port, fm_error *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) return fm_fail(err, FM_ERR_IO, "--port-file %s: %s", path, strerror(errno));
+    fprintf(f, "%d\n", port);
+    if (fclose(f)) return fm_fail(err, FM_ERR_IO, "--port-file %s: %s", path, strerror(errno));
+    return FM_OK;
+}
+
+/* Waits for SIGINT or SIGTERM, then drains: new requests get 503 (and /health says draining) while the accepted
+ * ones have drain_timeout seconds to end; a second signal ends the wait at once. */
+static void drain(srv *s, const sigset_t *sigs) {
+    int sig = 0;
+    sigwait(sigs, &sig);
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    const int32_t n = s->n_jobs;
+    pthread_mutex_unlock(&s->mu);
+    fprintf(stderr,
+            "fp8moe serve: %s: draining: new requests get 503; %d running or queued get %g s to finish "
+            "(--drain-timeout; a second signal stops at once)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", n, s->o.drain_timeout);
+    const double until = serve_now() + s->o.drain_timeout;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        const bool done = s->n_jobs == 0 || s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        const double left = until - serve_now();
+        if (done || left <= 0) break;
+        const double wait = left < 0.05 ? left : 0.05;
+        const struct timespec ts = {0, (long)(wait * 1e9)};
+        if (sigtimedwait(sigs, NULL, &ts) > 0) break;
+    }
+    pthread_mutex_lock(&s->mu);
+    fprintf(stderr, "fp8moe serve: shutting down (%d requests cut)\n", s->n_jobs);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* marks every request not yet ended as cut by the shutdown (under s->mu): its stream ends with an error event and
+ * finish_reason "abort" */
+static void cut_all(srv *s) {
+    for (int32_t i = 0; i < s->n_active; i++) s->active[i]->cut = true;
+    for (job *j = s->inbox; j; j = j->next) j->cut = true;
+}
+
 fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "serve: the model was loaded without a KV cache (max_seqs > 0)");
+    if (o->api_key && !o->api_key[0]) /* an unset variable in --api-key "$KEY": not an open server by accident */
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--api-key is empty: give a key, or leave the option out for a server "
+                       "without one");
     srv *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     s->m = m, s->o = *o, s->ctx = m->kv->pool.ctx, s->vocab = fm_model_vocab_size(m);
@@ -487,6 +712,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     }
     a4.sin_family = AF_INET, a4.sin_port = htons((uint16_t)o->port);
     a6.sin6_family = AF_INET6, a6.sin6_port = htons((uint16_t)o->port);
+    s->loopback = v6 ? IN6_IS_ADDR_LOOPBACK(&a6.sin6_addr) : (ntohl(a4.sin_addr.s_addr) >> 24) == 127;
     load_text(s);
     if ((o->chat_template || o->tool_parser || o->reasoning_parser || o->default_chat_template_kwargs) && !s->tmpl) {
         fm_status st = fm_fail(err, FM_ERR_USAGE, "the chat template: %s", s->tmpl_error);
@@ -514,11 +740,15 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
     pthread_sigmask(SIG_BLOCK, &sigs, &old);
     signal(SIGPIPE, SIG_IGN);
     pthread_create(&s->thread, NULL, scheduler_thread, s);
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                                MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
-                                            (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
-                                            v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
-                                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
+    /* poll() rather than select(), which stops at 1,024 descriptors; idle or half-sent requests are closed after
+       idle_timeout; connections are capped in all and per client address */
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+            (v6 ? MHD_USE_IPv6 : 0),
+        (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
+        v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_conns_per_client, MHD_OPTION_END);
     if (!d) st = fm_fail(err, FM_ERR_IO, "cannot listen on %s port %d: %s", o->host, o->port, strerror(errno));
     else {
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -526,15 +756,11 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
         fprintf(stderr, "fp8moe serve: %s on http://%s%s%s:%d/ (model '%s', %d sequences of %lld tokens)\n",
                 FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name, m->kv->pool.max_seqs,
                 (long long)s->ctx);
-        if (o->port_file) {
-            FILE *f = fopen(o->port_file, "w");
-            if (f) fprintf(f, "%d\n", port), fclose(f);
-        }
-        int sig = 0;
-        sigwait(&sigs, &sig);
-        fprintf(stderr, "fp8moe serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        if (o->port_file) st = write_port_file(o->port_file, port, err);
+        if (!st) drain(s, &sigs);
     }
     pthread_mutex_lock(&s->mu);
+    cut_all(s);
     s->stopping = true;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);

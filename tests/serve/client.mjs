@@ -273,7 +273,7 @@ await expectIdle("at the end");
 const m = await metrics();
 assert.ok(m.get("fp8moe_generation_tokens_total") > 100);
 assert.match(m.text, /fp8moe_time_to_first_token_seconds_count [1-9]/);
-assert.match(m.text, /fp8moe_time_per_output_token_seconds_bucket\{le="\+Inf"\} [1-9]/);
+assert.match(m.text, /fp8moe_inter_token_latency_seconds_bucket\{le="\+Inf"\} [1-9]/);
 assert.match(m.text, /fp8moe_requests_total\{status="401"\} [1-9]/);
 ok("metrics: tokens, histograms, statuses");
 console.log("client.mjs: " + checks + " checks passed");
