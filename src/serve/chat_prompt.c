@@ -48,7 +48,8 @@ static int template_options(const cJSON *root, fm_chat_opts *co, oa_error *e) {
     const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "enable_thinking");
     if (think && !cJSON_IsNull(think)) {
         if (!cJSON_IsBool(think))
-            return oa_fail(e, 400, "invalid_request_error", NULL, "enable_thinking", "'enable_thinking' must be a boolean");
+            return oa_fail(e, 400, "invalid_request_error", NULL, "enable_thinking",
+                           "'enable_thinking' must be a boolean");
         co->enable_thinking = cJSON_IsTrue(think);
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");

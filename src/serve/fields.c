@@ -133,8 +133,8 @@ void fields_markdown(sbuf *o) {
     sb_puts(o, "| field | chat | completions | status | notes |\n| --- | :-: | :-: | --- | --- |\n");
     for (int i = 0; i < N_FIELDS; i++) {
         const field_spec *f = &k_fields[i];
-        sb_printf(o, "| `%s` | %s | %s | %s | %s |\n", f->name, f->on & ON_CHAT ? "yes" : "", f->on & ON_COMPLETIONS ? "yes" : "",
-                  status_text[f->status], f->note);
+        sb_printf(o, "| `%s` | %s | %s | %s | %s |\n", f->name, f->on & ON_CHAT ? "yes" : "",
+                  f->on & ON_COMPLETIONS ? "yes" : "", status_text[f->status], f->note);
     }
 }
 

@@ -49,8 +49,8 @@ static cJSON *parse_body(srv *s, const char *body, size_t len, oa_error *e) {
         return NULL;
     }
     if (!s->tok) {
-        oa_fail(e, 501, "server_error", "tokenizer_unavailable", NULL, "this server has no tokenizer for the model (%s)",
-                s->tok_error);
+        oa_fail(e, 501, "server_error", "tokenizer_unavailable", NULL,
+                "this server has no tokenizer for the model (%s)", s->tok_error);
         cJSON_Delete(root);
         return NULL;
     }
