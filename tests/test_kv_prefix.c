@@ -84,8 +84,12 @@ static void test_share(void **state) {
     fm_kv_seq_close(&p, e);
     /* a stored id that differs (what a hash collision would look like) is never matched */
     p.tokens[(int64_t)first * BT + 1] ^= 1;
-    const int32_t f = shared(&p, ids, 11, 0);
+    int32_t f;
+    assert_int_equal(fm_kv_seq_open(&p, &f, &err), FM_OK);
+    assert_int_equal(fm_kv_prefix_share(&p, f, ids, 11), 0);
     fm_kv_seq_close(&p, f);
+    p.tokens[(int64_t)first * BT + 1] ^= 1;
+    check(&p);
     fm_kv_pool_free(&p);
 }
 
