@@ -157,9 +157,9 @@ static void run_model(const char *dir, fm_preset preset, bool hybrid) {
     for (int64_t q = 0; q < 4; q++) same_output(off, on, q, what), assert_int_equal(off->n_cached[q], 0);
     if (!hybrid) {
         assert_int_equal(on->n_cached[0], 0);
-        assert_int_equal(on->n_cached[1], 32);                         /* from a, still decoding */
-        assert_int_equal(on->n_cached[2], (P1 + NEW - 1) / 16 * 16);   /* a's prompt and answer as written */
-        assert_int_equal(on->n_cached[3], 16);                         /* the last token runs: one block computed */
+        assert_int_equal(on->n_cached[1], 32);                       /* from a, still decoding */
+        assert_int_equal(on->n_cached[2], (P1 + NEW - 1) / 16 * 16); /* a's prompt and answer as written */
+        assert_int_equal(on->n_cached[3], 16);                       /* the last token runs: one block computed */
     } else
         for (int64_t q = 0; q < 4; q++) assert_int_equal(on->n_cached[q], 0);
     free(off), free(on);
