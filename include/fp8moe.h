@@ -136,6 +136,10 @@ typedef struct fm_options {
                                        (src/dist/rank_group.h loads and runs the group) */
     int32_t tp_ranks, tp_rank;      /* tensor parallelism of attention (--tp): the model holds the attention heads
                                        of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
+    bool prefix_cache;              /* generation: automatic prefix caching (fm_options_init: on; --no-prefix-cache):
+                                       full KV blocks stay cached after their sequence ends, and a prompt that begins
+                                       with cached tokens maps them instead of computing them again. Refused with a
+                                       message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048

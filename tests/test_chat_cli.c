@@ -1,9 +1,10 @@
 /* fp8moe chat: user turns from stdin, answers streamed to stdout, the conversation's KV cache kept between turns.
  *
- * On models/tiny-code-moe (no chat template of its own: --chat-template chatml), greedy: the second turn continues
- * the first turn's kept cache (reused tokens > 0) and answers exactly what generating from the whole two-turn
- * conversation, rendered and encoded afresh, gives; --no-reuse (every turn prefilled afresh) gives the same text;
- * /reset starts again with nothing cached; a full context is said with the way out, and the chat goes on. */
+ * On models/tiny-code-moe (no chat template of its own: --chat-template chatml), greedy: the second turn reuses
+ * the first turn's cache (through the prefix cache: reused tokens > 0) and answers exactly what generating from the
+ * whole two-turn conversation, rendered and encoded afresh, gives; --no-reuse (every turn prefilled afresh) gives the
+ * same text; /reset starts again with nothing kept (the prefix cache's whole blocks of the same prompt only; with
+ * --no-prefix-cache nothing); a full context is said with the way out, and the chat goes on. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -127,7 +128,8 @@ static void reset_and_exit(void **s) {
     snprintf(text, sizeof text, "%s\n\n/reset\n%s\n/exit\n%s\n", U1, U1, U2);
     write_text(in, text);
     if (fp8moe(CHAT " < %s", in)) fail_msg("chat: %s", cli_err);
-    /* the same answer twice (a new conversation, nothing cached), nothing after /exit */
+    /* the same answer twice (a new conversation: only the prefix cache's whole 16-token blocks of the same
+       prompt are reused), nothing after /exit */
     const size_t n = strlen(cli_out);
     assert_true(n > 2 && n % 2 == 0);
     assert_memory_equal(cli_out, cli_out + n / 2, n / 2);
@@ -136,8 +138,13 @@ static void reset_and_exit(void **s) {
     turn_figures(1, &np1, &r1);
     turn_figures(2, &np2, &r2);
     assert_int_equal(np1, np2);
-    assert_int_equal(r2, 0);
+    assert_int_equal(r2, (np2 - 1) / 16 * 16);
     assert_null(strstr(cli_err, "[turn 3]"));
+    /* without the prefix cache the new conversation computes everything again */
+    if (fp8moe(CHAT " --no-prefix-cache < %s", in)) fail_msg("chat: %s", cli_err);
+    assert_memory_equal(cli_out, cli_out + n / 2, n / 2);
+    turn_figures(2, &np2, &r2);
+    assert_int_equal(r2, 0);
     /* an unknown command is said and skipped */
     snprintf(text, sizeof text, "/help\n");
     write_text(in, text);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/kv_cache.h"
+#include "engine/kv_prefix.h"
 
 static int32_t blocks_of(const fm_kv_pool *p, int32_t s) {
     int32_t n = 0;
@@ -23,7 +24,8 @@ static void check_invariant(const fm_kv_pool *p) {
     int32_t *owner = malloc((size_t)p->n_blocks * sizeof *owner);
     assert_non_null(owner);
     for (int32_t b = 0; b < p->n_blocks; b++) owner[b] = -2;
-    for (int32_t i = 0; i < p->n_free; i++) {
+    assert_int_equal(p->n_free, p->n_empty); /* the prefix cache is off here: no block stays cached */
+    for (int32_t i = 0; i < p->n_empty; i++) {
         const int32_t b = p->free_stack[i];
         assert_true(b >= 0 && b < p->n_blocks);
         assert_int_equal(owner[b], -2);
@@ -43,6 +45,8 @@ static void check_invariant(const fm_kv_pool *p) {
     }
     for (int32_t b = 0; b < p->n_blocks; b++) assert_int_not_equal(owner[b], -2);
     free(owner);
+    char msg[256];
+    if (!fm_kv_pool_check(p, msg, sizeof msg)) fail_msg("%s", msg);
 }
 
 static void test_block_bytes(void **state) {

@@ -63,10 +63,11 @@ static void on_event(void *user, const fm_sched_event *ev) {
     }
 }
 
+/* the prefix cache off: these tests count the tokens each request prefills (tests/test_prefix_cache.c has it on) */
 static fm_model *load(void) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.max_seqs = 4, opt.ctx = 64, opt.max_tokens = 32;
+    opt.max_seqs = 4, opt.ctx = 64, opt.max_tokens = 32, opt.prefix_cache = false;
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load(k_model, &opt, &m, &err)) fail_msg("load: %s", err.msg);

@@ -4,7 +4,10 @@
  * Each turn renders the whole conversation through the chat template and submits it to the scheduler as a request
  * that continues the previous turn's kept KV cache (fm_sched_request.reuse): the scheduler finds the common prefix
  * of the new prompt and what the cache holds, so only the new text is prefilled. Assistant turns are stored as the
- * text they were generated as; the template applies its own rules to them (Qwen3 drops old reasoning blocks). */
+ * text they were generated as; the template applies its own rules to them (Qwen3 drops old reasoning blocks).
+ * With the prefix cache on (every model but a hybrid one), nothing needs keeping: the previous turn's blocks are
+ * cached and the next prompt maps them like any request's; a hybrid model keeps its cache (and its Gated DeltaNet
+ * states) from turn to turn instead. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -39,8 +42,11 @@ static const char *HELP =
     "  --system TEXT            a system message at the start of every conversation\n"
     "  --no-think               Qwen3's enable_thinking=false (an empty <think></think> block)\n"
     "  --max-tokens N           new tokens per answer at most (default 512; fewer when the context is nearly full)\n"
-    "  --no-reuse               prefill every turn's whole prompt afresh (no cache kept between turns)\n"
+    "  --no-reuse               prefill every turn's whole prompt afresh (no cache kept between turns, no prefix\n"
+    "                           cache)\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
+    "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
+    "                           (docs/prefix-caching.md)\n"
     "sampling (default greedy):\n"
     "  --temperature T          T >= 0 (0: greedy)\n"
     "  --top-p P                P in (0, 1] (1: off)\n"
@@ -60,7 +66,8 @@ enum {
     OPT_SEED,
     OPT_MAX_TOKENS,
     OPT_NO_REUSE,
-    OPT_PREFILL_CHUNK
+    OPT_PREFILL_CHUNK,
+    OPT_NO_PREFIX_CACHE
 };
 static const struct option own_options[] = {{"chat-template", required_argument, 0, OPT_TEMPLATE},
                                             {"system", required_argument, 0, OPT_SYSTEM},
@@ -71,12 +78,13 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {"seed", required_argument, 0, OPT_SEED},
                                             {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
                                             {"no-reuse", no_argument, 0, OPT_NO_REUSE},
+                                            {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {0, 0, 0, 0}};
 
 typedef struct chat_args {
     const char *template_name, *system;
-    bool no_think, no_reuse;
+    bool no_think, no_reuse, no_prefix_cache;
     long max_tokens, prefill_chunk;
     fm_gen_params gp;
 } chat_args;
@@ -110,6 +118,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         if (!parse_float(cmd, "--top-p", arg, 0, 1, true, &a->gp.top_p)) return false;
         a->gp.top_p = fm_sampler_top_p(a->gp.top_p > 0 ? a->gp.top_p : FLT_MIN); /* 1e-50 became 0 in fp32 */
         return true;
+    case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
     case OPT_TOP_K:
         if (!cli_parse_int(cmd, "--top-k", arg, 0, 1L << 30, &v)) return false;
         a->gp.top_k = (int32_t)v;
@@ -213,6 +222,7 @@ typedef struct chat {
     int32_t stop_ids[MAX_STOP];
     int32_t n_stop_ids;
     int64_t ctx;
+    bool keep;    /* keep each turn's cache for the next (the prefix cache is off) */
     int64_t kept; /* the previous turn's request, its cache kept; -1: none */
     int32_t n_turns;
     convo c;
@@ -288,7 +298,7 @@ static fm_status chat_turn(chat *ch, const char *line, fm_error *err) {
     r.params.seed = a->gp.seed + (uint64_t)(ch->n_turns - 1);
     r.params.max_tokens = a->max_tokens < ch->ctx - n ? a->max_tokens : ch->ctx - n;
     r.params.stop_ids = ch->stop_ids, r.params.n_stop_ids = ch->n_stop_ids;
-    r.keep = !a->no_reuse, r.reuse = ch->kept;
+    r.keep = ch->keep, r.reuse = ch->kept;
     r.on_event = on_event, r.user = &t;
     int64_t req = -1;
     t.t_submit = cli_now();
@@ -315,7 +325,7 @@ static fm_status chat_turn(chat *ch, const char *line, fm_error *err) {
             print_figures(ch, &t);
             if (t.oom || !convo_add(&ch->c, "assistant", t.text ? t.text : ""))
                 st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-            else if (!a->no_reuse) ch->kept = req;
+            else if (ch->keep) ch->kept = req;
         }
     }
     fm_detok_free(t.detok);
@@ -388,12 +398,14 @@ int cmd_chat(int argc, char **argv) {
     }
     if (!st) {
         mo.opt.max_seqs = 1;
+        mo.opt.prefix_cache = !a.no_prefix_cache && !a.no_reuse;
         mo.opt.max_tokens = mo.opt.ctx > 0 && mo.opt.ctx < a.prefill_chunk ? mo.opt.ctx : a.prefill_chunk;
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
     }
     if (!st) st = fm_sched_create(ch.m, mo.opt.max_tokens, &ch.s, &err);
     if (!st) {
         ch.ctx = ch.m->kv->pool.ctx;
+        ch.keep = !a.no_reuse && !ch.m->kv->pool.prefix_cache;
         if (mo.opt.verbose)
             fprintf(stderr, "fp8moe chat: template %s, a context of %lld tokens\n", fm_chat_template_name(ch.tmpl),
                     (long long)ch.ctx);

@@ -71,6 +71,8 @@ static const char *HELP =
     "  --max-seqs B             sequences decoded together (default: the number of prompts, 64 at most); the\n"
     "                           other prompts wait for a free slot\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at most)\n"
+    "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
+    "                           (docs/prefix-caching.md)\n"
     "  --ep N, --tp N           split the model over N ranks in this process: the routed experts (--ep), the\n"
     "                           attention heads (--tp), or both on the same ranks (cpu backend; --tp also on\n"
     "                           cuda, every rank on the one GPU; README, \"Expert and tensor parallelism\")\n"
@@ -107,7 +109,8 @@ enum {
     OPT_NO_THINK,
     OPT_CHAT_TEMPLATE,
     OPT_EP,
-    OPT_TP
+    OPT_TP,
+    OPT_NO_PREFIX_CACHE
 };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
                                             {"batch-file", required_argument, 0, OPT_BATCH},
@@ -135,6 +138,7 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"tp", required_argument, 0, OPT_TP},
+                                            {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
                                             {0, 0, 0, 0}};
 
 typedef struct gen_args {
@@ -148,6 +152,7 @@ typedef struct gen_args {
     int32_t stop_seq_lens[MAX_STOP_SEQS];
     int32_t n_stop_seqs;
     bool stream;
+    bool no_prefix_cache;
     gen_text_opts text; /* --prompt, --chat and theirs */
     gen_text *gt;       /* a text prompt's tokenizer and printer, while it runs */
 } gen_args;
@@ -257,6 +262,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_CHAT_TEMPLATE: a->text.template_name = arg; return true;
     case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
     case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_COMM_MAX_RANKS, &a->tp);
+    case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
     }
     return true;
 }
@@ -534,6 +540,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     const int64_t chunk = a->prefill_chunk > 0 ? a->prefill_chunk : FM_DEFAULT_MAX_TOKENS;
     mo->opt.max_tokens = prompts[longest].n < chunk ? prompts[longest].n : chunk;
     mo->opt.max_seqs = (int32_t)(a->max_seqs > 0 ? a->max_seqs : n < DEFAULT_MAX_SEQS ? n : DEFAULT_MAX_SEQS);
+    mo->opt.prefix_cache = !a->no_prefix_cache;
 
     fm_error err = {{0}};
     fm_model *m = NULL;

@@ -46,6 +46,8 @@ static const char *HELP =
     "  --max-queue N            requests waiting beyond the running ones before 429 (default 256)\n"
     "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
+    "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
+    "                           (docs/prefix-caching.md)\n"
     "  --port-file FILE         write the port there once listening\n"
     "  --synthetic NAME         serve synthetic weights at the shapes of a real checkpoint (qwen3-30b-a3b,\n"
     "                           mixtral-8x7b, toy-moe; qwen3-next-80b-a3b, toy-next on the cpu backend) instead\n"
@@ -74,7 +76,8 @@ enum {
     OPT_DRAIN,
     OPT_IDLE,
     OPT_MAX_CONNS,
-    OPT_MAX_CONNS_CLIENT
+    OPT_MAX_CONNS_CLIENT,
+    OPT_NO_PREFIX_CACHE
 };
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
@@ -84,6 +87,7 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
                                             {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
                                             {"max-body", required_argument, 0, OPT_MAX_BODY},
+                                            {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
                                             {"synthetic", required_argument, 0, OPT_SYNTHETIC},
@@ -104,6 +108,7 @@ typedef struct serve_args {
     long max_seqs, prefill_chunk;
     const char *synthetic;
     bool fields_markdown;
+    bool no_prefix_cache;
 } serve_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -153,6 +158,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         if (!cli_parse_int(cmd, "--max-conns-per-client", arg, 1, 1L << 20, &v)) return false;
         a->so.max_conns_per_client = (int32_t)v;
         return true;
+    case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
     default: return false;
     }
 }
@@ -184,6 +190,7 @@ int cmd_serve(int argc, char **argv) {
     if (a.synthetic && !a.so.model_name) a.so.model_name = a.synthetic;
     a.so.model_dir = mo.model_dir;
     mo.opt.max_seqs = (int32_t)a.max_seqs;
+    mo.opt.prefix_cache = !a.no_prefix_cache;
     mo.opt.max_tokens = mo.opt.ctx > 0 && mo.opt.ctx < a.prefill_chunk ? mo.opt.ctx : a.prefill_chunk;
     a.so.prefill_chunk = mo.opt.max_tokens;
     fm_error err = {{0}};

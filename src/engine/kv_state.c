@@ -1,4 +1,5 @@
 /* The generation state of a loaded model (kv_state.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,4 +181,21 @@ fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, 
 void fm_kv_seq_end(fm_model *m, int32_t seq) {
     fm_kv_seq_close(&m->kv->pool, seq);
     m->kv->tables_dirty = true;
+}
+
+void fm_kv_state_prefix_cache(fm_model *m, bool on) {
+    const fm_config *c = &m->cfg;
+    const int32_t n_attn = fm_arch_attention_layers(c, m->n_layers), n_gdn = m->n_layers - n_attn;
+    m->kv->pool.prefix_cache = on && n_gdn == 0;
+    if (!on || n_gdn == 0) return;
+    /* what saving the states at a block boundary would cost, against what the block itself holds */
+    const fm_gdn_shape g = fm_gdn_shape_of(c);
+    const double state = (double)n_gdn * (double)(fm_gdn_conv_state_elems(g) + fm_gdn_rec_state_elems(g)) * 4.0;
+    const double block = (double)fm_kv_block_bytes(n_attn, c->n_kv_heads, c->head_dim, m->kv->pool.block_tokens,
+                                                   (int32_t)m->be->ops->act_size);
+    fprintf(stderr,
+            "fp8moe: prefix caching is off for this hybrid model: its %d Gated DeltaNet layers hold %.0f KiB of "
+            "recurrent and conv state per sequence, which a cached prefix would have to save at every %d-token block "
+            "boundary, %.1fx the %.0f KiB of KV in the block itself (a kept chat cache still continues its turns)\n",
+            n_gdn, state / 1024.0, m->kv->pool.block_tokens, block > 0 ? state / block : 0.0, block / 1024.0);
 }

@@ -66,6 +66,11 @@ fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size
 fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
 void fm_kv_state_free(fm_model *m, fm_kv_state *s);
 
+/* Turns the prefix cache (kv_prefix.h) on or off. A hybrid model (Gated DeltaNet layers) keeps it off: a cached
+ * prefix would need the layers' recurrent and conv states saved at every block boundary, each save the size of a
+ * whole sequence's state; the line printed on stderr gives the bytes against a block's KV bytes. */
+void fm_kv_state_prefix_cache(fm_model *m, bool on);
+
 /* Opens a sequence for a prompt and sampling parameters: a slot, its sampler state reset (the prompt's ids marked
  * as seen for the repetition penalty), its step counter at 0. */
 fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,

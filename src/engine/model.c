@@ -17,6 +17,7 @@ void fm_options_init(fm_options *opt) {
     opt->backend = "cpu";
     opt->preset = FM_PRESET_REF;
     opt->expert_policy = FM_EXPERT_LFU; /* a prefill's cyclic pass over the layers defeats LRU (docs/RESULTS.md 2.11) */
+    opt->prefix_cache = true;
 }
 
 int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
@@ -485,6 +486,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     /* generation: the KV cache and the decode state, planned above with the rest */
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
     if (!st && opt->max_seqs > 0) st = fm_kv_state_create(m, opt->max_seqs, m->buf_tokens, &m->kv, err);
+    if (!st && m->kv) fm_kv_state_prefix_cache(m, opt->prefix_cache);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
     if (!st && m->experts_host) st = fm_expert_offload_create(m, m->expert_slots, opt->expert_policy, err);
     return st;

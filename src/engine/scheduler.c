@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
@@ -17,17 +18,17 @@ typedef struct rq {
     int64_t id;
     rq_state state;
     fm_sched_request r; /* r.prompt and the stop lists point at the copies below */
-    int32_t *prompt;
+    int32_t *prompt;    /* [n_prompt + max_tokens]: the prompt, then the sampled ids (gen): the sequence's tokens */
     int32_t *stop_ids;
     int32_t **stop_seqs, *stop_lens;
     int32_t *eos; /* the model's eos ids (unless ignore_eos) and the request's stop ids */
     fm_stop stop;
     bool cancel;
-    bool claimed; /* kept, and a later request continues it */
-    int32_t slot; /* KV sequence while prefilling, running or kept; -1 otherwise */
-    int64_t pos;  /* prompt tokens in the cache */
-    int64_t n_cached;
-    int32_t *gen; /* [max_tokens] sampled ids */
+    bool claimed;     /* kept, and a later request continues it */
+    int32_t slot;     /* KV sequence while prefilling, running or kept; -1 otherwise */
+    int64_t pos;      /* prompt tokens in the cache */
+    int64_t n_cached; /* prompt tokens mapped from a kept or cached KV cache instead of computed */
+    int32_t *gen;     /* [max_tokens] sampled ids, after the prompt */
     int64_t n_gen;
     int32_t *hist; /* kept: prompt then generated ids; the cache holds the first fm_kv_seq_tokens of them */
 } rq;
@@ -43,6 +44,7 @@ struct fm_sched {
     int32_t *d_ids, *d_seqs, *d_out; /* [max_seqs] */
     rq **d_who;
     int64_t prefill_tokens, decode_tokens, decode_steps;
+    int64_t prefix_queries, prefix_hits, prefix_prompt_tokens, prefix_cached_tokens;
 };
 
 void fm_sched_request_init(fm_sched_request *r) {
@@ -54,7 +56,7 @@ void fm_sched_request_init(fm_sched_request *r) {
 static void rq_free(rq *q) {
     if (!q) return;
     for (int32_t i = 0; q->stop_seqs && i < q->r.params.n_stop_seqs; i++) free(q->stop_seqs[i]);
-    free(q->prompt), free(q->stop_ids), free(q->stop_seqs), free(q->stop_lens), free(q->eos), free(q->gen);
+    free(q->prompt), free(q->stop_ids), free(q->stop_seqs), free(q->stop_lens), free(q->eos);
     free(q->hist), free(q);
 }
 
@@ -198,8 +200,8 @@ fm_status fm_sched_submit(fm_sched *s, const fm_sched_request *r, int64_t *req, 
     const fm_model *m = s->m;
     q->r = *r;
     q->slot = -1;
-    q->prompt = malloc((size_t)r->n_prompt * sizeof *q->prompt);
-    q->gen = malloc((size_t)g->max_tokens * sizeof *q->gen);
+    q->prompt = malloc((size_t)(r->n_prompt + g->max_tokens) * sizeof *q->prompt);
+    q->gen = q->prompt ? q->prompt + r->n_prompt : NULL;
     q->eos = malloc((size_t)(m->cfg.n_eos + g->n_stop_ids + 1) * sizeof *q->eos);
     q->stop_ids = malloc((size_t)(g->n_stop_ids + 1) * sizeof *q->stop_ids);
     q->stop_seqs = calloc((size_t)g->n_stop_seqs + 1, sizeof *q->stop_seqs);
@@ -281,7 +283,7 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         if (p < held && fm_arch_attention_layers(&m->cfg, m->n_layers) < m->n_layers) p = 0;
         fm_status st = fm_kv_seq_sampler_reset(m, k->slot, q->prompt, q->r.n_prompt, &sp, err);
         if (st) return st;
-        fm_kv_seq_truncate(&m->kv->pool, k->slot, p);
+        p = fm_kv_seq_truncate(&m->kv->pool, k->slot, p); /* shorter when p falls inside a named block */
         m->kv->tables_dirty = true;
         q->slot = k->slot, q->pos = q->n_cached = p;
         k->slot = -1, k->state = RQ_DONE;
@@ -289,6 +291,14 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         if (!slot_free(s) && !evict_kept(s)) return FM_OK;
         fm_status st = fm_kv_seq_begin(m, q->prompt, q->r.n_prompt, &sp, &q->slot, err);
         if (st) return st;
+        /* the longest cached prefix, all but the last prompt token at most: that one runs for the logits */
+        fm_kv_pool *pool = &m->kv->pool;
+        if (pool->prefix_cache) {
+            q->pos = q->n_cached = fm_kv_prefix_share(pool, q->slot, q->prompt, q->r.n_prompt - 1);
+            if (q->n_cached) m->kv->tables_dirty = true;
+            s->prefix_queries++, s->prefix_hits += q->n_cached > 0;
+            s->prefix_prompt_tokens += q->r.n_prompt, s->prefix_cached_tokens += q->n_cached;
+        }
     }
     q->state = RQ_PREFILL;
     *started = true;
@@ -321,6 +331,7 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     fm_step_device(m, T, last, p0 == 0 && last ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     q->pos += T;
     s->prefill_tokens += T;
+    fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
     if (!last) return m->be->ops->sync(m->be, err);
     fm_backend *be = m->be;
     int32_t id;
@@ -355,6 +366,11 @@ static fm_status decode(fm_sched *s, fm_error *err) {
     fm_status st = fm_decode_run(m, n, s->d_ids, s->d_seqs, s->d_out, info, err);
     if (st) return st;
     s->decode_steps++, s->decode_tokens += n;
+    /* the step wrote each input token's K and V: full blocks of the output are named too (a next chat turn) */
+    for (int32_t j = 0; j < n; j++) {
+        rq *q = s->d_who[j];
+        fm_kv_prefix_name(&m->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
+    }
     for (int32_t j = 0; j < n; j++) deliver(s, s->d_who[j], s->d_out[j], &info[j]);
     return FM_OK;
 }
@@ -405,6 +421,9 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
     const fm_kv_pool *p = &s->m->kv->pool;
     st->kv_blocks_total = p->n_blocks, st->kv_blocks_used = p->n_blocks - p->n_free;
     st->prefill_tokens = s->prefill_tokens, st->decode_tokens = s->decode_tokens, st->decode_steps = s->decode_steps;
+    st->prefix_cache = p->prefix_cache, st->kv_blocks_cached = p->n_lru, st->kv_evictions = p->evictions;
+    st->prefix_queries = s->prefix_queries, st->prefix_hits = s->prefix_hits;
+    st->prefix_prompt_tokens = s->prefix_prompt_tokens, st->prefix_cached_tokens = s->prefix_cached_tokens;
     fm_expert_stats es;
     if ((st->experts_host = fm_model_expert_stats(s->m, &es))) {
         st->expert_slots = es.slots, st->expert_hits = es.hits, st->expert_misses = es.misses;

@@ -10,7 +10,11 @@
  *
  * A request may keep its sequence's KV cache when it finishes (keep = true) and a later request may continue from
  * it (reuse = the earlier request's id): the later prompt is the whole conversation, the scheduler finds the common
- * prefix with what the kept cache holds and prefills only the rest (a chat turn re-runs only the new text). */
+ * prefix with what the kept cache holds and prefills only the rest (a chat turn re-runs only the new text).
+ *
+ * With the model's prefix cache on (kv_prefix.h), any request maps the longest cached prefix of its prompt, from
+ * finished requests or running ones, and prefills the rest (fm_sched_event.n_cached); the full blocks of every
+ * request, prompt and output, are named as they are written. */
 #ifndef FM_ENGINE_SCHEDULER_H
 #define FM_ENGINE_SCHEDULER_H
 
@@ -77,8 +81,14 @@ void fm_sched_release(fm_sched *s, int64_t req);
 fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err);
 
 typedef struct fm_sched_stats {
-    int32_t waiting, running, kept; /* requests */
-    int32_t kv_blocks_used, kv_blocks_total;
+    int32_t waiting, running, kept;          /* requests */
+    int32_t kv_blocks_used, kv_blocks_total; /* used: held by a sequence (cached blocks count as free) */
+    /* the prefix cache (kv_prefix.h): cached blocks no sequence holds, and those given up for new tokens; requests
+       that looked up their prompt (queries) and found a prefix (hits); their prompt tokens, and those mapped */
+    bool prefix_cache;
+    int32_t kv_blocks_cached;
+    int64_t kv_evictions;
+    int64_t prefix_queries, prefix_hits, prefix_prompt_tokens, prefix_cached_tokens;
     int64_t prefill_tokens, decode_tokens, decode_steps;
     bool experts_host; /* experts in host memory: the expert cache's counters (fm_expert_stats) */
     int32_t expert_slots;
