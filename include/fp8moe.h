@@ -189,6 +189,25 @@ bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out);
 
 /* ---- generation ---- */
 
+/* A per-request token constraint (structured outputs, src/text/token_matcher.h makes one from a grammar): before
+ * each token of the request the engine asks mask for the ids allowed next, and reports the id it sampled to accept.
+ * Sampling then sees only allowed ids (the others' logits -inf); log-probabilities stay the model's own. */
+typedef struct fm_token_constraint {
+    void *user;
+    /* Fills words[(vocab + 31) / 32] (every word): bit i set when id i may come next. At least one bit. */
+    void (*mask)(void *user, uint32_t *words, int32_t vocab);
+    /* The sampled id; false (an id the constraint refuses) ends the request with an error. */
+    bool (*accept)(void *user, int32_t id);
+} fm_token_constraint;
+
+/* OpenAI's logit_bias: bias (in [-100, 100]) added to id's logit before sampling (after the penalties, before the
+ * temperature and filters): -100 bans the id in practice, +100 forces it. */
+typedef struct fm_logit_bias {
+    int32_t id;
+    float bias;
+} fm_logit_bias;
+#define FM_MAX_LOGIT_BIAS 1024 /* entries per request */
+
 /* How one sequence samples (src/engine/sampler.h has the exact definitions). fm_gen_params_init: greedy. */
 typedef struct fm_gen_params {
     float temperature;        /* 0: greedy */
@@ -205,7 +224,10 @@ typedef struct fm_gen_params {
     const int32_t *const *stop_seqs; /* stop sequences of ids (stop_seq_lens[i] ids each), excluded from the output */
     const int32_t *stop_seq_lens;
     int32_t n_stop_seqs;
-    bool ignore_eos; /* run to max_tokens even past an eos id (benchmarks) */
+    bool ignore_eos;                       /* run to max_tokens even past an eos id (benchmarks) */
+    const fm_token_constraint *constraint; /* NULL: none; it must outlive the request */
+    const fm_logit_bias *logit_bias;       /* n_logit_bias entries, distinct ids (copied at submission) */
+    int32_t n_logit_bias;
 } fm_gen_params;
 
 void fm_gen_params_init(fm_gen_params *p);

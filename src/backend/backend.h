@@ -308,11 +308,14 @@ typedef struct fm_backend_ops {
     /* One token per row of logits [B, vocab] (act dtype), as src/engine/sampler.h defines the step. Row r belongs to
      * sequence slot row_slot[r] (int32 [B]); indexed by slot, in backend memory: params (fm_sampling), steps
      * (uint64: the draw's counter, incremented), counts (int32 [slots][vocab]) and seen (uint8 [slots][vocab]), the
-     * penalty state, both NULL when no slot has penalties, to which the chosen id is added. z: scratch of B * vocab
-     * floats; ids: int32 [B] out; info: fm_sample_info [B] out (raw log-probabilities) or NULL. Values never reach
-     * the host: a decode step and its sampling replay as one CUDA graph. */
+     * penalty state, both NULL when no slot has penalties, to which the chosen id is added; bias (fm_logit_bias
+     * [slots][FM_MAX_LOGIT_BIAS], params.n_bias of them used); by row: mask (uint32 [B][(vocab + 31) / 32], read
+     * for rows whose slot has params.masked; may be NULL when none has). z: scratch of B * vocab floats; ids: int32
+     * [B] out; info: fm_sample_info [B] out (raw log-probabilities) or NULL. Values never reach the host: a decode
+     * step and its sampling replay as one CUDA graph. */
     void (*sample)(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot,
-                   const void *params, void *steps, void *counts, void *seen, void *z, void *ids, void *info);
+                   const void *params, void *steps, void *counts, void *seen, const void *bias, const void *mask,
+                   void *z, void *ids, void *info);
 
     /* Qwen3-Next's ops (backend/cpu/cpu_gated_attention.c, cpu_gdn.c): NULL on a backend without them, where the
      * engine refuses the architecture at load (model.c, check_backend_runs_arch).

@@ -492,7 +492,7 @@ fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode a
 void fm_step_sample_device(fm_model *m, int32_t B) {
     fm_kv_state *kv = m->kv;
     m->be->ops->sample(m->be, m->bufs->logits, B, m->cfg.vocab_size, kv->row_slot, kv->params, kv->steps, kv->counts,
-                       kv->seen, kv->z, kv->ids_out, kv->info_out);
+                       kv->seen, kv->bias, kv->mask, kv->z, kv->ids_out, kv->info_out);
 }
 
 fm_status fm_dist_status_take(fm_model *m, fm_error *err) {

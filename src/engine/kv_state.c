@@ -12,9 +12,10 @@
 
 /* the backend allocations, in one list so that create and free cannot disagree */
 #define KV_BUFFERS(s)                                                                                                  \
-    void **bufs[] = {&(s)->k,           &(s)->v,       &(s)->tok_seq,  &(s)->tok_pos,  &(s)->slots,  &(s)->tables,     \
-                     &(s)->att_scratch, &(s)->params,  &(s)->steps,    &(s)->counts,   &(s)->seen,   &(s)->z,          \
-                     &(s)->row_slot,    &(s)->ids_out, &(s)->info_out, &(s)->gdn_conv, &(s)->gdn_rec}
+    void **bufs[] = {&(s)->k,           &(s)->v,       &(s)->tok_seq,  &(s)->tok_pos, &(s)->slots,    &(s)->tables,   \
+                     &(s)->att_scratch, &(s)->params,  &(s)->steps,    &(s)->counts,  &(s)->seen,     &(s)->z,        \
+                     &(s)->row_slot,    &(s)->ids_out, &(s)->info_out, &(s)->bias,    &(s)->mask,     &(s)->gdn_conv, \
+                     &(s)->gdn_rec}
 
 void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     if (!s) return;
@@ -23,11 +24,11 @@ void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);
     fm_kv_pool_free(&s->pool);
-    free(s->h_idx), free(s->h_step), free(s->h_info);
+    free(s->h_idx), free(s->h_step), free(s->h_info), free(s->h_mask);
     free(s);
 }
 
-enum { KV_N_BUFFERS = 17 };
+enum { KV_N_BUFFERS = 19 };
 
 /* attention_paged's scratch for any step of 1..max_rows tokens: the split count falls as T grows, so the largest
  * need is not at max_rows (one split, no scratch, from 512 tokens) but at a small T */
@@ -65,6 +66,8 @@ static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv
         R * 4,
         R * 4,
         R * sizeof(fm_sample_info), /* row_slot, ids_out, info_out */
+        S * FM_MAX_LOGIT_BIAS * sizeof(fm_logit_bias),
+        R * ((V + 31) / 32) * sizeof(uint32_t), /* bias, mask */
         n_gdn ? gdn_seqs * (size_t)fm_gdn_conv_state_elems(g) : 0,
         n_gdn ? gdn_seqs * (size_t)fm_gdn_rec_state_elems(g) : 0, /* gdn_conv, gdn_rec */
     };
@@ -116,7 +119,8 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     const size_t rows = (size_t)fm_decode_bucket(max_seqs);
     s->h_step = malloc(4 * rows * sizeof *s->h_step);
     s->h_info = malloc(rows * sizeof *s->h_info);
-    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info) {
+    s->h_mask = malloc(rows * (size_t)((c->vocab_size + 31) / 32) * sizeof *s->h_mask);
+    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info || !s->h_mask) {
         fm_kv_state_free(m, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
@@ -176,6 +180,12 @@ fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, 
     st = fm_kv_seq_sampler_reset(m, *seq, prompt, n_prompt, sp, err);
     if (st) fm_kv_seq_close(&m->kv->pool, *seq);
     return st;
+}
+
+void fm_kv_seq_set_bias(fm_model *m, int32_t seq, const fm_logit_bias *bias, int32_t n) {
+    if (n > 0)
+        m->be->ops->upload_raw(m->be, bias, (size_t)n * sizeof *bias,
+                               (char *)m->kv->bias + (size_t)seq * FM_MAX_LOGIT_BIAS * sizeof *bias);
 }
 
 void fm_kv_seq_end(fm_model *m, int32_t seq) {

@@ -41,6 +41,8 @@ typedef struct fm_kv_state {
     void *steps;      /* uint64 [max_seqs + 1] */
     void *counts;     /* int32 [max_seqs + 1][vocab] */
     void *seen;       /* uint8 [max_seqs + 1][vocab] */
+    void *bias;       /* fm_logit_bias [max_seqs + 1][FM_MAX_LOGIT_BIAS]: each slot's logit_bias */
+    void *mask;       /* uint32 [rows][(vocab + 31) / 32]: the allowed ids of each constrained row of a step */
     void *z;          /* float [rows][vocab] scratch, rows = the largest decode bucket */
     void *row_slot;   /* int32 [rows]: the slot of each sampled row */
     void *ids_out;    /* int32 [rows] */
@@ -52,6 +54,7 @@ typedef struct fm_kv_state {
     int32_t *h_idx;         /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
     int32_t *h_step;        /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
     fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
+    uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host */
     bool tables_dirty;
 } fm_kv_state;
 
@@ -79,6 +82,9 @@ fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, 
  * the slot): a kept cache continued by a new request. */
 fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *prompt, int64_t n_prompt,
                                   const fm_sampling *sp, fm_error *err);
+/* Sets an open sequence's logit bias (n <= FM_MAX_LOGIT_BIAS entries; its fm_sampling.n_bias says how many are
+ * read). */
+void fm_kv_seq_set_bias(fm_model *m, int32_t seq, const fm_logit_bias *bias, int32_t n);
 /* Ends a sequence: its blocks return to the pool. */
 void fm_kv_seq_end(fm_model *m, int32_t seq);
 

@@ -30,8 +30,27 @@ fm_status fm_sampling_check(const fm_sampling *s, fm_error *err) {
         return fm_fail(err, FM_ERR_USAGE, "presence_penalty must be in [-2, 2], got %g", (double)s->presence_penalty);
     if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f))
         return fm_fail(err, FM_ERR_USAGE, "frequency_penalty must be in [-2, 2], got %g", (double)s->frequency_penalty);
+    if (s->n_bias < 0 || s->n_bias > FM_MAX_LOGIT_BIAS)
+        return fm_fail(err, FM_ERR_USAGE, "logit_bias has at most %d entries, got %d", FM_MAX_LOGIT_BIAS, s->n_bias);
     if (s->n_logprobs < 0 || s->n_logprobs > FM_MAX_LOGPROBS)
         return fm_fail(err, FM_ERR_USAGE, "logprobs must be in [0, %d], got %d", FM_MAX_LOGPROBS, s->n_logprobs);
+    return FM_OK;
+}
+
+fm_status fm_logit_bias_check(const fm_logit_bias *bias, int32_t n, int32_t vocab, fm_error *err) {
+    if (n < 0 || n > FM_MAX_LOGIT_BIAS || (n > 0 && !bias))
+        return fm_fail(err, FM_ERR_USAGE, "logit_bias has at most %d entries, got %d", FM_MAX_LOGIT_BIAS, n);
+    for (int32_t i = 0; i < n; i++) {
+        if (bias[i].id < 0 || bias[i].id >= vocab)
+            return fm_fail(err, FM_ERR_USAGE, "logit_bias: token id %d is outside the vocabulary of %d", bias[i].id,
+                           vocab);
+        if (!(bias[i].bias >= -100.0f && bias[i].bias <= 100.0f))
+            return fm_fail(err, FM_ERR_USAGE, "logit_bias: the bias of token %d must be in [-100, 100], got %g",
+                           bias[i].id, (double)bias[i].bias);
+        for (int32_t j = 0; j < i; j++)
+            if (bias[j].id == bias[i].id)
+                return fm_fail(err, FM_ERR_USAGE, "logit_bias: token id %d is given twice", bias[i].id);
+    }
     return FM_OK;
 }
 
@@ -54,10 +73,10 @@ static int desc_cmp(const void *a, const void *b) {
 
 size_t fm_sampler_scratch_bytes(int32_t vocab) { return (size_t)vocab * (2 * sizeof(float) + sizeof(int32_t) + 1); }
 
-/* Penalised logits into l[vocab] from the penalty state (either may be NULL: no such history). NaN becomes -inf: it
- * can never be drawn. */
+/* Penalised logits into l[vocab] from the penalty state (either may be NULL: no such history), then the bias and
+ * the mask. NaN becomes -inf: it can never be drawn. */
 static void apply_penalties(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *counts,
-                            const uint8_t *seen, float *l) {
+                            const uint8_t *seen, const fm_logit_bias *bias, const uint32_t *mask, float *l) {
     for (int32_t i = 0; i < vocab; i++) l[i] = isnan(logits[i]) ? -INFINITY : logits[i];
     const bool rep = seen && s->repetition_penalty != 1.0f;
     const bool pres = counts && (s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f);
@@ -65,6 +84,11 @@ static void apply_penalties(const float *logits, int32_t vocab, const fm_samplin
         if (rep && seen[i]) l[i] = l[i] > 0.0f ? l[i] / s->repetition_penalty : l[i] * s->repetition_penalty;
         if (pres && counts[i]) l[i] -= s->presence_penalty + s->frequency_penalty * (float)counts[i];
     }
+    for (int32_t j = 0; bias && j < s->n_bias; j++)
+        if (bias[j].id >= 0 && bias[j].id < vocab) l[bias[j].id] += bias[j].bias;
+    if (mask && s->masked)
+        for (int32_t i = 0; i < vocab; i++)
+            if (!((mask[i >> 5] >> (i & 31)) & 1u)) l[i] = -INFINITY;
 }
 
 void fm_sample_state_add(int32_t vocab, int32_t id, bool generated, int32_t *counts, uint8_t *seen) {
@@ -107,13 +131,14 @@ int32_t fm_sample(const float *logits, int32_t vocab, const fm_sampling *s, cons
     memset(counts, 0, (size_t)vocab * sizeof *counts);
     memset(seen, 0, (size_t)vocab);
     for (int64_t i = 0; i < n_hist; i++) fm_sample_state_add(vocab, hist[i], i >= n_prompt, counts, seen);
-    return fm_sample_row(logits, vocab, s, counts, seen, step, scratch, info);
+    return fm_sample_row(logits, vocab, s, counts, seen, NULL, NULL, step, scratch, info);
 }
 
 int32_t fm_sample_row(const float *logits, int32_t vocab, const fm_sampling *s, const int32_t *counts,
-                      const uint8_t *seen, uint64_t step, float *scratch, fm_sample_info *info) {
+                      const uint8_t *seen, const fm_logit_bias *bias, const uint32_t *mask, uint64_t step,
+                      float *scratch, fm_sample_info *info) {
     float *l = scratch, *sorted = scratch + vocab;
-    apply_penalties(logits, vocab, s, counts, seen, l);
+    apply_penalties(logits, vocab, s, counts, seen, bias, mask, l);
     int32_t chosen = 0;
     for (int32_t i = 1; i < vocab; i++) /* the argmax, ties to the lower id: greedy's answer */
         if (l[i] > l[chosen]) chosen = i;

@@ -1,6 +1,7 @@
 /* Continuous batching (scheduler.h): requests in submission order, each waiting, prefilling, running (in the decode
  * batch) or kept (finished, its cache held for a later request). A step is one prefill chunk of the oldest request
  * that can start, or one decode step of every running request; when both have work they alternate. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ typedef struct rq {
     int32_t *stop_ids;
     int32_t **stop_seqs, *stop_lens;
     int32_t *eos; /* the model's eos ids (unless ignore_eos) and the request's stop ids */
+    fm_logit_bias *bias; /* a copy of params.logit_bias */
     fm_stop stop;
     bool cancel;
     bool claimed;     /* kept, and a later request continues it */
@@ -57,6 +59,7 @@ static void rq_free(rq *q) {
     if (!q) return;
     for (int32_t i = 0; q->stop_seqs && i < q->r.params.n_stop_seqs; i++) free(q->stop_seqs[i]);
     free(q->prompt), free(q->stop_ids), free(q->stop_seqs), free(q->stop_lens), free(q->eos);
+    free(q->bias);
     free(q->hist), free(q);
 }
 
@@ -144,6 +147,7 @@ static fm_sampling sampling_of(const fm_sched_request *r) {
     s.temperature = g->temperature, s.top_k = g->top_k, s.top_p = g->top_p, s.min_p = g->min_p;
     s.repetition_penalty = g->repetition_penalty, s.presence_penalty = g->presence_penalty;
     s.frequency_penalty = g->frequency_penalty, s.seed = g->seed, s.n_logprobs = r->n_logprobs;
+    s.n_bias = g->n_logit_bias, s.masked = g->constraint != NULL;
     return s;
 }
 
@@ -171,8 +175,12 @@ static fm_status check(const fm_sched *s, const fm_sched_request *r, fm_error *e
         if (g->stop_seq_lens[i] < 1) return fm_fail(err, FM_ERR_USAGE, "stop sequence %d is empty", i);
     if (r->n_logprobs < 0 || r->n_logprobs > FM_MAX_LOGPROBS)
         return fm_fail(err, FM_ERR_USAGE, "n_logprobs must be in [0, %d], got %d", FM_MAX_LOGPROBS, r->n_logprobs);
+    fm_status st = fm_logit_bias_check(g->logit_bias, g->n_logit_bias, V, err);
+    if (st) return st;
+    if (g->constraint && (!g->constraint->mask || !g->constraint->accept))
+        return fm_fail(err, FM_ERR_USAGE, "a token constraint needs both its mask and accept functions");
     fm_sampling sp = sampling_of(r);
-    fm_status st = fm_sampling_check(&sp, err);
+    st = fm_sampling_check(&sp, err);
     if (st) return st;
     if (r->reuse >= 0) {
         const rq *k = find(s, r->reuse);
@@ -206,7 +214,8 @@ fm_status fm_sched_submit(fm_sched *s, const fm_sched_request *r, int64_t *req, 
     q->stop_ids = malloc((size_t)(g->n_stop_ids + 1) * sizeof *q->stop_ids);
     q->stop_seqs = calloc((size_t)g->n_stop_seqs + 1, sizeof *q->stop_seqs);
     q->stop_lens = malloc((size_t)(g->n_stop_seqs + 1) * sizeof *q->stop_lens);
-    bool ok = q->prompt && q->gen && q->eos && q->stop_ids && q->stop_seqs && q->stop_lens;
+    q->bias = malloc((size_t)(g->n_logit_bias + 1) * sizeof *q->bias);
+    bool ok = q->prompt && q->gen && q->eos && q->stop_ids && q->stop_seqs && q->stop_lens && q->bias;
     for (int32_t i = 0; ok && i < g->n_stop_seqs; i++) {
         q->stop_lens[i] = g->stop_seq_lens[i];
         ok = (q->stop_seqs[i] = malloc((size_t)g->stop_seq_lens[i] * sizeof **q->stop_seqs)) != NULL;
@@ -219,6 +228,8 @@ fm_status fm_sched_submit(fm_sched *s, const fm_sched_request *r, int64_t *req, 
     }
     memcpy(q->prompt, r->prompt, (size_t)r->n_prompt * sizeof *q->prompt);
     if (g->n_stop_ids) memcpy(q->stop_ids, g->stop_ids, (size_t)g->n_stop_ids * sizeof *q->stop_ids);
+    if (g->n_logit_bias) memcpy(q->bias, g->logit_bias, (size_t)g->n_logit_bias * sizeof *q->bias);
+    q->r.params.logit_bias = q->bias;
     q->r.prompt = q->prompt;
     q->r.params.stop_ids = q->stop_ids;
     q->r.params.stop_seqs = (const int32_t *const *)q->stop_seqs;
@@ -300,13 +311,35 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
             s->prefix_prompt_tokens += q->r.n_prompt, s->prefix_cached_tokens += q->n_cached;
         }
     }
+    fm_kv_seq_set_bias(m, q->slot, q->bias, q->r.params.n_logit_bias);
     q->state = RQ_PREFILL;
     *started = true;
     return FM_OK;
 }
 
+/* A constrained row's allowed ids into the step's host mask row (unconstrained rows are never read). */
+static void fill_mask(fm_sched *s, const rq *q, int32_t row) {
+    const fm_token_constraint *c = q->r.params.constraint;
+    const int32_t V = s->m->cfg.vocab_size;
+    if (c) c->mask(c->user, s->m->kv->h_mask + (size_t)row * (size_t)((V + 31) / 32), V);
+}
+
+/* Uploads the host mask rows [0, rows) before a step that has a constrained row. */
+static void upload_masks(fm_sched *s, int32_t rows) {
+    fm_model *m = s->m;
+    const size_t words = (size_t)((m->cfg.vocab_size + 31) / 32);
+    if (rows > 0) m->be->ops->upload_raw(m->be, m->kv->h_mask, (size_t)rows * words * sizeof(uint32_t), m->kv->mask);
+}
+
 /* Records sampled id of q; sends its event (the last one when the request stops here). */
 static void deliver(fm_sched *s, rq *q, int32_t id, const fm_sample_info *info) {
+    const fm_token_constraint *c = q->r.params.constraint;
+    if (c && !c->accept(c->user, id)) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "the token constraint refused id %d (its mask allowed no id?)", id);
+        finish(s, q, FM_SCHED_ERROR, -1, NULL, q->n_gen, msg);
+        return;
+    }
     q->gen[q->n_gen++] = id;
     int64_t keep = q->n_gen;
     const fm_stop_reason r = fm_stop_check(&q->stop, q->gen, q->n_gen, &keep);
@@ -337,6 +370,7 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     int32_t id;
     fm_sample_info *info = kv->h_info;
     be->ops->upload_ids(be, &q->slot, 1, kv->row_slot);
+    if (q->r.params.constraint) fill_mask(s, q, 0), upload_masks(s, 1);
     fm_step_sample_device(m, 1);
     be->ops->download_raw(be, kv->ids_out, sizeof id, &id);
     be->ops->download_raw(be, kv->info_out, sizeof *info, info);
@@ -349,7 +383,7 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
 
 static fm_status decode(fm_sched *s, fm_error *err) {
     fm_model *m = s->m;
-    int32_t n = 0;
+    int32_t n = 0, masked = 0; /* rows [0, masked) hold every constrained row's mask */
     for (int32_t i = 0; i < s->n; i++) {
         rq *q = s->reqs[i];
         if (q->state != RQ_RUNNING) continue;
@@ -359,9 +393,11 @@ static fm_status decode(fm_sched *s, fm_error *err) {
             continue;
         }
         s->d_ids[n] = q->gen[q->n_gen - 1], s->d_seqs[n] = q->slot, s->d_who[n] = q;
+        if (q->r.params.constraint) fill_mask(s, q, n), masked = n + 1;
         n++;
     }
     if (n == 0) return FM_OK;
+    upload_masks(s, masked);
     fm_sample_info *info = m->kv->h_info;
     fm_status st = fm_decode_run(m, n, s->d_ids, s->d_seqs, s->d_out, info, err);
     if (st) return st;

@@ -81,7 +81,8 @@ void cpu_add(fm_backend *be, void *acc, const void *x, int64_t n);
 void cpu_add_rmsnorm(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps,
                      void *out);
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
-                void *steps, void *counts, void *seen, void *z, void *ids, void *info);
+                void *steps, void *counts, void *seen, const void *bias, const void *mask, void *z, void *ids,
+                void *info);
 /* Qwen3-Next (cpu_gated_attention.c, cpu_gdn.c) */
 void cpu_gated_qk_norm_rope(fm_backend *be, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                             int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps, int64_t pos0,

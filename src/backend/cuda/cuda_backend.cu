@@ -496,9 +496,11 @@ static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, v
 }
 
 static void cu_sample(fm_backend *bb, const void *logits, int32_t B, int32_t vocab, const void *row_slot,
-                      const void *params, void *steps, void *counts, void *seen, void *z, void *ids, void *info) {
+                      const void *params, void *steps, void *counts, void *seen, const void *bias, const void *mask,
+                      void *z, void *ids, void *info) {
     fm_cuda_sample(logits, f32(bb), B, vocab, (const int32_t *)row_slot, (const fm_sampling *)params, (uint64_t *)steps,
-                   (int32_t *)counts, (uint8_t *)seen, (float *)z, (int32_t *)ids, (fm_sample_info *)info, stream(bb));
+                   (int32_t *)counts, (uint8_t *)seen, (const fm_logit_bias *)bias, (const uint32_t *)mask, (float *)z,
+                   (int32_t *)ids, (fm_sample_info *)info, stream(bb));
 }
 
 static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,

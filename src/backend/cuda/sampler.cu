@@ -2,7 +2,9 @@
 // sampler.c is the reference this kernel reproduces (the same float operations for penalties and temperature, the
 // same double-precision masses, the same counter-based uniform), so a seed draws the same ids on both backends.
 //
-// Passes over the row (vocab V, from L2 after the first): penalties + temperature into z, with the argmax (1 pass);
+// Passes over the row (vocab V, from L2 after the first): penalties, the constraint's mask (a bit per id, read only
+// for a masked row) + temperature into z, with the argmax (1 pass; a row with a logit bias adds its entries to z and
+// takes the argmax again: one more pass);
 // greedy rows stop there. Sampled rows: top-k as a radix select of the k-th largest z (4 passes of 8 bits over
 // order-preserving keys), top-p as a radix select on probability mass (4 passes, double sums in 256 shared bins),
 // min-p in closed form, the kept total (1 pass), and the draw: each thread owns a contiguous chunk of ids, a block
@@ -164,6 +166,7 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
 static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logits, bool f32, int32_t V,
                                                                 const int32_t *row_slot, const fm_sampling *params,
                                                                 uint64_t *steps, int32_t *counts, uint8_t *seen,
+                                                                const fm_logit_bias *bias, const uint32_t *mask,
                                                                 float *zbuf, int32_t *ids, fm_sample_info *info) {
     __shared__ sample_smem sh;
     const int64_t row = blockIdx.x;
@@ -173,7 +176,10 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     float *z = zbuf + base;
     const bool rep = seen && p.repetition_penalty != 1.0f;
     const bool pres = counts && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
-    // penalties (the reference's float operations, uncontracted) and the argmax of the penalised logits
+    const uint32_t *mrow = mask && p.masked ? mask + row * (int64_t)((V + 31) / 32) : NULL;
+    const bool biased = bias && p.n_bias > 0;
+    // penalties (the reference's float operations, uncontracted), the mask, and the argmax of the result (the bias
+    // comes between them in the reference: a biased row adds it below and takes the argmax again)
     best_t mine = {-INFINITY, INT32_MAX};
     for (int32_t i = threadIdx.x; i < V; i += THREADS) {
         float l = load_logit(logits, f32, base + i);
@@ -182,9 +188,24 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
             l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
         if (pres && counts[sbase + i])
             l = __fsub_rn(l, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)counts[sbase + i])));
+        if (mrow && !((mrow[i >> 5] >> (i & 31)) & 1u)) l = -INFINITY;
         z[i] = l;
         const best_t b = {l, i};
         if (before(b, mine)) mine = b;
+    }
+    if (biased) { // distinct ids (checked at submission): one thread per entry; a masked id stays -inf
+        __syncthreads();
+        const fm_logit_bias *lb = bias + slot * FM_MAX_LOGIT_BIAS;
+        for (int32_t j = threadIdx.x; j < p.n_bias; j += THREADS) {
+            const int32_t id = lb[j].id;
+            if (id >= 0 && id < V) z[id] = __fadd_rn(z[id], lb[j].bias);
+        }
+        __syncthreads();
+        mine = best_t{-INFINITY, INT32_MAX};
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+            const best_t b = {z[i], i};
+            if (before(b, mine)) mine = b;
+        }
     }
     const best_t top = block_best(mine, sh.best);
     int32_t chosen = top.i;
@@ -279,15 +300,16 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
 }
 
 void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
-                    const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen, float *z, int32_t *ids,
-                    fm_sample_info *info, cudaStream_t s) {
+                    const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen,
+                    const fm_logit_bias *bias, const uint32_t *mask, float *z, int32_t *ids, fm_sample_info *info,
+                    cudaStream_t s) {
     if (B <= 0) return;
     if ((counts == NULL) != (seen == NULL) || vocab <= 0 || !params || !steps || !z || !ids) {
         fprintf(stderr, "fp8moe: sample: bad arguments (vocab %d, counts %p, seen %p)\n", vocab, (void *)counts,
                 (void *)seen);
         abort();
     }
-    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, z, ids,
-                                                  info);
+    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, bias,
+                                                  mask, z, ids, info);
     FM_LAUNCH_CHECK("sample");
 }
