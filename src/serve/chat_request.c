@@ -11,7 +11,9 @@
 
 #include "serve/chat.h"
 #include "serve/serve_internal.h"
+#include "engine/engine.h"
 #include "text/reasoning.h"
+#include "text/token_matcher.h"
 #include "text/tool_calls.h"
 #include "util/status.h"
 
@@ -309,9 +311,21 @@ fm_status chat_setup(srv *s, fm_error *err) {
                            o->default_chat_template_kwargs);
         }
     }
+    s->chat_think_start = s->chat_think_end = -1;
     if (s->tok) {
         s->chat_think_start = fm_tokenizer_token_id(s->tok, "<think>");
         s->chat_think_end = fm_tokenizer_token_id(s->tok, "</think>");
+        /* constrained decoding reads every id's bytes: built once (a trie over the vocabulary) */
+        if (fm_token_vocab_from_tokenizer(s->tok, s->vocab, &s->chat_vocab, err)) return FM_ERR_FORMAT;
+    }
+    /* the ends of a reply: the model's eos ids and the template's end-of-turn tokens */
+    s->n_end_ids = 0;
+    for (int32_t k = 0; k < s->m->cfg.n_eos && s->n_end_ids < 16; k++)
+        s->end_ids[s->n_end_ids++] = s->m->cfg.eos_ids[k];
+    const char *const *stops = s->tmpl ? fm_chat_template_stop_tokens(s->tmpl) : NULL;
+    for (int k = 0; s->tok && stops && stops[k] && s->n_end_ids < 16; k++) {
+        const int32_t id = fm_tokenizer_token_id(s->tok, stops[k]);
+        if (id >= 0) s->end_ids[s->n_end_ids++] = id;
     }
     if (s->tmpl)
         fprintf(stderr, "fp8moe serve: chat template %s: tool calls %s, reasoning %s\n", fm_chat_template_path(s->tmpl),
@@ -323,4 +337,6 @@ fm_status chat_setup(srv *s, fm_error *err) {
 void chat_teardown(srv *s) {
     cJSON_Delete(s->chat_default_kwargs);
     s->chat_default_kwargs = NULL;
+    fm_token_vocab_free(s->chat_vocab);
+    s->chat_vocab = NULL;
 }

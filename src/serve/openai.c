@@ -179,6 +179,32 @@ static int64_t random_seed(void) {
     return (int64_t)(v >> 1);
 }
 
+/* logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI's shape: ids as the object's keys) */
+static int parse_logit_bias(srv *s, const cJSON *root, job *j, oa_error *e) {
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!lb || cJSON_IsNull(lb)) return 0;
+    if (!cJSON_IsObject(lb))
+        return bad(e, "logit_bias", "'%s' must be an object of token ids (as strings) to biases in [-100, 100]%s", "");
+    const int n = cJSON_GetArraySize(lb);
+    if (n > FM_MAX_LOGIT_BIAS)
+        return oa_fail(e, 400, "invalid_request_error", NULL, "logit_bias", "'logit_bias' has %d entries, at most %d",
+                       n, FM_MAX_LOGIT_BIAS);
+    j->bias = calloc((size_t)n + 1, sizeof *j->bias);
+    if (!j->bias) return oa_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (const cJSON *v = lb->child; v; v = v->next) {
+        char *end = NULL;
+        const long id = strtol(v->string, &end, 10);
+        if (!v->string[0] || *end || id < 0 || id >= s->vocab)
+            return oa_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                           "'logit_bias' key '%.40s' is not a token id in [0, %d)", v->string, s->vocab);
+        if (!cJSON_IsNumber(v) || v->valuedouble < -100 || v->valuedouble > 100)
+            return oa_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                           "'logit_bias' of token %ld must be a number in [-100, 100]", id);
+        j->bias[j->n_bias++] = (fm_logit_bias){(int32_t)id, (float)v->valuedouble};
+    }
+    return 0;
+}
+
 int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *e) {
     if (body_check(body, len, e)) return e->status;
     cJSON *root = cJSON_ParseWithLength(body, len);
@@ -240,6 +266,7 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     }
     j->want_logprobs = want_lp;
     if (!rc) rc = parse_stop(root, j, e);
+    if (!rc) rc = parse_logit_bias(s, root, j, e);
     if (!rc) rc = chat ? chat_parse(s, root, j, e) : parse_prompt(s, root, j, e);
     if (!rc && j->n_prompt < 1)
         rc = oa_fail(e, 400, "invalid_request_error", NULL, chat ? "messages" : "prompt", "the prompt is empty");
@@ -260,6 +287,8 @@ int oa_parse(srv *s, const char *body, size_t len, bool chat, job *j, oa_error *
     g->top_k = (int32_t)(top_k < 0 ? 0 : top_k), g->min_p = (float)min_p, g->presence_penalty = (float)presence;
     g->frequency_penalty = (float)frequency, g->repetition_penalty = (float)repetition, g->seed = (uint64_t)seed;
     g->ignore_eos = ignore_eos;
+    g->logit_bias = j->bias, g->n_logit_bias = j->n_bias;
+    if (j->chatq && j->chatq->constraint) g->constraint = &j->constraint;
     if (chat && s->n_tmpl_stop_ids) {
         memcpy(j->stop_ids, s->tmpl_stop_ids, (size_t)s->n_tmpl_stop_ids * sizeof *j->stop_ids);
         g->stop_ids = j->stop_ids, g->n_stop_ids = s->n_tmpl_stop_ids;

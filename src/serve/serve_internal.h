@@ -138,7 +138,10 @@ typedef struct job {
     sbuf out; /* stream bytes not yet handed to the connection */
     size_t out_off;
     bool role_sent, closed;
-    chat_req *chatq; /* chat requests: the agent side (NULL for completions) */
+    chat_req *chatq;                /* chat requests: the agent side (NULL for completions) */
+    fm_token_constraint constraint; /* chatq->constraint's engine side */
+    fm_logit_bias *bias;            /* logit_bias (n_bias entries) */
+    int32_t n_bias;
 } job;
 
 struct srv {
@@ -170,6 +173,8 @@ struct srv {
     fm_reasoning_format chat_reasoning_fmt;
     cJSON *chat_default_kwargs;               /* --default-chat-template-kwargs (NULL: none) */
     int32_t chat_think_start, chat_think_end; /* the ids of <think> and </think> (-1: none) */
+    struct fm_token_vocab *chat_vocab;        /* every id's bytes, for constrained decoding (NULL: no tokenizer) */
+    int32_t end_ids[16], n_end_ids;           /* the ids that end a reply: the model's eos and the template's */
     pthread_t thread;
     fm_status fatal;
     fm_error fatal_err;

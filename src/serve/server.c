@@ -38,7 +38,7 @@ void fm_serve_opts_init(fm_serve_opts *o) {
 static void job_free(job *j) {
     if (!j) return;
     for (int32_t i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    free(j->stops), free(j->prompt), free(j->items);
+    free(j->stops), free(j->prompt), free(j->items), free(j->bias);
     sb_free(&j->unknown_fields);
     if (j->detok) fm_detok_free(j->detok);
     sb_free(&j->pending), sb_free(&j->text), sb_free(&j->out);
