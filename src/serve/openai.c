@@ -195,7 +195,7 @@ static int parse_messages(srv *s, const cJSON *root, job *j, oa_error *e) {
     }
     if (!rc && !s->tmpl)
         rc = oa_fail(e, 501, "server_error", "chat_template_unavailable", NULL,
-                     "this server has no chat template for the model (%s): start it with --chat-template NAME, or use "
+                     "this server has no chat template for the model (%s): start it with --chat-template FILE, or use "
                      "/v1/completions",
                      s->tmpl_error);
     if (!rc && !s->tok)

@@ -18,7 +18,7 @@ typedef struct fm_serve_opts {
     const char *host;          /* address to bind (default 127.0.0.1) */
     int32_t port;              /* 0: a free port, printed on stderr */
     const char *api_key;       /* NULL: no key needed */
-    const char *chat_template; /* --chat-template NAME (NULL: the checkpoint's) */
+    const char *chat_template; /* --chat-template FILE (NULL: the checkpoint's) */
     int32_t max_queue;         /* requests waiting beyond the running ones before 429 */
     int64_t max_body;          /* request body bytes at most (413 beyond) */
     int64_t prefill_chunk;     /* prompt tokens per prefill step (0: the load's max_tokens) */

@@ -216,30 +216,24 @@ static jv *do_indent(jctx *c, jv *v, const jargs *a) {
     else
         for (int64_t i = 0; i < (w ? (w->k == JV_INT ? w->u.i : 0) : 4); i++) jb_char(&ind, ' ');
     jv *s = jv_to_str(x, v);
-    /* Python's splitlines on s + "\n": lines end at \n, \r\n, \r and a few more separators */
+    /* jinja2: lines = (s + "\n").splitlines(); every line after the first is indented unless it is empty (blank=true:
+     * empty ones too); lines end at \n, \r\n, \r, \v, \f and \x1c-\x1e */
     jbuf out;
     jb_init(&out, x);
     const char *p = s->u.str.s;
     const size_t n = s->u.str.n;
-    size_t i = 0, line = 0;
-    bool any = false;
-    while (i <= n) {
-        size_t e = i, next;
+    size_t i = 0;
+    for (int line = 0; i <= n; line++) {
+        size_t e = i;
         while (e < n &&
                !(p[e] == '\n' || p[e] == '\r' || p[e] == '\v' || p[e] == '\f' || (p[e] >= 0x1c && p[e] <= 0x1e)))
             e++;
-        if (e >= n) next = n + 1;
-        else next = e + (p[e] == '\r' && e + 1 < n && p[e + 1] == '\n' ? 2 : 1);
         if (line > 0) jb_char(&out, '\n');
         if (line > 0 && (e > i || (blank && jv_truthy(blank)))) jb_put(&out, ind.p ? ind.p : "", ind.n);
         jb_put(&out, p + i, e - i);
-        any = true;
-        line++;
-        if (e >= n) break;
-        i = next;
-        if (i == n) break; /* the line break that ends the text ends the last line */
+        if (e >= n) break; /* the "\n" jinja2 appends ends this last line */
+        i = e + (p[e] == '\r' && e + 1 < n && p[e + 1] == '\n' ? 2 : 1);
     }
-    (void)any;
     jv *r = jv_str_own(x, out.p ? out.p : "", out.n);
     if (first && jv_truthy(first)) {
         jbuf f;

@@ -597,7 +597,11 @@ static jnodes parse_body(parser *P, const char *const *ends, const char **found)
     for (;;) {
         jtok *t = cur(P);
         if (t->kind == T_EOF) {
-            if (ends) jx_fail(P->x, "line %d: the template ends before '{%% %s %%}'", t->line, ends[0]);
+            if (ends) { /* name the closing tag: the last of ends ("elif", "else", "endif") */
+                const char *const *e = ends;
+                while (e[1]) e++;
+                jx_fail(P->x, "line %d: the template ends before '{%% %s %%}'", t->line, *e);
+            }
             return body;
         }
         if (t->kind == T_TEXT) {
