@@ -148,6 +148,8 @@ static void compare(const cJSON *want, fm_status st, const char *text, const cha
         assert_string_equal(text, wt->valuestring);
         n->text++;
     } else if (cJSON_IsString(wr)) {
+        for (char *c = wr->valuestring; *c; c++) /* fp8moe's messages are one line: control characters as spaces */
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
         if (!st || strcmp(err, wr->valuestring))
             fprintf(stderr, "%s\njinja2 raised [%s]; fp8moe: %s [%s]\n", g_case, wr->valuestring, st ? "failed" : "ok",
                     st ? err : text);
@@ -315,6 +317,7 @@ static const char *const k_lines[] = {
     /* failures: the same outcome in both */
     "{{ u.x }}",
     "{{ raise_exception('boom: ' ~ 1) }}",
+    "{{ raise_exception('two\\nlines') }}",
     "{{ 1 + 'a' }}",
     "{{ d.zz.y }}",
     "{{ l.append(1) }}",
@@ -401,7 +404,9 @@ static void test_sandbox_limits_and_refusals(void **state) {
     expect_failure("{{ [1].append(2) }}", NULL, FM_OK, "unsafe");
     expect_failure("{{ x|frobnicate }}", NULL, FM_ERR_FORMAT, "unknown filter 'frobnicate'");
     expect_failure("{{ x|groupby('a') }}", NULL, FM_ERR_FORMAT, "unknown filter 'groupby'");
-    expect_failure("{% if x is frob %}{% endif %}", NULL, FM_ERR_FORMAT, "unknown test 'frob'");
+    expect_failure("{{ x is frob }}", NULL, FM_ERR_FORMAT, "unknown test 'frob'");
+    /* inside an if, jinja2 defers the refusal to when the test runs */
+    expect_failure("{% if x is frob %}{% endif %}", NULL, FM_OK, "unknown test 'frob'");
     expect_failure("{% include 'other.jinja' %}", NULL, FM_ERR_UNSUPPORTED, "'include' tag is not supported");
     expect_failure("{% for x in l recursive %}{% endfor %}", NULL, FM_ERR_UNSUPPORTED, "recursive");
     expect_failure("{% if true %}", NULL, FM_ERR_FORMAT, "endif");

@@ -156,6 +156,26 @@ static void lex_string(lexer *L) {
 
 static void lex_number(lexer *L) {
     size_t i = L->pos;
+    const char r = i + 2 < L->n && L->s[i] == '0' ? (char)(L->s[i + 1] | 0x20) : 0;
+    if (r == 'x' || r == 'o' || r == 'b') { /* 0x1F, 0o17, 0b101 (underscores allowed between digits) */
+        const int base = r == 'x' ? 16 : r == 'o' ? 8 : 2;
+        uint64_t v = 0;
+        size_t j = i + 2, digits = 0;
+        for (; j < L->n; j++) {
+            if (L->s[j] == '_') continue;
+            const int d = hexval(L->s[j]);
+            if (d < 0 || d >= base) break;
+            if (v > (uint64_t)(INT64_MAX - d) / (uint64_t)base)
+                jx_fail(L->x, "line %d: the integer literal is too large", L->line);
+            v = v * (uint64_t)base + (uint64_t)d, digits++;
+        }
+        if (digits) {
+            jtok *t = push(L, T_INT);
+            t->i = (int64_t)v;
+            L->pos = j;
+            return;
+        }
+    }
     bool is_float = false;
     while (i < L->n && (isdigit((unsigned char)L->s[i]) || L->s[i] == '_')) i++;
     if (i + 1 < L->n && L->s[i] == '.' && isdigit((unsigned char)L->s[i + 1])) {
@@ -200,7 +220,7 @@ static void lex_tag(lexer *L, bool is_var, bool *minus, bool *plus) {
         const size_t left = L->n - L->pos;
         const char close = is_var ? '}' : '%';
         if (depth == 0) {
-            if (left >= 3 && (p[0] == '-' || p[0] == '+') && p[1] == close && p[2] == '}') {
+            if (left >= 3 && (p[0] == '-' || (p[0] == '+' && !is_var)) && p[1] == close && p[2] == '}') {
                 *minus = p[0] == '-', *plus = p[0] == '+';
                 L->pos += 3;
                 return;
@@ -227,7 +247,11 @@ static void lex_tag(lexer *L, bool is_var, bool *minus, bool *plus) {
             for (size_t k = 0; k < sizeof k_ops2 / sizeof k_ops2[0]; k++)
                 if (left >= 2 && memcmp(p, k_ops2[k], 2) == 0) op = k_ops2[k];
             if (!op && strchr(k_ops1, c) && c) op = jx_strndup(L->x, p, 1);
-            if (!op) jx_fail(L->x, "line %d: unexpected character '%c'", L->line, c);
+            if (!op) { /* show the whole UTF-8 sequence, not its first byte */
+                int len = 1;
+                while (len < 4 && (size_t)len < left && ((unsigned char)p[len] & 0xC0) == 0x80) len++;
+                jx_fail(L->x, "line %d: unexpected character '%.*s'", L->line, len, p);
+            }
             if (c == '(' || c == '[' || c == '{') depth++;
             if ((c == ')' || c == ']' || c == '}') && depth > 0) depth--;
             jtok *t = push(L, T_OP);

@@ -244,7 +244,6 @@ static jnode *parse_filter(parser *P, jnode *obj) {
         jb_str(&b, f->name), jb_char(&b, '.'), jb_str(&b, expect_name(P));
         f->name = b.p;
     }
-    if (!jinja_filter_known(f->name)) jx_fail(P->x, "line %d: unknown filter '%s'", f->line, f->name);
     if (is_op(P, "(")) parse_call_args(P, f);
     return f;
 }
@@ -260,7 +259,13 @@ static jnode *parse_filter_expr(parser *P, jnode *n) {
             t->a = n;
             if (is_name(P, "not")) t->neg = true, next(P);
             t->name = expect_name(P);
-            if (!jinja_test_known(t->name)) jx_fail(P->x, "line %d: unknown test '%s'", t->line, t->name);
+            while (is_op(P, ".")) { /* dotted test names, as for filters */
+                next(P);
+                jbuf b;
+                jb_init(&b, P->x);
+                jb_str(&b, t->name), jb_char(&b, '.'), jb_str(&b, expect_name(P));
+                t->name = b.p;
+            }
             if (is_op(P, "(")) parse_call_args(P, t);
             else if ((cur(P)->kind == T_NAME || cur(P)->kind == T_STRING || cur(P)->kind == T_INT ||
                       cur(P)->kind == T_FLOAT || is_op(P, "[") || is_op(P, "{")) &&
@@ -639,7 +644,44 @@ static jnodes parse_body(parser *P, const char *const *ends, const char **found)
     }
 }
 
+/* Unknown filters and tests are errors of the template, as jinja2's compiler makes them, except where jinja2 defers
+ * them to when they run: inside an if (its tests and bodies) or a conditional expression, unless a for loop, macro,
+ * block set or filter block in between starts a frame of its own. */
+static void check_names(jx *x, const jnode *n, bool soft);
+
+static void check_list(jx *x, const jnodes *l, bool soft) {
+    for (int i = 0; i < l->n; i++) check_names(x, l->v[i], soft);
+}
+
+static void check_names(jx *x, const jnode *n, bool soft) {
+    if (!n) return;
+    switch (n->kind) {
+    case N_IF:
+    case E_COND: soft = true; break;
+    case N_FOR:
+        check_names(x, n->a, soft), check_names(x, n->b, soft);
+        check_names(x, n->c, false), check_list(x, &n->kids, false), check_list(x, &n->kids2, false);
+        return;
+    case N_MACRO:
+    case N_SET_BLOCK:
+    case N_FILTER_BLOCK:
+    case N_BODY: soft = false; break;
+    case N_WITH: check_list(x, &n->kids2, soft), check_list(x, &n->kids, false); return;
+    case E_FILTER:
+        if (!soft && !jinja_filter_known(n->name)) jx_fail(x, "line %d: unknown filter '%s'", n->line, n->name);
+        break;
+    case E_TEST:
+        if (!soft && !jinja_test_known(n->name)) jx_fail(x, "line %d: unknown test '%s'", n->line, n->name);
+        break;
+    default: break;
+    }
+    check_names(x, n->a, soft), check_names(x, n->b, soft), check_names(x, n->c, soft), check_names(x, n->d, soft);
+    check_list(x, &n->kids, soft), check_list(x, &n->kids2, soft);
+}
+
 jnodes jinja_parse_body(jx *x, const char *src, size_t n) {
     parser P = {.x = x, .t = jinja_lex(x, src, n)};
-    return parse_body(&P, NULL, NULL);
+    jnodes body = parse_body(&P, NULL, NULL);
+    check_list(x, &body, false);
+    return body;
 }
