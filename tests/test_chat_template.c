@@ -303,6 +303,30 @@ static const char *const k_lines[] = {
     "{{ range(3)|list }}{{ range(1, 7, 2)|list }}{{ dict(a=1, b=2) }}{{ namespace(a=1).a }}",
     "{{ s.split('ö') }}{{ s[2:4] }}{{ s|reverse }}{{ s.find('w') }}{{ 'x' < 'y' }}{{ [1, 2] < [1, 3] }}",
     "{% generation %}gen{{ 1 }}{% endgeneration %}",
+    /* scoping, nested loops, more filters and arithmetic */
+    "{% macro f() %}{{ g }}{% endmacro %}{% set g = 5 %}{{ f() }}",
+    "{% macro f() %}{% set inner = 1 %}{{ inner }}{% endmacro %}{{ f() }}[{{ inner }}]",
+    "{% for a in l %}{% for b in l %}{{ loop.index }}{% endfor %}:{{ loop.index }};{% endfor %}",
+    "{% for a in l if a > 5 %}x{% else %}none{{ loop is defined }}{% endfor %}",
+    "{% set ns = namespace(items=[]) %}{% for x in l %}{% set ns.items = ns.items + [x * 2] %}{% endfor %}{{ ns.items "
+    "}}",
+    "{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %}{% for x in d %}{{ x }}{% endfor %}{% for c in s %}{{ c }}-{% "
+    "endfor %}",
+    "{{ msgs|map(attribute='role')|list }}{{ msgs|selectattr('role','in',['user','system'])|list|length }}",
+    "{% if msgs[0].role == 'user' %}{% set first = msgs[0] %}{% endif %}{{ first.content }}",
+    "{{ l[5] is defined }}{{ d.missing is defined }}{{ d['k'] is string }}{{ (l|length) > 2 }}",
+    "{{ 'a' if l else 'b' }}{{ l|length if l }}{{ [] or 'empty' }}",
+    "{% set x = [1, 2] + [3] %}{{ x }}{{ x|length }}{{ x[-1] }}{{ (x|first) + (x|last) }}",
+    "{{ {'a': 1}|tojson }}{{ [1, 'x', none]|tojson }}{{ 'é'|tojson }}{{ 1.5|tojson }}{{ true|tojson }}",
+    "{{ l|join }}{{ l|join('-') }}{{ s|list }}{{ s|first }}{{ s|last }}",
+    "{%- for message in msgs %}\n  {%- if message.role == 'assistant' %}\n    {{- '<tool>' + message.content }}\n  {%- "
+    "endif "
+    "%}\n{%- endfor %}",
+    "{{ '%d items' % (l|length) }}{{ '%-5s|' % 'ab' }}{{ '%05.1f' % 3.14159 }}{{ '%x' % 255 }}",
+    "{{ l|sum(start=10) }}{{ [1.5, 2]|sum }}{{ ['b','a']|max }}{{ range(10)|select('even')|list }}",
+    "{{ 'Hello'[1:] }}{{ 'Hello'[-3:] }}{{ 'Hello'[:-1] }}{{ 'Hello'[::2] }}{{ l[::-1] }}{{ l[10:] }}",
+    "{{ 2 ** 0.5 }}{{ 10 // 3.0 }}{{ -1 ** 2 }}{{ 7 % -3 }}{{ 1 / 3 }}{{ 2 * 3.0 }}{{ 1e3 }}{{ 123456789.123 }}",
+    "{{ 'a\\tb'|wordcount }}{{ 'Hello World'|title }}{{ 'hELLO'|capitalize }}{{ 'é'|upper }}",
     /* whitespace: trim_blocks, lstrip_blocks, the - and + controls, comments */
     "{% if true %}\n  x\n{% endif %}\n  y",
     "a  {%- if true -%}  b  {%- endif -%}  c",
