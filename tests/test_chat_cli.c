@@ -1,9 +1,9 @@
 /* fp8moe chat: user turns from stdin, answers streamed to stdout, the conversation's KV cache kept between turns.
  *
- * On models/tiny-code-moe (no chat template of its own: --chat-template chatml), greedy: the second turn reuses
- * the first turn's cache (through the prefix cache: reused tokens > 0) and answers exactly what generating from the
- * whole two-turn conversation, rendered and encoded afresh, gives; --no-reuse (every turn prefilled afresh) gives the
- * same text; /reset starts again with nothing kept (the prefix cache's whole blocks of the same prompt only; with
+ * On models/tiny-code-moe (no chat template of its own: --chat-template with the ChatML file), greedy: the second turn
+ * reuses the first turn's cache (through the prefix cache: reused tokens > 0) and answers exactly what generating from
+ * the whole two-turn conversation, rendered and encoded afresh, gives; --no-reuse (every turn prefilled afresh) gives
+ * the same text; /reset starts again with nothing kept (the prefix cache's whole blocks of the same prompt only; with
  * --no-prefix-cache nothing); a full context is said with the way out, and the chat goes on. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,7 +20,7 @@
 #include "text/tokenizer.h"
 
 #define MODEL "models/tiny-code-moe"
-#define CHAT "chat --model " MODEL " --chat-template chatml --max-tokens 16"
+#define CHAT "chat --model " MODEL " --chat-template tests/chat_templates/chatml/chat_template.jinja --max-tokens 16"
 
 static const char *U1 = "def add(a, b):", *U2 = "now subtract";
 
@@ -87,10 +87,11 @@ static void two_turns_continue_the_cache(void **s) {
     fm_error err = {{0}};
     fm_chat_template *t = NULL;
     fm_tokenizer *tok = NULL;
-    if (fm_chat_template_load(MODEL, "chatml", &t, &err) || fm_tokenizer_load(MODEL, &tok, &err))
+    if (fm_chat_template_load(MODEL, "tests/chat_templates/chatml/chat_template.jinja", &t, &err) ||
+        fm_tokenizer_load(MODEL, &tok, &err))
         fail_msg("%s", err.msg);
     const fm_chat_msg msgs[3] = {{"user", U1}, {"assistant", a1}, {"user", U2}};
-    const fm_chat_opts co = {.add_generation_prompt = true, .enable_thinking = true};
+    const fm_chat_opts co = {.add_generation_prompt = true, .enable_thinking = FM_THINK_ON};
     char *conv = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;

@@ -12,6 +12,7 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)         # tests/serve: SSE framing
 command -v chromium >/dev/null 2>&1 || need+=(chromium) # tests/serve: the chat page in headless Chromium
 command -v clang-format >/dev/null 2>&1 || need+=(clang-format) # make format-check (CI)
+dpkg -s python3-jinja2 >/dev/null 2>&1 || need+=(python3-jinja2) # test_chat_template: jinja2 is the Jinja oracle
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox) # parity --plot (without it the plot is skipped, said in one line)
 if [ ${#need[@]} -eq 0 ]; then echo "deps: all present"; exit 0; fi
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

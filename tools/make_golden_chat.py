@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "chat_templates")
 TOKENIZER = os.path.join(ROOT, "models", "tiny-code-moe", "tokenizer.json")
 
-# fixture directory -> the name fp8moe recognises it as, and whether the template has the thinking switch
+# fixture directory -> a short name for its cases, and whether the template has the thinking switch
 TEMPLATES = [
     ("qwen3-30b-a3b", "qwen3", True),
     ("chatml", "chatml", False),

@@ -24,7 +24,7 @@
 #include "util/status.h"
 
 static const char *HELP =
-    "usage: fp8moe chat --model DIR [--chat-template NAME] [--system TEXT] [--no-think] [options]\n"
+    "usage: fp8moe chat --model DIR [--chat-template FILE] [--system TEXT] [--no-think] [options]\n"
     "\n"
     "An interactive chat: each line read from stdin is a user turn; the assistant's answer streams to stdout as it\n"
     "is generated (a prompt '> ' goes to stderr when stdin is a terminal). The conversation and its KV cache are\n"
@@ -37,10 +37,10 @@ static const char *HELP =
     "  /exit                    the end (as is the end of stdin)\n"
     "\n"
     "chat:\n"
-    "  --chat-template NAME     the template instead of the checkpoint's (chat_template.jinja or\n"
-    "                           tokenizer_config.json): qwen3, chatml, mistral, mistral-legacy\n"
+    "  --chat-template FILE     a Jinja template file (or a .json with \"chat_template\") instead of the\n"
+    "                           checkpoint's (chat_template.jinja, chat_template.json or tokenizer_config.json)\n"
     "  --system TEXT            a system message at the start of every conversation\n"
-    "  --no-think               Qwen3's enable_thinking=false (an empty <think></think> block)\n"
+    "  --no-think               pass enable_thinking=false to the template (Qwen3: an empty think block)\n"
     "  --max-tokens N           new tokens per answer at most (default 512; fewer when the context is nearly full)\n"
     "  --no-reuse               prefill every turn's whole prompt afresh (no cache kept between turns, no prefix\n"
     "                           cache)\n"
@@ -83,7 +83,7 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {0, 0, 0, 0}};
 
 typedef struct chat_args {
-    const char *template_name, *system;
+    const char *template_file, *system;
     bool no_think, no_reuse, no_prefix_cache;
     long max_tokens, prefill_chunk;
     fm_gen_params gp;
@@ -106,7 +106,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     chat_args *a = ctx;
     long v = 0;
     switch (id) {
-    case OPT_TEMPLATE: a->template_name = arg; return true;
+    case OPT_TEMPLATE: a->template_file = arg; return true;
     case OPT_SYSTEM: a->system = arg; return true;
     case OPT_NO_THINK: a->no_think = true; return true;
     case OPT_NO_REUSE: a->no_reuse = true; return true;
@@ -262,7 +262,8 @@ static void print_figures(const chat *ch, const turn *t) {
 static fm_status chat_turn(chat *ch, const char *line, fm_error *err) {
     const chat_args *a = ch->a;
     if (!convo_add(&ch->c, "user", line)) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    const fm_chat_opts co = {.add_generation_prompt = true, .enable_thinking = !a->no_think};
+    const fm_chat_opts co = {.add_generation_prompt = true,
+                             .enable_thinking = a->no_think ? FM_THINK_OFF : FM_THINK_DEFAULT};
     char *text = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
@@ -341,7 +342,7 @@ static void find_stop_ids(chat *ch, const char *model_dir) {
             fprintf(stderr,
                     "fp8moe chat: note: the chat template %s ends a turn with %s, which is not a token of "
                     "%s/tokenizer.json; answers end at the model's eos or --max-tokens\n",
-                    fm_chat_template_name(ch->tmpl), *s, model_dir);
+                    fm_chat_template_path(ch->tmpl), *s, model_dir);
         else if (ch->n_stop_ids < MAX_STOP) ch->stop_ids[ch->n_stop_ids++] = id;
     }
 }
@@ -391,7 +392,7 @@ int cmd_chat(int argc, char **argv) {
     chat ch = {.cmd = cmd, .a = &a, .kept = -1};
     fm_error err = {{0}};
     fm_status st = fm_tokenizer_load(mo.model_dir, &ch.tok, &err);
-    if (!st) st = fm_chat_template_load(mo.model_dir, a.template_name, &ch.tmpl, &err);
+    if (!st) st = fm_chat_template_load(mo.model_dir, a.template_file, &ch.tmpl, &err);
     if (!st) {
         find_stop_ids(&ch, mo.model_dir);
         if (a.system && !convo_add(&ch.c, "system", a.system)) st = fm_fail(&err, FM_ERR_NOMEM, "out of memory");
@@ -407,7 +408,7 @@ int cmd_chat(int argc, char **argv) {
         ch.ctx = ch.m->kv->pool.ctx;
         ch.keep = !a.no_reuse && !ch.m->kv->pool.prefix_cache;
         if (mo.opt.verbose)
-            fprintf(stderr, "fp8moe chat: template %s, a context of %lld tokens\n", fm_chat_template_name(ch.tmpl),
+            fprintf(stderr, "fp8moe chat: template %s, a context of %lld tokens\n", fm_chat_template_path(ch.tmpl),
                     (long long)ch.ctx);
         st = chat_loop(&ch, &err);
     }

@@ -33,12 +33,13 @@ static const char *HELP =
     "                           post-processor adds, such as Mistral's <s>); the new text is printed on stdout as\n"
     "                           it is generated; --max-tokens defaults to 256, --out is optional\n"
     "  --chat                   --prompt is one user turn of the model's chat template (chat_template.jinja or\n"
-    "                           tokenizer_config.json, recognised by its text), the assistant's turn opened; its\n"
+    "                           tokenizer_config.json, run by fp8moe's Jinja interpreter), the assistant's turn "
+    "opened; its\n"
     "                           end-of-turn token (<|im_end|>) ends the sequence too. -v prints the rendered prompt\n"
     "  --system TEXT            with --chat: a system message before the user turn\n"
-    "  --no-think               with --chat: Qwen3's enable_thinking=false (an empty <think></think> block)\n"
-    "  --chat-template NAME     with --chat: render with this template instead of the checkpoint's: qwen3, chatml,\n"
-    "                           mistral (Mixtral-8x7B-Instruct's [INST]), mistral-legacy (its 2023 version)\n"
+    "  --no-think               with --chat: pass enable_thinking=false (Qwen3: an empty think block)\n"
+    "  --chat-template FILE     with --chat: render with this Jinja template file (or a .json with\n"
+    "                           \"chat_template\") instead of the checkpoint's\n"
     "  --ids FILE               one prompt: token ids (little-endian int32)\n"
     "  --batch-file FILE        several prompts, generated together: a text file with one ids-file path per line\n"
     "                           (relative paths are relative to FILE's directory; blank lines are skipped).\n"
@@ -259,7 +260,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_CHAT: a->text.chat = true; return true;
     case OPT_SYSTEM: a->text.system = arg; return true;
     case OPT_NO_THINK: a->text.no_think = true; return true;
-    case OPT_CHAT_TEMPLATE: a->text.template_name = arg; return true;
+    case OPT_CHAT_TEMPLATE: a->text.template_file = arg; return true;
     case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
     case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_COMM_MAX_RANKS, &a->tp);
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
@@ -615,7 +616,7 @@ enum { DEFAULT_TEXT_MAX_TOKENS = 256 };
 /* generate --prompt TEXT [--chat ...]: one text prompt, its new text streamed to stdout. */
 static int cmd_generate_text(const char *cmd, cli_model_opts *mo, gen_args *a) {
     if (!a->text.prompt) return cli_usage(cmd, "--chat, --system, --no-think and --chat-template need --prompt TEXT");
-    if (!a->text.chat && (a->text.system || a->text.no_think || a->text.template_name))
+    if (!a->text.chat && (a->text.system || a->text.no_think || a->text.template_file))
         return cli_usage(cmd, "--system, --no-think and --chat-template apply to --chat");
     if (!mo->model_dir) return cli_usage(cmd, "--model is required");
     if (a->ids_path || a->batch_path) return cli_usage(cmd, "--prompt excludes --ids and --batch-file");
@@ -660,7 +661,7 @@ int cmd_generate(int argc, char **argv) {
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
-    if (a.text.prompt || a.text.chat || a.text.system || a.text.no_think || a.text.template_name)
+    if (a.text.prompt || a.text.chat || a.text.system || a.text.no_think || a.text.template_file)
         return cmd_generate_text(cmd, &mo, &a);
     if (!mo.model_dir || !a.max_tokens || !a.out_path || !(a.ids_path || a.batch_path))
         return cli_usage(cmd, "--model, --ids (or --batch-file), --max-tokens and --out are required");

@@ -12,13 +12,14 @@
  * end-of-turn tokens to gt->stop_ids. */
 static fm_status render_chat(const char *model_dir, const gen_text_opts *o, gen_text *gt, char **text, fm_error *err) {
     fm_chat_template *t = NULL;
-    fm_status st = fm_chat_template_load(model_dir, o->template_name, &t, err);
+    fm_status st = fm_chat_template_load(model_dir, o->template_file, &t, err);
     if (st) return st;
     fm_chat_msg msgs[2];
     int32_t n = 0;
     if (o->system) msgs[n++] = (fm_chat_msg){"system", o->system};
     msgs[n++] = (fm_chat_msg){"user", o->prompt};
-    const fm_chat_opts opts = {.add_generation_prompt = true, .enable_thinking = !o->no_think};
+    const fm_chat_opts opts = {.add_generation_prompt = true,
+                               .enable_thinking = o->no_think ? FM_THINK_OFF : FM_THINK_DEFAULT};
     st = fm_chat_render(t, msgs, n, &opts, text, err);
     for (const char *const *s = fm_chat_template_stop_tokens(t); !st && *s; s++) {
         const int32_t id = fm_tokenizer_token_id(gt->tok, *s);
@@ -26,11 +27,11 @@ static fm_status render_chat(const char *model_dir, const gen_text_opts *o, gen_
             fprintf(stderr,
                     "fp8moe generate: note: the chat template %s ends a turn with %s, which is not a token of "
                     "%s/tokenizer.json; its turn markers are plain text to this model\n",
-                    fm_chat_template_name(t), *s, model_dir);
+                    fm_chat_template_path(t), *s, model_dir);
         else if (gt->n_stop_ids < GEN_TEXT_MAX_STOP) gt->stop_ids[gt->n_stop_ids++] = id;
     }
     if (!st && o->verbose)
-        fprintf(stderr, "chat template %s, the prompt:\n%s\n-- end of prompt --\n", fm_chat_template_name(t), *text);
+        fprintf(stderr, "chat template %s, the prompt:\n%s\n-- end of prompt --\n", fm_chat_template_path(t), *text);
     fm_chat_template_free(t);
     return st;
 }

@@ -12,9 +12,9 @@
 typedef struct gen_text_opts {
     const char *prompt;        /* --prompt TEXT */
     const char *system;        /* --system TEXT (with --chat) */
-    const char *template_name; /* --chat-template NAME (with --chat); NULL: recognise the checkpoint's */
+    const char *template_file; /* --chat-template FILE (with --chat); NULL: the checkpoint's */
     bool chat;                 /* --chat: the prompt is one user turn of the chat template */
-    bool no_think;             /* --no-think: enable_thinking=false (Qwen3's empty think block) */
+    bool no_think;             /* --no-think: enable_thinking=false passed to the template */
     bool verbose;              /* print the rendered chat prompt on stderr */
 } gen_text_opts;
 

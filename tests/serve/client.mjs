@@ -1,6 +1,6 @@
 // fp8moe serve against the official `openai` npm client (and raw fetch for what a client library hides).
 // usage: node client.mjs BASE_URL API_KEY BUSY_URL
-//   BASE_URL  the server under test (models/tiny-code-moe, --api-key API_KEY, --chat-template chatml)
+//   BASE_URL  the server under test (models/tiny-code-moe, --api-key API_KEY, --chat-template tests/chat_templates/chatml/chat_template.jinja)
 //   BUSY_URL  a second server started with --max-seqs 1 --max-queue 0 (no key), for the 429 check
 // Every check prints one line; the first failure ends the run with exit code 1.
 import assert from "node:assert/strict";

@@ -38,7 +38,7 @@ start() { # NAME ARGS...: starts a server on a free port, waits for its port fil
   echo "serve tests: the $name server did not start"; cat "$OUT/$name.log"; exit 1
 }
 
-start main --max-seqs 4 --api-key "$KEY" --chat-template chatml
+start main --max-seqs 4 --api-key "$KEY" --chat-template tests/chat_templates/chatml/chat_template.jinja
 start busy --max-seqs 1 --max-queue 0
 URL=http://127.0.0.1:$(cat "$OUT/main.port")
 BUSY=http://127.0.0.1:$(cat "$OUT/busy.port")
