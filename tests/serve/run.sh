@@ -40,10 +40,14 @@ start() { # NAME ARGS...: starts a server on a free port, waits for its port fil
 
 start main --max-seqs 4 --api-key "$KEY" --chat-template tests/chat_templates/chatml/chat_template.jinja
 start busy --max-seqs 1 --max-queue 0
+start structured --max-seqs 4 --chat-template tests/chat_templates/qwen3-30b-a3b/chat_template.jinja
 URL=http://127.0.0.1:$(cat "$OUT/main.port")
 BUSY=http://127.0.0.1:$(cat "$OUT/busy.port")
 echo "== serve: openai npm client against $URL"
 node tests/serve/client.mjs "$URL" "$KEY" "$BUSY"
+
+echo "== serve: structured outputs, forced tool calls and logit_bias (openai npm client)"
+node tests/serve/structured.mjs "http://127.0.0.1:$(cat "$OUT/structured.port")"
 
 echo "== serve: SSE framing with curl"
 curl -sN -D "$OUT/sse.headers" -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \

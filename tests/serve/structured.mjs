@@ -60,18 +60,18 @@ const person = {
 async function main() {
   // json_schema at temperature 1, several seeds: every complete reply parses and is valid
   let complete = 0;
-  for (let seed = 1; seed <= 3; seed++) {
-    const r = await client.chat.completions.create({
-      messages: [{ role: "user", content: "Describe a person." }], temperature: 1, seed, max_tokens: 250,
-      response_format: { type: "json_schema", json_schema: { name: "person", schema: person, strict: true } },
-    });
+  const replies = await Promise.all([1, 2, 3].map((seed) => client.chat.completions.create({
+    messages: [{ role: "user", content: "Describe a person." }], temperature: 1, seed, max_tokens: 250,
+    response_format: { type: "json_schema", json_schema: { name: "person", schema: person, strict: true } },
+  })));
+  for (const [i, r] of replies.entries()) {
     const c = r.choices[0];
     if (c.finish_reason === "length") continue;
     const v = JSON.parse(c.message.content);
-    assert.equal(valid(v, person), null, "seed " + seed + ": " + c.message.content);
+    assert.equal(valid(v, person), null, "seed " + (i + 1) + ": " + c.message.content);
     complete++;
   }
-  assert.ok(complete >= 2, "at most one replies may be cut by max_tokens, " + complete + " of 3 complete");
+  assert.ok(complete >= 2, "at most one reply may be cut by max_tokens, " + complete + " of 3 complete");
   ok("json_schema at temperature 1: " + complete + " of 3 replies complete, each valid against the schema");
 
   const r2 = await client.chat.completions.create({
