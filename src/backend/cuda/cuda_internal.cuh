@@ -105,7 +105,7 @@ void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 #define FM_CUDA_CUBLAS_WS ((size_t)32 << 20)
 // The side stream's cuBLAS workspace: the main handle's size, because cuBLAS picks its algorithm (and so the
 // summation order) by the workspace it may use: with 4 MiB, ref32's prefill GEMMs on the side stream came out other
-// bits than on the main stream (bench/NOTES.md, fifteenth session)
+// bits than on the main stream (bench/NOTES.md 2026-12-02, "a side stream in the decode step")
 #define FM_CUDA_SIDE_CUBLAS_WS FM_CUDA_CUBLAS_WS
 
 extern "C" {
