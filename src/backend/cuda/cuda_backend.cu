@@ -669,7 +669,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     cudaDeviceProp prop;
     FM_CUDA_CHECK(cudaGetDevice(&device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    /* the route table, once: the defaults for this GPU, then the caller's overrides (nothing reads it elsewhere) */
+    /* a GPU the binary has no kernels for (A100, Blackwell) is refused here, by name, before anything runs */
+    fm_status kst = fm_cuda_device_has_kernels(device, err);
+    if (kst) return kst;
+    /* the route table: the defaults for this GPU, then the caller's overrides (the model parses the same string
+       against the same key table for its memory plan: routes.c) */
     fm_routes table;
     fm_routes_default(&table, prop.major);
     fm_status st = fm_routes_apply(&table, routes, err);
