@@ -380,9 +380,9 @@ bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd) {
     return r->attention_kernel == FM_ROUTE_ATTENTION_WGMMA || r->sm_major == 9;
 }
 
-/* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
 bool fm_routes_decode_graphs(const fm_routes *r) { return r->decode_graphs != FM_ROUTE_OFF; }
 
+/* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
 bool fm_routes_pdl(const fm_routes *r) {
     return r->pdl == FM_ROUTE_ON || (r->pdl == FM_ROUTE_AUTO && r->sm_major >= 9);
 }

@@ -516,6 +516,8 @@ static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
 
 /* Qwen3-Next's ops (gated_attention.cu, gdn.cu): the norm, conv and gate banks are of the activation type (w_other:
    bf16, or f32 for ref32); the GDN states are fp32 */
+
+/* an optional vector bank's data, or NULL when the layer has none */
 static const void *vec_or_null(const fm_bank *w) { return w ? bank_matrix(w, 0) : NULL; }
 
 static void cu_gated_qk_norm_rope(fm_backend *bb, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
