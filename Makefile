@@ -13,7 +13,11 @@ LDLIBS_ALL = -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -fopenmp $(
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS = -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_89,code=sm_89
-NVCCFLAGS = -std=c++20 -O2 -g -lineinfo $(CUDA_ARCHS) -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+# the archs by name ("sm_90a sm_89"), for the refusal of a GPU the binary has no kernels for (device_info.cu)
+CUDA_ARCH_LIST = $(strip $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCHS)))))
+comma := ,
+NVCCFLAGS = -std=c++20 -O2 -g -lineinfo $(CUDA_ARCHS) -DFM_CUDA_ARCH_LIST='"$(CUDA_ARCH_LIST)"' -Iinclude -Isrc \
+            -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 
 LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/cli/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))

@@ -113,9 +113,8 @@ typedef struct fm_options {
                                  workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
     int64_t max_tokens;       /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
     const char *routes;       /* cuda: kernel route overrides, "key=value[,key=value...]" (NULL: the defaults for the
-                                 GPU). Keys: w4a8.kernel auto|wgmma|mma, w4a8.tile auto|16|64, dense.gemv
-                                 auto|on|off, w8a8.gemv_max_m auto|1..16, pdl auto|on|off (fm_routes_check; the
-                                 table: `fp8moe inspect --routes`). They choose kernels, never what is computed. */
+                                 GPU). The keys and their values: docs/routes.md, or `fp8moe inspect --routes`
+                                 (fm_routes_check validates). They choose kernels, never what is computed. */
     int64_t ctx;              /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
                                  config has none); a larger value is allowed only when set explicitly. A longer
                                  prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */

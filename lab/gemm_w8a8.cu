@@ -5,7 +5,8 @@
 //   ./build/lab/gemm_w8a8 --small    the small shapes only, no timing (for compute-sanitizer)
 //
 // It was the engine's opt-in W8A8 prefill route until it measured 0.77-0.83x of cuBLASLt at M = 2048 and far less
-// below (bench/NOTES.md, fifth session): it wins nowhere, so the engine keeps cuBLASLt and the kernel lives here.
+// below (bench/NOTES.md 2026-11-30, "A W8A8 prefill GEMM of our own"): it wins nowhere, so the engine keeps cuBLASLt
+// and the kernel lives here.
 //
 // The kernel: y [M, N] bf16 = sx sw x [M, K] W^T, both operands e4m3 K-major with one fp32 scale each (device
 // pointers), fp32 accumulation, the scales and the bf16 rounding in the epilogue.

@@ -5,7 +5,7 @@ Usage: sass_loops.py SASS_FILE FUNCTION_SUBSTRING [ARCH]   (ARCH: the cubin to r
   e.g. on the GPU machine: cuobjdump -sass -fun '_Z17w4a8_wgmma_kernelILi1ELi0ELi64EEv11gemm_params' fp8moe > k.sass
        then here:          python3 lab/sass_loops.py k.sass w4a8_wgmma_kernelILi1ELi0ELi64
 Prints, for each backward branch (a loop), its address range, its static instruction count and the opcodes by
-count: the instructions per 128-group of the W4A8 GEMM's main loop (bench/NOTES.md, eighth session)."""
+count: the instructions per 128-group of the W4A8 GEMM's main loop (bench/NOTES.md 2026-12-01, "W4A8 grouped GEMM ... four restructurings")."""
 import collections, re, sys
 
 path, name = sys.argv[1], sys.argv[2]

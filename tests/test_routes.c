@@ -93,7 +93,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
-                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state";
+                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, "
+                       "expert.prefetch";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -117,6 +118,9 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("moe.gemv=65", "'65' is not a value", "auto, off or 1..64");
     expect_usage("moe.gemv=on", "'on' is not a value", "auto, off or 1..64");
     expect_usage("router.fused=1", "'1' is not a value", "auto, on or off");
+    expect_usage("expert.prefetch=65", "'65' is not a value", "auto, on, off or 1..64");
+    expect_usage("expert.prefetch=all", "'all' is not a value", "auto, on, off or 1..64");
+    expect_usage("gdn.state=split2", "'split2' is not a value", "auto, 4, 8 or split");
     char long_spec[300];
     memset(long_spec, 'a', sizeof long_spec - 1);
     long_spec[sizeof long_spec - 1] = '\0';
@@ -407,9 +411,11 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel", "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
-                          "dense.gemv",  "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl"};
-    for (int i = 0; i < 10; i++) assert_contains(text, keys[i]);
+    const char *keys[] = {"w4a8.kernel",    "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",     "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
+                          "decode.graphs",  "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
+                          "expert.prefetch"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
     assert_contains(text, "16 rows");            /* w4a8.tile now */
@@ -417,6 +423,64 @@ static void the_printer_shows_every_key(void **s) {
     assert_contains(text, "wgmma on sm_90");     /* a default */
     assert_contains(text, "off    auto|on|off"); /* pdl's value */
     free(text);
+}
+
+/* each key's value prints as it was written: its word, else the integer */
+static void values_print_as_written(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, "expert.prefetch=on,moe.gemv=off,gdn.state=split,w4a8.tile=32", &err), FM_OK);
+    assert_int_equal(fm_routes_expert_prefetch_top(&r, 8), 8);
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    assert_non_null(f);
+    fm_routes_print(&r, f);
+    fclose(f);
+    assert_contains(text, "expert.prefetch  on ");
+    assert_contains(text, "moe.gemv         off ");
+    assert_contains(text, "gdn.state        split ");
+    assert_contains(text, "w4a8.tile        32 ");
+    free(text);
+    assert_int_equal(fm_routes_apply(&r, "expert.prefetch=3,w4a8.tile=016", &err), FM_OK); /* strtol's integers */
+    assert_int_equal(fm_routes_expert_prefetch_top(&r, 8), 3);
+    assert_int_equal(fm_routes_w4a8_tile_rows(&r, 1 << 20, 1), 16);
+}
+
+/* docs/routes.md is the generated reference page, committed: it must equal what the table prints now
+   (regenerate: ./build/fp8moe inspect --routes --markdown > docs/routes.md) */
+static void the_committed_reference_page_is_current(void **s) {
+    (void)s;
+    char *want = NULL;
+    size_t n_want = 0;
+    FILE *f = open_memstream(&want, &n_want);
+    assert_non_null(f);
+    fm_routes_print_markdown(f);
+    fclose(f);
+    FILE *doc = fopen("docs/routes.md", "rb");
+    if (!doc) fail_msg("docs/routes.md is missing (run the tests from the repository root)");
+    char *have = malloc(n_want + 2);
+    assert_non_null(have);
+    const size_t n_have = fread(have, 1, n_want + 1, doc);
+    fclose(doc);
+    if (n_have != n_want || memcmp(have, want, n_want))
+        fail_msg("docs/routes.md differs from the route table: ./build/fp8moe inspect --routes --markdown > "
+                 "docs/routes.md");
+    const char *keys[] = {"w4a8.kernel",    "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",     "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
+                          "decode.graphs",  "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
+                          "expert.prefetch"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        char cell[40];
+        snprintf(cell, sizeof cell, "| `%s` |", keys[i]);
+        assert_contains(want, cell);
+    }
+    assert_contains(want, "`auto`, `16`, `32`, `64`"); /* w4a8.tile's values, 32 included */
+    assert_contains(want, "gate\\|up");                /* a '|' inside a cell is escaped */
+    free(have);
+    free(want);
 }
 
 /* gdn.tc: the Gated DeltaNet's chunked prefill on tensor cores by default (off: token by token), for dk = dv = 128
@@ -462,6 +526,8 @@ int main(void) {
         cmocka_unit_test(the_printer_shows_every_key),
         cmocka_unit_test(w4a8_codes_by_rows_per_expert),
         cmocka_unit_test(gdn_tc_by_shape_and_route),
+        cmocka_unit_test(values_print_as_written),
+        cmocka_unit_test(the_committed_reference_page_is_current),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,130 +1,351 @@
-/* The route table (routes.h): parsing of the overrides, the deciders, the printer. */
+/* The route table (routes.h) in one place: every key, the values it takes, its default and what it decides. The
+ * parser (fm_routes_apply), the printer (fm_routes_print, `fp8moe inspect --routes`), the reference page
+ * (fm_routes_print_markdown: docs/routes.md, `inspect --routes --markdown`, checked equal by tests/test_routes.c) and
+ * the error messages all read route_keys[] below; the deciders after it resolve `auto`. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/routes.h"
 #include "util/status.h"
 
-#define KEYS                                                                                                           \
-    "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, moe.gemv, "          \
-    "router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, expert.prefetch"
+/* A named value and the code the field holds for it (`auto` is always 0). */
+typedef struct route_word {
+    const char *name;
+    int32_t code;
+} route_word;
+
+typedef struct route_key {
+    const char *key;
+    size_t field;        /* offsetof(fm_routes, ...): an int32_t */
+    const char *values;  /* what it accepts, in the order shown: '|'-separated words, integers, or ranges "a..b" */
+    route_word words[3]; /* the codes of the words in `values` other than auto */
+    const char *def;     /* the default rule, in a few words (the printer) */
+    const char *decides; /* what it decides, in one line (the printer) */
+    const char *doc;     /* what it decides, in full (docs/routes.md) */
+    void (*now)(const fm_routes *r, char *buf, size_t cap); /* what it resolves to on r's GPU */
+} route_key;
+
+#define SWITCH_WORDS                                                                                                   \
+    {                                                                                                                  \
+        {"on", FM_ROUTE_ON}, { "off", FM_ROUTE_OFF }                                                                   \
+    }
+#define FIELD(f) offsetof(fm_routes, f)
+
+static const char *on_off(bool b) { return b ? "on" : "off"; }
+
+static void now_w4a8_kernel(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
+}
+static void now_attention_kernel(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
+}
+static void now_w4a8_tile(const fm_routes *r, char *b, size_t n) {
+    if (r->w4a8_tile) snprintf(b, n, "%d rows", r->w4a8_tile);
+    else if (fm_routes_w4a8_wgmma(r)) snprintf(b, n, "16 / 32 / 64 rows at P < 32 E / 256 E / above");
+    else snprintf(b, n, "16 rows while P < 32 E, else 64");
+}
+static void now_w4a8_fp4(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_w4a8_fp4_producer(r, FM_W4A8_BN) ? "producer warpgroup" : "inline (MMA warps)");
+}
+static void now_w4a8_codes(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s",
+             !fm_routes_w4a8_wgmma(r)               ? "registers (mma.sync)"
+             : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "stage ring"
+             : r->w4a8_codes == FM_ROUTE_CODES_REGS ? "registers"
+                                                    : "ring for 16/32-row tiles or P < 64 E, else registers");
+}
+static void now_dense_gemv(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s", on_off(fm_routes_gemv(r))); }
+static void now_w8a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%d", fm_routes_w8a8_gemv_max_m(r));
+}
+static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
+    if (r->moe_gemv < 0) snprintf(b, n, "off");
+    else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
+    else snprintf(b, n, "P <= max(%d, top-k)", FM_MOE_GEMV_PAIRS_DEFAULT);
+}
+static void now_router_fused(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
+}
+static void now_pdl(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s", on_off(fm_routes_pdl(r))); }
+static void now_decode_graphs(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_decode_graphs(r)));
+}
+static void now_gdn_tc(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off");
+}
+static void now_gdn_state(const fm_routes *r, char *b, size_t n) {
+    if (fm_routes_gdn_state(r) == FM_GDN_STATE_SPLIT) snprintf(b, n, "states, then outputs");
+    else snprintf(b, n, "%d warps", fm_routes_gdn_state(r));
+}
+static void now_rope_store(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_rope_store(r)));
+}
+static void now_shared_stream(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", r->shared_stream == FM_ROUTE_OFF ? "off" : "every pass");
+}
+static void now_expert_prefetch(const fm_routes *r, char *b, size_t n) {
+    if (r->expert_prefetch < 1) snprintf(b, n, "off");
+    else if (r->expert_prefetch == FM_EXPERT_PREFETCH_ALL) snprintf(b, n, "top-k, T <= 8");
+    else snprintf(b, n, "top %d, T <= 8", r->expert_prefetch);
+}
+
+/* The measurements behind each default are cited beside its decider below and in routes.h. */
+static const route_key route_keys[] = {
+    {"w4a8.kernel",
+     FIELD(w4a8_kernel),
+     "auto|wgmma|mma",
+     {{"wgmma", FM_ROUTE_W4A8_WGMMA}, {"mma", FM_ROUTE_W4A8_MMA}},
+     "wgmma on sm_90, else mma",
+     "the grouped W4A8 GEMM (MoE experts; W4A8 dense projections above the GEMV)",
+     "the grouped W4A8 GEMM (the `fp8` preset's experts, and its dense projections above the GEMV's rows): wgmma "
+     "m64n64k32 on sm_90, mma.sync m16n8k32 on sm_89. `mma` forces the Ada kernel on a Hopper GPU",
+     now_w4a8_kernel},
+    {"attention.kernel",
+     FIELD(attention_kernel),
+     "auto|wgmma|mma",
+     {{"wgmma", FM_ROUTE_ATTENTION_WGMMA}, {"mma", FM_ROUTE_ATTENTION_MMA}},
+     "wgmma on sm_90 (hd 128)",
+     "prefill attention: wgmma + TMA (hd 128), else mma.sync flash attention",
+     "prefill attention in bf16: the wgmma + TMA kernel (FlashAttention-3's recipe) on sm_90 for head dim 128, the "
+     "mma.sync flash-attention kernel elsewhere and for every other head dim. `mma` forces the Ada kernel on a Hopper "
+     "GPU",
+     now_attention_kernel},
+    {"w4a8.tile",
+     FIELD(w4a8_tile),
+     "auto|16|32|64",
+     {{NULL, 0}},
+     "16, 32 (wgmma), 64 by P / E",
+     "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)",
+     "routed rows per tile of the grouped expert GEMM (the memory plan sizes its workspace by it): 16 while the "
+     "experts average fewer than 32 rows (decode, short prompts); on sm_90 32 (two CTAs per SM) while they average "
+     "fewer than 256, 64 above (64 from 32 rows for a pre-quantized checkpoint's banks and for experts larger than "
+     "16 MB, as Mixtral's, and from 64 rows with an FP4 dispatch, unless forced); on sm_89 64 from 32 rows",
+     now_w4a8_tile},
+    {"w4a8.fp4",
+     FIELD(w4a8_fp4),
+     "auto|producer|inline",
+     {{"producer", FM_ROUTE_FP4_PRODUCER}, {"inline", FM_ROUTE_FP4_INLINE}},
+     "producer (wgmma)",
+     "where the FP4 dispatch's gate|up GEMM expands E2M1 to e4m3: its own warpgroup or the MMA warps",
+     "where the wgmma gate|up GEMM of an FP4 dispatch (`--dispatch mxfp4|nvfp4`) expands E2M1 to e4m3: a producer "
+     "warpgroup of its own, a stage ahead of the MMA warpgroups, or the MMA warps themselves between the stage's "
+     "barrier and the MMAs; the mma.sync kernel always expands inline",
+     now_w4a8_fp4},
+    {"w4a8.codes",
+     FIELD(w4a8_codes),
+     "auto|regs|smem",
+     {{"regs", FM_ROUTE_CODES_REGS}, {"smem", FM_ROUTE_CODES_SMEM}},
+     "smem while P < 64 E",
+     "how the wgmma W4A8 GEMM's int4 codes reach its warps: registers a group ahead, or the shared-memory ring",
+     "how the wgmma GEMM's int4 weights reach its warps: into registers one 128-group ahead, or through the "
+     "shared-memory ring with the activations, three groups ahead; `auto` takes the ring for 16- and 32-row tiles and "
+     "while the experts average fewer than 64 rows (each tile then streams its own expert's weights), registers "
+     "otherwise",
+     now_w4a8_codes},
+    {"dense.gemv", FIELD(dense_gemv), "auto|on|off", SWITCH_WORDS, "on",
+     "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)",
+     "our FP8 decode GEMVs for the dense projections at small M (up to 16 rows for W4A8, `w8a8.gemv_max_m` for "
+     "W8A8); `off` sends every M to the GEMM",
+     now_dense_gemv},
+    {"w8a8.gemv_max_m",
+     FIELD(w8a8_gemv_max_m),
+     "auto|1..16",
+     {{NULL, 0}},
+     "8",
+     "the W8A8 GEMV up to this many rows, cuBLASLt FP8 above",
+     "the largest M the W8A8 GEMV takes (`auto`: 8); above it, cuBLASLt FP8",
+     now_w8a8_gemv_max_m},
+    {"moe.gemv",
+     FIELD(moe_gemv),
+     "auto|off|1..64",
+     {{"off", -1}},
+     "8, or top-k",
+     "the experts as grouped W4A8 GEMVs up to this many routed pairs (16-row tiles), the grouped GEMM above",
+     "the experts of a step with at most this many routed pairs (tokens x top-k) as grouped W4A8 GEMVs (16-row "
+     "tiles), above it the grouped GEMM; `auto` is 8 (a one-token decode step of Qwen3-MoE), or one token's top-k "
+     "when it is larger (Qwen3-Next's 10)",
+     now_moe_gemv},
+    {"router.fused", FIELD(router_fused), "auto|on|off", SWITCH_WORDS, "T = 1",
+     "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
+     "the router's matrix-vector product and top-k in one kernel: `auto` for one token, `on` up to 8 tokens, `off` a "
+     "cuBLAS GEMM then the routing kernel",
+     now_router_fused},
+    {"pdl", FIELD(pdl), "auto|on|off", SWITCH_WORDS, "on for sm_90+",
+     "programmatic dependent launch of the decode kernels (quantizers, GEMVs)",
+     "programmatic dependent launch of the decode kernels (quantizers, GEMVs), on by default from sm_90; `on` needs "
+     "sm_90",
+     now_pdl},
+    {"decode.graphs", FIELD(decode_graphs), "auto|on|off", SWITCH_WORDS, "on",
+     "decode steps captured once per batch bucket as CUDA graphs and replayed",
+     "each decode step captured once per batch bucket (1, 2, 4, ... 128 sequences) as a CUDA graph and replayed; "
+     "`off` launches every kernel of every step",
+     now_decode_graphs},
+    {"gdn.tc", FIELD(gdn_tc), "auto|on|off", SWITCH_WORDS, "on",
+     "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
+     "a prompt's Gated DeltaNet (Qwen3-Next) in the chunked form on tensor cores where it takes the shape (heads of "
+     "128, bf16 activations); `off` runs the delta rule token by token",
+     now_gdn_tc},
+    {"gdn.state",
+     FIELD(gdn_state),
+     "auto|4|8|split",
+     {{"split", FM_GDN_STATE_SPLIT}},
+     "split",
+     "the chunked rule's state pass: 4 or 8 warps, or split (states in sequence, outputs in parallel)",
+     "the chunked form's sequential state pass: on `4` or `8` warps with each chunk's output computed in the pass, or "
+     "`split`: the pass keeps only the states and a parallel pass computes every chunk's output from them; `auto` is "
+     "`split`",
+     now_gdn_state},
+    {"rope.store", FIELD(rope_store), "auto|on|off", SWITCH_WORDS, "on",
+     "a decode step's k and v stored in the paged cache by the q/k norm + RoPE kernel, else a kv_store launch",
+     "a decode step's keys and values written to the KV cache by the q/k norm + RoPE kernel itself (`auto` = `on`); "
+     "`off` stores them with a launch of their own",
+     now_rope_store},
+    {"shared.stream", FIELD(shared_stream), "auto|on|off", SWITCH_WORDS, "on",
+     "the shared expert (Qwen3-Next) on a second stream beside the router and the routed experts",
+     "Qwen3-Next's shared expert on a second CUDA stream beside the router and the routed experts (`auto` = `on`); "
+     "`off` runs it after them on the one stream",
+     now_shared_stream},
+    {"expert.prefetch",
+     FIELD(expert_prefetch),
+     "auto|on|off|1..64",
+     {{"on", FM_EXPERT_PREFETCH_ALL}, {"off", -1}},
+     "off",
+     "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
+     "with experts in host memory: each MoE layer's experts predicted at the layer's start (its router applied to "
+     "the residual stream before attention) and copied on the second stream while attention runs, in steps of up to "
+     "8 tokens: `on` each token's whole top-k prediction, `N` its top N (fewer wasted copies); `auto` is `off` (on "
+     "synthetic weights the whole top-k copied more than it saved)",
+     now_expert_prefetch},
+};
+#define N_KEYS (sizeof route_keys / sizeof *route_keys)
+
+static int32_t *field_of(fm_routes *r, const route_key *k) { return (int32_t *)((char *)r + k->field); }
+static int32_t field_value(const fm_routes *r, const route_key *k) {
+    return *(const int32_t *)((const char *)r + k->field);
+}
+
+/* The next '|'-separated item of a values string into tok (cap bytes); the rest, or NULL after the last. */
+static const char *next_item(const char *s, char *tok, size_t cap) {
+    const char *bar = strchr(s, '|');
+    const size_t n = bar ? (size_t)(bar - s) : strlen(s);
+    snprintf(tok, cap, "%.*s", (int)n, s);
+    return bar ? bar + 1 : NULL;
+}
+
+/* A whole decimal integer (strtol's syntax). */
+static bool parse_int(const char *v, long *out) {
+    char *end = NULL;
+    errno = 0;
+    *out = strtol(v, &end, 10);
+    return !errno && end != v && !*end;
+}
+
+static bool word_code(const route_key *k, const char *word, int32_t *code) {
+    if (!strcmp(word, "auto")) return *code = 0, true;
+    for (size_t i = 0; i < sizeof k->words / sizeof *k->words && k->words[i].name; i++)
+        if (!strcmp(k->words[i].name, word)) return *code = k->words[i].code, true;
+    return false;
+}
+
+/* val as one of k's values: a word, one of its integers, or an integer in one of its ranges. */
+static bool parse_value(const route_key *k, const char *val, int32_t *code) {
+    long n = 0;
+    const bool is_int = parse_int(val, &n);
+    char tok[32];
+    for (const char *s = k->values; s;) {
+        s = next_item(s, tok, sizeof tok);
+        const char *dots = strstr(tok, "..");
+        long lo = 0, hi = 0;
+        if (dots) {
+            lo = atol(tok), hi = atol(dots + 2);
+            if (is_int && n >= lo && n <= hi) return *code = (int32_t)n, true;
+        } else if (parse_int(tok, &lo)) {
+            if (is_int && n == lo) return *code = (int32_t)n, true;
+        } else if (!strcmp(tok, val)) {
+            return word_code(k, tok, code);
+        }
+    }
+    return false;
+}
+
+/* The value a field holds, as the user writes it: its word, else the integer. */
+static void value_name(const route_key *k, int32_t code, char *buf, size_t cap) {
+    if (code == 0) {
+        snprintf(buf, cap, "auto");
+        return;
+    }
+    for (size_t i = 0; i < sizeof k->words / sizeof *k->words && k->words[i].name; i++)
+        if (k->words[i].code == code) {
+            snprintf(buf, cap, "%s", k->words[i].name);
+            return;
+        }
+    snprintf(buf, cap, "%d", code);
+}
+
+/* k's values joined for a sentence ("auto, wgmma or mma") or for markdown ("`auto`, `wgmma`, `mma`"). */
+static void values_text(const route_key *k, bool markdown, char *buf, size_t cap) {
+    char tok[32];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *s = k->values; s && used < cap;) {
+        const bool first = s == k->values;
+        s = next_item(s, tok, sizeof tok);
+        const char *sep = first ? "" : markdown || s ? ", " : " or ";
+        used += (size_t)snprintf(buf + used, cap - used, markdown ? "%s`%s`" : "%s%s", sep, tok);
+    }
+}
+
+/* "key, key, ..." for the errors */
+static void keys_text(char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_KEYS && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", route_keys[i].key);
+}
 
 void fm_routes_default(fm_routes *r, int sm_major) {
     memset(r, 0, sizeof *r);
     r->sm_major = sm_major;
 }
 
-static bool parse_switch(const char *v, fm_route_switch *out) {
-    if (!strcmp(v, "auto")) *out = FM_ROUTE_AUTO;
-    else if (!strcmp(v, "on")) *out = FM_ROUTE_ON;
-    else if (!strcmp(v, "off")) *out = FM_ROUTE_OFF;
-    else return false;
-    return true;
-}
-
-/* an integer in [lo, hi], or "auto" (0) */
-static bool parse_count(const char *v, long lo, long hi, int32_t *out) {
-    if (!strcmp(v, "auto")) return *out = 0, true;
-    char *end = NULL;
-    errno = 0;
-    const long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi) return false;
-    *out = (int32_t)n;
-    return true;
-}
-
 /* one key=value onto r; the checks against the device come after the whole spec parsed */
 static fm_status apply_one(fm_routes *r, const char *key, const char *val, fm_error *err) {
-    if (!strcmp(key, "w4a8.kernel")) {
-        if (!strcmp(val, "auto")) r->w4a8_kernel = FM_ROUTE_W4A8_AUTO;
-        else if (!strcmp(val, "wgmma")) r->w4a8_kernel = FM_ROUTE_W4A8_WGMMA;
-        else if (!strcmp(val, "mma")) r->w4a8_kernel = FM_ROUTE_W4A8_MMA;
-        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.kernel: '%s' is not a value (auto, wgmma or mma)", val);
-    } else if (!strcmp(key, "attention.kernel")) {
-        if (!strcmp(val, "auto")) r->attention_kernel = FM_ROUTE_ATTENTION_AUTO;
-        else if (!strcmp(val, "wgmma")) r->attention_kernel = FM_ROUTE_ATTENTION_WGMMA;
-        else if (!strcmp(val, "mma")) r->attention_kernel = FM_ROUTE_ATTENTION_MMA;
-        else return fm_fail(err, FM_ERR_USAGE, "route attention.kernel: '%s' is not a value (auto, wgmma or mma)", val);
-    } else if (!strcmp(key, "w4a8.tile")) {
-        int32_t t = 0;
-        if (!parse_count(val, FM_W4A8_BN_SMALL, FM_W4A8_BN, &t) ||
-            (t && t != FM_W4A8_BN_SMALL && t != FM_W4A8_BN_MID && t != FM_W4A8_BN))
-            return fm_fail(err, FM_ERR_USAGE, "route w4a8.tile: '%s' is not a value (auto, %d, %d or %d)", val,
-                           FM_W4A8_BN_SMALL, FM_W4A8_BN_MID, FM_W4A8_BN);
-        r->w4a8_tile = t;
-    } else if (!strcmp(key, "w4a8.fp4")) {
-        if (!strcmp(val, "auto")) r->w4a8_fp4 = FM_ROUTE_FP4_AUTO;
-        else if (!strcmp(val, "producer")) r->w4a8_fp4 = FM_ROUTE_FP4_PRODUCER;
-        else if (!strcmp(val, "inline")) r->w4a8_fp4 = FM_ROUTE_FP4_INLINE;
-        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.fp4: '%s' is not a value (auto, producer or inline)", val);
-    } else if (!strcmp(key, "w4a8.codes")) {
-        if (!strcmp(val, "auto")) r->w4a8_codes = FM_ROUTE_CODES_AUTO;
-        else if (!strcmp(val, "regs")) r->w4a8_codes = FM_ROUTE_CODES_REGS;
-        else if (!strcmp(val, "smem")) r->w4a8_codes = FM_ROUTE_CODES_SMEM;
-        else return fm_fail(err, FM_ERR_USAGE, "route w4a8.codes: '%s' is not a value (auto, regs or smem)", val);
-    } else if (!strcmp(key, "dense.gemv")) {
-        if (!parse_switch(val, &r->dense_gemv))
-            return fm_fail(err, FM_ERR_USAGE, "route dense.gemv: '%s' is not a value (auto, on or off)", val);
-    } else if (!strcmp(key, "w8a8.gemv_max_m")) {
-        if (!parse_count(val, 1, FM_GEMV_FP8_MAX_M, &r->w8a8_gemv_max_m))
-            return fm_fail(err, FM_ERR_USAGE, "route w8a8.gemv_max_m: '%s' is not a value (auto or 1..%d)", val,
-                           FM_GEMV_FP8_MAX_M);
-    } else if (!strcmp(key, "moe.gemv")) {
-        if (!strcmp(val, "off")) r->moe_gemv = -1;
-        else if (!parse_count(val, 1, FM_MOE_GEMV_MAX_PAIRS, &r->moe_gemv))
-            return fm_fail(err, FM_ERR_USAGE, "route moe.gemv: '%s' is not a value (auto, off or 1..%d)", val,
-                           FM_MOE_GEMV_MAX_PAIRS);
-    } else if (!strcmp(key, "router.fused")) {
-        if (!parse_switch(val, &r->router_fused))
-            return fm_fail(err, FM_ERR_USAGE, "route router.fused: '%s' is not a value (auto, on or off)", val);
-    } else if (!strcmp(key, "pdl")) {
-        if (!parse_switch(val, &r->pdl))
-            return fm_fail(err, FM_ERR_USAGE, "route pdl: '%s' is not a value (auto, on or off)", val);
-    } else if (!strcmp(key, "gdn.tc")) {
-        if (!parse_switch(val, &r->gdn_tc))
-            return fm_fail(err, FM_ERR_USAGE, "route gdn.tc: '%s' is not a value (auto, on or off)", val);
-    } else if (!strcmp(key, "gdn.state")) {
-        int32_t w = 0;
-        if (!strcmp(val, "split")) w = FM_GDN_STATE_SPLIT;
-        else if (!parse_count(val, 4, 8, &w) || (w != 0 && w != 4 && w != 8))
-            return fm_fail(err, FM_ERR_USAGE, "route gdn.state: '%s' is not a value (auto, 4, 8 or split)", val);
-        r->gdn_state = w;
-    } else if (!strcmp(key, "rope.store")) {
-        if (!parse_switch(val, &r->rope_store))
-            return fm_fail(err, FM_ERR_USAGE, "route rope.store: '%s' is not a value (auto, on or off)", val);
-    } else if (!strcmp(key, "shared.stream")) {
-        if (!parse_switch(val, &r->shared_stream))
-            return fm_fail(err, FM_ERR_USAGE, "route shared.stream: '%s' is not a value (auto, on or off)", val);
-    } else if (!strcmp(key, "expert.prefetch")) {
-        if (!strcmp(val, "off")) r->expert_prefetch = -1;
-        else if (!strcmp(val, "on")) r->expert_prefetch = FM_EXPERT_PREFETCH_ALL;
-        else if (!parse_count(val, 1, 64, &r->expert_prefetch))
-            return fm_fail(err, FM_ERR_USAGE, "route expert.prefetch: '%s' is not a value (auto, on, off or 1..64)",
-                           val);
-    } else if (!strcmp(key, "decode.graphs")) {
-        if (!parse_switch(val, &r->decode_graphs))
-            return fm_fail(err, FM_ERR_USAGE, "route decode.graphs: '%s' is not a value (auto, on or off)", val);
-    } else {
-        return fm_fail(err, FM_ERR_USAGE, "unknown route key '%s' (keys: " KEYS ")", key);
+    char text[512];
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const route_key *k = &route_keys[i];
+        if (strcmp(k->key, key)) continue;
+        int32_t code = 0;
+        if (!parse_value(k, val, &code)) {
+            values_text(k, false, text, sizeof text);
+            return fm_fail(err, FM_ERR_USAGE, "route %s: '%s' is not a value (%s)", key, val, text);
+        }
+        *field_of(r, k) = code;
+        return FM_OK;
     }
-    return FM_OK;
+    keys_text(text, sizeof text);
+    return fm_fail(err, FM_ERR_USAGE, "unknown route key '%s' (keys: %s)", key, text);
 }
 
 fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
     if (!spec || !*spec) return FM_OK;
     fm_routes next = *r;
-    char item[128];
+    char item[128], keys[512];
     for (const char *p = spec;;) {
         const char *comma = strchr(p, ',');
         const size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        if (n >= sizeof item)
-            return fm_fail(err, FM_ERR_USAGE, "route '%.40s...' is too long (key=value, keys: " KEYS ")", p);
+        if (n >= sizeof item) {
+            keys_text(keys, sizeof keys);
+            return fm_fail(err, FM_ERR_USAGE, "route '%.40s...' is too long (key=value, keys: %s)", p, keys);
+        }
         memcpy(item, p, n);
         item[n] = '\0';
         char *eq = strchr(item, '=');
-        if (!eq || eq == item || !eq[1])
-            return fm_fail(err, FM_ERR_USAGE, "route '%s' is not key=value (keys: " KEYS ")", item);
+        if (!eq || eq == item || !eq[1]) {
+            keys_text(keys, sizeof keys);
+            return fm_fail(err, FM_ERR_USAGE, "route '%s' is not key=value (keys: %s)", item, keys);
+        }
         *eq = '\0';
         fm_status st = apply_one(&next, item, eq + 1, err);
         if (st) return st;
@@ -159,9 +380,9 @@ bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd) {
     return r->attention_kernel == FM_ROUTE_ATTENTION_WGMMA || r->sm_major == 9;
 }
 
-/* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
 bool fm_routes_decode_graphs(const fm_routes *r) { return r->decode_graphs != FM_ROUTE_OFF; }
 
+/* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
 bool fm_routes_pdl(const fm_routes *r) {
     return r->pdl == FM_ROUTE_ON || (r->pdl == FM_ROUTE_AUTO && r->sm_major >= 9);
 }
@@ -185,7 +406,7 @@ uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E
                                       uint64_t expert_bytes) {
     const uint32_t bn = fm_routes_w4a8_tile_rows(r, P, E);
     /* an FP4 dispatch expands inline on 32-row tiles (the producer kernel has none): faster than 64 with the producer
-       at 32 rows per expert, slower at 128 (bench/NOTES.md, sixteenth session) */
+       at 32 rows per expert, slower at 128 (bench/NOTES.md 2026-12-02, "the two warpgroups apart") */
     const bool measured =
         f == FM_W_INT4_G128_TC && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES && (!fp4_dispatch || P < 64 * E);
     return bn == FM_W4A8_BN_MID && !r->w4a8_tile && !measured ? FM_W4A8_BN : bn;
@@ -273,113 +494,63 @@ const char *fm_dense_kernel_name(const fm_routes *r, fm_dense_kernel k) {
     return "?";
 }
 
-static const char *switch_name(fm_route_switch s) {
-    return s == FM_ROUTE_ON ? "on" : s == FM_ROUTE_OFF ? "off" : "auto";
+void fm_routes_print(const fm_routes *r, FILE *out) {
+    fprintf(out, "  %-16s %-6s %-17s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const route_key *k = &route_keys[i];
+        char value[16], now[64];
+        value_name(k, field_value(r, k), value, sizeof value);
+        k->now(r, now, sizeof now);
+        fprintf(out, "  %-16s %-6s %-17s %-25s %-32s %s\n", k->key, value, k->values, k->def, now, k->decides);
+    }
 }
 
-void fm_routes_print(const fm_routes *r, FILE *out) {
-    char tile[8], maxm[8];
-    snprintf(tile, sizeof tile, "%d", r->w4a8_tile);
-    snprintf(maxm, sizeof maxm, "%d", r->w8a8_gemv_max_m);
-    const char *kernel = r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA ? "wgmma"
-                         : r->w4a8_kernel == FM_ROUTE_W4A8_MMA ? "mma"
-                                                               : "auto";
-    const char *att = r->attention_kernel == FM_ROUTE_ATTENTION_WGMMA ? "wgmma"
-                      : r->attention_kernel == FM_ROUTE_ATTENTION_MMA ? "mma"
-                                                                      : "auto";
-    const char *fp4 = r->w4a8_fp4 == FM_ROUTE_FP4_PRODUCER ? "producer"
-                      : r->w4a8_fp4 == FM_ROUTE_FP4_INLINE ? "inline"
-                                                           : "auto";
-    const char *codes = r->w4a8_codes == FM_ROUTE_CODES_REGS   ? "regs"
-                        : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "smem"
-                                                               : "auto";
-    char now[9][64], moe[8], warps[8], prefetch[8], prefetch_now[40];
-    snprintf(prefetch, sizeof prefetch, "%d", r->expert_prefetch);
-    if (r->expert_prefetch <= 0 || r->expert_prefetch == FM_EXPERT_PREFETCH_ALL)
-        snprintf(prefetch, sizeof prefetch, "%s",
-                 r->expert_prefetch == 0  ? "auto"
-                 : r->expert_prefetch < 0 ? "off"
-                                          : "on");
-    if (r->expert_prefetch < 1) snprintf(prefetch_now, sizeof prefetch_now, "off");
-    else if (r->expert_prefetch == FM_EXPERT_PREFETCH_ALL) snprintf(prefetch_now, sizeof prefetch_now, "top-k, T <= 8");
-    else snprintf(prefetch_now, sizeof prefetch_now, "top %d, T <= 8", r->expert_prefetch);
-    snprintf(warps, sizeof warps, "%d", r->gdn_state);
-    if (r->gdn_state == FM_GDN_STATE_SPLIT) snprintf(warps, sizeof warps, "split");
-    snprintf(moe, sizeof moe, "%d", r->moe_gemv);
-    snprintf(now[0], sizeof now[0], "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
-    if (r->w4a8_tile) snprintf(now[1], sizeof now[1], "%d rows", r->w4a8_tile);
-    else if (fm_routes_w4a8_wgmma(r)) snprintf(now[1], sizeof now[1], "16 / 32 / 64 rows at P < 32 E / 256 E / above");
-    else snprintf(now[1], sizeof now[1], "16 rows while P < 32 E, else 64");
-    snprintf(now[2], sizeof now[2], "%s", fm_routes_gemv(r) ? "on" : "off");
-    snprintf(now[3], sizeof now[3], "%d", fm_routes_w8a8_gemv_max_m(r));
-    if (r->moe_gemv < 0) snprintf(now[4], sizeof now[4], "off");
-    else if (r->moe_gemv) snprintf(now[4], sizeof now[4], "P <= %d", r->moe_gemv);
-    else snprintf(now[4], sizeof now[4], "P <= max(%d, top-k)", FM_MOE_GEMV_PAIRS_DEFAULT);
-    snprintf(now[5], sizeof now[5], "%s",
-             fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
-    snprintf(now[6], sizeof now[6], "%s",
-             fm_routes_w4a8_fp4_producer(r, FM_W4A8_BN) ? "producer warpgroup" : "inline (MMA warps)");
-    snprintf(now[8], sizeof now[8], "%s",
-             !fm_routes_w4a8_wgmma(r)               ? "registers (mma.sync)"
-             : r->w4a8_codes == FM_ROUTE_CODES_SMEM ? "stage ring"
-             : r->w4a8_codes == FM_ROUTE_CODES_REGS ? "registers"
-                                                    : "ring for 16/32-row tiles or P < 64 E, else registers");
-    if (fm_routes_gdn_state(r) == FM_GDN_STATE_SPLIT) snprintf(now[7], sizeof now[7], "states, then outputs");
-    else snprintf(now[7], sizeof now[7], "%d warps", fm_routes_gdn_state(r));
-    const struct {
-        const char *key, *value, *values, *def, *decides, *now;
-    } rows[] = {
-        {"w4a8.kernel", kernel, "auto|wgmma|mma", "wgmma on sm_90, else mma",
-         "the grouped W4A8 GEMM (MoE experts; W4A8 dense projections above the GEMV)", now[0]},
-        {"attention.kernel", att, "auto|wgmma|mma", "wgmma on sm_90 (hd 128)",
-         "prefill attention: wgmma + TMA (hd 128), else mma.sync flash attention", now[5]},
-        {"w4a8.tile", r->w4a8_tile ? tile : "auto", "auto|16|32|64", "16, 32 (wgmma), 64 by P / E",
-         "routed rows per tile of the W4A8 MoE GEMM, P pairs over E experts (sizes the workspace)", now[1]},
-        {"w4a8.fp4", fp4, "auto|producer|inline", "producer (wgmma)",
-         "where the FP4 dispatch's gate|up GEMM expands E2M1 to e4m3: its own warpgroup or the MMA warps", now[6]},
-        {"w4a8.codes", codes, "auto|regs|smem", "smem while P < 64 E",
-         "how the wgmma W4A8 GEMM's int4 codes reach its warps: registers a group ahead, or the shared-memory ring",
-         now[8]},
-        {"dense.gemv", switch_name(r->dense_gemv), "auto|on|off", "on",
-         "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)", now[2]},
-        {"w8a8.gemv_max_m", r->w8a8_gemv_max_m ? maxm : "auto", "auto|1..16", "8",
-         "the W8A8 GEMV up to this many rows, cuBLASLt FP8 above", now[3]},
-        {"moe.gemv",
-         r->moe_gemv < 0 ? "off"
-         : r->moe_gemv   ? moe
-                         : "auto",
-         "auto|off|1..64", "8, or top-k",
-         "the experts as grouped W4A8 GEMVs up to this many routed pairs (16-row tiles), the grouped GEMM above",
-         now[4]},
-        {"router.fused", switch_name(r->router_fused), "auto|on|off", "T = 1",
-         "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
-         r->router_fused == FM_ROUTE_OFF  ? "off"
-         : r->router_fused == FM_ROUTE_ON ? "T <= 8"
-                                          : "T = 1"},
-        {"pdl", switch_name(r->pdl), "auto|on|off", "on for sm_90+",
-         "programmatic dependent launch of the decode kernels (quantizers, GEMVs)", fm_routes_pdl(r) ? "on" : "off"},
-        {"decode.graphs", switch_name(r->decode_graphs), "auto|on|off", "on",
-         "decode steps captured once per batch bucket as CUDA graphs and replayed",
-         fm_routes_decode_graphs(r) ? "on" : "off"},
-        {"gdn.tc", switch_name(r->gdn_tc), "auto|on|off", "on",
-         "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
-         r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off"},
-        {"gdn.state", r->gdn_state ? warps : "auto", "auto|4|8|split", "split",
-         "the chunked rule's state pass: 4 or 8 warps, or split (states in sequence, outputs in parallel)", now[7]},
-        {"rope.store", switch_name(r->rope_store), "auto|on|off", "on",
-         "a decode step's k and v stored in the paged cache by the q/k norm + RoPE kernel, else a kv_store launch",
-         fm_routes_rope_store(r) ? "on" : "off"},
-        {"shared.stream", switch_name(r->shared_stream), "auto|on|off", "on",
-         "the shared expert (Qwen3-Next) on a second stream beside the router and the routed experts",
-         r->shared_stream == FM_ROUTE_OFF ? "off" : "every pass"},
-        {"expert.prefetch", prefetch, "auto|on|off|1..64", "off",
-         "experts in host memory: each layer's experts predicted at its start and copied beside its token mixer",
-         prefetch_now},
-    };
-    fprintf(out, "  %-16s %-6s %-17s %-25s %-32s %s\n", "key", "value", "values", "default", "now", "decides");
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        fprintf(out, "  %-16s %-6s %-17s %-25s %-32s %s\n", rows[i].key, rows[i].value, rows[i].values, rows[i].def,
-                rows[i].now, rows[i].decides);
+void fm_routes_print_markdown(FILE *out) {
+    fputs("# Kernel routes\n"
+          "\n"
+          "<!-- Generated by `fp8moe inspect --routes --markdown` from the table in src/backend/routes.c; "
+          "tests/test_routes.c checks that this file equals it. Edit the table, then regenerate. -->\n"
+          "\n"
+          "Which kernel computes an op at a given shape is decided in one place: a route table, filled when the cuda "
+          "backend is created from the GPU and the model's shapes. A route chooses a kernel, never what is "
+          "computed.\n"
+          "\n"
+          "- `fp8moe inspect --routes` prints the table (each key, its value, default and what it resolves to), "
+          "then the kernel each dense weight format gets at M = 1, 8, 16, 128 and 2048 rows, and the MoE tile rows "
+          "at several prompt lengths. Without a GPU it shows what an sm_90 GPU would get.\n"
+          "- `--route KEY=VALUE` overrides one key; it is repeatable and accepted by every command that loads a "
+          "model or benchmarks. In the C API the same overrides go in `fm_options.routes = \"key=value,key=value\"`, "
+          "and `fm_routes_check(spec, &err)` validates such a string without a GPU.\n"
+          "- No environment variable changes a route. The value `auto` means the default rule. A forced kernel the "
+          "GPU cannot run (`wgmma` off sm_90, `pdl=on` below sm_90) is refused when the backend is created.\n"
+          "\n"
+          "| key | values | what it chooses |\n"
+          "|---|---|---|\n",
+          out);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char values[128];
+        values_text(&route_keys[i], true, values, sizeof values);
+        fprintf(out, "| `%s` | %s | ", route_keys[i].key, values);
+        for (const char *c = route_keys[i].doc; *c; c++) {
+            if (*c == '|') fputc('\\', out); /* a bare '|' would end the cell */
+            fputc(*c, out);
+        }
+        fputs(" |\n", out);
+    }
+    fputs("\n"
+          "```sh\n"
+          "./build/fp8moe inspect --model models/tiny-code-moe --routes   # without a GPU: what sm_90 would get\n"
+          "./build/fp8moe inspect --routes --route w4a8.tile=64           # Qwen3-30B-A3B-like shapes, one route "
+          "forced\n"
+          "./build/fp8moe bench moe --shape qwen3 --tokens 16 --route w4a8.tile=64                                 "
+          "# GPU: A/B a tile size\n"
+          "./build/fp8moe parity --model models/tiny-code-moe --backend cuda --presets fp8 --route w4a8.kernel=mma "
+          "# GPU\n"
+          "```\n"
+          "\n"
+          "The bench commands' `--routes LIST` is another thing: the yardstick routes a benchmark compares (see "
+          "[cli.md](cli.md#bench)).\n",
+          out);
 }
 
 fm_status fm_routes_check(const char *routes, fm_error *err) {

@@ -22,6 +22,7 @@ static const char *HELP =
     "                      [--ep N] [--tp N]]\n"
     "                      [--routes] [--route KEY=VALUE]...\n"
     "       fp8moe inspect --routes [--route KEY=VALUE]...\n"
+    "       fp8moe inspect --routes --markdown\n"
     "\n"
     "  --model DIR        Hugging Face checkpoint directory\n"
     "  --tensors          also list every tensor with its dtype and shape\n"
@@ -47,10 +48,10 @@ static const char *HELP =
     "                     the W4A8 MoE tile rows at several prompt lengths, for the model's shapes (without\n"
     "                     --model: a Qwen3-30B-A3B-like shape), as on this machine's GPU (on sm_90 when there is\n"
     "                     none; it says which)\n"
+    "  --markdown         with --routes alone: the keys' reference page instead (docs/routes.md is its output)\n"
     "  --route KEY=VALUE  an override (repeatable), as the model-running commands take it: the table and the memory\n"
-    "                     plan (w4a8.tile sizes the MoE workspace) follow it. Keys and values: w4a8.kernel=\n"
-    "                     auto|wgmma|mma, w4a8.tile=auto|16|64, w4a8.fp4=auto|producer|inline, dense.gemv=\n"
-    "                     auto|on|off, w8a8.gemv_max_m=auto|1..16, pdl=auto|on|off\n"
+    "                     plan (w4a8.tile sizes the MoE workspace) follow it. The keys and their values: --routes,\n"
+    "                     or docs/routes.md\n"
     "  -h, --help         this help\n";
 
 typedef struct plan_args {
@@ -527,7 +528,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
 
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect", *dir = NULL, *plan_only = NULL;
-    bool list = false, routes = false;
+    bool list = false, routes = false, markdown = false;
     plan_args pa = {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, "", FM_EXPERTS_DEVICE, 0, FM_DISPATCH_PRESET,
                     0, 0};
     enum {
@@ -540,6 +541,7 @@ int cmd_inspect(int argc, char **argv) {
         OPT_VRAM_I,
         OPT_DENSE_I,
         OPT_ROUTES_I,
+        OPT_MARKDOWN_I,
         OPT_ROUTE_I,
         OPT_MAX_SEQS_I,
         OPT_CTX_I,
@@ -558,6 +560,7 @@ int cmd_inspect(int argc, char **argv) {
                                              {"vram-limit", required_argument, 0, OPT_VRAM_I},
                                              {"dense", required_argument, 0, OPT_DENSE_I},
                                              {"routes", no_argument, 0, OPT_ROUTES_I},
+                                             {"markdown", no_argument, 0, OPT_MARKDOWN_I},
                                              {"route", required_argument, 0, OPT_ROUTE_I},
                                              {"max-seqs", required_argument, 0, OPT_MAX_SEQS_I},
                                              {"ctx", required_argument, 0, OPT_CTX_I},
@@ -623,6 +626,8 @@ int cmd_inspect(int argc, char **argv) {
             pa.tp = (int32_t)v, plan_only = "--tp";
         } else if (c == OPT_ROUTES_I) {
             routes = true;
+        } else if (c == OPT_MARKDOWN_I) {
+            markdown = true;
         } else if (c == OPT_ROUTE_I) {
             if (!cli_route_add(cmd, optarg, pa.routes, sizeof pa.routes)) return CLI_USAGE;
         } else if (c == 'h') return fputs(HELP, stdout), CLI_OK;
@@ -631,6 +636,9 @@ int cmd_inspect(int argc, char **argv) {
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
     if (plan_only && !pa.tokens)
         return cli_usage(cmd, "%s describes the memory plan, which needs --tokens T", plan_only);
+    if (markdown && (!routes || dir || pa.routes[0] || pa.tokens || list))
+        return cli_usage(cmd, "--markdown prints the route keys' reference page: --routes --markdown alone");
+    if (markdown) return fm_routes_print_markdown(stdout), CLI_OK;
     fm_error err = {{0}};
     if (!dir && routes) { /* the table alone, at Qwen3-30B-A3B's shapes */
         const route_shapes qwen3 = {"Qwen3-30B-A3B-like, no --model", 2048, 4096, 4096, 5120, 128, 8};

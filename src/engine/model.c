@@ -391,10 +391,7 @@ static fm_status check_backend_runs_arch(const fm_config *c, const fm_backend *b
     return FM_OK;
 }
 
-/* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
- * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
- * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch and
- * the ref and ref32 presets' cuBLAS experts (ep_on_cuda). */
+/* a group of N ranks (--ep or --tp, opt_name) that this rank and backend can be part of */
 static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank, const fm_options *opt, fm_error *err) {
     if (N < 0 || N > FM_COMM_MAX_RANKS)
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
@@ -421,6 +418,10 @@ static fm_status ep_on_cuda(const fm_model *m, const fm_options *opt, fm_error *
                    m->ep_ranks, fm_preset_name(opt->preset), fm_afmt_name(d));
 }
 
+/* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
+ * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
+ * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch and
+ * the ref and ref32 presets' cuBLAS experts (ep_on_cuda). */
 static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *err) {
     const fm_config *c = &m->cfg;
     const int32_t E = c->n_experts, NE = opt->ep_ranks, NT = opt->tp_ranks;

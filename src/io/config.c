@@ -79,11 +79,6 @@ static fm_status read_bool(const cfg_reader *r, const char *key, bool dflt, bool
 
 bool fm_cfg_has(const fm_cfg_reader *r, const char *key) { return field(r, key) != NULL; }
 
-fm_status fm_cfg_read_int(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
-                          int64_t *out) {
-    return read_int(r, key, required, dflt, lo, hi, out);
-}
-
 fm_status fm_cfg_read_i32(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
                           int32_t *out) {
     return read_i32(r, key, required, dflt, lo, hi, out);

@@ -76,8 +76,6 @@ typedef struct fm_cfg_reader {
 /* Whether key is present and not null. */
 bool fm_cfg_has(const fm_cfg_reader *r, const char *key);
 /* An integer in [lo, hi]; absent: *out = dflt, or an error when required. */
-fm_status fm_cfg_read_int(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
-                          int64_t *out);
 fm_status fm_cfg_read_i32(const fm_cfg_reader *r, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
                           int32_t *out);
 /* true or false; absent: dflt. */

@@ -518,6 +518,8 @@ static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
 
 /* Qwen3-Next's ops (gated_attention.cu, gdn.cu): the norm, conv and gate banks are of the activation type (w_other:
    bf16, or f32 for ref32); the GDN states are fp32 */
+
+/* an optional vector bank's data, or NULL when the layer has none */
 static const void *vec_or_null(const fm_bank *w) { return w ? bank_matrix(w, 0) : NULL; }
 
 static void cu_gated_qk_norm_rope(fm_backend *bb, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -671,7 +673,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     cudaDeviceProp prop;
     FM_CUDA_CHECK(cudaGetDevice(&device));
     FM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    /* the route table, once: the defaults for this GPU, then the caller's overrides (nothing reads it elsewhere) */
+    /* a GPU the binary has no kernels for (A100, Blackwell) is refused here, by name, before anything runs */
+    fm_status kst = fm_cuda_device_has_kernels(device, err);
+    if (kst) return kst;
+    /* the route table: the defaults for this GPU, then the caller's overrides (the model parses the same string
+       against the same key table for its memory plan: routes.c) */
     fm_routes table;
     fm_routes_default(&table, prop.major);
     fm_status st = fm_routes_apply(&table, routes, err);

@@ -105,10 +105,13 @@ void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 #define FM_CUDA_CUBLAS_WS ((size_t)32 << 20)
 // The side stream's cuBLAS workspace: the main handle's size, because cuBLAS picks its algorithm (and so the
 // summation order) by the workspace it may use: with 4 MiB, ref32's prefill GEMMs on the side stream came out other
-// bits than on the main stream (bench/NOTES.md, fifteenth session)
+// bits than on the main stream (bench/NOTES.md 2026-12-02, "a side stream in the decode step")
 #define FM_CUDA_SIDE_CUBLAS_WS FM_CUDA_CUBLAS_WS
 
 extern "C" {
+// FM_OK when the binary has kernels for GPU `device`; else FM_ERR_UNSUPPORTED naming the GPU and the archs it was
+// built for (device_info.cu).
+fm_status fm_cuda_device_has_kernels(int device, fm_error *err);
 fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);
 void fm_cuda_bank_free(fm_backend *be, fm_bank *w);
 size_t fm_cuda_bank_bytes(const fm_bank *w);

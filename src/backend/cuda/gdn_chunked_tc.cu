@@ -293,7 +293,7 @@ static __device__ __forceinline__ void sts64(uint32_t addr, uint32_t a, uint32_t
  *          w % 4 over all 128 columns, k-steps up to the diagonal, K and V by ldmatrix.trans
  * Per (chunk, head) 48 KB read (q and k once per value head), 104 KB written (U fp32: the state pass's v' = U - W S
  * stays fp32); at T = 2048, 32 heads, 156 MB: ~50 us at the copy rate. The TF32 WMMA form before it took 233 us (ncu,
- * twelfth session). */
+ * bench/NOTES.md 2026-12-02 "the Gated DeltaNet's state pass split"). */
 #define INTRA16_SMEM (3 * CH * D * 2 + 2 * CH * CH * 2 + (2 * CH * LDA + 3 * CH + 768) * 4)
 
 static __global__ __launch_bounds__(256, 2) void gdn_tc_intra16(const bf16 *qkv, const bf16 *ba, const bf16 *a_log,

@@ -210,7 +210,8 @@ void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, 
 }
 
 // Above the GEMV's rows cuBLASLt FP8 runs: a TMA + wgmma GEMM of our own reached 0.77-0.83x of it at M = 2048 on
-// the H200 and far less at M <= 128 (bench/NOTES.md, fifth session); it lives in lab/gemm_w8a8.cu.
+// the H200 and far less at M <= 128 (bench/NOTES.md 2026-11-30, "A W8A8 prefill GEMM of our own"); it lives in
+// lab/gemm_w8a8.cu.
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
                        int64_t M, bf16 *y) {
     fm_error err = {{0}};
