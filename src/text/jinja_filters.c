@@ -544,6 +544,11 @@ bool jinja_filter(jctx *c, const char *name, jv *v, const jargs *a, jv **out) {
 bool jinja_test(jctx *c, const char *name, jv *v, const jargs *a, bool *out) {
     jx *x = jctx_x(c);
     jv *arg = jargs_get(a, 0, NULL);
+    static const char *const one_arg[] = {"divisibleby", "sameas", "in", "equalto", "eq", "==", "ne", "!=", "lt",
+                                          "<",           "le",     "<=", "gt",      ">",  "ge", ">=", NULL};
+    const int takes = in_names(name, one_arg) ? 1 : 0;
+    if (jinja_test_known(name) && a->npos + a->nkw > takes)
+        jx_fail(x, "the %s test takes %d argument(s), %d given", name, takes, a->npos + a->nkw);
     if (!strcmp(name, "defined")) *out = v->k != JV_UNDEF;
     else if (!strcmp(name, "undefined")) *out = v->k == JV_UNDEF;
     else if (!strcmp(name, "none")) *out = v->k == JV_NONE;
