@@ -358,6 +358,7 @@ static const char *const k_lines[] = {
     "{{ (1, 2",
     "{{ 'unterminated }}",
     "{{ none is none 1 }}",
+    "{{ none|selectattr('a')|list }}{{ none|map('upper')|list }}{{ 0|select|list }}",
     "{{ 0x1F + 0o17 + 0b101 }}",
 };
 

@@ -116,7 +116,7 @@ static const char *arg_str(jctx *c, jv *v, const char *what) {
 /* select/reject (attr NULL) and selectattr/rejectattr. */
 static jv *select_items(jctx *c, jv *v, const jargs *a, bool keep, bool by_attr) {
     jx *x = jctx_x(c);
-    jv *items = jv_iterable_list(c, v);
+    jv *items = jv_truthy(v) ? jv_iterable_list(c, v) : jv_list(x, 0); /* jinja2: "if seq:" before iterating */
     int first = 0;
     jv *attr = NULL;
     if (by_attr) {
@@ -304,7 +304,7 @@ static jv *do_round(jctx *c, jv *v, const jargs *a) {
 
 static jv *do_map(jctx *c, jv *v, const jargs *a) {
     jx *x = jctx_x(c);
-    jv *items = jv_iterable_list(c, v);
+    jv *items = jv_truthy(v) ? jv_iterable_list(c, v) : jv_list(x, 0); /* jinja2: "if value:" before iterating */
     jv *attr = jargs_get(a, -1, "attribute");
     jv *out = jv_list(x, items->u.list.n);
     if (attr) {
