@@ -357,6 +357,9 @@ static const char *const k_lines[] = {
     "{% endfor %}",
     "{{ (1, 2",
     "{{ 'unterminated }}",
+    "{{ none is none 1 }}",
+    "{{ none|selectattr('a')|list }}{{ none|map('upper')|list }}{{ 0|select|list }}",
+    "{{ 0x1F + 0o17 + 0b101 }}",
 };
 
 static void test_language_against_jinja2(void **state) {
@@ -436,6 +439,8 @@ static void test_sandbox_limits_and_refusals(void **state) {
     expect_failure("{% if true %}", NULL, FM_ERR_FORMAT, "endif");
     expect_failure("{{ 'a'.zfill(3) }}", NULL, FM_OK, "'zfill' is not supported");
     expect_failure("{{ 9223372036854775807 + 1 }}", NULL, FM_OK, "overflow");
+    expect_failure("{{ (-9223372036854775807 - 1) // -1 }}", NULL, FM_OK, "overflow");
+    expect_failure("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", NULL, FM_OK, "nested too deeply");
     /* a deeply nested expression is refused, not a stack overflow */
     char deep[4200];
     memset(deep, '(', 2000);

@@ -202,17 +202,19 @@ const char *fm_chat_template_source(const fm_chat_template *t) { return t->sourc
 const char *fm_chat_template_path(const fm_chat_template *t) { return t->path; }
 const char *const *fm_chat_template_stop_tokens(const fm_chat_template *t) { return t->stops; }
 
+static bool has(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key) != NULL; }
+
 cJSON *fm_chat_template_context(const fm_chat_template *t, const cJSON *vars) {
     cJSON *ctx = vars && cJSON_IsObject(vars) ? cJSON_Duplicate(vars, true) : cJSON_CreateObject();
     if (!ctx) return NULL;
     const cJSON *e;
     cJSON_ArrayForEach(e, t->special) {
-        if (!cJSON_HasObjectItem(ctx, e->string)) cJSON_AddItemToObject(ctx, e->string, cJSON_Duplicate(e, true));
+        if (!has(ctx, e->string)) cJSON_AddItemToObject(ctx, e->string, cJSON_Duplicate(e, true));
     }
     /* apply_chat_template renders with tools=None, documents=None and add_generation_prompt=False by default */
-    if (!cJSON_HasObjectItem(ctx, "tools")) cJSON_AddNullToObject(ctx, "tools");
-    if (!cJSON_HasObjectItem(ctx, "documents")) cJSON_AddNullToObject(ctx, "documents");
-    if (!cJSON_HasObjectItem(ctx, "add_generation_prompt")) cJSON_AddFalseToObject(ctx, "add_generation_prompt");
+    if (!has(ctx, "tools")) cJSON_AddNullToObject(ctx, "tools");
+    if (!has(ctx, "documents")) cJSON_AddNullToObject(ctx, "documents");
+    if (!has(ctx, "add_generation_prompt")) cJSON_AddFalseToObject(ctx, "add_generation_prompt");
     return ctx;
 }
 

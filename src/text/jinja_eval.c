@@ -157,6 +157,7 @@ static void slice_bounds(jctx *c, jv *sv, jv *ev, jv *stv, int64_t n, int64_t *s
     if (stv && stv->k != JV_NONE) {
         if (!as_index(stv, &st)) jx_fail(c->x, "slice indices must be integers or None");
         if (st == 0) jx_fail(c->x, "slice step cannot be zero");
+        if (st < -INT64_MAX) st = -INT64_MAX; /* the same slice, and -st stays defined */
     }
     int64_t lo, hi;
     if (st > 0) lo = 0, hi = n;
@@ -174,8 +175,8 @@ static void slice_bounds(jctx *c, jv *sv, jv *ev, jv *stv, int64_t n, int64_t *s
         if (hi >= n) hi = st > 0 ? n : n - 1;
     }
     int64_t cnt = 0;
-    if (st > 0 && hi > lo) cnt = (hi - lo + st - 1) / st;
-    if (st < 0 && lo > hi) cnt = (lo - hi + (-st) - 1) / (-st);
+    if (st > 0 && hi > lo) cnt = (hi - lo - 1) / st + 1;
+    if (st < 0 && lo > hi) cnt = (lo - hi - 1) / -st + 1;
     *start = lo, *step = st, *count = cnt;
 }
 
@@ -332,6 +333,7 @@ static int64_t checked(jctx *c, bool overflow, const int64_t *r) {
 
 static jv *repeat(jctx *c, jv *seq, int64_t times) {
     if (times < 0) times = 0;
+    if ((seq->k == JV_STR ? seq->u.str.n : seq->u.list.n) == 0) times = 0; /* nothing to repeat, however often */
     if (seq->k == JV_STR) {
         if (seq->u.str.n && (uint64_t)times > c->max_output / seq->u.str.n)
             jx_fail(c->x, "the repeated string is longer than the %zu bytes allowed", c->max_output);
@@ -406,6 +408,8 @@ static jv *binop(jctx *c, const char *op, jv *a, jv *b) {
         if (y == 0.0) jx_fail(c->x, op[1] == '/' ? "integer division or modulo by zero" : "division by zero");
         if (op[1] == '/') {
             if (ints) {
+                if (p == INT64_MIN && q == -1)
+                    jx_fail(c->x, "integer overflow (the interpreter's integers are 64-bit)");
                 int64_t d = p / q;
                 if ((p % q != 0) && ((p < 0) != (q < 0))) d--;
                 return jv_int(c->x, d);
@@ -418,6 +422,7 @@ static jv *binop(jctx *c, const char *op, jv *a, jv *b) {
         if (!nums) break;
         if (y == 0.0) jx_fail(c->x, "integer division or modulo by zero");
         if (ints) {
+            if (q == -1) return jv_int(c->x, 0);
             int64_t m = p % q;
             if (m != 0 && ((m < 0) != (q < 0))) m += q;
             return jv_int(c->x, m);
@@ -582,11 +587,35 @@ static void assign(jctx *c, jscope *s, const jnode *target, jv *v) {
     for (int i = 0; i < target->kids.n; i++) assign(c, s, target->kids.v[i], items->u.list.v[i]);
 }
 
-static void set_int(jctx *c, jv *d, const char *k, int64_t v) {
-    jv_dict_set(c->x, d, jv_cstr(c->x, k), jv_int(c->x, v));
-}
-static void set_bool(jctx *c, jv *d, const char *k, bool v) {
-    jv_dict_set(c->x, d, jv_cstr(c->x, k), jv_bool(c->x, v));
+/* loop's attributes: the keys are shared by every iteration of a loop, the values are the iteration's. */
+static const char *const k_loop_keys[] = {"index",  "index0",   "revindex", "revindex0", "first",  "last",
+                                          "length", "previtem", "nextitem", "depth",     "depth0", "cycle"};
+enum { N_LOOP_KEYS = (int)(sizeof k_loop_keys / sizeof k_loop_keys[0]) };
+
+static jv *loop_object(jctx *c, jv **keys, const jv *items, int64_t i) {
+    const int64_t len = (int64_t)items->u.list.n;
+    jv *loop = jv_dict(c->x);
+    jv **vals = jx_alloc(c->x, N_LOOP_KEYS * sizeof *vals);
+    jv *cycle = jv_new(c->x, JV_FUNC);
+    cycle->u.fn.fk = JF_GLOBAL, cycle->u.fn.name = "loop.cycle", cycle->u.fn.self = jv_int(c->x, i);
+    jv *const v[N_LOOP_KEYS] = {
+        jv_int(c->x, i + 1),
+        cycle->u.fn.self,
+        jv_int(c->x, len - i),
+        jv_int(c->x, len - i - 1),
+        jv_bool(c->x, i == 0),
+        jv_bool(c->x, i == len - 1),
+        jv_int(c->x, len),
+        i > 0 ? items->u.list.v[i - 1] : jv_undef(c->x, "there is no previous item"),
+        i < len - 1 ? items->u.list.v[i + 1] : jv_undef(c->x, "there is no next item"),
+        jv_int(c->x, 1),
+        jv_int(c->x, 0),
+        cycle,
+    };
+    memcpy(vals, v, sizeof v);
+    loop->u.dict.keys = keys, loop->u.dict.vals = vals;
+    loop->u.dict.n = loop->u.dict.cap = N_LOOP_KEYS;
+    return loop;
 }
 
 static void exec_for(jctx *c, jscope *s, const jnode *n) {
@@ -605,26 +634,12 @@ static void exec_for(jctx *c, jscope *s, const jnode *n) {
         items = kept;
     }
     const int64_t len = (int64_t)items->u.list.n;
+    jv **keys = jx_alloc(c->x, N_LOOP_KEYS * sizeof *keys);
+    for (int k = 0; k < N_LOOP_KEYS; k++) keys[k] = jv_cstr(c->x, k_loop_keys[k]);
     for (int64_t i = 0; i < len; i++) {
         jctx_tick(c);
         jscope *t = scope_new(c, s);
-        jv *loop = jv_dict(c->x);
-        set_int(c, loop, "index", i + 1);
-        set_int(c, loop, "index0", i);
-        set_int(c, loop, "revindex", len - i);
-        set_int(c, loop, "revindex0", len - i - 1);
-        set_bool(c, loop, "first", i == 0);
-        set_bool(c, loop, "last", i == len - 1);
-        set_int(c, loop, "length", len);
-        set_int(c, loop, "depth", 1);
-        set_int(c, loop, "depth0", 0);
-        jv_dict_set(c->x, loop, jv_cstr(c->x, "previtem"),
-                    i > 0 ? items->u.list.v[i - 1] : jv_undef(c->x, "there is no previous item"));
-        jv_dict_set(c->x, loop, jv_cstr(c->x, "nextitem"),
-                    i < len - 1 ? items->u.list.v[i + 1] : jv_undef(c->x, "there is no next item"));
-        jv *cycle = jv_new(c->x, JV_FUNC);
-        cycle->u.fn.fk = JF_GLOBAL, cycle->u.fn.name = "loop.cycle", cycle->u.fn.self = jv_int(c->x, i);
-        jv_dict_set(c->x, loop, jv_cstr(c->x, "cycle"), cycle);
+        jv *loop = loop_object(c, keys, items, i);
         scope_set(c, t, "loop", loop);
         assign(c, t, n->a, items->u.list.v[i]);
         exec_body(c, t, &n->kids);

@@ -116,7 +116,7 @@ static const char *arg_str(jctx *c, jv *v, const char *what) {
 /* select/reject (attr NULL) and selectattr/rejectattr. */
 static jv *select_items(jctx *c, jv *v, const jargs *a, bool keep, bool by_attr) {
     jx *x = jctx_x(c);
-    jv *items = jv_iterable_list(c, v);
+    jv *items = jv_truthy(v) ? jv_iterable_list(c, v) : jv_list(x, 0); /* jinja2: "if seq:" before iterating */
     int first = 0;
     jv *attr = NULL;
     if (by_attr) {
@@ -304,7 +304,7 @@ static jv *do_round(jctx *c, jv *v, const jargs *a) {
 
 static jv *do_map(jctx *c, jv *v, const jargs *a) {
     jx *x = jctx_x(c);
-    jv *items = jv_iterable_list(c, v);
+    jv *items = jv_truthy(v) ? jv_iterable_list(c, v) : jv_list(x, 0); /* jinja2: "if value:" before iterating */
     jv *attr = jargs_get(a, -1, "attribute");
     jv *out = jv_list(x, items->u.list.n);
     if (attr) {
@@ -544,6 +544,11 @@ bool jinja_filter(jctx *c, const char *name, jv *v, const jargs *a, jv **out) {
 bool jinja_test(jctx *c, const char *name, jv *v, const jargs *a, bool *out) {
     jx *x = jctx_x(c);
     jv *arg = jargs_get(a, 0, NULL);
+    static const char *const one_arg[] = {"divisibleby", "sameas", "in", "equalto", "eq", "==", "ne", "!=", "lt",
+                                          "<",           "le",     "<=", "gt",      ">",  "ge", ">=", NULL};
+    const int takes = in_names(name, one_arg) ? 1 : 0;
+    if (jinja_test_known(name) && a->npos + a->nkw > takes)
+        jx_fail(x, "the %s test takes %d argument(s), %d given", name, takes, a->npos + a->nkw);
     if (!strcmp(name, "defined")) *out = v->k != JV_UNDEF;
     else if (!strcmp(name, "undefined")) *out = v->k == JV_UNDEF;
     else if (!strcmp(name, "none")) *out = v->k == JV_NONE;

@@ -228,8 +228,10 @@ static jv *str_format(jctx *c, jv *self, const jargs *a) {
         if (bang) conv = bang[1], *bang = 0;
         jv *v;
         if (!*field) v = jargs_get(a, auto_idx++, NULL);
-        else if (*field >= '0' && *field <= '9') v = jargs_get(a, atoi(field), NULL);
-        else v = jargs_get(a, -1, field);
+        else if (*field >= '0' && *field <= '9') {
+            const long idx = strtol(field, NULL, 10);
+            v = idx < a->npos ? a->pos[idx] : NULL;
+        } else v = jargs_get(a, -1, field);
         if (!v) jx_fail(x, "str.format: no argument for {%s}", field);
         if (conv == 'r') jv_write_repr(x, &b, v);
         else jv_write_str(x, &b, v);

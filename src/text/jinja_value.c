@@ -284,7 +284,12 @@ static void write_str_repr(jbuf *b, const char *s, size_t n) {
     jb_char(b, q);
 }
 
-void jv_write_repr(jx *x, jbuf *b, const jv *v) {
+static void write_repr(jx *x, jbuf *b, const jv *v, int depth);
+
+void jv_write_repr(jx *x, jbuf *b, const jv *v) { write_repr(x, b, v, 0); }
+
+static void write_repr(jx *x, jbuf *b, const jv *v, int depth) {
+    if (depth > 200) jx_fail(x, "the value is nested too deeply to print (does a namespace hold itself?)");
     switch (v->k) {
     case JV_UNDEF: jb_str(b, "Undefined"); return;
     case JV_NONE: jb_str(b, "None"); return;
@@ -296,7 +301,7 @@ void jv_write_repr(jx *x, jbuf *b, const jv *v) {
         jb_char(b, v->u.list.tuple ? '(' : '[');
         for (size_t i = 0; i < v->u.list.n; i++) {
             if (i) jb_str(b, ", ");
-            jv_write_repr(x, b, v->u.list.v[i]);
+            write_repr(x, b, v->u.list.v[i], depth + 1);
         }
         if (v->u.list.tuple && v->u.list.n == 1) jb_char(b, ',');
         jb_char(b, v->u.list.tuple ? ')' : ']');
@@ -307,9 +312,9 @@ void jv_write_repr(jx *x, jbuf *b, const jv *v) {
         jb_char(b, '{');
         for (size_t i = 0; i < v->u.dict.n; i++) {
             if (i) jb_str(b, ", ");
-            jv_write_repr(x, b, v->u.dict.keys[i]);
+            write_repr(x, b, v->u.dict.keys[i], depth + 1);
             jb_str(b, ": ");
-            jv_write_repr(x, b, v->u.dict.vals[i]);
+            write_repr(x, b, v->u.dict.vals[i], depth + 1);
         }
         jb_char(b, '}');
         if (v->k == JV_NS) jb_char(b, '>');
