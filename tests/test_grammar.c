@@ -122,8 +122,7 @@ static void schemas_accept_and_reject(void **state) {
     for (size_t c = 0; c < sizeof k_cases / sizeof *k_cases; c++) {
         fm_grammar *g = compile(k_cases[c].schema);
         for (int i = 0; i < 8 && k_cases[c].good[i]; i++)
-            if (!matches(g, v, k_cases[c].good[i]))
-                fail_msg("schema %zu should accept %s", c, k_cases[c].good[i]);
+            if (!matches(g, v, k_cases[c].good[i])) fail_msg("schema %zu should accept %s", c, k_cases[c].good[i]);
         for (int i = 0; i < 10 && k_cases[c].bad[i]; i++)
             if (matches(g, v, k_cases[c].bad[i])) fail_msg("schema %zu should refuse %s", c, k_cases[c].bad[i]);
         fm_grammar_free(g);
@@ -184,9 +183,9 @@ static void builder_tool_calls(void **state) {
     const int32_t other[] = {fm_grammar_literal(g, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
                              call};
     fm_error err;
-    assert_int_equal(
-        fm_grammar_finish(g, fm_grammar_repeat(g, fm_grammar_alt(g, other, 2), fm_grammar_literal(g, "\n"), 1, 2), &err),
-        FM_OK);
+    assert_int_equal(fm_grammar_finish(
+                         g, fm_grammar_repeat(g, fm_grammar_alt(g, other, 2), fm_grammar_literal(g, "\n"), 1, 2), &err),
+                     FM_OK);
     const char *one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
     char two[512];
     snprintf(two, sizeof two, "%s\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", one);
@@ -269,8 +268,10 @@ static void tiny_vocabulary(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(schemas_accept_and_reject), cmocka_unit_test(json_object_mode),
-        cmocka_unit_test(refused_keywords_are_named), cmocka_unit_test(builder_tool_calls),
+        cmocka_unit_test(schemas_accept_and_reject),
+        cmocka_unit_test(json_object_mode),
+        cmocka_unit_test(refused_keywords_are_named),
+        cmocka_unit_test(builder_tool_calls),
         cmocka_unit_test(tiny_vocabulary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

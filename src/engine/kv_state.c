@@ -11,10 +11,10 @@
 
 /* the backend allocations, in one list so that create and free cannot disagree */
 #define KV_BUFFERS(s)                                                                                                  \
-    void **bufs[] = {&(s)->k,           &(s)->v,       &(s)->tok_seq,  &(s)->tok_pos, &(s)->slots,    &(s)->tables,   \
-                     &(s)->att_scratch, &(s)->params,  &(s)->steps,    &(s)->counts,  &(s)->seen,     &(s)->z,        \
-                     &(s)->row_slot,    &(s)->ids_out, &(s)->info_out, &(s)->bias,    &(s)->mask,     &(s)->gdn_conv, \
-                     &(s)->gdn_rec}
+    void **bufs[] = {&(s)->k,      &(s)->v,           &(s)->tok_seq,  &(s)->tok_pos, &(s)->slots,                      \
+                     &(s)->tables, &(s)->att_scratch, &(s)->params,   &(s)->steps,   &(s)->counts,                     \
+                     &(s)->seen,   &(s)->z,           &(s)->row_slot, &(s)->ids_out, &(s)->info_out,                   \
+                     &(s)->bias,   &(s)->mask,        &(s)->gdn_conv, &(s)->gdn_rec}
 
 void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
     if (!s) return;

@@ -21,7 +21,7 @@ typedef struct rq {
     int32_t *prompt;
     int32_t *stop_ids;
     int32_t **stop_seqs, *stop_lens;
-    int32_t *eos; /* the model's eos ids (unless ignore_eos) and the request's stop ids */
+    int32_t *eos;        /* the model's eos ids (unless ignore_eos) and the request's stop ids */
     fm_logit_bias *bias; /* a copy of params.logit_bias */
     fm_stop stop;
     bool cancel;

@@ -24,7 +24,8 @@ int32_t g_fail(fm_grammar *g, fm_status st, const char *fmt, ...) {
 /* Grows *p (elements of size sz) to hold n + 1; false (error recorded) when out of memory or over the cap. */
 static bool grow(fm_grammar *g, void **p, int32_t *cap, int32_t n, size_t sz) {
     if (n < *cap) return true;
-    if (n >= G_MAX_ELEMS) return g_fail(g, FM_ERR_USAGE, "the grammar is too large (over %d elements)", G_MAX_ELEMS), false;
+    if (n >= G_MAX_ELEMS)
+        return g_fail(g, FM_ERR_USAGE, "the grammar is too large (over %d elements)", G_MAX_ELEMS), false;
     const int32_t c = *cap ? 2 * *cap : 64;
     void *q = realloc(*p, (size_t)c * sz);
     if (!q) return g_fail(g, FM_ERR_NOMEM, "out of memory building a grammar"), false;

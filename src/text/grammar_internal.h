@@ -35,8 +35,8 @@ static inline bool g_byteset_has(const g_byteset *s, uint8_t b) { return (s->w[b
 
 /* A JSON string's constraints, in characters (code points). */
 typedef struct g_string {
-    uint32_t min_len, max_len; /* max UINT32_MAX: none */
-    bool no_escapes;           /* keys of extra properties: raw characters only, so the exclusion below is exact */
+    uint32_t min_len, max_len;  /* max UINT32_MAX: none */
+    bool no_escapes;            /* keys of extra properties: raw characters only, so the exclusion below is exact */
     int32_t excl_start, excl_n; /* hashes (json_lexeme_hash) of contents it must not equal: excl[excl_start..) */
 } g_string;
 

@@ -106,7 +106,8 @@ static bool reachable(const g_number *p, const lex_number *n) {
     case N_ZERO: return meets_mag(p, n->neg, 0.0, p->integer ? 0.0 : 1.0, p->integer);
     case N_DOT: return meets_mag(p, n->neg, n->ival, n->ival + 1.0, false);
     case N_FRAC:
-        return meets_mag(p, n->neg, n->ival + n->fval / f, n->ival + (n->fval + 1.0) / f, n->n_frac >= LEX_MAX_FRAC_DIGITS);
+        return meets_mag(p, n->neg, n->ival + n->fval / f, n->ival + (n->fval + 1.0) / f,
+                         n->n_frac >= LEX_MAX_FRAC_DIGITS);
     case N_INT: /* v, v0..v9, v00..v99, ...: [v 10^j, (v + 1) 10^j) for each digit count still allowed */
         for (int j = 0; j + n->n_int <= LEX_MAX_INT_DIGITS; j++) {
             const double s = pow(10.0, j);

@@ -30,13 +30,27 @@ typedef struct sc {
     int depth;
 } sc;
 
-static const char *const k_annotations[] = {"description", "title",      "default",  "examples",  "$comment",
-                                            "$schema",     "$id",        "deprecated", "readOnly", "writeOnly",
+static const char *const k_annotations[] = {"description", "title",       "default",    "examples", "$comment",
+                                            "$schema",     "$id",         "deprecated", "readOnly", "writeOnly",
                                             "$defs",       "definitions", NULL};
-static const char *const k_keywords[] = {"type",      "enum",          "const",    "anyOf",   "$ref",
-                                         "properties", "required",     "additionalProperties", "items",
-                                         "minItems",  "maxItems",      "minLength", "maxLength", "minimum",
-                                         "maximum",   "exclusiveMinimum", "exclusiveMaximum", NULL};
+static const char *const k_keywords[] = {"type",
+                                         "enum",
+                                         "const",
+                                         "anyOf",
+                                         "$ref",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "minItems",
+                                         "maxItems",
+                                         "minLength",
+                                         "maxLength",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         NULL};
 
 static bool in_list(const char *const *l, const char *s) {
     for (; *l; l++)
@@ -199,8 +213,8 @@ static int32_t type_array(sc *c, const cJSON *s, const char *path) {
     if (items && cJSON_IsArray(items)) return fail(c, sub, "%s (a tuple) is not supported", "'items' as an array");
     const int32_t item = items ? value(c, items, sub) : fm_grammar_json_any_value(g);
     const int32_t parts[] = {fm_grammar_literal(g, "["), fm_grammar_ws(g),
-                             fm_grammar_repeat(g, item, punct_rule(g, ','), (int32_t)lo, (int32_t)hi),
-                             fm_grammar_ws(g), fm_grammar_literal(g, "]")};
+                             fm_grammar_repeat(g, item, punct_rule(g, ','), (int32_t)lo, (int32_t)hi), fm_grammar_ws(g),
+                             fm_grammar_literal(g, "]")};
     return fm_grammar_seq(g, parts, 5);
 }
 
@@ -245,8 +259,8 @@ static int32_t type_object(sc *c, const cJSON *s, const char *path) {
         push_punct(g, &m, ':');
         g_seq_push(g, &m, G_REF, fm_grammar_json_any_value(g));
         const int32_t member = seq_rule(g, &m);
-        const int32_t one[] = {member, fm_grammar_repeat(g, fm_grammar_seq(g, (int32_t[]){comma, member}, 2),
-                                                         FM_GRAMMAR_NO_SEP, 0, -1)};
+        const int32_t one[] = {
+            member, fm_grammar_repeat(g, fm_grammar_seq(g, (int32_t[]){comma, member}, 2), FM_GRAMMAR_NO_SEP, 0, -1)};
         first = fm_grammar_alt(g, (int32_t[]){fm_grammar_seq(g, one, 2), fm_grammar_literal_n(g, "", 0)}, 2);
         rest = fm_grammar_repeat(g, fm_grammar_seq(g, (int32_t[]){comma, member}, 2), FM_GRAMMAR_NO_SEP, 0, -1);
     }
@@ -383,7 +397,8 @@ static int32_t value(sc *c, const cJSON *s, const char *path) {
     } else if (has(s, "const")) out = json_literal(g, cJSON_GetObjectItemCaseSensitive(s, "const"));
     else if (has(s, "enum")) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "enum"), *v;
-        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) < 1) out = fail(c, path, "'%s' must be a non-empty array", "enum");
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) < 1)
+            out = fail(c, path, "'%s' must be a non-empty array", "enum");
         else {
             out = g_rule_new(g);
             int32_t kept = 0;

@@ -12,10 +12,10 @@
 #include "text/token_vocab_internal.h"
 #include "util/status.h"
 
-#define MAX_STACKS 256   /* per set: an ambiguous grammar beyond this loses parses (never a JSON Schema's) */
-#define MAX_DEPTH 512    /* return frames per stack: nesting deeper than this is not allowed */
-#define MAX_EXPAND 256   /* rule references followed without a byte: a cycle of them ends here */
-#define GC_FRAMES 65536  /* frames kept across tokens before the unreachable ones are dropped */
+#define MAX_STACKS 256  /* per set: an ambiguous grammar beyond this loses parses (never a JSON Schema's) */
+#define MAX_DEPTH 512   /* return frames per stack: nesting deeper than this is not allowed */
+#define MAX_EXPAND 256  /* rule references followed without a byte: a cycle of them ends here */
+#define GC_FRAMES 65536 /* frames kept across tokens before the unreachable ones are dropped */
 
 typedef struct m_frame {
     int32_t pos, parent, depth;

@@ -309,7 +309,7 @@ void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, cons
                 (void *)seen);
         abort();
     }
-    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, bias,
-                                                  mask, z, ids, info);
+    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, bias, mask,
+                                                  z, ids, info);
     FM_LAUNCH_CHECK("sample");
 }
