@@ -43,12 +43,13 @@ static fm_model *load(const char *dir, int32_t max_seqs, int64_t ctx) {
 /* ids 0..255: the bytes; 256..318: tokens across JSON boundaries; 319: the end (no bytes) */
 static fm_token_vocab *vocab320(void) {
     static const char *const multi[] = {
-        "\"},",  "\":",     "\": ",   "\", \"", "{\"",     "[{\"",    "}]",    "}}",     "],",   "null",   "true",
-        "false", "-1",      "0.",     "e+",     "12",      "\\u00",   "\\n",   "\"\n",   "\xc3\xa9", "\xc3", "\xa9\"",
-        "  ",    "\n  ",    "{}",     "[]",     "\"id\"",  "\"name",  "tags\"", "\"ok\":", "1,",   "\",",    "\"]",
-        ", ",    "\"}",     "\"]}",   "ab",     "red",     "green\"", "\"fixed", "\\\"",   "3]",   "-0",     "9.5",
-        "E-",    "100",     "\t",     " \"",    "\"v\": ", "null,",   "true]", "é\"",    "\xe2\x82", "\xac", "},{",
-        "[[",    "]]",      "{\"a\":1}", "\"tags\": [", "\\",   ":",       "\"\"",  "xyz",
+        "\"},",   "\":",      "\": ",    "\", \"",    "{\"",         "[{\"",  "}]",  "}}",       "],",
+        "null",   "true",     "false",   "-1",        "0.",          "e+",    "12",  "\\u00",    "\\n",
+        "\"\n",   "\xc3\xa9", "\xc3",    "\xa9\"",    "  ",          "\n  ",  "{}",  "[]",       "\"id\"",
+        "\"name", "tags\"",   "\"ok\":", "1,",        "\",",         "\"]",   ", ",  "\"}",      "\"]}",
+        "ab",     "red",      "green\"", "\"fixed",   "\\\"",        "3]",    "-0",  "9.5",      "E-",
+        "100",    "\t",       " \"",     "\"v\": ",   "null,",       "true]", "é\"", "\xe2\x82", "\xac",
+        "},{",    "[[",       "]]",      "{\"a\":1}", "\"tags\": [", "\\",    ":",   "\"\"",     "xyz",
     };
     static uint8_t bytes[256];
     const uint8_t *p[V320];
@@ -166,8 +167,8 @@ static char *text_of(const fm_token_vocab *v, const int32_t *ids, int64_t n) {
 /* Generates one output per grammar (temperature 1, together), checks each ends and parses, and appends
  * {"schema", "output"} to cases (schemas[i] NULL: json_object mode, checked against {"type":"object"}). may_stop:
  * an output cut by max_tokens is only replayed through a fresh matcher (every token accepted). */
-static void sample_all(fm_model *m, const fm_token_vocab *v, fm_grammar **g, cJSON **schemas, int32_t n,
-                       int32_t end, int64_t max_tokens, uint64_t seed, bool may_stop, cJSON *cases) {
+static void sample_all(fm_model *m, const fm_token_vocab *v, fm_grammar **g, cJSON **schemas, int32_t n, int32_t end,
+                       int64_t max_tokens, uint64_t seed, bool may_stop, cJSON *cases) {
     fm_matcher **mt = calloc((size_t)n, sizeof *mt);
     fm_token_constraint *cons = calloc((size_t)n, sizeof *cons);
     fm_gen_params *params = calloc((size_t)n, sizeof *params);

@@ -109,7 +109,7 @@ fm_status fm_token_vocab_create(int32_t n_ids, const uint8_t *const *bytes, cons
         sorted[n_all++] = i;
         uint32_t c = 0;
         if (lex_pure_string_chars(bytes[i], len, &c) && c <= VOCAB_PURE_MAX) chars[i] = (uint8_t)c;
-        else impure[n_impure++] = i;
+        else if (!lex_dead_in_strings(bytes[i], len)) impure[n_impure++] = i;
     }
     v->off[n_ids] = o;
     g_sort_vocab = v;
