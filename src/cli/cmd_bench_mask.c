@@ -16,8 +16,9 @@ static const char *HELP =
     "usage: fp8moe bench mask [--model DIR] [--vocab N] [--repeat R] [--json FILE]\n"
     "\n"
     "Times fm_matcher_fill_mask (the ids a JSON Schema allows next) and fm_matcher_accept at every token of a valid\n"
-    "JSON text, in the thread's CPU time (other processes' preemption stays out). The vocabulary is DIR's tokenizer (byte-level BPE) grown to N ids by synthetic tokens\n"
-    "shaped like Qwen3's 151936: concatenations of 2-4 real tokens, CJK characters (15%), partial UTF-8 bytes (3%).\n"
+    "JSON text, in the thread's CPU time (other processes' preemption stays out). The vocabulary is DIR's tokenizer\n"
+    "(byte-level BPE) grown to N ids by synthetic tokens shaped like Qwen3's 151936: concatenations of 2-4 real\n"
+    "tokens, CJK characters (15%), partial UTF-8 bytes (3%).\n"
     "Prints the median / 90th percentile / max per step, inside strings and elsewhere, for a schema and for\n"
     "json_object mode.\n"
     "\n"
@@ -136,7 +137,8 @@ static fm_status run(const fm_grammar *g, const fm_token_vocab *v, const int32_t
             if (in_string) str[ks++] = dt;
             else other[ko++] = dt;
             if (!((words[ids[i] >> 5] >> (ids[i] & 31)) & 1u))
-                st = fm_fail(err, FM_ERR_USAGE, "the mask refuses token %lld of the text (id %d)", (long long)i, ids[i]);
+                st =
+                    fm_fail(err, FM_ERR_USAGE, "the mask refuses token %lld of the text (id %d)", (long long)i, ids[i]);
             t0 = cpu_now();
             if (!st && !fm_matcher_accept(m, ids[i])) st = fm_fail(err, FM_ERR_USAGE, "accept refused id %d", ids[i]);
             acc[k - 1] = cpu_now() - t0;
