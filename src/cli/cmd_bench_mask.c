@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cli/bench_common.h"
+#include "cli/bench_constrain.h"
 #include "cli/cli.h"
 #include "text/grammar.h"
 #include "text/token_matcher.h"
@@ -38,60 +39,6 @@ static const char *SCHEMA =
 static const char *TEXT = "{\"name\": \"Ada Lovelace, the first programmer of the Analytical Engine\", \"city\": "
                           "\"London\", \"age\": 36, \"tags\": [\"admin\", \"user\"], \"address\": {\"street\": "
                           "\"12 St James's Square\", \"zip\": null}, \"score\": 97.25}";
-
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static uint32_t rnd(uint32_t n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)((rng >> 11) % n);
-}
-
-/* The tokenizer's vocabulary grown to n ids (bytes in one buffer). */
-static fm_status grow_vocab(const fm_tokenizer *t, int32_t n, fm_token_vocab **out, fm_error *err) {
-    fm_token_vocab *real;
-    fm_status st = fm_token_vocab_from_tokenizer(t, 0, &real, err);
-    if (st) return st;
-    const int32_t nr = fm_token_vocab_size(real);
-    if (n < nr) n = nr;
-    uint8_t *buf = malloc((size_t)n * 64);
-    const uint8_t **ptr = calloc((size_t)n, sizeof *ptr);
-    uint32_t *lens = calloc((size_t)n, sizeof *lens);
-    if (!buf || !ptr || !lens) {
-        free(buf), free(ptr), free(lens), fm_token_vocab_free(real);
-        return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    }
-    size_t o = 0;
-    for (int32_t i = 0; i < n; i++) {
-        uint8_t *p = buf + o;
-        uint32_t len = 0;
-        if (i < nr) {
-            const uint8_t *b = fm_token_vocab_bytes(real, i, &len);
-            if (len > 64) len = 64;
-            if (len) memcpy(p, b, len);
-        } else if (rnd(100) < 15) { /* 1-3 CJK characters */
-            for (uint32_t k = 1 + rnd(3); k > 0; k--) {
-                const uint32_t cp = 0x4e00 + rnd(0x5200);
-                p[len++] = (uint8_t)(0xe0 | (cp >> 12)), p[len++] = (uint8_t)(0x80 | ((cp >> 6) & 63));
-                p[len++] = (uint8_t)(0x80 | (cp & 63));
-            }
-        } else if (rnd(100) < 4) { /* a partial character: a lead byte and maybe one continuation */
-            p[len++] = (uint8_t)(0xe4 + rnd(5));
-            if (rnd(2)) p[len++] = (uint8_t)(0x80 + rnd(64));
-        } else
-            for (uint32_t k = 2 + rnd(3); k > 0; k--) {
-                uint32_t l;
-                const uint8_t *b = fm_token_vocab_bytes(real, (int32_t)rnd((uint32_t)nr), &l);
-                if (len + l > 24) break;
-                memcpy(p + len, b, l), len += l;
-            }
-        ptr[i] = p, lens[i] = len, o += len;
-    }
-    bool *special = calloc((size_t)n, sizeof *special);
-    for (int32_t i = 0; special && i < nr; i++) special[i] = fm_tokenizer_is_special(t, i);
-    st = special ? fm_token_vocab_create(n, ptr, lens, special, out, err) : fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    free(buf), free(ptr), free(lens), free(special);
-    fm_token_vocab_free(real);
-    return st;
-}
 
 /* The calling thread's CPU time: a shared machine's preemption stays out of the figures. */
 static double cpu_now(void) {
@@ -216,7 +163,7 @@ int cmd_bench_mask(int argc, char **argv) {
     mask_stats ss = {0}, so = {0};
     const double t0 = cli_now();
     fm_status st = fm_tokenizer_load(model, &t, &err);
-    if (!st) st = grow_vocab(t, (int32_t)vocab, &v, &err);
+    if (!st) st = bench_vocab_grown(t, (int32_t)vocab, &v, &err);
     const double build_s = cli_now() - t0;
     if (!st) st = fm_grammar_from_json_schema(schema, &gs, &err);
     if (!st) st = fm_grammar_json_object(&go, &err);
