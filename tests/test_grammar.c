@@ -341,6 +341,40 @@ static void tiny_vocabulary(void **state) {
     fm_tokenizer_free(t);
 }
 
+/* A Llama/Mistral-style tokenizer (Metaspace, byte fallback): '▁' is a space, <0xNN> its byte, specials never. */
+static void metaspace_vocabulary(void **state) {
+    (void)state;
+    fm_tokenizer *t;
+    fm_error err;
+    assert_int_equal(fm_tokenizer_load("tests/tokenizers/llama-spm", &t, &err), FM_OK);
+    fm_token_vocab *v;
+    assert_int_equal(fm_token_vocab_from_tokenizer(t, 0, &v, &err), FM_OK);
+    uint32_t len;
+    const int32_t star = fm_tokenizer_token_id(t, "\xe2\x96\x81*"), byte_a = fm_tokenizer_token_id(t, "<0x41>");
+    assert_true(star >= 0 && byte_a >= 0);
+    const uint8_t *b = fm_token_vocab_bytes(v, star, &len);
+    assert_int_equal(len, 2);
+    assert_memory_equal(b, " *", 2);
+    b = fm_token_vocab_bytes(v, byte_a, &len);
+    assert_int_equal(len, 1);
+    assert_int_equal(b[0], 'A');
+    fm_grammar *g = compile("{\"enum\":[\" *A\"]}");
+    const int32_t end = fm_tokenizer_token_id(t, "</s>");
+    fm_matcher *m;
+    assert_int_equal(fm_matcher_create(g, v, &end, 1, &m, &err), FM_OK);
+    assert_true(fm_matcher_accept_bytes(m, "\"", 1));
+    assert_true(fm_matcher_accept(m, star));
+    assert_true(fm_matcher_accept(m, byte_a));
+    assert_false(fm_matcher_accept(m, fm_tokenizer_token_id(t, "<s>"))); /* special */
+    assert_false(fm_matcher_accept(m, end));                             /* not complete yet */
+    assert_true(fm_matcher_accept_bytes(m, "\"", 1));
+    assert_true(fm_matcher_accept(m, end));
+    fm_matcher_free(m);
+    fm_grammar_free(g);
+    fm_token_vocab_free(v);
+    fm_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schemas_accept_and_reject),
@@ -349,6 +383,7 @@ int main(void) {
         cmocka_unit_test(builder_tool_calls),
         cmocka_unit_test(tiny_vocabulary),
         cmocka_unit_test(mutated_schemas_never_crash),
+        cmocka_unit_test(metaspace_vocabulary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
