@@ -41,6 +41,11 @@ struct fm_matcher {
     int32_t set_start; /* the set being built: pool[set_start..n_pool) */
     bool oom;
     bool ended; /* an end id was accepted */
+    /* Inside a string with no length bound, its minimum length reached and no key to avoid, the mask does not change
+       from one character to the next: it is kept with the stacks' positions it was computed for. */
+    uint32_t *cache;
+    int32_t *cache_key;  /* [3 * MAX_STACKS]: pos, parent, depth of each stack */
+    int32_t n_cache_key; /* -1: none */
     fm_token_constraint self;
 };
 
@@ -164,6 +169,38 @@ static void walk(fm_matcher *m, const t_trie *t, int32_t node, int32_t off, int3
     }
 }
 
+/* Every stack inside a string whose next masks cannot change (no maxLength, minLength met, no excluded keys). */
+static bool stable_string(const fm_matcher *m) {
+    for (int32_t i = 0; i < m->n_cur; i++) {
+        const m_stack *s = &m->pool[i];
+        const g_string *p = &m->g->strings[m->g->elems[s->pos].arg];
+        if (p->max_len != UINT32_MAX || s->lex.s.count < p->min_len || p->excl_n) return false;
+    }
+    return true;
+}
+
+static bool cached(const fm_matcher *m, uint32_t *words) {
+    if (m->n_cache_key != m->n_cur) return false;
+    for (int32_t i = 0; i < m->n_cur; i++) {
+        const m_stack *s = &m->pool[i];
+        const int32_t *k = m->cache_key + 3 * i;
+        if (k[0] != s->pos || k[1] != s->parent || k[2] != s->depth) return false;
+    }
+    memcpy(words, m->cache, (size_t)m->v->words * sizeof *words);
+    return true;
+}
+
+static void keep(fm_matcher *m, const uint32_t *words) {
+    if (!m->cache) m->cache = malloc((size_t)m->v->words * sizeof *m->cache);
+    if (!m->cache_key) m->cache_key = malloc(3 * MAX_STACKS * sizeof *m->cache_key);
+    if (!m->cache || !m->cache_key) return;
+    for (int32_t i = 0; i < m->n_cur; i++)
+        m->cache_key[3 * i] = m->pool[i].pos, m->cache_key[3 * i + 1] = m->pool[i].parent,
+                         m->cache_key[3 * i + 2] = m->pool[i].depth;
+    memcpy(m->cache, words, (size_t)m->v->words * sizeof *words);
+    m->n_cache_key = m->n_cur;
+}
+
 bool fm_matcher_done(const fm_matcher *m) {
     for (int32_t i = 0; i < m->n_cur; i++)
         if (m->pool[i].pos < 0) return true;
@@ -191,6 +228,8 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
             if (r > room) room = r;
         }
     }
+    const bool stable = strings && stable_string(m);
+    if (stable && cached(m, words)) return;
     if (strings) {
         const uint32_t k = room > VOCAB_PURE_MAX ? VOCAB_PURE_MAX : room;
         const uint32_t *row = v->pure_upto + (size_t)k * v->words;
@@ -199,6 +238,7 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
     }
     walk(m, strings ? &v->impure : &v->all, 0, 0, m->n_cur, words);
     m->set_start = m->n_cur;
+    if (stable) keep(m, words);
 }
 
 /* Replaces the current set by its advance over bytes; false (unchanged) when some byte kills every stack. */
@@ -240,6 +280,7 @@ static void collect(fm_matcher *m) {
         }
     for (int32_t i = 0; i < m->n_cur; i++)
         if (m->pool[i].parent >= 0) m->pool[i].parent = map[m->pool[i].parent];
+    m->n_cache_key = -1; /* frames renumbered */
     memcpy(m->frames, keep, (size_t)n * sizeof *keep);
     m->n_frames = n;
     free(map), free(keep);
@@ -268,7 +309,7 @@ bool fm_matcher_accept(fm_matcher *m, int32_t id) {
 
 void fm_matcher_free(fm_matcher *m) {
     if (!m) return;
-    free(m->end_ids), free(m->frames), free(m->pool), free(m);
+    free(m->end_ids), free(m->frames), free(m->pool), free(m->cache), free(m->cache_key), free(m);
 }
 
 fm_status fm_matcher_create(const fm_grammar *g, const fm_token_vocab *v, const int32_t *end_ids, int32_t n_end,
@@ -285,7 +326,7 @@ fm_status fm_matcher_create(const fm_grammar *g, const fm_token_vocab *v, const 
         return fm_fail(err, FM_ERR_NOMEM, "out of memory for a matcher");
     }
     memcpy(m->end_ids, end_ids, (size_t)n_end * sizeof *end_ids);
-    m->n_end = n_end, m->g = g, m->v = v;
+    m->n_end = n_end, m->g = g, m->v = v, m->n_cache_key = -1;
     m->set_start = 0;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
         expand(m, (m_stack){g->alt_pos[a], -1, 0, 0, {0}}, 0);
