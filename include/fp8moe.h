@@ -193,7 +193,9 @@ bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out);
  * Sampling then sees only allowed ids (the others' logits -inf); log-probabilities stay the model's own. */
 typedef struct fm_token_constraint {
     void *user;
-    /* Fills words[(vocab + 31) / 32] (every word): bit i set when id i may come next. At least one bit. */
+    /* Fills words[(vocab + 31) / 32] (every word): bit i set when id i may come next. At least one bit. The masks of
+     * the requests of one decode step are filled in parallel (OpenMP threads): mask must not touch state shared
+     * with another request's constraint. */
     void (*mask)(void *user, uint32_t *words, int32_t vocab);
     /* The sampled id; false (an id the constraint refuses) ends the request with an error. */
     bool (*accept)(void *user, int32_t id);

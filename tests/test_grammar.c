@@ -211,6 +211,81 @@ static void builder_tool_calls(void **state) {
 
 static bool bit(const uint32_t *w, int32_t i) { return (w[i >> 5] >> (i & 31)) & 1u; }
 
+static uint64_t rs = 88172645463325252ull;
+static uint32_t rnd(uint32_t n) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (uint32_t)((rs >> 11) % n);
+}
+
+/* Every node of a JSON tree below the root, preorder, with its parent. */
+static int collect(cJSON *j, cJSON **nodes, cJSON **parents, int n, int cap) {
+    for (cJSON *c = j->child; c; c = c->next) {
+        if (n < cap) nodes[n] = c, parents[n] = j, n++;
+        n = collect(c, nodes, parents, n, cap);
+    }
+    return n;
+}
+
+/* Mutated schemas (a random node's value replaced by a value of another kind) compile or fail with a message, and
+ * random walks through the masks of those that compile only take bytes that accept takes, ending when allowed. */
+static void mutated_schemas_never_crash(void **state) {
+    (void)state;
+    fm_token_vocab *v = byte_vocab();
+    static const char *const values[] = {"-1",
+                                         "1e300",
+                                         "0",
+                                         "2.5",
+                                         "\"x\"",
+                                         "[]",
+                                         "[1,\"a\"]",
+                                         "{}",
+                                         "true",
+                                         "null",
+                                         "{\"type\":\"string\"}",
+                                         "\"#\"",
+                                         "\"#/$defs/node\"",
+                                         "4097"};
+    uint32_t words[9];
+    int compiled = 0, refused = 0;
+    for (int it = 0; it < 600; it++) {
+        cJSON *s = cJSON_Parse(k_cases[rnd(sizeof k_cases / sizeof *k_cases)].schema);
+        cJSON *nodes[256], *parents[256];
+        const int n = collect(s, nodes, parents, 0, 256);
+        const int k = (int)rnd((uint32_t)n); /* one node's value replaced */
+        cJSON *repl = cJSON_Parse(values[rnd(sizeof values / sizeof *values)]);
+        if (cJSON_IsObject(parents[k])) cJSON_ReplaceItemInObjectCaseSensitive(parents[k], nodes[k]->string, repl);
+        else cJSON_ReplaceItemViaPointer(parents[k], nodes[k], repl);
+        fm_grammar *g = NULL;
+        fm_error err = {{0}};
+        const fm_status st = fm_grammar_from_json_schema(s, &g, &err);
+        if (st) {
+            assert_int_equal(st, FM_ERR_USAGE);
+            assert_true(strlen(err.msg) > 0);
+            refused++;
+        } else {
+            compiled++;
+            fm_matcher *m;
+            const int32_t end = END_ID;
+            assert_int_equal(fm_matcher_create(g, v, &end, 1, &m, &err), FM_OK);
+            for (int step = 0; step < 200; step++) {
+                fm_matcher_fill_mask(m, words);
+                int32_t allowed[257], na = 0;
+                for (int32_t id = 0; id < 257; id++)
+                    if (bit(words, id)) allowed[na++] = id;
+                if (!na) break;
+                const int32_t id = allowed[rnd((uint32_t)na)];
+                assert_true(fm_matcher_accept(m, id));
+                if (id == END_ID) break;
+            }
+            fm_matcher_free(m);
+            fm_grammar_free(g);
+        }
+        cJSON_Delete(s);
+    }
+    assert_true(compiled > 0 && refused > 0);
+    fm_token_vocab_free(v);
+}
+
 /* The tiny model's real byte-level BPE vocabulary: a valid text's own tokens pass, and the mask equals accept. */
 static void tiny_vocabulary(void **state) {
     (void)state;
@@ -266,6 +341,40 @@ static void tiny_vocabulary(void **state) {
     fm_tokenizer_free(t);
 }
 
+/* A Llama/Mistral-style tokenizer (Metaspace, byte fallback): '▁' is a space, <0xNN> its byte, specials never. */
+static void metaspace_vocabulary(void **state) {
+    (void)state;
+    fm_tokenizer *t;
+    fm_error err;
+    assert_int_equal(fm_tokenizer_load("tests/tokenizers/llama-spm", &t, &err), FM_OK);
+    fm_token_vocab *v;
+    assert_int_equal(fm_token_vocab_from_tokenizer(t, 0, &v, &err), FM_OK);
+    uint32_t len;
+    const int32_t star = fm_tokenizer_token_id(t, "\xe2\x96\x81*"), byte_a = fm_tokenizer_token_id(t, "<0x41>");
+    assert_true(star >= 0 && byte_a >= 0);
+    const uint8_t *b = fm_token_vocab_bytes(v, star, &len);
+    assert_int_equal(len, 2);
+    assert_memory_equal(b, " *", 2);
+    b = fm_token_vocab_bytes(v, byte_a, &len);
+    assert_int_equal(len, 1);
+    assert_int_equal(b[0], 'A');
+    fm_grammar *g = compile("{\"enum\":[\" *A\"]}");
+    const int32_t end = fm_tokenizer_token_id(t, "</s>");
+    fm_matcher *m;
+    assert_int_equal(fm_matcher_create(g, v, &end, 1, &m, &err), FM_OK);
+    assert_true(fm_matcher_accept_bytes(m, "\"", 1));
+    assert_true(fm_matcher_accept(m, star));
+    assert_true(fm_matcher_accept(m, byte_a));
+    assert_false(fm_matcher_accept(m, fm_tokenizer_token_id(t, "<s>"))); /* special */
+    assert_false(fm_matcher_accept(m, end));                             /* not complete yet */
+    assert_true(fm_matcher_accept_bytes(m, "\"", 1));
+    assert_true(fm_matcher_accept(m, end));
+    fm_matcher_free(m);
+    fm_grammar_free(g);
+    fm_token_vocab_free(v);
+    fm_tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(schemas_accept_and_reject),
@@ -273,6 +382,8 @@ int main(void) {
         cmocka_unit_test(refused_keywords_are_named),
         cmocka_unit_test(builder_tool_calls),
         cmocka_unit_test(tiny_vocabulary),
+        cmocka_unit_test(mutated_schemas_never_crash),
+        cmocka_unit_test(metaspace_vocabulary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@ dpkg -s libpcre2-dev >/dev/null 2>&1 || need+=(libpcre2-dev) # checkpoint regexe
 dpkg -s libutf8proc-dev >/dev/null 2>&1 || need+=(libutf8proc-dev) # tokenizer: NFC normalization
 dpkg -s libcmocka-dev >/dev/null 2>&1 || need+=(libcmocka-dev)
 dpkg -s libmicrohttpd-dev >/dev/null 2>&1 || need+=(libmicrohttpd-dev) # fp8moe serve: the HTTP server
+dpkg -s python3-jsonschema >/dev/null 2>&1 || need+=(python3-jsonschema) # structured-output tests: the validator
 command -v node >/dev/null 2>&1 || need+=(nodejs)       # tests/serve: the openai npm client, puppeteer-core
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)         # tests/serve: SSE framing

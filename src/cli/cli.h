@@ -25,6 +25,7 @@ int cmd_bench_decode(int argc, char **argv); /* bench decode (argv[0] = "decode"
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_bench_tokenize(int argc, char **argv); /* bench tokenize (argv[0] = "tokenize") */
+int cmd_bench_mask(int argc, char **argv);     /* bench mask (argv[0] = "mask") */
 
 /* Prints "fp8moe CMD: error: MSG" and returns the exit code for st. */
 int cli_fail(const char *cmd, fm_status st, const fm_error *err);

@@ -18,6 +18,7 @@ static const char *HELP =
     "       fp8moe bench gemm [options]  (every layer's attention projections, every route side by side, CUDA-graph\n"
     "                                     replay: bench gemm --help)\n"
     "       fp8moe bench tokenize [options] (encode MB/s of a tokenizer.json, one thread: bench tokenize --help)\n"
+    "       fp8moe bench mask [options]  (constrained decoding's token mask per step, one thread: bench mask --help)\n"
     "\n"
     "Times the prefill of T tokens through the first L layers of a synthetic model with the shapes of a real\n"
     "checkpoint (weights generated on the device, then quantized by the normal load path). Prints median, min\n"
@@ -77,6 +78,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cmd_bench_decode(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "tokenize") == 0) return cmd_bench_tokenize(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "mask") == 0) return cmd_bench_mask(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "prefill") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
         return cli_usage(cmd, "the first argument must be 'prefill', 'decode', 'moe', 'gemm' or 'tokenize'");

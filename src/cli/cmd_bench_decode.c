@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/bench_common.h"
+#include "cli/bench_constrain.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "engine/engine.h"
@@ -47,6 +48,10 @@ static const char *HELP =
     "                     random token per sequence and step: routing as independent as the model makes it, the\n"
     "                     expert cache's hard case; a synthetic model's sampled tokens tend to repeat)\n"
     "  --expert-policy P  lfu (default) or lru\n"
+    "  --json-object      every sequence constrained to JSON objects (response_format json_object): each step\n"
+    "                     also computes the sequences' allowed-token masks on the host (one thread per sequence),\n"
+    "                     copies them to the device and samples under them; the vocabulary is\n"
+    "                     models/tiny-code-moe's tokenizer grown to the model's size (bench mask says how)\n"
     "  --ep N             decode by N ranks in this process, each with 1/N of the routed experts (cpu backend: a\n"
     "                     simulated world exchanging through host memory; one preset, default fp8), the routed\n"
     "                     rows sent all-to-all in the --dispatch format: per batch the group's wall time per step\n"
@@ -68,7 +73,8 @@ enum {
     OPT_VRAM_LIMIT,
     OPT_DECODE_INPUT,
     OPT_EP,
-    OPT_DISPATCH
+    OPT_DISPATCH,
+    OPT_JSON_OBJECT
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -84,6 +90,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"decode-input", required_argument, 0, OPT_DECODE_INPUT},
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"dispatch", required_argument, 0, OPT_DISPATCH},
+                                            {"json-object", no_argument, 0, OPT_JSON_OBJECT},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -122,7 +129,7 @@ static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, 
 
 static void run_preset(const char *synth, const char *preset, const cli_model_opts *base, const int64_t *batches,
                        int nb, int64_t context, long steps, long warmup, bool verbose, bool random_ids,
-                       decode_row *rows) {
+                       bool json_object, decode_row *rows) {
     fm_options opt = base->opt;
     fm_preset p = FM_PRESET_REF;
     const bool w8a8 = !strcmp(preset, "fp8+w8a8");
@@ -161,15 +168,20 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
         /* one profiled step without a graph: the stage breakdown */
         memset(&rows[bi].prof, 0, sizeof rows[bi].prof);
         fm_expert_stats es0 = {0}, es1 = {0};
+        bench_constraint bc = {0};
+        if (!st && json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
         uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
         for (long r = 0; !st && r < warmup + steps; r++) {
             if (r == warmup) fm_model_expert_stats(m, &es0); /* the timed steps' own hits and misses */
             for (int32_t s = 0; random_ids && s < B; s++)
                 x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
             const double t0 = cli_now();
+            if (json_object) bench_constraint_masks(m, &bc);
             st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
+            if (!st && json_object) st = bench_constraint_accept(&bc, ids, &err);
             if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
         }
+        bench_constraint_end(&bc);
         if (!st && (rows[bi].host = fm_model_expert_stats(m, &es1))) {
             const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
             rows[bi].hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
@@ -221,7 +233,7 @@ int cmd_bench_decode(int argc, char **argv) {
     fm_experts_in experts_in = FM_EXPERTS_DEVICE;
     fm_expert_policy policy = FM_EXPERT_LFU;
     int64_t vram_limit = 0;
-    bool random_ids = false;
+    bool random_ids = false, json_object = false;
     long ep = 1;
     fm_dispatch dispatch = FM_DISPATCH_PRESET;
     optind = 1;
@@ -274,6 +286,7 @@ int cmd_bench_decode(int argc, char **argv) {
         case OPT_EP:
             if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &ep)) return CLI_USAGE;
             break;
+        case OPT_JSON_OBJECT: json_object = true; break;
         case OPT_DISPATCH:
             if (!fm_dispatch_parse(optarg, &dispatch))
                 return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
@@ -298,7 +311,8 @@ int cmd_bench_decode(int argc, char **argv) {
     mo.opt.n_threads = (int32_t)b.threads;
     if (cuda) mo.opt.plan_backend = NULL;
     else mo.opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
-    if (ep > 1) {                      /* a group of ranks: one preset (the first given; fp8 by default) */
+    if (ep > 1 && json_object) return cli_usage(cmd, "--json-object is not supported with --ep");
+    if (ep > 1) { /* a group of ranks: one preset (the first given; fp8 by default) */
         if (cuda)
             return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
                                   "the one GPU, whose steps time no multi-GPU decode");
@@ -314,11 +328,12 @@ int cmd_bench_decode(int argc, char **argv) {
     if (!rows) return CLI_BAD_INPUT;
     for (int i = 0; i < np; i++)
         run_preset(synth, k_presets[pidx[i]], &mo, batches, nb, context, b.repeat, b.warmup, b.verbose, random_ids,
-                   rows + i * nb);
+                   json_object, rows + i * nb);
     printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s, "
-           "input %s\n",
+           "input %s%s\n",
            synth, context, b.repeat, b.warmup, b.backend, b.routes[0] ? ", routes " : "", b.routes,
-           routing ? routing : "uniform", fm_experts_in_name(experts_in), random_ids ? "random" : "sampled");
+           routing ? routing : "uniform", fm_experts_in_name(experts_in), random_ids ? "random" : "sampled",
+           json_object ? ", every sequence constrained to JSON objects (masks on the host)" : "");
     printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < np * nb; i++) {
@@ -379,6 +394,7 @@ int cmd_bench_decode(int argc, char **argv) {
         cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(experts_in));
         cJSON_AddNumberToObject(root, "vram_limit", (double)vram_limit);
         cJSON_AddStringToObject(root, "decode_input", random_ids ? "random" : "sampled");
+        cJSON_AddBoolToObject(root, "json_object", json_object);
         if (link_gbps > 0) {
             cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
             cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);

@@ -64,8 +64,12 @@ static int32_t forced_calls(fm_grammar *g, const chat_req *q) {
     int32_t alts[64], n = 0;
     for (const cJSON *t = q->tools->child; t && n < 64; t = t->next) {
         if (q->choice == TOOL_CHOICE_NAMED && strcmp(tool_name(t), q->named)) continue;
-        char head[256];
-        snprintf(head, sizeof head, "{\"name\": \"%s\", \"arguments\": ", tool_name(t));
+        char head[512];
+        cJSON *name = cJSON_CreateString(tool_name(t)); /* the name as a JSON string, escaped */
+        char *quoted = cJSON_PrintUnformatted(name);
+        snprintf(head, sizeof head, "{\"name\": %s, \"arguments\": ", quoted ? quoted : "\"\"");
+        free(quoted);
+        cJSON_Delete(name);
         const int32_t parts[] = {fm_grammar_literal(g, head), tool_arguments(g, t), fm_grammar_literal(g, "}")};
         alts[n++] = fm_grammar_seq(g, parts, 3);
     }

@@ -192,6 +192,16 @@ uint32_t lex_string_room(const fm_grammar *g, const g_elem *e, const lex_state *
     return p->max_len == UINT32_MAX ? UINT32_MAX : p->max_len - st->s.count;
 }
 
+bool lex_dead_in_strings(const uint8_t *bytes, size_t n) {
+    const g_string any = {0, UINT32_MAX, false, 0, 0};
+    lex_string s = {0, 0, 0x80, 0xbf, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (bytes[i] == '"' && s.esc == ESC_NONE && s.need == 0) return false; /* the string may close here */
+        if (string_step(&any, NULL, &s, bytes[i]) == LEX_DEAD) return true;
+    }
+    return false;
+}
+
 bool lex_pure_string_chars(const uint8_t *bytes, size_t n, uint32_t *chars) {
     const g_string any = {0, UINT32_MAX, true, 0, 0};
     lex_string s = {0, 0, 0x80, 0xbf, 0, 0};

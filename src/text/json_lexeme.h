@@ -49,6 +49,9 @@ int lex_step(const fm_grammar *g, const g_elem *e, lex_state *st, uint8_t b);
 /* Whether bytes[0..n) could sit inside any JSON string without ending it or escaping (no '"', no '\\', no control
  * byte, whole well-formed UTF-8 characters): a token the matcher's fast path allows by its character count. */
 bool lex_pure_string_chars(const uint8_t *bytes, size_t n, uint32_t *chars);
+/* Whether bytes[0..n) can never follow a character boundary inside any JSON string: a byte no string takes (a raw
+ * control byte, a bad escape, ill-formed UTF-8) comes before any closing quote. */
+bool lex_dead_in_strings(const uint8_t *bytes, size_t n);
 /* A string at a character boundary, outside any escape: what the matcher's fast path needs. Its characters left
  * (UINT32_MAX: unbounded). */
 bool lex_string_at_boundary(const lex_state *st);

@@ -370,6 +370,7 @@ static int32_t value(sc *c, const cJSON *s, const char *path) {
     const cJSON *k;
     bool other = false; /* keywords beside $ref / anyOf */
     cJSON_ArrayForEach(k, s) {
+        if (!k->string) return fail(c, path, "%s", "a schema member has no name");
         if (in_list(k_annotations, k->string)) continue;
         if (!in_list(k_keywords, k->string)) return fail(c, path, "'%s' is not supported", k->string);
         other |= strcmp(k->string, "$ref") && strcmp(k->string, "anyOf");

@@ -16,6 +16,8 @@
 #define MAX_DEPTH 512   /* return frames per stack: nesting deeper than this is not allowed */
 #define MAX_EXPAND 256  /* rule references followed without a byte: a cycle of them ends here */
 #define GC_FRAMES 65536 /* frames kept across tokens before the unreachable ones are dropped */
+#define CACHE_N 8       /* string masks kept per matcher (keys, values, at each depth) */
+#define CACHE_KEY 512   /* positions in a cache key at most (longer: not cached) */
 
 typedef struct m_frame {
     int32_t pos, parent, depth;
@@ -41,6 +43,15 @@ struct fm_matcher {
     int32_t set_start; /* the set being built: pool[set_start..n_pool) */
     bool oom;
     bool ended; /* an end id was accepted */
+    /* Inside a string with no length bound, its minimum length reached and no key to avoid, the mask depends only on
+       the stacks' positions (each stack's and its return frames'): masks are kept under that key, so the rest of a
+       string, and the next string at the same place in the grammar, copy it. */
+    struct m_cache {
+        uint32_t *words;
+        int32_t key[CACHE_KEY];
+        int32_t n_key; /* -1: empty */
+    } cache[CACHE_N];
+    int32_t cache_next; /* the entry replaced next */
     fm_token_constraint self;
 };
 
@@ -164,6 +175,49 @@ static void walk(fm_matcher *m, const t_trie *t, int32_t node, int32_t off, int3
     }
 }
 
+/* Every stack inside a string whose next masks cannot change (no maxLength, minLength met, no excluded keys). */
+static bool stable_string(const fm_matcher *m) {
+    for (int32_t i = 0; i < m->n_cur; i++) {
+        const m_stack *s = &m->pool[i];
+        const g_string *p = &m->g->strings[m->g->elems[s->pos].arg];
+        if (p->max_len != UINT32_MAX || s->lex.s.count < p->min_len || p->excl_n) return false;
+    }
+    return true;
+}
+
+/* The current set's positions, each stack's then its frames', -1 after each stack; -1 when longer than the cap. */
+static int32_t cache_key(const fm_matcher *m, int32_t *key) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < m->n_cur; i++) {
+        if (n + 2 > CACHE_KEY) return -1;
+        key[n++] = m->pool[i].pos;
+        for (int32_t f = m->pool[i].parent; f >= 0; f = m->frames[f].parent) {
+            if (n + 2 > CACHE_KEY) return -1;
+            key[n++] = m->frames[f].pos;
+        }
+        key[n++] = -1;
+    }
+    return n;
+}
+
+static bool cached(const fm_matcher *m, const int32_t *key, int32_t n, uint32_t *words) {
+    for (int c = 0; n >= 0 && c < CACHE_N; c++)
+        if (m->cache[c].n_key == n && !memcmp(m->cache[c].key, key, (size_t)n * sizeof *key)) {
+            memcpy(words, m->cache[c].words, (size_t)m->v->words * sizeof *words);
+            return true;
+        }
+    return false;
+}
+
+static void keep(fm_matcher *m, const int32_t *key, int32_t n, const uint32_t *words) {
+    struct m_cache *c = &m->cache[m->cache_next];
+    if (n < 0 || (!c->words && !(c->words = malloc((size_t)m->v->words * sizeof *c->words)))) return;
+    memcpy(c->key, key, (size_t)n * sizeof *key);
+    memcpy(c->words, words, (size_t)m->v->words * sizeof *words);
+    c->n_key = n;
+    m->cache_next = (m->cache_next + 1) % CACHE_N;
+}
+
 bool fm_matcher_done(const fm_matcher *m) {
     for (int32_t i = 0; i < m->n_cur; i++)
         if (m->pool[i].pos < 0) return true;
@@ -191,6 +245,9 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
             if (r > room) room = r;
         }
     }
+    const bool stable = strings && stable_string(m);
+    int32_t key[CACHE_KEY], n_key = stable ? cache_key(m, key) : -1;
+    if (stable && cached(m, key, n_key, words)) return;
     if (strings) {
         const uint32_t k = room > VOCAB_PURE_MAX ? VOCAB_PURE_MAX : room;
         const uint32_t *row = v->pure_upto + (size_t)k * v->words;
@@ -199,6 +256,7 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
     }
     walk(m, strings ? &v->impure : &v->all, 0, 0, m->n_cur, words);
     m->set_start = m->n_cur;
+    if (stable) keep(m, key, n_key, words);
 }
 
 /* Replaces the current set by its advance over bytes; false (unchanged) when some byte kills every stack. */
@@ -268,6 +326,7 @@ bool fm_matcher_accept(fm_matcher *m, int32_t id) {
 
 void fm_matcher_free(fm_matcher *m) {
     if (!m) return;
+    for (int c = 0; c < CACHE_N; c++) free(m->cache[c].words);
     free(m->end_ids), free(m->frames), free(m->pool), free(m);
 }
 
@@ -286,6 +345,7 @@ fm_status fm_matcher_create(const fm_grammar *g, const fm_token_vocab *v, const 
     }
     memcpy(m->end_ids, end_ids, (size_t)n_end * sizeof *end_ids);
     m->n_end = n_end, m->g = g, m->v = v;
+    for (int c = 0; c < CACHE_N; c++) m->cache[c].n_key = -1;
     m->set_start = 0;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
         expand(m, (m_stack){g->alt_pos[a], -1, 0, 0, {0}}, 0);

@@ -9,16 +9,31 @@
 #include "text/token_vocab_internal.h"
 #include "util/status.h"
 
-static const fm_token_vocab *g_sort_vocab; /* qsort has no context argument; creation is not re-entrant */
+/* An id with its bytes, for sorting by bytes (qsort has no context argument). */
+typedef struct tok_ref {
+    const uint8_t *b;
+    uint32_t len;
+    int32_t id;
+} tok_ref;
 
-static int by_bytes(const void *a, const void *b) {
-    const fm_token_vocab *v = g_sort_vocab;
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const size_t lx = v->off[x + 1] - v->off[x], ly = v->off[y + 1] - v->off[y];
-    const int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
+static int by_bytes(const void *pa, const void *pb) {
+    const tok_ref *x = pa, *y = pb;
+    const int c = memcmp(x->b, y->b, x->len < y->len ? x->len : y->len);
     if (c) return c;
-    if (lx != ly) return lx < ly ? -1 : 1;
-    return (x > y) - (x < y);
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* ids[0..n) in place, ordered by their bytes; false when out of memory. */
+static bool sort_by_bytes(const fm_token_vocab *v, int32_t *ids, int32_t n) {
+    tok_ref *r = malloc(((size_t)n + 1) * sizeof *r);
+    if (!r) return false;
+    for (int32_t i = 0; i < n; i++)
+        r[i] = (tok_ref){v->bytes + v->off[ids[i]], (uint32_t)(v->off[ids[i] + 1] - v->off[ids[i]]), ids[i]};
+    qsort(r, (size_t)n, sizeof *r, by_bytes);
+    for (int32_t i = 0; i < n; i++) ids[i] = r[i].id;
+    free(r);
+    return true;
 }
 
 /* The trie of ids[0..n) (sorted by bytes; copied): preorder, built along the sorted list with a path of nodes. */
@@ -109,13 +124,11 @@ fm_status fm_token_vocab_create(int32_t n_ids, const uint8_t *const *bytes, cons
         sorted[n_all++] = i;
         uint32_t c = 0;
         if (lex_pure_string_chars(bytes[i], len, &c) && c <= VOCAB_PURE_MAX) chars[i] = (uint8_t)c;
-        else impure[n_impure++] = i;
+        else if (!lex_dead_in_strings(bytes[i], len)) impure[n_impure++] = i;
     }
     v->off[n_ids] = o;
-    g_sort_vocab = v;
-    qsort(sorted, (size_t)n_all, sizeof *sorted, by_bytes);
-    qsort(impure, (size_t)n_impure, sizeof *impure, by_bytes);
-    const bool ok = trie_build(v, sorted, n_all, &v->all) && trie_build(v, impure, n_impure, &v->impure);
+    const bool ok = sort_by_bytes(v, sorted, n_all) && sort_by_bytes(v, impure, n_impure) &&
+                    trie_build(v, sorted, n_all, &v->all) && trie_build(v, impure, n_impure, &v->impure);
     for (int32_t k = 1; k <= VOCAB_PURE_MAX; k++) { /* row k: every plain id of 1..k characters */
         uint32_t *row = v->pure_upto + (size_t)k * v->words;
         memcpy(row, row - v->words, (size_t)v->words * sizeof *row);

@@ -26,7 +26,7 @@ struct fm_token_vocab {
     uint64_t *off;        /* [n_ids + 1] */
     uint8_t *special;     /* [n_ids] */
     t_trie all;           /* every allowed-able id */
-    t_trie impure;        /* the ids that are not plain string characters */
+    t_trie impure;        /* the ids that are not plain string characters, less those no string takes */
     uint32_t *pure_upto;  /* [VOCAB_PURE_MAX + 1][words]: plain-string ids of 1..k characters */
 };
 

@@ -8,7 +8,10 @@
  * Expected: the same id in every row at every step (the uniform, the filters and the masses are the same
  * computation; only the summation order of the double-precision masses differs, which moves an id only when u x
  * total falls within ~1e-15 of a boundary), the same top-N ids, log-probabilities within 2e-5, and the device's
- * penalty state equal to the host's. Runs only where a GPU is present (make test-gpu). */
+ * penalty state equal to the host's. With constraints: every third row masked (a random allowed-token mask of ~30%
+ * density, some rows allowing one id only) and every fourth row with a logit bias (up to 40 distinct ids, -100..100,
+ * some at the ends), the rest as above: masked and biased rows equal the reference too, and masked rows draw only
+ * allowed ids. Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,7 +70,7 @@ static fm_sampling params_for(int r, int32_t vocab) {
     return s;
 }
 
-static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
+static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool constrain) {
     const size_t n = (size_t)B * (size_t)vocab;
     float *logits = malloc(n * sizeof *logits);
     uint16_t *lb = malloc(n * sizeof *lb);
@@ -79,6 +82,10 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     fm_sample_info *info = malloc((size_t)B * sizeof *info), ref_info;
     int32_t *ids = malloc((size_t)B * sizeof *ids);
     assert_true(logits && lb && counts && dcounts_h && seen && dseen_h && params && steps && scratch && info && ids);
+    const int32_t words = (vocab + 31) / 32;
+    uint32_t *mask = calloc((size_t)B * words, sizeof *mask);
+    fm_logit_bias *bias = calloc((size_t)B * FM_MAX_LOGIT_BIAS, sizeof *bias);
+    assert_true(mask && bias);
     for (size_t i = 0; i < n; i++) {
         float v = 3.0f * nrand();
         if (i % 97 == 5) v = logits[i - 1]; /* exact ties */
@@ -88,6 +95,23 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     for (int32_t r = 0; r < B; r++) {
         params[r] = params_for(r, vocab);
         steps[r] = (uint64_t)r * 7;
+        if (constrain && r % 3 == 1) { /* a mask; rows 4, 13, ... allow one id */
+            params[r].masked = 1;
+            uint32_t *w = mask + (size_t)r * words;
+            const int32_t only = (int32_t)(urand() * vocab);
+            for (int32_t i = 0; i < vocab; i++)
+                if (r % 9 == 4 ? i == only : urand() < 0.3) w[i >> 5] |= 1u << (i & 31);
+            w[only >> 5] |= 1u << (only & 31);
+        }
+        if (constrain && r % 4 == 2) { /* distinct ids: a random start and a stride */
+            const int32_t nb = 1 + (int32_t)(urand() * (vocab < 40 ? vocab : 40)), first = (int32_t)(urand() * vocab);
+            params[r].n_bias = nb;
+            for (int32_t j = 0; j < nb; j++) {
+                fm_logit_bias *e = &bias[(size_t)r * FM_MAX_LOGIT_BIAS + j];
+                e->id = (first + j) % vocab;
+                e->bias = j == 0 ? 100.0f : j == 1 ? -100.0f : (float)(200.0 * urand() - 100.0);
+            }
+        }
         if (penalties) /* a prompt of 40 ids and 10 generated ones */
             for (int j = 0; j < 50; j++)
                 fm_sample_state_add(vocab, (int32_t)(urand() * vocab), j >= 40, counts + (size_t)r * vocab,
@@ -101,6 +125,12 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     float *d_z = dev(n * sizeof(float));
     int32_t *d_ids = dev((size_t)B * sizeof *ids);
     fm_sample_info *d_info = dev((size_t)B * sizeof *info);
+    uint32_t *d_mask = constrain ? dev((size_t)B * words * sizeof *mask) : NULL;
+    fm_logit_bias *d_bias = constrain ? dev((size_t)B * FM_MAX_LOGIT_BIAS * sizeof *bias) : NULL;
+    if (constrain) {
+        CK(cudaMemcpy(d_mask, mask, (size_t)B * words * sizeof *mask, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_bias, bias, (size_t)B * FM_MAX_LOGIT_BIAS * sizeof *bias, cudaMemcpyHostToDevice));
+    }
     CK(cudaMemcpy(d_logits, f32 ? (const void *)logits : (const void *)lb, n * (f32 ? 4 : 2), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_params, params, (size_t)B * sizeof *params, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_steps, steps, (size_t)B * sizeof *steps, cudaMemcpyHostToDevice));
@@ -112,15 +142,18 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     double worst_lp = 0.0;
     for (int step = 0; step < 8; step++) {
         CK(cudaMemset(d_ids, 0xff, (size_t)B * sizeof *ids));
-        fm_cuda_sample(d_logits, f32, B, vocab, NULL, d_params, d_steps, d_counts, d_seen, d_z, d_ids, d_info, 0);
+        fm_cuda_sample(d_logits, f32, B, vocab, NULL, d_params, d_steps, d_counts, d_seen, d_bias, d_mask, d_z, d_ids,
+                       d_info, 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ids, d_ids, (size_t)B * sizeof *ids, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(info, d_info, (size_t)B * sizeof *info, cudaMemcpyDeviceToHost));
         for (int32_t r = 0; r < B; r++) {
             int32_t *c = penalties ? counts + (size_t)r * vocab : NULL;
             uint8_t *sn = penalties ? seen + (size_t)r * vocab : NULL;
-            const int32_t want =
-                fm_sample_row(logits + (size_t)r * vocab, vocab, &params[r], c, sn, steps[r], scratch, &ref_info);
+            const int32_t want = fm_sample_row(logits + (size_t)r * vocab, vocab, &params[r], c, sn,
+                                               bias + (size_t)r * FM_MAX_LOGIT_BIAS, mask + (size_t)r * words, steps[r],
+                                               scratch, &ref_info);
+            if (params[r].masked) assert_true((mask[(size_t)r * words + (want >> 5)] >> (want & 31)) & 1u);
             steps[r]++;
             if (penalties) fm_sample_state_add(vocab, want, true, c, sn);
             compared++;
@@ -139,8 +172,9 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
             }
         }
     }
-    printf("  vocab %6d, %s, penalties %s: %d draws, %d differ, worst log-prob difference %.2e\n", vocab,
-           f32 ? "fp32" : "bf16", penalties ? "on " : "off", compared, mismatches, worst_lp);
+    printf("  vocab %6d, %s, penalties %s, masks and biases %s: %d draws, %d differ, worst log-prob difference %.2e\n",
+           vocab, f32 ? "fp32" : "bf16", penalties ? "on " : "off", constrain ? "on " : "off", compared, mismatches,
+           worst_lp);
     assert_int_equal(mismatches, 0);
     assert_true(worst_lp <= 2e-5);
     if (penalties) { /* the device appended its ids to the same state */
@@ -154,27 +188,36 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties) {
     assert_memory_equal(dsteps_h, steps, (size_t)B * sizeof *steps);
     free(dsteps_h);
     cudaFree(d_logits), cudaFree(d_params), cudaFree(d_steps), cudaFree(d_counts), cudaFree(d_seen), cudaFree(d_z);
-    cudaFree(d_ids), cudaFree(d_info);
+    cudaFree(d_ids), cudaFree(d_info), cudaFree(d_mask), cudaFree(d_bias);
+    free(mask), free(bias);
     free(logits), free(lb), free(counts), free(dcounts_h), free(seen), free(dseen_h), free(params), free(steps);
     free(scratch), free(info), free(ids);
 }
 
 static void test_small_vocab(void **state) {
     (void)state;
-    run_case(48, 7, true, false);
-    run_case(48, 7, false, true);
+    run_case(48, 7, true, false, false);
+    run_case(48, 7, false, true, false);
 }
 
 static void test_medium_vocab(void **state) {
     (void)state;
-    run_case(96, 1000, true, true);
-    run_case(96, 1000, false, false);
+    run_case(96, 1000, true, true, false);
+    run_case(96, 1000, false, false, false);
 }
 
 static void test_qwen3_vocab(void **state) {
     (void)state;
-    run_case(24, 151936, false, true);
-    run_case(12, 151936, true, false);
+    run_case(24, 151936, false, true, false);
+    run_case(12, 151936, true, false, false);
+}
+
+static void test_masks_and_biases(void **state) {
+    (void)state;
+    run_case(48, 7, true, false, true);
+    run_case(96, 1000, false, true, true);
+    run_case(36, 151936, false, true, true);
+    run_case(24, 151936, true, false, true);
 }
 
 int main(void) {
@@ -187,6 +230,7 @@ int main(void) {
         cmocka_unit_test(test_small_vocab),
         cmocka_unit_test(test_medium_vocab),
         cmocka_unit_test(test_qwen3_vocab),
+        cmocka_unit_test(test_masks_and_biases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
