@@ -42,10 +42,11 @@ static void test_doc_table_is_generated(void **state) {
 
 static void test_statuses(void **state) {
     (void)state;
-    static const char *const lead[] = {"tools",          "tool_choice",          "parallel_tool_calls",
+    static const char *const lead[] = {"tools",           "tool_choice",          "parallel_tool_calls",
                                        "response_format", "chat_template_kwargs", "reasoning_effort",
-                                       "logit_bias",     "enable_thinking"};
-    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) assert_int_equal(fields_status(lead[i], true), FIELD_IMPLEMENTED);
+                                       "logit_bias",      "enable_thinking"};
+    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++)
+        assert_int_equal(fields_status(lead[i], true), FIELD_IMPLEMENTED);
     assert_int_equal(fields_status("user", true), FIELD_NO_EFFECT);
     assert_int_equal(fields_status("user", false), FIELD_NO_EFFECT);
     assert_int_equal(fields_status("metadata", true), FIELD_NO_EFFECT);
@@ -56,7 +57,8 @@ static void test_statuses(void **state) {
     assert_int_equal(fields_status("prompt", true), FIELD_OTHER_ENDPOINT);
     assert_int_equal(fields_status("max_completion_tokens", false), FIELD_OTHER_ENDPOINT);
     assert_int_equal(fields_status("no_such_field", true), FIELD_UNKNOWN);
-    for (const char *const *f = (const char *const[]){"top_k", "min_p", "repetition_penalty", "ignore_eos", "seed", NULL};
+    for (const char *const *f =
+             (const char *const[]){"top_k", "min_p", "repetition_penalty", "ignore_eos", "seed", NULL};
          *f; f++) {
         assert_int_equal(fields_status(*f, true), FIELD_IMPLEMENTED);
         assert_int_equal(fields_status(*f, false), FIELD_IMPLEMENTED);
@@ -93,9 +95,11 @@ static void test_body_check(void **state) {
     oa_error e;
     static const char *const good[] = {"{\"prompt\":\"caf\xc3\xa9 \xf0\x9f\x98\x80\"}", "{\"prompt\":\"a\\\\u0000b\"}",
                                        "{\"prompt\":\"\\u0001\\u00e9\\\"\"}"};
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) assert_int_equal(body_check(good[i], strlen(good[i]), &e), 0);
-    static const char *const bad[] = {"{\"prompt\":\"a\\u0000b\"}", "{\"prompt\":\"\xff\"}", "{\"prompt\":\"\xc0\xaf\"}",
-                                      "{\"prompt\":\"\xed\xa0\x80\"}", "{\"prompt\":\"\xe2\x82\"}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        assert_int_equal(body_check(good[i], strlen(good[i]), &e), 0);
+    static const char *const bad[] = {"{\"prompt\":\"a\\u0000b\"}", "{\"prompt\":\"\xff\"}",
+                                      "{\"prompt\":\"\xc0\xaf\"}", "{\"prompt\":\"\xed\xa0\x80\"}",
+                                      "{\"prompt\":\"\xe2\x82\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(body_check(bad[i], strlen(bad[i]), &e), 400);
         assert_string_equal(e.code, "invalid_body");
@@ -106,7 +110,8 @@ static void test_body_check(void **state) {
 static void test_error_json_is_utf8(void **state) {
     (void)state;
     oa_error e;
-    oa_fail(&e, 404, "invalid_request_error", "model_not_found", "mod\xfe", "The model '%s' does not exist", "\xff\xfex");
+    oa_fail(&e, 404, "invalid_request_error", "model_not_found", "mod\xfe", "The model '%s' does not exist",
+            "\xff\xfex");
     char *s = oa_error_json(&e);
     assert_int_equal(body_check(s, strlen(s), &e), 0);
     assert_non_null(strstr(s, "\xef\xbf\xbd\xef\xbf\xbdx"));
@@ -136,9 +141,12 @@ static void test_log_line(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_doc_table_is_generated), cmocka_unit_test(test_statuses),
-        cmocka_unit_test(test_check),                  cmocka_unit_test(test_body_check),
-        cmocka_unit_test(test_error_json_is_utf8),     cmocka_unit_test(test_log_line),
+        cmocka_unit_test(test_doc_table_is_generated),
+        cmocka_unit_test(test_statuses),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_body_check),
+        cmocka_unit_test(test_error_json_is_utf8),
+        cmocka_unit_test(test_log_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
