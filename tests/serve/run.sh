@@ -110,6 +110,18 @@ t=$("$BIN" generate --model "$MODEL" --prompt "def main():" --max-tokens 8 --tem
 p=$("$BIN" generate --model "$MODEL" --prompt "def main():" --max-tokens 8 --temperature 1 --top-p 1e-50 2>/dev/null)
 [ "$g" = "$t" ] && [ "$g" = "$p" ] || { echo "generate: temperature 1e-40 / top-p 1e-50 are not greedy"; exit 1; }
 echo "  ok  empty --api-key: exit 2; unwritable --port-file: exit 1; >/dev/full: exit 1; tiny T and top-p: greedy"
+# a model whose context (max_position_embeddings 1024) is shorter than the default prefill chunk starts as it is
+C1K=$OUT/ctx1024
+rm -rf "$C1K"; mkdir -p "$C1K"
+for f in "$MODEL"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$PWD/$f" "$C1K/"; done
+sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 1024/' "$MODEL/config.json" >"$C1K/config.json"
+grep -q '"max_position_embeddings": *1024' "$C1K/config.json"
+MODEL_SAVED=$MODEL; MODEL=$C1K
+start ctx1024
+MODEL=$MODEL_SAVED
+curl -s "http://127.0.0.1:$(cat "$OUT/ctx1024.port")/v1/models" | grep -q '"max_model_len":1024' || { echo "the 1024-token model"; exit 1; }
+kill -TERM "${pids[-1]}"; wait "${pids[-1]}"; unset 'pids[-1]'
+echo "  ok  a model with max_position_embeddings 1024 serves with no option (max_model_len 1024)"
 
 echo "== serve: clean shutdown"
 used=$(curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" | awk '/^fp8moe_kv_blocks_used /{print $2}')
