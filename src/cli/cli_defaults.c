@@ -22,8 +22,8 @@ void cli_pick_preset(const char *cmd, cli_model_opts *mo) {
     if (!on_cuda(mo) || mo->preset_given) return;
     fm_config cfg;
     fm_error err;
-    const bool prequant = mo->model_dir && !fm_config_load(mo->model_dir, &cfg, &err) &&
-                          cfg.quant.method != FM_QUANT_NONE;
+    const bool prequant =
+        mo->model_dir && !fm_config_load(mo->model_dir, &cfg, &err) && cfg.quant.method != FM_QUANT_NONE;
     mo->opt.preset = FM_PRESET_FP8;
     if (!mo->dense_given && !prequant) mo->opt.dense = FM_DENSE_W8A8;
     fprintf(stderr, "fp8moe %s: cuda: --preset fp8%s (%s; --preset ref for the bf16 reference)\n", cmd,
