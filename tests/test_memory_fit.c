@@ -39,8 +39,8 @@ static void fits_whole_context(void **state) {
     assert_int_equal(seqs, 10);
     assert_int_equal(ctx, cfg.max_position_embeddings);
     seqs = 0, ctx = 0; /* a huge card: the cap */
-    assert_int_equal(fm_memory_fit_sequences(&cfg, &plan, cfg.n_layers, 512, base + 1000 * per_seq, 64, &seqs, &ctx, &err),
-                     FM_OK);
+    assert_int_equal(
+        fm_memory_fit_sequences(&cfg, &plan, cfg.n_layers, 512, base + 1000 * per_seq, 64, &seqs, &ctx, &err), FM_OK);
     assert_int_equal(seqs, 64);
 }
 
