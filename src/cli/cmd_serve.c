@@ -175,6 +175,8 @@ int cmd_serve(int argc, char **argv) {
     mo.opt.max_seqs = (int32_t)a.max_seqs;
     cli_fit_to_card(cmd, &mo, a.max_seqs > 0, mo.opt.max_tokens);
     if (mo.opt.max_seqs <= 0) mo.opt.max_seqs = DEFAULT_MAX_SEQS;
+    if (!a.prefill_chunk && mo.opt.ctx > 0 && mo.opt.max_tokens > mo.opt.ctx) /* a context the card shortened */
+        mo.opt.max_tokens = mo.opt.ctx;
     a.so.prefill_chunk = mo.opt.max_tokens;
     fm_error err = {{0}};
     fm_model *m = NULL;
