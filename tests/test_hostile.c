@@ -6,6 +6,8 @@
  *     are too long, do not compile or backtrack past PCRE2's limits are refused quickly;
  *   - NaN/Inf weights or scales are refused at load naming the tensor and the element, on every preset;
  *   - a sequence longer than max_position_embeddings is refused unless fm_options.ctx allows it;
+ *   - a tokenizer.json whose normalizers each multiply the text (16 stacked Replace "a" -> 32 x "a") fails to encode
+ *     at once, with a message, instead of growing one character to 2^80 bytes;
  *   - degenerate but valid shapes load and run: one expert (equal to the dense MLP with the same weights), a
  *     vocabulary of one token, a residual width of one.
  * Tiny checkpoints are written here with the library's safetensors writer: random F32 weights from a fixed seed. */
@@ -29,6 +31,7 @@
 #include "io/ids.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
+#include "text/tokenizer.h"
 
 static char tmp[256];
 
@@ -466,6 +469,50 @@ static void fifos_refused(void **s) {
     alarm(0);
 }
 
+/* 16 Replace normalizers "a" -> 32 x "a" on the llama-spm tokenizer: one "a" would become 2^80 bytes */
+static void stacked_replace_normalizers(void **state) {
+    (void)state;
+    FILE *f = fopen("tests/tokenizers/llama-spm/tokenizer.json", "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    cJSON *seq = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(seq, "normalizers");
+    cJSON_AddStringToObject(seq, "type", "Sequence");
+    for (int i = 0; i < 16; i++) { /* the loader's most */
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "type", "Replace");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "pattern"), "String", "a");
+        cJSON_AddStringToObject(r, "content", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+        cJSON_AddItemToArray(list, r);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "normalizer", seq);
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s/stacked-replace", tmp);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    char *json = cJSON_PrintUnformatted(root);
+    write_text(path, json);
+    free(json);
+    cJSON_Delete(root);
+    fm_tokenizer *tok = NULL;
+    fm_error err;
+    if (fm_tokenizer_load(dir, &tok, &err)) fail_msg("%s", err.msg);
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    assert_int_equal(fm_tokenizer_encode(tok, "a", 1, false, false, &ids, &n_ids, &err), FM_ERR_FORMAT);
+    expect_msg(&err, "normalizers", "grow");
+    free(ids);
+    /* text the normalizers leave alone still encodes */
+    assert_int_equal(fm_tokenizer_encode(tok, "hello", 5, false, false, &ids, &n_ids, &err), FM_OK);
+    assert_true(n_ids > 0);
+    free(ids);
+    fm_tokenizer_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_expert_equals_dense),
@@ -475,6 +522,7 @@ int main(void) {
         cmocka_unit_test(duplicate_keys_refused),
         cmocka_unit_test(checkpoint_regexes),
         cmocka_unit_test(fifos_refused),
+        cmocka_unit_test(stacked_replace_normalizers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

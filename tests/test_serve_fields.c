@@ -78,9 +78,9 @@ static void test_check(void **state) {
     assert_int_equal(fields_check(r, false, false, &unknown, &e), 0);
     assert_int_equal(unknown.n, 0);
     cJSON_Delete(r);
-    r = parse("{\"messages\":[],\"foo\":1,\"stream_options\":{\"bar\":2}}");
+    r = parse("{\"messages\":[],\"foo\":1,\"stream_options\":{\"bar\":2},\"x\\ny\":3}");
     assert_int_equal(fields_check(r, true, false, &unknown, &e), 0);
-    assert_string_equal(unknown.p, "'foo', 'stream_options.bar'");
+    assert_string_equal(unknown.p, "'foo', 'stream_options.bar', 'x\\x0ay'");
     assert_int_equal(fields_check(r, true, true, NULL, &e), 400);
     assert_string_equal(e.param, "foo");
     assert_non_null(strstr(e.message, "--strict-fields"));

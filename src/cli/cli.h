@@ -55,9 +55,19 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
 typedef struct cli_model_opts {
     const char *model_dir;
     fm_options opt;
-    char routes[512]; /* the --route options joined "k=v,k=v"; opt.routes points here once one is given */
+    char routes[512];               /* the --route options joined "k=v,k=v"; opt.routes points here once one is given */
+    bool preset_given, dense_given; /* --preset, --dense on the command line (cli_pick_preset) */
 } cli_model_opts;
 
+/* ---- defaults from the backend, the checkpoint and the card (cli_defaults.c), printed when chosen ---- */
+#define CLI_MEMORY_FRACTION 0.90     /* of the card's free memory the server plans to use (weights, buffers, KV) */
+#define CLI_MAX_SEQS_DEFAULT_CAP 256 /* sequences the fitted default stops at */
+/* cuda without --preset: fp8, with --dense w8a8 for a float checkpoint; the cpu backend keeps ref */
+void cli_pick_preset(const char *cmd, cli_model_opts *mo);
+/* the prefill chunk: given (> 0), else FM_DEFAULT_MAX_TOKENS clamped to --ctx or the model's context */
+int64_t cli_prefill_chunk(const cli_model_opts *mo, int64_t given);
+/* cuda: --max-seqs (unless given) and --ctx (unless given) from the memory plan and the card's free memory */
+void cli_fit_to_card(const char *cmd, cli_model_opts *mo, bool max_seqs_given, int64_t chunk);
 /* One --route KEY=VALUE: checked (fm_routes_check) and appended to routes (cap bytes, "k=v,k=v"). False after
  * printing a usage message naming the key or value and the valid ones. */
 bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);

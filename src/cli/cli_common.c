@@ -141,6 +141,7 @@ double cli_now(void) {
 void cli_model_opts_init(cli_model_opts *o) {
     o->model_dir = NULL;
     o->routes[0] = '\0';
+    o->preset_given = o->dense_given = false;
     fm_options_init(&o->opt);
     o->opt.verbose = isatty(STDERR_FILENO); /* loading progress when a person is watching */
 }
@@ -208,10 +209,12 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         o->opt.backend = arg;
         return true;
     case OPT_PRESET:
+        o->preset_given = true;
         if (!fm_preset_parse(arg, &o->opt.preset))
             *bad = true, cli_usage(cmd, "--preset must be one of ref, ref32, int4, fp8, fp4, got '%s'", arg);
         return true;
     case OPT_DENSE:
+        o->dense_given = true;
         if (!fm_dense_parse(arg, &o->opt.dense))
             *bad = true, cli_usage(cmd, "--dense must be w8a8 or preset, got '%s'", arg);
         return true;

@@ -381,13 +381,14 @@ static fm_status chat_loop(chat *ch, fm_error *err) {
 
 int cmd_chat(int argc, char **argv) {
     const char *cmd = "chat";
-    chat_args a = {.max_tokens = DEFAULT_MAX_TOKENS, .prefill_chunk = FM_DEFAULT_MAX_TOKENS};
+    chat_args a = {.max_tokens = DEFAULT_MAX_TOKENS, .prefill_chunk = 0}; /* 0: cli_prefill_chunk */
     fm_gen_params_init(&a.gp);
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
     if (!mo.model_dir) return cli_usage(cmd, "--model is required");
+    cli_pick_preset(cmd, &mo);
 
     chat ch = {.cmd = cmd, .a = &a, .kept = -1};
     fm_error err = {{0}};
@@ -400,7 +401,7 @@ int cmd_chat(int argc, char **argv) {
     if (!st) {
         mo.opt.max_seqs = 1;
         mo.opt.prefix_cache = !a.no_prefix_cache && !a.no_reuse;
-        mo.opt.max_tokens = mo.opt.ctx > 0 && mo.opt.ctx < a.prefill_chunk ? mo.opt.ctx : a.prefill_chunk;
+        mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
     }
     if (!st) st = fm_sched_create(ch.m, mo.opt.max_tokens, &ch.s, &err);

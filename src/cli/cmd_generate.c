@@ -661,6 +661,7 @@ int cmd_generate(int argc, char **argv) {
     cli_model_opts_init(&mo);
     int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
+    cli_pick_preset(cmd, &mo);
     if (a.text.prompt || a.text.chat || a.text.system || a.text.no_think || a.text.template_file)
         return cmd_generate_text(cmd, &mo, &a);
     if (!mo.model_dir || !a.max_tokens || !a.out_path || !(a.ids_path || a.batch_path))

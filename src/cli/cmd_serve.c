@@ -7,6 +7,8 @@
 #include "engine/engine.h"
 #include "serve/serve.h"
 
+enum { DEFAULT_MAX_SEQS = 16 }; /* the cpu backend's, and cuda's when the card cannot be asked */
+
 static const char *HELP =
     "usage: fp8moe serve (--model DIR | --synthetic NAME) [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-seqs "
     "B] [--ctx N]\n"
@@ -42,10 +44,11 @@ static const char *HELP =
     "  --default-chat-template-kwargs JSON\n"
     "                           template variables every request starts from, e.g. '{\"enable_thinking\": false}'\n"
     "                           (a request's chat_template_kwargs override them)\n"
-    "  --max-seqs B             sequences decoded together (default 16)\n"
+    "  --max-seqs B             sequences decoded together (default: cpu 16; cuda as many as fit in 90% of the\n"
+    "                           card's free memory with --ctx tokens each, at most 256)\n"
     "  --max-queue N            requests waiting beyond the running ones before 429 (default 256)\n"
     "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
-    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
+    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or the context when smaller)\n"
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
     "                           (docs/prefix-caching.md)\n"
     "  --port-file FILE         write the port there once listening\n"
@@ -165,7 +168,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
 
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
-    serve_args a = {.max_seqs = 16, .prefill_chunk = FM_DEFAULT_MAX_TOKENS};
+    serve_args a = {.max_seqs = 0, .prefill_chunk = 0}; /* 0: not given (defaults below) */
     fm_serve_opts_init(&a.so);
     cli_model_opts mo;
     cli_model_opts_init(&mo);
@@ -189,9 +192,14 @@ int cmd_serve(int argc, char **argv) {
     if (a.synthetic && mo.opt.ctx <= 0) mo.opt.ctx = SYNTHETIC_CTX;
     if (a.synthetic && !a.so.model_name) a.so.model_name = a.synthetic;
     a.so.model_dir = mo.model_dir;
+    cli_pick_preset(cmd, &mo);
+    mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
     mo.opt.max_seqs = (int32_t)a.max_seqs;
     mo.opt.prefix_cache = !a.no_prefix_cache;
-    mo.opt.max_tokens = mo.opt.ctx > 0 && mo.opt.ctx < a.prefill_chunk ? mo.opt.ctx : a.prefill_chunk;
+    cli_fit_to_card(cmd, &mo, a.max_seqs > 0, mo.opt.max_tokens);
+    if (mo.opt.max_seqs <= 0) mo.opt.max_seqs = DEFAULT_MAX_SEQS;
+    if (!a.prefill_chunk && mo.opt.ctx > 0 && mo.opt.max_tokens > mo.opt.ctx) /* a context the card shortened */
+        mo.opt.max_tokens = mo.opt.ctx;
     a.so.prefill_chunk = mo.opt.max_tokens;
     fm_error err = {{0}};
     fm_model *m = NULL;

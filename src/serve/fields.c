@@ -97,9 +97,13 @@ static int check_one(const char *name, const cJSON *v, bool chat, bool strict, s
             return oa_fail(e, 400, "invalid_request_error", "unknown_field", name,
                            "'%s' is not a field of %s that this server knows (--strict-fields refuses unknown fields)",
                            name, endpoint);
-        if (unknown) {
+        if (unknown) { /* a name for the log: control characters escaped (no forged log lines) */
             if (unknown->n) sb_puts(unknown, ", ");
-            sb_printf(unknown, "'%s'", name);
+            sb_puts(unknown, "'");
+            for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+                if (*p < 0x20 || *p == 0x7F || *p == '\'') sb_printf(unknown, "\\x%02x", *p);
+                else sb_put(unknown, (const char *)p, 1);
+            sb_puts(unknown, "'");
         }
         return 0;
     case FIELD_OTHER_ENDPOINT:

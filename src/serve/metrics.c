@@ -66,6 +66,11 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
                st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0.0);
     gauge(o, "fp8moe_draining", "1 after SIGTERM, while running requests finish and new ones get 503", draining);
     counter(o, "fp8moe_decode_steps_total", "decode steps run", (uint64_t)st->decode_steps);
+    counter(o, "fp8moe_prefill_tokens_total", "prompt tokens prefilled (those found in the cache are not)",
+            (uint64_t)st->prefill_tokens);
+    counter(o, "fp8moe_decode_tokens_total", "tokens computed by decode steps", (uint64_t)st->decode_tokens);
+    gauge(o, "fp8moe_sequences_kept", "finished sequences whose KV cache is kept for a later prompt to reuse",
+          st->kept);
     if (st->experts_host) { /* --experts-in host: the expert cache */
         gauge(o, "fp8moe_expert_cache_slots", "expert slots of the cache in device memory", st->expert_slots);
         counter(o, "fp8moe_expert_cache_hits_total", "expert reads (a layer's distinct routed experts) found resident",

@@ -479,6 +479,11 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+static bool expects_continue(struct MHD_Connection *c) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+    return v && !strcasecmp(v, "100-continue");
+}
+
 /* The checks made when a request's headers have arrived, before its body is read (so that an over-limit body with
  * "Expect: 100-continue" gets its 413 without a 100 first). Returns false when a reply was queued. */
 static bool headers_ok(srv *s, conn *cs, struct MHD_Connection *c, enum MHD_Result *ret) {
@@ -488,7 +493,8 @@ static bool headers_ok(srv *s, conn *cs, struct MHD_Connection *c, enum MHD_Resu
     if (h.conflict)
         oa_fail(&e, 400, "invalid_request_error", "invalid_request", NULL,
                 "the request has two Content-Length headers with different values");
-    else if (h.content_length && strtoull(h.content_length, NULL, 10) > (unsigned long long)s->o.max_body)
+    else if (h.content_length && strtoull(h.content_length, NULL, 10) > (unsigned long long)s->o.max_body &&
+             expects_continue(c)) /* a client that sends its body at once reads the 413 after it (no EPIPE) */
         oa_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                 "the request body is larger than %lld bytes (--max-body)", (long long)s->o.max_body);
     else if (!host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))

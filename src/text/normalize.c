@@ -1,5 +1,6 @@
 /* The normalizers of `tokenizers` that Qwen and Llama/Mistral files use: NFC (and NFD, NFKC, NFKD) through
  * utf8proc, Prepend, Replace (a literal or a regex). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -60,16 +61,25 @@ static fm_status unicode_normal_form(tok_norm_kind kind, const tok_buf *in, tok_
     return ok ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
 }
 
+/* A hostile tokenizer.json can stack normalizers that each double the text (40 Replace "a" -> "aa": 2^40 bytes for
+ * one input character). The normalized text may grow to NORM_GROWTH x the input + NORM_SLACK bytes at most, well
+ * above what real normalizers do (NFKC's widest expansion is 18 characters from one); beyond, encoding fails. */
+enum { NORM_GROWTH = 64, NORM_SLACK = 4096 };
+
 typedef struct replace_ctx {
     const tok_buf *in;
     tok_buf *out;
     const char *content;
-    size_t done;
-    bool ok;
+    size_t done, limit;
+    bool ok, too_long;
 } replace_ctx;
 
 static void replace_match(void *p, size_t start, size_t end) {
     replace_ctx *c = p;
+    if (c->too_long || c->out->n > c->limit) { /* stop growing: the caller reports it */
+        c->too_long = true;
+        return;
+    }
     c->ok &= tok_buf_put(c->out, c->in->p + c->done, start - c->done);
     c->ok &= tok_buf_put(c->out, c->content, strlen(c->content));
     c->done = end;
@@ -77,12 +87,12 @@ static void replace_match(void *p, size_t start, size_t end) {
 
 /* Replaces every match of re (or of the literal pat) in in by content, into out. md: NULL to allocate one. */
 static fm_status replace_all(const char *pat, const pcre2_code *re, const char *content, const tok_buf *in,
-                             tok_buf *out, fm_error *err) {
+                             tok_buf *out, size_t limit, fm_error *err) {
     out->n = 0;
-    replace_ctx c = {in, out, content, 0, true};
+    replace_ctx c = {in, out, content, 0, limit, true, false};
     if (!re) {
         const size_t pn = strlen(pat);
-        for (size_t i = 0; pn && i + pn <= in->n;) {
+        for (size_t i = 0; pn && i + pn <= in->n && !c.too_long;) {
             const char *hit = tok_find(in->p + i, in->n - i, pat, pn);
             if (!hit) break;
             replace_match(&c, (size_t)(hit - in->p), (size_t)(hit - in->p) + pn);
@@ -95,6 +105,7 @@ static fm_status replace_all(const char *pat, const pcre2_code *re, const char *
         pcre2_match_data_free(md);
         if (st) return st;
     }
+    if (c.too_long) return FM_OK; /* out is past the limit: tok_normalize says so */
     c.ok &= tok_buf_put(out, in->p + c.done, in->n - c.done);
     return c.ok ? FM_OK : fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
 }
@@ -110,6 +121,7 @@ fm_status tok_normalize(const fm_tokenizer *t, const char *s, size_t n, tok_buf 
     if (!tok_buf_put(out, s, n)) return fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
     tok_buf tmp = {0};
     fm_status st = FM_OK;
+    const size_t limit = n > (SIZE_MAX - NORM_SLACK) / NORM_GROWTH ? SIZE_MAX : NORM_GROWTH * n + NORM_SLACK;
     for (int i = 0; !st && i < t->n_norm; i++) {
         const tok_norm *nm = &t->norm[i];
         switch (nm->kind) {
@@ -119,9 +131,14 @@ fm_status tok_normalize(const fm_tokenizer *t, const char *s, size_t n, tok_buf 
             if (!tok_buf_put(&tmp, nm->a, strlen(nm->a)) || !tok_buf_put(&tmp, out->p, out->n))
                 st = fm_fail(err, FM_ERR_NOMEM, "tokenizer: out of memory");
             break;
-        case NORM_REPLACE: st = replace_all(nm->a, nm->re, nm->b, out, &tmp, err); break;
+        case NORM_REPLACE: st = replace_all(nm->a, nm->re, nm->b, out, &tmp, limit, err); break;
         default: st = unicode_normal_form(nm->kind, out, &tmp, err); break;
         }
+        if (!st && tmp.n > limit)
+            st = fm_fail(err, FM_ERR_FORMAT,
+                         "tokenizer: the normalizers of tokenizer.json grow %zu bytes of text past %zu bytes (at "
+                         "step %d of %d): refused, as a normalizer chain that multiplies the text is malformed",
+                         n, limit, i + 1, t->n_norm);
         if (!st) { /* the result becomes the input of the next step */
             tok_buf swap = *out;
             *out = tmp, tmp = swap;

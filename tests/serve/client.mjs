@@ -24,7 +24,8 @@ async function raw(path, { method = "POST", body, auth = key, headers = {} } = {
 }
 
 async function metrics(url = base) {
-  const text = await (await fetch(url + "/metrics")).text();
+  const headers = url === base ? { Authorization: "Bearer " + key } : {}; // /metrics is behind the key
+  const text = await (await fetch(url + "/metrics", { headers })).text();
   const get = (name) => {
     const m = text.match(new RegExp("^" + name + " (\\S+)$", "m"));
     assert.ok(m, "metric " + name + " missing");

@@ -4,6 +4,11 @@
 #     strings, 16 concurrent clients, a client that aborts mid-stream, malformed requests, 401/404/413/429;
 #   - curl: the server-sent events framing (data: lines, blank-line separated, data: [DONE] last);
 #   - the chat page in headless Chromium (page.mjs, puppeteer-core on the system chromium), screenshot in build/serve;
+#   - raw fetch and sockets (server_ops.mjs): fields refused by name, /tokenize, HEAD/405/CORS/Retry-After, seeds,
+#     numeric edges, hostile bodies and connections;
+#   - SIGTERM drains: a short stream finishes, new requests get 503, a long stream past --drain-timeout is cut
+#     (an error event, finish_reason abort); the CLI refuses an empty --api-key and an unwritable --port-file and
+#     fails when stdout cannot be written;
 #   - the server ends every part with no KV block in use (/metrics), and exits 0 on SIGTERM: with the ASan build
 #     (make test-serve) a leak or memory error fails the run.
 # usage: tests/serve/run.sh BIN   (run from the repository root; npm installs the packages on first use)
@@ -38,13 +43,22 @@ start() { # NAME ARGS...: starts a server on a free port, waits for its port fil
   echo "serve tests: the $name server did not start"; cat "$OUT/$name.log"; exit 1
 }
 
-start main --max-seqs 4 --api-key "$KEY" --chat-template tests/chat_templates/chatml/chat_template.jinja
+start main --max-seqs 4 --api-key "$KEY" --chat-template tests/chat_templates/chatml/chat_template.jinja --drain-timeout 1
 start busy --max-seqs 1 --max-queue 0
+start ops --max-seqs 2 --chat-template tests/chat_templates/chatml/chat_template.jinja --cors-origin https://app.example \
+  --strict-fields --idle-timeout 2 --max-conns-per-client 8 --drain-timeout 300
 start structured --max-seqs 4 --chat-template tests/chat_templates/qwen3-30b-a3b/chat_template.jinja
 URL=http://127.0.0.1:$(cat "$OUT/main.port")
 BUSY=http://127.0.0.1:$(cat "$OUT/busy.port")
+OPS=http://127.0.0.1:$(cat "$OUT/ops.port")
 echo "== serve: openai npm client against $URL"
 node tests/serve/client.mjs "$URL" "$KEY" "$BUSY"
+grep -q "fp8moe serve: request id=.* POST /v1/chat/completions status=200 prompt_tokens=[0-9]* cached_tokens=[0-9]* completion_tokens=[0-9]* ttft_ms=" \
+  "$OUT/main.log" || { echo "no per-request log line"; tail "$OUT/main.log"; exit 1; }
+echo "  ok  one log line per request"
+
+echo "== serve: operations and hostile input against $OPS"
+node tests/serve/server_ops.mjs "$OPS" "$URL" "$KEY" "$BUSY"
 
 echo "== serve: structured outputs, forced tool calls and logit_bias (openai npm client)"
 node tests/serve/structured.mjs "http://127.0.0.1:$(cat "$OUT/structured.port")"
@@ -67,8 +81,54 @@ echo "  ok  $n JSON events, blank-line framed, finish_reason and usage, data: [D
 echo "== serve: the chat page in headless Chromium"
 node tests/serve/page.mjs "$URL" "$KEY" "$OUT/chat-page.png" "$CHROMIUM"
 
+echo "== serve: SIGTERM drains"
+# a stream that ends within --drain-timeout finishes normally; meanwhile new requests and /health get 503
+ops_pid=${pids[2]}
+curl -sN -H "Content-Type: application/json" \
+  -d '{"prompt":[1,2,3],"max_tokens":40,"ignore_eos":true,"stream":true}' "$OPS/v1/completions" >"$OUT/drained.txt" &
+short=$!
+for _ in $(seq 1 100); do grep -q '"text"' "$OUT/drained.txt" 2>/dev/null && break; sleep 0.05; done
+kill -TERM "$ops_pid"
+for _ in $(seq 1 100); do grep -q 'draining' "$OUT/ops.log" && break; sleep 0.05; done
+code=$(curl -s -o "$OUT/drain503.json" -w '%{http_code}' -H "Content-Type: application/json" -d '{"prompt":[1],"max_tokens":1}' "$OPS/v1/completions")
+[ "$code" = 503 ] || { echo "a request while draining got $code, not 503"; cat "$OUT/drain503.json"; exit 1; }
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$OPS/health")" = 503 ] || { echo "/health is not 503 while draining"; exit 1; }
+wait "$short"
+grep -q '"finish_reason":"length"' "$OUT/drained.txt" || { echo "the short stream did not finish:"; tail -3 "$OUT/drained.txt"; exit 1; }
+rc=0; wait "$ops_pid" || rc=$?
+[ $rc = 0 ] || { echo "the ops server exited with $rc"; cat "$OUT/ops.log"; exit 1; }
+unset 'pids[2]'
+echo "  ok  a stream within --drain-timeout finished (length); new requests and /health got 503 meanwhile; exit 0"
+
+echo "== serve: the CLI refuses what would be silently wrong"
+rc=0; "$BIN" serve --model "$MODEL" --api-key "" --port 0 >"$OUT/emptykey.log" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q 'api-key is empty' "$OUT/emptykey.log" || { echo "--api-key '' was not refused ($rc)"; cat "$OUT/emptykey.log"; exit 1; }
+rc=0; timeout 60 "$BIN" serve --model "$MODEL" --port 0 --port-file /nonexistent-dir/port >"$OUT/portfile.log" 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q 'port-file' "$OUT/portfile.log" || { echo "an unwritable --port-file was not an error ($rc)"; cat "$OUT/portfile.log"; exit 1; }
+for cmd in "tokenize --model $MODEL --text hello" "generate --model $MODEL --prompt def --max-tokens 2"; do
+  rc=0; $BIN $cmd >/dev/full 2>"$OUT/full.log" || rc=$?
+  [ $rc = 1 ] && grep -q 'cannot write' "$OUT/full.log" || { echo "$cmd >/dev/full exited $rc"; cat "$OUT/full.log"; exit 1; }
+done
+g=$("$BIN" generate --model "$MODEL" --prompt "def main():" --max-tokens 8 2>/dev/null)
+t=$("$BIN" generate --model "$MODEL" --prompt "def main():" --max-tokens 8 --temperature 1e-40 2>/dev/null)
+p=$("$BIN" generate --model "$MODEL" --prompt "def main():" --max-tokens 8 --temperature 1 --top-p 1e-50 2>/dev/null)
+[ "$g" = "$t" ] && [ "$g" = "$p" ] || { echo "generate: temperature 1e-40 / top-p 1e-50 are not greedy"; exit 1; }
+echo "  ok  empty --api-key: exit 2; unwritable --port-file: exit 1; >/dev/full: exit 1; tiny T and top-p: greedy"
+# a model whose context (max_position_embeddings 1024) is shorter than the default prefill chunk starts as it is
+C1K=$OUT/ctx1024
+rm -rf "$C1K"; mkdir -p "$C1K"
+for f in "$MODEL"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$PWD/$f" "$C1K/"; done
+sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 1024/' "$MODEL/config.json" >"$C1K/config.json"
+grep -q '"max_position_embeddings": *1024' "$C1K/config.json"
+MODEL_SAVED=$MODEL; MODEL=$C1K
+start ctx1024
+MODEL=$MODEL_SAVED
+curl -s "http://127.0.0.1:$(cat "$OUT/ctx1024.port")/v1/models" | grep -q '"max_model_len":1024' || { echo "the 1024-token model"; exit 1; }
+kill -TERM "${pids[-1]}"; wait "${pids[-1]}"; unset 'pids[-1]'
+echo "  ok  a model with max_position_embeddings 1024 serves with no option (max_model_len 1024)"
+
 echo "== serve: clean shutdown"
-used=$(curl -s "$URL/metrics" | awk '/^fp8moe_kv_blocks_used /{print $2}')
+used=$(curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" | awk '/^fp8moe_kv_blocks_used /{print $2}')
 [ "$used" = 0 ] || { echo "KV blocks in use at the end: $used"; exit 1; }
 # a stream still running when SIGTERM comes: it is cancelled and ends with data: [DONE]
 curl -sN -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
@@ -86,7 +146,9 @@ done
 pids=()
 wait "$inflight" || true
 [ "$(tail -n 2 "$OUT/inflight.txt" | head -n 1)" = "data: [DONE]" ] || { echo "the in-flight stream was not ended"; exit 1; }
-grep -q '"finish_reason":"stop"' "$OUT/inflight.txt"
-grep -q 'SIGTERM: shutting down' "$OUT/main.log"
-echo "  ok  both servers exited 0 on SIGTERM (no sanitizer report), no KV block in use; a stream in flight was ended"
+grep -q '"finish_reason":"abort"' "$OUT/inflight.txt" || { echo "the cut stream's finish_reason is not abort"; exit 1; }
+grep -q '"code":"server_shutting_down"' "$OUT/inflight.txt" || { echo "the cut stream has no error event"; exit 1; }
+grep -q 'SIGTERM: draining' "$OUT/main.log" && grep -q '1 requests cut' "$OUT/main.log"
+echo "  ok  the servers exited 0 on SIGTERM (no sanitizer report), no KV block in use; a stream past"
+echo "      --drain-timeout was cut: an error event, finish_reason abort, data: [DONE]"
 echo "SERVE TESTS PASSED"

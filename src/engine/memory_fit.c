@@ -1,0 +1,31 @@
+/* How many sequences of how many tokens fit in a budget of device memory beside the model (memory_fit.h). */
+#include "engine/memory_fit.h"
+#include "engine/memory_plan.h"
+#include "util/status.h"
+
+fm_status fm_memory_fit_sequences(const fm_config *cfg, const fm_plan *plan, int32_t n_layers, int64_t chunk,
+                                  size_t budget, int32_t cap, int32_t *max_seqs, int64_t *ctx, fm_error *err) {
+    fm_memory_plan base, one;
+    fm_status st = fm_memory_plan_compute(cfg, plan, "cuda", n_layers, chunk, &base, err);
+    if (st) return st;
+    if (base.peak >= budget)
+        return fm_fail(err, FM_ERR_NOMEM, "the model needs %.2f GiB before any KV cache, over the %.2f GiB budget",
+                       base.peak / 1073741824.0, budget / 1073741824.0);
+    int64_t c = *ctx > 0 ? *ctx : cfg->max_position_embeddings > 0 ? cfg->max_position_embeddings : 4096;
+    one = base;
+    if ((st = fm_memory_plan_add_generation(&one, cfg, plan, 1, c, err))) return st;
+    const size_t per_seq = one.peak > base.peak ? one.peak - base.peak : 1;
+    const size_t room = budget - base.peak;
+    if (*max_seqs <= 0) {
+        const size_t fit = room / per_seq;
+        *max_seqs = fit < 1 ? 1 : fit > (size_t)cap ? cap : (int32_t)fit;
+    }
+    if (*ctx <= 0 && (size_t)*max_seqs * per_seq > room) { /* the whole context does not fit: shorten it */
+        const size_t per_token = per_seq / (size_t)c ? per_seq / (size_t)c : 1;
+        int64_t fit = (int64_t)(room / ((size_t)*max_seqs * per_token)) / 16 * 16;
+        if (fit < 16) return fm_fail(err, FM_ERR_NOMEM, "not even 16 tokens of KV cache fit beside the model");
+        c = fit;
+    }
+    *ctx = c;
+    return FM_OK;
+}
