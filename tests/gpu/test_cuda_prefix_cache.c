@@ -129,7 +129,8 @@ static void compare(const char *dir, fm_preset preset, bool w8a8, double bound) 
     }
     printf("  %-34s %-5s%-6s %d tokens compared, max |dlogprob| %.3g (bound %.3g)\n", dir, fm_preset_name(preset),
            w8a8 ? "+w8a8" : "", compared, worst, bound);
-    if (worst > bound) fail_msg("%s %s: log-probabilities differ by %.3g > %.3g", dir, fm_preset_name(preset), worst, bound);
+    if (worst > bound)
+        fail_msg("%s %s: log-probabilities differ by %.3g > %.3g", dir, fm_preset_name(preset), worst, bound);
     free(off), free(on);
     fm_model_free(m);
 }
