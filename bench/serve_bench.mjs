@@ -7,6 +7,10 @@
 //
 //   node bench/serve_bench.mjs --url http://127.0.0.1:8080 --clients 1,8,64 --prompt-tokens 1800 --max-tokens 256 \
 //        --duration 60 --json serve.json
+//
+// Workloads with shared prefixes (--workload, for the prefix cache: compare a server started with --no-prefix-cache)
+// are in the help below; both report the share of prompt tokens the server took from its cache
+// (usage.prompt_tokens_details.cached_tokens). bench/serve_bench.py is the same client in Python.
 import { execSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 
@@ -29,11 +33,22 @@ const HELP = `usage: node bench/serve_bench.mjs --url URL [options]
                        also run a probe client in each row: prompts of N tokens, 1 new token each, one after another
                        while the clients decode; its time to first token is reported apart (e.g. a 1.8k-token prompt
                        while 8 streams decode: --clients 8 --prompt-tokens 128 --max-tokens 1024
-                       --probe-prompt-tokens 1800)`;
+                       --probe-prompt-tokens 1800)
+  --workload W         random (default): the prompt set above;
+                       shared-prefix: every prompt is one system prompt of --prefix-tokens ids, then --prompt-tokens
+                       ids of its own (N clients, one system prompt);
+                       multi-turn: each client holds conversations of --turns turns: turn 1 is a prompt of
+                       --prompt-tokens ids, turn t the previous turn's prompt, then --max-tokens ids standing for its
+                       answer (fixed ids, not the generated ones: token-id prompts get text back), then --turn-tokens
+                       new ids; time to first token is reported for first turns and later ones apart
+  --prefix-tokens N    shared-prefix: the system prompt's ids (default 2048)
+  --turns T            multi-turn: turns per conversation (default 4)
+  --turn-tokens N      multi-turn: new user ids per turn after the first (default 128)`;
 
 function parseArgs(argv) {
     const a = { url: 'http://127.0.0.1:8080', clients: [1, 8, 64], promptTokens: 512, prompts: 16, maxTokens: 128,
-                duration: 30, requests: 0, warmup: 1, vocab: 4096, apiKey: '', json: '', label: '', probeTokens: 0 };
+                duration: 30, requests: 0, warmup: 1, vocab: 4096, apiKey: '', json: '', label: '', probeTokens: 0,
+                workload: 'random', prefixTokens: 2048, turns: 4, turnTokens: 128 };
     const int = (k, v, lo) => {
         const n = Number(v);
         if (!Number.isInteger(n) || n < lo) usage(`${k} expects an integer >= ${lo}, got '${v}'`);
@@ -57,9 +72,18 @@ function parseArgs(argv) {
         case '--json': a.json = take(); break;
         case '--label': a.label = take(); break;
         case '--probe-prompt-tokens': a.probeTokens = int(k, take(), 1); break;
+        case '--workload':
+            a.workload = take();
+            if (!['random', 'shared-prefix', 'multi-turn'].includes(a.workload))
+                usage(`--workload expects random, shared-prefix or multi-turn, got '${a.workload}'`);
+            break;
+        case '--prefix-tokens': a.prefixTokens = int(k, take(), 1); break;
+        case '--turns': a.turns = int(k, take(), 1); break;
+        case '--turn-tokens': a.turnTokens = int(k, take(), 1); break;
         default: usage(`unknown option '${k}'`);
         }
     }
+    if (a.workload !== 'random' && a.probeTokens) usage('--probe-prompt-tokens goes with --workload random only');
     return a;
 }
 
@@ -69,8 +93,8 @@ function usage(msg) {
 }
 
 // The fixed prompt set: K prompts of N ids each from a seeded generator (the same on every run).
-function makePrompts(k, n, vocab) {
-    let s = 0x9e3779b9;
+function makePrompts(k, n, vocab, seed = 0x9e3779b9) {
+    let s = seed;
     const next = () => { s = (Math.imul(s, 1664525) + 1013904223) >>> 0; return s; };
     return Array.from({ length: k }, () => Array.from({ length: n }, () => 16 + (next() % (vocab - 16))));
 }
@@ -107,7 +131,8 @@ async function oneRequest(a, model, prompt, maxTokens = a.maxTokens) {
     }
     if (!done) throw new Error('the stream ended without [DONE]');
     const n = usage ? usage.completion_tokens : times.length;
-    return { times, n, total: performance.now() - t0 };
+    const cached = (usage && usage.prompt_tokens_details && usage.prompt_tokens_details.cached_tokens) || 0;
+    return { times, n, cached, total: performance.now() - t0 };
 }
 
 function pct(xs, p) {
@@ -116,10 +141,21 @@ function pct(xs, p) {
     return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 }
 
+// multi-turn: request r of client c, as its prompt and turn index (from 0)
+function conversationPrompt(a, prompts, c, r, clients) {
+    const conv = Math.floor(r / a.turns), turn = r % a.turns, k = c + conv * clients;
+    let p = prompts[k % prompts.length].slice();
+    for (let t = 1; t <= turn; t++)
+        p = p.concat(makePrompts(1, a.maxTokens + a.turnTokens, a.vocab, (0x51ed27 + 7919 * k + 104729 * t) >>> 0)[0]);
+    return { prompt: p, turn };
+}
+
 async function runLevel(a, model, prompts, probePrompts, clients) {
-    for (let w = 0; w < a.warmup; w++) await oneRequest(a, model, prompts[w % prompts.length]);
-    const ttft = [], itl = [], tpot = [];
-    let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '';
+    // warm-up prompts of their own (a prompt of the set would be cached); shared-prefix: the first request pays it
+    for (let w = 0; w < (a.workload === 'shared-prefix' ? 0 : a.warmup); w++)
+        await oneRequest(a, model, makePrompts(1, a.promptTokens, a.vocab, 0xc0ffee + w)[0]);
+    const ttft = [], itl = [], tpot = [], ttftFirst = [], ttftLater = [];
+    let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '', promptTokens = 0, cachedTokens = 0;
     const t0 = performance.now();
     const deadline = t0 + a.duration * 1e3;
     const more = () => (a.requests ? started < a.requests : performance.now() < deadline);
@@ -128,9 +164,11 @@ async function runLevel(a, model, prompts, probePrompts, clients) {
         for (let r = 0; more(); r++) {
             started++;
             try {
-                const x = await oneRequest(a, model, prompts[(c + r) % prompts.length]);
-                completed++, tokens += x.n;
-                if (x.times.length) ttft.push(x.times[0]);
+                const { prompt, turn } = a.workload === 'multi-turn' ? conversationPrompt(a, prompts, c, r, clients)
+                    : { prompt: prompts[(c + r) % prompts.length], turn: 0 };
+                const x = await oneRequest(a, model, prompt);
+                completed++, tokens += x.n, promptTokens += prompt.length, cachedTokens += x.cached;
+                if (x.times.length) ttft.push(x.times[0]), (turn === 0 ? ttftFirst : ttftLater).push(x.times[0]);
                 for (let i = 1; i < x.times.length; i++) itl.push(x.times[i] - x.times[i - 1]);
                 if (x.times.length > 1) tpot.push((x.times.at(-1) - x.times[0]) / (x.times.length - 1));
             } catch (e) {
@@ -168,6 +206,8 @@ async function runLevel(a, model, prompts, probePrompts, clients) {
         itl_ms_p50: pct(itl, 50), itl_ms_p99: pct(itl, 99),
         tpot_ms_mean: tpot.length ? tpot.reduce((x, y) => x + y, 0) / tpot.length : NaN,
         probe_requests: probeTtft.length, probe_ttft_ms_p50: pct(probeTtft, 50), probe_ttft_ms_p99: pct(probeTtft, 99),
+        cached_prompt_fraction: promptTokens ? cachedTokens / promptTokens : NaN,
+        ttft_ms_p50_first_turn: pct(ttftFirst, 50), ttft_ms_p50_later_turns: pct(ttftLater, 50),
     };
 }
 
@@ -183,16 +223,26 @@ async function main() {
         process.exit(1);
     }
     const model = models.data[0].id, ctx = models.data[0].max_model_len;
-    if (ctx && a.promptTokens + a.maxTokens > ctx)
-        usage(`--prompt-tokens ${a.promptTokens} + --max-tokens ${a.maxTokens} exceed the server's context of ${ctx} (serve --ctx)`);
-    const prompts = makePrompts(a.prompts, a.promptTokens, a.vocab);
+    const longest = a.promptTokens + (a.workload === 'shared-prefix' ? a.prefixTokens : 0) +
+        (a.workload === 'multi-turn' ? (a.turns - 1) * (a.maxTokens + a.turnTokens) : 0);
+    if (ctx && longest + a.maxTokens > ctx)
+        usage(`the longest prompt (${longest} ids) + --max-tokens ${a.maxTokens} exceed the server's context of ${ctx} (serve --ctx)`);
+    let prompts = makePrompts(a.prompts, a.promptTokens, a.vocab);
+    if (a.workload === 'shared-prefix') {
+        const system = makePrompts(1, a.prefixTokens, a.vocab, 0x5157e4)[0];
+        prompts = prompts.map((q) => system.concat(q));
+    }
     const probePrompts = a.probeTokens ? makePrompts(a.prompts, a.probeTokens, a.vocab) : [];
     let commit = '';
     try { commit = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim(); } catch { /* not a checkout */ }
-    console.log(`model ${model} at ${a.url}   prompts: ${a.prompts} of ${a.promptTokens} token ids   new tokens: ${a.maxTokens} per request (ignore_eos)   ` +
+    const shape = a.workload === 'shared-prefix' ? ` after a shared prefix of ${a.prefixTokens}`
+        : a.workload === 'multi-turn' ? `, ${a.turns} turns of ${a.maxTokens + a.turnTokens} more` : '';
+    console.log(`model ${model} at ${a.url}   workload ${a.workload}   prompts: ${a.prompts} of ${a.promptTokens} token ids${shape}   new tokens: ${a.maxTokens} per request (ignore_eos)   ` +
                 (a.requests ? `${a.requests} requests per row` : `${a.duration} s per row`) + (commit ? `   commit ${commit}` : ''));
     console.log('');
-    const probeHead = probePrompts.length ? [' probe TTFT p50 ms | probe TTFT p99 ms |', '------------------:|------------------:|'] : ['', ''];
+    const shared = a.workload !== 'random';
+    const probeHead = probePrompts.length ? [' probe TTFT p50 ms | probe TTFT p99 ms |', '------------------:|------------------:|']
+        : shared ? [' cached % | TTFT p50 turn 1 ms | TTFT p50 later ms |', '---------:|-------------------:|------------------:|'] : ['', ''];
     console.log('| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT mean ms |' + probeHead[0]);
     console.log('|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:|-------------:|' + probeHead[1]);
     const rows = [];
@@ -204,11 +254,16 @@ async function main() {
                     `${f(r.output_tokens_per_s).padStart(12)} | ${f(r.requests_per_s, 2).padStart(5)} | ${f(r.ttft_ms_p50).padStart(11)} | ` +
                     `${f(r.ttft_ms_p99).padStart(11)} | ${f(r.itl_ms_p50, 2).padStart(10)} | ${f(r.itl_ms_p99, 2).padStart(10)} | ` +
                     `${f(r.tpot_ms_mean, 2).padStart(12)} |` +
-                    (probePrompts.length ? ` ${f(r.probe_ttft_ms_p50).padStart(17)} | ${f(r.probe_ttft_ms_p99).padStart(17)} |` : ''));
+                    (probePrompts.length ? ` ${f(r.probe_ttft_ms_p50).padStart(17)} | ${f(r.probe_ttft_ms_p99).padStart(17)} |` : '') +
+                    (shared ? ` ${f(100 * r.cached_prompt_fraction).padStart(8)} | ${f(r.ttft_ms_p50_first_turn).padStart(18)} | ` +
+                              `${f(r.ttft_ms_p50_later_turns).padStart(17)} |` : ''));
         if (r.first_error) console.error(`  first error at ${c} clients: ${r.first_error}`);
     }
     if (a.json) {
-        const out = { bench: 'serve', date: new Date().toISOString(), commit, label: a.label, url: a.url, model,
+        const out = { bench: 'serve', date: new Date().toISOString(), commit, label: a.label, workload: a.workload,
+                      prefix_tokens: a.workload === 'shared-prefix' ? a.prefixTokens : null,
+                      turns: a.workload === 'multi-turn' ? a.turns : null,
+                      turn_tokens: a.workload === 'multi-turn' ? a.turnTokens : null, url: a.url, model,
                       max_model_len: ctx, prompt_tokens: a.promptTokens, prompts: a.prompts, max_tokens: a.maxTokens,
                       probe_prompt_tokens: a.probeTokens || null,
                       duration_s: a.requests ? null : a.duration, requests_per_row: a.requests || null, rows };

@@ -11,6 +11,9 @@
 #       --clients 1,4 --prompt-tokens 64 --max-tokens 32 --duration 10
 #   bench/serve_bench.sh --synthetic qwen3-30b-a3b --backend cuda --preset fp8 --dense w8a8 --max-seqs 64 --ctx 4096 \
 #       -- --clients 1,8,64 --prompt-tokens 1800 --max-tokens 256 --duration 60 --json serve-h200.json
+#   bench/serve_bench.sh --model DIR --max-seqs 64 --ctx 4096 -- --clients 64 \
+#       --workload shared-prefix --prefix-tokens 2048 --prompt-tokens 256 --max-tokens 256 --duration 60
+#   (and the same server with --no-prefix-cache for the comparison; --workload multi-turn --turns 4 likewise)
 # FP8MOE_BIN picks the binary (default build/fp8moe); SERVE_BENCH_WAIT_S how long to wait for the load (default 900).
 set -euo pipefail
 BIN=${FP8MOE_BIN:-build/fp8moe}
@@ -25,7 +28,8 @@ if [ ${#serve_args[@]} -eq 0 ]; then
     exit 2
 fi
 # the client: Node's serve_bench.mjs, or its Python twin serve_bench.py where there is no Node (the GPU machine)
-if command -v node >/dev/null; then client=(node "$HERE/serve_bench.mjs")
+# (SERVE_BENCH_PY=1 forces the Python one)
+if command -v node >/dev/null && [ -z "${SERVE_BENCH_PY:-}" ]; then client=(node "$HERE/serve_bench.mjs")
 elif command -v python3 >/dev/null; then client=(python3 "$HERE/serve_bench.py")
 else echo "serve_bench.sh: node or python3 is needed" >&2; exit 1; fi
 command -v curl >/dev/null || { echo "serve_bench.sh: curl is needed" >&2; exit 1; }

@@ -4,7 +4,8 @@
  *   - a block whose stored ids differ is never matched, whatever its hash says;
  *   - two sequences that fill identical blocks: the second copy stays private and its chain goes on from the first;
  *   - eviction takes the least recently released cached block, a chain from its end;
- *   - a random sequence of opens, shares, appends with writes, names, truncations and closes over a small vocabulary
+ *   - a random sequence of opens, shares, appends with writes, names, truncations (some after a private copy of the
+ *     named block they fall in, as fm_kv_seq_cut does) and closes over a small vocabulary
  *     (so that prefixes repeat and eviction runs), checked after every operation: fm_kv_pool_check (references,
  *     free stack, LRU list and hash table agree), a written slot is never in a shared or named block, and every
  *     mapped block holds exactly the tokens of the prompt that mapped it. */
@@ -178,7 +179,7 @@ static void test_random_ops(void **state) {
     for (int32_t i = 0; i < BLOCKS * BT; i++) m->content[i] = -1;
     fm_kv_pool *p = &m->p;
     fm_error err;
-    int64_t hits = 0;
+    int64_t hits = 0, forks = 0;
     for (int it = 0; it < 20000; it++) {
         const int32_t s = (int32_t)rnd(m, SEQS);
         const bool open = p->n_tokens[s] >= 0;
@@ -206,10 +207,22 @@ static void test_random_ops(void **state) {
                 write_to(m, s, have + n);
                 fm_kv_prefix_name(p, s, m->ids[s], have + n);
             }
-        } else if (open && op < 9) { /* a kept cache cut back */
+        } else if (open && op < 9) { /* a kept cache cut back; inside a named block, maybe a private copy first */
             const int64_t want = rnd(m, (uint32_t)fm_kv_seq_tokens(p, s) + 1);
+            const int32_t i = (int32_t)(want / BT);
+            bool forked = false;
+            if (want % BT && want < fm_kv_seq_tokens(p, s) && fm_kv_prefix_named(p, s, i) && rnd(m, 2)) {
+                fm_kv_seq_truncate(p, s, ((int64_t)i + 1) * BT); /* block i last, as fm_kv_seq_cut does */
+                if (m->written[s] > ((int64_t)i + 1) * BT) m->written[s] = ((int64_t)i + 1) * BT;
+                check(p);
+                const int32_t from = fm_kv_seq_fork_block(p, s, i);
+                if ((forked = from >= 0)) /* what fm_kv_seq_cut's device copy does */
+                    memcpy(&m->content[block(p, s, i) * BT], &m->content[from * BT], BT * sizeof *m->content);
+                check(p);
+            }
             const int64_t kept = fm_kv_seq_truncate(p, s, want);
             assert_true(kept <= want && kept > want - BT);
+            if (forked) assert_int_equal(kept, want), forks++;
             if (m->written[s] > kept) m->written[s] = kept;
         }
         check(p);
@@ -217,6 +230,7 @@ static void test_random_ops(void **state) {
     }
     assert_true(hits > 100);
     assert_true(p->evictions > 100);
+    assert_true(forks > 10);
     for (int32_t s = 0; s < SEQS; s++) fm_kv_seq_close(p, s);
     check(p);
     assert_int_equal(p->n_free, p->n_blocks);

@@ -63,11 +63,13 @@ static void on_event(void *user, const fm_sched_event *ev) {
     }
 }
 
-/* the prefix cache off: these tests count the tokens each request prefills (tests/test_prefix_cache.c has it on) */
+/* the prefix cache off (unless k_prefix): these tests count the tokens each request prefills
+   (tests/test_prefix_cache.c has it on) */
+static bool k_prefix = false;
 static fm_model *load(void) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.max_seqs = 4, opt.ctx = 64, opt.max_tokens = 32, opt.prefix_cache = false;
+    opt.max_seqs = 4, opt.ctx = 64, opt.max_tokens = 32, opt.prefix_cache = k_prefix;
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load(k_model, &opt, &m, &err)) fail_msg("load: %s", err.msg);
@@ -399,11 +401,19 @@ static void test_qwen3_next_reuse(void **state) {
     fm_model_free(m);
 }
 
+/* the same with the prefix cache on: the cuts fall inside named blocks (turn 3 keeps 10 tokens of the first one), which
+ * are copied into a private block first, so the kept cache gives exactly the same counts */
+static void test_reuse_kept_cache_prefix_on(void **state) {
+    k_prefix = true;
+    test_reuse_kept_cache(state);
+    k_prefix = false;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_join_running_batch), cmocka_unit_test(test_cancel_frees_blocks),
         cmocka_unit_test(test_reuse_kept_cache),   cmocka_unit_test(test_qwen3_next_reuse),
-        cmocka_unit_test(test_pool_exhaustion),
+        cmocka_unit_test(test_pool_exhaustion),    cmocka_unit_test(test_reuse_kept_cache_prefix_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,18 @@ int64_t fm_kv_seq_truncate(fm_kv_pool *p, int32_t seq, int64_t n) {
     return n;
 }
 
+int32_t fm_kv_seq_fork_block(fm_kv_pool *p, int32_t seq, int64_t i) {
+    if (seq < 0 || seq >= p->max_seqs || p->n_tokens[seq] < 0 || i < 0 || i >= p->max_blocks || p->n_free < 1)
+        return -1;
+    int32_t *table = p->tables + (int64_t)seq * p->max_blocks;
+    const int32_t old = table[i];
+    if (old < 0 || (i + 1 < p->max_blocks && table[i + 1] >= 0)) return -1; /* not the last block */
+    table[i] = take_block(p); /* before the old one is dropped: never the same block */
+    drop_block(p, old);
+    if (p->n_named[seq] > i) p->n_named[seq] = (int32_t)i;
+    return old;
+}
+
 void fm_kv_seq_close(fm_kv_pool *p, int32_t seq) {
     if (seq < 0 || seq >= p->max_seqs || p->n_tokens[seq] < 0) return;
     drop_tail(p, seq, 0);

@@ -73,6 +73,11 @@ fm_status fm_kv_seq_append(fm_kv_pool *p, int32_t seq, int64_t n, fm_error *err)
  * pool (a kept cache continued by a prompt that shares only part of it). A named block is read-only (others may map
  * it), so a cut inside one keeps only the blocks before it. Returns the tokens kept. */
 int64_t fm_kv_seq_truncate(fm_kv_pool *p, int32_t seq, int64_t n);
+/* Gives seq a private copy of its last block i (a named one it is about to write into, after a cut to within it): a
+ * fresh block replaces it in the table (the old one loses this reference and is no longer counted as named for seq).
+ * Returns the old block, whose contents the caller copies into the new one (fm_kv_block_of), or -1 when no block is
+ * free (nothing changed). */
+int32_t fm_kv_seq_fork_block(fm_kv_pool *p, int32_t seq, int64_t i);
 /* Ends seq: its blocks go back to the pool (named ones stay cached until their memory is needed), its slot is
  * free. */
 void fm_kv_seq_close(fm_kv_pool *p, int32_t seq);

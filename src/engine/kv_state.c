@@ -6,6 +6,7 @@
 #include "backend/attention_paged.h"
 #include "backend/cuda/cuda_graph.h"
 #include "engine/engine.h"
+#include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
 #include "model/arch.h"
 #include "util/status.h"
@@ -186,6 +187,29 @@ void fm_kv_seq_set_bias(fm_model *m, int32_t seq, const fm_logit_bias *bias, int
     if (n > 0)
         m->be->ops->upload_raw(m->be, bias, (size_t)n * sizeof *bias,
                                (char *)m->kv->bias + (size_t)seq * FM_MAX_LOGIT_BIAS * sizeof *bias);
+}
+
+int64_t fm_kv_seq_cut(fm_model *m, int32_t seq, int64_t n) {
+    fm_kv_state *s = m->kv;
+    fm_kv_pool *p = &s->pool;
+    const int32_t bt = p->block_tokens, i = (int32_t)(n / bt);
+    if (n >= 0 && n < fm_kv_seq_tokens(p, seq) && n % bt && fm_kv_prefix_named(p, seq, i)) {
+        fm_kv_seq_truncate(p, seq, ((int64_t)i + 1) * bt); /* block i is the last one now */
+        const int32_t from = fm_kv_seq_fork_block(p, seq, i);
+        if (from >= 0) {
+            const int32_t to = fm_kv_block_of(p, seq, (int64_t)i * bt);
+            const size_t a = m->be->ops->act_size, layer = (size_t)s->layer_elems * a;
+            const size_t block = layer / (size_t)p->n_blocks; /* one block's K (or V) of one layer */
+            const int32_t n_attn = fm_arch_attention_layers(&m->cfg, m->n_layers);
+            for (int32_t l = 0; l < n_attn; l++)
+                for (int kv = 0; kv < 2; kv++) {
+                    char *base = (char *)(kv ? s->v : s->k) + (size_t)l * layer;
+                    m->be->ops->copy(m->be, base + (size_t)from * block, block, base + (size_t)to * block);
+                }
+        }
+    }
+    s->tables_dirty = true;
+    return fm_kv_seq_truncate(p, seq, n);
 }
 
 void fm_kv_seq_end(fm_model *m, int32_t seq) {

@@ -85,6 +85,11 @@ fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *promp
 /* Sets an open sequence's logit bias (n <= FM_MAX_LOGIT_BIAS entries; its fm_sampling.n_bias says how many are
  * read). */
 void fm_kv_seq_set_bias(fm_model *m, int32_t seq, const fm_logit_bias *bias, int32_t n);
+/* Shortens a kept sequence to its first n tokens (fm_kv_seq_truncate) without losing a partly kept named block: the
+ * block the cut falls in is copied into a private one first (K and V of every layer, on the backend's stream), so
+ * the next tokens are written there and the named block stays as others map it. Returns the tokens kept (fewer, cut
+ * back to the block boundary, only when no block is free for the copy). */
+int64_t fm_kv_seq_cut(fm_model *m, int32_t seq, int64_t n);
 /* Ends a sequence: its blocks return to the pool. */
 void fm_kv_seq_end(fm_model *m, int32_t seq);
 

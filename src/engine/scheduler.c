@@ -294,8 +294,7 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         if (p < held && fm_arch_attention_layers(&m->cfg, m->n_layers) < m->n_layers) p = 0;
         fm_status st = fm_kv_seq_sampler_reset(m, k->slot, q->prompt, q->r.n_prompt, &sp, err);
         if (st) return st;
-        p = fm_kv_seq_truncate(&m->kv->pool, k->slot, p); /* shorter when p falls inside a named block */
-        m->kv->tables_dirty = true;
+        p = fm_kv_seq_cut(m, k->slot, p);
         q->slot = k->slot, q->pos = q->n_cached = p;
         k->slot = -1, k->state = RQ_DONE;
     } else {

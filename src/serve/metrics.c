@@ -46,7 +46,8 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
     for (int i = 0; i < 6; i++)
         sb_printf(o, "fp8moe_requests_total{status=\"%s\"} %llu\n", codes[i], (unsigned long long)m->requests[i]);
     counter(o, "fp8moe_prompt_tokens_total", "prompt tokens of accepted requests", m->prompt_tokens);
-    counter(o, "fp8moe_prompt_tokens_cached_total", "prompt tokens taken from a kept KV cache", m->cached_tokens);
+    counter(o, "fp8moe_prompt_tokens_cached_total", "prompt tokens taken from the prefix cache (not computed again)",
+            m->cached_tokens);
     counter(o, "fp8moe_generation_tokens_total", "tokens generated", m->generation_tokens);
     counter(o, "fp8moe_requests_cancelled_total", "requests cancelled (client gone, stop string, shutdown)",
             m->cancelled);
