@@ -14,6 +14,9 @@
  * on synthetic rows at Qwen3-30B-A3B widths (gaussian, a log-normal spread of row and group scales, 0.1 % outliers)
  * and, when a safetensors file is given, on its expert matrices (bf16).
  *
+ * Part 3 compares e4m3 activations with one scale per 1x128 group (today) and one per token (what a fold of both
+ * sides needs), on gaussian rows and rows with outlier channels.
+ *
  * Part 2, accumulation: y[m][n] = sum_k w[m][k] a[n][k] with e4m3 activations, accumulated as the FP8 wgmma does,
  * with the accumulator promoted to fp32 every P 128-groups; the error against the exact (double) sum of the same
  * quantized operands, at K = 768, 2048, 4096, 14336. The tensor-core model (tc_add): products are exact; per block of
@@ -368,6 +371,31 @@ static double part2_error(int64_t K, int mode, int P) {
     return sqrt(num / den);
 }
 
+/* Part 3: what one scale per token costs the activations: the relative RMS error of e4m3(x / s) s with s per
+   1x128 group (today) and per token, on rows with outlier channels (x20 on 1 %) and without */
+static void part3(int64_t K, bool outliers, double *e_group, double *e_token) {
+    const int64_t N = 64;
+    float *x = malloc((size_t)(N * K) * sizeof *x), *sc = malloc((size_t)(K / G) * sizeof *sc);
+    uint8_t *outl = malloc((size_t)K), *codes = malloc((size_t)K);
+    for (int64_t k = 0; k < K; k++) outl[k] = outliers && urand() < 0.01;
+    synth_acts(x, N, K, outl);
+    double ng = 0.0, nt = 0.0, den = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = x + n * K;
+        fm_e4m3_quantize_groups(xr, K, G, codes, sc);
+        float amax = 0.0f;
+        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
+        const float st = fmaxf(amax / FM_E4M3_MAX, FM_ACT_SCALE_FLOOR);
+        for (int64_t k = 0; k < K; k++) {
+            const double dg = (double)fm_e4m3_to_f32(codes[k]) * sc[k / G] - xr[k];
+            const double dt = (double)fm_e4m3_to_f32(fm_f32_to_e4m3(xr[k] / st)) * st - xr[k];
+            ng += dg * dg, nt += dt * dt, den += (double)xr[k] * xr[k];
+        }
+    }
+    *e_group = sqrt(ng / den), *e_token = sqrt(nt / den);
+    free(x), free(sc), free(outl), free(codes);
+}
+
 int main(int argc, char **argv) {
     printf("## Part 1: quantization error, relative RMS of W / of y = W x (x: 16 e4m3-quantized rows)\n\n");
     printf("| matrix | rows x K |");
@@ -397,6 +425,15 @@ int main(int argc, char **argv) {
         for (int j = 0; j < 5; j++) printf(" %.2e |", part2_error(K, 2, Ps[j]));
         printf("\n");
         fflush(stdout);
+    }
+
+    printf("\n## Part 3: e4m3 activations, relative RMS error: one scale per 1x128 group / per token\n\n");
+    printf("| K | gaussian rows | rows with 1 %% outlier channels x20 |\n|---:|---:|---:|\n");
+    for (int i = 0; i < 4; i++) {
+        double g0, t0, g1, t1;
+        part3(Ks[i], false, &g0, &t0);
+        part3(Ks[i], true, &g1, &t1);
+        printf("| %lld | %.4f / %.4f | %.4f / %.4f |\n", (long long)Ks[i], g0, t0, g1, t1);
     }
     return 0;
 }
