@@ -59,27 +59,29 @@ static void quantize_row(const float *w, int64_t K, int8_t *q, float *scales) {
         for (int64_t g = 0; g < ng; g++) scales[g] = 0.0f;
         return;
     }
+    for (int64_t g = 0; g < ng; g++) { /* the groups' amax, once (scales[] holds them until the end) */
+        const int64_t k0 = g * G, n = K - k0 < G ? K - k0 : G;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(w[k0 + i]));
+        scales[g] = amax;
+    }
     float best_s = 0.0f;
     double best = INFINITY;
     for (int j = 0; j < 16; j++) {
         const float s = bf16_up(amax_row / 7.0f * octave16[j]);
         double e = 0.0;
-        for (int64_t g = 0; g < ng && e < best; g++) {
+        for (int64_t g = 0; g < ng && e < best; g++) { /* a candidate stops once it is worse than the best */
             const int64_t k0 = g * G, n = K - k0 < G ? K - k0 : G;
-            float amax = 0.0f;
-            for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(w[k0 + i]));
             double eg;
-            group_k(w + k0, n, amax, s, &eg);
+            group_k(w + k0, n, scales[g], s, &eg);
             e += eg;
         }
         if (e < best) best = e, best_s = s;
     }
     for (int64_t g = 0; g < ng; g++) {
         const int64_t k0 = g * G, n = K - k0 < G ? K - k0 : G;
-        float amax = 0.0f;
-        for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(w[k0 + i]));
         double eg;
-        const float step = ldexpf(best_s, group_k(w + k0, n, amax, best_s, &eg));
+        const float step = ldexpf(best_s, group_k(w + k0, n, scales[g], best_s, &eg));
         scales[g] = step;
         for (int64_t i = 0; i < n; i++) q[k0 + i] = isnan(w[k0 + i]) ? 0 : (int8_t)code_of(w[k0 + i], step);
     }
