@@ -378,6 +378,7 @@ int cmd_parity(int argc, char **argv) {
                          .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
                          .dense = mo.opt.dense,
                          .dispatch = mo.opt.dispatch,
+                         .int4_scales = mo.opt.int4_scales,
                          .prompts = (int)a.prompts,
                          .full_depth = cfg.n_layers};
     if (a.layers) {

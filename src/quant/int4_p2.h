@@ -12,8 +12,9 @@
  * wins. Unlike fm_int4_quantize, elements may clip (|w - dequant| is not bounded by scale / 2); on the bundled
  * model's experts and on synthetic rows it lands at or below int4-g128's error (lab/w4a8_fold_study.c).
  * Groups more than 2^12 below the row's largest step get k = -12 (coarser than their own amax would give).
- * NaN weights are ignored by the amax and encode as 0; an all-zero row gets scale 0 and codes 0. The last group may
- * be partial. All arithmetic is fp32 (the error sums in double), deterministic. */
+ * NaN weights are ignored by the amax and encode as 0; an all-zero row gets scales 0 and codes 0 (so does a row with
+ * an infinite weight, which the loaders never pass: fm_wsrc_read refuses non-finite weights). The last group may be
+ * partial. All arithmetic is fp32 (the error sums in double), deterministic. */
 #ifndef FM_QUANT_INT4_P2_H
 #define FM_QUANT_INT4_P2_H
 
