@@ -59,6 +59,18 @@ typedef enum fm_dense {
 const char *fm_dense_name(fm_dense d);
 bool fm_dense_parse(const char *name, fm_dense *out);
 
+/* --int4-scales: how weights quantized to int4 at load get their group scales (docs/int4_p2.md). */
+typedef enum fm_int4_scales {
+    FM_INT4_SCALES_G128 = 0, /* one bf16 scale per (row, 128-group), amax / 7 rounded up (the presets' quantizer) */
+    FM_INT4_SCALES_P2,       /* int4-p2: each row's scales one bf16 row scale times 2^k, k in -12..0, searched
+                                (quant/int4_p2.h); the same banks and kernels read them. The cpu backend only: the
+                                cuda backend quantizes on the device with the first (a checkpoint written by
+                                `requantize --scales p2` carries int4-p2 scales to it) */
+} fm_int4_scales;
+
+const char *fm_int4_scales_name(fm_int4_scales s);
+bool fm_int4_scales_parse(const char *name, fm_int4_scales *out);
+
 /* --dispatch: the format of the expert dispatch buffer (the top-k routed copies of each token that the gate|up GEMM
  * reads), beside the preset's choice (fp8: e4m3 1x128; fp4: MXFP4). */
 typedef enum fm_dispatch {
@@ -99,34 +111,36 @@ bool fm_expert_policy_parse(const char *name, fm_expert_policy *out);
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset preset;
-    fm_dense dense;           /* --dense: FM_DENSE_PRESET (0) unless asked */
-    fm_dispatch dispatch;     /* --dispatch: FM_DISPATCH_PRESET (0) unless asked (the cpu backend: every format;
-                                 cuda: the preset's, for now) */
-    int32_t n_layers;         /* run only the first n decoder layers; 0 = all */
-    int32_t n_threads;        /* CPU threads; 0 = OpenMP's default */
-    bool verbose;             /* progress on stderr while loading */
-    const char *plan_backend; /* take the preset's plan as it is on this backend (NULL: `backend`); with backend
-                                 "cpu" and plan_backend "cuda" the CPU emulates the GPU's formats exactly */
-    int64_t vram_limit;       /* cuda: behave as if the GPU had this many bytes free (the smaller of this and the
-                                 real free memory counts); 0 = the GPU's free memory. Before any weight is
-                                 allocated, the load checks that the memory plan (weights + activations +
-                                 workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
-    int64_t max_tokens;       /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
-    const char *routes;       /* cuda: kernel route overrides, "key=value[,key=value...]" (NULL: the defaults for the
-                                 GPU). The keys and their values: docs/routes.md, or `fp8moe inspect --routes`
-                                 (fm_routes_check validates). They choose kernels, never what is computed. */
-    int64_t ctx;              /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
-                                 config has none); a larger value is allowed only when set explicitly. A longer
-                                 prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
-    int32_t max_seqs;         /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
-                                 perplexity only). The load then also allocates the paged KV cache for max_seqs
-                                 sequences of ctx tokens and the sampler's state, counted by the memory check. */
-    fm_experts_in experts_in; /* --experts-in: FM_EXPERTS_DEVICE (0) unless asked. cpu: host runs the CPU emulation
-                                 of the expert cache (auto = device there); cuda: refused for now (auto: device when
-                                 the plan fits, else a refusal naming --experts-in) */
-    int32_t expert_slots;     /* experts in host memory: slots of the expert cache; 0 = from the memory plan (cpu:
-                                 every expert; cuda: what --vram-limit or the free memory leaves). At least
-                                 n_experts (one layer's experts: a prefill can route to all of them) */
+    fm_dense dense;             /* --dense: FM_DENSE_PRESET (0) unless asked */
+    fm_dispatch dispatch;       /* --dispatch: FM_DISPATCH_PRESET (0) unless asked (the cpu backend: every format;
+                                   cuda: the preset's, for now) */
+    fm_int4_scales int4_scales; /* --int4-scales: FM_INT4_SCALES_G128 (0) unless asked; refused by presets without
+                                   int4 weights, by the cuda backend and by pre-quantized checkpoints */
+    int32_t n_layers;           /* run only the first n decoder layers; 0 = all */
+    int32_t n_threads;          /* CPU threads; 0 = OpenMP's default */
+    bool verbose;               /* progress on stderr while loading */
+    const char *plan_backend;   /* take the preset's plan as it is on this backend (NULL: `backend`); with backend
+                                   "cpu" and plan_backend "cuda" the CPU emulates the GPU's formats exactly */
+    int64_t vram_limit;         /* cuda: behave as if the GPU had this many bytes free (the smaller of this and the
+                                   real free memory counts); 0 = the GPU's free memory. Before any weight is
+                                   allocated, the load checks that the memory plan (weights + activations +
+                                   workspace of max_tokens tokens) fits, else fails with FM_ERR_NOMEM. */
+    int64_t max_tokens;         /* prompt length the cuda memory check plans for; 0 = FM_DEFAULT_MAX_TOKENS (2048) */
+    const char *routes;         /* cuda: kernel route overrides, "key=value[,key=value...]" (NULL: the defaults for the
+                                   GPU). The keys and their values: docs/routes.md, or `fp8moe inspect --routes`
+                                   (fm_routes_check validates). They choose kernels, never what is computed. */
+    int64_t ctx;                /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
+                                   config has none); a larger value is allowed only when set explicitly. A longer
+                                   prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
+    int32_t max_seqs;           /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
+                                   perplexity only). The load then also allocates the paged KV cache for max_seqs
+                                   sequences of ctx tokens and the sampler's state, counted by the memory check. */
+    fm_experts_in experts_in;   /* --experts-in: FM_EXPERTS_DEVICE (0) unless asked. cpu: host runs the CPU emulation
+                                   of the expert cache (auto = device there); cuda: refused for now (auto: device when
+                                   the plan fits, else a refusal naming --experts-in) */
+    int32_t expert_slots;       /* experts in host memory: slots of the expert cache; 0 = from the memory plan (cpu:
+                                   every expert; cuda: what --vram-limit or the free memory leaves). At least
+                                   n_experts (one layer's experts: a prefill can route to all of them) */
     fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
     const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
                                        expert is routed to (--synthetic-routing; src/engine/synthetic.c) */

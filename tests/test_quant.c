@@ -1,4 +1,4 @@
-/* Scalar codec tests: bf16/f16, e4m3, e2m1 (+ MXFP4/NVFP4 blocks), int4 groups.
+/* Scalar codec tests: bf16/f16, e4m3, e2m1 (+ MXFP4/NVFP4 blocks), int4 groups (and int4-p2's power-of-two ones).
  * Exact codec behaviour is checked against tables from ml_dtypes/numpy (tests/data/codec, see
  * tools/make_codec_tables.py); the block quantizers are checked for their error bounds and layouts. */
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 #include "quant/e2m1.h"
 #include "quant/e4m3.h"
 #include "quant/int4.h"
+#include "quant/int4_p2.h"
 
 #define TABLE_DIR "tests/data/codec/"
 
@@ -715,6 +716,69 @@ static void test_int4_groups(void **state) {
             for (int dt = 0; dt < 2; dt++) check_int4(sym, groups[gi], dt ? FM_SCALE_F16 : FM_SCALE_BF16);
 }
 
+/* int4-p2: every row's scales are one bf16 row scale times 2^k (k in -12..0), codes -7..7, NaN -> 0, zero rows -> 0;
+   each group's code is the nearest to w / scale; the squared error within 10 % of int4-g128's on rows whose groups
+   spread as real weights do (the study: -2 .. +1.5 % in RMS, lab/w4a8_fold_study.c), and q x 2^k exact in e4m3. */
+static void test_int4_p2(void **state) {
+    (void)state;
+    enum { ROWS = 40, K = 300 }; /* 3 groups, the last one partial */
+    const int64_t ng = (K + 127) / 128;
+    float *w = malloc(ROWS * K * sizeof *w), *scales = malloc(ROWS * ng * sizeof *scales);
+    float *s128 = malloc(ROWS * ng * sizeof *s128);
+    int8_t *q = malloc(ROWS * K), *q128 = malloc(ROWS * K);
+    assert_true(w && scales && s128 && q && q128);
+    for (int r = 0; r < ROWS; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            const float gs = 0.02f * expf(0.35f * rng_normal()) * (r == 7 && g == 1 ? 1e-5f : 1.0f);
+            for (int64_t k = g * 128; k < (g + 1) * 128 && k < K; k++) w[r * K + k] = gs * rng_normal();
+        }
+    for (int k = 0; k < K; k++) w[3 * K + k] = 0.0f;     /* an all-zero row */
+    for (int k = 128; k < 256; k++) w[5 * K + k] = 0.0f; /* an all-zero group */
+    w[9 * K + 10] = NAN;
+    w[11 * K + 200] = 40.0f; /* an outlier: its group's scale is the row's */
+    fm_int4_p2_quantize(w, ROWS, K, q, scales);
+    fm_int4_quantize(w, ROWS, K, &(fm_int4_params){128, true, FM_SCALE_BF16}, q128, s128, NULL);
+    double e_p2 = 0.0, e_g128 = 0.0;
+    for (int r = 0; r < ROWS; r++) {
+        float row_scale = -1.0f;
+        int8_t k[3];
+        assert_true(fm_int4_p2_split(scales + r * ng, ng, &row_scale, k));
+        assert_true(f2u(fm_bf16_to_f32(fm_f32_to_bf16(row_scale))) == f2u(row_scale));
+        for (int64_t g = 0; g < ng; g++) {
+            const float s = scales[r * ng + g];
+            assert_true(k[g] >= -FM_INT4_P2_KSPAN && k[g] <= 0);
+            assert_true(s == (r == 3 ? 0.0f : ldexpf(row_scale, k[g])));
+            for (int64_t i = g * 128; i < (g + 1) * 128 && i < K; i++) {
+                const int qi = q[r * K + i];
+                assert_true(qi >= -7 && qi <= 7);
+                /* q 2^(k + 6) is an e4m3 value: the operand a folding kernel would multiply */
+                const float op = ldexpf((float)qi, k[g] + 6);
+                assert_true(fm_e4m3_to_f32(fm_f32_to_e4m3(op)) == op);
+                if (isnan(w[r * K + i])) {
+                    assert_int_equal(qi, 0);
+                    continue;
+                }
+                if (s > 0.0f) {
+                    const float c = nearbyintf(w[r * K + i] / s);
+                    assert_true(qi == (c < -7.0f ? -7 : c > 7.0f ? 7 : (int)c));
+                }
+                const double d = (double)qi * s - w[r * K + i],
+                             d128 = (double)q128[r * K + i] * s128[r * ng + g] - w[r * K + i];
+                e_p2 += d * d, e_g128 += d128 * d128;
+            }
+        }
+        if (r == 3) assert_true(row_scale == 0.0f);
+    }
+    assert_true(scales[11 * ng + 1] * 7.0f >= 40.0f * 0.5f);
+    if (e_p2 > 1.1 * e_g128) fail_msg("int4-p2 squared error %g against int4-g128's %g", e_p2, e_g128);
+    /* the form check refuses other scales */
+    const float not_p2[3] = {1.0f, 0.75f, 0.5f}, too_far[2] = {1.0f, 0x1p-13f}, neg[2] = {1.0f, -0.5f};
+    assert_false(fm_int4_p2_split(not_p2, 3, NULL, NULL));
+    assert_false(fm_int4_p2_split(too_far, 2, NULL, NULL));
+    assert_false(fm_int4_p2_split(neg, 2, NULL, NULL));
+    free(w), free(scales), free(s128), free(q), free(q128);
+}
+
 static void test_int4_pack_layout(void **state) {
     (void)state;
     int8_t q[17], back[17];
@@ -804,6 +868,7 @@ int main(void) {
         cmocka_unit_test(test_nvfp4_edges),
         cmocka_unit_test(test_fp4_expand_e4m3),
         cmocka_unit_test(test_int4_groups),
+        cmocka_unit_test(test_int4_p2),
         cmocka_unit_test(test_int4_pack_layout),
         cmocka_unit_test(test_int4_saturated_f16_scale),
         cmocka_unit_test(test_parallel_paths_match_serial),

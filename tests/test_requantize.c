@@ -8,7 +8,9 @@
  *   - native binding: sym g128 bf16 scales -> int4-g128; fp16 scales or zero points -> int4-zp; a -8 code keeps
  *     int4-g128 but not the tensor-core layout;
  *   - an AutoGPTQ quantize_config.json reads as the same GPTQ checkpoint;
- *   - refusals (non-empty --out, quantized input, missing --out) name the problem. */
+ *   - refusals (non-empty --out, quantized input, missing --out) name the problem;
+ *   - int4-p2 (--scales p2, --int4-scales p2): the requantized checkpoint and the float one quantized at load give
+ *     bit-identical logits with the same banks, whose every row of scales has the p2 form; the option's refusals. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,6 +38,7 @@
 #include "io/ids.h"
 #include "io/safetensors_write.h"
 #include "quant/bf16.h"
+#include "quant/int4_p2.h"
 #include "util/metrics.h"
 
 #define TINY "models/tiny-code-moe"
@@ -495,12 +498,70 @@ static void cli_refusals(void **s) {
     assert_int_equal(fp8moe("requantize --model %s --out %s --force --quiet", TINY, out_dir), 0);
 }
 
+/* Every row of every matrix of an int4 bank has int4-p2 scales. */
+static void expect_p2_bank(const fm_bank *w) {
+    assert_true(fm_wformat_is_int4(w->fmt) && w->scales);
+    for (int64_t r = 0; r < (int64_t)w->n * w->rows; r++)
+        if (!fm_int4_p2_split(w->scales + r * w->n_groups, w->n_groups, NULL, NULL))
+            fail_msg("%s row %lld: scales without the p2 form", fm_wformat_name(w->fmt), (long long)r);
+}
+
+static void int4_p2(void **s) {
+    (void)s;
+    char p2_dir[320];
+    snprintf(p2_dir, sizeof p2_dir, "%s/int4-p2", cli_tmp);
+    assert_int_equal(fp8moe("requantize --model %s --out %s --scales p2 -q", TINY, p2_dir), 0);
+    const fm_preset presets[2] = {FM_PRESET_INT4, FM_PRESET_FP8};
+    const char *plans[2] = {NULL, "cuda"};
+    for (int i = 0; i < 3; i++) {
+        fm_error err = {{0}};
+        fm_options opt;
+        fm_options_init(&opt);
+        opt.preset = presets[i > 0], opt.plan_backend = plans[i == 2];
+        fm_model *ma = load(p2_dir, opt.preset, opt.plan_backend, FM_OK, &err), *mb = NULL;
+        opt.int4_scales = FM_INT4_SCALES_P2;
+        if (fm_model_load(TINY, &opt, &mb, &err)) fail_msg("load %s with --int4-scales p2: %s", TINY, err.msg);
+        for (int l = 0; l < ma->n_layers; l++) {
+            expect_p2_bank(ma->layers[l].qkv), expect_p2_bank(ma->layers[l].gate_up),
+                expect_p2_bank(ma->layers[l].down);
+            expect_p2_bank(mb->layers[l].gate_up), expect_p2_bank(mb->layers[l].down);
+        }
+        assert_int_equal(ma->layers[0].gate_up->fmt, mb->layers[0].gate_up->fmt);
+        assert_int_equal(ma->weight_bytes, mb->weight_bytes);
+        float *la = logits_of(ma), *lb = logits_of(mb);
+        assert_memory_equal(la, lb, (size_t)T_TOKENS * (size_t)fm_model_vocab_size(ma) * sizeof(float));
+        free(la), free(lb);
+        fm_model_free(ma), fm_model_free(mb);
+    }
+    /* refusals: a bad name, a preset without int4 weights, a quantized checkpoint, the cuda backend */
+    assert_int_equal(fp8moe("requantize --model %s --out %s/p2x --scales p3", TINY, cli_tmp), 2);
+    assert_non_null(strstr(cli_err, "expected g128 or p2"));
+    assert_int_equal(fp8moe("perplexity --model %s --ids %s/eval_ids.i32 --windows 1 --int4-scales p3", TINY, TINY), 2);
+    assert_non_null(strstr(cli_err, "--int4-scales must be g128 or p2"));
+    assert_int_equal(fp8moe("perplexity --model %s --ids %s/eval_ids.i32 --windows 1 --int4-scales p2", TINY, TINY), 2);
+    assert_non_null(strstr(cli_err, "quantizes no weights to int4"));
+    assert_int_equal(
+        fp8moe("perplexity --model %s --ids %s/eval_ids.i32 --windows 1 --preset fp8 --int4-scales p2", p2_dir, TINY),
+        2);
+    assert_non_null(strstr(cli_err, "already quantized"));
+    assert_int_equal(fp8moe("perplexity --model %s --ids %s/eval_ids.i32 --windows 1 --preset fp8 --backend cuda "
+                            "--int4-scales p2",
+                            TINY, TINY),
+                     1);
+    assert_non_null(strstr(cli_err, "requantize --scales p2"));
+    /* and it runs */
+    assert_int_equal(fp8moe("perplexity --model %s --ids %s/eval_ids.i32 --windows 1 --window 64 --preset fp8 "
+                            "--int4-scales p2",
+                            TINY, TINY),
+                     0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(writer_roundtrip), cmocka_unit_test(bit_identical),
         cmocka_unit_test(output_format),    cmocka_unit_test(sharded),
         cmocka_unit_test(native_binding),   cmocka_unit_test(autogptq_quantize_config),
-        cmocka_unit_test(cli_refusals),
+        cmocka_unit_test(cli_refusals),     cmocka_unit_test(int4_p2),
     };
     return cmocka_run_group_tests(tests, group_setup, cli_runner_teardown);
 }

@@ -32,6 +32,15 @@ const char *fm_afmt_name(fm_afmt f) {
 
 const char *fm_dense_name(fm_dense d) { return d == FM_DENSE_W8A8 ? "w8a8" : "preset"; }
 
+const char *fm_int4_scales_name(fm_int4_scales s) { return s == FM_INT4_SCALES_P2 ? "p2" : "g128"; }
+
+bool fm_int4_scales_parse(const char *name, fm_int4_scales *out) {
+    if (strcmp(name, "g128") == 0) *out = FM_INT4_SCALES_G128;
+    else if (strcmp(name, "p2") == 0) *out = FM_INT4_SCALES_P2;
+    else return false;
+    return true;
+}
+
 static const char *const dispatch_names[] = {"preset", "bf16", "fp8", "mxfp4", "nvfp4"};
 
 const char *fm_dispatch_name(fm_dispatch d) {
@@ -101,11 +110,11 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->preset = p;
     if (p == FM_PRESET_REF || p == FM_PRESET_REF32) {
-        *plan = (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32};
+        *plan = (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32, false};
         return;
     }
     /* every quantized preset: int4 linear weights, bf16 activations and bf16 for the other weights */
-    *plan = (fm_plan){p, true, FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128, FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16};
+    *plan = (fm_plan){p, true, FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128, FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16, false};
     if (p == FM_PRESET_FP8 || p == FM_PRESET_FP4) {
         plan->a_dense = FM_A_E4M3_G128;
         plan->a_dispatch = p == FM_PRESET_FP4 ? FM_A_MXFP4 : FM_A_E4M3_G128;
@@ -144,6 +153,22 @@ bool fm_bank_src_any_quantized(const fm_bank_src *src) {
 
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
     if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
+}
+
+fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, const char *backend, fm_error *err) {
+    if (s == FM_INT4_SCALES_G128) return FM_OK;
+    if (!fm_wformat_is_int4(plan->w_dense) && !fm_wformat_is_int4(plan->w_expert))
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--int4-scales %s: the %s preset quantizes no weights to int4 here; it applies to int4, fp8 "
+                       "and fp4",
+                       fm_int4_scales_name(s), fm_preset_name(plan->preset));
+    if (backend && strcmp(backend, "cuda") == 0)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "--int4-scales %s: the cuda backend quantizes at load on the device, with g128 scales only; "
+                       "`fp8moe requantize --scales p2` writes a checkpoint that it reads with int4-p2 scales",
+                       fm_int4_scales_name(s));
+    plan->int4_p2 = true;
+    return FM_OK;
 }
 
 fm_status fm_plan_set_dispatch(fm_plan *plan, fm_dispatch d, fm_error *err) {

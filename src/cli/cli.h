@@ -89,6 +89,10 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "                     per 128), mxfp4 (E2M1, a power-of-two scale per 32), nvfp4 (E2M1, an e4m3 scale per\n"       \
     "                     16 and one fp32 scale); the preset's otherwise (fp8: fp8, fp4: mxfp4). cpu: all; cuda:\n"    \
     "                     fp8, mxfp4, nvfp4 with the fp8 and fp4 presets (int4-tc experts), else the preset's\n"       \
+    "  --int4-scales S    int4 group scales of weights quantized at load: g128 (default: a bf16 scale per 128)\n"      \
+    "                     or p2 (each row's scales one bf16 row scale times powers of two, searched: the form a\n"     \
+    "                     W4A8 kernel can fold into its e4m3 operand; docs/int4_p2.md). cpu backend, float\n"          \
+    "                     checkpoints, presets int4, fp8 and fp4\n"                                                    \
     "  --layers N         run only the first N decoder layers, then the final norm and lm_head\n"                      \
     "  --threads N        CPU threads (default: all)\n"                                                                \
     "  --ctx N            tokens per sequence (default: the model's max_position_embeddings; longer\n"                 \

@@ -170,6 +170,7 @@ enum {
     OPT_VRAM_LIMIT,
     OPT_DENSE,
     OPT_DISPATCH,
+    OPT_INT4_SCALES,
     OPT_ROUTE,
     OPT_CTX,
     OPT_EXPERTS_IN,
@@ -186,6 +187,7 @@ static const struct option model_options[] = {
     {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
     {"dense", required_argument, 0, OPT_DENSE},
     {"dispatch", required_argument, 0, OPT_DISPATCH},
+    {"int4-scales", required_argument, 0, OPT_INT4_SCALES},
     {"ctx", required_argument, 0, OPT_CTX},
     {"route", required_argument, 0, OPT_ROUTE},
     {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
@@ -221,6 +223,10 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
     case OPT_DISPATCH:
         if (!fm_dispatch_parse(arg, &o->opt.dispatch))
             *bad = true, cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", arg);
+        return true;
+    case OPT_INT4_SCALES:
+        if (!fm_int4_scales_parse(arg, &o->opt.int4_scales))
+            *bad = true, cli_usage(cmd, "--int4-scales must be g128 or p2, got '%s'", arg);
         return true;
     case OPT_LAYERS:
         *bad = !cli_parse_int(cmd, "--layers", arg, 1, 100000, &v);

@@ -54,6 +54,8 @@ static const char *HELP =
     "  --dense w8a8       the compared presets with e4m3 dense projections (never the oracle)\n"
     "  --dispatch D       the expert dispatch format of the fp8 and fp4 presets: bf16, fp8, mxfp4, nvfp4 (run\n"
     "                     once per format to sweep them; the oracle and int4 keep their own)\n"
+    "  --int4-scales S    g128 (default) or p2: the int4 group scales of the presets with int4 weights, the int4\n"
+    "                     baseline too (never the oracle); cpu backend, float checkpoints (docs/int4_p2.md)\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --vram-limit BYTES cuda: as if the GPU had this much free memory (8Gi, 7.5G, bytes)\n" CLI_ROUTE_HELP
     "  -v, --verbose      progress on stderr\n"
@@ -201,6 +203,8 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
     fm_options opt = r->mo->opt;
     opt.preset = c->preset, opt.backend = c->backend, opt.n_layers = depth;
     if (c->is_oracle) opt.dense = FM_DENSE_PRESET; /* --dense refines the compared presets, never the oracle */
+    /* --int4-scales: the presets with int4 weights (the int4 baseline too), never the fp32 ones */
+    if (c->preset == FM_PRESET_REF || c->preset == FM_PRESET_REF32) opt.int4_scales = FM_INT4_SCALES_G128;
     /* --dispatch: the expert dispatch format of the e4m3 presets; the oracle and int4 keep theirs */
     if (c->preset != FM_PRESET_FP8 && c->preset != FM_PRESET_FP4) opt.dispatch = FM_DISPATCH_PRESET;
     fm_model *m = NULL;
@@ -374,6 +378,7 @@ int cmd_parity(int argc, char **argv) {
                          .oracle_backend = a.oracle ? a.oracle : mo.opt.backend,
                          .dense = mo.opt.dense,
                          .dispatch = mo.opt.dispatch,
+                         .int4_scales = mo.opt.int4_scales,
                          .prompts = (int)a.prompts,
                          .full_depth = cfg.n_layers};
     if (a.layers) {

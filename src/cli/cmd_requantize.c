@@ -6,7 +6,8 @@
 #include "engine/requantize.h"
 
 static const char *HELP =
-    "usage: fp8moe requantize --model IN_DIR --out OUT_DIR [--force] [--shard-size BYTES] [--quiet]\n"
+    "usage: fp8moe requantize --model IN_DIR --out OUT_DIR [--scales g128|p2] [--force] [--shard-size BYTES] "
+    "[--quiet]\n"
     "       (also spelled: fp8moe --requantize --model IN_DIR --out OUT_DIR)\n"
     "\n"
     "Reads a float checkpoint (config.json + safetensors with BF16, F16 or F32 weights, one file or sharded) and\n"
@@ -20,15 +21,20 @@ static const char *HELP =
     "\n"
     "  --model IN_DIR      the float checkpoint (refused when it is already quantized)\n"
     "  --out OUT_DIR       the int4 checkpoint to write (created; refused when it exists and is not empty)\n"
+    "  --scales g128|p2    g128 (default): the int4 preset's quantizer, as above. p2: every row's group scales are\n"
+    "                      one bf16 row scale times powers of two (2^0 .. 2^-12), the row scale and each group's\n"
+    "                      exponent searched for the least squared error (quant/int4_p2.h): the same file format,\n"
+    "                      the scales a W4A8 kernel can fold into its e4m3 operand (docs/int4_p2.md)\n"
     "  --force             write into a non-empty OUT_DIR, replacing its safetensors files, index and config.json\n"
     "  --shard-size BYTES  largest output file before the checkpoint is sharded with an index (default 4Gi;\n"
     "                      suffixes K M G T, Ki Mi Gi Ti)\n"
     "  -q, --quiet         no progress on stderr\n"
     "  -h, --help          this help\n";
 
-enum { OPT_MODEL = 2000, OPT_OUT, OPT_FORCE, OPT_SHARD, OPT_QUIET, OPT_HELP };
+enum { OPT_MODEL = 2000, OPT_OUT, OPT_SCALES, OPT_FORCE, OPT_SHARD, OPT_QUIET, OPT_HELP };
 static const struct option options[] = {{"model", required_argument, 0, OPT_MODEL},
                                         {"out", required_argument, 0, OPT_OUT},
+                                        {"scales", required_argument, 0, OPT_SCALES},
                                         {"force", no_argument, 0, OPT_FORCE},
                                         {"shard-size", required_argument, 0, OPT_SHARD},
                                         {"quiet", no_argument, 0, OPT_QUIET},
@@ -46,6 +52,11 @@ int cmd_requantize(int argc, char **argv) {
         switch (c) {
         case OPT_MODEL: o.in_dir = optarg; break;
         case OPT_OUT: o.out_dir = optarg; break;
+        case OPT_SCALES:
+            if (strcmp(optarg, "g128") && strcmp(optarg, "p2"))
+                return cli_usage(cmd, "--scales '%s': expected g128 or p2", optarg);
+            o.p2_scales = !strcmp(optarg, "p2");
+            break;
         case OPT_FORCE: o.force = true; break;
         case OPT_SHARD:
             if (!cli_parse_bytes(cmd, "--shard-size", optarg, &shard)) return CLI_USAGE;

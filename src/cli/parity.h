@@ -30,6 +30,7 @@ typedef struct parity_report {
     const char *oracle_backend; /* "cpu" (preset ref) or "cuda" (preset ref32) */
     fm_dense dense;             /* --dense: applied to every preset but the oracle */
     fm_dispatch dispatch;       /* --dispatch: applied to the fp8 and fp4 presets (the others refuse it) */
+    fm_int4_scales int4_scales; /* --int4-scales: applied to the presets with int4 weights, the baseline too */
     int64_t tokens;             /* T per prompt */
     int prompts;                /* K */
     int32_t full_depth;

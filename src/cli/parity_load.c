@@ -115,6 +115,9 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     r->oracle_backend = cJSON_IsString(ob) && !strcmp(ob->valuestring, "cuda") ? "cuda" : "cpu";
     const cJSON *dn = cJSON_GetObjectItemCaseSensitive(root, "dense");
     if (!cJSON_IsString(dn) || !fm_dense_parse(dn->valuestring, &r->dense)) r->dense = FM_DENSE_PRESET;
+    const cJSON *i4 = cJSON_GetObjectItemCaseSensitive(root, "int4_scales"); /* absent before int4-p2: g128 */
+    if (!cJSON_IsString(i4) || !fm_int4_scales_parse(i4->valuestring, &r->int4_scales))
+        r->int4_scales = FM_INT4_SCALES_G128;
     const cJSON *dp = cJSON_GetObjectItemCaseSensitive(root, "dispatch"); /* absent in runs before --dispatch */
     if (!cJSON_IsString(dp) || !fm_dispatch_parse(dp->valuestring, &r->dispatch)) r->dispatch = FM_DISPATCH_PRESET;
     const cJSON *depths = array(&rd, root, "depths", -1);

@@ -468,6 +468,12 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
+    if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, opt->backend, err);
+    if (!dst && m->plan.int4_p2 && m->cfg.quant.method != FM_QUANT_NONE)
+        dst = fm_fail(err, FM_ERR_USAGE,
+                      "--int4-scales p2 quantizes float weights at load; this checkpoint is already quantized (%s) "
+                      "and is read with its own scales",
+                      fm_quant_method_name(m->cfg.quant.method));
     if (!dst) dst = ep_on_cuda(m, opt, err);
     if (dst) return dst;
     /* the routes of the GPU the backend will run on: the memory plan sizes the MoE workspace by its tile rule */

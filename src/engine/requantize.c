@@ -13,6 +13,7 @@
 #include "model/model_src.h"
 #include "quant/bf16.h"
 #include "quant/int4.h"
+#include "quant/int4_p2.h"
 #include "quant/int4_native.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -221,7 +222,8 @@ static fm_status write_packed(writer_ctx *c, fm_st_writer *sw, item *it, fm_erro
     if (!st) st = fm_wsrc_read(w, c->wf, err);
     if (st) return st;
     const fm_int4_params p4 = {FM_NATIVE_GROUP, true, FM_SCALE_BF16}; /* cpu_bank.c's parameters */
-    fm_int4_quantize(c->wf, N, K, &p4, c->q, c->sf, NULL);
+    if (c->o->p2_scales) fm_int4_p2_quantize(c->wf, N, K, c->q, c->sf);
+    else fm_int4_quantize(c->wf, N, K, &p4, c->q, c->sf, NULL);
     for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < KW; j++) {
             uint32_t word = 0; /* nibbles past K stay 0, as compressed-tensors pads */

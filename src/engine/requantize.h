@@ -4,7 +4,8 @@
  * Every linear the int4 preset quantizes (attention q/k/v/o, dense MLP gate/up/down, expert gate/up/down; not the
  * embeddings, norms, router or lm_head) is quantized by our own quantizer exactly as the preset does at load
  * (fm_int4_quantize: symmetric, groups of 128 along K with a partial last group, bf16 scales rounded up, codes
- * -7..7) and stored per module as
+ * -7..7; with p2_scales, fm_int4_p2_quantize: the same codes and groups, each row's scales one bf16 row scale times
+ * powers of two) and stored per module as
  *   <m>.weight_packed I32 [N, ceil(K/8)]   q + 8 per nibble, k = 8j + i at bits 4i of word j, padding nibbles 0
  *   <m>.weight_scale  BF16 [N, ceil(K/128)]
  *   <m>.weight_shape  I64 [2] = [N, K]
@@ -33,6 +34,8 @@ typedef struct fm_requant_opts {
     bool force;           /* write into a non-empty out_dir, replacing its checkpoint files */
     uint64_t shard_bytes; /* 0: FM_REQUANT_SHARD_BYTES; one file when everything fits */
     bool progress;        /* layer i/L and bytes written on stderr */
+    bool p2_scales;       /* int4-p2 (quant/int4_p2.h): each row's group scales one bf16 row scale times powers of two,
+                             searched (the same file format: the scales are bf16 values); else int4-g128's quantizer */
 } fm_requant_opts;
 
 typedef struct fm_requant_stats {

@@ -1,7 +1,8 @@
 /* A checkpoint written by `fp8moe requantize` binds natively on the CUDA backend (cuda_bank_native_int4.cu): the
  * int4 preset (int4-g128 row banks) and the fp8 preset (int4-g128-tc, repacked for the tensor cores) give logits
  * bit-identical to the bf16 checkpoint's on the GPU, whose banks the device quantizes itself, and the same resident
- * bytes. Needs a GPU (make test-gpu). */
+ * bytes. A checkpoint written with `requantize --scales p2` (int4-p2 scales, quant/int4_p2.h) runs on the same banks
+ * and kernels: its int4 and fp8 logits against the CPU's emulation of the GPU plan. Needs a GPU (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,15 +17,18 @@
 #include "engine/engine.h"
 #include "engine/requantize.h"
 #include "gpu_test_util.h"
+#include "util/metrics.h"
 
 #define TINY "models/tiny-code-moe"
 #define T 37
 
-static float *run(const char *dir, fm_preset preset, const int32_t *ids, size_t *bytes, int32_t *V) {
+static float *run_on(const char *dir, const char *backend, fm_preset preset, const int32_t *ids, size_t *bytes,
+                     int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
     opt.routes = gpu_test_routes();
-    opt.backend = "cuda";
+    opt.backend = backend;
+    opt.plan_backend = "cuda"; /* on the cpu: the exact emulation of the GPU's formats */
     opt.preset = preset;
     fm_model *m = NULL;
     fm_error err = {{0}};
@@ -35,6 +39,10 @@ static float *run(const char *dir, fm_preset preset, const int32_t *ids, size_t 
     if (fm_model_logits(m, ids, T, l, &err)) fail_msg("logits %s: %s", dir, err.msg);
     fm_model_free(m);
     return l;
+}
+
+static float *run(const char *dir, fm_preset preset, const int32_t *ids, size_t *bytes, int32_t *V) {
+    return run_on(dir, "cuda", preset, ids, bytes, V);
 }
 
 static void requantized_bit_identical(void **s) {
@@ -59,6 +67,23 @@ static void requantized_bit_identical(void **s) {
         assert_memory_equal(a, b, (size_t)T * (size_t)V * sizeof(float));
         assert_int_equal(ba, bb);
         free(a), free(b);
+    }
+    /* int4-p2 scales: the same kernels, against the cpu's emulation (the bounds of test_cuda_models.c) */
+    char p2[64];
+    snprintf(p2, sizeof p2, "%s/int4-p2", dir);
+    o.out_dir = p2, o.p2_scales = true;
+    if (fm_requantize(&o, &st, &err)) fail_msg("requantize --scales p2: %s", err.msg);
+    for (int p = 0; p < 2; p++) {
+        size_t ba = 0, bb = 0;
+        int32_t V = 0;
+        float *gpu = run(p2, presets[p], ids, &ba, &V), *emul = run_on(p2, "cpu", presets[p], ids, &bb, &V);
+        fm_compare c;
+        fm_logits_compare(emul, gpu, T, V, &c);
+        printf("%s on cuda, int4-p2 checkpoint: vs the cpu emulation cos %.6f argmax %.1f%% max|err| %.3g\n",
+               fm_preset_name(presets[p]), c.cosine, 100 * c.argmax_agree, c.max_abs_err);
+        assert_int_equal(c.n_nonfinite, 0);
+        assert_true(c.cosine >= 0.999 && c.argmax_agree >= 0.9);
+        free(gpu), free(emul);
     }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -10,6 +10,7 @@
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "quant/int4.h"
+#include "quant/int4_p2.h"
 #include "util/status.h"
 
 /* Matrix i is the row-concatenation of its parts; every matrix must have the shape of matrix 0. */
@@ -28,7 +29,6 @@ static fm_status fill_matrix(const fm_bank_src *src, int32_t i, int64_t cols, fl
 }
 
 fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err) {
-    (void)be;
     *out = NULL;
     int64_t rows = 0;
     for (int32_t j = 0; j < src->n_parts; j++) rows += src->srcs[j].rows;
@@ -85,7 +85,9 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
         if (st) break;
         if (fmt == FM_W_BF16) fm_round_bf16_array(m, per);
         if (fm_wformat_is_int4(fmt)) {
-            fm_int4_quantize(m, rows, cols, &p4, q, w->scales + (int64_t)i * rows * w->n_groups, NULL);
+            float *sc = w->scales + (int64_t)i * rows * w->n_groups;
+            if (be->plan.int4_p2) fm_int4_p2_quantize(m, rows, cols, q, sc);
+            else fm_int4_quantize(m, rows, cols, &p4, q, sc, NULL);
             for (int64_t e = 0; e < per; e++) m[e] = (float)q[e];
         }
         if (fmt == FM_W_E4M3_PT) /* W8A8: one scale for the matrix, the decoded codes in place of the values */
