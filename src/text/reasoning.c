@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/held_text.h"
 #include "util/status.h"
 
 enum { ST_START, ST_REASONING, ST_ANSWER };
@@ -49,14 +50,6 @@ static void answer(fm_reasoning_split *r, const char *s, size_t n) {
     if (n) r->on_answer(r->user, s, n);
 }
 
-/* the longest tail of s[0..n) that is a proper prefix of tag */
-static size_t partial_tag(const char *s, size_t n, const char *tag) {
-    const size_t L = strlen(tag);
-    for (size_t h = L - 1 < n ? L - 1 : n; h > 0; h--)
-        if (!memcmp(s + n - h, tag, h)) return h;
-    return 0;
-}
-
 static void keep(fm_reasoning_split *r, const char *s, size_t n) {
     memcpy(r->hold, s, n);
     r->n_hold = n;
@@ -80,7 +73,7 @@ static void in_reasoning(fm_reasoning_split *r, const char *buf, size_t n) {
         answer(r, rest, (size_t)(buf + n - rest));
         return;
     }
-    size_t hold = partial_tag(buf, n, k_close);
+    size_t hold = fm_text_partial_tag(buf, n, k_close);
     while (hold < n && hold < sizeof r->hold && buf[n - hold - 1] == '\n') hold++;
     if (hold > sizeof r->hold) hold = sizeof r->hold;
     if (n - hold) r->on_reasoning(r->user, buf, n - hold);
@@ -95,10 +88,7 @@ void fm_reasoning_push(fm_reasoning_split *r, const char *s, size_t n) {
     }
     char stack[256];
     const size_t total = r->n_hold + n;
-    char *buf = total <= sizeof stack ? stack : malloc(total);
-    if (!buf) abort(); /* one piece of output text */
-    memcpy(buf, r->hold, r->n_hold);
-    memcpy(buf + r->n_hold, s, n);
+    char *buf = fm_text_join(stack, sizeof stack, r->hold, r->n_hold, s, n);
     r->n_hold = 0;
     const char *p = buf;
     size_t m = total;

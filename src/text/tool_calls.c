@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "text/held_text.h"
 #include "util/status.h"
 
 enum { MODE_CONTENT, MODE_CALL, MODE_AFTER_LIST };
@@ -320,14 +321,6 @@ static bool block(fm_tool_parser *p, bool at_end) {
     return p->fmt == FM_TOOLS_HERMES ? hermes_block(p, at_end) : mistral_block(p, at_end);
 }
 
-/* the longest tail of s[0..n) that is a proper prefix of tag */
-static size_t partial_tag(const char *s, size_t n, const char *tag) {
-    const size_t L = strlen(tag);
-    for (size_t h = L - 1 < n ? L - 1 : n; h > 0; h--)
-        if (!memcmp(s + n - h, tag, h)) return h;
-    return 0;
-}
-
 static void to_content(fm_tool_parser *p, const char *text, size_t n) {
     if (p->after_call) {
         const size_t k = skip_ws(text, n, 0);
@@ -355,7 +348,7 @@ static void to_content(fm_tool_parser *p, const char *text, size_t n) {
         block(p, false);
         return;
     }
-    size_t hold = partial_tag(text, n, tag);
+    size_t hold = fm_text_partial_tag(text, n, tag);
     while (hold < n && hold < MAX_HOLD && is_ws(text[n - hold - 1])) hold++;
     content(p, text, n - hold);
     memcpy(p->hold, text + n - hold, hold);
@@ -375,10 +368,7 @@ void fm_tool_parser_push(fm_tool_parser *p, const char *s, size_t n) {
     }
     char stack[256];
     const size_t total = p->n_hold + n;
-    char *buf = total <= sizeof stack ? stack : malloc(total);
-    if (!buf) abort(); /* one piece of output text */
-    memcpy(buf, p->hold, p->n_hold);
-    memcpy(buf + p->n_hold, s, n);
+    char *buf = fm_text_join(stack, sizeof stack, p->hold, p->n_hold, s, n);
     p->n_hold = 0;
     to_content(p, buf, total);
     if (buf != stack) free(buf);
