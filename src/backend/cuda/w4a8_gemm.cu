@@ -1064,10 +1064,12 @@ static_assert(2 * FP4_CONSUMER_REGS(FM_W4A8_BN) * 128 + FP4_PRODUCER_REGS(FM_W4A
               "fp4 kernel: the registers allocated at launch");
 static_assert(wk_scales<WK_INT4>::chunks <= FP4_PRODUCERS, "fp4 kernel: weight scale chunks per producer");
 
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL) /* the fp4 kernel's own: sm_90a only */
 static __device__ __forceinline__ void fp4_barrier(void) {
     asm volatile("bar.sync 2, %0;\n" ::"n"(FP4_CTA_THREADS) : "memory"); /* 0: __syncthreads, 1: the epilogue's */
 }
 static __device__ __forceinline__ void cp_async_wait_2(void) { asm volatile("cp.async.wait_group 2;\n" ::); }
+#endif
 
 template <int R> static __device__ __forceinline__ void setmaxnreg_dec(void) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1135,16 +1137,16 @@ static __device__ __forceinline__ void fp4_load_stage(const fp4_loader &l, int64
 template <int BNT, int AF>
 static __global__ __launch_bounds__(FP4_CTA_THREADS,
                                     FP4_CTAS_PER_SM(BNT)) void w4a8_wgmma_fp4_kernel(const gemm_params p) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL) /* wgmma and setmaxnreg: sm_90a only (the route never launches it elsewhere)   \
+                                         */
+    __trap();
+#else
     __shared__ __align__(1024) uint8_t xs_smem[2][BNT * 128];
     __shared__ float sc_smem[2][BNT];
     __shared__ __align__(16) uint8_t wsc_smem[FP4_WSC_STAGES][BM * wk_scales<WK_INT4>::row_bytes];
     __shared__ __align__(16) uint8_t raw_smem[FP4_RAW_STAGES][BNT * 64 + FP4_PRODUCERS * 8];
     __shared__ float red[THREADS / 32][BNT];
     constexpr int NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL) /* wgmma and setmaxnreg: sm_90a only (the route never launches it elsewhere)   \
-                                         */
-    __trap();
-#else
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
