@@ -1,31 +1,40 @@
 #!/usr/bin/env python3
-"""tests/models/tiny-agent: a tiny Qwen3-MoE agent model trained by transformers, and its golden generations.
+"""tests/models/tiny-agent: a tiny Qwen3-MoE agent model, trained on conversations that the Qwen3 chat template
+renders with tools, and its golden greedy generations.
 
-Run on the GPU machine (its python has torch, transformers and tokenizers; no network needed), from a folder
-that holds this script and the Qwen3 chat template:
+    python3 tools/make_agent_model.py --out tests/models/tiny-agent [--train-minutes 25]
+    python3 tools/make_agent_model.py --check-transformers tests/models/tiny-agent   # where transformers is
 
-    python3 make_agent_model.py --template chat_template.jinja --out DIR [--train-seconds 95]
+It writes into the output directory:
+  tokenizer.json         byte-level BPE (1,024 tokens) with Qwen2/Qwen3's exact tokenizer configuration, trained on
+                         the rendered conversations, then Qwen3's added tokens: <|endoftext|> <|im_start|>
+                         <|im_end|> (special) and <tool_call> </tool_call> <tool_response> </tool_response> <think>
+                         </think> (not special), as Qwen3 has them
+  tokenizer_config.json  Qwen3's: eos <|im_end|>, pad <|endoftext|>, no bos, chat_template = the exact text of
+                         tests/chat_templates/qwen3-30b-a3b/chat_template.jinja
+  config.json, generation_config.json, model.safetensors (bf16): a Qwen3MoeForCausalLM (hidden 128, 4 layers,
+                         4 query / 2 key-value heads of 32, 8 experts top-2 of 96, norm_topk_prob, untied lm_head)
+  golden_chat.json       greedy generations (fp32 compute from the bf16 checkpoint) for a few conversations: the
+                         rendered prompt, its ids, the new ids and their text; each checked against step-by-step
+                         full-sequence forward argmax
+  train_report.json      data, steps, loss, held-out accuracy of the tool call (exact name and arguments)
 
-It writes into DIR what tests/models/tiny-agent/ holds:
-  tokenizer.json         byte-level BPE (1,024 tokens, Qwen2/Qwen3's exact pre-tokenizer configuration) trained by
-                         `tokenizers` on the rendered conversations, then Qwen3's special tokens as added tokens
-                         (<|endoftext|> <|im_start|> <|im_end|> special; <tool_call> </tool_call> <tool_response>
-                         </tool_response> <think> </think> not special, as Qwen3 has them)
-  tokenizer_config.json  Qwen3's: eos <|im_end|>, pad <|endoftext|>, no bos, chat_template = the template's exact text
-  config.json, generation_config.json, model.safetensors (bf16)   a Qwen3MoeForCausalLM of ~1.9 M parameters
-  golden_chat.json       greedy generations by transformers (fp32 compute from the bf16 checkpoint, eager attention)
-                         for a few conversations: the rendered prompt, its ids, the new ids and their text; each
-                         checked against the model's own step-by-step forward argmax
-  train_report.json      data, steps, loss, held-out tool-call accuracy
+The data: synthetic conversations rendered by the chat template with tools (get_weather(city), add(a, b),
+convert_units(value, from_unit, to_unit)) in both the plain JSON-schema style and the Vercel AI SDK's (zod)
+style: the user asks a question that names the argument, the assistant thinks briefly, calls the tool with the
+argument copied from the question, the tool's result comes back, and the assistant answers from it. Also plain
+conversations (with and without tools in the prompt), the same with enable_thinking false, and requests to answer
+in JSON (short objects; a quarter with no think block, as a grammar that starts at the first token forces).
+Each sample is one assistant turn: the prompt as the template renders it with add_generation_prompt, and the
+completion the template renders for that turn, ended by <|im_end|>; the loss is on the completion only; prompt
+and completion are tokenized apart, as a server sees them.
 
-The data: synthetic conversations rendered by transformers' apply_chat_template with tools (get_weather(city),
-add(a, b), convert_units(value, from_unit, to_unit)): the user asks a question that names the argument, the
-assistant thinks briefly, calls the tool with the argument copied from the question, the tool's result comes back,
-and the assistant answers from it. Also plain conversations (with and without tools in the prompt), the same with
-enable_thinking false, and requests to answer in JSON (short objects, some with no think block, as constrained
-decoding of a JSON schema would force). Every sample is one assistant turn: the prompt as the template renders it
-with add_generation_prompt, and the completion that the template renders for that turn, ended by <|im_end|>;
-the loss is on the completion only. Prompt and completion are tokenized apart, as a server sees them.
+Where transformers is installed, the template is rendered by its apply_chat_template; elsewhere by jinja2 in the
+environment transformers sets up (trim_blocks, lstrip_blocks, loopcontrols, tojson with ensure_ascii=False,
+raise_exception). The model is trained by tiny_qwen3_moe.py (Qwen3-MoE in plain PyTorch with transformers'
+arithmetic and tensor names) and the tokenizer by byte_bpe.py, so that the script runs with Debian's python3-torch
+alone; --check-transformers then replays golden_chat.json with transformers' own tokenizer, template and
+Qwen3MoeForCausalLM (the independent oracle), and fp8moe's CPU reference checks it too (tests/test_agent_model.c).
 """
 import argparse
 import json
@@ -33,26 +42,15 @@ import math
 import os
 import random
 import re
-import shutil
 import sys
-import tempfile
 import time
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
-from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
-
-QWEN2_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 BPE_VOCAB = 1024
+STOP = ["<|im_end|>", "<|endoftext|>"]  # Qwen3's generation_config eos ids
 
 CITIES = [
     ("Paris", "France"), ("London", "United Kingdom"), ("Berlin", "Germany"), ("Madrid", "Spain"),
@@ -115,7 +113,7 @@ def make_tools(rng, need):
                                        "to_unit": param("string", None if short else "The unit to convert to.", sdk)},
                                       sdk),
     }
-    names = [n for n in catalog if n != need and rng.random() < 0.6]
+    names = [n for n in catalog if n != need and rng.random() < 0.35]
     if need:
         names.append(need)
     rng.shuffle(names)
@@ -231,15 +229,31 @@ def json_task(rng, cities):
 # ---------------------------------------------------------------- rendering
 
 class Renderer:
-    def __init__(self, tok):
-        self.tok = tok
+    """The chat template to text as transformers' apply_chat_template(tokenize=False) renders it: jinja2 in the
+    environment transformers builds for chat templates (--check-transformers compares the two on golden_chat.json)."""
+
+    def __init__(self, template):
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(msg):
+            raise jinja2.exceptions.TemplateError(msg)
+
+        def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                              sort_keys=sort_keys)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=[jinja2.ext.loopcontrols])
+        env.filters["tojson"] = tojson
+        env.globals["raise_exception"] = raise_exception
+        self.tmpl = env.from_string(template)
+        self.engine = "jinja2 %s" % jinja2.__version__
 
     def __call__(self, msgs, tools, gen, **kw):
-        text = self.tok.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=gen, tokenize=False,
-                                            **kw)
-        if not isinstance(text, str):
-            raise RuntimeError("apply_chat_template(tokenize=False) returned %s" % type(text))
-        return text
+        return self.tmpl.render(messages=msgs, tools=tools or None, add_generation_prompt=gen, bos_token="",
+                                eos_token="<|im_end|>", **kw)
 
     def sample(self, msgs, tools, thinking, raw_completion=None):
         """The prompt for the last message (an assistant turn) and its completion as the template renders it."""
@@ -310,74 +324,48 @@ def make_samples(render, n, seed, cities):
     return out[:n]
 
 
-# ---------------------------------------------------------------- tokenizer
+# ---------------------------------------------------------------- tokenizer and config files
 
-def base_tokenizer():
-    tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-def train_tokenizer(texts, vocab):
-    tok = base_tokenizer()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    split = re.compile("|".join(re.escape(s) for s in SPECIAL + ADDED))
-    tok.train_from_iterator((piece for t in texts for piece in split.split(t) if piece), trainer)
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL])
-    tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in ADDED])
-    return tok
-
-
-def write_tokenizer_dir(d, tok, template):
-    tok.save(os.path.join(d, "tokenizer.json"))
-    decoder = {}
-    for s in SPECIAL + ADDED:
-        decoder[str(tok.token_to_id(s))] = {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
-                                            "single_word": False, "special": s in SPECIAL}
+def write_tokenizer_files(d, bpe, template):
+    bpe.save(os.path.join(d, "tokenizer.json"))
+    decoder = {str(bpe.token_to_id(s)): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
+                                          "single_word": False, "special": s in SPECIAL} for s in SPECIAL + ADDED}
     cfg = {"add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": decoder,
            "additional_special_tokens": ["<|im_start|>", "<|im_end|>"], "bos_token": None,
            "chat_template": template, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",
            "errors": "replace", "model_max_length": 2048, "pad_token": "<|endoftext|>", "split_special_tokens": False,
            "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
-    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg, f, indent=2, ensure_ascii=False)
+    write_json(os.path.join(d, "tokenizer_config.json"), cfg)
+
+
+def model_config(bpe):
+    """config.json as Qwen3-30B-A3B's is written, at a tiny size."""
+    return {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "bos_token_id": bpe.token_to_id("<|endoftext|>"), "decoder_sparse_step": 1,
+            "eos_token_id": bpe.token_to_id("<|im_end|>"), "head_dim": 32, "hidden_act": "silu", "hidden_size": 128,
+            "initializer_range": 0.02, "intermediate_size": 256, "max_position_embeddings": 2048,
+            "max_window_layers": 4, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 96,
+            "norm_topk_prob": True, "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2,
+            "num_hidden_layers": 4, "num_key_value_heads": 2, "output_router_logits": False, "rms_norm_eps": 1e-06,
+            "rope_scaling": None, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.01, "sliding_window": None,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False,
+            "vocab_size": bpe.get_vocab_size()}
+
+
+def generation_config(bpe):
+    """Qwen3's generation_config.json: two eos ids and its recommended sampling for thinking mode."""
+    eot = bpe.token_to_id("<|endoftext|>")
+    return {"bos_token_id": eot, "do_sample": True, "eos_token_id": [bpe.token_to_id(s) for s in STOP],
+            "pad_token_id": eot, "temperature": 0.6, "top_k": 20, "top_p": 0.95}
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
 
 
-def load_hf_tokenizer(d, template):
-    """transformers' tokenizer of directory d (the class Qwen3 names), else the generic fast one."""
-    try:
-        return AutoTokenizer.from_pretrained(d)
-    except Exception as e:  # noqa: BLE001 (a one-shot run on the GPU machine: say it and go on)
-        print("AutoTokenizer failed (%s); using PreTrainedTokenizerFast" % e, flush=True)
-        return transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(d, "tokenizer.json"),
-                                                    chat_template=template, eos_token="<|im_end|>",
-                                                    pad_token="<|endoftext|>")
-
-
-# ---------------------------------------------------------------- model, training
-
-def make_config(tok):
-    eot, im_end = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")
-    return Qwen3MoeConfig(vocab_size=tok.get_vocab_size(), hidden_size=128, intermediate_size=256,
-                          moe_intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                          head_dim=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
-                          mlp_only_layers=[], rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=2048,
-                          tie_word_embeddings=False, bos_token_id=eot, eos_token_id=im_end, pad_token_id=None,
-                          router_aux_loss_coef=0.01, output_router_logits=False, use_cache=True)
-
-
-def encode_samples(tok, samples):
-    enc_p = tok.encode_batch([p for p, _ in samples], add_special_tokens=False)
-    enc_c = tok.encode_batch([c for _, c in samples], add_special_tokens=False)
-    return [(p.ids, c.ids) for p, c in zip(enc_p, enc_c)]
-
+# ---------------------------------------------------------------- training
 
 def batches(rng, data, bs):
     idx = list(range(len(data)))
@@ -391,84 +379,88 @@ def batches(rng, data, bs):
 
 
 def collate(data, rows, pad, dev):
+    import torch
     n = max(len(data[j][0]) + len(data[j][1]) for j in rows)
     ids = torch.full((len(rows), n), pad, dtype=torch.long)
     labels = torch.full((len(rows), n), -100, dtype=torch.long)
-    mask = torch.zeros((len(rows), n), dtype=torch.long)
     for r, j in enumerate(rows):
         p, c = data[j]
-        seq = p + c
-        ids[r, :len(seq)] = torch.tensor(seq)
-        labels[r, len(p):len(seq)] = torch.tensor(c)
-        mask[r, :len(seq)] = 1
-    return ids.to(dev), labels.to(dev), mask.to(dev)
+        ids[r, :len(p) + len(c)] = torch.tensor(p + c)
+        labels[r, len(p) - 1:len(p) + len(c) - 1] = torch.tensor(c)  # position t predicts token t + 1
+    return ids.to(dev), labels.to(dev)
 
 
-def train(model, data, pad, dev, seconds, bs, lr, log):
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
-    rng = random.Random(1)
-    it = batches(rng, data, bs)
-    t0 = time.time()
-    step, losses = 0, []
-    est_steps = None
-    model.config.output_router_logits = True  # the load-balancing loss joins the loss: every expert learns
+def train(model, data, pad, args, out_dir, log):
+    import torch
+    import torch.nn.functional as F
+    from tiny_qwen3_moe import load_balancing_loss
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    it = batches(random.Random(1), data, args.batch)
+    seconds = args.train_minutes * 60
+    t0, step, losses, total = time.time(), 0, [], None
     model.train()
-    while True:
-        el = time.time() - t0
-        if el > seconds:
-            break
-        if step == 30:
-            est_steps = int(seconds / (el / 30))
-        total = est_steps or 10 ** 9
-        warm = 50
-        frac = min(1.0, step / max(1, total))
-        scale = min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+    while time.time() - t0 < seconds and not os.path.exists(os.path.join(out_dir, "STOP")):
+        if step == 20:
+            total = int(seconds / ((time.time() - t0) / 20))
+        frac = min(1.0, step / total) if total else 0.0
+        scale = min(1.0, (step + 1) / 50) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
-            g["lr"] = lr * scale
-        ids, labels, mask = collate(data, next(it), pad, dev)
-        try:
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev == "cuda"):
-                out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        except Exception as e:  # noqa: BLE001 (a one-shot run: without the balancing loss rather than nothing)
-            if step or not model.config.output_router_logits:
-                raise
-            log("the load-balancing loss failed (%s): training without it" % e)
-            model.config.output_router_logits = False
-            continue
-        loss = out.loss
+            g["lr"] = args.lr * scale
+        ids, labels = collate(data, next(it), pad, args.device)
+        h, _, routers = model.hidden(ids)
+        sel = labels != -100
+        loss = F.cross_entropy(model.lm_head(h[sel]), labels[sel])
+        aux = load_balancing_loss(routers, model.c["num_experts_per_tok"])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + model.c["router_aux_loss_coef"] * aux).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(out.loss))
+        losses.append(float(loss))
         step += 1
-        if step % 100 == 0 or step == 1:
-            log("step %5d  loss %.4f  lr %.2e  %.0f s" % (step, sum(losses[-100:]) / len(losses[-100:]), lr * scale,
-                                                          time.time() - t0))
+        if step % 50 == 0 or step == 1:
+            log("step %5d  loss %.4f  aux %.3f  lr %.2e  %.0f s" % (step, sum(losses[-50:]) / len(losses[-50:]),
+                                                                    float(aux), args.lr * scale, time.time() - t0))
     model.eval()
-    return step, sum(losses[-100:]) / max(1, len(losses[-100:]))
+    return step, sum(losses[-50:]) / max(1, len(losses[-50:]))
 
 
-# ---------------------------------------------------------------- evaluation
+# ---------------------------------------------------------------- generation and evaluation
+
+def greedy(model, ids, max_new, stop_ids):
+    """Greedy decoding with the key-value cache: new ids (ending with a stop id when one came) and the smallest
+    top-1/top-2 logit margin over the steps."""
+    import torch
+    new, margins, past = [], [], None
+    dev = model.lm_head.weight.device
+    x = torch.tensor([ids], device=dev)
+    with torch.no_grad():
+        for _ in range(max_new):
+            logits, past = model(x, past)
+            top = torch.topk(logits[0, -1], 2).values
+            margins.append(float(top[0] - top[1]))
+            nxt = int(logits[0, -1].argmax())
+            new.append(nxt)
+            if nxt in stop_ids:
+                break
+            x = torch.tensor([[nxt]], device=dev)
+    return new, min(margins)
+
+
+def stepwise(model, ids, n, stop_ids):
+    """The same greedy decoding by full-sequence forwards without a cache, argmax of the last position."""
+    import torch
+    seq, new = list(ids), []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(model(torch.tensor([seq], device=model.lm_head.weight.device))[0][0, -1].argmax())
+            new.append(nxt)
+            seq.append(nxt)
+            if nxt in stop_ids:
+                break
+    return new
+
 
 TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
-
-
-def greedy_batch(model, tok, prompts, dev, max_new, stop_ids):
-    """Greedy continuations of several prompts at once (left padding): new ids per prompt, cut after a stop id."""
-    enc = [tok.encode(p, add_special_tokens=False).ids for p in prompts]
-    n = max(map(len, enc))
-    pad = tok.token_to_id("<|endoftext|>")
-    ids = torch.tensor([[pad] * (n - len(e)) + e for e in enc], device=dev)
-    mask = torch.tensor([[0] * (n - len(e)) + [1] * len(e) for e in enc], device=dev)
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
-                             eos_token_id=stop_ids, pad_token_id=pad)
-    res = []
-    for row in out[:, n:].tolist():
-        cut = next((i for i, t in enumerate(row) if t in stop_ids), None)
-        res.append(row if cut is None else row[:cut + 1])
-    return res
 
 
 def held_out(render, seed, n, cities):
@@ -481,41 +473,37 @@ def held_out(render, seed, n, cities):
         tools = make_tools(rng, task["name"])
         kw = {} if thinking else {"enable_thinking": False}
         user = [{"role": "user", "content": task["q"]}]
-        calls.append((render(user, tools, True, **kw), task, thinking))
+        calls.append((render(user, tools, True, **kw), task))
         hist = user + [tool_call_msg(task, thinking, keep_reasoning=rng.random() < 0.5),
                        {"role": "tool", "tool_call_id": "call_0", "content": dumps_result(rng, task["result"])}]
-        answers.append((render(hist, tools, True, **kw), task, thinking))
+        answers.append((render(hist, tools, True, **kw), task))
     return calls, answers
 
 
-def evaluate(model, tok, render, dev, n, stop_ids, log):
-    calls, answers = held_out(render, 12345, n, CITIES)
+def evaluate(model, bpe, render, n, log, seed=12345):
+    stop_ids = [bpe.token_to_id(s) for s in STOP]
+    calls, answers = held_out(render, seed, n, CITIES)
     ok_call = ok_unseen = n_unseen = ok_answer = 0
-    bad = []
-    for i in range(0, n, 64):
-        outs = greedy_batch(model, tok, [c[0] for c in calls[i:i + 64]], dev, 80, stop_ids)
-        for (prompt, task, thinking), new in zip(calls[i:i + 64], outs):
-            text = tok.decode(new, skip_special_tokens=False)
-            m = TOOL_CALL.search(text)
-            good = False
-            if m:
-                try:
-                    call = json.loads(m.group(1))
-                    good = call.get("name") == task["name"] and call.get("arguments") == task["args"]
-                except json.JSONDecodeError:
-                    pass
-            ok_call += good
-            unseen = task["name"] == "get_weather" and task["args"]["city"] in UNSEEN_CITIES
-            n_unseen += unseen
-            ok_unseen += good and unseen
-            if not good and len(bad) < 6:
-                bad.append((task["q"], text))
-        outs = greedy_batch(model, tok, [a[0] for a in answers[i:i + 64]], dev, 60, stop_ids)
-        for (prompt, task, thinking), new in zip(answers[i:i + 64], outs):
-            text = tok.decode(new, skip_special_tokens=False).split("</think>")[-1]
-            ok_answer += all(e in text for e in task["expect"]) and "<tool_call>" not in text
-    for q, t in bad:
-        log("  wrong call for %r: %r" % (q, t))
+    shown = 0
+    for (prompt, task), (prompt2, _) in zip(calls, answers):
+        text = bpe.decode(greedy(model, bpe.encode(prompt), 80, stop_ids)[0])
+        m = TOOL_CALL.search(text)
+        good = False
+        if m:
+            try:
+                call = json.loads(m.group(1))
+                good = call.get("name") == task["name"] and call.get("arguments") == task["args"]
+            except json.JSONDecodeError:
+                pass
+        ok_call += good
+        unseen = task["name"] == "get_weather" and task["args"]["city"] in UNSEEN_CITIES
+        n_unseen += unseen
+        ok_unseen += good and unseen
+        if not good and shown < 5:
+            shown += 1
+            log("  wrong call for %r: %r" % (task["q"], text))
+        text = bpe.decode(greedy(model, bpe.encode(prompt2), 60, stop_ids)[0]).split("</think>")[-1]
+        ok_answer += all(e in text for e in task["expect"]) and "<tool_call>" not in text
     return {"held_out_conversations": n, "tool_call_exact": ok_call / n,
             "tool_call_exact_unseen_cities": (ok_unseen / n_unseen) if n_unseen else None,
             "unseen_city_questions": n_unseen, "answer_has_result": ok_answer / n}
@@ -554,124 +542,121 @@ def golden_cases():
     ]
 
 
-def golden(model, tok, render, stop_ids, max_new, log):
+def golden(model, bpe, render, max_new, log):
+    stop_ids = [bpe.token_to_id(s) for s in STOP]
     out = []
     for name, msgs, tools, kw in golden_cases():
         prompt = render(msgs, tools, True, **kw)
-        ids = tok.encode(prompt, add_special_tokens=False).ids
-        with torch.no_grad():
-            g = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=max_new, eos_token_id=stop_ids,
-                               pad_token_id=tok.token_to_id("<|endoftext|>"), output_scores=True,
-                               return_dict_in_generate=True)
-        new = g.sequences[0, len(ids):].tolist()
-        margins = [float(torch.topk(s[0].float(), 2).values[0] - torch.topk(s[0].float(), 2).values[1])
-                   for s in g.scores]
-        # the reference against itself: step-by-step forward over the whole sequence, no cache, argmax
-        seq, step_ids = list(ids), []
-        with torch.no_grad():
-            for _ in range(len(new)):
-                nxt = int(model(torch.tensor([seq]), use_cache=False).logits[0, -1].argmax())
-                step_ids.append(nxt)
-                seq.append(nxt)
-                if nxt in stop_ids:
-                    break
-        text = tok.decode(new, skip_special_tokens=False)
+        ids = bpe.encode(prompt)
+        new, margin = greedy(model, ids, max_new, stop_ids)
+        same = stepwise(model, ids, len(new), stop_ids) == new
+        text = bpe.decode(new)
         out.append({"name": name, "messages": msgs, "tools": tools, "chat_template_kwargs": kw,
                     "add_generation_prompt": True, "prompt": prompt, "prompt_ids": ids, "new_ids": new, "text": text,
-                    "ends_with_eos": bool(new) and new[-1] in stop_ids, "min_margin": min(margins),
-                    "stepwise_argmax_equal": step_ids == new})
-        log("golden %-26s %3d prompt ids, %3d new, margin %.3g, stepwise %s: %r" %
-            (name, len(ids), len(new), min(margins), step_ids == new, text))
+                    "ends_with_eos": bool(new) and new[-1] in stop_ids, "min_margin": margin,
+                    "stepwise_argmax_equal": same})
+        log("golden %-26s %3d prompt ids, %3d new, margin %.3g, stepwise %s: %r" % (name, len(ids), len(new), margin,
+                                                                                    same, text))
     return out
+
+
+# ---------------------------------------------------------------- the transformers oracle
+
+def check_transformers(d):
+    """Replays golden_chat.json with transformers: its template rendering, its tokenizer, its Qwen3MoeForCausalLM."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    with open(os.path.join(d, "golden_chat.json"), encoding="utf-8") as f:
+        g = json.load(f)
+    bad = 0
+    for c in g["cases"]:
+        prompt = tok.apply_chat_template(c["messages"], tools=c["tools"], add_generation_prompt=True, tokenize=False,
+                                         **c["chat_template_kwargs"])
+        ids = tok.encode(prompt, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=g["max_new_tokens"],
+                                 eos_token_id=g["stop_ids"], pad_token_id=g["stop_ids"][-1])
+        new = out[0, len(ids):].tolist()
+        checks = {"prompt": prompt == c["prompt"], "prompt_ids": ids == c["prompt_ids"], "new_ids": new == c["new_ids"],
+                  "text": tok.decode(new, skip_special_tokens=False) == c["text"]}
+        bad += not all(checks.values())
+        print("%-26s %s" % (c["name"], " ".join("%s %s" % (k, "ok" if v else "DIFFERS") for k, v in checks.items())))
+    print("transformers %s: %d of %d cases differ" % (transformers.__version__, bad, len(g["cases"])))
+    return 1 if bad else 0
 
 
 # ---------------------------------------------------------------- main
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--template", required=True, help="Qwen3's chat_template.jinja")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--train-seconds", type=float, default=95.0)
-    ap.add_argument("--samples", type=int, default=16000)
-    ap.add_argument("--batch", type=int, default=64)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--template", default=os.path.join(root, "tests/chat_templates/qwen3-30b-a3b/chat_template.jinja"))
+    ap.add_argument("--out", default=os.path.join(root, "tests/models/tiny-agent"))
+    ap.add_argument("--train-minutes", type=float, default=25.0)
+    ap.add_argument("--samples", type=int, default=12000)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--eval", type=int, default=256)
+    ap.add_argument("--eval", type=int, default=100, help="held-out conversations")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (more than the free cores only slows it)")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
+    ap.add_argument("--check-transformers", metavar="DIR")
     args = ap.parse_args()
+    if args.check_transformers:
+        return check_transformers(args.check_transformers)
+
+    import torch
+    from byte_bpe import ByteBPE, train as train_bpe
+    from tiny_qwen3_moe import Qwen3Moe, round_bf16_, save_safetensors
     t_start = time.time()
 
     def log(msg):
-        print("[%6.1f s] %s" % (time.time() - t_start, msg), flush=True)
+        print("[%7.1f s] %s" % (time.time() - t_start, msg), flush=True)
 
     torch.manual_seed(0)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(args.threads)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     with open(args.template, encoding="utf-8") as f:
         template = f.read()
     os.makedirs(args.out, exist_ok=True)
-    log("transformers %s, torch %s, %s" % (transformers.__version__, torch.__version__,
-                                         torch.cuda.get_device_name() if dev == "cuda" else "cpu"))
+    render = Renderer(template)
+    log("rendering with %s, torch %s, training on %s" % (render.engine, torch.__version__, args.device))
 
-    # 1. render every conversation with a byte-only tokenizer (rendering needs only the template), train the BPE
     train_cities = [c for c in CITIES if c[0] not in UNSEEN_CITIES]
-    with tempfile.TemporaryDirectory() as tmp:
-        boot = base_tokenizer()
-        boot.train_from_iterator(["x"], trainers.BpeTrainer(vocab_size=300, show_progress=False,
-                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        boot.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL])
-        boot.add_tokens([AddedToken(s, special=False, normalized=False) for s in ADDED])
-        write_tokenizer_dir(tmp, boot, template)
-        render = Renderer(load_hf_tokenizer(tmp, template))
-        samples = make_samples(render, args.samples, 0, train_cities)
-    log("%d samples rendered" % len(samples))
-    tok = train_tokenizer([p + c for p, c in samples[:6000]], BPE_VOCAB)
-    write_tokenizer_dir(args.out, tok, template)
-    hf_tok = load_hf_tokenizer(args.out, template)
-    render = Renderer(hf_tok)
-    data = encode_samples(tok, samples)
-    agree = all(hf_tok.encode(p, add_special_tokens=False) == tok.encode(p, add_special_tokens=False).ids
-                for p, _ in samples[:200])
+    samples = make_samples(render, args.samples, 0, train_cities)
+    vocab, merges = train_bpe([p + c for p, c in samples[:3000]], BPE_VOCAB)
+    bpe = ByteBPE(vocab, merges, SPECIAL, ADDED)
+    write_tokenizer_files(args.out, bpe, template)
+    data = [(bpe.encode(p), bpe.encode(c)) for p, c in samples]
     lens = sorted(len(p) + len(c) for p, c in data)
-    log("tokenizer: %d ids; AutoTokenizer agrees with tokenizer.json: %s; sample lengths median %d max %d" %
-        (tok.get_vocab_size(), agree, lens[len(lens) // 2], lens[-1]))
+    log("%d samples, %d tokens (median %d, max %d); %d ids in the vocabulary" %
+        (len(data), sum(lens), lens[len(lens) // 2], lens[-1], bpe.get_vocab_size()))
 
-    # 2. train
-    cfg = make_config(tok)
-    model = Qwen3MoeForCausalLM(cfg).to(dev)
+    cfg = model_config(bpe)
+    write_json(os.path.join(args.out, "config.json"), cfg)
+    write_json(os.path.join(args.out, "generation_config.json"), generation_config(bpe))
+    model = Qwen3Moe(dict(cfg, rope_parameters={"rope_theta": cfg["rope_theta"]})).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     log("model: %d parameters" % n_params)
-    steps, loss = train(model, data, tok.token_to_id("<|endoftext|>"), dev, args.train_seconds, args.batch, args.lr,
-                        log)
+    steps, loss = train(model, data, bpe.token_to_id("<|endoftext|>"), args, args.out, log)
     log("trained %d steps, final loss %.4f" % (steps, loss))
 
-    # 3. save in bf16 as Qwen3's checkpoints are; everything after this reads the saved checkpoint
-    model.config.output_router_logits = False
-    model.to(torch.bfloat16).save_pretrained(args.out, safe_serialization=True)
-    stop_ids = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
-    gen = {"bos_token_id": tok.token_to_id("<|endoftext|>"), "do_sample": True, "eos_token_id": stop_ids,
-           "pad_token_id": tok.token_to_id("<|endoftext|>"), "temperature": 0.6, "top_k": 20, "top_p": 0.95,
-           "transformers_version": transformers.__version__}
-    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
-        json.dump(gen, f, indent=2)
-        f.write("\n")
-    model = Qwen3MoeForCausalLM.from_pretrained(args.out, dtype=torch.float32).to(dev).eval()
-    acc = evaluate(model, tok, render, dev, args.eval, stop_ids, log)
+    round_bf16_(model)  # everything below runs the bf16 checkpoint's weights in fp32
+    save_safetensors(model, os.path.join(args.out, "model.safetensors"))
+    acc = evaluate(model, bpe, render, args.eval, log)
     log("held-out: %s" % json.dumps(acc))
-
-    # 4. golden generations: fp32 on the CPU, eager attention, from the bf16 checkpoint
-    ref = Qwen3MoeForCausalLM.from_pretrained(args.out, dtype=torch.float32, attn_implementation="eager").eval()
-    cases = golden(ref, tok, render, stop_ids, 96, log)
-    with open(os.path.join(args.out, "golden_chat.json"), "w", encoding="utf-8") as f:
-        json.dump({"transformers": transformers.__version__, "torch": torch.__version__, "dtype": "float32",
-                   "checkpoint_dtype": "bfloat16", "attn_implementation": "eager", "do_sample": False,
-                   "max_new_tokens": 96, "stop_ids": stop_ids, "cases": cases}, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    cases = golden(model.cpu(), bpe, render, 96, log)  # the golden run on the CPU: fp32, one summation order
+    write_json(os.path.join(args.out, "golden_chat.json"),
+               {"reference": "tools/tiny_qwen3_moe.py (fp32 compute, bf16 weights), template by " + render.engine,
+                "torch": torch.__version__, "do_sample": False, "max_new_tokens": 96,
+                "stop_ids": [bpe.token_to_id(s) for s in STOP], "cases": cases})
     report = {"samples": len(samples), "tokens": sum(lens), "steps": steps, "batch": args.batch, "lr": args.lr,
-              "train_seconds": args.train_seconds, "final_loss": loss, "params": n_params,
-              "autotokenizer_agrees": agree, "transformers": transformers.__version__, "torch": torch.__version__,
-              "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", **acc,
+              "train_minutes": args.train_minutes, "threads": args.threads, "final_loss": loss, "params": n_params,
+              "torch": torch.__version__, "renderer": render.engine, **acc,
               "golden_stepwise_equal": all(c["stepwise_argmax_equal"] for c in cases)}
-    with open(os.path.join(args.out, "train_report.json"), "w") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
+    write_json(os.path.join(args.out, "train_report.json"), report)
     log("done: %s" % json.dumps(report))
     return 0
 
