@@ -600,6 +600,7 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--eval", type=int, default=100, help="held-out conversations")
+    ap.add_argument("--golden-tokens", type=int, default=96, help="new tokens at most per golden generation")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (more than the free cores only slows it)")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
     ap.add_argument("--check-transformers", metavar="DIR")
@@ -647,10 +648,10 @@ def main():
     save_safetensors(model, os.path.join(args.out, "model.safetensors"))
     acc = evaluate(model, bpe, render, args.eval, log)
     log("held-out: %s" % json.dumps(acc))
-    cases = golden(model.cpu(), bpe, render, 96, log)  # the golden run on the CPU: fp32, one summation order
+    cases = golden(model.cpu(), bpe, render, args.golden_tokens, log)  # the golden run on the CPU: fp32, one summation order
     write_json(os.path.join(args.out, "golden_chat.json"),
                {"reference": "tools/tiny_qwen3_moe.py (fp32 compute, bf16 weights), template by " + render.engine,
-                "torch": torch.__version__, "do_sample": False, "max_new_tokens": 96,
+                "torch": torch.__version__, "do_sample": False, "max_new_tokens": args.golden_tokens,
                 "stop_ids": [bpe.token_to_id(s) for s in STOP], "cases": cases})
     report = {"samples": len(samples), "tokens": sum(lens), "steps": steps, "batch": args.batch, "lr": args.lr,
               "train_minutes": args.train_minutes, "threads": args.threads, "final_loss": loss, "params": n_params,

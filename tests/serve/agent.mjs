@@ -232,7 +232,7 @@ const tc6 = expectCall(r6.choices[0].message, "get_weather", undefined, "named t
 assert.equal(typeof JSON.parse(tc6.function.arguments).city, "string", "named: its schema's arguments");
 ok("tool_choice {function: get_weather} for an addition: get_weather " + tc6.function.arguments);
 
-const r7 = await client.chat.completions.create({ ...req, messages: q, tools, tool_choice: "none" });
+const r7 = await client.chat.completions.create({ ...req, messages: ask("Hello!"), tools, tool_choice: "none" });
 assert.ok(!r7.choices[0].message.tool_calls?.length, "tool_choice none: no tool call");
 assert.notEqual(r7.choices[0].finish_reason, "tool_calls");
 assert.equal(typeof r7.choices[0].message.content, "string");
