@@ -603,6 +603,7 @@ def main():
     ap.add_argument("--golden-tokens", type=int, default=96, help="new tokens at most per golden generation")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (more than the free cores only slows it)")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
+    ap.add_argument("--init", metavar="DIR", help="start from this checkpoint's weights (same data and tokenizer)")
     ap.add_argument("--check-transformers", metavar="DIR")
     args = ap.parse_args()
     if args.check_transformers:
@@ -610,7 +611,7 @@ def main():
 
     import torch
     from byte_bpe import ByteBPE, train as train_bpe
-    from tiny_qwen3_moe import Qwen3Moe, round_bf16_, save_safetensors
+    from tiny_qwen3_moe import Qwen3Moe, load_safetensors, round_bf16_, save_safetensors
     t_start = time.time()
 
     def log(msg):
@@ -638,7 +639,14 @@ def main():
     cfg = model_config(bpe)
     write_json(os.path.join(args.out, "config.json"), cfg)
     write_json(os.path.join(args.out, "generation_config.json"), generation_config(bpe))
-    model = Qwen3Moe(dict(cfg, rope_parameters={"rope_theta": cfg["rope_theta"]})).to(args.device)
+    model = Qwen3Moe(dict(cfg, rope_parameters={"rope_theta": cfg["rope_theta"]}))
+    if args.init:  # a second stretch of training: the tokenizer must be the one the weights learnt
+        with open(os.path.join(args.init, "tokenizer.json"), encoding="utf-8") as f:
+            if json.load(f) != bpe.to_json():
+                raise SystemExit("--init %s: its tokenizer differs from this run's (same --samples needed)" % args.init)
+        load_safetensors(model, os.path.join(args.init, "model.safetensors"))
+        log("weights from %s" % args.init)
+    model = model.to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     log("model: %d parameters" % n_params)
     steps, loss = train(model, data, bpe.token_to_id("<|endoftext|>"), args, args.out, log)
