@@ -87,7 +87,10 @@ static int message_copy(const cJSON *m, int i, cJSON *out, oa_error *e) {
     cJSON_AddItemToArray(out, msg);
     cJSON_AddStringToObject(msg, "role", strcmp(r, "developer") ? r : "system");
     sbuf text = {0};
-    int rc = content_string(cJSON_GetObjectItemCaseSensitive(m, "content"), i, &text, e);
+    int rc = 0;
+    if (!strcmp(r, "tool") && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "tool_call_id")))
+        rc = bad_msg(e, i, "a tool message needs 'tool_call_id', the id of the call it answers%s", "");
+    if (!rc) rc = content_string(cJSON_GetObjectItemCaseSensitive(m, "content"), i, &text, e);
     if (!rc) cJSON_AddStringToObject(msg, "content", text.p);
     sb_free(&text);
     for (const cJSON *f = m->child; !rc && f; f = f->next) {

@@ -191,6 +191,10 @@ static int32_t type_number(sc *c, const cJSON *s, const char *path, bool integer
     if (number_of(s, "maximum", &x)) n.has_max = true, n.max = x;
     if (number_of(s, "exclusiveMaximum", &x) && (!n.has_max || x <= n.max)) n.has_max = n.max_excl = true, n.max = x;
     const double big = 1e15;
+    /* An integer has at most 15 digits here (json_lexeme.h), so a bound beyond them on the far side excludes nothing
+     * and is dropped: zod's int() writes +-(2^53 - 1), the safe integers, which every such integer is. */
+    if (integer && n.has_min && n.min <= -big) n.has_min = n.min_excl = false;
+    if (integer && n.has_max && n.max >= big) n.has_max = n.max_excl = false;
     if ((n.has_min && fabs(n.min) >= big) || (n.has_max && fabs(n.max) >= big))
         return fail(c, path, "bounds of magnitude %s and more are not supported", "1e15");
     if (integer) { /* integer bounds as closed integer bounds */

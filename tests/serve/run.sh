@@ -3,6 +3,10 @@
 #   - the official `openai` npm package (client.mjs): chat and completions, streaming and not, logprobs, stop
 #     strings, 16 concurrent clients, a client that aborts mid-stream, malformed requests, 401/404/413/429;
 #   - curl: the server-sent events framing (data: lines, blank-line separated, data: [DONE] last);
+#   - agents (agent.mjs, aisdk.mjs) on tests/models/tiny-agent: tool calls and their round trip, streamed and not,
+#     reasoning, the thinking switch, tool_choice, the openai client's runTools, and the Vercel AI SDK's
+#     generateText with tools, streamText and generateObject; structured.mjs: json_schema/json_object at
+#     temperature 1 always valid, forced tool calls, logit_bias (Qwen3's template on tiny-code-moe);
 #   - the chat page in headless Chromium (page.mjs, puppeteer-core on the system chromium), screenshot in build/serve;
 #   - raw fetch and sockets (server_ops.mjs): fields refused by name, /tokenize, HEAD/405/CORS/Retry-After, seeds,
 #     numeric edges, hostile bodies and connections;
@@ -21,7 +25,8 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.port
 
 command -v node >/dev/null || { echo "serve tests: node is missing (make deps installs nodejs and npm)"; exit 1; }
-if [ ! -d tests/serve/node_modules/openai ] || [ ! -d tests/serve/node_modules/puppeteer-core ]; then
+if [ ! -d tests/serve/node_modules/openai ] || [ ! -d tests/serve/node_modules/puppeteer-core ] ||
+  [ ! -d tests/serve/node_modules/ai ]; then
   (cd tests/serve && npm install --no-audit --no-fund --loglevel=error)
 fi
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
@@ -48,6 +53,7 @@ start busy --max-seqs 1 --max-queue 0
 start ops --max-seqs 2 --chat-template tests/chat_templates/chatml/chat_template.jinja --cors-origin https://app.example \
   --strict-fields --idle-timeout 2 --max-conns-per-client 8 --drain-timeout 300
 start structured --max-seqs 4 --chat-template tests/chat_templates/qwen3-30b-a3b/chat_template.jinja
+MODEL=tests/models/tiny-agent start agent --max-seqs 2
 URL=http://127.0.0.1:$(cat "$OUT/main.port")
 BUSY=http://127.0.0.1:$(cat "$OUT/busy.port")
 OPS=http://127.0.0.1:$(cat "$OUT/ops.port")
@@ -59,6 +65,11 @@ echo "  ok  one log line per request"
 
 echo "== serve: operations and hostile input against $OPS"
 node tests/serve/server_ops.mjs "$OPS" "$URL" "$KEY" "$BUSY"
+
+AGENT=http://127.0.0.1:$(cat "$OUT/agent.port")
+echo "== serve: agent clients (openai: tools, reasoning, runTools; Vercel AI SDK) against $AGENT (tests/models/tiny-agent)"
+node tests/serve/agent.mjs "$AGENT"
+node tests/serve/aisdk.mjs "$AGENT"
 
 echo "== serve: structured outputs, forced tool calls and logit_bias (openai npm client)"
 node tests/serve/structured.mjs "http://127.0.0.1:$(cat "$OUT/structured.port")"
