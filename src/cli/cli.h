@@ -82,7 +82,8 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
 #define CLI_MODEL_HELP                                                                                                 \
     "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                             \
     "  --backend B        cpu (default) or cuda\n"                                                                     \
-    "  --preset P         ref (default: fp32 oracle), ref32 (fp32 on the GPU too), int4, fp8, fp4\n"                   \
+    "  --preset P         ref (the fp32 oracle), ref32 (fp32 on the GPU too), int4, fp8, fp4; default: ref on\n"       \
+    "                     the cpu; generate, chat and serve on cuda: fp8 (+ --dense w8a8 for a float checkpoint)\n"    \
     "  --dense w8a8       dense projections as e4m3 weights (one scale per matrix, set at load) times e4m3\n"          \
     "                     activations (one dynamic scale per input); the preset's otherwise\n"                         \
     "  --dispatch F       the experts' dispatch buffer (each token's routed copies): bf16, fp8 (e4m3, a scale\n"       \
