@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "engine/memory_plan.h"
 #include "util/status.h"
 
 const char *fm_wformat_name(fm_wformat f) {
@@ -194,4 +195,11 @@ fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_thr
     }
     if (strcmp(name, "cuda") == 0) return fm_cuda_backend_create(plan, routes, out, err);
     return fm_fail(err, FM_ERR_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
+}
+
+bool fm_backend_on_device(const char *name) { return name && strcmp(name, "cuda") == 0; }
+
+fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err) {
+    if (!fm_backend_on_device(name)) return fm_fail(err, FM_ERR_USAGE, "the %s backend has no device memory", name);
+    return fm_cuda_free_memory(free_bytes, total, err);
 }

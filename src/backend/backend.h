@@ -377,6 +377,10 @@ struct fm_backend {
  * (src/backend/routes.h; the cuda backend fills its route table from the device, then these; the cpu backend has
  * one kernel per op and only checks them). A backend that cannot run here (not built, no GPU) returns
  * FM_ERR_BACKEND with the reason; a bad route FM_ERR_USAGE, a route the GPU cannot run FM_ERR_UNSUPPORTED. */
+/* True for a backend whose weights and caches live in a device's memory (cuda). */
+bool fm_backend_on_device(const char *name);
+/* The device memory free (and in all: total may be NULL) for such a backend; FM_ERR_USAGE for the cpu. */
+fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err);
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,
                             fm_backend **out, fm_error *err);
 

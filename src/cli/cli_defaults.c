@@ -16,7 +16,7 @@
 #include "io/config.h"
 #include "util/status.h"
 
-static bool on_cuda(const cli_model_opts *mo) { return mo->opt.backend && !strcmp(mo->opt.backend, "cuda"); }
+static bool on_cuda(const cli_model_opts *mo) { return fm_backend_on_device(mo->opt.backend); }
 
 void cli_pick_preset(const char *cmd, cli_model_opts *mo) {
     if (!on_cuda(mo) || mo->preset_given) return;
@@ -47,14 +47,14 @@ void cli_fit_to_card(const char *cmd, cli_model_opts *mo, bool max_seqs_given, i
     fm_error err;
     fm_config cfg;
     size_t free_bytes = 0;
-    if (fm_config_load(mo->model_dir, &cfg, &err) || fm_cuda_free_memory(&free_bytes, NULL, &err)) {
+    if (fm_config_load(mo->model_dir, &cfg, &err) || fm_backend_free_memory(mo->opt.backend, &free_bytes, NULL, &err)) {
         fprintf(stderr, "fp8moe %s: cannot size --max-seqs and --ctx from the card (%s): the defaults stay\n", cmd,
                 err.msg);
         return;
     }
     if (mo->opt.vram_limit > 0 && (size_t)mo->opt.vram_limit < free_bytes) free_bytes = (size_t)mo->opt.vram_limit;
     fm_plan plan;
-    fm_plan_for_backend(mo->opt.preset, "cuda", &plan);
+    fm_plan_for_backend(mo->opt.preset, mo->opt.backend, &plan);
     fm_plan_set_dense(&plan, mo->opt.dense);
     int32_t seqs = max_seqs_given ? mo->opt.max_seqs : 0;
     int64_t ctx = mo->opt.ctx;
