@@ -7,7 +7,6 @@
  *   - cuda, serve: --max-seqs and --ctx from the memory plan and the card's free memory (CLI_MEMORY_FRACTION of it,
  *     as vLLM's gpu_memory_utilization): the model's whole context per sequence, as many sequences as fit. */
 #include <stdio.h>
-#include <string.h>
 
 #include "backend/backend.h"
 #include "cli/cli.h"
