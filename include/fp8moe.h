@@ -7,6 +7,7 @@
 #ifndef FP8MOE_H
 #define FP8MOE_H
 
+#include <float.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -163,25 +164,67 @@ void fm_options_init(fm_options *opt);
  * listing the valid ones. Whether the GPU can run a forced kernel is checked when the backend is created. */
 fm_status fm_routes_check(const char *routes, fm_error *err);
 
+/* The model: a checkpoint's configuration and weights on one backend, immutable after the load. */
 typedef struct fm_model fm_model;
+/* A context: what running the model mutates (the forward buffers, the KV cache and its pool, the sampler's state and
+ * masks, captured CUDA graphs, the expert cache of --experts-in host, a rank's state of --ep/--tp). Every call that
+ * runs the model takes one. */
+typedef struct fm_context fm_context;
 
 /* Loads the checkpoint in dir (config.json + model.safetensors or a sharded index), validates it and
- * quantizes it for opt->preset on opt->backend. On failure *out is NULL and nothing stays allocated. */
+ * quantizes it for opt->preset on opt->backend. On failure *out is NULL and nothing stays allocated. The memory plan
+ * counts the context's memory too (opt->max_tokens, ctx, max_seqs, experts_in) and the load reserves it, so that
+ * nothing fails for memory after the check that promised it fits. */
 fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, fm_error *err);
+/* Frees the model and its context's memory; free the context first. */
 void fm_model_free(fm_model *m);
 
 int32_t fm_model_vocab_size(const fm_model *m);
+/* The model's end-of-sequence ids (config.json, generation_config.json): their count, *ids pointing at them. */
+int32_t fm_model_eos_ids(const fm_model *m, const int32_t **ids);
+
+/* A model with synthetic weights at the shapes of a known checkpoint ("qwen3-30b-a3b", "mixtral-8x7b"; the list:
+ * fm_synthetic_names), built through the same load path as a real one (weights generated where the backend runs,
+ * then converted to the plan's formats); n_layers 0 = all. For benchmarks and the tests of a full-size load. */
+fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
+                                  fm_error *err);
+/* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
+const char *fm_synthetic_names(void);
+
+/* What a context asks for; a zero field takes what the model was loaded for (fm_options' field of the same name).
+ * More than the load planned is refused, naming the option to load with. */
+typedef struct fm_context_params {
+    int32_t max_seqs;   /* sequences decoded together; at most the load's max_seqs */
+    int64_t ctx;        /* tokens per sequence; at most the load's ctx */
+    int64_t max_tokens; /* tokens of one forward pass (a prompt, a prefill chunk); at most the load's */
+} fm_context_params;
+
+/* Creates the model's context over the memory its load reserved (params NULL: all of it). One context per model at
+ * a time: a second create before fm_context_free is refused (FM_ERR_USAGE). */
+fm_status fm_context_create(fm_model *m, const fm_context_params *params, fm_context **out, fm_error *err);
+/* Gives the context back (its open sequences end; the memory stays the model's until fm_model_free). NULL: nothing.
+ * A scheduler over it must be freed first. */
+void fm_context_free(fm_context *c);
+
+const fm_model *fm_context_model(const fm_context *c);
+int32_t fm_context_max_seqs(const fm_context *c);   /* 0: no KV cache (logits and perplexity only) */
+int64_t fm_context_ctx(const fm_context *c);        /* tokens per sequence; 0: no limit */
+int64_t fm_context_max_tokens(const fm_context *c); /* tokens of one forward pass */
+bool fm_context_prefix_cache(const fm_context *c);  /* automatic prefix caching is on */
+/* The KV cache's blocks: held by a sequence (cached blocks no sequence holds count as free), and in the pool; 0 and 0
+ * without a KV cache. */
+void fm_context_kv_blocks(const fm_context *c, int32_t *used, int32_t *total);
 
 /* Prefill of ids[0..n_tokens) at positions 0..n_tokens-1; logits is [n_tokens, vocab] row-major fp32. */
-fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
+fm_status fm_context_logits(fm_context *c, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
 
 /* Perplexity protocol (models/README.md): `windows` consecutive windows of `window` tokens from ids, each an
  * independent sequence at positions 0..window-1; the loss is the mean next-token cross-entropy over
  * positions 1..window-1 of every window; *ppl = exp(mean loss). progress (may be NULL) is called after each
  * window with the perplexity so far. */
 typedef void (*fm_progress_fn)(void *user, int64_t done, int64_t total, double value);
-fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
-                              fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
+fm_status fm_context_perplexity(fm_context *c, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
+                                fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
 
 /* The expert cache's counters since load (experts in host memory). An expert read is one (layer, expert) that a
  * layer's routed tokens need in one forward pass: a hit when its slot already held it, a miss (one copy from host
@@ -198,9 +241,33 @@ typedef struct fm_expert_stats {
 } fm_expert_stats;
 
 /* false (stats zeroed) when the model keeps its experts in backend memory. */
-bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out);
+bool fm_context_expert_stats(const fm_context *c, fm_expert_stats *out);
 
 /* ---- generation ---- */
+
+#define FM_MAX_LOGPROBS 20 /* the OpenAI API's bound on top_logprobs */
+
+typedef struct fm_token_logprob {
+    int32_t id;
+    float logprob;
+} fm_token_logprob;
+
+/* What sampling one token returns beside the id. */
+typedef struct fm_sample_info {
+    float logprob;                         /* of the chosen id under the raw distribution */
+    int32_t n_top;                         /* the top log-probabilities asked for (or vocab when smaller) */
+    fm_token_logprob top[FM_MAX_LOGPROBS]; /* the most likely ids of the raw distribution, descending */
+} fm_sample_info;
+
+/* Values at the edges of fp32 that a front end hands the sampler:
+ *   - temperature: the sampler divides the logits by T; below FM_GREEDY_TEMPERATURE_BELOW a logit of 1e8 would
+ *     overflow fp32 (and a denormal T turns every logit into inf), while the distribution is already a point mass
+ *     on the argmax at far larger T: such a T is greedy (0).
+ *   - top_p: a positive p that rounds to 0 in fp32 (1e-50) keeps only the most likely id, as the smallest positive
+ *     float does; it must not become 0, which the sampler refuses. */
+#define FM_GREEDY_TEMPERATURE_BELOW 1e-30
+static inline float fm_sampler_temperature(double t) { return t < FM_GREEDY_TEMPERATURE_BELOW ? 0.0f : (float)t; }
+static inline float fm_sampler_top_p(double p) { return p > 0.0 && (float)p < FLT_MIN ? FLT_MIN : (float)p; }
 
 /* A per-request token constraint (structured outputs, src/text/token_matcher.h makes one from a grammar): before
  * each token of the request the engine asks mask for the ids allowed next, and reports the id it sampled to accept.
@@ -271,11 +338,36 @@ typedef struct fm_gen_stats {
 typedef void (*fm_token_fn)(void *user, int32_t i, int32_t id);
 
 /* Generates for n prompts (decoded together, max_seqs at a time; the rest wait for a free slot), each with its
- * own parameters. The model must have been loaded with max_seqs > 0. prefill_chunk: prompt tokens per prefill step
- * (0: the load's max_tokens). out[i] receives sequence i. */
-fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
-                            const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
-                            void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
+ * own parameters. The context must have max_seqs > 0. prefill_chunk: prompt tokens per prefill step (0: the
+ * context's max_tokens). out[i] receives sequence i. */
+fm_status fm_context_generate(fm_context *c, const int32_t *const *prompts, const int64_t *n_prompt,
+                              const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                              void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
+
+/* ---- a group of ranks in one process (--ep, --tp) ---- */
+
+/* N ranks over one checkpoint, each a model holding its share (expert parallelism: 1/N of the routed experts;
+ * tensor parallelism of attention: its heads), with its context, joined by a world of collectives; every pass runs on
+ * every rank at once (src/dist/rank_group.h says how). */
+typedef struct fm_rank_group fm_rank_group;
+#define FM_MAX_RANKS 64 /* ranks of a group at most */
+
+/* Loads dir once per rank with opt, whose ep_ranks and tp_ranks (either > 1; equal when both are) size the group.
+ * Errors name the rank when a later rank's load fails. */
+fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err);
+void fm_rank_group_free(fm_rank_group *g);
+/* Rank r's model (every rank has the configuration and vocabulary of the checkpoint). */
+const fm_model *fm_rank_group_model(const fm_rank_group *g, int32_t rank);
+
+/* The forward pass over ids (positions 0..T-1) on every rank together; logits [T, vocab] (or the last row only when
+ * last_only) from rank 0 (every rank holds the same). */
+fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
+                                fm_error *err);
+/* fm_context_generate on every rank together (load the group with max_seqs > 0): every rank samples the same
+ * tokens; on_token and out are rank 0's. */
+fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts, const int64_t *n_prompt,
+                                 const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                                 void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
 
 #ifdef __cplusplus
 }

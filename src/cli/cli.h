@@ -43,8 +43,8 @@ bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t
 /* Experts in host memory: one line of the expert cache's counters (slots, hit rate, misses, bytes copied); nothing
  * when the model keeps its experts on the device. */
 /* The expert cache's counts since a snapshot (NULL: since the load); false when the experts are in backend memory. */
-bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_expert_stats *out);
-void cli_print_expert_stats(const fm_model *m, const fm_expert_stats *since);
+bool cli_expert_stats_since(const fm_context *ctx, const fm_expert_stats *since, fm_expert_stats *out);
+void cli_print_expert_stats(const fm_context *ctx, const fm_expert_stats *since);
 
 /* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. A path
  * that exists and is not a regular file (a device, a FIFO, a directory) is refused, not replaced. */

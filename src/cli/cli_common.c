@@ -107,8 +107,8 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
     return st;
 }
 
-bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_expert_stats *out) {
-    if (!fm_model_expert_stats(m, out)) return false;
+bool cli_expert_stats_since(const fm_context *ctx, const fm_expert_stats *since, fm_expert_stats *out) {
+    if (!fm_context_expert_stats(ctx, out)) return false;
     if (since) {
         out->fetches -= since->fetches, out->hits -= since->hits, out->misses -= since->misses;
         out->bytes_copied -= since->bytes_copied;
@@ -118,9 +118,9 @@ bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_
     return true;
 }
 
-void cli_print_expert_stats(const fm_model *m, const fm_expert_stats *since) {
+void cli_print_expert_stats(const fm_context *ctx, const fm_expert_stats *since) {
     fm_expert_stats s;
-    if (!cli_expert_stats_since(m, since, &s)) return;
+    if (!cli_expert_stats_since(ctx, since, &s)) return;
     const int64_t reads = s.hits + s.misses;
     printf("expert cache%s: %d slots of %d experts (%.1f KiB each), %lld layer passes, %lld expert reads, hit rate "
            "%.2f%%, %lld misses, %.1f MiB copied from host memory\n",

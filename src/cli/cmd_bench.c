@@ -116,8 +116,8 @@ int cmd_bench(int argc, char **argv) {
     memset(&cache0, 0, sizeof cache0);
     for (long r = 0; !st && r < a.warmup + a.repeat; r++) {
         fm_profile prof;
-        if (r == a.warmup) fm_model_expert_stats(m, &cache0);
-        st = fm_forward(m, ids, T, true, logits, &prof, &err);
+        if (r == a.warmup) fm_context_expert_stats(m->context, &cache0);
+        st = fm_forward(m->context, ids, T, true, logits, &prof, &err);
         if (st || r < a.warmup) continue;
         total[r - a.warmup] = prof.total_ms;
         for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s][r - a.warmup] = prof.stage_ms[s];
@@ -155,10 +155,10 @@ int cmd_bench(int argc, char **argv) {
                "counted in the floor above)\n",
                cost.expert_weight_reads_per_token_design / 1e9);
         printf("routing: %s\n", a.routing ? a.routing : "uniform");
-        cli_print_expert_stats(m, &cache0);
+        cli_print_expert_stats(m->context, &cache0);
         fm_expert_stats es;
         double link_gbps = 0, dma_gbps = 0, copied_per_run = 0;
-        if (cli_expert_stats_since(m, &cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
+        if (cli_expert_stats_since(m->context, &cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
             /* the floor of the misses: their bytes at the host link's rate, measured now */
             copied_per_run = (double)es.bytes_copied / (double)a.repeat;
             if (bench_host_link(cmd, &link_gbps, &dma_gbps))

@@ -6,7 +6,7 @@
 
 #include "cli/bench_common.h"
 #include "cli/cli.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "text/tokenizer.h"
 #include "util/file.h"
 #include "util/status.h"

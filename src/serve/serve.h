@@ -37,11 +37,11 @@ typedef struct fm_serve_opts {
 
 void fm_serve_opts_init(fm_serve_opts *o);
 
-/* Serves m (loaded with max_seqs > 0) until SIGINT or SIGTERM; then it drains: new requests get 503, the running
+/* Serves the context's model (max_seqs > 0) until SIGINT or SIGTERM; then it drains: new requests get 503, the running
  * ones get drain_timeout seconds to finish, the rest end cut (an error event, finish_reason "abort"); the threads
- * end and everything the server allocated is freed (the model stays the caller's). A second signal cuts at once. The
- * calling thread waits for the signals (they are blocked in every thread the server starts). */
-fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err);
+ * end and everything the server allocated is freed (the context and model stay the caller's). A second signal cuts at
+ * once. The calling thread waits for the signals (they are blocked in every thread the server starts). */
+fm_status fm_serve_run(fm_context *ctx, const fm_serve_opts *o, fm_error *err);
 
 /* The table of request fields (implemented, refused, accepted without effect) as Markdown; malloc'd. */
 char *fm_serve_fields_markdown(void);

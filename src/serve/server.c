@@ -16,8 +16,6 @@
 
 #include <microhttpd.h>
 
-#include "engine/engine.h"
-#include "engine/kv_state.h"
 #include "serve/serve_internal.h"
 #include "util/status.h"
 
@@ -159,8 +157,9 @@ static void *scheduler_thread(void *arg) {
     fm_sched_free(s->sched); /* every request still there ends cancelled (events: the handlers wake) */
     s->sched = NULL;
     pthread_mutex_lock(&s->mu);
-    fm_kv_pool *pool = &s->m->kv->pool;
-    s->stats.kv_blocks_used = pool->n_blocks - pool->n_free, s->stats.running = s->stats.waiting = 0;
+    int32_t total;
+    fm_context_kv_blocks(s->context, &s->stats.kv_blocks_used, &total);
+    s->stats.running = s->stats.waiting = 0;
     while (s->inbox) {
         job *j = s->inbox;
         s->inbox = j->next;
@@ -338,7 +337,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     static uint64_t counter;
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->created,
              (unsigned long long)++counter);
-    const int32_t limit = s->m->kv->pool.max_seqs + s->o.max_queue;
+    const int32_t limit = fm_context_max_seqs(s->context) + s->o.max_queue;
     if (s->stopping || s->draining)
         rc = oa_fail(&e, 503, "server_error", "server_shutting_down", NULL,
                      "the server is shutting down: it takes no new requests");
@@ -690,15 +689,16 @@ static void cut_all(srv *s) {
     for (job *j = s->inbox; j; j = j->next) j->cut = true;
 }
 
-fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
-    if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "serve: the model was loaded without a KV cache (max_seqs > 0)");
+fm_status fm_serve_run(fm_context *ctx, const fm_serve_opts *o, fm_error *err) {
+    if (fm_context_max_seqs(ctx) < 1)
+        return fm_fail(err, FM_ERR_USAGE, "serve: the model was loaded without a KV cache (max_seqs > 0)");
     if (o->api_key && !o->api_key[0]) /* an unset variable in --api-key "$KEY": not an open server by accident */
         return fm_fail(err, FM_ERR_USAGE,
                        "--api-key is empty: give a key, or leave the option out for a server "
                        "without one");
     srv *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    s->m = m, s->o = *o, s->ctx = m->kv->pool.ctx, s->vocab = fm_model_vocab_size(m);
+    s->context = ctx, s->o = *o, s->ctx = fm_context_ctx(ctx), s->vocab = fm_model_vocab_size(fm_context_model(ctx));
     if (o->model_name) snprintf(s->model_name, sizeof s->model_name, "%s", o->model_name);
     else {
         char dir[512];
@@ -726,7 +726,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
         free(s);
         return st;
     }
-    fm_status st = fm_sched_create(m, o->prefill_chunk, &s->sched, err);
+    fm_status st = fm_sched_create(ctx, o->prefill_chunk, &s->sched, err);
     if (st) {
         if (s->tok) fm_tokenizer_free(s->tok);
         if (s->tmpl) fm_chat_template_free(s->tmpl);
@@ -760,7 +760,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         const int port = info ? info->port : o->port;
         fprintf(stderr, "fp8moe serve: %s on http://%s%s%s:%d/ (model '%s', %d sequences of %lld tokens)\n",
-                FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name, m->kv->pool.max_seqs,
+                FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name, fm_context_max_seqs(ctx),
                 (long long)s->ctx);
         if (o->port_file) st = write_port_file(o->port_file, port, err);
         if (!st) drain(s, &sigs);

@@ -32,7 +32,7 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
     if (st) fail_msg("load %s (%s) on %s: %s", dir, fm_preset_name(p), backend, err.msg);
     *V = fm_model_vocab_size(m);
     float *logits = malloc((size_t)T_TOKENS * (size_t)*V * sizeof(float));
-    st = fm_model_logits(m, ids, T_TOKENS, logits, &err);
+    st = fm_context_logits(m->context, ids, T_TOKENS, logits, &err);
     if (st) fail_msg("logits %s on %s: %s", dir, backend, err.msg);
     fm_model_free(m);
     return logits;
