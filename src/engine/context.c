@@ -35,7 +35,8 @@ fm_status fm_context_create(fm_model *m, const fm_context_params *params, fm_con
                        "fm_context_free it first");
     const fm_context_params p = params ? *params : (fm_context_params){0};
     if (p.max_seqs < 0 || p.ctx < 0 || p.max_tokens < 0)
-        return fm_fail(err, FM_ERR_USAGE, "fm_context_params: max_seqs, ctx and max_tokens must be >= 0 (0: the load's)");
+        return fm_fail(err, FM_ERR_USAGE,
+                       "fm_context_params: max_seqs, ctx and max_tokens must be >= 0 (0: the load's)");
     const int32_t seqs = planned_seqs(ctx);
     const int64_t n_ctx = planned_ctx(ctx);
     if (p.max_seqs > seqs) return above_plan(err, "max_seqs", p.max_seqs, seqs, "--max-seqs (fm_options.max_seqs)");

@@ -1,0 +1,19 @@
+#!/bin/sh
+# The front-ends stay on the public API: a file of src/cli or src/serve includes fp8moe.h and fp8moe_sched.h, and
+# headers of src/text, src/util and its own folder, never one of src/engine, src/backend, src/model, src/io,
+# src/quant or src/dist (docs/ARCHITECTURE.md, "Layers"). Exit status 1 with the offending lines when one does.
+cd "$(dirname "$0")/.." || exit 2
+# Files still allowed, each with the reason it needs the internals, to be emptied:
+#   the bench commands, moving to bench/ as their own program (they measure the internals on purpose);
+#   cmd_inspect.c, cli_defaults.c: the checkpoint's description and the memory estimate before a load, until the
+#     public checkpoint probe and memory estimate exist;
+#   cmd_generate.c (the checkpoint's max_position_embeddings) and cmd_parity.c (a checkpoint's or a synthetic model's
+#     depth and vocabulary): the same checkpoint probe.
+allowed='^src/cli/(cmd_bench[a-z_]*\.c|bench_[a-z_]*\.[ch]|cmd_inspect\.c|cli_defaults\.c|cmd_generate\.c|cmd_parity\.c):'
+found=$(grep -nE '^#include "(engine|backend|model|io|quant|dist)/' src/cli/*.[ch] src/serve/*.[ch] | grep -vE "$allowed")
+if [ -n "$found" ]; then
+    echo "check-includes: src/cli and src/serve use the public API (fp8moe.h, fp8moe_sched.h), src/text and src/util:"
+    echo "$found"
+    exit 1
+fi
+echo "check-includes: ok (src/cli and src/serve include no engine, backend, model, io, quant or dist header)"
