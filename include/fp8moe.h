@@ -132,7 +132,7 @@ typedef struct fm_options {
                                    (fm_routes_check validates). They choose kernels, never what is computed. */
     int64_t ctx;                /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
                                    config has none); a larger value is allowed only when set explicitly. A longer
-                                   prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
+                                   prompt (fm_context_logits, a perplexity window, max_tokens) is refused. */
     int32_t max_seqs;           /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
                                    perplexity only). The load then also allocates the paged KV cache for max_seqs
                                    sequences of ctx tokens and the sampler's state, counted by the memory check. */

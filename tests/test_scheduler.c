@@ -1,4 +1,4 @@
-/* The continuous-batching scheduler (src/engine/scheduler.h) on the CPU backend:
+/* The continuous-batching scheduler (include/fp8moe_sched.h) on the CPU backend:
  *   - requests that join a running batch (one submitted while another decodes, prompts prefilled in chunks between
  *     decode steps) give the same greedy tokens as each run alone;
  *   - a request cancelled mid-run ends with one cancelled event at the next step and its blocks return to the pool

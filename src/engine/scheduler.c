@@ -1,4 +1,4 @@
-/* Continuous batching (scheduler.h): requests in submission order, each waiting, prefilling, running (in the decode
+/* Continuous batching (fp8moe_sched.h): requests in submission order, each waiting, prefilling, running (in the decode
  * batch) or kept (finished, its cache held for a later request). A step is one prefill chunk of the oldest request
  * that can start, or one decode step of every running request; when both have work they alternate. */
 #include <stdio.h>

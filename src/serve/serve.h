@@ -1,4 +1,4 @@
-/* fp8moe serve: an OpenAI-compatible HTTP server over the continuous-batching scheduler (engine/scheduler.h).
+/* fp8moe serve: an OpenAI-compatible HTTP server over the continuous-batching scheduler (fp8moe_sched.h).
  *
  * Threads: libmicrohttpd runs one thread per connection; one scheduler thread owns the model and steps the
  * scheduler. A handler parses and checks a request, puts a job in the inbox (mutex + condvar) and then reads the

@@ -99,7 +99,8 @@ static void ep_case(const char *dir, int n_ranks, fm_preset preset, fm_dispatch 
     fm_gen_params_init(&gp);
     gp.max_tokens = 12, gp.ignore_eos = true;
     fm_gen_output x, y;
-    if (fm_context_generate(one_gemm, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_context_generate(one_gemm->context, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err))
+        fail_msg("%s", err.msg);
     if (fm_rank_group_generate(g, &pp, &np, &gp, 1, 0, NULL, NULL, &y, NULL, &err)) fail_msg("%s", err.msg);
     assert_int_equal(x.n, 12);
     assert_int_equal(y.n, 12);

@@ -238,10 +238,10 @@ static void model_case(const char *dir, fm_preset preset, fm_dispatch dispatch, 
     assert_memory_equal(ga.ids, gb.ids, 16 * sizeof *ga.ids);
     assert_memory_equal(ga.logprobs, gb.logprobs, 16 * sizeof *ga.logprobs);
     fm_expert_stats ps;
-    assert_true(fm_context_expert_stats(pf, &ps));
+    assert_true(fm_context_expert_stats(pf->context, &ps));
     assert_true(ps.prefetches > 0);
     fm_expert_stats st;
-    assert_true(fm_context_expert_stats(host, &st));
+    assert_true(fm_context_expert_stats(host->context, &st));
     int32_t moe = 0;
     for (int l = 0; l < host->n_layers; l++) moe += host->layers[l].is_moe;
     printf("  %-34s %-4s %-6s %s: logits (20-token prefill, 12 + 8 decode steps) and 16 greedy tokens from graphs "
