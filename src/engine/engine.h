@@ -1,4 +1,5 @@
-/* The engine's view of a loaded model: configuration, plan, backend and the weight banks per layer. */
+/* The engine's view of a loaded model (configuration, plan, backend and the weight banks per layer: read only after
+ * the load) and of its context (what a run mutates), fp8moe.h's fm_model and fm_context. */
 #ifndef FM_ENGINE_H
 #define FM_ENGINE_H
 
@@ -72,8 +73,8 @@ struct fm_model {
  * rank's state of --ep/--tp. Functions that run or mutate take a context and reach the model through it; functions
  * that only read weights or configuration take a const fm_model. */
 struct fm_context {
-    fm_model *m; /* the model it runs: weights and configuration, read only */
-    bool held;   /* handed out by fm_context_create and not yet given back */
+    const fm_model *m; /* the model it runs: weights and configuration, read only */
+    bool held;         /* handed out by fm_context_create and not yet given back */
     /* the limits the holder asked for (fm_context_params), at most what the load reserved: sequences at once, tokens
        per sequence (0: any), tokens of one pass */
     int32_t n_seqs;

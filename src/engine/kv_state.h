@@ -64,8 +64,8 @@ typedef struct fm_kv_state {
 fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
                            int64_t max_rows, size_t *cache, size_t *state, fm_error *err);
 
-/* Allocates the state for max_seqs sequences of m->ctx tokens on m's backend (m->ctx must be set: a context to
- * plan for), for steps of up to max_rows tokens. */
+/* Allocates the state for max_seqs sequences of the model's n_ctx tokens on its backend (n_ctx must be set: a context
+ * to plan for), for steps of up to max_rows tokens. */
 fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
 void fm_kv_state_free(fm_context *ctx, fm_kv_state *s);
 
