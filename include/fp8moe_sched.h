@@ -66,8 +66,8 @@ typedef struct fm_sched_request {
 
 void fm_sched_request_init(fm_sched_request *r); /* greedy, reuse -1 */
 
-/* A scheduler over the context c (max_seqs > 0), which it holds until fm_sched_free; prefill_chunk: prompt tokens per
- * prefill step (0: the context's max_tokens). */
+/* A scheduler over the context c (max_seqs > 0; c must outlive it), within c's limits (fm_context_params);
+ * prefill_chunk: prompt tokens per prefill step (0: the context's max_tokens). */
 fm_status fm_sched_create(fm_context *c, int64_t prefill_chunk, fm_sched **out, fm_error *err);
 /* Ends every request (cancelled, events sent) and frees what it holds. */
 void fm_sched_free(fm_sched *s);
