@@ -85,7 +85,7 @@ fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const in
                         fm_sample_info *info, fm_error *err) {
     const fm_model *m = ctx->m;
     fm_kv_state *kv = ctx->kv;
-    if (!kv) return fm_fail(err, FM_ERR_USAGE, "the context has no KV cache: load the model with max_seqs > 0");
+    if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     if (n < 1 || n > kv->pool.max_seqs)
         return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n,
                        kv->pool.max_seqs);
@@ -115,7 +115,7 @@ fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const in
 fm_status fm_decode_step(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                          float *out_logprobs, fm_error *err) {
     fm_kv_state *kv = ctx->kv;
-    if (!kv) return fm_fail(err, FM_ERR_USAGE, "the context has no KV cache: load the model with max_seqs > 0");
+    if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     if (n < 1 || n > kv->pool.max_seqs)
         return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n,
                        kv->pool.max_seqs);
@@ -195,7 +195,8 @@ fm_status fm_context_generate(fm_context *ctx, const int32_t *const *prompts, co
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     for (int32_t i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
-    if (!ctx->kv) return fm_fail(err, FM_ERR_USAGE, "the context has no KV cache: load the model with max_seqs > 0");
+    if (!ctx->kv)
+        return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     if (n < 1) return fm_fail(err, FM_ERR_USAGE, "no prompts");
     fm_status st = check_requests(ctx, prompts, n_prompt, params, n, err);
     if (st) return st;

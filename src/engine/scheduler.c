@@ -65,7 +65,8 @@ static void rq_free(rq *q) {
 
 fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out, fm_error *err) {
     *out = NULL;
-    if (!ctx->kv) return fm_fail(err, FM_ERR_USAGE, "the context has no KV cache: load the model with max_seqs > 0");
+    if (!ctx->kv)
+        return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     fm_sched *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     s->ctx = ctx;
