@@ -19,6 +19,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_f32.cuh"
 #include "backend/cuda/attention_paged.cuh"
+#include "backend/cuda/cuda_bank_native_int4.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gated_attention.cuh"
@@ -119,6 +120,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->side_fork) cudaEventDestroy(be->side_fork);
     if (be->side_done) cudaEventDestroy(be->side_done);
     if (be->side_stream) cudaStreamDestroy(be->side_stream);
+    fm_cuda_load_stage_free(be);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
