@@ -50,11 +50,19 @@ static void ct_make(ct_linear *c, int64_t N, int64_t K) {
         for (int64_t k = 0; k < K; k++) /* nibbles past K stay zero, as the writer pads */
             c->words[n * KW + k / 8] |= (1u + next() % 15u) << (4 * (k % 8));
     for (int64_t i = 0; i < N * ng; i++) c->sc[i] = fm_f32_to_bf16((float)(1 + next() % 1000) * 1e-4f);
-    c->packed = (fm_st_tensor){.name = "m.weight_packed", .dtype = FM_DTYPE_I32, .n_dims = 2, .shape = {N, KW},
-                               .n_elements = N * KW, .data = (const uint8_t *)c->words,
+    c->packed = (fm_st_tensor){.name = "m.weight_packed",
+                               .dtype = FM_DTYPE_I32,
+                               .n_dims = 2,
+                               .shape = {N, KW},
+                               .n_elements = N * KW,
+                               .data = (const uint8_t *)c->words,
                                .nbytes = (uint64_t)(N * KW) * 4};
-    c->scales = (fm_st_tensor){.name = "m.weight_scale", .dtype = FM_DTYPE_BF16, .n_dims = 2, .shape = {N, ng},
-                               .n_elements = N * ng, .data = (const uint8_t *)c->sc,
+    c->scales = (fm_st_tensor){.name = "m.weight_scale",
+                               .dtype = FM_DTYPE_BF16,
+                               .n_dims = 2,
+                               .shape = {N, ng},
+                               .n_elements = N * ng,
+                               .data = (const uint8_t *)c->sc,
                                .nbytes = (uint64_t)(N * ng) * 2};
     c->q = (fm_qsrc){.method = FM_QUANT_CT_PACKED, .packed = &c->packed, .scales = &c->scales, .group = (int32_t)group};
 }

@@ -26,14 +26,16 @@ fm_status fm_int4_native_bank_rows(const fm_bank_src *src, int64_t first, int64_
         fm_error e;
         fm_status ss = FM_OK;
         if (!fm_wsrc_is_quantized(w))
-            ss = fm_fail(&e, FM_ERR_UNSUPPORTED, "%s: source %lld is not pre-quantized, so it cannot fill an int4 bank "
-                         "from its codes", src->label, (long long)(first + s));
+            ss = fm_fail(&e, FM_ERR_UNSUPPORTED,
+                         "%s: source %lld is not pre-quantized, so it cannot fill an int4 bank "
+                         "from its codes",
+                         src->label, (long long)(first + s));
         else if (w->cols != K)
             ss = fm_fail(&e, FM_ERR_FORMAT, "%s: source %lld has %lld columns, the bank %lld", src->label,
                          (long long)(first + s), (long long)w->cols, (long long)K);
         else
-            ss = fm_int4_native_rows(&w->q, w->rows, K, ng, codes + row0[s] * ld, ld, scales + row0[s] * ng,
-                                     src->label, &e);
+            ss = fm_int4_native_rows(&w->q, w->rows, K, ng, codes + row0[s] * ld, ld, scales + row0[s] * ng, src->label,
+                                     &e);
         if (ss) {
 #pragma omp critical(fm_int4_native_bank_rows)
             if (s < bad) {

@@ -22,8 +22,7 @@ void fm_load_progress_add(fm_load_progress *p, const fm_wsrc *srcs, int64_t coun
         if (fm_wsrc_is_quantized(w))
             p->bytes += tensor_bytes(w->q.packed) + tensor_bytes(w->q.scales) + tensor_bytes(w->q.zeros) +
                         tensor_bytes(w->q.g_idx);
-        else
-            p->bytes += (uint64_t)(w->rows * w->cols) * (uint64_t)(w->t ? fm_dtype_size(w->t->dtype) : 4);
+        else p->bytes += (uint64_t)(w->rows * w->cols) * (uint64_t)(w->t ? fm_dtype_size(w->t->dtype) : 4);
     }
 }
 
