@@ -6,15 +6,12 @@
 // fills the other buffer. The tensor-core layout is then made by the repack that banks quantized on the device go
 // through (which refuses codes of -8: model.c does not ask for it).
 #include "backend/cuda/cuda_bank_native_int4.cuh"
+#include "backend/cuda/load_stage.cuh"
 
 extern "C" {
 #include "backend/int4_native_rows.h"
 #include "util/status.h"
 }
-
-// A batch's pinned buffer: large enough for a few dozen expert matrices, so that a batch keeps every core busy and a
-// copy is long enough to hide the next fill; grown to the largest single source when one is larger.
-#define LOAD_STAGE_BYTES ((size_t)32 << 20)
 
 bool fm_cuda_bank_src_native(const fm_bank_src *src) {
     for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++) {
@@ -22,32 +19,6 @@ bool fm_cuda_bank_src_native(const fm_bank_src *src) {
         if (!fm_wsrc_is_quantized(s) || !fm_qsrc_native_layout(&s->q, s->cols)) return false;
     }
     return true;
-}
-
-void fm_cuda_load_stage_free(cuda_backend *be) {
-    for (int b = 0; b < 2; b++) {
-        if (be->load_copied[b]) FM_CUDA_CHECK(cudaEventSynchronize(be->load_copied[b]));
-        if (be->load_stage[b]) FM_CUDA_CHECK(cudaFreeHost(be->load_stage[b]));
-        if (be->load_copied[b]) FM_CUDA_CHECK(cudaEventDestroy(be->load_copied[b]));
-        be->load_stage[b] = NULL, be->load_copied[b] = NULL;
-    }
-    be->load_stage_bytes = 0;
-}
-
-// Both buffers of at least `bytes` (kept from bank to bank).
-static fm_status load_stage(cuda_backend *be, size_t bytes, fm_error *err) {
-    if (be->load_stage[0] && be->load_stage_bytes >= bytes) return FM_OK;
-    fm_cuda_load_stage_free(be);
-    const size_t want = bytes > LOAD_STAGE_BYTES ? bytes : LOAD_STAGE_BYTES;
-    for (int b = 0; b < 2; b++)
-        if (cudaMallocHost(&be->load_stage[b], want) != cudaSuccess ||
-            cudaEventCreateWithFlags(&be->load_copied[b], cudaEventDisableTiming) != cudaSuccess) {
-            cudaGetLastError(); // clear the sticky allocation error
-            fm_cuda_load_stage_free(be);
-            return fm_fail(err, FM_ERR_NOMEM, "out of pinned host memory for the load's staging (2 x %zu bytes)", want);
-        }
-    be->load_stage_bytes = want;
-    return FM_OK;
 }
 
 fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
@@ -78,7 +49,9 @@ fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *s
     const int64_t ng = w->n_groups, ld = w->ld;
     const size_t row_bytes = (size_t)ld + (size_t)ng * sizeof(uint16_t); // ld is a multiple of 16: scales aligned
     const size_t scale_bytes = (size_t)(w->n * rows * ng) * sizeof(__nv_bfloat16);
-    fm_status st = load_stage(be, (size_t)max_part * row_bytes, err);
+    // a batch: as many whole sources as a staging buffer holds (64 MiB: some 80 expert matrices of Qwen3-30B-A3B,
+    // enough to keep every core busy), grown to the largest single source when one is larger
+    fm_status st = fm_cuda_load_stage(be, (size_t)max_part * row_bytes, err);
     if (!st &&
         (cudaMalloc(&w->w, w->bytes) != cudaSuccess || cudaMalloc((void **)&w->scales, scale_bytes) != cudaSuccess)) {
         cudaGetLastError(); // clear the sticky allocation error
@@ -91,15 +64,12 @@ fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *s
         while (s + count < total &&
                (count == 0 || (size_t)(batch_rows + src->srcs[s + count].rows) * row_bytes <= be->load_stage_bytes))
             batch_rows += src->srcs[s + count++].rows;
-        FM_CUDA_CHECK(cudaEventSynchronize(be->load_copied[b])); // this buffer's previous copy has landed
-        uint8_t *codes = (uint8_t *)be->load_stage[b];
+        uint8_t *codes = (uint8_t *)fm_cuda_load_stage_take(be, (int)b); // its previous copy has landed
         uint16_t *scales = (uint16_t *)(codes + batch_rows * ld);
         if ((st = fm_int4_native_bank_rows(src, s, count, ng, ld, codes, scales, err))) break;
         FM_CUDA_CHECK(cudaMemcpyAsync((uint8_t *)w->w + r * ld, codes, (size_t)(batch_rows * ld),
                                       cudaMemcpyHostToDevice, be->stream));
-        FM_CUDA_CHECK(cudaMemcpyAsync(w->scales + r * ng, scales, (size_t)(batch_rows * ng) * sizeof(uint16_t),
-                                      cudaMemcpyHostToDevice, be->stream));
-        FM_CUDA_CHECK(cudaEventRecord(be->load_copied[b], be->stream));
+        fm_cuda_load_stage_send(be, (int)b, w->scales + r * ng, (size_t)(batch_rows * ng) * sizeof(uint16_t));
         s += count, r += batch_rows;
     }
     if (!st) w->bytes += scale_bytes;

@@ -11,8 +11,6 @@ bool fm_cuda_bank_src_native(const fm_bank_src *src);
 // Builds the bank (fmt: FM_W_INT4_G128 or FM_W_INT4_G128_TC) from such sources.
 fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
                                           fm_error *err);
-// Frees the load's pinned staging buffers (the backend's destroy; a later native bank makes them again).
-void fm_cuda_load_stage_free(cuda_backend *be);
 // cuda_bank.cu: an int4 bank in the row layout -> the tensor-core layout (w4a8_layout.cuh); frees the row layout.
 fm_status fm_cuda_bank_repack_tc(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err);
 
