@@ -5,7 +5,8 @@
  *   - the scan for codes of -8 (a word-wide test) finds one in the last word and none in the padding;
  *   - a non-finite scale and a source that is not pre-quantized are refused, naming what is wrong;
  *   - a bank filled on several threads is the bank filled on one, source for source;
- *   - the requantized tiny model loads with 1 and with 3 threads to the same bank bytes and the same logits. */
+ *   - the requantized tiny model loads with 1 and with 3 threads to the same bank bytes and the same logits, and its
+ *     float source quantized at load (int4, fp8) or kept (ref) to the same banks. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -171,10 +172,10 @@ static void bank_threads(void **s) {
     for (int i = 0; i < E * P; i++) ct_free(&c[i]);
 }
 
-static fm_model *load_threads(const char *dir, int32_t threads) {
+static fm_model *load_threads(const char *dir, int32_t threads, fm_preset preset) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.preset = FM_PRESET_INT4;
+    opt.preset = preset;
     opt.n_threads = threads;
     fm_model *m = NULL;
     fm_error err = {{0}};
@@ -189,6 +190,7 @@ static void expect_same_bank(const fm_bank *a, const fm_bank *b) {
     const size_t n = (size_t)(a->n * a->rows);
     if (a->w) assert_memory_equal(a->w, b->w, n * (size_t)a->cols * sizeof(float));
     if (a->scales) assert_memory_equal(a->scales, b->scales, n * (size_t)a->n_groups * sizeof(float));
+    if (a->tscale) assert_memory_equal(a->tscale, b->tscale, (size_t)a->n * sizeof(float));
 }
 
 /* The requantized tiny model on 1 and on 3 threads: every bank byte for byte, and the logits. */
@@ -201,7 +203,7 @@ static void model_threads(void **s) {
     fm_error err = {{0}};
     if (fm_requantize(&o, &st, &err)) fail_msg("requantize: %s", err.msg);
     const int saved = omp_get_max_threads();
-    fm_model *a = load_threads(dir, 1), *b = load_threads(dir, 3);
+    fm_model *a = load_threads(dir, 1, FM_PRESET_INT4), *b = load_threads(dir, 3, FM_PRESET_INT4);
     int banks = 0;
     for (int l = 0; l < a->n_layers; l++)
         for (int i = 0; i < FM_BANK_COUNT; i++)
@@ -220,12 +222,28 @@ static void model_threads(void **s) {
     omp_set_num_threads(saved);
 }
 
+/* The float checkpoint quantized at load (int4, and e4m3 per tensor for --dense w8a8's banks: fp8 preset) and kept
+ * in float (ref): a bank's matrices on 1 and on 3 threads, byte for byte. */
+static void float_threads(void **s) {
+    (void)s;
+    const fm_preset presets[3] = {FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_REF};
+    const int saved = omp_get_max_threads();
+    for (int p = 0; p < 3; p++) {
+        fm_model *a = load_threads(TINY, 1, presets[p]), *b = load_threads(TINY, 3, presets[p]);
+        for (int l = 0; l < a->n_layers; l++)
+            for (int i = 0; i < FM_BANK_COUNT; i++)
+                if (a->layers[l].bank[i]) expect_same_bank(a->layers[l].bank[i], b->layers[l].bank[i]);
+        expect_same_bank(a->embed, b->embed);
+        printf("  %s: the float checkpoint's banks identical on 1 and 3 threads\n", fm_preset_name(presets[p]));
+        fm_model_free(a), fm_model_free(b);
+    }
+    omp_set_num_threads(saved);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(direct_equals_decoded),
-        cmocka_unit_test(refusals),
-        cmocka_unit_test(bank_threads),
-        cmocka_unit_test(model_threads),
+        cmocka_unit_test(direct_equals_decoded), cmocka_unit_test(refusals),      cmocka_unit_test(bank_threads),
+        cmocka_unit_test(model_threads),         cmocka_unit_test(float_threads),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

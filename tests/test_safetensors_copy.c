@@ -23,8 +23,13 @@ static int setup(void **s) {
     data = malloc((size_t)N * sizeof *data);
     if (!data) return -1;
     for (int64_t i = 0; i < N; i++) data[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x800); /* finite */
-    t = (fm_st_tensor){.name = "w", .dtype = FM_DTYPE_BF16, .n_dims = 1, .shape = {N}, .n_elements = N,
-                       .data = (const uint8_t *)data, .nbytes = (uint64_t)N * 2};
+    t = (fm_st_tensor){.name = "w",
+                       .dtype = FM_DTYPE_BF16,
+                       .n_dims = 1,
+                       .shape = {N},
+                       .n_elements = N,
+                       .data = (const uint8_t *)data,
+                       .nbytes = (uint64_t)N * 2};
     return 0;
 }
 
