@@ -45,10 +45,10 @@ static int run(const job *jobs, int64_t n, uint8_t *codes, uint16_t *scales, int
         fm_error err;
         uint8_t *c = codes + j->out;
         uint16_t *s = scales + j->out / (size_t)j->ld * (size_t)j->ng;
-        fm_status st = version == 0 ? fm_int4_native_rows_decoded(&j->w->q, j->w->rows, j->w->cols, j->ng, c, j->ld,
-                                                                   s, "lab", &err)
-                                    : fm_int4_native_rows(&j->w->q, j->w->rows, j->w->cols, j->ng, c, j->ld, s,
-                                                          "lab", &err);
+        fm_status st =
+            version == 0
+                ? fm_int4_native_rows_decoded(&j->w->q, j->w->rows, j->w->cols, j->ng, c, j->ld, s, "lab", &err)
+                : fm_int4_native_rows(&j->w->q, j->w->rows, j->w->cols, j->ng, c, j->ld, s, "lab", &err);
         if (st) fprintf(stderr, "%s\n", err.msg), bad++;
     }
     return bad;

@@ -5,11 +5,12 @@ extern "C" {
 #include "util/status.h"
 }
 
+// unchecked, as the backend's other teardown: it also runs from destroy, after a fault
 void fm_cuda_load_stage_free(cuda_backend *be) {
     for (int b = 0; b < 2; b++) {
-        if (be->load_copied[b]) FM_CUDA_CHECK(cudaEventSynchronize(be->load_copied[b]));
-        if (be->load_stage[b]) FM_CUDA_CHECK(cudaFreeHost(be->load_stage[b]));
-        if (be->load_copied[b]) FM_CUDA_CHECK(cudaEventDestroy(be->load_copied[b]));
+        if (be->load_copied[b]) cudaEventSynchronize(be->load_copied[b]);
+        if (be->load_stage[b]) cudaFreeHost(be->load_stage[b]);
+        if (be->load_copied[b]) cudaEventDestroy(be->load_copied[b]);
         be->load_stage[b] = NULL, be->load_copied[b] = NULL;
     }
     be->load_stage_bytes = 0;
