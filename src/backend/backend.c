@@ -137,13 +137,14 @@ void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
 }
 
 fm_native_int4 fm_bank_src_native_int4(const fm_bank_src *src) {
-    fm_native_int4 least = FM_NATIVE_YES;
-    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts && least != FM_NATIVE_NO; i++) {
+    int least = FM_NATIVE_YES; /* each source's codes are read once: on every core */
+#pragma omp parallel for schedule(dynamic, 1) reduction(min : least)
+    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++) {
         const fm_wsrc *s = &src->srcs[i];
         const fm_native_int4 v = fm_wsrc_is_quantized(s) ? fm_qsrc_native_int4(&s->q, s->rows, s->cols) : FM_NATIVE_NO;
-        if (v < least) least = v;
+        if ((int)v < least) least = (int)v;
     }
-    return least;
+    return (fm_native_int4)least;
 }
 
 bool fm_bank_src_any_quantized(const fm_bank_src *src) {

@@ -51,6 +51,9 @@ static const char *HELP =
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or the context when smaller)\n"
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
     "                           (docs/prefix-caching.md)\n"
+    "  --no-warmup              listen at once: without it the server first runs a prefill chunk and every\n"
+    "                           decode batch size (capturing their CUDA graphs) so that the first request is as\n"
+    "                           fast as later ones, and prints the time it took (docs/loading.md)\n"
     "  --port-file FILE         write the port there once listening\n"
     "  --synthetic NAME         serve synthetic weights at the shapes of a real checkpoint (qwen3-30b-a3b,\n"
     "                           mixtral-8x7b, toy-moe; qwen3-next-80b-a3b, toy-next on the cpu backend) instead\n"
@@ -80,7 +83,8 @@ enum {
     OPT_IDLE,
     OPT_MAX_CONNS,
     OPT_MAX_CONNS_CLIENT,
-    OPT_NO_PREFIX_CACHE
+    OPT_NO_PREFIX_CACHE,
+    OPT_NO_WARMUP
 };
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
@@ -91,6 +95,7 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
                                             {"max-body", required_argument, 0, OPT_MAX_BODY},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"no-warmup", no_argument, 0, OPT_NO_WARMUP},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
                                             {"synthetic", required_argument, 0, OPT_SYNTHETIC},
@@ -162,6 +167,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         a->so.max_conns_per_client = (int32_t)v;
         return true;
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_NO_WARMUP: a->so.no_warmup = true; return true;
     default: return false;
     }
 }

@@ -8,6 +8,7 @@
 #include "dist/tp_attention.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "engine/load_progress.h"
 #include "engine/memory_plan.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -26,6 +27,7 @@ typedef struct loader {
     fm_model *m;
     fm_error *err;
     int32_t n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
+    fm_load_progress progress;
 } loader;
 
 /* The fp8 plans (activations e4m3 with one scale per (row, 128-group)) on pre-quantized sources keep the checkpoint's
@@ -125,6 +127,7 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
+    if (st == FM_OK) fm_load_progress_add(&ld->progress, srcs, (int64_t)n * n_parts);
     return st;
 }
 
@@ -142,6 +145,7 @@ static fm_status bank_host(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = m->be->ops->bank_create_host(m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) m->expert_host_bytes += m->be->ops->bank_bytes(*out);
+    if (st == FM_OK) fm_load_progress_add(&ld->progress, srcs, (int64_t)n * n_parts);
     return st;
 }
 
@@ -260,7 +264,8 @@ static bool lm_head_tied(const fm_model_src *src) {
 }
 
 static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
-    loader ld = {m, err, 0, 0};
+    loader ld = {m, err, 0, 0, {0}};
+    fm_load_progress_start(&ld.progress, verbose);
     fm_status st;
     if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
         (st = fm_arch_of(&m->cfg)->final_norm_plus_one
@@ -270,13 +275,16 @@ static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose
     if (lm_head_tied(src)) m->lm_head = m->embed;
     else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
     for (int l = 0; l < m->n_layers; l++) {
-        if (verbose) fm_progress("loading layer %d/%d", l + 1, m->n_layers);
-        if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) return st;
+        fm_load_progress_layer(&ld.progress, l + 1, m->n_layers);
+        if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) {
+            fm_progress_end();
+            return st;
+        }
     }
-    fm_progress_end();
-    if (verbose)
-        fprintf(stderr, "loaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
-                (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    char what[128];
+    snprintf(what, sizeof what, "%d layers, %.1f MiB of weights on %s", m->n_layers,
+             (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    fm_load_progress_done(&ld.progress, what);
     if (verbose && m->experts_host)
         fprintf(stderr, "experts in host memory: %.1f MiB, an expert cache of %d slots\n",
                 (double)m->expert_host_bytes / (1 << 20), m->expert_slots);

@@ -18,8 +18,21 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "engine/warmup.h"
 #include "serve/serve_internal.h"
 #include "util/status.h"
+
+/* The warm-up (engine/warmup.h) with the server's prefill chunk, its time on stderr. It fails only where requests
+ * would (a prefill chunk or a full decode batch that cannot run): the server then does not start. */
+static fm_status serve_warmup(fm_model *m, const fm_serve_opts *o, fm_error *err) {
+    fm_warmup_report r;
+    const int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : m->buf_tokens;
+    fm_status st = fm_warmup(m, chunk, &r, err);
+    if (!st)
+        fprintf(stderr, "fp8moe serve: warmed up in %.2f s (a prefill of %lld tokens, %d decode batch sizes)\n",
+                r.seconds, (long long)r.prefill_tokens, r.buckets);
+    return st;
+}
 
 void fm_serve_opts_init(fm_serve_opts *o) {
     memset(o, 0, sizeof *o);
@@ -726,7 +739,9 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
         free(s);
         return st;
     }
-    fm_status st = fm_sched_create(m, o->prefill_chunk, &s->sched, err);
+    /* before listening: /health answers only once the first request runs at the warm speed */
+    fm_status st = o->no_warmup ? FM_OK : serve_warmup(m, o, err);
+    if (!st) st = fm_sched_create(m, o->prefill_chunk, &s->sched, err);
     if (st) {
         if (s->tok) fm_tokenizer_free(s->tok);
         if (s->tmpl) fm_chat_template_free(s->tmpl);

@@ -19,6 +19,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_f32.cuh"
 #include "backend/cuda/attention_paged.cuh"
+#include "backend/cuda/load_stage.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gated_attention.cuh"
@@ -119,6 +120,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->side_fork) cudaEventDestroy(be->side_fork);
     if (be->side_done) cudaEventDestroy(be->side_done);
     if (be->side_stream) cudaStreamDestroy(be->side_stream);
+    fm_cuda_load_stage_free(be);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -202,6 +204,7 @@ static void cu_side_join(fm_backend *bb) {
 static fm_status cu_reserve(fm_backend *bb, size_t workspace, size_t side_workspace, fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     if (be->work_fixed) return fm_fail(err, FM_ERR_USAGE, "cuda backend: the workspace is already reserved");
+    fm_cuda_load_stage_free(be); /* the load is over: its pinned staging goes back to the host */
     if (side_workspace > 0) {
         fm_status st = reserve_side(be, side_workspace, err);
         if (st) return st;

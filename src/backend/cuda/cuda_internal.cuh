@@ -92,6 +92,11 @@ typedef struct cuda_backend {
     void *side_cublas_ws;
     cudaEvent_t side_fork, side_done; // recorded on the main stream at side_begin, on the side stream at side_end
     bool in_side;
+    // the load's two pinned staging buffers for native int4 banks (cuda_bank_native_int4.cu): one is filled on every
+    // host core while the other's copy runs; load_copied[b] marks the end of buffer b's last copy
+    void *load_stage[2];
+    size_t load_stage_bytes;
+    cudaEvent_t load_copied[2];
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
