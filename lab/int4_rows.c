@@ -10,7 +10,7 @@
  * The output is one pre-touched buffer of the whole bank size, as a load writes fresh staging, not a cached one.
  *
  * Build and run (from the repository root, after `make NVCC= BUILD=build/cpu build/cpu/libfp8moe.a`):
- *   cc -std=c11 -D_DEFAULT_SOURCE -O2 -fopenmp -Iinclude -Isrc bench/lab/int4_rows.c build/cpu/libfp8moe.a \
+ *   cc -std=c11 -D_DEFAULT_SOURCE -O2 -fopenmp -Iinclude -Isrc lab/int4_rows.c build/cpu/libfp8moe.a \
  *      -lcjson -lpcre2-8 -lutf8proc -lmicrohttpd -lpthread -lm -o build/cpu/int4_rows && build/cpu/int4_rows DIR [R]
  */
 #include <omp.h>
