@@ -128,6 +128,7 @@ static const fm_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,
+    .moe_add_rmsnorm = cpu_moe_add_rmsnorm,
     .sample = cpu_sample,
     .gated_qk_norm_rope = cpu_gated_qk_norm_rope,
     .sigmoid_mul = cpu_sigmoid_mul,

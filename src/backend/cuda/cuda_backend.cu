@@ -439,7 +439,7 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     }
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                         a_dispatch, (bf16 *)out);
+                         a_dispatch, NULL, (bf16 *)out);
     else if (cublas_experts(gate_up, down))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
@@ -509,6 +509,24 @@ static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_ba
         fm_cuda_add_rmsnorm_f32((float *)acc, (const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out,
                                 stream(bb));
     else fm_cuda_add_rmsnorm((bf16 *)acc, (const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
+}
+
+/* the W4A8 experts (fp8, fp4): the combine, residual add and norm in the moe's last kernel; other banks (ref, ref32,
+   int4): the two ops */
+static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                               const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                               void *y, void *acc, const fm_bank *norm, float eps, void *out) {
+    if (!f32(bb) && fm_cuda_w4a8_takes(gate_up->fmt) && !(gate_up->slot_of && gate_up->fmt != FM_W_INT4_G128_TC)) {
+        const bool fp4 = a_dispatch == FM_A_MXFP4 || a_dispatch == FM_A_NVFP4;
+        require_afmt(gate_up, fp4 ? FM_A_E4M3_G128 : a_dispatch, "moe_add_rmsnorm");
+        require_afmt(down, a_down, "moe_add_rmsnorm");
+        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
+        fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
+                         a_dispatch, &tail, (bf16 *)out);
+        return;
+    }
+    cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
+    cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
 }
 
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
@@ -632,6 +650,7 @@ static const fm_backend_ops cuda_ops = {
     .swiglu = cu_swiglu,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
+    .moe_add_rmsnorm = cu_moe_add_rmsnorm,
     .sample = cu_sample,
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,
     .sigmoid_mul = cu_sigmoid_mul,
