@@ -1287,6 +1287,46 @@ static void test_moe_add_rmsnorm_is_the_chain(void **state) {
     }
 }
 
+/* linear_add_rmsnorm (a projection with the residual add and norm after it, route decode.fused) is linear followed by
+ * add_rmsnorm, bit for bit, in every dense format (W8A8 included: the o projection of --dense w8a8) */
+static void test_linear_add_rmsnorm_is_the_chain(void **state) {
+    (void)state;
+    seed(17);
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
+    const int64_t Ms[] = {1, 3, 8};
+    const int64_t K = 256, N = 200;
+    for (size_t pi = 0; pi < 4; pi++) {
+        fm_backend *be = make_backend(presets[pi]);
+        const bool w8a8 = pi == 3; /* --dense w8a8 */
+        const fm_wformat wf = w8a8 ? FM_W_E4M3_PT : be->plan.w_dense;
+        const fm_afmt af = w8a8 ? FM_A_E4M3_PT : be->plan.a_dense;
+        for (int mi = 0; mi < 3; mi++) {
+            const int64_t M = Ms[mi];
+            float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f);
+            float *nw = rand_array(N, 1.0f);
+            fm_bank *wb = make_bank(be, w, 1, N, K, wf), *nb = make_bank(be, nw, 1, 1, N, FM_W_F32);
+            float *xd = act(be, M * K), *y1 = act(be, M * N), *y2 = act(be, M * N), *a1 = act(be, M * N),
+                  *a2 = act(be, M * N), *h1 = act(be, M * N), *h2 = act(be, M * N);
+            be->ops->upload_f32(be, x, M * K, xd);
+            be->ops->upload_f32(be, r0, M * N, a1), be->ops->upload_f32(be, r0, M * N, a2);
+            be->ops->linear_add_rmsnorm(be, wb, xd, M, af, y1, a1, nb, 1e-6f, h1);
+            be->ops->linear(be, wb, 0, xd, M, af, y2);
+            be->ops->add_rmsnorm(be, a2, y2, nb, M, N, 1e-6f, h2);
+            assert_memory_equal(y1, y2, (size_t)(M * N) * sizeof(float)); /* the projection */
+            assert_memory_equal(a1, a2, (size_t)(M * N) * sizeof(float)); /* the residual stream */
+            assert_memory_equal(h1, h2, (size_t)(M * N) * sizeof(float)); /* the next block's input */
+            double moved = 0;
+            for (int64_t i = 0; i < M * N; i++) moved += fabs((double)y1[i]);
+            assert_true(moved > 0);
+            free(w), free(x), free(r0), free(nw);
+            be->ops->free(be, xd), be->ops->free(be, y1), be->ops->free(be, y2), be->ops->free(be, a1);
+            be->ops->free(be, a2), be->ops->free(be, h1), be->ops->free(be, h2);
+            be->ops->bank_free(be, wb), be->ops->bank_free(be, nb);
+        }
+        be->ops->destroy(be);
+    }
+}
+
 /* --dispatch: the moe op with an FP4 dispatch buffer is the same op on the buffer's dequantized values (NVFP4: one
  * tensor scale over every routed row, i.e. over x; MXFP4: per 32-block) up to the GEMM's expansion to e4m3 with one
  * scale per 128-group (exact here for MXFP4, whose blocks lie within 3 binades of each other: only the order of the
@@ -1467,6 +1507,7 @@ int main(void) {
         cmocka_unit_test(test_moe_vs_double),
         cmocka_unit_test(test_moe_is_composition),
         cmocka_unit_test(test_moe_add_rmsnorm_is_the_chain),
+        cmocka_unit_test(test_linear_add_rmsnorm_is_the_chain),
         cmocka_unit_test(test_moe_fp4_dispatch),
         cmocka_unit_test(test_bank_bad_parts),
         cmocka_unit_test(test_thread_determinism),

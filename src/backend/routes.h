@@ -191,8 +191,9 @@ int fm_routes_gdn_state(const fm_routes *r);
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
 /* The fused ops of a step (decode.fused): the MoE block's combine with the residual add and the next RMSNorm in one
- * kernel (moe_add_rmsnorm). Default off: compiled and tested against the CPU reference, not yet measured on a GPU
- * (bench/NOTES.md 2026-12-05, "a decode step's kernels, from the code"). */
+ * kernel (moe_add_rmsnorm), the o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA). Default off:
+ * compiled and tested against the CPU reference, not yet measured on a GPU (bench/NOTES.md 2026-12-05, "a decode step's
+ * kernels, from the code"). */
 bool fm_routes_decode_fused(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,

@@ -270,7 +270,7 @@ static void tensor_parallel_sum(fm_model *m, void *y, int64_t n) {
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
 static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t n_attn,
-                            fw_timer *tm) {
+                            bool fused_o, fw_timer *tm) {
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
     fm_backend *be = m->be;
@@ -312,6 +312,7 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
     dump(be, "attention", l, b.att, T * nh * hd);
     tick(tm, FM_STAGE_ATTENTION);
+    if (fused_o) return; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
     if (m->tp_comm) tensor_parallel_sum(m, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
@@ -377,9 +378,14 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
+        /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
+        const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !m->tp_comm && ops->linear_add_rmsnorm &&
+                             fm_routes_decode_fused(&m->routes);
         if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(m, L, l, T, attn, n_gdn++, tm);
-        else attention_mixer(m, L, l, T, attn, n_attn++, tm);
-        ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        else attention_mixer(m, L, l, T, attn, n_attn++, fused_o, tm);
+        if (fused_o)
+            ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
+        else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
         tick(tm, FM_STAGE_OTHER);
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */

@@ -9,3 +9,9 @@ void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *
     cpu_moe(be, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
     cpu_add_rmsnorm(be, acc, y, norm, T, down->rows, eps, out);
 }
+
+void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
+                            void *acc, const fm_bank *norm, float eps, void *out) {
+    cpu_linear(be, w, 0, x, M, afmt, y);
+    cpu_add_rmsnorm(be, acc, y, norm, M, w->rows, eps, out);
+}

@@ -15,8 +15,8 @@
 typedef __nv_bfloat16 bf16;
 
 static __global__ __launch_bounds__(NORM_THREADS) void moe_combine_add_rmsnorm_kernel(
-    const bf16 *__restrict__ y, const int32_t *__restrict__ slot_of, const bf16 *__restrict__ w, int32_t k,
-    int64_t H, bf16 *__restrict__ acc, const bf16 *__restrict__ norm, float eps, bf16 *__restrict__ out) {
+    const bf16 *__restrict__ y, const int32_t *__restrict__ slot_of, const bf16 *__restrict__ w, int32_t k, int64_t H,
+    bf16 *__restrict__ acc, const bf16 *__restrict__ norm, float eps, bf16 *__restrict__ out) {
     pdl_launch_dependents();
     const int64_t t = blockIdx.x;
     float wv[NORM_CHUNKS][8], v[NORM_CHUNKS][8], m[NORM_CHUNKS][8];
@@ -80,8 +80,8 @@ extern "C" void fm_cuda_moe_combine_add_rmsnorm(const bf16 *y, const int32_t *sl
         fm_cuda_add_rmsnorm(acc, scratch, norm, T, H, eps, out, s);
         return;
     }
-    void *args[] = {(void *)&y, (void *)&slot_of, (void *)&w,    (void *)&k,   (void *)&H,
-                    (void *)&acc, (void *)&norm,  (void *)&eps, (void *)&out};
+    void *args[] = {(void *)&y,   (void *)&slot_of, (void *)&w,   (void *)&k,  (void *)&H,
+                    (void *)&acc, (void *)&norm,    (void *)&eps, (void *)&out};
     fm_cuda_launch_pdl((const void *)moe_combine_add_rmsnorm_kernel, dim3((unsigned)T), dim3(NORM_THREADS), 0, s, args,
                        pdl);
     FM_LAUNCH_CHECK("moe_combine_add_rmsnorm");

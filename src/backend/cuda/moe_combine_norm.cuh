@@ -10,11 +10,10 @@
 // in fp32: fm_cuda_moe_combine), acc[t, :] = bf16(acc[t, :] + m), out[t, :] = rmsnorm(acc[t, :]) * norm: bit for bit
 // fm_cuda_moe_combine into scratch [T, H] then fm_cuda_add_rmsnorm. One launch (PDL when pdl) for rows of a width
 // that is a multiple of 8 up to 4096 on 16-byte aligned buffers; otherwise those two launches, through scratch.
-extern "C" void fm_cuda_moe_combine_add_rmsnorm(const __nv_bfloat16 *y, const int32_t *slot_of,
-                                                const __nv_bfloat16 *w, int64_t T, int32_t k, int64_t H,
-                                                __nv_bfloat16 *scratch, __nv_bfloat16 *acc,
-                                                const __nv_bfloat16 *norm, float eps, __nv_bfloat16 *out, bool pdl,
-                                                cudaStream_t s);
+extern "C" void fm_cuda_moe_combine_add_rmsnorm(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w,
+                                                int64_t T, int32_t k, int64_t H, __nv_bfloat16 *scratch,
+                                                __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
+                                                __nv_bfloat16 *out, bool pdl, cudaStream_t s);
 
 // What the moe op does with the combined rows when its caller asks for the fused end (fm_cuda_moe_w4a8): the
 // arguments of fm_cuda_moe_combine_add_rmsnorm other than the rows, the weights and the output.
