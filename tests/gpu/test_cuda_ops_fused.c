@@ -60,13 +60,16 @@ static block_in make_block(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I
     return b;
 }
 
-static void free_block(block_in *b) { free(b->gu), free(b->dn), free(b->x), free(b->resid), free(b->norm), free(b->w), free(b->ids); }
+static void free_block(block_in *b) {
+    free(b->gu), free(b->dn), free(b->x), free(b->resid), free(b->norm), free(b->w), free(b->ids);
+}
 
 /* The block's end on backend be: fused (moe_add_rmsnorm, x's buffer taking the norm) or the chain (moe, add_rmsnorm).
  * Returns the residual after the add and the normed rows (host, caller frees). */
 static void run_end(fm_backend *be, const block_in *b, fm_wformat fmt, bool fused, float **acc_out, float **h_out) {
     const int64_t T = b->T, H = b->H;
-    fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, H, fmt, true), *db = gpu_bank(be, b->dn, b->E, H, b->I, fmt, false);
+    fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, H, fmt, true),
+            *db = gpu_bank(be, b->dn, b->E, H, b->I, fmt, false);
     fm_bank *nb = gpu_bank(be, b->norm, 1, 1, H, be->plan.w_other, false);
     void *wd = gpu_upload(be, b->w, T * b->k), *idd = be->ops->alloc(be, (size_t)(T * b->k) * sizeof(int32_t));
     be->ops->upload_ids(be, b->ids, T * b->k, idd);
@@ -128,7 +131,7 @@ static void test_moe_add_rmsnorm_w4a8(void **s) {
     for (int i = 0; i < 5; i++) end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Td[i], 128, 8, 2048, 768);
     const int64_t Ts[] = {1, 7, 300};
     for (int i = 0; i < 3; i++) {
-        end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 8, 2, 200, 72);  /* one kernel */
+        end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 8, 2, 200, 72);   /* one kernel */
         end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 13, 5, 196, 200); /* H % 8 != 0: the two kernels */
     }
 }
@@ -146,9 +149,11 @@ static void test_moe_add_rmsnorm_reference_experts(void **s) {
  * inputs) or the chain; returns y, the residual and the normed rows (host, caller frees) */
 static void run_proj(fm_backend *be, const float *w, const float *x, const float *resid, const float *norm, int64_t M,
                      int64_t K, int64_t N, bool fused, int calls, float **y_out, float **acc_out, float **h_out) {
-    fm_bank *wb = gpu_bank(be, w, 1, N, K, be->plan.w_dense, false), *nb = gpu_bank(be, norm, 1, 1, N, be->plan.w_other, false);
+    fm_bank *wb = gpu_bank(be, w, 1, N, K, be->plan.w_dense, false),
+            *nb = gpu_bank(be, norm, 1, 1, N, be->plan.w_other, false);
     void *xd = gpu_upload(be, x, M * K), *y_base, *acc_base, *h_base;
-    void *y = gpu_guarded(be, M * N, &y_base), *acc = gpu_guarded(be, M * N, &acc_base), *h = gpu_guarded(be, M * N, &h_base);
+    void *y = gpu_guarded(be, M * N, &y_base), *acc = gpu_guarded(be, M * N, &acc_base),
+         *h = gpu_guarded(be, M * N, &h_base);
     for (int c = 0; c < (fused ? calls : 1); c++) {
         be->ops->upload_f32(be, resid, M * N, acc);
         if (fused) be->ops->linear_add_rmsnorm(be, wb, xd, M, be->plan.a_dense, y, acc, nb, 1e-6f, h);
@@ -173,14 +178,15 @@ static void proj_case(fm_preset p, fm_dense dense, int64_t M, int64_t K, int64_t
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
     if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
     assert_non_null(gpu->ops->linear_add_rmsnorm);
-    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f), *nw = rand_array(N, 1.0f);
+    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f),
+          *nw = rand_array(N, 1.0f);
     float *f[3], *c[3], *r[3]; /* y, residual, normed rows: fused GPU, chain GPU, CPU reference */
     run_proj(gpu, w, x, r0, nw, M, K, N, true, 2, &f[0], &f[1], &f[2]);
     run_proj(gpu, w, x, r0, nw, M, K, N, false, 1, &c[0], &c[1], &c[2]);
     run_proj(cpu, w, x, r0, nw, M, K, N, true, 1, &r[0], &r[1], &r[2]);
     char what[128];
-    snprintf(what, sizeof what, "linear_add_rmsnorm %s M=%lld K=%lld N=%lld", fm_wformat_name(plan.w_dense), (long long)M,
-             (long long)K, (long long)N);
+    snprintf(what, sizeof what, "linear_add_rmsnorm %s M=%lld K=%lld N=%lld", fm_wformat_name(plan.w_dense),
+             (long long)M, (long long)K, (long long)N);
     for (int o = 0; o < 3; o++)
         for (int64_t i = 0; i < M * N; i++)
             if (memcmp(&f[o][i], &c[o][i], sizeof(float)))

@@ -33,7 +33,7 @@ static __global__ __launch_bounds__(NORM_THREADS) void moe_combine_add_rmsnorm_k
 #pragma unroll
     for (int j = 0; j < NORM_CHUNKS; j++) {
         const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
-        if (c < H) load8f(ar + c, v[j]);
+        if (c < H) load8f_cg(ar + c, v[j]); /* through L2: the residual and the rows are earlier kernels' */
     }
     for (int32_t i = 0; i < k; i++) {
         const int64_t p = t * k + i, row = slot_of ? slot_of[p] : p;
@@ -42,7 +42,7 @@ static __global__ __launch_bounds__(NORM_THREADS) void moe_combine_add_rmsnorm_k
         for (int j = 0; j < NORM_CHUNKS; j++) {
             const int64_t c = 8 * ((int64_t)threadIdx.x + j * NORM_THREADS);
             if (c >= H) continue;
-            const uint4 raw = __ldg((const uint4 *)(y + row * H + c));
+            const uint4 raw = __ldcg((const uint4 *)(y + row * H + c));
             const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
 #pragma unroll
             for (int q = 0; q < 4; q++) {

@@ -80,4 +80,13 @@ static __device__ __forceinline__ float act_round(float v, const __nv_bfloat16 *
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
+// 8 bf16 through L2 only: rows another CTA of the grid, or a kernel this one overlaps under PDL, wrote
+// (L1 is not coherent)
+static __device__ __forceinline__ void load8f_cg(const __nv_bfloat16 *p, float v[8]) {
+    const uint4 raw = __ldcg((const uint4 *)p);
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[2 * i] = __low2float(h[i]), v[2 * i + 1] = __high2float(h[i]);
+}
+
 #endif

@@ -23,15 +23,6 @@ static inline bool fm_row_tail_takes(int64_t N, const void *y, const void *acc, 
            (((uintptr_t)y | (uintptr_t)acc | (uintptr_t)norm | (uintptr_t)out) & 15) == 0;
 }
 
-// 8 bf16 through L2 only: rows this grid's other CTAs (or an earlier, still co-resident kernel) wrote, which L1 may
-// hold stale
-static __device__ __forceinline__ void load8f_cg(const __nv_bfloat16 *p, float v[8]) {
-    const uint4 raw = __ldcg((const uint4 *)p);
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[2 * i] = __low2float(h[i]), v[2 * i + 1] = __high2float(h[i]);
-}
-
 // acc[m] += y[m], out[m] = rmsnorm(acc[m]) * norm for the M rows of N: the whole CTA (NORM_THREADS threads), row by row
 static __device__ void tail_rows_add_rmsnorm(const fm_row_tail &tl, const __nv_bfloat16 *y, int64_t N, int64_t M) {
     float wv[NORM_CHUNKS][8];
