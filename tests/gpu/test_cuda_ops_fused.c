@@ -4,8 +4,9 @@
  *   reference (cpu_fused.c: the CPU chain) with the moe's bound (W4A8 3e-2, bf16 1e-2, fp32 1e-5: test_cuda_ops.c's
  *   top). Outputs between NaN guards; the moe's input buffer is also the norm's output, as the engine calls it.
  *   Shapes: Qwen3-30B-A3B's (E 128, k 8, H 2048, I 768) at decode batches 1, 2, 8, 9 (the grouped GEMVs) and 64 (the
- *   grouped GEMM), small odd ones (H 200: the one-kernel form; H 196, not a multiple of 8: its two-kernel fallback),
- *   and the ref / ref32 experts (cuBLAS: the op runs the two ops).
+ *   grouped GEMM), test_cuda_ops's small odd ones (E 8, k 2, H 200, I 72; E 13, k 5, H 384, I 200), and the ref /
+ *   ref32 experts (cuBLAS: the op runs the two ops). The kernel's two-launch fallback (rows not a multiple of 8, or
+ *   unaligned) is the two existing launchers in order; no moe shape here reaches it.
  *   linear_add_rmsnorm: the same two checks (y, the residual and the normed rows), W8A8 (--dense w8a8) at the GEMV's
  *   rows (M 1, 2, 3, 8: the add + norm in its last CTA) and above (9, 16: cuBLASLt, then add_rmsnorm), the o projection
  *   of Qwen3-30B-A3B (4096 -> 2048), q|k|v's 5120 rows (above the tail's 4096: the two ops), K 200 -> N 208; each
@@ -132,7 +133,7 @@ static void test_moe_add_rmsnorm_w4a8(void **s) {
     const int64_t Ts[] = {1, 7, 300};
     for (int i = 0; i < 3; i++) {
         end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 8, 2, 200, 72);   /* one kernel */
-        end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 13, 5, 196, 200); /* H % 8 != 0: the two kernels */
+        end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 13, 5, 384, 200); /* test_cuda_ops's odd expert shape */
     }
 }
 
