@@ -310,6 +310,18 @@ typedef struct fm_backend_ops {
      * and the next block's norm, fused into one pass where the backend can) */
     void (*add_rmsnorm)(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
                         float eps, void *out);
+    /* The MoE block's end in one op (route decode.fused): exactly moe(gate_up, down, x, T, ids, weights, k,
+     * a_dispatch, a_down) into y, then add_rmsnorm(acc, y, norm, T, H, eps, out), H = down->rows. The backend may fold
+     * the routed rows' weighted combine, the residual add and the norm into one kernel, y then left unspecified (it is
+     * scratch [T, H]); out may be x (the moe reads x before the norm writes out). NULL where a backend has none. */
+    void (*moe_add_rmsnorm)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                            const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                            void *y, void *acc, const fm_bank *norm, float eps, void *out);
+    /* A projection and the residual add + RMSNorm after it in one op (route decode.fused: a decode step's o
+     * projection): exactly linear(w, 0, x, M, afmt, y), then add_rmsnorm(acc, y, norm, M, w->rows, eps, out); y holds
+     * the projection after it as after linear. NULL where a backend has none. */
+    void (*linear_add_rmsnorm)(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
+                               void *acc, const fm_bank *norm, float eps, void *out);
     /* One token per row of logits [B, vocab] (act dtype), as src/engine/sampler.h defines the step. Row r belongs to
      * sequence slot row_slot[r] (int32 [B]); indexed by slot, in backend memory: params (fm_sampling), steps
      * (uint64: the draw's counter, incremented), counts (int32 [slots][vocab]) and seen (uint8 [slots][vocab]), the

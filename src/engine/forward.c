@@ -270,7 +270,7 @@ static void tensor_parallel_sum(fm_model *m, void *y, int64_t n) {
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
 static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t n_attn,
-                            fw_timer *tm) {
+                            bool fused_o, fw_timer *tm) {
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
     fm_backend *be = m->be;
@@ -312,6 +312,7 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
     dump(be, "attention", l, b.att, T * nh * hd);
     tick(tm, FM_STAGE_ATTENTION);
+    if (fused_o) return; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
     if (m->tp_comm) tensor_parallel_sum(m, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
@@ -377,11 +378,19 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
+        /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
+        const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !m->tp_comm && ops->linear_add_rmsnorm &&
+                             fm_routes_decode_fused(&m->routes);
         if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(m, L, l, T, attn, n_gdn++, tm);
-        else attention_mixer(m, L, l, T, attn, n_attn++, tm);
-        ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        else attention_mixer(m, L, l, T, attn, n_attn++, fused_o, tm);
+        if (fused_o)
+            ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
+        else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
         tick(tm, FM_STAGE_OTHER);
+        /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
+        const bool fuse_tail = L->is_moe && !m->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
+                               ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
@@ -401,8 +410,13 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
                 /* experts in host memory: the pool's slots, the routed experts made resident first */
                 const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
                 if (m->experts) tick(tm, FM_STAGE_FETCH);
-                ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
-                         b.y);
+                if (fuse_tail) /* the residual add and the next norm below, in the moe's last kernel */
+                    ops->moe_add_rmsnorm(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok,
+                                         p->a_dispatch, p->a_expert, b.y, b.x, m->layers[l + 1].attn_norm,
+                                         c->rms_norm_eps, b.h);
+                else
+                    ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch,
+                             p->a_expert, b.y);
             }
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
                 if (!beside) shared_expert(m, L, T);
@@ -414,12 +428,12 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
             ops->swiglu(be, b.gu, T, c->dense_intermediate, b.act);
             ops->linear(be, L->down, 0, b.act, T, p->a_dense, b.y);
         }
-        dump(be, "ffn", l, b.y, T * H);
+        if (!fuse_tail) dump(be, "ffn", l, b.y, T * H);
         tick(tm, FM_STAGE_EXPERTS);
         /* the residual add and the next layer's attention norm in one op; the last layer's add stands alone (the
-           final norm may take only the last row) */
-        if (l + 1 < m->n_layers) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
-        else ops->add(be, b.x, b.y, T * H);
+           final norm may take only the last row; fused: moe_add_rmsnorm did both) */
+        if (l + 1 == m->n_layers) ops->add(be, b.x, b.y, T * H);
+        else if (!fuse_tail) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
         dump(be, "residual", l, b.x, T * H);
     }
     /* the final norm and lm_head: every position, or only the last one (what generation and benchmarks need) */

@@ -114,6 +114,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->cublas_ws) cudaFree(be->cublas_ws);
     if (be->router_counter) cudaFree(be->router_counter);
+    if (be->tail_counter) cudaFree(be->tail_counter);
     if (be->side_cublas) cublasDestroy(be->side_cublas);
     if (be->side_cublas_ws) cudaFree(be->side_cublas_ws);
     if (be->side_work) cudaFree(be->side_work);
@@ -442,7 +443,7 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     }
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                         a_dispatch, (bf16 *)out);
+                         a_dispatch, NULL, (bf16 *)out);
     else if (cublas_experts(gate_up, down))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
@@ -512,6 +513,36 @@ static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_ba
         fm_cuda_add_rmsnorm_f32((float *)acc, (const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out,
                                 stream(bb));
     else fm_cuda_add_rmsnorm((bf16 *)acc, (const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
+}
+
+/* the W4A8 experts (fp8, fp4): the combine, residual add and norm in the moe's last kernel; other banks (ref, ref32,
+   int4): the two ops */
+static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                               const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                               void *y, void *acc, const fm_bank *norm, float eps, void *out) {
+    if (!f32(bb) && fm_cuda_w4a8_takes(gate_up->fmt) && !(gate_up->slot_of && gate_up->fmt != FM_W_INT4_G128_TC)) {
+        const bool fp4 = a_dispatch == FM_A_MXFP4 || a_dispatch == FM_A_NVFP4;
+        require_afmt(gate_up, fp4 ? FM_A_E4M3_G128 : a_dispatch, "moe_add_rmsnorm");
+        require_afmt(down, a_down, "moe_add_rmsnorm");
+        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
+        fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
+                         a_dispatch, &tail, (bf16 *)out);
+        return;
+    }
+    cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
+    cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
+}
+
+/* W8A8 dense weights at the decode GEMV's rows: the add + norm in the GEMV's last CTA; otherwise the two ops */
+static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
+                                  void *acc, const fm_bank *norm, float eps, void *out) {
+    require_afmt(w, afmt, "linear_add_rmsnorm");
+    if (!f32(bb) && w->fmt == FM_W_E4M3_PT &&
+        fm_cuda_linear_w8a8_add_rmsnorm(cuda_be(bb), w, (const bf16 *)x, M, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0),
+                                        eps, (bf16 *)out))
+        return;
+    cu_linear(bb, w, 0, x, M, afmt, y);
+    cu_add_rmsnorm(bb, acc, y, norm, M, w->rows, eps, out);
 }
 
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
@@ -635,6 +666,8 @@ static const fm_backend_ops cuda_ops = {
     .swiglu = cu_swiglu,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
+    .moe_add_rmsnorm = cu_moe_add_rmsnorm,
+    .linear_add_rmsnorm = cu_linear_add_rmsnorm,
     .sample = cu_sample,
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,
     .sigmoid_mul = cu_sigmoid_mul,
@@ -708,9 +741,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     else snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (cudaMalloc(&be->router_counter, sizeof *be->router_counter) != cudaSuccess ||
-        cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess) {
+        cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess ||
+        cudaMalloc(&be->tail_counter, sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMemset(be->tail_counter, 0, sizeof *be->tail_counter) != cudaSuccess) {
         cu_destroy(&be->base);
-        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the router's counter");
+        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the CTA counters");
     }
     /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
     if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS ||

@@ -80,11 +80,12 @@ typedef struct cuda_backend {
     cudaEvent_t *marks;       // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
+    unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,
        so every op issues there unchanged. Not swapped, so never used by both chains at once: the fused router's
-       counter (router_counter) and the W8A8 quantizer's grid barrier (lt->grid_sync); the forward pass puts no
-       router or W8A8 linear on the main chain while the side chain runs one */
+       counter (router_counter), the GEMV tail's (tail_counter) and the W8A8 quantizer's grid barrier (lt->grid_sync);
+       the forward pass puts no router or W8A8 linear on the main chain while the side chain runs one */
     cudaStream_t side_stream;
     cublasHandle_t side_cublas;
     void *side_work;
