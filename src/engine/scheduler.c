@@ -51,7 +51,6 @@ struct fm_sched {
     int32_t n, cap;
     int64_t next_id;
     int64_t budget;                 /* tokens of a mixed step; 0: prefill chunks and decode steps alternate */
-    int32_t rotate;                 /* the first running request decoded when the batch is larger than the budget */
     bool last_prefill;              /* the previous unit of work was a prefill chunk: a decode step goes next */
     int64_t rows;                   /* of the arrays below: max(chunk, budget) */
     int32_t *h_ids, *h_seq, *h_pos; /* [rows] the step's rows */
@@ -402,18 +401,12 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     return FM_OK;
 }
 
-/* The running requests that decode this step (at most `most`, taken in turn from the rotation point when there are
- * more), each with room for its token, into d_ids / d_seqs / d_who; their count. A full pool ends that request. */
-static int32_t decode_rows(fm_sched *s, int64_t most) {
-    int32_t n_run = 0; /* the running requests, in order, into c_who (free until the chunks are chosen) */
+/* The running requests, each with room for its next token, into d_ids / d_seqs / d_who; their count. A full pool
+ * ends that request. */
+static int32_t decode_rows(fm_sched *s) {
+    int32_t n = 0;
     for (int32_t i = 0; i < s->n; i++)
-        if (s->reqs[i]->state == RQ_RUNNING) s->c_who[n_run++] = s->reqs[i];
-    int32_t n = n_run, first = 0;
-    if (n_run > most) {
-        first = s->rotate % n_run, n = (int32_t)most;
-        s->rotate = (int32_t)((first + most) % n_run);
-    }
-    for (int32_t j = 0; j < n; j++) s->d_who[j] = s->c_who[(first + j) % n_run];
+        if (s->reqs[i]->state == RQ_RUNNING) s->d_who[n++] = s->reqs[i];
     int32_t kept = 0;
     for (int32_t j = 0; j < n; j++) {
         rq *q = s->d_who[j];
@@ -464,7 +457,7 @@ static fm_status decode_run(fm_sched *s, int32_t n, fm_error *err) {
     return FM_OK;
 }
 
-static fm_status decode(fm_sched *s, fm_error *err) { return decode_run(s, decode_rows(s, INT32_MAX), err); }
+static fm_status decode(fm_sched *s, fm_error *err) { return decode_run(s, decode_rows(s), err); }
 
 /* With the prefix cache on, a prompt whose first block is that of a prompt being prefilled waits for it: started
  * now it would compute the shared blocks again; once they are named it maps them (as one prefill at a time did). */
@@ -515,7 +508,8 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     fm_model *m = s->m;
     fm_kv_state *kv = m->kv;
     fm_backend *be = m->be;
-    const int32_t n_dec = decode_rows(s, s->budget);
+    /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
+    const int32_t n_dec = decode_rows(s);
     int32_t n_chunks;
     fm_status st = prefill_rows(s, s->budget - n_dec, &n_chunks, err);
     if (st) return st;
