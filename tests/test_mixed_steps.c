@@ -44,8 +44,8 @@ static const config k_configs[] = {
 
 /* what the events of each request said, and at which step */
 typedef struct rec {
-    int64_t step;       /* the step being run */
-    int64_t most_rows;  /* the most prompt and decode tokens one step ran */
+    int64_t step;      /* the step being run */
+    int64_t most_rows; /* the most prompt and decode tokens one step ran */
     int32_t ids[N_REQ][NEW];
     float lp[N_REQ][NEW], top[N_REQ][NEW][TOP];
     int64_t at[N_REQ][NEW]; /* the step of each token */
@@ -196,11 +196,11 @@ static void test_budgets_match_lone_runs(void **state) {
             }
             printf("%s %s%s budget %lld: tokens equal to the lone runs, log-probabilities within %.2g; widest gap "
                    "while prompts arrive %lld steps\n",
-                   cf->model, fm_preset_name(cf->preset), cf->plan_backend ? " (cuda plan)" : "",
-                   (long long)budgets[b], (double)worst, (long long)gap_during_prefill(r));
+                   cf->model, fm_preset_name(cf->preset), cf->plan_backend ? " (cuda plan)" : "", (long long)budgets[b],
+                   (double)worst, (long long)gap_during_prefill(r));
             assert_true(worst <= cf->tol);
             if (budget >= N_REQ) assert_int_equal(gap_during_prefill(r), 1); /* a token every step */
-            if (budget == 0) assert_true(gap_during_prefill(r) >= 2);       /* prefill chunks between decode steps */
+            if (budget == 0) assert_true(gap_during_prefill(r) >= 2);        /* prefill chunks between decode steps */
             if (budget > 0) assert_true(r->most_rows <= budget); /* the decode batch too: it never outgrows it */
             if (budget >= MAX_PROMPT) assert_true(r->most_rows > N_REQ); /* prompt and decode tokens together */
             free(r);
