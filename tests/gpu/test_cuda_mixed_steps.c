@@ -143,7 +143,8 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
         double worst = 0.0;
         for (int i = 0; i < N_REQ; i++) {
             int k = 0;
-            while (k < NEW && r->ids[i][k] == ref->ids[i][k]) worst = fmax(worst, fabs(r->lp[i][k] - ref->lp[i][k])), k++;
+            while (k < NEW && r->ids[i][k] == ref->ids[i][k])
+                worst = fmax(worst, fabs(r->lp[i][k] - ref->lp[i][k])), k++;
             if (k < first_diff) first_diff = k;
         }
         printf("%s %s budget %lld: tokens equal up to %d of %d, log-probabilities within %.3g there; at most %lld "
