@@ -36,8 +36,8 @@ const HELP = `usage: node bench/serve_bench.mjs --url URL [options]
                        --probe-prompt-tokens 1800)
   --workload W         random (default): the prompt set above;
                        arrivals: the clients are streams decoding while long prompts keep arriving (the probe, of
-                       --probe-prompt-tokens ids, default 1800): the streams' inter-token latency while a prompt is in
-                       flight is reported apart, with its p99/p50 (mixed steps keep it near 1: docs/mixed-steps.md);
+                       --probe-prompt-tokens ids, default 1800): the streams' inter-token gaps that overlap a
+                       prompt's prefill are reported apart, p50, p99 and p99/p50 (docs/mixed-steps.md);
                        shared-prefix: every prompt is one system prompt of --prefix-tokens ids, then --prompt-tokens
                        ids of its own (N clients, one system prompt);
                        multi-turn: each client holds conversations of --turns turns: turn 1 is a prompt of
@@ -173,8 +173,8 @@ async function runLevel(a, model, prompts, probePrompts, clients) {
                     : { prompt: prompts[(c + r) % prompts.length], turn: 0 };
                 const sent = performance.now();
                 const x = await oneRequest(a, model, prompt);
-                for (let i = 1; i < x.times.length; i++) /* a token that arrived while an arrival was in flight */
-                    if (inFlight.some(([from, to]) => sent + x.times[i] > from && sent + x.times[i] <= to))
+                for (let i = 1; i < x.times.length; i++) /* a gap between tokens that overlaps an arrival's prefill */
+                    if (inFlight.some(([from, to]) => sent + x.times[i] > from && sent + x.times[i - 1] < to))
                         itlArrivals.push(x.times[i] - x.times[i - 1]);
                 completed++, tokens += x.n, promptTokens += prompt.length, cachedTokens += x.cached;
                 if (x.times.length) ttft.push(x.times[0]), (turn === 0 ? ttftFirst : ttftLater).push(x.times[0]);

@@ -17,8 +17,8 @@ Workloads with shared prefixes (for the prefix cache; compare a server started w
                              new ids. TTFT is reported for first turns and for later ones apart.
 Both report the share of prompt tokens the server took from its cache (usage.prompt_tokens_details.cached_tokens).
   --workload arrivals        the clients are streams decoding while long prompts keep arriving (the probe, of
-                             --probe-prompt-tokens ids, default 1800): the streams' inter-token latency while a prompt
-                             is in flight is reported apart, with its p99/p50."""
+                             --probe-prompt-tokens ids, default 1800): the streams' inter-token gaps that overlap a
+                             prompt's prefill are reported apart, p50, p99 and p99/p50."""
 import argparse
 import datetime
 import http.client
@@ -133,8 +133,8 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
                 sent = time.perf_counter() * 1e3
                 times, n, cached = one_request(a, host, port, model, prompt)
                 with lock:
-                    for i in range(1, len(times)):  # a token that arrived while an arrival was in flight
-                        if any(f < sent + times[i] <= t for f, t in st["in_flight"]):
+                    for i in range(1, len(times)):  # a gap between tokens that overlaps an arrival's prefill
+                        if any(sent + times[i] > f and sent + times[i - 1] < t for f, t in st["in_flight"]):
                             st["itl_arrivals"].append(times[i] - times[i - 1])
                     st["completed"] += 1
                     st["tokens"] += n
