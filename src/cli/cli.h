@@ -41,7 +41,7 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out);
 /* --max-step-tokens N|off: N >= 1, or off (-1, fm_options.max_step_tokens) */
 bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out);
-/* The step budget the load resolved, on stderr (serve, chat, generate print it at start) */
+/* The step budget the load resolved, on stderr (serve prints it at start; chat and generate with --verbose) */
 void cli_print_step_tokens(const char *cmd, const fm_model *m);
 #define CLI_STEP_TOKENS_HELP                                                                                           \
     "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \

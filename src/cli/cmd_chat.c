@@ -409,7 +409,7 @@ int cmd_chat(int argc, char **argv) {
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         mo.opt.max_step_tokens = a.max_step_tokens;
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
-        if (!st) cli_print_step_tokens(cmd, ch.m);
+        if (!st && mo.opt.verbose) cli_print_step_tokens(cmd, ch.m);
     }
     if (!st) st = fm_sched_create(ch.m, mo.opt.max_tokens, &ch.s, &err);
     if (!st) {

@@ -562,7 +562,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     if (!st && (a->ep > 1 || a->tp > 1)) st = fm_rank_group_load(mo->model_dir, &mo->opt, &group, &err);
     if (!st && group) m = group->models[0];
     if (!st && !group) st = fm_model_load(mo->model_dir, &mo->opt, &m, &err);
-    if (!st) cli_print_step_tokens(cmd, m);
+    if (!st && mo->opt.verbose) cli_print_step_tokens(cmd, m); /* an error stays one line on stderr */
     const int32_t V = m ? fm_model_vocab_size(m) : 0;
     for (int32_t i = 0; !st && i < n; i++)
         st = fm_ids_check_vocab(prompts[i].path, prompts[i].ids, prompts[i].n, V, &err);
