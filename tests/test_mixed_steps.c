@@ -9,6 +9,8 @@
  *     sequences leave room beside them: a budget below max_seqs bounds the batch); a running stream gets a token at
  *     every step while prompts arrive (a long prompt delays it by one budgeted step at most); with the budget off it
  *     waits behind prefill chunks;
+ *   - a constrained request decoding while prompts complete beside it keeps to its mask, a logit bias holds, and
+ *     the tokens are those of the lone runs (each sampled row with its own sequence's mask and bias);
  *   - two prompts with a common prefix submitted together: the second maps the first's blocks (the prefix cache
  *     works as with one prefill at a time);
  *   - a budget larger than the pass the model was loaded for, or below -1, is refused by name. */
@@ -210,6 +212,63 @@ static void test_budgets_match_lone_runs(void **state) {
     }
 }
 
+/* a constraint: ids equal to 3 modulo 7 only */
+static void mask_mod7(void *user, uint32_t *words, int32_t vocab) {
+    (void)user;
+    for (int32_t w = 0; w < (vocab + 31) / 32; w++) words[w] = 0;
+    for (int32_t i = 3; i < vocab; i += 7) words[i / 32] |= 1u << (i % 32);
+}
+static bool accept_mod7(void *user, int32_t id) {
+    (void)user;
+    return id % 7 == 3;
+}
+
+/* requests a (constrained), b (a logit bias of +100 on one id) and c (plain) with their prompts and events into r */
+static void masked_requests(fm_model *m, const int32_t p[3][MAX_PROMPT], bool alone, rec *r) {
+    static const fm_token_constraint mod7 = {NULL, mask_mod7, accept_mod7};
+    static const fm_logit_bias bias = {77, 100.0f};
+    fm_sched *s;
+    fm_error err;
+    if (fm_sched_create(m, 0, &s, &err)) fail_msg("%s", err.msg);
+    fm_sched_request q[3];
+    for (int i = 0; i < 3; i++) q[i] = greedy(p[i], k_len[i], r);
+    q[0].params.constraint = &mod7;
+    q[1].params.logit_bias = &bias, q[1].params.n_logit_bias = 1;
+    if (alone) {
+        for (int i = 0; i < 3; i++) {
+            submit(s, &q[i]);
+            while (step(s, r)) assert_true(r->step < MAX_STEPS);
+        }
+    } else {
+        submit(s, &q[0]);
+        while (r->n[0] < 2) assert_true(step(s, r));
+        submit(s, &q[1]), submit(s, &q[2]); /* their prompts complete in steps where a decodes under its mask */
+        while (step(s, r)) assert_true(r->step < MAX_STEPS);
+    }
+    for (int i = 0; i < 3; i++) assert_int_equal(r->finals[i], 1), assert_int_equal(r->n[i], NEW);
+    fm_sched_free(s);
+}
+
+static void test_masks_and_bias_in_mixed_steps(void **state) {
+    (void)state;
+    fm_error err;
+    int32_t p[3][MAX_PROMPT];
+    rec *ref = calloc(1, sizeof *ref), *r = calloc(1, sizeof *r);
+    fm_model *m = load(&k_configs[0], -1, false, NULL, &err);
+    for (int i = 0; i < 3; i++) prompt_ids(p[i], k_len[i], fm_model_vocab_size(m), 211u + (uint32_t)i);
+    masked_requests(m, p, true, ref);
+    fm_model_free(m);
+    m = load(&k_configs[0], 12, false, NULL, &err);
+    masked_requests(m, p, false, r);
+    for (int k = 0; k < NEW; k++) {
+        assert_int_equal(r->ids[0][k] % 7, 3);
+        assert_int_equal(r->ids[1][k], 77);
+    }
+    for (int i = 0; i < 3; i++) assert_memory_equal(r->ids[i], ref->ids[i], sizeof ref->ids[i]);
+    fm_model_free(m);
+    free(ref), free(r);
+}
+
 static void test_prefix_shared_when_submitted_together(void **state) {
     (void)state;
     fm_error err;
@@ -250,6 +309,7 @@ static void test_budget_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budgets_match_lone_runs),
+        cmocka_unit_test(test_masks_and_bias_in_mixed_steps),
         cmocka_unit_test(test_prefix_shared_when_submitted_together),
         cmocka_unit_test(test_budget_refused),
     };
