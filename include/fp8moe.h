@@ -267,8 +267,8 @@ typedef struct fm_gen_output {
 
 /* Timing of a generate call. */
 typedef struct fm_gen_stats {
-    double prefill_s;       /* wall time of the prefill steps */
-    double decode_s;        /* wall time of the decode steps */
+    double prefill_s;       /* wall time of the prefill steps (a mixed step's time is shared by its prompt and */
+    double decode_s;        /* decode tokens in proportion to their numbers) and of the decode steps */
     double ttft_s;          /* from the call to the first sampled token of the first sequence */
     int64_t prefill_tokens; /* prompt tokens run */
     int64_t decode_tokens;  /* tokens sampled by decode steps */
