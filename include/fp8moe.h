@@ -153,6 +153,11 @@ typedef struct fm_options {
                                        full KV blocks stay cached after their sequence ends, and a prompt that begins
                                        with cached tokens maps them instead of computing them again. Refused with a
                                        message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
+    int64_t max_step_tokens;        /* generation (--max-step-tokens): tokens of one scheduler step, every running
+                                       sequence's next token and prefill chunks together in one forward pass
+                                       (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
+                                       mixed steps, a prefill chunk and a decode step of the batch alternate. At
+                                       most max_tokens (the step's activations are planned for it). */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
@@ -171,6 +176,9 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
 void fm_model_free(fm_model *m);
 
 int32_t fm_model_vocab_size(const fm_model *m);
+/* The step token budget the load resolved (fm_options.max_step_tokens): 0 when mixed steps are off or the model has
+ * no KV cache. */
+int64_t fm_model_max_step_tokens(const fm_model *m);
 
 /* Prefill of ids[0..n_tokens) at positions 0..n_tokens-1; logits is [n_tokens, vocab] row-major fp32. */
 fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
@@ -259,8 +267,8 @@ typedef struct fm_gen_output {
 
 /* Timing of a generate call. */
 typedef struct fm_gen_stats {
-    double prefill_s;       /* wall time of the prefill steps */
-    double decode_s;        /* wall time of the decode steps */
+    double prefill_s;       /* wall time of the prefill steps (a mixed step's time is shared by its prompt and */
+    double decode_s;        /* decode tokens in proportion to their numbers) and of the decode steps */
     double ttft_s;          /* from the call to the first sampled token of the first sequence */
     int64_t prefill_tokens; /* prompt tokens run */
     int64_t decode_tokens;  /* tokens sampled by decode steps */

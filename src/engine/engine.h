@@ -158,6 +158,12 @@ typedef enum fm_attn_mode {
 fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);
 void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
+/* fm_step_device with the logits of chosen rows only (a mixed step: each decoding sequence's row and the last row of
+ * each prompt that completes): rows [first, first + n) of each run, in run order, become logits rows 0, 1, ... */
+typedef struct fm_row_run {
+    int64_t first, n;
+} fm_row_run;
+void fm_step_device_rows(fm_model *m, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn);
 void fm_step_sample_device(fm_model *m, int32_t B);
 fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err);
 /* A group's rank (--ep, --tp): the first failed exchange of the passes since the last call (then cleared), else

@@ -358,7 +358,8 @@ static void shared_expert(fm_model *m, const fm_layer_weights *L, int64_t T) {
 
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
-static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
+static void run_device(fm_model *m, int64_t T, const fm_row_run *out_rows, int32_t n_runs, fm_attn_mode attn,
+                       fw_timer *tm) {
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
     fm_backend *be = m->be;
@@ -436,9 +437,17 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
         else if (!fuse_tail) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
         dump(be, "residual", l, b.x, T * H);
     }
-    /* the final norm and lm_head: every position, or only the last one (what generation and benchmarks need) */
-    const int64_t first = last_only ? T - 1 : 0, rows = T - first;
-    const char *xs = (const char *)b.x + (size_t)first * (size_t)H * ops->act_size;
+    /* the final norm and lm_head on the rows asked for: one run is read in place (every position, or the last one);
+       several (a mixed step's sampled rows) are gathered into y first, which the last layer no longer needs */
+    const size_t row = (size_t)H * ops->act_size;
+    int64_t rows = 0;
+    for (int32_t r = 0; n_runs > 1 && r < n_runs; r++) {
+        ops->copy(be, (const char *)b.x + (size_t)out_rows[r].first * row, (size_t)out_rows[r].n * row,
+                  (char *)b.y + (size_t)rows * row);
+        rows += out_rows[r].n;
+    }
+    if (n_runs == 1) rows = out_rows[0].n;
+    const char *xs = n_runs > 1 ? (const char *)b.y : (const char *)b.x + (size_t)out_rows[0].first * row;
     ops->rmsnorm(be, xs, m->final_norm, rows, H, c->rms_norm_eps, b.h);
     dump(be, "final_norm", -1, b.h, rows * H);
     ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
@@ -446,7 +455,13 @@ static void run_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn
     tick(tm, FM_STAGE_OTHER);
 }
 
-void fm_forward_device(fm_model *m, int64_t T, bool last_only) { run_device(m, T, last_only, FM_ATTN_NO_CACHE, NULL); }
+/* every row, or only the last one */
+static fm_row_run rows_of(int64_t T, bool last_only) { return last_only ? (fm_row_run){T - 1, 1} : (fm_row_run){0, T}; }
+
+void fm_forward_device(fm_model *m, int64_t T, bool last_only) {
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(m, T, &r, 1, FM_ATTN_NO_CACHE, NULL);
+}
 
 fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err) {
@@ -486,7 +501,12 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
 }
 
 void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn) {
-    run_device(m, T, last_only, attn, NULL);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(m, T, &r, 1, attn, NULL);
+}
+
+void fm_step_device_rows(fm_model *m, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn) {
+    run_device(m, T, runs, n_runs, attn, NULL);
 }
 
 fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err) {
@@ -495,7 +515,8 @@ fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode a
     fw_timer *tm = calloc(1, sizeof *tm);
     if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     tm->be = m->be, tm->on = true;
-    run_device(m, T, last_only, attn, tm);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(m, T, &r, 1, attn, tm);
     tick(tm, FM_STAGE_OTHER);
     fm_status st = m->be->ops->sync(m->be, err);
     if (!st) collect(tm, prof);
@@ -544,7 +565,8 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
         if (!(tm = calloc(1, sizeof *tm))) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
         tm->be = m->be, tm->on = true;
     }
-    run_device(m, T, last_only, FM_ATTN_NO_CACHE, tm);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(m, T, &r, 1, FM_ATTN_NO_CACHE, tm);
     st = fm_forward_collect(m, T, last_only, logits, err);
     if (!st) st = fm_dist_status_take(m, err);
     if (!st && prof) collect(tm, prof);

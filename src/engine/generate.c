@@ -214,13 +214,15 @@ fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const in
     fm_sched_stats ss;
     while (!st && g.finished < n) {
         fm_sched_get_stats(s, &ss);
-        const int64_t steps = ss.decode_steps;
+        const int64_t pre = ss.prefill_tokens, dec = ss.decode_tokens;
         const double t0 = now_s();
         bool busy;
         st = fm_sched_step(s, &busy, err);
         fm_sched_get_stats(s, &ss);
-        if (ss.decode_steps != steps) stats->decode_s += now_s() - t0;
-        else stats->prefill_s += now_s() - t0;
+        /* a mixed step's time is shared by its prompt and decode tokens, in proportion to their numbers */
+        const int64_t n_pre = ss.prefill_tokens - pre, n_dec = ss.decode_tokens - dec;
+        const double dt = now_s() - t0, share = n_pre + n_dec ? (double)n_pre / (double)(n_pre + n_dec) : 1.0;
+        stats->prefill_s += dt * share, stats->decode_s += dt * (1.0 - share);
         if (!st && !g.st && !busy) st = fm_fail(err, FM_ERR_USAGE, "the scheduler stopped with requests unfinished");
         if (!st && g.st) *err = g.err, st = g.st;
     }

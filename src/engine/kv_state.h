@@ -56,6 +56,7 @@ typedef struct fm_kv_state {
     fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
     uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host */
     bool tables_dirty;
+    int64_t step_tokens; /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
 } fm_kv_state;
 
 /* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet

@@ -23,6 +23,25 @@ void fm_options_init(fm_options *opt) {
 
 int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
 
+int64_t fm_model_max_step_tokens(const fm_model *m) { return m->kv ? m->kv->step_tokens : 0; }
+
+/* The mixed step's token budget: the whole decode batch plus a prefill share that is large enough to keep the
+ * matrix units busy (512 rows make the dense and expert GEMMs compute-bound on an H200) and small enough that a
+ * step with a prompt costs the streams a few ms, never a whole long prefill; at most what the activations hold. */
+static fm_status resolve_step_tokens(fm_model *m, int64_t asked, fm_error *err) {
+    const int64_t cap = m->buf_tokens < m->kv->max_rows ? m->buf_tokens : m->kv->max_rows;
+    if (asked < -1)
+        return fm_fail(err, FM_ERR_USAGE, "--max-step-tokens must be >= 1 or off, got %lld", (long long)asked);
+    if (asked > cap)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--max-step-tokens %lld is more than the %lld tokens of one pass the model was loaded for "
+                       "(--prefill-chunk / fm_options.max_tokens)",
+                       (long long)asked, (long long)cap);
+    const int64_t dflt = (int64_t)m->kv->pool.max_seqs + 512;
+    m->kv->step_tokens = asked == -1 ? 0 : asked > 0 ? asked : dflt < cap ? dflt : cap;
+    return FM_OK;
+}
+
 typedef struct loader {
     fm_model *m;
     fm_error *err;
@@ -502,6 +521,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
     if (!st && opt->max_seqs > 0) st = fm_kv_state_create(m, opt->max_seqs, m->buf_tokens, &m->kv, err);
     if (!st && m->kv) fm_kv_state_prefix_cache(m, opt->prefix_cache);
+    if (!st && m->kv) st = resolve_step_tokens(m, opt->max_step_tokens, err);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
     if (!st && m->experts_host) st = fm_expert_offload_create(m, m->expert_slots, opt->expert_policy, err);
     return st;
