@@ -159,6 +159,15 @@ typedef struct fm_options {
 
 void fm_options_init(fm_options *opt);
 
+/* Backends by name (fm_options.backend): the library's own spelling of `name` ("cpu", "cuda": a static string), or
+ * NULL when there is no such backend. */
+const char *fm_backend_lookup(const char *name);
+/* True for a backend whose weights and caches live in a device's memory (cuda). */
+bool fm_backend_on_device(const char *name);
+/* The device memory free (and in all: total may be NULL) for such a backend; FM_ERR_USAGE for one without a device,
+ * FM_ERR_BACKEND when there is no device here. */
+fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err);
+
 /* Checks a route override string (fm_options.routes) without a GPU: FM_ERR_USAGE naming the bad key or value and
  * listing the valid ones. Whether the GPU can run a forced kernel is checked when the backend is created. */
 fm_status fm_routes_check(const char *routes, fm_error *err);

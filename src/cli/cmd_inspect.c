@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_kind.h"
 #include "backend/routes.h"
 #include "cli/cli.h"
 #include "engine/memory_plan.h"
@@ -95,7 +96,8 @@ static fm_status print_routes(const route_shapes *s, const char *overrides, fm_e
     int sm = 0;
     char gpu[256];
     fm_error qerr = {{0}};
-    const bool have_gpu = fm_cuda_device_query(&sm, gpu, sizeof gpu, &qerr) == FM_OK;
+    const fm_backend_kind *gpu_kind = fm_backend_kind_find("cuda"); /* the routes are the cuda backend's */
+    const bool have_gpu = gpu_kind->device_query(&sm, gpu, sizeof gpu, &qerr) == FM_OK;
     if (!have_gpu) sm = 9;
     fm_routes r;
     fm_routes_default(&r, sm);
@@ -444,8 +446,9 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     char b1[32], b2[32];
     size_t free_bytes = 0, total = 0;
     fm_error qerr = {{0}};
-    const bool cuda = !strcmp(p.backend, "cuda");
-    const bool have_gpu = cuda && fm_cuda_free_memory(&free_bytes, &total, &qerr) == FM_OK;
+    const fm_backend_kind *kind = fm_backend_kind_find(p.backend);
+    const bool cuda = kind->on_device;
+    const bool have_gpu = cuda && kind->free_memory(&free_bytes, &total, &qerr) == FM_OK;
     const bool limited = cuda && a->vram_limit > 0 && (!have_gpu || (uint64_t)a->vram_limit < (uint64_t)free_bytes);
     const size_t available = limited ? (size_t)a->vram_limit : have_gpu ? free_bytes : 0;
     const char *source = limited ? "--vram-limit" : "free on the GPU";
@@ -470,7 +473,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     plan_row(what, p.activations, 0);
     for (int i = 0; i < p.n_buffers; i++) plan_row(p.buffers[i].what, p.buffers[i].bytes, 2);
     plan_row("workspace", p.workspace, 0);
-    if (!strcmp(p.backend, "cuda")) {
+    if (cuda) {
         char scratch[96] = "ops' scratch (MoE rows, quantized inputs)";
         if (plan.w_expert == FM_W_INT4_G128_TC) /* the dispatch buffer's format sizes it (w4a8_workspace.h) */
             snprintf(scratch, sizeof scratch, "ops' scratch (W4A8 MoE dispatch, %s inputs)",
@@ -490,8 +493,7 @@ static fm_status print_plan(const fm_config *cfg_in, const fm_model_src *src, co
     } else {
         plan_row("total (weights + activations + workspace)", p.total, 0);
     }
-    plan_row(!strcmp(p.backend, "cuda") ? "load staging (transient, one bank at a time)" : "load staging (transient)",
-             p.load_staging, 0);
+    plan_row(cuda ? "load staging (transient, one bank at a time)" : "load staging (transient)", p.load_staging, 0);
     plan_row("peak (what must fit)", p.peak, 0);
     if (p.experts_in == FM_EXPERTS_HOST) {
         snprintf(what, sizeof what, "expert cache (%d slots, in the peak)", p.expert_slots);
@@ -584,8 +586,7 @@ int cmd_inspect(int argc, char **argv) {
             if (!cli_parse_int(cmd, "--tokens", optarg, 1, 1L << 30, &v)) return CLI_USAGE;
             pa.tokens = v;
         } else if (c == OPT_BACKEND_I) {
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                return cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", optarg);
+            if (!fm_backend_kind_find(optarg)) return cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", optarg);
             pa.backend = optarg, plan_only = "--backend";
         } else if (c == OPT_PRESET_I) {
             if (!fm_preset_parse(optarg, &pa.preset))

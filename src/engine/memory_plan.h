@@ -107,22 +107,12 @@ void fm_expert_prefetch_layout_of(const fm_config *cfg, int64_t tokens, fm_exper
  * the minimum the cuda backend takes, the W8A8 quantizer's scale slot) */
 #define FM_SIDE_WS_MIN 256
 
-/* Bytes one bank of n matrices [rows, cols] in format fmt occupies on a backend. The single source of the bank
- * layouts' sizes; they must equal what the backends allocate:
- *   cuda (src/backend/cuda/cuda_bank.cu, cuda_internal.cuh):
- *     bf16  n * rows * round_up(cols, 8) * 2
- *     int4  n * rows * round_up(cols, 32) / 2  +  n * rows * ceil(cols / 128) * 2 (bf16 scales)
- *     f32   n * rows * round_up(cols, 4) * 4 (the ref32 oracle)
- *   cpu (src/backend/cpu/cpu_bank.c, cpu_bank_bytes): values are fp32 whatever the format
- *     f32, bf16  n * rows * cols * 4
- *     int4       n * rows * cols * 4  +  n * rows * ceil(cols / 128) * 4 (fp32 scales)
- * Returns 0 for an unknown backend or a format the backend does not store, SIZE_MAX on overflow. */
+/* Bytes one bank of n matrices [rows, cols] in format fmt occupies on the named backend: its kind's bank_bytes
+ * (backend/backend_kind.h, which restates the backend's layouts). 0 for an unknown backend or a format the backend
+ * does not store, SIZE_MAX on overflow. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols);
-/* e4m3-block (block-FP8 under the fp8 plans) is one of fm_bank_bytes_for's formats:
- *   cpu   n * rows * (cols + ceil(cols / 128) * 4)                          e4m3 bytes + fp32 scale per (row, group)
- *   cuda  n * round_up(rows, 32) * round_up(cols, 128) + n * rows * ceil(cols / 128) * 4   (planned layout)
- * int4-zp (a pre-quantized int4 checkpoint) depends on its group, its order and, on cuda, on the plan: fp8_plan (e4m3
- * 1x128 activations) or not (the int4 preset); see memory_plan.c. 0 for an unknown backend, SIZE_MAX on overflow. */
+/* The same for int4-zp (a pre-quantized int4 checkpoint kept as it is), which depends on its group, its order and,
+ * on cuda, on the plan: fp8_plan (e4m3 1x128 activations) or not (the int4 preset). */
 size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64_t rows, int64_t cols, int64_t group,
                             bool act_order);
 
@@ -170,9 +160,5 @@ fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const 
 
 /* Formats bytes as "61.06 GiB" / "35.2 MiB" / "512 bytes" into buf. Returns buf. */
 const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
-
-/* Free and total bytes of the current CUDA device (cudaMemGetInfo). Defined in src/backend/cuda/device_info.cu
- * (src/backend/cuda/no_cuda.c in a build without nvcc: FM_ERR_BACKEND). total may be NULL. */
-fm_status fm_cuda_free_memory(size_t *free_bytes, size_t *total, fm_error *err);
 
 #endif

@@ -6,6 +6,7 @@
 #include "dist/ep_moe.h"
 #include "dist/rank_group.h"
 #include "dist/tp_attention.h"
+#include "backend/backend_kind.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
@@ -298,14 +299,17 @@ static int64_t planned_tokens(const fm_options *opt) {
     return T > B ? T : B;
 }
 
-/* cuda: the expert cache keeps int4-tc banks (the fp8 and fp4 presets' experts; expert_cache.cu) */
-static fm_status host_experts_format(const fm_model *m, const fm_options *opt, fm_error *err) {
-    if (m->plan.w_expert == FM_W_INT4_G128_TC) return FM_OK;
+/* experts in host memory: the format the backend's expert cache keeps (cuda: int4-tc banks, the fp8 and fp4 presets'
+ * experts; expert_cache.cu) */
+static fm_status host_experts_format(const fm_model *m, const fm_backend_kind *kind, const fm_options *opt,
+                                     fm_error *err) {
+    if (kind->host_expert_format == FM_W_F32 || m->plan.w_expert == kind->host_expert_format) return FM_OK;
     return fm_fail(err, FM_ERR_UNSUPPORTED,
-                   "--experts-in %s: the cuda backend keeps experts in host memory for the fp8 and fp4 presets "
-                   "(int4-g128-tc experts); preset %s has %s experts: --preset fp8, or --backend cpu",
-                   opt->experts_in == FM_EXPERTS_AUTO ? "auto (the model does not fit)" : "host",
-                   fm_preset_name(opt->preset), fm_wformat_name(m->plan.w_expert));
+                   "--experts-in %s: the %s backend keeps experts in host memory for the fp8 and fp4 presets "
+                   "(%s experts); preset %s has %s experts: --preset fp8, or --backend cpu",
+                   opt->experts_in == FM_EXPERTS_AUTO ? "auto (the model does not fit)" : "host", kind->name,
+                   fm_wformat_name(kind->host_expert_format), fm_preset_name(opt->preset),
+                   fm_wformat_name(m->plan.w_expert));
 }
 
 /* Where the experts live (--experts-in, --expert-slots), resolved by the memory plan: m->experts_host and
@@ -314,10 +318,11 @@ static fm_status host_experts_format(const fm_model *m, const fm_options *opt, f
  * when the plan fits, else host; the expert cache keeps int4-tc banks only (the fp8 and fp4 presets). */
 static fm_status place_experts(fm_model *m, fm_memory_plan *plan, const fm_config *cfg, const fm_options *opt,
                                size_t available, const char *source, fm_error *err) {
-    const bool cuda = strcmp(plan->backend, "cuda") == 0;
     fm_status st = fm_memory_plan_place_experts(plan, cfg, opt->experts_in, opt->expert_slots, available, source, err);
     if (st) return st;
-    if (cuda && plan->experts_in == FM_EXPERTS_HOST && (st = host_experts_format(m, opt, err))) return st;
+    if (plan->experts_in == FM_EXPERTS_HOST &&
+        (st = host_experts_format(m, fm_backend_kind_find(plan->backend), opt, err)))
+        return st;
     m->experts_host = plan->experts_in == FM_EXPERTS_HOST;
     m->expert_slots = plan->expert_slots;
     return FM_OK;
@@ -335,20 +340,21 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
         return fm_fail(err, FM_ERR_USAGE, "--expert-slots must be >= 0, got %d", opt->expert_slots);
     if (opt->expert_slots > 0 && opt->experts_in == FM_EXPERTS_DEVICE)
         return fm_fail(err, FM_ERR_USAGE, "--expert-slots sizes the expert cache of --experts-in host (or auto)");
-    const bool cuda = opt->backend && strcmp(opt->backend, "cuda") == 0;
-    if (cuda && opt->experts_in == FM_EXPERTS_HOST && (st0 = host_experts_format(m, opt, err))) return st0;
-    if (!cuda && opt->experts_in != FM_EXPERTS_HOST) return FM_OK; /* cpu: auto is device, no limit */
+    const fm_backend_kind *kind;
+    if ((st0 = fm_backend_kind_get(opt->backend ? opt->backend : "cpu", "--backend", &kind, err))) return st0;
+    const bool device = kind->on_device;
+    if (opt->experts_in == FM_EXPERTS_HOST && (st0 = host_experts_format(m, kind, opt, err))) return st0;
+    if (!device && opt->experts_in != FM_EXPERTS_HOST) return FM_OK; /* host memory: auto is device, no limit */
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
     const int64_t T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
-    fm_status st =
-        fm_memory_plan_compute_routes(&cfg, &m->plan, cuda ? "cuda" : "cpu", &m->routes, m->n_layers, T, &plan, err);
+    fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, kind->name, &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
-    if (!st && !cuda) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
-    if (st || !cuda) return st;
+    if (!st && !device) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
+    if (st || !device) return st;
     size_t free_bytes = 0, total = 0;
-    if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
+    if (!st) st = kind->free_memory(&free_bytes, &total, err);
     if (st) return st;
     const bool limited = opt->vram_limit > 0 && (uint64_t)opt->vram_limit < (uint64_t)free_bytes;
     const size_t available = limited ? (size_t)opt->vram_limit : free_bytes;
@@ -358,8 +364,8 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     if ((st = place_experts(m, &plan, &cfg, opt, available, source, err))) return st;
     if (opt->verbose)
         fprintf(stderr,
-                "memory plan on cuda: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
-                fm_mem_format(plan.weight_total, w, sizeof w), fm_mem_format(plan.activations, a, sizeof a),
+                "memory plan on %s: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
+                kind->name, fm_mem_format(plan.weight_total, w, sizeof w), fm_mem_format(plan.activations, a, sizeof a),
                 fm_mem_format(plan.workspace, ws, sizeof ws), (long long)T, fm_mem_format(available, av, sizeof av),
                 source);
     return fm_memory_plan_check(&plan, available, source, err);
@@ -397,31 +403,27 @@ static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank,
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
     if (N <= 1) return FM_OK;
     if (rank < 0 || rank >= N) return fm_fail(err, FM_ERR_USAGE, "%s: rank %d of %d ranks", opt_name, rank, N);
-    if (strcmp(opt->backend, "cpu") && strcmp(opt->backend, "cuda"))
+    if (!fm_backend_kind_find(opt->backend))
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s %d on the %s backend: the cpu and cuda backends split models",
                        opt_name, N, opt->backend);
     return FM_OK;
 }
 
-/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu, moe_grouped_cublas.cu)
- * carry e4m3, MXFP4 or NVFP4 rows into the W4A8 grouped GEMMs (the fp8 and fp4 presets) and the activations' own rows
- * into the cuBLAS grouped GEMMs (ref, ref32); the int4 preset's per-token baseline has none */
-static fm_status ep_on_cuda(const fm_model *m, const fm_options *opt, fm_error *err) {
-    if (m->ep_ranks <= 1 || strcmp(opt->backend, "cuda")) return FM_OK;
-    const fm_afmt d = m->plan.a_dispatch;
-    const bool w4a8 = opt->preset == FM_PRESET_FP8 || opt->preset == FM_PRESET_FP4;
-    if (w4a8 && m->plan.act_bf16 && (d == FM_A_E4M3_G128 || d == FM_A_MXFP4 || d == FM_A_NVFP4)) return FM_OK;
-    if ((opt->preset == FM_PRESET_REF || opt->preset == FM_PRESET_REF32) && d == FM_A_NATIVE) return FM_OK;
+/* --ep: the plans whose expert ops the backend can exchange rows for (backend_kind.h ep_plan_ok; cuda: the fp8 and
+ * fp4 presets' W4A8 experts with an e4m3 or FP4 dispatch, ref and ref32's cuBLAS experts) */
+static fm_status ep_plan_check(const fm_model *m, const fm_options *opt, fm_error *err) {
+    const fm_backend_kind *kind = fm_backend_kind_find(opt->backend);
+    if (m->ep_ranks <= 1 || !kind || !kind->ep_plan_ok || kind->ep_plan_ok(&m->plan)) return FM_OK;
     return fm_fail(err, FM_ERR_UNSUPPORTED,
-                   "--ep %d on the cuda backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4), ref and "
+                   "--ep %d on the %s backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4), ref and "
                    "ref32; this plan is --preset %s dispatching %s (it splits on the cpu backend)",
-                   m->ep_ranks, fm_preset_name(opt->preset), fm_afmt_name(d));
+                   m->ep_ranks, kind->name, fm_preset_name(opt->preset), fm_afmt_name(m->plan.a_dispatch));
 }
 
 /* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
  * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
  * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch and
- * the ref and ref32 presets' cuBLAS experts (ep_on_cuda). */
+ * the ref and ref32 presets' cuBLAS experts (ep_plan_check). */
 static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *err) {
     const fm_config *c = &m->cfg;
     const int32_t E = c->n_experts, NE = opt->ep_ranks, NT = opt->tp_ranks;
@@ -474,12 +476,13 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
                       "--int4-scales p2 quantizes float weights at load; this checkpoint is already quantized (%s) "
                       "and is read with its own scales",
                       fm_quant_method_name(m->cfg.quant.method));
-    if (!dst) dst = ep_on_cuda(m, opt, err);
+    if (!dst) dst = ep_plan_check(m, opt, err);
     if (dst) return dst;
     /* the routes of the GPU the backend will run on: the memory plan sizes the MoE workspace by its tile rule */
     int sm_major = 0;
     fm_error qerr;
-    if (opt->backend && !strcmp(opt->backend, "cuda") && fm_cuda_device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
+    const fm_backend_kind *kind = fm_backend_kind_find(opt->backend);
+    if (kind && kind->device_query && kind->device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
     fm_routes_default(&m->routes, sm_major);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
     if (!st) st = check_device_memory(m, src, opt, err);

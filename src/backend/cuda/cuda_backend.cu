@@ -26,6 +26,7 @@
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
@@ -601,6 +602,9 @@ static const fm_backend_ops cuda_ops = {
     .upload_raw = cu_upload_raw,
     .copy = cu_copy,
     .sync = cu_sync,
+    .graph_capture = fm_cuda_graph_capture,
+    .graph_launch = fm_cuda_graph_launch_op,
+    .graph_free = fm_cuda_graph_free_op,
     .mark = cu_mark,
     .elapsed_ms = cu_elapsed_ms,
     .device_name = cu_device_name,
