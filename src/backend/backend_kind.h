@@ -34,9 +34,6 @@ typedef struct fm_backend_kind {
     bool host_experts_built_on_device;
     /* experts in host memory: the one weight format the expert cache keeps (FM_W_F32: any) */
     fm_wformat host_expert_format;
-    /* an FP4 dispatch buffer (--dispatch mxfp4|nvfp4) expands only into experts quantized by us (int4-g128-tc), not
-       into a checkpoint's own int4-zp-tc or e4m3-block */
-    bool fp4_dispatch_needs_own_int4;
     /* expert parallelism: the presets whose expert ops exchange rows (ep_plan_ok: NULL, every plan) */
     bool (*ep_plan_ok)(const fm_plan *plan);
 

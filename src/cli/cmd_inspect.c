@@ -9,6 +9,7 @@
 #include "backend/routes.h"
 #include "cli/cli.h"
 #include "engine/memory_plan.h"
+#include "engine/weight_format.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "model/model_src.h"
@@ -270,41 +271,49 @@ static void print_model(const char *dir, const fm_config *c, const fm_st_set *se
     }
 }
 
-/* Pre-quantized checkpoints: per weight family, how many linears are stored as int4 and the bytes they take in the
- * checkpoint and resident in the int4-zp bank (CPU: codes K/2, a zero byte and an fp32 scale per group, an int32
- * input order per act-order matrix; the float linears of such a checkpoint stay bf16, 2 bytes a weight). */
+/* Pre-quantized checkpoints: per weight family, how many linears are stored quantized and the bytes they take in the
+ * checkpoint and resident on the cpu backend under the preset that keeps the checkpoint's numbers (int4 for int4
+ * checkpoints, fp8 for block-FP8), each linear in the format the load picks (engine/weight_format.h) and the bytes the
+ * backend's kind gives it (backend/backend_kind.h). */
 typedef struct quant_family {
     const char *name;
     int64_t n, n_quant, n_native;
     double ckpt_bytes, bank_bytes;
 } quant_family;
 
-/* as_bf16: a family the plan keeps in bf16 whatever the checkpoint (router, lm_head: dequantized at load) */
-static void quant_add(quant_family *f, const fm_wsrc *w, bool shares_order, bool as_bf16) {
+/* the plan whose resident bytes the table counts, and the first linear it refuses (counted dequantized to fp32) */
+typedef struct quant_view {
+    fm_plan plan;
+    const fm_backend_kind *kind;
+    fm_quant_method method;
+    bool refused;
+    fm_error refusal;
+} quant_view;
+
+static void quant_add(quant_family *f, quant_view *v, const fm_wsrc *w, bool shares_order, fm_wfamily family,
+                      const char *label) {
     f->n++;
     const fm_qsrc *q = &w->q;
     const fm_st_tensor *parts[4] = {q->packed, q->zeros, q->scales, q->g_idx};
     for (int i = 0; i < 4; i++) f->ckpt_bytes += parts[i] ? (double)parts[i]->nbytes : 0;
-    if (q->method == FM_QUANT_FP8_BLOCK) { /* read by the ref presets only for now: fp32 on the cpu */
-        f->bank_bytes += 4.0 * (double)w->rows * (double)w->cols;
-        f->n_quant++;
-        return;
+    if (!fm_wsrc_is_quantized(w) && w->t)
+        f->ckpt_bytes += (double)w->rows * (double)w->cols * fm_dtype_size(w->t->dtype);
+    f->n_quant += fm_wsrc_is_quantized(w);
+    fm_bank_origin o;
+    fm_bank_origin_of_srcs(v->method, w, 1, &o);
+    fm_wformat fmt;
+    bool native = false;
+    fm_error e = {{0}};
+    if (fm_weight_format(&v->plan, v->kind, family, &o, label, &fmt, &native, &e)) {
+        if (!v->refused) v->refused = true, v->refusal = e;
+        fmt = FM_W_F32; /* as the ref preset reads it */
     }
-    if (!fm_wsrc_is_quantized(w) || as_bf16) {
-        f->ckpt_bytes += w->t ? (double)w->rows * (double)w->cols * fm_dtype_size(w->t->dtype) : 0;
-        f->bank_bytes += 2.0 * (double)w->rows * (double)w->cols;
-        f->n_quant += fm_wsrc_is_quantized(w);
-        return;
-    }
-    if (fm_qsrc_native_int4(q, w->rows, w->cols) != FM_NATIVE_NO) { /* our own int4-g128: bound natively */
-        f->bank_bytes += (double)fm_bank_bytes_for("cpu", FM_W_INT4_G128, 1, w->rows, w->cols);
-        f->n_quant++, f->n_native++;
-        return;
-    }
-    const double groups = (double)w->rows * (double)((w->cols + q->group - 1) / q->group);
-    f->bank_bytes += (double)w->rows * (double)((w->cols + 1) / 2) + groups * 5.0;
-    if (q->g_idx && !shares_order) f->bank_bytes += 4.0 * (double)w->cols;
-    f->n_quant++;
+    f->n_native += native;
+    /* an act-order matrix keeps its input order, which the later parts of a fused bank share */
+    f->bank_bytes +=
+        (double)(fm_wformat_is_int4zp(fmt) ? v->kind->bank_bytes_int4zp(fmt == FM_W_INT4_ZP_TC, 1, w->rows, w->cols,
+                                                                        q->group, q->g_idx && !shares_order)
+                                           : v->kind->bank_bytes(fmt, 1, w->rows, w->cols));
 }
 
 static void print_quantization(const fm_config *c, const fm_model_src *src) {
@@ -313,6 +322,9 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
     printf("quantization: %s", d);
     if (c->quant.n_ignore) printf(", %d ignore entries", c->quant.n_ignore);
     printf("\n");
+    const bool fp8 = c->quant.method == FM_QUANT_FP8_BLOCK;
+    quant_view v = {.kind = fm_backend_kind_find("cpu"), .method = c->quant.method};
+    fm_plan_for_backend(fp8 ? FM_PRESET_FP8 : FM_PRESET_INT4, "cpu", &v.plan);
     quant_family fam[5] = {{"attention (qkv + o)", 0, 0, 0, 0, 0},
                            {"router", 0, 0, 0, 0, 0},
                            {"experts (gate_up + down)", 0, 0, 0, 0, 0},
@@ -330,15 +342,16 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
             const fm_weight_spec *w = &d->specs[i];
             if (row[w->family] < 0 || !fm_spec_present(w, c)) continue;
             const int32_t n = fm_spec_count(w, c);
+            char label[96];
+            snprintf(label, sizeof label, "layer %d %s", l, w->label);
             for (int32_t e = 0; e < n; e++)
                 for (int32_t j = 0; j < w->n_parts; j++)
-                    quant_add(&fam[row[w->family]], &fm_layer_src_cviews(L, w->parts[j].slot)[e], j > 0,
-                              w->family == FM_WF_ROUTER);
+                    quant_add(&fam[row[w->family]], &v, &fm_layer_src_cviews(L, w->parts[j].slot)[e], j > 0, w->family,
+                              label);
         }
     }
     if (src->lm_head.t != src->embed.t || fm_wsrc_is_quantized(&src->lm_head))
-        quant_add(&fam[4], &src->lm_head, false, true);
-    const bool fp8 = c->quant.method == FM_QUANT_FP8_BLOCK;
+        quant_add(&fam[4], &v, &src->lm_head, false, FM_WF_NORM, "lm_head");
     printf("  %-28s %16s %16s %18s %10s\n", "family", fp8 ? "fp8 / linears" : "int4 / linears", "checkpoint MiB",
            "resident MiB", "native");
     for (int f = 0; f < 5; f++)
@@ -346,15 +359,19 @@ static void print_quantization(const fm_config *c, const fm_model_src *src) {
             printf("  %-28s %7lld / %-6lld %16.3f %18.3f %10lld\n", fam[f].name, (long long)fam[f].n_quant,
                    (long long)fam[f].n, mib(fam[f].ckpt_bytes), mib(fam[f].bank_bytes), (long long)fam[f].n_native);
     if (fp8)
-        printf("  (resident: the ref preset on the cpu backend, fp8 weights dequantized to fp32; --preset fp8 keeps "
-               "the e4m3 bytes (e4m3-block); the int4 preset refuses block-FP8. `--tokens T --backend cuda --preset P` "
-               "gives the bytes on the GPU)\n");
+        printf("  (resident: the fp8 preset on the cpu backend, which keeps the e4m3 bytes (e4m3-block); ref and ref32 "
+               "dequantize them, the int4 preset refuses block-FP8; float linears and router/lm_head are fp32 on the "
+               "cpu. `--tokens T --backend cuda --preset P` gives the bytes on the GPU)\n");
     else
         printf(
             "  (resident: the int4 preset on the cpu backend; native: linears in our own int4 format (symmetric, group "
             "128, bf16 scales), bound as int4-g128 banks on every backend and preset; the other int4 linears keep "
             "the checkpoint's own int4 (int4-zp; int4-zp-tc with e4m3 1x128 activations under --preset fp8); float "
-            "ones and router/lm_head in bf16. `--tokens T --backend cuda --preset P` gives the bytes on the GPU)\n");
+            "ones and router/lm_head are bf16 banks (fp32 values on the cpu). `--tokens T --backend cuda --preset P` "
+            "gives the bytes on the GPU)\n");
+    if (v.refused)
+        printf("  (the %s preset refuses this checkpoint, counted dequantized to fp32 instead: %s)\n",
+               fm_preset_name(v.plan.preset), v.refusal.msg);
 }
 
 static void plan_row(const char *what, size_t bytes, int indent) {
@@ -376,28 +393,15 @@ static void print_exchange_bytes(const fm_config *cfg, int64_t T, int32_t N) {
            mib(copies * nv), nv / e4m3, mib(copies * bf16));
 }
 
-/* --ep N / --tp N: what each rank holds. --ep: its share of the routed experts (fm_ep_expert_range) and its exchange
- * buffers (send and receive blocks for the prompt's tokens, dist/ep_moe.h); --tp: its share of the attention layers'
- * q|k|v and o (fm_tp_head_range; Gated DeltaNet layers stay whole) and of the KV cache; every other weight, the
- * activations and the workspace are every rank's (each rank holds every token). The plan above is one model's. */
+/* --ep N / --tp N: what each rank holds, as the load plans it (fm_memory_plan_rank): its share of the routed experts
+ * and its exchange buffers (--ep), its heads' share of the attention projections (--tp); every other weight, the
+ * activations, the KV cache and the workspace are every rank's (each rank holds every token). The plan above is one
+ * model's. */
 static fm_status print_partition(const fm_config *cfg, const fm_plan *plan, const fm_memory_plan *p, int32_t ep,
                                  int32_t tp, fm_error *err) {
     const int32_t N = ep > tp ? ep : tp;
     const fm_status st = fm_rank_split_check(cfg, ep, tp, err);
     if (st) return st;
-    int32_t h0 = 0, nh = cfg->n_heads, kv0 = 0, nkv = cfg->n_kv_heads;
-    const size_t experts = p->weights[FM_MEM_EXPERTS], attn = p->weights[FM_MEM_ATTN];
-    const size_t e_share = ep > 1 ? experts / (size_t)ep : experts, a_share = tp > 1 ? attn / (size_t)tp : attn;
-    const size_t kv_share = tp > 1 ? p->kv_cache / (size_t)tp : p->kv_cache; /* the KV heads are split too */
-    size_t exchange = 0; /* fm_ep_buffers_alloc's: send and recv, N blocks of either trip each, and ret_row */
-    if (ep > 1 && cfg->n_experts > 0) {
-        fm_ep_layout L;
-        const int64_t P = (p->tokens + ep - 1) / ep;
-        if (fm_ep_layout_of(cfg->n_experts, ep, P, cfg->n_experts_per_tok, cfg->hidden_size, plan->a_dispatch,
-                            plan->act_bf16, &L, err))
-            return FM_ERR_USAGE;
-        exchange = 2 * (size_t)ep * (L.dblock > L.rblock ? L.dblock : L.rblock) + (size_t)L.cap * 4;
-    }
     printf("%s over %d ranks (one process, a rank per device; the cpu and cuda backends run the ranks in one process "
            "today, on cuda all on one GPU):\n",
            ep > 1 && tp > 1 ? "expert and tensor parallelism"
@@ -407,16 +411,19 @@ static fm_status print_partition(const fm_config *cfg, const fm_plan *plan, cons
     printf("  %-6s %-16s %-16s %14s %16s %18s %13s %12s\n", "rank", "experts", "heads (q / kv)", "experts MiB",
            "attention MiB", "other weights MiB", "exchange MiB", "peak MiB");
     for (int r = 0; r < N; r++) {
-        int32_t first = 0, n = cfg->n_experts;
+        fm_memory_plan q = *p;
+        const fm_status rst = fm_memory_plan_rank(&q, cfg, plan, ep, tp, r, err);
+        if (rst) return rst;
+        int32_t first = 0, n = cfg->n_experts, h0 = 0, nh = cfg->n_heads, kv0 = 0, nkv = cfg->n_kv_heads;
         if (ep > 1) fm_ep_expert_range(cfg->n_experts, ep, r, &first, &n);
         if (tp > 1) fm_tp_head_range(cfg->n_heads, cfg->n_kv_heads, tp, r, &h0, &nh, &kv0, &nkv);
         char range[32], heads[40];
         snprintf(range, sizeof range, "%d..%d of %d", first, first + n - 1, cfg->n_experts);
         snprintf(heads, sizeof heads, "%d..%d / %d..%d", h0, h0 + nh - 1, kv0, kv0 + nkv - 1);
+        const size_t experts = q.weights[FM_MEM_EXPERTS], attn = q.weights[FM_MEM_ATTN];
         printf("  %-6d %-16s %-16s %14.2f %16.2f %18.2f %13.2f %12.2f\n", r, cfg->n_experts > 0 ? range : "-", heads,
-               mib((double)e_share), mib((double)a_share), mib((double)(p->weight_total - experts - attn)),
-               mib((double)exchange),
-               mib((double)(p->peak - experts - attn - p->kv_cache + e_share + a_share + kv_share + exchange)));
+               mib((double)experts), mib((double)attn), mib((double)(q.weight_total - experts - attn)),
+               mib((double)q.ep_exchange), mib((double)q.peak));
     }
     if (ep > 1) print_exchange_bytes(cfg, p->tokens, ep);
     return FM_OK;

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_kind.h"
 #include "dist/ep_moe.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
@@ -140,14 +139,13 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
     fm_memory_plan plan;
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
+    /* a rank of a group: its scratch with the received blocks of expert parallelism */
+    if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
+        st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
+                                 m->ep_ranks > 1 ? m->ep_rank : m->tp_rank, err);
     /* experts in host memory: the expert prefetch runs on the side stream (as memory_plan.c places the experts) */
     const size_t side = plan.ws_side ? plan.ws_side : m->experts_host && plan.expert_prefetch ? FM_SIDE_WS_MIN : 0;
-    size_t ws = plan.ws_moe;
-    if (!st && m->ep_ranks > 1) { /* expert parallelism's received blocks */
-        const uint64_t ep = fm_backend_kind_of(m->be)->ep_workspace(&m->cfg, &m->plan, T, m->ep_ranks);
-        if (ep > ws) ws = (size_t)ep;
-    }
-    if (!st) st = m->be->ops->reserve(m->be, ws, side, err);
+    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, side, err);
     return st;
 }
 

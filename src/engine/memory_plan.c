@@ -17,6 +17,7 @@
 
 #include "backend/backend_kind.h"
 #include "backend/size_math.h"
+#include "engine/weight_format.h"
 #include "util/status.h"
 
 const char *fm_mem_family_name(fm_mem_family f) {
@@ -68,62 +69,45 @@ typedef struct planner {
     sz s;
     fm_error *err;
     const fm_quant_config *quant; /* the checkpoint's pre-quantization (method NONE: a float checkpoint) */
-    const fm_routes *routes;      /* cuda: the route table (the W4A8 MoE tile rows) */
+    const fm_plan *plan;
+    const fm_routes *routes; /* cuda: the route table (the W4A8 MoE tile rows) */
 } planner;
 
-/* model.c pick_format, from the configuration alone: the format a linear bank of a plan family takes. A pre-quantized
- * checkpoint's linears keep its numbers where the plan asks for int4 (int4-zp; e4m3-block for block-FP8 under the
- * fp8 plans). Not modelled: the linears its ignore list leaves in float (bf16 at load, fewer bytes than counted
- * here for int4-zp only when K is small) and the load's refusals of groups and orders, which fail the load itself. */
-static fm_status linear_format(const planner *pl, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, const char *what,
-                               fm_wformat *fmt) {
-    *fmt = plan_fmt;
-    if (!fm_wformat_is_int4(plan_fmt) || pl->quant->method == FM_QUANT_NONE) return FM_OK;
-    const bool fp8_block = pl->quant->method == FM_QUANT_FP8_BLOCK;
-    if (pl->quant->native_layout && !fp8_block) return FM_OK; /* our own int4-g128: the plan's banks (model.c) */
-    if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
-    else if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
-        return fm_fail(pl->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre-quantized weights (%s) with %s activations are not "
-                       "supported; --preset fp8 or int4 run them",
-                       what, fm_quant_method_name(pl->quant->method), fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out));
-    else if (fp8_block)
-        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: block-FP8 weights are read by --preset fp8, ref and ref32",
-                       what);
-    else *fmt = FM_W_INT4_ZP;
-    return FM_OK;
-}
-
-static size_t bank_bytes(const planner *pl, fm_wformat fmt, bool fp8_plan, int32_t n, int64_t rows, int64_t cols) {
+static size_t bank_bytes(const planner *pl, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
     if (!fm_wformat_is_int4zp(fmt)) return pl->kind->bank_bytes(fmt, n, rows, cols);
     const int64_t group = pl->quant->group_size > 0 ? pl->quant->group_size : cols; /* -1: per output channel */
-    /* an act-order checkpoint keeps an order per matrix on the int4 preset (fp8 refuses non-identity orders) */
+    /* int4-zp-tc is the fp8 plans' (e4m3 1x128 activations); an act-order checkpoint keeps an order per matrix on the
+       int4 preset (fp8 refuses non-identity orders) */
+    const bool fp8_plan = fmt == FM_W_INT4_ZP_TC;
     return pl->kind->bank_bytes_int4zp(fp8_plan, n, rows, cols, group, pl->quant->act_order && !fp8_plan);
 }
 
-/* a bank of a linear family: its format from the plan and the checkpoint, then its bytes */
-static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
-                          int64_t rows, int64_t cols, const char *what);
-
-static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols,
-                      const char *what) {
-    return bank_fmt(pl, fam, fmt, FM_A_NATIVE, FM_A_NATIVE, n, rows, cols, what);
-}
-
-static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
-                          int64_t rows, int64_t cols, const char *what) {
-    fm_memory_plan *p = pl->p;
-    fm_wformat fmt = plan_fmt;
-    const bool linear = fam == FM_MEM_ATTN || fam == FM_MEM_EXPERTS || fam == FM_MEM_DENSE_MLP;
-    fm_status st = linear ? linear_format(pl, plan_fmt, a_in, a_out, what, &fmt) : FM_OK;
+/* A bank of a description's family `wf` (memory family fam): its format as the load will pick it (engine/
+ * weight_format.h, from what the configuration says of the checkpoint: the linears its ignore list leaves in float are
+ * counted quantized, and act orders that the load refuses under the fp8 plans are not known here), then its bytes. */
+static fm_status bank_size(const planner *pl, fm_wfamily wf, int32_t n, int64_t rows, int64_t cols, const char *what,
+                           fm_wformat *fmt, size_t *bytes) {
+    fm_bank_origin o;
+    fm_bank_origin_of_config(pl->quant, cols, &o);
+    fm_status st = fm_weight_format(pl->plan, pl->kind, wf, &o, what, fmt, NULL, pl->err);
     if (st) return st;
-    const size_t bytes = bank_bytes(pl, fmt, a_in == FM_A_E4M3_G128, n, rows, cols);
-    if (bytes == 0)
+    *bytes = bank_bytes(pl, *fmt, n, rows, cols);
+    if (*bytes == 0)
         return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the %s backend", what,
-                       fm_wformat_name(fmt), p->backend);
-    if (bytes == SIZE_MAX)
+                       fm_wformat_name(*fmt), pl->kind->name);
+    if (*bytes == SIZE_MAX)
         return fm_fail(pl->err, FM_ERR_FORMAT, "%s: [%d][%lld, %lld] is too large to address", what, n, (long long)rows,
                        (long long)cols);
+    return FM_OK;
+}
+
+static fm_status bank(planner *pl, fm_mem_family fam, fm_wfamily wf, int32_t n, int64_t rows, int64_t cols,
+                      const char *what) {
+    fm_memory_plan *p = pl->p;
+    fm_wformat fmt;
+    size_t bytes;
+    const fm_status st = bank_size(pl, wf, n, rows, cols, what, &fmt, &bytes);
+    if (st) return st;
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
     p->formats[fam] = fmt;
     p->n_banks++;
@@ -151,13 +135,13 @@ static fm_mem_family mem_family(fm_wfamily f) {
 }
 
 /* model.c: load_weights + load_layer, bank for bank (the layers' banks from their descriptions) */
-static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *plan) {
+static fm_status add_weights(planner *pl, const fm_config *c) {
     const int64_t V = c->vocab_size, H = c->hidden_size;
     fm_status st;
-    if ((st = bank(pl, FM_MEM_EMBED, plan->w_other, 1, V, H, "embed_tokens")) ||
-        (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "final norm")))
+    if ((st = bank(pl, FM_MEM_EMBED, FM_WF_NORM, 1, V, H, "embed_tokens")) ||
+        (st = bank(pl, FM_MEM_NORMS, FM_WF_NORM, 1, 1, H, "final norm")))
         return st;
-    if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, plan->w_other, 1, V, H, "lm_head"))) return st;
+    if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, FM_WF_NORM, 1, V, H, "lm_head"))) return st;
     const fm_arch_desc *a = fm_arch_of(c);
     int32_t first_moe = -1;
     for (int32_t l = 0; l < pl->p->n_layers; l++) {
@@ -169,19 +153,15 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
             const int32_t n = fm_spec_count(w, c);
             const int64_t rows = fm_spec_rows(w, c), cols = fm_spec_cols(w, c);
             const fm_mem_family fam = mem_family(w->family);
-            if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP)
-                st = bank_fmt(pl, fam, plan->w_dense, plan->a_dense, plan->a_dense, n, rows, cols, w->label);
-            else if (w->family == FM_WF_EXPERTS) {
-                const size_t before = pl->p->weights[fam];
-                st = bank_fmt(pl, fam, plan->w_expert, plan->a_dispatch, plan->a_expert, n, rows, cols, w->label);
-                /* a slot of the expert cache: one matrix of each expert bank of a layer (bank bytes are n x a
-                   matrix's in every layout) */
-                if (!st && n > 0 && (first_moe < 0 || first_moe == l)) {
-                    first_moe = l;
-                    pl->p->expert_slot_bytes += (pl->p->weights[fam] - before) / (size_t)n;
-                    pl->p->n_experts = n;
-                }
-            } else st = bank(pl, fam, plan->w_other, n, rows, cols, w->label);
+            const size_t before = pl->p->weights[fam];
+            st = bank(pl, fam, w->family, n, rows, cols, w->label);
+            /* a slot of the expert cache: one matrix of each expert bank of a layer (bank bytes are n x a matrix's in
+               every layout) */
+            if (!st && w->family == FM_WF_EXPERTS && n > 0 && (first_moe < 0 || first_moe == l)) {
+                first_moe = l;
+                pl->p->expert_slot_bytes += (pl->p->weights[fam] - before) / (size_t)n;
+                pl->p->n_experts = n;
+            }
             if (st) return st;
         }
     }
@@ -258,6 +238,17 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
     p->workspace = to_size(s, add(s, add(s, add(s, p->ws_moe, p->ws_side), p->ws_libs), p->ws_linear));
 }
 
+fm_status fm_memory_bank_bytes(const fm_config *cfg, const fm_plan *plan, const char *backend, fm_wfamily wf, int32_t n,
+                               int64_t rows, int64_t cols, const char *what, size_t *out, fm_error *err) {
+    *out = 0;
+    const fm_backend_kind *kind;
+    fm_status st = fm_backend_kind_get(backend, "memory plan", &kind, err);
+    if (st) return st;
+    const planner pl = {NULL, kind, {false}, err, &cfg->quant, plan, NULL};
+    fm_wformat fmt;
+    return bank_size(&pl, wf, n, rows, cols, what, &fmt, out);
+}
+
 fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,
                                  int64_t tokens, fm_memory_plan *out, fm_error *err) {
     return fm_memory_plan_compute_routes(cfg, plan, backend, NULL, n_layers, tokens, out, err);
@@ -275,14 +266,15 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
     if (tokens < 1) return fm_fail(err, FM_ERR_USAGE, "memory plan: tokens must be >= 1, got %lld", (long long)tokens);
     out->backend = kind->name;
     out->n_layers = n_layers > 0 ? n_layers : cfg->n_layers;
+    out->ep_ranks = out->tp_ranks = 1;
     out->tokens = tokens;
     fm_routes defaults;
     /* Hopper's tile rule: where it takes 32-row tiles other GPUs take 64, whose tile list is shorter, so the plan
        holds for every GPU */
     fm_routes_default(&defaults, 9);
-    planner pl = {out, kind, {false}, err, &cfg->quant, routes ? routes : &defaults};
+    planner pl = {out, kind, {false}, err, &cfg->quant, plan, routes ? routes : &defaults};
     out->expert_prefetch = fm_routes_expert_prefetch(pl.routes, 1);
-    fm_status st = add_weights(&pl, cfg, plan);
+    fm_status st = add_weights(&pl, cfg);
     if (st) {
         memset(out, 0, sizeof *out);
         return st;
@@ -309,7 +301,7 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
                                     &cache, &state, err);
     if (st) return st;
     p->kv_seqs = max_seqs, p->kv_ctx = ctx, p->kv_cache = cache, p->kv_state = state;
-    const size_t run = p->activations + p->workspace + cache + state;
+    const size_t run = p->activations + p->workspace + cache + state + p->ep_exchange;
     p->total = p->weight_total + run;
     p->peak = p->weight_total + (run > p->load_staging ? run : p->load_staging);
     return FM_OK;
@@ -360,7 +352,7 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
        most: a layer's experts, E slots) beside the staging the bank's build takes */
     if (kind->host_experts_built_on_device)
         p->load_staging = to_size(&s, add(&s, p->load_staging, mul(&s, (uint64_t)E, p->expert_slot_bytes)));
-    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->ep_exchange;
     /* the pool is allocated after the banks are loaded (their staging freed): it shares the run's side of the peak */
     const size_t rest = p->weight_total + run + own;
     const bool staging_fits = p->weight_total + p->load_staging <= available;
@@ -414,7 +406,7 @@ fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const 
     fm_mem_format(available, avail, sizeof avail);
     if (strcmp(need, avail) == 0) snprintf(exact, sizeof exact, " (%zu > %zu bytes)", p->peak, available);
     fm_mem_format(p->weight_total, w, sizeof w);
-    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->expert_pool;
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->expert_pool + p->ep_exchange;
     char kv[256] = "";
     if (p->kv_seqs > 0) {
         char c1[32], c2[32];

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
+#include "engine/weight_format.h"
 #include "util/progress.h"
 #include "util/status.h"
 
@@ -29,99 +30,24 @@ typedef struct loader {
     int32_t n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
 } loader;
 
-/* The fp8 plans (activations e4m3 with one scale per (row, 128-group)) on pre-quantized sources keep the checkpoint's
- * own numbers and quantize the activations as the plan says. Block-FP8 becomes e4m3-block when its K-block is 128
- * (one weight scale per activation group, DeepSeek-V3's recipe). int4 becomes int4-zp when each activation group lies
- * inside one weight group (G a multiple of 128, per-channel G = K included) and the input is in checkpoint order:
- * act-order permutes K, while the 1x128 groups are taken along the input as it comes. Checked here, on every backend;
- * the int4 preset (activations as stored) takes any group and order. */
-static fm_status pick_fp8_prequant(loader *ld, const fm_wsrc *srcs, int64_t count, const char *label, fm_wformat *fmt) {
-    const char *preset = fm_preset_name(ld->m->plan.preset);
-    bool fp8_block = false;
-    for (int64_t i = 0; i < count; i++) {
-        const fm_qsrc *q = &srcs[i].q;
-        if (q->method == FM_QUANT_FP8_BLOCK) {
-            fp8_block = true;
-            if (q->group != 128)
-                return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                               "%s: block-FP8 blocks of [%d, %d] (weight_block_size); the %s preset's e4m3 1x128 "
-                               "activations need blocks 128 wide along K (one weight scale per activation group); "
-                               "--preset ref or ref32 reads this checkpoint",
-                               label, q->block_n, q->group, preset);
-            continue;
-        }
-        if (q->method == FM_QUANT_NONE) continue; /* a float part beside quantized ones: bank_create refuses it */
-        if (!fm_qsrc_in_input_order(q, srcs[i].cols))
-            return fm_fail(
-                ld->err, FM_ERR_UNSUPPORTED,
-                "%s: act-order int4 (%s, g_idx permutes the input channels) cannot take the %s preset's e4m3 "
-                "1x128 activations, whose groups follow the input order; --preset int4 handles it",
-                label, fm_quant_method_name(q->method), preset);
-        if (q->group % 128 != 0)
-            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: int4 group size %d (%s) is not a multiple of 128, so an e4m3 1x128 activation group of "
-                           "the %s preset would span more than one weight group; --preset int4 handles it",
-                           label, q->group, fm_quant_method_name(q->method), preset);
-    }
-    *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
-    return FM_OK;
-}
-
-/* Pre-quantized sources where the plan asks for int4 weights (a float plan, ref or ref32, dequantizes them):
- *  - our own format (symmetric, group 128, bf16 scales: quant/int4_native.h, what `fp8moe requantize` writes) binds
- *    natively: the plan's int4-g128 / int4-g128-tc bank filled from the codes, the same numbers as quantizing the
- *    float checkpoint at load. Codes of -8 do not fit the tensor-core layout (-7..7), so such a bank keeps the
- *    checkpoint's own format under the fp8 plans (below), which holds any code;
- *  - any other int4 keeps the checkpoint's own numbers: int4-zp with activations as stored (the int4 preset,
- *    w4a16), int4-zp-tc with e4m3 1x128 activations (the fp8 presets, pick_fp8_prequant);
- *  - block-FP8 becomes e4m3-block under the fp8 presets.
- * a_in and a_out are the activation formats of the bank's inputs (a_dense for dense banks, a_dispatch and a_expert
- * for expert banks). The linears a pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized
- * modules) stay bf16 rather than being quantized by us: the checkpoint's author chose to keep them. */
-static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_afmt a_in, fm_afmt a_out,
-                             const char *label, fm_wformat *fmt) {
-    bool any = false;
-    for (int64_t i = 0; i < count; i++) any |= fm_wsrc_is_quantized(&srcs[i]);
-    if (!fm_wformat_is_int4(*fmt)) return FM_OK;
-    if (!any) {
-        if (ld->m->cfg.quant.method != FM_QUANT_NONE) *fmt = FM_W_BF16;
-        return FM_OK;
-    }
-    const bool fp8 = a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128;
-    if (!fp8 && (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE))
-        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre-quantized weights (%s) with %s activations (the %s preset) are not supported; --preset "
-                       "fp8 (e4m3 1x128 activations) or int4 run them",
-                       label, fm_quant_method_name(ld->m->cfg.quant.method),
-                       fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out), fm_preset_name(ld->m->plan.preset));
-    bool fp8_block = false;
-    for (int64_t i = 0; i < count; i++) fp8_block |= srcs[i].q.method == FM_QUANT_FP8_BLOCK;
-    if (!fp8_block) {
-        const fm_bank_src all = {srcs, (int32_t)count, 1, label, false};
-        const fm_native_int4 nat = fm_bank_src_native_int4(&all);
-        if (nat == FM_NATIVE_YES || (nat == FM_NATIVE_MINUS8 && *fmt == FM_W_INT4_G128)) {
-            ld->n_native++;
-            return FM_OK; /* the plan's own format, built from the codes */
-        }
-    }
-    if (fp8) {
-        fm_status st = pick_fp8_prequant(ld, srcs, count, label, fmt);
-        if (!st && *fmt == FM_W_INT4_ZP_TC) ld->n_zp++;
-        return st;
-    }
-    if (fp8_block)
-        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                       "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would "
-                       "requantize them to int4",
-                       label, fm_preset_name(ld->m->plan.preset));
-    *fmt = FM_W_INT4_ZP;
-    ld->n_zp++;
-    return FM_OK;
+/* The format of a bank of `family` from its sources (engine/weight_format.h), counting the pre-quantized banks bound
+ * natively and kept in the checkpoint's own int4 for the verbose line */
+static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_wfamily family, const char *label,
+                             fm_wformat *fmt) {
+    fm_bank_origin o;
+    fm_bank_origin_of_srcs(ld->m->cfg.quant.method, srcs, count, &o);
+    bool native = false;
+    const fm_status st =
+        fm_weight_format(&ld->m->plan, fm_backend_kind_of(ld->m->be), family, &o, label, fmt, &native, ld->err);
+    ld->n_native += native;
+    ld->n_zp += !st && fm_wformat_is_int4zp(*fmt);
+    return st;
 }
 
 static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, bool gate_up,
-                           fm_wformat fmt, fm_afmt a_in, fm_afmt a_out, const char *label) {
-    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
+                           fm_wfamily family, const char *label) {
+    fm_wformat fmt;
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, family, label, &fmt);
     if (pst) return pst;
     fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
@@ -131,14 +57,15 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
 
 /* An expert bank in host memory (experts in host memory: fm_expert_offload_create checks the backend has the ops) */
 static fm_status bank_host(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, bool gate_up,
-                           fm_wformat fmt, fm_afmt a_in, fm_afmt a_out, const char *label) {
+                           fm_wfamily family, const char *label) {
     fm_model *m = ld->m;
     if (!m->be->ops->bank_create_host)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "--experts-in host: the %s backend cannot keep experts in host memory yet; --experts-in device "
                        "runs the model with every expert in its memory",
                        m->be->ops->name);
-    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
+    fm_wformat fmt;
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, family, label, &fmt);
     if (pst) return pst;
     fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = m->be->ops->bank_create_host(m->be, &src, fmt, out, ld->err);
@@ -146,13 +73,13 @@ static fm_status bank_host(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     return st;
 }
 
-static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
-                      const char *label) {
-    return bank_acts(ld, out, srcs, n, n_parts, false, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
+/* a bank that is not a linear projection: the plan's w_other */
+static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, const char *label) {
+    return bank_acts(ld, out, srcs, n, n_parts, false, FM_WF_NORM, label);
 }
 
 /* A zero-centred RMSNorm weight (model/arch.h plus_one_banks): its bank holds 1 + w, built from an fp32 copy. */
-static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm_wformat fmt, const char *label) {
+static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, const char *label) {
     const int64_t n = src->rows * src->cols;
     float *w = fm_malloc((size_t)n * sizeof *w, ld->err, label);
     if (!w) return FM_ERR_NOMEM;
@@ -168,7 +95,7 @@ static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm
                       .data = (const uint8_t *)w,
                       .nbytes = (uint64_t)n * sizeof *w};
     const fm_wsrc view = {&t, 0, src->rows, src->cols, {0}, {0}};
-    if (!st) st = bank(ld, out, &view, 1, 1, fmt, label);
+    if (!st) st = bank(ld, out, &view, 1, 1, label);
     free(w);
     return st;
 }
@@ -210,7 +137,6 @@ static fm_status tp_views(loader *ld, fm_bank_slot bank, fm_wsrc **srcs, int32_t
  * fused into one bank in the format of the spec's family. */
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
     const fm_config *c = &ld->m->cfg;
-    const fm_plan *p = &ld->m->plan;
     const fm_layer_desc *d = fm_arch_layer(fm_arch_of(c), c, l);
     L->kind = s->kind;
     L->is_moe = s->is_moe;
@@ -236,17 +162,13 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         }
         const fm_wsrc *first = ep ? srcs + (size_t)ld->m->ep_first * (size_t)np : srcs;
         const int32_t n_load = ep ? ld->m->ep_n : n;
-        fm_wformat fmt = p->w_other;
-        fm_afmt a_in = p->a_dense, a_out = p->a_dense;
-        if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP) fmt = p->w_dense;
-        if (w->family == FM_WF_EXPERTS) fmt = p->w_expert, a_in = p->a_dispatch, a_out = p->a_expert;
         char label[96];
         snprintf(label, sizeof label, "layer %d %s", l, w->label);
         const bool host = ld->m->experts_host && w->family == FM_WF_EXPERTS;
         fm_status st = fm_arch_of(c)->plus_one_banks >> w->bank & 1
-                           ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
+                           ? bank_plus_one(ld, &L->bank[w->bank], srcs, label)
                            : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], first, n_load, np_load,
-                                                            w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
+                                                            w->fusion == FM_FUSE_GATE_UP, w->family, label);
         free(srcs);
         if (st) return st;
     }
@@ -263,13 +185,13 @@ static bool lm_head_tied(const fm_model_src *src) {
 static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
     loader ld = {m, err, 0, 0};
     fm_status st;
-    if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
+    if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, "embed_tokens")) ||
         (st = fm_arch_of(&m->cfg)->final_norm_plus_one
-                  ? bank_plus_one(&ld, &m->final_norm, &src->final_norm, m->plan.w_other, "final norm")
-                  : bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
+                  ? bank_plus_one(&ld, &m->final_norm, &src->final_norm, "final norm")
+                  : bank(&ld, &m->final_norm, &src->final_norm, 1, 1, "final norm")))
         return st;
     if (lm_head_tied(src)) m->lm_head = m->embed;
-    else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
+    else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, "lm_head"))) return st;
     for (int l = 0; l < m->n_layers; l++) {
         if (verbose) fm_progress("loading layer %d/%d", l + 1, m->n_layers);
         if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) return st;
@@ -351,6 +273,10 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
     fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, kind->name, &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
+    /* a rank of a group: its experts and heads, its exchange buffers and their scratch */
+    if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
+        st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
+                                 m->ep_ranks > 1 ? m->ep_rank : m->tp_rank, err);
     if (!st && !device) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
     if (st || !device) return st;
     size_t free_bytes = 0, total = 0;

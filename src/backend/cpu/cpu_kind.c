@@ -83,7 +83,6 @@ const fm_backend_kind fm_backend_kind_cpu = {
     .host_ordered = true,
     .host_experts_built_on_device = false,
     .host_expert_format = FM_W_F32,
-    .fp4_dispatch_needs_own_int4 = false,
     .ep_plan_ok = NULL,
     .act_size = cpu_act_size,
     .bank_bytes = cpu_bank_bytes,

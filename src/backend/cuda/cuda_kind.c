@@ -14,11 +14,11 @@
 #include "backend/w4a8_workspace.h"
 #include "model/arch.h"
 
-#define GROUP 128                                /* int4 scale group along K (FM_CUDA_GROUP) */
-#define STAGING_BYTES ((size_t)64 << 20)         /* cuda_bank.cu: one upload staging buffer per bank */
-#define CUBLAS_WS_BYTES ((size_t)32 << 20)       /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
-#define LT_WS_BYTES ((size_t)32 << 20)           /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
-#define SIDE_CUBLAS_WS_BYTES ((size_t)32 << 20)  /* cuda_internal.cuh FM_CUDA_SIDE_CUBLAS_WS */
+#define GROUP 128                               /* int4 scale group along K (FM_CUDA_GROUP) */
+#define STAGING_BYTES ((size_t)64 << 20)        /* cuda_bank.cu: one upload staging buffer per bank */
+#define CUBLAS_WS_BYTES ((size_t)32 << 20)      /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
+#define LT_WS_BYTES ((size_t)32 << 20)          /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
+#define SIDE_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_SIDE_CUBLAS_WS */
 
 static size_t cuda_act_size(const fm_plan *plan) { return plan->act_bf16 ? 2 : 4; }
 
@@ -58,7 +58,8 @@ static size_t cuda_bank_bytes_int4zp(bool fp8_plan, int32_t n, int64_t rows, int
     if (fp8_plan) {
         const uint64_t nrp = fm_sz_mul(s, (uint64_t)n, fm_sz_ceil_div((uint64_t)rows, 32) * 32);
         const uint64_t g128 = fm_sz_ceil_div((uint64_t)cols, GROUP);
-        return fm_sz_size(s, fm_sz_add(s, fm_sz_mul(s, nrp, g128 * GROUP / 2), fm_sz_mul(s, fm_sz_mul(s, nrp, g128), 8)));
+        return fm_sz_size(s,
+                          fm_sz_add(s, fm_sz_mul(s, nrp, g128 * GROUP / 2), fm_sz_mul(s, fm_sz_mul(s, nrp, g128), 8)));
     }
     const uint64_t nr = fm_sz_mul(s, (uint64_t)n, (uint64_t)rows);
     const uint64_t groups = fm_sz_ceil_div((uint64_t)cols, (uint64_t)group);
@@ -113,9 +114,9 @@ static void cuda_workspace(const fm_config *c, const fm_plan *plan, const fm_rou
         /* moe_grouped_cublas.cu (bf16 or f32 banks): moe_grouped_workspace.h's layout, pairs in equal tiles */
         const uint64_t P = fm_sz_mul(s, T, (uint64_t)c->n_experts_per_tok);
         if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
-        out->moe = fm_sz_size(s, fm_grouped_layout(P, (uint64_t)c->n_experts, H, (uint64_t)c->moe_intermediate,
-                                                   cuda_act_size(plan))
-                                     .total);
+        out->moe = fm_sz_size(
+            s,
+            fm_grouped_layout(P, (uint64_t)c->n_experts, H, (uint64_t)c->moe_intermediate, cuda_act_size(plan)).total);
     }
     if (plan->w_dense == FM_W_E4M3_PT) {
         /* linear_w8a8.cu (fm_w8a8_linear_ws_bytes): the scale slot and the e4m3 input, rows padded to 16 bytes, in the
@@ -189,7 +190,6 @@ const fm_backend_kind fm_backend_kind_cuda = {
     .host_ordered = false,
     .host_experts_built_on_device = true,
     .host_expert_format = FM_W_INT4_G128_TC, /* expert_cache.cu: the fp8 and fp4 presets' experts */
-    .fp4_dispatch_needs_own_int4 = true,
     .ep_plan_ok = cuda_ep_plan_ok,
     .act_size = cuda_act_size,
     .bank_bytes = cuda_bank_bytes,
