@@ -182,7 +182,4 @@ fm_status fm_memory_plan_rank(fm_memory_plan *p, const fm_config *cfg, const fm_
  * available (--vram-limit)". `source` says where `available` comes from. */
 fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const char *source, fm_error *err);
 
-/* Formats bytes as "61.06 GiB" / "35.2 MiB" / "512 bytes" into buf. Returns buf. */
-const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
-
 #endif

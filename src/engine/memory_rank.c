@@ -36,7 +36,8 @@ static fm_status tp_attention_delta(fm_memory_plan *p, const fm_config *c, const
             }
             size_t whole = 0, share = 0;
             fm_status st = fm_memory_bank_bytes(c, plan, p->backend, w->family, n, rows, cols, w->label, &whole, err);
-            if (!st) st = fm_memory_bank_bytes(c, plan, p->backend, w->family, n, r_rows, r_cols, w->label, &share, err);
+            if (!st)
+                st = fm_memory_bank_bytes(c, plan, p->backend, w->family, n, r_rows, r_cols, w->label, &share, err);
             if (st) return st;
             *delta += (int64_t)share - (int64_t)whole;
         }
@@ -50,8 +51,8 @@ static fm_status ep_exchange_bytes(const fm_memory_plan *p, const fm_config *c, 
                                    size_t act, size_t *out, fm_error *err) {
     const int64_t P = (p->tokens + ep - 1) / ep, H = c->hidden_size;
     fm_ep_layout L;
-    fm_status st = fm_ep_layout_of(c->n_experts, ep, P, c->n_experts_per_tok, H, plan->a_dispatch, plan->act_bf16, &L,
-                                   err);
+    fm_status st =
+        fm_ep_layout_of(c->n_experts, ep, P, c->n_experts_per_tok, H, plan->a_dispatch, plan->act_bf16, &L, err);
     if (st) return st;
     fm_sz s = {false};
     const uint64_t block = L.dblock > L.rblock ? L.dblock : L.rblock;
@@ -60,8 +61,9 @@ static fm_status ep_exchange_bytes(const fm_memory_plan *p, const fm_config *c, 
     b = fm_sz_add(&s, b, (uint64_t)(1 + ep) * sizeof(float));
     b = fm_sz_add(&s, b, fm_sz_mul(&s, fm_sz_mul(&s, (uint64_t)(1 + ep), (uint64_t)(P * H)), act));
     *out = fm_sz_size(&s, b);
-    if (s.ovf) return fm_fail(err, FM_ERR_FORMAT, "memory plan: the exchange buffers of %lld tokens overflow",
-                              (long long)p->tokens);
+    if (s.ovf)
+        return fm_fail(err, FM_ERR_FORMAT, "memory plan: the exchange buffers of %lld tokens overflow",
+                       (long long)p->tokens);
     return FM_OK;
 }
 

@@ -36,7 +36,7 @@ void fm_bank_origin_of_config(const fm_quant_config *q, int64_t cols, fm_bank_or
     else {
         out->int4 = q->method;
         out->group = q->group_size > 0 ? q->group_size : (int32_t)cols; /* -1: one group per output channel */
-        out->native = q->native_layout ? FM_NATIVE_YES : FM_NATIVE_NO; /* found by the binder */
+        out->native = q->native_layout ? FM_NATIVE_YES : FM_NATIVE_NO;  /* found by the binder */
     }
 }
 
@@ -93,9 +93,7 @@ static fm_status choose(const fm_plan *plan, fm_wfamily family, const fm_bank_or
         if (native_out) *native_out = true;
         return FM_OK; /* the plan's own format, built from the codes */
     }
-    if (fp8) {
-        return fp8_prequant(plan, o, label, out, err);
-    }
+    if (fp8) { return fp8_prequant(plan, o, label, out, err); }
     if (o->fp8_block)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would requantize "
@@ -105,9 +103,8 @@ static fm_status choose(const fm_plan *plan, fm_wfamily family, const fm_bank_or
     return FM_OK;
 }
 
-fm_status fm_weight_format(const fm_plan *plan, const fm_backend_kind *kind, fm_wfamily family,
-                           const fm_bank_origin *o, const char *label, fm_wformat *out, bool *native_out,
-                           fm_error *err) {
+fm_status fm_weight_format(const fm_plan *plan, const fm_backend_kind *kind, fm_wfamily family, const fm_bank_origin *o,
+                           const char *label, fm_wformat *out, bool *native_out, fm_error *err) {
     if (native_out) *native_out = false;
     const fm_status st = choose(plan, family, o, label, out, native_out, err);
     if (st) return st;

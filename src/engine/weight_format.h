@@ -40,8 +40,7 @@ void fm_bank_origin_of_config(const fm_quant_config *q, int64_t cols, fm_bank_or
  *    backend: the kernels expand FP4 only into the experts we quantize ourselves.
  * FM_ERR_UNSUPPORTED naming `label` and what runs it otherwise. *native_out (may be NULL) says whether a pre-quantized
  * bank is bound natively (the plan's own int4 format built from the codes). */
-fm_status fm_weight_format(const fm_plan *plan, const fm_backend_kind *kind, fm_wfamily family,
-                           const fm_bank_origin *o, const char *label, fm_wformat *out, bool *native_out,
-                           fm_error *err);
+fm_status fm_weight_format(const fm_plan *plan, const fm_backend_kind *kind, fm_wfamily family, const fm_bank_origin *o,
+                           const char *label, fm_wformat *out, bool *native_out, fm_error *err);
 
 #endif
