@@ -78,8 +78,7 @@ static void fit_on_a_budget(void **s) {
     assert_int_equal(fm_memory_estimate_compute(MODEL, &opt, &four, &err), FM_OK);
     assert_true(four.kv_cache > 0 && four.total == alone.total + four.kv_cache + four.kv_state);
     seqs = 0, ctx = 1024;
-    assert_int_equal(fm_memory_fit_generation(MODEL, &opt, 512, alone.peak / 2, 256, &seqs, &ctx, &err),
-                     FM_ERR_NOMEM);
+    assert_int_equal(fm_memory_fit_generation(MODEL, &opt, 512, alone.peak / 2, 256, &seqs, &ctx, &err), FM_ERR_NOMEM);
 }
 
 int main(void) {

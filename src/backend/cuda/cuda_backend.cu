@@ -52,11 +52,12 @@ typedef __nv_bfloat16 bf16;
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
     if (bytes <= be->work_bytes) return be->work;
     if (be->work_fixed) {
-        fprintf(stderr,
-                "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
-                "memory plan's shapes; the plan (src/engine/memory_plan.c, add_workspace) does not count this op at "
-                "this shape: a bug\n",
-                bytes, be->work_bytes);
+        fprintf(
+            stderr,
+            "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
+            "memory plan's shapes; the plan (src/backend/cuda/cuda_kind.c, cuda_workspace) does not count this op at "
+            "this shape: a bug\n",
+            bytes, be->work_bytes);
         abort();
     }
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
