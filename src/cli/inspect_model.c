@@ -192,7 +192,8 @@ void inspect_print_quantization(const fm_config *c, const fm_model_src *src) {
     for (int f = 0; f < 5; f++)
         if (fam[f].n)
             printf("  %-28s %7lld / %-6lld %16.3f %18.3f %10lld\n", fam[f].name, (long long)fam[f].n_quant,
-                   (long long)fam[f].n, inspect_mib(fam[f].ckpt_bytes), inspect_mib(fam[f].bank_bytes), (long long)fam[f].n_native);
+                   (long long)fam[f].n, inspect_mib(fam[f].ckpt_bytes), inspect_mib(fam[f].bank_bytes),
+                   (long long)fam[f].n_native);
     if (fp8)
         printf("  (resident: the fp8 preset on the cpu backend, which keeps the e4m3 bytes (e4m3-block); ref and ref32 "
                "dequantize them, the int4 preset refuses block-FP8; float linears and router/lm_head are fp32 on the "

@@ -26,8 +26,8 @@ static void print_exchange_bytes(const fm_config *cfg, int64_t T, int32_t N) {
     printf("  all-to-all per MoE layer at %lld tokens (uniform routing, %.0f%% of the routed copies leave their rank), "
            "all ranks together: dispatch bf16 %.2f MiB, e4m3 %.2f, MXFP4 %.2f (%.2fx e4m3), NVFP4 %.2f (%.2fx); "
            "combine (bf16) %.2f MiB\n",
-           (long long)T, 100.0 * (N - 1) / N, inspect_mib(copies * bf16), inspect_mib(copies * e4m3), inspect_mib(copies * mx), mx / e4m3,
-           inspect_mib(copies * nv), nv / e4m3, inspect_mib(copies * bf16));
+           (long long)T, 100.0 * (N - 1) / N, inspect_mib(copies * bf16), inspect_mib(copies * e4m3),
+           inspect_mib(copies * mx), mx / e4m3, inspect_mib(copies * nv), nv / e4m3, inspect_mib(copies * bf16));
 }
 
 /* --ep N / --tp N: what each rank holds, as the load plans it (fm_memory_plan_rank): its share of the routed experts
@@ -59,8 +59,9 @@ static fm_status print_partition(const fm_config *cfg, const fm_plan *plan, cons
         snprintf(heads, sizeof heads, "%d..%d / %d..%d", h0, h0 + nh - 1, kv0, kv0 + nkv - 1);
         const size_t experts = q.weights[FM_MEM_EXPERTS], attn = q.weights[FM_MEM_ATTN];
         printf("  %-6d %-16s %-16s %14.2f %16.2f %18.2f %13.2f %12.2f\n", r, cfg->n_experts > 0 ? range : "-", heads,
-               inspect_mib((double)experts), inspect_mib((double)attn), inspect_mib((double)(q.weight_total - experts - attn)),
-               inspect_mib((double)q.ep_exchange), inspect_mib((double)q.peak));
+               inspect_mib((double)experts), inspect_mib((double)attn),
+               inspect_mib((double)(q.weight_total - experts - attn)), inspect_mib((double)q.ep_exchange),
+               inspect_mib((double)q.peak));
     }
     if (ep > 1) print_exchange_bytes(cfg, p->tokens, ep);
     return FM_OK;
