@@ -164,6 +164,54 @@ typedef struct fm_options {
 
 void fm_options_init(fm_options *opt);
 
+/* Backends by name (fm_options.backend): the library's own spelling of `name` ("cpu", "cuda": a static string), or
+ * NULL when there is no such backend. */
+const char *fm_backend_lookup(const char *name);
+/* True for a backend whose weights and caches live in a device's memory (cuda). */
+bool fm_backend_on_device(const char *name);
+/* The device memory free (and in all: total may be NULL) for such a backend; FM_ERR_USAGE for one without a device,
+ * FM_ERR_BACKEND when there is no device here. */
+fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err);
+
+/* ---- before a load: what a checkpoint is, and the memory a load of it takes ---- */
+
+/* A checkpoint's description from its config.json alone (no weight is read). */
+typedef struct fm_checkpoint_info {
+    char model_type[32];
+    int32_t n_layers, n_moe_layers;
+    int32_t n_experts, n_experts_per_tok; /* 0 experts: a dense model */
+    int32_t hidden_size, vocab_size;
+    int64_t max_position_embeddings; /* 0: the config gives none */
+    bool prequantized;               /* the weights are already quantized (GPTQ, AWQ, compressed-tensors, block-FP8) */
+    char quantization[128];          /* one line describing that format; "" for a float checkpoint */
+} fm_checkpoint_info;
+
+fm_status fm_checkpoint_probe(const char *dir, fm_checkpoint_info *out, fm_error *err);
+
+/* The memory a load of a checkpoint with `opt` takes on opt->backend, planned from config.json and the options before
+ * anything is allocated, as the load plans it (the preset, --dense, --dispatch, --layers, max_tokens, max_seqs and
+ * ctx, the routes; --ep / --tp: rank ep_rank's or tp_rank's share), in bytes. */
+typedef struct fm_memory_estimate {
+    size_t weights, activations, workspace; /* the banks; the forward pass's buffers; the ops' and libraries' scratch */
+    size_t kv_cache, kv_state;              /* generation (max_seqs > 0): the paged KV cache; the decode state */
+    size_t exchange;                        /* a rank of --ep: its exchange buffers */
+    size_t load_staging;                    /* transient while loading */
+    size_t total;                           /* resident while running */
+    size_t peak;                            /* what must fit */
+} fm_memory_estimate;
+
+fm_status fm_memory_estimate_compute(const char *dir, const fm_options *opt, fm_memory_estimate *out, fm_error *err);
+
+/* Generation's fit on a device budget of `budget` bytes (a share of fm_backend_free_memory): *max_seqs when <= 0 (as
+ * many sequences as fit, 1 to cap) and *ctx when <= 0 (the model's context, shortened to a multiple of 16 when
+ * *max_seqs sequences of it do not fit), beside the model planned for prefill chunks of `chunk` tokens. FM_ERR_NOMEM
+ * when the model alone, or 16 tokens a sequence, do not fit. */
+fm_status fm_memory_fit_generation(const char *dir, const fm_options *opt, int64_t chunk, size_t budget, int32_t cap,
+                                   int32_t *max_seqs, int64_t *ctx, fm_error *err);
+
+/* Bytes as "61.1 GiB", "35.2 MiB", "512 bytes" into buf; returns buf. */
+const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
+
 /* Checks a route override string (fm_options.routes) without a GPU: FM_ERR_USAGE naming the bad key or value and
  * listing the valid ones. Whether the GPU can run a forced kernel is checked when the backend is created. */
 fm_status fm_routes_check(const char *routes, fm_error *err);

@@ -223,8 +223,7 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         o->model_dir = arg;
         return true;
     case OPT_BACKEND:
-        if (strcmp(arg, "cpu") && strcmp(arg, "cuda"))
-            *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
+        if (!fm_backend_lookup(arg)) *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
         o->opt.backend = arg;
         return true;
     case OPT_PRESET:

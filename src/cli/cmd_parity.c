@@ -126,7 +126,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_FROM_JSON: a->from_json = arg; return true;
     case OPT_PPL: return cli_parse_int(cmd, "--perplexity", arg, 1, 1 << 24, &a->ppl_windows);
     case OPT_ORACLE:
-        if (strcmp(arg, "cpu") != 0 && strcmp(arg, "cuda") != 0) {
+        if (!fm_backend_lookup(arg)) {
             cli_usage(cmd, "--oracle is cpu or cuda, got '%s'", arg);
             return false;
         }

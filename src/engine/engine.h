@@ -134,7 +134,7 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
 /* fm_forward in its three steps, run in this order (what a CUDA graph captures is the middle one):
  *   stage    checks T against the plan and copies the ids to their device buffer (no wait for the device);
  *   device   the pass itself, launches only: no host synchronisation, no allocation, no branch on values (shape
- *            branches only), so on the GPU it can be captured on the backend's stream (fm_cuda_backend_stream) and
+ *            branches only), so on the GPU it can be captured on the backend's stream (ops->graph_capture) and
  *            replayed; the debug switches FP8MOE_SYNC and FP8MOE_DUMP synchronise, and are not for capture;
  *   collect  waits for the device and downloads the logits ([T, vocab] or [vocab] when last_only). */
 fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err);

@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/moe_grouped_workspace.h"
-#include "backend/w4a8_workspace.h"
 #include "dist/ep_moe.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
@@ -141,20 +139,13 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
     fm_memory_plan plan;
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
+    /* a rank of a group: its scratch with the received blocks of expert parallelism */
+    if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
+        st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
+                                 m->ep_ranks > 1 ? m->ep_rank : m->tp_rank, err);
     /* experts in host memory: the expert prefetch runs on the side stream (as memory_plan.c places the experts) */
     const size_t side = plan.ws_side ? plan.ws_side : m->experts_host && plan.expert_prefetch ? FM_SIDE_WS_MIN : 0;
-    size_t ws = plan.ws_moe;
-    if (!st && m->ep_ranks > 1 && !strcmp(m->be->ops->name, "cuda")) { /* expert parallelism's received blocks */
-        const fm_config *c = &m->cfg;
-        const uint64_t N = (uint64_t)m->ep_ranks, k = (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
-        const uint64_t H = (uint64_t)c->hidden_size, I = (uint64_t)c->moe_intermediate;
-        const uint64_t ep =
-            m->plan.a_dispatch == FM_A_NATIVE /* the cuBLAS experts of ref and ref32 */
-                ? fm_grouped_ep_ws_bytes((uint64_t)T, k, E, N, H, I, m->plan.act_bf16 ? 2 : 4)
-                : fm_w4a8_ep_ws_bytes((uint64_t)T, k, E, N, H, I, fm_w4a8_dispatch_of(m->plan.a_dispatch));
-        if (ep > ws) ws = (size_t)ep;
-    }
-    if (!st) st = m->be->ops->reserve(m->be, ws, side, err);
+    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, side, err);
     return st;
 }
 

@@ -9,7 +9,6 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "backend/cuda/cuda_graph.h"
 #include "engine/scheduler.h"
 #include "util/status.h"
 
@@ -60,10 +59,10 @@ static fm_status decode_graph(fm_model *m, int32_t B, fm_error *err) {
         return decode_body(&d, err);
     }
     if (!kv->graphs[b]) {
-        fm_status st = fm_cuda_graph_capture(m->be, decode_body, &d, &kv->graphs[b], err);
+        fm_status st = m->be->ops->graph_capture(m->be, decode_body, &d, &kv->graphs[b], err);
         if (st) return st;
     }
-    return fm_cuda_graph_launch(kv->graphs[b], err);
+    return m->be->ops->graph_launch(m->be, kv->graphs[b], err);
 }
 
 /* a debug switch is on when set to anything but 0 (as cuda_common.cu and forward.c read them) */
@@ -72,10 +71,10 @@ static bool debug_switch(const char *name) {
     return v && strcmp(v, "0") != 0;
 }
 
-/* Decode steps replay as CUDA graphs on the cuda backend (route decode.graphs), except under the debug switches,
- * which synchronise inside the pass. */
+/* Decode steps replay as graphs on a backend that has them (cuda; route decode.graphs), except under the debug
+ * switches, which synchronise inside the pass. */
 static bool use_graphs(const fm_model *m) {
-    return fm_cuda_backend_stream(m->be) && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
+    return m->be->ops->graph_capture && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
            !debug_switch("FP8MOE_DUMP");
 }
 

@@ -27,6 +27,7 @@
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
@@ -52,11 +53,12 @@ typedef __nv_bfloat16 bf16;
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
     if (bytes <= be->work_bytes) return be->work;
     if (be->work_fixed) {
-        fprintf(stderr,
-                "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
-                "memory plan's shapes; the plan (src/engine/memory_plan.c, add_workspace) does not count this op at "
-                "this shape: a bug\n",
-                bytes, be->work_bytes);
+        fprintf(
+            stderr,
+            "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
+            "memory plan's shapes; the plan (src/backend/cuda/cuda_kind.c, cuda_workspace) does not count this op at "
+            "this shape: a bug\n",
+            bytes, be->work_bytes);
         abort();
     }
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -635,6 +637,9 @@ static const fm_backend_ops cuda_ops = {
     .upload_raw = cu_upload_raw,
     .copy = cu_copy,
     .sync = cu_sync,
+    .graph_capture = fm_cuda_graph_capture,
+    .graph_launch = fm_cuda_graph_launch_op,
+    .graph_free = fm_cuda_graph_free_op,
     .mark = cu_mark,
     .elapsed_ms = cu_elapsed_ms,
     .device_name = cu_device_name,

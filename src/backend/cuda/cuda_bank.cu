@@ -67,13 +67,8 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
        its numbers (cuda_bank_prequant.cu); float formats dequantize them below */
     if (fm_wformat_is_int4(fmt) && fm_bank_src_any_quantized(src) && fm_cuda_bank_src_native(src))
         return fm_cuda_bank_create_native_int4(be, src, fmt, out, err);
-    if ((fmt == FM_W_INT4_ZP_TC || fmt == FM_W_E4M3_B128) && src->gate_up && src->n > 1 &&
-        (bb->plan.a_dispatch == FM_A_MXFP4 || bb->plan.a_dispatch == FM_A_NVFP4))
-        return fm_fail(
-            err, FM_ERR_UNSUPPORTED,
-            "%s: --dispatch %s on cuda expands FP4 in the GEMM of int4-tc experts only (ours, quantized from "
-            "a float checkpoint); this checkpoint's experts stay %s: use --dispatch fp8",
-            src->label, fm_afmt_name(bb->plan.a_dispatch), fm_wformat_name(fmt));
+    /* the engine's weight-format policy (engine/weight_format.h) asks for a checkpoint's own formats with e4m3
+       1x128 activations only: never under an FP4 dispatch, which the W4A8 GEMM expands for int4-tc experts only */
     if (fmt == FM_W_INT4_ZP || fmt == FM_W_INT4_ZP_TC || fmt == FM_W_E4M3_B128) { /* cuda_bank_prequant.cu */
         fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
         if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);

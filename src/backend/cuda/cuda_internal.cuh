@@ -103,7 +103,7 @@ typedef struct cuda_backend {
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
 
 // The ops' scratch: at least `bytes`, contents not kept between ops. Once the load has reserved it for the memory
-// plan (ops->reserve), it never grows: asking for more is a bug of the plan (memory_plan.c, add_workspace) and stops
+// plan (ops->reserve), it never grows: asking for more is a bug of the plan (cuda_kind.c, cuda_workspace) and stops
 // with both sizes. A backend used without a reservation (op tests, kernel benchmarks) grows it on demand, outside any
 // stream capture.
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
