@@ -46,7 +46,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libfp8moe.a
 BIN := $(BUILD)/fp8moe
 
-.PHONY: all check-includes test test-serve test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check
+.PHONY: all check-layers test test-serve test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check
 all: $(LIB) $(BIN)
 
 $(LIB): $(LIB_OBJ)
@@ -79,7 +79,7 @@ tests-build: $(TEST_BIN) $(BIN)
 
 # Each test binary runs from the repository root; FP8MOE_BIN lets the CLI tests find the binary.
 test: tests-build
-	@set -e; fail=0; tools/check-includes.sh || fail=1; for t in $(TEST_BIN); do \
+	@set -e; fail=0; tools/check-layers.sh || fail=1; tools/check-includes.sh || fail=1; for t in $(TEST_BIN); do \
 	  echo "== $$t"; FP8MOE_BIN=$(BIN) ./$$t || fail=1; \
 	done; \
 	echo "== tests/serve/run.sh (fp8moe serve under ASan against the openai client, curl and Chromium)"; \
@@ -147,9 +147,10 @@ run: all
 	  echo; echo "== CPU: exact emulation of every preset"; fi
 	./$(BIN) parity --model models/tiny-code-moe
 
-# src/cli and src/serve include only the public headers, src/text and src/util (make test runs it too)
-check-includes:
-	@tools/check-includes.sh
+# The layers (docs/ARCHITECTURE.md), make test runs both: no CUDA backend call and no backend-name compare outside
+# src/backend; src/cli and src/serve include only the public headers, src/text and src/util
+check-layers:
+	@tools/check-layers.sh && tools/check-includes.sh
 
 # The house style (.clang-format): format-check is what CI runs, format rewrites the sources.
 format:
@@ -165,8 +166,9 @@ help:
 	@echo "  make [all]     build $(LIB) and $(BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
 	@echo "  make deps      install missing Debian packages (cJSON, PCRE2, cmocka, gnuplot)"
 	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
-	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity) and check-includes"
-	@echo "  make check-includes  src/cli and src/serve include only the public headers, src/text and src/util"
+	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity) and check-layers"
+	@echo "  make check-layers  no fm_cuda_* call or backend-name compare outside src/backend; src/cli and src/serve"
+	@echo "                 on the public headers (tools/check-layers.sh, tools/check-includes.sh)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
 	@echo "  make test-serve  fp8moe serve (ASan build) against the openai npm client, curl and headless Chromium"
 	@echo "  make test-gpu  CUDA op tests against the CPU, whole-model GPU parity (needs a GPU)"

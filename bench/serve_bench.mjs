@@ -35,6 +35,9 @@ const HELP = `usage: node bench/serve_bench.mjs --url URL [options]
                        while 8 streams decode: --clients 8 --prompt-tokens 128 --max-tokens 1024
                        --probe-prompt-tokens 1800)
   --workload W         random (default): the prompt set above;
+                       arrivals: the clients are streams decoding while long prompts keep arriving (the probe, of
+                       --probe-prompt-tokens ids, default 1800): the streams' inter-token gaps that overlap a
+                       prompt's prefill are reported apart, p50, p99 and p99/p50 (docs/mixed-steps.md);
                        shared-prefix: every prompt is one system prompt of --prefix-tokens ids, then --prompt-tokens
                        ids of its own (N clients, one system prompt);
                        multi-turn: each client holds conversations of --turns turns: turn 1 is a prompt of
@@ -74,8 +77,8 @@ function parseArgs(argv) {
         case '--probe-prompt-tokens': a.probeTokens = int(k, take(), 1); break;
         case '--workload':
             a.workload = take();
-            if (!['random', 'shared-prefix', 'multi-turn'].includes(a.workload))
-                usage(`--workload expects random, shared-prefix or multi-turn, got '${a.workload}'`);
+            if (!['random', 'shared-prefix', 'multi-turn', 'arrivals'].includes(a.workload))
+                usage(`--workload expects random, shared-prefix, multi-turn or arrivals, got '${a.workload}'`);
             break;
         case '--prefix-tokens': a.prefixTokens = int(k, take(), 1); break;
         case '--turns': a.turns = int(k, take(), 1); break;
@@ -83,7 +86,9 @@ function parseArgs(argv) {
         default: usage(`unknown option '${k}'`);
         }
     }
-    if (a.workload !== 'random' && a.probeTokens) usage('--probe-prompt-tokens goes with --workload random only');
+    if (!['random', 'arrivals'].includes(a.workload) && a.probeTokens)
+        usage('--probe-prompt-tokens goes with --workload random or arrivals only');
+    if (a.workload === 'arrivals' && !a.probeTokens) a.probeTokens = 1800;
     return a;
 }
 
@@ -166,7 +171,11 @@ async function runLevel(a, model, prompts, probePrompts, clients) {
             try {
                 const { prompt, turn } = a.workload === 'multi-turn' ? conversationPrompt(a, prompts, c, r, clients)
                     : { prompt: prompts[(c + r) % prompts.length], turn: 0 };
+                const sent = performance.now();
                 const x = await oneRequest(a, model, prompt);
+                for (let i = 1; i < x.times.length; i++) /* a gap between tokens that overlaps an arrival's prefill */
+                    if (inFlight.some(([from, to]) => sent + x.times[i] > from && sent + x.times[i - 1] < to))
+                        itlArrivals.push(x.times[i] - x.times[i - 1]);
                 completed++, tokens += x.n, promptTokens += prompt.length, cachedTokens += x.cached;
                 if (x.times.length) ttft.push(x.times[0]), (turn === 0 ? ttftFirst : ttftLater).push(x.times[0]);
                 for (let i = 1; i < x.times.length; i++) itl.push(x.times[i] - x.times[i - 1]);
@@ -179,14 +188,15 @@ async function runLevel(a, model, prompts, probePrompts, clients) {
         }
     }
     // the probe: one long prompt at a time, 1 new token, while the clients decode: its time to first token under load
-    const probeTtft = [];
+    const probeTtft = [], itlArrivals = [], inFlight = []; // [send, first token] of each probe request
     let stopProbe = false;
     async function probe() {
         await new Promise((r) => setTimeout(r, Math.min(2000, (a.duration * 1e3) / 4))); // the clients' decoding starts
         for (let r = 0; !stopProbe && performance.now() < deadline; r++) {
             try {
+                const sent = performance.now();
                 const x = await oneRequest(a, model, probePrompts[r % probePrompts.length], 1);
-                if (x.times.length) probeTtft.push(x.times[0]);
+                if (x.times.length) probeTtft.push(x.times[0]), inFlight.push([sent, sent + x.times[0]]);
             } catch (e) {
                 errors++;
                 if (!firstError) firstError = `probe: ${e.message || e}`;
@@ -205,7 +215,8 @@ async function runLevel(a, model, prompts, probePrompts, clients) {
         ttft_ms_p50: pct(ttft, 50), ttft_ms_p99: pct(ttft, 99),
         itl_ms_p50: pct(itl, 50), itl_ms_p99: pct(itl, 99),
         tpot_ms_mean: tpot.length ? tpot.reduce((x, y) => x + y, 0) / tpot.length : NaN,
-        probe_requests: probeTtft.length, probe_ttft_ms_p50: pct(probeTtft, 50), probe_ttft_ms_p99: pct(probeTtft, 99),
+        itl_arrivals_ms_p50: pct(itlArrivals, 50), itl_arrivals_ms_p99: pct(itlArrivals, 99),
+        itl_arrivals_samples: itlArrivals.length, probe_requests: probeTtft.length, probe_ttft_ms_p50: pct(probeTtft, 50), probe_ttft_ms_p99: pct(probeTtft, 99),
         cached_prompt_fraction: promptTokens ? cachedTokens / promptTokens : NaN,
         ttft_ms_p50_first_turn: pct(ttftFirst, 50), ttft_ms_p50_later_turns: pct(ttftLater, 50),
     };
@@ -240,8 +251,9 @@ async function main() {
     console.log(`model ${model} at ${a.url}   workload ${a.workload}   prompts: ${a.prompts} of ${a.promptTokens} token ids${shape}   new tokens: ${a.maxTokens} per request (ignore_eos)   ` +
                 (a.requests ? `${a.requests} requests per row` : `${a.duration} s per row`) + (commit ? `   commit ${commit}` : ''));
     console.log('');
-    const shared = a.workload !== 'random';
-    const probeHead = probePrompts.length ? [' probe TTFT p50 ms | probe TTFT p99 ms |', '------------------:|------------------:|']
+    const shared = a.workload === 'shared-prefix' || a.workload === 'multi-turn';
+    const probeHead = probePrompts.length ? [' probe TTFT p50 ms | probe TTFT p99 ms | ITL p50 arriving ms | ITL p99 arriving ms | p99/p50 |',
+                                             '------------------:|------------------:|--------------------:|--------------------:|--------:|']
         : shared ? [' cached % | TTFT p50 turn 1 ms | TTFT p50 later ms |', '---------:|-------------------:|------------------:|'] : ['', ''];
     console.log('| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT mean ms |' + probeHead[0]);
     console.log('|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:|-------------:|' + probeHead[1]);
@@ -254,7 +266,9 @@ async function main() {
                     `${f(r.output_tokens_per_s).padStart(12)} | ${f(r.requests_per_s, 2).padStart(5)} | ${f(r.ttft_ms_p50).padStart(11)} | ` +
                     `${f(r.ttft_ms_p99).padStart(11)} | ${f(r.itl_ms_p50, 2).padStart(10)} | ${f(r.itl_ms_p99, 2).padStart(10)} | ` +
                     `${f(r.tpot_ms_mean, 2).padStart(12)} |` +
-                    (probePrompts.length ? ` ${f(r.probe_ttft_ms_p50).padStart(17)} | ${f(r.probe_ttft_ms_p99).padStart(17)} |` : '') +
+                    (probePrompts.length ? ` ${f(r.probe_ttft_ms_p50).padStart(17)} | ${f(r.probe_ttft_ms_p99).padStart(17)} | ` +
+                        `${f(r.itl_arrivals_ms_p50, 2).padStart(19)} | ${f(r.itl_arrivals_ms_p99, 2).padStart(19)} | ` +
+                        `${f(r.itl_arrivals_ms_p99 / r.itl_arrivals_ms_p50, 2).padStart(7)} |` : '') +
                     (shared ? ` ${f(100 * r.cached_prompt_fraction).padStart(8)} | ${f(r.ttft_ms_p50_first_turn).padStart(18)} | ` +
                               `${f(r.ttft_ms_p50_later_turns).padStart(17)} |` : ''));
         if (r.first_error) console.error(`  first error at ${c} clients: ${r.first_error}`);

@@ -15,7 +15,10 @@ Workloads with shared prefixes (for the prefix cache; compare a server started w
                              ids, turn t the previous turn's prompt, then --max-tokens ids standing for its answer
                              (fixed ids, not the generated ones: token-id prompts get text back), then --turn-tokens
                              new ids. TTFT is reported for first turns and for later ones apart.
-Both report the share of prompt tokens the server took from its cache (usage.prompt_tokens_details.cached_tokens)."""
+Both report the share of prompt tokens the server took from its cache (usage.prompt_tokens_details.cached_tokens).
+  --workload arrivals        the clients are streams decoding while long prompts keep arriving (the probe, of
+                             --probe-prompt-tokens ids, default 1800): the streams' inter-token gaps that overlap a
+                             prompt's prefill are reported apart, p50, p99 and p99/p50."""
 import argparse
 import datetime
 import http.client
@@ -108,7 +111,7 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
     lock = threading.Lock()
     st = {"ttft": [], "itl": [], "tpot": [], "tokens": 0, "completed": 0, "errors": 0, "started": 0,
           "first_error": "", "t_end": 0.0, "probe_ttft": [], "stop_probe": False, "ttft_first": [],
-          "ttft_later": [], "prompt_tokens": 0, "cached_tokens": 0}
+          "ttft_later": [], "prompt_tokens": 0, "cached_tokens": 0, "itl_arrivals": [], "in_flight": []}
     t0 = time.perf_counter()
     deadline = t0 + a.duration
 
@@ -127,8 +130,12 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
                     prompt, turn = conversation_prompt(a, prompts, c, r, clients)
                 else:
                     prompt, turn = prompts[(c + r) % len(prompts)], 0
+                sent = time.perf_counter() * 1e3
                 times, n, cached = one_request(a, host, port, model, prompt)
                 with lock:
+                    for i in range(1, len(times)):  # a gap between tokens that overlaps an arrival's prefill
+                        if any(sent + times[i] > f and sent + times[i - 1] < t for f, t in st["in_flight"]):
+                            st["itl_arrivals"].append(times[i] - times[i - 1])
                     st["completed"] += 1
                     st["tokens"] += n
                     st["prompt_tokens"] += len(prompt)
@@ -153,10 +160,12 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
         r = 0
         while not st["stop_probe"] and time.perf_counter() < deadline:
             try:
+                sent = time.perf_counter() * 1e3
                 times, _, _ = one_request(a, host, port, model, probe_prompts[r % len(probe_prompts)], 1)
                 with lock:
                     if times:
                         st["probe_ttft"].append(times[0])
+                        st["in_flight"].append((sent, sent + times[0]))
             except Exception as e:
                 with lock:
                     st["errors"] += 1
@@ -181,7 +190,8 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
             "ttft_ms_p50": pct(st["ttft"], 50), "ttft_ms_p99": pct(st["ttft"], 99),
             "itl_ms_p50": pct(st["itl"], 50), "itl_ms_p99": pct(st["itl"], 99),
             "tpot_ms_mean": sum(st["tpot"]) / len(st["tpot"]) if st["tpot"] else float("nan"),
-            "probe_requests": len(st["probe_ttft"]), "probe_ttft_ms_p50": pct(st["probe_ttft"], 50),
+            "itl_arrivals_ms_p50": pct(st["itl_arrivals"], 50), "itl_arrivals_ms_p99": pct(st["itl_arrivals"], 99),
+            "itl_arrivals_samples": len(st["itl_arrivals"]), "probe_requests": len(st["probe_ttft"]), "probe_ttft_ms_p50": pct(st["probe_ttft"], 50),
             "probe_ttft_ms_p99": pct(st["probe_ttft"], 99),
             "cached_prompt_fraction": st["cached_tokens"] / st["prompt_tokens"] if st["prompt_tokens"] else float("nan"),
             "ttft_ms_p50_first_turn": pct(st["ttft_first"], 50), "ttft_ms_p50_later_turns": pct(st["ttft_later"], 50)}
@@ -201,8 +211,9 @@ def main():
     p.add_argument("--api-key", default="")
     p.add_argument("--json", default="")
     p.add_argument("--label", default="")
-    p.add_argument("--workload", choices=["random", "shared-prefix", "multi-turn"], default="random",
-                   help="random prompts (default), one shared system prompt, or multi-turn conversations (top)")
+    p.add_argument("--workload", choices=["random", "shared-prefix", "multi-turn", "arrivals"], default="random",
+                   help="random prompts (default), one shared system prompt, multi-turn conversations, or streams "
+                        "while long prompts arrive (top)")
     p.add_argument("--prefix-tokens", type=int, default=2048, help="shared-prefix: the system prompt's ids")
     p.add_argument("--turns", type=int, default=4, help="multi-turn: turns per conversation")
     p.add_argument("--turn-tokens", type=int, default=128, help="multi-turn: new user ids per turn after the first")
@@ -215,8 +226,10 @@ def main():
         p.error("--clients, --prompt-tokens, --max-tokens >= 1, --vocab >= 17, --duration > 0")
     if a.prefix_tokens < 1 or a.turns < 1 or a.turn_tokens < 1:
         p.error("--prefix-tokens, --turns, --turn-tokens >= 1")
-    if a.workload != "random" and a.probe_prompt_tokens:
-        p.error("--probe-prompt-tokens goes with --workload random only")
+    if a.workload not in ("random", "arrivals") and a.probe_prompt_tokens:
+        p.error("--probe-prompt-tokens goes with --workload random or arrivals only")
+    if a.workload == "arrivals" and not a.probe_prompt_tokens:
+        a.probe_prompt_tokens = 1800
     u = urllib.parse.urlparse(a.url)
     host, port = u.hostname, u.port or 80
     try:
@@ -252,9 +265,11 @@ def main():
              "%d requests per row" % a.requests if a.requests else "%g s per row" % a.duration,
              "   commit " + commit if commit else ""))
     print()
-    probe_head = (" probe TTFT p50 ms | probe TTFT p99 ms |", "------------------:|------------------:|") \
+    shared = a.workload in ("shared-prefix", "multi-turn")
+    probe_head = (" probe TTFT p50 ms | probe TTFT p99 ms | ITL p50 arriving ms | ITL p99 arriving ms | p99/p50 |",
+                  "------------------:|------------------:|--------------------:|--------------------:|--------:|") \
         if probe_prompts else (" cached % | TTFT p50 turn 1 ms | TTFT p50 later ms |",
-                               "---------:|-------------------:|------------------:|") if a.workload != "random" \
+                               "---------:|-------------------:|------------------:|") if shared \
         else ("", "")
     print("| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
           "| TPOT mean ms |" + probe_head[0])
@@ -264,9 +279,12 @@ def main():
     for c in clients:
         r = run_level(a, host, port, model, prompts, probe_prompts, c)
         rows.append(r)
-        probe_cols = " %17.1f | %17.1f |" % (r["probe_ttft_ms_p50"], r["probe_ttft_ms_p99"]) if probe_prompts else \
+        probe_cols = " %17.1f | %17.1f | %19.2f | %19.2f | %7.2f |" % (
+            r["probe_ttft_ms_p50"], r["probe_ttft_ms_p99"], r["itl_arrivals_ms_p50"], r["itl_arrivals_ms_p99"],
+            r["itl_arrivals_ms_p99"] / r["itl_arrivals_ms_p50"] if r["itl_arrivals_samples"] and r["itl_arrivals_ms_p50"] > 0 else float("nan")) \
+            if probe_prompts else \
             " %8.1f | %18.1f | %17.1f |" % (100 * r["cached_prompt_fraction"], r["ttft_ms_p50_first_turn"],
-                                             r["ttft_ms_p50_later_turns"]) if a.workload != "random" else ""
+                                             r["ttft_ms_p50_later_turns"]) if shared else ""
         print("| %7d | %8d | %6d | %12.1f | %5.2f | %11.1f | %11.1f | %10.2f | %10.2f | %12.2f |%s"
               % (c, r["requests"], r["errors"], r["output_tokens_per_s"], r["requests_per_s"], r["ttft_ms_p50"],
                  r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"], r["tpot_ms_mean"], probe_cols), flush=True)

@@ -154,11 +154,66 @@ typedef struct fm_options {
                                        full KV blocks stay cached after their sequence ends, and a prompt that begins
                                        with cached tokens maps them instead of computing them again. Refused with a
                                        message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
+    int64_t max_step_tokens;        /* generation (--max-step-tokens): tokens of one scheduler step, every running
+                                       sequence's next token and prefill chunks together in one forward pass
+                                       (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
+                                       mixed steps, a prefill chunk and a decode step of the batch alternate. At
+                                       most max_tokens (the step's activations are planned for it). */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
 
 void fm_options_init(fm_options *opt);
+
+/* Backends by name (fm_options.backend): the library's own spelling of `name` ("cpu", "cuda": a static string), or
+ * NULL when there is no such backend. */
+const char *fm_backend_lookup(const char *name);
+/* True for a backend whose weights and caches live in a device's memory (cuda). */
+bool fm_backend_on_device(const char *name);
+/* The device memory free (and in all: total may be NULL) for such a backend; FM_ERR_USAGE for one without a device,
+ * FM_ERR_BACKEND when there is no device here. */
+fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err);
+
+/* ---- before a load: what a checkpoint is, and the memory a load of it takes ---- */
+
+/* A checkpoint's description from its config.json alone (no weight is read). */
+typedef struct fm_checkpoint_info {
+    char model_type[32];
+    int32_t n_layers, n_moe_layers;
+    int32_t n_experts, n_experts_per_tok; /* 0 experts: a dense model */
+    int32_t hidden_size, vocab_size;
+    int64_t max_position_embeddings; /* 0: the config gives none */
+    bool prequantized;               /* the weights are already quantized (GPTQ, AWQ, compressed-tensors, block-FP8) */
+    char quantization[128];          /* one line describing that format; "" for a float checkpoint */
+} fm_checkpoint_info;
+
+fm_status fm_checkpoint_probe(const char *dir, fm_checkpoint_info *out, fm_error *err);
+/* The same for a synthetic model (fm_model_load_synthetic's names), before anything is generated. */
+fm_status fm_synthetic_probe(const char *name, fm_checkpoint_info *out, fm_error *err);
+
+/* The memory a load of a checkpoint with `opt` takes on opt->backend, planned from config.json and the options before
+ * anything is allocated, as the load plans it (the preset, --dense, --dispatch, --layers, max_tokens, max_seqs and
+ * ctx, the routes; --ep / --tp: rank ep_rank's or tp_rank's share), in bytes. */
+typedef struct fm_memory_estimate {
+    size_t weights, activations, workspace; /* the banks; the forward pass's buffers; the ops' and libraries' scratch */
+    size_t kv_cache, kv_state;              /* generation (max_seqs > 0): the paged KV cache; the decode state */
+    size_t exchange;                        /* a rank of --ep: its exchange buffers */
+    size_t load_staging;                    /* transient while loading */
+    size_t total;                           /* resident while running */
+    size_t peak;                            /* what must fit */
+} fm_memory_estimate;
+
+fm_status fm_memory_estimate_compute(const char *dir, const fm_options *opt, fm_memory_estimate *out, fm_error *err);
+
+/* Generation's fit on a device budget of `budget` bytes (a share of fm_backend_free_memory): *max_seqs when <= 0 (as
+ * many sequences as fit, 1 to cap) and *ctx when <= 0 (the model's context, shortened to a multiple of 16 when
+ * *max_seqs sequences of it do not fit), beside the model planned for prefill chunks of `chunk` tokens. FM_ERR_NOMEM
+ * when the model alone, or 16 tokens a sequence, do not fit. */
+fm_status fm_memory_fit_generation(const char *dir, const fm_options *opt, int64_t chunk, size_t budget, int32_t cap,
+                                   int32_t *max_seqs, int64_t *ctx, fm_error *err);
+
+/* Bytes as "61.1 GiB", "35.2 MiB", "512 bytes" into buf; returns buf. */
+const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
 
 /* Checks a route override string (fm_options.routes) without a GPU: FM_ERR_USAGE naming the bad key or value and
  * listing the valid ones. Whether the GPU can run a forced kernel is checked when the backend is created. */
@@ -211,9 +266,23 @@ int32_t fm_context_max_seqs(const fm_context *c);   /* 0: no KV cache (logits an
 int64_t fm_context_ctx(const fm_context *c);        /* tokens per sequence; 0: no limit */
 int64_t fm_context_max_tokens(const fm_context *c); /* tokens of one forward pass */
 bool fm_context_prefix_cache(const fm_context *c);  /* automatic prefix caching is on */
+/* The step token budget of mixed steps (fm_options.max_step_tokens as the load resolved it, at most max_tokens): 0
+ * when mixed steps are off or there is no KV cache. */
+int64_t fm_context_max_step_tokens(const fm_context *c);
 /* The KV cache's blocks: held by a sequence (cached blocks no sequence holds count as free), and in the pool; 0 and 0
  * without a KV cache. */
 void fm_context_kv_blocks(const fm_context *c, int32_t *used, int32_t *total);
+
+/* Warm-up before serving: a prefill chunk or two and two decode steps of every batch bucket, on throwaway sequences
+ * that leave nothing a request can see (src/engine/warmup.c), so that the first request does not pay the first
+ * launches and the decode graphs' captures. chunk: the server's prefill chunk (cut to the context). Needs a context
+ * with max_seqs > 0. */
+typedef struct fm_warmup_report {
+    int64_t prefill_tokens; /* tokens of the prefill chunks run */
+    int32_t buckets;        /* decode buckets run (and captured on cuda) */
+    double seconds;
+} fm_warmup_report;
+fm_status fm_context_warmup(fm_context *c, int64_t chunk, fm_warmup_report *out, fm_error *err);
 
 /* Prefill of ids[0..n_tokens) at positions 0..n_tokens-1; logits is [n_tokens, vocab] row-major fp32. */
 fm_status fm_context_logits(fm_context *c, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
@@ -326,8 +395,8 @@ typedef struct fm_gen_output {
 
 /* Timing of a generate call. */
 typedef struct fm_gen_stats {
-    double prefill_s;       /* wall time of the prefill steps */
-    double decode_s;        /* wall time of the decode steps */
+    double prefill_s;       /* wall time of the prefill steps (a mixed step's time is shared by its prompt and */
+    double decode_s;        /* decode tokens in proportion to their numbers) and of the decode steps */
     double ttft_s;          /* from the call to the first sampled token of the first sequence */
     int64_t prefill_tokens; /* prompt tokens run */
     int64_t decode_tokens;  /* tokens sampled by decode steps */
@@ -383,6 +452,8 @@ fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_gro
 void fm_rank_group_free(fm_rank_group *g);
 /* Rank r's model (every rank has the configuration and vocabulary of the checkpoint). */
 const fm_model *fm_rank_group_model(const fm_rank_group *g, int32_t rank);
+/* Rank r's context, which the group holds (its queries: fm_context_max_seqs, ...). */
+const fm_context *fm_rank_group_context(const fm_rank_group *g, int32_t rank);
 
 /* The forward pass over ids (positions 0..T-1) on every rank together; logits [T, vocab] (or the last row only when
  * last_only) from rank 0 (every rank holds the same). */

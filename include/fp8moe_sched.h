@@ -1,9 +1,11 @@
 /* fp8moe: the scheduler's public API. Continuous batching: requests join and leave the running decode batch between
  * steps.
  *
- * One thread owns the scheduler (and its context): it calls fm_sched_step in a loop; each step does one unit
- * of device work: one prefill chunk of one waiting request, or one decode step of every active request (the
- * scheduler alternates them so a long prompt does not stall the running streams). Requests are submitted and
+ * One thread owns the scheduler (and its context): it calls fm_sched_step in a loop; each step is one forward
+ * pass. With mixed steps (the load's fm_options.max_step_tokens, on by default) a step holds every running request's
+ * next token and, in the rest of the token budget, prefill chunks of one or more waiting requests, so a long prompt
+ * delays the running streams by one budgeted step at most (docs/mixed-steps.md). With them off, a step is one prefill
+ * chunk of one waiting request or one decode step of every active request, alternating. Requests are submitted and
  * cancelled between steps by the same thread; a server wraps the scheduler with its own lock and queue.
  *
  * Every event of a request (each sampled token, then its end) goes to the request's callback, on the stepping
@@ -67,7 +69,8 @@ typedef struct fm_sched_request {
 void fm_sched_request_init(fm_sched_request *r); /* greedy, reuse -1 */
 
 /* A scheduler over the context c (max_seqs > 0; c must outlive it), within c's limits (fm_context_params);
- * prefill_chunk: prompt tokens per prefill step (0: the context's max_tokens). */
+ * prefill_chunk: prompt tokens of one request per step at most (0: the context's max_tokens); the step budget is the
+ * context's (fm_context_max_step_tokens). */
 fm_status fm_sched_create(fm_context *c, int64_t prefill_chunk, fm_sched **out, fm_error *err);
 /* Ends every request (cancelled, events sent) and frees what it holds. */
 void fm_sched_free(fm_sched *s);
@@ -81,7 +84,7 @@ void fm_sched_cancel(fm_sched *s, int64_t req);
 /* Frees the cache a finished request kept. */
 void fm_sched_release(fm_sched *s, int64_t req);
 
-/* One unit of device work; false in *busy when there was nothing to do. An error here is the backend's (fatal). */
+/* One step (one forward pass); false in *busy when there was nothing to do. An error here is the backend's (fatal). */
 fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err);
 
 typedef struct fm_sched_stats {

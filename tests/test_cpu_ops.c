@@ -1249,6 +1249,84 @@ static void test_moe_is_composition(void **state) {
     }
 }
 
+/* moe_add_rmsnorm (the fused end of a MoE block, route decode.fused) is moe followed by add_rmsnorm, bit for bit, with
+ * the moe's input buffer also the norm's output, as the engine calls it */
+static void test_moe_add_rmsnorm_is_the_chain(void **state) {
+    (void)state;
+    seed(16);
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP4};
+    const int64_t T = 5, H = 200, I = 72;
+    const int32_t E = 4, k = 2;
+    for (size_t pi = 0; pi < 4; pi++) {
+        fm_backend *be = make_backend(presets[pi]);
+        float *g = rand_array(E * I * H, 1.0f), *u = rand_array(E * I * H, 1.0f), *d = rand_array(E * H * I, 1.0f);
+        float *x = rand_array(T * H, 1.0f), *r0 = rand_array(T * H, 2.0f), *nw = rand_array(H, 1.0f);
+        fm_bank *gub = make_bank2(be, g, u, E, I, I, H, be->plan.w_expert),
+                *db = make_bank(be, d, E, H, I, be->plan.w_expert), *nb = make_bank(be, nw, 1, 1, H, FM_W_F32);
+        const int32_t ids[10] = {1, 2, 3, 0, 0, 1, 2, 3, 3, 1};
+        float w[10];
+        for (int i = 0; i < 10; i++) w[i] = fm_round_bf16((float)(0.1 + 0.9 * urand()));
+        float *h1 = act(be, T * H), *h2 = act(be, T * H), *a1 = act(be, T * H), *a2 = act(be, T * H);
+        float *y1 = act(be, T * H), *y2 = act(be, T * H);
+        be->ops->upload_f32(be, x, T * H, h1), be->ops->upload_f32(be, x, T * H, h2);
+        be->ops->upload_f32(be, r0, T * H, a1), be->ops->upload_f32(be, r0, T * H, a2);
+        be->ops->moe_add_rmsnorm(be, gub, db, h1, T, ids, w, k, be->plan.a_dispatch, be->plan.a_expert, y1, a1, nb,
+                                 1e-6f, h1);
+        be->ops->moe(be, gub, db, h2, T, ids, w, k, be->plan.a_dispatch, be->plan.a_expert, y2);
+        be->ops->add_rmsnorm(be, a2, y2, nb, T, H, 1e-6f, h2);
+        assert_memory_equal(a1, a2, (size_t)(T * H) * sizeof(float)); /* the residual stream */
+        assert_memory_equal(h1, h2, (size_t)(T * H) * sizeof(float)); /* the next block's input */
+        double moved = 0;                                             /* and the block changed both */
+        for (int64_t i = 0; i < T * H; i++) moved += fabs((double)a1[i] - fm_round_bf16(r0[i]));
+        assert_true(moved > 0);
+        free(g), free(u), free(d), free(x), free(r0), free(nw);
+        be->ops->free(be, h1), be->ops->free(be, h2), be->ops->free(be, a1), be->ops->free(be, a2);
+        be->ops->free(be, y1), be->ops->free(be, y2);
+        be->ops->bank_free(be, gub), be->ops->bank_free(be, db), be->ops->bank_free(be, nb);
+        be->ops->destroy(be);
+    }
+}
+
+/* linear_add_rmsnorm (a projection with the residual add and norm after it, route decode.fused) is linear followed by
+ * add_rmsnorm, bit for bit, in every dense format (W8A8 included: the o projection of --dense w8a8) */
+static void test_linear_add_rmsnorm_is_the_chain(void **state) {
+    (void)state;
+    seed(17);
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
+    const int64_t Ms[] = {1, 3, 8};
+    const int64_t K = 256, N = 200;
+    for (size_t pi = 0; pi < 4; pi++) {
+        fm_backend *be = make_backend(presets[pi]);
+        const bool w8a8 = pi == 3; /* --dense w8a8 */
+        const fm_wformat wf = w8a8 ? FM_W_E4M3_PT : be->plan.w_dense;
+        const fm_afmt af = w8a8 ? FM_A_E4M3_PT : be->plan.a_dense;
+        for (int mi = 0; mi < 3; mi++) {
+            const int64_t M = Ms[mi];
+            float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f);
+            float *nw = rand_array(N, 1.0f);
+            fm_bank *wb = make_bank(be, w, 1, N, K, wf), *nb = make_bank(be, nw, 1, 1, N, FM_W_F32);
+            float *xd = act(be, M * K), *y1 = act(be, M * N), *y2 = act(be, M * N), *a1 = act(be, M * N),
+                  *a2 = act(be, M * N), *h1 = act(be, M * N), *h2 = act(be, M * N);
+            be->ops->upload_f32(be, x, M * K, xd);
+            be->ops->upload_f32(be, r0, M * N, a1), be->ops->upload_f32(be, r0, M * N, a2);
+            be->ops->linear_add_rmsnorm(be, wb, xd, M, af, y1, a1, nb, 1e-6f, h1);
+            be->ops->linear(be, wb, 0, xd, M, af, y2);
+            be->ops->add_rmsnorm(be, a2, y2, nb, M, N, 1e-6f, h2);
+            assert_memory_equal(y1, y2, (size_t)(M * N) * sizeof(float)); /* the projection */
+            assert_memory_equal(a1, a2, (size_t)(M * N) * sizeof(float)); /* the residual stream */
+            assert_memory_equal(h1, h2, (size_t)(M * N) * sizeof(float)); /* the next block's input */
+            double moved = 0;
+            for (int64_t i = 0; i < M * N; i++) moved += fabs((double)y1[i]);
+            assert_true(moved > 0);
+            free(w), free(x), free(r0), free(nw);
+            be->ops->free(be, xd), be->ops->free(be, y1), be->ops->free(be, y2), be->ops->free(be, a1);
+            be->ops->free(be, a2), be->ops->free(be, h1), be->ops->free(be, h2);
+            be->ops->bank_free(be, wb), be->ops->bank_free(be, nb);
+        }
+        be->ops->destroy(be);
+    }
+}
+
 /* --dispatch: the moe op with an FP4 dispatch buffer is the same op on the buffer's dequantized values (NVFP4: one
  * tensor scale over every routed row, i.e. over x; MXFP4: per 32-block) up to the GEMM's expansion to e4m3 with one
  * scale per 128-group (exact here for MXFP4, whose blocks lie within 3 binades of each other: only the order of the
@@ -1428,6 +1506,8 @@ int main(void) {
         cmocka_unit_test(test_qk_norm_rope_positions),
         cmocka_unit_test(test_moe_vs_double),
         cmocka_unit_test(test_moe_is_composition),
+        cmocka_unit_test(test_moe_add_rmsnorm_is_the_chain),
+        cmocka_unit_test(test_linear_add_rmsnorm_is_the_chain),
         cmocka_unit_test(test_moe_fp4_dispatch),
         cmocka_unit_test(test_bank_bad_parts),
         cmocka_unit_test(test_thread_determinism),

@@ -32,10 +32,13 @@ static float *read_floats(const char *path, int64_t *n) {
     return x;
 }
 
+static const char *run_routes = NULL; /* fm_options.routes of the loads below */
+
 static float *run(const char *dir, fm_preset preset, int32_t layers, const int32_t *ids, int64_t T, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
     opt.preset = preset;
+    opt.routes = run_routes;
     opt.n_layers = layers;
     fm_model *m = NULL;
     fm_error err = {{0}};
@@ -194,6 +197,33 @@ static void fused_layout_equals_per_expert(void **s) {
     free(ids);
 }
 
+/* --route decode.fused=on (the MoE block's end as one op, moe_add_rmsnorm) gives every preset's logits bit for bit:
+ * on the cpu backend the fused op is its chain of reference ops; the Qwen3-MoE and Mixtral models' every MoE layer
+ * but the last takes it */
+static void decode_fused_route_same_logits(void **s) {
+    (void)s;
+    const char *dirs[] = {"tests/models/qwen3-moe-bf16", "tests/models/mixtral-f32-sharded"};
+    for (int d = 0; d < 2; d++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/golden_ids.i32", dirs[d]);
+        int32_t *ids = NULL;
+        int64_t T = 0;
+        fm_error err = {{0}};
+        assert_int_equal(fm_ids_read(path, &ids, &T, &err), FM_OK);
+        for (int p = 0; p < FM_PRESET_COUNT; p++) {
+            int32_t V = 0;
+            run_routes = NULL;
+            float *a = run(dirs[d], (fm_preset)p, 0, ids, T, &V);
+            run_routes = "decode.fused=on";
+            float *b = run(dirs[d], (fm_preset)p, 0, ids, T, &V);
+            run_routes = NULL;
+            assert_memory_equal(a, b, (size_t)T * (size_t)V * sizeof(float));
+            free(a), free(b);
+        }
+        free(ids);
+    }
+}
+
 /* Every preset gives the same bits whatever the thread count (each output is summed in a fixed order). */
 static void deterministic_across_threads(void **s) {
     (void)s;
@@ -293,6 +323,7 @@ int main(void) {
         cmocka_unit_test(qwen3_next_presets),
         cmocka_unit_test(fused_layout_equals_per_expert),
         cmocka_unit_test(deterministic_across_threads),
+        cmocka_unit_test(decode_fused_route_same_logits),
         cmocka_unit_test(layer_subset),
         cmocka_unit_test(presets_near_oracle),
     };

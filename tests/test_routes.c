@@ -94,7 +94,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
                        "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, "
-                       "expert.prefetch";
+                       "expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -411,10 +411,10 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel",    "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
-                          "dense.gemv",     "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
-                          "decode.graphs",  "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
-                          "expert.prefetch"};
+    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",      "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
+                          "decode.graphs",   "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
+                          "expert.prefetch", "decode.fused"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
@@ -468,10 +468,10 @@ static void the_committed_reference_page_is_current(void **s) {
     if (n_have != n_want || memcmp(have, want, n_want))
         fail_msg("docs/routes.md differs from the route table: ./build/fp8moe inspect --routes --markdown > "
                  "docs/routes.md");
-    const char *keys[] = {"w4a8.kernel",    "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
-                          "dense.gemv",     "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
-                          "decode.graphs",  "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
-                          "expert.prefetch"};
+    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",      "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
+                          "decode.graphs",   "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
+                          "expert.prefetch", "decode.fused"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         char cell[40];
         snprintf(cell, sizeof cell, "| `%s` |", keys[i]);

@@ -21,11 +21,11 @@ test_s=$(( $(date +%s) - t0 ))
 part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc \
-    ops_decode_routes_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
+    ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
     prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem \
-    gpu_ops_decode_routes gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
+    gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
     gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
@@ -67,6 +67,10 @@ FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --ro
     >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
 FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \
     >>"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc="$ops_decode_routes_rc, $?"
+# the fused ops of a decode step (route decode.fused): each = the GPU's own unfused chain bit for bit, and the CPU
+# reference within the op's bound; then without PDL
+timeout 300 ./build/tests/gpu/test_cuda_ops_fused >"$out/gpu_ops_fused.log" 2>&1; fused_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, pdl=off $?"
 fi
 if [ "$part" != ops ]; then
 # Qwen3-Next's ops (gated attention, Gated DeltaNet; the chunked rule on tensor cores by default), then the delta rule
@@ -85,6 +89,9 @@ done
 timeout 300 ./build/tests/gpu/test_cuda_graph >"$out/gpu_graph.log" 2>&1; graph_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_sampler >"$out/gpu_sampler.log" 2>&1; sampler_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_generate >"$out/gpu_generate.log" 2>&1; generate_rc=$?
+# generation with the fused decode ops (greedy = transformers, graphs = launches, cached steps = prefill)
+timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on >"$out/gpu_generate_fused.log" 2>&1
+fused_generate_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; prequant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
@@ -112,6 +119,12 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     FM_TEST_FILTER='test_cache_small' compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_offload \
         >"$out/racecheck_offload.log" 2>&1
     m="$m, expert cache racecheck $?"
+    compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
+        >"$out/memcheck_fused.log" 2>&1
+    m="$m, fused decode ops $?"
+    compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
+        >"$out/racecheck_fused.log" 2>&1
+    m="$m, fused decode ops racecheck $?"
     FM_TEST_FILTER='test_gdn_*' compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_qnext \
         >"$out/memcheck_qnext.log" 2>&1
     m="$m, Qwen3-Next ops $?"
@@ -146,6 +159,7 @@ echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 32 / 64 rows | rc $ops_tile16_
 echo "| CUDA W4A8 MoE tests on the grouped GEMM at every T (--route moe.gemv=off) | rc $ops_nomoegemv_rc, $(grep -c ' err ' "$out/gpu_ops_nomoegemv.log") comparisons |"
 echo "| CUDA W4A8 GEMM tests, codes forced to registers / the stage ring (+ dense) | rc $ops_codes_regs_rc / $ops_codes_smem_rc, $(grep -c ' err ' "$out/gpu_ops_codes_regs.log") / $(grep -c ' err ' "$out/gpu_ops_codes_smem.log") comparisons |"
 echo "| CUDA MoE GEMVs up to 64 pairs, router fused up to T = 8 (--route moe.gemv=64 --route router.fused=on) | rc $ops_decode_routes_rc, $(grep -c ' err ' "$out/gpu_ops_decode_routes.log") comparisons |"
+echo "| CUDA fused decode ops = the unfused chain (decode.fused; then pdl=off) | rc $fused_rc, $(grep -c 'bit for bit' "$out/gpu_ops_fused.log") bitwise cases, worst err vs cpu $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops_fused.log" | sort -g -k2 | tail -1) |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| CUDA attention tests on the mma.sync kernel (--route attention.kernel=mma) | rc $ops_att_mma_rc, $(grep -c 'attention ' "$out/gpu_ops_att_mma.log") comparisons |"
 echo "| CUDA Qwen3-Next op tests (gated attention, GDN conv / chunked / recurrent / norm, states, padding rows) | rc $qnext_rc, $(grep -c ' err ' "$out/gpu_qnext.log") comparisons, ${qnext_s} s; token by token (--route gdn.tc=off) rc $qnext_tc_rc |"
@@ -156,6 +170,7 @@ echo "| debug mode (NaN/Inf inputs reported) | rc $debug_rc |"
 echo "| forward captured into a CUDA graph, replayed bitwise equal (ref, int4, fp8, fp8 w8a8, ref32) | rc $graph_rc, $(grep -c 'bitwise equal' "$out/gpu_graph.log") model x preset runs |"
 echo "| device sampler = reference sampler (vocab 7, 1000, 151936; fp32, bf16; penalties) | rc $sampler_rc, $(grep -oE '[0-9]+ draws, [0-9]+ differ' "$out/gpu_sampler.log" | awk '{d+=$1; x+=$3} END {print d " draws, " x " differ"}') |"
 echo "| generation: cached steps vs prefill, graphs = launches, ref32 greedy = transformers | rc $generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate.log") graph cases, $(grep 'ref32 greedy' "$out/gpu_generate.log" | grep -c '32 of 32') of 8 models token for token |"
+echo "| generation with --route decode.fused=on | rc $fused_generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate_fused.log") graph cases |"
 echo "| pre-quantized banks: ops (int4-zp, int4-zp-tc, e4m3-block) | rc $prequant_rc, $(grep -c ' err ' "$out/gpu_prequant.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_prequant.log" | sort -g -k2 | tail -1) |"
 echo "| pre-quantized checkpoints: GPU vs CPU emulation, whole model | rc $prequant_models_rc, $(grep -c 'vs cpu emulation' "$out/gpu_prequant_models.log") runs, worst cos $(grep -oE 'emulation: cos [0-9.]+' "$out/gpu_prequant_models.log" | awk '{print $3}' | sort -g | head -1) |"
 echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "engine/memory_plan.h"
+#include "backend/backend_kind.h"
 #include "util/status.h"
 
 const char *fm_wformat_name(fm_wformat f) {
@@ -137,13 +137,14 @@ void fm_plan_for_backend(fm_preset p, const char *backend, fm_plan *plan) {
 }
 
 fm_native_int4 fm_bank_src_native_int4(const fm_bank_src *src) {
-    fm_native_int4 least = FM_NATIVE_YES;
-    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts && least != FM_NATIVE_NO; i++) {
+    int least = FM_NATIVE_YES; /* each source's codes are read once: on every core */
+#pragma omp parallel for schedule(dynamic, 1) reduction(min : least)
+    for (int64_t i = 0; i < (int64_t)src->n * src->n_parts; i++) {
         const fm_wsrc *s = &src->srcs[i];
         const fm_native_int4 v = fm_wsrc_is_quantized(s) ? fm_qsrc_native_int4(&s->q, s->rows, s->cols) : FM_NATIVE_NO;
-        if (v < least) least = v;
+        if ((int)v < least) least = (int)v;
     }
-    return least;
+    return (fm_native_int4)least;
 }
 
 bool fm_bank_src_any_quantized(const fm_bank_src *src) {
@@ -189,17 +190,19 @@ fm_status fm_plan_set_dispatch(fm_plan *plan, fm_dispatch d, fm_error *err) {
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,
                             fm_backend **out, fm_error *err) {
     *out = NULL;
-    if (!name || strcmp(name, "cpu") == 0) {
-        const fm_status st = fm_routes_check(routes, err);
-        return st ? st : fm_cpu_backend_create(plan, n_threads, out, err);
-    }
-    if (strcmp(name, "cuda") == 0) return fm_cuda_backend_create(plan, routes, out, err);
-    return fm_fail(err, FM_ERR_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
+    const fm_backend_kind *kind = fm_backend_kind_find(name ? name : "cpu");
+    if (!kind) return fm_fail(err, FM_ERR_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
+    return kind->create(plan, n_threads, routes, out, err);
 }
 
-bool fm_backend_on_device(const char *name) { return name && strcmp(name, "cuda") == 0; }
+bool fm_backend_on_device(const char *name) {
+    const fm_backend_kind *kind = fm_backend_kind_find(name);
+    return kind && kind->on_device;
+}
 
 fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err) {
-    if (!fm_backend_on_device(name)) return fm_fail(err, FM_ERR_USAGE, "the %s backend has no device memory", name);
-    return fm_cuda_free_memory(free_bytes, total, err);
+    const fm_backend_kind *kind = fm_backend_kind_find(name);
+    if (!kind || !kind->free_memory)
+        return fm_fail(err, FM_ERR_USAGE, "the %s backend has no device memory", name ? name : "(null)");
+    return kind->free_memory(free_bytes, total, err);
 }

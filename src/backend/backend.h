@@ -155,6 +155,9 @@ typedef struct fm_expert_cache_stats {
     uint64_t bytes_prefetched; /* the prefetches' copies */
 } fm_expert_cache_stats;
 
+/* A captured sequence of ops, replayed as one launch (cuda: a CUDA graph) */
+typedef struct fm_graph fm_graph;
+
 typedef struct fm_backend_ops {
     const char *name;
     size_t act_size; /* bytes per activation element */
@@ -189,6 +192,13 @@ typedef struct fm_backend_ops {
     /* bytes of backend memory to backend memory, stream-ordered (a device copy on a GPU) */
     void (*copy)(fm_backend *be, const void *src, size_t bytes, void *dst);
     fm_status (*sync)(fm_backend *be, fm_error *err);
+    /* Graphs (NULL where the backend has none: cpu, whose ops run as they are issued). graph_capture records what
+     * body issues (body must not allocate or synchronise: run it once before capturing, so that workspaces have
+     * their size); graph_launch replays it in stream order; graph_free takes NULL. */
+    fm_status (*graph_capture)(fm_backend *be, fm_status (*body)(void *ctx, fm_error *err), void *ctx, fm_graph **out,
+                               fm_error *err);
+    fm_status (*graph_launch)(fm_backend *be, fm_graph *g, fm_error *err);
+    void (*graph_free)(fm_backend *be, fm_graph *g);
     /* Timing for benchmarks: mark(slot) records a point in stream order (slot < FM_MARK_SLOTS); after sync,
      * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
     void (*mark)(fm_backend *be, int32_t slot);
@@ -310,6 +320,18 @@ typedef struct fm_backend_ops {
      * and the next block's norm, fused into one pass where the backend can) */
     void (*add_rmsnorm)(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
                         float eps, void *out);
+    /* The MoE block's end in one op (route decode.fused): exactly moe(gate_up, down, x, T, ids, weights, k,
+     * a_dispatch, a_down) into y, then add_rmsnorm(acc, y, norm, T, H, eps, out), H = down->rows. The backend may fold
+     * the routed rows' weighted combine, the residual add and the norm into one kernel, y then left unspecified (it is
+     * scratch [T, H]); out may be x (the moe reads x before the norm writes out). NULL where a backend has none. */
+    void (*moe_add_rmsnorm)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                            const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                            void *y, void *acc, const fm_bank *norm, float eps, void *out);
+    /* A projection and the residual add + RMSNorm after it in one op (route decode.fused: a decode step's o
+     * projection): exactly linear(w, 0, x, M, afmt, y), then add_rmsnorm(acc, y, norm, M, w->rows, eps, out); y holds
+     * the projection after it as after linear. NULL where a backend has none. */
+    void (*linear_add_rmsnorm)(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
+                               void *acc, const fm_bank *norm, float eps, void *out);
     /* One token per row of logits [B, vocab] (act dtype), as src/engine/sampler.h defines the step. Row r belongs to
      * sequence slot row_slot[r] (int32 [B]); indexed by slot, in backend memory: params (fm_sampling), steps
      * (uint64: the draw's counter, incremented), counts (int32 [slots][vocab]) and seen (uint8 [slots][vocab]), the
@@ -377,14 +399,13 @@ struct fm_backend {
  * (src/backend/routes.h; the cuda backend fills its route table from the device, then these; the cpu backend has
  * one kernel per op and only checks them). A backend that cannot run here (not built, no GPU) returns
  * FM_ERR_BACKEND with the reason; a bad route FM_ERR_USAGE, a route the GPU cannot run FM_ERR_UNSUPPORTED. */
-/* True for a backend whose weights and caches live in a device's memory (cuda). */
-bool fm_backend_on_device(const char *name);
-/* The device memory free (and in all: total may be NULL) for such a backend; FM_ERR_USAGE for the cpu. */
-fm_status fm_backend_free_memory(const char *name, size_t *free_bytes, size_t *total, fm_error *err);
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,
                             fm_backend **out, fm_error *err);
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err);
+/* Free and total bytes of the current CUDA device (cudaMemGetInfo; total may be NULL): device_info.cu (no_cuda.c in a
+ * build without nvcc: FM_ERR_BACKEND). The engine asks it through the backend kinds (backend_kind.h). */
+fm_status fm_cuda_free_memory(size_t *free_bytes, size_t *total, fm_error *err);
 fm_status fm_cuda_backend_create(const fm_plan *plan, const char *routes, fm_backend **out, fm_error *err);
 /* The CUDA backend's stream (a cudaStream_t) for capturing a forward pass into a CUDA graph (tests); NULL for
  * another backend or a build without CUDA. */

@@ -1,5 +1,5 @@
 /* Scratch of the Gated DeltaNet's chunked form on tensor cores (src/backend/cuda/gdn_chunked_tc.cu), in one place so
- * that the memory plan (src/engine/memory_plan.c) and the kernel agree. Plain C: included by both.
+ * that the memory plan (the cuda kind, src/backend/cuda/cuda_kind.c) and the kernel agree. Plain C: included by both.
  *
  * The form runs a prompt in segments of at most FM_GDN_TC_SEG_CHUNKS chunks of 64 tokens; per (chunk, value head) of
  * a segment the intra-chunk kernel leaves W, U, Q e^G, K e^(G_last - G) [64][128] fp32 each, the decayed causal

@@ -1,5 +1,6 @@
 /* Scratch of the grouped cuBLAS MoE (src/backend/cuda/moe_grouped_cublas.cu: bf16 banks of ref, fp32 banks of
- * ref32), in one place so the memory plan (src/engine/memory_plan.c) and the op agree. Plain C: included by both.
+ * ref32), in one place so the memory plan (the cuda kind, src/backend/cuda/cuda_kind.c) and the op agree. Plain C:
+ * included by both.
  *
  * The routed pairs are sorted by expert into tiles of `tile_rows` rows, each expert's segment padded to whole tiles,
  * so that every GEMM has the same shape and one batched cuBLAS call with device-built pointer arrays covers all

@@ -75,6 +75,7 @@ typedef struct fm_routes {
     int32_t rope_store;       /* rope.store: fm_route_switch */
     int32_t shared_stream;    /* shared.stream: fm_route_switch */
     int32_t expert_prefetch;  /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
+    int32_t decode_fused;     /* decode.fused: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -189,6 +190,11 @@ int fm_routes_gdn_state(const fm_routes *r);
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
+/* The fused ops of a step (decode.fused): the MoE block's combine with the residual add and the next RMSNorm in one
+ * kernel (moe_add_rmsnorm), the o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA). Default off:
+ * compiled and tested against the CPU reference, not yet measured on a GPU (bench/NOTES.md 2026-12-05, "a decode step's
+ * kernels, from the code"). */
+bool fm_routes_decode_fused(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,
  * decode batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms (bench/NOTES.md 2026-12-02, "a side stream in the

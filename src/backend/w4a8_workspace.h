@@ -1,5 +1,5 @@
 /* Scratch of the W4A8 paths on the CUDA backend (src/backend/cuda/moe_w4a8.cu, linear_w4a8.cu), in one place so
- * the memory plan (src/engine/memory_plan.c) and the kernels agree. Plain C: included by both.
+ * the memory plan (the cuda kind, src/backend/cuda/cuda_kind.c) and the kernels agree. Plain C: included by both.
  *
  * MoE, for P = T * k routed pairs over E experts, hidden H, width I (K padded to 128 for the e4m3 buffers):
  *   counts, cursor, segment starts [E] int32; tile count; tiles [max_tiles] x 16 B; pair of each slot and slot

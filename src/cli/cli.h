@@ -39,6 +39,14 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
  * (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024): "8Gi", "7.5G", "123456789". False (after printing) on a bad
  * value. */
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out);
+/* --max-step-tokens N|off: N >= 1, or off (-1, fm_options.max_step_tokens) */
+bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out);
+/* The step budget the load resolved, on stderr (serve prints it at start; chat and generate with --verbose) */
+void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
+#define CLI_STEP_TOKENS_HELP                                                                                           \
+    "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \
+    "                           chunks in one forward pass (default: --max-seqs + 512, at most --prefill-chunk);\n"    \
+    "                           off: prompt chunks and decode steps alternate (docs/mixed-steps.md)\n"
 
 /* Experts in host memory: one line of the expert cache's counters (slots, hit rate, misses, bytes copied); nothing
  * when the model keeps its experts on the device. */

@@ -39,6 +39,23 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
     return true;
 }
 
+bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out) {
+    if (!strcmp(text, "off")) {
+        *out = -1;
+        return true;
+    }
+    long v;
+    if (!cli_parse_int(cmd, "--max-step-tokens", text, 1, 1L << 30, &v)) return false;
+    *out = v;
+    return true;
+}
+
+void cli_print_step_tokens(const char *cmd, const fm_context *ctx) {
+    const int64_t n = fm_context_max_step_tokens(ctx);
+    if (n > 0) fprintf(stderr, "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens)\n", cmd, (long long)n);
+    else fprintf(stderr, "fp8moe %s: mixed steps off: prompt chunks and decode steps alternate\n", cmd);
+}
+
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out) {
     static const struct {
         const char *suffix;
@@ -206,8 +223,7 @@ static bool model_option(const char *cmd, int c, const char *arg, cli_model_opts
         o->model_dir = arg;
         return true;
     case OPT_BACKEND:
-        if (strcmp(arg, "cpu") && strcmp(arg, "cuda"))
-            *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
+        if (!fm_backend_lookup(arg)) *bad = true, cli_usage(cmd, "--backend must be cpu or cuda, got '%s'", arg);
         o->opt.backend = arg;
         return true;
     case OPT_PRESET:

@@ -8,21 +8,16 @@
  *     as vLLM's gpu_memory_utilization): the model's whole context per sequence, as many sequences as fit. */
 #include <stdio.h>
 
-#include "backend/backend.h"
 #include "cli/cli.h"
-#include "engine/memory_fit.h"
-#include "engine/memory_plan.h"
-#include "io/config.h"
-#include "util/status.h"
+#include "fp8moe.h"
 
 static bool on_cuda(const cli_model_opts *mo) { return fm_backend_on_device(mo->opt.backend); }
 
 void cli_pick_preset(const char *cmd, cli_model_opts *mo) {
     if (!on_cuda(mo) || mo->preset_given) return;
-    fm_config cfg;
+    fm_checkpoint_info ck;
     fm_error err;
-    const bool prequant =
-        mo->model_dir && !fm_config_load(mo->model_dir, &cfg, &err) && cfg.quant.method != FM_QUANT_NONE;
+    const bool prequant = mo->model_dir && !fm_checkpoint_probe(mo->model_dir, &ck, &err) && ck.prequantized;
     mo->opt.preset = FM_PRESET_FP8;
     if (!mo->dense_given && !prequant) mo->opt.dense = FM_DENSE_W8A8;
     fprintf(stderr, "fp8moe %s: cuda: --preset fp8%s (%s; --preset ref for the bf16 reference)\n", cmd,
@@ -33,9 +28,9 @@ void cli_pick_preset(const char *cmd, cli_model_opts *mo) {
 int64_t cli_prefill_chunk(const cli_model_opts *mo, int64_t given) {
     if (given > 0) return given;
     int64_t ctx = mo->opt.ctx;
-    fm_config cfg;
+    fm_checkpoint_info ck;
     fm_error err;
-    if (ctx <= 0 && mo->model_dir && !fm_config_load(mo->model_dir, &cfg, &err)) ctx = cfg.max_position_embeddings;
+    if (ctx <= 0 && mo->model_dir && !fm_checkpoint_probe(mo->model_dir, &ck, &err)) ctx = ck.max_position_embeddings;
     return ctx > 0 && ctx < FM_DEFAULT_MAX_TOKENS ? ctx : FM_DEFAULT_MAX_TOKENS;
 }
 
@@ -44,22 +39,19 @@ void cli_fit_to_card(const char *cmd, cli_model_opts *mo, bool max_seqs_given, i
     const bool ctx_given = mo->opt.ctx > 0;
     if (max_seqs_given && ctx_given) return;
     fm_error err;
-    fm_config cfg;
+    fm_checkpoint_info ck;
     size_t free_bytes = 0;
-    if (fm_config_load(mo->model_dir, &cfg, &err) || fm_backend_free_memory(mo->opt.backend, &free_bytes, NULL, &err)) {
+    if (fm_checkpoint_probe(mo->model_dir, &ck, &err) ||
+        fm_backend_free_memory(mo->opt.backend, &free_bytes, NULL, &err)) {
         fprintf(stderr, "fp8moe %s: cannot size --max-seqs and --ctx from the card (%s): the defaults stay\n", cmd,
                 err.msg);
         return;
     }
     if (mo->opt.vram_limit > 0 && (size_t)mo->opt.vram_limit < free_bytes) free_bytes = (size_t)mo->opt.vram_limit;
-    fm_plan plan;
-    fm_plan_for_backend(mo->opt.preset, mo->opt.backend, &plan);
-    fm_plan_set_dense(&plan, mo->opt.dense);
     int32_t seqs = max_seqs_given ? mo->opt.max_seqs : 0;
     int64_t ctx = mo->opt.ctx;
     const size_t budget = (size_t)(CLI_MEMORY_FRACTION * (double)free_bytes);
-    const int32_t layers = mo->opt.n_layers > 0 ? mo->opt.n_layers : cfg.n_layers;
-    if (fm_memory_fit_sequences(&cfg, &plan, layers, chunk, budget, CLI_MAX_SEQS_DEFAULT_CAP, &seqs, &ctx, &err)) {
+    if (fm_memory_fit_generation(mo->model_dir, &mo->opt, chunk, budget, CLI_MAX_SEQS_DEFAULT_CAP, &seqs, &ctx, &err)) {
         fprintf(stderr, "fp8moe %s: cannot size --max-seqs and --ctx from the card (%s): the defaults stay\n", cmd,
                 err.msg);
         return;

@@ -41,7 +41,8 @@ static const char *HELP =
     "  --max-tokens N           new tokens per answer at most (default 512; fewer when the context is nearly full)\n"
     "  --no-reuse               prefill every turn's whole prompt afresh (no cache kept between turns, no prefix\n"
     "                           cache)\n"
-    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when smaller)\n"
+    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when "
+    "smaller)\n" CLI_STEP_TOKENS_HELP
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
     "                           (docs/prefix-caching.md)\n"
     "sampling (default greedy):\n"
@@ -64,6 +65,7 @@ enum {
     OPT_MAX_TOKENS,
     OPT_NO_REUSE,
     OPT_PREFILL_CHUNK,
+    OPT_MAX_STEP_TOKENS,
     OPT_NO_PREFIX_CACHE
 };
 static const struct option own_options[] = {{"chat-template", required_argument, 0, OPT_TEMPLATE},
@@ -77,12 +79,14 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {"no-reuse", no_argument, 0, OPT_NO_REUSE},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+                                            {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {0, 0, 0, 0}};
 
 typedef struct chat_args {
     const char *template_file, *system;
     bool no_think, no_reuse, no_prefix_cache;
     long max_tokens, prefill_chunk;
+    int64_t max_step_tokens; /* 0: the default */
     fm_gen_params gp;
 } chat_args;
 
@@ -133,6 +137,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     }
     case OPT_MAX_TOKENS: return cli_parse_int(cmd, "--max-tokens", arg, 1, 1L << 30, &a->max_tokens);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
+    case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
     default: return false;
     }
 }
@@ -400,9 +405,11 @@ int cmd_chat(int argc, char **argv) {
         mo.opt.max_seqs = 1;
         mo.opt.prefix_cache = !a.no_prefix_cache && !a.no_reuse;
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
+        mo.opt.max_step_tokens = a.max_step_tokens;
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
     }
     if (!st) st = fm_context_create(ch.m, NULL, &ch.context, &err);
+    if (!st && mo.opt.verbose) cli_print_step_tokens(cmd, ch.context);
     if (!st) st = fm_sched_create(ch.context, mo.opt.max_tokens, &ch.s, &err);
     if (!st) {
         ch.ctx = fm_context_ctx(ch.context);

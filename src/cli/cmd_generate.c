@@ -11,7 +11,6 @@
 
 #include "cli/cli.h"
 #include "cli/gen_text.h"
-#include "io/config.h"
 #include "util/ids.h"
 #include "util/file.h"
 #include "util/status.h"
@@ -69,7 +68,8 @@ static const char *HELP =
     "planning:\n"
     "  --max-seqs B             sequences decoded together (default: the number of prompts, 64 at most); the\n"
     "                           other prompts wait for a free slot\n"
-    "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at most)\n"
+    "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at "
+    "most)\n" CLI_STEP_TOKENS_HELP
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
     "                           (docs/prefix-caching.md)\n"
     "  --ep N, --tp N           split the model over N ranks in this process: the routed experts (--ep), the\n"
@@ -102,6 +102,7 @@ enum {
     OPT_STREAM,
     OPT_MAX_SEQS,
     OPT_PREFILL_CHUNK,
+    OPT_MAX_STEP_TOKENS,
     OPT_PROMPT,
     OPT_CHAT,
     OPT_SYSTEM,
@@ -130,6 +131,7 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"stream", no_argument, 0, OPT_STREAM},
                                             {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+                                            {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {"prompt", required_argument, 0, OPT_PROMPT},
                                             {"chat", no_argument, 0, OPT_CHAT},
                                             {"system", required_argument, 0, OPT_SYSTEM},
@@ -143,6 +145,7 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
 typedef struct gen_args {
     const char *ids_path, *batch_path, *out_path, *json_path;
     long max_tokens, max_seqs, prefill_chunk; /* 0: not given */
+    int64_t max_step_tokens;                  /* 0: the default */
     long ep, tp;                              /* --ep, --tp: ranks of a group (0: none) */
     fm_gen_params gp;                         /* the sampling options; seed, stops set per prompt */
     int32_t stop_ids[MAX_STOP_IDS];
@@ -221,6 +224,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_TOKENS: return cli_parse_int(cmd, "--max-tokens", arg, 1, 1L << 30, &a->max_tokens);
     case OPT_MAX_SEQS: return cli_parse_int(cmd, "--max-seqs", arg, 1, 4096, &a->max_seqs);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
+    case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
     case OPT_TEMPERATURE:
         if (!parse_real(cmd, "--temperature", arg, 0, true, INFINITY, false, ">= 0 (0: greedy)", &a->gp.temperature))
             return false;
@@ -505,10 +509,9 @@ static int plan_context(const char *cmd, cli_model_opts *mo, const gen_args *a, 
         return -1;
     }
     fm_error err = {{0}};
-    fm_config *cfg = malloc(sizeof *cfg);
-    fm_status st = cfg ? fm_config_load(mo->model_dir, cfg, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
-    const int64_t limit = st ? 0 : cfg->max_position_embeddings;
-    free(cfg);
+    fm_checkpoint_info ck;
+    fm_status st = fm_checkpoint_probe(mo->model_dir, &ck, &err);
+    const int64_t limit = st ? 0 : ck.max_position_embeddings;
     if (st) return cli_fail(cmd, st, &err);
     if (limit > 0 && longest->n >= limit) {
         fm_fail(&err, FM_ERR_FORMAT,
@@ -540,6 +543,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     mo->opt.max_tokens = prompts[longest].n < chunk ? prompts[longest].n : chunk;
     mo->opt.max_seqs = (int32_t)(a->max_seqs > 0 ? a->max_seqs : n < DEFAULT_MAX_SEQS ? n : DEFAULT_MAX_SEQS);
     mo->opt.prefix_cache = !a->no_prefix_cache;
+    mo->opt.max_step_tokens = a->max_step_tokens;
 
     fm_error err = {{0}};
     fm_model *m = NULL;
@@ -555,6 +559,8 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     if (!st && (a->ep > 1 || a->tp > 1)) st = fm_rank_group_load(mo->model_dir, &mo->opt, &group, &err);
     if (!st && !group) st = fm_model_load(mo->model_dir, &mo->opt, &m, &err);
     if (!st && !group) st = fm_context_create(m, NULL, &ctx, &err);
+    if (!st && mo->opt.verbose) /* an error stays one line on stderr */
+        cli_print_step_tokens(cmd, group ? fm_rank_group_context(group, 0) : ctx);
     const int32_t V = st ? 0 : fm_model_vocab_size(group ? fm_rank_group_model(group, 0) : m);
     for (int32_t i = 0; !st && i < n; i++)
         st = fm_ids_check_vocab(prompts[i].path, prompts[i].ids, prompts[i].n, V, &err);

@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
-#include "engine/engine.h" /* fm_synthetic_config: until the public checkpoint probe */
 #include "cli/parity.h"
 #include "util/ids.h"
 #include "util/file.h"
@@ -126,7 +125,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_FROM_JSON: a->from_json = arg; return true;
     case OPT_PPL: return cli_parse_int(cmd, "--perplexity", arg, 1, 1 << 24, &a->ppl_windows);
     case OPT_ORACLE:
-        if (strcmp(arg, "cpu") != 0 && strcmp(arg, "cuda") != 0) {
+        if (!fm_backend_lookup(arg)) {
             cli_usage(cmd, "--oracle is cpu or cuda, got '%s'", arg);
             return false;
         }
@@ -367,12 +366,12 @@ int cmd_parity(int argc, char **argv) {
         return cli_usage(cmd, "--presets must list ref, ref32, int4, fp8, fp4: '%s'", a.presets);
 
     fm_error err = {{0}};
-    fm_config cfg;
+    fm_checkpoint_info cfg;                                      /* the depth and the vocabulary, before any load */
     const char *outs[] = {a.json_path, a.csv_path, a.plot_path}; /* a FIFO or device there: refused before the run */
     for (int i = 0; i < 3; i++)
         if (outs[i] && fm_check_output_path(outs[i], &err)) return cli_fail(cmd, FM_ERR_IO, &err);
     fm_status st =
-        a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
+        a.synthetic ? fm_synthetic_probe(a.synthetic, &cfg, &err) : fm_checkpoint_probe(mo.model_dir, &cfg, &err);
     if (st) return cli_fail(cmd, st, &err);
     /* the oracle runs where the compared presets run unless told otherwise: ref32 on the GPU, ref on the cpu */
     parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir,

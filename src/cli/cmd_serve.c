@@ -47,9 +47,13 @@ static const char *HELP =
     "                           card's free memory with --ctx tokens each, at most 256)\n"
     "  --max-queue N            requests waiting beyond the running ones before 429 (default 256)\n"
     "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
-    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or the context when smaller)\n"
+    "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or the context when "
+    "smaller)\n" CLI_STEP_TOKENS_HELP
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
     "                           (docs/prefix-caching.md)\n"
+    "  --no-warmup              listen at once: without it the server first runs a prefill chunk and every\n"
+    "                           decode batch size (capturing their CUDA graphs) so that the first request is as\n"
+    "                           fast as later ones, and prints the time it took (docs/loading.md)\n"
     "  --port-file FILE         write the port there once listening\n"
     "  --synthetic NAME         serve synthetic weights at the shapes of a real checkpoint (qwen3-30b-a3b,\n"
     "                           mixtral-8x7b, toy-moe; qwen3-next-80b-a3b, toy-next on the cpu backend) instead\n"
@@ -67,6 +71,7 @@ enum {
     OPT_MAX_QUEUE,
     OPT_MAX_BODY,
     OPT_PREFILL_CHUNK,
+    OPT_MAX_STEP_TOKENS,
     OPT_PORT_FILE,
     OPT_SYNTHETIC,
     OPT_TOOL_PARSER,
@@ -79,7 +84,8 @@ enum {
     OPT_IDLE,
     OPT_MAX_CONNS,
     OPT_MAX_CONNS_CLIENT,
-    OPT_NO_PREFIX_CACHE
+    OPT_NO_PREFIX_CACHE,
+    OPT_NO_WARMUP
 };
 static const struct option own_options[] = {{"host", required_argument, 0, OPT_HOST},
                                             {"port", required_argument, 0, OPT_PORT},
@@ -90,7 +96,9 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
                                             {"max-body", required_argument, 0, OPT_MAX_BODY},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"no-warmup", no_argument, 0, OPT_NO_WARMUP},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
+                                            {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
                                             {"synthetic", required_argument, 0, OPT_SYNTHETIC},
                                             {"tool-parser", required_argument, 0, OPT_TOOL_PARSER},
@@ -108,6 +116,7 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
 typedef struct serve_args {
     fm_serve_opts so;
     long max_seqs, prefill_chunk;
+    int64_t max_step_tokens; /* 0: the default */
     const char *synthetic;
     bool fields_markdown;
     bool no_prefix_cache;
@@ -135,6 +144,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         return true;
     case OPT_MAX_BODY: return cli_parse_bytes(cmd, "--max-body", arg, &a->so.max_body);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
+    case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
     case OPT_PORT_FILE: a->so.port_file = arg; return true;
     case OPT_SYNTHETIC: a->synthetic = arg; return true;
     case OPT_CORS:
@@ -161,6 +171,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         a->so.max_conns_per_client = (int32_t)v;
         return true;
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_NO_WARMUP: a->so.no_warmup = true; return true;
     default: return false;
     }
 }
@@ -195,6 +206,7 @@ int cmd_serve(int argc, char **argv) {
     mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
     mo.opt.max_seqs = (int32_t)a.max_seqs;
     mo.opt.prefix_cache = !a.no_prefix_cache;
+    mo.opt.max_step_tokens = a.max_step_tokens;
     cli_fit_to_card(cmd, &mo, a.max_seqs > 0, mo.opt.max_tokens);
     if (mo.opt.max_seqs <= 0) mo.opt.max_seqs = DEFAULT_MAX_SEQS;
     if (!a.prefill_chunk && mo.opt.ctx > 0 && mo.opt.max_tokens > mo.opt.ctx) /* a context the card shortened */
@@ -206,6 +218,7 @@ int cmd_serve(int argc, char **argv) {
                                : fm_model_load(mo.model_dir, &mo.opt, &m, &err);
     fm_context *ctx = NULL;
     if (!st) st = fm_context_create(m, NULL, &ctx, &err);
+    if (!st) cli_print_step_tokens(cmd, ctx);
     if (!st) st = fm_serve_run(ctx, &a.so, &err);
     fm_context_free(ctx);
     fm_model_free(m);

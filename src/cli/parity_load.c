@@ -88,7 +88,8 @@ static bool preset_of(reader *rd, const cJSON *o, fm_preset *p) {
 
 static const char *backend_of(reader *rd, const cJSON *o) {
     const char *b = text(rd, o, "backend");
-    return !strcmp(b, "cuda") ? "cuda" : "cpu"; /* static strings: the report outlives the JSON */
+    const char *known = fm_backend_lookup(b); /* static strings: the report outlives the JSON */
+    return known ? known : "cpu";
 }
 
 fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
@@ -112,7 +113,8 @@ fm_status parity_read_json(const char *path, parity_report *r, fm_error *err) {
     r->backend = backend_of(&rd, root);
     /* runs made before the GPU oracle existed have no oracle_backend: their oracle ran on the cpu */
     const cJSON *ob = cJSON_GetObjectItemCaseSensitive(root, "oracle_backend");
-    r->oracle_backend = cJSON_IsString(ob) && !strcmp(ob->valuestring, "cuda") ? "cuda" : "cpu";
+    const char *oracle = cJSON_IsString(ob) ? fm_backend_lookup(ob->valuestring) : NULL;
+    r->oracle_backend = oracle ? oracle : "cpu";
     const cJSON *dn = cJSON_GetObjectItemCaseSensitive(root, "dense");
     if (!cJSON_IsString(dn) || !fm_dense_parse(dn->valuestring, &r->dense)) r->dense = FM_DENSE_PRESET;
     const cJSON *i4 = cJSON_GetObjectItemCaseSensitive(root, "int4_scales"); /* absent before int4-p2: g128 */

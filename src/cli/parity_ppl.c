@@ -65,7 +65,7 @@ fm_status parity_perplexity(parity_report *rep, const cli_model_opts *mo, const 
     for (int ci = 0; !st && ci < rep->n_cells; ci++) {
         parity_cell *c = parity_at(rep, d, ci);
         st = score(rep, mo, c->preset, c->backend, NULL, ids, n_ids, &c->ppl, err);
-        if (!st && strcmp(c->backend, "cpu") != 0)
+        if (!st && fm_backend_on_device(c->backend)) /* the device's run, and its emulation on the cpu */
             st = score(rep, mo, c->preset, "cpu", c->backend, ids, n_ids, &c->ppl_emulated, err);
     }
     return st;

@@ -45,7 +45,7 @@ int fm_nccl_version(void);
 fm_comm *fm_world_comm(fm_world *w, int rank);
 /* The implementation's name: "simulated" or "NCCL". */
 const char *fm_comm_kind(const fm_comm *c);
-/* The stream rank c's collectives are enqueued on (NCCL: the rank's backend's cudaStream_t, fm_cuda_backend_stream;
+/* The stream rank c's collectives are enqueued on (NCCL: the rank's backend's cudaStream_t;
  * the simulated world runs them on the calling thread and ignores it). */
 void fm_comm_set_stream(fm_comm *c, void *stream);
 /* A rank of a simulated world whose buffers are its backend's memory (any backend): each collective copies them to

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_kind.h"
 #include "dist/rank_group.h"
 #include "dist/tp_attention.h"
 #include "util/status.h"
@@ -40,7 +41,8 @@ static fm_status group_load(const char *dir, const char *synthetic, int32_t n_la
     /* ranks of another backend than the cpu (--tp on cuda: every rank on the one GPU the backend takes) exchange
        through host memory, staged by their backends' copies, which synchronise: their decode steps run without
        graphs */
-    const bool staged = strcmp(opt->backend, "cpu") != 0;
+    const fm_backend_kind *kind = fm_backend_kind_find(opt->backend);
+    const bool staged = !kind || !kind->host_ordered;
     char routes[512];
     if ((size_t)snprintf(routes, sizeof routes, "%s%sdecode.graphs=off", opt->routes ? opt->routes : "",
                          opt->routes && *opt->routes ? "," : "") >= sizeof routes)
@@ -206,6 +208,7 @@ void fm_rank_group_run(const fm_rank_group *g, void *(*fn)(void *), void *jobs, 
 }
 
 const fm_model *fm_rank_group_model(const fm_rank_group *g, int32_t rank) { return g->models[rank]; }
+const fm_context *fm_rank_group_context(const fm_rank_group *g, int32_t rank) { return g->contexts[rank]; }
 
 size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank) {
     const fm_model *m = g->models[rank];

@@ -65,6 +65,10 @@ int32_t fm_context_max_seqs(const fm_context *ctx) { return ctx->n_seqs; }
 int64_t fm_context_ctx(const fm_context *ctx) { return ctx->n_ctx > 0 ? ctx->n_ctx : 0; }
 int64_t fm_context_max_tokens(const fm_context *ctx) { return ctx->n_tokens; }
 bool fm_context_prefix_cache(const fm_context *ctx) { return ctx->kv && ctx->kv->pool.prefix_cache; }
+int64_t fm_context_max_step_tokens(const fm_context *ctx) {
+    const int64_t t = ctx->kv ? ctx->kv->step_tokens : 0;
+    return t < ctx->n_tokens ? t : ctx->n_tokens; /* the scheduler's cap when the context asked for fewer tokens */
+}
 
 void fm_context_kv_blocks(const fm_context *ctx, int32_t *used, int32_t *total) {
     const fm_kv_pool *p = ctx->kv ? &ctx->kv->pool : NULL;

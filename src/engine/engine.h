@@ -157,7 +157,7 @@ fm_status fm_forward(fm_context *ctx, const int32_t *ids, int64_t T, bool last_o
 /* fm_forward in its three steps, run in this order (what a CUDA graph captures is the middle one):
  *   stage    checks T against the plan and copies the ids to their device buffer (no wait for the device);
  *   device   the pass itself, launches only: no host synchronisation, no allocation, no branch on values (shape
- *            branches only), so on the GPU it can be captured on the backend's stream (fm_cuda_backend_stream) and
+ *            branches only), so on the GPU it can be captured on the backend's stream (ops->graph_capture) and
  *            replayed; the debug switches FP8MOE_SYNC and FP8MOE_DUMP synchronise, and are not for capture;
  *   collect  waits for the device and downloads the logits ([T, vocab] or [vocab] when last_only). */
 fm_status fm_forward_stage(fm_context *ctx, const int32_t *ids, int64_t T, fm_error *err);
@@ -181,6 +181,12 @@ typedef enum fm_attn_mode {
 fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);
 void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn);
+/* fm_step_device with the logits of chosen rows only (a mixed step: each decoding sequence's row and the last row of
+ * each prompt that completes): rows [first, first + n) of each run, in run order, become logits rows 0, 1, ... */
+typedef struct fm_row_run {
+    int64_t first, n;
+} fm_row_run;
+void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn);
 void fm_step_sample_device(fm_context *ctx, int32_t B);
 fm_status fm_step_logits(fm_context *ctx, int64_t rows, float *logits, fm_error *err);
 /* A group's rank (--ep, --tp): the first failed exchange of the passes since the last call (then cleared), else

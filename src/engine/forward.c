@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/moe_grouped_workspace.h"
-#include "backend/w4a8_workspace.h"
 #include "dist/ep_moe.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
@@ -145,20 +143,13 @@ fm_status fm_forward_reserve(fm_context *ctx, int64_t T, fm_error *err) {
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
     fm_memory_plan plan;
     st = fm_memory_plan_compute_routes(&cfg, &m->plan, m->be->ops->name, &m->routes, m->n_layers, T, &plan, err);
+    /* a rank of a group: its scratch with the received blocks of expert parallelism */
+    if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
+        st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
+                                 m->ep_ranks > 1 ? m->ep_rank : m->tp_rank, err);
     /* experts in host memory: the expert prefetch runs on the side stream (as memory_plan.c places the experts) */
     const size_t side = plan.ws_side ? plan.ws_side : m->experts_host && plan.expert_prefetch ? FM_SIDE_WS_MIN : 0;
-    size_t ws = plan.ws_moe;
-    if (!st && m->ep_ranks > 1 && !strcmp(m->be->ops->name, "cuda")) { /* expert parallelism's received blocks */
-        const fm_config *c = &m->cfg;
-        const uint64_t N = (uint64_t)m->ep_ranks, k = (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
-        const uint64_t H = (uint64_t)c->hidden_size, I = (uint64_t)c->moe_intermediate;
-        const uint64_t ep =
-            m->plan.a_dispatch == FM_A_NATIVE /* the cuBLAS experts of ref and ref32 */
-                ? fm_grouped_ep_ws_bytes((uint64_t)T, k, E, N, H, I, m->plan.act_bf16 ? 2 : 4)
-                : fm_w4a8_ep_ws_bytes((uint64_t)T, k, E, N, H, I, fm_w4a8_dispatch_of(m->plan.a_dispatch));
-        if (ep > ws) ws = (size_t)ep;
-    }
-    if (!st) st = m->be->ops->reserve(m->be, ws, side, err);
+    if (!st) st = m->be->ops->reserve(m->be, plan.ws_moe, side, err);
     return st;
 }
 
@@ -284,7 +275,7 @@ static void tensor_parallel_sum(fm_context *ctx, void *y, int64_t n) {
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
 static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
-                            int32_t n_attn, fw_timer *tm) {
+                            int32_t n_attn, bool fused_o, fw_timer *tm) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
@@ -327,6 +318,7 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
     dump(be, "attention", l, b.att, T * nh * hd);
     tick(tm, FM_STAGE_ATTENTION);
+    if (fused_o) return; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
     if (ctx->tp_comm) tensor_parallel_sum(ctx, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
@@ -374,7 +366,8 @@ static void shared_expert(fm_context *ctx, const fm_layer_weights *L, int64_t T)
 
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
-static void run_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fw_timer *tm) {
+static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, int32_t n_runs, fm_attn_mode attn,
+                       fw_timer *tm) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
@@ -395,11 +388,19 @@ static void run_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode 
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
+        /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
+        const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
+                             fm_routes_decode_fused(&m->routes);
         if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
-        else attention_mixer(ctx, L, l, T, attn, n_attn++, tm);
-        ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
+        else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
+        if (fused_o)
+            ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
+        else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
         tick(tm, FM_STAGE_OTHER);
+        /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
+        const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
+                               ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
@@ -419,8 +420,13 @@ static void run_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode 
                 /* experts in host memory: the pool's slots, the routed experts made resident first */
                 const fm_moe_experts e = fm_moe_experts_of(ctx, l, b.eids, T * c->n_experts_per_tok);
                 if (ctx->experts) tick(tm, FM_STAGE_FETCH);
-                ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch, p->a_expert,
-                         b.y);
+                if (fuse_tail) /* the residual add and the next norm below, in the moe's last kernel */
+                    ops->moe_add_rmsnorm(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok,
+                                         p->a_dispatch, p->a_expert, b.y, b.x, m->layers[l + 1].attn_norm,
+                                         c->rms_norm_eps, b.h);
+                else
+                    ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch,
+                             p->a_expert, b.y);
             }
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
                 if (!beside) shared_expert(ctx, L, T);
@@ -432,17 +438,25 @@ static void run_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode 
             ops->swiglu(be, b.gu, T, c->dense_intermediate, b.act);
             ops->linear(be, L->down, 0, b.act, T, p->a_dense, b.y);
         }
-        dump(be, "ffn", l, b.y, T * H);
+        if (!fuse_tail) dump(be, "ffn", l, b.y, T * H);
         tick(tm, FM_STAGE_EXPERTS);
         /* the residual add and the next layer's attention norm in one op; the last layer's add stands alone (the
-           final norm may take only the last row) */
-        if (l + 1 < m->n_layers) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
-        else ops->add(be, b.x, b.y, T * H);
+           final norm may take only the last row; fused: moe_add_rmsnorm did both) */
+        if (l + 1 == m->n_layers) ops->add(be, b.x, b.y, T * H);
+        else if (!fuse_tail) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
         dump(be, "residual", l, b.x, T * H);
     }
-    /* the final norm and lm_head: every position, or only the last one (what generation and benchmarks need) */
-    const int64_t first = last_only ? T - 1 : 0, rows = T - first;
-    const char *xs = (const char *)b.x + (size_t)first * (size_t)H * ops->act_size;
+    /* the final norm and lm_head on the rows asked for: one run is read in place (every position, or the last one);
+       several (a mixed step's sampled rows) are gathered into y first, which the last layer no longer needs */
+    const size_t row = (size_t)H * ops->act_size;
+    int64_t rows = 0;
+    for (int32_t r = 0; n_runs > 1 && r < n_runs; r++) {
+        ops->copy(be, (const char *)b.x + (size_t)out_rows[r].first * row, (size_t)out_rows[r].n * row,
+                  (char *)b.y + (size_t)rows * row);
+        rows += out_rows[r].n;
+    }
+    if (n_runs == 1) rows = out_rows[0].n;
+    const char *xs = n_runs > 1 ? (const char *)b.y : (const char *)b.x + (size_t)out_rows[0].first * row;
     ops->rmsnorm(be, xs, m->final_norm, rows, H, c->rms_norm_eps, b.h);
     dump(be, "final_norm", -1, b.h, rows * H);
     ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
@@ -450,8 +464,12 @@ static void run_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode 
     tick(tm, FM_STAGE_OTHER);
 }
 
+/* every row, or only the last one */
+static fm_row_run rows_of(int64_t T, bool last_only) { return last_only ? (fm_row_run){T - 1, 1} : (fm_row_run){0, T}; }
+
 void fm_forward_device(fm_context *ctx, int64_t T, bool last_only) {
-    run_device(ctx, T, last_only, FM_ATTN_NO_CACHE, NULL);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(ctx, T, &r, 1, FM_ATTN_NO_CACHE, NULL);
 }
 
 fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
@@ -493,7 +511,12 @@ fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq,
 }
 
 void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn) {
-    run_device(ctx, T, last_only, attn, NULL);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(ctx, T, &r, 1, attn, NULL);
+}
+
+void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn) {
+    run_device(ctx, T, runs, n_runs, attn, NULL);
 }
 
 fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
@@ -504,7 +527,8 @@ fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mo
     fw_timer *tm = calloc(1, sizeof *tm);
     if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     tm->be = m->be, tm->on = true;
-    run_device(ctx, T, last_only, attn, tm);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(ctx, T, &r, 1, attn, tm);
     tick(tm, FM_STAGE_OTHER);
     fm_status st = m->be->ops->sync(m->be, err);
     if (!st) collect(tm, prof);
@@ -557,7 +581,8 @@ fm_status fm_forward(fm_context *ctx, const int32_t *ids, int64_t T, bool last_o
         if (!(tm = calloc(1, sizeof *tm))) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
         tm->be = m->be, tm->on = true;
     }
-    run_device(ctx, T, last_only, FM_ATTN_NO_CACHE, tm);
+    const fm_row_run r = rows_of(T, last_only);
+    run_device(ctx, T, &r, 1, FM_ATTN_NO_CACHE, tm);
     st = fm_forward_collect(ctx, T, last_only, logits, err);
     if (!st) st = fm_dist_status_take(ctx, err);
     if (!st && prof) collect(tm, prof);

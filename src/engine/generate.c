@@ -9,7 +9,6 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "backend/cuda/cuda_graph.h"
 #include "fp8moe_sched.h"
 #include "util/status.h"
 
@@ -61,10 +60,10 @@ static fm_status decode_graph(fm_context *ctx, int32_t B, fm_error *err) {
         return decode_body(&d, err);
     }
     if (!kv->graphs[b]) {
-        fm_status st = fm_cuda_graph_capture(m->be, decode_body, &d, &kv->graphs[b], err);
+        fm_status st = m->be->ops->graph_capture(m->be, decode_body, &d, &kv->graphs[b], err);
         if (st) return st;
     }
-    return fm_cuda_graph_launch(kv->graphs[b], err);
+    return m->be->ops->graph_launch(m->be, kv->graphs[b], err);
 }
 
 /* a debug switch is on when set to anything but 0 (as cuda_common.cu and forward.c read them) */
@@ -73,11 +72,11 @@ static bool debug_switch(const char *name) {
     return v && strcmp(v, "0") != 0;
 }
 
-/* Decode steps replay as CUDA graphs on the cuda backend (route decode.graphs), except under the debug switches,
- * which synchronise inside the pass. */
+/* Decode steps replay as graphs on a backend that has them (cuda; route decode.graphs), except under the debug
+ * switches, which synchronise inside the pass. */
 static bool use_graphs(const fm_context *ctx) {
     const fm_model *m = ctx->m;
-    return fm_cuda_backend_stream(m->be) && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
+    return m->be->ops->graph_capture && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
            !debug_switch("FP8MOE_DUMP");
 }
 
@@ -218,13 +217,15 @@ fm_status fm_context_generate(fm_context *ctx, const int32_t *const *prompts, co
     fm_sched_stats ss;
     while (!st && g.finished < n) {
         fm_sched_get_stats(s, &ss);
-        const int64_t steps = ss.decode_steps;
+        const int64_t pre = ss.prefill_tokens, dec = ss.decode_tokens;
         const double t0 = now_s();
         bool busy;
         st = fm_sched_step(s, &busy, err);
         fm_sched_get_stats(s, &ss);
-        if (ss.decode_steps != steps) stats->decode_s += now_s() - t0;
-        else stats->prefill_s += now_s() - t0;
+        /* a mixed step's time is shared by its prompt and decode tokens, in proportion to their numbers */
+        const int64_t n_pre = ss.prefill_tokens - pre, n_dec = ss.decode_tokens - dec;
+        const double dt = now_s() - t0, share = n_pre + n_dec ? (double)n_pre / (double)(n_pre + n_dec) : 1.0;
+        stats->prefill_s += dt * share, stats->decode_s += dt * (1.0 - share);
         if (!st && !g.st && !busy) st = fm_fail(err, FM_ERR_USAGE, "the scheduler stopped with requests unfinished");
         if (!st && g.st) *err = g.err, st = g.st;
     }

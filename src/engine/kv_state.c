@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "backend/attention_paged.h"
-#include "backend/cuda/cuda_graph.h"
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
@@ -21,7 +20,7 @@
 void fm_kv_state_free(fm_context *ctx, fm_kv_state *s) {
     const fm_model *m = ctx->m;
     if (!s) return;
-    for (int b = 0; b < FM_DECODE_BUCKETS; b++) fm_cuda_graph_free(s->graphs[b]);
+    for (int b = 0; b < FM_DECODE_BUCKETS && m->be->ops->graph_free; b++) m->be->ops->graph_free(m->be, s->graphs[b]);
     KV_BUFFERS(s);
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);

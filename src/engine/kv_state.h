@@ -7,6 +7,7 @@
 #ifndef FM_ENGINE_KV_STATE_H
 #define FM_ENGINE_KV_STATE_H
 
+#include "backend/backend.h"
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
 #include "io/config.h"
@@ -48,14 +49,15 @@ typedef struct fm_kv_state {
     void *ids_out;    /* int32 [rows] */
     void *info_out;   /* fm_sample_info [rows] */
     int32_t pad_slot; /* the sampler slot of padding rows (a decode step padded to its graph's bucket) */
-    struct fm_cuda_graph *graphs[FM_DECODE_BUCKETS]; /* captured decode steps, by bucket (NULL until captured) */
-    bool warm[FM_DECODE_BUCKETS];                    /* the bucket ran once uncaptured (lazy library setup) */
+    fm_graph *graphs[FM_DECODE_BUCKETS]; /* captured decode steps, by bucket (NULL until captured) */
+    bool warm[FM_DECODE_BUCKETS];        /* the bucket ran once uncaptured (lazy library setup) */
     /* host mirrors */
     int32_t *h_idx;         /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
     int32_t *h_step;        /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
     fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
     uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host */
     bool tables_dirty;
+    int64_t step_tokens; /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
 } fm_kv_state;
 
 /* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet

@@ -1,17 +1,11 @@
 /* The memory plan (memory_plan.h): bank, buffer and scratch sizes computed from shapes alone.
  *
- * Every figure here restates an allocation made elsewhere; keep them in step:
- *   bank bytes      fm_bank_bytes_for, fm_bank_bytes_int4zp <-> src/backend/cuda/cuda_bank.cu (fm_cuda_bank_create: ld,
- *                   n_groups, w->bytes + scale_bytes), src/backend/cpu/cpu_bank.c (cpu_bank_bytes)
+ * Which banks, buffers and scratch a load makes are listed here; what each takes on a backend is its kind's
+ * (backend/backend_kind.h: bank bytes, staging, workspace, the expert cache's own memory), which restates the
+ * backend's allocations:
  *   which banks     add_weights: the architecture's description (model/arch.h), bank for bank as model.c loads it
+ *   their formats   fm_weight_format (engine/weight_format.h), which the load picks with too
  *   activations     fm_forward_buffer_list: the one list, which src/engine/forward.c (alloc_buffers) allocates
- *   cuda workspace  add_workspace <-> src/backend/cuda/moe_per_token.cu (fm_cuda_workspace request),
- *                   src/backend/gdn_workspace.h (the Gated DeltaNet's chunked form on tensor cores),
- *                   src/backend/w4a8_workspace.h (the fp8 preset's moe and linear), src/backend/moe_grouped_workspace.h
- *                   (ref and ref32's moe), src/backend/cuda/linear_w8a8.cu (fm_w8a8_linear_ws_bytes),
- *                   src/backend/cuda/cuda_backend.cu (cu_reserve: cuBLAS's workspace)
- *   cpu workspace   <-> src/backend/cpu/cpu_linear.c (cpu_linear's qv + qs)
- *   load staging    CUDA_STAGING_BYTES <-> src/backend/cuda/cuda_bank.cu (STAGING_BYTES)
  * tests/test_memory_plan.c compares the weights with the CPU backend's bank bytes after a real load;
  * tests/gpu/test_cuda_memory.c with the CUDA backend's and with the device's used memory. */
 #include "engine/memory_plan.h"
@@ -21,17 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/expert_residency.h"
-#include "backend/gdn_workspace.h"
-#include "backend/moe_grouped_workspace.h"
-#include "backend/w4a8_workspace.h"
+#include "backend/backend_kind.h"
+#include "backend/size_math.h"
+#include "engine/weight_format.h"
 #include "util/status.h"
-
-#define GROUP 128                      /* int4 scale group along K (FM_CUDA_GROUP, FM_CPU_GROUP) */
-#define CUDA_STAGING_BYTES (64u << 20) /* cuda_bank.cu: one upload staging buffer per bank, freed before it returns */
-#define CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_CUBLAS_WS: cuBLAS's workspace */
-#define CUDA_LT_WS_BYTES ((size_t)32 << 20)     /* cublaslt_fp8.cu LT_WORKSPACE: cuBLASLt's, with the first W8A8 bank */
-#define CUDA_SIDE_CUBLAS_WS_BYTES ((size_t)32 << 20) /* cuda_internal.cuh FM_CUDA_SIDE_CUBLAS_WS */
 
 const char *fm_mem_family_name(fm_mem_family f) {
     switch (f) {
@@ -47,165 +34,80 @@ const char *fm_mem_family_name(fm_mem_family f) {
     return "?";
 }
 
-/* Checked size arithmetic: an overflow sets the flag and the result is garbage (callers test the flag). */
-typedef struct sz {
-    bool ovf;
-} sz;
-
-static uint64_t mul(sz *s, uint64_t a, uint64_t b) {
-    uint64_t r = 0;
-    if (!fm_mul_u64(a, b, &r)) s->ovf = true;
-    return r;
+/* Checked size arithmetic (backend/size_math.h) */
+typedef fm_sz sz;
+static uint64_t mul(sz *s, uint64_t a, uint64_t b) { return fm_sz_mul(s, a, b); }
+static uint64_t add(sz *s, uint64_t a, uint64_t b) { return fm_sz_add(s, a, b); }
+static size_t to_size(const sz *s, uint64_t v) { return fm_sz_size(s, v); }
+/* a size the kinds computed: SIZE_MAX is their overflow */
+static size_t checked(sz *s, size_t v) {
+    if (v == SIZE_MAX) s->ovf = true;
+    return v;
 }
 
-static uint64_t add(sz *s, uint64_t a, uint64_t b) {
-    uint64_t r = 0;
-    if (!fm_add_u64(a, b, &r)) s->ovf = true;
-    return r;
-}
-
-static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
-
-static size_t to_size(const sz *s, uint64_t v) { return s->ovf || v > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)v; }
-
-/* Pre-quantized int4 (int4-zp), whose layout depends on the checkpoint's group and order and, on cuda, on the plan:
- *   cpu                 codes ceil(K/2) bytes a row, a zero byte and an fp32 scale per (row, group), an int32 input
- *                       order per act-order matrix (backend/int4zp_host.c)
- *   cuda, fp8 plans     int4-zp-tc: codes rows_pad(32) x pad128(K)/2 bytes, two fp32 per (padded row, 128-group):
- *                       scale * 512 and zero * scale (the W4A8 kernels' form: (u - z) * s folded as u * s - z * s); G a
- *                       multiple of 128, no order
- *   cuda, int4 preset   codes rows x round_up(K, 32) / 2 bytes, a zero byte and an fp32 scale per (row, group), an
- *                       int32 order per act-order matrix
- * The cuda layouts: cuda_bank_prequant.cu. */
 size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64_t rows, int64_t cols, int64_t group,
                             bool act_order) {
-    if (!backend || n < 0 || rows < 0 || cols < 0 || group <= 0) return 0;
-    sz s = {false};
-    const uint64_t nr = mul(&s, (uint64_t)n, (uint64_t)rows), groups = ceil_div((uint64_t)cols, (uint64_t)group);
-    const uint64_t order = act_order ? mul(&s, mul(&s, (uint64_t)n, (uint64_t)cols), 4) : 0;
-    uint64_t bytes = 0;
-    if (strcmp(backend, "cuda") == 0 && fp8_plan) {
-        const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32),
-                       g128 = ceil_div((uint64_t)cols, GROUP);
-        bytes = add(&s, mul(&s, nrp, g128 * GROUP / 2), mul(&s, mul(&s, nrp, g128), 8));
-    } else if (strcmp(backend, "cuda") == 0) {
-        bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 5)),
-                    order);
-    } else if (strcmp(backend, "cpu") == 0) {
-        bytes = add(&s, add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 2)), mul(&s, mul(&s, nr, groups), 5)), order);
-    } else {
-        return 0;
-    }
-    return to_size(&s, bytes);
+    const fm_backend_kind *kind = fm_backend_kind_find(backend);
+    return kind ? kind->bank_bytes_int4zp(fp8_plan, n, rows, cols, group, act_order) : 0;
 }
 
-/* A pre-quantized bank bound natively (model.c pick_format: our own int4-g128 in the checkpoint) is the plan's int4
- * bank, byte for byte, so the plan's format counts it exactly. */
+/* A pre-quantized bank bound natively (our own int4-g128 in the checkpoint) is the plan's int4 bank, byte for byte,
+ * so the plan's format counts it exactly. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
-    if (!backend || n < 0 || rows < 0 || cols < 0) return 0;
-    sz s = {false};
-    const uint64_t nr = mul(&s, (uint64_t)n, (uint64_t)rows), groups = ceil_div((uint64_t)cols, GROUP);
-    uint64_t bytes = 0;
-    if (strcmp(backend, "cuda") == 0) {
-        /* cuda_bank.cu: bf16 ld = round_up(cols, 8) elements; int4 ld = round_up(cols, 32) / 2 bytes, plus bf16
-           scales [n][rows][ceil(cols / 128)] in an allocation of their own */
-        if (fmt == FM_W_BF16) bytes = mul(&s, mul(&s, nr, ceil_div((uint64_t)cols, 8) * 8), 2);
-        else if (fmt == FM_W_F32) bytes = mul(&s, mul(&s, nr, ceil_div((uint64_t)cols, 4) * 4), 4);
-        else if (fmt == FM_W_INT4_G128)
-            bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 32) * 32 / 2), mul(&s, mul(&s, nr, groups), 2));
-        else if (fmt == FM_W_INT4_G128_TC) {
-            /* w4a8_layout.cuh: rows padded to 32, K to 128, half a byte each, plus bf16 scales [n][groups][rows] */
-            const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32);
-            bytes = add(&s, mul(&s, nrp, groups * GROUP / 2), mul(&s, mul(&s, nrp, groups), 2));
-        } else if (fmt == FM_W_E4M3_PT) {
-            /* cuda_bank.cu: e4m3 rows padded to 16 bytes, one fp32 scale per matrix in a 16-byte slot */
-            bytes = add(&s, mul(&s, nr, ceil_div((uint64_t)cols, 16) * 16), mul(&s, (uint64_t)n, 16));
-        } else if (fmt == FM_W_E4M3_B128) {
-            /* cuda_bank_prequant.cu: the checkpoint's e4m3 bytes, rows padded to 32 and K to 128, and one fp32
-               weight_scale_inv per (padded row, 128-group) */
-            const uint64_t nrp = mul(&s, (uint64_t)n, ceil_div((uint64_t)rows, 32) * 32);
-            bytes = add(&s, mul(&s, nrp, groups * GROUP), mul(&s, mul(&s, nrp, groups), 4));
-        } else return 0;
-    } else if (strcmp(backend, "cpu") == 0) {
-        /* cpu_bank.c: fp32 values (bf16-rounded or int4 codes as floats), int4 adds fp32 scales */
-        bytes = mul(&s, mul(&s, nr, (uint64_t)cols), 4);
-        if (fm_wformat_is_int4(fmt)) bytes = add(&s, bytes, mul(&s, mul(&s, nr, groups), 4));
-        else if (fmt == FM_W_E4M3_PT) bytes = add(&s, bytes, mul(&s, (uint64_t)n, 4));
-        /* cpu_bank_e4m3b.c: the e4m3 bytes and an fp32 scale per (row, 128-group) */
-        else if (fmt == FM_W_E4M3_B128) bytes = mul(&s, nr, add(&s, (uint64_t)cols, mul(&s, groups, 4)));
-        else if (fmt != FM_W_F32 && fmt != FM_W_BF16) return 0;
-    } else {
-        return 0;
-    }
-    return to_size(&s, bytes);
+    const fm_backend_kind *kind = fm_backend_kind_find(backend);
+    return kind ? kind->bank_bytes(fmt, n, rows, cols) : 0;
 }
 
 size_t fm_act_size_for(const char *backend, const fm_plan *plan) {
-    return backend && strcmp(backend, "cuda") == 0 && plan->act_bf16 ? 2 : 4;
+    const fm_backend_kind *kind = fm_backend_kind_find(backend);
+    return kind ? kind->act_size(plan) : 4;
 }
 
 typedef struct planner {
     fm_memory_plan *p;
-    bool cuda;
+    const fm_backend_kind *kind;
     sz s;
     fm_error *err;
     const fm_quant_config *quant; /* the checkpoint's pre-quantization (method NONE: a float checkpoint) */
-    const fm_routes *routes;      /* cuda: the route table (the W4A8 MoE tile rows) */
+    const fm_plan *plan;
+    const fm_routes *routes; /* cuda: the route table (the W4A8 MoE tile rows) */
 } planner;
 
-/* model.c pick_format, from the configuration alone: the format a linear bank of a plan family takes. A pre-quantized
- * checkpoint's linears keep its numbers where the plan asks for int4 (int4-zp; e4m3-block for block-FP8 under the
- * fp8 plans). Not modelled: the linears its ignore list leaves in float (bf16 at load, fewer bytes than counted
- * here for int4-zp only when K is small) and the load's refusals of groups and orders, which fail the load itself. */
-static fm_status linear_format(const planner *pl, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, const char *what,
-                               fm_wformat *fmt) {
-    *fmt = plan_fmt;
-    if (!fm_wformat_is_int4(plan_fmt) || pl->quant->method == FM_QUANT_NONE) return FM_OK;
-    const bool fp8_block = pl->quant->method == FM_QUANT_FP8_BLOCK;
-    if (pl->quant->native_layout && !fp8_block) return FM_OK; /* our own int4-g128: the plan's banks (model.c) */
-    if (a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128) *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
-    else if (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE)
-        return fm_fail(pl->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre-quantized weights (%s) with %s activations are not "
-                       "supported; --preset fp8 or int4 run them",
-                       what, fm_quant_method_name(pl->quant->method), fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out));
-    else if (fp8_block)
-        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: block-FP8 weights are read by --preset fp8, ref and ref32",
-                       what);
-    else *fmt = FM_W_INT4_ZP;
+static size_t bank_bytes(const planner *pl, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols) {
+    if (!fm_wformat_is_int4zp(fmt)) return pl->kind->bank_bytes(fmt, n, rows, cols);
+    const int64_t group = pl->quant->group_size > 0 ? pl->quant->group_size : cols; /* -1: per output channel */
+    /* int4-zp-tc is the fp8 plans' (e4m3 1x128 activations); an act-order checkpoint keeps an order per matrix on the
+       int4 preset (fp8 refuses non-identity orders) */
+    const bool fp8_plan = fmt == FM_W_INT4_ZP_TC;
+    return pl->kind->bank_bytes_int4zp(fp8_plan, n, rows, cols, group, pl->quant->act_order && !fp8_plan);
+}
+
+/* A bank of a description's family `wf` (memory family fam): its format as the load will pick it (engine/
+ * weight_format.h, from what the configuration says of the checkpoint: the linears its ignore list leaves in float are
+ * counted quantized, and act orders that the load refuses under the fp8 plans are not known here), then its bytes. */
+static fm_status bank_size(const planner *pl, fm_wfamily wf, int32_t n, int64_t rows, int64_t cols, const char *what,
+                           fm_wformat *fmt, size_t *bytes) {
+    fm_bank_origin o;
+    fm_bank_origin_of_config(pl->quant, cols, &o);
+    fm_status st = fm_weight_format(pl->plan, pl->kind, wf, &o, what, fmt, NULL, pl->err);
+    if (st) return st;
+    *bytes = bank_bytes(pl, *fmt, n, rows, cols);
+    if (*bytes == 0)
+        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the %s backend", what,
+                       fm_wformat_name(*fmt), pl->kind->name);
+    if (*bytes == SIZE_MAX)
+        return fm_fail(pl->err, FM_ERR_FORMAT, "%s: [%d][%lld, %lld] is too large to address", what, n, (long long)rows,
+                       (long long)cols);
     return FM_OK;
 }
 
-static size_t bank_bytes(const planner *pl, fm_wformat fmt, bool fp8_plan, int32_t n, int64_t rows, int64_t cols) {
-    if (!fm_wformat_is_int4zp(fmt)) return fm_bank_bytes_for(pl->p->backend, fmt, n, rows, cols);
-    const int64_t group = pl->quant->group_size > 0 ? pl->quant->group_size : cols; /* -1: per output channel */
-    /* an act-order checkpoint keeps an order per matrix on the int4 preset (fp8 refuses non-identity orders) */
-    return fm_bank_bytes_int4zp(pl->p->backend, fp8_plan, n, rows, cols, group, pl->quant->act_order && !fp8_plan);
-}
-
-/* a bank of a linear family: its format from the plan and the checkpoint, then its bytes */
-static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
-                          int64_t rows, int64_t cols, const char *what);
-
-static fm_status bank(planner *pl, fm_mem_family fam, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols,
+static fm_status bank(planner *pl, fm_mem_family fam, fm_wfamily wf, int32_t n, int64_t rows, int64_t cols,
                       const char *what) {
-    return bank_fmt(pl, fam, fmt, FM_A_NATIVE, FM_A_NATIVE, n, rows, cols, what);
-}
-
-static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, fm_afmt a_in, fm_afmt a_out, int32_t n,
-                          int64_t rows, int64_t cols, const char *what) {
     fm_memory_plan *p = pl->p;
-    fm_wformat fmt = plan_fmt;
-    const bool linear = fam == FM_MEM_ATTN || fam == FM_MEM_EXPERTS || fam == FM_MEM_DENSE_MLP;
-    fm_status st = linear ? linear_format(pl, plan_fmt, a_in, a_out, what, &fmt) : FM_OK;
+    fm_wformat fmt;
+    size_t bytes;
+    const fm_status st = bank_size(pl, wf, n, rows, cols, what, &fmt, &bytes);
     if (st) return st;
-    const size_t bytes = bank_bytes(pl, fmt, a_in == FM_A_E4M3_G128, n, rows, cols);
-    if (bytes == 0)
-        return fm_fail(pl->err, FM_ERR_UNSUPPORTED, "%s: weight format %s is not available on the %s backend", what,
-                       fm_wformat_name(fmt), p->backend);
-    if (bytes == SIZE_MAX)
-        return fm_fail(pl->err, FM_ERR_FORMAT, "%s: [%d][%lld, %lld] is too large to address", what, n, (long long)rows,
-                       (long long)cols);
     p->weights[fam] = to_size(&pl->s, add(&pl->s, p->weights[fam], bytes));
     p->formats[fam] = fmt;
     p->n_banks++;
@@ -213,17 +115,8 @@ static fm_status bank_fmt(planner *pl, fm_mem_family fam, fm_wformat plan_fmt, f
         fm_wformat_is_int4(fmt) || fmt == FM_W_E4M3_PT || fm_wformat_is_int4zp(fmt) || fmt == FM_W_E4M3_B128
             ? 2
             : 1; /* values; scales apart */
-    /* transient while the bank is built: cuda uploads through one staging buffer; the cpu quantizes a matrix at a
-       time into int8 codes (cpu_bank.c) */
-    size_t staging = pl->cuda                  ? CUDA_STAGING_BYTES
-                     : fm_wformat_is_int4(fmt) ? to_size(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols))
-                                               : 0;
-    /* cuda_bank.cu: a tensor-core bank is quantized in the row layout first, then repacked (both alive briefly) */
-    if (pl->cuda && fmt == FM_W_INT4_G128_TC)
-        staging = to_size(&pl->s, add(&pl->s, staging, fm_bank_bytes_for("cuda", FM_W_INT4_G128, n, rows, cols)));
-    /* cuda_bank.cu: an e4m3-tensor matrix is first converted whole to fp32 (its amax sets the scale) */
-    if (pl->cuda && fmt == FM_W_E4M3_PT)
-        staging = to_size(&pl->s, add(&pl->s, staging, mul(&pl->s, mul(&pl->s, (uint64_t)rows, (uint64_t)cols), 4)));
+    /* transient while the bank is built */
+    const size_t staging = checked(&pl->s, pl->kind->bank_staging(fmt, n, rows, cols));
     if (staging > p->load_staging) p->load_staging = staging;
     return FM_OK;
 }
@@ -242,13 +135,13 @@ static fm_mem_family mem_family(fm_wfamily f) {
 }
 
 /* model.c: load_weights + load_layer, bank for bank (the layers' banks from their descriptions) */
-static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *plan) {
+static fm_status add_weights(planner *pl, const fm_config *c) {
     const int64_t V = c->vocab_size, H = c->hidden_size;
     fm_status st;
-    if ((st = bank(pl, FM_MEM_EMBED, plan->w_other, 1, V, H, "embed_tokens")) ||
-        (st = bank(pl, FM_MEM_NORMS, plan->w_other, 1, 1, H, "final norm")))
+    if ((st = bank(pl, FM_MEM_EMBED, FM_WF_NORM, 1, V, H, "embed_tokens")) ||
+        (st = bank(pl, FM_MEM_NORMS, FM_WF_NORM, 1, 1, H, "final norm")))
         return st;
-    if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, plan->w_other, 1, V, H, "lm_head"))) return st;
+    if (!c->tie_word_embeddings && (st = bank(pl, FM_MEM_LM_HEAD, FM_WF_NORM, 1, V, H, "lm_head"))) return st;
     const fm_arch_desc *a = fm_arch_of(c);
     int32_t first_moe = -1;
     for (int32_t l = 0; l < pl->p->n_layers; l++) {
@@ -260,19 +153,15 @@ static fm_status add_weights(planner *pl, const fm_config *c, const fm_plan *pla
             const int32_t n = fm_spec_count(w, c);
             const int64_t rows = fm_spec_rows(w, c), cols = fm_spec_cols(w, c);
             const fm_mem_family fam = mem_family(w->family);
-            if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP)
-                st = bank_fmt(pl, fam, plan->w_dense, plan->a_dense, plan->a_dense, n, rows, cols, w->label);
-            else if (w->family == FM_WF_EXPERTS) {
-                const size_t before = pl->p->weights[fam];
-                st = bank_fmt(pl, fam, plan->w_expert, plan->a_dispatch, plan->a_expert, n, rows, cols, w->label);
-                /* a slot of the expert cache: one matrix of each expert bank of a layer (bank bytes are n x a
-                   matrix's in every layout) */
-                if (!st && n > 0 && (first_moe < 0 || first_moe == l)) {
-                    first_moe = l;
-                    pl->p->expert_slot_bytes += (pl->p->weights[fam] - before) / (size_t)n;
-                    pl->p->n_experts = n;
-                }
-            } else st = bank(pl, fam, plan->w_other, n, rows, cols, w->label);
+            const size_t before = pl->p->weights[fam];
+            st = bank(pl, fam, w->family, n, rows, cols, w->label);
+            /* a slot of the expert cache: one matrix of each expert bank of a layer (bank bytes are n x a matrix's in
+               every layout) */
+            if (!st && w->family == FM_WF_EXPERTS && n > 0 && (first_moe < 0 || first_moe == l)) {
+                first_moe = l;
+                pl->p->expert_slot_bytes += (pl->p->weights[fam] - before) / (size_t)n;
+                pl->p->n_experts = n;
+            }
             if (st) return st;
         }
     }
@@ -341,77 +230,23 @@ static void add_activations(planner *pl, const fm_config *c, const fm_plan *plan
 
 static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) {
     fm_memory_plan *p = pl->p;
+    fm_backend_ws ws;
+    pl->kind->workspace(c, plan, pl->routes, p->n_layers, p->tokens, &ws);
+    pl->s.ovf |= ws.overflow;
+    p->ws_moe = ws.moe, p->ws_side = ws.side, p->ws_libs = ws.libs, p->ws_linear = ws.linear;
     sz *s = &pl->s;
-    const uint64_t T = (uint64_t)p->tokens, H = (uint64_t)c->hidden_size;
-    bool any_moe = false;
-    for (int32_t l = 0; l < p->n_layers; l++) any_moe |= c->layer_is_moe[l];
-    /* the widest input of the dense linears (attention projections, dense MLP) among the layers loaded */
-    const uint64_t K_dense = (uint64_t)fm_arch_widest_dense_k(c, p->n_layers);
-    if (pl->cuda) {
-        if (plan->w_expert == FM_W_INT4_G128_TC || plan->w_dense == FM_W_INT4_G128_TC) {
-            /* moe_w4a8.cu: the moe op and the W4A8 linear share the backend's one scratch buffer (w4a8_workspace.h);
-               the widest linear input is the attention output, the hidden state or the dense MLP width */
-            uint64_t ws = 0;
-            if (any_moe) {
-                const uint64_t P = T * (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
-                const fm_w4a8_moe_ws L = fm_w4a8_moe_layout(
-                    T, (uint64_t)c->n_experts_per_tok, E, H, (uint64_t)c->moe_intermediate,
-                    fm_routes_w4a8_tile_rows(pl->routes, P, E), fm_w4a8_dispatch_of(plan->a_dispatch));
-                ws = L.total;
-            }
-            const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K_dense);
-            if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
-            p->ws_moe = to_size(s, ws > lin ? ws : lin);
-        } else if (any_moe && fm_wformat_is_int4(plan->w_expert)) {
-            /* moe_per_token.cu: P = T * k pairs x (2I gate|up + I swiglu + H down out), bf16 */
-            const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok), I = (uint64_t)c->moe_intermediate;
-            p->ws_moe = to_size(s, mul(s, mul(s, P, add(s, mul(s, 3, I), H)), 2));
-        } else if (any_moe) {
-            /* moe_grouped_cublas.cu (bf16 or f32 banks): moe_grouped_workspace.h's layout, pairs in equal tiles */
-            const uint64_t P = mul(s, T, (uint64_t)c->n_experts_per_tok);
-            if (T > (1ull << 32)) s->ovf = true; /* the layout's products stay far below 2^64 under this bound */
-            p->ws_moe = to_size(s, fm_grouped_layout(P, (uint64_t)c->n_experts, H, (uint64_t)c->moe_intermediate,
-                                                     fm_act_size_for("cuda", plan))
-                                       .total);
-        }
-        if (plan->w_dense == FM_W_E4M3_PT) {
-            /* linear_w8a8.cu (fm_w8a8_linear_ws_bytes): the scale slot and the e4m3 input, rows padded to 16 bytes,
-               in the backend's one scratch buffer (the moe op uses it at other times); plus cuBLASLt's own 32 MiB
-               workspace (cublaslt_fp8.cu, allocated with the first W8A8 bank) */
-            const size_t lin8 = to_size(s, add(s, mul(s, T, ceil_div(K_dense, 16) * 16), 256));
-            if (lin8 > p->ws_moe) p->ws_moe = lin8;
-            p->ws_libs = CUDA_LT_WS_BYTES;
-        }
-        /* gdn_chunked_tc.cu: the chunked Gated DeltaNet's scratch of one segment (gdn_workspace.h), in the backend's
-           one scratch buffer (no other op uses it at the same time) */
-        bool gdn = false;
-        for (int32_t l = 0; l < p->n_layers; l++) gdn |= c->layer_is_gdn[l];
-        if (gdn && fm_routes_gdn_tc(pl->routes, c->gdn_k_dim, c->gdn_v_dim, plan->act_bf16)) {
-            const size_t g = to_size(s, fm_gdn_tc_ws_bytes(T, (uint64_t)c->gdn_v_heads));
-            if (g > p->ws_moe) p->ws_moe = g;
-        }
-        /* cuda_backend.cu cu_reserve: cuBLAS's workspace, given to it at load so that no GEMM allocates during a
-           forward pass. The logits download needs no device staging (bf16 widened on the host) */
-        p->ws_libs += CUDA_CUBLAS_WS_BYTES;
-        /* the side stream (route shared.stream): the shared expert's linears of up to `rows` rows, inputs H and the
-           shared width, in scratch of their own (W4A8: w4a8_workspace.h; W8A8: the scale slot and the e4m3 rows; at
-           least the 256-byte slot), and the stream's cuBLAS workspace */
-        const int64_t rows = fm_routes_shared_stream_rows(pl->routes, (int64_t)T);
-        if (c->shared_expert_intermediate > 0 && any_moe && rows > 0) {
-            const uint64_t R = (uint64_t)rows, I = (uint64_t)c->shared_expert_intermediate, K = H > I ? H : I;
-            uint64_t side = add(s, mul(s, R, ceil_div(K, 16) * 16), 256);
-            if (plan->w_dense == FM_W_INT4_G128_TC) {
-                const uint64_t w4 = fm_w4a8_linear_ws_bytes(R, K);
-                side = w4 > side ? w4 : side;
-            }
-            p->ws_side = to_size(s, side);
-            p->ws_libs += CUDA_SIDE_CUBLAS_WS_BYTES;
-        }
-    } else {
-        /* cpu_linear.c: qv [M, K] + qs [M, ceil(K/128)] fp32 per call; the widest K among the projections run */
-        p->ws_linear = to_size(s, mul(s, mul(s, T, add(s, K_dense, ceil_div(K_dense, GROUP))), sizeof(float)));
-    }
     p->workspace = to_size(s, add(s, add(s, add(s, p->ws_moe, p->ws_side), p->ws_libs), p->ws_linear));
+}
+
+fm_status fm_memory_bank_bytes(const fm_config *cfg, const fm_plan *plan, const char *backend, fm_wfamily wf, int32_t n,
+                               int64_t rows, int64_t cols, const char *what, size_t *out, fm_error *err) {
+    *out = 0;
+    const fm_backend_kind *kind;
+    fm_status st = fm_backend_kind_get(backend, "memory plan", &kind, err);
+    if (st) return st;
+    const planner pl = {NULL, kind, {false}, err, &cfg->quant, plan, NULL};
+    fm_wformat fmt;
+    return bank_size(&pl, wf, n, rows, cols, what, &fmt, out);
 }
 
 fm_status fm_memory_plan_compute(const fm_config *cfg, const fm_plan *plan, const char *backend, int32_t n_layers,
@@ -423,23 +258,23 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
                                         const fm_routes *routes, int32_t n_layers, int64_t tokens, fm_memory_plan *out,
                                         fm_error *err) {
     memset(out, 0, sizeof *out);
-    if (!backend || (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0))
-        return fm_fail(err, FM_ERR_USAGE, "memory plan: unknown backend '%s' (choose cpu or cuda)",
-                       backend ? backend : "(null)");
+    const fm_backend_kind *kind;
+    fm_status kst = fm_backend_kind_get(backend, "memory plan", &kind, err);
+    if (kst) return kst;
     if (n_layers < 0 || n_layers > cfg->n_layers)
         return fm_fail(err, FM_ERR_USAGE, "memory plan: %d layers asked of a model with %d", n_layers, cfg->n_layers);
     if (tokens < 1) return fm_fail(err, FM_ERR_USAGE, "memory plan: tokens must be >= 1, got %lld", (long long)tokens);
-    const bool cuda = strcmp(backend, "cuda") == 0;
-    out->backend = cuda ? "cuda" : "cpu";
+    out->backend = kind->name;
     out->n_layers = n_layers > 0 ? n_layers : cfg->n_layers;
+    out->ep_ranks = out->tp_ranks = 1;
     out->tokens = tokens;
     fm_routes defaults;
     /* Hopper's tile rule: where it takes 32-row tiles other GPUs take 64, whose tile list is shorter, so the plan
        holds for every GPU */
     fm_routes_default(&defaults, 9);
-    planner pl = {out, cuda, {false}, err, &cfg->quant, routes ? routes : &defaults};
+    planner pl = {out, kind, {false}, err, &cfg->quant, plan, routes ? routes : &defaults};
     out->expert_prefetch = fm_routes_expert_prefetch(pl.routes, 1);
-    fm_status st = add_weights(&pl, cfg, plan);
+    fm_status st = add_weights(&pl, cfg);
     if (st) {
         memset(out, 0, sizeof *out);
         return st;
@@ -466,7 +301,7 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
                                     &cache, &state, err);
     if (st) return st;
     p->kv_seqs = max_seqs, p->kv_ctx = ctx, p->kv_cache = cache, p->kv_state = state;
-    const size_t run = p->activations + p->workspace + cache + state;
+    const size_t run = p->activations + p->workspace + cache + state + p->ep_exchange;
     p->total = p->weight_total + run;
     p->peak = p->weight_total + (run > p->load_staging ? run : p->load_staging);
     return FM_OK;
@@ -494,31 +329,30 @@ fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, 
         return fm_fail(err, FM_ERR_USAGE, "--experts-in host: the model has no routed experts in its %d layers",
                        p->n_layers);
     sz s = {false};
-    const bool cuda = strcmp(p->backend, "cuda") == 0;
-    /* the cache's own memory besides its slots: cpu, the slot ids of the largest pass; cuda, the device table
-       (backend/expert_residency.h) as large as it can be (a slot per expert: a few hundred KiB at most) */
+    const fm_backend_kind *kind = fm_backend_kind_find(p->backend);
+    if (!kind) return fm_fail(err, FM_ERR_USAGE, "memory plan: unknown backend '%s'", p->backend);
+    /* the cache's own memory besides its slots (its table or its slot ids), for every expert as slots at most */
     const int32_t E = p->n_experts, all = p->n_moe_layers * E;
     fm_expert_prefetch_layout pf;
     fm_expert_prefetch_layout_of(cfg, p->tokens, &pf);
-    const size_t own =
-        to_size(&s, add(&s,
-                        cuda ? fm_expert_device_table_bytes(p->n_layers, E, all)
-                             : to_size(&s, mul(&s, mul(&s, (uint64_t)p->tokens, (uint64_t)cfg->n_experts_per_tok), 4)),
-                        pf.total));
-    /* cuda: the prefetch runs on the side stream (forward.c), which the plan may not have made yet */
-    if (cuda && p->expert_prefetch && p->ws_side == 0) {
+    const size_t own = to_size(
+        &s, add(&s, checked(&s, kind->expert_cache_bytes(p->n_layers, E, all, p->tokens, cfg->n_experts_per_tok)),
+                pf.total));
+    /* the prefetch runs on the side stream (forward.c), which the plan may not have made yet */
+    if (kind->side_stream_libs && p->expert_prefetch && p->ws_side == 0) {
         p->ws_side = FM_SIDE_WS_MIN;
-        p->ws_libs += CUDA_SIDE_CUBLAS_WS_BYTES;
-        p->workspace = to_size(&s, add(&s, p->workspace, FM_SIDE_WS_MIN + CUDA_SIDE_CUBLAS_WS_BYTES));
+        p->ws_libs += kind->side_stream_libs;
+        p->workspace = to_size(&s, add(&s, p->workspace, FM_SIDE_WS_MIN + kind->side_stream_libs));
     }
     /* everything but the experts: what the cache comes after */
     p->host_experts = p->weights[FM_MEM_EXPERTS];
     p->weight_total -= p->weights[FM_MEM_EXPERTS];
     p->weights[FM_MEM_EXPERTS] = 0;
-    /* cuda builds each expert bank on the device, then moves it to host memory (expert_cache.cu): one layer's banks
-       (both at most: a layer's experts, E slots) beside the staging the bank's build takes */
-    if (cuda) p->load_staging = to_size(&s, add(&s, p->load_staging, mul(&s, (uint64_t)E, p->expert_slot_bytes)));
-    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state;
+    /* a backend that builds each expert bank on the device, then moves it to host memory: one layer's banks (both at
+       most: a layer's experts, E slots) beside the staging the bank's build takes */
+    if (kind->host_experts_built_on_device)
+        p->load_staging = to_size(&s, add(&s, p->load_staging, mul(&s, (uint64_t)E, p->expert_slot_bytes)));
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->ep_exchange;
     /* the pool is allocated after the banks are loaded (their staging freed): it shares the run's side of the peak */
     const size_t rest = p->weight_total + run + own;
     const bool staging_fits = p->weight_total + p->load_staging <= available;
@@ -572,7 +406,7 @@ fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const 
     fm_mem_format(available, avail, sizeof avail);
     if (strcmp(need, avail) == 0) snprintf(exact, sizeof exact, " (%zu > %zu bytes)", p->peak, available);
     fm_mem_format(p->weight_total, w, sizeof w);
-    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->expert_pool;
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->expert_pool + p->ep_exchange;
     char kv[256] = "";
     if (p->kv_seqs > 0) {
         char c1[32], c2[32];

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/routes.h"
+#include "model/arch.h"
 
 typedef enum fm_mem_family {
     FM_MEM_EMBED,     /* embed_tokens */
@@ -91,8 +92,13 @@ typedef struct fm_memory_plan {
     size_t expert_pool;       /* host: S x expert_slot_bytes + the cache's own memory (cpu: the slot ids, tokens x
                                  top-k int32; cuda: the device table) + the expert prefetch's buffers */
 
-    size_t total; /* weight_total + activations + workspace + kv_cache + kv_state + expert_pool: resident while
-                     running */
+    /* one rank of a group (fm_memory_plan_rank): the group, and the expert-parallel exchange buffers */
+    int32_t ep_ranks, tp_ranks, rank; /* 1, 1, 0: one model */
+    size_t ep_exchange;               /* both all-to-alls' blocks, the ids and scales beside them, the layer output's
+                                         share of this rank and every rank's gathered (dist/ep_moe.h, forward.c) */
+
+    size_t total; /* weight_total + activations + workspace + kv_cache + kv_state + expert_pool + ep_exchange: resident
+                     while running */
     size_t peak;  /* weight_total + max(activations + workspace, load_staging): what must fit */
 } fm_memory_plan;
 
@@ -107,22 +113,12 @@ void fm_expert_prefetch_layout_of(const fm_config *cfg, int64_t tokens, fm_exper
  * the minimum the cuda backend takes, the W8A8 quantizer's scale slot) */
 #define FM_SIDE_WS_MIN 256
 
-/* Bytes one bank of n matrices [rows, cols] in format fmt occupies on a backend. The single source of the bank
- * layouts' sizes; they must equal what the backends allocate:
- *   cuda (src/backend/cuda/cuda_bank.cu, cuda_internal.cuh):
- *     bf16  n * rows * round_up(cols, 8) * 2
- *     int4  n * rows * round_up(cols, 32) / 2  +  n * rows * ceil(cols / 128) * 2 (bf16 scales)
- *     f32   n * rows * round_up(cols, 4) * 4 (the ref32 oracle)
- *   cpu (src/backend/cpu/cpu_bank.c, cpu_bank_bytes): values are fp32 whatever the format
- *     f32, bf16  n * rows * cols * 4
- *     int4       n * rows * cols * 4  +  n * rows * ceil(cols / 128) * 4 (fp32 scales)
- * Returns 0 for an unknown backend or a format the backend does not store, SIZE_MAX on overflow. */
+/* Bytes one bank of n matrices [rows, cols] in format fmt occupies on the named backend: its kind's bank_bytes
+ * (backend/backend_kind.h, which restates the backend's layouts). 0 for an unknown backend or a format the backend
+ * does not store, SIZE_MAX on overflow. */
 size_t fm_bank_bytes_for(const char *backend, fm_wformat fmt, int32_t n, int64_t rows, int64_t cols);
-/* e4m3-block (block-FP8 under the fp8 plans) is one of fm_bank_bytes_for's formats:
- *   cpu   n * rows * (cols + ceil(cols / 128) * 4)                          e4m3 bytes + fp32 scale per (row, group)
- *   cuda  n * round_up(rows, 32) * round_up(cols, 128) + n * rows * ceil(cols / 128) * 4   (planned layout)
- * int4-zp (a pre-quantized int4 checkpoint) depends on its group, its order and, on cuda, on the plan: fp8_plan (e4m3
- * 1x128 activations) or not (the int4 preset); see memory_plan.c. 0 for an unknown backend, SIZE_MAX on overflow. */
+/* The same for int4-zp (a pre-quantized int4 checkpoint kept as it is), which depends on its group, its order and,
+ * on cuda, on the plan: fp8_plan (e4m3 1x128 activations) or not (the int4 preset). */
 size_t fm_bank_bytes_int4zp(const char *backend, bool fp8_plan, int32_t n, int64_t rows, int64_t cols, int64_t group,
                             bool act_order);
 
@@ -163,16 +159,27 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
 fm_status fm_memory_plan_place_experts(fm_memory_plan *p, const fm_config *cfg, fm_experts_in where, int32_t slots,
                                        size_t available, const char *source, fm_error *err);
 
+/* Bytes of one bank of a description's family (wf) under `plan` on `backend`, in the format the load picks from what
+ * the configuration says of the checkpoint (engine/weight_format.h); its refusal otherwise. */
+fm_status fm_memory_bank_bytes(const fm_config *cfg, const fm_plan *plan, const char *backend, fm_wfamily wf, int32_t n,
+                               int64_t rows, int64_t cols, const char *what, size_t *out, fm_error *err);
+
+/* The one rank memory (--ep N, --tp N): turns p, one model's plan (fm_memory_plan_compute_routes, then
+ * fm_memory_plan_add_generation if any), into rank `rank`'s of a group of ep x tp (1: no split; with both, one group:
+ * ep == tp): its routed experts only (fm_ep_expert_range), its heads' rows of the q|k|v banks and columns of the o
+ * banks (fm_tp_head_range; Gated DeltaNet layers stay whole), the exchange buffers of expert parallelism for
+ * p->tokens tokens (ep_exchange) and the expert ops' scratch for the blocks a rank receives (the backend kind's
+ * ep_workspace, in ws_moe when larger); every other weight, the activations, the KV cache (every rank keeps every
+ * key-value head today) and the decode state are every rank's. total and peak follow. The load checks a rank's peak
+ * with it before allocating, the forward pass reserves its ws_moe, and `inspect --ep/--tp` prints it. FM_ERR_USAGE
+ * for a split the model does not allow (fm_rank_split_check) or a rank out of range; experts in host memory are not
+ * split (the load refuses --ep with them). */
+fm_status fm_memory_plan_rank(fm_memory_plan *p, const fm_config *cfg, const fm_plan *plan, int32_t ep, int32_t tp,
+                              int32_t rank, fm_error *err);
+
 /* FM_OK when p->peak fits in `available` bytes; otherwise FM_ERR_NOMEM with a message such as
  * "model needs 61.1 GiB on cuda (weights 56.9, activations 0.7, workspace 1.3 for 2048 tokens) but 8.0 GiB is
  * available (--vram-limit)". `source` says where `available` comes from. */
 fm_status fm_memory_plan_check(const fm_memory_plan *p, size_t available, const char *source, fm_error *err);
-
-/* Formats bytes as "61.06 GiB" / "35.2 MiB" / "512 bytes" into buf. Returns buf. */
-const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
-
-/* Free and total bytes of the current CUDA device (cudaMemGetInfo). Defined in src/backend/cuda/device_info.cu
- * (src/backend/cuda/no_cuda.c in a build without nvcc: FM_ERR_BACKEND). total may be NULL. */
-fm_status fm_cuda_free_memory(size_t *free_bytes, size_t *total, fm_error *err);
 
 #endif

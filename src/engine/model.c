@@ -6,9 +6,12 @@
 #include "dist/ep_moe.h"
 #include "dist/rank_group.h"
 #include "dist/tp_attention.h"
+#include "backend/backend_kind.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "engine/load_progress.h"
 #include "engine/memory_plan.h"
+#include "engine/weight_format.h"
 #include "util/progress.h"
 #include "util/status.h"
 
@@ -27,136 +30,82 @@ int32_t fm_model_eos_ids(const fm_model *m, const int32_t **ids) {
     return m->cfg.n_eos;
 }
 
+/* The mixed step's token budget: the whole decode batch plus a prefill share that is large enough to keep the
+ * matrix units busy (512 rows make the dense and expert GEMMs compute-bound on an H200) and small enough that a
+ * step with a prompt costs the streams a few ms, never a whole long prefill; at most what the activations hold. */
+static fm_status resolve_step_tokens(fm_context *ctx, int64_t asked, fm_error *err) {
+    const int64_t cap = ctx->buf_tokens < ctx->kv->max_rows ? ctx->buf_tokens : ctx->kv->max_rows;
+    if (asked < -1)
+        return fm_fail(err, FM_ERR_USAGE, "--max-step-tokens must be >= 1 or off, got %lld", (long long)asked);
+    if (asked > cap)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--max-step-tokens %lld is more than the %lld tokens of one pass the model was loaded for "
+                       "(--prefill-chunk / fm_options.max_tokens)",
+                       (long long)asked, (long long)cap);
+    const int64_t dflt = (int64_t)ctx->kv->pool.max_seqs + 512;
+    ctx->kv->step_tokens = asked == -1 ? 0 : asked > 0 ? asked : dflt < cap ? dflt : cap;
+    return FM_OK;
+}
+
 typedef struct loader {
     fm_model *m;
     fm_error *err;
     int32_t n_native, n_zp; /* pre-quantized banks bound natively as int4-g128(-tc), and as int4-zp */
+    fm_load_progress progress;
 } loader;
 
-/* The fp8 plans (activations e4m3 with one scale per (row, 128-group)) on pre-quantized sources keep the checkpoint's
- * own numbers and quantize the activations as the plan says. Block-FP8 becomes e4m3-block when its K-block is 128
- * (one weight scale per activation group, DeepSeek-V3's recipe). int4 becomes int4-zp when each activation group lies
- * inside one weight group (G a multiple of 128, per-channel G = K included) and the input is in checkpoint order:
- * act-order permutes K, while the 1x128 groups are taken along the input as it comes. Checked here, on every backend;
- * the int4 preset (activations as stored) takes any group and order. */
-static fm_status pick_fp8_prequant(loader *ld, const fm_wsrc *srcs, int64_t count, const char *label, fm_wformat *fmt) {
-    const char *preset = fm_preset_name(ld->m->plan.preset);
-    bool fp8_block = false;
-    for (int64_t i = 0; i < count; i++) {
-        const fm_qsrc *q = &srcs[i].q;
-        if (q->method == FM_QUANT_FP8_BLOCK) {
-            fp8_block = true;
-            if (q->group != 128)
-                return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                               "%s: block-FP8 blocks of [%d, %d] (weight_block_size); the %s preset's e4m3 1x128 "
-                               "activations need blocks 128 wide along K (one weight scale per activation group); "
-                               "--preset ref or ref32 reads this checkpoint",
-                               label, q->block_n, q->group, preset);
-            continue;
-        }
-        if (q->method == FM_QUANT_NONE) continue; /* a float part beside quantized ones: bank_create refuses it */
-        if (!fm_qsrc_in_input_order(q, srcs[i].cols))
-            return fm_fail(
-                ld->err, FM_ERR_UNSUPPORTED,
-                "%s: act-order int4 (%s, g_idx permutes the input channels) cannot take the %s preset's e4m3 "
-                "1x128 activations, whose groups follow the input order; --preset int4 handles it",
-                label, fm_quant_method_name(q->method), preset);
-        if (q->group % 128 != 0)
-            return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                           "%s: int4 group size %d (%s) is not a multiple of 128, so an e4m3 1x128 activation group of "
-                           "the %s preset would span more than one weight group; --preset int4 handles it",
-                           label, q->group, fm_quant_method_name(q->method), preset);
-    }
-    *fmt = fp8_block ? FM_W_E4M3_B128 : FM_W_INT4_ZP_TC;
-    return FM_OK;
-}
-
-/* Pre-quantized sources where the plan asks for int4 weights (a float plan, ref or ref32, dequantizes them):
- *  - our own format (symmetric, group 128, bf16 scales: quant/int4_native.h, what `fp8moe requantize` writes) binds
- *    natively: the plan's int4-g128 / int4-g128-tc bank filled from the codes, the same numbers as quantizing the
- *    float checkpoint at load. Codes of -8 do not fit the tensor-core layout (-7..7), so such a bank keeps the
- *    checkpoint's own format under the fp8 plans (below), which holds any code;
- *  - any other int4 keeps the checkpoint's own numbers: int4-zp with activations as stored (the int4 preset,
- *    w4a16), int4-zp-tc with e4m3 1x128 activations (the fp8 presets, pick_fp8_prequant);
- *  - block-FP8 becomes e4m3-block under the fp8 presets.
- * a_in and a_out are the activation formats of the bank's inputs (a_dense for dense banks, a_dispatch and a_expert
- * for expert banks). The linears a pre-quantized checkpoint left in float (its ignore list, GPTQ's unquantized
- * modules) stay bf16 rather than being quantized by us: the checkpoint's author chose to keep them. */
-static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_afmt a_in, fm_afmt a_out,
-                             const char *label, fm_wformat *fmt) {
-    bool any = false;
-    for (int64_t i = 0; i < count; i++) any |= fm_wsrc_is_quantized(&srcs[i]);
-    if (!fm_wformat_is_int4(*fmt)) return FM_OK;
-    if (!any) {
-        if (ld->m->cfg.quant.method != FM_QUANT_NONE) *fmt = FM_W_BF16;
-        return FM_OK;
-    }
-    const bool fp8 = a_in == FM_A_E4M3_G128 && a_out == FM_A_E4M3_G128;
-    if (!fp8 && (a_in != FM_A_NATIVE || a_out != FM_A_NATIVE))
-        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                       "%s: pre-quantized weights (%s) with %s activations (the %s preset) are not supported; --preset "
-                       "fp8 (e4m3 1x128 activations) or int4 run them",
-                       label, fm_quant_method_name(ld->m->cfg.quant.method),
-                       fm_afmt_name(a_in != FM_A_NATIVE ? a_in : a_out), fm_preset_name(ld->m->plan.preset));
-    bool fp8_block = false;
-    for (int64_t i = 0; i < count; i++) fp8_block |= srcs[i].q.method == FM_QUANT_FP8_BLOCK;
-    if (!fp8_block) {
-        const fm_bank_src all = {srcs, (int32_t)count, 1, label, false};
-        const fm_native_int4 nat = fm_bank_src_native_int4(&all);
-        if (nat == FM_NATIVE_YES || (nat == FM_NATIVE_MINUS8 && *fmt == FM_W_INT4_G128)) {
-            ld->n_native++;
-            return FM_OK; /* the plan's own format, built from the codes */
-        }
-    }
-    if (fp8) {
-        fm_status st = pick_fp8_prequant(ld, srcs, count, label, fmt);
-        if (!st && *fmt == FM_W_INT4_ZP_TC) ld->n_zp++;
-        return st;
-    }
-    if (fp8_block)
-        return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
-                       "%s: block-FP8 weights are read by --preset fp8, ref and ref32; the %s preset would "
-                       "requantize them to int4",
-                       label, fm_preset_name(ld->m->plan.preset));
-    *fmt = FM_W_INT4_ZP;
-    ld->n_zp++;
-    return FM_OK;
+/* The format of a bank of `family` from its sources (engine/weight_format.h), counting the pre-quantized banks bound
+ * natively and kept in the checkpoint's own int4 for the verbose line */
+static fm_status pick_format(loader *ld, const fm_wsrc *srcs, int64_t count, fm_wfamily family, const char *label,
+                             fm_wformat *fmt) {
+    fm_bank_origin o;
+    fm_bank_origin_of_srcs(ld->m->cfg.quant.method, srcs, count, &o);
+    bool native = false;
+    const fm_status st =
+        fm_weight_format(&ld->m->plan, fm_backend_kind_of(ld->m->be), family, &o, label, fmt, &native, ld->err);
+    ld->n_native += native;
+    ld->n_zp += !st && fm_wformat_is_int4zp(*fmt);
+    return st;
 }
 
 static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, bool gate_up,
-                           fm_wformat fmt, fm_afmt a_in, fm_afmt a_out, const char *label) {
-    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
+                           fm_wfamily family, const char *label) {
+    fm_wformat fmt;
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, family, label, &fmt);
     if (pst) return pst;
     fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
+    if (st == FM_OK) fm_load_progress_add(&ld->progress, srcs, (int64_t)n * n_parts);
     return st;
 }
 
 /* An expert bank in host memory (experts in host memory: fm_expert_offload_create checks the backend has the ops) */
 static fm_status bank_host(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, bool gate_up,
-                           fm_wformat fmt, fm_afmt a_in, fm_afmt a_out, const char *label) {
+                           fm_wfamily family, const char *label) {
     fm_model *m = ld->m;
     if (!m->be->ops->bank_create_host)
         return fm_fail(ld->err, FM_ERR_UNSUPPORTED,
                        "--experts-in host: the %s backend cannot keep experts in host memory yet; --experts-in device "
                        "runs the model with every expert in its memory",
                        m->be->ops->name);
-    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, a_in, a_out, label, &fmt);
+    fm_wformat fmt;
+    fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, family, label, &fmt);
     if (pst) return pst;
     fm_bank_src src = {srcs, n, n_parts, label, gate_up};
     fm_status st = m->be->ops->bank_create_host(m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) m->expert_host_bytes += m->be->ops->bank_bytes(*out);
+    if (st == FM_OK) fm_load_progress_add(&ld->progress, srcs, (int64_t)n * n_parts);
     return st;
 }
 
-static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, fm_wformat fmt,
-                      const char *label) {
-    return bank_acts(ld, out, srcs, n, n_parts, false, fmt, ld->m->plan.a_dense, ld->m->plan.a_dense, label);
+/* a bank that is not a linear projection: the plan's w_other */
+static fm_status bank(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32_t n, int32_t n_parts, const char *label) {
+    return bank_acts(ld, out, srcs, n, n_parts, false, FM_WF_NORM, label);
 }
 
 /* A zero-centred RMSNorm weight (model/arch.h plus_one_banks): its bank holds 1 + w, built from an fp32 copy. */
-static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm_wformat fmt, const char *label) {
+static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, const char *label) {
     const int64_t n = src->rows * src->cols;
     float *w = fm_malloc((size_t)n * sizeof *w, ld->err, label);
     if (!w) return FM_ERR_NOMEM;
@@ -172,7 +121,7 @@ static fm_status bank_plus_one(loader *ld, fm_bank **out, const fm_wsrc *src, fm
                       .data = (const uint8_t *)w,
                       .nbytes = (uint64_t)n * sizeof *w};
     const fm_wsrc view = {&t, 0, src->rows, src->cols, {0}, {0}};
-    if (!st) st = bank(ld, out, &view, 1, 1, fmt, label);
+    if (!st) st = bank(ld, out, &view, 1, 1, label);
     free(w);
     return st;
 }
@@ -214,7 +163,6 @@ static fm_status tp_views(loader *ld, fm_bank_slot bank, fm_wsrc **srcs, int32_t
  * fused into one bank in the format of the spec's family. */
 static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_weights *L) {
     const fm_config *c = &ld->m->cfg;
-    const fm_plan *p = &ld->m->plan;
     const fm_layer_desc *d = fm_arch_layer(fm_arch_of(c), c, l);
     L->kind = s->kind;
     L->is_moe = s->is_moe;
@@ -240,17 +188,13 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
         }
         const fm_wsrc *first = ep ? srcs + (size_t)ld->m->ep_first * (size_t)np : srcs;
         const int32_t n_load = ep ? ld->m->ep_n : n;
-        fm_wformat fmt = p->w_other;
-        fm_afmt a_in = p->a_dense, a_out = p->a_dense;
-        if (w->family == FM_WF_ATTN || w->family == FM_WF_DENSE_MLP) fmt = p->w_dense;
-        if (w->family == FM_WF_EXPERTS) fmt = p->w_expert, a_in = p->a_dispatch, a_out = p->a_expert;
         char label[96];
         snprintf(label, sizeof label, "layer %d %s", l, w->label);
         const bool host = ld->m->experts_host && w->family == FM_WF_EXPERTS;
         fm_status st = fm_arch_of(c)->plus_one_banks >> w->bank & 1
-                           ? bank_plus_one(ld, &L->bank[w->bank], srcs, fmt, label)
+                           ? bank_plus_one(ld, &L->bank[w->bank], srcs, label)
                            : (host ? bank_host : bank_acts)(ld, &L->bank[w->bank], first, n_load, np_load,
-                                                            w->fusion == FM_FUSE_GATE_UP, fmt, a_in, a_out, label);
+                                                            w->fusion == FM_FUSE_GATE_UP, w->family, label);
         free(srcs);
         if (st) return st;
     }
@@ -265,23 +209,27 @@ static bool lm_head_tied(const fm_model_src *src) {
 }
 
 static fm_status load_weights(fm_model *m, const fm_model_src *src, bool verbose, fm_error *err) {
-    loader ld = {m, err, 0, 0};
+    loader ld = {m, err, 0, 0, {0}};
+    fm_load_progress_start(&ld.progress, verbose);
     fm_status st;
-    if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, m->plan.w_other, "embed_tokens")) ||
+    if ((st = bank(&ld, &m->embed, &src->embed, 1, 1, "embed_tokens")) ||
         (st = fm_arch_of(&m->cfg)->final_norm_plus_one
-                  ? bank_plus_one(&ld, &m->final_norm, &src->final_norm, m->plan.w_other, "final norm")
-                  : bank(&ld, &m->final_norm, &src->final_norm, 1, 1, m->plan.w_other, "final norm")))
+                  ? bank_plus_one(&ld, &m->final_norm, &src->final_norm, "final norm")
+                  : bank(&ld, &m->final_norm, &src->final_norm, 1, 1, "final norm")))
         return st;
     if (lm_head_tied(src)) m->lm_head = m->embed;
-    else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, m->plan.w_other, "lm_head"))) return st;
+    else if ((st = bank(&ld, &m->lm_head, &src->lm_head, 1, 1, "lm_head"))) return st;
     for (int l = 0; l < m->n_layers; l++) {
-        if (verbose) fm_progress("loading layer %d/%d", l + 1, m->n_layers);
-        if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) return st;
+        fm_load_progress_layer(&ld.progress, l + 1, m->n_layers);
+        if ((st = load_layer(&ld, &src->layers[l], l, &m->layers[l]))) {
+            fm_progress_end();
+            return st;
+        }
     }
-    fm_progress_end();
-    if (verbose)
-        fprintf(stderr, "loaded %d layers, %.1f MiB of weights on %s\n", m->n_layers,
-                (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    char what[128];
+    snprintf(what, sizeof what, "%d layers, %.1f MiB of weights on %s", m->n_layers,
+             (double)m->weight_bytes / (1 << 20), m->be->ops->name);
+    fm_load_progress_done(&ld.progress, what);
     if (verbose && m->experts_host)
         fprintf(stderr, "experts in host memory: %.1f MiB, an expert cache of %d slots\n",
                 (double)m->expert_host_bytes / (1 << 20), m->expert_slots);
@@ -303,14 +251,17 @@ static int64_t planned_tokens(const fm_options *opt) {
     return T > B ? T : B;
 }
 
-/* cuda: the expert cache keeps int4-tc banks (the fp8 and fp4 presets' experts; expert_cache.cu) */
-static fm_status host_experts_format(const fm_model *m, const fm_options *opt, fm_error *err) {
-    if (m->plan.w_expert == FM_W_INT4_G128_TC) return FM_OK;
+/* experts in host memory: the format the backend's expert cache keeps (cuda: int4-tc banks, the fp8 and fp4 presets'
+ * experts; expert_cache.cu) */
+static fm_status host_experts_format(const fm_model *m, const fm_backend_kind *kind, const fm_options *opt,
+                                     fm_error *err) {
+    if (kind->host_expert_format == FM_W_F32 || m->plan.w_expert == kind->host_expert_format) return FM_OK;
     return fm_fail(err, FM_ERR_UNSUPPORTED,
-                   "--experts-in %s: the cuda backend keeps experts in host memory for the fp8 and fp4 presets "
-                   "(int4-g128-tc experts); preset %s has %s experts: --preset fp8, or --backend cpu",
-                   opt->experts_in == FM_EXPERTS_AUTO ? "auto (the model does not fit)" : "host",
-                   fm_preset_name(opt->preset), fm_wformat_name(m->plan.w_expert));
+                   "--experts-in %s: the %s backend keeps experts in host memory for the fp8 and fp4 presets "
+                   "(%s experts); preset %s has %s experts: --preset fp8, or --backend cpu",
+                   opt->experts_in == FM_EXPERTS_AUTO ? "auto (the model does not fit)" : "host", kind->name,
+                   fm_wformat_name(kind->host_expert_format), fm_preset_name(opt->preset),
+                   fm_wformat_name(m->plan.w_expert));
 }
 
 /* Where the experts live (--experts-in, --expert-slots), resolved by the memory plan: m->experts_host and
@@ -319,10 +270,11 @@ static fm_status host_experts_format(const fm_model *m, const fm_options *opt, f
  * when the plan fits, else host; the expert cache keeps int4-tc banks only (the fp8 and fp4 presets). */
 static fm_status place_experts(fm_model *m, fm_memory_plan *plan, const fm_config *cfg, const fm_options *opt,
                                size_t available, const char *source, fm_error *err) {
-    const bool cuda = strcmp(plan->backend, "cuda") == 0;
     fm_status st = fm_memory_plan_place_experts(plan, cfg, opt->experts_in, opt->expert_slots, available, source, err);
     if (st) return st;
-    if (cuda && plan->experts_in == FM_EXPERTS_HOST && (st = host_experts_format(m, opt, err))) return st;
+    if (plan->experts_in == FM_EXPERTS_HOST &&
+        (st = host_experts_format(m, fm_backend_kind_find(plan->backend), opt, err)))
+        return st;
     m->experts_host = plan->experts_in == FM_EXPERTS_HOST;
     m->expert_slots = plan->expert_slots;
     return FM_OK;
@@ -340,21 +292,26 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
         return fm_fail(err, FM_ERR_USAGE, "--expert-slots must be >= 0, got %d", opt->expert_slots);
     if (opt->expert_slots > 0 && opt->experts_in == FM_EXPERTS_DEVICE)
         return fm_fail(err, FM_ERR_USAGE, "--expert-slots sizes the expert cache of --experts-in host (or auto)");
-    const bool cuda = opt->backend && strcmp(opt->backend, "cuda") == 0;
-    if (cuda && opt->experts_in == FM_EXPERTS_HOST && (st0 = host_experts_format(m, opt, err))) return st0;
-    if (!cuda && opt->experts_in != FM_EXPERTS_HOST) return FM_OK; /* cpu: auto is device, no limit */
+    const fm_backend_kind *kind;
+    if ((st0 = fm_backend_kind_get(opt->backend ? opt->backend : "cpu", "--backend", &kind, err))) return st0;
+    const bool device = kind->on_device;
+    if (opt->experts_in == FM_EXPERTS_HOST && (st0 = host_experts_format(m, kind, opt, err))) return st0;
+    if (!device && opt->experts_in != FM_EXPERTS_HOST) return FM_OK; /* host memory: auto is device, no limit */
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = lm_head_tied(src); /* as bound: a tied config may still ship an lm_head tensor */
     const int64_t T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
-    fm_status st =
-        fm_memory_plan_compute_routes(&cfg, &m->plan, cuda ? "cuda" : "cpu", &m->routes, m->n_layers, T, &plan, err);
+    fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, kind->name, &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0)
         st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->n_ctx, err);
-    if (!st && !cuda) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
-    if (st || !cuda) return st;
+    /* a rank of a group: its experts and heads, its exchange buffers and their scratch */
+    if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
+        st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
+                                 m->ep_ranks > 1 ? m->ep_rank : m->tp_rank, err);
+    if (!st && !device) st = place_experts(m, &plan, &cfg, opt, 0, NULL, err);
+    if (st || !device) return st;
     size_t free_bytes = 0, total = 0;
-    if (!st) st = fm_cuda_free_memory(&free_bytes, &total, err);
+    if (!st) st = kind->free_memory(&free_bytes, &total, err);
     if (st) return st;
     const bool limited = opt->vram_limit > 0 && (uint64_t)opt->vram_limit < (uint64_t)free_bytes;
     const size_t available = limited ? (size_t)opt->vram_limit : free_bytes;
@@ -364,8 +321,8 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     if ((st = place_experts(m, &plan, &cfg, opt, available, source, err))) return st;
     if (opt->verbose)
         fprintf(stderr,
-                "memory plan on cuda: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
-                fm_mem_format(plan.weight_total, w, sizeof w), fm_mem_format(plan.activations, a, sizeof a),
+                "memory plan on %s: weights %s, activations %s, workspace %s for %lld tokens; %s available (%s)\n",
+                kind->name, fm_mem_format(plan.weight_total, w, sizeof w), fm_mem_format(plan.activations, a, sizeof a),
                 fm_mem_format(plan.workspace, ws, sizeof ws), (long long)T, fm_mem_format(available, av, sizeof av),
                 source);
     return fm_memory_plan_check(&plan, available, source, err);
@@ -403,31 +360,27 @@ static fm_status check_group_size(const char *opt_name, int32_t N, int32_t rank,
         return fm_fail(err, FM_ERR_USAGE, "%s must be 1..%d ranks, got %d", opt_name, FM_COMM_MAX_RANKS, N);
     if (N <= 1) return FM_OK;
     if (rank < 0 || rank >= N) return fm_fail(err, FM_ERR_USAGE, "%s: rank %d of %d ranks", opt_name, rank, N);
-    if (strcmp(opt->backend, "cpu") && strcmp(opt->backend, "cuda"))
+    if (!fm_backend_kind_find(opt->backend))
         return fm_fail(err, FM_ERR_UNSUPPORTED, "%s %d on the %s backend: the cpu and cuda backends split models",
                        opt_name, N, opt->backend);
     return FM_OK;
 }
 
-/* --ep on the cuda backend: its expert-parallel ops (backend/cuda/moe_dispatch.cu, moe_w4a8.cu, moe_grouped_cublas.cu)
- * carry e4m3, MXFP4 or NVFP4 rows into the W4A8 grouped GEMMs (the fp8 and fp4 presets) and the activations' own rows
- * into the cuBLAS grouped GEMMs (ref, ref32); the int4 preset's per-token baseline has none */
-static fm_status ep_on_cuda(const fm_model *m, const fm_options *opt, fm_error *err) {
-    if (m->ep_ranks <= 1 || strcmp(opt->backend, "cuda")) return FM_OK;
-    const fm_afmt d = m->plan.a_dispatch;
-    const bool w4a8 = opt->preset == FM_PRESET_FP8 || opt->preset == FM_PRESET_FP4;
-    if (w4a8 && m->plan.act_bf16 && (d == FM_A_E4M3_G128 || d == FM_A_MXFP4 || d == FM_A_NVFP4)) return FM_OK;
-    if ((opt->preset == FM_PRESET_REF || opt->preset == FM_PRESET_REF32) && d == FM_A_NATIVE) return FM_OK;
+/* --ep: the plans whose expert ops the backend can exchange rows for (backend_kind.h ep_plan_ok; cuda: the fp8 and
+ * fp4 presets' W4A8 experts with an e4m3 or FP4 dispatch, ref and ref32's cuBLAS experts) */
+static fm_status ep_plan_check(const fm_model *m, const fm_options *opt, fm_error *err) {
+    const fm_backend_kind *kind = fm_backend_kind_find(opt->backend);
+    if (m->ep_ranks <= 1 || !kind || !kind->ep_plan_ok || kind->ep_plan_ok(&m->plan)) return FM_OK;
     return fm_fail(err, FM_ERR_UNSUPPORTED,
-                   "--ep %d on the cuda backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4), ref and "
+                   "--ep %d on the %s backend: the fp8 and fp4 presets (--dispatch fp8, mxfp4 or nvfp4), ref and "
                    "ref32; this plan is --preset %s dispatching %s (it splits on the cpu backend)",
-                   m->ep_ranks, fm_preset_name(opt->preset), fm_afmt_name(d));
+                   m->ep_ranks, kind->name, fm_preset_name(opt->preset), fm_afmt_name(m->plan.a_dispatch));
 }
 
 /* --ep / --tp: the rank's share of the experts (fm_ep_expert_range) and of the attention heads (fm_tp_head_range), or
  * an error naming what cannot be split. Both run on the cpu and cuda backends (dist/ep_moe.h, dist/tp_attention.h);
  * on cuda, expert parallelism takes the fp8 and fp4 presets' W4A8 experts with the e4m3, MXFP4 or NVFP4 dispatch and
- * the ref and ref32 presets' cuBLAS experts (ep_on_cuda). */
+ * the ref and ref32 presets' cuBLAS experts (ep_plan_check). */
 static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *err) {
     const fm_config *c = &m->cfg;
     const int32_t E = c->n_experts, NE = opt->ep_ranks, NT = opt->tp_ranks;
@@ -480,12 +433,13 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
                       "--int4-scales p2 quantizes float weights at load; this checkpoint is already quantized (%s) "
                       "and is read with its own scales",
                       fm_quant_method_name(m->cfg.quant.method));
-    if (!dst) dst = ep_on_cuda(m, opt, err);
+    if (!dst) dst = ep_plan_check(m, opt, err);
     if (dst) return dst;
     /* the routes of the GPU the backend will run on: the memory plan sizes the MoE workspace by its tile rule */
     int sm_major = 0;
     fm_error qerr;
-    if (opt->backend && !strcmp(opt->backend, "cuda") && fm_cuda_device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
+    const fm_backend_kind *kind = fm_backend_kind_find(opt->backend);
+    if (kind && kind->device_query && kind->device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
     fm_routes_default(&m->routes, sm_major);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
     if (!st) st = check_device_memory(m, src, opt, err);
@@ -503,6 +457,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
     if (!st && opt->max_seqs > 0) st = fm_kv_state_create(ctx, opt->max_seqs, ctx->buf_tokens, &ctx->kv, err);
     if (!st && ctx->kv) fm_kv_state_prefix_cache(ctx, opt->prefix_cache);
+    if (!st && ctx->kv) st = resolve_step_tokens(ctx, opt->max_step_tokens, err);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
     if (!st && m->experts_host) st = fm_expert_offload_create(ctx, m->expert_slots, opt->expert_policy, err);
     if (!st) fm_context_limits_reset(ctx);

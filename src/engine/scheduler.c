@@ -1,6 +1,15 @@
 /* Continuous batching (fp8moe_sched.h): requests in submission order, each waiting, prefilling, running (in the decode
- * batch) or kept (finished, its cache held for a later request). A step is one prefill chunk of the oldest request
- * that can start, or one decode step of every running request; when both have work they alternate. */
+ * batch) or kept (finished, its cache held for a later request).
+ *
+ * Mixed steps (the model's step budget > 0): a step is one forward pass of every running request's next token and,
+ * in the budget's remaining tokens, prefill chunks of the prompts begun and of waiting ones, oldest first; attention
+ * runs over the paged cache, where each row reads its own sequence up to its own position, so rows of any sequences
+ * at any positions share the launch. Rows are ordered so that the rows to sample are nearly contiguous: the chunks
+ * that do not complete their prompt, those that do, then the decode rows (each sequence's rows stay consecutive, in
+ * order: the Gated DeltaNet layers run a sequence's rows as one run). A step with only decode rows is the decode step
+ * (its CUDA graph); a step with only one whole prompt runs it as a fresh prefill (the contiguous attention kernel).
+ * Without a budget a step is one prefill chunk of the oldest request that can start, or one decode step of every
+ * running request, alternating when both have work. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +50,13 @@ struct fm_sched {
     rq **reqs; /* submission order */
     int32_t n, cap;
     int64_t next_id;
-    bool last_prefill;               /* the previous unit of work was a prefill chunk: a decode step goes next */
-    int32_t *h_seq, *h_pos;          /* [chunk] */
+    int64_t budget;                 /* tokens of a mixed step; 0: prefill chunks and decode steps alternate */
+    bool last_prefill;              /* the previous unit of work was a prefill chunk: a decode step goes next */
+    int64_t rows;                   /* of the arrays below: max(chunk, budget) */
+    int32_t *h_ids, *h_seq, *h_pos; /* [rows] the step's rows */
+    rq **c_who;                     /* [max_seqs] the prefill chunks of a mixed step */
+    int64_t *c_len;
+    fm_row_run *runs;                /* [max_seqs + 1] its runs of rows to sample */
     int32_t *d_ids, *d_seqs, *d_out; /* [max_seqs] */
     rq **d_who;
     int64_t prefill_tokens, decode_tokens, decode_steps;
@@ -72,12 +86,19 @@ fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out
     s->ctx = ctx;
     s->chunk = prefill_chunk > 0 && prefill_chunk < ctx->n_tokens ? prefill_chunk : ctx->n_tokens;
     if (s->chunk > ctx->kv->max_rows) s->chunk = ctx->kv->max_rows;
+    s->budget = ctx->kv->step_tokens;
+    if (s->budget > ctx->n_tokens) s->budget = ctx->n_tokens; /* a context asking for fewer tokens per pass */
+    s->rows = s->budget > s->chunk ? s->budget : s->chunk;
     const size_t S = (size_t)ctx->kv->pool.max_seqs;
-    s->h_seq = malloc((size_t)s->chunk * sizeof *s->h_seq);
-    s->h_pos = malloc((size_t)s->chunk * sizeof *s->h_pos);
+    s->h_ids = malloc((size_t)s->rows * sizeof *s->h_ids);
+    s->h_seq = malloc((size_t)s->rows * sizeof *s->h_seq);
+    s->h_pos = malloc((size_t)s->rows * sizeof *s->h_pos);
     s->d_ids = malloc(S * sizeof *s->d_ids), s->d_seqs = malloc(S * sizeof *s->d_seqs);
     s->d_out = malloc(S * sizeof *s->d_out), s->d_who = malloc(S * sizeof *s->d_who);
-    if (!s->h_seq || !s->h_pos || !s->d_ids || !s->d_seqs || !s->d_out || !s->d_who) {
+    s->c_who = malloc(S * sizeof *s->c_who), s->c_len = malloc(S * sizeof *s->c_len);
+    s->runs = malloc((S + 1) * sizeof *s->runs);
+    if (!s->h_ids || !s->h_seq || !s->h_pos || !s->d_ids || !s->d_seqs || !s->d_out || !s->d_who || !s->c_who ||
+        !s->c_len || !s->runs) {
         fm_sched_free(s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
@@ -137,7 +158,8 @@ void fm_sched_free(fm_sched *s) {
         } else if (q->state != RQ_DONE) finish(s, q, FM_SCHED_CANCELLED, -1, NULL, q->n_gen, NULL);
     }
     compact(s);
-    free(s->reqs), free(s->h_seq), free(s->h_pos), free(s->d_ids), free(s->d_seqs), free(s->d_out), free(s->d_who);
+    free(s->reqs), free(s->h_ids), free(s->h_seq), free(s->h_pos), free(s->d_ids), free(s->d_seqs), free(s->d_out);
+    free(s->d_who), free(s->c_who), free(s->c_len), free(s->runs);
     free(s);
 }
 
@@ -386,36 +408,186 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     return FM_OK;
 }
 
-static fm_status decode(fm_sched *s, fm_error *err) {
-    fm_context *ctx = s->ctx;
-    int32_t n = 0, masked = 0, n_masked = 0; /* rows [0, masked) hold every constrained row's mask */
-    for (int32_t i = 0; i < s->n; i++) {
-        rq *q = s->reqs[i];
-        if (q->state != RQ_RUNNING) continue;
+/* The running requests, each with room for its next token, into d_ids / d_seqs / d_who; their count. A full pool
+ * ends that request. */
+static int32_t decode_rows(fm_sched *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n; i++)
+        if (s->reqs[i]->state == RQ_RUNNING) s->d_who[n++] = s->reqs[i];
+    int32_t kept = 0;
+    for (int32_t j = 0; j < n; j++) {
+        rq *q = s->d_who[j];
         fm_error e;
-        if (fm_kv_reserve(ctx, q->slot, 1, &e)) {
+        if (fm_kv_reserve(s->ctx, q->slot, 1, &e)) {
             finish(s, q, FM_SCHED_ERROR, -1, NULL, q->n_gen, e.msg);
             continue;
         }
-        s->d_ids[n] = q->gen[q->n_gen - 1], s->d_seqs[n] = q->slot, s->d_who[n] = q;
-        if (q->r.params.constraint) masked = n + 1, n_masked++;
-        n++;
+        s->d_ids[kept] = q->gen[q->n_gen - 1], s->d_seqs[kept] = q->slot, s->d_who[kept] = q;
+        kept++;
     }
-    if (n == 0) return FM_OK;
-        /* the constrained rows' masks, one thread each (a mask walks the vocabulary trie: ~0.1-0.5 ms per row) */
+    return kept;
+}
+
+/* Host masks of sampled rows [first, first + n) for requests who[0..n): one thread each (a mask walks the vocabulary
+ * trie: ~0.1-0.5 ms per row); the rows up to the last constrained one are uploaded. */
+static void masks_of(fm_sched *s, rq *const *who, int32_t first, int32_t n, int32_t *masked) {
+    int32_t n_masked = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (who[j]->r.params.constraint) *masked = first + j + 1, n_masked++;
 #pragma omp parallel for schedule(dynamic, 1) if (n_masked > 1)
-    for (int32_t j = 0; j < masked; j++) fill_mask(s, s->d_who[j], j);
+    for (int32_t j = 0; j < n; j++)
+        if (who[j]->r.params.constraint) fill_mask(s, who[j], first + j);
+}
+
+/* The decode rows' bookkeeping after their step: the step wrote each input token's K and V, so full blocks of the
+ * output are named too (a next chat turn). */
+static void name_decoded(fm_sched *s, int32_t n) {
+    s->decode_steps++, s->decode_tokens += n;
+    for (int32_t j = 0; j < n; j++) {
+        rq *q = s->d_who[j];
+        fm_kv_prefix_name(&s->ctx->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
+    }
+}
+
+/* A decode step of the n rows decode_rows chose: the decode step of fm_decode_run (its CUDA graph). */
+static fm_status decode_run(fm_sched *s, int32_t n, fm_error *err) {
+    fm_context *ctx = s->ctx;
+    if (n == 0) return FM_OK;
+    int32_t masked = 0; /* rows [0, masked) hold every constrained row's mask */
+    masks_of(s, s->d_who, 0, n, &masked);
     upload_masks(s, masked);
     fm_sample_info *info = ctx->kv->h_info;
     fm_status st = fm_decode_run(ctx, n, s->d_ids, s->d_seqs, s->d_out, info, err);
     if (st) return st;
-    s->decode_steps++, s->decode_tokens += n;
-    /* the step wrote each input token's K and V: full blocks of the output are named too (a next chat turn) */
-    for (int32_t j = 0; j < n; j++) {
-        rq *q = s->d_who[j];
-        fm_kv_prefix_name(&ctx->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
-    }
+    name_decoded(s, n);
     for (int32_t j = 0; j < n; j++) deliver(s, s->d_who[j], s->d_out[j], &info[j]);
+    return FM_OK;
+}
+
+static fm_status decode(fm_sched *s, fm_error *err) { return decode_run(s, decode_rows(s), err); }
+
+/* With the prefix cache on, a prompt whose first block is that of a prompt being prefilled waits for it: started
+ * now it would compute the shared blocks again; once they are named it maps them (as one prefill at a time did). */
+static bool shares_prefill(const fm_sched *s, const rq *q) {
+    const fm_kv_pool *p = &s->ctx->kv->pool;
+    if (!p->prefix_cache || q->r.reuse >= 0 || q->r.n_prompt <= p->block_tokens) return false;
+    for (int32_t i = 0; i < s->n; i++) {
+        const rq *o = s->reqs[i];
+        if (o->state == RQ_PREFILL && o->r.n_prompt > p->block_tokens &&
+            !memcmp(o->prompt, q->prompt, (size_t)p->block_tokens * sizeof *q->prompt))
+            return true;
+    }
+    return false;
+}
+
+/* The prefill chunks of a mixed step in `left` tokens: the prompts begun, then waiting requests started, oldest
+ * first, each chunk at most the scheduler's chunk; into c_who / c_len (a full pool ends that request). */
+static fm_status prefill_rows(fm_sched *s, int64_t left, int32_t *n_chunks, fm_error *err) {
+    int32_t n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < s->n && left > 0; i++) {
+            rq *q = s->reqs[i];
+            if (pass == 0 && q->state != RQ_PREFILL) continue;
+            if (pass == 1) {
+                if (q->state != RQ_WAITING || q->cancel || shares_prefill(s, q)) continue;
+                bool started;
+                fm_status st = start(s, q, &started, err);
+                if (st) return st;
+                if (!started) continue;
+            }
+            const int64_t rest = q->r.n_prompt - q->pos, cap = left < s->chunk ? left : s->chunk;
+            const int64_t T = rest < cap ? rest : cap;
+            fm_error e;
+            if (fm_kv_reserve(s->ctx, q->slot, T, &e)) {
+                finish(s, q, FM_SCHED_ERROR, -1, NULL, 0, e.msg);
+                continue;
+            }
+            s->c_who[n] = q, s->c_len[n] = T, n++;
+            left -= T;
+        }
+    *n_chunks = n;
+    return FM_OK;
+}
+
+/* A mixed step: the decode rows and prefill chunks in the budget, one pass, then each row to sample sampled with its
+ * own sequence's state. */
+static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
+    fm_context *ctx = s->ctx;
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
+    fm_backend *be = m->be;
+    /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
+    const int32_t n_dec = decode_rows(s);
+    int32_t n_chunks;
+    fm_status st = prefill_rows(s, s->budget - n_dec, &n_chunks, err);
+    if (st) return st;
+    if (n_dec || n_chunks) *busy = true;
+    if (n_chunks == 0) return decode_run(s, n_dec, err);
+    /* the chunks that complete their prompt go after the others (stable), so their last rows and the decode rows
+       that follow them are the rows to sample, in that order */
+    int32_t n_open = 0;
+    for (int32_t c = 0; c < n_chunks; c++) {
+        rq *q = s->c_who[c];
+        const int64_t len = s->c_len[c];
+        if (q->pos + len == q->r.n_prompt) continue;
+        for (int32_t k = c; k > n_open; k--) s->c_who[k] = s->c_who[k - 1], s->c_len[k] = s->c_len[k - 1];
+        s->c_who[n_open] = q, s->c_len[n_open] = len, n_open++;
+    }
+    const int32_t n_done = n_chunks - n_open, n_sample = n_done + n_dec;
+    fm_row_run *runs = s->runs; /* a run per completing prompt, and the decode rows' */
+    int32_t n_runs = 0;
+    int64_t T = 0;
+    for (int32_t c = 0; c < n_chunks; c++) {
+        const rq *q = s->c_who[c];
+        for (int64_t t = 0; t < s->c_len[c]; t++, T++)
+            s->h_ids[T] = q->prompt[q->pos + t], s->h_seq[T] = q->slot, s->h_pos[T] = (int32_t)(q->pos + t);
+        if (c >= n_open) { /* its last row is sampled: a run of its own, or the previous run grows */
+            if (n_runs && runs[n_runs - 1].first + runs[n_runs - 1].n == T - 1) runs[n_runs - 1].n++;
+            else runs[n_runs++] = (fm_row_run){T - 1, 1};
+        }
+    }
+    for (int32_t j = 0; j < n_dec; j++, T++) {
+        const rq *q = s->d_who[j];
+        s->h_ids[T] = s->d_ids[j], s->h_seq[T] = q->slot;
+        s->h_pos[T] = (int32_t)(fm_kv_seq_tokens(&kv->pool, q->slot) - 1);
+    }
+    if (n_dec) {
+        if (n_runs && runs[n_runs - 1].first + runs[n_runs - 1].n == T - n_dec) runs[n_runs - 1].n += n_dec;
+        else runs[n_runs++] = (fm_row_run){T - n_dec, n_dec};
+    }
+    if (!n_runs) runs[n_runs++] = (fm_row_run){T - 1, 1}; /* nothing to sample: the last row's logits, unread */
+    const rq *c0 = s->c_who[0];
+    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && s->c_len[0] == c0->r.n_prompt;
+    if ((st = fm_step_stage(ctx, s->h_ids, s->h_seq, s->h_pos, T, err))) return st;
+    fm_step_device_rows(ctx, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    /* the sampled rows: the completing prompts' last rows, then the decode rows */
+    int32_t *slots = kv->h_step, masked = 0;
+    for (int32_t c = 0; c < n_done; c++) slots[c] = s->c_who[n_open + c]->slot;
+    for (int32_t j = 0; j < n_dec; j++) slots[n_done + j] = s->d_who[j]->slot;
+    fm_sample_info *info = kv->h_info;
+    if (n_sample) {
+        masks_of(s, s->c_who + n_open, 0, n_done, &masked);
+        masks_of(s, s->d_who, n_done, n_dec, &masked);
+        upload_masks(s, masked);
+        be->ops->upload_ids(be, slots, n_sample, kv->row_slot);
+        fm_step_sample_device(ctx, n_sample);
+        be->ops->download_raw(be, kv->ids_out, (size_t)n_sample * sizeof *s->d_out, s->d_out);
+        be->ops->download_raw(be, kv->info_out, (size_t)n_sample * sizeof *info, info);
+    }
+    if ((st = be->ops->sync(be, err)) || (st = fm_dist_status_take(ctx, err))) return st;
+    for (int32_t c = 0; c < n_chunks; c++) {
+        rq *q = s->c_who[c];
+        q->pos += s->c_len[c];
+        s->prefill_tokens += s->c_len[c];
+        fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
+    }
+    if (n_dec) name_decoded(s, n_dec);
+    for (int32_t j = 0; j < n_dec; j++) deliver(s, s->d_who[j], s->d_out[n_done + j], &info[n_done + j]);
+    for (int32_t c = 0; c < n_done; c++) {
+        rq *q = s->c_who[n_open + c];
+        q->state = RQ_RUNNING;
+        deliver(s, q, s->d_out[c], &info[c]);
+    }
     return FM_OK;
 }
 
@@ -428,6 +600,12 @@ fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err) {
             *busy = true;
         }
     }
+    fm_status st = FM_OK;
+    if (s->budget > 0) {
+        st = mixed_step(s, busy, err);
+        compact(s);
+        return st;
+    }
     /* the request to prefill: the one begun, else the oldest waiting one that can have a sequence */
     rq *pre = NULL;
     bool running = false;
@@ -435,7 +613,6 @@ fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err) {
         if (s->reqs[i]->state == RQ_PREFILL && !pre) pre = s->reqs[i];
         running |= s->reqs[i]->state == RQ_RUNNING;
     }
-    fm_status st = FM_OK;
     for (int32_t i = 0; !pre && i < s->n; i++) {
         rq *q = s->reqs[i];
         if (q->state != RQ_WAITING) continue;

@@ -36,13 +36,20 @@ static bool zeros_all_eight(const fm_qsrc *q, int64_t N, int64_t ng) {
 static bool has_code_zero(const fm_qsrc *q, int64_t N, int64_t K) {
     const bool ct = q->method == FM_QUANT_CT_PACKED;
     const int64_t KW = (K + 7) / 8, words = ct ? N * KW : N * K / 8; /* GPTQ [K/8, N], AWQ [K, N/8]: all valid */
-    for (int64_t i = 0; i < words; i++) {
-        const uint32_t w = word_at(q->packed, i);
-        const int valid = ct && (i % KW) == KW - 1 && K % 8 ? (int)(K % 8) : 8;
-        for (int j = 0; j < valid; j++)
-            if (((w >> (4 * j)) & 15u) == 0) return true;
+    /* a word has a zero nibble when (w - 0x1..1) & ~w & 0x8..8 is not zero (the borrow reaches a nibble's top bit only
+       through a zero nibble); the padding nibbles of a partial last word are set first, so they never count */
+    const uint32_t pad = ct && K % 8 ? ~((1u << (4 * (K % 8))) - 1u) : 0;
+    bool any = false;
+    for (int64_t i = 0; i < words; i += 1024) { /* blocks: a vectorised test, an early exit */
+        const int64_t end = i + 1024 < words ? i + 1024 : words;
+        uint32_t hit = 0;
+        for (int64_t j = i; j < end; j++) {
+            const uint32_t w = word_at(q->packed, j) | (pad && (j % KW) == KW - 1 ? pad : 0);
+            hit |= (w - 0x11111111u) & ~w & 0x88888888u;
+        }
+        if ((any = hit != 0)) break;
     }
-    return false;
+    return any;
 }
 
 fm_native_int4 fm_qsrc_native_int4(const fm_qsrc *q, int64_t N, int64_t K) {

@@ -19,6 +19,18 @@
 #include "serve/serve_internal.h"
 #include "util/status.h"
 
+/* The warm-up (fp8moe.h fm_context_warmup) with the server's prefill chunk, its time on stderr. It fails only where
+ * requests would (a prefill chunk or a full decode batch that cannot run): the server then does not start. */
+static fm_status serve_warmup(fm_context *ctx, const fm_serve_opts *o, fm_error *err) {
+    fm_warmup_report r;
+    const int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : fm_context_max_tokens(ctx);
+    fm_status st = fm_context_warmup(ctx, chunk, &r, err);
+    if (!st)
+        fprintf(stderr, "fp8moe serve: warmed up in %.2f s (a prefill of %lld tokens, %d decode batch sizes)\n",
+                r.seconds, (long long)r.prefill_tokens, r.buckets);
+    return st;
+}
+
 void fm_serve_opts_init(fm_serve_opts *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
@@ -726,7 +738,9 @@ fm_status fm_serve_run(fm_context *ctx, const fm_serve_opts *o, fm_error *err) {
         free(s);
         return st;
     }
-    fm_status st = fm_sched_create(ctx, o->prefill_chunk, &s->sched, err);
+    /* before listening: /health answers only once the first request runs at the warm speed */
+    fm_status st = o->no_warmup ? FM_OK : serve_warmup(ctx, o, err);
+    if (!st) st = fm_sched_create(ctx, o->prefill_chunk, &s->sched, err);
     if (st) {
         if (s->tok) fm_tokenizer_free(s->tok);
         if (s->tmpl) fm_chat_template_free(s->tmpl);

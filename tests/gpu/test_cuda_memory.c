@@ -8,7 +8,8 @@
  *     what a bare backend takes (stream, cuBLAS handle: measured here), and at least the plan less a few 2 MiB
  *     pages the driver keeps mapped after cudaFree of small allocations and reuses;
  *   - a --vram-limit one byte below the plan's peak fails with FM_ERR_NOMEM naming --vram-limit, before
- *     anything is allocated: used memory is exactly what it was; a limit equal to the peak loads.
+ *     anything is allocated: used memory is exactly what it was; a limit equal to the peak loads;
+ *   - a rank of --ep 2 holds the rank's plan (fm_memory_plan_rank) and is checked against the rank's peak.
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -161,6 +162,50 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
     }
 }
 
+/* --ep 2 on cuda: each rank's banks are the rank's plan (fm_memory_plan_rank: its experts only), and the load checks
+ * the rank's peak (its experts, exchange buffers and received-block scratch), not the whole model's: a limit one byte
+ * short of it is refused before anything is allocated, a limit equal to it loads */
+static void ep_ranks_on_cuda(void **s) {
+    (void)s;
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_FP8};
+    for (int i = 0; i < 2; i++)
+        for (int32_t r = 0; r < 2; r++) {
+            fm_options opt;
+            fm_options_init(&opt);
+            opt.routes = gpu_test_routes();
+            opt.backend = "cuda", opt.preset = presets[i], opt.ep_ranks = 2, opt.ep_rank = r;
+            fm_model *m = NULL;
+            fm_error err = {{0}};
+            if (fm_model_load("models/tiny-code-moe", &opt, &m, &err)) fail_msg("load rank %d: %s", r, err.msg);
+            fm_memory_plan plan, whole;
+            plan_of(m, &plan);
+            whole = plan;
+            fm_config cfg = m->cfg;
+            cfg.tie_word_embeddings = m->lm_head == m->embed;
+            if (fm_memory_plan_rank(&plan, &cfg, &m->plan, 2, 1, r, &err)) fail_msg("rank plan: %s", err.msg);
+            size_t got[FM_MEM_FAMILY_COUNT];
+            loaded_bytes(m, got);
+            for (int f = 0; f < FM_MEM_FAMILY_COUNT; f++)
+                if (got[f] != plan.weights[f])
+                    fail_msg("--ep 2 rank %d %s: the cuda backend holds %zu bytes of %s, the rank's plan says %zu", r,
+                             fm_preset_name(presets[i]), got[f], fm_mem_family_name((fm_mem_family)f), plan.weights[f]);
+            assert_int_equal(plan.weights[FM_MEM_EXPERTS] * 2, whole.weights[FM_MEM_EXPERTS]);
+            fm_model_free(m);
+            opt.vram_limit = (int64_t)plan.peak - 1;
+            const size_t before = used_now();
+            const fm_status st = fm_model_load("models/tiny-code-moe", &opt, &m, &err);
+            if (st != FM_ERR_NOMEM)
+                fail_msg("--ep 2 rank %d: --vram-limit %lld gave %s: %s", r, (long long)opt.vram_limit,
+                         fm_status_name(st), err.msg);
+            assert_null(m);
+            assert_int_equal(used_now(), before);
+            opt.vram_limit = (int64_t)plan.peak;
+            if (fm_model_load("models/tiny-code-moe", &opt, &m, &err))
+                fail_msg("--ep 2 rank %d: --vram-limit = the rank's peak %zu: %s", r, plan.peak, err.msg);
+            fm_model_free(m);
+        }
+}
+
 static void check_source(const source *src, bool warm_up) {
     const fm_preset presets[] = {FM_PRESET_REF32, FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
     const fm_dense dense[] = {FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_PRESET, FM_DENSE_W8A8};
@@ -244,7 +289,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(tiny_code_moe),      cmocka_unit_test(qwen3_f32),
         cmocka_unit_test(qwen3_tied_dense),   cmocka_unit_test(mixtral_sharded),
         cmocka_unit_test(qwen3_30b_a3b_full), cmocka_unit_test(qwen3_30b_a3b_on_8gib),
-        cmocka_unit_test(prequantized),
+        cmocka_unit_test(prequantized),       cmocka_unit_test(ep_ranks_on_cuda),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * int4-zp and e4m3-block banks (pre-quantized checkpoints) are built from the checkpoint's codes
  * (backend/int4zp_host.c, cpu_bank_e4m3b.c) and kept as they are; checkpoints in our own int4-g128 format fill int4
  * banks from their codes (cpu_bank_native_int4.c). */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,26 +70,38 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     }
     w->w = fm_malloc((size_t)(src->n * per) * sizeof(float), err, src->label);
     fm_status st = w->w ? FM_OK : FM_ERR_NOMEM;
+    const int threads = omp_get_max_threads(); /* the matrices of a bank on every core, one code buffer each */
     int8_t *q = NULL;
     if (!st && fm_wformat_is_int4(fmt)) {
         w->n_groups = fm_int4_n_groups(cols, FM_CPU_GROUP);
         w->scales = fm_malloc((size_t)(src->n * rows * w->n_groups) * sizeof(float), err, src->label);
-        q = fm_malloc((size_t)per, err, src->label);
+        q = fm_malloc((size_t)per * (size_t)threads, err, src->label);
         if (!w->scales || !q) st = FM_ERR_NOMEM;
     }
     if (!st && fmt == FM_W_E4M3_PT && !(w->tscale = fm_malloc((size_t)src->n * sizeof(float), err, src->label)))
         st = FM_ERR_NOMEM;
     const fm_int4_params p4 = {FM_CPU_GROUP, true, FM_SCALE_BF16};
-    for (int32_t i = 0; !st && i < src->n; i++) {
+    int32_t bad = src->n; /* the lowest failing matrix reports */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (!st && src->n > 1)
+    for (int32_t i = 0; i < src->n; i++) {
         float *m = w->w + (int64_t)i * per;
-        st = fill_matrix(src, i, cols, m, err);
-        if (st) break;
+        fm_error e;
+        const fm_status ms = fill_matrix(src, i, cols, m, &e);
+        if (ms) {
+#pragma omp critical(cpu_bank_create)
+            if (i < bad) {
+                bad = i, st = ms;
+                if (err) *err = e;
+            }
+            continue;
+        }
         if (fmt == FM_W_BF16) fm_round_bf16_array(m, per);
         if (fm_wformat_is_int4(fmt)) {
+            int8_t *qt = q + (size_t)per * (size_t)omp_get_thread_num();
             float *sc = w->scales + (int64_t)i * rows * w->n_groups;
-            if (be->plan.int4_p2) fm_int4_p2_quantize(m, rows, cols, q, sc);
-            else fm_int4_quantize(m, rows, cols, &p4, q, sc, NULL);
-            for (int64_t e = 0; e < per; e++) m[e] = (float)q[e];
+            if (be->plan.int4_p2) fm_int4_p2_quantize(m, rows, cols, qt, sc);
+            else fm_int4_quantize(m, rows, cols, &p4, qt, sc, NULL);
+            for (int64_t e4 = 0; e4 < per; e4++) m[e4] = (float)qt[e4];
         }
         if (fmt == FM_W_E4M3_PT) /* W8A8: one scale for the matrix, the decoded codes in place of the values */
             w->tscale[i] = fm_e4m3_quantize_tensor(m, per, m);

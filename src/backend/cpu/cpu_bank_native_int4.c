@@ -1,10 +1,14 @@
 /* int4-g128 (and -tc) banks on the CPU from pre-quantized sources in our own format (quant/int4_native.h): the codes
  * q = u - 8 and the bf16 scales go straight into the layout the int4 preset builds by quantizing a float checkpoint
  * (codes as floats [n][rows][cols], scales [n][rows][ceil(cols / 128)]), never through float weights, so a
- * checkpoint written by `fp8moe requantize` gives the very bank its float source gives. */
+ * checkpoint written by `fp8moe requantize` gives the very bank its float source gives. The sources go through the
+ * int4 row layout on every core (backend/int4_native_rows.h), then expand to floats on every core. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/int4_native_rows.h"
+#include "quant/bf16.h"
 #include "quant/int4.h"
 #include "util/status.h"
 
@@ -22,26 +26,26 @@ fm_status cpu_bank_fill_native_int4(fm_bank *w, const fm_bank_src *src, fm_error
                            (long long)i, (long long)s->rows, (long long)s->cols, (long long)s0->rows, (long long)K);
     }
     w->n_groups = fm_int4_n_groups(K, FM_CPU_GROUP);
-    const int64_t ng = w->n_groups;
-    w->w = fm_malloc((size_t)(w->n * rows * K) * sizeof(float), err, src->label);
-    w->scales = fm_malloc((size_t)(w->n * rows * ng) * sizeof(float), err, src->label);
-    if (!w->w || !w->scales) return FM_ERR_NOMEM;
-    fm_status st = FM_OK;
-    for (int32_t i = 0; !st && i < w->n; i++) {
-        int64_t row0 = 0;
-        for (int32_t j = 0; !st && j < src->n_parts; j++) {
-            const fm_wsrc *s = &src->srcs[(int64_t)i * src->n_parts + j];
-            fm_int4_ckpt c;
-            if ((st = fm_int4_ckpt_decode(&s->q, s->rows, K, &c, err))) break;
-            st = fm_int4_ckpt_check_symmetric(&c, src->label, s->q.packed->name, err);
-            for (int64_t n = 0; !st && n < s->rows; n++) {
-                const int64_t r = (int64_t)i * rows + row0 + n;
-                for (int64_t k = 0; k < K; k++) w->w[r * K + k] = (float)((int32_t)c.codes[n * K + k] - 8);
-                for (int64_t g = 0; g < ng; g++) w->scales[r * ng + g] = c.scales[n * ng + g]; /* bf16 values */
-            }
-            row0 += s->rows;
-            fm_int4_ckpt_free(&c);
+    const int64_t ng = w->n_groups, ld = (K + 1) / 2, all_rows = (int64_t)w->n * rows;
+    w->w = fm_malloc((size_t)(all_rows * K) * sizeof(float), err, src->label);
+    w->scales = fm_malloc((size_t)(all_rows * ng) * sizeof(float), err, src->label);
+    uint8_t *codes = fm_malloc((size_t)(all_rows * ld), err, src->label);
+    uint16_t *sc16 = fm_malloc((size_t)(all_rows * ng) * sizeof *sc16, err, src->label);
+    fm_status st = w->w && w->scales && codes && sc16 ? FM_OK : FM_ERR_NOMEM;
+    if (!st) st = fm_int4_native_bank_rows(src, 0, (int64_t)src->n * src->n_parts, ng, ld, codes, sc16, err);
+    float pair[256][2]; /* a byte of two two's complement nibbles as its two values: ((x ^ 8) - 8) sign-extends x */
+    for (int b = 0; b < 256; b++) pair[b][0] = (float)(((b & 15) ^ 8) - 8), pair[b][1] = (float)(((b >> 4) ^ 8) - 8);
+    if (!st) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < all_rows; r++) {
+            const uint8_t *row = codes + r * ld;
+            float *dst = w->w + r * K;
+            for (int64_t b = 0; b < K / 2; b++) memcpy(dst + 2 * b, pair[row[b]], sizeof pair[0]);
+            if (K % 2) dst[K - 1] = pair[row[K / 2]][0];
+            for (int64_t g = 0; g < ng; g++) w->scales[r * ng + g] = fm_bf16_to_f32(sc16[r * ng + g]); /* exact */
         }
     }
+    free(codes);
+    free(sc16);
     return st;
 }

@@ -80,6 +80,11 @@ void cpu_swiglu(fm_backend *be, const void *gu, int64_t rows, int64_t I, void *o
 void cpu_add(fm_backend *be, void *acc, const void *x, int64_t n);
 void cpu_add_rmsnorm(fm_backend *be, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps,
                      void *out);
+void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                         const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *y,
+                         void *acc, const fm_bank *norm, float eps, void *out);
+void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
+                            void *acc, const fm_bank *norm, float eps, void *out);
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
                 void *steps, void *counts, void *seen, const void *bias, const void *mask, void *z, void *ids,
                 void *info);

@@ -19,6 +19,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_f32.cuh"
 #include "backend/cuda/attention_paged.cuh"
+#include "backend/cuda/load_stage.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gated_attention.cuh"
@@ -26,6 +27,7 @@
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/linear.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
@@ -51,11 +53,12 @@ typedef __nv_bfloat16 bf16;
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
     if (bytes <= be->work_bytes) return be->work;
     if (be->work_fixed) {
-        fprintf(stderr,
-                "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
-                "memory plan's shapes; the plan (src/engine/memory_plan.c, add_workspace) does not count this op at "
-                "this shape: a bug\n",
-                bytes, be->work_bytes);
+        fprintf(
+            stderr,
+            "fp8moe: cuda workspace: an op asked for %zu bytes of scratch, the load reserved %zu for the "
+            "memory plan's shapes; the plan (src/backend/cuda/cuda_kind.c, cuda_workspace) does not count this op at "
+            "this shape: a bug\n",
+            bytes, be->work_bytes);
         abort();
     }
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -113,12 +116,14 @@ static void cu_destroy(fm_backend *bb) {
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->cublas_ws) cudaFree(be->cublas_ws);
     if (be->router_counter) cudaFree(be->router_counter);
+    if (be->tail_counter) cudaFree(be->tail_counter);
     if (be->side_cublas) cublasDestroy(be->side_cublas);
     if (be->side_cublas_ws) cudaFree(be->side_cublas_ws);
     if (be->side_work) cudaFree(be->side_work);
     if (be->side_fork) cudaEventDestroy(be->side_fork);
     if (be->side_done) cudaEventDestroy(be->side_done);
     if (be->side_stream) cudaStreamDestroy(be->side_stream);
+    fm_cuda_load_stage_free(be);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -202,6 +207,7 @@ static void cu_side_join(fm_backend *bb) {
 static fm_status cu_reserve(fm_backend *bb, size_t workspace, size_t side_workspace, fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     if (be->work_fixed) return fm_fail(err, FM_ERR_USAGE, "cuda backend: the workspace is already reserved");
+    fm_cuda_load_stage_free(be); /* the load is over: its pinned staging goes back to the host */
     if (side_workspace > 0) {
         fm_status st = reserve_side(be, side_workspace, err);
         if (st) return st;
@@ -439,7 +445,7 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     }
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                         a_dispatch, (bf16 *)out);
+                         a_dispatch, NULL, (bf16 *)out);
     else if (cublas_experts(gate_up, down))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
@@ -509,6 +515,36 @@ static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_ba
         fm_cuda_add_rmsnorm_f32((float *)acc, (const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out,
                                 stream(bb));
     else fm_cuda_add_rmsnorm((bf16 *)acc, (const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
+}
+
+/* the W4A8 experts (fp8, fp4): the combine, residual add and norm in the moe's last kernel; other banks (ref, ref32,
+   int4): the two ops */
+static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                               const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                               void *y, void *acc, const fm_bank *norm, float eps, void *out) {
+    if (!f32(bb) && fm_cuda_w4a8_takes(gate_up->fmt) && !(gate_up->slot_of && gate_up->fmt != FM_W_INT4_G128_TC)) {
+        const bool fp4 = a_dispatch == FM_A_MXFP4 || a_dispatch == FM_A_NVFP4;
+        require_afmt(gate_up, fp4 ? FM_A_E4M3_G128 : a_dispatch, "moe_add_rmsnorm");
+        require_afmt(down, a_down, "moe_add_rmsnorm");
+        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
+        fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
+                         a_dispatch, &tail, (bf16 *)out);
+        return;
+    }
+    cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
+    cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
+}
+
+/* W8A8 dense weights at the decode GEMV's rows: the add + norm in the GEMV's last CTA; otherwise the two ops */
+static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
+                                  void *acc, const fm_bank *norm, float eps, void *out) {
+    require_afmt(w, afmt, "linear_add_rmsnorm");
+    if (!f32(bb) && w->fmt == FM_W_E4M3_PT &&
+        fm_cuda_linear_w8a8_add_rmsnorm(cuda_be(bb), w, (const bf16 *)x, M, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0),
+                                        eps, (bf16 *)out))
+        return;
+    cu_linear(bb, w, 0, x, M, afmt, y);
+    cu_add_rmsnorm(bb, acc, y, norm, M, w->rows, eps, out);
 }
 
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
@@ -601,6 +637,9 @@ static const fm_backend_ops cuda_ops = {
     .upload_raw = cu_upload_raw,
     .copy = cu_copy,
     .sync = cu_sync,
+    .graph_capture = fm_cuda_graph_capture,
+    .graph_launch = fm_cuda_graph_launch_op,
+    .graph_free = fm_cuda_graph_free_op,
     .mark = cu_mark,
     .elapsed_ms = cu_elapsed_ms,
     .device_name = cu_device_name,
@@ -632,6 +671,8 @@ static const fm_backend_ops cuda_ops = {
     .swiglu = cu_swiglu,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
+    .moe_add_rmsnorm = cu_moe_add_rmsnorm,
+    .linear_add_rmsnorm = cu_linear_add_rmsnorm,
     .sample = cu_sample,
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,
     .sigmoid_mul = cu_sigmoid_mul,
@@ -705,9 +746,11 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     else snprintf(be->device_label, sizeof be->device_label, "%s%s", be->prop.name, dense);
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (cudaMalloc(&be->router_counter, sizeof *be->router_counter) != cudaSuccess ||
-        cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess) {
+        cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess ||
+        cudaMalloc(&be->tail_counter, sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMemset(be->tail_counter, 0, sizeof *be->tail_counter) != cudaSuccess) {
         cu_destroy(&be->base);
-        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the router's counter");
+        return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the CTA counters");
     }
     /* the oracle's SGEMMs stay fp32 even under NVIDIA_TF32_OVERRIDE=1 (pedantic: no TF32, no reduced precision) */
     if (cublasCreate(&be->cublas) != CUBLAS_STATUS_SUCCESS ||

@@ -1,15 +1,19 @@
 // Weight banks on the GPU: each matrix's source rows are uploaded in their checkpoint dtype, in chunks through
-// one staging buffer, and converted on the device into the bank's layout (cuda_internal.cuh). The formats that keep
+// one staging buffer, and converted on the device into the bank's layout (cuda_internal.cuh). A checkpoint's chunk
+// is copied out of the mapping into one of the load's two pinned buffers on every core (checked finite on the way)
+// while the other one's transfer runs (load_stage.cuh). The formats that keep
 // a pre-quantized checkpoint's numbers are built in cuda_bank_prequant.cu. Nothing of the
 // source stays alive on the device: the staging buffer is freed before the bank is returned.
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/cuda_bank_native_int4.cuh"
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/linear_w8a8.cuh"
+#include "backend/cuda/load_stage.cuh"
 #include "backend/cuda/quantize.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 
 extern "C" {
+#include "io/safetensors_copy.h"
 #include "util/status.h"
 }
 
@@ -63,13 +67,8 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
        its numbers (cuda_bank_prequant.cu); float formats dequantize them below */
     if (fm_wformat_is_int4(fmt) && fm_bank_src_any_quantized(src) && fm_cuda_bank_src_native(src))
         return fm_cuda_bank_create_native_int4(be, src, fmt, out, err);
-    if ((fmt == FM_W_INT4_ZP_TC || fmt == FM_W_E4M3_B128) && src->gate_up && src->n > 1 &&
-        (bb->plan.a_dispatch == FM_A_MXFP4 || bb->plan.a_dispatch == FM_A_NVFP4))
-        return fm_fail(
-            err, FM_ERR_UNSUPPORTED,
-            "%s: --dispatch %s on cuda expands FP4 in the GEMM of int4-tc experts only (ours, quantized from "
-            "a float checkpoint); this checkpoint's experts stay %s: use --dispatch fp8",
-            src->label, fm_afmt_name(bb->plan.a_dispatch), fm_wformat_name(fmt));
+    /* the engine's weight-format policy (engine/weight_format.h) asks for a checkpoint's own formats with e4m3
+       1x128 activations only: never under an FP4 dispatch, which the W4A8 GEMM expands for int4-tc experts only */
     if (fmt == FM_W_INT4_ZP || fmt == FM_W_INT4_ZP_TC || fmt == FM_W_E4M3_B128) { /* cuda_bank_prequant.cu */
         fm_bank *w = (fm_bank *)calloc(1, sizeof *w);
         if (!w) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for %s", src->label);
@@ -143,6 +142,8 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
         if (!st) st = fm_lt_gemm_init(w->lt_gemm, rows, w->ld, err);
     }
     if (!st) FM_CUDA_CHECK(cudaMemsetAsync(w->w, 0, w->bytes, be->stream)); /* the row padding reads as zeros */
+    if (!st) st = fm_cuda_load_stage(be, STAGING_BYTES, err);
+    int pinned = 0; /* the pinned buffer the next checkpoint chunk goes through */
     for (int32_t i = 0; !st && i < src->n; i++) {
         int64_t row0 = 0; /* first row of this part inside matrix i */
         for (int32_t j = 0; j < src->n_parts; j++) {
@@ -171,10 +172,13 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
             }
             for (int64_t r = 0; r < s->rows; r += step) {
                 const int64_t n_rows = s->rows - r < step ? s->rows - r : step;
-                if (s->t && (st = fm_st_check_finite(s->t, s->offset + r * cols, n_rows * cols, err))) break;
-                if (s->t || deq) {
-                    const uint8_t *host = deq ? (const uint8_t *)(deq + r * cols)
-                                              : s->t->data + (size_t)(s->offset + r * cols) * (size_t)esz;
+                if (s->t && !deq) { /* checked while copied to pinned memory on every core, then sent */
+                    void *pin = fm_cuda_load_stage_take(be, pinned);
+                    if ((st = fm_st_copy_finite(s->t, s->offset + r * cols, n_rows * cols, pin, err))) break;
+                    fm_cuda_load_stage_send(be, pinned, staging, (size_t)(n_rows * cols * esz));
+                    pinned ^= 1;
+                } else if (deq) {
+                    const uint8_t *host = (const uint8_t *)(deq + r * cols);
                     /* in stream order: the conversion kernel below reads the staging buffer only after this copy
                        lands, and the next chunk's copy waits for the kernel (a plain cudaMemcpy from pageable memory
                        can return before its DMA completes, and it is not ordered with our non-blocking stream) */

@@ -18,7 +18,7 @@ extern "C" {
         }                                                                                                              \
     } while (0)
 
-struct fm_cuda_graph {
+struct fm_graph {
     cudaStream_t stream;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -65,4 +65,14 @@ extern "C" void fm_cuda_graph_free(fm_cuda_graph *g) {
     if (g->exec) cudaGraphExecDestroy(g->exec);
     if (g->graph) cudaGraphDestroy(g->graph);
     free(g);
+}
+
+extern "C" fm_status fm_cuda_graph_launch_op(fm_backend *bb, fm_graph *g, fm_error *err) {
+    (void)bb;
+    return fm_cuda_graph_launch(g, err);
+}
+
+extern "C" void fm_cuda_graph_free_op(fm_backend *bb, fm_graph *g) {
+    (void)bb;
+    fm_cuda_graph_free(g);
 }

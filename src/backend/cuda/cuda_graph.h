@@ -9,7 +9,7 @@ extern "C" {
 
 #include "backend/backend.h"
 
-typedef struct fm_cuda_graph fm_cuda_graph;
+typedef struct fm_graph fm_cuda_graph; /* backend.h's fm_graph: the ops graph_* take these */
 
 /* Captures what body enqueues on the cuda backend's stream into a graph (relaxed capture mode). body must not
  * allocate device memory or synchronise: run it once before capturing, so that workspaces have their size.
@@ -19,6 +19,9 @@ fm_status fm_cuda_graph_capture(fm_backend *be, fm_status (*body)(void *ctx, fm_
 /* Launches the graph on the backend's stream (marks around it time it). */
 fm_status fm_cuda_graph_launch(fm_cuda_graph *g, fm_error *err);
 void fm_cuda_graph_free(fm_cuda_graph *g);
+/* The same as backend ops (fm_backend_ops graph_capture, graph_launch, graph_free) */
+fm_status fm_cuda_graph_launch_op(fm_backend *be, fm_graph *g, fm_error *err);
+void fm_cuda_graph_free_op(fm_backend *be, fm_graph *g);
 
 #ifdef __cplusplus
 }

@@ -80,11 +80,12 @@ typedef struct cuda_backend {
     cudaEvent_t *marks;       // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
+    unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,
        so every op issues there unchanged. Not swapped, so never used by both chains at once: the fused router's
-       counter (router_counter) and the W8A8 quantizer's grid barrier (lt->grid_sync); the forward pass puts no
-       router or W8A8 linear on the main chain while the side chain runs one */
+       counter (router_counter), the GEMV tail's (tail_counter) and the W8A8 quantizer's grid barrier (lt->grid_sync);
+       the forward pass puts no router or W8A8 linear on the main chain while the side chain runs one */
     cudaStream_t side_stream;
     cublasHandle_t side_cublas;
     void *side_work;
@@ -92,12 +93,17 @@ typedef struct cuda_backend {
     void *side_cublas_ws;
     cudaEvent_t side_fork, side_done; // recorded on the main stream at side_begin, on the side stream at side_end
     bool in_side;
+    // the load's two pinned staging buffers for native int4 banks (cuda_bank_native_int4.cu): one is filled on every
+    // host core while the other's copy runs; load_copied[b] marks the end of buffer b's last copy
+    void *load_stage[2];
+    size_t load_stage_bytes;
+    cudaEvent_t load_copied[2];
 } cuda_backend;
 
 static inline cuda_backend *cuda_be(fm_backend *be) { return (cuda_backend *)be; }
 
 // The ops' scratch: at least `bytes`, contents not kept between ops. Once the load has reserved it for the memory
-// plan (ops->reserve), it never grows: asking for more is a bug of the plan (memory_plan.c, add_workspace) and stops
+// plan (ops->reserve), it never grows: asking for more is a bug of the plan (cuda_kind.c, cuda_workspace) and stops
 // with both sizes. A backend used without a reservation (op tests, kernel benchmarks) grows it on demand, outside any
 // stream capture.
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes);

@@ -1,13 +1,13 @@
 // Device queries the engine makes before it allocates anything: whether this binary has kernels for the GPU at all
 // (fm_cuda_device_has_kernels: the cuda backend refuses at its creation, naming the GPU and the archs built), the
-// free memory the memory plan is checked against (src/engine/model.c, fm_memory_plan_check; declared in
-// src/engine/memory_plan.h) and the compute capability the route table's defaults come from (inspect --routes;
+// free memory the memory plan is checked against (the cuda backend kind's free_memory, cuda_kind.c; declared in
+// src/backend/backend.h) and the compute capability the route table's defaults come from (inspect --routes;
 // src/backend/routes.h). The stand-ins for builds without nvcc are in no_cuda.c.
 #include <cuda_runtime.h>
 
 extern "C" {
 #include "backend/routes.h"
-#include "engine/memory_plan.h"
+#include "backend/backend.h"
 #include "util/status.h"
 }
 

@@ -32,6 +32,7 @@
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/row_tail.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 
 #define WARPS 8
@@ -122,12 +123,13 @@ static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const 
 // ---- the kernels ----
 
 // x is e4m3 [M][ld] with its scale at *x_scale (quantized by an earlier kernel). Each lane's B piece is one 16-byte
-// load through L2 (the same 16 bytes of x serve every CTA: they stay in L2).
+// load through L2 (the same 16 bytes of x serve every CTA: they stay in L2). tail.counter: the last CTA adds y into
+// the residual and normalises it (row_tail.cuh; the o projection of a decode step, route decode.fused).
 template <int NT, int KS>
 static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
                                                                          const float *w_scale, const uint8_t *x,
                                                                          int64_t M, const float *x_scale,
-                                                                         __nv_bfloat16 *y) {
+                                                                         __nv_bfloat16 *y, const fm_row_tail tail) {
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
     const int U = W8A8_U / NT;
@@ -180,8 +182,8 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
             }
     }
     reduce_slices<NT, KS>(acc, red);
-    if (ks) return;
-    store_rows<NT>(acc, r0, N, M, *w_scale * __ldcg(x_scale), y);
+    if (!ks) store_rows<NT>(acc, r0, N, M, *w_scale * __ldcg(x_scale), y);
+    if (tail.counter) tail_last_cta(tail, y, N, M); /* every thread: the tail is the whole CTA's */
 }
 
 // x is e4m3 [M][n_groups 128] with scales xs[group * ld_s + row] (quantized by an earlier kernel), staged in
@@ -357,38 +359,56 @@ static_assert(W4A8_PAD == 16, "fm_gemv_fp8_smem (routes.h) counts 16 bytes of pa
 
 template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                        const float *xsc, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+                        const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(fm_ceil_div(N, 16), WARPS / KS);
-    void *args[] = {(void *)&W, (void *)&N, (void *)&ld, (void *)&ws, (void *)&x, (void *)&M, (void *)&xsc, (void *)&y};
+    void *args[] = {(void *)&W, (void *)&N,   (void *)&ld, (void *)&ws,  (void *)&x,
+                    (void *)&M, (void *)&xsc, (void *)&y,  (void *)&tail};
     fm_cuda_launch_pdl((const void *)w8a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args,
                        pdl);
 }
 
 template <int NT>
 static void dispatch_w8a8(int ks, const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                          const float *xsc, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+                          const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
-    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
-    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
-    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, pdl, s); break;
+    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
     }
 }
 
-void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
-                       const float *x_scale, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+static void w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
+                      const float *x_scale, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
     if (M < 1 || M > FM_GEMV_FP8_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
         fprintf(stderr, "fp8moe: w8a8_gemv: unsupported shape (M %lld, N %lld, ld %lld)\n", (long long)M, (long long)N,
                 (long long)ld);
         abort();
     }
     const int ks = slices_for(fm_ceil_div(ld, 64), 8);
-    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s); /* one n8 tile */
+    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, s); /* one n8 tile */
     else
-        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, pdl, s); /* two: only where the route
-                                                                               w8a8.gemv_max_m allows it
-                                                                               (cuBLASLt is faster) */
-    FM_LAUNCH_CHECK("w8a8_gemv");
+        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, s); /* two: only where the route
+                                                                                     w8a8.gemv_max_m allows it
+                                                                                     (cuBLASLt is faster) */
+    FM_LAUNCH_CHECK(tail.counter ? "w8a8_gemv + add_rmsnorm" : "w8a8_gemv");
+}
+
+void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
+                       const float *x_scale, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+    const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
+    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, none, pdl, s);
+}
+
+void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
+                                   int64_t M, const float *x_scale, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
+                                   cudaStream_t s) {
+    if (!tail->counter || !fm_row_tail_takes(N, y, tail->acc, tail->norm, tail->out)) {
+        fprintf(stderr, "fp8moe: w8a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
+                (long long)N);
+        abort(); /* the caller checks fm_row_tail_takes */
+    }
+    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, *tail, pdl, s);
 }
 
 template <int NT, int KS, int WK>

@@ -4,6 +4,7 @@
 #define FM_CUDA_GEMV_FP8_CUH
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/row_tail.cuh"
 
 // FM_GEMV_FP8_MAX_M (two n8 tiles of activation rows), FM_GEMV_FP8_SMEM_MAX and fm_gemv_fp8_smem (the shared
 // memory the W4A8 GEMV stages x in) are in the route table (src/backend/routes.h), which decides where these
@@ -14,6 +15,11 @@
 // pdl: launch with programmatic dependent launch (fm_routes_pdl).
 extern "C" void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
                                   int64_t M, const float *x_scale, __nv_bfloat16 *y, bool pdl, cudaStream_t s);
+// The same, then its last CTA adds y into tail->acc and normalises it into tail->out (row_tail.cuh): the o projection
+// and the next add_rmsnorm of a decode step in one launch (route decode.fused). Needs fm_row_tail_takes(N, ...).
+extern "C" void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale,
+                                              const uint8_t *x, int64_t M, const float *x_scale, __nv_bfloat16 *y,
+                                              const fm_row_tail *tail, bool pdl, cudaStream_t s);
 
 // W4A8: matrix idx of an int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, not interleaved), x e4m3
 // [M][n_groups * 128] with scales xs[group * ld_s + row] and, for int4-zp-tc, group sums xsum alike

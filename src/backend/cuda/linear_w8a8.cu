@@ -226,7 +226,9 @@ void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const ui
     }
 }
 
-void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const bf16 *x, int64_t M, bf16 *y) {
+// tail: NULL, or the add + RMSNorm the decode GEMV's last CTA runs (fm_cuda_linear_w8a8_add_rmsnorm checked it)
+static void linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const bf16 *x, int64_t M, bf16 *y,
+                        const fm_row_tail *tail) {
     if (M == 0) return;
     const int64_t K = w->cols, Kp = w->ld;
     char *ws = (char *)fm_cuda_workspace(be, fm_w8a8_linear_ws_bytes(M, K));
@@ -236,7 +238,11 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     const bool debug = fm_cuda_debug_mode();
     fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, be->lt->grid_sync, debug, fm_routes_pdl(&be->routes),
                               be->stream);
-    fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
+    if (tail)
+        fm_cuda_w8a8_gemv_add_rmsnorm((const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld, w->rows, w->ld,
+                                      w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, xq, M, xs, y, tail,
+                                      fm_routes_pdl(&be->routes), be->stream);
+    else fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {
         unsigned n_bad = 0;
         FM_CUDA_CHECK(cudaMemcpyAsync(&n_bad, bad, sizeof n_bad, cudaMemcpyDeviceToHost, be->stream));
@@ -247,4 +253,18 @@ void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
                     "input (and so the output) is meaningless\n",
                     (long long)M, (long long)K, (long long)w->rows, n_bad, (long long)(M * K));
     }
+}
+
+void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const bf16 *x, int64_t M, bf16 *y) {
+    linear_w8a8(be, w, idx, x, M, y, NULL);
+}
+
+bool fm_cuda_linear_w8a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const bf16 *x, int64_t M, bf16 *y, bf16 *acc,
+                                     const bf16 *norm, float eps, bf16 *out) {
+    if (M < 1 || !be->tail_counter || fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) != FM_DK_W8A8_GEMV ||
+        !fm_row_tail_takes(w->rows, y, acc, norm, out))
+        return false;
+    const fm_row_tail tail = {be->tail_counter, acc, norm, eps, out};
+    linear_w8a8(be, w, 0, x, M, y, &tail);
+    return true;
 }

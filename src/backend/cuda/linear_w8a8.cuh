@@ -19,6 +19,13 @@ void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, ui
 #define FM_W8A8_FUSED_ELEMS 65536
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y);
+// The same for matrix 0, then acc [M, N] += y and out = rmsnorm(acc) * norm, in the decode GEMV's last CTA
+// (row_tail.cuh; route decode.fused: the o projection and the next add_rmsnorm in one launch). False, with nothing
+// launched, where that does not apply (M above the GEMV's rows, rows that fm_row_tail_takes refuses): the caller then
+// runs the two ops.
+bool fm_cuda_linear_w8a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const __nv_bfloat16 *x, int64_t M,
+                                     __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
+                                     __nv_bfloat16 *out);
 
 // Its two halves, for callers that quantize once and time the GEMM alone (bench gemm):
 // x [M, K] bf16 -> xq [M][Kp] e4m3 with its scale in *scale_slot (16-byte aligned); amax_and_bad is two device

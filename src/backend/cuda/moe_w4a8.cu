@@ -2,6 +2,7 @@
 // out by src/backend/w4a8_workspace.h (which the memory plan reads too).
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
+#include "backend/cuda/moe_combine_norm.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
@@ -33,9 +34,18 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     fm_cuda_w4a8_gemm(&a, be->stream);
 }
 
+// The routed rows y [T k][H] weighted into out, or with a tail (decode.fused) into the residual acc and out its norm
+static void combine(cuda_backend *be, const __nv_bfloat16 *y, const __nv_bfloat16 *weights, int64_t T, int32_t k,
+                    int64_t H, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
+    if (tail)
+        fm_cuda_moe_combine_add_rmsnorm(y, NULL, weights, T, k, H, tail->scratch, tail->acc, tail->norm, tail->eps, out,
+                                        fm_routes_pdl(&be->routes), be->stream);
+    else fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+}
+
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
-                      __nv_bfloat16 *out) {
+                      const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
     const int64_t P = T * k, E = gate_up->n, H = down->rows, I = down->cols;
     if (P == 0) return;
     const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(a_dispatch);
@@ -91,7 +101,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
         fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot, y,
                               H, pdl, be->stream);
-        fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+        combine(be, y, weights, T, k, H, tail, out);
         return;
     }
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
@@ -99,7 +109,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
     fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
     grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
-    fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+    combine(be, y, weights, T, k, H, tail, out);
 }
 
 // Expert parallelism: this rank's experts on its received blocks (backend/ep_blocks.h) in the dispatch format (e4m3,

@@ -6,12 +6,14 @@
 #define FM_CUDA_MOE_W4A8_CUH
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/moe_combine_norm.cuh"
 
 // Same contract as the backend's moe op (backend.h); gate_up and down are int4-tc banks, gate_up interleaved.
 // a_dispatch: e4m3 1x128, or FP4 (MXFP4, NVFP4: int4-tc banks only) for the gate|up input; the down input is e4m3.
+// tail: NULL, or the moe_add_rmsnorm op's end (decode.fused): the combine adds into tail->acc and out is its norm.
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
-                      __nv_bfloat16 *out);
+                      const fm_moe_norm_tail *tail, __nv_bfloat16 *out);
 // Expert parallelism's moe_blocks op (backend.h) on W4A8 banks: the experts on the rows of the received dispatch
 // blocks (backend/ep_blocks.h; e4m3, or MXFP4 / NVFP4 on int4-tc banks; amaxes: NVFP4's, every rank's amax, device
 // fp32 [N]), each output row in its place of the return blocks yret.

@@ -3,7 +3,6 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/routes.h"
 #include "dist/comm.h"
-#include "engine/memory_plan.h"
 #include "util/status.h"
 
 #define NOT_BUILT "cuda backend: not built (nvcc was not found at build time); use --backend cpu"

@@ -1,0 +1,237 @@
+/* The fused ops of a decode step (route decode.fused) on the GPU, each against the chain of ops it replaces:
+ *   moe_add_rmsnorm: the CUDA op against the CUDA moe + add_rmsnorm on the same inputs, bit for bit (the fused
+ *   kernel combines, rounds, adds and normalises in the two kernels' order: moe_combine_norm.cu), and against the CPU
+ *   reference (cpu_fused.c: the CPU chain) with the moe's bound (W4A8 3e-2, bf16 1e-2, fp32 1e-5: test_cuda_ops.c's
+ *   top). Outputs between NaN guards; the moe's input buffer is also the norm's output, as the engine calls it.
+ *   Shapes: Qwen3-30B-A3B's (E 128, k 8, H 2048, I 768) at decode batches 1, 2, 8, 9 (the grouped GEMVs) and 64 (the
+ *   grouped GEMM), test_cuda_ops's small odd ones (E 8, k 2, H 200, I 72; E 13, k 5, H 384, I 200), and the ref /
+ *   ref32 experts (cuBLAS: the op runs the two ops). The kernel's two-launch fallback (rows not a multiple of 8, or
+ *   unaligned) is the two existing launchers in order; no moe shape here reaches it.
+ *   linear_add_rmsnorm: the same two checks (y, the residual and the normed rows), W8A8 (--dense w8a8) at the GEMV's
+ *   rows (M 1, 2, 3, 8: the add + norm in its last CTA) and above (9, 16: cuBLASLt, then add_rmsnorm), the o projection
+ *   of Qwen3-30B-A3B (4096 -> 2048), q|k|v's 5120 rows (above the tail's 4096: the two ops), K 200 -> N 208; each
+ *   fused call made twice in a row (the CTA counter left at zero for the next launch, as a graph replays it); bf16 and
+ *   fp32 (ref, ref32) through the two ops. W8A8 bound vs the CPU: 5e-3 (test_cuda_ops.c's linear), 1e-2 after the norm.
+ * Runs only where a GPU is present (make test-gpu); tools/gpu-check.sh runs it, and under compute-sanitizer. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "gpu_test_util.h"
+#include "quant/bf16.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform (-1, 1), never exactly zero */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    float v = (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+    return v == 0.0f ? 0.5f : v;
+}
+static float *rand_array(int64_t n, float scale) {
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+    return x;
+}
+
+/* One MoE block's inputs on the host. */
+typedef struct block_in {
+    int64_t T, H, I;
+    int32_t E, k;
+    float *gu, *dn, *x, *resid, *norm, *w;
+    int32_t *ids;
+} block_in;
+
+static block_in make_block(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    block_in b = {T, H, I, E, k, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    b.gu = rand_array(E * 2 * I * H, 0.1f), b.dn = rand_array(E * H * I, 0.1f);
+    b.x = rand_array(T * H, 1.0f), b.resid = rand_array(T * H, 2.0f), b.norm = rand_array(H, 1.0f);
+    b.w = malloc((size_t)(T * k) * sizeof *b.w), b.ids = malloc((size_t)(T * k) * sizeof *b.ids);
+    for (int64_t t = 0; t < T; t++) /* k distinct experts per token, weights in (0.1, 1) */
+        for (int32_t j = 0; j < k; j++) {
+            b.ids[t * k + j] = (int32_t)((t * 7 + j * (E / k > 0 ? E / k : 1) + (t % 3)) % E);
+            b.w[t * k + j] = 0.1f + 0.45f * (frand() + 1.0f);
+        }
+    return b;
+}
+
+static void free_block(block_in *b) {
+    free(b->gu), free(b->dn), free(b->x), free(b->resid), free(b->norm), free(b->w), free(b->ids);
+}
+
+/* The block's end on backend be: fused (moe_add_rmsnorm, x's buffer taking the norm) or the chain (moe, add_rmsnorm).
+ * Returns the residual after the add and the normed rows (host, caller frees). */
+static void run_end(fm_backend *be, const block_in *b, fm_wformat fmt, bool fused, float **acc_out, float **h_out) {
+    const int64_t T = b->T, H = b->H;
+    fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, H, fmt, true),
+            *db = gpu_bank(be, b->dn, b->E, H, b->I, fmt, false);
+    fm_bank *nb = gpu_bank(be, b->norm, 1, 1, H, be->plan.w_other, false);
+    void *wd = gpu_upload(be, b->w, T * b->k), *idd = be->ops->alloc(be, (size_t)(T * b->k) * sizeof(int32_t));
+    be->ops->upload_ids(be, b->ids, T * b->k, idd);
+    void *acc_base, *h_base, *y_base;
+    void *acc = gpu_guarded(be, T * H, &acc_base), *h = gpu_guarded(be, T * H, &h_base);
+    void *y = gpu_guarded(be, T * H, &y_base);
+    be->ops->upload_f32(be, b->resid, T * H, acc);
+    be->ops->upload_f32(be, b->x, T * H, h);
+    if (fused) {
+        be->ops->moe_add_rmsnorm(be, gub, db, h, T, idd, wd, b->k, be->plan.a_dispatch, be->plan.a_expert, y, acc, nb,
+                                 1e-6f, h);
+    } else {
+        be->ops->moe(be, gub, db, h, T, idd, wd, b->k, be->plan.a_dispatch, be->plan.a_expert, y);
+        be->ops->add_rmsnorm(be, acc, y, nb, T, H, 1e-6f, h);
+    }
+    *acc_out = gpu_fetch(be, acc_base, T * H, "residual");
+    *h_out = gpu_fetch(be, h_base, T * H, "normed rows");
+    be->ops->free(be, y_base); /* scratch: unspecified after a fused call */
+    be->ops->free(be, wd), be->ops->free(be, idd);
+    be->ops->bank_free(be, gub), be->ops->bank_free(be, db), be->ops->bank_free(be, nb);
+}
+
+static void end_case(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_error err;
+    fm_backend *cpu = NULL, *gpu = NULL;
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    assert_non_null(gpu->ops->moe_add_rmsnorm);
+    block_in b = make_block(T, E, k, H, I);
+    float *fa, *fh, *ca, *ch, *ra, *rh;
+    run_end(gpu, &b, fmt, true, &fa, &fh);
+    run_end(gpu, &b, fmt, false, &ca, &ch);
+    run_end(cpu, &b, fmt, true, &ra, &rh);
+    char what[128];
+    snprintf(what, sizeof what, "moe_add_rmsnorm %s T=%lld E=%d k=%d H=%lld I=%lld", fm_wformat_name(fmt), (long long)T,
+             E, k, (long long)H, (long long)I);
+    /* fused = the GPU's own chain, bit for bit */
+    for (int64_t i = 0; i < T * H; i++)
+        if (memcmp(&fa[i], &ca[i], sizeof *fa) || memcmp(&fh[i], &ch[i], sizeof *fh))
+            fail_msg("%s: element %lld: fused residual %.9g norm %.9g, chain %.9g %.9g", what, (long long)i, fa[i],
+                     fh[i], ca[i], ch[i]);
+    printf("  %-60s fused = chain bit for bit\n", what);
+    const double bound = fmt == FM_W_INT4_G128_TC ? 3e-2 : plan.act_bf16 ? 1e-2 : 1e-5;
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s residual vs cpu", what);
+    gpu_expect_close(fa, ra, T * H, bound, w2);
+    snprintf(w2, sizeof w2, "%s norm vs cpu", what);
+    gpu_expect_close(fh, rh, T * H, bound, w2);
+    free(fa), free(fh), free(ca), free(ch), free(ra), free(rh);
+    free_block(&b);
+    gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
+}
+
+static void test_moe_add_rmsnorm_w4a8(void **s) {
+    (void)s;
+    const int64_t Td[] = {1, 2, 8, 9, 64}; /* decode batches: grouped GEMVs up to 64 pairs, then the GEMM */
+    for (int i = 0; i < 5; i++) end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Td[i], 128, 8, 2048, 768);
+    const int64_t Ts[] = {1, 7, 300};
+    for (int i = 0; i < 3; i++) {
+        end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 8, 2, 200, 72);   /* one kernel */
+        end_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, Ts[i], 13, 5, 384, 200); /* test_cuda_ops's odd expert shape */
+    }
+}
+
+static void test_moe_add_rmsnorm_reference_experts(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 5, 33};
+    for (int i = 0; i < 3; i++) {
+        end_case(FM_PRESET_REF, FM_W_BF16, Ts[i], 8, 2, 200, 72);
+        end_case(FM_PRESET_REF32, FM_W_F32, Ts[i], 8, 2, 200, 72);
+    }
+}
+
+/* y = x W^T, then the residual add and the norm, on backend be: fused (linear_add_rmsnorm, `calls` times on the same
+ * inputs) or the chain; returns y, the residual and the normed rows (host, caller frees) */
+static void run_proj(fm_backend *be, const float *w, const float *x, const float *resid, const float *norm, int64_t M,
+                     int64_t K, int64_t N, bool fused, int calls, float **y_out, float **acc_out, float **h_out) {
+    fm_bank *wb = gpu_bank(be, w, 1, N, K, be->plan.w_dense, false),
+            *nb = gpu_bank(be, norm, 1, 1, N, be->plan.w_other, false);
+    void *xd = gpu_upload(be, x, M * K), *y_base, *acc_base, *h_base;
+    void *y = gpu_guarded(be, M * N, &y_base), *acc = gpu_guarded(be, M * N, &acc_base),
+         *h = gpu_guarded(be, M * N, &h_base);
+    for (int c = 0; c < (fused ? calls : 1); c++) {
+        be->ops->upload_f32(be, resid, M * N, acc);
+        if (fused) be->ops->linear_add_rmsnorm(be, wb, xd, M, be->plan.a_dense, y, acc, nb, 1e-6f, h);
+        else {
+            be->ops->linear(be, wb, 0, xd, M, be->plan.a_dense, y);
+            be->ops->add_rmsnorm(be, acc, y, nb, M, N, 1e-6f, h);
+        }
+    }
+    *y_out = gpu_fetch(be, y_base, M * N, "projection");
+    *acc_out = gpu_fetch(be, acc_base, M * N, "residual");
+    *h_out = gpu_fetch(be, h_base, M * N, "normed rows");
+    be->ops->free(be, xd);
+    be->ops->bank_free(be, wb), be->ops->bank_free(be, nb);
+}
+
+static void proj_case(fm_preset p, fm_dense dense, int64_t M, int64_t K, int64_t N) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_plan_set_dense(&plan, dense);
+    fm_error err;
+    fm_backend *cpu = NULL, *gpu = NULL;
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    assert_non_null(gpu->ops->linear_add_rmsnorm);
+    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f),
+          *nw = rand_array(N, 1.0f);
+    float *f[3], *c[3], *r[3]; /* y, residual, normed rows: fused GPU, chain GPU, CPU reference */
+    run_proj(gpu, w, x, r0, nw, M, K, N, true, 2, &f[0], &f[1], &f[2]);
+    run_proj(gpu, w, x, r0, nw, M, K, N, false, 1, &c[0], &c[1], &c[2]);
+    run_proj(cpu, w, x, r0, nw, M, K, N, true, 1, &r[0], &r[1], &r[2]);
+    char what[128];
+    snprintf(what, sizeof what, "linear_add_rmsnorm %s M=%lld K=%lld N=%lld", fm_wformat_name(plan.w_dense),
+             (long long)M, (long long)K, (long long)N);
+    for (int o = 0; o < 3; o++)
+        for (int64_t i = 0; i < M * N; i++)
+            if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: output %d element %lld: fused %.9g, chain %.9g", what, o, (long long)i, f[o][i], c[o][i]);
+    printf("  %-60s fused = chain bit for bit\n", what);
+    const bool w8a8 = plan.w_dense == FM_W_E4M3_PT;
+    const double bound = w8a8 ? 5e-3 : plan.act_bf16 ? 1e-2 : 1e-5, after = w8a8 ? 1e-2 : bound;
+    const char *names[3] = {"projection", "residual", "norm"};
+    for (int o = 0; o < 3; o++) {
+        char w2[160];
+        snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
+        gpu_expect_close(f[o], r[o], M * N, o == 0 ? bound : after, w2);
+        free(f[o]), free(c[o]), free(r[o]);
+    }
+    free(w), free(x), free(r0), free(nw);
+    gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
+}
+
+static void test_linear_add_rmsnorm_w8a8(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 2, 3, 8, 9, 16};
+    for (int i = 0; i < 6; i++) {
+        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, Ms[i], 4096, 2048); /* Qwen3-30B-A3B o_proj */
+        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, Ms[i], 200, 208);
+    }
+    proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, 1, 2048, 5120); /* rows above the tail's: the two ops */
+}
+
+static void test_linear_add_rmsnorm_reference(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 5};
+    for (int i = 0; i < 2; i++) {
+        proj_case(FM_PRESET_REF, FM_DENSE_PRESET, Ms[i], 200, 208);
+        proj_case(FM_PRESET_REF32, FM_DENSE_PRESET, Ms[i], 200, 208);
+    }
+}
+
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
