@@ -1,5 +1,5 @@
 /* Shared pieces of the side-by-side benchmarks (bench_common.h). */
-#include "cli/bench_common.h"
+#include "bench_common.h"
 
 #include <math.h>
 #include <stdlib.h>

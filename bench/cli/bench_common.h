@@ -19,6 +19,14 @@
 #define BENCH_FP8_FLOPS_PER_S 1.3e15
 #define BENCH_MAX_REPEAT 2000 /* two marks per run, FM_MARK_SLOTS (4096) in all */
 
+/* The bench commands (argv[0] is the command's name: "prefill", "moe", ...); bench/cli/main.c picks one. */
+int cmd_bench_prefill(int argc, char **argv);
+int cmd_bench_moe(int argc, char **argv);
+int cmd_bench_gemm(int argc, char **argv);
+int cmd_bench_decode(int argc, char **argv);
+int cmd_bench_tokenize(int argc, char **argv);
+int cmd_bench_mask(int argc, char **argv);
+
 typedef enum { BENCH_NOT_RUN, BENCH_OK, BENCH_UNAVAILABLE, BENCH_FAILED } bench_status;
 const char *bench_status_name(bench_status s);
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "engine/cost.h"
@@ -12,13 +12,6 @@
 
 static const char *HELP =
     "usage: fp8moe bench prefill --synthetic NAME [--layers L] [--tokens T] [--preset P] [--repeat R] [options]\n"
-    "       fp8moe bench decode [options] (decode steps at a context, batch sizes and presets side by side:\n"
-    "                                     bench decode --help)\n"
-    "       fp8moe bench moe [options]   (one MoE layer's experts, every route side by side: bench moe --help)\n"
-    "       fp8moe bench gemm [options]  (every layer's attention projections, every route side by side, CUDA-graph\n"
-    "                                     replay: bench gemm --help)\n"
-    "       fp8moe bench tokenize [options] (encode MB/s of a tokenizer.json, one thread: bench tokenize --help)\n"
-    "       fp8moe bench mask [options]  (constrained decoding's token mask per step, one thread: bench mask --help)\n"
     "\n"
     "Times the prefill of T tokens through the first L layers of a synthetic model with the shapes of a real\n"
     "checkpoint (weights generated on the device, then quantized by the normal load path). Prints median, min\n"
@@ -72,22 +65,13 @@ static double floor_ms(double bytes, double flops) {
     return 1e3 * (a > b ? a : b);
 }
 
-int cmd_bench(int argc, char **argv) {
-    const char *cmd = "bench";
-    if (argc >= 2 && strcmp(argv[1], "moe") == 0) return cmd_bench_moe(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "decode") == 0) return cmd_bench_decode(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "tokenize") == 0) return cmd_bench_tokenize(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "mask") == 0) return cmd_bench_mask(argc - 1, argv + 1);
-    if (argc < 2 || strcmp(argv[1], "prefill") != 0) {
-        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(HELP, stdout), CLI_OK;
-        return cli_usage(cmd, "the first argument must be 'prefill', 'decode', 'moe', 'gemm' or 'tokenize'");
-    }
+int cmd_bench_prefill(int argc, char **argv) {
+    const char *cmd = "bench prefill";
     bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     mo.opt.backend = "cuda";
-    int rc = cli_parse(cmd, argc - 1, argv + 1, own_options, HELP, &mo, own_option, &a);
+    int rc = cli_parse(cmd, argc, argv, own_options, HELP, &mo, own_option, &a);
     if (rc >= 0) return rc;
     if (!a.synthetic) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
     if (mo.model_dir) return cli_usage(cmd, "--model is not used by bench prefill (it runs synthetic weights)");

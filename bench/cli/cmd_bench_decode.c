@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_common.h"
-#include "cli/bench_constrain.h"
+#include "bench_common.h"
+#include "bench_constrain.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "engine/engine.h"

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA

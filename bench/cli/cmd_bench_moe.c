@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/w4a8_workspace.h"
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
