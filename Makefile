@@ -127,7 +127,7 @@ asan:
 	  SAN="$(SAN_FLAGS)" test
 
 # libFuzzer target for the safetensors + config + shard-index parsers (clang).
-FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/io/quant_config.c src/io/ckpt_regex.c \
+FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/safetensors_dir.c src/io/json.c src/io/config.c src/io/quant_config.c src/io/ckpt_regex.c \
             src/model/arch.c src/model/qwen3_moe.c src/model/mixtral.c src/model/qwen3_next.c \
             src/util/status.c src/util/file.c $(wildcard src/quant/*.c)
 $(BUILD)/fuzz/fuzz_loader: $(FUZZ_SRC)
