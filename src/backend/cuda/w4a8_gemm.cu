@@ -31,8 +31,9 @@
 // the activation scales, so the MMAs and the promotion do not change. On the wgmma kernel (route w4a8.fp4, default
 // producer) the expansion runs on a producer warpgroup of its own, a stage ahead of the MMA warpgroups
 // (w4a8_wgmma_fp4_kernel): the layer costs +3-5% (MX) and +13-18% (NV) against the e4m3 dispatch at T = 16..8192
-// (bench/NOTES.md, tenth session). Inline (w4a8.fp4=inline, and the mma.sync kernel) it is a step of its own between
-// the stage's wait and the MMAs, behind one more __syncthreads: +5-14% (MX) and +13-30% (NV) (ninth session);
+// (bench/NOTES.md 2026-12-02 "FP4 expansion off the MMA warps"). Inline (w4a8.fp4=inline, and the mma.sync kernel) it
+// is a step of its own between the stage's wait and the MMAs, behind one more __syncthreads: +5-14% (MX) and +13-30%
+// (NV) (bench/NOTES.md 2026-12-01 "FP4 (E2M1) activation dispatch on the GPU");
 // expanding stage grp + 1 while group grp's wgmmas ran (no extra barrier, but a prefetch one stage shallower)
 // measured slower still (+11-23% MX).
 // Blocks of 32 (16) inside a 128-wide K group are rescaled into the group's range:
@@ -307,7 +308,7 @@ static __device__ __forceinline__ void expand_stage(const uint8_t *raw, uint8_t 
             /* NV on the producer: p1 = s_b x (1 / S) and p15 = (1.5 s_b) x (1 / S) are the only products that
                round (the others are them times 2^-1, 2, 4: exact in fp32), so one conversion gives c1 = e4m3(p1),
                c15 = e4m3(p15). In the MMA warps' expansion (NT = THREADS) it measured slower than the 4
-               conversions (bench/NOTES.md, tenth session), so they keep those. */
+               conversions (bench/NOTES.md 2026-12-02 "FP4 expansion off the MMA warps"), so they keep those. */
             constexpr bool NV_STEPS = AF == FM_W4A8_DISPATCH_NV && NT != THREADS;
             const float bs = AF == FM_W4A8_DISPATCH_NV ? e4m3_decode(byte) : 0.0f;
             const uint32_t c = NV_STEPS ? fp8x2(__fmul_rn(bs, inv), __fmul_rn(__fmul_rn(1.5f, bs), inv)) : 0u;
@@ -857,10 +858,11 @@ template <int BNT> static __device__ __forceinline__ void settle_block(float par
 //   CS = 1  the CTA's codes of a group travel in the cp.async ring with its activation tile (CSTAGES = 4 stages, 16
 //           KB of codes each in dynamic shared memory) and each warp reads its words from shared memory after the
 //           barrier: three groups in flight, and no words held across the wgmmas (7 fewer registers; what lets
-//           32-row tiles run two CTAs per SM within 128). Measured (bench/NOTES.md, thirteenth session): 4-9%
-//           faster where experts get few rows (each tile streams its own expert's codes from DRAM), 5% slower at
-//           512 rows per expert: the code loads' latency was not what bounds the kernel (ncu: 40% of DRAM
-//           bandwidth, 22% of the tensor pipe, 0.44 eligible warps per scheduler at one CTA per SM).
+//           32-row tiles run two CTAs per SM within 128). Measured (bench/NOTES.md 2026-12-02 "the grouped W4A8
+//           GEMM in the few-rows-per-expert regime"): 4-9% faster where experts get few rows (each tile streams
+//           its own expert's codes from DRAM), 5% slower at 512 rows per expert: the code loads' latency was not
+//           what bounds the kernel (ncu: 40% of DRAM bandwidth, 22% of the tensor pipe, 0.44 eligible warps per
+//           scheduler at one CTA per SM).
 template <int EPILOGUE, int WK, int BNT, int AF, int CS>
 static __global__ __launch_bounds__(THREADS,
                                     BNT <= FM_W4A8_BN_MID ? 2 : 1) void w4a8_wgmma_kernel(const gemm_params p) {
@@ -934,7 +936,8 @@ static __global__ __launch_bounds__(THREADS,
             }
 
     /* 64-bit group counter and stage 0 outside the prologue loop: the register path's PTX as before the ring's CS
-       variant, whose 32-bit counter measured 5-11 % slower (bench/NOTES.md, sixteenth session) */
+       variant, whose 32-bit counter measured 5-11 % slower (bench/NOTES.md 2026-12-02 "a regression in the W4A8
+       GEMM's register path") */
     for (int64_t grp = 0, st = 0; grp < KG; grp++, st = st == S - 1 ? 0 : st + 1) { /* st = grp % S */
         const bool more = grp + 1 < KG;
         const int stl = st == 0 ? S - 1 : (int)st - 1; /* (grp + S - 1) % S: freed by the barrier below */
