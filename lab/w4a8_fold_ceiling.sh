@@ -10,15 +10,16 @@
 #   3  today's conversion and a FADD every 4 groups: the promotion's whole share, the bound no format can beat
 # The values are wrong on purpose (the codes keep today's layout, the tables read the bf16 scale bits): timing only,
 # never tests. Build here, carry both binaries, time them in one device run:
-#   sh lab/w4a8_fold_ceiling.sh build      # -> /tmp/foldexp/build/fp8moe and fp8moe-bench beside it (stripped into
-#                                          #    one directory of .carry/kernel by the caller)
+#   sh lab/w4a8_fold_ceiling.sh build      # -> /tmp/foldexp/build/fp8moe (stripped into .carry/kernel by the caller)
 #   sh lab/w4a8_fold_ceiling.sh run BASE FOLD   # on the GPU machine: alternating, two rounds, then the prefill
 set -e
 case "$1" in
 build)
     rm -rf /tmp/foldexp && mkdir -p /tmp/foldexp
-    git archive HEAD | tar -x -C /tmp/foldexp
-    (cd /tmp/foldexp && patch -p1 <lab/w4a8_fold_ceiling.patch && make build/fp8moe build/fp8moe-bench -j2)
+    # the tree the patch was written against: w4a8_gemm.cu whole, the bench commands inside fp8moe (the kernel's
+    # files were split and the bench commands became fp8moe-bench after it)
+    git archive 6b1cdda | tar -x -C /tmp/foldexp
+    (cd /tmp/foldexp && patch -p1 <lab/w4a8_fold_ceiling.patch && make build/fp8moe -j2)
     ;;
 run)
     base=$2 fold=$3
