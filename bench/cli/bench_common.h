@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/qsynth.h"
+#include "qsynth.h"
 #include "backend/backend.h"
 #include "model/model_src.h"
 
