@@ -127,24 +127,109 @@ static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, 
     return b;
 }
 
-static void run_preset(const char *synth, const char *preset, const cli_model_opts *base, const int64_t *batches,
-                       int nb, int64_t context, long steps, long warmup, bool verbose, bool random_ids,
-                       bool json_object, decode_row *rows) {
+/* What the command line asks for. */
+typedef struct decode_args {
+    bench_opts b;
+    const char *synth, *routing;
+    int64_t batches[MAX_BATCHES];
+    int nb, np, pidx[N_PRESETS];
+    long context, layers, slots, ep;
+    bool presets_given, random_ids, json_object;
+    fm_experts_in experts_in;
+    fm_expert_policy policy;
+    int64_t vram_limit;
+    fm_dispatch dispatch;
+} decode_args;
+
+/* One batch size of one loaded preset: B sequences prefilled to the context, warm-up and timed steps, the expert
+ * cache's counts over the timed ones, then one step with stage marks; the sequences are ended. A failure is the row's
+ * (its status and message) and is returned: the preset's larger batches are not run after it. */
+static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decode_args *a, int64_t max_tokens,
+                            decode_row *row) {
+    const int32_t B = (int32_t)row->batch;
+    const int32_t V = fm_model_vocab_size(m);
+    const long steps = a->b.repeat, warmup = a->b.warmup;
+    fm_error err = {{0}};
+    fm_status st = FM_OK;
+    int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
+    float *lp = malloc((size_t)B * sizeof *lp);
+    double *ms = malloc((size_t)steps * sizeof *ms);
+    /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
+    if (!seq || !ids || !lp || !ms) st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
+    else st = bench_prefill_sequences(m, B, a->context, max_tokens, seq, ids, &err);
+    if (!st) st = m->be->ops->sync(m->be, &err);
+    if (a->b.verbose && !st)
+        fm_progress("%s B=%d: prefilled %d x %lld tokens", row->preset, B, B, (long long)a->context);
+    /* one profiled step without a graph: the stage breakdown */
+    memset(&row->prof, 0, sizeof row->prof);
+    fm_expert_stats es0 = {0}, es1 = {0};
+    bench_constraint bc = {0};
+    if (!st && a->json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
+    uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
+    for (long r = 0; !st && r < warmup + steps; r++) {
+        if (r == warmup) fm_model_expert_stats(m, &es0); /* the timed steps' own hits and misses */
+        for (int32_t s = 0; a->random_ids && s < B; s++)
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
+        const double t0 = cli_now();
+        if (a->json_object) bench_constraint_masks(m, &bc);
+        st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
+        if (!st && a->json_object) st = bench_constraint_accept(&bc, ids, &err);
+        if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
+    }
+    bench_constraint_end(&bc);
+    if (!st && (row->host = fm_model_expert_stats(m, &es1))) {
+        const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
+        row->hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
+        row->copied_per_step = (double)(es1.bytes_copied - es0.bytes_copied) / (double)steps;
+        row->prefetched_per_step = (double)(es1.bytes_prefetched - es0.bytes_prefetched) / (double)steps;
+        row->slots = es1.slots;
+    }
+    if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
+        int32_t *pos = malloc((size_t)B * sizeof *pos);
+        for (int32_t s = 0; s < B && !st; s++) {
+            pos[s] = (int32_t)fm_kv_seq_tokens(&m->kv->pool, seq[s]);
+            st = fm_kv_seq_append(&m->kv->pool, seq[s], 1, &err);
+        }
+        m->kv->tables_dirty = true;
+        if (!st) st = fm_step_stage(m, ids, seq, pos, B, &err);
+        if (!st) st = fm_step_profile(m, B, false, FM_ATTN_PAGED, &row->prof, &err);
+        free(pos);
+    }
+    for (int32_t s = 0; seq && s < B; s++)
+        if (seq[s] >= 0 && fm_kv_seq_tokens(&m->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m, seq[s]);
+    if (!st) {
+        double med, mn, mx;
+        bench_stats(ms, steps, &med, &mn, &mx);
+        row->median_ms = med, row->min_ms = mn, row->max_ms = mx;
+        row->tokens_per_s = B / (med * 1e-3);
+        row->bytes = step_bytes(m, plan, B, a->context + warmup + steps / 2);
+        row->floor_ms = 1e3 * row->bytes / BENCH_BANDWIDTH_BYTES_PER_S;
+        row->status = BENCH_OK;
+    } else {
+        row->status = BENCH_FAILED;
+        snprintf(row->msg, sizeof row->msg, "%s", err.msg);
+    }
+    free(seq), free(ids), free(lp), free(ms);
+    return st;
+}
+
+/* One preset: the model loaded once with room for the largest batch, then each batch size timed (rows[0..nb)). */
+static void run_preset(const decode_args *a, const char *preset, const cli_model_opts *base, decode_row *rows) {
     fm_options opt = base->opt;
     fm_preset p = FM_PRESET_REF;
     const bool w8a8 = !strcmp(preset, "fp8+w8a8");
     fm_preset_parse(w8a8 ? "fp8" : preset, &p);
     int64_t max_b = 0;
-    for (int i = 0; i < nb; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
+    for (int i = 0; i < a->nb; i++) max_b = a->batches[i] > max_b ? a->batches[i] : max_b;
     opt.preset = p, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
-    opt.max_seqs = (int32_t)max_b, opt.ctx = context + warmup + steps + 1;
-    opt.max_tokens = context < 2048 ? context : 2048;
+    opt.max_seqs = (int32_t)max_b, opt.ctx = a->context + a->b.warmup + a->b.repeat + 1;
+    opt.max_tokens = a->context < 2048 ? a->context : 2048;
     fm_error err = {{0}};
     fm_model *m = NULL;
-    for (int i = 0; i < nb; i++) rows[i].preset = preset, rows[i].batch = batches[i];
-    fm_status st = fm_model_load_synthetic(synth, opt.n_layers, &opt, &m, &err);
+    for (int i = 0; i < a->nb; i++) rows[i].preset = preset, rows[i].batch = a->batches[i];
+    fm_status st = fm_model_load_synthetic(a->synth, opt.n_layers, &opt, &m, &err);
     if (st) {
-        for (int i = 0; i < nb; i++) {
+        for (int i = 0; i < a->nb; i++) {
             rows[i].status = st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED;
             snprintf(rows[i].msg, sizeof rows[i].msg, "%s", err.msg);
         }
@@ -154,189 +239,126 @@ static void run_preset(const char *synth, const char *preset, const cli_model_op
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed;
     st = fm_memory_plan_compute(&cfg, &m->plan, m->be->ops->name, m->n_layers, 1, &plan, &err);
-    const int32_t V = fm_model_vocab_size(m);
-    for (int bi = 0; !st && bi < nb; bi++) {
-        const int32_t B = (int32_t)batches[bi];
-        int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
-        float *lp = malloc((size_t)B * sizeof *lp);
-        double *ms = malloc((size_t)steps * sizeof *ms);
-        /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
-        if (!seq || !ids || !lp || !ms) st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
-        else st = bench_prefill_sequences(m, B, context, opt.max_tokens, seq, ids, &err);
-        if (!st) st = m->be->ops->sync(m->be, &err);
-        if (verbose && !st) fm_progress("%s B=%d: prefilled %d x %lld tokens", preset, B, B, (long long)context);
-        /* one profiled step without a graph: the stage breakdown */
-        memset(&rows[bi].prof, 0, sizeof rows[bi].prof);
-        fm_expert_stats es0 = {0}, es1 = {0};
-        bench_constraint bc = {0};
-        if (!st && json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
-        uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
-        for (long r = 0; !st && r < warmup + steps; r++) {
-            if (r == warmup) fm_model_expert_stats(m, &es0); /* the timed steps' own hits and misses */
-            for (int32_t s = 0; random_ids && s < B; s++)
-                x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
-            const double t0 = cli_now();
-            if (json_object) bench_constraint_masks(m, &bc);
-            st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
-            if (!st && json_object) st = bench_constraint_accept(&bc, ids, &err);
-            if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
-        }
-        bench_constraint_end(&bc);
-        if (!st && (rows[bi].host = fm_model_expert_stats(m, &es1))) {
-            const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
-            rows[bi].hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
-            rows[bi].copied_per_step = (double)(es1.bytes_copied - es0.bytes_copied) / (double)steps;
-            rows[bi].prefetched_per_step = (double)(es1.bytes_prefetched - es0.bytes_prefetched) / (double)steps;
-            rows[bi].slots = es1.slots;
-        }
-        if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
-            int32_t *pos = malloc((size_t)B * sizeof *pos);
-            for (int32_t s = 0; s < B && !st; s++) {
-                pos[s] = (int32_t)fm_kv_seq_tokens(&m->kv->pool, seq[s]);
-                st = fm_kv_seq_append(&m->kv->pool, seq[s], 1, &err);
-            }
-            m->kv->tables_dirty = true;
-            if (!st) st = fm_step_stage(m, ids, seq, pos, B, &err);
-            if (!st) st = fm_step_profile(m, B, false, FM_ATTN_PAGED, &rows[bi].prof, &err);
-            free(pos);
-        }
-        for (int32_t s = 0; seq && s < B; s++)
-            if (seq[s] >= 0 && fm_kv_seq_tokens(&m->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m, seq[s]);
-        if (!st) {
-            double med, mn, mx;
-            bench_stats(ms, steps, &med, &mn, &mx);
-            rows[bi].median_ms = med, rows[bi].min_ms = mn, rows[bi].max_ms = mx;
-            rows[bi].tokens_per_s = B / (med * 1e-3);
-            rows[bi].bytes = step_bytes(m, &plan, B, context + warmup + steps / 2);
-            rows[bi].floor_ms = 1e3 * rows[bi].bytes / BENCH_BANDWIDTH_BYTES_PER_S;
-            rows[bi].status = BENCH_OK;
-        } else {
-            rows[bi].status = BENCH_FAILED;
-            snprintf(rows[bi].msg, sizeof rows[bi].msg, "%s", err.msg);
-        }
-        free(seq), free(ids), free(lp), free(ms);
-    }
+    for (int bi = 0; !st && bi < a->nb; bi++) st = time_batch(m, &plan, a, opt.max_tokens, &rows[bi]);
     fm_progress_end();
     fm_model_free(m);
 }
 
-int cmd_bench_decode(int argc, char **argv) {
-    const char *cmd = "bench decode";
-    bench_opts b;
-    bench_opts_init(&b, 64, 8);
-    const char *synth = NULL;
-    int64_t batches[MAX_BATCHES] = {1, 8, 64};
-    int nb = 3, np = 0, pidx[N_PRESETS];
-    long context = 2048, layers = 0, slots = 0;
-    bool presets_given = false;
-    const char *routing = NULL;
-    fm_experts_in experts_in = FM_EXPERTS_DEVICE;
-    fm_expert_policy policy = FM_EXPERT_LFU;
-    int64_t vram_limit = 0;
-    bool random_ids = false, json_object = false;
-    long ep = 1;
-    fm_dispatch dispatch = FM_DISPATCH_PRESET;
+/* -1 when the bench should run, else the exit code (help printed, or a usage error). */
+static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
+    bench_opts_init(&a->b, 64, 8);
+    a->batches[0] = 1, a->batches[1] = 8, a->batches[2] = 64, a->nb = 3;
+    a->context = 2048, a->ep = 1;
+    a->experts_in = FM_EXPERTS_DEVICE, a->policy = FM_EXPERT_LFU, a->dispatch = FM_DISPATCH_PRESET;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
-        const int c = bench_common_option(cmd, o, optarg, &b);
+        const int c = bench_common_option(cmd, o, optarg, &a->b);
         if (c < 0) return CLI_USAGE;
         if (c > 0) continue;
         switch (o) {
         case 'h': fputs(HELP, stdout); return CLI_OK;
-        case OPT_SYNTH: synth = optarg; break;
+        case OPT_SYNTH: a->synth = optarg; break;
         case OPT_BATCH:
-            if (!bench_parse_counts(cmd, "--batch", optarg, 1, 128, batches, MAX_BATCHES, &nb)) return CLI_USAGE;
+            if (!bench_parse_counts(cmd, "--batch", optarg, 1, 128, a->batches, MAX_BATCHES, &a->nb)) return CLI_USAGE;
             break;
         case OPT_CONTEXT:
-            if (!cli_parse_int(cmd, "--context", optarg, 1, 1 << 20, &context)) return CLI_USAGE;
+            if (!cli_parse_int(cmd, "--context", optarg, 1, 1 << 20, &a->context)) return CLI_USAGE;
             break;
         case OPT_PRESETS:
-            if (!bench_parse_names(cmd, "--presets", optarg, k_presets, N_PRESETS, pidx, &np)) return CLI_USAGE;
-            presets_given = true;
+            if (!bench_parse_names(cmd, "--presets", optarg, k_presets, N_PRESETS, a->pidx, &a->np)) return CLI_USAGE;
+            a->presets_given = true;
             break;
         case OPT_STEPS:
-            if (!cli_parse_int(cmd, "--steps", optarg, 1, BENCH_MAX_REPEAT, &b.repeat)) return CLI_USAGE;
+            if (!cli_parse_int(cmd, "--steps", optarg, 1, BENCH_MAX_REPEAT, &a->b.repeat)) return CLI_USAGE;
             break;
         case OPT_LAYERS:
-            if (!cli_parse_int(cmd, "--layers", optarg, 1, 1 << 10, &layers)) return CLI_USAGE;
+            if (!cli_parse_int(cmd, "--layers", optarg, 1, 1 << 10, &a->layers)) return CLI_USAGE;
             break;
         case OPT_ROUTING:
             if (!bench_routing_check(cmd, optarg)) return CLI_USAGE;
-            routing = optarg;
+            a->routing = optarg;
             break;
         case OPT_EXPERTS_IN:
-            if (!fm_experts_in_parse(optarg, &experts_in))
+            if (!fm_experts_in_parse(optarg, &a->experts_in))
                 return cli_usage(cmd, "--experts-in must be host, device or auto, got '%s'", optarg);
             break;
         case OPT_EXPERT_SLOTS:
-            if (!cli_parse_int(cmd, "--expert-slots", optarg, 1, 1L << 30, &slots)) return CLI_USAGE;
+            if (!cli_parse_int(cmd, "--expert-slots", optarg, 1, 1L << 30, &a->slots)) return CLI_USAGE;
             break;
         case OPT_EXPERT_POLICY:
-            if (!fm_expert_policy_parse(optarg, &policy))
+            if (!fm_expert_policy_parse(optarg, &a->policy))
                 return cli_usage(cmd, "--expert-policy must be lru or lfu, got '%s'", optarg);
             break;
         case OPT_VRAM_LIMIT:
-            if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &vram_limit)) return CLI_USAGE;
+            if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &a->vram_limit)) return CLI_USAGE;
             break;
         case OPT_DECODE_INPUT:
             if (strcmp(optarg, "sampled") && strcmp(optarg, "random"))
                 return cli_usage(cmd, "--decode-input must be sampled or random, got '%s'", optarg);
-            random_ids = !strcmp(optarg, "random");
+            a->random_ids = !strcmp(optarg, "random");
             break;
         case OPT_EP:
-            if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &ep)) return CLI_USAGE;
+            if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &a->ep)) return CLI_USAGE;
             break;
-        case OPT_JSON_OBJECT: json_object = true; break;
+        case OPT_JSON_OBJECT: a->json_object = true; break;
         case OPT_DISPATCH:
-            if (!fm_dispatch_parse(optarg, &dispatch))
+            if (!fm_dispatch_parse(optarg, &a->dispatch))
                 return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
             break;
         default: return cli_usage(cmd, "unknown option");
         }
     }
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
-    if (!synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
-    const bool cuda = !strcmp(b.backend, "cuda");
-    if (!presets_given) {
-        np = 0;
-        if (cuda) pidx[np++] = 0, pidx[np++] = 1, pidx[np++] = 2, pidx[np++] = 3;
-        else pidx[np++] = 0, pidx[np++] = 2;
+    if (!a->synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
+    return -1;
+}
+
+/* The presets (given, else the backend's list) and the load options every preset starts from. */
+static void plan_run(decode_args *a, cli_model_opts *mo) {
+    const bool cuda = !strcmp(a->b.backend, "cuda");
+    if (!a->presets_given) {
+        a->np = 0;
+        if (cuda) a->pidx[a->np++] = 0, a->pidx[a->np++] = 1, a->pidx[a->np++] = 2, a->pidx[a->np++] = 3;
+        else a->pidx[a->np++] = 0, a->pidx[a->np++] = 2;
     }
-    cli_model_opts mo;
-    cli_model_opts_init(&mo);
-    mo.opt.experts_in = experts_in, mo.opt.expert_slots = (int32_t)slots, mo.opt.expert_policy = policy;
-    mo.opt.vram_limit = vram_limit;
-    mo.opt.synthetic_routing = routing;
-    mo.opt.backend = b.backend, mo.opt.n_layers = (int32_t)layers, mo.opt.routes = bench_routes(&b);
-    mo.opt.n_threads = (int32_t)b.threads;
-    if (cuda) mo.opt.plan_backend = NULL;
-    else mo.opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
-    if (ep > 1 && json_object) return cli_usage(cmd, "--json-object is not supported with --ep");
-    if (ep > 1) { /* a group of ranks: one preset (the first given; fp8 by default) */
-        if (cuda)
-            return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
-                                  "the one GPU, whose steps time no multi-GPU decode");
-        const char *preset = presets_given ? k_presets[pidx[0]] : "fp8";
-        fm_preset pr = FM_PRESET_REF;
-        fm_preset_parse(!strcmp(preset, "fp8+w8a8") ? "fp8" : preset, &pr);
-        mo.opt.preset = pr, mo.opt.dense = !strcmp(preset, "fp8+w8a8") ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
-        mo.opt.dispatch = dispatch, mo.opt.ep_ranks = (int32_t)ep, mo.opt.verbose = b.verbose;
-        return bench_decode_ranks(cmd, synth, &mo, preset, batches, nb, context, b.repeat, b.warmup, b.json_path);
-    }
-    if (dispatch != FM_DISPATCH_PRESET) return cli_usage(cmd, "--dispatch is for --ep (the presets set the format)");
-    decode_row *rows = calloc((size_t)(np * nb), sizeof *rows);
-    if (!rows) return CLI_BAD_INPUT;
-    for (int i = 0; i < np; i++)
-        run_preset(synth, k_presets[pidx[i]], &mo, batches, nb, context, b.repeat, b.warmup, b.verbose, random_ids,
-                   json_object, rows + i * nb);
+    cli_model_opts_init(mo);
+    mo->opt.experts_in = a->experts_in, mo->opt.expert_slots = (int32_t)a->slots, mo->opt.expert_policy = a->policy;
+    mo->opt.vram_limit = a->vram_limit;
+    mo->opt.synthetic_routing = a->routing;
+    mo->opt.backend = a->b.backend, mo->opt.n_layers = (int32_t)a->layers, mo->opt.routes = bench_routes(&a->b);
+    mo->opt.n_threads = (int32_t)a->b.threads;
+    if (cuda) mo->opt.plan_backend = NULL;
+    else mo->opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
+}
+
+/* --ep N: a group of ranks in this process, one preset (the first given; fp8 by default). */
+static int run_ranks(const char *cmd, const decode_args *a, cli_model_opts *mo) {
+    if (a->json_object) return cli_usage(cmd, "--json-object is not supported with --ep");
+    if (!strcmp(a->b.backend, "cuda"))
+        return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
+                              "the one GPU, whose steps time no multi-GPU decode");
+    const char *preset = a->presets_given ? k_presets[a->pidx[0]] : "fp8";
+    fm_preset pr = FM_PRESET_REF;
+    fm_preset_parse(!strcmp(preset, "fp8+w8a8") ? "fp8" : preset, &pr);
+    mo->opt.preset = pr, mo->opt.dense = !strcmp(preset, "fp8+w8a8") ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+    mo->opt.dispatch = a->dispatch, mo->opt.ep_ranks = (int32_t)a->ep, mo->opt.verbose = a->b.verbose;
+    return bench_decode_ranks(cmd, a->synth, mo, preset, a->batches, a->nb, a->context, a->b.repeat, a->b.warmup,
+                              a->b.json_path);
+}
+
+/* The step times, then (experts in host memory) the expert cache's table, then the stages of one step; the host
+ * link's rate is measured here when a row needs it (link_gbps, dma_gbps: 0 when not). */
+static void print_tables(const char *cmd, const decode_args *a, const decode_row *rows, double *link_gbps,
+                         double *dma_gbps) {
+    const int n = a->np * a->nb;
     printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s, "
            "input %s%s\n",
-           synth, context, b.repeat, b.warmup, b.backend, b.routes[0] ? ", routes " : "", b.routes,
-           routing ? routing : "uniform", fm_experts_in_name(experts_in), random_ids ? "random" : "sampled",
-           json_object ? ", every sequence constrained to JSON objects (masks on the host)" : "");
+           a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
+           a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
+           a->json_object ? ", every sequence constrained to JSON objects (masks on the host)" : "");
     printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int i = 0; i < np * nb; i++) {
+    for (int i = 0; i < n; i++) {
         const decode_row *r = &rows[i];
         if (r->status != BENCH_OK) {
             printf("| %s | %lld | %s: %s | | | | | | |\n", r->preset, (long long)r->batch, bench_status_name(r->status),
@@ -348,26 +370,25 @@ int cmd_bench_decode(int argc, char **argv) {
                r->floor_ms / r->median_ms);
     }
     bool any_host = false;
-    for (int i = 0; i < np * nb; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
-    double dma_gbps = 0, link_gbps = 0;
-    if (any_host && cuda) { /* the floor of the misses: their bytes at the host link's rate, measured now */
+    for (int i = 0; i < n; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
+    if (any_host && !strcmp(a->b.backend, "cuda")) { /* the floor of the misses: their bytes at the host link's rate */
         printf("\n");
-        bench_host_link(cmd, &link_gbps, &dma_gbps);
+        bench_host_link(cmd, link_gbps, dma_gbps);
     }
     if (any_host) {
         char lim[64] = "";
-        if (vram_limit > 0) snprintf(lim, sizeof lim, ", --vram-limit %.2f GiB", (double)vram_limit / (1 << 30));
+        if (a->vram_limit > 0) snprintf(lim, sizeof lim, ", --vram-limit %.2f GiB", (double)a->vram_limit / (1 << 30));
         printf("\nexpert cache over the timed steps (%s%s; the hit rate and MB copied are the layers' own fetches, "
                "MB prefetched what the expert prefetch copied ahead of them, route expert.prefetch):\n\n| preset | "
                "batch | slots | hit rate | MB copied / step | MB prefetched / step | link floor ms / step | expert "
                "fetch ms (stage) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
-               fm_expert_policy_name(policy), lim);
-        for (int i = 0; i < np * nb; i++) {
+               fm_expert_policy_name(a->policy), lim);
+        for (int i = 0; i < n; i++) {
             const decode_row *r = &rows[i];
             if (r->status == BENCH_OK && r->host)
                 printf("| %s | %lld | %d | %.2f%% | %.3f | %.3f | %.3f | %.3f |\n", r->preset, (long long)r->batch,
                        r->slots, 100.0 * r->hit_rate, r->copied_per_step / 1e6, r->prefetched_per_step / 1e6,
-                       link_gbps > 0 ? (r->copied_per_step + r->prefetched_per_step) / (link_gbps * 1e9) * 1e3 : 0.0,
+                       *link_gbps > 0 ? (r->copied_per_step + r->prefetched_per_step) / (*link_gbps * 1e9) * 1e3 : 0.0,
                        r->prof.stage_ms[FM_STAGE_FETCH]);
         }
     }
@@ -376,62 +397,82 @@ int cmd_bench_decode(int argc, char **argv) {
     printf(" total |\n|---|---:|");
     for (int s = 0; s <= FM_STAGE_COUNT; s++) printf("---:|");
     printf("\n");
-    for (int i = 0; i < np * nb; i++) {
+    for (int i = 0; i < n; i++) {
         const decode_row *r = &rows[i];
         if (r->status != BENCH_OK) continue;
         printf("| %s | %lld |", r->preset, (long long)r->batch);
         for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %.3f |", r->prof.stage_ms[s]);
         printf(" %.3f |\n", r->prof.total_ms);
     }
+}
+
+static fm_status write_json(const decode_args *a, const decode_row *rows, double link_gbps, double dma_gbps,
+                            fm_error *err) {
+    cJSON *root = bench_json_root("decode", a->b.backend, "", a->b.repeat, a->b.warmup);
+    cJSON_AddStringToObject(root, "model", a->synth);
+    cJSON_AddNumberToObject(root, "context", (double)a->context);
+    cJSON_AddStringToObject(root, "routes", a->b.routes);
+    cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
+    cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(a->experts_in));
+    cJSON_AddNumberToObject(root, "vram_limit", (double)a->vram_limit);
+    cJSON_AddStringToObject(root, "decode_input", a->random_ids ? "random" : "sampled");
+    cJSON_AddBoolToObject(root, "json_object", a->json_object);
+    if (link_gbps > 0) {
+        cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
+        cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
+    }
+    cJSON_AddStringToObject(root, "expert_policy", fm_expert_policy_name(a->policy));
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < a->np * a->nb; i++) {
+        const decode_row *r = &rows[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "preset", r->preset);
+        cJSON_AddNumberToObject(o, "batch", (double)r->batch);
+        cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
+        if (r->status == BENCH_OK) {
+            cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+            cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+            cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
+            cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+            cJSON_AddNumberToObject(o, "bytes_per_step", r->bytes);
+            cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+            if (r->host) {
+                cJSON_AddNumberToObject(o, "expert_slots", r->slots);
+                cJSON_AddNumberToObject(o, "expert_hit_rate", r->hit_rate);
+                cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", r->copied_per_step);
+                cJSON_AddNumberToObject(o, "expert_bytes_prefetched_per_step", r->prefetched_per_step);
+            }
+            cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
+            for (int s = 0; s < FM_STAGE_COUNT; s++)
+                cJSON_AddNumberToObject(stg, fm_stage_name((fm_stage)s), r->prof.stage_ms[s]);
+        } else {
+            cJSON_AddStringToObject(o, "message", r->msg);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    return bench_json_write(root, a->b.json_path, err);
+}
+
+int cmd_bench_decode(int argc, char **argv) {
+    const char *cmd = "bench decode";
+    decode_args a;
+    memset(&a, 0, sizeof a);
+    const int rc = parse_args(cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    cli_model_opts mo;
+    plan_run(&a, &mo);
+    if (a.ep > 1) return run_ranks(cmd, &a, &mo);
+    if (a.dispatch != FM_DISPATCH_PRESET) return cli_usage(cmd, "--dispatch is for --ep (the presets set the format)");
+    decode_row *rows = calloc((size_t)(a.np * a.nb), sizeof *rows);
+    if (!rows) return CLI_BAD_INPUT;
+    for (int i = 0; i < a.np; i++) run_preset(&a, k_presets[a.pidx[i]], &mo, rows + i * a.nb);
+    double link_gbps = 0, dma_gbps = 0;
+    print_tables(cmd, &a, rows, &link_gbps, &dma_gbps);
     fm_status st = FM_OK;
     fm_error err = {{0}};
-    if (b.json_path) {
-        cJSON *root = bench_json_root("decode", b.backend, "", b.repeat, b.warmup);
-        cJSON_AddStringToObject(root, "model", synth);
-        cJSON_AddNumberToObject(root, "context", (double)context);
-        cJSON_AddStringToObject(root, "routes", b.routes);
-        cJSON_AddStringToObject(root, "routing", routing ? routing : "uniform");
-        cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(experts_in));
-        cJSON_AddNumberToObject(root, "vram_limit", (double)vram_limit);
-        cJSON_AddStringToObject(root, "decode_input", random_ids ? "random" : "sampled");
-        cJSON_AddBoolToObject(root, "json_object", json_object);
-        if (link_gbps > 0) {
-            cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
-            cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
-        }
-        cJSON_AddStringToObject(root, "expert_policy", fm_expert_policy_name(policy));
-        cJSON *arr = cJSON_AddArrayToObject(root, "rows");
-        for (int i = 0; i < np * nb; i++) {
-            const decode_row *r = &rows[i];
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "preset", r->preset);
-            cJSON_AddNumberToObject(o, "batch", (double)r->batch);
-            cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
-            if (r->status == BENCH_OK) {
-                cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
-                cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
-                cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
-                cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
-                cJSON_AddNumberToObject(o, "bytes_per_step", r->bytes);
-                cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
-                if (r->host) {
-                    cJSON_AddNumberToObject(o, "expert_slots", r->slots);
-                    cJSON_AddNumberToObject(o, "expert_hit_rate", r->hit_rate);
-                    cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", r->copied_per_step);
-                    cJSON_AddNumberToObject(o, "expert_bytes_prefetched_per_step", r->prefetched_per_step);
-                }
-                cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
-                for (int s = 0; s < FM_STAGE_COUNT; s++)
-                    cJSON_AddNumberToObject(stg, fm_stage_name((fm_stage)s), r->prof.stage_ms[s]);
-            } else {
-                cJSON_AddStringToObject(o, "message", r->msg);
-            }
-            cJSON_AddItemToArray(arr, o);
-        }
-        st = bench_json_write(root, b.json_path, &err);
-    }
+    if (a.b.json_path) st = write_json(&a, rows, link_gbps, dma_gbps, &err);
     int failed = 0;
-    for (int i = 0; i < np * nb; i++) failed += rows[i].status == BENCH_FAILED;
+    for (int i = 0; i < a.np * a.nb; i++) failed += rows[i].status == BENCH_FAILED;
     free(rows);
     if (st) return cli_fail(cmd, st, &err);
     return failed ? CLI_BAD_INPUT : CLI_OK;
