@@ -35,7 +35,21 @@ typedef struct bench_row {
     bench_status status;
     char msg[sizeof(((fm_error *)0)->msg)];
     double median_ms, min_ms, max_ms, flops, weight_bytes, floor_ms, err;
+    float *out; /* host copy of the route's output at this size, for err (bench_grid_compare) */
 } bench_row;
+
+/* The grid of a side-by-side benchmark (bench moe, bench gemm): route ri at size si is row ri * n_sizes + si of an
+ * array of the command's result structs, stride bytes apart, each beginning with its bench_row. */
+static inline bench_row *bench_grid_row(void *rows, size_t stride, int i) {
+    return (bench_row *)((char *)rows + (size_t)i * stride);
+}
+/* Every size of a route that could not run: unavailable (st FM_ERR_UNSUPPORTED: no such route here) or failed. */
+void bench_grid_route_failed(void *route_rows, size_t stride, int n_sizes, fm_status st, const char *msg);
+/* After every route ran: each row's err against the reference route's row at the same size over n_out[si] floats of
+ * their outputs (NAN without a reference, ref < 0, or when either did not run). Returns the first failed row, or -1. */
+int bench_grid_compare(void *rows, size_t stride, int n_routes, int n_sizes, int ref, const int64_t *n_out);
+/* The rows' outputs freed (rows may be NULL). */
+void bench_grid_free_outs(void *rows, size_t stride, int n);
 
 void bench_row_set(bench_row *r, bench_status st, const char *msg);
 /* The row's JSON fields into o: status, and message or the timings, FLOPs, weight bytes, floor, x_floor and
