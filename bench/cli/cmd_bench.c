@@ -65,6 +65,127 @@ static double floor_ms(double bytes, double flops) {
     return 1e3 * (a > b ? a : b);
 }
 
+/* The timed runs: each run's total and per-stage times, the expert cache's counts after the warm-up. */
+typedef struct prefill_times {
+    int n;
+    double *total, *stage[FM_STAGE_COUNT];
+    fm_expert_stats cache0; /* the timed runs' own hits and copies start here */
+} prefill_times;
+
+/* What the report says: the medians, the floors and (experts in host memory on cuda) the host link's rate. */
+typedef struct prefill_summary {
+    double med, mn, mx, stage_med[FM_STAGE_COUNT], link_gbps, dma_gbps, copied_per_run;
+    fm_cost cost;
+    const char *device;
+} prefill_summary;
+
+static fm_status time_prefill(fm_model *m, const bench_args *a, bool verbose, prefill_times *t, fm_error *err) {
+    const int64_t T = a->tokens;
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t *ids = malloc((size_t)T * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    bench_token_ids(ids, T, V);
+    memset(&t->cache0, 0, sizeof t->cache0);
+    fm_status st = FM_OK;
+    for (long r = 0; !st && r < a->warmup + a->repeat; r++) {
+        fm_profile prof;
+        if (r == a->warmup) fm_model_expert_stats(m, &t->cache0);
+        st = fm_forward(m, ids, T, true, logits, &prof, err);
+        if (st || r < a->warmup) continue;
+        t->total[r - a->warmup] = prof.total_ms;
+        for (int s = 0; s < FM_STAGE_COUNT; s++) t->stage[s][r - a->warmup] = prof.stage_ms[s];
+        if (verbose) fm_progress("run %ld/%ld: %.3f ms", r - a->warmup + 1, a->repeat, prof.total_ms);
+    }
+    fm_progress_end();
+    free(ids), free(logits);
+    return st;
+}
+
+static void print_report(const char *cmd, fm_model *m, const bench_args *a, const cli_model_opts *mo,
+                         const prefill_times *t, double load_s, prefill_summary *y) {
+    const int64_t T = a->tokens;
+    fm_prefill_cost(&m->cfg, &m->plan, m->n_layers, T, true, &y->cost);
+    const fm_cost *cost = &y->cost;
+    double sorted[4096];
+    memcpy(sorted, t->total, (size_t)t->n * sizeof *t->total);
+    bench_stats(sorted, t->n, &y->med, &y->mn, &y->mx);
+    y->device = m->be->ops->device_name(m->be);
+    printf("bench prefill %s: %d layers, %lld tokens, preset %s, %s (%s); %ld runs after %ld warm-up; load %.1f s, "
+           "%.2f GiB of weights\n",
+           a->synthetic, m->n_layers, (long long)T, fm_preset_name(mo->opt.preset), m->be->ops->name, y->device,
+           a->repeat, a->warmup, load_s, (double)m->weight_bytes / (1u << 30));
+    printf("latency: median %.3f ms, min %.3f, max %.3f; %.0f tokens/s; floor %.3f ms (%.1f%% of floor reached)\n",
+           y->med, y->mn, y->mx, (double)T / (y->med * 1e-3), floor_ms(cost->total_bytes, cost->total_flops),
+           100.0 * floor_ms(cost->total_bytes, cost->total_flops) / y->med);
+    printf("\n| stage | median ms | share | GB (floor) | GFLOP | floor ms | floor / time |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int s = 0; s < FM_STAGE_COUNT; s++) {
+        memcpy(sorted, t->stage[s], (size_t)t->n * sizeof(double));
+        double lo = 0, hi = 0;
+        bench_stats(sorted, t->n, &y->stage_med[s], &lo, &hi);
+        const double f = floor_ms(cost->bytes[s], cost->flops[s]);
+        printf("| %s | %.3f | %.1f%% | %.3f | %.1f | %.3f | %.2f |\n", fm_stage_name((fm_stage)s), y->stage_med[s],
+               100.0 * y->stage_med[s] / y->med, cost->bytes[s] / 1e9, cost->flops[s] / 1e9, f,
+               y->stage_med[s] > 0 ? f / y->stage_med[s] : 0);
+    }
+    printf("\nexpert weight bytes read by the per-token dispatch: %.2f GB (ideal, each touched expert once: "
+           "counted in the floor above)\n",
+           cost->expert_weight_reads_per_token_design / 1e9);
+    printf("routing: %s\n", a->routing ? a->routing : "uniform");
+    cli_print_expert_stats(m, &t->cache0);
+    fm_expert_stats es;
+    y->link_gbps = y->dma_gbps = y->copied_per_run = 0;
+    if (cli_expert_stats_since(m, &t->cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
+        /* the floor of the misses: their bytes at the host link's rate, measured now */
+        y->copied_per_run = (double)es.bytes_copied / (double)a->repeat;
+        if (bench_host_link(cmd, &y->link_gbps, &y->dma_gbps))
+            printf("%.1f MB copied per prefill: link floor %.3f ms (%.0f tokens/s)\n", y->copied_per_run / 1e6,
+                   y->copied_per_run / (y->link_gbps * 1e9) * 1e3,
+                   (double)T / (y->copied_per_run / (y->link_gbps * 1e9)));
+    }
+}
+
+static fm_status write_json(fm_model *m, const bench_args *a, const cli_model_opts *mo, const prefill_summary *y,
+                            fm_error *err) {
+    const int64_t T = a->tokens;
+    const fm_cost *cost = &y->cost;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "model", a->synthetic);
+    cJSON_AddNumberToObject(root, "layers", m->n_layers);
+    cJSON_AddNumberToObject(root, "tokens", (double)T);
+    cJSON_AddStringToObject(root, "preset", fm_preset_name(mo->opt.preset));
+    cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
+    bench_expert_stats_json(m, NULL, 1, root);
+    if (y->link_gbps > 0) {
+        cJSON_AddNumberToObject(root, "host_link_gbps", y->link_gbps);
+        cJSON_AddNumberToObject(root, "host_link_dma_gbps", y->dma_gbps);
+        cJSON_AddNumberToObject(root, "copied_bytes_per_run", y->copied_per_run);
+    }
+    cJSON_AddStringToObject(root, "backend", m->be->ops->name);
+    cJSON_AddStringToObject(root, "device", y->device);
+    cJSON_AddNumberToObject(root, "repeat", (double)a->repeat);
+    cJSON_AddNumberToObject(root, "median_ms", y->med);
+    cJSON_AddNumberToObject(root, "min_ms", y->mn);
+    cJSON_AddNumberToObject(root, "max_ms", y->mx);
+    cJSON_AddNumberToObject(root, "tokens_per_s", (double)T / (y->med * 1e-3));
+    cJSON_AddNumberToObject(root, "floor_ms", floor_ms(cost->total_bytes, cost->total_flops));
+    cJSON *stages = cJSON_AddArrayToObject(root, "stages");
+    for (int s = 0; s < FM_STAGE_COUNT; s++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "stage", fm_stage_name((fm_stage)s));
+        cJSON_AddNumberToObject(o, "median_ms", y->stage_med[s]);
+        cJSON_AddNumberToObject(o, "bytes", cost->bytes[s]);
+        cJSON_AddNumberToObject(o, "flops", cost->flops[s]);
+        cJSON_AddNumberToObject(o, "floor_ms", floor_ms(cost->bytes[s], cost->flops[s]));
+        cJSON_AddItemToArray(stages, o);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    const fm_status st = cli_write_file(a->json_path, text, strlen(text), err);
+    free(text);
+    return st;
+}
+
 int cmd_bench_prefill(int argc, char **argv) {
     const char *cmd = "bench prefill";
     bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0};
@@ -88,106 +209,17 @@ int cmd_bench_prefill(int argc, char **argv) {
     fm_status st = fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err);
     if (st) return cli_fail(cmd, st, &err);
     const double load_s = cli_now() - t_load;
-    const int64_t T = a.tokens;
-    const int32_t V = fm_model_vocab_size(m);
-    int32_t *ids = malloc((size_t)T * sizeof *ids);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    const int n = (int)a.repeat;
-    double *total = calloc((size_t)n, sizeof *total), *stage[FM_STAGE_COUNT];
-    for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s] = calloc((size_t)n, sizeof(double));
-    bench_token_ids(ids, T, V);
-    fm_expert_stats cache0; /* the expert cache's counts after the warm-up: the timed runs' own hits and copies */
-    memset(&cache0, 0, sizeof cache0);
-    for (long r = 0; !st && r < a.warmup + a.repeat; r++) {
-        fm_profile prof;
-        if (r == a.warmup) fm_model_expert_stats(m, &cache0);
-        st = fm_forward(m, ids, T, true, logits, &prof, &err);
-        if (st || r < a.warmup) continue;
-        total[r - a.warmup] = prof.total_ms;
-        for (int s = 0; s < FM_STAGE_COUNT; s++) stage[s][r - a.warmup] = prof.stage_ms[s];
-        if (mo.opt.verbose) fm_progress("run %ld/%ld: %.3f ms", r - a.warmup + 1, a.repeat, prof.total_ms);
-    }
-    fm_progress_end();
+    prefill_times t = {.n = (int)a.repeat};
+    t.total = calloc((size_t)t.n, sizeof *t.total);
+    for (int s = 0; s < FM_STAGE_COUNT; s++) t.stage[s] = calloc((size_t)t.n, sizeof(double));
+    st = time_prefill(m, &a, mo.opt.verbose, &t, &err);
     if (!st) {
-        fm_cost cost;
-        fm_prefill_cost(&m->cfg, &m->plan, m->n_layers, T, true, &cost);
-        double sorted[4096];
-        memcpy(sorted, total, (size_t)n * sizeof *total);
-        double med = 0, mn = 0, mx = 0;
-        bench_stats(sorted, n, &med, &mn, &mx);
-        const char *dev = m->be->ops->device_name(m->be);
-        printf("bench prefill %s: %d layers, %lld tokens, preset %s, %s (%s); %ld runs after %ld warm-up; load %.1f s, "
-               "%.2f GiB of weights\n",
-               a.synthetic, m->n_layers, (long long)T, fm_preset_name(mo.opt.preset), m->be->ops->name, dev, a.repeat,
-               a.warmup, load_s, (double)m->weight_bytes / (1u << 30));
-        printf("latency: median %.3f ms, min %.3f, max %.3f; %.0f tokens/s; floor %.3f ms (%.1f%% of floor reached)\n",
-               med, mn, mx, (double)T / (med * 1e-3), floor_ms(cost.total_bytes, cost.total_flops),
-               100.0 * floor_ms(cost.total_bytes, cost.total_flops) / med);
-        printf("\n| stage | median ms | share | GB (floor) | GFLOP | floor ms | floor / time |\n");
-        printf("|---|---:|---:|---:|---:|---:|---:|\n");
-        double stage_med[FM_STAGE_COUNT];
-        for (int s = 0; s < FM_STAGE_COUNT; s++) {
-            memcpy(sorted, stage[s], (size_t)n * sizeof(double));
-            double lo = 0, hi = 0;
-            bench_stats(sorted, n, &stage_med[s], &lo, &hi);
-            const double f = floor_ms(cost.bytes[s], cost.flops[s]);
-            printf("| %s | %.3f | %.1f%% | %.3f | %.1f | %.3f | %.2f |\n", fm_stage_name((fm_stage)s), stage_med[s],
-                   100.0 * stage_med[s] / med, cost.bytes[s] / 1e9, cost.flops[s] / 1e9, f,
-                   stage_med[s] > 0 ? f / stage_med[s] : 0);
-        }
-        printf("\nexpert weight bytes read by the per-token dispatch: %.2f GB (ideal, each touched expert once: "
-               "counted in the floor above)\n",
-               cost.expert_weight_reads_per_token_design / 1e9);
-        printf("routing: %s\n", a.routing ? a.routing : "uniform");
-        cli_print_expert_stats(m, &cache0);
-        fm_expert_stats es;
-        double link_gbps = 0, dma_gbps = 0, copied_per_run = 0;
-        if (cli_expert_stats_since(m, &cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
-            /* the floor of the misses: their bytes at the host link's rate, measured now */
-            copied_per_run = (double)es.bytes_copied / (double)a.repeat;
-            if (bench_host_link(cmd, &link_gbps, &dma_gbps))
-                printf("%.1f MB copied per prefill: link floor %.3f ms (%.0f tokens/s)\n", copied_per_run / 1e6,
-                       copied_per_run / (link_gbps * 1e9) * 1e3, (double)T / (copied_per_run / (link_gbps * 1e9)));
-        }
-        if (a.json_path) {
-            cJSON *root = cJSON_CreateObject();
-            cJSON_AddStringToObject(root, "model", a.synthetic);
-            cJSON_AddNumberToObject(root, "layers", m->n_layers);
-            cJSON_AddNumberToObject(root, "tokens", (double)T);
-            cJSON_AddStringToObject(root, "preset", fm_preset_name(mo.opt.preset));
-            cJSON_AddStringToObject(root, "routing", a.routing ? a.routing : "uniform");
-            bench_expert_stats_json(m, NULL, 1, root);
-            if (link_gbps > 0) {
-                cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
-                cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
-                cJSON_AddNumberToObject(root, "copied_bytes_per_run", copied_per_run);
-            }
-            cJSON_AddStringToObject(root, "backend", m->be->ops->name);
-            cJSON_AddStringToObject(root, "device", dev);
-            cJSON_AddNumberToObject(root, "repeat", (double)a.repeat);
-            cJSON_AddNumberToObject(root, "median_ms", med);
-            cJSON_AddNumberToObject(root, "min_ms", mn);
-            cJSON_AddNumberToObject(root, "max_ms", mx);
-            cJSON_AddNumberToObject(root, "tokens_per_s", (double)T / (med * 1e-3));
-            cJSON_AddNumberToObject(root, "floor_ms", floor_ms(cost.total_bytes, cost.total_flops));
-            cJSON *stages = cJSON_AddArrayToObject(root, "stages");
-            for (int s = 0; s < FM_STAGE_COUNT; s++) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "stage", fm_stage_name((fm_stage)s));
-                cJSON_AddNumberToObject(o, "median_ms", stage_med[s]);
-                cJSON_AddNumberToObject(o, "bytes", cost.bytes[s]);
-                cJSON_AddNumberToObject(o, "flops", cost.flops[s]);
-                cJSON_AddNumberToObject(o, "floor_ms", floor_ms(cost.bytes[s], cost.flops[s]));
-                cJSON_AddItemToArray(stages, o);
-            }
-            char *text = cJSON_Print(root);
-            cJSON_Delete(root);
-            st = cli_write_file(a.json_path, text, strlen(text), &err);
-            free(text);
-        }
+        prefill_summary y;
+        print_report(cmd, m, &a, &mo, &t, load_s, &y);
+        if (a.json_path) st = write_json(m, &a, &mo, &y, &err);
     }
-    for (int s = 0; s < FM_STAGE_COUNT; s++) free(stage[s]);
-    free(total), free(ids), free(logits);
+    for (int s = 0; s < FM_STAGE_COUNT; s++) free(t.stage[s]);
+    free(t.total);
     fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }
