@@ -102,7 +102,7 @@ bool bench_parse_names(const char *cmd, const char *opt, const char *list, const
 /* Synthetic weights (model/model_src.h), as synthetic.c makes them: uniform with variance 1 / fan_in; the values
  * depend only on the seed, so every route computes the same function of the same weights. */
 fm_wsrc bench_weight_view(uint64_t seed, int64_t rows, int64_t cols);
-/* The pre-quantized routes: views v[0..n) quantized on the host into a checkpoint's format (model/qsynth.h), in
+/* The pre-quantized routes: views v[0..n) quantized on the host into a checkpoint's format (qsynth.h), in
  * parallel; on success v[i] becomes the bound pre-quantized source and *q holds its tensors (bench_prequant_free). */
 fm_status bench_prequantize(fm_wsrc *v, int64_t n, fm_qsynth_kind kind, fm_qsynth **q, fm_error *err);
 void bench_prequant_free(fm_qsynth *q, int64_t n);

@@ -205,7 +205,7 @@ static fm_status make_inputs(bench_cfg *c, fm_error *err) {
 }
 
 /* gate_up [E][2I, H] (gate rows, then up rows) and down [E][H, I] banks in format fmt; the pre-quantized routes
-   quantize the same synthetic weights on the host first, into a checkpoint's format (model/qsynth.h) */
+   quantize the same synthetic weights on the host first, into a checkpoint's format (qsynth.h) */
 static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wformat fmt, fm_bank **gu, fm_bank **dn,
                             fm_error *err) {
     const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK;
