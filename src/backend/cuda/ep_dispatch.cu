@@ -239,8 +239,7 @@ void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, i
                 MAX_EXPERTS, fm_afmt_name(L->fmt));
         abort();
     }
-    const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
-    const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
+    const int64_t NQ = (int64_t)L->n_ranks * L->cap;
     fm_cuda_ep_flatten(recv, L, ids, s);
     fm_cuda_moe_plan(ids, NQ, E, tile_rows, b, s);
     const unsigned qblocks = warp_blocks(NQ * fm_ceil_div(L->H, 128));
