@@ -77,11 +77,6 @@ if [ "$part" != ops ]; then
 # token by token (--route gdn.tc=off)
 t0=$(date +%s); timeout 300 ./build/tests/gpu/test_cuda_qnext >"$out/gpu_qnext.log" 2>&1; qnext_rc=$?; qnext_s=$(( $(date +%s) - t0 ))
 timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.tc=off >"$out/gpu_qnext_tc.log" 2>&1; qnext_tc_rc=$?
-# the chunked rule's other state passes (--route gdn.state=4 or 8 warps, the output in the pass; the default is split)
-for form in 4 8; do
-    timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.state=$form >"$out/gpu_qnext_state$form.log" 2>&1
-    qnext_tc_rc="$qnext_tc_rc, gdn.state=$form rc $?"
-done
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
