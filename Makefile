@@ -38,6 +38,11 @@ endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+# The bench commands: a program of their own (fp8moe-bench; `fp8moe bench` runs it from beside itself). It links the
+# command line's helpers (every src/cli object but main, as an archive), the anchors and the library.
+BENCH_CLI_SRC := $(sort $(wildcard bench/cli/*.c))
+BENCH_CLI_OBJ := $(BENCH_CLI_SRC:%.c=$(BUILD)/%.o)
+CLI_HELPERS := $(BUILD)/libfp8moe_cli.a
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -45,9 +50,11 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(BUILD)/%.o)
 
 LIB := $(BUILD)/libfp8moe.a
 BIN := $(BUILD)/fp8moe
+BENCH_BIN := $(BUILD)/fp8moe-bench
 
-.PHONY: all check-layers test test-serve test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check
-all: $(LIB) $(BIN)
+.PHONY: all check-layers test test-serve test-gpu asan fuzz fuzz-run deps run clean help tests-build format format-check fp8moe-bench
+all: $(LIB) $(BIN) $(BENCH_BIN)
+fp8moe-bench: $(BENCH_BIN)
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -57,11 +64,18 @@ $(BUILD)/libfp8moe_bench.a: $(BENCH_CU_SRC:%.cu=$(BUILD)/%.o)
 	@rm -f $@
 	ar rcs $@ $^
 
-# the bench commands include bench/anchors/*.cuh
-$(CLI_OBJ): CFLAGS_ALL += -Ibench
+$(CLI_HELPERS): $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ))
+	@rm -f $@
+	ar rcs $@ $^
 
-$(BIN): $(CLI_OBJ) $(BENCH_LIB) $(LIB)
-	$(CC) -o $@ $(CLI_OBJ) $(BENCH_LIB) $(LIB) $(LDLIBS_ALL)
+# the bench commands include bench/anchors/*.cuh
+$(BENCH_CLI_OBJ): CFLAGS_ALL += -Ibench
+
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS_ALL)
+
+$(BENCH_BIN): $(BENCH_CLI_OBJ) $(CLI_HELPERS) $(BENCH_LIB) $(LIB)
+	$(CC) -o $@ $(BENCH_CLI_OBJ) $(CLI_HELPERS) $(BENCH_LIB) $(LIB) $(LDLIBS_ALL)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -75,7 +89,7 @@ $(TEST_BIN): $(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL)
 
-tests-build: $(TEST_BIN) $(BIN)
+tests-build: $(TEST_BIN) $(BIN) $(BENCH_BIN)
 
 # Each test binary runs from the repository root; FP8MOE_BIN lets the CLI tests find the binary.
 test: tests-build
@@ -105,7 +119,7 @@ $(GPU_TEST_BENCH): CFLAGS_ALL += -Ibench
 $(GPU_TEST_BIN): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(GPU_TEST_SUPPORT_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< $(GPU_TEST_SUPPORT_OBJ) $(BENCH_LINK) $(LIB) -lcmocka $(LDLIBS_ALL)
-test-gpu: $(GPU_TEST_BIN) $(BIN)
+test-gpu: $(GPU_TEST_BIN) $(BIN) $(BENCH_BIN)
 	@set -e; for t in $(GPU_TEST_BIN); do echo "== $$t"; ./$$t; done; echo "ALL GPU TESTS PASSED"
 
 asan:
@@ -113,7 +127,7 @@ asan:
 	  SAN="$(SAN_FLAGS)" test
 
 # libFuzzer target for the safetensors + config + shard-index parsers (clang).
-FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/json.c src/io/config.c src/io/quant_config.c src/io/ckpt_regex.c \
+FUZZ_SRC := fuzz/fuzz_loader.c src/io/safetensors.c src/io/safetensors_dir.c src/io/json.c src/io/config.c src/io/quant_config.c src/io/ckpt_regex.c \
             src/model/arch.c src/model/qwen3_moe.c src/model/mixtral.c src/model/qwen3_next.c \
             src/util/status.c src/util/file.c $(wildcard src/quant/*.c)
 $(BUILD)/fuzz/fuzz_loader: $(FUZZ_SRC)
@@ -163,7 +177,7 @@ clean:
 
 help:
 	@echo "targets:"
-	@echo "  make [all]     build $(LIB) and $(BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
+	@echo "  make [all]     build $(LIB), $(BIN) and $(BENCH_BIN) (CUDA sources too when nvcc is found: $(if $(NVCC),$(NVCC),not found))"
 	@echo "  make deps      install missing Debian packages (cJSON, PCRE2, cmocka, gnuplot)"
 	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity) and check-layers"

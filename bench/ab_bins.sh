@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A/B of whole binaries in one run on one GPU: times one Qwen3 MoE layer with each binary in turn, twice over
-# (A B .. A B ..), so that every comparison is within one run and one machine. Carry the older binaries (for example
-# `mkdir -p .carry/ab && cp build/fp8moe .carry/ab/fp8moe_old` before rebuilding; xz them if the carry is too big),
-# then on the GPU machine:
-#   source .carry/env.sh; ROUTES=fp8-grouped TOKENS=16,2048 bench/ab_bins.sh .carry/ab/fp8moe_old build/fp8moe
+# (A B .. A B ..), so that every comparison is within one run and one machine. `fp8moe bench` runs the fp8moe-bench
+# beside each fp8moe: carry the older pair in a directory of its own (for example
+# `mkdir -p .carry/ab/old && cp build/fp8moe build/fp8moe-bench .carry/ab/old/` before rebuilding; xz them if the
+# carry is too big), then on the GPU machine:
+#   source .carry/env.sh; ROUTES=fp8-grouped TOKENS=16,2048 bench/ab_bins.sh .carry/ab/old/fp8moe build/fp8moe
 set -uo pipefail
 routes=${ROUTES:-fp8-grouped} tokens=${TOKENS:-16,512,2048,8192} shape=${SHAPE:-qwen3}
 for round in 1 2; do

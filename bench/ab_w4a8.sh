@@ -16,8 +16,11 @@ for v in "$@"; do
   src="$tmp/$v"
   mkdir -p "$src" "build/ab-$v"
   cp -r Makefile include src bench "$src"/
+  # a variant is a whole w4a8_gemm.cu (all three kernels, as before the file was split by kernel): the copy drops
+  # the split kernel files
+  rm -f "$src"/src/backend/cuda/w4a8_gemm_{mma,wgmma,fp4}.cu
   cp "lab/w4a8_gemm_$v.cu" "$src/src/backend/cuda/w4a8_gemm.cu"
-  if make -C "$src" -j"$(nproc)" all >/dev/null 2>&1; then cp "$src/build/fp8moe" "$root/build/ab-$v/fp8moe"
+  if make -C "$src" -j"$(nproc)" all >/dev/null 2>&1; then cp "$src/build/fp8moe" "$src/build/fp8moe-bench" "$root/build/ab-$v/"
   else echo "build $v failed"; fi
 done
 for bin in build/fp8moe $(for v in "$@"; do echo "build/ab-$v/fp8moe"; done) build/fp8moe; do

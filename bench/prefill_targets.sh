@@ -8,7 +8,7 @@
 set -u
 out=${OUT:-/tmp}
 arch=${CUDA_ARCHS:--gencode=arch=compute_90a,code=sm_90a}
-make -j"$(nproc)" CUDA_ARCHS="$arch" build/fp8moe >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+make -j"$(nproc)" CUDA_ARCHS="$arch" build/fp8moe build/fp8moe-bench >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 make -C lab -j"$(nproc)" CUDA_ARCHS="$arch" attention >>"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"

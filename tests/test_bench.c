@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "backend/dispatch_row.h"
 #include "cli_runner.h"
@@ -406,12 +407,43 @@ static void bench_gemm_command(void **s) {
     }
 }
 
+/* The bench commands are the program fp8moe-bench beside fp8moe: `fp8moe bench --help` lists every one of them, and
+ * a copy of fp8moe without the program beside it refuses with an error that names the path it looked for. */
+static void bench_program_beside_the_binary(void **s) {
+    (void)s;
+    assert_int_equal(fp8moe("bench --help"), 0);
+    const char *names[] = {"bench prefill", "bench decode", "bench moe", "bench gemm", "bench tokenize", "bench mask"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) assert_non_null(strstr(cli_out, names[i]));
+    assert_int_equal(fp8moe("bench nope"), 2);
+    assert_non_null(strstr(cli_err, "prefill, decode, moe, gemm, tokenize, mask"));
+
+    const char *bin = getenv("FP8MOE_BIN") ? getenv("FP8MOE_BIN") : "build/fp8moe";
+    char cmd[1024], out[4096] = {0};
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/alone && cp %s %s/alone/fp8moe && %s/alone/fp8moe bench moe --help 2>&1",
+             cli_tmp, bin, cli_tmp, cli_tmp);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    const size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    const int status = pclose(p);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    char expect[512];
+    snprintf(expect, sizeof expect, "%s/alone/fp8moe-bench, which is missing", cli_tmp);
+    assert_non_null(strstr(out, expect));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
-        cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
-        cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
-        cmocka_unit_test(bench_prefill_over_ranks),   cmocka_unit_test(bench_decode_over_ranks),
+        cmocka_unit_test(synthetic_is_deterministic),
+        cmocka_unit_test(synthetic_qwen3_next),
+        cmocka_unit_test(cost_matches_hand_count),
+        cmocka_unit_test(bench_command_prints_and_writes_json),
+        cmocka_unit_test(bench_moe_command),
+        cmocka_unit_test(bench_gemm_command),
+        cmocka_unit_test(bench_prefill_over_ranks),
+        cmocka_unit_test(bench_decode_over_ranks),
+        cmocka_unit_test(bench_program_beside_the_binary),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

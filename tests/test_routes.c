@@ -93,7 +93,7 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
-                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, gdn.state, rope.store, shared.stream, "
+                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, rope.store, shared.stream, "
                        "expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
@@ -120,7 +120,6 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("router.fused=1", "'1' is not a value", "auto, on or off");
     expect_usage("expert.prefetch=65", "'65' is not a value", "auto, on, off or 1..64");
     expect_usage("expert.prefetch=all", "'all' is not a value", "auto, on, off or 1..64");
-    expect_usage("gdn.state=split2", "'split2' is not a value", "auto, 4, 8 or split");
     char long_spec[300];
     memset(long_spec, 'a', sizeof long_spec - 1);
     long_spec[sizeof long_spec - 1] = '\0';
@@ -411,10 +410,10 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
-                          "dense.gemv",      "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
-                          "decode.graphs",   "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
-                          "expert.prefetch", "decode.fused"};
+    const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
+                          "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
+                          "decode.graphs", "gdn.tc",           "rope.store", "shared.stream", "expert.prefetch",
+                          "decode.fused"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
@@ -431,7 +430,7 @@ static void values_print_as_written(void **s) {
     fm_routes r;
     fm_error err = {{0}};
     fm_routes_default(&r, 9);
-    assert_int_equal(fm_routes_apply(&r, "expert.prefetch=on,moe.gemv=off,gdn.state=split,w4a8.tile=32", &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r, "expert.prefetch=on,moe.gemv=off,w4a8.tile=32", &err), FM_OK);
     assert_int_equal(fm_routes_expert_prefetch_top(&r, 8), 8);
     char *text = NULL;
     size_t n = 0;
@@ -441,7 +440,6 @@ static void values_print_as_written(void **s) {
     fclose(f);
     assert_contains(text, "expert.prefetch  on ");
     assert_contains(text, "moe.gemv         off ");
-    assert_contains(text, "gdn.state        split ");
     assert_contains(text, "w4a8.tile        32 ");
     free(text);
     assert_int_equal(fm_routes_apply(&r, "expert.prefetch=3,w4a8.tile=016", &err), FM_OK); /* strtol's integers */
@@ -468,10 +466,10 @@ static void the_committed_reference_page_is_current(void **s) {
     if (n_have != n_want || memcmp(have, want, n_want))
         fail_msg("docs/routes.md differs from the route table: ./build/fp8moe inspect --routes --markdown > "
                  "docs/routes.md");
-    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
-                          "dense.gemv",      "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
-                          "decode.graphs",   "gdn.tc",           "gdn.state", "rope.store",   "shared.stream",
-                          "expert.prefetch", "decode.fused"};
+    const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
+                          "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
+                          "decode.graphs", "gdn.tc",           "rope.store", "shared.stream", "expert.prefetch",
+                          "decode.fused"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         char cell[40];
         snprintf(cell, sizeof cell, "| `%s` |", keys[i]);
@@ -500,15 +498,8 @@ static void gdn_tc_by_shape_and_route(void **s) {
     assert_int_equal(fm_routes_apply(&r, "gdn.tc=off", &err), FM_OK);
     assert_false(fm_routes_gdn_tc(&r, 128, 128, true));
     expect_usage("gdn.tc=yes", "'yes' is not a value", "auto, on or off");
-    /* gdn.state: the split form unless 4 or 8 warps are forced */
-    assert_int_equal(fm_routes_gdn_state(&r), FM_GDN_STATE_SPLIT);
-    assert_int_equal(fm_routes_apply(&r, "gdn.state=4", &err), FM_OK);
-    assert_int_equal(fm_routes_gdn_state(&r), 4);
-    assert_int_equal(fm_routes_apply(&r, "gdn.state=8", &err), FM_OK);
-    assert_int_equal(fm_routes_gdn_state(&r), 8);
-    assert_int_equal(fm_routes_apply(&r, "gdn.state=auto", &err), FM_OK);
-    assert_int_equal(fm_routes_gdn_state(&r), FM_GDN_STATE_SPLIT);
-    expect_usage("gdn.state=6", "'6' is not a value", "auto, 4, 8 or split");
+    /* the state pass has one form: the 4- and 8-warp ones and their key gdn.state are gone (lab/README.md) */
+    expect_usage("gdn.state=8", "unknown route key 'gdn.state'", "gdn.tc, rope.store");
 }
 
 int main(void) {

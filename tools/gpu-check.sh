@@ -22,11 +22,11 @@ part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc \
     ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
-    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc; do eval "$v=skipped"; done
+    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem \
     gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
-    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep; do : >"$out/$f.log"; done
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
@@ -77,11 +77,6 @@ if [ "$part" != ops ]; then
 # token by token (--route gdn.tc=off)
 t0=$(date +%s); timeout 300 ./build/tests/gpu/test_cuda_qnext >"$out/gpu_qnext.log" 2>&1; qnext_rc=$?; qnext_s=$(( $(date +%s) - t0 ))
 timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.tc=off >"$out/gpu_qnext_tc.log" 2>&1; qnext_tc_rc=$?
-# the chunked rule's other state passes (--route gdn.state=4 or 8 warps, the output in the pass; the default is split)
-for form in 4 8; do
-    timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.state=$form >"$out/gpu_qnext_state$form.log" 2>&1
-    qnext_tc_rc="$qnext_tc_rc, gdn.state=$form rc $?"
-done
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
@@ -92,6 +87,11 @@ timeout 300 ./build/tests/gpu/test_cuda_generate >"$out/gpu_generate.log" 2>&1; 
 # generation with the fused decode ops (greedy = transformers, graphs = launches, cached steps = prefill)
 timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on >"$out/gpu_generate_fused.log" 2>&1
 fused_generate_rc=$?
+# the prefix cache (tokens and logits equal with and without it), mixed steps (decode rows and prompt chunks in one
+# pass: tokens as lone runs, a token every step), the server's warm-up (a graph per bucket, nothing left behind)
+timeout 300 ./build/tests/gpu/test_cuda_prefix_cache >"$out/gpu_prefix.log" 2>&1; prefix_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_mixed_steps >"$out/gpu_mixed.log" 2>&1; mixed_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_warmup >"$out/gpu_warmup.log" 2>&1; warmup_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; prequant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
@@ -171,6 +171,9 @@ echo "| forward captured into a CUDA graph, replayed bitwise equal (ref, int4, f
 echo "| device sampler = reference sampler (vocab 7, 1000, 151936; fp32, bf16; penalties) | rc $sampler_rc, $(grep -oE '[0-9]+ draws, [0-9]+ differ' "$out/gpu_sampler.log" | awk '{d+=$1; x+=$3} END {print d " draws, " x " differ"}') |"
 echo "| generation: cached steps vs prefill, graphs = launches, ref32 greedy = transformers | rc $generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate.log") graph cases, $(grep 'ref32 greedy' "$out/gpu_generate.log" | grep -c '32 of 32') of 8 models token for token |"
 echo "| generation with --route decode.fused=on | rc $fused_generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate_fused.log") graph cases |"
+echo "| prefix cache on the GPU (same tokens and logits as without) | rc $prefix_rc, $(grep -cE '^\[       OK' "$out/gpu_prefix.log") tests |"
+echo "| mixed steps on the GPU (tokens as lone runs, budget, a token every step, decode graph) | rc $mixed_rc, $(grep -cE '^\[       OK' "$out/gpu_mixed.log") tests |"
+echo "| warm-up before serving (graph per bucket, same tokens as a cold model) | rc $warmup_rc, $(grep -cE '^\[       OK' "$out/gpu_warmup.log") tests |"
 echo "| pre-quantized banks: ops (int4-zp, int4-zp-tc, e4m3-block) | rc $prequant_rc, $(grep -c ' err ' "$out/gpu_prequant.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_prequant.log" | sort -g -k2 | tail -1) |"
 echo "| pre-quantized checkpoints: GPU vs CPU emulation, whole model | rc $prequant_models_rc, $(grep -c 'vs cpu emulation' "$out/gpu_prequant_models.log") runs, worst cos $(grep -oE 'emulation: cos [0-9.]+' "$out/gpu_prequant_models.log" | awk '{print $3}' | sort -g | head -1) |"
 echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"

@@ -53,7 +53,8 @@ typedef enum fm_afmt {
                        quant/e2m1.h); the expert dispatch only (--dispatch nvfp4) */
     FM_A_E4M3_PT,   /* e4m3 with one dynamic fp32 scale for the whole input [M, K], max(amax / 448, floor) (W8A8) */
     FM_A_E4M3_ROW,  /* e4m3 with one dynamic fp32 scale per input row (token): the W8A8 row-wise variant; CPU only
-                       for now (the accuracy study of bench/NOTES.md), no plan selects it */
+                       for now (the accuracy study of bench/NOTES.md 2026-11-30 "decode-size FP8 GEMVs"), no plan selects
+                       it */
 } fm_afmt;
 
 const char *fm_wformat_name(fm_wformat f);

@@ -4,7 +4,7 @@
  * The form runs a prompt in segments of at most FM_GDN_TC_SEG_CHUNKS chunks of 64 tokens; per (chunk, value head) of
  * a segment the intra-chunk kernel leaves W, U, Q e^G, K e^(G_last - G) [64][128] fp32 each, the decayed causal
  * q.k block [64][64] fp32 and e^(G_last) (one float, the array padded to 64); then a [128][128] fp32 slot per
- * chunk (the split state pass, route gdn.state=split, leaves there the state before the chunk and v' as bf16 for its
+ * chunk (the state pass leaves there the state before the chunk and v' as bf16 for its
  * parallel output pass; Q e^G and the q.k block are then bf16 too); after them,
  * a state [nv][128][128] fp32 that carries the rule between segments when the op keeps no state of its own. */
 #ifndef FM_GDN_WORKSPACE_H

@@ -75,10 +75,6 @@ static void now_decode_graphs(const fm_routes *r, char *b, size_t n) {
 static void now_gdn_tc(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off");
 }
-static void now_gdn_state(const fm_routes *r, char *b, size_t n) {
-    if (fm_routes_gdn_state(r) == FM_GDN_STATE_SPLIT) snprintf(b, n, "states, then outputs");
-    else snprintf(b, n, "%d warps", fm_routes_gdn_state(r));
-}
 static void now_rope_store(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_rope_store(r)));
 }
@@ -190,16 +186,6 @@ static const route_key route_keys[] = {
      "a prompt's Gated DeltaNet (Qwen3-Next) in the chunked form on tensor cores where it takes the shape (heads of "
      "128, bf16 activations); `off` runs the delta rule token by token",
      now_gdn_tc},
-    {"gdn.state",
-     FIELD(gdn_state),
-     "auto|4|8|split",
-     {{"split", FM_GDN_STATE_SPLIT}},
-     "split",
-     "the chunked rule's state pass: 4 or 8 warps, or split (states in sequence, outputs in parallel)",
-     "the chunked form's sequential state pass: on `4` or `8` warps with each chunk's output computed in the pass, or "
-     "`split`: the pass keeps only the states and a parallel pass computes every chunk's output from them; `auto` is "
-     "`split`",
-     now_gdn_state},
     {"rope.store", FIELD(rope_store), "auto|on|off", SWITCH_WORDS, "on",
      "a decode step's k and v stored in the paged cache by the q/k norm + RoPE kernel, else a kv_store launch",
      "a decode step's keys and values written to the KV cache by the q/k norm + RoPE kernel itself (`auto` = `on`); "
@@ -448,8 +434,6 @@ bool fm_routes_expert_prefetch(const fm_routes *r, int64_t T) {
 int32_t fm_routes_expert_prefetch_top(const fm_routes *r, int32_t k) {
     return r->expert_prefetch < 1 ? 0 : r->expert_prefetch < k ? r->expert_prefetch : k;
 }
-
-int fm_routes_gdn_state(const fm_routes *r) { return r->gdn_state ? r->gdn_state : FM_GDN_STATE_SPLIT; }
 
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16) {
     return r->gdn_tc != FM_ROUTE_OFF && fm_gdn_tc_takes(dk, dv, act_bf16);

@@ -71,7 +71,6 @@ typedef struct fm_routes {
     int32_t moe_gemv;         /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
     int32_t router_fused;     /* router.fused: fm_route_switch */
     int32_t gdn_tc;           /* gdn.tc: fm_route_switch */
-    int32_t gdn_state;        /* gdn.state: 0 auto, 4, 8 or FM_GDN_STATE_SPLIT */
     int32_t rope_store;       /* rope.store: fm_route_switch */
     int32_t shared_stream;    /* shared.stream: fm_route_switch */
     int32_t expert_prefetch;  /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
@@ -181,12 +180,6 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T);
  * plan sizes its scratch by the same answer. */
 bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16);
 /* gdn.tc auto = on: H200, T = 8192, 2.9x the token-by-token kernel (docs/RESULTS.md). */
-/* The tensor-core form's state pass (gdn.state): 4 or 8 (its warps, the output computed in the pass) or
- * FM_GDN_STATE_SPLIT (the states in the pass, the outputs in a parallel one; the default: H200, T = 2048, 48 layers,
- * Gated DeltaNet 22.1 -> 12.5 ms against 8 warps, bench/NOTES.md 2026-12-02 "the Gated DeltaNet's state pass
- * split"). */
-#define FM_GDN_STATE_SPLIT 1
-int fm_routes_gdn_state(const fm_routes *r);
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);

@@ -16,16 +16,12 @@ int cmd_chat(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
+/* bench: runs the bench program (fp8moe-bench, beside this binary) with the arguments after "bench" */
 int cmd_bench(int argc, char **argv);
 int cmd_requantize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
-int cmd_bench_moe(int argc, char **argv);    /* bench moe (argv[0] = "moe") */
-int cmd_bench_gemm(int argc, char **argv);   /* bench gemm (argv[0] = "gemm") */
-int cmd_bench_decode(int argc, char **argv); /* bench decode (argv[0] = "decode") */
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
-int cmd_bench_tokenize(int argc, char **argv); /* bench tokenize (argv[0] = "tokenize") */
-int cmd_bench_mask(int argc, char **argv);     /* bench mask (argv[0] = "mask") */
 
 /* Prints "fp8moe CMD: error: MSG" and returns the exit code for st. */
 int cli_fail(const char *cmd, fm_status st, const fm_error *err);

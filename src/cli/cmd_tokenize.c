@@ -1,10 +1,9 @@
-/* fp8moe tokenize / detokenize: text to token ids and back with a model's tokenizer.json; and bench tokenize, the
- * encode throughput on one thread. */
+/* fp8moe tokenize / detokenize: text to token ids and back with a model's tokenizer.json (bench tokenize, the encode
+ * throughput, is in bench/cli). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/bench_common.h"
 #include "cli/cli.h"
 #include "util/ids.h"
 #include "text/tokenizer.h"
@@ -39,39 +38,11 @@ static const char *DETOKENIZE_HELP =
     "  --skip-special  leave special tokens out\n"
     "  -h, --help      this help\n";
 
-static const char *BENCH_HELP =
-    "usage: fp8moe bench tokenize --model DIR --file F [--repeat R] [--warmup W] [--json FILE]\n"
-    "\n"
-    "Encode throughput of DIR/tokenizer.json on the text of F, one thread, the whole file per encode call (as\n"
-    "tools/make_golden_tokenizer.py times `tokenizers`' encode on the same file): MB/s of the median run, min and "
-    "max,\n"
-    "tokens per second.\n"
-    "\n"
-    "  --model DIR   directory with tokenizer.json\n"
-    "  --file F      the text (1 MB is typical)\n"
-    "  --repeat R    timed runs (default 10)\n"
-    "  --warmup W    untimed runs first (default 1)\n"
-    "  --json FILE   also write the results as JSON\n"
-    "  -h, --help    this help\n";
-
-enum {
-    OPT_MODEL = 2000,
-    OPT_TEXT,
-    OPT_FILE,
-    OPT_OUT,
-    OPT_NO_SPECIAL,
-    OPT_TEXT_SPECIAL,
-    OPT_IDS,
-    OPT_SKIP,
-    OPT_REPEAT,
-    OPT_WARMUP,
-    OPT_JSON
-};
+enum { OPT_MODEL = 2000, OPT_TEXT, OPT_FILE, OPT_OUT, OPT_NO_SPECIAL, OPT_TEXT_SPECIAL, OPT_IDS, OPT_SKIP };
 
 typedef struct tok_args {
-    const char *model, *text, *file, *out, *ids, *json;
+    const char *model, *text, *file, *out, *ids;
     bool no_special, text_special, skip_special;
-    long repeat, warmup;
 } tok_args;
 
 /* Parses argv with the options of one command; -1 when it should run, else the exit code. */
@@ -87,16 +58,9 @@ static int parse(const char *cmd, int argc, char **argv, const struct option *op
         case OPT_FILE: a->file = optarg; break;
         case OPT_OUT: a->out = optarg; break;
         case OPT_IDS: a->ids = optarg; break;
-        case OPT_JSON: a->json = optarg; break;
         case OPT_NO_SPECIAL: a->no_special = true; break;
         case OPT_TEXT_SPECIAL: a->text_special = true; break;
         case OPT_SKIP: a->skip_special = true; break;
-        case OPT_REPEAT:
-            if (!cli_parse_int(cmd, "--repeat", optarg, 1, 10000, &a->repeat)) return CLI_USAGE;
-            break;
-        case OPT_WARMUP:
-            if (!cli_parse_int(cmd, "--warmup", optarg, 0, 10000, &a->warmup)) return CLI_USAGE;
-            break;
         default: return cli_usage(cmd, "unknown option or missing value: '%s'", argv[optind - 1]);
         }
     }
@@ -179,63 +143,6 @@ int cmd_detokenize(int argc, char **argv) {
         if (isatty(STDOUT_FILENO)) putchar('\n');
     }
     free(ids), free(text);
-    fm_tokenizer_free(t);
-    return st ? cli_fail(cmd, st, &err) : CLI_OK;
-}
-
-int cmd_bench_tokenize(int argc, char **argv) {
-    const char *cmd = "bench tokenize";
-    static const struct option opts[] = {{"model", required_argument, 0, OPT_MODEL},
-                                         {"file", required_argument, 0, OPT_FILE},
-                                         {"repeat", required_argument, 0, OPT_REPEAT},
-                                         {"warmup", required_argument, 0, OPT_WARMUP},
-                                         {"json", required_argument, 0, OPT_JSON},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    tok_args a = {.repeat = 10, .warmup = 1};
-    int rc = parse(cmd, argc, argv, opts, BENCH_HELP, &a);
-    if (rc >= 0) return rc;
-    if (!a.file) return cli_usage(cmd, "--file F is required (the text to encode)");
-    fm_error err = {{0}};
-    fm_tokenizer *t = NULL;
-    char *text = NULL;
-    size_t len = 0;
-    int64_t n = 0;
-    double *secs = calloc((size_t)a.repeat, sizeof *secs);
-    fm_status st = secs ? fm_tokenizer_load(a.model, &t, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
-    if (!st) st = read_text(&a, &text, &len, &err);
-    for (long r = 0; !st && r < a.warmup + a.repeat; r++) {
-        int32_t *ids = NULL;
-        const double t0 = cli_now();
-        st = fm_tokenizer_encode(t, text, len, true, true, &ids, &n, &err);
-        if (r >= a.warmup) secs[r - a.warmup] = cli_now() - t0;
-        free(ids);
-    }
-    if (!st) {
-        double med = 0, mn = 0, mx = 0;
-        bench_stats(secs, (int)a.repeat, &med, &mn, &mx);
-        const double mb = (double)len / 1e6;
-        printf("bench tokenize: %s, %zu bytes -> %lld tokens, 1 thread, %ld runs after %ld warm-up\n", a.file, len,
-               (long long)n, a.repeat, a.warmup);
-        printf("encode: median %.2f MB/s (%.3f ms), min %.3f ms, max %.3f ms; %.0f tokens/s\n", mb / med, 1e3 * med,
-               1e3 * mn, 1e3 * mx, (double)n / med);
-        if (a.json) {
-            cJSON *root = cJSON_CreateObject();
-            cJSON_AddStringToObject(root, "bench", "tokenize");
-            cJSON_AddStringToObject(root, "model", a.model);
-            cJSON_AddStringToObject(root, "file", a.file);
-            cJSON_AddNumberToObject(root, "bytes", (double)len);
-            cJSON_AddNumberToObject(root, "tokens", (double)n);
-            cJSON_AddNumberToObject(root, "threads", 1);
-            cJSON_AddNumberToObject(root, "repeat", (double)a.repeat);
-            cJSON_AddNumberToObject(root, "median_ms", 1e3 * med);
-            cJSON_AddNumberToObject(root, "min_ms", 1e3 * mn);
-            cJSON_AddNumberToObject(root, "max_ms", 1e3 * mx);
-            cJSON_AddNumberToObject(root, "mb_per_s", mb / med);
-            st = bench_json_write(root, a.json, &err);
-        }
-    }
-    free(secs), free(text);
     fm_tokenizer_free(t);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

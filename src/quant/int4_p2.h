@@ -3,8 +3,8 @@
  * [-FM_INT4_P2_KSPAN, 0] per group. Stored and computed exactly as int4-g128 (the scales are bf16 values), so every
  * bank, checkpoint and kernel that reads int4-g128 reads it; what the constraint buys is that q x 2^k is exact in
  * e4m3 (|q| 2^(k + 6) is a normal e4m3 value <= 448 for k in -12..0), so a W4A8 kernel can fold the group scale into
- * the e4m3 operand it converts the codes to and keep only the row scale for its epilogue (bench/NOTES.md: the folded
- * formats, 2026-12-04).
+ * the e4m3 operand it converts the codes to and keep only the row scale for its epilogue (bench/NOTES.md 2026-12-04
+ * "folding the group scale into the e4m3 operand").
  *
  * The quantizer searches: the row scale over 16 fractional octaves (amax_row / 7 x 2^(j / 16), rounded up to bf16),
  * and per group k = the smallest step that does not clip the group, or one octave finer when clipping the group's

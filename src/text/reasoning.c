@@ -39,8 +39,6 @@ void fm_reasoning_init(fm_reasoning_split *r, fm_reasoning_format f, bool open, 
     r->on_reasoning = on_reasoning, r->on_answer = on_answer, r->user = user;
 }
 
-bool fm_reasoning_active(const fm_reasoning_split *r) { return r->state != ST_ANSWER; }
-
 static void answer(fm_reasoning_split *r, const char *s, size_t n) {
     if (!r->answer_begun) { /* the newlines that separate </think> from the answer */
         while (n && (*s == '\n' || *s == '\r')) s++, n--;

@@ -48,7 +48,5 @@ void fm_reasoning_init(fm_reasoning_split *r, fm_reasoning_format f, bool open, 
 void fm_reasoning_push(fm_reasoning_split *r, const char *s, size_t n);
 /* The output ended: what is held back goes out as the part it was in. */
 void fm_reasoning_finish(fm_reasoning_split *r);
-/* True while the output is inside the reasoning (or may still begin it): tokens now are reasoning tokens. */
-bool fm_reasoning_active(const fm_reasoning_split *r);
 
 #endif

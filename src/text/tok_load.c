@@ -378,155 +378,161 @@ static fm_status check_model_options(ctx *c, const cJSON *m) {
     return st;
 }
 
-fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const char *label, fm_error *err) {
-    ctx c = {t, label, err};
-    cJSON *root = NULL;
-    fm_status st = fm_json_parse_object(text, len, label, "tokenizer.json", &root, err);
-    if (st) return st;
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *e;
+/* The root's fields tokenizer.json must have, and those fp8moe refuses when set (truncation, padding). */
+static fm_status check_root(ctx *c, const cJSON *root, const cJSON *model, const cJSON *vocab, const cJSON *merges,
+                            const cJSON *added) {
     static const char *unused[] = {"truncation", "padding"};
+    fm_status st = FM_OK;
     for (int i = 0; !st && i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, unused[i]);
         if (v && !cJSON_IsNull(v))
-            st = fm_fail(err, FM_ERR_UNSUPPORTED, "%s: '%s' is set; fp8moe supports only null there", label, unused[i]);
+            st = fm_fail(c->err, FM_ERR_UNSUPPORTED, "%s: '%s' is set; fp8moe supports only null there", c->label,
+                         unused[i]);
     }
-    if (!st && !model) st = fm_fail(err, FM_ERR_FORMAT, "%s: no 'model' object", label);
-    if (!st) st = check_model_options(&c, model);
-    if (!st && !cJSON_IsObject(vocab)) st = bad(&c, "model", "vocab", "an object (token -> id)");
-    if (!st && merges && !cJSON_IsArray(merges) && !cJSON_IsNull(merges)) st = bad(&c, "model", "merges", "an array");
-    if (!st && added && !cJSON_IsArray(added) && !cJSON_IsNull(added)) st = bad(&c, "", "added_tokens", "an array");
-    if (st) {
-        cJSON_Delete(root);
-        return st;
-    }
-    /* ids: every one below a bound proportional to the entries, so a huge id is an error, not a huge allocation */
+    if (!st && !model) st = fm_fail(c->err, FM_ERR_FORMAT, "%s: no 'model' object", c->label);
+    if (!st) st = check_model_options(c, model);
+    if (!st && !cJSON_IsObject(vocab)) st = bad(c, "model", "vocab", "an object (token -> id)");
+    if (!st && merges && !cJSON_IsArray(merges) && !cJSON_IsNull(merges)) st = bad(c, "model", "merges", "an array");
+    if (!st && added && !cJSON_IsArray(added) && !cJSON_IsNull(added)) st = bad(c, "", "added_tokens", "an array");
+    return st;
+}
+
+/* Checks every id of the vocabulary and the added tokens and sums what the tables need: the arena's bytes (each
+ * token's string and its NUL) and the largest id. Ids stay below a bound proportional to the entries, so a huge id
+ * is an error, not a huge allocation. */
+static fm_status size_tables(ctx *c, const cJSON *vocab, const cJSON *added, size_t *bytes, int64_t *max_id) {
+    const char *label = c->label;
     const int64_t n_vocab = cJSON_GetArraySize(vocab), n_added = added ? cJSON_GetArraySize(added) : 0;
     const int64_t id_limit = 2 * (n_vocab + n_added) + 1024;
-    size_t bytes = 0;
-    int64_t max_id = -1;
+    const cJSON *e;
+    *bytes = 0, *max_id = -1;
     cJSON_ArrayForEach(e, vocab) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)id_limit ||
-            e->valuedouble != (double)(int64_t)e->valuedouble) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.vocab['%.80s'] must be an integer id in [0, %lld)", label,
-                         e->string, (long long)id_limit);
-            break;
-        }
-        if (!e->string[0]) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.vocab has an empty token", label);
-            break;
-        }
-        bytes += strlen(e->string) + 1;
-        if ((int64_t)e->valuedouble > max_id) max_id = (int64_t)e->valuedouble;
+            e->valuedouble != (double)(int64_t)e->valuedouble)
+            return fm_fail(c->err, FM_ERR_FORMAT, "%s: model.vocab['%.80s'] must be an integer id in [0, %lld)", label,
+                           e->string, (long long)id_limit);
+        if (!e->string[0]) return fm_fail(c->err, FM_ERR_FORMAT, "%s: model.vocab has an empty token", label);
+        *bytes += strlen(e->string) + 1;
+        if ((int64_t)e->valuedouble > *max_id) *max_id = (int64_t)e->valuedouble;
     }
     cJSON_ArrayForEach(e, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"),
                     *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (st) break;
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (double)id_limit ||
             id->valuedouble != (double)(int64_t)id->valuedouble)
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: added_tokens: every entry needs an integer 'id' in [0, %lld)", label,
-                         (long long)id_limit);
-        else if (!cJSON_IsString(content) || !content->valuestring[0])
-            st =
-                fm_fail(err, FM_ERR_FORMAT, "%s: added_tokens: the token of id %lld needs a non-empty 'content' string",
-                        label, (long long)id->valuedouble);
-        else {
-            bytes += strlen(content->valuestring) + 1;
-            if ((int64_t)id->valuedouble > max_id) max_id = (int64_t)id->valuedouble;
-        }
+            return fm_fail(c->err, FM_ERR_FORMAT, "%s: added_tokens: every entry needs an integer 'id' in [0, %lld)",
+                           label, (long long)id_limit);
+        if (!cJSON_IsString(content) || !content->valuestring[0])
+            return fm_fail(c->err, FM_ERR_FORMAT,
+                           "%s: added_tokens: the token of id %lld needs a non-empty 'content' string", label,
+                           (long long)id->valuedouble);
+        *bytes += strlen(content->valuestring) + 1;
+        if ((int64_t)id->valuedouble > *max_id) *max_id = (int64_t)id->valuedouble;
     }
-    if (!st && max_id < 0) st = fm_fail(err, FM_ERR_FORMAT, "%s: the vocabulary is empty", label);
-    if (!st) {
-        t->n_ids = (int32_t)(max_id + 1);
-        t->id_str = calloc((size_t)t->n_ids, sizeof *t->id_str);
-        t->id_len = calloc((size_t)t->n_ids, sizeof *t->id_len);
-        t->id_special = calloc((size_t)t->n_ids, sizeof *t->id_special);
-        t->id_added = calloc((size_t)t->n_ids, sizeof *t->id_added);
-        t->arena = malloc(bytes + 1);
-        t->added = calloc((size_t)n_added + 1, sizeof *t->added);
-        if (!t->id_str || !t->id_len || !t->id_special || !t->id_added || !t->arena || !t->added ||
-            !tok_strmap_init(&t->vocab, (uint32_t)n_vocab))
-            st = fm_fail(err, FM_ERR_NOMEM, "%s: out of memory for %lld tokens", label, (long long)n_vocab);
-    }
-    size_t used = 0;
+    if (*max_id < 0) return fm_fail(c->err, FM_ERR_FORMAT, "%s: the vocabulary is empty", label);
+    return FM_OK;
+}
+
+/* The tables by id (string, length, special, added), the arena and the vocabulary's map. */
+static fm_status alloc_tables(ctx *c, int64_t n_vocab, int64_t n_added, int64_t max_id, size_t bytes) {
+    fm_tokenizer *t = c->t;
+    t->n_ids = (int32_t)(max_id + 1);
+    t->id_str = calloc((size_t)t->n_ids, sizeof *t->id_str);
+    t->id_len = calloc((size_t)t->n_ids, sizeof *t->id_len);
+    t->id_special = calloc((size_t)t->n_ids, sizeof *t->id_special);
+    t->id_added = calloc((size_t)t->n_ids, sizeof *t->id_added);
+    t->arena = malloc(bytes + 1);
+    t->added = calloc((size_t)n_added + 1, sizeof *t->added);
+    if (!t->id_str || !t->id_len || !t->id_special || !t->id_added || !t->arena || !t->added ||
+        !tok_strmap_init(&t->vocab, (uint32_t)n_vocab))
+        return fm_fail(c->err, FM_ERR_NOMEM, "%s: out of memory for %lld tokens", c->label, (long long)n_vocab);
+    return FM_OK;
+}
+
+/* model.vocab into the arena (from *used on), the tables by id and the map; an id given twice is an error. */
+static fm_status load_vocab(ctx *c, const cJSON *vocab, size_t *used) {
+    fm_tokenizer *t = c->t;
+    const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
-        if (st) break;
         const size_t n = strlen(e->string);
-        char *s = memcpy(t->arena + used, e->string, n + 1);
-        used += n + 1;
+        char *s = memcpy(t->arena + *used, e->string, n + 1);
+        *used += n + 1;
         const int32_t id = (int32_t)e->valuedouble;
-        if (t->id_str[id]) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.vocab gives id %d to both '%.60s' and '%.60s'", label, id,
-                         t->id_str[id], s);
-            break;
-        }
+        if (t->id_str[id])
+            return fm_fail(c->err, FM_ERR_FORMAT, "%s: model.vocab gives id %d to both '%.60s' and '%.60s'", c->label,
+                           id, t->id_str[id], s);
         t->id_str[id] = s, t->id_len[id] = (uint32_t)n;
-        if (!tok_strmap_put(&t->vocab, s, (uint32_t)n, id)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        if (!tok_strmap_put(&t->vocab, s, (uint32_t)n, id)) return fm_fail(c->err, FM_ERR_NOMEM, "out of memory");
     }
-    /* normalizer, pre-tokenizer, decoder, post-processor */
-    const cJSON *v;
-    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(v))
-        st = load_normalizer(&c, v, 0);
-    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(v))
-        st = load_pre(&c, v, 0);
-    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(v)) st = load_decoder(&c, v, 0);
-    /* added tokens: their content is the string of their id (before the model's) */
+    return FM_OK;
+}
+
+/* The added tokens (after the normalizer: a normalized one is matched by its normalized form): their content is the
+ * string of their id, before the model's. */
+static fm_status load_added(ctx *c, const cJSON *added, size_t *used) {
+    fm_tokenizer *t = c->t;
+    const cJSON *e;
     cJSON_ArrayForEach(e, added) {
-        if (st) break;
         tok_added *a = &t->added[t->n_added];
         const char *content = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
         const size_t n = strlen(content);
-        a->content = memcpy(t->arena + used, content, n + 1);
-        used += n + 1;
+        a->content = memcpy(t->arena + *used, content, n + 1);
+        *used += n + 1;
         a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
-        st = get_bool(&c, e, "added_tokens[]", "special", false, &a->special);
-        if (!st) st = get_bool(&c, e, "added_tokens[]", "lstrip", false, &a->lstrip);
-        if (!st) st = get_bool(&c, e, "added_tokens[]", "rstrip", false, &a->rstrip);
-        if (!st) st = get_bool(&c, e, "added_tokens[]", "single_word", false, &a->single_word);
-        if (!st) st = get_bool(&c, e, "added_tokens[]", "normalized", !a->special, &a->normalized);
-        if (st) break;
+        fm_status st = get_bool(c, e, "added_tokens[]", "special", false, &a->special);
+        if (!st) st = get_bool(c, e, "added_tokens[]", "lstrip", false, &a->lstrip);
+        if (!st) st = get_bool(c, e, "added_tokens[]", "rstrip", false, &a->rstrip);
+        if (!st) st = get_bool(c, e, "added_tokens[]", "single_word", false, &a->single_word);
+        if (!st) st = get_bool(c, e, "added_tokens[]", "normalized", !a->special, &a->normalized);
+        if (st) return st;
         t->n_added++;
         t->id_str[a->id] = a->content, t->id_len[a->id] = (uint32_t)n;
         t->id_special[a->id] = a->special, t->id_added[a->id] = true;
         a->match = a->content, a->match_len = (uint32_t)n;
         if (a->normalized && t->n_norm) { /* matched in normalized text: its normalized form */
             tok_buf nb = {0};
-            st = tok_normalize(t, a->content, n, &nb, err);
+            st = tok_normalize(t, a->content, n, &nb, c->err);
             a->match = nb.p, a->match_len = (uint32_t)nb.n;
             if (!st && !nb.n)
-                st = fm_fail(err, FM_ERR_FORMAT, "%s: added token '%.80s' normalizes to nothing", label, a->content);
+                st = fm_fail(c->err, FM_ERR_FORMAT, "%s: added token '%.80s' normalizes to nothing", c->label,
+                             a->content);
+            if (st) return st;
         }
         t->any_normalized_added |= a->normalized;
     }
-    /* the added tokens by first byte, longest first: the leftmost-longest search looks only at those */
-    if (!st) {
-        t->added_by_byte = malloc(((size_t)t->n_added + 1) * sizeof *t->added_by_byte);
-        if (!t->added_by_byte) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
-        int32_t k = 0;
-        for (int b = 0; !st && b < 256; b++) {
-            t->first_added[b][0] = k;
-            for (int i = 0; i < t->n_added; i++)
-                if ((uint8_t)t->added[i].match[0] == b) t->added_by_byte[k++] = i;
-            t->first_added[b][1] = k;
-            for (int32_t i = t->first_added[b][0] + 1; i < k; i++) /* insertion sort by length, descending */
-                for (int32_t j = i; j > t->first_added[b][0] && t->added[t->added_by_byte[j]].match_len >
-                                                                    t->added[t->added_by_byte[j - 1]].match_len;
-                     j--) {
-                    const int32_t tmp = t->added_by_byte[j];
-                    t->added_by_byte[j] = t->added_by_byte[j - 1], t->added_by_byte[j - 1] = tmp;
-                }
-        }
+    return FM_OK;
+}
+
+/* The added tokens by first byte, longest first: the leftmost-longest search looks only at those. */
+static fm_status index_added(ctx *c) {
+    fm_tokenizer *t = c->t;
+    t->added_by_byte = malloc(((size_t)t->n_added + 1) * sizeof *t->added_by_byte);
+    if (!t->added_by_byte) return fm_fail(c->err, FM_ERR_NOMEM, "out of memory");
+    int32_t k = 0;
+    for (int b = 0; b < 256; b++) {
+        t->first_added[b][0] = k;
+        for (int i = 0; i < t->n_added; i++)
+            if ((uint8_t)t->added[i].match[0] == b) t->added_by_byte[k++] = i;
+        t->first_added[b][1] = k;
+        for (int32_t i = t->first_added[b][0] + 1; i < k; i++) /* insertion sort by length, descending */
+            for (int32_t j = i; j > t->first_added[b][0] &&
+                                t->added[t->added_by_byte[j]].match_len > t->added[t->added_by_byte[j - 1]].match_len;
+                 j--) {
+                const int32_t tmp = t->added_by_byte[j];
+                t->added_by_byte[j] = t->added_by_byte[j - 1], t->added_by_byte[j - 1] = tmp;
+            }
     }
-    /* merges: "a b" strings or [a, b] pairs; rank = position */
+    return FM_OK;
+}
+
+/* model.merges: "a b" strings or [a, b] pairs; rank = position; both parts and the merged token in the vocabulary. */
+static fm_status load_merges(ctx *c, const cJSON *merges) {
+    fm_tokenizer *t = c->t;
     const int64_t n_merges = cJSON_IsArray(merges) ? cJSON_GetArraySize(merges) : 0;
-    if (!st && !tok_pairmap_init(&t->merges, (uint32_t)n_merges)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
+    if (!tok_pairmap_init(&t->merges, (uint32_t)n_merges)) return fm_fail(c->err, FM_ERR_NOMEM, "out of memory");
     int64_t rank = 0;
-    const cJSON *merge_list = cJSON_IsArray(merges) ? merges : NULL;
+    const cJSON *merge_list = cJSON_IsArray(merges) ? merges : NULL, *e;
     cJSON_ArrayForEach(e, merge_list) {
-        if (st) break;
         const char *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
         if (cJSON_IsString(e)) {
@@ -535,11 +541,10 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(e->child) &&
                    cJSON_IsString(e->child->next))
             a = e->child->valuestring, na = strlen(a), b = e->child->next->valuestring, nb = strlen(b);
-        if (!a) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] must be \"left right\" or [\"left\", \"right\"]",
-                         label, (long long)rank);
-            break;
-        }
+        if (!a)
+            return fm_fail(c->err, FM_ERR_FORMAT,
+                           "%s: model.merges[%lld] must be \"left right\" or [\"left\", \"right\"]", c->label,
+                           (long long)rank);
         const int32_t ia = tok_strmap_get(&t->vocab, a, (uint32_t)na), ib = tok_strmap_get(&t->vocab, b, (uint32_t)nb);
         char joined[1024];
         int32_t ij = -1;
@@ -547,30 +552,66 @@ fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const cha
             memcpy(joined, a, na), memcpy(joined + na, b, nb);
             ij = tok_strmap_get(&t->vocab, joined, (uint32_t)(na + nb));
         }
-        if (ia < 0 || ib < 0 || ij < 0) {
-            st = fm_fail(err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.*s' + '%.*s'): %s is not in model.vocab",
-                         label, (long long)rank, (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b,
-                         ia < 0   ? "the left part"
-                         : ib < 0 ? "the right part"
-                                  : "the merged token");
-            break;
-        }
-        if (!tok_pairmap_put(&t->merges, ia, ib, (int32_t)rank, ij)) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
+        if (ia < 0 || ib < 0 || ij < 0)
+            return fm_fail(c->err, FM_ERR_FORMAT, "%s: model.merges[%lld] ('%.*s' + '%.*s'): %s is not in model.vocab",
+                           c->label, (long long)rank, (int)(na < 60 ? na : 60), a, (int)(nb < 60 ? nb : 60), b,
+                           ia < 0   ? "the left part"
+                           : ib < 0 ? "the right part"
+                                    : "the merged token");
+        if (!tok_pairmap_put(&t->merges, ia, ib, (int32_t)rank, ij))
+            return fm_fail(c->err, FM_ERR_NOMEM, "out of memory");
         rank++;
     }
-    /* the unk token, byte tokens and the byte-level alphabet */
+    return FM_OK;
+}
+
+/* The unk token, the byte tokens (<0xAB>) and the byte-level alphabet's ids. */
+static fm_status load_unk_and_bytes(ctx *c, const cJSON *model) {
+    fm_tokenizer *t = c->t;
     const char *unk = NULL;
-    t->unk_id = -1;
-    if (!st) st = get_str(&c, model, "model", "unk_token", true, &unk);
+    fm_status st = get_str(c, model, "model", "unk_token", true, &unk);
     if (!st && unk && (t->unk_id = tok_strmap_get(&t->vocab, unk, (uint32_t)strlen(unk))) < 0)
-        st = fm_fail(err, FM_ERR_FORMAT, "%s: model.unk_token '%.80s' is not in model.vocab", label, unk);
+        st = fm_fail(c->err, FM_ERR_FORMAT, "%s: model.unk_token '%.80s' is not in model.vocab", c->label, unk);
     for (int b = 0; !st && b < 256; b++) {
         char name[8], cp[4];
         snprintf(name, sizeof name, "<0x%02X>", b);
         t->byte_ids[b] = tok_strmap_get(&t->vocab, name, 6);
         t->byte_level_ids[b] = tok_strmap_get(&t->vocab, cp, (uint32_t)tok_utf8_encode(tok_byte_to_cp((uint8_t)b), cp));
     }
-    if (!st && (v = cJSON_GetObjectItemCaseSensitive(root, "post_processor")) && !cJSON_IsNull(v)) {
+    return st;
+}
+
+/* A root object field's component (normalizer, pre_tokenizer, decoder, post_processor) when present and not null. */
+static const cJSON *component(const cJSON *root, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+fm_status tok_load_json(fm_tokenizer *t, const char *text, size_t len, const char *label, fm_error *err) {
+    ctx c = {t, label, err};
+    cJSON *root = NULL;
+    fm_status st = fm_json_parse_object(text, len, label, "tokenizer.json", &root, err);
+    if (st) return st;
+    t->unk_id = -1;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *v;
+    st = check_root(&c, root, model, vocab, merges, added);
+    size_t bytes = 0, used = 0;
+    int64_t max_id = -1;
+    if (!st) st = size_tables(&c, vocab, added, &bytes, &max_id);
+    if (!st) st = alloc_tables(&c, cJSON_GetArraySize(vocab), added ? cJSON_GetArraySize(added) : 0, max_id, bytes);
+    if (!st) st = load_vocab(&c, vocab, &used);
+    /* normalizer, pre-tokenizer, decoder (the added tokens need the normalizer) */
+    if (!st && (v = component(root, "normalizer"))) st = load_normalizer(&c, v, 0);
+    if (!st && (v = component(root, "pre_tokenizer"))) st = load_pre(&c, v, 0);
+    if (!st && (v = component(root, "decoder"))) st = load_decoder(&c, v, 0);
+    if (!st) st = load_added(&c, added, &used);
+    if (!st) st = index_added(&c);
+    if (!st) st = load_merges(&c, merges);
+    if (!st) st = load_unk_and_bytes(&c, model);
+    if (!st && (v = component(root, "post_processor"))) {
         t->has_post = true;
         st = load_post(&c, v, 0);
     }

@@ -101,7 +101,6 @@ void fm_tool_parser_free(fm_tool_parser *p) {
 }
 
 int32_t fm_tool_parser_calls(const fm_tool_parser *p) { return p->n_calls; }
-bool fm_tool_parser_in_call(const fm_tool_parser *p) { return p->mode == MODE_CALL; }
 
 /* ---- a tolerant JSON scan ---- */
 

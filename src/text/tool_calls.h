@@ -47,7 +47,5 @@ void fm_tool_parser_push(fm_tool_parser *p, const char *s, size_t n);
 void fm_tool_parser_finish(fm_tool_parser *p);
 /* Calls completed so far. */
 int32_t fm_tool_parser_calls(const fm_tool_parser *p);
-/* True while the parser is inside a call block (tokens now belong to a call). */
-bool fm_tool_parser_in_call(const fm_tool_parser *p);
 
 #endif

@@ -4,7 +4,7 @@
 // and every thread that needs the data waits on the barrier's phase. The barrier's transaction count holds < 2^20
 // bytes per phase. On sm_89 these compile to a trap: callers choose a kernel by compute capability.
 // (attention_wgmma.cu and lab/gemm_w8a8.cu use them; a 1-D bulk-copy GEMV built on the same pieces is in history,
-// bench/NOTES.md.)
+// bench/NOTES.md 2026-11-30 "decode GEMVs that prefetch into shared memory".)
 #ifndef FM_CUDA_BULK_COPY_CUH
 #define FM_CUDA_BULK_COPY_CUH
 

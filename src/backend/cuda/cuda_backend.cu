@@ -599,7 +599,7 @@ static void cu_gdn_chunked(fm_backend *bb, const void *qkv, const void *ba, cons
     if (fm_routes_gdn_tc(&be->routes, g.dk, g.dv, !f32(bb))) {
         void *ws = fm_cuda_workspace(be, fm_gdn_tc_ws_bytes((uint64_t)T, (uint64_t)g.nv));
         fm_cuda_gdn_chunked_tc(qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
-                               (const int32_t *)tok_seq, ws, out, fm_routes_gdn_state(&be->routes), stream(bb));
+                               (const int32_t *)tok_seq, ws, out, stream(bb));
         return;
     }
     fm_cuda_gdn_chunked(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,

@@ -191,11 +191,6 @@ static __global__ void moe_combine_bf16x8_kernel(const __nv_bfloat16 *y, const i
     }
 }
 
-static __global__ void bf16_to_f32_kernel(const __nv_bfloat16 *x, int64_t n, float *out) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __bfloat162float(x[i]);
-}
-
 template <typename A>
 static void embed(const A *table, int64_t ld, const int32_t *ids, int64_t T, int64_t H, A *out, cudaStream_t s) {
     embed_kernel<<<grid_for(T * H), 256, 0, s>>>(table, ld, ids, T, H, out);
@@ -289,9 +284,4 @@ extern "C" void fm_cuda_moe_combine(const bf16 *y, const int32_t *slot_of, const
 extern "C" void fm_cuda_moe_combine_f32(const float *y, const int32_t *slot_of, const float *w, int64_t T, int32_t k,
                                         int64_t H, float *out, cudaStream_t s) {
     moe_combine(y, slot_of, w, T, k, H, out, s);
-}
-
-extern "C" void fm_cuda_bf16_to_f32(const bf16 *x, int64_t n, float *out, cudaStream_t s) {
-    bf16_to_f32_kernel<<<grid_for(n), 256, 0, s>>>(x, n, out);
-    FM_LAUNCH_CHECK("bf16_to_f32");
 }

@@ -34,6 +34,5 @@ extern "C" void fm_cuda_swiglu_f32(const float *gu, int64_t rows, int64_t I, flo
 extern "C" void fm_cuda_add_f32(float *acc, const float *x, int64_t n, cudaStream_t s);
 extern "C" void fm_cuda_moe_combine_f32(const float *y, const int32_t *slot_of, const float *w, int64_t T, int32_t k,
                                         int64_t H, float *out, cudaStream_t s);
-extern "C" void fm_cuda_bf16_to_f32(const __nv_bfloat16 *x, int64_t n, float *out, cudaStream_t s);
 
 #endif

@@ -26,11 +26,10 @@ extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, c
                                     int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *out,
                                     cudaStream_t s);
 // the same on tensor cores (gdn_chunked_tc.cu) for dk = dv = 128 over bf16 activations (fm_gdn_tc_takes); ws: the
-// backend's scratch of fm_gdn_tc_ws_bytes(T, nv) bytes (backend/gdn_workspace.h); state_form: the state pass on 4
-// or 8 warps or FM_GDN_STATE_SPLIT (route gdn.state)
+// backend's scratch of fm_gdn_tc_ws_bytes(T, nv) bytes (backend/gdn_workspace.h)
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                        int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
-                                       void *out, int state_form, cudaStream_t s);
+                                       void *out, cudaStream_t s);
 // the rule token by token on the per-sequence states (zeroed at position 0)
 extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,

@@ -6,19 +6,17 @@
 //          Q K^T; the strictly lower A = -(beta_r k_r.k_c) e^(G_r - G_c) and the causal Aq = (q_r.k_c) e^(G_r -
 //          G_c); T = (I - A)^-1 by 16 x 16 blocks (fp32: the diagonal ones by substitution in a warp each, then the
 //          rest by block products); W = T diag(beta e^G) K and U = T diag(beta) V; Q e^G, K e^(G_last - G),
-//          e^(G_last) -> scratch (gdn_workspace.h). The split form's (gdn_tc_intra16) multiplies on bf16 mma.sync
-//          and leaves W, K, Q and Aq as bf16; the 4- and 8-warp forms' (gdn_tc_intra) on TF32 WMMA m16n16k8, fp32
-//   state  sequential over the chunks: v' = U - W S; o = (Q e^G) S + Aq v'; S = e^(G_last) S + (K e^(G_last -
-//          G))^T v'. Route gdn.state: split (the default) runs the recurrence alone on bf16 mma.sync (gdn_tc_hpass,
-//          grid (4 column blocks of 32, heads)), keeping v' and the state before each chunk, and the outputs of every
-//          chunk in a parallel pass (gdn_tc_out); 4 or 8 runs both in one TF32 pass (gdn_tc_state, gdn_tc_state8).
+//          e^(G_last) -> scratch (gdn_workspace.h); multiplied on bf16 mma.sync (gdn_tc_intra16), W, K, Q and Aq
+//          left as bf16
+//   state  sequential over the chunks: v' = U - W S; S = e^(G_last) S + (K e^(G_last - G))^T v', the recurrence
+//          alone on bf16 mma.sync (gdn_tc_hpass, grid (4 column blocks of 32, heads)), keeping v' and the state
+//          before each chunk; then o = (Q e^G) S + Aq v' of every chunk in a parallel pass (gdn_tc_out).
+// (The 4- and 8-warp TF32 forms with the output inside the state pass, route gdn.state=4|8, measured 22.1 against
+// 12.5 ms for this one and were removed: lab/README.md.)
 // A prompt runs in segments of FM_GDN_TC_SEG_CHUNKS chunks (the scratch of one segment), the state carried in the
-// op's state buffer or the scratch's. TF32 rounds the products' inputs to 10-bit mantissas, bf16 to 8: the outputs
-// differ from the fp32 token-by-token form by ~1.4e-3 (TF32) and ~3.3e-3 (split) relative (test_cuda_qnext, T =
-// 2100), against the bf16 rounding of the result (the ref32 oracle, fp32 activations, keeps the token-by-token kernel
-// of gdn.cu).
-#include <mma.h>
-
+// op's state buffer or the scratch's. bf16 rounds the products' inputs to 8-bit mantissas: the outputs differ from
+// the fp32 token-by-token form by ~3.3e-3 relative (test_cuda_qnext, T = 2100), against the bf16 rounding of the
+// result (the ref32 oracle, fp32 activations, keeps the token-by-token kernel of gdn.cu).
 #include "backend/cuda/attention_mma.cuh" /* cp.async */
 #include "backend/cuda/gdn.cuh"
 extern "C" {
@@ -26,32 +24,16 @@ extern "C" {
 #include "backend/routes.h"
 }
 
-using namespace nvcuda;
-
 #define CH 64
 #define D FM_GDN_TC_DIM
-#define LDK (D + 4)  /* row stride of the [64][128] tiles in shared memory */
 #define LDA (CH + 4) /* of the [64][64] ones */
 #define LDS 36       /* of the state's column block and the [64][32] tiles */
-#define INTRA_SMEM ((2 * CH * LDK + 2 * CH * LDA + 3 * CH + 768) * 4)
-#define STATE_SMEM ((3 * CH * LDK + CH * LDA + D * LDS + 3 * CH * LDS) * 4)
 
 typedef __nv_bfloat16 bf16;
 
 typedef struct tc_scratch {
     float *W, *U, *Qg, *Kg, *Aq, *eg, *Sc, *S; /* Sc: the split form's slot per chunk (its state before, v') */
 } tc_scratch;
-
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> frag_at;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_b;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> frag_bt;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> frag_c;
-
-template <typename F> static __device__ __forceinline__ void to_tf32(F &f) {
-#pragma unroll
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = wmma::__float_to_tf32(f.x[i]);
-}
 
 static __device__ __forceinline__ float softplus_tc(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -132,123 +114,6 @@ static __device__ __forceinline__ void tril_solve(float *Am, float *Tm, float *P
         }
         __syncthreads();
     }
-}
-
-template <typename A>
-static __global__ __launch_bounds__(256, 2) void gdn_tc_intra(const A *qkv, const A *ba, const A *a_log,
-                                                              const A *dt_bias, int64_t T, int64_t c_first,
-                                                              fm_gdn_shape g, tc_scratch out) {
-    extern __shared__ __align__(128) float sm[];
-    /* V takes Q's buffer once Q e^G is out (106 KB of shared memory: two blocks per SM) */
-    float *Ks = sm, *Qs = Ks + CH * LDK, *Vs = Qs, *Am = Qs + CH * LDK, *Aq = Am + CH * LDA;
-    float *gc = Aq + CH * LDA, *bs = gc + CH, *ebg = bs + CH, *Pb = ebg + CH; /* Pb: 3 blocks of 16 x 16 */
-    const int cl = blockIdx.x, h = blockIdx.y, r = g.nv / g.nk, kh = h / r;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int64_t t0 = (c_first + cl) * CH, C = 2 * (int64_t)g.nk * D + (int64_t)g.nv * D, key = (int64_t)g.nk * D;
-    /* rows: q and k normalised (q also times dk^-1/2), v kept in registers until Q's buffer is free; zeros past T.
-       Warp w: rows w, w + 8, ...; every load of a row issued before the row's sums */
-    float v[CH / 8][4];
-#pragma unroll
-    for (int rw = 0; rw < CH / 8; rw++) {
-        const int row = warp + 8 * rw;
-        const int64_t t = t0 + row;
-        float q[4], k[4], sq = 0.0f, sk = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int d = lane + 32 * i;
-            q[i] = t < T ? act_load(qkv[t * C + (int64_t)kh * D + d]) : 0.0f;
-            k[i] = t < T ? act_load(qkv[t * C + key + (int64_t)kh * D + d]) : 0.0f;
-            v[rw][i] = t < T ? act_load(qkv[t * C + 2 * key + (int64_t)h * D + d]) : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) sq += q[i] * q[i], sk += k[i] * k[i];
-        for (int o = 16; o > 0; o >>= 1)
-            sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
-        const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), scale = 1.0f / sqrtf((float)D);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            Qs[row * LDK + lane + 32 * i] = q[i] * iq * scale;
-            Ks[row * LDK + lane + 32 * i] = k[i] * ik;
-        }
-    }
-    chunk_gates(ba, a_log, dt_bias, t0, T, g, h, gc, bs);
-    /* K K^T into Am and Q K^T into Aq, the 10 tiles on or below the diagonal; warp w: tiles w, w + 8 of 16 */
-    for (int tile = warp; tile < 16; tile += 8) {
-        const int ti = tile / 4, tj = tile % 4;
-        if (ti < tj) continue;
-        frag_c kk, qk;
-        wmma::fill_fragment(kk, 0.0f), wmma::fill_fragment(qk, 0.0f);
-        for (int s = 0; s < D / 8; s++) {
-            frag_a ak, aq;
-            frag_bt b;
-            wmma::load_matrix_sync(ak, Ks + ti * 16 * LDK + s * 8, LDK);
-            wmma::load_matrix_sync(aq, Qs + ti * 16 * LDK + s * 8, LDK);
-            wmma::load_matrix_sync(b, Ks + tj * 16 * LDK + s * 8, LDK);
-            to_tf32(ak), to_tf32(aq), to_tf32(b);
-            wmma::mma_sync(kk, ak, b, kk);
-            wmma::mma_sync(qk, aq, b, qk);
-        }
-        wmma::store_matrix_sync(Am + ti * 16 * LDA + tj * 16, kk, LDA, wmma::mem_row_major);
-        wmma::store_matrix_sync(Aq + ti * 16 * LDA + tj * 16, qk, LDA, wmma::mem_row_major);
-    }
-    __syncthreads();
-    const int64_t u = unit(cl, h, g.nv);
-    float *aq_out = out.Aq + u * CH * CH;
-    for (int i = tid; i < CH * CH; i += 256) {
-        const int rr = i / CH, cc = i % CH;
-        const float dec = cc <= rr ? expf(gc[rr] - gc[cc]) : 0.0f;
-        Am[rr * LDA + cc] = cc < rr ? -bs[rr] * Am[rr * LDA + cc] * dec : 0.0f;
-        const float aq = cc <= rr ? Aq[rr * LDA + cc] * dec : 0.0f;
-        aq_out[i] = aq;
-    }
-    for (int i = tid; i < CH * D; i += 256) {
-        const int rr = i / D, d = i % D;
-        const float qg = Qs[rr * LDK + d] * expf(gc[rr]);
-        out.Qg[u * CH * D + i] = qg;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rw = 0; rw < CH / 8; rw++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) Vs[(warp + 8 * rw) * LDK + lane + 32 * i] = v[rw][i];
-    /* T into Aq (its q.k block is out), A stays in Am for the products */
-    if (tid < CH) ebg[tid] = bs[tid] * expf(gc[tid]);
-    tril_solve(Am, Aq, Pb);
-    /* T diag(beta e^G) in place in Aq, T diag(beta) into Am */
-    for (int i = tid; i < CH * CH; i += 256) {
-        const int rr = i / CH, cc = i % CH;
-        const float t = Aq[rr * LDA + cc];
-        Aq[rr * LDA + cc] = t * ebg[cc];
-        Am[rr * LDA + cc] = t * bs[cc];
-    }
-    __syncthreads();
-    /* W = (T diag(beta e^G)) K, U = (T diag(beta)) V: 4 x 8 tiles, warp w: tiles w, w + 8, w + 16, w + 24; T is
-       lower triangular, so row tile ti needs the first 2 (ti + 1) k-steps only */
-    for (int tile = warp; tile < 32; tile += 8) {
-        const int ti = tile / 8, tj = tile % 8;
-        frag_c w_, u_;
-        wmma::fill_fragment(w_, 0.0f), wmma::fill_fragment(u_, 0.0f);
-        for (int s = 0; s < 2 * (ti + 1); s++) {
-            frag_a a1, a2;
-            frag_b bk, bv;
-            wmma::load_matrix_sync(a1, Aq + ti * 16 * LDA + s * 8, LDA);
-            wmma::load_matrix_sync(a2, Am + ti * 16 * LDA + s * 8, LDA);
-            wmma::load_matrix_sync(bk, Ks + s * 8 * LDK + tj * 16, LDK);
-            wmma::load_matrix_sync(bv, Vs + s * 8 * LDK + tj * 16, LDK);
-            to_tf32(a1), to_tf32(a2), to_tf32(bk), to_tf32(bv);
-            wmma::mma_sync(w_, a1, bk, w_);
-            wmma::mma_sync(u_, a2, bv, u_);
-        }
-        wmma::store_matrix_sync(out.W + u * CH * D + ti * 16 * D + tj * 16, w_, D, wmma::mem_row_major);
-        wmma::store_matrix_sync(out.U + u * CH * D + ti * 16 * D + tj * 16, u_, D, wmma::mem_row_major);
-    }
-    const float glast = gc[CH - 1];
-    for (int i = tid; i < CH * D; i += 256) {
-        const int rr = i / D, d = i % D;
-        const float kg = Ks[rr * LDK + d] * expf(glast - gc[rr]);
-        out.Kg[u * CH * D + i] = kg;
-    }
-    if (tid == 0) out.eg[u] = expf(glast);
 }
 
 /* acc (rows 16 ti .. 16 ti + 15, all D columns: D / 8 n8 tiles) += A [64][64] x B [64][D], bf16 tiles in
@@ -428,206 +293,18 @@ static __global__ __launch_bounds__(256, 2) void gdn_tc_intra16(const bf16 *qkv,
     if (tid == 0) out.eg[u] = expf(glast);
 }
 
-/* cp.async of a [64][128] fp32 tile of the scratch into shared memory rows of LDK, and of a [64][64] one into rows of
-   LDA: every 16-byte piece in flight at once (the caller commits and waits) */
-static __device__ __forceinline__ void stage_async(float *dst, const float *src) {
-    for (int i = threadIdx.x; i < CH * D / 4; i += blockDim.x)
-        att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / (D / 4)) * LDK + 4 * (i % (D / 4))), src + 4 * i, 16);
-}
 /* the block's 32 columns of a [64][128] tile into rows of LDS */
 static __device__ __forceinline__ void stage_cols_async(float *dst, const float *src, int col0) {
     for (int i = threadIdx.x; i < CH * 8; i += blockDim.x)
         att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / 8) * LDS + 4 * (i % 8)),
                  src + (i / 8) * D + col0 + 4 * (i % 8), 16);
 }
-static __device__ __forceinline__ void stage_aq_async(float *dst, const float *src) {
-    for (int i = threadIdx.x; i < CH * CH / 4; i += blockDim.x)
-        att_cp16((uint32_t)__cvta_generic_to_shared(dst + (i / (CH / 4)) * LDA + 4 * (i % (CH / 4))), src + 4 * i, 16);
-}
-
-/* The state pass's pieces, shared by its 4- and 8-warp forms. Shared memory: W, Q e^G, K e^(G_last - G) [64][LDK],
- * Aq [64][LDA], the state block [128][LDS] (its 32 columns col0..), v' and o [64][LDS], U's 32 columns [64][LDS]. */
-
-/* vb's tile (ti, tj) = W S */
-static __device__ __forceinline__ void ws_tile(const float *Ws, const float *S, int ti, int tj, float *vb) {
-    frag_c acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int s = 0; s < D / 8; s++) {
-        frag_a a;
-        frag_b b;
-        wmma::load_matrix_sync(a, Ws + ti * 16 * LDK + s * 8, LDK);
-        wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
-        to_tf32(a), to_tf32(b);
-        wmma::mma_sync(acc, a, b, acc);
-    }
-    wmma::store_matrix_sync(vb + ti * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-}
-
-/* v' = U - W S, by every thread of the block */
-static __device__ __forceinline__ void v_prime(float *vb, const float *Us) {
-    for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
-        const int rr = i / 32, j = i % 32;
-        vb[rr * LDS + j] = Us[rr * LDS + j] - vb[rr * LDS + j];
-    }
-}
-
-/* o's row tile w (both column tiles) = (Q e^G) S + Aq v' (Aq lower triangular: 2 (w + 1) k-steps) */
-static __device__ __forceinline__ void o_rows(int w, const float *Qs, const float *S, const float *Aq, const float *vb,
-                                              float *ob) {
-    for (int tj = 0; tj < 2; tj++) {
-        frag_c acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int s = 0; s < D / 8; s++) {
-            frag_a a;
-            frag_b b;
-            wmma::load_matrix_sync(a, Qs + w * 16 * LDK + s * 8, LDK);
-            wmma::load_matrix_sync(b, S + s * 8 * LDS + tj * 16, LDS);
-            to_tf32(a), to_tf32(b);
-            wmma::mma_sync(acc, a, b, acc);
-        }
-        for (int s = 0; s < 2 * (w + 1); s++) {
-            frag_a a;
-            frag_b b;
-            wmma::load_matrix_sync(a, Aq + w * 16 * LDA + s * 8, LDA);
-            wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
-            to_tf32(a), to_tf32(b);
-            wmma::mma_sync(acc, a, b, acc);
-        }
-        wmma::store_matrix_sync(ob + w * 16 * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-    }
-}
-
-/* state rows 32 w .. 32 w + 31 of Sn = e^(G_last) S + (K e^(G_last - G))^T v' (Sn may be S: each tile is read, then
-   written, by the one warp) */
-static __device__ __forceinline__ void state_rows(int w, float eg, const float *S, const float *Ks, const float *vb,
-                                                  float *Sn) {
-    for (int tile = 0; tile < 4; tile++) {
-        const int ri = 32 * w + 16 * (tile / 2), tj = tile % 2;
-        frag_c acc;
-        wmma::load_matrix_sync(acc, S + ri * LDS + tj * 16, LDS, wmma::mem_row_major);
-#pragma unroll
-        for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= eg;
-        for (int s = 0; s < CH / 8; s++) {
-            frag_at a;
-            frag_b b;
-            wmma::load_matrix_sync(a, Ks + s * 8 * LDK + ri, LDK);
-            wmma::load_matrix_sync(b, vb + s * 8 * LDS + tj * 16, LDS);
-            to_tf32(a), to_tf32(b);
-            wmma::mma_sync(acc, a, b, acc);
-        }
-        wmma::store_matrix_sync(Sn + ri * LDS + tj * 16, acc, LDS, wmma::mem_row_major);
-    }
-}
-
-/* o of the chunk starting at token t0 to out (the block's 32 columns of head h) */
-template <typename A>
-static __device__ __forceinline__ void store_o(const float *ob, int64_t t0, int64_t T, int64_t ld_out, int h, int col0,
-                                               A *out) {
-    for (int i = threadIdx.x; i < CH * 32; i += blockDim.x) {
-        const int rr = i / 32, j = i % 32;
-        const int64_t t = t0 + rr;
-        if (t < T) act_store(out + t * ld_out + (int64_t)h * D + col0 + j, ob[rr * LDS + j]);
-    }
-}
-
-/* the head's state block in (zero when fresh), and chunk 0's tiles requested */
-static __device__ __forceinline__ void state_pass_begin(const tc_scratch &in, int h, int nv, int col0, const float *Sg,
-                                                        bool fresh, float *S, float *Ws, float *Qs, float *Ks,
-                                                        float *Aq, float *Us) {
-    for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
-        S[(i / 32) * LDS + i % 32] = fresh ? 0.0f : Sg[(int64_t)(i / 32) * D + col0 + i % 32];
-    const int64_t u0 = unit(0, h, nv);
-    stage_async(Ws, in.W + u0 * CH * D), stage_async(Qs, in.Qg + u0 * CH * D), stage_async(Ks, in.Kg + u0 * CH * D);
-    stage_aq_async(Aq, in.Aq + u0 * CH * CH), stage_cols_async(Us, in.U + u0 * CH * D, col0);
-    att_cp_commit();
-}
-
 static __device__ __forceinline__ void state_pass_end(const float *S, int col0, float *Sg) {
     for (int i = threadIdx.x; i < D * 32; i += blockDim.x)
         Sg[(int64_t)(i / 32) * D + col0 + i % 32] = S[(i / 32) * LDS + i % 32];
 }
 
-/* S: the head's state [128][128] fp32 (states[seq[0]] or the scratch's), read unless fresh, written at the end. Each
-   later chunk's tile is requested as soon as every warp is done with its buffer (W after W S, U after v', Q e^G and Aq
-   after o, K after the state update), so its load overlaps the rest of this chunk. */
-template <typename A>
-static __global__ __launch_bounds__(128) void gdn_tc_state(tc_scratch in, int64_t T, int64_t c_first, int n_chunks,
-                                                           fm_gdn_shape g, float *states, const int32_t *seq,
-                                                           bool fresh, A *out) {
-    extern __shared__ __align__(128) float sm[];
-    float *Ws = sm, *Qs = Ws + CH * LDK, *Ks = Qs + CH * LDK, *Aq = Ks + CH * LDK;
-    float *S = Aq + CH * LDA, *vb = S + D * LDS, *ob = vb + CH * LDS, *Us = ob + CH * LDS;
-    const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
-    float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
-    const int64_t ld_out = (int64_t)g.nv * D;
-    state_pass_begin(in, h, g.nv, col0, Sg, fresh, S, Ws, Qs, Ks, Aq, Us);
-    for (int cl = 0; cl < n_chunks; cl++) {
-        const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH, un = unit(cl + 1, h, g.nv);
-        const bool next = cl + 1 < n_chunks;
-        att_cp_wait_all();
-        __syncthreads();
-        for (int tj = 0; tj < 2; tj++) ws_tile(Ws, S, warp, tj, vb); /* warp w: row tile w */
-        __syncthreads();
-        if (next) stage_async(Ws, in.W + un * CH * D), att_cp_commit();
-        v_prime(vb, Us);
-        __syncthreads();
-        if (next) stage_cols_async(Us, in.U + un * CH * D, col0), att_cp_commit();
-        o_rows(warp, Qs, S, Aq, vb, ob);
-        __syncthreads(); /* every warp has read S, Q e^G and Aq */
-        if (next) stage_async(Qs, in.Qg + un * CH * D), stage_aq_async(Aq, in.Aq + un * CH * CH), att_cp_commit();
-        state_rows(warp, in.eg[u], S, Ks, vb, S);
-        store_o(ob, t0, T, ld_out, h, col0, out);
-        __syncthreads(); /* every warp has read K e^(G_last - G) */
-        if (next) stage_async(Ks, in.Kg + un * CH * D), att_cp_commit();
-    }
-    state_pass_end(S, col0, Sg);
-}
-
-/* The state pass on 8 warps (route gdn.state=8): the recurrence is W S -> v' -> S' and the output o = (Q e^G) S + Aq v'
- * is off it, so after v' warps 0-3 compute o while warps 4-7 compute the next state into the other of two state
- * buffers (both read the old one), and W S runs on all 8 warps (one 16x16 tile each). Per chunk a warp's chain is 16 +
- * 32 k-steps (4-warp form: 32 + 48 + 32). The same products as gdn_tc_state, in the same order per tile: the same
- * bits. */
-#define STATE8_SMEM ((3 * CH * LDK + CH * LDA + 2 * D * LDS + 3 * CH * LDS) * 4)
-
-template <typename A>
-static __global__ __launch_bounds__(256) void gdn_tc_state8(tc_scratch in, int64_t T, int64_t c_first, int n_chunks,
-                                                            fm_gdn_shape g, float *states, const int32_t *seq,
-                                                            bool fresh, A *out) {
-    extern __shared__ __align__(128) float sm[];
-    float *Ws = sm, *Qs = Ws + CH * LDK, *Ks = Qs + CH * LDK, *Aq = Ks + CH * LDK;
-    float *S = Aq + CH * LDA, *Sn = S + D * LDS, *vb = Sn + D * LDS, *ob = vb + CH * LDS, *Us = ob + CH * LDS;
-    const int h = blockIdx.y, col0 = blockIdx.x * 32, warp = threadIdx.x >> 5;
-    float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
-    const int64_t ld_out = (int64_t)g.nv * D;
-    state_pass_begin(in, h, g.nv, col0, Sg, fresh, S, Ws, Qs, Ks, Aq, Us);
-    for (int cl = 0; cl < n_chunks; cl++) {
-        const int64_t u = unit(cl, h, g.nv), t0 = (c_first + cl) * CH, un = unit(cl + 1, h, g.nv);
-        const bool next = cl + 1 < n_chunks;
-        att_cp_wait_all();
-        __syncthreads();
-        ws_tile(Ws, S, warp >> 1, warp & 1, vb); /* warp w: the tile (w / 2, w % 2) */
-        __syncthreads();
-        if (next) stage_async(Ws, in.W + un * CH * D), att_cp_commit();
-        v_prime(vb, Us);
-        __syncthreads();
-        if (next) stage_cols_async(Us, in.U + un * CH * D, col0), att_cp_commit();
-        if (warp < 4) o_rows(warp, Qs, S, Aq, vb, ob);
-        else state_rows(warp - 4, in.eg[u], S, Ks, vb, Sn);
-        __syncthreads(); /* o and the next state written; S, Q e^G, Aq, K and v' read */
-        if (next) {
-            stage_async(Qs, in.Qg + un * CH * D), stage_aq_async(Aq, in.Aq + un * CH * CH);
-            stage_async(Ks, in.Kg + un * CH * D), att_cp_commit();
-        }
-        store_o(ob, t0, T, ld_out, h, col0, out);
-        float *tmp = S; /* the next state is the current one */
-        S = Sn, Sn = tmp;
-    }
-    __syncthreads(); /* the last state, written by warps 4-7 */
-    state_pass_end(S, col0, Sg);
-}
-
-/* The split state pass (route gdn.state=split), FLA's form: the sequence of chunks carries only the state, W S ->
+/* The state pass, FLA's form: the sequence of chunks carries only the state, W S ->
  * v' -> S' (8 warps, a 12-k-step chain per warp and chunk on bf16 mma.sync), and leaves the state before each chunk
  * and v' in the chunk's Sc slot as bf16 ([128][128], then [64][128]); gdn_tc_out then computes every chunk's o = (Q
  * e^G) S + Aq v' at once. With this form the intra kernel leaves W, K e^(G_last - G), Q e^G and Aq as bf16. The tiles
@@ -825,7 +502,7 @@ static __global__ __launch_bounds__(128) void gdn_tc_out(tc_scratch in, int64_t 
 
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                        int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
-                                       void *out, int state_form, cudaStream_t s) {
+                                       void *out, cudaStream_t s) {
     if (!fm_gdn_tc_takes(g.dk, g.dv, true) || g.nk < 1 || g.nv % g.nk != 0) {
         fprintf(stderr, "fp8moe: cuda gdn_chunked (tensor cores): shape dk %d dv %d is not dk = dv = %d\n", g.dk, g.dv,
                 FM_GDN_TC_DIM);
@@ -835,10 +512,7 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
     static bool attributes_set = false; /* once per process: the kernels' shared memory above 48 KB */
     if (!attributes_set) {
         const cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
-        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra<bf16>, smem, INTRA_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_intra16, smem, INTRA16_SMEM));
-        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state<bf16>, smem, STATE_SMEM));
-        FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_state8<bf16>, smem, STATE8_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_hpass, smem, HPASS_SMEM));
         FM_CUDA_CHECK(cudaFuncSetAttribute(gdn_tc_out<bf16>, smem, OPASS_SMEM));
         attributes_set = true;
@@ -855,20 +529,11 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
         const dim3 grid((unsigned)nc, (unsigned)g.nv);
         const bf16 *q = (const bf16 *)qkv, *b = (const bf16 *)ba, *al = (const bf16 *)a_log,
                    *dt = (const bf16 *)dt_bias;
-        if (state_form == FM_GDN_STATE_SPLIT)
-            gdn_tc_intra16<<<grid, 256, INTRA16_SMEM, s>>>(q, b, al, dt, T, c0, g, sc);
-        else gdn_tc_intra<bf16><<<grid, 256, INTRA_SMEM, s>>>(q, b, al, dt, T, c0, g, sc);
+        gdn_tc_intra16<<<grid, 256, INTRA16_SMEM, s>>>(q, b, al, dt, T, c0, g, sc);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
-        if (state_form == FM_GDN_STATE_SPLIT) {
-            gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, c0 == 0);
-            FM_LAUNCH_CHECK("gdn_chunked_tc states");
-            gdn_tc_out<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 128, OPASS_SMEM, s>>>(sc, T, c0, g, (bf16 *)out);
-        } else if (state_form == 8)
-            gdn_tc_state8<bf16><<<dim3(D / 32, (unsigned)g.nv), 256, STATE8_SMEM, s>>>(sc, T, c0, nc, g, states,
-                                                                                       tok_seq, c0 == 0, (bf16 *)out);
-        else
-            gdn_tc_state<bf16><<<dim3(D / 32, (unsigned)g.nv), 128, STATE_SMEM, s>>>(sc, T, c0, nc, g, states, tok_seq,
-                                                                                     c0 == 0, (bf16 *)out);
-        FM_LAUNCH_CHECK("gdn_chunked_tc state");
+        gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, c0 == 0);
+        FM_LAUNCH_CHECK("gdn_chunked_tc states");
+        gdn_tc_out<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 128, OPASS_SMEM, s>>>(sc, T, c0, g, (bf16 *)out);
+        FM_LAUNCH_CHECK("gdn_chunked_tc outputs");
     }
 }

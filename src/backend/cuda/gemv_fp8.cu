@@ -12,7 +12,7 @@
 // from L2, W4A8 staged once per CTA in shared memory (padded rows, conflict-free 4-byte fragment reads). x is read
 // through L2 only (ld.cg): L1 is not coherent, and a co-resident CTA of the previous kernel may have cached the
 // same address. (Quantizing x inside the GEMV instead of a quantizer launch was built and measured slower at every
-// M: each CTA redoes it. bench/NOTES.md.)
+// M: each CTA redoes it. bench/NOTES.md 2026-11-30 "decode-size FP8 GEMVs".)
 //
 //   W8A8 (weights e4m3 rows): the dot product does not care in which order k is visited as long as A and B
 //   agree, so lane (g, t) loads the 16 bytes at k = 64 c + 16 t of rows g and g + 8 and of activation row g, and
@@ -25,7 +25,8 @@
 //
 // Floor: weight bytes / 4.25 TB/s, e.g. Qwen3-30B-A3B's attention projections (qkv 5120 x 2048, o 2048 x 4096):
 // 18.9 MB e4m3 per layer, 4.4 us; int4-tc 9.4 MB + scales, 2.3 us. At these sizes a kernel's fixed costs (launch,
-// ramp, the wait, the last wave) are of the same order: bench/NOTES.md has the measured figures.
+// ramp, the wait, the last wave) are of the same order: bench/NOTES.md 2026-11-30 "decode-size FP8 GEMVs" has the
+// measured figures.
 #include <string.h>
 
 #include "backend/cuda/e4m3_tensor.cuh"
@@ -188,9 +189,9 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
 
 // x is e4m3 [M][n_groups 128] with scales xs[group * ld_s + row] (quantized by an earlier kernel), staged in
 // dynamic shared memory: NT 8 rows of n_groups 128 + W4A8_PAD bytes, then their scales [NT 8][n_groups] fp32
-// (each lane's B fragment is 8 separate 4-byte words, which through L2 alone cost 2x: bench/NOTES.md), then for
-// int4-zp-tc banks their group sums. WK (w4a8_layout.cuh): the bank's kind; int4-zp adds -(zero x scale) x sum
-// per group, as the grouped kernel does.
+// (each lane's B fragment is 8 separate 4-byte words, which through L2 alone cost 2x: bench/NOTES.md 2026-11-30
+// "decode-size FP8 GEMVs"), then for int4-zp-tc banks their group sums. WK (w4a8_layout.cuh): the bank's kind; int4-zp
+// adds -(zero x scale) x sum per group, as the grouped kernel does.
 typedef struct gemv_w4a8_weights {
     const uint8_t *codes;
     const __nv_bfloat16 *ws; // int4-tc: bf16 scales [group][rows_pad]

@@ -1,14 +1,14 @@
-// Device-side routing dispatch and e4m3 row quantization (moe_dispatch.cuh). Memory-bound except the tile
-// planning, which is one small block: the floor is reading x once per routed pair and writing the e4m3 copy.
+// Device-side routing dispatch and e4m3 row quantization (moe_dispatch.cuh; the expert-parallel dispatch of the ranks
+// is ep_dispatch.cu, the group quantizers both use moe_dispatch_device.cuh). Memory-bound except the tile planning,
+// which is one small block: the floor is reading x once per routed pair and writing the e4m3 copy.
 #include <cuda_fp8.h>
 
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
+#include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
-
-#define MAX_EXPERTS 1024
 
 static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, int32_t *counts) {
     __shared__ int32_t local[MAX_EXPERTS];
@@ -46,54 +46,6 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn,
         tiles[first_tile + i] = t;
     }
     if (e == E - 1) *n_tiles = ntl[e];
-}
-
-// A 128-column group of a row of K columns, 4 columns per lane: load_group reads them (8-byte loads where aligned,
-// zeros past K), quantize_group makes their e4m3 codes (one word per lane) and the group's scale, and with SUMS the
-// group's sum, scale x (sum of its codes), for the int4-zp banks' zero-point term (all lanes get both).
-static __device__ __forceinline__ void load_group(const __nv_bfloat16 *x, int64_t K, int64_t grp, float v[4]) {
-    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
-    if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
-        const uint2 raw = __ldg((const uint2 *)(x + k));
-        const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
-        v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
-    } else {
-        for (int i = 0; i < 4; i++) v[i] = k + i < K ? __bfloat162float(x[k + i]) : 0.0f;
-    }
-}
-
-template <bool SUMS>
-static __device__ __forceinline__ uint32_t quantize_group(const float v[4], int64_t K, int64_t grp, float *scale_out,
-                                                          float *sum_out) {
-    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
-    uint32_t word = 0;
-    float sum = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
-        word |= c << (8 * i);
-        if (SUMS) sum += e4m3_decode(c);
-    }
-    if (SUMS)
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    *scale_out = scale, *sum_out = sum * scale;
-    return word;
-}
-
-// One warp quantizes one 128-column group of a row into dst, xs[grp][slot] (and xsum).
-template <bool SUMS>
-static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *x, int64_t K, int64_t grp, uint8_t *dst,
-                                                           float *xs, float *xsum, int64_t ld_s, int64_t slot) {
-    float v[4], scale, sum;
-    load_group(x, K, grp, v);
-    const uint32_t word = quantize_group<SUMS>(v, K, grp, &scale, &sum);
-    *(uint32_t *)(dst + grp * 128 + (threadIdx.x & 31) * 4) = word;
-    if ((threadIdx.x & 31) == 0) {
-        xs[grp * ld_s + slot] = scale;
-        if (SUMS) xsum[grp * ld_s + slot] = sum;
-    }
 }
 
 // One thread per routed pair: its slot in its expert's segment (pair_of_slot for the down GEMM's rows and
@@ -148,64 +100,6 @@ static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T,
     }
 }
 
-// ---- FP4 dispatch: E2M1 codes with block scales, bit for bit src/quant/e2m1.c ------------------------------------
-
-// fm_f32_to_e2m1: round to nearest even, sign of zero kept, finite overflow and +-inf saturate to +-6, NaN -> +6
-static __device__ __forceinline__ uint32_t e2m1_encode(float f) {
-    const uint32_t u = __float_as_uint(f), sign = (u >> 28) & 8u, a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return 7u;
-    if (a >= 0x40C00000u) return sign | 7u;
-    if (a >= 0x3F800000u) {
-        uint32_t h = a - (126u << 23);
-        h = (h + 0x1FFFFFu + ((h >> 22) & 1u)) >> 22;
-        return sign | h;
-    }
-    const uint32_t exp = a >> 23;
-    const int shift = 149 - (int)exp;
-    if (exp == 0 || shift > 24) return sign;
-    const uint32_t m = (a & 0x7FFFFFu) | 0x800000u, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
-    uint32_t k = m >> shift;
-    if (rem > half || (rem == half && (k & 1u))) k++;
-    return sign | k;
-}
-
-static __device__ __forceinline__ float e2m1_decode(uint32_t c) {
-    const uint32_t m = c & 7u;
-    const float v = m < 2 ? 0.5f * (float)m : __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22));
-    return (c & 8u) ? -v : v;
-}
-
-static __device__ __forceinline__ float e8m0_decode(uint32_t e) { return __uint_as_float(e ? e << 23 : 0x00400000u); }
-
-// mx_scale_byte (RCEIL): 127 + ceil(log2(amax / 6)), clamped to 0..254; 0 for an all-zero block, 254 with an inf
-static __device__ __forceinline__ uint32_t mx_scale_byte(float amax) {
-    if (!(amax > 0.0f)) return 0u;
-    if (isinf(amax)) return 254u;
-    const uint32_t u = __float_as_uint(__fdiv_rn(amax, 6.0f)), E = u >> 23, M = u & 0x7FFFFFu;
-    if (u == 0u) return 0u;
-    const int x = E ? (int)E + (M != 0u) : (31 - __clz((int)M)) - 22 + ((M & (M - 1u)) != 0u); /* s = M 2^-149 */
-    return (uint32_t)(x < 0 ? 0 : x > 254 ? 254 : x);
-}
-
-static __device__ __forceinline__ uint32_t e4m3_rne(float v) {
-    return (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-// fm_nvfp4_tensor_scale of x from the amax word: max(amax / (6 x 448), floor)
-static __device__ __forceinline__ float nv_tensor_scale(uint32_t amax_bits) {
-    return fmaxf(__fdiv_rn(__uint_as_float(amax_bits), 2688.0f), 1e-12f); /* FM_NVFP4_TENSOR_SCALE_FLOOR */
-}
-
-// Expert parallelism's NVFP4 tensor scale: of the largest of the ranks' amax (fm_ep_nvfp4_scale)
-static __device__ __forceinline__ float ep_tensor_scale(const float *amaxes, int32_t n_ranks) {
-    float m = 0.0f;
-    for (int32_t r = 0; r < n_ranks; r++) m = fmaxf(m, amaxes[r]);
-    return nv_tensor_scale(__float_as_uint(m));
-}
-
-static __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-static __device__ __forceinline__ float to_f32(float v) { return v; }
-
 // amax of the finite |x| over n bf16 (or fp32) values into *amax (zeroed before; non-negative floats order as their
 // bits)
 template <typename X> static __global__ void amax_kernel(const X *x, int64_t n, uint32_t *amax) {
@@ -217,36 +111,6 @@ template <typename X> static __global__ void amax_kernel(const X *x, int64_t n, 
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
-}
-
-// One lane's 4 elements of a 128-group as E2M1 (nibble i: element 4 lane + i) with its block's scale byte (*byte);
-// sc: the group's block scales as stored (MX: sc[0] = 4 bytes; NV: sc[0], sc[1] = 8 bytes), on every lane.
-template <int FMT>
-static __device__ __forceinline__ uint32_t quantize_group_fp4(const float v[4], float ts, uint32_t sc[2],
-                                                              uint32_t *byte) {
-    constexpr int LANES = FMT == FM_W4A8_DISPATCH_MX ? 8 : 4; /* lanes per block: 32 or 16 elements */
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    amax = fmaxf(0.0f, amax); /* all four NaN: 0, as the CPU's fmaxf from 0 */
-    for (int o = 1; o < LANES; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    uint32_t b;
-    float d;
-    if (FMT == FM_W4A8_DISPATCH_MX) {
-        b = mx_scale_byte(amax), d = e8m0_decode(254u - b); /* 1 / X, exact: x / X is x times it, bit for bit */
-    } else {
-        b = e4m3_rne(__fdiv_rn(amax, __fmul_rn(6.0f, ts))), d = __fmul_rn(ts, e4m3_decode(b));
-    }
-    uint32_t codes = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        codes |= (FMT == FM_W4A8_DISPATCH_MX ? e2m1_encode(__fmul_rn(v[i], d))
-                  : d != 0.0f                ? e2m1_encode(__fdiv_rn(v[i], d))
-                                             : 0u)
-                 << (4 * i);
-    sc[0] = sc[1] = 0u;
-#pragma unroll
-    for (int k = 0; k < 32 / LANES; k++) sc[k / 4] |= __shfl_sync(0xffffffffu, b, k * LANES) << (8 * (k % 4));
-    *byte = b;
-    return codes;
 }
 
 // The grouped GEMM's expansion of this lane's 4 codes (w4a8_gemm.cu; fm_mxfp4_expand_e4m3, fm_nvfp4_expand_e4m3):
@@ -327,9 +191,17 @@ static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, i
     }
 }
 
-static unsigned warp_blocks(int64_t n) { /* 8 warps per block, one task (row or group) per warp, capped grid */
-    const int64_t b = fm_ceil_div(n, 8);
-    return (unsigned)(b < 8192 ? (b > 0 ? b : 1) : 8192);
+void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b,
+                      cudaStream_t s) {
+    const int64_t blocks = fm_ceil_div(P, 256);
+    const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
+    count_kernel<<<grid, 256, 0, s>>>(ids, P, E, b->counts);
+    FM_LAUNCH_CHECK("moe_dispatch_count");
+    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
+                                          b->matrix_of);
+    FM_LAUNCH_CHECK("moe_dispatch_plan");
+    slot_kernel<<<grid, 256, 0, s>>>(ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
+    FM_LAUNCH_CHECK("moe_dispatch_slots");
 }
 
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
@@ -339,16 +211,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
                 MAX_EXPERTS);
         abort();
     }
-    const int64_t P = T * k;
-    const int64_t blocks = fm_ceil_div(P, 256);
-    count_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(ids, P, E, b->counts);
-    FM_LAUNCH_CHECK("moe_dispatch_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
-                                          b->matrix_of);
-    FM_LAUNCH_CHECK("moe_dispatch_plan");
-    slot_kernel<<<(unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024), 256, 0, s>>>(
-        ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
-    FM_LAUNCH_CHECK("moe_dispatch_slots");
+    fm_cuda_moe_plan(ids, T * k, E, tile_rows, b, s);
     const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
     if (b->fmt == FM_W4A8_DISPATCH_NV) {
         fm_cuda_amax(x, true, T * H, (float *)b->amax, s);
@@ -459,267 +322,6 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
     const void *kernel = xsum ? (const void *)quantize_rows_kernel<true> : (const void *)quantize_rows_kernel<false>;
     fm_cuda_launch_pdl(kernel, dim3(warp_blocks(M * fm_ceil_div(K, 128))), dim3(256), 0, s, args, pdl);
     FM_LAUNCH_CHECK("quantize_e4m3_rows");
-}
-
-// ---- expert parallelism (backend/ep_blocks.h): the sending rank's blocks, the receiving rank's dispatch ----------
-
-// One block of 1024 threads over the P routed copies in chunks of 1024, in (token, j) order: each copy's index in its
-// destination's block (the copies of a warp to one rank ranked by __match_any_sync, the warps' counts scanned per
-// rank), its local expert id into that block, ret_row[p]; the blocks' row counts into their headers last.
-static __global__ void __launch_bounds__(1024)
-    ep_positions_kernel(const int32_t *ids, int64_t P, int32_t el, int32_t N, int64_t cap, uint8_t *send,
-                        int64_t dblock, int64_t ids_at, int32_t *ret_row) {
-    __shared__ int32_t wcount[32][FM_EP_MAX_RANKS];
-    __shared__ int32_t base[FM_EP_MAX_RANKS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (threadIdx.x < FM_EP_MAX_RANKS) base[threadIdx.x] = 0;
-    for (int64_t c0 = 0; c0 < P; c0 += 1024) {
-        for (int i = threadIdx.x; i < 32 * FM_EP_MAX_RANKS; i += 1024) (&wcount[0][0])[i] = 0;
-        __syncthreads();
-        const int64_t p = c0 + threadIdx.x;
-        const int32_t e = p < P ? ids[p] : -1, d = e >= 0 ? e / el : -1;
-        const unsigned same = __match_any_sync(0xffffffffu, d);
-        const int rank = __popc(same & ((1u << lane) - 1u));
-        if (d >= 0 && rank == 0) wcount[warp][d] = __popc(same);
-        __syncthreads();
-        if ((int)threadIdx.x < N) {
-            int32_t acc = base[threadIdx.x];
-            for (int w = 0; w < 32; w++) {
-                const int32_t n = wcount[w][threadIdx.x];
-                wcount[w][threadIdx.x] = acc;
-                acc += n;
-            }
-            base[threadIdx.x] = acc;
-        }
-        __syncthreads();
-        if (d >= 0) {
-            const int32_t pos = wcount[warp][d] + rank;
-            ((int32_t *)(send + d * dblock + ids_at))[pos] = e - d * el;
-            ret_row[p] = (int32_t)(d * cap + pos);
-        }
-        __syncthreads();
-    }
-    if ((int)threadIdx.x < N) {
-        int32_t *h = (int32_t *)(send + threadIdx.x * dblock);
-        h[0] = base[threadIdx.x], h[1] = 0, h[2] = 0, h[3] = 0;
-    }
-}
-
-// One warp per (routed copy p, 128-group g): the token's group quantized as the moe's dispatch quantizes it, into
-// the copy's row (backend/dispatch_row.h). e4m3: the group's H codes, then its fp32 scale. FP4 (FMT; NVFP4's
-// tensor scale, of the ranks' amaxes): its E2M1 pairs, then its block scales (4 UE8M0 or 8 e4m3 bytes) among the row's
-// ceil(H / 32 or 16).
-// H % 4 == 0 (the launcher checks): whole lanes. FP4 rows are byte-aligned only (their length may be odd): bytes.
-template <int FMT>
-static __global__ void ep_rows_kernel(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P, const int32_t *ret_row,
-                                      int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at, int64_t row_d,
-                                      const float *amaxes, int32_t n_ranks) {
-    constexpr int BLOCKS = FMT == FM_W4A8_DISPATCH_NV ? 8 : 4; /* FP4 block scales per 128-group */
-    const float ts = FMT == FM_W4A8_DISPATCH_NV ? ep_tensor_scale(amaxes, n_ranks) : 1.0f;
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
-    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < P * G; task += warps) {
-        const int64_t p = task / G, g = task % G, c = g * 128 + lane * 4;
-        const int32_t rr = ret_row[p];
-        uint8_t *row = send + (rr / cap) * dblock + rows_at + (rr % cap) * row_d;
-        float v[4];
-        load_group(x + (p / k) * H, H, g, v);
-        if (FMT == FM_W4A8_DISPATCH_E4M3) {
-            float scale, sum;
-            const uint32_t word = quantize_group<false>(v, H, g, &scale, &sum);
-            if (c < H) *(uint32_t *)(row + c) = word;
-            if (lane == 0) *(float *)(row + H + 4 * g) = scale;
-        } else {
-            uint32_t sc[2], byte;
-            const uint32_t codes = quantize_group_fp4<FMT>(v, ts, sc, &byte);
-            const int64_t nb = (H + 1) / 2, blocks = (H + 128 / BLOCKS - 1) / (128 / BLOCKS);
-            if (c < H) {
-                row[c / 2] = (uint8_t)codes;
-                row[c / 2 + 1] = (uint8_t)(codes >> 8);
-            }
-            if (lane < BLOCKS && g * BLOCKS + lane < blocks)
-                row[nb + g * BLOCKS + lane] = (uint8_t)(sc[lane / 4] >> (8 * (lane % 4)));
-        }
-    }
-}
-
-// The native format (FM_A_NATIVE: the activations as they are, bf16 or fp32): each copy's row is its token's row.
-template <typename A>
-static __global__ void ep_native_rows_kernel(const A *x, int64_t H, int32_t k, int64_t P, const int32_t *ret_row,
-                                             int64_t cap, uint8_t *send, int64_t dblock, int64_t rows_at,
-                                             int64_t row_d) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < P * H; i += stride) {
-        const int64_t p = i / H, c = i % H;
-        const int32_t rr = ret_row[p];
-        ((A *)(send + (rr / cap) * dblock + rows_at + (rr % cap) * row_d))[c] = x[(p / k) * H + c];
-    }
-}
-
-static unsigned elem_blocks(int64_t n) {
-    const int64_t b = fm_ceil_div(n, 256);
-    return (unsigned)(b < 65536 ? (b > 0 ? b : 1) : 65536);
-}
-
-void fm_cuda_ep_dispatch(const void *x, int64_t T, const int32_t *ids, const fm_ep_layout *L, const float *amaxes,
-                         uint8_t *send, int32_t *ret_row, cudaStream_t s) {
-    const bool native = L->fmt == FM_A_NATIVE;
-    const bool fmt_ok = native || L->fmt == FM_A_E4M3_G128 || L->fmt == FM_A_MXFP4 || L->fmt == FM_A_NVFP4;
-    if (!fmt_ok || (!native && L->H % 4) || L->n_ranks > FM_EP_MAX_RANKS) {
-        fprintf(stderr,
-                "fp8moe: ep_dispatch: %s rows of %lld over %d ranks (the native, e4m3, MXFP4 and NVFP4 dispatch; "
-                "H %% 4 == 0 for the quantized ones)\n",
-                fm_afmt_name(L->fmt), (long long)L->H, L->n_ranks);
-        abort();
-    }
-    const int64_t P = T * L->k;
-    ep_positions_kernel<<<1, 1024, 0, s>>>(ids, P, L->n_experts / L->n_ranks, L->n_ranks, L->cap, send,
-                                           (int64_t)L->dblock, (int64_t)L->ids_at, ret_row);
-    FM_LAUNCH_CHECK("ep_positions");
-    if (P == 0) return;
-    if (native) {
-        const int64_t db = (int64_t)L->dblock, at = (int64_t)L->rows_at, rd = (int64_t)L->row_d;
-        if (L->act_bf16)
-            ep_native_rows_kernel<__nv_bfloat16><<<elem_blocks(P * L->H), 256, 0, s>>>(
-                (const __nv_bfloat16 *)x, L->H, L->k, P, ret_row, L->cap, send, db, at, rd);
-        else
-            ep_native_rows_kernel<float><<<elem_blocks(P * L->H), 256, 0, s>>>((const float *)x, L->H, L->k, P, ret_row,
-                                                                               L->cap, send, db, at, rd);
-        FM_LAUNCH_CHECK("ep_native_rows");
-        return;
-    }
-    const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
-    const unsigned grid = warp_blocks(P * fm_ceil_div(L->H, 128));
-    const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
-    switch (fm_w4a8_dispatch_of(L->fmt)) {
-    case FM_W4A8_DISPATCH_E4M3:
-        ep_rows_kernel<FM_W4A8_DISPATCH_E4M3>
-            <<<grid, 256, 0, s>>>(xb, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
-        break;
-    case FM_W4A8_DISPATCH_MX:
-        ep_rows_kernel<FM_W4A8_DISPATCH_MX>
-            <<<grid, 256, 0, s>>>(xb, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
-        break;
-    case FM_W4A8_DISPATCH_NV:
-        ep_rows_kernel<FM_W4A8_DISPATCH_NV>
-            <<<grid, 256, 0, s>>>(xb, L->H, L->k, P, ret_row, L->cap, send, dblock, rows_at, row_d, amaxes, L->n_ranks);
-        break;
-    }
-    FM_LAUNCH_CHECK("ep_rows");
-}
-
-// The receiving rank: place q = s cap + i of the N x cap the blocks hold gets block s's local id of row i, or -1
-// past its count (the tile plan skips those).
-static __global__ void ep_flatten_kernel(const uint8_t *recv, int64_t NQ, int64_t cap, int64_t dblock, int64_t ids_at,
-                                         int32_t *ids) {
-    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < NQ; q += (int64_t)gridDim.x * blockDim.x) {
-        const uint8_t *b = recv + (q / cap) * dblock;
-        const int64_t i = q % cap;
-        ids[q] = i < *(const int32_t *)b ? ((const int32_t *)(b + ids_at))[i] : -1;
-    }
-}
-
-// One warp per (place q, 128-group g) of a received row: its codes and scale where the moe's dispatch would have
-// quantized them (x8 row slot, zeros past H; xs[g][slot]), with SUMS the group's sum as quantize_group makes it.
-template <bool SUMS>
-static __global__ void ep_gather_kernel(const uint8_t *recv, int64_t NQ, int64_t H, int64_t cap, int64_t dblock,
-                                        int64_t rows_at, int64_t row_d, const int32_t *slot_of_pair, uint8_t *x8,
-                                        float *xs, float *xsum) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128;
-    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < NQ * G; task += warps) {
-        const int64_t q = task / G, g = task % G, c = g * 128 + lane * 4;
-        const int32_t slot = slot_of_pair[q];
-        if (slot < 0) continue; /* warp-uniform: one place per warp */
-        const uint8_t *row = recv + (q / cap) * dblock + rows_at + (q % cap) * row_d;
-        const uint32_t word = c < H ? *(const uint32_t *)(row + c) : 0u;
-        const float scale = *(const float *)(row + H + 4 * g);
-        *(uint32_t *)(x8 + slot * Hp + c) = word;
-        float sum = 0.0f;
-        if (SUMS) {
-            for (int i = 0; i < 4; i++) sum += e4m3_decode((word >> (8 * i)) & 0xFFu);
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        }
-        if (lane == 0) {
-            xs[g * NQ + slot] = scale;
-            if (SUMS) xsum[g * NQ + slot] = sum * scale;
-        }
-    }
-}
-
-// An FP4 dispatch's ep_gather_kernel: place q's E2M1 pairs of group g into x8 (the slot's pad128(H) / 2 bytes), its
-// block scales as the group's word(s) of xs (fm_dispatch_bufs); NVFP4: the tensor scale (of the ranks' amaxes) where
-// the GEMM reads it.
-template <int FMT>
-static __global__ void ep_gather_fp4_kernel(const uint8_t *recv, int64_t NQ, int64_t H, int64_t cap, int64_t dblock,
-                                            int64_t rows_at, int64_t row_d, const int32_t *slot_of_pair, uint8_t *x8,
-                                            uint32_t *xs, const float *amaxes, int32_t n_ranks, uint32_t *amax) {
-    constexpr int BLOCKS = FMT == FM_W4A8_DISPATCH_NV ? 8 : 4;
-    if (FMT == FM_W4A8_DISPATCH_NV && blockIdx.x == 0 && threadIdx.x == 0)
-        ((float *)amax)[1] = ep_tensor_scale(amaxes, n_ranks);
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128, Hp = G * 128;
-    const int64_t nb = (H + 1) / 2, blocks = (H + 128 / BLOCKS - 1) / (128 / BLOCKS);
-    for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < NQ * G; task += warps) {
-        const int64_t q = task / G, g = task % G, c2 = g * 64 + lane * 2;
-        const int32_t slot = slot_of_pair[q];
-        if (slot < 0) continue; /* warp-uniform: one place per warp */
-        const uint8_t *row = recv + (q / cap) * dblock + rows_at + (q % cap) * row_d;
-        const uint32_t codes = c2 < nb ? (uint32_t)row[c2] | (uint32_t)row[c2 + 1] << 8 : 0u;
-        *(uint16_t *)(x8 + slot * (Hp / 2) + c2) = (uint16_t)codes;
-        const uint32_t byte = lane < BLOCKS && g * BLOCKS + lane < blocks ? row[nb + g * BLOCKS + lane] : 0u;
-        uint32_t w[2] = {0u, 0u};
-#pragma unroll
-        for (int j = 0; j < BLOCKS; j++) w[j / 4] |= __shfl_sync(0xffffffffu, byte, j) << (8 * (j % 4));
-        if (lane == 0) {
-            if (FMT == FM_W4A8_DISPATCH_MX) xs[g * NQ + slot] = w[0];
-            else ((uint2 *)xs)[g * NQ + slot] = make_uint2(w[0], w[1]);
-        }
-    }
-}
-
-void fm_cuda_ep_flatten(const uint8_t *recv, const fm_ep_layout *L, int32_t *ids, cudaStream_t s) {
-    const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
-    const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
-    ep_flatten_kernel<<<grid, 256, 0, s>>>(recv, NQ, L->cap, (int64_t)L->dblock, (int64_t)L->ids_at, ids);
-    FM_LAUNCH_CHECK("ep_flatten");
-}
-
-void fm_cuda_ep_receive(const uint8_t *recv, const fm_ep_layout *L, int32_t E, int32_t tile_rows, const float *amaxes,
-                        int32_t *ids, const fm_dispatch_bufs *b, cudaStream_t s) {
-    if (E < 1 || E > MAX_EXPERTS || b->fmt != (int32_t)fm_w4a8_dispatch_of(L->fmt) ||
-        (L->fmt != FM_A_E4M3_G128 && L->fmt != FM_A_MXFP4 && L->fmt != FM_A_NVFP4)) {
-        fprintf(stderr, "fp8moe: ep_receive: %d experts (1..%d), %s rows (the e4m3, MXFP4 and NVFP4 dispatch)\n", E,
-                MAX_EXPERTS, fm_afmt_name(L->fmt));
-        abort();
-    }
-    const int64_t NQ = (int64_t)L->n_ranks * L->cap, blocks = fm_ceil_div(NQ, 256);
-    const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
-    fm_cuda_ep_flatten(recv, L, ids, s);
-    count_kernel<<<grid, 256, 0, s>>>(ids, NQ, E, b->counts);
-    FM_LAUNCH_CHECK("ep_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
-                                          b->matrix_of);
-    FM_LAUNCH_CHECK("ep_plan");
-    slot_kernel<<<grid, 256, 0, s>>>(ids, NQ, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
-    FM_LAUNCH_CHECK("ep_slots");
-    const unsigned qblocks = warp_blocks(NQ * fm_ceil_div(L->H, 128));
-    const int64_t dblock = (int64_t)L->dblock, rows_at = (int64_t)L->rows_at, row_d = (int64_t)L->row_d;
-    if (b->fmt == FM_W4A8_DISPATCH_MX)
-        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_MX>
-            <<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8,
-                                     (uint32_t *)b->xs, amaxes, L->n_ranks, b->amax);
-    else if (b->fmt == FM_W4A8_DISPATCH_NV)
-        ep_gather_fp4_kernel<FM_W4A8_DISPATCH_NV>
-            <<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair, b->x8,
-                                     (uint32_t *)b->xs, amaxes, L->n_ranks, b->amax);
-    else if (b->xsum)
-        ep_gather_kernel<true><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair,
-                                                       b->x8, b->xs, b->xsum);
-    else
-        ep_gather_kernel<false><<<qblocks, 256, 0, s>>>(recv, NQ, L->H, L->cap, dblock, rows_at, row_d, b->slot_of_pair,
-                                                        b->x8, b->xs, NULL);
-    FM_LAUNCH_CHECK("ep_gather");
 }
 
 void fm_cuda_amax(const void *x, bool bf16, int64_t n, float *out, cudaStream_t s) {

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/bench_common.h"
-#include "cli/bench_constrain.h"
+#include "bench_common.h"
+#include "bench_constrain.h"
 #include "cli/cli.h"
 #include "text/grammar.h"
 #include "text/token_matcher.h"

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
@@ -110,8 +110,7 @@ static const struct {
 };
 
 typedef struct result {
-    bench_row t;
-    float *out; /* the last layer's outputs, qkv then o, for the comparison */
+    bench_row t; /* t.out: the last layer's outputs, qkv then o */
 } result;
 
 typedef struct bench_cfg {
@@ -314,8 +313,8 @@ static void run_rows(route_ctx *rc, int mi, result *res) {
     rc->x_o = be->ops->alloc(be, (size_t)(M * s->o_k) * act);
     rc->y_qkv = be->ops->alloc(be, (size_t)(M * s->qkv_n) * act);
     rc->y_o = be->ops->alloc(be, (size_t)(M * s->o_n) * act);
-    res->out = malloc((size_t)(M * (s->qkv_n + s->o_n)) * sizeof(float));
-    if (!ms || !rc->x_qkv || !rc->x_o || !rc->y_qkv || !rc->y_o || !res->out) {
+    res->t.out = malloc((size_t)(M * (s->qkv_n + s->o_n)) * sizeof(float));
+    if (!ms || !rc->x_qkv || !rc->x_o || !rc->y_qkv || !rc->y_o || !res->t.out) {
         set_msg(res, BENCH_FAILED, "out of memory for the activations");
         goto done;
     }
@@ -333,13 +332,13 @@ static void run_rows(route_ctx *rc, int mi, result *res) {
     const double bw_s = res->t.weight_bytes / BENCH_BANDWIDTH_BYTES_PER_S;
     const double fl_s = res->t.flops / (is_fp8(rc->route) ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
     res->t.floor_ms = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
-    be->ops->download_f32(be, rc->y_qkv, M * s->qkv_n, res->out);
-    be->ops->download_f32(be, rc->y_o, M * s->o_n, res->out + M * s->qkv_n);
+    be->ops->download_f32(be, rc->y_qkv, M * s->qkv_n, res->t.out);
+    be->ops->download_f32(be, rc->y_o, M * s->o_n, res->t.out + M * s->qkv_n);
     res->t.status = BENCH_OK;
     if (c->b.verbose)
         fprintf(stderr, "%s M=%lld: median %.3f ms\n", route_names[rc->route], (long long)M, res->t.median_ms);
 done:
-    if (res->t.status != BENCH_OK) free(res->out), res->out = NULL;
+    if (res->t.status != BENCH_OK) free(res->t.out), res->t.out = NULL;
     release_rows(rc);
     free(ms);
 }
@@ -358,18 +357,15 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "%s (GEMM only) runs on the cuda backend only", route_names[route]);
     if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
     if (st) {
-        for (int i = 0; i < c->n_rows; i++)
-            set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
+        bench_grid_route_failed(res, sizeof *res, c->n_rows, st, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
     if (!c->device[0]) snprintf(c->device, sizeof c->device, "%s", rc.be->ops->device_name(rc.be));
     if (c->b.verbose) fprintf(stderr, "%s: building %d layers of weights\n", route_names[route], c->layers);
     st = make_banks(&rc, &e);
-    for (int i = 0; i < c->n_rows; i++) {
-        if (st) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
-        else run_rows(&rc, i, &res[i]);
-    }
+    if (st) bench_grid_route_failed(res, sizeof *res, c->n_rows, st, e.msg);
+    for (int i = 0; !st && i < c->n_rows; i++) run_rows(&rc, i, &res[i]);
     if (rc.qkv) rc.be->ops->bank_free(rc.be, rc.qkv);
     if (rc.o) rc.be->ops->bank_free(rc.be, rc.o);
     rc.be->ops->destroy(rc.be);
@@ -490,18 +486,13 @@ int cmd_bench_gemm(int argc, char **argv) {
         int bf = -1;
         for (int ri = 0; ri < c.n_routes; ri++)
             if (c.route[ri] == R_BF16) bf = ri;
-        for (int i = 0; i < c.n_routes * c.n_rows; i++) {
-            result *r = &res[i];
-            const result *ref = bf >= 0 ? at(&c, res, bf, i % c.n_rows) : NULL;
-            const int64_t n = c.rows[i % c.n_rows] * (c.shape->qkv_n + c.shape->o_n);
-            r->t.err =
-                r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK ? bench_nerr(r->out, ref->out, n) : NAN;
-            if (r->t.status == BENCH_FAILED && failed < 0) failed = i;
-        }
+        int64_t n_out[MAX_ROW_COUNTS];
+        for (int i = 0; i < c.n_rows; i++) n_out[i] = c.rows[i] * (c.shape->qkv_n + c.shape->o_n);
+        failed = bench_grid_compare(res, sizeof *res, c.n_routes, c.n_rows, bf, n_out);
         print_tables(&c, res);
         if (c.b.json_path) st = write_json(&c, res, &err);
     }
-    for (int i = 0; res && i < c.n_routes * c.n_rows; i++) free(res[i].out);
+    bench_grid_free_outs(res, sizeof *res, c.n_routes * c.n_rows);
     free(c.x_qkv), free(c.x_o);
     if (st) {
         free(res);

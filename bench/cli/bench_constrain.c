@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_constrain.h"
+#include "bench_constrain.h"
 #include "engine/kv_state.h"
 #include "util/status.h"
 

@@ -1,5 +1,5 @@
 /* Pre-quantized linears from float views (qsynth.h). */
-#include "model/qsynth.h"
+#include "qsynth.h"
 
 #include <math.h>
 #include <stdio.h>

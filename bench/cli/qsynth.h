@@ -5,8 +5,8 @@
  *   FM_QSYNTH_FP8_BLOCK   block-FP8, e4m3 codes with one fp32 weight_scale_inv per 128 x 128 block (amax / 448), as
  *                         DeepSeek-V3 and Qwen3-*-FP8 ship
  * The result is bound through fm_qsrc_bind, the same checks a checkpoint's tensors go through. */
-#ifndef FM_MODEL_QSYNTH_H
-#define FM_MODEL_QSYNTH_H
+#ifndef FM_BENCH_QSYNTH_H
+#define FM_BENCH_QSYNTH_H
 
 #include "model/model_src.h"
 

@@ -1,5 +1,5 @@
 /* Shared pieces of the side-by-side benchmarks (bench_common.h). */
-#include "cli/bench_common.h"
+#include "bench_common.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -202,6 +202,31 @@ double bench_nerr(const float *x, const float *ref, int64_t n) {
 void bench_row_set(bench_row *r, bench_status st, const char *msg) {
     r->status = st;
     snprintf(r->msg, sizeof r->msg, "%s", msg);
+}
+
+void bench_grid_route_failed(void *route_rows, size_t stride, int n_sizes, fm_status st, const char *msg) {
+    for (int i = 0; i < n_sizes; i++)
+        bench_row_set(bench_grid_row(route_rows, stride, i),
+                      st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, msg);
+}
+
+int bench_grid_compare(void *rows, size_t stride, int n_routes, int n_sizes, int ref, const int64_t *n_out) {
+    int failed = -1;
+    for (int i = 0; i < n_routes * n_sizes; i++) {
+        bench_row *r = bench_grid_row(rows, stride, i);
+        const bench_row *rr = ref >= 0 ? bench_grid_row(rows, stride, ref * n_sizes + i % n_sizes) : NULL;
+        r->err = r->status == BENCH_OK && rr && rr->status == BENCH_OK ? bench_nerr(r->out, rr->out, n_out[i % n_sizes])
+                                                                       : NAN;
+        if (r->status == BENCH_FAILED && failed < 0) failed = i;
+    }
+    return failed;
+}
+
+void bench_grid_free_outs(void *rows, size_t stride, int n) {
+    for (int i = 0; rows && i < n; i++) {
+        bench_row *r = bench_grid_row(rows, stride, i);
+        free(r->out), r->out = NULL;
+    }
 }
 
 void bench_row_json(const bench_row *r, cJSON *o) {

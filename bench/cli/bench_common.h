@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/qsynth.h"
+#include "qsynth.h"
 #include "backend/backend.h"
 #include "model/model_src.h"
 
@@ -19,6 +19,14 @@
 #define BENCH_FP8_FLOPS_PER_S 1.3e15
 #define BENCH_MAX_REPEAT 2000 /* two marks per run, FM_MARK_SLOTS (4096) in all */
 
+/* The bench commands (argv[0] is the command's name: "prefill", "moe", ...); bench/cli/main.c picks one. */
+int cmd_bench_prefill(int argc, char **argv);
+int cmd_bench_moe(int argc, char **argv);
+int cmd_bench_gemm(int argc, char **argv);
+int cmd_bench_decode(int argc, char **argv);
+int cmd_bench_tokenize(int argc, char **argv);
+int cmd_bench_mask(int argc, char **argv);
+
 typedef enum { BENCH_NOT_RUN, BENCH_OK, BENCH_UNAVAILABLE, BENCH_FAILED } bench_status;
 const char *bench_status_name(bench_status s);
 
@@ -27,7 +35,21 @@ typedef struct bench_row {
     bench_status status;
     char msg[sizeof(((fm_error *)0)->msg)];
     double median_ms, min_ms, max_ms, flops, weight_bytes, floor_ms, err;
+    float *out; /* host copy of the route's output at this size, for err (bench_grid_compare) */
 } bench_row;
+
+/* The grid of a side-by-side benchmark (bench moe, bench gemm): route ri at size si is row ri * n_sizes + si of an
+ * array of the command's result structs, stride bytes apart, each beginning with its bench_row. */
+static inline bench_row *bench_grid_row(void *rows, size_t stride, int i) {
+    return (bench_row *)((char *)rows + (size_t)i * stride);
+}
+/* Every size of a route that could not run: unavailable (st FM_ERR_UNSUPPORTED: no such route here) or failed. */
+void bench_grid_route_failed(void *route_rows, size_t stride, int n_sizes, fm_status st, const char *msg);
+/* After every route ran: each row's err against the reference route's row at the same size over n_out[si] floats of
+ * their outputs (NAN without a reference, ref < 0, or when either did not run). Returns the first failed row, or -1. */
+int bench_grid_compare(void *rows, size_t stride, int n_routes, int n_sizes, int ref, const int64_t *n_out);
+/* The rows' outputs freed (rows may be NULL). */
+void bench_grid_free_outs(void *rows, size_t stride, int n);
 
 void bench_row_set(bench_row *r, bench_status st, const char *msg);
 /* The row's JSON fields into o: status, and message or the timings, FLOPs, weight bytes, floor, x_floor and
@@ -80,7 +102,7 @@ bool bench_parse_names(const char *cmd, const char *opt, const char *list, const
 /* Synthetic weights (model/model_src.h), as synthetic.c makes them: uniform with variance 1 / fan_in; the values
  * depend only on the seed, so every route computes the same function of the same weights. */
 fm_wsrc bench_weight_view(uint64_t seed, int64_t rows, int64_t cols);
-/* The pre-quantized routes: views v[0..n) quantized on the host into a checkpoint's format (model/qsynth.h), in
+/* The pre-quantized routes: views v[0..n) quantized on the host into a checkpoint's format (qsynth.h), in
  * parallel; on success v[i] becomes the bound pre-quantized source and *q holds its tensors (bench_prequant_free). */
 fm_status bench_prequantize(fm_wsrc *v, int64_t n, fm_qsynth_kind kind, fm_qsynth **q, fm_error *err);
 void bench_prequant_free(fm_qsynth *q, int64_t n);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "dist/rank_group.h"
 #include "util/progress.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "dist/rank_group.h"
 #include "engine/kv_state.h"

@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/w4a8_workspace.h"
-#include "cli/bench_common.h"
+#include "bench_common.h"
 #include "cli/cli.h"
 #include "util/status.h"
 #ifdef FM_HAVE_CUDA
@@ -128,7 +128,6 @@ typedef struct result {
     double act_bytes;
     double dispatch_bytes; /* the grouped routes' dispatch buffer (codes + scales), else 0 */
     int32_t touched;       /* experts with at least one routed pair */
-    float *out;            /* host copy of the output [T, H], for the comparison */
 } result;
 
 typedef struct bench_cfg {
@@ -206,7 +205,7 @@ static fm_status make_inputs(bench_cfg *c, fm_error *err) {
 }
 
 /* gate_up [E][2I, H] (gate rows, then up rows) and down [E][H, I] banks in format fmt; the pre-quantized routes
-   quantize the same synthetic weights on the host first, into a checkpoint's format (model/qsynth.h) */
+   quantize the same synthetic weights on the host first, into a checkpoint's format (qsynth.h) */
 static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wformat fmt, fm_bank **gu, fm_bank **dn,
                             fm_error *err) {
     const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK;
@@ -275,8 +274,8 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     void *out = be->ops->alloc(be, (size_t)(T * s->H) * act);
     int32_t *ids_h = malloc((size_t)P * sizeof *ids_h);
     double *ms = malloc((size_t)c->b.repeat * sizeof *ms);
-    res->out = malloc((size_t)(T * s->H) * sizeof(float));
-    if (!x || !lg || !ids || !w || !out || !ids_h || !ms || !res->out) {
+    res->t.out = malloc((size_t)(T * s->H) * sizeof(float)); /* the output [T, H] */
+    if (!x || !lg || !ids || !w || !out || !ids_h || !ms || !res->t.out) {
         set_msg(res, BENCH_FAILED, "out of memory for the activations");
         goto done;
     }
@@ -314,12 +313,12 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     const double bw_s = (res->t.weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
     const double fl_s = res->t.flops / (routes[rc->route].fp8 ? BENCH_FP8_FLOPS_PER_S : BENCH_BF16_FLOPS_PER_S);
     res->t.floor_ms = 1e3 * (bw_s > fl_s ? bw_s : fl_s);
-    be->ops->download_f32(be, out, T * s->H, res->out);
+    be->ops->download_f32(be, out, T * s->H, res->t.out);
     res->t.status = BENCH_OK;
     if (c->b.verbose)
         fprintf(stderr, "%s T=%lld: median %.3f ms\n", route_names[rc->route], (long long)T, res->t.median_ms);
 done:
-    if (res->t.status != BENCH_OK) free(res->out), res->out = NULL;
+    if (res->t.status != BENCH_OK) free(res->t.out), res->t.out = NULL;
     void *bufs[] = {x, lg, ids, w, out};
     for (int i = 0; i < 5; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
@@ -343,8 +342,7 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
 #endif
     if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
     if (st) {
-        for (int i = 0; i < c->n_tokens; i++)
-            set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
+        bench_grid_route_failed(res, sizeof *res, c->n_tokens, st, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;
         return fm_fail(err, st, "%s", e.msg); /* no backend: nothing else can run either */
     }
@@ -360,10 +358,8 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
         rc.gu = rc.dn = NULL;
     }
 #endif
-    for (int i = 0; i < c->n_tokens; i++) {
-        if (st) set_msg(&res[i], st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED, e.msg);
-        else run_tokens(&rc, c, i, &res[i]);
-    }
+    if (st) bench_grid_route_failed(res, sizeof *res, c->n_tokens, st, e.msg);
+    for (int i = 0; !st && i < c->n_tokens; i++) run_tokens(&rc, c, i, &res[i]);
 #ifdef FM_HAVE_CUDA
     if (rc.lt) fm_lt_moe_free(rc.lt);
 #endif
@@ -449,19 +445,15 @@ int cmd_bench_moe(int argc, char **argv) {
     int failed = -1; /* first failed row */
     if (!st) {
         int bf = -1;
+        int64_t n_out[MAX_TOKEN_COUNTS];
         for (int ri = 0; ri < c.n_routes; ri++)
             if (c.route[ri] == ROUTE_BF16) bf = ri;
-        for (int i = 0; i < c.n_routes * c.n_tokens; i++) {
-            result *r = &res[i], *ref = bf >= 0 ? &res[bf * c.n_tokens + i % c.n_tokens] : NULL;
-            r->t.err = r->t.status == BENCH_OK && ref && ref->t.status == BENCH_OK
-                           ? bench_nerr(r->out, ref->out, c.tokens[i % c.n_tokens] * c.shape->H)
-                           : NAN;
-            if (r->t.status == BENCH_FAILED && failed < 0) failed = i;
-        }
+        for (int i = 0; i < c.n_tokens; i++) n_out[i] = c.tokens[i] * c.shape->H;
+        failed = bench_grid_compare(res, sizeof *res, c.n_routes, c.n_tokens, bf, n_out);
         print_table(&c, res);
         if (c.b.json_path) st = write_json(&c, res, &err);
     }
-    for (int i = 0; res && i < c.n_routes * c.n_tokens; i++) free(res[i].out);
+    bench_grid_free_outs(res, sizeof *res, c.n_routes * c.n_tokens);
     for (int i = 0; i < c.n_tokens; i++) free(c.x ? c.x[i] : NULL), free(c.logits ? c.logits[i] : NULL);
     free(c.x), free(c.logits);
     if (st) {

@@ -1,0 +1,479 @@
+/* fp8moe bench decode: decode steps of a synthetic model at real shapes, B sequences at a given context, the presets
+ * side by side, against the floor of the bytes a step must read. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "bench_constrain.h"
+#include "cli/cli.h"
+#include "dist/comm.h"
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "engine/memory_plan.h"
+#include "util/progress.h"
+
+static const char *HELP =
+    "usage: fp8moe bench decode --synthetic NAME [--batch 1,8,64] [--context 2048] [--presets LIST] [options]\n"
+    "\n"
+    "Decode steps of a synthetic model with the shapes of a real checkpoint: for each preset and batch size B, B\n"
+    "sequences are prefilled to the context, then every timed step decodes one token of each (sampling greedy on\n"
+    "the device, decode steps replayed as CUDA graphs per batch bucket unless --route decode.graphs=off). Prints\n"
+    "per step the median, min and max wall time (staging, the step, the sampled ids back on the host), tokens/s,\n"
+    "the bytes a step must read (the weights it touches: attention projections, router, the experts its tokens\n"
+    "select (expected count under uniform routing), lm_head; and the KV cache of every sequence) against the floor\n"
+    "at 4.25 TB/s, and the per-stage times of one step run without a graph.\n"
+    "\n"
+    "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, qwen3-next-80b-a3b, or\n"
+    "                     toy-moe / toy-next (small enough for the CPU)\n"
+    "  --batch LIST       sequences decoded together (default 1,8,64)\n"
+    "  --context N        tokens in each sequence's cache when the timing starts (default 2048)\n"
+    "  --presets LIST     presets side by side (default ref,int4,fp8,fp8+w8a8; cpu: ref,fp8); fp8+w8a8 is fp8 with\n"
+    "                     --dense w8a8\n"
+    "  --steps N          timed decode steps (default 64)\n"
+    "  --warmup W         untimed steps first (default 8; the first steps of a batch bucket capture its graph)\n"
+    "  --layers L         only the first L layers\n"
+    "  --json FILE        also write the results as JSON\n"
+    "  --backend B        cuda (default) or cpu\n"
+    "  --route KEY=VALUE  force a kernel route (repeatable; `fp8moe inspect --routes`)\n" BENCH_ROUTING_HELP
+    "  --experts-in W     device (default), host (experts in host memory behind an expert cache; on cuda the\n"
+    "                     fp8 and fp4 presets) or auto (host when the model does not fit); then each row also\n"
+    "                     gives the cache's hit rate over the timed steps, the bytes copied from host memory\n"
+    "                     per step and their floor at the host link's bandwidth, measured in the same run\n"
+    "  --expert-slots N   slots of the expert cache (default: from the memory plan)\n"
+    "  --vram-limit BYTES plan as if the GPU had this much memory (8G, 12Gi, bytes): with --experts-in host or\n"
+    "                     auto, the expert cache gets what the rest leaves\n"
+    "  --decode-input I   sampled (default: each step decodes the token the last one sampled) or random (a\n"
+    "                     random token per sequence and step: routing as independent as the model makes it, the\n"
+    "                     expert cache's hard case; a synthetic model's sampled tokens tend to repeat)\n"
+    "  --expert-policy P  lfu (default) or lru\n"
+    "  --json-object      every sequence constrained to JSON objects (response_format json_object): each step\n"
+    "                     also computes the sequences' allowed-token masks on the host (one thread per sequence),\n"
+    "                     copies them to the device and samples under them; the vocabulary is\n"
+    "                     models/tiny-code-moe's tokenizer grown to the model's size (bench mask says how)\n"
+    "  --ep N             decode by N ranks in this process, each with 1/N of the routed experts (cpu backend: a\n"
+    "                     simulated world exchanging through host memory; one preset, default fp8), the routed\n"
+    "                     rows sent all-to-all in the --dispatch format: per batch the group's wall time per step\n"
+    "                     and the bytes the ranks send each other per step and layer\n"
+    "  --dispatch F       the expert dispatch format with --ep: bf16, fp8, mxfp4, nvfp4 or preset (default)\n"
+    "  -v, --verbose      progress on stderr\n";
+
+enum {
+    OPT_SYNTH = 2000,
+    OPT_BATCH,
+    OPT_CONTEXT,
+    OPT_PRESETS,
+    OPT_STEPS,
+    OPT_LAYERS,
+    OPT_ROUTING,
+    OPT_EXPERTS_IN,
+    OPT_EXPERT_SLOTS,
+    OPT_EXPERT_POLICY,
+    OPT_VRAM_LIMIT,
+    OPT_DECODE_INPUT,
+    OPT_EP,
+    OPT_DISPATCH,
+    OPT_JSON_OBJECT
+};
+static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
+                                            {"batch", required_argument, 0, OPT_BATCH},
+                                            {"context", required_argument, 0, OPT_CONTEXT},
+                                            {"presets", required_argument, 0, OPT_PRESETS},
+                                            {"steps", required_argument, 0, OPT_STEPS},
+                                            {"layers", required_argument, 0, OPT_LAYERS},
+                                            {"synthetic-routing", required_argument, 0, OPT_ROUTING},
+                                            {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
+                                            {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS},
+                                            {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
+                                            {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
+                                            {"decode-input", required_argument, 0, OPT_DECODE_INPUT},
+                                            {"ep", required_argument, 0, OPT_EP},
+                                            {"dispatch", required_argument, 0, OPT_DISPATCH},
+                                            {"json-object", no_argument, 0, OPT_JSON_OBJECT},
+                                            {"help", no_argument, 0, 'h'},
+                                            BENCH_LONG_OPTIONS,
+                                            {0, 0, 0, 0}};
+
+#define MAX_BATCHES 8
+static const char *const k_presets[] = {"ref", "int4", "fp8", "fp8+w8a8"};
+enum { N_PRESETS = 4 };
+
+typedef struct decode_row {
+    const char *preset;
+    int64_t batch;
+    double median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
+    fm_profile prof; /* one step without a graph */
+    bool host;       /* experts in host memory: the cache's counters over the timed steps */
+    double hit_rate, copied_per_step, prefetched_per_step;
+    int32_t slots;
+    bench_status status;
+    char msg[sizeof(((fm_error *)0)->msg)];
+} decode_row;
+
+/* Bytes one decode step of B tokens at context ctx must read: every dense weight once, the experts the B tokens
+ * select (E (1 - (1 - k/E)^B) of each layer's E under uniform routing), the lm_head, and the K and V of every
+ * sequence's context. */
+static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, int64_t ctx) {
+    const fm_config *c = &m->cfg;
+    double b = (double)(p->weights[FM_MEM_ATTN] + p->weights[FM_MEM_ROUTER] + p->weights[FM_MEM_NORMS] +
+                        p->weights[FM_MEM_DENSE_MLP] + p->weights[FM_MEM_LM_HEAD]);
+    if (!p->weights[FM_MEM_LM_HEAD]) b += (double)p->weights[FM_MEM_EMBED]; /* tied: the embedding is the lm_head */
+    if (c->n_experts > 0) {
+        const double E = c->n_experts, k = c->n_experts_per_tok;
+        b += (double)p->weights[FM_MEM_EXPERTS] * (1.0 - pow(1.0 - k / E, (double)B));
+    }
+    b += (double)B * (double)ctx * 2.0 * m->n_layers * c->n_kv_heads * c->head_dim * (double)m->be->ops->act_size;
+    return b;
+}
+
+/* What the command line asks for. */
+typedef struct decode_args {
+    bench_opts b;
+    const char *synth, *routing;
+    int64_t batches[MAX_BATCHES];
+    int nb, np, pidx[N_PRESETS];
+    long context, layers, slots, ep;
+    bool presets_given, random_ids, json_object;
+    fm_experts_in experts_in;
+    fm_expert_policy policy;
+    int64_t vram_limit;
+    fm_dispatch dispatch;
+} decode_args;
+
+/* One batch size of one loaded preset: B sequences prefilled to the context, warm-up and timed steps, the expert
+ * cache's counts over the timed ones, then one step with stage marks; the sequences are ended. A failure is the row's
+ * (its status and message) and is returned: the preset's larger batches are not run after it. */
+static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decode_args *a, int64_t max_tokens,
+                            decode_row *row) {
+    const int32_t B = (int32_t)row->batch;
+    const int32_t V = fm_model_vocab_size(m);
+    const long steps = a->b.repeat, warmup = a->b.warmup;
+    fm_error err = {{0}};
+    fm_status st = FM_OK;
+    int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
+    float *lp = malloc((size_t)B * sizeof *lp);
+    double *ms = malloc((size_t)steps * sizeof *ms);
+    /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
+    if (!seq || !ids || !lp || !ms) st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
+    else st = bench_prefill_sequences(m, B, a->context, max_tokens, seq, ids, &err);
+    if (!st) st = m->be->ops->sync(m->be, &err);
+    if (a->b.verbose && !st)
+        fm_progress("%s B=%d: prefilled %d x %lld tokens", row->preset, B, B, (long long)a->context);
+    /* one profiled step without a graph: the stage breakdown */
+    memset(&row->prof, 0, sizeof row->prof);
+    fm_expert_stats es0 = {0}, es1 = {0};
+    bench_constraint bc = {0};
+    if (!st && a->json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
+    uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
+    for (long r = 0; !st && r < warmup + steps; r++) {
+        if (r == warmup) fm_context_expert_stats(m->context, &es0); /* the timed steps' own hits and misses */
+        for (int32_t s = 0; a->random_ids && s < B; s++)
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
+        const double t0 = cli_now();
+        if (a->json_object) bench_constraint_masks(m, &bc);
+        st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
+        if (!st && a->json_object) st = bench_constraint_accept(&bc, ids, &err);
+        if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
+    }
+    bench_constraint_end(&bc);
+    if (!st && (row->host = fm_context_expert_stats(m->context, &es1))) {
+        const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
+        row->hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
+        row->copied_per_step = (double)(es1.bytes_copied - es0.bytes_copied) / (double)steps;
+        row->prefetched_per_step = (double)(es1.bytes_prefetched - es0.bytes_prefetched) / (double)steps;
+        row->slots = es1.slots;
+    }
+    if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
+        int32_t *pos = malloc((size_t)B * sizeof *pos);
+        for (int32_t s = 0; s < B && !st; s++) {
+            pos[s] = (int32_t)fm_kv_seq_tokens(&m->context->kv->pool, seq[s]);
+            st = fm_kv_seq_append(&m->context->kv->pool, seq[s], 1, &err);
+        }
+        m->context->kv->tables_dirty = true;
+        if (!st) st = fm_step_stage(m->context, ids, seq, pos, B, &err);
+        if (!st) st = fm_step_profile(m->context, B, false, FM_ATTN_PAGED, &row->prof, &err);
+        free(pos);
+    }
+    for (int32_t s = 0; seq && s < B; s++)
+        if (seq[s] >= 0 && fm_kv_seq_tokens(&m->context->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m->context, seq[s]);
+    if (!st) {
+        double med, mn, mx;
+        bench_stats(ms, steps, &med, &mn, &mx);
+        row->median_ms = med, row->min_ms = mn, row->max_ms = mx;
+        row->tokens_per_s = B / (med * 1e-3);
+        row->bytes = step_bytes(m, plan, B, a->context + warmup + steps / 2);
+        row->floor_ms = 1e3 * row->bytes / BENCH_BANDWIDTH_BYTES_PER_S;
+        row->status = BENCH_OK;
+    } else {
+        row->status = BENCH_FAILED;
+        snprintf(row->msg, sizeof row->msg, "%s", err.msg);
+    }
+    free(seq), free(ids), free(lp), free(ms);
+    return st;
+}
+
+/* One preset: the model loaded once with room for the largest batch, then each batch size timed (rows[0..nb)). */
+static void run_preset(const decode_args *a, const char *preset, const cli_model_opts *base, decode_row *rows) {
+    fm_options opt = base->opt;
+    fm_preset p = FM_PRESET_REF;
+    const bool w8a8 = !strcmp(preset, "fp8+w8a8");
+    fm_preset_parse(w8a8 ? "fp8" : preset, &p);
+    int64_t max_b = 0;
+    for (int i = 0; i < a->nb; i++) max_b = a->batches[i] > max_b ? a->batches[i] : max_b;
+    opt.preset = p, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+    opt.max_seqs = (int32_t)max_b, opt.ctx = a->context + a->b.warmup + a->b.repeat + 1;
+    opt.max_tokens = a->context < 2048 ? a->context : 2048;
+    fm_error err = {{0}};
+    fm_model *m = NULL;
+    for (int i = 0; i < a->nb; i++) rows[i].preset = preset, rows[i].batch = a->batches[i];
+    fm_status st = fm_model_load_synthetic(a->synth, opt.n_layers, &opt, &m, &err);
+    if (st) {
+        for (int i = 0; i < a->nb; i++) {
+            rows[i].status = st == FM_ERR_UNSUPPORTED ? BENCH_UNAVAILABLE : BENCH_FAILED;
+            snprintf(rows[i].msg, sizeof rows[i].msg, "%s", err.msg);
+        }
+        return;
+    }
+    fm_memory_plan plan;
+    fm_config cfg = m->cfg;
+    cfg.tie_word_embeddings = m->lm_head == m->embed;
+    st = fm_memory_plan_compute(&cfg, &m->plan, m->be->ops->name, m->n_layers, 1, &plan, &err);
+    for (int bi = 0; !st && bi < a->nb; bi++) st = time_batch(m, &plan, a, opt.max_tokens, &rows[bi]);
+    fm_progress_end();
+    fm_model_free(m);
+}
+
+/* -1 when the bench should run, else the exit code (help printed, or a usage error). */
+static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
+    bench_opts_init(&a->b, 64, 8);
+    a->batches[0] = 1, a->batches[1] = 8, a->batches[2] = 64, a->nb = 3;
+    a->context = 2048, a->ep = 1;
+    a->experts_in = FM_EXPERTS_DEVICE, a->policy = FM_EXPERT_LFU, a->dispatch = FM_DISPATCH_PRESET;
+    optind = 1;
+    for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
+        const int c = bench_common_option(cmd, o, optarg, &a->b);
+        if (c < 0) return CLI_USAGE;
+        if (c > 0) continue;
+        switch (o) {
+        case 'h': fputs(HELP, stdout); return CLI_OK;
+        case OPT_SYNTH: a->synth = optarg; break;
+        case OPT_BATCH:
+            if (!bench_parse_counts(cmd, "--batch", optarg, 1, 128, a->batches, MAX_BATCHES, &a->nb)) return CLI_USAGE;
+            break;
+        case OPT_CONTEXT:
+            if (!cli_parse_int(cmd, "--context", optarg, 1, 1 << 20, &a->context)) return CLI_USAGE;
+            break;
+        case OPT_PRESETS:
+            if (!bench_parse_names(cmd, "--presets", optarg, k_presets, N_PRESETS, a->pidx, &a->np)) return CLI_USAGE;
+            a->presets_given = true;
+            break;
+        case OPT_STEPS:
+            if (!cli_parse_int(cmd, "--steps", optarg, 1, BENCH_MAX_REPEAT, &a->b.repeat)) return CLI_USAGE;
+            break;
+        case OPT_LAYERS:
+            if (!cli_parse_int(cmd, "--layers", optarg, 1, 1 << 10, &a->layers)) return CLI_USAGE;
+            break;
+        case OPT_ROUTING:
+            if (!bench_routing_check(cmd, optarg)) return CLI_USAGE;
+            a->routing = optarg;
+            break;
+        case OPT_EXPERTS_IN:
+            if (!fm_experts_in_parse(optarg, &a->experts_in))
+                return cli_usage(cmd, "--experts-in must be host, device or auto, got '%s'", optarg);
+            break;
+        case OPT_EXPERT_SLOTS:
+            if (!cli_parse_int(cmd, "--expert-slots", optarg, 1, 1L << 30, &a->slots)) return CLI_USAGE;
+            break;
+        case OPT_EXPERT_POLICY:
+            if (!fm_expert_policy_parse(optarg, &a->policy))
+                return cli_usage(cmd, "--expert-policy must be lru or lfu, got '%s'", optarg);
+            break;
+        case OPT_VRAM_LIMIT:
+            if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &a->vram_limit)) return CLI_USAGE;
+            break;
+        case OPT_DECODE_INPUT:
+            if (strcmp(optarg, "sampled") && strcmp(optarg, "random"))
+                return cli_usage(cmd, "--decode-input must be sampled or random, got '%s'", optarg);
+            a->random_ids = !strcmp(optarg, "random");
+            break;
+        case OPT_EP:
+            if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &a->ep)) return CLI_USAGE;
+            break;
+        case OPT_JSON_OBJECT: a->json_object = true; break;
+        case OPT_DISPATCH:
+            if (!fm_dispatch_parse(optarg, &a->dispatch))
+                return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
+            break;
+        default: return cli_usage(cmd, "unknown option");
+        }
+    }
+    if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+    if (!a->synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
+    return -1;
+}
+
+/* The presets (given, else the backend's list) and the load options every preset starts from. */
+static void plan_run(decode_args *a, cli_model_opts *mo) {
+    const bool cuda = !strcmp(a->b.backend, "cuda");
+    if (!a->presets_given) {
+        a->np = 0;
+        if (cuda) a->pidx[a->np++] = 0, a->pidx[a->np++] = 1, a->pidx[a->np++] = 2, a->pidx[a->np++] = 3;
+        else a->pidx[a->np++] = 0, a->pidx[a->np++] = 2;
+    }
+    cli_model_opts_init(mo);
+    mo->opt.experts_in = a->experts_in, mo->opt.expert_slots = (int32_t)a->slots, mo->opt.expert_policy = a->policy;
+    mo->opt.vram_limit = a->vram_limit;
+    mo->opt.synthetic_routing = a->routing;
+    mo->opt.backend = a->b.backend, mo->opt.n_layers = (int32_t)a->layers, mo->opt.routes = bench_routes(&a->b);
+    mo->opt.n_threads = (int32_t)a->b.threads;
+    if (cuda) mo->opt.plan_backend = NULL;
+    else mo->opt.plan_backend = "cuda"; /* the CPU emulates the GPU's formats */
+}
+
+/* --ep N: a group of ranks in this process, one preset (the first given; fp8 by default). */
+static int run_ranks(const char *cmd, const decode_args *a, cli_model_opts *mo) {
+    if (a->json_object) return cli_usage(cmd, "--json-object is not supported with --ep");
+    if (!strcmp(a->b.backend, "cuda"))
+        return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
+                              "the one GPU, whose steps time no multi-GPU decode");
+    const char *preset = a->presets_given ? k_presets[a->pidx[0]] : "fp8";
+    fm_preset pr = FM_PRESET_REF;
+    fm_preset_parse(!strcmp(preset, "fp8+w8a8") ? "fp8" : preset, &pr);
+    mo->opt.preset = pr, mo->opt.dense = !strcmp(preset, "fp8+w8a8") ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+    mo->opt.dispatch = a->dispatch, mo->opt.ep_ranks = (int32_t)a->ep, mo->opt.verbose = a->b.verbose;
+    return bench_decode_ranks(cmd, a->synth, mo, preset, a->batches, a->nb, a->context, a->b.repeat, a->b.warmup,
+                              a->b.json_path);
+}
+
+/* The step times, then (experts in host memory) the expert cache's table, then the stages of one step; the host
+ * link's rate is measured here when a row needs it (link_gbps, dma_gbps: 0 when not). */
+static void print_tables(const char *cmd, const decode_args *a, const decode_row *rows, double *link_gbps,
+                         double *dma_gbps) {
+    const int n = a->np * a->nb;
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s, "
+           "input %s%s\n",
+           a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
+           a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
+           a->json_object ? ", every sequence constrained to JSON objects (masks on the host)" : "");
+    printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        const decode_row *r = &rows[i];
+        if (r->status != BENCH_OK) {
+            printf("| %s | %lld | %s: %s | | | | | | |\n", r->preset, (long long)r->batch, bench_status_name(r->status),
+                   r->msg);
+            continue;
+        }
+        printf("| %s | %lld | %.3f | %.3f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", r->preset, (long long)r->batch,
+               r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->bytes / 1e6, r->floor_ms,
+               r->floor_ms / r->median_ms);
+    }
+    bool any_host = false;
+    for (int i = 0; i < n; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
+    if (any_host && !strcmp(a->b.backend, "cuda")) { /* the floor of the misses: their bytes at the host link's rate */
+        printf("\n");
+        bench_host_link(cmd, link_gbps, dma_gbps);
+    }
+    if (any_host) {
+        char lim[64] = "";
+        if (a->vram_limit > 0) snprintf(lim, sizeof lim, ", --vram-limit %.2f GiB", (double)a->vram_limit / (1 << 30));
+        printf("\nexpert cache over the timed steps (%s%s; the hit rate and MB copied are the layers' own fetches, "
+               "MB prefetched what the expert prefetch copied ahead of them, route expert.prefetch):\n\n| preset | "
+               "batch | slots | hit rate | MB copied / step | MB prefetched / step | link floor ms / step | expert "
+               "fetch ms (stage) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+               fm_expert_policy_name(a->policy), lim);
+        for (int i = 0; i < n; i++) {
+            const decode_row *r = &rows[i];
+            if (r->status == BENCH_OK && r->host)
+                printf("| %s | %lld | %d | %.2f%% | %.3f | %.3f | %.3f | %.3f |\n", r->preset, (long long)r->batch,
+                       r->slots, 100.0 * r->hit_rate, r->copied_per_step / 1e6, r->prefetched_per_step / 1e6,
+                       *link_gbps > 0 ? (r->copied_per_step + r->prefetched_per_step) / (*link_gbps * 1e9) * 1e3 : 0.0,
+                       r->prof.stage_ms[FM_STAGE_FETCH]);
+        }
+    }
+    printf("\nper stage, one step without a graph (device time between stage marks, ms):\n\n| preset | batch |");
+    for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %s |", fm_stage_name((fm_stage)s));
+    printf(" total |\n|---|---:|");
+    for (int s = 0; s <= FM_STAGE_COUNT; s++) printf("---:|");
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        const decode_row *r = &rows[i];
+        if (r->status != BENCH_OK) continue;
+        printf("| %s | %lld |", r->preset, (long long)r->batch);
+        for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %.3f |", r->prof.stage_ms[s]);
+        printf(" %.3f |\n", r->prof.total_ms);
+    }
+}
+
+static fm_status write_json(const decode_args *a, const decode_row *rows, double link_gbps, double dma_gbps,
+                            fm_error *err) {
+    cJSON *root = bench_json_root("decode", a->b.backend, "", a->b.repeat, a->b.warmup);
+    cJSON_AddStringToObject(root, "model", a->synth);
+    cJSON_AddNumberToObject(root, "context", (double)a->context);
+    cJSON_AddStringToObject(root, "routes", a->b.routes);
+    cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
+    cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(a->experts_in));
+    cJSON_AddNumberToObject(root, "vram_limit", (double)a->vram_limit);
+    cJSON_AddStringToObject(root, "decode_input", a->random_ids ? "random" : "sampled");
+    cJSON_AddBoolToObject(root, "json_object", a->json_object);
+    if (link_gbps > 0) {
+        cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
+        cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
+    }
+    cJSON_AddStringToObject(root, "expert_policy", fm_expert_policy_name(a->policy));
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < a->np * a->nb; i++) {
+        const decode_row *r = &rows[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "preset", r->preset);
+        cJSON_AddNumberToObject(o, "batch", (double)r->batch);
+        cJSON_AddStringToObject(o, "status", bench_status_name(r->status));
+        if (r->status == BENCH_OK) {
+            cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+            cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+            cJSON_AddNumberToObject(o, "max_ms", r->max_ms);
+            cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+            cJSON_AddNumberToObject(o, "bytes_per_step", r->bytes);
+            cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+            if (r->host) {
+                cJSON_AddNumberToObject(o, "expert_slots", r->slots);
+                cJSON_AddNumberToObject(o, "expert_hit_rate", r->hit_rate);
+                cJSON_AddNumberToObject(o, "expert_bytes_copied_per_step", r->copied_per_step);
+                cJSON_AddNumberToObject(o, "expert_bytes_prefetched_per_step", r->prefetched_per_step);
+            }
+            cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
+            for (int s = 0; s < FM_STAGE_COUNT; s++)
+                cJSON_AddNumberToObject(stg, fm_stage_name((fm_stage)s), r->prof.stage_ms[s]);
+        } else {
+            cJSON_AddStringToObject(o, "message", r->msg);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    return bench_json_write(root, a->b.json_path, err);
+}
+
+int cmd_bench_decode(int argc, char **argv) {
+    const char *cmd = "bench decode";
+    decode_args a;
+    memset(&a, 0, sizeof a);
+    const int rc = parse_args(cmd, argc, argv, &a);
+    if (rc >= 0) return rc;
+    cli_model_opts mo;
+    plan_run(&a, &mo);
+    if (a.ep > 1) return run_ranks(cmd, &a, &mo);
+    if (a.dispatch != FM_DISPATCH_PRESET) return cli_usage(cmd, "--dispatch is for --ep (the presets set the format)");
+    decode_row *rows = calloc((size_t)(a.np * a.nb), sizeof *rows);
+    if (!rows) return CLI_BAD_INPUT;
+    for (int i = 0; i < a.np; i++) run_preset(&a, k_presets[a.pidx[i]], &mo, rows + i * a.nb);
+    double link_gbps = 0, dma_gbps = 0;
+    print_tables(cmd, &a, rows, &link_gbps, &dma_gbps);
+    fm_status st = FM_OK;
+    fm_error err = {{0}};
+    if (a.b.json_path) st = write_json(&a, rows, link_gbps, dma_gbps, &err);
+    int failed = 0;
+    for (int i = 0; i < a.np * a.nb; i++) failed += rows[i].status == BENCH_FAILED;
+    free(rows);
+    if (st) return cli_fail(cmd, st, &err);
+    return failed ? CLI_BAD_INPUT : CLI_OK;
+}

@@ -1,0 +1,162 @@
+// What the routing dispatch (moe_dispatch.cu) and the expert-parallel one (ep_dispatch.cu) share: the quantizers of
+// a 128-group of a row, e4m3 with one scale and E2M1 with MX or NV block scales (bit for bit src/quant), and the tile
+// plan of the routed rows. Included by those two files only.
+#ifndef FM_CUDA_MOE_DISPATCH_DEVICE_CUH
+#define FM_CUDA_MOE_DISPATCH_DEVICE_CUH
+
+#include <cuda_fp8.h>
+
+#include "backend/cuda/e4m3_tensor.cuh"
+#include "backend/cuda/moe_dispatch.cuh"
+#include "backend/w4a8_workspace.h"
+
+#define MAX_EXPERTS 1024
+
+// A 128-column group of a row of K columns, 4 columns per lane: load_group reads them (8-byte loads where aligned,
+// zeros past K), quantize_group makes their e4m3 codes (one word per lane) and the group's scale, and with SUMS the
+// group's sum, scale x (sum of its codes), for the int4-zp banks' zero-point term (all lanes get both).
+static __device__ __forceinline__ void load_group(const __nv_bfloat16 *x, int64_t K, int64_t grp, float v[4]) {
+    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
+    if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
+        const uint2 raw = __ldg((const uint2 *)(x + k));
+        const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
+        v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
+    } else {
+        for (int i = 0; i < 4; i++) v[i] = k + i < K ? __bfloat162float(x[k + i]) : 0.0f;
+    }
+}
+
+template <bool SUMS>
+static __device__ __forceinline__ uint32_t quantize_group(const float v[4], int64_t K, int64_t grp, float *scale_out,
+                                                          float *sum_out) {
+    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+    uint32_t word = 0;
+    float sum = 0.0f;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t c = k + i < K ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u;
+        word |= c << (8 * i);
+        if (SUMS) sum += e4m3_decode(c);
+    }
+    if (SUMS)
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    *scale_out = scale, *sum_out = sum * scale;
+    return word;
+}
+
+// One warp quantizes one 128-column group of a row into dst, xs[grp][slot] (and xsum).
+template <bool SUMS>
+static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *x, int64_t K, int64_t grp, uint8_t *dst,
+                                                           float *xs, float *xsum, int64_t ld_s, int64_t slot) {
+    float v[4], scale, sum;
+    load_group(x, K, grp, v);
+    const uint32_t word = quantize_group<SUMS>(v, K, grp, &scale, &sum);
+    *(uint32_t *)(dst + grp * 128 + (threadIdx.x & 31) * 4) = word;
+    if ((threadIdx.x & 31) == 0) {
+        xs[grp * ld_s + slot] = scale;
+        if (SUMS) xsum[grp * ld_s + slot] = sum;
+    }
+}
+
+// ---- FP4 dispatch: E2M1 codes with block scales, bit for bit src/quant/e2m1.c ------------------------------------
+
+// fm_f32_to_e2m1: round to nearest even, sign of zero kept, finite overflow and +-inf saturate to +-6, NaN -> +6
+static __device__ __forceinline__ uint32_t e2m1_encode(float f) {
+    const uint32_t u = __float_as_uint(f), sign = (u >> 28) & 8u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 7u;
+    if (a >= 0x40C00000u) return sign | 7u;
+    if (a >= 0x3F800000u) {
+        uint32_t h = a - (126u << 23);
+        h = (h + 0x1FFFFFu + ((h >> 22) & 1u)) >> 22;
+        return sign | h;
+    }
+    const uint32_t exp = a >> 23;
+    const int shift = 149 - (int)exp;
+    if (exp == 0 || shift > 24) return sign;
+    const uint32_t m = (a & 0x7FFFFFu) | 0x800000u, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    uint32_t k = m >> shift;
+    if (rem > half || (rem == half && (k & 1u))) k++;
+    return sign | k;
+}
+
+static __device__ __forceinline__ float e2m1_decode(uint32_t c) {
+    const uint32_t m = c & 7u;
+    const float v = m < 2 ? 0.5f * (float)m : __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22));
+    return (c & 8u) ? -v : v;
+}
+
+static __device__ __forceinline__ float e8m0_decode(uint32_t e) { return __uint_as_float(e ? e << 23 : 0x00400000u); }
+
+// mx_scale_byte (RCEIL): 127 + ceil(log2(amax / 6)), clamped to 0..254; 0 for an all-zero block, 254 with an inf
+static __device__ __forceinline__ uint32_t mx_scale_byte(float amax) {
+    if (!(amax > 0.0f)) return 0u;
+    if (isinf(amax)) return 254u;
+    const uint32_t u = __float_as_uint(__fdiv_rn(amax, 6.0f)), E = u >> 23, M = u & 0x7FFFFFu;
+    if (u == 0u) return 0u;
+    const int x = E ? (int)E + (M != 0u) : (31 - __clz((int)M)) - 22 + ((M & (M - 1u)) != 0u); /* s = M 2^-149 */
+    return (uint32_t)(x < 0 ? 0 : x > 254 ? 254 : x);
+}
+
+static __device__ __forceinline__ uint32_t e4m3_rne(float v) {
+    return (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+// fm_nvfp4_tensor_scale of x from the amax word: max(amax / (6 x 448), floor)
+static __device__ __forceinline__ float nv_tensor_scale(uint32_t amax_bits) {
+    return fmaxf(__fdiv_rn(__uint_as_float(amax_bits), 2688.0f), 1e-12f); /* FM_NVFP4_TENSOR_SCALE_FLOOR */
+}
+
+// Expert parallelism's NVFP4 tensor scale: of the largest of the ranks' amax (fm_ep_nvfp4_scale)
+static __device__ __forceinline__ float ep_tensor_scale(const float *amaxes, int32_t n_ranks) {
+    float m = 0.0f;
+    for (int32_t r = 0; r < n_ranks; r++) m = fmaxf(m, amaxes[r]);
+    return nv_tensor_scale(__float_as_uint(m));
+}
+
+static __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+
+// One lane's 4 elements of a 128-group as E2M1 (nibble i: element 4 lane + i) with its block's scale byte (*byte);
+// sc: the group's block scales as stored (MX: sc[0] = 4 bytes; NV: sc[0], sc[1] = 8 bytes), on every lane.
+template <int FMT>
+static __device__ __forceinline__ uint32_t quantize_group_fp4(const float v[4], float ts, uint32_t sc[2],
+                                                              uint32_t *byte) {
+    constexpr int LANES = FMT == FM_W4A8_DISPATCH_MX ? 8 : 4; /* lanes per block: 32 or 16 elements */
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    amax = fmaxf(0.0f, amax); /* all four NaN: 0, as the CPU's fmaxf from 0 */
+    for (int o = 1; o < LANES; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    uint32_t b;
+    float d;
+    if (FMT == FM_W4A8_DISPATCH_MX) {
+        b = mx_scale_byte(amax), d = e8m0_decode(254u - b); /* 1 / X, exact: x / X is x times it, bit for bit */
+    } else {
+        b = e4m3_rne(__fdiv_rn(amax, __fmul_rn(6.0f, ts))), d = __fmul_rn(ts, e4m3_decode(b));
+    }
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        codes |= (FMT == FM_W4A8_DISPATCH_MX ? e2m1_encode(__fmul_rn(v[i], d))
+                  : d != 0.0f                ? e2m1_encode(__fdiv_rn(v[i], d))
+                                             : 0u)
+                 << (4 * i);
+    sc[0] = sc[1] = 0u;
+#pragma unroll
+    for (int k = 0; k < 32 / LANES; k++) sc[k / 4] |= __shfl_sync(0xffffffffu, b, k * LANES) << (8 * (k % 4));
+    *byte = b;
+    return codes;
+}
+
+static inline unsigned warp_blocks(int64_t n) { /* 8 warps per block, one task (row or group) per warp, capped grid */
+    const int64_t b = fm_ceil_div(n, 8);
+    return (unsigned)(b < 8192 ? (b > 0 ? b : 1) : 8192);
+}
+
+// The tile plan of P routed rows (ids, -1 an empty place) over E experts in tiles of tile_rows: each expert's count,
+// its segment and tiles (one block), then each row's slot in its expert's segment (b: counts, seg_start, cursor,
+// tiles, n_tiles, pair_of_slot, slot_of_pair).
+void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b,
+                      cudaStream_t s);
+
+#endif
