@@ -43,13 +43,13 @@ if [ "$smoke" = 1 ]; then
     pf_layers=1 pf_tokens=64 pf_repeat="--repeat 2 --warmup 1"
     serve_model=(--synthetic toy-moe) seqs=8 ctx=512 serve_s=${SERVE_S:-3}
     prefix=128 question=32 new_tok=16 mt_prompt=128 mt_turn=16 arr_clients=2 arr_prompt=16 probe=64 arr_new=64
-    load_clients=4 load_prompt=64 load_new=16 load_layers=${LOAD_LAYERS:-1} ttft_prompt=32 vocab=256
+    load_clients=4 load_prompt=64 load_new=16 load_layers=${LOAD_LAYERS:-1} ttft_prompt=32 vocab=256 load_ctx=512
 else
     synth=qwen3-30b-a3b qnext=qwen3-next-80b-a3b batches=1,8,64 context=2048 steps="" qbatches=1,64
     pf_layers=48 pf_tokens=2048 pf_repeat=""
     serve_model=(--synthetic qwen3-30b-a3b) seqs=64 ctx=8192 serve_s=${SERVE_S:-45}
     prefix=2048 question=256 new_tok=256 mt_prompt=3584 mt_turn=128 arr_clients=8 arr_prompt=128 probe=1800
-    arr_new=1024 load_clients=64 load_prompt=1800 load_new=256 load_layers=${LOAD_LAYERS:-48} ttft_prompt=512 vocab=4096
+    arr_new=1024 load_clients=64 load_prompt=1800 load_new=256 load_layers=${LOAD_LAYERS:-48} ttft_prompt=512 vocab=4096 load_ctx=4096
 fi
 presets=${DECODE_PRESETS:-fp8,fp8+w8a8}
 qpresets=${QNEXT_PRESETS:-fp8}
@@ -97,8 +97,20 @@ build_base() {
     [ "$dry" = 1 ] || ln -sfn "$(cd "$src" && pwd)/build" "$base"
 }
 
-# unpack_bins: the binaries of an earlier call (PACK=1), carried in $BINS
+# unpack_bins: the binaries of an earlier call (PACK=1), carried in $BINS, where BASE and NEW hold none
 unpack_bins() {
+    [ -n "${BINS:-}" ] || return 0
+    local pair from to
+    for pair in "base-fp8moe:$base/fp8moe" "new-fp8moe:$new/fp8moe" "new-fp8moe-bench:$new/fp8moe-bench"; do
+        from=$BINS/${pair%%:*}.xz to=${pair#*:}
+        [ -x "$to" ] && continue
+        [ -e "$from" ] || [ "$dry" = 1 ] || { echo "gpu-measure: BINS=$BINS holds no ${pair%%:*}.xz" >&2; exit 2; }
+        run "unpack_${pair%%:*}" 120 bash -c "mkdir -p '$(dirname "$to")' && xz -dc '$from' >'$to' && chmod +x '$to'" || exit 1
+    done
+}
+
+# pack_bins: the binaries, xz-compressed, into $OUT for the next calls (PACK=1)
+pack_bins() {
     [ "${PACK:-0}" = 1 ] || return 0
     local pair
     for pair in "base-fp8moe:$base/fp8moe" "new-fp8moe:$new/fp8moe" "new-fp8moe-bench:$new/fp8moe-bench"; do
@@ -204,16 +216,16 @@ load_one() {
         --max-tokens 1 --out "$work/gen.i32" --verbose
     local t=$work/serve_$name
     mkdir -p "$t"
-    echo "$new/fp8moe serve --model $dir --backend $backend $* --max-seqs 8 --ctx 4096 --no-prefix-cache --port 0 --port-file $t/port" \
+    echo "$new/fp8moe serve --model $dir --backend $backend $* --max-seqs 8 --ctx $load_ctx --no-prefix-cache --port 0 --port-file $t/port" \
         >>"$logs/commands.txt"
     if [ "$dry" = 1 ]; then
-        echo "[load_${name}_serve] $new/fp8moe serve --model $dir --backend $backend $* --max-seqs 8 --ctx 4096 ... " \
+        echo "[load_${name}_serve] $new/fp8moe serve --model $dir --backend $backend $* --max-seqs 8 --ctx $load_ctx ... " \
             "then serve_bench.py --requests 1 --warmup 0 (first) and --requests 5 (warm)"
         return 0
     fi
     local t0 ready=""
     t0=$(date +%s%N)
-    timeout 300 "$new/fp8moe" serve --model "$dir" --backend "$backend" "$@" --max-seqs 8 --ctx 4096 --no-prefix-cache \
+    timeout 300 "$new/fp8moe" serve --model "$dir" --backend "$backend" "$@" --max-seqs 8 --ctx "$load_ctx" --no-prefix-cache \
         --port 0 --port-file "$t/port" >"$logs/load_${name}_serve.log" 2>&1 &
     local pid=$!
     while kill -0 $pid 2>/dev/null; do
