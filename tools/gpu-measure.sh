@@ -93,7 +93,7 @@ build_base() {
     src=$(dirname "$base")/base-src
     run base_untar 120 bash -c "rm -rf '$src' && mkdir -p '$src' && tar -xJf '$BASE_SRC' -C '$src'" || exit 1
     # the baseline's own Makefile; its build/ becomes $base
-    run base_build 900 make -C "$src" -j"$(nproc)" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} ${BASE_MAKE:-} all || exit 1
+    run base_build 540 make -C "$src" -j"$(nproc)" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} ${BASE_MAKE:-} all || exit 1
     [ "$dry" = 1 ] || ln -sfn "$(cd "$src" && pwd)/build" "$base"
 }
 
@@ -191,19 +191,19 @@ part_serve() {
     echo >>"$table"
     if [ "$part" != serve-steps ]; then
     # the prefix cache: shared system prompt and a second turn, with and without the cache (one load each)
-    run serve_cache 600 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${prefix_run[@]}" -- "${turns_run[@]}" &&
+    run serve_cache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${prefix_run[@]}" -- "${turns_run[@]}" &&
         serve_rows serve_cache
-    run serve_nocache 600 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --no-prefix-cache -- "${prefix_run[@]}" \
+    run serve_nocache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --no-prefix-cache -- "${prefix_run[@]}" \
         -- "${turns_run[@]}" && serve_rows serve_nocache
     fi
     [ "$part" != serve-cache ] || return 0
     # mixed steps: 8 streams while long prompts arrive, the default step budget against alternating steps; the
     # 64-client load on the default server, then on the baseline
-    run serve_steps 600 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${arrivals_run[@]}" -- "${load_run[@]}" &&
+    run serve_steps 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${arrivals_run[@]}" -- "${load_run[@]}" &&
         serve_rows serve_steps
-    run serve_steps_off 600 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --max-step-tokens off \
+    run serve_steps_off 300 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --max-step-tokens off \
         -- "${arrivals_run[@]}" && serve_rows serve_steps_off
-    run serve_base 600 "${py[@]}" FP8MOE_BIN="$base/fp8moe" "$sb" "${opts[@]}" -- "${load_run[@]}" && serve_rows serve_base
+    run serve_base 300 "${py[@]}" FP8MOE_BIN="$base/fp8moe" "$sb" "${opts[@]}" -- "${load_run[@]}" && serve_rows serve_base
 }
 
 # load_one NAME DIR PRESET...: page cache warmed, then `generate --max-tokens 1` (its load line) and a server's
