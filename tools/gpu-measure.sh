@@ -53,8 +53,7 @@ else
 fi
 presets=${DECODE_PRESETS:-fp8,fp8+w8a8}
 qpresets=${QNEXT_PRESETS:-fp8}
-serve_preset=(--backend "$backend")
-[ "$backend" = cuda ] || [ "$smoke" = 1 ] && serve_preset+=(--preset fp8 --dense w8a8)
+serve_preset=(--backend "$backend" --preset fp8 --dense w8a8)
 
 # run LABEL SECONDS CMD...: one program under timeout, its output in $logs/LABEL.log, the command in commands.txt
 run() {
@@ -124,21 +123,26 @@ part_decode() {
         --backend "$backend" $steps)
     for r in $(seq "$rounds"); do
         # base, new, new with the fused decode ops; then the same under the JSON-object mask
-        run "decode_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" && decode_rows "decode_base_r$r"
-        run "decode_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" && decode_rows "decode_new_r$r"
-        run "decode_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=on &&
-            decode_rows "decode_fused_r$r"
-        run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object &&
-            decode_rows "decode_json_base_r$r"
-        run "decode_json_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --json-object &&
-            decode_rows "decode_json_new_r$r"
+        run "decode_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}"
+        decode_rows "decode_base_r$r"
+        run "decode_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}"
+        decode_rows "decode_new_r$r"
+        run "decode_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=on
+        decode_rows "decode_fused_r$r"
+        run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object
+        decode_rows "decode_json_base_r$r"
+        run "decode_json_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --json-object
+        decode_rows "decode_json_new_r$r"
         run "decode_json_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --json-object \
-            --route decode.fused=on && decode_rows "decode_json_fused_r$r"
+            --route decode.fused=on
+        decode_rows "decode_json_fused_r$r"
         # the Qwen3-Next-80B-A3B shape where the binary has it
         local q=(--synthetic "$qnext" --batch "$qbatches" --context "$context" --presets "$qpresets" --backend "$backend"
             $steps)
-        run "decode_qnext_base_r$r" 300 "$base/fp8moe" bench decode "${q[@]}" && decode_rows "decode_qnext_base_r$r"
-        run "decode_qnext_new_r$r" 300 "$new/fp8moe" bench decode "${q[@]}" && decode_rows "decode_qnext_new_r$r"
+        run "decode_qnext_base_r$r" 300 "$base/fp8moe" bench decode "${q[@]}"
+        decode_rows "decode_qnext_base_r$r"
+        run "decode_qnext_new_r$r" 300 "$new/fp8moe" bench decode "${q[@]}"
+        decode_rows "decode_qnext_new_r$r"
     done
     {
         echo "### decode (per step; tokens/s)"
@@ -190,20 +194,24 @@ part_serve() {
     echo "### serve (bench/serve_bench.sh, Python client; $serve_s s a row)" >>"$table"
     echo >>"$table"
     if [ "$part" != serve-steps ]; then
-    # the prefix cache: shared system prompt and a second turn, with and without the cache (one load each)
-    run serve_cache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${prefix_run[@]}" -- "${turns_run[@]}" &&
+        # the prefix cache: shared system prompt and a second turn, with and without the cache (one load each)
+        run serve_cache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${prefix_run[@]}" \
+            -- "${turns_run[@]}"
         serve_rows serve_cache
-    run serve_nocache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --no-prefix-cache -- "${prefix_run[@]}" \
-        -- "${turns_run[@]}" && serve_rows serve_nocache
+        run serve_nocache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --no-prefix-cache \
+            -- "${prefix_run[@]}" -- "${turns_run[@]}"
+        serve_rows serve_nocache
     fi
     [ "$part" != serve-cache ] || return 0
     # mixed steps: 8 streams while long prompts arrive, the default step budget against alternating steps; the
     # 64-client load on the default server, then on the baseline
-    run serve_steps 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${arrivals_run[@]}" -- "${load_run[@]}" &&
-        serve_rows serve_steps
+    run serve_steps 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${arrivals_run[@]}" -- "${load_run[@]}"
+    serve_rows serve_steps
     run serve_steps_off 300 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --max-step-tokens off \
-        -- "${arrivals_run[@]}" && serve_rows serve_steps_off
-    run serve_base 300 "${py[@]}" FP8MOE_BIN="$base/fp8moe" "$sb" "${opts[@]}" -- "${load_run[@]}" && serve_rows serve_base
+        -- "${arrivals_run[@]}"
+    serve_rows serve_steps_off
+    run serve_base 300 "${py[@]}" FP8MOE_BIN="$base/fp8moe" "$sb" "${opts[@]}" -- "${load_run[@]}"
+    serve_rows serve_base
 }
 
 # load_one NAME DIR PRESET...: page cache warmed, then `generate --max-tokens 1` (its load line) and a server's
