@@ -18,6 +18,7 @@
 #                 that an option missing from either binary shows here on the CPU before it costs device time
 #   DRY=1         print every command, run nothing
 #   ROUNDS=N      rounds of the alternating base/new comparisons (default: decode 1, prefill 2)
+#   Needs python3 (the serving client; no Node) and, for bench/serve_bench.sh, curl.
 #   SERVE_S=S     seconds per serving-benchmark row (default 45); LOAD_LAYERS (48), CKPT_DIR (/tmp/fm-ckpt)
 set -uo pipefail
 out=${OUT:-/tmp}
@@ -237,7 +238,8 @@ load_one() {
         --port 0 --port-file "$t/port" >"$logs/load_${name}_serve.log" 2>&1 &
     local pid=$!
     while kill -0 $pid 2>/dev/null; do
-        if [ -s "$t/port" ] && curl -sf "http://127.0.0.1:$(cat "$t/port")/health" >/dev/null 2>&1; then
+        if [ -s "$t/port" ] && python3 -c "import urllib.request as u, sys; u.urlopen(sys.argv[1], timeout=2)" \
+            "http://127.0.0.1:$(cat "$t/port")/health" >/dev/null 2>&1; then
             ready=$((($(date +%s%N) - t0) / 1000000))
             break
         fi
