@@ -93,7 +93,7 @@ tests-build: $(TEST_BIN) $(BIN) $(BENCH_BIN)
 
 # Each test binary runs from the repository root; FP8MOE_BIN lets the CLI tests find the binary.
 test: tests-build
-	@set -e; fail=0; tools/check-layers.sh || fail=1; for t in $(TEST_BIN); do \
+	@set -e; fail=0; tools/check-layers.sh || fail=1; tools/check-includes.sh || fail=1; for t in $(TEST_BIN); do \
 	  echo "== $$t"; FP8MOE_BIN=$(BIN) ./$$t || fail=1; \
 	done; \
 	echo "== tests/serve/run.sh (fp8moe serve under ASan against the openai client, curl and Chromium)"; \
@@ -161,9 +161,10 @@ run: all
 	  echo; echo "== CPU: exact emulation of every preset"; fi
 	./$(BIN) parity --model models/tiny-code-moe
 
-# No CUDA backend call and no backend-name compare outside src/backend (make test runs it too)
+# The layers (docs/ARCHITECTURE.md), make test runs both: no CUDA backend call and no backend-name compare outside
+# src/backend; src/cli and src/serve include only the public headers, src/text and src/util
 check-layers:
-	@tools/check-layers.sh
+	@tools/check-layers.sh && tools/check-includes.sh
 
 # The house style (.clang-format): format-check is what CI runs, format rewrites the sources.
 format:
@@ -180,7 +181,8 @@ help:
 	@echo "  make deps      install missing Debian packages (cJSON, PCRE2, cmocka, gnuplot)"
 	@echo "  make run       parity table of the presets on models/tiny-code-moe (GPU too when present)"
 	@echo "  make test      all tests (unit, golden models vs transformers, CLI, perplexity) and check-layers"
-	@echo "  make check-layers  no fm_cuda_* call and no backend-name compare outside src/backend"
+	@echo "  make check-layers  no fm_cuda_* call or backend-name compare outside src/backend; src/cli and src/serve"
+	@echo "                 on the public headers (tools/check-layers.sh, tools/check-includes.sh)"
 	@echo "  make asan      the tests under ASan + UBSan (build/asan)"
 	@echo "  make test-serve  fp8moe serve (ASan build) against the openai npm client, curl and headless Chromium"
 	@echo "  make test-gpu  CUDA op tests against the CPU, whole-model GPU parity (needs a GPU)"

@@ -7,6 +7,7 @@
 #ifndef FP8MOE_H
 #define FP8MOE_H
 
+#include <float.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -131,7 +132,7 @@ typedef struct fm_options {
                                    (fm_routes_check validates). They choose kernels, never what is computed. */
     int64_t ctx;                /* tokens per sequence; 0 = the model's max_position_embeddings (no limit when the
                                    config has none); a larger value is allowed only when set explicitly. A longer
-                                   prompt (fm_model_logits, a perplexity window, max_tokens) is refused. */
+                                   prompt (fm_context_logits, a perplexity window, max_tokens) is refused. */
     int32_t max_seqs;           /* generation: sequences decoded together at most; 0 = no KV cache (prompt logits and
                                    perplexity only). The load then also allocates the paged KV cache for max_seqs
                                    sequences of ctx tokens and the sampler's state, counted by the memory check. */
@@ -187,6 +188,8 @@ typedef struct fm_checkpoint_info {
 } fm_checkpoint_info;
 
 fm_status fm_checkpoint_probe(const char *dir, fm_checkpoint_info *out, fm_error *err);
+/* The same for a synthetic model (fm_model_load_synthetic's names), before anything is generated. */
+fm_status fm_synthetic_probe(const char *name, fm_checkpoint_info *out, fm_error *err);
 
 /* The memory a load of a checkpoint with `opt` takes on opt->backend, planned from config.json and the options before
  * anything is allocated, as the load plans it (the preset, --dense, --dispatch, --layers, max_tokens, max_seqs and
@@ -216,28 +219,81 @@ const char *fm_mem_format(size_t bytes, char *buf, size_t cap);
  * listing the valid ones. Whether the GPU can run a forced kernel is checked when the backend is created. */
 fm_status fm_routes_check(const char *routes, fm_error *err);
 
+/* The model: a checkpoint's configuration and weights on one backend, immutable after the load. */
 typedef struct fm_model fm_model;
+/* A context: what running the model mutates (the forward buffers, the KV cache and its pool, the sampler's state and
+ * masks, captured CUDA graphs, the expert cache of --experts-in host, a rank's state of --ep/--tp). Every call that
+ * runs the model takes one. */
+typedef struct fm_context fm_context;
 
 /* Loads the checkpoint in dir (config.json + model.safetensors or a sharded index), validates it and
- * quantizes it for opt->preset on opt->backend. On failure *out is NULL and nothing stays allocated. */
+ * quantizes it for opt->preset on opt->backend. On failure *out is NULL and nothing stays allocated. The memory plan
+ * counts the context's memory too (opt->max_tokens, ctx, max_seqs, experts_in) and the load reserves it, so that
+ * nothing fails for memory after the check that promised it fits. */
 fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, fm_error *err);
+/* Frees the model and its context's memory; free the context first. */
 void fm_model_free(fm_model *m);
 
 int32_t fm_model_vocab_size(const fm_model *m);
-/* The step token budget the load resolved (fm_options.max_step_tokens): 0 when mixed steps are off or the model has
- * no KV cache. */
-int64_t fm_model_max_step_tokens(const fm_model *m);
+/* The model's end-of-sequence ids (config.json, generation_config.json): their count, *ids pointing at them. */
+int32_t fm_model_eos_ids(const fm_model *m, const int32_t **ids);
+
+/* A model with synthetic weights at the shapes of a known checkpoint ("qwen3-30b-a3b", "mixtral-8x7b"; the list:
+ * fm_synthetic_names), built through the same load path as a real one (weights generated where the backend runs,
+ * then converted to the plan's formats); n_layers 0 = all. For benchmarks and the tests of a full-size load. */
+fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
+                                  fm_error *err);
+/* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
+const char *fm_synthetic_names(void);
+
+/* What a context asks for; a zero field takes what the model was loaded for (fm_options' field of the same name).
+ * More than the load planned is refused, naming the option to load with. */
+typedef struct fm_context_params {
+    int32_t max_seqs;   /* sequences decoded together; at most the load's max_seqs */
+    int64_t ctx;        /* tokens per sequence; at most the load's ctx */
+    int64_t max_tokens; /* tokens of one forward pass (a prompt, a prefill chunk); at most the load's */
+} fm_context_params;
+
+/* Creates the model's context over the memory its load reserved (params NULL: all of it). One context per model at
+ * a time: a second create before fm_context_free is refused (FM_ERR_USAGE). */
+fm_status fm_context_create(fm_model *m, const fm_context_params *params, fm_context **out, fm_error *err);
+/* Gives the context back (its open sequences end; the memory stays the model's until fm_model_free). NULL: nothing.
+ * A scheduler over it must be freed first. */
+void fm_context_free(fm_context *c);
+
+const fm_model *fm_context_model(const fm_context *c);
+int32_t fm_context_max_seqs(const fm_context *c);   /* 0: no KV cache (logits and perplexity only) */
+int64_t fm_context_ctx(const fm_context *c);        /* tokens per sequence; 0: no limit */
+int64_t fm_context_max_tokens(const fm_context *c); /* tokens of one forward pass */
+bool fm_context_prefix_cache(const fm_context *c);  /* automatic prefix caching is on */
+/* The step token budget of mixed steps (fm_options.max_step_tokens as the load resolved it, at most max_tokens): 0
+ * when mixed steps are off or there is no KV cache. */
+int64_t fm_context_max_step_tokens(const fm_context *c);
+/* The KV cache's blocks: held by a sequence (cached blocks no sequence holds count as free), and in the pool; 0 and 0
+ * without a KV cache. */
+void fm_context_kv_blocks(const fm_context *c, int32_t *used, int32_t *total);
+
+/* Warm-up before serving: a prefill chunk or two and two decode steps of every batch bucket, on throwaway sequences
+ * that leave nothing a request can see (src/engine/warmup.c), so that the first request does not pay the first
+ * launches and the decode graphs' captures. chunk: the server's prefill chunk (cut to the context). Needs a context
+ * with max_seqs > 0. */
+typedef struct fm_warmup_report {
+    int64_t prefill_tokens; /* tokens of the prefill chunks run */
+    int32_t buckets;        /* decode buckets run (and captured on cuda) */
+    double seconds;
+} fm_warmup_report;
+fm_status fm_context_warmup(fm_context *c, int64_t chunk, fm_warmup_report *out, fm_error *err);
 
 /* Prefill of ids[0..n_tokens) at positions 0..n_tokens-1; logits is [n_tokens, vocab] row-major fp32. */
-fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
+fm_status fm_context_logits(fm_context *c, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err);
 
 /* Perplexity protocol (models/README.md): `windows` consecutive windows of `window` tokens from ids, each an
  * independent sequence at positions 0..window-1; the loss is the mean next-token cross-entropy over
  * positions 1..window-1 of every window; *ppl = exp(mean loss). progress (may be NULL) is called after each
  * window with the perplexity so far. */
 typedef void (*fm_progress_fn)(void *user, int64_t done, int64_t total, double value);
-fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
-                              fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
+fm_status fm_context_perplexity(fm_context *c, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
+                                fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
 
 /* The expert cache's counters since load (experts in host memory). An expert read is one (layer, expert) that a
  * layer's routed tokens need in one forward pass: a hit when its slot already held it, a miss (one copy from host
@@ -254,9 +310,33 @@ typedef struct fm_expert_stats {
 } fm_expert_stats;
 
 /* false (stats zeroed) when the model keeps its experts in backend memory. */
-bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out);
+bool fm_context_expert_stats(const fm_context *c, fm_expert_stats *out);
 
 /* ---- generation ---- */
+
+#define FM_MAX_LOGPROBS 20 /* the OpenAI API's bound on top_logprobs */
+
+typedef struct fm_token_logprob {
+    int32_t id;
+    float logprob;
+} fm_token_logprob;
+
+/* What sampling one token returns beside the id. */
+typedef struct fm_sample_info {
+    float logprob;                         /* of the chosen id under the raw distribution */
+    int32_t n_top;                         /* the top log-probabilities asked for (or vocab when smaller) */
+    fm_token_logprob top[FM_MAX_LOGPROBS]; /* the most likely ids of the raw distribution, descending */
+} fm_sample_info;
+
+/* Values at the edges of fp32 that a front end hands the sampler:
+ *   - temperature: the sampler divides the logits by T; below FM_GREEDY_TEMPERATURE_BELOW a logit of 1e8 would
+ *     overflow fp32 (and a denormal T turns every logit into inf), while the distribution is already a point mass
+ *     on the argmax at far larger T: such a T is greedy (0).
+ *   - top_p: a positive p that rounds to 0 in fp32 (1e-50) keeps only the most likely id, as the smallest positive
+ *     float does; it must not become 0, which the sampler refuses. */
+#define FM_GREEDY_TEMPERATURE_BELOW 1e-30
+static inline float fm_sampler_temperature(double t) { return t < FM_GREEDY_TEMPERATURE_BELOW ? 0.0f : (float)t; }
+static inline float fm_sampler_top_p(double p) { return p > 0.0 && (float)p < FLT_MIN ? FLT_MIN : (float)p; }
 
 /* A per-request token constraint (structured outputs, src/text/token_matcher.h makes one from a grammar): before
  * each token of the request the engine asks mask for the ids allowed next, and reports the id it sampled to accept.
@@ -327,11 +407,63 @@ typedef struct fm_gen_stats {
 typedef void (*fm_token_fn)(void *user, int32_t i, int32_t id);
 
 /* Generates for n prompts (decoded together, max_seqs at a time; the rest wait for a free slot), each with its
- * own parameters. The model must have been loaded with max_seqs > 0. prefill_chunk: prompt tokens per prefill step
- * (0: the load's max_tokens). out[i] receives sequence i. */
-fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
-                            const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
-                            void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
+ * own parameters. The context must have max_seqs > 0. prefill_chunk: prompt tokens per prefill step (0: the
+ * context's max_tokens). out[i] receives sequence i. */
+fm_status fm_context_generate(fm_context *c, const int32_t *const *prompts, const int64_t *n_prompt,
+                              const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                              void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
+
+/* ---- requantize: a float checkpoint written as an int4 checkpoint by our own quantizer (the format and how:
+ * src/engine/requantize.h) ---- */
+
+#define FM_REQUANT_SHARD_BYTES (4ull << 30) /* default size of one output file */
+
+typedef struct fm_requant_opts {
+    const char *in_dir, *out_dir;
+    bool force;           /* write into a non-empty out_dir, replacing its checkpoint files */
+    uint64_t shard_bytes; /* 0: FM_REQUANT_SHARD_BYTES; one file when everything fits */
+    bool progress;        /* layer i/L and bytes written on stderr */
+    bool p2_scales;       /* int4-p2 (quant/int4_p2.h): each row's group scales one bf16 row scale times powers of two,
+                             searched (the same file format: the scales are bf16 values); else int4-g128's quantizer */
+} fm_requant_opts;
+
+typedef struct fm_requant_stats {
+    int64_t n_quantized; /* linears written as int4 */
+    int64_t n_copied;    /* tensors copied as they are */
+    int32_t n_files;     /* safetensors files written */
+    uint64_t bytes;      /* safetensors bytes written */
+} fm_requant_stats;
+
+/* FM_ERR_USAGE: out_dir exists and is not empty (without force), or is in_dir; FM_ERR_UNSUPPORTED: the input is
+ * already quantized; other statuses as loading the input gives them. */
+fm_status fm_requantize(const fm_requant_opts *opts, fm_requant_stats *stats, fm_error *err);
+
+/* ---- a group of ranks in one process (--ep, --tp) ---- */
+
+/* N ranks over one checkpoint, each a model holding its share (expert parallelism: 1/N of the routed experts;
+ * tensor parallelism of attention: its heads), with its context, joined by a world of collectives; every pass runs on
+ * every rank at once (src/dist/rank_group.h says how). */
+typedef struct fm_rank_group fm_rank_group;
+#define FM_MAX_RANKS 64 /* ranks of a group at most */
+
+/* Loads dir once per rank with opt, whose ep_ranks and tp_ranks (either > 1; equal when both are) size the group.
+ * Errors name the rank when a later rank's load fails. */
+fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err);
+void fm_rank_group_free(fm_rank_group *g);
+/* Rank r's model (every rank has the configuration and vocabulary of the checkpoint). */
+const fm_model *fm_rank_group_model(const fm_rank_group *g, int32_t rank);
+/* Rank r's context, which the group holds (its queries: fm_context_max_seqs, ...). */
+const fm_context *fm_rank_group_context(const fm_rank_group *g, int32_t rank);
+
+/* The forward pass over ids (positions 0..T-1) on every rank together; logits [T, vocab] (or the last row only when
+ * last_only) from rank 0 (every rank holds the same). */
+fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
+                                fm_error *err);
+/* fm_context_generate on every rank together (load the group with max_seqs > 0): every rank samples the same
+ * tokens; on_token and out are rank 0's. */
+fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts, const int64_t *n_prompt,
+                                 const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                                 void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
-#include "io/ids.h"
+#include "util/ids.h"
 
 static int fail(const char *what, const fm_error *err) {
     fprintf(stderr, "expert_cache: %s: %s\n", what, err->msg);
@@ -37,16 +37,16 @@ static fm_status run(const char *dir, fm_preset preset, const int32_t *ids, int6
     fm_sampling sp;
     fm_sampling_init(&sp);
     int32_t seq = -1;
-    st = fm_kv_seq_begin(m, ids, 1, &sp, &seq, err);
+    st = fm_kv_seq_begin(m->context, ids, 1, &sp, &seq, err);
     for (int64_t t = 0; !st && t < n; t++) {
         const int32_t pos = (int32_t)t;
-        st = fm_kv_seq_append(&m->kv->pool, seq, 1, err);
-        m->kv->tables_dirty = true;
-        if (!st) st = fm_step_stage(m, ids + t, &seq, &pos, 1, err);
-        if (!st) fm_step_device(m, 1, true, t == 0 ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+        st = fm_kv_seq_append(&m->context->kv->pool, seq, 1, err);
+        m->context->kv->tables_dirty = true;
+        if (!st) st = fm_step_stage(m->context, ids + t, &seq, &pos, 1, err);
+        if (!st) fm_step_device(m->context, 1, true, t == 0 ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     }
     if (!st) st = m->be->ops->sync(m->be, err);
-    if (!st) fm_model_expert_stats(m, out);
+    if (!st) fm_context_expert_stats(m->context, out);
     fm_model_free(m);
     return st;
 }

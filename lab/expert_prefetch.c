@@ -30,7 +30,7 @@
 #include "backend/expert_residency.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "io/ids.h"
+#include "util/ids.h"
 
 /* the recording: ids of every fetch, in order (layer of each fetch, its P ids) */
 typedef struct recording {
@@ -141,14 +141,14 @@ int main(int argc, char **argv) {
     fm_sampling sp;
     fm_sampling_init(&sp);
     int32_t seq = -1;
-    fm_status st = fm_kv_seq_begin(m, ids, 1, &sp, &seq, &err);
+    fm_status st = fm_kv_seq_begin(m->context, ids, 1, &sp, &seq, &err);
     for (int64_t t = 0; !st && t < n; t++) {
         const int32_t pos = (int32_t)t;
-        st = fm_kv_seq_append(&m->kv->pool, seq, 1, &err);
-        m->kv->tables_dirty = true;
-        if (!st) st = fm_step_stage(m, ids + t, &seq, &pos, 1, &err);
+        st = fm_kv_seq_append(&m->context->kv->pool, seq, 1, &err);
+        m->context->kv->tables_dirty = true;
+        if (!st) st = fm_step_stage(m->context, ids + t, &seq, &pos, 1, &err);
         stream_calls = 0;
-        if (!st) fm_step_device(m, 1, true, t == 0 ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+        if (!st) fm_step_device(m->context, 1, true, t == 0 ? FM_ATTN_FRESH : FM_ATTN_PAGED);
         if (!st && stream_calls != 2 * L - 1) {
             fprintf(stderr, "expert_prefetch: %d add + RMSNorm calls in a step, expected %d\n", stream_calls,
                     2 * L - 1);

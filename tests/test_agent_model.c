@@ -99,7 +99,8 @@ static void greedy_matches_golden(void **state) {
         const int32_t *prompts[1] = {prompt};
         const int64_t lens[1] = {np};
         fm_gen_output o;
-        if (fm_model_generate(m, prompts, lens, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
+        if (fm_context_generate(m->context, prompts, lens, &gp, 1, 0, NULL, NULL, &o, NULL, &err))
+            fail_msg("%s", err.msg);
         /* the reference's list ends with the eos it stopped on; ours ends before it */
         int64_t got = o.n;
         if (o.finish == FM_FINISH_EOS) {

@@ -30,7 +30,7 @@ static float *logits_of(const char *name, fm_preset p, int64_t T) {
     int32_t ids[64];
     for (int64_t t = 0; t < T; t++) ids[t] = (int32_t)((t * 37 + 11) % fm_model_vocab_size(m));
     float *x = malloc((size_t)(T * fm_model_vocab_size(m)) * sizeof(float));
-    assert_int_equal(fm_model_logits(m, ids, T, x, &err), FM_OK);
+    assert_int_equal(fm_context_logits(m->context, ids, T, x, &err), FM_OK);
     fm_model_free(m);
     return x;
 }

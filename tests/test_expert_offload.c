@@ -27,7 +27,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "kv_steps.h"
 
 /* ---- residency bookkeeping ------------------------------------------------------------------------------------ */
@@ -173,8 +173,8 @@ static void check_model(const model_case *mc, fm_expert_policy policy) {
     expect_same(a, b, (int64_t)N * V, "prefill", mc);
     expect_same(a + (size_t)N * V, b + (size_t)N * V, (int64_t)N * V, "generation (prefill 12, 8 decode steps)", mc);
     fm_expert_stats st;
-    assert_true(fm_model_expert_stats(host, &st));
-    assert_false(fm_model_expert_stats(dev, &(fm_expert_stats){0}));
+    assert_true(fm_context_expert_stats(host->context, &st));
+    assert_false(fm_context_expert_stats(dev->context, &(fm_expert_stats){0}));
     int32_t moe = 0;
     for (int l = 0; l < host->n_layers; l++) moe += host->layers[l].is_moe;
     assert_int_equal(st.slots, E);
@@ -228,8 +228,8 @@ static void prefetch_case(const char *route) {
     kv_prefill_and_steps(off, ids, N, P, b);
     expect_same(a, b, (int64_t)2 * N * V, "prefetch on vs off (prefill 32; prefill 8, 24 decode steps)", &mc);
     fm_expert_stats sp, so;
-    assert_true(fm_model_expert_stats(pre, &sp));
-    assert_true(fm_model_expert_stats(off, &so));
+    assert_true(fm_context_expert_stats(pre->context, &sp));
+    assert_true(fm_context_expert_stats(off->context, &so));
     int32_t moe = 0;
     for (int l = 0; l < pre->n_layers; l++) moe += pre->layers[l].is_moe;
     printf("  %s: %lld own misses, %lld experts prefetched in %lld layer passes; off: %lld own misses\n", route,
@@ -252,7 +252,7 @@ static void prefetch_keeps_logits(void **s) {
     prefetch_case("expert.prefetch=2");
 }
 
-/* greedy generation (fm_model_generate) and the scheduler (what serve runs) with host experts: the same tokens as
+/* greedy generation (fm_context_generate) and the scheduler (what serve runs) with host experts: the same tokens as
    device experts; the scheduler's stats carry the cache's counters (serve's /metrics prints them) */
 static void on_event(void *user, const fm_sched_event *ev) {
     int32_t *n = user;
@@ -274,14 +274,14 @@ static void generation_and_scheduler(void **s) {
     gp.max_tokens = NEW, gp.ignore_eos = true;
     fm_gen_output a, b;
     fm_error err = {{0}};
-    assert_int_equal(fm_model_generate(dev, &pp, &np, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
-    assert_int_equal(fm_model_generate(host, &pp, &np, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(dev->context, &pp, &np, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(host->context, &pp, &np, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
     assert_int_equal(a.n, NEW);
     assert_int_equal(b.n, NEW);
     assert_memory_equal(a.ids, b.ids, NEW * sizeof *a.ids);
     assert_memory_equal(a.logprobs, b.logprobs, NEW * sizeof *a.logprobs);
     fm_sched *sc;
-    assert_int_equal(fm_sched_create(host, 4, &sc, &err), FM_OK);
+    assert_int_equal(fm_sched_create(host->context, 4, &sc, &err), FM_OK);
     fm_sched_request q;
     fm_sched_request_init(&q);
     int32_t got[1 + 32] = {0};
@@ -295,7 +295,7 @@ static void generation_and_scheduler(void **s) {
     fm_sched_stats st;
     fm_sched_get_stats(sc, &st);
     fm_expert_stats es;
-    assert_true(fm_model_expert_stats(host, &es));
+    assert_true(fm_context_expert_stats(host->context, &es));
     assert_true(st.experts_host);
     assert_int_equal(st.expert_slots, 16);
     assert_int_equal(st.expert_hits, es.hits);
@@ -421,9 +421,9 @@ static double routing_distance(const char *routing, int32_t layer, double *hot_m
     float *logits = malloc((size_t)V * sizeof *logits);
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (int t = 0; t < T; t++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, ids[t] = (int32_t)(x % (uint64_t)V);
-    assert_int_equal(fm_forward(m, ids, T, true, logits, NULL, &err), FM_OK);
+    assert_int_equal(fm_forward(m->context, ids, T, true, logits, NULL, &err), FM_OK);
     /* the forward buffers hold the last layer's routing: layer `layer` */
-    m->be->ops->download_raw(m->be, ((void **)m->bufs)[9], (size_t)T * k * sizeof *eids, eids);
+    m->be->ops->download_raw(m->be, ((void **)m->context->bufs)[9], (size_t)T * k * sizeof *eids, eids);
     double got[64] = {0}, want[64];
     for (int i = 0; i < T * k; i++) got[eids[i]] += 1.0 / T;
     assert_int_equal(fm_synthetic_routing_targets("toy-moe", routing, layer, want, &err), FM_OK);

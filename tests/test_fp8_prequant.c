@@ -33,7 +33,7 @@
 #include "engine/engine.h"
 #include "fp8moe.h"
 #include "io/config.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "io/safetensors.h"
 #include "model/model_src.h"
 #include "quant/e4m3.h"
@@ -276,7 +276,7 @@ static float *run(const char *dir, fm_preset preset, const int32_t *ids, int64_t
         assert_int_equal(m->layers[0].down->fmt, *qkv_fmt);
     }
     float *logits = malloc((size_t)T * (size_t)*V * sizeof(float));
-    if (fm_model_logits(m, ids, T, logits, &err)) fail_msg("logits %s: %s", dir, err.msg);
+    if (fm_context_logits(m->context, ids, T, logits, &err)) fail_msg("logits %s: %s", dir, err.msg);
     fm_model_free(m);
     return logits;
 }

@@ -67,41 +67,41 @@ static void test_cached_steps_equal_prefill(void **state) {
     prompt_ids(ids, N, V, 7);
     float *full = malloc((size_t)N * V * sizeof *full), *step = malloc((size_t)N * V * sizeof *step);
     fm_error err;
-    assert_int_equal(fm_forward(m, ids, N, false, full, NULL, &err), FM_OK);
+    assert_int_equal(fm_forward(m->context, ids, N, false, full, NULL, &err), FM_OK);
     fm_sampling sp;
     fm_sampling_init(&sp);
     /* a fresh prefill of P tokens, then one decode step per token */
     int32_t seq, seqs[N], pos[N];
-    assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
-    assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
-    m->kv->tables_dirty = true;
+    assert_int_equal(fm_kv_seq_begin(m->context, ids, P, &sp, &seq, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, P, &err), FM_OK);
+    m->context->kv->tables_dirty = true;
     for (int t = 0; t < N; t++) seqs[t] = seq, pos[t] = t;
-    assert_int_equal(fm_step_stage(m, ids, seqs, pos, P, &err), FM_OK);
-    fm_step_device(m, P, false, FM_ATTN_FRESH);
-    assert_int_equal(fm_step_logits(m, P, step, &err), FM_OK);
+    assert_int_equal(fm_step_stage(m->context, ids, seqs, pos, P, &err), FM_OK);
+    fm_step_device(m->context, P, false, FM_ATTN_FRESH);
+    assert_int_equal(fm_step_logits(m->context, P, step, &err), FM_OK);
     expect_rows(full, step, 0, P, V, "fresh prefill");
     for (int t = P; t < N; t++) {
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, 1, &err), FM_OK);
-        m->kv->tables_dirty = true;
-        assert_int_equal(fm_step_stage(m, ids + t, seqs, pos + t, 1, &err), FM_OK);
-        fm_step_device(m, 1, false, FM_ATTN_PAGED);
-        assert_int_equal(fm_step_logits(m, 1, step, &err), FM_OK);
+        assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, 1, &err), FM_OK);
+        m->context->kv->tables_dirty = true;
+        assert_int_equal(fm_step_stage(m->context, ids + t, seqs, pos + t, 1, &err), FM_OK);
+        fm_step_device(m->context, 1, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(m->context, 1, step, &err), FM_OK);
         expect_rows(full, step, t, 1, V, "decode step");
     }
-    fm_kv_seq_end(m, seq);
+    fm_kv_seq_end(m->context, seq);
     /* the same tokens as a prompt in chunks of 7 (paged attention over the cached prefix) */
-    assert_int_equal(fm_kv_seq_begin(m, ids, N, &sp, &seq, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_begin(m->context, ids, N, &sp, &seq, &err), FM_OK);
     for (int p0 = 0; p0 < N; p0 += 7) {
         const int T = N - p0 < 7 ? N - p0 : 7;
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, T, &err), FM_OK);
-        m->kv->tables_dirty = true;
+        assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, T, &err), FM_OK);
+        m->context->kv->tables_dirty = true;
         for (int t = 0; t < T; t++) seqs[t] = seq;
-        assert_int_equal(fm_step_stage(m, ids + p0, seqs, pos + p0, T, &err), FM_OK);
-        fm_step_device(m, T, false, FM_ATTN_PAGED);
-        assert_int_equal(fm_step_logits(m, T, step, &err), FM_OK);
+        assert_int_equal(fm_step_stage(m->context, ids + p0, seqs, pos + p0, T, &err), FM_OK);
+        fm_step_device(m->context, T, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(m->context, T, step, &err), FM_OK);
         expect_rows(full, step, p0, T, V, "prefill chunk");
     }
-    fm_kv_seq_end(m, seq);
+    fm_kv_seq_end(m->context, seq);
     free(full), free(step);
     fm_model_free(m);
 }
@@ -114,7 +114,7 @@ static void greedy_reference(fm_model *ref, const int32_t *prompt, int64_t n, in
     memcpy(seq, prompt, (size_t)n * sizeof *seq);
     fm_error err;
     for (int64_t t = 0; t < new_tokens; t++) {
-        assert_int_equal(fm_forward(ref, seq, n + t, true, lg, NULL, &err), FM_OK);
+        assert_int_equal(fm_forward(ref->context, seq, n + t, true, lg, NULL, &err), FM_OK);
         int32_t best = 0;
         for (int32_t v = 1; v < V; v++)
             if (lg[v] > lg[best]) best = v;
@@ -142,7 +142,8 @@ static void test_greedy_and_batches(void **state) {
     fm_gen_output together[NP], alone;
     fm_gen_stats stats;
     fm_error err;
-    if (fm_model_generate(m, prompts, lens, gp, NP, 0, NULL, NULL, together, &stats, &err)) fail_msg("%s", err.msg);
+    if (fm_context_generate(m->context, prompts, lens, gp, NP, 0, NULL, NULL, together, &stats, &err))
+        fail_msg("%s", err.msg);
     assert_int_equal(stats.prefill_tokens, 1 + 16 + 17 + 30 + 9);
     assert_int_equal(stats.decode_tokens, NP * (NEW - 1));
     int32_t want[NEW];
@@ -151,14 +152,14 @@ static void test_greedy_and_batches(void **state) {
         assert_int_equal(together[i].finish, FM_FINISH_LENGTH);
         greedy_reference(ref, prompts[i], lens[i], NEW, want);
         assert_memory_equal(together[i].ids, want, sizeof want);
-        if (fm_model_generate(m, &prompts[i], &lens[i], &gp[i], 1, 5, NULL, NULL, &alone, NULL, &err))
+        if (fm_context_generate(m->context, &prompts[i], &lens[i], &gp[i], 1, 5, NULL, NULL, &alone, NULL, &err))
             fail_msg("%s", err.msg);
         assert_memory_equal(alone.ids, want, sizeof want); /* alone, and prefilled in chunks of 5 */
         for (int t = 0; t < NEW; t++) assert_true(together[i].logprobs[t] <= 0.0f && isfinite(together[i].logprobs[t]));
         free(alone.ids), free(alone.logprobs);
         free(together[i].ids), free(together[i].logprobs);
     }
-    assert_int_equal(m->kv->pool.n_free, m->kv->pool.n_blocks); /* every block back in the pool */
+    assert_int_equal(m->context->kv->pool.n_free, m->context->kv->pool.n_blocks); /* every block back in the pool */
     fm_model_free(m), fm_model_free(ref);
 }
 
@@ -175,10 +176,10 @@ static void test_sampling_seed_and_stops(void **state) {
     gp.max_tokens = 24, gp.temperature = 1.0f, gp.top_p = 0.95f, gp.seed = 42, gp.ignore_eos = true;
     fm_gen_output a, b, c;
     fm_error err;
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
     gp.seed = 43;
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &c, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &c, NULL, &err), FM_OK);
     assert_int_equal(a.n, 24);
     assert_memory_equal(a.ids, b.ids, 24 * sizeof *a.ids);
     assert_memory_not_equal(a.ids, c.ids, 24 * sizeof *a.ids);
@@ -188,7 +189,7 @@ static void test_sampling_seed_and_stops(void **state) {
     while (a.ids[first] != stop) first++;
     gp.seed = 42, gp.stop_ids = &stop, gp.n_stop_ids = 1;
     free(b.ids), free(b.logprobs);
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
     assert_int_equal(b.finish, FM_FINISH_EOS);
     assert_int_equal(b.n, first);
     assert_memory_equal(b.ids, a.ids, (size_t)first * sizeof *a.ids);
@@ -198,13 +199,14 @@ static void test_sampling_seed_and_stops(void **state) {
     const int32_t lens2[1] = {2};
     gp.stop_ids = NULL, gp.n_stop_ids = 0, gp.stop_seqs = seqs, gp.stop_seq_lens = lens2, gp.n_stop_seqs = 1;
     free(b.ids), free(b.logprobs);
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &b, NULL, &err), FM_OK);
     assert_int_equal(b.finish, FM_FINISH_STOP);
     assert_true(b.n <= 10);
     free(a.ids), free(a.logprobs), free(b.ids), free(b.logprobs), free(c.ids), free(c.logprobs);
     /* more than the planned context: refused with the numbers */
     gp.max_tokens = 60;
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &a, NULL, &err),
+                     FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "64 tokens per sequence"));
     fm_model_free(m);
 }
@@ -219,7 +221,8 @@ static void test_without_cache(void **state) {
     fm_gen_params_init(&gp);
     fm_gen_output o;
     fm_error err;
-    assert_int_equal(fm_model_generate(m, prompts, len, &gp, 1, 0, NULL, NULL, &o, NULL, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_context_generate(m->context, prompts, len, &gp, 1, 0, NULL, NULL, &o, NULL, &err),
+                     FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "max_seqs"));
     fm_model_free(m);
 }
@@ -279,7 +282,8 @@ static void test_golden_greedy(void **state) {
         const int32_t *prompts[1] = {prompt};
         const int64_t lens[1] = {np};
         fm_gen_output o;
-        if (fm_model_generate(m, prompts, lens, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
+        if (fm_context_generate(m->context, prompts, lens, &gp, 1, 0, NULL, NULL, &o, NULL, &err))
+            fail_msg("%s", err.msg);
         /* transformers returns the eos it stopped on; ours ends before it */
         int64_t got = o.n;
         if (o.finish == FM_FINISH_EOS)

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "fp8moe.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "util/metrics.h"
 
 static float *read_floats(const char *path, int64_t *n) {
@@ -45,11 +45,14 @@ static float *run(const char *dir, fm_preset preset, int32_t layers, const int32
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fprintf(stderr, "load %s: %s\n", dir, err.msg);
     assert_int_equal(st, FM_OK);
+    fm_context *ctx = NULL;
+    assert_int_equal(fm_context_create(m, NULL, &ctx, &err), FM_OK);
     *V = fm_model_vocab_size(m);
     float *logits = malloc((size_t)T * (size_t)*V * sizeof(float));
-    st = fm_model_logits(m, ids, T, logits, &err);
+    st = fm_context_logits(ctx, ids, T, logits, &err);
     if (st) fprintf(stderr, "logits %s: %s\n", dir, err.msg);
     assert_int_equal(st, FM_OK);
+    fm_context_free(ctx);
     fm_model_free(m);
     return logits;
 }
@@ -157,8 +160,11 @@ static void qwen3_next_presets(void **s) {
                 omp_set_num_threads(r ? 3 : 1);
                 fm_model *m = NULL;
                 assert_int_equal(fm_model_load(dir, &opt, &m, &err), FM_OK);
+                fm_context *ctx = NULL;
+                assert_int_equal(fm_context_create(m, NULL, &ctx, &err), FM_OK);
                 x[r] = malloc((size_t)T * (size_t)V * sizeof(float));
-                assert_int_equal(fm_model_logits(m, ids, T, x[r], &err), FM_OK);
+                assert_int_equal(fm_context_logits(ctx, ids, T, x[r], &err), FM_OK);
+                fm_context_free(ctx);
                 fm_model_free(m);
             }
             omp_set_num_threads(omp_get_num_procs());

@@ -28,7 +28,7 @@
 #include "engine/engine.h"
 #include "fp8moe.h"
 #include "io/config.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "text/tokenizer.h"
@@ -188,7 +188,7 @@ static float *run(fm_model *m, int T) {
     for (int t = 0; t < T; t++) ids[t] = (t * 7 + 1) % V;
     float *lg = malloc((size_t)T * (size_t)V * sizeof *lg);
     fm_error err = {{0}};
-    if (fm_model_logits(m, ids, T, lg, &err)) fail_msg("logits: %s", err.msg);
+    if (fm_context_logits(m->context, ids, T, lg, &err)) fail_msg("logits: %s", err.msg);
     for (int64_t i = 0; i < (int64_t)T * V; i++)
         if (!isfinite(lg[i])) fail_msg("logit %lld is not finite", (long long)i);
     return lg;
@@ -310,12 +310,12 @@ static void context_limit(void **s) {
     assert_int_equal(load(dir, FM_PRESET_REF, &m, &err), FM_OK);
     int32_t ids[32] = {0};
     float *lg = malloc(32 * 20 * sizeof *lg);
-    assert_int_equal(fm_model_logits(m, ids, 8, lg, &err), FM_OK); /* exactly the limit */
-    assert_int_equal(fm_model_logits(m, ids, 9, lg, &err), FM_ERR_FORMAT);
+    assert_int_equal(fm_context_logits(m->context, ids, 8, lg, &err), FM_OK); /* exactly the limit */
+    assert_int_equal(fm_context_logits(m->context, ids, 9, lg, &err), FM_ERR_FORMAT);
     expect_msg(&err, "max_position_embeddings", "--ctx");
     expect_msg(&err, "of 8 tokens", NULL);
     double ppl = 0, loss = 0;
-    assert_int_equal(fm_model_perplexity(m, ids, 32, 16, 2, NULL, NULL, &ppl, &loss, &err), FM_ERR_FORMAT);
+    assert_int_equal(fm_context_perplexity(m->context, ids, 32, 16, 2, NULL, NULL, &ppl, &loss, &err), FM_ERR_FORMAT);
     expect_msg(&err, "16 tokens", "--ctx");
     fm_model_free(m);
 
@@ -324,7 +324,7 @@ static void context_limit(void **s) {
     fm_options_init(&opt);
     opt.ctx = 32;
     assert_int_equal(fm_model_load(dir, &opt, &m, &err), FM_OK);
-    assert_int_equal(fm_model_logits(m, ids, 32, lg, &err), FM_OK);
+    assert_int_equal(fm_context_logits(m->context, ids, 32, lg, &err), FM_OK);
     fm_model_free(m);
     opt.ctx = 0, opt.max_tokens = 9;
     assert_int_equal(fm_model_load(dir, &opt, &m, &err), FM_ERR_FORMAT);
@@ -332,7 +332,7 @@ static void context_limit(void **s) {
     expect_msg(&err, "9 tokens", "--ctx");
     opt.ctx = 4, opt.max_tokens = 0; /* smaller than the model's: allowed, and enforced */
     assert_int_equal(fm_model_load(dir, &opt, &m, &err), FM_OK);
-    assert_int_equal(fm_model_logits(m, ids, 5, lg, &err), FM_ERR_FORMAT);
+    assert_int_equal(fm_context_logits(m->context, ids, 5, lg, &err), FM_ERR_FORMAT);
     expect_msg(&err, "set by --ctx", NULL);
     fm_model_free(m);
     free(lg);

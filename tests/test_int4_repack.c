@@ -213,8 +213,8 @@ static void model_threads(void **s) {
     const int32_t ids[T] = {1, 5, 9, 2, 7, 3, 8, 4, 6};
     const size_t n = (size_t)T * (size_t)fm_model_vocab_size(a);
     float *la = malloc(n * sizeof *la), *lb = malloc(n * sizeof *lb);
-    assert_int_equal(fm_model_logits(a, ids, T, la, &err), FM_OK);
-    assert_int_equal(fm_model_logits(b, ids, T, lb, &err), FM_OK);
+    assert_int_equal(fm_context_logits(a->context, ids, T, la, &err), FM_OK);
+    assert_int_equal(fm_context_logits(b->context, ids, T, lb, &err), FM_OK);
     assert_memory_equal(la, lb, n * sizeof *la);
     printf("  %d banks and %zu logits identical on 1 and 3 threads\n", banks, n);
     free(la), free(lb);

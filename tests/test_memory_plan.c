@@ -577,20 +577,20 @@ static void longer_prompt_refused(void **s) {
     fm_model *m = NULL, *m3 = NULL;
     fm_error err = {{0}};
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_OK);
-    assert_int_equal(m->buf_tokens, 4);
+    assert_int_equal(m->context->buf_tokens, 4);
     const int32_t ids[5] = {11, 7, 300, 42, 5};
     const int32_t V = m->cfg.vocab_size;
     float *logits = malloc((size_t)(5 * V) * sizeof *logits), *l3 = malloc((size_t)(3 * V) * sizeof *l3);
     assert_true(logits && l3);
-    assert_int_equal(fm_model_logits(m, ids, 5, logits, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_context_logits(m->context, ids, 5, logits, &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "prompt of 5 tokens is longer than the 4 tokens the model was loaded for"));
     assert_non_null(strstr(err.msg, "max_tokens >= 5"));
-    assert_int_equal(m->buf_tokens, 4); /* nothing grew */
-    assert_int_equal(fm_model_logits(m, ids, 4, logits, &err), FM_OK);
-    assert_int_equal(fm_model_logits(m, ids, 3, logits, &err), FM_OK);
+    assert_int_equal(m->context->buf_tokens, 4); /* nothing grew */
+    assert_int_equal(fm_context_logits(m->context, ids, 4, logits, &err), FM_OK);
+    assert_int_equal(fm_context_logits(m->context, ids, 3, logits, &err), FM_OK);
     opt.max_tokens = 3;
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m3, &err), FM_OK);
-    assert_int_equal(fm_model_logits(m3, ids, 3, l3, &err), FM_OK);
+    assert_int_equal(fm_context_logits(m3->context, ids, 3, l3, &err), FM_OK);
     assert_memory_equal(logits, l3, (size_t)(3 * V) * sizeof *l3);
     free(logits), free(l3);
     fm_model_free(m3);

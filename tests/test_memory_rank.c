@@ -85,11 +85,11 @@ static void one_split(fm_preset preset, int32_t ep, int32_t tp) {
         assert_true(p.peak < whole.peak + p.ep_exchange);
         assert_int_equal(p.total, p.weight_total + p.activations + p.workspace + p.ep_exchange);
         /* the forward pass's reservation again, its allocations counted: the plan's activations and exchange */
-        fm_forward_buffers_free(m);
+        fm_forward_buffers_free(m->context);
         fm_backend_ops counting = *m->be->ops;
         real_ops = m->be->ops, counting.alloc = counting_alloc, allocated = 0;
         m->be->ops = &counting;
-        if (fm_forward_reserve(m, T, &err)) fail_msg("reserve: %s", err.msg);
+        if (fm_forward_reserve(m->context, T, &err)) fail_msg("reserve: %s", err.msg);
         m->be->ops = real_ops;
         assert_int_equal(allocated, p.activations + p.ep_exchange);
         fm_model_free(m);

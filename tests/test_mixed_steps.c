@@ -27,7 +27,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 
 enum { N_REQ = 4, NEW = 10, TOP = 3, MAX_PROMPT = 40, MAX_STEPS = 4000 };
 
@@ -122,7 +122,7 @@ static const int64_t k_len[N_REQ] = {30, 37, 25, 40};
 static void run_staggered(fm_model *m, int32_t p[N_REQ][MAX_PROMPT], rec *r) {
     fm_sched *s;
     fm_error err;
-    if (fm_sched_create(m, 0, &s, &err)) fail_msg("%s", err.msg);
+    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request q[N_REQ];
     for (int i = 0; i < N_REQ; i++) q[i] = greedy(p[i], k_len[i], r);
     submit(s, &q[0]);
@@ -163,7 +163,7 @@ static void test_budgets_match_lone_runs(void **state) {
         for (int i = 0; i < N_REQ; i++) {
             prompt_ids(p[i], k_len[i], V, 101u + (uint32_t)i);
             fm_sched *s;
-            if (fm_sched_create(m, 0, &s, &err)) fail_msg("%s", err.msg);
+            if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
             rec *one = calloc(1, sizeof *one);
             fm_sched_request q = greedy(p[i], k_len[i], one);
             submit(s, &q);
@@ -178,7 +178,7 @@ static void test_budgets_match_lone_runs(void **state) {
         const int64_t budgets[] = {-1, 0, 12, 3, 1};
         for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
             m = load(cf, budgets[b], false, NULL, &err);
-            const int64_t budget = fm_model_max_step_tokens(m);
+            const int64_t budget = fm_context_max_step_tokens(m->context);
             if (budgets[b] == 0) assert_int_equal(budget, MAX_PROMPT); /* N_REQ + 512, at most the pass */
             else assert_int_equal(budget, budgets[b] < 0 ? 0 : budgets[b]);
             rec *r = calloc(1, sizeof *r);
@@ -229,7 +229,7 @@ static void masked_requests(fm_model *m, const int32_t p[3][MAX_PROMPT], bool al
     static const fm_logit_bias bias = {77, 100.0f};
     fm_sched *s;
     fm_error err;
-    if (fm_sched_create(m, 0, &s, &err)) fail_msg("%s", err.msg);
+    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request q[3];
     for (int i = 0; i < 3; i++) q[i] = greedy(p[i], k_len[i], r);
     q[0].params.constraint = &mod7;
@@ -274,13 +274,13 @@ static void test_prefix_shared_when_submitted_together(void **state) {
     fm_error err;
     fm_model *m = load(&k_configs[0], 0, true, NULL, &err);
     const int32_t V = fm_model_vocab_size(m);
-    const int32_t block = m->kv->pool.block_tokens;
+    const int32_t block = m->context->kv->pool.block_tokens;
     int32_t a[MAX_PROMPT], b[MAX_PROMPT];
     prompt_ids(a, MAX_PROMPT, V, 7), memcpy(b, a, sizeof a);
     prompt_ids(b + 2 * block, MAX_PROMPT - 2 * block, V, 8); /* two blocks in common */
     rec *r = calloc(1, sizeof *r);
     fm_sched *s;
-    if (fm_sched_create(m, 0, &s, &err)) fail_msg("%s", err.msg);
+    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request qa = greedy(a, MAX_PROMPT, r), qb = greedy(b, MAX_PROMPT, r);
     submit(s, &qa), submit(s, &qb);
     while (step(s, r)) assert_true(r->step < MAX_STEPS);

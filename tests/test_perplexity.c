@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "fp8moe.h"
-#include "io/ids.h"
+#include "util/ids.h"
 
 static void ref_perplexity_matches_transformers(void **s) {
     (void)s;
@@ -25,12 +25,15 @@ static void ref_perplexity_matches_transformers(void **s) {
     fm_options_init(&opt);
     fm_model *m = NULL;
     assert_int_equal(fm_model_load("models/tiny-code-moe", &opt, &m, &err), FM_OK);
+    fm_context *ctx = NULL;
+    assert_int_equal(fm_context_create(m, NULL, &ctx, &err), FM_OK);
     double ppl = 0, loss = 0;
-    fm_status st = fm_model_perplexity(m, ids, n, 512, 256, NULL, NULL, &ppl, &loss, &err);
+    fm_status st = fm_context_perplexity(ctx, ids, n, 512, 256, NULL, NULL, &ppl, &loss, &err);
     if (st) fprintf(stderr, "%s\n", err.msg);
     assert_int_equal(st, FM_OK);
     printf("ref perplexity %.5f (transformers fp32: 9.1431), mean loss %.6f\n", ppl, loss);
     assert_true(fabs(ppl - 9.1431) <= 0.002);
+    fm_context_free(ctx);
     fm_model_free(m);
     free(ids);
 }
@@ -43,12 +46,15 @@ static void perplexity_rejects_bad_windows(void **s) {
     fm_model *m = NULL;
     fm_error err = {{0}};
     assert_int_equal(fm_model_load("tests/models/qwen3-moe-f32", &opt, &m, &err), FM_OK);
+    fm_context *ctx = NULL;
+    assert_int_equal(fm_context_create(m, NULL, &ctx, &err), FM_OK);
     int32_t ids[40] = {0};
     double ppl = 0, loss = 0;
-    assert_int_equal(fm_model_perplexity(m, ids, 40, 16, 3, NULL, NULL, &ppl, &loss, &err), FM_ERR_FORMAT);
-    assert_int_equal(fm_model_perplexity(m, ids, 40, 1, 1, NULL, NULL, &ppl, &loss, &err), FM_ERR_USAGE);
-    assert_int_equal(fm_model_perplexity(m, ids, 40, 16, 2, NULL, NULL, &ppl, &loss, &err), FM_OK);
+    assert_int_equal(fm_context_perplexity(ctx, ids, 40, 16, 3, NULL, NULL, &ppl, &loss, &err), FM_ERR_FORMAT);
+    assert_int_equal(fm_context_perplexity(ctx, ids, 40, 1, 1, NULL, NULL, &ppl, &loss, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_context_perplexity(ctx, ids, 40, 16, 2, NULL, NULL, &ppl, &loss, &err), FM_OK);
     assert_true(ppl > 1.0 && isfinite(ppl));
+    fm_context_free(ctx);
     fm_model_free(m);
 }
 

@@ -20,7 +20,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 
 enum { MAX_REQ = 8, NEW = 12, P1 = 40, P2 = 37, EXTRA = 9, TOP = 5 };
 
@@ -76,7 +76,7 @@ static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
 
 static void check_pool(const fm_model *m) {
     char msg[256];
-    if (!fm_kv_pool_check(&m->kv->pool, msg, sizeof msg)) fail_msg("KV pool: %s", msg);
+    if (!fm_kv_pool_check(&m->context->kv->pool, msg, sizeof msg)) fail_msg("KV pool: %s", msg);
 }
 
 /* The workload: a (P1 tokens); b (P2 tokens, the first 36 of a's) submitted while a decodes; then c, the next turn of
@@ -89,7 +89,7 @@ static void workload(fm_model *m, rec *r, int32_t *turn2, int64_t *n2) {
     prompt_ids(p2 + 36, P2 - 36, V, 8);
     fm_sched *s;
     fm_error err;
-    if (fm_sched_create(m, 16, &s, &err)) fail_msg("%s", err.msg); /* 16-token prefill chunks */
+    if (fm_sched_create(m->context, 16, &s, &err)) fail_msg("%s", err.msg); /* 16-token prefill chunks */
     const int64_t a = submit(s, p1, P1, r);
     while (r->n[a] < 3) step(s); /* a decodes */
     check_pool(m);
@@ -144,15 +144,15 @@ static void run_model(const char *dir, fm_preset preset, bool hybrid) {
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("%s (%s): %s", dir, fm_preset_name(preset), err.msg);
-    assert_int_equal(m->kv->pool.prefix_cache, !hybrid);
+    assert_int_equal(m->context->kv->pool.prefix_cache, !hybrid);
     rec *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
     int32_t turn2[P1 + NEW + EXTRA];
     int64_t n2;
     char what[300];
     snprintf(what, sizeof what, "%s (%s)", dir, fm_preset_name(preset));
-    m->kv->pool.prefix_cache = false;
+    m->context->kv->pool.prefix_cache = false;
     workload(m, off, turn2, &n2);
-    m->kv->pool.prefix_cache = !hybrid;
+    m->context->kv->pool.prefix_cache = !hybrid;
     workload(m, on, turn2, &n2);
     for (int64_t q = 0; q < 4; q++) same_output(off, on, q, what), assert_int_equal(off->n_cached[q], 0);
     if (!hybrid) {
@@ -191,10 +191,10 @@ static void test_option_off(void **state) {
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load("tests/models/qwen3-moe-f32", &opt, &m, &err)) fail_msg("%s", err.msg);
-    assert_false(m->kv->pool.prefix_cache);
+    assert_false(m->context->kv->pool.prefix_cache);
     rec *r = calloc(1, sizeof *r);
     fm_sched *s;
-    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
     int32_t p[40];
     prompt_ids(p, 40, fm_model_vocab_size(m), 5);
     run_all(s, r, submit(s, p, 40, r));

@@ -33,7 +33,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "fp8moe.h"
 #include "io/config.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "io/safetensors.h"
 #include "model/model_src.h"
 #include "util/metrics.h"
@@ -177,10 +177,13 @@ static float *run(const char *dir, fm_preset preset, const int32_t *ids, int64_t
     fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fail_msg("load %s (%s): %s", dir, fm_preset_name(preset), err.msg);
+    fm_context *ctx = NULL;
+    if (fm_context_create(m, NULL, &ctx, &err)) fail_msg("context %s: %s", dir, err.msg);
     *V = fm_model_vocab_size(m);
     float *logits = malloc((size_t)T * (size_t)*V * sizeof(float));
-    st = fm_model_logits(m, ids, T, logits, &err);
+    st = fm_context_logits(ctx, ids, T, logits, &err);
     if (st) fail_msg("logits %s: %s", dir, err.msg);
+    fm_context_free(ctx);
     fm_model_free(m);
     return logits;
 }

@@ -39,7 +39,7 @@ static float *logits_of(fm_model *m, fm_rank_group *g, const int32_t *ids, int64
     assert_non_null(out);
     fm_error err = {{0}};
     const fm_status st =
-        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m, ids, T, false, out, NULL, &err);
+        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m->context, ids, T, false, out, NULL, &err);
     if (st) fail_msg("forward: %s", err.msg);
     return out;
 }
@@ -171,7 +171,7 @@ static void generate3(fm_model *m, fm_rank_group *g, fm_gen_output *out) {
     }
     fm_error err = {{0}};
     const fm_status st = g ? fm_rank_group_generate(g, prompts, lens, gp, 3, 4, NULL, NULL, out, NULL, &err)
-                           : fm_model_generate(m, prompts, lens, gp, 3, 4, NULL, NULL, out, NULL, &err);
+                           : fm_context_generate(m->context, prompts, lens, gp, 3, 4, NULL, NULL, out, NULL, &err);
     if (st) fail_msg("generate: %s", err.msg);
 }
 

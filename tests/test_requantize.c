@@ -35,7 +35,7 @@
 #include "engine/requantize_dir.h"
 #include "quant_fixture.h"
 #include "io/config.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "io/safetensors_write.h"
 #include "quant/bf16.h"
 #include "quant/int4_p2.h"
@@ -79,7 +79,7 @@ static fm_model *load(const char *dir, fm_preset preset, const char *plan_backen
 static float *logits_of(fm_model *m) {
     float *l = malloc((size_t)T_TOKENS * (size_t)fm_model_vocab_size(m) * sizeof(float));
     fm_error err = {{0}};
-    if (fm_model_logits(m, ids, T_TOKENS, l, &err)) fail_msg("logits: %s", err.msg);
+    if (fm_context_logits(m->context, ids, T_TOKENS, l, &err)) fail_msg("logits: %s", err.msg);
     return l;
 }
 
@@ -455,8 +455,8 @@ static void autogptq_quantize_config(void **s) {
         for (int i = 0; i < 9; i++) small[i] = (i * 7 + 3) % fm_model_vocab_size(a);
         const size_t n = 9 * (size_t)fm_model_vocab_size(a);
         float *la = malloc(n * sizeof(float)), *lb = malloc(n * sizeof(float));
-        assert_int_equal(fm_model_logits(a, small, 9, la, &err), FM_OK);
-        assert_int_equal(fm_model_logits(b, small, 9, lb, &err), FM_OK);
+        assert_int_equal(fm_context_logits(a->context, small, 9, la, &err), FM_OK);
+        assert_int_equal(fm_context_logits(b->context, small, 9, lb, &err), FM_OK);
         assert_memory_equal(la, lb, n * sizeof(float));
         printf("  %s with quantize_config.json: %zu logits identical to the quantization_config original\n",
                fixtures[f], n);

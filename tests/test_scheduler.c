@@ -1,4 +1,4 @@
-/* The continuous-batching scheduler (src/engine/scheduler.h) on the CPU backend:
+/* The continuous-batching scheduler (include/fp8moe_sched.h) on the CPU backend:
  *   - requests that join a running batch (one submitted while another decodes, prompts prefilled in chunks between
  *     decode steps) give the same greedy tokens as each run alone;
  *   - a request cancelled mid-run ends with one cancelled event at the next step and its blocks return to the pool
@@ -21,7 +21,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 
 static const char *k_model = "tests/models/qwen3-moe-f32";
 
@@ -119,7 +119,7 @@ static void alone(fm_model *m, const int32_t *prompt, int64_t n, int64_t max_tok
     gp.max_tokens = max_tokens, gp.ignore_eos = true;
     fm_gen_output o;
     fm_error err;
-    if (fm_model_generate(m, &prompt, &n, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_context_generate(m->context, &prompt, &n, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
     assert_int_equal(o.n, max_tokens);
     memcpy(out, o.ids, (size_t)max_tokens * sizeof *out);
     free(o.ids), free(o.logprobs);
@@ -141,7 +141,7 @@ static void test_join_running_batch(void **state) {
     for (int i = 0; i < 3; i++) prompt_ids(p[i], len[i], V, 11u + (uint32_t)i), alone(m, p[i], len[i], NEW, ref[i]);
     fm_sched *s;
     fm_error err;
-    assert_int_equal(fm_sched_create(m, 5, &s, &err), FM_OK); /* 5-token prefill chunks */
+    assert_int_equal(fm_sched_create(m->context, 5, &s, &err), FM_OK); /* 5-token prefill chunks */
     rec *r = calloc(1, sizeof *r);
     fm_sched_request q0 = greedy(p[0], len[0], NEW, r), q1 = greedy(p[1], len[1], NEW, r);
     fm_sched_request q2 = greedy(p[2], len[2], NEW, r);
@@ -189,7 +189,7 @@ static void test_cancel_frees_blocks(void **state) {
     alone(m, p1, 20, NEW, ref);
     fm_sched *s;
     fm_error err;
-    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
     rec *r = calloc(1, sizeof *r);
     fm_sched_request q0 = greedy(p0, 20, NEW, r), q1 = greedy(p1, 20, NEW, r);
     const int64_t a = submit(s, &q0), b = submit(s, &q1);
@@ -222,7 +222,7 @@ static void test_cancel_frees_blocks(void **state) {
     assert_int_equal(r->n[d], 0);
     fm_sched_free(s);
     expect_final(r, c, FM_SCHED_CANCELLED);
-    assert_int_equal(m->kv->pool.n_free, m->kv->pool.n_blocks);
+    assert_int_equal(m->context->kv->pool.n_free, m->context->kv->pool.n_blocks);
     free(r);
     fm_model_free(m);
 }
@@ -236,7 +236,7 @@ static void test_reuse_kept_cache(void **state) {
     prompt_ids(p, P, V, 21);
     fm_sched *s;
     fm_error err;
-    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
     rec *r = calloc(1, sizeof *r);
     fm_sched_request q = greedy(p, P, NEW, r);
     q.keep = true;
@@ -314,10 +314,10 @@ static void test_pool_exhaustion(void **state) {
     alone(m, p, P, NEW, ref);
     fm_sched *s;
     fm_error err;
-    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
     rec *r = calloc(1, sizeof *r);
     /* an overcommitted pool: only the 2 blocks at the bottom of the free stack are left (32 tokens) */
-    fm_kv_pool *pool = &m->kv->pool;
+    fm_kv_pool *pool = &m->context->kv->pool;
     const int32_t n_free = pool->n_free;
     pool->n_free = 2;
     fm_sched_request q = greedy(p, P, NEW, r);
@@ -371,7 +371,7 @@ static void test_qwen3_next_reuse(void **state) {
     prompt_ids(p, P, V, 31);
     fm_sched *s;
     fm_error err;
-    assert_int_equal(fm_sched_create(m, 0, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
     rec *r = calloc(1, sizeof *r);
     fm_sched_request q = greedy(p, P, NEW, r);
     q.keep = true;

@@ -186,7 +186,7 @@ static void sample_all(fm_model *m, const fm_token_vocab *v, fm_grammar **g, cJS
         params[i].constraint = &cons[i];
         prompts[i] = prompt, lens[i] = 3;
     }
-    const fm_status st = fm_model_generate(m, prompts, lens, params, n, 0, NULL, NULL, out, NULL, &err);
+    const fm_status st = fm_context_generate(m->context, prompts, lens, params, n, 0, NULL, NULL, out, NULL, &err);
     if (st) fail_msg("generate: %s", err.msg);
     for (int32_t i = 0; i < n; i++) {
         char *text = text_of(v, out[i].ids, out[i].n);
@@ -293,7 +293,7 @@ static void greedy(fm_model *m, const fm_logit_bias *bias, int32_t n_bias, int32
     fm_gen_params_init(&p);
     p.max_tokens = 6, p.ignore_eos = true, p.logit_bias = bias, p.n_logit_bias = n_bias;
     fm_gen_output out;
-    *st = fm_model_generate(m, prompts, lens, &p, 1, 0, NULL, NULL, &out, NULL, err);
+    *st = fm_context_generate(m->context, prompts, lens, &p, 1, 0, NULL, NULL, &out, NULL, err);
     if (*st) return;
     *n = out.n;
     memcpy(ids, out.ids, (size_t)out.n * sizeof *ids);

@@ -1,8 +1,8 @@
-/* The serve warm-up (engine/warmup.h) on the CPU: it runs its prefill chunks and every decode bucket, and leaves
- * nothing behind: afterwards every block is free, none is cached or named, no sequence is open, the pool's
- * invariants hold; and the same requests (greedy and sampled with a seed, then one sharing the first's prompt, whose
- * prefix the cache serves) give the same tokens, the same cached-token counts and the same scheduler counters as on
- * a model that was never warmed up. */
+/* The serve warm-up (fp8moe.h fm_context_warmup, src/engine/warmup.c) on the CPU: it runs its prefill chunks and every
+ * decode bucket, and leaves nothing behind: afterwards every block is free, none is cached or named, no sequence is
+ * open, the pool's invariants hold; and the same requests (greedy and sampled with a seed, then one sharing the first's
+ * prompt, whose prefix the cache serves) give the same tokens, the same cached-token counts and the same scheduler
+ * counters as on a model that was never warmed up. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,8 +16,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
-#include "engine/warmup.h"
+#include "fp8moe_sched.h"
 
 #define TINY "models/tiny-code-moe"
 #define N_OUT 12
@@ -54,7 +53,7 @@ static void run_requests(fm_model *m, result *out, fm_sched_stats *stats) {
     for (int i = 0; i < 40; i++) prompt[i] = (i * 37 + 5) % 300;
     fm_sched *s = NULL;
     fm_error err = {{0}};
-    assert_int_equal(fm_sched_create(m, 48, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 48, &s, &err), FM_OK);
     for (int r = 0; r < 3; r++) {
         fm_sched_request q;
         fm_sched_request_init(&q);
@@ -76,10 +75,10 @@ static void warmup_leaves_nothing(void **state) {
     fm_model *cold = load(), *warm = load();
     fm_warmup_report rep;
     fm_error err = {{0}};
-    assert_int_equal(fm_warmup(warm, 48, &rep, &err), FM_OK);
+    assert_int_equal(fm_context_warmup(warm->context, 48, &rep, &err), FM_OK);
     assert_int_equal(rep.prefill_tokens, 96); /* two chunks: from position 0, then paged after it */
     assert_int_equal(rep.buckets, 3);         /* 1, 2, 4 sequences */
-    const fm_kv_pool *p = &warm->kv->pool;
+    const fm_kv_pool *p = &warm->context->kv->pool;
     assert_int_equal(p->n_free, p->n_blocks);
     assert_int_equal(p->n_lru, 0); /* no cached block */
     for (int32_t b = 0; b < p->n_blocks; b++) assert_int_equal(p->in_table[b], 0);
@@ -120,7 +119,7 @@ static void needs_kv(void **state) {
     fm_error err = {{0}};
     assert_int_equal(fm_model_load(TINY, &opt, &m, &err), FM_OK);
     fm_warmup_report rep;
-    assert_int_equal(fm_warmup(m, 16, &rep, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_context_warmup(m->context, 16, &rep, &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "without a KV cache"));
     fm_model_free(m);
 }

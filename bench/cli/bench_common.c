@@ -50,7 +50,7 @@ bool bench_routing_check(const char *cmd, const char *arg) {
 
 void bench_expert_stats_json(const fm_model *m, const fm_expert_stats *before, int64_t steps, cJSON *o) {
     fm_expert_stats s;
-    if (!fm_model_expert_stats(m, &s)) return;
+    if (!fm_context_expert_stats(m->context, &s)) return;
     if (before) {
         s.hits -= before->hits, s.misses -= before->misses, s.bytes_copied -= before->bytes_copied;
         s.bytes_prefetched -= before->bytes_prefetched;
@@ -170,15 +170,15 @@ fm_status bench_prefill_sequences(fm_model *m, int32_t B, int64_t context, int64
     for (int32_t s = 0; s < B; s++) seq[s] = -1;
     for (int32_t s = 0; !st && s < B; s++) {
         for (int64_t t = 0; t < context; t++) pr[t] = (int32_t)((t * 7919 + s * 104729 + 13) % V);
-        st = fm_kv_seq_begin(m, pr, context, &sp, &seq[s], err);
+        st = fm_kv_seq_begin(m->context, pr, context, &sp, &seq[s], err);
         for (int64_t p0 = 0; !st && p0 < context; p0 += chunk) {
             const int64_t T = context - p0 < chunk ? context - p0 : chunk;
             for (int64_t t = 0; t < T; t++) sq[t] = seq[s], ps[t] = (int32_t)(p0 + t);
-            st = fm_kv_seq_append(&m->kv->pool, seq[s], T, err);
-            m->kv->tables_dirty = true;
-            if (!st) st = fm_step_stage(m, pr + p0, sq, ps, T, err);
-            if (!st) fm_step_device(m, T, true, p0 == 0 && T == context ? FM_ATTN_FRESH : FM_ATTN_PAGED);
-            if (!st) st = fm_dist_status_take(m, err);
+            st = fm_kv_seq_append(&m->context->kv->pool, seq[s], T, err);
+            m->context->kv->tables_dirty = true;
+            if (!st) st = fm_step_stage(m->context, pr + p0, sq, ps, T, err);
+            if (!st) fm_step_device(m->context, T, true, p0 == 0 && T == context ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+            if (!st) st = fm_dist_status_take(m->context, err);
         }
         last[s] = pr[context - 1];
     }

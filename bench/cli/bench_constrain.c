@@ -73,7 +73,7 @@ fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const i
     sp.masked = 1;
     for (int32_t i = 0; !st && i < B; i++) {
         st = fm_matcher_create(c->g, c->vocab, &c->end, 1, &c->m[i], err);
-        if (!st) st = fm_kv_seq_sampler_reset(m, seq[i], NULL, 0, &sp, err);
+        if (!st) st = fm_kv_seq_sampler_reset(m->context, seq[i], NULL, 0, &sp, err);
     }
     if (st) bench_constraint_end(c);
     return st;
@@ -82,8 +82,9 @@ fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const i
 void bench_constraint_masks(fm_model *m, bench_constraint *c) {
     const size_t words = (size_t)((fm_model_vocab_size(m) + 31) / 32);
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int32_t i = 0; i < c->B; i++) fm_matcher_fill_mask(c->m[i], m->kv->h_mask + (size_t)i * words);
-    m->be->ops->upload_raw(m->be, m->kv->h_mask, (size_t)c->B * words * sizeof(uint32_t), m->kv->mask);
+    for (int32_t i = 0; i < c->B; i++) fm_matcher_fill_mask(c->m[i], m->context->kv->h_mask + (size_t)i * words);
+    m->be->ops->upload_raw(m->be, m->context->kv->h_mask, (size_t)c->B * words * sizeof(uint32_t),
+                           m->context->kv->mask);
 }
 
 fm_status bench_constraint_accept(bench_constraint *c, const int32_t *ids, fm_error *err) {

@@ -40,18 +40,19 @@ static void *run_rank_decode(void *arg) {
                                        : bench_prefill_sequences(m, B, j->context, j->chunk, seq, ids, &j->err);
     for (long r = 0; !st && r < j->warmup + j->steps; r++) {
         if (r == j->warmup) {
-            j->sent = fm_comm_bytes_sent(j->comm), j->dispatch = m->ep_bytes_dispatch, j->combine = m->ep_bytes_combine;
+            j->sent = fm_comm_bytes_sent(j->comm), j->dispatch = m->context->ep_bytes_dispatch,
+            j->combine = m->context->ep_bytes_combine;
         }
         const double t0 = cli_now();
-        st = fm_decode_step(m, B, ids, seq, ids, lp, &j->err);
+        st = fm_decode_step(m->context, B, ids, seq, ids, lp, &j->err);
         if (!st && j->ms && r >= j->warmup) j->ms[r - j->warmup] = 1e3 * (cli_now() - t0);
     }
     if (!st) {
-        j->sent = fm_comm_bytes_sent(j->comm) - j->sent, j->dispatch = m->ep_bytes_dispatch - j->dispatch;
-        j->combine = m->ep_bytes_combine - j->combine;
+        j->sent = fm_comm_bytes_sent(j->comm) - j->sent, j->dispatch = m->context->ep_bytes_dispatch - j->dispatch;
+        j->combine = m->context->ep_bytes_combine - j->combine;
     }
     for (int32_t s = 0; seq && s < B; s++)
-        if (seq[s] >= 0) fm_kv_seq_end(m, seq[s]);
+        if (seq[s] >= 0) fm_kv_seq_end(m->context, seq[s]);
     free(seq), free(ids), free(lp);
     j->st = st;
     return NULL;

@@ -22,7 +22,7 @@ static rank_bytes group_bytes(fm_rank_group *g) {
     rank_bytes b = {0, 0, 0};
     for (int r = 0; r < g->n_ranks; r++) {
         b.sent += fm_comm_bytes_sent(fm_world_comm(g->world, r));
-        b.dispatch += g->models[r]->ep_bytes_dispatch, b.combine += g->models[r]->ep_bytes_combine;
+        b.dispatch += g->models[r]->context->ep_bytes_dispatch, b.combine += g->models[r]->context->ep_bytes_combine;
     }
     return b;
 }

@@ -89,8 +89,8 @@ static fm_status time_prefill(fm_model *m, const bench_args *a, bool verbose, pr
     fm_status st = FM_OK;
     for (long r = 0; !st && r < a->warmup + a->repeat; r++) {
         fm_profile prof;
-        if (r == a->warmup) fm_model_expert_stats(m, &t->cache0);
-        st = fm_forward(m, ids, T, true, logits, &prof, err);
+        if (r == a->warmup) fm_context_expert_stats(m->context, &t->cache0);
+        st = fm_forward(m->context, ids, T, true, logits, &prof, err);
         if (st || r < a->warmup) continue;
         t->total[r - a->warmup] = prof.total_ms;
         for (int s = 0; s < FM_STAGE_COUNT; s++) t->stage[s][r - a->warmup] = prof.stage_ms[s];
@@ -132,10 +132,10 @@ static void print_report(const char *cmd, fm_model *m, const bench_args *a, cons
            "counted in the floor above)\n",
            cost->expert_weight_reads_per_token_design / 1e9);
     printf("routing: %s\n", a->routing ? a->routing : "uniform");
-    cli_print_expert_stats(m, &t->cache0);
+    cli_print_expert_stats(m->context, &t->cache0);
     fm_expert_stats es;
     y->link_gbps = y->dma_gbps = y->copied_per_run = 0;
-    if (cli_expert_stats_since(m, &t->cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
+    if (cli_expert_stats_since(m->context, &t->cache0, &es) && !strcmp(m->be->ops->name, "cuda")) {
         /* the floor of the misses: their bytes at the host link's rate, measured now */
         y->copied_per_run = (double)es.bytes_copied / (double)a->repeat;
         if (bench_host_link(cmd, &y->link_gbps, &y->dma_gbps))

@@ -167,17 +167,17 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
     if (!st && a->json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
     uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
     for (long r = 0; !st && r < warmup + steps; r++) {
-        if (r == warmup) fm_model_expert_stats(m, &es0); /* the timed steps' own hits and misses */
+        if (r == warmup) fm_context_expert_stats(m->context, &es0); /* the timed steps' own hits and misses */
         for (int32_t s = 0; a->random_ids && s < B; s++)
             x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
         const double t0 = cli_now();
         if (a->json_object) bench_constraint_masks(m, &bc);
-        st = fm_decode_step(m, B, ids, seq, ids, lp, &err);
+        st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
         if (!st && a->json_object) st = bench_constraint_accept(&bc, ids, &err);
         if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
     }
     bench_constraint_end(&bc);
-    if (!st && (row->host = fm_model_expert_stats(m, &es1))) {
+    if (!st && (row->host = fm_context_expert_stats(m->context, &es1))) {
         const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
         row->hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
         row->copied_per_step = (double)(es1.bytes_copied - es0.bytes_copied) / (double)steps;
@@ -187,16 +187,16 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
     if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
         int32_t *pos = malloc((size_t)B * sizeof *pos);
         for (int32_t s = 0; s < B && !st; s++) {
-            pos[s] = (int32_t)fm_kv_seq_tokens(&m->kv->pool, seq[s]);
-            st = fm_kv_seq_append(&m->kv->pool, seq[s], 1, &err);
+            pos[s] = (int32_t)fm_kv_seq_tokens(&m->context->kv->pool, seq[s]);
+            st = fm_kv_seq_append(&m->context->kv->pool, seq[s], 1, &err);
         }
-        m->kv->tables_dirty = true;
-        if (!st) st = fm_step_stage(m, ids, seq, pos, B, &err);
-        if (!st) st = fm_step_profile(m, B, false, FM_ATTN_PAGED, &row->prof, &err);
+        m->context->kv->tables_dirty = true;
+        if (!st) st = fm_step_stage(m->context, ids, seq, pos, B, &err);
+        if (!st) st = fm_step_profile(m->context, B, false, FM_ATTN_PAGED, &row->prof, &err);
         free(pos);
     }
     for (int32_t s = 0; seq && s < B; s++)
-        if (seq[s] >= 0 && fm_kv_seq_tokens(&m->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m, seq[s]);
+        if (seq[s] >= 0 && fm_kv_seq_tokens(&m->context->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m->context, seq[s]);
     if (!st) {
         double med, mn, mx;
         bench_stats(ms, steps, &med, &mn, &mx);

@@ -38,7 +38,7 @@ bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t
 /* --max-step-tokens N|off: N >= 1, or off (-1, fm_options.max_step_tokens) */
 bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out);
 /* The step budget the load resolved, on stderr (serve prints it at start; chat and generate with --verbose) */
-void cli_print_step_tokens(const char *cmd, const fm_model *m);
+void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
 #define CLI_STEP_TOKENS_HELP                                                                                           \
     "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \
     "                           chunks in one forward pass (default: --max-seqs + 512, at most --prefill-chunk);\n"    \
@@ -47,8 +47,8 @@ void cli_print_step_tokens(const char *cmd, const fm_model *m);
 /* Experts in host memory: one line of the expert cache's counters (slots, hit rate, misses, bytes copied); nothing
  * when the model keeps its experts on the device. */
 /* The expert cache's counts since a snapshot (NULL: since the load); false when the experts are in backend memory. */
-bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_expert_stats *out);
-void cli_print_expert_stats(const fm_model *m, const fm_expert_stats *since);
+bool cli_expert_stats_since(const fm_context *ctx, const fm_expert_stats *since, fm_expert_stats *out);
+void cli_print_expert_stats(const fm_context *ctx, const fm_expert_stats *since);
 
 /* Writes n bytes to path through a temporary file and a rename, so a failed run never leaves a partial file. A path
  * that exists and is not a regular file (a device, a FIFO, a directory) is refused, not replaced. */

@@ -50,8 +50,8 @@ bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out) {
     return true;
 }
 
-void cli_print_step_tokens(const char *cmd, const fm_model *m) {
-    const int64_t n = fm_model_max_step_tokens(m);
+void cli_print_step_tokens(const char *cmd, const fm_context *ctx) {
+    const int64_t n = fm_context_max_step_tokens(ctx);
     if (n > 0) fprintf(stderr, "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens)\n", cmd, (long long)n);
     else fprintf(stderr, "fp8moe %s: mixed steps off: prompt chunks and decode steps alternate\n", cmd);
 }
@@ -124,8 +124,8 @@ fm_status cli_write_file(const char *path, const void *data, size_t n, fm_error 
     return st;
 }
 
-bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_expert_stats *out) {
-    if (!fm_model_expert_stats(m, out)) return false;
+bool cli_expert_stats_since(const fm_context *ctx, const fm_expert_stats *since, fm_expert_stats *out) {
+    if (!fm_context_expert_stats(ctx, out)) return false;
     if (since) {
         out->fetches -= since->fetches, out->hits -= since->hits, out->misses -= since->misses;
         out->bytes_copied -= since->bytes_copied;
@@ -135,9 +135,9 @@ bool cli_expert_stats_since(const fm_model *m, const fm_expert_stats *since, fm_
     return true;
 }
 
-void cli_print_expert_stats(const fm_model *m, const fm_expert_stats *since) {
+void cli_print_expert_stats(const fm_context *ctx, const fm_expert_stats *since) {
     fm_expert_stats s;
-    if (!cli_expert_stats_since(m, since, &s)) return;
+    if (!cli_expert_stats_since(ctx, since, &s)) return;
     const int64_t reads = s.hits + s.misses;
     printf("expert cache%s: %d slots of %d experts (%.1f KiB each), %lld layer passes, %lld expert reads, hit rate "
            "%.2f%%, %lld misses, %.1f MiB copied from host memory\n",

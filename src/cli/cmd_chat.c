@@ -15,10 +15,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/engine.h"
-#include "engine/kv_state.h"
-#include "engine/sampling_limits.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "util/status.h"
@@ -221,6 +218,7 @@ typedef struct chat {
     const char *cmd;
     const chat_args *a;
     fm_model *m;
+    fm_context *context;
     fm_sched *s;
     fm_tokenizer *tok;
     fm_chat_template *tmpl;
@@ -409,18 +407,20 @@ int cmd_chat(int argc, char **argv) {
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         mo.opt.max_step_tokens = a.max_step_tokens;
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
-        if (!st && mo.opt.verbose) cli_print_step_tokens(cmd, ch.m);
     }
-    if (!st) st = fm_sched_create(ch.m, mo.opt.max_tokens, &ch.s, &err);
+    if (!st) st = fm_context_create(ch.m, NULL, &ch.context, &err);
+    if (!st && mo.opt.verbose) cli_print_step_tokens(cmd, ch.context);
+    if (!st) st = fm_sched_create(ch.context, mo.opt.max_tokens, &ch.s, &err);
     if (!st) {
-        ch.ctx = ch.m->kv->pool.ctx;
-        ch.keep = !a.no_reuse && !ch.m->kv->pool.prefix_cache;
+        ch.ctx = fm_context_ctx(ch.context);
+        ch.keep = !a.no_reuse && !fm_context_prefix_cache(ch.context);
         if (mo.opt.verbose)
             fprintf(stderr, "fp8moe chat: template %s, a context of %lld tokens\n", fm_chat_template_path(ch.tmpl),
                     (long long)ch.ctx);
         st = chat_loop(&ch, &err);
     }
     fm_sched_free(ch.s);
+    fm_context_free(ch.context);
     fm_model_free(ch.m);
     convo_clear(&ch.c, 0);
     free(ch.c.msgs);

@@ -1,4 +1,4 @@
-/* fp8moe generate: new token ids after one prompt or a batch of prompts (fm_model_generate), with the run's
+/* fp8moe generate: new token ids after one prompt or a batch of prompts (fm_context_generate), with the run's
  * prefill and decode speed; with --prompt TEXT (and --chat) the prompt is text and the new text streams to stdout.
  * The load is planned from the prompts: the KV cache holds --max-seqs sequences of (longest prompt + --max-tokens)
  * tokens unless --ctx says otherwise, and one prefill step takes at most --prefill-chunk tokens. */
@@ -11,10 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/gen_text.h"
-#include "dist/rank_group.h"
-#include "engine/sampling_limits.h"
-#include "io/config.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "util/file.h"
 #include "util/status.h"
 
@@ -266,8 +263,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_SYSTEM: a->text.system = arg; return true;
     case OPT_NO_THINK: a->text.no_think = true; return true;
     case OPT_CHAT_TEMPLATE: a->text.template_file = arg; return true;
-    case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
-    case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_COMM_MAX_RANKS, &a->tp);
+    case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_MAX_RANKS, &a->ep);
+    case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_MAX_RANKS, &a->tp);
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
     }
     return true;
@@ -512,10 +509,9 @@ static int plan_context(const char *cmd, cli_model_opts *mo, const gen_args *a, 
         return -1;
     }
     fm_error err = {{0}};
-    fm_config *cfg = malloc(sizeof *cfg);
-    fm_status st = cfg ? fm_config_load(mo->model_dir, cfg, &err) : fm_fail(&err, FM_ERR_NOMEM, "out of memory");
-    const int64_t limit = st ? 0 : cfg->max_position_embeddings;
-    free(cfg);
+    fm_checkpoint_info ck;
+    fm_status st = fm_checkpoint_probe(mo->model_dir, &ck, &err);
+    const int64_t limit = st ? 0 : ck.max_position_embeddings;
     if (st) return cli_fail(cmd, st, &err);
     if (limit > 0 && longest->n >= limit) {
         fm_fail(&err, FM_ERR_FORMAT,
@@ -551,6 +547,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
 
     fm_error err = {{0}};
     fm_model *m = NULL;
+    fm_context *ctx = NULL;
     fm_gen_params *params = calloc((size_t)n, sizeof *params);
     fm_gen_output *out = calloc((size_t)n, sizeof *out);
     const int32_t **ids = calloc((size_t)n, sizeof *ids);
@@ -560,10 +557,11 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     fm_rank_group *group = NULL;
     mo->opt.ep_ranks = (int32_t)a->ep, mo->opt.tp_ranks = (int32_t)a->tp;
     if (!st && (a->ep > 1 || a->tp > 1)) st = fm_rank_group_load(mo->model_dir, &mo->opt, &group, &err);
-    if (!st && group) m = group->models[0];
     if (!st && !group) st = fm_model_load(mo->model_dir, &mo->opt, &m, &err);
-    if (!st && mo->opt.verbose) cli_print_step_tokens(cmd, m); /* an error stays one line on stderr */
-    const int32_t V = m ? fm_model_vocab_size(m) : 0;
+    if (!st && !group) st = fm_context_create(m, NULL, &ctx, &err);
+    if (!st && mo->opt.verbose) /* an error stays one line on stderr */
+        cli_print_step_tokens(cmd, group ? fm_rank_group_context(group, 0) : ctx);
+    const int32_t V = st ? 0 : fm_model_vocab_size(group ? fm_rank_group_model(group, 0) : m);
     for (int32_t i = 0; !st && i < n; i++)
         st = fm_ids_check_vocab(prompts[i].path, prompts[i].ids, prompts[i].n, V, &err);
     for (int32_t i = 0; !st && rc < 0 && i < a->n_stop_ids; i++)
@@ -590,7 +588,8 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
         void *user = a->gt ? (void *)a->gt : &streamed;
         st = group ? fm_rank_group_generate(group, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out,
                                             &stats, &err)
-                   : fm_model_generate(m, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out, &stats, &err);
+                   : fm_context_generate(ctx, ids, lens, params, n, mo->opt.max_tokens, on_token, user, out, &stats,
+                                         &err);
         if (a->gt) gen_text_finish(a->gt);
         else if (a->stream && streamed) printf("\n");
     }
@@ -612,8 +611,9 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     }
     for (int32_t i = 0; out && i < n; i++) free(out[i].ids), free(out[i].logprobs);
     free(params), free(out), free(ids), free(lens);
-    if (group) fm_rank_group_free(group);
-    else fm_model_free(m);
+    fm_context_free(ctx);
+    fm_model_free(m);
+    fm_rank_group_free(group);
     if (st) return cli_fail(cmd, st, &err);
     return rc >= 0 ? rc : CLI_OK;
 }

@@ -3,8 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dist/rank_group.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "util/file.h"
 
 static const char *HELP =
@@ -38,8 +37,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     logits_args *a = ctx;
     if (id == OPT_IDS) a->ids_path = arg;
     else if (id == OPT_OUT) a->out_path = arg;
-    else if (id == OPT_EP) return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
-    else if (id == OPT_TP) return cli_parse_int(cmd, "--tp", arg, 1, FM_COMM_MAX_RANKS, &a->tp);
+    else if (id == OPT_EP) return cli_parse_int(cmd, "--ep", arg, 1, FM_MAX_RANKS, &a->ep);
+    else if (id == OPT_TP) return cli_parse_int(cmd, "--tp", arg, 1, FM_MAX_RANKS, &a->tp);
     return true;
 }
 
@@ -58,6 +57,7 @@ int cmd_logits(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t n = 0;
     fm_model *m = NULL;
+    fm_context *ctx = NULL;
     fm_rank_group *group = NULL;
     float *logits = NULL;
     fm_status st = fm_check_output_path(out_path, &err); /* before the run, not after it */
@@ -65,23 +65,24 @@ int cmd_logits(int argc, char **argv) {
     mo.opt.max_tokens = n; /* the memory check plans for this prompt */
     mo.opt.ep_ranks = (int32_t)a.ep, mo.opt.tp_ranks = (int32_t)a.tp;
     if (!st && (a.ep > 1 || a.tp > 1)) st = fm_rank_group_load(mo.model_dir, &mo.opt, &group, &err);
-    if (!st && group) m = group->models[0];
     if (!st && !group) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
-    if (!st) st = fm_ids_check_vocab(ids_path, ids, n, fm_model_vocab_size(m), &err);
+    if (!st && !group) st = fm_context_create(m, NULL, &ctx, &err);
+    const int32_t V = st ? 0 : fm_model_vocab_size(group ? fm_rank_group_model(group, 0) : m);
+    if (!st) st = fm_ids_check_vocab(ids_path, ids, n, V, &err);
     if (!st) {
-        const size_t count = (size_t)n * (size_t)fm_model_vocab_size(m);
+        const size_t count = (size_t)n * (size_t)V;
         logits = malloc(count * sizeof *logits);
         if (!logits) st = FM_ERR_NOMEM, snprintf(err.msg, sizeof err.msg, "out of memory for %zu logits", count);
         if (!st)
             st = group ? fm_rank_group_forward(group, ids, n, false, logits, &err)
-                       : fm_model_logits(m, ids, n, logits, &err);
+                       : fm_context_logits(ctx, ids, n, logits, &err);
         if (!st) st = cli_write_file(out_path, logits, count * sizeof *logits, &err);
-        if (!st && mo.opt.verbose)
-            fprintf(stderr, "wrote %lld x %d logits to %s\n", (long long)n, fm_model_vocab_size(m), out_path);
+        if (!st && mo.opt.verbose) fprintf(stderr, "wrote %lld x %d logits to %s\n", (long long)n, V, out_path);
     }
     free(logits);
     free(ids);
-    if (group) fm_rank_group_free(group);
-    else fm_model_free(m);
+    fm_context_free(ctx);
+    fm_model_free(m);
+    fm_rank_group_free(group);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

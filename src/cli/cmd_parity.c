@@ -9,8 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/parity.h"
-#include "engine/engine.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "util/file.h"
 #include "util/status.h"
 
@@ -211,12 +210,14 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
     double t0 = cli_now();
     fm_status st = r->synthetic ? fm_model_load_synthetic(r->synthetic, depth, &opt, &m, err)
                                 : fm_model_load(r->mo->model_dir, &opt, &m, err);
+    fm_context *ctx = NULL;
+    if (!st) st = fm_context_create(m, NULL, &ctx, err);
     c->load_s = cli_now() - t0;
     const size_t TV = (size_t)r->T * (size_t)r->V;
     for (int k = 0; !st && k < r->K; k++) {
         float *out = keep ? keep + k * TV : r->scratch;
         t0 = cli_now();
-        st = fm_model_logits(m, r->ids + k * r->T, r->T, out, err);
+        st = fm_context_logits(ctx, r->ids + k * r->T, r->T, out, err);
         c->forward_s[k] = cli_now() - t0;
         if (st) break;
         if (opt.verbose && r->K > 1) fprintf(stderr, "  prompt %d/%d: %.3f s\n", k + 1, r->K, c->forward_s[k]);
@@ -224,6 +225,7 @@ static fm_status run_cell(const parity_run *r, int32_t depth, parity_cell *c, fl
         if (r->oracle_ready) fm_logits_compare(r->oracle + k * TV, out, r->T, r->V, &c->vs_fp32[k]);
         if (r->baseline_ready) fm_logits_compare(r->baseline + k * TV, out, r->T, r->V, &c->vs_int4[k]);
     }
+    fm_context_free(ctx);
     fm_model_free(m);
     return st;
 }
@@ -364,12 +366,12 @@ int cmd_parity(int argc, char **argv) {
         return cli_usage(cmd, "--presets must list ref, ref32, int4, fp8, fp4: '%s'", a.presets);
 
     fm_error err = {{0}};
-    fm_config cfg;
+    fm_checkpoint_info cfg;                                      /* the depth and the vocabulary, before any load */
     const char *outs[] = {a.json_path, a.csv_path, a.plot_path}; /* a FIFO or device there: refused before the run */
     for (int i = 0; i < 3; i++)
         if (outs[i] && fm_check_output_path(outs[i], &err)) return cli_fail(cmd, FM_ERR_IO, &err);
     fm_status st =
-        a.synthetic ? fm_synthetic_config(a.synthetic, &cfg, &err) : fm_config_load(mo.model_dir, &cfg, &err);
+        a.synthetic ? fm_synthetic_probe(a.synthetic, &cfg, &err) : fm_checkpoint_probe(mo.model_dir, &cfg, &err);
     if (st) return cli_fail(cmd, st, &err);
     /* the oracle runs where the compared presets run unless told otherwise: ref32 on the GPU, ref on the cpu */
     parity_report rep = {.model = a.synthetic ? a.synthetic : mo.model_dir,

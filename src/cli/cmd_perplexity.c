@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "util/progress.h"
 
 static const char *HELP =
@@ -71,18 +71,21 @@ int cmd_perplexity(int argc, char **argv) {
     if (!st && windows == 0) windows = n / window;
     mo.opt.max_tokens = window;
     if (!st) st = fm_model_load(mo.model_dir, &mo.opt, &m, &err);
+    fm_context *ctx = NULL;
+    if (!st) st = fm_context_create(m, NULL, &ctx, &err);
     if (!st) st = fm_ids_check_vocab(ids_path, ids, (int64_t)windows * window, fm_model_vocab_size(m), &err);
     double ppl = 0, loss = 0;
     progress_state ps = {cli_now()};
-    if (!st) st = fm_model_perplexity(m, ids, n, (int32_t)window, windows, show_progress, &ps, &ppl, &loss, &err);
+    if (!st) st = fm_context_perplexity(ctx, ids, n, (int32_t)window, windows, show_progress, &ps, &ppl, &loss, &err);
     if (!st) {
         printf("model: %s\npreset: %s\nbackend: %s\nwindows: %ld x %ld tokens, %ld scored\nmean loss: %.6f\n",
                mo.model_dir, fm_preset_name(mo.opt.preset), mo.opt.backend, windows, window, windows * (window - 1),
                loss);
         printf("perplexity = %.4f\n", ppl);
-        cli_print_expert_stats(m, NULL);
+        cli_print_expert_stats(ctx, NULL);
     }
     free(ids);
+    fm_context_free(ctx);
     fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

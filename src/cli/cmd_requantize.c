@@ -1,9 +1,9 @@
 /* fp8moe requantize: a float checkpoint written as an int4 compressed-tensors pack-quantized checkpoint by our own
- * quantizer (engine/requantize.h). */
+ * quantizer (fp8moe.h, fm_requantize). */
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/requantize.h"
+#include "fp8moe.h"
 
 static const char *HELP =
     "usage: fp8moe requantize --model IN_DIR --out OUT_DIR [--scales g128|p2] [--force] [--shard-size BYTES] "

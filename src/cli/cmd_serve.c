@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/engine.h"
 #include "serve/serve.h"
 
 enum { DEFAULT_MAX_SEQS = 16 }; /* the cpu backend's, and cuda's when the card cannot be asked */
@@ -217,8 +216,11 @@ int cmd_serve(int argc, char **argv) {
     fm_model *m = NULL;
     fm_status st = a.synthetic ? fm_model_load_synthetic(a.synthetic, mo.opt.n_layers, &mo.opt, &m, &err)
                                : fm_model_load(mo.model_dir, &mo.opt, &m, &err);
-    if (!st) cli_print_step_tokens(cmd, m);
-    if (!st) st = fm_serve_run(m, &a.so, &err);
+    fm_context *ctx = NULL;
+    if (!st) st = fm_context_create(m, NULL, &ctx, &err);
+    if (!st) cli_print_step_tokens(cmd, ctx);
+    if (!st) st = fm_serve_run(ctx, &a.so, &err);
+    fm_context_free(ctx);
     fm_model_free(m);
     return st ? cli_fail(cmd, st, &err) : CLI_OK;
 }

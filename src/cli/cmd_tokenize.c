@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "text/tokenizer.h"
 #include "util/file.h"
 #include "util/status.h"

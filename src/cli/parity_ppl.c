@@ -40,8 +40,12 @@ static fm_status score(const parity_report *rep, const cli_model_opts *mo, fm_pr
             plan_backend ? " (emulating the GPU's formats)" : "", (long long)rep->ppl_windows, rep->ppl_window);
     fm_model *m = NULL;
     double loss = 0;
+    fm_context *ctx = NULL;
     fm_status st = fm_model_load(mo->model_dir, &opt, &m, err);
-    if (!st) st = fm_model_perplexity(m, ids, n_ids, rep->ppl_window, rep->ppl_windows, NULL, NULL, ppl, &loss, err);
+    if (!st) st = fm_context_create(m, NULL, &ctx, err);
+    if (!st)
+        st = fm_context_perplexity(ctx, ids, n_ids, rep->ppl_window, rep->ppl_windows, NULL, NULL, ppl, &loss, err);
+    fm_context_free(ctx);
     fm_model_free(m);
     return st;
 }

@@ -33,7 +33,7 @@ typedef enum fm_comm_dtype {
 } fm_comm_dtype;
 
 /* A simulated world of n_ranks ranks (1..FM_COMM_MAX_RANKS). */
-#define FM_COMM_MAX_RANKS 64
+#define FM_COMM_MAX_RANKS FM_MAX_RANKS
 fm_status fm_world_create_sim(int n_ranks, fm_world **out, fm_error *err);
 void fm_world_free(fm_world *w);
 /* A world of n_ranks NCCL ranks, rank r on GPU devices[r] (one process, a thread per rank: ncclCommInitAll).

@@ -62,8 +62,9 @@ static fm_status group_load(const char *dir, const char *synthetic, int32_t n_la
             memcpy(err->msg, pre, n);
             err->msg[cap - 1] = '\0';
         }
-        if (!st && ne > 1) g->models[r]->ep_comm = fm_world_comm(g->world, r);
-        if (!st && nt > 1) g->models[r]->tp_comm = fm_world_comm(g->world, r);
+        if (!st) st = fm_context_create(g->models[r], NULL, &g->contexts[r], err);
+        if (!st && ne > 1) g->contexts[r]->ep_comm = fm_world_comm(g->world, r);
+        if (!st && nt > 1) g->contexts[r]->tp_comm = fm_world_comm(g->world, r);
         if (!st && staged) fm_comm_sim_stage_through(fm_world_comm(g->world, r), g->models[r]->be);
     }
     if (st) {
@@ -85,13 +86,13 @@ fm_status fm_rank_group_load_synthetic(const char *name, int32_t n_layers, const
 
 void fm_rank_group_free(fm_rank_group *g) {
     if (!g) return;
-    for (int r = 0; r < g->n_ranks; r++) fm_model_free(g->models[r]);
+    for (int r = 0; r < g->n_ranks; r++) fm_context_free(g->contexts[r]), fm_model_free(g->models[r]);
     fm_world_free(g->world);
     free(g);
 }
 
 typedef struct rank_pass {
-    fm_model *m;
+    fm_context *ctx;
     const int32_t *ids;
     int64_t T;
     bool last_only;
@@ -102,14 +103,14 @@ typedef struct rank_pass {
 
 static void *run_rank(void *arg) {
     rank_pass *p = arg;
-    p->st = fm_forward(p->m, p->ids, p->T, p->last_only, p->logits, NULL, &p->err);
+    p->st = fm_forward(p->ctx, p->ids, p->T, p->last_only, p->logits, NULL, &p->err);
     return NULL;
 }
 
 fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
                                 fm_error *err) {
     const int N = g->n_ranks;
-    fm_status cst = fm_model_check_ctx(g->models[0], T, err);
+    fm_status cst = fm_context_check_ctx(g->contexts[0], T, err);
     if (cst) return cst;
     const int64_t rows = last_only ? 1 : T;
     const size_t n = (size_t)(rows > 0 ? rows : 1) * (size_t)g->models[0]->cfg.vocab_size;
@@ -118,7 +119,7 @@ fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T,
     bool started[FM_COMM_MAX_RANKS] = {false};
     fm_status st = FM_OK;
     for (int r = 0; r < N; r++) {
-        pass[r] = (rank_pass){g->models[r], ids, T, last_only, r ? malloc(n * sizeof(float)) : logits, FM_OK, {{0}}};
+        pass[r] = (rank_pass){g->contexts[r], ids, T, last_only, r ? malloc(n * sizeof(float)) : logits, FM_OK, {{0}}};
         if (!pass[r].logits) pass[r].st = fm_fail(&pass[r].err, FM_ERR_NOMEM, "out of host memory for rank %d", r);
     }
     /* every rank runs, or none: a rank missing from the exchanges would leave the others waiting */
@@ -143,7 +144,7 @@ fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T,
 }
 
 typedef struct rank_gen {
-    fm_model *m;
+    fm_context *ctx;
     const int32_t *const *prompts;
     const int64_t *n_prompt;
     const fm_gen_params *params;
@@ -159,8 +160,8 @@ typedef struct rank_gen {
 
 static void *run_rank_gen(void *arg) {
     rank_gen *p = arg;
-    p->st = fm_model_generate(p->m, p->prompts, p->n_prompt, p->params, p->n, p->prefill_chunk, p->on_token, p->user,
-                              p->out, p->stats, &p->err);
+    p->st = fm_context_generate(p->ctx, p->prompts, p->n_prompt, p->params, p->n, p->prefill_chunk, p->on_token,
+                                p->user, p->out, p->stats, &p->err);
     return NULL;
 }
 
@@ -172,7 +173,7 @@ fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts
     fm_gen_output *others = calloc((size_t)(N - 1) * (size_t)(n > 0 ? n : 1), sizeof *others);
     if (!others) return fm_fail(err, FM_ERR_NOMEM, "out of host memory for the ranks' outputs");
     for (int r = 0; r < N; r++)
-        job[r] = (rank_gen){g->models[r],
+        job[r] = (rank_gen){g->contexts[r],
                             prompts,
                             n_prompt,
                             params,
@@ -205,6 +206,9 @@ void fm_rank_group_run(const fm_rank_group *g, void *(*fn)(void *), void *jobs, 
         }
     for (int r = 0; r < g->n_ranks; r++) pthread_join(th[r], NULL);
 }
+
+const fm_model *fm_rank_group_model(const fm_rank_group *g, int32_t rank) { return g->models[rank]; }
+const fm_context *fm_rank_group_context(const fm_rank_group *g, int32_t rank) { return g->contexts[rank]; }
 
 size_t fm_rank_group_expert_bytes(const fm_rank_group *g, int rank) {
     const fm_model *m = g->models[rank];

@@ -23,33 +23,21 @@
  * FM_ERR_USAGE naming the numbers. */
 fm_status fm_rank_split_check(const fm_config *c, int32_t ep, int32_t tp, fm_error *err);
 
-typedef struct fm_rank_group {
+struct fm_rank_group {
     int n_ranks;
     fm_world *world;
-    fm_model *models[FM_COMM_MAX_RANKS]; /* rank r's model */
-} fm_rank_group;
+    fm_model *models[FM_COMM_MAX_RANKS];     /* rank r's model */
+    fm_context *contexts[FM_COMM_MAX_RANKS]; /* and its context, held by the group (its communicators) */
+};
 
-/* Loads dir once per rank with opt, whose ep_ranks and tp_ranks (either > 1; equal when both are) size the group
- * (ep_rank and tp_rank are set per rank here), and joins the ranks. Errors name the rank when a later rank's load
- * fails. */
-fm_status fm_rank_group_load(const char *dir, const fm_options *opt, fm_rank_group **out, fm_error *err);
+/* fm_rank_group_load (fp8moe.h) sets ep_rank and tp_rank per rank and joins the ranks. */
 /* The same over the synthetic model `name` (engine.h: fm_model_load_synthetic), its first n_layers layers (0: all):
  * the same weights on every rank (each keeps its share), as one such model would hold them. */
 fm_status fm_rank_group_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_rank_group **out,
                                        fm_error *err);
-void fm_rank_group_free(fm_rank_group *g);
-
-/* fm_forward on every rank together (the prompt on every rank); logits as fm_forward's, from rank 0 (every rank holds
- * the same). */
-fm_status fm_rank_group_forward(fm_rank_group *g, const int32_t *ids, int64_t T, bool last_only, float *logits,
-                                fm_error *err);
-
-/* fm_model_generate on every rank together (load the group with max_seqs > 0): every rank runs the same scheduler
- * over the same logits (bit-identical across the ranks: the exchanges give every rank the same bits) and samples the
- * same tokens, so their steps line up; on_token and out are rank 0's. */
-fm_status fm_rank_group_generate(fm_rank_group *g, const int32_t *const *prompts, const int64_t *n_prompt,
-                                 const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
-                                 void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err);
+/* fm_rank_group_forward and fm_rank_group_generate (fp8moe.h): fm_forward and fm_context_generate on every rank
+ * together; in generation every rank runs the same scheduler over the same logits (bit-identical across the ranks:
+ * the exchanges give every rank the same bits) and samples the same tokens, so their steps line up. */
 
 /* Runs fn on every rank's job at once, a thread each (jobs: n_ranks items of job_size bytes, rank r's at r x
  * job_size), and returns when all have: what any pass of the group needs, since a rank waits in its exchanges until

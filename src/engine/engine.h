@@ -1,4 +1,5 @@
-/* The engine's view of a loaded model: configuration, plan, backend and the weight banks per layer. */
+/* The engine's view of a loaded model (configuration, plan, backend and the weight banks per layer: read only after
+ * the load) and of its context (what a run mutates), fp8moe.h's fm_model and fm_context. */
 #ifndef FM_ENGINE_H
 #define FM_ENGINE_H
 
@@ -47,25 +48,43 @@ struct fm_model {
     fm_layer_weights *layers;
     fm_expert_layout expert_layout;
     int64_t n_params;
-    size_t weight_bytes;     /* held by the backend */
-    fm_routes routes;        /* the route overrides the model was loaded with (opt->routes over the defaults): the
-                                memory plan sizes the backend's scratch with them */
-    struct fw_buffers *bufs; /* the forward pass's activation buffers, allocated once at load for buf_tokens */
-    int64_t buf_tokens;
-    struct fm_kv_state *kv;   /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
-    int64_t ctx;              /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
-    bool ctx_explicit;        /* set by the caller (--ctx), not by the config */
+    size_t weight_bytes;      /* held by the backend */
+    fm_routes routes;         /* the route overrides the model was loaded with (opt->routes over the defaults): the
+                                 memory plan sizes the backend's scratch with them */
+    int64_t n_ctx;            /* longest sequence accepted (fm_options.ctx or max_position_embeddings); 0 = any */
+    bool n_ctx_explicit;      /* set by the caller (--ctx), not by the config */
     bool experts_host;        /* experts in host memory (--experts-in, resolved by the memory plan at load) */
     int32_t expert_slots;     /* then: the expert cache's slots (the plan's expert_slots) */
     size_t expert_host_bytes; /* then: the expert banks' bytes in host memory (not in weight_bytes) */
-    struct fm_expert_offload *experts; /* then: the expert cache (engine/expert_offload.c) */
     /* expert parallelism (fm_options.ep_ranks > 1): this rank's experts [ep_first, ep_first + ep_n) of every MoE
        layer; tensor parallelism of attention (tp_ranks > 1): its query heads [tp_h0, tp_h0 + tp_nh) and key-value
-       heads [tp_kv0, tp_kv0 + tp_nkv) (without: every head). ep_comm / tp_comm: its end of the group's communicator
-       (dist/rank_group.c sets them after the load). A failed exchange during a forward pass is kept in
-       dist_status / dist_err and returned by fm_forward. */
+       heads [tp_kv0, tp_kv0 + tp_nkv) (without: every head). The run state of the group (communicators, exchange
+       buffers) is the context's. */
     int32_t ep_ranks, ep_rank, ep_first, ep_n;
     int32_t tp_ranks, tp_rank, tp_h0, tp_nh, tp_kv0, tp_nkv;
+    /* The run state the memory plan reserved at load for this model's one context (engine/context.c): the load
+       allocates it (the pre-load check promises that nothing the plan counted fails later), fm_context_create
+       hands it out, one holder at a time (the backend's scratch is one). Only a context's functions touch it. */
+    struct fm_context *context;
+};
+
+/* What a run mutates, apart from the weights (fp8moe.h fm_context): the forward buffers, the generation state (KV
+ * cache with its pool, sampler state, masks, captured decode graphs), the expert cache of --experts-in host, and a
+ * rank's state of --ep/--tp. Functions that run or mutate take a context and reach the model through it; functions
+ * that only read weights or configuration take a const fm_model. */
+struct fm_context {
+    const fm_model *m; /* the model it runs: weights and configuration, read only */
+    bool held;         /* handed out by fm_context_create and not yet given back */
+    /* the limits the holder asked for (fm_context_params), at most what the load reserved: sequences at once, tokens
+       per sequence (0: any), tokens of one pass */
+    int32_t n_seqs;
+    int64_t n_ctx, n_tokens;
+    struct fw_buffers *bufs; /* the forward pass's activation buffers, allocated once at load for buf_tokens */
+    int64_t buf_tokens;
+    struct fm_kv_state *kv;            /* generation state (KV cache, sampler), when loaded with max_seqs > 0 */
+    struct fm_expert_offload *experts; /* experts in host memory: the expert cache (engine/expert_offload.c) */
+    /* ep_comm / tp_comm: this rank's end of the group's communicator (dist/rank_group.c sets them after the load). A
+       failed exchange during a forward pass is kept in dist_status / dist_err and returned by fm_forward. */
     struct fm_comm *ep_comm, *tp_comm;
     struct fm_ep_state *ep; /* expert parallelism's exchange buffers (forward.c), reserved with the forward buffers */
     uint64_t ep_bytes_dispatch, ep_bytes_combine; /* since the load: what this rank's MoE all-to-alls sent */
@@ -77,8 +96,8 @@ struct fm_model {
  * layers' host expert banks, after the forward buffers are reserved (slot ids for buf_tokens x top-k routed ids);
  * FM_ERR_UNSUPPORTED naming the backend when it has no expert cache. */
 typedef struct fm_expert_offload fm_expert_offload;
-fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_policy policy, fm_error *err);
-void fm_expert_offload_free(fm_model *m);
+fm_status fm_expert_offload_create(fm_context *ctx, int32_t n_slots, fm_expert_policy policy, fm_error *err);
+void fm_expert_offload_free(fm_context *ctx);
 
 /* What layer l's moe op runs on: its own expert banks and the routed ids as they are, or, with experts in host memory,
  * the pool's banks and the slot ids after the backend's expert_fetch made the P routed experts resident. */
@@ -86,24 +105,28 @@ typedef struct fm_moe_experts {
     const fm_bank *gate_up, *down;
     const void *ids;
 } fm_moe_experts;
-fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_t P);
+fm_moe_experts fm_moe_experts_of(fm_context *ctx, int32_t l, const void *ids, int64_t P);
 
 /* The expert prefetch (route expert.prefetch; experts in host memory on a backend with expert_prefetch): whether a
  * pass of T rows prefetches layer l's experts, and the prefetch itself, issued at the layer's start from the residual
  * stream x [T, H] entering it: ffn_norm(x) (on the main chain, which overwrites x later), then on the side chain
  * (backend side ops) the layer's router on it and expert_prefetch of its top-k. The caller joins the side chain
  * (ops->side_join) before the layer's router: the prefetch's router and the real one share the router's state. */
-bool fm_moe_prefetch_on(const fm_model *m, int32_t l, int64_t T);
-void fm_moe_prefetch(fm_model *m, int32_t l, const void *x, int64_t T);
+bool fm_moe_prefetch_on(const fm_context *ctx, int32_t l, int64_t T);
+void fm_moe_prefetch(fm_context *ctx, int32_t l, const void *x, int64_t T);
 
 /* Once, at load (after the banks): the forward buffers (the memory plan's activations) and the backend's scratch
  * (ops->reserve: the plan's ws_moe) for up to T tokens. No forward pass allocates or grows anything afterwards; a
  * longer prompt is refused (fm_forward_stage). */
-fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err);
+fm_status fm_forward_reserve(fm_context *ctx, int64_t T, fm_error *err);
 
-/* FM_OK when a sequence of T tokens fits the model's context, else a message naming the limit and --ctx. */
+/* FM_OK when a sequence of T tokens fits the model's context, else a message naming the limit and --ctx; the
+ * context's version also checks the shorter limit it may have been created with. */
 fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err);
-void fm_forward_buffers_free(fm_model *m);
+fm_status fm_context_check_ctx(const fm_context *ctx, int64_t T, fm_error *err);
+/* The context's limits back to what the load reserved (engine/context.c; the load calls it once everything is). */
+void fm_context_limits_reset(fm_context *ctx);
+void fm_forward_buffers_free(fm_context *ctx);
 
 /* Stages of a forward pass, for the benchmark's breakdown. */
 typedef enum fm_stage {
@@ -128,7 +151,7 @@ typedef struct fm_profile {
 /* Runs the forward pass over ids (positions 0..T-1) and writes logits: [T, vocab], or only the last position's
  * [vocab] when last_only. prof (may be NULL) receives the per-stage times. T above the tokens the model was loaded
  * for (fm_options.max_tokens) fails with FM_ERR_USAGE, naming both. */
-fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
+fm_status fm_forward(fm_context *ctx, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
                      fm_error *err);
 
 /* fm_forward in its three steps, run in this order (what a CUDA graph captures is the middle one):
@@ -137,9 +160,9 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
  *            branches only), so on the GPU it can be captured on the backend's stream (ops->graph_capture) and
  *            replayed; the debug switches FP8MOE_SYNC and FP8MOE_DUMP synchronise, and are not for capture;
  *   collect  waits for the device and downloads the logits ([T, vocab] or [vocab] when last_only). */
-fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err);
-void fm_forward_device(fm_model *m, int64_t T, bool last_only);
-fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err);
+fm_status fm_forward_stage(fm_context *ctx, const int32_t *ids, int64_t T, fm_error *err);
+void fm_forward_device(fm_context *ctx, int64_t T, bool last_only);
+fm_status fm_forward_collect(fm_context *ctx, int64_t T, bool last_only, float *logits, fm_error *err);
 
 /* Generation steps (src/engine/generate.c drives them): T tokens of sequences whose KV cache already holds room for
  * them (fm_kv_seq_append), token t of sequence seq[t] at position pos[t].
@@ -155,45 +178,41 @@ typedef enum fm_attn_mode {
     FM_ATTN_FRESH,    /* one sequence from position 0: the contiguous kernel, K and V stored for later steps */
     FM_ATTN_PAGED,    /* any tokens at any positions: attention over the paged cache (decode, prefill chunks) */
 } fm_attn_mode;
-fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);
-void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn);
+void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn);
 /* fm_step_device with the logits of chosen rows only (a mixed step: each decoding sequence's row and the last row of
  * each prompt that completes): rows [first, first + n) of each run, in run order, become logits rows 0, 1, ... */
 typedef struct fm_row_run {
     int64_t first, n;
 } fm_row_run;
-void fm_step_device_rows(fm_model *m, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn);
-void fm_step_sample_device(fm_model *m, int32_t B);
-fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err);
+void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn);
+void fm_step_sample_device(fm_context *ctx, int32_t B);
+fm_status fm_step_logits(fm_context *ctx, int64_t rows, float *logits, fm_error *err);
 /* A group's rank (--ep, --tp): the first failed exchange of the passes since the last call (then cleared), else
  * FM_OK. fm_forward, fm_step_logits and fm_decode_run return it. */
-fm_status fm_dist_status_take(fm_model *m, fm_error *err);
+fm_status fm_dist_status_take(fm_context *ctx, fm_error *err);
 /* The same device work with the forward pass's stage marks (not capturable): per-stage times of one step. */
-fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err);
+fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
+                          fm_error *err);
 
 /* One decode step of n open sequences: each gets room for one token in its cache, runs ids[j] at its next position,
  * and samples its next token with its own sampler state (out_ids, out_logprobs: the raw log-probability). On the
  * cuda backend the step replays as the CUDA graph of its batch bucket (routes: decode.graphs). Waits for the step. */
-fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+fm_status fm_decode_step(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                          float *out_logprobs, fm_error *err);
 
 /* fm_decode_step when the room is already reserved (fm_kv_reserve, one token per sequence): the scheduler reserves
  * per request first, so a full pool fails that request only. info[0..n) receives the rows' log-probabilities. */
-fm_status fm_decode_run(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                         fm_sample_info *info, fm_error *err);
 /* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a
  * block was taken); a full pool or the context is an error and changes nothing. */
-fm_status fm_kv_reserve(fm_model *m, int32_t seq, int64_t n, fm_error *err);
+fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err);
 
 /* Creates the backend and its weight banks for an already bound model (m->cfg set). */
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err);
 
-/* A model with synthetic weights at the shapes of a known checkpoint ("qwen3-30b-a3b", "mixtral-8x7b"),
- * built through the same load path as a real one (weights generated where the backend runs, then converted
- * to the plan's formats); n_layers 0 = all. */
-fm_status fm_model_load_synthetic(const char *name, int32_t n_layers, const fm_options *opt, fm_model **out,
-                                  fm_error *err);
 /* The configuration of a synthetic model (its depth and vocabulary before anything is generated). */
 fm_status fm_synthetic_config(const char *name, fm_config *out, fm_error *err);
 /* fm_options.synthetic_routing: NULL or "uniform" (*zipf_s = 0), or "zipf:S" (0 < S <= 8); FM_ERR_USAGE naming
@@ -204,7 +223,5 @@ fm_status fm_synthetic_routing_parse(const char *text, double *zipf_s, fm_error 
  * layer ranks its experts in its own order), capped at 0.45 with the excess spread over the others. */
 fm_status fm_synthetic_routing_targets(const char *name, const char *routing, int32_t layer, double *freq,
                                        fm_error *err);
-/* Names accepted by fm_model_load_synthetic, comma-separated, for messages. */
-const char *fm_synthetic_names(void);
 
 #endif

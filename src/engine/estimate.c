@@ -4,26 +4,38 @@
 #include <string.h>
 
 #include "backend/backend_kind.h"
+#include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_fit.h"
 #include "engine/memory_plan.h"
 #include "io/config.h"
 #include "util/status.h"
 
+static void info_of_config(const fm_config *c, fm_checkpoint_info *out) {
+    snprintf(out->model_type, sizeof out->model_type, "%s", c->model_type);
+    out->n_layers = c->n_layers;
+    for (int32_t l = 0; l < c->n_layers; l++) out->n_moe_layers += c->layer_is_moe[l];
+    out->n_experts = c->n_experts, out->n_experts_per_tok = c->n_experts_per_tok;
+    out->hidden_size = c->hidden_size, out->vocab_size = c->vocab_size;
+    out->max_position_embeddings = c->max_position_embeddings > 0 ? c->max_position_embeddings : 0;
+    out->prequantized = c->quant.method != FM_QUANT_NONE;
+    if (out->prequantized) fm_quant_config_describe(&c->quant, out->quantization, sizeof out->quantization);
+}
+
 fm_status fm_checkpoint_probe(const char *dir, fm_checkpoint_info *out, fm_error *err) {
     memset(out, 0, sizeof *out);
     fm_config c;
     const fm_status st = fm_config_load(dir, &c, err);
-    if (st) return st;
-    snprintf(out->model_type, sizeof out->model_type, "%s", c.model_type);
-    out->n_layers = c.n_layers;
-    for (int32_t l = 0; l < c.n_layers; l++) out->n_moe_layers += c.layer_is_moe[l];
-    out->n_experts = c.n_experts, out->n_experts_per_tok = c.n_experts_per_tok;
-    out->hidden_size = c.hidden_size, out->vocab_size = c.vocab_size;
-    out->max_position_embeddings = c.max_position_embeddings > 0 ? c.max_position_embeddings : 0;
-    out->prequantized = c.quant.method != FM_QUANT_NONE;
-    if (out->prequantized) fm_quant_config_describe(&c.quant, out->quantization, sizeof out->quantization);
-    return FM_OK;
+    if (!st) info_of_config(&c, out);
+    return st;
+}
+
+fm_status fm_synthetic_probe(const char *name, fm_checkpoint_info *out, fm_error *err) {
+    memset(out, 0, sizeof *out);
+    fm_config c;
+    const fm_status st = fm_synthetic_config(name, &c, err);
+    if (!st) info_of_config(&c, out);
+    return st;
 }
 
 /* the plan the load makes of the options (model.c, fm_model_build) */

@@ -18,7 +18,8 @@ struct fm_expert_offload {
     void *pf_mem, *pf_h, *pf_logits, *pf_ids, *pf_w;
 };
 
-fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_policy policy, fm_error *err) {
+fm_status fm_expert_offload_create(fm_context *ctx, int32_t n_slots, fm_expert_policy policy, fm_error *err) {
+    const fm_model *m = ctx->m;
     fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
     if (!ops->expert_cache_create || !ops->expert_fetch)
@@ -33,7 +34,7 @@ fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_polic
     fm_status st = x->gate_up && x->down ? FM_OK : FM_ERR_NOMEM;
     for (int l = 0; !st && l < m->n_layers; l++)
         if (m->layers[l].is_moe) x->gate_up[l] = m->layers[l].gate_up, x->down[l] = m->layers[l].down;
-    const fm_expert_cache_desc d = {m->n_layers, m->cfg.n_experts, n_slots, m->buf_tokens * m->cfg.n_experts_per_tok,
+    const fm_expert_cache_desc d = {m->n_layers, m->cfg.n_experts, n_slots, ctx->buf_tokens * m->cfg.n_experts_per_tok,
                                     policy,      x->gate_up,       x->down};
     if (!st) st = ops->expert_cache_create(be, &d, &x->cache, &x->pool_gate_up, &x->pool_down, &x->slot_ids, err);
     if (st) {
@@ -42,12 +43,12 @@ fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_polic
     }
     x->n_slots = n_slots;
     x->slot_bytes = (ops->bank_bytes(x->pool_gate_up) + ops->bank_bytes(x->pool_down)) / (size_t)n_slots;
-    m->experts = x;
+    ctx->experts = x;
     if (ops->expert_prefetch) {
         fm_expert_prefetch_layout pf;
-        fm_expert_prefetch_layout_of(&m->cfg, m->buf_tokens, &pf);
+        fm_expert_prefetch_layout_of(&m->cfg, ctx->buf_tokens, &pf);
         if (!(x->pf_mem = ops->alloc(be, pf.total))) {
-            fm_expert_offload_free(m);
+            fm_expert_offload_free(ctx);
             return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the expert prefetch's buffers (%zu bytes)",
                            ops->name, pf.total);
         }
@@ -57,35 +58,39 @@ fm_status fm_expert_offload_create(fm_model *m, int32_t n_slots, fm_expert_polic
     return FM_OK;
 }
 
-void fm_expert_offload_free(fm_model *m) {
-    fm_expert_offload *x = m->experts;
+void fm_expert_offload_free(fm_context *ctx) {
+    const fm_model *m = ctx->m;
+    fm_expert_offload *x = ctx->experts;
     if (!x) return;
     m->be->ops->expert_cache_free(m->be, x->cache);
     if (x->pf_mem) m->be->ops->free(m->be, x->pf_mem);
     free(x->gate_up), free(x->down), free(x);
-    m->experts = NULL;
+    ctx->experts = NULL;
 }
 
-fm_moe_experts fm_moe_experts_of(fm_model *m, int32_t l, const void *ids, int64_t P) {
+fm_moe_experts fm_moe_experts_of(fm_context *ctx, int32_t l, const void *ids, int64_t P) {
+    const fm_model *m = ctx->m;
     const fm_layer_weights *L = &m->layers[l];
-    fm_expert_offload *x = m->experts;
+    fm_expert_offload *x = ctx->experts;
     if (!x) return (fm_moe_experts){L->gate_up, L->down, ids};
     m->be->ops->expert_fetch(m->be, x->cache, l, ids, P);
     /* no slot-id buffer: the pool banks take the routed ids as they are (cuda: views through a slot table) */
     return (fm_moe_experts){x->pool_gate_up, x->pool_down, x->slot_ids ? x->slot_ids : ids};
 }
 
-bool fm_moe_prefetch_on(const fm_model *m, int32_t l, int64_t T) {
-    return m->experts && m->experts->pf_mem && m->layers[l].is_moe && !m->ep_comm &&
+bool fm_moe_prefetch_on(const fm_context *ctx, int32_t l, int64_t T) {
+    const fm_model *m = ctx->m;
+    return ctx->experts && ctx->experts->pf_mem && m->layers[l].is_moe && !ctx->ep_comm &&
            fm_routes_expert_prefetch(&m->routes, T);
 }
 
-void fm_moe_prefetch(fm_model *m, int32_t l, const void *x, int64_t T) {
+void fm_moe_prefetch(fm_context *ctx, int32_t l, const void *x, int64_t T) {
+    const fm_model *m = ctx->m;
     fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
     const fm_config *c = &m->cfg;
     const fm_layer_weights *L = &m->layers[l];
-    fm_expert_offload *o = m->experts;
+    fm_expert_offload *o = ctx->experts;
     ops->rmsnorm(be, x, L->ffn_norm, T, c->hidden_size, c->rms_norm_eps, o->pf_h);
     if (ops->side_begin) ops->side_begin(be);
     ops->router(be, L->router, o->pf_h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, o->pf_logits, o->pf_ids,
@@ -95,9 +100,10 @@ void fm_moe_prefetch(fm_model *m, int32_t l, const void *x, int64_t T) {
     if (ops->side_end) ops->side_end(be);
 }
 
-bool fm_model_expert_stats(const fm_model *m, fm_expert_stats *out) {
+bool fm_context_expert_stats(const fm_context *ctx, fm_expert_stats *out) {
+    const fm_model *m = ctx->m;
     *out = (fm_expert_stats){0};
-    const fm_expert_offload *x = m->experts;
+    const fm_expert_offload *x = ctx->experts;
     if (!x) return false;
     fm_expert_cache_stats s;
     m->be->ops->expert_cache_stats(m->be, x->cache, &s);

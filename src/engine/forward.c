@@ -24,7 +24,7 @@
 #include "quant/bf16.h"
 #include "util/status.h"
 
-/* The activation buffers of a forward pass of up to m->buf_tokens tokens: allocated once, at load, from the
+/* The activation buffers of a forward pass of up to ctx->buf_tokens tokens: allocated once, at load, from the
  * memory plan's list (fm_forward_buffer_list, in this order), and reused by every call. */
 typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
@@ -41,7 +41,8 @@ static void free_buffers(fm_backend *be, fw_buffers *b) {
 _Static_assert(sizeof(fw_buffers) == FM_FORWARD_N_BUFFERS * sizeof(void *),
                "fw_buffers holds the memory plan's forward buffers (fm_forward_buffer_list), in its order");
 
-static fm_status alloc_buffers(fm_model *m, int64_t T, fw_buffers *b, fm_error *err) {
+static fm_status alloc_buffers(fm_context *ctx, int64_t T, fw_buffers *b, fm_error *err) {
+    const fm_model *m = ctx->m;
     fm_backend *be = m->be;
     fm_mem_item want[FM_FORWARD_N_BUFFERS];
     bool overflow = false; /* a size that overflows is SIZE_MAX: no allocation takes it */
@@ -90,23 +91,25 @@ typedef struct fm_ep_state {
     void *share, *all; /* [P][H], [N][P][H] activations */
 } fm_ep_state;
 
-static void ep_free(fm_model *m) {
-    fm_ep_state *ep = m->ep;
+static void ep_free(fm_context *ctx) {
+    const fm_model *m = ctx->m;
+    fm_ep_state *ep = ctx->ep;
     if (!ep) return;
     fm_ep_buffers_free(m->be, &ep->b);
     if (ep->share) m->be->ops->free(m->be, ep->share);
     if (ep->all) m->be->ops->free(m->be, ep->all);
     free(ep);
-    m->ep = NULL;
+    ctx->ep = NULL;
 }
 
-static fm_status ep_reserve(fm_model *m, int64_t T, fm_error *err) {
+static fm_status ep_reserve(fm_context *ctx, int64_t T, fm_error *err) {
+    const fm_model *m = ctx->m;
     const int32_t N = m->ep_ranks;
     const int64_t P = (T + N - 1) / N, H = m->cfg.hidden_size;
     const size_t as = m->be->ops->act_size;
     fm_ep_state *ep = fm_calloc(1, sizeof *ep, err, "expert-parallel state");
     if (!ep) return FM_ERR_NOMEM;
-    m->ep = ep;
+    ctx->ep = ep;
     fm_ep_layout L;
     fm_status st = fm_ep_layout_of(m->cfg.n_experts, N, P, m->cfg.n_experts_per_tok, H, m->plan.a_dispatch,
                                    m->plan.act_bf16, &L, err);
@@ -115,25 +118,26 @@ static fm_status ep_reserve(fm_model *m, int64_t T, fm_error *err) {
                 !(ep->all = m->be->ops->alloc(m->be, (size_t)(N * P * H) * as))))
         st = fm_fail(err, FM_ERR_NOMEM, "expert parallelism: out of %s memory for the layer output (%d x %lld rows)",
                      m->be->ops->name, N, (long long)P);
-    if (st) ep_free(m);
+    if (st) ep_free(ctx);
     return st;
 }
 
-fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
-    if (m->bufs)
+fm_status fm_forward_reserve(fm_context *ctx, int64_t T, fm_error *err) {
+    const fm_model *m = ctx->m;
+    if (ctx->bufs)
         return fm_fail(err, FM_ERR_USAGE, "the forward buffers are already reserved (%lld tokens)",
-                       (long long)m->buf_tokens);
+                       (long long)ctx->buf_tokens);
     if (T < 1) return fm_fail(err, FM_ERR_USAGE, "max_tokens must be >= 1, got %lld", (long long)T);
     fw_buffers *b = calloc(1, sizeof *b);
     if (!b) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    fm_status st = alloc_buffers(m, T, b, err);
+    fm_status st = alloc_buffers(ctx, T, b, err);
     if (st) {
         free_buffers(m->be, b);
         free(b);
         return st;
     }
-    m->bufs = b, m->buf_tokens = T;
-    if (m->ep_ranks > 1 && (st = ep_reserve(m, T, err))) return st;
+    ctx->bufs = b, ctx->buf_tokens = T;
+    if (m->ep_ranks > 1 && (st = ep_reserve(ctx, T, err))) return st;
     if (!m->be->ops->reserve) return FM_OK;
     fm_config cfg = m->cfg;
     cfg.tie_word_embeddings = m->lm_head == m->embed; /* as bound */
@@ -149,12 +153,13 @@ fm_status fm_forward_reserve(fm_model *m, int64_t T, fm_error *err) {
     return st;
 }
 
-void fm_forward_buffers_free(fm_model *m) {
-    ep_free(m);
-    if (!m->bufs) return;
-    free_buffers(m->be, m->bufs);
-    free(m->bufs);
-    m->bufs = NULL, m->buf_tokens = 0;
+void fm_forward_buffers_free(fm_context *ctx) {
+    const fm_model *m = ctx->m;
+    ep_free(ctx);
+    if (!ctx->bufs) return;
+    free_buffers(m->be, ctx->bufs);
+    free(ctx->bufs);
+    ctx->bufs = NULL, ctx->buf_tokens = 0;
 }
 
 const char *fm_stage_name(fm_stage st) {
@@ -188,8 +193,9 @@ static void collect(const fw_timer *tm, fm_profile *prof) {
  * allocate inside the pass (no CUDA graph could hold it); the caller knows its prompt before loading (the CLI
  * commands set max_tokens to it), so it asks for the right plan there. */
 /* a rank of a group runs only with the others (its experts or heads are a share) */
-static fm_status check_not_lone_rank(const fm_model *m, fm_error *err) {
-    if ((m->ep_ranks > 1 && !m->ep_comm) || (m->tp_ranks > 1 && !m->tp_comm))
+static fm_status check_not_lone_rank(const fm_context *ctx, fm_error *err) {
+    const fm_model *m = ctx->m;
+    if ((m->ep_ranks > 1 && !ctx->ep_comm) || (m->tp_ranks > 1 && !ctx->tp_comm))
         return fm_fail(err, FM_ERR_USAGE,
                        "the model holds rank %d's share of a group of %d ranks: it runs in its group "
                        "(fm_rank_group_forward)",
@@ -197,16 +203,22 @@ static fm_status check_not_lone_rank(const fm_model *m, fm_error *err) {
     return FM_OK;
 }
 
-fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error *err) {
+fm_status fm_forward_stage(fm_context *ctx, const int32_t *ids, int64_t T, fm_error *err) {
+    const fm_model *m = ctx->m;
     if (T < 1) return fm_fail(err, FM_ERR_USAGE, "forward pass: no tokens to run (%lld)", (long long)T);
-    fm_status lone = check_not_lone_rank(m, err);
+    fm_status lone = check_not_lone_rank(ctx, err);
     if (lone) return lone;
-    if (!m->bufs || T > m->buf_tokens)
+    if (!ctx->bufs || T > ctx->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE,
                        "prompt of %lld tokens is longer than the %lld tokens the model was loaded for; load it with "
                        "max_tokens >= %lld (fm_options.max_tokens)",
-                       (long long)T, (long long)m->buf_tokens, (long long)T);
-    m->be->ops->upload_ids(m->be, ids, T, m->bufs->ids);
+                       (long long)T, (long long)ctx->buf_tokens, (long long)T);
+    if (T > ctx->n_tokens)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "prompt of %lld tokens is longer than the %lld tokens of the context's passes "
+                       "(fm_context_params.max_tokens)",
+                       (long long)T, (long long)ctx->n_tokens);
+    m->be->ops->upload_ids(m->be, ids, T, ctx->bufs->ids);
     return FM_OK;
 }
 
@@ -215,14 +227,15 @@ fm_status fm_forward_stage(fm_model *m, const int32_t *ids, int64_t T, fm_error 
  *   the gated delta rule (chunked over one fresh sequence, else token by token on the per-sequence state);
  *   gated RMSNorm with z;  y = out Wout^T
  * gdn: the layer's index among the Gated DeltaNet layers (its slice of the states). */
-static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t gdn,
+static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t gdn,
                            fw_timer *tm) {
+    const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
-    const fw_buffers b = *m->bufs;
+    const fw_buffers b = *ctx->bufs;
     const fm_gdn_shape g = fm_gdn_shape_of(c);
-    const fm_kv_state *kv = m->kv;
+    const fm_kv_state *kv = ctx->kv;
     const bool cached = attn != FM_ATTN_NO_CACHE;
     float *conv = cached ? (float *)kv->gdn_conv + (size_t)gdn * kv->pool.max_seqs * fm_gdn_conv_state_elems(g) : NULL;
     float *rec = cached ? (float *)kv->gdn_rec + (size_t)gdn * kv->pool.max_seqs * fm_gdn_rec_state_elems(g) : NULL;
@@ -244,24 +257,26 @@ static void gated_deltanet(fm_model *m, const fm_layer_weights *L, int l, int64_
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
 
-/* Tensor parallelism (m->tp_comm): y [n] holds this rank's partial o projection (its heads' columns); the all-reduce
+/* Tensor parallelism (ctx->tp_comm): y [n] holds this rank's partial o projection (its heads' columns); the all-reduce
  * sums the ranks' partials in rank order in fp32 (the same bits on every rank), rounded to the activation dtype as the
  * single-rank projection's output is: bf16 buffers (cuda) by the collective, fp32 ones holding bf16 values (the cpu
  * backend's bf16 plans) after it. A failure is kept as expert_parallel_moe's is. */
-static void tensor_parallel_sum(fm_model *m, void *y, int64_t n) {
-    if (m->dist_status) return;
+static void tensor_parallel_sum(fm_context *ctx, void *y, int64_t n) {
+    const fm_model *m = ctx->m;
+    if (ctx->dist_status) return;
     fm_error e = {{0}};
     const bool bf16_buffers = m->be->ops->act_size == 2;
-    const fm_status st = fm_comm_all_reduce_sum(m->tp_comm, y, n, bf16_buffers ? FM_COMM_BF16 : FM_COMM_F32, &e);
-    if (st) m->dist_status = st, m->dist_err = e;
+    const fm_status st = fm_comm_all_reduce_sum(ctx->tp_comm, y, n, bf16_buffers ? FM_COMM_BF16 : FM_COMM_F32, &e);
+    if (st) ctx->dist_status = st, ctx->dist_err = e;
     else if (m->plan.act_bf16 && !bf16_buffers) fm_round_bf16_array((float *)y, n);
 }
 
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
-static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t n_attn,
-                            bool fused_o, fw_timer *tm) {
+static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
+                            int32_t n_attn, bool fused_o, fw_timer *tm) {
+    const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
     fm_backend *be = m->be;
@@ -269,8 +284,8 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     const int64_t H = c->hidden_size;
     const int32_t nh = m->tp_nh, nkv = m->tp_nkv, hd = c->head_dim; /* this rank's heads (--tp), else all */
     const int64_t nqkv = T * (nh + 2 * nkv) * hd;
-    const fw_buffers b = *m->bufs;
-    const fm_kv_state *kv = m->kv;
+    const fw_buffers b = *ctx->bufs;
+    const fm_kv_state *kv = ctx->kv;
     ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
     if (c->attn_output_gate) dump(be, "q|gate,k,v", l, b.proj, T * (2 * nh + 2 * nkv) * hd);
     else dump(be, "qkv", l, b.qkv, nqkv);
@@ -305,21 +320,22 @@ static void attention_mixer(fm_model *m, const fm_layer_weights *L, int l, int64
     tick(tm, FM_STAGE_ATTENTION);
     if (fused_o) return; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
-    if (m->tp_comm) tensor_parallel_sum(m, b.y, T * H); /* each rank's heads' share of o_proj, summed */
+    if (ctx->tp_comm) tensor_parallel_sum(ctx, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
     tick(tm, FM_STAGE_ATTN_PROJ);
 }
 
-/* Expert parallelism (m->ep_comm). Every rank holds every token; rank r routes its share of the rows, [r P, (r + 1) P)
- * with P = ceil(T / N), through the dispatch and combine all-to-alls (dist/ep_moe.h: the same bits as one rank
+/* Expert parallelism (ctx->ep_comm). Every rank holds every token; rank r routes its share of the rows, [r P, (r + 1)
+ * P) with P = ceil(T / N), through the dispatch and combine all-to-alls (dist/ep_moe.h: the same bits as one rank
  * running every expert), then the ranks gather every share, so each holds the whole layer output. Either every
  * rank's exchanges succeed or every rank's fail (ep_moe.h): the first failure is kept in dist_status, and the later
  * layers skip the exchanges on every rank alike. */
-static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t T, const fw_buffers *b) {
-    if (m->dist_status) return;
+static void expert_parallel_moe(fm_context *ctx, const fm_layer_weights *L, int64_t T, const fw_buffers *b) {
+    const fm_model *m = ctx->m;
+    if (ctx->dist_status) return;
     fm_backend *be = m->be;
-    const fm_ep_state *ep = m->ep;
-    const int N = fm_comm_size(m->ep_comm), r = fm_comm_rank(m->ep_comm);
+    const fm_ep_state *ep = ctx->ep;
+    const int N = fm_comm_size(ctx->ep_comm), r = fm_comm_rank(ctx->ep_comm);
     const int64_t H = m->cfg.hidden_size, P = (T + N - 1) / N, r0 = T < r * P ? T : r * P;
     const int64_t Tr = (T < r0 + P ? T : r0 + P) - r0;
     const int32_t k = m->cfg.n_experts_per_tok;
@@ -329,19 +345,20 @@ static void expert_parallel_moe(fm_model *m, const fm_layer_weights *L, int64_t 
     fm_ep_layout lay; /* every rank passes the same T: the same blocks */
     fm_status st = fm_ep_layout_of(m->cfg.n_experts, N, P, k, H, m->plan.a_dispatch, m->plan.act_bf16, &lay, &e);
     if (!st)
-        st = fm_ep_moe(m->ep_comm, be, &lay, &ep->b, L->gate_up, L->down, (const char *)b->h + (size_t)r0 * row, Tr,
+        st = fm_ep_moe(ctx->ep_comm, be, &lay, &ep->b, L->gate_up, L->down, (const char *)b->h + (size_t)r0 * row, Tr,
                        (const int32_t *)b->eids + r0 * k, (const char *)b->ew + (size_t)(r0 * k) * as, ep->share,
                        &stats, &e);
-    if (!st) m->ep_bytes_dispatch += stats.bytes_dispatch, m->ep_bytes_combine += stats.bytes_combine;
-    if (!st) st = fm_comm_all_gather(m->ep_comm, ep->share, ep->all, (size_t)P * row, &e);
+    if (!st) ctx->ep_bytes_dispatch += stats.bytes_dispatch, ctx->ep_bytes_combine += stats.bytes_combine;
+    if (!st) st = fm_comm_all_gather(ctx->ep_comm, ep->share, ep->all, (size_t)P * row, &e);
     if (!st) be->ops->copy(be, ep->all, (size_t)T * row, b->y);
-    if (st) m->dist_status = st, m->dist_err = e;
+    if (st) ctx->dist_status = st, ctx->dist_err = e;
 }
 
 /* Qwen3-Next's shared expert up to its gate: b.shared = down(swiglu(h Wgu^T)) */
-static void shared_expert(fm_model *m, const fm_layer_weights *L, int64_t T) {
+static void shared_expert(fm_context *ctx, const fm_layer_weights *L, int64_t T) {
+    const fm_model *m = ctx->m;
     fm_backend *be = m->be;
-    const fw_buffers b = *m->bufs;
+    const fw_buffers b = *ctx->bufs;
     be->ops->linear(be, L->shared_gate_up, 0, b.h, T, m->plan.a_dense, b.gu);
     be->ops->swiglu(be, b.gu, T, m->cfg.shared_expert_intermediate, b.act);
     be->ops->linear(be, L->shared_down, 0, b.act, T, m->plan.a_dense, b.shared);
@@ -349,14 +366,15 @@ static void shared_expert(fm_model *m, const fm_layer_weights *L, int64_t T) {
 
 /* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
  * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
-static void run_device(fm_model *m, int64_t T, const fm_row_run *out_rows, int32_t n_runs, fm_attn_mode attn,
+static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, int32_t n_runs, fm_attn_mode attn,
                        fw_timer *tm) {
+    const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
     fm_backend *be = m->be;
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
-    const fw_buffers b = *m->bufs;
+    const fw_buffers b = *ctx->bufs;
     tick(tm, FM_STAGE_OTHER);
     ops->embed(be, m->embed, b.ids, T, b.x);
     dump(be, "embed", -1, b.x, T * H);
@@ -365,30 +383,30 @@ static void run_device(fm_model *m, int64_t T, const fm_row_run *out_rows, int32
         const fm_layer_weights *L = &m->layers[l];
         /* experts in host memory: the layer's experts predicted from the stream entering it, copied on the side
            chain while the token mixer runs */
-        const bool prefetch = fm_moe_prefetch_on(m, l, T);
-        if (prefetch) fm_moe_prefetch(m, l, b.x, T);
+        const bool prefetch = fm_moe_prefetch_on(ctx, l, T);
+        if (prefetch) fm_moe_prefetch(ctx, l, b.x, T);
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
         tick(tm, FM_STAGE_OTHER);
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
-        const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !m->tp_comm && ops->linear_add_rmsnorm &&
+        const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
                              fm_routes_decode_fused(&m->routes);
-        if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(m, L, l, T, attn, n_gdn++, tm);
-        else attention_mixer(m, L, l, T, attn, n_attn++, fused_o, tm);
+        if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
+        else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
         if (fused_o)
             ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
         else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
         tick(tm, FM_STAGE_OTHER);
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
-        const bool fuse_tail = L->is_moe && !m->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
+        const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
                                ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
             if (beside) {
                 if (ops->side_begin) ops->side_begin(be);
-                shared_expert(m, L, T);
+                shared_expert(ctx, L, T);
                 if (ops->side_end) ops->side_end(be);
             }
             ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits, b.eids,
@@ -396,12 +414,12 @@ static void run_device(fm_model *m, int64_t T, const fm_row_run *out_rows, int32
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             tick(tm, FM_STAGE_ROUTING);
-            if (m->ep_comm) {
-                expert_parallel_moe(m, L, T, &b);
+            if (ctx->ep_comm) {
+                expert_parallel_moe(ctx, L, T, &b);
             } else {
                 /* experts in host memory: the pool's slots, the routed experts made resident first */
-                const fm_moe_experts e = fm_moe_experts_of(m, l, b.eids, T * c->n_experts_per_tok);
-                if (m->experts) tick(tm, FM_STAGE_FETCH);
+                const fm_moe_experts e = fm_moe_experts_of(ctx, l, b.eids, T * c->n_experts_per_tok);
+                if (ctx->experts) tick(tm, FM_STAGE_FETCH);
                 if (fuse_tail) /* the residual add and the next norm below, in the moe's last kernel */
                     ops->moe_add_rmsnorm(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok,
                                          p->a_dispatch, p->a_expert, b.y, b.x, m->layers[l + 1].attn_norm,
@@ -411,7 +429,7 @@ static void run_device(fm_model *m, int64_t T, const fm_row_run *out_rows, int32
                              p->a_expert, b.y);
             }
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
-                if (!beside) shared_expert(m, L, T);
+                if (!beside) shared_expert(ctx, L, T);
                 else if (ops->side_join) ops->side_join(be);
                 ops->add_sigmoid_gated(be, b.y, b.shared, b.h, L->shared_score, T, H);
             }
@@ -449,20 +467,21 @@ static void run_device(fm_model *m, int64_t T, const fm_row_run *out_rows, int32
 /* every row, or only the last one */
 static fm_row_run rows_of(int64_t T, bool last_only) { return last_only ? (fm_row_run){T - 1, 1} : (fm_row_run){0, T}; }
 
-void fm_forward_device(fm_model *m, int64_t T, bool last_only) {
+void fm_forward_device(fm_context *ctx, int64_t T, bool last_only) {
     const fm_row_run r = rows_of(T, last_only);
-    run_device(m, T, &r, 1, FM_ATTN_NO_CACHE, NULL);
+    run_device(ctx, T, &r, 1, FM_ATTN_NO_CACHE, NULL);
 }
 
-fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err) {
-    fm_kv_state *kv = m->kv;
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache (fm_options.max_seqs = 0)");
-    fm_status lone = check_not_lone_rank(m, err);
+    fm_status lone = check_not_lone_rank(ctx, err);
     if (lone) return lone;
-    if (T < 1 || T > kv->max_rows || T > m->buf_tokens)
+    if (T < 1 || T > kv->max_rows || T > ctx->buf_tokens)
         return fm_fail(err, FM_ERR_USAGE, "a step of %lld tokens; the model was loaded for steps of 1 to %lld",
-                       (long long)T, (long long)(kv->max_rows < m->buf_tokens ? kv->max_rows : m->buf_tokens));
+                       (long long)T, (long long)(kv->max_rows < ctx->buf_tokens ? kv->max_rows : ctx->buf_tokens));
     int32_t *h_seq = kv->h_idx, *h_pos = h_seq + T, *h_slot = h_pos + T;
     for (int64_t t = 0; t < T; t++) {
         const int32_t s = seq[t];
@@ -480,7 +499,7 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
                         : fm_kv_block_of(&kv->pool, s, pos[t]) * kv->pool.block_tokens + pos[t] % kv->pool.block_tokens;
     }
     fm_backend *be = m->be;
-    be->ops->upload_ids(be, ids, T, m->bufs->ids);
+    be->ops->upload_ids(be, ids, T, ctx->bufs->ids);
     be->ops->upload_ids(be, h_seq, T, kv->tok_seq);
     be->ops->upload_ids(be, h_pos, T, kv->tok_pos);
     be->ops->upload_ids(be, h_slot, T, kv->slots);
@@ -491,23 +510,25 @@ fm_status fm_step_stage(fm_model *m, const int32_t *ids, const int32_t *seq, con
     return FM_OK;
 }
 
-void fm_step_device(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn) {
+void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn) {
     const fm_row_run r = rows_of(T, last_only);
-    run_device(m, T, &r, 1, attn, NULL);
+    run_device(ctx, T, &r, 1, attn, NULL);
 }
 
-void fm_step_device_rows(fm_model *m, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn) {
-    run_device(m, T, runs, n_runs, attn, NULL);
+void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn) {
+    run_device(ctx, T, runs, n_runs, attn, NULL);
 }
 
-fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof, fm_error *err) {
+fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
+                          fm_error *err) {
+    const fm_model *m = ctx->m;
     if ((int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
         return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
     fw_timer *tm = calloc(1, sizeof *tm);
     if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     tm->be = m->be, tm->on = true;
     const fm_row_run r = rows_of(T, last_only);
-    run_device(m, T, &r, 1, attn, tm);
+    run_device(ctx, T, &r, 1, attn, tm);
     tick(tm, FM_STAGE_OTHER);
     fm_status st = m->be->ops->sync(m->be, err);
     if (!st) collect(tm, prof);
@@ -515,41 +536,45 @@ fm_status fm_step_profile(fm_model *m, int64_t T, bool last_only, fm_attn_mode a
     return st;
 }
 
-void fm_step_sample_device(fm_model *m, int32_t B) {
-    fm_kv_state *kv = m->kv;
-    m->be->ops->sample(m->be, m->bufs->logits, B, m->cfg.vocab_size, kv->row_slot, kv->params, kv->steps, kv->counts,
+void fm_step_sample_device(fm_context *ctx, int32_t B) {
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
+    m->be->ops->sample(m->be, ctx->bufs->logits, B, m->cfg.vocab_size, kv->row_slot, kv->params, kv->steps, kv->counts,
                        kv->seen, kv->bias, kv->mask, kv->z, kv->ids_out, kv->info_out);
 }
 
-fm_status fm_dist_status_take(fm_model *m, fm_error *err) {
-    const fm_status st = m->dist_status;
+fm_status fm_dist_status_take(fm_context *ctx, fm_error *err) {
+    const fm_status st = ctx->dist_status;
     if (st) {
-        m->dist_status = FM_OK;
-        if (err) *err = m->dist_err;
+        ctx->dist_status = FM_OK;
+        if (err) *err = ctx->dist_err;
     }
     return st;
 }
 
-fm_status fm_step_logits(fm_model *m, int64_t rows, float *logits, fm_error *err) {
+fm_status fm_step_logits(fm_context *ctx, int64_t rows, float *logits, fm_error *err) {
+    const fm_model *m = ctx->m;
     fm_backend *be = m->be;
     fm_status st = be->ops->sync(be, err);
-    if (!st) st = fm_dist_status_take(m, err);
-    if (!st) be->ops->download_f32(be, m->bufs->logits, rows * m->cfg.vocab_size, logits);
+    if (!st) st = fm_dist_status_take(ctx, err);
+    if (!st) be->ops->download_f32(be, ctx->bufs->logits, rows * m->cfg.vocab_size, logits);
     return st;
 }
 
-fm_status fm_forward_collect(fm_model *m, int64_t T, bool last_only, float *logits, fm_error *err) {
+fm_status fm_forward_collect(fm_context *ctx, int64_t T, bool last_only, float *logits, fm_error *err) {
+    const fm_model *m = ctx->m;
     fm_backend *be = m->be;
     fm_status st = be->ops->sync(be, err);
-    if (!st) be->ops->download_f32(be, m->bufs->logits, (last_only ? 1 : T) * m->cfg.vocab_size, logits);
+    if (!st) be->ops->download_f32(be, ctx->bufs->logits, (last_only ? 1 : T) * m->cfg.vocab_size, logits);
     return st;
 }
 
-fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
+fm_status fm_forward(fm_context *ctx, const int32_t *ids, int64_t T, bool last_only, float *logits, fm_profile *prof,
                      fm_error *err) {
+    const fm_model *m = ctx->m;
     if (prof && (int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
         return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
-    fm_status st = fm_forward_stage(m, ids, T, err);
+    fm_status st = fm_forward_stage(ctx, ids, T, err);
     if (st) return st;
     fw_timer *tm = NULL;
     if (prof) {
@@ -557,9 +582,9 @@ fm_status fm_forward(fm_model *m, const int32_t *ids, int64_t T, bool last_only,
         tm->be = m->be, tm->on = true;
     }
     const fm_row_run r = rows_of(T, last_only);
-    run_device(m, T, &r, 1, FM_ATTN_NO_CACHE, tm);
-    st = fm_forward_collect(m, T, last_only, logits, err);
-    if (!st) st = fm_dist_status_take(m, err);
+    run_device(ctx, T, &r, 1, FM_ATTN_NO_CACHE, tm);
+    st = fm_forward_collect(ctx, T, last_only, logits, err);
+    if (!st) st = fm_dist_status_take(ctx, err);
     if (!st && prof) collect(tm, prof);
     free(tm);
     return st;

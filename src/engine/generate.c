@@ -1,4 +1,4 @@
-/* Generation: prompts in, new tokens out (fp8moe.h, fm_model_generate), the scheduler (scheduler.h) run to
+/* Generation: prompts in, new tokens out (fp8moe.h, fm_context_generate), the scheduler (fp8moe_sched.h) run to
  * completion; and the decode step it drives: one token of each active sequence (each at its own position, attention
  * over its own blocks), sampled together on the device. Per step the host reads back only the sampled ids (and
  * their log-probabilities). */
@@ -9,7 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "util/status.h"
 
 void fm_gen_params_init(fm_gen_params *p) {
@@ -25,8 +25,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-fm_status fm_kv_reserve(fm_model *m, int32_t seq, int64_t n, fm_error *err) {
-    fm_kv_state *kv = m->kv;
+fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err) {
+    fm_kv_state *kv = ctx->kv;
     const int32_t free = kv->pool.n_free;
     fm_status st = fm_kv_seq_append(&kv->pool, seq, n, err);
     if (kv->pool.n_free != free) kv->tables_dirty = true;
@@ -35,25 +35,26 @@ fm_status fm_kv_reserve(fm_model *m, int32_t seq, int64_t n, fm_error *err) {
 
 /* The device work of a decode step of B rows (staged, row slots uploaded): the pass, then the sampler. */
 typedef struct decode_ctx {
-    fm_model *m;
+    fm_context *ctx;
     int32_t B;
 } decode_ctx;
 
-static fm_status decode_body(void *ctx, fm_error *err) {
+static fm_status decode_body(void *user, fm_error *err) {
     (void)err;
-    const decode_ctx *d = ctx;
-    fm_step_device(d->m, d->B, false, FM_ATTN_PAGED);
-    fm_step_sample_device(d->m, d->B);
+    const decode_ctx *d = user;
+    fm_step_device(d->ctx, d->B, false, FM_ATTN_PAGED);
+    fm_step_sample_device(d->ctx, d->B);
     return FM_OK;
 }
 
 /* The step as a CUDA graph of its bucket: the first step of a bucket runs as it is (libraries set themselves up on
  * first use, outside any capture), the second captures it, every later one replays it. */
-static fm_status decode_graph(fm_model *m, int32_t B, fm_error *err) {
-    fm_kv_state *kv = m->kv;
+static fm_status decode_graph(fm_context *ctx, int32_t B, fm_error *err) {
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
     int32_t b = 0;
     while ((1 << b) < B) b++;
-    decode_ctx d = {m, B};
+    decode_ctx d = {ctx, B};
     if (!kv->warm[b]) {
         kv->warm[b] = true;
         return decode_body(&d, err);
@@ -73,19 +74,21 @@ static bool debug_switch(const char *name) {
 
 /* Decode steps replay as graphs on a backend that has them (cuda; route decode.graphs), except under the debug
  * switches, which synchronise inside the pass. */
-static bool use_graphs(const fm_model *m) {
+static bool use_graphs(const fm_context *ctx) {
+    const fm_model *m = ctx->m;
     return m->be->ops->graph_capture && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
            !debug_switch("FP8MOE_DUMP");
 }
 
-fm_status fm_decode_run(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                         fm_sample_info *info, fm_error *err) {
-    fm_kv_state *kv = m->kv;
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     if (n < 1 || n > kv->pool.max_seqs)
         return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n,
                        kv->pool.max_seqs);
-    const bool graphs = use_graphs(m);
+    const bool graphs = use_graphs(ctx);
     const int32_t B = graphs ? fm_decode_bucket(n) : n; /* padded rows: copies of row 0 that store no K and V
                                                             (fm_step_stage) and change no state, sampled into the
                                                             padding slot and never read */
@@ -96,35 +99,35 @@ fm_status fm_decode_run(fm_model *m, int32_t n, const int32_t *ids, const int32_
     }
     for (int32_t j = n; j < B; j++)
         h_ids[j] = h_ids[0], h_seq[j] = h_seq[0], h_pos[j] = h_pos[0], h_slot[j] = kv->pad_slot;
-    fm_status st = fm_step_stage(m, h_ids, h_seq, h_pos, B, err);
+    fm_status st = fm_step_stage(ctx, h_ids, h_seq, h_pos, B, err);
     if (st) return st;
     m->be->ops->upload_ids(m->be, h_slot, B, kv->row_slot);
-    decode_ctx d = {m, B};
-    st = graphs ? decode_graph(m, B, err) : decode_body(&d, err);
+    decode_ctx d = {ctx, B};
+    st = graphs ? decode_graph(ctx, B, err) : decode_body(&d, err);
     if (st) return st;
     m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n * sizeof *out_ids, out_ids);
     m->be->ops->download_raw(m->be, kv->info_out, (size_t)n * sizeof *info, info);
     st = m->be->ops->sync(m->be, err);
-    return st ? st : fm_dist_status_take(m, err);
+    return st ? st : fm_dist_status_take(ctx, err);
 }
 
-fm_status fm_decode_step(fm_model *m, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+fm_status fm_decode_step(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                          float *out_logprobs, fm_error *err) {
-    fm_kv_state *kv = m->kv;
+    fm_kv_state *kv = ctx->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     if (n < 1 || n > kv->pool.max_seqs)
         return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n,
                        kv->pool.max_seqs);
     fm_status st = FM_OK;
-    for (int32_t j = 0; !st && j < n; j++) st = fm_kv_reserve(m, seqs[j], 1, err);
-    if (!st) st = fm_decode_run(m, n, ids, seqs, out_ids, kv->h_info, err);
+    for (int32_t j = 0; !st && j < n; j++) st = fm_kv_reserve(ctx, seqs[j], 1, err);
+    if (!st) st = fm_decode_run(ctx, n, ids, seqs, out_ids, kv->h_info, err);
     for (int32_t j = 0; !st && j < n; j++) out_logprobs[j] = kv->h_info[j].logprob;
     return st;
 }
 
-static fm_status check_requests(const fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
+static fm_status check_requests(const fm_context *ctx, const int32_t *const *prompts, const int64_t *n_prompt,
                                 const fm_gen_params *params, int32_t n, fm_error *err) {
-    const int32_t V = m->cfg.vocab_size;
+    const int32_t V = ctx->m->cfg.vocab_size;
     for (int32_t i = 0; i < n; i++) {
         if (n_prompt[i] < 1) return fm_fail(err, FM_ERR_USAGE, "prompt %d is empty", i);
         if (params[i].max_tokens < 1)
@@ -134,11 +137,11 @@ static fm_status check_requests(const fm_model *m, const int32_t *const *prompts
             if (prompts[i][t] < 0 || prompts[i][t] >= V)
                 return fm_fail(err, FM_ERR_FORMAT, "prompt %d: token %lld is id %d, outside the vocabulary of %d", i,
                                (long long)t, prompts[i][t], V);
-        if (n_prompt[i] + params[i].max_tokens > m->kv->pool.ctx)
+        if (n_prompt[i] + params[i].max_tokens > ctx->n_ctx)
             return fm_fail(err, FM_ERR_USAGE,
                            "prompt %d: %lld tokens + %lld new ones are more than the %lld tokens per sequence the KV "
                            "cache was planned for (--ctx)",
-                           i, (long long)n_prompt[i], (long long)params[i].max_tokens, (long long)m->kv->pool.ctx);
+                           i, (long long)n_prompt[i], (long long)params[i].max_tokens, (long long)ctx->n_ctx);
         if (params[i].n_stop_ids < 0 || params[i].n_stop_ids > 64 || params[i].n_stop_seqs < 0)
             return fm_fail(err, FM_ERR_USAGE, "prompt %d: at most 64 stop ids", i);
         fm_sampling s;
@@ -152,7 +155,7 @@ static fm_status check_requests(const fm_model *m, const int32_t *const *prompts
     return FM_OK;
 }
 
-/* fm_model_generate's view of the scheduler's events */
+/* fm_context_generate's view of the scheduler's events */
 typedef struct gen_run {
     int64_t first_req; /* request ids are consecutive from here, in prompt order */
     fm_gen_output *out;
@@ -184,19 +187,20 @@ static void on_event(void *user, const fm_sched_event *ev) {
     }
 }
 
-fm_status fm_model_generate(fm_model *m, const int32_t *const *prompts, const int64_t *n_prompt,
-                            const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
-                            void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err) {
+fm_status fm_context_generate(fm_context *ctx, const int32_t *const *prompts, const int64_t *n_prompt,
+                              const fm_gen_params *params, int32_t n, int64_t prefill_chunk, fm_token_fn on_token,
+                              void *user, fm_gen_output *out, fm_gen_stats *stats, fm_error *err) {
     fm_gen_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     for (int32_t i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
-    if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
+    if (!ctx->kv)
+        return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     if (n < 1) return fm_fail(err, FM_ERR_USAGE, "no prompts");
-    fm_status st = check_requests(m, prompts, n_prompt, params, n, err);
+    fm_status st = check_requests(ctx, prompts, n_prompt, params, n, err);
     if (st) return st;
     fm_sched *s;
-    if ((st = fm_sched_create(m, prefill_chunk, &s, err))) return st;
+    if ((st = fm_sched_create(ctx, prefill_chunk, &s, err))) return st;
     gen_run g = {.out = out, .on_token = on_token, .user = user, .t_start = now_s()};
     for (int32_t i = 0; !st && i < n; i++) {
         out[i].ids = malloc((size_t)params[i].max_tokens * sizeof *out[i].ids);

@@ -17,7 +17,8 @@
                      &(s)->seen,   &(s)->z,           &(s)->row_slot, &(s)->ids_out, &(s)->info_out,                   \
                      &(s)->bias,   &(s)->mask,        &(s)->gdn_conv, &(s)->gdn_rec}
 
-void fm_kv_state_free(fm_model *m, fm_kv_state *s) {
+void fm_kv_state_free(fm_context *ctx, fm_kv_state *s) {
+    const fm_model *m = ctx->m;
     if (!s) return;
     for (int b = 0; b < FM_DECODE_BUCKETS && m->be->ops->graph_free; b++) m->be->ops->graph_free(m->be, s->graphs[b]);
     KV_BUFFERS(s);
@@ -89,16 +90,17 @@ fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size
     return FM_OK;
 }
 
-fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err) {
+fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err) {
+    const fm_model *m = ctx->m;
     *out = NULL;
     const fm_config *c = &m->cfg;
-    if (m->ctx <= 0)
+    if (m->n_ctx <= 0)
         return fm_fail(err, FM_ERR_USAGE,
                        "generation needs a context to plan the KV cache for: the config has no "
                        "max_position_embeddings; pass --ctx N");
     fm_kv_state *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    fm_status st = fm_kv_pool_init(&s->pool, max_seqs, m->ctx, FM_KV_BLOCK_TOKENS, 0, err);
+    fm_status st = fm_kv_pool_init(&s->pool, max_seqs, m->n_ctx, FM_KV_BLOCK_TOKENS, 0, err);
     if (st) {
         free(s);
         return st;
@@ -107,12 +109,12 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     s->max_rows = max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs);
     s->pad_slot = max_seqs;
     size_t bytes[KV_N_BUFFERS];
-    kv_bytes(c, m->n_layers, m->be->ops->act_size, &s->pool, m->ctx, s->max_rows, bytes);
+    kv_bytes(c, m->n_layers, m->be->ops->act_size, &s->pool, m->n_ctx, s->max_rows, bytes);
     KV_BUFFERS(s);
     _Static_assert(sizeof bufs / sizeof *bufs == KV_N_BUFFERS, "one size per buffer");
     for (size_t i = 0; i < KV_N_BUFFERS; i++)
         if (!(*bufs[i] = m->be->ops->alloc(m->be, bytes[i] ? bytes[i] : 1))) {
-            fm_kv_state_free(m, s);
+            fm_kv_state_free(ctx, s);
             return fm_fail(err, FM_ERR_NOMEM, "out of %s memory for the KV cache and decode state (%zu bytes)",
                            m->be->ops->name, bytes[i]);
         }
@@ -121,7 +123,7 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     s->h_info = malloc(rows * sizeof *s->h_info);
     s->h_mask = malloc(rows * (size_t)((c->vocab_size + 31) / 32) * sizeof *s->h_mask);
     if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info || !s->h_mask) {
-        fm_kv_state_free(m, s);
+        fm_kv_state_free(ctx, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
     s->tables_dirty = true;
@@ -131,7 +133,7 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     const uint64_t zero = 0;
     uint8_t *zeros = calloc((size_t)c->vocab_size, sizeof(int32_t));
     if (!zeros) {
-        fm_kv_state_free(m, s);
+        fm_kv_state_free(ctx, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
     const size_t V = (size_t)c->vocab_size, p = (size_t)s->pad_slot;
@@ -142,16 +144,17 @@ fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm
     st = m->be->ops->sync(m->be, err);
     free(zeros);
     if (st) {
-        fm_kv_state_free(m, s);
+        fm_kv_state_free(ctx, s);
         return st;
     }
     *out = s;
     return FM_OK;
 }
 
-fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *prompt, int64_t n_prompt,
+fm_status fm_kv_seq_sampler_reset(fm_context *ctx, int32_t seq, const int32_t *prompt, int64_t n_prompt,
                                   const fm_sampling *sp, fm_error *err) {
-    fm_kv_state *s = m->kv;
+    const fm_model *m = ctx->m;
+    fm_kv_state *s = ctx->kv;
     fm_status st = fm_sampling_check(sp, err);
     if (st) return st;
     const size_t V = (size_t)m->cfg.vocab_size;
@@ -172,24 +175,31 @@ fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *promp
     return FM_OK;
 }
 
-fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
+fm_status fm_kv_seq_begin(fm_context *ctx, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
                           fm_error *err) {
     fm_status st = fm_sampling_check(sp, err);
-    if (!st) st = fm_kv_seq_open(&m->kv->pool, seq, err);
+    int32_t open = 0;
+    for (int32_t i = 0; !st && i < ctx->kv->pool.max_seqs; i++) open += ctx->kv->pool.n_tokens[i] >= 0;
+    if (!st && ctx->n_seqs < ctx->kv->pool.max_seqs && open >= ctx->n_seqs)
+        st = fm_fail(err, FM_ERR_USAGE, "the context's %d sequences are all open (fm_context_params.max_seqs)",
+                     ctx->n_seqs);
+    if (!st) st = fm_kv_seq_open(&ctx->kv->pool, seq, err);
     if (st) return st;
-    st = fm_kv_seq_sampler_reset(m, *seq, prompt, n_prompt, sp, err);
-    if (st) fm_kv_seq_close(&m->kv->pool, *seq);
+    st = fm_kv_seq_sampler_reset(ctx, *seq, prompt, n_prompt, sp, err);
+    if (st) fm_kv_seq_close(&ctx->kv->pool, *seq);
     return st;
 }
 
-void fm_kv_seq_set_bias(fm_model *m, int32_t seq, const fm_logit_bias *bias, int32_t n) {
+void fm_kv_seq_set_bias(fm_context *ctx, int32_t seq, const fm_logit_bias *bias, int32_t n) {
+    const fm_model *m = ctx->m;
     if (n > 0)
         m->be->ops->upload_raw(m->be, bias, (size_t)n * sizeof *bias,
-                               (char *)m->kv->bias + (size_t)seq * FM_MAX_LOGIT_BIAS * sizeof *bias);
+                               (char *)ctx->kv->bias + (size_t)seq * FM_MAX_LOGIT_BIAS * sizeof *bias);
 }
 
-int64_t fm_kv_seq_cut(fm_model *m, int32_t seq, int64_t n) {
-    fm_kv_state *s = m->kv;
+int64_t fm_kv_seq_cut(fm_context *ctx, int32_t seq, int64_t n) {
+    const fm_model *m = ctx->m;
+    fm_kv_state *s = ctx->kv;
     fm_kv_pool *p = &s->pool;
     const int32_t bt = p->block_tokens, i = (int32_t)(n / bt);
     if (n >= 0 && n < fm_kv_seq_tokens(p, seq) && n % bt && fm_kv_prefix_named(p, seq, i)) {
@@ -211,24 +221,25 @@ int64_t fm_kv_seq_cut(fm_model *m, int32_t seq, int64_t n) {
     return fm_kv_seq_truncate(p, seq, n);
 }
 
-void fm_kv_seq_end(fm_model *m, int32_t seq) {
-    fm_kv_seq_close(&m->kv->pool, seq);
-    m->kv->tables_dirty = true;
+void fm_kv_seq_end(fm_context *ctx, int32_t seq) {
+    fm_kv_seq_close(&ctx->kv->pool, seq);
+    ctx->kv->tables_dirty = true;
 }
 
-void fm_kv_state_prefix_cache(fm_model *m, bool on) {
+void fm_kv_state_prefix_cache(fm_context *ctx, bool on) {
+    const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const int32_t n_attn = fm_arch_attention_layers(c, m->n_layers), n_gdn = m->n_layers - n_attn;
-    m->kv->pool.prefix_cache = on && n_gdn == 0;
+    ctx->kv->pool.prefix_cache = on && n_gdn == 0;
     if (!on || n_gdn == 0) return;
     /* what saving the states at a block boundary would cost, against what the block itself holds */
     const fm_gdn_shape g = fm_gdn_shape_of(c);
     const double state = (double)n_gdn * (double)(fm_gdn_conv_state_elems(g) + fm_gdn_rec_state_elems(g)) * 4.0;
-    const double block = (double)fm_kv_block_bytes(n_attn, c->n_kv_heads, c->head_dim, m->kv->pool.block_tokens,
+    const double block = (double)fm_kv_block_bytes(n_attn, c->n_kv_heads, c->head_dim, ctx->kv->pool.block_tokens,
                                                    (int32_t)m->be->ops->act_size);
     fprintf(stderr,
             "fp8moe: prefix caching is off for this hybrid model: its %d Gated DeltaNet layers hold %.0f KiB of "
             "recurrent and conv state per sequence, which a cached prefix would have to save at every %d-token block "
             "boundary, %.1fx the %.0f KiB of KV in the block itself (a kept chat cache still continues its turns)\n",
-            n_gdn, state / 1024.0, m->kv->pool.block_tokens, block > 0 ? state / block : 0.0, block / 1024.0);
+            n_gdn, state / 1024.0, ctx->kv->pool.block_tokens, block > 0 ? state / block : 0.0, block / 1024.0);
 }

@@ -12,7 +12,7 @@
 #include "engine/sampler.h"
 #include "io/config.h"
 
-typedef struct fm_model fm_model;
+typedef struct fm_context fm_context;
 
 /* Decode steps run in batch buckets 1, 2, 4, ... 128: a step of B sequences is padded to the next bucket so that one
  * captured CUDA graph per bucket serves every batch (routes: decode.graphs). */
@@ -66,33 +66,33 @@ typedef struct fm_kv_state {
 fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
                            int64_t max_rows, size_t *cache, size_t *state, fm_error *err);
 
-/* Allocates the state for max_seqs sequences of m->ctx tokens on m's backend (m->ctx must be set: a context to
- * plan for), for steps of up to max_rows tokens. */
-fm_status fm_kv_state_create(fm_model *m, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
-void fm_kv_state_free(fm_model *m, fm_kv_state *s);
+/* Allocates the state for max_seqs sequences of the model's n_ctx tokens on its backend (n_ctx must be set: a context
+ * to plan for), for steps of up to max_rows tokens. */
+fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
+void fm_kv_state_free(fm_context *ctx, fm_kv_state *s);
 
 /* Turns the prefix cache (kv_prefix.h) on or off. A hybrid model (Gated DeltaNet layers) keeps it off: a cached
  * prefix would need the layers' recurrent and conv states saved at every block boundary, each save the size of a
  * whole sequence's state; the line printed on stderr gives the bytes against a block's KV bytes. */
-void fm_kv_state_prefix_cache(fm_model *m, bool on);
+void fm_kv_state_prefix_cache(fm_context *ctx, bool on);
 
 /* Opens a sequence for a prompt and sampling parameters: a slot, its sampler state reset (the prompt's ids marked
  * as seen for the repetition penalty), its step counter at 0. */
-fm_status fm_kv_seq_begin(fm_model *m, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
+fm_status fm_kv_seq_begin(fm_context *ctx, const int32_t *prompt, int64_t n_prompt, const fm_sampling *sp, int32_t *seq,
                           fm_error *err);
 /* Resets an open sequence's sampler state for a new prompt and parameters (what fm_kv_seq_begin does after taking
  * the slot): a kept cache continued by a new request. */
-fm_status fm_kv_seq_sampler_reset(fm_model *m, int32_t seq, const int32_t *prompt, int64_t n_prompt,
+fm_status fm_kv_seq_sampler_reset(fm_context *ctx, int32_t seq, const int32_t *prompt, int64_t n_prompt,
                                   const fm_sampling *sp, fm_error *err);
 /* Sets an open sequence's logit bias (n <= FM_MAX_LOGIT_BIAS entries; its fm_sampling.n_bias says how many are
  * read). */
-void fm_kv_seq_set_bias(fm_model *m, int32_t seq, const fm_logit_bias *bias, int32_t n);
+void fm_kv_seq_set_bias(fm_context *ctx, int32_t seq, const fm_logit_bias *bias, int32_t n);
 /* Shortens a kept sequence to its first n tokens (fm_kv_seq_truncate) without losing a partly kept named block: the
  * block the cut falls in is copied into a private one first (K and V of every layer, on the backend's stream), so
  * the next tokens are written there and the named block stays as others map it. Returns the tokens kept (fewer, cut
  * back to the block boundary, only when no block is free for the copy). */
-int64_t fm_kv_seq_cut(fm_model *m, int32_t seq, int64_t n);
+int64_t fm_kv_seq_cut(fm_context *ctx, int32_t seq, int64_t n);
 /* Ends a sequence: its blocks return to the pool. */
-void fm_kv_seq_end(fm_model *m, int32_t seq);
+void fm_kv_seq_end(fm_context *ctx, int32_t seq);
 
 #endif

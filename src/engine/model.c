@@ -25,13 +25,16 @@ void fm_options_init(fm_options *opt) {
 
 int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
 
-int64_t fm_model_max_step_tokens(const fm_model *m) { return m->kv ? m->kv->step_tokens : 0; }
+int32_t fm_model_eos_ids(const fm_model *m, const int32_t **ids) {
+    *ids = m->cfg.eos_ids;
+    return m->cfg.n_eos;
+}
 
 /* The mixed step's token budget: the whole decode batch plus a prefill share that is large enough to keep the
  * matrix units busy (512 rows make the dense and expert GEMMs compute-bound on an H200) and small enough that a
  * step with a prompt costs the streams a few ms, never a whole long prefill; at most what the activations hold. */
-static fm_status resolve_step_tokens(fm_model *m, int64_t asked, fm_error *err) {
-    const int64_t cap = m->buf_tokens < m->kv->max_rows ? m->buf_tokens : m->kv->max_rows;
+static fm_status resolve_step_tokens(fm_context *ctx, int64_t asked, fm_error *err) {
+    const int64_t cap = ctx->buf_tokens < ctx->kv->max_rows ? ctx->buf_tokens : ctx->kv->max_rows;
     if (asked < -1)
         return fm_fail(err, FM_ERR_USAGE, "--max-step-tokens must be >= 1 or off, got %lld", (long long)asked);
     if (asked > cap)
@@ -39,8 +42,8 @@ static fm_status resolve_step_tokens(fm_model *m, int64_t asked, fm_error *err) 
                        "--max-step-tokens %lld is more than the %lld tokens of one pass the model was loaded for "
                        "(--prefill-chunk / fm_options.max_tokens)",
                        (long long)asked, (long long)cap);
-    const int64_t dflt = (int64_t)m->kv->pool.max_seqs + 512;
-    m->kv->step_tokens = asked == -1 ? 0 : asked > 0 ? asked : dflt < cap ? dflt : cap;
+    const int64_t dflt = (int64_t)ctx->kv->pool.max_seqs + 512;
+    ctx->kv->step_tokens = asked == -1 ? 0 : asked > 0 ? asked : dflt < cap ? dflt : cap;
     return FM_OK;
 }
 
@@ -299,7 +302,8 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     const int64_t T = planned_tokens(opt);
     fm_memory_plan plan; /* with the overrides the backend will apply: w4a8.tile sizes the MoE workspace */
     fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, kind->name, &m->routes, m->n_layers, T, &plan, err);
-    if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->ctx, err);
+    if (!st && opt->max_seqs > 0)
+        st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->n_ctx, err);
     /* a rank of a group: its experts and heads, its exchange buffers and their scratch */
     if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
         st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
@@ -325,16 +329,16 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
 }
 
 fm_status fm_model_check_ctx(const fm_model *m, int64_t T, fm_error *err) {
-    if (m->ctx <= 0 || T <= m->ctx) return FM_OK;
-    if (m->ctx_explicit)
+    if (m->n_ctx <= 0 || T <= m->n_ctx) return FM_OK;
+    if (m->n_ctx_explicit)
         return fm_fail(err, FM_ERR_FORMAT,
                        "%lld tokens in one sequence are more than the context of %lld tokens set by "
                        "--ctx",
-                       (long long)T, (long long)m->ctx);
+                       (long long)T, (long long)m->n_ctx);
     return fm_fail(err, FM_ERR_FORMAT,
                    "%lld tokens in one sequence are more than the model's context of %lld tokens "
                    "(max_position_embeddings in config.json); --ctx N allows longer sequences",
-                   (long long)T, (long long)m->ctx);
+                   (long long)T, (long long)m->n_ctx);
 }
 
 /* Qwen3-Next's layers (Gated DeltaNet, gated attention, the shared expert) need their ops (backend.h); a backend whose
@@ -407,8 +411,8 @@ static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *er
 
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
-    m->ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
-    m->ctx_explicit = opt->ctx > 0;
+    m->n_ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
+    m->n_ctx_explicit = opt->ctx > 0;
     fm_status cst = fm_model_check_ctx(m, opt->max_tokens, err); /* before a memory plan for a prompt we refuse */
     if (cst) return cst;
     m->n_layers = opt->n_layers > 0 ? opt->n_layers : m->cfg.n_layers;
@@ -445,14 +449,18 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st) st = load_weights(m, src, opt->verbose, err);
     /* the activations and the backend's scratch of the memory plan, once, for the prompt length the caller planned
        for: a forward pass allocates nothing */
-    if (!st) st = fm_forward_reserve(m, planned_tokens(opt), err);
+    fm_context *ctx = NULL;
+    if (!st && !(ctx = m->context = fm_calloc(1, sizeof *m->context, err, "context"))) st = FM_ERR_NOMEM;
+    if (!st) ctx->m = m;
+    if (!st) st = fm_forward_reserve(ctx, planned_tokens(opt), err);
     /* generation: the KV cache and the decode state, planned above with the rest */
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
-    if (!st && opt->max_seqs > 0) st = fm_kv_state_create(m, opt->max_seqs, m->buf_tokens, &m->kv, err);
-    if (!st && m->kv) fm_kv_state_prefix_cache(m, opt->prefix_cache);
-    if (!st && m->kv) st = resolve_step_tokens(m, opt->max_step_tokens, err);
+    if (!st && opt->max_seqs > 0) st = fm_kv_state_create(ctx, opt->max_seqs, ctx->buf_tokens, &ctx->kv, err);
+    if (!st && ctx->kv) fm_kv_state_prefix_cache(ctx, opt->prefix_cache);
+    if (!st && ctx->kv) st = resolve_step_tokens(ctx, opt->max_step_tokens, err);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
-    if (!st && m->experts_host) st = fm_expert_offload_create(m, m->expert_slots, opt->expert_policy, err);
+    if (!st && m->experts_host) st = fm_expert_offload_create(ctx, m->expert_slots, opt->expert_policy, err);
+    if (!st) fm_context_limits_reset(ctx);
     return st;
 }
 
@@ -484,9 +492,13 @@ fm_status fm_model_load(const char *dir, const fm_options *opt, fm_model **out, 
 void fm_model_free(fm_model *m) {
     if (!m) return;
     fm_backend *be = m->be;
-    if (be) fm_expert_offload_free(m);
-    if (be) fm_kv_state_free(m, m->kv);
-    if (be) fm_forward_buffers_free(m);
+    fm_context *ctx = m->context;
+    if (be && ctx) {
+        fm_expert_offload_free(ctx);
+        fm_kv_state_free(ctx, ctx->kv);
+        fm_forward_buffers_free(ctx);
+    }
+    free(ctx);
     if (be) {
         void (*del)(fm_backend *, fm_bank *) = be->ops->bank_free;
         if (m->lm_head && m->lm_head != m->embed) del(be, m->lm_head);
@@ -500,15 +512,4 @@ void fm_model_free(fm_model *m) {
     }
     free(m->layers);
     free(m);
-}
-
-fm_status fm_model_logits(fm_model *m, const int32_t *ids, int64_t n_tokens, float *logits, fm_error *err) {
-    if (n_tokens <= 0) return fm_fail(err, FM_ERR_FORMAT, "no tokens to run (empty ids)");
-    fm_status st = fm_model_check_ctx(m, n_tokens, err);
-    if (st) return st;
-    for (int64_t t = 0; t < n_tokens; t++)
-        if (ids[t] < 0 || ids[t] >= m->cfg.vocab_size)
-            return fm_fail(err, FM_ERR_FORMAT, "token id %d at position %lld is outside the vocabulary [0, %d)", ids[t],
-                           (long long)t, m->cfg.vocab_size);
-    return fm_forward(m, ids, n_tokens, false, logits, NULL, err);
 }

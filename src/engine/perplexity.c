@@ -14,13 +14,14 @@ static double token_loss(const float *row, int32_t vocab, int32_t target) {
     return log(sum) + mx - (double)row[target];
 }
 
-fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
-                              fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err) {
+fm_status fm_context_perplexity(fm_context *ctx, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
+                                fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err) {
+    const fm_model *m = ctx->m;
     if (window < 2) return fm_fail(err, FM_ERR_USAGE, "perplexity window must be at least 2 tokens, got %d", window);
     if (windows < 1 || windows > n_ids / window)
         return fm_fail(err, FM_ERR_FORMAT, "%lld ids hold %lld windows of %d tokens; %lld requested", (long long)n_ids,
                        (long long)(n_ids / window), window, (long long)windows);
-    fm_status cst = fm_model_check_ctx(m, window, err); /* before the first window runs */
+    fm_status cst = fm_context_check_ctx(ctx, window, err); /* before the first window runs */
     if (cst) return cst;
     const int32_t V = m->cfg.vocab_size;
     float *logits = fm_malloc((size_t)window * (size_t)V * sizeof *logits, err, "perplexity logits");
@@ -30,7 +31,7 @@ fm_status fm_model_perplexity(fm_model *m, const int32_t *ids, int64_t n_ids, in
     fm_status st = FM_OK;
     for (int64_t w = 0; !st && w < windows; w++) {
         const int32_t *seq = ids + w * window;
-        st = fm_model_logits(m, seq, window, logits, err);
+        st = fm_context_logits(ctx, seq, window, logits, err);
         for (int32_t t = 0; !st && t + 1 < window; t++, scored++)
             loss += token_loss(logits + (size_t)t * (size_t)V, V, seq[t + 1]);
         if (!st && !isfinite(loss))

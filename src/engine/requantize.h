@@ -27,28 +27,6 @@
 
 #include "fp8moe.h"
 
-#define FM_REQUANT_SHARD_BYTES (4ull << 30) /* default size of one output file */
-
-typedef struct fm_requant_opts {
-    const char *in_dir, *out_dir;
-    bool force;           /* write into a non-empty out_dir, replacing its checkpoint files */
-    uint64_t shard_bytes; /* 0: FM_REQUANT_SHARD_BYTES; one file when everything fits */
-    bool progress;        /* layer i/L and bytes written on stderr */
-    bool p2_scales;       /* int4-p2 (quant/int4_p2.h): each row's group scales one bf16 row scale times powers of two,
-                             searched (the same file format: the scales are bf16 values); else int4-g128's quantizer */
-} fm_requant_opts;
-
-typedef struct fm_requant_stats {
-    int64_t n_quantized; /* linears written as int4 */
-    int64_t n_copied;    /* tensors copied as they are */
-    int32_t n_files;     /* safetensors files written */
-    uint64_t bytes;      /* safetensors bytes written */
-} fm_requant_stats;
-
-/* FM_ERR_USAGE: out_dir exists and is not empty (without force), or is in_dir; FM_ERR_UNSUPPORTED: the input is
- * already quantized; other statuses as loading the input gives them. */
-fm_status fm_requantize(const fm_requant_opts *opts, fm_requant_stats *stats, fm_error *err);
-
 /* The quantization_config written into config.json (a cJSON object; caller deletes), ignore: n_ignore module names. */
 struct cJSON *fm_requant_quant_config(const char *const *ignore, int32_t n_ignore);
 

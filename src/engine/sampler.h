@@ -25,8 +25,6 @@
 
 #include "fp8moe.h"
 
-#define FM_MAX_LOGPROBS 20 /* the OpenAI API's bound on top_logprobs */
-
 typedef struct fm_sampling {
     float temperature;        /* 0: greedy; > 0: scale the logits by 1 / T */
     int32_t top_k;            /* 0: off */
@@ -52,18 +50,6 @@ fm_status fm_logit_bias_check(const fm_logit_bias *bias, int32_t n, int32_t voca
 
 /* A uniform double in [0, 1) for (seed, step): splitmix64 of the pair, its top 53 bits. */
 double fm_sample_uniform(uint64_t seed, uint64_t step);
-
-typedef struct fm_token_logprob {
-    int32_t id;
-    float logprob;
-} fm_token_logprob;
-
-/* What one step returns beside the id. */
-typedef struct fm_sample_info {
-    float logprob;                         /* of the chosen id under the raw distribution */
-    int32_t n_top;                         /* = s->n_logprobs (or vocab when smaller) */
-    fm_token_logprob top[FM_MAX_LOGPROBS]; /* the most likely ids of the raw distribution, descending */
-} fm_sample_info;
 
 /* Scratch for a vocabulary of `vocab` ids (fm_sampler_scratch_bytes). */
 size_t fm_sampler_scratch_bytes(int32_t vocab);

@@ -1,4 +1,4 @@
-/* Continuous batching (scheduler.h): requests in submission order, each waiting, prefilling, running (in the decode
+/* Continuous batching (fp8moe_sched.h): requests in submission order, each waiting, prefilling, running (in the decode
  * batch) or kept (finished, its cache held for a later request).
  *
  * Mixed steps (the model's step budget > 0): a step is one forward pass of every running request's next token and,
@@ -17,7 +17,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "engine/stop.h"
 #include "model/arch.h"
 #include "util/status.h"
@@ -45,7 +45,7 @@ typedef struct rq {
 } rq;
 
 struct fm_sched {
-    fm_model *m;
+    fm_context *ctx;
     int64_t chunk;
     rq **reqs; /* submission order */
     int32_t n, cap;
@@ -77,17 +77,19 @@ static void rq_free(rq *q) {
     free(q->hist), free(q);
 }
 
-fm_status fm_sched_create(fm_model *m, int64_t prefill_chunk, fm_sched **out, fm_error *err) {
+fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out, fm_error *err) {
     *out = NULL;
-    if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
+    if (!ctx->kv)
+        return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
     fm_sched *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    s->m = m;
-    s->chunk = prefill_chunk > 0 && prefill_chunk < m->buf_tokens ? prefill_chunk : m->buf_tokens;
-    if (s->chunk > m->kv->max_rows) s->chunk = m->kv->max_rows;
-    s->budget = m->kv->step_tokens;
+    s->ctx = ctx;
+    s->chunk = prefill_chunk > 0 && prefill_chunk < ctx->n_tokens ? prefill_chunk : ctx->n_tokens;
+    if (s->chunk > ctx->kv->max_rows) s->chunk = ctx->kv->max_rows;
+    s->budget = ctx->kv->step_tokens;
+    if (s->budget > ctx->n_tokens) s->budget = ctx->n_tokens; /* a context asking for fewer tokens per pass */
     s->rows = s->budget > s->chunk ? s->budget : s->chunk;
-    const size_t S = (size_t)m->kv->pool.max_seqs;
+    const size_t S = (size_t)ctx->kv->pool.max_seqs;
     s->h_ids = malloc((size_t)s->rows * sizeof *s->h_ids);
     s->h_seq = malloc((size_t)s->rows * sizeof *s->h_seq);
     s->h_pos = malloc((size_t)s->rows * sizeof *s->h_pos);
@@ -130,7 +132,7 @@ static void finish(fm_sched *s, rq *q, fm_sched_end end, int32_t id, const fm_sa
     }
     if (keep && q->hist) q->state = RQ_KEPT;
     else {
-        if (q->slot >= 0) fm_kv_seq_end(s->m, q->slot);
+        if (q->slot >= 0) fm_kv_seq_end(s->ctx, q->slot);
         q->slot = -1, q->state = RQ_DONE;
     }
     emit(q, id, info, end, n_generated, msg);
@@ -151,7 +153,7 @@ void fm_sched_free(fm_sched *s) {
     for (int32_t i = 0; i < s->n; i++) {
         rq *q = s->reqs[i];
         if (q->state == RQ_KEPT) {
-            fm_kv_seq_end(s->m, q->slot);
+            fm_kv_seq_end(s->ctx, q->slot);
             q->slot = -1, q->state = RQ_DONE;
         } else if (q->state != RQ_DONE) finish(s, q, FM_SCHED_CANCELLED, -1, NULL, q->n_gen, NULL);
     }
@@ -173,7 +175,7 @@ static fm_sampling sampling_of(const fm_sched_request *r) {
 }
 
 static fm_status check(const fm_sched *s, const fm_sched_request *r, fm_error *err) {
-    const fm_model *m = s->m;
+    const fm_model *m = s->ctx->m;
     const int32_t V = m->cfg.vocab_size;
     const fm_gen_params *g = &r->params;
     if (r->n_prompt < 1 || !r->prompt) return fm_fail(err, FM_ERR_USAGE, "the prompt is empty");
@@ -183,11 +185,11 @@ static fm_status check(const fm_sched *s, const fm_sched_request *r, fm_error *e
         if (r->prompt[t] < 0 || r->prompt[t] >= V)
             return fm_fail(err, FM_ERR_FORMAT, "prompt token %lld is id %d, outside the vocabulary of %d", (long long)t,
                            r->prompt[t], V);
-    if (r->n_prompt + g->max_tokens > m->kv->pool.ctx)
+    if (r->n_prompt + g->max_tokens > s->ctx->n_ctx)
         return fm_fail(err, FM_ERR_USAGE,
                        "%lld prompt tokens + %lld new ones are more than the %lld tokens per sequence the KV cache "
                        "was planned for (--ctx)",
-                       (long long)r->n_prompt, (long long)g->max_tokens, (long long)m->kv->pool.ctx);
+                       (long long)r->n_prompt, (long long)g->max_tokens, (long long)s->ctx->n_ctx);
     if (g->n_stop_ids < 0 || g->n_stop_ids > 64 || (g->n_stop_ids > 0 && !g->stop_ids))
         return fm_fail(err, FM_ERR_USAGE, "at most 64 stop ids, got %d", g->n_stop_ids);
     if (g->n_stop_seqs < 0 || (g->n_stop_seqs > 0 && (!g->stop_seqs || !g->stop_seq_lens)))
@@ -226,7 +228,7 @@ fm_status fm_sched_submit(fm_sched *s, const fm_sched_request *r, int64_t *req, 
     rq *q = calloc(1, sizeof *q);
     if (!q) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     const fm_gen_params *g = &r->params;
-    const fm_model *m = s->m;
+    const fm_model *m = s->ctx->m;
     q->r = *r;
     q->slot = -1;
     q->prompt = malloc((size_t)(r->n_prompt + g->max_tokens) * sizeof *q->prompt);
@@ -275,15 +277,16 @@ void fm_sched_cancel(fm_sched *s, int64_t req) {
 void fm_sched_release(fm_sched *s, int64_t req) {
     rq *q = find(s, req);
     if (!q || q->state != RQ_KEPT) return;
-    fm_kv_seq_end(s->m, q->slot);
+    fm_kv_seq_end(s->ctx, q->slot);
     q->slot = -1, q->state = RQ_DONE; /* dropped from the list at the next step (this may run inside a callback) */
 }
 
+/* a sequence may open: fewer than the context's max_seqs are (its pool may hold more slots) */
 static bool slot_free(const fm_sched *s) {
-    const fm_kv_pool *p = &s->m->kv->pool;
-    for (int32_t i = 0; i < p->max_seqs; i++)
-        if (p->n_tokens[i] < 0) return true;
-    return false;
+    const fm_kv_pool *p = &s->ctx->kv->pool;
+    int32_t open = 0;
+    for (int32_t i = 0; i < p->max_seqs; i++) open += p->n_tokens[i] >= 0;
+    return open < s->ctx->n_seqs;
 }
 
 /* The oldest kept cache no request continues: given up when a new request needs its slot */
@@ -291,7 +294,7 @@ static bool evict_kept(fm_sched *s) {
     for (int32_t i = 0; i < s->n; i++) {
         rq *q = s->reqs[i];
         if (q->state == RQ_KEPT && !q->claimed) {
-            fm_kv_seq_end(s->m, q->slot);
+            fm_kv_seq_end(s->ctx, q->slot);
             q->slot = -1, q->state = RQ_DONE;
             return true;
         }
@@ -303,35 +306,36 @@ static bool evict_kept(fm_sched *s) {
  * last prompt token left to run for its logits) or a free slot. false when no slot is free yet. */
 static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
     *started = false;
-    fm_model *m = s->m;
+    fm_context *ctx = s->ctx;
+    const fm_model *m = ctx->m;
     const fm_sampling sp = sampling_of(&q->r);
     rq *k = q->r.reuse >= 0 ? find(s, q->r.reuse) : NULL;
     if (k && k->state == RQ_KEPT) {
-        const int64_t held = fm_kv_seq_tokens(&m->kv->pool, k->slot);
+        const int64_t held = fm_kv_seq_tokens(&ctx->kv->pool, k->slot);
         int64_t p = 0;
         while (p < held && p < q->r.n_prompt - 1 && k->hist[p] == q->prompt[p]) p++;
         /* Gated DeltaNet states (Qwen3-Next) hold the whole cached sequence and cannot be cut back: a shorter common
            prefix runs again from position 0, which resets them */
         if (p < held && fm_arch_attention_layers(&m->cfg, m->n_layers) < m->n_layers) p = 0;
-        fm_status st = fm_kv_seq_sampler_reset(m, k->slot, q->prompt, q->r.n_prompt, &sp, err);
+        fm_status st = fm_kv_seq_sampler_reset(ctx, k->slot, q->prompt, q->r.n_prompt, &sp, err);
         if (st) return st;
-        p = fm_kv_seq_cut(m, k->slot, p);
+        p = fm_kv_seq_cut(ctx, k->slot, p);
         q->slot = k->slot, q->pos = q->n_cached = p;
         k->slot = -1, k->state = RQ_DONE;
     } else {
         if (!slot_free(s) && !evict_kept(s)) return FM_OK;
-        fm_status st = fm_kv_seq_begin(m, q->prompt, q->r.n_prompt, &sp, &q->slot, err);
+        fm_status st = fm_kv_seq_begin(ctx, q->prompt, q->r.n_prompt, &sp, &q->slot, err);
         if (st) return st;
         /* the longest cached prefix, all but the last prompt token at most: that one runs for the logits */
-        fm_kv_pool *pool = &m->kv->pool;
+        fm_kv_pool *pool = &ctx->kv->pool;
         if (pool->prefix_cache) {
             q->pos = q->n_cached = fm_kv_prefix_share(pool, q->slot, q->prompt, q->r.n_prompt - 1);
-            if (q->n_cached) m->kv->tables_dirty = true;
+            if (q->n_cached) ctx->kv->tables_dirty = true;
             s->prefix_queries++, s->prefix_hits += q->n_cached > 0;
             s->prefix_prompt_tokens += q->r.n_prompt, s->prefix_cached_tokens += q->n_cached;
         }
     }
-    fm_kv_seq_set_bias(m, q->slot, q->bias, q->r.params.n_logit_bias);
+    fm_kv_seq_set_bias(ctx, q->slot, q->bias, q->r.params.n_logit_bias);
     q->state = RQ_PREFILL;
     *started = true;
     return FM_OK;
@@ -340,15 +344,17 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
 /* A constrained row's allowed ids into the step's host mask row (unconstrained rows are never read). */
 static void fill_mask(fm_sched *s, const rq *q, int32_t row) {
     const fm_token_constraint *c = q->r.params.constraint;
-    const int32_t V = s->m->cfg.vocab_size;
-    if (c) c->mask(c->user, s->m->kv->h_mask + (size_t)row * (size_t)((V + 31) / 32), V);
+    const int32_t V = s->ctx->m->cfg.vocab_size;
+    if (c) c->mask(c->user, s->ctx->kv->h_mask + (size_t)row * (size_t)((V + 31) / 32), V);
 }
 
 /* Uploads the host mask rows [0, rows) before a step that has a constrained row. */
 static void upload_masks(fm_sched *s, int32_t rows) {
-    fm_model *m = s->m;
+    fm_context *ctx = s->ctx;
+    const fm_model *m = ctx->m;
     const size_t words = (size_t)((m->cfg.vocab_size + 31) / 32);
-    if (rows > 0) m->be->ops->upload_raw(m->be, m->kv->h_mask, (size_t)rows * words * sizeof(uint32_t), m->kv->mask);
+    if (rows > 0)
+        m->be->ops->upload_raw(m->be, ctx->kv->h_mask, (size_t)rows * words * sizeof(uint32_t), ctx->kv->mask);
 }
 
 /* Records sampled id of q; sends its event (the last one when the request stops here). */
@@ -369,19 +375,20 @@ static void deliver(fm_sched *s, rq *q, int32_t id, const fm_sample_info *info) 
 }
 
 static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
-    fm_model *m = s->m;
-    fm_kv_state *kv = m->kv;
+    fm_context *ctx = s->ctx;
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
     const int64_t n = q->r.n_prompt, p0 = q->pos, T = n - p0 < s->chunk ? n - p0 : s->chunk;
     const bool last = p0 + T == n;
     fm_error e;
-    if (fm_kv_reserve(m, q->slot, T, &e)) {
+    if (fm_kv_reserve(ctx, q->slot, T, &e)) {
         finish(s, q, FM_SCHED_ERROR, -1, NULL, 0, e.msg);
         return FM_OK;
     }
     for (int64_t t = 0; t < T; t++) s->h_seq[t] = q->slot, s->h_pos[t] = (int32_t)(p0 + t);
-    fm_status st = fm_step_stage(m, q->prompt + p0, s->h_seq, s->h_pos, T, err);
+    fm_status st = fm_step_stage(ctx, q->prompt + p0, s->h_seq, s->h_pos, T, err);
     if (st) return st;
-    fm_step_device(m, T, last, p0 == 0 && last ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    fm_step_device(ctx, T, last, p0 == 0 && last ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     q->pos += T;
     s->prefill_tokens += T;
     fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
@@ -391,7 +398,7 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     fm_sample_info *info = kv->h_info;
     be->ops->upload_ids(be, &q->slot, 1, kv->row_slot);
     if (q->r.params.constraint) fill_mask(s, q, 0), upload_masks(s, 1);
-    fm_step_sample_device(m, 1);
+    fm_step_sample_device(ctx, 1);
     be->ops->download_raw(be, kv->ids_out, sizeof id, &id);
     be->ops->download_raw(be, kv->info_out, sizeof *info, info);
     st = be->ops->sync(be, err);
@@ -411,7 +418,7 @@ static int32_t decode_rows(fm_sched *s) {
     for (int32_t j = 0; j < n; j++) {
         rq *q = s->d_who[j];
         fm_error e;
-        if (fm_kv_reserve(s->m, q->slot, 1, &e)) {
+        if (fm_kv_reserve(s->ctx, q->slot, 1, &e)) {
             finish(s, q, FM_SCHED_ERROR, -1, NULL, q->n_gen, e.msg);
             continue;
         }
@@ -438,19 +445,19 @@ static void name_decoded(fm_sched *s, int32_t n) {
     s->decode_steps++, s->decode_tokens += n;
     for (int32_t j = 0; j < n; j++) {
         rq *q = s->d_who[j];
-        fm_kv_prefix_name(&s->m->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
+        fm_kv_prefix_name(&s->ctx->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
     }
 }
 
 /* A decode step of the n rows decode_rows chose: the decode step of fm_decode_run (its CUDA graph). */
 static fm_status decode_run(fm_sched *s, int32_t n, fm_error *err) {
-    fm_model *m = s->m;
+    fm_context *ctx = s->ctx;
     if (n == 0) return FM_OK;
     int32_t masked = 0; /* rows [0, masked) hold every constrained row's mask */
     masks_of(s, s->d_who, 0, n, &masked);
     upload_masks(s, masked);
-    fm_sample_info *info = m->kv->h_info;
-    fm_status st = fm_decode_run(m, n, s->d_ids, s->d_seqs, s->d_out, info, err);
+    fm_sample_info *info = ctx->kv->h_info;
+    fm_status st = fm_decode_run(ctx, n, s->d_ids, s->d_seqs, s->d_out, info, err);
     if (st) return st;
     name_decoded(s, n);
     for (int32_t j = 0; j < n; j++) deliver(s, s->d_who[j], s->d_out[j], &info[j]);
@@ -462,7 +469,7 @@ static fm_status decode(fm_sched *s, fm_error *err) { return decode_run(s, decod
 /* With the prefix cache on, a prompt whose first block is that of a prompt being prefilled waits for it: started
  * now it would compute the shared blocks again; once they are named it maps them (as one prefill at a time did). */
 static bool shares_prefill(const fm_sched *s, const rq *q) {
-    const fm_kv_pool *p = &s->m->kv->pool;
+    const fm_kv_pool *p = &s->ctx->kv->pool;
     if (!p->prefix_cache || q->r.reuse >= 0 || q->r.n_prompt <= p->block_tokens) return false;
     for (int32_t i = 0; i < s->n; i++) {
         const rq *o = s->reqs[i];
@@ -491,7 +498,7 @@ static fm_status prefill_rows(fm_sched *s, int64_t left, int32_t *n_chunks, fm_e
             const int64_t rest = q->r.n_prompt - q->pos, cap = left < s->chunk ? left : s->chunk;
             const int64_t T = rest < cap ? rest : cap;
             fm_error e;
-            if (fm_kv_reserve(s->m, q->slot, T, &e)) {
+            if (fm_kv_reserve(s->ctx, q->slot, T, &e)) {
                 finish(s, q, FM_SCHED_ERROR, -1, NULL, 0, e.msg);
                 continue;
             }
@@ -505,8 +512,9 @@ static fm_status prefill_rows(fm_sched *s, int64_t left, int32_t *n_chunks, fm_e
 /* A mixed step: the decode rows and prefill chunks in the budget, one pass, then each row to sample sampled with its
  * own sequence's state. */
 static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
-    fm_model *m = s->m;
-    fm_kv_state *kv = m->kv;
+    fm_context *ctx = s->ctx;
+    const fm_model *m = ctx->m;
+    fm_kv_state *kv = ctx->kv;
     fm_backend *be = m->be;
     /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
     const int32_t n_dec = decode_rows(s);
@@ -550,8 +558,8 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     if (!n_runs) runs[n_runs++] = (fm_row_run){T - 1, 1}; /* nothing to sample: the last row's logits, unread */
     const rq *c0 = s->c_who[0];
     const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && s->c_len[0] == c0->r.n_prompt;
-    if ((st = fm_step_stage(m, s->h_ids, s->h_seq, s->h_pos, T, err))) return st;
-    fm_step_device_rows(m, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    if ((st = fm_step_stage(ctx, s->h_ids, s->h_seq, s->h_pos, T, err))) return st;
+    fm_step_device_rows(ctx, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     /* the sampled rows: the completing prompts' last rows, then the decode rows */
     int32_t *slots = kv->h_step, masked = 0;
     for (int32_t c = 0; c < n_done; c++) slots[c] = s->c_who[n_open + c]->slot;
@@ -562,11 +570,11 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
         masks_of(s, s->d_who, n_done, n_dec, &masked);
         upload_masks(s, masked);
         be->ops->upload_ids(be, slots, n_sample, kv->row_slot);
-        fm_step_sample_device(m, n_sample);
+        fm_step_sample_device(ctx, n_sample);
         be->ops->download_raw(be, kv->ids_out, (size_t)n_sample * sizeof *s->d_out, s->d_out);
         be->ops->download_raw(be, kv->info_out, (size_t)n_sample * sizeof *info, info);
     }
-    if ((st = be->ops->sync(be, err)) || (st = fm_dist_status_take(m, err))) return st;
+    if ((st = be->ops->sync(be, err)) || (st = fm_dist_status_take(ctx, err))) return st;
     for (int32_t c = 0; c < n_chunks; c++) {
         rq *q = s->c_who[c];
         q->pos += s->c_len[c];
@@ -631,14 +639,14 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
         st->running += r == RQ_PREFILL || r == RQ_RUNNING;
         st->kept += r == RQ_KEPT;
     }
-    const fm_kv_pool *p = &s->m->kv->pool;
+    const fm_kv_pool *p = &s->ctx->kv->pool;
     st->kv_blocks_total = p->n_blocks, st->kv_blocks_used = p->n_blocks - p->n_free;
     st->prefill_tokens = s->prefill_tokens, st->decode_tokens = s->decode_tokens, st->decode_steps = s->decode_steps;
     st->prefix_cache = p->prefix_cache, st->kv_blocks_cached = p->n_lru, st->kv_evictions = p->evictions;
     st->prefix_queries = s->prefix_queries, st->prefix_hits = s->prefix_hits;
     st->prefix_prompt_tokens = s->prefix_prompt_tokens, st->prefix_cached_tokens = s->prefix_cached_tokens;
     fm_expert_stats es;
-    if ((st->experts_host = fm_model_expert_stats(s->m, &es))) {
+    if ((st->experts_host = fm_context_expert_stats(s->ctx, &es))) {
         st->expert_slots = es.slots, st->expert_hits = es.hits, st->expert_misses = es.misses;
         st->expert_bytes_copied = es.bytes_copied;
     }

@@ -11,7 +11,6 @@
 
 #include "serve/chat.h"
 #include "serve/serve_internal.h"
-#include "engine/engine.h"
 #include "text/reasoning.h"
 #include "text/token_matcher.h"
 #include "text/tool_calls.h"
@@ -323,8 +322,9 @@ fm_status chat_setup(srv *s, fm_error *err) {
     }
     /* the ends of a reply: the model's eos ids and the template's end-of-turn tokens */
     s->n_end_ids = 0;
-    for (int32_t k = 0; k < s->m->cfg.n_eos && s->n_end_ids < 16; k++)
-        s->end_ids[s->n_end_ids++] = s->m->cfg.eos_ids[k];
+    const int32_t *eos;
+    const int32_t n_eos = fm_model_eos_ids(fm_context_model(s->context), &eos);
+    for (int32_t k = 0; k < n_eos && s->n_end_ids < 16; k++) s->end_ids[s->n_end_ids++] = eos[k];
     const char *const *stops = s->tmpl ? fm_chat_template_stop_tokens(s->tmpl) : NULL;
     for (int k = 0; s->tok && stops && stops[k] && s->n_end_ids < 16; k++) {
         const int32_t id = fm_tokenizer_token_id(s->tok, stops[k]);

@@ -9,7 +9,6 @@
 #include <time.h>
 #include <sys/random.h>
 
-#include "engine/sampling_limits.h"
 #include "serve/serve_internal.h"
 
 void sb_put(sbuf *b, const char *s, size_t n) {

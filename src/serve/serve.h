@@ -1,4 +1,4 @@
-/* fp8moe serve: an OpenAI-compatible HTTP server over the continuous-batching scheduler (engine/scheduler.h).
+/* fp8moe serve: an OpenAI-compatible HTTP server over the continuous-batching scheduler (fp8moe_sched.h).
  *
  * Threads: libmicrohttpd runs one thread per connection; one scheduler thread owns the model and steps the
  * scheduler. A handler parses and checks a request, puts a job in the inbox (mutex + condvar) and then reads the
@@ -33,16 +33,16 @@ typedef struct fm_serve_opts {
     int32_t idle_timeout;         /* seconds a connection may send nothing before it is closed (default 60) */
     int32_t max_conns;            /* open connections at most (default 512) */
     int32_t max_conns_per_client; /* open connections from one IP address at most (default 64) */
-    bool no_warmup;               /* --no-warmup: listen without running the kernels first (engine/warmup.h) */
+    bool no_warmup; /* --no-warmup: listen without running the kernels first (fp8moe.h fm_context_warmup) */
 } fm_serve_opts;
 
 void fm_serve_opts_init(fm_serve_opts *o);
 
-/* Serves m (loaded with max_seqs > 0) until SIGINT or SIGTERM; then it drains: new requests get 503, the running
+/* Serves the context's model (max_seqs > 0) until SIGINT or SIGTERM; then it drains: new requests get 503, the running
  * ones get drain_timeout seconds to finish, the rest end cut (an error event, finish_reason "abort"); the threads
- * end and everything the server allocated is freed (the model stays the caller's). A second signal cuts at once. The
- * calling thread waits for the signals (they are blocked in every thread the server starts). */
-fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err);
+ * end and everything the server allocated is freed (the context and model stay the caller's). A second signal cuts at
+ * once. The calling thread waits for the signals (they are blocked in every thread the server starts). */
+fm_status fm_serve_run(fm_context *ctx, const fm_serve_opts *o, fm_error *err);
 
 /* The table of request fields (implemented, refused, accepted without effect) as Markdown; malloc'd. */
 char *fm_serve_fields_markdown(void);

@@ -11,8 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "serve/serve.h"
 #include "serve/chat.h"
 #include "text/chat_template.h"
@@ -145,7 +144,7 @@ typedef struct job {
 } job;
 
 struct srv {
-    fm_model *m;
+    fm_context *context; /* the model's, held for the server's life */
     fm_sched *sched;
     fm_tokenizer *tok;      /* NULL when the model has no tokenizer the server can load */
     fm_chat_template *tmpl; /* NULL when none */

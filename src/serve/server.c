@@ -16,18 +16,15 @@
 
 #include <microhttpd.h>
 
-#include "engine/engine.h"
-#include "engine/kv_state.h"
-#include "engine/warmup.h"
 #include "serve/serve_internal.h"
 #include "util/status.h"
 
-/* The warm-up (engine/warmup.h) with the server's prefill chunk, its time on stderr. It fails only where requests
- * would (a prefill chunk or a full decode batch that cannot run): the server then does not start. */
-static fm_status serve_warmup(fm_model *m, const fm_serve_opts *o, fm_error *err) {
+/* The warm-up (fp8moe.h fm_context_warmup) with the server's prefill chunk, its time on stderr. It fails only where
+ * requests would (a prefill chunk or a full decode batch that cannot run): the server then does not start. */
+static fm_status serve_warmup(fm_context *ctx, const fm_serve_opts *o, fm_error *err) {
     fm_warmup_report r;
-    const int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : m->buf_tokens;
-    fm_status st = fm_warmup(m, chunk, &r, err);
+    const int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : fm_context_max_tokens(ctx);
+    fm_status st = fm_context_warmup(ctx, chunk, &r, err);
     if (!st)
         fprintf(stderr, "fp8moe serve: warmed up in %.2f s (a prefill of %lld tokens, %d decode batch sizes)\n",
                 r.seconds, (long long)r.prefill_tokens, r.buckets);
@@ -172,8 +169,9 @@ static void *scheduler_thread(void *arg) {
     fm_sched_free(s->sched); /* every request still there ends cancelled (events: the handlers wake) */
     s->sched = NULL;
     pthread_mutex_lock(&s->mu);
-    fm_kv_pool *pool = &s->m->kv->pool;
-    s->stats.kv_blocks_used = pool->n_blocks - pool->n_free, s->stats.running = s->stats.waiting = 0;
+    int32_t total;
+    fm_context_kv_blocks(s->context, &s->stats.kv_blocks_used, &total);
+    s->stats.running = s->stats.waiting = 0;
     while (s->inbox) {
         job *j = s->inbox;
         s->inbox = j->next;
@@ -351,7 +349,7 @@ static enum MHD_Result generate(srv *s, struct MHD_Connection *c, conn *cs, bool
     static uint64_t counter;
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->created,
              (unsigned long long)++counter);
-    const int32_t limit = s->m->kv->pool.max_seqs + s->o.max_queue;
+    const int32_t limit = fm_context_max_seqs(s->context) + s->o.max_queue;
     if (s->stopping || s->draining)
         rc = oa_fail(&e, 503, "server_error", "server_shutting_down", NULL,
                      "the server is shutting down: it takes no new requests");
@@ -703,15 +701,16 @@ static void cut_all(srv *s) {
     for (job *j = s->inbox; j; j = j->next) j->cut = true;
 }
 
-fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
-    if (!m->kv) return fm_fail(err, FM_ERR_USAGE, "serve: the model was loaded without a KV cache (max_seqs > 0)");
+fm_status fm_serve_run(fm_context *ctx, const fm_serve_opts *o, fm_error *err) {
+    if (fm_context_max_seqs(ctx) < 1)
+        return fm_fail(err, FM_ERR_USAGE, "serve: the model was loaded without a KV cache (max_seqs > 0)");
     if (o->api_key && !o->api_key[0]) /* an unset variable in --api-key "$KEY": not an open server by accident */
         return fm_fail(err, FM_ERR_USAGE,
                        "--api-key is empty: give a key, or leave the option out for a server "
                        "without one");
     srv *s = calloc(1, sizeof *s);
     if (!s) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    s->m = m, s->o = *o, s->ctx = m->kv->pool.ctx, s->vocab = fm_model_vocab_size(m);
+    s->context = ctx, s->o = *o, s->ctx = fm_context_ctx(ctx), s->vocab = fm_model_vocab_size(fm_context_model(ctx));
     if (o->model_name) snprintf(s->model_name, sizeof s->model_name, "%s", o->model_name);
     else {
         char dir[512];
@@ -740,8 +739,8 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
         return st;
     }
     /* before listening: /health answers only once the first request runs at the warm speed */
-    fm_status st = o->no_warmup ? FM_OK : serve_warmup(m, o, err);
-    if (!st) st = fm_sched_create(m, o->prefill_chunk, &s->sched, err);
+    fm_status st = o->no_warmup ? FM_OK : serve_warmup(ctx, o, err);
+    if (!st) st = fm_sched_create(ctx, o->prefill_chunk, &s->sched, err);
     if (st) {
         if (s->tok) fm_tokenizer_free(s->tok);
         if (s->tmpl) fm_chat_template_free(s->tmpl);
@@ -775,7 +774,7 @@ fm_status fm_serve_run(fm_model *m, const fm_serve_opts *o, fm_error *err) {
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         const int port = info ? info->port : o->port;
         fprintf(stderr, "fp8moe serve: %s on http://%s%s%s:%d/ (model '%s', %d sequences of %lld tokens)\n",
-                FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name, m->kv->pool.max_seqs,
+                FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name, fm_context_max_seqs(ctx),
                 (long long)s->ctx);
         if (o->port_file) st = write_port_file(o->port_file, port, err);
         if (!st) drain(s, &sigs);

@@ -46,7 +46,7 @@ static float *logits_of(fm_model *m, fm_rank_group *g, const int32_t *ids, int64
     float *out = malloc((size_t)T * (size_t)V * sizeof *out);
     fm_error err = {{0}};
     const fm_status st =
-        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m, ids, T, false, out, NULL, &err);
+        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m->context, ids, T, false, out, NULL, &err);
     if (st) fail_msg("forward: %s", err.msg);
     return out;
 }
@@ -74,7 +74,7 @@ static void ep_case(const char *dir, int n_ranks, fm_preset preset, fm_dispatch 
     const double e_one = logits_rms_diff(a, f, n), e_ep = logits_rms_diff(b, f, n);
     const bool bits = memcmp(a, b, n * sizeof *a) == 0;
     uint64_t sent = 0;
-    for (int r = 0; r < n_ranks; r++) sent += g->models[r]->ep_bytes_dispatch;
+    for (int r = 0; r < n_ranks; r++) sent += g->models[r]->context->ep_bytes_dispatch;
     printf("  %-32s %s --ep %d on the GPU: %s, max |diff| %.3g (max |logit| %.3g), argmax %lld of %d; RMS to the "
            "oracle %.4g (one model %.4g); %llu dispatch bytes sent\n",
            dir, plan, n_ranks, bits ? "bits equal" : "bits differ", d.max_diff, d.max_abs, (long long)d.same, (int)T,
@@ -99,7 +99,8 @@ static void ep_case(const char *dir, int n_ranks, fm_preset preset, fm_dispatch 
     fm_gen_params_init(&gp);
     gp.max_tokens = 12, gp.ignore_eos = true;
     fm_gen_output x, y;
-    if (fm_model_generate(one_gemm, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_context_generate(one_gemm->context, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err))
+        fail_msg("%s", err.msg);
     if (fm_rank_group_generate(g, &pp, &np, &gp, 1, 0, NULL, NULL, &y, NULL, &err)) fail_msg("%s", err.msg);
     assert_int_equal(x.n, 12);
     assert_int_equal(y.n, 12);

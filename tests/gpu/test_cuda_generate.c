@@ -58,40 +58,40 @@ static void cached_vs_prefill_routes(const char *dir, fm_preset preset, double b
     for (int i = 0; i < N; i++) ids[i] = (i * 37 + 11) % V, pos[i] = i;
     float *full = malloc((size_t)N * V * sizeof *full), *row = malloc((size_t)N * V * sizeof *row);
     fm_error err;
-    assert_int_equal(fm_forward(m, ids, N, false, full, NULL, &err), FM_OK);
+    assert_int_equal(fm_forward(m->context, ids, N, false, full, NULL, &err), FM_OK);
     fm_sampling sp;
     fm_sampling_init(&sp);
     int32_t seq;
     double worst = 1.0, phase[3] = {1.0, 1.0, 1.0}; /* fresh prefill, decode steps, chunks */
-    assert_int_equal(fm_kv_seq_begin(m, ids, P, &sp, &seq, &err), FM_OK);
-    assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, P, &err), FM_OK);
-    m->kv->tables_dirty = true;
+    assert_int_equal(fm_kv_seq_begin(m->context, ids, P, &sp, &seq, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, P, &err), FM_OK);
+    m->context->kv->tables_dirty = true;
     for (int t = 0; t < N; t++) seqs[t] = seq;
-    assert_int_equal(fm_step_stage(m, ids, seqs, pos, P, &err), FM_OK);
-    fm_step_device(m, P, false, FM_ATTN_FRESH);
-    assert_int_equal(fm_step_logits(m, P, row, &err), FM_OK);
+    assert_int_equal(fm_step_stage(m->context, ids, seqs, pos, P, &err), FM_OK);
+    fm_step_device(m->context, P, false, FM_ATTN_FRESH);
+    assert_int_equal(fm_step_logits(m->context, P, row, &err), FM_OK);
     for (int t = 0; t < P; t++) phase[0] = fmin(phase[0], cosine(full + (size_t)t * V, row + (size_t)t * V, V));
     for (int t = P; t < N; t++) {
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, 1, &err), FM_OK);
-        m->kv->tables_dirty = true;
-        assert_int_equal(fm_step_stage(m, ids + t, seqs, pos + t, 1, &err), FM_OK);
-        fm_step_device(m, 1, false, FM_ATTN_PAGED);
-        assert_int_equal(fm_step_logits(m, 1, row, &err), FM_OK);
+        assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, 1, &err), FM_OK);
+        m->context->kv->tables_dirty = true;
+        assert_int_equal(fm_step_stage(m->context, ids + t, seqs, pos + t, 1, &err), FM_OK);
+        fm_step_device(m->context, 1, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(m->context, 1, row, &err), FM_OK);
         phase[1] = fmin(phase[1], cosine(full + (size_t)t * V, row, V));
     }
-    fm_kv_seq_end(m, seq);
-    assert_int_equal(fm_kv_seq_begin(m, ids, N, &sp, &seq, &err), FM_OK);
+    fm_kv_seq_end(m->context, seq);
+    assert_int_equal(fm_kv_seq_begin(m->context, ids, N, &sp, &seq, &err), FM_OK);
     for (int p0 = 0; p0 < N; p0 += 9) {
         const int T = N - p0 < 9 ? N - p0 : 9;
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq, T, &err), FM_OK);
-        m->kv->tables_dirty = true;
-        assert_int_equal(fm_step_stage(m, ids + p0, seqs, pos + p0, T, &err), FM_OK);
-        fm_step_device(m, T, false, FM_ATTN_PAGED);
-        assert_int_equal(fm_step_logits(m, T, row, &err), FM_OK);
+        assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, T, &err), FM_OK);
+        m->context->kv->tables_dirty = true;
+        assert_int_equal(fm_step_stage(m->context, ids + p0, seqs, pos + p0, T, &err), FM_OK);
+        fm_step_device(m->context, T, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(m->context, T, row, &err), FM_OK);
         for (int t = 0; t < T; t++)
             phase[2] = fmin(phase[2], cosine(full + (size_t)(p0 + t) * V, row + (size_t)t * V, V));
     }
-    fm_kv_seq_end(m, seq);
+    fm_kv_seq_end(m->context, seq);
     worst = fmin(phase[0], fmin(phase[1], phase[2]));
     printf("  %-32s %-5s cached steps vs full prefill: worst cosine %.8f (bound %g; fresh %.8f, decode %.8f, chunks "
            "%.8f; routes %s)\n",
@@ -138,7 +138,7 @@ static void generate4(fm_model *m, int32_t V, fm_gen_output *out) {
         gp[i].seed = 9, gp[i].top_k = i == 3 ? 20 : 0;
     }
     fm_error err;
-    if (fm_model_generate(m, prompts, lens, gp, 4, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
+    if (fm_context_generate(m->context, prompts, lens, gp, 4, 0, NULL, NULL, out, NULL, &err)) fail_msg("%s", err.msg);
 }
 
 static void test_graphs_equal_launches(void **state) {
@@ -181,22 +181,22 @@ static void decode_together(fm_model *m, int32_t n, int32_t ids[4][NEXT_STEPS], 
     fm_error err = {{0}};
     for (int32_t i = 0; i < n; i++) {
         for (int t = 0; t < 20; t++) prompt[i % 3][t] = (t * 13 + (i % 3) * 101 + 5) % V;
-        assert_int_equal(fm_kv_seq_begin(m, prompt[i % 3], P, &sp, &seq[i], &err), FM_OK);
-        assert_int_equal(fm_kv_seq_append(&m->kv->pool, seq[i], P, &err), FM_OK);
-        m->kv->tables_dirty = true;
+        assert_int_equal(fm_kv_seq_begin(m->context, prompt[i % 3], P, &sp, &seq[i], &err), FM_OK);
+        assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq[i], P, &err), FM_OK);
+        m->context->kv->tables_dirty = true;
         int32_t seqs[20];
         for (int t = 0; t < P; t++) seqs[t] = seq[i], pos[t] = t;
-        assert_int_equal(fm_step_stage(m, prompt[i % 3], seqs, pos, P, &err), FM_OK);
-        fm_step_device(m, P, true, FM_ATTN_FRESH);
+        assert_int_equal(fm_step_stage(m->context, prompt[i % 3], seqs, pos, P, &err), FM_OK);
+        fm_step_device(m->context, P, true, FM_ATTN_FRESH);
         in[i] = prompt[i % 3][P];
     }
     for (int s = 0; s < NEXT_STEPS; s++) {
         int32_t out[4];
         float lp[4];
-        if (fm_decode_step(m, n, in, seq, out, lp, &err)) fail_msg("decode step %d: %s", s, err.msg);
+        if (fm_decode_step(m->context, n, in, seq, out, lp, &err)) fail_msg("decode step %d: %s", s, err.msg);
         for (int32_t i = 0; i < n; i++) ids[i][s] = in[i] = out[i], lps[i][s] = lp[i];
     }
-    for (int32_t i = 0; i < n; i++) fm_kv_seq_end(m, seq[i]);
+    for (int32_t i = 0; i < n; i++) fm_kv_seq_end(m->context, seq[i]);
 }
 
 /* the first step where two sequences' tokens or logprobs differ (NEXT_STEPS: none) */
@@ -305,7 +305,8 @@ static void test_golden_greedy(void **state) {
             fm_gen_output o;
             fm_error err;
             const int32_t *pr[1] = {prompt};
-            if (fm_model_generate(m, pr, &np, &gp, 1, 0, NULL, NULL, &o, NULL, &err)) fail_msg("%s", err.msg);
+            if (fm_context_generate(m->context, pr, &np, &gp, 1, 0, NULL, NULL, &o, NULL, &err))
+                fail_msg("%s", err.msg);
             /* transformers returns an eos it stopped on; ours ends the output before it */
             const int64_t got = o.n + (o.finish == FM_FINISH_EOS);
             int64_t agree = 0;

@@ -22,7 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/engine.h"
-#include "io/ids.h"
+#include "util/ids.h"
 
 #define CK(call)                                                                                                       \
     do {                                                                                                               \
@@ -78,30 +78,32 @@ static void graph_replays(const char *dir, const char *ids_file) {
         float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b),
               *g = malloc((size_t)n * sizeof *g);
         assert_true(a && b && g);
-        if (fm_forward(m, ids, T, false, a, NULL, &err)) fail_msg("%s %s: forward: %s", dir, c->name, err.msg);
+        if (fm_forward(m->context, ids, T, false, a, NULL, &err)) fail_msg("%s %s: forward: %s", dir, c->name, err.msg);
 
         cudaStream_t stream = (cudaStream_t)fm_cuda_backend_stream(m->be);
         if (!stream) fail_msg("%s %s: the backend has no CUDA stream", dir, c->name);
-        if (fm_forward_stage(m, ids, T, &err)) fail_msg("%s %s: stage: %s", dir, c->name, err.msg);
+        if (fm_forward_stage(m->context, ids, T, &err)) fail_msg("%s %s: stage: %s", dir, c->name, err.msg);
         CK(cudaStreamSynchronize(stream)); /* the staging copy is done before the capture starts */
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
         CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        fm_forward_device(m, T, false);
+        fm_forward_device(m->context, T, false);
         CK(cudaStreamEndCapture(stream, &graph));
         CK(cudaGraphInstantiate(&exec, graph, 0));
         size_t n_nodes = 0;
         CK(cudaGraphGetNodes(graph, NULL, &n_nodes));
 
         /* every buffer overwritten by a pass over other ids */
-        if (fm_forward(m, other, T, false, b, NULL, &err)) fail_msg("%s %s: forward: %s", dir, c->name, err.msg);
+        if (fm_forward(m->context, other, T, false, b, NULL, &err))
+            fail_msg("%s %s: forward: %s", dir, c->name, err.msg);
         if (first_difference(a, b, n) < 0) fail_msg("%s %s: reversed ids gave the same logits", dir, c->name);
 
         for (int replay = 0; replay < 2; replay++) {
             memset(g, 0xff, (size_t)n * sizeof *g);
-            if (fm_forward_stage(m, ids, T, &err)) fail_msg("%s %s: stage: %s", dir, c->name, err.msg);
+            if (fm_forward_stage(m->context, ids, T, &err)) fail_msg("%s %s: stage: %s", dir, c->name, err.msg);
             CK(cudaGraphLaunch(exec, stream));
-            if (fm_forward_collect(m, T, false, g, &err)) fail_msg("%s %s: collect: %s", dir, c->name, err.msg);
+            if (fm_forward_collect(m->context, T, false, g, &err))
+                fail_msg("%s %s: collect: %s", dir, c->name, err.msg);
             const int64_t d = first_difference(a, g, n);
             if (d >= 0)
                 fail_msg("%s %s: replay %d differs from the plain pass at logit %lld (token %lld): %.9g vs %.9g", dir,
@@ -138,14 +140,14 @@ static void longer_prompt_refused(void **s) {
     fm_model *m = load("tests/models/qwen3-moe-bf16", &CASES[0], T - 1);
     float *logits = malloc((size_t)(T * m->cfg.vocab_size) * sizeof *logits);
     assert_non_null(logits);
-    assert_int_equal(fm_model_logits(m, ids, T, logits, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_context_logits(m->context, ids, T, logits, &err), FM_ERR_USAGE);
     printf("%s\n", err.msg);
     char want[128];
     snprintf(want, sizeof want, "prompt of %lld tokens is longer than the %lld tokens", (long long)T, (long long)T - 1);
     assert_non_null(strstr(err.msg, want));
     assert_non_null(strstr(err.msg, "max_tokens"));
     /* the planned length still runs */
-    assert_int_equal(fm_model_logits(m, ids, T - 1, logits, &err), FM_OK);
+    assert_int_equal(fm_context_logits(m->context, ids, T - 1, logits, &err), FM_OK);
     free(logits), free(ids);
     fm_model_free(m);
 }

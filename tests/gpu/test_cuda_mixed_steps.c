@@ -20,7 +20,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "gpu_test_util.h"
 
 enum { N_REQ = 4, NEW = 12, MAX_PROMPT = 64, MAX_STEPS = 4000 };
@@ -91,7 +91,7 @@ static const int64_t k_len[N_REQ] = {50, 61, 33, 64};
 static void run(fm_model *m, int32_t p[N_REQ][MAX_PROMPT], bool alone, rec *r) {
     fm_sched *s;
     fm_error err;
-    if (fm_sched_create(m, 0, &s, &err)) fail_msg("%s", err.msg);
+    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request q[N_REQ];
     for (int i = 0; i < N_REQ; i++) q[i] = greedy(p[i], k_len[i], r);
     if (alone) {
@@ -136,7 +136,7 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
     const int64_t budgets[] = {0, 24, 5};
     for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
         m = load(dir, preset, budgets[b]);
-        const int64_t budget = fm_model_max_step_tokens(m);
+        const int64_t budget = fm_context_max_step_tokens(m->context);
         rec *r = calloc(1, sizeof *r);
         run(m, p, false, r);
         int first_diff = NEW;
@@ -163,7 +163,7 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
         /* the last steps had decode rows only: their bucket's graph was captured and replayed */
         if (fm_routes_decode_graphs(&m->routes)) {
             bool captured = false;
-            for (int g = 0; g < FM_DECODE_BUCKETS; g++) captured |= m->kv->graphs[g] != NULL;
+            for (int g = 0; g < FM_DECODE_BUCKETS; g++) captured |= m->context->kv->graphs[g] != NULL;
             assert_true(captured);
         }
         free(r);

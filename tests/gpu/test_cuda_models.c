@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "fp8moe.h"
-#include "io/ids.h"
+#include "util/ids.h"
 #include "gpu_test_util.h"
 #include "util/metrics.h"
 
@@ -30,10 +30,13 @@ static float *run_dense(const char *dir, const char *backend, const char *plan_b
     fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fail_msg("load %s on %s: %s", dir, backend, err.msg);
+    fm_context *ctx = NULL;
+    if (fm_context_create(m, NULL, &ctx, &err)) fail_msg("context %s: %s", dir, err.msg);
     *V = fm_model_vocab_size(m);
     float *logits = malloc((size_t)T * (size_t)*V * sizeof(float));
-    st = fm_model_logits(m, ids, T, logits, &err);
+    st = fm_context_logits(ctx, ids, T, logits, &err);
     if (st) fail_msg("logits %s on %s: %s", dir, backend, err.msg);
+    fm_context_free(ctx);
     fm_model_free(m);
     return logits;
 }

@@ -193,13 +193,14 @@ static fm_model *load(const char *dir, fm_preset preset, fm_dispatch dispatch, f
     return load_routes(dir, preset, dispatch, where, slots, policy, backend, gpu_test_routes());
 }
 
-/* greedy generation through fm_model_generate: its decode steps replay as CUDA graphs (route decode.graphs) */
+/* greedy generation through fm_context_generate: its decode steps replay as CUDA graphs (route decode.graphs) */
 static void generate(fm_model *m, const int32_t *prompt, int64_t n, fm_gen_output *out) {
     fm_gen_params gp;
     fm_gen_params_init(&gp);
     gp.max_tokens = 16, gp.ignore_eos = true;
     fm_error err = {{0}};
-    if (fm_model_generate(m, &prompt, &n, &gp, 1, 0, NULL, NULL, out, NULL, &err)) fail_msg("generate: %s", err.msg);
+    if (fm_context_generate(m->context, &prompt, &n, &gp, 1, 0, NULL, NULL, out, NULL, &err))
+        fail_msg("generate: %s", err.msg);
     assert_int_equal(out->n, 16);
 }
 
@@ -237,10 +238,10 @@ static void model_case(const char *dir, fm_preset preset, fm_dispatch dispatch, 
     assert_memory_equal(ga.ids, gb.ids, 16 * sizeof *ga.ids);
     assert_memory_equal(ga.logprobs, gb.logprobs, 16 * sizeof *ga.logprobs);
     fm_expert_stats ps;
-    assert_true(fm_model_expert_stats(pf, &ps));
+    assert_true(fm_context_expert_stats(pf->context, &ps));
     assert_true(ps.prefetches > 0);
     fm_expert_stats st;
-    assert_true(fm_model_expert_stats(host, &st));
+    assert_true(fm_context_expert_stats(host->context, &st));
     int32_t moe = 0;
     for (int l = 0; l < host->n_layers; l++) moe += host->layers[l].is_moe;
     printf("  %-34s %-4s %-6s %s: logits (20-token prefill, 12 + 8 decode steps) and 16 greedy tokens from graphs "
@@ -278,7 +279,7 @@ static void test_plan_and_refusals(void **s) {
     size_t free1 = 0;
     assert_int_equal(fm_cuda_free_memory(&free1, &total, &err), FM_OK);
     fm_expert_stats st;
-    assert_true(fm_model_expert_stats(m, &st));
+    assert_true(fm_context_expert_stats(m->context, &st));
     assert_int_equal(st.slots, 20);
     printf("  tiny-code-moe fp8, experts in host memory (%.1f MiB), 20 slots of %.1f KiB: GPU memory +%.1f MiB\n",
            (double)m->expert_host_bytes / (1 << 20), (double)st.slot_bytes / 1024, (double)(free0 - free1) / (1 << 20));

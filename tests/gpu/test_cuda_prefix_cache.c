@@ -23,7 +23,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
+#include "fp8moe_sched.h"
 #include "gpu_test_util.h"
 
 enum { MAX_REQ = 8, NEW = 12, P1 = 40, P2 = 37, EXTRA = 9, TOP = 2 };
@@ -82,7 +82,7 @@ static void workload(fm_model *m, rec *r, const int32_t *answer) {
     prompt_ids(p2 + 36, P2 - 36, V, 8);
     fm_sched *s;
     fm_error err;
-    if (fm_sched_create(m, 16, &s, &err)) fail_msg("%s", err.msg);
+    if (fm_sched_create(m->context, 16, &s, &err)) fail_msg("%s", err.msg);
     const int64_t a = submit(s, p1, P1, r);
     while (r->n[a] < 3) step(s);
     const int64_t b = submit(s, p2, P2, r);
@@ -94,7 +94,7 @@ static void workload(fm_model *m, rec *r, const int32_t *answer) {
     run_until(s, r, submit(s, turn2, P1 + NEW + EXTRA, r));
     run_until(s, r, submit(s, p1, 32, r));
     char msg[256];
-    if (!fm_kv_pool_check(&m->kv->pool, msg, sizeof msg)) fail_msg("KV pool: %s", msg);
+    if (!fm_kv_pool_check(&m->context->kv->pool, msg, sizeof msg)) fail_msg("KV pool: %s", msg);
     fm_sched_free(s);
 }
 
@@ -107,9 +107,9 @@ static void compare(const char *dir, fm_preset preset, bool w8a8, double bound) 
     fm_error err;
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
     rec *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
-    m->kv->pool.prefix_cache = false;
+    m->context->kv->pool.prefix_cache = false;
     workload(m, off, NULL);
-    m->kv->pool.prefix_cache = true;
+    m->context->kv->pool.prefix_cache = true;
     workload(m, on, off->ids[0]);
     const int64_t cached[4] = {0, 32, (P1 + NEW - 1) / 16 * 16, 16};
     double worst = 0;

@@ -30,10 +30,13 @@ static float *run(const char *dir, const char *backend, const char *plan_backend
     fm_error err = {{0}};
     fm_status st = fm_model_load(dir, &opt, &m, &err);
     if (st) fail_msg("load %s (%s) on %s: %s", dir, fm_preset_name(p), backend, err.msg);
+    fm_context *ctx = NULL;
+    if (fm_context_create(m, NULL, &ctx, &err)) fail_msg("context %s: %s", dir, err.msg);
     *V = fm_model_vocab_size(m);
     float *logits = malloc((size_t)T_TOKENS * (size_t)*V * sizeof(float));
-    st = fm_model_logits(m, ids, T_TOKENS, logits, &err);
+    st = fm_context_logits(ctx, ids, T_TOKENS, logits, &err);
     if (st) fail_msg("logits %s on %s: %s", dir, backend, err.msg);
+    fm_context_free(ctx);
     fm_model_free(m);
     return logits;
 }

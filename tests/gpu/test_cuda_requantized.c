@@ -36,7 +36,7 @@ static float *run_on(const char *dir, const char *backend, fm_preset preset, con
     *V = fm_model_vocab_size(m);
     *bytes = m->weight_bytes;
     float *l = malloc((size_t)T * (size_t)*V * sizeof(float));
-    if (fm_model_logits(m, ids, T, l, &err)) fail_msg("logits %s: %s", dir, err.msg);
+    if (fm_context_logits(m->context, ids, T, l, &err)) fail_msg("logits %s: %s", dir, err.msg);
     fm_model_free(m);
     return l;
 }

@@ -35,7 +35,7 @@ static float *logits_of(fm_model *m, fm_rank_group *g, const int32_t *ids, int64
     float *out = malloc((size_t)T * (size_t)V * sizeof *out);
     fm_error err = {{0}};
     const fm_status st =
-        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m, ids, T, false, out, NULL, &err);
+        g ? fm_rank_group_forward(g, ids, T, false, out, &err) : fm_forward(m->context, ids, T, false, out, NULL, &err);
     if (st) fail_msg("forward: %s", err.msg);
     return out;
 }
@@ -75,7 +75,7 @@ static void tp_case(const char *dir, fm_preset p) {
         fm_gen_params_init(&gp);
         gp.max_tokens = 12, gp.ignore_eos = true;
         fm_gen_output x, y;
-        if (fm_model_generate(one, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err)) fail_msg("%s", err.msg);
+        if (fm_context_generate(one->context, &pp, &np, &gp, 1, 0, NULL, NULL, &x, NULL, &err)) fail_msg("%s", err.msg);
         if (fm_rank_group_generate(g, &pp, &np, &gp, 1, 0, NULL, NULL, &y, NULL, &err)) fail_msg("%s", err.msg);
         assert_int_equal(x.n, 12);
         assert_int_equal(y.n, 12);

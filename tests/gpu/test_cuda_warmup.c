@@ -1,8 +1,8 @@
-/* The serve warm-up (engine/warmup.h) on the GPU: afterwards every decode bucket up to max_seqs has its CUDA graph
- * captured (the first request replays graphs only), the pool is as it was (every block free, none cached), and
- * three requests (greedy, sampled with a seed, and one whose prompt prefix the cache serves) give the very tokens
- * and cached-token counts of a model that was never warmed up, for the int4 and fp8 presets. Runs only where a GPU
- * is present (make test-gpu). */
+/* The serve warm-up (fp8moe.h fm_context_warmup, src/engine/warmup.c) on the GPU: afterwards every decode bucket up to
+ * max_seqs has its CUDA graph captured (the first request replays graphs only), the pool is as it was (every block
+ * free, none cached), and three requests (greedy, sampled with a seed, and one whose prompt prefix the cache serves)
+ * give the very tokens and cached-token counts of a model that was never warmed up, for the int4 and fp8 presets. Runs
+ * only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,8 +16,7 @@
 #include "backend/routes.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
-#include "engine/scheduler.h"
-#include "engine/warmup.h"
+#include "fp8moe_sched.h"
 #include "gpu_test_util.h"
 
 #define TINY "models/tiny-code-moe"
@@ -53,7 +52,7 @@ static void run_requests(fm_model *m, result *out) {
     for (int i = 0; i < 40; i++) prompt[i] = (i * 37 + 5) % 300;
     fm_sched *s = NULL;
     fm_error err = {{0}};
-    assert_int_equal(fm_sched_create(m, 64, &s, &err), FM_OK);
+    assert_int_equal(fm_sched_create(m->context, 64, &s, &err), FM_OK);
     for (int r = 0; r < 3; r++) {
         fm_sched_request q;
         fm_sched_request_init(&q);
@@ -74,11 +73,11 @@ static void warmup_on(fm_preset preset) {
     fm_model *cold = load(preset), *warm = load(preset);
     fm_warmup_report rep;
     fm_error err = {{0}};
-    if (fm_warmup(warm, 64, &rep, &err)) fail_msg("%s", err.msg);
+    if (fm_context_warmup(warm->context, 64, &rep, &err)) fail_msg("%s", err.msg);
     assert_int_equal(rep.buckets, 4); /* 1, 2, 4, 8 */
-    for (int b = 0; b < 4 && fm_routes_decode_graphs(&warm->routes); b++) assert_non_null(warm->kv->graphs[b]);
-    assert_int_equal(warm->kv->pool.n_free, warm->kv->pool.n_blocks);
-    assert_int_equal(warm->kv->pool.n_lru, 0);
+    for (int b = 0; b < 4 && fm_routes_decode_graphs(&warm->routes); b++) assert_non_null(warm->context->kv->graphs[b]);
+    assert_int_equal(warm->context->kv->pool.n_free, warm->context->kv->pool.n_blocks);
+    assert_int_equal(warm->context->kv->pool.n_lru, 0);
     result a[3], b[3];
     memset(a, 0, sizeof a), memset(b, 0, sizeof b);
     run_requests(cold, a);

@@ -1,4 +1,4 @@
-#include "io/ids.h"
+#include "util/ids.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Token-id files: little-endian int32, no header. */
-#ifndef FM_IO_IDS_H
-#define FM_IO_IDS_H
+#ifndef FM_UTIL_IDS_H
+#define FM_UTIL_IDS_H
 
 #include <stdint.h>
 

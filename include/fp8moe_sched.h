@@ -1,6 +1,7 @@
-/* Continuous batching: requests join and leave the running decode batch between steps.
+/* fp8moe: the scheduler's public API. Continuous batching: requests join and leave the running decode batch between
+ * steps.
  *
- * One thread owns the scheduler (and the model's backend): it calls fm_sched_step in a loop; each step is one forward
+ * One thread owns the scheduler (and its context): it calls fm_sched_step in a loop; each step is one forward
  * pass. With mixed steps (the load's fm_options.max_step_tokens, on by default) a step holds every running request's
  * next token and, in the rest of the token budget, prefill chunks of one or more waiting requests, so a long prompt
  * delays the running streams by one budgeted step at most (docs/mixed-steps.md). With them off, a step is one prefill
@@ -8,23 +9,26 @@
  * cancelled between steps by the same thread; a server wraps the scheduler with its own lock and queue.
  *
  * Every event of a request (each sampled token, then its end) goes to the request's callback, on the stepping
- * thread, in order. fm_model_generate is this scheduler run to completion.
+ * thread, in order. fm_context_generate is this scheduler run to completion.
  *
  * A request may keep its sequence's KV cache when it finishes (keep = true) and a later request may continue from
  * it (reuse = the earlier request's id): the later prompt is the whole conversation, the scheduler finds the common
  * prefix with what the kept cache holds and prefills only the rest (a chat turn re-runs only the new text).
  *
- * With the model's prefix cache on (kv_prefix.h), any request maps the longest cached prefix of its prompt, from
- * finished requests or running ones, and prefills the rest (fm_sched_event.n_cached); the full blocks of every
- * request, prompt and output, are named as they are written. */
-#ifndef FM_ENGINE_SCHEDULER_H
-#define FM_ENGINE_SCHEDULER_H
+ * With the context's prefix cache on (fm_context_prefix_cache), any request maps the longest cached prefix of its
+ * prompt, from finished requests or running ones, and prefills the rest (fm_sched_event.n_cached); the full blocks of
+ * every request, prompt and output, are named as they are written. */
+#ifndef FP8MOE_SCHED_H
+#define FP8MOE_SCHED_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/sampler.h"
 #include "fp8moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct fm_sched fm_sched;
 
@@ -64,9 +68,10 @@ typedef struct fm_sched_request {
 
 void fm_sched_request_init(fm_sched_request *r); /* greedy, reuse -1 */
 
-/* A scheduler over m (loaded with max_seqs > 0); prefill_chunk: prompt tokens of one request per step at most (0:
- * the load's max_tokens); the step budget is the load's (fm_model_max_step_tokens). */
-fm_status fm_sched_create(fm_model *m, int64_t prefill_chunk, fm_sched **out, fm_error *err);
+/* A scheduler over the context c (max_seqs > 0; c must outlive it), within c's limits (fm_context_params);
+ * prefill_chunk: prompt tokens of one request per step at most (0: the context's max_tokens); the step budget is the
+ * context's (fm_context_max_step_tokens). */
+fm_status fm_sched_create(fm_context *c, int64_t prefill_chunk, fm_sched **out, fm_error *err);
 /* Ends every request (cancelled, events sent) and frees what it holds. */
 void fm_sched_free(fm_sched *s);
 
@@ -85,8 +90,9 @@ fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err);
 typedef struct fm_sched_stats {
     int32_t waiting, running, kept;          /* requests */
     int32_t kv_blocks_used, kv_blocks_total; /* used: held by a sequence (cached blocks count as free) */
-    /* the prefix cache (kv_prefix.h): cached blocks no sequence holds, and those given up for new tokens; requests
-       that looked up their prompt (queries) and found a prefix (hits); their prompt tokens, and those mapped */
+    /* the prefix cache (docs/prefix-caching.md): cached blocks no sequence holds, and those given up for new tokens;
+       requests that looked up their prompt (queries) and found a prefix (hits); their prompt tokens, and those mapped
+     */
     bool prefix_cache;
     int32_t kv_blocks_cached;
     int64_t kv_evictions;
@@ -99,4 +105,7 @@ typedef struct fm_sched_stats {
 } fm_sched_stats;
 void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
