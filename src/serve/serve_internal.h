@@ -3,6 +3,7 @@
 #ifndef FM_SERVE_INTERNAL_H
 #define FM_SERVE_INTERNAL_H
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -174,7 +175,9 @@ struct srv {
     int32_t chat_think_start, chat_think_end; /* the ids of <think> and </think> (-1: none) */
     struct fm_token_vocab *chat_vocab;        /* every id's bytes, for constrained decoding (NULL: no tokenizer) */
     int32_t end_ids[16], n_end_ids;           /* the ids that end a reply: the model's eos and the template's */
-    pthread_t thread;
+    struct sockaddr_in addr4;                 /* where it listens (--host, --port) */
+    struct sockaddr_in6 addr6;
+    pthread_t thread; /* the listener (server.c listen_thread); the passes run on the loading thread */
     fm_status fatal;
     fm_error fatal_err;
 };
