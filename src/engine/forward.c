@@ -482,7 +482,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                                        fm_op_bytes_act(m, T, c->n_experts_per_tok, 0, 1) +
                                        4.0 * (double)T * c->n_experts_per_tok; /* weights and int32 ids out */
             if (beside) /* on the side stream, overlapping the router: one interval */
-                op_mark(tm, FM_STAGE_ROUTING, "router | shared_expert",
+                op_mark(tm, FM_STAGE_ROUTING, "router, shared_expert",
                         route_bytes + fm_op_bytes_shared_expert(m, l, T));
             else op_mark(tm, FM_STAGE_ROUTING, "router", route_bytes);
             if (ctx->ep_comm) {

@@ -54,6 +54,6 @@ double fm_op_bytes_gdn_conv(const fm_model *m, int32_t l, int64_t T, bool cached
 double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, bool cached, bool paged) {
     const fm_gdn_shape g = fm_gdn_shape_of(&m->cfg);
     const double states = paged ? (double)T : cached ? 1 : 0; /* matrix states read and written */
-    return fm_op_bytes_act(m, T, fm_gdn_channels(g) + 2 * g.nv, 1, 0) + fm_op_bytes_act(m, T, (int64_t)g.nv * g.dv, 0, 1) +
-           states * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
+    return fm_op_bytes_act(m, T, fm_gdn_channels(g) + 2 * g.nv, 1, 0) +
+           fm_op_bytes_act(m, T, (int64_t)g.nv * g.dv, 0, 1) + states * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
 }
