@@ -66,8 +66,8 @@ static void expected_ops(const fm_model *m, want_list *l) {
         }
         expect(l, mixer, fused && !gdn ? "o_proj+add_norm" : "add_norm");
         const bool last = i + 1 == m->n_layers;
-        const bool fuse_tail = L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm &&
-                               fm_routes_decode_fused(&m->routes);
+        const bool fuse_tail =
+            L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
         if (L->is_moe) {
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, 1);
             expect(l, ffn, beside ? "router, shared_expert" : "router");

@@ -61,9 +61,8 @@ static const char *HELP =
     "                     of the step (per layer kind, summed over the layers) with its time, the bytes it must\n"
     "                     move (weights read, activations, KV cache), the achieved GB/s and the floor at the\n"
     "                     bandwidth (also in the JSON, rows[].ops)\n"
-    "  --bandwidth GBPS   the device bandwidth of the floors in GB/s (default 4250 on cuda: the H200's HBM3e,\n"
-    "                     4.8 TB/s peak, at the ~4.25 TB/s a streaming kernel reaches; the cpu: --per-op's floor\n"
-    "                     column only with this option)\n"
+    "  --bandwidth GBPS   the device bandwidth of the floors in GB/s (default 4250 on cuda: the device copy rate\n"
+    "                     measured on the H200; on the cpu --per-op's floor columns only with this option)\n"
     "  -v, --verbose      progress on stderr\n";
 
 enum {
