@@ -182,21 +182,21 @@ typedef struct fw_timer {
     double bytes_of[FM_MARK_SLOTS];
 } fw_timer;
 
-/* the mark closing a stage group; op names its last op (its only one in the per-op profile) */
-static void op_mark(fw_timer *tm, fm_stage stage, const char *op, double bytes) {
-    if (!tm || !tm->on || tm->n >= FM_MARK_SLOTS) return;
+static void mark_at(fw_timer *tm, fm_stage stage, const char *op, double bytes) {
+    if (!tm->on || tm->n >= FM_MARK_SLOTS) return;
     if (tm->per_op && !op) return; /* an empty interval: the op before closed it */
     tm->stage_of[tm->n] = (uint8_t)stage;
     tm->op_of[tm->n] = op, tm->kind_of[tm->n] = tm->kind, tm->bytes_of[tm->n] = bytes;
     tm->be->ops->mark(tm->be, tm->n++);
 }
 
-static void tick(fw_timer *tm, fm_stage stage) { op_mark(tm, stage, "start", 0); }
+/* Macros, not functions, so that the bytes expression is evaluated in the per-op profile only: the normal pass
+ * (tm NULL) computes nothing. op_mark closes a stage group (op names its last op, its only one in the per-op
+ * profile); op_split marks between two ops of a group, in the per-op profile only. */
+#define op_mark(tm, stage, op, bytes) ((tm) ? mark_at((tm), (stage), (op), (tm)->per_op ? (bytes) : 0) : (void)0)
+#define op_split(tm, stage, op, bytes) ((tm) && (tm)->per_op ? mark_at((tm), (stage), (op), (bytes)) : (void)0)
 
-/* a mark between two ops of one stage group: the per-op profile only */
-static void op_split(fw_timer *tm, fm_stage stage, const char *op, double bytes) {
-    if (tm && tm->per_op) op_mark(tm, stage, op, bytes);
-}
+static void tick(fw_timer *tm, fm_stage stage) { op_mark(tm, stage, "start", 0); }
 
 static void collect(const fw_timer *tm, fm_profile *prof) {
     memset(prof, 0, sizeof *prof);
@@ -350,7 +350,7 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     const int64_t kv_w = 2 * (int64_t)nkv * hd; /* a row's k and v */
     if (c->attn_output_gate)                    /* the q|gate rows in, q (with k, v) and the gate out */
         op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope (gated)",
-                 fm_op_bytes_act(m, T, n_proj, 1, 0) + fm_op_bytes_act(m, T, nqkv / T + nh * hd, 0, 1));
+                 fm_op_bytes_act(m, T, n_proj, 1, 0) + fm_op_bytes_act(m, T, (nh + 2 * nkv + nh) * (int64_t)hd, 0, 1));
     else if (store_in_rope) /* q and k read and written, v read, k and v stored */
         op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope+kv_store",
                  fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1) + fm_op_bytes_act(m, T, kv_w, 0, 1) +
