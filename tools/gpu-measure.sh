@@ -145,12 +145,17 @@ part_decode() {
         run "decode_qnext_new_r$r" 300 "$new/fp8moe" bench decode "${q[@]}"
         decode_rows "decode_qnext_new_r$r"
     done
+    # each op of a step against its floor (--per-op: a mark after every op of the profiled step), B = 1 and 64
+    run decode_per_op 300 "$new/fp8moe" bench decode "${common[@]}" --batch 1,64 --per-op --json "$logs/decode_per_op.json"
     {
         echo "### decode (per step; tokens/s)"
         echo
         echo "| run | preset | batch | median ms | tokens/s |"
         echo "|---|---|---:|---:|---:|"
         cat "$logs/decode_rows.md" 2>/dev/null
+        echo
+        echo "### decode per op (new binary, one step without a graph)"
+        awk '/^per op,/ {on = 1} on' "$logs/decode_per_op.log" 2>/dev/null
         echo
     } >>"$table"
 }

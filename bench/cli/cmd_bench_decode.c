@@ -57,6 +57,12 @@ static const char *HELP =
     "                     rows sent all-to-all in the --dispatch format: per batch the group's wall time per step\n"
     "                     and the bytes the ranks send each other per step and layer\n"
     "  --dispatch F       the expert dispatch format with --ep: bf16, fp8, mxfp4, nvfp4 or preset (default)\n"
+    "  --per-op           the profiled step with a mark after every op: per preset and batch, a table of each op\n"
+    "                     of the step (per layer kind, summed over the layers) with its time, the bytes it must\n"
+    "                     move (weights read, activations, KV cache), the achieved GB/s and the floor at the\n"
+    "                     bandwidth (also in the JSON, rows[].ops)\n"
+    "  --bandwidth GBPS   the device bandwidth of the floors in GB/s (default 4250 on cuda: the device copy rate\n"
+    "                     measured on the H200; on the cpu --per-op's floor columns only with this option)\n"
     "  -v, --verbose      progress on stderr\n";
 
 enum {
@@ -74,7 +80,9 @@ enum {
     OPT_DECODE_INPUT,
     OPT_EP,
     OPT_DISPATCH,
-    OPT_JSON_OBJECT
+    OPT_JSON_OBJECT,
+    OPT_PER_OP,
+    OPT_BANDWIDTH
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -91,6 +99,8 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"dispatch", required_argument, 0, OPT_DISPATCH},
                                             {"json-object", no_argument, 0, OPT_JSON_OBJECT},
+                                            {"per-op", no_argument, 0, OPT_PER_OP},
+                                            {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -103,8 +113,9 @@ typedef struct decode_row {
     const char *preset;
     int64_t batch;
     double median_ms, min_ms, max_ms, tokens_per_s, bytes, floor_ms;
-    fm_profile prof; /* one step without a graph */
-    bool host;       /* experts in host memory: the cache's counters over the timed steps */
+    fm_profile prof;   /* one step without a graph */
+    fm_op_profile ops; /* --per-op: the same step's ops */
+    bool host;         /* experts in host memory: the cache's counters over the timed steps */
     double hit_rate, copied_per_step, prefetched_per_step;
     int32_t slots;
     bench_status status;
@@ -134,7 +145,8 @@ typedef struct decode_args {
     int64_t batches[MAX_BATCHES];
     int nb, np, pidx[N_PRESETS];
     long context, layers, slots, ep;
-    bool presets_given, random_ids, json_object;
+    bool presets_given, random_ids, json_object, per_op;
+    double bandwidth; /* bytes/s of the floors; 0: none (the cpu without --bandwidth) */
     fm_experts_in experts_in;
     fm_expert_policy policy;
     int64_t vram_limit;
@@ -192,7 +204,9 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         }
         m->context->kv->tables_dirty = true;
         if (!st) st = fm_step_stage(m->context, ids, seq, pos, B, &err);
-        if (!st) st = fm_step_profile(m->context, B, false, FM_ATTN_PAGED, &row->prof, &err);
+        if (!st)
+            st = fm_step_profile_ops(m->context, B, false, FM_ATTN_PAGED, &row->prof, a->per_op ? &row->ops : NULL,
+                                     &err);
         free(pos);
     }
     for (int32_t s = 0; seq && s < B; s++)
@@ -203,7 +217,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         row->median_ms = med, row->min_ms = mn, row->max_ms = mx;
         row->tokens_per_s = B / (med * 1e-3);
         row->bytes = step_bytes(m, plan, B, a->context + warmup + steps / 2);
-        row->floor_ms = 1e3 * row->bytes / BENCH_BANDWIDTH_BYTES_PER_S;
+        row->floor_ms = 1e3 * row->bytes / (a->bandwidth > 0 ? a->bandwidth : BENCH_BANDWIDTH_BYTES_PER_S);
         row->status = BENCH_OK;
     } else {
         row->status = BENCH_FAILED;
@@ -301,6 +315,13 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &a->ep)) return CLI_USAGE;
             break;
         case OPT_JSON_OBJECT: a->json_object = true; break;
+        case OPT_PER_OP: a->per_op = true; break;
+        case OPT_BANDWIDTH: {
+            long gbps = 0;
+            if (!cli_parse_int(cmd, "--bandwidth", optarg, 1, 1000000, &gbps)) return CLI_USAGE;
+            a->bandwidth = (double)gbps * 1e9;
+            break;
+        }
         case OPT_DISPATCH:
             if (!fm_dispatch_parse(optarg, &a->dispatch))
                 return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
@@ -316,6 +337,7 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
 /* The presets (given, else the backend's list) and the load options every preset starts from. */
 static void plan_run(decode_args *a, cli_model_opts *mo) {
     const bool cuda = !strcmp(a->b.backend, "cuda");
+    if (cuda && a->bandwidth <= 0) a->bandwidth = BENCH_BANDWIDTH_BYTES_PER_S;
     if (!a->presets_given) {
         a->np = 0;
         if (cuda) a->pidx[a->np++] = 0, a->pidx[a->np++] = 1, a->pidx[a->np++] = 2, a->pidx[a->np++] = 3;
@@ -334,6 +356,7 @@ static void plan_run(decode_args *a, cli_model_opts *mo) {
 /* --ep N: a group of ranks in this process, one preset (the first given; fp8 by default). */
 static int run_ranks(const char *cmd, const decode_args *a, cli_model_opts *mo) {
     if (a->json_object) return cli_usage(cmd, "--json-object is not supported with --ep");
+    if (a->per_op) return cli_usage(cmd, "--per-op is not supported with --ep");
     if (!strcmp(a->b.backend, "cuda"))
         return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
                               "the one GPU, whose steps time no multi-GPU decode");
@@ -344,6 +367,28 @@ static int run_ranks(const char *cmd, const decode_args *a, cli_model_opts *mo) 
     mo->opt.dispatch = a->dispatch, mo->opt.ep_ranks = (int32_t)a->ep, mo->opt.verbose = a->b.verbose;
     return bench_decode_ranks(cmd, a->synth, mo, preset, a->batches, a->nb, a->context, a->b.repeat, a->b.warmup,
                               a->b.json_path);
+}
+
+/* --per-op: one table per row, each op of the profiled step (per layer kind, summed over its layers) with its time,
+ * its bytes, the rate they moved at, and their floor at the bandwidth (when there is one) */
+static void print_ops(const decode_args *a, const decode_row *r) {
+    const fm_op_profile *o = &r->ops;
+    const double bw = a->bandwidth;
+    printf("\nper op, %s batch %lld, one step without a graph (time between marks after each op, ms; MB the op must "
+           "move: weights read, activations, KV cache%s):\n\n| kind | op | count | ms | MB | GB/s |%s\n"
+           "|---|---|---:|---:|---:|---:|%s\n",
+           r->preset, (long long)r->batch, bw > 0 ? "; floor at the bandwidth" : "",
+           bw > 0 ? " floor ms | floor / time |" : "", bw > 0 ? "---:|---:|" : "");
+    for (int32_t i = 0; i <= o->n; i++) {
+        const bool total = i == o->n;
+        const double ms = total ? o->step_ms : o->rows[i].ms, bytes = total ? o->step_bytes : o->rows[i].bytes;
+        if (total) printf("| step | total | | %.3f | %.3f | %.1f |", ms, bytes / 1e6, ms > 0 ? bytes / (ms * 1e6) : 0);
+        else
+            printf("| %s | %s | %d | %.3f | %.3f | %.1f |", o->rows[i].kind, o->rows[i].op, o->rows[i].count, ms,
+                   bytes / 1e6, ms > 0 ? bytes / (ms * 1e6) : 0);
+        if (bw > 0) printf(" %.4f | %.2f |", 1e3 * bytes / bw, ms > 0 ? 1e3 * bytes / bw / ms : 0);
+        printf("\n");
+    }
 }
 
 /* The step times, then (experts in host memory) the expert cache's table, then the stages of one step; the host
@@ -404,12 +449,35 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
         for (int s = 0; s < FM_STAGE_COUNT; s++) printf(" %.3f |", r->prof.stage_ms[s]);
         printf(" %.3f |\n", r->prof.total_ms);
     }
+    for (int i = 0; a->per_op && i < n; i++)
+        if (rows[i].status == BENCH_OK) print_ops(a, &rows[i]);
+}
+
+static void add_ops_json(cJSON *o, const decode_args *a, const fm_op_profile *p) {
+    cJSON *arr = cJSON_AddArrayToObject(o, "ops");
+    for (int32_t i = 0; i < p->n; i++) {
+        const fm_op_row *r = &p->rows[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "kind", r->kind);
+        cJSON_AddStringToObject(j, "op", r->op);
+        cJSON_AddNumberToObject(j, "count", r->count);
+        cJSON_AddNumberToObject(j, "ms", r->ms);
+        cJSON_AddNumberToObject(j, "bytes", r->bytes);
+        if (a->bandwidth > 0) cJSON_AddNumberToObject(j, "floor_ms", 1e3 * r->bytes / a->bandwidth);
+        cJSON_AddItemToArray(arr, j);
+    }
+    cJSON_AddNumberToObject(o, "ops_step_ms", p->step_ms);
+    cJSON_AddNumberToObject(o, "ops_step_bytes", p->step_bytes);
 }
 
 static fm_status write_json(const decode_args *a, const decode_row *rows, double link_gbps, double dma_gbps,
                             fm_error *err) {
     cJSON *root = bench_json_root("decode", a->b.backend, "", a->b.repeat, a->b.warmup);
     cJSON_AddStringToObject(root, "model", a->synth);
+    /* the floors' bandwidth: --bandwidth, else the H200's */
+    cJSON_ReplaceItemInObject(root, "bandwidth_bytes_per_s",
+                              cJSON_CreateNumber(a->bandwidth > 0 ? a->bandwidth : BENCH_BANDWIDTH_BYTES_PER_S));
+    cJSON_AddBoolToObject(root, "per_op", a->per_op);
     cJSON_AddNumberToObject(root, "context", (double)a->context);
     cJSON_AddStringToObject(root, "routes", a->b.routes);
     cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
@@ -445,6 +513,7 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
             cJSON *stg = cJSON_AddObjectToObject(o, "stage_ms_no_graph");
             for (int s = 0; s < FM_STAGE_COUNT; s++)
                 cJSON_AddNumberToObject(stg, fm_stage_name((fm_stage)s), r->prof.stage_ms[s]);
+            if (a->per_op) add_ops_json(o, a, &r->ops);
         } else {
             cJSON_AddStringToObject(o, "message", r->msg);
         }

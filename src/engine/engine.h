@@ -196,6 +196,30 @@ fm_status fm_dist_status_take(fm_context *ctx, fm_error *err);
 fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
                           fm_error *err);
 
+/* One op of a step's profile (fm_step_profile_ops): an op of the forward pass, summed over the layers of its kind.
+ * kind: "attention", "deltanet" (the token mixers, with the residual add and norm after them), "moe", "dense" (the
+ * FFN blocks, with the add and norm after them), "step" (embedding, final norm and lm_head). bytes: what the op must
+ * move through device memory at least, from the shapes and the banks' stored sizes (ops->bank_bytes): the weights it
+ * reads (the experts: the expected number a step's tokens select under uniform routing), the activations it reads and
+ * writes, the KV cache and the Gated DeltaNet states it reads and writes. */
+typedef struct fm_op_row {
+    const char *kind, *op;
+    int32_t count; /* times it ran in the step: the layers of its kind that run it */
+    double ms;     /* summed device time between its marks (wall time on the CPU) */
+    double bytes;
+} fm_op_row;
+enum { FM_OP_ROWS = 48 };
+typedef struct fm_op_profile {
+    int32_t n;
+    fm_op_row rows[FM_OP_ROWS]; /* in the order they first ran */
+    double step_ms;             /* first mark to last: the rows' ms add up to it */
+    double step_bytes;          /* the rows' bytes summed */
+} fm_op_profile;
+/* fm_step_profile with a mark after every op (ops may be NULL: stage marks only, as fm_step_profile); prof and ops
+ * both come from the one step. */
+fm_status fm_step_profile_ops(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
+                              fm_op_profile *ops, fm_error *err);
+
 /* One decode step of n open sequences: each gets room for one token in its cache, runs ids[j] at its next position,
  * and samples its next token with its own sampler state (out_ids, out_logprobs: the raw log-probability). On the
  * cuda backend the step replays as the CUDA graph of its batch bucket (routes: decode.graphs). Waits for the step. */

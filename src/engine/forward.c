@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "engine/memory_plan.h"
+#include "engine/op_bytes.h"
 #include "quant/bf16.h"
 #include "util/status.h"
 
@@ -168,24 +169,56 @@ const char *fm_stage_name(fm_stage st) {
     return (unsigned)st < FM_STAGE_COUNT ? names[st] : "?";
 }
 
-/* Stage timing: a mark after each group of ops; the interval since the previous mark belongs to `stage`. */
+/* Stage timing: a mark after each group of ops; the interval since the previous mark belongs to `stage`. With
+ * per_op (the per-op profile) a mark also follows every op inside a group, and each interval is one op: its label,
+ * the kind of block it ran in and its bytes (op_bytes below). */
 typedef struct fw_timer {
     fm_backend *be;
-    bool on;
+    bool on, per_op;
     int32_t n;                       /* marks recorded */
     uint8_t stage_of[FM_MARK_SLOTS]; /* stage of the interval ending at mark i */
+    const char *kind;                /* the block now issuing ops ("attention", "moe", ...) */
+    const char *op_of[FM_MARK_SLOTS], *kind_of[FM_MARK_SLOTS];
+    double bytes_of[FM_MARK_SLOTS];
 } fw_timer;
 
-static void tick(fw_timer *tm, fm_stage stage) {
-    if (!tm || !tm->on || tm->n >= FM_MARK_SLOTS) return;
+static void mark_at(fw_timer *tm, fm_stage stage, const char *op, double bytes) {
+    if (!tm->on || tm->n >= FM_MARK_SLOTS) return;
+    if (tm->per_op && !op) return; /* an empty interval: the op before closed it */
     tm->stage_of[tm->n] = (uint8_t)stage;
+    tm->op_of[tm->n] = op, tm->kind_of[tm->n] = tm->kind, tm->bytes_of[tm->n] = bytes;
     tm->be->ops->mark(tm->be, tm->n++);
 }
+
+/* Macros, not functions, so that the bytes expression is evaluated in the per-op profile only: the normal pass
+ * (tm NULL) computes nothing. op_mark closes a stage group (op names its last op, its only one in the per-op
+ * profile); op_split marks between two ops of a group, in the per-op profile only. */
+#define op_mark(tm, stage, op, bytes) ((tm) ? mark_at((tm), (stage), (op), (tm)->per_op ? (bytes) : 0) : (void)0)
+#define op_split(tm, stage, op, bytes) ((tm) && (tm)->per_op ? mark_at((tm), (stage), (op), (bytes)) : (void)0)
+
+static void tick(fw_timer *tm, fm_stage stage) { op_mark(tm, stage, "start", 0); }
 
 static void collect(const fw_timer *tm, fm_profile *prof) {
     memset(prof, 0, sizeof *prof);
     for (int32_t i = 1; i < tm->n; i++) prof->stage_ms[tm->stage_of[i]] += tm->be->ops->elapsed_ms(tm->be, i - 1, i);
     if (tm->n > 1) prof->total_ms = tm->be->ops->elapsed_ms(tm->be, 0, tm->n - 1);
+}
+
+/* the per-op profile: the intervals summed by (kind, op), in the order they first ran */
+static fm_status collect_ops(const fw_timer *tm, fm_op_profile *out, fm_error *err) {
+    memset(out, 0, sizeof *out);
+    for (int32_t i = 1; i < tm->n; i++) {
+        int32_t r = 0;
+        while (r < out->n && (strcmp(out->rows[r].op, tm->op_of[i]) || strcmp(out->rows[r].kind, tm->kind_of[i]))) r++;
+        if (r == FM_OP_ROWS) return fm_fail(err, FM_ERR_UNSUPPORTED, "per-op profile: more than %d ops", FM_OP_ROWS);
+        if (r == out->n) out->rows[out->n++] = (fm_op_row){.kind = tm->kind_of[i], .op = tm->op_of[i]};
+        fm_op_row *row = &out->rows[r];
+        row->count++, row->bytes += tm->bytes_of[i];
+        row->ms += tm->be->ops->elapsed_ms(tm->be, i - 1, i);
+        out->step_bytes += tm->bytes_of[i];
+    }
+    if (tm->n > 1) out->step_ms = tm->be->ops->elapsed_ms(tm->be, 0, tm->n - 1);
+    return FM_OK;
 }
 
 /* The one refusal of a forward pass: a prompt longer than the load planned for. Growing the buffers here instead would
@@ -239,22 +272,27 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
     const bool cached = attn != FM_ATTN_NO_CACHE;
     float *conv = cached ? (float *)kv->gdn_conv + (size_t)gdn * kv->pool.max_seqs * fm_gdn_conv_state_elems(g) : NULL;
     float *rec = cached ? (float *)kv->gdn_rec + (size_t)gdn * kv->pool.max_seqs * fm_gdn_rec_state_elems(g) : NULL;
+    const int64_t H = c->hidden_size, nvdv = (int64_t)g.nv * g.dv;
     ops->linear(be, L->gdn_qkvz, 0, b.h, T, m->plan.a_dense, b.proj);
     ops->linear(be, L->gdn_ba, 0, b.h, T, FM_A_NATIVE, b.gates);
-    tick(tm, FM_STAGE_ATTN_PROJ);
+    op_mark(tm, FM_STAGE_ATTN_PROJ, "in_proj (qkvz, ba)",
+            fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) +
+                fm_op_bytes_linear(m, L->gdn_ba, T, H, 2 * (int64_t)g.nv));
     ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL, b.qkv);
     dump(be, "gdn_conv", l, b.qkv, T * fm_gdn_channels(g));
+    op_split(tm, FM_STAGE_GDN, "conv", fm_op_bytes_gdn_conv(m, l, T, cached));
     if (attn == FM_ATTN_PAGED)
         ops->gdn_recurrent(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, kv->tok_seq, kv->tok_pos,
                            b.att);
     else
         ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
                          b.att);
+    op_split(tm, FM_STAGE_GDN, "delta rule", fm_op_bytes_gdn_rule(m, T, cached, attn == FM_ATTN_PAGED));
     ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
     dump(be, "gdn_rule", l, b.qkv, T * (int64_t)g.nv * g.dv);
-    tick(tm, FM_STAGE_GDN);
+    op_mark(tm, FM_STAGE_GDN, "gated norm", fm_op_bytes_act(m, T, nvdv, 2, 1));
     ops->linear(be, L->gdn_out, 0, b.qkv, T, m->plan.a_dense, b.y);
-    tick(tm, FM_STAGE_ATTN_PROJ);
+    op_mark(tm, FM_STAGE_ATTN_PROJ, "out_proj", fm_op_bytes_linear(m, L->gdn_out, T, nvdv, H));
 }
 
 /* Tensor parallelism (ctx->tp_comm): y [n] holds this rank's partial o projection (its heads' columns); the all-reduce
@@ -289,7 +327,8 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
     if (c->attn_output_gate) dump(be, "q|gate,k,v", l, b.proj, T * (2 * nh + 2 * nkv) * hd);
     else dump(be, "qkv", l, b.qkv, nqkv);
-    tick(tm, FM_STAGE_ATTN_PROJ);
+    const int64_t n_proj = (c->attn_output_gate ? 2 * nh + 2 * nkv : nh + 2 * nkv) * hd; /* q_proj's width */
+    op_mark(tm, FM_STAGE_ATTN_PROJ, "qkv_proj", fm_op_bytes_linear(m, L->qkv, T, H, n_proj));
     char *kl = NULL, *vl = NULL; /* the layer's slices of the paged KV cache */
     if (attn != FM_ATTN_NO_CACHE) {
         kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
@@ -308,21 +347,37 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
         ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
                           attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
     dump(be, "qk_norm_rope", l, b.qkv, nqkv);
+    const int64_t kv_w = 2 * (int64_t)nkv * hd; /* a row's k and v */
+    if (c->attn_output_gate)                    /* the q|gate rows in, q (with k, v) and the gate out */
+        op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope (gated)",
+                 fm_op_bytes_act(m, T, n_proj, 1, 0) + fm_op_bytes_act(m, T, (nh + 2 * nkv + nh) * (int64_t)hd, 0, 1));
+    else if (store_in_rope) /* q and k read and written, v read, k and v stored */
+        op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope+kv_store",
+                 fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1) + fm_op_bytes_act(m, T, kv_w, 0, 1) +
+                     fm_op_bytes_act(m, T, nkv * (int64_t)hd, 1, 0));
+    else op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope", fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1));
     if (kl) {
-        if (!store_in_rope) ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
+        if (!store_in_rope) {
+            ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
+            op_split(tm, FM_STAGE_ATTENTION, "kv_store", fm_op_bytes_act(m, T, kv_w, 1, 1));
+        }
         if (attn == FM_ATTN_PAGED)
             ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
                                  kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
     }
     if (attn != FM_ATTN_PAGED) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
+    /* the K and V read: each row's up to its position in the paged cache, the pass's own rows otherwise */
+    const int32_t *pos = attn == FM_ATTN_PAGED ? kv->h_idx + T : NULL;
+    op_split(tm, FM_STAGE_ATTENTION, "attention", fm_op_bytes_attention(m, T, pos));
     if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
     dump(be, "attention", l, b.att, T * nh * hd);
-    tick(tm, FM_STAGE_ATTENTION);
+    op_mark(tm, FM_STAGE_ATTENTION, c->attn_output_gate ? "output gate" : NULL,
+            fm_op_bytes_act(m, T, (int64_t)nh * hd, 2, 1));
     if (fused_o) return; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
     if (ctx->tp_comm) tensor_parallel_sum(ctx, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
-    tick(tm, FM_STAGE_ATTN_PROJ);
+    op_mark(tm, FM_STAGE_ATTN_PROJ, "o_proj", fm_op_bytes_linear(m, L->o, T, (int64_t)nh * hd, H));
 }
 
 /* Expert parallelism (ctx->ep_comm). Every rank holds every token; rank r routes its share of the rows, [r P, (r + 1)
@@ -375,29 +430,39 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
     const fm_backend_ops *ops = be->ops;
     const int64_t H = c->hidden_size;
     const fw_buffers b = *ctx->bufs;
+    if (tm) tm->kind = "step";
     tick(tm, FM_STAGE_OTHER);
     ops->embed(be, m->embed, b.ids, T, b.x);
     dump(be, "embed", -1, b.x, T * H);
+    op_split(tm, FM_STAGE_OTHER, "embed", fm_op_bytes_embed(m, T));
     int32_t n_attn = 0, n_gdn = 0; /* attention and Gated DeltaNet layers so far: their cache and state slices */
     for (int l = 0; l < m->n_layers; l++) {
         const fm_layer_weights *L = &m->layers[l];
+        const bool gdn = fm_layer_kind_is_gdn(L->kind);
+        if (tm) tm->kind = gdn ? "deltanet" : "attention";
         /* experts in host memory: the layer's experts predicted from the stream entering it, copied on the side
            chain while the token mixer runs */
         const bool prefetch = fm_moe_prefetch_on(ctx, l, T);
         if (prefetch) fm_moe_prefetch(ctx, l, b.x, T);
         if (l == 0) ops->rmsnorm(be, b.x, L->attn_norm, T, H, c->rms_norm_eps, b.h); /* later: fused below */
         dump(be, "attn_norm", l, b.h, T * H);
-        tick(tm, FM_STAGE_OTHER);
+        /* later layers: the previous layer's add_norm (below) closed the interval */
+        op_mark(tm, FM_STAGE_OTHER, l == 0 ? "attn_norm" : NULL, fm_op_bytes_act(m, T, H, 1, 1));
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
                              fm_routes_decode_fused(&m->routes);
-        if (fm_layer_kind_is_gdn(L->kind)) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
+        if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
         else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
+        const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
         if (fused_o)
             ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
         else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
-        tick(tm, FM_STAGE_OTHER);
+        op_mark(tm, FM_STAGE_OTHER, fused_o ? "o_proj+add_norm" : "add_norm",
+                fused_o ? fm_op_bytes_linear(m, L->o, T, (int64_t)m->tp_nh * c->head_dim, 0) +
+                              fm_op_bytes_act(m, T, H, 1, 2)
+                        : add_norm_bytes);
+        if (tm) tm->kind = L->is_moe ? "moe" : "dense";
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
         const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
                                ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
@@ -413,13 +478,19 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                         b.ew);
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
-            tick(tm, FM_STAGE_ROUTING);
+            const double route_bytes = fm_op_bytes_linear(m, L->router, T, H, c->n_experts) +
+                                       fm_op_bytes_act(m, T, c->n_experts_per_tok, 0, 1) +
+                                       4.0 * (double)T * c->n_experts_per_tok; /* weights and int32 ids out */
+            if (beside) /* on the side stream, overlapping the router: one interval */
+                op_mark(tm, FM_STAGE_ROUTING, "router, shared_expert",
+                        route_bytes + fm_op_bytes_shared_expert(m, l, T));
+            else op_mark(tm, FM_STAGE_ROUTING, "router", route_bytes);
             if (ctx->ep_comm) {
                 expert_parallel_moe(ctx, L, T, &b);
             } else {
                 /* experts in host memory: the pool's slots, the routed experts made resident first */
                 const fm_moe_experts e = fm_moe_experts_of(ctx, l, b.eids, T * c->n_experts_per_tok);
-                if (ctx->experts) tick(tm, FM_STAGE_FETCH);
+                if (ctx->experts) op_mark(tm, FM_STAGE_FETCH, "expert_fetch", 0); /* host link, not device memory */
                 if (fuse_tail) /* the residual add and the next norm below, in the moe's last kernel */
                     ops->moe_add_rmsnorm(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok,
                                          p->a_dispatch, p->a_expert, b.y, b.x, m->layers[l + 1].attn_norm,
@@ -428,24 +499,41 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                     ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch,
                              p->a_expert, b.y);
             }
+            const char *experts = fuse_tail ? "experts+add_norm" : "experts";
+            const double experts_bytes =
+                fm_op_bytes_experts(m, l, T) + (fuse_tail ? fm_op_bytes_act(m, T, H, 1, 2) : 0);
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
-                if (!beside) shared_expert(ctx, L, T);
-                else if (ops->side_join) ops->side_join(be);
+                op_split(tm, FM_STAGE_EXPERTS, experts, experts_bytes);
+                if (!beside) {
+                    shared_expert(ctx, L, T);
+                    op_split(tm, FM_STAGE_EXPERTS, "shared_expert", fm_op_bytes_shared_expert(m, l, T));
+                } else if (ops->side_join) ops->side_join(be);
                 ops->add_sigmoid_gated(be, b.y, b.shared, b.h, L->shared_score, T, H);
-            }
+                op_mark(tm, FM_STAGE_EXPERTS, "shared gate",
+                        fm_op_bytes_linear(m, L->shared_score, T, H, 0) + fm_op_bytes_act(m, T, H, 2, 1));
+            } else op_mark(tm, FM_STAGE_EXPERTS, experts, experts_bytes);
         } else {
+            const int64_t I = c->dense_intermediate;
             ops->linear(be, L->gate_up, 0, b.h, T, p->a_dense, b.gu);
+            op_split(tm, FM_STAGE_EXPERTS, "gate_up", fm_op_bytes_linear(m, L->gate_up, T, H, 2 * I));
             ops->swiglu(be, b.gu, T, c->dense_intermediate, b.act);
+            op_split(tm, FM_STAGE_EXPERTS, "swiglu", fm_op_bytes_act(m, T, I, 2, 1));
             ops->linear(be, L->down, 0, b.act, T, p->a_dense, b.y);
+            op_mark(tm, FM_STAGE_EXPERTS, "down", fm_op_bytes_linear(m, L->down, T, I, H));
         }
         if (!fuse_tail) dump(be, "ffn", l, b.y, T * H);
-        tick(tm, FM_STAGE_EXPERTS);
         /* the residual add and the next layer's attention norm in one op; the last layer's add stands alone (the
            final norm may take only the last row; fused: moe_add_rmsnorm did both) */
-        if (l + 1 == m->n_layers) ops->add(be, b.x, b.y, T * H);
-        else if (!fuse_tail) ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
+        if (l + 1 == m->n_layers) {
+            ops->add(be, b.x, b.y, T * H);
+            op_split(tm, FM_STAGE_OTHER, "add", fm_op_bytes_act(m, T, H, 2, 1));
+        } else if (!fuse_tail) {
+            ops->add_rmsnorm(be, b.x, b.y, m->layers[l + 1].attn_norm, T, H, c->rms_norm_eps, b.h);
+            op_split(tm, FM_STAGE_OTHER, "add_norm", add_norm_bytes);
+        }
         dump(be, "residual", l, b.x, T * H);
     }
+    if (tm) tm->kind = "step";
     /* the final norm and lm_head on the rows asked for: one run is read in place (every position, or the last one);
        several (a mixed step's sampled rows) are gathered into y first, which the last layer no longer needs */
     const size_t row = (size_t)H * ops->act_size;
@@ -461,7 +549,9 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
     dump(be, "final_norm", -1, b.h, rows * H);
     ops->linear(be, m->lm_head, 0, b.h, rows, FM_A_NATIVE, b.logits);
     dump(be, "logits", -1, b.logits, rows * c->vocab_size);
-    tick(tm, FM_STAGE_OTHER);
+    op_mark(tm, FM_STAGE_OTHER, "final_norm+lm_head",
+            fm_op_bytes_act(m, rows, H, n_runs > 1 ? 2 : 1, n_runs > 1 ? 2 : 1) +
+                fm_op_bytes_linear(m, m->lm_head, rows, H, c->vocab_size));
 }
 
 /* every row, or only the last one */
@@ -521,17 +611,27 @@ void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int
 
 fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
                           fm_error *err) {
+    return fm_step_profile_ops(ctx, T, last_only, attn, prof, NULL, err);
+}
+
+/* marks a layer takes at most: 8 stage marks, or 15 with a mark after each op */
+enum { MARKS_PER_LAYER = 8, MARKS_PER_LAYER_OPS = 15 };
+
+fm_status fm_step_profile_ops(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
+                              fm_op_profile *ops, fm_error *err) {
     const fm_model *m = ctx->m;
-    if ((int64_t)m->n_layers * 8 + 8 > FM_MARK_SLOTS)
-        return fm_fail(err, FM_ERR_USAGE, "profiling supports at most %d layers", (FM_MARK_SLOTS - 8) / 8);
+    const int64_t per_layer = ops ? MARKS_PER_LAYER_OPS : MARKS_PER_LAYER;
+    if ((int64_t)m->n_layers * per_layer + 8 > FM_MARK_SLOTS)
+        return fm_fail(err, FM_ERR_USAGE, "profiling%s supports at most %lld layers", ops ? " per op" : "",
+                       (long long)((FM_MARK_SLOTS - 8) / per_layer));
     fw_timer *tm = calloc(1, sizeof *tm);
     if (!tm) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
-    tm->be = m->be, tm->on = true;
+    tm->be = m->be, tm->on = true, tm->per_op = ops != NULL;
     const fm_row_run r = rows_of(T, last_only);
     run_device(ctx, T, &r, 1, attn, tm);
-    tick(tm, FM_STAGE_OTHER);
     fm_status st = m->be->ops->sync(m->be, err);
     if (!st) collect(tm, prof);
+    if (!st && ops) st = collect_ops(tm, ops, err);
     free(tm);
     return st;
 }
