@@ -7,9 +7,16 @@ set -uo pipefail
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 # CUDA_ARCHS (optional, e.g. -gencode=arch=compute_90a,code=sm_90a) builds for fewer GPUs: about half the compile time
+# SKIP_BUILD=1 runs binaries built elsewhere (e.g. on a CPU machine with nvcc, carried as an archive and unpacked
+# into build/): the device time goes to the tests alone; it implies CPU_SUITE=0 unless set
 t0=$(date +%s)
+if [ "${SKIP_BUILD:-0}" = 1 ]; then
+    : "${CPU_SUITE:=0}"
+    echo "build skipped (SKIP_BUILD=1)" >"$out/build.log"
+else
 make -j"$(nproc)" ${CUDA_ARCHS:+CUDA_ARCHS="$CUDA_ARCHS"} all tests-build \
     $(ls tests/gpu/test_*.c | sed "s|^tests|build/tests|; s|\.c$||") >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+fi
 build_s=$(( $(date +%s) - t0 ))
 # the CPU suite (CI runs it too; CPU_SUITE=0 skips it here, e.g. where Node and Chromium for the server tests are
 # missing, as on the GPU machine)

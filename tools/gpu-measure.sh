@@ -17,6 +17,8 @@
 #   BACKEND=cuda  (default) or cpu; SMOKE=1 runs every part at tiny scale (toy-moe shapes, seconds per run), so
 #                 that an option missing from either binary shows here on the CPU before it costs device time
 #   DRY=1         print every command, run nothing
+#   DECODE_SET=main|extra|all  decode's runs: main (base, new, fused; the per-op table), extra (the JSON-object
+#                 mask, Qwen3-Next), all (default)
 #   ROUNDS=N      rounds of the alternating base/new comparisons (default: decode 1, prefill 2)
 #   Needs python3 (the serving client; no Node) and, for bench/serve_bench.sh, curl.
 #   SERVE_S=S     seconds per serving-benchmark row (default 45); LOAD_LAYERS (48), CKPT_DIR (/tmp/fm-ckpt)
@@ -124,12 +126,15 @@ part_decode() {
         --backend "$backend" $steps)
     for r in $(seq "$rounds"); do
         # base, new, new with the fused decode ops; then the same under the JSON-object mask
+        if [ "${DECODE_SET:-all}" != extra ]; then
         run "decode_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}"
         decode_rows "decode_base_r$r"
         run "decode_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}"
         decode_rows "decode_new_r$r"
         run "decode_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=on
         decode_rows "decode_fused_r$r"
+        fi
+        [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object
         decode_rows "decode_json_base_r$r"
         run "decode_json_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --json-object
@@ -145,8 +150,13 @@ part_decode() {
         run "decode_qnext_new_r$r" 300 "$new/fp8moe" bench decode "${q[@]}"
         decode_rows "decode_qnext_new_r$r"
     done
+    [ "${DECODE_SET:-all}" = extra ] && { decode_table; return; }
     # each op of a step against its floor (--per-op: a mark after every op of the profiled step), B = 1 and 64
     run decode_per_op 300 "$new/fp8moe" bench decode "${common[@]}" --batch 1,64 --per-op --json "$logs/decode_per_op.json"
+    decode_table
+}
+
+decode_table() {
     {
         echo "### decode (per step; tokens/s)"
         echo

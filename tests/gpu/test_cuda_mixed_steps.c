@@ -3,8 +3,10 @@
  *   - ref32 (fp32 throughout) on Qwen3-MoE and Qwen3-Next: the same greedy tokens, log-probabilities within 1e-3 (the
  *     lone run prefills a prompt with the contiguous kernel, a mixed step with the paged one: other summation orders);
  *   - fp8: the tokens agree up to a first divergence no earlier than the fourth token of any request, and before it
- *     the chosen ids' log-probabilities are within 0.05 (a bf16 or e4m3 rounding that falls the other way moves an
- *     activation by a whole step; the decode sizes run other GEMM routes than a prefill's rows);
+ *     the chosen ids' log-probabilities are within 0.15 (a bf16 or e4m3 rounding that falls the other way moves an
+ *     activation by a whole step, 1/16), on the grouped GEMMs at every size (routes moe.gemv=off,dense.gemv=off; with
+ *     the decode GEMVs a budget of 5 measured 0.24 on qwen3-moe-bf16, H200, 2026-12-05); a row given to the wrong
+ *     sequence moves them by whole units;
  *   - on every model: no step runs more tokens than the budget, a running stream gets a token at every step while the
  *     prompts arrive, and the steps with only decode rows still replay the decode graph of their bucket (captured). */
 #include <stdarg.h>
@@ -49,7 +51,13 @@ static void on_event(void *user, const fm_sched_event *ev) {
 static fm_model *load(const char *dir, fm_preset preset, int64_t budget) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.backend = "cuda", opt.preset = preset, opt.routes = gpu_test_routes();
+    /* the quantized presets on the grouped GEMMs at every size (no decode GEMVs), as test_cuda_generate's cached
+       steps: a mixed step's rows and a lone prefill's then run the same kernels, and what is left to differ is the
+       attention's summation order and the roundings it moves */
+    char routes[256];
+    snprintf(routes, sizeof routes, "%s%s%s", preset == FM_PRESET_REF32 ? "" : "moe.gemv=off,dense.gemv=off",
+             preset != FM_PRESET_REF32 && gpu_test_routes() ? "," : "", gpu_test_routes() ? gpu_test_routes() : "");
+    opt.backend = "cuda", opt.preset = preset, opt.routes = routes[0] ? routes : NULL;
     opt.max_seqs = N_REQ, opt.ctx = 128, opt.max_tokens = MAX_PROMPT, opt.prefix_cache = false;
     opt.max_step_tokens = budget;
     fm_model *m = NULL;
@@ -156,7 +164,7 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
             assert_true(worst <= 1e-3);
         } else {
             assert_true(first_diff >= 3);
-            assert_true(worst <= 0.05);
+            assert_true(worst <= 0.15);
         }
         assert_true(r->most_rows <= budget);
         if (budget >= N_REQ) assert_int_equal(gap_during_prefill(r), 1);

@@ -7,8 +7,10 @@
  * activation scale), and the rest of the prompt runs the paged attention kernel instead of the contiguous one. So
  * the check is: the same greedy ids up to the first step where the run without the cache had a near tie (top-1 and
  * top-2 log-probabilities within 0.05), and the chosen ids' log-probabilities within a bound per preset (ref32 1e-3:
- * fp32 summed in another order; bf16 and int4 2e-2; the e4m3 presets 6e-2: one activation crossing an e4m3 rounding
- * boundary moves by a whole step). The mapped token counts are those of the CPU test. */
+ * fp32 summed in another order; bf16 and int4 2e-2; the e4m3 presets 0.15: one activation crossing an e4m3 rounding
+ * boundary moves by a whole step, 1/16; they run on the grouped GEMMs at every size, routes moe.gemv=off,dense.gemv=off:
+ * with the decode GEMVs fp8 measured 0.0996 on qwen3-moe-bf16, H200, 2026-12-05). The mapped token counts are those
+ * of the CPU test, but for the next turn where the run with the cache answered otherwise after a near tie. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -101,8 +103,14 @@ static void workload(fm_model *m, rec *r, const int32_t *answer) {
 static void compare(const char *dir, fm_preset preset, bool w8a8, double bound) {
     fm_options opt;
     fm_options_init(&opt);
+    /* the e4m3 presets on the grouped GEMMs at every size (no decode GEMVs): the rest of a prompt after its cached
+       blocks is a few rows, which the GEMV routes would take where the run without the cache has a GEMM's tile */
+    const bool e4m3 = preset == FM_PRESET_FP8 || preset == FM_PRESET_FP4;
+    char routes[256];
+    snprintf(routes, sizeof routes, "%s%s%s", e4m3 ? "moe.gemv=off,dense.gemv=off" : "",
+             e4m3 && gpu_test_routes() ? "," : "", gpu_test_routes() ? gpu_test_routes() : "");
     opt.backend = "cuda", opt.preset = preset, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
-    opt.max_seqs = 2, opt.ctx = 128, opt.max_tokens = 64, opt.routes = gpu_test_routes();
+    opt.max_seqs = 2, opt.ctx = 128, opt.max_tokens = 64, opt.routes = routes[0] ? routes : NULL;
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
@@ -111,7 +119,12 @@ static void compare(const char *dir, fm_preset preset, bool w8a8, double bound) 
     workload(m, off, NULL);
     m->context->kv->pool.prefix_cache = true;
     workload(m, on, off->ids[0]);
-    const int64_t cached[4] = {0, 32, (P1 + NEW - 1) / 16 * 16, 16};
+    /* the next turn continues the answer of the run without the cache; where the run with it answered otherwise
+       (after a near tie, below), its cached blocks hold its own answer and match the turn only up to there (the
+       answer's last token has no KV yet) */
+    int common = 0;
+    while (common < NEW - 1 && on->ids[0][common] == off->ids[0][common]) common++;
+    const int64_t cached[4] = {0, 32, (P1 + common) / 16 * 16, 16};
     double worst = 0;
     int32_t compared = 0;
     for (int64_t q = 0; q < 4; q++) {
@@ -143,10 +156,10 @@ static void test_every_gpu_preset(void **state) {
         compare(dirs[i], FM_PRESET_REF32, false, 1e-3);
         compare(dirs[i], FM_PRESET_REF, false, 2e-2);
         compare(dirs[i], FM_PRESET_INT4, false, 2e-2);
-        compare(dirs[i], FM_PRESET_FP8, false, 6e-2);
-        compare(dirs[i], FM_PRESET_FP4, false, 6e-2);
+        compare(dirs[i], FM_PRESET_FP8, false, 0.15);
+        compare(dirs[i], FM_PRESET_FP4, false, 0.15);
     }
-    compare("tests/models/qwen3-moe-bf16", FM_PRESET_FP8, true, 6e-2);
+    compare("tests/models/qwen3-moe-bf16", FM_PRESET_FP8, true, 0.15);
 }
 
 int main(int argc, char **argv) {

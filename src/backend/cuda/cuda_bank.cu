@@ -175,7 +175,7 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
                 if (s->t && !deq) { /* checked while copied to pinned memory on every core, then sent */
                     void *pin = fm_cuda_load_stage_take(be, pinned);
                     if ((st = fm_st_copy_finite(s->t, s->offset + r * cols, n_rows * cols, pin, err))) break;
-                    fm_cuda_load_stage_send(be, pinned, staging, (size_t)(n_rows * cols * esz));
+                    fm_cuda_load_stage_send(be, pinned, 0, staging, (size_t)(n_rows * cols * esz));
                     pinned ^= 1;
                 } else if (deq) {
                     const uint8_t *host = (const uint8_t *)(deq + r * cols);

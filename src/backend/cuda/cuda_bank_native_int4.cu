@@ -69,7 +69,9 @@ fm_status fm_cuda_bank_create_native_int4(cuda_backend *be, const fm_bank_src *s
         if ((st = fm_int4_native_bank_rows(src, s, count, ng, ld, codes, scales, err))) break;
         FM_CUDA_CHECK(cudaMemcpyAsync((uint8_t *)w->w + r * ld, codes, (size_t)(batch_rows * ld),
                                       cudaMemcpyHostToDevice, be->stream));
-        fm_cuda_load_stage_send(be, (int)b, w->scales + r * ng, (size_t)(batch_rows * ng) * sizeof(uint16_t));
+        // the scales sit after the batch's codes in the buffer
+        fm_cuda_load_stage_send(be, (int)b, (size_t)(batch_rows * ld), w->scales + r * ng,
+                                (size_t)(batch_rows * ng) * sizeof(uint16_t));
         s += count, r += batch_rows;
     }
     if (!st) w->bytes += scale_bytes;

@@ -12,8 +12,9 @@
 fm_status fm_cuda_load_stage(cuda_backend *be, size_t bytes, fm_error *err);
 // Buffer b once its last copy has landed (it may be refilled).
 void *fm_cuda_load_stage_take(cuda_backend *be, int b);
-// Copies `bytes` of buffer b to dev in stream order and marks the buffer's copy.
-void fm_cuda_load_stage_send(cuda_backend *be, int b, void *dev, size_t bytes);
+// Copies `bytes` of buffer b from `offset` on to dev in stream order and marks the buffer's copy (the buffer's
+// last copy: earlier copies from it in the same stream land before it).
+void fm_cuda_load_stage_send(cuda_backend *be, int b, size_t offset, void *dev, size_t bytes);
 void fm_cuda_load_stage_free(cuda_backend *be);
 
 #endif
