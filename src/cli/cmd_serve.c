@@ -32,7 +32,7 @@ static const char *HELP =
     "  --drain-timeout S        seconds running requests get to finish after SIGTERM (default 30)\n"
     "  --idle-timeout S         close a connection that sends nothing for S seconds (default 60)\n"
     "  --max-conns N            open connections at most (default 512)\n"
-    "  --max-conns-per-client N open connections from one address at most (default 64)\n"
+    "  --max-conns-per-client N open connections from one address at most (default 256)\n"
     "  --model-name NAME        the model id clients name (default: the directory's last component)\n"
     "  --chat-template FILE     a Jinja chat template file (or a .json with \"chat_template\") instead of the\n"
     "                           checkpoint's, e.g. when it has none\n"

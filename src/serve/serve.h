@@ -32,7 +32,7 @@ typedef struct fm_serve_opts {
     double drain_timeout;         /* SIGTERM: seconds the running requests get to finish (default 30) */
     int32_t idle_timeout;         /* seconds a connection may send nothing before it is closed (default 60) */
     int32_t max_conns;            /* open connections at most (default 512) */
-    int32_t max_conns_per_client; /* open connections from one IP address at most (default 64) */
+    int32_t max_conns_per_client; /* open connections from one IP address at most (default 256) */
     bool no_warmup; /* --no-warmup: listen without running the kernels first (fp8moe.h fm_context_warmup) */
 } fm_serve_opts;
 

@@ -42,7 +42,7 @@ void fm_serve_opts_init(fm_serve_opts *o) {
     o->drain_timeout = 30;
     o->idle_timeout = 60;
     o->max_conns = 512;
-    o->max_conns_per_client = 64;
+    o->max_conns_per_client = 256; /* half of max_conns: behind a reverse proxy every client shares one address */
 }
 
 /* ---- jobs ---- */
