@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench_constrain.h"
+#include "cli/cli.h"
 #include "engine/kv_state.h"
 #include "util/status.h"
 
@@ -64,6 +65,7 @@ fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const i
                                  bench_constraint *c, fm_error *err) {
     memset(c, 0, sizeof *c);
     c->B = B, c->end = fm_model_vocab_size(m) - 1;
+    c->h_mask = m->context->kv->h_mask, c->words = (size_t)((fm_model_vocab_size(m) + 31) / 32);
     fm_status st = fm_tokenizer_load(tokenizer_dir, &c->tok, err);
     if (!st) st = bench_vocab_grown(c->tok, fm_model_vocab_size(m), &c->vocab, err);
     if (!st) st = fm_grammar_json_object(&c->g, err);
@@ -79,12 +81,18 @@ fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const i
     return st;
 }
 
-void bench_constraint_masks(fm_model *m, bench_constraint *c) {
-    const size_t words = (size_t)((fm_model_vocab_size(m) + 31) / 32);
+int32_t bench_constraint_fill(void *user) {
+    bench_constraint *c = user;
+    const double t0 = cli_now();
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int32_t i = 0; i < c->B; i++) fm_matcher_fill_mask(c->m[i], m->context->kv->h_mask + (size_t)i * words);
-    m->be->ops->upload_raw(m->be, m->context->kv->h_mask, (size_t)c->B * words * sizeof(uint32_t),
-                           m->context->kv->mask);
+    for (int32_t i = 0; i < c->B; i++) fm_matcher_fill_mask(c->m[i], c->h_mask + (size_t)i * c->words);
+    c->fill_s = cli_now() - t0;
+    return c->B;
+}
+
+void bench_constraint_masks(fm_model *m, bench_constraint *c) {
+    bench_constraint_fill(c);
+    m->be->ops->upload_raw(m->be, c->h_mask, (size_t)c->B * c->words * sizeof(uint32_t), m->context->kv->mask);
 }
 
 fm_status bench_constraint_accept(bench_constraint *c, const int32_t *ids, fm_error *err) {
