@@ -43,9 +43,9 @@ static fm_model *load(void) {
 
 /* ids 0..255: the bytes; then tokens across JSON boundaries, repeated up to 318; 319: the end (no bytes) */
 static fm_token_vocab *vocab(void) {
-    static const char *const multi[] = {"\"},", "\":",   "\": ", "\", \"", "{\"",  "[{\"", "}]",  "}}", "],", "null",
-                                        "true", "false", "-1",   "0.",     "12",   "\"\n", "  ",   "{}", "[]", "\"id\"",
-                                        "\"}",  "\"]}",  "ab",   "\\\"",   "3]",   "9.5",  "},{",  "[[", "]]", "\"\""};
+    static const char *const multi[] = {"\"},", "\":",   "\": ", "\", \"", "{\"", "[{\"", "}]",  "}}", "],", "null",
+                                        "true", "false", "-1",   "0.",     "12",  "\"\n", "  ",  "{}", "[]", "\"id\"",
+                                        "\"}",  "\"]}",  "ab",   "\\\"",   "3]",  "9.5",  "},{", "[[", "]]", "\"\""};
     static uint8_t bytes[256];
     const uint8_t *p[V];
     uint32_t lens[V];
