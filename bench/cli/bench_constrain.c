@@ -62,12 +62,13 @@ fm_status bench_vocab_grown(const fm_tokenizer *t, int32_t n, fm_token_vocab **o
 }
 
 fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const int32_t *seq, int32_t B,
-                                 bench_constraint *c, fm_error *err) {
+                                 int32_t shared_masks, bench_constraint *c, fm_error *err) {
     memset(c, 0, sizeof *c);
     c->B = B, c->end = fm_model_vocab_size(m) - 1;
     c->h_mask = m->context->kv->h_mask, c->words = (size_t)((fm_model_vocab_size(m) + 31) / 32);
     fm_status st = fm_tokenizer_load(tokenizer_dir, &c->tok, err);
     if (!st) st = bench_vocab_grown(c->tok, fm_model_vocab_size(m), &c->vocab, err);
+    if (!st) st = fm_token_vocab_set_mask_cache(c->vocab, shared_masks, err);
     if (!st) st = fm_grammar_json_object(&c->g, err);
     if (!st && !(c->m = calloc((size_t)B, sizeof *c->m))) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
     fm_sampling sp;

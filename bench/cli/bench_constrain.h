@@ -26,9 +26,10 @@ typedef struct bench_constraint {
 } bench_constraint;
 
 /* A json_object matcher for each of the B sequences seq[] (their sampler slots switched to masked), over the
- * vocabulary of tokenizer_dir grown to the model's size; the end id is the last id. */
+ * vocabulary of tokenizer_dir grown to the model's size, sharing up to shared_masks masks between them
+ * (fm_token_vocab_set_mask_cache; 0: every mask computed); the end id is the last id. */
 fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const int32_t *seq, int32_t B,
-                                 bench_constraint *c, fm_error *err);
+                                 int32_t shared_masks, bench_constraint *c, fm_error *err);
 /* The next step's masks filled in parallel into the host mask rows (an fm_step_masks fill: user is c); returns B. */
 int32_t bench_constraint_fill(void *c);
 /* The same, then uploaded to the step's mask rows at once (a step that fills its masks before its forward pass). */

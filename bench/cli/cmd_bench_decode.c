@@ -53,6 +53,8 @@ static const char *HELP =
     "                     copies them to the device and samples under them; the vocabulary is\n"
     "                     models/tiny-code-moe's tokenizer grown to the model's size (bench mask says how); a\n"
     "                     table gives the host's fill time per step\n"
+    "  --mask-cache N     with --json-object: masks shared between the sequences' matchers, N at most (default\n"
+    "                     128; 0: every mask computed: the walk's full cost)\n"
     "  --mask-order O     with --json-object: overlap (default: the masks are filled while the device runs the\n"
     "                     forward pass, as the scheduler does) or before (filled and copied before the step: the\n"
     "                     cost the overlap hides)\n"
@@ -86,6 +88,7 @@ enum {
     OPT_DISPATCH,
     OPT_JSON_OBJECT,
     OPT_MASK_ORDER,
+    OPT_MASK_CACHE,
     OPT_PER_OP,
     OPT_BANDWIDTH
 };
@@ -105,6 +108,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"dispatch", required_argument, 0, OPT_DISPATCH},
                                             {"json-object", no_argument, 0, OPT_JSON_OBJECT},
                                             {"mask-order", required_argument, 0, OPT_MASK_ORDER},
+                                            {"mask-cache", required_argument, 0, OPT_MASK_CACHE},
                                             {"per-op", no_argument, 0, OPT_PER_OP},
                                             {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
                                             {"help", no_argument, 0, 'h'},
@@ -154,6 +158,7 @@ typedef struct decode_args {
     long context, layers, slots, ep;
     bool presets_given, random_ids, json_object, per_op;
     bool mask_before, mask_order_given; /* --mask-order before: masks filled and copied before the step */
+    long mask_cache;                    /* --mask-cache: shared masks; -1: not given (the default) */
     double bandwidth;                   /* bytes/s of the floors; 0: none (the cpu without --bandwidth) */
     fm_experts_in experts_in;
     fm_expert_policy policy;
@@ -184,7 +189,9 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
     memset(&row->prof, 0, sizeof row->prof);
     fm_expert_stats es0 = {0}, es1 = {0};
     bench_constraint bc = {0};
-    if (!st && a->json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
+    if (!st && a->json_object)
+        st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B,
+                                    a->mask_cache < 0 ? FM_MASK_CACHE_DEFAULT : (int32_t)a->mask_cache, &bc, &err);
     uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
     for (long r = 0; !st && r < warmup + steps; r++) {
         if (r == warmup) fm_context_expert_stats(m->context, &es0); /* the timed steps' own hits and misses */
@@ -278,7 +285,7 @@ static void run_preset(const decode_args *a, const char *preset, const cli_model
 static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
     bench_opts_init(&a->b, 64, 8);
     a->batches[0] = 1, a->batches[1] = 8, a->batches[2] = 64, a->nb = 3;
-    a->context = 2048, a->ep = 1;
+    a->context = 2048, a->ep = 1, a->mask_cache = -1;
     a->experts_in = FM_EXPERTS_DEVICE, a->policy = FM_EXPERT_LFU, a->dispatch = FM_DISPATCH_PRESET;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
@@ -336,6 +343,9 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
                 return cli_usage(cmd, "--mask-order must be overlap or before, got '%s'", optarg);
             a->mask_before = !strcmp(optarg, "before"), a->mask_order_given = true;
             break;
+        case OPT_MASK_CACHE:
+            if (!cli_parse_int(cmd, "--mask-cache", optarg, 0, 65536, &a->mask_cache)) return CLI_USAGE;
+            break;
         case OPT_PER_OP: a->per_op = true; break;
         case OPT_BANDWIDTH: {
             long gbps = 0;
@@ -353,6 +363,7 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
     if (!a->synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
     if (a->mask_order_given && !a->json_object) return cli_usage(cmd, "--mask-order needs --json-object");
+    if (a->mask_cache >= 0 && !a->json_object) return cli_usage(cmd, "--mask-cache needs --json-object");
     return -1;
 }
 
@@ -517,7 +528,10 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
     cJSON_AddNumberToObject(root, "vram_limit", (double)a->vram_limit);
     cJSON_AddStringToObject(root, "decode_input", a->random_ids ? "random" : "sampled");
     cJSON_AddBoolToObject(root, "json_object", a->json_object);
-    if (a->json_object) cJSON_AddStringToObject(root, "mask_order", a->mask_before ? "before" : "overlap");
+    if (a->json_object) {
+        cJSON_AddStringToObject(root, "mask_order", a->mask_before ? "before" : "overlap");
+        cJSON_AddNumberToObject(root, "mask_cache", a->mask_cache < 0 ? FM_MASK_CACHE_DEFAULT : a->mask_cache);
+    }
     if (link_gbps > 0) {
         cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
         cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);

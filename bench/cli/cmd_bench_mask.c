@@ -21,7 +21,8 @@ static const char *HELP =
     "(byte-level BPE) grown to N ids by synthetic tokens shaped like Qwen3's 151936: concatenations of 2-4 real\n"
     "tokens, CJK characters (15%), partial UTF-8 bytes (3%).\n"
     "Prints the median / 90th percentile / max per step, inside strings and elsewhere, for a schema and for\n"
-    "json_object mode.\n"
+    "json_object mode: first every mask computed (no masks shared between matchers), then with the vocabulary's\n"
+    "shared masks (text/mask_cache.h: the passes after the first copy the masks of the states they revisit).\n"
     "\n"
     "  --model DIR        the tokenizer.json's directory (default models/tiny-code-moe)\n"
     "  --vocab N          ids in all (default 151936)\n"
@@ -107,7 +108,7 @@ static fm_status run(const fm_grammar *g, const fm_token_vocab *v, const int32_t
 }
 
 static void print_stats(const char *what, const mask_stats *s) {
-    printf("%-12s %6lld steps  mask median %8.1f us  p90 %8.1f us  max %8.1f us  | in strings %8.1f us  "
+    printf("%-19s %6lld steps  mask median %8.1f us  p90 %8.1f us  max %8.1f us  | in strings %8.1f us  "
            "elsewhere %8.1f us | accept %6.1f us\n",
            what, (long long)s->steps, 1e6 * s->med, 1e6 * s->p90, 1e6 * s->max, 1e6 * s->str_med, 1e6 * s->other_med,
            1e6 * s->accept_med);
@@ -160,7 +161,8 @@ int cmd_bench_mask(int argc, char **argv) {
     int32_t *ids = NULL;
     int64_t n = 0;
     cJSON *schema = cJSON_Parse(SCHEMA);
-    mask_stats ss = {0}, so = {0};
+    mask_stats ss = {0}, so = {0}, cs = {0}, co = {0};
+    int64_t hits = 0, misses = 0;
     const double t0 = cli_now();
     fm_status st = fm_tokenizer_load(model, &t, &err);
     if (!st) st = bench_vocab_grown(t, (int32_t)vocab, &v, &err);
@@ -169,14 +171,23 @@ int cmd_bench_mask(int argc, char **argv) {
     if (!st) st = fm_grammar_json_object(&go, &err);
     if (!st) st = fm_tokenizer_encode(t, TEXT, strlen(TEXT), false, false, &ids, &n, &err);
     const int32_t end = fm_token_vocab_size(v ? v : NULL) - 1;
+    if (!st) st = fm_token_vocab_set_mask_cache(v, 0, &err);
     if (!st) st = run(gs, v, ids, n, end, repeat, &ss, &err);
     if (!st) st = run(go, v, ids, n, end, repeat, &so, &err);
+    if (!st) st = fm_token_vocab_set_mask_cache(v, FM_MASK_CACHE_DEFAULT, &err);
+    if (!st) st = run(gs, v, ids, n, end, repeat, &cs, &err);
+    if (!st) st = run(go, v, ids, n, end, repeat, &co, &err);
+    if (!st) fm_token_vocab_mask_cache_stats(v, &hits, &misses);
     if (!st) {
         printf("bench mask: %s tokenizer grown to %d ids (built in %.2f s), a %zu-byte JSON text in %lld tokens, %ld "
                "passes, 1 thread\n",
                model, fm_token_vocab_size(v), build_s, strlen(TEXT), (long long)n, repeat);
         print_stats("json_schema", &ss);
         print_stats("json_object", &so);
+        print_stats("json_schema, shared", &cs);
+        print_stats("json_object, shared", &co);
+        printf("shared masks: %lld fills copied one, %lld computed one (%d kept at most)\n", (long long)hits,
+               (long long)misses, FM_MASK_CACHE_DEFAULT);
         if (json) {
             cJSON *root = cJSON_CreateObject();
             cJSON_AddStringToObject(root, "bench", "mask");
@@ -185,6 +196,10 @@ int cmd_bench_mask(int argc, char **argv) {
             cJSON_AddNumberToObject(root, "vocab_build_s", build_s);
             cJSON_AddItemToObject(root, "json_schema", stats_json(&ss));
             cJSON_AddItemToObject(root, "json_object", stats_json(&so));
+            cJSON_AddItemToObject(root, "json_schema_shared", stats_json(&cs));
+            cJSON_AddItemToObject(root, "json_object_shared", stats_json(&co));
+            cJSON_AddNumberToObject(root, "shared_hits", (double)hits);
+            cJSON_AddNumberToObject(root, "shared_misses", (double)misses);
             st = bench_json_write(root, json, &err);
         }
     }

@@ -79,8 +79,7 @@ void fm_mask_cache_put(fm_mask_cache *c, const int32_t *key, int32_t n, const ui
             memcpy(e->key, key, (size_t)n * sizeof *key);
             memcpy(e->words, words, (size_t)c->words * sizeof *words);
             c->next = (c->next + 1) % c->capacity;
-        } else
-            free(e->words), e->words = NULL; /* out of memory: the entry stays empty */
+        } else free(e->words), e->words = NULL; /* out of memory: the entry stays empty */
     }
     pthread_rwlock_unlock(&c->lock);
 }
