@@ -28,8 +28,8 @@
 
 static fm_model *load(fm_preset preset, bool graphs) {
     char routes[300];
-    snprintf(routes, sizeof routes, "%s%s%s", graphs ? "" : "decode.graphs=off", gpu_test_routes() && !graphs ? "," : "",
-             gpu_test_routes() ? gpu_test_routes() : "");
+    snprintf(routes, sizeof routes, "%s%s%s", graphs ? "" : "decode.graphs=off",
+             gpu_test_routes() && !graphs ? "," : "", gpu_test_routes() ? gpu_test_routes() : "");
     fm_options opt;
     fm_options_init(&opt);
     opt.backend = "cuda", opt.preset = preset;
