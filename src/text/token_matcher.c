@@ -316,7 +316,7 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
     walk(m, strings ? &v->impure : &v->all, 0, 0, m->n_cur, words);
     m->set_start = m->n_cur;
     if (stable) keep(m, key, n_key, words);
-    if (n_shared >= 0) fm_mask_cache_put(v->cache, shared, n_shared, words);
+    if (n_shared >= 0 && !m->oom) fm_mask_cache_put(v->cache, shared, n_shared, words); /* never a partial mask */
 }
 
 /* Replaces the current set by its advance over bytes; false (unchanged) when some byte kills every stack. */
