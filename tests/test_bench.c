@@ -434,6 +434,7 @@ static void bench_decode_json_object(void **s) {
             assert_string_equal(cJSON_GetObjectItem(row, "status")->valuestring, "ok");
             const double fill = cJSON_GetObjectItem(row, "mask_fill_ms")->valuedouble;
             assert_true(fill > 0 && fill < cJSON_GetObjectItem(row, "max_ms")->valuedouble);
+            assert_true(cJSON_GetObjectItem(row, "mask_fill_cpu_ms")->valuedouble > 0);
         }
         cJSON_Delete(root);
     }

@@ -18,10 +18,11 @@ typedef struct bench_constraint {
     fm_tokenizer *tok;
     fm_token_vocab *vocab;
     fm_grammar *g;
-    fm_matcher **m;   /* [B] */
-    uint32_t *h_mask; /* the context's host mask rows */
-    size_t words;     /* per row */
-    double fill_s;    /* the last fill's wall time */
+    fm_matcher **m;    /* [B] */
+    uint32_t *h_mask;  /* the context's host mask rows */
+    size_t words;      /* per row */
+    double fill_s;     /* the last fill's wall time */
+    double fill_cpu_s; /* its rows' CPU time, summed */
     int32_t B, end;
 } bench_constraint;
 
