@@ -450,7 +450,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         op_mark(tm, FM_STAGE_OTHER, l == 0 ? "attn_norm" : NULL, fm_op_bytes_act(m, T, H, 1, 1));
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
-                             fm_routes_decode_fused(&m->routes);
+                             fm_routes_fused_o_proj(&m->routes);
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
         else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
@@ -465,7 +465,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         if (tm) tm->kind = L->is_moe ? "moe" : "dense";
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
         const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
-                               ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+                               ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, T);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
