@@ -379,12 +379,14 @@ static void cu_qk_norm_rope_store(fm_backend *bb, void *qkv, int64_t T, int32_t 
                                    (const int32_t *)slots, (bf16 *)k_cache, (bf16 *)v_cache, stream(bb));
 }
 
-/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
+/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu), with the rows of prompt chunks
+   on the tiled kernel under route paged.tiled (attention_paged_tiled.cu); fp32, and bf16 head dims that
    are not a multiple of 16: the plain kernel */
 static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
                                const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
                                void *scratch, void *out) {
+    const cuda_backend *be = cuda_be(bb);
     if (f32(bb))
         fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
                                     (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
@@ -394,6 +396,10 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                            (const bf16 *)v_cache, (const int32_t *)tok_seq, (const int32_t *)tok_pos,
                                            (const int32_t *)tables, max_blocks, block_tokens, max_len, (bf16 *)out,
                                            stream(bb));
+    else if (fm_routes_attention_paged_tiled(&be->routes))
+        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
+                                      (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
+                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
     else
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
