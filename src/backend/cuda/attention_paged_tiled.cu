@@ -57,9 +57,9 @@ typedef struct apt_args {
 
 template <int HD> struct apt_shape {
     static constexpr int RE = ATT_ROW_ELEMS(HD);
-    static constexpr int KT = HD <= 64 ? 64 : 32;               // keys per stage
-    static constexpr int QBYTES = APT_ROWS * RE * 2;            // Q [64][HD]
-    static constexpr int KVBYTES = KT * RE * 2;                 // K or V [KT][HD]
+    static constexpr int KT = HD <= 64 ? 64 : 32;                  // keys per stage
+    static constexpr int QBYTES = APT_ROWS * RE * 2;               // Q [64][HD]
+    static constexpr int KVBYTES = KT * RE * 2;                    // K or V [KT][HD]
     static constexpr int SMEM = QBYTES + APT_STAGES * 2 * KVBYTES; // Q, then the stages (K, V, K, V)
     static_assert(SMEM + 2 * 64 * 4 <= 99 * 1024, "shared memory above the sm_89 limit");
 };
@@ -67,8 +67,8 @@ template <int HD> struct apt_shape {
 // cp.async of the K and V rows of keys [j0, j0 + KT) into one stage, rows at or past len zero-filled; the 128
 // threads take the KT x HD / 8 chunks in turn.
 template <int HD>
-static __device__ __forceinline__ void apt_load_stage(uint32_t sk, uint32_t sv, const apt_args &a,
-                                                      const int32_t *table, int kvh, int j0, int len, int tid) {
+static __device__ __forceinline__ void apt_load_stage(uint32_t sk, uint32_t sv, const apt_args &a, const int32_t *table,
+                                                      int kvh, int j0, int len, int tid) {
     typedef apt_shape<HD> SH;
     constexpr int CH = HD / 8;
     const int64_t kv_ld = (int64_t)a.nkv * HD;
@@ -209,8 +209,8 @@ template <int HD> __global__ void __launch_bounds__(APT_THREADS) apt_kernel(apt_
                     for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float mb = mx == -INFINITY ? 0.0f : mx * a.sl2;  // every score -inf -> every p 0
-                    const float alpha = att_exp2(mrow[hf] * a.sl2 - mb); // 0 from -inf, 1 if the max stayed
+                    const float mb = mx == -INFINITY ? 0.0f : mx * a.sl2; // every score -inf -> every p 0
+                    const float alpha = att_exp2(mrow[hf] * a.sl2 - mb);  // 0 from -inf, 1 if the max stayed
                     mrow[hf] = mx;
                     float sum = 0.0f;
 #pragma unroll
@@ -241,8 +241,7 @@ template <int HD> __global__ void __launch_bounds__(APT_THREADS) apt_kernel(apt_
                 }
             }
             __syncthreads(); // every warp is done with the stage before it is refilled
-            if (it + APT_STAGES < ntiles)
-                apt_load_stage<HD>(sk, sv, a, table, kvh, (it + APT_STAGES) * KT, len, tid);
+            if (it + APT_STAGES < ntiles) apt_load_stage<HD>(sk, sv, a, table, kvh, (it + APT_STAGES) * KT, len, tid);
             att_cp_commit();
         }
         att_cp_wait_all(); // only empty groups are left; the next segment starts from a drained ring
