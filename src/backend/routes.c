@@ -224,9 +224,10 @@ static const route_key route_keys[] = {
      "paged attention (a mixed step, a prompt chunk after cached blocks, chunked prefill) gives every row whose "
      "neighbour in the step is of the same sequence, i.e. a prompt chunk's rows, to a kernel whose CTA takes 64 query "
      "rows (several tokens x one kv head's query heads) and reads each K and V tile once for all of them; the decode "
-     "rows keep the kernel split along the context. `auto` is `off` until it is measured on a GPU; `on` launches it "
-     "with every bf16 step of two rows or more (it exits at once where no run exists); the fp32 path has no tiled "
-     "kernel",
+     "rows keep the kernel split along the context, in the same call. `auto` is `off` until it is measured on a GPU; "
+     "`on` takes it for every step that holds a prompt chunk (two neighbouring rows of one sequence at consecutive "
+     "positions; decode steps and their graphs are unchanged); bf16 head dims that are multiples of 16 only (fp32 "
+     "and the others keep the plain kernel); on the cpu backend both are its one reference",
      now_paged_tiled},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)

@@ -184,9 +184,9 @@ bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16)
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
-/* Paged attention gives the rows of prompt chunks (two or more rows of one sequence side by side in a step) to the
- * tiled kernel, whose CTAs share each K and V tile among several tokens' query rows (attention_paged_tiled.cu); the
- * decode rows keep the split kernel. `auto` is `off` until measured. */
+/* A step that holds a prompt chunk runs attention_paged_runs (backend.h) in place of attention_paged: the chunks'
+ * rows on the tiled kernel, whose CTAs share each K and V tile among several tokens' query rows
+ * (attention_paged_tiled.cu); the decode rows keep the split kernel. `auto` is `off` until measured. */
 bool fm_routes_attention_paged_tiled(const fm_routes *r);
 /* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /

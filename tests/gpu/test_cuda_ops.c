@@ -473,8 +473,10 @@ typedef struct paged_out {
 } paged_out;
 
 /* fused: the history through qk_norm_rope_store, and the queries through it with every slot -1 (padding rows: nothing
- * stored), where the plain run has qk_norm_rope, kv_store and qk_norm_rope */
-static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused) {
+ * stored), where the plain run has qk_norm_rope, kv_store and qk_norm_rope; runs: attention_paged_runs (the rows of
+ * prompt chunks on the tiled kernel) in place of attention_paged */
+static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused,
+                           bool runs) {
     const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, n_slots = (int64_t)p->n_blocks * p->bt;
     paged_out r;
@@ -502,8 +504,8 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
     void *sbase, *scratch = gpu_guarded(be, sn, &sbase);
     void *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
-    be->ops->attention_paged(be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len,
-                             sb ? scratch : NULL, o);
+    (runs ? be->ops->attention_paged_runs : be->ops->attention_paged)(
+        be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len, sb ? scratch : NULL, o);
     r.att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged");
     free(fetch_with_guards(be, sbase, sn, "attention_paged scratch"));
     r.kc = fetch_with_guards(be, kbase, n_slots * row, "kv_store k_cache");
@@ -545,12 +547,12 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     const int32_t nh = p.nh, nkv = p.nkv, hd = p.hd;
     const int64_t T = p.T;
     float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
-    paged_out r[3]; /* cpu, cuda, cuda with qk_norm_rope_store */
-    for (int i = 0; i < 3; i++) {
+    paged_out r[4]; /* cpu, cuda, cuda with qk_norm_rope_store, cuda with attention_paged_runs */
+    for (int i = 0; i < 4; i++) {
         fm_backend *be = b.be[i < 2 ? i : 1];
         fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL,
                 *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
-        r[i] = paged_run(be, &p, qb, kb, i == 2);
+        r[i] = paged_run(be, &p, qb, kb, i == 2, i == 3);
         if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     }
     for (int i = 0; i < 2; i++) expect_cache_holds(&p, &r[i], what, b.be[i]->ops->name);
@@ -566,7 +568,9 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     gpu_expect_close(r[1].roped, r[0].roped, p.hist * ld, reduction_bound(&b), w2);
     snprintf(w2, sizeof w2, "attention_paged %s", what);
     gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
-    for (int i = 0; i < 3; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
+    snprintf(w2, sizeof w2, "attention_paged_runs %s", what); /* the tiled kernel for the chunk's rows (bf16) */
+    gpu_expect_close(r[3].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
+    for (int i = 0; i < 4; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
     free(qn), free(kn);
     destroy(&b);
 }
@@ -604,11 +608,10 @@ static void test_paged_attention(void **s) {
     }
 }
 
-/* The steps that hold prompt chunks (route paged.tiled: their rows on the tiled kernel; gpu-check runs this with the
- * route on), bf16: chunks of 1, 7, 64 and 300 rows after cached prefixes of 0, 37 and 1000 tokens, GQA 4 and 8 at
- * hd 64 and 128, alone and mixed with decode rows of other sequences (after them, or before them and a second
- * chunk: a tile of the tiled kernel then spans two sequences' rows), against the CPU within the bound of the split
- * kernel. */
+/* The steps that hold prompt chunks (attention_paged and attention_paged_runs, whose tiled kernel takes the chunks'
+ * rows: paged_check), bf16: chunks of 1, 7, 64 and 300 rows after cached prefixes of 0, 37 and 1000 tokens, GQA 4 and 8
+ * at hd 64 and 128, alone and mixed with decode rows of other sequences (after them, or before them and a second chunk:
+ * a tile of the tiled kernel then spans two sequences' rows), against the CPU within the bound of the split kernel. */
 static void test_paged_chunks(void **s) {
     (void)s;
     const int32_t chunks[] = {1, 7, 64, 300}, prefixes[] = {0, 37, 1000}, hds[] = {64, 128}, groups[] = {4, 8};

@@ -3,10 +3,11 @@
 // for the step's other rows.
 //
 // Which rows: a row is a "run row" when its neighbour before or after it in the step belongs to the same sequence
-// (a prompt chunk's rows are consecutive in the step: engine/forward.c stages each sequence's tokens together; a
-// decode row has one token per sequence). The test reads tok_seq on the device, so the launch depends on T only and a
-// captured graph replays with any layout. This kernel computes the run rows; the split kernel, launched with
-// skip_runs, exits at once for them and computes the others (a decode row keeps the split over its context).
+// (a prompt chunk's rows are consecutive in the step: engine/scheduler.c puts each chunk's rows together, then the
+// decode rows, one per sequence). The test reads tok_seq on the device, so the launch depends on T only and a captured
+// graph replays with any layout. This kernel computes the run rows; the split kernel, launched with skip_runs, exits
+// at once for them and computes the others (a decode row keeps the split over its context). The engine calls this
+// (backend op attention_paged_runs) only for a step that holds a chunk (route paged.tiled; engine/forward.c).
 //
 // Tile: a CTA takes the query heads of one kv head for TT consecutive tokens of the step (a window; grid x = window,
 // y = (kv head, group of HG of its query heads)): 64 rows = TT tokens x HG heads, HG = min(G, 64), TT = 64 / HG, row

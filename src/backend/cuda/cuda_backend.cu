@@ -379,14 +379,12 @@ static void cu_qk_norm_rope_store(fm_backend *bb, void *qkv, int64_t T, int32_t 
                                    (const int32_t *)slots, (bf16 *)k_cache, (bf16 *)v_cache, stream(bb));
 }
 
-/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu), with the rows of prompt chunks
-   on the tiled kernel under route paged.tiled (attention_paged_tiled.cu); fp32, and bf16 head dims that
+/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
    are not a multiple of 16: the plain kernel */
 static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
                                const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
                                void *scratch, void *out) {
-    const cuda_backend *be = cuda_be(bb);
     if (f32(bb))
         fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
                                     (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
@@ -396,14 +394,25 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                            (const bf16 *)v_cache, (const int32_t *)tok_seq, (const int32_t *)tok_pos,
                                            (const int32_t *)tables, max_blocks, block_tokens, max_len, (bf16 *)out,
                                            stream(bb));
-    else if (fm_routes_attention_paged_tiled(&be->routes))
-        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
-                                      (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
-                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
     else
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
                                 block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
+}
+
+/* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
+   (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled form) */
+static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                    const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                                    const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                                    void *scratch, void *out) {
+    if (f32(bb) || hd % 16 != 0)
+        cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
+                           block_tokens, max_len, scratch, out);
+    else
+        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
+                                      (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
+                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
 }
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
@@ -667,6 +676,7 @@ static const fm_backend_ops cuda_ops = {
     .kv_store = cu_kv_store,
     .qk_norm_rope_store = cu_qk_norm_rope_store,
     .attention_paged = cu_attention_paged,
+    .attention_paged_runs = cu_attention_paged_runs,
     .route = cu_route,
     .router = cu_router,
     .moe = cu_moe,
