@@ -6,7 +6,8 @@
 # back 8 files at most) and a short markdown table is printed last.
 #
 #   PART=decode|prefill|serve|load|all  what to run (default all: more than one 10-minute call on the H200);
-#                 serve-cache (the prefix cache's two servers) and serve-steps (mixed steps, the baseline) split serve
+#                 serve-cache (the prefix cache's two servers) and serve-steps (mixed steps, the baseline) split serve;
+#                 serve-tiled: serve-steps' arrivals and 64-client rows with --route paged.tiled=on (not in all)
 #   BASE=DIR      the baseline: DIR/fp8moe (commit 6b1cdda: its bench is inside fp8moe; a newer pair has
 #                 fp8moe-bench beside it). BASE_SRC=TARBALL builds DIR first when DIR/fp8moe is missing
 #                 (`git archive 6b1cdda -- src include bench Makefile | xz >.carry/base-src.tar.xz`)
@@ -31,8 +32,8 @@ backend=${BACKEND:-cuda}
 smoke=${SMOKE:-0}
 dry=${DRY:-0}
 here=$(cd "$(dirname "$0")/.." && pwd)
-case "$part" in decode | prefill | serve | serve-cache | serve-steps | load | all) ;;
-*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, load or all" >&2; exit 2 ;;
+case "$part" in decode | prefill | serve | serve-cache | serve-steps | serve-tiled | load | all) ;;
+*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, serve-tiled, load or all" >&2; exit 2 ;;
 esac
 work=$(mktemp -d /tmp/gpu-measure.XXXXXX)
 logs=$work/logs-$part
@@ -211,6 +212,12 @@ part_serve() {
     local load_run=(--vocab "$vocab" --clients "$load_clients" --prompt-tokens "$load_prompt" --max-tokens "$load_new" --duration "$serve_s")
     echo "### serve (bench/serve_bench.sh, Python client; $serve_s s a row)" >>"$table"
     echo >>"$table"
+    if [ "$part" = serve-tiled ]; then # the prompt chunks' attention on the tiled kernel, against serve-steps' rows
+        run serve_steps_tiled 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --route paged.tiled=on \
+            -- "${arrivals_run[@]}" -- "${load_run[@]}"
+        serve_rows serve_steps_tiled
+        return 0
+    fi
     if [ "$part" != serve-steps ]; then
         # the prefix cache: shared system prompt and a second turn, with and without the cache (one load each)
         run serve_cache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${prefix_run[@]}" \

@@ -279,6 +279,13 @@ typedef struct fm_backend_ops {
                             const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
                             const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
                             void *scratch, void *out);
+    /* attention_paged for a step that holds prompt chunks (route paged.tiled): the same arguments and results (within
+     * the op's bound), the rows of runs (a row whose neighbour in the step has its sequence) on a kernel tiled over
+     * query rows that reads each K and V tile once for several tokens. The CPU's is its attention_paged. */
+    void (*attention_paged_runs)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                 const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                                 const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                                 void *scratch, void *out);
     /* Routing from router logits [T, E]: top-k expert ids [T, k] (int32) and weights [T, k] (act dtype). */
     void (*route)(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                   bool norm_topk, void *ids, void *weights);

@@ -75,6 +75,7 @@ typedef struct fm_routes {
     int32_t shared_stream;    /* shared.stream: fm_route_switch */
     int32_t expert_prefetch;  /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
     int32_t decode_fused;     /* decode.fused: fm_route_switch */
+    int32_t paged_tiled;      /* paged.tiled: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -183,6 +184,10 @@ bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16)
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
+/* A step that holds a prompt chunk runs attention_paged_runs (backend.h) in place of attention_paged: the chunks'
+ * rows on the tiled kernel, whose CTAs share each K and V tile among several tokens' query rows
+ * (attention_paged_tiled.cu); the decode rows keep the split kernel. `auto` is `off` until measured. */
+bool fm_routes_attention_paged_tiled(const fm_routes *r);
 /* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
  * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).

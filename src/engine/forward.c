@@ -309,6 +309,16 @@ static void tensor_parallel_sum(fm_context *ctx, void *y, int64_t n) {
     else if (m->plan.act_bf16 && !bf16_buffers) fm_round_bf16_array((float *)y, n);
 }
 
+/* The staged step (h_idx: T sequence ids, then T positions) holds a run: two neighbouring rows of one sequence at
+ * consecutive positions, i.e. a prompt chunk (a decode graph's padding rows repeat row 0's position: not a run). A
+ * step without one, every decode step among them, keeps attention_paged as it is under route paged.tiled. */
+static bool step_has_run(const int32_t *h_idx, int64_t T) {
+    const int32_t *seq = h_idx, *pos = h_idx + T;
+    for (int64_t t = 0; t + 1 < T; t++)
+        if (seq[t + 1] == seq[t] && pos[t + 1] == pos[t] + 1) return true;
+    return false;
+}
+
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
@@ -362,8 +372,10 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
             op_split(tm, FM_STAGE_ATTENTION, "kv_store", fm_op_bytes_act(m, T, kv_w, 1, 1));
         }
         if (attn == FM_ATTN_PAGED)
-            ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
-                                 kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
+            (step_has_run(kv->h_idx, T) && fm_routes_attention_paged_tiled(&m->routes) ? ops->attention_paged_runs
+                                                                                       : ops->attention_paged)(
+                be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables, kv->pool.max_blocks,
+                kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
     }
     if (attn != FM_ATTN_PAGED) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
     /* the K and V read: each row's up to its position in the paged cache, the pass's own rows otherwise */

@@ -118,6 +118,7 @@ static const fm_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .qk_norm_rope_store = cpu_qk_norm_rope_store,
     .attention_paged = cpu_attention_paged,
+    .attention_paged_runs = cpu_attention_paged, /* one kernel for every row: the reference of both */
     .route = cpu_route,
     .router = cpu_router,
     .moe = cpu_moe,

@@ -400,6 +400,21 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                 block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
 }
 
+/* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
+   (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled form) */
+static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                    const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                                    const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                                    void *scratch, void *out) {
+    if (f32(bb) || hd % 16 != 0)
+        cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
+                           block_tokens, max_len, scratch, out);
+    else
+        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
+                                      (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
+                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
+}
+
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                      bool norm_topk, void *ids, void *weights) {
     const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK;
@@ -661,6 +676,7 @@ static const fm_backend_ops cuda_ops = {
     .kv_store = cu_kv_store,
     .qk_norm_rope_store = cu_qk_norm_rope_store,
     .attention_paged = cu_attention_paged,
+    .attention_paged_runs = cu_attention_paged_runs,
     .route = cu_route,
     .router = cu_router,
     .moe = cu_moe,
