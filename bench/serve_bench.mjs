@@ -216,17 +216,19 @@ async function runLevel(a, model, prompts, row, clients) {
     const system = a.workload === 'shared-prefix' ? prompts.system(row) : [];
     const ttft = [], itl = [], tpot = [], ttftFirst = [], ttftLater = [];
     let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '';
-    let promptTokens = 0, cachedTokens = 0, cachedUnknown = 0, probePromptTokens = 0, probeCachedTokens = 0;
+    let promptTokens = 0, cachedTokens = 0, cachedUnknown = 0;
+    const apart = { probe: [0, 0], firstTurn: [0, 0] }; // [prompt tokens, cached tokens] of the probe, of first turns
     const t0 = performance.now();
     const deadline = t0 + a.duration * 1e3;
     const more = () => (a.requests ? started < a.requests : performance.now() < deadline);
     let tEnd = t0;
-    const countPrompt = (prompt, cached, probe = false) => {
+    const countPrompt = (prompt, cached, what) => {
         promptTokens += prompt.length;
         if (cached === null) { cachedUnknown++; return; }
         cachedTokens += cached;
-        if (probe) probePromptTokens += prompt.length, probeCachedTokens += cached;
+        if (what) apart[what][0] += prompt.length, apart[what][1] += cached;
     };
+    const fraction = ([prompt, cached]) => (prompt && !cachedUnknown ? cached / prompt : NaN);
     // counted, the first one printed, and a pause before the next request (never past the row's end)
     const failed = async (e, who, errorsInARow) => {
         errors++;
@@ -249,7 +251,7 @@ async function runLevel(a, model, prompts, row, clients) {
                     if (inFlight.some(([from, to]) => sent + x.times[i] > from && sent + x.times[i - 1] < to))
                         itlArrivals.push(x.times[i] - x.times[i - 1]);
                 completed++, tokens += x.n;
-                countPrompt(prompt, x.cached);
+                countPrompt(prompt, x.cached, turn === 0 ? 'firstTurn' : '');
                 if (x.times.length) ttft.push(x.times[0]), (turn === 0 ? ttftFirst : ttftLater).push(x.times[0]);
                 for (let i = 1; i < x.times.length; i++) itl.push(x.times[i] - x.times[i - 1]);
                 if (x.times.length > 1) tpot.push((x.times.at(-1) - x.times[0]) / (x.times.length - 1));
@@ -270,7 +272,7 @@ async function runLevel(a, model, prompts, row, clients) {
                 const sent = performance.now();
                 const x = await oneRequest(a, model, prompt, 1);
                 errorsInARow = 0;
-                countPrompt(prompt, x.cached, true);
+                countPrompt(prompt, x.cached, 'probe');
                 if (x.times.length) probeTtft.push(x.times[0]), inFlight.push([sent, sent + x.times[0]]);
             } catch (e) {
                 await failed(e, 'probe: ', ++errorsInARow);
@@ -293,8 +295,8 @@ async function runLevel(a, model, prompts, row, clients) {
         tpot_ms_mean: tpot.length ? tpot.reduce((x, y) => x + y, 0) / tpot.length : NaN,
         itl_arrivals_ms_p50: pct(itlArrivals, 50), itl_arrivals_ms_p99: pct(itlArrivals, 99),
         itl_arrivals_samples: itlArrivals.length, probe_requests: probeTtft.length, probe_ttft_ms_p50: pct(probeTtft, 50), probe_ttft_ms_p99: pct(probeTtft, 99),
-        cached_prompt_fraction: promptTokens && !cachedUnknown ? cachedTokens / promptTokens : NaN,
-        probe_cached_prompt_fraction: probePromptTokens && !cachedUnknown ? probeCachedTokens / probePromptTokens : NaN,
+        cached_prompt_fraction: fraction([promptTokens, cachedTokens]), probe_cached_prompt_fraction: fraction(apart.probe),
+        first_turn_cached_prompt_fraction: fraction(apart.firstTurn),
         ttft_ms_p50_first_turn: pct(ttftFirst, 50), ttft_ms_p50_later_turns: pct(ttftLater, 50),
     };
 }
@@ -334,7 +336,8 @@ async function main() {
     const multiTurn = a.workload === 'multi-turn';
     const probeHead = a.probeTokens ? [' probe TTFT p50 ms | probe TTFT p99 ms | ITL p50 arriving ms | ITL p99 arriving ms | p99/p50 |',
                                        '------------------:|------------------:|--------------------:|--------------------:|--------:|'] : ['', ''];
-    const turnHead = multiTurn ? [' TTFT p50 turn 1 ms | TTFT p50 later ms |', '-------------------:|------------------:|'] : ['', ''];
+    const turnHead = multiTurn ? [' cached % turn 1 | TTFT p50 turn 1 ms | TTFT p50 later ms |',
+                                  '----------------:|-------------------:|------------------:|'] : ['', ''];
     console.log('| clients | requests | errors | error % | cached % | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | TPOT mean ms |' + probeHead[0] + turnHead[0]);
     console.log('|--------:|---------:|-------:|--------:|---------:|-------------:|------:|------------:|------------:|-----------:|-----------:|-------------:|' + probeHead[1] + turnHead[1]);
     const rows = [];
@@ -350,7 +353,8 @@ async function main() {
             cols.push(f(r.probe_ttft_ms_p50, 17), f(r.probe_ttft_ms_p99, 17), f(r.itl_arrivals_ms_p50, 19, 2),
                       f(r.itl_arrivals_ms_p99, 19, 2),
                       f(r.itl_arrivals_samples && r.itl_arrivals_ms_p50 > 0 ? r.itl_arrivals_ms_p99 / r.itl_arrivals_ms_p50 : NaN, 7, 2));
-        if (multiTurn) cols.push(f(r.ttft_ms_p50_first_turn, 18), f(r.ttft_ms_p50_later_turns, 17));
+        if (multiTurn)
+            cols.push(f(100 * r.first_turn_cached_prompt_fraction, 15), f(r.ttft_ms_p50_first_turn, 18), f(r.ttft_ms_p50_later_turns, 17));
         console.log(`| ${cols.join(' | ')} |`);
     }
     const failures = a.clients.map((c, i) => [c, rowFailure(rows[i]), rows[i].first_error]).filter(([, why]) => why);

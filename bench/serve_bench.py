@@ -174,22 +174,23 @@ def run_level(a, host, port, model, prompts, row, clients):
     st = {"ttft": [], "itl": [], "tpot": [], "tokens": 0, "completed": 0, "errors": 0, "started": 0,
           "first_error": "", "t_end": 0.0, "probe_ttft": [], "stop_probe": False, "ttft_first": [],
           "ttft_later": [], "prompt_tokens": 0, "cached_tokens": 0, "cached_unknown": 0, "probe_prompt_tokens": 0,
-          "probe_cached_tokens": 0, "itl_arrivals": [], "in_flight": []}
+          "probe_cached_tokens": 0, "first_turn_prompt_tokens": 0, "first_turn_cached_tokens": 0, "itl_arrivals": [],
+          "in_flight": []}
     t0 = time.perf_counter()
     deadline = t0 + a.duration
 
     def more():
         return st["started"] < a.requests if a.requests else time.perf_counter() < deadline
 
-    def count_prompt(prompt, cached, probe=False):
+    def count_prompt(prompt, cached, what):
         st["prompt_tokens"] += len(prompt)
         if cached is None:
             st["cached_unknown"] += 1
             return
         st["cached_tokens"] += cached
-        if probe:
-            st["probe_prompt_tokens"] += len(prompt)
-            st["probe_cached_tokens"] += cached
+        if what:  # "probe" or "first_turn": apart too
+            st[what + "_prompt_tokens"] += len(prompt)
+            st[what + "_cached_tokens"] += cached
 
     def failed(e, who, consecutive):
         with lock:
@@ -220,7 +221,7 @@ def run_level(a, host, port, model, prompts, row, clients):
                             st["itl_arrivals"].append(times[i] - times[i - 1])
                     st["completed"] += 1
                     st["tokens"] += n
-                    count_prompt(prompt, cached)
+                    count_prompt(prompt, cached, "first_turn" if turn == 0 else "")
                     if times:
                         st["ttft"].append(times[0])
                         st["ttft_first" if turn == 0 else "ttft_later"].append(times[0])
@@ -245,7 +246,7 @@ def run_level(a, host, port, model, prompts, row, clients):
                 times, _, cached = one_request(a, host, port, model, prompt, 1)
                 errors_in_a_row = 0
                 with lock:
-                    count_prompt(prompt, cached, probe=True)
+                    count_prompt(prompt, cached, "probe")
                     if times:
                         st["probe_ttft"].append(times[0])
                         st["in_flight"].append((sent, sent + times[0]))
@@ -282,6 +283,8 @@ def run_level(a, host, port, model, prompts, row, clients):
             if st["prompt_tokens"] and not st["cached_unknown"] else nan,
             "probe_cached_prompt_fraction": st["probe_cached_tokens"] / st["probe_prompt_tokens"]
             if st["probe_prompt_tokens"] and not st["cached_unknown"] else nan,
+            "first_turn_cached_prompt_fraction": st["first_turn_cached_tokens"] / st["first_turn_prompt_tokens"]
+            if st["first_turn_prompt_tokens"] and not st["cached_unknown"] else nan,
             "ttft_ms_p50_first_turn": pct(st["ttft_first"], 50), "ttft_ms_p50_later_turns": pct(st["ttft_later"], 50)}
 
 
@@ -377,7 +380,8 @@ def main():
     probe_head = (" probe TTFT p50 ms | probe TTFT p99 ms | ITL p50 arriving ms | ITL p99 arriving ms | p99/p50 |",
                   "------------------:|------------------:|--------------------:|--------------------:|--------:|") \
         if a.probe_prompt_tokens else ("", "")
-    turn_head = (" TTFT p50 turn 1 ms | TTFT p50 later ms |", "-------------------:|------------------:|") \
+    turn_head = (" cached % turn 1 | TTFT p50 turn 1 ms | TTFT p50 later ms |",
+                 "----------------:|-------------------:|------------------:|") \
         if a.workload == "multi-turn" else ("", "")
     print("| clients | requests | errors | error % | cached % | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms "
           "| ITL p50 ms | ITL p99 ms | TPOT mean ms |" + probe_head[0] + turn_head[0])
@@ -397,7 +401,8 @@ def main():
                      fmt(r["itl_arrivals_ms_p99"] / r["itl_arrivals_ms_p50"]
                          if r["itl_arrivals_samples"] and r["itl_arrivals_ms_p50"] > 0 else float("nan"), 7, 2)]
         if a.workload == "multi-turn":
-            cols += [fmt(r["ttft_ms_p50_first_turn"], 18), fmt(r["ttft_ms_p50_later_turns"], 17)]
+            cols += [fmt(100 * r["first_turn_cached_prompt_fraction"], 15), fmt(r["ttft_ms_p50_first_turn"], 18),
+                     fmt(r["ttft_ms_p50_later_turns"], 17)]
         print("| " + " | ".join(cols) + " |", flush=True)
     failures = [(c, row_failure(r), r["first_error"]) for c, r in zip(clients, rows) if row_failure(r)]
     if failures:  # after the table (a blank line ends it), on stdout: what keeps those figures from being results
