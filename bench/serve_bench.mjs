@@ -211,8 +211,14 @@ const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 async function runLevel(a, model, prompts, row, clients) {
     // warm-up prompts of their own (new ones: a warm-up must not fill the cache for the row);
     // shared-prefix: none, the first request pays for the system prompt
-    for (let w = 0; w < (a.workload === 'shared-prefix' ? 0 : a.warmup); w++)
-        await oneRequest(a, model, prompts.warmup(row, w));
+    for (let w = 0; w < (a.workload === 'shared-prefix' ? 0 : a.warmup); w++) {
+        try {
+            await oneRequest(a, model, prompts.warmup(row, w));
+        } catch (e) { // the server does not serve: no row to measure
+            console.error(`serve_bench: the warm-up request at ${clients} clients failed: ${e.message || e}${e.cause ? ` (${e.cause.message || e.cause})` : ''}`);
+            process.exit(1);
+        }
+    }
     const system = a.workload === 'shared-prefix' ? prompts.system(row) : [];
     const ttft = [], itl = [], tpot = [], ttftFirst = [], ttftLater = [];
     let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '';

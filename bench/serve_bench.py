@@ -168,7 +168,10 @@ def backoff_s(consecutive_errors):
 def run_level(a, host, port, model, prompts, row, clients):
     if a.workload != "shared-prefix":  # shared-prefix: the first request pays for the system prompt
         for w in range(a.warmup):
-            one_request(a, host, port, model, prompts.warmup(row, w))
+            try:
+                one_request(a, host, port, model, prompts.warmup(row, w))
+            except Exception as e:  # the server does not serve: no row to measure
+                raise SystemExit("serve_bench: the warm-up request at %d clients failed: %s" % (clients, e))
     system = prompts.system(row) if a.workload == "shared-prefix" else []
     lock = threading.Lock()
     st = {"ttft": [], "itl": [], "tpot": [], "tokens": 0, "completed": 0, "errors": 0, "started": 0,
