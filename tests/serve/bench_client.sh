@@ -28,21 +28,22 @@ for client in "python3 bench/serve_bench.py" "node bench/serve_bench.mjs"; do
     $client --url "$URL" --api-key "$KEY" --prompt-tokens 48 --max-tokens 4 --json "$OUT/$name-$label.json" "$@" \
       >"$OUT/$name-$label.txt" 2>&1 || { echo "serve_bench ($name) $label failed:"; cat "$OUT/$name-$label.txt"; exit 1; }
   }
-  run random --clients 2 --requests 6 --seed $((seed + 1))
-  check "$OUT/$name-random.json" 'r["requests"] == 6 and r["errors"] == 0 and r["cached_prompt_fraction"] == 0'
-  grep -q '^|       2 |        6 |      0 |    0.00 |      0.0 |' "$OUT/$name-random.txt" ||
+  run random --clients 2 --requests 4 --seed $((seed + 1))
+  check "$OUT/$name-random.json" 'r["requests"] == 4 and r["errors"] == 0 and r["cached_prompt_fraction"] == 0'
+  grep -q '^|       2 |        4 |      0 |    0.00 |      0.0 |' "$OUT/$name-random.txt" ||
     { echo "serve_bench ($name): no row with 0 errors and 0.0 cached"; cat "$OUT/$name-random.txt"; exit 1; }
-  run pool --clients 1 --requests 4 --prompts 1 --seed $((seed + 2))
-  check "$OUT/$name-pool.json" 'r["requests"] == 4 and r["cached_prompt_fraction"] > 0 and j["prompts"] == 1'
-  run turns --clients 1 --requests 4 --workload multi-turn --turns 2 --turn-tokens 16 --seed $((seed + 3))
+  run pool --clients 1 --requests 2 --prompts 1 --seed $((seed + 2))
+  check "$OUT/$name-pool.json" 'r["requests"] == 2 and r["cached_prompt_fraction"] > 0 and j["prompts"] == 1'
+  run turns --clients 1 --requests 2 --workload multi-turn --turns 2 --turn-tokens 16 --seed $((seed + 3))
   check "$OUT/$name-turns.json" 'r["first_turn_cached_prompt_fraction"] == 0 and r["cached_prompt_fraction"] > 0'
-  run shared --clients 2 --requests 4 --workload shared-prefix --prefix-tokens 64 --prompt-tokens 16 --seed $((seed + 4))
-  check "$OUT/$name-shared.json" 'r["requests"] == 4 and r["cached_prompt_fraction"] > 0'
-  # the arrivals probe's 1 new token needs no --max-tokens; the streams keep decoding while it runs
-  run arrivals --clients 1 --duration 2 --workload arrivals --max-tokens 64 --probe-prompt-tokens 48 --seed $((seed + 5))
+  run shared --clients 1 --requests 2 --workload shared-prefix --prefix-tokens 64 --prompt-tokens 16 --seed $((seed + 4))
+  check "$OUT/$name-shared.json" 'r["requests"] == 2 and r["cached_prompt_fraction"] > 0'
+  # arrivals: the streams' prompts and the probe's, one after another while a stream decodes, are all new
+  run arrivals --clients 1 --duration 1 --workload arrivals --max-tokens 16 --probe-prompt-tokens 48 --seed $((seed + 5))
   check "$OUT/$name-arrivals.json" 'r["errors"] == 0 and r["cached_prompt_fraction"] == 0'
-  # the same prompt seed twice against one server: the second run finds the first one's prompts (what --seed says)
-  run again --clients 2 --requests 6 --seed $((seed + 1))
+  # the same seed twice against one server: the second run finds the first one's prompts (each client's first request
+  # is the same as in the first run)
+  run again --clients 2 --requests 2 --seed $((seed + 1))
   check "$OUT/$name-again.json" 'r["cached_prompt_fraction"] > 0'
   # errors: 4 clients against one slot and no queue get 429s; the row is marked, the run fails
   rc=0
