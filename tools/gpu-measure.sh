@@ -194,14 +194,17 @@ part_prefill() {
     echo >>"$table"
 }
 
-# serve_rows LABEL: the client tables of a serve_bench.sh log
+# serve_rows LABEL: the client tables of a serve_bench.sh log, and its FAILED lines (a row with more than 1% of its
+# requests failed, or none completed: the client exits 1, so `run` lists it under failures too)
 serve_rows() {
     [ "$dry" = 1 ] && return 0
-    { echo "#### $1"; echo; grep -E '^(model |\|)' "$logs/$1.log"; echo; } >>"$table"
+    { echo "#### $1"; grep -E '^(model |\||FAILED |$)' "$logs/$1.log" | sed 's/^model /\nmodel /' | cat -s; echo; } >>"$table"
 }
 
 part_serve() {
-    local opts=("${serve_model[@]}" "${serve_preset[@]}" --max-seqs "$seqs" --ctx "$ctx")
+    # the per-client connection cap said outright: the baseline's default is 64, and 64 clients from one address
+    # against it are reset
+    local opts=("${serve_model[@]}" "${serve_preset[@]}" --max-seqs "$seqs" --ctx "$ctx" --max-conns-per-client 256)
     local sb="$here/bench/serve_bench.sh" py=(env SERVE_BENCH_PY=1)
     local prefix_run=(--vocab "$vocab" --clients "$seqs" --workload shared-prefix --prefix-tokens "$prefix" --prompt-tokens "$question"
         --max-tokens "$new_tok" --duration "$serve_s")
