@@ -25,7 +25,7 @@
 
 #define DEC_MAX_DK 128 /* state rows per thread: DEC_MAX_DK / GDN_RULE_PARTS registers */
 #define DEC_MAX_DV 128
-#define DEC_MAX_KERNEL 8 /* the conv's taps (its new state held in registers) */
+#define DEC_MAX_KERNEL 8    /* the conv's taps (its new state held in registers) */
 #define DEC_MAX_THREADS 512 /* 128 registers a thread: a head's state and the next one's in flight */
 #define DEC_ROWS (DEC_MAX_DK / GDN_RULE_PARTS)
 #define DEC_SMEM_MAX (48 * 1024)
@@ -40,8 +40,8 @@ template <typename A> static __device__ __forceinline__ float act_rounded(float 
 }
 
 /* the state rows w, w + 4, ... of column col of one value head (zero for a fresh sequence, or off the head) */
-static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const float *Sg, int dk, int dv, int w,
-                                                  int col, bool on) {
+static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const float *Sg, int dk, int dv, int w, int col,
+                                                  bool on) {
 #pragma unroll
     for (int q = 0; q < DEC_ROWS; q++) {
         const int i = w + GDN_RULE_PARTS * q;
@@ -93,8 +93,9 @@ static __global__ __launch_bounds__(DEC_MAX_THREADS) void gdn_decode_kernel(
             xs[ch] = 0.0f;
             continue;
         }
-        const int64_t c = ch < dk ? kh * dk + ch : ch < 2 * dk ? key + kh * dk + (ch - dk)
-                                                               : 2 * key + (int64_t)kh * r * dv + (ch - 2 * dk);
+        const int64_t c = ch < dk       ? kh * dk + ch
+                          : ch < 2 * dk ? key + kh * dk + (ch - dk)
+                                        : 2 * key + (int64_t)kh * r * dv + (ch - 2 * dk);
         const A *wc = conv_w + c * conv_ld;
         const float x = act_load(grp[ch]);
         float in[DEC_MAX_KERNEL]; /* in[j]: the input K - 1 - j rows back (unrolled: registers) */
@@ -238,15 +239,15 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     const dim3 grid((unsigned)g.nk, (unsigned)T);
     const unsigned threads = (unsigned)(hpar * per_head);
     if (f32)
-        gdn_decode_kernel<float><<<grid, threads, smem, s>>>(
-            (const float *)qkvz, (const float *)ba, (const float *)conv_w, conv_ld, (const float *)a_log,
-            (const float *)dt_bias, (const float *)norm_w, g, eps, conv_states, rec_states, tok_seq, tok_pos,
-            zero_taps, false, (float *)out);
+        gdn_decode_kernel<float>
+            <<<grid, threads, smem, s>>>((const float *)qkvz, (const float *)ba, (const float *)conv_w, conv_ld,
+                                         (const float *)a_log, (const float *)dt_bias, (const float *)norm_w, g, eps,
+                                         conv_states, rec_states, tok_seq, tok_pos, zero_taps, false, (float *)out);
     else
-        gdn_decode_kernel<bf16><<<grid, threads, smem, s>>>(
-            (const bf16 *)qkvz, (const bf16 *)ba, (const bf16 *)conv_w, conv_ld, (const bf16 *)a_log,
-            (const bf16 *)dt_bias, (const bf16 *)norm_w, g, eps, conv_states, rec_states, tok_seq, tok_pos, zero_taps,
-            norm_x4, (bf16 *)out);
+        gdn_decode_kernel<bf16><<<grid, threads, smem, s>>>((const bf16 *)qkvz, (const bf16 *)ba, (const bf16 *)conv_w,
+                                                            conv_ld, (const bf16 *)a_log, (const bf16 *)dt_bias,
+                                                            (const bf16 *)norm_w, g, eps, conv_states, rec_states,
+                                                            tok_seq, tok_pos, zero_taps, norm_x4, (bf16 *)out);
     FM_LAUNCH_CHECK("gdn_decode_fused");
     return true;
 }
