@@ -56,14 +56,13 @@ static size_t dec_smem_bytes(fm_gdn_shape g, int dvp, int hpar) {
     return (size_t)(2 * g.dk + r * g.dv + hpar * GDN_RULE_PARTS * dvp + hpar * dvp) * sizeof(float);
 }
 
-/* zero_taps: the chain's conv kernel adds this many 0 x 0 taps before the real ones (its window of 4 or 8 taps;
-   an exact no-op but for the sign of a zero sum, kept so that the bits agree everywhere); norm_x4: the chain's norm
-   runs gdn_norm_gate_bf16x4_kernel's order of summation */
-template <typename A>
+/* KW: the chain's conv window (4 or 8 taps: gdn_conv_window_kernel); norm_x4: the chain's norm runs
+   gdn_norm_gate_bf16x4_kernel's order of summation */
+template <typename A, int KW>
 static __global__ __launch_bounds__(DEC_MAX_THREADS) void gdn_decode_kernel(
     const A *qkvz, const A *ba, const A *conv_w, int64_t conv_ld, const A *a_log, const A *dt_bias, const A *norm_w,
     fm_gdn_shape g, float eps, float *conv_states, float *rec_states, const int32_t *seq, const int32_t *pos,
-    int zero_taps, bool norm_x4, A *out) {
+    bool norm_x4, A *out) {
     extern __shared__ float sm[];
     __shared__ float red[2][GDN_RULE_PARTS];
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk, K = g.kernel;
@@ -97,21 +96,22 @@ static __global__ __launch_bounds__(DEC_MAX_THREADS) void gdn_decode_kernel(
                           : ch < 2 * dk ? key + kh * dk + (ch - dk)
                                         : 2 * key + (int64_t)kh * r * dv + (ch - 2 * dk);
         const A *wc = conv_w + c * conv_ld;
-        const float x = act_load(grp[ch]);
-        float in[DEC_MAX_KERNEL]; /* in[j]: the input K - 1 - j rows back (unrolled: registers) */
+        /* gdn_conv_window_kernel's registers and sum, written as it writes them (so that the compiler fuses the same
+           products into the same FMAs): index KW - 1 - d holds the tap at distance d, zero taps past the kernel */
+        float wr[KW], a[KW];
 #pragma unroll
-        for (int j = 0; j + 1 < DEC_MAX_KERNEL; j++)
-            in[j] = j + 1 < K && p - (K - 1 - j) >= 0 ? hist[(int64_t)j * C + c] : 0.0f;
-        float acc = act_load(wc[K - 1]) * x;
-        for (int j = 0; j < zero_taps; j++) acc += 0.0f * 0.0f;
+        for (int d = 0; d < KW; d++) wr[KW - 1 - d] = d < K ? act_load(wc[K - 1 - d]) : 0.0f;
+        a[KW - 1] = act_load(grp[ch]);
 #pragma unroll
-        for (int j = 0; j + 1 < DEC_MAX_KERNEL; j++)
-            if (j + 1 < K) acc += act_load(wc[j]) * in[j];
+        for (int d = 1; d < KW; d++) a[KW - 1 - d] = d >= K || p - d < 0 ? 0.0f : hist[(int64_t)(K - 1 - d) * C + c];
+        float acc = wr[KW - 1] * a[KW - 1];
+#pragma unroll
+        for (int j = 0; j + 1 < KW; j++) acc += wr[j] * a[j];
         xs[ch] = act_rounded<A>(silu_(acc));
+        /* the new state: the last K - 1 inputs, oldest first (distance K - 2 - j at j) */
 #pragma unroll
-        for (int j = 0; j + 2 < DEC_MAX_KERNEL; j++)
-            if (j + 2 < K) hist[(int64_t)j * C + c] = in[j + 1];
-        if (K > 1) hist[(int64_t)(K - 2) * C + c] = x;
+        for (int d = 0; d + 1 < KW; d++)
+            if (d + 1 < K) hist[(int64_t)(K - 2 - d) * C + c] = a[KW - 1 - d];
     }
     __syncthreads();
 
@@ -230,24 +230,34 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     if (smem > DEC_SMEM_MAX) return false;
     if (T <= 0) return true;
     /* the chain's own choices, from the same predicates (gdn.cu: conv and fm_cuda_gdn_norm_gate), on the buffers the
-       chain would have used (qkv: the conv's output, core: the rule's) */
+       chain would have used (qkv: the conv's output, core: the rule's); its conv must be the window kernel, whose
+       sums this kernel repeats */
     const size_t as = f32 ? sizeof(float) : sizeof(bf16);
     const bool pairs = g.dk % 2 == 0 && g.dv % 2 == 0 && ((uintptr_t)qkvz | (uintptr_t)qkv) % (2 * as) == 0;
-    const int zero_taps = pairs && g.kernel <= 8 ? (g.kernel <= 4 ? 4 : 8) - g.kernel : 0;
+    if (!pairs) return false;
     const bool aligned = ((uintptr_t)core | (uintptr_t)qkvz | (uintptr_t)norm_w | (uintptr_t)out) % 8 == 0;
     const bool norm_x4 = !f32 && g.dv == 128 && g.dk % 4 == 0 && gdn_qkvz_width(g) % 4 == 0 && aligned;
     const dim3 grid((unsigned)g.nk, (unsigned)T);
     const unsigned threads = (unsigned)(hpar * per_head);
-    if (f32)
-        gdn_decode_kernel<float>
-            <<<grid, threads, smem, s>>>((const float *)qkvz, (const float *)ba, (const float *)conv_w, conv_ld,
-                                         (const float *)a_log, (const float *)dt_bias, (const float *)norm_w, g, eps,
-                                         conv_states, rec_states, tok_seq, tok_pos, zero_taps, false, (float *)out);
-    else
-        gdn_decode_kernel<bf16><<<grid, threads, smem, s>>>((const bf16 *)qkvz, (const bf16 *)ba, (const bf16 *)conv_w,
-                                                            conv_ld, (const bf16 *)a_log, (const bf16 *)dt_bias,
-                                                            (const bf16 *)norm_w, g, eps, conv_states, rec_states,
-                                                            tok_seq, tok_pos, zero_taps, norm_x4, (bf16 *)out);
+    if (f32) {
+        const float *z = (const float *)qkvz, *b = (const float *)ba, *cw = (const float *)conv_w;
+        const float *al = (const float *)a_log, *dt = (const float *)dt_bias, *nw = (const float *)norm_w;
+        if (g.kernel <= 4)
+            gdn_decode_kernel<float, 4><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                    rec_states, tok_seq, tok_pos, false, (float *)out);
+        else
+            gdn_decode_kernel<float, 8><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                    rec_states, tok_seq, tok_pos, false, (float *)out);
+    } else {
+        const bf16 *z = (const bf16 *)qkvz, *b = (const bf16 *)ba, *cw = (const bf16 *)conv_w;
+        const bf16 *al = (const bf16 *)a_log, *dt = (const bf16 *)dt_bias, *nw = (const bf16 *)norm_w;
+        if (g.kernel <= 4)
+            gdn_decode_kernel<bf16, 4><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                   rec_states, tok_seq, tok_pos, norm_x4, (bf16 *)out);
+        else
+            gdn_decode_kernel<bf16, 8><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                   rec_states, tok_seq, tok_pos, norm_x4, (bf16 *)out);
+    }
     FM_LAUNCH_CHECK("gdn_decode_fused");
     return true;
 }
