@@ -208,11 +208,15 @@ static const route_key route_keys[] = {
      "synthetic weights the whole top-k copied more than it saved)",
      now_expert_prefetch},
     {"decode.fused", FIELD(decode_fused), "auto|on|off", SWITCH_WORDS, "off",
-     "the residual add + RMSNorm in the MoE combine's kernel and in the W8A8 o projection's GEMV",
+     "the residual add + RMSNorm in the MoE combine's kernel and in the W8A8 o projection's GEMV; a decode step's "
+     "Gated DeltaNet in one kernel",
      "the fused ops of a forward pass: the MoE block's weighted combine of the routed experts' rows, the residual add "
      "and the next block's RMSNorm in one kernel (`moe_add_rmsnorm`), and the W8A8 o projection's decode GEMV adding "
-     "and normalising its rows in its last CTA (`linear_add_rmsnorm`): two launches fewer per layer (`auto` = `off` "
-     "until measured on a GPU); `on` on the cpu backend runs the fused ops' references, the same numbers",
+     "and normalising its rows in its last CTA (`linear_add_rmsnorm`): two launches fewer per layer; in a decode step, "
+     "a Gated DeltaNet layer's conv update, delta rule and gated RMSNorm in one kernel (`gdn_decode_fused`, "
+     "Qwen3-Next: "
+     "2 launches fewer per layer at one sequence, 3 at more) (`auto` = `off` until measured on a GPU); `on` on the cpu "
+     "backend runs the fused ops' references, the same numbers",
      now_decode_fused},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)

@@ -184,7 +184,8 @@ bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16)
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
 /* The fused ops of a step (decode.fused): the MoE block's combine with the residual add and the next RMSNorm in one
- * kernel (moe_add_rmsnorm), the o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA). Default off:
+ * kernel (moe_add_rmsnorm), the o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA), a decode step's
+ * Gated DeltaNet conv, rule and gated norm (gdn_decode_fused). Default off:
  * compiled and tested against the CPU reference, not yet measured on a GPU (bench/NOTES.md 2026-12-05, "a decode step's
  * kernels, from the code"). */
 bool fm_routes_decode_fused(const fm_routes *r);
