@@ -40,7 +40,7 @@ static void expect(want_list *l, const char *kind, const char *op) {
 static void expected_ops(const fm_model *m, want_list *l) {
     const fm_config *c = &m->cfg;
     const fm_backend_ops *ops = m->be->ops;
-    const bool fused = ops->linear_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+    const bool fused = ops->linear_add_rmsnorm && fm_routes_fused_o_proj(&m->routes);
     memset(l, 0, sizeof *l);
     expect(l, "step", "embed");
     for (int32_t i = 0; i < m->n_layers; i++) {
@@ -50,7 +50,7 @@ static void expected_ops(const fm_model *m, want_list *l) {
         if (i == 0) expect(l, mixer, "attn_norm");
         if (gdn) {
             expect(l, mixer, "in_proj (qkvz, ba)");
-            if (ops->gdn_decode_fused && fm_routes_decode_fused(&m->routes)) expect(l, mixer, "conv+rule+gated norm");
+            if (ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) expect(l, mixer, "conv+rule+gated norm");
             else expect(l, mixer, "conv"), expect(l, mixer, "delta rule"), expect(l, mixer, "gated norm");
             expect(l, mixer, "out_proj");
         } else {
@@ -66,7 +66,7 @@ static void expected_ops(const fm_model *m, want_list *l) {
         expect(l, mixer, fused && !gdn ? "o_proj+add_norm" : "add_norm");
         const bool last = i + 1 == m->n_layers;
         const bool fuse_tail =
-            L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+            L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, 1);
         if (L->is_moe) {
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, 1);
             expect(l, ffn, beside ? "router, shared_expert" : "router");

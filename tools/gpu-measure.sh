@@ -133,6 +133,8 @@ part_decode() {
         decode_rows "decode_new_r$r"
         run "decode_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=on
         decode_rows "decode_fused_r$r"
+        run "decode_unfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=off
+        decode_rows "decode_unfused_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object

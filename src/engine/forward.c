@@ -278,7 +278,7 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
     op_mark(tm, FM_STAGE_ATTN_PROJ, "in_proj (qkvz, ba)",
             fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) +
                 fm_op_bytes_linear(m, L->gdn_ba, T, H, 2 * (int64_t)g.nv));
-    if (attn == FM_ATTN_DECODE && ops->gdn_decode_fused && fm_routes_decode_fused(&m->routes)) {
+    if (attn == FM_ATTN_DECODE && ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) {
         /* route decode.fused: the conv, the rule and the gated norm of a decode step's rows as one op */
         ops->gdn_decode_fused(be, b.proj, b.gates, L->gdn_conv, L->gdn_a_log, L->gdn_dt_bias, L->gdn_norm, T, g,
                               c->rms_norm_eps, conv, rec, kv->tok_seq, kv->tok_pos, b.qkv, b.att, b.qkv);
@@ -461,7 +461,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         op_mark(tm, FM_STAGE_OTHER, l == 0 ? "attn_norm" : NULL, fm_op_bytes_act(m, T, H, 1, 1));
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
-                             fm_routes_decode_fused(&m->routes);
+                             fm_routes_fused_o_proj(&m->routes);
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
         else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
@@ -476,7 +476,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         if (tm) tm->kind = L->is_moe ? "moe" : "dense";
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
         const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
-                               ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+                               ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, T);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);
