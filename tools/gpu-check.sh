@@ -74,8 +74,8 @@ FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --ro
     >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
 FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \
     >>"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc="$ops_decode_routes_rc, $?"
-# the fused ops of a decode step (route decode.fused): each = the GPU's own unfused chain bit for bit, and the CPU
-# reference within the op's bound; then without PDL
+# the fused ops of a decode step (route decode.fused: moe_add_rmsnorm, linear_add_rmsnorm, gdn_decode_fused): each = the
+# GPU's own unfused chain bit for bit, and the CPU reference within the op's bound; then without PDL
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused >"$out/gpu_ops_fused.log" 2>&1; fused_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, pdl=off $?"
 fi

@@ -212,12 +212,18 @@ static const route_key route_keys[] = {
      "synthetic weights the whole top-k copied more than it saved)",
      now_expert_prefetch},
     {"decode.fused", FIELD(decode_fused), "auto|on|off", SWITCH_WORDS, "the MoE tail at T <= 64",
-     "the residual add + RMSNorm in the MoE combine's kernel and in the W8A8 o projection's GEMV",
+     "the residual add + RMSNorm in the MoE combine's kernel and in the W8A8 o projection's GEMV; a decode step's "
+     "Gated DeltaNet in one kernel",
      "the fused ops of a forward pass: the MoE block's weighted combine of the routed experts' rows, the residual add "
      "and the next block's RMSNorm in one kernel (`moe_add_rmsnorm`), and the W8A8 o projection's decode GEMV adding "
-     "and normalising its rows in its last CTA (`linear_add_rmsnorm`): a launch fewer per layer each; `auto` fuses the "
-     "MoE tail in passes of at most 64 rows (H200: fp8 decode +0.3 to +3.8 %) and leaves the o projection apart (with "
-     "it fp8 + w8a8 lost 3.3 % at B = 8); on the cpu backend the fused ops are their references, the same numbers",
+     "and normalising its rows in its last CTA (`linear_add_rmsnorm`): a launch fewer per layer each; in a decode "
+     "step, "
+     "a Gated DeltaNet layer's conv update, delta rule and gated RMSNorm in one kernel (`gdn_decode_fused`, "
+     "Qwen3-Next: "
+     "2 launches fewer per layer at one sequence, 3 at more); `auto` fuses the MoE tail in passes of at most 64 rows "
+     "(H200: fp8 decode +0.3 to +3.8 %) and leaves the o projection apart (with it fp8 + w8a8 lost 3.3 % at B = 8) and "
+     "the Gated DeltaNet (not yet measured on a GPU); on the cpu backend the fused ops are their references, the same "
+     "numbers",
      now_decode_fused},
     {"paged.tiled", FIELD(paged_tiled), "auto|on|off", SWITCH_WORDS, "off",
      "the rows of prompt chunks in paged attention on the tiled kernel (K and V read once per 64 query rows)",
@@ -441,6 +447,7 @@ bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && T <= 64);
 }
 bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
+bool fm_routes_fused_gdn(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T) { return T >= 1 && r->shared_stream != FM_ROUTE_OFF; }
 

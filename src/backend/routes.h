@@ -195,6 +195,9 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r);
  * on (with it, fp8 + w8a8 at B = 8 lost 3.3 %: the tail normalises the rows in one CTA). */
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
 bool fm_routes_fused_o_proj(const fm_routes *r);
+/* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): only when on (compiled and
+ * tested against the chain, not yet measured: bench/NOTES.md 2026-12-05, "Qwen3-Next's decode step, fused"). */
+bool fm_routes_fused_gdn(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,
  * decode batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms (bench/NOTES.md 2026-12-02, "a side stream in the

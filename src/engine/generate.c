@@ -42,7 +42,7 @@ typedef struct decode_ctx {
 static fm_status decode_body(void *user, fm_error *err) {
     (void)err;
     const decode_ctx *d = user;
-    fm_step_device(d->ctx, d->B, false, FM_ATTN_PAGED);
+    fm_step_device(d->ctx, d->B, false, FM_ATTN_DECODE);
     fm_step_sample_device(d->ctx, d->B);
     return FM_OK;
 }

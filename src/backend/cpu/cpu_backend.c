@@ -140,6 +140,7 @@ static const fm_backend_ops cpu_ops = {
     .gdn_chunked = cpu_gdn_chunked,
     .gdn_recurrent = cpu_gdn_recurrent,
     .gdn_norm_gate = cpu_gdn_norm_gate,
+    .gdn_decode_fused = cpu_gdn_decode_fused,
 };
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {

@@ -633,6 +633,21 @@ static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz,
     fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, stream(bb));
 }
 
+/* the fused kernel where it takes the shape (gdn_decode.cu), else the chain it stands for */
+static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba, const fm_bank *conv,
+                                const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
+                                fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
+                                const void *tok_pos, void *qkv, void *core, void *out) {
+    if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0),
+                                 bank_matrix(dt_bias, 0), bank_matrix(norm, 0), T, g, eps, (float *)conv_states,
+                                 (float *)rec_states, (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
+                                 out, stream(bb)))
+        return;
+    cu_gdn_conv(bb, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
+    cu_gdn_recurrent(bb, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
+    cu_gdn_norm_gate(bb, core, qkvz, norm, T, g, eps, out);
+}
+
 /* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create)
  */
 static const fm_backend_ops cuda_ops = {
@@ -698,6 +713,7 @@ static const fm_backend_ops cuda_ops = {
     .gdn_chunked = cu_gdn_chunked,
     .gdn_recurrent = cu_gdn_recurrent,
     .gdn_norm_gate = cu_gdn_norm_gate,
+    .gdn_decode_fused = cu_gdn_decode_fused,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {
