@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The serving benchmark's client in Python (standard library only), for machines without Node (the GPU machine):
-the same requests, prompt set, figures and table as bench/serve_bench.mjs, which documents them.
+the same requests, prompts, figures and table as bench/serve_bench.mjs, which documents them.
 
     python3 bench/serve_bench.py --url http://127.0.0.1:8080 --clients 1,8 --prompt-tokens 1800 --max-tokens 128 \\
         --duration 30 --json serve.json
@@ -8,43 +8,108 @@ the same requests, prompt set, figures and table as bench/serve_bench.mjs, which
 One thread per client; each request is a streamed /v1/completions with token-id prompts, temperature 0 and ignore_eos;
 a token's time is the arrival of its chunk, relative to the send.
 
+Every prompt that is meant to be new is new: its ids are drawn from a generator seeded by the run's --seed (random
+unless given), the row, the client and the request, so no request finds another's prompt in the server's prefix
+cache. --prompts K opts into a fixed pool of K prompts instead, cycled (client c's request r sends prompt (c + r) % K),
+which the cache serves after their first use. Every row shows the share of prompt tokens the server took from its
+cache (usage.prompt_tokens_details.cached_tokens), so a reader sees whether the cache played a part.
+
 Workloads with shared prefixes (for the prefix cache; compare a server started with --no-prefix-cache):
-  --workload shared-prefix   every prompt is one system prompt of --prefix-tokens ids, then --prompt-tokens ids of
-                             its own (N clients, one system prompt)
-  --workload multi-turn      each client holds conversations of --turns turns: turn 1 is a prompt of --prompt-tokens
-                             ids, turn t the previous turn's prompt, then --max-tokens ids standing for its answer
-                             (fixed ids, not the generated ones: token-id prompts get text back), then --turn-tokens
-                             new ids. TTFT is reported for first turns and for later ones apart.
-Both report the share of prompt tokens the server took from its cache (usage.prompt_tokens_details.cached_tokens).
-  --workload arrivals        the clients are streams decoding while long prompts keep arriving (the probe, of
+  --workload shared-prefix   every prompt is one system prompt of --prefix-tokens ids (one per row), then
+                             --prompt-tokens new ids of its own (N clients, one system prompt)
+  --workload multi-turn      each client holds conversations of --turns turns: turn 1 is a new prompt of
+                             --prompt-tokens ids, turn t the previous turn's prompt, then --max-tokens ids standing for
+                             its answer (fixed ids, not the generated ones: token-id prompts get text back), then
+                             --turn-tokens new ids. TTFT is reported for first turns and for later ones apart.
+  --workload arrivals        the clients are streams decoding while long new prompts keep arriving (the probe, of
                              --probe-prompt-tokens ids, default 1800): the streams' inter-token gaps that overlap a
-                             prompt's prefill are reported apart, p50, p99 and p99/p50."""
+                             prompt's prefill are reported apart, p50, p99 and p99/p50.
+
+Errors are counted, never hidden: each row shows the share of requests that failed, the first error's text is printed,
+a client waits after an error (50 ms, doubling to 1 s while they continue) instead of retrying at once, and the run
+exits 1 when a row's error rate is above 1% (or a row completed nothing): its figures are not a measurement."""
 import argparse
 import datetime
 import http.client
 import json
 import math
+import os
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 
+M32 = 0xFFFFFFFF
+MAX_ERROR_RATE = 0.01  # above it, a row's figures describe failures, not serving: the run fails
+# what a generator seed is for (mixed into it, so that no two kinds of prompt share ids)
+PROMPT, PROBE, SYSTEM, TURN, WARMUP, POOL, PROBE_POOL = range(1, 8)
 
-def make_prompts(k, n, vocab, seed=0x9E3779B9):
-    """The fixed prompt set of serve_bench.mjs: the same seeded generator, the same ids."""
-    s = seed
+
+def mix32(*xs):
+    """One 32-bit seed from several numbers (murmur3's finalizer after each): the same in serve_bench.mjs."""
+    h = 0x811C9DC5
+    for x in xs:
+        h ^= x & M32
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & M32
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & M32
+        h ^= h >> 16
+    return h
+
+
+def make_ids(n, vocab, seed):
+    """n prompt ids in [16, vocab) from a linear congruential generator: the same ids as serve_bench.mjs."""
+    s = seed & M32
     out = []
-    for _ in range(k):
-        p = []
-        for _ in range(n):
-            s = (s * 1664525 + 1013904223) & 0xFFFFFFFF
-            p.append(16 + s % (vocab - 16))
-        out.append(p)
+    for _ in range(n):
+        s = (s * 1664525 + 1013904223) & M32
+        out.append(16 + s % (vocab - 16))
     return out
 
 
+class Prompts:
+    """Every prompt of a run: seeded by (--seed, what it is for, row, client, request), or drawn from the pool."""
+
+    def __init__(self, a):
+        self.a = a
+        self.pool = [make_ids(a.prompt_tokens, a.vocab, mix32(a.seed, POOL, i)) for i in range(a.prompts)]
+        self.probe_pool = [make_ids(a.probe_prompt_tokens, a.vocab, mix32(a.seed, PROBE_POOL, i))
+                           for i in range(a.prompts if a.probe_prompt_tokens else 0)]
+
+    def system(self, row):
+        """shared-prefix: the row's system prompt (a row of its own: the previous row's is not in the cache for it)"""
+        return make_ids(self.a.prefix_tokens, self.a.vocab, mix32(self.a.seed, SYSTEM, row))
+
+    def fresh(self, row, c, r, pool_index):
+        """a prompt meant to be new: client c's r-th, or the pool's prompt pool_index with --prompts"""
+        if self.pool:
+            return self.pool[pool_index % len(self.pool)]
+        return make_ids(self.a.prompt_tokens, self.a.vocab, mix32(self.a.seed, PROMPT, row, c, r))
+
+    def request(self, row, c, r, clients, system):
+        """client c's request r in the row: (prompt ids, turn index from 0)"""
+        a = self.a
+        if a.workload != "multi-turn":
+            return system + self.fresh(row, c, r, c + r), 0
+        conv, turn = divmod(r, a.turns)
+        p = list(self.fresh(row, c, conv, c + conv * clients))
+        for t in range(1, turn + 1):  # the earlier turns' answers and questions, the same ids each time
+            p += make_ids(a.max_tokens + a.turn_tokens, a.vocab, mix32(a.seed, TURN, row, c, conv, t))
+        return p, turn
+
+    def probe(self, row, r):
+        if self.probe_pool:
+            return self.probe_pool[r % len(self.probe_pool)]
+        return make_ids(self.a.probe_prompt_tokens, self.a.vocab, mix32(self.a.seed, PROBE, row, r))
+
+    def warmup(self, row, w):
+        return make_ids(self.a.prompt_tokens, self.a.vocab, mix32(self.a.seed, WARMUP, row, w))
+
+
 def one_request(a, host, port, model, prompt, max_tokens=None):
+    """times of the tokens (ms after the send), completion tokens, cached prompt tokens (None: not reported)"""
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens or a.max_tokens, "temperature": 0,
                        "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}})
     headers = {"Content-Type": "application/json"}
@@ -82,7 +147,7 @@ def one_request(a, host, port, model, prompt, max_tokens=None):
                         times.append((time.perf_counter() - t0) * 1e3)  # one chunk per token
         if not done:
             raise RuntimeError("the stream ended without [DONE]")
-        cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
+        cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
         return times, usage["completion_tokens"] if usage else len(times), cached
     finally:
         conn.close()
@@ -95,61 +160,80 @@ def pct(xs, p):
     return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
 
 
-def conversation_prompt(a, prompts, c, r, clients):
-    """multi-turn: request r of client c, as (prompt, turn index from 0)"""
-    conv, turn = divmod(r, a.turns)
-    k = c + conv * clients
-    p = list(prompts[k % len(prompts)])
-    for t in range(1, turn + 1):
-        p += make_prompts(1, a.max_tokens + a.turn_tokens, a.vocab, seed=(0x51ED27 + 7919 * k + 104729 * t) & 0xFFFFFFFF)[0]
-    return p, turn
+def backoff_s(consecutive_errors):
+    """the wait after an error: 50 ms, doubling while errors continue, at most 1 s"""
+    return min(1.0, 0.05 * 2 ** min(consecutive_errors - 1, 5))
 
 
-def run_level(a, host, port, model, prompts, probe_prompts, clients):
-    for w in range(a.warmup if a.workload != "shared-prefix" else 0):  # shared-prefix: the first request pays it
-        one_request(a, host, port, model, make_prompts(1, a.prompt_tokens, a.vocab, seed=0xC0FFEE + w)[0])
+def run_level(a, host, port, model, prompts, row, clients):
+    if a.workload != "shared-prefix":  # shared-prefix: the first request pays for the system prompt
+        for w in range(a.warmup):
+            try:
+                one_request(a, host, port, model, prompts.warmup(row, w))
+            except Exception as e:  # the server does not serve: no row to measure
+                raise SystemExit("serve_bench: the warm-up request at %d clients failed: %s" % (clients, e))
+    system = prompts.system(row) if a.workload == "shared-prefix" else []
     lock = threading.Lock()
     st = {"ttft": [], "itl": [], "tpot": [], "tokens": 0, "completed": 0, "errors": 0, "started": 0,
           "first_error": "", "t_end": 0.0, "probe_ttft": [], "stop_probe": False, "ttft_first": [],
-          "ttft_later": [], "prompt_tokens": 0, "cached_tokens": 0, "itl_arrivals": [], "in_flight": []}
+          "ttft_later": [], "prompt_tokens": 0, "cached_tokens": 0, "cached_unknown": 0, "probe_prompt_tokens": 0,
+          "probe_cached_tokens": 0, "first_turn_prompt_tokens": 0, "first_turn_cached_tokens": 0, "itl_arrivals": [],
+          "in_flight": []}
     t0 = time.perf_counter()
     deadline = t0 + a.duration
 
     def more():
         return st["started"] < a.requests if a.requests else time.perf_counter() < deadline
 
+    def count_prompt(prompt, cached, what):
+        st["prompt_tokens"] += len(prompt)
+        if cached is None:
+            st["cached_unknown"] += 1
+            return
+        st["cached_tokens"] += cached
+        if what:  # "probe" or "first_turn": apart too
+            st[what + "_prompt_tokens"] += len(prompt)
+            st[what + "_cached_tokens"] += cached
+
+    def failed(e, who, consecutive):
+        with lock:
+            st["errors"] += 1
+            if not st["first_error"]:
+                st["first_error"] = who + (str(e) or type(e).__name__)
+                print("  first error at %d clients: %s" % (clients, st["first_error"]), file=sys.stderr, flush=True)
+        if a.requests:
+            time.sleep(backoff_s(consecutive))
+        else:
+            time.sleep(max(0.0, min(backoff_s(consecutive), deadline - time.perf_counter())))
+
     def client(c):
-        r = 0
+        r, errors_in_a_row = 0, 0
         while True:
             with lock:
                 if not more():
                     return
                 st["started"] += 1
             try:
-                if a.workload == "multi-turn":
-                    prompt, turn = conversation_prompt(a, prompts, c, r, clients)
-                else:
-                    prompt, turn = prompts[(c + r) % len(prompts)], 0
+                prompt, turn = prompts.request(row, c, r, clients, system)
                 sent = time.perf_counter() * 1e3
                 times, n, cached = one_request(a, host, port, model, prompt)
+                errors_in_a_row = 0
                 with lock:
                     for i in range(1, len(times)):  # a gap between tokens that overlaps an arrival's prefill
                         if any(sent + times[i] > f and sent + times[i - 1] < t for f, t in st["in_flight"]):
                             st["itl_arrivals"].append(times[i] - times[i - 1])
                     st["completed"] += 1
                     st["tokens"] += n
-                    st["prompt_tokens"] += len(prompt)
-                    st["cached_tokens"] += cached
+                    count_prompt(prompt, cached, "first_turn" if turn == 0 else "")
                     if times:
                         st["ttft"].append(times[0])
                         st["ttft_first" if turn == 0 else "ttft_later"].append(times[0])
                     st["itl"].extend(times[i] - times[i - 1] for i in range(1, len(times)))
                     if len(times) > 1:
                         st["tpot"].append((times[-1] - times[0]) / (len(times) - 1))
-            except Exception as e:  # counted, the first one reported
-                with lock:
-                    st["errors"] += 1
-                    st["first_error"] = st["first_error"] or str(e)
+            except Exception as e:  # counted, the first one printed, and a pause before the next request
+                errors_in_a_row += 1
+                failed(e, "", errors_in_a_row)
             with lock:
                 st["t_end"] = time.perf_counter()
             r += 1
@@ -157,24 +241,26 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
     def probe():
         """One long prompt at a time, 1 new token, while the clients decode: its time to first token under load."""
         time.sleep(min(2.0, a.duration / 4))  # let the clients' prompts in and their decoding start
-        r = 0
+        r, errors_in_a_row = 0, 0
         while not st["stop_probe"] and time.perf_counter() < deadline:
             try:
+                prompt = prompts.probe(row, r)
                 sent = time.perf_counter() * 1e3
-                times, _, _ = one_request(a, host, port, model, probe_prompts[r % len(probe_prompts)], 1)
+                times, _, cached = one_request(a, host, port, model, prompt, 1)
+                errors_in_a_row = 0
                 with lock:
+                    count_prompt(prompt, cached, "probe")
                     if times:
                         st["probe_ttft"].append(times[0])
                         st["in_flight"].append((sent, sent + times[0]))
             except Exception as e:
-                with lock:
-                    st["errors"] += 1
-                    st["first_error"] = st["first_error"] or "probe: " + str(e)
+                errors_in_a_row += 1
+                failed(e, "probe: ", errors_in_a_row)
             r += 1
             time.sleep(0.05)
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-    if probe_prompts:
+    if a.probe_prompt_tokens:
         threads.append(threading.Thread(target=probe))
     for t in threads:
         t.start()
@@ -184,17 +270,39 @@ def run_level(a, host, port, model, prompts, probe_prompts, clients):
     for t in threads[clients:]:
         t.join()
     wall = max(st["t_end"] - t0, 1e-9)
+    attempts = st["completed"] + len(st["probe_ttft"]) + st["errors"]
+    nan = float("nan")
     return {"clients": clients, "requests": st["completed"], "errors": st["errors"],
+            "error_rate": st["errors"] / attempts if attempts else nan,
             "first_error": st["first_error"] or None, "wall_s": wall, "output_tokens": st["tokens"],
             "output_tokens_per_s": st["tokens"] / wall, "requests_per_s": st["completed"] / wall,
             "ttft_ms_p50": pct(st["ttft"], 50), "ttft_ms_p99": pct(st["ttft"], 99),
             "itl_ms_p50": pct(st["itl"], 50), "itl_ms_p99": pct(st["itl"], 99),
-            "tpot_ms_mean": sum(st["tpot"]) / len(st["tpot"]) if st["tpot"] else float("nan"),
+            "tpot_ms_mean": sum(st["tpot"]) / len(st["tpot"]) if st["tpot"] else nan,
             "itl_arrivals_ms_p50": pct(st["itl_arrivals"], 50), "itl_arrivals_ms_p99": pct(st["itl_arrivals"], 99),
-            "itl_arrivals_samples": len(st["itl_arrivals"]), "probe_requests": len(st["probe_ttft"]), "probe_ttft_ms_p50": pct(st["probe_ttft"], 50),
-            "probe_ttft_ms_p99": pct(st["probe_ttft"], 99),
-            "cached_prompt_fraction": st["cached_tokens"] / st["prompt_tokens"] if st["prompt_tokens"] else float("nan"),
+            "itl_arrivals_samples": len(st["itl_arrivals"]), "probe_requests": len(st["probe_ttft"]),
+            "probe_ttft_ms_p50": pct(st["probe_ttft"], 50), "probe_ttft_ms_p99": pct(st["probe_ttft"], 99),
+            "cached_prompt_fraction": st["cached_tokens"] / st["prompt_tokens"]
+            if st["prompt_tokens"] and not st["cached_unknown"] else nan,
+            "probe_cached_prompt_fraction": st["probe_cached_tokens"] / st["probe_prompt_tokens"]
+            if st["probe_prompt_tokens"] and not st["cached_unknown"] else nan,
+            "first_turn_cached_prompt_fraction": st["first_turn_cached_tokens"] / st["first_turn_prompt_tokens"]
+            if st["first_turn_prompt_tokens"] and not st["cached_unknown"] else nan,
             "ttft_ms_p50_first_turn": pct(st["ttft_first"], 50), "ttft_ms_p50_later_turns": pct(st["ttft_later"], 50)}
+
+
+def row_failure(r):
+    """why a row's figures are not a measurement, or None"""
+    if r["requests"] == 0:
+        return "no request completed"
+    if r["error_rate"] > MAX_ERROR_RATE:
+        return "%.1f%% of requests failed (%d of %d)" % (100 * r["error_rate"], r["errors"],
+                                                         r["requests"] + r["probe_requests"] + r["errors"])
+    return None
+
+
+def fmt(x, width, digits=1):
+    return ("%.*f" % (digits, x) if isinstance(x, (int, float)) and math.isfinite(x) else "-").rjust(width)
 
 
 def main():
@@ -202,7 +310,11 @@ def main():
     p.add_argument("--url", default="http://127.0.0.1:8080")
     p.add_argument("--clients", default="1,8,64")
     p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--prompts", type=int, default=0,
+                   help="a fixed pool of K prompts, cycled (the cache serves them after their first use); "
+                        "default 0: every prompt meant to be new is new")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the prompts' seed (default: random, printed): the same seed and options, the same ids")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--duration", type=float, default=30)
     p.add_argument("--requests", type=int, default=0)
@@ -212,7 +324,7 @@ def main():
     p.add_argument("--json", default="")
     p.add_argument("--label", default="")
     p.add_argument("--workload", choices=["random", "shared-prefix", "multi-turn", "arrivals"], default="random",
-                   help="random prompts (default), one shared system prompt, multi-turn conversations, or streams "
+                   help="new random prompts (default), one shared system prompt, multi-turn conversations, or streams "
                         "while long prompts arrive (top)")
     p.add_argument("--prefix-tokens", type=int, default=2048, help="shared-prefix: the system prompt's ids")
     p.add_argument("--turns", type=int, default=4, help="multi-turn: turns per conversation")
@@ -224,10 +336,16 @@ def main():
     clients = [int(x) for x in a.clients.split(",")]
     if min(clients) < 1 or a.prompt_tokens < 1 or a.max_tokens < 1 or a.vocab < 17 or a.duration <= 0:
         p.error("--clients, --prompt-tokens, --max-tokens >= 1, --vocab >= 17, --duration > 0")
+    if a.prompts < 0 or a.requests < 0 or a.warmup < 0 or a.probe_prompt_tokens < 0:
+        p.error("--prompts, --requests, --warmup, --probe-prompt-tokens >= 0")
     if a.prefix_tokens < 1 or a.turns < 1 or a.turn_tokens < 1:
         p.error("--prefix-tokens, --turns, --turn-tokens >= 1")
     if a.workload not in ("random", "arrivals") and a.probe_prompt_tokens:
         p.error("--probe-prompt-tokens goes with --workload random or arrivals only")
+    if a.seed is not None and not 0 <= a.seed <= M32:
+        p.error("--seed expects an integer in [0, 4294967295]")
+    if a.seed is None:
+        a.seed = int.from_bytes(os.urandom(4), "little")
     if a.workload == "arrivals" and not a.probe_prompt_tokens:
         a.probe_prompt_tokens = 1800
     u = urllib.parse.urlparse(a.url)
@@ -248,61 +366,66 @@ def main():
     if ctx and longest + a.max_tokens > ctx:
         p.error("the longest prompt (%d ids) + --max-tokens %d exceed the server's context of %d (serve --ctx)"
                 % (longest, a.max_tokens, ctx))
-    prompts = make_prompts(a.prompts, a.prompt_tokens, a.vocab)
-    if a.workload == "shared-prefix":
-        system = make_prompts(1, a.prefix_tokens, a.vocab, seed=0x5157E4)[0]
-        prompts = [system + q for q in prompts]
-    probe_prompts = make_prompts(a.prompts, a.probe_prompt_tokens, a.vocab) if a.probe_prompt_tokens else []
+    prompts = Prompts(a)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = ""
-    print("model %s at %s   workload %s   prompts: %d of %d token ids%s   new tokens: %d per request (ignore_eos)   %s%s"
-          % (model, a.url, a.workload, a.prompts, a.prompt_tokens,
+    print("model %s at %s   workload %s   prompts: %s of %d token ids%s (seed %d)   new tokens: %d per request "
+          "(ignore_eos)   %s%s"
+          % (model, a.url, a.workload, "a pool of %d" % a.prompts if a.prompts else "each new", a.prompt_tokens,
              " after a shared prefix of %d" % a.prefix_tokens if a.workload == "shared-prefix" else
              ", %d turns of %d more" % (a.turns, a.max_tokens + a.turn_tokens) if a.workload == "multi-turn" else "",
-             a.max_tokens,
+             a.seed, a.max_tokens,
              "%d requests per row" % a.requests if a.requests else "%g s per row" % a.duration,
              "   commit " + commit if commit else ""))
     print()
-    shared = a.workload in ("shared-prefix", "multi-turn")
     probe_head = (" probe TTFT p50 ms | probe TTFT p99 ms | ITL p50 arriving ms | ITL p99 arriving ms | p99/p50 |",
                   "------------------:|------------------:|--------------------:|--------------------:|--------:|") \
-        if probe_prompts else (" cached % | TTFT p50 turn 1 ms | TTFT p50 later ms |",
-                               "---------:|-------------------:|------------------:|") if shared \
-        else ("", "")
-    print("| clients | requests | errors | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
-          "| TPOT mean ms |" + probe_head[0])
-    print("|--------:|---------:|-------:|-------------:|------:|------------:|------------:|-----------:|-----------:"
-          "|-------------:|" + probe_head[1])
+        if a.probe_prompt_tokens else ("", "")
+    turn_head = (" cached % turn 1 | TTFT p50 turn 1 ms | TTFT p50 later ms |",
+                 "----------------:|-------------------:|------------------:|") \
+        if a.workload == "multi-turn" else ("", "")
+    print("| clients | requests | errors | error % | cached % | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms "
+          "| ITL p50 ms | ITL p99 ms | TPOT mean ms |" + probe_head[0] + turn_head[0])
+    print("|--------:|---------:|-------:|--------:|---------:|-------------:|------:|------------:|------------:"
+          "|-----------:|-----------:|-------------:|" + probe_head[1] + turn_head[1])
     rows = []
-    for c in clients:
-        r = run_level(a, host, port, model, prompts, probe_prompts, c)
+    for row, c in enumerate(clients):
+        r = run_level(a, host, port, model, prompts, row, c)
         rows.append(r)
-        probe_cols = " %17.1f | %17.1f | %19.2f | %19.2f | %7.2f |" % (
-            r["probe_ttft_ms_p50"], r["probe_ttft_ms_p99"], r["itl_arrivals_ms_p50"], r["itl_arrivals_ms_p99"],
-            r["itl_arrivals_ms_p99"] / r["itl_arrivals_ms_p50"] if r["itl_arrivals_samples"] and r["itl_arrivals_ms_p50"] > 0 else float("nan")) \
-            if probe_prompts else \
-            " %8.1f | %18.1f | %17.1f |" % (100 * r["cached_prompt_fraction"], r["ttft_ms_p50_first_turn"],
-                                             r["ttft_ms_p50_later_turns"]) if shared else ""
-        print("| %7d | %8d | %6d | %12.1f | %5.2f | %11.1f | %11.1f | %10.2f | %10.2f | %12.2f |%s"
-              % (c, r["requests"], r["errors"], r["output_tokens_per_s"], r["requests_per_s"], r["ttft_ms_p50"],
-                 r["ttft_ms_p99"], r["itl_ms_p50"], r["itl_ms_p99"], r["tpot_ms_mean"], probe_cols), flush=True)
-        if r["first_error"]:
-            print("  first error at %d clients: %s" % (c, r["first_error"]), file=sys.stderr)
+        cols = [fmt(c, 7, 0), fmt(r["requests"], 8, 0), fmt(r["errors"], 6, 0), fmt(100 * r["error_rate"], 7, 2),
+                fmt(100 * r["cached_prompt_fraction"], 8), fmt(r["output_tokens_per_s"], 12),
+                fmt(r["requests_per_s"], 5, 2), fmt(r["ttft_ms_p50"], 11), fmt(r["ttft_ms_p99"], 11),
+                fmt(r["itl_ms_p50"], 10, 2), fmt(r["itl_ms_p99"], 10, 2), fmt(r["tpot_ms_mean"], 12, 2)]
+        if a.probe_prompt_tokens:
+            cols += [fmt(r["probe_ttft_ms_p50"], 17), fmt(r["probe_ttft_ms_p99"], 17),
+                     fmt(r["itl_arrivals_ms_p50"], 19, 2), fmt(r["itl_arrivals_ms_p99"], 19, 2),
+                     fmt(r["itl_arrivals_ms_p99"] / r["itl_arrivals_ms_p50"]
+                         if r["itl_arrivals_samples"] and r["itl_arrivals_ms_p50"] > 0 else float("nan"), 7, 2)]
+        if a.workload == "multi-turn":
+            cols += [fmt(100 * r["first_turn_cached_prompt_fraction"], 15), fmt(r["ttft_ms_p50_first_turn"], 18),
+                     fmt(r["ttft_ms_p50_later_turns"], 17)]
+        print("| " + " | ".join(cols) + " |", flush=True)
+    failures = [(c, row_failure(r), r["first_error"]) for c, r in zip(clients, rows) if row_failure(r)]
+    if failures:  # after the table (a blank line ends it), on stdout: what keeps those figures from being results
+        print()
+    for c, why, first in failures:
+        print("FAILED at %d clients: %s%s" % (c, why, "; first error: " + first if first else ""), flush=True)
     if a.json:
         clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
         out = {"bench": "serve", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
                "label": a.label, "workload": a.workload, "prefix_tokens": a.prefix_tokens if a.workload == "shared-prefix" else None,
                "turns": a.turns if a.workload == "multi-turn" else None,
                "turn_tokens": a.turn_tokens if a.workload == "multi-turn" else None, "url": a.url, "model": model, "max_model_len": ctx, "prompt_tokens": a.prompt_tokens,
-               "prompts": a.prompts, "max_tokens": a.max_tokens, "probe_prompt_tokens": a.probe_prompt_tokens or None, "duration_s": None if a.requests else a.duration,
-               "requests_per_row": a.requests or None, "rows": [{k: clean(v) for k, v in r.items()} for r in rows]}
+               "prompts": a.prompts or None, "seed": a.seed, "max_tokens": a.max_tokens, "probe_prompt_tokens": a.probe_prompt_tokens or None, "duration_s": None if a.requests else a.duration,
+               "requests_per_row": a.requests or None, "max_error_rate": MAX_ERROR_RATE,
+               "rows": [dict({k: clean(v) for k, v in r.items()}, failed=row_failure(r)) for r in rows]}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)
             f.write("\n")
         print("\nwrote " + a.json)
-    return 1 if any(r["requests"] == 0 for r in rows) else 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

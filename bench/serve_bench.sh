@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The serving benchmark end to end: starts `fp8moe serve` with the given options, waits for /health, runs
-# bench/serve_bench.mjs against it, stops the server (SIGTERM) and returns the clients' exit code.
+# bench/serve_bench.mjs against it, stops the server (SIGTERM) and returns the clients' exit code (1 when a row had
+# more than 1% of its requests failed: its table says FAILED under it; every client run still runs).
 #
 #   bench/serve_bench.sh [serve options] -- [serve_bench.mjs options] [-- [serve_bench.mjs options] ...]
 #

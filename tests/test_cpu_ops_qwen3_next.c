@@ -407,12 +407,69 @@ static void test_add_sigmoid_gated(void **state) {
     be->ops->destroy(be);
 }
 
+/* gdn_decode_fused (route decode.fused) is gdn_conv, gdn_recurrent and gdn_norm_gate in that order, bit for bit: the
+ * normed rows and both states, B = 1, 3 and 64 rows each of its own sequence (slots shuffled, some at position 0, the
+ * others from random states), on the fp32 plan and the bf16-rounding one (the plan the GPU ops are tested against) */
+static void test_gdn_decode_fused_is_the_chain(void **state) {
+    (void)state;
+    seed(75);
+    const fm_gdn_shape shapes[] = {{2, 4, 16, 12, 4}, {1, 3, 8, 10, 3}};
+    const int64_t batches[] = {1, 3, 64};
+    const int32_t slots = 70;
+    for (int bf = 0; bf < 2; bf++) {
+        fm_plan plan;
+        fm_plan_for_backend(FM_PRESET_REF, bf ? "cuda" : "cpu", &plan); /* "cuda": bf16 activations, emulated */
+        fm_backend *be = NULL;
+        fm_error err;
+        assert_int_equal(fm_cpu_backend_create(&plan, 0, &be, &err), FM_OK);
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+                const fm_gdn_shape g = shapes[si];
+                const int64_t B = batches[bi], C = fm_gdn_channels(g), W = fm_gdn_qkvz_width(g);
+                const int64_t V = (int64_t)g.nv * g.dv, K = g.kernel;
+                const int64_t nconv = slots * fm_gdn_conv_state_elems(g), nrec = slots * fm_gdn_rec_state_elems(g);
+                rule_in in;
+                rule_inputs(be, g, B, &in);
+                float *qkvz = rand_array(B * W, 2.0f), *cw = rand_array(C * K, 0.7f), *nw = rand_array(g.dv, 1.0f);
+                fm_bank *cb = make_bank(be, cw, C, K), *nb = make_bank(be, nw, 1, g.dv);
+                float *conv1 = rand_array(nconv, 1.0f), *rec1 = rand_array(nrec, 0.5f);
+                float *conv2 = malloc((size_t)nconv * sizeof(float)), *rec2 = malloc((size_t)nrec * sizeof(float));
+                assert_non_null(conv2), assert_non_null(rec2);
+                memcpy(conv2, conv1, (size_t)nconv * sizeof(float)), memcpy(rec2, rec1, (size_t)nrec * sizeof(float));
+                int32_t seq[64], pos[64];
+                for (int64_t t = 0; t < B; t++) /* distinct slots, every third sequence fresh */
+                    seq[t] = (int32_t)((t * 37 + 11) % slots), pos[t] = t % 3 == 1 ? 0 : 1 + (int32_t)(urand() * 50);
+                float *qkv1 = nan_array(B * C), *core1 = nan_array(B * V), *out1 = nan_array(B * V);
+                float *qkv2 = nan_array(B * C), *core2 = nan_array(B * V);
+                be->ops->gdn_conv(be, qkvz, cb, B, g, conv1, seq, pos, qkv1);
+                be->ops->gdn_recurrent(be, qkv1, in.ba, in.A, in.dt, B, g, rec1, seq, pos, core1);
+                be->ops->gdn_norm_gate(be, core1, qkvz, nb, B, g, 1e-6f, out1);
+                /* the output into the conv's scratch, as forward.c passes it */
+                be->ops->gdn_decode_fused(be, qkvz, in.ba, cb, in.A, in.dt, nb, B, g, 1e-6f, conv2, rec2, seq, pos,
+                                          qkv2, core2, qkv2);
+                assert_memory_equal(qkv2, out1, (size_t)(B * V) * sizeof(float));
+                assert_memory_equal(conv2, conv1, (size_t)nconv * sizeof(float));
+                assert_memory_equal(rec2, rec1, (size_t)nrec * sizeof(float));
+                rule_free(be, &in);
+                be->ops->bank_free(be, cb), be->ops->bank_free(be, nb);
+                free(qkvz), free(cw), free(nw), free(conv1), free(rec1), free(conv2), free(rec2);
+                free(qkv1), free(core1), free(out1), free(qkv2), free(core2);
+            }
+        be->ops->destroy(be);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gdn_rule_vs_double),    cmocka_unit_test(test_gdn_chunked_equals_recurrent),
-        cmocka_unit_test(test_gdn_recurrent_batches), cmocka_unit_test(test_gdn_conv),
-        cmocka_unit_test(test_gdn_norm_gate),         cmocka_unit_test(test_gated_qk_norm_rope),
-        cmocka_unit_test(test_sigmoid_gates),         cmocka_unit_test(test_add_sigmoid_gated),
+        cmocka_unit_test(test_gdn_rule_vs_double),
+        cmocka_unit_test(test_gdn_chunked_equals_recurrent),
+        cmocka_unit_test(test_gdn_recurrent_batches),
+        cmocka_unit_test(test_gdn_conv),
+        cmocka_unit_test(test_gdn_norm_gate),
+        cmocka_unit_test(test_gated_qk_norm_rope),
+        cmocka_unit_test(test_sigmoid_gates),
+        cmocka_unit_test(test_add_sigmoid_gated),
+        cmocka_unit_test(test_gdn_decode_fused_is_the_chain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

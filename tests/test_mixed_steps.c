@@ -13,7 +13,8 @@
  *     the tokens are those of the lone runs (each sampled row with its own sequence's mask and bias);
  *   - two prompts with a common prefix submitted together: the second maps the first's blocks (the prefix cache
  *     works as with one prefill at a time);
- *   - a budget larger than the pass the model was loaded for, or below -1, is refused by name. */
+ *   - a budget larger than the pass the model was loaded for, or below -1, is refused by name;
+ *   - route paged.tiled (the steps with prompt chunks through attention_paged_runs) changes no bit on the CPU. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,9 +71,12 @@ static void on_event(void *user, const fm_sched_event *ev) {
     if (ev->end != FM_SCHED_RUNNING) r->finals[q]++, r->end[q] = ev->end, r->n_cached[q] = ev->n_cached;
 }
 
+static const char *load_routes = NULL; /* fm_options.routes of the next loads */
+
 static fm_model *load(const config *c, int64_t budget, bool prefix, fm_status *st_out, fm_error *err) {
     fm_options opt;
     fm_options_init(&opt);
+    opt.routes = load_routes;
     opt.preset = c->preset, opt.plan_backend = c->plan_backend;
     opt.max_seqs = N_REQ, opt.ctx = 96, opt.max_tokens = MAX_PROMPT, opt.prefix_cache = prefix;
     opt.max_step_tokens = budget;
@@ -212,6 +216,32 @@ static void test_budgets_match_lone_runs(void **state) {
     }
 }
 
+/* --route paged.tiled=on (the steps that hold prompt chunks call attention_paged_runs, on the cpu backend its one
+ * reference kernel) gives the staggered requests' tokens and log-probabilities bit for bit, at the default budget */
+static void test_paged_tiled_route_same_tokens(void **state) {
+    (void)state;
+    for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++) {
+        fm_error err;
+        rec *r[2];
+        int32_t p[N_REQ][MAX_PROMPT];
+        for (int run = 0; run < 2; run++) {
+            load_routes = run ? "paged.tiled=on" : NULL;
+            fm_model *m = load(&k_configs[c], 0, false, NULL, &err);
+            load_routes = NULL;
+            for (int i = 0; i < N_REQ; i++) prompt_ids(p[i], k_len[i], fm_model_vocab_size(m), 101u + (uint32_t)i);
+            r[run] = calloc(1, sizeof *r[run]);
+            run_staggered(m, p, r[run]);
+            assert_true(r[run]->most_rows > N_REQ); /* mixed steps ran */
+            fm_model_free(m);
+        }
+        for (int i = 0; i < N_REQ; i++) assert_int_equal(r[1]->n[i], NEW);
+        assert_memory_equal(r[0]->ids, r[1]->ids, sizeof r[0]->ids);
+        assert_memory_equal(r[0]->lp, r[1]->lp, sizeof r[0]->lp);
+        assert_memory_equal(r[0]->top, r[1]->top, sizeof r[0]->top);
+        free(r[0]), free(r[1]);
+    }
+}
+
 /* a constraint: ids equal to 3 modulo 7 only */
 static void mask_mod7(void *user, uint32_t *words, int32_t vocab) {
     (void)user;
@@ -312,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_masks_and_bias_in_mixed_steps),
         cmocka_unit_test(test_prefix_shared_when_submitted_together),
         cmocka_unit_test(test_budget_refused),
+        cmocka_unit_test(test_paged_tiled_route_same_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,11 +36,11 @@ static void expect(want_list *l, const char *kind, const char *op) {
     l->w[l->n++] = (want){kind, op, 1};
 }
 
-/* the ops a one-token paged decode step issues, layer by layer */
+/* the ops a one-token decode step issues, layer by layer */
 static void expected_ops(const fm_model *m, want_list *l) {
     const fm_config *c = &m->cfg;
     const fm_backend_ops *ops = m->be->ops;
-    const bool fused = ops->linear_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+    const bool fused = ops->linear_add_rmsnorm && fm_routes_fused_o_proj(&m->routes);
     memset(l, 0, sizeof *l);
     expect(l, "step", "embed");
     for (int32_t i = 0; i < m->n_layers; i++) {
@@ -50,9 +50,8 @@ static void expected_ops(const fm_model *m, want_list *l) {
         if (i == 0) expect(l, mixer, "attn_norm");
         if (gdn) {
             expect(l, mixer, "in_proj (qkvz, ba)");
-            expect(l, mixer, "conv");
-            expect(l, mixer, "delta rule");
-            expect(l, mixer, "gated norm");
+            if (ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) expect(l, mixer, "conv+rule+gated norm");
+            else expect(l, mixer, "conv"), expect(l, mixer, "delta rule"), expect(l, mixer, "gated norm");
             expect(l, mixer, "out_proj");
         } else {
             expect(l, mixer, "qkv_proj");
@@ -67,7 +66,7 @@ static void expected_ops(const fm_model *m, want_list *l) {
         expect(l, mixer, fused && !gdn ? "o_proj+add_norm" : "add_norm");
         const bool last = i + 1 == m->n_layers;
         const bool fuse_tail =
-            L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+            L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, 1);
         if (L->is_moe) {
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, 1);
             expect(l, ffn, beside ? "router, shared_expert" : "router");
@@ -102,10 +101,10 @@ static double weights_of(const fm_model *m, const char *kind, const char *op) {
     return w;
 }
 
-static void profile_model(const char *dir) {
+static void profile_model(const char *dir, const char *routes) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.max_seqs = 1, opt.ctx = 16, opt.max_tokens = 8;
+    opt.max_seqs = 1, opt.ctx = 16, opt.max_tokens = 8, opt.routes = routes;
     fm_model *m = NULL;
     fm_error err = {{0}};
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
@@ -127,7 +126,7 @@ static void profile_model(const char *dir) {
     fm_profile prof;
     fm_op_profile *op = calloc(1, sizeof *op);
     assert_non_null(op);
-    assert_int_equal(fm_step_profile_ops(ctx, 1, false, FM_ATTN_PAGED, &prof, op, &err), FM_OK);
+    assert_int_equal(fm_step_profile_ops(ctx, 1, false, FM_ATTN_DECODE, &prof, op, &err), FM_OK);
 
     want_list want;
     expected_ops(m, &want);
@@ -162,17 +161,25 @@ static void profile_model(const char *dir) {
 
 static void test_qwen3_moe(void **state) {
     (void)state;
-    profile_model("tests/models/qwen3-moe-f32");
+    profile_model("tests/models/qwen3-moe-f32", NULL);
 }
 
 static void test_mixtral(void **state) {
     (void)state;
-    profile_model("tests/models/mixtral-f32-sharded");
+    profile_model("tests/models/mixtral-f32-sharded", NULL);
 }
 
 static void test_qwen3_next(void **state) {
     (void)state;
-    profile_model("tests/models/qwen3-next-f32");
+    profile_model("tests/models/qwen3-next-f32", NULL);
+}
+
+/* route decode.fused: the Gated DeltaNet's conv, rule and gated norm as one op (one row), the o projection with its
+ * add and norm, the MoE tails that have no shared expert */
+static void test_fused_routes(void **state) {
+    (void)state;
+    profile_model("tests/models/qwen3-next-f32", "decode.fused=on");
+    profile_model("tests/models/qwen3-moe-f32", "decode.fused=on");
 }
 
 int main(void) {
@@ -180,6 +187,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_moe),
         cmocka_unit_test(test_mixtral),
         cmocka_unit_test(test_qwen3_next),
+        cmocka_unit_test(test_fused_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,11 +27,11 @@ test_s=$(( $(date +%s) - t0 ))
 # parity, generation, Qwen3-Next, offload, ...): each fits one 10-minute device call; the default runs both
 part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
-    ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc \
+    ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc mixed_tiled_rc \
     ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
     prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
-    gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem \
+    gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem gpu_mixed_tiled \
     gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
     gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
@@ -74,8 +74,8 @@ FM_TEST_FILTER='test_moe_w4a8*' timeout 300 ./build/tests/gpu/test_cuda_ops --ro
     >"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc=$?
 FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --route router.fused=on \
     >>"$out/gpu_ops_decode_routes.log" 2>&1; ops_decode_routes_rc="$ops_decode_routes_rc, $?"
-# the fused ops of a decode step (route decode.fused): each = the GPU's own unfused chain bit for bit, and the CPU
-# reference within the op's bound; then without PDL
+# the fused ops of a decode step (route decode.fused: moe_add_rmsnorm, linear_add_rmsnorm, gdn_decode_fused): each = the
+# GPU's own unfused chain bit for bit, and the CPU reference within the op's bound; then without PDL
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused >"$out/gpu_ops_fused.log" 2>&1; fused_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, pdl=off $?"
 fi
@@ -99,6 +99,11 @@ fused_generate_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prefix_cache >"$out/gpu_prefix.log" 2>&1; prefix_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_mixed_steps >"$out/gpu_mixed.log" 2>&1; mixed_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_warmup >"$out/gpu_warmup.log" 2>&1; warmup_rc=$?
+# the same two with the prompt chunks' attention on the tiled kernel (route paged.tiled)
+timeout 300 ./build/tests/gpu/test_cuda_mixed_steps --route paged.tiled=on >"$out/gpu_mixed_tiled.log" 2>&1
+mixed_tiled_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_prefix_cache --route paged.tiled=on >>"$out/gpu_mixed_tiled.log" 2>&1
+mixed_tiled_rc="$mixed_tiled_rc, prefix cache $?"
 timeout 300 ./build/tests/gpu/test_cuda_prequant >"$out/gpu_prequant.log" 2>&1; prequant_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prequant_models >"$out/gpu_prequant_models.log" 2>&1; prequant_models_rc=$?
 timeout 120 ./build/tests/gpu/test_cuda_requantized >"$out/gpu_requantized.log" 2>&1; requant_rc=$?
@@ -139,6 +144,11 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     FM_TEST_FILTER='test_gdn_recurrent*' compute-sanitizer --tool racecheck --error-exitcode 3 \
         ./build/tests/gpu/test_cuda_qnext >"$out/racecheck_qnext.log" 2>&1
     m="$m, Qwen3-Next racecheck $?"
+    # the tiled paged-attention kernel (its stage ring shared by the CTA's 4 warps): racecheck with an error exit code
+    # (the whole program's racecheck below counts hazards by name instead); memcheck covers it in the run above
+    FM_TEST_FILTER='test_paged*' compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops \
+        >"$out/racecheck_paged_tiled.log" 2>&1
+    m="$m, paged attention racecheck $?"
     # cuBLASLt's own kernels (nvjet_*, the W8A8 GEMMs) synchronise through mbarriers, which racecheck does not
     # model: it reports hazards inside them (bench/NOTES.md, 2026-11-30). Excluding them by name made the sanitizer
     # fail internally, so every kernel is checked and the hazards are counted apart: ours must be zero.
@@ -166,6 +176,7 @@ echo "| CUDA W4A8 MoE tests, tiles forced to 16 / 32 / 64 rows | rc $ops_tile16_
 echo "| CUDA W4A8 MoE tests on the grouped GEMM at every T (--route moe.gemv=off) | rc $ops_nomoegemv_rc, $(grep -c ' err ' "$out/gpu_ops_nomoegemv.log") comparisons |"
 echo "| CUDA W4A8 GEMM tests, codes forced to registers / the stage ring (+ dense) | rc $ops_codes_regs_rc / $ops_codes_smem_rc, $(grep -c ' err ' "$out/gpu_ops_codes_regs.log") / $(grep -c ' err ' "$out/gpu_ops_codes_smem.log") comparisons |"
 echo "| CUDA MoE GEMVs up to 64 pairs, router fused up to T = 8 (--route moe.gemv=64 --route router.fused=on) | rc $ops_decode_routes_rc, $(grep -c ' err ' "$out/gpu_ops_decode_routes.log") comparisons |"
+echo "| CUDA paged attention, prompt chunks on the tiled kernel (attention_paged_runs, in the op tests) | $(grep -c 'attention_paged_runs.* err ' "$out/gpu_ops.log") comparisons, worst err $(grep 'attention_paged_runs' "$out/gpu_ops.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1); mixed steps + prefix cache with --route paged.tiled=on rc $mixed_tiled_rc |"
 echo "| CUDA fused decode ops = the unfused chain (decode.fused; then pdl=off) | rc $fused_rc, $(grep -c 'bit for bit' "$out/gpu_ops_fused.log") bitwise cases, worst err vs cpu $(grep -oE 'err [0-9.e-]+' "$out/gpu_ops_fused.log" | sort -g -k2 | tail -1) |"
 echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| CUDA attention tests on the mma.sync kernel (--route attention.kernel=mma) | rc $ops_att_mma_rc, $(grep -c 'attention ' "$out/gpu_ops_att_mma.log") comparisons |"

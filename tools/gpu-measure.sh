@@ -6,7 +6,8 @@
 # back 8 files at most) and a short markdown table is printed last.
 #
 #   PART=decode|prefill|serve|load|all  what to run (default all: more than one 10-minute call on the H200);
-#                 serve-cache (the prefix cache's two servers) and serve-steps (mixed steps, the baseline) split serve
+#                 serve-cache (the prefix cache's two servers) and serve-steps (mixed steps, the baseline) split serve;
+#                 serve-tiled: serve-steps' arrivals and 64-client rows with --route paged.tiled=on (not in all)
 #   BASE=DIR      the baseline: DIR/fp8moe (commit 6b1cdda: its bench is inside fp8moe; a newer pair has
 #                 fp8moe-bench beside it). BASE_SRC=TARBALL builds DIR first when DIR/fp8moe is missing
 #                 (`git archive 6b1cdda -- src include bench Makefile | xz >.carry/base-src.tar.xz`)
@@ -31,8 +32,8 @@ backend=${BACKEND:-cuda}
 smoke=${SMOKE:-0}
 dry=${DRY:-0}
 here=$(cd "$(dirname "$0")/.." && pwd)
-case "$part" in decode | prefill | serve | serve-cache | serve-steps | load | all) ;;
-*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, load or all" >&2; exit 2 ;;
+case "$part" in decode | prefill | serve | serve-cache | serve-steps | serve-tiled | load | all) ;;
+*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, serve-tiled, load or all" >&2; exit 2 ;;
 esac
 work=$(mktemp -d /tmp/gpu-measure.XXXXXX)
 logs=$work/logs-$part
@@ -133,6 +134,8 @@ part_decode() {
         decode_rows "decode_new_r$r"
         run "decode_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=on
         decode_rows "decode_fused_r$r"
+        run "decode_unfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=off
+        decode_rows "decode_unfused_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object
@@ -191,14 +194,17 @@ part_prefill() {
     echo >>"$table"
 }
 
-# serve_rows LABEL: the client tables of a serve_bench.sh log
+# serve_rows LABEL: the client tables of a serve_bench.sh log, and its FAILED lines (a row with more than 1% of its
+# requests failed, or none completed: the client exits 1, so `run` lists it under failures too)
 serve_rows() {
     [ "$dry" = 1 ] && return 0
-    { echo "#### $1"; echo; grep -E '^(model |\|)' "$logs/$1.log"; echo; } >>"$table"
+    { echo "#### $1"; grep -E '^(model |\||FAILED |$)' "$logs/$1.log" | sed 's/^model /\nmodel /' | cat -s; echo; } >>"$table"
 }
 
 part_serve() {
-    local opts=("${serve_model[@]}" "${serve_preset[@]}" --max-seqs "$seqs" --ctx "$ctx")
+    # the per-client connection cap said outright: the baseline's default is 64, and 64 clients from one address
+    # against it are reset
+    local opts=("${serve_model[@]}" "${serve_preset[@]}" --max-seqs "$seqs" --ctx "$ctx" --max-conns-per-client 256)
     local sb="$here/bench/serve_bench.sh" py=(env SERVE_BENCH_PY=1)
     local prefix_run=(--vocab "$vocab" --clients "$seqs" --workload shared-prefix --prefix-tokens "$prefix" --prompt-tokens "$question"
         --max-tokens "$new_tok" --duration "$serve_s")
@@ -209,6 +215,12 @@ part_serve() {
     local load_run=(--vocab "$vocab" --clients "$load_clients" --prompt-tokens "$load_prompt" --max-tokens "$load_new" --duration "$serve_s")
     echo "### serve (bench/serve_bench.sh, Python client; $serve_s s a row)" >>"$table"
     echo >>"$table"
+    if [ "$part" = serve-tiled ]; then # the prompt chunks' attention on the tiled kernel, against serve-steps' rows
+        run serve_steps_tiled 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --route paged.tiled=on \
+            -- "${arrivals_run[@]}" -- "${load_run[@]}"
+        serve_rows serve_steps_tiled
+        return 0
+    fi
     if [ "$part" != serve-steps ]; then
         # the prefix cache: shared system prompt and a second turn, with and without the cache (one load each)
         run serve_cache 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" -- "${prefix_run[@]}" \

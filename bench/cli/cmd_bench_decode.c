@@ -232,7 +232,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         m->context->kv->tables_dirty = true;
         if (!st) st = fm_step_stage(m->context, ids, seq, pos, B, &err);
         if (!st)
-            st = fm_step_profile_ops(m->context, B, false, FM_ATTN_PAGED, &row->prof, a->per_op ? &row->ops : NULL,
+            st = fm_step_profile_ops(m->context, B, false, FM_ATTN_DECODE, &row->prof, a->per_op ? &row->ops : NULL,
                                      &err);
         free(pos);
     }

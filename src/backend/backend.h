@@ -285,6 +285,13 @@ typedef struct fm_backend_ops {
                             const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
                             const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
                             void *scratch, void *out);
+    /* attention_paged for a step that holds prompt chunks (route paged.tiled): the same arguments and results (within
+     * the op's bound), the rows of runs (a row whose neighbour in the step has its sequence) on a kernel tiled over
+     * query rows that reads each K and V tile once for several tokens. The CPU's is its attention_paged. */
+    void (*attention_paged_runs)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                 const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                                 const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                                 void *scratch, void *out);
     /* Routing from router logits [T, E]: top-k expert ids [T, k] (int32) and weights [T, k] (act dtype). */
     void (*route)(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                   bool norm_topk, void *ids, void *weights);
@@ -394,6 +401,17 @@ typedef struct fm_backend_ops {
      * grouped columns; core and out [T, nv dv], w [dv]. */
     void (*gdn_norm_gate)(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
                           fm_gdn_shape g, float eps, void *out);
+    /* A decode step's Gated DeltaNet in one op (route decode.fused): exactly gdn_conv(qkvz, conv, T, g, conv_states,
+     * tok_seq, tok_pos, qkv), gdn_recurrent(qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core), then
+     * gdn_norm_gate(core, qkvz, norm, T, g, eps, out). For decode rows only: each row a token of its own sequence,
+     * or, where the ops take them (cuda: gdn.cuh), a padding row (row 0's sequence and position again, no state
+     * changed, its output finite and meaningless); the cpu backend stops on two rows of one sequence. It may keep the
+     * conv output and the rule's output on chip: qkv [T, C] and core [T, nv dv] are scratch, left unspecified; out
+     * may be qkv. NULL where a backend has none. */
+    void (*gdn_decode_fused)(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv,
+                             const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
+                             fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
+                             const void *tok_pos, void *qkv, void *core, void *out);
 } fm_backend_ops;
 
 struct fm_backend {

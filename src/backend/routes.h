@@ -75,6 +75,7 @@ typedef struct fm_routes {
     int32_t shared_stream;    /* shared.stream: fm_route_switch */
     int32_t expert_prefetch;  /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
     int32_t decode_fused;     /* decode.fused: fm_route_switch */
+    int32_t paged_tiled;      /* paged.tiled: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -183,11 +184,20 @@ bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16)
 /* The attention layers of a step over the paged KV cache run qk_norm_rope_store (the k and v stored by the RoPE
  * kernel) rather than qk_norm_rope and kv_store: one launch fewer per attention layer. */
 bool fm_routes_rope_store(const fm_routes *r);
-/* The fused ops of a step (decode.fused): the MoE block's combine with the residual add and the next RMSNorm in one
- * kernel (moe_add_rmsnorm), the o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA). Default off:
- * compiled and tested against the CPU reference, not yet measured on a GPU (bench/NOTES.md 2026-12-05, "a decode step's
- * kernels, from the code"). */
-bool fm_routes_decode_fused(const fm_routes *r);
+/* A step that holds a prompt chunk runs attention_paged_runs (backend.h) in place of attention_paged: the chunks'
+ * rows on the tiled kernel, whose CTAs share each K and V tile among several tokens' query rows
+ * (attention_paged_tiled.cu); the decode rows keep the split kernel. `auto` is `off` until measured. */
+bool fm_routes_attention_paged_tiled(const fm_routes *r);
+/* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
+ * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
+ * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).
+ * The o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA adds and normalises the rows): only when
+ * on (with it, fp8 + w8a8 at B = 8 lost 3.3 %: the tail normalises the rows in one CTA). */
+bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
+bool fm_routes_fused_o_proj(const fm_routes *r);
+/* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): only when on (compiled and
+ * tested against the chain, not yet measured: bench/NOTES.md 2026-12-05, "Qwen3-Next's decode step, fused"). */
+bool fm_routes_fused_gdn(const fm_routes *r);
 /* A pass of T rows runs the shared expert on the backend's second stream (shared.stream: unless off), and the rows
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,
  * decode batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms (bench/NOTES.md 2026-12-02, "a side stream in the

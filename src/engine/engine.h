@@ -177,6 +177,9 @@ typedef enum fm_attn_mode {
     FM_ATTN_NO_CACHE, /* positions 0..T-1 of one sequence, nothing kept: prompt logits, perplexity */
     FM_ATTN_FRESH,    /* one sequence from position 0: the contiguous kernel, K and V stored for later steps */
     FM_ATTN_PAGED,    /* any tokens at any positions: attention over the paged cache (decode, prefill chunks) */
+    FM_ATTN_DECODE,   /* as paged, the rows a decode step's: each a token of its own sequence, or a padding row (a
+                         copy of row 0, generate.c); the Gated DeltaNet then runs as one op (gdn_decode_fused) under
+                         route decode.fused */
 } fm_attn_mode;
 fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);

@@ -278,19 +278,29 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
     op_mark(tm, FM_STAGE_ATTN_PROJ, "in_proj (qkvz, ba)",
             fm_op_bytes_linear(m, L->gdn_qkvz, T, H, fm_gdn_qkvz_width(g)) +
                 fm_op_bytes_linear(m, L->gdn_ba, T, H, 2 * (int64_t)g.nv));
-    ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL, b.qkv);
-    dump(be, "gdn_conv", l, b.qkv, T * fm_gdn_channels(g));
-    op_split(tm, FM_STAGE_GDN, "conv", fm_op_bytes_gdn_conv(m, l, T, cached));
-    if (attn == FM_ATTN_PAGED)
-        ops->gdn_recurrent(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, kv->tok_seq, kv->tok_pos,
-                           b.att);
-    else
-        ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
-                         b.att);
-    op_split(tm, FM_STAGE_GDN, "delta rule", fm_op_bytes_gdn_rule(m, T, cached, attn == FM_ATTN_PAGED));
-    ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
-    dump(be, "gdn_rule", l, b.qkv, T * (int64_t)g.nv * g.dv);
-    op_mark(tm, FM_STAGE_GDN, "gated norm", fm_op_bytes_act(m, T, nvdv, 2, 1));
+    if (attn == FM_ATTN_DECODE && ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) {
+        /* route decode.fused: the conv, the rule and the gated norm of a decode step's rows as one op */
+        ops->gdn_decode_fused(be, b.proj, b.gates, L->gdn_conv, L->gdn_a_log, L->gdn_dt_bias, L->gdn_norm, T, g,
+                              c->rms_norm_eps, conv, rec, kv->tok_seq, kv->tok_pos, b.qkv, b.att, b.qkv);
+        dump(be, "gdn_decode", l, b.qkv, T * nvdv);
+        op_mark(tm, FM_STAGE_GDN, "conv+rule+gated norm", fm_op_bytes_gdn_decode_fused(m, l, T));
+    } else {
+        const bool paged = attn == FM_ATTN_PAGED || attn == FM_ATTN_DECODE;
+        ops->gdn_conv(be, b.proj, L->gdn_conv, T, g, conv, cached ? kv->tok_seq : NULL, cached ? kv->tok_pos : NULL,
+                      b.qkv);
+        dump(be, "gdn_conv", l, b.qkv, T * fm_gdn_channels(g));
+        op_split(tm, FM_STAGE_GDN, "conv", fm_op_bytes_gdn_conv(m, l, T, cached));
+        if (paged)
+            ops->gdn_recurrent(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, kv->tok_seq, kv->tok_pos,
+                               b.att);
+        else
+            ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
+                             b.att);
+        op_split(tm, FM_STAGE_GDN, "delta rule", fm_op_bytes_gdn_rule(m, T, cached, paged));
+        ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
+        dump(be, "gdn_rule", l, b.qkv, T * nvdv);
+        op_mark(tm, FM_STAGE_GDN, "gated norm", fm_op_bytes_act(m, T, nvdv, 2, 1));
+    }
     ops->linear(be, L->gdn_out, 0, b.qkv, T, m->plan.a_dense, b.y);
     op_mark(tm, FM_STAGE_ATTN_PROJ, "out_proj", fm_op_bytes_linear(m, L->gdn_out, T, nvdv, H));
 }
@@ -309,6 +319,16 @@ static void tensor_parallel_sum(fm_context *ctx, void *y, int64_t n) {
     else if (m->plan.act_bf16 && !bf16_buffers) fm_round_bf16_array((float *)y, n);
 }
 
+/* The staged step (h_idx: T sequence ids, then T positions) holds a run: two neighbouring rows of one sequence at
+ * consecutive positions, i.e. a prompt chunk (a decode graph's padding rows repeat row 0's position: not a run). A
+ * step without one, every decode step among them, keeps attention_paged as it is under route paged.tiled. */
+static bool step_has_run(const int32_t *h_idx, int64_t T) {
+    const int32_t *seq = h_idx, *pos = h_idx + T;
+    for (int64_t t = 0; t + 1 < T; t++)
+        if (seq[t + 1] == seq[t] && pos[t + 1] == pos[t] + 1) return true;
+    return false;
+}
+
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
@@ -324,6 +344,7 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     const int64_t nqkv = T * (nh + 2 * nkv) * hd;
     const fw_buffers b = *ctx->bufs;
     const fm_kv_state *kv = ctx->kv;
+    const bool paged = attn == FM_ATTN_PAGED || attn == FM_ATTN_DECODE;
     ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
     if (c->attn_output_gate) dump(be, "q|gate,k,v", l, b.proj, T * (2 * nh + 2 * nkv) * hd);
     else dump(be, "qkv", l, b.qkv, nqkv);
@@ -361,13 +382,16 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
             ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
             op_split(tm, FM_STAGE_ATTENTION, "kv_store", fm_op_bytes_act(m, T, kv_w, 1, 1));
         }
-        if (attn == FM_ATTN_PAGED)
-            ops->attention_paged(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
-                                 kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
+        if (paged)
+            (attn == FM_ATTN_PAGED && step_has_run(kv->h_idx, T) && fm_routes_attention_paged_tiled(&m->routes)
+                 ? ops->attention_paged_runs
+                 : ops->attention_paged)(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
+                                         kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch,
+                                         b.att);
     }
-    if (attn != FM_ATTN_PAGED) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
+    if (!paged) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
     /* the K and V read: each row's up to its position in the paged cache, the pass's own rows otherwise */
-    const int32_t *pos = attn == FM_ATTN_PAGED ? kv->h_idx + T : NULL;
+    const int32_t *pos = paged ? kv->h_idx + T : NULL;
     op_split(tm, FM_STAGE_ATTENTION, "attention", fm_op_bytes_attention(m, T, pos));
     if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
     dump(be, "attention", l, b.att, T * nh * hd);
@@ -450,7 +474,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         op_mark(tm, FM_STAGE_OTHER, l == 0 ? "attn_norm" : NULL, fm_op_bytes_act(m, T, H, 1, 1));
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
-                             fm_routes_decode_fused(&m->routes);
+                             fm_routes_fused_o_proj(&m->routes);
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
         else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
@@ -465,7 +489,7 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         if (tm) tm->kind = L->is_moe ? "moe" : "dense";
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
         const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&
-                               ops->moe_add_rmsnorm && fm_routes_decode_fused(&m->routes);
+                               ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, T);
         if (L->is_moe) {
             /* the shared expert beside the router and the routed experts (route shared.stream), else after them */
             const bool beside = L->shared_gate_up && fm_routes_shared_stream(&m->routes, T);

@@ -44,7 +44,7 @@ typedef struct decode_ctx {
 static fm_status forward_body(void *user, fm_error *err) {
     (void)err;
     const decode_ctx *d = user;
-    fm_step_device(d->ctx, d->B, false, FM_ATTN_PAGED);
+    fm_step_device(d->ctx, d->B, false, FM_ATTN_DECODE);
     return FM_OK;
 }
 

@@ -57,3 +57,13 @@ double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, bool cached, bool page
     return fm_op_bytes_act(m, T, fm_gdn_channels(g) + 2 * g.nv, 1, 0) +
            fm_op_bytes_act(m, T, (int64_t)g.nv * g.dv, 0, 1) + states * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
 }
+
+double fm_op_bytes_gdn_decode_fused(const fm_model *m, int32_t l, int64_t T) {
+    const fm_gdn_shape g = fm_gdn_shape_of(&m->cfg);
+    const int64_t C = fm_gdn_channels(g), nvdv = (int64_t)g.nv * g.dv;
+    const double conv_state = (double)T * 2.0 * 4.0 * (double)fm_gdn_conv_state_elems(g); /* fp32, read and written */
+    const double rec_state = (double)T * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
+    /* q | k | v and z of qkvz, b and a in; the normed row out */
+    return bank(m, m->layers[l].gdn_conv) + fm_op_bytes_act(m, T, C + nvdv + 2 * (int64_t)g.nv, 1, 0) +
+           fm_op_bytes_act(m, T, nvdv, 0, 1) + conv_state + rec_state;
+}

@@ -55,7 +55,8 @@ static void cached_vs_prefill_routes(const char *dir, fm_preset preset, double b
     /* the case's routes, then the command line's (--route): later keys win, so a forced route applies and the
        case's other keys stay */
     char all[256];
-    snprintf(all, sizeof all, "%s%s%s", routes, gpu_test_routes() ? "," : "", gpu_test_routes() ? gpu_test_routes() : "");
+    snprintf(all, sizeof all, "%s%s%s", routes, gpu_test_routes() ? "," : "",
+             gpu_test_routes() ? gpu_test_routes() : "");
     fm_model *m = load(dir, preset, false, 2, all);
     const int32_t V = fm_model_vocab_size(m);
     int32_t ids[N], seqs[N], pos[N];

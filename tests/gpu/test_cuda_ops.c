@@ -350,6 +350,45 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int32_t urand_below(int32_t n) { return (int32_t)((frand() * 0.5f + 0.5f) * (float)n) % n; }
 
+/* The blocks, cache rows and queries of a case whose sequences (p->nseq, p->len) and step rows (p->T, p->seq, p->pos)
+ * are set: shuffled block ids (3 spare blocks never used), every sequence's history rows, each row's query the history
+ * row of its position. */
+static void paged_fill(gpu_paged *p) {
+    const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
+    int32_t longest = 0;
+    for (int32_t s = 0; s < p->nseq; s++) longest = p->len[s] > longest ? p->len[s] : longest, p->hist += p->len[s];
+    if (p->max_len < longest)
+        fail_msg("paged case: max_len %lld below the longest sequence %d", (long long)p->max_len, longest);
+    p->max_blocks = (int32_t)ceil_div(longest, p->bt);
+    p->n_blocks = 3;
+    for (int32_t s = 0; s < p->nseq; s++) p->n_blocks += (int32_t)ceil_div(p->len[s], p->bt);
+    int32_t *perm = malloc((size_t)p->n_blocks * sizeof *perm);
+    for (int32_t i = 0; i < p->n_blocks; i++) perm[i] = i;
+    for (int32_t i = p->n_blocks - 1; i > 0; i--) {
+        const int32_t j = urand_below(i + 1), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    p->tables = malloc((size_t)p->nseq * p->max_blocks * sizeof *p->tables);
+    for (int32_t s = 0, k = 0; s < p->nseq; s++)
+        for (int32_t b = 0; b < p->max_blocks; b++)
+            p->tables[s * p->max_blocks + b] = b * p->bt < p->len[s] ? perm[k++] : -1;
+    free(perm);
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    p->first = malloc((size_t)p->nseq * sizeof *p->first);
+    p->hist_pos = malloc((size_t)p->hist * sizeof *p->hist_pos),
+    p->hist_slot = malloc((size_t)p->hist * sizeof *p->hist_slot);
+    for (int32_t s = 0, k = 0; s < p->nseq; s++) {
+        p->first[s] = k;
+        for (int32_t i = 0; i < p->len[s]; i++, k++)
+            p->hist_pos[k] = i, p->hist_slot[k] = p->tables[s * p->max_blocks + i / p->bt] * p->bt + i % p->bt;
+    }
+    p->hist_rows = rand_array(p->hist * ld, 2.0f);
+    p->q_rows = malloc((size_t)(p->T * ld) * sizeof *p->q_rows);
+    for (int64_t t = 0; t < p->T; t++)
+        memcpy(p->q_rows + t * ld, p->hist_rows + (int64_t)(p->first[p->seq[t]] + p->pos[t]) * ld,
+               (size_t)ld * sizeof(float));
+}
+
 /* lengths: the longest is max_ctx, one ends at a block boundary, the others random; tokens: a decode token at the
  * end of each of the first min(T, nseq) sequences, the rest a prefill chunk of consecutive positions at the end of
  * sequence 0 (its cached prefix before it) */
@@ -364,43 +403,41 @@ static gpu_paged paged_make(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int3
     if (p.nseq > 1) p.len[p.nseq - 2] = max_ctx >= 32 ? (max_ctx / 32) * 16 : 16; /* ends at a block boundary */
     const int64_t chunk = T - p.nseq + 1;                                         /* sequence 0's tokens in the call */
     if (p.len[0] < chunk) p.len[0] = (int32_t)chunk;
-    int32_t longest = 0;
-    for (int32_t s = 0; s < p.nseq; s++) longest = p.len[s] > longest ? p.len[s] : longest, p.hist += p.len[s];
-    if (p.max_len < longest)
-        fail_msg("paged case: max_len %lld below the longest sequence %d", (long long)max_len, longest);
-    p.max_blocks = (int32_t)ceil_div(longest, p.bt);
-    /* shuffled block ids, 3 spare blocks never used */
-    p.n_blocks = 3;
-    for (int32_t s = 0; s < p.nseq; s++) p.n_blocks += (int32_t)ceil_div(p.len[s], p.bt);
-    int32_t *perm = malloc((size_t)p.n_blocks * sizeof *perm);
-    for (int32_t i = 0; i < p.n_blocks; i++) perm[i] = i;
-    for (int32_t i = p.n_blocks - 1; i > 0; i--) {
-        const int32_t j = urand_below(i + 1), x = perm[i];
-        perm[i] = perm[j], perm[j] = x;
-    }
-    p.tables = malloc((size_t)p.nseq * p.max_blocks * sizeof *p.tables);
-    for (int32_t s = 0, k = 0; s < p.nseq; s++)
-        for (int32_t b = 0; b < p.max_blocks; b++)
-            p.tables[s * p.max_blocks + b] = b * p.bt < p.len[s] ? perm[k++] : -1;
-    free(perm);
-    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
-    p.first = malloc((size_t)p.nseq * sizeof *p.first);
-    p.hist_pos = malloc((size_t)p.hist * sizeof *p.hist_pos),
-    p.hist_slot = malloc((size_t)p.hist * sizeof *p.hist_slot);
-    for (int32_t s = 0, k = 0; s < p.nseq; s++) {
-        p.first[s] = k;
-        for (int32_t i = 0; i < p.len[s]; i++, k++)
-            p.hist_pos[k] = i, p.hist_slot[k] = p.tables[s * p.max_blocks + i / p.bt] * p.bt + i % p.bt;
-    }
-    p.hist_rows = rand_array(p.hist * ld, 2.0f);
     p.seq = malloc((size_t)T * sizeof *p.seq), p.pos = malloc((size_t)T * sizeof *p.pos);
     int64_t t = 0;
     for (int32_t s = 1; s < p.nseq; s++) p.seq[t] = s, p.pos[t] = p.len[s] - 1, t++;
     for (int64_t i = 0; i < chunk; i++) p.seq[t] = 0, p.pos[t] = (int32_t)(p.len[0] - chunk + i), t++;
-    p.q_rows = malloc((size_t)(T * ld) * sizeof *p.q_rows);
-    for (t = 0; t < T; t++)
-        memcpy(p.q_rows + t * ld, p.hist_rows + (int64_t)(p.first[p.seq[t]] + p.pos[t]) * ld,
-               (size_t)ld * sizeof(float));
+    paged_fill(&p);
+    return p;
+}
+
+/* A mixed step as the scheduler makes it: a prompt chunk of `chunk` rows of sequence 0 after a cached prefix of
+ * `prefix` tokens, then (chunk2 > 0) a chunk of chunk2 rows of sequence 1 after a prefix of 5 tokens, then a decode
+ * row of each of n_dec other sequences (contexts up to 700); decode_first puts the decode rows before the chunks. */
+static gpu_paged paged_make_step(int32_t nh, int32_t nkv, int32_t hd, int32_t chunk, int32_t prefix, int32_t chunk2,
+                                 int32_t n_dec, bool decode_first) {
+    gpu_paged p;
+    memset(&p, 0, sizeof p);
+    p.nh = nh, p.nkv = nkv, p.hd = hd, p.bt = 16, p.T = chunk + chunk2 + n_dec;
+    const int32_t first_dec = chunk2 > 0 ? 2 : 1;
+    p.nseq = first_dec + n_dec;
+    p.len = malloc((size_t)p.nseq * sizeof *p.len);
+    p.len[0] = prefix + chunk;
+    if (chunk2 > 0) p.len[1] = 5 + chunk2;
+    for (int32_t s = first_dec; s < p.nseq; s++) p.len[s] = 1 + urand_below(700);
+    p.max_len = 0;
+    for (int32_t s = 0; s < p.nseq; s++) p.max_len = p.len[s] > p.max_len ? p.len[s] : p.max_len;
+    p.seq = malloc((size_t)p.T * sizeof *p.seq), p.pos = malloc((size_t)p.T * sizeof *p.pos);
+    int64_t t = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == (decode_first ? 0 : 1))
+            for (int32_t s = first_dec; s < p.nseq; s++) p.seq[t] = s, p.pos[t] = p.len[s] - 1, t++;
+        else {
+            for (int32_t i = 0; i < chunk; i++) p.seq[t] = 0, p.pos[t] = prefix + i, t++;
+            for (int32_t i = 0; i < chunk2; i++) p.seq[t] = 1, p.pos[t] = 5 + i, t++;
+        }
+    }
+    paged_fill(&p);
     return p;
 }
 
@@ -436,8 +473,10 @@ typedef struct paged_out {
 } paged_out;
 
 /* fused: the history through qk_norm_rope_store, and the queries through it with every slot -1 (padding rows: nothing
- * stored), where the plain run has qk_norm_rope, kv_store and qk_norm_rope */
-static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused) {
+ * stored), where the plain run has qk_norm_rope, kv_store and qk_norm_rope; runs: attention_paged_runs (the rows of
+ * prompt chunks on the tiled kernel) in place of attention_paged */
+static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused,
+                           bool runs) {
     const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, n_slots = (int64_t)p->n_blocks * p->bt;
     paged_out r;
@@ -465,8 +504,8 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
     void *sbase, *scratch = gpu_guarded(be, sn, &sbase);
     void *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
-    be->ops->attention_paged(be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len,
-                             sb ? scratch : NULL, o);
+    (runs ? be->ops->attention_paged_runs : be->ops->attention_paged)(
+        be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len, sb ? scratch : NULL, o);
     r.att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged");
     free(fetch_with_guards(be, sbase, sn, "attention_paged scratch"));
     r.kc = fetch_with_guards(be, kbase, n_slots * row, "kv_store k_cache");
@@ -502,22 +541,20 @@ static void expect_cache_holds(const gpu_paged *p, const paged_out *r, const cha
 /* CUDA vs CPU for one case and plan; bounds: the roped history and the attention output as the contiguous ops
  * (reduction_bound: 1e-2 bf16, where the GPU also rounds P to bf16 for the P V product and the two backends' roped
  * q/k may differ by a bf16 ulp; 1e-5 fp32); kv_store exact on each backend against its own roped rows. */
-static void paged_case_gpu(fm_preset preset, int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx,
-                           int64_t max_len, bool norm) {
+static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *what) {
     both b = make(preset);
-    gpu_paged p = paged_make(nh, nkv, hd, T, max_ctx, max_len);
+    gpu_paged p = *pp;
+    const int32_t nh = p.nh, nkv = p.nkv, hd = p.hd;
+    const int64_t T = p.T;
     float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
-    paged_out r[3]; /* cpu, cuda, cuda with qk_norm_rope_store */
-    for (int i = 0; i < 3; i++) {
+    paged_out r[4]; /* cpu, cuda, cuda with qk_norm_rope_store, cuda with attention_paged_runs */
+    for (int i = 0; i < 4; i++) {
         fm_backend *be = b.be[i < 2 ? i : 1];
         fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL,
                 *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
-        r[i] = paged_run(be, &p, qb, kb, i == 2);
+        r[i] = paged_run(be, &p, qb, kb, i == 2, i == 3);
         if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
     }
-    char what[160];
-    snprintf(what, sizeof what, "paged %s nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d",
-             fm_preset_name(preset), nh, nkv, hd, (long long)T, max_ctx, (long long)max_len, p.nseq);
     for (int i = 0; i < 2; i++) expect_cache_holds(&p, &r[i], what, b.be[i]->ops->name);
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, cache = (int64_t)p.n_blocks * p.bt * nkv * hd;
     /* the fused op: the same bits as the two ops, padding rows storing nothing */
@@ -531,10 +568,21 @@ static void paged_case_gpu(fm_preset preset, int32_t nh, int32_t nkv, int32_t hd
     gpu_expect_close(r[1].roped, r[0].roped, p.hist * ld, reduction_bound(&b), w2);
     snprintf(w2, sizeof w2, "attention_paged %s", what);
     gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
-    for (int i = 0; i < 3; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
+    snprintf(w2, sizeof w2, "attention_paged_runs %s", what); /* the tiled kernel for the chunk's rows (bf16) */
+    gpu_expect_close(r[3].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
+    for (int i = 0; i < 4; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
     free(qn), free(kn);
-    paged_free(&p);
     destroy(&b);
+}
+
+static void paged_case_gpu(fm_preset preset, int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx,
+                           int64_t max_len, bool norm) {
+    gpu_paged p = paged_make(nh, nkv, hd, T, max_ctx, max_len);
+    char what[160];
+    snprintf(what, sizeof what, "paged %s nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d",
+             fm_preset_name(preset), nh, nkv, hd, (long long)T, max_ctx, (long long)max_len, p.nseq);
+    paged_check(preset, &p, norm, what);
+    paged_free(&p);
 }
 
 /* T = 1, 3, 17, 64 with the Qwen3-30B-A3B head shape (32/4 x 128) at contexts up to 3000 (splits from 1 to the
@@ -558,6 +606,32 @@ static void test_paged_attention(void **s) {
         paged_case_gpu(presets[pi], 32, 4, 128, 1, 1, 1, true);     /* one key */
         paged_case_gpu(presets[pi], 32, 4, 128, 1, 16, 2048, true); /* one block, many idle splits */
     }
+}
+
+/* The steps that hold prompt chunks (attention_paged and attention_paged_runs, whose tiled kernel takes the chunks'
+ * rows: paged_check), bf16: chunks of 1, 7, 64 and 300 rows after cached prefixes of 0, 37 and 1000 tokens, GQA 4 and 8
+ * at hd 64 and 128, alone and mixed with decode rows of other sequences (after them, or before them and a second chunk:
+ * a tile of the tiled kernel then spans two sequences' rows), against the CPU within the bound of the split kernel. */
+static void test_paged_chunks(void **s) {
+    (void)s;
+    const int32_t chunks[] = {1, 7, 64, 300}, prefixes[] = {0, 37, 1000}, hds[] = {64, 128}, groups[] = {4, 8};
+    for (int hi = 0; hi < 2; hi++)
+        for (int gi = 0; gi < 2; gi++)
+            for (int ci = 0; ci < 4; ci++)
+                for (int pi = 0; pi < 3; pi++)
+                    for (int mix = 0; mix < 3; mix++) {
+                        const int32_t nkv = hds[hi] == 64 ? 2 : 4, nh = nkv * groups[gi];
+                        /* 0: the chunk alone; 1: decode rows, then the chunk; 2: the chunk, a chunk of 9 rows of
+                           another sequence, then decode rows */
+                        const int32_t chunk2 = mix == 2 ? 9 : 0, n_dec = mix == 0 ? 0 : 3;
+                        gpu_paged p =
+                            paged_make_step(nh, nkv, hds[hi], chunks[ci], prefixes[pi], chunk2, n_dec, mix == 1);
+                        char what[160];
+                        snprintf(what, sizeof what, "paged step nh=%d nkv=%d hd=%d chunk=%d prefix=%d chunk2=%d dec=%d",
+                                 nh, nkv, hds[hi], chunks[ci], prefixes[pi], chunk2, n_dec);
+                        paged_check(FM_PRESET_REF, &p, true, what);
+                        paged_free(&p);
+                    }
 }
 
 /* The decode step under a CUDA graph: attention_paged (with qk_norm_rope and kv_store) captured once, then replayed
@@ -903,6 +977,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_linear_w8a8),
         cmocka_unit_test(test_linear_w8a8_sequence),
         cmocka_unit_test(test_paged_attention),
+        cmocka_unit_test(test_paged_chunks),
         cmocka_unit_test(test_paged_graph_replay),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */

@@ -12,6 +12,11 @@
  *   of Qwen3-30B-A3B (4096 -> 2048), q|k|v's 5120 rows (above the tail's 4096: the two ops), K 200 -> N 208; each
  *   fused call made twice in a row (the CTA counter left at zero for the next launch, as a graph replays it); bf16 and
  *   fp32 (ref, ref32) through the two ops. W8A8 bound vs the CPU: 5e-3 (test_cuda_ops.c's linear), 1e-2 after the norm.
+ *   gdn_decode_fused: the normed rows and both states (conv, recurrent) against the GPU's gdn_conv, gdn_recurrent and
+ *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
+ *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
+ *   (16 key heads, 32 value heads of 128, 4 taps) and two small odd ones, B = 1, 4 (3 + 1 padding row), 64, 64 (61 +
+ *   3 padding rows); every third sequence fresh; dk 256 (above the kernel's 128: the chain, through the same op).
  * Runs only where a GPU is present (make test-gpu); tools/gpu-check.sh runs it, and under compute-sanitizer. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -225,13 +230,142 @@ static void test_linear_add_rmsnorm_reference(void **s) {
     }
 }
 
+/* ---- gdn_decode_fused: a decode step's Gated DeltaNet (conv update, delta rule, gated norm) as one op ---- */
+
+/* One decode step's inputs: B rows, the first n real (distinct sequences of a pool of `slots`, every third at position
+ * 0, the others from random states), the rest padding rows (copies of row 0's sequence, position and inputs, as
+ * generate.c pads a graph's bucket). */
+typedef struct gdn_step {
+    fm_gdn_shape g;
+    int64_t B, n, slots, C, W, V;
+    float *qkvz, *ba, *conv_w, *a_log, *dt, *norm, *conv_st, *rec_st;
+    int32_t seq[72], pos[72];
+} gdn_step;
+
+static gdn_step make_step(fm_gdn_shape g, int64_t n, int64_t pad) {
+    gdn_step d = {.g = g, .B = n + pad, .n = n, .slots = n + 3};
+    d.C = fm_gdn_channels(g), d.W = fm_gdn_qkvz_width(g), d.V = (int64_t)g.nv * g.dv;
+    d.qkvz = rand_array(d.B * d.W, 1.0f), d.ba = rand_array(d.B * 2 * g.nv, 2.0f);
+    d.conv_w = rand_array(d.C * g.kernel, 0.5f), d.norm = rand_array(g.dv, 1.0f);
+    d.a_log = rand_array(g.nv, 1.0f), d.dt = rand_array(g.nv, 1.0f);
+    d.conv_st = rand_array(d.slots * fm_gdn_conv_state_elems(g), 1.0f);
+    d.rec_st = rand_array(d.slots * fm_gdn_rec_state_elems(g), 0.3f);
+    for (int64_t t = 0; t < n; t++)
+        d.seq[t] = (int32_t)((t * 5 + 2) % d.slots), d.pos[t] = t % 3 == 1 ? 0 : 1 + (int32_t)((frand() + 1.0f) * 60);
+    for (int64_t t = n; t < d.B; t++) {
+        d.seq[t] = d.seq[0], d.pos[t] = d.pos[0];
+        memcpy(d.qkvz + t * d.W, d.qkvz, (size_t)d.W * sizeof(float));
+        memcpy(d.ba + t * 2 * g.nv, d.ba, (size_t)(2 * g.nv) * sizeof(float));
+    }
+    return d;
+}
+
+static void free_step(gdn_step *d) {
+    free(d->qkvz), free(d->ba), free(d->conv_w), free(d->norm), free(d->a_log), free(d->dt);
+    free(d->conv_st), free(d->rec_st);
+}
+
+static void *upload_states(fm_backend *be, const float *x, int64_t n) {
+    void *p = be->ops->alloc(be, (size_t)n * sizeof(float));
+    assert_non_null(p);
+    be->ops->upload_raw(be, x, (size_t)n * sizeof(float), p);
+    return p;
+}
+
+static float *fetch_states(fm_backend *be, void *p, int64_t n) {
+    float *h = malloc((size_t)n * sizeof *h);
+    be->ops->download_raw(be, p, (size_t)n * sizeof(float), h);
+    be->ops->free(be, p);
+    return h;
+}
+
+/* The step's first `rows` rows on backend be, fused or as the chain; returns the normed rows and both states */
+static void run_gdn(fm_backend *be, const gdn_step *d, int64_t rows, bool fused, float **out, float **conv_st,
+                    float **rec_st) {
+    const fm_gdn_shape g = d->g;
+    const int64_t nc = d->slots * fm_gdn_conv_state_elems(g), nr = d->slots * fm_gdn_rec_state_elems(g);
+    fm_bank *cb = gpu_bank(be, d->conv_w, 1, d->C, g.kernel, be->plan.w_other, false);
+    fm_bank *al = gpu_bank(be, d->a_log, 1, 1, g.nv, be->plan.w_other, false);
+    fm_bank *dt = gpu_bank(be, d->dt, 1, 1, g.nv, be->plan.w_other, false);
+    fm_bank *nb = gpu_bank(be, d->norm, 1, 1, g.dv, be->plan.w_other, false);
+    void *zd = gpu_upload(be, d->qkvz, rows * d->W), *bad = gpu_upload(be, d->ba, rows * 2 * g.nv);
+    void *cs = upload_states(be, d->conv_st, nc), *rs = upload_states(be, d->rec_st, nr);
+    void *sd = be->ops->alloc(be, (size_t)rows * sizeof(int32_t)), *pd = be->ops->alloc(be, (size_t)rows * 4);
+    be->ops->upload_ids(be, d->seq, rows, sd), be->ops->upload_ids(be, d->pos, rows, pd);
+    void *qkv = be->ops->alloc(be, (size_t)(rows * d->C) * be->ops->act_size);
+    void *core = be->ops->alloc(be, (size_t)(rows * d->V) * be->ops->act_size), *base;
+    void *o = gpu_guarded(be, rows * d->V, &base);
+    if (fused) {
+        be->ops->gdn_decode_fused(be, zd, bad, cb, al, dt, nb, rows, g, 1e-6f, cs, rs, sd, pd, qkv, core, o);
+    } else {
+        be->ops->gdn_conv(be, zd, cb, rows, g, cs, sd, pd, qkv);
+        be->ops->gdn_recurrent(be, qkv, bad, al, dt, rows, g, rs, sd, pd, core);
+        be->ops->gdn_norm_gate(be, core, zd, nb, rows, g, 1e-6f, o);
+    }
+    *out = gpu_fetch(be, base, rows * d->V, "gdn output");
+    *conv_st = fetch_states(be, cs, nc), *rec_st = fetch_states(be, rs, nr);
+    be->ops->free(be, zd), be->ops->free(be, bad), be->ops->free(be, sd), be->ops->free(be, pd);
+    be->ops->free(be, qkv), be->ops->free(be, core);
+    be->ops->bank_free(be, cb), be->ops->bank_free(be, al), be->ops->bank_free(be, dt), be->ops->bank_free(be, nb);
+}
+
+static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_error err;
+    fm_backend *cpu = NULL, *gpu = NULL;
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    assert_non_null(gpu->ops->gdn_decode_fused);
+    gdn_step d = make_step(g, n, pad);
+    const int64_t nc = d.slots * fm_gdn_conv_state_elems(g), nr = d.slots * fm_gdn_rec_state_elems(g);
+    float *f[3], *c[3], *r[3]; /* output, conv states, recurrent states: fused GPU, chain GPU, CPU reference */
+    run_gdn(gpu, &d, d.B, true, &f[0], &f[1], &f[2]);
+    run_gdn(gpu, &d, d.B, false, &c[0], &c[1], &c[2]);
+    run_gdn(cpu, &d, d.n, true, &r[0], &r[1], &r[2]); /* the real rows: the cpu backend pads no step */
+    char what[160];
+    snprintf(what, sizeof what, "gdn_decode_fused %s nk=%d nv=%d dk=%d dv=%d K=%d B=%lld (%lld padding)",
+             plan.act_bf16 ? "bf16" : "fp32", g.nk, g.nv, g.dk, g.dv, g.kernel, (long long)d.B, (long long)pad);
+    const int64_t len[3] = {d.B * d.V, nc, nr};
+    const char *names[3] = {"output", "conv states", "recurrent states"};
+    for (int o = 0; o < 3; o++)
+        for (int64_t i = 0; i < len[o]; i++)
+            if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: %s element %lld: fused %.9g, chain %.9g", what, names[o], (long long)i, f[o][i], c[o][i]);
+    printf("  %-60s fused = chain bit for bit\n", what);
+    /* test_cuda_qnext's bounds of the chain's ops against the CPU */
+    const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
+    const int64_t ref_len[3] = {d.n * d.V, nc, nr};
+    for (int o = 0; o < 3; o++) {
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
+        gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (plan.act_bf16 ? 1e-2 : 0) : bound, w2);
+        free(f[o]), free(c[o]), free(r[o]);
+    }
+    free_step(&d);
+    gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
+}
+
+static void test_gdn_decode_fused(void **s) {
+    (void)s;
+    const fm_gdn_shape qnext = {16, 32, 128, 128, 4}, small = {2, 4, 16, 12, 4}, tied = {1, 3, 8, 10, 3};
+    const int64_t rows[][2] = {{1, 0}, {3, 1}, {64, 0}, {61, 3}}; /* real rows, padding rows */
+    for (int i = 0; i < 4; i++) {
+        gdn_decode_case(FM_PRESET_REF, qnext, rows[i][0], rows[i][1]); /* bf16: the norm's 4-column map */
+        gdn_decode_case(FM_PRESET_REF32, qnext, rows[i][0], rows[i][1]);
+        gdn_decode_case(FM_PRESET_REF, small, rows[i][0], rows[i][1]);
+        gdn_decode_case(FM_PRESET_REF, tied, rows[i][0], rows[i][1]); /* a conv of 3 taps: the window's zero tap */
+    }
+    const fm_gdn_shape wide = {2, 4, 256, 128, 4}; /* dk above the fused kernel's: the chain, through the same op */
+    gdn_decode_case(FM_PRESET_REF, wide, 3, 1);
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_reference),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8), cmocka_unit_test(test_linear_add_rmsnorm_reference),
+        cmocka_unit_test(test_gdn_decode_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,9 +8,10 @@
  * the check is: the same greedy ids up to the first step where the run without the cache had a near tie (top-1 and
  * top-2 log-probabilities within 0.05), and the chosen ids' log-probabilities within a bound per preset (ref32 1e-3:
  * fp32 summed in another order; bf16 and int4 2e-2; the e4m3 presets 0.15: one activation crossing an e4m3 rounding
- * boundary moves by a whole step, 1/16; they run on the grouped GEMMs at every size, routes moe.gemv=off,dense.gemv=off:
- * with the decode GEMVs fp8 measured 0.0996 on qwen3-moe-bf16, H200, 2026-12-05). The mapped token counts are those
- * of the CPU test, but for the next turn where the run with the cache answered otherwise after a near tie. */
+ * boundary moves by a whole step, 1/16; they run on the grouped GEMMs at every size, routes
+ * moe.gemv=off,dense.gemv=off: with the decode GEMVs fp8 measured 0.0996 on qwen3-moe-bf16, H200, 2026-12-05). The
+ * mapped token counts are those of the CPU test, but for the next turn where the run with the cache answered otherwise
+ * after a near tie. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

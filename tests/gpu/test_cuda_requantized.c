@@ -23,8 +23,8 @@
 #define T 37
 #define NP2 256
 
-static float *run_on(const char *dir, const char *backend, fm_preset preset, const int32_t *ids, int n_ids, size_t *bytes,
-                     int32_t *V) {
+static float *run_on(const char *dir, const char *backend, fm_preset preset, const int32_t *ids, int n_ids,
+                     size_t *bytes, int32_t *V) {
     fm_options opt;
     fm_options_init(&opt);
     opt.routes = gpu_test_routes();

@@ -7,6 +7,7 @@
 #     reasoning, the thinking switch, tool_choice, the openai client's runTools, and the Vercel AI SDK's
 #     generateText with tools, streamText and generateObject; structured.mjs: json_schema/json_object at
 #     temperature 1 always valid, forced tool calls, logit_bias (Qwen3's template on tiny-code-moe);
+#   - the serving benchmark's clients (bench_client.sh): new prompts are not cached, errors fail the run;
 #   - the chat page in headless Chromium (page.mjs, puppeteer-core on the system chromium), screenshot in build/serve;
 #   - raw fetch and sockets (server_ops.mjs): fields refused by name, /tokenize, HEAD/405/CORS/Retry-After, seeds,
 #     numeric edges, hostile bodies and connections;
@@ -94,6 +95,9 @@ echo "  ok  $n JSON events, blank-line framed, finish_reason and usage, data: [D
 
 echo "== serve: the chat page in headless Chromium"
 node tests/serve/page.mjs "$URL" "$KEY" "$OUT/chat-page.png" "$CHROMIUM"
+
+echo "== serve: the serving benchmark's clients (bench/serve_bench.py and .mjs)"
+tests/serve/bench_client.sh "$URL" "$KEY" "$BUSY"
 
 echo "== serve: SIGTERM drains"
 # a stream that ends within --drain-timeout finishes normally; meanwhile new requests and /health get 503

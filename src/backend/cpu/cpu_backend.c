@@ -118,6 +118,7 @@ static const fm_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .qk_norm_rope_store = cpu_qk_norm_rope_store,
     .attention_paged = cpu_attention_paged,
+    .attention_paged_runs = cpu_attention_paged, /* one kernel for every row: the reference of both */
     .route = cpu_route,
     .router = cpu_router,
     .moe = cpu_moe,
@@ -139,6 +140,7 @@ static const fm_backend_ops cpu_ops = {
     .gdn_chunked = cpu_gdn_chunked,
     .gdn_recurrent = cpu_gdn_recurrent,
     .gdn_norm_gate = cpu_gdn_norm_gate,
+    .gdn_decode_fused = cpu_gdn_decode_fused,
 };
 
 fm_status fm_cpu_backend_create(const fm_plan *plan, int32_t n_threads, fm_backend **out, fm_error *err) {

@@ -1,6 +1,9 @@
 /* The fused ops of a forward pass (backend.h), each defined as the chain of reference ops it replaces, run in that
  * order: the oracle a fused GPU kernel is tested against, and what the cpu backend computes when a route asks for
  * the fused form (the same numbers as the chain, so a model's logits do not depend on the route). */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "backend/cpu/cpu_internal.h"
 
 void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
@@ -14,4 +17,29 @@ void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int
                             void *acc, const fm_bank *norm, float eps, void *out) {
     cpu_linear(be, w, 0, x, M, afmt, y);
     cpu_add_rmsnorm(be, acc, y, norm, M, w->rows, eps, out);
+}
+
+/* The precondition of the decode form: every row a token of its own sequence (the cpu backend replays no graphs, so
+ * it never pads a step). The chain below would run any step; a GPU kernel that keeps one row per block would not, so a
+ * caller that breaks it stops here, on the reference, and not with wrong states on a GPU. */
+static void check_decode_rows(const int32_t *seq, int64_t T) {
+    for (int64_t t = 1; t < T; t++)
+        for (int64_t u = 0; u < t; u++)
+            if (seq[u] == seq[t]) {
+                fprintf(stderr,
+                        "fp8moe: cpu gdn_decode_fused: rows %lld and %lld are both of sequence %d: a decode step has "
+                        "one row per sequence\n",
+                        (long long)u, (long long)t, seq[t]);
+                abort();
+            }
+}
+
+void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv, const fm_bank *a_log,
+                          const fm_bank *dt_bias, const fm_bank *norm, int64_t T, fm_gdn_shape g, float eps,
+                          void *conv_states, void *rec_states, const void *tok_seq, const void *tok_pos, void *qkv,
+                          void *core, void *out) {
+    check_decode_rows((const int32_t *)tok_seq, T);
+    cpu_gdn_conv(be, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
+    cpu_gdn_recurrent(be, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
+    cpu_gdn_norm_gate(be, core, qkvz, norm, T, g, eps, out);
 }

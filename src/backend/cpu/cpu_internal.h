@@ -85,6 +85,10 @@ void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *
                          void *acc, const fm_bank *norm, float eps, void *out);
 void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                             void *acc, const fm_bank *norm, float eps, void *out);
+void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv, const fm_bank *a_log,
+                          const fm_bank *dt_bias, const fm_bank *norm, int64_t T, fm_gdn_shape g, float eps,
+                          void *conv_states, void *rec_states, const void *tok_seq, const void *tok_pos, void *qkv,
+                          void *core, void *out);
 void cpu_sample(fm_backend *be, const void *logits, int32_t B, int32_t vocab, const void *row_slot, const void *params,
                 void *steps, void *counts, void *seen, const void *bias, const void *mask, void *z, void *ids,
                 void *info);

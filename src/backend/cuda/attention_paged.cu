@@ -24,7 +24,8 @@
 // Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
 // H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); the scratch
 // round trip (S (hd + 2) floats per query head, written and read once, L2-resident) and the query are small beside
-// it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the repeats.
+// it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the repeats
+// (route paged.tiled gives such runs of rows to attention_paged_tiled.cu, launched with skip_runs here).
 //
 // fp32 (ref32): grid (token, query head), 4 warps; warp w takes keys w, w + 4, ... with an online softmax in fp32
 // (lanes split the head dimension, a shuffle reduction per score), then the warps merge through shared memory.
@@ -53,7 +54,8 @@ typedef struct apg_args {
     float *part; // scratch (S > 1)
     bf16 *out;
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
-    float sl2; // log2(e) / sqrt(hd)
+    int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
+    float sl2;     // log2(e) / sqrt(hd)
 } apg_args;
 
 // cp.async of the 16 K and V rows of keys [j0, j0 + 16) of kv head kvh into one stage (rows at or past s1 zero-
@@ -105,6 +107,7 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
     const int kvh = blockIdx.y / a.qgroups, h0 = kvh * G + (blockIdx.y % a.qgroups) * 16;
     const int nq = min(16, kvh * G + G - h0); // query heads of this CTA
     const int split = blockIdx.z;
+    if (a.skip_runs && apg_in_run(a.tok_seq, gridDim.x, t)) return;
     const int len = a.tok_pos[t] + 1;
     const int chunk = apg_chunk(len, a.splits);
     const int s0 = split * chunk;
@@ -259,11 +262,11 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
 }
 
 // Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
-static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_pos, int nh, int hd, int splits,
-                                          bf16 *out) {
+static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_seq, const int32_t *tok_pos, int nh,
+                                          int hd, int splits, int skip_runs, bf16 *out) {
     const int64_t t = blockIdx.x, th = t * nh + blockIdx.y;
     const int d = threadIdx.x;
-    if (d >= hd) return;
+    if (d >= hd || (skip_runs && apg_in_run(tok_seq, gridDim.x, t))) return;
     const int len = tok_pos[t] + 1;
     const int chunk = apg_chunk(len, splits), n = (len + chunk - 1) / chunk; // the splits that ran
     const int64_t n_part = (int64_t)gridDim.x * nh * splits;
@@ -306,11 +309,11 @@ template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ct
     FM_LAUNCH_CHECK("attention_paged");
 }
 
-extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                        const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
-                                        const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
-                                        int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                        cudaStream_t s) {
+extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                             const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
+                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                             int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
+                                             bool skip_runs, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (T == 0) return;
     if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
@@ -325,6 +328,7 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
     a.part = (float *)scratch, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
     a.splits = fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
+    a.skip_runs = skip_runs;
     a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
         apg_fail("the split needs 16-byte aligned scratch of fm_attention_paged_scratch_bytes()", T, nh, nkv, hd);
@@ -349,9 +353,18 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
     }
     if (a.splits > 1) {
         apg_combine_kernel<<<dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s>>>(
-            a.part, tok_pos, nh, hd, a.splits, out);
+            a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
         FM_LAUNCH_CHECK("attention_paged_combine");
     }
+}
+
+extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                        const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
+                                        const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                        int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
+                                        cudaStream_t s) {
+    fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
+                                 block_tokens, max_len, scratch, out, false, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)

@@ -20,6 +20,26 @@ extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                         __nv_bfloat16 *out, cudaStream_t s);
+// The same, the rows of prompt chunks on the tiled kernel (attention_paged_tiled.cu, route paged.tiled):
+// a row whose neighbour in the step is of the same sequence (apg_in_run) goes to a CTA that shares each K and V tile
+// among the query rows of several tokens; the other rows to the split kernel. Same arguments, scratch and results.
+extern "C" void fm_cuda_attention_paged_tiled(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                              const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
+                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                                              __nv_bfloat16 *out, cudaStream_t s);
+// fm_cuda_attention_paged; with skip_runs, the rows apg_in_run names are left to the tiled kernel (not written)
+extern "C" void fm_cuda_attention_paged_rows(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                             const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
+                                             const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                                             int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                                             __nv_bfloat16 *out, bool skip_runs, cudaStream_t s);
+// Row t of a step of T rows is in a run (a prompt chunk's rows, two or more of one sequence side by side) when a
+// neighbour has its sequence: the tiled kernel's rows.
+static __device__ __forceinline__ bool apg_in_run(const int32_t *tok_seq, int64_t T, int64_t t) {
+    const int32_t s = tok_seq[t];
+    return (t > 0 && tok_seq[t - 1] == s) || (t + 1 < T && tok_seq[t + 1] == s);
+}
 // the same over fp32 (the ref32 oracle): fp32 arithmetic throughout, no split, no scratch; hd in [1, 256]
 extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                             const float *k_cache, const float *v_cache, const int32_t *tok_seq,

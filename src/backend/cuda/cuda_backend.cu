@@ -416,6 +416,21 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                 block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
 }
 
+/* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
+   (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled form) */
+static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                    const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
+                                    const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
+                                    void *scratch, void *out) {
+    if (f32(bb) || hd % 16 != 0)
+        cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
+                           block_tokens, max_len, scratch, out);
+    else
+        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
+                                      (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
+                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
+}
+
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                      bool norm_topk, void *ids, void *weights) {
     const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK;
@@ -634,6 +649,21 @@ static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz,
     fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, stream(bb));
 }
 
+/* the fused kernel where it takes the shape (gdn_decode.cu), else the chain it stands for */
+static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba, const fm_bank *conv,
+                                const fm_bank *a_log, const fm_bank *dt_bias, const fm_bank *norm, int64_t T,
+                                fm_gdn_shape g, float eps, void *conv_states, void *rec_states, const void *tok_seq,
+                                const void *tok_pos, void *qkv, void *core, void *out) {
+    if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0),
+                                 bank_matrix(dt_bias, 0), bank_matrix(norm, 0), T, g, eps, (float *)conv_states,
+                                 (float *)rec_states, (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
+                                 out, stream(bb)))
+        return;
+    cu_gdn_conv(bb, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
+    cu_gdn_recurrent(bb, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
+    cu_gdn_norm_gate(bb, core, qkvz, norm, T, g, eps, out);
+}
+
 /* act_size is the bf16 one here; a backend created for the ref32 plan copies the table with 4 (fm_cuda_backend_create)
  */
 static const fm_backend_ops cuda_ops = {
@@ -679,6 +709,7 @@ static const fm_backend_ops cuda_ops = {
     .kv_store = cu_kv_store,
     .qk_norm_rope_store = cu_qk_norm_rope_store,
     .attention_paged = cu_attention_paged,
+    .attention_paged_runs = cu_attention_paged_runs,
     .route = cu_route,
     .router = cu_router,
     .moe = cu_moe,
@@ -700,6 +731,7 @@ static const fm_backend_ops cuda_ops = {
     .gdn_chunked = cu_gdn_chunked,
     .gdn_recurrent = cu_gdn_recurrent,
     .gdn_norm_gate = cu_gdn_norm_gate,
+    .gdn_decode_fused = cu_gdn_decode_fused,
 };
 
 extern "C" void *fm_cuda_backend_stream(fm_backend *bb) {

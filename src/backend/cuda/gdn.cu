@@ -13,23 +13,14 @@
 //   computes the same recurrence in another order, and its speed on tensor cores is lab/gdn.cu's subject.
 // norm_gate: one warp per (token, value head).
 #include "backend/cuda/gdn.cuh"
+#include "backend/cuda/gdn_device.cuh"
 
-#define RULE_WARPS 4
+#define RULE_WARPS GDN_RULE_PARTS
 #define RULE_COLS 32
 #define GDN_MAX_DK 256
 #define GDN_MAX_KERNEL 64
 
 typedef __nv_bfloat16 bf16;
-
-static __device__ __forceinline__ float silu_(float x) { return x / (1.0f + expf(-x)); }
-static __device__ __forceinline__ float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-static __device__ __forceinline__ int64_t gdn_channels(fm_gdn_shape g) {
-    return 2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv;
-}
-static __host__ __device__ __forceinline__ int64_t gdn_qkvz_width(fm_gdn_shape g) {
-    return 2 * (int64_t)g.nk * g.dk + 2 * (int64_t)g.nv * g.dv;
-}
 
 /* column of channel c (q | k | v order) inside a qkvz row (grouped by key head), as cpu_gdn.c; 32-bit: a row's
    width is far below 2^31, and 64-bit divisions per output made the conv kernel issue-bound (0.88 ms at T = 8192,
@@ -42,10 +33,6 @@ static __device__ __forceinline__ int qkvz_column(fm_gdn_shape g, int c) {
     return (h / r) * W + 2 * g.dk + (h % r) * g.dv + e;
 }
 
-/* a padding row of a decode step replayed as a graph: a copy of row 0 (gdn.cuh) */
-static __device__ __forceinline__ bool is_padding(const int32_t *seq, const int32_t *pos, int64_t t) {
-    return t > 0 && seq[t] == seq[0] && pos[t] == pos[0];
-}
 /* whether row u (a real row) continues row u - 1's run */
 static __device__ __forceinline__ bool continues(const int32_t *seq, const int32_t *pos, int64_t u) {
     return u > 0 && seq[u - 1] == seq[u] && pos[u - 1] == pos[u] - 1 && !is_padding(seq, pos, u - 1);

@@ -37,5 +37,14 @@ extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba,
 // out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]), z from qkvz's grouped columns
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
                                       fm_gdn_shape g, float eps, void *out, cudaStream_t s);
+// A decode step's conv, rule and gated norm in one kernel (gdn_decode.cu; backend.h gdn_decode_fused): rows each of
+// their own sequence, or padding rows. False, launching nothing, for a shape it does not take (dk or dv above 128, a
+// conv of more than 8 taps, odd dk or dv, T above 65535): the caller runs the three ops. qkv and core: the buffers the
+// chain would have written, never touched, only for the chain's own kernel choices (their alignment).
+extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
+                                         int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
+                                         int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
+                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv,
+                                         const void *core, void *out, cudaStream_t s);
 
 #endif

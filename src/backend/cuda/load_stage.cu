@@ -37,7 +37,7 @@ void *fm_cuda_load_stage_take(cuda_backend *be, int b) {
 }
 
 void fm_cuda_load_stage_send(cuda_backend *be, int b, size_t offset, void *dev, size_t bytes) {
-    FM_CUDA_CHECK(cudaMemcpyAsync(dev, (const char *)be->load_stage[b] + offset, bytes, cudaMemcpyHostToDevice,
-                                  be->stream));
+    FM_CUDA_CHECK(
+        cudaMemcpyAsync(dev, (const char *)be->load_stage[b] + offset, bytes, cudaMemcpyHostToDevice, be->stream));
     FM_CUDA_CHECK(cudaEventRecord(be->load_copied[b], be->stream));
 }
