@@ -407,6 +407,45 @@ static void bench_gemm_command(void **s) {
     }
 }
 
+/* bench decode --json-object: the masks filled during the pass (default) or before the step, shared or not; the
+ * host's fill time per step in the table and in each row of the JSON; the mask options refused without it. */
+static void bench_decode_json_object(void **s) {
+    (void)s;
+    const char *orders[] = {"overlap", "before"};
+    for (int i = 0; i < 2; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "%s/decode_json_object_%s.json", cli_tmp, orders[i]);
+        assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --presets fp8 --batch 1,3 --context 8 "
+                                "--steps 6 --warmup 2 --json-object --mask-order %s --mask-cache %d --json %s",
+                                orders[i], i ? 0 : 4, json),
+                         0);
+        assert_non_null(strstr(cli_out, "the host's mask fill per step"));
+        assert_non_null(strstr(cli_out, i ? "before each step" : "during the pass"));
+        char text[1 << 14];
+        slurp(json, text, sizeof text);
+        cJSON *root = cJSON_Parse(text);
+        assert_non_null(root);
+        assert_string_equal(cJSON_GetObjectItem(root, "mask_order")->valuestring, orders[i]);
+        assert_int_equal(cJSON_GetObjectItem(root, "mask_cache")->valueint, i ? 0 : 4);
+        const cJSON *rows = cJSON_GetObjectItem(root, "rows");
+        assert_int_equal(cJSON_GetArraySize(rows), 2);
+        for (int r = 0; r < 2; r++) {
+            const cJSON *row = cJSON_GetArrayItem(rows, r);
+            assert_string_equal(cJSON_GetObjectItem(row, "status")->valuestring, "ok");
+            const double fill = cJSON_GetObjectItem(row, "mask_fill_ms")->valuedouble;
+            assert_true(fill > 0 && fill < cJSON_GetObjectItem(row, "max_ms")->valuedouble);
+            assert_true(cJSON_GetObjectItem(row, "mask_fill_cpu_ms")->valuedouble > 0);
+        }
+        cJSON_Delete(root);
+    }
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --mask-order before"), 2);
+    assert_non_null(strstr(cli_err, "--mask-order needs --json-object"));
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --json-object --mask-order late"), 2);
+    assert_non_null(strstr(cli_err, "overlap or before"));
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --mask-cache 8"), 2);
+    assert_non_null(strstr(cli_err, "--mask-cache needs --json-object"));
+}
+
 /* The bench commands are the program fp8moe-bench beside fp8moe: `fp8moe bench --help` lists every one of them, and
  * a copy of fp8moe without the program beside it refuses with an error that names the path it looked for. */
 static void bench_program_beside_the_binary(void **s) {
@@ -435,15 +474,11 @@ static void bench_program_beside_the_binary(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(synthetic_is_deterministic),
-        cmocka_unit_test(synthetic_qwen3_next),
-        cmocka_unit_test(cost_matches_hand_count),
-        cmocka_unit_test(bench_command_prints_and_writes_json),
-        cmocka_unit_test(bench_moe_command),
-        cmocka_unit_test(bench_gemm_command),
-        cmocka_unit_test(bench_prefill_over_ranks),
-        cmocka_unit_test(bench_decode_over_ranks),
-        cmocka_unit_test(bench_program_beside_the_binary),
+        cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
+        cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
+        cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
+        cmocka_unit_test(bench_prefill_over_ranks),   cmocka_unit_test(bench_decode_over_ranks),
+        cmocka_unit_test(bench_decode_json_object),   cmocka_unit_test(bench_program_beside_the_binary),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

@@ -1,8 +1,10 @@
 /* Constrained decoding in the benchmarks (bench_constrain.h). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_constrain.h"
+#include "cli/cli.h"
 #include "engine/kv_state.h"
 #include "util/status.h"
 
@@ -61,11 +63,13 @@ fm_status bench_vocab_grown(const fm_tokenizer *t, int32_t n, fm_token_vocab **o
 }
 
 fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const int32_t *seq, int32_t B,
-                                 bench_constraint *c, fm_error *err) {
+                                 int32_t shared_masks, bench_constraint *c, fm_error *err) {
     memset(c, 0, sizeof *c);
     c->B = B, c->end = fm_model_vocab_size(m) - 1;
+    c->h_mask = m->context->kv->h_mask, c->words = (size_t)((fm_model_vocab_size(m) + 31) / 32);
     fm_status st = fm_tokenizer_load(tokenizer_dir, &c->tok, err);
     if (!st) st = bench_vocab_grown(c->tok, fm_model_vocab_size(m), &c->vocab, err);
+    if (!st) st = fm_token_vocab_set_mask_cache(c->vocab, shared_masks, err);
     if (!st) st = fm_grammar_json_object(&c->g, err);
     if (!st && !(c->m = calloc((size_t)B, sizeof *c->m))) st = fm_fail(err, FM_ERR_NOMEM, "out of memory");
     fm_sampling sp;
@@ -79,12 +83,30 @@ fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const i
     return st;
 }
 
+/* the calling thread's CPU time: the fills' own work, whatever else the machine runs */
+static double thread_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int32_t bench_constraint_fill(void *user) {
+    bench_constraint *c = user;
+    const double t0 = cli_now();
+    double cpu = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : cpu)
+    for (int32_t i = 0; i < c->B; i++) {
+        const double c0 = thread_cpu_now();
+        fm_matcher_fill_mask(c->m[i], c->h_mask + (size_t)i * c->words);
+        cpu += thread_cpu_now() - c0;
+    }
+    c->fill_s = cli_now() - t0, c->fill_cpu_s = cpu;
+    return c->B;
+}
+
 void bench_constraint_masks(fm_model *m, bench_constraint *c) {
-    const size_t words = (size_t)((fm_model_vocab_size(m) + 31) / 32);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int32_t i = 0; i < c->B; i++) fm_matcher_fill_mask(c->m[i], m->context->kv->h_mask + (size_t)i * words);
-    m->be->ops->upload_raw(m->be, m->context->kv->h_mask, (size_t)c->B * words * sizeof(uint32_t),
-                           m->context->kv->mask);
+    bench_constraint_fill(c);
+    m->be->ops->upload_raw(m->be, c->h_mask, (size_t)c->B * c->words * sizeof(uint32_t), m->context->kv->mask);
 }
 
 fm_status bench_constraint_accept(bench_constraint *c, const int32_t *ids, fm_error *err) {

@@ -18,15 +18,22 @@ typedef struct bench_constraint {
     fm_tokenizer *tok;
     fm_token_vocab *vocab;
     fm_grammar *g;
-    fm_matcher **m; /* [B] */
+    fm_matcher **m;    /* [B] */
+    uint32_t *h_mask;  /* the context's host mask rows */
+    size_t words;      /* per row */
+    double fill_s;     /* the last fill's wall time */
+    double fill_cpu_s; /* its rows' CPU time, summed */
     int32_t B, end;
 } bench_constraint;
 
 /* A json_object matcher for each of the B sequences seq[] (their sampler slots switched to masked), over the
- * vocabulary of tokenizer_dir grown to the model's size; the end id is the last id. */
+ * vocabulary of tokenizer_dir grown to the model's size, sharing up to shared_masks masks between them
+ * (fm_token_vocab_set_mask_cache; 0: every mask computed); the end id is the last id. */
 fm_status bench_constraint_begin(fm_model *m, const char *tokenizer_dir, const int32_t *seq, int32_t B,
-                                 bench_constraint *c, fm_error *err);
-/* The next step's masks: filled in parallel, uploaded to the step's mask rows. */
+                                 int32_t shared_masks, bench_constraint *c, fm_error *err);
+/* The next step's masks filled in parallel into the host mask rows (an fm_step_masks fill: user is c); returns B. */
+int32_t bench_constraint_fill(void *c);
+/* The same, then uploaded to the step's mask rows at once (a step that fills its masks before its forward pass). */
 void bench_constraint_masks(fm_model *m, bench_constraint *c);
 /* The sampled ids accepted; a finished object starts a new one. */
 fm_status bench_constraint_accept(bench_constraint *c, const int32_t *ids, fm_error *err);

@@ -51,7 +51,13 @@ static const char *HELP =
     "  --json-object      every sequence constrained to JSON objects (response_format json_object): each step\n"
     "                     also computes the sequences' allowed-token masks on the host (one thread per sequence),\n"
     "                     copies them to the device and samples under them; the vocabulary is\n"
-    "                     models/tiny-code-moe's tokenizer grown to the model's size (bench mask says how)\n"
+    "                     models/tiny-code-moe's tokenizer grown to the model's size (bench mask says how); a\n"
+    "                     table gives the host's fill time per step (wall; the rows' CPU time summed)\n"
+    "  --mask-cache N     with --json-object: masks shared between the sequences' matchers, N at most (default\n"
+    "                     128; 0: every mask computed: the walk's full cost)\n"
+    "  --mask-order O     with --json-object: overlap (default: the masks are filled while the device runs the\n"
+    "                     forward pass, as the scheduler does) or before (filled and copied before the step: the\n"
+    "                     cost the overlap hides)\n"
     "  --ep N             decode by N ranks in this process, each with 1/N of the routed experts (cpu backend: a\n"
     "                     simulated world exchanging through host memory; one preset, default fp8), the routed\n"
     "                     rows sent all-to-all in the --dispatch format: per batch the group's wall time per step\n"
@@ -81,6 +87,8 @@ enum {
     OPT_EP,
     OPT_DISPATCH,
     OPT_JSON_OBJECT,
+    OPT_MASK_ORDER,
+    OPT_MASK_CACHE,
     OPT_PER_OP,
     OPT_BANDWIDTH
 };
@@ -99,6 +107,8 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"dispatch", required_argument, 0, OPT_DISPATCH},
                                             {"json-object", no_argument, 0, OPT_JSON_OBJECT},
+                                            {"mask-order", required_argument, 0, OPT_MASK_ORDER},
+                                            {"mask-cache", required_argument, 0, OPT_MASK_CACHE},
                                             {"per-op", no_argument, 0, OPT_PER_OP},
                                             {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
                                             {"help", no_argument, 0, 'h'},
@@ -118,6 +128,8 @@ typedef struct decode_row {
     bool host;         /* experts in host memory: the cache's counters over the timed steps */
     double hit_rate, copied_per_step, prefetched_per_step;
     int32_t slots;
+    double mask_fill_ms;     /* --json-object: the host's median fill time per step */
+    double mask_fill_cpu_ms; /* the rows' CPU time of a step's fills, summed (median) */
     bench_status status;
     char msg[sizeof(((fm_error *)0)->msg)];
 } decode_row;
@@ -146,7 +158,9 @@ typedef struct decode_args {
     int nb, np, pidx[N_PRESETS];
     long context, layers, slots, ep;
     bool presets_given, random_ids, json_object, per_op;
-    double bandwidth; /* bytes/s of the floors; 0: none (the cpu without --bandwidth) */
+    bool mask_before, mask_order_given; /* --mask-order before: masks filled and copied before the step */
+    long mask_cache;                    /* --mask-cache: shared masks; -1: not given (the default) */
+    double bandwidth;                   /* bytes/s of the floors; 0: none (the cpu without --bandwidth) */
     fm_experts_in experts_in;
     fm_expert_policy policy;
     int64_t vram_limit;
@@ -165,9 +179,11 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
     fm_status st = FM_OK;
     int32_t *seq = malloc((size_t)B * sizeof *seq), *ids = malloc((size_t)B * sizeof *ids);
     float *lp = malloc((size_t)B * sizeof *lp);
-    double *ms = malloc((size_t)steps * sizeof *ms);
+    double *ms = malloc((size_t)steps * sizeof *ms), *fill_ms = calloc((size_t)steps, sizeof *fill_ms),
+           *fill_cpu = calloc((size_t)steps, sizeof *fill_cpu);
     /* B sequences prefilled to the context (each its own prompt, in chunks of max_tokens) */
-    if (!seq || !ids || !lp || !ms) st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
+    if (!seq || !ids || !lp || !ms || !fill_ms || !fill_cpu)
+        st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
     else st = bench_prefill_sequences(m, B, a->context, max_tokens, seq, ids, &err);
     if (!st) st = m->be->ops->sync(m->be, &err);
     if (a->b.verbose && !st)
@@ -176,17 +192,28 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
     memset(&row->prof, 0, sizeof row->prof);
     fm_expert_stats es0 = {0}, es1 = {0};
     bench_constraint bc = {0};
-    if (!st && a->json_object) st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B, &bc, &err);
+    if (!st && a->json_object)
+        st = bench_constraint_begin(m, "models/tiny-code-moe", seq, B,
+                                    a->mask_cache < 0 ? FM_MASK_CACHE_DEFAULT : (int32_t)a->mask_cache, &bc, &err);
     uint32_t x = 2463534242u; /* --decode-input random: a fresh token per sequence and step (xorshift) */
     for (long r = 0; !st && r < warmup + steps; r++) {
         if (r == warmup) fm_context_expert_stats(m->context, &es0); /* the timed steps' own hits and misses */
         for (int32_t s = 0; a->random_ids && s < B; s++)
             x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
         const double t0 = cli_now();
-        if (a->json_object) bench_constraint_masks(m, &bc);
-        st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
-        if (!st && a->json_object) st = bench_constraint_accept(&bc, ids, &err);
-        if (!st && r >= warmup) ms[r - warmup] = 1e3 * (cli_now() - t0);
+        if (!a->json_object) st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
+        else { /* the scheduler's constrained step: the masks filled while the forward pass runs, or before it */
+            if (a->mask_before) bench_constraint_masks(m, &bc);
+            for (int32_t s = 0; !st && s < B; s++) st = fm_kv_reserve(m->context, seq[s], 1, &err);
+            const fm_step_masks masks = {bench_constraint_fill, &bc};
+            if (!st)
+                st = fm_decode_run_masked(m->context, B, ids, seq, a->mask_before ? NULL : &masks, ids,
+                                          m->context->kv->h_info, &err);
+            if (!st) st = bench_constraint_accept(&bc, ids, &err);
+        }
+        if (!st && r >= warmup)
+            ms[r - warmup] = 1e3 * (cli_now() - t0), fill_ms[r - warmup] = 1e3 * bc.fill_s,
+                   fill_cpu[r - warmup] = 1e3 * bc.fill_cpu_s;
     }
     bench_constraint_end(&bc);
     if (!st && (row->host = fm_context_expert_stats(m->context, &es1))) {
@@ -215,6 +242,8 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         double med, mn, mx;
         bench_stats(ms, steps, &med, &mn, &mx);
         row->median_ms = med, row->min_ms = mn, row->max_ms = mx;
+        bench_stats(fill_ms, steps, &row->mask_fill_ms, &mn, &mx);
+        bench_stats(fill_cpu, steps, &row->mask_fill_cpu_ms, &mn, &mx);
         row->tokens_per_s = B / (med * 1e-3);
         row->bytes = step_bytes(m, plan, B, a->context + warmup + steps / 2);
         row->floor_ms = 1e3 * row->bytes / (a->bandwidth > 0 ? a->bandwidth : BENCH_BANDWIDTH_BYTES_PER_S);
@@ -223,7 +252,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         row->status = BENCH_FAILED;
         snprintf(row->msg, sizeof row->msg, "%s", err.msg);
     }
-    free(seq), free(ids), free(lp), free(ms);
+    free(seq), free(ids), free(lp), free(ms), free(fill_ms), free(fill_cpu);
     return st;
 }
 
@@ -262,7 +291,7 @@ static void run_preset(const decode_args *a, const char *preset, const cli_model
 static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
     bench_opts_init(&a->b, 64, 8);
     a->batches[0] = 1, a->batches[1] = 8, a->batches[2] = 64, a->nb = 3;
-    a->context = 2048, a->ep = 1;
+    a->context = 2048, a->ep = 1, a->mask_cache = -1;
     a->experts_in = FM_EXPERTS_DEVICE, a->policy = FM_EXPERT_LFU, a->dispatch = FM_DISPATCH_PRESET;
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "hv", own_options, NULL)) != -1;) {
@@ -315,6 +344,14 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             if (!cli_parse_int(cmd, "--ep", optarg, 1, FM_COMM_MAX_RANKS, &a->ep)) return CLI_USAGE;
             break;
         case OPT_JSON_OBJECT: a->json_object = true; break;
+        case OPT_MASK_ORDER:
+            if (strcmp(optarg, "overlap") && strcmp(optarg, "before"))
+                return cli_usage(cmd, "--mask-order must be overlap or before, got '%s'", optarg);
+            a->mask_before = !strcmp(optarg, "before"), a->mask_order_given = true;
+            break;
+        case OPT_MASK_CACHE:
+            if (!cli_parse_int(cmd, "--mask-cache", optarg, 0, 65536, &a->mask_cache)) return CLI_USAGE;
+            break;
         case OPT_PER_OP: a->per_op = true; break;
         case OPT_BANDWIDTH: {
             long gbps = 0;
@@ -331,6 +368,8 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
     }
     if (optind < argc) return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
     if (!a->synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
+    if (a->mask_order_given && !a->json_object) return cli_usage(cmd, "--mask-order needs --json-object");
+    if (a->mask_cache >= 0 && !a->json_object) return cli_usage(cmd, "--mask-cache needs --json-object");
     return -1;
 }
 
@@ -400,7 +439,9 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
            "input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
            a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
-           a->json_object ? ", every sequence constrained to JSON objects (masks on the host)" : "");
+           !a->json_object  ? ""
+           : a->mask_before ? ", every sequence constrained to JSON objects (masks on the host, before each step)"
+                            : ", every sequence constrained to JSON objects (masks on the host, during the pass)");
     printf("\n| preset | batch | median ms | min | max | tokens/s | MB read / step | floor ms | floor / time |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
@@ -413,6 +454,15 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
         printf("| %s | %lld | %.3f | %.3f | %.3f | %.0f | %.3f | %.3f | %.2f |\n", r->preset, (long long)r->batch,
                r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->bytes / 1e6, r->floor_ms,
                r->floor_ms / r->median_ms);
+    }
+    if (a->json_object) {
+        printf("\nthe host's mask fill per step (every sequence's mask, in parallel; medians: the wall time, and the "
+               "rows' CPU time summed):\n\n| preset | batch | fill ms | fill / step | fill CPU ms |\n"
+               "|---|---:|---:|---:|---:|\n");
+        for (int i = 0; i < n; i++)
+            if (rows[i].status == BENCH_OK)
+                printf("| %s | %lld | %.3f | %.2f | %.3f |\n", rows[i].preset, (long long)rows[i].batch,
+                       rows[i].mask_fill_ms, rows[i].mask_fill_ms / rows[i].median_ms, rows[i].mask_fill_cpu_ms);
     }
     bool any_host = false;
     for (int i = 0; i < n; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
@@ -485,6 +535,10 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
     cJSON_AddNumberToObject(root, "vram_limit", (double)a->vram_limit);
     cJSON_AddStringToObject(root, "decode_input", a->random_ids ? "random" : "sampled");
     cJSON_AddBoolToObject(root, "json_object", a->json_object);
+    if (a->json_object) {
+        cJSON_AddStringToObject(root, "mask_order", a->mask_before ? "before" : "overlap");
+        cJSON_AddNumberToObject(root, "mask_cache", a->mask_cache < 0 ? FM_MASK_CACHE_DEFAULT : a->mask_cache);
+    }
     if (link_gbps > 0) {
         cJSON_AddNumberToObject(root, "host_link_gbps", link_gbps);
         cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
@@ -504,6 +558,10 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
             cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
             cJSON_AddNumberToObject(o, "bytes_per_step", r->bytes);
             cJSON_AddNumberToObject(o, "floor_ms", r->floor_ms);
+            if (a->json_object) {
+                cJSON_AddNumberToObject(o, "mask_fill_ms", r->mask_fill_ms);
+                cJSON_AddNumberToObject(o, "mask_fill_cpu_ms", r->mask_fill_cpu_ms);
+            }
             if (r->host) {
                 cJSON_AddNumberToObject(o, "expert_slots", r->slots);
                 cJSON_AddNumberToObject(o, "expert_hit_rate", r->hit_rate);

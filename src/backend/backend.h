@@ -188,8 +188,14 @@ typedef struct fm_backend_ops {
     void (*download_f32)(fm_backend *be, const void *src, int64_t n, float *dst);
     void (*upload_f32)(fm_backend *be, const float *src, int64_t n, void *dst);     /* rounded to the act dtype */
     void (*download_raw)(fm_backend *be, const void *src, size_t bytes, void *dst); /* bytes as they are */
-    /* bytes as they are, host to backend; like upload_ids it does not wait for the device (src may be reused) */
+    /* bytes as they are, host to backend; like upload_ids it does not wait for the device (src may be reused, except
+     * memory from host_alloc, which the copy reads when the stream reaches it: unchanged until the next sync) */
     void (*upload_raw)(fm_backend *be, const void *src, size_t bytes, void *dst);
+    /* Host memory that upload_raw copies from without the driver staging it first (cuda: pinned): the upload then
+     * returns at once and runs in stream order, after the work issued before it, instead of waiting for that work.
+     * NULL where plain memory does as well (cpu): malloc and free. */
+    void *(*host_alloc)(fm_backend *be, size_t bytes);
+    void (*host_free)(fm_backend *be, void *p);
     /* bytes of backend memory to backend memory, stream-ordered (a device copy on a GPU) */
     void (*copy)(fm_backend *be, const void *src, size_t bytes, void *dst);
     fm_status (*sync)(fm_backend *be, fm_error *err);

@@ -233,6 +233,16 @@ fm_status fm_decode_step(fm_context *ctx, int32_t n, const int32_t *ids, const i
  * per request first, so a full pool fails that request only. info[0..n) receives the rows' log-probabilities. */
 fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
                         fm_sample_info *info, fm_error *err);
+/* The host's share of a constrained decode step: fill writes the step's masks into kv->h_mask (row j: sampled row j,
+ * read for rows whose sequence is masked) and returns how many rows [0, rows) to copy to the device (0: none). */
+typedef struct fm_step_masks {
+    int32_t (*fill)(void *user);
+    void *user;
+} fm_step_masks;
+/* fm_decode_run with masks (NULL: none): fill runs after the forward pass is launched, while the device computes it,
+ * and the masks are copied after the pass, before the sampler; the tokens are those of filling them first. */
+fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs,
+                               const fm_step_masks *masks, int32_t *out_ids, fm_sample_info *info, fm_error *err);
 /* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a
  * block was taken); a full pool or the context is an error and changes nothing. */
 fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err);

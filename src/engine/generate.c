@@ -33,37 +33,40 @@ fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err) 
     return st;
 }
 
-/* The device work of a decode step of B rows (staged, row slots uploaded): the pass, then the sampler. */
+/* The device work of a decode step of B rows (staged, row slots uploaded), in two parts: the pass, then the sampler.
+ * Between them the host fills the step's masks, which the device copies after the pass: a constrained step's host
+ * work runs while the device computes the pass instead of before it. */
 typedef struct decode_ctx {
     fm_context *ctx;
     int32_t B;
 } decode_ctx;
 
-static fm_status decode_body(void *user, fm_error *err) {
+static fm_status forward_body(void *user, fm_error *err) {
     (void)err;
     const decode_ctx *d = user;
     fm_step_device(d->ctx, d->B, false, FM_ATTN_DECODE);
+    return FM_OK;
+}
+
+static fm_status sample_body(void *user, fm_error *err) {
+    (void)err;
+    const decode_ctx *d = user;
     fm_step_sample_device(d->ctx, d->B);
     return FM_OK;
 }
 
-/* The step as a CUDA graph of its bucket: the first step of a bucket runs as it is (libraries set themselves up on
- * first use, outside any capture), the second captures it, every later one replays it. */
-static fm_status decode_graph(fm_context *ctx, int32_t B, fm_error *err) {
+/* A part of the step as a CUDA graph of its bucket (*g): the first step of a bucket runs as it is (warm false:
+ * libraries set themselves up on first use, outside any capture), the second captures it, every later one replays
+ * it. Without graphs: as it is. */
+static fm_status run_part(fm_context *ctx, bool graphs, bool warm, fm_graph **g, fm_status (*body)(void *, fm_error *),
+                          decode_ctx *d, fm_error *err) {
     const fm_model *m = ctx->m;
-    fm_kv_state *kv = ctx->kv;
-    int32_t b = 0;
-    while ((1 << b) < B) b++;
-    decode_ctx d = {ctx, B};
-    if (!kv->warm[b]) {
-        kv->warm[b] = true;
-        return decode_body(&d, err);
-    }
-    if (!kv->graphs[b]) {
-        fm_status st = m->be->ops->graph_capture(m->be, decode_body, &d, &kv->graphs[b], err);
+    if (!graphs || !warm) return body(d, err);
+    if (!*g) {
+        fm_status st = m->be->ops->graph_capture(m->be, body, d, g, err);
         if (st) return st;
     }
-    return m->be->ops->graph_launch(m->be, kv->graphs[b], err);
+    return m->be->ops->graph_launch(m->be, *g, err);
 }
 
 /* a debug switch is on when set to anything but 0 (as cuda_common.cu and forward.c read them) */
@@ -80,8 +83,8 @@ static bool use_graphs(const fm_context *ctx) {
            !debug_switch("FP8MOE_DUMP");
 }
 
-fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
-                        fm_sample_info *info, fm_error *err) {
+fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs,
+                               const fm_step_masks *masks, int32_t *out_ids, fm_sample_info *info, fm_error *err) {
     const fm_model *m = ctx->m;
     fm_kv_state *kv = ctx->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache: load it with max_seqs > 0");
@@ -102,13 +105,30 @@ fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const in
     fm_status st = fm_step_stage(ctx, h_ids, h_seq, h_pos, B, err);
     if (st) return st;
     m->be->ops->upload_ids(m->be, h_slot, B, kv->row_slot);
+    int32_t b = 0;
+    while ((1 << b) < B) b++;
     decode_ctx d = {ctx, B};
-    st = graphs ? decode_graph(ctx, B, err) : decode_body(&d, err);
+    const bool warm = graphs && kv->warm[b];
+    st = run_part(ctx, graphs, warm, &kv->graphs[b], forward_body, &d, err);
     if (st) return st;
+    /* the device runs the pass (a graph launch returns at once); the host fills the masks meanwhile, and the device
+       copies them after the pass (pinned host memory: the upload waits for nothing) */
+    const int32_t rows = masks ? masks->fill(masks->user) : 0;
+    if (rows > 0)
+        m->be->ops->upload_raw(m->be, kv->h_mask,
+                               (size_t)rows * (size_t)((m->cfg.vocab_size + 31) / 32) * sizeof(uint32_t), kv->mask);
+    st = run_part(ctx, graphs, warm, &kv->sample_graphs[b], sample_body, &d, err);
+    if (st) return st;
+    if (graphs) kv->warm[b] = true;
     m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n * sizeof *out_ids, out_ids);
     m->be->ops->download_raw(m->be, kv->info_out, (size_t)n * sizeof *info, info);
     st = m->be->ops->sync(m->be, err);
     return st ? st : fm_dist_status_take(ctx, err);
+}
+
+fm_status fm_decode_run(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,
+                        fm_sample_info *info, fm_error *err) {
+    return fm_decode_run_masked(ctx, n, ids, seqs, NULL, out_ids, info, err);
 }
 
 fm_status fm_decode_step(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs, int32_t *out_ids,

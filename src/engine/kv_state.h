@@ -49,13 +49,17 @@ typedef struct fm_kv_state {
     void *ids_out;    /* int32 [rows] */
     void *info_out;   /* fm_sample_info [rows] */
     int32_t pad_slot; /* the sampler slot of padding rows (a decode step padded to its graph's bucket) */
-    fm_graph *graphs[FM_DECODE_BUCKETS]; /* captured decode steps, by bucket (NULL until captured) */
-    bool warm[FM_DECODE_BUCKETS];        /* the bucket ran once uncaptured (lazy library setup) */
+    /* a decode step as two captured graphs per bucket (NULL until captured): the forward pass, then the sampler; the
+       host fills the step's masks while the first runs and uploads them between the two */
+    fm_graph *graphs[FM_DECODE_BUCKETS];
+    fm_graph *sample_graphs[FM_DECODE_BUCKETS];
+    bool warm[FM_DECODE_BUCKETS]; /* the bucket ran once uncaptured (lazy library setup) */
     /* host mirrors */
     int32_t *h_idx;         /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
     int32_t *h_step;        /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
     fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
-    uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host */
+    uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host (backend
+                               host_alloc memory: unchanged from its upload until the step's sync) */
     bool tables_dirty;
     int64_t step_tokens; /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
 } fm_kv_state;

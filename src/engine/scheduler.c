@@ -449,15 +449,28 @@ static void name_decoded(fm_sched *s, int32_t n) {
     }
 }
 
-/* A decode step of the n rows decode_rows chose: the decode step of fm_decode_run (its CUDA graph). */
+/* The masks of a decode step of n rows (fm_step_masks): rows [0, masked) hold every constrained row's mask. */
+typedef struct decode_masks {
+    fm_sched *s;
+    int32_t n;
+} decode_masks;
+
+static int32_t fill_decode_masks(void *user) {
+    const decode_masks *d = user;
+    int32_t masked = 0;
+    masks_of(d->s, d->s->d_who, 0, d->n, &masked);
+    return masked;
+}
+
+/* A decode step of the n rows decode_rows chose: the decode step of fm_decode_run (its CUDA graphs), the masks filled
+ * while the device runs the forward pass. */
 static fm_status decode_run(fm_sched *s, int32_t n, fm_error *err) {
     fm_context *ctx = s->ctx;
     if (n == 0) return FM_OK;
-    int32_t masked = 0; /* rows [0, masked) hold every constrained row's mask */
-    masks_of(s, s->d_who, 0, n, &masked);
-    upload_masks(s, masked);
+    decode_masks dm = {s, n};
+    const fm_step_masks masks = {fill_decode_masks, &dm};
     fm_sample_info *info = ctx->kv->h_info;
-    fm_status st = fm_decode_run(ctx, n, s->d_ids, s->d_seqs, s->d_out, info, err);
+    fm_status st = fm_decode_run_masked(ctx, n, s->d_ids, s->d_seqs, &masks, s->d_out, info, err);
     if (st) return st;
     name_decoded(s, n);
     for (int32_t j = 0; j < n; j++) deliver(s, s->d_who[j], s->d_out[j], &info[j]);

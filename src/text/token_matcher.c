@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "text/json_lexeme.h"
+#include "text/mask_cache.h"
 #include "text/token_vocab_internal.h"
 #include "util/status.h"
 
@@ -51,7 +52,8 @@ struct fm_matcher {
         int32_t key[CACHE_KEY];
         int32_t n_key; /* -1: empty */
     } cache[CACHE_N];
-    int32_t cache_next; /* the entry replaced next */
+    int32_t cache_next;     /* the entry replaced next */
+    int32_t fingerprint[4]; /* the grammar's (mask_cache.h): the shared masks' keys start with it */
     fm_token_constraint self;
 };
 
@@ -218,6 +220,57 @@ static void keep(fm_matcher *m, const int32_t *key, int32_t n, const uint32_t *w
     m->cache_next = (m->cache_next + 1) % CACHE_N;
 }
 
+/* A stack's lexer state as far as the mask can tell it apart, as words: an unbounded string's count past its
+ * minLength changes nothing, nor does the content's hash without excluded keys, nor an unbounded number's digit
+ * values. The words that follow a position depend only on its element. */
+static int32_t lex_key(const fm_grammar *g, const m_stack *s, int32_t *out) {
+    if (s->pos < 0) return 0;
+    const g_elem *e = &g->elems[s->pos];
+    switch (e->kind) {
+    case G_WS: out[0] = (int32_t)s->lex.ws; return 1;
+    case G_STRING: {
+        const g_string *p = &g->strings[e->arg];
+        const lex_string *l = &s->lex.s;
+        out[0] = (int32_t)(p->max_len == UINT32_MAX && l->count > p->min_len ? p->min_len : l->count);
+        out[1] = l->need | l->lo << 8 | l->hi << 16 | l->esc << 24;
+        if (!p->excl_n) return 2;
+        out[2] = (int32_t)(uint32_t)l->hash, out[3] = (int32_t)(uint32_t)(l->hash >> 32);
+        return 4;
+    }
+    case G_NUMBER: {
+        const g_number *p = &g->numbers[e->arg];
+        const lex_number *l = &s->lex.n;
+        out[0] = l->phase | l->neg << 8 | l->n_int << 16 | l->n_frac << 24;
+        out[1] = l->n_exp;
+        if (!p->has_min && !p->has_max) return 2;
+        memcpy(out + 2, &l->ival, sizeof l->ival), memcpy(out + 4, &l->fval, sizeof l->fval);
+        return 6;
+    }
+    default: return 0;
+    }
+}
+
+/* The shared masks' key of the current state: the grammar's fingerprint, the end ids, then each stack (its position,
+ * its lexer's words, its return frames' positions, -1); -1 when longer than MASK_CACHE_KEY_MAX. */
+static int32_t state_key(const fm_matcher *m, int32_t *key) {
+    if (5 + m->n_end > MASK_CACHE_KEY_MAX) return -1;
+    int32_t n = 0;
+    for (int i = 0; i < 4; i++) key[n++] = m->fingerprint[i];
+    key[n++] = m->n_end;
+    for (int32_t i = 0; i < m->n_end; i++) key[n++] = m->end_ids[i];
+    for (int32_t i = 0; i < m->n_cur; i++) {
+        if (n + 8 > MASK_CACHE_KEY_MAX) return -1;
+        key[n++] = m->pool[i].pos;
+        n += lex_key(m->g, &m->pool[i], key + n);
+        for (int32_t f = m->pool[i].parent; f >= 0; f = m->frames[f].parent) {
+            if (n + 2 > MASK_CACHE_KEY_MAX) return -1;
+            key[n++] = m->frames[f].pos;
+        }
+        key[n++] = -1;
+    }
+    return n;
+}
+
 bool fm_matcher_done(const fm_matcher *m) {
     for (int32_t i = 0; i < m->n_cur; i++)
         if (m->pool[i].pos < 0) return true;
@@ -248,6 +301,12 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
     const bool stable = strings && stable_string(m);
     int32_t key[CACHE_KEY], n_key = stable ? cache_key(m, key) : -1;
     if (stable && cached(m, key, n_key, words)) return;
+    int32_t shared[MASK_CACHE_KEY_MAX]; /* another matcher's mask (or this one's, earlier) of an equal state */
+    const int32_t n_shared = v->cache ? state_key(m, shared) : -1;
+    if (n_shared >= 0 && fm_mask_cache_get(v->cache, shared, n_shared, words)) {
+        if (stable) keep(m, key, n_key, words);
+        return;
+    }
     if (strings) {
         const uint32_t k = room > VOCAB_PURE_MAX ? VOCAB_PURE_MAX : room;
         const uint32_t *row = v->pure_upto + (size_t)k * v->words;
@@ -257,6 +316,7 @@ void fm_matcher_fill_mask(fm_matcher *m, uint32_t *words) {
     walk(m, strings ? &v->impure : &v->all, 0, 0, m->n_cur, words);
     m->set_start = m->n_cur;
     if (stable) keep(m, key, n_key, words);
+    if (n_shared >= 0 && !m->oom) fm_mask_cache_put(v->cache, shared, n_shared, words); /* never a partial mask */
 }
 
 /* Replaces the current set by its advance over bytes; false (unchanged) when some byte kills every stack. */
@@ -345,6 +405,7 @@ fm_status fm_matcher_create(const fm_grammar *g, const fm_token_vocab *v, const 
     }
     memcpy(m->end_ids, end_ids, (size_t)n_end * sizeof *end_ids);
     m->n_end = n_end, m->g = g, m->v = v;
+    fm_grammar_fingerprint(g, m->fingerprint);
     for (int c = 0; c < CACHE_N; c++) m->cache[c].n_key = -1;
     m->set_start = 0;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)

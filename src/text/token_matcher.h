@@ -34,6 +34,14 @@ void fm_token_vocab_free(fm_token_vocab *v);
 int32_t fm_token_vocab_size(const fm_token_vocab *v);
 /* The bytes of id (NULL for none). */
 const uint8_t *fm_token_vocab_bytes(const fm_token_vocab *v, int32_t id, uint32_t *len);
+/* The masks the matchers over v share (text/mask_cache.h): a mask computed in one parse state is copied by every
+ * later fill in an equal state (an equal grammar, end ids and parse), across matchers and threads. At most capacity
+ * masks of (n_ids + 31) / 32 words are kept (memory taken as they are added); 0: none. A vocabulary starts with
+ * FM_MASK_CACHE_DEFAULT. Not while a matcher over v fills a mask. */
+#define FM_MASK_CACHE_DEFAULT 128 /* 2.4 MB at 151936 ids when full */
+fm_status fm_token_vocab_set_mask_cache(fm_token_vocab *v, int32_t capacity, fm_error *err);
+/* Fills that copied a shared mask, and fills that computed one, since the cache was set. */
+void fm_token_vocab_mask_cache_stats(const fm_token_vocab *v, int64_t *hits, int64_t *misses);
 
 typedef struct fm_matcher fm_matcher;
 

@@ -83,7 +83,24 @@ static bool trie_build(const fm_token_vocab *v, const int32_t *sorted, int32_t n
 void fm_token_vocab_free(fm_token_vocab *v) {
     if (!v) return;
     free(v->bytes), free(v->off), free(v->special), free(v->all.nodes), free(v->all.ids), free(v->impure.nodes);
-    free(v->impure.ids), free(v->pure_upto), free(v);
+    free(v->impure.ids), free(v->pure_upto);
+    fm_mask_cache_free(v->cache);
+    free(v);
+}
+
+fm_status fm_token_vocab_set_mask_cache(fm_token_vocab *v, int32_t capacity, fm_error *err) {
+    if (capacity < 0 || capacity > 65536)
+        return fm_fail(err, FM_ERR_USAGE, "a mask cache of %d entries (0..65536)", capacity);
+    fm_mask_cache *c = capacity ? fm_mask_cache_create(v->words, capacity) : NULL;
+    if (capacity && !c) return fm_fail(err, FM_ERR_NOMEM, "out of memory for a mask cache of %d entries", capacity);
+    fm_mask_cache_free(v->cache);
+    v->cache = c;
+    return FM_OK;
+}
+
+void fm_token_vocab_mask_cache_stats(const fm_token_vocab *v, int64_t *hits, int64_t *misses) {
+    *hits = *misses = 0;
+    if (v->cache) fm_mask_cache_stats(v->cache, hits, misses);
 }
 
 int32_t fm_token_vocab_size(const fm_token_vocab *v) { return v->n_ids; }
@@ -139,6 +156,11 @@ fm_status fm_token_vocab_create(int32_t n_ids, const uint8_t *const *bytes, cons
     if (!ok) {
         fm_token_vocab_free(v);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory for the vocabulary trie");
+    }
+    fm_status st = fm_token_vocab_set_mask_cache(v, FM_MASK_CACHE_DEFAULT, err);
+    if (st) {
+        fm_token_vocab_free(v);
+        return st;
     }
     *out = v;
     return FM_OK;

@@ -2,6 +2,7 @@
 #ifndef FM_TEXT_TOKEN_VOCAB_INTERNAL_H
 #define FM_TEXT_TOKEN_VOCAB_INTERNAL_H
 
+#include "text/mask_cache.h"
 #include "text/token_matcher.h"
 
 /* A prefix trie in preorder: a node's children are linked by sibling in byte order; the ids whose bytes end exactly
@@ -28,6 +29,7 @@ struct fm_token_vocab {
     t_trie all;           /* every allowed-able id */
     t_trie impure;        /* the ids that are not plain string characters, less those no string takes */
     uint32_t *pure_upto;  /* [VOCAB_PURE_MAX + 1][words]: plain-string ids of 1..k characters */
+    fm_mask_cache *cache; /* masks shared by the matchers over this vocabulary; NULL: none */
 };
 
 #endif

@@ -244,8 +244,24 @@ static void cu_upload_ids(fm_backend *bb, const int32_t *ids, int64_t n, void *d
 }
 
 static void cu_upload_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
-    FM_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(bb))); /* pageable: staged on return */
+    FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                  stream(bb))); /* pageable: staged on return; pinned: read in stream order */
+}
+
+/* Pinned host memory: an upload from it is a DMA in stream order, so the host goes on while the stream runs. */
+static void *cu_host_alloc(fm_backend *bb, size_t bytes) {
+    (void)bb;
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free(fm_backend *bb, void *p) {
+    (void)bb;
+    if (p) FM_CUDA_CHECK(cudaFreeHost(p));
 }
 
 static void cu_copy(fm_backend *bb, const void *src, size_t bytes, void *dst) {
@@ -665,6 +681,8 @@ static const fm_backend_ops cuda_ops = {
     .upload_f32 = cu_upload_f32,
     .download_raw = cu_download_raw,
     .upload_raw = cu_upload_raw,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .copy = cu_copy,
     .sync = cu_sync,
     .graph_capture = fm_cuda_graph_capture,
