@@ -29,11 +29,11 @@ part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc mixed_tiled_rc \
     ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
-    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc; do eval "$v=skipped"; done
+    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem gpu_mixed_tiled \
     gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
-    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup; do : >"$out/$f.log"; done
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
@@ -99,6 +99,8 @@ fused_generate_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prefix_cache >"$out/gpu_prefix.log" 2>&1; prefix_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_mixed_steps >"$out/gpu_mixed.log" 2>&1; mixed_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_warmup >"$out/gpu_warmup.log" 2>&1; warmup_rc=$?
+# constrained decode steps with their masks filled while the pass runs (two graphs a step), shared masks
+timeout 300 ./build/tests/gpu/test_cuda_mask_overlap >"$out/gpu_mask.log" 2>&1; mask_rc=$?
 # the same two with the prompt chunks' attention on the tiled kernel (route paged.tiled)
 timeout 300 ./build/tests/gpu/test_cuda_mixed_steps --route paged.tiled=on >"$out/gpu_mixed_tiled.log" 2>&1
 mixed_tiled_rc=$?
@@ -192,6 +194,7 @@ echo "| generation with --route decode.fused=on | rc $fused_generate_rc, $(grep 
 echo "| prefix cache on the GPU (same tokens and logits as without) | rc $prefix_rc, $(grep -cE '^\[       OK' "$out/gpu_prefix.log") tests |"
 echo "| mixed steps on the GPU (tokens as lone runs, budget, a token every step, decode graph) | rc $mixed_rc, $(grep -cE '^\[       OK' "$out/gpu_mixed.log") tests |"
 echo "| warm-up before serving (graph per bucket, same tokens as a cold model) | rc $warmup_rc, $(grep -cE '^\[       OK' "$out/gpu_warmup.log") tests |"
+echo "| constrained steps, masks filled during the pass: graphs = launches, shared masks = computed | rc $mask_rc, $(grep -cE '^\[       OK' "$out/gpu_mask.log") tests |"
 echo "| pre-quantized banks: ops (int4-zp, int4-zp-tc, e4m3-block) | rc $prequant_rc, $(grep -c ' err ' "$out/gpu_prequant.log") comparisons, worst err $(grep -oE 'err [0-9.e-]+' "$out/gpu_prequant.log" | sort -g -k2 | tail -1) |"
 echo "| pre-quantized checkpoints: GPU vs CPU emulation, whole model | rc $prequant_models_rc, $(grep -c 'vs cpu emulation' "$out/gpu_prequant_models.log") runs, worst cos $(grep -oE 'emulation: cos [0-9.]+' "$out/gpu_prequant_models.log" | awk '{print $3}' | sort -g | head -1) |"
 echo "| requantized checkpoint bit-identical to bf16 on CUDA (int4, fp8) | rc $requant_rc |"
