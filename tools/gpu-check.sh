@@ -99,7 +99,7 @@ fused_generate_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_prefix_cache >"$out/gpu_prefix.log" 2>&1; prefix_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_mixed_steps >"$out/gpu_mixed.log" 2>&1; mixed_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_warmup >"$out/gpu_warmup.log" 2>&1; warmup_rc=$?
-# constrained decode steps with their masks filled while the pass runs (two graphs a step), shared masks
+# constrained decode steps with their masks filled while the pass runs (two graphs such a step), shared masks
 timeout 300 ./build/tests/gpu/test_cuda_mask_overlap >"$out/gpu_mask.log" 2>&1; mask_rc=$?
 # the same two with the prompt chunks' attention on the tiled kernel (route paged.tiled)
 timeout 300 ./build/tests/gpu/test_cuda_mixed_steps --route paged.tiled=on >"$out/gpu_mixed_tiled.log" 2>&1

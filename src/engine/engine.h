@@ -239,8 +239,9 @@ typedef struct fm_step_masks {
     int32_t (*fill)(void *user);
     void *user;
 } fm_step_masks;
-/* fm_decode_run with masks (NULL: none): fill runs after the forward pass is launched, while the device computes it,
- * and the masks are copied after the pass, before the sampler; the tokens are those of filling them first. */
+/* fm_decode_run with masks (NULL: no row of the step is constrained, the step is one graph): fill runs after the
+ * forward pass is launched, while the device computes it, and the masks are copied after the pass, before the sampler
+ * (the step as two graphs); the tokens are those of filling them first. */
 fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs,
                                const fm_step_masks *masks, int32_t *out_ids, fm_sample_info *info, fm_error *err);
 /* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a

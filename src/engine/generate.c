@@ -33,9 +33,9 @@ fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err) 
     return st;
 }
 
-/* The device work of a decode step of B rows (staged, row slots uploaded), in two parts: the pass, then the sampler.
- * Between them the host fills the step's masks, which the device copies after the pass: a constrained step's host
- * work runs while the device computes the pass instead of before it. */
+/* The device work of a decode step of B rows (staged, row slots uploaded): the pass and the sampler, as one graph; a
+ * step with constrained rows runs them as two, and between them the host fills the step's masks, which the device
+ * copies after the pass: its host work runs while the device computes the pass instead of before it. */
 typedef struct decode_ctx {
     fm_context *ctx;
     int32_t B;
@@ -53,6 +53,11 @@ static fm_status sample_body(void *user, fm_error *err) {
     const decode_ctx *d = user;
     fm_step_sample_device(d->ctx, d->B);
     return FM_OK;
+}
+
+static fm_status step_body(void *user, fm_error *err) {
+    fm_status st = forward_body(user, err);
+    return st ? st : sample_body(user, err);
 }
 
 /* A part of the step as a CUDA graph of its bucket (*g): the first step of a bucket runs as it is (warm false:
@@ -109,15 +114,18 @@ fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, c
     while ((1 << b) < B) b++;
     decode_ctx d = {ctx, B};
     const bool warm = graphs && kv->warm[b];
-    st = run_part(ctx, graphs, warm, &kv->graphs[b], forward_body, &d, err);
-    if (st) return st;
-    /* the device runs the pass (a graph launch returns at once); the host fills the masks meanwhile, and the device
-       copies them after the pass (pinned host memory: the upload waits for nothing) */
-    const int32_t rows = masks ? masks->fill(masks->user) : 0;
-    if (rows > 0)
-        m->be->ops->upload_raw(m->be, kv->h_mask,
-                               (size_t)rows * (size_t)((m->cfg.vocab_size + 31) / 32) * sizeof(uint32_t), kv->mask);
-    st = run_part(ctx, graphs, warm, &kv->sample_graphs[b], sample_body, &d, err);
+    if (!masks) st = run_part(ctx, graphs, warm, &kv->graphs[b], step_body, &d, err);
+    else {
+        st = run_part(ctx, graphs, warm, &kv->pass_graphs[b], forward_body, &d, err);
+        if (st) return st;
+        /* the device runs the pass (a graph launch returns at once); the host fills the masks meanwhile, and the
+           device copies them after the pass (pinned host memory: the upload waits for nothing) */
+        const int32_t rows = masks->fill(masks->user);
+        if (rows > 0)
+            m->be->ops->upload_raw(m->be, kv->h_mask,
+                                   (size_t)rows * (size_t)((m->cfg.vocab_size + 31) / 32) * sizeof(uint32_t), kv->mask);
+        st = run_part(ctx, graphs, warm, &kv->sample_graphs[b], sample_body, &d, err);
+    }
     if (st) return st;
     if (graphs) kv->warm[b] = true;
     m->be->ops->download_raw(m->be, kv->ids_out, (size_t)n * sizeof *out_ids, out_ids);

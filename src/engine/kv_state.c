@@ -22,6 +22,7 @@ void fm_kv_state_free(fm_context *ctx, fm_kv_state *s) {
     if (!s) return;
     for (int b = 0; b < FM_DECODE_BUCKETS && m->be->ops->graph_free; b++) {
         m->be->ops->graph_free(m->be, s->graphs[b]);
+        m->be->ops->graph_free(m->be, s->pass_graphs[b]);
         m->be->ops->graph_free(m->be, s->sample_graphs[b]);
     }
     KV_BUFFERS(s);

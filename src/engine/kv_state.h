@@ -49,9 +49,11 @@ typedef struct fm_kv_state {
     void *ids_out;    /* int32 [rows] */
     void *info_out;   /* fm_sample_info [rows] */
     int32_t pad_slot; /* the sampler slot of padding rows (a decode step padded to its graph's bucket) */
-    /* a decode step as two captured graphs per bucket (NULL until captured): the forward pass, then the sampler; the
-       host fills the step's masks while the first runs and uploads them between the two */
+    /* a decode step as a captured graph per bucket (NULL until captured): the forward pass and the sampler; a step
+       with constrained rows as two, the pass and the sampler, the host filling the step's masks while the first runs
+       and uploading them between the two */
     fm_graph *graphs[FM_DECODE_BUCKETS];
+    fm_graph *pass_graphs[FM_DECODE_BUCKETS];
     fm_graph *sample_graphs[FM_DECODE_BUCKETS];
     bool warm[FM_DECODE_BUCKETS]; /* the bucket ran once uncaptured (lazy library setup) */
     /* host mirrors */

@@ -469,8 +469,10 @@ static fm_status decode_run(fm_sched *s, int32_t n, fm_error *err) {
     if (n == 0) return FM_OK;
     decode_masks dm = {s, n};
     const fm_step_masks masks = {fill_decode_masks, &dm};
+    bool constrained = false; /* else the step runs as one graph */
+    for (int32_t j = 0; j < n && !constrained; j++) constrained = s->d_who[j]->r.params.constraint != NULL;
     fm_sample_info *info = ctx->kv->h_info;
-    fm_status st = fm_decode_run_masked(ctx, n, s->d_ids, s->d_seqs, &masks, s->d_out, info, err);
+    fm_status st = fm_decode_run_masked(ctx, n, s->d_ids, s->d_seqs, constrained ? &masks : NULL, s->d_out, info, err);
     if (st) return st;
     name_decoded(s, n);
     for (int32_t j = 0; j < n; j++) deliver(s, s->d_who[j], s->d_out[j], &info[j]);

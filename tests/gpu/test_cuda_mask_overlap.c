@@ -88,7 +88,7 @@ static void test_overlapped_masks_graphs_equal_launches(void **state) {
         assert_int_equal(fm_token_vocab_from_tokenizer(t, fm_model_vocab_size(gm), &v, &err), FM_OK);
         fm_gen_output a[N], b[N], c[N];
         generate(gm, v, g, a);
-        assert_non_null(gm->context->kv->graphs[2]); /* bucket 4: the pass and the sampler, captured */
+        assert_non_null(gm->context->kv->pass_graphs[2]); /* bucket 4: the pass and the sampler, captured */
         assert_non_null(gm->context->kv->sample_graphs[2]);
         generate(lm, v, g, b);
         assert_int_equal(fm_token_vocab_set_mask_cache(v, 0, &err), FM_OK);
