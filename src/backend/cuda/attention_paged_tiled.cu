@@ -108,10 +108,10 @@ template <int HD> __global__ void __launch_bounds__(APT_THREADS) apt_kernel(apt_
         s_pos[tid] = a.tok_pos[t];
     }
     __syncthreads();
-    uint64_t todo = 0; // the window's run rows not computed yet (the same in every thread)
+    uint64_t pending = 0; // the window's run rows not computed yet (the same in every thread)
     for (int i = 0; i < ntok; i++)
-        if (s_seq[i] >= 0) todo |= 1ull << i;
-    if (!todo) return;
+        if (s_seq[i] >= 0) pending |= 1ull << i;
+    if (!pending) return;
 
     // Q: row r = (token r / hg, head r % hg), zero where there is no such token or head
     for (int i = tid; i < APT_ROWS * CH; i += APT_THREADS) {
@@ -139,13 +139,13 @@ template <int HD> __global__ void __launch_bounds__(APT_THREADS) apt_kernel(apt_
         rtok[hf] = tk < ntok && r % a.hg < nq ? tk : -1;
     }
 
-    while (todo) {
-        const int seq = s_seq[__ffsll((long long)todo) - 1];
+    while (pending) {
+        const int seq = s_seq[__ffsll((long long)pending) - 1];
         uint64_t seg = 0;
         int len = 0; // keys of the segment's longest row
         for (int i = 0; i < ntok; i++)
             if (s_seq[i] == seq) seg |= 1ull << i, len = max(len, s_pos[i] + 1);
-        todo &= ~seg;
+        pending &= ~seg;
         int rpos[2]; // each row's own position, -1 outside the segment (every key masked)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) rpos[hf] = rtok[hf] >= 0 && (seg >> rtok[hf]) & 1 ? s_pos[rtok[hf]] : -1;
