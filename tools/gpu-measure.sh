@@ -242,6 +242,12 @@ part_serve() {
     serve_rows serve_base
 }
 
+# ttft_p50 LOG: the "TTFT p50 ms" cell of a serve_bench table's one-client row, found by its header (the columns move)
+ttft_p50() {
+    awk -F'|' '/^\| clients \|/ {for (i = 1; i <= NF; i++) if ($i ~ /TTFT p50/) col = i}
+        col && /^\| +1 \|/ {gsub(/ /, "", $col); print $col; exit}' "$1" 2>/dev/null
+}
+
 # load_one NAME DIR PRESET...: page cache warmed, then `generate --max-tokens 1` (its load line) and a server's
 # time to /health, its first request's TTFT against warm ones
 load_one() {
@@ -282,8 +288,8 @@ load_one() {
     fi
     wait $pid
     local ttft1 ttftw
-    ttft1=$(awk -F'|' '/^\| +1 \|/ {print $7}' "$logs/load_${name}_first.log" 2>/dev/null | tr -d ' ')
-    ttftw=$(awk -F'|' '/^\| +1 \|/ {print $7}' "$logs/load_${name}_warm.log" 2>/dev/null | tr -d ' ')
+    ttft1=$(ttft_p50 "$logs/load_${name}_first.log")
+    ttftw=$(ttft_p50 "$logs/load_${name}_warm.log")
     echo "| $name | $(grep -m1 -oE 'loaded [0-9.]+ GB in [0-9.]+ s \([0-9.]+ GB/s\)' "$logs/load_${name}_generate.log") |" \
         "${ready:-no /health} ms | $(grep -m1 -oE 'warmed up in [0-9.]+ s' "$logs/load_${name}_serve.log") |" \
         "${ttft1:-?} | ${ttftw:-?} |" >>"$table"

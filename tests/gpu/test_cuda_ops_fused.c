@@ -233,7 +233,9 @@ static void test_linear_add_rmsnorm_reference(void **s) {
 /* ---- gdn_decode_fused: a decode step's Gated DeltaNet (conv update, delta rule, gated norm) as one op ---- */
 
 /* One decode step's inputs: B rows, the first n real (distinct sequences of a pool of `slots`, every third at position
- * 0, the others from random states), the rest padding rows (copies of row 0's sequence, position and inputs, as
+ * 0, the others from random states at positions >= kernel: the GPU's conv reads zeros before position 0 where the
+ * CPU reads the state, which a real state holds there anyway, zeroed at position 0; a random one does not), the rest
+ * padding rows (copies of row 0's sequence, position and inputs, as
  * generate.c pads a graph's bucket). */
 typedef struct gdn_step {
     fm_gdn_shape g;
@@ -251,7 +253,8 @@ static gdn_step make_step(fm_gdn_shape g, int64_t n, int64_t pad) {
     d.conv_st = rand_array(d.slots * fm_gdn_conv_state_elems(g), 1.0f);
     d.rec_st = rand_array(d.slots * fm_gdn_rec_state_elems(g), 0.3f);
     for (int64_t t = 0; t < n; t++)
-        d.seq[t] = (int32_t)((t * 5 + 2) % d.slots), d.pos[t] = t % 3 == 1 ? 0 : 1 + (int32_t)((frand() + 1.0f) * 60);
+        d.seq[t] = (int32_t)((t * 5 + 2) % d.slots),
+        d.pos[t] = t % 3 == 1 ? 0 : g.kernel + (int32_t)((frand() + 1.0f) * 60);
     for (int64_t t = n; t < d.B; t++) {
         d.seq[t] = d.seq[0], d.pos[t] = d.pos[0];
         memcpy(d.qkvz + t * d.W, d.qkvz, (size_t)d.W * sizeof(float));

@@ -141,6 +141,12 @@ static void compare(const char *dir, fm_preset preset, bool w8a8, double bound) 
             if (x->n_top >= 2 && x->top[0].logprob - x->top[1].logprob < 0.05f) break; /* a near tie: stop here */
         }
     }
+    /* the tiled paged kernel (route paged.tiled) rounds a row by the window of rows it shares (its segments of keys
+       depend on them), so the rest of a prompt after its cached blocks is not bit-identical to the same rows inside
+       the whole prompt, as it is on the split kernel (0 for ref and int4): bf16 noise grown through the layers,
+       measured 0.0275 for tiny-code-moe ref on the H200 (2026-12-05) */
+    const char *rt = gpu_test_routes();
+    if (rt && strstr(rt, "paged.tiled=on") && bound < 0.05) bound = 0.05;
     printf("  %-34s %-5s%-6s %d tokens compared, max |dlogprob| %.3g (bound %.3g)\n", dir, fm_preset_name(preset),
            w8a8 ? "+w8a8" : "", compared, worst, bound);
     if (worst > bound)

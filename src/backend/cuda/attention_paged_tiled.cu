@@ -62,7 +62,8 @@ template <int HD> struct apt_shape {
     static constexpr int QBYTES = APT_ROWS * RE * 2;               // Q [64][HD]
     static constexpr int KVBYTES = KT * RE * 2;                    // K or V [KT][HD]
     static constexpr int SMEM = QBYTES + APT_STAGES * 2 * KVBYTES; // Q, then the stages (K, V, K, V)
-    static_assert(SMEM + 2 * 64 * 4 <= 99 * 1024, "shared memory above the sm_89 limit");
+    static constexpr int STATIC = 2 * APT_ROWS * 4;                // s_seq, s_pos: the kernel's static shared memory
+    static_assert(SMEM + STATIC <= 99 * 1024, "shared memory above the sm_89 limit");
 };
 
 // cp.async of the K and V rows of keys [j0, j0 + KT) into one stage, rows at or past len zero-filled; the 128
@@ -266,7 +267,8 @@ template <int HD> __global__ void __launch_bounds__(APT_THREADS) apt_kernel(apt_
 
 template <int HD> static void apt_launch(const apt_args &a, int windows, int ys, cudaStream_t s) {
     typedef apt_shape<HD> SH;
-    if (SH::SMEM > 48 * 1024)
+    // static and dynamic shared memory together above 48 KiB need the opt-in (hd 128: 48 KiB + 512 bytes)
+    if (SH::SMEM + SH::STATIC > 48 * 1024)
         FM_CUDA_CHECK(cudaFuncSetAttribute(apt_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
     apt_kernel<HD><<<dim3((unsigned)windows, (unsigned)ys), APT_THREADS, SH::SMEM, s>>>(a);
     FM_LAUNCH_CHECK("attention_paged_tiled");
