@@ -415,7 +415,7 @@ static void place_shared_expert(fm_model *m, const fm_model_src *src, const fm_o
     if (src->cfg.shared_expert_intermediate <= 0 || src->cfg.n_experts <= 0) return;
     char why[160] = "";
     const bool asked = fm_routes_moe_shared_routed(&m->routes);
-    const bool fits = asked && fm_shared_routing_fits(src, &m->plan, m->ep_ranks, why, sizeof why);
+    const bool fits = asked && fm_shared_routing_fits(&src->cfg, &m->plan, m->ep_ranks, why, sizeof why);
     if (fits) fm_shared_routing_apply(&m->cfg);
     if (opt->verbose && fits)
         fprintf(stderr, "shared expert: routed, expert %d of each MoE layer's bank (route moe.shared)\n",

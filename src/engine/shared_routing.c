@@ -8,14 +8,7 @@ static fm_src_slot shared_slot_of(fm_src_slot s) {
     return s == FM_SRC_EXPERT_GATE ? FM_SRC_SHARED_GATE : s == FM_SRC_EXPERT_UP ? FM_SRC_SHARED_UP : FM_SRC_SHARED_DOWN;
 }
 
-static bool any_quantized(const fm_wsrc *v, int32_t n) {
-    for (int32_t i = 0; i < n; i++)
-        if (fm_wsrc_is_quantized(&v[i])) return true;
-    return false;
-}
-
-bool fm_shared_routing_fits(const fm_model_src *src, const fm_plan *p, int32_t ep_ranks, char *why, size_t cap) {
-    const fm_config *c = &src->cfg;
+bool fm_shared_routing_fits(const fm_config *c, const fm_plan *p, int32_t ep_ranks, char *why, size_t cap) {
     if (c->shared_expert_intermediate <= 0 || c->n_experts <= 0) {
         snprintf(why, cap, "the model has no shared expert");
         return false;
@@ -31,23 +24,15 @@ bool fm_shared_routing_fits(const fm_model_src *src, const fm_plan *p, int32_t e
                  fm_afmt_name(p->a_dispatch), fm_afmt_name(p->a_expert));
         return false;
     }
+    if (c->quant.method != FM_QUANT_NONE) {
+        snprintf(why, cap, "the checkpoint is pre-quantized (%s); the bank is built from float weights",
+                 fm_quant_method_name(c->quant.method));
+        return false;
+    }
     if (ep_ranks > 1) {
         snprintf(why, cap, "--ep %d splits the routed experts across ranks; every rank runs the shared expert",
                  ep_ranks);
         return false;
-    }
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        const fm_layer_src *L = &src->layers[l];
-        if (!L->is_moe) continue;
-        const fm_src_slot slots[] = {FM_SRC_SHARED_GATE, FM_SRC_SHARED_UP, FM_SRC_SHARED_DOWN, FM_SRC_EXPERT_GATE,
-                                     FM_SRC_EXPERT_UP, FM_SRC_EXPERT_DOWN};
-        for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
-            const fm_wsrc *v = fm_layer_src_cviews(L, slots[i]);
-            if (v && any_quantized(v, slots[i] >= FM_SRC_N_LAYER ? c->n_experts : 1)) {
-                snprintf(why, cap, "layer %d's experts are pre-quantized (the bank's sources must be float)", l);
-                return false;
-            }
-        }
     }
     return true;
 }

@@ -9,7 +9,7 @@
  * activation dtype (bf16 on the GPU).
  *
  * It takes the bank's form only where the shapes agree: the shared expert as wide as the routed ones, the plan
- * quantizing the dense projections as the experts (weights and both activations), float sources, one rank (expert
+ * quantizing the dense projections as the experts (weights and both activations), a float checkpoint, one rank (expert
  * parallelism splits the bank by index; the shared expert belongs to every rank). */
 #ifndef FM_ENGINE_SHARED_ROUTING_H
 #define FM_ENGINE_SHARED_ROUTING_H
@@ -20,9 +20,10 @@
 #include "backend/backend.h"
 #include "model/model_src.h"
 
-/* Whether the model's shared expert can be one more expert of its banks (plan p, ep_ranks ranks); when it cannot,
- * why (a phrase, into why[cap]). False without a shared expert. */
-bool fm_shared_routing_fits(const fm_model_src *src, const fm_plan *p, int32_t ep_ranks, char *why, size_t cap);
+/* Whether the shared expert of a model of configuration c (the checkpoint's) can be one more expert of its banks
+ * (plan p, ep_ranks ranks); when it cannot, why (a phrase, into why[cap]). False without a shared expert. The load
+ * (model.c) and the estimate before it (estimate.c) ask the same. */
+bool fm_shared_routing_fits(const fm_config *c, const fm_plan *p, int32_t ep_ranks, char *why, size_t cap);
 
 /* The configuration the engine runs with the shared expert in the bank (fm_config.shared_in_bank): n_experts and
  * n_experts_per_tok count it, the router kind takes its pair, it has no banks of its own. */

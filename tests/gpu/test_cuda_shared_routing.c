@@ -192,7 +192,8 @@ static int32_t *greedy(fm_model *m, const int32_t *prompt, int64_t T, int64_t n)
     fm_gen_params_init(&p);
     p.max_tokens = n, p.ignore_eos = true;
     fm_gen_output out = {0};
-    if (fm_context_generate(ctx, &prompt, &T, &p, 1, 0, NULL, NULL, &out, NULL, &err)) fail_msg("generate: %s", err.msg);
+    if (fm_context_generate(ctx, &prompt, &T, &p, 1, 0, NULL, NULL, &out, NULL, &err))
+        fail_msg("generate: %s", err.msg);
     assert_int_equal(out.n, n);
     free(out.logprobs);
     fm_context_free(ctx);
