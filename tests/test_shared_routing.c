@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "fp8moe.h"
 #include "util/metrics.h"
 
@@ -142,6 +143,16 @@ static void check_routed_banks(const fm_model *routed, const fm_model *separate)
         assert_int_equal(o->bank_bytes(R->gate_up) * (size_t)E, o->bank_bytes(S->gate_up) * (size_t)(E + 1));
         assert_int_equal(o->bank_bytes(R->down) * (size_t)E, o->bank_bytes(S->down) * (size_t)(E + 1));
         assert_int_equal(o->bank_bytes(R->router) * (size_t)E, o->bank_bytes(S->router) * (size_t)(E + 1));
+    }
+    /* the memory plan of the routed configuration holds what the load allocated (no shared banks, E + 1 experts) */
+    const fm_model *ms[] = {routed, separate};
+    for (int i = 0; i < 2; i++) {
+        fm_config cfg = ms[i]->cfg;
+        cfg.tie_word_embeddings = ms[i]->lm_head == ms[i]->embed;
+        fm_memory_plan plan;
+        fm_error err = {{0}};
+        assert_int_equal(fm_memory_plan_compute(&cfg, &ms[i]->plan, "cpu", ms[i]->n_layers, 37, &plan, &err), FM_OK);
+        assert_int_equal(ms[i]->weight_bytes, plan.weight_total);
     }
 }
 
