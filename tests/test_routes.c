@@ -413,7 +413,7 @@ static void the_printer_shows_every_key(void **s) {
     const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
                           "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
                           "decode.graphs", "gdn.tc",           "rope.store", "shared.stream", "expert.prefetch",
-                          "decode.fused"};
+                          "decode.fused",  "moe.shared"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
@@ -422,6 +422,23 @@ static void the_printer_shows_every_key(void **s) {
     assert_contains(text, "wgmma on sm_90");     /* a default */
     assert_contains(text, "off    auto|on|off"); /* pdl's value */
     free(text);
+}
+
+/* moe.shared: separate by default (auto) until the routed form is measured on a GPU; each word picks its form */
+static void moe_shared_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_moe_shared_routed(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.shared=routed", &err), FM_OK);
+    assert_true(fm_routes_moe_shared_routed(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.shared=separate", &err), FM_OK);
+    assert_false(fm_routes_moe_shared_routed(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.shared=auto", &err), FM_OK);
+    assert_false(fm_routes_moe_shared_routed(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.shared=on", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "moe.shared"));
 }
 
 /* each key's value prints as it was written: its word, else the integer */
@@ -469,7 +486,7 @@ static void the_committed_reference_page_is_current(void **s) {
     const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
                           "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
                           "decode.graphs", "gdn.tc",           "rope.store", "shared.stream", "expert.prefetch",
-                          "decode.fused"};
+                          "decode.fused",  "moe.shared"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         char cell[40];
         snprintf(cell, sizeof cell, "| `%s` |", keys[i]);
@@ -517,6 +534,7 @@ int main(void) {
         cmocka_unit_test(the_printer_shows_every_key),
         cmocka_unit_test(w4a8_codes_by_rows_per_expert),
         cmocka_unit_test(gdn_tc_by_shape_and_route),
+        cmocka_unit_test(moe_shared_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

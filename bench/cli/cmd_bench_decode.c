@@ -142,9 +142,9 @@ static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, 
     double b = (double)(p->weights[FM_MEM_ATTN] + p->weights[FM_MEM_ROUTER] + p->weights[FM_MEM_NORMS] +
                         p->weights[FM_MEM_DENSE_MLP] + p->weights[FM_MEM_LM_HEAD]);
     if (!p->weights[FM_MEM_LM_HEAD]) b += (double)p->weights[FM_MEM_EMBED]; /* tied: the embedding is the lm_head */
-    if (c->n_experts > 0) {
-        const double E = c->n_experts, k = c->n_experts_per_tok;
-        b += (double)p->weights[FM_MEM_EXPERTS] * (1.0 - pow(1.0 - k / E, (double)B));
+    if (c->n_experts > 0) { /* a shared expert in the bank (moe.shared) is read by every step: s of the E */
+        const double s = c->shared_in_bank ? 1.0 : 0.0, E = c->n_experts, k = c->n_experts_per_tok;
+        b += (double)p->weights[FM_MEM_EXPERTS] / E * (s + (E - s) * (1.0 - pow(1.0 - (k - s) / (E - s), (double)B)));
     }
     b += (double)B * (double)ctx * 2.0 * m->n_layers * c->n_kv_heads * c->head_dim * (double)m->be->ops->act_size;
     return b;

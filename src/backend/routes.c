@@ -84,6 +84,9 @@ static void now_rope_store(const fm_routes *r, char *b, size_t n) {
 static void now_shared_stream(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->shared_stream == FM_ROUTE_OFF ? "off" : "every pass");
 }
+static void now_moe_shared(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_shared_routed(r) ? "routed where the shapes agree" : "separate");
+}
 static void now_decode_fused(const fm_routes *r, char *b, size_t n) {
     if (r->decode_fused == FM_ROUTE_AUTO) snprintf(b, n, "the MoE tail at T <= 64, the o projection off");
     else snprintf(b, n, "%s", on_off(r->decode_fused == FM_ROUTE_ON));
@@ -235,6 +238,20 @@ static const route_key route_keys[] = {
      "positions; decode steps and their graphs are unchanged); bf16 head dims that are multiples of 16 only (fp32 "
      "and the others keep the plain kernel); on the cpu backend both are its one reference",
      now_paged_tiled},
+    {"moe.shared",
+     FIELD(moe_shared),
+     "auto|routed|separate",
+     {{"routed", FM_ROUTE_SHARED_ROUTED}, {"separate", FM_ROUTE_SHARED_SEPARATE}},
+     "separate",
+     "the shared expert (Qwen3-Next) as one more expert in the routed experts' launches, or its own",
+     "Qwen3-Next's shared expert as one more expert of each MoE layer's bank (index E, routed to by every token with "
+     "the weight sigmoid(shared_expert_gate x): the gate's row appended to the router's, top-k + 1 pairs), so the "
+     "routed experts' launches (router, grouped GEMV or GEMM, combine) compute it: per layer the shared expert's "
+     "gate|up, SwiGLU, down and gate launches go. Only where its width equals the experts' and the plan quantizes "
+     "the dense projections as the experts (not `--dense w8a8`, not an FP4 dispatch), from float weights, on one rank "
+     "(elsewhere it stays separate even when `routed` is asked for: `--verbose` says which form each load takes and "
+     "why). `auto` is `separate` until it is measured on a GPU",
+     now_moe_shared},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -448,6 +465,13 @@ bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
 }
 bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 bool fm_routes_fused_gdn(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
+
+/* auto: separate until the routed form is measured on a GPU (compiled and tested against the CPU only) */
+#define SHARED_ROUTED_BY_DEFAULT false
+bool fm_routes_moe_shared_routed(const fm_routes *r) {
+    return r->moe_shared == FM_ROUTE_SHARED_ROUTED ||
+           (r->moe_shared == FM_ROUTE_SHARED_AUTO && SHARED_ROUTED_BY_DEFAULT);
+}
 
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T) { return T >= 1 && r->shared_stream != FM_ROUTE_OFF; }
 

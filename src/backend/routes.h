@@ -55,6 +55,12 @@ typedef enum fm_route_attention_kernel {
     FM_ROUTE_ATTENTION_MMA,   /* mma.sync m16n8k16 bf16, every GPU and head dim */
 } fm_route_attention_kernel;
 
+typedef enum fm_route_moe_shared {
+    FM_ROUTE_SHARED_AUTO = 0,
+    FM_ROUTE_SHARED_ROUTED,   /* the shared expert as the bank's last expert, in the routed experts' launches */
+    FM_ROUTE_SHARED_SEPARATE, /* its own projections and gate (beside them: shared.stream) */
+} fm_route_moe_shared;
+
 typedef struct fm_routes {
     /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
     int32_t sm_major;
@@ -76,6 +82,7 @@ typedef struct fm_routes {
     int32_t expert_prefetch;  /* expert.prefetch: 0 auto (off), -1 off, N >= 1 the top N (on: all) */
     int32_t decode_fused;     /* decode.fused: fm_route_switch */
     int32_t paged_tiled;      /* paged.tiled: fm_route_switch */
+    int32_t moe_shared;       /* moe.shared: fm_route_moe_shared */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -202,6 +209,10 @@ bool fm_routes_fused_gdn(const fm_routes *r);
  * that stream's scratch is sized for in a plan of T tokens (0: none). Default on, every pass: H200, qwen3-next-80b-a3b,
  * decode batch 1 4.82 -> 4.34 ms, prefill T = 2048 49.9 -> 48.6 ms (bench/NOTES.md 2026-12-02, "a side stream in the
  * decode step"). */
+/* Whether a shared expert (Qwen3-Next) is asked for as one more expert of the bank (moe.shared): the load still
+ * keeps it apart where the shapes differ (engine/shared_routing.h). `auto` is `separate` until the routed form is
+ * measured on a GPU (bench/NOTES.md 2026-12-05, "the shared expert in the routed experts' launch"). */
+bool fm_routes_moe_shared_routed(const fm_routes *r);
 bool fm_routes_shared_stream(const fm_routes *r, int64_t T);
 int64_t fm_routes_shared_stream_rows(const fm_routes *r, int64_t T);
 /* A pass of T rows with experts in host memory prefetches each layer's predicted experts (expert.prefetch=on: steps of

@@ -85,10 +85,14 @@ void fm_prefill_cost(const fm_config *c, const fm_plan *p, int32_t n_layers, int
         }
         if (s.has[FM_WF_EXPERTS]) {
             /* an ideal grouped kernel reads each expert touched once: with T*k routed pairs spread over E
-               experts, the expected number touched is E * (1 - (1 - 1/E)^(T*k)) */
+               experts, the expected number touched is E * (1 - (1 - 1/E)^(T*k)); the shared expert in the bank
+               (moe.shared) is touched by every token, the other E - 1 by T * (k - 1) pairs */
+            const int32_t sh = c->shared_in_bank ? 1 : 0;
+            const double Er = E - sh;
             double untouched = 1.0;
-            for (int64_t i = 0; i < T * c->n_experts_per_tok && untouched > 1e-12; i++) untouched *= 1.0 - 1.0 / E;
-            const double touched = E * (1.0 - untouched);
+            for (int64_t i = 0; i < T * (c->n_experts_per_tok - sh) && untouched > 1e-12; i++)
+                untouched *= 1.0 - 1.0 / Er;
+            const double touched = sh + Er * (1.0 - untouched);
             out->bytes[FM_STAGE_EXPERTS] += touched * s.w[FM_WF_EXPERTS] + A * t * s.x_token + A * t * k * s.x_pair;
             out->flops[FM_STAGE_EXPERTS] += 2 * t * k * s.macs[FM_WF_EXPERTS];
             out->expert_weight_reads_per_token_design += t * k * s.w[FM_WF_EXPERTS];

@@ -8,6 +8,7 @@
 #include "engine/kv_state.h"
 #include "engine/memory_fit.h"
 #include "engine/memory_plan.h"
+#include "engine/shared_routing.h"
 #include "io/config.h"
 #include "util/status.h"
 
@@ -63,6 +64,9 @@ fm_status fm_memory_estimate_compute(const char *dir, const fm_options *opt, fm_
     fm_routes routes;
     fm_routes_default(&routes, sm_major);
     if ((st = fm_routes_apply(&routes, opt->routes, err))) return st;
+    char why[160]; /* the shared expert in the bank, as the load will place it (model.c) */
+    if (fm_routes_moe_shared_routed(&routes) && fm_shared_routing_fits(&c, &plan, opt->ep_ranks, why, sizeof why))
+        fm_shared_routing_apply(&c);
     const int64_t T = opt->max_tokens > 0 ? opt->max_tokens : FM_DEFAULT_MAX_TOKENS;
     const int64_t B = opt->max_seqs > 0 ? fm_decode_bucket(opt->max_seqs) : 0;
     const int64_t ctx = opt->ctx > 0 ? opt->ctx : c.max_position_embeddings;

@@ -11,6 +11,7 @@
 #include "engine/kv_state.h"
 #include "engine/load_progress.h"
 #include "engine/memory_plan.h"
+#include "engine/shared_routing.h"
 #include "engine/weight_format.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -169,13 +170,11 @@ static fm_status load_layer(loader *ld, const fm_layer_src *s, int l, fm_layer_w
     for (int32_t i = 0; i < d->n_specs; i++) {
         const fm_weight_spec *w = &d->specs[i];
         if (!fm_spec_present(w, c)) continue;
-        const int32_t n = fm_spec_count(w, c), np = w->n_parts;
+        /* the shared expert in the bank (moe.shared): expert E's views are its, the router has its gate's row */
+        const int32_t n = fm_spec_count(w, c), np = fm_shared_routing_parts(c, w);
         fm_wsrc *srcs = fm_malloc((size_t)n * (size_t)np * sizeof *srcs, ld->err, "weight views");
         if (!srcs) return FM_ERR_NOMEM;
-        for (int32_t j = 0; j < np; j++) {
-            const fm_wsrc *v = fm_layer_src_cviews(s, w->parts[j].slot);
-            for (int32_t e = 0; e < n; e++) srcs[(size_t)e * (size_t)np + (size_t)j] = v[e];
-        }
+        fm_shared_routing_views(c, s, w, n, srcs);
         /* expert parallelism: this rank's experts only; tensor parallelism: its heads' rows and columns */
         const bool ep = w->family == FM_WF_EXPERTS && ld->m->ep_ranks > 1;
         int32_t np_load = np;
@@ -409,6 +408,23 @@ static fm_status parallel_ranks(fm_model *m, const fm_options *opt, fm_error *er
     return FM_OK;
 }
 
+/* Qwen3-Next's shared expert: one more expert of each MoE layer's bank (route moe.shared=routed, where the shapes
+ * agree: engine/shared_routing.h), the model's configuration then counting it; else its own banks, as --verbose
+ * says with the reason. */
+static void place_shared_expert(fm_model *m, const fm_model_src *src, const fm_options *opt) {
+    if (src->cfg.shared_expert_intermediate <= 0 || src->cfg.n_experts <= 0) return;
+    char why[160] = "";
+    const bool asked = fm_routes_moe_shared_routed(&m->routes);
+    const bool fits = asked && fm_shared_routing_fits(&src->cfg, &m->plan, m->ep_ranks, why, sizeof why);
+    if (fits) fm_shared_routing_apply(&m->cfg);
+    if (opt->verbose && fits)
+        fprintf(stderr, "shared expert: routed, expert %d of each MoE layer's bank (route moe.shared)\n",
+                src->cfg.n_experts);
+    else if (opt->verbose)
+        fprintf(stderr, "shared expert: separate, its own projections and gate (route moe.shared%s%s)\n",
+                asked ? ": " : "", why);
+}
+
 fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options *opt, fm_error *err) {
     if (opt->ctx < 0) return fm_fail(err, FM_ERR_USAGE, "--ctx must be >= 1 token, got %lld", (long long)opt->ctx);
     m->n_ctx = opt->ctx > 0 ? opt->ctx : m->cfg.max_position_embeddings;
@@ -442,6 +458,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (kind && kind->device_query && kind->device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
     fm_routes_default(&m->routes, sm_major);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
+    if (!st) place_shared_expert(m, src, opt);
     if (!st) st = check_device_memory(m, src, opt, err);
     if (!st) st = fm_backend_create(opt->backend, &m->plan, opt->n_threads, opt->routes, &m->be, err);
     if (!st) st = check_backend_runs_arch(&m->cfg, m->be, err);

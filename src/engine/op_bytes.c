@@ -33,7 +33,9 @@ double fm_op_bytes_experts(const fm_model *m, int32_t l, int64_t T) {
     const fm_config *c = &m->cfg;
     const fm_layer_weights *L = &m->layers[l];
     const double E = c->n_experts, k = c->n_experts_per_tok, t = (double)T;
-    const double touched = E * (1.0 - pow(1.0 - k / E, t));
+    /* with the shared expert in the bank (moe.shared) every token routes to it: it is touched, the rest as before */
+    const double s = c->shared_in_bank ? 1.0 : 0.0;
+    const double touched = s + (E - s) * (1.0 - pow(1.0 - (k - s) / (E - s), t));
     const double per_expert = (bank(m, L->gate_up) + bank(m, L->down)) / E;
     return touched * per_expert + act(m) * (t * 2.0 * c->hidden_size + t * k * 3.0 * c->moe_intermediate);
 }

@@ -25,6 +25,9 @@ typedef enum fm_arch { FM_ARCH_QWEN3_MOE, FM_ARCH_MIXTRAL, FM_ARCH_QWEN3_NEXT } 
 typedef enum fm_router_kind {
     FM_ROUTER_SOFTMAX_TOPK, /* Qwen3: softmax over all experts (fp32), top-k, renormalise if norm_topk_prob */
     FM_ROUTER_TOPK_SOFTMAX, /* Mixtral: top-k of the logits, softmax over the k */
+    /* Qwen3-Next with its shared expert as the bank's last expert (fm_config.shared_in_bank): of E logits, the
+       first E - 1 as FM_ROUTER_SOFTMAX_TOPK with top-(k - 1), then the pair (E - 1, sigmoid(logit E - 1)) */
+    FM_ROUTER_SOFTMAX_TOPK_SHARED,
 } fm_router_kind;
 
 #define FM_MAX_EOS 8 /* end-of-sequence ids a config may list */
@@ -53,10 +56,14 @@ typedef struct fm_config {
     /* Qwen3-Next */
     bool attn_output_gate;              /* q_proj yields [query | gate] per head; attention out * sigmoid(gate) */
     int32_t shared_expert_intermediate; /* width of the shared expert of MoE layers (0: none) */
-    int32_t gdn_k_heads, gdn_v_heads;   /* Gated DeltaNet layers: key and value heads (linear_num_*_heads) */
-    int32_t gdn_k_dim, gdn_v_dim;       /* linear_key_head_dim, linear_value_head_dim */
-    int32_t gdn_conv_kernel;            /* linear_conv_kernel_dim */
-    bool layer_is_gdn[FM_MAX_LAYERS];   /* layer_types[i] == "linear_attention" */
+    /* the shared expert routed as one more expert (route moe.shared, engine/shared_routing.h): set at load in the
+       model's copy, which then counts it in n_experts and n_experts_per_tok, routes with
+       FM_ROUTER_SOFTMAX_TOPK_SHARED and has shared_expert_intermediate 0 (no bank of its own) */
+    bool shared_in_bank;
+    int32_t gdn_k_heads, gdn_v_heads; /* Gated DeltaNet layers: key and value heads (linear_num_*_heads) */
+    int32_t gdn_k_dim, gdn_v_dim;     /* linear_key_head_dim, linear_value_head_dim */
+    int32_t gdn_conv_kernel;          /* linear_conv_kernel_dim */
+    bool layer_is_gdn[FM_MAX_LAYERS]; /* layer_types[i] == "linear_attention" */
     int64_t max_position_embeddings;
     int32_t eos_ids[FM_MAX_EOS]; /* eos_token_id: generation_config.json's when present, else config.json's */
     int32_t n_eos;

@@ -1,6 +1,8 @@
 /* Routing and the expert FFN of the CPU reference.
  * Routing per token: Qwen3 takes an fp32 softmax over all experts, the top-k, and renormalises the k when
- * norm_topk_prob; Mixtral takes the top-k logits and a softmax over those k. Ties pick the lower index.
+ * norm_topk_prob; Mixtral takes the top-k logits and a softmax over those k. Ties pick the lower index. Qwen3-Next
+ * with its shared expert in the bank (FM_ROUTER_SOFTMAX_TOPK_SHARED): Qwen3's top-(k - 1) of the first E - 1 experts,
+ * then the shared expert E - 1 weighted by the sigmoid of its logit (transformers' sigmoid(shared_expert_gate x)).
  * The expert FFN runs one routed (token, expert) pair at a time (the per-token dispatch the GPU baseline
  * does): gate|up projection, SwiGLU, down projection, weighted sum in fp32. */
 #include <math.h>
@@ -41,15 +43,18 @@ void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_
             int32_t *id = ids + t * k;
             float *wt = w + t * k;
             float mx = -INFINITY, sum = 0.0f;
-            if (kind == FM_ROUTER_SOFTMAX_TOPK) {
-                for (int32_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-                for (int32_t e = 0; e < E; e++) sum += (p[e] = expf(l[e] - mx));
-                for (int32_t e = 0; e < E; e++) p[e] /= sum;
-                top_k(p, E, k, id);
+            if (kind == FM_ROUTER_SOFTMAX_TOPK || kind == FM_ROUTER_SOFTMAX_TOPK_SHARED) {
+                /* with the shared expert in the bank, its logit (the last) is no candidate: its own pair comes last */
+                const int32_t shared = kind == FM_ROUTER_SOFTMAX_TOPK_SHARED, En = E - shared, kn = k - shared;
+                for (int32_t e = 0; e < En; e++) mx = l[e] > mx ? l[e] : mx;
+                for (int32_t e = 0; e < En; e++) sum += (p[e] = expf(l[e] - mx));
+                for (int32_t e = 0; e < En; e++) p[e] /= sum;
+                top_k(p, En, kn, id);
                 float s = 0.0f;
-                for (int32_t j = 0; j < k; j++) s += (wt[j] = p[id[j]]);
+                for (int32_t j = 0; j < kn; j++) s += (wt[j] = p[id[j]]);
                 if (norm_topk)
-                    for (int32_t j = 0; j < k; j++) wt[j] /= s;
+                    for (int32_t j = 0; j < kn; j++) wt[j] /= s;
+                if (shared) id[kn] = En, wt[kn] = 1.0f / (1.0f + expf(-l[En]));
             } else {
                 top_k(l, E, k, id);
                 mx = l[id[0]];

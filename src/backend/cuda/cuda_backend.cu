@@ -433,12 +433,13 @@ static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, 
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                      bool norm_topk, void *ids, void *weights) {
-    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK;
+    const bool shared = kind == FM_ROUTER_SOFTMAX_TOPK_SHARED; /* the shared expert's pair last (config.h) */
+    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK || shared;
     if (f32(bb))
-        fm_cuda_route_f32((const float *)logits, T, E, k, softmax_topk, norm_topk, (int32_t *)ids, (float *)weights,
-                          stream(bb));
+        fm_cuda_route_f32((const float *)logits, T, E, k, softmax_topk, norm_topk, shared, (int32_t *)ids,
+                          (float *)weights, stream(bb));
     else
-        fm_cuda_route((const bf16 *)logits, T, E, k, softmax_topk, norm_topk, (int32_t *)ids, (bf16 *)weights,
+        fm_cuda_route((const bf16 *)logits, T, E, k, softmax_topk, norm_topk, shared, (int32_t *)ids, (bf16 *)weights,
                       stream(bb));
 }
 
@@ -446,11 +447,12 @@ static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T
                       bool norm_topk, void *logits, void *ids, void *weights) {
     cuda_backend *be = cuda_be(bb);
     const int32_t E = (int32_t)w->rows;
-    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK;
+    const bool shared = kind == FM_ROUTER_SOFTMAX_TOPK_SHARED;
+    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK || shared;
     if (!f32(bb) && w->fmt == FM_W_BF16 && be->router_counter && fm_routes_router_fused(&be->routes, T) &&
-        fm_cuda_router_fused_takes(T, E, k, w->cols, w->ld)) {
+        fm_cuda_router_fused_takes(T, E, k, shared, w->cols, w->ld)) {
         fm_cuda_router_fused((const bf16 *)bank_matrix(w, 0), w->ld, E, w->cols, (const bf16 *)x, T, k, softmax_topk,
-                             norm_topk, (bf16 *)logits, (int32_t *)ids, (bf16 *)weights, be->router_counter,
+                             norm_topk, shared, (bf16 *)logits, (int32_t *)ids, (bf16 *)weights, be->router_counter,
                              stream(bb));
         return;
     }

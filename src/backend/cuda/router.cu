@@ -7,10 +7,12 @@
 #define FM_ROUTE_MAX_K 32
 
 // The k selected values (probabilities or logits, descending) become weights: renormalised probabilities
-// (Qwen3 with norm_topk), the probabilities as they are, or a softmax over the k logits (Mixtral).
+// (Qwen3 with norm_topk), the probabilities as they are, or a softmax over the k logits (Mixtral). With the shared
+// expert in the bank (shared = its index, the last of the E logits, else -1), its pair (shared, sigmoid(shared_logit))
+// follows the k: a token's k + 1 pairs.
 template <typename A>
 static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int32_t k, bool softmax_topk,
-                                    bool norm_topk, int32_t *ids, A *weights) {
+                                    bool norm_topk, int32_t shared, float shared_logit, int32_t *ids, A *weights) {
     if (softmax_topk) {
         if (norm_topk) {
             float s = 0.0f;
@@ -23,18 +25,25 @@ static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int3
         for (int32_t j = 0; j < k; j++) s += (w[j] = expf(w[j] - top));
         for (int32_t j = 0; j < k; j++) w[j] /= s;
     }
+    const int32_t stride = k + (shared >= 0);
     for (int32_t j = 0; j < k; j++) {
-        ids[t * k + j] = id[j];
-        act_store(&weights[t * k + j], w[j]);
+        ids[t * stride + j] = id[j];
+        act_store(&weights[t * stride + j], w[j]);
+    }
+    if (shared >= 0) {
+        ids[t * stride + k] = shared;
+        act_store(&weights[t * stride + k], 1.0f / (1.0f + expf(-shared_logit)));
     }
 }
 
 template <typename A>
 static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
-                                    int32_t *ids, A *weights) {
+                                    bool shared, int32_t *ids, A *weights) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= T) return;
     const A *l = logits + t * E;
+    const float shared_logit = shared ? act_load(l[E - 1]) : 0.0f;
+    E -= shared, k -= shared; /* the shared expert is no candidate */
     float mx = -INFINITY, sum = 0.0f;
     for (int32_t e = 0; e < E; e++) mx = fmaxf(mx, act_load(l[e]));
     if (softmax_topk)
@@ -54,7 +63,7 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
         id[j] = best;
         w[j] = bv;
     }
-    finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
+    finish_route(w, id, t, k, softmax_topk, norm_topk, shared ? E : -1, shared_logit, ids, weights);
 }
 
 #define WARP_E_MAX 32 /* experts per lane: E <= 1024 (the bit mask of taken experts has 32 bits) */
@@ -63,7 +72,7 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
 // the same kernel wrote).
 template <typename A, bool L2, int WARP_E>
 static __device__ void route_warp_token_n(const A *l, int64_t t, int32_t E, int32_t k, bool softmax_topk,
-                                          bool norm_topk, int32_t *ids, A *weights) {
+                                          bool norm_topk, bool shared, int32_t *ids, A *weights) {
     const int lane = threadIdx.x & 31;
     float v[WARP_E];
     float mx = -INFINITY;
@@ -104,24 +113,28 @@ static __device__ void route_warp_token_n(const A *l, int64_t t, int32_t E, int3
         id[j] = be, w[j] = bv;
     }
     if (lane != 0) return;
-    finish_route(w, id, t, k, softmax_topk, norm_topk, ids, weights);
+    /* E, k: the candidates and their picks; the shared expert's logit follows the E */
+    const float shared_logit = shared ? act_load(L2 ? __ldcg(l + E) : l[E]) : 0.0f;
+    finish_route(w, id, t, k, softmax_topk, norm_topk, shared ? E : -1, shared_logit, ids, weights);
 }
 
-// The same with the fewest experts per lane that hold E (registers: one float per expert per lane).
+// The same with the fewest experts per lane that hold E (registers: one float per expert per lane). E and k count
+// the shared expert when it is in the bank (shared): its logit is the last, no candidate; its pair comes last.
 template <typename A, bool L2>
 static __device__ void route_warp_token(const A *l, int64_t t, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
-                                        int32_t *ids, A *weights) {
-    if (E <= 32 * 8) route_warp_token_n<A, L2, 8>(l, t, E, k, softmax_topk, norm_topk, ids, weights);
-    else if (E <= 32 * 16) route_warp_token_n<A, L2, 16>(l, t, E, k, softmax_topk, norm_topk, ids, weights);
-    else route_warp_token_n<A, L2, 32>(l, t, E, k, softmax_topk, norm_topk, ids, weights);
+                                        bool shared, int32_t *ids, A *weights) {
+    E -= shared, k -= shared;
+    if (E <= 32 * 8) route_warp_token_n<A, L2, 8>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
+    else if (E <= 32 * 16) route_warp_token_n<A, L2, 16>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
+    else route_warp_token_n<A, L2, 32>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
 }
 
 template <typename A>
 static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                                         bool norm_topk, int32_t *ids, A *weights) {
+                                         bool norm_topk, bool shared, int32_t *ids, A *weights) {
     const int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    route_warp_token<A, false>(logits + t * E, t, E, k, softmax_topk, norm_topk, ids, weights);
+    route_warp_token<A, false>(logits + t * E, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
 }
 
 // The router at decode sizes in one launch (fm_cuda_router_fused): one warp per expert row of the bf16 router
@@ -138,7 +151,7 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
 
 static __global__ void __launch_bounds__(RF_WARPS * 32)
     router_fused_kernel(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x, int32_t T,
-                        int32_t k, bool softmax_topk, bool norm_topk, __nv_bfloat16 *logits, int32_t *ids,
+                        int32_t k, bool softmax_topk, bool norm_topk, bool shared, __nv_bfloat16 *logits, int32_t *ids,
                         __nv_bfloat16 *weights, unsigned *counter) {
     __shared__ bool last;
     /* the token rows, when they fit: each lane's products then wait for shared memory, not for an L2 round trip per
@@ -203,52 +216,60 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     if (!last) return;
     __threadfence();
     for (int32_t t = warp; t < T; t += RF_WARPS)
-        route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, ids, weights);
+        route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, shared, ids,
+                                              weights);
     if (threadIdx.x == 0) *counter = 0u;
 }
 
+// top-k of E experts (with the shared expert in the bank, E and k count it: top-(k - 1) of E - 1, then its pair)
+static bool route_takes(int32_t E, int32_t k, bool shared) {
+    const int32_t En = E - shared, kn = k - shared;
+    return kn >= 1 && kn <= En && kn <= FM_ROUTE_MAX_K;
+}
+
 template <typename A>
-static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk, int32_t *ids,
-                  A *weights, cudaStream_t s) {
-    if (k < 1 || k > E || k > FM_ROUTE_MAX_K) {
-        fprintf(stderr, "fp8moe: route: top-%d of %d experts is not supported (k <= min(E, %d))\n", k, E,
-                FM_ROUTE_MAX_K);
+static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
+                  int32_t *ids, A *weights, cudaStream_t s) {
+    if (!route_takes(E, k, shared)) {
+        fprintf(stderr, "fp8moe: route: top-%d of %d experts%s is not supported (k <= min(E, %d))\n", k, E,
+                shared ? " (the shared expert counted)" : "", FM_ROUTE_MAX_K);
         abort();
     }
     if (T == 0) return;
-    if (E <= 32 * WARP_E_MAX)
-        route_warp_kernel<<<(unsigned)fm_ceil_div(T, 4), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids,
-                                                                      weights);
+    if (E - shared <= 32 * WARP_E_MAX)
+        route_warp_kernel<<<(unsigned)fm_ceil_div(T, 4), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, shared,
+                                                                      ids, weights);
     else
-        route_kernel<<<(unsigned)fm_ceil_div(T, 128), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, ids,
-                                                                   weights);
+        route_kernel<<<(unsigned)fm_ceil_div(T, 128), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, shared,
+                                                                   ids, weights);
     FM_LAUNCH_CHECK("route");
 }
 
-bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, int64_t H, int64_t ld) {
-    return T >= 1 && T <= FM_ROUTER_FUSED_MAX_T && E >= 1 && E <= 32 * WARP_E_MAX && k >= 1 && k <= E &&
-           k <= FM_ROUTE_MAX_K && H % 8 == 0 && ld % 8 == 0;
+bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld) {
+    return T >= 1 && T <= FM_ROUTER_FUSED_MAX_T && E - shared <= 32 * WARP_E_MAX && route_takes(E, k, shared) &&
+           H % 8 == 0 && ld % 8 == 0;
 }
 
 extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
-                                     int64_t T, int32_t k, bool softmax_topk, bool norm_topk, __nv_bfloat16 *logits,
-                                     int32_t *ids, __nv_bfloat16 *weights, unsigned *counter, cudaStream_t s) {
-    if (!fm_cuda_router_fused_takes(T, E, k, H, ld)) {
+                                     int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
+                                     __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
+                                     cudaStream_t s) {
+    if (!fm_cuda_router_fused_takes(T, E, k, shared, H, ld)) {
         fprintf(stderr, "fp8moe: router_fused: unsupported shape (T %lld, E %d, k %d, H %lld, ld %lld)\n", (long long)T,
                 E, k, (long long)H, (long long)ld);
         abort();
     }
     router_fused_kernel<<<(unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s>>>(
-        W, ld, E, H, x, (int32_t)T, k, softmax_topk, norm_topk, logits, ids, weights, counter);
+        W, ld, E, H, x, (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter);
     FM_LAUNCH_CHECK("router_fused");
 }
 
 extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                              bool norm_topk, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s) {
-    route(logits, T, E, k, softmax_topk, norm_topk, ids, weights, s);
+                              bool norm_topk, bool shared, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s) {
+    route(logits, T, E, k, softmax_topk, norm_topk, shared, ids, weights, s);
 }
 
 extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                                  bool norm_topk, int32_t *ids, float *weights, cudaStream_t s) {
-    route(logits, T, E, k, softmax_topk, norm_topk, ids, weights, s);
+                                  bool norm_topk, bool shared, int32_t *ids, float *weights, cudaStream_t s) {
+    route(logits, T, E, k, softmax_topk, norm_topk, shared, ids, weights, s);
 }
