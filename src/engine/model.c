@@ -417,7 +417,11 @@ static void place_shared_expert(fm_model *m, const fm_model_src *src, const fm_o
     const bool asked = fm_routes_moe_shared_routed(&m->routes);
     const bool fits = asked && fm_shared_routing_fits(&src->cfg, &m->plan, m->ep_ranks, why, sizeof why);
     if (fits) fm_shared_routing_apply(&m->cfg);
-    if (opt->verbose && fits)
+    if (asked && !fits &&
+        m->routes.moe_shared == FM_ROUTE_SHARED_ROUTED) /* asked for by name: said, not only in --verbose */
+        fprintf(stderr, "fp8moe: route moe.shared=routed does not apply here (%s): the shared expert runs separately\n",
+                why);
+    else if (opt->verbose && fits)
         fprintf(stderr, "shared expert: routed, expert %d of each MoE layer's bank (route moe.shared)\n",
                 src->cfg.n_experts);
     else if (opt->verbose)
