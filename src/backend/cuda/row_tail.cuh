@@ -15,9 +15,9 @@
 // the two kernels' additions in the same tree: the result is theirs bit for bit.
 // Why it is parallel now: the tail it replaces walked the M rows one after another with the whole CTA (B = 8: 8 round
 // trips to L2 and 16 barriers after the grid's last store, +3.3 % a decode step on the H200: bench/NOTES.md
-// "twenty-second session"); here a pass issues every load of its rows (residual and y) before the first use and the
-// norm weights' while the sums are reduced, so M <= 8 rows of up to 2048 are one pass: one round trip to L2 and two
-// barriers. Bytes through the one SM: 4 N read and 4 N written a row (64 + 64 KB at M = 8, N = 2048).
+// "twenty-second session"); here a pass issues every load of its rows (residual, y, norm weights) before the first
+// use, so M <= 8 rows of up to 2048 are one pass: one round trip to L2 and two barriers. Bytes through the one SM:
+// 4 N read and 4 N written a row, plus the weights (2 N a warp, mostly from L1): 64 + 64 KB at M = 8, N = 2048.
 #ifndef FM_CUDA_ROW_TAIL_CUH
 #define FM_CUDA_ROW_TAIL_CUH
 
@@ -80,7 +80,7 @@ static __device__ __noinline__ void tail_rows(const fm_row_tail tl, const __nv_b
         const __nv_bfloat16 *yr = y + row + c0, *wr = tl.norm + c0;
         uint4 sum[V][J], wv[V][J]; /* the residual, then the rounded sum as stored; the norm weights */
         if (live) {
-            uint4 yv[V][J];
+            uint4 yv[V][J]; /* all three in registers: at most 96 a lane, no spill under the GEMV's 128 */
 #pragma unroll
             for (int i = 0; i < V; i++)
 #pragma unroll
@@ -89,6 +89,7 @@ static __device__ __noinline__ void tail_rows(const fm_row_tail tl, const __nv_b
                     if (c0 + d >= N) continue;
                     sum[i][j] = __ldcg((const uint4 *)(ar + d)); /* rows other CTAs wrote: through L2 */
                     yv[i][j] = __ldcg((const uint4 *)(yr + d));
+                    wv[i][j] = *(const uint4 *)(wr + d);
                 }
             float ss[V];
 #pragma unroll
@@ -109,13 +110,6 @@ static __device__ __noinline__ void tail_rows(const fm_row_tail tl, const __nv_b
                     *(uint4 *)(ar + d) = sum[i][j];
                 }
             }
-#pragma unroll
-            for (int i = 0; i < V; i++)
-#pragma unroll
-                for (int j = 0; j < J; j++) { /* the weights, read while the sums travel */
-                    const int d = 8 * 32 * P * i + j * 8 * NORM_THREADS;
-                    if (c0 + d < N) wv[i][j] = *(const uint4 *)(wr + d);
-                }
 #pragma unroll
             for (int i = 0; i < V; i++) {
                 const float v = warp_butterfly(ss[i]);
