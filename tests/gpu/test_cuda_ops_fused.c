@@ -355,7 +355,7 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
     const int64_t ref_len[3] = {d.n * d.V, nc, nr};
     for (int o = 0; o < 3; o++) {
-        char w2[160];
+        char w2[200];
         snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
         gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (plan.act_bf16 ? 1e-2 : 0) : bound, w2);
         free(f[o]), free(c[o]), free(r[o]);
