@@ -385,5 +385,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_linear_add_rmsnorm_w8a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
         cmocka_unit_test(test_gdn_decode_fused),
     };
+    /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
