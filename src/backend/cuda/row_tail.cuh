@@ -46,20 +46,6 @@ static __device__ __forceinline__ float warp_butterfly(float v) {
     return v;
 }
 
-// 8 bf16 packed, and unpacked to floats
-static __device__ __forceinline__ uint4 pack8(const float v[8]) {
-    uint4 raw;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    return raw;
-}
-static __device__ __forceinline__ void unpack8(uint4 raw, float v[8]) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[2 * i] = __low2float(h[i]), v[2 * i + 1] = __high2float(h[i]);
-}
-
 // acc[m] += y[m], out[m] = rmsnorm(acc[m]) * norm for the M rows of N, by the whole CTA (TAIL_VWARPS warps), the rows
 // in passes of TAIL_VWARPS / P, P warps a row (the file's comment). J: the chunks a thread of the norm's block owns.
 // Both are constants, so that a lane's TAIL_VWARPS / P x J chunks are one base address and immediate offsets (a
