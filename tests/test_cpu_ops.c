@@ -1293,14 +1293,14 @@ static void test_linear_add_rmsnorm_is_the_chain(void **state) {
     (void)state;
     seed(17);
     const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_INT4, FM_PRESET_FP8, FM_PRESET_FP8};
-    const int64_t Ms[] = {1, 3, 8};
+    const int64_t Ms[] = {1, 2, 3, 8, 16, 64}; /* the decode GEMV's rows (its fused tail: 1..16) and above */
     const int64_t K = 256, N = 200;
     for (size_t pi = 0; pi < 4; pi++) {
         fm_backend *be = make_backend(presets[pi]);
         const bool w8a8 = pi == 3; /* --dense w8a8 */
         const fm_wformat wf = w8a8 ? FM_W_E4M3_PT : be->plan.w_dense;
         const fm_afmt af = w8a8 ? FM_A_E4M3_PT : be->plan.a_dense;
-        for (int mi = 0; mi < 3; mi++) {
+        for (int mi = 0; mi < 6; mi++) {
             const int64_t M = Ms[mi];
             float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f);
             float *nw = rand_array(N, 1.0f);

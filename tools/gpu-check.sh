@@ -136,6 +136,10 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
         >"$out/memcheck_fused.log" 2>&1
     m="$m, fused decode ops $?"
+    # the o projection's tail first (its warp sums in shared memory), alone: the whole program's racecheck is long
+    FM_TEST_FILTER='test_linear_add_rmsnorm*' compute-sanitizer --tool racecheck --error-exitcode 3 \
+        ./build/tests/gpu/test_cuda_ops_fused >"$out/racecheck_fused_tail.log" 2>&1
+    m="$m, o projection tail racecheck $?"
     compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
         >"$out/racecheck_fused.log" 2>&1
     m="$m, fused decode ops racecheck $?"

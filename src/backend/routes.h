@@ -199,7 +199,8 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r);
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
  * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).
  * The o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA adds and normalises the rows): only when
- * on (with it, fp8 + w8a8 at B = 8 lost 3.3 %: the tail normalises the rows in one CTA). */
+ * on (with it, fp8 + w8a8 at B = 8 lost 3.3 % when that CTA normalised the rows one after another; now it takes
+ * them all at once, row_tail.cuh, not yet measured). */
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
 bool fm_routes_fused_o_proj(const fm_routes *r);
 /* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): only when on (compiled and

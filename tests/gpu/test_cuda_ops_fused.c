@@ -8,10 +8,12 @@
  *   ref32 experts (cuBLAS: the op runs the two ops). The kernel's two-launch fallback (rows not a multiple of 8, or
  *   unaligned) is the two existing launchers in order; no moe shape here reaches it.
  *   linear_add_rmsnorm: the same two checks (y, the residual and the normed rows), W8A8 (--dense w8a8) at the GEMV's
- *   rows (M 1, 2, 3, 8: the add + norm in its last CTA) and above (9, 16: cuBLASLt, then add_rmsnorm), the o projection
- *   of Qwen3-30B-A3B (4096 -> 2048), q|k|v's 5120 rows (above the tail's 4096: the two ops), K 200 -> N 208; each
- *   fused call made twice in a row (the CTA counter left at zero for the next launch, as a graph replays it); bf16 and
- *   fp32 (ref, ref32) through the two ops. W8A8 bound vs the CPU: 5e-3 (test_cuda_ops.c's linear), 1e-2 after the norm.
+ *   rows (M 1, 2, 3, 4, 5, 8: the add + norm in its last CTA, every tiling of row_tail.cuh; 9 and 16 also with
+ *   w8a8.gemv_max_m=16: two passes) and above (9, 16, 64: cuBLASLt, then add_rmsnorm), the o projection of
+ *   Qwen3-30B-A3B (4096 -> 2048), rows of 4096 (two chunks a thread), q|k|v's 5120 rows (above the tail's 4096: the
+ *   two ops), K 200 -> N 208; each fused call made twice in a row (the CTA counter left at zero for the next launch,
+ *   as a graph replays it); bf16, fp32, int4 (w4a16) and int4-tc (w4a8) through the two ops at M 1, 2, 8, 16, 64.
+ *   W8A8 and W4A8 bound vs the CPU: 5e-3 (test_cuda_ops.c's linear), 1e-2 after the norm.
  *   gdn_decode_fused: the normed rows and both states (conv, recurrent) against the GPU's gdn_conv, gdn_recurrent and
  *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
@@ -175,14 +177,19 @@ static void run_proj(fm_backend *be, const float *w, const float *x, const float
     be->ops->bank_free(be, wb), be->ops->bank_free(be, nb);
 }
 
-static void proj_case(fm_preset p, fm_dense dense, int64_t M, int64_t K, int64_t N) {
+/* route: NULL, or a route the case runs under (the command line's --route after it, so that they win) */
+static void proj_case(fm_preset p, fm_dense dense, const char *route, int64_t M, int64_t K, int64_t N) {
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
     fm_plan_set_dense(&plan, dense);
     fm_error err;
     fm_backend *cpu = NULL, *gpu = NULL;
+    char routes[640];
+    snprintf(routes, sizeof routes, "%s%s%s", route ? route : "", route && gpu_test_routes() ? "," : "",
+             gpu_test_routes() ? gpu_test_routes() : "");
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
-    if (fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &gpu, &err)) fail_msg("cuda backend: %s", err.msg);
+    if (fm_backend_create("cuda", &plan, 0, routes[0] ? routes : NULL, &gpu, &err))
+        fail_msg("cuda backend: %s", err.msg);
     assert_non_null(gpu->ops->linear_add_rmsnorm);
     float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f),
           *nw = rand_array(N, 1.0f);
@@ -190,19 +197,19 @@ static void proj_case(fm_preset p, fm_dense dense, int64_t M, int64_t K, int64_t
     run_proj(gpu, w, x, r0, nw, M, K, N, true, 2, &f[0], &f[1], &f[2]);
     run_proj(gpu, w, x, r0, nw, M, K, N, false, 1, &c[0], &c[1], &c[2]);
     run_proj(cpu, w, x, r0, nw, M, K, N, true, 1, &r[0], &r[1], &r[2]);
-    char what[128];
-    snprintf(what, sizeof what, "linear_add_rmsnorm %s M=%lld K=%lld N=%lld", fm_wformat_name(plan.w_dense),
-             (long long)M, (long long)K, (long long)N);
+    char what[160];
+    snprintf(what, sizeof what, "linear_add_rmsnorm %s M=%lld K=%lld N=%lld%s%s", fm_wformat_name(plan.w_dense),
+             (long long)M, (long long)K, (long long)N, route ? " " : "", route ? route : "");
     for (int o = 0; o < 3; o++)
         for (int64_t i = 0; i < M * N; i++)
             if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
                 fail_msg("%s: output %d element %lld: fused %.9g, chain %.9g", what, o, (long long)i, f[o][i], c[o][i]);
     printf("  %-60s fused = chain bit for bit\n", what);
-    const bool w8a8 = plan.w_dense == FM_W_E4M3_PT;
-    const double bound = w8a8 ? 5e-3 : plan.act_bf16 ? 1e-2 : 1e-5, after = w8a8 ? 1e-2 : bound;
+    const bool fp8 = plan.w_dense == FM_W_E4M3_PT || plan.w_dense == FM_W_INT4_G128_TC; /* W8A8, W4A8 */
+    const double bound = fp8 ? 5e-3 : plan.act_bf16 ? 1e-2 : 1e-5, after = fp8 ? 1e-2 : bound;
     const char *names[3] = {"projection", "residual", "norm"};
     for (int o = 0; o < 3; o++) {
-        char w2[160];
+        char w2[200];
         snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
         gpu_expect_close(f[o], r[o], M * N, o == 0 ? bound : after, w2);
         free(f[o]), free(c[o]), free(r[o]);
@@ -211,23 +218,34 @@ static void proj_case(fm_preset p, fm_dense dense, int64_t M, int64_t K, int64_t
     gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
 }
 
+/* The tail's tiles (row_tail.cuh): P = 8, 4, 2, 2, 1 warps a row at M = 1, 2, 3, 4, 5..8 (one pass), two passes at
+ * 9..16 rows (w8a8.gemv_max_m=16: the GEMV's two n8 tiles), rows of 2048 (one chunk a lane's thread) and of 4096
+ * (two: at least 2 warps a row, so 8 rows are two passes); M = 9, 16, 64 at the default route: cuBLASLt, then
+ * add_rmsnorm */
 static void test_linear_add_rmsnorm_w8a8(void **s) {
     (void)s;
-    const int64_t Ms[] = {1, 2, 3, 8, 9, 16};
-    for (int i = 0; i < 6; i++) {
-        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, Ms[i], 4096, 2048); /* Qwen3-30B-A3B o_proj */
-        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, Ms[i], 200, 208);
+    const int64_t Ms[] = {1, 2, 3, 4, 5, 8, 9, 16, 64};
+    for (int i = 0; i < 9; i++) {
+        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, NULL, Ms[i], 4096, 2048); /* Qwen3-30B-A3B o_proj */
+        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, NULL, Ms[i], 200, 208);
     }
-    proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, 1, 2048, 5120); /* rows above the tail's: the two ops */
+    const int64_t Mw[] = {1, 3, 8};
+    for (int i = 0; i < 3; i++) proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, NULL, Mw[i], 4096, 4096); /* 4096 wide */
+    const int64_t M16[] = {9, 16};
+    for (int i = 0; i < 2; i++) {
+        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, "w8a8.gemv_max_m=16", M16[i], 4096, 2048);
+        proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, "w8a8.gemv_max_m=16", M16[i], 4096, 4096);
+    }
+    proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, NULL, 1, 2048, 5120); /* rows above the tail's: the two ops */
 }
 
-static void test_linear_add_rmsnorm_reference(void **s) {
+/* the other dense formats: the op runs the two ops (bf16, fp32, int4 w4a16, int4-tc w4a8) */
+static void test_linear_add_rmsnorm_other_formats(void **s) {
     (void)s;
-    const int64_t Ms[] = {1, 5};
-    for (int i = 0; i < 2; i++) {
-        proj_case(FM_PRESET_REF, FM_DENSE_PRESET, Ms[i], 200, 208);
-        proj_case(FM_PRESET_REF32, FM_DENSE_PRESET, Ms[i], 200, 208);
-    }
+    const int64_t Ms[] = {1, 2, 8, 16, 64};
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_REF32, FM_PRESET_INT4, FM_PRESET_FP8};
+    for (int i = 0; i < 5; i++)
+        for (int p = 0; p < 4; p++) proj_case(presets[p], FM_DENSE_PRESET, NULL, Ms[i], 200, 208);
 }
 
 /* ---- gdn_decode_fused: a decode step's Gated DeltaNet (conv update, delta rule, gated norm) as one op ---- */
@@ -367,8 +385,10 @@ int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_linear_add_rmsnorm_w8a8), cmocka_unit_test(test_linear_add_rmsnorm_reference),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
         cmocka_unit_test(test_gdn_decode_fused),
     };
+    /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

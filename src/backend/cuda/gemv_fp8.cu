@@ -37,6 +37,7 @@
 #include "backend/cuda/w4a8_layout.cuh"
 
 #define WARPS 8
+static_assert(WARPS * 32 == NORM_THREADS, "the add + RMSNorm tail (row_tail.cuh) runs in a CTA of the norm's block");
 // Loads in flight per warp, for one activation tile (NT = 1; halved for NT = 2 to stay within 128 registers, so
 // that two CTAs fit on an SM: the running kernel's and the next one's under PDL)
 #define W8A8_U 8 // 64-byte chunks (a Qwen3 projection at M <= 8: all of a warp's chunks in one round)

@@ -35,24 +35,27 @@ static __device__ float block_sum(float v) {
 #define NORM_VEC 16
 #define NORM_CHUNKS 2
 
-// 8 consecutive activations as floats, and back (bf16: one 16-byte access; fp32: two)
-static __device__ __forceinline__ void load8f(const __nv_bfloat16 *p, float v[8]) {
-    const uint4 raw = *(const uint4 *)p;
+// 8 bf16 in 16 bytes as floats, and 8 floats rounded to bf16 and packed
+static __device__ __forceinline__ void unpack8(uint4 raw, float v[8]) {
     const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
 #pragma unroll
     for (int i = 0; i < 4; i++) v[2 * i] = __low2float(h[i]), v[2 * i + 1] = __high2float(h[i]);
 }
-static __device__ __forceinline__ void load8f(const float *p, float v[8]) {
-    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-static __device__ __forceinline__ void store8f(__nv_bfloat16 *p, const float v[8]) {
+static __device__ __forceinline__ uint4 pack8(const float v[8]) {
     uint4 raw;
     __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
 #pragma unroll
     for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    *(uint4 *)p = raw;
+    return raw;
 }
+
+// 8 consecutive activations as floats, and back (bf16: one 16-byte access; fp32: two)
+static __device__ __forceinline__ void load8f(const __nv_bfloat16 *p, float v[8]) { unpack8(*(const uint4 *)p, v); }
+static __device__ __forceinline__ void load8f(const float *p, float v[8]) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+static __device__ __forceinline__ void store8f(__nv_bfloat16 *p, const float v[8]) { *(uint4 *)p = pack8(v); }
 static __device__ __forceinline__ void store8f(float *p, const float v[8]) {
     *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
     *(float4 *)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
@@ -83,10 +86,7 @@ static __device__ __forceinline__ float act_round(float v, const __nv_bfloat16 *
 // 8 bf16 through L2 only: rows another CTA of the grid, or a kernel this one overlaps under PDL, wrote
 // (L1 is not coherent)
 static __device__ __forceinline__ void load8f_cg(const __nv_bfloat16 *p, float v[8]) {
-    const uint4 raw = __ldcg((const uint4 *)p);
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[2 * i] = __low2float(h[i]), v[2 * i + 1] = __high2float(h[i]);
+    unpack8(__ldcg((const uint4 *)p), v);
 }
 
 #endif
