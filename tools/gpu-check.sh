@@ -29,11 +29,11 @@ part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc mixed_tiled_rc \
     ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
-    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc; do eval "$v=skipped"; done
+    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc shared_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem gpu_mixed_tiled \
     gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
-    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask; do : >"$out/$f.log"; done
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask gpu_shared; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
@@ -84,6 +84,11 @@ if [ "$part" != ops ]; then
 # token by token (--route gdn.tc=off)
 t0=$(date +%s); timeout 300 ./build/tests/gpu/test_cuda_qnext >"$out/gpu_qnext.log" 2>&1; qnext_rc=$?; qnext_s=$(( $(date +%s) - t0 ))
 timeout 300 ./build/tests/gpu/test_cuda_qnext --route gdn.tc=off >"$out/gpu_qnext_tc.log" 2>&1; qnext_tc_rc=$?
+# the shared expert as expert E of the routed bank (route moe.shared): the route kernels against the CPU, then the
+# toy Qwen3-Next routed against separate; again with the router fused at every T
+timeout 300 ./build/tests/gpu/test_cuda_shared_routing >"$out/gpu_shared.log" 2>&1; shared_rc=$?
+timeout 300 ./build/tests/gpu/test_cuda_shared_routing --route router.fused=on >>"$out/gpu_shared.log" 2>&1
+shared_rc="$shared_rc, router.fused=on $?"
 ./build/tests/gpu/test_cuda_moe_cublaslt >"$out/gpu_cublaslt.log" 2>&1; lt_rc=$?
 ./build/tests/gpu/test_cuda_models >"$out/gpu_models.log" 2>&1; models_rc=$?
 ./build/tests/gpu/test_cuda_memory >"$out/gpu_memory.log" 2>&1; memory_rc=$?
@@ -187,6 +192,7 @@ echo "| CUDA fused decode ops = the unfused chain (decode.fused; then pdl=off) |
 echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | rc $ops_mma_rc, $(grep -c 'int4-g128-tc' "$out/gpu_ops_mma.log") int4-tc comparisons, worst err $(grep 'int4-g128-tc' "$out/gpu_ops_mma.log" | grep -oE 'err [0-9.e-]+' | sort -g -k2 | tail -1) |"
 echo "| CUDA attention tests on the mma.sync kernel (--route attention.kernel=mma) | rc $ops_att_mma_rc, $(grep -c 'attention ' "$out/gpu_ops_att_mma.log") comparisons |"
 echo "| CUDA Qwen3-Next op tests (gated attention, GDN conv / chunked / recurrent / norm, states, padding rows) | rc $qnext_rc, $(grep -c ' err ' "$out/gpu_qnext.log") comparisons, ${qnext_s} s; token by token (--route gdn.tc=off) rc $qnext_tc_rc |"
+echo "| shared expert routed as expert E (route moe.shared): route kernels, toy Qwen3-Next routed = separate | rc $shared_rc |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"
 echo "| GPU memory = plan | rc $memory_rc, $(grep -E 'PASSED|FAILED' "$out/gpu_memory.log" | tr '\n' ' ') |"

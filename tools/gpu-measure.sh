@@ -152,6 +152,11 @@ part_decode() {
         decode_rows "decode_qnext_base_r$r"
         run "decode_qnext_new_r$r" 300 "$new/fp8moe" bench decode "${q[@]}"
         decode_rows "decode_qnext_new_r$r"
+        # the shared expert as expert E of the routed launch (route moe.shared), and the fused GDN decode op
+        run "decode_qnext_routed_r$r" 300 "$new/fp8moe" bench decode "${q[@]}" --route moe.shared=routed
+        decode_rows "decode_qnext_routed_r$r"
+        run "decode_qnext_fused_r$r" 300 "$new/fp8moe" bench decode "${q[@]}" --route decode.fused=on
+        decode_rows "decode_qnext_fused_r$r"
     done
     [ "${DECODE_SET:-all}" = extra ] && { decode_table; return; }
     # each op of a step against its floor (--per-op: a mark after every op of the profiled step), B = 1 and 64
