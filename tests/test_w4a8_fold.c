@@ -75,8 +75,8 @@ static void test_layout_and_conversion(void **state) {
                 for (int64_t s = 0; s < 4; s++)
                     for (int64_t i = 0; i < 4; i++) {
                         const uint8_t *p = codes + fm_w4a8_fold_code_offset(rows_pad, g, s, r) + 4 * i;
-                        const uint32_t w = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                                           (uint32_t)p[3] << 24;
+                        const uint32_t w =
+                            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
                         uint32_t lo, hi;
                         fm_w4a8_fold_convert_word(w, j, &lo, &hi);
                         for (int c = 0; c < 8; c++) {
@@ -180,7 +180,8 @@ static void test_emulation_vs_fp32(void **state) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t r = 0; r < rows; r++) {
                 float ref = 0.0f;
-                for (int64_t i = 0; i < K; i++) ref += (float)m.q[r * K + i] * m.scales[r * m.G + i / 128] * x[n * K + i];
+                for (int64_t i = 0; i < K; i++)
+                    ref += (float)m.q[r * K + i] * m.scales[r * m.G + i / 128] * x[n * K + i];
                 sxy += (double)ref * y[n * rows + r];
                 sxx += (double)ref * ref + (double)y[n * rows + r] * y[n * rows + r];
             }

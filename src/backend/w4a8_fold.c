@@ -41,7 +41,8 @@ static uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
 }
 
 void fm_w4a8_fold_convert_word(uint32_t w, int32_t j, uint32_t *lo, uint32_t *hi) {
-    const uint32_t tlo = FM_FOLD_TLO0 + (uint32_t)j * FM_FOLD_TLO_STEP, thi = FM_FOLD_THI0 + (uint32_t)j * FM_FOLD_THI_STEP;
+    const uint32_t tlo = FM_FOLD_TLO0 + (uint32_t)j * FM_FOLD_TLO_STEP,
+                   thi = FM_FOLD_THI0 + (uint32_t)j * FM_FOLD_THI_STEP;
     const uint32_t sel = w & 0x77777777u;
     *lo = byte_perm(tlo, thi, sel) | (w & 0x80808080u);
     *hi = byte_perm(tlo, thi, sel >> 16) | ((w << 4) & 0x80808080u);
