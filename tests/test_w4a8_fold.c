@@ -148,7 +148,7 @@ static void test_emulation_exact(void **state) {
     }
     const int32_t Ps[] = {1, 2, 4, 8, 0};
     for (int pi = 0; pi < 5; pi++) {
-        assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, ldx, xs, N, Ps[pi], y));
+        assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, ldx, xs, 0, false, N, Ps[pi], y));
         for (int64_t n = 0; n < N; n++)
             for (int64_t r = 0; r < rows; r++) {
                 double mag = 0.0;
@@ -175,7 +175,7 @@ static void test_emulation_vs_fp32(void **state) {
         float *y = malloc((size_t)(N * rows) * sizeof(float)), *y1 = malloc((size_t)(N * rows) * sizeof(float));
         for (int64_t i = 0; i < N * K; i++) x[i] = gauss();
         fm_w4a8_fold_quantize_tokens(x, N, K, K, x8, ldx, xs);
-        assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, ldx, xs, N, FM_FOLD_PROMOTE, y));
+        assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, ldx, xs, 0, false, N, FM_FOLD_PROMOTE, y));
         double sxy = 0.0, sxx = 0.0;
         for (int64_t n = 0; n < N; n++)
             for (int64_t r = 0; r < rows; r++) {
@@ -190,11 +190,44 @@ static void test_emulation_vs_fp32(void **state) {
         assert_true(diff < 2e-3);
         const int32_t Ps[] = {1, 2, 8, 0};
         for (int pi = 0; pi < 4; pi++) {
-            assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, ldx, xs, N, Ps[pi], y1));
+            assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, ldx, xs, 0, false, N, Ps[pi], y1));
             for (int64_t i = 0; i < N * rows; i++) assert_true(fabsf(y1[i] - y[i]) <= 1e-5f * (fabsf(y[i]) + 1.0f));
         }
         free(x), free(xs), free(x8), free(y), free(y1), free_p2(&m);
     }
+}
+
+/* activation scales per (token, 128-group), as the dispatch writes them: exact where the groups' quantization is,
+ * and within the e4m3 error of fp32 math */
+static void test_emulation_per_group(void **state) {
+    (void)state;
+    seed(5);
+    const int64_t rows = 24, K = 640, G = 5, N = 7;
+    p2_matrix m = make_p2(rows, K);
+    float *x = malloc((size_t)(N * K) * sizeof(float)), *xs = malloc((size_t)(G * N) * sizeof(float));
+    uint8_t *x8 = malloc((size_t)(N * K));
+    float *y = malloc((size_t)(N * rows) * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < G; g++) { /* each group exact: e4m3 values x 2^e with amax 448 x 2^e */
+            const int e = (int)(urand() * 30) - 15;
+            for (int64_t i = 128 * g; i < 128 * (g + 1); i++)
+                x[n * K + i] = ldexpf(fm_e4m3_to_f32(fm_f32_to_e4m3(50.0f * gauss())), e);
+            x[n * K + 128 * g + (n + g) % 128] = ldexpf(448.0f, e);
+        }
+    for (int64_t n = 0; n < N; n++) {
+        float s[5];
+        fm_e4m3_quantize_groups(x + n * K, K, 128, x8 + n * K, s);
+        for (int64_t g = 0; g < G; g++) xs[g * N + n] = s[g];
+    }
+    assert_true(fm_w4a8_fold_ref(m.q, m.scales, rows, K, x8, K, xs, N, true, N, 0, y));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t r = 0; r < rows; r++) {
+            double mag = 0.0;
+            for (int64_t i = 0; i < K; i++)
+                mag += fabs((double)m.q[r * K + i] * m.scales[r * m.G + i / 128] * x[n * K + i]);
+            assert_true(fabs(y[n * rows + r] - dot_exact(&m, r, x + n * K)) <= 4e-7 * mag + 1e-30);
+        }
+    free(x), free(xs), free(x8), free(y), free_p2(&m);
 }
 
 static void test_refuses_non_p2(void **state) {
@@ -204,9 +237,9 @@ static void test_refuses_non_p2(void **state) {
     uint8_t x8[256] = {0};
     float xs = 1.0f, y[4];
     m.scales[2 * m.G + 1] *= 1.5f; /* row 2: one scale off the powers of two */
-    assert_false(fm_w4a8_fold_ref(m.q, m.scales, 4, 256, x8, 256, &xs, 1, FM_FOLD_PROMOTE, y));
+    assert_false(fm_w4a8_fold_ref(m.q, m.scales, 4, 256, x8, 256, &xs, 0, false, 1, FM_FOLD_PROMOTE, y));
     m.scales[2 * m.G + 1] /= 1.5f;
-    assert_true(fm_w4a8_fold_ref(m.q, m.scales, 4, 256, x8, 256, &xs, 1, FM_FOLD_PROMOTE, y));
+    assert_true(fm_w4a8_fold_ref(m.q, m.scales, 4, 256, x8, 256, &xs, 0, false, 1, FM_FOLD_PROMOTE, y));
     free_p2(&m);
 }
 
@@ -214,7 +247,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_and_conversion), cmocka_unit_test(test_conversion_exhaustive),
         cmocka_unit_test(test_emulation_exact),       cmocka_unit_test(test_emulation_vs_fp32),
-        cmocka_unit_test(test_refuses_non_p2),
+        cmocka_unit_test(test_emulation_per_group),   cmocka_unit_test(test_refuses_non_p2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,9 +73,11 @@ void fm_w4a8_fold_quantize_tokens(const float *x, int64_t rows, int64_t K, int64
 
 /* The exact emulation (above, with part_b the exact block sum rounded to fp32): y [N][rows] = the kernel's fp32
  * output before its bf16 rounding, for one int4-p2 matrix q [rows][K], scales [rows][ceil(K / 128)] (fp32 values of
- * bf16 p2 scales), activations x8 [N][ldx] e4m3 with per-row scales xs [N], promote every P groups (P <= 0: all of
- * K). Returns false, computing nothing, when a row's scales do not have the int4-p2 form (fm_int4_p2_split). */
+ * bf16 p2 scales), activations x8 [N][ldx] e4m3 with their scales, promoting every P groups (P <= 0: all of K).
+ * Activation scales per token: xs[n]. Per (token, 128-group) when per_group (xs[g * lds + n], as the dispatch writes
+ * them; the kernel then promotes every group: acc = fmaf(part_g, xs, acc), y = acc x rs 2^-6, P ignored).
+ * Returns false, computing nothing, when a row's scales do not have the int4-p2 form (fm_int4_p2_split). */
 bool fm_w4a8_fold_ref(const int8_t *q, const float *scales, int64_t rows, int64_t K, const uint8_t *x8, int64_t ldx,
-                      const float *xs, int64_t N, int32_t P, float *y);
+                      const float *xs, int64_t lds, bool per_group, int64_t N, int32_t P, float *y);
 
 #endif

@@ -17,8 +17,8 @@ void fm_w4a8_fold_quantize_tokens(const float *x, int64_t rows, int64_t K, int64
 }
 
 bool fm_w4a8_fold_ref(const int8_t *q, const float *scales, int64_t rows, int64_t K, const uint8_t *x8, int64_t ldx,
-                      const float *xs, int64_t N, int32_t P, float *y) {
-    const int64_t G = (K + 127) / 128, block = P > 0 ? P : G;
+                      const float *xs, int64_t lds, bool per_group, int64_t N, int32_t P, float *y) {
+    const int64_t G = (K + 127) / 128, block = per_group ? 1 : P > 0 ? P : G;
     float *w = malloc((size_t)K * sizeof(float)), *rs = malloc((size_t)rows * sizeof(float));
     float *a = malloc((size_t)(N * K) * sizeof(float)); /* the activations decoded */
     int8_t *k = malloc((size_t)G);
@@ -38,10 +38,9 @@ bool fm_w4a8_fold_ref(const int8_t *q, const float *scales, int64_t rows, int64_
                 /* the products of two e4m3 values are exact; their sum in double rounds ~2^-29 below fp32's ulp */
                 double part = 0.0;
                 for (int64_t i = g0 * 128; i < k1; i++) part += (double)w[i] * (double)a[n * K + i];
-                acc += (float)part;
+                acc = per_group ? fmaf((float)part, xs[g0 * lds + n], acc) : acc + (float)part;
             }
-            const float f = wr * xs[n];
-            y[n * rows + r] = acc * f;
+            y[n * rows + r] = per_group ? acc * wr : acc * (wr * xs[n]);
         }
     }
     free(w), free(rs), free(a), free(k);

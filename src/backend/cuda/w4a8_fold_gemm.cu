@@ -44,14 +44,14 @@ static_assert(FOLD_CONSUMERS == THREADS, "the consumers are the int4-tc kernel's
 
 template <int BNT> struct fold_layout {
     static constexpr int a_bytes = BM * 128, b_bytes = BNT * 128;
-    static constexpr int a_off = 0;                                           /* [STAGES][a_bytes] */
-    static constexpr int b_off = a_off + FOLD_STAGES * a_bytes;               /* [STAGES][b_bytes] */
-    static constexpr int xsc_off = b_off + FOLD_STAGES * b_bytes;             /* float [STAGES][BNT] */
-    static constexpr int rs_off = xsc_off + FOLD_STAGES * BNT * 4;            /* float [BM] */
-    static constexpr int red_off = rs_off + BM * 4;                           /* float [8][BNT] */
-    static constexpr int red_sum_off = red_off + (THREADS / 32) * BNT * 4;    /* float [1][BNT] (unused) */
-    static constexpr int bar_off = (red_sum_off + BNT * 4 + 7) / 8 * 8;       /* uint64 full[STAGES], empty[STAGES] */
-    static constexpr int bytes = bar_off + 2 * FOLD_STAGES * 8 + 1024;        /* + the alignment of the base */
+    static constexpr int a_off = 0;                                        /* [STAGES][a_bytes] */
+    static constexpr int b_off = a_off + FOLD_STAGES * a_bytes;            /* [STAGES][b_bytes] */
+    static constexpr int xsc_off = b_off + FOLD_STAGES * b_bytes;          /* float [STAGES][BNT] */
+    static constexpr int rs_off = xsc_off + FOLD_STAGES * BNT * 4;         /* float [BM] */
+    static constexpr int red_off = rs_off + BM * 4;                        /* float [8][BNT] */
+    static constexpr int red_sum_off = red_off + (THREADS / 32) * BNT * 4; /* float [1][BNT] (unused) */
+    static constexpr int bar_off = (red_sum_off + BNT * 4 + 7) / 8 * 8;    /* uint64 full[STAGES], empty[STAGES] */
+    static constexpr int bytes = bar_off + 2 * FOLD_STAGES * 8 + 1024;     /* + the alignment of the base */
     static_assert(FOLD_STAGES * b_bytes >= epi_scratch<BNT>::bytes, "epilogue scratch in the activation stages");
 };
 
@@ -78,7 +78,9 @@ static __device__ __forceinline__ void fold_bar_wait(uint32_t bar, uint32_t pari
     } while (!done);
 }
 // generic-proxy stores (st.shared, cp.async) made visible to the async proxy (wgmma's operand reads)
-static __device__ __forceinline__ void fold_fence_proxy(void) { FOLD_ASM("fence.proxy.async.shared::cta;" ::: "memory"); }
+static __device__ __forceinline__ void fold_fence_proxy(void) {
+    FOLD_ASM("fence.proxy.async.shared::cta;" ::: "memory");
+}
 
 // ---- wgmma with both operands in shared memory ----------------------------------------------------------------
 template <int BNT>
@@ -277,8 +279,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
         wgmma_commit();
     };
     auto release = [&](int64_t grp) { /* the stage of group grp back to the producer, once per warp */
-        __syncwarp();
-        if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
+                                      __syncwarp();
+                                      if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
     };
     auto settle = [&]() {
 #pragma unroll
@@ -376,7 +378,8 @@ template <int EPILOGUE, int BNT, int AS> static void fold_launch(const gemm_para
     w4a8_fold_kernel<EPILOGUE, BNT, AS><<<grid, FOLD_THREADS, smem, s>>>(p);
 }
 
-template <int BNT> static void fold_launch_tile(const fm_fold_gemm_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
+template <int BNT>
+static void fold_launch_tile(const fm_fold_gemm_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
     const bool tok = a->ascale == FM_FOLD_PER_TOKEN;
     if (a->out == FM_FOLD_OUT_BF16) {
         if (tok) fold_launch<EPI_BF16, BNT, FM_FOLD_PER_TOKEN>(p, grid, s);
@@ -395,18 +398,19 @@ extern "C" bool fm_cuda_fold_supported(void) {
 }
 
 extern "C" void fm_cuda_w4a8_fold_gemm(const fm_fold_gemm_args *a, void *stream) {
-    const char *bad = !a->codes || !a->scales                                            ? "bank"
-                      : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0     ? "bank shape"
-                      : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16      ? "activations"
-                      : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16                  ? "alignment"
-                      : a->max_tiles <= 0 || a->max_tiles > 65535                         ? "tiles"
-                      : (a->tiles == NULL) != (a->n_tiles == NULL)                        ? "tile list"
-                      : a->out == FM_FOLD_OUT_BF16 && !a->y                               ? "y"
-                      : a->out == FM_FOLD_OUT_SWIGLU_E4M3 && (!a->interleaved || !a->h || !a->hs) ? "h"
-                      : !(a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_MID ||
-                          a->tile_rows == FM_W4A8_BN_SMALL)                               ? "tile rows"
-                      : !fm_cuda_fold_supported()                                          ? "device (sm_90 only)"
-                                                                                           : NULL;
+    const char *bad =
+        !a->codes || !a->scales                                                     ? "bank"
+        : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0             ? "bank shape"
+        : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16              ? "activations"
+        : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16                          ? "alignment"
+        : a->max_tiles <= 0 || a->max_tiles > 65535                                 ? "tiles"
+        : (a->tiles == NULL) != (a->n_tiles == NULL)                                ? "tile list"
+        : a->out == FM_FOLD_OUT_BF16 && !a->y                                       ? "y"
+        : a->out == FM_FOLD_OUT_SWIGLU_E4M3 && (!a->interleaved || !a->h || !a->hs) ? "h"
+        : !(a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_MID || a->tile_rows == FM_W4A8_BN_SMALL)
+            ? "tile rows"
+        : !fm_cuda_fold_supported() ? "device (sm_90 only)"
+                                    : NULL;
     if (bad) {
         fprintf(stderr, "fp8moe: w4a8_fold_gemm: bad arguments: %s\n", bad);
         abort();
