@@ -45,7 +45,7 @@ static float gauss(void) { return (float)(sqrt(-2.0 * log(urand() + 1e-300)) * c
 #define CK(call)                                                                                                       \
     do {                                                                                                               \
         cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                                     \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                                      \
     } while (0)
 
 static void *dev_copy(const void *h, size_t bytes) {
@@ -216,8 +216,8 @@ static void emulate(const p2_bank *b, const routed *rt, const uint8_t *x8, int64
         float xs1[64];
         if (per_group)
             for (int64_t g = 0; g < b->G; g++) xs1[g] = xs[g * lds + i];
-        assert_true(fm_w4a8_fold_ref(q, sc, b->rows, b->K, x8 + i * ldx, ldx, per_group ? xs1 : xs + i, 1,
-                                     per_group, 1, FM_FOLD_PROMOTE, y_ref + i * b->rows));
+        assert_true(fm_w4a8_fold_ref(q, sc, b->rows, b->K, x8 + i * ldx, ldx, per_group ? xs1 : xs + i, 1, per_group, 1,
+                                     FM_FOLD_PROMOTE, y_ref + i * b->rows));
         for (int64_t r = 0; r < b->rows; r++) {
             double m = 0.0;
             for (int64_t k = 0; k < b->K; k++)
@@ -381,9 +381,8 @@ static void test_swiglu(void **state) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_quantize_tokens), cmocka_unit_test(test_repack),
-        cmocka_unit_test(test_gemm_per_token),  cmocka_unit_test(test_gemm_per_group),
-        cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_quantize_tokens), cmocka_unit_test(test_repack), cmocka_unit_test(test_gemm_per_token),
+        cmocka_unit_test(test_gemm_per_group),  cmocka_unit_test(test_swiglu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
