@@ -228,8 +228,10 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wf
         return st;
     }
     /* gate_up: the backend may interleave the gate and up rows for a fused SwiGLU (the fp8 grouped kernel needs it) */
-    const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true};
-    const fm_bank_src dsrc = {.srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down"};
+    const fm_bank_src gsrc = {
+        .srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true, .experts = true};
+    const fm_bank_src dsrc = {
+        .srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down", .experts = true};
     st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
     if (!st) st = be->ops->bank_create(be, &dsrc, fmt, dn, err);
     if (st && *gu) be->ops->bank_free(be, *gu), *gu = NULL;
