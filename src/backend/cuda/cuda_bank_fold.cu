@@ -52,8 +52,7 @@ fm_status fm_cuda_bank_fold(cuda_backend *be, const fm_bank_src *src, fm_bank *w
     uint8_t *codes = NULL;
     if (cudaMalloc((void **)&codes, bytes) != cudaSuccess) {
         cudaGetLastError();
-        return fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory repacking %zu bytes of int4 codes", src->label,
-                       bytes);
+        return fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory repacking %zu bytes of int4 codes", src->label, bytes);
     }
     fm_cuda_repack_tc_to_fold((const uint8_t *)w->w, w->n, rp, G, codes, be->stream);
     FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
