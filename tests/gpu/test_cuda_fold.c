@@ -6,7 +6,11 @@
  *     through a row map: each element within the accumulator model's bound of the emulation (bf16 rounding plus
  *     2^-12 of the sum of |products| per promotion block); the normalised error printed;
  *   - per-(token, group) scales (the down GEMM's input) and the SwiGLU e4m3 epilogue of an interleaved bank;
- *   - NaN guards around every output (nothing written outside). */
+ *   - NaN guards around every output (nothing written outside);
+ *   - the moe op under route w4a8.kernel=fold on int4-p2 expert banks (pre-quantized sources in our checkpoint
+ *     format): against the emulation of the whole fold MoE (per-token x, SwiGLU, h per 128 channels, down per
+ *     group, combine), and within the e4m3 activations' difference of the CPU's fp8 moe on the same banks; the
+ *     load refused by name for int4-g128 scales (float weights quantized at load). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,12 +24,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/backend.h"
 #include "backend/cuda/w4a8_fold_gemm.h"
 #include "backend/w4a8_fold.h"
 #include "gpu_test_util.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "quant/int4.h"
+#include "quant/int4_ckpt.h"
 #include "quant/int4_p2.h"
 
 /* w4a8_layout.cuh's repack of the row layout into the int4-tc one (extern "C"; its header is CUDA C++): the same
@@ -376,6 +382,156 @@ static void test_swiglu(void **state) {
     cudaFree(dx8), cudaFree(dxs), cudaFree(dn), cudaFree(dtiles), cudaFree(dh), cudaFree(dhs);
     free(x), free(xs), free(x8), free(h), free(hs), free(ref), free(mag);
     free(rt.expert_of), free(rt.tiles), free_bank(&b);
+}
+
+/* ---- the moe op under the route ---- */
+
+/* one linear in our checkpoint format with int4-p2 scales (compressed-tensors pack-quantized, symmetric, bf16
+   scales: what `requantize --scales p2` writes), bound as a checkpoint's tensors are */
+typedef struct p2_linear {
+    fm_st_tensor t[2];
+    uint32_t *packed;
+    uint16_t *scales;
+    fm_wsrc src;
+} p2_linear;
+
+static const fm_st_tensor *find_p2(const void *ctx, const char *name) {
+    const p2_linear *l = ctx;
+    if (!strcmp(name, "m.weight_packed")) return &l->t[0];
+    if (!strcmp(name, "m.weight_scale")) return &l->t[1];
+    return NULL;
+}
+
+static void make_p2_linear(const int8_t *q, const float *sc, int64_t N, int64_t K, p2_linear *l) {
+    const int64_t KW = (K + 7) / 8, G = (K + 127) / 128;
+    memset(l, 0, sizeof *l);
+    l->packed = calloc((size_t)(N * KW), 4);
+    l->scales = malloc((size_t)(N * G) * 2);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++)
+            l->packed[n * KW + k / 8] |= (uint32_t)((q[n * K + k] + 8) & 15) << (4 * (k % 8));
+        for (int64_t g = 0; g < G; g++) l->scales[n * G + g] = fm_f32_to_bf16(sc[n * G + g]);
+    }
+    l->t[0] = (fm_st_tensor){.name = "m.weight_packed",
+                             .dtype = FM_DTYPE_I32,
+                             .n_dims = 2,
+                             .n_elements = N * KW,
+                             .data = (const uint8_t *)l->packed,
+                             .nbytes = (uint64_t)(N * KW) * 4};
+    l->t[0].shape[0] = N, l->t[0].shape[1] = KW;
+    l->t[1] = (fm_st_tensor){.name = "m.weight_scale",
+                             .dtype = FM_DTYPE_BF16,
+                             .n_dims = 2,
+                             .n_elements = N * G,
+                             .data = (const uint8_t *)l->scales,
+                             .nbytes = (uint64_t)(N * G) * 2};
+    l->t[1].shape[0] = N, l->t[1].shape[1] = G;
+    const fm_quant_config qc = {.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = 128, .sym = true};
+    fm_error err = {{0}};
+    if (fm_qsrc_bind(&qc, "m", N, K, find_p2, l, &l->src.q, &err)) fail_msg("bind: %s", err.msg);
+    l->src.rows = N, l->src.cols = K;
+}
+
+/* The fold MoE, emulated: out [T][H] */
+static void emulate_moe(const p2_bank *gu, const p2_bank *dn, const float *x, int64_t T, const int32_t *ids,
+                        const float *w, int32_t k, float *out) {
+    const int64_t H = dn->rows, I = dn->K, Hp = gu->G * 128, Ip = dn->G * 128;
+    uint8_t *x8 = malloc((size_t)Hp), *h8 = malloc((size_t)Ip);
+    float xs, *yg = malloc((size_t)(2 * I) * sizeof(float)), *yd = malloc((size_t)H * sizeof(float));
+    float *hs = malloc((size_t)dn->G * sizeof(float)), *hv = malloc((size_t)Ip * sizeof(float));
+    for (int64_t t = 0; t < T; t++) {
+        fm_w4a8_fold_quantize_tokens(x + t * H, 1, H, H, x8, Hp, &xs);
+        for (int64_t c = 0; c < H; c++) out[t * H + c] = 0.0f;
+        for (int32_t j = 0; j < k; j++) {
+            const int32_t e = ids[t * k + j];
+            assert_true(fm_w4a8_fold_ref(gu->q + e * gu->rows * H, gu->scales + e * gu->rows * gu->G, 2 * I, H, x8, Hp,
+                                         &xs, 1, false, 1, FM_FOLD_PROMOTE, yg));
+            for (int64_t c = 0; c < Ip; c++) {
+                const float g = c < I ? fm_round_bf16(yg[c]) : 0.0f, u = c < I ? fm_round_bf16(yg[I + c]) : 0.0f;
+                hv[c] = fm_round_bf16(g / (1.0f + expf(-g)) * u);
+            }
+            for (int64_t g = 0; g < dn->G; g++) { /* the SwiGLU epilogue's e4m3: x (1 / scale) */
+                float m = 0.0f;
+                for (int64_t c = 128 * g; c < 128 * (g + 1); c++) m = fmaxf(m, fabsf(hv[c]));
+                hs[g] = fmaxf(m / 448.0f, 1e-12f);
+                const float inv = 1.0f / hs[g];
+                for (int64_t c = 128 * g; c < 128 * (g + 1); c++) h8[c] = fm_f32_to_e4m3(hv[c] * inv);
+            }
+            assert_true(fm_w4a8_fold_ref(dn->q + e * H * I, dn->scales + e * H * dn->G, H, I, h8, Ip, hs, 1, true, 1,
+                                         FM_FOLD_PROMOTE, yd));
+            for (int64_t c = 0; c < H; c++) out[t * H + c] += fm_round_bf16(w[t * k + j]) * fm_round_bf16(yd[c]);
+        }
+        for (int64_t c = 0; c < H; c++) out[t * H + c] = fm_round_bf16(out[t * H + c]);
+    }
+    free(x8), free(h8), free(yg), free(yd), free(hs), free(hv);
+}
+
+static void test_moe_route(void **state) {
+    (void)state;
+    if (!have_sm90()) return;
+    seed(31);
+    const int32_t E = 8, k = 2;
+    const int64_t H = 384, I = 256;
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *gpu = NULL, *cpu = NULL;
+    fm_error err = {{0}};
+    char routes[256];
+    const char *user = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%sw4a8.kernel=fold", user ? user : "", user ? "," : "");
+    assert_int_equal(fm_backend_create("cuda", &plan, 0, routes, &gpu, &err), FM_OK);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    /* the same int4-p2 numbers as the emulation's banks (p2_bank), as checkpoint sources */
+    p2_bank gu = make_bank(E, 2 * I, H, false), dn = make_bank(E, H, I, false);
+    p2_linear *lin = malloc((size_t)(3 * E) * sizeof *lin);
+    fm_wsrc *gsrc = malloc((size_t)(2 * E) * sizeof *gsrc), *dsrc = malloc((size_t)E * sizeof *dsrc);
+    for (int32_t e = 0; e < E; e++) {
+        make_p2_linear(gu.q + e * 2 * I * H, gu.scales + e * 2 * I * gu.G, I, H, &lin[3 * e]); /* gate rows */
+        make_p2_linear(gu.q + e * 2 * I * H + I * H, gu.scales + e * 2 * I * gu.G + I * gu.G, I, H, &lin[3 * e + 1]);
+        make_p2_linear(dn.q + e * H * I, dn.scales + e * H * dn.G, H, I, &lin[3 * e + 2]);
+        gsrc[2 * e] = lin[3 * e].src, gsrc[2 * e + 1] = lin[3 * e + 1].src, dsrc[e] = lin[3 * e + 2].src;
+    }
+    const fm_bank_src gs = {gsrc, E, 2, "test experts gate_up", true, true};
+    const fm_bank_src ds = {dsrc, E, 1, "test experts down", false, true};
+    fm_bank *b[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [cpu, gpu][gate_up, down] */
+    fm_backend *be[2] = {cpu, gpu};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(be[i]->ops->bank_create(be[i], &gs, plan.w_expert, &b[i][0], &err), FM_OK);
+        assert_int_equal(be[i]->ops->bank_create(be[i], &ds, plan.w_expert, &b[i][1], &err), FM_OK);
+    }
+    const int64_t Ts[] = {1, 7, 64, 512};
+    for (int ti = 0; ti < 4; ti++) {
+        const int64_t T = Ts[ti];
+        float *x = malloc((size_t)(T * H) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
+        int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
+        for (int64_t i = 0; i < T * H; i++) x[i] = fm_round_bf16(gauss() * (i % 53 == 0 ? 8.0f : 1.0f));
+        for (int64_t t = 0; t < T; t++) {
+            ids[t * k] = (int32_t)(urand() * E) % E, ids[t * k + 1] = (ids[t * k] + 1 + (int32_t)(urand() * 6)) % E;
+            w[t * k] = 0.3f + 0.4f * (float)urand(), w[t * k + 1] = 1.0f - w[t * k];
+        }
+        float *g = gpu_run_moe(gpu, b[1][0], b[1][1], x, T, H, ids, w, k);
+        float *c = gpu_run_moe(cpu, b[0][0], b[0][1], x, T, H, ids, w, k);
+        float *ref = malloc((size_t)(T * H) * sizeof(float));
+        emulate_moe(&gu, &dn, x, T, ids, w, k, ref);
+        char what[96];
+        snprintf(what, sizeof what, "moe fold T = %lld vs the emulation", (long long)T);
+        gpu_expect_close(g, ref, T * H, 4e-3, what);
+        snprintf(what, sizeof what, "moe fold T = %lld vs the cpu fp8 moe (1x128 activations)", (long long)T);
+        gpu_expect_close(g, c, T * H, 0.05, what);
+        free(x), free(w), free(ids), free(g), free(c), free(ref);
+    }
+    /* float weights: the cuda backend quantizes them to int4-g128, which the route refuses by name */
+    fm_wsrc fsrc = {0};
+    fsrc.rows = H, fsrc.cols = I, fsrc.synth.seed = 7, fsrc.synth.scale = 0.05f;
+    const fm_bank_src fs = {&fsrc, 1, 1, "test float experts", false, true};
+    fm_bank *fb = NULL;
+    assert_int_equal(gpu->ops->bank_create(gpu, &fs, plan.w_expert, &fb, &err), FM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "w4a8.kernel=fold needs int4-p2 scales"));
+    assert_null(fb);
+    for (int i = 0; i < 2; i++) be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
+    for (int32_t i = 0; i < 3 * E; i++) free(lin[i].packed), free(lin[i].scales);
+    free(lin), free(gsrc), free(dsrc), free_bank(&gu), free_bank(&dn);
+    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
 }
 
 int main(int argc, char **argv) {
