@@ -38,6 +38,8 @@ extern "C" {
 }
 
 #define FOLD_STAGES 4
+#define FOLD_AHEAD 2 /* groups the producer's loads run ahead of its conversion (< FOLD_STAGES) */
+static_assert(FOLD_AHEAD == 2 && FOLD_AHEAD < FOLD_STAGES, "the producer rotates three code register sets");
 #define FOLD_THREADS 384
 #define FOLD_CONSUMERS 256 /* the epilogue's THREADS */
 static_assert(FOLD_CONSUMERS == THREADS, "the consumers are the int4-tc kernel's 256 threads (its epilogue)");
@@ -217,16 +219,17 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
             er[h] = (m >> 7) & 0xFFu;
             rs[pt + 128 * h] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
         }
-        /* one group: the next group's activations and codes in flight, this group's conversion, the stage full */
-        auto step = [&](int64_t grp, const fold_codes &cur, fold_codes &nxt) {
+        /* one group: group grp + FOLD_AHEAD's activations and codes put in flight (into the code registers that held
+           grp - 1), this group's conversion, the stage full */
+        auto step = [&](int64_t grp, const fold_codes &cur, fold_codes &ahead) {
             const int st = (int)(grp % FOLD_STAGES);
-            const int64_t nx = grp + 1;
+            const int64_t nx = grp + FOLD_AHEAD;
             if (nx < KG) {
                 const int sn = (int)(nx % FOLD_STAGES);
                 if (nx >= FOLD_STAGES) fold_bar_wait(empty0 + 8 * sn, (uint32_t)((nx / FOLD_STAGES - 1) & 1));
                 fold_load_acts<BNT, AS>(p, tile, pt, nx, sm + L::b_off + sn * L::b_bytes,
                                         (float *)(sm + L::xsc_off) + sn * BNT);
-                fold_load_codes(codes, scales, p.rows_pad, nx, ok, nxt);
+                fold_load_codes(codes, scales, p.rows_pad, nx, ok, ahead);
             }
             cp_async_commit();
             uint8_t *a = sm + L::a_off + st * L::a_bytes;
@@ -237,19 +240,25 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                 const int r = pt + 128 * h;
                 fold_convert_row(cur.v[h], j, a + r * 128, r);
             }
-            cp_async_wait<1>(); /* this group's activations landed (the group committed one iteration ago) */
+            cp_async_wait<FOLD_AHEAD>(); /* this group's activations landed (committed FOLD_AHEAD groups ago) */
             fold_fence_proxy();
             fold_bar_arrive(full0 + 8 * st);
         };
-        /* two groups a turn, the code registers trading roles (a copy of the next group's 34 registers into the
-           current ones was ~10 % of the producer's instructions) */
-        fold_codes c0, c1;
+        /* three sets of code registers in turn, two groups in flight while one converts (one group ahead left the
+           DRAM latency of an expert's first tile exposed: ~1 us against a group's ~0.3 us); no copies between them */
+        fold_codes c0, c1, c2;
         fold_load_codes(codes, scales, p.rows_pad, 0, ok, c0);
         fold_load_acts<BNT, AS>(p, tile, pt, 0, sm + L::b_off, (float *)(sm + L::xsc_off));
         cp_async_commit();
-        for (int64_t grp = 0; grp < KG; grp += 2) {
-            step(grp, c0, c1);
+        if (KG > 1) {
+            fold_load_codes(codes, scales, p.rows_pad, 1, ok, c1);
+            fold_load_acts<BNT, AS>(p, tile, pt, 1, sm + L::b_off + L::b_bytes, (float *)(sm + L::xsc_off) + BNT);
+        }
+        cp_async_commit();
+        for (int64_t grp = 0; grp < KG; grp += 3) {
+            step(grp, c0, c2);
             if (grp + 1 < KG) step(grp + 1, c1, c0);
+            if (grp + 2 < KG) step(grp + 2, c2, c1);
         }
         return;
     }
