@@ -240,6 +240,12 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(
         fm_routes_w4a8_moe_tile_rows(&r, 512 * 2, 8, FM_W_INT4_G128_TC, false, FM_W4A8_MID_MAX_EXPERT_BYTES),
         FM_W4A8_BN_MID);
+    /* the fold kernel: 64 where int4-tc would take 32 (16 below), unless forced */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN_SMALL);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=32", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN_MID);
     fm_routes_default(&r, 8); /* mma.sync: 16 or 64 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);

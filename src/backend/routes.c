@@ -435,8 +435,10 @@ uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E
     const uint32_t bn = fm_routes_w4a8_tile_rows(r, P, E);
     /* an FP4 dispatch expands inline on 32-row tiles (the producer kernel has none): faster than 64 with the producer
        at 32 rows per expert, slower at 128 (bench/NOTES.md 2026-12-02, "the two warpgroups apart") */
-    const bool measured =
-        f == FM_W_INT4_G128_TC && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES && (!fp4_dispatch || P < 64 * E);
+    /* the fold kernel converts the CTA's 256 weight rows per group whatever its tile's activation rows, so 32-row
+       tiles would double its producer's work per FLOP (and it runs one CTA per SM either way): 64 (not measured) */
+    const bool measured = f == FM_W_INT4_G128_TC && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES &&
+                          (!fp4_dispatch || P < 64 * E) && !fm_routes_w4a8_fold(r);
     return bn == FM_W4A8_BN_MID && !r->w4a8_tile && !measured ? FM_W4A8_BN : bn;
 }
 

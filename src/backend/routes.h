@@ -162,7 +162,9 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
  * 32-row tiles by default), or int4-tc with an FP4 dispatch while P < 64 E: there it loses its producer warpgroup,
  * which has no 32-row form, and gains anyway (H200, Qwen3 T = 512: MX 0.219 -> 0.205 ms, NV 0.243 -> 0.240; at
  * T = 2048 32-row tiles cost MX 0.498 -> 0.545: bench/NOTES.md 2026-12-02 "the two warpgroups apart"). The
- * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list). */
+ * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list).
+ * Under w4a8.kernel=fold auto keeps 64 as well (its producer converts a 256-row weight tile per group for any tile
+ * height: a prediction, bench/NOTES.md 2026-12-05 twenty-third session). */
 uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch,
                                       uint64_t expert_bytes);
 /* ... and 64 where one expert's gate|up codes (expert_bytes) exceed this: the tiles of one expert re-read its weights,

@@ -23,12 +23,12 @@
 // shared memory into its partial; every P groups (FM_FOLD_PROMOTE; 1 for PER_GROUP) it waits and adds the partial
 // into the fp32 accumulator (PER_GROUP: a FFMA with the activation scale). Between promotions it waits only for
 // the previous group's wgmmas (wait_group 1), to hand that stage back.
-// The producer, per group: the next group's codes (8 x 16 bytes a thread) and scales into registers, the next
-// stage's activations by cp.async, then this group's conversion: per row and group a table of 8 e4m3 bytes from
-// the scale's exponent (2 IMAD), per 8 codes 7 instructions (w4a8_fold.h), 16-byte stores into the swizzled rows.
-// The floor it chases: the tensor cores' time for the FLOPs (Qwen3-30B-A3B experts, T = 2048: ~0.10 ms of wgmma
-// for both GEMMs at the dense FP8 rate), with the producer's ~300 instructions per warp and group on one warp per
-// scheduler beside two consumer warps of ~35.
+// The producer, per group: the codes (8 x 16 bytes a thread) and scales of the group FOLD_AHEAD ahead into
+// registers, that group's activations by cp.async, then this group's conversion: per row and group a table of 8 e4m3
+// bytes from the scale's exponent (2 IMAD), per 8 codes 7 instructions (w4a8_fold.h), 16-byte stores into the
+// swizzled rows. The floor it chases: the tensor cores' time for the FLOPs (Qwen3-30B-A3B experts, T = 2048: 155
+// GFLOP, ~80 us at the dense FP8 rate), with the producer's ~320 instructions per warp and group on one warp per
+// scheduler beside two consumer warps of ~70 (today's kernel: two warps of 342), bench/NOTES.md 2026-12-05.
 #include <cuda_fp8.h>
 
 #include "backend/cuda/w4a8_fold_gemm.h"
@@ -244,8 +244,9 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
             fold_fence_proxy();
             fold_bar_arrive(full0 + 8 * st);
         };
-        /* three sets of code registers in turn, two groups in flight while one converts (one group ahead left the
-           DRAM latency of an expert's first tile exposed: ~1 us against a group's ~0.3 us); no copies between them */
+        /* three sets of code registers in turn, two groups in flight while one converts (one group ahead would leave
+           the DRAM latency of an expert's first tile, ~1 us, exposed against a group's predicted ~0.35 us); no copies
+           between them */
         fold_codes c0, c1, c2;
         fold_load_codes(codes, scales, p.rows_pad, 0, ok, c0);
         fold_load_acts<BNT, AS>(p, tile, pt, 0, sm + L::b_off, (float *)(sm + L::xsc_off));
