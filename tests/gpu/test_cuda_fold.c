@@ -110,12 +110,10 @@ static bool have_sm90(void) {
     return true;
 }
 
-/* rows of x quantized per token on the device, through a slot map, against the CPU quantizer */
-static void test_quantize_tokens(void **state) {
-    (void)state;
-    if (!have_sm90()) return;
-    seed(11);
-    const int64_t T = 37, K = 1000, ld8 = 1024, k = 3, P = T * k;
+/* rows of x [T][K] quantized per token on the device, through a slot map, against the CPU quantizer */
+static void quantize_tokens(int64_t K) {
+    seed((uint64_t)K);
+    const int64_t T = 37, ld8 = 1024, k = 3, P = T * k;
     uint16_t *xb = malloc((size_t)(T * K) * 2);
     float *xf = malloc((size_t)(T * K) * sizeof(float));
     for (int64_t i = 0; i < T * K; i++) {
@@ -143,6 +141,13 @@ static void test_quantize_tokens(void **state) {
     }
     cudaFree(dx), cudaFree(dsrc), cudaFree(dx8), cudaFree(dxs);
     free(xb), free(xf), free(src), free(x8), free(want), free(xs);
+}
+
+static void test_quantize_tokens(void **state) {
+    (void)state;
+    if (!have_sm90()) return;
+    quantize_tokens(1000); /* 8 elements a lane */
+    quantize_tokens(997);  /* one a lane (rows not 16-byte aligned) */
 }
 
 /* the int4-tc layout (made from the row layout by the device) repacked into the fold layout: the host's bytes */
