@@ -543,7 +543,7 @@ int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantize_tokens), cmocka_unit_test(test_repack), cmocka_unit_test(test_gemm_per_token),
-        cmocka_unit_test(test_gemm_per_group),  cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_gemm_per_group),  cmocka_unit_test(test_swiglu), cmocka_unit_test(test_moe_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
