@@ -294,9 +294,10 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                               !(first && ks == 0));
         wgmma_commit();
     };
-    auto release = [&](int64_t grp) { /* the stage of group grp back to the producer, once per warp */
-                                      __syncwarp();
-                                      if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
+    /* the stage of group grp back to the producer, once per warp */
+    auto release = [&](int64_t grp) {
+        __syncwarp();
+        if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
     };
     auto settle = [&]() {
 #pragma unroll
