@@ -3,7 +3,9 @@
  *     kernel derives from the bf16 scales, is the e4m3 byte of q x 2^j; gate|up rows interleaved by 8;
  *   - the emulation equals exact math (double) where the per-token quantization is exact, for every P;
  *   - against plain fp32 math on unquantized activations it is within the e4m3 activations' error;
- *   - promotion intervals change only fp32 rounding; scales without the int4-p2 form are refused. */
+ *   - promotion intervals change only fp32 rounding; scales without the int4-p2 form are refused;
+ *   - the cpu backend under route w4a8.kernel=fold: the moe's gate|up input per token (equal to the 1x128 plan's
+ *     where every group of a row has the row's amax, different elsewhere); an FP4 dispatch refused by name. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/w4a8_fold.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
@@ -243,11 +246,68 @@ static void test_refuses_non_p2(void **state) {
     free_p2(&m);
 }
 
+static void test_cpu_route(void **state) {
+    (void)state;
+    seed(6);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan); /* the GPU's formats, emulated */
+    fm_backend *be[2] = {NULL, NULL};
+    fm_error err = {{0}};
+    assert_int_equal(fm_backend_create("cpu", &plan, 1, NULL, &be[0], &err), FM_OK);
+    assert_int_equal(fm_backend_create("cpu", &plan, 1, "w4a8.kernel=fold", &be[1], &err), FM_OK);
+    fm_plan p4 = plan;
+    fm_backend *bad = NULL;
+    assert_int_equal(fm_plan_set_dispatch(&p4, FM_DISPATCH_MXFP4, &err), FM_OK);
+    assert_int_equal(fm_backend_create("cpu", &p4, 1, "w4a8.kernel=fold", &bad, &err), FM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "w4a8.kernel=fold reads e4m3 activations"));
+    assert_null(bad);
+
+    const int32_t E = 2, k = 2;
+    const int64_t T = 4, H = 256, I = 128;
+    fm_wsrc v[3 * 2];
+    for (int32_t e = 0; e < E; e++) {
+        v[2 * e] = (fm_wsrc){NULL, 0, I, H, {11 + (uint64_t)e, 0.05f, 0.0f, 0}, {0}};
+        v[2 * e + 1] = (fm_wsrc){NULL, 0, I, H, {21 + (uint64_t)e, 0.05f, 0.0f, 0}, {0}};
+        v[2 * E + e] = (fm_wsrc){NULL, 0, H, I, {31 + (uint64_t)e, 0.05f, 0.0f, 0}, {0}};
+    }
+    const fm_bank_src gs = {v, E, 2, "test experts gate_up", true, true};
+    const fm_bank_src ds = {v + 2 * E, E, 1, "test experts down", false, true};
+    fm_bank *b[2][2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(be[i]->ops->bank_create(be[i], &gs, plan.w_expert, &b[i][0], &err), FM_OK);
+        assert_int_equal(be[i]->ops->bank_create(be[i], &ds, plan.w_expert, &b[i][1], &err), FM_OK);
+    }
+    float x[4 * 256], w[8], o[2][4 * 256];
+    const int32_t ids[8] = {0, 1, 1, 0, 0, 1, 1, 0};
+    for (int64_t t = 0; t < T; t++) {
+        const int e = (int)t - 3; /* rows 0, 1: every group's amax 448 x 2^e, values e4m3 x 2^e */
+        for (int64_t i = 0; i < H; i++)
+            x[t * H + i] = t < 2 ? ldexpf(fm_e4m3_to_f32(fm_f32_to_e4m3(60.0f * gauss())), e) : gauss();
+        if (t < 2) x[t * H + 5] = ldexpf(448.0f, e), x[t * H + 128 + 77] = ldexpf(-448.0f, e);
+        w[2 * t] = 0.625f, w[2 * t + 1] = 0.375f;
+    }
+    for (int i = 0; i < 2; i++)
+        be[i]->ops->moe(be[i], b[i][0], b[i][1], x, T, ids, w, k, plan.a_dispatch, plan.a_expert, o[i]);
+    assert_memory_equal(o[0], o[1], (size_t)(2 * H) * sizeof(float)); /* the same codes and scales */
+    assert_memory_not_equal(o[0] + 2 * H, o[1] + 2 * H, (size_t)(2 * H) * sizeof(float)); /* per token */
+    double d = 0.0, n = 0.0;
+    for (int64_t i = 2 * H; i < T * H; i++) d += (o[0][i] - o[1][i]) * (o[0][i] - o[1][i]), n += o[0][i] * o[0][i];
+    assert_true(sqrt(d / n) < 0.1); /* two e4m3 roundings of the same activations */
+    for (int i = 0; i < 2; i++) {
+        be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
+        be[i]->ops->destroy(be[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_and_conversion), cmocka_unit_test(test_conversion_exhaustive),
-        cmocka_unit_test(test_emulation_exact),       cmocka_unit_test(test_emulation_vs_fp32),
-        cmocka_unit_test(test_emulation_per_group),   cmocka_unit_test(test_refuses_non_p2),
+        cmocka_unit_test(test_layout_and_conversion),
+        cmocka_unit_test(test_conversion_exhaustive),
+        cmocka_unit_test(test_emulation_exact),
+        cmocka_unit_test(test_emulation_vs_fp32),
+        cmocka_unit_test(test_emulation_per_group),
+        cmocka_unit_test(test_refuses_non_p2),
+        cmocka_unit_test(test_cpu_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

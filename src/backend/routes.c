@@ -109,8 +109,8 @@ static const route_key route_keys[] = {
      "m64n64k32 on sm_90, mma.sync m16n8k32 on sm_89. `mma` forces the Ada kernel on a Hopper GPU. `fold` (sm_90, "
      "experts of int4-p2 checkpoints only, docs/int4_p2.md; a load of other int4 scales is refused): the experts' "
      "codes load in the fold layout and run the fold GEMM, the group scale inside the e4m3 operand and one activation "
-     "scale per token into the gate|up GEMM (so the activations round differently from the CPU's fp8 plan); the "
-     "dense projections stay on wgmma",
+     "scale per token into the gate|up GEMM (the cpu backend takes the same route to emulate it); the dense "
+     "projections stay on wgmma",
      now_w4a8_kernel},
     {"attention.kernel",
      FIELD(attention_kernel),
