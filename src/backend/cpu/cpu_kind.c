@@ -77,11 +77,12 @@ void cpu_set_fold_tokens(fm_backend *be, bool on);
 static fm_status cpu_create(const fm_plan *plan, int32_t n_threads, const char *routes, fm_backend **out,
                             fm_error *err) {
     /* one kernel per op: the routes are only checked, but for w4a8.kernel=fold, whose per-token activations into
-       the experts' gate|up GEMM change the arithmetic: the cpu backend emulates them (cpu_moe.c) */
+       the experts' gate|up GEMM change the arithmetic: the cpu backend emulates them (cpu_moe.c) where the experts
+       take e4m3 rows; with an FP4 dispatch refused, as the GPU refuses it */
     fm_routes r;
     fm_routes_default(&r, 0);
     fm_status st = fm_routes_apply(&r, routes, err);
-    if (!st && fm_routes_w4a8_fold(&r) && plan->a_dispatch != FM_A_E4M3_G128)
+    if (!st && fm_routes_w4a8_fold(&r) && (plan->a_dispatch == FM_A_MXFP4 || plan->a_dispatch == FM_A_NVFP4))
         st = fm_fail(err, FM_ERR_UNSUPPORTED,
                      "route w4a8.kernel=fold reads e4m3 activations; --dispatch %s is not built for it: use --dispatch "
                      "fp8",

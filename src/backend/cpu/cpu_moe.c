@@ -112,7 +112,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
         for (int64_t t = 0; t < T; t++) {
             cpu_qrow xr = {xq, xq + H, 1.0f};
             if (a_dispatch == FM_A_NVFP4) cpu_quantize_row_nvfp4(x + t * H, H, nv_scale, &xr);
-            else if (cpu_fold_tokens(be)) quantize_row_token(x + t * H, H, &xr);
+            else if (cpu_fold_tokens(be) && a_dispatch == FM_A_E4M3_G128) quantize_row_token(x + t * H, H, &xr);
             else cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {

@@ -3,6 +3,7 @@
 // the int4-p2 form on every row. The scales stay where they are: the fold GEMM reads the int4-tc scale array.
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/w4a8_fold_gemm.h"
+#include "backend/cuda/w4a8_gemm.cuh"
 
 #include <stdlib.h>
 
@@ -13,7 +14,8 @@ extern "C" {
 }
 
 fm_status fm_cuda_bank_fold(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err) {
-    if (!src->experts || !fm_routes_w4a8_fold(&be->routes)) return FM_OK;
+    /* experts off the W4A8 GEMM (the int4 preset's GEMVs, bf16) do not take the route, as for its other values */
+    if (!src->experts || !fm_routes_w4a8_fold(&be->routes) || !fm_cuda_w4a8_takes(w->fmt)) return FM_OK;
     if (w->fmt != FM_W_INT4_G128_TC)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "%s: route w4a8.kernel=fold takes int4 experts with int4-p2 scales (the fp8 preset on a "
