@@ -520,7 +520,7 @@ static void route_option(void **s) {
     expect_error(fp8moe("perplexity %s --route w4a8.tile=48", m), 2, "'48' is not a value (auto, 16, 32 or 64)");
     expect_error(fp8moe("parity --model tests/models/qwen3-moe-f32 --route w8a8.gemv_max_m=17"), 2, "auto or 1..16");
     expect_error(fp8moe("bench prefill --synthetic toy-moe --route dense.gemv"), 2, "'dense.gemv' is not key=value");
-    expect_error(fp8moe("bench gemm --shape toy --route w4a8.kernel=tensor"), 2, "auto, wgmma or mma");
+    expect_error(fp8moe("bench gemm --shape toy --route w4a8.kernel=tensor"), 2, "auto, wgmma, mma or fold");
     expect_error(fp8moe("bench moe --shape toy --route gemv=off"), 2, "unknown route key 'gemv'");
     expect_error(fp8moe("inspect --routes --route pdl="), 2, "is not key=value");
     expect_error(fp8moe("inspect --model tests/models/qwen3-moe-f32 --route pdl=off"), 2, "--routes");

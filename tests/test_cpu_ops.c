@@ -145,7 +145,7 @@ static fm_bank *make_bank(fm_backend *be, const float *data, int32_t n, int64_t 
     fm_st_tensor t = f32_tensor(data, n, rows, cols);
     fm_wsrc *srcs = xmalloc((size_t)n * sizeof *srcs);
     for (int32_t i = 0; i < n; i++) srcs[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
-    fm_bank_src src = {srcs, n, 1, "test bank", false};
+    fm_bank_src src = {srcs, n, 1, "test bank", false, false};
     fm_bank *b = NULL;
     fm_error err;
     fm_status st = be->ops->bank_create(be, &src, fmt, &b, &err);
@@ -164,7 +164,7 @@ static fm_bank *make_bank2(fm_backend *be, const float *a, const float *b, int32
         srcs[2 * i] = (fm_wsrc){&ta, (int64_t)i * ra * cols, ra, cols, {0}, {0}};
         srcs[2 * i + 1] = (fm_wsrc){&tb, (int64_t)i * rb * cols, rb, cols, {0}, {0}};
     }
-    fm_bank_src src = {srcs, n, 2, "test gate_up", true};
+    fm_bank_src src = {srcs, n, 2, "test gate_up", true, false};
     fm_bank *w = NULL;
     fm_error err;
     fm_status st = be->ops->bank_create(be, &src, fmt, &w, &err);
@@ -1398,7 +1398,7 @@ static void test_bank_bad_parts(void **state) {
     float a[6 * 4] = {1}, b[6 * 5] = {1};
     fm_st_tensor ta = f32_tensor(a, 1, 6, 4), tb = f32_tensor(b, 1, 6, 5);
     fm_wsrc srcs[2] = {{&ta, 0, 6, 4, {0}, {0}}, {&tb, 0, 6, 5, {0}, {0}}};
-    fm_bank_src src = {srcs, 1, 2, "layer 7 expert gate_up", true};
+    fm_bank_src src = {srcs, 1, 2, "layer 7 expert gate_up", true, true};
     fm_bank *w = (fm_bank *)&src; /* must be reset to NULL */
     fm_error err;
     assert_int_equal(be->ops->bank_create(be, &src, FM_W_INT4_G128, &w, &err), FM_ERR_FORMAT);
@@ -1406,14 +1406,14 @@ static void test_bank_bad_parts(void **state) {
     assert_non_null(strstr(err.msg, "layer 7 expert gate_up"));
     /* a view that runs past its tensor */
     fm_wsrc bad = {&ta, 4, 6, 4, {0}, {0}};
-    fm_bank_src src2 = {&bad, 1, 1, "layer 0 q", false};
+    fm_bank_src src2 = {&bad, 1, 1, "layer 0 q", false, false};
     assert_int_not_equal(be->ops->bank_create(be, &src2, FM_W_BF16, &w, &err), FM_OK);
     assert_null(w);
     /* a later matrix with more rows than matrix 0 (the bank is sized from matrix 0) */
     float big[64] = {1};
     fm_st_tensor tbig = f32_tensor(big, 1, 16, 4);
     fm_wsrc uneven[2] = {{&tbig, 0, 2, 4, {0}, {0}}, {&tbig, 8, 3, 4, {0}, {0}}};
-    fm_bank_src src3 = {uneven, 2, 1, "layer 1 experts down", false};
+    fm_bank_src src3 = {uneven, 2, 1, "layer 1 experts down", false, true};
     assert_int_equal(be->ops->bank_create(be, &src3, FM_W_F32, &w, &err), FM_ERR_FORMAT);
     assert_null(w);
     assert_non_null(strstr(err.msg, "matrix 1 part 0 is [3, 4], expected [2, 4]"));

@@ -84,7 +84,7 @@ static fm_bank *make_bank(fm_backend *be, const float *data, int64_t rows, int64
     t.name = g_name, t.dtype = FM_DTYPE_F32, t.n_dims = 2, t.shape[0] = rows, t.shape[1] = cols;
     t.n_elements = rows * cols, t.data = (const uint8_t *)data, t.nbytes = (uint64_t)t.n_elements * sizeof(float);
     const fm_wsrc src = {&t, 0, rows, cols, {0}, {0}};
-    fm_bank_src bs = {&src, 1, 1, "test bank", false};
+    fm_bank_src bs = {&src, 1, 1, "test bank", false, false};
     fm_bank *b = NULL;
     fm_error err;
     if (be->ops->bank_create(be, &bs, FM_W_F32, &b, &err)) fail_msg("bank_create: %s", err.msg);

@@ -51,7 +51,7 @@ static fm_bank *bank(fm_backend *be, const float *a, const float *b, int32_t fir
         srcs[parts * i] = (fm_wsrc){&ta, (int64_t)(first + i) * ra * cols, ra, cols, {0}, {0}};
         if (b) srcs[parts * i + 1] = (fm_wsrc){&tb, (int64_t)(first + i) * rb * cols, rb, cols, {0}, {0}};
     }
-    fm_bank_src src = {srcs, n, parts, b ? "test gate_up" : "test down", b != NULL};
+    fm_bank_src src = {srcs, n, parts, b ? "test gate_up" : "test down", b != NULL, true};
     fm_bank *w = NULL;
     fm_error err = {{0}};
     if (be->ops->bank_create(be, &src, fmt, &w, &err) != FM_OK) fail_msg("bank_create: %s", err.msg);

@@ -186,7 +186,7 @@ static void mutation_zero_point(void **s) {
 /* ---- op: banks built from the fixtures ----------------------------------------------------------------------- */
 
 static fm_bank *bank_of(fm_backend *be, const fm_wsrc *srcs, int32_t n, int32_t parts, fm_wformat fmt) {
-    fm_bank_src src = {srcs, n, parts, "test bank", parts == 2};
+    fm_bank_src src = {srcs, n, parts, "test bank", parts == 2, false};
     fm_bank *b = NULL;
     fm_error err = {{0}};
     if (be->ops->bank_create(be, &src, fmt, &b, &err)) fail_msg("bank_create: %s", err.msg);

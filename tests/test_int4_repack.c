@@ -127,7 +127,7 @@ static void refusals(void **s) {
     assert_non_null(strstr(err.msg, "2 scale groups per row, the bank 3"));
     /* a float source in a bank filled from codes */
     fm_wsrc srcs[2] = {{.rows = 3, .cols = 256, .q = c.q}, {.rows = 3, .cols = 256}};
-    const fm_bank_src bank = {srcs, 2, 1, "layer 1 experts", false};
+    const fm_bank_src bank = {srcs, 2, 1, "layer 1 experts", false, true};
     uint8_t codes2[6 * 128];
     uint16_t sc2[12];
     assert_int_equal(fm_int4_native_bank_rows(&bank, 0, 2, 2, 128, codes2, sc2, &err), FM_ERR_UNSUPPORTED);
@@ -148,7 +148,7 @@ static void bank_threads(void **s) {
         srcs[i] = (fm_wsrc){.rows = N[i % P], .cols = K, .q = c[i].q};
         srcs[i].q.packed = &c[i].packed, srcs[i].q.scales = &c[i].scales;
     }
-    const fm_bank_src bank = {srcs, E, P, "experts", true};
+    const fm_bank_src bank = {srcs, E, P, "experts", true, true};
     uint8_t *a = calloc((size_t)(rows * ld), 1), *b = calloc((size_t)(rows * ld), 1);
     uint16_t *sa = calloc((size_t)(rows * ng), 2), *sb = calloc((size_t)(rows * ng), 2);
     fm_error err = {{0}};

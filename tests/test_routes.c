@@ -41,6 +41,17 @@ static void defaults_follow_the_device(void **s) {
     fm_routes_default(&r, 0); /* no GPU */
     assert_false(fm_routes_w4a8_wgmma(&r));
     assert_false(fm_routes_pdl(&r));
+    /* the fold kernel: asked for only, on sm_90 (the other W4A8 GEMMs then wgmma); refused by name elsewhere */
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_w4a8_fold(&r));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_OK);
+    assert_true(fm_routes_w4a8_fold(&r));
+    assert_true(fm_routes_w4a8_wgmma(&r));
+    fm_routes_default(&r, 8);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "w4a8.kernel=fold needs an sm_90 GPU"));
+    assert_false(fm_routes_w4a8_fold(&r));
 }
 
 static void every_key_and_value_parses(void **s) {
@@ -103,7 +114,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     expect_usage("pdl=", "is not key=value", keys);
     expect_usage("pdl=off,", "is not key=value", keys);
     expect_usage(",pdl=off", "is not key=value", keys);
-    expect_usage("w4a8.kernel=tensorcore", "'tensorcore' is not a value", "auto, wgmma or mma");
+    expect_usage("w4a8.kernel=tensorcore", "'tensorcore' is not a value", "auto, wgmma, mma or fold");
     expect_usage("attention.kernel=fa3", "route attention.kernel: 'fa3' is not a value", "auto, wgmma or mma");
     expect_usage("w4a8.tile=48", "'48' is not a value", "auto, 16, 32 or 64");
     expect_usage("w4a8.tile=16x", "'16x' is not a value", "auto, 16, 32 or 64");
@@ -229,6 +240,12 @@ static void moe_tile_rows(void **s) {
     assert_int_equal(
         fm_routes_w4a8_moe_tile_rows(&r, 512 * 2, 8, FM_W_INT4_G128_TC, false, FM_W4A8_MID_MAX_EXPERT_BYTES),
         FM_W4A8_BN_MID);
+    /* the fold kernel: 64 where int4-tc would take 32 (16 below), unless forced */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 16 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN_SMALL);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.tile=32", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_moe_tile_rows(&r, 2048 * 8, 128, FM_W_INT4_G128_TC, false, qwen3), FM_W4A8_BN_MID);
     fm_routes_default(&r, 8); /* mma.sync: 16 or 64 */
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 2048 * 8, 128), FM_W4A8_BN);
     assert_int_equal(fm_routes_w4a8_tile_rows(&r, 16 * 8, 128), FM_W4A8_BN_SMALL);

@@ -53,7 +53,7 @@ static fm_bank *bank(fm_backend *be, int parts, const float *const *a, const int
         t[i] = tensor(a[i], rows_of[i], cols);
         srcs[i] = (fm_wsrc){&t[i], r0[i] * cols, n[i], cols, {0}, {0}};
     }
-    fm_bank_src src = {srcs, 1, parts, "test projection", false};
+    fm_bank_src src = {srcs, 1, parts, "test projection", false, false};
     fm_bank *w = NULL;
     fm_error err = {{0}};
     if (be->ops->bank_create(be, &src, fmt, &w, &err) != FM_OK) fail_msg("bank_create: %s", err.msg);

@@ -52,6 +52,11 @@ static const char *HELP =
     "                                        preset): E2M1 + UE8M0 per 32, expanded to e4m3 in the gate|up GEMM\n"
     "                     fp4-grouped-nv     the same with NVFP4 (--dispatch nvfp4): E2M1 + e4m3 per 16 + one fp32\n"
     "                                        tensor scale computed on the device\n"
+    "                     fp8-fold           fp8-grouped's formats on int4-p2 weights (made on the host, as\n"
+    "                                        `requantize --scales p2`), route w4a8.kernel=fold: the group scale in "
+    "the\n"
+    "                                        e4m3 operand, one activation scale per token (sm_90; the cpu backend\n"
+    "                                        emulates the per-token activations)\n"
     "  --repeat R       timed runs per route and T (default 20)\n"
     "  --warmup W       untimed runs first (default 3)\n"
     "  --json FILE      also write the results as JSON\n"
@@ -101,12 +106,13 @@ enum {
     ROUTE_FP8_BLOCK,
     ROUTE_FP4_MX,
     ROUTE_FP4_NV,
+    ROUTE_FP8_FOLD,
     ROUTE_COUNT
 };
 
 static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas",    "fp8-cublaslt-loop",
                                                      "fp8-grouped",    "fp8-grouped-zp", "fp8-grouped-block",
-                                                     "fp4-grouped-mx", "fp4-grouped-nv"};
+                                                     "fp4-grouped-mx", "fp4-grouped-nv", "fp8-fold"};
 
 static const struct {
     fm_preset preset;     /* the plan its backend is created with */
@@ -121,6 +127,7 @@ static const struct {
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-block: a block-FP8 checkpoint (e4m3-block) */
     {FM_PRESET_FP8, FM_DISPATCH_MXFP4, true},
     {FM_PRESET_FP8, FM_DISPATCH_NVFP4, true},
+    {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-fold: int4-p2 experts on the fold GEMM (w4a8.kernel=fold) */
 };
 
 typedef struct result {
@@ -208,7 +215,7 @@ static fm_status make_inputs(bench_cfg *c, fm_error *err) {
    quantize the same synthetic weights on the host first, into a checkpoint's format (qsynth.h) */
 static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wformat fmt, fm_bank **gu, fm_bank **dn,
                             fm_error *err) {
-    const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK;
+    const bool prequant = route == ROUTE_FP8_ZP || route == ROUTE_FP8_BLOCK || route == ROUTE_FP8_FOLD;
     fm_wsrc *v = malloc((size_t)(3 * s->E) * sizeof *v);
     fm_qsynth *q = NULL;
     if (!v) return fm_fail(err, FM_ERR_NOMEM, "out of host memory");
@@ -219,17 +226,21 @@ static fm_status make_banks(fm_backend *be, const moe_shape *s, int route, fm_wf
     }
     fm_status st = FM_OK;
     if (prequant) {
-        fmt = route == ROUTE_FP8_ZP ? FM_W_INT4_ZP_TC : FM_W_E4M3_B128;
-        st = bench_prequantize(v, 3 * (int64_t)s->E, route == ROUTE_FP8_ZP ? FM_QSYNTH_INT4_ASYM : FM_QSYNTH_FP8_BLOCK,
-                               &q, err);
+        fmt = route == ROUTE_FP8_ZP ? FM_W_INT4_ZP_TC : route == ROUTE_FP8_FOLD ? FM_W_INT4_G128_TC : FM_W_E4M3_B128;
+        const fm_qsynth_kind kind = route == ROUTE_FP8_ZP     ? FM_QSYNTH_INT4_ASYM
+                                    : route == ROUTE_FP8_FOLD ? FM_QSYNTH_INT4_P2
+                                                              : FM_QSYNTH_FP8_BLOCK;
+        st = bench_prequantize(v, 3 * (int64_t)s->E, kind, &q, err);
     }
     if (st) {
         free(v);
         return st;
     }
     /* gate_up: the backend may interleave the gate and up rows for a fused SwiGLU (the fp8 grouped kernel needs it) */
-    const fm_bank_src gsrc = {.srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true};
-    const fm_bank_src dsrc = {.srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down"};
+    const fm_bank_src gsrc = {
+        .srcs = v, .n = s->E, .n_parts = 2, .label = "bench experts gate_up", .gate_up = true, .experts = true};
+    const fm_bank_src dsrc = {
+        .srcs = v + 2 * s->E, .n = s->E, .n_parts = 1, .label = "bench experts down", .experts = true};
     st = be->ops->bank_create(be, &gsrc, fmt, gu, err);
     if (!st) st = be->ops->bank_create(be, &dsrc, fmt, dn, err);
     if (st && *gu) be->ops->bank_free(be, *gu), *gu = NULL;
@@ -337,10 +348,17 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     fm_status st = fm_plan_set_dispatch(&plan, routes[route].dispatch, &e);
     if (route == ROUTE_LT && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop runs on the cuda backend only");
+    char fold_routes[sizeof c->b.routes + 32];
+    const char *route_spec = bench_routes(&c->b);
+    if (route == ROUTE_FP8_FOLD) { /* after the user's: this route is the fold kernel */
+        snprintf(fold_routes, sizeof fold_routes, "%s%sw4a8.kernel=fold", route_spec ? route_spec : "",
+                 route_spec ? "," : "");
+        route_spec = fold_routes;
+    }
 #ifndef FM_HAVE_CUDA
     if (route == ROUTE_LT && !st) st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop: built without CUDA");
 #endif
-    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, bench_routes(&c->b), &rc.be, &e);
+    if (!st) st = fm_backend_create(c->b.backend, &plan, (int32_t)c->b.threads, route_spec, &rc.be, &e);
     if (st) {
         bench_grid_route_failed(res, sizeof *res, c->n_tokens, st, e.msg);
         if (st == FM_ERR_UNSUPPORTED) return FM_OK;

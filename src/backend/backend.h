@@ -119,6 +119,7 @@ typedef struct fm_bank_src {
     int32_t n_parts;
     const char *label; /* for messages: "layer 3 expert gate_up" */
     bool gate_up;      /* two parts, gate rows then up rows, feeding a SwiGLU (a backend may interleave them) */
+    bool experts;      /* an MoE layer's expert bank (the moe op's): route w4a8.kernel=fold lays these out for it */
 } fm_bank_src;
 
 /* The least native of a bank's sources (quant/int4_native.h): FM_NATIVE_NO when any is float or not our format.

@@ -36,7 +36,10 @@ typedef struct route_key {
 static const char *on_off(bool b) { return b ? "on" : "off"; }
 
 static void now_w4a8_kernel(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%s", fm_routes_w4a8_wgmma(r) ? "wgmma" : "mma.sync");
+    snprintf(b, n, "%s",
+             fm_routes_w4a8_fold(r)    ? "fold (experts), wgmma"
+             : fm_routes_w4a8_wgmma(r) ? "wgmma"
+                                       : "mma.sync");
 }
 static void now_attention_kernel(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_attention_wgmma(r, FM_ATTENTION_WGMMA_HD) ? "wgmma for hd 128" : "mma.sync");
@@ -101,12 +104,16 @@ static void now_expert_prefetch(const fm_routes *r, char *b, size_t n) {
 static const route_key route_keys[] = {
     {"w4a8.kernel",
      FIELD(w4a8_kernel),
-     "auto|wgmma|mma",
-     {{"wgmma", FM_ROUTE_W4A8_WGMMA}, {"mma", FM_ROUTE_W4A8_MMA}},
+     "auto|wgmma|mma|fold",
+     {{"wgmma", FM_ROUTE_W4A8_WGMMA}, {"mma", FM_ROUTE_W4A8_MMA}, {"fold", FM_ROUTE_W4A8_FOLD}},
      "wgmma on sm_90, else mma",
      "the grouped W4A8 GEMM (MoE experts; W4A8 dense projections above the GEMV)",
      "the grouped W4A8 GEMM (the `fp8` preset's experts, and its dense projections above the GEMV's rows): wgmma "
-     "m64n64k32 on sm_90, mma.sync m16n8k32 on sm_89. `mma` forces the Ada kernel on a Hopper GPU",
+     "m64n64k32 on sm_90, mma.sync m16n8k32 on sm_89. `mma` forces the Ada kernel on a Hopper GPU. `fold` (sm_90, "
+     "experts of int4-p2 checkpoints only, docs/int4_p2.md; a load of other int4 scales is refused): the experts' "
+     "codes load in the fold layout and run the fold GEMM, the group scale inside the e4m3 operand and one activation "
+     "scale per token into the gate|up GEMM (the cpu backend takes the same route to emulate it); the dense "
+     "projections stay on wgmma",
      now_w4a8_kernel},
     {"attention.kernel",
      FIELD(attention_kernel),
@@ -386,11 +393,12 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
         if (!comma) break;
         p = comma + 1;
     }
-    if (next.sm_major && next.sm_major != 9 && next.w4a8_kernel == FM_ROUTE_W4A8_WGMMA)
+    if (next.sm_major && next.sm_major != 9 &&
+        (next.w4a8_kernel == FM_ROUTE_W4A8_WGMMA || next.w4a8_kernel == FM_ROUTE_W4A8_FOLD))
         return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "route w4a8.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
+                       "route w4a8.kernel=%s needs an sm_90 GPU (Hopper: the binary carries "
                        "sm_90a code for it); this GPU is sm_%d: use w4a8.kernel=mma or auto",
-                       next.sm_major * 10);
+                       next.w4a8_kernel == FM_ROUTE_W4A8_FOLD ? "fold" : "wgmma", next.sm_major * 10);
     if (next.sm_major && next.sm_major != 9 && next.attention_kernel == FM_ROUTE_ATTENTION_WGMMA)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route attention.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
@@ -406,8 +414,11 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
 }
 
 bool fm_routes_w4a8_wgmma(const fm_routes *r) {
-    return r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA || (r->w4a8_kernel == FM_ROUTE_W4A8_AUTO && r->sm_major == 9);
+    return r->w4a8_kernel == FM_ROUTE_W4A8_WGMMA || r->w4a8_kernel == FM_ROUTE_W4A8_FOLD ||
+           (r->w4a8_kernel == FM_ROUTE_W4A8_AUTO && r->sm_major == 9);
 }
+
+bool fm_routes_w4a8_fold(const fm_routes *r) { return r->w4a8_kernel == FM_ROUTE_W4A8_FOLD; }
 
 bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd) {
     if (hd != FM_ATTENTION_WGMMA_HD || r->attention_kernel == FM_ROUTE_ATTENTION_MMA) return false;
@@ -441,8 +452,10 @@ uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E
     const uint32_t bn = fm_routes_w4a8_tile_rows(r, P, E);
     /* an FP4 dispatch expands inline on 32-row tiles (the producer kernel has none): faster than 64 with the producer
        at 32 rows per expert, slower at 128 (bench/NOTES.md 2026-12-02, "the two warpgroups apart") */
-    const bool measured =
-        f == FM_W_INT4_G128_TC && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES && (!fp4_dispatch || P < 64 * E);
+    /* the fold kernel converts the CTA's 256 weight rows per group whatever its tile's activation rows, so 32-row
+       tiles would double its producer's work per FLOP (and it runs one CTA per SM either way): 64 (not measured) */
+    const bool measured = f == FM_W_INT4_G128_TC && expert_bytes <= FM_W4A8_MID_MAX_EXPERT_BYTES &&
+                          (!fp4_dispatch || P < 64 * E) && !fm_routes_w4a8_fold(r);
     return bn == FM_W4A8_BN_MID && !r->w4a8_tile && !measured ? FM_W4A8_BN : bn;
 }
 
@@ -521,6 +534,7 @@ bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E) {
 }
 
 const char *fm_routes_w4a8_kernel_name(const fm_routes *r) {
+    if (fm_routes_w4a8_fold(r)) return "wgmma m64n64k32 e4m3 (sm_90a), experts on the fold GEMM (int4-p2)";
     return fm_routes_w4a8_wgmma(r) ? "wgmma m64n64k32 e4m3 (sm_90a)" : "mma.sync m16n8k32 e4m3 (sm_89+)";
 }
 

@@ -35,6 +35,8 @@ typedef enum fm_route_w4a8_kernel {
     FM_ROUTE_W4A8_AUTO = 0,
     FM_ROUTE_W4A8_WGMMA, /* wgmma m64n64k32 e4m3, sm_90a only */
     FM_ROUTE_W4A8_MMA,   /* mma.sync m16n8k32 e4m3, sm_89 and sm_90 */
+    FM_ROUTE_W4A8_FOLD,  /* experts: the fold kernel on int4-p2 banks (w4a8_fold_gemm.cu), sm_90a only; the other
+                            W4A8 GEMMs as wgmma */
 } fm_route_w4a8_kernel;
 
 typedef enum fm_route_w4a8_fp4 {
@@ -118,12 +120,17 @@ void fm_routes_default(fm_routes *r, int sm_major);
 
 /* Applies "key=value[,key=value...]" (NULL or empty: nothing). FM_ERR_USAGE for an unknown key or a bad value, the
  * message listing the valid keys or values; FM_ERR_UNSUPPORTED for a kernel the GPU of r->sm_major cannot run
- * (w4a8.kernel=wgmma or attention.kernel=wgmma off sm_90, pdl=on below sm_90; not checked when sm_major is 0). r is
- * unchanged on failure. */
+ * (w4a8.kernel=wgmma|fold or attention.kernel=wgmma off sm_90, pdl=on below sm_90; not checked when sm_major is 0). r
+ * is unchanged on failure. */
 fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 
 /* Resolved choices: */
 bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
+/* The expert banks load in the fold layout and the MoE runs the fold GEMM (backend/w4a8_fold.h: int4-p2 weights,
+ * the group scale inside the e4m3 operand, per-token activation scales into the gate|up GEMM). Off unless asked
+ * (w4a8.kernel=fold): it changes the activations' rounding (one scale per token), and no GPU run has timed it yet
+ * (bench/NOTES.md 2026-12-05 twenty-third session: the design and the predictions). */
+bool fm_routes_w4a8_fold(const fm_routes *r);
 /* The FP4 gate|up GEMM of tile_rows-row tiles expands on a producer warpgroup (the wgmma kernel only; mma.sync
  * expands inline). Measured (bench moe, Qwen3 T = 512 / 2048 / 8192, H200, bench/NOTES.md 2026-12-02 "FP4 expansion off
  * the MMA warps"): MX 0.216 / 0.493 / 1.584 ms against 0.222 / 0.525 / 1.712 inline, NV 0.243 / 0.555 / 1.783 against
@@ -162,7 +169,9 @@ uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E);
  * 32-row tiles by default), or int4-tc with an FP4 dispatch while P < 64 E: there it loses its producer warpgroup,
  * which has no 32-row form, and gains anyway (H200, Qwen3 T = 512: MX 0.219 -> 0.205 ms, NV 0.243 -> 0.240; at
  * T = 2048 32-row tiles cost MX 0.498 -> 0.545: bench/NOTES.md 2026-12-02 "the two warpgroups apart"). The
- * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list). */
+ * workspace the memory plan sizes with fm_routes_w4a8_tile_rows holds either (64-row tiles make the shorter list).
+ * Under w4a8.kernel=fold auto keeps 64 as well (its producer converts a 256-row weight tile per group for any tile
+ * height: a prediction, bench/NOTES.md 2026-12-05 twenty-third session). */
 uint32_t fm_routes_w4a8_moe_tile_rows(const fm_routes *r, uint64_t P, uint64_t E, fm_wformat f, bool fp4_dispatch,
                                       uint64_t expert_bytes);
 /* ... and 64 where one expert's gate|up codes (expert_bytes) exceed this: the tiles of one expert re-read its weights,

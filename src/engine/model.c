@@ -74,7 +74,7 @@ static fm_status bank_acts(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     fm_wformat fmt;
     fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, family, label, &fmt);
     if (pst) return pst;
-    fm_bank_src src = {srcs, n, n_parts, label, gate_up};
+    fm_bank_src src = {srcs, n, n_parts, label, gate_up, family == FM_WF_EXPERTS};
     fm_status st = ld->m->be->ops->bank_create(ld->m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) ld->m->weight_bytes += ld->m->be->ops->bank_bytes(*out);
     if (st == FM_OK) fm_load_progress_add(&ld->progress, srcs, (int64_t)n * n_parts);
@@ -93,7 +93,7 @@ static fm_status bank_host(loader *ld, fm_bank **out, const fm_wsrc *srcs, int32
     fm_wformat fmt;
     fm_status pst = pick_format(ld, srcs, (int64_t)n * n_parts, family, label, &fmt);
     if (pst) return pst;
-    fm_bank_src src = {srcs, n, n_parts, label, gate_up};
+    fm_bank_src src = {srcs, n, n_parts, label, gate_up, family == FM_WF_EXPERTS};
     fm_status st = m->be->ops->bank_create_host(m->be, &src, fmt, out, ld->err);
     if (st == FM_OK) m->expert_host_bytes += m->be->ops->bank_bytes(*out);
     if (st == FM_OK) fm_load_progress_add(&ld->progress, srcs, (int64_t)n * n_parts);

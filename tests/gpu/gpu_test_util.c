@@ -81,7 +81,7 @@ static fm_bank *bank_from(fm_backend *be, const float *w, int32_t n, int64_t row
     t.shape[0] = n * rows * cols;
     fm_wsrc *views = malloc((size_t)n * sizeof *views);
     for (int32_t i = 0; i < n; i++) views[i] = (fm_wsrc){&t, (int64_t)i * rows * cols, rows, cols, {0}, {0}};
-    fm_bank_src src = {views, n, 1, host ? "test host bank" : "test bank", gate_up};
+    fm_bank_src src = {views, n, 1, host ? "test host bank" : "test bank", gate_up, false};
     fm_bank *b = NULL;
     fm_error err;
     if ((host ? be->ops->bank_create_host : be->ops->bank_create)(be, &src, fmt, &b, &err))

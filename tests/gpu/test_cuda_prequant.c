@@ -136,7 +136,7 @@ static fm_backend *backend(const char *name, fm_preset p) {
 }
 
 static fm_bank *make_bank(fm_backend *be, const fm_wsrc *srcs, int32_t n, int32_t parts, fm_wformat fmt, bool gate_up) {
-    fm_bank_src src = {srcs, n, parts, "test bank", gate_up};
+    fm_bank_src src = {srcs, n, parts, "test bank", gate_up, false};
     fm_bank *b;
     fm_error err;
     fm_status st = be->ops->bank_create(be, &src, fmt, &b, &err);
@@ -284,7 +284,7 @@ static void test_fp8_prequant_refusals(void **s) {
     fm_backend *be = backend("cuda", FM_PRESET_FP8);
     qlinear q;
     make_ct(&q, 64, 256, 128, false, true);
-    fm_bank_src src = {&q.src, 1, 1, "layer 0 qkv", false};
+    fm_bank_src src = {&q.src, 1, 1, "layer 0 qkv", false, false};
     fm_bank *b = NULL;
     fm_error err;
     assert_int_equal(be->ops->bank_create(be, &src, FM_W_INT4_ZP_TC, &b, &err), FM_ERR_UNSUPPORTED);

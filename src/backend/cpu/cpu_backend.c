@@ -16,7 +16,11 @@ void cpu_round_act(const fm_backend *be, float *x, int64_t n) {
 typedef struct cpu_backend {
     fm_backend base;
     double marks[FM_MARK_SLOTS];
+    bool fold_tokens; /* route w4a8.kernel=fold: the moe's gate|up input in e4m3 with one scale per token */
 } cpu_backend;
+
+void cpu_set_fold_tokens(fm_backend *be, bool on) { ((cpu_backend *)be)->fold_tokens = on; }
+bool cpu_fold_tokens(const fm_backend *be) { return ((const cpu_backend *)be)->fold_tokens; }
 
 static void cpu_destroy(fm_backend *be) { free(be); }
 

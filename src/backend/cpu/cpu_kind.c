@@ -71,10 +71,25 @@ static size_t cpu_expert_cache_bytes(int32_t n_layers, int32_t E, int32_t S, int
     return fm_sz_size(&s, fm_sz_mul(&s, fm_sz_mul(&s, (uint64_t)tokens, (uint64_t)top_k), 4));
 }
 
+/* cpu_backend.c (declared in cpu_internal.h too, whose cpu_bank_bytes is not this file's) */
+void cpu_set_fold_tokens(fm_backend *be, bool on);
+
 static fm_status cpu_create(const fm_plan *plan, int32_t n_threads, const char *routes, fm_backend **out,
                             fm_error *err) {
-    const fm_status st = fm_routes_check(routes, err); /* one kernel per op: the routes are only checked */
-    return st ? st : fm_cpu_backend_create(plan, n_threads, out, err);
+    /* one kernel per op: the routes are only checked, but for w4a8.kernel=fold, whose per-token activations into
+       the experts' gate|up GEMM change the arithmetic: the cpu backend emulates them (cpu_moe.c) where the experts
+       take e4m3 rows; with an FP4 dispatch refused, as the GPU refuses it */
+    fm_routes r;
+    fm_routes_default(&r, 0);
+    fm_status st = fm_routes_apply(&r, routes, err);
+    if (!st && fm_routes_w4a8_fold(&r) && (plan->a_dispatch == FM_A_MXFP4 || plan->a_dispatch == FM_A_NVFP4))
+        st = fm_fail(err, FM_ERR_UNSUPPORTED,
+                     "route w4a8.kernel=fold reads e4m3 activations; --dispatch %s is not built for it: use --dispatch "
+                     "fp8",
+                     fm_afmt_name(plan->a_dispatch));
+    if (!st) st = fm_cpu_backend_create(plan, n_threads, out, err);
+    if (!st) cpu_set_fold_tokens(*out, fm_routes_w4a8_fold(&r));
+    return st;
 }
 
 const fm_backend_kind fm_backend_kind_cpu = {

@@ -82,6 +82,17 @@ static void expert_ffn(fm_backend *be, const fm_bank *gate_up, const fm_bank *do
     cpu_round_act(be, y, H);
 }
 
+/* Route w4a8.kernel=fold: the row in e4m3 with one scale per token (backend/w4a8_fold.h), held as every 128-group's
+ * scale of the row (the products and their sums are the fold GEMM's up to fp32 rounding) */
+static void quantize_row_token(const float *x, int64_t K, cpu_qrow *q) {
+    uint8_t *codes = (uint8_t *)malloc((size_t)K);
+    float s = 0.0f;
+    fm_e4m3_quantize_groups(x, K, (int32_t)K, codes, &s);
+    for (int64_t k = 0; k < K; k++) q->val[k] = fm_e4m3_to_f32(codes[k]);
+    for (int64_t g = 0; g < (K + FM_CPU_GROUP - 1) / FM_CPU_GROUP; g++) q->scale[g] = s;
+    free(codes);
+}
+
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *xv, int64_t T, const void *idsv,
              const void *weightsv, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *outv) {
     const float *x = (const float *)xv;
@@ -106,6 +117,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
         for (int64_t t = 0; t < T; t++) {
             cpu_qrow xr = {xq, xq + H, 1.0f};
             if (a_dispatch == FM_A_NVFP4) cpu_quantize_row_nvfp4(x + t * H, H, nv_scale, &xr);
+            else if (cpu_fold_tokens(be) && a_dispatch == FM_A_E4M3_G128) quantize_row_token(x + t * H, H, &xr);
             else cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {

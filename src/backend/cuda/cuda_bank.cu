@@ -59,8 +59,8 @@ fm_status fm_cuda_bank_repack_tc(cuda_backend *be, const fm_bank_src *src, fm_ba
     return FM_OK;
 }
 
-extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
-                                         fm_error *err) {
+static fm_status bank_create_layout(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
+                                    fm_error *err) {
     cuda_backend *be = cuda_be(bb);
     *out = NULL;
     /* pre-quantized: our own int4-g128 binds natively (cuda_bank_native_int4.cu), any other checkpoint format keeps
@@ -227,6 +227,17 @@ extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src,
     }
     *out = w;
     return FM_OK;
+}
+
+/* the bank in its format's layout, then (route w4a8.kernel=fold) an int4-p2 expert bank's codes in the fold layout */
+extern "C" fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat fmt, fm_bank **out,
+                                         fm_error *err) {
+    fm_status st = bank_create_layout(bb, src, fmt, out, err);
+    if (!st && (st = fm_cuda_bank_fold(cuda_be(bb), src, *out, err))) {
+        fm_cuda_bank_free(bb, *out);
+        *out = NULL;
+    }
+    return st;
 }
 
 extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w) {

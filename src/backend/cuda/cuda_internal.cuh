@@ -49,6 +49,7 @@ struct fm_bank {
     int64_t n_groups; // int4 only
     int64_t rows_pad; // int4-tc: rows rounded up to 32
     bool interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
+    bool fold;        // int4-tc: codes in the fold layout (backend/w4a8_fold.h), route w4a8.kernel=fold: moe only
     void *w;
     __nv_bfloat16 *scales;      // int4 only
     float *tscale;              // e4m3-tensor only
@@ -122,6 +123,9 @@ fm_status fm_cuda_bank_create(fm_backend *bb, const fm_bank_src *src, fm_wformat
 void fm_cuda_bank_free(fm_backend *be, fm_bank *w);
 size_t fm_cuda_bank_bytes(const fm_bank *w);
 }
+// Route w4a8.kernel=fold, an expert bank (src->experts): its int4-tc codes into the fold layout when every row's
+// scales have the int4-p2 form, else the load refused naming the bank (cuda_bank_fold.cu); nothing otherwise.
+fm_status fm_cuda_bank_fold(cuda_backend *be, const fm_bank_src *src, fm_bank *w, fm_error *err);
 
 static inline const __nv_bfloat16 *bank_bf16(const fm_bank *w, int32_t idx) {
     return (const __nv_bfloat16 *)w->w + (int64_t)idx * w->rows * w->ld;

@@ -71,6 +71,13 @@ extern "C" fm_status fm_cuda_bank_create_host(fm_backend *bb, const fm_bank_src 
     fm_bank *w = NULL;
     fm_status st = fm_cuda_bank_create(bb, src, fmt, &w, err);
     if (st) return st;
+    if (w->fold) { /* the cache's copies and pool banks are int4-tc */
+        fm_cuda_bank_free(bb, w);
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: --experts-in host keeps int4-tc experts, not route w4a8.kernel=fold's layout: "
+                       "--experts-in device, or another w4a8.kernel",
+                       src->label);
+    }
     if (w->fmt != FM_W_INT4_G128_TC) {
         const fm_wformat got = w->fmt;
         fm_cuda_bank_free(bb, w);

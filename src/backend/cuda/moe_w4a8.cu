@@ -5,6 +5,7 @@
 #include "backend/cuda/moe_combine_norm.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
+#include "backend/cuda/w4a8_fold_gemm.h"
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
@@ -32,6 +33,32 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
     a.hsum = NULL;
     fm_cuda_w4a8_gemm(&a, be->stream);
+}
+
+// The same two GEMMs on fold banks (route w4a8.kernel=fold, w4a8_fold_gemm.cu): the gate|up GEMM with one activation
+// scale per token (xs_token [P], the slots' rows of x quantized per token) or, where only the dispatch's e4m3 rows
+// exist (expert parallelism's received blocks: xs_token NULL), per (token, 128-group); the down GEMM per (slot, 128
+// channels), the scales of h the SwiGLU epilogue writes.
+static void fold_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const fm_dispatch_bufs *b,
+                       int64_t P, int64_t E, uint32_t bn, const float *xs_token, uint8_t *h, float *hs,
+                       __nv_bfloat16 *y) {
+    const int64_t H = down->rows, I = down->cols;
+    fm_fold_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = (const uint8_t *)gate_up->w, a.scales = (const uint16_t *)gate_up->scales, a.rows = gate_up->rows;
+    a.rows_pad = gate_up->rows_pad, a.n_groups = gate_up->n_groups, a.interleaved = gate_up->interleaved;
+    a.x = b->x8, a.ldx = gate_up->ld, a.ascale = xs_token ? FM_FOLD_PER_TOKEN : FM_FOLD_PER_GROUP;
+    a.xs = xs_token ? xs_token : b->xs, a.lds = P;
+    a.tiles = (const fm_fold_tile *)b->tiles, a.n_tiles = b->n_tiles;
+    a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn), a.tile_rows = (int32_t)bn;
+    a.out = FM_FOLD_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
+    fm_cuda_w4a8_fold_gemm(&a, be->stream);
+
+    a.codes = (const uint8_t *)down->w, a.scales = (const uint16_t *)down->scales, a.rows = down->rows;
+    a.rows_pad = down->rows_pad, a.n_groups = down->n_groups, a.interleaved = down->interleaved;
+    a.x = h, a.ldx = down->ld, a.ascale = FM_FOLD_PER_GROUP, a.xs = hs, a.lds = P;
+    a.out = FM_FOLD_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b->pair_of_slot, a.h = NULL, a.hs = NULL;
+    fm_cuda_w4a8_fold_gemm(&a, be->stream);
 }
 
 // The routed rows y [T k][H] weighted into out, or with a tail (decode.fused) into the residual acc and out its norm
@@ -86,7 +113,13 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
     __nv_bfloat16 *y = (__nv_bfloat16 *)(ws + L.y);
 
-    if (fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) {
+    if (gate_up->fold != down->fold || (gate_up->fold && fp4)) {
+        fprintf(stderr, "fp8moe: moe_w4a8: fold banks (gate_up %d, down %d) need each other and e4m3 rows\n",
+                (int)gate_up->fold, (int)down->fold);
+        abort(); /* cuda_bank_fold.cu lays out every expert bank of a load alike and refuses an FP4 dispatch */
+    }
+    /* fold banks take the fold GEMMs at every P (the grouped GEMVs read the int4-tc layout) */
+    if (!gate_up->fold && fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) {
         /* decode: the dispatch in one block, then each tile's expert streams through a GEMV; h in bf16, quantized as
            the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups) */
         fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
@@ -108,7 +141,14 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
         FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
     fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
-    grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
+    if (gate_up->fold) {
+        /* the slots' rows again, per token (pair p is token p / k), over the dispatch's 1x128 rows and scales (the
+           tiles and slots are the dispatch's) */
+        fm_cuda_fold_quantize_tokens(x, H, b.pair_of_slot, k, P, H, b.x8, gate_up->ld, b.xs, be->stream);
+        fold_gemms(be, gate_up, down, &b, P, E, bn, b.xs, h, hs, y);
+    } else {
+        grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
+    }
     combine(be, y, weights, T, k, H, tail, out);
 }
 
@@ -150,7 +190,8 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
     fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, amaxes, ids, &b, be->stream);
-    grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
+    if (gate_up->fold) fold_gemms(be, gate_up, down, &b, P, E, bn, NULL, h, hs, yret); /* e4m3 1x128 rows only */
+    else grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
 }
 
 extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I,

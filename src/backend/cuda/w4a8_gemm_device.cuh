@@ -2,7 +2,7 @@
 // w4a8_gemm_fp4.cu; w4a8_gemm.cu says how they work and picks one per call): the parameters, the activation stage
 // ring, the FP4 expansion, the warps' weight fragments and scales, the promotion, the epilogues and the wgmma
 // instruction; then the kernels' launchers and the list of the instances the launch tree calls. Included by those
-// four files only.
+// four files only, and by the fold kernel (w4a8_fold_gemm.cu), which runs the same epilogue.
 #ifndef FM_CUDA_W4A8_GEMM_DEVICE_CUH
 #define FM_CUDA_W4A8_GEMM_DEVICE_CUH
 
