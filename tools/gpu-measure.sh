@@ -197,6 +197,16 @@ part_prefill() {
         done
     done
     echo >>"$table"
+    # the experts alone: today's grouped GEMM against the fold GEMM (int4-p2 weights, route w4a8.kernel=fold) on the
+    # same weights, A B in one program
+    local moe_tokens=512,2048,8192 moe_shape=qwen3
+    [ "$smoke" = 1 ] && moe_tokens=7,64 moe_shape=toy
+    if [ "$backend" = cuda ] || [ "$smoke" = 1 ]; then
+        run moe_fold 300 "$new/fp8moe" bench moe --shape "$moe_shape" --routes fp8-grouped,fp8-fold --tokens "$moe_tokens" \
+            --backend "$backend" && [ "$dry" != 1 ] &&
+            { echo "### experts (bench moe --shape $moe_shape, fp8-grouped vs fp8-fold)"; echo;
+              grep -E '^\|' "$logs/moe_fold.log"; echo; } >>"$table"
+    fi
 }
 
 # serve_rows LABEL: the client tables of a serve_bench.sh log, and its FAILED lines (a row with more than 1% of its
