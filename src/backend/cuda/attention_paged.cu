@@ -11,7 +11,11 @@
 // online softmax: S = Q K^T (ldmatrix K, mma), keys past the slice -> -inf, fp32 max and sum (exp2 of log2e-scaled
 // scores), P rounded to bf16 as the A operand, O += P V (ldmatrix.trans V, mma). The 4 warps then merge through
 // shared memory; with S = 1 the CTA writes out (O / l, bf16), else the split's partial (O unnormalised, max in
-// log2 units, sum; fp32) goes to scratch and the combine kernel (grid (token, query head)) merges the splits.
+// log2 units, sum; fp32) goes to scratch and the splits are merged: by the combine kernel (grid (token, query head))
+// under route paged.combine=kernel, or (fused) by the last of the (token, group)'s split CTAs to finish: each CTA
+// fences its partial and counts itself on the group's counter (atomicInc, which wraps the counter back to zero at the
+// last, so a replayed graph finds it zero); the last fences again and merges every split from L2 (__ldcg: its L1 may
+// hold lines of neighbouring groups loaded earlier) with the combine kernel's device function, the same bits.
 //
 // Shared memory (dynamic), bf16 tiles in the layout of attention_mma.cuh (swizzled or padded rows):
 //   Q [16][HD]                         loaded once by the CTA; read by every warp (held in registers for HD <= 128)
@@ -19,7 +23,8 @@
 // ST = 2 for HD <= 128 (69 KB at HD 128), 1 above (72 KB at HD 256): under the 99 KB of sm_89. After the loop the
 // stage region holds the warps' O [4][16][HD] fp32 and the Q region their max and sum [2][4][16] for the merge.
 //
-// Scratch (S > 1): part_o [T][nh][S][HD] fp32, then part_m [T][nh][S] and part_l [T][nh][S] fp32.
+// Scratch (S > 1): the counters [fm_attention_paged_counter_bytes(nh) / 4] uint32 (index t * nkv * groups + y; zero
+// between calls), then part_o [T][nh][S][HD] fp32, part_m [T][nh][S] and part_l [T][nh][S] fp32.
 //
 // Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
 // H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); the scratch
@@ -51,7 +56,8 @@ static __device__ __forceinline__ int apg_chunk(int len, int splits) {
 typedef struct apg_args {
     const bf16 *qkv, *k_cache, *v_cache;
     const int32_t *tok_seq, *tok_pos, *tables;
-    float *part; // scratch (S > 1)
+    float *part;        // scratch after the counters (S > 1)
+    unsigned *counters; // the scratch's start (S > 1 and paged.combine=fused), else NULL: the combine kernel merges
     bf16 *out;
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
@@ -92,6 +98,22 @@ template <int HD> struct apg_shape {
     static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
     static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
 };
+
+// out[th, d] of (token, query head) th from the n splits that ran: the partials rescaled to their common max (log2
+// units) and summed in split order. The combine kernel and the fused tail both call it: the same bits.
+static __device__ __forceinline__ bf16 apg_merge_splits(const float *part, int64_t n_part, int64_t th, int splits,
+                                                        int n, int hd, int d) {
+    const float *pm = part + n_part * hd + th * splits, *pl = pm + n_part, *po = part + th * splits * hd;
+    float M = -INFINITY;
+    for (int s = 0; s < n; s++) M = fmaxf(M, __ldcg(pm + s));
+    float acc = 0.0f, L = 0.0f;
+    for (int s = 0; s < n; s++) {
+        const float e = exp2f(__ldcg(pm + s) - M);
+        acc += __ldcg(po + (int64_t)s * hd + d) * e;
+        L += __ldcg(pl + s) * e;
+    }
+    return __float2bfloat16_rn(acc / L);
+}
 
 template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
     typedef apg_shape<HD> SH;
@@ -259,6 +281,23 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
             if (d == 0) a.part[n_part * HD + pi] = M, a.part[n_part * (HD + 1) + pi] = L;
         }
     }
+    if (a.splits == 1 || !a.counters) return;
+
+    // fused combine: the last of the group's n split CTAs (those with s0 < len) to arrive merges the n partials
+    __shared__ unsigned apg_arrived;
+    const unsigned n = (unsigned)((len + chunk - 1) / chunk);
+    __threadfence(); // this CTA's partial is visible device-wide before the CTA is counted
+    __syncthreads();
+    if (tid == 0) apg_arrived = atomicInc(a.counters + t * gridDim.y + blockIdx.y, n - 1); // the last leaves 0
+    __syncthreads();
+    if (apg_arrived != n - 1) return;
+    __threadfence(); // the others' partials, counted before this CTA, are read after the count
+    const int64_t n_part = (int64_t)gridDim.x * a.nh * a.splits;
+    for (int i = tid; i < nq * HD; i += APG_THREADS) {
+        const int r = i / HD, d = i % HD;
+        const int64_t th = t * a.nh + h0 + r;
+        a.out[th * HD + d] = apg_merge_splits(a.part, n_part, th, a.splits, (int)n, HD, d);
+    }
 }
 
 // Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
@@ -269,17 +308,7 @@ static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_
     if (d >= hd || (skip_runs && apg_in_run(tok_seq, gridDim.x, t))) return;
     const int len = tok_pos[t] + 1;
     const int chunk = apg_chunk(len, splits), n = (len + chunk - 1) / chunk; // the splits that ran
-    const int64_t n_part = (int64_t)gridDim.x * nh * splits;
-    const float *pm = part + n_part * hd + th * splits, *pl = pm + n_part, *po = part + th * splits * hd;
-    float M = -INFINITY;
-    for (int s = 0; s < n; s++) M = fmaxf(M, pm[s]);
-    float acc = 0.0f, L = 0.0f;
-    for (int s = 0; s < n; s++) {
-        const float e = exp2f(pm[s] - M);
-        acc += po[(int64_t)s * hd + d] * e;
-        L += pl[s] * e;
-    }
-    out[th * hd + d] = __float2bfloat16_rn(acc / L);
+    out[th * hd + d] = apg_merge_splits(part, (int64_t)gridDim.x * nh * splits, th, splits, n, hd, d);
 }
 
 static void apg_fail(const char *what, int64_t T, int32_t nh, int32_t nkv, int32_t hd) {
@@ -313,7 +342,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                              const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                              int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                             bool skip_runs, cudaStream_t s) {
+                                             bool skip_runs, bool fused_combine, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (T == 0) return;
     if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
@@ -325,7 +354,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     apg_args a;
     a.qkv = qkv, a.k_cache = k_cache, a.v_cache = v_cache;
     a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables;
-    a.part = (float *)scratch, a.out = out;
+    a.part = NULL, a.counters = NULL, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
     a.splits = fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
     a.skip_runs = skip_runs;
@@ -333,6 +362,13 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
         apg_fail("the split needs 16-byte aligned scratch of fm_attention_paged_scratch_bytes()", T, nh, nkv, hd);
     const int y = nkv * qgroups;
+    if (a.splits > 1) {
+        const size_t cb = fm_attention_paged_counter_bytes(nh);
+        if ((size_t)T * (size_t)y * sizeof(unsigned) > cb)
+            apg_fail("more counters than the scratch holds", T, nh, nkv, hd);
+        a.part = (float *)((char *)scratch + cb);
+        if (fused_combine) a.counters = (unsigned *)scratch;
+    }
     switch (hd) {
     case 16: apg_launch<16>(a, T, y, s); break;
     case 32: apg_launch<32>(a, T, y, s); break;
@@ -351,7 +387,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     case 240: apg_launch<240>(a, T, y, s); break;
     case 256: apg_launch<256>(a, T, y, s); break;
     }
-    if (a.splits > 1) {
+    if (a.splits > 1 && !fused_combine) {
         apg_combine_kernel<<<dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s>>>(
             a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
         FM_LAUNCH_CHECK("attention_paged_combine");
@@ -362,9 +398,9 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
                                         const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                         const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                         int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                        cudaStream_t s) {
+                                        bool fused_combine, cudaStream_t s) {
     fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
-                                 block_tokens, max_len, scratch, out, false, s);
+                                 block_tokens, max_len, scratch, out, false, fused_combine, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)
