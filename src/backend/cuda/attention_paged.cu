@@ -14,8 +14,8 @@
 // log2 units, sum; fp32) goes to scratch and the splits are merged: by the combine kernel (grid (token, query head))
 // under route paged.combine=kernel, or (fused) by the last of the (token, group)'s split CTAs to finish: each CTA
 // fences its partial and counts itself on the group's counter (atomicInc, which wraps the counter back to zero at the
-// last, so a replayed graph finds it zero); the last fences again and merges every split from L2 (__ldcg: its L1 may
-// hold lines of neighbouring groups loaded earlier) with the combine kernel's device function, the same bits.
+// last, so a replayed graph finds it zero); the last fences again and merges the group's splits from L2
+// (apg_fused_combine: the combine kernel's arithmetic in its order, the same bits). One launch fewer per call.
 //
 // Shared memory (dynamic), bf16 tiles in the layout of attention_mma.cuh (swizzled or padded rows):
 //   Q [16][HD]                         loaded once by the CTA; read by every warp (held in registers for HD <= 128)
@@ -97,22 +97,84 @@ template <int HD> struct apg_shape {
     static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * ST * 2 * TILE, "the merge's O must fit the stages");
     static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
     static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
+    static_assert((2 * 16 * FM_ATT_PAGED_MAX_SPLITS + 16) * 4 <= SMEM, "the fused combine's e, l and L must fit");
 };
 
-// out[th, d] of (token, query head) th from the n splits that ran: the partials rescaled to their common max (log2
-// units) and summed in split order. The combine kernel and the fused tail both call it: the same bits.
-static __device__ __forceinline__ bf16 apg_merge_splits(const float *part, int64_t n_part, int64_t th, int splits,
-                                                        int n, int hd, int d) {
-    const float *pm = part + n_part * hd + th * splits, *pl = pm + n_part, *po = part + th * splits * hd;
-    float M = -INFINITY;
-    for (int s = 0; s < n; s++) M = fmaxf(M, __ldcg(pm + s));
-    float acc = 0.0f, L = 0.0f;
-    for (int s = 0; s < n; s++) {
-        const float e = exp2f(__ldcg(pm + s) - M);
-        acc += __ldcg(po + (int64_t)s * hd + d) * e;
-        L += __ldcg(pl + s) * e;
+// The fused combine (paged.combine=fused), run by the CTA that counted itself last for (token t, kv head group) with
+// the nq query heads from h0: each output out[t, h, d] gets the combine kernel's arithmetic in its order (below:
+// M = the max of the splits' maxima; per split s in order, e = exp2(m_s - M), acc += o_s[d] e, L += l_s e; acc / L),
+// laid out for one CTA instead of nh CTAs. The maxima and sums of the nq heads go to shared memory first (smem: m
+// then e [16][S], l [16][S], L [16]; over the dead stages); M per head by a warp's max reduction (max is exact in any
+// order), e and L once per head rather than once per (head, d). Each thread owns up to KC float4 chunks of the
+// outputs and walks the splits outermost, U splits' loads in flight together before their FMAs (the combine
+// kernel's thread owns one output and walks the splits too: the same sums in the same order). Reads bypass L1
+// (__ldcg): the other CTAs' partials reached L2 through their fences, and this SM's L1 may hold older lines.
+template <int HD>
+static __device__ __forceinline__ void apg_fused_combine(const apg_args &a, float *smem, int64_t t, int h0, int nq,
+                                                         int n) {
+    constexpr int S = FM_ATT_PAGED_MAX_SPLITS, C4 = HD / 4;       // a row of e; float4 chunks of a head's output
+    constexpr int KC = (16 * C4 + APG_THREADS - 1) / APG_THREADS; // chunks per thread at most
+    // float4 loads in flight per thread: HD / 8, at most 16 (the registers of the main loop's O scale with HD too)
+    constexpr int LOADS = HD / 8 < 16 ? HD / 8 : 16, U = LOADS / KC > 1 ? LOADS / KC : 1; // U splits a batch
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t n_part = (int64_t)gridDim.x * a.nh * a.splits, th0 = t * a.nh + h0;
+    const float *pm = a.part + n_part * HD, *pl = pm + n_part;
+    float *se = smem, *sl = smem + 16 * S, *sL = sl + 16 * S;
+    for (int i = tid; i < nq * n; i += APG_THREADS) {
+        const int r = i / n, sp = i % n;
+        se[r * S + sp] = __ldcg(pm + (th0 + r) * a.splits + sp);
+        sl[r * S + sp] = __ldcg(pl + (th0 + r) * a.splits + sp);
     }
-    return __float2bfloat16_rn(acc / L);
+    __syncthreads();
+    for (int r = warp; r < nq; r += APG_WARPS) { // warp w: heads w, w + 4, ...: M, then e in place of m, then L
+        float M = -INFINITY;
+        for (int sp = lane; sp < n; sp += 32) M = fmaxf(M, se[r * S + sp]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        for (int sp = lane; sp < n; sp += 32) se[r * S + sp] = exp2f(se[r * S + sp] - M);
+        __syncwarp();
+        if (lane == 0) {
+            float L = 0.0f;
+            for (int sp = 0; sp < n; sp++) L += sl[r * S + sp] * se[r * S + sp];
+            sL[r] = L;
+        }
+    }
+    __syncthreads();
+    float4 acc[KC];
+#pragma unroll
+    for (int k = 0; k < KC; k++) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < n; s0 += U) {
+        float4 v[U][KC];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < KC; k++) {
+                const int c = tid + k * APG_THREADS, r = c / C4;
+                const bool ok = s0 + u < n && c < nq * C4;
+                v[u][k] = ok ? __ldcg((const float4 *)(a.part + ((th0 + r) * a.splits + s0 + u) * HD) + c % C4)
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < KC; k++) {
+                const int c = tid + k * APG_THREADS, r = c / C4;
+                if (s0 + u < n && c < nq * C4) {
+                    const float e = se[r * S + s0 + u];
+                    acc[k].x += v[u][k].x * e, acc[k].y += v[u][k].y * e;
+                    acc[k].z += v[u][k].z * e, acc[k].w += v[u][k].w * e;
+                }
+            }
+    }
+#pragma unroll
+    for (int k = 0; k < KC; k++) {
+        const int c = tid + k * APG_THREADS, r = c / C4;
+        if (c >= nq * C4) continue;
+        const float L = sL[r];
+        bf16 *o = a.out + (th0 + r) * HD + (c % C4) * 4;
+        o[0] = __float2bfloat16_rn(acc[k].x / L), o[1] = __float2bfloat16_rn(acc[k].y / L);
+        o[2] = __float2bfloat16_rn(acc[k].z / L), o[3] = __float2bfloat16_rn(acc[k].w / L);
+    }
 }
 
 template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
@@ -292,12 +354,7 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
     __syncthreads();
     if (apg_arrived != n - 1) return;
     __threadfence(); // the others' partials, counted before this CTA, are read after the count
-    const int64_t n_part = (int64_t)gridDim.x * a.nh * a.splits;
-    for (int i = tid; i < nq * HD; i += APG_THREADS) {
-        const int r = i / HD, d = i % HD;
-        const int64_t th = t * a.nh + h0 + r;
-        a.out[th * HD + d] = apg_merge_splits(a.part, n_part, th, a.splits, (int)n, HD, d);
-    }
+    apg_fused_combine<HD>(a, (float *)apg_smem, t, h0, nq, (int)n); // over Q and the stages: every warp is past them
 }
 
 // Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
@@ -308,7 +365,17 @@ static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_
     if (d >= hd || (skip_runs && apg_in_run(tok_seq, gridDim.x, t))) return;
     const int len = tok_pos[t] + 1;
     const int chunk = apg_chunk(len, splits), n = (len + chunk - 1) / chunk; // the splits that ran
-    out[th * hd + d] = apg_merge_splits(part, (int64_t)gridDim.x * nh * splits, th, splits, n, hd, d);
+    const int64_t n_part = (int64_t)gridDim.x * nh * splits;
+    const float *pm = part + n_part * hd + th * splits, *pl = pm + n_part, *po = part + th * splits * hd;
+    float M = -INFINITY;
+    for (int s = 0; s < n; s++) M = fmaxf(M, pm[s]);
+    float acc = 0.0f, L = 0.0f;
+    for (int s = 0; s < n; s++) {
+        const float e = exp2f(pm[s] - M);
+        acc += po[(int64_t)s * hd + d] * e;
+        L += pl[s] * e;
+    }
+    out[th * hd + d] = __float2bfloat16_rn(acc / L);
 }
 
 static void apg_fail(const char *what, int64_t T, int32_t nh, int32_t nkv, int32_t hd) {
