@@ -20,7 +20,8 @@ static void counters_cover_every_splitting_step(void **s) {
             for (int64_t T = 1; T <= 2 * FM_ATT_PAGED_MAX_SMS + 8; T++) {
                 const int32_t nh = nhs[i], hd = 128;
                 const int32_t splits = fm_attention_paged_max_splits(T, ctxs[j]);
-                const size_t cb = fm_attention_paged_counter_bytes(nh), sb = fm_attention_paged_scratch_bytes(T, nh, hd, ctxs[j]);
+                const size_t cb = fm_attention_paged_counter_bytes(nh),
+                             sb = fm_attention_paged_scratch_bytes(T, nh, hd, ctxs[j]);
                 if (splits <= 1) {
                     assert_int_equal(sb, 0);
                     continue;
