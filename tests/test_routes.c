@@ -458,6 +458,24 @@ static void moe_shared_words(void **s) {
     assert_non_null(strstr(err.msg, "moe.shared"));
 }
 
+/* paged.combine: the two-kernel form by default (auto) until the fused one is measured on a GPU; each word picks its
+ * form, and a switch word is refused with the key named */
+static void paged_combine_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_paged_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.combine=fused", &err), FM_OK);
+    assert_true(fm_routes_paged_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.combine=kernel", &err), FM_OK);
+    assert_false(fm_routes_paged_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.combine=auto", &err), FM_OK);
+    assert_false(fm_routes_paged_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.combine=on", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "paged.combine"));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -552,6 +570,7 @@ int main(void) {
         cmocka_unit_test(w4a8_codes_by_rows_per_expert),
         cmocka_unit_test(gdn_tc_by_shape_and_route),
         cmocka_unit_test(moe_shared_words),
+        cmocka_unit_test(paged_combine_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

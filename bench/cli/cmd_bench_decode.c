@@ -23,7 +23,8 @@ static const char *HELP =
     "per step the median, min and max wall time (staging, the step, the sampled ids back on the host), tokens/s,\n"
     "the bytes a step must read (the weights it touches: attention projections, router, the experts its tokens\n"
     "select (expected count under uniform routing), lm_head; and the KV cache of every sequence) against the floor\n"
-    "at 4.25 TB/s, and the per-stage times of one step run without a graph.\n"
+    "at 4.25 TB/s, and the per-stage times of one step run without a graph. With graphs, a table gives the launches\n"
+    "of one step: the kernel nodes of the batch bucket's graph (memory copies and sets, other nodes apart).\n"
     "\n"
     "  --synthetic NAME   qwen3-30b-a3b, mixtral-8x7b, qwen3-next-80b-a3b, or\n"
     "                     toy-moe / toy-next (small enough for the CPU)\n"
@@ -130,6 +131,8 @@ typedef struct decode_row {
     int32_t slots;
     double mask_fill_ms;     /* --json-object: the host's median fill time per step */
     double mask_fill_cpu_ms; /* the rows' CPU time of a step's fills, summed (median) */
+    bool graph;              /* the step replayed a captured graph (cuda): its nodes by kind */
+    fm_graph_nodes nodes;
     bench_status status;
     char msg[sizeof(((fm_error *)0)->msg)];
 } decode_row;
@@ -216,6 +219,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
                    fill_cpu[r - warmup] = 1e3 * bc.fill_cpu_s;
     }
     bench_constraint_end(&bc);
+    if (!st) row->graph = fm_decode_graph_nodes(m->context, B, &row->nodes);
     if (!st && (row->host = fm_context_expert_stats(m->context, &es1))) {
         const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
         row->hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
@@ -464,6 +468,17 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
                 printf("| %s | %lld | %.3f | %.2f | %.3f |\n", rows[i].preset, (long long)rows[i].batch,
                        rows[i].mask_fill_ms, rows[i].mask_fill_ms / rows[i].median_ms, rows[i].mask_fill_cpu_ms);
     }
+    bool any_graph = false;
+    for (int i = 0; i < n; i++) any_graph |= rows[i].status == BENCH_OK && rows[i].graph;
+    if (any_graph) {
+        printf("\nlaunches per decode step (the nodes of the batch bucket's captured graph: kernels, memory copies and "
+               "sets, the rest):\n\n| preset | batch | kernels | copies | other |\n|---|---:|---:|---:|---:|\n");
+        for (int i = 0; i < n; i++)
+            if (rows[i].status == BENCH_OK && rows[i].graph)
+                printf("| %s | %lld | %lld | %lld | %lld |\n", rows[i].preset, (long long)rows[i].batch,
+                       (long long)rows[i].nodes.kernels, (long long)rows[i].nodes.copies,
+                       (long long)rows[i].nodes.other);
+    }
     bool any_host = false;
     for (int i = 0; i < n; i++) any_host |= rows[i].status == BENCH_OK && rows[i].host;
     if (any_host && !strcmp(a->b.backend, "cuda")) { /* the floor of the misses: their bytes at the host link's rate */
@@ -561,6 +576,11 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
             if (a->json_object) {
                 cJSON_AddNumberToObject(o, "mask_fill_ms", r->mask_fill_ms);
                 cJSON_AddNumberToObject(o, "mask_fill_cpu_ms", r->mask_fill_cpu_ms);
+            }
+            if (r->graph) {
+                cJSON_AddNumberToObject(o, "graph_kernels", (double)r->nodes.kernels);
+                cJSON_AddNumberToObject(o, "graph_copies", (double)r->nodes.copies);
+                cJSON_AddNumberToObject(o, "graph_other_nodes", (double)r->nodes.other);
             }
             if (r->host) {
                 cJSON_AddNumberToObject(o, "expert_slots", r->slots);

@@ -7,7 +7,9 @@
  * lengths): enough CTAs to fill the GPU (2 per SM), no more than the planned context has chunks of
  * FM_ATT_PAGED_MIN_CHUNK keys. Each CTA then reads its token's length from device memory and takes the slice
  * [s * chunk, (s + 1) * chunk) with chunk = max(FM_ATT_PAGED_MIN_CHUNK, ceil(len / S) rounded up to 16): short
- * sequences use the first few splits, the others exit at once. S = 1 writes the output directly (no scratch). */
+ * sequences use the first few splits, the others exit at once. S = 1 writes the output directly (no scratch).
+ * With route paged.combine=fused the split kernel's last CTA of each (token, kv head, query group) merges the
+ * splits instead of the second kernel: it is counted on a device counter at the scratch's start. */
 #ifndef FM_BACKEND_ATTENTION_PAGED_H
 #define FM_BACKEND_ATTENTION_PAGED_H
 
@@ -35,11 +37,23 @@ static inline int32_t fm_attention_paged_splits(int64_t T, int64_t kv_ctas, int6
     return want < 1 ? 1 : want > cap ? cap : (int32_t)want;
 }
 
-/* Bytes of scratch attention_paged needs at these shapes: per (token, query head, split) hd + 2 floats (the
- * accumulator, the max and the sum); none when one split suffices. An upper bound for every GPU. */
+/* Bytes of the fused combine's counters, the scratch's first bytes: one uint32 per (token, kv head, query group) of
+ * any step that splits (T < 2 FM_ATT_PAGED_MAX_SMS: fm_attention_paged_max_splits is 1 above; nkv * groups <= nh),
+ * at a place and size that do not depend on T, so that every call finds them as the last one left them: zero. The
+ * owner of the scratch zeroes them once, before the first call (each call leaves them zero: a graph replays). */
+static inline size_t fm_attention_paged_counter_bytes(int32_t nh) {
+    const size_t b = (size_t)(2 * FM_ATT_PAGED_MAX_SMS) * (size_t)nh * sizeof(uint32_t);
+    return (b + 15) / 16 * 16;
+}
+
+/* Bytes of scratch attention_paged needs at these shapes: the counters (fm_attention_paged_counter_bytes), then per
+ * (token, query head, split) hd + 2 floats (the accumulator, the max and the sum); none when one split suffices. An
+ * upper bound for every GPU. */
 static inline size_t fm_attention_paged_scratch_bytes(int64_t T, int32_t nh, int32_t hd, int64_t max_len) {
     const int32_t s = fm_attention_paged_max_splits(T, max_len);
-    return s <= 1 ? 0 : (size_t)T * (size_t)nh * (size_t)s * ((size_t)hd + 2) * sizeof(float);
+    return s <= 1 ? 0
+                  : fm_attention_paged_counter_bytes(nh) +
+                        (size_t)T * (size_t)nh * (size_t)s * ((size_t)hd + 2) * sizeof(float);
 }
 
 #endif

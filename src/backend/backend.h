@@ -159,6 +159,10 @@ typedef struct fm_expert_cache_stats {
 
 /* A captured sequence of ops, replayed as one launch (cuda: a CUDA graph) */
 typedef struct fm_graph fm_graph;
+/* The nodes of a captured graph by kind: kernel launches, memory copies and sets, the rest (events, empty joins) */
+typedef struct fm_graph_nodes {
+    int64_t kernels, copies, other;
+} fm_graph_nodes;
 
 typedef struct fm_backend_ops {
     const char *name;
@@ -207,6 +211,8 @@ typedef struct fm_backend_ops {
                                fm_error *err);
     fm_status (*graph_launch)(fm_backend *be, fm_graph *g, fm_error *err);
     void (*graph_free)(fm_backend *be, fm_graph *g);
+    /* adds g's nodes (those of its child graphs too) to *out, by kind: bench decode's launches per step */
+    void (*graph_nodes)(fm_backend *be, const fm_graph *g, fm_graph_nodes *out);
     /* Timing for benchmarks: mark(slot) records a point in stream order (slot < FM_MARK_SLOTS); after sync,
      * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
     void (*mark)(fm_backend *be, int32_t slot);

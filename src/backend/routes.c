@@ -81,6 +81,9 @@ static void now_gdn_tc(const fm_routes *r, char *b, size_t n) {
 static void now_paged_tiled(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_attention_paged_tiled(r)));
 }
+static void now_paged_combine(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_paged_combine_fused(r) ? "fused" : "kernel");
+}
 static void now_rope_store(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_rope_store(r)));
 }
@@ -259,6 +262,19 @@ static const route_key route_keys[] = {
      "(elsewhere it stays separate even when `routed` is asked for: `--verbose` says which form each load takes and "
      "why). `auto` is `separate` until it is measured on a GPU",
      now_moe_shared},
+    {"paged.combine",
+     FIELD(paged_combine),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "kernel",
+     "paged attention's splits merged by a second kernel, or by the split kernel's last CTA",
+     "paged attention (decode) splits each token's context across CTAs and merges their partial results: `kernel` "
+     "launches a second kernel for the merge, `fused` lets the last CTA of each (token, kv head, group of query "
+     "heads) to finish merge them, counted on a device counter in the op's scratch: one launch fewer per attention "
+     "layer of a step whose attention splits (decode steps below 512 rows), the same bits (the same arithmetic in the "
+     "same order). `auto` is `kernel` until `fused` is measured on a GPU; bf16 head dims that are multiples of 16 "
+     "(the split kernel's); the cpu backend has one reference",
+     now_paged_combine},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -473,6 +489,12 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
 bool fm_routes_attention_paged_tiled(const fm_routes *r) { return r->paged_tiled == FM_ROUTE_ON; }
+/* auto: the two-kernel form until the fused one is measured on a GPU (compiled only; bench/NOTES.md 2026-12-05) */
+#define PAGED_COMBINE_FUSED_BY_DEFAULT false
+bool fm_routes_paged_combine_fused(const fm_routes *r) {
+    return r->paged_combine == FM_ROUTE_COMBINE_FUSED ||
+           (r->paged_combine == FM_ROUTE_COMBINE_AUTO && PAGED_COMBINE_FUSED_BY_DEFAULT);
+}
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && T <= 64);
 }

@@ -63,6 +63,12 @@ typedef enum fm_route_moe_shared {
     FM_ROUTE_SHARED_SEPARATE, /* its own projections and gate (beside them: shared.stream) */
 } fm_route_moe_shared;
 
+typedef enum fm_route_paged_combine {
+    FM_ROUTE_COMBINE_AUTO = 0,
+    FM_ROUTE_COMBINE_KERNEL, /* a second kernel merges the splits of paged attention */
+    FM_ROUTE_COMBINE_FUSED,  /* the split kernel's last CTA per (token, kv head group) merges them */
+} fm_route_paged_combine;
+
 typedef struct fm_routes {
     /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
     int32_t sm_major;
@@ -85,6 +91,7 @@ typedef struct fm_routes {
     int32_t decode_fused;     /* decode.fused: fm_route_switch */
     int32_t paged_tiled;      /* paged.tiled: fm_route_switch */
     int32_t moe_shared;       /* moe.shared: fm_route_moe_shared */
+    int32_t paged_combine;    /* paged.combine: fm_route_paged_combine */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -204,6 +211,10 @@ bool fm_routes_rope_store(const fm_routes *r);
  * rows on the tiled kernel, whose CTAs share each K and V tile among several tokens' query rows
  * (attention_paged_tiled.cu); the decode rows keep the split kernel. `auto` is `off` until measured. */
 bool fm_routes_attention_paged_tiled(const fm_routes *r);
+/* Paged attention's splits are merged by the split kernel's last CTA of each (token, kv head, query group), counted on
+ * a device counter in the op's scratch (attention_paged.cu), rather than by a second kernel: one launch fewer per
+ * attention layer of a step that splits, the same bits. `auto` is `kernel` until it is measured on a GPU. */
+bool fm_routes_paged_combine_fused(const fm_routes *r);
 /* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
  * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).

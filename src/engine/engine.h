@@ -244,6 +244,10 @@ typedef struct fm_step_masks {
  * (the step as two graphs); the tokens are those of filling them first. */
 fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs,
                                const fm_step_masks *masks, int32_t *out_ids, fm_sample_info *info, fm_error *err);
+/* The nodes of the graphs a decode step of n sequences replays (its bucket's: the step's, or the pass's and the
+ * sampler's), by kind, into *out; false (out zero) where that bucket has none yet (no step of it ran twice) or the
+ * backend has no graphs (cpu; route decode.graphs=off). */
+bool fm_decode_graph_nodes(const fm_context *ctx, int32_t n, fm_graph_nodes *out);
 /* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a
  * block was taken); a full pool or the context is an error and changes nothing. */
 fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err);

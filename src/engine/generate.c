@@ -88,6 +88,21 @@ static bool use_graphs(const fm_context *ctx) {
            !debug_switch("FP8MOE_DUMP");
 }
 
+bool fm_decode_graph_nodes(const fm_context *ctx, int32_t n, fm_graph_nodes *out) {
+    const fm_model *m = ctx->m;
+    const fm_kv_state *kv = ctx->kv;
+    memset(out, 0, sizeof *out);
+    if (!kv || n < 1 || !m->be->ops->graph_nodes) return false;
+    int32_t b = 0;
+    while ((1 << b) < fm_decode_bucket(n)) b++;
+    if (b >= FM_DECODE_BUCKETS) return false;
+    fm_graph *const gs[] = {kv->graphs[b], kv->pass_graphs[b], kv->sample_graphs[b]};
+    bool any = false;
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
+        if (gs[i]) m->be->ops->graph_nodes(m->be, gs[i], out), any = true;
+    return any;
+}
+
 fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, const int32_t *seqs,
                                const fm_step_masks *masks, int32_t *out_ids, fm_sample_info *info, fm_error *err) {
     const fm_model *m = ctx->m;

@@ -149,6 +149,14 @@ fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows
     m->be->ops->upload_raw(m->be, &zero, sizeof zero, (char *)s->steps + p * sizeof zero);
     m->be->ops->upload_raw(m->be, zeros, V * sizeof(int32_t), (char *)s->counts + p * V * sizeof(int32_t));
     m->be->ops->upload_raw(m->be, zeros, V, (char *)s->seen + p * V);
+    /* attention_paged's counters (backend/attention_paged.h), zero before the first call; each call leaves them so */
+    if (paged_scratch(c, s->max_rows, m->n_ctx)) {
+        const size_t cb = fm_attention_paged_counter_bytes(c->n_heads);
+        for (size_t o = 0; o < cb; o += V * sizeof(int32_t)) {
+            const size_t n = cb - o < V * sizeof(int32_t) ? cb - o : V * sizeof(int32_t);
+            m->be->ops->upload_raw(m->be, zeros, n, (char *)s->att_scratch + o);
+        }
+    }
     st = m->be->ops->sync(m->be, err);
     free(zeros);
     if (st) {

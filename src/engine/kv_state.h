@@ -35,7 +35,7 @@ typedef struct fm_kv_state {
     /* per step, int32 in backend memory, one entry per token of the step (max_rows): */
     void *tok_seq, *tok_pos, *slots;
     void *tables;      /* int32 [max_seqs][max_blocks], uploaded before a step when they changed */
-    void *att_scratch; /* attention_paged's scratch for max_rows tokens over ctx */
+    void *att_scratch; /* attention_paged's scratch for max_rows tokens over ctx (its counters zeroed at create) */
     int64_t max_rows;  /* tokens of one step at most: max(max_tokens, max_seqs) */
     /* the sampler, by sequence slot */
     void *params;     /* fm_sampling [max_seqs + 1]: the last one is the padding rows' (pad_slot) */

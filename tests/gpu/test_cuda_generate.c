@@ -7,6 +7,8 @@
  *     0.99837 on qwen3-moe-bf16);
  *   - decode steps replayed as CUDA graphs give the tokens of the same steps launched one by one (route
  *     decode.graphs=off), bit for bit: four sequences of equal length, so both runs have the same batch shapes;
+ *   - route paged.combine=fused gives the tokens and log-probabilities of paged.combine=kernel bit for bit, its
+ *     decode graph one kernel node fewer per attention layer;
  *   - Qwen3-Next (its Gated DeltaNet states beside the KV cache): the same, and three sequences replaying a 4-row
  *     decode graph (one padding row) against launches without padding; the default routes (the shared expert on
  *     the side stream, k and v stored by the RoPE kernel) against shared.stream=off,rope.store=off, bit for bit;
@@ -27,6 +29,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "model/arch.h"
 #include "gpu_test_util.h"
 
 static fm_model *load(const char *dir, fm_preset preset, bool w8a8, int32_t max_seqs, const char *routes) {
@@ -171,6 +174,41 @@ static void test_graphs_equal_launches(void **state) {
                cases[c].w8a8 ? " + w8a8" : "");
         fm_model_free(g), fm_model_free(e);
     }
+}
+
+/* Route paged.combine: the same tokens from decode graphs whose paged attention merges its splits in the split
+ * kernel's last CTAs (fused) as from graphs with the combine kernel, bit for bit; the step's graph (its batch bucket's,
+ * fm_decode_graph_nodes) has one kernel node fewer per attention layer (the op splits at these shapes: bf16, head dim
+ * 32, a context of 128 in 2 splits), and its counts are printed (bench decode's launches per step). */
+static void test_paged_combine_graphs(void **state) {
+    (void)state;
+    const char *forms[2] = {"paged.combine=kernel", "paged.combine=fused"};
+    fm_gen_output out[2][4];
+    fm_graph_nodes nodes[2];
+    int32_t attn = 0;
+    for (int f = 0; f < 2; f++) {
+        char routes[300];
+        snprintf(routes, sizeof routes, "%s%s%s", gpu_test_routes() ? gpu_test_routes() : "",
+                 gpu_test_routes() ? "," : "", forms[f]);
+        fm_model *m = load("tests/models/qwen3-moe-bf16", FM_PRESET_REF, false, 4, routes);
+        assert_int_equal(m->cfg.head_dim % 16, 0); /* the split kernel's head dims */
+        generate4(m, fm_model_vocab_size(m), out[f]);
+        if (!fm_decode_graph_nodes(m->context, 4, &nodes[f])) fail_msg("%s: no decode graph for 4 rows", forms[f]);
+        attn = fm_arch_attention_layers(&m->cfg, m->n_layers);
+        printf("  %s: a decode step of 4 rows is %lld kernels, %lld copies, %lld other nodes\n", forms[f],
+               (long long)nodes[f].kernels, (long long)nodes[f].copies, (long long)nodes[f].other);
+        fm_model_free(m);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(out[0][i].n, 24);
+        assert_int_equal(out[1][i].n, 24);
+        assert_memory_equal(out[0][i].ids, out[1][i].ids, 24 * sizeof(int32_t));
+        assert_memory_equal(out[0][i].logprobs, out[1][i].logprobs, 24 * sizeof(float));
+        for (int f = 0; f < 2; f++) free(out[f][i].ids), free(out[f][i].logprobs);
+    }
+    assert_true(nodes[1].kernels > 0);
+    assert_int_equal(nodes[0].kernels - nodes[1].kernels, attn);
+    assert_int_equal(nodes[0].copies, nodes[1].copies);
 }
 
 /* Greedy decode steps of n sequences of the Qwen3-Next golden model, all n in every step: sequence i prefilled alone
@@ -333,9 +371,8 @@ static void test_golden_greedy(void **state) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cached_steps),
-        cmocka_unit_test(test_graphs_equal_launches),
-        cmocka_unit_test(test_qwen3_next_graphs),
+        cmocka_unit_test(test_cached_steps),         cmocka_unit_test(test_graphs_equal_launches),
+        cmocka_unit_test(test_paged_combine_graphs), cmocka_unit_test(test_qwen3_next_graphs),
         cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,7 +15,8 @@
  *   written; qk_norm_rope_store the bits of qk_norm_rope + kv_store, padding rows storing nothing); attention_paged
  *   as attention (1e-2 bf16: the GPU rounds P to bf16 for P V as the prefill kernel does,
  *   and the roped q/k of the two backends may differ by a bf16 ulp; 1e-5 fp32); a captured decode step replayed
- *   with new positions equals the plain launch bit for bit
+ *   with new positions equals the plain launch bit for bit; route paged.combine=fused (the split kernel's last CTAs
+ *   merge the splits) equals paged.combine=kernel bit for bit, its scratch counters zero again after every call
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -467,6 +468,36 @@ static float *fetch_with_guards(fm_backend *be, void *base, int64_t n, const cha
     return x;
 }
 
+/* the cuda backend of b's plan under the command line's routes and one more (which wins over them) */
+static fm_backend *cuda_with_route(const both *b, const char *route) {
+    const char *given = gpu_test_routes();
+    char routes[512];
+    snprintf(routes, sizeof routes, "%s%s%s", given ? given : "", given ? "," : "", route);
+    fm_backend *be = NULL;
+    fm_error err;
+    if (fm_backend_create("cuda", &b->be[1]->plan, 0, routes, &be, &err)) fail_msg("cuda backend: %s", err.msg);
+    return be;
+}
+
+/* attention_paged's scratch counters (backend/attention_paged.h) as the owner of a scratch leaves them: zero */
+static void zero_paged_counters(fm_backend *be, void *scratch, int32_t nh) {
+    const size_t cb = fm_attention_paged_counter_bytes(nh);
+    void *zeros = calloc(cb, 1);
+    be->ops->upload_raw(be, zeros, cb, scratch);
+    free(zeros);
+}
+
+/* the counters are zero again after the calls (the combining CTA resets its own: a replayed graph finds them so) */
+static void expect_paged_counters_zero(fm_backend *be, const void *scratch, int32_t nh, const char *what) {
+    const size_t cb = fm_attention_paged_counter_bytes(nh);
+    uint32_t *c = malloc(cb);
+    be->ops->download_raw(be, scratch, cb, c);
+    be->ops->sync(be, NULL);
+    for (size_t i = 0; i < cb / sizeof *c; i++)
+        if (c[i]) fail_msg("%s: counter %zu of attention_paged's scratch is %u after the call, not 0", what, i, c[i]);
+    free(c);
+}
+
 /* The results of one backend: the roped history, the caches, the attention output. */
 typedef struct paged_out {
     float *roped, *kc, *vc, *att;
@@ -503,10 +534,12 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     const size_t sb = fm_attention_paged_scratch_bytes(p->T, nh, hd, p->max_len);
     const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
     void *sbase, *scratch = gpu_guarded(be, sn, &sbase);
+    if (sb) zero_paged_counters(be, scratch, nh);
     void *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
     (runs ? be->ops->attention_paged_runs : be->ops->attention_paged)(
         be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len, sb ? scratch : NULL, o);
     r.att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged");
+    if (sb) expect_paged_counters_zero(be, scratch, nh, "attention_paged");
     free(fetch_with_guards(be, sbase, sn, "attention_paged scratch"));
     r.kc = fetch_with_guards(be, kbase, n_slots * row, "kv_store k_cache");
     r.vc = fetch_with_guards(be, vbase, n_slots * row, "kv_store v_cache");
@@ -570,6 +603,27 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
     snprintf(w2, sizeof w2, "attention_paged_runs %s", what); /* the tiled kernel for the chunk's rows (bf16) */
     gpu_expect_close(r[3].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
+    /* route paged.combine: the split kernel's last CTA merges the splits (fused) with the bits of the combine kernel,
+       for attention_paged and for the split kernel's rows of attention_paged_runs */
+    fm_backend *forms[2] = {cuda_with_route(&b, "paged.combine=kernel"), cuda_with_route(&b, "paged.combine=fused")};
+    for (int runs = 0; runs < 2; runs++) {
+        paged_out f[2];
+        for (int k = 0; k < 2; k++) {
+            fm_bank *qb = norm ? bank(forms[k], qn, 1, 1, hd, other_fmt(&b)) : NULL,
+                    *kb = norm ? bank(forms[k], kn, 1, 1, hd, other_fmt(&b)) : NULL;
+            f[k] = paged_run(forms[k], &p, qb, kb, false, runs);
+            if (qb) forms[k]->ops->bank_free(forms[k], qb), forms[k]->ops->bank_free(forms[k], kb);
+        }
+        for (int64_t i = 0; i < T * nh * hd; i++)
+            if (memcmp(&f[0].att[i], &f[1].att[i], sizeof(float)))
+                fail_msg("%s %s: output %lld is %.9g with paged.combine=fused, %.9g with the combine kernel",
+                         runs ? "attention_paged_runs" : "attention_paged", what, (long long)i, f[1].att[i],
+                         f[0].att[i]);
+        printf("  %s %s: paged.combine fused == kernel, bit for bit\n",
+               runs ? "attention_paged_runs" : "attention_paged", what);
+        for (int k = 0; k < 2; k++) free(f[k].roped), free(f[k].kc), free(f[k].vc), free(f[k].att);
+    }
+    for (int k = 0; k < 2; k++) forms[k]->ops->destroy(forms[k]);
     for (int i = 0; i < 4; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
     free(qn), free(kn);
     destroy(&b);
@@ -636,11 +690,12 @@ static void test_paged_chunks(void **s) {
 
 /* The decode step under a CUDA graph: attention_paged (with qk_norm_rope and kv_store) captured once, then replayed
  * after new positions, slots and lengths were written into the same device buffers; each replay equals the plain
- * launch for those lengths bit for bit (the kernels branch on shapes only and read lengths from device memory). */
-static void test_paged_graph_replay(void **s) {
-    (void)s;
+ * launch for those lengths bit for bit (the kernels branch on shapes only and read lengths from device memory), under
+ * one value of route paged.combine (fused: the counters the last CTAs reset are zero again for every replay). Returns
+ * the outputs of every step (caller frees). */
+static float *paged_graph_replay(const char *route) {
     both b = make(FM_PRESET_REF);
-    fm_backend *be = b.be[1];
+    fm_backend *be = cuda_with_route(&b, route);
     const int32_t nh = 32, nkv = 4, hd = 128, bt = 16, nseq = 4, max_blocks = 64, T = nseq;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, max_len = (int64_t)max_blocks * bt;
     const int64_t n_slots = (int64_t)nseq * max_blocks * bt;
@@ -657,6 +712,7 @@ static void test_paged_graph_replay(void **s) {
     o = be->ops->alloc(be, (size_t)(T * nh * hd) * be->ops->act_size);
     const size_t sb = fm_attention_paged_scratch_bytes(T, nh, hd, max_len);
     void *scratch = be->ops->alloc(be, sb ? sb : 16);
+    if (sb) zero_paged_counters(be, scratch, nh);
     cudaStream_t stream = (cudaStream_t)fm_cuda_backend_stream(be);
     if (!stream) fail_msg("paged graph: the cuda backend has no stream");
 #define STEP()                                                                                                         \
@@ -675,13 +731,13 @@ static void test_paged_graph_replay(void **s) {
     CKG(cudaGraphInstantiate(&exec, graph, 0));
     const int32_t steps[3][4] = {{5, 100, 1023, 16}, {0, 15, 511, 1000}, {63, 64, 1, 777}};
     const int64_t n_out = (int64_t)T * nh * hd;
-    float *plain = malloc((size_t)n_out * sizeof *plain), *replay = malloc((size_t)n_out * sizeof *replay);
+    float *all = malloc((size_t)(3 * n_out) * sizeof *all), *replay = malloc((size_t)n_out * sizeof *replay);
     float *nan_out = malloc((size_t)n_out * sizeof *nan_out);
     for (int64_t i = 0; i < n_out; i++) nan_out[i] = NAN;
     for (int st = 0; st < 3; st++) {
         for (int32_t t = 0; t < T; t++)
             pos[t] = steps[st][t], slot[t] = tables[seq[t] * max_blocks + pos[t] / bt] * bt + pos[t] % bt;
-        /* plain launch */
+        float *plain = all + st * n_out; /* plain launch */
         be->ops->upload_f32(be, qkv, (int64_t)T * ld, q);
         be->ops->upload_ids(be, pos, T, dpos), be->ops->upload_ids(be, slot, T, dslot);
         STEP();
@@ -696,16 +752,32 @@ static void test_paged_graph_replay(void **s) {
             if (memcmp(&plain[i], &replay[i], sizeof(float)) != 0 || isnan(plain[i]))
                 fail_msg("paged graph step %d: output %lld is %.9g replayed, %.9g launched", st, (long long)i,
                          replay[i], plain[i]);
-        printf("  paged graph step %d (positions %d %d %d %d): replay == launch\n", st, pos[0], pos[1], pos[2], pos[3]);
+        if (sb) expect_paged_counters_zero(be, scratch, nh, "paged graph");
+        printf("  paged graph step %d (positions %d %d %d %d, %s): replay == launch\n", st, pos[0], pos[1], pos[2],
+               pos[3], route);
     }
 #undef STEP
     CKG(cudaGraphExecDestroy(exec));
     CKG(cudaGraphDestroy(graph));
-    free(plain), free(replay), free(nan_out), free(cache_init), free(qkv);
+    free(replay), free(nan_out), free(cache_init), free(qkv);
     be->ops->free(be, kc), be->ops->free(be, vc), be->ops->free(be, q), be->ops->free(be, dtab);
     be->ops->free(be, dseq), be->ops->free(be, dpos), be->ops->free(be, dslot), be->ops->free(be, o);
     be->ops->free(be, scratch);
+    be->ops->destroy(be);
     destroy(&b);
+    return all;
+}
+
+/* ... under both values of paged.combine, whose steps agree bit for bit */
+static void test_paged_graph_replay(void **s) {
+    (void)s;
+    float *kernel = paged_graph_replay("paged.combine=kernel"), *fused = paged_graph_replay("paged.combine=fused");
+    const int64_t n = 3 * 4 * 32 * 128; /* steps x T x nh x hd */
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&kernel[i], &fused[i], sizeof(float)))
+            fail_msg("paged graph: output %lld is %.9g with paged.combine=fused, %.9g with the combine kernel",
+                     (long long)i, fused[i], kernel[i]);
+    free(kernel), free(fused);
 }
 
 static void route_cases(fm_preset preset) {

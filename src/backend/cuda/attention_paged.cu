@@ -11,7 +11,11 @@
 // online softmax: S = Q K^T (ldmatrix K, mma), keys past the slice -> -inf, fp32 max and sum (exp2 of log2e-scaled
 // scores), P rounded to bf16 as the A operand, O += P V (ldmatrix.trans V, mma). The 4 warps then merge through
 // shared memory; with S = 1 the CTA writes out (O / l, bf16), else the split's partial (O unnormalised, max in
-// log2 units, sum; fp32) goes to scratch and the combine kernel (grid (token, query head)) merges the splits.
+// log2 units, sum; fp32) goes to scratch and the splits are merged: by the combine kernel (grid (token, query head))
+// under route paged.combine=kernel, or (fused) by the last of the (token, group)'s split CTAs to finish: each CTA
+// fences its partial and counts itself on the group's counter (atomicInc, which wraps the counter back to zero at the
+// last, so a replayed graph finds it zero); the last fences again and merges the group's splits from L2
+// (apg_fused_combine: the combine kernel's arithmetic in its order, the same bits). One launch fewer per call.
 //
 // Shared memory (dynamic), bf16 tiles in the layout of attention_mma.cuh (swizzled or padded rows):
 //   Q [16][HD]                         loaded once by the CTA; read by every warp (held in registers for HD <= 128)
@@ -19,7 +23,8 @@
 // ST = 2 for HD <= 128 (69 KB at HD 128), 1 above (72 KB at HD 256): under the 99 KB of sm_89. After the loop the
 // stage region holds the warps' O [4][16][HD] fp32 and the Q region their max and sum [2][4][16] for the merge.
 //
-// Scratch (S > 1): part_o [T][nh][S][HD] fp32, then part_m [T][nh][S] and part_l [T][nh][S] fp32.
+// Scratch (S > 1): the counters [fm_attention_paged_counter_bytes(nh) / 4] uint32 (index t * nkv * groups + y; zero
+// between calls), then part_o [T][nh][S][HD] fp32, part_m [T][nh][S] and part_l [T][nh][S] fp32.
 //
 // Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
 // H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); the scratch
@@ -51,7 +56,8 @@ static __device__ __forceinline__ int apg_chunk(int len, int splits) {
 typedef struct apg_args {
     const bf16 *qkv, *k_cache, *v_cache;
     const int32_t *tok_seq, *tok_pos, *tables;
-    float *part; // scratch (S > 1)
+    float *part;        // scratch after the counters (S > 1)
+    unsigned *counters; // the scratch's start (S > 1 and paged.combine=fused), else NULL: the combine kernel merges
     bf16 *out;
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
@@ -91,7 +97,85 @@ template <int HD> struct apg_shape {
     static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * ST * 2 * TILE, "the merge's O must fit the stages");
     static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
     static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
+    static_assert((2 * 16 * FM_ATT_PAGED_MAX_SPLITS + 16) * 4 <= SMEM, "the fused combine's e, l and L must fit");
 };
+
+// The fused combine (paged.combine=fused), run by the CTA that counted itself last for (token t, kv head group) with
+// the nq query heads from h0: each output out[t, h, d] gets the combine kernel's arithmetic in its order (below:
+// M = the max of the splits' maxima; per split s in order, e = exp2(m_s - M), acc += o_s[d] e, L += l_s e; acc / L),
+// laid out for one CTA instead of nh CTAs. The maxima and sums of the nq heads go to shared memory first (smem: m
+// then e [16][S], l [16][S], L [16]; over the dead stages); M per head by a warp's max reduction (max is exact in any
+// order), e and L once per head rather than once per (head, d). Each thread owns up to KC float4 chunks of the
+// outputs and walks the splits outermost, U splits' loads in flight together before their FMAs (the combine
+// kernel's thread owns one output and walks the splits too: the same sums in the same order). Reads bypass L1
+// (__ldcg): the other CTAs' partials reached L2 through their fences, and this SM's L1 may hold older lines.
+template <int HD>
+static __device__ __forceinline__ void apg_fused_combine(const apg_args &a, float *smem, int64_t t, int h0, int nq,
+                                                         int n) {
+    constexpr int S = FM_ATT_PAGED_MAX_SPLITS, C4 = HD / 4;       // a row of e; float4 chunks of a head's output
+    constexpr int KC = (16 * C4 + APG_THREADS - 1) / APG_THREADS; // chunks per thread at most
+    // float4 loads in flight per thread: HD / 8, at most 16 (the registers of the main loop's O scale with HD too)
+    constexpr int LOADS = HD / 8 < 16 ? HD / 8 : 16, U = LOADS / KC > 1 ? LOADS / KC : 1; // U splits a batch
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t n_part = (int64_t)gridDim.x * a.nh * a.splits, th0 = t * a.nh + h0;
+    const float *pm = a.part + n_part * HD, *pl = pm + n_part;
+    float *se = smem, *sl = smem + 16 * S, *sL = sl + 16 * S;
+    for (int i = tid; i < nq * n; i += APG_THREADS) {
+        const int r = i / n, sp = i % n;
+        se[r * S + sp] = __ldcg(pm + (th0 + r) * a.splits + sp);
+        sl[r * S + sp] = __ldcg(pl + (th0 + r) * a.splits + sp);
+    }
+    __syncthreads();
+    for (int r = warp; r < nq; r += APG_WARPS) { // warp w: heads w, w + 4, ...: M, then e in place of m, then L
+        float M = -INFINITY;
+        for (int sp = lane; sp < n; sp += 32) M = fmaxf(M, se[r * S + sp]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        for (int sp = lane; sp < n; sp += 32) se[r * S + sp] = exp2f(se[r * S + sp] - M);
+        __syncwarp();
+        if (lane == 0) {
+            float L = 0.0f;
+            for (int sp = 0; sp < n; sp++) L += sl[r * S + sp] * se[r * S + sp];
+            sL[r] = L;
+        }
+    }
+    __syncthreads();
+    float4 acc[KC];
+#pragma unroll
+    for (int k = 0; k < KC; k++) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < n; s0 += U) {
+        float4 v[U][KC];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < KC; k++) {
+                const int c = tid + k * APG_THREADS, r = c / C4;
+                const bool ok = s0 + u < n && c < nq * C4;
+                v[u][k] = ok ? __ldcg((const float4 *)(a.part + ((th0 + r) * a.splits + s0 + u) * HD) + c % C4)
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int k = 0; k < KC; k++) {
+                const int c = tid + k * APG_THREADS, r = c / C4;
+                if (s0 + u < n && c < nq * C4) {
+                    const float e = se[r * S + s0 + u];
+                    acc[k].x += v[u][k].x * e, acc[k].y += v[u][k].y * e;
+                    acc[k].z += v[u][k].z * e, acc[k].w += v[u][k].w * e;
+                }
+            }
+    }
+#pragma unroll
+    for (int k = 0; k < KC; k++) {
+        const int c = tid + k * APG_THREADS, r = c / C4;
+        if (c >= nq * C4) continue;
+        const float L = sL[r];
+        bf16 *o = a.out + (th0 + r) * HD + (c % C4) * 4;
+        o[0] = __float2bfloat16_rn(acc[k].x / L), o[1] = __float2bfloat16_rn(acc[k].y / L);
+        o[2] = __float2bfloat16_rn(acc[k].z / L), o[3] = __float2bfloat16_rn(acc[k].w / L);
+    }
+}
 
 template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
     typedef apg_shape<HD> SH;
@@ -259,6 +343,18 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
             if (d == 0) a.part[n_part * HD + pi] = M, a.part[n_part * (HD + 1) + pi] = L;
         }
     }
+    if (a.splits == 1 || !a.counters) return;
+
+    // fused combine: the last of the group's n split CTAs (those with s0 < len) to arrive merges the n partials
+    __shared__ unsigned apg_arrived;
+    const unsigned n = (unsigned)((len + chunk - 1) / chunk);
+    __threadfence(); // this CTA's partial is visible device-wide before the CTA is counted
+    __syncthreads();
+    if (tid == 0) apg_arrived = atomicInc(a.counters + t * gridDim.y + blockIdx.y, n - 1); // the last leaves 0
+    __syncthreads();
+    if (apg_arrived != n - 1) return;
+    __threadfence(); // the others' partials, counted before this CTA, are read after the count
+    apg_fused_combine<HD>(a, (float *)apg_smem, t, h0, nq, (int)n); // over Q and the stages: every warp is past them
 }
 
 // Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
@@ -313,7 +409,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                              const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                              int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                             bool skip_runs, cudaStream_t s) {
+                                             bool skip_runs, bool fused_combine, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (T == 0) return;
     if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
@@ -325,7 +421,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     apg_args a;
     a.qkv = qkv, a.k_cache = k_cache, a.v_cache = v_cache;
     a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables;
-    a.part = (float *)scratch, a.out = out;
+    a.part = NULL, a.counters = NULL, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
     a.splits = fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
     a.skip_runs = skip_runs;
@@ -333,6 +429,13 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
         apg_fail("the split needs 16-byte aligned scratch of fm_attention_paged_scratch_bytes()", T, nh, nkv, hd);
     const int y = nkv * qgroups;
+    if (a.splits > 1) {
+        const size_t cb = fm_attention_paged_counter_bytes(nh);
+        if ((size_t)T * (size_t)y * sizeof(unsigned) > cb)
+            apg_fail("more counters than the scratch holds", T, nh, nkv, hd);
+        a.part = (float *)((char *)scratch + cb);
+        if (fused_combine) a.counters = (unsigned *)scratch;
+    }
     switch (hd) {
     case 16: apg_launch<16>(a, T, y, s); break;
     case 32: apg_launch<32>(a, T, y, s); break;
@@ -351,7 +454,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     case 240: apg_launch<240>(a, T, y, s); break;
     case 256: apg_launch<256>(a, T, y, s); break;
     }
-    if (a.splits > 1) {
+    if (a.splits > 1 && !fused_combine) {
         apg_combine_kernel<<<dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s>>>(
             a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
         FM_LAUNCH_CHECK("attention_paged_combine");
@@ -362,9 +465,9 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
                                         const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                         const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                         int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                        cudaStream_t s) {
+                                        bool fused_combine, cudaStream_t s) {
     fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
-                                 block_tokens, max_len, scratch, out, false, s);
+                                 block_tokens, max_len, scratch, out, false, fused_combine, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)

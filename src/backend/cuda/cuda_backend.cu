@@ -413,7 +413,8 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
     else
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
-                                block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
+                                block_tokens, max_len, scratch, (bf16 *)out,
+                                fm_routes_paged_combine_fused(&cuda_be(bb)->routes), stream(bb));
 }
 
 /* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
@@ -428,7 +429,8 @@ static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, 
     else
         fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                       (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
-                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out, stream(bb));
+                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out,
+                                      fm_routes_paged_combine_fused(&cuda_be(bb)->routes), stream(bb));
 }
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
@@ -690,6 +692,7 @@ static const fm_backend_ops cuda_ops = {
     .graph_capture = fm_cuda_graph_capture,
     .graph_launch = fm_cuda_graph_launch_op,
     .graph_free = fm_cuda_graph_free_op,
+    .graph_nodes = fm_cuda_graph_nodes_op,
     .mark = cu_mark,
     .elapsed_ms = cu_elapsed_ms,
     .device_name = cu_device_name,

@@ -72,6 +72,40 @@ extern "C" fm_status fm_cuda_graph_launch_op(fm_backend *bb, fm_graph *g, fm_err
     return fm_cuda_graph_launch(g, err);
 }
 
+// the nodes of graph (and of its child graphs) by kind, added to *out; a query that fails counts nothing more
+static void graph_count(cudaGraph_t graph, fm_graph_nodes *out) {
+    size_t n = 0;
+    if (cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return;
+    }
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(n * sizeof *nodes);
+    if (!nodes || cudaGraphGetNodes(graph, nodes, &n) != cudaSuccess) {
+        cudaGetLastError();
+        free(nodes);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cudaGraphNodeType type;
+        if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        cudaGraph_t child;
+        if (type == cudaGraphNodeTypeKernel) out->kernels++;
+        else if (type == cudaGraphNodeTypeMemcpy || type == cudaGraphNodeTypeMemset) out->copies++;
+        else if (type == cudaGraphNodeTypeGraph && cudaGraphChildGraphNodeGetGraph(nodes[i], &child) == cudaSuccess)
+            graph_count(child, out);
+        else out->other++;
+    }
+    free(nodes);
+}
+
+extern "C" void fm_cuda_graph_nodes_op(fm_backend *bb, const fm_graph *g, fm_graph_nodes *out) {
+    (void)bb;
+    if (g && g->graph) graph_count(g->graph, out);
+}
+
 extern "C" void fm_cuda_graph_free_op(fm_backend *bb, fm_graph *g) {
     (void)bb;
     fm_cuda_graph_free(g);

@@ -22,6 +22,7 @@ void fm_cuda_graph_free(fm_cuda_graph *g);
 /* The same as backend ops (fm_backend_ops graph_capture, graph_launch, graph_free) */
 fm_status fm_cuda_graph_launch_op(fm_backend *be, fm_graph *g, fm_error *err);
 void fm_cuda_graph_free_op(fm_backend *be, fm_graph *g);
+void fm_cuda_graph_nodes_op(fm_backend *be, const fm_graph *g, fm_graph_nodes *out);
 
 #ifdef __cplusplus
 }
