@@ -136,6 +136,9 @@ part_decode() {
         decode_rows "decode_fused_r$r"
         run "decode_unfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=off
         decode_rows "decode_unfused_r$r"
+        # paged attention's splits merged in the split kernel (one launch fewer per attention layer)
+        run "decode_combine_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route paged.combine=fused
+        decode_rows "decode_combine_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object
