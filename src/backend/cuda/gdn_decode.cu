@@ -34,6 +34,9 @@
 #define DEC_COLS 32      /* state columns a block: a lane each */
 #define DEC_THREADS (32 * GDN_RULE_PARTS)
 #define DEC_ROWS (DEC_MAX_DK / GDN_RULE_PARTS)
+/* blocks an SM holds: bf16, 6 (80 registers, no spill; 116 without the bound, 4 blocks), so that at B = 64 more
+   blocks' state loads are in flight; fp32 (the ref32 oracle) spills under that bound, and keeps the compiler's */
+#define DEC_MIN_BLOCKS(A) (sizeof(A) == 2 ? 6 : 1)
 
 typedef __nv_bfloat16 bf16;
 
@@ -84,7 +87,7 @@ static __device__ void norm_row(const A *x, const A *z, const A *norm_w, int dv,
 /* KW: the chain's conv window (4 or 8 taps: gdn_conv_window_kernel); norm_x4: the chain's norm runs
    gdn_norm_gate_bf16x4_kernel's order of summation; arrivals [T][nk], zero before the launch and after it */
 template <typename A, int KW>
-static __global__ __launch_bounds__(DEC_THREADS) void gdn_decode_kernel(
+static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_decode_kernel(
     const A *qkvz, const A *ba, const A *conv_w, int64_t conv_ld, const A *a_log, const A *dt_bias, const A *norm_w,
     fm_gdn_shape g, float eps, float *conv_states, float *rec_states, const int32_t *seq, const int32_t *pos,
     bool norm_x4, unsigned *arrivals, A *core, A *out) {
