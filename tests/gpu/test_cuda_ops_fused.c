@@ -213,7 +213,7 @@ static void proj_case(fm_preset p, fm_dense dense, const char *route, int64_t M,
         char w2[200];
         snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
         gpu_expect_close(f[o], r[o], M * N, o == 0 ? bound : after, w2);
-        free(f[o]), free(f2[o]), free(c[o]), free(r[o]);
+        free(f[o]), free(c[o]), free(r[o]);
     }
     free(w), free(x), free(r0), free(nw);
     gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);
