@@ -235,7 +235,9 @@ static const route_key route_keys[] = {
      "Qwen3-Next: "
      "2 launches fewer per layer at one sequence, 3 at more); `auto` fuses the MoE tail in passes of at most 64 rows "
      "(H200: fp8 decode +0.3 to +3.8 %) and leaves the o projection apart (with it fp8 + w8a8 lost 3.3 % at B = 8) and "
-     "the Gated DeltaNet (not yet measured on a GPU); on the cpu backend the fused ops are their references, the same "
+     "the Gated DeltaNet (its first kernel, a block per key head, lost 2-3 % on the H200; the second, on the rule "
+     "kernel's grid of a block per 32 state columns, is not yet measured); on the cpu backend the fused ops are their "
+     "references, the same "
      "numbers",
      now_decode_fused},
     {"paged.tiled", FIELD(paged_tiled), "auto|on|off", SWITCH_WORDS, "off",

@@ -65,7 +65,7 @@ double fm_op_bytes_gdn_decode_fused(const fm_model *m, int32_t l, int64_t T) {
     const int64_t C = fm_gdn_channels(g), nvdv = (int64_t)g.nv * g.dv;
     const double conv_state = (double)T * 2.0 * 4.0 * (double)fm_gdn_conv_state_elems(g); /* fp32, read and written */
     const double rec_state = (double)T * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
-    /* q | k | v and z of qkvz, b and a in; the normed row out */
+    /* q | k | v and z of qkvz, b and a in; the rule's row out and back in; the normed row out */
     return bank(m, m->layers[l].gdn_conv) + fm_op_bytes_act(m, T, C + nvdv + 2 * (int64_t)g.nv, 1, 0) +
-           fm_op_bytes_act(m, T, nvdv, 0, 1) + conv_state + rec_state;
+           fm_op_bytes_act(m, T, nvdv, 1, 2) + conv_state + rec_state;
 }

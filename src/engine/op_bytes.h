@@ -25,8 +25,8 @@ double fm_op_bytes_shared_expert(const fm_model *m, int32_t l, int64_t T);
  * per row in the paged step, once per pass for a fresh sequence) */
 double fm_op_bytes_gdn_conv(const fm_model *m, int32_t l, int64_t T, bool cached);
 double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, bool cached, bool paged);
-/* gdn_decode_fused: the conv's and the rule's inputs and states and the norm's output, without the chain's two
- * intermediate rows (the conv output and the rule output stay on chip) */
+/* gdn_decode_fused: the conv's and the rule's inputs and states, the rule's output row (written, and read back by
+ * the norm) and the norm's output; the conv output, the chain's other intermediate row, stays on chip */
 double fm_op_bytes_gdn_decode_fused(const fm_model *m, int32_t l, int64_t T);
 
 #endif

@@ -18,7 +18,8 @@
  *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
  *   (16 key heads, 32 value heads of 128, 4 taps) and two small odd ones, B = 1, 4 (3 + 1 padding row), 64, 64 (61 +
- *   3 padding rows); every third sequence fresh; dk 256 (above the kernel's 128: the chain, through the same op).
+ *   3 padding rows); every third sequence fresh; dk 256 (above the kernel's 128: the chain, through the same op);
+ *   the fused op twice on one backend (its per key head counters were reset by the first launch).
  * Runs only where a GPU is present (make test-gpu); tools/gpu-check.sh runs it, and under compute-sanitizer. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -341,7 +342,9 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     gdn_step d = make_step(g, n, pad);
     const int64_t nc = d.slots * fm_gdn_conv_state_elems(g), nr = d.slots * fm_gdn_rec_state_elems(g);
     float *f[3], *c[3], *r[3]; /* output, conv states, recurrent states: fused GPU, chain GPU, CPU reference */
+    float *f2[3];              /* the fused op again on the same backend: its arrival counters were left zero */
     run_gdn(gpu, &d, d.B, true, &f[0], &f[1], &f[2]);
+    run_gdn(gpu, &d, d.B, true, &f2[0], &f2[1], &f2[2]);
     run_gdn(gpu, &d, d.B, false, &c[0], &c[1], &c[2]);
     run_gdn(cpu, &d, d.n, true, &r[0], &r[1], &r[2]); /* the real rows: the cpu backend pads no step */
     char what[160];
@@ -350,9 +353,13 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
     const int64_t len[3] = {d.B * d.V, nc, nr};
     const char *names[3] = {"output", "conv states", "recurrent states"};
     for (int o = 0; o < 3; o++)
-        for (int64_t i = 0; i < len[o]; i++)
+        for (int64_t i = 0; i < len[o]; i++) {
             if (memcmp(&f[o][i], &c[o][i], sizeof(float)))
                 fail_msg("%s: %s element %lld: fused %.9g, chain %.9g", what, names[o], (long long)i, f[o][i], c[o][i]);
+            if (memcmp(&f2[o][i], &c[o][i], sizeof(float)))
+                fail_msg("%s: %s element %lld: fused (second call) %.9g, chain %.9g", what, names[o], (long long)i,
+                         f2[o][i], c[o][i]);
+        }
     printf("  %-60s fused = chain bit for bit\n", what);
     /* test_cuda_qnext's bounds of the chain's ops against the CPU */
     const double bound = plan.act_bf16 ? 1e-2 : 1e-5;
@@ -361,7 +368,7 @@ static void gdn_decode_case(fm_preset p, fm_gdn_shape g, int64_t n, int64_t pad)
         char w2[200];
         snprintf(w2, sizeof w2, "%s %s vs cpu", what, names[o]);
         gpu_expect_close(f[o], r[o], ref_len[o], o == 1 ? 1e-6 + (plan.act_bf16 ? 1e-2 : 0) : bound, w2);
-        free(f[o]), free(c[o]), free(r[o]);
+        free(f[o]), free(f2[o]), free(c[o]), free(r[o]);
     }
     free_step(&d);
     gpu->ops->destroy(gpu), cpu->ops->destroy(cpu);

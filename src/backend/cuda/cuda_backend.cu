@@ -117,6 +117,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->cublas_ws) cudaFree(be->cublas_ws);
     if (be->router_counter) cudaFree(be->router_counter);
     if (be->tail_counter) cudaFree(be->tail_counter);
+    if (be->gdn_arrivals) cudaFree(be->gdn_arrivals);
     if (be->side_cublas) cublasDestroy(be->side_cublas);
     if (be->side_cublas_ws) cudaFree(be->side_cublas_ws);
     if (be->side_work) cudaFree(be->side_work);
@@ -661,7 +662,7 @@ static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba
     if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0),
                                  bank_matrix(dt_bias, 0), bank_matrix(norm, 0), T, g, eps, (float *)conv_states,
                                  (float *)rec_states, (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
-                                 out, stream(bb)))
+                                 cuda_be(bb)->gdn_arrivals, FM_CUDA_GDN_ARRIVALS, out, stream(bb)))
         return;
     cu_gdn_conv(bb, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
     cu_gdn_recurrent(bb, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);
@@ -803,7 +804,9 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     if (cudaMalloc(&be->router_counter, sizeof *be->router_counter) != cudaSuccess ||
         cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess ||
         cudaMalloc(&be->tail_counter, sizeof *be->tail_counter) != cudaSuccess ||
-        cudaMemset(be->tail_counter, 0, sizeof *be->tail_counter) != cudaSuccess) {
+        cudaMemset(be->tail_counter, 0, sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMalloc(&be->gdn_arrivals, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
+        cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess) {
         cu_destroy(&be->base);
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the CTA counters");
     }

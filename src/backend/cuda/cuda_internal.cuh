@@ -82,11 +82,13 @@ typedef struct cuda_backend {
     struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
     unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise
+    unsigned *gdn_arrivals;   // the fused GDN decode kernel's per (row, key head) counters (gdn_decode.cu), likewise
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,
        so every op issues there unchanged. Not swapped, so never used by both chains at once: the fused router's
-       counter (router_counter), the GEMV tail's (tail_counter) and the W8A8 quantizer's grid barrier (lt->grid_sync);
-       the forward pass puts no router or W8A8 linear on the main chain while the side chain runs one */
+       counter (router_counter), the GEMV tail's (tail_counter), the fused GDN op's (gdn_arrivals) and the W8A8
+       quantizer's grid barrier (lt->grid_sync); the forward pass puts no router or W8A8 linear on the main chain while
+       the side chain runs one */
     cudaStream_t side_stream;
     cublasHandle_t side_cublas;
     void *side_work;
@@ -114,6 +116,9 @@ void *fm_cuda_workspace(cuda_backend *be, size_t bytes);
 // summation order) by the workspace it may use: with 4 MiB, ref32's prefill GEMMs on the side stream came out other
 // bits than on the main stream (bench/NOTES.md 2026-12-02, "a side stream in the decode step")
 #define FM_CUDA_SIDE_CUBLAS_WS FM_CUDA_CUBLAS_WS
+// The fused GDN decode kernel's counters, one per (row, key head): 256 KiB, decode steps of up to 4,096 rows at
+// Qwen3-Next's 16 key heads; a larger step runs the chain (fm_cuda_gdn_decode_fused returns false).
+#define FM_CUDA_GDN_ARRIVALS ((int64_t)1 << 16)
 
 extern "C" {
 // FM_OK when the binary has kernels for GPU `device`; else FM_ERR_UNSUPPORTED naming the GPU and the archs it was

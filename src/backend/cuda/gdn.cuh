@@ -38,13 +38,15 @@ extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba,
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
                                       fm_gdn_shape g, float eps, void *out, cudaStream_t s);
 // A decode step's conv, rule and gated norm in one kernel (gdn_decode.cu; backend.h gdn_decode_fused): rows each of
-// their own sequence, or padding rows. False, launching nothing, for a shape it does not take (dk or dv above 128, a
-// conv of more than 8 taps, odd dk or dv, T above 65535): the caller runs the three ops. qkv and core: the buffers the
-// chain would have written, never touched, only for the chain's own kernel choices (their alignment).
+// their own sequence, or padding rows. False, launching nothing, for a shape it does not take (dk above 128, a conv of
+// more than 8 taps, odd dk or dv, T above 65535, T x nk above arrival_words): the caller runs the three ops. qkv: the
+// buffer the chain's conv would have written, never touched, only for the chain's own kernel choice (its alignment);
+// core [T][nv dv]: the rule's outputs, written as the chain writes them (the norm reads them back). arrivals: the
+// backend's device words, zero before the launch and left zero (the key heads' last-block counters).
 extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
-                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv,
-                                         const void *core, void *out, cudaStream_t s);
+                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
+                                         unsigned *arrivals, int64_t arrival_words, void *out, cudaStream_t s);
 
 #endif

@@ -3,32 +3,40 @@
 // token of their own sequence (or padding rows, gdn.cuh). The chain it replaces is gdn.cu's conv (+ its state kernel
 // when T > 1), rule and norm_gate kernels: 3 launches at T = 1, 4 above.
 //
-// Grid (key heads, rows); a block owns key head kh of row t: the conv channels of its q and k (2 dk) and of its r =
-// nv / nk value heads' v (r dv), and those r heads' states. The key head, not the value head, is the unit because its
-// q and k conv states are read and rewritten by the step: two blocks sharing them would race (no order between
-// blocks). Data dependencies inside the block, each a barrier: conv outputs -> q/k norms -> S^T k (summed over the
-// state rows) -> S^T q -> the head's output row -> its RMSNorm. Nothing between them leaves the chip: the chain's conv
-// output and rule output (T x 8 KB + T x 8 KB at Qwen3-Next) are neither written nor read back.
+// Grid (dv / 32, value heads, rows), the rule kernel's: a block of 4 warps owns 32 state columns of value head h at
+// row t, as gdn_rule_kernel does (128 blocks at B = 1 for Qwen3-Next; a block per key head, the first version, ran
+// 16 and lost to the chain: bench/NOTES.md 2026-12-05). Each block repeats the conv of its key head's q and k channels
+// (2 dk channels of K taps, from L2 after the first block) and computes its own 32 v channels, so nothing but the
+// state's columns is split. Thread (w, lane) holds state rows w, w + 4, ... of column lane in registers (32 floats at
+// dk = 128): the rule's map, so the two sums over rows are its partial sums added in its order.
 //
-// Threads: per value head 4 x dvp (dvp = dv rounded up to 32): thread (w, col) holds state rows w, w + 4, ... of
-// column col in registers (32 floats at dk = 128), the rule's map of gdn.cu (a warp per 4th row there, a lane per
-// column), so the two sums over rows are the same partial sums added in the same order; hpar value heads side by side
-// (two at Qwen3-Next: 1024 threads). Every value is rounded where the chain stores it (the conv output and the rule's
-// output to the activation type), and the norm takes the chain's order of summation (the bf16 x4 map at dv = 128, the
-// lane-strided one otherwise), so the outputs and both states are the chain's bit for bit.
+// Two things need the whole key head, and are left to its last block to arrive (a counter per (row, key head) in
+// `arrivals`, counted up by every block once it is done, reset to zero by the last one: graph safe, no memset):
+// - the q and k conv states: every block of the key head reads them, so none may rewrite them before all have; the
+//   last block writes the new ones (kept in shared memory by every block). Each v conv state element has one reader
+//   and writer, its block, which rewrites it at once.
+// - the gated RMSNorm of a value head's row, which sums over all dv columns: each block stores its rounded outputs
+//   to `core` (the chain's rule output buffer, as the chain stores them), and the last block of the key head reads
+//   its r heads' rows back from L2 and normalises them, a warp a head, with the chain's norm code and order (the bf16
+//   x4 map at dv = 128, the lane-strided one otherwise). The other choice, the norm as a second kernel, costs a
+//   dependent launch (~2 us under a graph, measured in the fourteenth session) plus that kernel's own round trip to
+//   memory; the tail costs the fence, one atomic and one L2 round trip in one block per key head (~1-1.5 us), so it
+//   is the shorter path at B = 1, where latency is all there is.
+// Every value is rounded where the chain stores it, so the outputs and both states are the chain's bit for bit.
 //
 // Floor: the recurrent state, read and written once (2 x 64 KB per value head and sequence, fp32): 4 MB a layer per
-// sequence at Qwen3-Next, ~1 us at B = 1 and 62 us at B = 64 over 4.25 TB/s; at B = 1 only nk = 16 blocks run, so it
-// is their latency, not the bandwidth (bench/NOTES.md 2026-12-05, "Qwen3-Next's decode step, fused").
+// sequence at Qwen3-Next, ~1 us at B = 1 and 62 us at B = 64 over 4.25 TB/s.
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_device.cuh"
 
-#define DEC_MAX_DK 128 /* state rows per thread: DEC_MAX_DK / GDN_RULE_PARTS registers */
-#define DEC_MAX_DV 128
-#define DEC_MAX_KERNEL 8    /* the conv's taps (its new state held in registers) */
-#define DEC_MAX_THREADS 512 /* 128 registers a thread: a head's state and the next one's in flight */
+#define DEC_MAX_DK 128   /* state rows per thread: DEC_MAX_DK / GDN_RULE_PARTS registers */
+#define DEC_MAX_KERNEL 8 /* the conv's taps (the window kernel's largest) */
+#define DEC_COLS 32      /* state columns a block: a lane each */
+#define DEC_THREADS (32 * GDN_RULE_PARTS)
 #define DEC_ROWS (DEC_MAX_DK / GDN_RULE_PARTS)
-#define DEC_SMEM_MAX (48 * 1024)
+/* blocks an SM holds: bf16, 6 (80 registers, no spill; 116 without the bound, 4 blocks), so that at B = 64 more
+   blocks' state loads are in flight; fp32 (the ref32 oracle) spills under that bound, and keeps the compiler's */
+#define DEC_MIN_BLOCKS(A) (sizeof(A) == 2 ? 6 : 1)
 
 typedef __nv_bfloat16 bf16;
 
@@ -39,195 +47,198 @@ template <typename A> static __device__ __forceinline__ float act_rounded(float 
     return act_load(x);
 }
 
-/* the state rows w, w + 4, ... of column col of one value head (zero for a fresh sequence, or off the head) */
-static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const float *Sg, int dk, int dv, int w, int col,
+/* a value another block wrote in this launch: through L2 (no stale L1 line) */
+static __device__ __forceinline__ float act_load_l2(const float *p) { return __ldcg(p); }
+static __device__ __forceinline__ float act_load_l2(const bf16 *p) { return __bfloat162float(__ldcg(p)); }
+
+/* the state rows w, w + 4, ... of one column (Sg: its row 0), zero for a fresh sequence or off the head */
+static __device__ __forceinline__ void load_state(float (&S)[DEC_ROWS], const float *Sg, int dk, int dv, int w,
                                                   bool on) {
 #pragma unroll
     for (int q = 0; q < DEC_ROWS; q++) {
         const int i = w + GDN_RULE_PARTS * q;
-        S[q] = on && i < dk ? Sg[i * dv + col] : 0.0f; /* 32-bit offsets: no 64-bit address per row kept */
+        S[q] = on && i < dk ? Sg[i * dv] : 0.0f; /* 32-bit offsets: no 64-bit address per row kept */
     }
 }
 
-/* dynamic shared memory: xs [2 dk + r dv] (the conv outputs of the block's channels, q | k | v of its r heads, as
-   rounded), part [hpar][4][dvp] (the row groups' partial sums), core [hpar][dvp] (the heads' outputs, as rounded) */
-static size_t dec_smem_bytes(fm_gdn_shape g, int dvp, int hpar) {
-    const int r = g.nv / g.nk;
-    return (size_t)(2 * g.dk + r * g.dv + hpar * GDN_RULE_PARTS * dvp + hpar * dvp) * sizeof(float);
+/* the gated RMSNorm of one head's row x (rounded rule outputs in core) by one warp, as gdn.cu's norm kernels compute
+   it: norm_x4, gdn_norm_gate_bf16x4_kernel's map (lane's 4 adjacent columns, dv = 128), else the lane-strided one */
+template <typename A>
+static __device__ void norm_row(const A *x, const A *z, const A *norm_w, int dv, float eps, bool norm_x4, A *y) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0.0f;
+    if (norm_x4) {
+        const float x0 = act_load_l2(x + 4 * lane), x1 = act_load_l2(x + 4 * lane + 1);
+        const float x2 = act_load_l2(x + 4 * lane + 2), x3 = act_load_l2(x + 4 * lane + 3);
+        ss = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
+    } else {
+        for (int e = lane; e < dv; e += 32) {
+            const float v = act_load_l2(x + e);
+            ss += v * v;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.0f / sqrtf(norm_x4 ? ss / 128.0f + eps : ss / (float)dv + eps);
+    const int e0 = norm_x4 ? 4 * lane : lane, e1 = norm_x4 ? 4 * lane + 4 : dv, step = norm_x4 ? 1 : 32;
+    for (int e = e0; e < e1; e += step)
+        act_store(y + e, act_load(norm_w[e]) * (act_load_l2(x + e) * inv) * silu_(act_load(z[e])));
 }
 
 /* KW: the chain's conv window (4 or 8 taps: gdn_conv_window_kernel); norm_x4: the chain's norm runs
-   gdn_norm_gate_bf16x4_kernel's order of summation */
+   gdn_norm_gate_bf16x4_kernel's order of summation; arrivals [T][nk], zero before the launch and after it */
 template <typename A, int KW>
-static __global__ __launch_bounds__(DEC_MAX_THREADS) void gdn_decode_kernel(
+static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_decode_kernel(
     const A *qkvz, const A *ba, const A *conv_w, int64_t conv_ld, const A *a_log, const A *dt_bias, const A *norm_w,
     fm_gdn_shape g, float eps, float *conv_states, float *rec_states, const int32_t *seq, const int32_t *pos,
-    bool norm_x4, A *out) {
-    extern __shared__ float sm[];
+    bool norm_x4, unsigned *arrivals, A *core, A *out) {
+    __shared__ float xs[2 * DEC_MAX_DK + DEC_COLS];    /* conv outputs as rounded: q | k | the block's v columns */
+    __shared__ float qk_state[KW - 1][2 * DEC_MAX_DK]; /* q and k's new conv states (the last block writes them) */
+    __shared__ float part[GDN_RULE_PARTS][DEC_COLS];   /* the row groups' partial sums */
     __shared__ float red[2][GDN_RULE_PARTS];
+    __shared__ bool last;
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk, K = g.kernel;
-    const int dvp = (dv + 31) & ~31, per_head = GDN_RULE_PARTS * dvp, hpar = (int)blockDim.x / per_head;
-    const int kh = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
-    const int hs = tid / per_head, w = (tid % per_head) / dvp, col = tid % dvp;
+    const int h = blockIdx.y, kh = h / r, j = h % r, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int col0 = blockIdx.x * DEC_COLS, col = col0 + lane;
     const bool has_col = col < dv;
-    const int64_t t = blockIdx.y, C = gdn_channels(g), key = (int64_t)g.nk * dk;
+    const int64_t t = blockIdx.z, C = gdn_channels(g), key = (int64_t)g.nk * dk;
     const int64_t Wg = 2 * (int64_t)dk + 2 * (int64_t)r * dv; /* a key head's group of qkvz columns */
-    const int nch = 2 * dk + r * dv;
-    float *xs = sm, *part = xs + nch, *core = part + hpar * GDN_RULE_PARTS * dvp;
-    const A *grp = qkvz + t * gdn_qkvz_width(g) + kh * Wg; /* q | k | v (r heads) | z (r heads) */
-    const bool pad = is_padding(seq, pos, t);              /* changes no state; its output is the chain's */
+    const A *grp = qkvz + t * gdn_qkvz_width(g) + kh * Wg;    /* q | k | v (r heads) | z (r heads) */
+    const bool pad = is_padding(seq, pos, t);                 /* changes no state; its output is the chain's */
     const int64_t p = pos[t];
-    const bool fresh = p == 0;
-    float *rec = rec_states + (int64_t)seq[t] * g.nv * dk * dv; /* the sequence's [nv][dk][dv] */
-
-    /* the first heads' states in flight while the conv runs; later, the next heads' while these compute */
-    float S[DEC_ROWS], next[DEC_ROWS];
-    load_state(next, rec + (int64_t)(kh * r + hs) * dk * dv + col, dk, dv, w, 0, !pad && !fresh && hs < r && has_col);
-
-    /* the conv + SiLU of the block's channels (the chain's gdn_conv at a row that starts its run: the taps before the
-       token from the sequence's state, zero before position 0), and their new state: the last K - 1 inputs */
+    float *Sg = rec_states + ((int64_t)seq[t] * g.nv + h) * dk * dv + col; /* column col of the head's [dk][dv] */
     float *hist = conv_states + (int64_t)seq[t] * (K - 1) * C;
-    for (int ch = tid; ch < nch; ch += blockDim.x) {
-        if (pad) { /* a finite input for the discarded rule below */
+
+    /* the state's loads in flight while the conv runs */
+    float S[DEC_ROWS];
+    load_state(S, Sg, dk, dv, w, !pad && p != 0 && has_col);
+
+    /* the conv + SiLU of q, k (channels ch < 2 dk) and the block's v columns (the chain's gdn_conv at a row that
+       starts its run: the taps before the token from the sequence's state, zero before position 0) */
+    for (int ch = tid; ch < 2 * dk + DEC_COLS; ch += DEC_THREADS) {
+        const bool is_v = ch >= 2 * dk;
+        const int e = is_v ? col0 + ch - 2 * dk : 0; /* a v channel's column in the head */
+        if (pad || e >= dv) {                        /* a finite input for the discarded rule below */
             xs[ch] = 0.0f;
             continue;
         }
-        const int64_t c = ch < dk       ? kh * dk + ch
-                          : ch < 2 * dk ? key + kh * dk + (ch - dk)
-                                        : 2 * key + (int64_t)kh * r * dv + (ch - 2 * dk);
+        const int64_t c = !is_v ? (ch < dk ? kh * dk + ch : key + kh * dk + (ch - dk)) : 2 * key + (int64_t)h * dv + e;
         const A *wc = conv_w + c * conv_ld;
         /* gdn_conv_window_kernel's registers and sum, written as it writes them (so that the compiler fuses the same
            products into the same FMAs): index KW - 1 - d holds the tap at distance d, zero taps past the kernel */
         float wr[KW], a[KW];
 #pragma unroll
         for (int d = 0; d < KW; d++) wr[KW - 1 - d] = d < K ? act_load(wc[K - 1 - d]) : 0.0f;
-        a[KW - 1] = act_load(grp[ch]);
+        a[KW - 1] = act_load(grp[is_v ? 2 * dk + j * dv + e : ch]);
 #pragma unroll
         for (int d = 1; d < KW; d++) a[KW - 1 - d] = d >= K || p - d < 0 ? 0.0f : hist[(int64_t)(K - 1 - d) * C + c];
         float acc = wr[KW - 1] * a[KW - 1];
 #pragma unroll
-        for (int j = 0; j + 1 < KW; j++) acc += wr[j] * a[j];
+        for (int i = 0; i + 1 < KW; i++) acc += wr[i] * a[i];
         xs[ch] = act_rounded<A>(silu_(acc));
-        /* the new state: the last K - 1 inputs, oldest first (distance K - 2 - j at j) */
+        /* the new state: the last K - 1 inputs, oldest first (distance K - 2 - i at i); v's now (this thread alone
+           reads it), q's and k's when every block of the key head has read them */
 #pragma unroll
-        for (int d = 0; d + 1 < KW; d++)
-            if (d + 1 < K) hist[(int64_t)(K - 2 - d) * C + c] = a[KW - 1 - d];
+        for (int d = 0; d + 1 < KW; d++) {
+            if (d + 1 >= K) continue;
+            if (is_v) hist[(int64_t)(K - 2 - d) * C + c] = a[KW - 1 - d];
+            else qk_state[K - 2 - d][ch] = a[KW - 1 - d];
+        }
     }
     __syncthreads();
 
     /* the q and k sums of squares of the key head, as gdn_rule_kernel's 4 warps form them (its thread i: element i) */
-    if (tid < 32 * GDN_RULE_PARTS) {
-        float sq = 0.0f, sk = 0.0f;
-        for (int i = tid; i < dk; i += 32 * GDN_RULE_PARTS) {
-            const float q = xs[i], k = xs[dk + i];
-            sq += q * q, sk += k * k;
-        }
-        for (int o = 16; o > 0; o >>= 1)
-            sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
-        if (lane == 0) red[0][tid >> 5] = sq, red[1][tid >> 5] = sk;
-    }
-    __syncthreads();
     float sq = 0.0f, sk = 0.0f;
+    for (int i = tid; i < dk; i += DEC_THREADS) {
+        const float q = xs[i], k = xs[dk + i];
+        sq += q * q, sk += k * k;
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        sq += __shfl_xor_sync(0xffffffffu, sq, o), sk += __shfl_xor_sync(0xffffffffu, sk, o);
+    if (lane == 0) red[0][w] = sq, red[1][w] = sk;
+    __syncthreads();
+    sq = 0.0f, sk = 0.0f;
     for (int i = 0; i < GDN_RULE_PARTS; i++) sq += red[0][i], sk += red[1][i];
     const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), qscale = 1.0f / sqrtf((float)dk);
 
+    /* the rule of gdn_rule_kernel for one token */
     const A *bar = ba + t * 2 * (int64_t)g.nv + (int64_t)kh * 2 * r;
-    for (int j0 = 0; j0 < r; j0 += hpar) {
-        const int j = j0 + hs, h = kh * r + j;
-        const bool head = j < r, run = head && !pad && has_col;
-        float *Sg = rec + (int64_t)h * dk * dv + col;
+    const float a_exp = expf(act_load(a_log[h])), dtb = act_load(dt_bias[h]);
+    const float beta = 1.0f / (1.0f + expf(-act_load(bar[j])));
+    const float decay = expf(-a_exp * softplus_(act_load(bar[r + j]) + dtb));
+    const float v = has_col ? xs[2 * dk + lane] : 0.0f;
+    float u = 0.0f;
 #pragma unroll
-        for (int q = 0; q < DEC_ROWS; q++) S[q] = next[q];
-        if (j0 + hpar < r)
-            load_state(next, Sg + (int64_t)hpar * dk * dv, dk, dv, w, 0, j + hpar < r && !pad && !fresh && has_col);
-        float beta = 0.0f, decay = 0.0f, v = 0.0f;
-        if (head) {
-            const float a_exp = expf(act_load(a_log[h])), dtb = act_load(dt_bias[h]);
-            beta = 1.0f / (1.0f + expf(-act_load(bar[j])));
-            decay = expf(-a_exp * softplus_(act_load(bar[r + j]) + dtb));
-            v = has_col ? xs[2 * dk + j * dv + col] : 0.0f;
+    for (int q = 0; q < DEC_ROWS; q++) {
+        const int i = w + GDN_RULE_PARTS * q;
+        if (i < dk) {
+            const float s = S[q] * decay;
+            S[q] = s;
+            u += s * (xs[dk + i] * ik);
         }
-        float *my_part = part + (hs * GDN_RULE_PARTS) * dvp + col;
-        float u = 0.0f;
+    }
+    part[w][lane] = u;
+    __syncthreads();
+    u = 0.0f;
+    for (int i = 0; i < GDN_RULE_PARTS; i++) u += part[i][lane];
+    u = beta * (v - u);
+    float o = 0.0f;
+#pragma unroll
+    for (int q = 0; q < DEC_ROWS; q++) {
+        const int i = w + GDN_RULE_PARTS * q;
+        if (i < dk) {
+            const float s = S[q] + (xs[dk + i] * ik) * u;
+            S[q] = s;
+            o += s * (xs[i] * iq * qscale);
+        }
+    }
+    __syncthreads(); /* every warp has read part */
+    part[w][lane] = o;
+    __syncthreads();
+    if (w == 0 && has_col) {
+        o = 0.0f;
+        for (int i = 0; i < GDN_RULE_PARTS; i++) o += part[i][lane];
+        act_store(core + (t * g.nv + h) * dv + col, pad ? 0.0f : o); /* the rule writes 0 for a padding row */
+    }
+    if (!pad && has_col) {
 #pragma unroll
         for (int q = 0; q < DEC_ROWS; q++) {
             const int i = w + GDN_RULE_PARTS * q;
-            if (i < dk) {
-                const float s = S[q] * decay;
-                S[q] = s;
-                u += s * (xs[dk + i] * ik);
-            }
+            if (i < dk) Sg[i * dv] = S[q];
         }
-        my_part[w * dvp] = u;
-        __syncthreads();
-        u = 0.0f;
-        for (int i = 0; i < GDN_RULE_PARTS; i++) u += my_part[i * dvp];
-        u = beta * (v - u);
-        float o = 0.0f;
-#pragma unroll
-        for (int q = 0; q < DEC_ROWS; q++) {
-            const int i = w + GDN_RULE_PARTS * q;
-            if (i < dk) {
-                const float s = S[q] + (xs[dk + i] * ik) * u;
-                S[q] = s;
-                o += s * (xs[i] * iq * qscale);
-            }
-        }
-        __syncthreads(); /* every thread has read part */
-        my_part[w * dvp] = o;
-        __syncthreads();
-        if (w == 0 && head && has_col) {
-            o = 0.0f;
-            for (int i = 0; i < GDN_RULE_PARTS; i++) o += my_part[i * dvp];
-            core[hs * dvp + col] = pad ? 0.0f : act_rounded<A>(o); /* the rule writes 0 for a padding row */
-        }
-        if (run) {
-#pragma unroll
-            for (int q = 0; q < DEC_ROWS; q++) {
-                const int i = w + GDN_RULE_PARTS * q;
-                if (i < dk) Sg[i * dv] = S[q];
-            }
-        }
-        __syncthreads();
+    }
 
-        /* the gated RMSNorm of head h's row: its first warp */
-        if (head && tid % per_head < 32) {
-            const float *x = core + hs * dvp;
-            const A *z = grp + 2 * dk + r * dv + j * dv;
-            A *y = out + (t * g.nv + h) * dv;
-            float ss = 0.0f;
-            if (norm_x4) { /* dv = 128: lane's 4 adjacent columns, summed as gdn_norm_gate_bf16x4_kernel sums them */
-                const float x0 = x[4 * lane], x1 = x[4 * lane + 1], x2 = x[4 * lane + 2], x3 = x[4 * lane + 3];
-                ss = x0 * x0 + x1 * x1 + x2 * x2 + x3 * x3;
-            } else {
-                for (int e = lane; e < dv; e += 32) ss += x[e] * x[e];
-            }
-            for (int o2 = 16; o2 > 0; o2 >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o2);
-            const float inv = 1.0f / sqrtf(norm_x4 ? ss / 128.0f + eps : ss / (float)dv + eps);
-            if (norm_x4) {
-                for (int e = 4 * lane; e < 4 * lane + 4; e++)
-                    act_store(y + e, act_load(norm_w[e]) * (x[e] * inv) * silu_(act_load(z[e])));
-            } else {
-                for (int e = lane; e < dv; e += 32)
-                    act_store(y + e, act_load(norm_w[e]) * (x[e] * inv) * silu_(act_load(z[e])));
-            }
+    /* arrival: this block's outputs visible, its reads of the q/k conv states done (their values are in xs) */
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        unsigned *n = arrivals + t * g.nk + kh;
+        const bool l = atomicAdd(n, 1u) == (unsigned)(r * gridDim.x) - 1;
+        if (l) *n = 0; /* every block of the key head has counted: zero for the next launch */
+        last = l;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); /* the other blocks' outputs, seen after their arrivals */
+    if (!pad)
+        for (int i = tid; i < (K - 1) * 2 * dk; i += DEC_THREADS) {
+            const int d = i / (2 * dk), ch = i % (2 * dk);
+            const int64_t c = ch < dk ? kh * dk + ch : key + kh * dk + (ch - dk);
+            hist[(int64_t)d * C + c] = qk_state[d][ch];
         }
-        __syncthreads(); /* part and core are rewritten by the next heads */
+    for (int jj = w; jj < r; jj += GDN_RULE_PARTS) {
+        const int64_t row = (t * g.nv + (int64_t)kh * r + jj) * dv;
+        norm_row<A>(core + row, grp + 2 * dk + r * dv + jj * dv, norm_w, dv, eps, norm_x4, out + row);
     }
 }
 
 extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
-                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv,
-                                         const void *core, void *out, cudaStream_t s) {
-    if (g.nk < 1 || g.nv % g.nk != 0 || g.dk < 1 || g.dk > DEC_MAX_DK || g.dv < 1 || g.dv > DEC_MAX_DV ||
-        g.kernel < 1 || g.kernel > DEC_MAX_KERNEL || T > 65535)
+                                         const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
+                                         unsigned *arrivals, int64_t arrival_words, void *out, cudaStream_t s) {
+    if (g.nk < 1 || g.nv % g.nk != 0 || g.dk < 1 || g.dk > DEC_MAX_DK || g.dv < 1 || g.kernel < 1 ||
+        g.kernel > DEC_MAX_KERNEL || T > 65535 || !arrivals || T * g.nk > arrival_words)
         return false;
-    const int r = g.nv / g.nk, dvp = (g.dv + 31) & ~31, per_head = GDN_RULE_PARTS * dvp;
-    const int hpar = r < DEC_MAX_THREADS / per_head ? r : DEC_MAX_THREADS / per_head;
-    const size_t smem = dec_smem_bytes(g, dvp, hpar);
-    if (smem > DEC_SMEM_MAX) return false;
     if (T <= 0) return true;
     /* the chain's own choices, from the same predicates (gdn.cu: conv and fm_cuda_gdn_norm_gate), on the buffers the
        chain would have used (qkv: the conv's output, core: the rule's); its conv must be the window kernel, whose
@@ -237,26 +248,31 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     if (!pairs) return false;
     const bool aligned = ((uintptr_t)core | (uintptr_t)qkvz | (uintptr_t)norm_w | (uintptr_t)out) % 8 == 0;
     const bool norm_x4 = !f32 && g.dv == 128 && g.dk % 4 == 0 && gdn_qkvz_width(g) % 4 == 0 && aligned;
-    const dim3 grid((unsigned)g.nk, (unsigned)T);
-    const unsigned threads = (unsigned)(hpar * per_head);
+    const dim3 grid((unsigned)fm_ceil_div(g.dv, DEC_COLS), (unsigned)g.nv, (unsigned)T);
     if (f32) {
         const float *z = (const float *)qkvz, *b = (const float *)ba, *cw = (const float *)conv_w;
         const float *al = (const float *)a_log, *dt = (const float *)dt_bias, *nw = (const float *)norm_w;
+        float *c = (float *)core, *o = (float *)out;
         if (g.kernel <= 4)
-            gdn_decode_kernel<float, 4><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                    rec_states, tok_seq, tok_pos, false, (float *)out);
+            gdn_decode_kernel<float, 4><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                     rec_states, tok_seq, tok_pos, false, arrivals, c,
+                                                                     o);
         else
-            gdn_decode_kernel<float, 8><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                    rec_states, tok_seq, tok_pos, false, (float *)out);
+            gdn_decode_kernel<float, 8><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                     rec_states, tok_seq, tok_pos, false, arrivals, c,
+                                                                     o);
     } else {
         const bf16 *z = (const bf16 *)qkvz, *b = (const bf16 *)ba, *cw = (const bf16 *)conv_w;
         const bf16 *al = (const bf16 *)a_log, *dt = (const bf16 *)dt_bias, *nw = (const bf16 *)norm_w;
+        bf16 *c = (bf16 *)core, *o = (bf16 *)out;
         if (g.kernel <= 4)
-            gdn_decode_kernel<bf16, 4><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                   rec_states, tok_seq, tok_pos, norm_x4, (bf16 *)out);
+            gdn_decode_kernel<bf16, 4><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                    rec_states, tok_seq, tok_pos, norm_x4, arrivals, c,
+                                                                    o);
         else
-            gdn_decode_kernel<bf16, 8><<<grid, threads, smem, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                   rec_states, tok_seq, tok_pos, norm_x4, (bf16 *)out);
+            gdn_decode_kernel<bf16, 8><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                                    rec_states, tok_seq, tok_pos, norm_x4, arrivals, c,
+                                                                    o);
     }
     FM_LAUNCH_CHECK("gdn_decode_fused");
     return true;
