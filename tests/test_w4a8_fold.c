@@ -251,6 +251,7 @@ static void test_cpu_route(void **state) {
     seed(6);
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan); /* the GPU's formats, emulated */
+    plan.int4_p2 = true;                               /* the route's weights (int4-g128 ones are refused, below) */
     fm_backend *be[2] = {NULL, NULL};
     fm_error err = {{0}};
     assert_int_equal(fm_backend_create("cpu", &plan, 1, NULL, &be[0], &err), FM_OK);
@@ -277,6 +278,16 @@ static void test_cpu_route(void **state) {
         assert_int_equal(be[i]->ops->bank_create(be[i], &gs, plan.w_expert, &b[i][0], &err), FM_OK);
         assert_int_equal(be[i]->ops->bank_create(be[i], &ds, plan.w_expert, &b[i][1], &err), FM_OK);
     }
+    /* int4-g128 scales under the route: refused by name, as the cuda backend refuses them */
+    fm_plan pg = plan;
+    pg.int4_p2 = false;
+    fm_backend *g128 = NULL;
+    fm_bank *nb = NULL;
+    assert_int_equal(fm_backend_create("cpu", &pg, 1, "w4a8.kernel=fold", &g128, &err), FM_OK);
+    assert_int_equal(g128->ops->bank_create(g128, &gs, pg.w_expert, &nb, &err), FM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "needs int4-p2 scales"));
+    assert_null(nb);
+    g128->ops->destroy(g128);
     float x[4 * 256], w[8], o[2][4 * 256];
     const int32_t ids[8] = {0, 1, 1, 0, 0, 1, 1, 0};
     for (int64_t t = 0; t < T; t++) {

@@ -29,7 +29,7 @@ static fm_status fill_matrix(const fm_bank_src *src, int32_t i, int64_t cols, fl
     return FM_OK;
 }
 
-fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err) {
+static fm_status bank_build(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err) {
     *out = NULL;
     int64_t rows = 0;
     for (int32_t j = 0; j < src->n_parts; j++) rows += src->srcs[j].rows;
@@ -113,6 +113,35 @@ fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt
     }
     *out = w;
     return FM_OK;
+}
+
+/* Route w4a8.kernel=fold takes what the cuda backend's fold GEMM takes (cuda_bank_fold.cu), so that a model the cpu
+   backend runs under it also loads on the GPU: the fp8 preset's int4 experts with int4-p2 scales, refused by name
+   otherwise (the cpu backend would run any int4 scales, with the route's per-token activations alone). */
+static fm_status fold_check(fm_backend *be, const fm_bank_src *src, const fm_bank *w, fm_error *err) {
+    if (!src->experts || !cpu_fold_tokens(be) || be->plan.a_dispatch != FM_A_E4M3_G128) return FM_OK;
+    if (!fm_wformat_is_int4(w->fmt))
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "%s: route w4a8.kernel=fold takes int4 experts with int4-p2 scales (the fp8 preset on a "
+                       "checkpoint made by `fp8moe requantize --scales p2`, or --int4-scales p2); this bank is %s",
+                       src->label, fm_wformat_name(w->fmt));
+    for (int64_t r = 0; r < (int64_t)w->n * w->rows; r++)
+        if (!fm_int4_p2_split(w->scales + r * w->n_groups, w->n_groups, NULL, NULL))
+            return fm_fail(err, FM_ERR_UNSUPPORTED,
+                           "%s: route w4a8.kernel=fold needs int4-p2 scales (each row's group scales a power of two "
+                           "under its largest, docs/int4_p2.md), and row %lld has others: load with --int4-scales p2 "
+                           "or a checkpoint made by `fp8moe requantize --scales p2`",
+                           src->label, (long long)r);
+    return FM_OK;
+}
+
+fm_status cpu_bank_create(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err) {
+    fm_status st = bank_build(be, src, fmt, out, err);
+    if (st == FM_OK && (st = fold_check(be, src, *out, err)) != FM_OK) {
+        cpu_bank_free(be, *out);
+        *out = NULL;
+    }
+    return st;
 }
 
 void cpu_bank_free(fm_backend *be, fm_bank *w) {
