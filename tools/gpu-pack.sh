@@ -17,7 +17,7 @@ tests=()
 [ "${TESTS:-1}" = 1 ] && mapfile -t tests < <(ls tests/gpu/test_*.c | sed "s|^tests|$bdir/tests|; s|\.c$||")
 echo "gpu-pack: building in $bdir for $archs" >&2
 make -j"$jobs" BUILD="$bdir" CUDA_ARCHS="$archs" all "${tests[@]}" >"$bdir.log" 2>&1 || { tail -20 "$bdir.log"; exit 1; }
-stage=$(mktemp -d /tmp/gpu-pack.XXXXXX)
+stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build/tests/gpu"
 strip --strip-debug -o "$stage/build/fp8moe" "$bdir/fp8moe"

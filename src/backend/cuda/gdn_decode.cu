@@ -231,6 +231,24 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
     }
 }
 
+/* the kernel for the activation type A and the conv's taps (4 or 8), the pointers typed */
+template <typename A>
+static void dec_launch(dim3 grid, const void *qkvz, const void *ba, const void *conv_w, int64_t conv_ld,
+                       const void *a_log, const void *dt_bias, const void *norm_w, fm_gdn_shape g, float eps,
+                       float *conv_states, float *rec_states, const int32_t *tok_seq, const int32_t *tok_pos,
+                       bool norm_x4, unsigned *arrivals, void *core, void *out, cudaStream_t s) {
+    const A *z = (const A *)qkvz, *b = (const A *)ba, *cw = (const A *)conv_w;
+    const A *al = (const A *)a_log, *dt = (const A *)dt_bias, *nw = (const A *)norm_w;
+    if (g.kernel <= 4)
+        gdn_decode_kernel<A, 4><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                             rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core,
+                                                             (A *)out);
+    else
+        gdn_decode_kernel<A, 8><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
+                                                             rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core,
+                                                             (A *)out);
+}
+
 extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
@@ -249,31 +267,12 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     const bool aligned = ((uintptr_t)core | (uintptr_t)qkvz | (uintptr_t)norm_w | (uintptr_t)out) % 8 == 0;
     const bool norm_x4 = !f32 && g.dv == 128 && g.dk % 4 == 0 && gdn_qkvz_width(g) % 4 == 0 && aligned;
     const dim3 grid((unsigned)fm_ceil_div(g.dv, DEC_COLS), (unsigned)g.nv, (unsigned)T);
-    if (f32) {
-        const float *z = (const float *)qkvz, *b = (const float *)ba, *cw = (const float *)conv_w;
-        const float *al = (const float *)a_log, *dt = (const float *)dt_bias, *nw = (const float *)norm_w;
-        float *c = (float *)core, *o = (float *)out;
-        if (g.kernel <= 4)
-            gdn_decode_kernel<float, 4><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                     rec_states, tok_seq, tok_pos, false, arrivals, c,
-                                                                     o);
-        else
-            gdn_decode_kernel<float, 8><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                     rec_states, tok_seq, tok_pos, false, arrivals, c,
-                                                                     o);
-    } else {
-        const bf16 *z = (const bf16 *)qkvz, *b = (const bf16 *)ba, *cw = (const bf16 *)conv_w;
-        const bf16 *al = (const bf16 *)a_log, *dt = (const bf16 *)dt_bias, *nw = (const bf16 *)norm_w;
-        bf16 *c = (bf16 *)core, *o = (bf16 *)out;
-        if (g.kernel <= 4)
-            gdn_decode_kernel<bf16, 4><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                    rec_states, tok_seq, tok_pos, norm_x4, arrivals, c,
-                                                                    o);
-        else
-            gdn_decode_kernel<bf16, 8><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                                    rec_states, tok_seq, tok_pos, norm_x4, arrivals, c,
-                                                                    o);
-    }
+    if (f32)
+        dec_launch<float>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
+                          tok_seq, tok_pos, false, arrivals, core, out, s);
+    else
+        dec_launch<bf16>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
+                         tok_seq, tok_pos, norm_x4, arrivals, core, out, s);
     FM_LAUNCH_CHECK("gdn_decode_fused");
     return true;
 }
