@@ -109,6 +109,13 @@ typedef enum fm_expert_policy {
 const char *fm_expert_policy_name(fm_expert_policy p);
 bool fm_expert_policy_parse(const char *name, fm_expert_policy *out);
 
+/* How a mixed step's prefill share is sized (fm_options.step_budget) */
+typedef enum fm_step_budget_mode {
+    FM_STEP_BUDGET_AUTO = 0, /* LATENCY when mixed steps are on */
+    FM_STEP_BUDGET_FIXED,    /* every token of max_step_tokens the decode rows leave */
+    FM_STEP_BUDGET_LATENCY,  /* by measured step times (src/engine/step_budget.h) */
+} fm_step_budget_mode;
+
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset preset;
@@ -142,23 +149,29 @@ typedef struct fm_options {
     int32_t expert_slots;       /* experts in host memory: slots of the expert cache; 0 = from the memory plan (cpu:
                                    every expert; cuda: what --vram-limit or the free memory leaves). At least
                                    n_experts (one layer's experts: a prefill can route to all of them) */
-    fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
-    const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
-                                       expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
-    int32_t ep_ranks, ep_rank;      /* expert parallelism (--ep): the model holds the routed experts of rank ep_rank
-                                       of ep_ranks (0 or 1: every expert); a rank's forward pass needs the others
-                                       (src/dist/rank_group.h loads and runs the group) */
-    int32_t tp_ranks, tp_rank;      /* tensor parallelism of attention (--tp): the model holds the attention heads
-                                       of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
-    bool prefix_cache;              /* generation: automatic prefix caching (fm_options_init: on; --no-prefix-cache):
-                                       full KV blocks stay cached after their sequence ends, and a prompt that begins
-                                       with cached tokens maps them instead of computing them again. Refused with a
-                                       message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
-    int64_t max_step_tokens;        /* generation (--max-step-tokens): tokens of one scheduler step, every running
-                                       sequence's next token and prefill chunks together in one forward pass
-                                       (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
-                                       mixed steps, a prefill chunk and a decode step of the batch alternate. At
-                                       most max_tokens (the step's activations are planned for it). */
+    fm_expert_policy expert_policy;  /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
+    const char *synthetic_routing;   /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
+                                        expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
+    int32_t ep_ranks, ep_rank;       /* expert parallelism (--ep): the model holds the routed experts of rank ep_rank
+                                        of ep_ranks (0 or 1: every expert); a rank's forward pass needs the others
+                                        (src/dist/rank_group.h loads and runs the group) */
+    int32_t tp_ranks, tp_rank;       /* tensor parallelism of attention (--tp): the model holds the attention heads
+                                        of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
+    bool prefix_cache;               /* generation: automatic prefix caching (fm_options_init: on; --no-prefix-cache):
+                                        full KV blocks stay cached after their sequence ends, and a prompt that begins
+                                        with cached tokens maps them instead of computing them again. Refused with a
+                                        message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
+    int64_t max_step_tokens;         /* generation (--max-step-tokens): tokens of one scheduler step, every running
+                                        sequence's next token and prefill chunks together in one forward pass
+                                        (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
+                                        mixed steps, a prefill chunk and a decode step of the batch alternate. At
+                                        most max_tokens (the step's activations are planned for it). */
+    fm_step_budget_mode step_budget; /* generation (--step-budget): a mixed step's prefill share beside decode rows
+                                        (docs/mixed-steps.md). FIXED: every token max_step_tokens leaves; LATENCY:
+                                        the share whose measured cost keeps the step within step_latency_ratio x a
+                                        decode-only step (64 tokens at least, max_step_tokens at most); AUTO (0):
+                                        LATENCY when mixed steps are on. Refused with mixed steps off */
+    double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
@@ -269,6 +282,9 @@ bool fm_context_prefix_cache(const fm_context *c);  /* automatic prefix caching 
 /* The step token budget of mixed steps (fm_options.max_step_tokens as the load resolved it, at most max_tokens): 0
  * when mixed steps are off or there is no KV cache. */
 int64_t fm_context_max_step_tokens(const fm_context *c);
+/* How the load resolved fm_options.step_budget: FIXED or LATENCY (FIXED when mixed steps are off), and LATENCY's
+ * ratio into *ratio (may be NULL). */
+fm_step_budget_mode fm_context_step_budget(const fm_context *c, double *ratio);
 /* The KV cache's blocks: held by a sequence (cached blocks no sequence holds count as free), and in the pool; 0 and 0
  * without a KV cache. */
 void fm_context_kv_blocks(const fm_context *c, int32_t *used, int32_t *total);

@@ -87,6 +87,12 @@ void fm_sched_release(fm_sched *s, int64_t req);
 /* One step (one forward pass); false in *busy when there was nothing to do. An error here is the backend's (fatal). */
 fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err);
 
+/* The clock that times the steps (the latency step budget, fm_options.step_budget; the stats): milliseconds from any
+ * origin, never decreasing. NULL: the monotonic clock (the default). For tests and simulations: a clock that advances
+ * by a modelled cost of each step makes the budget's choices deterministic. */
+typedef double (*fm_sched_clock_fn)(void *user);
+void fm_sched_set_clock(fm_sched *s, fm_sched_clock_fn now_ms, void *user);
+
 typedef struct fm_sched_stats {
     int32_t waiting, running, kept;          /* requests */
     int32_t kv_blocks_used, kv_blocks_total; /* used: held by a sequence (cached blocks count as free) */
@@ -98,6 +104,17 @@ typedef struct fm_sched_stats {
     int64_t kv_evictions;
     int64_t prefix_queries, prefix_hits, prefix_prompt_tokens, prefix_cached_tokens;
     int64_t prefill_tokens, decode_tokens, decode_steps;
+    /* steps that ran rows; those with decode and prefill rows together (mixed), and their prefill tokens */
+    int64_t steps, mixed_steps, mixed_prefill_tokens;
+    /* the last step: its decode and prefill rows, the prefill tokens it could take (the step budget's share; the
+       prefill chunk without mixed steps), its wall time */
+    int32_t last_decode_rows;
+    int64_t last_prefill_rows, last_prefill_limit;
+    double last_step_ms;
+    /* mixed steps: the share sized by time (fm_options.step_budget), and the estimates behind it at the last step's
+       batch: a decode-only step, a prefill token beside it (0: not measured yet) */
+    bool step_latency;
+    double est_decode_ms, est_prefill_token_ms;
     bool experts_host; /* experts in host memory: the expert cache's counters (fm_expert_stats) */
     int32_t expert_slots;
     int64_t expert_hits, expert_misses;
