@@ -38,12 +38,12 @@ static void test_estimates(void **state) {
     (void)state;
     fm_step_budget b = budget_of(520, true, 2.0, 8);
     assert_int_equal(fm_step_budget_prefill(&b, 8), 512); /* nothing measured: the fixed budget */
-    fm_step_budget_observe(&b, 8, 0, 6.0);                 /* a decode-only step of 8 rows: 6 ms */
+    fm_step_budget_observe(&b, 8, 0, 6.0);                /* a decode-only step of 8 rows: 6 ms */
     assert_int_equal(fm_step_budget_prefill(&b, 8), 512); /* no prefill cost yet */
-    fm_step_budget_observe(&b, 8, 512, 30.0);              /* 24 ms for 512 prompt tokens */
+    fm_step_budget_observe(&b, 8, 512, 30.0);             /* 24 ms for 512 prompt tokens */
     assert_true(fabs(b.token_ms - 24.0 / 512) < 1e-12);
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 128); /* 6 ms more at most: 128 tokens */
-    assert_int_equal(fm_step_budget_prefill(&b, 0), 520); /* no stream waits: the whole budget */
+    assert_int_equal(fm_step_budget_prefill(&b, 8), 128);             /* 6 ms more at most: 128 tokens */
+    assert_int_equal(fm_step_budget_prefill(&b, 0), 520);             /* no stream waits: the whole budget */
     assert_true(fabs(fm_step_budget_decode_ms(&b, 5) - 6.0) < 1e-12); /* the nearest batch measured */
     assert_true(fm_step_budget_decode_ms(&b, 9) == 0.0);              /* beyond the batch: none */
     /* a one-off stall (a graph capture) of 100x moves the decode estimate by a quarter */
@@ -258,8 +258,7 @@ static void test_share_follows_cost(void **state) {
     /* in between: it settles at (R - 1) x 5.1 ms / 0.04 ms = 127 tokens, the step within 2 x the decode-only one */
     const int32_t e = last[2];
     printf("share: dear %lld, cheap %lld, in between %lld tokens (step %.2f ms, decode-only %.2f ms)\n",
-           (long long)t->limit[last[0]], (long long)t->limit[last[1]], (long long)t->limit[e], t->ms[e],
-           t->dec_est[e]);
+           (long long)t->limit[last[0]], (long long)t->limit[last[1]], (long long)t->limit[e], t->ms[e], t->dec_est[e]);
     assert_true(fabs(t->dec_est[e] - (STEP_MS + DEC_MS)) < 1e-9);
     assert_true(t->limit[e] >= 125 && t->limit[e] <= 128);
     for (int32_t i = e - 2; i <= e; i++) assert_true(t->ms[i] <= 2.0 * t->dec_est[i] * 1.01); /* a token's rounding */
