@@ -170,7 +170,8 @@ typedef struct fm_options {
                                         (docs/mixed-steps.md). FIXED: every token max_step_tokens leaves; LATENCY:
                                         the share whose measured cost keeps the step within step_latency_ratio x a
                                         decode-only step (64 tokens at least, max_step_tokens at most); AUTO (0):
-                                        LATENCY when mixed steps are on. Refused with mixed steps off */
+                                        LATENCY when mixed steps are on (FIXED for a rank of an
+                                        --ep/--tp group, where LATENCY is refused). Refused with mixed steps off */
     double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
 } fm_options;
 

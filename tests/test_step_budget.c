@@ -11,7 +11,9 @@
  *     those of the same run under the fixed budget (the budget decides which rows share a step, not what a row
  *     computes);
  *   - the options: the default is latency with R = 2; fixed is kept; latency or a ratio with mixed steps off, a ratio
- *     with fixed, a ratio below 1 are refused by name. */
+ *     with fixed, a ratio below 1 are refused by name; a rank of an --ep/--tp group keeps the fixed budget (each rank
+ *     schedules for itself, in step with the others: shares sized by each rank's clock would differ) and refuses
+ *     latency by name. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -160,9 +162,12 @@ typedef struct trace {
     double ms[4096], dec_est[4096];
 } trace;
 
+static int32_t load_ep_ranks = 0; /* fm_options.ep_ranks of the next loads (rank 0 of them) */
+
 static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_tokens, fm_status *st, fm_error *err) {
     fm_options opt;
     fm_options_init(&opt);
+    opt.ep_ranks = load_ep_ranks, opt.ep_rank = 0;
     opt.max_seqs = SEQS, opt.ctx = PASS, opt.max_tokens = PASS, opt.prefix_cache = false;
     opt.max_step_tokens = step_tokens, opt.step_budget = mode, opt.step_latency_ratio = ratio;
     fm_model *m = NULL;
@@ -315,6 +320,15 @@ static void test_options(void **state) {
     refused(FM_STEP_BUDGET_FIXED, 3.0, 0, "--max-step-latency-ratio");
     refused(FM_STEP_BUDGET_LATENCY, 0.5, 0, "--max-step-latency-ratio");
     refused((fm_step_budget_mode)7, 0.0, 0, "--step-budget");
+    /* a rank of a group (each rank runs its own scheduler in step with the others): fixed, and latency refused */
+    load_ep_ranks = 2;
+    m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err);
+    if (st) fail_msg("load as rank 0 of 2: %s", err.msg);
+    assert_int_equal(fm_context_step_budget(m->context, NULL), FM_STEP_BUDGET_FIXED);
+    fm_model_free(m);
+    refused(FM_STEP_BUDGET_LATENCY, 0.0, 0, "--ep/--tp");
+    refused(FM_STEP_BUDGET_AUTO, 2.5, 0, "--max-step-latency-ratio");
+    load_ep_ranks = 0;
 }
 
 int main(void) {

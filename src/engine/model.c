@@ -62,7 +62,14 @@ static fm_status resolve_step_tokens(fm_context *ctx, const fm_options *opt, fm_
                        ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget");
     if (mode == FM_STEP_BUDGET_FIXED && ratio != 0.0)
         return fm_fail(err, FM_ERR_USAGE, "--max-step-latency-ratio goes with --step-budget latency, not fixed");
-    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && mode != FM_STEP_BUDGET_FIXED;
+    /* each rank of a group runs its own scheduler, in step with the others: shares sized by each rank's own clock
+       would differ, and the ranks' passes with them */
+    const bool ranks = ctx->m->ep_ranks > 1 || ctx->m->tp_ranks > 1;
+    if (ranks && (mode == FM_STEP_BUDGET_LATENCY || ratio != 0.0))
+        return fm_fail(err, FM_ERR_USAGE,
+                       "%s: the ranks of --ep/--tp would size their steps apart; use --step-budget fixed there",
+                       ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget latency");
+    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && mode != FM_STEP_BUDGET_FIXED && !ranks;
     ctx->kv->step_ratio = ratio != 0.0 ? ratio : FM_STEP_LATENCY_RATIO;
     return FM_OK;
 }
