@@ -4,9 +4,11 @@
  * One thread owns the scheduler (and its context): it calls fm_sched_step in a loop; each step is one forward
  * pass. With mixed steps (the load's fm_options.max_step_tokens, on by default) a step holds every running request's
  * next token and, in the rest of the token budget, prefill chunks of one or more waiting requests, so a long prompt
- * delays the running streams by one budgeted step at most (docs/mixed-steps.md). With them off, a step is one prefill
- * chunk of one waiting request or one decode step of every active request, alternating. Requests are submitted and
- * cancelled between steps by the same thread; a server wraps the scheduler with its own lock and queue.
+ * delays the running streams by one budgeted step at most (docs/mixed-steps.md); how much of the budget prompts take
+ * beside decoding requests follows the steps' measured times (fm_options.step_budget, fm_sched_set_clock). With them
+ * off, a step is one prefill chunk of one waiting request or one decode step of every active request, alternating.
+ * Requests are submitted and cancelled between steps by the same thread; a server wraps the scheduler with its own
+ * lock and queue.
  *
  * Every event of a request (each sampled token, then its end) goes to the request's callback, on the stepping
  * thread, in order. fm_context_generate is this scheduler run to completion.

@@ -6,8 +6,10 @@
 /* weight of a new sample in the smoothed estimates: a few steps follow a change of load (a longer context, another
  * batch), one slow step (a page fault, a host stall) moves them by a quarter at most */
 #define SMOOTH 0.25
-/* a sample above CLIP x the estimate counts as CLIP x: the first step at a batch bucket may capture its CUDA graph,
- * a one-off many times a step's time */
+/* a decode-only step above CLIP x its estimate counts as CLIP x: the first step at a batch bucket may capture its CUDA
+ * graph, a one-off many times a step's time, and an estimate too high would give the next steps too large a share.
+ * A prompt token's cost is not clipped: too high an estimate errs on the streams' side, and it must follow a real
+ * rise at once */
 #define CLIP 2.0
 
 fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, double ratio, int32_t max_batch,
@@ -47,19 +49,19 @@ int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec) {
     return share > (double)floor ? (int64_t)share : floor;
 }
 
-static void smooth(double *est, double sample) {
+static void smooth(double *est, double sample, bool clip) {
     if (*est <= 0.0) *est = sample; /* the first sample (or after a free one: nothing to clip against) */
-    else *est += SMOOTH * ((sample < CLIP * *est ? sample : CLIP * *est) - *est);
+    else *est += SMOOTH * ((clip && sample > CLIP * *est ? CLIP * *est : sample) - *est);
 }
 
 void fm_step_budget_observe(fm_step_budget *b, int32_t n_dec, int64_t n_prefill, double ms) {
     if (n_dec < 1 || n_dec > b->max_batch || !(ms > 0.0)) return; /* a prefill-only step says nothing of either */
     if (n_prefill == 0) {
-        smooth(&b->decode_ms[n_dec], ms);
+        smooth(&b->decode_ms[n_dec], ms, true);
         return;
     }
     const double dec = fm_step_budget_decode_ms(b, n_dec);
     if (dec <= 0.0) return;
     const double per_token = ms > dec ? (ms - dec) / (double)n_prefill : 0.0;
-    smooth(&b->token_ms, per_token);
+    smooth(&b->token_ms, per_token, false);
 }
