@@ -149,29 +149,30 @@ typedef struct fm_options {
     int32_t expert_slots;       /* experts in host memory: slots of the expert cache; 0 = from the memory plan (cpu:
                                    every expert; cuda: what --vram-limit or the free memory leaves). At least
                                    n_experts (one layer's experts: a prefill can route to all of them) */
-    fm_expert_policy expert_policy;  /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
-    const char *synthetic_routing;   /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
-                                        expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
-    int32_t ep_ranks, ep_rank;       /* expert parallelism (--ep): the model holds the routed experts of rank ep_rank
-                                        of ep_ranks (0 or 1: every expert); a rank's forward pass needs the others
-                                        (src/dist/rank_group.h loads and runs the group) */
-    int32_t tp_ranks, tp_rank;       /* tensor parallelism of attention (--tp): the model holds the attention heads
-                                        of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
-    bool prefix_cache;               /* generation: automatic prefix caching (fm_options_init: on; --no-prefix-cache):
-                                        full KV blocks stay cached after their sequence ends, and a prompt that begins
-                                        with cached tokens maps them instead of computing them again. Refused with a
-                                        message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
-    int64_t max_step_tokens;         /* generation (--max-step-tokens): tokens of one scheduler step, every running
-                                        sequence's next token and prefill chunks together in one forward pass
-                                        (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
-                                        mixed steps, a prefill chunk and a decode step of the batch alternate. At
-                                        most max_tokens (the step's activations are planned for it). */
+    fm_expert_policy expert_policy; /* --expert-policy: FM_EXPERT_LFU (fm_options_init) unless asked */
+    const char *synthetic_routing;  /* synthetic models (benchmarks): "uniform" (NULL) or "zipf:S", how often each
+                                       expert is routed to (--synthetic-routing; src/engine/synthetic.c) */
+    int32_t ep_ranks, ep_rank;      /* expert parallelism (--ep): the model holds the routed experts of rank ep_rank
+                                       of ep_ranks (0 or 1: every expert); a rank's forward pass needs the others
+                                       (src/dist/rank_group.h loads and runs the group) */
+    int32_t tp_ranks, tp_rank;      /* tensor parallelism of attention (--tp): the model holds the attention heads
+                                       of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
+    bool prefix_cache;              /* generation: automatic prefix caching (fm_options_init: on; --no-prefix-cache):
+                                       full KV blocks stay cached after their sequence ends, and a prompt that begins
+                                       with cached tokens maps them instead of computing them again. Refused with a
+                                       message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
+    int64_t max_step_tokens;        /* generation (--max-step-tokens): tokens of one scheduler step, every running
+                                       sequence's next token and prefill chunks together in one forward pass
+                                       (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
+                                       mixed steps, a prefill chunk and a decode step of the batch alternate. At
+                                       most max_tokens (the step's activations are planned for it). */
+
     fm_step_budget_mode step_budget; /* generation (--step-budget): a mixed step's prefill share beside decode rows
                                         (docs/mixed-steps.md). FIXED: every token max_step_tokens leaves; LATENCY:
                                         the share whose measured cost keeps the step within step_latency_ratio x a
                                         decode-only step (64 tokens at least, max_step_tokens at most); AUTO (0):
-                                        LATENCY when mixed steps are on (FIXED for a rank of an
-                                        --ep/--tp group, where LATENCY is refused). Refused with mixed steps off */
+                                        LATENCY when mixed steps are on (FIXED for a rank of an --ep/--tp group,
+                                        where LATENCY is refused). Refused with mixed steps off */
     double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
 } fm_options;
 
