@@ -64,6 +64,8 @@ typedef struct fm_kv_state {
                                host_alloc memory: unchanged from its upload until the step's sync) */
     bool tables_dirty;
     int64_t step_tokens; /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
+    bool step_latency;   /* the prefill share of a mixed step sized by time (fm_options.step_budget) */
+    double step_ratio;   /* then: a step within step_ratio x a decode-only step */
 } fm_kv_state;
 
 /* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet
