@@ -445,7 +445,9 @@ void *fm_cuda_backend_stream(fm_backend *be);
 /* Op tests: the FP4 dispatch buffer that the last moe op of a T x k routing over E experts (hidden H, width I, W4A8
  * experts, --dispatch mxfp4|nvfp4) left in the CUDA backend's workspace, in pair order p = t k + j: E2M1 codes
  * [T k][pad128(H) / 2] and block scales [T k][pad128(H) / 128][4 (MX) or 8 (NV) bytes], and the NVFP4 tensor scale
- * (1 for MX). Synchronises. False on another backend, dispatch format or a build without CUDA. */
+ * (1 for MX); under route w4a8.kernel=fold the e4m3 rows with one scale per token: codes [T k][pad128(H)] and fp32
+ * scales [T k] (4 bytes each), tensor scale 1. Synchronises. False on another backend, dispatch format or a build
+ * without CUDA. */
 bool fm_cuda_moe_dispatch_read(fm_backend *be, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I, uint8_t *codes,
                                uint8_t *scales, float *tensor_scale);
 /* Op tests: the CUDA expert cache's table after the fetches so far: slot_of [n_layers * E] (the slot of each
