@@ -78,9 +78,9 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan);
  * activations); FM_DENSE_PRESET leaves the preset's. */
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
 /* Applies an --int4-scales choice: FM_ERR_USAGE when the plan quantizes no weights to int4 (ref, ref32, or every
- * family e4m3 by --dense w8a8 and a float expert format), FM_ERR_UNSUPPORTED on the cuda backend (its quantizer at
- * load is the g128 one, on the device). */
-fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, const char *backend, fm_error *err);
+ * family e4m3 by --dense w8a8 and a float expert format). Both backends quantize at load with int4-p2 scales, bit
+ * for bit alike (the cuda backend on the device: cuda/quantize_int4_p2.cu). */
+fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err);
 /* Applies a --dispatch choice: the format of the expert dispatch buffer (the routed copies of each token, the gate|up
  * GEMM's input); the down GEMM's input stays the preset's (it is made on chip by the SwiGLU epilogue and crosses no
  * dispatch). FM_ERR_USAGE on the oracle presets. */

@@ -92,7 +92,8 @@ static __device__ __forceinline__ void fold_row_scales(const uint16_t *wsc, int6
     uint32_t m[2] = {0u, 0u};
     for (int64_t grp = t; grp < G; grp += 4)
 #pragma unroll
-        for (int h = 0; h < 2; h++) m[h] = max(m[h], (uint32_t)__ldg((const unsigned short *)wsc + grp * rows_pad + 8 * h));
+        for (int h = 0; h < 2; h++)
+            m[h] = max(m[h], (uint32_t)__ldg((const unsigned short *)wsc + grp * rows_pad + 8 * h));
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         m[h] = max(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
@@ -214,7 +215,7 @@ static __global__ __launch_bounds__(FG_WARPS * 32, 2) void fold_gemv_kernel(cons
         for (int i = 0; i < 4; i++)
             for (int j = 1; j < KS; j++) acc[nt][i] += red[warp + j][nt][i][lane];
 
-    /* C fragment: acc[nt][c] row g, acc[nt][2 + c] row g + 8, activation row nt 8 + 2t + c */
+                /* C fragment: acc[nt][c] row g, acc[nt][2 + c] row g + 8, activation row nt 8 + 2t + c */
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -260,8 +261,7 @@ static void fold_gemv_launch(const fold_gemv_params &p, int64_t max_tiles, bool 
     fm_cuda_launch_pdl(fn, dim3((unsigned)blocks, (unsigned)max_tiles), dim3(FG_WARPS * 32), smem, s, args, pdl);
 }
 
-template <int NT>
-static void fold_gemv_mode(const fm_fold_gemv_args *a, const fold_gemv_params &p, cudaStream_t s) {
+template <int NT> static void fold_gemv_mode(const fm_fold_gemv_args *a, const fold_gemv_params &p, cudaStream_t s) {
     const bool tok = a->ascale == FM_FOLD_PER_TOKEN;
     if (a->swiglu) {
         if (tok) fold_gemv_launch<NT, FM_FOLD_PER_TOKEN, true>(p, a->max_tiles, a->pdl, s);
@@ -274,17 +274,17 @@ static void fold_gemv_mode(const fm_fold_gemv_args *a, const fold_gemv_params &p
 
 extern "C" void fm_cuda_w4a8_fold_gemv(const fm_fold_gemv_args *a, void *stream) {
     const int64_t R = a->max_rows <= 8 ? 8 : 16;
-    const char *bad =
-        !a->codes || !a->scales                                                        ? "bank"
-        : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0                ? "bank shape"
-        : (uintptr_t)a->codes % 16                                                     ? "alignment of the codes"
-        : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16                 ? "activations"
-        : (uintptr_t)a->x % 16                                                         ? "alignment of x"
-        : !a->tiles || !a->n_tiles || a->max_tiles < 1 || a->max_tiles > 65535         ? "tiles"
-        : a->max_rows < 1 || a->max_rows > FM_GEMV_FP8_MAX_M                           ? "rows per tile"
-        : fold_gemv_smem(R, a->n_groups, a->ascale == FM_FOLD_PER_GROUP) > FM_GEMV_FP8_SMEM_MAX ? "K (shared memory)"
-        : !a->y                                                                        ? "y"
-                                                                                       : NULL;
+    const char *bad = !a->codes || !a->scales                                                ? "bank"
+                      : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0        ? "bank shape"
+                      : (uintptr_t)a->codes % 16                                             ? "alignment of the codes"
+                      : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16         ? "activations"
+                      : (uintptr_t)a->x % 16                                                 ? "alignment of x"
+                      : !a->tiles || !a->n_tiles || a->max_tiles < 1 || a->max_tiles > 65535 ? "tiles"
+                      : a->max_rows < 1 || a->max_rows > FM_GEMV_FP8_MAX_M                   ? "rows per tile"
+                      : fold_gemv_smem(R, a->n_groups, a->ascale == FM_FOLD_PER_GROUP) > FM_GEMV_FP8_SMEM_MAX
+                          ? "K (shared memory)"
+                      : !a->y ? "y"
+                              : NULL;
     if (bad) {
         fprintf(stderr, "fp8moe: w4a8_fold_gemv: bad arguments: %s\n", bad);
         abort();
