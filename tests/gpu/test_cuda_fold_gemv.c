@@ -320,6 +320,8 @@ static int free_qwen(void **state) {
 
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
+    /* FM_TEST_FILTER='test_*_small' runs the small shapes alone (compute-sanitizer: tools/gpu-check.sh) */
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_small),
         cmocka_unit_test(test_gemv_qwen3),
