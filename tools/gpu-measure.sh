@@ -162,6 +162,13 @@ part_decode() {
         decode_rows "decode_qnext_routed_r$r"
         run "decode_qnext_fused_r$r" 300 "$new/fp8moe" bench decode "${q[@]}" --route decode.fused=on
         decode_rows "decode_qnext_fused_r$r"
+        # the fold route (w4a8.kernel=fold: GEMVs at B = 1, the fold GEMM at 64) against today's kernels on the same
+        # int4-p2 weights (quantized at load on the device)
+        run "decode_p2_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --presets fp8 --int4-scales p2
+        decode_rows "decode_p2_r$r"
+        run "decode_fold_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --presets fp8 --int4-scales p2 \
+            --route w4a8.kernel=fold
+        decode_rows "decode_fold_r$r"
     done
     [ "${DECODE_SET:-all}" = extra ] && { decode_table; return; }
     # each op of a step against its floor (--per-op: a mark after every op of the profiled step), B = 1 and 64
@@ -204,7 +211,7 @@ part_prefill() {
     echo >>"$table"
     # the experts alone: today's grouped GEMM against the fold GEMM (int4-p2 weights, route w4a8.kernel=fold) on the
     # same weights, A B in one program
-    local moe_tokens=512,2048,8192 moe_shape=qwen3
+    local moe_tokens=1,8,64,512,2048,8192 moe_shape=qwen3
     [ "$smoke" = 1 ] && moe_tokens=7,64 moe_shape=toy
     if [ "$backend" = cuda ] || [ "$smoke" = 1 ]; then
         run moe_fold 300 "$new/fp8moe" bench moe --shape "$moe_shape" --routes fp8-grouped,fp8-fold --tokens "$moe_tokens" \

@@ -473,7 +473,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
-    if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, opt->backend, err);
+    if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, err);
     if (!dst && m->plan.int4_p2 && m->cfg.quant.method != FM_QUANT_NONE)
         dst = fm_fail(err, FM_ERR_USAGE,
                       "--int4-scales p2 quantizes float weights at load; this checkpoint is already quantized (%s) "
