@@ -108,7 +108,7 @@ timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on >"$out/
 fused_generate_rc=$?
 # programmatic dependent launch on every decode kernel: decode graphs with pdl on and pdl=off give the same logits,
 # ids and log-probabilities bit for bit (B = 1, 4, 24; every preset; paged.combine=fused and decode.fused=on too)
-timeout 300 ./build/tests/gpu/test_cuda_pdl >"$out/gpu_pdl.log" 2>&1; pdl_rc=$?
+timeout 600 ./build/tests/gpu/test_cuda_pdl >"$out/gpu_pdl.log" 2>&1; pdl_rc=$?
 # the prefix cache (tokens and logits equal with and without it), mixed steps (decode rows and prompt chunks in one
 # pass: tokens as lone runs, a token every step), the server's warm-up (a graph per bucket, nothing left behind)
 timeout 300 ./build/tests/gpu/test_cuda_prefix_cache >"$out/gpu_prefix.log" 2>&1; prefix_rc=$?
