@@ -9,8 +9,9 @@
  * pdl=off run the same batches: B = 1, 4 and 24 sequences (the last padded to the 32-row bucket: padding rows, the
  * GEMM paths above the decode GEMVs' rows), prompts of unequal lengths prefilled one by one, then STEPS decode steps
  * through fm_decode_step (the first step of a bucket launched kernel by kernel, the second captured into the
- * bucket's graph, the rest replays of it), half the rows greedy and half sampled. A mismatch names the model, preset, routes, B, step, row and logit. Where the GPU has no PDL (below
- * sm_90) both runs launch normally and the test says so. */
+ * bucket's graph, the rest replays of it), half the rows greedy and half sampled. A mismatch names the model, preset,
+ * routes, B, step, row and logit. Where the GPU has no PDL (below sm_90) both runs launch normally and the test says
+ * so. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,8 +40,8 @@ typedef struct preset_case {
 } preset_case;
 
 static const preset_case PRESETS[] = {
-    {FM_PRESET_REF, false, "ref"},           {FM_PRESET_INT4, false, "int4"},   {FM_PRESET_FP8, false, "fp8"},
-    {FM_PRESET_FP8, true, "fp8 + w8a8"},     {FM_PRESET_REF32, false, "ref32"},
+    {FM_PRESET_REF, false, "ref"},       {FM_PRESET_INT4, false, "int4"},   {FM_PRESET_FP8, false, "fp8"},
+    {FM_PRESET_FP8, true, "fp8 + w8a8"}, {FM_PRESET_REF32, false, "ref32"},
 };
 
 /* the alternative kernels of a decode step that PDL must also leave bit for bit */
@@ -124,7 +125,8 @@ static void expect_same(const char *dir, const preset_case *p, const char *extra
         const int32_t B = BATCHES[bi];
         for (int s = 0; s < STEPS; s++)
             for (int32_t i = 0; i < B; i++) {
-                const float *a = on->logits[bi] + ((size_t)s * B + i) * V, *b = off->logits[bi] + ((size_t)s * B + i) * V;
+                const float *a = on->logits[bi] + ((size_t)s * B + i) * V,
+                            *b = off->logits[bi] + ((size_t)s * B + i) * V;
                 for (int32_t v = 0; v < V; v++)
                     if (memcmp(&a[v], &b[v], sizeof *a))
                         fail_msg("%s %s routes '%s' B=%d step %d row %d: logit %d differs with pdl on (%.9g) and off "
@@ -132,8 +134,8 @@ static void expect_same(const char *dir, const preset_case *p, const char *extra
                                  dir, p->name, extra, B, s, i, v, (double)a[v], (double)b[v]);
                 if (on->ids[bi][s][i] != off->ids[bi][s][i] || memcmp(&on->lps[bi][s][i], &off->lps[bi][s][i], 4))
                     fail_msg("%s %s routes '%s' B=%d step %d row %d: sampled %d (%.9g) with pdl on, %d (%.9g) off", dir,
-                             p->name, extra, B, s, i, on->ids[bi][s][i], (double)on->lps[bi][s][i],
-                             off->ids[bi][s][i], (double)off->lps[bi][s][i]);
+                             p->name, extra, B, s, i, on->ids[bi][s][i], (double)on->lps[bi][s][i], off->ids[bi][s][i],
+                             (double)off->lps[bi][s][i]);
             }
     }
 }
@@ -154,10 +156,11 @@ static void pdl_same_logits(const char *dir, const preset_case *presets, int n_p
             assert_int_equal(on.V, off.V);
             expect_same(dir, p, extra, on.V, &on, &off);
             pdl_runs += on.pdl;
-            printf("  %-30s %-10s routes '%s': pdl %s vs off, B = 1 / 4 / %d, %d steps: logits, ids and log-probabilities "
-                   "bit for bit (graph kernels %lld / %lld / %lld)\n",
-                   dir, p->name, extra, on.pdl ? "on" : "unavailable (both launched normally)", MAX_B, STEPS,
-                   (long long)on.kernels[0], (long long)on.kernels[1], (long long)on.kernels[2]);
+            printf(
+                "  %-30s %-10s routes '%s': pdl %s vs off, B = 1 / 4 / %d, %d steps: logits, ids and log-probabilities "
+                "bit for bit (graph kernels %lld / %lld / %lld)\n",
+                dir, p->name, extra, on.pdl ? "on" : "unavailable (both launched normally)", MAX_B, STEPS,
+                (long long)on.kernels[0], (long long)on.kernels[1], (long long)on.kernels[2]);
             for (int bi = 0; bi < N_BATCHES; bi++) free(on.logits[bi]), free(off.logits[bi]);
         }
     if (!pdl_runs) printf("  %s: this GPU has no PDL (sm_90 and later): pdl on was never exercised\n", dir);
