@@ -154,6 +154,8 @@ static void pdl_same_logits(const char *dir, const preset_case *presets, int n_p
             run_model(dir, p, r_off, &off);
             assert_false(off.pdl);
             assert_int_equal(on.V, off.V);
+            for (int bi = 0; bi < N_BATCHES; bi++) /* the steps compared were graph replays */
+                assert_true(on.kernels[bi] > 0 && off.kernels[bi] > 0);
             expect_same(dir, p, extra, on.V, &on, &off);
             pdl_runs += on.pdl;
             printf(
