@@ -68,6 +68,9 @@ static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
     else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
     else snprintf(b, n, "P <= max(%d, top-k)", FM_MOE_GEMV_PAIRS_DEFAULT);
 }
+static void now_moe_down_quant(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_down_quant_fused(r) ? "fused" : "kernel");
+}
 static void now_router_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
 }
@@ -183,6 +186,18 @@ static const route_key route_keys[] = {
      "tiles), above it the grouped GEMM; `auto` is 8 (a one-token decode step of Qwen3-MoE), or one token's top-k "
      "when it is larger (Qwen3-Next's 10)",
      now_moe_gemv},
+    {"moe.down_quant",
+     FIELD(moe_down_quant),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL}, {"fused", FM_ROUTE_DOWN_QUANT_FUSED}},
+     "kernel",
+     "the grouped GEMVs' h quantized for the down GEMV by a launch of its own, or by the down GEMV's CTAs",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`): the gate|up GEMV writes h (SwiGLU, bf16), which the down "
+     "GEMV reads as e4m3 in 128-column groups; `kernel` quantizes it with a launch of its own, `fused` lets each CTA "
+     "of the down GEMV quantize its tile's rows into shared memory as it stages them (the same codes, scales and "
+     "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a "
+     "GPU; the grouped GEMMs quantize h in their epilogue either way; the cpu backend has one reference",
+     now_moe_down_quant},
     {"router.fused", FIELD(router_fused), "auto|on|off", SWITCH_WORDS, "T = 1",
      "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
      "the router's matrix-vector product and top-k in one kernel: `auto` for one token, `on` up to 8 tokens, `off` a "
@@ -225,11 +240,13 @@ static const route_key route_keys[] = {
      "synthetic weights the whole top-k copied more than it saved)",
      now_expert_prefetch},
     {"decode.fused", FIELD(decode_fused), "auto|on|off", SWITCH_WORDS, "the MoE tail at T <= 64",
-     "the residual add + RMSNorm in the MoE combine's kernel and in the W8A8 o projection's GEMV; a decode step's "
+     "the residual add + RMSNorm in the MoE combine's kernel and in the o projection's GEMV (W8A8, W4A8); a decode "
+     "step's "
      "Gated DeltaNet in one kernel",
      "the fused ops of a forward pass: the MoE block's weighted combine of the routed experts' rows, the residual add "
-     "and the next block's RMSNorm in one kernel (`moe_add_rmsnorm`), and the W8A8 o projection's decode GEMV adding "
-     "and normalising its rows in its last CTA (`linear_add_rmsnorm`): a launch fewer per layer each; in a decode "
+     "and the next block's RMSNorm in one kernel (`moe_add_rmsnorm`), and the o projection's decode GEMV (W8A8, or the "
+     "`fp8` preset's W4A8) adding and normalising its rows in its last CTA (`linear_add_rmsnorm`): a launch fewer per "
+     "layer each; in a decode "
      "step, "
      "a Gated DeltaNet layer's conv update, delta rule and gated RMSNorm in one kernel (`gdn_decode_fused`, "
      "Qwen3-Next: "
@@ -496,6 +513,12 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r) { return r->paged_tiled
 bool fm_routes_paged_combine_fused(const fm_routes *r) {
     return r->paged_combine == FM_ROUTE_COMBINE_FUSED ||
            (r->paged_combine == FM_ROUTE_COMBINE_AUTO && PAGED_COMBINE_FUSED_BY_DEFAULT);
+}
+/* auto: the quantizer launch until the fused form is measured on a GPU (compiled only; bench/NOTES.md 2026-12-05) */
+#define DOWN_QUANT_FUSED_BY_DEFAULT false
+bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
+    return r->moe_down_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
+           (r->moe_down_quant == FM_ROUTE_DOWN_QUANT_AUTO && DOWN_QUANT_FUSED_BY_DEFAULT);
 }
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && T <= 64);

@@ -571,12 +571,16 @@ static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_
     cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
 }
 
-/* W8A8 dense weights at the decode GEMV's rows: the add + norm in the GEMV's last CTA; otherwise the two ops */
+/* W8A8 and W4A8 dense weights at the decode GEMVs' rows: the add + norm in the GEMV's last CTA; else the two ops */
 static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                                   void *acc, const fm_bank *norm, float eps, void *out) {
     require_afmt(w, afmt, "linear_add_rmsnorm");
     if (!f32(bb) && w->fmt == FM_W_E4M3_PT &&
         fm_cuda_linear_w8a8_add_rmsnorm(cuda_be(bb), w, (const bf16 *)x, M, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0),
+                                        eps, (bf16 *)out))
+        return;
+    if (!f32(bb) && fm_cuda_w4a8_takes(w->fmt) &&
+        fm_cuda_linear_w4a8_add_rmsnorm(cuda_be(bb), w, (const bf16 *)x, M, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0),
                                         eps, (bf16 *)out))
         return;
     cu_linear(bb, w, 0, x, M, afmt, y);

@@ -27,6 +27,11 @@ extern "C" void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64
 // FM_GEMV_FP8_SMEM_MAX (fm_routes_dense_kernel says FM_DK_W4A8_GEMV).
 extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s);
+// The same, then its last CTA adds y into tail->acc and normalises it into tail->out, as the W8A8 GEMV's does (the
+// fp8 preset's o projection, route decode.fused). Needs fm_row_tail_takes(w->rows, ...).
+extern "C" void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs,
+                                              const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y,
+                                              const fm_row_tail *tail, bool pdl, cudaStream_t s);
 
 // Grouped W4A8 (moe_w4a8.cu, the experts of a decode step): for each tile of the dispatch (tiles[0..*n_tiles), at
 // most max_tiles, each of rows <= max_rows <= FM_GEMV_FP8_MAX_M), the tile's activation rows of x (as for the
@@ -37,5 +42,13 @@ extern "C" void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tile
                                       int64_t max_tiles, int64_t max_rows, const uint8_t *x, const float *xs,
                                       const float *xsum, int64_t ld_s, bool swiglu, const int32_t *row_map,
                                       __nv_bfloat16 *y, int64_t ldy, bool pdl, cudaStream_t s);
+// The down projection (bank not interleaved) of the same tiles from bf16 rows h [slots][w->cols] (the SwiGLU output
+// of the gate|up GEMV): each CTA quantizes its tile's rows into shared memory to e4m3 1x128 groups as
+// fm_cuda_quantize_e4m3_rows does (the same codes, scales and, for int4-zp-tc, group sums), so the result is the
+// quantizer + fm_cuda_w4a8_moe_gemv chain's bit for bit in one launch fewer (route moe.down_quant=fused).
+extern "C" void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles,
+                                           int64_t max_tiles, int64_t max_rows, const __nv_bfloat16 *h,
+                                           const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy, bool pdl,
+                                           cudaStream_t s);
 
 #endif
