@@ -103,9 +103,10 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
-                       "moe.gemv, moe.down_quant, router.fused, pdl, decode.graphs, gdn.tc, rope.store, shared.stream, "
-                       "expert.prefetch, decode.fused";
+    const char *keys =
+        "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
+        "moe.gemv, moe.down_quant, moe.combine, router.fused, pdl, decode.graphs, gdn.tc, rope.store, shared.stream, "
+        "expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -497,6 +498,26 @@ static void moe_down_quant_words(void **s) {
     assert_true(fm_routes_moe_down_quant_fused(&r));
 }
 
+/* moe.combine: the tail's kernel by default until the down GEMV's last CTAs are measured; independent of
+ * moe.down_quant */
+static void moe_combine_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=fused", &err), FM_OK);
+    assert_true(fm_routes_moe_combine_fused(&r));
+    assert_false(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=kernel,moe.down_quant=fused", &err), FM_OK);
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_true(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=auto", &err), FM_OK);
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=off", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "moe.combine"));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -593,6 +614,7 @@ int main(void) {
         cmocka_unit_test(moe_shared_words),
         cmocka_unit_test(paged_combine_words),
         cmocka_unit_test(moe_down_quant_words),
+        cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

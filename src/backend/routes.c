@@ -71,6 +71,9 @@ static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
 static void now_moe_down_quant(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_down_quant_fused(r) ? "fused" : "kernel");
 }
+static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_combine_fused(r) ? "fused" : "kernel");
+}
 static void now_router_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
 }
@@ -198,6 +201,19 @@ static const route_key route_keys[] = {
      "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a "
      "GPU; the grouped GEMMs quantize h in their epilogue either way; the cpu backend has one reference",
      now_moe_down_quant},
+    {"moe.combine",
+     FIELD(moe_combine),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "kernel",
+     "the grouped GEMVs' MoE tail (combine + add + RMSNorm) by a kernel after the down GEMV, or by its last CTAs",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`) ending in the fused MoE tail (`decode.fused`: the weighted "
+     "combine of the routed rows, the residual add and the next RMSNorm): `kernel` runs that tail as a kernel after "
+     "the down GEMV, `fused` lets the down GEMV's last CTA of each token (counted on a device counter per token) "
+     "run it: one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a GPU; "
+     "rows of a multiple of 8 up to 4096 (else the kernel); the grouped GEMMs and the unfused moe keep the kernel; "
+     "the cpu backend has one reference",
+     now_moe_combine},
     {"router.fused", FIELD(router_fused), "auto|on|off", SWITCH_WORDS, "T = 1",
      "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
      "the router's matrix-vector product and top-k in one kernel: `auto` for one token, `on` up to 8 tokens, `off` a "
@@ -519,6 +535,11 @@ bool fm_routes_paged_combine_fused(const fm_routes *r) {
 bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
     return r->moe_down_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->moe_down_quant == FM_ROUTE_DOWN_QUANT_AUTO && DOWN_QUANT_FUSED_BY_DEFAULT);
+}
+#define MOE_COMBINE_FUSED_BY_DEFAULT false /* likewise */
+bool fm_routes_moe_combine_fused(const fm_routes *r) {
+    return r->moe_combine == FM_ROUTE_COMBINE_FUSED ||
+           (r->moe_combine == FM_ROUTE_COMBINE_AUTO && MOE_COMBINE_FUSED_BY_DEFAULT);
 }
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && T <= 64);

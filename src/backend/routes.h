@@ -90,6 +90,7 @@ typedef struct fm_routes {
     int32_t decode_graphs;    /* decode.graphs: fm_route_switch */
     int32_t moe_gemv;         /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
     int32_t moe_down_quant;   /* moe.down_quant: fm_route_down_quant */
+    int32_t moe_combine;      /* moe.combine: fm_route_paged_combine's words (kernel, fused) */
     int32_t router_fused;     /* router.fused: fm_route_switch */
     int32_t gdn_tc;           /* gdn.tc: fm_route_switch */
     int32_t rope_store;       /* rope.store: fm_route_switch */
@@ -227,6 +228,11 @@ bool fm_routes_paged_combine_fused(const fm_routes *r);
  * same bits. `auto` is the quantizer launch until the fused form is measured on a GPU (compiled and tested against
  * the chain only: bench/NOTES.md 2026-12-05, "the MoE decode tail"). */
 bool fm_routes_moe_down_quant_fused(const fm_routes *r);
+/* The experts on the grouped GEMVs, ending in moe_add_rmsnorm (decode.fused): the down GEMV's last CTA of each token
+ * combines its k rows, adds the residual and normalises it, rather than a kernel after it: one launch fewer per MoE
+ * layer, the same bits. `auto` is the kernel until measured on a GPU (bench/NOTES.md 2026-12-05, "the MoE decode
+ * tail"). */
+bool fm_routes_moe_combine_fused(const fm_routes *r);
 /* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
  * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).

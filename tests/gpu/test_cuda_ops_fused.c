@@ -19,6 +19,9 @@
  *   moe.down_quant=fused: the moe op and moe_add_rmsnorm with the down GEMV quantizing h itself against the same ops
  *   with the quantizer launch, bit for bit, and the moe against the CPU within 3e-2: Qwen3's experts at 1, 2 and 8
  *   tokens, the small odd shapes up to 16 rows a tile, MXFP4 and NVFP4 dispatches, and the grouped GEMMs (unchanged).
+ *   moe.combine=fused: the same checks with the MoE tail in the down GEMV's last CTA of each token (each fused call
+ *   twice: its per-token counters left zero), with and without moe.down_quant=fused; rows of 200 to 4096, and 300
+ *   (not a multiple of 8: the tail's kernel after the GEMV).
  *   gdn_decode_fused: the normed rows and both states (conv, recurrent) against the GPU's gdn_conv, gdn_recurrent and
  *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
@@ -187,37 +190,48 @@ static void expect_same_bits(const float *a, const float *b, int64_t n, const ch
             fail_msg("%s: element %lld: fused %.9g, quantizer launch %.9g", what, (long long)i, a[i], b[i]);
 }
 
-/* route: the experts' routes of the case (moe.gemv=64: the GEMVs above one token); dispatch: the plan's */
-static void down_quant_case(fm_preset p, fm_dispatch dispatch, const char *route, int64_t T, int32_t E, int32_t k,
-                            int64_t H, int64_t I) {
+/* route: the experts' routes of the case (moe.gemv=64: the GEMVs above one token); dispatch: the plan's. The chain
+ * (base: routes after `route`) against the fused form (fused: likewise): the moe op's output, and moe_add_rmsnorm's
+ * residual and normed rows (the fused backend's op called twice: counters it uses were left zero), bit for bit; the
+ * moe against the CPU within the W4A8 moe's bound (test_cuda_ops.c) */
+static void same_bits_case(fm_preset p, fm_dispatch dispatch, const char *route, const char *base, const char *fused,
+                           int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
     fm_error err;
     if (fm_plan_set_dispatch(&plan, dispatch, &err)) fail_msg("dispatch: %s", err.msg);
-    char r_kernel[200], r_fused[200];
-    snprintf(r_kernel, sizeof r_kernel, "%s%smoe.down_quant=kernel", route ? route : "", route ? "," : "");
-    snprintf(r_fused, sizeof r_fused, "%s%smoe.down_quant=fused", route ? route : "", route ? "," : "");
-    fm_backend *cpu = NULL, *gk = gpu_with_route(&plan, r_kernel), *gf = gpu_with_route(&plan, r_fused);
+    char r_base[200], r_fused[200];
+    snprintf(r_base, sizeof r_base, "%s%s%s", route ? route : "", route ? "," : "", base);
+    snprintf(r_fused, sizeof r_fused, "%s%s%s", route ? route : "", route ? "," : "", fused);
+    fm_backend *cpu = NULL, *gk = gpu_with_route(&plan, r_base), *gf = gpu_with_route(&plan, r_fused);
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
     const fm_wformat fmt = FM_W_INT4_G128_TC;
     block_in b = make_block(T, E, k, H, I);
-    char what[200];
-    snprintf(what, sizeof what, "moe.down_quant=fused %s %s T=%lld E=%d k=%d H=%lld I=%lld%s%s",
-             fm_afmt_name(plan.a_dispatch), fm_wformat_name(fmt), (long long)T, E, k, (long long)H, (long long)I,
-             route ? " " : "", route ? route : "");
+    char what[240];
+    snprintf(what, sizeof what, "%s %s %s T=%lld E=%d k=%d H=%lld I=%lld%s%s", fused, fm_afmt_name(plan.a_dispatch),
+             fm_wformat_name(fmt), (long long)T, E, k, (long long)H, (long long)I, route ? " " : "",
+             route ? route : "");
     float *of = run_moe_only(gf, &b, fmt), *ok = run_moe_only(gk, &b, fmt), *oc = run_moe_only(cpu, &b, fmt);
     expect_same_bits(of, ok, T * H, what);
     float *fa, *fh, *ka, *kh; /* and inside moe_add_rmsnorm (the decode step's form) */
-    run_end(gf, &b, fmt, true, &fa, &fh);
     run_end(gk, &b, fmt, true, &ka, &kh);
-    expect_same_bits(fa, ka, T * H, what), expect_same_bits(fh, kh, T * H, what);
-    printf("  %-60s = the quantizer launch, bit for bit\n", what);
-    char w2[260];
+    for (int c = 0; c < 2; c++) {
+        run_end(gf, &b, fmt, true, &fa, &fh);
+        expect_same_bits(fa, ka, T * H, what), expect_same_bits(fh, kh, T * H, what);
+        free(fa), free(fh);
+    }
+    printf("  %-60s = %s, bit for bit\n", what, base);
+    char w2[300];
     snprintf(w2, sizeof w2, "%s vs cpu", what);
-    gpu_expect_close(of, oc, T * H, 3e-2, w2); /* the W4A8 moe's bound (test_cuda_ops.c) */
-    free(of), free(ok), free(oc), free(fa), free(fh), free(ka), free(kh);
+    gpu_expect_close(of, oc, T * H, 3e-2, w2);
+    free(of), free(ok), free(oc), free(ka), free(kh);
     free_block(&b);
     gk->ops->destroy(gk), gf->ops->destroy(gf), cpu->ops->destroy(cpu);
+}
+
+static void down_quant_case(fm_preset p, fm_dispatch dispatch, const char *route, int64_t T, int32_t E, int32_t k,
+                            int64_t H, int64_t I) {
+    same_bits_case(p, dispatch, route, "moe.down_quant=kernel", "moe.down_quant=fused", T, E, k, H, I);
 }
 
 /* Qwen3-30B-A3B's experts at one token (the default GEMV route) and, with moe.gemv=64, 2 and 8 tokens (tiles of 1-2
@@ -237,6 +251,28 @@ static void test_moe_down_quant_fused(void **s) {
     }
     down_quant_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, 1, 128, 8, 2048, 768); /* MXFP4 */
     down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=off", 9, 128, 8, 2048, 768);
+}
+
+/* moe.combine=fused: the MoE tail (combine, residual add, norm) in the down GEMV's last CTA of each token, with and
+ * without moe.down_quant=fused, against the tail's kernel: Qwen3's experts at 1 and 8 tokens (each CTA the last of
+ * at most one token), the small shapes up to 16 rows a tile (a CTA the last of several tokens), rows of 200 and 384
+ * (multiples of 8) and of 4096 (two chunks a thread), and 300 (not a multiple of 8: the kernel after the GEMV) */
+static void test_moe_combine_fused(void **s) {
+    (void)s;
+    const char *base = "moe.combine=kernel,moe.down_quant=kernel";
+    const char *both = "moe.combine=fused,moe.down_quant=fused", *alone = "moe.combine=fused,moe.down_quant=kernel";
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, NULL, base, alone, 1, 128, 8, 2048, 768);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, 8, 128, 8, 2048, 768);
+    const int64_t Ts[] = {1, 7, 16};
+    for (int i = 0; i < 3; i++) {
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 200, 72);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, alone, Ts[i] < 12 ? Ts[i] : 12, 13, 5,
+                       384, 200);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 4096, 128);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 300, 72);
+    }
+    same_bits_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
 }
 
 /* y = x W^T, then the residual add and the norm, on backend be: fused (linear_add_rmsnorm, `calls` times on the same
@@ -493,9 +529,13 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),
+        cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
         cmocka_unit_test(test_gdn_decode_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */

@@ -807,8 +807,8 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (cudaMalloc(&be->router_counter, sizeof *be->router_counter) != cudaSuccess ||
         cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess ||
-        cudaMalloc(&be->tail_counter, sizeof *be->tail_counter) != cudaSuccess ||
-        cudaMemset(be->tail_counter, 0, sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMalloc(&be->tail_counter, (1 + FM_MOE_GEMV_MAX_PAIRS) * sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMemset(be->tail_counter, 0, (1 + FM_MOE_GEMV_MAX_PAIRS) * sizeof *be->tail_counter) != cudaSuccess ||
         cudaMalloc(&be->gdn_arrivals, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
         cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess) {
         cu_destroy(&be->base);

@@ -32,6 +32,7 @@
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
+#include "backend/cuda/moe_combine_row.cuh"
 #include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/row_tail.cuh"
@@ -278,6 +279,7 @@ typedef struct gemv_groups {
     int64_t ldy;                         // y's row stride
     const __nv_bfloat16 *xh;             // GV_GROUPED: NULL, or bf16 rows [slot][kh] quantized here (x, xs unused)
     int64_t kh;
+    fm_moe_gemv_tail tt; // GV_GROUPED: tt.counters NULL, or each token's end in its last CTA
 } gemv_groups;
 
 static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -308,6 +310,37 @@ static __device__ __forceinline__ void store_grouped(const float acc[NT][4], int
                 }
             }
         }
+}
+
+// The down GEMV's tokens ended in its CTAs (route moe.combine=fused): every CTA of the grid writes a slice of the
+// columns of each of its tile's rows (pairs), so a token's row is whole once k x gridDim.x CTAs (its k pairs, each in
+// one tile: a token's experts are distinct) have counted themselves out on the token's counter (after a fence); the
+// last one combines its k rows, adds the residual and normalises it (moe_combine_row.cuh, the moe_add_rmsnorm kernel's
+// arithmetic) and zeroes the counter for the next launch (a captured graph replays it). A CTA can be the last of
+// several of its tile's tokens: it ends them one after another. Out of line, as the dense tail, to stay clear of the
+// GEMV's registers. Every thread of every CTA that holds a tile calls it.
+static __device__ __noinline__ void token_tails(const fm_moe_gemv_tail tt, const int32_t *row_map, int64_t slot0,
+                                                int64_t M, const __nv_bfloat16 *y, int64_t H) {
+    __shared__ int32_t last[FM_GEMV_FP8_MAX_M];
+    __shared__ int n_last;
+    __threadfence();
+    if (threadIdx.x == 0) n_last = 0;
+    __syncthreads();
+    if (threadIdx.x < M) {
+        const int32_t t = row_map[slot0 + threadIdx.x] / tt.k;
+        if (atomicAdd(tt.counters + t, 1u) == (unsigned)tt.k * gridDim.x - 1u) last[atomicAdd(&n_last, 1)] = t;
+    }
+    __syncthreads();
+    const int n = n_last;
+    if (n == 0) return;
+    __threadfence();
+    float wv[NORM_CHUNKS][8];
+    combine_row_norm_weights(tt.norm, H, wv);
+    for (int i = 0; i < n; i++) {
+        if (i) __syncthreads(); /* block_sum's shared words are read by every thread before the next token's */
+        combine_add_rmsnorm_row(y, NULL, tt.weights, tt.k, H, last[i], tt.acc, tt.eps, wv, tt.out);
+        if (threadIdx.x == 0) tt.counters[last[i]] = 0u;
+    }
 }
 
 template <int NT, int KS, int WK, int MODE>
@@ -415,8 +448,8 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (!ks && live) store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
         if (tail.counter) tail_last_cta(tail, y, N, M);          /* every thread: the tail is the whole CTA's */
     } else {
-        if (ks || !live) return;
-        store_grouped<NT, MODE == GV_GROUPED_SWIGLU>(acc, r0, blk, N, M, slot0, gr, y);
+        if (!ks && live) store_grouped<NT, MODE == GV_GROUPED_SWIGLU>(acc, r0, blk, N, M, slot0, gr, y);
+        if (MODE == GV_GROUPED && gr.tt.counters) token_tails(gr.tt, gr.row_map, slot0, M, y, N);
     }
 }
 
@@ -629,12 +662,15 @@ static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_g
 // then unused)
 static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                      int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, const __nv_bfloat16 *xh,
-                     int64_t ld_s, bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy, bool pdl,
-                     cudaStream_t s) {
+                     int64_t ld_s, bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
+                     const fm_moe_gemv_tail *tt, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (xsum || xh));
-    if (!kind_ok || swiglu != w->interleaved || (swiglu && xh) || max_rows < 1 || max_rows > FM_GEMV_FP8_MAX_M ||
-        max_tiles < 1 || max_tiles > 65535 || fm_gemv_fp8_smem(max_rows, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+    const bool tail_ok = !tt || (!swiglu && row_map && tt->counters && tt->k >= 1 && ldy == w->rows &&
+                                 fm_combine_row_takes(w->rows, y, tt->acc, tt->norm, tt->out));
+    if (!kind_ok || !tail_ok || swiglu != w->interleaved || (swiglu && xh) || max_rows < 1 ||
+        max_rows > FM_GEMV_FP8_MAX_M || max_tiles < 1 || max_tiles > 65535 ||
+        fm_gemv_fp8_smem(max_rows, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_moe_gemv: unsupported bank or shape (%s%s, rows %lld, K %lld, tiles %lld%s)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)max_rows, (long long)w->cols,
                 (long long)max_tiles, xh ? ", bf16 rows" : "");
@@ -646,24 +682,28 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
     const int64_t chunk = w->fmt == FM_W_E4M3_B128 ? wk_shape<WK_E4M3>::chunk : wk_shape<WK_INT4>::chunk;
     gr.codes_stride = (w->rows_pad / 16) * w->n_groups * chunk;
     gr.xh = xh, gr.kh = w->cols;
+    memset(&gr.tt, 0, sizeof gr.tt);
+    if (tt) gr.tt = *tt;
     const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC)
         moe_mode<WK_INT4_ZP>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else moe_mode<WK_E4M3>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
-    FM_LAUNCH_CHECK(xh ? "w4a8_moe_gemv (quantizing its rows)" : "w4a8_moe_gemv");
+    FM_LAUNCH_CHECK(tt   ? "w4a8_moe_gemv + combine_add_rmsnorm"
+                    : xh ? "w4a8_moe_gemv (quantizing its rows)"
+                         : "w4a8_moe_gemv");
 }
 
 void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                            int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
-                           bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy, bool pdl,
-                           cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, pdl, s);
+                           bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
+                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, pdl, s);
 }
 
 void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                                 int64_t max_rows, const __nv_bfloat16 *h, const int32_t *row_map, __nv_bfloat16 *y,
-                                int64_t ldy, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, pdl, s);
+                                int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, pdl, s);
 }

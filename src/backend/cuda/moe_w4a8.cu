@@ -132,16 +132,23 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         __nv_bfloat16 *h16 = (__nv_bfloat16 *)(ws + L.h16);
         /* an FP4 dispatch: the GEMV reads the e4m3 expansion the dispatch wrote beside the codes (xg, xgs) */
         fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, fp4 ? b.xg : b.x8, fp4 ? b.xgs : b.xs,
-                              b.xsum, P, true, NULL, h16, I, pdl, be->stream);
+                              b.xsum, P, true, NULL, h16, I, NULL, pdl, be->stream);
+        /* moe.combine=fused: the fused tail (moe_add_rmsnorm) in the down GEMV's last CTA of each token, on the
+           counters after the dense GEMV's (cuda_internal.cuh) */
+        const bool in_gemv = tail && fm_routes_moe_combine_fused(r) && be->tail_counter && T <= FM_MOE_GEMV_MAX_PAIRS &&
+                             fm_combine_row_takes(H, y, tail->acc, tail->norm, out);
+        const fm_moe_gemv_tail tt = {
+            be->tail_counter + 1,       weights, k, in_gemv ? tail->acc : NULL, in_gemv ? tail->norm : NULL,
+            in_gemv ? tail->eps : 0.0f, out};
         if (fm_routes_moe_down_quant_fused(r)) {
-            fm_cuda_w4a8_moe_gemv_bf16(down, b.tiles, b.n_tiles, max_tiles, max_rows, h16, b.pair_of_slot, y, H, pdl,
-                                       be->stream);
+            fm_cuda_w4a8_moe_gemv_bf16(down, b.tiles, b.n_tiles, max_tiles, max_rows, h16, b.pair_of_slot, y, H,
+                                       in_gemv ? &tt : NULL, pdl, be->stream);
         } else {
             fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
             fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot,
-                                  y, H, pdl, be->stream);
+                                  y, H, in_gemv ? &tt : NULL, pdl, be->stream);
         }
-        combine(be, y, weights, T, k, H, tail, out);
+        if (!in_gemv) combine(be, y, weights, T, k, H, tail, out);
         return;
     }
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
