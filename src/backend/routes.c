@@ -189,31 +189,6 @@ static const route_key route_keys[] = {
      "tiles), above it the grouped GEMM; `auto` is 8 (a one-token decode step of Qwen3-MoE), or one token's top-k "
      "when it is larger (Qwen3-Next's 10)",
      now_moe_gemv},
-    {"moe.down_quant",
-     FIELD(moe_down_quant),
-     "auto|kernel|fused",
-     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL}, {"fused", FM_ROUTE_DOWN_QUANT_FUSED}},
-     "kernel",
-     "the grouped GEMVs' h quantized for the down GEMV by a launch of its own, or by the down GEMV's CTAs",
-     "the experts on the grouped W4A8 GEMVs (`moe.gemv`): the gate|up GEMV writes h (SwiGLU, bf16), which the down "
-     "GEMV reads as e4m3 in 128-column groups; `kernel` quantizes it with a launch of its own, `fused` lets each CTA "
-     "of the down GEMV quantize its tile's rows into shared memory as it stages them (the same codes, scales and "
-     "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a "
-     "GPU; the grouped GEMMs quantize h in their epilogue either way; the cpu backend has one reference",
-     now_moe_down_quant},
-    {"moe.combine",
-     FIELD(moe_combine),
-     "auto|kernel|fused",
-     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
-     "kernel",
-     "the grouped GEMVs' MoE tail (combine + add + RMSNorm) by a kernel after the down GEMV, or by its last CTAs",
-     "the experts on the grouped W4A8 GEMVs (`moe.gemv`) ending in the fused MoE tail (`decode.fused`: the weighted "
-     "combine of the routed rows, the residual add and the next RMSNorm): `kernel` runs that tail as a kernel after "
-     "the down GEMV, `fused` lets the down GEMV's last CTA of each token (counted on a device counter per token) "
-     "run it: one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a GPU; "
-     "rows of a multiple of 8 up to 4096 (else the kernel); the grouped GEMMs and the unfused moe keep the kernel; "
-     "the cpu backend has one reference",
-     now_moe_combine},
     {"router.fused", FIELD(router_fused), "auto|on|off", SWITCH_WORDS, "T = 1",
      "the router GEMV and top-k in one launch (on: T <= 8), else cuBLAS GEMM + route kernel",
      "the router's matrix-vector product and top-k in one kernel: `auto` for one token, `on` up to 8 tokens, `off` a "
@@ -310,6 +285,31 @@ static const route_key route_keys[] = {
      "same order). `auto` is `kernel` until `fused` is measured on a GPU; bf16 head dims that are multiples of 16 "
      "(the split kernel's); the cpu backend has one reference",
      now_paged_combine},
+    {"moe.down_quant",
+     FIELD(moe_down_quant),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL}, {"fused", FM_ROUTE_DOWN_QUANT_FUSED}},
+     "kernel",
+     "the grouped GEMVs' h quantized for the down GEMV by a launch of its own, or by the down GEMV's CTAs",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`): the gate|up GEMV writes h (SwiGLU, bf16), which the down "
+     "GEMV reads as e4m3 in 128-column groups; `kernel` quantizes it with a launch of its own, `fused` lets each CTA "
+     "of the down GEMV quantize its tile's rows into shared memory as it stages them (the same codes, scales and "
+     "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a "
+     "GPU; the grouped GEMMs quantize h in their epilogue either way; the cpu backend has one reference",
+     now_moe_down_quant},
+    {"moe.combine",
+     FIELD(moe_combine),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "kernel",
+     "the grouped GEMVs' MoE tail (combine + add + RMSNorm) by a kernel after the down GEMV, or by its last CTAs",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`) ending in the fused MoE tail (`decode.fused`: the weighted "
+     "combine of the routed rows, the residual add and the next RMSNorm): `kernel` runs that tail as a kernel after "
+     "the down GEMV, `fused` lets the down GEMV's last CTA of each token (counted on a device counter per token) "
+     "run it: one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a GPU; "
+     "rows of a multiple of 8 up to 4096 (else the kernel); the grouped GEMMs and the unfused moe keep the kernel; "
+     "the cpu backend has one reference",
+     now_moe_combine},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
