@@ -137,9 +137,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
            counters after the dense GEMV's (cuda_internal.cuh) */
         const bool in_gemv = tail && fm_routes_moe_combine_fused(r) && be->tail_counter && T <= FM_MOE_GEMV_MAX_PAIRS &&
                              fm_combine_row_takes(H, y, tail->acc, tail->norm, out);
-        const fm_moe_gemv_tail tt = {
-            be->tail_counter + 1,       weights, k, in_gemv ? tail->acc : NULL, in_gemv ? tail->norm : NULL,
-            in_gemv ? tail->eps : 0.0f, out};
+        fm_moe_gemv_tail tt = {be->tail_counter + 1, weights, k, NULL, NULL, 0.0f, out};
+        if (in_gemv) tt.acc = tail->acc, tt.norm = tail->norm, tt.eps = tail->eps;
         if (fm_routes_moe_down_quant_fused(r)) {
             fm_cuda_w4a8_moe_gemv_bf16(down, b.tiles, b.n_tiles, max_tiles, max_rows, h16, b.pair_of_slot, y, H,
                                        in_gemv ? &tt : NULL, pdl, be->stream);
