@@ -476,6 +476,47 @@ static void paged_combine_words(void **s) {
     assert_non_null(strstr(err.msg, "paged.combine"));
 }
 
+/* moe.down_quant: the quantizer launch by default (auto) until the down GEMV's own quantization is measured on a GPU;
+ * each word picks its form, a switch word is refused with the key named */
+static void moe_down_quant_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.down_quant=fused", &err), FM_OK);
+    assert_true(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.down_quant=kernel", &err), FM_OK);
+    assert_false(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.down_quant=auto", &err), FM_OK);
+    assert_false(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.down_quant=on", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "moe.down_quant"));
+    fm_routes_default(&r, 8); /* Ada: the same kernels (mma.sync) */
+    assert_int_equal(fm_routes_apply(&r, "moe.down_quant=fused", &err), FM_OK);
+    assert_true(fm_routes_moe_down_quant_fused(&r));
+}
+
+/* moe.combine: the tail's kernel by default until the down GEMV's last CTAs are measured; independent of
+ * moe.down_quant */
+static void moe_combine_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=fused", &err), FM_OK);
+    assert_true(fm_routes_moe_combine_fused(&r));
+    assert_false(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=kernel,moe.down_quant=fused", &err), FM_OK);
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_true(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=auto", &err), FM_OK);
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.combine=off", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "moe.combine"));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -571,6 +612,8 @@ int main(void) {
         cmocka_unit_test(gdn_tc_by_shape_and_route),
         cmocka_unit_test(moe_shared_words),
         cmocka_unit_test(paged_combine_words),
+        cmocka_unit_test(moe_down_quant_words),
+        cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

@@ -109,6 +109,10 @@ timeout 300 ./build/tests/gpu/test_cuda_generate >"$out/gpu_generate.log" 2>&1; 
 # generation with the fused decode ops (greedy = transformers, graphs = launches, cached steps = prefill)
 timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on >"$out/gpu_generate_fused.log" 2>&1
 fused_generate_rc=$?
+# and with the MoE decode tail in the down GEMV (h quantized by it, each token ended by its last CTA)
+timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on,moe.down_quant=fused,moe.combine=fused \
+    >>"$out/gpu_generate_fused.log" 2>&1
+fused_generate_rc="$fused_generate_rc, moe tail in the GEMV $?"
 # programmatic dependent launch on every decode kernel: decode graphs with pdl on and pdl=off give the same logits,
 # ids and log-probabilities bit for bit (B = 1, 4, 24; every preset; paged.combine=fused and decode.fused=on too)
 timeout 600 ./build/tests/gpu/test_cuda_pdl >"$out/gpu_pdl.log" 2>&1; pdl_rc=$?
@@ -169,6 +173,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     FM_TEST_FILTER='test_linear_add_rmsnorm*' compute-sanitizer --tool racecheck --error-exitcode 3 \
         ./build/tests/gpu/test_cuda_ops_fused >"$out/racecheck_fused_tail.log" 2>&1
     m="$m, o projection tail racecheck $?"
+    FM_TEST_FILTER='test_moe_*_fused' compute-sanitizer --tool racecheck --error-exitcode 3 \
+        ./build/tests/gpu/test_cuda_ops_fused >"$out/racecheck_fused_moe.log" 2>&1
+    m="$m, MoE tail in the down GEMV racecheck $?"
     compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
         >"$out/racecheck_fused.log" 2>&1
     m="$m, fused decode ops racecheck $?"

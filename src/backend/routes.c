@@ -68,6 +68,12 @@ static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
     else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
     else snprintf(b, n, "P <= max(%d, top-k)", FM_MOE_GEMV_PAIRS_DEFAULT);
 }
+static void now_moe_down_quant(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_down_quant_fused(r) ? "fused" : "kernel");
+}
+static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_combine_fused(r) ? "fused" : "kernel");
+}
 static void now_router_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
 }
@@ -225,11 +231,13 @@ static const route_key route_keys[] = {
      "synthetic weights the whole top-k copied more than it saved)",
      now_expert_prefetch},
     {"decode.fused", FIELD(decode_fused), "auto|on|off", SWITCH_WORDS, "the MoE tail at T <= 64",
-     "the residual add + RMSNorm in the MoE combine's kernel and in the W8A8 o projection's GEMV; a decode step's "
+     "the residual add + RMSNorm in the MoE combine's kernel and in the o projection's GEMV (W8A8, W4A8); a decode "
+     "step's "
      "Gated DeltaNet in one kernel",
      "the fused ops of a forward pass: the MoE block's weighted combine of the routed experts' rows, the residual add "
-     "and the next block's RMSNorm in one kernel (`moe_add_rmsnorm`), and the W8A8 o projection's decode GEMV adding "
-     "and normalising its rows in its last CTA (`linear_add_rmsnorm`): a launch fewer per layer each; in a decode "
+     "and the next block's RMSNorm in one kernel (`moe_add_rmsnorm`), and the o projection's decode GEMV (W8A8, or the "
+     "`fp8` preset's W4A8) adding and normalising its rows in its last CTA (`linear_add_rmsnorm`): a launch fewer per "
+     "layer each; in a decode "
      "step, "
      "a Gated DeltaNet layer's conv update, delta rule and gated RMSNorm in one kernel (`gdn_decode_fused`, "
      "Qwen3-Next: "
@@ -277,6 +285,31 @@ static const route_key route_keys[] = {
      "same order). `auto` is `kernel` until `fused` is measured on a GPU; bf16 head dims that are multiples of 16 "
      "(the split kernel's); the cpu backend has one reference",
      now_paged_combine},
+    {"moe.down_quant",
+     FIELD(moe_down_quant),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL}, {"fused", FM_ROUTE_DOWN_QUANT_FUSED}},
+     "kernel",
+     "the grouped GEMVs' h quantized for the down GEMV by a launch of its own, or by the down GEMV's CTAs",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`): the gate|up GEMV writes h (SwiGLU, bf16), which the down "
+     "GEMV reads as e4m3 in 128-column groups; `kernel` quantizes it with a launch of its own, `fused` lets each CTA "
+     "of the down GEMV quantize its tile's rows into shared memory as it stages them (the same codes, scales and "
+     "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a "
+     "GPU; the grouped GEMMs quantize h in their epilogue either way; the cpu backend has one reference",
+     now_moe_down_quant},
+    {"moe.combine",
+     FIELD(moe_combine),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "kernel",
+     "the grouped GEMVs' MoE tail (combine + add + RMSNorm) by a kernel after the down GEMV, or by its last CTAs",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`) ending in the fused MoE tail (`decode.fused`: the weighted "
+     "combine of the routed rows, the residual add and the next RMSNorm): `kernel` runs that tail as a kernel after "
+     "the down GEMV, `fused` lets the down GEMV's last CTA of each token (counted on a device counter per token) "
+     "run it: one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a GPU; "
+     "rows of a multiple of 8 up to 4096 (else the kernel); the grouped GEMMs and the unfused moe keep the kernel; "
+     "the cpu backend has one reference",
+     now_moe_combine},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -496,6 +529,17 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r) { return r->paged_tiled
 bool fm_routes_paged_combine_fused(const fm_routes *r) {
     return r->paged_combine == FM_ROUTE_COMBINE_FUSED ||
            (r->paged_combine == FM_ROUTE_COMBINE_AUTO && PAGED_COMBINE_FUSED_BY_DEFAULT);
+}
+/* auto: the quantizer launch until the fused form is measured on a GPU (compiled only; bench/NOTES.md 2026-12-05) */
+#define DOWN_QUANT_FUSED_BY_DEFAULT false
+bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
+    return r->moe_down_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
+           (r->moe_down_quant == FM_ROUTE_DOWN_QUANT_AUTO && DOWN_QUANT_FUSED_BY_DEFAULT);
+}
+#define MOE_COMBINE_FUSED_BY_DEFAULT false /* likewise */
+bool fm_routes_moe_combine_fused(const fm_routes *r) {
+    return r->moe_combine == FM_ROUTE_COMBINE_FUSED ||
+           (r->moe_combine == FM_ROUTE_COMBINE_AUTO && MOE_COMBINE_FUSED_BY_DEFAULT);
 }
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && T <= 64);

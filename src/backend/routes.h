@@ -69,6 +69,12 @@ typedef enum fm_route_paged_combine {
     FM_ROUTE_COMBINE_FUSED,  /* the split kernel's last CTA per (token, kv head group) merges them */
 } fm_route_paged_combine;
 
+typedef enum fm_route_down_quant {
+    FM_ROUTE_DOWN_QUANT_AUTO = 0,
+    FM_ROUTE_DOWN_QUANT_KERNEL, /* a decode step's h quantized for the down GEMV by a launch of its own */
+    FM_ROUTE_DOWN_QUANT_FUSED,  /* by the down GEMV's CTAs, each its tile's rows, in its prologue */
+} fm_route_down_quant;
+
 typedef struct fm_routes {
     /* the GPU the defaults are for: 9 Hopper, 8 Ada / Ampere, 0 no GPU */
     int32_t sm_major;
@@ -83,6 +89,8 @@ typedef struct fm_routes {
     int32_t pdl;              /* pdl: fm_route_switch */
     int32_t decode_graphs;    /* decode.graphs: fm_route_switch */
     int32_t moe_gemv;         /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
+    int32_t moe_down_quant;   /* moe.down_quant: fm_route_down_quant */
+    int32_t moe_combine;      /* moe.combine: fm_route_paged_combine's words (kernel, fused) */
     int32_t router_fused;     /* router.fused: fm_route_switch */
     int32_t gdn_tc;           /* gdn.tc: fm_route_switch */
     int32_t rope_store;       /* rope.store: fm_route_switch */
@@ -216,11 +224,21 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r);
  * a device counter in the op's scratch (attention_paged.cu), rather than by a second kernel: one launch fewer per
  * attention layer of a step that splits, the same bits. `auto` is `kernel` until it is measured on a GPU. */
 bool fm_routes_paged_combine_fused(const fm_routes *r);
+/* The experts on the grouped GEMVs (fm_routes_moe_gemv): the down GEMV quantizes h (the gate|up GEMV's bf16 SwiGLU
+ * output) itself, each CTA its tile's rows, rather than after a quantizer launch: one launch fewer per MoE layer, the
+ * same bits. `auto` is the quantizer launch until the fused form is measured on a GPU (compiled and tested against
+ * the chain only: bench/NOTES.md 2026-12-05, "the MoE decode tail"). */
+bool fm_routes_moe_down_quant_fused(const fm_routes *r);
+/* The experts on the grouped GEMVs, ending in moe_add_rmsnorm (decode.fused): the down GEMV's last CTA of each token
+ * combines its k rows, adds the residual and normalises it, rather than a kernel after it: one launch fewer per MoE
+ * layer, the same bits. `auto` is the kernel until measured on a GPU (bench/NOTES.md 2026-12-05, "the MoE decode
+ * tail"). */
+bool fm_routes_moe_combine_fused(const fm_routes *r);
 /* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
  * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).
- * The o projection with them (linear_add_rmsnorm: the W8A8 GEMV's last CTA adds and normalises the rows): only when
- * on (with it, fp8 + w8a8 at B = 8 lost 3.3 % when that CTA normalised the rows one after another; now it takes
+ * The o projection with them (linear_add_rmsnorm: the W8A8 or W4A8 GEMV's last CTA adds and normalises the rows): only
+ * when on (with it, fp8 + w8a8 at B = 8 lost 3.3 % when that CTA normalised the rows one after another; now it takes
  * them all at once, row_tail.cuh, not yet measured). */
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
 bool fm_routes_fused_o_proj(const fm_routes *r);

@@ -12,8 +12,16 @@
  *   w8a8.gemv_max_m=16: two passes) and above (9, 16, 64: cuBLASLt, then add_rmsnorm), the o projection of
  *   Qwen3-30B-A3B (4096 -> 2048), rows of 4096 (two chunks a thread), q|k|v's 5120 rows (above the tail's 4096: the
  *   two ops), K 200 -> N 208; each fused call made twice in a row (the CTA counter left at zero for the next launch,
- *   as a graph replays it); bf16, fp32, int4 (w4a16) and int4-tc (w4a8) through the two ops at M 1, 2, 8, 16, 64.
- *   W8A8 and W4A8 bound vs the CPU: 5e-3 (test_cuda_ops.c's linear), 1e-2 after the norm.
+ *   as a graph replays it); W4A8 (the fp8 preset's int4-tc) likewise at the W4A8 GEMV's rows (M 1..5, 8, 9, 16: the
+ *   same tail in its last CTA) and above (64, and dense.gemv=off: the grouped GEMM, then add_rmsnorm); bf16, fp32
+ *   and int4 (w4a16) through the two ops at M 1, 2, 8, 16, 64. W8A8 and W4A8 bound vs the CPU: 5e-3
+ *   (test_cuda_ops.c's linear), 1e-2 after the norm. (int4-zp-tc and e4m3-block: test_cuda_prequant.c.)
+ *   moe.down_quant=fused: the moe op and moe_add_rmsnorm with the down GEMV quantizing h itself against the same ops
+ *   with the quantizer launch, bit for bit, and the moe against the CPU within 3e-2: Qwen3's experts at 1, 2 and 8
+ *   tokens, the small odd shapes up to 16 rows a tile, MXFP4 and NVFP4 dispatches, and the grouped GEMMs (unchanged).
+ *   moe.combine=fused: the same checks with the MoE tail in the down GEMV's last CTA of each token (each fused call
+ *   twice: its per-token counters left zero), with and without moe.down_quant=fused; rows of 200 to 4096, and 300
+ *   (not a multiple of 8: the tail's kernel after the GEMV).
  *   gdn_decode_fused: the normed rows and both states (conv, recurrent) against the GPU's gdn_conv, gdn_recurrent and
  *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
@@ -154,6 +162,119 @@ static void test_moe_add_rmsnorm_reference_experts(void **s) {
     }
 }
 
+/* ---- moe.down_quant: the decode GEMVs' h quantized by the down GEMV itself, against the quantizer launch ---- */
+
+/* a cuda backend for plan under route (after the command line's routes, so that the case's route wins) */
+static fm_backend *gpu_with_route(const fm_plan *plan, const char *route) {
+    char routes[640];
+    const char *cl = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%s%s", cl ? cl : "", cl ? "," : "", route);
+    fm_backend *gpu = NULL;
+    fm_error err;
+    if (fm_backend_create("cuda", plan, 0, routes, &gpu, &err)) fail_msg("cuda backend (%s): %s", routes, err.msg);
+    return gpu;
+}
+
+/* The moe op's output [T, H] on be (no tail), for down_quant_case */
+static float *run_moe_only(fm_backend *be, const block_in *b, fm_wformat fmt) {
+    fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, b->H, fmt, true),
+            *db = gpu_bank(be, b->dn, b->E, b->H, b->I, fmt, false);
+    float *o = gpu_run_moe(be, gub, db, b->x, b->T, b->H, b->ids, b->w, b->k);
+    be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
+    return o;
+}
+
+static void expect_same_bits(const float *a, const float *b, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof *a))
+            fail_msg("%s: element %lld: fused %.9g, quantizer launch %.9g", what, (long long)i, a[i], b[i]);
+}
+
+/* route: the experts' routes of the case (moe.gemv=64: the GEMVs above one token); dispatch: the plan's. The chain
+ * (base: routes after `route`) against the fused form (fused: likewise): the moe op's output, and moe_add_rmsnorm's
+ * residual and normed rows (the fused backend's op called twice: counters it uses were left zero), bit for bit; the
+ * moe against the CPU within the W4A8 moe's bound (test_cuda_ops.c) */
+static void same_bits_case(fm_preset p, fm_dispatch dispatch, const char *route, const char *base, const char *fused,
+                           int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    fm_error err;
+    if (fm_plan_set_dispatch(&plan, dispatch, &err)) fail_msg("dispatch: %s", err.msg);
+    char r_base[200], r_fused[200];
+    snprintf(r_base, sizeof r_base, "%s%s%s", route ? route : "", route ? "," : "", base);
+    snprintf(r_fused, sizeof r_fused, "%s%s%s", route ? route : "", route ? "," : "", fused);
+    fm_backend *cpu = NULL, *gk = gpu_with_route(&plan, r_base), *gf = gpu_with_route(&plan, r_fused);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    const fm_wformat fmt = FM_W_INT4_G128_TC;
+    block_in b = make_block(T, E, k, H, I);
+    char what[240];
+    snprintf(what, sizeof what, "%s %s %s T=%lld E=%d k=%d H=%lld I=%lld%s%s", fused, fm_afmt_name(plan.a_dispatch),
+             fm_wformat_name(fmt), (long long)T, E, k, (long long)H, (long long)I, route ? " " : "",
+             route ? route : "");
+    float *of = run_moe_only(gf, &b, fmt), *ok = run_moe_only(gk, &b, fmt), *oc = run_moe_only(cpu, &b, fmt);
+    expect_same_bits(of, ok, T * H, what);
+    float *fa, *fh, *ka, *kh; /* and inside moe_add_rmsnorm (the decode step's form) */
+    run_end(gk, &b, fmt, true, &ka, &kh);
+    for (int c = 0; c < 2; c++) {
+        run_end(gf, &b, fmt, true, &fa, &fh);
+        expect_same_bits(fa, ka, T * H, what), expect_same_bits(fh, kh, T * H, what);
+        free(fa), free(fh);
+    }
+    printf("  %-60s = %s, bit for bit\n", what, base);
+    char w2[300];
+    snprintf(w2, sizeof w2, "%s vs cpu", what);
+    gpu_expect_close(of, oc, T * H, 3e-2, w2);
+    free(of), free(ok), free(oc), free(ka), free(kh);
+    free_block(&b);
+    gk->ops->destroy(gk), gf->ops->destroy(gf), cpu->ops->destroy(cpu);
+}
+
+static void down_quant_case(fm_preset p, fm_dispatch dispatch, const char *route, int64_t T, int32_t E, int32_t k,
+                            int64_t H, int64_t I) {
+    same_bits_case(p, dispatch, route, "moe.down_quant=kernel", "moe.down_quant=fused", T, E, k, H, I);
+}
+
+/* Qwen3-30B-A3B's experts at one token (the default GEMV route) and, with moe.gemv=64, 2 and 8 tokens (tiles of 1-2
+ * rows); the small odd shapes (I = 72: one partial group; I = 200: a full and a partial one) up to 16 rows a tile
+ * (the GEMV's two n8 tiles: T = 16, top-2 of 8 experts); the FP4 dispatches (h is e4m3 either way); moe.gemv=off (the
+ * grouped GEMMs: the route changes nothing there) */
+static void test_moe_down_quant_fused(void **s) {
+    (void)s;
+    down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, NULL, 1, 128, 8, 2048, 768);
+    down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", 2, 128, 8, 2048, 768);
+    down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", 8, 128, 8, 2048, 768);
+    const int64_t Ts[] = {1, 7, 16};
+    for (int i = 0; i < 3; i++) {
+        down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", Ts[i], 8, 2, 200, 72);
+        down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", Ts[i] < 12 ? Ts[i] : 12, 13, 5, 384, 200);
+        down_quant_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, "moe.gemv=64", Ts[i], 8, 2, 256, 72);
+    }
+    down_quant_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, 1, 128, 8, 2048, 768); /* MXFP4 */
+    down_quant_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=off", 9, 128, 8, 2048, 768);
+}
+
+/* moe.combine=fused: the MoE tail (combine, residual add, norm) in the down GEMV's last CTA of each token, with and
+ * without moe.down_quant=fused, against the tail's kernel: Qwen3's experts at 1 and 8 tokens (each CTA the last of
+ * at most one token), the small shapes up to 16 rows a tile (a CTA the last of several tokens), rows of 200 and 384
+ * (multiples of 8) and of 4096 (two chunks a thread), and 300 (not a multiple of 8: the kernel after the GEMV) */
+static void test_moe_combine_fused(void **s) {
+    (void)s;
+    const char *base = "moe.combine=kernel,moe.down_quant=kernel";
+    const char *both = "moe.combine=fused,moe.down_quant=fused", *alone = "moe.combine=fused,moe.down_quant=kernel";
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, NULL, base, alone, 1, 128, 8, 2048, 768);
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, 8, 128, 8, 2048, 768);
+    const int64_t Ts[] = {1, 7, 16};
+    for (int i = 0; i < 3; i++) {
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 200, 72);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, alone, Ts[i] < 12 ? Ts[i] : 12, 13, 5,
+                       384, 200);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 4096, 128);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 300, 72);
+    }
+    same_bits_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
+}
+
 /* y = x W^T, then the residual add and the norm, on backend be: fused (linear_add_rmsnorm, `calls` times on the same
  * inputs) or the chain; returns y, the residual and the normed rows (host, caller frees) */
 static void run_proj(fm_backend *be, const float *w, const float *x, const float *resid, const float *norm, int64_t M,
@@ -240,13 +361,30 @@ static void test_linear_add_rmsnorm_w8a8(void **s) {
     proj_case(FM_PRESET_FP8, FM_DENSE_W8A8, NULL, 1, 2048, 5120); /* rows above the tail's: the two ops */
 }
 
-/* the other dense formats: the op runs the two ops (bf16, fp32, int4 w4a16, int4-tc w4a8) */
+/* The fp8 preset's dense projections (int4-tc, W4A8): the GEMV up to 16 rows with the same tail (M = 1..5, 8: every
+ * tiling of row_tail.cuh in one pass; 9, 16: the GEMV's two n8 tiles, two passes), 64 rows on the grouped GEMM (then
+ * add_rmsnorm); the o projection of Qwen3-30B-A3B (4096 -> 2048), rows of 4096, K 200 -> N 208; q|k|v's 5120 rows
+ * (above the tail's 4096: the two ops) */
+static void test_linear_add_rmsnorm_w4a8(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 2, 3, 4, 5, 8, 9, 16, 64};
+    for (int i = 0; i < 9; i++) {
+        proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, NULL, Ms[i], 4096, 2048);
+        proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, NULL, Ms[i], 200, 208);
+    }
+    const int64_t Mw[] = {1, 3, 8, 16};
+    for (int i = 0; i < 4; i++) proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, NULL, Mw[i], 4096, 4096);
+    proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, NULL, 1, 2048, 5120);
+    proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, "dense.gemv=off", 2, 4096, 2048); /* the GEMM: the two ops */
+}
+
+/* the other dense formats: the op runs the two ops (bf16, fp32, int4 w4a16) */
 static void test_linear_add_rmsnorm_other_formats(void **s) {
     (void)s;
     const int64_t Ms[] = {1, 2, 8, 16, 64};
-    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_REF32, FM_PRESET_INT4, FM_PRESET_FP8};
+    const fm_preset presets[] = {FM_PRESET_REF, FM_PRESET_REF32, FM_PRESET_INT4};
     for (int i = 0; i < 5; i++)
-        for (int p = 0; p < 4; p++) proj_case(presets[p], FM_DENSE_PRESET, NULL, Ms[i], 200, 208);
+        for (int p = 0; p < 3; p++) proj_case(presets[p], FM_DENSE_PRESET, NULL, Ms[i], 200, 208);
 }
 
 /* ---- gdn_decode_fused: a decode step's Gated DeltaNet (conv update, delta rule, gated norm) as one op ---- */
@@ -391,8 +529,13 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_linear_add_rmsnorm_w8a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),
+        cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
         cmocka_unit_test(test_gdn_decode_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */

@@ -7,7 +7,8 @@
  *   fp8 presets (int4-zp-tc and e4m3-block banks, e4m3 1x128 activations): the CUDA linear against a reference
  *     computed here in double from the dequantized weights and the e4m3-quantized input (fm_e4m3_quantize_groups on
  *     the bf16-rounded input), normalised error <= 5e-3 (bf16 output, the wgmma's accumulator: test_cuda_ops.c);
- *     the MoE against the CPU backend's emulation of the same formats, <= 3e-2 as for the int4-tc MoE
+ *     the MoE against the CPU backend's emulation of the same formats, <= 3e-2 as for the int4-tc MoE; the fused
+ *     decode forms (linear_add_rmsnorm on the W4A8 GEMV, moe.down_quant=fused) bit for bit the chains they replace
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -378,12 +379,129 @@ static void test_fp8_prequant_moe(void **s) {
     }
 }
 
+/* ---- the fused decode forms on these banks: each bit for bit the chain it replaces ---- */
+
+/* a backend under route, after the command line's routes (the case's route wins) */
+static fm_backend *backend_route(fm_preset p, const char *route) {
+    fm_plan plan;
+    fm_plan_for_backend(p, "cuda", &plan);
+    char routes[640];
+    const char *cl = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%s%s", cl ? cl : "", cl ? "," : "", route);
+    fm_backend *be;
+    fm_error err;
+    if (fm_backend_create("cuda", &plan, 0, routes, &be, &err)) fail_msg("cuda backend (%s): %s", routes, err.msg);
+    return be;
+}
+
+/* linear_add_rmsnorm (decode.fused: the o projection, its residual add and the next norm) on q's bank: the W4A8 GEMV
+ * adding and normalising in its last CTA, called twice (its counter reset), against linear then add_rmsnorm; y also
+ * against the double reference */
+static void fused_linear_case(qlinear *q, fm_wformat fmt, int64_t M, const char *what) {
+    const int64_t N = q->src.rows, K = q->src.cols;
+    fm_backend *be = backend("cuda", FM_PRESET_FP8);
+    fm_bank *wb = make_bank(be, &q->src, 1, 1, fmt, false);
+    float *nw = rand_x(N), *x = rand_x(M * K), *r0 = rand_x(M * N);
+    fm_bank *nb = gpu_bank(be, nw, 1, 1, N, be->plan.w_other, false);
+    float *out[2][3]; /* chain, fused: y, residual, normed rows */
+    for (int f = 0; f < 2; f++) {
+        void *xd = gpu_upload(be, x, M * K), *base[3], *d[3];
+        for (int o = 0; o < 3; o++) d[o] = gpu_guarded(be, M * N, &base[o]);
+        for (int c = 0; c < (f ? 2 : 1); c++) {
+            be->ops->upload_f32(be, r0, M * N, d[1]);
+            if (f) be->ops->linear_add_rmsnorm(be, wb, xd, M, be->plan.a_dense, d[0], d[1], nb, 1e-6f, d[2]);
+            else {
+                be->ops->linear(be, wb, 0, xd, M, be->plan.a_dense, d[0]);
+                be->ops->add_rmsnorm(be, d[1], d[0], nb, M, N, 1e-6f, d[2]);
+            }
+        }
+        for (int o = 0; o < 3; o++) out[f][o] = gpu_fetch(be, base[o], M * N, "fused linear");
+        be->ops->free(be, xd);
+    }
+    char label[200];
+    snprintf(label, sizeof label, "linear_add_rmsnorm %s M=%lld N=%lld K=%lld", what, (long long)M, (long long)N,
+             (long long)K);
+    for (int o = 0; o < 3; o++)
+        for (int64_t i = 0; i < M * N; i++)
+            if (memcmp(&out[0][o][i], &out[1][o][i], sizeof(float)))
+                fail_msg("%s: output %d element %lld: fused %.9g, chain %.9g", label, o, (long long)i, out[1][o][i],
+                         out[0][o][i]);
+    printf("  %-60s fused = chain bit for bit\n", label);
+    float *ref = fp8_reference(x, q->w, M, K, N);
+    gpu_expect_close(out[1][0], ref, M * N, 5e-3, label);
+    for (int f = 0; f < 2; f++)
+        for (int o = 0; o < 3; o++) free(out[f][o]);
+    free(ref), free(nw), free(x), free(r0);
+    be->ops->bank_free(be, wb), be->ops->bank_free(be, nb);
+    be->ops->destroy(be);
+}
+
+/* the moe op with the down GEMV quantizing h itself (moe.down_quant=fused) against the quantizer launch, on the
+ * decode GEMVs (moe.gemv=64): int4-zp-tc's group sums, e4m3-block's scales */
+static void fused_moe_case(fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I, int32_t fp8_bn,
+                           bool sym) {
+    qexperts q = make_experts(E, H, I, fp8_bn, sym);
+    float *x = rand_x(T * H), *wts = malloc((size_t)(T * k) * sizeof(float));
+    int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t j = 0; j < k; j++)
+            ids[t * k + j] = (int32_t)((t * 5 + j * 3) % E), wts[t * k + j] = 0.3f + 0.1f * (float)j;
+    float *o[2];
+    const char *routes[2] = {"moe.gemv=64,moe.down_quant=kernel", "moe.gemv=64,moe.down_quant=fused"};
+    for (int i = 0; i < 2; i++) {
+        fm_backend *be = backend_route(FM_PRESET_FP8, routes[i]);
+        fm_bank *gub = make_bank(be, q.gu, E, 2, fmt, true), *db = make_bank(be, q.dn, E, 1, fmt, false);
+        o[i] = gpu_run_moe(be, gub, db, x, T, H, ids, wts, k);
+        be->ops->bank_free(be, gub), be->ops->bank_free(be, db);
+        be->ops->destroy(be);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "moe.down_quant=fused %s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt),
+             (long long)T, E, k, (long long)H, (long long)I,
+             fp8_bn ? ""
+             : sym  ? " sym"
+                    : " asym");
+    for (int64_t i = 0; i < T * H; i++)
+        if (memcmp(&o[0][i], &o[1][i], sizeof(float)))
+            fail_msg("%s: element %lld: fused %.9g, quantizer launch %.9g", what, (long long)i, o[1][i], o[0][i]);
+    printf("  %-60s = the quantizer launch, bit for bit\n", what);
+    free(o[0]), free(o[1]), free(x), free(wts), free(ids);
+    free_experts(&q);
+}
+
+static void test_fp8_prequant_fused(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 2, 8, 16};
+    for (int i = 0; i < 4; i++) {
+        qlinear q;
+        make_ct(&q, 256, 384, 128, false, false);
+        fused_linear_case(&q, FM_W_INT4_ZP_TC, Ms[i], "int4-zp-tc G=128 asym");
+        free_q(&q);
+        make_ct(&q, 2048, 512, 128, true, false);
+        fused_linear_case(&q, FM_W_INT4_ZP_TC, Ms[i], "int4-zp-tc G=128 sym");
+        free_q(&q);
+        make_fp8_block(&q, 256, 384, 128);
+        fused_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 128x128");
+        free_q(&q);
+        make_fp8_block(&q, 2048, 200, 64);
+        fused_linear_case(&q, FM_W_E4M3_B128, Ms[i], "e4m3-block 64x128, K padded to 256");
+        free_q(&q);
+    }
+    const int64_t Ts[] = {1, 7, 21};
+    for (int i = 0; i < 3; i++) {
+        fused_moe_case(FM_W_INT4_ZP_TC, Ts[i], 8, 2, 256, 128, 0, false);
+        fused_moe_case(FM_W_INT4_ZP_TC, Ts[i], 7, 3, 384, 256, 0, true);
+        fused_moe_case(FM_W_E4M3_B128, Ts[i], 5, 2, 384, 176, 128, false);
+        fused_moe_case(FM_W_E4M3_B128, Ts[i], 8, 2, 256, 128, 48, false);
+    }
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_int4zp_linear),       cmocka_unit_test(test_int4zp_moe),
         cmocka_unit_test(test_fp8_prequant_linear), cmocka_unit_test(test_fp8_prequant_refusals),
-        cmocka_unit_test(test_fp8_prequant_moe),
+        cmocka_unit_test(test_fp8_prequant_moe),    cmocka_unit_test(test_fp8_prequant_fused),
     };
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -580,12 +580,16 @@ static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_
     cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
 }
 
-/* W8A8 dense weights at the decode GEMV's rows: the add + norm in the GEMV's last CTA; otherwise the two ops */
+/* W8A8 and W4A8 dense weights at the decode GEMVs' rows: the add + norm in the GEMV's last CTA; else the two ops */
 static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                                   void *acc, const fm_bank *norm, float eps, void *out) {
     require_afmt(w, afmt, "linear_add_rmsnorm");
     if (!f32(bb) && w->fmt == FM_W_E4M3_PT &&
         fm_cuda_linear_w8a8_add_rmsnorm(cuda_be(bb), w, (const bf16 *)x, M, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0),
+                                        eps, (bf16 *)out))
+        return;
+    if (!f32(bb) && fm_cuda_w4a8_takes(w->fmt) &&
+        fm_cuda_linear_w4a8_add_rmsnorm(cuda_be(bb), w, (const bf16 *)x, M, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0),
                                         eps, (bf16 *)out))
         return;
     cu_linear(bb, w, 0, x, M, afmt, y);
@@ -812,8 +816,8 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
     FM_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     if (cudaMalloc(&be->router_counter, sizeof *be->router_counter) != cudaSuccess ||
         cudaMemset(be->router_counter, 0, sizeof *be->router_counter) != cudaSuccess ||
-        cudaMalloc(&be->tail_counter, sizeof *be->tail_counter) != cudaSuccess ||
-        cudaMemset(be->tail_counter, 0, sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMalloc(&be->tail_counter, (1 + FM_MOE_GEMV_MAX_PAIRS) * sizeof *be->tail_counter) != cudaSuccess ||
+        cudaMemset(be->tail_counter, 0, (1 + FM_MOE_GEMV_MAX_PAIRS) * sizeof *be->tail_counter) != cudaSuccess ||
         cudaMalloc(&be->gdn_arrivals, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
         cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess) {
         cu_destroy(&be->base);

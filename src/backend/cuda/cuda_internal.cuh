@@ -81,7 +81,8 @@ typedef struct cuda_backend {
     cudaEvent_t *marks;       // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
-    unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise
+    unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise;
+                              // after it FM_MOE_GEMV_MAX_PAIRS per token counters of the down GEMV's (moe.combine)
     unsigned *gdn_arrivals;   // the fused GDN decode kernel's per (row, key head) counters (gdn_decode.cu), likewise
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,

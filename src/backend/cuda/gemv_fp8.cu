@@ -32,6 +32,8 @@
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
+#include "backend/cuda/moe_combine_row.cuh"
+#include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/row_tail.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
@@ -122,6 +124,65 @@ static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const 
     __syncthreads();
 }
 
+// W4A8 from bf16 rows h [M][K] instead (the down GEMV of a decode step's experts quantizing the gate|up GEMV's SwiGLU
+// output itself, route moe.down_quant=fused): a warp per (row, 128-group), QB of them loaded before the first is
+// quantized (M G <= 8 QB tasks, e.g. every tile of up to 5 rows of Qwen3's I = 768 at QB = 4, is one round trip to
+// L2; QB = 2 with the group sums of int4-zp banks: at 4 the kernel spilled 120 bytes under its 128 registers, the
+// first round of weights being in flight meanwhile), each quantized by quantize_group (moe_dispatch_device.cuh), the
+// arithmetic of quantize_rows_kernel, so sm and ssc hold the bytes stage_w4a8_e4m3 would have copied from that kernel's
+// output: the same codes, scales and (SUMS, int4-zp banks) group sums. Rows past M are zeros, as stage_copy leaves
+// them. h is read through L2 (ld.cg): the previous kernel wrote it.
+
+static __device__ __forceinline__ void load_group_cg(const __nv_bfloat16 *h, int64_t K, int64_t grp, float v[4]) {
+    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
+    if (k + 4 <= K && (((uintptr_t)(h + k)) & 7) == 0) {
+        const uint2 raw = __ldcg((const uint2 *)(h + k));
+        const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
+        v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
+    } else {
+        for (int i = 0; i < 4; i++)
+            v[i] =
+                k + i < K ? __bfloat162float(__ushort_as_bfloat16(__ldcg((const unsigned short *)(h + k + i)))) : 0.0f;
+    }
+}
+
+template <bool SUMS>
+static __device__ void stage_w4a8_quantize(const __nv_bfloat16 *h, int64_t K, int64_t M, int64_t G, int R, int64_t ldsm,
+                                           uint8_t *sm, float *ssc) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    constexpr int QB = SUMS ? 2 : 4;
+    const int64_t tasks = M * G;
+    for (int64_t i0 = warp; i0 < tasks; i0 += (int64_t)warps * QB) {
+        float v[QB][4];
+#pragma unroll
+        for (int q = 0; q < QB; q++) {
+            const int64_t i = i0 + (int64_t)q * warps;
+            if (i < tasks) load_group_cg(h + (i / G) * K, K, i % G, v[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < QB; q++) {
+            const int64_t i = i0 + (int64_t)q * warps; /* the same for the whole warp */
+            if (i >= tasks) break;
+            const int64_t r = i / G, grp = i % G;
+            float scale, sum;
+            const uint32_t word = quantize_group<SUMS>(v[q], K, grp, &scale, &sum);
+            *(uint32_t *)(sm + r * ldsm + grp * 128 + lane * 4) = word;
+            if (lane == 0) {
+                ssc[i] = scale; /* i = r G + grp: stage_w4a8_e4m3's place of (row r, group grp) */
+                if (SUMS) ssc[R * G + i] = sum;
+            }
+        }
+    }
+    const int64_t per_row = ldsm / 16;
+    for (int64_t i = M * per_row + threadIdx.x; i < R * per_row; i += blockDim.x)
+        *(uint4 *)(sm + (i / per_row) * ldsm + (i % per_row) * 16) = make_uint4(0, 0, 0, 0);
+    for (int64_t i = M * G + threadIdx.x; i < R * G; i += blockDim.x) {
+        ssc[i] = 0.0f;
+        if (SUMS) ssc[R * G + i] = 0.0f;
+    }
+    __syncthreads();
+}
+
 // ---- the kernels ----
 
 // x is e4m3 [M][ld] with its scale at *x_scale (quantized by an earlier kernel). Each lane's B piece is one 16-byte
@@ -205,7 +266,10 @@ typedef struct gemv_w4a8_weights {
 // through row_map (the down projection: slot -> routed pair); OUT_SWIGLU takes an interleaved gate|up bank, whose
 // 16-row block b holds gate and up of channels 8b..8b+7 in one thread's accumulators, and writes
 // h = bf16(silu(bf16 gate) * bf16 up) as bf16 [slot][I] (the grouped GEMM's epilogue arithmetic); the 128-group
-// quantization of h for the down GEMV is the activation quantizer's (one more launch: its amax spans 16 CTAs).
+// quantization of h for the down GEMV is either the activation quantizer's (one more launch: a group's amax spans 16
+// CTAs of the gate|up GEMV) or the down GEMV's own (xh: each CTA quantizes its tile's rows while staging them,
+// stage_w4a8_quantize; the CTAs of a tile repeat that work, 1.5 KB a row from L2, to save the launch).
+// GV_DENSE only: tail.counter, the o projection's residual add + RMSNorm in the last CTA (row_tail.cuh).
 enum { GV_DENSE, GV_GROUPED, GV_GROUPED_SWIGLU };
 typedef struct gemv_groups {
     const fm_w4a8_tile *tiles;
@@ -213,6 +277,9 @@ typedef struct gemv_groups {
     int64_t codes_stride, scales_stride; // per matrix: bytes of codes, elements of scales
     const int32_t *row_map;              // GV_GROUPED: output row of each slot (NULL: the slot)
     int64_t ldy;                         // y's row stride
+    const __nv_bfloat16 *xh;             // GV_GROUPED: NULL, or bf16 rows [slot][kh] quantized here (x, xs unused)
+    int64_t kh;
+    fm_moe_gemv_tail tt; // GV_GROUPED: tt.counters NULL, or each token's end in its last CTA
 } gemv_groups;
 
 static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -245,12 +312,41 @@ static __device__ __forceinline__ void store_grouped(const float acc[NT][4], int
         }
 }
 
+// The down GEMV's tokens ended in its CTAs (route moe.combine=fused): every CTA of the grid writes a slice of the
+// columns of each of its tile's rows (pairs), so a token's row is whole once k x gridDim.x CTAs (its k pairs, each in
+// one tile: a token's experts are distinct) have counted themselves out on the token's counter (after a fence); the
+// last one combines its k rows, adds the residual and normalises it (moe_combine_row.cuh, the moe_add_rmsnorm kernel's
+// arithmetic) and zeroes the counter for the next launch (a captured graph replays it). A CTA can be the last of
+// several of its tile's tokens: it ends them one after another. Out of line, as the dense tail, to stay clear of the
+// GEMV's registers. Every thread of every CTA that holds a tile calls it.
+static __device__ __noinline__ void token_tails(const fm_moe_gemv_tail tt, const int32_t *row_map, int64_t slot0,
+                                                int64_t M, const __nv_bfloat16 *y, int64_t H) {
+    __shared__ int32_t last[FM_GEMV_FP8_MAX_M];
+    __shared__ int n_last;
+    __threadfence();
+    if (threadIdx.x == 0) n_last = 0;
+    __syncthreads();
+    if (threadIdx.x < M) {
+        const int32_t t = row_map[slot0 + threadIdx.x] / tt.k;
+        if (atomicAdd(tt.counters + t, 1u) == (unsigned)tt.k * gridDim.x - 1u) last[atomicAdd(&n_last, 1)] = t;
+    }
+    __syncthreads();
+    const int n = n_last;
+    if (n == 0) return;
+    __threadfence();
+    float wv[NORM_CHUNKS][8];
+    combine_row_norm_weights(tt.norm, H, wv);
+    for (int i = 0; i < n; i++) {
+        if (i) __syncthreads(); /* block_sum's shared words are read by every thread before the next token's */
+        combine_add_rmsnorm_row(y, NULL, tt.weights, tt.k, H, last[i], tt.acc, tt.eps, wv, tt.out);
+        if (threadIdx.x == 0) tt.counters[last[i]] = 0u;
+    }
+}
+
 template <int NT, int KS, int WK, int MODE>
-static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4a8_weights wt, int64_t N,
-                                                                         int64_t rows_pad, int64_t n_groups,
-                                                                         const uint8_t *x, const float *xs,
-                                                                         const float *xsum, int64_t ld_s, int64_t M,
-                                                                         __nv_bfloat16 *y, const gemv_groups gr) {
+static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
+    gemv_w4a8_weights wt, int64_t N, int64_t rows_pad, int64_t n_groups, const uint8_t *x, const float *xs,
+    const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y, const gemv_groups gr, const fm_row_tail tail) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[WARPS][NT][4][32];
     pdl_launch_dependents();
@@ -262,6 +358,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
     float *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
     int64_t slot0 = 0;
+    const __nv_bfloat16 *xh = NULL; /* GV_GROUPED with gr.xh: the tile's bf16 rows */
     if (MODE != GV_DENSE) { /* the tile list is the dispatch's output: wait before reading it (no weight prefetch) */
         pdl_wait();
         if ((int32_t)blockIdx.y >= __ldcg(gr.n_tiles)) return; /* the whole CTA: before any barrier */
@@ -272,8 +369,12 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4
         if (wt.ws) wt.ws += so;
         if (wt.wsf) wt.wsf += so;
         if (wt.wzs) wt.wzs += so;
-        x += slot0 * G * 128, xs += slot0;
-        if (xsum) xsum += slot0;
+        if (MODE == GV_GROUPED && gr.xh) {
+            xh = gr.xh + slot0 * gr.kh;
+        } else {
+            x += slot0 * G * 128, xs += slot0;
+            if (xsum) xsum += slot0;
+        }
     }
     const uint8_t *wq = wt.codes + blk * G * CH + 16 * lane;
 
@@ -302,7 +403,9 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
             pdl_wait();
-            stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
+            if (MODE == GV_GROUPED && xh)
+                stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
+            else stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
         }
         if (!any) continue;
 #pragma unroll
@@ -341,11 +444,12 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(gemv_w4
         }
     }
     reduce_slices<NT, KS>(acc, red);
-    if (ks || !live) return;
     if constexpr (MODE == GV_DENSE) {
-        store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
+        if (!ks && live) store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
+        if (tail.counter) tail_last_cta(tail, y, N, M);          /* every thread: the tail is the whole CTA's */
     } else {
-        store_grouped<NT, MODE == GV_GROUPED_SWIGLU>(acc, r0, blk, N, M, slot0, gr, y);
+        if (!ks && live) store_grouped<NT, MODE == GV_GROUPED_SWIGLU>(acc, r0, blk, N, M, slot0, gr, y);
+        if (MODE == GV_GROUPED && gr.tt.counters) token_tails(gr.tt, gr.row_map, slot0, M, y, N);
     }
 }
 
@@ -413,63 +517,91 @@ void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64_t ld, cons
     w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, *tail, pdl, s);
 }
 
+// The dense W4A8 GEMV's arguments past the bank, passed down the dispatch below as one value
+typedef struct dense_args {
+    int32_t idx;
+    const uint8_t *x;
+    const float *xs, *xsum;
+    int64_t ld_s, M;
+    __nv_bfloat16 *y;
+    fm_row_tail tail; // counter NULL: none
+} dense_args;
+
 template <int NT, int KS, int WK>
-static void launch_w4a8(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
     static bool allowed = false; /* dynamic shared memory above 48 KiB must be allowed per kernel, once */
-    const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)idx * w->n_groups * w->rows_pad;
+    const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)d.idx * w->n_groups * w->rows_pad;
     gemv_w4a8_weights wt;
-    wt.codes = (const uint8_t *)w->w + (int64_t)idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
+    wt.codes = (const uint8_t *)w->w + (int64_t)d.idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
     wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
-    const size_t smem = (size_t)fm_gemv_fp8_smem(M, w->n_groups * 128);
+    const size_t smem = (size_t)fm_gemv_fp8_smem(d.M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
         allowed = true;
     }
-    int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups;
+    int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups, ld_s = d.ld_s, M = d.M;
+    const uint8_t *x = d.x;
+    const float *xs = d.xs, *xsum = d.xsum;
+    __nv_bfloat16 *y = d.y;
+    fm_row_tail tail = d.tail;
     gemv_groups gr;
     memset(&gr, 0, sizeof gr);
-    void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
-                    (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr};
+    void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,  (void *)&xs,
+                    (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr, (void *)&tail};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>, dim3((unsigned)blocks), dim3(WARPS * 32),
                        smem, s, args, pdl);
 }
 
 template <int NT, int WK>
-static void dispatch_w4a8(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+static void dispatch_w4a8(int ks, const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w4a8<NT, 1, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
-    case 2: launch_w4a8<NT, 2, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
-    case 4: launch_w4a8<NT, 4, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
-    default: launch_w4a8<NT, 8, WK>(w, idx, x, xs, xsum, ld_s, M, y, pdl, s); break;
+    case 1: launch_w4a8<NT, 1, WK>(w, d, pdl, s); break;
+    case 2: launch_w4a8<NT, 2, WK>(w, d, pdl, s); break;
+    case 4: launch_w4a8<NT, 4, WK>(w, d, pdl, s); break;
+    default: launch_w4a8<NT, 8, WK>(w, d, pdl, s); break;
     }
 }
 
-template <int WK>
-static void dispatch_rows(int ks, const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                          int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
-    if (M <= 8) dispatch_w4a8<1, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
-    else dispatch_w4a8<2, WK>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
+template <int WK> static void dispatch_rows(int ks, const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
+    if (d.M <= 8) dispatch_w4a8<1, WK>(ks, w, d, pdl, s);
+    else dispatch_w4a8<2, WK>(ks, w, d, pdl, s);
+}
+
+static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
+    const bool kind_ok =
+        w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && d.xsum);
+    if (!kind_ok || w->interleaved || d.idx < 0 || d.idx >= w->n || d.M < 1 || d.M > FM_GEMV_FP8_MAX_M ||
+        fm_gemv_fp8_smem(d.M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+        fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
+                fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)d.M, (long long)w->cols,
+                d.idx, w->n);
+        abort();
+    }
+    const int ks = slices_for(w->n_groups, 4);
+    if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, d, pdl, s);
+    else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, d, pdl, s);
+    else dispatch_rows<WK_E4M3>(ks, w, d, pdl, s);
+    FM_LAUNCH_CHECK(d.tail.counter ? "w4a8_gemv + add_rmsnorm" : "w4a8_gemv");
 }
 
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
-    const bool kind_ok = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && xsum);
-    if (!kind_ok || w->interleaved || idx < 0 || idx >= w->n || M < 1 || M > FM_GEMV_FP8_MAX_M ||
-        fm_gemv_fp8_smem(M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
-        fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
-                fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)M, (long long)w->cols, idx,
-                w->n);
-        abort();
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}};
+    w4a8_gemv(w, d, pdl, s);
+}
+
+void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
+                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
+                                   cudaStream_t s) {
+    if (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out)) {
+        fprintf(stderr, "fp8moe: w4a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
+                (long long)w->rows);
+        abort(); /* the caller checks fm_row_tail_takes */
     }
-    const int ks = slices_for(w->n_groups, 4);
-    if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
-    else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
-    else dispatch_rows<WK_E4M3>(ks, w, idx, x, xs, xsum, ld_s, M, y, pdl, s);
-    FM_LAUNCH_CHECK("w4a8_gemv");
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail};
+    w4a8_gemv(w, d, pdl, s);
 }
 
 // ---- grouped: the experts of a decode step ----
@@ -488,8 +620,9 @@ static void launch_moe(const fm_bank *w, const gemv_groups *gr, int64_t max_tile
         allowed = true;
     }
     int64_t rows = w->rows, rows_pad = w->rows_pad, n_groups = w->n_groups, M = max_rows;
+    fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
     void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x, (void *)&xs,
-                    (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)gr};
+                    (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)gr, (void *)&none};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks, (unsigned)max_tiles),
                        dim3(WARPS * 32), smem, s, args, pdl);
 }
@@ -525,16 +658,22 @@ static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_g
     else moe_ks<WK, GV_GROUPED>(ks, nt, w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
 }
 
-void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
-                           int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
-                           bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy, bool pdl,
-                           cudaStream_t s) {
-    const bool kind_ok = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && xsum);
-    if (!kind_ok || swiglu != w->interleaved || max_rows < 1 || max_rows > FM_GEMV_FP8_MAX_M || max_tiles < 1 ||
-        max_tiles > 65535 || fm_gemv_fp8_smem(max_rows, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
-        fprintf(stderr, "fp8moe: w4a8_moe_gemv: unsupported bank or shape (%s%s, rows %lld, K %lld, tiles %lld)\n",
+// xh: NULL, or (the down projection, not swiglu) bf16 rows [slots][w->cols] the GEMV quantizes itself (x, xs and xsum
+// then unused)
+static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
+                     int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, const __nv_bfloat16 *xh,
+                     int64_t ld_s, bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
+                     const fm_moe_gemv_tail *tt, bool pdl, cudaStream_t s) {
+    const bool kind_ok =
+        w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (xsum || xh));
+    const bool tail_ok = !tt || (!swiglu && row_map && tt->counters && tt->k >= 1 && ldy == w->rows &&
+                                 fm_combine_row_takes(w->rows, y, tt->acc, tt->norm, tt->out));
+    if (!kind_ok || !tail_ok || swiglu != w->interleaved || (swiglu && xh) || max_rows < 1 ||
+        max_rows > FM_GEMV_FP8_MAX_M || max_tiles < 1 || max_tiles > 65535 ||
+        fm_gemv_fp8_smem(max_rows, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+        fprintf(stderr, "fp8moe: w4a8_moe_gemv: unsupported bank or shape (%s%s, rows %lld, K %lld, tiles %lld%s)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)max_rows, (long long)w->cols,
-                (long long)max_tiles);
+                (long long)max_tiles, xh ? ", bf16 rows" : "");
         abort();
     }
     gemv_groups gr;
@@ -542,11 +681,29 @@ void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const in
     gr.scales_stride = w->n_groups * w->rows_pad;
     const int64_t chunk = w->fmt == FM_W_E4M3_B128 ? wk_shape<WK_E4M3>::chunk : wk_shape<WK_INT4>::chunk;
     gr.codes_stride = (w->rows_pad / 16) * w->n_groups * chunk;
+    gr.xh = xh, gr.kh = w->cols;
+    memset(&gr.tt, 0, sizeof gr.tt);
+    if (tt) gr.tt = *tt;
     const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC)
         moe_mode<WK_INT4_ZP>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else moe_mode<WK_E4M3>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
-    FM_LAUNCH_CHECK("w4a8_moe_gemv");
+    FM_LAUNCH_CHECK(tt   ? "w4a8_moe_gemv + combine_add_rmsnorm"
+                    : xh ? "w4a8_moe_gemv (quantizing its rows)"
+                         : "w4a8_moe_gemv");
+}
+
+void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
+                           int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
+                           bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
+                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, pdl, s);
+}
+
+void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
+                                int64_t max_rows, const __nv_bfloat16 *h, const int32_t *row_map, __nv_bfloat16 *y,
+                                int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, pdl, s);
 }

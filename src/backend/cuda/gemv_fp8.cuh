@@ -4,6 +4,7 @@
 #define FM_CUDA_GEMV_FP8_CUH
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/moe_combine_row.cuh"
 #include "backend/cuda/row_tail.cuh"
 
 // FM_GEMV_FP8_MAX_M (two n8 tiles of activation rows), FM_GEMV_FP8_SMEM_MAX and fm_gemv_fp8_smem (the shared
@@ -27,15 +28,42 @@ extern "C" void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64
 // FM_GEMV_FP8_SMEM_MAX (fm_routes_dense_kernel says FM_DK_W4A8_GEMV).
 extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s);
+// The same, then its last CTA adds y into tail->acc and normalises it into tail->out, as the W8A8 GEMV's does (the
+// fp8 preset's o projection, route decode.fused). Needs fm_row_tail_takes(w->rows, ...).
+extern "C" void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs,
+                                              const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y,
+                                              const fm_row_tail *tail, bool pdl, cudaStream_t s);
 
 // Grouped W4A8 (moe_w4a8.cu, the experts of a decode step): for each tile of the dispatch (tiles[0..*n_tiles), at
 // most max_tiles, each of rows <= max_rows <= FM_GEMV_FP8_MAX_M), the tile's activation rows of x (as for the
 // dense GEMV, ld_s the scales' stride) times its expert's matrix of bank w. swiglu (w an interleaved gate|up bank):
 // y[slot][ch] = bf16(silu(bf16 gate) * bf16 up), y [slots][ldy]; else y[row_map ? row_map[slot] : slot][row], bf16.
+// tail (the down projection, row_map the pairs' rows, ldy = w->rows): NULL, or the MoE block's end in the same launch
+// (route moe.combine=fused): the last CTA of each token combines its k rows of y with the routing weights [T k],
+// adds them into acc and writes out = rmsnorm(acc) * norm, bit for bit fm_cuda_moe_combine_add_rmsnorm after it.
+// counters: T device words, zero, left zero. Needs fm_combine_row_takes(w->rows, y, acc, norm, out).
 #include "backend/cuda/w4a8_gemm.cuh"
+typedef struct fm_moe_gemv_tail {
+    unsigned *counters;
+    const __nv_bfloat16 *weights;
+    int32_t k;
+    __nv_bfloat16 *acc;
+    const __nv_bfloat16 *norm;
+    float eps;
+    __nv_bfloat16 *out;
+} fm_moe_gemv_tail;
 extern "C" void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles,
                                       int64_t max_tiles, int64_t max_rows, const uint8_t *x, const float *xs,
                                       const float *xsum, int64_t ld_s, bool swiglu, const int32_t *row_map,
-                                      __nv_bfloat16 *y, int64_t ldy, bool pdl, cudaStream_t s);
+                                      __nv_bfloat16 *y, int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl,
+                                      cudaStream_t s);
+// The down projection (bank not interleaved) of the same tiles from bf16 rows h [slots][w->cols] (the SwiGLU output
+// of the gate|up GEMV): each CTA quantizes its tile's rows into shared memory to e4m3 1x128 groups as
+// fm_cuda_quantize_e4m3_rows does (the same codes, scales and, for int4-zp-tc, group sums), so the result is the
+// quantizer + fm_cuda_w4a8_moe_gemv chain's bit for bit in one launch fewer (route moe.down_quant=fused).
+extern "C" void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles,
+                                           int64_t max_tiles, int64_t max_rows, const __nv_bfloat16 *h,
+                                           const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
+                                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s);
 
 #endif

@@ -1,6 +1,6 @@
 // What the routing dispatch (moe_dispatch.cu) and the expert-parallel one (ep_dispatch.cu) share: the quantizers of
 // a 128-group of a row, e4m3 with one scale and E2M1 with MX or NV block scales (bit for bit src/quant), and the tile
-// plan of the routed rows. Included by those two files only.
+// plan of the routed rows. Included by those two files and the decode GEMVs (gemv_fp8.cu: quantize_group).
 #ifndef FM_CUDA_MOE_DISPATCH_DEVICE_CUH
 #define FM_CUDA_MOE_DISPATCH_DEVICE_CUH
 

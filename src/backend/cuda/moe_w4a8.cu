@@ -145,7 +145,9 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     }
     if (fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) {
         /* decode: the dispatch in one block, then each tile's expert streams through a GEMV; h in bf16, quantized as
-           the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups) */
+           the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups), by
+           a launch of its own or (moe.down_quant=fused) by the down GEMV as it stages its rows. Every bank kind and
+           dispatch format takes either: h is e4m3 1x128 whatever x was, with group sums for int4-zp-tc banks. */
         fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
         const bool pdl = fm_routes_pdl(r);
         const int64_t max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
@@ -159,11 +161,22 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         }
         /* an FP4 dispatch: the GEMV reads the e4m3 expansion the dispatch wrote beside the codes (xg, xgs) */
         fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, fp4 ? b.xg : b.x8, fp4 ? b.xgs : b.xs,
-                              b.xsum, P, true, NULL, h16, I, pdl, be->stream);
-        fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
-        fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot, y,
-                              H, pdl, be->stream);
-        combine(be, y, weights, T, k, H, tail, out);
+                              b.xsum, P, true, NULL, h16, I, NULL, pdl, be->stream);
+        /* moe.combine=fused: the fused tail (moe_add_rmsnorm) in the down GEMV's last CTA of each token, on the
+           counters after the dense GEMV's (cuda_internal.cuh) */
+        const bool in_gemv = tail && fm_routes_moe_combine_fused(r) && be->tail_counter && T <= FM_MOE_GEMV_MAX_PAIRS &&
+                             fm_combine_row_takes(H, y, tail->acc, tail->norm, out);
+        fm_moe_gemv_tail tt = {be->tail_counter + 1, weights, k, NULL, NULL, 0.0f, out};
+        if (in_gemv) tt.acc = tail->acc, tt.norm = tail->norm, tt.eps = tail->eps;
+        if (fm_routes_moe_down_quant_fused(r)) {
+            fm_cuda_w4a8_moe_gemv_bf16(down, b.tiles, b.n_tiles, max_tiles, max_rows, h16, b.pair_of_slot, y, H,
+                                       in_gemv ? &tt : NULL, pdl, be->stream);
+        } else {
+            fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
+            fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot,
+                                  y, H, in_gemv ? &tt : NULL, pdl, be->stream);
+        }
+        if (!in_gemv) combine(be, y, weights, T, k, H, tail, out);
         return;
     }
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
@@ -271,14 +284,35 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     fm_cuda_w4a8_gemm(&a, be->stream);
 }
 
-void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
-                         __nv_bfloat16 *y) {
+// tail: NULL, or the add + RMSNorm the decode GEMV's last CTA runs (fm_cuda_linear_w4a8_add_rmsnorm checked it)
+static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
+                        __nv_bfloat16 *y, const fm_row_tail *tail) {
     if (M == 0) return;
     const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
     uint8_t *x8 = ws;
     float *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
     float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
-    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, fm_routes_pdl(&be->routes), be->stream);
-    fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
+    const bool pdl = fm_routes_pdl(&be->routes);
+    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, pdl, be->stream);
+    if (tail) fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl, be->stream);
+    else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
+}
+
+void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
+                         __nv_bfloat16 *y) {
+    linear_w4a8(be, w, idx, x, M, y, NULL);
+}
+
+bool fm_cuda_linear_w4a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const __nv_bfloat16 *x, int64_t M,
+                                     __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
+                                     __nv_bfloat16 *out) {
+    /* the GEMV's rows only, where fm_cuda_w4a8_linear_gemm would take the GEMV (an interleaved bank never does) */
+    if (M < 1 || !be->tail_counter || w->interleaved ||
+        fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) != FM_DK_W4A8_GEMV ||
+        !fm_row_tail_takes(w->rows, y, acc, norm, out))
+        return false;
+    const fm_row_tail tail = {be->tail_counter, acc, norm, eps, out};
+    linear_w4a8(be, w, 0, x, M, y, &tail);
+    return true;
 }

@@ -25,6 +25,13 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const struct fm_ep_layout *L, con
 // one matrix. w is an int4-tc bank.
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y);
+// The same for matrix 0, then acc [M, N] += y and out = rmsnorm(acc) * norm in the decode GEMV's last CTA
+// (row_tail.cuh, as fm_cuda_linear_w8a8_add_rmsnorm; route decode.fused: the fp8 preset's o projection and the next
+// add_rmsnorm in one launch). False, with nothing launched, where that does not apply (M above the GEMV's rows, an
+// interleaved bank, rows that fm_row_tail_takes refuses): the caller then runs the two ops.
+bool fm_cuda_linear_w4a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const __nv_bfloat16 *x, int64_t M,
+                                     __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
+                                     __nv_bfloat16 *out);
 // Its GEMM on x already quantized (x8 [M][pad128 K], xs [group][M], xsum as xs for int4-zp-tc banks, else NULL):
 // the mma.sync GEMV or the grouped kernel, as the backend's route table says (fm_routes_dense_kernel).
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
