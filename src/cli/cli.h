@@ -43,6 +43,10 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
     "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \
     "                           chunks in one forward pass (default: --max-seqs + 512, at most --prefill-chunk);\n"    \
     "                           off: prompt chunks and decode steps alternate (docs/mixed-steps.md)\n"
+/* --state-cache-slots, of the commands with a prefix cache */
+#define CLI_STATE_SLOTS_HELP                                                                                           \
+    "  --state-cache-slots N    hybrid models (Qwen3-Next): snapshots of the recurrent states kept for the prefix\n"   \
+    "                           cache, each one sequence's states (default: 2 x --max-seqs; 0: no prefix cache)\n"
 
 /* Experts in host memory: one line of the expert cache's counters (slots, hit rate, misses, bytes copied); nothing
  * when the model keeps its experts on the device. */

@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
+#include "engine/state_cache.h"
 #include "fp8moe_sched.h"
 #include "engine/stop.h"
 #include "model/arch.h"
@@ -329,7 +330,7 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         /* the longest cached prefix, all but the last prompt token at most: that one runs for the logits */
         fm_kv_pool *pool = &ctx->kv->pool;
         if (pool->prefix_cache) {
-            q->pos = q->n_cached = fm_kv_prefix_share(pool, q->slot, q->prompt, q->r.n_prompt - 1);
+            q->pos = q->n_cached = fm_state_cache_share(ctx, q->slot, q->prompt, q->r.n_prompt - 1);
             if (q->n_cached) ctx->kv->tables_dirty = true;
             s->prefix_queries++, s->prefix_hits += q->n_cached > 0;
             s->prefix_prompt_tokens += q->r.n_prompt, s->prefix_cached_tokens += q->n_cached;
@@ -378,7 +379,8 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     fm_context *ctx = s->ctx;
     const fm_model *m = ctx->m;
     fm_kv_state *kv = ctx->kv;
-    const int64_t n = q->r.n_prompt, p0 = q->pos, T = n - p0 < s->chunk ? n - p0 : s->chunk;
+    const int64_t n = q->r.n_prompt, p0 = q->pos;
+    const int64_t T = fm_state_cache_chunk(ctx, q->slot, p0, n, n - p0 < s->chunk ? n - p0 : s->chunk);
     const bool last = p0 + T == n;
     fm_error e;
     if (fm_kv_reserve(ctx, q->slot, T, &e)) {
@@ -392,6 +394,7 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     q->pos += T;
     s->prefill_tokens += T;
     fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
+    fm_state_cache_prefilled(ctx, q->slot, q->pos, n);
     if (!last) return m->be->ops->sync(m->be, err);
     fm_backend *be = m->be;
     int32_t id;
@@ -446,6 +449,7 @@ static void name_decoded(fm_sched *s, int32_t n) {
     for (int32_t j = 0; j < n; j++) {
         rq *q = s->d_who[j];
         fm_kv_prefix_name(&s->ctx->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
+        fm_state_cache_decoded(s->ctx, q->slot);
     }
 }
 
@@ -511,7 +515,7 @@ static fm_status prefill_rows(fm_sched *s, int64_t left, int32_t *n_chunks, fm_e
                 if (!started) continue;
             }
             const int64_t rest = q->r.n_prompt - q->pos, cap = left < s->chunk ? left : s->chunk;
-            const int64_t T = rest < cap ? rest : cap;
+            const int64_t T = fm_state_cache_chunk(s->ctx, q->slot, q->pos, q->r.n_prompt, rest < cap ? rest : cap);
             fm_error e;
             if (fm_kv_reserve(s->ctx, q->slot, T, &e)) {
                 finish(s, q, FM_SCHED_ERROR, -1, NULL, 0, e.msg);
@@ -595,6 +599,7 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
         q->pos += s->c_len[c];
         s->prefill_tokens += s->c_len[c];
         fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
+        fm_state_cache_prefilled(ctx, q->slot, q->pos, q->r.n_prompt);
     }
     if (n_dec) name_decoded(s, n_dec);
     for (int32_t j = 0; j < n_dec; j++) deliver(s, s->d_who[j], s->d_out[n_done + j], &info[n_done + j]);
