@@ -390,7 +390,9 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     for (int64_t t = 0; t < T; t++) s->h_seq[t] = q->slot, s->h_pos[t] = (int32_t)(p0 + t);
     fm_status st = fm_step_stage(ctx, q->prompt + p0, s->h_seq, s->h_pos, T, err);
     if (st) return st;
-    fm_step_device(ctx, T, last, p0 == 0 && last ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    /* a whole prompt in one chunk, or its first piece when a state snapshot splits it, runs as a fresh prefill */
+    const bool fresh = p0 == 0 && n <= s->chunk && T == fm_state_cache_chunk(ctx, q->slot, 0, n, n);
+    fm_step_device(ctx, T, last, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     q->pos += T;
     s->prefill_tokens += T;
     fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
@@ -576,7 +578,9 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     }
     if (!n_runs) runs[n_runs++] = (fm_row_run){T - 1, 1}; /* nothing to sample: the last row's logits, unread */
     const rq *c0 = s->c_who[0];
-    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && s->c_len[0] == c0->r.n_prompt;
+    const int64_t n0 = c0->r.n_prompt; /* a whole prompt, or its first piece when a state snapshot splits it */
+    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && n0 <= s->chunk && n0 <= s->budget &&
+                       s->c_len[0] == fm_state_cache_chunk(ctx, c0->slot, 0, n0, n0);
     if ((st = fm_step_stage(ctx, s->h_ids, s->h_seq, s->h_pos, T, err))) return st;
     fm_step_device_rows(ctx, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     /* the sampled rows: the completing prompts' last rows, then the decode rows */
@@ -665,6 +669,11 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
     st->prefix_cache = p->prefix_cache, st->kv_blocks_cached = p->n_lru, st->kv_evictions = p->evictions;
     st->prefix_queries = s->prefix_queries, st->prefix_hits = s->prefix_hits;
     st->prefix_prompt_tokens = s->prefix_prompt_tokens, st->prefix_cached_tokens = s->prefix_cached_tokens;
+    const fm_state_cache *sc = s->ctx->kv->snaps;
+    if (sc) {
+        st->state_slots = sc->n_slots, st->state_snapshots = fm_state_cache_live(s->ctx);
+        st->state_saves = sc->saves, st->state_restores = sc->restores, st->state_evictions = sc->evictions;
+    }
     fm_expert_stats es;
     if ((st->experts_host = fm_context_expert_stats(s->ctx, &es))) {
         st->expert_slots = es.slots, st->expert_hits = es.hits, st->expert_misses = es.misses;

@@ -50,7 +50,8 @@ void fm_state_cache_free(fm_context *ctx, fm_state_cache *sc) {
 fm_status fm_state_cache_create(fm_context *ctx, int32_t slots, fm_state_cache **out, fm_error *err) {
     const fm_model *m = ctx->m;
     *out = NULL;
-    if (slots < 1) return fm_fail(err, FM_ERR_USAGE, "--state-cache-slots: a pool needs at least 1 slot, got %d", slots);
+    if (slots < 1)
+        return fm_fail(err, FM_ERR_USAGE, "--state-cache-slots: a pool needs at least 1 slot, got %d", slots);
     fm_state_cache *sc = calloc(1, sizeof *sc);
     if (!sc) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     const fm_gdn_shape g = fm_gdn_shape_of(&m->cfg);

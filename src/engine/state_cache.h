@@ -32,18 +32,18 @@ typedef struct fm_context fm_context;
 
 typedef struct fm_state_cache {
     int32_t n_slots;
-    int32_t n_gdn;              /* Gated DeltaNet layers */
-    int64_t conv_elems;         /* per layer and sequence, fp32 */
-    int64_t rec_elems;          /* the same */
-    void *mem;                  /* backend memory, fp32 [n_slots][n_gdn][conv_elems + rec_elems] */
-    int32_t *block;             /* [n_slots] the KV block whose end the snapshot is at; -1: the slot is free */
-    uint32_t *gen;              /* [n_slots] that block's generation when the snapshot was taken */
-    int32_t *owner;             /* [n_slots] the sequence that re-points it at each boundary it decodes past, -1 */
-    uint64_t *used;             /* [n_slots] the clock when last taken or read: least recently used goes first */
+    int32_t n_gdn;      /* Gated DeltaNet layers */
+    int64_t conv_elems; /* per layer and sequence, fp32 */
+    int64_t rec_elems;  /* the same */
+    void *mem;          /* backend memory, fp32 [n_slots][n_gdn][conv_elems + rec_elems] */
+    int32_t *block;     /* [n_slots] the KV block whose end the snapshot is at; -1: the slot is free */
+    uint32_t *gen;      /* [n_slots] that block's generation when the snapshot was taken */
+    int32_t *owner;     /* [n_slots] the sequence that re-points it at each boundary it decodes past, -1 */
+    uint64_t *used;     /* [n_slots] the clock when last taken or read: least recently used goes first */
     uint64_t clock;
     int32_t max_seqs;
-    int32_t *seq_slot;          /* [max_seqs] the slot a sequence owns, -1 */
-    int64_t *seq_anchor;        /* [max_seqs] tokens at which the sequence's prefill also takes a snapshot, 0: none */
+    int32_t *seq_slot;   /* [max_seqs] the slot a sequence owns, -1 */
+    int64_t *seq_anchor; /* [max_seqs] tokens at which the sequence's prefill also takes a snapshot, 0: none */
     int64_t saves, restores, evictions; /* snapshots taken, restored into a sequence, given up for a new one */
 } fm_state_cache;
 
