@@ -26,6 +26,7 @@
 #include "engine/kv_state.h"
 #include "engine/state_cache.h"
 #include "fp8moe_sched.h"
+#include "serve/serve_internal.h"
 
 enum { MAX_REQ = 8, NEW = 10, TOP = 5, MAX_PROMPT = 120 };
 
@@ -72,12 +73,12 @@ static void check_pools(const fm_model *m) {
 }
 
 /* One request after another (each to its end), every step followed by the invariant checks. */
-typedef struct job {
+typedef struct work {
     const int32_t *ids;
     int64_t n;
-} job;
+} work;
 
-static void run_jobs(fm_model *m, int64_t chunk, const job *jobs, int32_t n_jobs, rec *r, fm_sched_stats *st) {
+static void run_jobs(fm_model *m, int64_t chunk, const work *jobs, int32_t n_jobs, rec *r, fm_sched_stats *st) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, chunk, &s, &err)) fail_msg("%s", err.msg);
@@ -102,7 +103,7 @@ static void run_jobs(fm_model *m, int64_t chunk, const job *jobs, int32_t n_jobs
 }
 
 /* The jobs with the cache off, then on (the same model): ids and log-probabilities, exactly or within tol. */
-static void off_and_on(fm_model *m, int64_t chunk, const job *jobs, int32_t n_jobs, double tol, rec *on,
+static void off_and_on(fm_model *m, int64_t chunk, const work *jobs, int32_t n_jobs, double tol, rec *on,
                        fm_sched_stats *st) {
     rec *off = calloc(1, sizeof *off);
     fm_sched_stats st_off;
@@ -123,9 +124,11 @@ static void off_and_on(fm_model *m, int64_t chunk, const job *jobs, int32_t n_jo
             for (int k = 0; k < TOP; k++)
                 if (off->info[q][i].top[k].id != on->info[q][i].top[k].id ||
                     fabs((double)off->info[q][i].top[k].logprob - (double)on->info[q][i].top[k].logprob) > tol)
-                    fail_msg("request %d (%lld cached) token %d top %d: id %d (%.9g) without the cache, %d (%.9g) with it", q, (long long)on->n_cached[q], i, k,
-                             off->info[q][i].top[k].id, (double)off->info[q][i].top[k].logprob,
-                             on->info[q][i].top[k].id, (double)on->info[q][i].top[k].logprob);
+                    fail_msg(
+                        "request %d (%lld cached) token %d top %d: id %d (%.9g) without the cache, %d (%.9g) with it",
+                        q, (long long)on->n_cached[q], i, k, off->info[q][i].top[k].id,
+                        (double)off->info[q][i].top[k].logprob, on->info[q][i].top[k].id,
+                        (double)on->info[q][i].top[k].logprob);
         }
     }
     free(off);
@@ -142,23 +145,23 @@ static void same_prompt_and_turns(int64_t chunk, double tol) {
     m->context->kv->pool.prefix_cache = false;
     rec *first = calloc(1, sizeof *first);
     fm_sched_stats st;
-    const job one[] = {{p, P}};
+    const work one[] = {{p, P}};
     run_jobs(m, chunk, one, 1, first, &st);
     const int64_t n2 = P + NEW + 7, n3 = n2 + NEW + 5;
     memcpy(turn2, p, sizeof p);
     memcpy(turn2 + P, first->ids[0], NEW * sizeof *turn2);
     prompt_ids(turn2 + P + NEW, 7, V, 12);
     rec *pre = calloc(1, sizeof *pre); /* turn 2's answer, for turn 3 */
-    const job two[] = {{turn2, n2}};
+    const work two[] = {{turn2, n2}};
     run_jobs(m, chunk, two, 1, pre, &st);
     memcpy(turn3, turn2, (size_t)n2 * sizeof *turn3);
     memcpy(turn3 + n2, pre->ids[0], NEW * sizeof *turn3);
     prompt_ids(turn3 + n2 + NEW, 5, V, 13);
     rec *on = calloc(1, sizeof *on);
-    const job jobs[] = {{p, P}, {p, P}, {turn2, n2}, {turn3, n3}};
+    const work jobs[] = {{p, P}, {p, P}, {turn2, n2}, {turn3, n3}};
     off_and_on(m, chunk, jobs, 4, tol, on, &st);
     assert_int_equal(on->n_cached[0], 0);
-    assert_int_equal(on->n_cached[1], 32);                     /* the prompt's last boundary */
+    assert_int_equal(on->n_cached[1], 32);                      /* the prompt's last boundary */
     assert_int_equal(on->n_cached[2], (P + NEW - 1) / 16 * 16); /* the boundary the first turn decoded past */
     assert_int_equal(on->n_cached[3], (n2 + NEW - 1) / 16 * 16);
     assert_int_equal(st.prefix_hits, 3);
@@ -190,12 +193,24 @@ static void test_shared_system_prompt(void **state) {
     for (int i = 0; i < 3; i++) prompt_ids(p[i], S, V, 21), prompt_ids(p[i] + S, Q, V, 22 + (uint32_t)i);
     rec *on = calloc(1, sizeof *on);
     fm_sched_stats st;
-    const job jobs[] = {{p[0], S + Q}, {p[1], S + Q}, {p[2], S + Q}, {p[0], S + Q}};
+    const work jobs[] = {{p[0], S + Q}, {p[1], S + Q}, {p[2], S + Q}, {p[0], S + Q}};
     off_and_on(m, 16, jobs, 4, 0.0, on, &st);
     assert_int_equal(on->n_cached[0], 0);
     assert_int_equal(on->n_cached[1], 0);  /* the system prompt's blocks are cached, but no state after them */
     assert_int_equal(on->n_cached[2], S);  /* the snapshot the second took where its cached prefix ended */
     assert_int_equal(on->n_cached[3], 64); /* the first one's own prompt boundary */
+    /* the counters, and the server's /metrics lines of them */
+    assert_int_equal(st.state_slots, 4);
+    assert_int_equal(st.state_restores, 2);
+    assert_int_equal(st.state_saves, 4); /* p0's, p1's and p2's prompt ends, and the system prompt's end */
+    assert_int_equal(st.state_snapshots, 4);
+    assert_int_equal(st.state_evictions, 0);
+    metrics mt = {0};
+    sbuf o = {0};
+    metrics_write(&o, &mt, &st, 0, false);
+    assert_non_null(strstr(o.p, "\nfp8moe_state_snapshots 4\n"));
+    assert_non_null(strstr(o.p, "\nfp8moe_state_snapshot_restores_total 2\n"));
+    sb_free(&o);
     free(on);
     fm_model_free(m);
 }
@@ -211,7 +226,7 @@ static void test_eviction(void **state) {
     prompt_ids(x, P, V, 31), prompt_ids(y, P, V, 32);
     rec *on = calloc(1, sizeof *on);
     fm_sched_stats st;
-    const job jobs[] = {{x, P}, {y, P}, {x, P}, {x, P}, {y, P}};
+    const work jobs[] = {{x, P}, {y, P}, {x, P}, {x, P}, {y, P}};
     off_and_on(m, 16, jobs, 5, 0.0, on, &st);
     assert_int_equal(on->n_cached[0], 0);
     assert_int_equal(on->n_cached[1], 0);
@@ -228,7 +243,7 @@ static void test_eviction(void **state) {
     int32_t z[60];
     prompt_ids(z, 60, V, 33);
     memset(on, 0, sizeof *on);
-    const job jobs2[] = {{x, P}, {y, P}, {z, 60}, {x, P}};
+    const work jobs2[] = {{x, P}, {y, P}, {z, 60}, {x, P}};
     off_and_on(m, 16, jobs2, 4, 0.0, on, &st);
     assert_true(st.kv_evictions > 0);
     assert_int_equal(on->n_cached[3], 0);

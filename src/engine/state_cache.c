@@ -3,10 +3,11 @@
  * Where snapshots are taken, and what they cost (Qwen3-Next-80B-A3B's shape: 36 GDN layers, one snapshot 75.4 MiB):
  *   - prefill: at most two per prompt, at its last block boundary and where its cached KV prefix ended. The chunk
  *     that would cross such a point is cut there (fm_state_cache_chunk), so a prompt may take one more step; the
- *     snapshot itself is one copy of the sequence's states, 2 x 75.4 MiB moved, about 35 us at 4.3 TB/s.
+ *     snapshot itself is one copy of the sequence's states, 75.4 MiB read and written, about 37 us at the H200's
+ *     4.25 TB/s copy bandwidth (an estimate from the bytes).
  *   - decode: each time a sequence fills a block, its states are copied into the one slot it owns: a copy every
- *     16 tokens, while the decode step itself reads and writes the whole state at every token (1/16 of the state
- *     traffic the layers already have, 4.7 MiB per token at that shape).
+ *     16 tokens (4.7 MiB a token on average), while the decode step itself reads and writes the whole state at
+ *     every token: 1/16 of the state traffic the layers already have.
  *   - a request that finds a snapshot: one copy into its states, instead of the prefill of those tokens.
  * Slots are few (2 x max_seqs by default), so every lookup is a scan of them. */
 #include <stdarg.h>
