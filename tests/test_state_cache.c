@@ -56,7 +56,7 @@ static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
 static fm_model *load(int32_t slots, int32_t max_seqs, int64_t ctx) {
     fm_options opt;
     fm_options_init(&opt);
-    opt.max_seqs = max_seqs, opt.ctx = ctx, opt.max_tokens = 128, opt.state_cache_slots = slots;
+    opt.max_seqs = max_seqs, opt.ctx = ctx, opt.max_tokens = ctx < 128 ? ctx : 128, opt.state_cache_slots = slots;
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load("tests/models/qwen3-next-f32", &opt, &m, &err)) fail_msg("load: %s", err.msg);
@@ -251,6 +251,99 @@ static void test_eviction(void **state) {
     fm_model_free(m);
 }
 
+/* Many requests at once, two sequences at a time in mixed steps, prompts of a few shared beginnings (two system
+ * prompts, and repeats) with random tails, pools small enough that KV blocks and snapshots are evicted: the same ids
+ * and log-probabilities as without the cache, the invariants after every step. */
+enum { RAND_REQ = 24, RAND_NEW = 6 };
+
+typedef struct rand_rec {
+    int32_t ids[RAND_REQ][RAND_NEW];
+    float lp[RAND_REQ][RAND_NEW];
+    int64_t n[RAND_REQ], n_cached[RAND_REQ];
+    int32_t ended;
+} rand_rec;
+
+static void on_rand_event(void *user, const fm_sched_event *ev) {
+    rand_rec *r = user;
+    const int64_t q = ev->req;
+    assert_true(q >= 0 && q < RAND_REQ);
+    if (ev->id >= 0) {
+        assert_true(r->n[q] < RAND_NEW);
+        r->ids[q][r->n[q]] = ev->id, r->lp[q][r->n[q]] = ev->info->logprob;
+        r->n[q]++;
+    }
+    if (ev->end != FM_SCHED_RUNNING) r->ended++, r->n_cached[q] = ev->n_cached;
+}
+
+static void run_random(fm_model *m, int32_t (*prompts)[MAX_PROMPT], const int64_t *lens, rand_rec *r,
+                       fm_sched_stats *st) {
+    fm_sched *s;
+    fm_error err;
+    if (fm_sched_create(m->context, 16, &s, &err)) fail_msg("%s", err.msg);
+    for (int32_t j = 0; j < RAND_REQ; j++) {
+        fm_sched_request q;
+        fm_sched_request_init(&q);
+        q.prompt = prompts[j], q.n_prompt = lens[j], q.params.max_tokens = RAND_NEW, q.params.ignore_eos = true;
+        q.on_event = on_rand_event, q.user = r;
+        int64_t id;
+        if (fm_sched_submit(s, &q, &id, &err)) fail_msg("submit: %s", err.msg);
+    }
+    bool busy = true;
+    for (int guard = 0; guard < 100000 && busy; guard++) {
+        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+        check_pools(m);
+    }
+    assert_int_equal(r->ended, RAND_REQ);
+    fm_sched_get_stats(s, st);
+    fm_sched_free(s);
+}
+
+static void test_random_requests(void **state) {
+    (void)state;
+    fm_model *m = load(3, 2, 112); /* 14 KV blocks, 3 snapshots */
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t(*prompts)[MAX_PROMPT] = calloc(RAND_REQ, sizeof *prompts);
+    int64_t lens[RAND_REQ];
+    uint32_t seed = 77;
+    for (int32_t j = 0; j < RAND_REQ; j++) {
+        seed = seed * 1664525u + 1013904223u;
+        const uint32_t kind = (seed >> 8) % 4, tail = 1 + (seed >> 12) % 40;
+        if (kind == 3 && j > 0) { /* an earlier prompt again */
+            const int32_t k = (int32_t)((seed >> 16) % (uint32_t)j);
+            memcpy(prompts[j], prompts[k], sizeof prompts[j]), lens[j] = lens[k];
+            continue;
+        }
+        const int64_t head = kind == 0 ? 0 : kind == 1 ? 33 : 50; /* no, or one of two system prompts */
+        prompt_ids(prompts[j], head, V, 100 + kind);
+        prompt_ids(prompts[j] + head, tail, V, seed);
+        lens[j] = head + tail;
+    }
+    rand_rec *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    fm_sched_stats st;
+    m->context->kv->pool.prefix_cache = false;
+    run_random(m, prompts, lens, off, &st);
+    m->context->kv->pool.prefix_cache = true;
+    run_random(m, prompts, lens, on, &st);
+    int64_t cached = 0;
+    for (int32_t q = 0; q < RAND_REQ; q++) {
+        assert_int_equal(on->n[q], RAND_NEW);
+        for (int i = 0; i < RAND_NEW; i++)
+            if (off->ids[q][i] != on->ids[q][i] || off->lp[q][i] != on->lp[q][i])
+                fail_msg("request %d (%lld cached) token %d: id %d (%.9g) without the cache, %d (%.9g) with it", q,
+                         (long long)on->n_cached[q], i, off->ids[q][i], (double)off->lp[q][i], on->ids[q][i],
+                         (double)on->lp[q][i]);
+        assert_true(on->n_cached[q] % 16 == 0 && on->n_cached[q] < lens[q]);
+        cached += on->n_cached[q];
+    }
+    assert_int_equal(st.prefix_cached_tokens, cached);
+    assert_true(st.state_restores > 0 && st.state_evictions > 0 && st.kv_evictions > 0);
+    printf("  %lld prompt tokens mapped of %lld, %lld restores, %lld snapshot and %lld block evictions\n",
+           (long long)cached, (long long)st.prefix_prompt_tokens, (long long)st.state_restores,
+           (long long)st.state_evictions, (long long)st.kv_evictions);
+    free(off), free(on), free(prompts);
+    fm_model_free(m);
+}
+
 /* --state-cache-slots 0 keeps the prefix cache off for a hybrid model; a negative count is refused by name */
 static void test_slots_option(void **state) {
     (void)state;
@@ -290,7 +383,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_prompt_and_turns), cmocka_unit_test(test_whole_prompts),
         cmocka_unit_test(test_shared_system_prompt),  cmocka_unit_test(test_eviction),
-        cmocka_unit_test(test_slots_option),
+        cmocka_unit_test(test_random_requests),       cmocka_unit_test(test_slots_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
