@@ -377,6 +377,20 @@ static void test_slots_option(void **state) {
     if (fm_model_load("tests/models/qwen3-next-f32", &opt, &probe, &err)) fail_msg("%s", err.msg);
     assert_int_equal(e1.total - e0.total, fm_state_cache_bytes(&probe->cfg, probe->n_layers, 3));
     fm_model_free(probe);
+    /* the default --max-seqs on a GPU counts two snapshots per sequence: fewer sequences fit than without them */
+    fm_options fit = opt;
+    fit.max_seqs = 0, fit.ctx = 0, fit.max_tokens = 64, fit.state_cache_slots = 0;
+    if (fm_memory_estimate_compute("tests/models/qwen3-next-f32", &fit, &e0, &err)) fail_msg("%s", err.msg);
+    int32_t seqs0 = 0, seqs1 = 0;
+    int64_t ctx0 = 64, ctx1 = 64;
+    const size_t budget = e0.peak + ((size_t)256 << 20); /* the cuda plan adds its libraries' workspaces */
+    if (fm_memory_fit_generation("tests/models/qwen3-next-f32", &fit, 64, budget, 1 << 20, &seqs0, &ctx0, &err))
+        fail_msg("%s", err.msg);
+    fit.state_cache_slots = -1;
+    if (fm_memory_fit_generation("tests/models/qwen3-next-f32", &fit, 64, budget, 1 << 20, &seqs1, &ctx1, &err))
+        fail_msg("%s", err.msg);
+    printf("  %d sequences fit without snapshots, %d with two each\n", seqs0, seqs1);
+    assert_true(seqs1 > 0 && seqs1 < seqs0);
 }
 
 int main(void) {

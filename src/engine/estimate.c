@@ -94,5 +94,11 @@ fm_status fm_memory_fit_generation(const char *dir, const fm_options *opt, int64
     if (!st) st = plan_of_options(opt, &plan, err);
     if (st) return st;
     const int32_t layers = opt->n_layers > 0 ? opt->n_layers : c.n_layers;
-    return fm_memory_fit_sequences(&c, &plan, layers, chunk, budget, cap, max_seqs, ctx, err);
+    /* a hybrid model's state snapshots: the slots asked for, or (the default) two per sequence */
+    fm_options one = *opt;
+    one.max_seqs = 1;
+    const size_t snaps = fm_state_cache_bytes(&c, layers, fm_state_cache_slots(&c, layers, &one));
+    const bool per_seq = opt->state_cache_slots < 0;
+    return fm_memory_fit_sequences_with(&c, &plan, layers, chunk, budget, per_seq ? 0 : snaps, per_seq ? snaps : 0, cap,
+                                        max_seqs, ctx, err);
 }

@@ -270,10 +270,11 @@ fm_status fm_kv_state_prefix_cache(fm_context *ctx, bool on, int32_t state_slots
         kv->pool.prefix_cache = false;
         return st;
     }
+    char each[32], all[32];
     fprintf(stderr,
-            "fp8moe: prefix cache of this hybrid model: %d snapshots of its %d Gated DeltaNet layers' states, %.0f KiB "
-            "each (%.1fx a %d-token block's KV), %.1f MiB in all (--state-cache-slots)\n",
-            state_slots, n_gdn, snap / 1024.0, block > 0 ? snap / block : 0.0, kv->pool.block_tokens,
-            snap * state_slots / (1024.0 * 1024.0));
+            "fp8moe: prefix cache of this hybrid model: %d snapshots of its %d Gated DeltaNet layers' states, %s each "
+            "(%.1fx a %d-token block's KV), %s in all (--state-cache-slots)\n",
+            state_slots, n_gdn, fm_mem_format((size_t)snap, each, sizeof each), block > 0 ? snap / block : 0.0,
+            kv->pool.block_tokens, fm_mem_format((size_t)snap * (size_t)state_slots, all, sizeof all));
     return FM_OK;
 }
