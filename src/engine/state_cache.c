@@ -115,23 +115,22 @@ static int32_t take(const fm_kv_pool *p, fm_state_cache *sc) {
     return best;
 }
 
-/* one device copy per layer and kind of state, between seq's states and slot k */
+/* between seq's states and slot k: one strided copy per kind of state, a row per layer (the live states are
+ * [layer][sequence][elems], a snapshot [layer][conv elems + rec elems]) */
 static void copy_states(fm_context *ctx, int32_t seq, int32_t k, bool save) {
     const fm_model *m = ctx->m;
     const fm_kv_state *kv = ctx->kv;
     const fm_state_cache *sc = kv->snaps;
-    const size_t conv = (size_t)sc->conv_elems, rec = (size_t)sc->rec_elems, S = (size_t)kv->pool.max_seqs;
-    for (int32_t l = 0; l < sc->n_gdn; l++) {
-        float *c = (float *)kv->gdn_conv + ((size_t)l * S + (size_t)seq) * conv;
-        float *r = (float *)kv->gdn_rec + ((size_t)l * S + (size_t)seq) * rec;
-        float *snap = (float *)sc->mem + ((size_t)k * (size_t)sc->n_gdn + (size_t)l) * (conv + rec);
-        if (save) {
-            m->be->ops->copy(m->be, c, conv * sizeof(float), snap);
-            m->be->ops->copy(m->be, r, rec * sizeof(float), snap + conv);
-        } else {
-            m->be->ops->copy(m->be, snap, conv * sizeof(float), c);
-            m->be->ops->copy(m->be, snap + conv, rec * sizeof(float), r);
-        }
+    const size_t conv = (size_t)sc->conv_elems * sizeof(float), rec = (size_t)sc->rec_elems * sizeof(float);
+    const size_t S = (size_t)kv->pool.max_seqs, L = (size_t)sc->n_gdn;
+    char *c = (char *)kv->gdn_conv + (size_t)seq * conv, *r = (char *)kv->gdn_rec + (size_t)seq * rec;
+    char *snap = (char *)sc->mem + (size_t)k * L * (conv + rec);
+    if (save) {
+        m->be->ops->copy_rows(m->be, c, S * conv, snap, conv + rec, conv, L);
+        m->be->ops->copy_rows(m->be, r, S * rec, snap + conv, conv + rec, rec, L);
+    } else {
+        m->be->ops->copy_rows(m->be, snap, conv + rec, c, S * conv, conv, L);
+        m->be->ops->copy_rows(m->be, snap + conv, conv + rec, r, S * rec, rec, L);
     }
 }
 

@@ -16,8 +16,9 @@
  * A slot goes when the pool is full (least recently taken or read first) or lazily when its block left the table.
  *
  * Backend memory: fp32 [slots][GDN layers][conv elems + rec elems] (backend.h fm_gdn_conv_state_elems,
- * fm_gdn_rec_state_elems), planned with the generation state; taking and restoring a snapshot is one device copy per
- * layer and kind of state, stream-ordered with the steps. The host bookkeeping is O(slots) per operation. */
+ * fm_gdn_rec_state_elems), planned with the generation state; taking and restoring a snapshot is one strided device
+ * copy per kind of state (backend copy_rows), stream-ordered with the steps. The host bookkeeping is O(slots) per
+ * operation. */
 #ifndef FM_ENGINE_STATE_CACHE_H
 #define FM_ENGINE_STATE_CACHE_H
 
