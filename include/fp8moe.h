@@ -158,7 +158,8 @@ typedef struct fm_options {
     int32_t state_cache_slots;      /* hybrid models with the prefix cache on (--state-cache-slots): snapshots of
                                        the Gated DeltaNet layers' states at a few block boundaries, each the size of
                                        one sequence's states; -1 (fm_options_init): 2 x max_seqs; 0: the prefix
-                                       cache is off for such a model. Ignored by models without those layers */
+                                       cache is off for such a model. Given (>= 0) to a model without those layers,
+                                       or with the prefix cache off: a line on stderr says it has no effect */
     int64_t max_step_tokens;        /* generation (--max-step-tokens): tokens of one scheduler step, every running
                                        sequence's next token and prefill chunks together in one forward pass
                                        (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no

@@ -486,6 +486,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
         st = fm_fail(err, FM_ERR_USAGE, "--state-cache-slots must be >= 0, got %d", opt->state_cache_slots);
     if (!st && ctx->kv)
         st = fm_kv_state_prefix_cache(ctx, opt->prefix_cache, fm_state_cache_slots(&m->cfg, m->n_layers, opt), err);
+    if (!st && ctx->kv) fm_state_cache_option_note(&m->cfg, m->n_layers, opt);
     if (!st && ctx->kv) st = resolve_step_tokens(ctx, opt->max_step_tokens, err);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
     if (!st && m->experts_host) st = fm_expert_offload_create(ctx, m->expert_slots, opt->expert_policy, err);

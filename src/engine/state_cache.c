@@ -31,6 +31,18 @@ int32_t fm_state_cache_slots(const fm_config *c, int32_t n_layers, const fm_opti
     return opt->state_cache_slots >= 0 ? opt->state_cache_slots : 2 * opt->max_seqs;
 }
 
+void fm_state_cache_option_note(const fm_config *c, int32_t n_layers, const fm_options *opt) {
+    if (opt->state_cache_slots < 0 || opt->max_seqs <= 0) return;
+    if (gdn_layers(c, n_layers) == 0)
+        fprintf(stderr,
+                "fp8moe: --state-cache-slots %d has no effect: this model has no Gated DeltaNet layers (only hybrid "
+                "models keep state snapshots)\n",
+                opt->state_cache_slots);
+    else if (!opt->prefix_cache)
+        fprintf(stderr, "fp8moe: --state-cache-slots %d has no effect with the prefix cache off\n",
+                opt->state_cache_slots);
+}
+
 size_t fm_state_cache_snapshot_bytes(const fm_config *c, int32_t n_layers) {
     const fm_gdn_shape g = fm_gdn_shape_of(c);
     return (size_t)gdn_layers(c, n_layers) * (size_t)(fm_gdn_conv_state_elems(g) + fm_gdn_rec_state_elems(g)) *

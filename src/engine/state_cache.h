@@ -52,6 +52,9 @@ typedef struct fm_state_cache {
  * cache off; else fm_options.state_cache_slots, or when it is -1 (the default) 2 x max_seqs: one slot each running
  * sequence re-points while it decodes, and as many for prompt boundaries and finished conversations. */
 int32_t fm_state_cache_slots(const fm_config *c, int32_t n_layers, const fm_options *opt);
+/* A line on stderr when fm_options.state_cache_slots was given (>= 0) but takes no effect: a model without Gated
+ * DeltaNet layers, or the prefix cache off. */
+void fm_state_cache_option_note(const fm_config *c, int32_t n_layers, const fm_options *opt);
 /* Bytes of one snapshot, and of the pool of `slots` (the memory plan's share). */
 size_t fm_state_cache_snapshot_bytes(const fm_config *c, int32_t n_layers);
 size_t fm_state_cache_bytes(const fm_config *c, int32_t n_layers, int32_t slots);
