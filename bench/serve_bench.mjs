@@ -57,7 +57,11 @@ const HELP = `usage: node bench/serve_bench.mjs --url URL [options]
 
 Errors are counted, never hidden: each row shows the share of requests that failed (error %), the first error's text
 is printed, a client waits after an error (50 ms, doubling to 1 s while they continue) instead of retrying at once,
-and the run exits 1 when a row's error rate is above 1% (or a row completed nothing), with a FAILED line per row.`;
+and the run exits 1 when a row's error rate is above 1% (or a row completed nothing), with a FAILED line per row.
+
+After the table, a line per row gives the server's steps during it, from its /metrics before and after (fp8moe only):
+decode-only and mixed steps (decode and prompt rows together) with their mean wall time, the mean prompt share of a
+mixed step, and the step budget (--step-budget fixed|latency, docs/mixed-steps.md).`;
 
 function parseArgs(argv) {
     const a = { url: 'http://127.0.0.1:8080', clients: [1, 8, 64], promptTokens: 512, prompts: 0, maxTokens: 128, seed: null,
@@ -198,6 +202,37 @@ async function oneRequest(a, model, prompt, maxTokens = a.maxTokens) {
     return { times, n, cached, total: performance.now() - t0 };
 }
 
+// the server's /metrics as a Map name -> value (labelled series left out); empty when it cannot be read
+async function serverMetrics(a) {
+    const out = new Map();
+    try {
+        const r = await fetch(`${a.url}/metrics`, { headers: headers(a) });
+        if (!r.ok) return out;
+        for (const line of (await r.text()).split('\n')) {
+            const parts = line.trim().split(/\s+/);
+            if (parts.length === 2 && !line.startsWith('#') && !parts[0].includes('{') && Number.isFinite(Number(parts[1])))
+                out.set(parts[0], Number(parts[1]));
+        }
+    } catch { /* no metrics: the row says so */ }
+    return out;
+}
+
+// the server's steps during a row, from its /metrics before and after (null where it does not report them)
+function stepFigures(before, after) {
+    if (!before.has('fp8moe_mixed_step_seconds_count') || !after.has('fp8moe_mixed_step_seconds_count')) return null;
+    const d = (k) => (after.get(k) || 0) - (before.get(k) || 0);
+    const meanMs = (kind) => (d(`fp8moe_${kind}_step_seconds_count`) > 0
+        ? (1e3 * d(`fp8moe_${kind}_step_seconds_sum`)) / d(`fp8moe_${kind}_step_seconds_count`) : NaN);
+    const mixed = d('fp8moe_mixed_steps_total');
+    return {
+        step_budget: after.get('fp8moe_step_budget_latency') === 1 ? 'latency' : 'fixed',
+        decode_steps: d('fp8moe_decode_step_seconds_count'), decode_step_ms_mean: meanMs('decode'),
+        mixed_steps: mixed, mixed_step_ms_mean: meanMs('mixed'),
+        mixed_step_prefill_tokens_mean: mixed ? d('fp8moe_mixed_step_prefill_tokens_total') / mixed : NaN,
+        prefill_steps: d('fp8moe_prefill_step_seconds_count'), prefill_step_ms_mean: meanMs('prefill'),
+    };
+}
+
 function pct(xs, p) {
     if (!xs.length) return NaN;
     const s = Float64Array.from(xs).sort();
@@ -224,6 +259,7 @@ async function runLevel(a, model, prompts, row, clients) {
     let tokens = 0, completed = 0, errors = 0, started = 0, firstError = '';
     let promptTokens = 0, cachedTokens = 0, cachedUnknown = 0;
     const apart = { probe: [0, 0], firstTurn: [0, 0] }; // [prompt tokens, cached tokens] of the probe, of first turns
+    const metricsBefore = await serverMetrics(a);
     const t0 = performance.now();
     const deadline = t0 + a.duration * 1e3;
     const more = () => (a.requests ? started < a.requests : performance.now() < deadline);
@@ -291,6 +327,7 @@ async function runLevel(a, model, prompts, row, clients) {
     stopProbe = true;
     await probing;
     const wall = (tEnd - t0) / 1e3;
+    const steps = stepFigures(metricsBefore, await serverMetrics(a));
     const attempts = completed + probeTtft.length + errors;
     return {
         clients, requests: completed, errors, error_rate: attempts ? errors / attempts : NaN,
@@ -304,6 +341,7 @@ async function runLevel(a, model, prompts, row, clients) {
         cached_prompt_fraction: fraction([promptTokens, cachedTokens]), probe_cached_prompt_fraction: fraction(apart.probe),
         first_turn_cached_prompt_fraction: fraction(apart.firstTurn),
         ttft_ms_p50_first_turn: pct(ttftFirst, 50), ttft_ms_p50_later_turns: pct(ttftLater, 50),
+        steps,
     };
 }
 
@@ -363,8 +401,18 @@ async function main() {
             cols.push(f(100 * r.first_turn_cached_prompt_fraction, 15), f(r.ttft_ms_p50_first_turn, 18), f(r.ttft_ms_p50_later_turns, 17));
         console.log(`| ${cols.join(' | ')} |`);
     }
+    // the server's steps in each row (its /metrics): the step budget's choices, after the table (a blank line ends it)
+    console.log('');
+    for (const [i, c] of a.clients.entries()) {
+        const t = rows[i].steps;
+        if (!t) console.log(`steps at ${c} clients: the server's /metrics has no step figures (a build before the step budget)`);
+        else
+            console.log(`steps at ${c} clients (--step-budget ${t.step_budget}): decode-only ${t.decode_steps}, mean ${f(t.decode_step_ms_mean, 0, 2)} ms; ` +
+                        `mixed ${t.mixed_steps}, mean ${f(t.mixed_step_ms_mean, 0, 2)} ms, ${f(t.mixed_step_prefill_tokens_mean, 0)} prompt tokens each; ` +
+                        `prompt-only ${t.prefill_steps}, mean ${f(t.prefill_step_ms_mean, 0, 2)} ms`);
+    }
     const failures = a.clients.map((c, i) => [c, rowFailure(rows[i]), rows[i].first_error]).filter(([, why]) => why);
-    if (failures.length) console.log(''); // after the table (a blank line ends it), on stdout: what keeps those figures from being results
+    if (failures.length) console.log(''); // on stdout: what keeps those figures from being results
     for (const [c, why, first] of failures)
         console.log(`FAILED at ${c} clients: ${why}${first ? `; first error: ${first}` : ''}`);
     if (a.json) {

@@ -25,6 +25,10 @@ Workloads with shared prefixes (for the prefix cache; compare a server started w
                              --probe-prompt-tokens ids, default 1800): the streams' inter-token gaps that overlap a
                              prompt's prefill are reported apart, p50, p99 and p99/p50.
 
+After the table, a line per row gives the server's steps during it, from its /metrics before and after (fp8moe
+only): decode-only and mixed steps (decode and prompt rows together) with their mean wall time, the mean prompt share
+of a mixed step, and the step budget (--step-budget fixed|latency, docs/mixed-steps.md).
+
 Errors are counted, never hidden: each row shows the share of requests that failed, the first error's text is printed,
 a client waits after an error (50 ms, doubling to 1 s while they continue) instead of retrying at once, and the run
 exits 1 when a row's error rate is above 1% (or a row completed nothing): its figures are not a measurement."""
@@ -153,6 +157,43 @@ def one_request(a, host, port, model, prompt, max_tokens=None):
         conn.close()
 
 
+def server_metrics(a, host, port):
+    """the server's /metrics as {name: value} (labelled series left out); {} when it cannot be read"""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        conn.request("GET", "/metrics", headers={"Authorization": "Bearer " + a.api_key} if a.api_key else {})
+        res = conn.getresponse()
+        text = res.read().decode("utf-8", "replace") if res.status == 200 else ""
+        conn.close()
+    except Exception:
+        return {}
+    out = {}
+    for line in text.split("\n"):
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def step_figures(before, after):
+    """the server's steps during a row, from its /metrics before and after (None where it does not report them)"""
+    if "fp8moe_mixed_step_seconds_count" not in after or "fp8moe_mixed_step_seconds_count" not in before:
+        return None
+    d = lambda k: after.get(k, 0.0) - before.get(k, 0.0)
+    mean_ms = lambda kind: 1e3 * d("fp8moe_%s_step_seconds_sum" % kind) / d("fp8moe_%s_step_seconds_count" % kind) \
+        if d("fp8moe_%s_step_seconds_count" % kind) > 0 else float("nan")
+    mixed = d("fp8moe_mixed_steps_total")
+    return {"step_budget": "latency" if after.get("fp8moe_step_budget_latency") == 1 else "fixed",
+            "decode_steps": int(d("fp8moe_decode_step_seconds_count")), "decode_step_ms_mean": mean_ms("decode"),
+            "mixed_steps": int(mixed), "mixed_step_ms_mean": mean_ms("mixed"),
+            "mixed_step_prefill_tokens_mean": d("fp8moe_mixed_step_prefill_tokens_total") / mixed if mixed else
+            float("nan"), "prefill_steps": int(d("fp8moe_prefill_step_seconds_count")),
+            "prefill_step_ms_mean": mean_ms("prefill")}
+
+
 def pct(xs, p):
     if not xs:
         return float("nan")
@@ -179,6 +220,7 @@ def run_level(a, host, port, model, prompts, row, clients):
           "ttft_later": [], "prompt_tokens": 0, "cached_tokens": 0, "cached_unknown": 0, "probe_prompt_tokens": 0,
           "probe_cached_tokens": 0, "first_turn_prompt_tokens": 0, "first_turn_cached_tokens": 0, "itl_arrivals": [],
           "in_flight": []}
+    metrics_before = server_metrics(a, host, port)
     t0 = time.perf_counter()
     deadline = t0 + a.duration
 
@@ -270,6 +312,7 @@ def run_level(a, host, port, model, prompts, row, clients):
     for t in threads[clients:]:
         t.join()
     wall = max(st["t_end"] - t0, 1e-9)
+    steps = step_figures(metrics_before, server_metrics(a, host, port))
     attempts = st["completed"] + len(st["probe_ttft"]) + st["errors"]
     nan = float("nan")
     return {"clients": clients, "requests": st["completed"], "errors": st["errors"],
@@ -288,7 +331,8 @@ def run_level(a, host, port, model, prompts, row, clients):
             if st["probe_prompt_tokens"] and not st["cached_unknown"] else nan,
             "first_turn_cached_prompt_fraction": st["first_turn_cached_tokens"] / st["first_turn_prompt_tokens"]
             if st["first_turn_prompt_tokens"] and not st["cached_unknown"] else nan,
-            "ttft_ms_p50_first_turn": pct(st["ttft_first"], 50), "ttft_ms_p50_later_turns": pct(st["ttft_later"], 50)}
+            "ttft_ms_p50_first_turn": pct(st["ttft_first"], 50), "ttft_ms_p50_later_turns": pct(st["ttft_later"], 50),
+            "steps": steps}
 
 
 def row_failure(r):
@@ -407,8 +451,20 @@ def main():
             cols += [fmt(100 * r["first_turn_cached_prompt_fraction"], 15), fmt(r["ttft_ms_p50_first_turn"], 18),
                      fmt(r["ttft_ms_p50_later_turns"], 17)]
         print("| " + " | ".join(cols) + " |", flush=True)
+    # the server's steps in each row (its /metrics): the step budget's choices, after the table (a blank line ends it)
+    print()
+    for c, r in zip(clients, rows):
+        t = r["steps"]
+        if t is None:
+            print("steps at %d clients: the server's /metrics has no step figures (a build before the step budget)" % c)
+        else:
+            print("steps at %d clients (--step-budget %s): decode-only %d, mean %.2f ms; mixed %d, mean %.2f ms, "
+                  "%.1f prompt tokens each; prompt-only %d, mean %.2f ms"
+                  % (c, t["step_budget"], t["decode_steps"], t["decode_step_ms_mean"], t["mixed_steps"],
+                     t["mixed_step_ms_mean"], t["mixed_step_prefill_tokens_mean"], t["prefill_steps"],
+                     t["prefill_step_ms_mean"]), flush=True)
     failures = [(c, row_failure(r), r["first_error"]) for c, r in zip(clients, rows) if row_failure(r)]
-    if failures:  # after the table (a blank line ends it), on stdout: what keeps those figures from being results
+    if failures:  # after the table and the steps, on stdout: what keeps those figures from being results
         print()
     for c, why, first in failures:
         print("FAILED at %d clients: %s%s" % (c, why, "; first error: " + first if first else ""), flush=True)
@@ -420,7 +476,9 @@ def main():
                "turn_tokens": a.turn_tokens if a.workload == "multi-turn" else None, "url": a.url, "model": model, "max_model_len": ctx, "prompt_tokens": a.prompt_tokens,
                "prompts": a.prompts or None, "seed": a.seed, "max_tokens": a.max_tokens, "probe_prompt_tokens": a.probe_prompt_tokens or None, "duration_s": None if a.requests else a.duration,
                "requests_per_row": a.requests or None, "max_error_rate": MAX_ERROR_RATE,
-               "rows": [dict({k: clean(v) for k, v in r.items()}, failed=row_failure(r)) for r in rows]}
+               "rows": [dict({k: clean(v) for k, v in r.items() if k != "steps"}, failed=row_failure(r),
+                             steps={k: clean(v) for k, v in r["steps"].items()} if r["steps"] else None)
+                        for r in rows]}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)
             f.write("\n")

@@ -109,6 +109,13 @@ typedef enum fm_expert_policy {
 const char *fm_expert_policy_name(fm_expert_policy p);
 bool fm_expert_policy_parse(const char *name, fm_expert_policy *out);
 
+/* How a mixed step's prefill share is sized (fm_options.step_budget) */
+typedef enum fm_step_budget_mode {
+    FM_STEP_BUDGET_AUTO = 0, /* LATENCY when mixed steps are on */
+    FM_STEP_BUDGET_FIXED,    /* every token of max_step_tokens the decode rows leave */
+    FM_STEP_BUDGET_LATENCY,  /* by measured step times (src/engine/step_budget.h) */
+} fm_step_budget_mode;
+
 typedef struct fm_options {
     const char *backend; /* "cpu" (default) or "cuda" */
     fm_preset preset;
@@ -165,6 +172,14 @@ typedef struct fm_options {
                                        (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no
                                        mixed steps, a prefill chunk and a decode step of the batch alternate. At
                                        most max_tokens (the step's activations are planned for it). */
+
+    fm_step_budget_mode step_budget; /* generation (--step-budget): a mixed step's prefill share beside decode rows
+                                        (docs/mixed-steps.md). FIXED: every token max_step_tokens leaves; LATENCY:
+                                        the share whose measured cost keeps the step within step_latency_ratio x a
+                                        decode-only step (64 tokens at least, max_step_tokens at most); AUTO (0):
+                                        LATENCY when mixed steps are on (FIXED for a rank of an --ep/--tp group,
+                                        where LATENCY is refused). Refused with mixed steps off */
+    double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
@@ -275,6 +290,9 @@ bool fm_context_prefix_cache(const fm_context *c);  /* automatic prefix caching 
 /* The step token budget of mixed steps (fm_options.max_step_tokens as the load resolved it, at most max_tokens): 0
  * when mixed steps are off or there is no KV cache. */
 int64_t fm_context_max_step_tokens(const fm_context *c);
+/* How the load resolved fm_options.step_budget: FIXED or LATENCY (FIXED when mixed steps are off), and LATENCY's
+ * ratio into *ratio (may be NULL). */
+fm_step_budget_mode fm_context_step_budget(const fm_context *c, double *ratio);
 /* The KV cache's blocks: held by a sequence (cached blocks no sequence holds count as free), and in the pool; 0 and 0
  * without a KV cache. */
 void fm_context_kv_blocks(const fm_context *c, int32_t *used, int32_t *total);

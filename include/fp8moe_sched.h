@@ -4,9 +4,11 @@
  * One thread owns the scheduler (and its context): it calls fm_sched_step in a loop; each step is one forward
  * pass. With mixed steps (the load's fm_options.max_step_tokens, on by default) a step holds every running request's
  * next token and, in the rest of the token budget, prefill chunks of one or more waiting requests, so a long prompt
- * delays the running streams by one budgeted step at most (docs/mixed-steps.md). With them off, a step is one prefill
- * chunk of one waiting request or one decode step of every active request, alternating. Requests are submitted and
- * cancelled between steps by the same thread; a server wraps the scheduler with its own lock and queue.
+ * delays the running streams by one budgeted step at most (docs/mixed-steps.md); how much of the budget prompts take
+ * beside decoding requests follows the steps' measured times (fm_options.step_budget, fm_sched_set_clock). With them
+ * off, a step is one prefill chunk of one waiting request or one decode step of every active request, alternating.
+ * Requests are submitted and cancelled between steps by the same thread; a server wraps the scheduler with its own
+ * lock and queue.
  *
  * Every event of a request (each sampled token, then its end) goes to the request's callback, on the stepping
  * thread, in order. fm_context_generate is this scheduler run to completion.
@@ -87,6 +89,12 @@ void fm_sched_release(fm_sched *s, int64_t req);
 /* One step (one forward pass); false in *busy when there was nothing to do. An error here is the backend's (fatal). */
 fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err);
 
+/* The clock that times the steps (the latency step budget, fm_options.step_budget; the stats): milliseconds from any
+ * origin, never decreasing. NULL: the monotonic clock (the default). For tests and simulations: a clock that advances
+ * by a modelled cost of each step makes the budget's choices deterministic. */
+typedef double (*fm_sched_clock_fn)(void *user);
+void fm_sched_set_clock(fm_sched *s, fm_sched_clock_fn now_ms, void *user);
+
 typedef struct fm_sched_stats {
     int32_t waiting, running, kept;          /* requests */
     int32_t kv_blocks_used, kv_blocks_total; /* used: held by a sequence (cached blocks count as free) */
@@ -102,6 +110,17 @@ typedef struct fm_sched_stats {
     int32_t state_slots, state_snapshots;
     int64_t state_saves, state_restores, state_evictions;
     int64_t prefill_tokens, decode_tokens, decode_steps;
+    /* steps that ran rows; those with decode and prefill rows together (mixed), and their prefill tokens */
+    int64_t steps, mixed_steps, mixed_prefill_tokens;
+    /* the last step: its decode and prefill rows, the prefill tokens it could take (the step budget's share; the
+       prefill chunk without mixed steps), its wall time */
+    int32_t last_decode_rows;
+    int64_t last_prefill_rows, last_prefill_limit;
+    double last_step_ms;
+    /* mixed steps: the share sized by time (fm_options.step_budget), and the estimates behind it at the last step's
+       batch: a decode-only step, a prefill token beside it (0: not measured yet) */
+    bool step_latency;
+    double est_decode_ms, est_prefill_token_ms;
     bool experts_host; /* experts in host memory: the expert cache's counters (fm_expert_stats) */
     int32_t expert_slots;
     int64_t expert_hits, expert_misses;

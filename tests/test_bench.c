@@ -448,6 +448,35 @@ static void bench_decode_json_object(void **s) {
     assert_non_null(strstr(cli_err, "--mask-cache needs --json-object"));
 }
 
+/* bench decode --int4-scales p2: the weights quantized at load with int4-p2 scales, on which route w4a8.kernel=fold
+ * runs (the cpu backend emulates it; its refusal of other scales: test_w4a8_fold.c), said in the header and the JSON */
+static void bench_decode_int4_p2(void **s) {
+    (void)s;
+    char json[512];
+    snprintf(json, sizeof json, "%s/decode_p2.json", cli_tmp);
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --presets fp8 --batch 1 --context 8 "
+                            "--steps 2 --warmup 1 --int4-scales p2 --route w4a8.kernel=fold --json %s",
+                            json),
+                     0);
+    assert_non_null(strstr(cli_out, "int4 scales p2"));
+    char text[1 << 14];
+    slurp(json, text, sizeof text);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_string_equal(cJSON_GetObjectItem(root, "int4_scales")->valuestring, "p2");
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+    assert_string_equal(cJSON_GetObjectItem(row, "status")->valuestring, "ok");
+    assert_true(cJSON_GetObjectItem(row, "median_ms")->valuedouble > 0);
+    cJSON_Delete(root);
+    /* presets without int4 weights refuse it (their row fails); a bad name is a usage error */
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --presets ref --batch 1 --context 8 "
+                            "--steps 1 --warmup 0 --int4-scales p2"),
+                     1);
+    assert_non_null(strstr(cli_out, "quantizes no weights to int4"));
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --int4-scales p3"), 2);
+    assert_non_null(strstr(cli_err, "g128 or p2"));
+}
+
 /* The bench commands are the program fp8moe-bench beside fp8moe: `fp8moe bench --help` lists every one of them, and
  * a copy of fp8moe without the program beside it refuses with an error that names the path it looked for. */
 static void bench_program_beside_the_binary(void **s) {
@@ -476,11 +505,17 @@ static void bench_program_beside_the_binary(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
-        cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
-        cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
-        cmocka_unit_test(bench_prefill_over_ranks),   cmocka_unit_test(bench_decode_over_ranks),
-        cmocka_unit_test(bench_decode_json_object),   cmocka_unit_test(bench_program_beside_the_binary),
+        cmocka_unit_test(synthetic_is_deterministic),
+        cmocka_unit_test(synthetic_qwen3_next),
+        cmocka_unit_test(cost_matches_hand_count),
+        cmocka_unit_test(bench_command_prints_and_writes_json),
+        cmocka_unit_test(bench_moe_command),
+        cmocka_unit_test(bench_gemm_command),
+        cmocka_unit_test(bench_prefill_over_ranks),
+        cmocka_unit_test(bench_decode_over_ranks),
+        cmocka_unit_test(bench_decode_json_object),
+        cmocka_unit_test(bench_decode_int4_p2),
+        cmocka_unit_test(bench_program_beside_the_binary),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

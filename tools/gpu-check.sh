@@ -29,11 +29,11 @@ part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc mixed_tiled_rc \
     ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
-    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc shared_rc fold_rc combine_rc; do eval "$v=skipped"; done
+    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc shared_rc fold_rc fold_gemv_rc combine_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem gpu_mixed_tiled \
     gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
-    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask gpu_shared gpu_fold gpu_combine; do : >"$out/$f.log"; done
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask gpu_shared gpu_fold gpu_fold_gemv gpu_combine; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
@@ -81,6 +81,9 @@ timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_op
 # the fold GEMM (route w4a8.kernel=fold: int4-p2 experts, group scales in the e4m3 operand, per-token activations)
 # against its CPU emulation, the quantizer and the repack bit for bit, the moe op under the route
 timeout 300 ./build/tests/gpu/test_cuda_fold >"$out/gpu_fold.log" 2>&1; fold_rc=$?
+# the fold route at decode sizes: the GEMVs on the fold layout (small and Qwen3 widths, P = 1..64) against the
+# emulation, the dispatch's per-token rows bit for bit, the moe op on GEMVs against the emulation, the cpu and GEMMs
+timeout 300 ./build/tests/gpu/test_cuda_fold_gemv >"$out/gpu_fold_gemv.log" 2>&1; fold_gemv_rc=$?
 # paged attention with the splits merged by the split kernel's last CTA (route paged.combine=fused): every paged case
 # bit for bit against the combine kernel, the scratch's counters back to zero after each call and graph replay
 FM_TEST_FILTER='test_paged*' timeout 300 ./build/tests/gpu/test_cuda_ops --route paged.combine=fused \
@@ -152,6 +155,13 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     m="$m, fold GEMM $?"
     compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_fold >"$out/racecheck_fold.log" 2>&1
     m="$m, fold GEMM racecheck $?"
+    # the GEMVs and the dispatch at the small shape (the Qwen3-width cases only add size)
+    FM_TEST_FILTER='test_*_small' compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_fold_gemv \
+        >"$out/memcheck_fold_gemv.log" 2>&1
+    m="$m, fold GEMV $?"
+    FM_TEST_FILTER='test_*_small' compute-sanitizer --tool racecheck --error-exitcode 3 \
+        ./build/tests/gpu/test_cuda_fold_gemv >"$out/racecheck_fold_gemv.log" 2>&1
+    m="$m, fold GEMV racecheck $?"
     # the o projection's tail first (its warp sums in shared memory), alone: the whole program's racecheck is long
     FM_TEST_FILTER='test_linear_add_rmsnorm*' compute-sanitizer --tool racecheck --error-exitcode 3 \
         ./build/tests/gpu/test_cuda_ops_fused >"$out/racecheck_fused_tail.log" 2>&1
@@ -207,7 +217,8 @@ echo "| CUDA op tests, W4A8 on the mma.sync kernel (--route w4a8.kernel=mma) | r
 echo "| CUDA attention tests on the mma.sync kernel (--route attention.kernel=mma) | rc $ops_att_mma_rc, $(grep -c 'attention ' "$out/gpu_ops_att_mma.log") comparisons |"
 echo "| CUDA Qwen3-Next op tests (gated attention, GDN conv / chunked / recurrent / norm, states, padding rows) | rc $qnext_rc, $(grep -c ' err ' "$out/gpu_qnext.log") comparisons, ${qnext_s} s; token by token (--route gdn.tc=off) rc $qnext_tc_rc |"
 echo "| shared expert routed as expert E (route moe.shared): route kernels, toy Qwen3-Next routed = separate | rc $shared_rc |"
-echo "| fold GEMM (w4a8.kernel=fold) = its CPU emulation; quantizer, repack, moe op | rc $fold_rc, $(grep -c ' err ' "$out/gpu_fold.log") comparisons |"
+echo "| fold GEMM (w4a8.kernel=fold) = its CPU emulation; quantizers, repack, moe op | rc $fold_rc, $(grep -c ' err ' "$out/gpu_fold.log") comparisons |"
+echo "| fold GEMVs (decode, P = 1..64) = the emulation; per-token dispatch bit for bit; moe op on GEMVs | rc $fold_gemv_rc, $(grep -c 'fold gemv' "$out/gpu_fold_gemv.log") GEMV cases, $(grep -c ' err ' "$out/gpu_fold_gemv.log") comparisons |"
 echo "| paged attention, splits merged in the split kernel (--route paged.combine=fused) | rc $combine_rc, $(grep -c ' err ' "$out/gpu_combine.log") comparisons |"
 echo "| cuBLASLt FP8 MoE route (bench anchor) | rc $lt_rc |"
 echo "| GPU model parity | rc $models_rc |"

@@ -7,7 +7,9 @@
 #
 #   PART=decode|prefill|serve|load|all  what to run (default all: more than one 10-minute call on the H200);
 #                 serve-cache (the prefix cache's two servers) and serve-steps (mixed steps, the baseline) split serve;
-#                 serve-tiled: serve-steps' arrivals and 64-client rows with --route paged.tiled=on (not in all)
+#                 serve-tiled: serve-steps' arrivals and 64-client rows with --route paged.tiled=on (not in all);
+#                 serve-budget: the arrivals row (and the 64-client one) under --step-budget fixed and latency,
+#                 alternating, two rounds (not in all)
 #   BASE=DIR      the baseline: DIR/fp8moe (commit 6b1cdda: its bench is inside fp8moe; a newer pair has
 #                 fp8moe-bench beside it). BASE_SRC=TARBALL builds DIR first when DIR/fp8moe is missing
 #                 (`git archive 6b1cdda -- src include bench Makefile | xz >.carry/base-src.tar.xz`)
@@ -32,8 +34,8 @@ backend=${BACKEND:-cuda}
 smoke=${SMOKE:-0}
 dry=${DRY:-0}
 here=$(cd "$(dirname "$0")/.." && pwd)
-case "$part" in decode | prefill | serve | serve-cache | serve-steps | serve-tiled | load | all) ;;
-*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, serve-tiled, load or all" >&2; exit 2 ;;
+case "$part" in decode | prefill | serve | serve-cache | serve-steps | serve-tiled | serve-budget | load | all) ;;
+*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, serve-tiled, serve-budget, load or all" >&2; exit 2 ;;
 esac
 work=$(mktemp -d /tmp/gpu-measure.XXXXXX)
 logs=$work/logs-$part
@@ -160,6 +162,13 @@ part_decode() {
         decode_rows "decode_qnext_routed_r$r"
         run "decode_qnext_fused_r$r" 300 "$new/fp8moe" bench decode "${q[@]}" --route decode.fused=on
         decode_rows "decode_qnext_fused_r$r"
+        # the fold route (w4a8.kernel=fold: GEMVs at B = 1, the fold GEMM at 64) against today's kernels on the same
+        # int4-p2 weights (quantized at load on the device)
+        run "decode_p2_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --presets fp8 --int4-scales p2
+        decode_rows "decode_p2_r$r"
+        run "decode_fold_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --presets fp8 --int4-scales p2 \
+            --route w4a8.kernel=fold
+        decode_rows "decode_fold_r$r"
     done
     [ "${DECODE_SET:-all}" = extra ] && { decode_table; return; }
     # each op of a step against its floor (--per-op: a mark after every op of the profiled step), B = 1 and 64
@@ -202,7 +211,7 @@ part_prefill() {
     echo >>"$table"
     # the experts alone: today's grouped GEMM against the fold GEMM (int4-p2 weights, route w4a8.kernel=fold) on the
     # same weights, A B in one program
-    local moe_tokens=512,2048,8192 moe_shape=qwen3
+    local moe_tokens=1,8,64,512,2048,8192 moe_shape=qwen3
     [ "$smoke" = 1 ] && moe_tokens=7,64 moe_shape=toy
     if [ "$backend" = cuda ] || [ "$smoke" = 1 ]; then
         run moe_fold 300 "$new/fp8moe" bench moe --shape "$moe_shape" --routes fp8-grouped,fp8-fold --tokens "$moe_tokens" \
@@ -216,7 +225,7 @@ part_prefill() {
 # requests failed, or none completed: the client exits 1, so `run` lists it under failures too)
 serve_rows() {
     [ "$dry" = 1 ] && return 0
-    { echo "#### $1"; grep -E '^(model |\||FAILED |$)' "$logs/$1.log" | sed 's/^model /\nmodel /' | cat -s; echo; } >>"$table"
+    { echo "#### $1"; grep -E '^(model |\||FAILED |steps |$)' "$logs/$1.log" | sed 's/^model /\nmodel /' | cat -s; echo; } >>"$table"
 }
 
 part_serve() {
@@ -237,6 +246,22 @@ part_serve() {
         run serve_steps_tiled 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --route paged.tiled=on \
             -- "${arrivals_run[@]}" -- "${load_run[@]}"
         serve_rows serve_steps_tiled
+        return 0
+    fi
+    if [ "$part" = serve-budget ]; then # the step budget: a step's prompt share fixed, or sized by step times
+        local round budget
+        for round in 1 2; do
+            for budget in fixed latency; do
+                if [ "$round" = 1 ]; then
+                    run "serve_budget_${budget}_$round" 300 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" \
+                        --step-budget "$budget" -- "${arrivals_run[@]}" -- "${load_run[@]}"
+                else
+                    run "serve_budget_${budget}_$round" 200 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" \
+                        --step-budget "$budget" -- "${arrivals_run[@]}"
+                fi
+                serve_rows "serve_budget_${budget}_$round"
+            done
+        done
         return 0
     fi
     if [ "$part" != serve-steps ]; then

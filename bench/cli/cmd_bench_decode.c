@@ -35,6 +35,8 @@ static const char *HELP =
     "  --steps N          timed decode steps (default 64)\n"
     "  --warmup W         untimed steps first (default 8; the first steps of a batch bucket capture its graph)\n"
     "  --layers L         only the first L layers\n"
+    "  --int4-scales S    g128 (default) or p2: the group scales of the weights quantized to int4 at load\n"
+    "                     (docs/int4_p2.md; the presets with int4 weights only). Route w4a8.kernel=fold needs p2\n"
     "  --json FILE        also write the results as JSON\n"
     "  --backend B        cuda (default) or cpu\n"
     "  --route KEY=VALUE  force a kernel route (repeatable; `fp8moe inspect --routes`)\n" BENCH_ROUTING_HELP
@@ -91,7 +93,8 @@ enum {
     OPT_MASK_ORDER,
     OPT_MASK_CACHE,
     OPT_PER_OP,
-    OPT_BANDWIDTH
+    OPT_BANDWIDTH,
+    OPT_INT4_SCALES
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -112,6 +115,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"mask-cache", required_argument, 0, OPT_MASK_CACHE},
                                             {"per-op", no_argument, 0, OPT_PER_OP},
                                             {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
+                                            {"int4-scales", required_argument, 0, OPT_INT4_SCALES},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -168,6 +172,7 @@ typedef struct decode_args {
     fm_expert_policy policy;
     int64_t vram_limit;
     fm_dispatch dispatch;
+    fm_int4_scales int4_scales;
 } decode_args;
 
 /* One batch size of one loaded preset: B sequences prefilled to the context, warm-up and timed steps, the expert
@@ -363,6 +368,10 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             a->bandwidth = (double)gbps * 1e9;
             break;
         }
+        case OPT_INT4_SCALES:
+            if (!fm_int4_scales_parse(optarg, &a->int4_scales))
+                return cli_usage(cmd, "--int4-scales must be g128 or p2, got '%s'", optarg);
+            break;
         case OPT_DISPATCH:
             if (!fm_dispatch_parse(optarg, &a->dispatch))
                 return cli_usage(cmd, "--dispatch must be one of bf16, fp8, mxfp4, nvfp4, preset, got '%s'", optarg);
@@ -388,7 +397,7 @@ static void plan_run(decode_args *a, cli_model_opts *mo) {
     }
     cli_model_opts_init(mo);
     mo->opt.experts_in = a->experts_in, mo->opt.expert_slots = (int32_t)a->slots, mo->opt.expert_policy = a->policy;
-    mo->opt.vram_limit = a->vram_limit;
+    mo->opt.vram_limit = a->vram_limit, mo->opt.int4_scales = a->int4_scales;
     mo->opt.synthetic_routing = a->routing;
     mo->opt.backend = a->b.backend, mo->opt.n_layers = (int32_t)a->layers, mo->opt.routes = bench_routes(&a->b);
     mo->opt.n_threads = (int32_t)a->b.threads;
@@ -439,10 +448,11 @@ static void print_ops(const decode_args *a, const decode_row *r) {
 static void print_tables(const char *cmd, const decode_args *a, const decode_row *rows, double *link_gbps,
                          double *dma_gbps) {
     const int n = a->np * a->nb;
-    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, routing %s, experts in %s, "
-           "input %s%s\n",
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, routing %s, "
+           "experts in %s, input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
-           a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
+           fm_int4_scales_name(a->int4_scales), a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in),
+           a->random_ids ? "random" : "sampled",
            !a->json_object  ? ""
            : a->mask_before ? ", every sequence constrained to JSON objects (masks on the host, before each step)"
                             : ", every sequence constrained to JSON objects (masks on the host, during the pass)");
@@ -545,6 +555,7 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
     cJSON_AddBoolToObject(root, "per_op", a->per_op);
     cJSON_AddNumberToObject(root, "context", (double)a->context);
     cJSON_AddStringToObject(root, "routes", a->b.routes);
+    cJSON_AddStringToObject(root, "int4_scales", fm_int4_scales_name(a->int4_scales));
     cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
     cJSON_AddStringToObject(root, "experts_in", fm_experts_in_name(a->experts_in));
     cJSON_AddNumberToObject(root, "vram_limit", (double)a->vram_limit);

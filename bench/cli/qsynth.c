@@ -9,7 +9,6 @@
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
 #include "quant/int4.h"
-#include "quant/int4_p2.h"
 #include "util/status.h"
 
 #define GROUP 128
@@ -58,28 +57,6 @@ static bool pack_int4_asym(const float *w, int64_t N, int64_t K, fm_qsynth *q) {
     return ok;
 }
 
-/* ours with int4-p2 scales: weight_packed I32 [N, K/8] (u = q + 8 at bits 4i of word k / 8), weight_scale BF16
-   [N, K/128], as requantize writes them */
-static bool pack_int4_p2(const float *w, int64_t N, int64_t K, fm_qsynth *q) {
-    const int64_t ng = fm_int4_n_groups(K, GROUP), KW = (K + 7) / 8;
-    int8_t *codes = malloc((size_t)(N * K));
-    float *sc = malloc((size_t)(N * ng) * sizeof *sc);
-    bool ok = codes && sc && add_tensor(q, 0, "weight_packed", FM_DTYPE_I32, N, KW) &&
-              add_tensor(q, 1, "weight_scale", FM_DTYPE_BF16, N, ng);
-    if (ok) {
-        fm_int4_p2_quantize(w, N, K, codes, sc);
-        uint32_t *pk = (uint32_t *)q->data[0];
-        uint16_t *s16 = (uint16_t *)q->data[1];
-        for (int64_t n = 0; n < N; n++) {
-            for (int64_t k = 0; k < K; k++)
-                pk[n * KW + k / 8] |= (uint32_t)((codes[n * K + k] + 8) & 15) << (4 * (k % 8));
-            for (int64_t g = 0; g < ng; g++) s16[n * ng + g] = fm_f32_to_bf16(sc[n * ng + g]); /* exact: bf16 values */
-        }
-    }
-    free(codes), free(sc);
-    return ok;
-}
-
 /* block-FP8: weight F8_E4M3 [N, K], weight_scale_inv F32 [N/128, K/128], scale = amax / 448 per block */
 static bool pack_fp8_block(const float *w, int64_t N, int64_t K, fm_qsynth *q) {
     const int64_t nb = (N + GROUP - 1) / GROUP, kb = (K + GROUP - 1) / GROUP;
@@ -109,15 +86,12 @@ fm_status fm_qsynth_make(const fm_wsrc *w, fm_qsynth_kind kind, fm_qsynth *q, fm
     if (!f)
         return fm_fail(err, FM_ERR_NOMEM, "out of memory quantizing a [%lld, %lld] linear", (long long)N, (long long)K);
     fm_status st = fm_wsrc_read(w, f, err);
-    if (!st && !(kind == FM_QSYNTH_INT4_ASYM ? pack_int4_asym(f, N, K, q)
-                 : kind == FM_QSYNTH_INT4_P2 ? pack_int4_p2(f, N, K, q)
-                                             : pack_fp8_block(f, N, K, q)))
+    if (!st && !(kind == FM_QSYNTH_INT4_ASYM ? pack_int4_asym(f, N, K, q) : pack_fp8_block(f, N, K, q)))
         st = fm_fail(err, FM_ERR_NOMEM, "out of memory quantizing a [%lld, %lld] linear", (long long)N, (long long)K);
     free(f);
     const fm_quant_config qc =
-        kind == FM_QSYNTH_INT4_ASYM ? (fm_quant_config){.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = GROUP}
-        : kind == FM_QSYNTH_INT4_P2
-            ? (fm_quant_config){.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = GROUP, .sym = true}
+        kind == FM_QSYNTH_INT4_ASYM
+            ? (fm_quant_config){.method = FM_QUANT_CT_PACKED, .bits = 4, .group_size = GROUP}
             : (fm_quant_config){.method = FM_QUANT_FP8_BLOCK, .bits = 8, .group_size = GROUP, .block_n = GROUP};
     if (!st) st = fm_qsrc_bind(&qc, "m", N, K, find_in, q, &q->src.q, err);
     q->src.rows = N, q->src.cols = K;

@@ -4,15 +4,13 @@
  *                         numbers a GPTQ/AWQ asymmetric export holds (our asymmetric quantizer, src/quant/int4.h)
  *   FM_QSYNTH_FP8_BLOCK   block-FP8, e4m3 codes with one fp32 weight_scale_inv per 128 x 128 block (amax / 448), as
  *                         DeepSeek-V3 and Qwen3-*-FP8 ship
- *   FM_QSYNTH_INT4_P2     our own int4 (compressed-tensors pack-quantized, symmetric, groups of 128, bf16 scales) with
- *                         int4-p2 scales, as `fp8moe requantize --scales p2` writes it (quant/int4_p2.h)
  * The result is bound through fm_qsrc_bind, the same checks a checkpoint's tensors go through. */
 #ifndef FM_BENCH_QSYNTH_H
 #define FM_BENCH_QSYNTH_H
 
 #include "model/model_src.h"
 
-typedef enum fm_qsynth_kind { FM_QSYNTH_INT4_ASYM, FM_QSYNTH_FP8_BLOCK, FM_QSYNTH_INT4_P2 } fm_qsynth_kind;
+typedef enum fm_qsynth_kind { FM_QSYNTH_INT4_ASYM, FM_QSYNTH_FP8_BLOCK } fm_qsynth_kind;
 
 /* One linear: its tensors (owned) and the bound source (src.q points into them). */
 typedef struct fm_qsynth {

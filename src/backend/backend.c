@@ -157,18 +157,13 @@ void fm_plan_set_dense(fm_plan *plan, fm_dense dense) {
     if (dense == FM_DENSE_W8A8) plan->w_dense = FM_W_E4M3_PT, plan->a_dense = FM_A_E4M3_PT;
 }
 
-fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, const char *backend, fm_error *err) {
+fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err) {
     if (s == FM_INT4_SCALES_G128) return FM_OK;
     if (!fm_wformat_is_int4(plan->w_dense) && !fm_wformat_is_int4(plan->w_expert))
         return fm_fail(err, FM_ERR_USAGE,
                        "--int4-scales %s: the %s preset quantizes no weights to int4 here; it applies to int4, fp8 "
                        "and fp4",
                        fm_int4_scales_name(s), fm_preset_name(plan->preset));
-    if (backend && strcmp(backend, "cuda") == 0)
-        return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "--int4-scales %s: the cuda backend quantizes at load on the device, with g128 scales only; "
-                       "`fp8moe requantize --scales p2` writes a checkpoint that it reads with int4-p2 scales",
-                       fm_int4_scales_name(s));
     plan->int4_p2 = true;
     return FM_OK;
 }

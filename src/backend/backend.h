@@ -78,9 +78,9 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan);
  * activations); FM_DENSE_PRESET leaves the preset's. */
 void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
 /* Applies an --int4-scales choice: FM_ERR_USAGE when the plan quantizes no weights to int4 (ref, ref32, or every
- * family e4m3 by --dense w8a8 and a float expert format), FM_ERR_UNSUPPORTED on the cuda backend (its quantizer at
- * load is the g128 one, on the device). */
-fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, const char *backend, fm_error *err);
+ * family e4m3 by --dense w8a8 and a float expert format). Both backends quantize at load with int4-p2 scales, bit
+ * for bit alike (the cuda backend on the device: cuda/quantize_int4_p2.cu). */
+fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err);
 /* Applies a --dispatch choice: the format of the expert dispatch buffer (the routed copies of each token, the gate|up
  * GEMM's input); the down GEMM's input stays the preset's (it is made on chip by the SwiGLU epilogue and crosses no
  * dispatch). FM_ERR_USAGE on the oracle presets. */
@@ -449,7 +449,9 @@ void *fm_cuda_backend_stream(fm_backend *be);
 /* Op tests: the FP4 dispatch buffer that the last moe op of a T x k routing over E experts (hidden H, width I, W4A8
  * experts, --dispatch mxfp4|nvfp4) left in the CUDA backend's workspace, in pair order p = t k + j: E2M1 codes
  * [T k][pad128(H) / 2] and block scales [T k][pad128(H) / 128][4 (MX) or 8 (NV) bytes], and the NVFP4 tensor scale
- * (1 for MX). Synchronises. False on another backend, dispatch format or a build without CUDA. */
+ * (1 for MX); under route w4a8.kernel=fold the e4m3 rows with one scale per token: codes [T k][pad128(H)] and fp32
+ * scales [T k] (4 bytes each), tensor scale 1. Synchronises. False on another backend, dispatch format or a build
+ * without CUDA. */
 bool fm_cuda_moe_dispatch_read(fm_backend *be, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I, uint8_t *codes,
                                uint8_t *scales, float *tensor_scale);
 /* Op tests: the CUDA expert cache's table after the fetches so far: slot_of [n_layers * E] (the slot of each

@@ -134,7 +134,8 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err);
 /* Resolved choices: */
 bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma kernel */
 /* The expert banks load in the fold layout and the MoE runs the fold GEMM (backend/w4a8_fold.h: int4-p2 weights,
- * the group scale inside the e4m3 operand, per-token activation scales into the gate|up GEMM). Off unless asked
+ * the group scale inside the e4m3 operand, per-token activation scales into the gate|up GEMM), or at decode sizes
+ * (fm_routes_moe_gemv) the fold GEMVs (cuda/w4a8_fold_gemv.cu). Off unless asked
  * (w4a8.kernel=fold): it changes the activations' rounding (one scale per token), and no GPU run has timed it yet
  * (bench/NOTES.md 2026-12-05 twenty-third session: the design and the predictions). */
 bool fm_routes_w4a8_fold(const fm_routes *r);

@@ -37,12 +37,19 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *text, long lo, 
 bool cli_parse_bytes(const char *cmd, const char *opt, const char *text, int64_t *out);
 /* --max-step-tokens N|off: N >= 1, or off (-1, fm_options.max_step_tokens) */
 bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out);
+/* --step-budget fixed|latency (fm_options.step_budget) and --max-step-latency-ratio R (R in [1, 1000]) */
+bool cli_parse_step_budget(const char *cmd, const char *text, fm_step_budget_mode *out);
+bool cli_parse_step_ratio(const char *cmd, const char *text, double *out);
 /* The step budget the load resolved, on stderr (serve prints it at start; chat and generate with --verbose) */
 void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
 #define CLI_STEP_TOKENS_HELP                                                                                           \
     "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \
     "                           chunks in one forward pass (default: --max-seqs + 512, at most --prefill-chunk);\n"    \
-    "                           off: prompt chunks and decode steps alternate (docs/mixed-steps.md)\n"
+    "                           off: prompt chunks and decode steps alternate (docs/mixed-steps.md)\n"                 \
+    "  --step-budget fixed|latency  a mixed step's prompt share beside the running streams: latency (default)\n"       \
+    "                           sizes it from measured step times so a step stays within R x a decode-only\n"          \
+    "                           step (64 tokens at least); fixed: every token --max-step-tokens leaves\n"              \
+    "  --max-step-latency-ratio R  latency's R, >= 1 (default 2)\n"
 /* --state-cache-slots, of the commands with a prefix cache */
 #define CLI_STATE_SLOTS_HELP                                                                                           \
     "  --state-cache-slots N    hybrid models (Qwen3-Next): snapshots of the recurrent states kept for the prefix\n"   \

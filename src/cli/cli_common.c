@@ -50,9 +50,35 @@ bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out) {
     return true;
 }
 
+bool cli_parse_step_budget(const char *cmd, const char *text, fm_step_budget_mode *out) {
+    if (!strcmp(text, "fixed")) *out = FM_STEP_BUDGET_FIXED;
+    else if (!strcmp(text, "latency")) *out = FM_STEP_BUDGET_LATENCY;
+    else return cli_usage(cmd, "--step-budget expects fixed or latency, got '%s'", text), false;
+    return true;
+}
+
+bool cli_parse_step_ratio(const char *cmd, const char *text, double *out) {
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(text, &end);
+    if (errno || !end || *end || end == text || !(v >= 1.0 && v <= 1000.0))
+        return cli_usage(cmd, "--max-step-latency-ratio expects a number in [1, 1000], got '%s'", text), false;
+    *out = v;
+    return true;
+}
+
 void cli_print_step_tokens(const char *cmd, const fm_context *ctx) {
     const int64_t n = fm_context_max_step_tokens(ctx);
-    if (n > 0) fprintf(stderr, "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens)\n", cmd, (long long)n);
+    double ratio = 0.0;
+    const bool latency = fm_context_step_budget(ctx, &ratio) == FM_STEP_BUDGET_LATENCY;
+    if (n > 0 && latency)
+        fprintf(stderr,
+                "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens), the prompt share sized to keep a "
+                "step within %g x a decode-only step (--step-budget latency)\n",
+                cmd, (long long)n, ratio);
+    else if (n > 0)
+        fprintf(stderr, "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens, --step-budget fixed)\n", cmd,
+                (long long)n);
     else fprintf(stderr, "fp8moe %s: mixed steps off: prompt chunks and decode steps alternate\n", cmd);
 }
 

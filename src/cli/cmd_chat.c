@@ -65,6 +65,8 @@ enum {
     OPT_NO_REUSE,
     OPT_PREFILL_CHUNK,
     OPT_MAX_STEP_TOKENS,
+    OPT_STEP_BUDGET,
+    OPT_STEP_RATIO,
     OPT_NO_PREFIX_CACHE,
     OPT_STATE_SLOTS
 };
@@ -81,14 +83,18 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {"state-cache-slots", required_argument, 0, OPT_STATE_SLOTS},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
+                                            {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
+                                            {"max-step-latency-ratio", required_argument, 0, OPT_STEP_RATIO},
                                             {0, 0, 0, 0}};
 
 typedef struct chat_args {
     const char *template_file, *system;
     bool no_think, no_reuse, no_prefix_cache;
     long max_tokens, prefill_chunk;
-    int64_t max_step_tokens; /* 0: the default */
-    long state_slots;        /* --state-cache-slots; -1: the default */
+    int64_t max_step_tokens;         /* 0: the default */
+    fm_step_budget_mode step_budget; /* 0: the default */
+    double step_latency_ratio;       /* 0: the default */
+    long state_slots;                /* --state-cache-slots; -1: the default */
     fm_gen_params gp;
 } chat_args;
 
@@ -141,6 +147,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_TOKENS: return cli_parse_int(cmd, "--max-tokens", arg, 1, 1L << 30, &a->max_tokens);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
     case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
+    case OPT_STEP_BUDGET: return cli_parse_step_budget(cmd, arg, &a->step_budget);
+    case OPT_STEP_RATIO: return cli_parse_step_ratio(cmd, arg, &a->step_latency_ratio);
     default: return false;
     }
 }
@@ -410,6 +418,7 @@ int cmd_chat(int argc, char **argv) {
         mo.opt.state_cache_slots = (int32_t)a.state_slots;
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         mo.opt.max_step_tokens = a.max_step_tokens;
+        mo.opt.step_budget = a.step_budget, mo.opt.step_latency_ratio = a.step_latency_ratio;
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
     }
     if (!st) st = fm_context_create(ch.m, NULL, &ch.context, &err);

@@ -103,6 +103,8 @@ enum {
     OPT_MAX_SEQS,
     OPT_PREFILL_CHUNK,
     OPT_MAX_STEP_TOKENS,
+    OPT_STEP_BUDGET,
+    OPT_STEP_RATIO,
     OPT_PROMPT,
     OPT_CHAT,
     OPT_SYSTEM,
@@ -133,6 +135,8 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"max-seqs", required_argument, 0, OPT_MAX_SEQS},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
+                                            {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
+                                            {"max-step-latency-ratio", required_argument, 0, OPT_STEP_RATIO},
                                             {"prompt", required_argument, 0, OPT_PROMPT},
                                             {"chat", no_argument, 0, OPT_CHAT},
                                             {"system", required_argument, 0, OPT_SYSTEM},
@@ -148,6 +152,8 @@ typedef struct gen_args {
     const char *ids_path, *batch_path, *out_path, *json_path;
     long max_tokens, max_seqs, prefill_chunk; /* 0: not given */
     int64_t max_step_tokens;                  /* 0: the default */
+    fm_step_budget_mode step_budget;          /* 0: the default */
+    double step_latency_ratio;                /* 0: the default */
     long ep, tp;                              /* --ep, --tp: ranks of a group (0: none) */
     fm_gen_params gp;                         /* the sampling options; seed, stops set per prompt */
     int32_t stop_ids[MAX_STOP_IDS];
@@ -228,6 +234,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_SEQS: return cli_parse_int(cmd, "--max-seqs", arg, 1, 4096, &a->max_seqs);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
     case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
+    case OPT_STEP_BUDGET: return cli_parse_step_budget(cmd, arg, &a->step_budget);
+    case OPT_STEP_RATIO: return cli_parse_step_ratio(cmd, arg, &a->step_latency_ratio);
     case OPT_TEMPERATURE:
         if (!parse_real(cmd, "--temperature", arg, 0, true, INFINITY, false, ">= 0 (0: greedy)", &a->gp.temperature))
             return false;
@@ -549,6 +557,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     mo->opt.prefix_cache = !a->no_prefix_cache;
     mo->opt.state_cache_slots = (int32_t)a->state_slots;
     mo->opt.max_step_tokens = a->max_step_tokens;
+    mo->opt.step_budget = a->step_budget, mo->opt.step_latency_ratio = a->step_latency_ratio;
 
     fm_error err = {{0}};
     fm_model *m = NULL;

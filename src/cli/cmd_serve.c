@@ -72,6 +72,8 @@ enum {
     OPT_MAX_BODY,
     OPT_PREFILL_CHUNK,
     OPT_MAX_STEP_TOKENS,
+    OPT_STEP_BUDGET,
+    OPT_STEP_RATIO,
     OPT_PORT_FILE,
     OPT_SYNTHETIC,
     OPT_TOOL_PARSER,
@@ -101,6 +103,8 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"no-warmup", no_argument, 0, OPT_NO_WARMUP},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
+                                            {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
+                                            {"max-step-latency-ratio", required_argument, 0, OPT_STEP_RATIO},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
                                             {"synthetic", required_argument, 0, OPT_SYNTHETIC},
                                             {"tool-parser", required_argument, 0, OPT_TOOL_PARSER},
@@ -118,7 +122,9 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
 typedef struct serve_args {
     fm_serve_opts so;
     long max_seqs, prefill_chunk;
-    int64_t max_step_tokens; /* 0: the default */
+    int64_t max_step_tokens;         /* 0: the default */
+    fm_step_budget_mode step_budget; /* 0: the default */
+    double step_latency_ratio;       /* 0: the default */
     const char *synthetic;
     bool fields_markdown;
     bool no_prefix_cache;
@@ -148,6 +154,8 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_BODY: return cli_parse_bytes(cmd, "--max-body", arg, &a->so.max_body);
     case OPT_PREFILL_CHUNK: return cli_parse_int(cmd, "--prefill-chunk", arg, 1, 1L << 30, &a->prefill_chunk);
     case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
+    case OPT_STEP_BUDGET: return cli_parse_step_budget(cmd, arg, &a->step_budget);
+    case OPT_STEP_RATIO: return cli_parse_step_ratio(cmd, arg, &a->step_latency_ratio);
     case OPT_PORT_FILE: a->so.port_file = arg; return true;
     case OPT_SYNTHETIC: a->synthetic = arg; return true;
     case OPT_CORS:
@@ -212,6 +220,7 @@ int cmd_serve(int argc, char **argv) {
     mo.opt.prefix_cache = !a.no_prefix_cache;
     mo.opt.state_cache_slots = (int32_t)a.state_slots;
     mo.opt.max_step_tokens = a.max_step_tokens;
+    mo.opt.step_budget = a.step_budget, mo.opt.step_latency_ratio = a.step_latency_ratio;
     cli_fit_to_card(cmd, &mo, a.max_seqs > 0, mo.opt.max_tokens);
     if (mo.opt.max_seqs <= 0) mo.opt.max_seqs = DEFAULT_MAX_SEQS;
     if (!a.prefill_chunk && mo.opt.ctx > 0 && mo.opt.max_tokens > mo.opt.ctx) /* a context the card shortened */

@@ -70,6 +70,12 @@ int64_t fm_context_max_step_tokens(const fm_context *ctx) {
     return t < ctx->n_tokens ? t : ctx->n_tokens; /* the scheduler's cap when the context asked for fewer tokens */
 }
 
+fm_step_budget_mode fm_context_step_budget(const fm_context *ctx, double *ratio) {
+    const bool latency = fm_context_max_step_tokens(ctx) > 0 && ctx->kv->step_latency;
+    if (ratio) *ratio = latency ? ctx->kv->step_ratio : 0.0;
+    return latency ? FM_STEP_BUDGET_LATENCY : FM_STEP_BUDGET_FIXED;
+}
+
 void fm_context_kv_blocks(const fm_context *ctx, int32_t *used, int32_t *total) {
     const fm_kv_pool *p = ctx->kv ? &ctx->kv->pool : NULL;
     *used = p ? p->n_blocks - p->n_free : 0, *total = p ? p->n_blocks : 0;

@@ -66,6 +66,8 @@ typedef struct fm_kv_state {
     struct fm_state_cache *snaps; /* hybrid models with the prefix cache on: the Gated DeltaNet state snapshots
                                      (state_cache.h); NULL otherwise */
     int64_t step_tokens;          /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
+    bool step_latency;            /* the prefill share of a mixed step sized by time (fm_options.step_budget) */
+    double step_ratio;            /* then: a step within step_ratio x a decode-only step */
 } fm_kv_state;
 
 /* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet

@@ -13,6 +13,7 @@
 #include "engine/memory_plan.h"
 #include "engine/shared_routing.h"
 #include "engine/state_cache.h"
+#include "engine/step_budget.h"
 #include "engine/weight_format.h"
 #include "util/progress.h"
 #include "util/status.h"
@@ -35,8 +36,11 @@ int32_t fm_model_eos_ids(const fm_model *m, const int32_t **ids) {
 
 /* The mixed step's token budget: the whole decode batch plus a prefill share that is large enough to keep the
  * matrix units busy (512 rows make the dense and expert GEMMs compute-bound on an H200) and small enough that a
- * step with a prompt costs the streams a few ms, never a whole long prefill; at most what the activations hold. */
-static fm_status resolve_step_tokens(fm_context *ctx, int64_t asked, fm_error *err) {
+ * step with a prompt costs the streams a few ms, never a whole long prefill; at most what the activations hold.
+ * Then how the scheduler sizes the prefill share within it: by measured step times unless asked to keep it fixed
+ * (src/engine/step_budget.h). */
+static fm_status resolve_step_tokens(fm_context *ctx, const fm_options *opt, fm_error *err) {
+    const int64_t asked = opt->max_step_tokens;
     const int64_t cap = ctx->buf_tokens < ctx->kv->max_rows ? ctx->buf_tokens : ctx->kv->max_rows;
     if (asked < -1)
         return fm_fail(err, FM_ERR_USAGE, "--max-step-tokens must be >= 1 or off, got %lld", (long long)asked);
@@ -47,6 +51,28 @@ static fm_status resolve_step_tokens(fm_context *ctx, int64_t asked, fm_error *e
                        (long long)asked, (long long)cap);
     const int64_t dflt = (int64_t)ctx->kv->pool.max_seqs + 512;
     ctx->kv->step_tokens = asked == -1 ? 0 : asked > 0 ? asked : dflt < cap ? dflt : cap;
+    const fm_step_budget_mode mode = opt->step_budget;
+    const double ratio = opt->step_latency_ratio;
+    if (mode != FM_STEP_BUDGET_AUTO && mode != FM_STEP_BUDGET_FIXED && mode != FM_STEP_BUDGET_LATENCY)
+        return fm_fail(err, FM_ERR_USAGE, "--step-budget: unknown value %d (fixed or latency)", (int)mode);
+    if (ratio != 0.0 && !(ratio >= 1.0 && ratio <= 1000.0))
+        return fm_fail(
+            err, FM_ERR_USAGE,
+            "--max-step-latency-ratio must be in [1, 1000] (a step's time over a decode-only step's), got %g", ratio);
+    if (asked == -1 && (mode != FM_STEP_BUDGET_AUTO || ratio != 0.0))
+        return fm_fail(err, FM_ERR_USAGE, "%s needs mixed steps, and --max-step-tokens is off",
+                       ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget");
+    if (mode == FM_STEP_BUDGET_FIXED && ratio != 0.0)
+        return fm_fail(err, FM_ERR_USAGE, "--max-step-latency-ratio goes with --step-budget latency, not fixed");
+    /* each rank of a group runs its own scheduler, in step with the others: shares sized by each rank's own clock
+       would differ, and the ranks' passes with them */
+    const bool ranks = ctx->m->ep_ranks > 1 || ctx->m->tp_ranks > 1;
+    if (ranks && (mode == FM_STEP_BUDGET_LATENCY || ratio != 0.0))
+        return fm_fail(err, FM_ERR_USAGE,
+                       "%s: the ranks of --ep/--tp would size their steps apart; use --step-budget fixed there",
+                       ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget latency");
+    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && mode != FM_STEP_BUDGET_FIXED && !ranks;
+    ctx->kv->step_ratio = ratio != 0.0 ? ratio : FM_STEP_LATENCY_RATIO;
     return FM_OK;
 }
 
@@ -452,7 +478,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_for_backend(opt->preset, opt->plan_backend ? opt->plan_backend : opt->backend, &m->plan);
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
-    if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, opt->backend, err);
+    if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, err);
     if (!dst && m->plan.int4_p2 && m->cfg.quant.method != FM_QUANT_NONE)
         dst = fm_fail(err, FM_ERR_USAGE,
                       "--int4-scales p2 quantizes float weights at load; this checkpoint is already quantized (%s) "
@@ -487,7 +513,7 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     if (!st && ctx->kv)
         st = fm_kv_state_prefix_cache(ctx, opt->prefix_cache, fm_state_cache_slots(&m->cfg, m->n_layers, opt), err);
     if (!st && ctx->kv) fm_state_cache_option_note(&m->cfg, m->n_layers, opt);
-    if (!st && ctx->kv) st = resolve_step_tokens(ctx, opt->max_step_tokens, err);
+    if (!st && ctx->kv) st = resolve_step_tokens(ctx, opt, err);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
     if (!st && m->experts_host) st = fm_expert_offload_create(ctx, m->expert_slots, opt->expert_policy, err);
     if (!st) fm_context_limits_reset(ctx);

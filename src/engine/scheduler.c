@@ -9,8 +9,17 @@
  * order: the Gated DeltaNet layers run a sequence's rows as one run). A step with only decode rows is the decode step
  * (its CUDA graph); a step with only one whole prompt runs it as a fresh prefill (the contiguous attention kernel).
  * Without a budget a step is one prefill chunk of the oldest request that can start, or one decode step of every
- * running request, alternating when both have work. */
+ * running request, alternating when both have work.
+ *
+ * The prefill share of a mixed step (step_budget.h): with the fixed budget, every token the decode rows leave; with
+ * the latency budget (the default), while sequences are decoding, the share whose predicted time keeps the step
+ * within R x a decode-only step at the same batch (R: --max-step-latency-ratio, default 2), never below 64 tokens
+ * (prompts keep moving) nor above the fixed budget's. The scheduler times every step it runs (its wall time, on the
+ * monotonic clock or one a test injects: fm_sched_set_clock) and hands it, with its decode and prefill rows, to the
+ * estimates; before they exist (the first steps) and in steps without decode rows the fixed budget applies. The
+ * share decides which rows share a step, never what a row computes: the tokens are the same under either budget. */
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +27,7 @@
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
 #include "engine/state_cache.h"
+#include "engine/step_budget.h"
 #include "fp8moe_sched.h"
 #include "engine/stop.h"
 #include "model/arch.h"
@@ -61,6 +71,14 @@ struct fm_sched {
     int32_t *d_ids, *d_seqs, *d_out; /* [max_seqs] */
     rq **d_who;
     int64_t prefill_tokens, decode_tokens, decode_steps;
+    fm_step_budget sb;     /* mixed steps: the prefill share of each (by measured step times, or fixed) */
+    fm_sched_clock_fn now; /* milliseconds */
+    void *now_user;
+    int64_t prefill_limit; /* the last mixed step's prefill share (tokens it could take) */
+    int64_t steps, mixed_steps, mixed_prefill_tokens;
+    int32_t last_decode_rows;
+    int64_t last_prefill_rows, last_prefill_limit;
+    double last_step_ms;
     int64_t prefix_queries, prefix_hits, prefix_prompt_tokens, prefix_cached_tokens;
 };
 
@@ -78,6 +96,18 @@ static void rq_free(rq *q) {
     free(q->hist), free(q);
 }
 
+static double monotonic_ms(void *user) {
+    (void)user;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void fm_sched_set_clock(fm_sched *s, fm_sched_clock_fn now_ms, void *user) {
+    s->now = now_ms ? now_ms : monotonic_ms;
+    s->now_user = now_ms ? user : NULL;
+}
+
 fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out, fm_error *err) {
     *out = NULL;
     if (!ctx->kv)
@@ -91,6 +121,15 @@ fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out
     if (s->budget > ctx->n_tokens) s->budget = ctx->n_tokens; /* a context asking for fewer tokens per pass */
     s->rows = s->budget > s->chunk ? s->budget : s->chunk;
     const size_t S = (size_t)ctx->kv->pool.max_seqs;
+    fm_sched_set_clock(s, NULL, NULL);
+    if (s->budget > 0) {
+        fm_status st =
+            fm_step_budget_init(&s->sb, s->budget, ctx->kv->step_latency, ctx->kv->step_ratio, (int32_t)S, err);
+        if (st) {
+            free(s);
+            return st;
+        }
+    }
     s->h_ids = malloc((size_t)s->rows * sizeof *s->h_ids);
     s->h_seq = malloc((size_t)s->rows * sizeof *s->h_seq);
     s->h_pos = malloc((size_t)s->rows * sizeof *s->h_pos);
@@ -161,6 +200,7 @@ void fm_sched_free(fm_sched *s) {
     compact(s);
     free(s->reqs), free(s->h_ids), free(s->h_seq), free(s->h_pos), free(s->d_ids), free(s->d_seqs), free(s->d_out);
     free(s->d_who), free(s->c_who), free(s->c_len), free(s->runs);
+    fm_step_budget_free(&s->sb);
     free(s);
 }
 
@@ -540,7 +580,8 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
     const int32_t n_dec = decode_rows(s);
     int32_t n_chunks;
-    fm_status st = prefill_rows(s, s->budget - n_dec, &n_chunks, err);
+    s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec);
+    fm_status st = prefill_rows(s, s->prefill_limit, &n_chunks, err);
     if (st) return st;
     if (n_dec || n_chunks) *busy = true;
     if (n_chunks == 0) return decode_run(s, n_dec, err);
@@ -579,7 +620,7 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     if (!n_runs) runs[n_runs++] = (fm_row_run){T - 1, 1}; /* nothing to sample: the last row's logits, unread */
     const rq *c0 = s->c_who[0];
     const int64_t n0 = c0->r.n_prompt; /* a whole prompt, or its first piece when a state snapshot splits it */
-    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && n0 <= s->chunk && n0 <= s->budget &&
+    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && n0 <= s->chunk && n0 <= s->prefill_limit &&
                        s->c_len[0] == fm_state_cache_chunk(ctx, c0->slot, 0, n0, n0);
     if ((st = fm_step_stage(ctx, s->h_ids, s->h_seq, s->h_pos, T, err))) return st;
     fm_step_device_rows(ctx, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
@@ -615,7 +656,30 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     return FM_OK;
 }
 
+/* A step's rows (from the counters) and wall time, for the step budget and the stats. */
+static void record_step(fm_sched *s, int64_t pre0, int64_t dec0, double t0) {
+    const int64_t n_pre = s->prefill_tokens - pre0, n_dec = s->decode_tokens - dec0;
+    if (n_pre == 0 && n_dec == 0) return;
+    s->steps++;
+    const double ms = s->now(s->now_user) - t0;
+    if (s->budget > 0) fm_step_budget_observe(&s->sb, (int32_t)n_dec, n_pre, ms);
+    s->mixed_steps += n_pre > 0 && n_dec > 0;
+    s->mixed_prefill_tokens += n_dec > 0 ? n_pre : 0;
+    s->last_decode_rows = (int32_t)n_dec, s->last_prefill_rows = n_pre, s->last_step_ms = ms;
+    s->last_prefill_limit = s->budget > 0 ? s->prefill_limit : s->chunk;
+}
+
+static fm_status sched_step(fm_sched *s, bool *busy, fm_error *err);
+
 fm_status fm_sched_step(fm_sched *s, bool *busy, fm_error *err) {
+    const int64_t pre0 = s->prefill_tokens, dec0 = s->decode_tokens;
+    const double t0 = s->now(s->now_user);
+    const fm_status st = sched_step(s, busy, err);
+    if (!st) record_step(s, pre0, dec0, t0);
+    return st;
+}
+
+static fm_status sched_step(fm_sched *s, bool *busy, fm_error *err) {
     *busy = false;
     for (int32_t i = 0; i < s->n; i++) {
         rq *q = s->reqs[i];
@@ -666,6 +730,14 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
     const fm_kv_pool *p = &s->ctx->kv->pool;
     st->kv_blocks_total = p->n_blocks, st->kv_blocks_used = p->n_blocks - p->n_free;
     st->prefill_tokens = s->prefill_tokens, st->decode_tokens = s->decode_tokens, st->decode_steps = s->decode_steps;
+    st->steps = s->steps, st->mixed_steps = s->mixed_steps, st->mixed_prefill_tokens = s->mixed_prefill_tokens;
+    st->last_decode_rows = s->last_decode_rows, st->last_prefill_rows = s->last_prefill_rows;
+    st->last_prefill_limit = s->last_prefill_limit, st->last_step_ms = s->last_step_ms;
+    st->step_latency = s->budget > 0 && s->sb.latency;
+    if (s->budget > 0) {
+        st->est_decode_ms = fm_step_budget_decode_ms(&s->sb, s->last_decode_rows);
+        st->est_prefill_token_ms = s->sb.token_ms > 0.0 ? s->sb.token_ms : 0.0;
+    }
     st->prefix_cache = p->prefix_cache, st->kv_blocks_cached = p->n_lru, st->kv_evictions = p->evictions;
     st->prefix_queries = s->prefix_queries, st->prefix_hits = s->prefix_hits;
     st->prefix_prompt_tokens = s->prefix_prompt_tokens, st->prefix_cached_tokens = s->prefix_cached_tokens;

@@ -6,11 +6,7 @@
 
 #include "quant/bf16.h"
 
-/* 2^(j / 16), j = 0..15: the row scale's fractional octaves (constants, so that every build searches the same) */
-static const float octave16[16] = {1.0f,          1.0442737824f, 1.0905077327f, 1.1387886348f,
-                                   1.1892071150f, 1.2418578121f, 1.2968395547f, 1.3542555469f,
-                                   1.4142135624f, 1.4768261459f, 1.5422108254f, 1.6104903319f,
-                                   1.6817928305f, 1.7562521604f, 1.8340080864f, 1.9152065614f};
+static const float octave16[16] = FM_INT4_P2_OCTAVE16;
 
 /* the smallest bf16 value >= s (s > 0 finite), saturated at the largest finite bf16 */
 static float bf16_up(float s) {

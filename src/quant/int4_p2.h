@@ -23,6 +23,14 @@
 
 #define FM_INT4_P2_GROUP 128
 #define FM_INT4_P2_KSPAN 12
+/* 2^(j / 16), j = 0..15: the row scale's fractional octaves (constants, so that every build and the cuda backend's
+ * quantizer, cuda/quantize_int4_p2.cu, search the same) */
+#define FM_INT4_P2_OCTAVE16                                                                                            \
+    {                                                                                                                  \
+        1.0f, 1.0442737824f, 1.0905077327f, 1.1387886348f, 1.1892071150f, 1.2418578121f, 1.2968395547f, 1.3542555469f, \
+            1.4142135624f, 1.4768261459f, 1.5422108254f, 1.6104903319f, 1.6817928305f, 1.7562521604f, 1.8340080864f,   \
+            1.9152065614f                                                                                              \
+    }
 
 /* q is [rows, K] (-7..7); scales is [rows, ceil(K / 128)], bf16 values, each row's = row scale x 2^k. */
 void fm_int4_p2_quantize(const float *w, int64_t rows, int64_t K, int8_t *q, float *scales);

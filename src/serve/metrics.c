@@ -7,20 +7,35 @@
 static const double k_bounds[HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                               0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 60.0};
 
-void hist_observe(histogram *h, double seconds) {
+/* a scheduler step: 2 ms to 1 s, finer where a GPU's decode steps (3-15 ms) and mixed steps (x 1-5) fall */
+static const double k_step_bounds[HIST_BUCKETS] = {0.002, 0.004, 0.006, 0.008, 0.010, 0.012, 0.016,
+                                                   0.020, 0.025, 0.032, 0.050, 0.100, 0.250, 1.0};
+
+static void observe(histogram *h, const double *bounds, double seconds) {
     int b = 0;
-    while (b < HIST_BUCKETS && seconds > k_bounds[b]) b++;
+    while (b < HIST_BUCKETS && seconds > bounds[b]) b++;
     h->counts[b]++;
     h->sum += seconds;
     h->n++;
 }
 
-static void hist_write(sbuf *o, const char *name, const char *help, const histogram *h) {
+void hist_observe(histogram *h, double seconds) { observe(h, k_bounds, seconds); }
+
+void metrics_observe_step(metrics *m, const fm_sched_stats *st) {
+    if (st->steps == m->steps_seen) return;
+    m->steps_seen = st->steps;
+    histogram *h = st->last_prefill_rows == 0 ? &m->decode_step
+                   : st->last_decode_rows > 0 ? &m->mixed_step
+                                              : &m->prefill_step;
+    observe(h, k_step_bounds, st->last_step_ms * 1e-3);
+}
+
+static void hist_write(sbuf *o, const char *name, const char *help, const histogram *h, const double *bounds) {
     sb_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int b = 0; b < HIST_BUCKETS; b++) {
         cum += h->counts[b];
-        sb_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, k_bounds[b], (unsigned long long)cum);
+        sb_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b], (unsigned long long)cum);
     }
     cum += h->counts[HIST_BUCKETS];
     sb_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name,
@@ -70,6 +85,22 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
     counter(o, "fp8moe_prefill_tokens_total", "prompt tokens prefilled (those found in the cache are not)",
             (uint64_t)st->prefill_tokens);
     counter(o, "fp8moe_decode_tokens_total", "tokens computed by decode steps", (uint64_t)st->decode_tokens);
+    counter(o, "fp8moe_steps_total", "scheduler steps (forward passes) that ran rows", (uint64_t)st->steps);
+    counter(o, "fp8moe_mixed_steps_total", "steps with decode rows and prompt rows together",
+            (uint64_t)st->mixed_steps);
+    counter(o, "fp8moe_mixed_step_prefill_tokens_total", "prompt tokens run beside decode rows",
+            (uint64_t)st->mixed_prefill_tokens);
+    gauge(o, "fp8moe_step_budget_latency", "1: a mixed step's prompt share is sized by step times; 0: fixed",
+          st->step_latency);
+    gauge(o, "fp8moe_step_prefill_tokens", "prompt tokens of the last step", (long long)st->last_prefill_rows);
+    gauge(o, "fp8moe_step_prefill_limit_tokens", "prompt tokens the last step could take (its share of the budget)",
+          (long long)st->last_prefill_limit);
+    gauge_real(o, "fp8moe_step_decode_estimate_seconds",
+               "the step budget's estimate of a decode-only step at the last step's batch (0: none yet)",
+               st->est_decode_ms * 1e-3);
+    gauge_real(o, "fp8moe_step_prefill_token_estimate_seconds",
+               "the step budget's estimate of one prompt token's cost beside decode rows (0: none yet)",
+               st->est_prefill_token_ms * 1e-3);
     gauge(o, "fp8moe_sequences_kept", "finished sequences whose KV cache is kept for a later prompt to reuse",
           st->kept);
     if (st->experts_host) { /* --experts-in host: the expert cache */
@@ -91,8 +122,15 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
         counter(o, "fp8moe_state_snapshot_evictions_total", "recurrent-state snapshots given up for new ones",
                 (uint64_t)st->state_evictions);
     }
-    hist_write(o, "fp8moe_time_to_first_token_seconds", "from a request's arrival to its first token", &m->ttft);
-    hist_write(o, "fp8moe_inter_token_latency_seconds", "between consecutive tokens of a request", &m->itl);
+    hist_write(o, "fp8moe_time_to_first_token_seconds", "from a request's arrival to its first token", &m->ttft,
+               k_bounds);
+    hist_write(o, "fp8moe_inter_token_latency_seconds", "between consecutive tokens of a request", &m->itl, k_bounds);
     hist_write(o, "fp8moe_e2e_request_latency_seconds", "from a request's arrival to its last token or its end",
-               &m->e2e);
+               &m->e2e, k_bounds);
+    hist_write(o, "fp8moe_decode_step_seconds", "wall time of a step of decode rows only", &m->decode_step,
+               k_step_bounds);
+    hist_write(o, "fp8moe_mixed_step_seconds", "wall time of a step of decode rows and prompt rows together",
+               &m->mixed_step, k_step_bounds);
+    hist_write(o, "fp8moe_prefill_step_seconds", "wall time of a step of prompt rows only", &m->prefill_step,
+               k_step_bounds);
 }

@@ -42,8 +42,13 @@ typedef struct metrics {
     uint64_t prompt_tokens, generation_tokens, cached_tokens, cancelled, cut;
     uint64_t prefix_queries, prefix_hits; /* requests that ended; those whose prompt began in the cache */
     histogram ttft, itl, e2e;             /* time to first token, inter-token latency, arrival to the last event */
+    /* the scheduler's steps by what they held: decode rows only, decode and prompt rows, prompt rows only */
+    histogram decode_step, mixed_step, prefill_step;
+    int64_t steps_seen; /* fm_sched_stats.steps at the last metrics_observe_step */
 } metrics;
 void hist_observe(histogram *h, double seconds);
+/* The scheduler's last step into its histogram, once per step (after each fm_sched_get_stats) */
+void metrics_observe_step(metrics *m, const fm_sched_stats *st);
 /* Prometheus text exposition of m and the scheduler's figures */
 void metrics_write(sbuf *out, const metrics *m, const fm_sched_stats *st, int32_t queued, bool draining);
 

@@ -158,6 +158,7 @@ static void *scheduler_thread(void *arg) {
         const fm_status st = fm_sched_step(s->sched, &busy, &err);
         pthread_mutex_lock(&s->mu);
         fm_sched_get_stats(s->sched, &s->stats);
+        metrics_observe_step(&s->met, &s->stats);
         if (st) { /* the backend failed: nothing more can run; end the server */
             s->fatal = st, s->fatal_err = err;
             fprintf(stderr, "fp8moe serve: error: %s\n", err.msg);

@@ -196,6 +196,9 @@ static fm_status bank_create_layout(fm_backend *bb, const fm_bank_src *src, fm_w
                 else if (fmt == FM_W_BF16)
                     fm_cuda_convert_bf16(staging, dtype, n_rows, cols, (__nv_bfloat16 *)w->w + dst_row * w->ld, w->ld,
                                          be->stream);
+                else if (be->base.plan.int4_p2) /* --int4-scales p2 */
+                    fm_cuda_quantize_int4_p2(staging, dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld, w->ld,
+                                             w->scales + dst_row * w->n_groups, w->n_groups, be->stream);
                 else
                     fm_cuda_quantize_int4(staging, dtype, n_rows, cols, (uint8_t *)w->w + dst_row * w->ld, w->ld,
                                           w->scales + dst_row * w->n_groups, w->n_groups, be->stream);

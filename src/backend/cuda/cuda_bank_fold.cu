@@ -18,8 +18,8 @@ fm_status fm_cuda_bank_fold(cuda_backend *be, const fm_bank_src *src, fm_bank *w
     if (!src->experts || !fm_routes_w4a8_fold(&be->routes) || !fm_cuda_w4a8_takes(w->fmt)) return FM_OK;
     if (w->fmt != FM_W_INT4_G128_TC)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "%s: route w4a8.kernel=fold takes int4 experts with int4-p2 scales (the fp8 preset on a "
-                       "checkpoint made by `fp8moe requantize --scales p2`); this bank is %s",
+                       "%s: route w4a8.kernel=fold takes int4 experts with int4-p2 scales (the fp8 preset with "
+                       "--int4-scales p2, or on a checkpoint made by `fp8moe requantize --scales p2`); this bank is %s",
                        src->label, fm_wformat_name(w->fmt));
     if (be->base.plan.a_dispatch != FM_A_E4M3_G128)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
@@ -47,8 +47,8 @@ fm_status fm_cuda_bank_fold(cuda_backend *be, const fm_bank_src *src, fm_bank *w
     if (bad_m >= 0)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "%s: route w4a8.kernel=fold needs int4-p2 scales (each row's group scales a power of two "
-                       "under its largest, docs/int4_p2.md), and matrix %d row %lld has others: load a checkpoint made "
-                       "by `fp8moe requantize --scales p2` (the cuda backend quantizes float weights to int4-g128)",
+                       "under its largest, docs/int4_p2.md), and matrix %d row %lld has others: load float weights "
+                       "with --int4-scales p2, or a checkpoint made by `fp8moe requantize --scales p2`",
                        src->label, bad_m, (long long)bad_r);
     const size_t bytes = (size_t)(w->n * rp * G * 64);
     uint8_t *codes = NULL;

@@ -100,6 +100,57 @@ static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T,
     }
 }
 
+// ---- per token (fold banks): one scale per row, fm_w4a8_fold_quantize_tokens bit for bit -------------------------
+// The row's amax is the largest of its groups' (exact: a max), each from 0 with fmaxf (NaN skipped), as
+// fm_cuda_fold_quantize_tokens takes it; scale = max(amax / 448, 1e-12), code = e4m3_rne_satfinite(x / scale).
+
+// the largest |v| of this lane's 4 values of a group, over the warp (every lane gets it)
+static __device__ __forceinline__ float group_amax(const float v[4]) {
+    float m = fmaxf(0.0f, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+static __device__ __forceinline__ float token_scale(float amax) {
+    return fmaxf(amax / 448.0f, 1e-12f); /* FM_E4M3_MAX, FM_ACT_SCALE_FLOOR */
+}
+
+// group grp of row t (x [T][H]) with the token's scale into its k slots (lane j < k holds the j-th slot)
+static __device__ __forceinline__ void token_group_store(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t t,
+                                                         int64_t grp, float scale, int32_t slot, uint8_t *x8) {
+    const int lane = threadIdx.x & 31;
+    const int64_t Hp = (H + 127) / 128 * 128, k0 = grp * 128 + lane * 4;
+    float v[4];
+    load_group(x + t * H, H, grp, v);
+    uint32_t word = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        word |= (k0 + i < H ? (uint32_t)__nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0u) << (8 * i);
+    for (int j = 0; j < k; j++) {
+        const int64_t s = __shfl_sync(0xffffffffu, slot, j);
+        *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
+    }
+}
+
+// One warp per token: the amax over its row, then each group with that scale into the k slots, xs[slot] = scale.
+// The row's second read comes from L1 (2 x H bf16 per token against k x H e4m3 written).
+static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
+                                                    const int32_t *slot_of_pair, uint8_t *x8, float *xs) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
+    for (int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); t < T; t += warps) {
+        const int32_t slot = lane < k ? slot_of_pair[t * k + lane] : 0;
+        float amax = 0.0f, v[4];
+        for (int64_t grp = 0; grp < G; grp++) {
+            load_group(x + t * H, H, grp, v);
+            amax = fmaxf(amax, group_amax(v));
+        }
+        const float scale = token_scale(amax);
+        for (int64_t grp = 0; grp < G; grp++) token_group_store(x, H, k, t, grp, scale, slot, x8);
+        if (lane < k) xs[slot] = scale;
+    }
+}
+
 // amax of the finite |x| over n bf16 (or fp32) values into *amax (zeroed before; non-negative floats order as their
 // bits)
 template <typename X> static __global__ void amax_kernel(const X *x, int64_t n, uint32_t *amax) {
@@ -204,6 +255,14 @@ void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_row
     FM_LAUNCH_CHECK("moe_dispatch_slots");
 }
 
+// per-token rows are e4m3 with no group sums (the fold banks' input: cuda_bank_fold.cu refuses the rest at load)
+static void per_token_check(const fm_dispatch_bufs *b, const char *who) {
+    if (b->per_token && (b->fmt != FM_W4A8_DISPATCH_E4M3 || b->xsum)) {
+        fprintf(stderr, "fp8moe: %s: per-token rows are e4m3 without group sums\n", who);
+        abort();
+    }
+}
+
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
                           int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32) {
@@ -211,6 +270,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
                 MAX_EXPERTS);
         abort();
     }
+    per_token_check(b, "moe_dispatch");
     fm_cuda_moe_plan(ids, T * k, E, tile_rows, b, s);
     const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
     if (b->fmt == FM_W4A8_DISPATCH_NV) {
@@ -218,6 +278,8 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
         gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
     } else if (b->fmt == FM_W4A8_DISPATCH_MX) {
         gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
+    } else if (b->per_token) {
+        gather_quantize_token_kernel<<<warp_blocks(T), 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs);
     } else if (b->xsum)
         gather_quantize_kernel<true><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, b->xsum);
     else gather_quantize_kernel<false><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, NULL);
@@ -228,17 +290,20 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 // in the slots; then its 32 warps gather and quantize (token, group) tasks as gather_quantize_kernel does.
 // FMT (an FP4 dispatch): the block's amax pass over x first (NVFP4), the codes, and their e4m3 expansion for the
 // GEMVs (xg, xgs).
-template <bool SUMS, int FMT>
+// TOK (per_token rows, e4m3): each (token, group) task's amax into its token's word (tok_amax, as fp32 bits: non-
+// negative floats order as their bits), then the tasks again with the token's scale.
+template <bool SUMS, int FMT, bool TOK>
 static __global__ void __launch_bounds__(MAX_EXPERTS)
     dispatch_small_kernel(const __nv_bfloat16 *x, int32_t T, int32_t k, int64_t H, const int32_t *ids, int32_t E,
                           int32_t bn, fm_dispatch_bufs b) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS], seg[MAX_EXPERTS];
     __shared__ int32_t sid[FM_MOE_GEMV_MAX_PAIRS], sslot[FM_MOE_GEMV_MAX_PAIRS];
-    __shared__ uint32_t amax;
+    __shared__ uint32_t amax, tok_amax[TOK ? FM_MOE_GEMV_MAX_PAIRS : 1];
     const int e = threadIdx.x, P = T * k;
     if (e < P) sid[e] = ids[e];
     rows[e] = 0;
     if (e == 0) amax = 0u;
+    if (TOK && e < T) tok_amax[e] = 0u;
     __syncthreads();
     if (FMT == FM_W4A8_DISPATCH_NV) {
         float m = 0.0f;
@@ -282,11 +347,30 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     const int64_t G = (H + 127) / 128;
     const float ts = FMT == FM_W4A8_DISPATCH_NV ? nv_tensor_scale(amax) : 1.0f;
     if (FMT == FM_W4A8_DISPATCH_NV && e == 0) b.amax[0] = amax, ((float *)b.amax)[1] = ts;
-    for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
-        const int64_t t = task / G;
-        if (FMT == FM_W4A8_DISPATCH_E4M3)
-            gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs, b.xsum);
-        else gather_quantize_fp4_task<FMT, true>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, ts, b);
+    if constexpr (TOK) {
+        float v[4];
+        for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
+            load_group(x + task / G * H, H, task % G, v);
+            const float m = group_amax(v);
+            if (lane == 0) atomicMax(&tok_amax[task / G], __float_as_uint(m));
+        }
+        __syncthreads();
+        for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
+            const int64_t t = task / G;
+            const int32_t slot = lane < k ? sslot[t * k + lane] : 0;
+            const float scale = token_scale(__uint_as_float(tok_amax[t]));
+            token_group_store(x, H, k, t, task % G, scale, slot, b.x8);
+            if (task % G == 0 && lane < k) b.xs[slot] = scale;
+        }
+    } else {
+        for (int64_t task = threadIdx.x >> 5; task < T * G; task += MAX_EXPERTS / 32) {
+            const int64_t t = task / G;
+            if (FMT == FM_W4A8_DISPATCH_E4M3)
+                gather_quantize_task<SUMS>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, b.x8, b.xs,
+                                           b.xsum);
+            else
+                gather_quantize_fp4_task<FMT, true>(x, H, k, P, t, task % G, lane < k ? sslot[t * k + lane] : 0, ts, b);
+        }
     }
 }
 
@@ -298,19 +382,23 @@ void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, co
                 E, k, (long long)T, MAX_EXPERTS, FM_MOE_GEMV_MAX_PAIRS);
         abort();
     }
+    per_token_check(b, "moe_dispatch_small");
     if (T == 0) return;
     const int32_t t32 = (int32_t)T;
     if (b->fmt == FM_W4A8_DISPATCH_MX)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX>
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX, false>
             <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     else if (b->fmt == FM_W4A8_DISPATCH_NV)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV>
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV, false>
+            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+    else if (b->per_token)
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3, true>
             <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     else if (b->xsum)
-        dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3>
+        dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3, false>
             <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     else
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3>
+        dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3, false>
             <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
     FM_LAUNCH_CHECK("moe_dispatch_small");
 }

@@ -10,7 +10,9 @@
 //      (fmt MX or NV, --dispatch mxfp4|nvfp4) the group becomes E2M1 codes (two per byte) with its block scales,
 //      bit for bit the CPU's fm_mxfp4_quantize (RCEIL) / fm_nvfp4_quantize (src/quant/e2m1.c); NVFP4's tensor
 //      scale comes from an amax pass over x on the device before step 4 (every routed row is a row of x), so
-//      nothing is read back on the host.
+//      nothing is read back on the host. With per_token (fold banks, route w4a8.kernel=fold) the row gets one scale
+//      from the amax of all of it instead, xs[slot] (one warp per token; the small dispatch's warps share a
+//      token's amax through shared memory): the fold GEMM's input with no second pass over x.
 // The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
 // computed on its own and the combine reads rows by pair, in routing order.
 #ifndef FM_CUDA_MOE_DISPATCH_CUH
@@ -30,6 +32,8 @@ typedef struct fm_dispatch_bufs {
     uint8_t *xg;    // FP4, small dispatch only: the e4m3 expansion the decode GEMVs read, as x8 of an e4m3
     float *xgs;     // dispatch, and its group scales as xs (the grouped GEMM's expansion, done here for them)
     const int32_t *matrix_of; // [E] the bank matrix of each expert (an expert cache's slot table), or NULL: matrix e
+    bool per_token; // e4m3 rows with ONE scale per token (the fold banks' gate|up input, backend/w4a8_fold.h): xs [P],
+                    // bit for bit fm_cuda_fold_quantize_tokens of the slot's token; no sums, no FP4
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL (fm_routes_w4a8_moe_tile_rows), as the GEMMs after it are

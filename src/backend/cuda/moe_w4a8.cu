@@ -6,6 +6,7 @@
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/w4a8_fold_gemm.h"
+#include "backend/cuda/w4a8_fold_gemv.h"
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
@@ -61,6 +62,29 @@ static void fold_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *
     fm_cuda_w4a8_fold_gemm(&a, be->stream);
 }
 
+// The decode form of fold_gemms (moe.gemv's pairs): the gate|up GEMV on the per-token rows with the SwiGLU into bf16
+// h16, h quantized per (slot, 128 channels) as the GEMM's epilogue quantizes it, the down GEMV per group.
+static void fold_gemvs(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const fm_dispatch_bufs *b,
+                       int64_t P, int64_t max_tiles, int64_t max_rows, __nv_bfloat16 *h16, uint8_t *h, float *hs,
+                       __nv_bfloat16 *y) {
+    const int64_t H = down->rows, I = down->cols;
+    const bool pdl = fm_routes_pdl(&be->routes);
+    fm_fold_gemv_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = (const uint8_t *)gate_up->w, a.scales = (const uint16_t *)gate_up->scales, a.rows = gate_up->rows;
+    a.rows_pad = gate_up->rows_pad, a.n_groups = gate_up->n_groups;
+    a.x = b->x8, a.ldx = gate_up->ld, a.ascale = FM_FOLD_PER_TOKEN, a.xs = b->xs, a.lds = P;
+    a.tiles = (const fm_fold_tile *)b->tiles, a.n_tiles = b->n_tiles, a.max_tiles = max_tiles, a.max_rows = max_rows;
+    a.swiglu = true, a.y = h16, a.ldy = I, a.pdl = pdl;
+    fm_cuda_w4a8_fold_gemv(&a, be->stream);
+    fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, NULL, P, pdl, be->stream);
+    a.codes = (const uint8_t *)down->w, a.scales = (const uint16_t *)down->scales, a.rows = down->rows;
+    a.rows_pad = down->rows_pad, a.n_groups = down->n_groups;
+    a.x = h, a.ldx = down->ld, a.ascale = FM_FOLD_PER_GROUP, a.xs = hs, a.lds = P;
+    a.swiglu = false, a.y = y, a.ldy = H, a.row_map = b->pair_of_slot;
+    fm_cuda_w4a8_fold_gemv(&a, be->stream);
+}
+
 // The routed rows y [T k][H] weighted into out, or with a tail (decode.fused) into the residual acc and out its norm
 static void combine(cuda_backend *be, const __nv_bfloat16 *y, const __nv_bfloat16 *weights, int64_t T, int32_t k,
                     int64_t H, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
@@ -106,6 +130,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.fmt = fmt, b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
     b.matrix_of = gate_up->slot_of; /* an expert cache's pool: the slot of each expert (expert_cache.cu) */
     b.amax = (uint32_t *)(ws + L.ts), b.xg = ws + L.xg, b.xgs = (float *)(ws + L.xgs);
+    b.per_token = gate_up->fold; /* the fold GEMM's and GEMV's gate|up input: one scale per token, xs [P] */
     const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t *h = ws + L.h;
@@ -118,8 +143,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
                 (int)gate_up->fold, (int)down->fold);
         abort(); /* cuda_bank_fold.cu lays out every expert bank of a load alike and refuses an FP4 dispatch */
     }
-    /* fold banks take the fold GEMMs at every P (the grouped GEMVs read the int4-tc layout) */
-    if (!gate_up->fold && fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) {
+    if (fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) {
         /* decode: the dispatch in one block, then each tile's expert streams through a GEMV; h in bf16, quantized as
            the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups) */
         fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
@@ -128,6 +152,11 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         /* an expert gets at most one row per token (a token's top-k experts are distinct): T rows per tile at most */
         const int64_t max_rows = T < (int64_t)bn ? T : (int64_t)bn;
         __nv_bfloat16 *h16 = (__nv_bfloat16 *)(ws + L.h16);
+        if (gate_up->fold) { /* fold banks: their own GEMVs, on the dispatch's per-token rows */
+            fold_gemvs(be, gate_up, down, &b, P, max_tiles, max_rows, h16, h, hs, y);
+            combine(be, y, weights, T, k, H, tail, out);
+            return;
+        }
         /* an FP4 dispatch: the GEMV reads the e4m3 expansion the dispatch wrote beside the codes (xg, xgs) */
         fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, fp4 ? b.xg : b.x8, fp4 ? b.xgs : b.xs,
                               b.xsum, P, true, NULL, h16, I, pdl, be->stream);
@@ -140,11 +169,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
     if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
         FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
-    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
+    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream); /* fold: per-token rows */
     if (gate_up->fold) {
-        /* the slots' rows again, per token (pair p is token p / k), over the dispatch's 1x128 rows and scales (the
-           tiles and slots are the dispatch's) */
-        fm_cuda_fold_quantize_tokens(x, H, b.pair_of_slot, k, P, H, b.x8, gate_up->ld, b.xs, be->stream);
         fold_gemms(be, gate_up, down, &b, P, E, bn, b.xs, h, hs, y);
     } else {
         grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
@@ -199,25 +225,28 @@ extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, 
     if (!fm_cuda_backend_stream(bb)) return false;
     cuda_backend *be = cuda_be(bb);
     const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(bb->plan.a_dispatch);
-    if (fmt == FM_W4A8_DISPATCH_E4M3 || !be->work) return false;
-    const int64_t P = T * k, Hp = (int64_t)fm_w4a8_pad128((uint64_t)H), G = Hp / 128;
-    const int64_t sb = fmt == FM_W4A8_DISPATCH_NV ? 8 : 4; /* block-scale bytes per group */
-    /* an FP4 dispatch runs on int4-tc banks only: the tile rows fm_cuda_moe_w4a8 took */
-    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, FM_W_INT4_G128_TC, true,
+    /* e4m3 rows are read only in the fold banks' per-token form */
+    const bool tok = fmt == FM_W4A8_DISPATCH_E4M3 && fm_routes_w4a8_fold(&be->routes);
+    if ((fmt == FM_W4A8_DISPATCH_E4M3 && !tok) || !be->work) return false;
+    const int64_t P = T * k, Hp = (int64_t)fm_w4a8_pad128((uint64_t)H), G = tok ? 1 : Hp / 128;
+    const int64_t sb = fmt == FM_W4A8_DISPATCH_NV ? 8 : 4; /* scale bytes per group (per token: one fp32) */
+    const int64_t cb = tok ? Hp : Hp / 2;                  /* code bytes per row */
+    /* an FP4 dispatch runs on int4-tc banks only, as fold banks are: the tile rows fm_cuda_moe_w4a8 took */
+    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, FM_W_INT4_G128_TC, !tok,
                                                      (uint64_t)(2 * I * H / 2));
     const fm_w4a8_moe_ws L =
         fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     const uint8_t *ws = (const uint8_t *)be->work;
     int32_t *slot = (int32_t *)malloc((size_t)P * 4);
-    uint8_t *c = (uint8_t *)malloc((size_t)(P * Hp / 2)), *s = (uint8_t *)malloc((size_t)(G * P * sb));
+    uint8_t *c = (uint8_t *)malloc((size_t)(P * cb)), *s = (uint8_t *)malloc((size_t)(G * P * sb));
     uint32_t ts[2] = {0, 0x3F800000u};
     FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
     FM_CUDA_CHECK(cudaMemcpy(slot, ws + L.slot_of_pair, (size_t)P * 4, cudaMemcpyDeviceToHost));
-    FM_CUDA_CHECK(cudaMemcpy(c, ws + L.x, (size_t)(P * Hp / 2), cudaMemcpyDeviceToHost));
+    FM_CUDA_CHECK(cudaMemcpy(c, ws + L.x, (size_t)(P * cb), cudaMemcpyDeviceToHost));
     FM_CUDA_CHECK(cudaMemcpy(s, ws + L.xs, (size_t)(G * P * sb), cudaMemcpyDeviceToHost));
     if (fmt == FM_W4A8_DISPATCH_NV) FM_CUDA_CHECK(cudaMemcpy(ts, ws + L.ts, 8, cudaMemcpyDeviceToHost));
     for (int64_t p = 0; p < P; p++) {
-        memcpy(codes + p * (Hp / 2), c + (int64_t)slot[p] * (Hp / 2), (size_t)(Hp / 2));
+        memcpy(codes + p * cb, c + (int64_t)slot[p] * cb, (size_t)cb);
         for (int64_t g = 0; g < G; g++) memcpy(scales + (p * G + g) * sb, s + (g * P + slot[p]) * sb, (size_t)sb);
     }
     memcpy(tensor_scale, &ts[1], 4);

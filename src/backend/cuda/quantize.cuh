@@ -19,6 +19,11 @@ extern "C" void fm_cuda_convert_f32(const void *src, int src_dtype, int64_t rows
 extern "C" void fm_cuda_quantize_int4(const void *src, int src_dtype, int64_t rows, int64_t cols, uint8_t *dst,
                                       int64_t ld, __nv_bfloat16 *scales, int64_t n_groups, cudaStream_t s);
 
+// int4 with int4-p2 scales (--int4-scales p2, quantize_int4_p2.cu): the same layouts as fm_cuda_quantize_int4, the
+// codes and scales bit for bit the CPU's fm_int4_p2_quantize (src/quant/int4_p2.h).
+extern "C" void fm_cuda_quantize_int4_p2(const void *src, int src_dtype, int64_t rows, int64_t cols, uint8_t *dst,
+                                         int64_t ld, __nv_bfloat16 *scales, int64_t n_groups, cudaStream_t s);
+
 // dst[j] = synthetic element first + j of a view with rows of `cols` (fm_synth_value, src/model/model_src.h)
 extern "C" void fm_cuda_synth_f32(const fm_synth *s, int64_t first, int64_t n, int64_t cols, float *dst,
                                   cudaStream_t stream);

@@ -1,0 +1,51 @@
+/* The prefill share of a mixed step (scheduler.c), sized by time or fixed (docs/mixed-steps.md "The step budget").
+ *
+ * fixed: a step holds every decoding sequence's next token and prefill rows up to the token budget
+ * (--max-step-tokens). latency: the scheduler reports each step it ran (its decode rows, prefill rows and wall time)
+ * and this keeps two estimates: the time of a decode-only step at each batch size, and the marginal time of a prefill
+ * token beside decode rows ((step - decode-only step at its batch) / prefill rows). A step with decode rows then
+ * takes the prefill rows whose predicted time keeps the step within ratio x the decode-only step:
+ *     prefill <= (ratio - 1) x decode_ms(batch) / token_ms
+ * at least FM_STEP_PREFILL_FLOOR (prompts keep moving even where prefill is dear), at most what the fixed budget
+ * leaves. A step without decode rows takes the whole budget (no stream waits on it: a prompt's time to first token
+ * is what counts then), and so does every step before both estimates exist.
+ *
+ * The marginal cost need not be linear: on a GPU the first prefill rows of a step are cheap (the weights are read
+ * for the decode rows anyway) and later ones cost more. The estimate is the average cost per token at the shares
+ * recently chosen, so the share settles where the measured step is ratio x the decode-only step. */
+#ifndef FM_ENGINE_STEP_BUDGET_H
+#define FM_ENGINE_STEP_BUDGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/status.h"
+
+/* The least prefill share of a step with decode rows under the latency budget: a 1,800-token prompt then reaches
+ * its first token in at most 29 steps however dear prefill is; and below ~64 rows a mixed step's fixed cost (its
+ * launches, un-graphed, and the expert weights a prompt chunk touches) dominates, so a smaller share would cost the
+ * prompt steps without making the streams' step much shorter. */
+#define FM_STEP_PREFILL_FLOOR 64
+#define FM_STEP_LATENCY_RATIO 2.0 /* the default ratio (issue's target: inter-token p99 <= 2 x p50) */
+
+typedef struct fm_step_budget {
+    int64_t tokens;    /* the fixed budget: the tokens of a step, decode rows included (> 0) */
+    bool latency;      /* the prefill share sized by time; else every token the fixed budget leaves */
+    double ratio;      /* latency: a step's predicted time at most ratio x the decode-only step (>= 1) */
+    int32_t max_batch; /* decode rows of a step at most */
+    double *decode_ms; /* [max_batch + 1] a decode-only step's time by its batch, smoothed; 0: not measured */
+    double token_ms;   /* a prefill token's marginal time beside decode rows, smoothed; < 0: not measured */
+} fm_step_budget;
+
+fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, double ratio, int32_t max_batch,
+                              fm_error *err);
+void fm_step_budget_free(fm_step_budget *b);
+
+/* The prefill tokens a step with n_dec decode rows may hold (0 when the decode rows fill the fixed budget). */
+int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec);
+/* A step ran: n_dec decode rows and n_prefill prefill rows in ms milliseconds of wall time. */
+void fm_step_budget_observe(fm_step_budget *b, int32_t n_dec, int64_t n_prefill, double ms);
+/* The decode-only step's estimated time at batch n_dec (the nearest batch measured); 0 before any. */
+double fm_step_budget_decode_ms(const fm_step_budget *b, int32_t n_dec);
+
+#endif
