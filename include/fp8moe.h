@@ -111,7 +111,7 @@ bool fm_expert_policy_parse(const char *name, fm_expert_policy *out);
 
 /* How a mixed step's prefill share is sized (fm_options.step_budget) */
 typedef enum fm_step_budget_mode {
-    FM_STEP_BUDGET_AUTO = 0, /* LATENCY when mixed steps are on */
+    FM_STEP_BUDGET_AUTO = 0, /* FIXED, or LATENCY when step_latency_ratio is set */
     FM_STEP_BUDGET_FIXED,    /* every token of max_step_tokens the decode rows leave */
     FM_STEP_BUDGET_LATENCY,  /* by measured step times (src/engine/step_budget.h) */
 } fm_step_budget_mode;
@@ -177,8 +177,9 @@ typedef struct fm_options {
                                         (docs/mixed-steps.md). FIXED: every token max_step_tokens leaves; LATENCY:
                                         the share whose measured cost keeps the step within step_latency_ratio x a
                                         decode-only step (64 tokens at least, max_step_tokens at most); AUTO (0):
-                                        LATENCY when mixed steps are on (FIXED for a rank of an --ep/--tp group,
-                                        where LATENCY is refused). Refused with mixed steps off */
+                                        FIXED until LATENCY is measured on a GPU, LATENCY when a ratio is given
+                                        (LATENCY is refused for a rank of an --ep/--tp group). Refused with mixed
+                                        steps off */
     double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
 } fm_options;
 

@@ -10,7 +10,8 @@
  *     modelled step is within 2 x the decode-only step); every prompt completes; every request's greedy tokens are
  *     those of the same run under the fixed budget (the budget decides which rows share a step, not what a row
  *     computes);
- *   - the options: the default is latency with R = 2; fixed is kept; latency or a ratio with mixed steps off, a ratio
+ *   - the options: the default is fixed (until measured on a GPU), latency with R = 2 by default, a ratio alone
+ *     selects latency; latency or a ratio with mixed steps off, a ratio
  *     with fixed, a ratio below 1 are refused by name; a rank of an --ep/--tp group keeps the fixed budget (each rank
  *     schedules for itself, in step with the others: shares sized by each rank's clock would differ) and refuses
  *     latency by name. */
@@ -236,7 +237,7 @@ static void test_share_follows_cost(void **state) {
     outputs *fixed = calloc(1, sizeof *fixed), *lat = calloc(1, sizeof *lat);
     trace *t = calloc(1, sizeof *t);
     run(FM_STEP_BUDGET_FIXED, false, fixed, NULL);
-    run(FM_STEP_BUDGET_AUTO, true, lat, t); /* the default: latency */
+    run(FM_STEP_BUDGET_LATENCY, true, lat, t);
     /* every prompt completed, the stream ran to its length, the same tokens as under the fixed budget */
     assert_int_equal(lat->done, N_PROMPTS), assert_int_equal(fixed->done, N_PROMPTS);
     for (int k = 0; k < N_PROMPTS; k++) assert_int_equal(lat->end[k], FM_SCHED_LENGTH);
@@ -296,10 +297,19 @@ static void test_options(void **state) {
     fm_status st;
     fm_error err;
     double ratio = -1.0;
-    fm_model *m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err);
+    fm_model *m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err); /* the default: fixed until measured on a GPU */
+    assert_int_equal(st, FM_OK);
+    assert_int_equal(fm_context_step_budget(m->context, NULL), FM_STEP_BUDGET_FIXED);
+    fm_model_free(m);
+    m = load(FM_STEP_BUDGET_LATENCY, 0.0, 0, &st, &err);
     assert_int_equal(st, FM_OK);
     assert_int_equal(fm_context_step_budget(m->context, &ratio), FM_STEP_BUDGET_LATENCY);
     assert_true(ratio == 2.0);
+    fm_model_free(m);
+    m = load(FM_STEP_BUDGET_AUTO, 3.0, 0, &st, &err); /* a ratio alone asks for latency */
+    assert_int_equal(st, FM_OK);
+    assert_int_equal(fm_context_step_budget(m->context, &ratio), FM_STEP_BUDGET_LATENCY);
+    assert_true(ratio == 3.0);
     fm_model_free(m);
     m = load(FM_STEP_BUDGET_LATENCY, 3.5, 100, &st, &err);
     assert_int_equal(st, FM_OK);

@@ -29,11 +29,11 @@ part=${GPU_PART:-all}
 for v in ops_rc ops_s ops_mma_rc ops_att_mma_rc ops_nogemv_rc ops_gemv16_rc ops_tile16_rc ops_tile64_rc ops_nomoegemv_rc \
     ops_tile32_rc ops_codes_regs_rc ops_codes_smem_rc mixed_tiled_rc \
     ops_decode_routes_rc fused_rc fused_generate_rc qnext_rc qnext_s qnext_tc_rc lt_rc models_rc memory_rc debug_rc graph_rc sampler_rc generate_rc \
-    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc shared_rc fold_rc fold_gemv_rc combine_rc; do eval "$v=skipped"; done
+    prequant_rc prequant_models_rc requant_rc offload_rc nccl_rc tp_rc ep_rc prefix_rc mixed_rc warmup_rc mask_rc shared_rc fold_rc fold_gemv_rc combine_rc pdl_rc; do eval "$v=skipped"; done
 for f in gpu_ops gpu_ops_mma gpu_ops_att_mma gpu_ops_nogemv gpu_ops_gemv16 gpu_ops_tile16 gpu_ops_tile64 gpu_ops_nomoegemv \
     gpu_ops_tile32 gpu_ops_codes_regs gpu_ops_codes_smem gpu_mixed_tiled \
     gpu_ops_decode_routes gpu_ops_fused gpu_generate_fused gpu_qnext gpu_qnext_tc gpu_cublaslt gpu_models gpu_memory gpu_debug gpu_graph gpu_sampler \
-    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask gpu_shared gpu_fold gpu_fold_gemv gpu_combine; do : >"$out/$f.log"; done
+    gpu_generate gpu_prequant gpu_prequant_models gpu_requantized gpu_offload gpu_nccl gpu_tp gpu_ep gpu_prefix gpu_mixed gpu_warmup gpu_mask gpu_shared gpu_fold gpu_fold_gemv gpu_combine gpu_pdl; do : >"$out/$f.log"; done
 if [ "$part" != models ]; then
 # every GPU program under `timeout`: a hung kernel costs minutes of device time, not the whole session
 t0=$(date +%s); timeout 600 ./build/tests/gpu/test_cuda_ops >"$out/gpu_ops.log" 2>&1; ops_rc=$?; ops_s=$(( $(date +%s) - t0 ))
@@ -109,6 +109,9 @@ timeout 300 ./build/tests/gpu/test_cuda_generate >"$out/gpu_generate.log" 2>&1; 
 # generation with the fused decode ops (greedy = transformers, graphs = launches, cached steps = prefill)
 timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on >"$out/gpu_generate_fused.log" 2>&1
 fused_generate_rc=$?
+# programmatic dependent launch on every decode kernel: decode graphs with pdl on and pdl=off give the same logits,
+# ids and log-probabilities bit for bit (B = 1, 4, 24; every preset; paged.combine=fused and decode.fused=on too)
+timeout 600 ./build/tests/gpu/test_cuda_pdl >"$out/gpu_pdl.log" 2>&1; pdl_rc=$?
 # the prefix cache (tokens and logits equal with and without it), mixed steps (decode rows and prompt chunks in one
 # pass: tokens as lone runs, a token every step), the server's warm-up (a graph per bucket, nothing left behind)
 timeout 300 ./build/tests/gpu/test_cuda_prefix_cache >"$out/gpu_prefix.log" 2>&1; prefix_rc=$?
@@ -227,6 +230,7 @@ echo "| debug mode (NaN/Inf inputs reported) | rc $debug_rc |"
 echo "| forward captured into a CUDA graph, replayed bitwise equal (ref, int4, fp8, fp8 w8a8, ref32) | rc $graph_rc, $(grep -c 'bitwise equal' "$out/gpu_graph.log") model x preset runs |"
 echo "| device sampler = reference sampler (vocab 7, 1000, 151936; fp32, bf16; penalties) | rc $sampler_rc, $(grep -oE '[0-9]+ draws, [0-9]+ differ' "$out/gpu_sampler.log" | awk '{d+=$1; x+=$3} END {print d " draws, " x " differ"}') |"
 echo "| generation: cached steps vs prefill, graphs = launches, ref32 greedy = transformers | rc $generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate.log") graph cases, $(grep 'ref32 greedy' "$out/gpu_generate.log" | grep -c '32 of 32') of 8 models token for token |"
+echo "| decode steps with PDL = without (pdl on vs off, B = 1 / 4 / 24, every preset, combine fused, decode.fused) | rc $pdl_rc, $(grep -c 'bit for bit' "$out/gpu_pdl.log") model x preset x route runs, $(grep -c 'pdl on vs' "$out/gpu_pdl.log") with PDL on |"
 echo "| generation with --route decode.fused=on | rc $fused_generate_rc, $(grep -c 'graphs equal launches' "$out/gpu_generate_fused.log") graph cases |"
 echo "| prefix cache on the GPU (same tokens and logits as without) | rc $prefix_rc, $(grep -cE '^\[       OK' "$out/gpu_prefix.log") tests |"
 echo "| mixed steps on the GPU (tokens as lone runs, budget, a token every step, decode graph) | rc $mixed_rc, $(grep -cE '^\[       OK' "$out/gpu_mixed.log") tests |"

@@ -189,9 +189,9 @@ static const route_key route_keys[] = {
      "cuBLAS GEMM then the routing kernel",
      now_router_fused},
     {"pdl", FIELD(pdl), "auto|on|off", SWITCH_WORDS, "on for sm_90+",
-     "programmatic dependent launch of the decode kernels (quantizers, GEMVs)",
-     "programmatic dependent launch of the decode kernels (quantizers, GEMVs), on by default from sm_90; `on` needs "
-     "sm_90",
+     "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted)",
+     "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted: bench/NOTES.md "
+     "lists them), on by default from sm_90; `on` needs sm_90",
      now_pdl},
     {"decode.graphs", FIELD(decode_graphs), "auto|on|off", SWITCH_WORDS, "on",
      "decode steps captured once per batch bucket as CUDA graphs and replayed",

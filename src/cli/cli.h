@@ -46,10 +46,10 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
     "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \
     "                           chunks in one forward pass (default: --max-seqs + 512, at most --prefill-chunk);\n"    \
     "                           off: prompt chunks and decode steps alternate (docs/mixed-steps.md)\n"                 \
-    "  --step-budget fixed|latency  a mixed step's prompt share beside the running streams: latency (default)\n"       \
-    "                           sizes it from measured step times so a step stays within R x a decode-only\n"          \
-    "                           step (64 tokens at least); fixed: every token --max-step-tokens leaves\n"              \
-    "  --max-step-latency-ratio R  latency's R, >= 1 (default 2)\n"
+    "  --step-budget fixed|latency  a mixed step's prompt share beside the running streams: fixed (default)\n"         \
+    "                           every token --max-step-tokens leaves; latency sizes it from measured step\n"           \
+    "                           times so a step stays within R x a decode-only step (64 tokens at least)\n"            \
+    "  --max-step-latency-ratio R  latency's R, >= 1 (default 2; giving it alone selects latency)\n"
 /* --state-cache-slots, of the commands with a prefix cache */
 #define CLI_STATE_SLOTS_HELP                                                                                           \
     "  --state-cache-slots N    hybrid models (Qwen3-Next): snapshots of the recurrent states kept for the prefix\n"   \

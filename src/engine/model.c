@@ -71,7 +71,10 @@ static fm_status resolve_step_tokens(fm_context *ctx, const fm_options *opt, fm_
         return fm_fail(err, FM_ERR_USAGE,
                        "%s: the ranks of --ep/--tp would size their steps apart; use --step-budget fixed there",
                        ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget latency");
-    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && mode != FM_STEP_BUDGET_FIXED && !ranks;
+    /* auto is fixed until the latency budget is measured on a GPU (bench/NOTES.md, twenty-fourth session); a ratio
+       alone asks for latency */
+    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && !ranks &&
+                            (mode == FM_STEP_BUDGET_LATENCY || (mode == FM_STEP_BUDGET_AUTO && ratio != 0.0));
     ctx->kv->step_ratio = ratio != 0.0 ? ratio : FM_STEP_LATENCY_RATIO;
     return FM_OK;
 }

@@ -12,12 +12,13 @@
  * running request, alternating when both have work.
  *
  * The prefill share of a mixed step (step_budget.h): with the fixed budget, every token the decode rows leave; with
- * the latency budget (the default), while sequences are decoding, the share whose predicted time keeps the step
- * within R x a decode-only step at the same batch (R: --max-step-latency-ratio, default 2), never below 64 tokens
- * (prompts keep moving) nor above the fixed budget's. The scheduler times every step it runs (its wall time, on the
- * monotonic clock or one a test injects: fm_sched_set_clock) and hands it, with its decode and prefill rows, to the
- * estimates; before they exist (the first steps) and in steps without decode rows the fixed budget applies. The
- * share decides which rows share a step, never what a row computes: the tokens are the same under either budget. */
+ * the latency budget (--step-budget latency; fixed is the default until it is measured), while sequences are decoding,
+ * the share whose predicted time keeps the step within R x a decode-only step at the same batch (R:
+ * --max-step-latency-ratio, default 2), never below 64 tokens (prompts keep moving) nor above the fixed budget's. The
+ * scheduler times every step it runs (its wall time, on the monotonic clock or one a test injects: fm_sched_set_clock)
+ * and hands it, with its decode and prefill rows, to the estimates; before they exist (the first steps) and in steps
+ * without decode rows the fixed budget applies. The share decides which rows share a step, never what a row computes:
+ * the tokens are the same under either budget. */
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>

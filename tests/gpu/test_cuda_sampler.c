@@ -143,7 +143,7 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool co
     for (int step = 0; step < 8; step++) {
         CK(cudaMemset(d_ids, 0xff, (size_t)B * sizeof *ids));
         fm_cuda_sample(d_logits, f32, B, vocab, NULL, d_params, d_steps, d_counts, d_seen, d_bias, d_mask, d_z, d_ids,
-                       d_info, 0);
+                       d_info, false, 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ids, d_ids, (size_t)B * sizeof *ids, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(info, d_info, (size_t)B * sizeof *info, cudaMemcpyDeviceToHost));

@@ -35,11 +35,16 @@
 // fp32 (ref32): grid (token, query head), 4 warps; warp w takes keys w, w + 4, ... with an online softmax in fp32
 // (lanes split the head dimension, a shuffle reduction per score), then the warps merge through shared memory.
 // Written to be obviously right, not fast.
+//
+// Programmatic dependent launch (pdl.cuh, `pdl`): each kernel lets the next one start at its top and waits for the
+// earlier ones at once (every input is an earlier kernel's output or the step's: the query, the cache the RoPE
+// kernel has just appended to, positions and tables; there are no weights), before any early return.
 #include <math.h>
 
 #include "backend/attention_paged.h"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_paged.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define APG_WARPS 4
 #define APG_THREADS (APG_WARPS * 32)
@@ -183,6 +188,8 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
     constexpr bool QREG = HD <= 128;
     extern __shared__ __align__(128) unsigned char apg_smem[];
     const uint32_t sq = (uint32_t)__cvta_generic_to_shared(apg_smem);
+    pdl_launch_dependents();
+    pdl_wait();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
@@ -360,6 +367,8 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
 // Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
 static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_seq, const int32_t *tok_pos, int nh,
                                           int hd, int splits, int skip_runs, bf16 *out) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t t = blockIdx.x, th = t * nh + blockIdx.y;
     const int d = threadIdx.x;
     if (d >= hd || (skip_runs && apg_in_run(tok_seq, gridDim.x, t))) return;
@@ -396,12 +405,13 @@ static void apg_check(const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32
         apg_fail("need max_blocks >= 1, block_tokens >= 1 and max_len in [1, 2^31)", T, nh, nkv, hd);
 }
 
-template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, cudaStream_t s) {
+template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, bool pdl, cudaStream_t s) {
     typedef apg_shape<HD> SH;
     if (SH::SMEM > 48 * 1024)
         FM_CUDA_CHECK(
             cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
-    apg_split_kernel<HD><<<dim3((unsigned)T, (unsigned)kv_ctas_y, (unsigned)a.splits), APG_THREADS, SH::SMEM, s>>>(a);
+    pdl_launch(apg_split_kernel<HD>, dim3((unsigned)T, (unsigned)kv_ctas_y, (unsigned)a.splits), APG_THREADS, SH::SMEM,
+               s, pdl, a);
     FM_LAUNCH_CHECK("attention_paged");
 }
 
@@ -409,7 +419,7 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                              const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                              int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                             bool skip_runs, bool fused_combine, cudaStream_t s) {
+                                             bool skip_runs, bool fused_combine, bool pdl, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (T == 0) return;
     if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
@@ -437,26 +447,26 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
         if (fused_combine) a.counters = (unsigned *)scratch;
     }
     switch (hd) {
-    case 16: apg_launch<16>(a, T, y, s); break;
-    case 32: apg_launch<32>(a, T, y, s); break;
-    case 48: apg_launch<48>(a, T, y, s); break;
-    case 64: apg_launch<64>(a, T, y, s); break;
-    case 80: apg_launch<80>(a, T, y, s); break;
-    case 96: apg_launch<96>(a, T, y, s); break;
-    case 112: apg_launch<112>(a, T, y, s); break;
-    case 128: apg_launch<128>(a, T, y, s); break;
-    case 144: apg_launch<144>(a, T, y, s); break;
-    case 160: apg_launch<160>(a, T, y, s); break;
-    case 176: apg_launch<176>(a, T, y, s); break;
-    case 192: apg_launch<192>(a, T, y, s); break;
-    case 208: apg_launch<208>(a, T, y, s); break;
-    case 224: apg_launch<224>(a, T, y, s); break;
-    case 240: apg_launch<240>(a, T, y, s); break;
-    case 256: apg_launch<256>(a, T, y, s); break;
+    case 16: apg_launch<16>(a, T, y, pdl, s); break;
+    case 32: apg_launch<32>(a, T, y, pdl, s); break;
+    case 48: apg_launch<48>(a, T, y, pdl, s); break;
+    case 64: apg_launch<64>(a, T, y, pdl, s); break;
+    case 80: apg_launch<80>(a, T, y, pdl, s); break;
+    case 96: apg_launch<96>(a, T, y, pdl, s); break;
+    case 112: apg_launch<112>(a, T, y, pdl, s); break;
+    case 128: apg_launch<128>(a, T, y, pdl, s); break;
+    case 144: apg_launch<144>(a, T, y, pdl, s); break;
+    case 160: apg_launch<160>(a, T, y, pdl, s); break;
+    case 176: apg_launch<176>(a, T, y, pdl, s); break;
+    case 192: apg_launch<192>(a, T, y, pdl, s); break;
+    case 208: apg_launch<208>(a, T, y, pdl, s); break;
+    case 224: apg_launch<224>(a, T, y, pdl, s); break;
+    case 240: apg_launch<240>(a, T, y, pdl, s); break;
+    case 256: apg_launch<256>(a, T, y, pdl, s); break;
     }
     if (a.splits > 1 && !fused_combine) {
-        apg_combine_kernel<<<dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s>>>(
-            a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
+        pdl_launch(apg_combine_kernel, dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s, pdl,
+                   a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
         FM_LAUNCH_CHECK("attention_paged_combine");
     }
 }
@@ -465,9 +475,9 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
                                         const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                         const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                         int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                        bool fused_combine, cudaStream_t s) {
+                                        bool fused_combine, bool pdl, cudaStream_t s) {
     fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
-                                 block_tokens, max_len, scratch, out, false, fused_combine, s);
+                                 block_tokens, max_len, scratch, out, false, fused_combine, pdl, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)
@@ -479,6 +489,8 @@ static __global__ void apg_f32_kernel(const A *qkv, const A *k_cache, const A *v
                                       const int32_t *tok_pos, const int32_t *tables, int nh, int nkv, int hd,
                                       int max_blocks, int block_tokens, A *out) {
     extern __shared__ float apgf_smem[]; // per warp: max, sum, acc[hd]
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (nh / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, kv_ld = (int64_t)nkv * hd;
@@ -534,28 +546,30 @@ template <typename A>
 static void attention_paged_plain(const A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *k_cache,
                                   const A *v_cache, const int32_t *tok_seq, const int32_t *tok_pos,
                                   const int32_t *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
-                                  A *out, cudaStream_t s) {
+                                  A *out, bool pdl, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (T == 0) return;
     if (hd < 1 || hd > 32 * APGF_MAXD) apg_fail("hd must be in [1, 256] (plain kernel)", T, nh, nkv, hd);
     const size_t smem = (size_t)APG_WARPS * (hd + 2) * sizeof(float);
-    apg_f32_kernel<A><<<dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s>>>(
-        qkv, k_cache, v_cache, tok_seq, tok_pos, tables, nh, nkv, hd, max_blocks, block_tokens, out);
+    pdl_launch(apg_f32_kernel<A>, dim3((unsigned)T, (unsigned)nh), APG_THREADS, smem, s, pdl, qkv, k_cache, v_cache,
+               tok_seq, tok_pos, tables, nh, nkv, hd, max_blocks, block_tokens, out);
     FM_LAUNCH_CHECK("attention_paged_f32");
 }
 
 extern "C" void fm_cuda_attention_paged_f32(const float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                             const float *k_cache, const float *v_cache, const int32_t *tok_seq,
                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
-                                            int32_t block_tokens, int64_t max_len, float *out, cudaStream_t s) {
+                                            int32_t block_tokens, int64_t max_len, float *out, bool pdl,
+                                            cudaStream_t s) {
     attention_paged_plain(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens,
-                          max_len, out, s);
+                          max_len, out, pdl, s);
 }
 
 extern "C" void fm_cuda_attention_paged_plain_bf16(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                                    const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                                    const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
-                                                   int32_t block_tokens, int64_t max_len, bf16 *out, cudaStream_t s) {
+                                                   int32_t block_tokens, int64_t max_len, bf16 *out, bool pdl,
+                                                   cudaStream_t s) {
     attention_paged_plain(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens,
-                          max_len, out, s);
+                          max_len, out, pdl, s);
 }

@@ -87,6 +87,9 @@ static cudaStream_t stream(fm_backend *bb) { return cuda_be(bb)->stream; }
 /* fp32 activations (ref32) or bf16: what every op below dispatches on */
 static bool f32(fm_backend *bb) { return cuda_be(bb)->f32; }
 
+/* route pdl: the decode ops' kernels launched with programmatic dependent launch (pdl.cuh) */
+static bool pdl(fm_backend *bb) { return fm_routes_pdl(&cuda_be(bb)->routes); }
+
 static void cu_mark(fm_backend *bb, int32_t slot) {
     cuda_backend *be = cuda_be(bb);
     if (!be->marks) {
@@ -325,15 +328,18 @@ static fm_status cu_sync(fm_backend *bb, fm_error *err) {
 
 static void cu_embed(fm_backend *bb, const fm_bank *table, const void *ids, int64_t T, void *out) {
     if (f32(bb))
-        fm_cuda_embed_f32(bank_f32(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (float *)out,
+        fm_cuda_embed_f32(bank_f32(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (float *)out, pdl(bb),
                           stream(bb));
-    else fm_cuda_embed(bank_bf16(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (bf16 *)out, stream(bb));
+    else
+        fm_cuda_embed(bank_bf16(table, 0), table->ld, (const int32_t *)ids, T, table->cols, (bf16 *)out, pdl(bb),
+                      stream(bb));
 }
 
 static void cu_rmsnorm(fm_backend *bb, const void *x, const fm_bank *w, int64_t rows, int64_t dim, float eps,
                        void *out) {
-    if (f32(bb)) fm_cuda_rmsnorm_f32((const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out, stream(bb));
-    else fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
+    if (f32(bb))
+        fm_cuda_rmsnorm_f32((const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out, pdl(bb), stream(bb));
+    else fm_cuda_rmsnorm((const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, pdl(bb), stream(bb));
 }
 
 /* the activation format each bank format takes (the plans the backend accepts) */
@@ -364,11 +370,12 @@ static void cu_qk_norm_rope(fm_backend *bb, void *qkv, int64_t T, int32_t nh, in
                             double theta) {
     if (f32(bb))
         fm_cuda_qk_norm_rope_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
-                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta,
+                                 k_norm ? bank_f32(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, pdl(bb),
                                  stream(bb));
     else
         fm_cuda_qk_norm_rope((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
-                             k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, stream(bb));
+                             k_norm ? bank_bf16(k_norm, 0) : NULL, eps, pos0, (const int32_t *)pos, theta, pdl(bb),
+                             stream(bb));
 }
 
 /* bf16: the wgmma kernel on Hopper where the head dim has one (attention_wgmma.cu; route attention.kernel), else the
@@ -385,7 +392,7 @@ static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh,
 
 static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                         const void *slots, void *k_cache, void *v_cache) {
-    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache,
+    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache, pdl(bb),
                      stream(bb));
 }
 
@@ -395,11 +402,11 @@ static void cu_qk_norm_rope_store(fm_backend *bb, void *qkv, int64_t T, int32_t 
     if (f32(bb))
         fm_cuda_qk_norm_rope_store_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
                                        k_norm ? bank_f32(k_norm, 0) : NULL, eps, (const int32_t *)pos, theta,
-                                       (const int32_t *)slots, (float *)k_cache, (float *)v_cache, stream(bb));
+                                       (const int32_t *)slots, (float *)k_cache, (float *)v_cache, pdl(bb), stream(bb));
     else
         fm_cuda_qk_norm_rope_store((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
                                    k_norm ? bank_bf16(k_norm, 0) : NULL, eps, (const int32_t *)pos, theta,
-                                   (const int32_t *)slots, (bf16 *)k_cache, (bf16 *)v_cache, stream(bb));
+                                   (const int32_t *)slots, (bf16 *)k_cache, (bf16 *)v_cache, pdl(bb), stream(bb));
 }
 
 /* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
@@ -411,17 +418,17 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
     if (f32(bb))
         fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
                                     (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
-                                    max_blocks, block_tokens, max_len, (float *)out, stream(bb));
+                                    max_blocks, block_tokens, max_len, (float *)out, pdl(bb), stream(bb));
     else if (hd % 16 != 0)
         fm_cuda_attention_paged_plain_bf16((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache,
                                            (const bf16 *)v_cache, (const int32_t *)tok_seq, (const int32_t *)tok_pos,
                                            (const int32_t *)tables, max_blocks, block_tokens, max_len, (bf16 *)out,
-                                           stream(bb));
+                                           pdl(bb), stream(bb));
     else
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
                                 block_tokens, max_len, scratch, (bf16 *)out,
-                                fm_routes_paged_combine_fused(&cuda_be(bb)->routes), stream(bb));
+                                fm_routes_paged_combine_fused(&cuda_be(bb)->routes), pdl(bb), stream(bb));
 }
 
 /* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
@@ -446,10 +453,10 @@ static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, i
     const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK || shared;
     if (f32(bb))
         fm_cuda_route_f32((const float *)logits, T, E, k, softmax_topk, norm_topk, shared, (int32_t *)ids,
-                          (float *)weights, stream(bb));
+                          (float *)weights, pdl(bb), stream(bb));
     else
         fm_cuda_route((const bf16 *)logits, T, E, k, softmax_topk, norm_topk, shared, (int32_t *)ids, (bf16 *)weights,
-                      stream(bb));
+                      pdl(bb), stream(bb));
 }
 
 static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T, int32_t k, fm_router_kind kind,
@@ -462,7 +469,7 @@ static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T
         fm_cuda_router_fused_takes(T, E, k, shared, w->cols, w->ld)) {
         fm_cuda_router_fused((const bf16 *)bank_matrix(w, 0), w->ld, E, w->cols, (const bf16 *)x, T, k, softmax_topk,
                              norm_topk, shared, (bf16 *)logits, (int32_t *)ids, (bf16 *)weights, be->router_counter,
-                             stream(bb));
+                             pdl(bb), stream(bb));
         return;
     }
     cu_linear(bb, w, 0, x, T, FM_A_NATIVE, logits);
@@ -528,10 +535,10 @@ static void cu_ep_combine(fm_backend *bb, const fm_ep_layout *L, const void *yre
                           const void *weights, int64_t T, void *out) {
     if (f32(bb))
         fm_cuda_moe_combine_f32((const float *)yrecv, (const int32_t *)ret_row, (const float *)weights, T, L->k, L->H,
-                                (float *)out, stream(bb));
+                                (float *)out, pdl(bb), stream(bb));
     else
         fm_cuda_moe_combine((const bf16 *)yrecv, (const int32_t *)ret_row, (const bf16 *)weights, T, L->k, L->H,
-                            (bf16 *)out, stream(bb));
+                            (bf16 *)out, pdl(bb), stream(bb));
 }
 
 static void cu_amax(fm_backend *bb, const void *x, int64_t n, void *out) {
@@ -539,8 +546,8 @@ static void cu_amax(fm_backend *bb, const void *x, int64_t n, void *out) {
 }
 
 static void cu_swiglu(fm_backend *bb, const void *gu, int64_t rows, int64_t I, void *out) {
-    if (f32(bb)) fm_cuda_swiglu_f32((const float *)gu, rows, I, (float *)out, stream(bb));
-    else fm_cuda_swiglu((const bf16 *)gu, rows, I, (bf16 *)out, stream(bb));
+    if (f32(bb)) fm_cuda_swiglu_f32((const float *)gu, rows, I, (float *)out, pdl(bb), stream(bb));
+    else fm_cuda_swiglu((const bf16 *)gu, rows, I, (bf16 *)out, pdl(bb), stream(bb));
 }
 
 static void cu_sample(fm_backend *bb, const void *logits, int32_t B, int32_t vocab, const void *row_slot,
@@ -548,15 +555,17 @@ static void cu_sample(fm_backend *bb, const void *logits, int32_t B, int32_t voc
                       void *z, void *ids, void *info) {
     fm_cuda_sample(logits, f32(bb), B, vocab, (const int32_t *)row_slot, (const fm_sampling *)params, (uint64_t *)steps,
                    (int32_t *)counts, (uint8_t *)seen, (const fm_logit_bias *)bias, (const uint32_t *)mask, (float *)z,
-                   (int32_t *)ids, (fm_sample_info *)info, stream(bb));
+                   (int32_t *)ids, (fm_sample_info *)info, pdl(bb), stream(bb));
 }
 
 static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
                            float eps, void *out) {
     if (f32(bb))
-        fm_cuda_add_rmsnorm_f32((float *)acc, (const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out,
+        fm_cuda_add_rmsnorm_f32((float *)acc, (const float *)x, bank_f32(w, 0), rows, dim, eps, (float *)out, pdl(bb),
                                 stream(bb));
-    else fm_cuda_add_rmsnorm((bf16 *)acc, (const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, stream(bb));
+    else
+        fm_cuda_add_rmsnorm((bf16 *)acc, (const bf16 *)x, bank_bf16(w, 0), rows, dim, eps, (bf16 *)out, pdl(bb),
+                            stream(bb));
 }
 
 /* the W4A8 experts (fp8, fp4): the combine, residual add and norm in the moe's last kernel; other banks (ref, ref32,
@@ -590,8 +599,8 @@ static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *
 }
 
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
-    if (f32(bb)) fm_cuda_add_f32((float *)acc, (const float *)x, n, stream(bb));
-    else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, stream(bb));
+    if (f32(bb)) fm_cuda_add_f32((float *)acc, (const float *)x, n, pdl(bb), stream(bb));
+    else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, pdl(bb), stream(bb));
 }
 
 /* Qwen3-Next's ops (gated_attention.cu, gdn.cu): the norm, conv and gate banks are of the activation type (w_other:
@@ -604,16 +613,16 @@ static void cu_gated_qk_norm_rope(fm_backend *bb, const void *qg, int64_t T, int
                                   int32_t rot_dim, const fm_bank *q_norm, const fm_bank *k_norm, float eps,
                                   int64_t pos0, const void *pos, double theta, void *qkv, void *gate) {
     fm_cuda_gated_qk_norm_rope(f32(bb), qg, T, nh, nkv, hd, rot_dim, vec_or_null(q_norm), vec_or_null(k_norm), eps,
-                               pos0, (const int32_t *)pos, theta, qkv, gate, stream(bb));
+                               pos0, (const int32_t *)pos, theta, qkv, gate, pdl(bb), stream(bb));
 }
 
 static void cu_sigmoid_mul(fm_backend *bb, void *x, const void *gate, int64_t n) {
-    fm_cuda_sigmoid_mul(f32(bb), x, gate, n, stream(bb));
+    fm_cuda_sigmoid_mul(f32(bb), x, gate, n, pdl(bb), stream(bb));
 }
 
 static void cu_add_sigmoid_scaled(fm_backend *bb, void *acc, const void *x, const void *score, int64_t rows,
                                   int64_t dim) {
-    fm_cuda_add_sigmoid_scaled(f32(bb), acc, x, score, rows, dim, stream(bb));
+    fm_cuda_add_sigmoid_scaled(f32(bb), acc, x, score, rows, dim, pdl(bb), stream(bb));
 }
 
 static void cu_add_sigmoid_gated(fm_backend *bb, void *acc, const void *x, const void *h, const fm_bank *w,
@@ -623,13 +632,13 @@ static void cu_add_sigmoid_gated(fm_backend *bb, void *acc, const void *x, const
                 fm_wformat_name(w->fmt), (long long)w->cols);
         abort();
     }
-    fm_cuda_add_sigmoid_gated(f32(bb), acc, x, h, bank_matrix(w, 0), rows, dim, stream(bb));
+    fm_cuda_add_sigmoid_gated(f32(bb), acc, x, h, bank_matrix(w, 0), rows, dim, pdl(bb), stream(bb));
 }
 
 static void cu_gdn_conv(fm_backend *bb, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
                         const void *tok_seq, const void *tok_pos, void *out) {
     fm_cuda_gdn_conv(f32(bb), qkvz, bank_matrix(conv, 0), conv->ld, T, g, (float *)states, (const int32_t *)tok_seq,
-                     (const int32_t *)tok_pos, out, stream(bb));
+                     (const int32_t *)tok_pos, out, pdl(bb), stream(bb));
 }
 
 /* the chunked form on tensor cores where the route takes the shape (gdn.tc: dk = dv = 128, bf16), its scratch in the
@@ -652,12 +661,12 @@ static void cu_gdn_recurrent(fm_backend *bb, const void *qkv, const void *ba, co
                              const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
                              const void *tok_pos, void *out) {
     fm_cuda_gdn_recurrent(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
-                          (const int32_t *)tok_seq, (const int32_t *)tok_pos, out, stream(bb));
+                          (const int32_t *)tok_seq, (const int32_t *)tok_pos, out, pdl(bb), stream(bb));
 }
 
 static void cu_gdn_norm_gate(fm_backend *bb, const void *core, const void *qkvz, const fm_bank *w, int64_t T,
                              fm_gdn_shape g, float eps, void *out) {
-    fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, stream(bb));
+    fm_cuda_gdn_norm_gate(f32(bb), core, qkvz, bank_matrix(w, 0), T, g, eps, out, pdl(bb), stream(bb));
 }
 
 /* the fused kernel where it takes the shape (gdn_decode.cu), else the chain it stands for */
@@ -668,7 +677,7 @@ static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba
     if (fm_cuda_gdn_decode_fused(f32(bb), qkvz, ba, bank_matrix(conv, 0), conv->ld, bank_matrix(a_log, 0),
                                  bank_matrix(dt_bias, 0), bank_matrix(norm, 0), T, g, eps, (float *)conv_states,
                                  (float *)rec_states, (const int32_t *)tok_seq, (const int32_t *)tok_pos, qkv, core,
-                                 cuda_be(bb)->gdn_arrivals, FM_CUDA_GDN_ARRIVALS, out, stream(bb)))
+                                 cuda_be(bb)->gdn_arrivals, FM_CUDA_GDN_ARRIVALS, out, pdl(bb), stream(bb)))
         return;
     cu_gdn_conv(bb, qkvz, conv, T, g, conv_states, tok_seq, tok_pos, qkv);
     cu_gdn_recurrent(bb, qkv, ba, a_log, dt_bias, T, g, rec_states, tok_seq, tok_pos, core);

@@ -2,7 +2,11 @@
 // beside the projections: blocks of 8 warps, grid (T, Y), for the split + norm + partial RoPE (warp w of block (t, y)
 // takes token t's heads 8 y + w, + 8 Y, ...; Y > 1 only at decode sizes; a head goes through the warp's shared row
 // so that a lane can read its rotation partner), grid-stride loops and rows for the gates.
+//
+// Programmatic dependent launch (pdl.cuh, `pdl`): every kernel lets the next one start and waits for the earlier ones
+// at its top; the gated score's weight row is the one weight read, and it is read beside the activation row.
 #include "backend/cuda/gated_attention.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define GA_WARPS 8
 #define GA_MAX_HD 256
@@ -19,6 +23,8 @@ static __global__ __launch_bounds__(GA_WARPS * 32) void gated_qk_norm_rope_kerne
     const A *qg, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim, const A *q_norm, const A *k_norm, float eps,
     int64_t pos0, const int32_t *pos, float theta, A *qkv, A *gate) {
     __shared__ float xs[GA_WARPS][GA_MAX_HD];
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = rot_dim / 2;
     const int64_t ld_in = (int64_t)(2 * nh + 2 * nkv) * hd, ld = (int64_t)(nh + 2 * nkv) * hd;
@@ -62,12 +68,16 @@ static __global__ __launch_bounds__(GA_WARPS * 32) void gated_qk_norm_rope_kerne
 }
 
 template <typename A> static __global__ void sigmoid_mul_kernel(A *x, const A *gate, int64_t n) {
+    pdl_launch_dependents();
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         act_store(x + i, act_load(x[i]) * sigmoidf_(act_load(gate[i])));
 }
 
 template <typename A>
 static __global__ void add_sigmoid_scaled_kernel(A *acc, const A *x, const A *score, int64_t rows, int64_t dim) {
+    pdl_launch_dependents();
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * dim;
          i += (int64_t)gridDim.x * blockDim.x)
         act_store(acc + i, act_load(acc[i]) + sigmoidf_(act_load(score[i / dim])) * act_load(x[i]));
@@ -98,6 +108,8 @@ static __device__ __forceinline__ void gate_row_bf16x8(__nv_bfloat16 *acc_row, c
 // per element) for 24 MB moved (6 us at 4.25 TB/s).
 static __global__ void add_sigmoid_scaled_bf16x8_kernel(__nv_bfloat16 *acc, const __nv_bfloat16 *x,
                                                         const __nv_bfloat16 *score, int64_t dim) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t row = blockIdx.x;
     gate_row_bf16x8(acc + row * dim, x + row * dim, sigmoidf_(__bfloat162float(score[row])), dim);
 }
@@ -110,6 +122,8 @@ template <typename A, bool V8>
 static __global__ __launch_bounds__(256) void add_sigmoid_gated_kernel(A *acc, const A *x, const A *h, const A *w,
                                                                        int64_t dim) {
     __shared__ float part[8];
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t row = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const A *hr = h + row * dim;
@@ -147,7 +161,7 @@ static __global__ __launch_bounds__(256) void add_sigmoid_gated_kernel(A *acc, c
 template <typename A>
 static void gated_qk_norm_rope(const A *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd, int32_t rot_dim,
                                const A *q_norm, const A *k_norm, float eps, int64_t pos0, const int32_t *pos,
-                               double theta, A *qkv, A *gate, cudaStream_t s) {
+                               double theta, A *qkv, A *gate, bool pdl, cudaStream_t s) {
     if (hd > GA_MAX_HD || rot_dim % 2 != 0 || rot_dim > hd || T > INT32_MAX) {
         fprintf(stderr, "fp8moe: gated_qk_norm_rope: unsupported head_dim %d, rotary dims %d or T %lld\n", hd, rot_dim,
                 (long long)T);
@@ -158,49 +172,51 @@ static void gated_qk_norm_rope(const A *qg, int64_t T, int32_t nh, int32_t nkv, 
        that a warp's heads do not run one after another on a single SM */
     const int64_t groups = fm_ceil_div(nh + nkv, GA_WARPS), want = fm_ceil_div(264, T);
     const dim3 grid((unsigned)T, (unsigned)(want < groups ? want : groups));
-    gated_qk_norm_rope_kernel<A><<<grid, GA_WARPS * 32, 0, s>>>(qg, nh, nkv, hd, rot_dim, q_norm, k_norm, eps, pos0,
-                                                                pos, (float)theta, qkv, gate);
+    pdl_launch(gated_qk_norm_rope_kernel<A>, grid, GA_WARPS * 32, 0, s, pdl, qg, nh, nkv, hd, rot_dim, q_norm, k_norm,
+               eps, pos0, pos, (float)theta, qkv, gate);
     FM_LAUNCH_CHECK("gated_qk_norm_rope");
 }
 
 extern "C" void fm_cuda_gated_qk_norm_rope(bool f32, const void *qg, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                            int32_t rot_dim, const void *q_norm, const void *k_norm, float eps,
                                            int64_t pos0, const int32_t *pos, double theta, void *qkv, void *gate,
-                                           cudaStream_t s) {
+                                           bool pdl, cudaStream_t s) {
     typedef __nv_bfloat16 bf16;
     if (f32)
         gated_qk_norm_rope((const float *)qg, T, nh, nkv, hd, rot_dim, (const float *)q_norm, (const float *)k_norm,
-                           eps, pos0, pos, theta, (float *)qkv, (float *)gate, s);
+                           eps, pos0, pos, theta, (float *)qkv, (float *)gate, pdl, s);
     else
         gated_qk_norm_rope((const bf16 *)qg, T, nh, nkv, hd, rot_dim, (const bf16 *)q_norm, (const bf16 *)k_norm, eps,
-                           pos0, pos, theta, (bf16 *)qkv, (bf16 *)gate, s);
+                           pos0, pos, theta, (bf16 *)qkv, (bf16 *)gate, pdl, s);
 }
 
-extern "C" void fm_cuda_sigmoid_mul(bool f32, void *x, const void *gate, int64_t n, cudaStream_t s) {
+extern "C" void fm_cuda_sigmoid_mul(bool f32, void *x, const void *gate, int64_t n, bool pdl, cudaStream_t s) {
     if (n <= 0) return;
-    if (f32) sigmoid_mul_kernel<<<grid_for(n), 256, 0, s>>>((float *)x, (const float *)gate, n);
-    else sigmoid_mul_kernel<<<grid_for(n), 256, 0, s>>>((__nv_bfloat16 *)x, (const __nv_bfloat16 *)gate, n);
+    if (f32) pdl_launch(sigmoid_mul_kernel<float>, grid_for(n), 256, 0, s, pdl, (float *)x, (const float *)gate, n);
+    else
+        pdl_launch(sigmoid_mul_kernel<__nv_bfloat16>, grid_for(n), 256, 0, s, pdl, (__nv_bfloat16 *)x,
+                   (const __nv_bfloat16 *)gate, n);
     FM_LAUNCH_CHECK("sigmoid_mul");
 }
 
 extern "C" void fm_cuda_add_sigmoid_scaled(bool f32, void *acc, const void *x, const void *score, int64_t rows,
-                                           int64_t dim, cudaStream_t s) {
+                                           int64_t dim, bool pdl, cudaStream_t s) {
     if (rows * dim <= 0) return;
     typedef __nv_bfloat16 bf16;
     if (f32)
-        add_sigmoid_scaled_kernel<<<grid_for(rows * dim), 256, 0, s>>>((float *)acc, (const float *)x,
-                                                                       (const float *)score, rows, dim);
+        pdl_launch(add_sigmoid_scaled_kernel<float>, grid_for(rows * dim), 256, 0, s, pdl, (float *)acc,
+                   (const float *)x, (const float *)score, rows, dim);
     else if (dim % 8 == 0 && ((uintptr_t)acc | (uintptr_t)x) % 16 == 0 && rows <= INT32_MAX)
-        add_sigmoid_scaled_bf16x8_kernel<<<(unsigned)rows, 256, 0, s>>>((bf16 *)acc, (const bf16 *)x,
-                                                                        (const bf16 *)score, dim);
+        pdl_launch(add_sigmoid_scaled_bf16x8_kernel, (unsigned)rows, 256, 0, s, pdl, (bf16 *)acc, (const bf16 *)x,
+                   (const bf16 *)score, dim);
     else
-        add_sigmoid_scaled_kernel<<<grid_for(rows * dim), 256, 0, s>>>((bf16 *)acc, (const bf16 *)x,
-                                                                       (const bf16 *)score, rows, dim);
+        pdl_launch(add_sigmoid_scaled_kernel<bf16>, grid_for(rows * dim), 256, 0, s, pdl, (bf16 *)acc, (const bf16 *)x,
+                   (const bf16 *)score, rows, dim);
     FM_LAUNCH_CHECK("add_sigmoid_scaled");
 }
 
 extern "C" void fm_cuda_add_sigmoid_gated(bool f32, void *acc, const void *x, const void *h, const void *w,
-                                          int64_t rows, int64_t dim, cudaStream_t s) {
+                                          int64_t rows, int64_t dim, bool pdl, cudaStream_t s) {
     if (rows <= 0 || dim <= 0) return;
     if (rows > INT32_MAX) {
         fprintf(stderr, "fp8moe: add_sigmoid_gated: %lld rows\n", (long long)rows);
@@ -208,13 +224,13 @@ extern "C" void fm_cuda_add_sigmoid_gated(bool f32, void *acc, const void *x, co
     }
     typedef __nv_bfloat16 bf16;
     if (f32)
-        add_sigmoid_gated_kernel<float, false>
-            <<<(unsigned)rows, 256, 0, s>>>((float *)acc, (const float *)x, (const float *)h, (const float *)w, dim);
+        pdl_launch(add_sigmoid_gated_kernel<float, false>, (unsigned)rows, 256, 0, s, pdl, (float *)acc,
+                   (const float *)x, (const float *)h, (const float *)w, dim);
     else if (dim % 8 == 0 && ((uintptr_t)acc | (uintptr_t)x | (uintptr_t)h | (uintptr_t)w) % 16 == 0)
-        add_sigmoid_gated_kernel<bf16, true>
-            <<<(unsigned)rows, 256, 0, s>>>((bf16 *)acc, (const bf16 *)x, (const bf16 *)h, (const bf16 *)w, dim);
+        pdl_launch(add_sigmoid_gated_kernel<bf16, true>, (unsigned)rows, 256, 0, s, pdl, (bf16 *)acc, (const bf16 *)x,
+                   (const bf16 *)h, (const bf16 *)w, dim);
     else
-        add_sigmoid_gated_kernel<bf16, false>
-            <<<(unsigned)rows, 256, 0, s>>>((bf16 *)acc, (const bf16 *)x, (const bf16 *)h, (const bf16 *)w, dim);
+        pdl_launch(add_sigmoid_gated_kernel<bf16, false>, (unsigned)rows, 256, 0, s, pdl, (bf16 *)acc, (const bf16 *)x,
+                   (const bf16 *)h, (const bf16 *)w, dim);
     FM_LAUNCH_CHECK("add_sigmoid_gated");
 }

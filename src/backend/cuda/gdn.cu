@@ -12,8 +12,14 @@
 //   and 12). gdn_chunked runs the same kernel over its one sequence (one run from a zero state): the chunked form
 //   computes the same recurrence in another order, and its speed on tensor cores is lab/gdn.cu's subject.
 // norm_gate: one warp per (token, value head).
+//
+// Programmatic dependent launch (pdl.cuh, `pdl` of the decode ops' launchers): every kernel lets the next one start at
+// its top and waits for the earlier ones before its first activation, state or index load and before any early
+// return; the conv window kernel loads its taps and the bf16 norm kernel its weights (no kernel writes them) first.
+// The chunked op (prompts) launches normally.
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_device.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define RULE_WARPS GDN_RULE_PARTS
 #define RULE_COLS 32
@@ -59,6 +65,8 @@ static __device__ __forceinline__ float conv_input(const A *qkvz, int64_t Wz, in
 template <typename A>
 static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
                                        const float *states, const int32_t *seq, const int32_t *pos, A *out) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
     const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -101,11 +109,13 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
     const int K = g.kernel, c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
     const bool active = c < C;
     const int64_t col = active ? qkvz_column(g, c) : 0;
+    pdl_launch_dependents();
     float wr[2][KW], a[2][KW]; /* index KW - 1 - d: the tap at distance d before the row (d = 0: the row itself) */
 #pragma unroll
     for (int v = 0; v < 2; v++)
 #pragma unroll
         for (int d = 0; d < KW; d++) wr[v][KW - 1 - d] = active && d < K ? act_load(w[(c + v) * ld + K - 1 - d]) : 0.0f;
+    pdl_wait(); /* the taps above are weights; the rows, states and indices below earlier kernels' */
     for (int64_t t0 = (int64_t)blockIdx.y * CONV_ROWS; t0 < T; t0 += (int64_t)gridDim.y * CONV_ROWS) {
         const int64_t t1 = t0 + CONV_ROWS < T ? t0 + CONV_ROWS : T;
         if (threadIdx.x < 32) {
@@ -181,6 +191,8 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
 template <typename A>
 static __global__ void gdn_conv_state_kernel(const A *qkvz, int64_t T, fm_gdn_shape g, float *states,
                                              const int32_t *seq, const int32_t *pos) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
     const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -207,6 +219,8 @@ static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const 
     extern __shared__ float sm[];
     __shared__ float part[RULE_WARPS][RULE_COLS];
     __shared__ float red[2][RULE_WARPS];
+    pdl_launch_dependents();
+    pdl_wait();
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk;
     float *S = sm, *qs = S + dk * RULE_COLS, *ks = qs + dk; /* [dk][32], [dk], [dk] */
     const int h = blockIdx.y, kh = h / r, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -287,6 +301,8 @@ static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const 
 template <typename A>
 static __global__ void gdn_norm_gate_kernel(const A *core, const A *qkvz, const A *w, int64_t T, fm_gdn_shape g,
                                             float eps, A *out) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int lane = threadIdx.x & 31, r = g.nv / g.nk;
     const int64_t Wz = gdn_qkvz_width(g), Wg = 2 * (int64_t)g.dk + 2 * (int64_t)r * g.dv;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -313,10 +329,12 @@ static __global__ void gdn_norm_gate_kernel(const A *core, const A *qkvz, const 
 static __global__ void gdn_norm_gate_bf16x4_kernel(const bf16 *core, const bf16 *qkvz, const bf16 *w, int64_t T,
                                                    fm_gdn_shape g, float eps, bf16 *out) {
     const int lane = threadIdx.x & 31, r = g.nv / g.nk, h = blockIdx.x * 8 + (threadIdx.x >> 5);
+    pdl_launch_dependents();
+    const uint2 wraw = *(const uint2 *)(w + 4 * lane); /* the weights before the wait */
+    pdl_wait();
     if (h >= g.nv) return;
     const int64_t Wz = gdn_qkvz_width(g), Wg = 2 * (int64_t)g.dk + 2 * (int64_t)r * g.dv;
     const int64_t zoff = (h / r) * Wg + 2 * (int64_t)g.dk + (int64_t)r * g.dv + (int64_t)(h % r) * g.dv + 4 * lane;
-    const uint2 wraw = *(const uint2 *)(w + 4 * lane);
     const float2 w01 = __bfloat1622float2(*(const __nv_bfloat162 *)&wraw.x);
     const float2 w23 = __bfloat1622float2(*(const __nv_bfloat162 *)&wraw.y);
     for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
@@ -355,7 +373,7 @@ static void check_shape(fm_gdn_shape g, const char *op) {
 
 template <typename A>
 static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g, float *states, const int32_t *seq,
-                 const int32_t *pos, A *out, cudaStream_t s) {
+                 const int32_t *pos, A *out, bool pdl, cudaStream_t s) {
     const int64_t C = 2 * (int64_t)g.nk * g.dk + (int64_t)g.nv * g.dv;
     const dim3 grid((unsigned)fm_ceil_div(C, 256), (unsigned)(T < 65535 ? T : 65535));
     const int64_t row_blocks = fm_ceil_div(T, CONV_ROWS);
@@ -365,29 +383,34 @@ static void conv(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape 
     /* the state in the window kernel for one row only: over several rows (a batch of sequences) its serial loop of
        state loads and stores cost more than the launch it saves (batch 8: +3.7 us a layer, H200) */
     const bool window = pairs && g.kernel <= 8, fused_state = window && states && T == 1;
-    if (!window) gdn_conv_kernel<A><<<grid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out);
+    if (!window)
+        pdl_launch(gdn_conv_kernel<A>, grid, 256, 0, s, pdl, qkvz, w, ld, T, g, (const float *)states, seq, pos, out);
     else if (g.kernel <= 4)
-        gdn_conv_window_kernel<A, 4><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out, fused_state);
-    else gdn_conv_window_kernel<A, 8><<<wgrid, 256, 0, s>>>(qkvz, w, ld, T, g, states, seq, pos, out, fused_state);
+        pdl_launch(gdn_conv_window_kernel<A, 4>, wgrid, 256, 0, s, pdl, qkvz, w, ld, T, g, states, seq, pos, out,
+                   fused_state);
+    else
+        pdl_launch(gdn_conv_window_kernel<A, 8>, wgrid, 256, 0, s, pdl, qkvz, w, ld, T, g, states, seq, pos, out,
+                   fused_state);
     FM_LAUNCH_CHECK("gdn_conv");
     if (states && g.kernel > 1 && !fused_state) {
-        gdn_conv_state_kernel<A><<<grid, 256, 0, s>>>(qkvz, T, g, states, seq, pos);
+        pdl_launch(gdn_conv_state_kernel<A>, grid, 256, 0, s, pdl, qkvz, T, g, states, seq, pos);
         FM_LAUNCH_CHECK("gdn_conv state");
     }
 }
 
 extern "C" void fm_cuda_gdn_conv(bool f32, const void *qkvz, const void *conv_w, int64_t conv_ld, int64_t T,
                                  fm_gdn_shape g, float *states, const int32_t *tok_seq, const int32_t *tok_pos,
-                                 void *out, cudaStream_t s) {
+                                 void *out, bool pdl, cudaStream_t s) {
     check_shape(g, "gdn_conv");
     if (T <= 0) return;
-    if (f32) conv((const float *)qkvz, (const float *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (float *)out, s);
-    else conv((const bf16 *)qkvz, (const bf16 *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (bf16 *)out, s);
+    if (f32)
+        conv((const float *)qkvz, (const float *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (float *)out, pdl, s);
+    else conv((const bf16 *)qkvz, (const bf16 *)conv_w, conv_ld, T, g, states, tok_seq, tok_pos, (bf16 *)out, pdl, s);
 }
 
 static void rule(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias, int64_t T,
                  fm_gdn_shape g, float *states, const int32_t *seq, const int32_t *pos, bool chunked, void *out,
-                 cudaStream_t s) {
+                 bool pdl, cudaStream_t s) {
     check_shape(g, chunked ? "gdn_chunked" : "gdn_recurrent");
     if (T <= 0) return;
     if (!chunked && T > 65535) {
@@ -397,47 +420,45 @@ static void rule(bool f32, const void *qkv, const void *ba, const void *a_log, c
     const dim3 grid((unsigned)fm_ceil_div(g.dv, RULE_COLS), (unsigned)g.nv, chunked ? 1u : (unsigned)T);
     const size_t smem = (size_t)(g.dk * RULE_COLS + 2 * g.dk) * sizeof(float);
     if (f32)
-        gdn_rule_kernel<float><<<grid, RULE_WARPS * 32, smem, s>>>((const float *)qkv, (const float *)ba,
-                                                                   (const float *)a_log, (const float *)dt_bias, T, g,
-                                                                   states, seq, pos, chunked, (float *)out);
+        pdl_launch(gdn_rule_kernel<float>, grid, RULE_WARPS * 32, smem, s, pdl, (const float *)qkv, (const float *)ba,
+                   (const float *)a_log, (const float *)dt_bias, T, g, states, seq, pos, chunked, (float *)out);
     else
-        gdn_rule_kernel<bf16><<<grid, RULE_WARPS * 32, smem, s>>>((const bf16 *)qkv, (const bf16 *)ba,
-                                                                  (const bf16 *)a_log, (const bf16 *)dt_bias, T, g,
-                                                                  states, seq, pos, chunked, (bf16 *)out);
+        pdl_launch(gdn_rule_kernel<bf16>, grid, RULE_WARPS * 32, smem, s, pdl, (const bf16 *)qkv, (const bf16 *)ba,
+                   (const bf16 *)a_log, (const bf16 *)dt_bias, T, g, states, seq, pos, chunked, (bf16 *)out);
     FM_LAUNCH_CHECK(chunked ? "gdn_chunked" : "gdn_recurrent");
 }
 
 extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                     int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *out,
                                     cudaStream_t s) {
-    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, NULL, true, out, s);
+    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, NULL, true, out, false, s);
 }
 
 extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
-                                      const int32_t *tok_pos, void *out, cudaStream_t s) {
-    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, tok_pos, false, out, s);
+                                      const int32_t *tok_pos, void *out, bool pdl, cudaStream_t s) {
+    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, tok_pos, false, out, pdl, s);
 }
 
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
-                                      fm_gdn_shape g, float eps, void *out, cudaStream_t s) {
+                                      fm_gdn_shape g, float eps, void *out, bool pdl, cudaStream_t s) {
     check_shape(g, "gdn_norm_gate");
     if (T <= 0) return;
     const int64_t Wz = gdn_qkvz_width(g);
     const bool aligned = ((uintptr_t)core | (uintptr_t)qkvz | (uintptr_t)w | (uintptr_t)out) % 8 == 0;
     if (!f32 && g.dv == 128 && g.dk % 4 == 0 && Wz % 4 == 0 && aligned) {
         const dim3 grid((unsigned)fm_ceil_div(g.nv, 8), (unsigned)(T < 65535 ? T : 65535));
-        gdn_norm_gate_bf16x4_kernel<<<grid, 256, 0, s>>>((const bf16 *)core, (const bf16 *)qkvz, (const bf16 *)w, T, g,
-                                                         eps, (bf16 *)out);
+        pdl_launch(gdn_norm_gate_bf16x4_kernel, grid, 256, 0, s, pdl, (const bf16 *)core, (const bf16 *)qkvz,
+                   (const bf16 *)w, T, g, eps, (bf16 *)out);
         FM_LAUNCH_CHECK("gdn_norm_gate");
         return;
     }
     const int grid = grid_for(T * g.nv, 8);
     if (f32)
-        gdn_norm_gate_kernel<float>
-            <<<grid, 256, 0, s>>>((const float *)core, (const float *)qkvz, (const float *)w, T, g, eps, (float *)out);
+        pdl_launch(gdn_norm_gate_kernel<float>, grid, 256, 0, s, pdl, (const float *)core, (const float *)qkvz,
+                   (const float *)w, T, g, eps, (float *)out);
     else
-        gdn_norm_gate_kernel<bf16>
-            <<<grid, 256, 0, s>>>((const bf16 *)core, (const bf16 *)qkvz, (const bf16 *)w, T, g, eps, (bf16 *)out);
+        pdl_launch(gdn_norm_gate_kernel<bf16>, grid, 256, 0, s, pdl, (const bf16 *)core, (const bf16 *)qkvz,
+                   (const bf16 *)w, T, g, eps, (bf16 *)out);
     FM_LAUNCH_CHECK("gdn_norm_gate");
 }

@@ -16,10 +16,11 @@ extern "C" {
 }
 #include "backend/cuda/cuda_common.cuh"
 
+// pdl (the decode ops): launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's routes).
 // conv: [C][conv_ld] weights, tap kernel - 1 on the current token; states NULL: one sequence from position 0
 extern "C" void fm_cuda_gdn_conv(bool f32, const void *qkvz, const void *conv, int64_t conv_ld, int64_t T,
                                  fm_gdn_shape g, float *states, const int32_t *tok_seq, const int32_t *tok_pos,
-                                 void *out, cudaStream_t s);
+                                 void *out, bool pdl, cudaStream_t s);
 // the rule over one sequence of T tokens from position 0 and a zero state; the final state to states[tok_seq[0]]
 // unless states is NULL
 extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
@@ -33,10 +34,10 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
 // the rule token by token on the per-sequence states (zeroed at position 0)
 extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
-                                      const int32_t *tok_pos, void *out, cudaStream_t s);
+                                      const int32_t *tok_pos, void *out, bool pdl, cudaStream_t s);
 // out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]), z from qkvz's grouped columns
 extern "C" void fm_cuda_gdn_norm_gate(bool f32, const void *core, const void *qkvz, const void *w, int64_t T,
-                                      fm_gdn_shape g, float eps, void *out, cudaStream_t s);
+                                      fm_gdn_shape g, float eps, void *out, bool pdl, cudaStream_t s);
 // A decode step's conv, rule and gated norm in one kernel (gdn_decode.cu; backend.h gdn_decode_fused): rows each of
 // their own sequence, or padding rows. False, launching nothing, for a shape it does not take (dk above 128, a conv of
 // more than 8 taps, odd dk or dv, T above 65535, T x nk above arrival_words): the caller runs the three ops. qkv: the
@@ -47,6 +48,7 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
                                          const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
-                                         unsigned *arrivals, int64_t arrival_words, void *out, cudaStream_t s);
+                                         unsigned *arrivals, int64_t arrival_words, void *out, bool pdl,
+                                         cudaStream_t s);
 
 #endif

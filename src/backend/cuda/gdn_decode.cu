@@ -26,8 +26,13 @@
 //
 // Floor: the recurrent state, read and written once (2 x 64 KB per value head and sequence, fp32): 4 MB a layer per
 // sequence at Qwen3-Next, ~1 us at B = 1 and 62 us at B = 64 over 4.25 TB/s.
+//
+// Programmatic dependent launch (pdl.cuh, `pdl`): the kernel lets the next one start and waits for the earlier ones
+// at its top. Its only weights (conv taps, a_log, dt_bias, the norm's) are read inside the conv and the rule, next to
+// activations; the large early load it could make, the recurrent state, is written by this layer's prompt kernels.
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_device.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define DEC_MAX_DK 128   /* state rows per thread: DEC_MAX_DK / GDN_RULE_PARTS registers */
 #define DEC_MAX_KERNEL 8 /* the conv's taps (the window kernel's largest) */
@@ -96,6 +101,8 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
     __shared__ float part[GDN_RULE_PARTS][DEC_COLS];   /* the row groups' partial sums */
     __shared__ float red[2][GDN_RULE_PARTS];
     __shared__ bool last;
+    pdl_launch_dependents();
+    pdl_wait();
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk, K = g.kernel;
     const int h = blockIdx.y, kh = h / r, j = h % r, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int col0 = blockIdx.x * DEC_COLS, col = col0 + lane;
@@ -236,24 +243,23 @@ template <typename A>
 static void dec_launch(dim3 grid, const void *qkvz, const void *ba, const void *conv_w, int64_t conv_ld,
                        const void *a_log, const void *dt_bias, const void *norm_w, fm_gdn_shape g, float eps,
                        float *conv_states, float *rec_states, const int32_t *tok_seq, const int32_t *tok_pos,
-                       bool norm_x4, unsigned *arrivals, void *core, void *out, cudaStream_t s) {
+                       bool norm_x4, unsigned *arrivals, void *core, void *out, bool pdl, cudaStream_t s) {
     const A *z = (const A *)qkvz, *b = (const A *)ba, *cw = (const A *)conv_w;
     const A *al = (const A *)a_log, *dt = (const A *)dt_bias, *nw = (const A *)norm_w;
     if (g.kernel <= 4)
-        gdn_decode_kernel<A, 4><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                             rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core,
-                                                             (A *)out);
+        pdl_launch(gdn_decode_kernel<A, 4>, grid, DEC_THREADS, 0, s, pdl, z, b, cw, conv_ld, al, dt, nw, g, eps,
+                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out);
     else
-        gdn_decode_kernel<A, 8><<<grid, DEC_THREADS, 0, s>>>(z, b, cw, conv_ld, al, dt, nw, g, eps, conv_states,
-                                                             rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core,
-                                                             (A *)out);
+        pdl_launch(gdn_decode_kernel<A, 8>, grid, DEC_THREADS, 0, s, pdl, z, b, cw, conv_ld, al, dt, nw, g, eps,
+                   conv_states, rec_states, tok_seq, tok_pos, norm_x4, arrivals, (A *)core, (A *)out);
 }
 
 extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void *ba, const void *conv_w,
                                          int64_t conv_ld, const void *a_log, const void *dt_bias, const void *norm_w,
                                          int64_t T, fm_gdn_shape g, float eps, float *conv_states, float *rec_states,
                                          const int32_t *tok_seq, const int32_t *tok_pos, const void *qkv, void *core,
-                                         unsigned *arrivals, int64_t arrival_words, void *out, cudaStream_t s) {
+                                         unsigned *arrivals, int64_t arrival_words, void *out, bool pdl,
+                                         cudaStream_t s) {
     if (g.nk < 1 || g.nv % g.nk != 0 || g.dk < 1 || g.dk > DEC_MAX_DK || g.dv < 1 || g.kernel < 1 ||
         g.kernel > DEC_MAX_KERNEL || T > 65535 || !arrivals || T * g.nk > arrival_words)
         return false;
@@ -269,10 +275,10 @@ extern "C" bool fm_cuda_gdn_decode_fused(bool f32, const void *qkvz, const void 
     const dim3 grid((unsigned)fm_ceil_div(g.dv, DEC_COLS), (unsigned)g.nv, (unsigned)T);
     if (f32)
         dec_launch<float>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
-                          tok_seq, tok_pos, false, arrivals, core, out, s);
+                          tok_seq, tok_pos, false, arrivals, core, out, pdl, s);
     else
         dec_launch<bf16>(grid, qkvz, ba, conv_w, conv_ld, a_log, dt_bias, norm_w, g, eps, conv_states, rec_states,
-                         tok_seq, tok_pos, norm_x4, arrivals, core, out, s);
+                         tok_seq, tok_pos, norm_x4, arrivals, core, out, pdl, s);
     FM_LAUNCH_CHECK("gdn_decode_fused");
     return true;
 }

@@ -164,6 +164,8 @@ static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const b
 
 // amax of n elements: 16-byte loads where x is aligned (the tail, or all of an unaligned x, element by element)
 static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax, unsigned *bad) {
+    pdl_launch_dependents();
+    pdl_wait(); /* x is the previous kernel's output */
     float a = 0.0f;
     unsigned n_bad = 0;
     const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
@@ -183,6 +185,8 @@ static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax,
 
 static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, const unsigned *amax,
                                        uint8_t *xq, float *scale_slot) {
+    pdl_launch_dependents();
+    pdl_wait(); /* the amax kernel's */
     const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;
     cast_rows(x, M, K, Kp, s, xq, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
@@ -202,9 +206,11 @@ void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, 
         FM_LAUNCH_CHECK("w8a8_act_fused");
     } else {
         FM_CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, s)); /* amax and the NaN/Inf count */
-        act_amax_kernel<<<grid_for(M * K, AMAX_BLOCKS), 256, 0, s>>>(x, M * K, amax, bad);
+        /* after the memset (a full dependency) the amax kernel overlaps only its launch; the cast overlaps the amax */
+        pdl_launch(act_amax_kernel, grid_for(M * K, AMAX_BLOCKS), 256, 0, s, pdl, x, M * K, amax, bad);
         FM_LAUNCH_CHECK("w8a8_act_amax");
-        act_cast_kernel<<<grid_for(M * Kp / 16, 65536), 256, 0, s>>>(x, M, K, Kp, amax, xq, scale_slot);
+        pdl_launch(act_cast_kernel, grid_for(M * Kp / 16, 65536), 256, 0, s, pdl, x, M, K, Kp, (const unsigned *)amax,
+                   xq, scale_slot);
         FM_LAUNCH_CHECK("w8a8_act_cast");
     }
 }

@@ -31,8 +31,8 @@ bool fm_cuda_linear_w8a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const _
 // x [M, K] bf16 -> xq [M][Kp] e4m3 with its scale in *scale_slot (16-byte aligned); amax_and_bad is two device
 // words of scratch (the amax, then the count of NaN/Inf inputs, zeroed here when count_bad_inputs or when the
 // two-kernel path runs); grid_sync is FM_LT_GRID_SYNC_WORDS device words, zero before the first call, which the
-// fused launch's grid barrier keeps (fm_lt's; calls on it must be in one stream); pdl: the fused launch with
-// programmatic dependent launch (fm_routes_pdl).
+// fused launch's grid barrier keeps (fm_lt's; calls on it must be in one stream); pdl: its kernels (the fused one,
+// or the amax and the cast) with programmatic dependent launch (fm_routes_pdl).
 void fm_cuda_w8a8_quantize_act(const __nv_bfloat16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
                                unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, bool pdl,
                                cudaStream_t s);

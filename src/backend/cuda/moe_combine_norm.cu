@@ -76,8 +76,8 @@ extern "C" void fm_cuda_moe_combine_add_rmsnorm(const bf16 *y, const int32_t *sl
     const bool one_kernel = H % 8 == 0 && H <= 8 * NORM_CHUNKS * NORM_THREADS && T <= INT32_MAX && aligned16(y) &&
                             aligned16(acc) && aligned16(norm) && aligned16(out);
     if (!one_kernel) { /* the two kernels it fuses, in their order */
-        fm_cuda_moe_combine(y, slot_of, w, T, k, H, scratch, s);
-        fm_cuda_add_rmsnorm(acc, scratch, norm, T, H, eps, out, s);
+        fm_cuda_moe_combine(y, slot_of, w, T, k, H, scratch, pdl, s);
+        fm_cuda_add_rmsnorm(acc, scratch, norm, T, H, eps, out, pdl, s);
         return;
     }
     void *args[] = {(void *)&y,   (void *)&slot_of, (void *)&w,   (void *)&k,  (void *)&H,

@@ -156,8 +156,9 @@ static void grouped_ffn(cuda_backend *be, const grouped_run *r, const fm_bank *g
     batched_gemm(be, gate_up, &r->g1, r->tile_rows, r->max_tiles);
     /* over every row, padding too: rows are independent, and a tile's padding rows are never read */
     const int64_t R = (int64_t)r->L.rows;
-    if (gate_up->fmt == FM_W_F32) fm_cuda_swiglu_f32((const float *)r->gu, R, I, (float *)r->h, be->stream);
-    else fm_cuda_swiglu((const bf16 *)r->gu, R, I, (bf16 *)r->h, be->stream);
+    if (gate_up->fmt == FM_W_F32)
+        fm_cuda_swiglu_f32((const float *)r->gu, R, I, (float *)r->h, fm_routes_pdl(&be->routes), be->stream);
+    else fm_cuda_swiglu((const bf16 *)r->gu, R, I, (bf16 *)r->h, fm_routes_pdl(&be->routes), be->stream);
     batched_gemm(be, down, &r->g2, r->tile_rows, r->max_tiles);
 }
 
@@ -175,8 +176,10 @@ void fm_cuda_moe_grouped_cublas(cuda_backend *be, const fm_bank *gate_up, const 
     grouped_ffn(be, &r, gate_up, down);
     if (f32)
         fm_cuda_moe_combine_f32((const float *)r.y, r.slot_of, (const float *)weights, T, k, H, (float *)out,
-                                be->stream);
-    else fm_cuda_moe_combine((const bf16 *)r.y, r.slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out, be->stream);
+                                fm_routes_pdl(&be->routes), be->stream);
+    else
+        fm_cuda_moe_combine((const bf16 *)r.y, r.slot_of, (const bf16 *)weights, T, k, H, (bf16 *)out,
+                            fm_routes_pdl(&be->routes), be->stream);
 }
 
 // Expert parallelism: the received blocks' native rows (row q of block q / cap) into their slots, and each computed

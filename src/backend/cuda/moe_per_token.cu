@@ -13,7 +13,7 @@ void fm_cuda_moe_per_token(cuda_backend *be, const fm_bank *gate_up, const fm_ba
     __nv_bfloat16 *gu = (__nv_bfloat16 *)fm_cuda_workspace(be, (size_t)(P * (2 * I + I + H)) * sizeof(__nv_bfloat16));
     __nv_bfloat16 *h = gu + P * 2 * I, *y = h + P * I;
     fm_cuda_gemv(gate_up, 0, ids, x, k, P, gu, be->stream);
-    fm_cuda_swiglu(gu, P, I, h, be->stream);
+    fm_cuda_swiglu(gu, P, I, h, fm_routes_pdl(&be->routes), be->stream);
     fm_cuda_gemv(down, 0, ids, h, 1, P, y, be->stream);
-    fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+    fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, fm_routes_pdl(&be->routes), be->stream);
 }

@@ -21,7 +21,7 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
     a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
-    a.codes_staged = fm_routes_w4a8_codes_staged(r, (uint64_t)P, (uint64_t)E);
+    a.codes_staged = fm_routes_w4a8_codes_staged(r, (uint64_t)P, (uint64_t)E), a.pdl = fm_routes_pdl(r);
     a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
     a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
     a.dispatch = fmt, a.xts = b.amax ? (const float *)b.amax + 1 : NULL,
@@ -91,7 +91,7 @@ static void combine(cuda_backend *be, const __nv_bfloat16 *y, const __nv_bfloat1
     if (tail)
         fm_cuda_moe_combine_add_rmsnorm(y, NULL, weights, T, k, H, tail->scratch, tail->acc, tail->norm, tail->eps, out,
                                         fm_routes_pdl(&be->routes), be->stream);
-    else fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, be->stream);
+    else fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, fm_routes_pdl(&be->routes), be->stream);
 }
 
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
@@ -265,7 +265,7 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     fm_w4a8_args a;
     memset(&a, 0, sizeof a);
     a.w = w, a.wgmma = fm_routes_w4a8_wgmma(&be->routes), a.x = x8, a.xs = xs, a.xsum = xsum, a.lds = M;
-    a.codes_staged = fm_routes_w4a8_codes_staged(&be->routes, (uint64_t)M, 1);
+    a.codes_staged = fm_routes_w4a8_codes_staged(&be->routes, (uint64_t)M, 1), a.pdl = fm_routes_pdl(&be->routes);
     a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
     fm_cuda_w4a8_gemm(&a, be->stream);

@@ -12,6 +12,11 @@
 // also go to slot slots[t] of the layer's caches ([n_slots][nkv * hd], nothing for slot -1: a padding row); the v
 // heads are extra warps' work in the same loop (the kv_store launch that it saves is one launch's latency, ~2 us in a
 // graph).
+//
+// Programmatic dependent launch (pdl.cuh, `pdl`): the kernel lets the next one start at its top and waits for the
+// earlier ones before anything else (the positions and slots are a step's inputs, the rows the projection's output);
+// the norm weights are read where they are used, after the wait: a few hundred bytes, not worth registers held early.
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope.cuh"
 
 #define ROPE_WARPS 8
@@ -31,6 +36,8 @@ static __global__ __launch_bounds__(ROPE_WARPS *
                                                                  const A *q_norm, const A *k_norm, float eps,
                                                                  int64_t pos0, const int32_t *pos, float theta,
                                                                  const int32_t *slots, A *k_cache, A *v_cache) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t t = blockIdx.x;
     const int64_t slot = STORE ? (int64_t)slots[t] : -1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = hd / 2;
@@ -104,7 +111,7 @@ static __global__ __launch_bounds__(ROPE_WARPS *
 template <typename A>
 static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm,
                          float eps, int64_t pos0, const int32_t *pos, double theta, const int32_t *slots, A *k_cache,
-                         A *v_cache, cudaStream_t s) {
+                         A *v_cache, bool pdl, cudaStream_t s) {
     if (hd % 4 != 0 || hd > 256 || T > INT32_MAX) {
         fprintf(stderr, "fp8moe: qk_norm_rope: unsupported head_dim %d or T %lld\n", hd, (long long)T);
         abort();
@@ -117,44 +124,44 @@ static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
     const int64_t groups = fm_ceil_div(nh + nkv + (store ? nkv : 0), ROPE_WARPS), want = fm_ceil_div(264, T);
     dim3 grid((unsigned)T, (unsigned)(want < groups ? want : groups)), block(ROPE_WARPS * 32);
     if (hd <= 128 && store)
-        qk_norm_rope_kernel<A, 1, true>
-            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, slots, k_cache, v_cache);
+        pdl_launch(qk_norm_rope_kernel<A, 1, true>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0,
+                   pos, th, slots, k_cache, v_cache);
     else if (hd <= 128)
-        qk_norm_rope_kernel<A, 1, false>
-            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, NULL, NULL, NULL);
+        pdl_launch(qk_norm_rope_kernel<A, 1, false>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps,
+                   pos0, pos, th, (const int32_t *)NULL, (A *)NULL, (A *)NULL);
     else if (store)
-        qk_norm_rope_kernel<A, 2, true>
-            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, slots, k_cache, v_cache);
+        pdl_launch(qk_norm_rope_kernel<A, 2, true>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0,
+                   pos, th, slots, k_cache, v_cache);
     else
-        qk_norm_rope_kernel<A, 2, false>
-            <<<grid, block, 0, s>>>(qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, NULL, NULL, NULL);
+        pdl_launch(qk_norm_rope_kernel<A, 2, false>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps,
+                   pos0, pos, th, (const int32_t *)NULL, (A *)NULL, (A *)NULL);
     FM_LAUNCH_CHECK(store ? "qk_norm_rope_store" : "qk_norm_rope");
 }
 
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
-                                     const int32_t *pos, double theta, cudaStream_t s) {
+                                     const int32_t *pos, double theta, bool pdl, cudaStream_t s) {
     qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL,
-                 (__nv_bfloat16 *)NULL, (__nv_bfloat16 *)NULL, s);
+                 (__nv_bfloat16 *)NULL, (__nv_bfloat16 *)NULL, pdl, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                          const float *q_norm, const float *k_norm, float eps, int64_t pos0,
-                                         const int32_t *pos, double theta, cudaStream_t s) {
+                                         const int32_t *pos, double theta, bool pdl, cudaStream_t s) {
     qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL, (float *)NULL,
-                 (float *)NULL, s);
+                 (float *)NULL, pdl, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_store(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                            const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps,
                                            const int32_t *pos, double theta, const int32_t *slots,
-                                           __nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, s);
+                                           __nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, bool pdl, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, pdl, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_store_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                                const float *q_norm, const float *k_norm, float eps, const int32_t *pos,
                                                double theta, const int32_t *slots, float *k_cache, float *v_cache,
-                                               cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, s);
+                                               bool pdl, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, pdl, s);
 }

@@ -2,6 +2,11 @@
 // them, by E) and each of the k rounds is a warp argmax (ties to the lower index); one thread per token beyond that
 // (E = 512, k = 10, Qwen3-Next: 1.1 ms per token on one thread, 10 us on a warp). The selection order
 // and formulas are those of the CPU reference (src/backend/cpu/cpu_moe.c), so ids match it.
+//
+// Programmatic dependent launch (pdl.cuh, `pdl`): the kernels let the next one start at their top; the route
+// kernels wait for the earlier ones at once (their logits are the GEMM's), the fused router issues its first round
+// of router-matrix loads (no kernel writes the weights) before its wait.
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/router.cuh"
 
 #define FM_ROUTE_MAX_K 32
@@ -39,6 +44,8 @@ static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int3
 template <typename A>
 static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
                                     bool shared, int32_t *ids, A *weights) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= T) return;
     const A *l = logits + t * E;
@@ -132,6 +139,8 @@ static __device__ void route_warp_token(const A *l, int64_t t, int32_t E, int32_
 template <typename A>
 static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                                          bool norm_topk, bool shared, int32_t *ids, A *weights) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
     route_warp_token<A, false>(logits + t * E, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
@@ -161,23 +170,31 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     const int32_t e = blockIdx.x * RF_WARPS + warp;
     const int64_t chunks = H / 8;
     const bool staged = (int64_t)T * H <= RF_X_SMEM;
+    pdl_launch_dependents();
+    const uint4 *w = (const uint4 *)(W + (int64_t)(e < E ? e : 0) * ld);
+    uint4 wv[RF_U];
+#pragma unroll
+    for (int u = 0; u < RF_U; u++) { /* the first round of the row's loads, before the wait: weights */
+        const int64_t c = lane + 32 * u;
+        wv[u] = e < E && c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
+    }
+    pdl_wait(); /* from here on x may be read, logits, ids, weights and the counter written */
     if (staged) {
         for (int64_t c = threadIdx.x; c < T * chunks; c += RF_WARPS * 32)
             ((uint4 *)xs)[c] = __ldcg((const uint4 *)x + c);
         __syncthreads();
     }
     if (e < E) {
-        const uint4 *w = (const uint4 *)(W + (int64_t)e * ld);
         float acc[FM_ROUTER_FUSED_MAX_T];
 #pragma unroll
         for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) acc[t] = 0.0f;
         for (int64_t c0 = lane; c0 < chunks; c0 += 32 * RF_U) {
-            uint4 wv[RF_U];
+            if (c0 != lane)
 #pragma unroll
-            for (int u = 0; u < RF_U; u++) {
-                const int64_t c = c0 + 32 * u;
-                wv[u] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
-            }
+                for (int u = 0; u < RF_U; u++) {
+                    const int64_t c = c0 + 32 * u;
+                    wv[u] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
+                }
 #pragma unroll
             for (int u = 0; u < RF_U; u++) {
                 const int64_t c = c0 + 32 * u;
@@ -229,7 +246,7 @@ static bool route_takes(int32_t E, int32_t k, bool shared) {
 
 template <typename A>
 static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
-                  int32_t *ids, A *weights, cudaStream_t s) {
+                  int32_t *ids, A *weights, bool pdl, cudaStream_t s) {
     if (!route_takes(E, k, shared)) {
         fprintf(stderr, "fp8moe: route: top-%d of %d experts%s is not supported (k <= min(E, %d))\n", k, E,
                 shared ? " (the shared expert counted)" : "", FM_ROUTE_MAX_K);
@@ -237,11 +254,11 @@ static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax
     }
     if (T == 0) return;
     if (E - shared <= 32 * WARP_E_MAX)
-        route_warp_kernel<<<(unsigned)fm_ceil_div(T, 4), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, shared,
-                                                                      ids, weights);
+        pdl_launch(route_warp_kernel<A>, (unsigned)fm_ceil_div(T, 4), 128, 0, s, pdl, logits, T, E, k, softmax_topk,
+                   norm_topk, shared, ids, weights);
     else
-        route_kernel<<<(unsigned)fm_ceil_div(T, 128), 128, 0, s>>>(logits, T, E, k, softmax_topk, norm_topk, shared,
-                                                                   ids, weights);
+        pdl_launch(route_kernel<A>, (unsigned)fm_ceil_div(T, 128), 128, 0, s, pdl, logits, T, E, k, softmax_topk,
+                   norm_topk, shared, ids, weights);
     FM_LAUNCH_CHECK("route");
 }
 
@@ -253,23 +270,24 @@ bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, bool shared, in
 extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
                                      int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
                                      __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
-                                     cudaStream_t s) {
+                                     bool pdl, cudaStream_t s) {
     if (!fm_cuda_router_fused_takes(T, E, k, shared, H, ld)) {
         fprintf(stderr, "fp8moe: router_fused: unsupported shape (T %lld, E %d, k %d, H %lld, ld %lld)\n", (long long)T,
                 E, k, (long long)H, (long long)ld);
         abort();
     }
-    router_fused_kernel<<<(unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s>>>(
-        W, ld, E, H, x, (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter);
+    pdl_launch(router_fused_kernel, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
+               (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter);
     FM_LAUNCH_CHECK("router_fused");
 }
 
 extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                              bool norm_topk, bool shared, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s) {
-    route(logits, T, E, k, softmax_topk, norm_topk, shared, ids, weights, s);
+                              bool norm_topk, bool shared, int32_t *ids, __nv_bfloat16 *weights, bool pdl,
+                              cudaStream_t s) {
+    route(logits, T, E, k, softmax_topk, norm_topk, shared, ids, weights, pdl, s);
 }
 
 extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                                  bool norm_topk, bool shared, int32_t *ids, float *weights, cudaStream_t s) {
-    route(logits, T, E, k, softmax_topk, norm_topk, shared, ids, weights, s);
+                                  bool norm_topk, bool shared, int32_t *ids, float *weights, bool pdl, cudaStream_t s) {
+    route(logits, T, E, k, softmax_topk, norm_topk, shared, ids, weights, pdl, s);
 }

@@ -9,12 +9,14 @@
 // otherwise (Mixtral): top-k of the logits, fp32 softmax over the k.
 // shared (Qwen3-Next, its shared expert the bank's last expert; with softmax_topk): E and k count it; the top-(k - 1)
 // of the first E - 1 as above, then the pair (E - 1, sigmoid(logit E - 1)).
-// Preconditions: 1 <= k - shared <= min(E - shared, 32).
+// Preconditions: 1 <= k - shared <= min(E - shared, 32). pdl: launched with programmatic dependent launch (pdl.cuh;
+// fm_routes_pdl of the caller's route table).
 extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                              bool norm_topk, bool shared, int32_t *ids, __nv_bfloat16 *weights, cudaStream_t s);
+                              bool norm_topk, bool shared, int32_t *ids, __nv_bfloat16 *weights, bool pdl,
+                              cudaStream_t s);
 // the same over fp32 logits and weights (the ref32 oracle)
 extern "C" void fm_cuda_route_f32(const float *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
-                                  bool norm_topk, bool shared, int32_t *ids, float *weights, cudaStream_t s);
+                                  bool norm_topk, bool shared, int32_t *ids, float *weights, bool pdl, cudaStream_t s);
 
 // The router GEMV and the routing in one launch (router.cu), for T <= FM_ROUTER_FUSED_MAX_T tokens, E <= 1024
 // experts, H and ld multiples of 8 (fm_cuda_router_fused_takes). W bf16 [E][ld]; logits [T][E] bf16 as the GEMM
@@ -24,6 +26,6 @@ extern "C" bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, bool
 extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
                                      int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
                                      __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
-                                     cudaStream_t s);
+                                     bool pdl, cudaStream_t s);
 
 #endif

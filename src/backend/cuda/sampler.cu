@@ -12,9 +12,12 @@
 // probabilities of the raw logits: log-sum-exp (1 pass) and the top N by N argmax passes over the total order
 // (value descending, id ascending), each pass taking the first element after the previous pick.
 // Floor: V x (2 or 4) bytes of logits per row from HBM; the rest is L2 traffic, ~10-14 passes of 4V bytes.
+// Programmatic dependent launch (pdl.cuh, `pdl`): the kernel waits for the earlier ones at its top (every input is
+// the step's: the logits, the rows' slots, the sampling state and the constraint's masks).
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/sampler.cuh"
 
 #define THREADS 1024
@@ -169,6 +172,8 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
                                                                 const fm_logit_bias *bias, const uint32_t *mask,
                                                                 float *zbuf, int32_t *ids, fm_sample_info *info) {
     __shared__ sample_smem sh;
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t row = blockIdx.x;
     const int64_t slot = row_slot ? row_slot[row] : row; // the row's sequence: its parameters, step and state
     const fm_sampling p = params[slot];
@@ -302,14 +307,14 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
 void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
                     const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen,
                     const fm_logit_bias *bias, const uint32_t *mask, float *z, int32_t *ids, fm_sample_info *info,
-                    cudaStream_t s) {
+                    bool pdl, cudaStream_t s) {
     if (B <= 0) return;
     if ((counts == NULL) != (seen == NULL) || vocab <= 0 || !params || !steps || !z || !ids) {
         fprintf(stderr, "fp8moe: sample: bad arguments (vocab %d, counts %p, seen %p)\n", vocab, (void *)counts,
                 (void *)seen);
         abort();
     }
-    sample_kernel<<<(unsigned)B, THREADS, 0, s>>>(logits, f32, vocab, row_slot, params, steps, counts, seen, bias, mask,
-                                                  z, ids, info);
+    pdl_launch(sample_kernel, (unsigned)B, THREADS, 0, s, pdl, logits, f32, vocab, row_slot, params, steps, counts,
+               seen, bias, mask, z, ids, info);
     FM_LAUNCH_CHECK("sample");
 }

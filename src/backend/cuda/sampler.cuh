@@ -23,10 +23,11 @@ extern "C" {
 // (may be NULL when none has): unconstrained rows pay nothing;
 //   z [B][vocab] fp32 scratch; ids [B] out; info [B] out (the raw log-probabilities, as fm_sample_info), or NULL.
 // Values never reach the host: the op is graph-safe and branches on shapes only.
+// pdl: launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's route table).
 void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
                     const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen,
                     const fm_logit_bias *bias, const uint32_t *mask, float *z, int32_t *ids, fm_sample_info *info,
-                    cudaStream_t s);
+                    bool pdl, cudaStream_t s);
 
 #ifdef __cplusplus
 }

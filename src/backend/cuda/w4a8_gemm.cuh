@@ -23,6 +23,7 @@ typedef struct fm_w4a8_args {
     const fm_bank *w;  // int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, cuda_internal.cuh)
     bool wgmma;        // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
     bool codes_staged; // wgmma kernel: the codes through the shared-memory stage ring (fm_routes_w4a8_codes_staged)
+    bool pdl;          // launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl)
     const uint8_t *x;  // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
     const float *xs;   // activation scales [w->n_groups][lds]
     const float *xsum; // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs

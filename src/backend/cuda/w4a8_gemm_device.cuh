@@ -11,6 +11,7 @@
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/w4a8_layout.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "backend/w4a8_workspace.h"
@@ -46,6 +47,7 @@ typedef struct gemm_params {
     float *hs;
     float *hsum; // OUT_SWIGLU_E4M3 when the down bank is int4-zp: h's group sums, laid out as hs
     int64_t ldhs;
+    bool pdl; // the host's launch with programmatic dependent launch (fm_w4a8_args.pdl); the kernels wait at their top
 } gemm_params;
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -466,7 +468,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
         for (int j = 0; j < (CHUNKS + THREADS - 1) / THREADS; j++) {
             const int n = ((int)threadIdx.x + j * THREADS) >> 4;
             const int32_t slot = tile.slot0 + n;
-            out_row[j] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
+            out_row[j] = n >= tile.rows ? -1 : p.row_map ? __ldcg(p.row_map + slot) : slot;
         }
         /* local weight row of this thread's (block mb, row g + 8 half): which half of the CTA's 256 it lies in */
         const int lr0 = (int)(blk[0] * 16 - (int64_t)blockIdx.x * BM) + g,
@@ -513,7 +515,7 @@ static __device__ __forceinline__ void epilogue(const gemm_params &p, const fm_w
             for (int c = 0; c < 2; c++) {
                 const int n = nt * 8 + 2 * t + c;
                 const int32_t slot = tile.slot0 + n;
-                out_row[nt][c] = n >= tile.rows ? -1 : p.row_map ? __ldg(p.row_map + slot) : slot;
+                out_row[nt][c] = n >= tile.rows ? -1 : p.row_map ? __ldcg(p.row_map + slot) : slot;
             }
 #pragma unroll
         for (int nt = 0; nt < BNT / 8; nt++)

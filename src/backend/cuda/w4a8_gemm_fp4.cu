@@ -109,6 +109,10 @@ static __global__ __launch_bounds__(FP4_CTA_THREADS,
     __shared__ __align__(16) uint8_t raw_smem[FP4_RAW_STAGES][BNT * 64 + FP4_PRODUCERS * 8];
     __shared__ float red[THREADS / 32][BNT];
     constexpr int NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
+    /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
+       its expert, so nothing is loaded before the wait */
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
@@ -214,7 +218,7 @@ static __global__ __launch_bounds__(FP4_CTA_THREADS,
 }
 
 template <int BNT, int AF> void w4a8_wgmma_fp4_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
-    w4a8_wgmma_fp4_kernel<BNT, AF><<<grid, FP4_CTA_THREADS, 0, s>>>(p);
+    pdl_launch(w4a8_wgmma_fp4_kernel<BNT, AF>, grid, FP4_CTA_THREADS, 0, s, p.pdl, p);
 }
 
 /* the producer's register split exists for 64- and 16-row tiles; 32-row ones expand inline (w4a8_gemm.cu) */

@@ -14,6 +14,10 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ __align__(16) uint8_t raw_smem[AF ? STAGES : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
     constexpr int NW = wk_shape<WK>::words;
 
+    /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
+       its expert, so nothing is loaded before the wait */
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
@@ -104,7 +108,7 @@ static __global__ __launch_bounds__(THREADS,
 }
 
 template <int EPILOGUE, int WK, int BNT, int AF> void w4a8_mma_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
-    w4a8_mma_kernel<EPILOGUE, WK, BNT, AF><<<grid, THREADS, 0, s>>>(p);
+    pdl_launch(w4a8_mma_kernel<EPILOGUE, WK, BNT, AF>, grid, THREADS, 0, s, p.pdl, p);
 }
 
 #define W4A8_MMA_INSTANCE(E, WK, BNT, AF)                                                                              \

@@ -43,6 +43,10 @@ static __global__ __launch_bounds__(THREADS,
     extern __shared__ __align__(16) uint8_t code_smem[];                       /* CS: [S][code_stage<WK>::bytes] */
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
 
+    /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
+       its expert, so nothing is loaded before the wait */
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
@@ -215,9 +219,9 @@ void w4a8_wgmma_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
         constexpr int smem = CSTAGES * code_stage<WK>::bytes;
         FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1><<<grid, THREADS, smem, s>>>(p);
+        pdl_launch(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1>, grid, THREADS, smem, s, p.pdl, p);
     } else {
-        w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 0><<<grid, THREADS, 0, s>>>(p);
+        pdl_launch(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 0>, grid, THREADS, 0, s, p.pdl, p);
     }
 }
 

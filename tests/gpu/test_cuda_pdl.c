@@ -1,0 +1,194 @@
+/* Programmatic dependent launch (route pdl) changes when a decode step's kernels start, never what they compute:
+ * every kernel of a step waits for the earlier ones before it reads their outputs or writes anything they read
+ * (src/backend/cuda/pdl.cuh). So decode steps replayed as CUDA graphs give, under the default routes (pdl on from
+ * sm_90) and under pdl=off, the same logits bit for bit, the same sampled ids and the same log-probabilities.
+ *
+ * For each bundled model (Qwen3-MoE and Qwen3-Next golden checkpoints, the trained tiny-code-moe), each preset the
+ * sibling graph tests cover (ref, int4, fp8, fp8 with --dense w8a8, ref32) and each route set of a decode step's
+ * alternative kernels (the defaults; paged.combine=fused; decode.fused=on), one model loaded with pdl on and one with
+ * pdl=off run the same batches: B = 1, 4 and 24 sequences (the last padded to the 32-row bucket: padding rows, the
+ * GEMM paths above the decode GEMVs' rows), prompts of unequal lengths prefilled one by one, then STEPS decode steps
+ * through fm_decode_step (the first step of a bucket launched kernel by kernel, the second captured into the
+ * bucket's graph, the rest replays of it), half the rows greedy and half sampled. A mismatch names the model, preset,
+ * routes, B, step, row and logit. Where the GPU has no PDL (below sm_90) both runs launch normally and the test says
+ * so. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/routes.h"
+#include "engine/engine.h"
+#include "engine/kv_state.h"
+#include "gpu_test_util.h"
+
+#define STEPS 6
+#define MAX_B 24
+
+static const int32_t BATCHES[] = {1, 4, MAX_B};
+#define N_BATCHES ((int)(sizeof BATCHES / sizeof *BATCHES))
+
+typedef struct preset_case {
+    fm_preset preset;
+    bool w8a8;
+    const char *name;
+} preset_case;
+
+static const preset_case PRESETS[] = {
+    {FM_PRESET_REF, false, "ref"},       {FM_PRESET_INT4, false, "int4"},   {FM_PRESET_FP8, false, "fp8"},
+    {FM_PRESET_FP8, true, "fp8 + w8a8"}, {FM_PRESET_REF32, false, "ref32"},
+};
+
+/* the alternative kernels of a decode step that PDL must also leave bit for bit */
+static const char *const ROUTE_SETS[] = {"", "paged.combine=fused", "decode.fused=on"};
+
+/* what one model's decode steps produced, per batch: [STEPS][B] ids and log-probabilities, [STEPS][B][V] logits */
+typedef struct decode_run {
+    int32_t ids[N_BATCHES][STEPS][MAX_B];
+    float lps[N_BATCHES][STEPS][MAX_B];
+    float *logits[N_BATCHES];
+    int32_t V;                  /* the vocabulary */
+    bool pdl;                   /* the loaded model's route pdl */
+    int64_t kernels[N_BATCHES]; /* kernel nodes of the batch's decode graph */
+} decode_run;
+
+static fm_model *load(const char *dir, const preset_case *p, const char *routes) {
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.backend = "cuda", opt.preset = p->preset, opt.dense = p->w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
+    opt.max_seqs = MAX_B, opt.ctx = 128, opt.max_tokens = 64, opt.routes = routes;
+    fm_model *m = NULL;
+    fm_error err = {{0}};
+    if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s (%s, routes %s): %s", dir, p->name, routes, err.msg);
+    return m;
+}
+
+/* B sequences prefilled one by one (prompt i: 9 + 3 (i % 4) tokens), then STEPS decode steps of all B */
+static void decode_batch(fm_model *m, int32_t B, int bi, decode_run *r) {
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t seq[MAX_B], in[MAX_B];
+    fm_error err = {{0}};
+    for (int32_t i = 0; i < B; i++) {
+        const int32_t P = 9 + 3 * (i % 4);
+        int32_t prompt[24], seqs[24], pos[24];
+        for (int32_t t = 0; t < P + 1; t++) prompt[t] = (t * 13 + i * 101 + 5) % V;
+        fm_sampling sp;
+        fm_sampling_init(&sp);
+        if (i % 2) sp.temperature = 0.8f, sp.seed = 9 + (uint64_t)i, sp.top_k = i % 4 == 3 ? 20 : 0;
+        if (fm_kv_seq_begin(m->context, prompt, P, &sp, &seq[i], &err)) fail_msg("seq_begin: %s", err.msg);
+        if (fm_kv_seq_append(&m->context->kv->pool, seq[i], P, &err)) fail_msg("seq_append: %s", err.msg);
+        m->context->kv->tables_dirty = true;
+        for (int32_t t = 0; t < P; t++) seqs[t] = seq[i], pos[t] = t;
+        if (fm_step_stage(m->context, prompt, seqs, pos, P, &err)) fail_msg("stage: %s", err.msg);
+        fm_step_device(m->context, P, true, FM_ATTN_FRESH);
+        in[i] = prompt[P];
+    }
+    for (int s = 0; s < STEPS; s++) {
+        if (fm_decode_step(m->context, B, in, seq, r->ids[bi][s], r->lps[bi][s], &err))
+            fail_msg("decode step %d of %d rows: %s", s, B, err.msg);
+        if (fm_step_logits(m->context, B, r->logits[bi] + (size_t)s * B * V, &err)) fail_msg("logits: %s", err.msg);
+        memcpy(in, r->ids[bi][s], (size_t)B * sizeof *in);
+    }
+    fm_graph_nodes nodes;
+    r->kernels[bi] = fm_decode_graph_nodes(m->context, B, &nodes) ? nodes.kernels : -1;
+    for (int32_t i = 0; i < B; i++) fm_kv_seq_end(m->context, seq[i]);
+}
+
+static void run_model(const char *dir, const preset_case *p, const char *routes, decode_run *r) {
+    fm_model *m = load(dir, p, routes);
+    const int32_t V = r->V = fm_model_vocab_size(m);
+    r->pdl = fm_routes_pdl(&m->routes);
+    for (int bi = 0; bi < N_BATCHES; bi++) {
+        r->logits[bi] = malloc((size_t)STEPS * BATCHES[bi] * V * sizeof(float));
+        assert_non_null(r->logits[bi]);
+        decode_batch(m, BATCHES[bi], bi, r);
+    }
+    fm_model_free(m);
+}
+
+/* "extra,pdl=..." and then the command line's routes (later keys win) */
+static void routes_of(char *buf, size_t n, const char *extra, const char *pdl) {
+    const char *cl = gpu_test_routes();
+    snprintf(buf, n, "%s%s%s%s%s", extra, extra[0] && pdl[0] ? "," : "", pdl, cl && (extra[0] || pdl[0]) ? "," : "",
+             cl ? cl : "");
+}
+
+/* fails naming the first difference, if any */
+static void expect_same(const char *dir, const preset_case *p, const char *extra, int32_t V, const decode_run *on,
+                        const decode_run *off) {
+    for (int bi = 0; bi < N_BATCHES; bi++) {
+        const int32_t B = BATCHES[bi];
+        for (int s = 0; s < STEPS; s++)
+            for (int32_t i = 0; i < B; i++) {
+                const float *a = on->logits[bi] + ((size_t)s * B + i) * V,
+                            *b = off->logits[bi] + ((size_t)s * B + i) * V;
+                for (int32_t v = 0; v < V; v++)
+                    if (memcmp(&a[v], &b[v], sizeof *a))
+                        fail_msg("%s %s routes '%s' B=%d step %d row %d: logit %d differs with pdl on (%.9g) and off "
+                                 "(%.9g)",
+                                 dir, p->name, extra, B, s, i, v, (double)a[v], (double)b[v]);
+                if (on->ids[bi][s][i] != off->ids[bi][s][i] || memcmp(&on->lps[bi][s][i], &off->lps[bi][s][i], 4))
+                    fail_msg("%s %s routes '%s' B=%d step %d row %d: sampled %d (%.9g) with pdl on, %d (%.9g) off", dir,
+                             p->name, extra, B, s, i, on->ids[bi][s][i], (double)on->lps[bi][s][i], off->ids[bi][s][i],
+                             (double)off->lps[bi][s][i]);
+            }
+    }
+}
+
+static void pdl_same_logits(const char *dir, const preset_case *presets, int n_presets) {
+    static decode_run on, off; /* large: not on the stack */
+    int pdl_runs = 0;
+    for (int pi = 0; pi < n_presets; pi++)
+        for (size_t ri = 0; ri < sizeof ROUTE_SETS / sizeof *ROUTE_SETS; ri++) {
+            const preset_case *p = &presets[pi];
+            const char *extra = ROUTE_SETS[ri];
+            char r_on[300], r_off[300];
+            routes_of(r_on, sizeof r_on, extra, "");
+            routes_of(r_off, sizeof r_off, extra, "pdl=off");
+            run_model(dir, p, r_on[0] ? r_on : NULL, &on);
+            run_model(dir, p, r_off, &off);
+            assert_false(off.pdl);
+            assert_int_equal(on.V, off.V);
+            for (int bi = 0; bi < N_BATCHES; bi++) /* the steps compared were graph replays */
+                assert_true(on.kernels[bi] > 0 && off.kernels[bi] > 0);
+            expect_same(dir, p, extra, on.V, &on, &off);
+            pdl_runs += on.pdl;
+            printf(
+                "  %-30s %-10s routes '%s': pdl %s vs off, B = 1 / 4 / %d, %d steps: logits, ids and log-probabilities "
+                "bit for bit (graph kernels %lld / %lld / %lld)\n",
+                dir, p->name, extra, on.pdl ? "on" : "unavailable (both launched normally)", MAX_B, STEPS,
+                (long long)on.kernels[0], (long long)on.kernels[1], (long long)on.kernels[2]);
+            for (int bi = 0; bi < N_BATCHES; bi++) free(on.logits[bi]), free(off.logits[bi]);
+        }
+    if (!pdl_runs) printf("  %s: this GPU has no PDL (sm_90 and later): pdl on was never exercised\n", dir);
+}
+
+static void test_qwen3_moe(void **state) {
+    (void)state;
+    pdl_same_logits("tests/models/qwen3-moe-bf16", PRESETS, (int)(sizeof PRESETS / sizeof *PRESETS));
+}
+
+static void test_qwen3_next(void **state) {
+    (void)state;
+    pdl_same_logits("tests/models/qwen3-next-bf16", PRESETS, (int)(sizeof PRESETS / sizeof *PRESETS));
+}
+
+static void test_tiny_code_moe(void **state) {
+    (void)state;
+    pdl_same_logits("models/tiny-code-moe", &PRESETS[2], 2); /* fp8, fp8 + w8a8 */
+}
+
+int main(int argc, char **argv) {
+    gpu_test_args(argc, argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3_moe),
+        cmocka_unit_test(test_qwen3_next),
+        cmocka_unit_test(test_tiny_code_moe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
