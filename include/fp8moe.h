@@ -159,8 +159,14 @@ typedef struct fm_options {
                                        of rank tp_rank of tp_ranks (0 or 1: every head); the same group */
     bool prefix_cache;              /* generation: automatic prefix caching (fm_options_init: on; --no-prefix-cache):
                                        full KV blocks stay cached after their sequence ends, and a prompt that begins
-                                       with cached tokens maps them instead of computing them again. Refused with a
-                                       message for hybrid models (Qwen3-Next: docs/prefix-caching.md) */
+                                       with cached tokens maps them instead of computing them again. Hybrid models
+                                       (Qwen3-Next) also keep snapshots of their recurrent states, state_cache_slots
+                                       (docs/prefix-caching.md) */
+    int32_t state_cache_slots;      /* hybrid models with the prefix cache on (--state-cache-slots): snapshots of
+                                       the Gated DeltaNet layers' states at a few block boundaries, each the size of
+                                       one sequence's states; -1 (fm_options_init): 2 x max_seqs; 0: the prefix
+                                       cache is off for such a model. Given (>= 0) to a model without those layers,
+                                       or with the prefix cache off: a line on stderr says it has no effect */
     int64_t max_step_tokens;        /* generation (--max-step-tokens): tokens of one scheduler step, every running
                                        sequence's next token and prefill chunks together in one forward pass
                                        (docs/mixed-steps.md). 0: max_seqs + 512, at most max_tokens; -1 (`off`): no

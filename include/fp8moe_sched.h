@@ -105,6 +105,10 @@ typedef struct fm_sched_stats {
     int32_t kv_blocks_cached;
     int64_t kv_evictions;
     int64_t prefix_queries, prefix_hits, prefix_prompt_tokens, prefix_cached_tokens;
+    /* hybrid models (Qwen3-Next): the snapshots of the recurrent states (docs/prefix-caching.md): slots, usable
+       snapshots, snapshots taken, copied into a request's states (its cached tokens came with one), given up */
+    int32_t state_slots, state_snapshots;
+    int64_t state_saves, state_restores, state_evictions;
     int64_t prefill_tokens, decode_tokens, decode_steps;
     /* steps that ran rows; those with decode and prefill rows together (mixed), and their prefill tokens */
     int64_t steps, mixed_steps, mixed_prefill_tokens;

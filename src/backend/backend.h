@@ -203,6 +203,10 @@ typedef struct fm_backend_ops {
     void (*host_free)(fm_backend *be, void *p);
     /* bytes of backend memory to backend memory, stream-ordered (a device copy on a GPU) */
     void (*copy)(fm_backend *be, const void *src, size_t bytes, void *dst);
+    /* rows x row_bytes of backend memory, the source rows src_pitch bytes apart, the destination's dst_pitch apart
+     * (pitches >= row_bytes), stream-ordered, as one copy (a strided slice: one sequence's state in every layer) */
+    void (*copy_rows)(fm_backend *be, const void *src, size_t src_pitch, void *dst, size_t dst_pitch, size_t row_bytes,
+                      size_t rows);
     fm_status (*sync)(fm_backend *be, fm_error *err);
     /* Graphs (NULL where the backend has none: cpu, whose ops run as they are issued). graph_capture records what
      * body issues (body must not allocate or synchronise: run it once before capturing, so that workspaces have

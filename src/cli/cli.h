@@ -50,6 +50,10 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
     "                           every token --max-step-tokens leaves; latency sizes it from measured step\n"           \
     "                           times so a step stays within R x a decode-only step (64 tokens at least)\n"            \
     "  --max-step-latency-ratio R  latency's R, >= 1 (default 2; giving it alone selects latency)\n"
+/* --state-cache-slots, of the commands with a prefix cache */
+#define CLI_STATE_SLOTS_HELP                                                                                           \
+    "  --state-cache-slots N    hybrid models (Qwen3-Next): snapshots of the recurrent states kept for the prefix\n"   \
+    "                           cache, each one sequence's states (default: 2 x --max-seqs; 0: no prefix cache)\n"
 
 /* Experts in host memory: one line of the expert cache's counters (slots, hit rate, misses, bytes copied); nothing
  * when the model keeps its experts on the device. */

@@ -44,8 +44,7 @@ static const char *HELP =
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when "
     "smaller)\n" CLI_STEP_TOKENS_HELP
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
-    "                           (docs/prefix-caching.md)\n"
-    "sampling (default greedy):\n"
+    "                           (docs/prefix-caching.md)\n" CLI_STATE_SLOTS_HELP "sampling (default greedy):\n"
     "  --temperature T          T >= 0 (0: greedy)\n"
     "  --top-p P                P in (0, 1] (1: off)\n"
     "  --top-k K                K >= 0 (0: off)\n"
@@ -68,7 +67,8 @@ enum {
     OPT_MAX_STEP_TOKENS,
     OPT_STEP_BUDGET,
     OPT_STEP_RATIO,
-    OPT_NO_PREFIX_CACHE
+    OPT_NO_PREFIX_CACHE,
+    OPT_STATE_SLOTS
 };
 static const struct option own_options[] = {{"chat-template", required_argument, 0, OPT_TEMPLATE},
                                             {"system", required_argument, 0, OPT_SYSTEM},
@@ -80,6 +80,7 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
                                             {"no-reuse", no_argument, 0, OPT_NO_REUSE},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"state-cache-slots", required_argument, 0, OPT_STATE_SLOTS},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
@@ -93,6 +94,7 @@ typedef struct chat_args {
     int64_t max_step_tokens;         /* 0: the default */
     fm_step_budget_mode step_budget; /* 0: the default */
     double step_latency_ratio;       /* 0: the default */
+    long state_slots;                /* --state-cache-slots; -1: the default */
     fm_gen_params gp;
 } chat_args;
 
@@ -126,6 +128,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         a->gp.top_p = fm_sampler_top_p(a->gp.top_p > 0 ? a->gp.top_p : FLT_MIN); /* 1e-50 became 0 in fp32 */
         return true;
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_STATE_SLOTS: return cli_parse_int(cmd, "--state-cache-slots", arg, 0, 1L << 20, &a->state_slots);
     case OPT_TOP_K:
         if (!cli_parse_int(cmd, "--top-k", arg, 0, 1L << 30, &v)) return false;
         a->gp.top_k = (int32_t)v;
@@ -392,7 +395,7 @@ static fm_status chat_loop(chat *ch, fm_error *err) {
 
 int cmd_chat(int argc, char **argv) {
     const char *cmd = "chat";
-    chat_args a = {.max_tokens = DEFAULT_MAX_TOKENS, .prefill_chunk = 0}; /* 0: cli_prefill_chunk */
+    chat_args a = {.max_tokens = DEFAULT_MAX_TOKENS, .prefill_chunk = 0, .state_slots = -1}; /* 0: cli_prefill_chunk */
     fm_gen_params_init(&a.gp);
     cli_model_opts mo;
     cli_model_opts_init(&mo);
@@ -412,6 +415,7 @@ int cmd_chat(int argc, char **argv) {
     if (!st) {
         mo.opt.max_seqs = 1;
         mo.opt.prefix_cache = !a.no_prefix_cache && !a.no_reuse;
+        mo.opt.state_cache_slots = (int32_t)a.state_slots;
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         mo.opt.max_step_tokens = a.max_step_tokens;
         mo.opt.step_budget = a.step_budget, mo.opt.step_latency_ratio = a.step_latency_ratio;

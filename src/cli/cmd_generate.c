@@ -71,7 +71,7 @@ static const char *HELP =
     "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at "
     "most)\n" CLI_STEP_TOKENS_HELP
     "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
-    "                           (docs/prefix-caching.md)\n"
+    "                           (docs/prefix-caching.md)\n" CLI_STATE_SLOTS_HELP
     "  --ep N, --tp N           split the model over N ranks in this process: the routed experts (--ep), the\n"
     "                           attention heads (--tp), or both on the same ranks (cpu backend; --tp also on\n"
     "                           cuda, every rank on the one GPU; README, \"Expert and tensor parallelism\")\n"
@@ -112,7 +112,8 @@ enum {
     OPT_CHAT_TEMPLATE,
     OPT_EP,
     OPT_TP,
-    OPT_NO_PREFIX_CACHE
+    OPT_NO_PREFIX_CACHE,
+    OPT_STATE_SLOTS
 };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
                                             {"batch-file", required_argument, 0, OPT_BATCH},
@@ -144,6 +145,7 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"tp", required_argument, 0, OPT_TP},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"state-cache-slots", required_argument, 0, OPT_STATE_SLOTS},
                                             {0, 0, 0, 0}};
 
 typedef struct gen_args {
@@ -161,6 +163,7 @@ typedef struct gen_args {
     int32_t n_stop_seqs;
     bool stream;
     bool no_prefix_cache;
+    long state_slots;   /* --state-cache-slots; -1: the default */
     gen_text_opts text; /* --prompt, --chat and theirs */
     gen_text *gt;       /* a text prompt's tokenizer and printer, while it runs */
 } gen_args;
@@ -274,6 +277,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_MAX_RANKS, &a->ep);
     case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_MAX_RANKS, &a->tp);
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_STATE_SLOTS: return cli_parse_int(cmd, "--state-cache-slots", arg, 0, 1L << 20, &a->state_slots);
     }
     return true;
 }
@@ -551,6 +555,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     mo->opt.max_tokens = prompts[longest].n < chunk ? prompts[longest].n : chunk;
     mo->opt.max_seqs = (int32_t)(a->max_seqs > 0 ? a->max_seqs : n < DEFAULT_MAX_SEQS ? n : DEFAULT_MAX_SEQS);
     mo->opt.prefix_cache = !a->no_prefix_cache;
+    mo->opt.state_cache_slots = (int32_t)a->state_slots;
     mo->opt.max_step_tokens = a->max_step_tokens;
     mo->opt.step_budget = a->step_budget, mo->opt.step_latency_ratio = a->step_latency_ratio;
 
@@ -672,6 +677,7 @@ int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
     gen_args a;
     memset(&a, 0, sizeof a);
+    a.state_slots = -1;
     fm_gen_params_init(&a.gp);
     cli_model_opts mo;
     cli_model_opts_init(&mo);

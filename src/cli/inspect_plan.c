@@ -9,6 +9,7 @@
 #include "dist/rank_group.h"
 #include "dist/tp_attention.h"
 #include "engine/memory_plan.h"
+#include "engine/state_cache.h"
 #include "util/status.h"
 
 static void plan_row(const char *what, size_t bytes, int indent) {
@@ -99,6 +100,12 @@ static fm_status plan_options(const fm_config *cfg_in, const fm_model_src *src, 
         st = fm_fail(err, FM_ERR_USAGE, "--max-seqs: the config has no max_position_embeddings; give --ctx N");
     if (!st && a->max_seqs > 0) st = fm_memory_plan_add_generation(&p, &cfg, &plan, a->max_seqs, ctx, err);
     if (st) return st;
+    /* a hybrid model's state snapshots of the prefix cache, as many as a load takes by default */
+    fm_options load_opt;
+    fm_options_init(&load_opt);
+    load_opt.max_seqs = a->max_seqs;
+    const int32_t snaps = fm_state_cache_slots(&cfg, p.n_layers, &load_opt);
+    if (snaps > 0) fm_memory_plan_add_state_cache(&p, fm_state_cache_bytes(&cfg, p.n_layers, snaps));
     /* where the experts go: against --vram-limit or the GPU's free memory on cuda, no limit on the cpu */
     size_t free_bytes = 0, total = 0;
     fm_error qerr = {{0}};
@@ -154,7 +161,13 @@ static void print_table(const planned *q, const plan_args *a) {
     if (p.kv_seqs > 0) {
         snprintf(what, sizeof what, "KV cache (%d seqs x %lld tokens)", p.kv_seqs, (long long)p.kv_ctx);
         plan_row(what, p.kv_cache, 0);
-        plan_row("decode state (indices, scratch, sampler)", p.kv_state, 0);
+        fm_options load_opt; /* the state snapshots a load takes by default (plan_options) */
+        fm_options_init(&load_opt);
+        load_opt.max_seqs = p.kv_seqs;
+        const int32_t snaps = fm_state_cache_slots(&cfg, p.n_layers, &load_opt);
+        if (snaps > 0) snprintf(what, sizeof what, "decode state (with %d state snapshots)", snaps);
+        else snprintf(what, sizeof what, "decode state (indices, scratch, sampler)");
+        plan_row(what, p.kv_state, 0);
         plan_row("total (weights + act. + workspace + KV)", p.total, 0);
     } else {
         plan_row("total (weights + activations + workspace)", p.total, 0);

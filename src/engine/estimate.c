@@ -9,6 +9,7 @@
 #include "engine/memory_fit.h"
 #include "engine/memory_plan.h"
 #include "engine/shared_routing.h"
+#include "engine/state_cache.h"
 #include "io/config.h"
 #include "util/status.h"
 
@@ -73,6 +74,9 @@ fm_status fm_memory_estimate_compute(const char *dir, const fm_options *opt, fm_
     fm_memory_plan p;
     st = fm_memory_plan_compute_routes(&c, &plan, kind->name, &routes, opt->n_layers, T > B ? T : B, &p, err);
     if (!st && opt->max_seqs > 0) st = fm_memory_plan_add_generation(&p, &c, &plan, opt->max_seqs, ctx, err);
+    if (!st && opt->max_seqs > 0)
+        fm_memory_plan_add_state_cache(&p,
+                                       fm_state_cache_bytes(&c, p.n_layers, fm_state_cache_slots(&c, p.n_layers, opt)));
     if (!st && (opt->ep_ranks > 1 || opt->tp_ranks > 1))
         st = fm_memory_plan_rank(&p, &c, &plan, opt->ep_ranks, opt->tp_ranks,
                                  opt->ep_ranks > 1 ? opt->ep_rank : opt->tp_rank, err);
@@ -90,5 +94,11 @@ fm_status fm_memory_fit_generation(const char *dir, const fm_options *opt, int64
     if (!st) st = plan_of_options(opt, &plan, err);
     if (st) return st;
     const int32_t layers = opt->n_layers > 0 ? opt->n_layers : c.n_layers;
-    return fm_memory_fit_sequences(&c, &plan, layers, chunk, budget, cap, max_seqs, ctx, err);
+    /* a hybrid model's state snapshots: the slots asked for, or (the default) two per sequence */
+    fm_options one = *opt;
+    one.max_seqs = 1;
+    const size_t snaps = fm_state_cache_bytes(&c, layers, fm_state_cache_slots(&c, layers, &one));
+    const bool per_seq = opt->state_cache_slots < 0;
+    return fm_memory_fit_sequences_with(&c, &plan, layers, chunk, budget, per_seq ? 0 : snaps, per_seq ? snaps : 0, cap,
+                                        max_seqs, ctx, err);
 }

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
+#include "engine/state_cache.h"
 #include "model/arch.h"
 #include "util/status.h"
 
@@ -25,6 +26,7 @@ void fm_kv_state_free(fm_context *ctx, fm_kv_state *s) {
         m->be->ops->graph_free(m->be, s->pass_graphs[b]);
         m->be->ops->graph_free(m->be, s->sample_graphs[b]);
     }
+    fm_state_cache_free(ctx, s->snaps);
     KV_BUFFERS(s);
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);
@@ -238,24 +240,41 @@ int64_t fm_kv_seq_cut(fm_context *ctx, int32_t seq, int64_t n) {
 }
 
 void fm_kv_seq_end(fm_context *ctx, int32_t seq) {
+    fm_state_cache_seq_end(ctx, seq);
     fm_kv_seq_close(&ctx->kv->pool, seq);
     ctx->kv->tables_dirty = true;
 }
 
-void fm_kv_state_prefix_cache(fm_context *ctx, bool on) {
+fm_status fm_kv_state_prefix_cache(fm_context *ctx, bool on, int32_t state_slots, fm_error *err) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
+    fm_kv_state *kv = ctx->kv;
     const int32_t n_attn = fm_arch_attention_layers(c, m->n_layers), n_gdn = m->n_layers - n_attn;
-    ctx->kv->pool.prefix_cache = on && n_gdn == 0;
-    if (!on || n_gdn == 0) return;
-    /* what saving the states at a block boundary would cost, against what the block itself holds */
-    const fm_gdn_shape g = fm_gdn_shape_of(c);
-    const double state = (double)n_gdn * (double)(fm_gdn_conv_state_elems(g) + fm_gdn_rec_state_elems(g)) * 4.0;
-    const double block = (double)fm_kv_block_bytes(n_attn, c->n_kv_heads, c->head_dim, ctx->kv->pool.block_tokens,
+    fm_state_cache_free(ctx, kv->snaps);
+    kv->snaps = NULL;
+    kv->pool.prefix_cache = on && (n_gdn == 0 || state_slots > 0);
+    if (!on || n_gdn == 0) return FM_OK;
+    /* what one snapshot costs, against what a block of KV holds */
+    const double snap = (double)fm_state_cache_snapshot_bytes(c, m->n_layers);
+    const double block = (double)fm_kv_block_bytes(n_attn, c->n_kv_heads, c->head_dim, kv->pool.block_tokens,
                                                    (int32_t)m->be->ops->act_size);
+    if (state_slots <= 0) {
+        fprintf(stderr,
+                "fp8moe: prefix caching is off for this hybrid model: --state-cache-slots 0 (a snapshot of its %d "
+                "Gated DeltaNet layers' states is %.0f KiB, %.1fx a %d-token block's %.0f KiB of KV)\n",
+                n_gdn, snap / 1024.0, block > 0 ? snap / block : 0.0, kv->pool.block_tokens, block / 1024.0);
+        return FM_OK;
+    }
+    fm_status st = fm_state_cache_create(ctx, state_slots, &kv->snaps, err);
+    if (st) {
+        kv->pool.prefix_cache = false;
+        return st;
+    }
+    char each[32], all[32];
     fprintf(stderr,
-            "fp8moe: prefix caching is off for this hybrid model: its %d Gated DeltaNet layers hold %.0f KiB of "
-            "recurrent and conv state per sequence, which a cached prefix would have to save at every %d-token block "
-            "boundary, %.1fx the %.0f KiB of KV in the block itself (a kept chat cache still continues its turns)\n",
-            n_gdn, state / 1024.0, ctx->kv->pool.block_tokens, block > 0 ? state / block : 0.0, block / 1024.0);
+            "fp8moe: prefix cache of this hybrid model: %d snapshots of its %d Gated DeltaNet layers' states, %s each "
+            "(%.1fx a %d-token block's KV), %s in all (--state-cache-slots)\n",
+            state_slots, n_gdn, fm_mem_format((size_t)snap, each, sizeof each), block > 0 ? snap / block : 0.0,
+            kv->pool.block_tokens, fm_mem_format((size_t)snap * (size_t)state_slots, all, sizeof all));
+    return FM_OK;
 }

@@ -63,9 +63,11 @@ typedef struct fm_kv_state {
     uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host (backend
                                host_alloc memory: unchanged from its upload until the step's sync) */
     bool tables_dirty;
-    int64_t step_tokens; /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
-    bool step_latency;   /* the prefill share of a mixed step sized by time (fm_options.step_budget) */
-    double step_ratio;   /* then: a step within step_ratio x a decode-only step */
+    struct fm_state_cache *snaps; /* hybrid models with the prefix cache on: the Gated DeltaNet state snapshots
+                                     (state_cache.h); NULL otherwise */
+    int64_t step_tokens;          /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
+    bool step_latency;            /* the prefill share of a mixed step sized by time (fm_options.step_budget) */
+    double step_ratio;            /* then: a step within step_ratio x a decode-only step */
 } fm_kv_state;
 
 /* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet
@@ -79,10 +81,10 @@ fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size
 fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows, fm_kv_state **out, fm_error *err);
 void fm_kv_state_free(fm_context *ctx, fm_kv_state *s);
 
-/* Turns the prefix cache (kv_prefix.h) on or off. A hybrid model (Gated DeltaNet layers) keeps it off: a cached
- * prefix would need the layers' recurrent and conv states saved at every block boundary, each save the size of a
- * whole sequence's state; the line printed on stderr gives the bytes against a block's KV bytes. */
-void fm_kv_state_prefix_cache(fm_context *ctx, bool on);
+/* Turns the prefix cache (kv_prefix.h) on or off. A hybrid model (Gated DeltaNet layers) needs state snapshots beside
+ * it (state_cache.h): `state_slots` of them (0: the cache stays off for it); the line printed on stderr gives their
+ * bytes. */
+fm_status fm_kv_state_prefix_cache(fm_context *ctx, bool on, int32_t state_slots, fm_error *err);
 
 /* Opens a sequence for a prompt and sampling parameters: a slot, its sampler state reset (the prompt's ids marked
  * as seen for the repetition penalty), its step counter at 0. */
@@ -100,7 +102,7 @@ void fm_kv_seq_set_bias(fm_context *ctx, int32_t seq, const fm_logit_bias *bias,
  * the next tokens are written there and the named block stays as others map it. Returns the tokens kept (fewer, cut
  * back to the block boundary, only when no block is free for the copy). */
 int64_t fm_kv_seq_cut(fm_context *ctx, int32_t seq, int64_t n);
-/* Ends a sequence: its blocks return to the pool. */
+/* Ends a sequence: its blocks return to the pool (and the state snapshot slot it owned to the snapshot cache). */
 void fm_kv_seq_end(fm_context *ctx, int32_t seq);
 
 #endif

@@ -15,5 +15,10 @@
  * when the model alone, or 16 tokens per sequence, do not fit in budget bytes. */
 fm_status fm_memory_fit_sequences(const fm_config *cfg, const fm_plan *plan, int32_t n_layers, int64_t chunk,
                                   size_t budget, int32_t cap, int32_t *max_seqs, int64_t *ctx, fm_error *err);
+/* The same with memory beside the KV cache: `fixed` bytes, and `seq_extra` more per sequence (a hybrid model's state
+ * snapshots of the prefix cache: --state-cache-slots N, or 2 per sequence by default). */
+fm_status fm_memory_fit_sequences_with(const fm_config *cfg, const fm_plan *plan, int32_t n_layers, int64_t chunk,
+                                       size_t budget, size_t fixed, size_t seq_extra, int32_t cap, int32_t *max_seqs,
+                                       int64_t *ctx, fm_error *err);
 
 #endif

@@ -307,6 +307,13 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
     return FM_OK;
 }
 
+void fm_memory_plan_add_state_cache(fm_memory_plan *p, size_t bytes) {
+    p->kv_state += bytes;
+    const size_t run = p->activations + p->workspace + p->kv_cache + p->kv_state + p->ep_exchange;
+    p->total = p->weight_total + run;
+    p->peak = p->weight_total + (run > p->load_staging ? run : p->load_staging);
+}
+
 void fm_expert_prefetch_layout_of(const fm_config *cfg, int64_t tokens, fm_expert_prefetch_layout *out) {
     const size_t R = (size_t)(tokens < FM_EXPERT_PREFETCH_MAX_T ? tokens : FM_EXPERT_PREFETCH_MAX_T);
 #define A256(b) (((b) + 255) / 256 * 256)

@@ -77,7 +77,8 @@ typedef struct fm_memory_plan {
     int32_t kv_seqs; /* generation (fm_memory_plan_add_generation): sequences, and tokens per sequence */
     int64_t kv_ctx;
     size_t kv_cache; /* the paged KV cache: 2 x layers x ceil(ctx / 16) x 16 x seqs x kv heads x head_dim x act */
-    size_t kv_state; /* decode index buffers, paged-attention scratch, the sampler's per-sequence state */
+    size_t kv_state; /* decode index buffers, paged-attention scratch, the sampler's per-sequence state; hybrid
+                        models' state snapshots of the prefix cache (fm_memory_plan_add_state_cache) */
 
     size_t load_staging; /* transient while loading (weights not all resident yet, no activations) */
 
@@ -144,6 +145,10 @@ fm_status fm_memory_plan_compute_routes(const fm_config *cfg, const fm_plan *pla
  * (src/engine/kv_state.c sizes them; steps of up to p->tokens rows), and updates total and peak. */
 fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg, const fm_plan *plan, int32_t max_seqs,
                                         int64_t ctx, fm_error *err);
+
+/* Adds the prefix cache's state snapshots of a hybrid model (engine/state_cache.h fm_state_cache_bytes) to the
+ * generation state of a plan, after fm_memory_plan_add_generation; updates total and peak. */
+void fm_memory_plan_add_state_cache(fm_memory_plan *p, size_t bytes);
 
 /* Places the experts of a computed plan (after fm_memory_plan_add_generation, if any: the cache comes after
  * everything else). `available`: the backend bytes the plan may take, 0 = no limit (the cpu backend).

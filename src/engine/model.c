@@ -12,6 +12,7 @@
 #include "engine/load_progress.h"
 #include "engine/memory_plan.h"
 #include "engine/shared_routing.h"
+#include "engine/state_cache.h"
 #include "engine/step_budget.h"
 #include "engine/weight_format.h"
 #include "util/progress.h"
@@ -23,6 +24,7 @@ void fm_options_init(fm_options *opt) {
     opt->preset = FM_PRESET_REF;
     opt->expert_policy = FM_EXPERT_LFU; /* a prefill's cyclic pass over the layers defeats LRU (docs/RESULTS.md 2.11) */
     opt->prefix_cache = true;
+    opt->state_cache_slots = -1;
 }
 
 int32_t fm_model_vocab_size(const fm_model *m) { return m->cfg.vocab_size; }
@@ -332,6 +334,9 @@ static fm_status check_device_memory(fm_model *m, const fm_model_src *src, const
     fm_status st = fm_memory_plan_compute_routes(&cfg, &m->plan, kind->name, &m->routes, m->n_layers, T, &plan, err);
     if (!st && opt->max_seqs > 0)
         st = fm_memory_plan_add_generation(&plan, &cfg, &m->plan, opt->max_seqs, m->n_ctx, err);
+    if (!st && opt->max_seqs > 0)
+        fm_memory_plan_add_state_cache(
+            &plan, fm_state_cache_bytes(&cfg, m->n_layers, fm_state_cache_slots(&cfg, m->n_layers, opt)));
     /* a rank of a group: its experts and heads, its exchange buffers and their scratch */
     if (!st && (m->ep_ranks > 1 || m->tp_ranks > 1))
         st = fm_memory_plan_rank(&plan, &cfg, &m->plan, m->ep_ranks, m->tp_ranks,
@@ -506,7 +511,11 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     /* generation: the KV cache and the decode state, planned above with the rest */
     if (!st && opt->max_seqs < 0) st = fm_fail(err, FM_ERR_USAGE, "--max-seqs must be >= 0, got %d", opt->max_seqs);
     if (!st && opt->max_seqs > 0) st = fm_kv_state_create(ctx, opt->max_seqs, ctx->buf_tokens, &ctx->kv, err);
-    if (!st && ctx->kv) fm_kv_state_prefix_cache(ctx, opt->prefix_cache);
+    if (!st && ctx->kv && opt->state_cache_slots < -1)
+        st = fm_fail(err, FM_ERR_USAGE, "--state-cache-slots must be >= 0, got %d", opt->state_cache_slots);
+    if (!st && ctx->kv)
+        st = fm_kv_state_prefix_cache(ctx, opt->prefix_cache, fm_state_cache_slots(&m->cfg, m->n_layers, opt), err);
+    if (!st && ctx->kv) fm_state_cache_option_note(&m->cfg, m->n_layers, opt);
     if (!st && ctx->kv) st = resolve_step_tokens(ctx, opt, err);
     /* experts in host memory: the expert cache comes after everything else, as the plan placed it */
     if (!st && m->experts_host) st = fm_expert_offload_create(ctx, m->expert_slots, opt->expert_policy, err);

@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "engine/kv_prefix.h"
 #include "engine/kv_state.h"
+#include "engine/state_cache.h"
 #include "engine/step_budget.h"
 #include "fp8moe_sched.h"
 #include "engine/stop.h"
@@ -370,7 +371,7 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         /* the longest cached prefix, all but the last prompt token at most: that one runs for the logits */
         fm_kv_pool *pool = &ctx->kv->pool;
         if (pool->prefix_cache) {
-            q->pos = q->n_cached = fm_kv_prefix_share(pool, q->slot, q->prompt, q->r.n_prompt - 1);
+            q->pos = q->n_cached = fm_state_cache_share(ctx, q->slot, q->prompt, q->r.n_prompt - 1);
             if (q->n_cached) ctx->kv->tables_dirty = true;
             s->prefix_queries++, s->prefix_hits += q->n_cached > 0;
             s->prefix_prompt_tokens += q->r.n_prompt, s->prefix_cached_tokens += q->n_cached;
@@ -419,7 +420,8 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     fm_context *ctx = s->ctx;
     const fm_model *m = ctx->m;
     fm_kv_state *kv = ctx->kv;
-    const int64_t n = q->r.n_prompt, p0 = q->pos, T = n - p0 < s->chunk ? n - p0 : s->chunk;
+    const int64_t n = q->r.n_prompt, p0 = q->pos;
+    const int64_t T = fm_state_cache_chunk(ctx, q->slot, p0, n, n - p0 < s->chunk ? n - p0 : s->chunk);
     const bool last = p0 + T == n;
     fm_error e;
     if (fm_kv_reserve(ctx, q->slot, T, &e)) {
@@ -429,10 +431,13 @@ static fm_status prefill_chunk(fm_sched *s, rq *q, fm_error *err) {
     for (int64_t t = 0; t < T; t++) s->h_seq[t] = q->slot, s->h_pos[t] = (int32_t)(p0 + t);
     fm_status st = fm_step_stage(ctx, q->prompt + p0, s->h_seq, s->h_pos, T, err);
     if (st) return st;
-    fm_step_device(ctx, T, last, p0 == 0 && last ? FM_ATTN_FRESH : FM_ATTN_PAGED);
+    /* a whole prompt in one chunk, or its first piece when a state snapshot splits it, runs as a fresh prefill */
+    const bool fresh = p0 == 0 && n <= s->chunk && T == fm_state_cache_chunk(ctx, q->slot, 0, n, n);
+    fm_step_device(ctx, T, last, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     q->pos += T;
     s->prefill_tokens += T;
     fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
+    fm_state_cache_prefilled(ctx, q->slot, q->pos, n);
     if (!last) return m->be->ops->sync(m->be, err);
     fm_backend *be = m->be;
     int32_t id;
@@ -487,6 +492,7 @@ static void name_decoded(fm_sched *s, int32_t n) {
     for (int32_t j = 0; j < n; j++) {
         rq *q = s->d_who[j];
         fm_kv_prefix_name(&s->ctx->kv->pool, q->slot, q->prompt, q->r.n_prompt + q->n_gen);
+        fm_state_cache_decoded(s->ctx, q->slot);
     }
 }
 
@@ -552,7 +558,7 @@ static fm_status prefill_rows(fm_sched *s, int64_t left, int32_t *n_chunks, fm_e
                 if (!started) continue;
             }
             const int64_t rest = q->r.n_prompt - q->pos, cap = left < s->chunk ? left : s->chunk;
-            const int64_t T = rest < cap ? rest : cap;
+            const int64_t T = fm_state_cache_chunk(s->ctx, q->slot, q->pos, q->r.n_prompt, rest < cap ? rest : cap);
             fm_error e;
             if (fm_kv_reserve(s->ctx, q->slot, T, &e)) {
                 finish(s, q, FM_SCHED_ERROR, -1, NULL, 0, e.msg);
@@ -614,7 +620,9 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     }
     if (!n_runs) runs[n_runs++] = (fm_row_run){T - 1, 1}; /* nothing to sample: the last row's logits, unread */
     const rq *c0 = s->c_who[0];
-    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && s->c_len[0] == c0->r.n_prompt;
+    const int64_t n0 = c0->r.n_prompt; /* a whole prompt, or its first piece when a state snapshot splits it */
+    const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && n0 <= s->chunk && n0 <= s->prefill_limit &&
+                       s->c_len[0] == fm_state_cache_chunk(ctx, c0->slot, 0, n0, n0);
     if ((st = fm_step_stage(ctx, s->h_ids, s->h_seq, s->h_pos, T, err))) return st;
     fm_step_device_rows(ctx, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED);
     /* the sampled rows: the completing prompts' last rows, then the decode rows */
@@ -637,6 +645,7 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
         q->pos += s->c_len[c];
         s->prefill_tokens += s->c_len[c];
         fm_kv_prefix_name(&kv->pool, q->slot, q->prompt, q->pos); /* its full blocks, for later prompts */
+        fm_state_cache_prefilled(ctx, q->slot, q->pos, q->r.n_prompt);
     }
     if (n_dec) name_decoded(s, n_dec);
     for (int32_t j = 0; j < n_dec; j++) deliver(s, s->d_who[j], s->d_out[n_done + j], &info[n_done + j]);
@@ -733,6 +742,11 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
     st->prefix_cache = p->prefix_cache, st->kv_blocks_cached = p->n_lru, st->kv_evictions = p->evictions;
     st->prefix_queries = s->prefix_queries, st->prefix_hits = s->prefix_hits;
     st->prefix_prompt_tokens = s->prefix_prompt_tokens, st->prefix_cached_tokens = s->prefix_cached_tokens;
+    const fm_state_cache *sc = s->ctx->kv->snaps;
+    if (sc) {
+        st->state_slots = sc->n_slots, st->state_snapshots = fm_state_cache_live(s->ctx);
+        st->state_saves = sc->saves, st->state_restores = sc->restores, st->state_evictions = sc->evictions;
+    }
     fm_expert_stats es;
     if ((st->experts_host = fm_context_expert_stats(s->ctx, &es))) {
         st->expert_slots = es.slots, st->expert_hits = es.hits, st->expert_misses = es.misses;

@@ -112,6 +112,16 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
         counter(o, "fp8moe_expert_cache_copied_bytes_total", "bytes copied from host memory into the cache",
                 st->expert_bytes_copied);
     }
+    if (st->state_slots > 0) { /* hybrid models: the snapshots of the recurrent states beside the prefix cache */
+        gauge(o, "fp8moe_state_snapshots", "recurrent-state snapshots usable now (hybrid models)", st->state_snapshots);
+        gauge(o, "fp8moe_state_snapshot_slots", "recurrent-state snapshot slots (--state-cache-slots)",
+              st->state_slots);
+        counter(o, "fp8moe_state_snapshot_saves_total", "recurrent-state snapshots taken", (uint64_t)st->state_saves);
+        counter(o, "fp8moe_state_snapshot_restores_total", "recurrent-state snapshots a request started from",
+                (uint64_t)st->state_restores);
+        counter(o, "fp8moe_state_snapshot_evictions_total", "recurrent-state snapshots given up for new ones",
+                (uint64_t)st->state_evictions);
+    }
     hist_write(o, "fp8moe_time_to_first_token_seconds", "from a request's arrival to its first token", &m->ttft,
                k_bounds);
     hist_write(o, "fp8moe_inter_token_latency_seconds", "between consecutive tokens of a request", &m->itl, k_bounds);

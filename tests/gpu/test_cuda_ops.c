@@ -1034,6 +1034,32 @@ static void test_moe_fp4_large(void **s) {
     }
 }
 
+/* copy_rows (a hybrid model's state snapshots, src/engine/state_cache.c): a strided slice of rows into a packed
+   buffer and back, odd widths and pitches; bytes outside the rows stay as they were */
+static void test_copy_rows(void **s) {
+    (void)s;
+    both b = make(FM_PRESET_REF32);
+    enum { ROWS = 5, W = 13 * 4, SP = 3 * W + 8, DP = W + 20 };
+    uint8_t src[ROWS * SP], dst0[ROWS * DP], out[ROWS * DP], back[ROWS * SP];
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 37 + 11);
+    for (size_t i = 0; i < sizeof dst0; i++) dst0[i] = (uint8_t)(0xA5 ^ i);
+    fm_backend *be = b.be[1];
+    void *sd = be->ops->alloc(be, sizeof src), *dd = be->ops->alloc(be, sizeof dst0);
+    be->ops->upload_raw(be, src, sizeof src, sd), be->ops->upload_raw(be, dst0, sizeof dst0, dd);
+    be->ops->copy_rows(be, (char *)sd + W, SP, dd, DP, W, ROWS); /* the second W bytes of each source row */
+    be->ops->download_raw(be, dd, sizeof out, out);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < DP; c++) assert_int_equal(out[r * DP + c], c < W ? src[r * SP + W + c] : dst0[r * DP + c]);
+    /* and back into the third W bytes of each source row */
+    be->ops->copy_rows(be, dd, DP, (char *)sd + 2 * W, SP, W, ROWS);
+    be->ops->download_raw(be, sd, sizeof back, back);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < SP; c++)
+            assert_int_equal(back[r * SP + c], c >= 2 * W && c < 3 * W ? src[r * SP + c - W] : src[r * SP + c]);
+    be->ops->free(be, sd), be->ops->free(be, dd);
+    destroy(&b);
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
@@ -1051,6 +1077,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_paged_attention),
         cmocka_unit_test(test_paged_chunks),
         cmocka_unit_test(test_paged_graph_replay),
+        cmocka_unit_test(test_copy_rows),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -14,6 +14,8 @@
 #   - SIGTERM drains: a short stream finishes, new requests get 503, a long stream past --drain-timeout is cut
 #     (an error event, finish_reason abort); the CLI refuses an empty --api-key and an unwritable --port-file and
 #     fails when stdout cannot be written;
+#   - the prefix cache of a hybrid model (synthetic toy-next, curl): the same prompt again and a shared system prompt
+#     start from Gated DeltaNet state snapshots (usage cached_tokens, /metrics);
 #   - the server ends every part with no KV block in use (/metrics), and exits 0 on SIGTERM: with the ASan build
 #     (make test-serve) a leak or memory error fails the run.
 # usage: tests/serve/run.sh BIN   (run from the repository root; npm installs the packages on first use)
@@ -37,9 +39,10 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-start() { # NAME ARGS...: starts a server on a free port, waits for its port file
+start() { # NAME ARGS...: starts a server on a free port (of $MODEL, or --synthetic $SYNTHETIC), waits for its port file
   local name=$1; shift
-  "$BIN" serve --model "$MODEL" --port 0 --port-file "$OUT/$name.port" "$@" >"$OUT/$name.log" 2>&1 &
+  local src=(--model "$MODEL"); [ -n "${SYNTHETIC:-}" ] && src=(--synthetic "$SYNTHETIC")
+  "$BIN" serve "${src[@]}" --port 0 --port-file "$OUT/$name.port" "$@" >"$OUT/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 1800); do # the warm-up of a 2048-token chunk takes up to a minute under ASan on 2 busy cores
     [ -s "$OUT/$name.port" ] && return 0
@@ -144,6 +147,27 @@ MODEL=$MODEL_SAVED
 curl -s "http://127.0.0.1:$(cat "$OUT/ctx1024.port")/v1/models" | grep -q '"max_model_len":1024' || { echo "the 1024-token model"; exit 1; }
 kill -TERM "${pids[-1]}"; wait "${pids[-1]}"; unset 'pids[-1]'
 echo "  ok  a model with max_position_embeddings 1024 serves with no option (max_model_len 1024)"
+
+echo "== serve: the prefix cache of a hybrid model (synthetic toy-next: Gated DeltaNet state snapshots)"
+SYNTHETIC=toy-next start next --max-seqs 2 --no-warmup
+NEXT=http://127.0.0.1:$(cat "$OUT/next.port")
+grep -q 'prefix cache of this hybrid model: 4 snapshots' "$OUT/next.log" || { echo "no snapshot line"; cat "$OUT/next.log"; exit 1; }
+ids() { python3 -c "import sys; a = [int(x) for x in sys.argv[1:]]; print(list(range(a[0], a[1])) + list(range(a[2], a[3])))" "$@"; }
+complete() { # PROMPT_JSON: prints the cached tokens, then the ids and log-probabilities of a greedy completion
+  curl -s -H "Content-Type: application/json" -d "{\"prompt\":$1,\"max_tokens\":8,\"temperature\":0,\"logprobs\":1}" \
+    "$NEXT/v1/completions" | python3 -c "import json,sys; d=json.load(sys.stdin); c=d['choices'][0]['logprobs']
+print(d['usage']['prompt_tokens_details']['cached_tokens'], json.dumps(c['tokens']), json.dumps(c['token_logprobs']))"
+}
+a1=$(complete "$(ids 3 73 0 0)"); a2=$(complete "$(ids 3 73 0 0)")
+# a 48-token system prompt, then questions of 20 to 23 tokens (a prompt's own last boundary is past the system prompt)
+s1=$(complete "$(ids 10 58 200 220)"); s2=$(complete "$(ids 10 58 150 171)"); s3=$(complete "$(ids 10 58 100 123)")
+[ "${a1%% *}" = 0 ] && [ "${a2%% *}" = 64 ] && [ "${a1#* }" = "${a2#* }" ] ||
+  { echo "the same prompt twice: '$a1' then '$a2' (want 0 then 64 cached tokens, the same ids and log-probabilities)"; exit 1; }
+[ "${s1%% *}" = 0 ] && [ "${s2%% *}" = 0 ] && [ "${s3%% *}" = 48 ] ||
+  { echo "a shared 48-token system prompt: $s1 / $s2 / $s3 (want 0, 0, then 48 cached tokens)"; exit 1; }
+curl -s "$NEXT/metrics" | grep -q '^fp8moe_state_snapshot_restores_total 2$' || { echo "snapshot restores"; curl -s "$NEXT/metrics" | grep state_; exit 1; }
+echo "  ok  the same prompt again maps the 64 tokens before its last boundary (same ids and log-probabilities); the third"
+echo "      prompt sharing a system prompt maps it (the second took the snapshot); 2 snapshot restores in /metrics"
 
 echo "== serve: clean shutdown"
 used=$(curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" | awk '/^fp8moe_kv_blocks_used /{print $2}')

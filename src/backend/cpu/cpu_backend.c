@@ -57,6 +57,13 @@ static void cpu_copy(fm_backend *be, const void *src, size_t bytes, void *dst) {
     memmove(dst, src, bytes);
 }
 
+static void cpu_copy_rows(fm_backend *be, const void *src, size_t src_pitch, void *dst, size_t dst_pitch,
+                          size_t row_bytes, size_t rows) {
+    (void)be;
+    for (size_t r = 0; r < rows; r++)
+        memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+
 static void cpu_upload_raw(fm_backend *be, const void *src, size_t bytes, void *dst) {
     (void)be;
     memcpy(dst, src, bytes);
@@ -101,6 +108,7 @@ static const fm_backend_ops cpu_ops = {
     .download_raw = cpu_download_raw,
     .upload_raw = cpu_upload_raw,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .sync = cpu_sync,
     .mark = cpu_mark,
     .elapsed_ms = cpu_elapsed_ms,

@@ -272,6 +272,12 @@ static void cu_copy(fm_backend *bb, const void *src, size_t bytes, void *dst) {
     FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(bb)));
 }
 
+static void cu_copy_rows(fm_backend *bb, const void *src, size_t src_pitch, void *dst, size_t dst_pitch,
+                         size_t row_bytes, size_t rows) {
+    FM_CUDA_CHECK(
+        cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, stream(bb)));
+}
+
 static void cu_download_raw(fm_backend *bb, const void *src, size_t bytes, void *dst) {
     FM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream(bb)));
     FM_CUDA_CHECK(cudaStreamSynchronize(stream(bb)));
@@ -702,6 +708,7 @@ static const fm_backend_ops cuda_ops = {
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
     .copy = cu_copy,
+    .copy_rows = cu_copy_rows,
     .sync = cu_sync,
     .graph_capture = fm_cuda_graph_capture,
     .graph_launch = fm_cuda_graph_launch_op,
