@@ -141,6 +141,17 @@ part_decode() {
         # paged attention's splits merged in the split kernel (one launch fewer per attention layer)
         run "decode_combine_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route paged.combine=fused
         decode_rows "decode_combine_r$r"
+        # every decode kernel's programmatic dependent launch off (the default has it on every kernel now)
+        run "decode_nopdl_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route pdl=off
+        decode_rows "decode_nopdl_r$r"
+        # the MoE tail in the down GEMV (it quantizes h; its last CTA per token combines, adds and normalises)
+        run "decode_moetail_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.down_quant=fused \
+            --route moe.combine=fused --route decode.fused=on
+        decode_rows "decode_moetail_r$r"
+        # every fused form at once: the fewest launches a step has today
+        run "decode_allfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.down_quant=fused \
+            --route moe.combine=fused --route decode.fused=on --route paged.combine=fused
+        decode_rows "decode_allfused_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object

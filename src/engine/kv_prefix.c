@@ -1,11 +1,11 @@
 /* Automatic prefix caching (kv_prefix.h): naming full blocks, mapping cached prefixes, the LRU list of cached blocks
  * and the invariant check. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/kv_prefix.h"
+#include "util/status.h"
 
 /* splitmix64's finalizer: every input bit moves every output bit, so consecutive ids spread over the buckets */
 static uint64_t mix(uint64_t x) {
@@ -123,21 +123,13 @@ void fm_kv_prefix_name(fm_kv_pool *p, int32_t seq, const int32_t *ids, int64_t n
     }
 }
 
-static bool broken(char *msg, size_t len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
 bool fm_kv_pool_check(const fm_kv_pool *p, char *msg, size_t len) {
     const int32_t B = p->n_blocks, bt = p->block_tokens;
     int32_t *refs = calloc((size_t)B, sizeof *refs);
     uint8_t *where = calloc((size_t)B, 1); /* 1: on the free stack, 2: on the LRU list */
     if (!refs || !where) {
         free(refs), free(where);
-        return broken(msg, len, "out of memory for the check");
+        return fm_check_failed(msg, len, "out of memory for the check");
     }
     bool ok = true;
     /* the tables: a sequence of n tokens holds exactly ceil(n / bt) blocks; named blocks are full ones */
@@ -145,44 +137,52 @@ bool fm_kv_pool_check(const fm_kv_pool *p, char *msg, size_t len) {
         const int32_t *table = p->tables + (int64_t)s * p->max_blocks;
         const int64_t n = p->n_tokens[s], nb = n < 0 ? 0 : (n + bt - 1) / bt;
         if (n >= 0 && p->n_named[s] > n / bt)
-            ok = broken(msg, len, "sequence %d names %d blocks but holds %lld tokens", s, p->n_named[s], (long long)n);
+            ok = fm_check_failed(msg, len, "sequence %d names %d blocks but holds %lld tokens", s, p->n_named[s],
+                                 (long long)n);
         for (int64_t j = 0; ok && j < p->max_blocks; j++) {
             const int32_t b = table[j];
-            if (j >= nb && b != -1) ok = broken(msg, len, "sequence %d has block %d past its end at %lld", s, b, j);
-            else if (j < nb && (b < 0 || b >= B)) ok = broken(msg, len, "sequence %d: entry %lld is %d", s, j, b);
+            if (j >= nb && b != -1)
+                ok = fm_check_failed(msg, len, "sequence %d has block %d past its end at %lld", s, b, (long long)j);
+            else if (j < nb && (b < 0 || b >= B))
+                ok = fm_check_failed(msg, len, "sequence %d: entry %lld is %d", s, (long long)j, b);
             else if (j < nb) {
                 refs[b]++;
                 if (j >= p->n_named[s] && p->in_table[b])
-                    ok = broken(msg, len, "sequence %d writes block %d (entry %lld), which is in the table", s, b, j);
+                    ok = fm_check_failed(msg, len, "sequence %d writes block %d (entry %lld), which is in the table", s,
+                                         b, (long long)j);
             }
         }
     }
     for (int32_t i = 0; ok && i < p->n_empty; i++) {
         const int32_t b = p->free_stack[i];
-        if (b < 0 || b >= B || where[b]) ok = broken(msg, len, "free stack entry %d: block %d twice or bad", i, b);
+        if (b < 0 || b >= B || where[b])
+            ok = fm_check_failed(msg, len, "free stack entry %d: block %d twice or bad", i, b);
         else where[b] = 1;
     }
     int32_t n_lru = 0;
     for (int32_t b = p->lru_head, prev = -1; ok && b >= 0; prev = b, b = p->lru_next[b]) {
         if (b >= B || where[b] || p->lru_prev[b] != prev || ++n_lru > B)
-            ok = broken(msg, len, "LRU list broken at block %d", b);
-        else if (p->lru_next[b] < 0 && p->lru_tail != b) ok = broken(msg, len, "LRU tail is not block %d", b);
+            ok = fm_check_failed(msg, len, "LRU list broken at block %d", b);
+        else if (p->lru_next[b] < 0 && p->lru_tail != b) ok = fm_check_failed(msg, len, "LRU tail is not block %d", b);
         else where[b] = 2;
     }
-    if (ok && n_lru != p->n_lru) ok = broken(msg, len, "LRU list holds %d blocks, n_lru says %d", n_lru, p->n_lru);
+    if (ok && n_lru != p->n_lru)
+        ok = fm_check_failed(msg, len, "LRU list holds %d blocks, n_lru says %d", n_lru, p->n_lru);
     if (ok && p->n_free != p->n_empty + p->n_lru)
-        ok = broken(msg, len, "n_free %d != empty %d + cached %d", p->n_free, p->n_empty, p->n_lru);
+        ok = fm_check_failed(msg, len, "n_free %d != empty %d + cached %d", p->n_free, p->n_empty, p->n_lru);
     /* each block in exactly one state, its reference count that of the tables */
     int32_t named = 0;
     for (int32_t b = 0; ok && b < B; b++) {
         named += p->in_table[b];
         if (refs[b] != p->ref[b])
-            ok = broken(msg, len, "block %d: ref %d, the tables hold it %d times", b, p->ref[b], refs[b]);
-        else if (refs[b] > 0 && where[b]) ok = broken(msg, len, "block %d is held and also free (%d)", b, where[b]);
-        else if (refs[b] == 0 && !where[b]) ok = broken(msg, len, "block %d is lost: not held, not free", b);
-        else if (where[b] == 1 && p->in_table[b]) ok = broken(msg, len, "empty block %d is in the table", b);
-        else if (where[b] == 2 && !p->in_table[b]) ok = broken(msg, len, "cached block %d is not in the table", b);
-        else if (refs[b] > 1 && !p->in_table[b]) ok = broken(msg, len, "block %d is shared but not named", b);
+            ok = fm_check_failed(msg, len, "block %d: ref %d, the tables hold it %d times", b, p->ref[b], refs[b]);
+        else if (refs[b] > 0 && where[b])
+            ok = fm_check_failed(msg, len, "block %d is held and also free (%d)", b, where[b]);
+        else if (refs[b] == 0 && !where[b]) ok = fm_check_failed(msg, len, "block %d is lost: not held, not free", b);
+        else if (where[b] == 1 && p->in_table[b]) ok = fm_check_failed(msg, len, "empty block %d is in the table", b);
+        else if (where[b] == 2 && !p->in_table[b])
+            ok = fm_check_failed(msg, len, "cached block %d is not in the table", b);
+        else if (refs[b] > 1 && !p->in_table[b]) ok = fm_check_failed(msg, len, "block %d is shared but not named", b);
     }
     /* the hash table: every named block in its bucket once, hashes of its ids, no two with the same name */
     int32_t in_buckets = 0;
@@ -190,18 +190,19 @@ bool fm_kv_pool_check(const fm_kv_pool *p, char *msg, size_t len) {
         for (int32_t b = p->bucket_head[k]; ok && b >= 0; b = p->bucket_next[b]) {
             if (b >= B || !p->in_table[b] || (int32_t)(p->hash[b] & (uint64_t)(p->n_buckets - 1)) != k ||
                 ++in_buckets > named)
-                ok = broken(msg, len, "hash bucket %d holds block %d wrongly", k, b);
+                ok = fm_check_failed(msg, len, "hash bucket %d holds block %d wrongly", k, b);
             else if (p->parent[b] >= 0 && p->in_table[p->parent[b]] && p->gen[p->parent[b]] == p->parent_gen[b] &&
                      chain_hash(p->hash[p->parent[b]], block_ids(p, b), bt) != p->hash[b])
-                ok = broken(msg, len, "block %d's hash is not that of its chain", b);
+                ok = fm_check_failed(msg, len, "block %d's hash is not that of its chain", b);
             else if (p->parent[b] < 0 && chain_hash(0, block_ids(p, b), bt) != p->hash[b])
-                ok = broken(msg, len, "block %d's hash is not that of its ids", b);
+                ok = fm_check_failed(msg, len, "block %d's hash is not that of its ids", b);
             for (int32_t c = p->bucket_next[b]; ok && c >= 0; c = p->bucket_next[c])
                 if (p->hash[c] == p->hash[b] && p->parent[c] == p->parent[b] && p->parent_gen[c] == p->parent_gen[b] &&
                     !memcmp(block_ids(p, b), block_ids(p, c), (size_t)bt * sizeof(int32_t)))
-                    ok = broken(msg, len, "blocks %d and %d carry the same name", b, c);
+                    ok = fm_check_failed(msg, len, "blocks %d and %d carry the same name", b, c);
         }
-    if (ok && in_buckets != named) ok = broken(msg, len, "%d blocks named, %d in the buckets", named, in_buckets);
+    if (ok && in_buckets != named)
+        ok = fm_check_failed(msg, len, "%d blocks named, %d in the buckets", named, in_buckets);
     free(refs), free(where);
     if (ok && len) msg[0] = 0;
     return ok;

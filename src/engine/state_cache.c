@@ -10,7 +10,6 @@
  *     every token: 1/16 of the state traffic the layers already have.
  *   - a request that finds a snapshot: one copy into its states, instead of the prefill of those tokens.
  * Slots are few (2 x max_seqs by default), so every lookup is a scan of them. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,14 +229,6 @@ int32_t fm_state_cache_live(const fm_context *ctx) {
     return n;
 }
 
-static bool broken(char *msg, size_t len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
 bool fm_state_cache_check(const fm_context *ctx, char *msg, size_t len) {
     const fm_state_cache *sc = ctx->kv->snaps;
     const fm_kv_pool *p = &ctx->kv->pool;
@@ -246,23 +237,24 @@ bool fm_state_cache_check(const fm_context *ctx, char *msg, size_t len) {
     for (int32_t k = 0; k < sc->n_slots; k++) {
         const int32_t o = sc->owner[k];
         if (o >= sc->max_seqs || (o >= 0 && sc->seq_slot[o] != k))
-            return broken(msg, len, "slot %d is owned by sequence %d, which owns slot %d", k, o,
-                          o >= 0 && o < sc->max_seqs ? sc->seq_slot[o] : -1);
-        if (o >= 0 && p->n_tokens[o] < 0) return broken(msg, len, "slot %d is owned by closed sequence %d", k, o);
-        if (sc->used[k] > sc->clock) return broken(msg, len, "slot %d was used after the clock", k);
+            return fm_check_failed(msg, len, "slot %d is owned by sequence %d, which owns slot %d", k, o,
+                                   o >= 0 && o < sc->max_seqs ? sc->seq_slot[o] : -1);
+        if (o >= 0 && p->n_tokens[o] < 0)
+            return fm_check_failed(msg, len, "slot %d is owned by closed sequence %d", k, o);
+        if (sc->used[k] > sc->clock) return fm_check_failed(msg, len, "slot %d was used after the clock", k);
         if (!live(p, sc, k)) continue;
         for (int32_t k2 = k + 1; k2 < sc->n_slots; k2++)
             if (live(p, sc, k2) && sc->block[k2] == sc->block[k])
-                return broken(msg, len, "slots %d and %d carry the same name (block %d)", k, k2, sc->block[k]);
+                return fm_check_failed(msg, len, "slots %d and %d carry the same name (block %d)", k, k2, sc->block[k]);
     }
     for (int32_t q = 0; q < sc->max_seqs; q++) {
         const int32_t k = sc->seq_slot[q];
         if (k >= sc->n_slots || (k >= 0 && sc->owner[k] != q))
-            return broken(msg, len, "sequence %d owns slot %d, whose owner is %d", q, k,
-                          k >= 0 && k < sc->n_slots ? sc->owner[k] : -1);
+            return fm_check_failed(msg, len, "sequence %d owns slot %d, whose owner is %d", q, k,
+                                   k >= 0 && k < sc->n_slots ? sc->owner[k] : -1);
         if (sc->seq_anchor[q] % p->block_tokens)
-            return broken(msg, len, "sequence %d's anchor %lld is not at a block boundary", q,
-                          (long long)sc->seq_anchor[q]);
+            return fm_check_failed(msg, len, "sequence %d's anchor %lld is not at a block boundary", q,
+                                   (long long)sc->seq_anchor[q]);
     }
     return true;
 }

@@ -65,3 +65,11 @@ void *fm_calloc(size_t n, size_t size, fm_error *err, const char *what) {
 
 bool fm_mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
 bool fm_add_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+bool fm_check_failed(char *msg, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (len) vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return false;
+}
