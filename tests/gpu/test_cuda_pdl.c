@@ -11,20 +11,31 @@
  * through fm_decode_step (the first step of a bucket launched kernel by kernel, the second captured into the
  * bucket's graph, the rest replays of it), half the rows greedy and half sampled. A mismatch names the model, preset,
  * routes, B, step, row and logit. Where the GPU has no PDL (below sm_90) both runs launch normally and the test says
- * so. */
+ * so.
+ *
+ * The moe op alone (the MoE dispatch's kernels: the one-block decode dispatch, the grouped one's plan, slot, amax and
+ * gather kernels, none of which may need a buffer zeroed by a memset) is compared the same way on one backend per
+ * route: LAYERS calls in a row, each on the previous one's output with its own routing, at T = 1, 8, 64 and 300, for
+ * the e4m3, MXFP4 and NVFP4 dispatch on int4-tc banks (a width I that is a multiple of 128 and one that is not: the
+ * pad columns of h the dispatch zeroes) and for fold banks (w4a8.kernel=fold: per-token rows). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
 #include "backend/routes.h"
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "fold_test_util.h"
 #include "gpu_test_util.h"
 
 #define STEPS 6
@@ -183,12 +194,139 @@ static void test_tiny_code_moe(void **state) {
     pdl_same_logits("models/tiny-code-moe", &PRESETS[2], 2); /* fp8, fp8 + w8a8 */
 }
 
+/* ---- the moe op alone ---------------------------------------------------------------------------------------- */
+
+#define MOE_LAYERS 3
+static const int64_t MOE_TOKENS[] = {1, 8, 64, 300};
+#define N_MOE_TOKENS ((int)(sizeof MOE_TOKENS / sizeof *MOE_TOKENS))
+
+/* a cuda backend of the fp8 preset with dispatch d and routes "extra,pdl" (and the command line's); *pdl_on: whether
+   its route table (the device's defaults, then those routes, as the backend fills it) has pdl on */
+static fm_backend *moe_backend(fm_dispatch d, const char *extra, const char *pdl, bool *pdl_on) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_error err = {{0}};
+    if (fm_plan_set_dispatch(&plan, d, &err)) fail_msg("dispatch %s: %s", fm_dispatch_name(d), err.msg);
+    char routes[300];
+    routes_of(routes, sizeof routes, extra, pdl);
+    fm_backend *be = NULL;
+    if (fm_backend_create("cuda", &plan, 0, routes[0] ? routes : NULL, &be, &err))
+        fail_msg("cuda backend (routes '%s'): %s", routes, err.msg);
+    int major = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    fm_routes r;
+    fm_routes_default(&r, major);
+    if (routes[0] && fm_routes_apply(&r, routes, &err)) fail_msg("routes '%s': %s", routes, err.msg);
+    *pdl_on = fm_routes_pdl(&r);
+    return be;
+}
+
+/* MOE_LAYERS moe calls on be, layer l on the output of layer l - 1 with the routing ids + l T k; the last output */
+static float *moe_chain(fm_backend *be, const fm_bank *gu, const fm_bank *dn, const float *x, int64_t T, int64_t H,
+                        const int32_t *ids, const float *w, int32_t k) {
+    void *buf[2] = {gpu_upload(be, x, T * H), gpu_upload(be, x, T * H)}, *base, *idd[MOE_LAYERS];
+    void *wd = gpu_upload(be, w, T * k), *out = gpu_guarded(be, T * H, &base);
+    for (int l = 0; l < MOE_LAYERS; l++) {
+        idd[l] = be->ops->alloc(be, (size_t)(T * k) * sizeof(int32_t));
+        be->ops->upload_ids(be, ids + l * T * k, T * k, idd[l]);
+    }
+    for (int l = 0; l < MOE_LAYERS; l++)
+        be->ops->moe(be, gu, dn, buf[l % 2], T, idd[l], wd, k, be->plan.a_dispatch, be->plan.a_expert,
+                     l == MOE_LAYERS - 1 ? out : buf[(l + 1) % 2]);
+    float *o = gpu_fetch(be, base, T * H, "moe chain");
+    for (int l = 0; l < MOE_LAYERS; l++) be->ops->free(be, idd[l]);
+    be->ops->free(be, buf[0]), be->ops->free(be, buf[1]), be->ops->free(be, wd);
+    return o;
+}
+
+/* x [T][H], weights, and MOE_LAYERS routings of T tokens to k distinct experts of E (k <= E, 3 coprime with E) */
+static void moe_input(int64_t T, int64_t H, int32_t E, int32_t k, float *x, int32_t *ids, float *w) {
+    for (int64_t i = 0; i < T * H; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    for (int64_t i = 0; i < T * k; i++) w[i] = 0.25f + (float)(i % 5) / 8.0f;
+    for (int l = 0; l < MOE_LAYERS; l++)
+        for (int64_t t = 0; t < T; t++)
+            for (int32_t j = 0; j < k; j++) ids[(l * T + t) * k + j] = (int32_t)((5 * t + 3 * j + 7 * l) % E);
+}
+
+/* the chain on both backends (pdl on, off) with their own banks (bank[0] on on, bank[1] on off): bit for bit */
+static void moe_compare(fm_backend *const be[2], fm_bank *const gu[2], fm_bank *const dn[2], int32_t E, int32_t k,
+                        int64_t H, bool pdl_on, const char *what) {
+    for (int ti = 0; ti < N_MOE_TOKENS; ti++) {
+        const int64_t T = MOE_TOKENS[ti];
+        float *x = malloc((size_t)(T * H) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
+        int32_t *ids = malloc((size_t)(MOE_LAYERS * T * k) * sizeof(int32_t));
+        moe_input(T, H, E, k, x, ids, w);
+        float *o[2];
+        for (int i = 0; i < 2; i++) o[i] = moe_chain(be[i], gu[i], dn[i], x, T, H, ids, w, k);
+        float amax = 0.0f;
+        for (int64_t i = 0; i < T * H; i++) {
+            if (memcmp(&o[0][i], &o[1][i], sizeof(float)))
+                fail_msg("moe %s T=%lld: output %lld (token %lld) %.9g with pdl on, %.9g off", what, (long long)T,
+                         (long long)i, (long long)(i / H), (double)o[0][i], (double)o[1][i]);
+            amax = fabsf(o[0][i]) > amax ? fabsf(o[0][i]) : amax;
+        }
+        if (!(amax > 0.0f)) fail_msg("moe %s T=%lld: the output is all zeros (nothing compared)", what, (long long)T);
+        printf("  moe %-44s T = %3lld, %d layers: pdl %s vs off bit for bit (max |out| %.3g)\n", what, (long long)T,
+               MOE_LAYERS, pdl_on ? "on" : "unavailable", (double)amax);
+        free(o[0]), free(o[1]), free(x), free(w), free(ids);
+    }
+}
+
+static void moe_case_tc(fm_dispatch d, int32_t E, int32_t k, int64_t H, int64_t I) {
+    float *gw = malloc((size_t)((int64_t)E * 2 * I * H) * sizeof(float)), *dw = malloc((size_t)(E * H * I) * 4);
+    for (int64_t i = 0; i < (int64_t)E * 2 * I * H; i++) gw[i] = (float)((i * 2654435761u) % 2001 - 1000) / 2e4f;
+    for (int64_t i = 0; i < (int64_t)E * H * I; i++) dw[i] = (float)((i * 40503u) % 2001 - 1000) / 2e4f;
+    bool on[2];
+    fm_backend *be[2] = {moe_backend(d, "", "", &on[0]), moe_backend(d, "", "pdl=off", &on[1])};
+    assert_false(on[1]);
+    fm_bank *gu[2], *dn[2];
+    for (int i = 0; i < 2; i++)
+        gu[i] = gpu_bank(be[i], gw, E, 2 * I, H, FM_W_INT4_G128_TC, true),
+        dn[i] = gpu_bank(be[i], dw, E, H, I, FM_W_INT4_G128_TC, false);
+    char what[96];
+    snprintf(what, sizeof what, "int4-tc dispatch %s E=%d k=%d H=%lld I=%lld", fm_dispatch_name(d), E, k, (long long)H,
+             (long long)I);
+    moe_compare(be, gu, dn, E, k, H, on[0], what);
+    for (int i = 0; i < 2; i++)
+        be[i]->ops->bank_free(be[i], gu[i]), be[i]->ops->bank_free(be[i], dn[i]), be[i]->ops->destroy(be[i]);
+    free(gw), free(dw);
+}
+
+static void test_moe_op(void **state) {
+    (void)state;
+    const fm_dispatch ds[] = {FM_DISPATCH_PRESET, FM_DISPATCH_MXFP4, FM_DISPATCH_NVFP4};
+    for (int di = 0; di < 3; di++) {
+        moe_case_tc(ds[di], 32, 8, 1024, 384); /* widths of multiples of 128 */
+        moe_case_tc(ds[di], 13, 5, 384, 200);  /* I % 128 = 72: the pad of h */
+    }
+    if (!fold_have_sm90()) return;
+    fold_seed(61);
+    const int32_t E = 16, k = 8;
+    const int64_t H = 1024, I = 384;
+    p2_bank gu = fold_make_bank_random(E, 2 * I, H, false), dn = fold_make_bank_random(E, H, I, false);
+    fold_experts *src = fold_experts_make(&gu, &dn);
+    bool on[2];
+    fm_backend *be[2] = {moe_backend(FM_DISPATCH_PRESET, "w4a8.kernel=fold", "", &on[0]),
+                         moe_backend(FM_DISPATCH_PRESET, "w4a8.kernel=fold", "pdl=off", &on[1])};
+    assert_false(on[1]);
+    fm_bank *gb[2], *db[2];
+    for (int i = 0; i < 2; i++) fold_experts_banks(be[i], src, &gb[i], &db[i]);
+    moe_compare(be, gb, db, E, k, H, on[0], "fold E=16 k=8 H=1024 I=384");
+    for (int i = 0; i < 2; i++)
+        be[i]->ops->bank_free(be[i], gb[i]), be[i]->ops->bank_free(be[i], db[i]), be[i]->ops->destroy(be[i]);
+    fold_experts_free(src);
+    fold_free_bank(&gu), fold_free_bank(&dn);
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_moe),
         cmocka_unit_test(test_qwen3_next),
         cmocka_unit_test(test_tiny_code_moe),
+        cmocka_unit_test(test_moe_op),
     };
+    /* FM_TEST_FILTER=test_moe_op runs the moe op's case alone (e.g. under compute-sanitizer) */
+    if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

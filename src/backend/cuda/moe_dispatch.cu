@@ -10,25 +10,33 @@
 #include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
 
-static __global__ void count_kernel(const int32_t *ids, int64_t P, int32_t E, int32_t *counts) {
-    __shared__ int32_t local[MAX_EXPERTS];
-    for (int e = threadIdx.x; e < E; e += blockDim.x) local[e] = 0;
-    __syncthreads();
-    for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x)
-        if (ids[p] >= 0) atomicAdd(&local[ids[p]], 1); /* -1: an empty place (expert parallelism's blocks) */
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        if (local[e]) atomicAdd(&counts[e], local[e]);
-}
-
-// One block of MAX_EXPERTS threads: scans of the counts and of the tiles (bn rows at most) per expert
-// (Hillis-Steele in shared).
-static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn, int32_t *seg_start, int32_t *cursor,
-                                   fm_w4a8_tile *tiles, int32_t *n_tiles, const int32_t *matrix_of) {
+// One block of MAX_EXPERTS threads: each expert's rows counted in shared memory (no counters in global memory, so
+// nothing to zero before the dispatch: a memset is a graph node that breaks the PDL chain), then scans of the counts
+// and of the tiles (bn rows at most) per expert (Hillis-Steele in shared). amax_word (NVFP4: the word the amax pass
+// accumulates into; else NULL) is zeroed here for the same reason.
+static __global__ void __launch_bounds__(MAX_EXPERTS)
+    plan_kernel(const int32_t *ids, int64_t P, int32_t E, int32_t bn, int32_t *seg_start, int32_t *cursor,
+                fm_w4a8_tile *tiles, int32_t *n_tiles, const int32_t *matrix_of, uint32_t *amax_word) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
     const int e = threadIdx.x;
-    const int32_t c = e < E ? counts[e] : 0;
-    rows[e] = c, ntl[e] = (c + bn - 1) / bn;
+    pdl_launch_dependents();
+    rows[e] = 0;
+    pdl_wait(); /* ids are the router's; the buffers written below, what the previous layer's kernels read */
+    __syncthreads();
+    for (int64_t p0 = 0; p0 < P; p0 += 4 * MAX_EXPERTS) { /* 4 loads in flight per thread before the atomics */
+        int32_t id[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int64_t p = p0 + u * MAX_EXPERTS + e;
+            id[u] = p < P ? ids[p] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (id[u] >= 0) atomicAdd(&rows[id[u]], 1); /* -1: an empty place (expert parallelism's blocks) */
+    }
+    __syncthreads();
+    const int32_t c = e < E ? rows[e] : 0;
+    rows[e] = c, ntl[e] = (c + bn - 1) / bn; /* each thread its own entry: no barrier between the read and the write */
     __syncthreads();
     for (int o = 1; o < MAX_EXPERTS; o <<= 1) {
         const int32_t r = e >= o ? rows[e - o] : 0, n = e >= o ? ntl[e - o] : 0;
@@ -39,19 +47,24 @@ static __global__ void plan_kernel(const int32_t *counts, int32_t E, int32_t bn,
     if (e >= E) return;
     const int32_t start = rows[e] - c, first_tile = ntl[e] - (c + bn - 1) / bn;
     seg_start[e] = start;
-    cursor[e] = 0;
+    cursor[e] = 0; /* the slot kernel's counters */
     for (int32_t i = 0; i * bn < c; i++) {
         const int32_t n = c - i * bn < bn ? c - i * bn : bn;
         fm_w4a8_tile t = {matrix_of ? matrix_of[e] : e, start + i * bn, n, 0};
         tiles[first_tile + i] = t;
     }
     if (e == E - 1) *n_tiles = ntl[e];
+    if (e == 0 && amax_word) *amax_word = 0u;
 }
 
 // One thread per routed pair: its slot in its expert's segment (pair_of_slot for the down GEMM's rows and
-// slot_of_pair for the gather below).
+// slot_of_pair for the gather below). h (fm_dispatch_bufs.h): the slot's row of h zeroed past h_cols, in words from
+// h_cols rounded down to 4 (columns the gate|up GEMM, launched after this kernel, overwrites).
 static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t *seg_start, int32_t *cursor,
-                                   int32_t *pair_of_slot, int32_t *slot_of_pair) {
+                                   int32_t *pair_of_slot, int32_t *slot_of_pair, uint8_t *h, int64_t h_cols) {
+    pdl_launch_dependents();
+    pdl_wait();
+    const int64_t ldh = (h_cols + 127) / 128 * 128;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
         const int32_t e = ids[p];
         if (e < 0) { /* an empty place */
@@ -61,6 +74,8 @@ static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t 
         const int32_t slot = seg_start[e] + atomicAdd(&cursor[e], 1);
         pair_of_slot[slot] = (int32_t)p;
         slot_of_pair[p] = slot;
+        if (h)
+            for (int64_t c = h_cols & ~(int64_t)3; c < ldh; c += 4) *(uint32_t *)(h + slot * ldh + c) = 0u;
     }
 }
 
@@ -91,6 +106,8 @@ static __device__ __forceinline__ void gather_quantize_task(const __nv_bfloat16 
 template <bool SUMS>
 static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                               const int32_t *slot_of_pair, uint8_t *x8, float *xs, float *xsum) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < T * G; task += warps) {
@@ -136,6 +153,8 @@ static __device__ __forceinline__ void token_group_store(const __nv_bfloat16 *x,
 // The row's second read comes from L1 (2 x H bf16 per token against k x H e4m3 written).
 static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                                     const int32_t *slot_of_pair, uint8_t *x8, float *xs) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
     for (int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); t < T; t += warps) {
@@ -154,6 +173,8 @@ static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int6
 // amax of the finite |x| over n bf16 (or fp32) values into *amax (zeroed before; non-negative floats order as their
 // bits)
 template <typename X> static __global__ void amax_kernel(const X *x, int64_t n, uint32_t *amax) {
+    pdl_launch_dependents();
+    pdl_wait();
     float m = 0.0f;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -217,6 +238,8 @@ static __device__ __forceinline__ void gather_quantize_fp4_task(const __nv_bfloa
 template <int FMT>
 static __global__ void gather_quantize_fp4_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                                   const fm_dispatch_bufs b) {
+    pdl_launch_dependents();
+    pdl_wait(); /* before the amax word: the amax pass's */
     const int lane = threadIdx.x & 31;
     const float ts = FMT == FM_W4A8_DISPATCH_NV ? nv_tensor_scale(*b.amax) : 1.0f;
     if (FMT == FM_W4A8_DISPATCH_NV && blockIdx.x == 0 && threadIdx.x == 0) ((float *)b.amax)[1] = ts; /* the GEMM's */
@@ -242,16 +265,26 @@ static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, i
     }
 }
 
-void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b,
+// the amax pass into *amax, zeroed before (by the caller)
+static void amax_launch(const void *x, bool bf16, int64_t n, uint32_t *amax, bool pdl, cudaStream_t s) {
+    if (n <= 0) return;
+    const int64_t blocks = fm_ceil_div(n, 256);
+    const dim3 grid((unsigned)(blocks < 1024 ? blocks : 1024)), threads(256);
+    if (bf16) pdl_launch(amax_kernel<__nv_bfloat16>, grid, threads, 0, s, pdl, (const __nv_bfloat16 *)x, n, amax);
+    else pdl_launch(amax_kernel<float>, grid, threads, 0, s, pdl, (const float *)x, n, amax);
+    FM_LAUNCH_CHECK("amax");
+}
+
+void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl,
                       cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(P, 256);
     const unsigned grid = (unsigned)(blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024);
-    count_kernel<<<grid, 256, 0, s>>>(ids, P, E, b->counts);
-    FM_LAUNCH_CHECK("moe_dispatch_count");
-    plan_kernel<<<1, MAX_EXPERTS, 0, s>>>(b->counts, E, tile_rows, b->seg_start, b->cursor, b->tiles, b->n_tiles,
-                                          b->matrix_of);
+    uint32_t *amax_word = b->fmt == FM_W4A8_DISPATCH_NV ? b->amax : NULL;
+    pdl_launch(plan_kernel, dim3(1), dim3(MAX_EXPERTS), 0, s, pdl, ids, P, E, tile_rows, b->seg_start, b->cursor,
+               b->tiles, b->n_tiles, b->matrix_of, amax_word);
     FM_LAUNCH_CHECK("moe_dispatch_plan");
-    slot_kernel<<<grid, 256, 0, s>>>(ids, P, b->seg_start, b->cursor, b->pair_of_slot, b->slot_of_pair);
+    pdl_launch(slot_kernel, dim3(grid), dim3(256), 0, s, pdl, ids, P, b->seg_start, b->cursor, b->pair_of_slot,
+               b->slot_of_pair, b->h, b->h_cols);
     FM_LAUNCH_CHECK("moe_dispatch_slots");
 }
 
@@ -264,25 +297,31 @@ static void per_token_check(const fm_dispatch_bufs *b, const char *who) {
 }
 
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                          int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s) {
+                          int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32) {
         fprintf(stderr, "fp8moe: moe_dispatch: %d experts, top-%d (1..%d experts and top-1..32 supported)\n", E, k,
                 MAX_EXPERTS);
         abort();
     }
     per_token_check(b, "moe_dispatch");
-    fm_cuda_moe_plan(ids, T * k, E, tile_rows, b, s);
-    const unsigned qblocks = warp_blocks(T * fm_ceil_div(H, 128));
+    fm_cuda_moe_plan(ids, T * k, E, tile_rows, b, pdl, s);
+    const dim3 qblocks(warp_blocks(T * fm_ceil_div(H, 128))), threads(256);
+    const fm_dispatch_bufs bv = *b;
     if (b->fmt == FM_W4A8_DISPATCH_NV) {
-        fm_cuda_amax(x, true, T * H, (float *)b->amax, s);
-        gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_NV><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
+        amax_launch(x, true, T * H, b->amax, pdl, s); /* into the word the plan kernel zeroed */
+        pdl_launch(gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_NV>, qblocks, threads, 0, s, pdl, x, T, k, H, bv);
     } else if (b->fmt == FM_W4A8_DISPATCH_MX) {
-        gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX><<<qblocks, 256, 0, s>>>(x, T, k, H, *b);
+        pdl_launch(gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX>, qblocks, threads, 0, s, pdl, x, T, k, H, bv);
     } else if (b->per_token) {
-        gather_quantize_token_kernel<<<warp_blocks(T), 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs);
-    } else if (b->xsum)
-        gather_quantize_kernel<true><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, b->xsum);
-    else gather_quantize_kernel<false><<<qblocks, 256, 0, s>>>(x, T, k, H, b->slot_of_pair, b->x8, b->xs, NULL);
+        pdl_launch(gather_quantize_token_kernel, dim3(warp_blocks(T)), threads, 0, s, pdl, x, T, k, H, b->slot_of_pair,
+                   b->x8, b->xs);
+    } else if (b->xsum) {
+        pdl_launch(gather_quantize_kernel<true>, qblocks, threads, 0, s, pdl, x, T, k, H, b->slot_of_pair, b->x8, b->xs,
+                   b->xsum);
+    } else {
+        pdl_launch(gather_quantize_kernel<false>, qblocks, threads, 0, s, pdl, x, T, k, H, b->slot_of_pair, b->x8,
+                   b->xs, (float *)NULL);
+    }
     FM_LAUNCH_CHECK("moe_dispatch_gather_quantize");
 }
 
@@ -300,6 +339,8 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     __shared__ int32_t sid[FM_MOE_GEMV_MAX_PAIRS], sslot[FM_MOE_GEMV_MAX_PAIRS];
     __shared__ uint32_t amax, tok_amax[TOK ? FM_MOE_GEMV_MAX_PAIRS : 1];
     const int e = threadIdx.x, P = T * k;
+    pdl_launch_dependents();
+    pdl_wait(); /* ids are the router's, x the norm's; every buffer below, what the previous layer's kernels read */
     if (e < P) sid[e] = ids[e];
     rows[e] = 0;
     if (e == 0) amax = 0u;
@@ -375,7 +416,7 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
 }
 
 void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                                int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s) {
+                                int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl, cudaStream_t s) {
     if (E < 1 || E > MAX_EXPERTS || k < 1 || k > 32 || T * k > FM_MOE_GEMV_MAX_PAIRS) {
         fprintf(stderr,
                 "fp8moe: moe_dispatch_small: %d experts, top-%d, %lld tokens (at most %d experts, top-32, %d pairs)\n",
@@ -385,21 +426,23 @@ void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, co
     per_token_check(b, "moe_dispatch_small");
     if (T == 0) return;
     const int32_t t32 = (int32_t)T;
+    const dim3 one(1), threads(MAX_EXPERTS);
+    const fm_dispatch_bufs bv = *b;
     if (b->fmt == FM_W4A8_DISPATCH_MX)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX, false>
-            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        pdl_launch(dispatch_small_kernel<false, FM_W4A8_DISPATCH_MX, false>, one, threads, 0, s, pdl, x, t32, k, H, ids,
+                   E, tile_rows, bv);
     else if (b->fmt == FM_W4A8_DISPATCH_NV)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV, false>
-            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        pdl_launch(dispatch_small_kernel<false, FM_W4A8_DISPATCH_NV, false>, one, threads, 0, s, pdl, x, t32, k, H, ids,
+                   E, tile_rows, bv);
     else if (b->per_token)
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3, true>
-            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        pdl_launch(dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3, true>, one, threads, 0, s, pdl, x, t32, k, H,
+                   ids, E, tile_rows, bv);
     else if (b->xsum)
-        dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3, false>
-            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        pdl_launch(dispatch_small_kernel<true, FM_W4A8_DISPATCH_E4M3, false>, one, threads, 0, s, pdl, x, t32, k, H,
+                   ids, E, tile_rows, bv);
     else
-        dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3, false>
-            <<<1, MAX_EXPERTS, 0, s>>>(x, t32, k, H, ids, E, tile_rows, *b);
+        pdl_launch(dispatch_small_kernel<false, FM_W4A8_DISPATCH_E4M3, false>, one, threads, 0, s, pdl, x, t32, k, H,
+                   ids, E, tile_rows, bv);
     FM_LAUNCH_CHECK("moe_dispatch_small");
 }
 
@@ -414,10 +457,5 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
 
 void fm_cuda_amax(const void *x, bool bf16, int64_t n, float *out, cudaStream_t s) {
     FM_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, s));
-    if (n <= 0) return;
-    const int64_t blocks = fm_ceil_div(n, 256);
-    const unsigned grid = (unsigned)(blocks < 1024 ? blocks : 1024);
-    if (bf16) amax_kernel<__nv_bfloat16><<<grid, 256, 0, s>>>((const __nv_bfloat16 *)x, n, (uint32_t *)out);
-    else amax_kernel<float><<<grid, 256, 0, s>>>((const float *)x, n, (uint32_t *)out);
-    FM_LAUNCH_CHECK("amax");
+    amax_launch(x, bf16, n, (uint32_t *)out, false, s);
 }

@@ -1,10 +1,11 @@
 // Routing dispatch on the device, no host synchronisation (CUDA-graph safe), and the fused gather + e4m3
 // quantization that feeds the W4A8 GEMMs (w4a8_gemm.cuh).
 //
-//   1. counts[e] = routed pairs per expert (shared-memory histogram per block, then global atomics)
-//   2. one block: seg_start[e] = exclusive scan of counts, tiles of <= tile_rows rows per expert (empty experts
-//      get none), *n_tiles, cursor[e] = 0
-//   3. one thread per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p, slot_of_pair[p]
+//   1. one block: the routed pairs per expert (a shared-memory histogram), seg_start[e] = exclusive scan of those
+//      counts, tiles of <= tile_rows rows per expert (empty experts get none), *n_tiles, cursor[e] = 0
+//   2. one thread per pair p: slot = seg_start[e] + atomicAdd(cursor[e]); pair_of_slot[slot] = p, slot_of_pair[p]
+//      (and, where h is given, the slot's row of h zeroed past its width)
+//   3. NVFP4 only: the amax pass over x (into the word step 1 zeroed)
 //   4. one warp per (token t, 128-group): the group of row t of x quantized once to e4m3 with one fp32 scale and
 //      stored into x8[slot], xs[group][slot] for each of the token's k slots (k <= 32). With an FP4 dispatch
 //      (fmt MX or NV, --dispatch mxfp4|nvfp4) the group becomes E2M1 codes (two per byte) with its block scales,
@@ -15,13 +16,15 @@
 //      token's amax through shared memory): the fold GEMM's input with no second pass over x.
 // The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
 // computed on its own and the combine reads rows by pair, in routing order.
+// pdl (fm_routes_pdl): every kernel launches with programmatic dependent launch (pdl.cuh) and needs no buffer zeroed
+// before it, so no memset node sits between the router and the expert GEMMs (the chain of early launches holds).
 #ifndef FM_CUDA_MOE_DISPATCH_CUH
 #define FM_CUDA_MOE_DISPATCH_CUH
 
 #include "backend/cuda/w4a8_gemm.cuh"
 
 typedef struct fm_dispatch_bufs {
-    int32_t *counts, *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // counts and cursor: zeroed
+    int32_t *cursor, *seg_start, *n_tiles, *pair_of_slot, *slot_of_pair; // [E], [E], 1, [P], [P]: no zeroing needed
     fm_w4a8_tile *tiles;
     int32_t fmt;    // fm_w4a8_dispatch (w4a8_workspace.h): what x8 and xs hold
     uint8_t *x8;    // [P][pad128(H)] e4m3; FP4: [P][pad128(H) / 2] E2M1, element 2i in the low nibble
@@ -34,18 +37,21 @@ typedef struct fm_dispatch_bufs {
     const int32_t *matrix_of; // [E] the bank matrix of each expert (an expert cache's slot table), or NULL: matrix e
     bool per_token; // e4m3 rows with ONE scale per token (the fold banks' gate|up input, backend/w4a8_fold.h): xs [P],
                     // bit for bit fm_cuda_fold_quantize_tokens of the slot's token; no sums, no FP4
+    uint8_t *h;     // the gate|up GEMM's e4m3 output [P][pad128(h_cols)] when h_cols % 128 (else NULL): the grouped
+    int64_t h_cols; // dispatch zeroes each slot's row past h_cols (no CTA writes those columns, the down GEMM reads
+                    // them); the small dispatch does not (its GEMVs' h is quantized in whole groups)
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL (fm_routes_w4a8_moe_tile_rows), as the GEMMs after it are
 // launched with.
 void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                          int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s);
+                          int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl, cudaStream_t s);
 
 // The same four steps in one block, for a decode-sized dispatch (T k <= FM_MOE_GEMV_MAX_PAIRS, the route
-// moe.gemv): one launch instead of four and two memsets (counts and cursor are not used); slots inside an
-// expert's segment in pair order.
+// moe.gemv): one launch instead of three (cursor is not used, h not zeroed); slots inside an expert's segment in pair
+// order.
 void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, const int32_t *ids, int32_t k, int32_t E,
-                                int32_t tile_rows, const fm_dispatch_bufs *b, cudaStream_t s);
+                                int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl, cudaStream_t s);
 
 // x8[r][:] (ld = pad128(K), padding zero), xs[g][r] (ld_s) = e4m3 1x128 quantization of rows x[r][:K], r < M.
 // The same arithmetic as fm_e4m3_quantize_groups (src/quant/e4m3.c): scale = max(amax / 448, 1e-12),
@@ -60,7 +66,7 @@ void fm_cuda_quantize_e4m3_rows(const __nv_bfloat16 *x, int64_t M, int64_t K, ui
 // from them on the device); ret_row [T k]. ep_receive: the receiving rank's tile plan and rows from its received
 // blocks (N x cap places, the empty ones id -1 in ids [N cap]), in b (counts and cursor zeroed; b->fmt the blocks'
 // format), as fm_cuda_moe_dispatch leaves them for T = N cap tokens at k = 1 (NVFP4: the tensor scale where the GEMM
-// reads it, b->amax[1]).
+// reads it, b->amax[1]); its kernels launch plainly (the exchange's collectives around them break the PDL chain).
 struct fm_ep_layout;
 // x: bf16 [T][H], or the plan's activations (bf16 or fp32) for the native format (FM_A_NATIVE: rows copied).
 void fm_cuda_ep_dispatch(const void *x, int64_t T, const int32_t *ids, const struct fm_ep_layout *L,

@@ -13,12 +13,14 @@
 #define MAX_EXPERTS 1024
 
 // A 128-column group of a row of K columns, 4 columns per lane: load_group reads them (8-byte loads where aligned,
-// zeros past K), quantize_group makes their e4m3 codes (one word per lane) and the group's scale, and with SUMS the
-// group's sum, scale x (sum of its codes), for the int4-zp banks' zero-point term (all lanes get both).
+// zeros past K; plain loads, not __ldg: x is an earlier kernel's output, and a PDL kernel's invariant load may be
+// hoisted above its pdl_wait, pdl.cuh), quantize_group makes their e4m3 codes (one word per lane) and the group's
+// scale, and with SUMS the group's sum, scale x (sum of its codes), for the int4-zp banks' zero-point term (all lanes
+// get both).
 static __device__ __forceinline__ void load_group(const __nv_bfloat16 *x, int64_t K, int64_t grp, float v[4]) {
     const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
     if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
-        const uint2 raw = __ldg((const uint2 *)(x + k));
+        const uint2 raw = *(const uint2 *)(x + k);
         const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
         v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
     } else {
@@ -154,9 +156,9 @@ static inline unsigned warp_blocks(int64_t n) { /* 8 warps per block, one task (
 }
 
 // The tile plan of P routed rows (ids, -1 an empty place) over E experts in tiles of tile_rows: each expert's count,
-// its segment and tiles (one block), then each row's slot in its expert's segment (b: counts, seg_start, cursor,
-// tiles, n_tiles, pair_of_slot, slot_of_pair).
-void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b,
+// its segment and tiles (one block), then each row's slot in its expert's segment (b: seg_start, cursor, tiles,
+// n_tiles, pair_of_slot, slot_of_pair; h and h_cols; NVFP4: amax[0] zeroed). pdl: fm_routes_pdl.
+void fm_cuda_moe_plan(const int32_t *ids, int64_t P, int32_t E, int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl,
                       cudaStream_t s);
 
 #endif

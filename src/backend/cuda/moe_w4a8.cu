@@ -123,7 +123,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     fm_dispatch_bufs b;
-    b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
+    b.cursor = (int32_t *)(ws + L.cursor); /* L.counts: unused since the plan kernel counts in shared memory */
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
@@ -134,6 +134,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t *h = ws + L.h;
+    /* the last 128-group of h has columns no CTA writes: they must read as zero (the grouped dispatch zeroes them) */
+    b.h = I % 128 ? h : NULL, b.h_cols = I;
     float *hs = (float *)(ws + L.hs);
     float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
     __nv_bfloat16 *y = (__nv_bfloat16 *)(ws + L.y);
@@ -148,8 +150,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
            the grouped GEMM's epilogue quantizes it (per slot and 128 channels; the quantizer writes whole groups), by
            a launch of its own or (moe.down_quant=fused) by the down GEMV as it stages its rows. Every bank kind and
            dispatch format takes either: h is e4m3 1x128 whatever x was, with group sums for int4-zp-tc banks. */
-        fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream);
         const bool pdl = fm_routes_pdl(r);
+        fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, pdl, be->stream);
         const int64_t max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
         /* an expert gets at most one row per token (a token's top-k experts are distinct): T rows per tile at most */
         const int64_t max_rows = T < (int64_t)bn ? T : (int64_t)bn;
@@ -179,10 +181,9 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         if (!in_gemv) combine(be, y, weights, T, k, H, tail, out);
         return;
     }
-    FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
-    if (I % 128) /* the last 128-group of h has columns no CTA writes: they must read as zero */
-        FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
-    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, be->stream); /* fold: per-token rows */
+    /* no memset before it (a graph node would break the PDL chain): the dispatch needs nothing zeroed */
+    fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, fm_routes_pdl(r),
+                         be->stream); /* fold: per-token */
     if (gate_up->fold) {
         fold_gemms(be, gate_up, down, &b, P, E, bn, b.xs, h, hs, y);
     } else {
@@ -215,7 +216,7 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total + fm_w4a8_align((uint64_t)P * 4));
     fm_dispatch_bufs b;
     memset(&b, 0, sizeof b);
-    b.counts = (int32_t *)(ws + L.counts), b.cursor = (int32_t *)(ws + L.cursor);
+    b.cursor = (int32_t *)(ws + L.cursor);
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
     b.slot_of_pair = (int32_t *)(ws + L.slot_of_pair);
@@ -223,11 +224,10 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     b.amax = fmt == FM_W4A8_DISPATCH_NV ? (uint32_t *)(ws + L.ts) : NULL; /* [1]: the tensor scale the GEMM reads */
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t *h = ws + L.h;
+    b.h = I % 128 ? h : NULL, b.h_cols = I; /* the pad of each slot's row of h zeroed by the plan (as above) */
     float *hs = (float *)(ws + L.hs);
     float *hsum = down->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.hsum) : NULL;
     int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
-    FM_CUDA_CHECK(cudaMemsetAsync(ws + L.counts, 0, L.seg_start - L.counts, be->stream)); /* counts and cursor */
-    if (I % 128) FM_CUDA_CHECK(cudaMemsetAsync(h, 0, (size_t)(P * fm_w4a8_pad128((uint64_t)I)), be->stream));
     fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, amaxes, ids, &b, be->stream);
     if (gate_up->fold) fold_gemms(be, gate_up, down, &b, P, E, bn, NULL, h, hs, yret); /* e4m3 1x128 rows only */
     else grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
