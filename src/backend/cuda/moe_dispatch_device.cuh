@@ -1,6 +1,7 @@
 // What the routing dispatch (moe_dispatch.cu) and the expert-parallel one (ep_dispatch.cu) share: the quantizers of
 // a 128-group of a row, e4m3 with one scale and E2M1 with MX or NV block scales (bit for bit src/quant), and the tile
-// plan of the routed rows. Included by those two files and the decode GEMVs (gemv_fp8.cu: quantize_group).
+// plan of the routed rows. Included by those two files, the decode GEMVs (gemv_fp8.cu: quantize_group) and the fused
+// router (router.cu: dispatch_block, the small dispatch in its last CTA).
 #ifndef FM_CUDA_MOE_DISPATCH_DEVICE_CUH
 #define FM_CUDA_MOE_DISPATCH_DEVICE_CUH
 
@@ -101,7 +102,7 @@ static __device__ void dispatch_block(const __nv_bfloat16 *x, int32_t T, int32_t
     int32_t *rows = sm, *sum_r = sm + MAX_EXPERTS, *sum_n = sum_r + NT, *sid = sum_n + NT;
     int32_t *sslot = sid + FM_MOE_GEMV_MAX_PAIRS;
     const int i = threadIdx.x, P = T * k, R = (E + NT - 1) / NT;
-    if (i < P) sid[i] = ids[i];
+    if (i < P) sid[i] = __ldcg(ids + i); /* through L2: this kernel's own stores */
     for (int e = i; e < E; e += NT) rows[e] = 0;
     __syncthreads();
     if (i < P) atomicAdd(&rows[sid[i]], 1);
