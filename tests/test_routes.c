@@ -517,6 +517,29 @@ static void moe_combine_words(void **s) {
     assert_non_null(strstr(err.msg, "moe.combine"));
 }
 
+/* moe.dispatch: the dispatch's own launch by default until the fused router's dispatch is measured; independent of
+ * router.fused (the op asks both) and of the other MoE routes */
+static void moe_dispatch_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_moe_dispatch_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.dispatch=fused", &err), FM_OK);
+    assert_true(fm_routes_moe_dispatch_fused(&r));
+    assert_true(fm_routes_router_fused(&r, 1));
+    assert_false(fm_routes_moe_combine_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.dispatch=fused,router.fused=off", &err), FM_OK);
+    assert_true(fm_routes_moe_dispatch_fused(&r));
+    assert_false(fm_routes_router_fused(&r, 1));
+    assert_int_equal(fm_routes_apply(&r, "moe.dispatch=kernel", &err), FM_OK);
+    assert_false(fm_routes_moe_dispatch_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.dispatch=auto", &err), FM_OK);
+    assert_false(fm_routes_moe_dispatch_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.dispatch=on", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "moe.dispatch"));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -614,6 +637,7 @@ int main(void) {
         cmocka_unit_test(paged_combine_words),
         cmocka_unit_test(moe_down_quant_words),
         cmocka_unit_test(moe_combine_words),
+        cmocka_unit_test(moe_dispatch_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

@@ -113,6 +113,10 @@ fused_generate_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on,moe.down_quant=fused,moe.combine=fused \
     >>"$out/gpu_generate_fused.log" 2>&1
 fused_generate_rc="$fused_generate_rc, moe tail in the GEMV $?"
+# and with the router's last CTA dispatching the rows (router_moe: one launch per MoE layer fewer at B = 1)
+timeout 300 ./build/tests/gpu/test_cuda_generate --route decode.fused=on,moe.dispatch=fused \
+    >>"$out/gpu_generate_fused.log" 2>&1
+fused_generate_rc="$fused_generate_rc, router dispatch $?"
 # programmatic dependent launch on every decode kernel: decode graphs with pdl on and pdl=off give the same logits,
 # ids and log-probabilities bit for bit (B = 1, 4, 24; every preset; paged.combine=fused and decode.fused=on too)
 timeout 600 ./build/tests/gpu/test_cuda_pdl >"$out/gpu_pdl.log" 2>&1; pdl_rc=$?

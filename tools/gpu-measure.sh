@@ -148,6 +148,10 @@ part_decode() {
         run "decode_moetail_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.down_quant=fused \
             --route moe.combine=fused --route decode.fused=on
         decode_rows "decode_moetail_r$r"
+        # the router's last CTA dispatching the rows (one launch fewer per MoE layer at B = 1): against decode_fused
+        run "decode_rdisp_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.dispatch=fused \
+            --route decode.fused=on
+        decode_rows "decode_rdisp_r$r"
         # every fused form at once: the fewest launches a step has today
         run "decode_allfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.down_quant=fused \
             --route moe.combine=fused --route decode.fused=on --route paged.combine=fused

@@ -352,6 +352,15 @@ typedef struct fm_backend_ops {
     void (*moe_add_rmsnorm)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                             const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
                             void *y, void *acc, const fm_bank *norm, float eps, void *out);
+    /* The router and the routed experts in one op (route moe.dispatch: at decode the router's launch also dispatches
+     * the rows): exactly router(rw, x, T, k, kind, norm_topk, logits, ids, weights), then moe(gate_up, down, x, T,
+     * ids, weights, k, a_dispatch, a_down, y) or, with norm (not NULL), moe_add_rmsnorm(gate_up, down, x, T, ids,
+     * weights, k, a_dispatch, a_down, y, acc, norm, eps, out). Routing ids are the experts' bank indices (no expert
+     * cache's slots, no expert parallelism). NULL where a backend has none: the caller runs the ops in order. */
+    void (*router_moe)(fm_backend *be, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
+                       int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
+                       void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
+                       float eps, void *out);
     /* A projection and the residual add + RMSNorm after it in one op (route decode.fused: a decode step's o
      * projection): exactly linear(w, 0, x, M, afmt, y), then add_rmsnorm(acc, y, norm, M, w->rows, eps, out); y holds
      * the projection after it as after linear. NULL where a backend has none. */

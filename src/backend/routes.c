@@ -74,6 +74,9 @@ static void now_moe_down_quant(const fm_routes *r, char *b, size_t n) {
 static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_combine_fused(r) ? "fused" : "kernel");
 }
+static void now_moe_dispatch(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_dispatch_fused(r) ? "fused" : "kernel");
+}
 static void now_router_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
 }
@@ -310,6 +313,20 @@ static const route_key route_keys[] = {
      "rows of a multiple of 8 up to 4096 (else the kernel); the grouped GEMMs and the unfused moe keep the kernel; "
      "the cpu backend has one reference",
      now_moe_combine},
+    {"moe.dispatch",
+     FIELD(moe_dispatch),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "kernel",
+     "the decode dispatch of the routed rows by a launch of its own, or by the fused router's last CTA",
+     "the experts on the grouped W4A8 GEMVs (`moe.gemv`) after the fused router (`router.fused`): `kernel` launches "
+     "the small dispatch (each expert's rows counted, the tile plan, each pair's slot, the rows of x quantized to "
+     "e4m3) "
+     "after the router, `fused` lets the router's last CTA, the one that routes every token, run it too: one launch "
+     "fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a GPU; e4m3 1x128 rows "
+     "only (the FP4 and the fold banks' per-token dispatch keep the kernel), no expert parallelism, no experts in "
+     "host memory; the cpu backend has one reference (the router, then the experts)",
+     now_moe_dispatch},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -536,7 +553,13 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
     return r->moe_down_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->moe_down_quant == FM_ROUTE_DOWN_QUANT_AUTO && DOWN_QUANT_FUSED_BY_DEFAULT);
 }
-#define MOE_COMBINE_FUSED_BY_DEFAULT false /* likewise */
+#define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
+#define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */
+bool fm_routes_moe_dispatch_fused(const fm_routes *r) {
+    return r->moe_dispatch == FM_ROUTE_COMBINE_FUSED ||
+           (r->moe_dispatch == FM_ROUTE_COMBINE_AUTO && MOE_DISPATCH_FUSED_BY_DEFAULT);
+}
+
 bool fm_routes_moe_combine_fused(const fm_routes *r) {
     return r->moe_combine == FM_ROUTE_COMBINE_FUSED ||
            (r->moe_combine == FM_ROUTE_COMBINE_AUTO && MOE_COMBINE_FUSED_BY_DEFAULT);

@@ -100,6 +100,7 @@ typedef struct fm_routes {
     int32_t paged_tiled;      /* paged.tiled: fm_route_switch */
     int32_t moe_shared;       /* moe.shared: fm_route_moe_shared */
     int32_t paged_combine;    /* paged.combine: fm_route_paged_combine */
+    int32_t moe_dispatch;     /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -234,6 +235,11 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * layer, the same bits. `auto` is the kernel until measured on a GPU (bench/NOTES.md 2026-12-05, "the MoE decode
  * tail"). */
 bool fm_routes_moe_combine_fused(const fm_routes *r);
+/* The fused router (router.fused) before the experts on the grouped GEMVs with an e4m3 dispatch: the router's last
+ * CTA also runs the small dispatch (counts, tile plan, slots, the rows of x quantized) rather than a launch of its
+ * own: one launch fewer per MoE layer, the same bits. `auto` is the dispatch's launch until measured on a GPU
+ * (bench/NOTES.md 2026-12-05, "the router and the dispatch in one launch"). */
+bool fm_routes_moe_dispatch_fused(const fm_routes *r);
 /* The fused ops of a pass (decode.fused). The MoE block's combine with the residual add and the next RMSNorm in one
  * kernel (moe_add_rmsnorm) for a pass of T rows: on, or auto in passes of at most 64 rows (H200, fp8 decode at B = 1 /
  * 8 / 64: +3.8 / +0.8 / +0.3 % tokens/s, docs/RESULTS.md "after the model/context split"; prefill sizes unmeasured).

@@ -498,18 +498,33 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                 shared_expert(ctx, L, T);
                 if (ops->side_end) ops->side_end(be);
             }
-            ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits, b.eids,
-                        b.ew);
+            /* route moe.dispatch=fused: the router and the experts in one op (its launch dispatches the rows); the
+               bank's own ids only (no expert parallelism, no experts in host memory) */
+            const bool router_moe =
+                ops->router_moe && !ctx->ep_comm && !ctx->experts && fm_routes_moe_dispatch_fused(&m->routes);
+            if (router_moe)
+                ops->router_moe(be, L->router, L->gate_up, L->down, b.h, T, c->n_experts_per_tok, c->router,
+                                c->norm_topk_prob, b.rlogits, b.eids, b.ew, p->a_dispatch, p->a_expert, b.y,
+                                fuse_tail ? b.x : NULL, fuse_tail ? m->layers[l + 1].attn_norm : NULL, c->rms_norm_eps,
+                                b.h);
+            else
+                ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits,
+                            b.eids, b.ew);
             dump(be, "router", l, b.rlogits, T * c->n_experts);
             dump(be, "route_w", l, b.ew, T * c->n_experts_per_tok);
             const double route_bytes = fm_op_bytes_linear(m, L->router, T, H, c->n_experts) +
                                        fm_op_bytes_act(m, T, c->n_experts_per_tok, 0, 1) +
                                        4.0 * (double)T * c->n_experts_per_tok; /* weights and int32 ids out */
-            if (beside) /* on the side stream, overlapping the router: one interval */
+            /* router_moe: the router's interval is the experts' (one op), marked with them below */
+            if (router_moe) {
+                /* marked below */
+            } else if (beside) /* on the side stream, overlapping the router: one interval */
                 op_mark(tm, FM_STAGE_ROUTING, "router, shared_expert",
                         route_bytes + fm_op_bytes_shared_expert(m, l, T));
             else op_mark(tm, FM_STAGE_ROUTING, "router", route_bytes);
-            if (ctx->ep_comm) {
+            if (router_moe) {
+                /* done above */
+            } else if (ctx->ep_comm) {
                 expert_parallel_moe(ctx, L, T, &b);
             } else {
                 /* experts in host memory: the pool's slots, the routed experts made resident first */
@@ -523,9 +538,12 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                     ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch,
                              p->a_expert, b.y);
             }
-            const char *experts = fuse_tail ? "experts+add_norm" : "experts";
+            const char *experts = router_moe  ? (fuse_tail ? "router+experts+add_norm" : "router+experts")
+                                  : fuse_tail ? "experts+add_norm"
+                                              : "experts";
             const double experts_bytes =
-                fm_op_bytes_experts(m, l, T) + (fuse_tail ? fm_op_bytes_act(m, T, H, 1, 2) : 0);
+                fm_op_bytes_experts(m, l, T) + (fuse_tail ? fm_op_bytes_act(m, T, H, 1, 2) : 0) +
+                (router_moe ? route_bytes + (beside ? fm_op_bytes_shared_expert(m, l, T) : 0) : 0);
             if (L->shared_gate_up) { /* Qwen3-Next: y += sigmoid(h Ws^T) * shared_expert(h), the score in the gate */
                 op_split(tm, FM_STAGE_EXPERTS, experts, experts_bytes);
                 if (!beside) {

@@ -22,6 +22,10 @@
  *   moe.combine=fused: the same checks with the MoE tail in the down GEMV's last CTA of each token (each fused call
  *   twice: its per-token counters left zero), with and without moe.down_quant=fused; rows of 200 to 4096, and 300
  *   (not a multiple of 8: the tail's kernel after the GEMV).
+ *   moe.dispatch=fused: router_moe (the router's last CTA dispatching the rows) against the router op then the moe
+ *   op, bit for bit (routing, the moe's rows, the MoE tail), one kernel launch fewer in a captured graph, each fused
+ *   call twice (the router's counter), Qwen3's shape at 1, 2, 8 tokens and small odd ones, the three router kinds;
+ *   where the route does not apply (NVFP4, 9 tokens, the grouped GEMMs) the same launches as the chain.
  *   gdn_decode_fused: the normed rows and both states (conv, recurrent) against the GPU's gdn_conv, gdn_recurrent and
  *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
@@ -273,6 +277,173 @@ static void test_moe_combine_fused(void **s) {
         same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 300, 72);
     }
     same_bits_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
+}
+
+/* ---- moe.dispatch: the router's launch dispatching the rows, against the router op and then the moe op ---- */
+
+/* One router_moe call's arguments on a backend (device buffers), for run_routed and its graph */
+typedef struct routed_call {
+    fm_backend *be;
+    const fm_bank *rb, *gub, *db, *nb;
+    void *h, *logits, *ids, *w, *y, *acc;
+    int64_t T;
+    int32_t k;
+    fm_router_kind kind;
+    bool one_op, tail;
+} routed_call;
+
+static fm_status routed_body(void *ctx, fm_error *err) {
+    (void)err;
+    const routed_call *c = ctx;
+    fm_backend *be = c->be;
+    const fm_backend_ops *o = be->ops;
+    const fm_afmt ad = be->plan.a_dispatch, ae = be->plan.a_expert;
+    if (c->one_op) {
+        o->router_moe(be, c->rb, c->gub, c->db, c->h, c->T, c->k, c->kind, true, c->logits, c->ids, c->w, ad, ae, c->y,
+                      c->tail ? c->acc : NULL, c->tail ? c->nb : NULL, 1e-6f, c->h);
+        return FM_OK;
+    }
+    o->router(be, c->rb, c->h, c->T, c->k, c->kind, true, c->logits, c->ids, c->w);
+    if (c->tail)
+        o->moe_add_rmsnorm(be, c->gub, c->db, c->h, c->T, c->ids, c->w, c->k, ad, ae, c->y, c->acc, c->nb, 1e-6f, c->h);
+    else o->moe(be, c->gub, c->db, c->h, c->T, c->ids, c->w, c->k, ad, ae, c->y);
+    return FM_OK;
+}
+
+/* What run_routed returns (host, caller frees): the routing, and the moe's rows (no tail) or the residual and the
+ * normed rows (tail) */
+typedef struct routed_out {
+    int32_t *ids;
+    float *w, *logits, *rows, *acc;
+    int64_t kernels; /* kernel launches of the call in a captured graph */
+} routed_out;
+
+static void free_routed(routed_out *r) { free(r->ids), free(r->w), free(r->logits), free(r->rows), free(r->acc); }
+
+/* The router (bf16 weights rw [E][H]) and the experts of block b on the cuda backend be: router_moe (one_op, `calls`
+ * times on the same inputs) or the router op, then moe or (tail) moe_add_rmsnorm with x's buffer taking the norm;
+ * then the same call captured in a graph, its kernel nodes counted */
+static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw, fm_router_kind kind, bool one_op,
+                             bool tail, int calls) {
+    const int64_t T = b->T, H = b->H, P = T * b->k;
+    routed_call c = {be, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, T, b->k, kind, one_op, tail};
+    fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, H, FM_W_INT4_G128_TC, true);
+    fm_bank *db = gpu_bank(be, b->dn, b->E, H, b->I, FM_W_INT4_G128_TC, false);
+    fm_bank *rb = gpu_bank(be, rw, 1, b->E, H, be->plan.w_other, false);
+    fm_bank *nb = gpu_bank(be, b->norm, 1, 1, H, be->plan.w_other, false);
+    c.gub = gub, c.db = db, c.rb = rb, c.nb = nb;
+    void *lg_base, *w_base, *acc_base, *h_base, *y_base;
+    c.logits = gpu_guarded(be, T * b->E, &lg_base), c.w = gpu_guarded(be, P, &w_base);
+    c.acc = gpu_guarded(be, T * H, &acc_base), c.h = gpu_guarded(be, T * H, &h_base);
+    c.y = gpu_guarded(be, T * H, &y_base);
+    c.ids = be->ops->alloc(be, (size_t)P * sizeof(int32_t));
+    routed_out r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < calls; i++) { /* the same inputs each time: the rows and the residual uploaded again */
+        be->ops->upload_f32(be, b->resid, T * H, c.acc);
+        be->ops->upload_f32(be, b->x, T * H, c.h);
+        routed_body(&c, NULL);
+    }
+    r.ids = malloc((size_t)P * sizeof *r.ids);
+    be->ops->download_raw(be, c.ids, (size_t)P * sizeof *r.ids, r.ids);
+    r.w = gpu_fetch(be, w_base, P, "route weights"), r.logits = gpu_fetch(be, lg_base, T * b->E, "router logits");
+    if (tail) r.rows = gpu_fetch(be, h_base, T * H, "normed rows"), r.acc = gpu_fetch(be, acc_base, T * H, "residual");
+    else r.rows = gpu_fetch(be, y_base, T * H, "moe rows"), r.acc = NULL;
+    fm_graph *g = NULL;
+    fm_error err;
+    if (be->ops->graph_capture(be, routed_body, &c, &g, &err)) fail_msg("graph capture: %s", err.msg);
+    fm_graph_nodes n = {0, 0, 0};
+    be->ops->graph_nodes(be, g, &n);
+    r.kernels = n.kernels;
+    be->ops->graph_free(be, g);
+    fm_status st = be->ops->sync(be, &err);
+    if (st) fail_msg("sync: %s", err.msg);
+    be->ops->free(be, lg_base), be->ops->free(be, w_base), be->ops->free(be, acc_base), be->ops->free(be, h_base);
+    be->ops->free(be, y_base), be->ops->free(be, c.ids);
+    be->ops->bank_free(be, gub), be->ops->bank_free(be, db), be->ops->bank_free(be, rb), be->ops->bank_free(be, nb);
+    return r;
+}
+
+static void expect_same_routed(const routed_out *f, const routed_out *k, const block_in *b, bool tail,
+                               const char *what) {
+    const int64_t P = b->T * b->k, n = b->T * b->H;
+    for (int64_t p = 0; p < P; p++)
+        if (f->ids[p] != k->ids[p])
+            fail_msg("%s: pair %lld: fused id %d, chain %d", what, (long long)p, f->ids[p], k->ids[p]);
+    expect_same_bits(f->w, k->w, P, what), expect_same_bits(f->logits, k->logits, b->T * b->E, what);
+    expect_same_bits(f->rows, k->rows, n, what);
+    if (tail) expect_same_bits(f->acc, k->acc, n, what);
+}
+
+/* route: the case's routes (router.fused=on and moe.gemv=64 above one token); the router of kind over E experts
+ * (with the shared expert: E and k count it, as the router op takes them). The router op then the moe op
+ * (moe.dispatch=kernel) against router_moe with moe.dispatch=fused: the routing (ids, weights, logits) and the moe's
+ * rows, then with the MoE tail (moe_add_rmsnorm) the residual and the normed rows, bit for bit, each fused call made
+ * twice (the router's counter left zero by the first); the fused call captured has one kernel launch fewer than the
+ * chain (fused_launch: the route applies; else the same count, the chain inside the op). The moe's rows against the
+ * CPU's router then moe within the W4A8 moe's bound. */
+static void router_dispatch_case(fm_dispatch dispatch, const char *route, fm_router_kind kind, bool fused_launch,
+                                 int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_error err;
+    if (fm_plan_set_dispatch(&plan, dispatch, &err)) fail_msg("dispatch: %s", err.msg);
+    char r_base[200], r_fused[200];
+    snprintf(r_base, sizeof r_base, "%s,moe.dispatch=kernel", route);
+    snprintf(r_fused, sizeof r_fused, "%s,moe.dispatch=fused", route);
+    fm_backend *cpu = NULL, *gk = gpu_with_route(&plan, r_base), *gf = gpu_with_route(&plan, r_fused);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
+    assert_non_null(gf->ops->router_moe);
+    assert_non_null(gf->ops->graph_capture);
+    block_in b = make_block(T, E, k, H, I);
+    float *rw = rand_array(E * H, 0.05f);
+    char what[240];
+    snprintf(what, sizeof what, "router_moe %s kind %d T=%lld E=%d k=%d H=%lld I=%lld %s",
+             fm_afmt_name(plan.a_dispatch), (int)kind, (long long)T, E, k, (long long)H, (long long)I, route);
+    for (int tail = 0; tail < 2; tail++) {
+        routed_out f = run_routed(gf, &b, rw, kind, true, tail, 2), c = run_routed(gk, &b, rw, kind, false, tail, 1);
+        expect_same_routed(&f, &c, &b, tail, what);
+        if (f.kernels != c.kernels - (fused_launch ? 1 : 0))
+            fail_msg("%s%s: %lld kernel launches, the chain %lld", what, tail ? " (tail)" : "", (long long)f.kernels,
+                     (long long)c.kernels);
+        if (!tail) { /* the CPU's experts on the fused op's routing (bf16 logits may order near ties unlike fp32) */
+            block_in routed = b;
+            routed.ids = f.ids, routed.w = f.w;
+            float *o = run_moe_only(cpu, &routed, FM_W_INT4_G128_TC);
+            char w2[300];
+            snprintf(w2, sizeof w2, "%s vs cpu", what);
+            gpu_expect_close(f.rows, o, T * H, 3e-2, w2);
+            free(o);
+        }
+        free_routed(&f), free_routed(&c);
+    }
+    printf("  %-60s = the chain, bit for bit\n", what);
+    free(rw);
+    free_block(&b);
+    gk->ops->destroy(gk), gf->ops->destroy(gf), cpu->ops->destroy(cpu);
+}
+
+/* Qwen3-30B-A3B's router and experts at one token (router.fused's default) and at 2 and 8 tokens (router.fused=on,
+ * moe.gemv=64); the small odd shapes (E 8, k 2, H 200, I 72; E 13, k 5, H 384, I 200) at 1, 3 and 8 tokens; the
+ * Mixtral router (top-k of the logits) and the shared expert in the bank (E 9, k 3: top-2 of 8 and the shared pair);
+ * an NVFP4 dispatch, 9 tokens (above the fused router's 8) and moe.gemv=off: the chain inside the op */
+static void test_router_dispatch_fused(void **s) {
+    (void)s;
+    const fm_dispatch pre = FM_DISPATCH_PRESET;
+    const char *on = "router.fused=on,moe.gemv=64";
+    router_dispatch_case(pre, "router.fused=auto", FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    router_dispatch_case(pre, on, FM_ROUTER_SOFTMAX_TOPK, true, 2, 128, 8, 2048, 768);
+    router_dispatch_case(pre, on, FM_ROUTER_SOFTMAX_TOPK, true, 8, 128, 8, 2048, 768);
+    const int64_t Ts[] = {1, 3, 8};
+    for (int i = 0; i < 3; i++) {
+        router_dispatch_case(pre, on, FM_ROUTER_SOFTMAX_TOPK, true, Ts[i], 8, 2, 200, 72);
+        router_dispatch_case(pre, on, FM_ROUTER_SOFTMAX_TOPK, true, Ts[i], 13, 5, 384, 200);
+    }
+    router_dispatch_case(pre, on, FM_ROUTER_TOPK_SOFTMAX, true, 3, 8, 2, 256, 72);
+    router_dispatch_case(pre, on, FM_ROUTER_SOFTMAX_TOPK_SHARED, true, 3, 9, 3, 256, 72);
+    router_dispatch_case(FM_DISPATCH_NVFP4, on, FM_ROUTER_SOFTMAX_TOPK, false, 1, 8, 2, 256, 72);
+    router_dispatch_case(pre, on, FM_ROUTER_SOFTMAX_TOPK, false, 9, 8, 2, 200, 72);
+    router_dispatch_case(pre, "router.fused=on,moe.gemv=off", FM_ROUTER_SOFTMAX_TOPK, false, 2, 128, 8, 2048, 768);
 }
 
 /* y = x W^T, then the residual add and the norm, on backend be: fused (linear_add_rmsnorm, `calls` times on the same
@@ -529,13 +700,10 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),
-        cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
         cmocka_unit_test(test_gdn_decode_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */

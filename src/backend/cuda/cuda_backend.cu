@@ -494,7 +494,7 @@ static void cu_moe(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, 
     }
     if (fm_cuda_w4a8_takes(gate_up->fmt))
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                         a_dispatch, NULL, (bf16 *)out);
+                         a_dispatch, NULL, (bf16 *)out, NULL);
     else if (cublas_experts(gate_up, down))
         fm_cuda_moe_grouped_cublas(cuda_be(bb), gate_up, down, x, T, (const int32_t *)ids, weights, k, out);
     else
@@ -579,11 +579,41 @@ static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_
         require_afmt(down, a_down, "moe_add_rmsnorm");
         const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
-                         a_dispatch, &tail, (bf16 *)out);
+                         a_dispatch, &tail, (bf16 *)out, NULL);
         return;
     }
     cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
     cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
+}
+
+/* route moe.dispatch=fused: the fused router's launch also dispatches the rows of the W4A8 experts' decode GEMVs
+   (e4m3 rows, bf16 router); elsewhere the router op, then the moe op (or moe_add_rmsnorm with a norm) */
+static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
+                          int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
+                          void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
+                          float eps, void *out) {
+    cuda_backend *be = cuda_be(bb);
+    const int32_t E = (int32_t)rw->rows;
+    const bool shared = kind == FM_ROUTER_SOFTMAX_TOPK_SHARED;
+    const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK || shared;
+    const bool fused = !f32(bb) && fm_routes_moe_dispatch_fused(&be->routes) && rw->fmt == FM_W_BF16 &&
+                       be->router_counter && fm_routes_router_fused(&be->routes, T) &&
+                       fm_cuda_router_dispatch_takes(T, E, k, shared, rw->cols, rw->ld) && gate_up->n == E &&
+                       fm_cuda_moe_w4a8_router_takes(be, gate_up, down, T, k, a_dispatch);
+    if (!fused) {
+        cu_router(bb, rw, x, T, k, kind, norm_topk, logits, ids, weights);
+        if (norm)
+            cu_moe_add_rmsnorm(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y, acc, norm, eps, out);
+        else cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
+        return;
+    }
+    require_afmt(gate_up, a_dispatch, "router_moe");
+    require_afmt(down, a_down, "router_moe");
+    const fm_moe_router r = {
+        (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, be->router_counter};
+    const fm_moe_norm_tail tail = {(bf16 *)acc, norm ? bank_bf16(norm, 0) : NULL, eps, (bf16 *)y};
+    fm_cuda_moe_w4a8(be, gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k, a_dispatch,
+                     norm ? &tail : NULL, (bf16 *)(norm ? out : y), &r);
 }
 
 /* W8A8 and W4A8 dense weights at the decode GEMVs' rows: the add + norm in the GEMV's last CTA; else the two ops */
@@ -747,6 +777,7 @@ static const fm_backend_ops cuda_ops = {
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
     .moe_add_rmsnorm = cu_moe_add_rmsnorm,
+    .router_moe = cu_router_moe,
     .linear_add_rmsnorm = cu_linear_add_rmsnorm,
     .sample = cu_sample,
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,

@@ -79,30 +79,6 @@ static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t 
     }
 }
 
-// One warp per (token, 128-group): the group is quantized once and its codes stored into the token's k slots (the k
-// copies are identical). Every task is one round of loads (the group, the k slots), so a decode-sized dispatch is
-// one memory round trip. Before: one warp per pair walking its row's groups one after another (195 us at T = 8192
-// against a 40 us floor), then one warp per token (78 us at T = 8192 but 19 us at T = 16, ncu).
-// One (token t, group grp) task of a warp: lane j < k holds slot, the slot of the token's j-th pair.
-template <bool SUMS>
-static __device__ __forceinline__ void gather_quantize_task(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P,
-                                                            int64_t t, int64_t grp, int32_t slot, uint8_t *x8,
-                                                            float *xs, float *xsum) {
-    const int lane = threadIdx.x & 31;
-    const int64_t Hp = (H + 127) / 128 * 128;
-    float v[4], scale, sum;
-    load_group(x + t * H, H, grp, v);
-    const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
-    for (int j = 0; j < k; j++) {
-        const int64_t s = __shfl_sync(0xffffffffu, slot, j);
-        *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
-    }
-    if (lane < k) {
-        xs[grp * P + slot] = scale;
-        if (SUMS) xsum[grp * P + slot] = sum;
-    }
-}
-
 template <bool SUMS>
 static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                               const int32_t *slot_of_pair, uint8_t *x8, float *xs, float *xsum) {

@@ -1,6 +1,7 @@
 // What the routing dispatch (moe_dispatch.cu) and the expert-parallel one (ep_dispatch.cu) share: the quantizers of
 // a 128-group of a row, e4m3 with one scale and E2M1 with MX or NV block scales (bit for bit src/quant), and the tile
-// plan of the routed rows. Included by those two files and the decode GEMVs (gemv_fp8.cu: quantize_group).
+// plan of the routed rows. Included by those two files, the decode GEMVs (gemv_fp8.cu: quantize_group) and the fused
+// router (router.cu: dispatch_block, the small dispatch in its last CTA).
 #ifndef FM_CUDA_MOE_DISPATCH_DEVICE_CUH
 #define FM_CUDA_MOE_DISPATCH_DEVICE_CUH
 
@@ -59,6 +60,91 @@ static __device__ __forceinline__ void quantize_group_warp(const __nv_bfloat16 *
     if ((threadIdx.x & 31) == 0) {
         xs[grp * ld_s + slot] = scale;
         if (SUMS) xsum[grp * ld_s + slot] = sum;
+    }
+}
+
+// The gather (moe_dispatch.cu; the fused router's dispatch, router.cu): one warp per (token, 128-group): the group is
+// quantized once and its codes stored into the token's k slots (the k copies are identical). Every task is one round of
+// loads (the group, the k slots), so a decode-sized dispatch is one memory round trip. Before: one warp per pair
+// walking its row's groups one after another (195 us at T = 8192 against a 40 us floor), then one warp per token (78 us
+// at T = 8192 but 19 us at T = 16, ncu). One (token t, group grp) task of a warp: lane j < k holds slot, the slot of
+// the token's j-th pair.
+template <bool SUMS>
+static __device__ __forceinline__ void gather_quantize_task(const __nv_bfloat16 *x, int64_t H, int32_t k, int64_t P,
+                                                            int64_t t, int64_t grp, int32_t slot, uint8_t *x8,
+                                                            float *xs, float *xsum) {
+    const int lane = threadIdx.x & 31;
+    const int64_t Hp = (H + 127) / 128 * 128;
+    float v[4], scale, sum;
+    load_group(x + t * H, H, grp, v);
+    const uint32_t word = quantize_group<SUMS>(v, H, grp, &scale, &sum);
+    for (int j = 0; j < k; j++) {
+        const int64_t s = __shfl_sync(0xffffffffu, slot, j);
+        *(uint32_t *)(x8 + s * Hp + grp * 128 + lane * 4) = word;
+    }
+    if (lane < k) {
+        xs[grp * P + slot] = scale;
+        if (SUMS) xsum[grp * P + slot] = sum;
+    }
+}
+
+// The small dispatch of an e4m3 1x128 decode step (fm_cuda_moe_dispatch_small's results, bit for bit) by one block of
+// NT threads (NT a power of two, 32..MAX_EXPERTS), for the fused router's last CTA (router.cu): each expert's rows
+// counted, the tile plan (segments in expert order, bn rows per tile), each pair's slot (in pair order inside its
+// expert's segment), then the block's warps gather and quantize the (token, group) tasks. Thread i owns experts
+// i R .. i R + R - 1 (R = ceil(E / NT)): their counts summed, the sums scanned over the block, then each expert's
+// start from its thread's offset. sm: shared scratch of DISPATCH_BLOCK_SMEM(NT) int32. ids, x: written before the
+// caller's barrier (plain loads). P = T k <= FM_MOE_GEMV_MAX_PAIRS <= NT, E <= MAX_EXPERTS, k <= 32.
+#define DISPATCH_BLOCK_SMEM(NT) (MAX_EXPERTS + 2 * (NT) + 2 * FM_MOE_GEMV_MAX_PAIRS)
+template <int NT>
+static __device__ void dispatch_block(const __nv_bfloat16 *x, int32_t T, int32_t k, int64_t H, const int32_t *ids,
+                                      int32_t E, int32_t bn, const fm_dispatch_bufs &b, int32_t *sm) {
+    int32_t *rows = sm, *sum_r = sm + MAX_EXPERTS, *sum_n = sum_r + NT, *sid = sum_n + NT;
+    int32_t *sslot = sid + FM_MOE_GEMV_MAX_PAIRS;
+    const int i = threadIdx.x, P = T * k, R = (E + NT - 1) / NT;
+    if (i < P) sid[i] = __ldcg(ids + i); /* through L2: this kernel's own stores */
+    for (int e = i; e < E; e += NT) rows[e] = 0;
+    __syncthreads();
+    if (i < P) atomicAdd(&rows[sid[i]], 1);
+    __syncthreads();
+    int32_t own_r = 0, own_n = 0; /* this thread's experts: rows and tiles */
+    for (int e = i * R; e < i * R + R && e < E; e++) own_r += rows[e], own_n += (rows[e] + bn - 1) / bn;
+    sum_r[i] = own_r, sum_n[i] = own_n;
+    for (int o = 1; o < NT; o <<= 1) { /* inclusive scans of the threads' sums (Hillis-Steele) */
+        __syncthreads();
+        const int32_t r = i >= o ? sum_r[i - o] : 0, n = i >= o ? sum_n[i - o] : 0;
+        __syncthreads();
+        sum_r[i] += r, sum_n[i] += n;
+    }
+    __syncthreads();
+    int32_t start = sum_r[i] - own_r, tile = sum_n[i] - own_n;
+    for (int e = i * R; e < i * R + R && e < E; e++) {
+        const int32_t c = rows[e];
+        for (int32_t j = 0; j * bn < c; j++) {
+            const fm_w4a8_tile t = {b.matrix_of ? b.matrix_of[e] : e, start + j * bn, c - j * bn < bn ? c - j * bn : bn,
+                                    0};
+            b.tiles[tile + j] = t;
+        }
+        rows[e] = start; /* the segment's start, for the slots below (each thread its own experts) */
+        start += c, tile += (c + bn - 1) / bn;
+        if (e == E - 1) *b.n_tiles = tile;
+    }
+    __syncthreads();
+    if (i < P) { /* the pair's rank among the earlier pairs of its expert */
+        const int32_t ex = sid[i];
+        int32_t r = 0;
+        for (int p = 0; p < i; p++) r += sid[p] == ex;
+        const int32_t slot = rows[ex] + r;
+        b.pair_of_slot[slot] = i, b.slot_of_pair[i] = slot, sslot[i] = slot;
+    }
+    __syncthreads();
+    const int lane = i & 31;
+    const int64_t G = (H + 127) / 128;
+    for (int64_t task = i >> 5; task < (int64_t)T * G; task += NT / 32) {
+        const int64_t t = task / G;
+        const int32_t slot = lane < k ? sslot[t * k + lane] : 0;
+        if (b.xsum) gather_quantize_task<true>(x, H, k, P, t, task % G, slot, b.x8, b.xs, b.xsum);
+        else gather_quantize_task<false>(x, H, k, P, t, task % G, slot, b.x8, b.xs, NULL);
     }
 }
 

@@ -5,6 +5,7 @@
 #include "backend/cuda/moe_combine_norm.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
+#include "backend/cuda/router.cuh"
 #include "backend/cuda/w4a8_fold_gemm.h"
 #include "backend/cuda/w4a8_fold_gemv.h"
 #include "backend/cuda/w4a8_gemm.cuh"
@@ -94,10 +95,25 @@ static void combine(cuda_backend *be, const __nv_bfloat16 *y, const __nv_bfloat1
     else fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, fm_routes_pdl(&be->routes), be->stream);
 }
 
+bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, int64_t T, int32_t k,
+                                   fm_afmt a_dispatch) {
+    const int64_t P = T * k;
+    return P >= 1 && fm_cuda_w4a8_takes(gate_up->fmt) && fm_cuda_w4a8_takes(down->fmt) && !gate_up->fold &&
+           !down->fold && !gate_up->slot_of && fm_w4a8_dispatch_of(a_dispatch) == FM_W4A8_DISPATCH_E4M3 &&
+           fm_routes_moe_gemv(&be->routes, (uint64_t)P, (uint64_t)gate_up->n, (uint64_t)k);
+}
+
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
-                      const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
+                      const fm_moe_norm_tail *tail, __nv_bfloat16 *out, const fm_moe_router *router) {
     const int64_t P = T * k, E = gate_up->n, H = down->rows, I = down->cols;
+    if (router && !fm_cuda_moe_w4a8_router_takes(be, gate_up, down, T, k, a_dispatch)) {
+        fprintf(stderr,
+                "fp8moe: moe_w4a8: the router's dispatch of %lld tokens, top-%d, %s rows (the decode GEMVs' "
+                "e4m3 rows only)\n",
+                (long long)T, k, fm_afmt_name(a_dispatch));
+        abort(); /* cu_router_moe asks fm_cuda_moe_w4a8_router_takes first */
+    }
     if (P == 0) return;
     const fm_w4a8_dispatch fmt = fm_w4a8_dispatch_of(a_dispatch);
     if (fmt != FM_W4A8_DISPATCH_E4M3 && (gate_up->fmt != FM_W_INT4_G128_TC || down->fmt != FM_W_INT4_G128_TC)) {
@@ -151,7 +167,11 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
            a launch of its own or (moe.down_quant=fused) by the down GEMV as it stages its rows. Every bank kind and
            dispatch format takes either: h is e4m3 1x128 whatever x was, with group sums for int4-zp-tc banks. */
         const bool pdl = fm_routes_pdl(r);
-        fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, pdl, be->stream);
+        if (router) /* the router's last CTA routes, then dispatches (route moe.dispatch=fused) */
+            fm_cuda_router_dispatch(router->w, router->ld, (int32_t)E, H, x, T, k, router->softmax_topk,
+                                    router->norm_topk, router->shared, router->logits, (int32_t *)ids,
+                                    (__nv_bfloat16 *)weights, router->counter, (int32_t)bn, &b, pdl, be->stream);
+        else fm_cuda_moe_dispatch_small(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, pdl, be->stream);
         const int64_t max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
         /* an expert gets at most one row per token (a token's top-k experts are distinct): T rows per tile at most */
         const int64_t max_rows = T < (int64_t)bn ? T : (int64_t)bn;

@@ -11,9 +11,24 @@
 // Same contract as the backend's moe op (backend.h); gate_up and down are int4-tc banks, gate_up interleaved.
 // a_dispatch: e4m3 1x128, or FP4 (MXFP4, NVFP4: int4-tc banks only) for the gate|up input; the down input is e4m3.
 // tail: NULL, or the moe_add_rmsnorm op's end (decode.fused): the combine adds into tail->acc and out is its norm.
+// router: NULL (ids and weights are given), or the router op before it (route moe.dispatch=fused) whose launch also
+// dispatches the rows (fm_cuda_router_dispatch): it writes logits, ids and weights, where
+// fm_cuda_moe_w4a8_router_takes says so.
+typedef struct fm_moe_router {
+    const __nv_bfloat16 *w; // the router's bf16 matrix [E][ld], H columns (x's)
+    int64_t ld;
+    bool softmax_topk, norm_topk, shared; // as fm_cuda_router_fused takes them
+    __nv_bfloat16 *logits;                // [T][E]
+    unsigned *counter;                    // the fused router's counter (zero between launches)
+} fm_moe_router;
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
                       const int32_t *ids, const __nv_bfloat16 *weights, int32_t k, fm_afmt a_dispatch,
-                      const fm_moe_norm_tail *tail, __nv_bfloat16 *out);
+                      const fm_moe_norm_tail *tail, __nv_bfloat16 *out, const fm_moe_router *router);
+// Whether the experts' dispatch of T tokens can run in the fused router's launch: the decode GEMVs (moe.gemv) of
+// non-fold banks with their own expert ids (no expert cache) on e4m3 1x128 rows. The router's own conditions
+// (router.fused, fm_cuda_router_dispatch_takes) are the caller's.
+bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, int64_t T, int32_t k,
+                                   fm_afmt a_dispatch);
 // Expert parallelism's moe_blocks op (backend.h) on W4A8 banks: the experts on the rows of the received dispatch
 // blocks (backend/ep_blocks.h; e4m3, or MXFP4 / NVFP4 on int4-tc banks; amaxes: NVFP4's, every rank's amax, device
 // fp32 [N]), each output row in its place of the return blocks yret.

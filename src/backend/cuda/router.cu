@@ -6,6 +6,7 @@
 // Programmatic dependent launch (pdl.cuh, `pdl`): the kernels let the next one start at their top; the route
 // kernels wait for the earlier ones at once (their logits are the GEMM's), the fused router issues its first round
 // of router-matrix loads (no kernel writes the weights) before its wait.
+#include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/router.cuh"
 
@@ -157,11 +158,16 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
 #define RF_U 8 /* 16-byte weight loads in flight per lane */
 
 #define RF_X_SMEM 8192 /* bf16 elements of the token rows staged in shared memory (T x H up to this) */
+// DISPATCH (route moe.dispatch=fused, fm_cuda_router_dispatch): the last CTA then runs the e4m3 small dispatch of the
+// experts' GEMVs (dispatch_block: fm_cuda_moe_dispatch_small's results) on the ids it just wrote, with its RF_WARPS
+// warps, its plan in the shared memory of the staged rows (done with by then): the dispatch's launch saved.
+static_assert(DISPATCH_BLOCK_SMEM(RF_WARPS * 32) * 4 <= RF_X_SMEM * 2, "the dispatch's plan fits the staged rows");
 
+template <bool DISPATCH>
 static __global__ void __launch_bounds__(RF_WARPS * 32)
     router_fused_kernel(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x, int32_t T,
                         int32_t k, bool softmax_topk, bool norm_topk, bool shared, __nv_bfloat16 *logits, int32_t *ids,
-                        __nv_bfloat16 *weights, unsigned *counter) {
+                        __nv_bfloat16 *weights, unsigned *counter, int32_t bn, fm_dispatch_bufs b) {
     __shared__ bool last;
     /* the token rows, when they fit: each lane's products then wait for shared memory, not for an L2 round trip per
        16-byte chunk (ncu, Qwen3-Next decode: 18 us, the samples on the uses of x loaded one chunk after another) */
@@ -235,6 +241,10 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     for (int32_t t = warp; t < T; t += RF_WARPS)
         route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, shared, ids,
                                               weights);
+    if (DISPATCH) {
+        __syncthreads(); /* every token's ids (written above by lane 0 of its warp), and no thread still reads xs */
+        dispatch_block<RF_WARPS * 32>(x, T, k, H, ids, E, bn, b, (int32_t *)xs);
+    }
     if (threadIdx.x == 0) *counter = 0u;
 }
 
@@ -276,9 +286,33 @@ extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t
                 E, k, (long long)H, (long long)ld);
         abort();
     }
-    pdl_launch(router_fused_kernel, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
-               (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter);
+    fm_dispatch_bufs none;
+    memset(&none, 0, sizeof none);
+    pdl_launch(router_fused_kernel<false>, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
+               (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter, 0, none);
     FM_LAUNCH_CHECK("router_fused");
+}
+
+bool fm_cuda_router_dispatch_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld) {
+    return fm_cuda_router_fused_takes(T, E, k, shared, H, ld) && E <= MAX_EXPERTS && T * k <= FM_MOE_GEMV_MAX_PAIRS;
+}
+
+extern "C" void fm_cuda_router_dispatch(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H,
+                                        const __nv_bfloat16 *x, int64_t T, int32_t k, bool softmax_topk, bool norm_topk,
+                                        bool shared, __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights,
+                                        unsigned *counter, int32_t tile_rows, const fm_dispatch_bufs *b, bool pdl,
+                                        cudaStream_t s) {
+    if (!fm_cuda_router_dispatch_takes(T, E, k, shared, H, ld) || b->fmt != FM_W4A8_DISPATCH_E4M3 || b->per_token ||
+        tile_rows < 1) {
+        fprintf(stderr,
+                "fp8moe: router_dispatch: unsupported (T %lld, E %d, k %d, H %lld, ld %lld, tile rows %d; e4m3 1x128 "
+                "rows only, at most %d pairs)\n",
+                (long long)T, E, k, (long long)H, (long long)ld, tile_rows, FM_MOE_GEMV_MAX_PAIRS);
+        abort();
+    }
+    pdl_launch(router_fused_kernel<true>, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
+               (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter, tile_rows, *b);
+    FM_LAUNCH_CHECK("router_dispatch");
 }
 
 extern "C" void fm_cuda_route(const __nv_bfloat16 *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,

@@ -28,4 +28,16 @@ extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t
                                      __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
                                      bool pdl, cudaStream_t s);
 
+// The same launch whose last CTA then dispatches the routed rows for the experts' decode GEMVs (route
+// moe.dispatch=fused): b and tile_rows as fm_cuda_moe_dispatch_small takes them (x the same rows, ids the routing
+// above, k and E the router's), with its results bit for bit; e4m3 1x128 rows only (b->fmt e4m3, no per-token rows),
+// T k <= FM_MOE_GEMV_MAX_PAIRS, E <= 1024 (fm_cuda_router_dispatch_takes).
+struct fm_dispatch_bufs;
+extern "C" bool fm_cuda_router_dispatch_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld);
+extern "C" void fm_cuda_router_dispatch(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H,
+                                        const __nv_bfloat16 *x, int64_t T, int32_t k, bool softmax_topk, bool norm_topk,
+                                        bool shared, __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights,
+                                        unsigned *counter, int32_t tile_rows, const struct fm_dispatch_bufs *b,
+                                        bool pdl, cudaStream_t s);
+
 #endif
