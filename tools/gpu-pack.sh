@@ -36,5 +36,6 @@ fi
 mkdir -p "$(dirname "$out")"
 out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 # the programs next to each other in one stream, so that xz's window finds what they share
-(cd "$stage" && find build -type f | sort | tar -cf - -T - | xz -9 -T"$jobs" >"$out")
+# one xz thread: a single stream shares the programs' common bytes (29 programs: 10 MB at -9e -T1, 30 MB at -9 -T2)
+(cd "$stage" && find build -type f | sort | tar -cf - -T - | xz -9e -T1 >"$out")
 echo "gpu-pack: $out, $(du -h "$out" | cut -f1) ($(cd "$stage" && find build -type f | wc -l) programs; the device tool carries 64 MiB with the working tree)"
