@@ -128,7 +128,6 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
         FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
-    pdl_launch_dependents();
     pdl_wait(); /* x comes from the kernel before */
 
     /* persistent: CTA b takes tiles b, b + grid, ... (n fastest); the ring's stage and phase follow one running

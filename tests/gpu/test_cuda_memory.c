@@ -106,7 +106,12 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
         }
         const size_t overhead = backend_overhead(presets[i]);
         const size_t before = used_now();
-        if (load(src, &opt, &m, &err)) fail_msg("load %s: %s", name_of(src), err.msg);
+        const fm_status st = load(src, &opt, &m, &err);
+        if (st == FM_ERR_NOMEM && !src->dir) { /* a full-size model on a smaller card (ref32: 114 GiB, an H200's) */
+            printf("%s %s: skipped on this GPU: %s\n", name_of(src), fm_preset_name(presets[i]), err.msg);
+            continue;
+        }
+        if (st) fail_msg("load %s: %s", name_of(src), err.msg);
         const size_t after = used_now();
         fm_memory_plan plan;
         plan_of(m, &plan);
@@ -144,10 +149,10 @@ static void check_plans(const source *src, bool warm_up, const fm_preset *preset
         /* a limit one byte short: refused before anything is allocated */
         opt.vram_limit = (int64_t)plan.peak - 1;
         const size_t before_2 = used_now();
-        fm_status st = load(src, &opt, &m, &err);
+        const fm_status st2 = load(src, &opt, &m, &err);
         const size_t after_2 = used_now();
-        if (st != FM_ERR_NOMEM)
-            fail_msg("%s: --vram-limit %lld gave %s: %s", name_of(src), (long long)opt.vram_limit, fm_status_name(st),
+        if (st2 != FM_ERR_NOMEM)
+            fail_msg("%s: --vram-limit %lld gave %s: %s", name_of(src), (long long)opt.vram_limit, fm_status_name(st2),
                      err.msg);
         assert_null(m);
         assert_non_null(strstr(err.msg, "--vram-limit"));

@@ -344,22 +344,26 @@ static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw,
         be->ops->upload_f32(be, b->x, T * H, c.h);
         routed_body(&c, NULL);
     }
-    r.ids = malloc((size_t)P * sizeof *r.ids);
-    be->ops->download_raw(be, c.ids, (size_t)P * sizeof *r.ids, r.ids);
-    r.w = gpu_fetch(be, w_base, P, "route weights"), r.logits = gpu_fetch(be, lg_base, T * b->E, "router logits");
-    if (tail) r.rows = gpu_fetch(be, h_base, T * H, "normed rows"), r.acc = gpu_fetch(be, acc_base, T * H, "residual");
-    else r.rows = gpu_fetch(be, y_base, T * H, "moe rows"), r.acc = NULL;
+    /* the call captured (recorded, not run) while its buffers live; gpu_fetch below frees the buffers it reads */
     fm_graph *g = NULL;
     fm_error err;
+    if (be->ops->sync(be, &err)) fail_msg("sync: %s", err.msg);
     if (be->ops->graph_capture(be, routed_body, &c, &g, &err)) fail_msg("graph capture: %s", err.msg);
     fm_graph_nodes n = {0, 0, 0};
     be->ops->graph_nodes(be, g, &n);
     r.kernels = n.kernels;
     be->ops->graph_free(be, g);
-    fm_status st = be->ops->sync(be, &err);
-    if (st) fail_msg("sync: %s", err.msg);
-    be->ops->free(be, lg_base), be->ops->free(be, w_base), be->ops->free(be, acc_base), be->ops->free(be, h_base);
-    be->ops->free(be, y_base), be->ops->free(be, c.ids);
+    r.ids = malloc((size_t)P * sizeof *r.ids);
+    be->ops->download_raw(be, c.ids, (size_t)P * sizeof *r.ids, r.ids);
+    r.w = gpu_fetch(be, w_base, P, "route weights"), r.logits = gpu_fetch(be, lg_base, T * b->E, "router logits");
+    if (tail) {
+        r.rows = gpu_fetch(be, h_base, T * H, "normed rows"), r.acc = gpu_fetch(be, acc_base, T * H, "residual");
+        be->ops->free(be, y_base);
+    } else {
+        r.rows = gpu_fetch(be, y_base, T * H, "moe rows"), r.acc = NULL;
+        be->ops->free(be, acc_base), be->ops->free(be, h_base);
+    }
+    be->ops->free(be, c.ids);
     be->ops->bank_free(be, gub), be->ops->bank_free(be, db), be->ops->bank_free(be, rb), be->ops->bank_free(be, nb);
     return r;
 }

@@ -221,21 +221,30 @@ static fm_backend *moe_backend(fm_dispatch d, const char *extra, const char *pdl
     return be;
 }
 
-/* MOE_LAYERS moe calls on be, layer l on the output of layer l - 1 with the routing ids + l T k; the last output */
+/* MOE_LAYERS moe calls on be, layer l on the RMS-normalised output of layer l - 1 (as a model's next layer reads
+   it: the SwiGLU is quadratic, so raw outputs fed on shrink towards zero or grow without bound within a few layers)
+   with the routing ids + l T k; the last output */
 static float *moe_chain(fm_backend *be, const fm_bank *gu, const fm_bank *dn, const float *x, int64_t T, int64_t H,
                         const int32_t *ids, const float *w, int32_t k) {
     void *buf[2] = {gpu_upload(be, x, T * H), gpu_upload(be, x, T * H)}, *base, *idd[MOE_LAYERS];
-    void *wd = gpu_upload(be, w, T * k), *out = gpu_guarded(be, T * H, &base);
+    void *wd = gpu_upload(be, w, T * k), *out = gpu_guarded(be, T * H, &base), *y = gpu_upload(be, x, T * H);
+    float *ones = malloc((size_t)H * sizeof *ones);
+    for (int64_t i = 0; i < H; i++) ones[i] = 1.0f;
+    fm_bank *norm = gpu_bank(be, ones, 1, 1, H, be->plan.w_other, false);
     for (int l = 0; l < MOE_LAYERS; l++) {
         idd[l] = be->ops->alloc(be, (size_t)(T * k) * sizeof(int32_t));
         be->ops->upload_ids(be, ids + l * T * k, T * k, idd[l]);
     }
-    for (int l = 0; l < MOE_LAYERS; l++)
+    for (int l = 0; l < MOE_LAYERS; l++) {
         be->ops->moe(be, gu, dn, buf[l % 2], T, idd[l], wd, k, be->plan.a_dispatch, be->plan.a_expert,
-                     l == MOE_LAYERS - 1 ? out : buf[(l + 1) % 2]);
+                     l == MOE_LAYERS - 1 ? out : y);
+        if (l < MOE_LAYERS - 1) be->ops->rmsnorm(be, y, norm, T, H, 1e-6f, buf[(l + 1) % 2]);
+    }
     float *o = gpu_fetch(be, base, T * H, "moe chain");
     for (int l = 0; l < MOE_LAYERS; l++) be->ops->free(be, idd[l]);
-    be->ops->free(be, buf[0]), be->ops->free(be, buf[1]), be->ops->free(be, wd);
+    be->ops->free(be, buf[0]), be->ops->free(be, buf[1]), be->ops->free(be, wd), be->ops->free(be, y);
+    be->ops->bank_free(be, norm);
+    free(ones);
     return o;
 }
 

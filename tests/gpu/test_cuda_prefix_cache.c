@@ -131,27 +131,33 @@ static void compare_model(const char *dir, fm_preset preset, bool w8a8, double b
     /* a hybrid model: the last request's cached block has no state snapshot after it (computed again) */
     const int64_t cached[4] = {0, 32, (P1 + common) / 16 * 16, hybrid ? 0 : 16};
     assert_int_equal(m->context->kv->snaps != NULL, hybrid);
+    /* the tiled paged kernel (route paged.tiled) rounds a row by the window of rows it shares (its segments of keys
+       depend on them), so the rest of a prompt after its cached blocks is not bit-identical to the same rows inside
+       the whole prompt, as it is on the split kernel (0 for ref and int4): bf16 noise grown through the layers,
+       measured 0.0275 for tiny-code-moe ref on the H200 (2026-12-05). A near tie is then a top-2 gap within that
+       noise (the preset's bound): tiny-code-moe fp4 chose otherwise at such a gap on the H100 (2026-12-05) */
+    const char *rt = gpu_test_routes();
+    const bool tiled = rt && strstr(rt, "paged.tiled=on");
+    if (tiled && bound < 0.05) bound = 0.05;
+    const double tie = tiled ? bound : 0.05;
     double worst = 0;
     int32_t compared = 0;
     for (int64_t q = 0; q < 4; q++) {
         assert_int_equal(on->n_cached[q], cached[q]);
         for (int i = 0; i < NEW; i++) {
             const fm_sample_info *x = &off->info[q][i], *y = &on->info[q][i];
-            if (off->ids[q][i] != on->ids[q][i])
+            const bool near_tie = x->n_top >= 2 && x->top[0].logprob - x->top[1].logprob < tie;
+            if (off->ids[q][i] != on->ids[q][i]) {
+                if (near_tie) break; /* either choice is right within the noise: stop here */
                 fail_msg("%s %s%s request %lld token %d: id %d without the cache, %d with it", dir,
                          fm_preset_name(preset), w8a8 ? "+w8a8" : "", (long long)q, i, off->ids[q][i], on->ids[q][i]);
+            }
             const double d = fabs((double)x->logprob - (double)y->logprob);
             worst = d > worst ? d : worst;
             compared++;
-            if (x->n_top >= 2 && x->top[0].logprob - x->top[1].logprob < 0.05f) break; /* a near tie: stop here */
+            if (near_tie) break; /* the runs may part after it */
         }
     }
-    /* the tiled paged kernel (route paged.tiled) rounds a row by the window of rows it shares (its segments of keys
-       depend on them), so the rest of a prompt after its cached blocks is not bit-identical to the same rows inside
-       the whole prompt, as it is on the split kernel (0 for ref and int4): bf16 noise grown through the layers,
-       measured 0.0275 for tiny-code-moe ref on the H200 (2026-12-05) */
-    const char *rt = gpu_test_routes();
-    if (rt && strstr(rt, "paged.tiled=on") && bound < 0.05) bound = 0.05;
     printf("  %-34s %-5s%-6s %d tokens compared, max |dlogprob| %.3g (bound %.3g)\n", dir, fm_preset_name(preset),
            w8a8 ? "+w8a8" : "", compared, worst, bound);
     if (worst > bound)

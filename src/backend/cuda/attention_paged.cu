@@ -188,7 +188,6 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
     constexpr bool QREG = HD <= 128;
     extern __shared__ __align__(128) unsigned char apg_smem[];
     const uint32_t sq = (uint32_t)__cvta_generic_to_shared(apg_smem);
-    pdl_launch_dependents();
     pdl_wait();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -367,7 +366,6 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
 // Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
 static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_seq, const int32_t *tok_pos, int nh,
                                           int hd, int splits, int skip_runs, bf16 *out) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t t = blockIdx.x, th = t * nh + blockIdx.y;
     const int d = threadIdx.x;
@@ -489,7 +487,6 @@ static __global__ void apg_f32_kernel(const A *qkv, const A *k_cache, const A *v
                                       const int32_t *tok_pos, const int32_t *tables, int nh, int nkv, int hd,
                                       int max_blocks, int block_tokens, A *out) {
     extern __shared__ float apgf_smem[]; // per warp: max, sum, acc[hd]
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t t = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (nh / nkv), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -19,7 +19,6 @@ static int grid_for(int64_t n) {
 
 template <typename A>
 static __global__ void embed_kernel(const A *table, int64_t ld, const int32_t *ids, int64_t T, int64_t H, A *out) {
-    pdl_launch_dependents();
     pdl_wait(); /* the ids */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / H, c = i % H;
@@ -34,7 +33,6 @@ static __global__ void rmsnorm_kernel(const A *x, const A *__restrict__ w, int64
     const A *xr = x + blockIdx.x * dim;
     A *yr = out + blockIdx.x * dim;
     const int t = threadIdx.x;
-    pdl_launch_dependents();
     if (norm_vec8(x, dim) && norm_vec8(w, dim) && norm_vec8(out, dim)) {
         float v[NORM_CHUNKS][8], wv[NORM_CHUNKS][8];
 #pragma unroll
@@ -97,7 +95,6 @@ static __global__ void add_rmsnorm_kernel(A *__restrict__ acc, const A *x, const
     const A *xr = x + blockIdx.x * dim;
     A *yr = out + blockIdx.x * dim;
     const int t = threadIdx.x;
-    pdl_launch_dependents();
     if (norm_vec8(acc, dim) && norm_vec8(x, dim) && norm_vec8(w, dim) && norm_vec8(out, dim)) {
         float v[NORM_CHUNKS][8], xv[NORM_CHUNKS][8], wv[NORM_CHUNKS][8];
 #pragma unroll
@@ -163,7 +160,6 @@ static __global__ void add_rmsnorm_kernel(A *__restrict__ acc, const A *x, const
 }
 
 template <typename A> static __global__ void swiglu_kernel(const A *gu, int64_t rows, int64_t I, A *out) {
-    pdl_launch_dependents();
     pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * I;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -174,7 +170,6 @@ template <typename A> static __global__ void swiglu_kernel(const A *gu, int64_t 
 }
 
 template <typename A> static __global__ void add_kernel(A *acc, const A *x, int64_t n) {
-    pdl_launch_dependents();
     pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         act_store(&acc[i], act_load(acc[i]) + act_load(x[i]));
@@ -183,7 +178,6 @@ template <typename A> static __global__ void add_kernel(A *acc, const A *x, int6
 template <typename A>
 static __global__ void moe_combine_kernel(const A *y, const int32_t *slot_of, const A *w, int64_t T, int32_t k,
                                           int64_t H, A *out) {
-    pdl_launch_dependents();
     pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / H, c = i % H;
@@ -200,7 +194,6 @@ static __global__ void moe_combine_kernel(const A *y, const int32_t *slot_of, co
 // above moved 2 bytes per load, 2.2x the HBM floor at T = 8192), the same products and order of sums.
 static __global__ void moe_combine_bf16x8_kernel(const __nv_bfloat16 *y, const int32_t *slot_of, const __nv_bfloat16 *w,
                                                  int64_t T, int32_t k, int64_t H, __nv_bfloat16 *out) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t H8 = H / 8;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * H8; i += (int64_t)gridDim.x * blockDim.x) {

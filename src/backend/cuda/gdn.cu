@@ -65,7 +65,6 @@ static __device__ __forceinline__ float conv_input(const A *qkvz, int64_t Wz, in
 template <typename A>
 static __global__ void gdn_conv_kernel(const A *qkvz, const A *w, int64_t ld, int64_t T, fm_gdn_shape g,
                                        const float *states, const int32_t *seq, const int32_t *pos, A *out) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
     const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -109,7 +108,6 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
     const int K = g.kernel, c = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
     const bool active = c < C;
     const int64_t col = active ? qkvz_column(g, c) : 0;
-    pdl_launch_dependents();
     float wr[2][KW], a[2][KW]; /* index KW - 1 - d: the tap at distance d before the row (d = 0: the row itself) */
 #pragma unroll
     for (int v = 0; v < 2; v++)
@@ -191,7 +189,6 @@ static __global__ void gdn_conv_window_kernel(const A *qkvz, const A *w, int64_t
 template <typename A>
 static __global__ void gdn_conv_state_kernel(const A *qkvz, int64_t T, fm_gdn_shape g, float *states,
                                              const int32_t *seq, const int32_t *pos) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t C = gdn_channels(g), Wz = gdn_qkvz_width(g);
     const int K = g.kernel, c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -219,7 +216,6 @@ static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const 
     extern __shared__ float sm[];
     __shared__ float part[RULE_WARPS][RULE_COLS];
     __shared__ float red[2][RULE_WARPS];
-    pdl_launch_dependents();
     pdl_wait();
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk;
     float *S = sm, *qs = S + dk * RULE_COLS, *ks = qs + dk; /* [dk][32], [dk], [dk] */
@@ -301,7 +297,6 @@ static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const 
 template <typename A>
 static __global__ void gdn_norm_gate_kernel(const A *core, const A *qkvz, const A *w, int64_t T, fm_gdn_shape g,
                                             float eps, A *out) {
-    pdl_launch_dependents();
     pdl_wait();
     const int lane = threadIdx.x & 31, r = g.nv / g.nk;
     const int64_t Wz = gdn_qkvz_width(g), Wg = 2 * (int64_t)g.dk + 2 * (int64_t)r * g.dv;
@@ -329,7 +324,6 @@ static __global__ void gdn_norm_gate_kernel(const A *core, const A *qkvz, const 
 static __global__ void gdn_norm_gate_bf16x4_kernel(const bf16 *core, const bf16 *qkvz, const bf16 *w, int64_t T,
                                                    fm_gdn_shape g, float eps, bf16 *out) {
     const int lane = threadIdx.x & 31, r = g.nv / g.nk, h = blockIdx.x * 8 + (threadIdx.x >> 5);
-    pdl_launch_dependents();
     const uint2 wraw = *(const uint2 *)(w + 4 * lane); /* the weights before the wait */
     pdl_wait();
     if (h >= g.nv) return;

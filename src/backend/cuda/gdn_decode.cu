@@ -101,7 +101,6 @@ static __global__ __launch_bounds__(DEC_THREADS, DEC_MIN_BLOCKS(A)) void gdn_dec
     __shared__ float part[GDN_RULE_PARTS][DEC_COLS];   /* the row groups' partial sums */
     __shared__ float red[2][GDN_RULE_PARTS];
     __shared__ bool last;
-    pdl_launch_dependents();
     pdl_wait();
     const int dk = g.dk, dv = g.dv, r = g.nv / g.nk, K = g.kernel;
     const int h = blockIdx.y, kh = h / r, j = h % r, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;

@@ -194,7 +194,6 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
                                                                          int64_t M, const float *x_scale,
                                                                          __nv_bfloat16 *y, const fm_row_tail tail) {
     __shared__ float red[WARPS][NT][4][32];
-    pdl_launch_dependents();
     const int U = W8A8_U / NT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
     const int64_t r0 = ((int64_t)blockIdx.x * (WARPS / KS) + warp / KS) * 16;
@@ -349,7 +348,6 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
     const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y, const gemv_groups gr, const fm_row_tail tail) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[WARPS][NT][4][32];
-    pdl_launch_dependents();
     constexpr int NP = wk_shape<WK>::parts, CH = wk_shape<WK>::chunk;
     const int U = W4A8_U * 2 / (NT * NP); /* the same bytes in flight whatever the code width */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;

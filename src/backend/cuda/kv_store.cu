@@ -9,7 +9,6 @@
 template <typename U>
 static __global__ void kv_store_kernel(const unsigned char *qkv, int64_t ld_b, int64_t k_b, int64_t v_b, int64_t row_b,
                                        const int32_t *slots, unsigned char *k_cache, unsigned char *v_cache) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t t = blockIdx.x;
     const int64_t slot = slots[t];

@@ -100,8 +100,8 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
 // The amax of all B blocks, for thread 0 of each: a sense-reversing grid barrier on the caller's zeroed words
 // sync[0] arrivals, sync[1] generation, sync[2 + generation % 2] the amax bits of this generation. The last block to
 // arrive clears the count and the next generation's amax, then advances the generation, which releases the others.
-// It cannot starve: every block calls launch_dependents before anything else, so no later kernel's CTA can take an
-// SM before all B blocks are resident.
+// It cannot starve: every block lets the next kernel launch (pdl_wait) before the barrier, and the next kernel
+// launches only once all B blocks have, so no later kernel's CTA can take an SM before all B blocks are resident.
 static __device__ float grid_barrier_amax(float a, unsigned *sync) {
     volatile unsigned *vs = sync;
     const unsigned gen = vs[1];
@@ -122,7 +122,6 @@ static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const b
                                                                          int64_t Kp, uint8_t *xq, float *scale_slot,
                                                                          unsigned *bad, unsigned *sync) {
     __shared__ float red[FUSED_THREADS / 32];
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t per_row = Kp / 8, n = M * per_row, first = (int64_t)blockIdx.x * FUSED_THREADS * FUSED_PIECES;
     uint4 v[FUSED_PIECES];
@@ -164,7 +163,6 @@ static __global__ __launch_bounds__(FUSED_THREADS) void act_fused_kernel(const b
 
 // amax of n elements: 16-byte loads where x is aligned (the tail, or all of an unaligned x, element by element)
 static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax, unsigned *bad) {
-    pdl_launch_dependents();
     pdl_wait(); /* x is the previous kernel's output */
     float a = 0.0f;
     unsigned n_bad = 0;
@@ -185,7 +183,6 @@ static __global__ void act_amax_kernel(const bf16 *x, int64_t n, unsigned *amax,
 
 static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int64_t Kp, const unsigned *amax,
                                        uint8_t *xq, float *scale_slot) {
-    pdl_launch_dependents();
     pdl_wait(); /* the amax kernel's */
     const float s = e4m3t_scale_of(*amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) scale_slot[0] = s;

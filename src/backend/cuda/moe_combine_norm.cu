@@ -17,7 +17,6 @@ typedef __nv_bfloat16 bf16;
 static __global__ __launch_bounds__(NORM_THREADS) void moe_combine_add_rmsnorm_kernel(
     const bf16 *__restrict__ y, const int32_t *__restrict__ slot_of, const bf16 *__restrict__ w, int32_t k, int64_t H,
     bf16 *__restrict__ acc, const bf16 *__restrict__ norm, float eps, bf16 *__restrict__ out) {
-    pdl_launch_dependents();
     float wv[NORM_CHUNKS][8];
     combine_row_norm_weights(norm, H, wv); /* no earlier kernel's output: loaded while the down projection finishes */
     pdl_wait();

@@ -19,7 +19,6 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
                 fm_w4a8_tile *tiles, int32_t *n_tiles, const int32_t *matrix_of, uint32_t *amax_word) {
     __shared__ int32_t rows[MAX_EXPERTS], ntl[MAX_EXPERTS];
     const int e = threadIdx.x;
-    pdl_launch_dependents();
     rows[e] = 0;
     pdl_wait(); /* ids are the router's; the buffers written below, what the previous layer's kernels read */
     __syncthreads();
@@ -62,7 +61,6 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
 // h_cols rounded down to 4 (columns the gate|up GEMM, launched after this kernel, overwrites).
 static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t *seg_start, int32_t *cursor,
                                    int32_t *pair_of_slot, int32_t *slot_of_pair, uint8_t *h, int64_t h_cols) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t ldh = (h_cols + 127) / 128 * 128;
     for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < P; p += (int64_t)gridDim.x * blockDim.x) {
@@ -82,7 +80,6 @@ static __global__ void slot_kernel(const int32_t *ids, int64_t P, const int32_t 
 template <bool SUMS>
 static __global__ void gather_quantize_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                               const int32_t *slot_of_pair, uint8_t *x8, float *xs, float *xsum) {
-    pdl_launch_dependents();
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
@@ -129,7 +126,6 @@ static __device__ __forceinline__ void token_group_store(const __nv_bfloat16 *x,
 // The row's second read comes from L1 (2 x H bf16 per token against k x H e4m3 written).
 static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                                     const int32_t *slot_of_pair, uint8_t *x8, float *xs) {
-    pdl_launch_dependents();
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
@@ -149,7 +145,6 @@ static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int6
 // amax of the finite |x| over n bf16 (or fp32) values into *amax (zeroed before; non-negative floats order as their
 // bits)
 template <typename X> static __global__ void amax_kernel(const X *x, int64_t n, uint32_t *amax) {
-    pdl_launch_dependents();
     pdl_wait();
     float m = 0.0f;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -214,7 +209,6 @@ static __device__ __forceinline__ void gather_quantize_fp4_task(const __nv_bfloa
 template <int FMT>
 static __global__ void gather_quantize_fp4_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
                                                   const fm_dispatch_bufs b) {
-    pdl_launch_dependents();
     pdl_wait(); /* before the amax word: the amax pass's */
     const int lane = threadIdx.x & 31;
     const float ts = FMT == FM_W4A8_DISPATCH_NV ? nv_tensor_scale(*b.amax) : 1.0f;
@@ -232,7 +226,6 @@ static __global__ void gather_quantize_fp4_kernel(const __nv_bfloat16 *x, int64_
 template <bool SUMS>
 static __global__ void quantize_rows_kernel(const __nv_bfloat16 *x, int64_t M, int64_t K, uint8_t *x8, float *xs,
                                             float *xsum, int64_t ld_s) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (K + 127) / 128;
     for (int64_t task = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); task < M * G; task += warps) {
@@ -315,7 +308,6 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     __shared__ int32_t sid[FM_MOE_GEMV_MAX_PAIRS], sslot[FM_MOE_GEMV_MAX_PAIRS];
     __shared__ uint32_t amax, tok_amax[TOK ? FM_MOE_GEMV_MAX_PAIRS : 1];
     const int e = threadIdx.x, P = T * k;
-    pdl_launch_dependents();
     pdl_wait(); /* ids are the router's, x the norm's; every buffer below, what the previous layer's kernels read */
     if (e < P) sid[e] = ids[e];
     rows[e] = 0;

@@ -36,7 +36,6 @@ static __global__ __launch_bounds__(ROPE_WARPS *
                                                                  const A *q_norm, const A *k_norm, float eps,
                                                                  int64_t pos0, const int32_t *pos, float theta,
                                                                  const int32_t *slots, A *k_cache, A *v_cache) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t t = blockIdx.x;
     const int64_t slot = STORE ? (int64_t)slots[t] : -1;

@@ -45,7 +45,6 @@ static __device__ void finish_route(float *w, const int32_t *id, int64_t t, int3
 template <typename A>
 static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
                                     bool shared, int32_t *ids, A *weights) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= T) return;
@@ -140,7 +139,6 @@ static __device__ void route_warp_token(const A *l, int64_t t, int32_t E, int32_
 template <typename A>
 static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                                          bool norm_topk, bool shared, int32_t *ids, A *weights) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
@@ -176,7 +174,6 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     const int32_t e = blockIdx.x * RF_WARPS + warp;
     const int64_t chunks = H / 8;
     const bool staged = (int64_t)T * H <= RF_X_SMEM;
-    pdl_launch_dependents();
     const uint4 *w = (const uint4 *)(W + (int64_t)(e < E ? e : 0) * ld);
     uint4 wv[RF_U];
 #pragma unroll

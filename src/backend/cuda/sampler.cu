@@ -172,7 +172,6 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
                                                                 const fm_logit_bias *bias, const uint32_t *mask,
                                                                 float *zbuf, int32_t *ids, fm_sample_info *info) {
     __shared__ sample_smem sh;
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t row = blockIdx.x;
     const int64_t slot = row_slot ? row_slot[row] : row; // the row's sequence: its parameters, step and state

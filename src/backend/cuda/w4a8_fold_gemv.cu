@@ -123,7 +123,6 @@ template <int NT, int AS, bool SWIGLU>
 static __global__ __launch_bounds__(FG_WARPS * 32, 2) void fold_gemv_kernel(const fold_gemv_params p) {
     extern __shared__ __align__(16) uint8_t xsm[];
     __shared__ float red[FG_WARPS][NT][4][32];
-    pdl_launch_dependents();
     constexpr int U = FG_U / NT, R = NT * 8;
     const int KS = p.ks;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;

@@ -111,7 +111,6 @@ static __global__ __launch_bounds__(FP4_CTA_THREADS,
     constexpr int NW = wk_shape<WK_INT4>::words, NP = wk_shape<WK_INT4>::parts;
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
        its expert, so nothing is loaded before the wait */
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;

@@ -45,7 +45,6 @@ static __global__ __launch_bounds__(THREADS,
 
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
        its expert, so nothing is loaded before the wait */
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
