@@ -145,6 +145,16 @@ timeout 300 ./build/tests/gpu/test_cuda_tp >"$out/gpu_tp.log" 2>&1; tp_rc=$?
 # expert parallelism on the cuda backend: --ep 2 and 4, every rank on this GPU, e4m3 rows through the blocks
 timeout 300 ./build/tests/gpu/test_cuda_ep >"$out/gpu_ep.log" 2>&1; ep_rc=$?
 fi
+# racecheck_ours LOG RC: a racecheck run without --error-exitcode judged by its hazards in our kernels alone (cuBLASLt's
+# nvjet kernels synchronise through mbarriers, which racecheck does not model): "rc R, N ours, M in nvjet", FAILED first
+# when any hazard is ours or the run ended without its summary
+racecheck_ours() {
+    local ours lib
+    ours=$(grep "Race reported" "$1" | grep -vc nvjet)
+    lib=$(grep "Race reported" "$1" | grep -c nvjet)
+    if [ "$ours" = 0 ] && grep -q "RACECHECK SUMMARY" "$1"; then echo "rc $2, 0 ours, $lib in nvjet"
+    else echo "FAILED: rc $2, $ours ours, $lib in nvjet"; fi
+}
 san="skipped (SANITIZE=1 to run)"
 if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 ./build/tests/gpu/test_cuda_ops >"$out/memcheck.log" 2>&1; m=$?
@@ -173,16 +183,17 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     FM_TEST_FILTER='test_*_small' compute-sanitizer --tool racecheck --error-exitcode 3 \
         ./build/tests/gpu/test_cuda_fold_gemv >"$out/racecheck_fold_gemv.log" 2>&1
     m="$m, fold GEMV racecheck $?"
-    # the o projection's tail first (its warp sums in shared memory), alone: the whole program's racecheck is long
-    FM_TEST_FILTER='test_linear_add_rmsnorm*' compute-sanitizer --tool racecheck --error-exitcode 3 \
+    # the o projection's tail first (its warp sums in shared memory), alone: the whole program's racecheck is long.
+    # Its W8A8 cases run cuBLASLt above the GEMV's rows, whose nvjet kernels racecheck misreports (below): counted apart
+    FM_TEST_FILTER='test_linear_add_rmsnorm*' compute-sanitizer --tool racecheck --print-limit 1000 \
         ./build/tests/gpu/test_cuda_ops_fused >"$out/racecheck_fused_tail.log" 2>&1
-    m="$m, o projection tail racecheck $?"
+    m="$m, o projection tail racecheck $(racecheck_ours "$out/racecheck_fused_tail.log" $?)"
     FM_TEST_FILTER='test_moe_*_fused' compute-sanitizer --tool racecheck --error-exitcode 3 \
         ./build/tests/gpu/test_cuda_ops_fused >"$out/racecheck_fused_moe.log" 2>&1
     m="$m, MoE tail in the down GEMV racecheck $?"
-    compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
+    compute-sanitizer --tool racecheck --print-limit 1000 ./build/tests/gpu/test_cuda_ops_fused \
         >"$out/racecheck_fused.log" 2>&1
-    m="$m, fused decode ops racecheck $?"
+    m="$m, fused decode ops racecheck $(racecheck_ours "$out/racecheck_fused.log" $?)"
     FM_TEST_FILTER='test_gdn_*' compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_qnext \
         >"$out/memcheck_qnext.log" 2>&1
     m="$m, Qwen3-Next ops $?"
@@ -200,14 +211,10 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     m="$m, paged combine fused racecheck $?"
     # cuBLASLt's own kernels (nvjet_*, the W8A8 GEMMs) synchronise through mbarriers, which racecheck does not
     # model: it reports hazards inside them (bench/NOTES.md, 2026-11-30). Excluding them by name made the sanitizer
-    # fail internally, so every kernel is checked and the hazards are counted apart: ours must be zero.
+    # fail internally, so every kernel is checked and the hazards are counted apart (racecheck_ours): ours must be 0.
     compute-sanitizer --tool racecheck --print-limit 1000 ./build/tests/gpu/test_cuda_ops >"$out/racecheck.log" 2>&1
-    rc_rc=$?
-    ours=$(grep "Race reported" "$out/racecheck.log" | grep -vc nvjet)
-    lib=$(grep "Race reported" "$out/racecheck.log" | grep -c nvjet)
-    r="$rc_rc, $ours hazards in our kernels, $lib reports inside cuBLASLt nvjet kernels"
-    [ "$ours" = 0 ] && grep -q "RACECHECK SUMMARY" "$out/racecheck.log" || r="FAILED: $r"
-    san="memcheck rc $m ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)), racecheck rc $r"
+    r=$(racecheck_ours "$out/racecheck.log" $?)
+    san="memcheck rc $m ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)), racecheck of the op tests: $r"
 fi
 grep -E "FAILED|ERROR|error" "$out/gpu_ops.log" | head -5
 grep -E "FAILED|ERROR|error" "$out/gpu_models.log" | head -5

@@ -23,6 +23,8 @@
 #   DECODE_SET=main|extra|all  decode's runs: main (base, new, fused; the per-op table), extra (the JSON-object
 #                 mask, Qwen3-Next), all (default)
 #   ROUNDS=N      rounds of the alternating base/new comparisons (default: decode 1, prefill 2)
+#   ALSO=L=DIR[,L=DIR]  decode: more binaries (DIR/fp8moe) timed in each round after new, their rows labelled L; the
+#                 Qwen3-Next rows too (DECODE_SET extra)
 #   Needs python3 (the serving client; no Node) and, for bench/serve_bench.sh, curl.
 #   SERVE_S=S     seconds per serving-benchmark row (default 45); LOAD_LAYERS (48), CKPT_DIR (/tmp/fm-ckpt)
 set -uo pipefail
@@ -134,6 +136,12 @@ part_decode() {
         decode_rows "decode_base_r$r"
         run "decode_new_r$r" 300 "$new/fp8moe" bench decode "${common[@]}"
         decode_rows "decode_new_r$r"
+        local also label dir
+        for also in ${ALSO//,/ }; do # more binaries in the same rounds (e.g. a kernel variant built from another tree)
+            label=${also%%=*} dir=${also#*=}
+            run "decode_${label}_r$r" 300 "$dir/fp8moe" bench decode "${common[@]}"
+            decode_rows "decode_${label}_r$r"
+        done
         run "decode_fused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=on
         decode_rows "decode_fused_r$r"
         run "decode_unfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route decode.fused=off
@@ -172,6 +180,11 @@ part_decode() {
         decode_rows "decode_qnext_base_r$r"
         run "decode_qnext_new_r$r" 300 "$new/fp8moe" bench decode "${q[@]}"
         decode_rows "decode_qnext_new_r$r"
+        for also in ${ALSO//,/ }; do
+            label=${also%%=*} dir=${also#*=}
+            run "decode_qnext_${label}_r$r" 300 "$dir/fp8moe" bench decode "${q[@]}"
+            decode_rows "decode_qnext_${label}_r$r"
+        done
         # the shared expert as expert E of the routed launch (route moe.shared), and the fused GDN decode op
         run "decode_qnext_routed_r$r" 300 "$new/fp8moe" bench decode "${q[@]}" --route moe.shared=routed
         decode_rows "decode_qnext_routed_r$r"
