@@ -55,7 +55,8 @@ size_t fm_state_cache_bytes(const fm_config *c, int32_t n_layers, int32_t slots)
 void fm_state_cache_free(fm_context *ctx, fm_state_cache *sc) {
     if (!sc) return;
     if (sc->mem) ctx->m->be->ops->free(ctx->m->be, sc->mem);
-    free(sc->block), free(sc->gen), free(sc->owner), free(sc->used), free(sc->seq_slot), free(sc->seq_anchor);
+    free(sc->block), free(sc->gen), free(sc->owner), free(sc->used), free(sc->branch), free(sc->spent);
+    free(sc->seq_slot), free(sc->seq_anchor), free(sc->seq_from), free(sc->seq_from_gen);
     free(sc);
 }
 
@@ -73,9 +74,12 @@ fm_status fm_state_cache_create(fm_context *ctx, int32_t slots, fm_state_cache *
     sc->conv_elems = fm_gdn_conv_state_elems(g), sc->rec_elems = fm_gdn_rec_state_elems(g);
     sc->block = malloc(S * sizeof *sc->block), sc->gen = calloc(S, sizeof *sc->gen);
     sc->owner = malloc(S * sizeof *sc->owner), sc->used = calloc(S, sizeof *sc->used);
+    sc->branch = calloc(S, sizeof *sc->branch), sc->spent = calloc(S, sizeof *sc->spent);
     sc->seq_slot = malloc(Q * sizeof *sc->seq_slot), sc->seq_anchor = calloc(Q, sizeof *sc->seq_anchor);
+    sc->seq_from = malloc(Q * sizeof *sc->seq_from), sc->seq_from_gen = calloc(Q, sizeof *sc->seq_from_gen);
     const size_t bytes = fm_state_cache_bytes(&m->cfg, m->n_layers, slots);
-    if (!sc->block || !sc->gen || !sc->owner || !sc->used || !sc->seq_slot || !sc->seq_anchor) {
+    if (!sc->block || !sc->gen || !sc->owner || !sc->used || !sc->branch || !sc->spent || !sc->seq_slot ||
+        !sc->seq_anchor || !sc->seq_from || !sc->seq_from_gen) {
         fm_state_cache_free(ctx, sc);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
@@ -85,7 +89,7 @@ fm_status fm_state_cache_create(fm_context *ctx, int32_t slots, fm_state_cache *
                        m->be->ops->name, slots, bytes);
     }
     for (size_t k = 0; k < S; k++) sc->block[k] = -1, sc->owner[k] = -1;
-    for (size_t q = 0; q < Q; q++) sc->seq_slot[q] = -1;
+    for (size_t q = 0; q < Q; q++) sc->seq_slot[q] = sc->seq_from[q] = -1;
     *out = sc;
     return FM_OK;
 }
@@ -112,18 +116,43 @@ static int32_t find(const fm_kv_pool *p, const fm_state_cache *sc, int32_t b, ui
     return -1;
 }
 
-/* A slot for a new snapshot: a free one (or one whose block is gone), else the least recently used snapshot, else
- * (every slot owned by a running sequence) the least recently used owned one, whose owner takes another later. */
+/* A slot for a new snapshot: a free one (or one whose block is gone), else the least recently used spent tail, else
+ * the least recently used snapshot, else (every slot owned by a running sequence) the least recently used owned one,
+ * whose owner takes another later. */
 static int32_t take(const fm_kv_pool *p, fm_state_cache *sc) {
-    int32_t best = -1, best_rank = 3;
+    int32_t best = -1, best_rank = 4;
     for (int32_t k = 0; k < sc->n_slots; k++) {
-        const int rank = sc->owner[k] >= 0 ? 2 : live(p, sc, k) ? 1 : 0;
+        const int rank = sc->owner[k] >= 0 ? 3 : !live(p, sc, k) ? 0 : sc->spent[k] ? 1 : 2;
         if (rank < best_rank || (rank == best_rank && sc->used[k] < sc->used[best])) best = k, best_rank = rank;
     }
     if (live(p, sc, best)) sc->evictions++;
     if (sc->owner[best] >= 0) sc->seq_slot[sc->owner[best]] = -1, sc->owner[best] = -1;
-    sc->block[best] = -1;
+    sc->block[best] = -1, sc->branch[best] = sc->spent[best] = false;
     return best;
+}
+
+/* whether named block b's chain passes through block a of generation ag: b is further along a prompt that has a */
+static bool below(const fm_kv_pool *p, int32_t b, int32_t a, uint32_t ag) {
+    for (int32_t step = 0; step < p->max_blocks; step++) {
+        const int32_t up = p->parent[b];
+        if (up == a && p->parent_gen[b] == ag) return true;
+        if (up < 0 || !p->in_table[up] || p->gen[up] != p->parent_gen[b]) return false; /* the chain's start or gap */
+        b = up;
+    }
+    return false;
+}
+
+/* seq is about to take its own prompt's tail: the tail it started from, if still kept, and every tail further along
+ * that tail's chain are spent (the conversation went on from there, in seq) */
+static void spend_origin(const fm_kv_pool *p, fm_state_cache *sc, int32_t seq) {
+    const int32_t a = sc->seq_from[seq];
+    const uint32_t ag = sc->seq_from_gen[seq];
+    sc->seq_from[seq] = -1;
+    if (a < 0 || !p->in_table[a] || p->gen[a] != ag) return;
+    for (int32_t k = 0; k < sc->n_slots; k++)
+        if (sc->owner[k] < 0 && !sc->branch[k] && live(p, sc, k) &&
+            ((sc->block[k] == a && sc->gen[k] == ag) || below(p, sc->block[k], a, ag)))
+            sc->spent[k] = true;
 }
 
 /* between seq's states and slot k: one strided copy per kind of state, a row per layer (the live states are
@@ -146,22 +175,24 @@ static void copy_states(fm_context *ctx, int32_t seq, int32_t k, bool save) {
 }
 
 /* A snapshot of seq's states, which are at the end of its block i (named): into the slot seq owns when `own` (taken
- * first if it has none), else into a slot of its own. The same name kept already (the same tokens from position 0):
- * that one is refreshed instead. */
-static void save(fm_context *ctx, int32_t seq, int64_t i, bool own) {
+ * first if it has none), else into a slot of its own, a branch when `branch`. The same name kept already (the same
+ * tokens from position 0): that one is refreshed instead (a tail again, or a branch now). */
+static void save(fm_context *ctx, int32_t seq, int64_t i, bool own, bool branch) {
     const fm_kv_pool *p = &ctx->kv->pool;
     fm_state_cache *sc = ctx->kv->snaps;
     int32_t b, k;
     uint32_t g;
     if (!name_at(p, seq, i, &b, &g)) return;
     if ((k = find(p, sc, b, g)) >= 0) {
-        sc->used[k] = ++sc->clock;
+        sc->used[k] = ++sc->clock, sc->spent[k] = false;
+        if (sc->owner[k] < 0) sc->branch[k] |= branch;
         return;
     }
     if (!own || (k = sc->seq_slot[seq]) < 0) k = take(p, sc);
     if (own) sc->owner[k] = seq, sc->seq_slot[seq] = k;
     copy_states(ctx, seq, k, true);
     sc->block[k] = b, sc->gen[k] = g, sc->used[k] = ++sc->clock;
+    sc->branch[k] = branch, sc->spent[k] = false;
     sc->saves++;
 }
 
@@ -185,11 +216,13 @@ int64_t fm_state_cache_share(fm_context *ctx, int32_t seq, const int32_t *ids, i
     }
     /* the blocks past the last snapshot run again; where the cached prefix ended, the prefill takes one */
     sc->seq_anchor[seq] = j < i ? i * bt : 0;
+    sc->seq_from[seq] = -1;
     if (j < i) fm_kv_seq_truncate(p, seq, j * bt);
     if (j > 0) {
         copy_states(ctx, seq, k, false);
         sc->used[k] = ++sc->clock;
         sc->restores++;
+        if (!sc->branch[k]) sc->seq_from[seq] = sc->block[k], sc->seq_from_gen[seq] = sc->gen[k];
     }
     return j * bt;
 }
@@ -204,22 +237,25 @@ int64_t fm_state_cache_chunk(const fm_context *ctx, int32_t seq, int64_t pos, in
 
 void fm_state_cache_prefilled(fm_context *ctx, int32_t seq, int64_t pos, int64_t n_prompt) {
     if (!active(ctx)) return;
+    fm_state_cache *sc = ctx->kv->snaps;
     const int64_t bt = ctx->kv->pool.block_tokens;
-    if (pos > 0 && pos % bt == 0 && (pos == ctx->kv->snaps->seq_anchor[seq] || pos == n_prompt / bt * bt))
-        save(ctx, seq, pos / bt - 1, false);
+    const bool anchor = pos == sc->seq_anchor[seq], last = pos == n_prompt / bt * bt;
+    if (pos == 0 || pos % bt || (!anchor && !last)) return;
+    if (last) spend_origin(&ctx->kv->pool, sc, seq);
+    save(ctx, seq, pos / bt - 1, false, anchor);
 }
 
 void fm_state_cache_decoded(fm_context *ctx, int32_t seq) {
     if (!active(ctx)) return;
     const int64_t n = fm_kv_seq_tokens(&ctx->kv->pool, seq), bt = ctx->kv->pool.block_tokens;
-    if (n > 0 && n % bt == 0) save(ctx, seq, n / bt - 1, true);
+    if (n > 0 && n % bt == 0) save(ctx, seq, n / bt - 1, true, false);
 }
 
 void fm_state_cache_seq_end(fm_context *ctx, int32_t seq) {
     fm_state_cache *sc = ctx->kv->snaps;
     if (!sc || seq < 0 || seq >= sc->max_seqs) return;
     if (sc->seq_slot[seq] >= 0) sc->owner[sc->seq_slot[seq]] = -1;
-    sc->seq_slot[seq] = -1, sc->seq_anchor[seq] = 0;
+    sc->seq_slot[seq] = sc->seq_from[seq] = -1, sc->seq_anchor[seq] = 0;
 }
 
 int32_t fm_state_cache_live(const fm_context *ctx) {
@@ -241,6 +277,9 @@ bool fm_state_cache_check(const fm_context *ctx, char *msg, size_t len) {
                                    o >= 0 && o < sc->max_seqs ? sc->seq_slot[o] : -1);
         if (o >= 0 && p->n_tokens[o] < 0)
             return fm_check_failed(msg, len, "slot %d is owned by closed sequence %d", k, o);
+        if (o >= 0 && (sc->spent[k] || sc->branch[k]))
+            return fm_check_failed(msg, len, "slot %d is owned by sequence %d but marked %s", k, o,
+                                   sc->spent[k] ? "spent" : "a branch");
         if (sc->used[k] > sc->clock) return fm_check_failed(msg, len, "slot %d was used after the clock", k);
         if (!live(p, sc, k)) continue;
         for (int32_t k2 = k + 1; k2 < sc->n_slots; k2++)

@@ -13,12 +13,23 @@
  *     boundary: the next turn of a conversation (its prompt the previous prompt and answer) starts there.
  * A snapshot is named by the KV block whose end it is at (its id and generation, kv_prefix.h), so it is usable only
  * while that block is in the table; a lookup walks a prompt's cached chain, so every block before it is there too.
- * A slot goes when the pool is full (least recently taken or read first) or lazily when its block left the table.
+ *
+ * The second kind is a branch (prompts part there: every prompt sharing the prefix starts from it); the others are
+ * tails, each the end of one conversation's prompt or answer, waiting for that conversation's next turn. A tail is
+ * read once: when a sequence started from it takes its own prompt's last boundary beyond it, the tail and every tail
+ * further along its chain (the previous answer, when the next prompt left it: a client that sends other ids for the
+ * answer, a template that renders it again differently) are spent. Least recently used alone would keep them: a
+ * finished answer's snapshot is newer than the prompt snapshots of conversations whose next turn has not started,
+ * and with concurrent conversations each new turn would evict another's (tests/test_state_cache_turns.c: 8
+ * conversations, 16 slots, answers sent back as other ids: 2.4 % of the later turns' prompt tokens mapped, 64.6 %
+ * with spent tails, the most their previous prompts allow).
+ * A slot goes lazily when its block left the table, else when the pool is full: a spent tail first, then the least
+ * recently taken or read snapshot, then one a running sequence owns.
  *
  * Backend memory: fp32 [slots][GDN layers][conv elems + rec elems] (backend.h fm_gdn_conv_state_elems,
  * fm_gdn_rec_state_elems), planned with the generation state; taking and restoring a snapshot is one strided device
  * copy per kind of state (backend copy_rows), stream-ordered with the steps. The host bookkeeping is O(slots) per
- * operation. */
+ * operation, O(slots x blocks of a sequence) when a tail is spent (a walk up each snapshot's chain). */
 #ifndef FM_ENGINE_STATE_CACHE_H
 #define FM_ENGINE_STATE_CACHE_H
 
@@ -41,10 +52,14 @@ typedef struct fm_state_cache {
     uint32_t *gen;      /* [n_slots] that block's generation when the snapshot was taken */
     int32_t *owner;     /* [n_slots] the sequence that re-points it at each boundary it decodes past, -1 */
     uint64_t *used;     /* [n_slots] the clock when last taken or read: least recently used goes first */
+    bool *branch;       /* [n_slots] taken where a prompt's cached prefix ended; else a tail */
+    bool *spent;        /* [n_slots] a tail its conversation went on from (evicted first) */
     uint64_t clock;
     int32_t max_seqs;
-    int32_t *seq_slot;   /* [max_seqs] the slot a sequence owns, -1 */
-    int64_t *seq_anchor; /* [max_seqs] tokens at which the sequence's prefill also takes a snapshot, 0: none */
+    int32_t *seq_slot;      /* [max_seqs] the slot a sequence owns, -1 */
+    int64_t *seq_anchor;    /* [max_seqs] tokens at which the sequence's prefill also takes a snapshot, 0: none */
+    int32_t *seq_from;      /* [max_seqs] the block naming the tail the sequence started from, -1: none */
+    uint32_t *seq_from_gen; /* [max_seqs] that block's generation */
     int64_t saves, restores, evictions; /* snapshots taken, restored into a sequence, given up for a new one */
 } fm_state_cache;
 
@@ -71,18 +86,19 @@ int64_t fm_state_cache_share(fm_context *ctx, int32_t seq, const int32_t *ids, i
  * point where a snapshot is taken (a block boundary: the prompt's last one or where its cached prefix ended). */
 int64_t fm_state_cache_chunk(const fm_context *ctx, int32_t seq, int64_t pos, int64_t n_prompt, int64_t T);
 /* After a prefill chunk brought seq to pos tokens of its prompt (their blocks named): a snapshot when pos is one of
- * the chunk ends above. */
+ * the chunk ends above; at the prompt's last boundary, the tail the sequence started from is spent first. */
 void fm_state_cache_prefilled(fm_context *ctx, int32_t seq, int64_t pos, int64_t n_prompt);
 /* After a decode step wrote seq's latest token (its blocks named): a snapshot into the sequence's own slot when the
  * sequence has just filled a block. */
 void fm_state_cache_decoded(fm_context *ctx, int32_t seq);
-/* seq ends: the slot it owned stays as a cached snapshot, owned by none. */
+/* seq ends: the slot it owned stays as a cached snapshot (a tail), owned by none. */
 void fm_state_cache_seq_end(fm_context *ctx, int32_t seq);
 
 /* Snapshots usable now (their block still in the table). */
 int32_t fm_state_cache_live(const fm_context *ctx);
-/* Every invariant of the pool: owners and their sequences agree, owners are open sequences, no two usable snapshots
- * carry the same name, a usable snapshot names a full block; false with msg naming the first broken one. Tests. */
+/* Every invariant of the pool: owners and their sequences agree, owners are open sequences, an owned slot is neither
+ * spent nor a branch, no two usable snapshots carry the same name, a usable snapshot names a full block; false with
+ * msg naming the first broken one. Tests. */
 bool fm_state_cache_check(const fm_context *ctx, char *msg, size_t len);
 
 #endif
