@@ -7,7 +7,12 @@
  *     decoded boundary is the deepest snapshot);
  *   - bench/serve_bench.py's multi-turn workload (and a template that renders the answer again differently): the
  *     next prompt is the previous one, other ids standing for the answer, then new ids (only the previous prompt's
- *     last boundary matches).
+ *     last boundary matches);
+ *   - the stand-in answers again, every conversation's first prompt beginning with the same system prompt of two
+ *     blocks, where the first prompts of four of them have their last boundary too: the snapshot there is read by
+ *     every first turn, and a conversation going on spends its own snapshots only, never that one nor the others'.
+ * Before the snapshots of a conversation whose next turn had started were spent (evicted first), the second and third
+ * mapped 2.4 % and 28.7 % of the later turns' prompt tokens instead of 64.6 %.
  * The same turns with the prefix cache off give the same ids; the KV pool's and the snapshot pool's invariants hold
  * after every step. */
 #include <stdarg.h>
@@ -34,14 +39,15 @@ enum {
     ASKED = 8,   /* new ids a later turn adds after the answer */
     CTX = 256,
     BUDGET = 24, /* a mixed step's tokens: with eight decoding, 16 prompt tokens beside them */
+    SYSTEM = 32, /* ids of the shared system prompt, when there is one */
 };
 
 typedef struct conv {
     int32_t ids[CTX]; /* the current turn's prompt */
     int64_t n;
-    int32_t turn;    /* 0-based, the turn submitted last */
-    int64_t req;     /* its request */
-    bool ended;      /* its answer is complete */
+    int32_t turn; /* 0-based, the turn submitted last */
+    int64_t req;  /* its request */
+    bool ended;   /* its answer is complete */
     int32_t answer[ANSWER];
     int64_t n_answer;
     int64_t prompt_len[TURNS], cached[TURNS];
@@ -51,6 +57,7 @@ typedef struct conv {
 typedef struct chat {
     conv c[CONV];
     bool real_answers; /* the next prompt carries the model's answer, else other ids in its place */
+    bool system;       /* the first prompts begin with the same SYSTEM ids */
     fm_sched *s;
 } chat;
 
@@ -115,6 +122,7 @@ static void run_chat(fm_model *m, chat *ch, fm_sched_stats *st) {
         memset(&ch->c[k], 0, sizeof ch->c[k]);
         ch->c[k].req = -1, ch->c[k].n = FIRST + 3 * k;
         ids_from(ch->c[k].ids, ch->c[k].n, V, 100u + (uint32_t)k);
+        if (ch->system) ids_from(ch->c[k].ids, SYSTEM, V, 99u);
     }
     for (int32_t k = 0; k < CONV; k++) submit(ch, k);
     int32_t done = 0;
@@ -135,7 +143,7 @@ static void run_chat(fm_model *m, chat *ch, fm_sched_stats *st) {
     fm_sched_free(ch->s);
 }
 
-static void eight_conversations(bool real_answers) {
+static void eight_conversations(bool real_answers, bool system) {
     fm_options opt;
     fm_options_init(&opt);
     opt.max_seqs = CONV, opt.ctx = CTX, opt.max_tokens = 128, opt.max_step_tokens = BUDGET;
@@ -145,7 +153,7 @@ static void eight_conversations(bool real_answers) {
     assert_non_null(m->context->kv->snaps);
     assert_int_equal(m->context->kv->snaps->n_slots, 2 * CONV); /* the default */
     chat *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
-    off->real_answers = on->real_answers = real_answers;
+    off->real_answers = on->real_answers = real_answers, off->system = on->system = system;
     fm_sched_stats st;
     m->context->kv->pool.prefix_cache = false;
     run_chat(m, off, &st);
@@ -164,10 +172,11 @@ static void eight_conversations(bool real_answers) {
             if (t == 0) continue;
             later += c->prompt_len[t], later_cached += c->cached[t];
         }
-    printf("  %s answers: %lld of %lld prompt tokens cached, turns >= 2: %lld of %lld; %lld snapshots taken, %lld "
+    printf("  %s answers%s: %lld of %lld prompt tokens cached, turns >= 2: %lld of %lld; %lld snapshots taken, %lld "
            "restored, %lld evicted\n",
-           real_answers ? "real" : "stand-in", (long long)cached, (long long)prompts, (long long)later_cached,
-           (long long)later, (long long)st.state_saves, (long long)st.state_restores, (long long)st.state_evictions);
+           real_answers ? "real" : "stand-in", system ? ", a system prompt" : "", (long long)cached, (long long)prompts,
+           (long long)later_cached, (long long)later, (long long)st.state_saves, (long long)st.state_restores,
+           (long long)st.state_evictions);
     for (int32_t k = 0; k < CONV; k++)
         for (int32_t t = 1; t < TURNS; t++) {
             const conv *c = &on->c[k];
@@ -184,18 +193,24 @@ static void eight_conversations(bool real_answers) {
 
 static void test_chat_answers(void **state) {
     (void)state;
-    eight_conversations(true);
+    eight_conversations(true, false);
 }
 
 static void test_stand_in_answers(void **state) {
     (void)state;
-    eight_conversations(false);
+    eight_conversations(false, false);
+}
+
+static void test_shared_system_prompt(void **state) {
+    (void)state;
+    eight_conversations(false, true);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_answers),
         cmocka_unit_test(test_stand_in_answers),
+        cmocka_unit_test(test_shared_system_prompt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,8 +55,8 @@ size_t fm_state_cache_bytes(const fm_config *c, int32_t n_layers, int32_t slots)
 void fm_state_cache_free(fm_context *ctx, fm_state_cache *sc) {
     if (!sc) return;
     if (sc->mem) ctx->m->be->ops->free(ctx->m->be, sc->mem);
-    free(sc->block), free(sc->gen), free(sc->owner), free(sc->used), free(sc->branch), free(sc->spent);
-    free(sc->seq_slot), free(sc->seq_anchor), free(sc->seq_from), free(sc->seq_from_gen);
+    free(sc->block), free(sc->gen), free(sc->owner), free(sc->used), free(sc->origin), free(sc->branch);
+    free(sc->spent), free(sc->seq_slot), free(sc->seq_anchor), free(sc->turn), free(sc->ended);
     free(sc);
 }
 
@@ -65,6 +65,9 @@ fm_status fm_state_cache_create(fm_context *ctx, int32_t slots, fm_state_cache *
     *out = NULL;
     if (slots < 1)
         return fm_fail(err, FM_ERR_USAGE, "--state-cache-slots: a pool needs at least 1 slot, got %d", slots);
+    if (ctx->kv->pool.block_tokens > FM_KV_BLOCK_TOKENS) /* fm_state_turn.tail holds less than a block */
+        return fm_fail(err, FM_ERR_USAGE, "state snapshots: KV blocks of %d tokens, more than %d",
+                       ctx->kv->pool.block_tokens, FM_KV_BLOCK_TOKENS);
     fm_state_cache *sc = calloc(1, sizeof *sc);
     if (!sc) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     const fm_gdn_shape g = fm_gdn_shape_of(&m->cfg);
@@ -74,12 +77,13 @@ fm_status fm_state_cache_create(fm_context *ctx, int32_t slots, fm_state_cache *
     sc->conv_elems = fm_gdn_conv_state_elems(g), sc->rec_elems = fm_gdn_rec_state_elems(g);
     sc->block = malloc(S * sizeof *sc->block), sc->gen = calloc(S, sizeof *sc->gen);
     sc->owner = malloc(S * sizeof *sc->owner), sc->used = calloc(S, sizeof *sc->used);
-    sc->branch = calloc(S, sizeof *sc->branch), sc->spent = calloc(S, sizeof *sc->spent);
+    sc->origin = calloc(S, sizeof *sc->origin), sc->branch = calloc(S, sizeof *sc->branch);
+    sc->spent = calloc(S, sizeof *sc->spent), sc->ended = calloc(S, sizeof *sc->ended);
     sc->seq_slot = malloc(Q * sizeof *sc->seq_slot), sc->seq_anchor = calloc(Q, sizeof *sc->seq_anchor);
-    sc->seq_from = malloc(Q * sizeof *sc->seq_from), sc->seq_from_gen = calloc(Q, sizeof *sc->seq_from_gen);
+    sc->turn = calloc(Q, sizeof *sc->turn);
     const size_t bytes = fm_state_cache_bytes(&m->cfg, m->n_layers, slots);
-    if (!sc->block || !sc->gen || !sc->owner || !sc->used || !sc->branch || !sc->spent || !sc->seq_slot ||
-        !sc->seq_anchor || !sc->seq_from || !sc->seq_from_gen) {
+    if (!sc->block || !sc->gen || !sc->owner || !sc->used || !sc->origin || !sc->branch || !sc->spent || !sc->ended ||
+        !sc->seq_slot || !sc->seq_anchor || !sc->turn) {
         fm_state_cache_free(ctx, sc);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }
@@ -89,7 +93,7 @@ fm_status fm_state_cache_create(fm_context *ctx, int32_t slots, fm_state_cache *
                        m->be->ops->name, slots, bytes);
     }
     for (size_t k = 0; k < S; k++) sc->block[k] = -1, sc->owner[k] = -1;
-    for (size_t q = 0; q < Q; q++) sc->seq_slot[q] = sc->seq_from[q] = -1;
+    for (size_t q = 0; q < Q; q++) sc->seq_slot[q] = -1;
     *out = sc;
     return FM_OK;
 }
@@ -127,32 +131,8 @@ static int32_t take(const fm_kv_pool *p, fm_state_cache *sc) {
     }
     if (live(p, sc, best)) sc->evictions++;
     if (sc->owner[best] >= 0) sc->seq_slot[sc->owner[best]] = -1, sc->owner[best] = -1;
-    sc->block[best] = -1, sc->branch[best] = sc->spent[best] = false;
+    sc->block[best] = -1;
     return best;
-}
-
-/* whether named block b's chain passes through block a of generation ag: b is further along a prompt that has a */
-static bool below(const fm_kv_pool *p, int32_t b, int32_t a, uint32_t ag) {
-    for (int32_t step = 0; step < p->max_blocks; step++) {
-        const int32_t up = p->parent[b];
-        if (up == a && p->parent_gen[b] == ag) return true;
-        if (up < 0 || !p->in_table[up] || p->gen[up] != p->parent_gen[b]) return false; /* the chain's start or gap */
-        b = up;
-    }
-    return false;
-}
-
-/* seq is about to take its own prompt's tail: the tail it started from, if still kept, and every tail further along
- * that tail's chain are spent (the conversation went on from there, in seq) */
-static void spend_origin(const fm_kv_pool *p, fm_state_cache *sc, int32_t seq) {
-    const int32_t a = sc->seq_from[seq];
-    const uint32_t ag = sc->seq_from_gen[seq];
-    sc->seq_from[seq] = -1;
-    if (a < 0 || !p->in_table[a] || p->gen[a] != ag) return;
-    for (int32_t k = 0; k < sc->n_slots; k++)
-        if (sc->owner[k] < 0 && !sc->branch[k] && live(p, sc, k) &&
-            ((sc->block[k] == a && sc->gen[k] == ag) || below(p, sc->block[k], a, ag)))
-            sc->spent[k] = true;
 }
 
 /* between seq's states and slot k: one strided copy per kind of state, a row per layer (the live states are
@@ -175,8 +155,9 @@ static void copy_states(fm_context *ctx, int32_t seq, int32_t k, bool save) {
 }
 
 /* A snapshot of seq's states, which are at the end of its block i (named): into the slot seq owns when `own` (taken
- * first if it has none), else into a slot of its own, a branch when `branch`. The same name kept already (the same
- * tokens from position 0): that one is refreshed instead (a tail again, or a branch now). */
+ * first if it has none), else into a slot of its own, a branch when `branch`, else one of seq's tails. The same name
+ * kept already (the same tokens from position 0): that one is refreshed instead (no longer spent; a branch now when
+ * `branch`). */
 static void save(fm_context *ctx, int32_t seq, int64_t i, bool own, bool branch) {
     const fm_kv_pool *p = &ctx->kv->pool;
     fm_state_cache *sc = ctx->kv->snaps;
@@ -192,16 +173,40 @@ static void save(fm_context *ctx, int32_t seq, int64_t i, bool own, bool branch)
     if (own) sc->owner[k] = seq, sc->seq_slot[seq] = k;
     copy_states(ctx, seq, k, true);
     sc->block[k] = b, sc->gen[k] = g, sc->used[k] = ++sc->clock;
-    sc->branch[k] = branch, sc->spent[k] = false;
+    sc->origin[k] = sc->turn[seq].serial, sc->branch[k] = branch, sc->spent[k] = false;
     sc->saves++;
 }
 
 static bool active(const fm_context *ctx) { return ctx->kv->snaps && ctx->kv->pool.prefix_cache; }
 
-int64_t fm_state_cache_share(fm_context *ctx, int32_t seq, const int32_t *ids, int64_t n) {
+/* whether the prompt of n ids, whose first `mapped` blocks seq maps, begins with ended request t's whole prompt */
+static bool continues(const fm_kv_pool *p, int32_t seq, int64_t mapped, const int32_t *ids, int64_t n,
+                      const fm_state_turn *t) {
+    const int64_t full = t->n / p->block_tokens, rest = t->n % p->block_tokens;
+    int32_t b = -1;
+    uint32_t g = 0;
+    if (t->serial == 0 || t->n >= n || full > mapped) return false;
+    if (full > 0 && (t->block < 0 || !name_at(p, seq, full - 1, &b, &g) || b != t->block || g != t->gen)) return false;
+    return !memcmp(ids + full * p->block_tokens, t->tail, (size_t)rest * sizeof *ids);
+}
+
+/* seq's prompt (n ids, `mapped` blocks of it mapped) is the next turn of the ended requests whose whole prompt begins
+ * it: their tails are spent, and their entries go */
+static void spend_continued(const fm_kv_pool *p, fm_state_cache *sc, int32_t seq, int64_t mapped, const int32_t *ids,
+                            int64_t n) {
+    for (int32_t e = 0; e < sc->n_slots; e++) {
+        fm_state_turn *t = &sc->ended[e];
+        if (!continues(p, seq, mapped, ids, n, t)) continue;
+        for (int32_t k = 0; k < sc->n_slots; k++)
+            if (sc->owner[k] < 0 && !sc->branch[k] && sc->origin[k] == t->serial && live(p, sc, k)) sc->spent[k] = true;
+        t->serial = 0;
+    }
+}
+
+int64_t fm_state_cache_share(fm_context *ctx, int32_t seq, const int32_t *prompt, int64_t n_prompt) {
     fm_kv_pool *p = &ctx->kv->pool;
     const fm_model *m = ctx->m;
-    const int64_t got = fm_kv_prefix_share(p, seq, ids, n);
+    const int64_t got = fm_kv_prefix_share(p, seq, prompt, n_prompt - 1);
     fm_state_cache *sc = ctx->kv->snaps;
     if (!sc) /* a hybrid model without snapshots cannot continue a prefix (its states would be missing) */
         return gdn_layers(&m->cfg, m->n_layers) ? fm_kv_seq_truncate(p, seq, 0) : got;
@@ -214,15 +219,23 @@ int64_t fm_state_cache_share(fm_context *ctx, int32_t seq, const int32_t *ids, i
         uint32_t g;
         if (name_at(p, seq, j - 1, &b, &g) && (k = find(p, sc, b, g)) >= 0) break;
     }
+    /* the request, for the turn after it; the ended ones it continues */
+    fm_state_turn *t = &sc->turn[seq];
+    const int64_t full = n_prompt / bt;
+    t->serial = ++sc->serials, t->n = n_prompt, t->block = -1;
+    memcpy(t->tail, prompt + full * bt, (size_t)(n_prompt - full * bt) * sizeof *prompt);
+    spend_continued(p, sc, seq, i, prompt, n_prompt);
     /* the blocks past the last snapshot run again; where the cached prefix ended, the prefill takes one */
     sc->seq_anchor[seq] = j < i ? i * bt : 0;
-    sc->seq_from[seq] = -1;
     if (j < i) fm_kv_seq_truncate(p, seq, j * bt);
     if (j > 0) {
         copy_states(ctx, seq, k, false);
         sc->used[k] = ++sc->clock;
         sc->restores++;
-        if (!sc->branch[k]) sc->seq_from[seq] = sc->block[k], sc->seq_from_gen[seq] = sc->gen[k];
+        /* a tail read by a prompt other than its next turn: prompts part there; one that ends this prompt's last
+           block too: this request's own tail (it takes none further) */
+        if (sc->owner[k] < 0 && sc->spent[k] && j == full) sc->spent[k] = false, sc->origin[k] = t->serial;
+        else if (sc->owner[k] < 0 && !sc->spent[k]) sc->branch[k] = true;
     }
     return j * bt;
 }
@@ -241,7 +254,6 @@ void fm_state_cache_prefilled(fm_context *ctx, int32_t seq, int64_t pos, int64_t
     const int64_t bt = ctx->kv->pool.block_tokens;
     const bool anchor = pos == sc->seq_anchor[seq], last = pos == n_prompt / bt * bt;
     if (pos == 0 || pos % bt || (!anchor && !last)) return;
-    if (last) spend_origin(&ctx->kv->pool, sc, seq);
     save(ctx, seq, pos / bt - 1, false, anchor);
 }
 
@@ -255,7 +267,21 @@ void fm_state_cache_seq_end(fm_context *ctx, int32_t seq) {
     fm_state_cache *sc = ctx->kv->snaps;
     if (!sc || seq < 0 || seq >= sc->max_seqs) return;
     if (sc->seq_slot[seq] >= 0) sc->owner[sc->seq_slot[seq]] = -1;
-    sc->seq_slot[seq] = sc->seq_from[seq] = -1, sc->seq_anchor[seq] = 0;
+    sc->seq_slot[seq] = -1, sc->seq_anchor[seq] = 0;
+    /* its prompt, named by its last full block if that is still in the table, for its next turn to find (when the
+       request left a snapshot) */
+    fm_state_turn *t = &sc->turn[seq];
+    const fm_kv_pool *p = &ctx->kv->pool;
+    bool tails = false;
+    for (int32_t k = 0; k < sc->n_slots && t->serial; k++) tails |= sc->origin[k] == t->serial && live(p, sc, k);
+    if (!tails) {
+        t->serial = 0;
+        return;
+    }
+    if (t->n < p->block_tokens || !name_at(p, seq, t->n / p->block_tokens - 1, &t->block, &t->gen)) t->block = -1;
+    sc->ended[sc->ended_next] = *t;
+    sc->ended_next = (sc->ended_next + 1) % sc->n_slots;
+    t->serial = 0;
 }
 
 int32_t fm_state_cache_live(const fm_context *ctx) {
@@ -280,6 +306,7 @@ bool fm_state_cache_check(const fm_context *ctx, char *msg, size_t len) {
         if (o >= 0 && (sc->spent[k] || sc->branch[k]))
             return fm_check_failed(msg, len, "slot %d is owned by sequence %d but marked %s", k, o,
                                    sc->spent[k] ? "spent" : "a branch");
+        if (sc->branch[k] && sc->spent[k]) return fm_check_failed(msg, len, "slot %d is a branch and spent", k);
         if (sc->used[k] > sc->clock) return fm_check_failed(msg, len, "slot %d was used after the clock", k);
         if (!live(p, sc, k)) continue;
         for (int32_t k2 = k + 1; k2 < sc->n_slots; k2++)
