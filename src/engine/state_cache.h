@@ -30,7 +30,7 @@
  * Backend memory: fp32 [slots][GDN layers][conv elems + rec elems] (backend.h fm_gdn_conv_state_elems,
  * fm_gdn_rec_state_elems), planned with the generation state; taking and restoring a snapshot is one strided device
  * copy per kind of state (backend copy_rows), stream-ordered with the steps. The host bookkeeping is O(slots) per
- * operation. */
+ * operation, O(slots^2) when a prompt starts (the ended requests it may continue, each against the slots). */
 #ifndef FM_ENGINE_STATE_CACHE_H
 #define FM_ENGINE_STATE_CACHE_H
 
