@@ -371,7 +371,7 @@ static fm_status start(fm_sched *s, rq *q, bool *started, fm_error *err) {
         /* the longest cached prefix, all but the last prompt token at most: that one runs for the logits */
         fm_kv_pool *pool = &ctx->kv->pool;
         if (pool->prefix_cache) {
-            q->pos = q->n_cached = fm_state_cache_share(ctx, q->slot, q->prompt, q->r.n_prompt - 1);
+            q->pos = q->n_cached = fm_state_cache_share(ctx, q->slot, q->prompt, q->r.n_prompt);
             if (q->n_cached) ctx->kv->tables_dirty = true;
             s->prefix_queries++, s->prefix_hits += q->n_cached > 0;
             s->prefix_prompt_tokens += q->r.n_prompt, s->prefix_cached_tokens += q->n_cached;
