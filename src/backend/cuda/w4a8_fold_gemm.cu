@@ -124,16 +124,27 @@ typedef struct fold_codes {
     uint32_t s[2]; // their bf16 scale bits
 } fold_codes;
 
+// Where a producer thread reads its two rows: each row's group-0 codes and scale, and the strides, in bytes and
+// elements, as 32-bit offsets (the launcher checks that an expert's codes fit): one add per load instead of the 64-bit
+// products of (group, segment, row) that took ~100 instructions per warp and group.
+typedef struct fold_rows {
+    const uint8_t *codes;   /* row pt of the band at group 0, segment 0 (row pt + 128: 2048 bytes on) */
+    const uint16_t *scales; /* its group-0 scale (row pt + 128: 128 on) */
+    uint32_t seg;           /* bytes from one segment to the next: rows_pad x 16 */
+    uint32_t grp_scales;    /* elements from one group's scales to the next: rows_pad */
+} fold_rows;
+
 // Codes and scales of group grp for this producer thread's two rows (zeros past the bank's padded rows)
-static __device__ __forceinline__ void fold_load_codes(const uint8_t *codes, const uint16_t *scales, int64_t rows_pad,
-                                                       int64_t grp, const bool ok[2], fold_codes &c) {
+static __device__ __forceinline__ void fold_load_codes(const fold_rows &w, int grp, const bool ok[2], fold_codes &c) {
+    const uint32_t off = (uint32_t)grp * 4u * w.seg;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
 #pragma unroll
         for (int s = 0; s < 4; s++)
-            c.v[h][s] = ok[h] ? __ldg((const uint4 *)(codes + (grp * 4 + s) * rows_pad * 16 + h * 128 * 16))
+            c.v[h][s] = ok[h] ? __ldg((const uint4 *)(w.codes + off + (uint32_t)s * w.seg + h * 128 * 16))
                               : make_uint4(0u, 0u, 0u, 0u);
-        c.s[h] = ok[h] ? (uint32_t)__ldg((const unsigned short *)(scales + grp * rows_pad + h * 128)) : 0u;
+        c.s[h] =
+            ok[h] ? (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)grp * w.grp_scales + h * 128)) : 0u;
     }
 }
 
@@ -182,7 +193,10 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     /* compiled for every architecture (its asm traps below sm_90, the wgmmas below sm_90a); launched on sm_90 only */
     typedef fold_layout<BNT> L;
     extern __shared__ uint8_t fold_smem_raw[];
-    uint8_t *sm = (uint8_t *)(((uintptr_t)fold_smem_raw + 1023) & ~(uintptr_t)1023);
+    /* the 1024-byte alignment as an offset from the shared array itself, not through an integer cast: the compiler
+       then knows every pointer below is shared memory (STS/LDS; a cast made them generic ST/LD with 64-bit address
+       arithmetic, ~50 instructions per producer warp and group) */
+    uint8_t *sm = fold_smem_raw + ((1024u - (smem_u32(fold_smem_raw) & 1023u)) & 1023u);
     float *rs = (float *)(sm + L::rs_off);
     const uint32_t full0 = smem_u32(sm + L::bar_off), empty0 = full0 + 8 * FOLD_STAGES;
 
@@ -204,32 +218,47 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     const int role = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (role == FOLD_CONSUMERS / 128) { /* ---- the producer warpgroup ---- */
         const int pt = (int)threadIdx.x - FOLD_CONSUMERS;
+        const int G = (int)KG;
         const bool ok[2] = {row0 + pt < p.rows_pad, row0 + pt + 128 < p.rows_pad};
-        const int64_t G = KG;
-        const uint8_t *codes = p.wq + ((int64_t)tile.expert * G * 4 * p.rows_pad + row0 + pt) * 16;
-        const uint16_t *scales = (const uint16_t *)p.ws + (int64_t)tile.expert * G * p.rows_pad + row0 + pt;
+        fold_rows w;
+        w.seg = (uint32_t)p.rows_pad * 16u, w.grp_scales = (uint32_t)p.rows_pad;
+        w.codes = p.wq + ((int64_t)tile.expert * G * 4 * p.rows_pad + row0 + pt) * 16;
+        w.scales = (const uint16_t *)p.ws + (int64_t)tile.expert * G * p.rows_pad + row0 + pt;
+        /* the first two groups' codes and activations in flight before the row scales' pass below, which waits on
+           its own loads (they used to wait for it: one more memory latency per CTA, before any conversion) */
+        fold_codes c0, c1, c2;
+        fold_load_codes(w, 0, ok, c0);
+        fold_load_acts<BNT, AS>(p, tile, pt, 0, sm + L::b_off, (float *)(sm + L::xsc_off));
+        cp_async_commit();
+        if (G > 1) {
+            fold_load_codes(w, 1, ok, c1);
+            fold_load_acts<BNT, AS>(p, tile, pt, 1, sm + L::b_off + L::b_bytes, (float *)(sm + L::xsc_off) + BNT);
+        }
+        cp_async_commit();
         /* each row's scale: the largest of its group scales (bf16 bits of positive values order as the values) */
         uint32_t er[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             uint32_t m = 0u;
             if (ok[h])
-                for (int64_t g = 0; g < G; g++)
-                    m = max(m, (uint32_t)__ldg((const unsigned short *)(scales + g * p.rows_pad + h * 128)));
+#pragma unroll 8
+                for (int g = 0; g < G; g++)
+                    m = max(m,
+                            (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)g * w.grp_scales + h * 128)));
             er[h] = (m >> 7) & 0xFFu;
             rs[pt + 128 * h] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
         }
         /* one group: group grp + FOLD_AHEAD's activations and codes put in flight (into the code registers that held
            grp - 1), this group's conversion, the stage full */
-        auto step = [&](int64_t grp, const fold_codes &cur, fold_codes &ahead) {
-            const int st = (int)(grp % FOLD_STAGES);
-            const int64_t nx = grp + FOLD_AHEAD;
-            if (nx < KG) {
-                const int sn = (int)(nx % FOLD_STAGES);
+        auto step = [&](int grp, const fold_codes &cur, fold_codes &ahead) {
+            const int st = grp % FOLD_STAGES;
+            const int nx = grp + FOLD_AHEAD;
+            if (nx < G) {
+                const int sn = nx % FOLD_STAGES;
                 if (nx >= FOLD_STAGES) fold_bar_wait(empty0 + 8 * sn, (uint32_t)((nx / FOLD_STAGES - 1) & 1));
                 fold_load_acts<BNT, AS>(p, tile, pt, nx, sm + L::b_off + sn * L::b_bytes,
                                         (float *)(sm + L::xsc_off) + sn * BNT);
-                fold_load_codes(codes, scales, p.rows_pad, nx, ok, ahead);
+                fold_load_codes(w, nx, ok, ahead);
             }
             cp_async_commit();
             uint8_t *a = sm + L::a_off + st * L::a_bytes;
@@ -247,19 +276,10 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
         /* three sets of code registers in turn, two groups in flight while one converts (one group ahead would leave
            the DRAM latency of an expert's first tile, ~1 us, exposed against a group's predicted ~0.35 us); no copies
            between them */
-        fold_codes c0, c1, c2;
-        fold_load_codes(codes, scales, p.rows_pad, 0, ok, c0);
-        fold_load_acts<BNT, AS>(p, tile, pt, 0, sm + L::b_off, (float *)(sm + L::xsc_off));
-        cp_async_commit();
-        if (KG > 1) {
-            fold_load_codes(codes, scales, p.rows_pad, 1, ok, c1);
-            fold_load_acts<BNT, AS>(p, tile, pt, 1, sm + L::b_off + L::b_bytes, (float *)(sm + L::xsc_off) + BNT);
-        }
-        cp_async_commit();
-        for (int64_t grp = 0; grp < KG; grp += 3) {
+        for (int grp = 0; grp < G; grp += 3) {
             step(grp, c0, c2);
-            if (grp + 1 < KG) step(grp + 1, c1, c0);
-            if (grp + 2 < KG) step(grp + 2, c2, c1);
+            if (grp + 1 < G) step(grp + 1, c1, c0);
+            if (grp + 2 < G) step(grp + 2, c2, c1);
         }
         return;
     }
@@ -416,13 +436,14 @@ extern "C" bool fm_cuda_fold_supported(void) {
 
 extern "C" void fm_cuda_w4a8_fold_gemm(const fm_fold_gemm_args *a, void *stream) {
     const char *bad =
-        !a->codes || !a->scales                                                     ? "bank"
-        : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0             ? "bank shape"
-        : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16              ? "activations"
-        : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16                          ? "alignment"
-        : a->max_tiles <= 0 || a->max_tiles > 65535                                 ? "tiles"
-        : (a->tiles == NULL) != (a->n_tiles == NULL)                                ? "tile list"
-        : a->out == FM_FOLD_OUT_BF16 && !a->y                                       ? "y"
+        !a->codes || !a->scales                                         ? "bank"
+        : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0 ? "bank shape"
+        : a->rows_pad * a->n_groups * 64 > (int64_t)UINT32_MAX          ? "bank shape (a matrix's codes past 4 GB)"
+        : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16  ? "activations"
+        : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16              ? "alignment"
+        : a->max_tiles <= 0 || a->max_tiles > 65535                     ? "tiles"
+        : (a->tiles == NULL) != (a->n_tiles == NULL)                    ? "tile list"
+        : a->out == FM_FOLD_OUT_BF16 && !a->y                           ? "y"
         : a->out == FM_FOLD_OUT_SWIGLU_E4M3 && (!a->interleaved || !a->h || !a->hs) ? "h"
         : !(a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_MID || a->tile_rows == FM_W4A8_BN_SMALL)
             ? "tile rows"
