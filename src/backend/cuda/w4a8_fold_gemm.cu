@@ -200,6 +200,9 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     float *rs = (float *)(sm + L::rs_off);
     const uint32_t full0 = smem_u32(sm + L::bar_off), empty0 = full0 + 8 * FOLD_STAGES;
 
+    /* PDL (pdl.cuh): the tiles, the activations and their scales are the dispatch's (or, for the down GEMM, the gate|up
+       GEMM's): nothing is read before the wait, so the launch and the shared-memory setup overlap the kernel before */
+    pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
@@ -385,7 +388,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = nt * 8 + 2 * t + c;
-            sx[nt][c] = AS == FM_FOLD_PER_GROUP ? 1.0f : n < tile.rows ? __ldg(p.xs + tile.slot0 + n) : 0.0f;
+            /* a plain load: the dispatch wrote xs (under PDL, never through the non-coherent path) */
+            sx[nt][c] = AS == FM_FOLD_PER_GROUP ? 1.0f : n < tile.rows ? p.xs[tile.slot0 + n] : 0.0f;
         }
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
@@ -412,7 +416,7 @@ template <int EPILOGUE, int BNT, int AS> static void fold_launch(const gemm_para
     constexpr int smem = fold_layout<BNT>::bytes;
     FM_CUDA_CHECK(
         cudaFuncSetAttribute(w4a8_fold_kernel<EPILOGUE, BNT, AS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    w4a8_fold_kernel<EPILOGUE, BNT, AS><<<grid, FOLD_THREADS, smem, s>>>(p);
+    pdl_launch(w4a8_fold_kernel<EPILOGUE, BNT, AS>, grid, FOLD_THREADS, smem, s, p.pdl, p);
 }
 
 template <int BNT>
@@ -459,7 +463,7 @@ extern "C" void fm_cuda_w4a8_fold_gemm(const fm_fold_gemm_args *a, void *stream)
     p.rows = a->rows, p.rows_pad = a->rows_pad, p.n_groups = a->n_groups, p.interleaved = a->interleaved;
     p.x = a->x, p.ldx = a->ldx, p.xs = a->xs, p.lds = a->lds;
     p.tiles = (const fm_w4a8_tile *)a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense;
-    p.dense_matrix = a->dense_matrix;
+    p.dense_matrix = a->dense_matrix, p.pdl = a->pdl;
     p.y = (__nv_bfloat16 *)a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(a->rows_pad, BM), (unsigned)a->max_tiles);
