@@ -54,6 +54,7 @@ static void fold_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *
     a.tiles = (const fm_fold_tile *)b->tiles, a.n_tiles = b->n_tiles;
     a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn), a.tile_rows = (int32_t)bn;
     a.out = FM_FOLD_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
+    a.pdl = fm_routes_pdl(&be->routes);
     fm_cuda_w4a8_fold_gemm(&a, be->stream);
 
     a.codes = (const uint8_t *)down->w, a.scales = (const uint16_t *)down->scales, a.rows = down->rows;

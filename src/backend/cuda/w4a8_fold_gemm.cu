@@ -6,16 +6,21 @@
 // and one activation scale per token, the promotion is a FADD every P groups, and the conversion moves to a warpgroup
 // of its own (bench/NOTES.md 2026-12-05 twenty-third session has the counts and the predictions).
 //
-// CTA: 384 threads, one tile of BNT activation rows (64, 32 or 16) x BM = 256 weight rows (the int4-tc kernel's
+// CTA: 512 threads, one tile of BNT activation rows (64, 32 or 16) x BM = 256 weight rows (the int4-tc kernel's
 // tiles and grid: grid.x over 256-row bands of the bank, grid.y over the dispatch's tiles).
 //   threads   0..255  two consumer warpgroups; warpgroup c owns weight rows 128c..128c+127 as two m64 blocks (the
-//                     int4-tc kernel's row ownership, so its epilogue runs unchanged on their accumulators)
-//   threads 256..383  the producer warpgroup: thread pt converts rows pt and pt + 128 of the band
+//                     int4-tc kernel's row ownership, so its epilogue runs unchanged on their accumulators); 160
+//                     registers a thread (setmaxnreg)
+//   threads 256..511  two producer warpgroups: thread pt converts row pt of the band; 96 registers a thread
+// Why two producer warpgroups: with one (384 threads, each converting two rows), a producer warp issued ~534
+// instructions per group, against 342 for each warp of today's kernel; both kernels issue at ~0.35 instructions per
+// cycle and scheduler, bound by latency rather than issue, so the longest warp sets the time, and the fold kernel ran
+// 1.55x today's at T = 8192, where both have the same grid (lab/fold_analysis.md). One row a thread halves that path.
 // Shared memory (dynamic, 1024-aligned): a ring of FOLD_STAGES stages, each
 //   a[256][128]  e4m3 weights of one 128-group, 128-byte rows in the 128-byte swizzle (the producer's stores)
 //   b[BNT][128]  e4m3 activations of the group, same swizzle (the producer's cp.async)
 //   xsc[BNT]     PER_GROUP only: the group's activation scales
-// and full / empty mbarriers per stage (full: the producer's 128 threads arrive once the stage's conversion is
+// and full / empty mbarriers per stage (full: the 256 producer threads arrive once the stage's conversion is
 // stored and its cp.async landed; empty: the 8 consumer warps once their wgmmas that read it completed), rs[256]
 // (each weight row's scale x 2^-6, for the epilogue), the epilogue's reductions. The epilogue's scratch is the b
 // stages (free once both warpgroups are past their last group: the epilogue's first barrier).
@@ -23,12 +28,13 @@
 // shared memory into its partial; every P groups (FM_FOLD_PROMOTE; 1 for PER_GROUP) it waits and adds the partial
 // into the fp32 accumulator (PER_GROUP: a FFMA with the activation scale). Between promotions it waits only for
 // the previous group's wgmmas (wait_group 1), to hand that stage back.
-// The producer, per group: the codes (8 x 16 bytes a thread) and scales of the group FOLD_AHEAD ahead into
+// The producers, per group: the codes (4 x 16 bytes a thread) and scale of the group FOLD_AHEAD ahead into
 // registers, that group's activations by cp.async, then this group's conversion: per row and group a table of 8 e4m3
-// bytes from the scale's exponent (2 IMAD), per 8 codes 7 instructions (w4a8_fold.h), 16-byte stores into the
-// swizzled rows. The floor it chases: the tensor cores' time for the FLOPs (Qwen3-30B-A3B experts, T = 2048: 155
-// GFLOP, ~80 us at the dense FP8 rate), with the producer's ~320 instructions per warp and group on one warp per
-// scheduler beside two consumer warps of ~70 (today's kernel: two warps of 342), bench/NOTES.md 2026-12-05.
+// bytes from the scale's exponent (2 IMAD), per 8 codes 7 instructions in the source (8 in SASS: ptxas splits the
+// mask), 16-byte stores into the swizzled rows; the stages are published in pairs (step, below). The floor it chases:
+// the tensor cores' time for the FLOPs (Qwen3-30B-A3B experts, T = 2048: 155 GFLOP, ~80 us at the dense FP8 rate);
+// the one below it in this form is shared memory's bandwidth: both wgmma operands and the producers' stores, ~104 KB
+// per group and 64-row tile, ~810 cycles at 128 bytes a cycle against 512 for the tensor cores (lab/fold_analysis.md).
 #include <cuda_fp8.h>
 
 #include "backend/cuda/w4a8_fold_gemm.h"
@@ -39,10 +45,19 @@ extern "C" {
 
 #define FOLD_STAGES 4
 #define FOLD_AHEAD 2 /* groups the producer's loads run ahead of its conversion (< FOLD_STAGES) */
-static_assert(FOLD_AHEAD == 2 && FOLD_AHEAD < FOLD_STAGES, "the producer rotates three code register sets");
-#define FOLD_THREADS 384
+static_assert(FOLD_AHEAD == 2 && FOLD_STAGES == 4, "the producer rotates three code register sets, publishes pairs");
 #define FOLD_CONSUMERS 256 /* the epilogue's THREADS */
+#define FOLD_PRODUCERS 256 /* two warpgroups, one weight row a thread */
+#define FOLD_THREADS (FOLD_CONSUMERS + FOLD_PRODUCERS)
 static_assert(FOLD_CONSUMERS == THREADS, "the consumers are the int4-tc kernel's 256 threads (its epilogue)");
+static_assert(FOLD_PRODUCERS == BM, "a producer thread converts one row of the band");
+// Registers per thread after the warpgroups' setmaxnreg: the kernel starts with 65536 / 512 = 128 each (its launch
+// bounds); the producers give back what the consumers take (acc and part: 128 floats a thread, and the epilogue)
+#define FOLD_PRODUCER_REGS 96
+#define FOLD_CONSUMER_REGS 160
+static_assert(FOLD_PRODUCERS * FOLD_PRODUCER_REGS + FOLD_CONSUMERS * FOLD_CONSUMER_REGS == 65536 &&
+                  FOLD_THREADS * 128 == 65536,
+              "the register file, shared by the roles");
 
 template <int BNT> struct fold_layout {
     static constexpr int a_bytes = BM * 128, b_bytes = BNT * 128;
@@ -84,6 +99,18 @@ static __device__ __forceinline__ void fold_fence_proxy(void) {
     FOLD_ASM("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// The warpgroup's registers per thread, given back (dec) or taken (inc) from the pool of the CTA (sm_90a)
+template <int N> static __device__ __forceinline__ void fold_regs_dec(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+template <int N> static __device__ __forceinline__ void fold_regs_inc(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+
 // ---- wgmma with both operands in shared memory ----------------------------------------------------------------
 template <int BNT>
 static __device__ __forceinline__ void wgmma_ss(float d[BNT / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -120,21 +147,27 @@ static __device__ __forceinline__ void wgmma_ss(float d[BNT / 8][4], uint64_t de
 
 // ---- the producer's pieces ----------------------------------------------------------------------------------
 typedef struct fold_codes {
-    uint4 v[2][4]; // rows pt, pt + 128; segments 0..3
-    uint32_t s[2]; // their bf16 scale bits
+    uint4 v[4]; // row pt of the band: segments 0..3
+    uint32_t s; // its bf16 scale bits
 } fold_codes;
 
-// Codes and scales of group grp for this producer thread's two rows (zeros past the bank's padded rows)
-static __device__ __forceinline__ void fold_load_codes(const uint8_t *codes, const uint16_t *scales, int64_t rows_pad,
-                                                       int64_t grp, const bool ok[2], fold_codes &c) {
+// Where a producer thread reads its row: the group-0 codes and scale, and the strides, in bytes and elements, as 32-bit
+// offsets (the launcher checks that a matrix's codes fit): one add per load instead of the 64-bit products of (group,
+// segment, row) that took ~100 instructions per warp and group.
+typedef struct fold_rows {
+    const uint8_t *codes;   /* row pt of the band at group 0, segment 0 */
+    const uint16_t *scales; /* its group-0 scale */
+    uint32_t seg;           /* bytes from one segment to the next: rows_pad x 16 */
+    uint32_t grp_scales;    /* elements from one group's scales to the next: rows_pad */
+} fold_rows;
+
+// Codes and scale of group grp for this producer thread's row (zeros past the bank's padded rows)
+static __device__ __forceinline__ void fold_load_codes(const fold_rows &w, int grp, bool ok, fold_codes &c) {
+    const uint32_t off = (uint32_t)grp * 4u * w.seg;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-#pragma unroll
-        for (int s = 0; s < 4; s++)
-            c.v[h][s] = ok[h] ? __ldg((const uint4 *)(codes + (grp * 4 + s) * rows_pad * 16 + h * 128 * 16))
-                              : make_uint4(0u, 0u, 0u, 0u);
-        c.s[h] = ok[h] ? (uint32_t)__ldg((const unsigned short *)(scales + grp * rows_pad + h * 128)) : 0u;
-    }
+    for (int s = 0; s < 4; s++)
+        c.v[s] = ok ? __ldg((const uint4 *)(w.codes + off + (uint32_t)s * w.seg)) : make_uint4(0u, 0u, 0u, 0u);
+    c.s = ok ? (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)grp * w.grp_scales)) : 0u;
 }
 
 // One row's 128 codes of a group into its swizzled e4m3 row (w4a8_fold.h: the table of exponent j, 7 instructions
@@ -158,15 +191,18 @@ static __device__ __forceinline__ void fold_convert_row(const uint4 v[4], int32_
     }
 }
 
-// This producer thread's share of the activation stage of group grp (BNT rows x 128 bytes: BNT / 16 chunks of 16
-// bytes a thread; rows past the tile zero-filled) and, PER_GROUP, the rows' scales of the group.
+// This producer thread's share of the activation stage of group grp (BNT rows x 128 bytes: BNT x 8 chunks of 16
+// bytes over the producers; rows past the tile zero-filled) and, PER_GROUP, the rows' scales of the group.
 template <int BNT, int AS>
 static __device__ __forceinline__ void fold_load_acts(const gemm_params &p, const fm_w4a8_tile &tile, int pt,
                                                       int64_t grp, uint8_t *b, float *xsc) {
     const uint32_t base = smem_u32(b);
+    constexpr int CHUNKS = BNT * 8;
+    static_assert(CHUNKS % FOLD_PRODUCERS == 0 || FOLD_PRODUCERS % CHUNKS == 0, "chunks over the producers");
 #pragma unroll
-    for (int i = 0; i < BNT / 16; i++) {
-        const int c = pt + i * 128, n = c >> 3, ch = c & 7;
+    for (int i = 0; i < (CHUNKS + FOLD_PRODUCERS - 1) / FOLD_PRODUCERS; i++) {
+        const int c = pt + i * FOLD_PRODUCERS, n = c >> 3, ch = c & 7;
+        if (CHUNKS < FOLD_PRODUCERS && c >= CHUNKS) break;
         const bool ok = n < tile.rows;
         cp_async16(base + n * 128 + ((ch ^ (n & 7)) << 4),
                    p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + grp * 128 + ch * 16, ok ? 16 : 0);
@@ -182,17 +218,23 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     /* compiled for every architecture (its asm traps below sm_90, the wgmmas below sm_90a); launched on sm_90 only */
     typedef fold_layout<BNT> L;
     extern __shared__ uint8_t fold_smem_raw[];
-    uint8_t *sm = (uint8_t *)(((uintptr_t)fold_smem_raw + 1023) & ~(uintptr_t)1023);
+    /* the 1024-byte alignment as an offset from the shared array itself, not through an integer cast: the compiler
+       then knows every pointer below is shared memory (STS/LDS; a cast made them generic ST/LD with 64-bit address
+       arithmetic, ~50 instructions per producer warp and group) */
+    uint8_t *sm = fold_smem_raw + ((1024u - (smem_u32(fold_smem_raw) & 1023u)) & 1023u);
     float *rs = (float *)(sm + L::rs_off);
     const uint32_t full0 = smem_u32(sm + L::bar_off), empty0 = full0 + 8 * FOLD_STAGES;
 
+    /* PDL (pdl.cuh): the tiles, the activations and their scales are the dispatch's (or, for the down GEMM, the gate|up
+       GEMM's): nothing is read before the wait, so the launch and the shared-memory setup overlap the kernel before */
+    pdl_wait();
     const int64_t tile_idx = blockIdx.y;
     if (p.n_tiles && tile_idx >= *p.n_tiles) return;
     const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
     const int64_t KG = p.n_groups, row0 = (int64_t)blockIdx.x * BM;
     if (threadIdx.x == 0) {
         for (int st = 0; st < FOLD_STAGES; st++) {
-            fold_bar_init(full0 + 8 * st, 128);
+            fold_bar_init(full0 + 8 * st, FOLD_PRODUCERS);
             fold_bar_init(empty0 + 8 * st, FOLD_CONSUMERS / 32);
         }
         FOLD_ASM("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -202,69 +244,82 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     /* the warpgroup's role, uniform in the compiler's eyes (a branch on threadIdx it takes for divergent, and then
        serialises the wgmmas behind it: ptxas C7518) */
     const int role = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
-    if (role == FOLD_CONSUMERS / 128) { /* ---- the producer warpgroup ---- */
+    if (role >= FOLD_CONSUMERS / 128) { /* ---- the producer warpgroups ---- */
+        fold_regs_dec<FOLD_PRODUCER_REGS>();
         const int pt = (int)threadIdx.x - FOLD_CONSUMERS;
-        const bool ok[2] = {row0 + pt < p.rows_pad, row0 + pt + 128 < p.rows_pad};
-        const int64_t G = KG;
-        const uint8_t *codes = p.wq + ((int64_t)tile.expert * G * 4 * p.rows_pad + row0 + pt) * 16;
-        const uint16_t *scales = (const uint16_t *)p.ws + (int64_t)tile.expert * G * p.rows_pad + row0 + pt;
-        /* each row's scale: the largest of its group scales (bf16 bits of positive values order as the values) */
-        uint32_t er[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t m = 0u;
-            if (ok[h])
-                for (int64_t g = 0; g < G; g++)
-                    m = max(m, (uint32_t)__ldg((const unsigned short *)(scales + g * p.rows_pad + h * 128)));
-            er[h] = (m >> 7) & 0xFFu;
-            rs[pt + 128 * h] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
+        const int G = (int)KG;
+        const bool ok = row0 + pt < p.rows_pad;
+        fold_rows w;
+        w.seg = (uint32_t)p.rows_pad * 16u, w.grp_scales = (uint32_t)p.rows_pad;
+        w.codes = p.wq + ((int64_t)tile.expert * G * 4 * p.rows_pad + row0 + pt) * 16;
+        w.scales = (const uint16_t *)p.ws + (int64_t)tile.expert * G * p.rows_pad + row0 + pt;
+        /* the first two groups' codes and activations in flight before the row scale's pass below, which waits on
+           its own loads (they used to wait for it: one more memory latency per CTA, before any conversion) */
+        fold_codes c0, c1, c2;
+        fold_load_codes(w, 0, ok, c0);
+        fold_load_acts<BNT, AS>(p, tile, pt, 0, sm + L::b_off, (float *)(sm + L::xsc_off));
+        cp_async_commit();
+        if (G > 1) {
+            fold_load_codes(w, 1, ok, c1);
+            fold_load_acts<BNT, AS>(p, tile, pt, 1, sm + L::b_off + L::b_bytes, (float *)(sm + L::xsc_off) + BNT);
         }
-        /* one group: group grp + FOLD_AHEAD's activations and codes put in flight (into the code registers that held
-           grp - 1), this group's conversion, the stage full */
-        auto step = [&](int64_t grp, const fold_codes &cur, fold_codes &ahead) {
-            const int st = (int)(grp % FOLD_STAGES);
-            const int64_t nx = grp + FOLD_AHEAD;
-            if (nx < KG) {
-                const int sn = (int)(nx % FOLD_STAGES);
+        cp_async_commit();
+        /* the row's scale: the largest of its group scales (bf16 bits of positive values order as the values) */
+        uint32_t m = 0u;
+        if (ok)
+#pragma unroll 8
+            for (int g = 0; g < G; g++)
+                m = max(m, (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)g * w.grp_scales)));
+        const uint32_t er = (m >> 7) & 0xFFu;
+        rs[pt] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
+        /* group grp + FOLD_AHEAD's activations and codes put in flight, into the code registers that held grp - 1 (the
+           stage they go to, that of grp - 2, is handed back once the consumers issued grp - 1) */
+        auto load_ahead = [&](int grp, fold_codes &ahead) {
+            const int nx = grp + FOLD_AHEAD;
+            if (nx < G) {
+                const int sn = nx % FOLD_STAGES;
                 if (nx >= FOLD_STAGES) fold_bar_wait(empty0 + 8 * sn, (uint32_t)((nx / FOLD_STAGES - 1) & 1));
                 fold_load_acts<BNT, AS>(p, tile, pt, nx, sm + L::b_off + sn * L::b_bytes,
                                         (float *)(sm + L::xsc_off) + sn * BNT);
-                fold_load_codes(codes, scales, p.rows_pad, nx, ok, ahead);
+                fold_load_codes(w, nx, ok, ahead);
             }
             cp_async_commit();
-            uint8_t *a = sm + L::a_off + st * L::a_bytes;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                /* j = k + 6 from the exponent fields (a zero scale's codes are zeros: any table gives 0 for them) */
-                const int32_t j = (int32_t)((cur.s[h] >> 7) & 0xFFu) - (int32_t)er[h] + FM_FOLD_J_BIAS;
-                const int r = pt + 128 * h;
-                fold_convert_row(cur.v[h], j, a + r * 128, r);
+        };
+        /* One group: its conversion, and the stages full in pairs. The fence (fence.proxy.async: MEMBAR.ALL.CTA in
+           SASS) waits for every load this thread has in flight, the codes loaded ahead included: a fence per group
+           gave each group's code loads one conversion to land. An odd group loads grp + 2 first and publishes nothing
+           (the last excepted); an even one publishes grp - 1 and grp, then loads grp + 2 (after the publication: its
+           stage comes back once the consumers issued grp - 1). So the loads a fence waits for were issued two
+           conversions before it, and a load issued after one has a conversion to land before its codes are needed. */
+        auto step = [&](int grp, const fold_codes &cur, fold_codes &ahead) {
+            const bool even = grp % 2 == 0;
+            if (!even) load_ahead(grp, ahead);
+            /* j = k + 6 from the exponent fields (a zero scale's codes are zeros: any table gives 0 for them) */
+            const int32_t j = (int32_t)((cur.s >> 7) & 0xFFu) - (int32_t)er + FM_FOLD_J_BIAS;
+            fold_convert_row(cur.v, j, sm + L::a_off + (grp % FOLD_STAGES) * L::a_bytes + pt * 128, pt);
+            if (even || grp == G - 1) {
+                /* the activations of grp (and grp - 1) landed: of the groups committed after grp's, only grp + 1's
+                   may be in flight */
+                cp_async_wait<1>();
+                fold_fence_proxy();
+                if (even && grp > 0) fold_bar_arrive(full0 + 8 * ((grp - 1) % FOLD_STAGES));
+                fold_bar_arrive(full0 + 8 * (grp % FOLD_STAGES));
             }
-            cp_async_wait<FOLD_AHEAD>(); /* this group's activations landed (committed FOLD_AHEAD groups ago) */
-            fold_fence_proxy();
-            fold_bar_arrive(full0 + 8 * st);
+            if (even) load_ahead(grp, ahead);
         };
         /* three sets of code registers in turn, two groups in flight while one converts (one group ahead would leave
            the DRAM latency of an expert's first tile, ~1 us, exposed against a group's predicted ~0.35 us); no copies
            between them */
-        fold_codes c0, c1, c2;
-        fold_load_codes(codes, scales, p.rows_pad, 0, ok, c0);
-        fold_load_acts<BNT, AS>(p, tile, pt, 0, sm + L::b_off, (float *)(sm + L::xsc_off));
-        cp_async_commit();
-        if (KG > 1) {
-            fold_load_codes(codes, scales, p.rows_pad, 1, ok, c1);
-            fold_load_acts<BNT, AS>(p, tile, pt, 1, sm + L::b_off + L::b_bytes, (float *)(sm + L::xsc_off) + BNT);
-        }
-        cp_async_commit();
-        for (int64_t grp = 0; grp < KG; grp += 3) {
+        for (int grp = 0; grp < G; grp += 3) {
             step(grp, c0, c2);
-            if (grp + 1 < KG) step(grp + 1, c1, c0);
-            if (grp + 2 < KG) step(grp + 2, c2, c1);
+            if (grp + 1 < G) step(grp + 1, c1, c0);
+            if (grp + 2 < G) step(grp + 2, c2, c1);
         }
         return;
     }
 
     /* ---- the consumer warpgroups ---- */
+    fold_regs_inc<FOLD_CONSUMER_REGS>();
     const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, lane = threadIdx.x & 31;
     const int64_t blk0 = (row0 + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
@@ -281,8 +336,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     const int t = lane & 3;
 
     /* one group's wgmmas into the partial (overwriting it when `first`), issued once the stage is full */
-    auto issue = [&](int64_t grp, bool first) {
-        const int st = (int)(grp % FOLD_STAGES);
+    auto issue = [&](int grp, bool first) {
+        const int st = grp % FOLD_STAGES;
         fold_bar_wait(full0 + 8 * st, (uint32_t)((grp / FOLD_STAGES) & 1));
         const uint32_t as = a0 + st * L::a_bytes, bs = b0 + st * L::b_bytes;
         wgmma_fence();
@@ -295,9 +350,9 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
         wgmma_commit();
     };
     /* the stage of group grp back to the producer, once per warp */
-    auto release = [&](int64_t grp) {
+    auto release = [&](int grp) {
         __syncwarp();
-        if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
+        if (lane == 0) fold_bar_arrive(empty0 + 8 * (grp % FOLD_STAGES));
     };
     auto settle = [&]() {
 #pragma unroll
@@ -310,8 +365,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     /* The waits sit where ptxas can see them on every path to the partial's reads (a wait under a runtime condition
        made it insert its own: C7517). */
     if (AS == FM_FOLD_PER_TOKEN) {
-        for (int64_t g0 = 0; g0 < KG; g0 += P) {
-            if (g0 + P <= KG) { /* a whole block: between its groups, wait for the group before only */
+        for (int g0 = 0; g0 < (int)KG; g0 += P) {
+            if (g0 + P <= (int)KG) { /* a whole block: between its groups, wait for the group before only */
 #pragma unroll
                 for (int q = 0; q < P; q++) {
                     issue(g0 + q, q == 0);
@@ -321,7 +376,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                     if (q + 1 == P) release(g0 + q);
                 }
             } else { /* the last, shorter block */
-                for (int64_t grp = g0; grp < KG; grp++) {
+                for (int grp = g0; grp < (int)KG; grp++) {
                     issue(grp, grp == g0);
                     wgmma_wait<0>();
                     release(grp);
@@ -336,7 +391,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                     for (int i = 0; i < 4; i++) acc[mb][nt][i] += part[mb][nt][i];
         }
     } else {
-        for (int64_t grp = 0; grp < KG; grp++) { /* acc = fma(part, the column's activation scale, acc) */
+        for (int grp = 0; grp < (int)KG; grp++) { /* acc = fma(part, the column's activation scale, acc) */
             issue(grp, true);
             wgmma_wait<0>();
             settle();
@@ -365,7 +420,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = nt * 8 + 2 * t + c;
-            sx[nt][c] = AS == FM_FOLD_PER_GROUP ? 1.0f : n < tile.rows ? __ldg(p.xs + tile.slot0 + n) : 0.0f;
+            /* a plain load: the dispatch wrote xs (under PDL, never through the non-coherent path) */
+            sx[nt][c] = AS == FM_FOLD_PER_GROUP ? 1.0f : n < tile.rows ? p.xs[tile.slot0 + n] : 0.0f;
         }
 #pragma unroll
     for (int mb = 0; mb < 2; mb++) {
@@ -392,7 +448,7 @@ template <int EPILOGUE, int BNT, int AS> static void fold_launch(const gemm_para
     constexpr int smem = fold_layout<BNT>::bytes;
     FM_CUDA_CHECK(
         cudaFuncSetAttribute(w4a8_fold_kernel<EPILOGUE, BNT, AS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    w4a8_fold_kernel<EPILOGUE, BNT, AS><<<grid, FOLD_THREADS, smem, s>>>(p);
+    pdl_launch(w4a8_fold_kernel<EPILOGUE, BNT, AS>, grid, FOLD_THREADS, smem, s, p.pdl, p);
 }
 
 template <int BNT>
@@ -416,13 +472,14 @@ extern "C" bool fm_cuda_fold_supported(void) {
 
 extern "C" void fm_cuda_w4a8_fold_gemm(const fm_fold_gemm_args *a, void *stream) {
     const char *bad =
-        !a->codes || !a->scales                                                     ? "bank"
-        : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0             ? "bank shape"
-        : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16              ? "activations"
-        : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16                          ? "alignment"
-        : a->max_tiles <= 0 || a->max_tiles > 65535                                 ? "tiles"
-        : (a->tiles == NULL) != (a->n_tiles == NULL)                                ? "tile list"
-        : a->out == FM_FOLD_OUT_BF16 && !a->y                                       ? "y"
+        !a->codes || !a->scales                                         ? "bank"
+        : a->rows_pad % 32 || a->rows > a->rows_pad || a->n_groups <= 0 ? "bank shape"
+        : a->rows_pad * a->n_groups * 64 > (int64_t)UINT32_MAX          ? "bank shape (a matrix's codes past 4 GB)"
+        : !a->x || !a->xs || a->ldx < 128 * a->n_groups || a->ldx % 16  ? "activations"
+        : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16              ? "alignment"
+        : a->max_tiles <= 0 || a->max_tiles > 65535                     ? "tiles"
+        : (a->tiles == NULL) != (a->n_tiles == NULL)                    ? "tile list"
+        : a->out == FM_FOLD_OUT_BF16 && !a->y                           ? "y"
         : a->out == FM_FOLD_OUT_SWIGLU_E4M3 && (!a->interleaved || !a->h || !a->hs) ? "h"
         : !(a->tile_rows == FM_W4A8_BN || a->tile_rows == FM_W4A8_BN_MID || a->tile_rows == FM_W4A8_BN_SMALL)
             ? "tile rows"
@@ -438,7 +495,7 @@ extern "C" void fm_cuda_w4a8_fold_gemm(const fm_fold_gemm_args *a, void *stream)
     p.rows = a->rows, p.rows_pad = a->rows_pad, p.n_groups = a->n_groups, p.interleaved = a->interleaved;
     p.x = a->x, p.ldx = a->ldx, p.xs = a->xs, p.lds = a->lds;
     p.tiles = (const fm_w4a8_tile *)a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense;
-    p.dense_matrix = a->dense_matrix;
+    p.dense_matrix = a->dense_matrix, p.pdl = a->pdl;
     p.y = (__nv_bfloat16 *)a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.ldhs = a->ldhs;
     const dim3 grid((unsigned)fm_ceil_div(a->rows_pad, BM), (unsigned)a->max_tiles);

@@ -55,6 +55,8 @@ typedef struct fm_fold_gemm_args {
     int64_t ldh;
     float *hs;
     int64_t ldhs;
+    bool pdl; /* launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl): it may start while the kernel
+                 before it in the stream finishes, and waits for it before reading anything */
 } fm_fold_gemm_args;
 
 /* Whether the current device runs the fold kernel (sm_90: wgmma); callers take today's kernel otherwise. */
