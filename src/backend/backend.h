@@ -415,8 +415,9 @@ typedef struct fm_backend_ops {
      * sequence's recurrent state (fp32 [max_seqs][nv][dk][dv]; zero at position 0) and leaves its final S there. */
     void (*gdn_chunked)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
                         int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
-    /* The same rule token by token (decode, prefill chunks, batches of sequences): token t updates the state of
-     * sequence tok_seq[t] (zeroed first when tok_pos[t] == 0), in order. */
+    /* The same rule token by token (decode rows; any rows of any sequences, which the engine gives it only for rows
+     * outside prompt chunks): token t updates the state of sequence tok_seq[t] (zeroed first when tok_pos[t] == 0),
+     * in order. */
     void (*gdn_recurrent)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
                           int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
     /* The gated RMSNorm per value head: out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]) with z from qkvz's
