@@ -166,7 +166,7 @@ static void test_gdn_rule_vs_double(void **state) {
     float *out = nan_array(n_out), *states = nan_array(n_state);
     int32_t seq[37], pos[37];
     for (int t = 0; t < T; t++) seq[t] = 0, pos[t] = t;
-    be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, states, seq, out);
+    be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, states, seq, pos, out);
     assert_rel_below(rel_err(out, ref, n_out), 1e-5);
     assert_rel_below(rel_err(states, S, n_state), 1e-5);
     float *out2 = nan_array(n_out), *states2 = nan_array(n_state);
@@ -195,7 +195,7 @@ static void test_gdn_chunked_equals_recurrent(void **state) {
         int32_t *seq = calloc((size_t)T, sizeof *seq), *pos = malloc((size_t)T * sizeof *pos);
         for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)t;
         float *oc = nan_array(n_out), *sc = nan_array(n_state), *orr = nan_array(n_out), *sr = nan_array(n_state);
-        be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, sc, seq, oc);
+        be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, sc, seq, pos, oc);
         for (int64_t t = 0; t < T; t++) /* one token per call, as decode steps run */
             be->ops->gdn_recurrent(be, in.qkv + t * fm_gdn_channels(g), in.ba + t * 2 * g.nv, in.A, in.dt, 1, g, sr,
                                    seq + t, pos + t, orr + t * g.nv * g.dv);
@@ -204,11 +204,43 @@ static void test_gdn_chunked_equals_recurrent(void **state) {
         assert_rel_below(rel_err_ff(oc, orr, n_out), 2e-6);
         assert_rel_below(rel_err_ff(sc, sr, n_state), 2e-6);
         float *on = nan_array(n_out);
-        be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, NULL, NULL, on);
+        be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, NULL, NULL, NULL, on);
         assert_memory_equal(on, oc, (size_t)n_out * sizeof *on);
         free(on), free(oc), free(sc), free(orr), free(sr), free(seq), free(pos);
         rule_free(be, &in);
     }
+    be->ops->destroy(be);
+}
+
+/* A prompt in chunks, as a server's steps run it: the chunked rule over each chunk from the state the previous chunks
+ * left (tok_pos > 0), equal to the whole prompt chunked (outputs and final state; chunks that start inside a chunk of
+ * 64 and cross one, a one-token chunk), in a slot whose state held garbage before position 0. The same 2e-6 as above:
+ * only the chunk boundaries, hence the summation order, differ. */
+static void test_gdn_chunked_from_state(void **state) {
+    (void)state;
+    seed(45);
+    fm_backend *be = make_backend();
+    const fm_gdn_shape g = k_shape;
+    const int64_t T = 300, C = fm_gdn_channels(g), V = (int64_t)g.nv * g.dv, per = fm_gdn_rec_state_elems(g);
+    const int64_t cuts[] = {0, 37, 38, 101, 230, 300}; /* chunks of 37, 1, 63, 129, 70 */
+    rule_in in;
+    rule_inputs(be, g, T, &in);
+    int32_t *seq = malloc((size_t)T * sizeof *seq), *pos = malloc((size_t)T * sizeof *pos);
+    for (int64_t t = 0; t < T; t++) seq[t] = 1, pos[t] = (int32_t)t; /* slot 1 of 2 */
+    float *whole = nan_array(T * V), *sw = nan_array(2 * per), *parts = nan_array(T * V), *sp = nan_array(2 * per);
+    be->ops->gdn_chunked(be, in.qkv, in.ba, in.A, in.dt, T, g, sw, seq, pos, whole);
+    for (size_t i = 0; i + 1 < sizeof cuts / sizeof *cuts; i++) {
+        const int64_t t0 = cuts[i], n = cuts[i + 1] - cuts[i];
+        be->ops->gdn_chunked(be, in.qkv + t0 * C, in.ba + t0 * 2 * g.nv, in.A, in.dt, n, g, sp, seq + t0, pos + t0,
+                             parts + t0 * V);
+    }
+    printf("chunks vs whole: out %.3g, state %.3g\n", rel_err_ff(parts, whole, T * V),
+           rel_err_ff(sp + per, sw + per, per));
+    assert_rel_below(rel_err_ff(parts, whole, T * V), 2e-6);
+    assert_rel_below(rel_err_ff(sp + per, sw + per, per), 2e-6);
+    assert_true(isnan(sp[0])); /* slot 0 untouched */
+    free(whole), free(sw), free(parts), free(sp), free(seq), free(pos);
+    rule_free(be, &in);
     be->ops->destroy(be);
 }
 
@@ -463,6 +495,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gdn_rule_vs_double),
         cmocka_unit_test(test_gdn_chunked_equals_recurrent),
+        cmocka_unit_test(test_gdn_chunked_from_state),
         cmocka_unit_test(test_gdn_recurrent_batches),
         cmocka_unit_test(test_gdn_conv),
         cmocka_unit_test(test_gdn_norm_gate),

@@ -236,6 +236,57 @@ static void test_qwen3_next_cached_steps(void **state) {
     k_model = "tests/models/qwen3-moe-f32";
 }
 
+/* Qwen3-Next: a 150-token prompt in chunks of 50 over the paged cache (each chunk's delta rule by the chunked form
+ * from the state the chunks before it left; chunks that start inside one of the rule's 64-token chunks and cross
+ * two), beside a decode row of another sequence in the last step: the logits equal the full pass's. */
+static void test_qwen3_next_long_chunks(void **state) {
+    (void)state;
+    enum { N = 150, CHUNK = 50 };
+    k_model = "tests/models/qwen3-next-f32";
+    fm_model *m = load(2, 160, 160);
+    k_model = "tests/models/qwen3-moe-f32";
+    fm_context *ctx = m->context;
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t ids[N], seqs[CHUNK + 1], pos[CHUNK + 1], a, b;
+    prompt_ids(ids, N, V, 11);
+    float *full = malloc((size_t)N * V * sizeof *full), *step = malloc((size_t)(CHUNK + 1) * V * sizeof *step);
+    float *b_full = malloc((size_t)2 * V * sizeof *b_full); /* b's two tokens: ids[0], ids[1] */
+    fm_error err;
+    assert_int_equal(fm_forward(ctx, ids, N, false, full, NULL, &err), FM_OK);
+    assert_int_equal(fm_forward(ctx, ids, 2, false, b_full, NULL, &err), FM_OK);
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    assert_int_equal(fm_kv_seq_begin(ctx, ids, N, &sp, &a, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_begin(ctx, ids, 1, &sp, &b, &err), FM_OK); /* b: its first token, then a decode row */
+    assert_int_equal(fm_kv_seq_append(&ctx->kv->pool, b, 1, &err), FM_OK);
+    ctx->kv->tables_dirty = true;
+    const int32_t p0b = 0;
+    assert_int_equal(fm_step_stage(ctx, ids, &b, &p0b, 1, &err), FM_OK);
+    fm_step_device(ctx, 1, true, FM_ATTN_FRESH);
+    for (int p0 = 0; p0 < N; p0 += CHUNK) {
+        const bool last = p0 + CHUNK >= N;
+        assert_int_equal(fm_kv_seq_append(&ctx->kv->pool, a, CHUNK, &err), FM_OK);
+        for (int t = 0; t < CHUNK; t++) seqs[t] = a, pos[t] = p0 + t;
+        if (last) { /* b's second token after the chunk's rows */
+            assert_int_equal(fm_kv_seq_append(&ctx->kv->pool, b, 1, &err), FM_OK);
+            seqs[CHUNK] = b, pos[CHUNK] = 1;
+        }
+        ctx->kv->tables_dirty = true;
+        const int T = CHUNK + last;
+        int32_t step_ids[CHUNK + 1];
+        memcpy(step_ids, ids + p0, CHUNK * sizeof *ids);
+        step_ids[CHUNK] = ids[1];
+        assert_int_equal(fm_step_stage(ctx, step_ids, seqs, pos, T, &err), FM_OK);
+        fm_step_device(ctx, T, false, FM_ATTN_PAGED);
+        assert_int_equal(fm_step_logits(ctx, T, step, &err), FM_OK);
+        expect_rows(full, step, p0, CHUNK, V, "prompt chunk");
+        if (last) expect_rows(b_full, step + (size_t)CHUNK * V, 1, 1, V, "decode row beside the chunk");
+    }
+    fm_kv_seq_end(ctx, a), fm_kv_seq_end(ctx, b);
+    free(full), free(step), free(b_full);
+    fm_model_free(m);
+}
+
 static void test_qwen3_next_greedy_and_batches(void **state) {
     k_model = "tests/models/qwen3-next-tied-f32";
     test_greedy_and_batches(state);
@@ -341,10 +392,15 @@ static void test_golden_greedy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cached_steps_equal_prefill), cmocka_unit_test(test_greedy_and_batches),
-        cmocka_unit_test(test_sampling_seed_and_stops),    cmocka_unit_test(test_without_cache),
-        cmocka_unit_test(test_qwen3_next_cached_steps),    cmocka_unit_test(test_qwen3_next_greedy_and_batches),
-        cmocka_unit_test(test_qwen3_next_decode_fused),    cmocka_unit_test(test_golden_greedy),
+        cmocka_unit_test(test_cached_steps_equal_prefill),
+        cmocka_unit_test(test_greedy_and_batches),
+        cmocka_unit_test(test_sampling_seed_and_stops),
+        cmocka_unit_test(test_without_cache),
+        cmocka_unit_test(test_qwen3_next_cached_steps),
+        cmocka_unit_test(test_qwen3_next_long_chunks),
+        cmocka_unit_test(test_qwen3_next_greedy_and_batches),
+        cmocka_unit_test(test_qwen3_next_decode_fused),
+        cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* The per-op profile of a decode step (fm_step_profile_ops) on the CPU backend, for the tiny Qwen3-MoE, Mixtral and
  * Qwen3-Next models: every op the forward pass issues appears once per layer that runs it (the op sequence below,
  * written from the architecture, not read back from the profile), its bytes are positive and hold at least the
- * weights it reads, and the rows add up to the step. No timing is asserted. */
+ * weights it reads, and the rows add up to the step. No timing is asserted. Qwen3-Next's prompt chunk at position > 0
+ * beside a decode row takes the chunked delta rule. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -182,12 +183,64 @@ static void test_fused_routes(void **state) {
     profile_model("tests/models/qwen3-moe-f32", "decode.fused=on");
 }
 
+/* A step over the paged cache that holds a prompt chunk at position > 0 (3 rows of one sequence after its first 3)
+ * and a decode row of another sequence: every Gated DeltaNet layer takes the chunk by the chunked form, from the
+ * sequence's state, as a whole prompt runs ("delta rule (chunked)"; the decode row goes token by token in the same
+ * op's interval), not the token-by-token rule over every row. */
+static void test_qwen3_next_prompt_chunk(void **state) {
+    (void)state;
+    fm_options opt;
+    fm_options_init(&opt);
+    opt.max_seqs = 2, opt.ctx = 16, opt.max_tokens = 8;
+    fm_model *m = NULL;
+    fm_error err = {{0}};
+    if (fm_model_load("tests/models/qwen3-next-f32", &opt, &m, &err)) fail_msg("load: %s", err.msg);
+    fm_context *ctx = m->context;
+    const int32_t ids[7] = {1, 2, 3, 4, 5, 6, 7}; /* a's 6 tokens; the step's 4 ids: a's last 3, b's third */
+    int32_t a, b, seqs[4], pos[4] = {0, 1, 2, 3};
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    assert_int_equal(fm_kv_seq_begin(ctx, ids, 6, &sp, &a, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_begin(ctx, ids, 3, &sp, &b, &err), FM_OK);
+    const int32_t both[2] = {a, b};
+    for (int i = 0; i < 2; i++) { /* a fresh prefill of the first 3 tokens (a) and 2 tokens (b) */
+        const int32_t n = i ? 2 : 3;
+        for (int32_t t = 0; t < n; t++) seqs[t] = both[i];
+        assert_int_equal(fm_kv_seq_append(&ctx->kv->pool, both[i], n, &err), FM_OK);
+        ctx->kv->tables_dirty = true;
+        assert_int_equal(fm_step_stage(ctx, ids, seqs, pos, n, &err), FM_OK);
+        fm_step_device(ctx, n, true, FM_ATTN_FRESH);
+    }
+    /* a's tokens 3..5 and b's third token in one step */
+    assert_int_equal(fm_kv_seq_append(&ctx->kv->pool, a, 3, &err), FM_OK);
+    assert_int_equal(fm_kv_seq_append(&ctx->kv->pool, b, 1, &err), FM_OK);
+    ctx->kv->tables_dirty = true;
+    const int32_t step_seq[4] = {a, a, a, b}, step_pos[4] = {3, 4, 5, 2};
+    assert_int_equal(fm_step_stage(ctx, ids + 3, step_seq, step_pos, 4, &err), FM_OK);
+    fm_profile prof;
+    fm_op_profile *op = calloc(1, sizeof *op);
+    assert_non_null(op);
+    assert_int_equal(fm_step_profile_ops(ctx, 4, false, FM_ATTN_PAGED, &prof, op, &err), FM_OK);
+    int32_t gdn_layers = 0, chunked = -1;
+    for (int32_t l = 0; l < m->n_layers; l++) gdn_layers += fm_layer_kind_is_gdn(m->layers[l].kind);
+    assert_true(gdn_layers > 0);
+    for (int32_t i = 0; i < op->n; i++) {
+        assert_string_not_equal(op->rows[i].op, "delta rule"); /* token by token over the step */
+        if (!strcmp(op->rows[i].op, "delta rule (chunked)")) chunked = op->rows[i].count;
+    }
+    assert_int_equal(chunked, gdn_layers);
+    free(op);
+    fm_kv_seq_end(ctx, a), fm_kv_seq_end(ctx, b);
+    fm_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_moe),
         cmocka_unit_test(test_mixtral),
         cmocka_unit_test(test_qwen3_next),
         cmocka_unit_test(test_fused_routes),
+        cmocka_unit_test(test_qwen3_next_prompt_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,8 @@
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "engine/cost.h"
+#include "engine/engine.h"
+#include "engine/kv_state.h"
 #include "util/progress.h"
 
 static const char *HELP =
@@ -22,6 +24,9 @@ static const char *HELP =
     "                     toy-moe / toy-next (small enough for the CPU)\n"
     "  (bench prefill runs on the cuda backend unless --backend cpu is given)\n"
     "  --tokens T         prompt length (default 2048)\n"
+    "  --at P             time a T-token prompt chunk of a sequence already holding P tokens (P >= 0), as the\n"
+    "                     server's prompt steps run it: attention and the Gated DeltaNet over the paged cache,\n"
+    "                     from the first P tokens' KV and states (the floors printed are a fresh prompt's)\n"
     "  --repeat R         timed runs (default 10)\n"
     "  --warmup W         untimed runs first (default 2)\n"
     "  --json FILE        also write the results as JSON\n"
@@ -33,16 +38,20 @@ static const char *HELP =
     "                     weights: fp8moe logits/generate --tp, not synthetic ones)\n" BENCH_ROUTING_HELP
         CLI_MODEL_HELP;
 
-enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING, OPT_EP };
-static const struct option own_options[] = {
-    {"synthetic", required_argument, 0, OPT_SYNTH}, {"tokens", required_argument, 0, OPT_TOKENS},
-    {"repeat", required_argument, 0, OPT_REPEAT},   {"warmup", required_argument, 0, OPT_WARMUP},
-    {"json", required_argument, 0, OPT_JSON},       {"synthetic-routing", required_argument, 0, OPT_ROUTING},
-    {"ep", required_argument, 0, OPT_EP},           {0, 0, 0, 0}};
+enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING, OPT_EP, OPT_AT };
+static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
+                                            {"tokens", required_argument, 0, OPT_TOKENS},
+                                            {"repeat", required_argument, 0, OPT_REPEAT},
+                                            {"warmup", required_argument, 0, OPT_WARMUP},
+                                            {"json", required_argument, 0, OPT_JSON},
+                                            {"synthetic-routing", required_argument, 0, OPT_ROUTING},
+                                            {"ep", required_argument, 0, OPT_EP},
+                                            {"at", required_argument, 0, OPT_AT},
+                                            {0, 0, 0, 0}};
 
 typedef struct bench_args {
     const char *synthetic, *json_path, *routing;
-    long tokens, repeat, warmup, ep;
+    long tokens, repeat, warmup, ep, at; /* at: -1 a whole prompt (no KV cache), else the chunk's first position */
 } bench_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -55,6 +64,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_JSON: a->json_path = arg; return true;
     case OPT_ROUTING: a->routing = arg; return bench_routing_check(cmd, arg);
     case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
+    case OPT_AT: return cli_parse_int(cmd, "--at", arg, 0, 1 << 24, &a->at);
     }
     return true;
 }
@@ -101,6 +111,42 @@ static fm_status time_prefill(fm_model *m, const bench_args *a, bool verbose, pr
     return st;
 }
 
+/* --at P: one sequence holding P tokens (prefilled in chunks of T), then each run the T-token chunk after them as a
+ * step over the paged cache (fm_step_profile, FM_ATTN_PAGED: the server's prompt step). Every run rewrites the same
+ * KV rows and advances the Gated DeltaNet states by the same tokens from the state the previous run left: the same
+ * work each time. */
+static fm_status time_chunk(fm_model *m, const bench_args *a, bool verbose, prefill_times *t, fm_error *err) {
+    fm_context *ctx = m->context;
+    const int64_t T = a->tokens, P = a->at;
+    const int32_t V = fm_model_vocab_size(m);
+    int32_t *ids = malloc((size_t)T * sizeof *ids), *sq = malloc((size_t)T * sizeof *sq),
+            *ps = malloc((size_t)T * sizeof *ps);
+    int32_t seq = -1, last;
+    fm_status st = !ids || !sq || !ps ? fm_fail(err, FM_ERR_NOMEM, "bench prefill: out of host memory") : FM_OK;
+    if (!st) bench_token_ids(ids, T, V);
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    if (!st && P > 0) st = bench_prefill_sequences(m, 1, P, T, &seq, &last, err);
+    else if (!st) st = fm_kv_seq_begin(ctx, ids, T, &sp, &seq, err);
+    if (!st) st = fm_kv_seq_append(&ctx->kv->pool, seq, T, err);
+    ctx->kv->tables_dirty = true;
+    for (int64_t i = 0; !st && i < T; i++) sq[i] = seq, ps[i] = (int32_t)(P + i);
+    for (long r = 0; !st && r < a->warmup + a->repeat; r++) {
+        fm_profile prof;
+        st = fm_step_stage(ctx, ids, sq, ps, T, err);
+        if (!st) st = fm_step_profile(ctx, T, true, FM_ATTN_PAGED, &prof, err);
+        if (!st) st = fm_dist_status_take(ctx, err);
+        if (st || r < a->warmup) continue;
+        t->total[r - a->warmup] = prof.total_ms;
+        for (int s = 0; s < FM_STAGE_COUNT; s++) t->stage[s][r - a->warmup] = prof.stage_ms[s];
+        if (verbose) fm_progress("run %ld/%ld: %.3f ms", r - a->warmup + 1, a->repeat, prof.total_ms);
+    }
+    fm_progress_end();
+    if (seq >= 0) fm_kv_seq_end(ctx, seq);
+    free(ids), free(sq), free(ps);
+    return st;
+}
+
 static void print_report(const char *cmd, fm_model *m, const bench_args *a, const cli_model_opts *mo,
                          const prefill_times *t, double load_s, prefill_summary *y) {
     const int64_t T = a->tokens;
@@ -114,6 +160,10 @@ static void print_report(const char *cmd, fm_model *m, const bench_args *a, cons
            "%.2f GiB of weights\n",
            a->synthetic, m->n_layers, (long long)T, fm_preset_name(mo->opt.preset), m->be->ops->name, y->device,
            a->repeat, a->warmup, load_s, (double)m->weight_bytes / (1u << 30));
+    if (a->at >= 0)
+        printf(
+            "a prompt chunk at positions %ld..%lld over the paged cache (the floors: a fresh prompt of %lld tokens)\n",
+            a->at, (long long)(a->at + T - 1), (long long)T);
     printf("latency: median %.3f ms, min %.3f, max %.3f; %.0f tokens/s; floor %.3f ms (%.1f%% of floor reached)\n",
            y->med, y->mn, y->mx, (double)T / (y->med * 1e-3), floor_ms(cost->total_bytes, cost->total_flops),
            100.0 * floor_ms(cost->total_bytes, cost->total_flops) / y->med);
@@ -153,6 +203,7 @@ static fm_status write_json(fm_model *m, const bench_args *a, const cli_model_op
     cJSON_AddStringToObject(root, "model", a->synthetic);
     cJSON_AddNumberToObject(root, "layers", m->n_layers);
     cJSON_AddNumberToObject(root, "tokens", (double)T);
+    if (a->at >= 0) cJSON_AddNumberToObject(root, "at", (double)a->at);
     cJSON_AddStringToObject(root, "preset", fm_preset_name(mo->opt.preset));
     cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
     bench_expert_stats_json(m, NULL, 1, root);
@@ -188,7 +239,7 @@ static fm_status write_json(fm_model *m, const bench_args *a, const cli_model_op
 
 int cmd_bench_prefill(int argc, char **argv) {
     const char *cmd = "bench prefill";
-    bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0};
+    bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0, -1};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     mo.opt.backend = "cuda";
@@ -201,6 +252,10 @@ int cmd_bench_prefill(int argc, char **argv) {
     fm_model *m = NULL;
     mo.opt.max_tokens = a.tokens;
     mo.opt.synthetic_routing = a.routing;
+    if (a.at >= 0) { /* one sequence of P + T tokens in the KV cache */
+        if (a.ep > 1) return cli_usage(cmd, "--at times one rank's step; it does not take --ep");
+        mo.opt.max_seqs = 1, mo.opt.ctx = a.at + a.tokens;
+    }
     if (a.ep > 1) {
         mo.opt.ep_ranks = (int32_t)a.ep;
         return bench_prefill_ranks(cmd, a.synthetic, &mo, a.tokens, a.repeat, a.warmup, a.json_path);
@@ -212,7 +267,7 @@ int cmd_bench_prefill(int argc, char **argv) {
     prefill_times t = {.n = (int)a.repeat};
     t.total = calloc((size_t)t.n, sizeof *t.total);
     for (int s = 0; s < FM_STAGE_COUNT; s++) t.stage[s] = calloc((size_t)t.n, sizeof(double));
-    st = time_prefill(m, &a, mo.opt.verbose, &t, &err);
+    st = a.at >= 0 ? time_chunk(m, &a, mo.opt.verbose, &t, &err) : time_prefill(m, &a, mo.opt.verbose, &t, &err);
     if (!st) {
         prefill_summary y;
         print_report(cmd, m, &a, &mo, &t, load_s, &y);

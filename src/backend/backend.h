@@ -406,15 +406,18 @@ typedef struct fm_backend_ops {
      * position 0, and the state is advanced. */
     void (*gdn_conv)(fm_backend *be, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
                      const void *tok_seq, const void *tok_pos, void *out);
-    /* The gated delta rule over one sequence of T tokens from position 0, in chunks of 64 (prefill): per value head
-     * h (key head h / (nv / nk)), q and k L2-normalised (eps 1e-6), q scaled by dk^-1/2, beta = sigmoid(b),
-     * g = -exp(A_log) softplus(a + dt_bias); S_t = e^g S_{t-1} + k_t (beta (v_t - e^g S_{t-1}^T k_t))^T, out_t =
-     * S_t^T q_t [T, nv dv]. qkv: gdn_conv's out; ba: in_proj_ba's out; a_log, dt_bias: [nv] banks. states NULL:
-     * nothing kept; else the final S goes to sequence tok_seq[0]'s recurrent state (fp32 [max_seqs][nv][dk][dv]). */
+    /* The gated delta rule over one run of T tokens of one sequence, in chunks of 64 (a prompt or a prompt chunk):
+     * per value head h (key head h / (nv / nk)), q and k L2-normalised (eps 1e-6), q scaled by dk^-1/2, beta =
+     * sigmoid(b), g = -exp(A_log) softplus(a + dt_bias); S_t = e^g S_{t-1} + k_t (beta (v_t - e^g S_{t-1}^T k_t))^T,
+     * out_t = S_t^T q_t [T, nv dv]. qkv: gdn_conv's out; ba: in_proj_ba's out; a_log, dt_bias: [nv] banks. states
+     * NULL: the run starts at position 0 from a zero state and nothing is kept. Else the run is sequence tok_seq[0]'s
+     * from position tok_pos[0] (tok_pos NULL: 0; both device int32, read by the device only): it starts from that
+     * sequence's recurrent state (fp32 [max_seqs][nv][dk][dv]; zero at position 0) and leaves its final S there. */
     void (*gdn_chunked)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
-                        int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, void *out);
-    /* The same rule token by token (decode, prefill chunks, batches of sequences): token t updates the state of
-     * sequence tok_seq[t] (zeroed first when tok_pos[t] == 0), in order. */
+                        int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
+    /* The same rule token by token (decode rows; any rows of any sequences, which the engine gives it only for rows
+     * outside prompt chunks): token t updates the state of sequence tok_seq[t] (zeroed first when tok_pos[t] == 0),
+     * in order. */
     void (*gdn_recurrent)(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
                           int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
     /* The gated RMSNorm per value head: out[t, h] = w * rmsnorm(core[t, h]) * silu(z[t, h]) with z from qkvz's

@@ -255,9 +255,54 @@ fm_status fm_forward_stage(fm_context *ctx, const int32_t *ids, int64_t T, fm_er
     return FM_OK;
 }
 
+/* The delta rule over rows [r0, r0 + n) of a pass over the paged cache, as a call's own rows: by the chunked form (one
+ * run of a sequence, from its state) or token by token. */
+static void gdn_rule_rows(fm_context *ctx, const fm_layer_weights *L, fm_gdn_shape g, float *rec, int64_t r0, int64_t n,
+                          bool chunked) {
+    fm_backend *be = ctx->m->be;
+    const fm_backend_ops *ops = be->ops;
+    const fw_buffers b = *ctx->bufs;
+    const fm_kv_state *kv = ctx->kv;
+    const size_t as = ops->act_size, r = (size_t)r0;
+    const void *qkv = (const char *)b.qkv + r * (size_t)fm_gdn_channels(g) * as;
+    const void *ba = (const char *)b.gates + r * 2 * (size_t)g.nv * as;
+    const void *seq = (const int32_t *)kv->tok_seq + r, *pos = (const int32_t *)kv->tok_pos + r;
+    void *out = (char *)b.att + r * (size_t)g.nv * (size_t)g.dv * as;
+    if (chunked) ops->gdn_chunked(be, qkv, ba, L->gdn_a_log, L->gdn_dt_bias, n, g, rec, seq, pos, out);
+    else ops->gdn_recurrent(be, qkv, ba, L->gdn_a_log, L->gdn_dt_bias, n, g, rec, seq, pos, out);
+}
+
+/* The delta rule of a pass over the paged cache (prompt chunks, mixed steps), from the conv's b.qkv to b.att: each
+ * prompt chunk of the step (a run of at least two rows of one sequence at consecutive positions, found in the staged
+ * host copy h_idx) by the chunked form from its sequence's state, as a whole prompt runs; the other rows (decode
+ * rows) token by token; in row order, so a sequence's rows are taken in order whatever the step holds. Token by token,
+ * a 512-token chunk is 512 dependent steps per layer (~2.8 us each on an H200: bench/NOTES.md 2026-12-02, "Qwen3-Next
+ * speed", 72.5 ms for 3 layers at T = 8192); chunked, 8 chunks of 64 on tensor cores. Returns the runs taken chunked;
+ * *states: the matrix states read and written (one per chunk, one per other row). */
+static int32_t gdn_rule_paged(fm_context *ctx, const fm_layer_weights *L, int64_t T, fm_gdn_shape g, float *rec,
+                              int64_t *states) {
+    const int32_t *seq = ctx->kv->h_idx, *pos = ctx->kv->h_idx + T;
+    int32_t runs = 0;
+    int64_t lone = 0, rows = 0; /* rows [lone, t) go token by token; rows: those taken chunked */
+    for (int64_t t = 0; t < T;) {
+        int64_t e = t + 1;
+        while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) e++;
+        if (e - t >= 2) {
+            if (t > lone) gdn_rule_rows(ctx, L, g, rec, lone, t - lone, false);
+            gdn_rule_rows(ctx, L, g, rec, t, e - t, true);
+            lone = e, runs++, rows += e - t;
+        }
+        t = e;
+    }
+    if (T > lone) gdn_rule_rows(ctx, L, g, rec, lone, T - lone, false);
+    *states = runs + (T - rows);
+    return runs;
+}
+
 /* A Gated DeltaNet layer's token mixer (Qwen3-Next's linear attention), from the normed b.h to b.y:
  *   qkvz = h Wqkvz^T, ba = h Wba^T;  conv + SiLU over the q | k | v channels (the conv state per sequence);
- *   the gated delta rule (chunked over one fresh sequence, else token by token on the per-sequence state);
+ *   the gated delta rule (chunked over a whole prompt and over each prompt chunk of a step, from its sequence's
+ *   state; token by token for decode rows);
  *   gated RMSNorm with z;  y = out Wout^T
  * gdn: the layer's index among the Gated DeltaNet layers (its slice of the states). */
 static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn, int32_t gdn,
@@ -290,13 +335,19 @@ static void gated_deltanet(fm_context *ctx, const fm_layer_weights *L, int l, in
                       b.qkv);
         dump(be, "gdn_conv", l, b.qkv, T * fm_gdn_channels(g));
         op_split(tm, FM_STAGE_GDN, "conv", fm_op_bytes_gdn_conv(m, l, T, cached));
-        if (paged)
+        int32_t chunked = 1;             /* runs taken by the chunked form */
+        int64_t states = cached ? 1 : 0; /* matrix states read and written */
+        if (attn == FM_ATTN_DECODE) {    /* one row per sequence */
             ops->gdn_recurrent(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, kv->tok_seq, kv->tok_pos,
                                b.att);
-        else
+            chunked = 0, states = T;
+        } else if (paged) {
+            chunked = gdn_rule_paged(ctx, L, T, g, rec, &states);
+        } else {
             ops->gdn_chunked(be, b.qkv, b.gates, L->gdn_a_log, L->gdn_dt_bias, T, g, rec, cached ? kv->tok_seq : NULL,
-                             b.att);
-        op_split(tm, FM_STAGE_GDN, "delta rule", fm_op_bytes_gdn_rule(m, T, cached, paged));
+                             cached ? kv->tok_pos : NULL, b.att);
+        }
+        op_split(tm, FM_STAGE_GDN, chunked ? "delta rule (chunked)" : "delta rule", fm_op_bytes_gdn_rule(m, T, states));
         ops->gdn_norm_gate(be, b.att, b.proj, L->gdn_norm, T, g, c->rms_norm_eps, b.qkv);
         dump(be, "gdn_rule", l, b.qkv, T * nvdv);
         op_mark(tm, FM_STAGE_GDN, "gated norm", fm_op_bytes_act(m, T, nvdv, 2, 1));

@@ -53,11 +53,11 @@ double fm_op_bytes_gdn_conv(const fm_model *m, int32_t l, int64_t T, bool cached
     return bank(m, m->layers[l].gdn_conv) + fm_op_bytes_act(m, T, fm_gdn_channels(g), 1, 1) + state;
 }
 
-double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, bool cached, bool paged) {
+double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, int64_t states) {
     const fm_gdn_shape g = fm_gdn_shape_of(&m->cfg);
-    const double states = paged ? (double)T : cached ? 1 : 0; /* matrix states read and written */
     return fm_op_bytes_act(m, T, fm_gdn_channels(g) + 2 * g.nv, 1, 0) +
-           fm_op_bytes_act(m, T, (int64_t)g.nv * g.dv, 0, 1) + states * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
+           fm_op_bytes_act(m, T, (int64_t)g.nv * g.dv, 0, 1) +
+           (double)states * 2.0 * 4.0 * (double)fm_gdn_rec_state_elems(g);
 }
 
 double fm_op_bytes_gdn_decode_fused(const fm_model *m, int32_t l, int64_t T) {

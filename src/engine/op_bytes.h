@@ -21,10 +21,10 @@ double fm_op_bytes_attention(const fm_model *m, int64_t T, const int32_t *pos);
 double fm_op_bytes_experts(const fm_model *m, int32_t l, int64_t T);
 /* Qwen3-Next's shared expert (gate_up, SwiGLU, down) */
 double fm_op_bytes_shared_expert(const fm_model *m, int32_t l, int64_t T);
-/* a Gated DeltaNet's conv (its state per sequence read and written when cached) and delta rule (the matrix state:
- * per row in the paged step, once per pass for a fresh sequence) */
+/* a Gated DeltaNet's conv (its state per sequence read and written when cached) and delta rule (the matrix state
+ * read and written `states` times: once per run of a sequence, i.e. per prompt or prompt chunk and per decode row) */
 double fm_op_bytes_gdn_conv(const fm_model *m, int32_t l, int64_t T, bool cached);
-double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, bool cached, bool paged);
+double fm_op_bytes_gdn_rule(const fm_model *m, int64_t T, int64_t states);
 /* gdn_decode_fused: the conv's and the rule's inputs and states, the rule's output row (written, and read back by
  * the norm) and the norm's output; the conv output, the chain's other intermediate row, stays on chip */
 double fm_op_bytes_gdn_decode_fused(const fm_model *m, int32_t l, int64_t T);

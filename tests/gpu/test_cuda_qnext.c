@@ -223,7 +223,7 @@ static void fresh_case(fm_preset p, fm_gdn_shape g, int64_t T) {
         cv[i] = gpu_fetch(be, base, T * c.C, "gdn_conv");
         qkv = gpu_upload(be, cv[0], T * c.C); /* both rules on the CPU's conv output */
         o = gpu_guarded(be, T * V, &base);
-        be->ops->gdn_chunked(be, qkv, bad, c.al[i], c.dt[i], T, g, states, sq, o);
+        be->ops->gdn_chunked(be, qkv, bad, c.al[i], c.dt[i], T, g, states, sq, NULL, o);
         ru[i] = gpu_fetch(be, base, T * V, "gdn_chunked");
         st[i] = fetch_states(be, (float *)states + per, per);
         o = gpu_guarded(be, T * V, &base);
@@ -267,7 +267,9 @@ static void test_gdn_fresh(void **s) {
 
 /* The recurrent step against the chunked result, on the GPU: the chunked rule over T tokens (its outputs and final
    state) equals the first `split` tokens chunked (their state kept) followed by the rest token by token (positions
-   split..T-1, the state carried), and the whole sequence token by token. ref32: the same kernel in both forms, only
+   split..T-1, the state carried), the first `split` chunked followed by the rest chunked from that state (a prompt
+   chunk at position split, as the server's steps run them), and the whole sequence token by token. ref32: the same
+   kernel in both forms, only
    the summation order differs; ref with dk = dv = 128: under --route gdn.tc=on the chunked form on tensor cores (TF32
    products) against the token-by-token kernel, over segments of 2048 tokens at T = 2100. */
 static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t split) {
@@ -281,7 +283,7 @@ static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t
     void *sd = ids(be, seq, T), *pd = ids(be, pos, T), *base;
     float *states = zero_states(be, per);
     void *o = gpu_guarded(be, T * V, &base);
-    be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], T, g, states, sd, o);
+    be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], T, g, states, sd, pd, o);
     float *ref = gpu_fetch(be, base, T * V, "gdn_chunked"), *ref_st = fetch_states(be, states, per);
     const double e = bound(&c.b);
     /* the whole sequence token by token */
@@ -290,12 +292,19 @@ static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t
     float *all = gpu_fetch(be, base, T * V, "gdn_recurrent"), *all_st = fetch_states(be, states, per);
     /* split tokens chunked, the rest recurrent: one output buffer, two launches */
     o = gpu_guarded(be, T * V, &base);
-    be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], split, g, states, sd, o);
+    be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], split, g, states, sd, pd, o);
     const size_t a = be->ops->act_size;
     be->ops->gdn_recurrent(be, (char *)qd + split * c.C * a, (char *)bad + split * 2 * g.nv * a, c.al[1], c.dt[1],
                            T - split, g, states, (int32_t *)sd + split, (int32_t *)pd + split,
                            (char *)o + split * V * a);
     float *two = gpu_fetch(be, base, T * V, "gdn_chunked + gdn_recurrent"), *two_st = fetch_states(be, states, per);
+    /* split tokens chunked, the rest chunked from their state (the state left by the calls above is overwritten:
+       position 0 starts from zero) */
+    o = gpu_guarded(be, T * V, &base);
+    be->ops->gdn_chunked(be, qd, bad, c.al[1], c.dt[1], split, g, states, sd, pd, o);
+    be->ops->gdn_chunked(be, (char *)qd + split * c.C * a, (char *)bad + split * 2 * g.nv * a, c.al[1], c.dt[1],
+                         T - split, g, states, (int32_t *)sd + split, (int32_t *)pd + split, (char *)o + split * V * a);
+    float *cc = gpu_fetch(be, base, T * V, "gdn_chunked twice"), *cc_st = fetch_states(be, states, per);
     char sh[96], what[192];
     snprintf(what, sizeof what, "gdn_recurrent vs chunked %s T=%lld", shape_str(&c, sh, sizeof sh), (long long)T);
     gpu_expect_close(all, ref, T * V, e, what);
@@ -303,7 +312,10 @@ static void recurrent_vs_chunked(fm_preset p, fm_gdn_shape g, int64_t T, int64_t
     snprintf(what, sizeof what, "  chunked to %lld, then recurrent", (long long)split);
     gpu_expect_close(two, ref, T * V, e, what);
     gpu_expect_close(two_st, ref_st, per, e, "  final state");
-    free(ref), free(ref_st), free(all), free(all_st), free(two), free(two_st);
+    snprintf(what, sizeof what, "  chunked to %lld, then chunked from its state", (long long)split);
+    gpu_expect_close(cc, ref, T * V, e, what);
+    gpu_expect_close(cc_st, ref_st, per, e, "  final state");
+    free(ref), free(ref_st), free(all), free(all_st), free(two), free(two_st), free(cc), free(cc_st);
     free(qkv), free(ba), free(seq), free(pos);
     be->ops->free(be, qd), be->ops->free(be, bad), be->ops->free(be, sd), be->ops->free(be, pd);
     be->ops->free(be, states);
@@ -316,6 +328,7 @@ static void test_gdn_recurrent_vs_chunked(void **s) {
     recurrent_vs_chunked(FM_PRESET_REF32, big_shape, 130, 65);
     recurrent_vs_chunked(FM_PRESET_REF32, tied_shape, 70, 1);
     recurrent_vs_chunked(FM_PRESET_REF, big_shape, 130, 65);
+    recurrent_vs_chunked(FM_PRESET_REF, big_shape, 612, 100); /* a 512-token chunk after 100 tokens */
     recurrent_vs_chunked(FM_PRESET_REF, big_shape, 2100, 2049);
 }
 

@@ -1,6 +1,7 @@
 /* The Gated DeltaNet (Qwen3-Next's linear attention) on the CPU reference: the causal depthwise conv with its state,
- * the gated delta rule in chunks (prefill) and token by token (decode), and the gated RMSNorm (backend.h states each
- * op). All fp32; outputs rounded to bf16 when the plan says act_bf16. The recurrent states stay fp32.
+ * the gated delta rule in chunks (prompts and prompt chunks) and token by token (decode), and the gated RMSNorm
+ * (backend.h states each op). All fp32; outputs rounded to bf16 when the plan says act_bf16. The recurrent states stay
+ * fp32.
  *
  * Chunked form of the rule, per value head, over a chunk of L tokens starting from state S0 [dk, dv], with
  * G_i = g_1 + ... + g_i (log decays summed inside the chunk):
@@ -145,14 +146,15 @@ static float dotf(const float *a, const float *b, int32_t n) {
     return s;
 }
 
-/* One value head over the whole sequence, chunk by chunk, from a zero state; S ends as the final state. */
+/* One value head over the run, chunk by chunk, from the state S (zeroed first when fresh); S ends as the final
+ * state. */
 static void chunked_head(const float *qkv, const float *ba, const fm_bank *a_log, const fm_bank *dt_bias, int64_t T,
-                         fm_gdn_shape g, int32_t h, float *S, float *scratch, float *out) {
+                         fm_gdn_shape g, int32_t h, bool fresh, float *S, float *scratch, float *out) {
     const int32_t dk = g.dk, dv = g.dv, L = GDN_CHUNK;
     float *q = scratch, *k = q + (int64_t)L * dk, *u = k + (int64_t)L * dk, *G = u + (int64_t)L * dv;
     float *beta = G + L, *kk = beta + L, *qk = kk + (int64_t)L * L, *s0q = qk + (int64_t)L * L;
     const float *v[GDN_CHUNK];
-    memset(S, 0, (size_t)dk * dv * sizeof(float));
+    if (fresh) memset(S, 0, (size_t)dk * dv * sizeof(float));
     const int64_t ld_out = (int64_t)g.nv * dv;
     for (int64_t c0 = 0; c0 < T; c0 += L) {
         const int32_t n = (int32_t)(T - c0 < L ? T - c0 : L);
@@ -211,11 +213,13 @@ static void chunked_head(const float *qkv, const float *ba, const fm_bank *a_log
 }
 
 void cpu_gdn_chunked(fm_backend *be, const void *qkvv, const void *bav, const fm_bank *a_log, const fm_bank *dt_bias,
-                     int64_t T, fm_gdn_shape g, void *statesv, const void *tok_seqv, void *outv) {
-    const int32_t *tok_seq = (const int32_t *)tok_seqv;
+                     int64_t T, fm_gdn_shape g, void *statesv, const void *tok_seqv, const void *tok_posv, void *outv) {
+    const int32_t *tok_seq = (const int32_t *)tok_seqv, *tok_pos = (const int32_t *)tok_posv;
     float *out = (float *)outv;
     const int64_t head = (int64_t)g.dk * g.dv, L = GDN_CHUNK;
+    /* the sequence's state: where the run starts (a prompt chunk after others) and where it ends */
     float *final = statesv ? (float *)statesv + (int64_t)tok_seq[0] * fm_gdn_rec_state_elems(g) : NULL;
+    const bool fresh = !final || !tok_pos || tok_pos[0] == 0;
     const size_t scratch = (size_t)(2 * L * g.dk + L * g.dv + 2 * L + 2 * L * L + g.dv) * sizeof(float);
 #pragma omp parallel
     {
@@ -223,8 +227,8 @@ void cpu_gdn_chunked(fm_backend *be, const void *qkvv, const void *bav, const fm
         float *S = final ? NULL : (float *)xmalloc((size_t)head * sizeof(float), "gdn_chunked");
 #pragma omp for schedule(static)
         for (int32_t h = 0; h < g.nv; h++)
-            chunked_head((const float *)qkvv, (const float *)bav, a_log, dt_bias, T, g, h, final ? final + h * head : S,
-                         buf, out);
+            chunked_head((const float *)qkvv, (const float *)bav, a_log, dt_bias, T, g, h, fresh,
+                         final ? final + h * head : S, buf, out);
         free(S), free(buf);
     }
     cpu_round_act(be, out, T * (int64_t)g.nv * g.dv);

@@ -107,7 +107,7 @@ void cpu_add_sigmoid_gated(fm_backend *be, void *acc, const void *x, const void 
 void cpu_gdn_conv(fm_backend *be, const void *qkvz, const fm_bank *conv, int64_t T, fm_gdn_shape g, void *states,
                   const void *tok_seq, const void *tok_pos, void *out);
 void cpu_gdn_chunked(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
-                     int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, void *out);
+                     int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
 void cpu_gdn_recurrent(fm_backend *be, const void *qkv, const void *ba, const fm_bank *a_log, const fm_bank *dt_bias,
                        int64_t T, fm_gdn_shape g, void *states, const void *tok_seq, const void *tok_pos, void *out);
 void cpu_gdn_norm_gate(fm_backend *be, const void *core, const void *qkvz, const fm_bank *w, int64_t T, fm_gdn_shape g,

@@ -676,19 +676,19 @@ static void cu_gdn_conv(fm_backend *bb, const void *qkvz, const fm_bank *conv, i
 }
 
 /* the chunked form on tensor cores where the route takes the shape (gdn.tc: dk = dv = 128, bf16), its scratch in the
-   workspace; else the token-by-token kernel over the one sequence */
+   workspace; else the token-by-token kernel over the one run */
 static void cu_gdn_chunked(fm_backend *bb, const void *qkv, const void *ba, const fm_bank *a_log,
                            const fm_bank *dt_bias, int64_t T, fm_gdn_shape g, void *states, const void *tok_seq,
-                           void *out) {
+                           const void *tok_pos, void *out) {
     cuda_backend *be = cuda_be(bb);
     if (fm_routes_gdn_tc(&be->routes, g.dk, g.dv, !f32(bb))) {
         void *ws = fm_cuda_workspace(be, fm_gdn_tc_ws_bytes((uint64_t)T, (uint64_t)g.nv));
         fm_cuda_gdn_chunked_tc(qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
-                               (const int32_t *)tok_seq, ws, out, stream(bb));
+                               (const int32_t *)tok_seq, (const int32_t *)tok_pos, ws, out, stream(bb));
         return;
     }
     fm_cuda_gdn_chunked(f32(bb), qkv, ba, bank_matrix(a_log, 0), bank_matrix(dt_bias, 0), T, g, (float *)states,
-                        (const int32_t *)tok_seq, out, stream(bb));
+                        (const int32_t *)tok_seq, (const int32_t *)tok_pos, out, stream(bb));
 }
 
 static void cu_gdn_recurrent(fm_backend *bb, const void *qkv, const void *ba, const fm_bank *a_log,

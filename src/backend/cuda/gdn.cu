@@ -9,7 +9,8 @@
 // the rule, token by token: a block per (32 state columns, value head, run of a sequence): warp w holds state rows
 //   w, w + 4, ... of the block's 32 columns in shared memory (dk x 32 fp32); per token the block normalises q and k,
 //   then two cross-warp sums (S^T k and S^T q). Any dk <= 256 and dv (the golden checkpoints have dk 8 and 16, dv 10
-//   and 12). gdn_chunked runs the same kernel over its one sequence (one run from a zero state): the chunked form
+//   and 12). gdn_chunked runs the same kernel over its one run (from a zero state at position 0, else from the
+//   sequence's state: a prompt chunk after others): the chunked form
 //   computes the same recurrence in another order, and its speed on tensor cores is lab/gdn.cu's subject.
 // norm_gate: one warp per (token, value head).
 //
@@ -206,7 +207,8 @@ static __global__ void gdn_conv_state_kernel(const A *qkvz, int64_t T, fm_gdn_sh
 }
 
 /* The gated delta rule over rows [t0, t1) of one sequence, value head blockIdx.y, state columns 32 blockIdx.x + lane:
-   chunked: one run of all T rows (blockIdx.z 0), from a zero state, the final state to states[seq[0]] when given;
+   chunked: one run of all T rows (blockIdx.z 0), from states[seq[0]] when given (zero at position 0, or where pos is
+   NULL), else from a zero state, the final state back to states[seq[0]] when given;
    else: block z takes the run starting at row z (others return), from the sequence's state (zero at position 0). */
 template <typename A>
 static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const A *qkv, const A *ba, const A *a_log,
@@ -230,6 +232,7 @@ static __global__ __launch_bounds__(RULE_WARPS * 32) void gdn_rule_kernel(const 
     if (chunked) {
         if (blockIdx.z != 0) return;
         if (states) Sg = states + (int64_t)seq[0] * per + (int64_t)h * dk * dv;
+        fresh = !states || !pos || pos[0] == 0;
     } else {
         t0 = blockIdx.z;
         if (is_padding(seq, pos, t0)) { /* no state change; a finite output */
@@ -423,9 +426,9 @@ static void rule(bool f32, const void *qkv, const void *ba, const void *a_log, c
 }
 
 extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
-                                    int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *out,
-                                    cudaStream_t s) {
-    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, NULL, true, out, false, s);
+                                    int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
+                                    const int32_t *tok_pos, void *out, cudaStream_t s) {
+    rule(f32, qkv, ba, a_log, dt_bias, T, g, states, tok_seq, tok_pos, true, out, false, s);
 }
 
 extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,

@@ -21,16 +21,16 @@ extern "C" {
 extern "C" void fm_cuda_gdn_conv(bool f32, const void *qkvz, const void *conv, int64_t conv_ld, int64_t T,
                                  fm_gdn_shape g, float *states, const int32_t *tok_seq, const int32_t *tok_pos,
                                  void *out, bool pdl, cudaStream_t s);
-// the rule over one sequence of T tokens from position 0 and a zero state; the final state to states[tok_seq[0]]
-// unless states is NULL
+// the rule over one run of T tokens of sequence tok_seq[0] from position tok_pos[0] (tok_pos NULL: 0): from its state
+// in states (zero at position 0), the final state back there; states NULL: from position 0, nothing kept
 extern "C" void fm_cuda_gdn_chunked(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
-                                    int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *out,
-                                    cudaStream_t s);
+                                    int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
+                                    const int32_t *tok_pos, void *out, cudaStream_t s);
 // the same on tensor cores (gdn_chunked_tc.cu) for dk = dv = 128 over bf16 activations (fm_gdn_tc_takes); ws: the
 // backend's scratch of fm_gdn_tc_ws_bytes(T, nv) bytes (backend/gdn_workspace.h)
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
-                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
-                                       void *out, cudaStream_t s);
+                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
+                                       const int32_t *tok_pos, void *ws, void *out, cudaStream_t s);
 // the rule token by token on the per-sequence states (zeroed at position 0)
 extern "C" void fm_cuda_gdn_recurrent(bool f32, const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,

@@ -14,9 +14,10 @@
 // (The 4- and 8-warp TF32 forms with the output inside the state pass, route gdn.state=4|8, measured 22.1 against
 // 12.5 ms for this one and were removed: lab/README.md.)
 // A prompt runs in segments of FM_GDN_TC_SEG_CHUNKS chunks (the scratch of one segment), the state carried in the
-// op's state buffer or the scratch's. bf16 rounds the products' inputs to 8-bit mantissas: the outputs differ from
-// the fp32 token-by-token form by ~3.3e-3 relative (test_cuda_qnext, T = 2100), against the bf16 rounding of the
-// result (the ref32 oracle, fp32 activations, keeps the token-by-token kernel of gdn.cu).
+// op's state buffer or the scratch's; a prompt chunk after others (tok_pos[0] > 0) starts from the sequence's state,
+// which the state pass reads as it reads a later segment's. bf16 rounds the products' inputs to 8-bit mantissas: the
+// outputs differ from the fp32 token-by-token form by ~3.3e-3 relative (test_cuda_qnext, T = 2100), against the bf16
+// rounding of the result (the ref32 oracle, fp32 activations, keeps the token-by-token kernel of gdn.cu).
 #include "backend/cuda/attention_mma.cuh" /* cp.async */
 #include "backend/cuda/gdn.cuh"
 extern "C" {
@@ -345,7 +346,7 @@ static __device__ __forceinline__ void st_pair32(uint32_t base, int r, int j, fl
  * head): 128 blocks, a dependent chain of 32 chunks; ncu 85 us per segment of 32 chunks (2.7 us a chunk) against 484
  * for the TF32 8-warp form with the output inside. */
 static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_chunks, fm_gdn_shape g, float *states,
-                                                           const int32_t *seq, bool fresh) {
+                                                           const int32_t *seq, const int32_t *pos, bool first) {
     extern __shared__ __align__(128) unsigned char hsm[];
     const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(hsm); /* buffer b: W at s0 + 2 b CH D 2, K after it */
     float *Ub = (float *)(hsm + 4 * CH * D * 2), *S = Ub + 2 * CH * LDS;
@@ -353,6 +354,9 @@ static __global__ __launch_bounds__(256) void gdn_tc_hpass(tc_scratch in, int n_
     const int h = blockIdx.y, col0 = blockIdx.x * HB, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gr = lane >> 2, gc2 = 2 * (lane & 3); /* accumulator rows gr, gr + 8, columns gc2, gc2 + 1 */
     float *Sg = (states ? states + (int64_t)seq[0] * g.nv * D * D : in.S) + (int64_t)h * D * D;
+    /* the first segment starts from zero at position 0, else (a prompt chunk after others) from the sequence's state;
+       a later segment from the state the previous one left */
+    const bool fresh = first && (!states || !pos || pos[0] == 0);
     for (int i = tid; i < D * HB / 2; i += blockDim.x) {
         const int r = i / (HB / 2), j = 2 * (i % (HB / 2));
         const float a = fresh ? 0.0f : Sg[(int64_t)r * D + col0 + j],
@@ -501,8 +505,8 @@ static __global__ __launch_bounds__(128) void gdn_tc_out(tc_scratch in, int64_t 
 }
 
 extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const void *a_log, const void *dt_bias,
-                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq, void *ws,
-                                       void *out, cudaStream_t s) {
+                                       int64_t T, fm_gdn_shape g, float *states, const int32_t *tok_seq,
+                                       const int32_t *tok_pos, void *ws, void *out, cudaStream_t s) {
     if (!fm_gdn_tc_takes(g.dk, g.dv, true) || g.nk < 1 || g.nv % g.nk != 0) {
         fprintf(stderr, "fp8moe: cuda gdn_chunked (tensor cores): shape dk %d dv %d is not dk = dv = %d\n", g.dk, g.dv,
                 FM_GDN_TC_DIM);
@@ -531,7 +535,8 @@ extern "C" void fm_cuda_gdn_chunked_tc(const void *qkv, const void *ba, const vo
                    *dt = (const bf16 *)dt_bias;
         gdn_tc_intra16<<<grid, 256, INTRA16_SMEM, s>>>(q, b, al, dt, T, c0, g, sc);
         FM_LAUNCH_CHECK("gdn_chunked_tc intra");
-        gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, c0 == 0);
+        gdn_tc_hpass<<<dim3(D / 32, (unsigned)g.nv), 256, HPASS_SMEM, s>>>(sc, nc, g, states, tok_seq, tok_pos,
+                                                                           c0 == 0);
         FM_LAUNCH_CHECK("gdn_chunked_tc states");
         gdn_tc_out<bf16><<<dim3((unsigned)nc, (unsigned)g.nv), 128, OPASS_SMEM, s>>>(sc, T, c0, g, (bf16 *)out);
         FM_LAUNCH_CHECK("gdn_chunked_tc outputs");
