@@ -50,8 +50,6 @@ static fm_sched_request greedy(const int32_t *prompt, int64_t n, int64_t max_tok
     return q;
 }
 
-static void run_all(fm_sched *s, sched_rec *r) { sched_rec_run_idle(s, r); }
-
 static void step(fm_sched *s, sched_rec *r) { assert_true(sched_rec_step(s, r)); }
 
 /* tokens whose top log-probabilities are as asked: the chosen (greedy) id first, descending */
@@ -114,7 +112,7 @@ static void test_join_running_batch(void **state) {
     fm_sched_get_stats(s, &st);
     assert_int_equal(st.waiting, 1);
     assert_int_equal(st.running, 2);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     const int64_t ids[3] = {a, b, c};
     for (int i = 0; i < 3; i++) {
         expect_final(r, ids[i], FM_SCHED_LENGTH);
@@ -163,7 +161,7 @@ static void test_cancel_frees_blocks(void **state) {
     assert_int_equal(st.kv_blocks_used, 2); /* b's only */
     fm_sched_cancel(s, a);                  /* finished: ignored */
     fm_sched_cancel(s, 999);                /* unknown: ignored */
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     expect_final(r, b, FM_SCHED_LENGTH);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     fm_sched_get_stats(s, &st);
@@ -196,7 +194,7 @@ static void test_reuse_kept_cache(void **state) {
     fm_sched_request q = greedy(p, P, NEW, r);
     q.keep = true;
     const int64_t a = sched_rec_submit(s, &q);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     expect_final(r, a, FM_SCHED_LENGTH);
     fm_sched_stats st;
     fm_sched_get_stats(s, &st);
@@ -216,7 +214,7 @@ static void test_reuse_kept_cache(void **state) {
     q3.reuse = a;
     int64_t dummy;
     assert_int_equal(fm_sched_submit(s, &q3, &dummy, &err), FM_ERR_USAGE); /* a is continued by b already */
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     expect_final(r, b, FM_SCHED_LENGTH);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     assert_int_equal(r->n_cached[b], P + NEW - 1); /* the cache held all but the last answer token */
@@ -231,14 +229,14 @@ static void test_reuse_kept_cache(void **state) {
     fm_sched_request q4 = greedy(turn3, 30, NEW, r);
     q4.reuse = b, q4.keep = true;
     const int64_t c = sched_rec_submit(s, &q4);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[c], 10);
     assert_memory_equal(r->ids[c], ref, sizeof ref);
     /* the same prompt again: all of it cached but the last token, which runs for its logits */
     fm_sched_request q5 = greedy(turn3, 30, NEW, r);
     q5.reuse = c;
     const int64_t d = sched_rec_submit(s, &q5);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[d], 29);
     assert_memory_equal(r->ids[d], ref, sizeof ref);
     fm_sched_get_stats(s, &st);
@@ -248,7 +246,7 @@ static void test_reuse_kept_cache(void **state) {
     fm_sched_request q6 = greedy(p, P, 4, r);
     q6.keep = true;
     const int64_t e = sched_rec_submit(s, &q6);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     fm_sched_get_stats(s, &st);
     assert_true(st.kv_blocks_used > 0);
     fm_sched_release(s, e);
@@ -277,7 +275,7 @@ static void test_pool_exhaustion(void **state) {
     pool->n_free = 2;
     fm_sched_request q = greedy(p, P, NEW, r);
     const int64_t a = sched_rec_submit(s, &q);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     expect_final(r, a, FM_SCHED_ERROR);
     assert_non_null(strstr(r->msg[a], "KV cache full"));
     assert_int_equal(r->n[a], 32 - P + 1); /* tokens 20..31 fill the 2 blocks; the 13th sampled needs a third */
@@ -285,7 +283,7 @@ static void test_pool_exhaustion(void **state) {
     assert_int_equal(pool->n_free, 2);
     pool->n_free = n_free;
     const int64_t b = sched_rec_submit(s, &q);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     expect_final(r, b, FM_SCHED_LENGTH);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     fm_sched_stats st;
@@ -331,7 +329,7 @@ static void test_qwen3_next_reuse(void **state) {
     fm_sched_request q = greedy(p, P, NEW, r);
     q.keep = true;
     const int64_t a = sched_rec_submit(s, &q);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     memcpy(turn2, p, sizeof p);
     memcpy(turn2 + P, r->ids[a], NEW * sizeof *turn2);
     prompt_ids(turn2 + P + NEW, EXTRA, V, 32);
@@ -339,7 +337,7 @@ static void test_qwen3_next_reuse(void **state) {
     fm_sched_request q2 = greedy(turn2, P + NEW + EXTRA, NEW, r);
     q2.reuse = a, q2.keep = true;
     const int64_t b = sched_rec_submit(s, &q2);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[b], P + NEW - 1);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     memcpy(turn3, turn2, 10 * sizeof *turn3);
@@ -348,7 +346,7 @@ static void test_qwen3_next_reuse(void **state) {
     fm_sched_request q3 = greedy(turn3, 30, NEW, r);
     q3.reuse = b;
     const int64_t c = sched_rec_submit(s, &q3);
-    run_all(s, r);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[c], 0);
     assert_memory_equal(r->ids[c], ref, sizeof ref);
     fm_sched_free(s);
