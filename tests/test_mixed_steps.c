@@ -116,8 +116,8 @@ static void test_budgets_match_lone_runs(void **state) {
             while (sched_rec_step(s, one)) assert_true(one->step < MAX_STEPS);
             assert_tops(one);
             assert_int_equal(one->n[0], NEW);
-            memcpy(ref->ids[i], one->ids[0], sizeof ref->ids[i]),
-                memcpy(ref->info[i], one->info[0], sizeof ref->info[i]);
+            memcpy(ref->ids[i], one->ids[0], sizeof ref->ids[i]);
+            memcpy(ref->info[i], one->info[0], sizeof ref->info[i]);
             fm_sched_free(s);
             free(one);
         }
