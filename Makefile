@@ -111,7 +111,7 @@ test-serve:
 GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 GPU_TEST_SUPPORT_OBJ := $(BUILD)/tests/gpu/gpu_test_util.o $(BUILD)/tests/gpu/fold_test_util.o $(BUILD)/tests/kv_steps.o \
-                        $(BUILD)/tests/logits_diff.o
+                        $(BUILD)/tests/logits_diff.o $(BUILD)/tests/sched_recorder.o
 $(BUILD)/tests/gpu/fold_test_util.o: CFLAGS_ALL += -I$(CUDA_HOME)/include
 # the GPU tests of the bench anchors link their library
 GPU_TEST_BENCH := $(BUILD)/tests/gpu/test_cuda_moe_cublaslt

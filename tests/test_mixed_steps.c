@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "fp8moe_sched.h"
+#include "sched_recorder.h"
 
 enum { N_REQ = 4, NEW = 10, TOP = 3, MAX_PROMPT = 40, MAX_STEPS = 4000 };
 
@@ -44,32 +45,6 @@ static const config k_configs[] = {
     {"tests/models/qwen3-next-f32", FM_PRESET_REF, NULL, 1e-4f},
     {"tests/models/qwen3-moe-bf16", FM_PRESET_FP8, "cuda", 2e-3f},
 };
-
-/* what the events of each request said, and at which step */
-typedef struct rec {
-    int64_t step;      /* the step being run */
-    int64_t most_rows; /* the most prompt and decode tokens one step ran */
-    int32_t ids[N_REQ][NEW];
-    float lp[N_REQ][NEW], top[N_REQ][NEW][TOP];
-    int64_t at[N_REQ][NEW]; /* the step of each token */
-    int64_t n[N_REQ], n_cached[N_REQ];
-    int32_t finals[N_REQ];
-    fm_sched_end end[N_REQ];
-} rec;
-
-static void on_event(void *user, const fm_sched_event *ev) {
-    rec *r = user;
-    assert_true(ev->req >= 0 && ev->req < N_REQ);
-    const int64_t q = ev->req;
-    if (ev->id >= 0) {
-        assert_true(r->n[q] < NEW);
-        const int64_t k = r->n[q]++;
-        r->ids[q][k] = ev->id, r->lp[q][k] = ev->info->logprob, r->at[q][k] = r->step;
-        assert_int_equal(ev->info->n_top, TOP);
-        for (int32_t t = 0; t < TOP; t++) r->top[q][k][t] = ev->info->top[t].logprob;
-    }
-    if (ev->end != FM_SCHED_RUNNING) r->finals[q]++, r->end[q] = ev->end, r->n_cached[q] = ev->n_cached;
-}
 
 static const char *load_routes = NULL; /* fm_options.routes of the next loads */
 
@@ -91,67 +66,35 @@ static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % vocab);
 }
 
-static fm_sched_request greedy(const int32_t *prompt, int64_t n, rec *r) {
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = prompt, q.n_prompt = n, q.params.max_tokens = NEW, q.params.ignore_eos = true;
-    q.n_logprobs = TOP, q.on_event = on_event, q.user = r;
-    return q;
-}
-
-static void submit(fm_sched *s, const fm_sched_request *q) {
-    int64_t id;
-    fm_error err;
-    if (fm_sched_submit(s, q, &id, &err)) fail_msg("submit: %s", err.msg);
-}
-
-/* one step; false when the scheduler had nothing to do */
-static bool step(fm_sched *s, rec *r) {
-    bool busy;
-    fm_error err;
-    fm_sched_stats a, b;
-    fm_sched_get_stats(s, &a);
-    r->step++;
-    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-    fm_sched_get_stats(s, &b);
-    const int64_t rows = b.prefill_tokens - a.prefill_tokens + b.decode_tokens - a.decode_tokens;
-    if (rows > r->most_rows) r->most_rows = rows;
-    return busy;
+/* every id came with the TOP log-probabilities its request asked for */
+static void assert_tops(const sched_rec *r) {
+    for (int q = 0; q < SCHED_REC_REQ; q++)
+        for (int64_t k = 0; k < r->n[q]; k++) assert_int_equal(r->info[q][k].n_top, TOP);
 }
 
 static const int64_t k_len[N_REQ] = {30, 37, 25, 40};
 
 /* The four requests: the first alone for a few steps, the second while it decodes, then the last two together; each
  * request's events into r (request ids 0..3 in this order). */
-static void run_staggered(fm_model *m, int32_t p[N_REQ][MAX_PROMPT], rec *r) {
+static void run_staggered(fm_model *m, int32_t p[N_REQ][MAX_PROMPT], sched_rec *r) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request q[N_REQ];
-    for (int i = 0; i < N_REQ; i++) q[i] = greedy(p[i], k_len[i], r);
-    submit(s, &q[0]);
-    while (r->n[0] < 3) assert_true(step(s, r));
-    submit(s, &q[1]);
-    step(s, r), step(s, r);
-    submit(s, &q[2]), submit(s, &q[3]);
-    while (step(s, r)) assert_true(r->step < MAX_STEPS);
+    for (int i = 0; i < N_REQ; i++) q[i] = sched_rec_request(r, p[i], k_len[i]);
+    sched_rec_submit(s, &q[0]);
+    while (r->n[0] < 3) assert_true(sched_rec_step(s, r));
+    sched_rec_submit(s, &q[1]);
+    sched_rec_step(s, r), sched_rec_step(s, r);
+    sched_rec_submit(s, &q[2]), sched_rec_submit(s, &q[3]);
+    while (sched_rec_step(s, r)) assert_true(r->step < MAX_STEPS);
+    assert_tops(r);
     fm_sched_stats st;
     fm_sched_get_stats(s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.prefill_tokens, 30 + 37 + 25 + 40);
     assert_int_equal(st.decode_tokens, N_REQ * (NEW - 1));
     fm_sched_free(s);
-}
-
-/* the largest gap of any request while the others' prompts were prefilled (before the last first token) */
-static int64_t gap_during_prefill(const rec *r) {
-    int64_t last_first = 0, gap = 0;
-    for (int i = 0; i < N_REQ; i++)
-        if (r->at[i][0] > last_first) last_first = r->at[i][0];
-    for (int q = 0; q < N_REQ; q++)
-        for (int64_t k = 1; k < r->n[q] && r->at[q][k] <= last_first; k++)
-            if (r->at[q][k] - r->at[q][k - 1] > gap) gap = r->at[q][k] - r->at[q][k - 1];
-    return gap;
 }
 
 static void test_budgets_match_lone_runs(void **state) {
@@ -163,18 +106,18 @@ static void test_budgets_match_lone_runs(void **state) {
         fm_model *m = load(cf, -1, false, NULL, &err);
         const int32_t V = fm_model_vocab_size(m);
         int32_t p[N_REQ][MAX_PROMPT];
-        rec *ref = calloc(1, sizeof *ref);
+        sched_rec *ref = sched_rec_new(NEW, TOP);
         for (int i = 0; i < N_REQ; i++) {
             prompt_ids(p[i], k_len[i], V, 101u + (uint32_t)i);
             fm_sched *s;
             if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
-            rec *one = calloc(1, sizeof *one);
-            fm_sched_request q = greedy(p[i], k_len[i], one);
-            submit(s, &q);
-            while (step(s, one)) assert_true(one->step < MAX_STEPS);
+            sched_rec *one = sched_rec_new(NEW, TOP);
+            sched_rec_submit_prompt(s, one, p[i], k_len[i]);
+            while (sched_rec_step(s, one)) assert_true(one->step < MAX_STEPS);
+            assert_tops(one);
             assert_int_equal(one->n[0], NEW);
-            memcpy(ref->ids[i], one->ids[0], sizeof ref->ids[i]), memcpy(ref->lp[i], one->lp[0], sizeof ref->lp[i]);
-            memcpy(ref->top[i], one->top[0], sizeof ref->top[i]);
+            memcpy(ref->ids[i], one->ids[0], sizeof ref->ids[i]);
+            memcpy(ref->info[i], one->info[0], sizeof ref->info[i]);
             fm_sched_free(s);
             free(one);
         }
@@ -185,7 +128,7 @@ static void test_budgets_match_lone_runs(void **state) {
             const int64_t budget = fm_context_max_step_tokens(m->context);
             if (budgets[b] == 0) assert_int_equal(budget, MAX_PROMPT); /* N_REQ + 512, at most the pass */
             else assert_int_equal(budget, budgets[b] < 0 ? 0 : budgets[b]);
-            rec *r = calloc(1, sizeof *r);
+            sched_rec *r = sched_rec_new(NEW, TOP);
             run_staggered(m, p, r);
             float worst = 0.0f;
             for (int i = 0; i < N_REQ; i++) {
@@ -196,17 +139,19 @@ static void test_budgets_match_lone_runs(void **state) {
                     fail_msg("%s %s budget %lld: request %d's tokens differ from its lone run", cf->model,
                              fm_preset_name(cf->preset), (long long)budgets[b], i);
                 for (int k = 0; k < NEW; k++) {
-                    worst = fmaxf(worst, fabsf(r->lp[i][k] - ref->lp[i][k]));
-                    for (int t = 0; t < TOP; t++) worst = fmaxf(worst, fabsf(r->top[i][k][t] - ref->top[i][k][t]));
+                    const fm_sample_info *x = &r->info[i][k], *y = &ref->info[i][k];
+                    worst = fmaxf(worst, fabsf(x->logprob - y->logprob));
+                    for (int t = 0; t < TOP; t++) worst = fmaxf(worst, fabsf(x->top[t].logprob - y->top[t].logprob));
                 }
             }
             printf("%s %s%s budget %lld: tokens equal to the lone runs, log-probabilities within %.2g; widest gap "
                    "while prompts arrive %lld steps\n",
                    cf->model, fm_preset_name(cf->preset), cf->plan_backend ? " (cuda plan)" : "", (long long)budgets[b],
-                   (double)worst, (long long)gap_during_prefill(r));
+                   (double)worst, (long long)sched_rec_gap_during_prefill(r, N_REQ));
             assert_true(worst <= cf->tol);
-            if (budget >= N_REQ) assert_int_equal(gap_during_prefill(r), 1); /* a token every step */
-            if (budget == 0) assert_true(gap_during_prefill(r) >= 2);        /* prefill chunks between decode steps */
+            if (budget >= N_REQ) assert_int_equal(sched_rec_gap_during_prefill(r, N_REQ), 1); /* a token every step */
+            if (budget == 0)
+                assert_true(sched_rec_gap_during_prefill(r, N_REQ) >= 2); /* prefill chunks between decode steps */
             if (budget > 0) assert_true(r->most_rows <= budget); /* the decode batch too: it never outgrows it */
             if (budget >= MAX_PROMPT) assert_true(r->most_rows > N_REQ); /* prompt and decode tokens together */
             free(r);
@@ -222,22 +167,27 @@ static void test_paged_tiled_route_same_tokens(void **state) {
     (void)state;
     for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++) {
         fm_error err;
-        rec *r[2];
+        sched_rec *r[2];
         int32_t p[N_REQ][MAX_PROMPT];
         for (int run = 0; run < 2; run++) {
             load_routes = run ? "paged.tiled=on" : NULL;
             fm_model *m = load(&k_configs[c], 0, false, NULL, &err);
             load_routes = NULL;
             for (int i = 0; i < N_REQ; i++) prompt_ids(p[i], k_len[i], fm_model_vocab_size(m), 101u + (uint32_t)i);
-            r[run] = calloc(1, sizeof *r[run]);
+            r[run] = sched_rec_new(NEW, TOP);
             run_staggered(m, p, r[run]);
             assert_true(r[run]->most_rows > N_REQ); /* mixed steps ran */
             fm_model_free(m);
         }
         for (int i = 0; i < N_REQ; i++) assert_int_equal(r[1]->n[i], NEW);
         assert_memory_equal(r[0]->ids, r[1]->ids, sizeof r[0]->ids);
-        assert_memory_equal(r[0]->lp, r[1]->lp, sizeof r[0]->lp);
-        assert_memory_equal(r[0]->top, r[1]->top, sizeof r[0]->top);
+        for (int i = 0; i < N_REQ; i++)
+            for (int k = 0; k < NEW; k++) {
+                const fm_sample_info *x = &r[0]->info[i][k], *y = &r[1]->info[i][k];
+                assert_memory_equal(&x->logprob, &y->logprob, sizeof x->logprob);
+                for (int t = 0; t < TOP; t++)
+                    assert_memory_equal(&x->top[t].logprob, &y->top[t].logprob, sizeof(float));
+            }
         free(r[0]), free(r[1]);
     }
 }
@@ -254,28 +204,30 @@ static bool accept_mod7(void *user, int32_t id) {
 }
 
 /* requests a (constrained), b (a logit bias of +100 on one id) and c (plain) with their prompts and events into r */
-static void masked_requests(fm_model *m, const int32_t p[3][MAX_PROMPT], bool alone, rec *r) {
+static void masked_requests(fm_model *m, const int32_t p[3][MAX_PROMPT], bool alone, sched_rec *r) {
     static const fm_token_constraint mod7 = {NULL, mask_mod7, accept_mod7};
     static const fm_logit_bias bias = {77, 100.0f};
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request q[3];
-    for (int i = 0; i < 3; i++) q[i] = greedy(p[i], k_len[i], r);
+    for (int i = 0; i < 3; i++) q[i] = sched_rec_request(r, p[i], k_len[i]);
     q[0].params.constraint = &mod7;
     q[1].params.logit_bias = &bias, q[1].params.n_logit_bias = 1;
     if (alone) {
         for (int i = 0; i < 3; i++) {
-            submit(s, &q[i]);
-            while (step(s, r)) assert_true(r->step < MAX_STEPS);
+            sched_rec_submit(s, &q[i]);
+            while (sched_rec_step(s, r)) assert_true(r->step < MAX_STEPS);
         }
     } else {
-        submit(s, &q[0]);
-        while (r->n[0] < 2) assert_true(step(s, r));
-        submit(s, &q[1]), submit(s, &q[2]); /* their prompts complete in steps where a decodes under its mask */
-        while (step(s, r)) assert_true(r->step < MAX_STEPS);
+        sched_rec_submit(s, &q[0]);
+        while (r->n[0] < 2) assert_true(sched_rec_step(s, r));
+        sched_rec_submit(s, &q[1]),
+            sched_rec_submit(s, &q[2]); /* their prompts complete in steps where a decodes under its mask */
+        while (sched_rec_step(s, r)) assert_true(r->step < MAX_STEPS);
     }
     for (int i = 0; i < 3; i++) assert_int_equal(r->finals[i], 1), assert_int_equal(r->n[i], NEW);
+    assert_tops(r);
     fm_sched_free(s);
 }
 
@@ -283,7 +235,7 @@ static void test_masks_and_bias_in_mixed_steps(void **state) {
     (void)state;
     fm_error err;
     int32_t p[3][MAX_PROMPT];
-    rec *ref = calloc(1, sizeof *ref), *r = calloc(1, sizeof *r);
+    sched_rec *ref = sched_rec_new(NEW, TOP), *r = sched_rec_new(NEW, TOP);
     fm_model *m = load(&k_configs[0], -1, false, NULL, &err);
     for (int i = 0; i < 3; i++) prompt_ids(p[i], k_len[i], fm_model_vocab_size(m), 211u + (uint32_t)i);
     masked_requests(m, p, true, ref);
@@ -308,12 +260,12 @@ static void test_prefix_shared_when_submitted_together(void **state) {
     int32_t a[MAX_PROMPT], b[MAX_PROMPT];
     prompt_ids(a, MAX_PROMPT, V, 7), memcpy(b, a, sizeof a);
     prompt_ids(b + 2 * block, MAX_PROMPT - 2 * block, V, 8); /* two blocks in common */
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(NEW, TOP);
     fm_sched *s;
     if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
-    fm_sched_request qa = greedy(a, MAX_PROMPT, r), qb = greedy(b, MAX_PROMPT, r);
-    submit(s, &qa), submit(s, &qb);
-    while (step(s, r)) assert_true(r->step < MAX_STEPS);
+    sched_rec_submit_prompt(s, r, a, MAX_PROMPT), sched_rec_submit_prompt(s, r, b, MAX_PROMPT);
+    while (sched_rec_step(s, r)) assert_true(r->step < MAX_STEPS);
+    assert_tops(r);
     assert_int_equal(r->n_cached[0], 0);
     assert_int_equal(r->n_cached[1], 2 * block);
     assert_int_equal(r->n[0], NEW), assert_int_equal(r->n[1], NEW);

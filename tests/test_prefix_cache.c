@@ -28,53 +28,14 @@
 #include "engine/kv_state.h"
 #include "engine/state_cache.h"
 #include "fp8moe_sched.h"
+#include "sched_recorder.h"
 
-enum { MAX_REQ = 8, NEW = 12, P1 = 40, P2 = 37, EXTRA = 9, TOP = 5 };
+enum { NEW = 12, P1 = 40, P2 = 37, EXTRA = 9, TOP = 5 };
 
-typedef struct rec {
-    int32_t ids[MAX_REQ][NEW];
-    fm_sample_info info[MAX_REQ][NEW];
-    int64_t n[MAX_REQ], n_cached[MAX_REQ];
-    bool ended[MAX_REQ];
-} rec;
-
-static void on_event(void *user, const fm_sched_event *ev) {
-    rec *r = user;
-    const int64_t q = ev->req;
-    assert_true(q >= 0 && q < MAX_REQ);
-    if (ev->id >= 0) {
-        assert_true(r->n[q] < NEW);
-        r->ids[q][r->n[q]] = ev->id, r->info[q][r->n[q]] = *ev->info;
-        r->n[q]++;
-    }
-    if (ev->end != FM_SCHED_RUNNING) r->ended[q] = true, r->n_cached[q] = ev->n_cached;
-}
-
-static int64_t submit(fm_sched *s, const int32_t *prompt, int64_t n, rec *r) {
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = prompt, q.n_prompt = n, q.params.max_tokens = NEW, q.params.ignore_eos = true;
-    q.n_logprobs = TOP, q.on_event = on_event, q.user = r;
-    int64_t id;
-    fm_error err;
-    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("submit: %s", err.msg);
-    return id;
-}
-
-static void step(fm_sched *s) {
-    bool busy;
-    fm_error err;
-    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-}
-
-static void run_all(fm_sched *s, const rec *r, int64_t last) {
-    for (int guard = 0; guard < 10000 && !r->ended[last]; guard++) step(s);
-    assert_true(r->ended[last]);
-    bool busy = true;
-    for (int guard = 0; guard < 10000 && busy; guard++) {
-        fm_error err;
-        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-    }
+/* until request last has ended, then until the scheduler is idle */
+static void run_all(fm_sched *s, sched_rec *r, int64_t last) {
+    sched_rec_run_until(s, r, last);
+    sched_rec_run_idle(s, r);
 }
 
 static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
@@ -89,7 +50,7 @@ static void check_pool(const fm_model *m) {
 
 /* The workload: a (P1 tokens); b (P2 tokens, the first 36 of a's) submitted while a decodes; then c, the next turn of
  * a's conversation; then a's prompt again. Returns the requests' ids in r (0..3). */
-static void workload(fm_model *m, rec *r, int32_t *turn2, int64_t *n2) {
+static void workload(fm_model *m, sched_rec *r, int32_t *turn2, int64_t *n2) {
     const int32_t V = fm_model_vocab_size(m);
     int32_t p1[P1], p2[P2];
     prompt_ids(p1, P1, V, 7);
@@ -98,21 +59,21 @@ static void workload(fm_model *m, rec *r, int32_t *turn2, int64_t *n2) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, 16, &s, &err)) fail_msg("%s", err.msg); /* 16-token prefill chunks */
-    const int64_t a = submit(s, p1, P1, r);
-    while (r->n[a] < 3) step(s); /* a decodes */
+    const int64_t a = sched_rec_submit_prompt(s, r, p1, P1);
+    while (r->n[a] < 3) sched_rec_step(s, r); /* a decodes */
     check_pool(m);
-    const int64_t b = submit(s, p2, P2, r);
-    while (r->n[b] < 1) step(s);
-    assert_false(r->ended[a]); /* b started while a was still running */
+    const int64_t b = sched_rec_submit_prompt(s, r, p2, P2);
+    while (r->n[b] < 1) sched_rec_step(s, r);
+    assert_false(r->finals[a]); /* b started while a was still running */
     check_pool(m);
     run_all(s, r, b);
     memcpy(turn2, p1, sizeof p1);
     memcpy(turn2 + P1, r->ids[a], NEW * sizeof *turn2);
     prompt_ids(turn2 + P1 + NEW, EXTRA, V, 9);
     *n2 = P1 + NEW + EXTRA;
-    const int64_t c = submit(s, turn2, *n2, r);
+    const int64_t c = sched_rec_submit_prompt(s, r, turn2, *n2);
     run_all(s, r, c);
-    const int64_t d = submit(s, p1, 32, r); /* two whole blocks: the second is computed again */
+    const int64_t d = sched_rec_submit_prompt(s, r, p1, 32); /* two whole blocks: the second is computed again */
     run_all(s, r, d);
     assert_true(a == 0 && b == 1 && c == 2 && d == 3);
     check_pool(m);
@@ -130,7 +91,7 @@ static void workload(fm_model *m, rec *r, int32_t *turn2, int64_t *n2) {
 }
 
 /* the same ids, log-probabilities within tol (0: bit for bit) */
-static void same_output(const rec *off, const rec *on, int64_t q, double tol, const char *what) {
+static void same_output(const sched_rec *off, const sched_rec *on, int64_t q, double tol, const char *what) {
     assert_int_equal(off->n[q], NEW);
     assert_int_equal(on->n[q], NEW);
     for (int i = 0; i < NEW; i++) {
@@ -156,7 +117,7 @@ static void run_model(const char *dir, fm_preset preset, bool hybrid) {
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("%s (%s): %s", dir, fm_preset_name(preset), err.msg);
     assert_true(m->context->kv->pool.prefix_cache);
     assert_int_equal(m->context->kv->snaps != NULL, hybrid);
-    rec *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    sched_rec *off = sched_rec_new(NEW, TOP), *on = sched_rec_new(NEW, TOP);
     int32_t turn2[P1 + NEW + EXTRA];
     int64_t n2;
     char what[300];
@@ -205,13 +166,13 @@ static void test_option_off(void **state) {
     fm_error err;
     if (fm_model_load("tests/models/qwen3-moe-f32", &opt, &m, &err)) fail_msg("%s", err.msg);
     assert_false(m->context->kv->pool.prefix_cache);
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(NEW, TOP);
     fm_sched *s;
     assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
     int32_t p[40];
     prompt_ids(p, 40, fm_model_vocab_size(m), 5);
-    run_all(s, r, submit(s, p, 40, r));
-    run_all(s, r, submit(s, p, 40, r));
+    run_all(s, r, sched_rec_submit_prompt(s, r, p, 40));
+    run_all(s, r, sched_rec_submit_prompt(s, r, p, 40));
     assert_int_equal(r->n_cached[1], 0);
     fm_sched_stats st;
     fm_sched_get_stats(s, &st);

@@ -22,46 +22,9 @@
 #include "engine/engine.h"
 #include "engine/kv_state.h"
 #include "fp8moe_sched.h"
+#include "sched_recorder.h"
 
 static const char *k_model = "tests/models/qwen3-moe-f32";
-
-enum { MAX_REQ = 16, MAX_NEW = 32 };
-
-/* what the events of each request said */
-typedef struct rec {
-    int32_t ids[MAX_REQ][MAX_NEW];
-    int64_t n[MAX_REQ];      /* token events */
-    int32_t finals[MAX_REQ]; /* final events (must be 1) */
-    int32_t after_final[MAX_REQ];
-    fm_sched_end end[MAX_REQ];
-    int64_t n_generated[MAX_REQ], n_cached[MAX_REQ];
-    char msg[MAX_REQ][256];
-    int32_t top_ok[MAX_REQ]; /* tokens whose top log-probabilities were as asked */
-} rec;
-
-static void on_event(void *user, const fm_sched_event *ev) {
-    rec *r = user;
-    assert_true(ev->req >= 0 && ev->req < MAX_REQ);
-    const int64_t q = ev->req;
-    if (r->finals[q]) r->after_final[q]++;
-    if (ev->id >= 0) {
-        assert_true(r->n[q] < MAX_NEW);
-        r->ids[q][r->n[q]++] = ev->id;
-        if (ev->end == FM_SCHED_RUNNING) assert_int_equal(ev->n_generated, r->n[q]); /* in order, none lost */
-        assert_non_null(ev->info);
-        if (ev->info->n_top >= 1 && ev->info->top[0].id == ev->id) {
-            bool desc = true;
-            for (int32_t k = 1; k < ev->info->n_top; k++)
-                desc &= ev->info->top[k].logprob <= ev->info->top[k - 1].logprob;
-            r->top_ok[q] += desc;
-        }
-    }
-    if (ev->end != FM_SCHED_RUNNING) {
-        r->finals[q]++;
-        r->end[q] = ev->end, r->n_generated[q] = ev->n_generated, r->n_cached[q] = ev->n_cached;
-        if (ev->msg) snprintf(r->msg[q], sizeof r->msg[q], "%s", ev->msg);
-    }
-}
 
 /* the prefix cache off (unless k_prefix): these tests count the tokens each request prefills
    (tests/test_prefix_cache.c has it on) */
@@ -80,36 +43,26 @@ static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % vocab);
 }
 
-static fm_sched_request greedy(const int32_t *prompt, int64_t n, int64_t max_tokens, rec *r) {
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = prompt, q.n_prompt = n, q.params.max_tokens = max_tokens, q.params.ignore_eos = true;
-    q.on_event = on_event, q.user = r;
+/* a greedy request of max_tokens ids into r (a recorder of SCHED_REC_TOKENS ids a request), no log-probabilities */
+static fm_sched_request greedy(const int32_t *prompt, int64_t n, int64_t max_tokens, sched_rec *r) {
+    fm_sched_request q = sched_rec_request(r, prompt, n);
+    q.params.max_tokens = max_tokens;
     return q;
 }
 
-static int64_t submit(fm_sched *s, const fm_sched_request *q) {
-    int64_t id;
-    fm_error err;
-    if (fm_sched_submit(s, q, &id, &err)) fail_msg("submit: %s", err.msg);
-    return id;
-}
+static void step(fm_sched *s, sched_rec *r) { assert_true(sched_rec_step(s, r)); }
 
-static void run_all(fm_sched *s) {
-    fm_error err;
-    for (int guard = 0; guard < 10000; guard++) {
-        bool busy;
-        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-        if (!busy) return;
+/* tokens whose top log-probabilities are as asked: the chosen (greedy) id first, descending */
+static int32_t tops_ok(const sched_rec *r, int64_t q) {
+    int32_t ok = 0;
+    for (int64_t k = 0; k < r->n[q]; k++) {
+        const fm_sample_info *info = &r->info[q][k];
+        if (info->n_top < 1 || info->top[0].id != r->ids[q][k]) continue;
+        bool desc = true;
+        for (int32_t t = 1; t < info->n_top; t++) desc &= info->top[t].logprob <= info->top[t - 1].logprob;
+        ok += desc;
     }
-    fail_msg("the scheduler never went idle");
-}
-
-static void step(fm_sched *s) {
-    bool busy;
-    fm_error err;
-    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-    assert_true(busy);
+    return ok;
 }
 
 /* greedy tokens of one prompt alone */
@@ -125,9 +78,9 @@ static void alone(fm_model *m, const int32_t *prompt, int64_t n, int64_t max_tok
     free(o.ids), free(o.logprobs);
 }
 
-static void expect_final(const rec *r, int64_t q, fm_sched_end end) {
+/* (the recorder fails any event after the final one) */
+static void expect_final(const sched_rec *r, int64_t q, fm_sched_end end) {
     assert_int_equal(r->finals[q], 1);
-    assert_int_equal(r->after_final[q], 0);
     assert_int_equal(r->end[q], end);
 }
 
@@ -142,24 +95,24 @@ static void test_join_running_batch(void **state) {
     fm_sched *s;
     fm_error err;
     assert_int_equal(fm_sched_create(m->context, 5, &s, &err), FM_OK); /* 5-token prefill chunks */
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(SCHED_REC_TOKENS, 0);
     fm_sched_request q0 = greedy(p[0], len[0], NEW, r), q1 = greedy(p[1], len[1], NEW, r);
     fm_sched_request q2 = greedy(p[2], len[2], NEW, r);
     q2.n_logprobs = 5;
-    const int64_t a = submit(s, &q0);
-    for (int i = 0; i < 4; i++) step(s); /* a: 2 prefill chunks, then decodes */
+    const int64_t a = sched_rec_submit(s, &q0);
+    for (int i = 0; i < 4; i++) step(s, r); /* a: 2 prefill chunks, then decodes */
     assert_true(r->n[a] >= 2);
-    const int64_t b = submit(s, &q1);
+    const int64_t b = sched_rec_submit(s, &q1);
     const int64_t a_before = r->n[a];
-    while (r->n[b] == 0) step(s);
+    while (r->n[b] == 0) step(s, r);
     /* b's 4 prefill chunks alternated with decode steps of a */
     assert_true(r->n[a] - a_before >= 3);
-    const int64_t c = submit(s, &q2);
+    const int64_t c = sched_rec_submit(s, &q2);
     fm_sched_stats st;
     fm_sched_get_stats(s, &st);
     assert_int_equal(st.waiting, 1);
     assert_int_equal(st.running, 2);
-    run_all(s);
+    sched_rec_run_idle(s, r);
     const int64_t ids[3] = {a, b, c};
     for (int i = 0; i < 3; i++) {
         expect_final(r, ids[i], FM_SCHED_LENGTH);
@@ -167,8 +120,8 @@ static void test_join_running_batch(void **state) {
         assert_int_equal(r->n_generated[ids[i]], NEW);
         assert_memory_equal(r->ids[ids[i]], ref[i], sizeof ref[i]);
     }
-    assert_int_equal(r->top_ok[c], NEW); /* greedy: the chosen id is the top one */
-    assert_int_equal(r->top_ok[a], 0);   /* no log-probabilities asked: n_top 0 */
+    assert_int_equal(tops_ok(r, c), NEW); /* greedy: the chosen id is the top one */
+    assert_int_equal(tops_ok(r, a), 0);   /* no log-probabilities asked: n_top 0 */
     fm_sched_get_stats(s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.running + st.waiting + st.kept, 0);
@@ -190,10 +143,10 @@ static void test_cancel_frees_blocks(void **state) {
     fm_sched *s;
     fm_error err;
     assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(SCHED_REC_TOKENS, 0);
     fm_sched_request q0 = greedy(p0, 20, NEW, r), q1 = greedy(p1, 20, NEW, r);
-    const int64_t a = submit(s, &q0), b = submit(s, &q1);
-    for (int i = 0; i < 6; i++) step(s);
+    const int64_t a = sched_rec_submit(s, &q0), b = sched_rec_submit(s, &q1);
+    for (int i = 0; i < 6; i++) step(s, r);
     assert_true(r->n[a] > 0 && r->n[b] > 0 && r->finals[a] == 0);
     fm_sched_stats st;
     fm_sched_get_stats(s, &st);
@@ -201,23 +154,23 @@ static void test_cancel_frees_blocks(void **state) {
     fm_sched_cancel(s, a);
     assert_int_equal(r->finals[a], 0); /* at the next step, not inside cancel */
     const int64_t got = r->n[a];
-    step(s);
+    step(s, r);
     expect_final(r, a, FM_SCHED_CANCELLED);
     assert_int_equal(r->n[a], got);
     fm_sched_get_stats(s, &st);
     assert_int_equal(st.kv_blocks_used, 2); /* b's only */
     fm_sched_cancel(s, a);                  /* finished: ignored */
     fm_sched_cancel(s, 999);                /* unknown: ignored */
-    run_all(s);
+    sched_rec_run_idle(s, r);
     expect_final(r, b, FM_SCHED_LENGTH);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     fm_sched_get_stats(s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
     /* a waiting request cancelled before it ran, and a running one left when the scheduler is freed */
-    const int64_t c = submit(s, &q0), d = submit(s, &q1);
-    step(s);
+    const int64_t c = sched_rec_submit(s, &q0), d = sched_rec_submit(s, &q1);
+    step(s, r);
     fm_sched_cancel(s, d);
-    step(s);
+    step(s, r);
     expect_final(r, d, FM_SCHED_CANCELLED);
     assert_int_equal(r->n[d], 0);
     fm_sched_free(s);
@@ -237,11 +190,11 @@ static void test_reuse_kept_cache(void **state) {
     fm_sched *s;
     fm_error err;
     assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(SCHED_REC_TOKENS, 0);
     fm_sched_request q = greedy(p, P, NEW, r);
     q.keep = true;
-    const int64_t a = submit(s, &q);
-    run_all(s);
+    const int64_t a = sched_rec_submit(s, &q);
+    sched_rec_run_idle(s, r);
     expect_final(r, a, FM_SCHED_LENGTH);
     fm_sched_stats st;
     fm_sched_get_stats(s, &st);
@@ -256,12 +209,12 @@ static void test_reuse_kept_cache(void **state) {
     const int64_t pre0 = st.prefill_tokens;
     fm_sched_request q2 = greedy(turn2, n2, NEW, r);
     q2.reuse = a, q2.keep = true;
-    const int64_t b = submit(s, &q2);
+    const int64_t b = sched_rec_submit(s, &q2);
     fm_sched_request q3 = greedy(turn2, n2, NEW, r);
     q3.reuse = a;
     int64_t dummy;
     assert_int_equal(fm_sched_submit(s, &q3, &dummy, &err), FM_ERR_USAGE); /* a is continued by b already */
-    run_all(s);
+    sched_rec_run_idle(s, r);
     expect_final(r, b, FM_SCHED_LENGTH);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     assert_int_equal(r->n_cached[b], P + NEW - 1); /* the cache held all but the last answer token */
@@ -275,15 +228,15 @@ static void test_reuse_kept_cache(void **state) {
     alone(m, turn3, 30, NEW, ref);
     fm_sched_request q4 = greedy(turn3, 30, NEW, r);
     q4.reuse = b, q4.keep = true;
-    const int64_t c = submit(s, &q4);
-    run_all(s);
+    const int64_t c = sched_rec_submit(s, &q4);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[c], 10);
     assert_memory_equal(r->ids[c], ref, sizeof ref);
     /* the same prompt again: all of it cached but the last token, which runs for its logits */
     fm_sched_request q5 = greedy(turn3, 30, NEW, r);
     q5.reuse = c;
-    const int64_t d = submit(s, &q5);
-    run_all(s);
+    const int64_t d = sched_rec_submit(s, &q5);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[d], 29);
     assert_memory_equal(r->ids[d], ref, sizeof ref);
     fm_sched_get_stats(s, &st);
@@ -292,8 +245,8 @@ static void test_reuse_kept_cache(void **state) {
     /* release frees a kept cache */
     fm_sched_request q6 = greedy(p, P, 4, r);
     q6.keep = true;
-    const int64_t e = submit(s, &q6);
-    run_all(s);
+    const int64_t e = sched_rec_submit(s, &q6);
+    sched_rec_run_idle(s, r);
     fm_sched_get_stats(s, &st);
     assert_true(st.kv_blocks_used > 0);
     fm_sched_release(s, e);
@@ -315,22 +268,22 @@ static void test_pool_exhaustion(void **state) {
     fm_sched *s;
     fm_error err;
     assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(SCHED_REC_TOKENS, 0);
     /* an overcommitted pool: only the 2 blocks at the bottom of the free stack are left (32 tokens) */
     fm_kv_pool *pool = &m->context->kv->pool;
     const int32_t n_free = pool->n_free;
     pool->n_free = 2;
     fm_sched_request q = greedy(p, P, NEW, r);
-    const int64_t a = submit(s, &q);
-    run_all(s);
+    const int64_t a = sched_rec_submit(s, &q);
+    sched_rec_run_idle(s, r);
     expect_final(r, a, FM_SCHED_ERROR);
     assert_non_null(strstr(r->msg[a], "KV cache full"));
     assert_int_equal(r->n[a], 32 - P + 1); /* tokens 20..31 fill the 2 blocks; the 13th sampled needs a third */
     assert_memory_equal(r->ids[a], ref, (size_t)r->n[a] * sizeof *ref); /* correct until then */
     assert_int_equal(pool->n_free, 2);
     pool->n_free = n_free;
-    const int64_t b = submit(s, &q);
-    run_all(s);
+    const int64_t b = sched_rec_submit(s, &q);
+    sched_rec_run_idle(s, r);
     expect_final(r, b, FM_SCHED_LENGTH);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     fm_sched_stats st;
@@ -372,19 +325,19 @@ static void test_qwen3_next_reuse(void **state) {
     fm_sched *s;
     fm_error err;
     assert_int_equal(fm_sched_create(m->context, 0, &s, &err), FM_OK);
-    rec *r = calloc(1, sizeof *r);
+    sched_rec *r = sched_rec_new(SCHED_REC_TOKENS, 0);
     fm_sched_request q = greedy(p, P, NEW, r);
     q.keep = true;
-    const int64_t a = submit(s, &q);
-    run_all(s);
+    const int64_t a = sched_rec_submit(s, &q);
+    sched_rec_run_idle(s, r);
     memcpy(turn2, p, sizeof p);
     memcpy(turn2 + P, r->ids[a], NEW * sizeof *turn2);
     prompt_ids(turn2 + P + NEW, EXTRA, V, 32);
     alone(m, turn2, P + NEW + EXTRA, NEW, ref);
     fm_sched_request q2 = greedy(turn2, P + NEW + EXTRA, NEW, r);
     q2.reuse = a, q2.keep = true;
-    const int64_t b = submit(s, &q2);
-    run_all(s);
+    const int64_t b = sched_rec_submit(s, &q2);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[b], P + NEW - 1);
     assert_memory_equal(r->ids[b], ref, sizeof ref);
     memcpy(turn3, turn2, 10 * sizeof *turn3);
@@ -392,8 +345,8 @@ static void test_qwen3_next_reuse(void **state) {
     alone(m, turn3, 30, NEW, ref);
     fm_sched_request q3 = greedy(turn3, 30, NEW, r);
     q3.reuse = b;
-    const int64_t c = submit(s, &q3);
-    run_all(s);
+    const int64_t c = sched_rec_submit(s, &q3);
+    sched_rec_run_idle(s, r);
     assert_int_equal(r->n_cached[c], 0);
     assert_memory_equal(r->ids[c], ref, sizeof ref);
     fm_sched_free(s);

@@ -27,28 +27,10 @@
 #include "engine/kv_state.h"
 #include "engine/state_cache.h"
 #include "fp8moe_sched.h"
+#include "sched_recorder.h"
 #include "serve/serve_internal.h"
 
-enum { MAX_REQ = 8, NEW = 10, TOP = 5, MAX_PROMPT = 120 };
-
-typedef struct rec {
-    int32_t ids[MAX_REQ][NEW];
-    fm_sample_info info[MAX_REQ][NEW];
-    int64_t n[MAX_REQ], n_cached[MAX_REQ];
-    bool ended[MAX_REQ];
-} rec;
-
-static void on_event(void *user, const fm_sched_event *ev) {
-    rec *r = user;
-    const int64_t q = ev->req;
-    assert_true(q >= 0 && q < MAX_REQ);
-    if (ev->id >= 0) {
-        assert_true(r->n[q] < NEW);
-        r->ids[q][r->n[q]] = ev->id, r->info[q][r->n[q]] = *ev->info;
-        r->n[q]++;
-    }
-    if (ev->end != FM_SCHED_RUNNING) r->ended[q] = true, r->n_cached[q] = ev->n_cached;
-}
+enum { NEW = 10, TOP = 5, MAX_PROMPT = 120 };
 
 static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % vocab);
@@ -79,24 +61,18 @@ typedef struct work {
     int64_t n;
 } work;
 
-static void run_jobs(fm_model *m, int64_t chunk, const work *jobs, int32_t n_jobs, rec *r, fm_sched_stats *st) {
+static void run_jobs(fm_model *m, int64_t chunk, const work *jobs, int32_t n_jobs, sched_rec *r, fm_sched_stats *st) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, chunk, &s, &err)) fail_msg("%s", err.msg);
     for (int32_t j = 0; j < n_jobs; j++) {
-        fm_sched_request q;
-        fm_sched_request_init(&q);
-        q.prompt = jobs[j].ids, q.n_prompt = jobs[j].n, q.params.max_tokens = NEW, q.params.ignore_eos = true;
-        q.n_logprobs = TOP, q.on_event = on_event, q.user = r;
-        int64_t id;
-        if (fm_sched_submit(s, &q, &id, &err)) fail_msg("submit: %s", err.msg);
-        assert_int_equal(id, j);
+        assert_int_equal(sched_rec_submit_prompt(s, r, jobs[j].ids, jobs[j].n), j);
         bool busy = true;
         for (int guard = 0; guard < 10000 && busy; guard++) {
-            if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+            busy = sched_rec_step(s, r);
             check_pools(m);
         }
-        assert_true(r->ended[j]);
+        assert_true(r->finals[j]);
     }
     fm_sched_get_stats(s, st);
     assert_int_equal(st->kv_blocks_used, 0);
@@ -104,9 +80,9 @@ static void run_jobs(fm_model *m, int64_t chunk, const work *jobs, int32_t n_job
 }
 
 /* The jobs with the cache off, then on (the same model): ids and log-probabilities, exactly or within tol. */
-static void off_and_on(fm_model *m, int64_t chunk, const work *jobs, int32_t n_jobs, double tol, rec *on,
+static void off_and_on(fm_model *m, int64_t chunk, const work *jobs, int32_t n_jobs, double tol, sched_rec *on,
                        fm_sched_stats *st) {
-    rec *off = calloc(1, sizeof *off);
+    sched_rec *off = sched_rec_new(NEW, TOP);
     fm_sched_stats st_off;
     m->context->kv->pool.prefix_cache = false;
     run_jobs(m, chunk, jobs, n_jobs, off, &st_off);
@@ -144,7 +120,7 @@ static void same_prompt_and_turns(int64_t chunk, double tol) {
     prompt_ids(p, P, V, 11);
     /* the answers are the model's own (greedy, the same with the cache off): known after a first run */
     m->context->kv->pool.prefix_cache = false;
-    rec *first = calloc(1, sizeof *first);
+    sched_rec *first = sched_rec_new(NEW, TOP);
     fm_sched_stats st;
     const work one[] = {{p, P}};
     run_jobs(m, chunk, one, 1, first, &st);
@@ -152,13 +128,13 @@ static void same_prompt_and_turns(int64_t chunk, double tol) {
     memcpy(turn2, p, sizeof p);
     memcpy(turn2 + P, first->ids[0], NEW * sizeof *turn2);
     prompt_ids(turn2 + P + NEW, 7, V, 12);
-    rec *pre = calloc(1, sizeof *pre); /* turn 2's answer, for turn 3 */
+    sched_rec *pre = sched_rec_new(NEW, TOP); /* turn 2's answer, for turn 3 */
     const work two[] = {{turn2, n2}};
     run_jobs(m, chunk, two, 1, pre, &st);
     memcpy(turn3, turn2, (size_t)n2 * sizeof *turn3);
     memcpy(turn3 + n2, pre->ids[0], NEW * sizeof *turn3);
     prompt_ids(turn3 + n2 + NEW, 5, V, 13);
-    rec *on = calloc(1, sizeof *on);
+    sched_rec *on = sched_rec_new(NEW, TOP);
     const work jobs[] = {{p, P}, {p, P}, {turn2, n2}, {turn3, n3}};
     off_and_on(m, chunk, jobs, 4, tol, on, &st);
     assert_int_equal(on->n_cached[0], 0);
@@ -192,7 +168,7 @@ static void test_shared_system_prompt(void **state) {
     enum { S = 48, Q = 21 };
     int32_t p[3][S + Q];
     for (int i = 0; i < 3; i++) prompt_ids(p[i], S, V, 21), prompt_ids(p[i] + S, Q, V, 22 + (uint32_t)i);
-    rec *on = calloc(1, sizeof *on);
+    sched_rec *on = sched_rec_new(NEW, TOP);
     fm_sched_stats st;
     const work jobs[] = {{p[0], S + Q}, {p[1], S + Q}, {p[2], S + Q}, {p[0], S + Q}};
     off_and_on(m, 16, jobs, 4, 0.0, on, &st);
@@ -225,7 +201,7 @@ static void test_eviction(void **state) {
     enum { P = 36 }; /* its answer never reaches the next boundary: one snapshot a request */
     int32_t x[P], y[P];
     prompt_ids(x, P, V, 31), prompt_ids(y, P, V, 32);
-    rec *on = calloc(1, sizeof *on);
+    sched_rec *on = sched_rec_new(NEW, TOP);
     fm_sched_stats st;
     const work jobs[] = {{x, P}, {y, P}, {x, P}, {x, P}, {y, P}};
     off_and_on(m, 16, jobs, 5, 0.0, on, &st);
@@ -243,7 +219,7 @@ static void test_eviction(void **state) {
     m = load(4, 1, 128);
     int32_t z[60];
     prompt_ids(z, 60, V, 33);
-    memset(on, 0, sizeof *on);
+    free(on), on = sched_rec_new(NEW, TOP);
     const work jobs2[] = {{x, P}, {y, P}, {z, 60}, {x, P}};
     off_and_on(m, 16, jobs2, 4, 0.0, on, &st);
     assert_true(st.kv_evictions > 0);
@@ -257,44 +233,18 @@ static void test_eviction(void **state) {
  * and log-probabilities as without the cache, the invariants after every step. */
 enum { RAND_REQ = 24, RAND_NEW = 6 };
 
-typedef struct rand_rec {
-    int32_t ids[RAND_REQ][RAND_NEW];
-    float lp[RAND_REQ][RAND_NEW];
-    int64_t n[RAND_REQ], n_cached[RAND_REQ];
-    int32_t ended;
-} rand_rec;
-
-static void on_rand_event(void *user, const fm_sched_event *ev) {
-    rand_rec *r = user;
-    const int64_t q = ev->req;
-    assert_true(q >= 0 && q < RAND_REQ);
-    if (ev->id >= 0) {
-        assert_true(r->n[q] < RAND_NEW);
-        r->ids[q][r->n[q]] = ev->id, r->lp[q][r->n[q]] = ev->info->logprob;
-        r->n[q]++;
-    }
-    if (ev->end != FM_SCHED_RUNNING) r->ended++, r->n_cached[q] = ev->n_cached;
-}
-
-static void run_random(fm_model *m, int32_t (*prompts)[MAX_PROMPT], const int64_t *lens, rand_rec *r,
+static void run_random(fm_model *m, int32_t (*prompts)[MAX_PROMPT], const int64_t *lens, sched_rec *r,
                        fm_sched_stats *st) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, 16, &s, &err)) fail_msg("%s", err.msg);
-    for (int32_t j = 0; j < RAND_REQ; j++) {
-        fm_sched_request q;
-        fm_sched_request_init(&q);
-        q.prompt = prompts[j], q.n_prompt = lens[j], q.params.max_tokens = RAND_NEW, q.params.ignore_eos = true;
-        q.on_event = on_rand_event, q.user = r;
-        int64_t id;
-        if (fm_sched_submit(s, &q, &id, &err)) fail_msg("submit: %s", err.msg);
-    }
+    for (int32_t j = 0; j < RAND_REQ; j++) sched_rec_submit_prompt(s, r, prompts[j], lens[j]);
     bool busy = true;
     for (int guard = 0; guard < 100000 && busy; guard++) {
-        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+        busy = sched_rec_step(s, r);
         check_pools(m);
     }
-    assert_int_equal(r->ended, RAND_REQ);
+    for (int32_t j = 0; j < RAND_REQ; j++) assert_int_equal(r->finals[j], 1);
     fm_sched_get_stats(s, st);
     fm_sched_free(s);
 }
@@ -319,7 +269,7 @@ static void test_random_requests(void **state) {
         prompt_ids(prompts[j] + head, tail, V, seed);
         lens[j] = head + tail;
     }
-    rand_rec *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    sched_rec *off = sched_rec_new(RAND_NEW, 0), *on = sched_rec_new(RAND_NEW, 0);
     fm_sched_stats st;
     m->context->kv->pool.prefix_cache = false;
     run_random(m, prompts, lens, off, &st);
@@ -329,10 +279,10 @@ static void test_random_requests(void **state) {
     for (int32_t q = 0; q < RAND_REQ; q++) {
         assert_int_equal(on->n[q], RAND_NEW);
         for (int i = 0; i < RAND_NEW; i++)
-            if (off->ids[q][i] != on->ids[q][i] || off->lp[q][i] != on->lp[q][i])
+            if (off->ids[q][i] != on->ids[q][i] || off->info[q][i].logprob != on->info[q][i].logprob)
                 fail_msg("request %d (%lld cached) token %d: id %d (%.9g) without the cache, %d (%.9g) with it", q,
-                         (long long)on->n_cached[q], i, off->ids[q][i], (double)off->lp[q][i], on->ids[q][i],
-                         (double)on->lp[q][i]);
+                         (long long)on->n_cached[q], i, off->ids[q][i], (double)off->info[q][i].logprob, on->ids[q][i],
+                         (double)on->info[q][i].logprob);
         assert_true(on->n_cached[q] % 16 == 0 && on->n_cached[q] < lens[q]);
         cached += on->n_cached[q];
     }

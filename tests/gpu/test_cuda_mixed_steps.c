@@ -24,29 +24,9 @@
 #include "engine/kv_state.h"
 #include "fp8moe_sched.h"
 #include "gpu_test_util.h"
+#include "../sched_recorder.h"
 
 enum { N_REQ = 4, NEW = 12, MAX_PROMPT = 64, MAX_STEPS = 4000 };
-
-typedef struct rec {
-    int64_t step, most_rows;
-    int32_t ids[N_REQ][NEW];
-    float lp[N_REQ][NEW];
-    int64_t at[N_REQ][NEW];
-    int64_t n[N_REQ];
-    int32_t finals[N_REQ];
-} rec;
-
-static void on_event(void *user, const fm_sched_event *ev) {
-    rec *r = user;
-    assert_true(ev->req >= 0 && ev->req < N_REQ);
-    const int64_t q = ev->req;
-    if (ev->id >= 0) {
-        assert_true(r->n[q] < NEW);
-        const int64_t k = r->n[q]++;
-        r->ids[q][k] = ev->id, r->lp[q][k] = ev->info->logprob, r->at[q][k] = r->step;
-    }
-    if (ev->end != FM_SCHED_RUNNING) r->finals[q]++;
-}
 
 static fm_model *load(const char *dir, fm_preset preset, int64_t budget) {
     fm_options opt;
@@ -66,67 +46,30 @@ static fm_model *load(const char *dir, fm_preset preset, int64_t budget) {
     return m;
 }
 
-static fm_sched_request greedy(const int32_t *prompt, int64_t n, rec *r) {
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = prompt, q.n_prompt = n, q.params.max_tokens = NEW, q.params.ignore_eos = true;
-    q.on_event = on_event, q.user = r;
-    return q;
-}
-
-static void submit(fm_sched *s, const fm_sched_request *q) {
-    int64_t id;
-    fm_error err;
-    if (fm_sched_submit(s, q, &id, &err)) fail_msg("submit: %s", err.msg);
-}
-
-static bool step(fm_sched *s, rec *r) {
-    bool busy;
-    fm_error err;
-    fm_sched_stats a, b;
-    fm_sched_get_stats(s, &a);
-    r->step++;
-    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-    fm_sched_get_stats(s, &b);
-    const int64_t rows = b.prefill_tokens - a.prefill_tokens + b.decode_tokens - a.decode_tokens;
-    if (rows > r->most_rows) r->most_rows = rows;
-    return busy;
-}
-
 static const int64_t k_len[N_REQ] = {50, 61, 33, 64};
 
 /* alone: each request by itself; else the first, then the second while it decodes, then the last two */
-static void run(fm_model *m, int32_t p[N_REQ][MAX_PROMPT], bool alone, rec *r) {
+static void run(fm_model *m, int32_t p[N_REQ][MAX_PROMPT], bool alone, sched_rec *r) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
     fm_sched_request q[N_REQ];
-    for (int i = 0; i < N_REQ; i++) q[i] = greedy(p[i], k_len[i], r);
+    for (int i = 0; i < N_REQ; i++) q[i] = sched_rec_request(r, p[i], k_len[i]);
     if (alone) {
         for (int i = 0; i < N_REQ; i++) {
-            submit(s, &q[i]);
-            while (step(s, r)) assert_true(r->step < MAX_STEPS);
+            sched_rec_submit(s, &q[i]);
+            while (sched_rec_step(s, r)) assert_true(r->step < MAX_STEPS);
         }
     } else {
-        submit(s, &q[0]);
-        while (r->n[0] < 3) assert_true(step(s, r));
-        submit(s, &q[1]);
-        step(s, r), step(s, r);
-        submit(s, &q[2]), submit(s, &q[3]);
-        while (step(s, r)) assert_true(r->step < MAX_STEPS);
+        sched_rec_submit(s, &q[0]);
+        while (r->n[0] < 3) assert_true(sched_rec_step(s, r));
+        sched_rec_submit(s, &q[1]);
+        sched_rec_step(s, r), sched_rec_step(s, r);
+        sched_rec_submit(s, &q[2]), sched_rec_submit(s, &q[3]);
+        while (sched_rec_step(s, r)) assert_true(r->step < MAX_STEPS);
     }
     for (int i = 0; i < N_REQ; i++) assert_int_equal(r->finals[i], 1), assert_int_equal(r->n[i], NEW);
     fm_sched_free(s);
-}
-
-static int64_t gap_during_prefill(const rec *r) {
-    int64_t last_first = 0, gap = 0;
-    for (int i = 0; i < N_REQ; i++)
-        if (r->at[i][0] > last_first) last_first = r->at[i][0];
-    for (int q = 0; q < N_REQ; q++)
-        for (int64_t k = 1; k < r->n[q] && r->at[q][k] <= last_first; k++)
-            if (r->at[q][k] - r->at[q][k - 1] > gap) gap = r->at[q][k] - r->at[q][k - 1];
-    return gap;
 }
 
 static void mixed_vs_alone(const char *dir, fm_preset preset) {
@@ -138,27 +81,27 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
         for (int64_t t = 0; t < k_len[i]; t++)
             seed = seed * 1664525u + 1013904223u, p[i][t] = (int32_t)((seed >> 8) % (uint32_t)V);
     }
-    rec *ref = calloc(1, sizeof *ref);
+    sched_rec *ref = sched_rec_new(NEW, 0);
     run(m, p, true, ref);
     fm_model_free(m);
     const int64_t budgets[] = {0, 24, 5};
     for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++) {
         m = load(dir, preset, budgets[b]);
         const int64_t budget = fm_context_max_step_tokens(m->context);
-        rec *r = calloc(1, sizeof *r);
+        sched_rec *r = sched_rec_new(NEW, 0);
         run(m, p, false, r);
         int first_diff = NEW;
         double worst = 0.0;
         for (int i = 0; i < N_REQ; i++) {
             int k = 0;
             while (k < NEW && r->ids[i][k] == ref->ids[i][k])
-                worst = fmax(worst, fabs(r->lp[i][k] - ref->lp[i][k])), k++;
+                worst = fmax(worst, fabs(r->info[i][k].logprob - ref->info[i][k].logprob)), k++;
             if (k < first_diff) first_diff = k;
         }
         printf("%s %s budget %lld: tokens equal up to %d of %d, log-probabilities within %.3g there; at most %lld "
                "tokens a step; widest gap while prompts arrive %lld steps\n",
                dir, fm_preset_name(preset), (long long)budget, first_diff, NEW, worst, (long long)r->most_rows,
-               (long long)gap_during_prefill(r));
+               (long long)sched_rec_gap_during_prefill(r, N_REQ));
         if (preset == FM_PRESET_REF32) {
             assert_int_equal(first_diff, NEW);
             assert_true(worst <= 1e-3);
@@ -167,7 +110,7 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
             assert_true(worst <= 0.15);
         }
         assert_true(r->most_rows <= budget);
-        if (budget >= N_REQ) assert_int_equal(gap_during_prefill(r), 1);
+        if (budget >= N_REQ) assert_int_equal(sched_rec_gap_during_prefill(r, N_REQ), 1);
         /* the last steps had decode rows only: their bucket's graph was captured and replayed */
         if (fm_routes_decode_graphs(&m->routes)) {
             bool captured = false;

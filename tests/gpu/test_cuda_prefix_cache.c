@@ -30,48 +30,9 @@
 #include "engine/state_cache.h"
 #include "fp8moe_sched.h"
 #include "gpu_test_util.h"
+#include "../sched_recorder.h"
 
-enum { MAX_REQ = 8, NEW = 12, P1 = 40, P2 = 37, EXTRA = 9, TOP = 2 };
-
-typedef struct rec {
-    int32_t ids[MAX_REQ][NEW];
-    fm_sample_info info[MAX_REQ][NEW];
-    int64_t n[MAX_REQ], n_cached[MAX_REQ];
-    bool ended[MAX_REQ];
-} rec;
-
-static void on_event(void *user, const fm_sched_event *ev) {
-    rec *r = user;
-    const int64_t q = ev->req;
-    assert_true(q >= 0 && q < MAX_REQ);
-    if (ev->id >= 0 && r->n[q] < NEW) {
-        r->ids[q][r->n[q]] = ev->id, r->info[q][r->n[q]] = *ev->info;
-        r->n[q]++;
-    }
-    if (ev->end != FM_SCHED_RUNNING) r->ended[q] = true, r->n_cached[q] = ev->n_cached;
-}
-
-static int64_t submit(fm_sched *s, const int32_t *prompt, int64_t n, rec *r) {
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = prompt, q.n_prompt = n, q.params.max_tokens = NEW, q.params.ignore_eos = true;
-    q.n_logprobs = TOP, q.on_event = on_event, q.user = r;
-    int64_t id;
-    fm_error err;
-    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("submit: %s", err.msg);
-    return id;
-}
-
-static void step(fm_sched *s) {
-    bool busy;
-    fm_error err;
-    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-}
-
-static void run_until(fm_sched *s, const rec *r, int64_t q) {
-    for (int guard = 0; guard < 10000 && !r->ended[q]; guard++) step(s);
-    assert_true(r->ended[q]);
-}
+enum { NEW = 12, P1 = 40, P2 = 37, EXTRA = 9, TOP = 2 };
 
 static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % vocab);
@@ -79,7 +40,7 @@ static void prompt_ids(int32_t *ids, int64_t n, int32_t vocab, uint32_t seed) {
 
 /* the CPU test's workload; the next turn continues the answer of the run without the cache (the same prompt in
    both runs, whatever the answers were) */
-static void workload(fm_model *m, rec *r, const int32_t *answer) {
+static void workload(fm_model *m, sched_rec *r, const int32_t *answer) {
     const int32_t V = fm_model_vocab_size(m);
     int32_t p1[P1], p2[P2], turn2[P1 + NEW + EXTRA];
     prompt_ids(p1, P1, V, 7);
@@ -88,16 +49,16 @@ static void workload(fm_model *m, rec *r, const int32_t *answer) {
     fm_sched *s;
     fm_error err;
     if (fm_sched_create(m->context, 16, &s, &err)) fail_msg("%s", err.msg);
-    const int64_t a = submit(s, p1, P1, r);
-    while (r->n[a] < 3) step(s);
-    const int64_t b = submit(s, p2, P2, r);
-    run_until(s, r, b);
-    run_until(s, r, a);
+    const int64_t a = sched_rec_submit_prompt(s, r, p1, P1);
+    while (r->n[a] < 3) sched_rec_step(s, r);
+    const int64_t b = sched_rec_submit_prompt(s, r, p2, P2);
+    sched_rec_run_until(s, r, b);
+    sched_rec_run_until(s, r, a);
     memcpy(turn2, p1, sizeof p1);
     memcpy(turn2 + P1, answer ? answer : r->ids[a], NEW * sizeof *turn2);
     prompt_ids(turn2 + P1 + NEW, EXTRA, V, 9);
-    run_until(s, r, submit(s, turn2, P1 + NEW + EXTRA, r));
-    run_until(s, r, submit(s, p1, 32, r));
+    sched_rec_run_until(s, r, sched_rec_submit_prompt(s, r, turn2, P1 + NEW + EXTRA));
+    sched_rec_run_until(s, r, sched_rec_submit_prompt(s, r, p1, 32));
     char msg[256];
     if (!fm_kv_pool_check(&m->context->kv->pool, msg, sizeof msg)) fail_msg("KV pool: %s", msg);
     if (!fm_state_cache_check(m->context, msg, sizeof msg)) fail_msg("state snapshots: %s", msg);
@@ -118,7 +79,7 @@ static void compare_model(const char *dir, fm_preset preset, bool w8a8, double b
     fm_model *m = NULL;
     fm_error err;
     if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
-    rec *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    sched_rec *off = sched_rec_new(NEW, TOP), *on = sched_rec_new(NEW, TOP);
     m->context->kv->pool.prefix_cache = false;
     workload(m, off, NULL);
     m->context->kv->pool.prefix_cache = true;
