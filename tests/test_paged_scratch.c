@@ -43,10 +43,44 @@ static void counters_have_one_size(void **s) {
     assert_true(fm_attention_paged_max_splits(2 * FM_ATT_PAGED_MAX_SMS - 1, 1 << 20) > 1);
 }
 
+/* The waves rule (route paged.splits=waves) never asks for more splits than the scratch holds; where some count fills
+ * 90 % of its waves it takes the fewest such; else the count that fills them best. The shapes that motivated it:
+ * Qwen3-30B-A3B (4 kv heads, one query group) on 132 SMs holding 3 CTAs each. */
+static void waves_rule_fills_the_last_wave(void **s) {
+    (void)s;
+    const int64_t slots = 132 * 3;
+    assert_int_equal(fm_attention_paged_splits_waves(64, 64 * 4, 2048, slots), 3);   /* 768 CTAs: 2 waves, 97 % */
+    assert_int_equal(fm_attention_paged_splits(64, 64 * 4, 2048, 132), 2);           /* the fill rule: 1.29 waves */
+    assert_int_equal(fm_attention_paged_splits_waves(8, 8 * 4, 2048, slots), 12);    /* 384 CTAs: 97 % of a wave */
+    assert_int_equal(fm_attention_paged_splits_waves(1, 4, 2048, slots), 32);        /* every 64-key chunk */
+    assert_int_equal(fm_attention_paged_splits_waves(1, 4, 100, slots), 2);          /* a short context */
+    assert_int_equal(fm_attention_paged_splits_waves(512, 512 * 4, 2048, slots), 1); /* no split above 2 x 256 rows */
+    const int32_t nkvs[] = {1, 2, 4, 8};
+    const int64_t ctxs[] = {1, 64, 100, 2048, 40000}, slot_counts[] = {1, 66, 132 * 3, 132 * 2, 256 * 4};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            for (int k = 0; k < 5; k++)
+                for (int64_t T = 1; T <= 2 * FM_ATT_PAGED_MAX_SMS + 8; T += 7) {
+                    const int64_t kv = T * nkvs[i], sl = slot_counts[k];
+                    const int32_t cap = fm_attention_paged_max_splits(T, ctxs[j]);
+                    const int32_t w = fm_attention_paged_splits_waves(T, kv, ctxs[j], sl);
+                    assert_true(w >= 1 && w <= cap);
+                    const int64_t cover = (kv * w + sl - 1) / sl * sl;
+                    if (10 * kv * w >= 9 * cover) {
+                        for (int32_t f = 1; f < w; f++) /* none fewer fills 90 % */
+                            assert_true(10 * kv * f < 9 * ((kv * f + sl - 1) / sl * sl));
+                    } else {
+                        for (int32_t f = 1; f <= cap; f++) /* none fills better */
+                            assert_true(kv * f * cover <= kv * w * ((kv * f + sl - 1) / sl * sl));
+                    }
+                }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(counters_cover_every_splitting_step),
         cmocka_unit_test(counters_have_one_size),
+        cmocka_unit_test(waves_rule_fills_the_last_wave),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

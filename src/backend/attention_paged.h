@@ -37,6 +37,25 @@ static inline int32_t fm_attention_paged_splits(int64_t T, int64_t kv_ctas, int6
     return want < 1 ? 1 : want > cap ? cap : (int32_t)want;
 }
 
+/* Splits by waves (route paged.splits=waves): the split kernel's CTAs run in waves of `slots` (the GPU's
+ * multiprocessors times the CTAs one of them holds at once), and a last wave that is mostly empty leaves most of the
+ * GPU idle while it runs. Qwen3-30B-A3B at 64 rows: 256 CTAs a split; the rule above takes 2 splits on an H200's 132
+ * SMs, 512 CTAs in 396 slots (3 a SM): 1.29 waves, the second one 29 % full. This rule takes the fewest splits whose
+ * CTAs fill at least 90 % of the waves they need (there: 3, 768 CTAs in two waves), else the count that fills them
+ * best (one token: every split the context allows), at most fm_attention_paged_max_splits (the scratch's bound). */
+static inline int32_t fm_attention_paged_splits_waves(int64_t T, int64_t kv_ctas, int64_t max_len, int64_t slots) {
+    const int32_t cap = fm_attention_paged_max_splits(T, max_len);
+    if (kv_ctas < 1 || slots < 1) return 1;
+    int32_t best = 1;
+    int64_t best_num = 0, best_den = 1; /* the best fill so far, as ctas / (waves x slots) */
+    for (int32_t s = 1; s <= cap; s++) {
+        const int64_t ctas = kv_ctas * s, cover = (ctas + slots - 1) / slots * slots;
+        if (10 * ctas >= 9 * cover) return s;
+        if (ctas * best_den > best_num * cover) best = s, best_num = ctas, best_den = cover;
+    }
+    return best;
+}
+
 /* Bytes of the fused combine's counters, the scratch's first bytes: one uint32 per (token, kv head, query group) of
  * any step that splits (T < 2 FM_ATT_PAGED_MAX_SMS: fm_attention_paged_max_splits is 1 above; nkv * groups <= nh),
  * at a place and size that do not depend on T, so that every call finds them as the last one left them: zero. The

@@ -74,6 +74,9 @@ static void now_moe_down_quant(const fm_routes *r, char *b, size_t n) {
 static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_combine_fused(r) ? "fused" : "kernel");
 }
+static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
+}
 static void now_moe_dispatch(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_dispatch_fused(r) ? "fused" : "kernel");
 }
@@ -327,6 +330,19 @@ static const route_key route_keys[] = {
      "only (the FP4 and the fold banks' per-token dispatch keep the kernel), no expert parallelism, no experts in "
      "host memory; the cpu backend has one reference (the router, then the experts)",
      now_moe_dispatch},
+    {"paged.splits",
+     FIELD(paged_splits),
+     "auto|fill|waves",
+     {{"fill", FM_ROUTE_SPLITS_FILL}, {"waves", FM_ROUTE_SPLITS_WAVES}},
+     "fill",
+     "paged attention's context splits: enough for 2 CTAs per multiprocessor, or enough to fill the last wave",
+     "paged attention (decode) splits each token's context across CTAs: `fill` takes enough splits for 2 CTAs per "
+     "multiprocessor, `waves` the fewest whose CTAs fill at least 90 % of the waves of resident CTAs they need (the "
+     "split kernel's occupancy times the multiprocessors; Qwen3-30B-A3B at 64 rows on an H200: 3 splits, 768 CTAs in "
+     "two waves of 396, where `fill` takes 2, 512 CTAs whose second wave is 29 % full). The same math, the partial "
+     "sums split elsewhere (fp32; the bf16 outputs may differ in the last bit). `auto` is `fill` until `waves` is "
+     "measured on a GPU; the cpu backend has one reference",
+     now_paged_splits},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -546,6 +562,13 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r) { return r->paged_tiled
 bool fm_routes_paged_combine_fused(const fm_routes *r) {
     return r->paged_combine == FM_ROUTE_COMBINE_FUSED ||
            (r->paged_combine == FM_ROUTE_COMBINE_AUTO && PAGED_COMBINE_FUSED_BY_DEFAULT);
+}
+/* auto: the rule of 2 CTAs per multiprocessor until the waves rule is measured on a GPU (bench/NOTES.md 2026-12-05,
+ * twenty-sixth session) */
+#define PAGED_SPLITS_WAVES_BY_DEFAULT false
+bool fm_routes_paged_splits_waves(const fm_routes *r) {
+    return r->paged_splits == FM_ROUTE_SPLITS_WAVES ||
+           (r->paged_splits == FM_ROUTE_SPLITS_AUTO && PAGED_SPLITS_WAVES_BY_DEFAULT);
 }
 /* auto: the quantizer launch until the fused form is measured on a GPU (compiled only; bench/NOTES.md 2026-12-05) */
 #define DOWN_QUANT_FUSED_BY_DEFAULT false

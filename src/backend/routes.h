@@ -69,6 +69,12 @@ typedef enum fm_route_paged_combine {
     FM_ROUTE_COMBINE_FUSED,  /* the split kernel's last CTA per (token, kv head group) merges them */
 } fm_route_paged_combine;
 
+typedef enum fm_route_paged_splits {
+    FM_ROUTE_SPLITS_AUTO = 0,
+    FM_ROUTE_SPLITS_FILL,  /* splits for 2 CTAs per multiprocessor (fm_attention_paged_splits) */
+    FM_ROUTE_SPLITS_WAVES, /* splits that fill the last wave of resident CTAs (fm_attention_paged_splits_waves) */
+} fm_route_paged_splits;
+
 typedef enum fm_route_down_quant {
     FM_ROUTE_DOWN_QUANT_AUTO = 0,
     FM_ROUTE_DOWN_QUANT_KERNEL, /* a decode step's h quantized for the down GEMV by a launch of its own */
@@ -101,6 +107,7 @@ typedef struct fm_routes {
     int32_t moe_shared;       /* moe.shared: fm_route_moe_shared */
     int32_t paged_combine;    /* paged.combine: fm_route_paged_combine */
     int32_t moe_dispatch;     /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
+    int32_t paged_splits;     /* paged.splits: fm_route_paged_splits */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -225,6 +232,10 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r);
  * a device counter in the op's scratch (attention_paged.cu), rather than by a second kernel: one launch fewer per
  * attention layer of a step that splits, the same bits. `auto` is `kernel` until it is measured on a GPU. */
 bool fm_routes_paged_combine_fused(const fm_routes *r);
+/* Paged attention's number of splits by fm_attention_paged_splits_waves (the fewest that fill the last wave of the
+ * split kernel's resident CTAs to 90 %) rather than fm_attention_paged_splits (2 CTAs per multiprocessor). `auto` is
+ * `fill` until `waves` is measured on a GPU. */
+bool fm_routes_paged_splits_waves(const fm_routes *r);
 /* The experts on the grouped GEMVs (fm_routes_moe_gemv): the down GEMV quantizes h (the gate|up GEMV's bf16 SwiGLU
  * output) itself, each CTA its tile's rows, rather than after a quantizer launch: one launch fewer per MoE layer, the
  * same bits. `auto` is the quantizer launch until the fused form is measured on a GPU (compiled and tested against

@@ -403,6 +403,29 @@ static void apg_check(const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32
         apg_fail("need max_blocks >= 1, block_tokens >= 1 and max_len in [1, 2^31)", T, nh, nkv, hd);
 }
 
+// CTAs of the split kernel one multiprocessor holds at once (its shared memory bounds it: 3 at HD 128 on sm_90)
+template <int HD> static int apg_ctas_per_sm() {
+    typedef apg_shape<HD> SH;
+    if (SH::SMEM > 48 * 1024)
+        FM_CUDA_CHECK(
+            cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+    int n = 0;
+    FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, apg_split_kernel<HD>, APG_THREADS, SH::SMEM));
+    return n > 0 ? n : 1;
+}
+
+static int apg_ctas_per_sm(int hd) {
+    switch (hd) {
+#define APG_OCC(D)                                                                                                     \
+    case D: return apg_ctas_per_sm<D>();
+        APG_OCC(16)
+        APG_OCC(32) APG_OCC(48) APG_OCC(64) APG_OCC(80) APG_OCC(96) APG_OCC(112) APG_OCC(128) APG_OCC(144) APG_OCC(160)
+            APG_OCC(176) APG_OCC(192) APG_OCC(208) APG_OCC(224) APG_OCC(240) APG_OCC(256)
+#undef APG_OCC
+    }
+    return 1;
+}
+
 template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, bool pdl, cudaStream_t s) {
     typedef apg_shape<HD> SH;
     if (SH::SMEM > 48 * 1024)
@@ -417,7 +440,8 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                              const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                              int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                             bool skip_runs, bool fused_combine, bool pdl, cudaStream_t s) {
+                                             bool skip_runs, bool fused_combine, bool split_waves, bool pdl,
+                                             cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (T == 0) return;
     if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
@@ -431,7 +455,9 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables;
     a.part = NULL, a.counters = NULL, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
-    a.splits = fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
+    a.splits = split_waves
+                   ? fm_attention_paged_splits_waves(T, T * nkv * qgroups, max_len, (int64_t)sms * apg_ctas_per_sm(hd))
+                   : fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
     a.skip_runs = skip_runs;
     a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
@@ -473,9 +499,9 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
                                         const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
                                         const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
                                         int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                        bool fused_combine, bool pdl, cudaStream_t s) {
+                                        bool fused_combine, bool split_waves, bool pdl, cudaStream_t s) {
     fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
-                                 block_tokens, max_len, scratch, out, false, fused_combine, pdl, s);
+                                 block_tokens, max_len, scratch, out, false, fused_combine, split_waves, pdl, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)

@@ -14,15 +14,17 @@
 // any value is correct) picks the number of splits; scratch: fm_attention_paged_scratch_bytes(T, nh, hd, max_len)
 // bytes of device memory, 16-byte aligned, its first fm_attention_paged_counter_bytes(nh) zero before the first call
 // (each call leaves them zero; backend/attention_paged.h). fused_combine: the split kernel's last CTA per (token, kv
-// head, query group) merges the splits (route paged.combine=fused), else a second kernel. Preconditions (checked; a
-// violation stops with a message): hd a multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv
-// and caches. The table entries a token reads are not checked on the device: they must be valid blocks. pdl: its
-// kernels launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's route table).
+// head, query group) merges the splits (route paged.combine=fused), else a second kernel. split_waves: the number of
+// splits by fm_attention_paged_splits_waves (route paged.splits=waves), else fm_attention_paged_splits. Preconditions
+// (checked; a violation stops with a message): hd a multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte
+// aligned qkv and caches. The table entries a token reads are not checked on the device: they must be valid blocks.
+// pdl: its kernels launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's route table).
 extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                         const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                        __nv_bfloat16 *out, bool fused_combine, bool pdl, cudaStream_t s);
+                                        __nv_bfloat16 *out, bool fused_combine, bool split_waves, bool pdl,
+                                        cudaStream_t s);
 // The same, the rows of prompt chunks on the tiled kernel (attention_paged_tiled.cu, route paged.tiled):
 // a row whose neighbour in the step is of the same sequence (apg_in_run) goes to a CTA that shares each K and V tile
 // among the query rows of several tokens; the other rows to the split kernel. Same arguments, scratch and results.
@@ -30,14 +32,14 @@ extern "C" void fm_cuda_attention_paged_tiled(const __nv_bfloat16 *qkv, int64_t 
                                               const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                              __nv_bfloat16 *out, bool fused_combine, cudaStream_t s);
+                                              __nv_bfloat16 *out, bool fused_combine, bool split_waves, cudaStream_t s);
 // fm_cuda_attention_paged; with skip_runs, the rows apg_in_run names are left to the tiled kernel (not written)
 extern "C" void fm_cuda_attention_paged_rows(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                              const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                             __nv_bfloat16 *out, bool skip_runs, bool fused_combine, bool pdl,
-                                             cudaStream_t s);
+                                             __nv_bfloat16 *out, bool skip_runs, bool fused_combine, bool split_waves,
+                                             bool pdl, cudaStream_t s);
 // Row t of a step of T rows is in a run (a prompt chunk's rows, two or more of one sequence side by side) when a
 // neighbour has its sequence: the tiled kernel's rows.
 static __device__ __forceinline__ bool apg_in_run(const int32_t *tok_seq, int64_t T, int64_t t) {

@@ -428,7 +428,8 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
         fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                 (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
                                 block_tokens, max_len, scratch, (bf16 *)out,
-                                fm_routes_paged_combine_fused(&cuda_be(bb)->routes), pdl(bb), stream(bb));
+                                fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
+                                fm_routes_paged_splits_waves(&cuda_be(bb)->routes), pdl(bb), stream(bb));
 }
 
 /* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
@@ -444,7 +445,8 @@ static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, 
         fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
                                       (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
                                       max_blocks, block_tokens, max_len, scratch, (bf16 *)out,
-                                      fm_routes_paged_combine_fused(&cuda_be(bb)->routes), stream(bb));
+                                      fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
+                                      fm_routes_paged_splits_waves(&cuda_be(bb)->routes), stream(bb));
 }
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
