@@ -416,12 +416,22 @@ template <int HD> static int apg_ctas_per_sm() {
 
 static int apg_ctas_per_sm(int hd) {
     switch (hd) {
-#define APG_OCC(D)                                                                                                     \
-    case D: return apg_ctas_per_sm<D>();
-        APG_OCC(16)
-        APG_OCC(32) APG_OCC(48) APG_OCC(64) APG_OCC(80) APG_OCC(96) APG_OCC(112) APG_OCC(128) APG_OCC(144) APG_OCC(160)
-            APG_OCC(176) APG_OCC(192) APG_OCC(208) APG_OCC(224) APG_OCC(240) APG_OCC(256)
-#undef APG_OCC
+    case 16: return apg_ctas_per_sm<16>();
+    case 32: return apg_ctas_per_sm<32>();
+    case 48: return apg_ctas_per_sm<48>();
+    case 64: return apg_ctas_per_sm<64>();
+    case 80: return apg_ctas_per_sm<80>();
+    case 96: return apg_ctas_per_sm<96>();
+    case 112: return apg_ctas_per_sm<112>();
+    case 128: return apg_ctas_per_sm<128>();
+    case 144: return apg_ctas_per_sm<144>();
+    case 160: return apg_ctas_per_sm<160>();
+    case 176: return apg_ctas_per_sm<176>();
+    case 192: return apg_ctas_per_sm<192>();
+    case 208: return apg_ctas_per_sm<208>();
+    case 224: return apg_ctas_per_sm<224>();
+    case 240: return apg_ctas_per_sm<240>();
+    case 256: return apg_ctas_per_sm<256>();
     }
     return 1;
 }
