@@ -160,10 +160,9 @@ part_decode() {
         run "decode_rdisp_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.dispatch=fused \
             --route decode.fused=on
         decode_rows "decode_rdisp_r$r"
-        # every fused form at once: the fewest launches a step has today
-        run "decode_allfused_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.down_quant=fused \
-            --route moe.combine=fused --route decode.fused=on --route paged.combine=fused
-        decode_rows "decode_allfused_r$r"
+        # paged attention's split count filling the last wave of resident CTAs (B = 64: 3 splits, not 2)
+        run "decode_waves_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route paged.splits=waves
+        decode_rows "decode_waves_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object
