@@ -6,21 +6,16 @@
 // and one activation scale per token, the promotion is a FADD every P groups, and the conversion moves to a warpgroup
 // of its own (bench/NOTES.md 2026-12-05 twenty-third session has the counts and the predictions).
 //
-// CTA: 512 threads, one tile of BNT activation rows (64, 32 or 16) x BM = 256 weight rows (the int4-tc kernel's
+// CTA: 384 threads, one tile of BNT activation rows (64, 32 or 16) x BM = 256 weight rows (the int4-tc kernel's
 // tiles and grid: grid.x over 256-row bands of the bank, grid.y over the dispatch's tiles).
 //   threads   0..255  two consumer warpgroups; warpgroup c owns weight rows 128c..128c+127 as two m64 blocks (the
-//                     int4-tc kernel's row ownership, so its epilogue runs unchanged on their accumulators); 160
-//                     registers a thread (setmaxnreg)
-//   threads 256..511  two producer warpgroups: thread pt converts row pt of the band; 96 registers a thread
-// Why two producer warpgroups: with one (384 threads, each converting two rows), a producer warp issued ~534
-// instructions per group, against 342 for each warp of today's kernel; both kernels issue at ~0.35 instructions per
-// cycle and scheduler, bound by latency rather than issue, so the longest warp sets the time, and the fold kernel ran
-// 1.55x today's at T = 8192, where both have the same grid (lab/fold_analysis.md). One row a thread halves that path.
+//                     int4-tc kernel's row ownership, so its epilogue runs unchanged on their accumulators)
+//   threads 256..383  the producer warpgroup: thread pt converts rows pt and pt + 128 of the band
 // Shared memory (dynamic, 1024-aligned): a ring of FOLD_STAGES stages, each
 //   a[256][128]  e4m3 weights of one 128-group, 128-byte rows in the 128-byte swizzle (the producer's stores)
 //   b[BNT][128]  e4m3 activations of the group, same swizzle (the producer's cp.async)
 //   xsc[BNT]     PER_GROUP only: the group's activation scales
-// and full / empty mbarriers per stage (full: the 256 producer threads arrive once the stage's conversion is
+// and full / empty mbarriers per stage (full: the producer's 128 threads arrive once the stage's conversion is
 // stored and its cp.async landed; empty: the 8 consumer warps once their wgmmas that read it completed), rs[256]
 // (each weight row's scale x 2^-6, for the epilogue), the epilogue's reductions. The epilogue's scratch is the b
 // stages (free once both warpgroups are past their last group: the epilogue's first barrier).
@@ -28,13 +23,12 @@
 // shared memory into its partial; every P groups (FM_FOLD_PROMOTE; 1 for PER_GROUP) it waits and adds the partial
 // into the fp32 accumulator (PER_GROUP: a FFMA with the activation scale). Between promotions it waits only for
 // the previous group's wgmmas (wait_group 1), to hand that stage back.
-// The producers, per group: the codes (4 x 16 bytes a thread) and scale of the group FOLD_AHEAD ahead into
+// The producer, per group: the codes (8 x 16 bytes a thread) and scales of the group FOLD_AHEAD ahead into
 // registers, that group's activations by cp.async, then this group's conversion: per row and group a table of 8 e4m3
-// bytes from the scale's exponent (2 IMAD), per 8 codes 7 instructions in the source (8 in SASS: ptxas splits the
-// mask), 16-byte stores into the swizzled rows; the stages are published in pairs (step, below). The floor it chases:
-// the tensor cores' time for the FLOPs (Qwen3-30B-A3B experts, T = 2048: 155 GFLOP, ~80 us at the dense FP8 rate);
-// the one below it in this form is shared memory's bandwidth: both wgmma operands and the producers' stores, ~104 KB
-// per group and 64-row tile, ~810 cycles at 128 bytes a cycle against 512 for the tensor cores (lab/fold_analysis.md).
+// bytes from the scale's exponent (2 IMAD), per 8 codes 7 instructions (w4a8_fold.h), 16-byte stores into the
+// swizzled rows. The floor it chases: the tensor cores' time for the FLOPs (Qwen3-30B-A3B experts, T = 2048: 155
+// GFLOP, ~80 us at the dense FP8 rate), with the producer's ~320 instructions per warp and group on one warp per
+// scheduler beside two consumer warps of ~70 (today's kernel: two warps of 342), bench/NOTES.md 2026-12-05.
 #include <cuda_fp8.h>
 
 #include "backend/cuda/w4a8_fold_gemm.h"
@@ -46,18 +40,9 @@ extern "C" {
 #define FOLD_STAGES 4
 #define FOLD_AHEAD 2 /* groups the producer's loads run ahead of its conversion (< FOLD_STAGES) */
 static_assert(FOLD_AHEAD == 2 && FOLD_STAGES == 4, "the producer rotates three code register sets, publishes pairs");
+#define FOLD_THREADS 384
 #define FOLD_CONSUMERS 256 /* the epilogue's THREADS */
-#define FOLD_PRODUCERS 256 /* two warpgroups, one weight row a thread */
-#define FOLD_THREADS (FOLD_CONSUMERS + FOLD_PRODUCERS)
 static_assert(FOLD_CONSUMERS == THREADS, "the consumers are the int4-tc kernel's 256 threads (its epilogue)");
-static_assert(FOLD_PRODUCERS == BM, "a producer thread converts one row of the band");
-// Registers per thread after the warpgroups' setmaxnreg: the kernel starts with 65536 / 512 = 128 each (its launch
-// bounds); the producers give back what the consumers take (acc and part: 128 floats a thread, and the epilogue)
-#define FOLD_PRODUCER_REGS 96
-#define FOLD_CONSUMER_REGS 160
-static_assert(FOLD_PRODUCERS * FOLD_PRODUCER_REGS + FOLD_CONSUMERS * FOLD_CONSUMER_REGS == 65536 &&
-                  FOLD_THREADS * 128 == 65536,
-              "the register file, shared by the roles");
 
 template <int BNT> struct fold_layout {
     static constexpr int a_bytes = BM * 128, b_bytes = BNT * 128;
@@ -99,18 +84,6 @@ static __device__ __forceinline__ void fold_fence_proxy(void) {
     FOLD_ASM("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// The warpgroup's registers per thread, given back (dec) or taken (inc) from the pool of the CTA (sm_90a)
-template <int N> static __device__ __forceinline__ void fold_regs_dec(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
-#endif
-}
-template <int N> static __device__ __forceinline__ void fold_regs_inc(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
-#endif
-}
-
 // ---- wgmma with both operands in shared memory ----------------------------------------------------------------
 template <int BNT>
 static __device__ __forceinline__ void wgmma_ss(float d[BNT / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -147,27 +120,32 @@ static __device__ __forceinline__ void wgmma_ss(float d[BNT / 8][4], uint64_t de
 
 // ---- the producer's pieces ----------------------------------------------------------------------------------
 typedef struct fold_codes {
-    uint4 v[4]; // row pt of the band: segments 0..3
-    uint32_t s; // its bf16 scale bits
+    uint4 v[2][4]; // rows pt, pt + 128; segments 0..3
+    uint32_t s[2]; // their bf16 scale bits
 } fold_codes;
 
-// Where a producer thread reads its row: the group-0 codes and scale, and the strides, in bytes and elements, as 32-bit
-// offsets (the launcher checks that a matrix's codes fit): one add per load instead of the 64-bit products of (group,
-// segment, row) that took ~100 instructions per warp and group.
+// Where a producer thread reads its two rows: each row's group-0 codes and scale, and the strides, in bytes and
+// elements, as 32-bit offsets (the launcher checks that an expert's codes fit): one add per load instead of the 64-bit
+// products of (group, segment, row) that took ~100 instructions per warp and group.
 typedef struct fold_rows {
-    const uint8_t *codes;   /* row pt of the band at group 0, segment 0 */
-    const uint16_t *scales; /* its group-0 scale */
+    const uint8_t *codes;   /* row pt of the band at group 0, segment 0 (row pt + 128: 2048 bytes on) */
+    const uint16_t *scales; /* its group-0 scale (row pt + 128: 128 on) */
     uint32_t seg;           /* bytes from one segment to the next: rows_pad x 16 */
     uint32_t grp_scales;    /* elements from one group's scales to the next: rows_pad */
 } fold_rows;
 
-// Codes and scale of group grp for this producer thread's row (zeros past the bank's padded rows)
-static __device__ __forceinline__ void fold_load_codes(const fold_rows &w, int grp, bool ok, fold_codes &c) {
+// Codes and scales of group grp for this producer thread's two rows (zeros past the bank's padded rows)
+static __device__ __forceinline__ void fold_load_codes(const fold_rows &w, int grp, const bool ok[2], fold_codes &c) {
     const uint32_t off = (uint32_t)grp * 4u * w.seg;
 #pragma unroll
-    for (int s = 0; s < 4; s++)
-        c.v[s] = ok ? __ldg((const uint4 *)(w.codes + off + (uint32_t)s * w.seg)) : make_uint4(0u, 0u, 0u, 0u);
-    c.s = ok ? (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)grp * w.grp_scales)) : 0u;
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            c.v[h][s] = ok[h] ? __ldg((const uint4 *)(w.codes + off + (uint32_t)s * w.seg + h * 128 * 16))
+                              : make_uint4(0u, 0u, 0u, 0u);
+        c.s[h] =
+            ok[h] ? (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)grp * w.grp_scales + h * 128)) : 0u;
+    }
 }
 
 // One row's 128 codes of a group into its swizzled e4m3 row (w4a8_fold.h: the table of exponent j, 7 instructions
@@ -191,18 +169,15 @@ static __device__ __forceinline__ void fold_convert_row(const uint4 v[4], int32_
     }
 }
 
-// This producer thread's share of the activation stage of group grp (BNT rows x 128 bytes: BNT x 8 chunks of 16
-// bytes over the producers; rows past the tile zero-filled) and, PER_GROUP, the rows' scales of the group.
+// This producer thread's share of the activation stage of group grp (BNT rows x 128 bytes: BNT / 16 chunks of 16
+// bytes a thread; rows past the tile zero-filled) and, PER_GROUP, the rows' scales of the group.
 template <int BNT, int AS>
 static __device__ __forceinline__ void fold_load_acts(const gemm_params &p, const fm_w4a8_tile &tile, int pt,
                                                       int64_t grp, uint8_t *b, float *xsc) {
     const uint32_t base = smem_u32(b);
-    constexpr int CHUNKS = BNT * 8;
-    static_assert(CHUNKS % FOLD_PRODUCERS == 0 || FOLD_PRODUCERS % CHUNKS == 0, "chunks over the producers");
 #pragma unroll
-    for (int i = 0; i < (CHUNKS + FOLD_PRODUCERS - 1) / FOLD_PRODUCERS; i++) {
-        const int c = pt + i * FOLD_PRODUCERS, n = c >> 3, ch = c & 7;
-        if (CHUNKS < FOLD_PRODUCERS && c >= CHUNKS) break;
+    for (int i = 0; i < BNT / 16; i++) {
+        const int c = pt + i * 128, n = c >> 3, ch = c & 7;
         const bool ok = n < tile.rows;
         cp_async16(base + n * 128 + ((ch ^ (n & 7)) << 4),
                    p.x + (int64_t)(tile.slot0 + (ok ? n : 0)) * p.ldx + grp * 128 + ch * 16, ok ? 16 : 0);
@@ -234,7 +209,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     const int64_t KG = p.n_groups, row0 = (int64_t)blockIdx.x * BM;
     if (threadIdx.x == 0) {
         for (int st = 0; st < FOLD_STAGES; st++) {
-            fold_bar_init(full0 + 8 * st, FOLD_PRODUCERS);
+            fold_bar_init(full0 + 8 * st, 128);
             fold_bar_init(empty0 + 8 * st, FOLD_CONSUMERS / 32);
         }
         FOLD_ASM("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -244,16 +219,15 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     /* the warpgroup's role, uniform in the compiler's eyes (a branch on threadIdx it takes for divergent, and then
        serialises the wgmmas behind it: ptxas C7518) */
     const int role = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
-    if (role >= FOLD_CONSUMERS / 128) { /* ---- the producer warpgroups ---- */
-        fold_regs_dec<FOLD_PRODUCER_REGS>();
+    if (role == FOLD_CONSUMERS / 128) { /* ---- the producer warpgroup ---- */
         const int pt = (int)threadIdx.x - FOLD_CONSUMERS;
         const int G = (int)KG;
-        const bool ok = row0 + pt < p.rows_pad;
+        const bool ok[2] = {row0 + pt < p.rows_pad, row0 + pt + 128 < p.rows_pad};
         fold_rows w;
         w.seg = (uint32_t)p.rows_pad * 16u, w.grp_scales = (uint32_t)p.rows_pad;
         w.codes = p.wq + ((int64_t)tile.expert * G * 4 * p.rows_pad + row0 + pt) * 16;
         w.scales = (const uint16_t *)p.ws + (int64_t)tile.expert * G * p.rows_pad + row0 + pt;
-        /* the first two groups' codes and activations in flight before the row scale's pass below, which waits on
+        /* the first two groups' codes and activations in flight before the row scales' pass below, which waits on
            its own loads (they used to wait for it: one more memory latency per CTA, before any conversion) */
         fold_codes c0, c1, c2;
         fold_load_codes(w, 0, ok, c0);
@@ -264,14 +238,19 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
             fold_load_acts<BNT, AS>(p, tile, pt, 1, sm + L::b_off + L::b_bytes, (float *)(sm + L::xsc_off) + BNT);
         }
         cp_async_commit();
-        /* the row's scale: the largest of its group scales (bf16 bits of positive values order as the values) */
-        uint32_t m = 0u;
-        if (ok)
+        /* each row's scale: the largest of its group scales (bf16 bits of positive values order as the values) */
+        uint32_t er[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t m = 0u;
+            if (ok[h])
 #pragma unroll 8
-            for (int g = 0; g < G; g++)
-                m = max(m, (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)g * w.grp_scales)));
-        const uint32_t er = (m >> 7) & 0xFFu;
-        rs[pt] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
+                for (int g = 0; g < G; g++)
+                    m = max(m,
+                            (uint32_t)__ldg((const unsigned short *)(w.scales + (uint32_t)g * w.grp_scales + h * 128)));
+            er[h] = (m >> 7) & 0xFFu;
+            rs[pt + 128 * h] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
+        }
         /* group grp + FOLD_AHEAD's activations and codes put in flight, into the code registers that held grp - 1 (the
            stage they go to, that of grp - 2, is handed back once the consumers issued grp - 1) */
         auto load_ahead = [&](int grp, fold_codes &ahead) {
@@ -294,9 +273,14 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
         auto step = [&](int grp, const fold_codes &cur, fold_codes &ahead) {
             const bool even = grp % 2 == 0;
             if (!even) load_ahead(grp, ahead);
-            /* j = k + 6 from the exponent fields (a zero scale's codes are zeros: any table gives 0 for them) */
-            const int32_t j = (int32_t)((cur.s >> 7) & 0xFFu) - (int32_t)er + FM_FOLD_J_BIAS;
-            fold_convert_row(cur.v, j, sm + L::a_off + (grp % FOLD_STAGES) * L::a_bytes + pt * 128, pt);
+            uint8_t *a = sm + L::a_off + (grp % FOLD_STAGES) * L::a_bytes;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                /* j = k + 6 from the exponent fields (a zero scale's codes are zeros: any table gives 0 for them) */
+                const int32_t j = (int32_t)((cur.s[h] >> 7) & 0xFFu) - (int32_t)er[h] + FM_FOLD_J_BIAS;
+                const int r = pt + 128 * h;
+                fold_convert_row(cur.v[h], j, a + r * 128, r);
+            }
             if (even || grp == G - 1) {
                 /* the activations of grp (and grp - 1) landed: of the groups committed after grp's, only grp + 1's
                    may be in flight */
@@ -319,7 +303,6 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     }
 
     /* ---- the consumer warpgroups ---- */
-    fold_regs_inc<FOLD_CONSUMER_REGS>();
     const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, lane = threadIdx.x & 31;
     const int64_t blk0 = (row0 + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
