@@ -39,7 +39,7 @@ extern "C" {
 
 #define FOLD_STAGES 4
 #define FOLD_AHEAD 2 /* groups the producer's loads run ahead of its conversion (< FOLD_STAGES) */
-static_assert(FOLD_AHEAD == 2 && FOLD_STAGES == 4, "the producer rotates three code register sets, publishes pairs");
+static_assert(FOLD_AHEAD == 2 && FOLD_AHEAD < FOLD_STAGES, "the producer rotates three code register sets");
 #define FOLD_THREADS 384
 #define FOLD_CONSUMERS 256 /* the epilogue's THREADS */
 static_assert(FOLD_CONSUMERS == THREADS, "the consumers are the int4-tc kernel's 256 threads (its epilogue)");
@@ -251,9 +251,10 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
             er[h] = (m >> 7) & 0xFFu;
             rs[pt + 128 * h] = __uint_as_float(m << 16) * 0.015625f; /* x 2^-FM_FOLD_J_BIAS: exact */
         }
-        /* group grp + FOLD_AHEAD's activations and codes put in flight, into the code registers that held grp - 1 (the
-           stage they go to, that of grp - 2, is handed back once the consumers issued grp - 1) */
-        auto load_ahead = [&](int grp, fold_codes &ahead) {
+        /* one group: group grp + FOLD_AHEAD's activations and codes put in flight (into the code registers that held
+           grp - 1), this group's conversion, the stage full */
+        auto step = [&](int grp, const fold_codes &cur, fold_codes &ahead) {
+            const int st = grp % FOLD_STAGES;
             const int nx = grp + FOLD_AHEAD;
             if (nx < G) {
                 const int sn = nx % FOLD_STAGES;
@@ -263,17 +264,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                 fold_load_codes(w, nx, ok, ahead);
             }
             cp_async_commit();
-        };
-        /* One group: its conversion, and the stages full in pairs. The fence (fence.proxy.async: MEMBAR.ALL.CTA in
-           SASS) waits for every load this thread has in flight, the codes loaded ahead included: a fence per group
-           gave each group's code loads one conversion to land. An odd group loads grp + 2 first and publishes nothing
-           (the last excepted); an even one publishes grp - 1 and grp, then loads grp + 2 (after the publication: its
-           stage comes back once the consumers issued grp - 1). So the loads a fence waits for were issued two
-           conversions before it, and a load issued after one has a conversion to land before its codes are needed. */
-        auto step = [&](int grp, const fold_codes &cur, fold_codes &ahead) {
-            const bool even = grp % 2 == 0;
-            if (!even) load_ahead(grp, ahead);
-            uint8_t *a = sm + L::a_off + (grp % FOLD_STAGES) * L::a_bytes;
+            uint8_t *a = sm + L::a_off + st * L::a_bytes;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 /* j = k + 6 from the exponent fields (a zero scale's codes are zeros: any table gives 0 for them) */
@@ -281,15 +272,9 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                 const int r = pt + 128 * h;
                 fold_convert_row(cur.v[h], j, a + r * 128, r);
             }
-            if (even || grp == G - 1) {
-                /* the activations of grp (and grp - 1) landed: of the groups committed after grp's, only grp + 1's
-                   may be in flight */
-                cp_async_wait<1>();
-                fold_fence_proxy();
-                if (even && grp > 0) fold_bar_arrive(full0 + 8 * ((grp - 1) % FOLD_STAGES));
-                fold_bar_arrive(full0 + 8 * (grp % FOLD_STAGES));
-            }
-            if (even) load_ahead(grp, ahead);
+            cp_async_wait<FOLD_AHEAD>(); /* this group's activations landed (committed FOLD_AHEAD groups ago) */
+            fold_fence_proxy();
+            fold_bar_arrive(full0 + 8 * st);
         };
         /* three sets of code registers in turn, two groups in flight while one converts (one group ahead would leave
            the DRAM latency of an expert's first tile, ~1 us, exposed against a group's predicted ~0.35 us); no copies
@@ -319,8 +304,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     const int t = lane & 3;
 
     /* one group's wgmmas into the partial (overwriting it when `first`), issued once the stage is full */
-    auto issue = [&](int grp, bool first) {
-        const int st = grp % FOLD_STAGES;
+    auto issue = [&](int64_t grp, bool first) {
+        const int st = (int)(grp % FOLD_STAGES);
         fold_bar_wait(full0 + 8 * st, (uint32_t)((grp / FOLD_STAGES) & 1));
         const uint32_t as = a0 + st * L::a_bytes, bs = b0 + st * L::b_bytes;
         wgmma_fence();
@@ -333,9 +318,9 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
         wgmma_commit();
     };
     /* the stage of group grp back to the producer, once per warp */
-    auto release = [&](int grp) {
+    auto release = [&](int64_t grp) {
         __syncwarp();
-        if (lane == 0) fold_bar_arrive(empty0 + 8 * (grp % FOLD_STAGES));
+        if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
     };
     auto settle = [&]() {
 #pragma unroll
@@ -348,8 +333,8 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     /* The waits sit where ptxas can see them on every path to the partial's reads (a wait under a runtime condition
        made it insert its own: C7517). */
     if (AS == FM_FOLD_PER_TOKEN) {
-        for (int g0 = 0; g0 < (int)KG; g0 += P) {
-            if (g0 + P <= (int)KG) { /* a whole block: between its groups, wait for the group before only */
+        for (int64_t g0 = 0; g0 < KG; g0 += P) {
+            if (g0 + P <= KG) { /* a whole block: between its groups, wait for the group before only */
 #pragma unroll
                 for (int q = 0; q < P; q++) {
                     issue(g0 + q, q == 0);
@@ -359,7 +344,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                     if (q + 1 == P) release(g0 + q);
                 }
             } else { /* the last, shorter block */
-                for (int grp = g0; grp < (int)KG; grp++) {
+                for (int64_t grp = g0; grp < KG; grp++) {
                     issue(grp, grp == g0);
                     wgmma_wait<0>();
                     release(grp);
@@ -374,7 +359,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                     for (int i = 0; i < 4; i++) acc[mb][nt][i] += part[mb][nt][i];
         }
     } else {
-        for (int grp = 0; grp < (int)KG; grp++) { /* acc = fma(part, the column's activation scale, acc) */
+        for (int64_t grp = 0; grp < KG; grp++) { /* acc = fma(part, the column's activation scale, acc) */
             issue(grp, true);
             wgmma_wait<0>();
             settle();
