@@ -476,20 +476,20 @@ static void paged_combine_words(void **s) {
     assert_non_null(strstr(err.msg, "paged.combine"));
 }
 
-/* paged.splits: 2 CTAs per multiprocessor by default (auto) until the waves rule is measured on a GPU; each word
- * picks its rule, a switch word is refused with the key named */
+/* paged.splits: the waves rule by default (auto, measured on the H100); each word picks its rule, a switch word is
+ * refused with the key named */
 static void paged_splits_words(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
     fm_routes_default(&r, 9);
-    assert_false(fm_routes_paged_splits_waves(&r));
+    assert_true(fm_routes_paged_splits_waves(&r));
     assert_int_equal(fm_routes_apply(&r, "paged.splits=waves", &err), FM_OK);
     assert_true(fm_routes_paged_splits_waves(&r));
     assert_int_equal(fm_routes_apply(&r, "paged.splits=fill", &err), FM_OK);
     assert_false(fm_routes_paged_splits_waves(&r));
     assert_int_equal(fm_routes_apply(&r, "paged.splits=auto", &err), FM_OK);
-    assert_false(fm_routes_paged_splits_waves(&r));
+    assert_true(fm_routes_paged_splits_waves(&r));
     assert_int_equal(fm_routes_apply(&r, "paged.splits=3", &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "paged.splits"));
 }

@@ -4,12 +4,13 @@
  * Flash-decoding: the CUDA op runs one CTA per (token, kv head, split); each split takes a slice of the token's
  * context and leaves a partial result (max, sum, unnormalised accumulator, fp32) in scratch, and a second kernel
  * combines the slices. The number of splits S depends on shapes only (a captured graph replays with other
- * lengths): enough CTAs to fill the GPU (2 per SM), no more than the planned context has chunks of
- * FM_ATT_PAGED_MIN_CHUNK keys. Each CTA then reads its token's length from device memory and takes the slice
- * [s * chunk, (s + 1) * chunk) with chunk = max(FM_ATT_PAGED_MIN_CHUNK, ceil(len / S) rounded up to 16): short
- * sequences use the first few splits, the others exit at once. S = 1 writes the output directly (no scratch).
- * With route paged.combine=fused the split kernel's last CTA of each (token, kv head, query group) merges the
- * splits instead of the second kernel: it is counted on a device counter at the scratch's start. */
+ * lengths): by default the fewest splits whose CTAs fill the last wave of resident CTAs (route paged.splits=waves,
+ * fm_attention_paged_splits_waves), or enough CTAs for 2 per SM (paged.splits=fill, fm_attention_paged_splits); no
+ * more than the planned context has chunks of FM_ATT_PAGED_MIN_CHUNK keys. Each CTA then reads its token's length from
+ * device memory and takes the slice [s * chunk, (s + 1) * chunk) with chunk = max(FM_ATT_PAGED_MIN_CHUNK, ceil(len / S)
+ * rounded up to 16): short sequences use the first few splits, the others exit at once. S = 1 writes the output
+ * directly (no scratch). With route paged.combine=fused the split kernel's last CTA of each (token, kv head, query
+ * group) merges the splits instead of the second kernel: it is counted on a device counter at the scratch's start. */
 #ifndef FM_BACKEND_ATTENTION_PAGED_H
 #define FM_BACKEND_ATTENTION_PAGED_H
 

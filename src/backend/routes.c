@@ -334,14 +334,15 @@ static const route_key route_keys[] = {
      FIELD(paged_splits),
      "auto|fill|waves",
      {{"fill", FM_ROUTE_SPLITS_FILL}, {"waves", FM_ROUTE_SPLITS_WAVES}},
-     "fill",
+     "waves",
      "paged attention's context splits: enough for 2 CTAs per multiprocessor, or enough to fill the last wave",
      "paged attention (decode) splits each token's context across CTAs: `fill` takes enough splits for 2 CTAs per "
      "multiprocessor, `waves` the fewest whose CTAs fill at least 90 % of the waves of resident CTAs they need (the "
      "split kernel's occupancy times the multiprocessors; Qwen3-30B-A3B at 64 rows on an H200: 3 splits, 768 CTAs in "
      "two waves of 396, where `fill` takes 2, 512 CTAs whose second wave is 29 % full). The same math, the partial "
-     "sums split elsewhere (fp32; the bf16 outputs may differ in the last bit). `auto` is `fill` until `waves` is "
-     "measured on a GPU; the cpu backend has one reference",
+     "sums split elsewhere (fp32; the bf16 outputs may differ in the last bit). `auto` is `waves` (H100, decode at "
+     "context 2048: -3.2 % a step at 64 sequences, level at 1 and 8; docs/RESULTS.md 2.16); the cpu backend has one "
+     "reference",
      now_paged_splits},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
@@ -563,9 +564,10 @@ bool fm_routes_paged_combine_fused(const fm_routes *r) {
     return r->paged_combine == FM_ROUTE_COMBINE_FUSED ||
            (r->paged_combine == FM_ROUTE_COMBINE_AUTO && PAGED_COMBINE_FUSED_BY_DEFAULT);
 }
-/* auto: the rule of 2 CTAs per multiprocessor until the waves rule is measured on a GPU (bench/NOTES.md 2026-12-05,
- * twenty-sixth session) */
-#define PAGED_SPLITS_WAVES_BY_DEFAULT false
+/* auto: the waves rule. H100, bench decode --context 2048, two rounds against the fill rule in the same run: fp8 B = 64
+ * 15.349 / 15.404 -> 14.887 / 14.888 ms, fp8 + w8a8 14.549 / 14.546 -> 14.070 / 14.051; B = 1 the same splits, B = 8
+ * within 0.6 % (docs/RESULTS.md 2.16, bench/NOTES.md 2026-12-05 twenty-sixth session) */
+#define PAGED_SPLITS_WAVES_BY_DEFAULT true
 bool fm_routes_paged_splits_waves(const fm_routes *r) {
     return r->paged_splits == FM_ROUTE_SPLITS_WAVES ||
            (r->paged_splits == FM_ROUTE_SPLITS_AUTO && PAGED_SPLITS_WAVES_BY_DEFAULT);

@@ -234,7 +234,7 @@ bool fm_routes_attention_paged_tiled(const fm_routes *r);
 bool fm_routes_paged_combine_fused(const fm_routes *r);
 /* Paged attention's number of splits by fm_attention_paged_splits_waves (the fewest that fill the last wave of the
  * split kernel's resident CTAs to 90 %) rather than fm_attention_paged_splits (2 CTAs per multiprocessor). `auto` is
- * `fill` until `waves` is measured on a GPU. */
+ * `waves` (measured on the H100: routes.c). */
 bool fm_routes_paged_splits_waves(const fm_routes *r);
 /* The experts on the grouped GEMVs (fm_routes_moe_gemv): the down GEMV quantizes h (the gate|up GEMV's bf16 SwiGLU
  * output) itself, each CTA its tile's rows, rather than after a quantizer launch: one launch fewer per MoE layer, the
