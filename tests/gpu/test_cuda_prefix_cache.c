@@ -110,8 +110,13 @@ static void compare_model(const char *dir, fm_preset preset, bool w8a8, double b
             const bool near_tie = x->n_top >= 2 && x->top[0].logprob - x->top[1].logprob < tie;
             if (off->ids[q][i] != on->ids[q][i]) {
                 if (near_tie) break; /* either choice is right within the noise: stop here */
-                fail_msg("%s %s%s request %lld token %d: id %d without the cache, %d with it", dir,
-                         fm_preset_name(preset), w8a8 ? "+w8a8" : "", (long long)q, i, off->ids[q][i], on->ids[q][i]);
+                /* both runs' top two at the divergence: tells noise (a gap just over the bound, the other run's
+                   choice second in each) from a fault (a gap far above it) */
+                fail_msg("%s %s%s request %lld token %d: id %d without the cache, %d with it (top two without: %d "
+                         "%.4f, %d %.4f; with: %d %.4f, %d %.4f; near-tie bound %.3g)",
+                         dir, fm_preset_name(preset), w8a8 ? "+w8a8" : "", (long long)q, i, off->ids[q][i],
+                         on->ids[q][i], x->top[0].id, x->top[0].logprob, x->top[1].id, x->top[1].logprob, y->top[0].id,
+                         y->top[0].logprob, y->top[1].id, y->top[1].logprob, tie);
             }
             const double d = fabs((double)x->logprob - (double)y->logprob);
             worst = d > worst ? d : worst;
