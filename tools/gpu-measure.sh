@@ -160,9 +160,9 @@ part_decode() {
         run "decode_rdisp_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route moe.dispatch=fused \
             --route decode.fused=on
         decode_rows "decode_rdisp_r$r"
-        # paged attention's split count filling the last wave of resident CTAs (B = 64: 3 splits, not 2)
-        run "decode_waves_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route paged.splits=waves
-        decode_rows "decode_waves_r$r"
+        # paged attention's split count by the older rule (2 CTAs per SM; the default fills the last wave instead)
+        run "decode_fill_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route paged.splits=fill
+        decode_rows "decode_fill_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object
