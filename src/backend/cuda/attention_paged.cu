@@ -414,7 +414,7 @@ template <int HD> static int apg_ctas_per_sm() {
     return n > 0 ? n : 1;
 }
 
-static int apg_ctas_per_sm(int hd) {
+static int apg_ctas_per_sm_query(int hd) {
     switch (hd) {
     case 16: return apg_ctas_per_sm<16>();
     case 32: return apg_ctas_per_sm<32>();
@@ -434,6 +434,19 @@ static int apg_ctas_per_sm(int hd) {
     case 256: return apg_ctas_per_sm<256>();
     }
     return 1;
+}
+
+// the same, asked of the runtime once per head dim: the launcher runs for every attention layer of an eager step, and
+// the answer depends on the kernel and the GPU only. (Ranks on GPUs of different kinds in one process would share
+// the first one's count: a split count is correct at any value up to the scratch's bound, only its speed changes.)
+static int apg_ctas_per_sm(int hd) {
+    static int known[256 / 16 + 1];
+    int n = __atomic_load_n(&known[hd / 16], __ATOMIC_RELAXED);
+    if (n == 0) {
+        n = apg_ctas_per_sm_query(hd);
+        __atomic_store_n(&known[hd / 16], n, __ATOMIC_RELAXED);
+    }
+    return n;
 }
 
 template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, bool pdl, cudaStream_t s) {
