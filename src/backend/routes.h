@@ -226,7 +226,8 @@ bool fm_routes_gdn_tc(const fm_routes *r, int32_t dk, int32_t dv, bool act_bf16)
 bool fm_routes_rope_store(const fm_routes *r);
 /* A step that holds a prompt chunk runs attention_paged_runs (backend.h) in place of attention_paged: the chunks'
  * rows on the tiled kernel, whose CTAs share each K and V tile among several tokens' query rows
- * (attention_paged_tiled.cu); the decode rows keep the split kernel. `auto` is `off` until measured. */
+ * (attention_paged_tiled.cu); the decode rows keep the split kernel. `auto` is on from sm_90 (H100: a prompt chunk
+ * after a cached context 2x faster for Qwen3-30B-A3B, docs/RESULTS.md 2.16-2.17), off below (not measured). */
 bool fm_routes_attention_paged_tiled(const fm_routes *r);
 /* Paged attention's splits are merged by the split kernel's last CTA of each (token, kv head, query group), counted on
  * a device counter in the op's scratch (attention_paged.cu), rather than by a second kernel: one launch fewer per
