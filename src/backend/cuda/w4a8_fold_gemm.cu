@@ -16,7 +16,8 @@
 //   b[BNT][128]  e4m3 activations of the group, same swizzle (the producer's cp.async)
 //   xsc[BNT]     PER_GROUP only: the group's activation scales
 // and full / empty mbarriers per stage (full: the producer's 128 threads arrive once the stage's conversion is
-// stored and its cp.async landed; empty: the 8 consumer warps once their wgmmas that read it completed), rs[256]
+// stored and its cp.async landed; empty: the 8 consumer warps once their wgmmas that read it completed, or
+// with PER_GROUP the 256 consumer threads once they read its scales too), rs[256]
 // (each weight row's scale x 2^-6, for the epilogue), the epilogue's reductions. The epilogue's scratch is the b
 // stages (free once both warpgroups are past their last group: the epilogue's first barrier).
 // Per 128-group, a consumer warpgroup issues 2 blocks x 4 k steps of wgmma.m64nBNTk32 e4m3 with both operands in
@@ -199,6 +200,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     uint8_t *sm = fold_smem_raw + ((1024u - (smem_u32(fold_smem_raw) & 1023u)) & 1023u);
     float *rs = (float *)(sm + L::rs_off);
     const uint32_t full0 = smem_u32(sm + L::bar_off), empty0 = full0 + 8 * FOLD_STAGES;
+    constexpr unsigned FOLD_EMPTY_ARRIVALS = AS == FM_FOLD_PER_GROUP ? FOLD_CONSUMERS : FOLD_CONSUMERS / 32;
 
     /* PDL (pdl.cuh): the tiles, the activations and their scales are the dispatch's (or, for the down GEMM, the gate|up
        GEMM's): nothing is read before the wait, so the launch and the shared-memory setup overlap the kernel before */
@@ -210,7 +212,7 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
     if (threadIdx.x == 0) {
         for (int st = 0; st < FOLD_STAGES; st++) {
             fold_bar_init(full0 + 8 * st, 128);
-            fold_bar_init(empty0 + 8 * st, FOLD_CONSUMERS / 32);
+            fold_bar_init(empty0 + 8 * st, FOLD_EMPTY_ARRIVALS);
         }
         FOLD_ASM("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -317,8 +319,15 @@ static __global__ __launch_bounds__(FOLD_THREADS, 1) void w4a8_fold_kernel(const
                               !(first && ks == 0));
         wgmma_commit();
     };
-    /* the stage of group grp back to the producer, once per warp */
+    /* the stage of group grp back to the producer: once per warp after the warp's sync, or, where the consumers read
+       the stage with generic loads (PER_GROUP: its activation scales), by every consumer thread, so that each read is
+       ordered before the producer's next cp.async into the stage by the thread's own arrive (racecheck reported the
+       one-lane release as a race with that cp.async, H100, 2026-12-05, with and without PDL) */
     auto release = [&](int64_t grp) {
+        if (AS == FM_FOLD_PER_GROUP) {
+            fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
+            return;
+        }
         __syncwarp();
         if (lane == 0) fold_bar_arrive(empty0 + 8 * (int)(grp % FOLD_STAGES));
     };
