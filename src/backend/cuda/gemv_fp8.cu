@@ -269,16 +269,19 @@ typedef struct gemv_w4a8_weights {
 // CTAs of the gate|up GEMV) or the down GEMV's own (xh: each CTA quantizes its tile's rows while staging them,
 // stage_w4a8_quantize; the CTAs of a tile repeat that work, 1.5 KB a row from L2, to save the launch).
 // GV_DENSE only: tail.counter, the o projection's residual add + RMSNorm in the last CTA (row_tail.cuh).
-enum { GV_DENSE, GV_GROUPED, GV_GROUPED_SWIGLU };
+// GV_GROUPED_FUSED is GV_GROUPED with the down GEMV's fused forms (xh, tt: routes moe.down_quant and moe.combine) in
+// its code; GV_GROUPED, the default routes' form, carries none of it (with it compiled in, the down GEMV took 123
+// registers against 98 and 8.59 us a launch against 7.83 under ncu: H100, 2026-12-05, bench/NOTES.md).
+enum { GV_DENSE, GV_GROUPED, GV_GROUPED_SWIGLU, GV_GROUPED_FUSED };
 typedef struct gemv_groups {
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
     int64_t codes_stride, scales_stride; // per matrix: bytes of codes, elements of scales
-    const int32_t *row_map;              // GV_GROUPED: output row of each slot (NULL: the slot)
+    const int32_t *row_map;              // GV_GROUPED(_FUSED): output row of each slot (NULL: the slot)
     int64_t ldy;                         // y's row stride
-    const __nv_bfloat16 *xh;             // GV_GROUPED: NULL, or bf16 rows [slot][kh] quantized here (x, xs unused)
+    const __nv_bfloat16 *xh; // GV_GROUPED_FUSED: NULL, or bf16 rows [slot][kh] quantized here (x, xs unused)
     int64_t kh;
-    fm_moe_gemv_tail tt; // GV_GROUPED: tt.counters NULL, or each token's end in its last CTA
+    fm_moe_gemv_tail tt; // GV_GROUPED_FUSED: tt.counters NULL, or each token's end in its last CTA
 } gemv_groups;
 
 static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -356,7 +359,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
     float *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
     int64_t slot0 = 0;
-    const __nv_bfloat16 *xh = NULL; /* GV_GROUPED with gr.xh: the tile's bf16 rows */
+    const __nv_bfloat16 *xh = NULL; /* GV_GROUPED_FUSED with gr.xh: the tile's bf16 rows */
     if (MODE != GV_DENSE) { /* the tile list is the dispatch's output: wait before reading it (no weight prefetch) */
         pdl_wait();
         if ((int32_t)blockIdx.y >= __ldcg(gr.n_tiles)) return; /* the whole CTA: before any barrier */
@@ -367,7 +370,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (wt.ws) wt.ws += so;
         if (wt.wsf) wt.wsf += so;
         if (wt.wzs) wt.wzs += so;
-        if (MODE == GV_GROUPED && gr.xh) {
+        if (MODE == GV_GROUPED_FUSED && gr.xh) {
             xh = gr.xh + slot0 * gr.kh;
         } else {
             x += slot0 * G * 128, xs += slot0;
@@ -401,7 +404,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
             pdl_wait();
-            if (MODE == GV_GROUPED && xh)
+            if (MODE == GV_GROUPED_FUSED && xh)
                 stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
             else stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
         }
@@ -447,7 +450,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (tail.counter) tail_last_cta(tail, y, N, M);          /* every thread: the tail is the whole CTA's */
     } else {
         if (!ks && live) store_grouped<NT, MODE == GV_GROUPED_SWIGLU>(acc, r0, blk, N, M, slot0, gr, y);
-        if (MODE == GV_GROUPED && gr.tt.counters) token_tails(gr.tt, gr.row_map, slot0, M, y, N);
+        if (MODE == GV_GROUPED_FUSED && gr.tt.counters) token_tails(gr.tt, gr.row_map, slot0, M, y, N);
     }
 }
 
@@ -653,6 +656,8 @@ static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_g
                      const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s, int64_t max_rows,
                      __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     if (swiglu) moe_ks<WK, GV_GROUPED_SWIGLU>(ks, nt, w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
+    else if (gr->xh || gr->tt.counters)
+        moe_ks<WK, GV_GROUPED_FUSED>(ks, nt, w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else moe_ks<WK, GV_GROUPED>(ks, nt, w, gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
 }
 
