@@ -515,6 +515,25 @@ static void moe_down_quant_words(void **s) {
     assert_true(fm_routes_moe_down_quant_fused(&r));
 }
 
+/* dense.quant: the quantizer launch by default (auto) until the dense GEMV's own quantization is measured on a GPU;
+ * each word picks its form, independent of moe.down_quant; a switch word is refused with the key named */
+static void dense_quant_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_dense_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "dense.quant=fused", &err), FM_OK);
+    assert_true(fm_routes_dense_quant_fused(&r));
+    assert_false(fm_routes_moe_down_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "dense.quant=kernel", &err), FM_OK);
+    assert_false(fm_routes_dense_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "dense.quant=auto", &err), FM_OK);
+    assert_false(fm_routes_dense_quant_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "dense.quant=on", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "dense.quant"));
+}
+
 /* moe.combine: the tail's kernel by default until the down GEMV's last CTAs are measured; independent of
  * moe.down_quant */
 static void moe_combine_words(void **s) {
@@ -655,6 +674,7 @@ int main(void) {
         cmocka_unit_test(paged_combine_words),
         cmocka_unit_test(paged_splits_words),
         cmocka_unit_test(moe_down_quant_words),
+        cmocka_unit_test(dense_quant_words),
         cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(moe_dispatch_words),
         cmocka_unit_test(values_print_as_written),

@@ -163,6 +163,13 @@ part_decode() {
         # paged attention's split count by the older rule (2 CTAs per SM; the default fills the last wave instead)
         run "decode_fill_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route paged.splits=fill
         decode_rows "decode_fill_r$r"
+        # the dense W4A8 GEMV quantizing its bf16 rows itself (two launches fewer per attention layer; fp8 rows only)
+        run "decode_dquant_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route dense.quant=fused
+        decode_rows "decode_dquant_r$r"
+        # with the down GEMV's too (three fewer)
+        run "decode_quants_r$r" 300 "$new/fp8moe" bench decode "${common[@]}" --route dense.quant=fused \
+            --route moe.down_quant=fused
+        decode_rows "decode_quants_r$r"
         fi
         [ "${DECODE_SET:-all}" = main ] && continue
         run "decode_json_base_r$r" 300 "$base/fp8moe" bench decode "${common[@]}" --json-object

@@ -74,6 +74,9 @@ static void now_moe_down_quant(const fm_routes *r, char *b, size_t n) {
 static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_combine_fused(r) ? "fused" : "kernel");
 }
+static void now_dense_quant(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_dense_quant_fused(r) ? "fused" : "kernel");
+}
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
 }
@@ -346,6 +349,19 @@ static const route_key route_keys[] = {
      "context 2048: -3.2 % a step at 64 sequences, level at 1 and 8; docs/RESULTS.md 2.16); the cpu backend has one "
      "reference",
      now_paged_splits},
+    {"dense.quant",
+     FIELD(dense_quant),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL}, {"fused", FM_ROUTE_DOWN_QUANT_FUSED}},
+     "kernel",
+     "the dense W4A8 decode GEMV's bf16 input quantized by a launch of its own, or by the GEMV's CTAs",
+     "the `fp8` preset's dense projections (int4 weights, W4A8) at up to 16 rows, on the decode GEMV (`dense.gemv`): "
+     "`kernel` quantizes the bf16 input rows to e4m3 in 128-column groups with a launch of its own before the GEMV, "
+     "`fused` lets each CTA of the GEMV quantize the rows itself as it stages them (the same codes and scales; every "
+     "CTA repeats that work, 4-8 KB a row from L2): one launch fewer per projection, two per attention layer, the "
+     "same bits. `auto` is `kernel` until `fused` is measured on a GPU; the GEMM (more rows) and `--dense w8a8` keep "
+     "their quantizers; the cpu backend has one reference",
+     now_dense_quant},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -581,6 +597,13 @@ bool fm_routes_paged_splits_waves(const fm_routes *r) {
 bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
     return r->moe_down_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->moe_down_quant == FM_ROUTE_DOWN_QUANT_AUTO && DOWN_QUANT_FUSED_BY_DEFAULT);
+}
+/* auto: the quantizer launch until the fused form is measured on a GPU (compiled only; bench/NOTES.md 2026-12-05,
+   twenty-seventh session) */
+#define DENSE_QUANT_FUSED_BY_DEFAULT false
+bool fm_routes_dense_quant_fused(const fm_routes *r) {
+    return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
+           (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
 }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */

@@ -108,6 +108,7 @@ typedef struct fm_routes {
     int32_t paged_combine;    /* paged.combine: fm_route_paged_combine */
     int32_t moe_dispatch;     /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
     int32_t paged_splits;     /* paged.splits: fm_route_paged_splits */
+    int32_t dense_quant;      /* dense.quant: fm_route_down_quant's words (kernel, fused) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -242,6 +243,10 @@ bool fm_routes_paged_splits_waves(const fm_routes *r);
  * same bits. `auto` is the quantizer launch until the fused form is measured on a GPU (compiled and tested against
  * the chain only: bench/NOTES.md 2026-12-05, "the MoE decode tail"). */
 bool fm_routes_moe_down_quant_fused(const fm_routes *r);
+/* The dense W4A8 decode GEMV (the fp8 preset's attention projections at up to 16 rows) quantizes its bf16 input rows
+ * itself as it stages them, in place of the quantizer's launch before it (the same codes and scales). `auto` is the
+ * quantizer's launch until measured. */
+bool fm_routes_dense_quant_fused(const fm_routes *r);
 /* The experts on the grouped GEMVs, ending in moe_add_rmsnorm (decode.fused): the down GEMV's last CTA of each token
  * combines its k rows, adds the residual and normalises it, rather than a kernel after it: one launch fewer per MoE
  * layer, the same bits. `auto` is the kernel until measured on a GPU (bench/NOTES.md 2026-12-05, "the MoE decode

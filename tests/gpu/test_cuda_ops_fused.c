@@ -553,6 +553,49 @@ static void test_linear_add_rmsnorm_w4a8(void **s) {
     proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, "dense.gemv=off", 2, 4096, 2048); /* the GEMM: the two ops */
 }
 
+/* dense.quant=fused: the fp8 preset's dense decode GEMV quantizing its bf16 rows itself, against the quantizer's
+ * launch before it, bit for bit: linear, and linear_add_rmsnorm with the o projection's tail (decode.fused=on), at
+ * M = 1, 2, 5, 8 (one n8 tile), 9, 16 (two), on Qwen3-30B-A3B's q|k|v (2048 -> 5120) and o (4096 -> 2048) shapes,
+ * a K that is not a multiple of 128 (200 -> 208: the last group padded with zeros), and M = 64 (the GEMM: the
+ * route leaves it to the quantizer's launch) */
+static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_plan_set_dense(&plan, FM_DENSE_PRESET);
+    fm_backend *kb = gpu_with_route(&plan, "dense.quant=kernel,decode.fused=on"),
+               *fb = gpu_with_route(&plan, "dense.quant=fused,decode.fused=on");
+    float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f),
+          *nw = rand_array(N, 1.0f);
+    for (int tail = 0; tail < 2; tail++) {
+        float *a[3], *b[3];
+        run_proj(kb, w, x, r0, nw, M, K, N, tail, 2, &a[0], &a[1], &a[2]);
+        run_proj(fb, w, x, r0, nw, M, K, N, tail, 2, &b[0], &b[1], &b[2]);
+        for (int o = 0; o < 3; o++) {
+            for (int64_t i = 0; i < M * N; i++)
+                if (memcmp(&a[o][i], &b[o][i], sizeof(float)))
+                    fail_msg("dense.quant M=%lld K=%lld N=%lld%s: output %d element %lld: fused %.9g, kernel %.9g",
+                             (long long)M, (long long)K, (long long)N, tail ? " (with the tail)" : "", o, (long long)i,
+                             b[o][i], a[o][i]);
+            free(a[o]), free(b[o]);
+        }
+    }
+    printf("  dense.quant M=%-3lld K=%-5lld N=%-5lld fused = kernel bit for bit (linear, linear_add_rmsnorm)\n",
+           (long long)M, (long long)K, (long long)N);
+    free(w), free(x), free(r0), free(nw);
+    kb->ops->destroy(kb), fb->ops->destroy(fb);
+}
+
+static void test_linear_dense_quant_fused(void **s) {
+    (void)s;
+    const int64_t Ms[] = {1, 2, 5, 8, 9, 16};
+    for (int i = 0; i < 6; i++) {
+        dense_quant_case(Ms[i], 2048, 5120);
+        dense_quant_case(Ms[i], 4096, 2048);
+        dense_quant_case(Ms[i], 200, 208);
+    }
+    dense_quant_case(64, 2048, 512);
+}
+
 /* the other dense formats: the op runs the two ops (bf16, fp32, int4 w4a16) */
 static void test_linear_add_rmsnorm_other_formats(void **s) {
     (void)s;
@@ -708,7 +751,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
         cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
         cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
-        cmocka_unit_test(test_gdn_decode_fused),
+        cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

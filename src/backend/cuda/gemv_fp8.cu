@@ -272,14 +272,16 @@ typedef struct gemv_w4a8_weights {
 // GV_GROUPED_FUSED is GV_GROUPED with the down GEMV's fused forms (xh, tt: routes moe.down_quant and moe.combine) in
 // its code; GV_GROUPED, the default routes' form, carries none of it (with it compiled in, the down GEMV took 123
 // registers against 98 and 8.59 us a launch against 7.83 under ncu: H100, 2026-12-05, bench/NOTES.md).
-enum { GV_DENSE, GV_GROUPED, GV_GROUPED_SWIGLU, GV_GROUPED_FUSED };
+// GV_DENSE_BF16 is GV_DENSE from bf16 rows (gr.xh [M][gr.kh]) the CTAs quantize as they stage them (dense.quant).
+enum { GV_DENSE, GV_GROUPED, GV_GROUPED_SWIGLU, GV_GROUPED_FUSED, GV_DENSE_BF16 };
 typedef struct gemv_groups {
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
     int64_t codes_stride, scales_stride; // per matrix: bytes of codes, elements of scales
     const int32_t *row_map;              // GV_GROUPED(_FUSED): output row of each slot (NULL: the slot)
     int64_t ldy;                         // y's row stride
-    const __nv_bfloat16 *xh; // GV_GROUPED_FUSED: NULL, or bf16 rows [slot][kh] quantized here (x, xs unused)
+    const __nv_bfloat16 *xh; // GV_GROUPED_FUSED: NULL, or bf16 rows [slot][kh] quantized here (x, xs unused);
+                             // GV_DENSE_BF16: the bf16 rows [M][kh]
     int64_t kh;
     fm_moe_gemv_tail tt; // GV_GROUPED_FUSED: tt.counters NULL, or each token's end in its last CTA
 } gemv_groups;
@@ -359,8 +361,11 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
     const int64_t G = n_groups, ldsm = G * 128 + W4A8_PAD;
     float *ssc = (float *)(xsm + NT * 8 * ldsm), *ssum = ssc + NT * 8 * G;
     int64_t slot0 = 0;
-    const __nv_bfloat16 *xh = NULL; /* GV_GROUPED_FUSED with gr.xh: the tile's bf16 rows */
-    if (MODE != GV_DENSE) { /* the tile list is the dispatch's output: wait before reading it (no weight prefetch) */
+    constexpr bool GROUPED = MODE == GV_GROUPED || MODE == GV_GROUPED_SWIGLU || MODE == GV_GROUPED_FUSED;
+    constexpr bool BF16_ROWS = MODE == GV_GROUPED_FUSED || MODE == GV_DENSE_BF16; /* may stage bf16 rows */
+    /* GV_GROUPED_FUSED with gr.xh: the tile's bf16 rows (set below); GV_DENSE_BF16: the rows */
+    const __nv_bfloat16 *xh = MODE == GV_DENSE_BF16 ? gr.xh : NULL;
+    if (GROUPED) { /* the tile list is the dispatch's output: wait before reading it (no weight prefetch) */
         pdl_wait();
         if ((int32_t)blockIdx.y >= __ldcg(gr.n_tiles)) return; /* the whole CTA: before any barrier */
         const fm_w4a8_tile tl = gr.tiles[blockIdx.y];
@@ -404,8 +409,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
             pdl_wait();
-            if (MODE == GV_GROUPED_FUSED && xh)
-                stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
+            if (BF16_ROWS && xh) stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
             else stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
         }
         if (!any) continue;
@@ -445,7 +449,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         }
     }
     reduce_slices<NT, KS>(acc, red);
-    if constexpr (MODE == GV_DENSE) {
+    if constexpr (!GROUPED) {
         if (!ks && live) store_rows<NT>(acc, r0, N, M, 1.0f, y); // the scales are in the accumulator
         if (tail.counter) tail_last_cta(tail, y, N, M);          /* every thread: the tail is the whole CTA's */
     } else {
@@ -525,10 +529,11 @@ typedef struct dense_args {
     const float *xs, *xsum;
     int64_t ld_s, M;
     __nv_bfloat16 *y;
-    fm_row_tail tail; // counter NULL: none
+    fm_row_tail tail;        // counter NULL: none
+    const __nv_bfloat16 *xh; // NULL, or bf16 rows [M][w->cols] the GEMV quantizes itself (x, xs, xsum unused)
 } dense_args;
 
-template <int NT, int KS, int WK>
+template <int NT, int KS, int WK, int MODE>
 static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
     static bool allowed = false; /* dynamic shared memory above 48 KiB must be allowed per kernel, once */
     const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS), sc0 = (int64_t)d.idx * w->n_groups * w->rows_pad;
@@ -538,7 +543,7 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
     const size_t smem = (size_t)fm_gemv_fp8_smem(d.M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
         allowed = true;
     }
@@ -549,30 +554,37 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     fm_row_tail tail = d.tail;
     gemv_groups gr;
     memset(&gr, 0, sizeof gr);
+    gr.xh = d.xh, gr.kh = w->cols;
     void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,  (void *)&xs,
                     (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr, (void *)&tail};
-    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, GV_DENSE>, dim3((unsigned)blocks), dim3(WARPS * 32),
-                       smem, s, args, pdl);
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks), dim3(WARPS * 32), smem,
+                       s, args, pdl);
 }
 
-template <int NT, int WK>
+template <int NT, int WK, int MODE>
 static void dispatch_w4a8(int ks, const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w4a8<NT, 1, WK>(w, d, pdl, s); break;
-    case 2: launch_w4a8<NT, 2, WK>(w, d, pdl, s); break;
-    case 4: launch_w4a8<NT, 4, WK>(w, d, pdl, s); break;
-    default: launch_w4a8<NT, 8, WK>(w, d, pdl, s); break;
+    case 1: launch_w4a8<NT, 1, WK, MODE>(w, d, pdl, s); break;
+    case 2: launch_w4a8<NT, 2, WK, MODE>(w, d, pdl, s); break;
+    case 4: launch_w4a8<NT, 4, WK, MODE>(w, d, pdl, s); break;
+    default: launch_w4a8<NT, 8, WK, MODE>(w, d, pdl, s); break;
     }
 }
 
+template <int WK, int MODE>
+static void dispatch_nt(int ks, const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
+    if (d.M <= 8) dispatch_w4a8<1, WK, MODE>(ks, w, d, pdl, s);
+    else dispatch_w4a8<2, WK, MODE>(ks, w, d, pdl, s);
+}
+
 template <int WK> static void dispatch_rows(int ks, const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
-    if (d.M <= 8) dispatch_w4a8<1, WK>(ks, w, d, pdl, s);
-    else dispatch_w4a8<2, WK>(ks, w, d, pdl, s);
+    if (d.xh) dispatch_nt<WK, GV_DENSE_BF16>(ks, w, d, pdl, s);
+    else dispatch_nt<WK, GV_DENSE>(ks, w, d, pdl, s);
 }
 
 static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
     const bool kind_ok =
-        w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && d.xsum);
+        w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (d.xsum || d.xh));
     if (!kind_ok || w->interleaved || d.idx < 0 || d.idx >= w->n || d.M < 1 || d.M > FM_GEMV_FP8_MAX_M ||
         fm_gemv_fp8_smem(d.M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
@@ -584,12 +596,14 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStrea
     if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, d, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, d, pdl, s);
     else dispatch_rows<WK_E4M3>(ks, w, d, pdl, s);
-    FM_LAUNCH_CHECK(d.tail.counter ? "w4a8_gemv + add_rmsnorm" : "w4a8_gemv");
+    FM_LAUNCH_CHECK(d.tail.counter ? "w4a8_gemv + add_rmsnorm"
+                    : d.xh         ? "w4a8_gemv (quantizing its rows)"
+                                   : "w4a8_gemv");
 }
 
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                        int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
-    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}};
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}, NULL};
     w4a8_gemv(w, d, pdl, s);
 }
 
@@ -601,7 +615,18 @@ void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t 
                 (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail};
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail, NULL};
+    w4a8_gemv(w, d, pdl, s);
+}
+
+void fm_cuda_w4a8_gemv_bf16(const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y,
+                            const fm_row_tail *tail, bool pdl, cudaStream_t s) {
+    const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
+    if (tail && (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out))) {
+        fprintf(stderr, "fp8moe: w4a8_gemv_bf16: rows of %lld or buffers the tail does not take\n", (long long)w->rows);
+        abort(); /* the caller checks fm_row_tail_takes */
+    }
+    const dense_args d = {idx, NULL, NULL, NULL, 0, M, y, tail ? *tail : none, x};
     w4a8_gemv(w, d, pdl, s);
 }
 

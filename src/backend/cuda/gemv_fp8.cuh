@@ -33,6 +33,11 @@ extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *
 extern "C" void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs,
                                               const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y,
                                               const fm_row_tail *tail, bool pdl, cudaStream_t s);
+// The same from bf16 rows x [M][w->cols], which each CTA quantizes to e4m3 in 128-column groups as it stages them
+// (route dense.quant=fused: the codes, scales and, for int4-zp-tc, sums of fm_cuda_quantize_e4m3_rows, so y is the
+// bits of that launch followed by fm_cuda_w4a8_gemv); tail NULL, or as fm_cuda_w4a8_gemv_add_rmsnorm's.
+extern "C" void fm_cuda_w4a8_gemv_bf16(const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
+                                       __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl, cudaStream_t s);
 
 // Grouped W4A8 (moe_w4a8.cu, the experts of a decode step): for each tile of the dispatch (tiles[0..*n_tiles), at
 // most max_tiles, each of rows <= max_rows <= FM_GEMV_FP8_MAX_M), the tile's activation rows of x (as for the

@@ -309,12 +309,19 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
 static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                         __nv_bfloat16 *y, const fm_row_tail *tail) {
     if (M == 0) return;
+    const bool pdl = fm_routes_pdl(&be->routes);
+    /* route dense.quant=fused: the GEMV quantizes x itself where it takes these rows (the branch of
+       fm_cuda_w4a8_linear_gemm below, and every caller that passes a tail) */
+    if (fm_routes_dense_quant_fused(&be->routes) && !w->interleaved &&
+        fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
+        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, pdl, be->stream);
+        return;
+    }
     const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
     uint8_t *x8 = ws;
     float *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
     float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
-    const bool pdl = fm_routes_pdl(&be->routes);
     fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, pdl, be->stream);
     if (tail) fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl, be->stream);
     else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
