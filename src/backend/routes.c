@@ -77,6 +77,9 @@ static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
 static void now_dense_quant(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_dense_quant_fused(r) ? "fused" : "kernel");
 }
+static void now_gemv_prefetch(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_gemv_prefetch(r)));
+}
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
 }
@@ -305,8 +308,9 @@ static const route_key route_keys[] = {
      "the experts on the grouped W4A8 GEMVs (`moe.gemv`): the gate|up GEMV writes h (SwiGLU, bf16), which the down "
      "GEMV reads as e4m3 in 128-column groups; `kernel` quantizes it with a launch of its own, `fused` lets each CTA "
      "of the down GEMV quantize its tile's rows into shared memory as it stages them (the same codes, scales and "
-     "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel` until `fused` is measured on a "
-     "GPU; the grouped GEMMs quantize h in their epilogue either way; the cpu backend has one reference",
+     "group sums): one launch fewer per MoE layer, the same bits. `auto` is `kernel`: on an H200 `fused` (with "
+     "`dense.quant=fused`) cost fp8 decode another +2.5 % a step at B = 1 (docs/RESULTS.md 2.18); the grouped GEMMs "
+     "quantize h in their epilogue either way; the cpu backend has one reference",
      now_moe_down_quant},
     {"moe.combine",
      FIELD(moe_combine),
@@ -359,9 +363,22 @@ static const route_key route_keys[] = {
      "`kernel` quantizes the bf16 input rows to e4m3 in 128-column groups with a launch of its own before the GEMV, "
      "`fused` lets each CTA of the GEMV quantize the rows itself as it stages them (the same codes and scales; every "
      "CTA repeats that work, 4-8 KB a row from L2): one launch fewer per projection, two per attention layer, the "
-     "same bits. `auto` is `kernel` until `fused` is measured on a GPU; the GEMM (more rows) and `--dense w8a8` keep "
-     "their quantizers; the cpu backend has one reference",
+     "same bits. `auto` is `kernel`: on an H200 `fused` cost fp8 decode +4.7 % a step at B = 1 and +33 % at B = 8 "
+     "(docs/RESULTS.md 2.18: the staging is repeated by every CTA after its wait); the GEMM (more rows) and `--dense "
+     "w8a8` keep their quantizers; the cpu backend has one reference",
      now_dense_quant},
+    {"gemv.prefetch", FIELD(gemv_prefetch), "auto|on|off", SWITCH_WORDS, "off",
+     "the decode GEMVs' weights prefetched into L2 ahead of their use (sm_90)",
+     "the weights of a decode step's GEMVs fetched into L2 before the GEMV needs them (sm_90: "
+     "`cp.async.bulk.prefetch.L2`, a hint that changes no result): each dense GEMV (W4A8 and W8A8, `dense.gemv`) "
+     "prefetches its CTA's weight rows and scales before its `griddepcontrol.wait`, i.e. while the kernel before it "
+     "runs (`pdl`); the small dispatch of the experts on the GEMV path (`moe.gemv`) prefetches the routed experts' "
+     "gate|up matrices as soon as it has read the router's ids, and the gate|up GEMV each tile's down matrix, shared "
+     "among its CTAs (not with experts in host memory, nor where the routed experts' bytes exceed 32 MB). At B = 1 a "
+     "step's small kernels leave HBM idle for about half the step; a GEMV of 1-6 MB is latency-bound (4 TB/s x 1 us "
+     "is 4 MB in flight). `auto` is `off` until it is measured on a GPU; `on` needs sm_90; the cpu backend ignores it "
+     "(nothing to prefetch)",
+     now_gemv_prefetch},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -507,6 +524,11 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
                        "route attention.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
                        "sm_90a code for it); this GPU is sm_%d: use attention.kernel=mma or auto",
                        next.sm_major * 10);
+    if (next.sm_major && next.sm_major < 9 && next.gemv_prefetch == FM_ROUTE_ON)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "route gemv.prefetch=on needs a GPU of compute capability 9 or more (the bulk L2 "
+                       "prefetch); this GPU is sm_%d: use gemv.prefetch=off or auto",
+                       next.sm_major * 10);
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
@@ -604,6 +626,12 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
 bool fm_routes_dense_quant_fused(const fm_routes *r) {
     return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
+}
+/* auto: off until it is measured on a GPU (built in the twenty-eighth session, bench/NOTES.md) */
+#define GEMV_PREFETCH_BY_DEFAULT false
+bool fm_routes_gemv_prefetch(const fm_routes *r) {
+    return r->gemv_prefetch == FM_ROUTE_ON ||
+           (r->gemv_prefetch == FM_ROUTE_AUTO && GEMV_PREFETCH_BY_DEFAULT && r->sm_major >= 9);
 }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "backend/cuda/e4m3_tensor.cuh"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/moe_combine_row.cuh"
@@ -189,10 +190,10 @@ static __device__ void stage_w4a8_quantize(const __nv_bfloat16 *h, int64_t K, in
 // load through L2 (the same 16 bytes of x serve every CTA: they stay in L2). tail.counter: the last CTA adds y into
 // the residual and normalises it (row_tail.cuh; the o projection of a decode step, route decode.fused).
 template <int NT, int KS>
-static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
-                                                                         const float *w_scale, const uint8_t *x,
-                                                                         int64_t M, const float *x_scale,
-                                                                         __nv_bfloat16 *y, const fm_row_tail tail) {
+static __global__
+__launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale,
+                                                       const uint8_t *x, int64_t M, const float *x_scale,
+                                                       __nv_bfloat16 *y, const fm_row_tail tail, int32_t prefetch) {
     __shared__ float red[WARPS][NT][4][32];
     const int U = W8A8_U / NT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
@@ -215,6 +216,10 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const u
         const int64_t p = 4 * (ks + (int64_t)u * KS) + t;
         va[u] = p < pieces && ok_a ? __ldcs(wa + p) : zero; // read once: streaming
         vb[u] = p < pieces && ok_b ? __ldcs(wb + p) : zero;
+    }
+    if (prefetch && threadIdx.x == 0) { /* gemv.prefetch: the CTA's rows into L2 while the kernel before runs */
+        const int64_t first = (int64_t)blockIdx.x * (WARPS / KS) * 16, left = N - first;
+        l2_prefetch(W + first * ld, (left < (WARPS / KS) * 16 ? left : (WARPS / KS) * 16) * ld);
     }
     pdl_wait(); /* from here on x may be read and y written */
     for (int64_t c0 = ks; c0 < chunks; c0 += (int64_t)KS * U) {
@@ -258,6 +263,7 @@ typedef struct gemv_w4a8_weights {
     const __nv_bfloat16 *ws; // int4-tc: bf16 scales [group][rows_pad]
     const float *wsf;        // int4-zp-tc (x 512) and e4m3-block: fp32 scales, same layout
     const float *wzs;        // int4-zp-tc: zero x scale
+    int32_t prefetch;        // dense modes, route gemv.prefetch: the CTA's codes and scales into L2 before the wait
 } gemv_w4a8_weights;
 
 // Grouped use (the experts of a decode step, moe_w4a8.cu): blockIdx.y is a tile of the dispatch (expert, first
@@ -284,6 +290,8 @@ typedef struct gemv_groups {
                              // GV_DENSE_BF16: the bf16 rows [M][kh]
     int64_t kh;
     fm_moe_gemv_tail tt; // GV_GROUPED_FUSED: tt.counters NULL, or each token's end in its last CTA
+    fm_l2_bank next;     // GV_GROUPED_SWIGLU, route gemv.prefetch: the down bank, whose matrix of each tile's expert
+                         // the CTAs of the tile prefetch into L2, a share each (next.codes NULL: none)
 } gemv_groups;
 
 static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -347,6 +355,24 @@ static __device__ __noinline__ void token_tails(const fm_moe_gemv_tail tt, const
     }
 }
 
+// gemv.prefetch, dense modes: the codes of the CTA's 16-row blocks (contiguous: blocks are the bank's outer index)
+// into L2 by lane 0, and their scales (each group's rows_pad-long row holds the CTA's rows together) by the warp's
+// lanes, a group each
+template <int KS, int WK>
+static __device__ void prefetch_rows(const gemv_w4a8_weights &wt, int64_t rows_pad, int64_t G) {
+    constexpr int64_t CH = wk_shape<WK>::chunk, RB = WARPS / KS; /* bytes per (block, group); blocks per CTA */
+    const int64_t blk0 = (int64_t)blockIdx.x * RB, left = rows_pad / 16 - blk0, nb = left < RB ? left : RB;
+    if (nb <= 0) return;
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) l2_prefetch(wt.codes + blk0 * G * CH, nb * G * CH);
+    for (int64_t grp = lane; grp < G; grp += 32) {
+        const int64_t at = grp * rows_pad + blk0 * 16;
+        if (WK == WK_INT4) l2_prefetch(wt.ws + at, nb * 16 * (int64_t)sizeof(__nv_bfloat16));
+        else l2_prefetch(wt.wsf + at, nb * 16 * (int64_t)sizeof(float));
+        if (WK == WK_INT4_ZP) l2_prefetch(wt.wzs + at, nb * 16 * (int64_t)sizeof(float));
+    }
+}
+
 template <int NT, int KS, int WK, int MODE>
 static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
     gemv_w4a8_weights wt, int64_t N, int64_t rows_pad, int64_t n_groups, const uint8_t *x, const float *xs,
@@ -375,6 +401,8 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (wt.ws) wt.ws += so;
         if (wt.wsf) wt.wsf += so;
         if (wt.wzs) wt.wzs += so;
+        if (MODE == GV_GROUPED_SWIGLU && gr.next.codes && threadIdx.x == 0) /* the down GEMV's weights, ahead */
+            l2_prefetch_matrix(gr.next, tl.expert, blockIdx.x, gridDim.x);
         if (MODE == GV_GROUPED_FUSED && gr.xh) {
             xh = gr.xh + slot0 * gr.kh;
         } else {
@@ -408,6 +436,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         }
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
+            if (!GROUPED && wt.prefetch && warp == 0) prefetch_rows<KS, WK>(wt, rows_pad, G);
             pdl_wait();
             if (BF16_ROWS && xh) stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
             else stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
@@ -470,56 +499,58 @@ static_assert(W4A8_PAD == 16, "fm_gemv_fp8_smem (routes.h) counts 16 bytes of pa
 
 template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                        const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
+                        const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, bool prefetch,
+                        cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(fm_ceil_div(N, 16), WARPS / KS);
-    void *args[] = {(void *)&W, (void *)&N,   (void *)&ld, (void *)&ws,  (void *)&x,
-                    (void *)&M, (void *)&xsc, (void *)&y,  (void *)&tail};
+    int32_t pf = prefetch;
+    void *args[] = {(void *)&W, (void *)&N,   (void *)&ld, (void *)&ws,   (void *)&x,
+                    (void *)&M, (void *)&xsc, (void *)&y,  (void *)&tail, (void *)&pf};
     fm_cuda_launch_pdl((const void *)w8a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args,
                        pdl);
 }
 
 template <int NT>
 static void dispatch_w8a8(int ks, const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                          const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
+                          const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, bool pf,
+                          cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
-    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
-    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
-    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
+    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
+    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
+    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
     }
 }
 
 static void w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
-                      const float *x_scale, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
+                      const float *x_scale, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, bool pf,
+                      cudaStream_t s) {
     if (M < 1 || M > FM_GEMV_FP8_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
         fprintf(stderr, "fp8moe: w8a8_gemv: unsupported shape (M %lld, N %lld, ld %lld)\n", (long long)M, (long long)N,
                 (long long)ld);
         abort();
     }
     const int ks = slices_for(fm_ceil_div(ld, 64), 8);
-    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, s); /* one n8 tile */
-    else
-        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, s); /* two: only where the route
-                                                                                     w8a8.gemv_max_m allows it
-                                                                                     (cuBLASLt is faster) */
+    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, pf, s); /* one n8 tile */
+    else /* two: only where the route w8a8.gemv_max_m allows it (cuBLASLt is faster) */
+        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, pf, s);
     FM_LAUNCH_CHECK(tail.counter ? "w8a8_gemv + add_rmsnorm" : "w8a8_gemv");
 }
 
 void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
-                       const float *x_scale, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+                       const float *x_scale, __nv_bfloat16 *y, bool pdl, bool prefetch, cudaStream_t s) {
     const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
-    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, none, pdl, s);
+    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, none, pdl, prefetch, s);
 }
 
 void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
                                    int64_t M, const float *x_scale, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
-                                   cudaStream_t s) {
+                                   bool prefetch, cudaStream_t s) {
     if (!tail->counter || !fm_row_tail_takes(N, y, tail->acc, tail->norm, tail->out)) {
         fprintf(stderr, "fp8moe: w8a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
                 (long long)N);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, *tail, pdl, s);
+    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, *tail, pdl, prefetch, s);
 }
 
 // The dense W4A8 GEMV's arguments past the bank, passed down the dispatch below as one value
@@ -531,6 +562,7 @@ typedef struct dense_args {
     __nv_bfloat16 *y;
     fm_row_tail tail;        // counter NULL: none
     const __nv_bfloat16 *xh; // NULL, or bf16 rows [M][w->cols] the GEMV quantizes itself (x, xs, xsum unused)
+    bool prefetch;           // route gemv.prefetch
 } dense_args;
 
 template <int NT, int KS, int WK, int MODE>
@@ -541,6 +573,7 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     wt.codes = (const uint8_t *)w->w + (int64_t)d.idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
     wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
+    wt.prefetch = d.prefetch;
     const size_t smem = (size_t)fm_gemv_fp8_smem(d.M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
@@ -602,31 +635,31 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStrea
 }
 
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
-    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}, NULL};
+                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, bool prefetch, cudaStream_t s) {
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}, NULL, prefetch};
     w4a8_gemv(w, d, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                                    int64_t ld_s, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
-                                   cudaStream_t s) {
+                                   bool prefetch, cudaStream_t s) {
     if (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out)) {
         fprintf(stderr, "fp8moe: w4a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
                 (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail, NULL};
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail, NULL, prefetch};
     w4a8_gemv(w, d, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv_bf16(const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y,
-                            const fm_row_tail *tail, bool pdl, cudaStream_t s) {
+                            const fm_row_tail *tail, bool pdl, bool prefetch, cudaStream_t s) {
     const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
     if (tail && (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out))) {
         fprintf(stderr, "fp8moe: w4a8_gemv_bf16: rows of %lld or buffers the tail does not take\n", (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    const dense_args d = {idx, NULL, NULL, NULL, 0, M, y, tail ? *tail : none, x};
+    const dense_args d = {idx, NULL, NULL, NULL, 0, M, y, tail ? *tail : none, x, prefetch};
     w4a8_gemv(w, d, pdl, s);
 }
 
@@ -639,6 +672,7 @@ static void launch_moe(const fm_bank *w, const gemv_groups *gr, int64_t max_tile
     const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS);
     gemv_w4a8_weights wt;
     wt.codes = (const uint8_t *)w->w, wt.ws = w->scales, wt.wsf = w->fscales, wt.wzs = w->zscales;
+    wt.prefetch = 0; /* the grouped modes prefetch through gr->next */
     const size_t smem = (size_t)fm_gemv_fp8_smem(max_rows, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
@@ -691,7 +725,7 @@ static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_g
 static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                      int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, const __nv_bfloat16 *xh,
                      int64_t ld_s, bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                     const fm_moe_gemv_tail *tt, bool pdl, cudaStream_t s) {
+                     const fm_moe_gemv_tail *tt, const fm_l2_bank *next, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (xsum || xh));
     const bool tail_ok = !tt || (!swiglu && row_map && tt->counters && tt->k >= 1 && ldy == w->rows &&
@@ -712,6 +746,8 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
     gr.xh = xh, gr.kh = w->cols;
     memset(&gr.tt, 0, sizeof gr.tt);
     if (tt) gr.tt = *tt;
+    memset(&gr.next, 0, sizeof gr.next);
+    if (next && swiglu) gr.next = *next;
     const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
@@ -726,12 +762,26 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
 void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                            int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
                            bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, pdl, s);
+                           const fm_moe_gemv_tail *tail, const fm_l2_bank *next, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, next, pdl,
+             s);
 }
 
 void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                                 int64_t max_rows, const __nv_bfloat16 *h, const int32_t *row_map, __nv_bfloat16 *y,
                                 int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, pdl, s);
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, NULL, pdl,
+             s);
+}
+
+fm_l2_bank fm_cuda_l2_bank_of(const fm_bank *w) {
+    fm_l2_bank b;
+    memset(&b, 0, sizeof b);
+    const int64_t cells = w->n_groups * w->rows_pad; /* scales per matrix */
+    const int64_t chunk = w->fmt == FM_W_E4M3_B128 ? wk_shape<WK_E4M3>::chunk : wk_shape<WK_INT4>::chunk;
+    b.codes = (const uint8_t *)w->w, b.codes_stride = (w->rows_pad / 16) * w->n_groups * chunk;
+    if (w->scales) b.s1 = (const uint8_t *)w->scales, b.s1_stride = cells * (int64_t)sizeof(__nv_bfloat16);
+    else if (w->fscales) b.s1 = (const uint8_t *)w->fscales, b.s1_stride = cells * (int64_t)sizeof(float);
+    if (w->zscales) b.s2 = (const uint8_t *)w->zscales, b.s2_stride = cells * (int64_t)sizeof(float);
+    return b;
 }
