@@ -46,8 +46,7 @@ static __device__ __forceinline__ void l2_prefetch_share(const void *p, int64_t 
 }
 
 // Share `part` of `parts` of matrix m of bank b (its codes and scales), by one thread.
-static __device__ __forceinline__ void l2_prefetch_matrix(const fm_l2_bank &b, int64_t m, int64_t part,
-                                                          int64_t parts) {
+static __device__ __forceinline__ void l2_prefetch_matrix(const fm_l2_bank &b, int64_t m, int64_t part, int64_t parts) {
     if (!b.codes) return;
     l2_prefetch_share(b.codes + m * b.codes_stride, b.codes_stride, part, parts);
     if (b.s1) l2_prefetch_share(b.s1 + m * b.s1_stride, b.s1_stride, part, parts);
