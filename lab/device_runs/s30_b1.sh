@@ -1,7 +1,7 @@
 #!/bin/bash
 # session 30, call 3 (pack .carry/gpu-bench-s30.tar.xz: HEAD's fp8moe and fp8moe-bench in build/, b5c95b4's (RESULTS
-# 2.18's "new") in build/base): decode with gemv.prefetch off / on, two rounds, base once; Qwen3-Next off / on; the
-# predictions in bench/NOTES.md (twenty-eighth session); ~250 s
+# 2.18's "new") in build/base): decode with gemv.prefetch off / on / dense / experts, two rounds, base once; Qwen3-Next
+# off / on; --per-op at B = 1 off / on; the predictions in bench/NOTES.md (twenty-eighth session); ~300 s
 set -u
 [ -x build/base/fp8moe-bench ] || tar -xJf .carry/gpu-bench-s30.tar.xz || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -15,6 +15,8 @@ drow base build/base/fp8moe-bench "${c[@]}"
 for r in 1 2; do
   drow off_r$r build/fp8moe-bench "${c[@]}" --route gemv.prefetch=off
   drow on_r$r build/fp8moe-bench "${c[@]}" --route gemv.prefetch=on
+  drow dense_r$r build/fp8moe-bench "${c[@]}" --route gemv.prefetch=dense
+  drow experts_r$r build/fp8moe-bench "${c[@]}" --route gemv.prefetch=experts
   drow qoff_r$r build/fp8moe-bench "${q[@]}" --route gemv.prefetch=off
   drow qon_r$r build/fp8moe-bench "${q[@]}" --route gemv.prefetch=on
 done

@@ -14,8 +14,8 @@
 
 // W8A8, M <= FM_W8A8_GEMV_MAX_M: W e4m3 [N][ld] with its scale at *w_scale, x e4m3 [M][ld] (columns past K zero)
 // with its scale at *x_scale (both scales device pointers: nothing is read back), y bf16 [M][N]. ld a multiple of 16.
-// pdl: launch with programmatic dependent launch (fm_routes_pdl). prefetch (fm_routes_gemv_prefetch): each CTA asks
-// for its weight rows into L2 before it waits for the kernel before it (l2_prefetch.cuh).
+// pdl: launch with programmatic dependent launch (fm_routes_pdl). prefetch (fm_routes_gemv_prefetch_dense): each CTA
+// asks for its weight rows into L2 before it waits for the kernel before it (l2_prefetch.cuh).
 extern "C" void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
                                   int64_t M, const float *x_scale, __nv_bfloat16 *y, bool pdl, bool prefetch,
                                   cudaStream_t s);

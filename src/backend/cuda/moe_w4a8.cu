@@ -176,8 +176,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         /* gemv.prefetch: the routed experts' gate|up matrices prefetched by the small dispatch, their down matrices
            by the gate|up GEMV; not through an expert cache's slot table, nor beyond PREFETCH_MAX_BYTES of them */
         const fm_l2_bank gu_pf = fm_cuda_l2_bank_of(gate_up), down_pf = fm_cuda_l2_bank_of(down);
-        const bool prefetch = fm_routes_gemv_prefetch(r) && !gate_up->slot_of && !down->slot_of && !gate_up->fold &&
-                              P * (gu_pf.codes_stride + down_pf.codes_stride) <= PREFETCH_MAX_BYTES;
+        const bool prefetch = fm_routes_gemv_prefetch_experts(r) && !gate_up->slot_of && !down->slot_of &&
+                              !gate_up->fold && P * (gu_pf.codes_stride + down_pf.codes_stride) <= PREFETCH_MAX_BYTES;
         if (prefetch) b.pf = gu_pf;
         if (router) /* the router's last CTA routes, then dispatches (route moe.dispatch=fused) */
             fm_cuda_router_dispatch(router->w, router->ld, (int32_t)E, H, x, T, k, router->softmax_topk,
@@ -305,7 +305,7 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
        in order, so it takes that bank at every M (the GEMV reads plain row tiles) */
     if (!w->interleaved && fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
         fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_pdl(&be->routes),
-                          fm_routes_gemv_prefetch(&be->routes), be->stream);
+                          fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
         return;
     }
     fm_w4a8_args a;
@@ -326,7 +326,7 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
        fm_cuda_w4a8_linear_gemm below, and every caller that passes a tail) */
     if (fm_routes_dense_quant_fused(&be->routes) && !w->interleaved &&
         fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
-        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, pdl, fm_routes_gemv_prefetch(&be->routes), be->stream);
+        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, pdl, fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
         return;
     }
     const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
@@ -336,8 +336,8 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
     float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
     fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, pdl, be->stream);
     if (tail)
-        fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl, fm_routes_gemv_prefetch(&be->routes),
-                                      be->stream);
+        fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl,
+                                      fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
     else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
 }
 
