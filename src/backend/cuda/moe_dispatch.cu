@@ -300,8 +300,8 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 // GEMVs (xg, xgs).
 // TOK (per_token rows, e4m3): each (token, group) task's amax into its token's word (tok_amax, as fp32 bits: non-
 // negative floats order as their bits), then the tasks again with the token's scale.
-// gemv.prefetch: each routed pair's gate|up matrix in PF_PARTS shares (Qwen3-30B-A3B: 1.5 MB of codes, 8 pairs, 128
-// threads: 2 shares of ~190 KB a thread, 3 instructions each)
+// gemv.prefetch: each routed pair's gate|up matrix in PF_PARTS shares (Qwen3-30B-A3B at one token: 1.5 MB of codes,
+// 8 pairs: 64 of the block's threads, a share of ~190 KB each, 3 instructions of 64 KB)
 #define PF_PARTS 8
 template <bool SUMS, int FMT, bool TOK>
 static __global__ void __launch_bounds__(MAX_EXPERTS)
