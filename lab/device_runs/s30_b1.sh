@@ -20,6 +20,13 @@ for r in 1 2; do
   drow qoff_r$r build/fp8moe-bench "${q[@]}" --route gemv.prefetch=off
   drow qon_r$r build/fp8moe-bench "${q[@]}" --route gemv.prefetch=on
 done
+# B = 8 with the experts on the grouped GEMVs (64 pairs; never measured against the grouped GEMM), the router fused too
+b8=(--synthetic qwen3-30b-a3b --batch 8 --context 2048 --presets fp8,fp8+w8a8 --backend cuda)
+for r in 1 2; do
+  drow b8gemm_r$r build/fp8moe-bench "${b8[@]}"
+  drow b8gemv_r$r build/fp8moe-bench "${b8[@]}" --route moe.gemv=64
+  drow b8gemvrf_r$r build/fp8moe-bench "${b8[@]}" --route moe.gemv=64 --route router.fused=on
+done
 # per op without a graph, B = 1 (the GEMVs' own time with the prefetch, launches apart)
 for v in off on; do timeout 60 build/fp8moe-bench decode --synthetic qwen3-30b-a3b --batch 1 --context 2048 --presets fp8 \
   --backend cuda --per-op --route gemv.prefetch=$v > $OUT/perop_$v.log 2>&1; echo "perop $v rc $? $((SECONDS-t0)) s"; done
