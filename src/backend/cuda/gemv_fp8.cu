@@ -217,11 +217,9 @@ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t
         va[u] = p < pieces && ok_a ? __ldcs(wa + p) : zero; // read once: streaming
         vb[u] = p < pieces && ok_b ? __ldcs(wb + p) : zero;
     }
-    if (prefetch && threadIdx.x == 0) { /* gemv.prefetch: the CTA's rows into L2 while the kernel before runs */
-        const int64_t first = (int64_t)blockIdx.x * (WARPS / KS) * 16, left = N - first;
-        l2_prefetch(W + first * ld, (left < (WARPS / KS) * 16 ? left : (WARPS / KS) * 16) * ld);
-    }
-    pdl_wait(); /* from here on x may be read and y written */
+    if (prefetch && threadIdx.x == 0)
+        l2_prefetch_share(W, N * ld, blockIdx.x, gridDim.x); /* gemv.prefetch: ~its rows */
+    pdl_wait();                                              /* from here on x may be read and y written */
     for (int64_t c0 = ks; c0 < chunks; c0 += (int64_t)KS * U) {
         if (c0 != ks)
 #pragma unroll
@@ -263,7 +261,6 @@ typedef struct gemv_w4a8_weights {
     const __nv_bfloat16 *ws; // int4-tc: bf16 scales [group][rows_pad]
     const float *wsf;        // int4-zp-tc (x 512) and e4m3-block: fp32 scales, same layout
     const float *wzs;        // int4-zp-tc: zero x scale
-    int32_t prefetch;        // dense modes, route gemv.prefetch: the CTA's codes and scales into L2 before the wait
 } gemv_w4a8_weights;
 
 // Grouped use (the experts of a decode step, moe_w4a8.cu): blockIdx.y is a tile of the dispatch (expert, first
@@ -290,8 +287,9 @@ typedef struct gemv_groups {
                              // GV_DENSE_BF16: the bf16 rows [M][kh]
     int64_t kh;
     fm_moe_gemv_tail tt; // GV_GROUPED_FUSED: tt.counters NULL, or each token's end in its last CTA
-    fm_l2_bank next;     // GV_GROUPED_SWIGLU, route gemv.prefetch: the down bank, whose matrix of each tile's expert
-                         // the CTAs of the tile prefetch into L2, a share each (next.codes NULL: none)
+    fm_l2_bank pf; // route gemv.prefetch (pf.codes NULL: none), a share per CTA into L2: the dense modes, matrix 0
+                   // of pf (their own, before the wait); GV_GROUPED_SWIGLU, the down bank's matrix of each
+                   // tile's expert
 } gemv_groups;
 
 static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -355,24 +353,6 @@ static __device__ __noinline__ void token_tails(const fm_moe_gemv_tail tt, const
     }
 }
 
-// gemv.prefetch, dense modes: the codes of the CTA's 16-row blocks (contiguous: blocks are the bank's outer index)
-// into L2 by lane 0, and their scales (each group's rows_pad-long row holds the CTA's rows together) by the warp's
-// lanes, a group each
-template <int KS, int WK>
-static __device__ void prefetch_rows(const gemv_w4a8_weights &wt, int64_t rows_pad, int64_t G) {
-    constexpr int64_t CH = wk_shape<WK>::chunk, RB = WARPS / KS; /* bytes per (block, group); blocks per CTA */
-    const int64_t blk0 = (int64_t)blockIdx.x * RB, left = rows_pad / 16 - blk0, nb = left < RB ? left : RB;
-    if (nb <= 0) return;
-    const int lane = threadIdx.x & 31;
-    if (lane == 0) l2_prefetch(wt.codes + blk0 * G * CH, nb * G * CH);
-    for (int64_t grp = lane; grp < G; grp += 32) {
-        const int64_t at = grp * rows_pad + blk0 * 16;
-        if (WK == WK_INT4) l2_prefetch(wt.ws + at, nb * 16 * (int64_t)sizeof(__nv_bfloat16));
-        else l2_prefetch(wt.wsf + at, nb * 16 * (int64_t)sizeof(float));
-        if (WK == WK_INT4_ZP) l2_prefetch(wt.wzs + at, nb * 16 * (int64_t)sizeof(float));
-    }
-}
-
 template <int NT, int KS, int WK, int MODE>
 static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
     gemv_w4a8_weights wt, int64_t N, int64_t rows_pad, int64_t n_groups, const uint8_t *x, const float *xs,
@@ -401,8 +381,8 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (wt.ws) wt.ws += so;
         if (wt.wsf) wt.wsf += so;
         if (wt.wzs) wt.wzs += so;
-        if (MODE == GV_GROUPED_SWIGLU && gr.next.codes && threadIdx.x == 0) /* the down GEMV's weights, ahead */
-            l2_prefetch_matrix(gr.next, tl.expert, blockIdx.x, gridDim.x);
+        if (MODE == GV_GROUPED_SWIGLU && gr.pf.codes && threadIdx.x == 0) /* the down GEMV's weights, ahead */
+            l2_prefetch_matrix(gr.pf, tl.expert, blockIdx.x, gridDim.x);
         if (MODE == GV_GROUPED_FUSED && gr.xh) {
             xh = gr.xh + slot0 * gr.kh;
         } else {
@@ -436,7 +416,7 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         }
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
-            if (!GROUPED && wt.prefetch && warp == 0) prefetch_rows<KS, WK>(wt, rows_pad, G);
+            if (!GROUPED && gr.pf.codes && threadIdx.x == 0) l2_prefetch_matrix(gr.pf, 0, blockIdx.x, gridDim.x);
             pdl_wait();
             if (BF16_ROWS && xh) stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
             else stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
@@ -573,7 +553,6 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     wt.codes = (const uint8_t *)w->w + (int64_t)d.idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
     wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
-    wt.prefetch = d.prefetch;
     const size_t smem = (size_t)fm_gemv_fp8_smem(d.M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
@@ -588,6 +567,12 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     gemv_groups gr;
     memset(&gr, 0, sizeof gr);
     gr.xh = d.xh, gr.kh = w->cols;
+    if (d.prefetch) { /* the matrix d.idx as the bank's matrix 0 */
+        gr.pf = fm_cuda_l2_bank_of(w);
+        gr.pf.codes += d.idx * gr.pf.codes_stride;
+        if (gr.pf.s1) gr.pf.s1 += d.idx * gr.pf.s1_stride;
+        if (gr.pf.s2) gr.pf.s2 += d.idx * gr.pf.s2_stride;
+    }
     void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,  (void *)&xs,
                     (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr, (void *)&tail};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks), dim3(WARPS * 32), smem,
@@ -672,7 +657,6 @@ static void launch_moe(const fm_bank *w, const gemv_groups *gr, int64_t max_tile
     const int64_t blocks = fm_ceil_div(w->rows_pad / 16, WARPS / KS);
     gemv_w4a8_weights wt;
     wt.codes = (const uint8_t *)w->w, wt.ws = w->scales, wt.wsf = w->fscales, wt.wzs = w->zscales;
-    wt.prefetch = 0; /* the grouped modes prefetch through gr->next */
     const size_t smem = (size_t)fm_gemv_fp8_smem(max_rows, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
@@ -746,8 +730,8 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
     gr.xh = xh, gr.kh = w->cols;
     memset(&gr.tt, 0, sizeof gr.tt);
     if (tt) gr.tt = *tt;
-    memset(&gr.next, 0, sizeof gr.next);
-    if (next && swiglu) gr.next = *next;
+    memset(&gr.pf, 0, sizeof gr.pf);
+    if (next && swiglu) gr.pf = *next;
     const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
