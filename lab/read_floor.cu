@@ -117,10 +117,10 @@ static const void *read_fn(int U) {
 
 // one step of a graph: what node i launches (region i of the ring)
 typedef struct step {
-    int64_t bytes;        // S
-    int read_grid, U;     // read_grid 0: no read
-    int pf_grid;          // 0: no prefetch; the prefetch is of the same region, before the read (and the spin)
-    int64_t spin_ns;      // 0: no spin
+    int64_t bytes;    // S
+    int read_grid, U; // read_grid 0: no read
+    int pf_grid;      // 0: no prefetch; the prefetch is of the same region, before the read (and the spin)
+    int64_t spin_ns;  // 0: no spin
     bool pdl;
 } step;
 

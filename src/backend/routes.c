@@ -20,7 +20,7 @@ typedef struct route_key {
     const char *key;
     size_t field;        /* offsetof(fm_routes, ...): an int32_t */
     const char *values;  /* what it accepts, in the order shown: '|'-separated words, integers, or ranges "a..b" */
-    route_word words[4]; /* the codes of the words in `values` other than auto */
+    route_word words[3]; /* the codes of the words in `values` other than auto */
     const char *def;     /* the default rule, in a few words (the printer) */
     const char *decides; /* what it decides, in one line (the printer) */
     const char *doc;     /* what it decides, in full (docs/routes.md) */
@@ -76,10 +76,6 @@ static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
 }
 static void now_dense_quant(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_dense_quant_fused(r) ? "fused" : "kernel");
-}
-static void now_gemv_prefetch(const fm_routes *r, char *b, size_t n) {
-    const bool d = fm_routes_gemv_prefetch_dense(r), e = fm_routes_gemv_prefetch_experts(r);
-    snprintf(b, n, "%s", d && e ? "on" : d ? "dense" : e ? "experts" : "off");
 }
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
@@ -368,26 +364,6 @@ static const route_key route_keys[] = {
      "(docs/RESULTS.md 2.18: the staging is repeated by every CTA after its wait); the GEMM (more rows) and `--dense "
      "w8a8` keep their quantizers; the cpu backend has one reference",
      now_dense_quant},
-    {"gemv.prefetch",
-     FIELD(gemv_prefetch),
-     "auto|on|off|dense|experts",
-     {{"on", FM_ROUTE_PREFETCH_ON},
-      {"off", FM_ROUTE_PREFETCH_OFF},
-      {"dense", FM_ROUTE_PREFETCH_DENSE},
-      {"experts", FM_ROUTE_PREFETCH_EXPERTS}},
-     "off",
-     "the decode GEMVs' weights prefetched into L2 ahead of their use (sm_90)",
-     "the weights of a decode step's GEMVs fetched into L2 before the GEMV needs them (sm_90: "
-     "`cp.async.bulk.prefetch.L2`, a hint that changes no result): each dense GEMV (W4A8 and W8A8, `dense.gemv`) "
-     "prefetches its CTA's weight rows and scales before its `griddepcontrol.wait`, i.e. while the kernel before it "
-     "runs (`pdl`); the small dispatch of the experts on the GEMV path (`moe.gemv`) prefetches the routed experts' "
-     "gate|up matrices as soon as it has read the router's ids, and the gate|up GEMV each tile's down matrix, shared "
-     "among its CTAs (not with experts in host memory, nor where the routed experts' bytes exceed 32 MB). At B = 1 a "
-     "step's small kernels leave HBM idle for about half the step; a GEMV of 1-6 MB is latency-bound (4 TB/s x 1 us "
-     "is 4 MB in flight). `dense` and `experts` take one half each (to tell their gains apart). `auto` is `off` until "
-     "it "
-     "is measured on a GPU; a value other than `off` needs sm_90; the cpu backend ignores it (nothing to prefetch)",
-     now_gemv_prefetch},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -533,15 +509,6 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
                        "route attention.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
                        "sm_90a code for it); this GPU is sm_%d: use attention.kernel=mma or auto",
                        next.sm_major * 10);
-    if (next.sm_major && next.sm_major < 9 && next.gemv_prefetch != FM_ROUTE_PREFETCH_AUTO &&
-        next.gemv_prefetch != FM_ROUTE_PREFETCH_OFF)
-        return fm_fail(err, FM_ERR_UNSUPPORTED,
-                       "route gemv.prefetch=%s needs a GPU of compute capability 9 or more (the bulk L2 "
-                       "prefetch); this GPU is sm_%d: use gemv.prefetch=off or auto",
-                       next.gemv_prefetch == FM_ROUTE_PREFETCH_ON      ? "on"
-                       : next.gemv_prefetch == FM_ROUTE_PREFETCH_DENSE ? "dense"
-                                                                       : "experts",
-                       next.sm_major * 10);
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
@@ -639,19 +606,6 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
 bool fm_routes_dense_quant_fused(const fm_routes *r) {
     return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
-}
-/* auto: off until it is measured on a GPU (built in the twenty-eighth session, bench/NOTES.md) */
-#define GEMV_PREFETCH_BY_DEFAULT false
-static bool gemv_prefetch_auto(const fm_routes *r) {
-    return r->gemv_prefetch == FM_ROUTE_PREFETCH_AUTO && GEMV_PREFETCH_BY_DEFAULT && r->sm_major >= 9;
-}
-bool fm_routes_gemv_prefetch_dense(const fm_routes *r) {
-    return r->gemv_prefetch == FM_ROUTE_PREFETCH_ON || r->gemv_prefetch == FM_ROUTE_PREFETCH_DENSE ||
-           gemv_prefetch_auto(r);
-}
-bool fm_routes_gemv_prefetch_experts(const fm_routes *r) {
-    return r->gemv_prefetch == FM_ROUTE_PREFETCH_ON || r->gemv_prefetch == FM_ROUTE_PREFETCH_EXPERTS ||
-           gemv_prefetch_auto(r);
 }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */

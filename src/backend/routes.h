@@ -75,14 +75,6 @@ typedef enum fm_route_paged_splits {
     FM_ROUTE_SPLITS_WAVES, /* splits that fill the last wave of resident CTAs (fm_attention_paged_splits_waves) */
 } fm_route_paged_splits;
 
-typedef enum fm_route_gemv_prefetch {
-    FM_ROUTE_PREFETCH_AUTO = 0,
-    FM_ROUTE_PREFETCH_ON,      /* the dense GEMVs' weights and the experts' */
-    FM_ROUTE_PREFETCH_OFF,     /* none */
-    FM_ROUTE_PREFETCH_DENSE,   /* the dense GEMVs' only (each before its wait) */
-    FM_ROUTE_PREFETCH_EXPERTS, /* the experts' only (by the small dispatch and the gate|up GEMV) */
-} fm_route_gemv_prefetch;
-
 typedef enum fm_route_down_quant {
     FM_ROUTE_DOWN_QUANT_AUTO = 0,
     FM_ROUTE_DOWN_QUANT_KERNEL, /* a decode step's h quantized for the down GEMV by a launch of its own */
@@ -117,7 +109,6 @@ typedef struct fm_routes {
     int32_t moe_dispatch;     /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
     int32_t paged_splits;     /* paged.splits: fm_route_paged_splits */
     int32_t dense_quant;      /* dense.quant: fm_route_down_quant's words (kernel, fused) */
-    int32_t gemv_prefetch;    /* gemv.prefetch: fm_route_gemv_prefetch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -256,10 +247,6 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * itself as it stages them, in place of the quantizer's launch before it (the same codes and scales). `auto` is the
  * quantizer's launch until measured. */
 bool fm_routes_dense_quant_fused(const fm_routes *r);
-/* gemv.prefetch: the decode GEMVs' weights fetched into L2 ahead of their use (sm_90: cp.async.bulk.prefetch.L2), the
- * dense projections' (each GEMV its own, before its wait) and the experts' on the GEMV path */
-bool fm_routes_gemv_prefetch_dense(const fm_routes *r);
-bool fm_routes_gemv_prefetch_experts(const fm_routes *r);
 /* The experts on the grouped GEMVs, ending in moe_add_rmsnorm (decode.fused): the down GEMV's last CTA of each token
  * combines its k rows, adds the residual and normalises it, rather than a kernel after it: one launch fewer per MoE
  * layer, the same bits. `auto` is the kernel until measured on a GPU (bench/NOTES.md 2026-12-05, "the MoE decode

@@ -553,16 +553,17 @@ static void test_linear_add_rmsnorm_w4a8(void **s) {
     proj_case(FM_PRESET_FP8, FM_DENSE_PRESET, "dense.gemv=off", 2, 4096, 2048); /* the GEMM: the two ops */
 }
 
-/* Two routes of the same dense projection, bit for bit: linear, and linear_add_rmsnorm with the o projection's tail
- * (decode.fused=on in both), the routes ra (the reference) and rb after it */
-static void dense_pair_case(fm_dense dense, const char *ra, const char *rb, int64_t M, int64_t K, int64_t N) {
+/* dense.quant=fused: the fp8 preset's dense decode GEMV quantizing its bf16 rows itself, against the quantizer's
+ * launch before it, bit for bit: linear, and linear_add_rmsnorm with the o projection's tail (decode.fused=on), at
+ * M = 1, 2, 5, 8 (one n8 tile), 9, 16 (two), on Qwen3-30B-A3B's q|k|v (2048 -> 5120) and o (4096 -> 2048) shapes,
+ * a K that is not a multiple of 128 (200 -> 208: the last group padded with zeros), and M = 64 (the GEMM: the
+ * route leaves it to the quantizer's launch) */
+static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
-    fm_plan_set_dense(&plan, dense);
-    char r_a[160], r_b[160];
-    snprintf(r_a, sizeof r_a, "%s,decode.fused=on", ra);
-    snprintf(r_b, sizeof r_b, "%s,decode.fused=on", rb);
-    fm_backend *kb = gpu_with_route(&plan, r_a), *fb = gpu_with_route(&plan, r_b);
+    fm_plan_set_dense(&plan, FM_DENSE_PRESET);
+    fm_backend *kb = gpu_with_route(&plan, "dense.quant=kernel,decode.fused=on"),
+               *fb = gpu_with_route(&plan, "dense.quant=fused,decode.fused=on");
     float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f),
           *nw = rand_array(N, 1.0f);
     for (int tail = 0; tail < 2; tail++) {
@@ -572,25 +573,16 @@ static void dense_pair_case(fm_dense dense, const char *ra, const char *rb, int6
         for (int o = 0; o < 3; o++) {
             for (int64_t i = 0; i < M * N; i++)
                 if (memcmp(&a[o][i], &b[o][i], sizeof(float)))
-                    fail_msg("%s M=%lld K=%lld N=%lld%s: output %d element %lld: %.9g, %s %.9g", rb, (long long)M,
-                             (long long)K, (long long)N, tail ? " (with the tail)" : "", o, (long long)i, b[o][i], ra,
-                             a[o][i]);
+                    fail_msg("dense.quant M=%lld K=%lld N=%lld%s: output %d element %lld: fused %.9g, kernel %.9g",
+                             (long long)M, (long long)K, (long long)N, tail ? " (with the tail)" : "", o, (long long)i,
+                             b[o][i], a[o][i]);
             free(a[o]), free(b[o]);
         }
     }
-    printf("  %-18s %-5s M=%-3lld K=%-5lld N=%-5lld = %s bit for bit (linear, linear_add_rmsnorm)\n", rb,
-           dense == FM_DENSE_W8A8 ? "w8a8" : "w4a8", (long long)M, (long long)K, (long long)N, ra);
+    printf("  dense.quant M=%-3lld K=%-5lld N=%-5lld fused = kernel bit for bit (linear, linear_add_rmsnorm)\n",
+           (long long)M, (long long)K, (long long)N);
     free(w), free(x), free(r0), free(nw);
     kb->ops->destroy(kb), fb->ops->destroy(fb);
-}
-
-/* dense.quant=fused: the fp8 preset's dense decode GEMV quantizing its bf16 rows itself, against the quantizer's
- * launch before it, bit for bit: linear, and linear_add_rmsnorm with the o projection's tail (decode.fused=on), at
- * M = 1, 2, 5, 8 (one n8 tile), 9, 16 (two), on Qwen3-30B-A3B's q|k|v (2048 -> 5120) and o (4096 -> 2048) shapes,
- * a K that is not a multiple of 128 (200 -> 208: the last group padded with zeros), and M = 64 (the GEMM: the
- * route leaves it to the quantizer's launch) */
-static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
-    dense_pair_case(FM_DENSE_PRESET, "dense.quant=kernel", "dense.quant=fused", M, K, N);
 }
 
 static void test_linear_dense_quant_fused(void **s) {
@@ -602,37 +594,6 @@ static void test_linear_dense_quant_fused(void **s) {
         dense_quant_case(Ms[i], 200, 208);
     }
     dense_quant_case(64, 2048, 512);
-}
-
-/* gemv.prefetch=on (the decode GEMVs' weights asked into L2 ahead: a hint) changes no bit: the dense W4A8 and W8A8
- * GEMVs (their CTAs' rows before the wait; the last CTA's share cut at the bank's end: N = 208, 5120 / 16 blocks)
- * with and without the o projection's tail, at M = 1, 8, 16 (and W4A8 with dense.quant=fused); the experts on the GEMV
- * path (the small dispatch prefetching gate|up, the gate|up GEMV down) at 1 and 8 tokens of Qwen3-30B-A3B's shape, a
- * small odd one, an NVFP4 dispatch, and the grouped GEMMs (moe.gemv=off: nothing prefetched) */
-static void test_gemv_prefetch(void **s) {
-    (void)s;
-    const int64_t Ms[] = {1, 8, 16};
-    for (int i = 0; i < 3; i++) {
-        dense_pair_case(FM_DENSE_PRESET, "gemv.prefetch=off", "gemv.prefetch=on", Ms[i], 2048, 5120);
-        dense_pair_case(FM_DENSE_PRESET, "gemv.prefetch=off", "gemv.prefetch=on", Ms[i], 4096, 2048);
-        dense_pair_case(FM_DENSE_PRESET, "gemv.prefetch=off", "gemv.prefetch=on", Ms[i], 200, 208);
-        dense_pair_case(FM_DENSE_W8A8, "gemv.prefetch=off,w8a8.gemv_max_m=16", "gemv.prefetch=on,w8a8.gemv_max_m=16",
-                        Ms[i], 2048, 5120);
-        dense_pair_case(FM_DENSE_W8A8, "gemv.prefetch=off,w8a8.gemv_max_m=16", "gemv.prefetch=on,w8a8.gemv_max_m=16",
-                        Ms[i], 200, 208);
-    }
-    dense_pair_case(FM_DENSE_PRESET, "gemv.prefetch=off,dense.quant=fused", "gemv.prefetch=on,dense.quant=fused", 1,
-                    2048, 5120);
-    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, NULL, "gemv.prefetch=off", "gemv.prefetch=on", 1, 128, 8, 2048,
-                   768);
-    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", "gemv.prefetch=off", "gemv.prefetch=on", 8, 128, 8,
-                   2048, 768);
-    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", "gemv.prefetch=off", "gemv.prefetch=on", 7, 13, 5,
-                   384, 200);
-    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, "moe.gemv=64", "gemv.prefetch=off", "gemv.prefetch=on", 7, 8, 2,
-                   256, 72);
-    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=off", "gemv.prefetch=off", "gemv.prefetch=on", 9, 128,
-                   8, 2048, 768);
 }
 
 /* the other dense formats: the op runs the two ops (bf16, fp32, int4 w4a16) */
@@ -791,7 +752,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
         cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
         cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
-        cmocka_unit_test(test_gemv_prefetch),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -30,7 +30,6 @@
 #include <string.h>
 
 #include "backend/cuda/e4m3_tensor.cuh"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/moe_combine_row.cuh"
@@ -190,10 +189,10 @@ static __device__ void stage_w4a8_quantize(const __nv_bfloat16 *h, int64_t K, in
 // load through L2 (the same 16 bytes of x serve every CTA: they stay in L2). tail.counter: the last CTA adds y into
 // the residual and normalises it (row_tail.cuh; the o projection of a decode step, route decode.fused).
 template <int NT, int KS>
-static __global__
-__launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale,
-                                                       const uint8_t *x, int64_t M, const float *x_scale,
-                                                       __nv_bfloat16 *y, const fm_row_tail tail, int32_t prefetch) {
+static __global__ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t N, int64_t ld,
+                                                                         const float *w_scale, const uint8_t *x,
+                                                                         int64_t M, const float *x_scale,
+                                                                         __nv_bfloat16 *y, const fm_row_tail tail) {
     __shared__ float red[WARPS][NT][4][32];
     const int U = W8A8_U / NT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, ks = warp % KS;
@@ -217,9 +216,7 @@ __launch_bounds__(WARPS * 32, 2) void w8a8_gemv_kernel(const uint8_t *W, int64_t
         va[u] = p < pieces && ok_a ? __ldcs(wa + p) : zero; // read once: streaming
         vb[u] = p < pieces && ok_b ? __ldcs(wb + p) : zero;
     }
-    if (prefetch && threadIdx.x == 0)
-        l2_prefetch_share(W, N * ld, blockIdx.x, gridDim.x); /* gemv.prefetch: ~its rows */
-    pdl_wait();                                              /* from here on x may be read and y written */
+    pdl_wait(); /* from here on x may be read and y written */
     for (int64_t c0 = ks; c0 < chunks; c0 += (int64_t)KS * U) {
         if (c0 != ks)
 #pragma unroll
@@ -287,9 +284,6 @@ typedef struct gemv_groups {
                              // GV_DENSE_BF16: the bf16 rows [M][kh]
     int64_t kh;
     fm_moe_gemv_tail tt; // GV_GROUPED_FUSED: tt.counters NULL, or each token's end in its last CTA
-    fm_l2_bank pf; // route gemv.prefetch (pf.codes NULL: none), a share per CTA into L2: the dense modes, matrix 0
-                   // of pf (their own, before the wait); GV_GROUPED_SWIGLU, the down bank's matrix of each
-                   // tile's expert
 } gemv_groups;
 
 static __device__ __forceinline__ float gv_round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -381,8 +375,6 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         if (wt.ws) wt.ws += so;
         if (wt.wsf) wt.wsf += so;
         if (wt.wzs) wt.wzs += so;
-        if (MODE == GV_GROUPED_SWIGLU && gr.pf.codes && threadIdx.x == 0) /* the down GEMV's weights, ahead */
-            l2_prefetch_matrix(gr.pf, tl.expert, blockIdx.x, gridDim.x);
         if (MODE == GV_GROUPED_FUSED && gr.xh) {
             xh = gr.xh + slot0 * gr.kh;
         } else {
@@ -416,7 +408,6 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
         }
         if (first) { /* every warp comes here once, whatever its share of K: the staging needs all of them */
             first = 0;
-            if (!GROUPED && gr.pf.codes && threadIdx.x == 0) l2_prefetch_matrix(gr.pf, 0, blockIdx.x, gridDim.x);
             pdl_wait();
             if (BF16_ROWS && xh) stage_w4a8_quantize<WK == WK_INT4_ZP>(xh, gr.kh, M, G, NT * 8, ldsm, xsm, ssc);
             else stage_w4a8_e4m3(x, xs, WK == WK_INT4_ZP ? xsum : NULL, ld_s, M, G, NT * 8, ldsm, xsm, ssc);
@@ -479,58 +470,56 @@ static_assert(W4A8_PAD == 16, "fm_gemv_fp8_smem (routes.h) counts 16 bytes of pa
 
 template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                        const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, bool prefetch,
-                        cudaStream_t s) {
+                        const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
     const int64_t blocks = fm_ceil_div(fm_ceil_div(N, 16), WARPS / KS);
-    int32_t pf = prefetch;
-    void *args[] = {(void *)&W, (void *)&N,   (void *)&ld, (void *)&ws,   (void *)&x,
-                    (void *)&M, (void *)&xsc, (void *)&y,  (void *)&tail, (void *)&pf};
+    void *args[] = {(void *)&W, (void *)&N,   (void *)&ld, (void *)&ws,  (void *)&x,
+                    (void *)&M, (void *)&xsc, (void *)&y,  (void *)&tail};
     fm_cuda_launch_pdl((const void *)w8a8_gemv_kernel<NT, KS>, dim3((unsigned)blocks), dim3(WARPS * 32), 0, s, args,
                        pdl);
 }
 
 template <int NT>
 static void dispatch_w8a8(int ks, const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
-                          const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, bool pf,
-                          cudaStream_t s) {
+                          const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
     switch (ks) {
-    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
-    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
-    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
-    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, tail, pdl, pf, s); break;
+    case 1: launch_w8a8<NT, 1>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    case 2: launch_w8a8<NT, 2>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    case 4: launch_w8a8<NT, 4>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
+    default: launch_w8a8<NT, 8>(W, N, ld, ws, x, M, xsc, y, tail, pdl, s); break;
     }
 }
 
 static void w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
-                      const float *x_scale, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, bool pf,
-                      cudaStream_t s) {
+                      const float *x_scale, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
     if (M < 1 || M > FM_GEMV_FP8_MAX_M || ld % 16 || fm_ceil_div(N, 16) > 2147483647LL) {
         fprintf(stderr, "fp8moe: w8a8_gemv: unsupported shape (M %lld, N %lld, ld %lld)\n", (long long)M, (long long)N,
                 (long long)ld);
         abort();
     }
     const int ks = slices_for(fm_ceil_div(ld, 64), 8);
-    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, pf, s); /* one n8 tile */
-    else /* two: only where the route w8a8.gemv_max_m allows it (cuBLASLt is faster) */
-        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, pf, s);
+    if (M <= 8) dispatch_w8a8<1>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, s); /* one n8 tile */
+    else
+        dispatch_w8a8<2>(ks, W, N, ld, w_scale, x, M, x_scale, y, tail, pdl, s); /* two: only where the route
+                                                                                     w8a8.gemv_max_m allows it
+                                                                                     (cuBLASLt is faster) */
     FM_LAUNCH_CHECK(tail.counter ? "w8a8_gemv + add_rmsnorm" : "w8a8_gemv");
 }
 
 void fm_cuda_w8a8_gemv(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x, int64_t M,
-                       const float *x_scale, __nv_bfloat16 *y, bool pdl, bool prefetch, cudaStream_t s) {
+                       const float *x_scale, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
     const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
-    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, none, pdl, prefetch, s);
+    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, none, pdl, s);
 }
 
 void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64_t ld, const float *w_scale, const uint8_t *x,
                                    int64_t M, const float *x_scale, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
-                                   bool prefetch, cudaStream_t s) {
+                                   cudaStream_t s) {
     if (!tail->counter || !fm_row_tail_takes(N, y, tail->acc, tail->norm, tail->out)) {
         fprintf(stderr, "fp8moe: w8a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
                 (long long)N);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, *tail, pdl, prefetch, s);
+    w8a8_gemv(W, N, ld, w_scale, x, M, x_scale, y, *tail, pdl, s);
 }
 
 // The dense W4A8 GEMV's arguments past the bank, passed down the dispatch below as one value
@@ -542,7 +531,6 @@ typedef struct dense_args {
     __nv_bfloat16 *y;
     fm_row_tail tail;        // counter NULL: none
     const __nv_bfloat16 *xh; // NULL, or bf16 rows [M][w->cols] the GEMV quantizes itself (x, xs, xsum unused)
-    bool prefetch;           // route gemv.prefetch
 } dense_args;
 
 template <int NT, int KS, int WK, int MODE>
@@ -567,12 +555,6 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     gemv_groups gr;
     memset(&gr, 0, sizeof gr);
     gr.xh = d.xh, gr.kh = w->cols;
-    if (d.prefetch) { /* the matrix d.idx as the bank's matrix 0 */
-        gr.pf = fm_cuda_l2_bank_of(w);
-        gr.pf.codes += d.idx * gr.pf.codes_stride;
-        if (gr.pf.s1) gr.pf.s1 += d.idx * gr.pf.s1_stride;
-        if (gr.pf.s2) gr.pf.s2 += d.idx * gr.pf.s2_stride;
-    }
     void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,  (void *)&xs,
                     (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr, (void *)&tail};
     fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks), dim3(WARPS * 32), smem,
@@ -620,31 +602,31 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStrea
 }
 
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, bool prefetch, cudaStream_t s) {
-    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}, NULL, prefetch};
+                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}, NULL};
     w4a8_gemv(w, d, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                                    int64_t ld_s, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
-                                   bool prefetch, cudaStream_t s) {
+                                   cudaStream_t s) {
     if (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out)) {
         fprintf(stderr, "fp8moe: w4a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
                 (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail, NULL, prefetch};
+    const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail, NULL};
     w4a8_gemv(w, d, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv_bf16(const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y,
-                            const fm_row_tail *tail, bool pdl, bool prefetch, cudaStream_t s) {
+                            const fm_row_tail *tail, bool pdl, cudaStream_t s) {
     const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
     if (tail && (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out))) {
         fprintf(stderr, "fp8moe: w4a8_gemv_bf16: rows of %lld or buffers the tail does not take\n", (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
-    const dense_args d = {idx, NULL, NULL, NULL, 0, M, y, tail ? *tail : none, x, prefetch};
+    const dense_args d = {idx, NULL, NULL, NULL, 0, M, y, tail ? *tail : none, x};
     w4a8_gemv(w, d, pdl, s);
 }
 
@@ -709,7 +691,7 @@ static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_g
 static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                      int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, const __nv_bfloat16 *xh,
                      int64_t ld_s, bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                     const fm_moe_gemv_tail *tt, const fm_l2_bank *next, bool pdl, cudaStream_t s) {
+                     const fm_moe_gemv_tail *tt, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (xsum || xh));
     const bool tail_ok = !tt || (!swiglu && row_map && tt->counters && tt->k >= 1 && ldy == w->rows &&
@@ -730,8 +712,6 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
     gr.xh = xh, gr.kh = w->cols;
     memset(&gr.tt, 0, sizeof gr.tt);
     if (tt) gr.tt = *tt;
-    memset(&gr.pf, 0, sizeof gr.pf);
-    if (next && swiglu) gr.pf = *next;
     const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
@@ -746,26 +726,12 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
 void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                            int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
                            bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                           const fm_moe_gemv_tail *tail, const fm_l2_bank *next, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, next, pdl,
-             s);
+                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, pdl, s);
 }
 
 void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                                 int64_t max_rows, const __nv_bfloat16 *h, const int32_t *row_map, __nv_bfloat16 *y,
                                 int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, NULL, pdl,
-             s);
-}
-
-fm_l2_bank fm_cuda_l2_bank_of(const fm_bank *w) {
-    fm_l2_bank b;
-    memset(&b, 0, sizeof b);
-    const int64_t cells = w->n_groups * w->rows_pad; /* scales per matrix */
-    const int64_t chunk = w->fmt == FM_W_E4M3_B128 ? wk_shape<WK_E4M3>::chunk : wk_shape<WK_INT4>::chunk;
-    b.codes = (const uint8_t *)w->w, b.codes_stride = (w->rows_pad / 16) * w->n_groups * chunk;
-    if (w->scales) b.s1 = (const uint8_t *)w->scales, b.s1_stride = cells * (int64_t)sizeof(__nv_bfloat16);
-    else if (w->fscales) b.s1 = (const uint8_t *)w->fscales, b.s1_stride = cells * (int64_t)sizeof(float);
-    if (w->zscales) b.s2 = (const uint8_t *)w->zscales, b.s2_stride = cells * (int64_t)sizeof(float);
-    return b;
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, pdl, s);
 }

@@ -221,8 +221,7 @@ void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const ui
     const uint8_t *A = (const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld;
     const float *a_scale = w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT;
     if (fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W8A8_GEMV) {
-        fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, fm_routes_pdl(&be->routes),
-                          fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
+        fm_cuda_w8a8_gemv(A, w->rows, w->ld, a_scale, xq, M, x_scale, y, fm_routes_pdl(&be->routes), be->stream);
     } else if (M > INT32_MAX || fm_lt_gemm_run(be->lt, w->lt_gemm, A, a_scale, xq, x_scale, (int)M, y, be->stream,
                                                "dense W8A8 projection", &err)) {
         fprintf(stderr, "fp8moe: %s\n", M > INT32_MAX ? "W8A8 linear: too many rows" : err.msg);
@@ -245,8 +244,7 @@ static void linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const b
     if (tail)
         fm_cuda_w8a8_gemv_add_rmsnorm((const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld, w->rows, w->ld,
                                       w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, xq, M, xs, y, tail,
-                                      fm_routes_pdl(&be->routes), fm_routes_gemv_prefetch_dense(&be->routes),
-                                      be->stream);
+                                      fm_routes_pdl(&be->routes), be->stream);
     else fm_cuda_w8a8_gemm(be, w, idx, xq, xs, M, y);
     if (debug) {
         unsigned n_bad = 0;

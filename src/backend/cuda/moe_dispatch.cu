@@ -300,9 +300,6 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
 // GEMVs (xg, xgs).
 // TOK (per_token rows, e4m3): each (token, group) task's amax into its token's word (tok_amax, as fp32 bits: non-
 // negative floats order as their bits), then the tasks again with the token's scale.
-// gemv.prefetch: each routed pair's gate|up matrix in PF_PARTS shares (Qwen3-30B-A3B at one token: 1.5 MB of codes,
-// 8 pairs: 64 of the block's threads, a share of ~190 KB each, 3 instructions of 64 KB)
-#define PF_PARTS 8
 template <bool SUMS, int FMT, bool TOK>
 static __global__ void __launch_bounds__(MAX_EXPERTS)
     dispatch_small_kernel(const __nv_bfloat16 *x, int32_t T, int32_t k, int64_t H, const int32_t *ids, int32_t E,
@@ -317,9 +314,6 @@ static __global__ void __launch_bounds__(MAX_EXPERTS)
     if (e == 0) amax = 0u;
     if (TOK && e < T) tok_amax[e] = 0u;
     __syncthreads();
-    if (b.pf.codes) /* gemv.prefetch: the routed experts' gate|up matrices into L2, PF_PARTS shares of each pair's */
-        for (int i = e; i < P * PF_PARTS; i += MAX_EXPERTS)
-            l2_prefetch_matrix(b.pf, sid[i / PF_PARTS], i % PF_PARTS, PF_PARTS);
     if (FMT == FM_W4A8_DISPATCH_NV) {
         float m = 0.0f;
         for (int64_t i = e; i < (int64_t)T * H; i += MAX_EXPERTS) {

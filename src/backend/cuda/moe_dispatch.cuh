@@ -21,7 +21,6 @@
 #ifndef FM_CUDA_MOE_DISPATCH_CUH
 #define FM_CUDA_MOE_DISPATCH_CUH
 
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/w4a8_gemm.cuh"
 
 typedef struct fm_dispatch_bufs {
@@ -41,9 +40,6 @@ typedef struct fm_dispatch_bufs {
     uint8_t *h;     // the gate|up GEMM's e4m3 output [P][pad128(h_cols)] when h_cols % 128 (else NULL): the grouped
     int64_t h_cols; // dispatch zeroes each slot's row past h_cols (no CTA writes those columns, the down GEMM reads
                     // them); the small dispatch does not (its GEMVs' h is quantized in whole groups)
-    fm_l2_bank pf;  // the small dispatch, route gemv.prefetch: the gate|up bank (fm_cuda_l2_bank_of), whose matrices of
-                    // the routed experts it prefetches into L2 once it has the ids (pf.codes NULL: none; never with
-                    // matrix_of: an expert cache's slots are filled on the side stream)
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL (fm_routes_w4a8_moe_tile_rows), as the GEMMs after it are

@@ -12,10 +12,6 @@
 #include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
 
-// gemv.prefetch: the routed experts' matrices are prefetched into L2 (50 MB on an H100 / H200) only while their
-// codes take at most this many bytes: a larger step would evict what it asked for before reading it
-#define PREFETCH_MAX_BYTES (32LL << 20)
-
 // The gate|up GEMM (SwiGLU epilogue: e4m3 h) and the down GEMM (bf16 y, rows of the pairs) over a dispatch's tiles.
 static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const fm_dispatch_bufs *bp,
                           int64_t P, int64_t E, uint32_t bn, uint8_t *h, float *hs, float *hsum, __nv_bfloat16 *y) {
@@ -144,7 +140,6 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     fm_dispatch_bufs b;
-    memset(&b, 0, sizeof b);
     b.cursor = (int32_t *)(ws + L.cursor); /* L.counts: unused since the plan kernel counts in shared memory */
     b.seg_start = (int32_t *)(ws + L.seg_start), b.n_tiles = (int32_t *)(ws + L.n_tiles);
     b.tiles = (fm_w4a8_tile *)(ws + L.tiles), b.pair_of_slot = (int32_t *)(ws + L.pair_of_slot);
@@ -173,12 +168,6 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
            a launch of its own or (moe.down_quant=fused) by the down GEMV as it stages its rows. Every bank kind and
            dispatch format takes either: h is e4m3 1x128 whatever x was, with group sums for int4-zp-tc banks. */
         const bool pdl = fm_routes_pdl(r);
-        /* gemv.prefetch: the routed experts' gate|up matrices prefetched by the small dispatch, their down matrices
-           by the gate|up GEMV; not through an expert cache's slot table, nor beyond PREFETCH_MAX_BYTES of them */
-        const fm_l2_bank gu_pf = fm_cuda_l2_bank_of(gate_up), down_pf = fm_cuda_l2_bank_of(down);
-        const bool prefetch = fm_routes_gemv_prefetch_experts(r) && !gate_up->slot_of && !down->slot_of &&
-                              !gate_up->fold && P * (gu_pf.codes_stride + down_pf.codes_stride) <= PREFETCH_MAX_BYTES;
-        if (prefetch) b.pf = gu_pf;
         if (router) /* the router's last CTA routes, then dispatches (route moe.dispatch=fused) */
             fm_cuda_router_dispatch(router->w, router->ld, (int32_t)E, H, x, T, k, router->softmax_topk,
                                     router->norm_topk, router->shared, router->logits, (int32_t *)ids,
@@ -195,7 +184,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         }
         /* an FP4 dispatch: the GEMV reads the e4m3 expansion the dispatch wrote beside the codes (xg, xgs) */
         fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, fp4 ? b.xg : b.x8, fp4 ? b.xgs : b.xs,
-                              b.xsum, P, true, NULL, h16, I, NULL, prefetch ? &down_pf : NULL, pdl, be->stream);
+                              b.xsum, P, true, NULL, h16, I, NULL, pdl, be->stream);
         /* moe.combine=fused: the fused tail (moe_add_rmsnorm) in the down GEMV's last CTA of each token, on the
            counters after the dense GEMV's (cuda_internal.cuh) */
         const bool in_gemv = tail && fm_routes_moe_combine_fused(r) && be->tail_counter && T <= FM_MOE_GEMV_MAX_PAIRS &&
@@ -208,7 +197,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         } else {
             fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
             fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot,
-                                  y, H, in_gemv ? &tt : NULL, NULL, pdl, be->stream);
+                                  y, H, in_gemv ? &tt : NULL, pdl, be->stream);
         }
         if (!in_gemv) combine(be, y, weights, T, k, H, tail, out);
         return;
@@ -304,8 +293,7 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     /* a dense MLP's gate|up bank is interleaved for the SwiGLU epilogue: only the GEMM's epilogue writes its rows back
        in order, so it takes that bank at every M (the GEMV reads plain row tiles) */
     if (!w->interleaved && fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
-        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_pdl(&be->routes),
-                          fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
+        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_pdl(&be->routes), be->stream);
         return;
     }
     fm_w4a8_args a;
@@ -326,7 +314,7 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
        fm_cuda_w4a8_linear_gemm below, and every caller that passes a tail) */
     if (fm_routes_dense_quant_fused(&be->routes) && !w->interleaved &&
         fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
-        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, pdl, fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
+        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, pdl, be->stream);
         return;
     }
     const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
@@ -335,9 +323,7 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
     float *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
     float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
     fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, pdl, be->stream);
-    if (tail)
-        fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl,
-                                      fm_routes_gemv_prefetch_dense(&be->routes), be->stream);
+    if (tail) fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl, be->stream);
     else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
 }
 
