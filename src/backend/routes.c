@@ -77,6 +77,9 @@ static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
 static void now_dense_quant(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_dense_quant_fused(r) ? "fused" : "kernel");
 }
+static void now_gemv_groups(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%d groups a warp", fm_routes_gemv_groups(r));
+}
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
 }
@@ -364,6 +367,19 @@ static const route_key route_keys[] = {
      "(docs/RESULTS.md 2.18: the staging is repeated by every CTA after its wait); the GEMM (more rows) and `--dense "
      "w8a8` keep their quantizers; the cpu backend has one reference",
      now_dense_quant},
+    {"gemv.groups",
+     FIELD(gemv_groups),
+     "auto|1|2|4|8",
+     {{NULL, 0}},
+     "4",
+     "128-column K groups a warp of the W4A8 decode GEMVs aims at (splits K among a CTA's warps)",
+     "how the W4A8 decode GEMVs (the fp8 preset's dense projections and the experts' grouped GEMVs) share a 16-row "
+     "block's K among the warps of its CTA: up to 8 warps, each taking about this many 128-column groups, so fewer "
+     "groups a warp mean more CTAs (each row block's dependent chain shorter, more warps to hide it) and more mean "
+     "fewer CTAs (fewer waves when the grid exceeds what is resident). At B = 1 these GEMVs are bound by their chain "
+     "of dependent instructions at ~2.4 warps a scheduler, not by HBM (docs/RESULTS.md 2.19); `auto` is 4 until "
+     "another value measures better. The W8A8 GEMV keeps its own split (8 chunks of 64 bytes a warp)",
+     now_gemv_groups},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -606,6 +622,9 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r) {
 bool fm_routes_dense_quant_fused(const fm_routes *r) {
     return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
+}
+int32_t fm_routes_gemv_groups(const fm_routes *r) {
+    return r->gemv_groups > 0 ? r->gemv_groups : FM_GEMV_GROUPS_DEFAULT;
 }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */

@@ -109,6 +109,7 @@ typedef struct fm_routes {
     int32_t moe_dispatch;     /* moe.dispatch: fm_route_paged_combine's words (kernel, fused) */
     int32_t paged_splits;     /* paged.splits: fm_route_paged_splits */
     int32_t dense_quant;      /* dense.quant: fm_route_down_quant's words (kernel, fused) */
+    int32_t gemv_groups;      /* gemv.groups: 0 auto, else 1, 2, 4 or 8 */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -247,6 +248,11 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * itself as it stages them, in place of the quantizer's launch before it (the same codes and scales). `auto` is the
  * quantizer's launch until measured. */
 bool fm_routes_dense_quant_fused(const fm_routes *r);
+/* The 128-column K groups each warp of a W4A8 decode GEMV (dense and the experts') aims at: a row block's K is split
+ * among up to 8 warps of its CTA so that each takes about this many (FM_GEMV_GROUPS_DEFAULT at auto). Fewer groups a
+ * warp: more CTAs, shorter chains; more: fewer CTAs, fewer waves. */
+#define FM_GEMV_GROUPS_DEFAULT 4
+int32_t fm_routes_gemv_groups(const fm_routes *r);
 /* The experts on the grouped GEMVs, ending in moe_add_rmsnorm (decode.fused): the down GEMV's last CTA of each token
  * combines its k rows, adds the residual and normalises it, rather than a kernel after it: one launch fewer per MoE
  * layer, the same bits. `auto` is the kernel until measured on a GPU (bench/NOTES.md 2026-12-05, "the MoE decode

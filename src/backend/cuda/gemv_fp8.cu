@@ -582,7 +582,8 @@ template <int WK> static void dispatch_rows(int ks, const fm_bank *w, const dens
     else dispatch_nt<WK, GV_DENSE>(ks, w, d, pdl, s);
 }
 
-static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStream_t s) {
+// groups: K groups a warp aims at (route gemv.groups; 0: 4)
+static void w4a8_gemv(const fm_bank *w, const dense_args &d, int32_t groups, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (d.xsum || d.xh));
     if (!kind_ok || w->interleaved || d.idx < 0 || d.idx >= w->n || d.M < 1 || d.M > FM_GEMV_FP8_MAX_M ||
@@ -592,7 +593,7 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStrea
                 d.idx, w->n);
         abort();
     }
-    const int ks = slices_for(w->n_groups, 4);
+    const int ks = slices_for(w->n_groups, groups > 0 ? groups : 4);
     if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, d, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, d, pdl, s);
     else dispatch_rows<WK_E4M3>(ks, w, d, pdl, s);
@@ -602,32 +603,32 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, bool pdl, cudaStrea
 }
 
 void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s) {
+                       int64_t ld_s, int64_t M, __nv_bfloat16 *y, int32_t groups, bool pdl, cudaStream_t s) {
     const dense_args d = {idx, x, xs, xsum, ld_s, M, y, {NULL, NULL, NULL, 0.0f, NULL}, NULL};
-    w4a8_gemv(w, d, pdl, s);
+    w4a8_gemv(w, d, groups, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl,
-                                   cudaStream_t s) {
+                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail, int32_t groups,
+                                   bool pdl, cudaStream_t s) {
     if (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out)) {
         fprintf(stderr, "fp8moe: w4a8_gemv_add_rmsnorm: rows of %lld or buffers the tail does not take\n",
                 (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
     const dense_args d = {idx, x, xs, xsum, ld_s, M, y, *tail, NULL};
-    w4a8_gemv(w, d, pdl, s);
+    w4a8_gemv(w, d, groups, pdl, s);
 }
 
 void fm_cuda_w4a8_gemv_bf16(const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M, __nv_bfloat16 *y,
-                            const fm_row_tail *tail, bool pdl, cudaStream_t s) {
+                            const fm_row_tail *tail, int32_t groups, bool pdl, cudaStream_t s) {
     const fm_row_tail none = {NULL, NULL, NULL, 0.0f, NULL};
     if (tail && (!tail->counter || !fm_row_tail_takes(w->rows, y, tail->acc, tail->norm, tail->out))) {
         fprintf(stderr, "fp8moe: w4a8_gemv_bf16: rows of %lld or buffers the tail does not take\n", (long long)w->rows);
         abort(); /* the caller checks fm_row_tail_takes */
     }
     const dense_args d = {idx, NULL, NULL, NULL, 0, M, y, tail ? *tail : none, x};
-    w4a8_gemv(w, d, pdl, s);
+    w4a8_gemv(w, d, groups, pdl, s);
 }
 
 // ---- grouped: the experts of a decode step ----
@@ -691,7 +692,7 @@ static void moe_mode(bool swiglu, int ks, int nt, const fm_bank *w, const gemv_g
 static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                      int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, const __nv_bfloat16 *xh,
                      int64_t ld_s, bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                     const fm_moe_gemv_tail *tt, bool pdl, cudaStream_t s) {
+                     const fm_moe_gemv_tail *tt, int32_t groups, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (xsum || xh));
     const bool tail_ok = !tt || (!swiglu && row_map && tt->counters && tt->k >= 1 && ldy == w->rows &&
@@ -712,7 +713,7 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
     gr.xh = xh, gr.kh = w->cols;
     memset(&gr.tt, 0, sizeof gr.tt);
     if (tt) gr.tt = *tt;
-    const int ks = slices_for(w->n_groups, 4), nt = max_rows <= 8 ? 1 : 2;
+    const int ks = slices_for(w->n_groups, groups > 0 ? groups : 4), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC)
@@ -726,12 +727,14 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
 void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                            int64_t max_rows, const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s,
                            bool swiglu, const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, pdl, s);
+                           const fm_moe_gemv_tail *tail, int32_t groups, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, x, xs, xsum, NULL, ld_s, swiglu, row_map, y, ldy, tail, groups,
+             pdl, s);
 }
 
 void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles, int64_t max_tiles,
                                 int64_t max_rows, const __nv_bfloat16 *h, const int32_t *row_map, __nv_bfloat16 *y,
-                                int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s) {
-    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, pdl, s);
+                                int64_t ldy, const fm_moe_gemv_tail *tail, int32_t groups, bool pdl, cudaStream_t s) {
+    moe_gemv(w, tiles, n_tiles, max_tiles, max_rows, NULL, NULL, NULL, h, 0, false, row_map, y, ldy, tail, groups, pdl,
+             s);
 }

@@ -24,20 +24,22 @@ extern "C" void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64
 
 // W4A8: matrix idx of an int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, not interleaved), x e4m3
 // [M][n_groups * 128] with scales xs[group * ld_s + row] and, for int4-zp-tc, group sums xsum alike
-// (fm_cuda_quantize_e4m3_rows), y bf16 [M][rows]. Needs M <= FM_GEMV_FP8_MAX_M and the staging within
+// (fm_cuda_quantize_e4m3_rows), y bf16 [M][rows]. groups: the K groups a warp aims at (fm_routes_gemv_groups; 0:
+// its default; every W4A8 GEMV below takes it). Needs M <= FM_GEMV_FP8_MAX_M and the staging within
 // FM_GEMV_FP8_SMEM_MAX (fm_routes_dense_kernel says FM_DK_W4A8_GEMV).
 extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
-                                  int64_t ld_s, int64_t M, __nv_bfloat16 *y, bool pdl, cudaStream_t s);
+                                  int64_t ld_s, int64_t M, __nv_bfloat16 *y, int32_t groups, bool pdl, cudaStream_t s);
 // The same, then its last CTA adds y into tail->acc and normalises it into tail->out, as the W8A8 GEMV's does (the
 // fp8 preset's o projection, route decode.fused). Needs fm_row_tail_takes(w->rows, ...).
 extern "C" void fm_cuda_w4a8_gemv_add_rmsnorm(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs,
                                               const float *xsum, int64_t ld_s, int64_t M, __nv_bfloat16 *y,
-                                              const fm_row_tail *tail, bool pdl, cudaStream_t s);
+                                              const fm_row_tail *tail, int32_t groups, bool pdl, cudaStream_t s);
 // The same from bf16 rows x [M][w->cols], which each CTA quantizes to e4m3 in 128-column groups as it stages them
 // (route dense.quant=fused: the codes, scales and, for int4-zp-tc, sums of fm_cuda_quantize_e4m3_rows, so y is the
 // bits of that launch followed by fm_cuda_w4a8_gemv); tail NULL, or as fm_cuda_w4a8_gemv_add_rmsnorm's.
 extern "C" void fm_cuda_w4a8_gemv_bf16(const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
-                                       __nv_bfloat16 *y, const fm_row_tail *tail, bool pdl, cudaStream_t s);
+                                       __nv_bfloat16 *y, const fm_row_tail *tail, int32_t groups, bool pdl,
+                                       cudaStream_t s);
 
 // Grouped W4A8 (moe_w4a8.cu, the experts of a decode step): for each tile of the dispatch (tiles[0..*n_tiles), at
 // most max_tiles, each of rows <= max_rows <= FM_GEMV_FP8_MAX_M), the tile's activation rows of x (as for the
@@ -60,8 +62,8 @@ typedef struct fm_moe_gemv_tail {
 extern "C" void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles,
                                       int64_t max_tiles, int64_t max_rows, const uint8_t *x, const float *xs,
                                       const float *xsum, int64_t ld_s, bool swiglu, const int32_t *row_map,
-                                      __nv_bfloat16 *y, int64_t ldy, const fm_moe_gemv_tail *tail, bool pdl,
-                                      cudaStream_t s);
+                                      __nv_bfloat16 *y, int64_t ldy, const fm_moe_gemv_tail *tail, int32_t groups,
+                                      bool pdl, cudaStream_t s);
 // The down projection (bank not interleaved) of the same tiles from bf16 rows h [slots][w->cols] (the SwiGLU output
 // of the gate|up GEMV): each CTA quantizes its tile's rows into shared memory to e4m3 1x128 groups as
 // fm_cuda_quantize_e4m3_rows does (the same codes, scales and, for int4-zp-tc, group sums), so the result is the
@@ -69,6 +71,6 @@ extern "C" void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tile
 extern "C" void fm_cuda_w4a8_moe_gemv_bf16(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t *n_tiles,
                                            int64_t max_tiles, int64_t max_rows, const __nv_bfloat16 *h,
                                            const int32_t *row_map, __nv_bfloat16 *y, int64_t ldy,
-                                           const fm_moe_gemv_tail *tail, bool pdl, cudaStream_t s);
+                                           const fm_moe_gemv_tail *tail, int32_t groups, bool pdl, cudaStream_t s);
 
 #endif

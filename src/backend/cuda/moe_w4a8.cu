@@ -168,6 +168,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
            a launch of its own or (moe.down_quant=fused) by the down GEMV as it stages its rows. Every bank kind and
            dispatch format takes either: h is e4m3 1x128 whatever x was, with group sums for int4-zp-tc banks. */
         const bool pdl = fm_routes_pdl(r);
+        const int32_t gg = fm_routes_gemv_groups(r);
         if (router) /* the router's last CTA routes, then dispatches (route moe.dispatch=fused) */
             fm_cuda_router_dispatch(router->w, router->ld, (int32_t)E, H, x, T, k, router->softmax_topk,
                                     router->norm_topk, router->shared, router->logits, (int32_t *)ids,
@@ -184,7 +185,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         }
         /* an FP4 dispatch: the GEMV reads the e4m3 expansion the dispatch wrote beside the codes (xg, xgs) */
         fm_cuda_w4a8_moe_gemv(gate_up, b.tiles, b.n_tiles, max_tiles, max_rows, fp4 ? b.xg : b.x8, fp4 ? b.xgs : b.xs,
-                              b.xsum, P, true, NULL, h16, I, NULL, pdl, be->stream);
+                              b.xsum, P, true, NULL, h16, I, NULL, gg, pdl, be->stream);
         /* moe.combine=fused: the fused tail (moe_add_rmsnorm) in the down GEMV's last CTA of each token, on the
            counters after the dense GEMV's (cuda_internal.cuh) */
         const bool in_gemv = tail && fm_routes_moe_combine_fused(r) && be->tail_counter && T <= FM_MOE_GEMV_MAX_PAIRS &&
@@ -193,11 +194,11 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         if (in_gemv) tt.acc = tail->acc, tt.norm = tail->norm, tt.eps = tail->eps;
         if (fm_routes_moe_down_quant_fused(r)) {
             fm_cuda_w4a8_moe_gemv_bf16(down, b.tiles, b.n_tiles, max_tiles, max_rows, h16, b.pair_of_slot, y, H,
-                                       in_gemv ? &tt : NULL, pdl, be->stream);
+                                       in_gemv ? &tt : NULL, gg, pdl, be->stream);
         } else {
             fm_cuda_quantize_e4m3_rows(h16, P, I, h, hs, hsum, P, pdl, be->stream);
             fm_cuda_w4a8_moe_gemv(down, b.tiles, b.n_tiles, max_tiles, max_rows, h, hs, hsum, P, false, b.pair_of_slot,
-                                  y, H, in_gemv ? &tt : NULL, pdl, be->stream);
+                                  y, H, in_gemv ? &tt : NULL, gg, pdl, be->stream);
         }
         if (!in_gemv) combine(be, y, weights, T, k, H, tail, out);
         return;
@@ -293,7 +294,8 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     /* a dense MLP's gate|up bank is interleaved for the SwiGLU epilogue: only the GEMM's epilogue writes its rows back
        in order, so it takes that bank at every M (the GEMV reads plain row tiles) */
     if (!w->interleaved && fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
-        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_pdl(&be->routes), be->stream);
+        fm_cuda_w4a8_gemv(w, idx, x8, xs, xsum, M, M, y, fm_routes_gemv_groups(&be->routes), fm_routes_pdl(&be->routes),
+                          be->stream);
         return;
     }
     fm_w4a8_args a;
@@ -314,7 +316,7 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
        fm_cuda_w4a8_linear_gemm below, and every caller that passes a tail) */
     if (fm_routes_dense_quant_fused(&be->routes) && !w->interleaved &&
         fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) == FM_DK_W4A8_GEMV) {
-        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, pdl, be->stream);
+        fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, fm_routes_gemv_groups(&be->routes), pdl, be->stream);
         return;
     }
     const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
@@ -323,7 +325,9 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
     float *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
     float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
     fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, pdl, be->stream);
-    if (tail) fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, pdl, be->stream);
+    if (tail)
+        fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, fm_routes_gemv_groups(&be->routes), pdl,
+                                      be->stream);
     else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
 }
 
