@@ -78,7 +78,8 @@ static void now_dense_quant(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_dense_quant_fused(r) ? "fused" : "kernel");
 }
 static void now_gemv_groups(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%d groups a warp", fm_routes_gemv_groups(r));
+    if (fm_routes_gemv_groups(r)) snprintf(b, n, "%d groups a warp", fm_routes_gemv_groups(r));
+    else snprintf(b, n, "most slices in one wave");
 }
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
@@ -371,14 +372,15 @@ static const route_key route_keys[] = {
      FIELD(gemv_groups),
      "auto|1|2|4|8",
      {{NULL, 0}},
-     "4",
-     "128-column K groups a warp of the W4A8 decode GEMVs aims at (splits K among a CTA's warps)",
+     "most K slices in one wave",
+     "128-column K groups a warp of the W4A8 decode GEMVs takes (splits a row block's K among a CTA's warps)",
      "how the W4A8 decode GEMVs (the fp8 preset's dense projections and the experts' grouped GEMVs) share a 16-row "
-     "block's K among the warps of its CTA: up to 8 warps, each taking about this many 128-column groups, so fewer "
-     "groups a warp mean more CTAs (each row block's dependent chain shorter, more warps to hide it) and more mean "
-     "fewer CTAs (fewer waves when the grid exceeds what is resident). At B = 1 these GEMVs are bound by their chain "
-     "of dependent instructions at ~2.4 warps a scheduler, not by HBM (docs/RESULTS.md 2.19); `auto` is 4 until "
-     "another value measures better. The W8A8 GEMV keeps its own split (8 chunks of 64 bytes a warp)",
+     "block's K among the 8 warps of its CTA. A value: each warp takes about that many 128-column groups. `auto`: "
+     "the most warps a row block (up to 8, at least one group each) whose grid still fits one wave of two CTAs an SM. "
+     "At B = 1 these GEMVs are bound by each warp's chain of dependent instructions at ~2 warps a scheduler, not by "
+     "HBM: more warps a row block shorten the chain until a second wave repeats it (on an H100 under ncu, Qwen3-"
+     "30B-A3B's expert gate|up GEMV 13.6 us at 4 groups a warp and 432 CTAs, 11.5 us at 8 and 216; docs/RESULTS.md "
+     "2.19). The W8A8 GEMV keeps its own split",
      now_gemv_groups},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
@@ -623,9 +625,7 @@ bool fm_routes_dense_quant_fused(const fm_routes *r) {
     return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
 }
-int32_t fm_routes_gemv_groups(const fm_routes *r) {
-    return r->gemv_groups > 0 ? r->gemv_groups : FM_GEMV_GROUPS_DEFAULT;
-}
+int32_t fm_routes_gemv_groups(const fm_routes *r) { return r->gemv_groups > 0 ? r->gemv_groups : 0; }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */
 bool fm_routes_moe_dispatch_fused(const fm_routes *r) {

@@ -249,9 +249,8 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * quantizer's launch until measured. */
 bool fm_routes_dense_quant_fused(const fm_routes *r);
 /* The 128-column K groups each warp of a W4A8 decode GEMV (dense and the experts') aims at: a row block's K is split
- * among up to 8 warps of its CTA so that each takes about this many (FM_GEMV_GROUPS_DEFAULT at auto). Fewer groups a
- * warp: more CTAs, shorter chains; more: fewer CTAs, fewer waves. */
-#define FM_GEMV_GROUPS_DEFAULT 4
+ * among up to 8 warps of its CTA so that each takes about this many; 0 (auto): the most warps whose grid stays within
+ * one resident wave (gemv_fp8.cu, w4a8_slices). */
 int32_t fm_routes_gemv_groups(const fm_routes *r);
 /* The experts on the grouped GEMVs, ending in moe_add_rmsnorm (decode.fused): the down GEMV's last CTA of each token
  * combines its k rows, adds the residual and normalises it, rather than a kernel after it: one launch fewer per MoE

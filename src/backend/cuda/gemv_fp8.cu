@@ -468,6 +468,22 @@ static int slices_for(int64_t steps, int64_t per_warp) {
 
 static_assert(W4A8_PAD == 16, "fm_gemv_fp8_smem (routes.h) counts 16 bytes of padding per staged row");
 
+// K slices of a W4A8 GEMV of n_groups K groups, row_blocks 16-row blocks and `tiles` grid rows (1 dense; the grouped
+// GEMVs' max_tiles). groups > 0 (route gemv.groups): about that many groups a warp. 0 (auto): the most slices, up to
+// WARPS and at least one group a warp, whose grid stays within one wave of W4A8_GEMV_CTAS_PER_SM CTAs an SM (98-128
+// registers a thread at 256 threads: two CTAs in 64K registers). At B = 1 these GEMVs are bound by each warp's chain
+// of dependent instructions, so more slices shorten the chain, until a second wave adds a whole chain again
+// (bench/NOTES.md, twenty-ninth session: under ncu on an H100 the gate|up GEMV of Qwen3-30B-A3B takes 13.6 us at 4
+// slices and 432 CTAs, 11.5 at 2 and 216; QKV 8.7 at 4 and 160, 9.4-10.0 at 8 and 320).
+#define W4A8_GEMV_CTAS_PER_SM 2
+static int w4a8_slices(int64_t n_groups, int64_t row_blocks, int64_t tiles, int32_t groups) {
+    if (groups > 0) return slices_for(n_groups, groups);
+    const int64_t wave = (int64_t)W4A8_GEMV_CTAS_PER_SM * fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
+    int ks = 1;
+    while (ks < WARPS && 2 * ks <= n_groups && fm_ceil_div(row_blocks, WARPS / (2 * ks)) * tiles <= wave) ks *= 2;
+    return ks;
+}
+
 template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
                         const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {
@@ -582,7 +598,7 @@ template <int WK> static void dispatch_rows(int ks, const fm_bank *w, const dens
     else dispatch_nt<WK, GV_DENSE>(ks, w, d, pdl, s);
 }
 
-// groups: K groups a warp aims at (route gemv.groups; 0: 4)
+// groups: K groups a warp aims at (route gemv.groups; 0: w4a8_slices' rule)
 static void w4a8_gemv(const fm_bank *w, const dense_args &d, int32_t groups, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (d.xsum || d.xh));
@@ -593,7 +609,7 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, int32_t groups, boo
                 d.idx, w->n);
         abort();
     }
-    const int ks = slices_for(w->n_groups, groups > 0 ? groups : 4);
+    const int ks = w4a8_slices(w->n_groups, w->rows_pad / 16, 1, groups);
     if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, d, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, d, pdl, s);
     else dispatch_rows<WK_E4M3>(ks, w, d, pdl, s);
@@ -713,7 +729,7 @@ static void moe_gemv(const fm_bank *w, const fm_w4a8_tile *tiles, const int32_t 
     gr.xh = xh, gr.kh = w->cols;
     memset(&gr.tt, 0, sizeof gr.tt);
     if (tt) gr.tt = *tt;
-    const int ks = slices_for(w->n_groups, groups > 0 ? groups : 4), nt = max_rows <= 8 ? 1 : 2;
+    const int ks = w4a8_slices(w->n_groups, w->rows_pad / 16, max_tiles, groups), nt = max_rows <= 8 ? 1 : 2;
     if (w->fmt == FM_W_INT4_G128_TC)
         moe_mode<WK_INT4>(swiglu, ks, nt, w, &gr, max_tiles, x, xs, xsum, ld_s, max_rows, y, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC)

@@ -25,8 +25,8 @@ extern "C" void fm_cuda_w8a8_gemv_add_rmsnorm(const uint8_t *W, int64_t N, int64
 // W4A8: matrix idx of an int4-tc, int4-zp-tc or e4m3-block bank (w4a8_layout.cuh, not interleaved), x e4m3
 // [M][n_groups * 128] with scales xs[group * ld_s + row] and, for int4-zp-tc, group sums xsum alike
 // (fm_cuda_quantize_e4m3_rows), y bf16 [M][rows]. groups: the K groups a warp aims at (fm_routes_gemv_groups; 0:
-// its default; every W4A8 GEMV below takes it). Needs M <= FM_GEMV_FP8_MAX_M and the staging within
-// FM_GEMV_FP8_SMEM_MAX (fm_routes_dense_kernel says FM_DK_W4A8_GEMV).
+// the most K slices whose grid fits one wave; every W4A8 GEMV below takes it). Needs M <= FM_GEMV_FP8_MAX_M and the
+// staging within FM_GEMV_FP8_SMEM_MAX (fm_routes_dense_kernel says FM_DK_W4A8_GEMV).
 extern "C" void fm_cuda_w4a8_gemv(const fm_bank *w, int32_t idx, const uint8_t *x, const float *xs, const float *xsum,
                                   int64_t ld_s, int64_t M, __nv_bfloat16 *y, int32_t groups, bool pdl, cudaStream_t s);
 // The same, then its last CTA adds y into tail->acc and normalises it into tail->out, as the W8A8 GEMV's does (the
