@@ -1,9 +1,8 @@
 #!/bin/bash
-# session 29 (s31 scripts), last call: gemv.groups auto (the most K slices in one wave) against =4 (b5c95b4's split)
-# and base b5c95b4, decode two rounds, Qwen3-Next B = 1, ncu of the W4A8 GEMVs at auto; then the op, generation,
+# session 29 (s31 scripts), last call: gemv.groups auto (the most K slices in one wave) against =4 (b5c95b4's split,
+# its kernels: s31_b2 measured base b5c95b4 level with it), decode two rounds, Qwen3-Next B = 1, ncu of the W4A8 GEMVs at auto; then the op, generation,
 # model, Qwen3-Next and graph tests under the new default
 set -u
-[ -x build/base/fp8moe-bench ] || tar -xJf .carry/gpu-bench-s30.tar.xz build/base || exit 1
 tar -xJf .carry/gpu-s31b.tar.xz || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t0=$SECONDS; L=/tmp/logsb; mkdir -p $L
@@ -12,7 +11,6 @@ q=(--synthetic qwen3-next-80b-a3b --batch 1 --context 2048 --presets fp8 --backe
 drow() { local l=$1 b=$2; shift 2
   timeout 45 $b decode "$@" > $L/dec_$l.log 2>&1; echo "$l rc $? $((SECONDS-t0)) s"
   grep -E "^\| fp8" $L/dec_$l.log | head -6 | sed "s/^/$l /" | tee -a $OUT/decode_rows.txt | awk '{print $1, $3, $5, $7}' | tr '\n' ';'; echo; }
-drow base build/base/fp8moe-bench "${c[@]}"
 for r in 1 2; do drow g4_r$r build/fp8moe-bench "${c[@]}" --route gemv.groups=4; drow auto_r$r build/fp8moe-bench "${c[@]}"; done
 drow q4 build/fp8moe-bench "${q[@]}" --route gemv.groups=4; drow qauto build/fp8moe-bench "${q[@]}"
 timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
