@@ -90,6 +90,9 @@ static void now_moe_dispatch(const fm_routes *r, char *b, size_t n) {
 static void now_router_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
 }
+static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_router_cluster(r) ? "E <= 128" : "off");
+}
 static void now_pdl(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s", on_off(fm_routes_pdl(r))); }
 static void now_decode_graphs(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_decode_graphs(r)));
@@ -207,6 +210,15 @@ static const route_key route_keys[] = {
      "the router's matrix-vector product and top-k in one kernel: `auto` for one token, `on` up to 8 tokens, `off` a "
      "cuBLAS GEMM then the routing kernel",
      now_router_fused},
+    {"router.cluster", FIELD(router_cluster), "auto|on|off", SWITCH_WORDS, "off",
+     "the fused router as one thread-block cluster (E <= 128, sm_90)",
+     "the fused router (`router.fused`) over at most 128 experts as one thread-block cluster of up to 8 CTAs: each "
+     "warp's logits go into the first CTA's shared memory (distributed shared memory) and one cluster barrier hands "
+     "them over, where the default kernel's CTAs fence their logits, count themselves on an atomic counter and the "
+     "last one reads every logit back through L2 (12 us a layer under ncu on an H100 for 0.5 MB: docs/RESULTS.md "
+     "2.19). The same logits, experts and weights bit for bit. `auto` is `off` until it is measured on a GPU; `on` "
+     "needs sm_90; `moe.dispatch=fused` keeps the default kernel",
+     now_router_cluster},
     {"pdl", FIELD(pdl), "auto|on|off", SWITCH_WORDS, "on for sm_90+",
      "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted)",
      "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted: bench/NOTES.md "
@@ -527,6 +539,11 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
                        "route attention.kernel=wgmma needs an sm_90 GPU (Hopper: the binary carries "
                        "sm_90a code for it); this GPU is sm_%d: use attention.kernel=mma or auto",
                        next.sm_major * 10);
+    if (next.sm_major && next.sm_major < 9 && next.router_cluster == FM_ROUTE_ON)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "route router.cluster=on needs a GPU of compute capability 9 or more (thread-block clusters); "
+                       "this GPU is sm_%d: use router.cluster=off or auto",
+                       next.sm_major * 10);
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
@@ -592,6 +609,12 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) 
 
 bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
+}
+/* auto: off until it is measured on a GPU (built in the twenty-ninth session, bench/NOTES.md) */
+#define ROUTER_CLUSTER_BY_DEFAULT false
+bool fm_routes_router_cluster(const fm_routes *r) {
+    return r->router_cluster == FM_ROUTE_ON ||
+           (r->router_cluster == FM_ROUTE_AUTO && ROUTER_CLUSTER_BY_DEFAULT && r->sm_major >= 9);
 }
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }

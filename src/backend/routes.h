@@ -110,6 +110,7 @@ typedef struct fm_routes {
     int32_t paged_splits;     /* paged.splits: fm_route_paged_splits */
     int32_t dense_quant;      /* dense.quant: fm_route_down_quant's words (kernel, fused) */
     int32_t gemv_groups;      /* gemv.groups: 0 auto, else 1, 2, 4 or 8 */
+    int32_t router_cluster;   /* router.cluster: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -218,6 +219,10 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k);
  * H200): 0.02 ms per step faster at B = 1, 0.09 / 0.29 / 0.6 ms slower at B = 2 / 4 / 8 (each lane reads the
  * T token rows from L2 once per weight chunk). */
 bool fm_routes_router_fused(const fm_routes *r, int64_t T);
+/* Where the fused router runs (fm_routes_router_fused) over at most 128 experts, it runs as one thread-block cluster
+ * whose logits meet in distributed shared memory (router.cu, router_cluster_kernel) rather than through a counter
+ * and L2. `auto` is off until measured on a GPU; `on` needs sm_90. */
+bool fm_routes_router_cluster(const fm_routes *r);
 /* The Gated DeltaNet's chunked op runs on tensor cores (gdn_chunked_tc.cu) for heads of dk x dv over bf16 (act_bf16)
  * or fp32 activations: unless gdn.tc=off, where fm_gdn_tc_takes the shape; the memory
  * plan sizes its scratch by the same answer. */

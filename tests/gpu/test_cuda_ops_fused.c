@@ -450,6 +450,53 @@ static void test_router_dispatch_fused(void **s) {
     router_dispatch_case(pre, "router.fused=on,moe.gemv=off", FM_ROUTER_SOFTMAX_TOPK, false, 2, 128, 8, 2048, 768);
 }
 
+/* route router.cluster: the fused router as one thread-block cluster (logits met in distributed shared memory)
+ * against the default fused kernel (counter, fence, reload through L2), bit for bit: logits, ids, weights, and the
+ * moe op's rows after them; the same number of kernels captured. On a GPU below sm_90 the route is refused, and the
+ * case says so. */
+static void router_cluster_case(fm_router_kind kind, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    const char *base = "router.fused=on,moe.gemv=64,moe.dispatch=kernel";
+    char r_on[800], what[200];
+    const char *cl = gpu_test_routes(); /* as gpu_with_route composes them, to see the refusal here */
+    snprintf(r_on, sizeof r_on, "%s%s%s,router.cluster=on", cl ? cl : "", cl ? "," : "", base);
+    snprintf(what, sizeof what, "router.cluster=on kind %d T=%lld E=%d k=%d H=%lld", (int)kind, (long long)T, E, k,
+             (long long)H);
+    fm_backend *gc = NULL;
+    fm_error err;
+    if (fm_backend_create("cuda", &plan, 0, r_on, &gc, &err) == FM_ERR_UNSUPPORTED) {
+        printf("  %-60s skipped: %s\n", what, err.msg);
+        return;
+    }
+    if (!gc) fail_msg("cuda backend (%s): %s", r_on, err.msg);
+    fm_backend *gk = gpu_with_route(&plan, base);
+    block_in b = make_block(T, E, k, H, I);
+    float *rw = rand_array(E * H, 0.05f);
+    routed_out c = run_routed(gc, &b, rw, kind, false, false, 2), d = run_routed(gk, &b, rw, kind, false, false, 1);
+    expect_same_routed(&c, &d, &b, false, what);
+    if (c.kernels != d.kernels)
+        fail_msg("%s: %lld kernel launches, the default kernel's chain %lld", what, (long long)c.kernels,
+                 (long long)d.kernels);
+    printf("  %-60s = router.cluster=off, bit for bit\n", what);
+    free_routed(&c), free_routed(&d);
+    free(rw);
+    free_block(&b);
+    gk->ops->destroy(gk), gc->ops->destroy(gc);
+}
+
+/* Qwen3-30B-A3B's router (E 128: 8 CTAs of 16 warps) at 1, 2 and 8 tokens; the small odd shapes (E 8, k 2, H 200: one
+ * CTA; E 13, k 5, H 384), the Mixtral kind and the shared expert in the bank (E 9, k 3) */
+static void test_router_cluster(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 2, 8};
+    for (int i = 0; i < 3; i++) router_cluster_case(FM_ROUTER_SOFTMAX_TOPK, Ts[i], 128, 8, 2048, 768);
+    router_cluster_case(FM_ROUTER_SOFTMAX_TOPK, 3, 8, 2, 200, 72);
+    router_cluster_case(FM_ROUTER_SOFTMAX_TOPK, 8, 13, 5, 384, 200);
+    router_cluster_case(FM_ROUTER_TOPK_SOFTMAX, 3, 8, 2, 256, 72);
+    router_cluster_case(FM_ROUTER_SOFTMAX_TOPK_SHARED, 3, 9, 3, 256, 72);
+}
+
 /* y = x W^T, then the residual add and the norm, on backend be: fused (linear_add_rmsnorm, `calls` times on the same
  * inputs) or the chain; returns y, the residual and the normed rows (host, caller frees) */
 static void run_proj(fm_backend *be, const float *w, const float *x, const float *resid, const float *norm, int64_t M,
@@ -747,11 +794,17 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
-        cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),
+        cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_router_dispatch_fused),
+        cmocka_unit_test(test_router_cluster),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_gdn_decode_fused),
+        cmocka_unit_test(test_linear_dense_quant_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -469,6 +469,12 @@ static void cu_router(fm_backend *bb, const fm_bank *w, const void *x, int64_t T
     const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK || shared;
     if (!f32(bb) && w->fmt == FM_W_BF16 && be->router_counter && fm_routes_router_fused(&be->routes, T) &&
         fm_cuda_router_fused_takes(T, E, k, shared, w->cols, w->ld)) {
+        if (fm_routes_router_cluster(&be->routes) && fm_cuda_router_cluster_takes(T, E, k, shared, w->cols, w->ld)) {
+            fm_cuda_router_cluster((const bf16 *)bank_matrix(w, 0), w->ld, E, w->cols, (const bf16 *)x, T, k,
+                                   softmax_topk, norm_topk, shared, (bf16 *)logits, (int32_t *)ids, (bf16 *)weights,
+                                   pdl(bb), stream(bb));
+            return;
+        }
         fm_cuda_router_fused((const bf16 *)bank_matrix(w, 0), w->ld, E, w->cols, (const bf16 *)x, T, k, softmax_topk,
                              norm_topk, shared, (bf16 *)logits, (int32_t *)ids, (bf16 *)weights, be->router_counter,
                              pdl(bb), stream(bb));

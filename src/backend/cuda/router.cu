@@ -161,6 +161,75 @@ static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, 
 // warps, its plan in the shared memory of the staged rows (done with by then): the dispatch's launch saved.
 static_assert(DISPATCH_BLOCK_SMEM(RF_WARPS * 32) * 4 <= RF_X_SMEM * 2, "the dispatch's plan fits the staged rows");
 
+// The fused routers' GEMV, a warp's row e of W (e < E; else zeros, no loads) against the T token rows. rf_first_loads
+// issues the row's first round of 16-byte loads (weights: before pdl_wait); rf_stage_rows copies the token rows into
+// the block's shared memory when they fit (nthreads: the block's threads; then a __syncthreads); rf_row_logits
+// finishes the row: token t's logit in acc[t] of every lane (fp32; rounded to bf16 as the GEMM's output is by the
+// caller).
+static __device__ __forceinline__ void rf_first_loads(const uint4 *w, bool live, int64_t chunks, int lane,
+                                                      uint4 (&wv)[RF_U]) {
+#pragma unroll
+    for (int u = 0; u < RF_U; u++) {
+        const int64_t c = lane + 32 * u;
+        wv[u] = live && c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+static __device__ __forceinline__ bool rf_stage_rows(const __nv_bfloat16 *x, int32_t T, int64_t H, __nv_bfloat16 *xs,
+                                                     int nthreads) {
+    const int64_t chunks = H / 8;
+    const bool staged = (int64_t)T * H <= RF_X_SMEM;
+    if (staged) {
+        for (int64_t c = threadIdx.x; c < T * chunks; c += nthreads) ((uint4 *)xs)[c] = __ldcg((const uint4 *)x + c);
+        __syncthreads();
+    }
+    return staged;
+}
+
+static __device__ __forceinline__ void rf_row_logits(const uint4 *w, int64_t chunks, int lane, uint4 (&wv)[RF_U],
+                                                     const __nv_bfloat16 *x, const __nv_bfloat16 *xs, bool staged,
+                                                     int32_t T, int64_t H, float (&acc)[FM_ROUTER_FUSED_MAX_T]) {
+#pragma unroll
+    for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) acc[t] = 0.0f;
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * RF_U) {
+        if (c0 != lane)
+#pragma unroll
+            for (int u = 0; u < RF_U; u++) {
+                const int64_t c = c0 + 32 * u;
+                wv[u] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < RF_U; u++) {
+            const int64_t c = c0 + 32 * u;
+            if (c >= chunks) break;
+            const __nv_bfloat162 *wp = (const __nv_bfloat162 *)&wv[u];
+            float2 wf[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) wf[i] = __bfloat1622float2(wp[i]);
+#pragma unroll
+            for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) {
+                if (t >= T) break;
+                const uint4 xv =
+                    staged ? ((const uint4 *)xs)[t * chunks + c] : __ldcg((const uint4 *)(x + (int64_t)t * H) + c);
+                const __nv_bfloat162 *xp = (const __nv_bfloat162 *)&xv;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 xf = __bfloat1622float2(xp[i]);
+                    acc[t] = fmaf(wf[i].x, xf.x, acc[t]);
+                    acc[t] = fmaf(wf[i].y, xf.y, acc[t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) {
+        if (t >= T) break;
+        float v = acc[t];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[t] = v;
+    }
+}
+
 template <bool DISPATCH>
 static __global__ void __launch_bounds__(RF_WARPS * 32)
     router_fused_kernel(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x, int32_t T,
@@ -173,60 +242,18 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t e = blockIdx.x * RF_WARPS + warp;
     const int64_t chunks = H / 8;
-    const bool staged = (int64_t)T * H <= RF_X_SMEM;
     const uint4 *w = (const uint4 *)(W + (int64_t)(e < E ? e : 0) * ld);
     uint4 wv[RF_U];
-#pragma unroll
-    for (int u = 0; u < RF_U; u++) { /* the first round of the row's loads, before the wait: weights */
-        const int64_t c = lane + 32 * u;
-        wv[u] = e < E && c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
-    }
+    rf_first_loads(w, e < E, chunks, lane, wv);
     pdl_wait(); /* from here on x may be read, logits, ids, weights and the counter written */
-    if (staged) {
-        for (int64_t c = threadIdx.x; c < T * chunks; c += RF_WARPS * 32)
-            ((uint4 *)xs)[c] = __ldcg((const uint4 *)x + c);
-        __syncthreads();
-    }
+    const bool staged = rf_stage_rows(x, T, H, xs, RF_WARPS * 32);
     if (e < E) {
         float acc[FM_ROUTER_FUSED_MAX_T];
-#pragma unroll
-        for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) acc[t] = 0.0f;
-        for (int64_t c0 = lane; c0 < chunks; c0 += 32 * RF_U) {
-            if (c0 != lane)
-#pragma unroll
-                for (int u = 0; u < RF_U; u++) {
-                    const int64_t c = c0 + 32 * u;
-                    wv[u] = c < chunks ? __ldcs(w + c) : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-            for (int u = 0; u < RF_U; u++) {
-                const int64_t c = c0 + 32 * u;
-                if (c >= chunks) break;
-                const __nv_bfloat162 *wp = (const __nv_bfloat162 *)&wv[u];
-                float2 wf[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) wf[i] = __bfloat1622float2(wp[i]);
-#pragma unroll
-                for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) {
-                    if (t >= T) break;
-                    const uint4 xv =
-                        staged ? ((const uint4 *)xs)[t * chunks + c] : __ldcg((const uint4 *)(x + (int64_t)t * H) + c);
-                    const __nv_bfloat162 *xp = (const __nv_bfloat162 *)&xv;
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float2 xf = __bfloat1622float2(xp[i]);
-                        acc[t] = fmaf(wf[i].x, xf.x, acc[t]);
-                        acc[t] = fmaf(wf[i].y, xf.y, acc[t]);
-                    }
-                }
-            }
-        }
+        rf_row_logits(w, chunks, lane, wv, x, xs, staged, T, H, acc);
 #pragma unroll
         for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) {
             if (t >= T) break;
-            float v = acc[t];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) logits[(int64_t)t * E + e] = __float2bfloat16_rn(v);
+            if (lane == 0) logits[(int64_t)t * E + e] = __float2bfloat16_rn(acc[t]);
         }
         __threadfence(); /* the logits before the count that tells the last CTA they are there */
     }
@@ -243,6 +270,84 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
         dispatch_block<RF_WARPS * 32>(x, T, k, H, ids, E, bn, b, (int32_t *)xs);
     }
     if (threadIdx.x == 0) *counter = 0u;
+}
+
+// The same router as one thread-block cluster (route router.cluster, sm_90): RC_WARPS warps a CTA, one row each,
+// ceil(E / RC_WARPS) <= 8 CTAs (E <= 128). Each warp's logits go to global memory and, through distributed shared
+// memory, into CTA 0's table; one cluster barrier (release / acquire) then hands CTA 0 every logit, and its warps route
+// the tokens from shared memory. What it saves against router_fused_kernel: the __threadfence after the logits, the
+// atomic counter's round trip, the last CTA's fence and its reload of the logits through L2 (under ncu on an H100 that
+// kernel takes 12 us for 0.5 MB, its stalls on membar, barrier and dependencies: bench/NOTES.md, twenty-ninth
+// session). Every CTA arrives on the cluster barrier at its top and waits before its first remote store, so CTA 0 has
+// started when it is written to. The logits are the same bits as router_fused_kernel's (the same row code).
+#define RC_WARPS 16
+#define RC_MAX_CTAS 8 /* the portable cluster size */
+static __device__ __forceinline__ void cluster_arrive_relaxed(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void cluster_arrive_release(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void cluster_wait_acquire(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ uint32_t cluster_rank(void) {
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+// v into CTA `rank`'s shared memory at the offset of p (a pointer into this CTA's own shared memory)
+static __device__ __forceinline__ void st_cluster_bf16(__nv_bfloat16 *p, uint32_t rank, __nv_bfloat16 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote)
+                 : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
+    asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(remote), "h"(__bfloat16_as_ushort(v)) : "memory");
+#else
+    (void)p, (void)rank, (void)v;
+#endif
+}
+
+static __global__ void __launch_bounds__(RC_WARPS * 32)
+    router_cluster_kernel(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x, int32_t T,
+                          int32_t k, bool softmax_topk, bool norm_topk, bool shared, __nv_bfloat16 *logits,
+                          int32_t *ids, __nv_bfloat16 *weights) {
+    __shared__ __align__(16) __nv_bfloat16 xs[RF_X_SMEM];
+    __shared__ __nv_bfloat16 table[FM_ROUTER_FUSED_MAX_T * RC_WARPS * RC_MAX_CTAS]; /* CTA 0's: [T][E] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t e = blockIdx.x * RC_WARPS + warp;
+    const int64_t chunks = H / 8;
+    const uint4 *w = (const uint4 *)(W + (int64_t)(e < E ? e : 0) * ld);
+    cluster_arrive_relaxed(); /* this CTA has started (waited on before the first remote store) */
+    uint4 wv[RF_U];
+    rf_first_loads(w, e < E, chunks, lane, wv);
+    pdl_wait(); /* from here on x may be read, logits, ids and weights written */
+    const bool staged = rf_stage_rows(x, T, H, xs, RC_WARPS * 32);
+    float acc[FM_ROUTER_FUSED_MAX_T];
+    if (e < E) rf_row_logits(w, chunks, lane, wv, x, xs, staged, T, H, acc);
+    cluster_wait_acquire(); /* every CTA of the cluster has started: CTA 0's table may be written */
+    if (e < E && lane == 0)
+#pragma unroll
+        for (int t = 0; t < FM_ROUTER_FUSED_MAX_T; t++) {
+            if (t >= T) break;
+            const __nv_bfloat16 v = __float2bfloat16_rn(acc[t]);
+            logits[(int64_t)t * E + e] = v;
+            st_cluster_bf16(&table[t * E + e], 0, v);
+        }
+    cluster_arrive_release(); /* the remote stores, then */
+    cluster_wait_acquire();   /* every CTA's: CTA 0 reads the whole table */
+    if (cluster_rank() != 0) return;
+    for (int32_t t = warp; t < T; t += RC_WARPS)
+        route_warp_token<__nv_bfloat16, false>(table + t * E, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
 }
 
 // top-k of E experts (with the shared expert in the bank, E and k count it: top-(k - 1) of E - 1, then its pair)
@@ -288,6 +393,33 @@ extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t
     pdl_launch(router_fused_kernel<false>, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
                (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter, 0, none);
     FM_LAUNCH_CHECK("router_fused");
+}
+
+bool fm_cuda_router_cluster_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld) {
+    return fm_cuda_router_fused_takes(T, E, k, shared, H, ld) && E <= RC_WARPS * RC_MAX_CTAS;
+}
+
+extern "C" void fm_cuda_router_cluster(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
+                                       int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
+                                       __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, bool pdl,
+                                       cudaStream_t s) {
+    if (!fm_cuda_router_cluster_takes(T, E, k, shared, H, ld)) {
+        fprintf(stderr, "fp8moe: router_cluster: unsupported shape (T %lld, E %d, k %d, H %lld, ld %lld; E <= %d)\n",
+                (long long)T, E, k, (long long)H, (long long)ld, RC_WARPS * RC_MAX_CTAS);
+        abort();
+    }
+    const unsigned ctas = (unsigned)fm_ceil_div(E, RC_WARPS);
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = ctas, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(RC_WARPS * 32), cfg.stream = s;
+    cfg.attrs = attr, cfg.numAttrs = pdl ? 2 : 1;
+    cudaLaunchKernelEx(&cfg, router_cluster_kernel, W, ld, E, H, x, (int32_t)T, k, softmax_topk, norm_topk, shared,
+                       logits, ids, weights);
+    FM_LAUNCH_CHECK("router_cluster");
 }
 
 bool fm_cuda_router_dispatch_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld) {

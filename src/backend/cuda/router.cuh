@@ -27,6 +27,15 @@ extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t
                                      int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
                                      __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
                                      bool pdl, cudaStream_t s);
+// The same in one thread-block cluster of ceil(E / 16) <= 8 CTAs (route router.cluster; sm_90 only): the logits meet
+// in the first CTA's shared memory, with no counter, fence or reload through L2 (router.cu, router_cluster_kernel).
+// The same logits, ids and weights as fm_cuda_router_fused, bit for bit. Needs fm_cuda_router_cluster_takes
+// (fm_cuda_router_fused_takes and E <= 128).
+extern "C" bool fm_cuda_router_cluster_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld);
+extern "C" void fm_cuda_router_cluster(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
+                                       int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
+                                       __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, bool pdl,
+                                       cudaStream_t s);
 
 // The same launch whose last CTA then dispatches the routed rows for the experts' decode GEMVs (route
 // moe.dispatch=fused): b and tile_rows as fm_cuda_moe_dispatch_small takes them (x the same rows, ids the routing
