@@ -215,9 +215,10 @@ static const route_key route_keys[] = {
      "the fused router (`router.fused`) over at most 128 experts as one thread-block cluster of up to 8 CTAs: each "
      "warp's logits go into the first CTA's shared memory (distributed shared memory) and one cluster barrier hands "
      "them over, where the default kernel's CTAs fence their logits, count themselves on an atomic counter and the "
-     "last one reads every logit back through L2 (12 us a layer under ncu on an H100 for 0.5 MB: docs/RESULTS.md "
-     "2.19). The same logits, experts and weights bit for bit. `auto` is `off` until it is measured on a GPU; `on` "
-     "needs sm_90; `moe.dispatch=fused` keeps the default kernel",
+     "last one reads every logit back through L2. The same logits, experts and weights bit for bit. `auto` is `off`: "
+     "on an H100 both kernels take 11-12.5 us a layer under ncu and fp8 decode at B = 1 is level (docs/RESULTS.md "
+     "2.19: the routing's own chain, not the hand-over, is the cost); `on` needs sm_90; `moe.dispatch=fused` keeps "
+     "the default kernel",
      now_router_cluster},
     {"pdl", FIELD(pdl), "auto|on|off", SWITCH_WORDS, "on for sm_90+",
      "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted)",
@@ -610,7 +611,7 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) 
 bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
     return r->router_fused == FM_ROUTE_ON ? T >= 1 : r->router_fused == FM_ROUTE_AUTO && T == 1;
 }
-/* auto: off until it is measured on a GPU (built in the twenty-ninth session, bench/NOTES.md) */
+/* auto: off, level with the default kernel on an H100 (bench/NOTES.md, twenty-ninth session) */
 #define ROUTER_CLUSTER_BY_DEFAULT false
 bool fm_routes_router_cluster(const fm_routes *r) {
     return r->router_cluster == FM_ROUTE_ON ||

@@ -221,7 +221,7 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k);
 bool fm_routes_router_fused(const fm_routes *r, int64_t T);
 /* Where the fused router runs (fm_routes_router_fused) over at most 128 experts, it runs as one thread-block cluster
  * whose logits meet in distributed shared memory (router.cu, router_cluster_kernel) rather than through a counter
- * and L2. `auto` is off until measured on a GPU; `on` needs sm_90. */
+ * and L2. `auto` is off (level with the default kernel on an H100); `on` needs sm_90. */
 bool fm_routes_router_cluster(const fm_routes *r);
 /* The Gated DeltaNet's chunked op runs on tensor cores (gdn_chunked_tc.cu) for heads of dk x dv over bf16 (act_bf16)
  * or fp32 activations: unless gdn.tc=off, where fm_gdn_tc_takes the shape; the memory
