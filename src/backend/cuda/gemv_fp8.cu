@@ -91,14 +91,23 @@ static __device__ __forceinline__ void store_rows(const float acc[NT][4], int64_
 #define W4A8_PAD 16                // likewise for the 4-byte reads of the W4A8 fragments
 static const int STAGE_UNROLL = 8; // loads in flight per thread while staging (a constant: #pragma unroll takes it)
 
-// e4m3 rows x [M][ld_src] -> sm [R][ldsm] (rows past M, and bytes past ld_src, zero)
+// e4m3 rows x [M][ld_src] -> sm [R][ldsm] (rows past M, and bytes past ld_src, zero). Warp w copies rows w, w + the
+// block's warps, ..., its lanes a row's 16-byte units: no division. The first form walked one flat index over R x
+// ldsm / 16 units and divided it by the padded row's units (not a power of two) for every unit: a 32-bit division's
+// ~20 dependent instructions each, four or five a thread, on the critical path after griddepcontrol.wait (ncu at B = 1:
+// ~960 instructions a warp for 4 K groups of the QKV GEMV, bench/NOTES.md, twenty-ninth session).
 static __device__ void stage_copy(const uint8_t *x, int64_t M, int64_t ld_src, int R, int64_t ldsm, uint8_t *sm) {
-    const int64_t per_row = ldsm / 16, n = R * per_row;
+    const int64_t per_row = ldsm / 16;
+    const int warps = (int)(blockDim.x >> 5), lane = (int)(threadIdx.x & 31);
+    for (int r = (int)(threadIdx.x >> 5); r < R; r += warps) {
+        const uint8_t *src = x + r * ld_src;
+        uint8_t *dst = sm + r * ldsm;
+        const bool live = r < M;
 #pragma unroll STAGE_UNROLL
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const int64_t r = i / per_row, c = (i % per_row) * 16;
-        *(uint4 *)(sm + r * ldsm + c) =
-            r < M && c < ld_src ? __ldcg((const uint4 *)(x + r * ld_src + c)) : make_uint4(0, 0, 0, 0);
+        for (int64_t u = lane; u < per_row; u += 32) {
+            const int64_t c = u * 16;
+            *(uint4 *)(dst + c) = live && c < ld_src ? __ldcg((const uint4 *)(src + c)) : make_uint4(0, 0, 0, 0);
+        }
     }
 }
 
