@@ -104,8 +104,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
-                       "moe.gemv, router.fused, pdl, decode.graphs, gdn.tc, rope.store, shared.stream, "
-                       "expert.prefetch, decode.fused";
+                       "moe.gemv, router.fused, router.cluster, pdl, decode.graphs, gdn.tc, rope.store, "
+                       "shared.stream, expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */
@@ -151,6 +151,9 @@ static void kernels_the_gpu_cannot_run_are_refused(void **s) {
     assert_false(fm_routes_pdl(&r));
     assert_int_equal(fm_routes_apply(&r, "attention.kernel=wgmma", &err), FM_ERR_UNSUPPORTED);
     assert_contains(err.msg, "attention.kernel=wgmma needs an sm_90 GPU");
+    assert_int_equal(fm_routes_apply(&r, "router.cluster=on", &err), FM_ERR_UNSUPPORTED);
+    assert_contains(err.msg, "router.cluster=on needs a GPU of compute capability 9");
+    assert_false(fm_routes_router_cluster(&r));
     assert_false(fm_routes_attention_wgmma(&r, 128));
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=mma,pdl=off", &err), FM_OK); /* what it can run */
     fm_routes_default(&r, 10);
@@ -534,6 +537,41 @@ static void dense_quant_words(void **s) {
     assert_non_null(strstr(err.msg, "dense.quant"));
 }
 
+/* gemv.groups: 0 (the wave rule) at auto, else the K groups a warp named; other integers refused */
+static void gemv_groups_values(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_gemv_groups(&r), 0);
+    const int32_t ok[] = {1, 2, 4, 8};
+    for (int i = 0; i < 4; i++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "gemv.groups=%d", ok[i]);
+        assert_int_equal(fm_routes_apply(&r, spec, &err), FM_OK);
+        assert_int_equal(fm_routes_gemv_groups(&r), ok[i]);
+    }
+    assert_int_equal(fm_routes_apply(&r, "gemv.groups=auto", &err), FM_OK);
+    assert_int_equal(fm_routes_gemv_groups(&r), 0);
+    assert_int_equal(fm_routes_apply(&r, "gemv.groups=3", &err), FM_ERR_USAGE);
+    assert_contains(err.msg, "gemv.groups");
+    assert_int_equal(fm_routes_apply(&r, "gemv.groups=16", &err), FM_ERR_USAGE);
+}
+
+/* router.cluster: off by default (measured level), on where asked on sm_90 */
+static void router_cluster_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_router_cluster(&r));
+    assert_int_equal(fm_routes_apply(&r, "router.cluster=on", &err), FM_OK);
+    assert_true(fm_routes_router_cluster(&r));
+    assert_int_equal(fm_routes_apply(&r, "router.cluster=off", &err), FM_OK);
+    assert_false(fm_routes_router_cluster(&r));
+    assert_int_equal(fm_routes_apply(&r, "router.cluster=fused", &err), FM_ERR_USAGE);
+}
+
 /* moe.combine: the tail's kernel by default until the down GEMV's last CTAs are measured; independent of
  * moe.down_quant */
 static void moe_combine_words(void **s) {
@@ -675,6 +713,8 @@ int main(void) {
         cmocka_unit_test(paged_splits_words),
         cmocka_unit_test(moe_down_quant_words),
         cmocka_unit_test(dense_quant_words),
+        cmocka_unit_test(gemv_groups_values),
+        cmocka_unit_test(router_cluster_words),
         cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(moe_dispatch_words),
         cmocka_unit_test(values_print_as_written),
