@@ -112,24 +112,23 @@ static __device__ void stage_copy(const uint8_t *x, int64_t M, int64_t ld_src, i
 }
 
 // W4A8 from e4m3 x [M][G 128] with scales xs[grp * ld_s + row] (and, for int4-zp banks, the group sums xsum laid
-// out alike, staged after the scales)
+// out alike, staged after the scales) into ssc [R][G] (sums at ssc + R G): row r to warps r, r + the block's warps,
+// ..., group g to lanes, as stage_copy does the rows (no division)
 static __device__ void stage_w4a8_e4m3(const uint8_t *x, const float *xs, const float *xsum, int64_t ld_s, int64_t M,
                                        int64_t G, int R, int64_t ldsm, uint8_t *sm, float *ssc) {
-    /* each thread's first scale (and sum) is loaded before the rows, so that the two round trips to L2 overlap */
-    const int64_t i0 = threadIdx.x, r0 = i0 / G, g0 = i0 % G;
-    const bool first = i0 < R * G && r0 < M;
-    const float sc0 = first ? __ldcg(xs + g0 * ld_s + r0) : 0.0f,
-                sum0 = first && xsum ? __ldcg(xsum + g0 * ld_s + r0) : 0.0f;
+    /* each thread's first scale (and sum), row `warp` and group `lane`, is loaded before the rows, so that the two
+       round trips to L2 overlap */
+    const int warps = (int)(blockDim.x >> 5), warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const bool first = warp < R && lane < G && warp < M;
+    const float sc0 = first ? __ldcg(xs + lane * ld_s + warp) : 0.0f,
+                sum0 = first && xsum ? __ldcg(xsum + lane * ld_s + warp) : 0.0f;
     stage_copy(x, M, G * 128, R, ldsm, sm);
-    if (i0 < R * G) {
-        ssc[i0] = sc0;
-        if (xsum) ssc[R * G + i0] = sum0;
-    }
-    for (int64_t i = i0 + blockDim.x; i < R * G; i += blockDim.x) {
-        const int64_t r = i / G, grp = i % G;
-        ssc[i] = r < M ? __ldcg(xs + grp * ld_s + r) : 0.0f;
-        if (xsum) ssc[R * G + i] = r < M ? __ldcg(xsum + grp * ld_s + r) : 0.0f;
-    }
+    for (int r = warp; r < R; r += warps)
+        for (int64_t g = lane; g < G; g += 32) {
+            const bool live = r < M, mine = r == warp && g == lane;
+            ssc[r * G + g] = mine ? sc0 : live ? __ldcg(xs + g * ld_s + r) : 0.0f;
+            if (xsum) ssc[R * G + r * G + g] = mine ? sum0 : live ? __ldcg(xsum + g * ld_s + r) : 0.0f;
+        }
     __syncthreads();
 }
 
