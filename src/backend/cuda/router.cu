@@ -127,11 +127,18 @@ static __device__ void route_warp_token_n(const A *l, int64_t t, int32_t E, int3
 
 // The same with the fewest experts per lane that hold E (registers: one float per expert per lane). E and k count
 // the shared expert when it is in the bank (shared): its logit is the last, no candidate; its pair comes last.
-template <typename A, bool L2>
+// WE > 0: that many experts per lane, fixed at compile time (warp_experts of E), so that a kernel carries one variant
+// of the routing, not three: the fused router runs once a layer from a cold instruction cache, and ncu counted a
+// quarter of its warp samples waiting for instructions (bench/NOTES.md, twenty-ninth session).
+static inline int warp_experts(int32_t E, bool shared) {
+    return E - shared <= 32 * 8 ? 8 : E - shared <= 32 * 16 ? 16 : 32;
+}
+template <typename A, bool L2, int WE = 0>
 static __device__ void route_warp_token(const A *l, int64_t t, int32_t E, int32_t k, bool softmax_topk, bool norm_topk,
                                         bool shared, int32_t *ids, A *weights) {
     E -= shared, k -= shared;
-    if (E <= 32 * 8) route_warp_token_n<A, L2, 8>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
+    if constexpr (WE > 0) route_warp_token_n<A, L2, WE>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
+    else if (E <= 32 * 8) route_warp_token_n<A, L2, 8>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
     else if (E <= 32 * 16) route_warp_token_n<A, L2, 16>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
     else route_warp_token_n<A, L2, 32>(l, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
 }
@@ -230,7 +237,7 @@ static __device__ __forceinline__ void rf_row_logits(const uint4 *w, int64_t chu
     }
 }
 
-template <bool DISPATCH>
+template <bool DISPATCH, int WE>
 static __global__ void __launch_bounds__(RF_WARPS * 32)
     router_fused_kernel(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x, int32_t T,
                         int32_t k, bool softmax_topk, bool norm_topk, bool shared, __nv_bfloat16 *logits, int32_t *ids,
@@ -263,8 +270,8 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
     if (!last) return;
     __threadfence();
     for (int32_t t = warp; t < T; t += RF_WARPS)
-        route_warp_token<__nv_bfloat16, true>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, shared, ids,
-                                              weights);
+        route_warp_token<__nv_bfloat16, true, WE>(logits + (int64_t)t * E, t, E, k, softmax_topk, norm_topk, shared,
+                                                  ids, weights);
     if (DISPATCH) {
         __syncthreads(); /* every token's ids (written above by lane 0 of its warp), and no thread still reads xs */
         dispatch_block<RF_WARPS * 32>(x, T, k, H, ids, E, bn, b, (int32_t *)xs);
@@ -347,7 +354,8 @@ static __global__ void __launch_bounds__(RC_WARPS * 32)
     cluster_wait_acquire();   /* every CTA's: CTA 0 reads the whole table */
     if (cluster_rank() != 0) return;
     for (int32_t t = warp; t < T; t += RC_WARPS)
-        route_warp_token<__nv_bfloat16, false>(table + t * E, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
+        route_warp_token<__nv_bfloat16, false, 8>(table + t * E, t, E, k, softmax_topk, norm_topk, shared, ids,
+                                                  weights); /* E <= 128 */
 }
 
 // top-k of E experts (with the shared expert in the bank, E and k count it: top-(k - 1) of E - 1, then its pair)
@@ -374,6 +382,24 @@ static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax
     FM_LAUNCH_CHECK("route");
 }
 
+// router_fused_kernel with the routing's variant for E (warp_experts)
+template <bool DISPATCH>
+static void router_fused_launch(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x,
+                                int64_t T, int32_t k, bool softmax_topk, bool norm_topk, bool shared,
+                                __nv_bfloat16 *logits, int32_t *ids, __nv_bfloat16 *weights, unsigned *counter,
+                                int32_t bn, const fm_dispatch_bufs &b, bool pdl, cudaStream_t s) {
+    const unsigned grid = (unsigned)fm_ceil_div(E, RF_WARPS);
+#define RF_LAUNCH(WE_)                                                                                                 \
+    pdl_launch(router_fused_kernel<DISPATCH, WE_>, grid, RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x, (int32_t)T, k,      \
+               softmax_topk, norm_topk, shared, logits, ids, weights, counter, bn, b)
+    switch (warp_experts(E, shared)) {
+    case 8: RF_LAUNCH(8); break;
+    case 16: RF_LAUNCH(16); break;
+    default: RF_LAUNCH(32); break;
+    }
+#undef RF_LAUNCH
+}
+
 bool fm_cuda_router_fused_takes(int64_t T, int32_t E, int32_t k, bool shared, int64_t H, int64_t ld) {
     return T >= 1 && T <= FM_ROUTER_FUSED_MAX_T && E - shared <= 32 * WARP_E_MAX && route_takes(E, k, shared) &&
            H % 8 == 0 && ld % 8 == 0;
@@ -390,8 +416,8 @@ extern "C" void fm_cuda_router_fused(const __nv_bfloat16 *W, int64_t ld, int32_t
     }
     fm_dispatch_bufs none;
     memset(&none, 0, sizeof none);
-    pdl_launch(router_fused_kernel<false>, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
-               (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter, 0, none);
+    router_fused_launch<false>(W, ld, E, H, x, T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter, 0,
+                               none, pdl, s);
     FM_LAUNCH_CHECK("router_fused");
 }
 
@@ -439,8 +465,8 @@ extern "C" void fm_cuda_router_dispatch(const __nv_bfloat16 *W, int64_t ld, int3
                 (long long)T, E, k, (long long)H, (long long)ld, tile_rows, FM_MOE_GEMV_MAX_PAIRS);
         abort();
     }
-    pdl_launch(router_fused_kernel<true>, (unsigned)fm_ceil_div(E, RF_WARPS), RF_WARPS * 32, 0, s, pdl, W, ld, E, H, x,
-               (int32_t)T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter, tile_rows, *b);
+    router_fused_launch<true>(W, ld, E, H, x, T, k, softmax_topk, norm_topk, shared, logits, ids, weights, counter,
+                              tile_rows, *b, pdl, s);
     FM_LAUNCH_CHECK("router_dispatch");
 }
 
