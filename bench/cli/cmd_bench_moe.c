@@ -56,6 +56,9 @@ static const char *HELP =
     "                                        --int4-scales p2), route w4a8.kernel=fold: the group scale in the\n"
     "                                        e4m3 operand, one activation scale per token (sm_90; the cpu backend\n"
     "                                        emulates the per-token activations)\n"
+    "                     fp8-grouped-token  fp8-grouped with route moe.act_scale=token: one activation scale per\n"
+    "                                        token into the gate|up GEMM, the promotion by the weight scale alone\n"
+    "                                        (sm_90; the cpu backend emulates the per-token activations)\n"
     "  --repeat R       timed runs per route and T (default 20)\n"
     "  --warmup W       untimed runs first (default 3)\n"
     "  --json FILE      also write the results as JSON\n"
@@ -106,12 +109,13 @@ enum {
     ROUTE_FP4_MX,
     ROUTE_FP4_NV,
     ROUTE_FP8_FOLD,
+    ROUTE_FP8_TOKEN,
     ROUTE_COUNT
 };
 
-static const char *const route_names[ROUTE_COUNT] = {"int4-per-token", "bf16-cublas",    "fp8-cublaslt-loop",
-                                                     "fp8-grouped",    "fp8-grouped-zp", "fp8-grouped-block",
-                                                     "fp4-grouped-mx", "fp4-grouped-nv", "fp8-fold"};
+static const char *const route_names[ROUTE_COUNT] = {
+    "int4-per-token",    "bf16-cublas",    "fp8-cublaslt-loop", "fp8-grouped", "fp8-grouped-zp",
+    "fp8-grouped-block", "fp4-grouped-mx", "fp4-grouped-nv",    "fp8-fold",    "fp8-grouped-token"};
 
 static const struct {
     fm_preset preset;     /* the plan its backend is created with */
@@ -127,6 +131,7 @@ static const struct {
     {FM_PRESET_FP8, FM_DISPATCH_MXFP4, true},
     {FM_PRESET_FP8, FM_DISPATCH_NVFP4, true},
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-fold: int4-p2 experts on the fold GEMM (w4a8.kernel=fold) */
+    {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-token: moe.act_scale=token */
 };
 
 typedef struct result {
@@ -350,9 +355,12 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop runs on the cuda backend only");
     char fold_routes[sizeof c->b.routes + 32];
     const char *route_spec = bench_routes(&c->b);
-    if (route == ROUTE_FP8_FOLD) { /* after the user's: this route is the fold kernel */
-        snprintf(fold_routes, sizeof fold_routes, "%s%sw4a8.kernel=fold", route_spec ? route_spec : "",
-                 route_spec ? "," : "");
+    /* after the user's: fp8-fold is the fold kernel, fp8-grouped-token the per-token activation scales */
+    const char *own = route == ROUTE_FP8_FOLD    ? "w4a8.kernel=fold"
+                      : route == ROUTE_FP8_TOKEN ? "moe.act_scale=token"
+                                                 : NULL;
+    if (own) {
+        snprintf(fold_routes, sizeof fold_routes, "%s%s%s", route_spec ? route_spec : "", route_spec ? "," : "", own);
         route_spec = fold_routes;
     }
 #ifndef FM_HAVE_CUDA

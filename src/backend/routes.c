@@ -90,6 +90,9 @@ static void now_moe_dispatch(const fm_routes *r, char *b, size_t n) {
 static void now_router_fused(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->router_fused == FM_ROUTE_OFF ? "off" : r->router_fused == FM_ROUTE_ON ? "T <= 8" : "T = 1");
 }
+static void now_moe_act_scale(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", r->moe_act_scale == FM_ROUTE_ACT_SCALE_TOKEN ? "token (int4 experts, grouped GEMM)" : "group");
+}
 static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_router_cluster(r) ? "E <= 128" : "off");
 }
@@ -220,6 +223,20 @@ static const route_key route_keys[] = {
      "2.19: the routing's own chain, not the hand-over, is the cost); `on` needs sm_90; `moe.dispatch=fused` keeps "
      "the default kernel",
      now_router_cluster},
+    {"moe.act_scale",
+     FIELD(moe_act_scale),
+     "auto|group|token",
+     {{"group", FM_ROUTE_ACT_SCALE_GROUP}, {"token", FM_ROUTE_ACT_SCALE_TOKEN}},
+     "group",
+     "the grouped GEMM's gate|up input: one e4m3 scale per 128-group (group) or per token (token, sm_90)",
+     "how the experts' gate|up input is quantized to e4m3 on the grouped GEMM (steps above `moe.gemv`'s pairs): "
+     "`group`, one scale per (token, 128-group), the accumulator promoted with the weight scale times the "
+     "activation scale after every group; `token`, one scale per token, the promotion with the weight scale only "
+     "(one FFMA an element where it took two) and the token's scale applied once before the SwiGLU. For int4 "
+     "expert banks of ours with the e4m3 dispatch (other banks and the decode GEMVs keep `group`); the cpu backend "
+     "quantizes the same rows the same way. `token` needs sm_90 (the wgmma kernel); `auto` is `group` until "
+     "measured (bench/NOTES.md, thirtieth session)",
+     now_moe_act_scale},
     {"pdl", FIELD(pdl), "auto|on|off", SWITCH_WORDS, "on for sm_90+",
      "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted)",
      "programmatic dependent launch of every kernel of a decode step (cuBLAS / cuBLASLt ones excepted: bench/NOTES.md "
@@ -545,6 +562,12 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
                        "route router.cluster=on needs a GPU of compute capability 9 or more (thread-block clusters); "
                        "this GPU is sm_%d: use router.cluster=off or auto",
                        next.sm_major * 10);
+    if (next.moe_act_scale == FM_ROUTE_ACT_SCALE_TOKEN &&
+        ((next.sm_major && next.sm_major != 9) || next.w4a8_kernel == FM_ROUTE_W4A8_MMA))
+        return fm_fail(
+            err, FM_ERR_UNSUPPORTED,
+            "route moe.act_scale=token runs on the wgmma kernel (sm_90); %s: use moe.act_scale=group or auto",
+            next.w4a8_kernel == FM_ROUTE_W4A8_MMA ? "w4a8.kernel=mma is asked for" : "this GPU is not sm_90");
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route pdl=on needs a GPU of compute capability 9 or more (programmatic "
@@ -606,6 +629,13 @@ bool fm_routes_moe_gemv(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) 
     const uint64_t dflt = k > FM_MOE_GEMV_PAIRS_DEFAULT && k <= FM_MOE_GEMV_MAX_PAIRS ? k : FM_MOE_GEMV_PAIRS_DEFAULT;
     const uint64_t max = r->moe_gemv ? (uint64_t)r->moe_gemv : dflt;
     return P >= 1 && P <= max && fm_routes_w4a8_tile_rows(r, P, E) == FM_W4A8_BN_SMALL;
+}
+
+/* auto: group until measured (bench/NOTES.md, thirtieth session) */
+bool fm_routes_moe_token_scales(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k, fm_wformat gate_up,
+                                fm_wformat down, bool e4m3_dispatch) {
+    return r->moe_act_scale == FM_ROUTE_ACT_SCALE_TOKEN && e4m3_dispatch && fm_wformat_is_int4(gate_up) &&
+           !fm_wformat_is_int4zp(down) && !fm_routes_w4a8_fold(r) && !fm_routes_moe_gemv(r, P, E, k);
 }
 
 bool fm_routes_router_fused(const fm_routes *r, int64_t T) {

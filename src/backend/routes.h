@@ -51,6 +51,12 @@ typedef enum fm_route_w4a8_codes {
     FM_ROUTE_CODES_SMEM, /* the CTA's codes travel in the cp.async stage ring (wgmma kernel only) */
 } fm_route_w4a8_codes;
 
+typedef enum fm_route_moe_act_scale {
+    FM_ROUTE_ACT_SCALE_AUTO = 0,
+    FM_ROUTE_ACT_SCALE_GROUP, /* the grouped GEMM's gate|up input: one e4m3 scale per (token, 128-group) */
+    FM_ROUTE_ACT_SCALE_TOKEN, /* one per token: the accumulator promoted without it, applied once in the epilogue */
+} fm_route_moe_act_scale;
+
 typedef enum fm_route_attention_kernel {
     FM_ROUTE_ATTENTION_AUTO = 0,
     FM_ROUTE_ATTENTION_WGMMA, /* wgmma + TMA, sm_90a only, hd 128 */
@@ -111,6 +117,7 @@ typedef struct fm_routes {
     int32_t dense_quant;      /* dense.quant: fm_route_down_quant's words (kernel, fused) */
     int32_t gemv_groups;      /* gemv.groups: 0 auto, else 1, 2, 4 or 8 */
     int32_t router_cluster;   /* router.cluster: fm_route_switch */
+    int32_t moe_act_scale;    /* moe.act_scale: fm_route_moe_act_scale */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -223,6 +230,15 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T);
  * whose logits meet in distributed shared memory (router.cu, router_cluster_kernel) rather than through a counter
  * and L2. `auto` is off (level with the default kernel on an H100); `on` needs sm_90. */
 bool fm_routes_router_cluster(const fm_routes *r);
+/* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route
+ * moe.act_scale=token): for a step of P routed pairs over E experts, top-k, on the grouped GEMM (not the decode
+ * GEMVs: fm_routes_moe_gemv), for int4 gate|up banks of ours (symmetric, fm_wformat_is_int4) with an e4m3 dispatch
+ * and a down bank without zero points. The dispatch writes the token's scale as each of its groups' scales (every
+ * reader of per-group scales reads it unchanged) and the gate|up GEMM promotes each group's partial with the weight
+ * scale only (one FFMA an element where it took two), the token's scale applied once before the SwiGLU. Both
+ * backends decide with this call: the cpu backend quantizes the same rows per token (cpu_moe.c). */
+bool fm_routes_moe_token_scales(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k, fm_wformat gate_up,
+                                fm_wformat down, bool e4m3_dispatch);
 /* The Gated DeltaNet's chunked op runs on tensor cores (gdn_chunked_tc.cu) for heads of dk x dv over bf16 (act_bf16)
  * or fp32 activations: unless gdn.tc=off, where fm_gdn_tc_takes the shape; the memory
  * plan sizes its scratch by the same answer. */

@@ -70,15 +70,21 @@ static double reduction_bound(const both *b) { return b->be[1]->plan.act_bf16 ? 
 
 static both make(fm_preset p) { return make_dense(p, FM_DENSE_PRESET); }
 
-/* both backends with the preset's plan and a --dispatch format */
-static both make_dispatch(fm_preset p, fm_dispatch d) {
+/* both backends with the preset's plan and a --dispatch format, under the command line's routes and `extra` (NULL:
+   none; it wins over them). The cpu backend gets the same routes: it emulates those that change the arithmetic
+   (moe.act_scale=token, w4a8.kernel=fold) and decides where they apply as the cuda backend does. */
+static both make_dispatch_routes(fm_preset p, fm_dispatch d, const char *extra) {
     both b;
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
     fm_error err;
     assert_int_equal(fm_plan_set_dispatch(&plan, d, &err), FM_OK);
-    assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &b.be[0], &err), FM_OK);
-    fm_status st = fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &b.be[1], &err);
+    const char *given = gpu_test_routes();
+    char routes[512];
+    snprintf(routes, sizeof routes, "%s%s%s", given ? given : "", given && extra ? "," : "", extra ? extra : "");
+    const char *r = routes[0] ? routes : NULL;
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, r, &b.be[0], &err), FM_OK);
+    fm_status st = fm_backend_create("cuda", &plan, 0, r, &b.be[1], &err);
     if (st) fail_msg("cuda backend: %s", err.msg);
     return b;
 }
@@ -888,9 +894,9 @@ static void expect_fp4_dispatch(fm_backend *be, fm_dispatch d, const float *x, i
    others spread over 1..E-2: expert 0 gets all T rows, expert E-1 none). d: the --dispatch format; an FP4 one gets
    blocks of different magnitudes (x1..7, and 2^-11 for every 11th block of 32: MX blocks more than 8 binades below
    their group's largest, whose expansion rounds) and its dispatch buffer checked byte for byte */
-static void moe_case_dispatch(fm_preset p, fm_wformat fmt, fm_dispatch d, int64_t T, int32_t E, int32_t k, int64_t H,
-                              int64_t I, bool skewed) {
-    both b = make_dispatch(p, d);
+static void moe_case_dispatch_routes(fm_preset p, fm_wformat fmt, fm_dispatch d, int64_t T, int32_t E, int32_t k,
+                                     int64_t H, int64_t I, bool skewed, const char *extra) {
+    both b = make_dispatch_routes(p, d, extra);
     float *gu = rand_array((int64_t)E * 2 * I * H, 0.1f), *dn = rand_array((int64_t)E * H * I, 0.1f);
     float *x = rand_array(T * H, 1.0f), *wts = malloc((size_t)(T * k) * sizeof(float));
     const bool fp4 = d == FM_DISPATCH_MXFP4 || d == FM_DISPATCH_NVFP4;
@@ -905,9 +911,9 @@ static void moe_case_dispatch(fm_preset p, fm_wformat fmt, fm_dispatch d, int64_
         }
     float *o[2];
     char what[128];
-    snprintf(what, sizeof what, "moe %s%s%s T=%lld E=%d k=%d H=%lld I=%lld%s", fm_wformat_name(fmt),
+    snprintf(what, sizeof what, "moe %s%s%s T=%lld E=%d k=%d H=%lld I=%lld%s%s%s", fm_wformat_name(fmt),
              fp4 ? " dispatch " : "", fp4 ? fm_dispatch_name(d) : "", (long long)T, E, k, (long long)H, (long long)I,
-             skewed ? " skewed" : "");
+             skewed ? " skewed" : "", extra ? " " : "", extra ? extra : "");
     for (int i = 0; i < 2; i++) {
         fm_backend *be = b.be[i];
         fm_bank *gub = gpu_bank(be, gu, E, 2 * I, H, fmt, true), *db = bank(be, dn, E, H, I, fmt);
@@ -918,6 +924,11 @@ static void moe_case_dispatch(fm_preset p, fm_wformat fmt, fm_dispatch d, int64_
     gpu_expect_close(o[1], o[0], T * H, fmt == FM_W_INT4_G128_TC ? 3e-2 : reduction_bound(&b), what);
     free(o[0]), free(o[1]), free(gu), free(dn), free(x), free(wts), free(ids);
     destroy(&b);
+}
+
+static void moe_case_dispatch(fm_preset p, fm_wformat fmt, fm_dispatch d, int64_t T, int32_t E, int32_t k, int64_t H,
+                              int64_t I, bool skewed) {
+    moe_case_dispatch_routes(p, fmt, d, T, E, k, H, I, skewed, NULL);
 }
 
 static void moe_case_routed(fm_preset p, fm_wformat fmt, int64_t T, int32_t E, int32_t k, int64_t H, int64_t I,
@@ -1002,6 +1013,54 @@ static void test_moe_w4a8(void **s) {
     moe_case_routed(FM_PRESET_FP8, FM_W_INT4_G128_TC, 8, 128, 8, 2048, 768, true);
 }
 
+/* route moe.act_scale=token: the gate|up GEMM's input with one scale per token, the promotion without it (the
+   EPI_SWIGLU_TOK instances of the wgmma kernel), against the cpu backend's emulation under the same route. Small
+   shapes (named test_moe_w4a8_* so that gpu-check's route-forced runs take them: tiles of 16, 32 and 64 rows, codes
+   in registers and through the ring, moe.gemv off and 64): T = 1 (the GEMVs, where the route does not apply), 7
+   (16-row tiles), 300 at E = 8 (32-row), skewed, widths not multiples of 128. Large (default routes only): T = 4096
+   at E = 16 (64-row tiles), also with the codes through the ring; Qwen3 widths at 9 and 300 tokens. Skipped where
+   the route is refused (not sm_90, or w4a8.kernel=mma forced). */
+static const char *token_route(void) {
+    const char *given = gpu_test_routes();
+    char routes[512];
+    snprintf(routes, sizeof routes, "%s%smoe.act_scale=token", given ? given : "", given ? "," : "");
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *be = NULL;
+    fm_error err;
+    if (fm_backend_create("cuda", &plan, 0, routes, &be, &err)) {
+        printf("  skipped: %s\n", err.msg);
+        return NULL;
+    }
+    be->ops->destroy(be);
+    return "moe.act_scale=token";
+}
+
+static void token_case(int64_t T, int32_t E, int32_t k, int64_t H, int64_t I, bool skewed, const char *route) {
+    moe_case_dispatch_routes(FM_PRESET_FP8, FM_W_INT4_G128_TC, FM_DISPATCH_PRESET, T, E, k, H, I, skewed, route);
+}
+
+static void test_moe_w4a8_token_small(void **s) {
+    (void)s;
+    const char *tok = token_route();
+    if (!tok) return;
+    const int64_t Ts[] = {1, 7, 300};
+    for (int i = 0; i < 3; i++) {
+        token_case(Ts[i], 8, 2, 200, 72, false, tok);
+        token_case(Ts[i], 13, 5, 384, 200, true, tok);
+    }
+}
+
+static void test_moe_token_large(void **s) {
+    (void)s;
+    const char *tok = token_route();
+    if (!tok) return;
+    token_case(4096, 16, 4, 256, 128, true, tok);
+    token_case(4096, 16, 4, 256, 128, false, "moe.act_scale=token,w4a8.codes=smem");
+    token_case(9, 128, 8, 2048, 768, false, tok);
+    token_case(300, 128, 8, 2048, 768, false, tok);
+}
+
 /* --dispatch mxfp4|nvfp4: the grouped W4A8 path with an FP4 dispatch buffer (the gate|up GEMM expands it to e4m3 on
    chip; the decode GEMVs read the dispatch's own expansion) against the CPU emulation of the same expansion, with the
    bound of the e4m3 dispatch; the dispatch buffer byte for byte the CPU codec's. T = 1, 7, 300, 4096, an expert with
@@ -1071,6 +1130,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_router),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_w4a8),
+        cmocka_unit_test(test_moe_w4a8_token_small),
+        cmocka_unit_test(test_moe_token_large),
         cmocka_unit_test(test_moe_w4a8_fp4_small),
         cmocka_unit_test(test_moe_fp4_large),
         cmocka_unit_test(test_linear_w8a8),

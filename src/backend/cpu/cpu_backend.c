@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/routes.h"
 #include "quant/bf16.h"
 #include "util/status.h"
 
@@ -16,11 +17,14 @@ void cpu_round_act(const fm_backend *be, float *x, int64_t n) {
 typedef struct cpu_backend {
     fm_backend base;
     double marks[FM_MARK_SLOTS];
-    bool fold_tokens; /* route w4a8.kernel=fold: the moe's gate|up input in e4m3 with one scale per token */
+    /* the routes asked for (fm_routes_default with no GPU, then the overrides): the cpu backend runs one kernel per
+       op, but emulates the routes that change the arithmetic (w4a8.kernel=fold, moe.act_scale) */
+    fm_routes routes;
 } cpu_backend;
 
-void cpu_set_fold_tokens(fm_backend *be, bool on) { ((cpu_backend *)be)->fold_tokens = on; }
-bool cpu_fold_tokens(const fm_backend *be) { return ((const cpu_backend *)be)->fold_tokens; }
+void cpu_set_routes(fm_backend *be, const fm_routes *r) { ((cpu_backend *)be)->routes = *r; }
+const fm_routes *cpu_routes(const fm_backend *be) { return &((const cpu_backend *)be)->routes; }
+bool cpu_fold_tokens(const fm_backend *be) { return fm_routes_w4a8_fold(cpu_routes(be)); }
 
 static void cpu_destroy(fm_backend *be) { free(be); }
 

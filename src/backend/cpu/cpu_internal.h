@@ -46,7 +46,9 @@ void cpu_expand_fp4_row(const uint8_t *packed, const uint8_t *scales, int64_t K,
 void cpu_linear_row(const fm_bank *w, int32_t idx, const cpu_qrow *x, float *y);
 /* Route w4a8.kernel=fold (backend/w4a8_fold.h): the moe op quantizes its gate|up input per token, as the GPU's fold
  * path does, instead of per 1x128 group (set at creation from the routes). */
-void cpu_set_fold_tokens(fm_backend *be, bool on);
+struct fm_routes;
+void cpu_set_routes(fm_backend *be, const struct fm_routes *r);
+const struct fm_routes *cpu_routes(const fm_backend *be);
 bool cpu_fold_tokens(const fm_backend *be);
 /* Rounds n outputs to bf16 when the backend's plan asks for bf16 activations. */
 void cpu_round_act(const fm_backend *be, float *x, int64_t n);

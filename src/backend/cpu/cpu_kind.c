@@ -72,13 +72,13 @@ static size_t cpu_expert_cache_bytes(int32_t n_layers, int32_t E, int32_t S, int
 }
 
 /* cpu_backend.c (declared in cpu_internal.h too, whose cpu_bank_bytes is not this file's) */
-void cpu_set_fold_tokens(fm_backend *be, bool on);
+void cpu_set_routes(fm_backend *be, const fm_routes *r);
 
 static fm_status cpu_create(const fm_plan *plan, int32_t n_threads, const char *routes, fm_backend **out,
                             fm_error *err) {
-    /* one kernel per op: the routes are only checked, but for w4a8.kernel=fold, whose per-token activations into
-       the experts' gate|up GEMM change the arithmetic: the cpu backend emulates them (cpu_moe.c) where the experts
-       take e4m3 rows; with an FP4 dispatch refused, as the GPU refuses it */
+    /* one kernel per op: the routes are only checked, but for w4a8.kernel=fold and moe.act_scale=token, whose
+       per-token activations into the experts' gate|up GEMM change the arithmetic: the cpu backend emulates them
+       (cpu_moe.c) where the experts take e4m3 rows; fold with an FP4 dispatch refused, as the GPU refuses it */
     fm_routes r;
     fm_routes_default(&r, 0);
     fm_status st = fm_routes_apply(&r, routes, err);
@@ -88,7 +88,7 @@ static fm_status cpu_create(const fm_plan *plan, int32_t n_threads, const char *
                      "fp8",
                      fm_afmt_name(plan->a_dispatch));
     if (!st) st = fm_cpu_backend_create(plan, n_threads, out, err);
-    if (!st) cpu_set_fold_tokens(*out, fm_routes_w4a8_fold(&r));
+    if (!st) cpu_set_routes(*out, &r);
     return st;
 }
 

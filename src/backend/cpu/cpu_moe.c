@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/dispatch_row.h"
 #include "backend/ep_blocks.h"
+#include "backend/routes.h"
 #include "quant/e2m1.h"
 #include "quant/e4m3.h"
 
@@ -82,8 +83,9 @@ static void expert_ffn(fm_backend *be, const fm_bank *gate_up, const fm_bank *do
     cpu_round_act(be, y, H);
 }
 
-/* Route w4a8.kernel=fold: the row in e4m3 with one scale per token (backend/w4a8_fold.h), held as every 128-group's
- * scale of the row (the products and their sums are the fold GEMM's up to fp32 rounding) */
+/* Routes w4a8.kernel=fold and moe.act_scale=token: the row in e4m3 with one scale per token (backend/w4a8_fold.h),
+ * held as every 128-group's scale of the row, as the GPU's dispatch writes it for moe.act_scale (the products and
+ * their sums are the GEMMs' up to fp32 rounding) */
 static void quantize_row_token(const float *x, int64_t K, cpu_qrow *q) {
     uint8_t *codes = (uint8_t *)malloc((size_t)K);
     float s = 0.0f;
@@ -104,6 +106,10 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
        to k experts: the buffer holds k copies of each) */
     const float nv_scale = a_dispatch == FM_A_NVFP4 ? fm_nvfp4_tensor_scale(x, T * H) : 1.0f;
     if (a_down == FM_A_NVFP4) abort(); /* the down input is never FP4 (fm_plan_set_dispatch) */
+    const bool e4m3 = a_dispatch == FM_A_E4M3_G128;
+    const bool per_token = e4m3 && (cpu_fold_tokens(be) ||
+                                    fm_routes_moe_token_scales(cpu_routes(be), (uint64_t)(T * k), (uint64_t)gate_up->n,
+                                                               (uint64_t)k, gate_up->fmt, down->fmt, true));
 #pragma omp parallel
     {
         /* per-thread scratch: quantized input row, gate|up, SwiGLU output (quantized), expert output, sum */
@@ -117,7 +123,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
         for (int64_t t = 0; t < T; t++) {
             cpu_qrow xr = {xq, xq + H, 1.0f};
             if (a_dispatch == FM_A_NVFP4) cpu_quantize_row_nvfp4(x + t * H, H, nv_scale, &xr);
-            else if (cpu_fold_tokens(be) && a_dispatch == FM_A_E4M3_G128) quantize_row_token(x + t * H, H, &xr);
+            else if (per_token) quantize_row_token(x + t * H, H, &xr);
             else cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {

@@ -124,8 +124,10 @@ static __device__ __forceinline__ void token_group_store(const __nv_bfloat16 *x,
 
 // One warp per token: the amax over its row, then each group with that scale into the k slots, xs[slot] = scale.
 // The row's second read comes from L1 (2 x H bf16 per token against k x H e4m3 written).
+// spread (token_groups): xs[g * spread + slot] = scale for each group g instead.
 static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
-                                                    const int32_t *slot_of_pair, uint8_t *x8, float *xs) {
+                                                    const int32_t *slot_of_pair, uint8_t *x8, float *xs,
+                                                    int64_t spread) {
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
@@ -138,7 +140,8 @@ static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int6
         }
         const float scale = token_scale(amax);
         for (int64_t grp = 0; grp < G; grp++) token_group_store(x, H, k, t, grp, scale, slot, x8);
-        if (lane < k) xs[slot] = scale;
+        if (lane < k && !spread) xs[slot] = scale;
+        for (int64_t grp = 0; spread && lane < k && grp < G; grp++) xs[grp * spread + slot] = scale;
     }
 }
 
@@ -283,7 +286,7 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
         pdl_launch(gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX>, qblocks, threads, 0, s, pdl, x, T, k, H, bv);
     } else if (b->per_token) {
         pdl_launch(gather_quantize_token_kernel, dim3(warp_blocks(T)), threads, 0, s, pdl, x, T, k, H, b->slot_of_pair,
-                   b->x8, b->xs);
+                   b->x8, b->xs, b->token_groups ? T * k : (int64_t)0);
     } else if (b->xsum) {
         pdl_launch(gather_quantize_kernel<true>, qblocks, threads, 0, s, pdl, x, T, k, H, b->slot_of_pair, b->x8, b->xs,
                    b->xsum);
@@ -392,6 +395,10 @@ void fm_cuda_moe_dispatch_small(const __nv_bfloat16 *x, int64_t T, int64_t H, co
         abort();
     }
     per_token_check(b, "moe_dispatch_small");
+    if (b->token_groups) {
+        fprintf(stderr, "fp8moe: moe_dispatch_small: per-token scales as group scales are the grouped GEMM's\n");
+        abort(); /* fm_routes_moe_token_scales: never on the GEMVs' steps */
+    }
     if (T == 0) return;
     const int32_t t32 = (int32_t)T;
     const dim3 one(1), threads(MAX_EXPERTS);

@@ -13,7 +13,8 @@
 //      scale comes from an amax pass over x on the device before step 4 (every routed row is a row of x), so
 //      nothing is read back on the host. With per_token (fold banks, route w4a8.kernel=fold) the row gets one scale
 //      from the amax of all of it instead, xs[slot] (one warp per token; the small dispatch's warps share a
-//      token's amax through shared memory): the fold GEMM's input with no second pass over x.
+//      token's amax through shared memory): the fold GEMM's input with no second pass over x. With token_groups
+//      (route moe.act_scale=token) the token's scale goes to xs[group][slot] for each group instead.
 // The order of slots inside an expert's segment depends on the atomics, but no result does: every GEMM row is
 // computed on its own and the combine reads rows by pair, in routing order.
 // pdl (fm_routes_pdl): every kernel launches with programmatic dependent launch (pdl.cuh) and needs no buffer zeroed
@@ -37,9 +38,11 @@ typedef struct fm_dispatch_bufs {
     const int32_t *matrix_of; // [E] the bank matrix of each expert (an expert cache's slot table), or NULL: matrix e
     bool per_token; // e4m3 rows with ONE scale per token (the fold banks' gate|up input, backend/w4a8_fold.h): xs [P],
                     // bit for bit fm_cuda_fold_quantize_tokens of the slot's token; no sums, no FP4
-    uint8_t *h;     // the gate|up GEMM's e4m3 output [P][pad128(h_cols)] when h_cols % 128 (else NULL): the grouped
-    int64_t h_cols; // dispatch zeroes each slot's row past h_cols (no CTA writes those columns, the down GEMM reads
-                    // them); the small dispatch does not (its GEMVs' h is quantized in whole groups)
+    bool token_groups; // per_token, the grouped dispatch: the token's scale written as each of its groups' (xs
+                       // [pad128(H) / 128][P], as per-group rows: route moe.act_scale=token) instead of xs [P]
+    uint8_t *h;        // the gate|up GEMM's e4m3 output [P][pad128(h_cols)] when h_cols % 128 (else NULL): the grouped
+    int64_t h_cols;    // dispatch zeroes each slot's row past h_cols (no CTA writes those columns, the down GEMM reads
+                       // them); the small dispatch does not (its GEMVs' h is quantized in whole groups)
 } fm_dispatch_bufs;
 
 // tile_rows: FM_W4A8_BN, FM_W4A8_BN_MID or FM_W4A8_BN_SMALL (fm_routes_w4a8_moe_tile_rows), as the GEMMs after it are

@@ -84,6 +84,12 @@ template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm
             return;
         }
     }
+    if (a->token_scales) { /* 32-row tiles on the ring, as launch() does */
+        if (a->codes_staged || BNT == FM_W4A8_BN_MID)
+            w4a8_wgmma_launch<EPI_SWIGLU_TOK, WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3, 1>(p, grid, s);
+        else w4a8_wgmma_launch<EPI_SWIGLU_TOK, WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3, 0>(p, grid, s);
+        return;
+    }
     if (a->dispatch == FM_W4A8_DISPATCH_MX)
         launch<EPI_SWIGLU, WK_INT4, BNT, FM_W4A8_DISPATCH_MX>(p, a->wgmma, a->codes_staged, grid, s);
     else if (a->dispatch == FM_W4A8_DISPATCH_NV)
@@ -106,9 +112,13 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
         ((uintptr_t)w->scales | (uintptr_t)w->fscales | (uintptr_t)w->zscales) % 16 /* cp.async of the scales */ ||
         (a->dispatch != FM_W4A8_DISPATCH_E4M3 &&
          (w->fmt != FM_W_INT4_G128_TC || a->epilogue != FM_W4A8_OUT_SWIGLU_E4M3 || a->hsum ||
-          (a->dispatch == FM_W4A8_DISPATCH_NV && !a->xts)))) {
-        fprintf(stderr, "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld, dispatch %d)\n",
-                fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles, (int)a->dispatch);
+          (a->dispatch == FM_W4A8_DISPATCH_NV && !a->xts))) ||
+        (a->token_scales && (!a->wgmma || w->fmt != FM_W_INT4_G128_TC || a->dispatch != FM_W4A8_DISPATCH_E4M3 ||
+                             a->epilogue != FM_W4A8_OUT_SWIGLU_E4M3 || a->hsum))) {
+        fprintf(stderr,
+                "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld, dispatch %d, token scales %d)\n",
+                fm_wformat_name(w->fmt), (int)a->epilogue, (long long)a->max_tiles, (int)a->dispatch,
+                (int)a->token_scales);
         abort();
     }
     gemm_params p;

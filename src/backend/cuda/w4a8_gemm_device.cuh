@@ -413,7 +413,10 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 
 // The epilogues: fm_w4a8_epilogue's two, and the SwiGLU one that also writes h's group sums (a down bank of int4-zp
 // weights needs them); a template value of its own so that the other two compile as if it did not exist.
-enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS };
+// EPI_SWIGLU_TOK: the SwiGLU epilogue of a GEMM whose activations carry one scale per token (route moe.act_scale,
+// every group's scale of a row the same): the kernel promotes with the weight scale alone and multiplies by the
+// token's scale before the epilogue, which then runs as EPI_SWIGLU (the wgmma kernel, int4-tc banks, e4m3 rows).
+enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS, EPI_SWIGLU_TOK };
 
 // The output tiles pass through shared memory (scratch: the CTA's activation stages, free once every warp is past
 // its last group) so that global memory sees 16-byte stores of whole rows: a thread's accumulators hold 4 weight rows
@@ -614,6 +617,37 @@ template <int BNT> static __device__ __forceinline__ void load_act_scales(const 
     for (int nt = 0; nt < BNT / 8; nt++) xsc[nt] = *(const float2 *)(sc + nt * 8 + 2 * t);
 }
 
+// EPI_SWIGLU_TOK: acc += partial x (weight scale x 512), one FFMA per element and 128-group; the token's scale
+// comes in once, after the last group (scale_by_token)
+template <int BNT>
+static __device__ __forceinline__ void promote_token(float acc[2][BNT / 8][4], const float part[2][BNT / 8][4],
+                                                     const float wsc[2][2]) {
+#pragma unroll
+    for (int nt = 0; nt < BNT / 8; nt++)
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) {
+            acc[mb][nt][0] = fmaf(part[mb][nt][0], wsc[mb][0], acc[mb][nt][0]);
+            acc[mb][nt][1] = fmaf(part[mb][nt][1], wsc[mb][0], acc[mb][nt][1]);
+            acc[mb][nt][2] = fmaf(part[mb][nt][2], wsc[mb][1], acc[mb][nt][2]);
+            acc[mb][nt][3] = fmaf(part[mb][nt][3], wsc[mb][1], acc[mb][nt][3]);
+        }
+}
+
+// EPI_SWIGLU_TOK, after the last group: acc x the token's scale (sc: any stage's activation scales, every group's the
+// token's)
+template <int BNT> static __device__ __forceinline__ void scale_by_token(float acc[2][BNT / 8][4], const float *sc) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < BNT / 8; nt++) {
+        const float2 xs = *(const float2 *)(sc + nt * 8 + 2 * t);
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++) {
+            acc[mb][nt][0] *= xs.x, acc[mb][nt][1] *= xs.y;
+            acc[mb][nt][2] *= xs.x, acc[mb][nt][3] *= xs.y;
+        }
+    }
+}
+
 // acc += partial x (weight scale x 512) x (activation scale), per element, once per 128-group;
 // int4-zp: then acc -= (zero x scale) x (the activation group's sum)
 template <int WK, int BNT>
@@ -722,6 +756,8 @@ template <int BNT, int AF> void w4a8_wgmma_fp4_launch(const gemm_params &p, dim3
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4, FM_W4A8_DISPATCH_E4M3)                                                 \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4_ZP, FM_W4A8_DISPATCH_E4M3)                                              \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_E4M3, FM_W4A8_DISPATCH_E4M3)
+// one scale per token (route moe.act_scale=token): the gate|up GEMM of int4-tc banks, e4m3 rows, the wgmma kernel
+#define W4A8_EACH_TOKEN(X) W4A8_EACH_TILE(X, EPI_SWIGLU_TOK, WK_INT4, FM_W4A8_DISPATCH_E4M3)
 // FP4 activations (MX, NV): the gate|up GEMM of int4-tc banks only
 #define W4A8_EACH_FP4(X)                                                                                               \
     W4A8_EACH_TILE(X, EPI_SWIGLU, WK_INT4, FM_W4A8_DISPATCH_MX)                                                        \

@@ -42,6 +42,8 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ __align__(16) uint8_t raw_smem[AF ? S : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
     extern __shared__ __align__(16) uint8_t code_smem[];                       /* CS: [S][code_stage<WK>::bytes] */
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
+    constexpr bool TOK = EPILOGUE == EPI_SWIGLU_TOK; /* one activation scale per token: promote_token */
+    static_assert(!TOK || (WK == WK_INT4 && AF == FM_W4A8_DISPATCH_E4M3), "per-token scales: int4-tc, e4m3 rows");
 
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
        its expert, so nothing is loaded before the wait */
@@ -195,7 +197,7 @@ static __global__ __launch_bounds__(THREADS,
                 }
         if (WK != WK_E4M3) {
             load_weight_scales<WK>(wsm, ww.lrow, wsc, zs);
-            load_act_scales<BNT>(sc, xsc);
+            if (!TOK) load_act_scales<BNT>(sc, xsc);
         }
         wgmma_wait_all();
         settle_block<BNT>(part[0], a[0]);
@@ -206,10 +208,12 @@ static __global__ __launch_bounds__(THREADS,
 #pragma unroll
                 for (int j = 0; j < NW; j++) words[mb][j] = nxt[mb][j];
         if (WK == WK_E4M3) load_act_scales<BNT>(sc, xsc);
-        promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
+        if (TOK) promote_token<BNT>(acc, part, wsc);
+        else promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
     }
+    if (TOK) scale_by_token<BNT>(acc, sc_smem[(KG - 1) % S]); /* the last group's stage: still in place */
     static_assert(sizeof xs_smem >= epi_scratch<BNT>::bytes, "epilogue scratch in the activation stages");
-    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
+    epilogue<TOK ? EPI_SWIGLU : EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
 }
 
 template <int EPILOGUE, int WK, int BNT, int AF, int CS>
@@ -231,3 +235,5 @@ void w4a8_wgmma_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
 W4A8_EACH_E4M3(W4A8_WGMMA_REGISTERS)
 W4A8_EACH_E4M3(W4A8_WGMMA_STAGED)
 W4A8_EACH_FP4(W4A8_WGMMA_REGISTERS) /* FP4 stages keep the codes on the register path */
+W4A8_EACH_TOKEN(W4A8_WGMMA_REGISTERS)
+W4A8_EACH_TOKEN(W4A8_WGMMA_STAGED)
