@@ -122,26 +122,38 @@ static __device__ __forceinline__ void token_group_store(const __nv_bfloat16 *x,
     }
 }
 
-// One warp per token: the amax over its row, then each group with that scale into the k slots, xs[slot] = scale.
-// The row's second read comes from L1 (2 x H bf16 per token against k x H e4m3 written).
-// spread (token_groups): xs[g * spread + slot] = scale for each group g instead.
-static __global__ void gather_quantize_token_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H,
-                                                    const int32_t *slot_of_pair, uint8_t *x8, float *xs,
-                                                    int64_t spread) {
+// One CTA (TOKEN_WARPS warps) per token: each warp takes groups warp, warp + TOKEN_WARPS, ... of the row for the
+// amax, the CTA's warps meet in shared memory, then each warp stores its groups with the token's scale into the k
+// slots (the second read of the row from L1) and xs[slot] = scale; with spread (token_groups) xs[g * spread + slot]
+// = scale for each group g instead. (One warp per token, looping over the groups, made every token a chain of 2 G
+// dependent loads: ~15 us for 2,048 tokens where the per-group dispatch takes a few.) The max is exact in any order,
+// so the codes and scales are those of fm_cuda_fold_quantize_tokens bit for bit.
+#define TOKEN_WARPS 8
+static __global__ void __launch_bounds__(TOKEN_WARPS * 32)
+    gather_quantize_token_kernel(const __nv_bfloat16 *x, int64_t T, int32_t k, int64_t H, const int32_t *slot_of_pair,
+                                 uint8_t *x8, float *xs, int64_t spread) {
+    __shared__ float warp_amax[TOKEN_WARPS];
     pdl_wait();
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5), G = (H + 127) / 128;
-    for (int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); t < T; t += warps) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t G = (H + 127) / 128;
+    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const int32_t slot = lane < k ? slot_of_pair[t * k + lane] : 0;
         float amax = 0.0f, v[4];
-        for (int64_t grp = 0; grp < G; grp++) {
+        for (int64_t grp = warp; grp < G; grp += TOKEN_WARPS) {
             load_group(x + t * H, H, grp, v);
             amax = fmaxf(amax, group_amax(v));
         }
+        if (lane == 0) warp_amax[warp] = amax;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < TOKEN_WARPS; w++) amax = fmaxf(amax, warp_amax[w]);
+        __syncthreads(); /* warp_amax is the next token's */
         const float scale = token_scale(amax);
-        for (int64_t grp = 0; grp < G; grp++) token_group_store(x, H, k, t, grp, scale, slot, x8);
-        if (lane < k && !spread) xs[slot] = scale;
-        for (int64_t grp = 0; spread && lane < k && grp < G; grp++) xs[grp * spread + slot] = scale;
+        for (int64_t grp = warp; grp < G; grp += TOKEN_WARPS) {
+            token_group_store(x, H, k, t, grp, scale, slot, x8);
+            if (spread && lane < k) xs[grp * spread + slot] = scale;
+        }
+        if (!spread && warp == 0 && lane < k) xs[slot] = scale;
     }
 }
 
@@ -285,8 +297,9 @@ void fm_cuda_moe_dispatch(const __nv_bfloat16 *x, int64_t T, int64_t H, const in
     } else if (b->fmt == FM_W4A8_DISPATCH_MX) {
         pdl_launch(gather_quantize_fp4_kernel<FM_W4A8_DISPATCH_MX>, qblocks, threads, 0, s, pdl, x, T, k, H, bv);
     } else if (b->per_token) {
-        pdl_launch(gather_quantize_token_kernel, dim3(warp_blocks(T)), threads, 0, s, pdl, x, T, k, H, b->slot_of_pair,
-                   b->x8, b->xs, b->token_groups ? T * k : (int64_t)0);
+        const unsigned tok_blocks = (unsigned)(T < 1 ? 1 : T < 65536 ? T : 65536);
+        pdl_launch(gather_quantize_token_kernel, dim3(tok_blocks), dim3(TOKEN_WARPS * 32), 0, s, pdl, x, T, k, H,
+                   b->slot_of_pair, b->x8, b->xs, b->token_groups ? T * k : (int64_t)0);
     } else if (b->xsum) {
         pdl_launch(gather_quantize_kernel<true>, qblocks, threads, 0, s, pdl, x, T, k, H, b->slot_of_pair, b->x8, b->xs,
                    b->xsum);
