@@ -1,6 +1,6 @@
 /* Route moe.act_scale (backend/routes.h, fm_routes_moe_token_scales): the experts' gate|up input with one e4m3 scale
  * per token on the grouped GEMM's steps.
- *   - the route parses; `token` is refused off sm_90 and with w4a8.kernel=mma, by name;
+ *   - the route parses on sm_90 and sm_89 (both W4A8 kernels take it); a bad spec changes nothing;
  *   - where it applies: int4 gate|up banks of ours, an e4m3 dispatch, a down bank without zero points, steps above
  *     moe.gemv's pairs (never the decode GEMVs'), not under w4a8.kernel=fold;
  *   - the cpu backend under it: a step of 8 pairs (the GEMVs' step) is bit for bit the default's; a larger step
@@ -42,13 +42,11 @@ static void test_route_parse_and_refusals(void **state) {
     assert_int_equal(r.moe_act_scale, FM_ROUTE_ACT_SCALE_GROUP);
     assert_int_equal(fm_routes_apply(&r, "moe.act_scale=row", &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "moe.act_scale"));
-    fm_routes_default(&r, 8);
-    assert_int_equal(fm_routes_apply(&r, "moe.act_scale=token", &err), FM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "moe.act_scale=token runs on the wgmma kernel"));
-    assert_int_equal(fm_routes_apply(&r, "moe.act_scale=group", &err), FM_OK);
+    fm_routes_default(&r, 8); /* Ada: the mma.sync kernel takes it too */
+    assert_int_equal(fm_routes_apply(&r, "moe.act_scale=token", &err), FM_OK);
+    assert_int_equal(r.moe_act_scale, FM_ROUTE_ACT_SCALE_TOKEN);
     fm_routes_default(&r, 9);
-    assert_int_equal(fm_routes_apply(&r, "moe.act_scale=token,w4a8.kernel=mma", &err), FM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "w4a8.kernel=mma"));
+    assert_int_equal(fm_routes_apply(&r, "moe.act_scale=token,w4a8.kernel=sm80", &err), FM_ERR_USAGE);
     assert_int_equal(r.moe_act_scale, FM_ROUTE_ACT_SCALE_AUTO); /* a refused spec changes nothing */
 }
 

@@ -228,13 +228,13 @@ static const route_key route_keys[] = {
      "auto|group|token",
      {{"group", FM_ROUTE_ACT_SCALE_GROUP}, {"token", FM_ROUTE_ACT_SCALE_TOKEN}},
      "group",
-     "the grouped GEMM's gate|up input: one e4m3 scale per 128-group (group) or per token (token, sm_90)",
+     "the grouped GEMM's gate|up input: one e4m3 scale per 128-group (group) or per token (token)",
      "how the experts' gate|up input is quantized to e4m3 on the grouped GEMM (steps above `moe.gemv`'s pairs): "
      "`group`, one scale per (token, 128-group), the accumulator promoted with the weight scale times the "
      "activation scale after every group; `token`, one scale per token, the promotion with the weight scale only "
      "(one FFMA an element where it took two) and the token's scale applied once before the SwiGLU. For int4 "
      "expert banks of ours with the e4m3 dispatch (other banks and the decode GEMVs keep `group`); the cpu backend "
-     "quantizes the same rows the same way. `token` needs sm_90 (the wgmma kernel); `auto` is `group` until "
+     "quantizes the same rows the same way. Both W4A8 kernels (wgmma, mma.sync) take it; `auto` is `group` until "
      "measured (bench/NOTES.md, thirtieth session)",
      now_moe_act_scale},
     {"pdl", FIELD(pdl), "auto|on|off", SWITCH_WORDS, "on for sm_90+",
@@ -562,12 +562,6 @@ fm_status fm_routes_apply(fm_routes *r, const char *spec, fm_error *err) {
                        "route router.cluster=on needs a GPU of compute capability 9 or more (thread-block clusters); "
                        "this GPU is sm_%d: use router.cluster=off or auto",
                        next.sm_major * 10);
-    if (next.moe_act_scale == FM_ROUTE_ACT_SCALE_TOKEN &&
-        ((next.sm_major && next.sm_major != 9) || next.w4a8_kernel == FM_ROUTE_W4A8_MMA))
-        return fm_fail(
-            err, FM_ERR_UNSUPPORTED,
-            "route moe.act_scale=token runs on the wgmma kernel (sm_90); %s: use moe.act_scale=group or auto",
-            next.w4a8_kernel == FM_ROUTE_W4A8_MMA ? "w4a8.kernel=mma is asked for" : "this GPU is not sm_90");
     if (next.sm_major && next.sm_major < 9 && next.pdl == FM_ROUTE_ON)
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "route pdl=on needs a GPU of compute capability 9 or more (programmatic "

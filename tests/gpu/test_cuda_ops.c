@@ -1018,8 +1018,8 @@ static void test_moe_w4a8(void **s) {
    shapes (named test_moe_w4a8_* so that gpu-check's route-forced runs take them: tiles of 16, 32 and 64 rows, codes
    in registers and through the ring, moe.gemv off and 64): T = 1 (the GEMVs, where the route does not apply), 7
    (16-row tiles), 300 at E = 8 (32-row), skewed, widths not multiples of 128. Large (default routes only): T = 4096
-   at E = 16 (64-row tiles), also with the codes through the ring; Qwen3 widths at 9 and 300 tokens. Skipped where
-   the route is refused (not sm_90, or w4a8.kernel=mma forced). */
+   at E = 16 (64-row tiles), also with the codes through the ring; Qwen3 widths at 9 and 300 tokens. gpu-check's
+   run under w4a8.kernel=mma takes the mma.sync kernel's instances. Skipped where the backend refuses the route. */
 static const char *token_route(void) {
     const char *given = gpu_test_routes();
     char routes[512];

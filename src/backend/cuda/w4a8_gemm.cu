@@ -84,10 +84,8 @@ template <int BNT> static void launch_epilogue(const fm_w4a8_args *a, const gemm
             return;
         }
     }
-    if (a->token_scales) { /* 32-row tiles on the ring, as launch() does */
-        if (a->codes_staged || BNT == FM_W4A8_BN_MID)
-            w4a8_wgmma_launch<EPI_SWIGLU_TOK, WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3, 1>(p, grid, s);
-        else w4a8_wgmma_launch<EPI_SWIGLU_TOK, WK_INT4, BNT, FM_W4A8_DISPATCH_E4M3, 0>(p, grid, s);
+    if (a->token_scales) {
+        launch<EPI_SWIGLU_TOK, WK_INT4, BNT>(p, a->wgmma, a->codes_staged, grid, s);
         return;
     }
     if (a->dispatch == FM_W4A8_DISPATCH_MX)
@@ -113,7 +111,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
         (a->dispatch != FM_W4A8_DISPATCH_E4M3 &&
          (w->fmt != FM_W_INT4_G128_TC || a->epilogue != FM_W4A8_OUT_SWIGLU_E4M3 || a->hsum ||
           (a->dispatch == FM_W4A8_DISPATCH_NV && !a->xts))) ||
-        (a->token_scales && (!a->wgmma || w->fmt != FM_W_INT4_G128_TC || a->dispatch != FM_W4A8_DISPATCH_E4M3 ||
+        (a->token_scales && (w->fmt != FM_W_INT4_G128_TC || a->dispatch != FM_W4A8_DISPATCH_E4M3 ||
                              a->epilogue != FM_W4A8_OUT_SWIGLU_E4M3 || a->hsum))) {
         fprintf(stderr,
                 "fp8moe: w4a8_gemm: bad arguments (format %s, epilogue %d, tiles %lld, dispatch %d, token scales %d)\n",

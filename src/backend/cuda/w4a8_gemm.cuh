@@ -34,7 +34,7 @@ typedef struct fm_w4a8_args {
     const float *xts;
     bool fp4_producer; // FP4 on the wgmma kernel: a producer warpgroup expands (fm_routes_w4a8_fp4_producer)
     // one activation scale per token (route moe.act_scale=token; xs as above, every group's scale of a row the
-    // token's): the SwiGLU GEMM of an int4-tc bank on e4m3 rows, the wgmma kernel only
+    // token's): the SwiGLU GEMM of an int4-tc bank on e4m3 rows, either kernel
     bool token_scales;
     // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
     const fm_w4a8_tile *tiles;

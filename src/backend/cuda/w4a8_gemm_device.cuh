@@ -415,7 +415,7 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 // weights needs them); a template value of its own so that the other two compile as if it did not exist.
 // EPI_SWIGLU_TOK: the SwiGLU epilogue of a GEMM whose activations carry one scale per token (route moe.act_scale,
 // every group's scale of a row the same): the kernel promotes with the weight scale alone and multiplies by the
-// token's scale before the epilogue, which then runs as EPI_SWIGLU (the wgmma kernel, int4-tc banks, e4m3 rows).
+// token's scale before the epilogue, which then runs as EPI_SWIGLU (both kernels, int4-tc banks, e4m3 rows).
 enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS, EPI_SWIGLU_TOK };
 
 // The output tiles pass through shared memory (scratch: the CTA's activation stages, free once every warp is past
@@ -756,7 +756,7 @@ template <int BNT, int AF> void w4a8_wgmma_fp4_launch(const gemm_params &p, dim3
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4, FM_W4A8_DISPATCH_E4M3)                                                 \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4_ZP, FM_W4A8_DISPATCH_E4M3)                                              \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_E4M3, FM_W4A8_DISPATCH_E4M3)
-// one scale per token (route moe.act_scale=token): the gate|up GEMM of int4-tc banks, e4m3 rows, the wgmma kernel
+// one scale per token (route moe.act_scale=token): the gate|up GEMM of int4-tc banks, e4m3 rows
 #define W4A8_EACH_TOKEN(X) W4A8_EACH_TILE(X, EPI_SWIGLU_TOK, WK_INT4, FM_W4A8_DISPATCH_E4M3)
 // FP4 activations (MX, NV): the gate|up GEMM of int4-tc banks only
 #define W4A8_EACH_FP4(X)                                                                                               \

@@ -13,6 +13,8 @@ static __global__ __launch_bounds__(THREADS,
     __shared__ float red_sum[EPILOGUE == EPI_SWIGLU_SUMS ? THREADS / 32 : 1][BNT];
     __shared__ __align__(16) uint8_t raw_smem[AF ? STAGES : 1][AF ? BNT * 72 : 16]; /* FP4 stages (load_stage) */
     constexpr int NW = wk_shape<WK>::words;
+    constexpr bool TOK = EPILOGUE == EPI_SWIGLU_TOK; /* one activation scale per token: promote_token */
+    static_assert(!TOK || (WK == WK_INT4 && AF == FM_W4A8_DISPATCH_E4M3), "per-token scales: int4-tc, e4m3 rows");
 
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
        its expert, so nothing is loaded before the wait */
@@ -97,13 +99,18 @@ static __global__ __launch_bounds__(THREADS,
         }
         float2 xsc[BNT / 8];
         float wsc[2][2], zs[2][2];
-        load_act_scales<BNT>(sc, xsc);
         load_weight_scales<WK>(wsc_smem[st], ww.lrow, wsc, zs);
-        promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
+        if (TOK) {
+            promote_token<BNT>(acc, part, wsc);
+        } else {
+            load_act_scales<BNT>(sc, xsc);
+            promote<WK, BNT>(acc, part, wsc, zs, xsc, xsum);
+        }
     }
+    if (TOK) scale_by_token<BNT>(acc, sc_smem[(KG - 1) % STAGES]); /* the last group's stage: still in place */
 
     static_assert(sizeof xs_smem >= epi_scratch<BNT>::bytes, "epilogue scratch in the activation stages");
-    epilogue<EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
+    epilogue<TOK ? EPI_SWIGLU : EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
 }
 
 template <int EPILOGUE, int WK, int BNT, int AF> void w4a8_mma_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
@@ -114,3 +121,4 @@ template <int EPILOGUE, int WK, int BNT, int AF> void w4a8_mma_launch(const gemm
     template void w4a8_mma_launch<E, WK, BNT, AF>(const gemm_params &, dim3, cudaStream_t);
 W4A8_EACH_E4M3(W4A8_MMA_INSTANCE)
 W4A8_EACH_FP4(W4A8_MMA_INSTANCE)
+W4A8_EACH_TOKEN(W4A8_MMA_INSTANCE)
