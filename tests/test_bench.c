@@ -294,7 +294,7 @@ static void bench_moe_command(void **s) {
     assert_int_equal(cJSON_GetObjectItem(root, "experts")->valueint, 8);
     const cJSON *rows = cJSON_GetObjectItem(root, "results");
     assert_int_equal(cJSON_GetArraySize(rows), 2 * 10); /* every T x every route */
-    double dispatch_mb[2][3] = {{0}};                  /* per T: fp8-grouped, fp4-grouped-mx, fp4-grouped-nv */
+    double dispatch_mb[2][3] = {{0}};                   /* per T: fp8-grouped, fp4-grouped-mx, fp4-grouped-nv */
     for (int i = 0; i < 20; i++) {
         const cJSON *r = cJSON_GetArrayItem(rows, i);
         const char *route = cJSON_GetObjectItem(r, "route")->valuestring;
