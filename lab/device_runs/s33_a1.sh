@@ -1,0 +1,36 @@
+#!/bin/bash
+# thirtieth session, call 1 of 2 (device time lost to failed starts: t1 and b1 merged and cut): test_cuda_ops beside
+# test_cuda_ops_fused (the staging without divisions, the one-variant router, moe.act_scale=token's op tests), then
+# memcheck of the token GEMM's small cases beside racecheck of test_router_cluster; then decode base / new / new with
+# moe.act_scale=token (one round), bench moe qwen3 (fp8-grouped, fp8-grouped-token) and the 48-layer prefill with and
+# without the route
+set -u
+[ -x build/tests/gpu/test_cuda_ops ] || tar -xJf .carry/gpu-s33.tar.xz || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+t0=$SECONDS; T=./build/tests/gpu; L=$OUT; B=/tmp/logsb; mkdir -p $B
+export OMP_NUM_THREADS=8
+(timeout 330 $T/test_cuda_ops > $L/ops.log 2>&1; echo "ops rc $? $((SECONDS-t0)) s") &
+(timeout 330 $T/test_cuda_ops_fused > $L/ops_fused.log 2>&1; echo "ops_fused rc $? $((SECONDS-t0)) s") &
+(FM_TEST_FILTER=test_moe_w4a8_token_small timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  $T/test_cuda_ops > $L/memcheck_token.log 2>&1; echo "memcheck token rc $? $((SECONDS-t0)) s") &
+(FM_TEST_FILTER=test_router_cluster timeout 200 compute-sanitizer --tool racecheck \
+  --error-exitcode 3 $T/test_cuda_ops_fused > $L/racecheck_cluster.log 2>&1; echo "racecheck cluster rc $? $((SECONDS-t0)) s") &
+wait
+grep -hE "^\[  FAILED|^\[  PASSED|ERROR" $L/ops.log $L/ops_fused.log | head -20
+grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" $L/memcheck_token.log $L/racecheck_cluster.log
+grep -A3 "RUN      \] test_moe_token_large" $L/ops.log | head -4
+c=(--synthetic qwen3-30b-a3b --batch 1,8,64 --context 2048 --presets fp8,fp8+w8a8 --backend cuda)
+drow() { local l=$1 b=$2; shift 2
+  timeout 45 $b decode "$@" > $B/dec_$l.log 2>&1; echo "$l rc $? $((SECONDS-t0)) s"
+  grep -E "^\| fp8" $B/dec_$l.log | head -6 | sed "s/^/$l /" | tee -a $OUT/decode_rows.txt | awk '{print $1, $3, $5, $7}' | tr '\n' ';'; echo; }
+drow base_r1 build/base/fp8moe-bench "${c[@]}"; drow new_r1 build/fp8moe-bench "${c[@]}"
+drow tok_r1 build/fp8moe-bench "${c[@]}" --route moe.act_scale=token
+timeout 90 build/fp8moe-bench moe --shape qwen3 --routes fp8-grouped,fp8-grouped-token --tokens 16,512,2048,8192 \
+  --repeat 20 --backend cuda > $B/moe_r1.log 2>&1; echo "moe r1 rc $? $((SECONDS-t0)) s"
+grep -E "^\| fp8" $B/moe_r1.log | awk -F'|' '{print $2, $3, $4}' | tr '\n' ';'; echo
+p=(prefill --synthetic qwen3-30b-a3b --layers 48 --tokens 2048 --preset fp8 --dense w8a8 --backend cuda --repeat 5)
+for rt in "" "--route moe.act_scale=token"; do
+  timeout 60 build/fp8moe-bench "${p[@]}" $rt > $B/pre.log 2>&1
+  echo "prefill [$rt] rc $? $((SECONDS-t0)) s: $(grep -E '^latency|^\| experts ' $B/pre.log | head -2 | tr '\n' ' ')"
+  cat $B/pre.log >> $OUT/prefill.txt; done
+cp $B/*.log $OUT/ 2>/dev/null
