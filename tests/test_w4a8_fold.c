@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "moe_fixture.h"
 #include "backend/w4a8_fold.h"
 #include "quant/bf16.h"
 #include "quant/e4m3.h"
@@ -265,14 +266,9 @@ static void test_cpu_route(void **state) {
 
     const int32_t E = 2, k = 2;
     const int64_t T = 4, H = 256, I = 128;
-    fm_wsrc v[3 * 2];
-    for (int32_t e = 0; e < E; e++) {
-        v[2 * e] = (fm_wsrc){NULL, 0, I, H, {11 + (uint64_t)e, 0.05f, 0.0f, 0}, {0}};
-        v[2 * e + 1] = (fm_wsrc){NULL, 0, I, H, {21 + (uint64_t)e, 0.05f, 0.0f, 0}, {0}};
-        v[2 * E + e] = (fm_wsrc){NULL, 0, H, I, {31 + (uint64_t)e, 0.05f, 0.0f, 0}, {0}};
-    }
-    const fm_bank_src gs = {v, E, 2, "test experts gate_up", true, true};
-    const fm_bank_src ds = {v + 2 * E, E, 1, "test experts down", false, true};
+    moe_fixture f;
+    moe_fixture_init(&f, E, H, I);
+    const fm_bank_src gs = f.gate_up, ds = f.down;
     fm_bank *b[2][2];
     for (int i = 0; i < 2; i++) {
         assert_int_equal(be[i]->ops->bank_create(be[i], &gs, plan.w_expert, &b[i][0], &err), FM_OK);
