@@ -41,4 +41,11 @@ for rt in "" "--route moe.act_scale=token"; do
   timeout 60 build/fp8moe-bench "${p[@]}" $rt > $B/pre.log 2>&1
   echo "prefill [$rt] rc $? $((SECONDS-t0)) s: $(grep -E '^latency|^\| experts ' $B/pre.log | head -2 | tr '\n' ' ')"
   cat $B/pre.log >> $OUT/prefill.txt; done
+# the token GEMM's instances and the dispatch kernels under ncu at T = 2048 (which kernel the gain or loss is in)
+for r in fp8-grouped fp8-grouped-token; do
+  timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    -k regex:'w4a8_wgmma_kernel|gather_quantize|moe_dispatch|plan_kernel|slot_kernel' --launch-skip 12 --launch-count 12 \
+    build/fp8moe-bench moe --shape qwen3 --routes $r --tokens 2048 --repeat 2 --warmup 1 --backend cuda > $OUT/ncu_moe_$r.csv 2>/dev/null
+  echo "ncu moe $r rc $?: $(grep gpu__time_duration $OUT/ncu_moe_$r.csv | awk -F'","' '{split($5,a,"(");print substr(a[1],1,40), $NF}' | tr '\n' ';')"
+done
 cp $B/*.log $OUT/ 2>/dev/null
