@@ -15,4 +15,8 @@ typedef struct moe_fixture {
 /* E <= MOE_FIXTURE_MAX_E; f must not move afterwards (the bank sources point into it) */
 void moe_fixture_init(moe_fixture *f, int32_t E, int64_t H, int64_t I);
 
+/* The gate|up bank (b[i][0]) and the down bank (b[i][1]) in format fmt on each of the two backends; a failure fails
+ * the test (cmocka). */
+void moe_fixture_banks(const moe_fixture *f, fm_backend *const be[2], fm_wformat fmt, fm_bank *b[2][2]);
+
 #endif

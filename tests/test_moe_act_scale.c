@@ -88,12 +88,8 @@ static void test_cpu_moe(void **state) {
     const int64_t T = 8, H = 384, I = 128; /* 16 pairs: the grouped GEMM's step; H: three groups */
     moe_fixture f;
     moe_fixture_init(&f, E, H, I);
-    const fm_bank_src gs = f.gate_up, ds = f.down;
     fm_bank *b[2][2];
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(be[i]->ops->bank_create(be[i], &gs, plan.w_expert, &b[i][0], &err), FM_OK);
-        assert_int_equal(be[i]->ops->bank_create(be[i], &ds, plan.w_expert, &b[i][1], &err), FM_OK);
-    }
+    moe_fixture_banks(&f, be, plan.w_expert, b);
     float *x = malloc((size_t)(T * H) * sizeof(float)), w[16];
     float *o[2] = {malloc((size_t)(T * H) * sizeof(float)), malloc((size_t)(T * H) * sizeof(float))};
     int32_t ids[16];

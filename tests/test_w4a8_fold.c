@@ -268,19 +268,15 @@ static void test_cpu_route(void **state) {
     const int64_t T = 4, H = 256, I = 128;
     moe_fixture f;
     moe_fixture_init(&f, E, H, I);
-    const fm_bank_src gs = f.gate_up, ds = f.down;
     fm_bank *b[2][2];
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(be[i]->ops->bank_create(be[i], &gs, plan.w_expert, &b[i][0], &err), FM_OK);
-        assert_int_equal(be[i]->ops->bank_create(be[i], &ds, plan.w_expert, &b[i][1], &err), FM_OK);
-    }
+    moe_fixture_banks(&f, be, plan.w_expert, b);
     /* int4-g128 scales under the route: refused by name, as the cuda backend refuses them */
     fm_plan pg = plan;
     pg.int4_p2 = false;
     fm_backend *g128 = NULL;
     fm_bank *nb = NULL;
     assert_int_equal(fm_backend_create("cpu", &pg, 1, "w4a8.kernel=fold", &g128, &err), FM_OK);
-    assert_int_equal(g128->ops->bank_create(g128, &gs, pg.w_expert, &nb, &err), FM_ERR_UNSUPPORTED);
+    assert_int_equal(g128->ops->bank_create(g128, &f.gate_up, pg.w_expert, &nb, &err), FM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "needs int4-p2 scales"));
     assert_null(nb);
     g128->ops->destroy(g128);
