@@ -14,8 +14,7 @@
 
 // The gate|up GEMM (SwiGLU epilogue: e4m3 h) and the down GEMM (bf16 y, rows of the pairs) over a dispatch's tiles.
 static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const fm_dispatch_bufs *bp,
-                          int64_t P, int64_t E, uint32_t bn, uint8_t *h, float *hs, float *hsum, __nv_bfloat16 *y,
-                          bool token_scales) {
+                          int64_t P, int64_t E, uint32_t bn, uint8_t *h, float *hs, float *hsum, __nv_bfloat16 *y) {
     const fm_routes *r = &be->routes;
     const fm_dispatch_bufs b = *bp;
     const int64_t H = down->rows, I = down->cols;
@@ -29,7 +28,7 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     a.dispatch = fmt, a.xts = b.amax ? (const float *)b.amax + 1 : NULL,
     a.fp4_producer = fm_routes_w4a8_fp4_producer(r, bn);
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
-    a.hsum = hsum, a.token_scales = token_scales;
+    a.hsum = hsum, a.token_scales = b.token_groups; /* route moe.act_scale=token: one scale per token */
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P, a.dispatch = FM_W4A8_DISPATCH_E4M3, a.xts = NULL;
@@ -148,13 +147,12 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     b.fmt = fmt, b.x8 = ws + L.x, b.xs = (float *)(ws + L.xs);
     b.matrix_of = gate_up->slot_of; /* an expert cache's pool: the slot of each expert (expert_cache.cu) */
     b.amax = (uint32_t *)(ws + L.ts), b.xg = ws + L.xg, b.xgs = (float *)(ws + L.xgs);
-    b.per_token = gate_up->fold; /* the fold GEMM's and GEMV's gate|up input: one scale per token, xs [P] */
     /* route moe.act_scale=token (the grouped GEMM's steps only): one scale per token, written as each group's */
-    const bool token_scales =
+    b.token_groups =
         !gate_up->fold && fm_routes_moe_token_scales(r, (uint64_t)P, (uint64_t)E, (uint64_t)k, gate_up->fmt, down->fmt,
                                                      fmt == FM_W4A8_DISPATCH_E4M3);
-    b.token_groups = token_scales;
-    if (token_scales) b.per_token = true;
+    /* the fold GEMM's and GEMV's gate|up input (xs [P]), or the token route's: one scale per token */
+    b.per_token = gate_up->fold || b.token_groups;
     const bool fp4 = fmt != FM_W4A8_DISPATCH_E4M3;
     b.xsum = gate_up->fmt == FM_W_INT4_ZP_TC ? (float *)(ws + L.xsum) : NULL;
     uint8_t *h = ws + L.h;
@@ -216,7 +214,7 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     if (gate_up->fold) {
         fold_gemms(be, gate_up, down, &b, P, E, bn, b.xs, h, hs, y);
     } else {
-        grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y, token_scales);
+        grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
     }
     combine(be, y, weights, T, k, H, tail, out);
 }
@@ -259,7 +257,7 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     int32_t *ids = (int32_t *)(ws + L.total); /* each place's local expert, -1 where empty */
     fm_cuda_ep_receive(recv, Lb, (int32_t)E, (int32_t)bn, amaxes, ids, &b, be->stream);
     if (gate_up->fold) fold_gemms(be, gate_up, down, &b, P, E, bn, NULL, h, hs, yret); /* e4m3 1x128 rows only */
-    else grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret, false);
+    else grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, yret);
 }
 
 extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, int32_t E, int64_t H, int64_t I,
