@@ -109,6 +109,16 @@ typedef enum fm_expert_policy {
 const char *fm_expert_policy_name(fm_expert_policy p);
 bool fm_expert_policy_parse(const char *name, fm_expert_policy *out);
 
+/* The paged KV cache's element format (fm_options.kv_cache, --kv-cache) */
+typedef enum fm_kv_dtype {
+    FM_KV_ACT = 0, /* `auto`: the activation dtype (bf16 on the GPU presets) */
+    FM_KV_E4M3,    /* `e4m3`: FP8 codes with one power-of-two scale per (token, kv head), half the bytes of bf16
+                      (docs/kv-cache.md); needs bf16 activations */
+} fm_kv_dtype;
+
+const char *fm_kv_dtype_name(fm_kv_dtype d);
+bool fm_kv_dtype_parse(const char *name, fm_kv_dtype *out);
+
 /* How a mixed step's prefill share is sized (fm_options.step_budget) */
 typedef enum fm_step_budget_mode {
     FM_STEP_BUDGET_AUTO = 0, /* FIXED, or LATENCY when step_latency_ratio is set */
@@ -181,6 +191,9 @@ typedef struct fm_options {
                                         (LATENCY is refused for a rank of an --ep/--tp group). Refused with mixed
                                         steps off */
     double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
+    fm_kv_dtype kv_cache;            /* generation (--kv-cache): the KV cache's format, FM_KV_ACT (0) unless asked;
+                                        e4m3 is refused without a cache (max_seqs 0), with fp32 activations (ref32)
+                                        and on cuda for head dims that are not a multiple of 16 */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
@@ -319,6 +332,13 @@ fm_status fm_context_logits(fm_context *c, const int32_t *ids, int64_t n_tokens,
 typedef void (*fm_progress_fn)(void *user, int64_t done, int64_t total, double value);
 fm_status fm_context_perplexity(fm_context *c, const int32_t *ids, int64_t n_ids, int32_t window, int64_t windows,
                                 fm_progress_fn progress, void *user, double *ppl, double *mean_loss, fm_error *err);
+/* The same with each window run through the KV cache (a model loaded with max_seqs >= 1 and ctx >= window): its
+ * first `chunk` tokens as a prefill, then chunks of `chunk` over the cached prefix (1: decode steps), so every later
+ * position reads keys and values as the cache stores them (--kv-cache e4m3: its codes' values). chunk 0: as
+ * fm_context_perplexity. */
+fm_status fm_context_perplexity_cached(fm_context *c, const int32_t *ids, int64_t n_ids, int32_t window,
+                                       int64_t windows, int32_t chunk, fm_progress_fn progress, void *user, double *ppl,
+                                       double *mean_loss, fm_error *err);
 
 /* The expert cache's counters since load (experts in host memory). An expert read is one (layer, expert) that a
  * layer's routed tokens need in one forward pass: a hit when its slot already held it, a miss (one copy from host

@@ -23,6 +23,7 @@
 #include "quant/e2m1.h"
 #include "quant/e4m3.h"
 #include "quant/int4.h"
+#include "quant/kv_e4m3.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -985,7 +986,7 @@ static void test_kv_store(void **state) {
         const int32_t slots[8] = {39, 0, 17, 16, 3, 22, 31, -1};
         float *qkv = rand_array(T * ld, 2.0f), *kc = act(be, (int64_t)n_slots * row),
               *vc = act(be, (int64_t)n_slots * row);
-        be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc);
+        be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc, FM_KV_ACT);
         for (int64_t t = 0; t < T - 1; t++) {
             assert_memory_equal(kc + slots[t] * row, qkv + t * ld + nh * hd, (size_t)row * sizeof(float));
             assert_memory_equal(vc + slots[t] * row, qkv + t * ld + (nh + nkv) * hd, (size_t)row * sizeof(float));
@@ -999,6 +1000,67 @@ static void test_kv_store(void **state) {
     }
 }
 
+/* kv_store into an e4m3 cache (the cpu backend's emulation: each row holds its codes' values): every k and v head of
+   a token is quant/kv_e4m3.h's row of it, a padding row stores nothing, and the values sit within e4m3's half step
+   (2^-4 relative) of the input where they are normal e4m3 numbers */
+static void test_kv_store_e4m3(void **state) {
+    (void)state;
+    seed(32);
+    fm_backend *be = make_backend(FM_PRESET_INT4);
+    const int32_t nh = 4, nkv = 2, hd = 64, ld = (nh + 2 * nkv) * hd, row = nkv * hd, n_slots = 24;
+    const int64_t T = 5;
+    const int32_t slots[5] = {23, 0, 9, -1, 4};
+    float *qkv = rand_array(T * ld, 3.0f), *kc = act(be, (int64_t)n_slots * row), *vc = act(be, (int64_t)n_slots * row);
+    cpu_round_act(be, qkv, T * ld);
+    for (int32_t i = 0; i < hd; i++) qkv[2 * ld + nh * hd + i] = 0.0f; /* an all-zero head: codes 0, scale 1 */
+    be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc, FM_KV_E4M3);
+    int64_t written = 0;
+    for (int64_t i = 0; i < (int64_t)n_slots * row; i++) written += !isnan(kc[i]) + !isnan(vc[i]);
+    assert_int_equal(written, 2 * (T - 1) * row);
+    for (int64_t t = 0; t < T; t++) {
+        if (slots[t] < 0) continue;
+        for (int32_t h = 0; h < 2 * nkv; h++) {
+            const float *x = qkv + t * ld + (nh + h) * hd;
+            const float *got = (h < nkv ? kc : vc) + (int64_t)slots[t] * row + (int64_t)(h % nkv) * hd;
+            uint8_t codes[64];
+            float want[64];
+            const float scale = fm_kv_e4m3_quantize_row(x, hd, codes);
+            fm_kv_e4m3_dequantize_row(codes, hd, scale, want);
+            assert_memory_equal(got, want, (size_t)hd * sizeof(float));
+            assert_true(all_bf16(got, hd));
+            float amax = 0.0f;
+            for (int32_t i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[i]));
+            for (int32_t i = 0; i < hd; i++)
+                if (fabsf(x[i]) >= scale * 0.015625f) /* a normal e4m3 code: 2^-6 x scale and above */
+                    assert_true(fabsf(got[i] - x[i]) <= fabsf(x[i]) * 0.0625f);
+            assert_true(amax == 0.0f ? scale == 1.0f : amax / scale <= 448.0f && amax / scale > 224.0f);
+        }
+    }
+    free(qkv);
+    be->ops->free(be, kc), be->ops->free(be, vc);
+    be->ops->destroy(be);
+}
+
+/* The e4m3 cache's scale: the least power of two that brings a row's amax to 448 or below */
+static void test_kv_e4m3_exponent(void **state) {
+    (void)state;
+    assert_int_equal(fm_kv_e4m3_exponent(0.0f), 0);
+    assert_int_equal(fm_kv_e4m3_exponent(NAN), 0);
+    assert_int_equal(fm_kv_e4m3_exponent(448.0f), 0);
+    assert_int_equal(fm_kv_e4m3_exponent(448.5f), 1);
+    assert_int_equal(fm_kv_e4m3_exponent(224.0f), -1);
+    assert_int_equal(fm_kv_e4m3_exponent(224.1f), 0);
+    assert_int_equal(fm_kv_e4m3_exponent(1.0f), -8); /* 1 x 2^8 = 256 <= 448 < 512 */
+    assert_int_equal(fm_kv_e4m3_exponent(0.875f), -9);
+    assert_int_equal(fm_kv_e4m3_exponent(1e-38f), FM_KV_E4M3_EMIN);
+    assert_int_equal(fm_kv_e4m3_exponent(INFINITY), FM_KV_E4M3_EMAX);
+    for (int32_t e = -60; e <= 60; e++) { /* exhaustive on the binade edges */
+        const float a = ldexpf(448.0f, e), b = nextafterf(a, INFINITY);
+        assert_int_equal(fm_kv_e4m3_exponent(a), e);
+        assert_int_equal(fm_kv_e4m3_exponent(b), e + 1);
+    }
+}
+
 /* One paged attention case: sequences of len[s] tokens whose k and v rows (random) go to the cache through
  * kv_store and shuffled block tables; T query tokens (seq[t], pos[t]); the op against a double reference that reads
  * the same k and v rows by position. */
@@ -1009,7 +1071,7 @@ typedef struct paged_case {
     const int32_t *seq, *pos;
 } paged_case;
 
-static void paged_vs_double(fm_backend *be, const paged_case *c, double bound) {
+static void paged_vs_double(fm_backend *be, const paged_case *c, fm_kv_dtype kv, double bound) {
     const int32_t nh = c->nh, nkv = c->nkv, hd = c->hd, bt = c->bt, ld = (nh + 2 * nkv) * hd, row = nkv * hd;
     int32_t max_len = 0, hist = 0;
     for (int32_t s = 0; s < c->nseq; s++) max_len = c->len[s] > max_len ? c->len[s] : max_len, hist += c->len[s];
@@ -1026,13 +1088,20 @@ static void paged_vs_double(fm_backend *be, const paged_case *c, double bound) {
     cpu_round_act(be, rows, (int64_t)hist * ld);
     const int64_t n_slots = (int64_t)n_blocks * bt;
     float *kc = act(be, n_slots * row), *vc = act(be, n_slots * row);
-    be->ops->kv_store(be, rows, hist, nh, nkv, hd, slots, kc, vc);
+    be->ops->kv_store(be, rows, hist, nh, nkv, hd, slots, kc, vc, kv);
+    if (kv == FM_KV_E4M3) /* the reference reads what the cache holds: each k and v head as its codes' values */
+        for (int64_t i = 0; i < hist; i++)
+            for (int32_t h = 0; h < 2 * nkv; h++) {
+                float *x = rows + i * ld + (nh + h) * hd;
+                uint8_t codes[256];
+                fm_kv_e4m3_dequantize_row(codes, hd, fm_kv_e4m3_quantize_row(x, hd, codes), x);
+            }
     /* the query tokens: row t of qkv is the row of (seq[t], pos[t]) */
     float *qkv = xmalloc((size_t)(c->T * ld) * sizeof *qkv), *o = act(be, c->T * nh * hd);
     for (int64_t t = 0; t < c->T; t++)
         memcpy(qkv + t * ld, rows + (int64_t)(first[c->seq[t]] + c->pos[t]) * ld, (size_t)ld * sizeof *qkv);
-    be->ops->attention_paged(be, qkv, c->T, nh, nkv, hd, kc, vc, c->seq, c->pos, tables, max_blocks, bt, max_len, NULL,
-                             o);
+    be->ops->attention_paged(be, qkv, c->T, nh, nkv, hd, kc, vc, kv, c->seq, c->pos, tables, max_blocks, bt, max_len,
+                             NULL, o);
     double *r = dalloc(c->T * nh * hd), *p = dalloc(max_len);
     for (int64_t t = 0; t < c->T; t++)
         for (int32_t h = 0; h < nh; h++) {
@@ -1084,12 +1153,16 @@ static void test_attention_paged_vs_double(void **state) {
         for (int hi = 0; hi < 3; hi++)
             for (int di = 0; di < 2; di++)
                 for (int bi = 0; bi < 2; bi++) {
-                    paged_case c = {heads[hi][0], heads[hi][1], hds[di], bi ? 7 : 16, 3, len, 1, seq1, pos1};
-                    paged_vs_double(be, &c, bound);
-                    c.T = 3, c.seq = seq3, c.pos = pos3;
-                    paged_vs_double(be, &c, bound);
-                    c.T = 6, c.seq = seq6, c.pos = pos6;
-                    paged_vs_double(be, &c, bound);
+                    /* an e4m3 cache (the bf16 plan's): against the reference on its codes' values, the same bound */
+                    for (int kv = 0; kv <= (be->plan.act_bf16 ? 1 : 0); kv++) {
+                        const fm_kv_dtype d = kv ? FM_KV_E4M3 : FM_KV_ACT;
+                        paged_case c = {heads[hi][0], heads[hi][1], hds[di], bi ? 7 : 16, 3, len, 1, seq1, pos1};
+                        paged_vs_double(be, &c, d, bound);
+                        c.T = 3, c.seq = seq3, c.pos = pos3;
+                        paged_vs_double(be, &c, d, bound);
+                        c.T = 6, c.seq = seq6, c.pos = pos6;
+                        paged_vs_double(be, &c, d, bound);
+                    }
                 }
         be->ops->destroy(be);
     }
@@ -1123,9 +1196,9 @@ static void test_attention_paged_equals_contiguous(void **state) {
                 float *kc = act(be, (int64_t)n_blocks * bt * row), *vc = act(be, (int64_t)n_blocks * bt * row);
                 float *o1 = act(be, (int64_t)T * nh * hd), *o2 = act(be, (int64_t)T * nh * hd);
                 be->ops->attention(be, qkv, T, nh, nkv, hd, o1);
-                be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc);
-                be->ops->attention_paged(be, qkv, T, nh, nkv, hd, kc, vc, seq, pos, tables, max_blocks, bt, T, NULL,
-                                         o2);
+                be->ops->kv_store(be, qkv, T, nh, nkv, hd, slots, kc, vc, FM_KV_ACT);
+                be->ops->attention_paged(be, qkv, T, nh, nkv, hd, kc, vc, FM_KV_ACT, seq, pos, tables, max_blocks, bt,
+                                         T, NULL, o2);
                 assert_memory_equal(o1, o2, (size_t)T * nh * hd * sizeof(float));
                 free(tables), free(qkv), free(slots), free(seq), free(pos);
                 be->ops->free(be, kc), be->ops->free(be, vc), be->ops->free(be, o1), be->ops->free(be, o2);
@@ -1502,6 +1575,8 @@ int main(void) {
         cmocka_unit_test(test_attention_vs_double),
         cmocka_unit_test(test_kv_store),
         cmocka_unit_test(test_attention_paged_vs_double),
+        cmocka_unit_test(test_kv_store_e4m3),
+        cmocka_unit_test(test_kv_e4m3_exponent),
         cmocka_unit_test(test_attention_paged_equals_contiguous),
         cmocka_unit_test(test_qk_norm_rope_positions),
         cmocka_unit_test(test_moe_vs_double),

@@ -51,7 +51,9 @@ static void check_invariant(const fm_kv_pool *p) {
 
 static void test_block_bytes(void **state) {
     (void)state; /* Qwen3-30B-A3B: 48 layers, 4 KV heads of 128, bf16: 16 KiB for K (or V) of a layer, 1.5 MiB */
-    assert_int_equal(fm_kv_block_bytes(48, 4, 128, 16, 2), 1572864);
+    assert_int_equal(fm_kv_block_bytes(48, 4 * 128 * 2, 16), 1572864);
+    /* an e4m3 row: 512 codes, 4 fp32 scales (backend.h fm_kv_e4m3_row_bytes) */
+    assert_int_equal(fm_kv_block_bytes(48, 528, 16), 811008);
 }
 
 static void test_boundaries(void **state) {

@@ -446,6 +446,24 @@ static void generation_in_the_plan(void **s) {
                             "--ctx 100"),
                      0);
     assert_non_null(strstr(cli_out, "KV cache (4 seqs x 100 tokens)"));
+    /* --kv-cache e4m3: a token's row of one layer is 512 codes and 4 fp32 scales (528 bytes) against 1024 */
+    assert_int_equal(fm_plan_set_kv(&plan, FM_KV_E4M3, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cuda", 0, 2048, &p, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 64, 2048, &err), FM_OK);
+    assert_int_equal(p.kv_cache, 12884901888ull / 1024 * 528);
+    /* the cpu backend emulates it in fp32 rows: its cache keeps their size */
+    fm_plan_for_backend(FM_PRESET_FP8, "cpu", &plan);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cpu", 0, 2048, &p, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 2, 2048, &err), FM_OK);
+    const size_t cpu_rows = p.kv_cache;
+    assert_int_equal(fm_plan_set_kv(&plan, FM_KV_E4M3, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_compute(&cfg, &plan, "cpu", 0, 2048, &p, &err), FM_OK);
+    assert_int_equal(fm_memory_plan_add_generation(&p, &cfg, &plan, 2, 2048, &err), FM_OK);
+    assert_int_equal(p.kv_cache, cpu_rows);
+    /* fp32 activations (the oracle) keep their cache */
+    fm_plan_for_backend(FM_PRESET_REF32, "cuda", &plan);
+    assert_int_equal(fm_plan_set_kv(&plan, FM_KV_E4M3, &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "--kv-cache e4m3"));
 }
 
 /* Qwen3-Next keeps K and V for its attention layers only, and per Gated DeltaNet layer and sequence the conv's last

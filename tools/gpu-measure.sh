@@ -9,7 +9,8 @@
 #                 serve-cache (the prefix cache's two servers) and serve-steps (mixed steps, the baseline) split serve;
 #                 serve-tiled: serve-steps' arrivals and 64-client rows with --route paged.tiled=on (not in all);
 #                 serve-budget: the arrivals row (and the 64-client one) under --step-budget fixed and latency,
-#                 alternating, two rounds (not in all)
+#                 alternating, two rounds (not in all); serve-kv: the 64-client row with --kv-cache auto and
+#                 e4m3, alternating, two rounds (not in all)
 #   BASE=DIR      the baseline: DIR/fp8moe (commit 6b1cdda: its bench is inside fp8moe; a newer pair has
 #                 fp8moe-bench beside it). BASE_SRC=TARBALL builds DIR first when DIR/fp8moe is missing
 #                 (`git archive 6b1cdda -- src include bench Makefile | xz >.carry/base-src.tar.xz`)
@@ -36,8 +37,8 @@ backend=${BACKEND:-cuda}
 smoke=${SMOKE:-0}
 dry=${DRY:-0}
 here=$(cd "$(dirname "$0")/.." && pwd)
-case "$part" in decode | prefill | serve | serve-cache | serve-steps | serve-tiled | serve-budget | load | all) ;;
-*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, serve-tiled, serve-budget, load or all" >&2; exit 2 ;;
+case "$part" in decode | prefill | serve | serve-cache | serve-steps | serve-tiled | serve-budget | serve-kv | load | all) ;;
+*) echo "gpu-measure: PART=$part is not decode, prefill, serve, serve-cache, serve-steps, serve-tiled, serve-budget, serve-kv, load or all" >&2; exit 2 ;;
 esac
 work=$(mktemp -d /tmp/gpu-measure.XXXXXX)
 logs=$work/logs-$part
@@ -280,6 +281,17 @@ part_serve() {
         run serve_steps_tiled 420 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --route paged.tiled=on \
             -- "${arrivals_run[@]}" -- "${load_run[@]}"
         serve_rows serve_steps_tiled
+        return 0
+    fi
+    if [ "$part" = serve-kv ]; then # the KV cache in e4m3 against bf16: the 64-client load (decode at B = 64)
+        local round kv
+        for round in 1 2; do
+            for kv in auto e4m3; do
+                run "serve_kv_${kv}_$round" 240 "${py[@]}" FP8MOE_BIN="$new/fp8moe" "$sb" "${opts[@]}" --kv-cache "$kv" \
+                    -- "${load_run[@]}"
+                serve_rows "serve_kv_${kv}_$round"
+            done
+        done
         return 0
     fi
     if [ "$part" = serve-budget ]; then # the step budget: a step's prompt share fixed, or sized by step times

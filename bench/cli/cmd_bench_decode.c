@@ -51,6 +51,7 @@ static const char *HELP =
     "                     random token per sequence and step: routing as independent as the model makes it, the\n"
     "                     expert cache's hard case; a synthetic model's sampled tokens tend to repeat)\n"
     "  --expert-policy P  lfu (default) or lru\n"
+    "  --kv-cache F       auto (default: the activations' dtype) or e4m3 (docs/kv-cache.md)\n"
     "  --json-object      every sequence constrained to JSON objects (response_format json_object): each step\n"
     "                     also computes the sequences' allowed-token masks on the host (one thread per sequence),\n"
     "                     copies them to the device and samples under them; the vocabulary is\n"
@@ -85,6 +86,7 @@ enum {
     OPT_EXPERTS_IN,
     OPT_EXPERT_SLOTS,
     OPT_EXPERT_POLICY,
+    OPT_KV_CACHE,
     OPT_VRAM_LIMIT,
     OPT_DECODE_INPUT,
     OPT_EP,
@@ -106,6 +108,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"experts-in", required_argument, 0, OPT_EXPERTS_IN},
                                             {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS},
                                             {"expert-policy", required_argument, 0, OPT_EXPERT_POLICY},
+                                            {"kv-cache", required_argument, 0, OPT_KV_CACHE},
                                             {"vram-limit", required_argument, 0, OPT_VRAM_LIMIT},
                                             {"decode-input", required_argument, 0, OPT_DECODE_INPUT},
                                             {"ep", required_argument, 0, OPT_EP},
@@ -153,7 +156,11 @@ static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, 
         const double s = c->shared_in_bank ? 1.0 : 0.0, E = c->n_experts, k = c->n_experts_per_tok;
         b += (double)p->weights[FM_MEM_EXPERTS] / E * (s + (E - s) * (1.0 - pow(1.0 - (k - s) / (E - s), (double)B)));
     }
-    b += (double)B * (double)ctx * 2.0 * m->n_layers * c->n_kv_heads * c->head_dim * (double)m->be->ops->act_size;
+    /* the cache's rows as stored (bf16, or e4m3 codes and scales), in the attention layers (not Qwen3-Next's GDN) */
+    const double row = m->context && m->context->kv
+                           ? (double)m->context->kv->row_bytes
+                           : (double)c->n_kv_heads * c->head_dim * (double)m->be->ops->act_size;
+    b += (double)B * (double)ctx * 2.0 * fm_arch_attention_layers(c, m->n_layers) * row;
     return b;
 }
 
@@ -170,6 +177,7 @@ typedef struct decode_args {
     double bandwidth;                   /* bytes/s of the floors; 0: none (the cpu without --bandwidth) */
     fm_experts_in experts_in;
     fm_expert_policy policy;
+    fm_kv_dtype kv_cache;
     int64_t vram_limit;
     fm_dispatch dispatch;
     fm_int4_scales int4_scales;
@@ -341,6 +349,9 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             if (!fm_expert_policy_parse(optarg, &a->policy))
                 return cli_usage(cmd, "--expert-policy must be lru or lfu, got '%s'", optarg);
             break;
+        case OPT_KV_CACHE:
+            if (!cli_parse_kv_cache(cmd, optarg, &a->kv_cache)) return CLI_USAGE;
+            break;
         case OPT_VRAM_LIMIT:
             if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &a->vram_limit)) return CLI_USAGE;
             break;
@@ -397,7 +408,7 @@ static void plan_run(decode_args *a, cli_model_opts *mo) {
     }
     cli_model_opts_init(mo);
     mo->opt.experts_in = a->experts_in, mo->opt.expert_slots = (int32_t)a->slots, mo->opt.expert_policy = a->policy;
-    mo->opt.vram_limit = a->vram_limit, mo->opt.int4_scales = a->int4_scales;
+    mo->opt.vram_limit = a->vram_limit, mo->opt.int4_scales = a->int4_scales, mo->opt.kv_cache = a->kv_cache;
     mo->opt.synthetic_routing = a->routing;
     mo->opt.backend = a->b.backend, mo->opt.n_layers = (int32_t)a->layers, mo->opt.routes = bench_routes(&a->b);
     mo->opt.n_threads = (int32_t)a->b.threads;
@@ -448,11 +459,11 @@ static void print_ops(const decode_args *a, const decode_row *r) {
 static void print_tables(const char *cmd, const decode_args *a, const decode_row *rows, double *link_gbps,
                          double *dma_gbps) {
     const int n = a->np * a->nb;
-    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, routing %s, "
-           "experts in %s, input %s%s\n",
+    printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, KV cache %s, "
+           "routing %s, experts in %s, input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
-           fm_int4_scales_name(a->int4_scales), a->routing ? a->routing : "uniform", fm_experts_in_name(a->experts_in),
-           a->random_ids ? "random" : "sampled",
+           fm_int4_scales_name(a->int4_scales), fm_kv_dtype_name(a->kv_cache), a->routing ? a->routing : "uniform",
+           fm_experts_in_name(a->experts_in), a->random_ids ? "random" : "sampled",
            !a->json_object  ? ""
            : a->mask_before ? ", every sequence constrained to JSON objects (masks on the host, before each step)"
                             : ", every sequence constrained to JSON objects (masks on the host, during the pass)");
@@ -570,6 +581,7 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
         cJSON_AddNumberToObject(root, "host_link_dma_gbps", dma_gbps);
     }
     cJSON_AddStringToObject(root, "expert_policy", fm_expert_policy_name(a->policy));
+    cJSON_AddStringToObject(root, "kv_cache", fm_kv_dtype_name(a->kv_cache));
     cJSON *arr = cJSON_AddArrayToObject(root, "rows");
     for (int i = 0; i < a->np * a->nb; i++) {
         const decode_row *r = &rows[i];

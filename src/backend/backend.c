@@ -94,6 +94,21 @@ bool fm_expert_policy_parse(const char *name, fm_expert_policy *out) {
     return false;
 }
 
+static const char *const kv_dtype_names[] = {"auto", "e4m3"};
+
+const char *fm_kv_dtype_name(fm_kv_dtype d) {
+    return (unsigned)d < sizeof kv_dtype_names / sizeof *kv_dtype_names ? kv_dtype_names[d] : "?";
+}
+
+bool fm_kv_dtype_parse(const char *name, fm_kv_dtype *out) {
+    for (int i = 0; i < (int)(sizeof kv_dtype_names / sizeof *kv_dtype_names); i++)
+        if (strcmp(name, kv_dtype_names[i]) == 0) {
+            *out = (fm_kv_dtype)i;
+            return true;
+        }
+    return false;
+}
+
 static const char *const preset_names[FM_PRESET_COUNT] = {"ref", "int4", "fp8", "fp4", "ref32"};
 
 const char *fm_preset_name(fm_preset p) { return (unsigned)p < FM_PRESET_COUNT ? preset_names[p] : "?"; }
@@ -111,11 +126,13 @@ void fm_plan_from_preset(fm_preset p, fm_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->preset = p;
     if (p == FM_PRESET_REF || p == FM_PRESET_REF32) {
-        *plan = (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32, false};
+        *plan =
+            (fm_plan){p, false, FM_W_F32, FM_A_NATIVE, FM_W_F32, FM_A_NATIVE, FM_A_NATIVE, FM_W_F32, false, FM_KV_ACT};
         return;
     }
     /* every quantized preset: int4 linear weights, bf16 activations and bf16 for the other weights */
-    *plan = (fm_plan){p, true, FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128, FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16, false};
+    *plan = (fm_plan){p,           true,        FM_W_INT4_G128, FM_A_NATIVE, FM_W_INT4_G128,
+                      FM_A_NATIVE, FM_A_NATIVE, FM_W_BF16,      false,       FM_KV_ACT};
     if (p == FM_PRESET_FP8 || p == FM_PRESET_FP4) {
         plan->a_dense = FM_A_E4M3_G128;
         plan->a_dispatch = p == FM_PRESET_FP4 ? FM_A_MXFP4 : FM_A_E4M3_G128;
@@ -165,6 +182,17 @@ fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err
                        "and fp4",
                        fm_int4_scales_name(s), fm_preset_name(plan->preset));
     plan->int4_p2 = true;
+    return FM_OK;
+}
+
+fm_status fm_plan_set_kv(fm_plan *plan, fm_kv_dtype kv, fm_error *err) {
+    if (kv == FM_KV_E4M3 && !plan->act_bf16)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--kv-cache e4m3: the %s preset here keeps fp32 activations (the oracle); e4m3 codes stand in "
+                       "for bf16 keys and values (ref on cuda, int4, fp8, fp4)",
+                       fm_preset_name(plan->preset));
+    if ((unsigned)kv > FM_KV_E4M3) return fm_fail(err, FM_ERR_USAGE, "--kv-cache: unknown format %d", (int)kv);
+    plan->kv = kv;
     return FM_OK;
 }
 

@@ -71,6 +71,7 @@ typedef struct fm_plan {
     fm_afmt a_expert;    /* expert down input */
     fm_wformat w_other;  /* embeddings, norms, router, lm_head */
     bool int4_p2;        /* int4 banks quantized at load get int4-p2 scales (quant/int4_p2.h; the cpu backend) */
+    fm_kv_dtype kv;      /* the paged KV cache's format (fm_plan_set_kv) */
 } fm_plan;
 
 void fm_plan_from_preset(fm_preset p, fm_plan *plan);
@@ -81,6 +82,8 @@ void fm_plan_set_dense(fm_plan *plan, fm_dense dense);
  * family e4m3 by --dense w8a8 and a float expert format). Both backends quantize at load with int4-p2 scales, bit
  * for bit alike (the cuda backend on the device: cuda/quantize_int4_p2.cu). */
 fm_status fm_plan_set_int4_scales(fm_plan *plan, fm_int4_scales s, fm_error *err);
+/* Applies a --kv-cache choice: FM_ERR_USAGE for e4m3 on a plan of fp32 activations (ref32, and ref on the cpu) */
+fm_status fm_plan_set_kv(fm_plan *plan, fm_kv_dtype kv, fm_error *err);
 /* Applies a --dispatch choice: the format of the expert dispatch buffer (the routed copies of each token, the gate|up
  * GEMM's input); the down GEMM's input stays the preset's (it is made on chip by the SwiGLU epilogue and crosses no
  * dispatch). FM_ERR_USAGE on the oracle presets. */
@@ -167,6 +170,9 @@ typedef struct fm_graph_nodes {
 typedef struct fm_backend_ops {
     const char *name;
     size_t act_size; /* bytes per activation element */
+    /* FM_KV_E4M3 slot rows hold the codes and scales (fm_kv_row_bytes: cuda); false: the values a reader of the codes
+     * sees, in the act dtype (the cpu backend's emulation: the same numbers, rows as wide as FM_KV_ACT's) */
+    bool kv_e4m3_codes;
 
     void (*destroy)(fm_backend *be);
     void *(*alloc)(fm_backend *be, size_t bytes); /* NULL on failure */
@@ -270,20 +276,21 @@ typedef struct fm_backend_ops {
                          double theta);
     /* Causal GQA attention reading q, k, v from the fused qkv buffer; out is [T, nh * hd]. */
     void (*attention)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out);
-    /* The paged KV cache (one layer's): k_cache and v_cache are [n_slots][nkv * hd] in the activation dtype; the
+    /* The paged KV cache (one layer's): k_cache and v_cache are [n_slots] rows of fm_kv_row_bytes (kv: FM_KV_ACT, nkv *
+     * hd elements in the activation dtype; FM_KV_E4M3, quant/kv_e4m3.h's codes and scales, or their values); the
      * slot of position p of sequence s is tables[s * max_blocks + p / block_tokens] * block_tokens
      * + p % block_tokens (tables: int32 [max_seqs][max_blocks] in backend memory, engine/kv_cache.h).
      *
      * kv_store copies token t's k and v heads (from the fused qkv buffer [T, (nh + 2 nkv) hd], after
      * qk_norm_rope) to slot slots[t] of k_cache and v_cache (slots: int32 [T] in backend memory; distinct, or -1: a
-     * padding row, nothing stored). */
+     * padding row, nothing stored); FM_KV_E4M3 quantizes each (token, kv head) row as quant/kv_e4m3.h does. */
     void (*kv_store)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
-                     void *k_cache, void *v_cache);
+                     void *k_cache, void *v_cache, fm_kv_dtype kv);
     /* qk_norm_rope at positions pos (backend memory), then kv_store of the roped rows: exactly the two ops in that
      * order, in one launch where the backend fuses them (a decode step's attention layer: route rope.store). */
     void (*qk_norm_rope_store)(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos, double theta,
-                               const void *slots, void *k_cache, void *v_cache);
+                               const void *slots, void *k_cache, void *v_cache, fm_kv_dtype kv);
     /* Attention over the paged cache: token t (its query heads from qkv row t; its k and v already stored) attends
      * causally to positions 0..tok_pos[t] (inclusive) of sequence tok_seq[t], read through the block table; GQA
      * (query head h reads kv head h / (nh / nkv)), scores q.k * hd^-0.5, softmax in fp32; out [T, nh * hd] in the
@@ -291,18 +298,19 @@ typedef struct fm_backend_ops {
      * replays with other positions and tables). max_len: an upper bound of tok_pos[t] + 1 known on the host (the
      * planned context), used only to size the split along the context. scratch: backend memory of
      * fm_attention_paged_scratch_bytes(T, nh, hd, max_len) bytes (backend/attention_paged.h; the CPU ignores it).
+     * FM_KV_E4M3: the keys and values are the codes' values (exact in bf16), the rest as for a bf16 cache.
      * Preconditions: the table entries of positions 0..tok_pos[t] are valid blocks; tok_pos[t] < max_len. */
     void (*attention_paged)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                            const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
-                            const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
-                            void *scratch, void *out);
+                            const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                            const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                            int64_t max_len, void *scratch, void *out);
     /* attention_paged for a step that holds prompt chunks (route paged.tiled): the same arguments and results (within
      * the op's bound), the rows of runs (a row whose neighbour in the step has its sequence) on a kernel tiled over
      * query rows that reads each K and V tile once for several tokens. The CPU's is its attention_paged. */
     void (*attention_paged_runs)(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                 const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
-                                 const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
-                                 void *scratch, void *out);
+                                 const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                                 const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                                 int64_t max_len, void *scratch, void *out);
     /* Routing from router logits [T, E]: top-k expert ids [T, k] (int32) and weights [T, k] (act dtype). */
     void (*route)(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
                   bool norm_topk, void *ids, void *weights);
@@ -447,6 +455,17 @@ struct fm_backend {
  * (src/backend/routes.h; the cuda backend fills its route table from the device, then these; the cpu backend has
  * one kernel per op and only checks them). A backend that cannot run here (not built, no GPU) returns
  * FM_ERR_BACKEND with the reason; a bad route FM_ERR_USAGE, a route the GPU cannot run FM_ERR_UNSUPPORTED. */
+/* Bytes of one FM_KV_E4M3 row of codes and scales: nkv x hd e4m3 codes, then nkv fp32 scales, padded to 16 bytes
+ * (the kernels' 16-byte loads of a row's heads stay aligned) */
+static inline int64_t fm_kv_e4m3_row_bytes(int32_t nkv, int32_t hd) {
+    return (int64_t)nkv * hd + ((int64_t)nkv * 4 + 15) / 16 * 16;
+}
+/* Bytes of one slot's row (K or V of every kv head of one token) of the paged cache on a backend */
+static inline int64_t fm_kv_row_bytes(const fm_backend_ops *ops, int32_t nkv, int32_t hd, fm_kv_dtype kv) {
+    return kv == FM_KV_E4M3 && ops->kv_e4m3_codes ? fm_kv_e4m3_row_bytes(nkv, hd)
+                                                  : (int64_t)nkv * hd * (int64_t)ops->act_size;
+}
+
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,
                             fm_backend **out, fm_error *err);
 

@@ -39,6 +39,8 @@ typedef struct fm_backend_kind {
 
     /* bytes per activation element under a plan (the backend's ops->act_size) */
     size_t (*act_size)(const fm_plan *plan);
+    /* an e4m3 KV cache's rows hold codes and scales (fm_kv_e4m3_row_bytes; the backend's ops->kv_e4m3_codes) */
+    bool kv_e4m3_codes;
     /* one bank of n matrices [rows, cols] in format fmt (int4-zp formats: bank_bytes_int4zp): 0 for a format the
        backend does not store, SIZE_MAX on overflow */
     size_t (*bank_bytes)(fm_wformat fmt, int32_t n, int64_t rows, int64_t cols);

@@ -50,6 +50,12 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
     "                           every token --max-step-tokens leaves; latency sizes it from measured step\n"           \
     "                           times so a step stays within R x a decode-only step (64 tokens at least)\n"            \
     "  --max-step-latency-ratio R  latency's R, >= 1 (default 2; giving it alone selects latency)\n"
+/* --kv-cache auto|e4m3 (fm_options.kv_cache) */
+bool cli_parse_kv_cache(const char *cmd, const char *text, fm_kv_dtype *out);
+#define CLI_KV_CACHE_HELP                                                                                              \
+    "  --kv-cache auto|e4m3     the KV cache's format: auto (the activations', bf16 on the GPU presets) or e4m3,\n"    \
+    "                           FP8 keys and values with a scale per token and head: half the bytes, twice the\n"      \
+    "                           tokens in the same memory (docs/kv-cache.md)\n"
 /* --state-cache-slots, of the commands with a prefix cache */
 #define CLI_STATE_SLOTS_HELP                                                                                           \
     "  --state-cache-slots N    hybrid models (Qwen3-Next): snapshots of the recurrent states kept for the prefix\n"   \

@@ -50,6 +50,11 @@ bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out) {
     return true;
 }
 
+bool cli_parse_kv_cache(const char *cmd, const char *text, fm_kv_dtype *out) {
+    if (!fm_kv_dtype_parse(text, out)) return cli_usage(cmd, "--kv-cache expects auto or e4m3, got '%s'", text), false;
+    return true;
+}
+
 bool cli_parse_step_budget(const char *cmd, const char *text, fm_step_budget_mode *out) {
     if (!strcmp(text, "fixed")) *out = FM_STEP_BUDGET_FIXED;
     else if (!strcmp(text, "latency")) *out = FM_STEP_BUDGET_LATENCY;

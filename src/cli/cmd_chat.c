@@ -42,8 +42,8 @@ static const char *HELP =
     "  --no-reuse               prefill every turn's whole prompt afresh (no cache kept between turns, no prefix\n"
     "                           cache)\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or --ctx when "
-    "smaller)\n" CLI_STEP_TOKENS_HELP
-    "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
+    "smaller)\n" CLI_STEP_TOKENS_HELP "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and "
+    "shared between requests\n" CLI_KV_CACHE_HELP
     "                           (docs/prefix-caching.md)\n" CLI_STATE_SLOTS_HELP "sampling (default greedy):\n"
     "  --temperature T          T >= 0 (0: greedy)\n"
     "  --top-p P                P in (0, 1] (1: off)\n"
@@ -68,6 +68,7 @@ enum {
     OPT_STEP_BUDGET,
     OPT_STEP_RATIO,
     OPT_NO_PREFIX_CACHE,
+    OPT_KV_CACHE,
     OPT_STATE_SLOTS
 };
 static const struct option own_options[] = {{"chat-template", required_argument, 0, OPT_TEMPLATE},
@@ -80,6 +81,7 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {"max-tokens", required_argument, 0, OPT_MAX_TOKENS},
                                             {"no-reuse", no_argument, 0, OPT_NO_REUSE},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"kv-cache", required_argument, 0, OPT_KV_CACHE},
                                             {"state-cache-slots", required_argument, 0, OPT_STATE_SLOTS},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
@@ -90,6 +92,7 @@ static const struct option own_options[] = {{"chat-template", required_argument,
 typedef struct chat_args {
     const char *template_file, *system;
     bool no_think, no_reuse, no_prefix_cache;
+    fm_kv_dtype kv_cache; /* --kv-cache: 0 (auto) unless given */
     long max_tokens, prefill_chunk;
     int64_t max_step_tokens;         /* 0: the default */
     fm_step_budget_mode step_budget; /* 0: the default */
@@ -128,6 +131,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         a->gp.top_p = fm_sampler_top_p(a->gp.top_p > 0 ? a->gp.top_p : FLT_MIN); /* 1e-50 became 0 in fp32 */
         return true;
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_KV_CACHE: return cli_parse_kv_cache(cmd, arg, &a->kv_cache);
     case OPT_STATE_SLOTS: return cli_parse_int(cmd, "--state-cache-slots", arg, 0, 1L << 20, &a->state_slots);
     case OPT_TOP_K:
         if (!cli_parse_int(cmd, "--top-k", arg, 0, 1L << 30, &v)) return false;
@@ -415,6 +419,7 @@ int cmd_chat(int argc, char **argv) {
     if (!st) {
         mo.opt.max_seqs = 1;
         mo.opt.prefix_cache = !a.no_prefix_cache && !a.no_reuse;
+        mo.opt.kv_cache = a.kv_cache;
         mo.opt.state_cache_slots = (int32_t)a.state_slots;
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         mo.opt.max_step_tokens = a.max_step_tokens;

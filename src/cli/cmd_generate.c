@@ -69,8 +69,8 @@ static const char *HELP =
     "  --max-seqs B             sequences decoded together (default: the number of prompts, 64 at most); the\n"
     "                           other prompts wait for a free slot\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default: the longest prompt, 2048 at "
-    "most)\n" CLI_STEP_TOKENS_HELP
-    "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
+    "most)\n" CLI_STEP_TOKENS_HELP "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and "
+    "shared between requests\n" CLI_KV_CACHE_HELP
     "                           (docs/prefix-caching.md)\n" CLI_STATE_SLOTS_HELP
     "  --ep N, --tp N           split the model over N ranks in this process: the routed experts (--ep), the\n"
     "                           attention heads (--tp), or both on the same ranks (cpu backend; --tp also on\n"
@@ -113,6 +113,7 @@ enum {
     OPT_EP,
     OPT_TP,
     OPT_NO_PREFIX_CACHE,
+    OPT_KV_CACHE,
     OPT_STATE_SLOTS
 };
 static const struct option own_options[] = {{"ids", required_argument, 0, OPT_IDS},
@@ -145,6 +146,7 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"tp", required_argument, 0, OPT_TP},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"kv-cache", required_argument, 0, OPT_KV_CACHE},
                                             {"state-cache-slots", required_argument, 0, OPT_STATE_SLOTS},
                                             {0, 0, 0, 0}};
 
@@ -163,9 +165,10 @@ typedef struct gen_args {
     int32_t n_stop_seqs;
     bool stream;
     bool no_prefix_cache;
-    long state_slots;   /* --state-cache-slots; -1: the default */
-    gen_text_opts text; /* --prompt, --chat and theirs */
-    gen_text *gt;       /* a text prompt's tokenizer and printer, while it runs */
+    fm_kv_dtype kv_cache; /* --kv-cache: 0 (auto) unless given */
+    long state_slots;     /* --state-cache-slots; -1: the default */
+    gen_text_opts text;   /* --prompt, --chat and theirs */
+    gen_text *gt;         /* a text prompt's tokenizer and printer, while it runs */
 } gen_args;
 
 /* A number for opt: finite, above lo (or at it when lo_incl), below hi (or at it when hi_incl). */
@@ -277,6 +280,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_MAX_RANKS, &a->ep);
     case OPT_TP: return cli_parse_int(cmd, "--tp", arg, 1, FM_MAX_RANKS, &a->tp);
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_KV_CACHE: return cli_parse_kv_cache(cmd, arg, &a->kv_cache);
     case OPT_STATE_SLOTS: return cli_parse_int(cmd, "--state-cache-slots", arg, 0, 1L << 20, &a->state_slots);
     }
     return true;
@@ -555,6 +559,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     mo->opt.max_tokens = prompts[longest].n < chunk ? prompts[longest].n : chunk;
     mo->opt.max_seqs = (int32_t)(a->max_seqs > 0 ? a->max_seqs : n < DEFAULT_MAX_SEQS ? n : DEFAULT_MAX_SEQS);
     mo->opt.prefix_cache = !a->no_prefix_cache;
+    mo->opt.kv_cache = a->kv_cache;
     mo->opt.state_cache_slots = (int32_t)a->state_slots;
     mo->opt.max_step_tokens = a->max_step_tokens;
     mo->opt.step_budget = a->step_budget, mo->opt.step_latency_ratio = a->step_latency_ratio;

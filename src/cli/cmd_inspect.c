@@ -29,6 +29,7 @@ static const char *HELP =
     "  --layers N         plan only the first N decoder layers\n"
     "  --max-seqs B       the plan for generation too: the paged KV cache of B sequences and the decode state\n"
     "  --ctx N            tokens per sequence of that KV cache (default: max_position_embeddings)\n"
+    "  --kv-cache F       that KV cache's format: auto or e4m3 (docs/kv-cache.md)\n"
     "  --vram-limit BYTES cuda: say whether the plan fits in this much memory (8Gi, 7.5G, bytes) instead of\n"
     "                     the GPU's free memory\n"
     "  --experts-in W     the plan with the routed experts on the device (default), in host memory (host: an\n"
@@ -58,13 +59,13 @@ typedef struct inspect_args {
 /* The options: the command's exit code when it ends here (help, a usage error), else -1 with *a filled. */
 static int parse_args(int argc, char **argv, inspect_args *a) {
     const char *cmd = "inspect";
-    *a = (inspect_args){
-        NULL,
-        NULL,
-        false,
-        false,
-        false,
-        {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, "", FM_EXPERTS_DEVICE, 0, FM_DISPATCH_PRESET, 0, 0}};
+    *a = (inspect_args){NULL,
+                        NULL,
+                        false,
+                        false,
+                        false,
+                        {0, 0, "cpu", FM_PRESET_REF, 0, FM_DENSE_PRESET, 0, 0, FM_KV_ACT, "", FM_EXPERTS_DEVICE, 0,
+                         FM_DISPATCH_PRESET, 0, 0}};
     enum {
         OPT_MODEL_I = 2000,
         OPT_TENSORS,
@@ -79,6 +80,7 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
         OPT_ROUTE_I,
         OPT_MAX_SEQS_I,
         OPT_CTX_I,
+        OPT_KV_CACHE_I,
         OPT_EXPERTS_IN_I,
         OPT_EXPERT_SLOTS_I,
         OPT_DISPATCH_I,
@@ -98,6 +100,7 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
                                              {"route", required_argument, 0, OPT_ROUTE_I},
                                              {"max-seqs", required_argument, 0, OPT_MAX_SEQS_I},
                                              {"ctx", required_argument, 0, OPT_CTX_I},
+                                             {"kv-cache", required_argument, 0, OPT_KV_CACHE_I},
                                              {"experts-in", required_argument, 0, OPT_EXPERTS_IN_I},
                                              {"expert-slots", required_argument, 0, OPT_EXPERT_SLOTS_I},
                                              {"dispatch", required_argument, 0, OPT_DISPATCH_I},
@@ -138,6 +141,9 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
         } else if (c == OPT_VRAM_I) {
             if (!cli_parse_bytes(cmd, "--vram-limit", optarg, &a->pa.vram_limit)) return CLI_USAGE;
             a->plan_only = "--vram-limit";
+        } else if (c == OPT_KV_CACHE_I) {
+            if (!cli_parse_kv_cache(cmd, optarg, &a->pa.kv_cache)) return CLI_USAGE;
+            a->plan_only = "--kv-cache";
         } else if (c == OPT_MAX_SEQS_I) {
             if (!cli_parse_int(cmd, "--max-seqs", optarg, 1, 4096, &v)) return CLI_USAGE;
             a->pa.max_seqs = (int32_t)v, a->plan_only = "--max-seqs";

@@ -48,8 +48,8 @@ static const char *HELP =
     "  --max-queue N            requests waiting beyond the running ones before 429 (default 256)\n"
     "  --max-body BYTES         request body size limit (default 1Mi; 413 beyond)\n"
     "  --prefill-chunk N        prompt tokens per prefill step (default 2048, or the context when "
-    "smaller)\n" CLI_STEP_TOKENS_HELP
-    "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and shared between requests\n"
+    "smaller)\n" CLI_STEP_TOKENS_HELP "  --no-prefix-cache        compute every prompt whole: no KV blocks kept and "
+    "shared between requests\n" CLI_KV_CACHE_HELP
     "                           (docs/prefix-caching.md)\n" CLI_STATE_SLOTS_HELP
     "  --no-warmup              listen at once: without it the server first runs a prefill chunk and every\n"
     "                           decode batch size (capturing their CUDA graphs) so that the first request is as\n"
@@ -87,6 +87,7 @@ enum {
     OPT_MAX_CONNS,
     OPT_MAX_CONNS_CLIENT,
     OPT_NO_PREFIX_CACHE,
+    OPT_KV_CACHE,
     OPT_STATE_SLOTS,
     OPT_NO_WARMUP
 };
@@ -99,6 +100,7 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
                                             {"max-body", required_argument, 0, OPT_MAX_BODY},
                                             {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+                                            {"kv-cache", required_argument, 0, OPT_KV_CACHE},
                                             {"state-cache-slots", required_argument, 0, OPT_STATE_SLOTS},
                                             {"no-warmup", no_argument, 0, OPT_NO_WARMUP},
                                             {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
@@ -128,7 +130,8 @@ typedef struct serve_args {
     const char *synthetic;
     bool fields_markdown;
     bool no_prefix_cache;
-    long state_slots; /* --state-cache-slots; -1: the default */
+    fm_kv_dtype kv_cache; /* --kv-cache: 0 (auto) unless given */
+    long state_slots;     /* --state-cache-slots; -1: the default */
 } serve_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -182,6 +185,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
         a->so.max_conns_per_client = (int32_t)v;
         return true;
     case OPT_NO_PREFIX_CACHE: a->no_prefix_cache = true; return true;
+    case OPT_KV_CACHE: return cli_parse_kv_cache(cmd, arg, &a->kv_cache);
     case OPT_STATE_SLOTS: return cli_parse_int(cmd, "--state-cache-slots", arg, 0, 1L << 20, &a->state_slots);
     case OPT_NO_WARMUP: a->so.no_warmup = true; return true;
     default: return false;
@@ -218,6 +222,7 @@ int cmd_serve(int argc, char **argv) {
     mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
     mo.opt.max_seqs = (int32_t)a.max_seqs;
     mo.opt.prefix_cache = !a.no_prefix_cache;
+    mo.opt.kv_cache = a.kv_cache;
     mo.opt.state_cache_slots = (int32_t)a.state_slots;
     mo.opt.max_step_tokens = a.max_step_tokens;
     mo.opt.step_budget = a.step_budget, mo.opt.step_latency_ratio = a.step_latency_ratio;

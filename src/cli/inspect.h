@@ -17,7 +17,8 @@ typedef struct plan_args {
     fm_dense dense;
     int32_t max_seqs; /* --max-seqs: generation's KV cache in the plan */
     int64_t ctx;
-    char routes[512]; /* --route options, "k=v,k=v" */
+    fm_kv_dtype kv_cache; /* --kv-cache */
+    char routes[512];     /* --route options, "k=v,k=v" */
     fm_experts_in experts_in;
     int32_t expert_slots;
     fm_dispatch dispatch; /* --dispatch: the experts' dispatch buffer format (sizes the W4A8 MoE scratch) */

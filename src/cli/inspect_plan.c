@@ -92,6 +92,9 @@ static fm_status plan_options(const fm_config *cfg_in, const fm_model_src *src, 
     fm_routes routes;
     fm_routes_default(&routes, 0);
     fm_status st = fm_plan_set_dispatch(&plan, a->dispatch, err);
+    if (!st) st = fm_plan_set_kv(&plan, a->kv_cache, err);
+    if (!st && a->kv_cache == FM_KV_E4M3 && a->max_seqs <= 0)
+        st = fm_fail(err, FM_ERR_USAGE, "--kv-cache describes generation's KV cache: give --max-seqs B");
     if (!st) st = fm_routes_apply(&routes, a->routes, err);
     fm_memory_plan p;
     if (!st) st = fm_memory_plan_compute_routes(&cfg, &plan, a->backend, &routes, a->n_layers, a->tokens, &p, err);
@@ -159,7 +162,8 @@ static void print_table(const planned *q, const plan_args *a) {
         plan_row("linear input quantization", p.ws_linear, 2);
     }
     if (p.kv_seqs > 0) {
-        snprintf(what, sizeof what, "KV cache (%d seqs x %lld tokens)", p.kv_seqs, (long long)p.kv_ctx);
+        snprintf(what, sizeof what, "KV cache (%d seqs x %lld tokens%s)", p.kv_seqs, (long long)p.kv_ctx,
+                 plan.kv == FM_KV_E4M3 ? ", e4m3" : "");
         plan_row(what, p.kv_cache, 0);
         fm_options load_opt; /* the state snapshots a load takes by default (plan_options) */
         fm_options_init(&load_opt);

@@ -403,8 +403,8 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     op_mark(tm, FM_STAGE_ATTN_PROJ, "qkv_proj", fm_op_bytes_linear(m, L->qkv, T, H, n_proj));
     char *kl = NULL, *vl = NULL; /* the layer's slices of the paged KV cache */
     if (attn != FM_ATTN_NO_CACHE) {
-        kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
-        vl = (char *)kv->v + (size_t)n_attn * (size_t)kv->layer_elems * ops->act_size;
+        kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_bytes;
+        vl = (char *)kv->v + (size_t)n_attn * (size_t)kv->layer_bytes;
     }
     /* the k and v stored by the RoPE kernel itself (route rope.store), else by kv_store after it */
     const bool store_in_rope =
@@ -414,7 +414,7 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
                                 attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta, b.qkv, b.gates);
     else if (store_in_rope)
         ops->qk_norm_rope_store(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, kv->tok_pos,
-                                c->rope_theta, kv->slots, kl, vl);
+                                c->rope_theta, kv->slots, kl, vl, kv->dtype);
     else
         ops->qk_norm_rope(be, b.qkv, T, nh, nkv, hd, L->q_norm, L->k_norm, c->rms_norm_eps, 0,
                           attn == FM_ATTN_NO_CACHE ? NULL : kv->tok_pos, c->rope_theta);
@@ -430,15 +430,15 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     else op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope", fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1));
     if (kl) {
         if (!store_in_rope) {
-            ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl);
+            ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl, kv->dtype);
             op_split(tm, FM_STAGE_ATTENTION, "kv_store", fm_op_bytes_act(m, T, kv_w, 1, 1));
         }
         if (paged)
             (attn == FM_ATTN_PAGED && fm_routes_attention_paged_tiled(&m->routes) && step_has_run(kv->h_idx, T)
                  ? ops->attention_paged_runs
-                 : ops->attention_paged)(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->tok_seq, kv->tok_pos, kv->tables,
-                                         kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch,
-                                         b.att);
+                 : ops->attention_paged)(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->dtype, kv->tok_seq, kv->tok_pos,
+                                         kv->tables, kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx,
+                                         kv->att_scratch, b.att);
     }
     if (!paged) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
     /* the K and V read: each row's up to its position in the paged cache, the pass's own rows otherwise */

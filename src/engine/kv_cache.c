@@ -6,9 +6,8 @@
 #include "engine/kv_prefix.h"
 #include "util/status.h"
 
-int64_t fm_kv_block_bytes(int32_t n_layers, int32_t n_kv_heads, int32_t head_dim, int32_t block_tokens,
-                          int32_t elem_bytes) {
-    return 2 * (int64_t)n_layers * n_kv_heads * head_dim * block_tokens * elem_bytes;
+int64_t fm_kv_block_bytes(int32_t n_layers, int64_t row_bytes, int32_t block_tokens) {
+    return 2 * (int64_t)n_layers * row_bytes * block_tokens;
 }
 
 fm_status fm_kv_pool_init(fm_kv_pool *p, int32_t max_seqs, int64_t ctx, int32_t block_tokens, int64_t n_blocks,

@@ -53,9 +53,9 @@ typedef struct fm_kv_pool {
     int64_t evictions; /* cached blocks given up for new ones */
 } fm_kv_pool;
 
-/* Bytes of one block on a backend: K and V of block_tokens tokens for every layer. */
-int64_t fm_kv_block_bytes(int32_t n_layers, int32_t n_kv_heads, int32_t head_dim, int32_t block_tokens,
-                          int32_t elem_bytes);
+/* Bytes of one block on a backend: K and V of block_tokens tokens for every layer, row_bytes a token's K (or V) of one
+ * layer (backend.h fm_kv_row_bytes: n_kv_heads x head_dim elements, or an e4m3 cache's codes and scales). */
+int64_t fm_kv_block_bytes(int32_t n_layers, int64_t row_bytes, int32_t block_tokens);
 
 /* A pool for max_seqs sequences of up to ctx tokens each, of n_blocks blocks: 0 = max_seqs x ceil(ctx / block_tokens)
  * (every sequence can reach ctx); fewer overcommits (sequences share the pool, and an append can find it full). */

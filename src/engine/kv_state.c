@@ -51,13 +51,13 @@ static size_t paged_scratch(const fm_config *c, int64_t max_rows, int64_t ctx) {
 }
 
 /* The bytes of each buffer of KV_BUFFERS, in its order: the single source of the sizes (create and the memory plan) */
-static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv_pool *pool, int64_t ctx,
+static void kv_bytes(const fm_config *c, int32_t n_layers, size_t row_bytes, const fm_kv_pool *pool, int64_t ctx,
                      int64_t max_rows, size_t bytes[KV_N_BUFFERS]) {
-    const int64_t slots = (int64_t)pool->n_blocks * pool->block_tokens, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t slots = (int64_t)pool->n_blocks * pool->block_tokens;
     const int32_t n_attn = fm_arch_attention_layers(c, n_layers), n_gdn = n_layers - n_attn;
     const size_t gdn_seqs = (size_t)n_gdn * (size_t)pool->max_seqs * sizeof(float);
     const fm_gdn_shape g = fm_gdn_shape_of(c);
-    const size_t V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs + 1, layer = (size_t)(slots * kvd) * a;
+    const size_t V = (size_t)c->vocab_size, S = (size_t)pool->max_seqs + 1, layer = (size_t)slots * row_bytes;
     const size_t R = (size_t)fm_decode_bucket(pool->max_seqs); /* sampled rows at most: a padded decode step */
     const size_t b[KV_N_BUFFERS] = {
         (size_t)n_attn * layer, /* k */
@@ -83,13 +83,13 @@ static void kv_bytes(const fm_config *c, int32_t n_layers, size_t a, const fm_kv
     memcpy(bytes, b, sizeof b);
 }
 
-fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
+fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t row_bytes, int32_t max_seqs, int64_t ctx,
                            int64_t max_rows, size_t *cache, size_t *state, fm_error *err) {
     fm_kv_pool pool;
     fm_status st = fm_kv_pool_init(&pool, max_seqs, ctx, FM_KV_BLOCK_TOKENS, 0, err);
     if (st) return st;
     size_t bytes[KV_N_BUFFERS];
-    kv_bytes(c, n_layers, act_size, &pool, ctx,
+    kv_bytes(c, n_layers, row_bytes, &pool, ctx,
              max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs), bytes);
     fm_kv_pool_free(&pool);
     *cache = bytes[0] + bytes[1] + bytes[KV_N_BUFFERS - 2] + bytes[KV_N_BUFFERS - 1]; /* K, V and the GDN states */
@@ -113,11 +113,13 @@ fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows
         free(s);
         return st;
     }
-    s->layer_elems = (int64_t)s->pool.n_blocks * s->pool.block_tokens * c->n_kv_heads * c->head_dim;
+    s->dtype = m->plan.kv;
+    s->row_bytes = fm_kv_row_bytes(m->be->ops, c->n_kv_heads, c->head_dim, m->plan.kv);
+    s->layer_bytes = (int64_t)s->pool.n_blocks * s->pool.block_tokens * s->row_bytes;
     s->max_rows = max_rows > fm_decode_bucket(max_seqs) ? max_rows : fm_decode_bucket(max_seqs);
     s->pad_slot = max_seqs;
     size_t bytes[KV_N_BUFFERS];
-    kv_bytes(c, m->n_layers, m->be->ops->act_size, &s->pool, m->n_ctx, s->max_rows, bytes);
+    kv_bytes(c, m->n_layers, (size_t)s->row_bytes, &s->pool, m->n_ctx, s->max_rows, bytes);
     KV_BUFFERS(s);
     _Static_assert(sizeof bufs / sizeof *bufs == KV_N_BUFFERS, "one size per buffer");
     for (size_t i = 0; i < KV_N_BUFFERS; i++)
@@ -225,7 +227,7 @@ int64_t fm_kv_seq_cut(fm_context *ctx, int32_t seq, int64_t n) {
         const int32_t from = fm_kv_seq_fork_block(p, seq, i);
         if (from >= 0) {
             const int32_t to = fm_kv_block_of(p, seq, (int64_t)i * bt);
-            const size_t a = m->be->ops->act_size, layer = (size_t)s->layer_elems * a;
+            const size_t layer = (size_t)s->layer_bytes;
             const size_t block = layer / (size_t)p->n_blocks; /* one block's K (or V) of one layer */
             const int32_t n_attn = fm_arch_attention_layers(&m->cfg, m->n_layers);
             for (int32_t l = 0; l < n_attn; l++)
@@ -256,8 +258,7 @@ fm_status fm_kv_state_prefix_cache(fm_context *ctx, bool on, int32_t state_slots
     if (!on || n_gdn == 0) return FM_OK;
     /* what one snapshot costs, against what a block of KV holds */
     const double snap = (double)fm_state_cache_snapshot_bytes(c, m->n_layers);
-    const double block = (double)fm_kv_block_bytes(n_attn, c->n_kv_heads, c->head_dim, kv->pool.block_tokens,
-                                                   (int32_t)m->be->ops->act_size);
+    const double block = (double)fm_kv_block_bytes(n_attn, kv->row_bytes, kv->pool.block_tokens);
     if (state_slots <= 0) {
         fprintf(stderr,
                 "fp8moe: prefix caching is off for this hybrid model: --state-cache-slots 0 (a snapshot of its %d "

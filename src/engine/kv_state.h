@@ -25,9 +25,12 @@ static inline int32_t fm_decode_bucket(int32_t B) {
 
 typedef struct fm_kv_state {
     fm_kv_pool pool;
-    int64_t layer_elems; /* elements of one layer's K (or V) cache: n_slots * nkv * hd */
-    void *k, *v;         /* [attention layers][n_slots][nkv * hd] in the activation dtype (a Gated DeltaNet layer has
-                            none: fm_arch_attention_layers counts the others) */
+    fm_kv_dtype dtype;   /* the cache's format (fm_options.kv_cache) */
+    int64_t row_bytes;   /* one slot's K (or V) of one layer: backend.h fm_kv_row_bytes */
+    int64_t layer_bytes; /* one layer's K (or V) cache: n_slots * row_bytes */
+    void *k, *v;         /* [attention layers][n_slots][row_bytes]: nkv * hd elements in the activation dtype, or an
+                            e4m3 cache's codes and scales (a Gated DeltaNet layer has none:
+                            fm_arch_attention_layers counts the others) */
     /* Gated DeltaNet layers (Qwen3-Next), fp32, by sequence slot: the conv's last inputs and the delta rule's
        matrices (backend.h fm_gdn_conv_state_elems, fm_gdn_rec_state_elems per sequence and layer) */
     void *gdn_conv; /* [GDN layers][max_seqs][kernel - 1][C] */
@@ -70,10 +73,10 @@ typedef struct fm_kv_state {
     double step_ratio;            /* then: a step within step_ratio x a decode-only step */
 } fm_kv_state;
 
-/* The bytes the state takes on a backend of act_size-byte activations: the KV cache itself (with the Gated DeltaNet
- * layers' conv and recurrent states) and the rest (index buffers, attention scratch, sampler state), for the memory
- * plan; allocates nothing. */
-fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t act_size, int32_t max_seqs, int64_t ctx,
+/* The bytes the state takes on a backend whose KV rows (a token's K or V of one layer) are row_bytes (backend.h
+ * fm_kv_row_bytes): the KV cache itself (with the Gated DeltaNet layers' conv and recurrent states) and the rest
+ * (index buffers, attention scratch, sampler state), for the memory plan; allocates nothing. */
+fm_status fm_kv_state_plan(const fm_config *c, int32_t n_layers, size_t row_bytes, int32_t max_seqs, int64_t ctx,
                            int64_t max_rows, size_t *cache, size_t *state, fm_error *err);
 
 /* Allocates the state for max_seqs sequences of the model's n_ctx tokens on its backend (n_ctx must be set: a context

@@ -76,7 +76,8 @@ typedef struct fm_memory_plan {
 
     int32_t kv_seqs; /* generation (fm_memory_plan_add_generation): sequences, and tokens per sequence */
     int64_t kv_ctx;
-    size_t kv_cache; /* the paged KV cache: 2 x layers x ceil(ctx / 16) x 16 x seqs x kv heads x head_dim x act */
+    size_t kv_cache; /* the paged KV cache: 2 x layers x ceil(ctx / 16) x 16 x seqs x a token's row (kv heads x
+                        head_dim x act, or an e4m3 cache's codes and scales: backend.h fm_kv_row_bytes) */
     size_t kv_state; /* decode index buffers, paged-attention scratch, the sampler's per-sequence state; hybrid
                         models' state snapshots of the prefix cache (fm_memory_plan_add_state_cache) */
 

@@ -482,6 +482,10 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_plan_set_dense(&m->plan, opt->dense);
     fm_status dst = fm_plan_set_dispatch(&m->plan, opt->dispatch, err);
     if (!dst) dst = fm_plan_set_int4_scales(&m->plan, opt->int4_scales, err);
+    if (!dst) dst = fm_plan_set_kv(&m->plan, opt->kv_cache, err);
+    if (!dst && opt->kv_cache == FM_KV_E4M3 && opt->max_seqs <= 0)
+        dst = fm_fail(err, FM_ERR_USAGE,
+                      "--kv-cache e4m3 without a KV cache: it applies to generation (--max-seqs >= 1)");
     if (!dst && m->plan.int4_p2 && m->cfg.quant.method != FM_QUANT_NONE)
         dst = fm_fail(err, FM_ERR_USAGE,
                       "--int4-scales p2 quantizes float weights at load; this checkpoint is already quantized (%s) "
@@ -494,6 +498,11 @@ fm_status fm_model_build(fm_model *m, const fm_model_src *src, const fm_options 
     fm_error qerr;
     const fm_backend_kind *kind = fm_backend_kind_find(opt->backend);
     if (kind && kind->device_query && kind->device_query(&sm_major, NULL, 0, &qerr)) sm_major = 0;
+    if (kind && kind->kv_e4m3_codes && m->plan.kv == FM_KV_E4M3 && m->cfg.head_dim % 16 != 0)
+        return fm_fail(err, FM_ERR_UNSUPPORTED,
+                       "--kv-cache e4m3: head dim %d is not a multiple of 16, which the %s backend's e4m3 attention "
+                       "kernel needs; use --kv-cache auto",
+                       (int)m->cfg.head_dim, kind->name);
     fm_routes_default(&m->routes, sm_major);
     fm_status st = fm_routes_apply(&m->routes, opt->routes, err);
     if (!st) place_shared_expert(m, src, opt);

@@ -1,6 +1,8 @@
 /* The per-op floor's bytes (op_bytes.h). */
 #include "engine/op_bytes.h"
 
+#include "engine/kv_state.h"
+
 #include <math.h>
 
 static double act(const fm_model *m) { return (double)m->be->ops->act_size; }
@@ -19,14 +21,25 @@ double fm_op_bytes_embed(const fm_model *m, int64_t T) {
     return (double)T * row + fm_op_bytes_act(m, T, m->cfg.hidden_size, 0, 1);
 }
 
+/* K and V entries the paged rows read: each row's up to its position */
+static double attention_entries(int64_t T, const int32_t *pos) {
+    double entries = 0;
+    for (int64_t t = 0; t < T; t++) entries += pos[t] + 1.0;
+    return entries;
+}
+
+/* bytes of one cached K or V element as stored: the act dtype's, or an e4m3 row's codes and scales per element */
+static double kv_elem(const fm_model *m) {
+    const fm_context *ctx = m->context;
+    if (!ctx || !ctx->kv || ctx->kv->dtype != FM_KV_E4M3) return act(m);
+    return (double)ctx->kv->row_bytes / ((double)m->cfg.n_kv_heads * m->cfg.head_dim);
+}
+
 double fm_op_bytes_attention(const fm_model *m, int64_t T, const int32_t *pos) {
     const double A = act(m), q = (double)m->tp_nh * m->cfg.head_dim, kv = 2.0 * m->tp_nkv * m->cfg.head_dim;
-    double entries = (double)T; /* K and V entries read */
-    if (pos) {
-        entries = 0;
-        for (int64_t t = 0; t < T; t++) entries += pos[t] + 1.0;
-    }
-    return A * ((double)T * 2 * q + entries * kv);
+    if (pos) /* the paged cache as stored, the queries in and out */
+        return A * (double)T * 2 * q + (double)attention_entries(T, pos) * kv * kv_elem(m);
+    return A * ((double)T * 2 * q + (double)T * kv); /* the pass's own K and V */
 }
 
 double fm_op_bytes_experts(const fm_model *m, int32_t l, int64_t T) {

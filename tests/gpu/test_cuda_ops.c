@@ -17,6 +17,10 @@
  *   and the roped q/k of the two backends may differ by a bf16 ulp; 1e-5 fp32); a captured decode step replayed
  *   with new positions equals the plain launch bit for bit; route paged.combine=fused (the split kernel's last CTAs
  *   merge the splits) equals paged.combine=kernel bit for bit, its scratch counters zero again after every call
+ *   e4m3 KV cache (FM_KV_E4M3): the cuda backend's codes and scales are quant/kv_e4m3.c's bit for bit (kv_store and
+ *   qk_norm_rope_store, nothing else written); its attention_paged on them equals attention_paged on a bf16 cache of
+ *   their values bit for bit (at a number of splits both forms share), attention_paged_runs equals attention_paged;
+ *   the cpu's emulation (the values as activations) within the attention bound of the cuda backend
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +40,7 @@
 #include "gpu_test_util.h"
 #include "quant/bf16.h"
 #include "quant/e2m1.h"
+#include "quant/kv_e4m3.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
@@ -511,10 +516,12 @@ typedef struct paged_out {
 
 /* fused: the history through qk_norm_rope_store, and the queries through it with every slot -1 (padding rows: nothing
  * stored), where the plain run has qk_norm_rope, kv_store and qk_norm_rope; runs: attention_paged_runs (the rows of
- * prompt chunks on the tiled kernel) in place of attention_paged */
-static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused,
-                           bool runs) {
+ * prompt chunks on the tiled kernel) in place of attention_paged; kv: the cache's dtype, FM_KV_E4M3 only on a backend
+ * whose cache holds the values as activations (the cpu's emulation: e4m3_store takes the cuda backend's codes) */
+static paged_out paged_run_kv(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused,
+                              bool runs, fm_kv_dtype kv) {
     const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
+    assert_true(kv == FM_KV_ACT || !be->ops->kv_e4m3_codes);
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row = (int64_t)nkv * hd, n_slots = (int64_t)p->n_blocks * p->bt;
     paged_out r;
     void *hpos = upload_i32(be, p->hist_pos, p->hist), *hslot = upload_i32(be, p->hist_slot, p->hist);
@@ -526,14 +533,14 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
         int32_t *none = malloc((size_t)p->T * sizeof *none);
         for (int64_t t = 0; t < p->T; t++) none[t] = -1;
         void *qslot = upload_i32(be, none, p->T);
-        be->ops->qk_norm_rope_store(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, hpos, 1e6, hslot, kc, vc);
-        be->ops->qk_norm_rope_store(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, pos, 1e6, qslot, kc, vc);
+        be->ops->qk_norm_rope_store(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, hpos, 1e6, hslot, kc, vc, kv);
+        be->ops->qk_norm_rope_store(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, pos, 1e6, qslot, kc, vc, kv);
         be->ops->sync(be, NULL);
         be->ops->free(be, qslot);
         free(none);
     } else {
         be->ops->qk_norm_rope(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, 0, hpos, 1e6);
-        be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc);
+        be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc, kv);
         be->ops->qk_norm_rope(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, 0, pos, 1e6);
     }
     /* the scratch between NaN guards too (as activations: its bytes are the op's own, so only the guards count) */
@@ -542,8 +549,9 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     void *sbase, *scratch = gpu_guarded(be, sn, &sbase);
     if (sb) zero_paged_counters(be, scratch, nh);
     void *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
-    (runs ? be->ops->attention_paged_runs : be->ops->attention_paged)(
-        be, q, p->T, nh, nkv, hd, kc, vc, seq, pos, tables, p->max_blocks, p->bt, p->max_len, sb ? scratch : NULL, o);
+    (runs ? be->ops->attention_paged_runs : be->ops->attention_paged)(be, q, p->T, nh, nkv, hd, kc, vc, kv, seq, pos,
+                                                                      tables, p->max_blocks, p->bt, p->max_len,
+                                                                      sb ? scratch : NULL, o);
     r.att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged");
     if (sb) expect_paged_counters_zero(be, scratch, nh, "attention_paged");
     free(fetch_with_guards(be, sbase, sn, "attention_paged scratch"));
@@ -555,6 +563,11 @@ static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn
     be->ops->free(be, tables), be->ops->free(be, hist), be->ops->free(be, q);
     be->ops->free(be, kbase), be->ops->free(be, vbase), be->ops->free(be, sbase);
     return r;
+}
+
+static paged_out paged_run(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused,
+                           bool runs) {
+    return paged_run_kv(be, p, qn, kn, fused, runs, FM_KV_ACT);
 }
 
 /* kv_store put each token's roped k and v rows, bit for bit, in its slot, and wrote no other slot */
@@ -725,9 +738,9 @@ static float *paged_graph_replay(const char *route) {
 #define STEP()                                                                                                         \
     do {                                                                                                               \
         be->ops->qk_norm_rope(be, q, T, nh, nkv, hd, NULL, NULL, 1e-6f, 0, dpos, 1e6);                                 \
-        be->ops->kv_store(be, q, T, nh, nkv, hd, dslot, kc, vc);                                                       \
-        be->ops->attention_paged(be, q, T, nh, nkv, hd, kc, vc, dseq, dpos, dtab, max_blocks, bt, max_len, scratch,    \
-                                 o);                                                                                   \
+        be->ops->kv_store(be, q, T, nh, nkv, hd, dslot, kc, vc, FM_KV_ACT);                                            \
+        be->ops->attention_paged(be, q, T, nh, nkv, hd, kc, vc, FM_KV_ACT, dseq, dpos, dtab, max_blocks, bt, max_len,  \
+                                 scratch, o);                                                                          \
     } while (0)
     be->ops->upload_f32(be, qkv, (int64_t)T * ld, q);
     cudaGraph_t graph = NULL;
@@ -785,6 +798,299 @@ static void test_paged_graph_replay(void **s) {
             fail_msg("paged graph: output %lld is %.9g with paged.combine=fused, %.9g with the combine kernel",
                      (long long)i, fused[i], kernel[i]);
     free(kernel), free(fused);
+}
+
+/* The e4m3 KV cache (FM_KV_E4M3, quant/kv_e4m3.h) on the ref preset (bf16). The cuda backend's slot rows hold the codes
+ * and scales (fm_kv_e4m3_row_bytes: the codes of kv head h at h hd, its fp32 scale at nkv hd + 4 h), the cpu's the
+ * values a reader of them sees, as activations (kv_e4m3_codes false). Checked per case:
+ *  (a) kv_store and qk_norm_rope_store (the queries through it with every slot -1) write, for each history row and kv
+ *      head, the codes and the scale of fm_kv_e4m3_quantize_row of the roped row the backend holds, bit for bit, and
+ *      nothing else (unused slots, the rows' padding and a guard row on each side keep their bytes); the two ops leave
+ *      the same bytes and roped rows;
+ *  (b) attention_paged on the e4m3 cache equals attention_paged on a bf16 cache holding the values (the stored codes
+ *      dequantized on the host and uploaded) bit for bit, under paged.splits=fill (the number of splits from the shapes
+ *      alone; paged.splits=waves counts each form's resident CTAs, which may differ: printed, not required) with
+ *      paged.combine=kernel and fused, which also agree with each other;
+ *  (c) attention_paged_runs on the e4m3 cache (every row on the split kernel: the tiled kernel reads bf16 caches only)
+ *      equals attention_paged on it, bit for bit, under each route set;
+ *  and the cpu backend's emulation: its cache holds exactly the values of its own roped rows' codes (kv_store and
+ *  qk_norm_rope_store alike), its attention output within reduction_bound of the cuda one (the backends' roped rows
+ *  may differ by a bf16 ulp, and then by a code). */
+typedef struct e4m3_cache {
+    uint8_t *kc, *vc; /* (n_slots + 2) rows of row_b bytes: a guard row, the cache's rows, a guard row */
+    float *roped, *q; /* the roped history [hist][ld] and queries [T][ld], as the backend holds them */
+} e4m3_cache;
+
+#define E4M3_POISON 0xA5 /* every byte of the caches before the store */
+
+/* the cuda backend's e4m3 cache of case p: the history through qk_norm_rope + kv_store, or (fused) qk_norm_rope_store;
+ * the queries roped (fused: through qk_norm_rope_store with every slot -1) */
+static e4m3_cache e4m3_store(fm_backend *be, const gpu_paged *p, const fm_bank *qn, const fm_bank *kn, bool fused) {
+    const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, row_b = fm_kv_row_bytes(be->ops, nkv, hd, FM_KV_E4M3);
+    const size_t bytes = (size_t)(((int64_t)p->n_blocks * p->bt + 2) * row_b);
+    void *hpos = upload_i32(be, p->hist_pos, p->hist), *hslot = upload_i32(be, p->hist_slot, p->hist);
+    void *pos = upload_i32(be, p->pos, p->T);
+    void *hist = gpu_upload(be, p->hist_rows, p->hist * ld), *q = gpu_upload(be, p->q_rows, p->T * ld);
+    uint8_t *poison = malloc(bytes);
+    memset(poison, E4M3_POISON, bytes);
+    void *kbase = be->ops->alloc(be, bytes), *vbase = be->ops->alloc(be, bytes);
+    assert_non_null(kbase);
+    assert_non_null(vbase);
+    be->ops->upload_raw(be, poison, bytes, kbase);
+    be->ops->upload_raw(be, poison, bytes, vbase);
+    void *kc = (char *)kbase + row_b, *vc = (char *)vbase + row_b;
+    if (fused) {
+        int32_t *none = malloc((size_t)p->T * sizeof *none);
+        for (int64_t t = 0; t < p->T; t++) none[t] = -1;
+        void *qslot = upload_i32(be, none, p->T);
+        be->ops->qk_norm_rope_store(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, hpos, 1e6, hslot, kc, vc,
+                                    FM_KV_E4M3);
+        be->ops->qk_norm_rope_store(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, pos, 1e6, qslot, kc, vc, FM_KV_E4M3);
+        be->ops->sync(be, NULL);
+        be->ops->free(be, qslot);
+        free(none);
+    } else {
+        be->ops->qk_norm_rope(be, hist, p->hist, nh, nkv, hd, qn, kn, 1e-6f, 0, hpos, 1e6);
+        be->ops->kv_store(be, hist, p->hist, nh, nkv, hd, hslot, kc, vc, FM_KV_E4M3);
+        be->ops->qk_norm_rope(be, q, p->T, nh, nkv, hd, qn, kn, 1e-6f, 0, pos, 1e6);
+    }
+    e4m3_cache r;
+    r.kc = malloc(bytes), r.vc = malloc(bytes);
+    be->ops->download_raw(be, kbase, bytes, r.kc);
+    be->ops->download_raw(be, vbase, bytes, r.vc);
+    r.roped = malloc((size_t)(p->hist * ld) * sizeof *r.roped);
+    r.q = malloc((size_t)(p->T * ld) * sizeof *r.q);
+    be->ops->download_f32(be, hist, p->hist * ld, r.roped);
+    be->ops->download_f32(be, q, p->T * ld, r.q);
+    be->ops->free(be, hpos), be->ops->free(be, hslot), be->ops->free(be, pos), be->ops->free(be, hist);
+    be->ops->free(be, q), be->ops->free(be, kbase), be->ops->free(be, vbase);
+    free(poison);
+    return r;
+}
+
+static void e4m3_cache_free(e4m3_cache *c) { free(c->kc), free(c->vc), free(c->roped), free(c->q); }
+
+/* (a): each history row's k and v heads are fm_kv_e4m3_quantize_row of its roped row, in its slot; no other byte
+ * written */
+static void expect_e4m3_cache(const gpu_paged *p, const e4m3_cache *c, int64_t row_b, const char *what) {
+    const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, n_slots = (int64_t)p->n_blocks * p->bt;
+    char *used = calloc((size_t)n_slots, 1);
+    uint8_t *codes = malloc((size_t)hd);
+    for (int64_t k = 0; k < p->hist; k++) {
+        const int64_t s = p->hist_slot[k];
+        used[s] = 1;
+        for (int kv = 0; kv < 2; kv++)
+            for (int32_t h = 0; h < nkv; h++) {
+                const float scale =
+                    fm_kv_e4m3_quantize_row(c->roped + k * ld + (int64_t)(nh + kv * nkv + h) * hd, hd, codes);
+                const uint8_t *row = (kv ? c->vc : c->kc) + (s + 1) * row_b;
+                float got;
+                memcpy(&got, row + (int64_t)nkv * hd + 4 * h, sizeof got);
+                if (memcmp(&got, &scale, sizeof got))
+                    fail_msg("%s: slot %lld %c head %d (history row %lld): scale %.9g, fm_kv_e4m3_quantize_row's %.9g",
+                             what, (long long)s, kv ? 'v' : 'k', h, (long long)k, got, scale);
+                for (int32_t d = 0; d < hd; d++)
+                    if (row[(int64_t)h * hd + d] != codes[d])
+                        fail_msg("%s: slot %lld %c head %d (history row %lld) code %d: %02x, fm_kv_e4m3_quantize_row's "
+                                 "%02x",
+                                 what, (long long)s, kv ? 'v' : 'k', h, (long long)k, d, row[(int64_t)h * hd + d],
+                                 codes[d]);
+            }
+    }
+    /* the guard rows (s = -1, n_slots), the unused slots, the used rows' padding after the scales */
+    for (int64_t s = -1; s <= n_slots; s++) {
+        const bool u = s >= 0 && s < n_slots && used[s];
+        for (int64_t b = u ? (int64_t)nkv * (hd + 4) : 0; b < row_b; b++)
+            if (c->kc[(s + 1) * row_b + b] != E4M3_POISON || c->vc[(s + 1) * row_b + b] != E4M3_POISON)
+                fail_msg("%s: byte %lld of %s %lld written (no history row's codes or scales)", what, (long long)b,
+                         s < 0 || s == n_slots ? "guard row" : "slot", (long long)s);
+    }
+    free(used), free(codes);
+}
+
+/* the values of c's rows: [n_slots][nkv hd] floats (exact in bf16), what a bf16 cache of them holds; 0 in the unused
+ * slots */
+static float *e4m3_values(const gpu_paged *p, const uint8_t *cache, int64_t row_b) {
+    const int32_t nkv = p->nkv, hd = p->hd;
+    const int64_t row = (int64_t)nkv * hd;
+    float *x = calloc((size_t)((int64_t)p->n_blocks * p->bt * row), sizeof *x);
+    for (int64_t k = 0; k < p->hist; k++) {
+        const int64_t s = p->hist_slot[k];
+        const uint8_t *r = cache + (s + 1) * row_b;
+        for (int32_t h = 0; h < nkv; h++) {
+            float scale;
+            memcpy(&scale, r + row + 4 * h, sizeof scale);
+            fm_kv_e4m3_dequantize_row(r + (int64_t)h * hd, hd, scale, x + s * row + (int64_t)h * hd);
+        }
+    }
+    return x;
+}
+
+/* attention_paged (runs: attention_paged_runs) on be of the roped queries q over the caches k and v: FM_KV_E4M3, the
+ * rows' bytes ([n_slots] rows of row_b, uploaded as they are); FM_KV_ACT, [n_slots][nkv hd] values (uploaded as
+ * activations). The output from NaN guards; the scratch's guards kept and its counters zero after the call. */
+static float *e4m3_attend(fm_backend *be, const gpu_paged *p, const float *q, const void *k, const void *v,
+                          fm_kv_dtype kv, bool runs) {
+    const int32_t nh = p->nh, nkv = p->nkv, hd = p->hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, n_slots = (int64_t)p->n_blocks * p->bt;
+    void *seq = upload_i32(be, p->seq, p->T), *pos = upload_i32(be, p->pos, p->T);
+    void *tables = upload_i32(be, p->tables, (int64_t)p->nseq * p->max_blocks), *qd = gpu_upload(be, q, p->T * ld);
+    void *kc, *vc;
+    if (kv == FM_KV_E4M3) {
+        const size_t bytes = (size_t)(n_slots * fm_kv_row_bytes(be->ops, nkv, hd, kv));
+        kc = be->ops->alloc(be, bytes), vc = be->ops->alloc(be, bytes);
+        assert_non_null(kc);
+        assert_non_null(vc);
+        be->ops->upload_raw(be, k, bytes, kc);
+        be->ops->upload_raw(be, v, bytes, vc);
+    } else {
+        kc = gpu_upload(be, (const float *)k, n_slots * nkv * hd);
+        vc = gpu_upload(be, (const float *)v, n_slots * nkv * hd);
+    }
+    const size_t sb = fm_attention_paged_scratch_bytes(p->T, nh, hd, p->max_len);
+    const int64_t sn = (int64_t)((sb + be->ops->act_size - 1) / be->ops->act_size);
+    void *sbase, *scratch = gpu_guarded(be, sn, &sbase);
+    if (sb) zero_paged_counters(be, scratch, nh);
+    void *obase, *o = gpu_guarded(be, p->T * nh * hd, &obase);
+    (runs ? be->ops->attention_paged_runs : be->ops->attention_paged)(be, qd, p->T, nh, nkv, hd, kc, vc, kv, seq, pos,
+                                                                      tables, p->max_blocks, p->bt, p->max_len,
+                                                                      sb ? scratch : NULL, o);
+    float *att = gpu_fetch(be, obase, p->T * nh * hd, "attention_paged e4m3");
+    if (sb) expect_paged_counters_zero(be, scratch, nh, "attention_paged e4m3");
+    free(fetch_with_guards(be, sbase, sn, "attention_paged e4m3 scratch"));
+    be->ops->free(be, seq), be->ops->free(be, pos), be->ops->free(be, tables), be->ops->free(be, qd);
+    be->ops->free(be, kc), be->ops->free(be, vc), be->ops->free(be, sbase);
+    return att;
+}
+
+static void expect_same_bits(const float *got, const float *want, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            fail_msg("%s: output %lld is %.9g, %.9g expected bit for bit", what, (long long)i, got[i], want[i]);
+    printf("  %s: bit for bit\n", what);
+}
+
+static void paged_e4m3_check(gpu_paged *pp, const char *what) {
+    both b = make(FM_PRESET_REF);
+    gpu_paged p = *pp;
+    const int32_t nh = p.nh, nkv = p.nkv, hd = p.hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd, n_slots = (int64_t)p.n_blocks * p.bt, n_out = p.T * nh * hd;
+    float *qn = rand_array(hd, 1.0f), *kn = rand_array(hd, 1.0f);
+    fm_backend *cu = b.be[1], *cpu = b.be[0];
+    const int64_t row_b = fm_kv_row_bytes(cu->ops, nkv, hd, FM_KV_E4M3);
+    assert_true(cu->ops->kv_e4m3_codes);
+    assert_int_equal(row_b, fm_kv_e4m3_row_bytes(nkv, hd));
+    char w[240];
+
+    /* (a) the store, both ops */
+    fm_bank *qb = bank(cu, qn, 1, 1, hd, other_fmt(&b)), *kb = bank(cu, kn, 1, 1, hd, other_fmt(&b));
+    e4m3_cache c[2];
+    for (int fused = 0; fused < 2; fused++) c[fused] = e4m3_store(cu, &p, qb, kb, fused);
+    cu->ops->bank_free(cu, qb), cu->ops->bank_free(cu, kb);
+    const size_t bytes = (size_t)((n_slots + 2) * row_b);
+    if (memcmp(c[1].kc, c[0].kc, bytes) || memcmp(c[1].vc, c[0].vc, bytes) ||
+        memcmp(c[1].roped, c[0].roped, (size_t)(p.hist * ld) * sizeof(float)) ||
+        memcmp(c[1].q, c[0].q, (size_t)(p.T * ld) * sizeof(float)))
+        fail_msg("qk_norm_rope_store e4m3 %s: not the bytes of qk_norm_rope + kv_store", what);
+    expect_e4m3_cache(&p, &c[0], row_b, what);
+    printf("  kv_store and qk_norm_rope_store e4m3 %s: the codes and scales of fm_kv_e4m3_quantize_row\n", what);
+
+    /* (b) and (c): fill with both combines (the same splits for both forms), then the default routes */
+    const uint8_t *k8 = c[0].kc + row_b, *v8 = c[0].vc + row_b; /* the cache's rows, past the guard row */
+    float *kvals = e4m3_values(&p, c[0].kc, row_b), *vvals = e4m3_values(&p, c[0].vc, row_b);
+    const char *routes[3] = {"paged.splits=fill,paged.combine=kernel", "paged.splits=fill,paged.combine=fused", NULL};
+    float *e8[3];
+    for (int k = 0; k < 3; k++) {
+        fm_backend *be = routes[k] ? cuda_with_route(&b, routes[k]) : cu;
+        const char *rn = routes[k] ? routes[k] : "default routes";
+        e8[k] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
+        float *vals = e4m3_attend(be, &p, c[0].q, kvals, vvals, FM_KV_ACT, false);
+        float *runs = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
+        snprintf(w, sizeof w, "attention_paged_runs e4m3 == attention_paged e4m3 %s, %s", what, rn);
+        expect_same_bits(runs, e8[k], n_out, w);
+        if (routes[k]) {
+            snprintf(w, sizeof w, "attention_paged e4m3 == bf16 cache of the values %s, %s", what, rn);
+            expect_same_bits(e8[k], vals, n_out, w);
+        } else {
+            int64_t diff = 0;
+            for (int64_t i = 0; i < n_out; i++) diff += memcmp(&e8[k][i], &vals[i], sizeof(float)) != 0;
+            printf("  attention_paged e4m3 vs bf16 cache of the values %s, %s: %lld of %lld outputs differ (the "
+                   "number of splits may differ)\n",
+                   what, rn, (long long)diff, (long long)n_out);
+        }
+        free(vals), free(runs);
+        if (routes[k]) be->ops->destroy(be);
+    }
+    snprintf(w, sizeof w, "attention_paged e4m3 paged.combine=fused == kernel %s", what);
+    expect_same_bits(e8[1], e8[0], n_out, w);
+
+    /* the cpu's emulation: its caches hold its roped rows' values, the same through both ops; attention close */
+    qb = bank(cpu, qn, 1, 1, hd, other_fmt(&b)), kb = bank(cpu, kn, 1, 1, hd, other_fmt(&b));
+    paged_out pc[2];
+    for (int fused = 0; fused < 2; fused++) pc[fused] = paged_run_kv(cpu, &p, qb, kb, fused, false, FM_KV_E4M3);
+    cpu->ops->bank_free(cpu, qb), cpu->ops->bank_free(cpu, kb);
+    const int64_t row = (int64_t)nkv * hd;
+    uint8_t *codes = malloc((size_t)hd);
+    float *want = malloc((size_t)hd * sizeof *want);
+    for (int64_t k = 0; k < p.hist; k++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int32_t h = 0; h < nkv; h++) {
+                const float scale =
+                    fm_kv_e4m3_quantize_row(pc[0].roped + k * ld + (int64_t)(nh + kv * nkv + h) * hd, hd, codes);
+                fm_kv_e4m3_dequantize_row(codes, hd, scale, want);
+                const float *got = (kv ? pc[0].vc : pc[0].kc) + p.hist_slot[k] * row + (int64_t)h * hd;
+                if (memcmp(got, want, (size_t)hd * sizeof *want))
+                    fail_msg("cpu kv_store e4m3 %s: slot %d %c head %d: not the values of the row's codes", what,
+                             p.hist_slot[k], kv ? 'v' : 'k', h);
+            }
+    if (memcmp(pc[1].kc, pc[0].kc, (size_t)(n_slots * row) * sizeof(float)) ||
+        memcmp(pc[1].vc, pc[0].vc, (size_t)(n_slots * row) * sizeof(float)) ||
+        memcmp(pc[1].att, pc[0].att, (size_t)n_out * sizeof(float)))
+        fail_msg("cpu qk_norm_rope_store e4m3 %s: not the values of qk_norm_rope + kv_store", what);
+    snprintf(w, sizeof w, "attention_paged e4m3 cuda vs cpu %s", what);
+    gpu_expect_close(e8[2], pc[0].att, n_out, reduction_bound(&b), w);
+
+    for (int k = 0; k < 3; k++) free(e8[k]);
+    for (int i = 0; i < 2; i++) {
+        e4m3_cache_free(&c[i]);
+        free(pc[i].roped), free(pc[i].kc), free(pc[i].vc), free(pc[i].att);
+    }
+    free(kvals), free(vvals), free(codes), free(want), free(qn), free(kn);
+    destroy(&b);
+}
+
+static void paged_e4m3_case(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx, int64_t max_len) {
+    gpu_paged p = paged_make(nh, nkv, hd, T, max_ctx, max_len);
+    char what[160];
+    snprintf(what, sizeof what, "paged e4m3 nh=%d nkv=%d hd=%d T=%lld ctx<=%d max_len=%lld seqs=%d", nh, nkv, hd,
+             (long long)T, max_ctx, (long long)max_len, p.nseq);
+    paged_e4m3_check(&p, what);
+    paged_free(&p);
+}
+
+/* test_paged_attention's shapes with an e4m3 cache: T = 1 (one sequence), 3, 17, 64 (several sequences and a chunk)
+ * at Qwen3-30B-A3B's heads (32/4 x 128) with contexts up to 3000 (splits) and 300 under a planned 4096, hd 48, 64, 32
+ * and 256 (with splits too), a single key; and a step of two prompt chunks and decode rows (attention_paged_runs) */
+static void test_paged_e4m3(void **s) {
+    (void)s;
+    const int64_t Ts[] = {1, 3, 17, 64};
+    for (int i = 0; i < 4; i++) {
+        paged_e4m3_case(32, 4, 128, Ts[i], 3000, 3000);
+        paged_e4m3_case(32, 4, 128, Ts[i], 300, 4096);
+        paged_e4m3_case(4, 2, 48, Ts[i], 77, 77);
+    }
+    paged_e4m3_case(8, 8, 64, 3, 1000, 1000);
+    paged_e4m3_case(16, 1, 32, 17, 200, 256);
+    paged_e4m3_case(48, 2, 64, 5, 500, 500);
+    paged_e4m3_case(2, 1, 256, 3, 129, 129);
+    paged_e4m3_case(16, 2, 256, 5, 2000, 2000);
+    paged_e4m3_case(2, 1, 256, 1, 2000, 2000);
+    paged_e4m3_case(32, 4, 128, 1, 1, 1); /* one key */
+    gpu_paged p = paged_make_step(32, 4, 128, 64, 1000, 9, 3, false);
+    paged_e4m3_check(&p, "paged e4m3 step nh=32 nkv=4 hd=128 chunk=64 prefix=1000 chunk2=9 dec=3");
+    paged_free(&p);
 }
 
 static void route_cases(fm_preset preset) {
@@ -1139,6 +1445,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_paged_attention),
         cmocka_unit_test(test_paged_chunks),
         cmocka_unit_test(test_paged_graph_replay),
+        cmocka_unit_test(test_paged_e4m3),
         cmocka_unit_test(test_copy_rows),
     };
     /* FM_TEST_FILTER=test_moe_w4a8 runs the matching tests only (e.g. one kernel under compute-sanitizer) */

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "quant/kv_e4m3.h"
+
+#define CPU_KV_E4M3_MAX_HD 1024 /* an e4m3 row's codes on the stack */
 
 static void rms_head(float *x, int32_t hd, const float *w, float eps) {
     float ss = 0.0f;
@@ -67,9 +70,9 @@ void cpu_qk_norm_rope(fm_backend *be, void *qkvv, int64_t T, int32_t nh, int32_t
 /* the two ops, in order: the definition every backend's fused form follows */
 void cpu_qk_norm_rope_store(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                             const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos, double theta,
-                            const void *slots, void *k_cache, void *v_cache) {
+                            const void *slots, void *k_cache, void *v_cache, fm_kv_dtype kv) {
     cpu_qk_norm_rope(be, qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta);
-    cpu_kv_store(be, qkv, T, nh, nkv, hd, slots, k_cache, v_cache);
+    cpu_kv_store(be, qkv, T, nh, nkv, hd, slots, k_cache, v_cache, kv);
 }
 
 /* One query row against n keys: o = softmax(q.k_j * scale) . v_j, key j at kbase + rows[j], value j at
@@ -129,9 +132,25 @@ void cpu_attention(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int3
     cpu_round_act(be, out, T * (int64_t)nh * hd);
 }
 
+/* row [hd] of the cache from src: copied, or (FM_KV_E4M3) the values of its e4m3 codes (the emulation: the rows keep
+   the act dtype's width, kv_e4m3_codes false) */
+static void store_head(const float *src, int32_t hd, fm_kv_dtype kv, float *dst) {
+    if (kv != FM_KV_E4M3) {
+        memcpy(dst, src, (size_t)hd * sizeof(float));
+        return;
+    }
+    uint8_t codes[CPU_KV_E4M3_MAX_HD];
+    const float scale = fm_kv_e4m3_quantize_row(src, hd, codes);
+    fm_kv_e4m3_dequantize_row(codes, hd, scale, dst);
+}
+
 void cpu_kv_store(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slotsv,
-                  void *k_cachev, void *v_cachev) {
+                  void *k_cachev, void *v_cachev, fm_kv_dtype kv) {
     (void)be;
+    if (kv == FM_KV_E4M3 && hd > CPU_KV_E4M3_MAX_HD) {
+        fprintf(stderr, "fp8moe: cpu kv_store: an e4m3 cache of head dim %d (at most %d)\n", hd, CPU_KV_E4M3_MAX_HD);
+        abort();
+    }
     const float *qkv = (const float *)qkvv;
     const int32_t *slots = (const int32_t *)slotsv;
     float *kc = (float *)k_cachev, *vc = (float *)v_cachev;
@@ -143,16 +162,19 @@ void cpu_kv_store(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int32
                     (long long)t, slots[t]);
             abort();
         }
-        memcpy(kc + (int64_t)slots[t] * row, qkv + t * ld + (int64_t)nh * hd, (size_t)row * sizeof(float));
-        memcpy(vc + (int64_t)slots[t] * row, qkv + t * ld + (int64_t)(nh + nkv) * hd, (size_t)row * sizeof(float));
+        for (int32_t h = 0; h < nkv; h++) {
+            store_head(qkv + t * ld + (int64_t)(nh + h) * hd, hd, kv, kc + (int64_t)slots[t] * row + (int64_t)h * hd);
+            store_head(qkv + t * ld + (int64_t)(nh + nkv + h) * hd, hd, kv,
+                       vc + (int64_t)slots[t] * row + (int64_t)h * hd);
+        }
     }
 }
 
 void cpu_attention_paged(fm_backend *be, const void *qkvv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                         const void *k_cache, const void *v_cache, const void *tok_seqv, const void *tok_posv,
-                         const void *tablesv, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                         void *outv) {
-    (void)scratch;
+                         const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seqv,
+                         const void *tok_posv, const void *tablesv, int32_t max_blocks, int32_t block_tokens,
+                         int64_t max_len, void *scratch, void *outv) {
+    (void)scratch, (void)kv; /* an e4m3 cache holds its codes' values here (store_head) */
     const float *qkv = (const float *)qkvv;
     const int32_t *tok_seq = (const int32_t *)tok_seqv, *tok_pos = (const int32_t *)tok_posv;
     const int32_t *tables = (const int32_t *)tablesv;

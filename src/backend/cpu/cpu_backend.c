@@ -103,6 +103,7 @@ static void cpu_router(fm_backend *be, const fm_bank *w, const void *x, int64_t 
 static const fm_backend_ops cpu_ops = {
     .name = "cpu",
     .act_size = sizeof(float),
+    .kv_e4m3_codes = false, /* an e4m3 cache holds its codes' values in fp32 rows (cpu_attention.c) */
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,

@@ -63,14 +63,14 @@ void cpu_qk_norm_rope(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t 
                       const fm_bank *k_norm, float eps, int64_t pos0, const void *pos, double theta);
 void cpu_attention(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, void *out);
 void cpu_kv_store(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *slots,
-                  void *k_cache, void *v_cache);
+                  void *k_cache, void *v_cache, fm_kv_dtype kv);
 void cpu_qk_norm_rope_store(fm_backend *be, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                             const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos, double theta,
-                            const void *slots, void *k_cache, void *v_cache);
+                            const void *slots, void *k_cache, void *v_cache, fm_kv_dtype kv);
 void cpu_attention_paged(fm_backend *be, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                         const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
-                         const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                         void *out);
+                         const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                         const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                         int64_t max_len, void *scratch, void *out);
 void cpu_route(fm_backend *be, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind, bool norm_topk,
                void *ids, void *weights);
 void cpu_ep_dispatch(fm_backend *be, const struct fm_ep_layout *L, const void *x, int64_t T, const void *ids,

@@ -100,6 +100,7 @@ const fm_backend_kind fm_backend_kind_cpu = {
     .host_expert_format = FM_W_F32,
     .ep_plan_ok = NULL,
     .act_size = cpu_act_size,
+    .kv_e4m3_codes = false,
     .bank_bytes = cpu_bank_bytes,
     .bank_bytes_int4zp = cpu_bank_bytes_int4zp,
     .bank_staging = cpu_bank_staging,

@@ -17,17 +17,29 @@
 // last, so a replayed graph finds it zero); the last fences again and merges the group's splits from L2
 // (apg_fused_combine: the combine kernel's arithmetic in its order, the same bits). One launch fewer per call.
 //
+// e4m3 cache (FM_KV_E4M3, template E4M3; kv_store.cuh's rows: a slot's codes, then its fp32 scales): the same kernel
+// with the stages holding the raw rows, each tile's codes (16-byte cp.async chunks) and its 16 keys' scales (4-byte
+// cp.async, zero-filled past the slice like the codes). Before S = Q K^T the warp converts the stage's K tile into
+// one bf16 tile of the bf16 form's layout (value = float(code) x scale rounded to bf16: exact, quant/kv_e4m3.h),
+// before O += P V its V tile into the same tile; the math after each conversion is the bf16 form's, so the result is
+// the bf16 form's on a bf16 cache holding the values, bit for bit (at the same number of splits). The raw stage is
+// free once V is converted: its refill is issued before the P V product rather than after it.
+//
 // Shared memory (dynamic), bf16 tiles in the layout of attention_mma.cuh (swizzled or padded rows):
 //   Q [16][HD]                         loaded once by the CTA; read by every warp (held in registers for HD <= 128)
-//   warp w: ST stages of K [16][HD] and V [16][HD]  written and read by warp w only (cp.async ring, __syncwarp)
-// ST = 2 for HD <= 128 (69 KB at HD 128), 1 above (72 KB at HD 256): under the 99 KB of sm_89. After the loop the
-// stage region holds the warps' O [4][16][HD] fp32 and the Q region their max and sum [2][4][16] for the merge.
+//   warp w, bf16: ST stages of K [16][HD] and V [16][HD]  written and read by warp w only (cp.async ring, __syncwarp)
+//   warp w, e4m3: a bf16 tile [16][HD], then ST stages of K and V raw tiles (codes [16][HD] bytes, 16 fp32 scales)
+// ST = 2 for HD <= 128, 1 above: bf16 68 KB at HD 128, 72 KB at HD 256; e4m3 53 KB and 72.5 KB: under the 99 KB of
+// sm_89 at every HD. After the loop the warps' regions hold their O [4][16][HD] fp32 and the Q region their max and
+// sum [2][4][16] for the merge.
 //
 // Scratch (S > 1): the counters [fm_attention_paged_counter_bytes(nh) / 4] uint32 (index t * nkv * groups + y; zero
 // between calls), then part_o [T][nh][S][HD] fp32, part_m [T][nh][S] and part_l [T][nh][S] fp32.
 //
 // Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
-// H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); the scratch
+// H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); e4m3: half
+// of them, sum_t (tok_pos[t] + 1) * 2 * nkv * (hd + 4) bytes (2.06 MiB there; a slot's scales share one 32-byte
+// sector), plus the conversion, 3 instructions a value (meant to hide under the loads: not measured yet); the scratch
 // round trip (S (hd + 2) floats per query head, written and read once, L2-resident) and the query are small beside
 // it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the repeats
 // (route paged.tiled gives such runs of rows to attention_paged_tiled.cu, launched with skip_runs here).
@@ -39,6 +51,8 @@
 // Programmatic dependent launch (pdl.cuh, `pdl`): each kernel lets the next one start at its top and waits for the
 // earlier ones at once (every input is an earlier kernel's output or the step's: the query, the cache the RoPE
 // kernel has just appended to, positions and tables; there are no weights), before any early return.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <math.h>
 
 #include "backend/attention_paged.h"
@@ -59,7 +73,8 @@ static __device__ __forceinline__ int apg_chunk(int len, int splits) {
 }
 
 typedef struct apg_args {
-    const bf16 *qkv, *k_cache, *v_cache;
+    const bf16 *qkv;
+    const void *k_cache, *v_cache; // bf16 [n_slots][nkv hd], or e4m3 rows of row_b bytes
     const int32_t *tok_seq, *tok_pos, *tables;
     float *part;        // scratch after the counters (S > 1)
     unsigned *counters; // the scratch's start (S > 1 and paged.combine=fused), else NULL: the combine kernel merges
@@ -67,6 +82,7 @@ typedef struct apg_args {
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
     float sl2;     // log2(e) / sqrt(hd)
+    int64_t row_b; // e4m3: bytes of a slot's row, fm_kv_e4m3_row_bytes(nkv, hd) (the bf16 form: nkv hd elements)
 } apg_args;
 
 // cp.async of the 16 K and V rows of keys [j0, j0 + 16) of kv head kvh into one stage (rows at or past s1 zero-
@@ -94,15 +110,95 @@ static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, c
     }
 }
 
-template <int HD> struct apg_shape {
+// cp.async of 4 bytes (a key's scale; zero-filled when src_bytes is 0): .ca, the .cg form copies 16 bytes only
+static __device__ __forceinline__ void apg_cp4(uint32_t dst, const void *src, uint32_t src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// e4m3 form: cp.async of the codes of keys [j0, j0 + 16) of kv head kvh and their scales into one raw stage: K's
+// codes [16][HD] bytes (rows of HD bytes, unswizzled) then its 16 fp32 scales at rk, V's at rv; rows at or past s1
+// zero-filled (codes 0 and scale 0: the value 0, as the bf16 form's zero rows). Lane l copies 16-byte code chunk
+// l % CH of rows l / CH + p * RP (RP = 32 / CH rows per pass), and the scale of row l % 16 (K's below lane 16, V's
+// above).
+template <int HD>
+static __device__ __forceinline__ void
+apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsigned char *v_cache, const int32_t *table,
+             int block_tokens, int64_t row_b, int nkv, int kvh, int j0, int s1, int lane) {
+    constexpr int CH = HD / 16, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
+    {
+        const int rr = lane & 15, j = j0 + rr;
+        const bool ok = j < s1;
+        int64_t off = 0;
+        if (ok)
+            off = ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * row_b + (int64_t)nkv * HD +
+                  kvh * 4;
+        apg_cp4((lane < 16 ? rk : rv) + 16 * HD + rr * 4, (lane < 16 ? k_cache : v_cache) + off, ok ? 4u : 0u);
+    }
+    const int ch = lane % CH, r = lane / CH;
+    if (32 % CH != 0 && r >= RP) return;
+#pragma unroll
+    for (int p = 0; p < PASSES; p++) {
+        const int rr = r + p * RP;
+        if (16 % RP != 0 && rr >= 16) break;
+        const int j = j0 + rr;
+        const bool ok = j < s1;
+        int64_t off = 0;
+        if (ok) {
+            const int64_t block = table[j / block_tokens];
+            off = (block * block_tokens + j % block_tokens) * row_b + (int64_t)kvh * HD + ch * 16;
+        }
+        att_cp16(rk + rr * HD + ch * 16, k_cache + off, ok ? 16u : 0u);
+        att_cp16(rv + rr * HD + ch * 16, v_cache + off, ok ? 16u : 0u);
+    }
+}
+
+// two e4m3 codes (the low byte first) times the row's scale, as a bf16 pair: code -> f16 (exact) -> fp32, times 2^e
+// (exact: at least 2^-9 2^EMIN = 2^-126, a normal fp32), rounded to bf16 (exact: 4 significant bits at most). The
+// value a bf16 cache holding the dequantized row (quant/kv_e4m3.c) has, bit for bit.
+static __device__ __forceinline__ uint32_t apg_e4m3x2_bf16x2(uint32_t two, float scale) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    return att_pack_bf16(f.x * scale, f.y * scale);
+}
+
+// e4m3 form: one raw tile (codes [16][HD], 16 scales) to the warp's bf16 tile in attention_mma.cuh's layout. Lane l
+// converts the 8-code pieces l, l + 32, ...: piece k is chunk k % CH of row k / CH, an 8-byte load (a warp reads 256
+// contiguous bytes: no bank conflict) and one 16-byte store (the 8 lanes of a store phase write 8 chunks of one row:
+// distinct bank groups in the swizzled layout). Plain shared-memory accesses: the caller's __syncwarp orders them
+// with the cp.async that filled the raw tile and the ldmatrix that reads the bf16 one.
+template <int HD>
+static __device__ __forceinline__ void apg_convert(unsigned char *tile, const unsigned char *raw, int lane) {
+    constexpr int CH = HD / 8, N = 16 * CH / 32; // 8-code pieces of a row; pieces per lane (HD % 16 == 0: whole)
+    // 4 pieces in flight: unrolled whole, the loads of every piece are hoisted above the first conversion and hold
+    // registers beside O (HD 128: 201 registers rather than 168, 2 CTAs per SM rather than 3); up to HD 64, 1 (its
+    // count: 94 rather than 128)
+    constexpr int U = HD <= 64 ? 1 : 4;
+#pragma unroll U
+    for (int p = 0; p < N; p++) {
+        const int k = lane + 32 * p, r = k / CH, ch = k % CH;
+        const uint2 c = *(const uint2 *)(raw + k * 8);
+        const float sc = *(const float *)(raw + 16 * HD + r * 4);
+        *(uint4 *)(tile + att_off<HD>(r, ch)) =
+            make_uint4(apg_e4m3x2_bf16x2(c.x, sc), apg_e4m3x2_bf16x2(c.x >> 16, sc), apg_e4m3x2_bf16x2(c.y, sc),
+                       apg_e4m3x2_bf16x2(c.y >> 16, sc));
+    }
+}
+
+// Shared memory of the split kernel (the header's table): Q, then per warp (e4m3: its bf16 tile, then) ST stages of
+// K and V
+template <int HD, bool E4M3> struct apg_shape {
     static constexpr int RE = ATT_ROW_ELEMS(HD);
-    static constexpr int TILE = 16 * RE * 2;                      // bytes of one [16][HD] bf16 tile
-    static constexpr int ST = HD <= 128 ? 2 : 1;                  // K/V stages per warp
-    static constexpr int SMEM = TILE + APG_WARPS * ST * 2 * TILE; // Q, then the warps' stages
-    static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * ST * 2 * TILE, "the merge's O must fit the stages");
+    static constexpr int TILE = 16 * RE * 2;                    // bytes of one [16][HD] bf16 tile
+    static constexpr int ST = HD <= 128 ? 2 : 1;                // K/V stages per warp
+    static constexpr int RAW = 16 * HD + 16 * 4;                // e4m3: one raw tile, codes then fp32 scales
+    static constexpr int STAGE = E4M3 ? 2 * RAW : 2 * TILE;     // one stage: K, then V
+    static constexpr int WARP = (E4M3 ? TILE : 0) + ST * STAGE; // one warp's region
+    static constexpr int SMEM = TILE + APG_WARPS * WARP;        // Q, then the warps' regions
+    static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * WARP, "the merge's O must fit the warps' regions");
     static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
     static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
     static_assert((2 * 16 * FM_ATT_PAGED_MAX_SPLITS + 16) * 4 <= SMEM, "the fused combine's e, l and L must fit");
+    static_assert(TILE % 128 == 0 && RAW % 16 == 0 && WARP % 128 == 0, "tiles 128-byte aligned, raw rows 16");
 };
 
 // The fused combine (paged.combine=fused), run by the CTA that counted itself last for (token t, kv head group) with
@@ -182,8 +278,21 @@ static __device__ __forceinline__ void apg_fused_combine(const apg_args &a, floa
     }
 }
 
-template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
-    typedef apg_shape<HD> SH;
+// the loads of one stage: K and V of keys [j0, j0 + 16) (bf16 tiles, or e4m3 raw tiles)
+template <int HD, bool E4M3>
+static __device__ __forceinline__ void apg_load_stage(const apg_args &a, uint32_t stage, const int32_t *table,
+                                                      int64_t kv_ld, int kvh, int j0, int s1, int lane) {
+    typedef apg_shape<HD, E4M3> SH;
+    if (E4M3)
+        apg_load_raw<HD>(stage, stage + SH::RAW, (const unsigned char *)a.k_cache, (const unsigned char *)a.v_cache,
+                         table, a.block_tokens, a.row_b, a.nkv, kvh, j0, s1, lane);
+    else
+        apg_load_tile<HD>(stage, stage + SH::TILE, (const bf16 *)a.k_cache, (const bf16 *)a.v_cache, table,
+                          a.block_tokens, kv_ld, kvh, j0, s1, lane);
+}
+
+template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
+    typedef apg_shape<HD, E4M3> SH;
     constexpr int KS = HD / 16, DT = HD / 8, ST = SH::ST;
     constexpr bool QREG = HD <= 128;
     extern __shared__ __align__(128) unsigned char apg_smem[];
@@ -218,12 +327,13 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
     }
     const int ntiles = (s1 - s0 + 15) / 16;
     const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
-    const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * ST * 2 * SH::TILE);
+    // the warp's region: (e4m3: its bf16 tile at wbuf, then) its stages from wst
+    const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * SH::WARP), wst = wbuf + (E4M3 ? SH::TILE : 0);
 #pragma unroll
     for (int st = 0; st < ST; st++) {
         if (st < nw)
-            apg_load_tile<HD>(wbuf + st * 2 * SH::TILE, wbuf + st * 2 * SH::TILE + SH::TILE, a.k_cache, a.v_cache,
-                              table, a.block_tokens, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1, lane);
+            apg_load_stage<HD, E4M3>(a, wst + st * SH::STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
+                                     lane);
         att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below
     }
     att_cp_wait<ST>();
@@ -243,10 +353,16 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
 
     for (int i = 0; i < nw; i++) {
         const int st = ST == 1 ? 0 : i % ST;
-        const uint32_t sk = wbuf + st * 2 * SH::TILE, sv = sk + SH::TILE;
+        const uint32_t stage = wst + st * SH::STAGE;
+        // the tiles the math reads: the stage's (bf16), or the warp's bf16 tile that K, then V, is converted into
+        const uint32_t sk = E4M3 ? wbuf : stage, sv = E4M3 ? wbuf : stage + SH::TILE;
         const int j0 = s0 + (warp + APG_WARPS * i) * 16;
         att_cp_wait<ST - 1>();
-        __syncwarp(); // every lane's rows of tile i landed
+        __syncwarp(); // every lane's rows of tile i landed (and, e4m3, every lane is done with the last tile's V)
+        if (E4M3) {
+            apg_convert<HD>(apg_smem + (wbuf - sq), apg_smem + (stage - sq), lane);
+            __syncwarp(); // K converted
+        }
 
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -296,6 +412,13 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
         p[1] = att_pack_bf16(s[0][2], s[0][3]);
         p[2] = att_pack_bf16(s[1][0], s[1][1]);
         p[3] = att_pack_bf16(s[1][2], s[1][3]);
+        if (E4M3) {
+            __syncwarp(); // every lane's ldmatrix of K is done
+            apg_convert<HD>(apg_smem + (wbuf - sq), apg_smem + (stage + SH::RAW - sq), lane);
+            __syncwarp(); // V converted, and the raw stage read: refilled now, under the P V product
+            if (i + ST < nw) apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
+            att_cp_commit();
+        }
 #pragma unroll
         for (int dp = 0; dp < DT / 2; dp++) {
             uint32_t b[4];
@@ -303,11 +426,13 @@ template <int HD> __global__ void __launch_bounds__(APG_THREADS) apg_split_kerne
             att_mma(o[2 * dp], p, b[0], b[1]);
             att_mma(o[2 * dp + 1], p, b[2], b[3]);
         }
-        __syncwarp(); // every lane is done with the stage before it is refilled
-        if (i + ST < nw)
-            apg_load_tile<HD>(sk, sv, a.k_cache, a.v_cache, table, a.block_tokens, kv_ld, kvh, j0 + APG_WARPS * ST * 16,
-                              s1, lane);
-        att_cp_commit();
+        if (!E4M3) {
+            __syncwarp(); // every lane is done with the stage before it is refilled
+            if (i + ST < nw)
+                apg_load_tile<HD>(sk, sv, (const bf16 *)a.k_cache, (const bf16 *)a.v_cache, table, a.block_tokens,
+                                  kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
+            att_cp_commit();
+        }
     }
 
     // merge the warps: O [4][16][HD] fp32 over the stages, max (log2 units) and sum [4][16] each over Q
@@ -404,85 +529,110 @@ static void apg_check(const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32
 }
 
 // CTAs of the split kernel one multiprocessor holds at once (its shared memory bounds it: 3 at HD 128 on sm_90)
-template <int HD> static int apg_ctas_per_sm() {
-    typedef apg_shape<HD> SH;
+template <int HD, bool E4M3> static int apg_ctas_per_sm() {
+    typedef apg_shape<HD, E4M3> SH;
     if (SH::SMEM > 48 * 1024)
         FM_CUDA_CHECK(
-            cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+            cudaFuncSetAttribute(apg_split_kernel<HD, E4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
     int n = 0;
-    FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, apg_split_kernel<HD>, APG_THREADS, SH::SMEM));
+    FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, apg_split_kernel<HD, E4M3>, APG_THREADS, SH::SMEM));
     return n > 0 ? n : 1;
 }
 
-static int apg_ctas_per_sm_query(int hd) {
+template <bool E4M3> static int apg_ctas_per_sm_query(int hd) {
     switch (hd) {
-    case 16: return apg_ctas_per_sm<16>();
-    case 32: return apg_ctas_per_sm<32>();
-    case 48: return apg_ctas_per_sm<48>();
-    case 64: return apg_ctas_per_sm<64>();
-    case 80: return apg_ctas_per_sm<80>();
-    case 96: return apg_ctas_per_sm<96>();
-    case 112: return apg_ctas_per_sm<112>();
-    case 128: return apg_ctas_per_sm<128>();
-    case 144: return apg_ctas_per_sm<144>();
-    case 160: return apg_ctas_per_sm<160>();
-    case 176: return apg_ctas_per_sm<176>();
-    case 192: return apg_ctas_per_sm<192>();
-    case 208: return apg_ctas_per_sm<208>();
-    case 224: return apg_ctas_per_sm<224>();
-    case 240: return apg_ctas_per_sm<240>();
-    case 256: return apg_ctas_per_sm<256>();
+    case 16: return apg_ctas_per_sm<16, E4M3>();
+    case 32: return apg_ctas_per_sm<32, E4M3>();
+    case 48: return apg_ctas_per_sm<48, E4M3>();
+    case 64: return apg_ctas_per_sm<64, E4M3>();
+    case 80: return apg_ctas_per_sm<80, E4M3>();
+    case 96: return apg_ctas_per_sm<96, E4M3>();
+    case 112: return apg_ctas_per_sm<112, E4M3>();
+    case 128: return apg_ctas_per_sm<128, E4M3>();
+    case 144: return apg_ctas_per_sm<144, E4M3>();
+    case 160: return apg_ctas_per_sm<160, E4M3>();
+    case 176: return apg_ctas_per_sm<176, E4M3>();
+    case 192: return apg_ctas_per_sm<192, E4M3>();
+    case 208: return apg_ctas_per_sm<208, E4M3>();
+    case 224: return apg_ctas_per_sm<224, E4M3>();
+    case 240: return apg_ctas_per_sm<240, E4M3>();
+    case 256: return apg_ctas_per_sm<256, E4M3>();
     }
     return 1;
 }
 
-// the same, asked of the runtime once per head dim: the launcher runs for every attention layer of an eager step, and
-// the answer depends on the kernel and the GPU only. (Ranks on GPUs of different kinds in one process would share
-// the first one's count: a split count is correct at any value up to the scratch's bound, only its speed changes.)
-static int apg_ctas_per_sm(int hd) {
-    static int known[256 / 16 + 1];
-    int n = __atomic_load_n(&known[hd / 16], __ATOMIC_RELAXED);
+// the same, asked of the runtime once per head dim and form: the launcher runs for every attention layer of an eager
+// step, and the answer depends on the kernel and the GPU only. (Ranks on GPUs of different kinds in one process would
+// share the first one's count: a split count is correct at any value up to the scratch's bound, only its speed
+// changes.) The e4m3 form's own count: its smaller stages may fit more CTAs, and paged.splits=waves fills its waves.
+static int apg_ctas_per_sm(int hd, bool e4m3) {
+    static int known[2][256 / 16 + 1];
+    int n = __atomic_load_n(&known[e4m3][hd / 16], __ATOMIC_RELAXED);
     if (n == 0) {
-        n = apg_ctas_per_sm_query(hd);
-        __atomic_store_n(&known[hd / 16], n, __ATOMIC_RELAXED);
+        n = e4m3 ? apg_ctas_per_sm_query<true>(hd) : apg_ctas_per_sm_query<false>(hd);
+        __atomic_store_n(&known[e4m3][hd / 16], n, __ATOMIC_RELAXED);
     }
     return n;
 }
 
-template <int HD> static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, bool pdl, cudaStream_t s) {
-    typedef apg_shape<HD> SH;
+template <int HD, bool E4M3>
+static void apg_launch(const apg_args &a, int64_t T, int kv_ctas_y, bool pdl, cudaStream_t s) {
+    typedef apg_shape<HD, E4M3> SH;
     if (SH::SMEM > 48 * 1024)
         FM_CUDA_CHECK(
-            cudaFuncSetAttribute(apg_split_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
-    pdl_launch(apg_split_kernel<HD>, dim3((unsigned)T, (unsigned)kv_ctas_y, (unsigned)a.splits), APG_THREADS, SH::SMEM,
-               s, pdl, a);
-    FM_LAUNCH_CHECK("attention_paged");
+            cudaFuncSetAttribute(apg_split_kernel<HD, E4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+    pdl_launch(apg_split_kernel<HD, E4M3>, dim3((unsigned)T, (unsigned)kv_ctas_y, (unsigned)a.splits), APG_THREADS,
+               SH::SMEM, s, pdl, a);
+    FM_LAUNCH_CHECK(E4M3 ? "attention_paged_e4m3" : "attention_paged");
 }
 
-extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                             const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
-                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
-                                             int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                             bool skip_runs, bool fused_combine, bool split_waves, bool pdl,
-                                             cudaStream_t s) {
+template <bool E4M3> static void apg_launch_hd(const apg_args &a, int hd, int64_t T, int y, bool pdl, cudaStream_t s) {
+    switch (hd) {
+    case 16: apg_launch<16, E4M3>(a, T, y, pdl, s); break;
+    case 32: apg_launch<32, E4M3>(a, T, y, pdl, s); break;
+    case 48: apg_launch<48, E4M3>(a, T, y, pdl, s); break;
+    case 64: apg_launch<64, E4M3>(a, T, y, pdl, s); break;
+    case 80: apg_launch<80, E4M3>(a, T, y, pdl, s); break;
+    case 96: apg_launch<96, E4M3>(a, T, y, pdl, s); break;
+    case 112: apg_launch<112, E4M3>(a, T, y, pdl, s); break;
+    case 128: apg_launch<128, E4M3>(a, T, y, pdl, s); break;
+    case 144: apg_launch<144, E4M3>(a, T, y, pdl, s); break;
+    case 160: apg_launch<160, E4M3>(a, T, y, pdl, s); break;
+    case 176: apg_launch<176, E4M3>(a, T, y, pdl, s); break;
+    case 192: apg_launch<192, E4M3>(a, T, y, pdl, s); break;
+    case 208: apg_launch<208, E4M3>(a, T, y, pdl, s); break;
+    case 224: apg_launch<224, E4M3>(a, T, y, pdl, s); break;
+    case 240: apg_launch<240, E4M3>(a, T, y, pdl, s); break;
+    case 256: apg_launch<256, E4M3>(a, T, y, pdl, s); break;
+    }
+}
+
+// the split kernel (and the combine kernel) over a cache of either form: fm_cuda_attention_paged and _rows
+static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *k_cache,
+                    const void *v_cache, fm_kv_dtype kv, const int32_t *tok_seq, const int32_t *tok_pos,
+                    const int32_t *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                    bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, bool pdl, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
+    if (kv != FM_KV_ACT && kv != FM_KV_E4M3) apg_fail("unknown KV cache dtype", T, nh, nkv, hd);
     if (T == 0) return;
     if (hd < 16 || hd > 256 || hd % 16 != 0) apg_fail("hd must be a multiple of 16 in [16, 256]", T, nh, nkv, hd);
     if (((uintptr_t)qkv | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 != 0)
         apg_fail("qkv, k_cache and v_cache must be 16-byte aligned", T, nh, nkv, hd);
     const int qgroups = (int)fm_ceil_div(nh / nkv, 16);
     if ((int64_t)nkv * qgroups > 65535) apg_fail("too many kv heads for the grid", T, nh, nkv, hd);
+    const bool e4m3 = kv == FM_KV_E4M3;
     const int sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
     apg_args a;
     a.qkv = qkv, a.k_cache = k_cache, a.v_cache = v_cache;
     a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables;
     a.part = NULL, a.counters = NULL, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
-    a.splits = split_waves
-                   ? fm_attention_paged_splits_waves(T, T * nkv * qgroups, max_len, (int64_t)sms * apg_ctas_per_sm(hd))
-                   : fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
+    a.splits = split_waves ? fm_attention_paged_splits_waves(T, T * nkv * qgroups, max_len,
+                                                             (int64_t)sms * apg_ctas_per_sm(hd, e4m3))
+                           : fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);
     a.skip_runs = skip_runs;
     a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
+    a.row_b = e4m3 ? fm_kv_e4m3_row_bytes(nkv, hd) : (int64_t)nkv * hd;
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
         apg_fail("the split needs 16-byte aligned scratch of fm_attention_paged_scratch_bytes()", T, nh, nkv, hd);
     const int y = nkv * qgroups;
@@ -493,24 +643,8 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
         a.part = (float *)((char *)scratch + cb);
         if (fused_combine) a.counters = (unsigned *)scratch;
     }
-    switch (hd) {
-    case 16: apg_launch<16>(a, T, y, pdl, s); break;
-    case 32: apg_launch<32>(a, T, y, pdl, s); break;
-    case 48: apg_launch<48>(a, T, y, pdl, s); break;
-    case 64: apg_launch<64>(a, T, y, pdl, s); break;
-    case 80: apg_launch<80>(a, T, y, pdl, s); break;
-    case 96: apg_launch<96>(a, T, y, pdl, s); break;
-    case 112: apg_launch<112>(a, T, y, pdl, s); break;
-    case 128: apg_launch<128>(a, T, y, pdl, s); break;
-    case 144: apg_launch<144>(a, T, y, pdl, s); break;
-    case 160: apg_launch<160>(a, T, y, pdl, s); break;
-    case 176: apg_launch<176>(a, T, y, pdl, s); break;
-    case 192: apg_launch<192>(a, T, y, pdl, s); break;
-    case 208: apg_launch<208>(a, T, y, pdl, s); break;
-    case 224: apg_launch<224>(a, T, y, pdl, s); break;
-    case 240: apg_launch<240>(a, T, y, pdl, s); break;
-    case 256: apg_launch<256>(a, T, y, pdl, s); break;
-    }
+    if (e4m3) apg_launch_hd<true>(a, hd, T, y, pdl, s);
+    else apg_launch_hd<false>(a, hd, T, y, pdl, s);
     if (a.splits > 1 && !fused_combine) {
         pdl_launch(apg_combine_kernel, dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s, pdl,
                    a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
@@ -518,13 +652,23 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
     }
 }
 
+extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                             const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
+                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
+                                             int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
+                                             bool skip_runs, bool fused_combine, bool split_waves, bool pdl,
+                                             cudaStream_t s) {
+    apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, FM_KV_ACT, tok_seq, tok_pos, tables, max_blocks, block_tokens,
+            max_len, scratch, out, skip_runs, fused_combine, split_waves, pdl, s);
+}
+
 extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                        const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
-                                        const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
-                                        int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                        bool fused_combine, bool split_waves, bool pdl, cudaStream_t s) {
-    fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
-                                 block_tokens, max_len, scratch, out, false, fused_combine, split_waves, pdl, s);
+                                        const void *k_cache, const void *v_cache, fm_kv_dtype kv,
+                                        const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                                        int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                                        bf16 *out, bool fused_combine, bool split_waves, bool pdl, cudaStream_t s) {
+    apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
+            scratch, out, false, fused_combine, split_waves, pdl, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)

@@ -390,15 +390,25 @@ static void cu_attention(fm_backend *bb, const void *qkv, int64_t T, int32_t nh,
     else fm_cuda_attention((const bf16 *)qkv, T, nh, nkv, hd, (bf16 *)out, stream(bb));
 }
 
+/* the e4m3 cache's forms exist for bf16 activations only (the engine refuses the others before) */
+static void cu_kv_e4m3_refuse(fm_backend *bb, const char *op, fm_kv_dtype kv) {
+    if (kv == FM_KV_E4M3 && f32(bb)) {
+        fprintf(stderr, "fp8moe: cuda %s: the e4m3 KV cache needs bf16 activations (this backend's are fp32)\n", op);
+        abort();
+    }
+}
+
 static void cu_kv_store(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                        const void *slots, void *k_cache, void *v_cache) {
-    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache, pdl(bb),
-                     stream(bb));
+                        const void *slots, void *k_cache, void *v_cache, fm_kv_dtype kv) {
+    cu_kv_e4m3_refuse(bb, "kv_store", kv);
+    fm_cuda_kv_store(qkv, T, nh, nkv, hd, (int32_t)bb->ops->act_size, (const int32_t *)slots, k_cache, v_cache, kv,
+                     pdl(bb), stream(bb));
 }
 
 static void cu_qk_norm_rope_store(fm_backend *bb, void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                   const fm_bank *q_norm, const fm_bank *k_norm, float eps, const void *pos,
-                                  double theta, const void *slots, void *k_cache, void *v_cache) {
+                                  double theta, const void *slots, void *k_cache, void *v_cache, fm_kv_dtype kv) {
+    cu_kv_e4m3_refuse(bb, "qk_norm_rope_store", kv);
     if (f32(bb))
         fm_cuda_qk_norm_rope_store_f32((float *)qkv, T, nh, nkv, hd, q_norm ? bank_f32(q_norm, 0) : NULL,
                                        k_norm ? bank_f32(k_norm, 0) : NULL, eps, (const int32_t *)pos, theta,
@@ -406,15 +416,24 @@ static void cu_qk_norm_rope_store(fm_backend *bb, void *qkv, int64_t T, int32_t 
     else
         fm_cuda_qk_norm_rope_store((bf16 *)qkv, T, nh, nkv, hd, q_norm ? bank_bf16(q_norm, 0) : NULL,
                                    k_norm ? bank_bf16(k_norm, 0) : NULL, eps, (const int32_t *)pos, theta,
-                                   (const int32_t *)slots, (bf16 *)k_cache, (bf16 *)v_cache, pdl(bb), stream(bb));
+                                   (const int32_t *)slots, k_cache, v_cache, kv, pdl(bb), stream(bb));
 }
 
-/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu); fp32, and bf16 head dims that
-   are not a multiple of 16: the plain kernel */
+/* bf16: flash-decoding on tensor cores, split along the context (attention_paged.cu; a bf16 or an e4m3 cache); fp32,
+   and bf16 head dims that are not a multiple of 16: the plain kernel (bf16 and fp32 caches only: the engine refuses
+   the e4m3 cache for those) */
 static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                               const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
-                               const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
-                               void *scratch, void *out) {
+                               const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                               const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                               int64_t max_len, void *scratch, void *out) {
+    cu_kv_e4m3_refuse(bb, "attention_paged", kv);
+    if (kv == FM_KV_E4M3 && hd % 16 != 0) {
+        fprintf(stderr,
+                "fp8moe: cuda attention_paged: the e4m3 KV cache needs a head dim that is a multiple of 16 "
+                "(the split kernel's), not %d\n",
+                hd);
+        abort();
+    }
     if (f32(bb))
         fm_cuda_attention_paged_f32((const float *)qkv, T, nh, nkv, hd, (const float *)k_cache, (const float *)v_cache,
                                     (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
@@ -425,21 +444,21 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                            (const int32_t *)tables, max_blocks, block_tokens, max_len, (bf16 *)out,
                                            pdl(bb), stream(bb));
     else
-        fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
-                                (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks,
-                                block_tokens, max_len, scratch, (bf16 *)out,
-                                fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
+        fm_cuda_attention_paged((const bf16 *)qkv, T, nh, nkv, hd, k_cache, v_cache, kv, (const int32_t *)tok_seq,
+                                (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks, block_tokens, max_len,
+                                scratch, (bf16 *)out, fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
                                 fm_routes_paged_splits_waves(&cuda_be(bb)->routes), pdl(bb), stream(bb));
 }
 
 /* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
-   (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled form) */
+   (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled form). The e4m3
+   cache: attention_paged, every row on the split kernel (the tiled kernel reads bf16 caches only) */
 static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                    const void *k_cache, const void *v_cache, const void *tok_seq, const void *tok_pos,
-                                    const void *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len,
-                                    void *scratch, void *out) {
-    if (f32(bb) || hd % 16 != 0)
-        cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks,
+                                    const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                                    const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                                    int64_t max_len, void *scratch, void *out) {
+    if (f32(bb) || hd % 16 != 0 || kv == FM_KV_E4M3)
+        cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks,
                            block_tokens, max_len, scratch, out);
     else
         fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
@@ -731,6 +750,7 @@ static void cu_gdn_decode_fused(fm_backend *bb, const void *qkvz, const void *ba
 static const fm_backend_ops cuda_ops = {
     .name = "cuda",
     .act_size = sizeof(bf16),
+    .kv_e4m3_codes = true, /* FM_KV_E4M3 rows of codes and scales (backend.h) */
     .destroy = cu_destroy,
     .alloc = cu_alloc,
     .free = cu_free,

@@ -192,6 +192,7 @@ const fm_backend_kind fm_backend_kind_cuda = {
     .host_expert_format = FM_W_INT4_G128_TC, /* expert_cache.cu: the fp8 and fp4 presets' experts */
     .ep_plan_ok = cuda_ep_plan_ok,
     .act_size = cuda_act_size,
+    .kv_e4m3_codes = true,
     .bank_bytes = cuda_bank_bytes,
     .bank_bytes_int4zp = cuda_bank_bytes_int4zp,
     .bank_staging = cuda_bank_staging,

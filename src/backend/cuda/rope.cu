@@ -13,13 +13,25 @@
 // heads are extra warps' work in the same loop (the kv_store launch that it saves is one launch's latency, ~2 us in a
 // graph).
 //
+// STORE of the e4m3 cache (FM_KV_E4M3, quant/kv_e4m3.h): the same warps write codes and scales instead: a head's
+// values are its warp's lanes' pairs, so its amax is one more warp max (over the values as rounded to bf16 for a k
+// head, what kv_store reads back from the qkv row), then each lane converts its pairs with the scale of kv_store.cu's
+// kernel (kv_store.cuh's helpers): the bits of qk_norm_rope + kv_store(e4m3).
+//
 // Programmatic dependent launch (pdl.cuh, `pdl`): the kernel lets the next one start at its top and waits for the
 // earlier ones before anything else (the positions and slots are a step's inputs, the rows the projection's output);
 // the norm weights are read where they are used, after the wait: a few hundred bytes, not worth registers held early.
+#include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope.cuh"
 
 #define ROPE_WARPS 8
+
+/* the kernel's STORE: none (qk_norm_rope), copies of the rows (a cache of the activation type), e4m3 codes and
+   scales */
+#define ROPE_STORE_NONE 0
+#define ROPE_STORE_ACT 1
+#define ROPE_STORE_E4M3 2
 
 static __device__ __forceinline__ float2 act_load2(const float *p) { return *(const float2 *)p; }
 static __device__ __forceinline__ float2 act_load2(const __nv_bfloat16 *p) {
@@ -29,13 +41,40 @@ static __device__ __forceinline__ void act_store2(float *p, float2 v) { *(float2
 static __device__ __forceinline__ void act_store2(__nv_bfloat16 *p, float2 v) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v.x, v.y);
 }
+// v as act_store2 stores it (the e4m3 store quantizes the values the qkv row holds)
+static __device__ __forceinline__ float2 act_round2(const float *, float2 v) { return v; }
+static __device__ __forceinline__ float2 act_round2(const __nv_bfloat16 *, float2 v) {
+    return __bfloat1622float2(__floats2bfloat162_rn(v.x, v.y));
+}
 
-template <typename A, int R, bool STORE>
-static __global__ __launch_bounds__(ROPE_WARPS *
-                                    32) void qk_norm_rope_kernel(A *qkv, int32_t nh, int32_t nkv, int32_t hd,
-                                                                 const A *q_norm, const A *k_norm, float eps,
-                                                                 int64_t pos0, const int32_t *pos, float theta,
-                                                                 const int32_t *slots, A *k_cache, A *v_cache) {
+// The e4m3 store of one head's row (a warp, every lane; e4m3 cache rows of row_b bytes): lane l's values are the
+// pairs a[r] at j = 64 r + 2 l and b[r] at j + half (those with j < half)
+template <int R>
+static __device__ __forceinline__ void rope_store_e4m3(const float2 *a, const float2 *b, int lane, int half, int hd,
+                                                       int nkv, int kvh, unsigned char *row) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (64 * r + 2 * lane < half)
+            amax = fmaxf(fmaxf(amax, fmaxf(fabsf(a[r].x), fabsf(a[r].y))), fmaxf(fabsf(b[r].x), fabsf(b[r].y)));
+    const int e = kv_e4m3_warp_exponent(amax);
+    const float down = kv_e4m3_pow2(-e);
+    unsigned char *codes = row + (int64_t)kvh * hd;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int j = 64 * r + 2 * lane;
+        if (j >= half) continue;
+        *(uint16_t *)(codes + j) = (uint16_t)kv_e4m3_code2(a[r].x, a[r].y, down);
+        *(uint16_t *)(codes + j + half) = (uint16_t)kv_e4m3_code2(b[r].x, b[r].y, down);
+    }
+    if (lane == 0) *(float *)(row + (int64_t)nkv * hd + 4 * kvh) = kv_e4m3_pow2(e);
+}
+
+// k_cache, v_cache: A [n_slots][nkv hd] (ROPE_STORE_ACT) or e4m3 rows of row_b bytes (ROPE_STORE_E4M3, bf16)
+template <typename A, int R, int STORE>
+static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(
+    A *qkv, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm, float eps, int64_t pos0,
+    const int32_t *pos, float theta, const int32_t *slots, void *k_cache, void *v_cache, int64_t row_b) {
     pdl_wait();
     const int64_t t = blockIdx.x;
     const int64_t slot = STORE ? (int64_t)slots[t] : -1;
@@ -56,7 +95,19 @@ static __global__ __launch_bounds__(ROPE_WARPS *
         A *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
         if (STORE && h >= nh + nkv) { /* a v head: copied to the cache as it is */
             if (slot < 0) continue;
-            A *d = v_cache + slot * nkv * hd + (int64_t)(h - nh - nkv) * hd;
+            if (STORE == ROPE_STORE_E4M3) {
+                float2 a[R], b[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int j = 64 * r + 2 * lane;
+                    const bool in = j < half;
+                    a[r] = in ? act_load2(x + j) : make_float2(0.0f, 0.0f);
+                    b[r] = in ? act_load2(x + j + half) : make_float2(0.0f, 0.0f);
+                }
+                rope_store_e4m3<R>(a, b, lane, half, hd, nkv, h - nh - nkv, (unsigned char *)v_cache + slot * row_b);
+                continue;
+            }
+            A *d = (A *)v_cache + slot * nkv * hd + (int64_t)(h - nh - nkv) * hd;
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const int j = 64 * r + 2 * lane;
@@ -98,69 +149,90 @@ static __global__ __launch_bounds__(ROPE_WARPS *
             const float2 hi = make_float2(b[r].x * cs[r][0] + a[r].x * sn[r][0], b[r].y * cs[r][1] + a[r].y * sn[r][1]);
             act_store2(x + j, lo);
             act_store2(x + j + half, hi);
-            if (STORE && h >= nh && slot >= 0) { /* a k head: the same rounded values in the cache */
-                A *d = k_cache + slot * nkv * hd + (int64_t)(h - nh) * hd;
+            if (STORE == ROPE_STORE_ACT && h >= nh && slot >= 0) { /* a k head: the same rounded values in the cache */
+                A *d = (A *)k_cache + slot * nkv * hd + (int64_t)(h - nh) * hd;
                 act_store2(d + j, lo);
                 act_store2(d + j + half, hi);
             }
+            if (STORE == ROPE_STORE_E4M3) /* the values as the row holds them */
+                a[r] = act_round2(x, lo), b[r] = act_round2(x, hi);
         }
+        if (STORE == ROPE_STORE_E4M3 && h >= nh && slot >= 0) /* a k head (warp-uniform: h and the token's slot) */
+            rope_store_e4m3<R>(a, b, lane, half, hd, nkv, h - nh, (unsigned char *)k_cache + slot * row_b);
     }
 }
 
 template <typename A>
+using rope_kernel_t = void (*)(A *, int32_t, int32_t, int32_t, const A *, const A *, float, int64_t, const int32_t *,
+                               float, const int32_t *, void *, void *, int64_t);
+// the e4m3 store's kernel: bf16 only (the launcher refuses fp32 before), so no fp32 instance is compiled
+template <int R> static rope_kernel_t<__nv_bfloat16> rope_e4m3_kernel(__nv_bfloat16 *) {
+    return qk_norm_rope_kernel<__nv_bfloat16, R, ROPE_STORE_E4M3>;
+}
+template <int R> static rope_kernel_t<float> rope_e4m3_kernel(float *) { return NULL; }
+
+template <typename A>
 static void qk_norm_rope(A *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const A *q_norm, const A *k_norm,
-                         float eps, int64_t pos0, const int32_t *pos, double theta, const int32_t *slots, A *k_cache,
-                         A *v_cache, bool pdl, cudaStream_t s) {
+                         float eps, int64_t pos0, const int32_t *pos, double theta, const int32_t *slots, void *k_cache,
+                         void *v_cache, fm_kv_dtype kv, bool pdl, cudaStream_t s) {
     if (hd % 4 != 0 || hd > 256 || T > INT32_MAX) {
         fprintf(stderr, "fp8moe: qk_norm_rope: unsupported head_dim %d or T %lld\n", hd, (long long)T);
+        abort();
+    }
+    const bool store = slots != NULL, e4m3 = store && kv == FM_KV_E4M3;
+    if (e4m3 && sizeof(A) != 2) {
+        fprintf(stderr, "fp8moe: qk_norm_rope_store: the e4m3 KV cache takes bf16 activations only\n");
+        abort();
+    }
+    if (e4m3 && ((uintptr_t)k_cache | (uintptr_t)v_cache) % 16 != 0) {
+        fprintf(stderr, "fp8moe: qk_norm_rope_store: the e4m3 caches must be 16-byte aligned\n");
         abort();
     }
     if (T == 0) return;
     /* Y: head groups per token, so that short steps still fill the GPU (about 2 blocks per SM of an H200); R =
        ceil(hd / 2 / 64) pair rounds per lane */
     const float th = (float)theta;
-    const bool store = slots != NULL;
     const int64_t groups = fm_ceil_div(nh + nkv + (store ? nkv : 0), ROPE_WARPS), want = fm_ceil_div(264, T);
+    const int64_t row_b = e4m3 ? fm_kv_e4m3_row_bytes(nkv, hd) : 0;
     dim3 grid((unsigned)T, (unsigned)(want < groups ? want : groups)), block(ROPE_WARPS * 32);
-    if (hd <= 128 && store)
-        pdl_launch(qk_norm_rope_kernel<A, 1, true>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0,
-                   pos, th, slots, k_cache, v_cache);
-    else if (hd <= 128)
-        pdl_launch(qk_norm_rope_kernel<A, 1, false>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps,
-                   pos0, pos, th, (const int32_t *)NULL, (A *)NULL, (A *)NULL);
-    else if (store)
-        pdl_launch(qk_norm_rope_kernel<A, 2, true>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0,
-                   pos, th, slots, k_cache, v_cache);
+    rope_kernel_t<A> kernel;
+    if (hd <= 128)
+        kernel = e4m3    ? rope_e4m3_kernel<1>((A *)NULL)
+                 : store ? qk_norm_rope_kernel<A, 1, ROPE_STORE_ACT>
+                         : qk_norm_rope_kernel<A, 1, ROPE_STORE_NONE>;
     else
-        pdl_launch(qk_norm_rope_kernel<A, 2, false>, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps,
-                   pos0, pos, th, (const int32_t *)NULL, (A *)NULL, (A *)NULL);
+        kernel = e4m3    ? rope_e4m3_kernel<2>((A *)NULL)
+                 : store ? qk_norm_rope_kernel<A, 2, ROPE_STORE_ACT>
+                         : qk_norm_rope_kernel<A, 2, ROPE_STORE_NONE>;
+    pdl_launch(kernel, grid, block, 0, s, pdl, qkv, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, th, slots, k_cache,
+               v_cache, row_b);
     FM_LAUNCH_CHECK(store ? "qk_norm_rope_store" : "qk_norm_rope");
 }
 
 extern "C" void fm_cuda_qk_norm_rope(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                      const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps, int64_t pos0,
                                      const int32_t *pos, double theta, bool pdl, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL,
-                 (__nv_bfloat16 *)NULL, (__nv_bfloat16 *)NULL, pdl, s);
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL, NULL, NULL,
+                 FM_KV_ACT, pdl, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                          const float *q_norm, const float *k_norm, float eps, int64_t pos0,
                                          const int32_t *pos, double theta, bool pdl, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL, (float *)NULL,
-                 (float *)NULL, pdl, s);
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, pos0, pos, theta, (const int32_t *)NULL, NULL, NULL,
+                 FM_KV_ACT, pdl, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_store(__nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                            const __nv_bfloat16 *q_norm, const __nv_bfloat16 *k_norm, float eps,
-                                           const int32_t *pos, double theta, const int32_t *slots,
-                                           __nv_bfloat16 *k_cache, __nv_bfloat16 *v_cache, bool pdl, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, pdl, s);
+                                           const int32_t *pos, double theta, const int32_t *slots, void *k_cache,
+                                           void *v_cache, fm_kv_dtype kv, bool pdl, cudaStream_t s) {
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, kv, pdl, s);
 }
 
 extern "C" void fm_cuda_qk_norm_rope_store_f32(float *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                                const float *q_norm, const float *k_norm, float eps, const int32_t *pos,
                                                double theta, const int32_t *slots, float *k_cache, float *v_cache,
                                                bool pdl, cudaStream_t s) {
-    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, pdl, s);
+    qk_norm_rope(qkv, T, nh, nkv, hd, q_norm, k_norm, eps, 0, pos, theta, slots, k_cache, v_cache, FM_KV_ACT, pdl, s);
 }
