@@ -297,10 +297,11 @@ fm_status fm_context_create(fm_model *m, const fm_context_params *params, fm_con
 void fm_context_free(fm_context *c);
 
 const fm_model *fm_context_model(const fm_context *c);
-int32_t fm_context_max_seqs(const fm_context *c);   /* 0: no KV cache (logits and perplexity only) */
-int64_t fm_context_ctx(const fm_context *c);        /* tokens per sequence; 0: no limit */
-int64_t fm_context_max_tokens(const fm_context *c); /* tokens of one forward pass */
-bool fm_context_prefix_cache(const fm_context *c);  /* automatic prefix caching is on */
+int32_t fm_context_max_seqs(const fm_context *c);     /* 0: no KV cache (logits and perplexity only) */
+fm_kv_dtype fm_context_kv_cache(const fm_context *c); /* the KV cache's format (FM_KV_ACT without a cache) */
+int64_t fm_context_ctx(const fm_context *c);          /* tokens per sequence; 0: no limit */
+int64_t fm_context_max_tokens(const fm_context *c);   /* tokens of one forward pass */
+bool fm_context_prefix_cache(const fm_context *c);    /* automatic prefix caching is on */
 /* The step token budget of mixed steps (fm_options.max_step_tokens as the load resolved it, at most max_tokens): 0
  * when mixed steps are off or there is no KV cache. */
 int64_t fm_context_max_step_tokens(const fm_context *c);

@@ -80,6 +80,8 @@ static void test_decode_follows_bf16(void **state) {
     if (load(FM_PRESET_FP8, FM_KV_ACT, 1, &a, &err)) fail_msg("load: %s", err.msg);
     if (load(FM_PRESET_FP8, FM_KV_E4M3, 1, &b, &err)) fail_msg("load e4m3: %s", err.msg);
     assert_int_equal(b->context->kv->dtype, FM_KV_E4M3);
+    assert_int_equal(fm_context_kv_cache(b->context), FM_KV_E4M3);
+    assert_int_equal(fm_context_kv_cache(a->context), FM_KV_ACT);
     const int32_t V = fm_model_vocab_size(a);
     int32_t ids[N]; /* the start of its eval text */
     FILE *f = fopen("models/tiny-code-moe/eval_ids.i32", "rb");

@@ -64,6 +64,8 @@ const fm_model *fm_context_model(const fm_context *ctx) { return ctx->m; }
 int32_t fm_context_max_seqs(const fm_context *ctx) { return ctx->n_seqs; }
 int64_t fm_context_ctx(const fm_context *ctx) { return ctx->n_ctx > 0 ? ctx->n_ctx : 0; }
 int64_t fm_context_max_tokens(const fm_context *ctx) { return ctx->n_tokens; }
+fm_kv_dtype fm_context_kv_cache(const fm_context *ctx) { return ctx->kv ? ctx->kv->dtype : FM_KV_ACT; }
+
 bool fm_context_prefix_cache(const fm_context *ctx) { return ctx->kv && ctx->kv->pool.prefix_cache; }
 int64_t fm_context_max_step_tokens(const fm_context *ctx) {
     const int64_t t = ctx->kv ? ctx->kv->step_tokens : 0;

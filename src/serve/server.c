@@ -755,9 +755,10 @@ static void *listen_thread(void *arg) {
     else {
         const union MHD_DaemonInfo *info = MHD_get_daemon_info(l->d, MHD_DAEMON_INFO_BIND_PORT);
         const int port = info ? info->port : o->port;
-        fprintf(stderr, "fp8moe serve: %s on http://%s%s%s:%d/ (model '%s', %d sequences of %lld tokens)\n",
+        fprintf(stderr, "fp8moe serve: %s on http://%s%s%s:%d/ (model '%s', %d sequences of %lld tokens%s)\n",
                 FP8MOE_VERSION, v6 ? "[" : "", o->host, v6 ? "]" : "", port, s->model_name,
-                fm_context_max_seqs(s->context), (long long)s->ctx);
+                fm_context_max_seqs(s->context), (long long)s->ctx,
+                fm_context_kv_cache(s->context) == FM_KV_E4M3 ? ", KV cache e4m3" : "");
         if (o->port_file) l->st = write_port_file(o->port_file, port, &l->err);
         if (!l->st) drain(s);
     }
