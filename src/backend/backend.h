@@ -460,10 +460,14 @@ struct fm_backend {
 static inline int64_t fm_kv_e4m3_row_bytes(int32_t nkv, int32_t hd) {
     return (int64_t)nkv * hd + ((int64_t)nkv * 4 + 15) / 16 * 16;
 }
-/* Bytes of one slot's row (K or V of every kv head of one token) of the paged cache on a backend */
+/* Bytes of one slot's row (K or V of every kv head of one token) of the paged cache on a backend whose e4m3 rows hold
+ * codes (e4m3_codes) and whose activations are act_size bytes; fm_kv_row_bytes asks the backend's ops, the memory plan
+ * its kind (backend_kind.h) */
+static inline int64_t fm_kv_row_bytes_as(bool e4m3_codes, size_t act_size, int32_t nkv, int32_t hd, fm_kv_dtype kv) {
+    return kv == FM_KV_E4M3 && e4m3_codes ? fm_kv_e4m3_row_bytes(nkv, hd) : (int64_t)nkv * hd * (int64_t)act_size;
+}
 static inline int64_t fm_kv_row_bytes(const fm_backend_ops *ops, int32_t nkv, int32_t hd, fm_kv_dtype kv) {
-    return kv == FM_KV_E4M3 && ops->kv_e4m3_codes ? fm_kv_e4m3_row_bytes(nkv, hd)
-                                                  : (int64_t)nkv * hd * (int64_t)ops->act_size;
+    return fm_kv_row_bytes_as(ops->kv_e4m3_codes, ops->act_size, nkv, hd, kv);
 }
 
 fm_status fm_backend_create(const char *name, const fm_plan *plan, int32_t n_threads, const char *routes,

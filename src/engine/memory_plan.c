@@ -298,9 +298,8 @@ fm_status fm_memory_plan_add_generation(fm_memory_plan *p, const fm_config *cfg,
                                         int64_t ctx, fm_error *err) {
     size_t cache = 0, state = 0;
     const fm_backend_kind *kind = fm_backend_kind_find(p->backend);
-    const bool codes = plan->kv == FM_KV_E4M3 && kind && kind->kv_e4m3_codes;
-    const size_t row = codes ? (size_t)fm_kv_e4m3_row_bytes(cfg->n_kv_heads, cfg->head_dim)
-                             : (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * fm_act_size_for(p->backend, plan);
+    const size_t row = (size_t)fm_kv_row_bytes_as(kind && kind->kv_e4m3_codes, fm_act_size_for(p->backend, plan),
+                                                  cfg->n_kv_heads, cfg->head_dim, plan->kv);
     fm_status st = fm_kv_state_plan(cfg, p->n_layers, row, max_seqs, ctx, p->tokens, &cache, &state, err);
     if (st) return st;
     p->kv_seqs = max_seqs, p->kv_ctx = ctx, p->kv_cache = cache, p->kv_state = state;
