@@ -49,6 +49,11 @@ static double cosine(const float *a, const float *b, int64_t n) {
     return ab / sqrt(aa * bb);
 }
 
+/* *w, *at: the lowest cosine so far and its position */
+static void worse(double *w, int *at, double c, int t) {
+    if (c < *w) *w = c, *at = t;
+}
+
 /* What this checks is the cache: positions, slots, paged attention. So both passes run the experts on one kernel
    (route moe.gemv=off: the grouped GEMM at every size). The default decode route, the grouped GEMVs, equals the CPU
    emulation exactly where the GEMM is within 5e-3 of it (test_cuda_ops, test_moe_w4a8), and a step on one against a
@@ -71,6 +76,7 @@ static void cached_vs_prefill_routes(const char *dir, fm_preset preset, double b
     fm_sampling_init(&sp);
     int32_t seq;
     double worst = 1.0, phase[3] = {1.0, 1.0, 1.0}; /* fresh prefill, decode steps, chunks */
+    int at[3] = {-1, -1, -1};                       /* each phase's worst position */
     assert_int_equal(fm_kv_seq_begin(m->context, ids, P, &sp, &seq, &err), FM_OK);
     assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, P, &err), FM_OK);
     m->context->kv->tables_dirty = true;
@@ -78,14 +84,14 @@ static void cached_vs_prefill_routes(const char *dir, fm_preset preset, double b
     assert_int_equal(fm_step_stage(m->context, ids, seqs, pos, P, &err), FM_OK);
     fm_step_device(m->context, P, false, FM_ATTN_FRESH);
     assert_int_equal(fm_step_logits(m->context, P, row, &err), FM_OK);
-    for (int t = 0; t < P; t++) phase[0] = fmin(phase[0], cosine(full + (size_t)t * V, row + (size_t)t * V, V));
+    for (int t = 0; t < P; t++) worse(&phase[0], &at[0], cosine(full + (size_t)t * V, row + (size_t)t * V, V), t);
     for (int t = P; t < N; t++) {
         assert_int_equal(fm_kv_seq_append(&m->context->kv->pool, seq, 1, &err), FM_OK);
         m->context->kv->tables_dirty = true;
         assert_int_equal(fm_step_stage(m->context, ids + t, seqs, pos + t, 1, &err), FM_OK);
         fm_step_device(m->context, 1, false, FM_ATTN_PAGED);
         assert_int_equal(fm_step_logits(m->context, 1, row, &err), FM_OK);
-        phase[1] = fmin(phase[1], cosine(full + (size_t)t * V, row, V));
+        worse(&phase[1], &at[1], cosine(full + (size_t)t * V, row, V), t);
     }
     fm_kv_seq_end(m->context, seq);
     assert_int_equal(fm_kv_seq_begin(m->context, ids, N, &sp, &seq, &err), FM_OK);
@@ -97,13 +103,13 @@ static void cached_vs_prefill_routes(const char *dir, fm_preset preset, double b
         fm_step_device(m->context, T, false, FM_ATTN_PAGED);
         assert_int_equal(fm_step_logits(m->context, T, row, &err), FM_OK);
         for (int t = 0; t < T; t++)
-            phase[2] = fmin(phase[2], cosine(full + (size_t)(p0 + t) * V, row + (size_t)t * V, V));
+            worse(&phase[2], &at[2], cosine(full + (size_t)(p0 + t) * V, row + (size_t)t * V, V), p0 + t);
     }
     fm_kv_seq_end(m->context, seq);
     worst = fmin(phase[0], fmin(phase[1], phase[2]));
-    printf("  %-32s %-5s cached steps vs full prefill: worst cosine %.8f (bound %g; fresh %.8f, decode %.8f, chunks "
-           "%.8f; routes %s)\n",
-           dir, fm_preset_name(preset), worst, bound, phase[0], phase[1], phase[2], all);
+    printf("  %-32s %-5s cached steps vs full prefill: worst cosine %.8f (bound %g; fresh %.8f at %d, decode %.8f at "
+           "%d, chunks %.8f at %d; routes %s)\n",
+           dir, fm_preset_name(preset), worst, bound, phase[0], at[0], phase[1], at[1], phase[2], at[2], all);
     assert_true(worst >= bound);
     free(full), free(row);
     fm_model_free(m);

@@ -6,6 +6,8 @@
 #ifndef FM_CUDA_ATTENTION_MMA_CUH
 #define FM_CUDA_ATTENTION_MMA_CUH
 
+#include <cuda_fp16.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 static __device__ __forceinline__ void att_cp16(uint32_t dst, const void *src, uint32_t src_bytes) {
@@ -35,6 +37,13 @@ static __device__ __forceinline__ void att_mma(float *c, const uint32_t *a, uint
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// the same product on f16 operands (attention_paged.cu's e4m3 form: e4m3 codes are exact in f16, one cvt per pair)
+static __device__ __forceinline__ void att_mma_f16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 static __device__ __forceinline__ float att_exp2(float x) { // 2^x; -inf -> 0 (MUFU.EX2, denormals flushed)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -42,6 +51,11 @@ static __device__ __forceinline__ float att_exp2(float x) { // 2^x; -inf -> 0 (M
 }
 static __device__ __forceinline__ uint32_t att_pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+static __device__ __forceinline__ uint32_t att_pack_f16(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;
 }
 

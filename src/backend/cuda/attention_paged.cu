@@ -19,16 +19,22 @@
 //
 // e4m3 cache (FM_KV_E4M3, template E4M3; kv_store.cuh's rows: a slot's codes, then its fp32 scales): the same kernel
 // with the stages holding the raw rows, each tile's codes (16-byte cp.async chunks) and its 16 keys' scales (4-byte
-// cp.async, zero-filled past the slice like the codes). Before S = Q K^T the warp converts the stage's K tile into
-// one bf16 tile of the bf16 form's layout (value = float(code) x scale rounded to bf16: exact, quant/kv_e4m3.h),
-// before O += P V its V tile into the same tile; the math after each conversion is the bf16 form's, so the result is
-// the bf16 form's on a bf16 cache holding the values, bit for bit (at the same number of splits). The raw stage is
-// free once V is converted: its refill is issued before the P V product rather than after it.
+// cp.async, zero-filled past the slice like the codes). The products run on f16 operands: every e4m3 code is an f16
+// (one cvt a pair), and the CTA's Q tile is converted to f16 once (times 2^-qe, qe = 0 unless a |q| reaches 2^16).
+// Before S = Q K^T the warp converts the stage's K codes into one f16 tile of the bf16 form's layout; S's column j is
+// then multiplied by key j's scale (times 2^qe). Before O += P V it converts the V codes into the same tile, and P's
+// column j is multiplied by value j's scale over vmax, the largest value scale of the warp's tiles so far, before P is
+// rounded to f16; o holds O / vmax (a larger vmax rescales it with the softmax's alpha) and is multiplied back before
+// the merge. Every scale is a power of two, so each of these products is exact: the numbers are the bf16 form's on a
+// bf16 cache of the dequantized values, but for P's rounding (f16's 11 bits against bf16's 8) and queries below f16's
+// normal range. The conversion is one cvt per two codes (the scale multiply and the bf16 repack of a conversion to
+// values would be three more instructions a value). The raw stage is free once V is converted: its refill is issued
+// before the P V product rather than after it.
 //
 // Shared memory (dynamic), bf16 tiles in the layout of attention_mma.cuh (swizzled or padded rows):
 //   Q [16][HD]                         loaded once by the CTA; read by every warp (held in registers for HD <= 128)
 //   warp w, bf16: ST stages of K [16][HD] and V [16][HD]  written and read by warp w only (cp.async ring, __syncwarp)
-//   warp w, e4m3: a bf16 tile [16][HD], then ST stages of K and V raw tiles (codes [16][HD] bytes, 16 fp32 scales)
+//   warp w, e4m3: an f16 tile [16][HD], then ST stages of K and V raw tiles (codes [16][HD] bytes, 16 fp32 scales)
 // ST = 2 for HD <= 128, 1 above: bf16 68 KB at HD 128, 72 KB at HD 256; e4m3 53 KB and 72.5 KB: under the 99 KB of
 // sm_89 at every HD. After the loop the warps' regions hold their O [4][16][HD] fp32 and the Q region their max and
 // sum [2][4][16] for the merge.
@@ -39,10 +45,10 @@
 // Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
 // H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); e4m3: half
 // of them, sum_t (tok_pos[t] + 1) * 2 * nkv * (hd + 4) bytes (2.06 MiB there; a slot's scales share one 32-byte
-// sector), plus the conversion, 3 instructions a value (meant to hide under the loads: not measured yet); the scratch
-// round trip (S (hd + 2) floats per query head, written and read once, L2-resident) and the query are small beside
-// it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the repeats
-// (route paged.tiled gives such runs of rows to attention_paged_tiled.cu, launched with skip_runs here).
+// sector), plus the conversion, half an instruction a value (the bf16-values form of 2.20 read at 1.46 TB/s); the
+// scratch round trip (S (hd + 2) floats per query head, written and read once, L2-resident) and the query are small
+// beside it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the
+// repeats (route paged.tiled gives such runs of rows to attention_paged_tiled.cu, launched with skip_runs here).
 //
 // fp32 (ref32): grid (token, query head), 4 warps; warp w takes keys w, w + 4, ... with an online softmax in fp32
 // (lanes split the head dimension, a shuffle reduction per score), then the warps merge through shared memory.
@@ -62,6 +68,10 @@
 
 #define APG_WARPS 4
 #define APG_THREADS (APG_WARPS * 32)
+// the e4m3 form's stages at HD <= 128 (a lab build may set 3: bench/NOTES.md)
+#ifndef APG_E4M3_STAGES
+#define APG_E4M3_STAGES 2
+#endif
 
 typedef __nv_bfloat16 bf16;
 
@@ -152,44 +162,79 @@ apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsig
     }
 }
 
-// two e4m3 codes (the low byte first) times the row's scale, as a bf16 pair: code -> f16 (exact) -> fp32, times 2^e
-// (exact: at least 2^-9 2^EMIN = 2^-126, a normal fp32), rounded to bf16 (exact: 4 significant bits at most). The
-// value a bf16 cache holding the dequantized row (quant/kv_e4m3.c) has, bit for bit.
-static __device__ __forceinline__ uint32_t apg_e4m3x2_bf16x2(uint32_t two, float scale) {
+// two e4m3 codes (the low byte first) as an f16 pair: exact (every e4m3 value is an f16), one cvt on sm_89+
+static __device__ __forceinline__ uint32_t apg_e4m3x2_f16x2(uint32_t two) {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    const float2 f = __half22float2(__half2(h));
-    return att_pack_bf16(f.x * scale, f.y * scale);
+    return (uint32_t)h.x | (uint32_t)h.y << 16;
 }
 
-// e4m3 form: one raw tile (codes [16][HD], 16 scales) to the warp's bf16 tile in attention_mma.cuh's layout. Lane l
-// converts the 8-code pieces l, l + 32, ...: piece k is chunk k % CH of row k / CH, an 8-byte load (a warp reads 256
-// contiguous bytes: no bank conflict) and one 16-byte store (the 8 lanes of a store phase write 8 chunks of one row:
-// distinct bank groups in the swizzled layout). Plain shared-memory accesses: the caller's __syncwarp orders them
-// with the cp.async that filled the raw tile and the ldmatrix that reads the bf16 one.
+// e4m3 form: one raw tile's codes [16][HD] to the warp's f16 tile in attention_mma.cuh's layout, unscaled (the
+// keys' scales are applied to S and P: the header). Lane l converts the 8-code pieces l, l + 32, ...: piece k is
+// chunk k % CH of row k / CH, an 8-byte load (a warp reads 256 contiguous bytes: no bank conflict) and one 16-byte
+// store (the 8 lanes of a store phase write 8 chunks of one row: distinct bank groups in the swizzled layout). Plain
+// shared-memory accesses: the caller's __syncwarp orders them with the cp.async that filled the raw tile and the
+// ldmatrix that reads the f16 one.
 template <int HD>
 static __device__ __forceinline__ void apg_convert(unsigned char *tile, const unsigned char *raw, int lane) {
     constexpr int CH = HD / 8, N = 16 * CH / 32; // 8-code pieces of a row; pieces per lane (HD % 16 == 0: whole)
-    // 4 pieces in flight: unrolled whole, the loads of every piece are hoisted above the first conversion and hold
-    // registers beside O (HD 128: 201 registers rather than 168, 2 CTAs per SM rather than 3); up to HD 64, 1 (its
-    // count: 94 rather than 128)
+    // 4 pieces in flight (HD 128: 166 registers, 3 CTAs an SM; unrolled whole, the hoisted loads take it to 194 and
+    // 2 CTAs), 1 up to HD 64 (118 rather than 128)
     constexpr int U = HD <= 64 ? 1 : 4;
 #pragma unroll U
     for (int p = 0; p < N; p++) {
         const int k = lane + 32 * p, r = k / CH, ch = k % CH;
         const uint2 c = *(const uint2 *)(raw + k * 8);
-        const float sc = *(const float *)(raw + 16 * HD + r * 4);
-        *(uint4 *)(tile + att_off<HD>(r, ch)) =
-            make_uint4(apg_e4m3x2_bf16x2(c.x, sc), apg_e4m3x2_bf16x2(c.x >> 16, sc), apg_e4m3x2_bf16x2(c.y, sc),
-                       apg_e4m3x2_bf16x2(c.y >> 16, sc));
+        *(uint4 *)(tile + att_off<HD>(r, ch)) = make_uint4(apg_e4m3x2_f16x2(c.x), apg_e4m3x2_f16x2(c.x >> 16),
+                                                           apg_e4m3x2_f16x2(c.y), apg_e4m3x2_f16x2(c.y >> 16));
     }
 }
+
+// e4m3 form: the CTA's Q tile (bf16, 16 rows) to f16 in place, times 2^-qe, and 2^qe returned (S is multiplied by
+// it back: exact, a power of two). qe >= 0 is the least that brings the tile's largest |q| under 2^16 (every bf16
+// below 2^16 is an f16; 0 unless a query exceeds 65,280). Values under f16's normal range (2^-14) keep fewer bits
+// than in bf16: their products are below 2^-14 |k|. Called by every thread after the Q tile landed; ends with a
+// barrier.
+template <int HD> static __device__ __forceinline__ float apg_q_to_f16(unsigned char *smem, unsigned *qmax, int tid) {
+    constexpr int CH = HD / 8, N = (16 * CH + APG_THREADS - 1) / APG_THREADS;
+    uint4 v[N];
+    unsigned m = 0;
+#pragma unroll
+    for (int p = 0; p < N; p++) {
+        const int i = tid + p * APG_THREADS;
+        v[p] = i < 16 * CH ? *(const uint4 *)(smem + att_off<HD>(i / CH, i % CH)) : make_uint4(0, 0, 0, 0);
+        const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) m = max(m, max(w[j] & 0x7fffu, (w[j] >> 16) & 0x7fffu)); // |bf16| ordered as bits
+    }
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((tid & 31) == 0) atomicMax(qmax, m);
+    __syncthreads();
+    const int qe = min(max((int)(*qmax >> 7) - 142, 0), 100); // bf16 exponent field 143: [2^16, 2^17) -> 1
+    const float down = __int_as_float((127 - qe) << 23);
+#pragma unroll
+    for (int p = 0; p < N; p++) {
+        const int i = tid + p * APG_THREADS;
+        if (i >= 16 * CH) break;
+        const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
+        uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = att_pack_f16(__uint_as_float(w[j] << 16) * down, __uint_as_float(w[j] & 0xffff0000u) * down);
+        *(uint4 *)(smem + att_off<HD>(i / CH, i % CH)) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+    __syncthreads();
+    return __int_as_float((127 + qe) << 23);
+}
+
+// 1 / x for x a power of two in fp32's normal range: exact, one integer subtraction
+static __device__ __forceinline__ float apg_inv_pow2(float x) { return __int_as_float(0x7f000000 - __float_as_int(x)); }
 
 // Shared memory of the split kernel (the header's table): Q, then per warp (e4m3: its bf16 tile, then) ST stages of
 // K and V
 template <int HD, bool E4M3> struct apg_shape {
     static constexpr int RE = ATT_ROW_ELEMS(HD);
-    static constexpr int TILE = 16 * RE * 2;                    // bytes of one [16][HD] bf16 tile
-    static constexpr int ST = HD <= 128 ? 2 : 1;                // K/V stages per warp
+    static constexpr int TILE = 16 * RE * 2;                                // bytes of one [16][HD] bf16 tile
+    static constexpr int ST = HD <= 128 ? (E4M3 ? APG_E4M3_STAGES : 2) : 1; // K/V stages per warp
     static constexpr int RAW = 16 * HD + 16 * 4;                // e4m3: one raw tile, codes then fp32 scales
     static constexpr int STAGE = E4M3 ? 2 * RAW : 2 * TILE;     // one stage: K, then V
     static constexpr int WARP = (E4M3 ? TILE : 0) + ST * STAGE; // one warp's region
@@ -336,8 +381,11 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                                      lane);
         att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below
     }
+    __shared__ unsigned apg_qmax; // e4m3: the largest |q| of the tile, as bf16 bits
+    if (E4M3 && tid == 0) apg_qmax = 0;
     att_cp_wait<ST>();
-    __syncthreads(); // Q landed
+    __syncthreads();                                                            // Q landed
+    const float qup = E4M3 ? apg_q_to_f16<HD>(apg_smem, &apg_qmax, tid) : 1.0f; // e4m3: Q in f16, times 1 / qup
 
     const att_lane la = att_lane_init<HD>(lane & 15, lane >> 4);
     const att_lane lk = att_lane_init<HD>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
@@ -350,6 +398,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
 #pragma unroll
     for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}; // rows g and g + 8: raw max, partial sum
+    float vmax = 0.0f; // e4m3: the largest V scale of the warp's tiles so far; o holds O / vmax (the header)
 
     for (int i = 0; i < nw; i++) {
         const int st = ST == 1 ? 0 : i % ST;
@@ -359,8 +408,16 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
         const int j0 = s0 + (warp + APG_WARPS * i) * 16;
         att_cp_wait<ST - 1>();
         __syncwarp(); // every lane's rows of tile i landed (and, e4m3, every lane is done with the last tile's V)
+        float ksc[2][2], vsc[2][2]; // e4m3: the scales of the lane's keys 8 nt + 2 c + {0, 1}
         if (E4M3) {
-            apg_convert<HD>(apg_smem + (wbuf - sq), apg_smem + (stage - sq), lane);
+            const unsigned char *raw = apg_smem + (stage - sq);
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                const float2 k2 = *(const float2 *)(raw + 16 * HD + (nt * 8 + 2 * c) * 4);
+                const float2 v2 = *(const float2 *)(raw + SH::RAW + 16 * HD + (nt * 8 + 2 * c) * 4);
+                ksc[nt][0] = k2.x * qup, ksc[nt][1] = k2.y * qup, vsc[nt][0] = v2.x, vsc[nt][1] = v2.y;
+            }
+            apg_convert<HD>(apg_smem + (wbuf - sq), raw, lane);
             __syncwarp(); // K converted
         }
 
@@ -375,8 +432,19 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                 att_ldsm_x4(qa, sq + att_lane_off<HD>(&la, 0, kk));
             }
             att_ldsm_x4(b, sk + att_lane_off<HD>(&lk, 0, kk));
-            att_mma(s[0], qa, b[0], b[1]);
-            att_mma(s[1], qa, b[2], b[3]);
+            if (E4M3) {
+                att_mma_f16(s[0], qa, b[0], b[1]);
+                att_mma_f16(s[1], qa, b[2], b[3]);
+            } else {
+                att_mma(s[0], qa, b[0], b[1]);
+                att_mma(s[1], qa, b[2], b[3]);
+            }
+        }
+        if (E4M3) { // S = (Q / qup) codes^T x (the key's scale x qup): exact, powers of two
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) s[nt][r] *= ksc[nt][r & 1];
         }
         if (j0 + 16 > s1) { // the slice ends in this tile
 #pragma unroll
@@ -384,6 +452,18 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
 #pragma unroll
                 for (int r = 0; r < 4; r++)
                     if (j0 + nt * 8 + 2 * c + (r & 1) >= s1) s[nt][r] = -INFINITY;
+        }
+        // e4m3: P V = (P x the key's scale / vmax) codes x vmax, vmax the largest V scale so far (exact: powers of
+        // two); a larger one rescales o with alpha, as a larger score does. The quad's lanes hold the tile's 16 keys.
+        float vfix = 1.0f;
+        if (E4M3) {
+            float tm = fmaxf(fmaxf(vsc[0][0], vsc[0][1]), fmaxf(vsc[1][0], vsc[1][1]));
+            tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+            tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+            const float vnew = fmaxf(vmax, tm), inv = apg_inv_pow2(vnew); // > 0: the tile has a key below s1
+            vfix = vmax * inv, vmax = vnew;                               // 0 on the first tile, as alpha
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) vsc[nt][0] *= inv, vsc[nt][1] *= inv;
         }
         // online softmax (the 4 lanes of a quad share a row); the tile has a key below s1, so the max is finite
 #pragma unroll
@@ -403,15 +483,23 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                 sum += s[nt][2 * hf] + s[nt][2 * hf + 1];
             }
             lrow[hf] = lrow[hf] * alpha + sum;
+            const float ofix = alpha * vfix; // e4m3: o is kept over vmax (exact: a power of two)
 #pragma unroll
-            for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= alpha, o[dt][2 * hf + 1] *= alpha;
+            for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= ofix, o[dt][2 * hf + 1] *= ofix;
         }
         // O += P V: the S accumulators of key n8 tiles 0 and 1 are the A fragment of the tile's one k-step
         uint32_t p[4];
-        p[0] = att_pack_bf16(s[0][0], s[0][1]);
-        p[1] = att_pack_bf16(s[0][2], s[0][3]);
-        p[2] = att_pack_bf16(s[1][0], s[1][1]);
-        p[3] = att_pack_bf16(s[1][2], s[1][3]);
+        if (E4M3) { // f16 P, each key's column times its scale / vmax (<= 1)
+            p[0] = att_pack_f16(s[0][0] * vsc[0][0], s[0][1] * vsc[0][1]);
+            p[1] = att_pack_f16(s[0][2] * vsc[0][0], s[0][3] * vsc[0][1]);
+            p[2] = att_pack_f16(s[1][0] * vsc[1][0], s[1][1] * vsc[1][1]);
+            p[3] = att_pack_f16(s[1][2] * vsc[1][0], s[1][3] * vsc[1][1]);
+        } else {
+            p[0] = att_pack_bf16(s[0][0], s[0][1]);
+            p[1] = att_pack_bf16(s[0][2], s[0][3]);
+            p[2] = att_pack_bf16(s[1][0], s[1][1]);
+            p[3] = att_pack_bf16(s[1][2], s[1][3]);
+        }
         if (E4M3) {
             __syncwarp(); // every lane's ldmatrix of K is done
             apg_convert<HD>(apg_smem + (wbuf - sq), apg_smem + (stage + SH::RAW - sq), lane);
@@ -423,8 +511,13 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
         for (int dp = 0; dp < DT / 2; dp++) {
             uint32_t b[4];
             att_ldsm_x4_t(b, sv + att_lane_off<HD>(&la, 0, dp));
-            att_mma(o[2 * dp], p, b[0], b[1]);
-            att_mma(o[2 * dp + 1], p, b[2], b[3]);
+            if (E4M3) {
+                att_mma_f16(o[2 * dp], p, b[0], b[1]);
+                att_mma_f16(o[2 * dp + 1], p, b[2], b[3]);
+            } else {
+                att_mma(o[2 * dp], p, b[0], b[1]);
+                att_mma(o[2 * dp + 1], p, b[2], b[3]);
+            }
         }
         if (!E4M3) {
             __syncwarp(); // every lane is done with the stage before it is refilled
@@ -448,8 +541,10 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
         const int r = g + 8 * hf;
         if (c == 0) sm[warp * 16 + r] = mrow[hf] * a.sl2, sl[warp * 16 + r] = l; // -inf and 0 for a warp without keys
 #pragma unroll
-        for (int dt = 0; dt < DT; dt++)
-            *(float2 *)&so[(warp * 16 + r) * HD + dt * 8 + 2 * c] = make_float2(o[dt][2 * hf], o[dt][2 * hf + 1]);
+        for (int dt = 0; dt < DT; dt++) // e4m3: o times vmax (0 for a warp without keys: its o is 0)
+            *(float2 *)&so[(warp * 16 + r) * HD + dt * 8 + 2 * c] =
+                E4M3 ? make_float2(o[dt][2 * hf] * vmax, o[dt][2 * hf + 1] * vmax)
+                     : make_float2(o[dt][2 * hf], o[dt][2 * hf + 1]);
     }
     __syncthreads();
     for (int i = tid; i < nq * HD; i += APG_THREADS) {
