@@ -6,7 +6,8 @@
  *     quantized keys and values, whichever step wrote them);
  *   - refused, naming the option: with fp32 activations (the ref plan on the cpu), and without a KV cache;
  *   - the command line: generate and perplexity --cache-chunk run with it (the perplexity through the cache close to
- *     the bf16 cache's), a bad value or --kv-cache without a cache is a usage error naming it. */
+ *     the bf16 cache's), a bad value or --kv-cache without a cache is a usage error naming it; bench prefill --at
+ *     takes it (a prompt chunk over the cache), and refuses it without --at. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -162,6 +163,14 @@ static void test_command_line(void **state) {
     }
     printf("  perplexity through the cache, 2 windows: auto %.4f, e4m3 %.4f\n", ppl[0], ppl[1]);
     assert_true(fabs(ppl[1] / ppl[0] - 1.0) < 0.01);
+    /* bench prefill --at: a prompt chunk over an e4m3 cache; without --at there is no cache to format */
+    if (fp8moe("bench prefill --synthetic toy-moe --backend cpu --preset fp8 --layers 1 --tokens 8 --at 24 --repeat 1 "
+               "--warmup 0 --kv-cache e4m3"))
+        fail_msg("bench prefill --at --kv-cache e4m3: %s", cli_err);
+    assert_non_null(strstr(cli_out, "KV cache e4m3"));
+    assert_int_equal(fp8moe("bench prefill --synthetic toy-moe --backend cpu --layers 1 --tokens 8 --kv-cache e4m3"),
+                     2);
+    assert_non_null(strstr(cli_err, "--kv-cache needs --at"));
 }
 
 int main(void) {

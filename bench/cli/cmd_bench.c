@@ -27,6 +27,8 @@ static const char *HELP =
     "  --at P             time a T-token prompt chunk of a sequence already holding P tokens (P >= 0), as the\n"
     "                     server's prompt steps run it: attention and the Gated DeltaNet over the paged cache,\n"
     "                     from the first P tokens' KV and states (the floors printed are a fresh prompt's)\n"
+    "  --kv-cache F       with --at: the KV cache's format, auto (default: the activations' dtype) or e4m3\n"
+    "                     (docs/kv-cache.md)\n"
     "  --repeat R         timed runs (default 10)\n"
     "  --warmup W         untimed runs first (default 2)\n"
     "  --json FILE        also write the results as JSON\n"
@@ -38,7 +40,7 @@ static const char *HELP =
     "                     weights: fp8moe logits/generate --tp, not synthetic ones)\n" BENCH_ROUTING_HELP
         CLI_MODEL_HELP;
 
-enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING, OPT_EP, OPT_AT };
+enum { OPT_SYNTH = 2000, OPT_TOKENS, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_ROUTING, OPT_EP, OPT_AT, OPT_KV_CACHE };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"tokens", required_argument, 0, OPT_TOKENS},
                                             {"repeat", required_argument, 0, OPT_REPEAT},
@@ -47,11 +49,14 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"synthetic-routing", required_argument, 0, OPT_ROUTING},
                                             {"ep", required_argument, 0, OPT_EP},
                                             {"at", required_argument, 0, OPT_AT},
+                                            {"kv-cache", required_argument, 0, OPT_KV_CACHE},
                                             {0, 0, 0, 0}};
 
 typedef struct bench_args {
     const char *synthetic, *json_path, *routing;
     long tokens, repeat, warmup, ep, at; /* at: -1 a whole prompt (no KV cache), else the chunk's first position */
+    fm_kv_dtype kv_cache;                /* --kv-cache (with --at) */
+    bool kv_given;
 } bench_args;
 
 static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
@@ -65,6 +70,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_ROUTING: a->routing = arg; return bench_routing_check(cmd, arg);
     case OPT_EP: return cli_parse_int(cmd, "--ep", arg, 1, FM_COMM_MAX_RANKS, &a->ep);
     case OPT_AT: return cli_parse_int(cmd, "--at", arg, 0, 1 << 24, &a->at);
+    case OPT_KV_CACHE: return a->kv_given = true, cli_parse_kv_cache(cmd, arg, &a->kv_cache);
     }
     return true;
 }
@@ -161,9 +167,9 @@ static void print_report(const char *cmd, fm_model *m, const bench_args *a, cons
            a->synthetic, m->n_layers, (long long)T, fm_preset_name(mo->opt.preset), m->be->ops->name, y->device,
            a->repeat, a->warmup, load_s, (double)m->weight_bytes / (1u << 30));
     if (a->at >= 0)
-        printf(
-            "a prompt chunk at positions %ld..%lld over the paged cache (the floors: a fresh prompt of %lld tokens)\n",
-            a->at, (long long)(a->at + T - 1), (long long)T);
+        printf("a prompt chunk at positions %ld..%lld over the paged cache, KV cache %s (the floors: a fresh prompt of "
+               "%lld tokens)\n",
+               a->at, (long long)(a->at + T - 1), fm_kv_dtype_name(a->kv_cache), (long long)T);
     printf("latency: median %.3f ms, min %.3f, max %.3f; %.0f tokens/s; floor %.3f ms (%.1f%% of floor reached)\n",
            y->med, y->mn, y->mx, (double)T / (y->med * 1e-3), floor_ms(cost->total_bytes, cost->total_flops),
            100.0 * floor_ms(cost->total_bytes, cost->total_flops) / y->med);
@@ -204,6 +210,7 @@ static fm_status write_json(fm_model *m, const bench_args *a, const cli_model_op
     cJSON_AddNumberToObject(root, "layers", m->n_layers);
     cJSON_AddNumberToObject(root, "tokens", (double)T);
     if (a->at >= 0) cJSON_AddNumberToObject(root, "at", (double)a->at);
+    if (a->at >= 0) cJSON_AddStringToObject(root, "kv_cache", fm_kv_dtype_name(a->kv_cache));
     cJSON_AddStringToObject(root, "preset", fm_preset_name(mo->opt.preset));
     cJSON_AddStringToObject(root, "routing", a->routing ? a->routing : "uniform");
     bench_expert_stats_json(m, NULL, 1, root);
@@ -239,7 +246,7 @@ static fm_status write_json(fm_model *m, const bench_args *a, const cli_model_op
 
 int cmd_bench_prefill(int argc, char **argv) {
     const char *cmd = "bench prefill";
-    bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0, -1};
+    bench_args a = {NULL, NULL, NULL, 2048, 10, 2, 0, -1, FM_KV_ACT, false};
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     mo.opt.backend = "cuda";
@@ -254,7 +261,9 @@ int cmd_bench_prefill(int argc, char **argv) {
     mo.opt.synthetic_routing = a.routing;
     if (a.at >= 0) { /* one sequence of P + T tokens in the KV cache */
         if (a.ep > 1) return cli_usage(cmd, "--at times one rank's step; it does not take --ep");
-        mo.opt.max_seqs = 1, mo.opt.ctx = a.at + a.tokens;
+        mo.opt.max_seqs = 1, mo.opt.ctx = a.at + a.tokens, mo.opt.kv_cache = a.kv_cache;
+    } else if (a.kv_given) {
+        return cli_usage(cmd, "--kv-cache needs --at: a whole prompt's prefill runs without a KV cache");
     }
     if (a.ep > 1) {
         mo.opt.ep_ranks = (int32_t)a.ep;

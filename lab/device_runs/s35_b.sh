@@ -1,7 +1,8 @@
 #!/bin/bash
-# thirty-second session (~330 s): the e4m3 split kernel on f16 codes (new) against 6c40918's e4m3 form (converted to
+# thirty-second session (~420 s): the e4m3 split kernel on f16 codes (new) against 6c40918's e4m3 form (converted to
 # bf16 values) and against the bf16 cache; its op test and memcheck; the token route's new op cases and the chunked
-# steps with each phase's worst position; perplexity through the e4m3 cache on the GPU
+# steps with each phase's worst position; a prompt chunk over a cached prefix with each cache (the tiled kernel's
+# e4m3 form against the split kernel); perplexity through the e4m3 cache on the GPU
 set -u
 [ -x build/tests/gpu/test_cuda_ops ] || tar -xJf .carry/gpu-s35.tar.xz || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -28,9 +29,13 @@ for r in 1 2; do
   drow st3_e4m3_r$r $S3 "${k[@]}" --kv-cache e4m3; drow new_auto_r$r $N "${k[@]}"; done
 drow new_b1_e4m3 $N --synthetic qwen3-30b-a3b --batch 1 --context 2048 --presets fp8 --backend cuda --kv-cache e4m3
 drow new_b1_auto $N --synthetic qwen3-30b-a3b --batch 1 --context 2048 --presets fp8 --backend cuda
-for v in old new st3; do b=$O; [ $v = new ] && b=$N; [ $v = st3 ] && b=$S3
+for v in old new; do b=$O; [ $v = new ] && b=$N; [ $v = st3 ] && b=$S3
   timeout 40 $b decode --synthetic qwen3-30b-a3b --batch 64 --context 2048 --presets fp8 --backend cuda --per-op \
     --kv-cache e4m3 > $B/perop_$v.log 2>&1; echo "per-op $v rc $? $((SECONDS-t0)) s: $(grep -A6 'per stage' $B/perop_$v.log | grep -E '^\| fp8' | head -1)"; done
+pc=(prefill --synthetic qwen3-30b-a3b --preset fp8 --tokens 512 --at 3584 --repeat 3 --warmup 1 --backend cuda)
+for v in "--kv-cache e4m3" "" "--kv-cache e4m3 --route paged.tiled=off"; do
+  timeout 60 $N "${pc[@]}" $v > $B/chunk.log 2>&1
+  echo "chunk [$v] rc $? $((SECONDS-t0)) s: $(grep -E '^latency' $B/chunk.log)"; cat $B/chunk.log >> $OUT/chunk.txt; done
 M=models/tiny-code-moe
 timeout 40 build/fp8moe perplexity --model $M --ids $M/eval_ids.i32 --backend cuda --preset fp8 --cache-chunk 64 \
   --kv-cache e4m3 > $B/ppl_e4m3.log 2>&1; echo "ppl e4m3 rc $? $((SECONDS-t0)) s: $(grep 'perplexity =' $B/ppl_e4m3.log)"

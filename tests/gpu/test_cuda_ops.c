@@ -19,7 +19,8 @@
  *   merge the splits) equals paged.combine=kernel bit for bit, its scratch counters zero again after every call
  *   e4m3 KV cache (FM_KV_E4M3): the cuda backend's codes and scales are quant/kv_e4m3.c's bit for bit (kv_store and
  *   qk_norm_rope_store, nothing else written); its attention_paged on them within 4e-3 of attention_paged on a bf16
- *   cache of their values (f16 P against bf16 P), attention_paged_runs equals attention_paged;
+ *   cache of their values (f16 P against bf16 P), attention_paged_runs (the chunks' rows on the tiled kernel's e4m3
+ *   form) within 4e-3 of the same op on the values and of attention_paged;
  *   the cpu's emulation (the values as activations) within the attention bound of the cuda backend
  * Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
@@ -812,8 +813,9 @@ static void test_paged_graph_replay(void **s) {
  *      on S and P as exact powers of two, and rounds P to f16 where the bf16 form rounds it to bf16; the count of
  *      outputs whose bits differ is printed), under paged.splits=fill with paged.combine=kernel and fused, which
  *      agree with each other bit for bit, and under the default routes;
- *  (c) attention_paged_runs on the e4m3 cache (every row on the split kernel: the tiled kernel reads bf16 caches only)
- *      equals attention_paged on it, bit for bit, under each route set;
+ *  (c) attention_paged_runs on the e4m3 cache (the chunks' rows on the tiled kernel's e4m3 form, the others on the
+ *      split kernel) within 4e-3 of attention_paged_runs on the bf16 cache of the values and of attention_paged on the
+ *      e4m3 cache, under each route set, and the same bits under both combines;
  *  and the cpu backend's emulation: its cache holds exactly the values of its own roped rows' codes (kv_store and
  *  qk_norm_rope_store alike), its attention output within reduction_bound of the cuda one (the backends' roped rows
  *  may differ by a bf16 ulp, and then by a code). */
@@ -1002,15 +1004,21 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     const uint8_t *k8 = c[0].kc + row_b, *v8 = c[0].vc + row_b; /* the cache's rows, past the guard row */
     float *kvals = e4m3_values(&p, c[0].kc, row_b), *vvals = e4m3_values(&p, c[0].vc, row_b);
     const char *routes[3] = {"paged.splits=fill,paged.combine=kernel", "paged.splits=fill,paged.combine=fused", NULL};
-    float *e8[3];
+    float *e8[3], *runs8[3];
     for (int k = 0; k < 3; k++) {
         fm_backend *be = routes[k] ? cuda_with_route(&b, routes[k]) : cu;
         const char *rn = routes[k] ? routes[k] : "default routes";
         e8[k] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
         float *vals = e4m3_attend(be, &p, c[0].q, kvals, vvals, FM_KV_ACT, false);
-        float *runs = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
-        snprintf(w, sizeof w, "attention_paged_runs e4m3 == attention_paged e4m3 %s, %s", what, rn);
-        expect_same_bits(runs, e8[k], n_out, w);
+        /* attention_paged_runs: the chunks' rows on the tiled kernel (its e4m3 form), the others on the split kernel;
+           against the same op on the bf16 cache of the values and against the split kernel's e4m3 */
+        runs8[k] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
+        float *runs_vals = e4m3_attend(be, &p, c[0].q, kvals, vvals, FM_KV_ACT, true);
+        snprintf(w, sizeof w, "attention_paged_runs e4m3 ~ bf16 cache of the values %s, %s", what, rn);
+        gpu_expect_close(runs8[k], runs_vals, n_out, 4e-3, w);
+        snprintf(w, sizeof w, "attention_paged_runs e4m3 ~ attention_paged e4m3 %s, %s", what, rn);
+        gpu_expect_close(runs8[k], e8[k], n_out, 4e-3, w);
+        free(runs_vals);
         /* the e4m3 form multiplies f16 codes and applies the keys' scales to S and P (exact powers of two), so it
            differs from the bf16 form on the values only in P's rounding (f16 there, bf16 here) and in queries below
            f16's normal range: within a few of the outputs' bf16 steps */
@@ -1019,11 +1027,13 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
         snprintf(w, sizeof w, "attention_paged e4m3 ~ bf16 cache of the values %s, %s (%lld of %lld differ)", what, rn,
                  (long long)diff, (long long)n_out);
         gpu_expect_close(e8[k], vals, n_out, 4e-3, w);
-        free(vals), free(runs);
+        free(vals);
         if (routes[k]) be->ops->destroy(be);
     }
     snprintf(w, sizeof w, "attention_paged e4m3 paged.combine=fused == kernel %s", what);
     expect_same_bits(e8[1], e8[0], n_out, w);
+    snprintf(w, sizeof w, "attention_paged_runs e4m3 paged.combine=fused == kernel %s", what);
+    expect_same_bits(runs8[1], runs8[0], n_out, w);
 
     /* the cpu's emulation: its caches hold its roped rows' values, the same through both ops; attention close */
     qb = bank(cpu, qn, 1, 1, hd, other_fmt(&b)), kb = bank(cpu, kn, 1, 1, hd, other_fmt(&b));
@@ -1051,7 +1061,7 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     snprintf(w, sizeof w, "attention_paged e4m3 cuda vs cpu %s", what);
     gpu_expect_close(e8[2], pc[0].att, n_out, reduction_bound(&b), w);
 
-    for (int k = 0; k < 3; k++) free(e8[k]);
+    for (int k = 0; k < 3; k++) free(e8[k]), free(runs8[k]);
     for (int i = 0; i < 2; i++) {
         e4m3_cache_free(&c[i]);
         free(pc[i].roped), free(pc[i].kc), free(pc[i].vc), free(pc[i].att);

@@ -13,6 +13,10 @@
 static __device__ __forceinline__ void att_cp16(uint32_t dst, const void *src, uint32_t src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// 4 bytes (an e4m3 cache row's scale; zero-filled when src_bytes is 0): .ca, the .cg form copies 16 bytes only
+static __device__ __forceinline__ void att_cp4(uint32_t dst, const void *src, uint32_t src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 static __device__ __forceinline__ void att_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 static __device__ __forceinline__ void att_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // waits until at most N of this thread's committed cp.async groups are pending

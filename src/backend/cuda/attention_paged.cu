@@ -62,6 +62,7 @@
 #include <math.h>
 
 #include "backend/attention_paged.h"
+#include "backend/cuda/attention_e4m3.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_paged.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -120,11 +121,6 @@ static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, c
     }
 }
 
-// cp.async of 4 bytes (a key's scale; zero-filled when src_bytes is 0): .ca, the .cg form copies 16 bytes only
-static __device__ __forceinline__ void apg_cp4(uint32_t dst, const void *src, uint32_t src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
 // e4m3 form: cp.async of the codes of keys [j0, j0 + 16) of kv head kvh and their scales into one raw stage: K's
 // codes [16][HD] bytes (rows of HD bytes, unswizzled) then its 16 fp32 scales at rk, V's at rv; rows at or past s1
 // zero-filled (codes 0 and scale 0: the value 0, as the bf16 form's zero rows). Lane l copies 16-byte code chunk
@@ -142,7 +138,7 @@ apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsig
         if (ok)
             off = ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * row_b + (int64_t)nkv * HD +
                   kvh * 4;
-        apg_cp4((lane < 16 ? rk : rv) + 16 * HD + rr * 4, (lane < 16 ? k_cache : v_cache) + off, ok ? 4u : 0u);
+        att_cp4((lane < 16 ? rk : rv) + 16 * HD + rr * 4, (lane < 16 ? k_cache : v_cache) + off, ok ? 4u : 0u);
     }
     const int ch = lane % CH, r = lane / CH;
     if (32 % CH != 0 && r >= RP) return;
@@ -161,73 +157,6 @@ apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsig
         att_cp16(rv + rr * HD + ch * 16, v_cache + off, ok ? 16u : 0u);
     }
 }
-
-// two e4m3 codes (the low byte first) as an f16 pair: exact (every e4m3 value is an f16), one cvt on sm_89+
-static __device__ __forceinline__ uint32_t apg_e4m3x2_f16x2(uint32_t two) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    return (uint32_t)h.x | (uint32_t)h.y << 16;
-}
-
-// e4m3 form: one raw tile's codes [16][HD] to the warp's f16 tile in attention_mma.cuh's layout, unscaled (the
-// keys' scales are applied to S and P: the header). Lane l converts the 8-code pieces l, l + 32, ...: piece k is
-// chunk k % CH of row k / CH, an 8-byte load (a warp reads 256 contiguous bytes: no bank conflict) and one 16-byte
-// store (the 8 lanes of a store phase write 8 chunks of one row: distinct bank groups in the swizzled layout). Plain
-// shared-memory accesses: the caller's __syncwarp orders them with the cp.async that filled the raw tile and the
-// ldmatrix that reads the f16 one.
-template <int HD>
-static __device__ __forceinline__ void apg_convert(unsigned char *tile, const unsigned char *raw, int lane) {
-    constexpr int CH = HD / 8, N = 16 * CH / 32; // 8-code pieces of a row; pieces per lane (HD % 16 == 0: whole)
-    // 4 pieces in flight (HD 128: 166 registers, 3 CTAs an SM; unrolled whole, the hoisted loads take it to 194 and
-    // 2 CTAs), 1 up to HD 64 (118 rather than 128)
-    constexpr int U = HD <= 64 ? 1 : 4;
-#pragma unroll U
-    for (int p = 0; p < N; p++) {
-        const int k = lane + 32 * p, r = k / CH, ch = k % CH;
-        const uint2 c = *(const uint2 *)(raw + k * 8);
-        *(uint4 *)(tile + att_off<HD>(r, ch)) = make_uint4(apg_e4m3x2_f16x2(c.x), apg_e4m3x2_f16x2(c.x >> 16),
-                                                           apg_e4m3x2_f16x2(c.y), apg_e4m3x2_f16x2(c.y >> 16));
-    }
-}
-
-// e4m3 form: the CTA's Q tile (bf16, 16 rows) to f16 in place, times 2^-qe, and 2^qe returned (S is multiplied by
-// it back: exact, a power of two). qe >= 0 is the least that brings the tile's largest |q| under 2^16 (every bf16
-// below 2^16 is an f16; 0 unless a query exceeds 65,280). Values under f16's normal range (2^-14) keep fewer bits
-// than in bf16: their products are below 2^-14 |k|. Called by every thread after the Q tile landed; ends with a
-// barrier.
-template <int HD> static __device__ __forceinline__ float apg_q_to_f16(unsigned char *smem, unsigned *qmax, int tid) {
-    constexpr int CH = HD / 8, N = (16 * CH + APG_THREADS - 1) / APG_THREADS;
-    uint4 v[N];
-    unsigned m = 0;
-#pragma unroll
-    for (int p = 0; p < N; p++) {
-        const int i = tid + p * APG_THREADS;
-        v[p] = i < 16 * CH ? *(const uint4 *)(smem + att_off<HD>(i / CH, i % CH)) : make_uint4(0, 0, 0, 0);
-        const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
-#pragma unroll
-        for (int j = 0; j < 4; j++) m = max(m, max(w[j] & 0x7fffu, (w[j] >> 16) & 0x7fffu)); // |bf16| ordered as bits
-    }
-    m = __reduce_max_sync(0xffffffffu, m);
-    if ((tid & 31) == 0) atomicMax(qmax, m);
-    __syncthreads();
-    const int qe = min(max((int)(*qmax >> 7) - 142, 0), 100); // bf16 exponent field 143: [2^16, 2^17) -> 1
-    const float down = __int_as_float((127 - qe) << 23);
-#pragma unroll
-    for (int p = 0; p < N; p++) {
-        const int i = tid + p * APG_THREADS;
-        if (i >= 16 * CH) break;
-        const uint32_t w[4] = {v[p].x, v[p].y, v[p].z, v[p].w};
-        uint32_t h[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            h[j] = att_pack_f16(__uint_as_float(w[j] << 16) * down, __uint_as_float(w[j] & 0xffff0000u) * down);
-        *(uint4 *)(smem + att_off<HD>(i / CH, i % CH)) = make_uint4(h[0], h[1], h[2], h[3]);
-    }
-    __syncthreads();
-    return __int_as_float((127 + qe) << 23);
-}
-
-// 1 / x for x a power of two in fp32's normal range: exact, one integer subtraction
-static __device__ __forceinline__ float apg_inv_pow2(float x) { return __int_as_float(0x7f000000 - __float_as_int(x)); }
 
 // Shared memory of the split kernel (the header's table): Q, then per warp (e4m3: its bf16 tile, then) ST stages of
 // K and V
@@ -384,8 +313,9 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
     __shared__ unsigned apg_qmax; // e4m3: the largest |q| of the tile, as bf16 bits
     if (E4M3 && tid == 0) apg_qmax = 0;
     att_cp_wait<ST>();
-    __syncthreads();                                                            // Q landed
-    const float qup = E4M3 ? apg_q_to_f16<HD>(apg_smem, &apg_qmax, tid) : 1.0f; // e4m3: Q in f16, times 1 / qup
+    __syncthreads(); // Q landed
+    const float qup =
+        E4M3 ? att_q_to_f16<HD, 16, APG_THREADS>(apg_smem, &apg_qmax, tid) : 1.0f; // e4m3: Q in f16, times 1 / qup
 
     const att_lane la = att_lane_init<HD>(lane & 15, lane >> 4);
     const att_lane lk = att_lane_init<HD>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
@@ -417,7 +347,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                 const float2 v2 = *(const float2 *)(raw + SH::RAW + 16 * HD + (nt * 8 + 2 * c) * 4);
                 ksc[nt][0] = k2.x * qup, ksc[nt][1] = k2.y * qup, vsc[nt][0] = v2.x, vsc[nt][1] = v2.y;
             }
-            apg_convert<HD>(apg_smem + (wbuf - sq), raw, lane);
+            att_e4m3_to_f16<HD, 16, 32, HD <= 64 ? 1 : 4>(apg_smem + (wbuf - sq), raw, lane);
             __syncwarp(); // K converted
         }
 
@@ -460,7 +390,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
             float tm = fmaxf(fmaxf(vsc[0][0], vsc[0][1]), fmaxf(vsc[1][0], vsc[1][1]));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-            const float vnew = fmaxf(vmax, tm), inv = apg_inv_pow2(vnew); // > 0: the tile has a key below s1
+            const float vnew = fmaxf(vmax, tm), inv = att_inv_pow2(vnew); // > 0: the tile has a key below s1
             vfix = vmax * inv, vmax = vnew;                               // 0 on the first tile, as alpha
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) vsc[nt][0] *= inv, vsc[nt][1] *= inv;
@@ -502,7 +432,8 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
         }
         if (E4M3) {
             __syncwarp(); // every lane's ldmatrix of K is done
-            apg_convert<HD>(apg_smem + (wbuf - sq), apg_smem + (stage + SH::RAW - sq), lane);
+            att_e4m3_to_f16<HD, 16, 32, HD <= 64 ? 1 : 4>(apg_smem + (wbuf - sq), apg_smem + (stage + SH::RAW - sq),
+                                                          lane);
             __syncwarp(); // V converted, and the raw stage read: refilled now, under the P V product
             if (i + ST < nw) apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
             att_cp_commit();
@@ -748,13 +679,13 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
 }
 
 extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                             const bf16 *k_cache, const bf16 *v_cache, const int32_t *tok_seq,
-                                             const int32_t *tok_pos, const int32_t *tables, int32_t max_blocks,
-                                             int32_t block_tokens, int64_t max_len, void *scratch, bf16 *out,
-                                             bool skip_runs, bool fused_combine, bool split_waves, bool pdl,
+                                             const void *k_cache, const void *v_cache, fm_kv_dtype kv,
+                                             const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                                             int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                                             bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, bool pdl,
                                              cudaStream_t s) {
-    apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, FM_KV_ACT, tok_seq, tok_pos, tables, max_blocks, block_tokens,
-            max_len, scratch, out, skip_runs, fused_combine, split_waves, pdl, s);
+    apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
+            scratch, out, skip_runs, fused_combine, split_waves, pdl, s);
 }
 
 extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,

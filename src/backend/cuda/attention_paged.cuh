@@ -10,13 +10,13 @@ extern "C" {
 
 // qkv [T, (nh + 2 nkv) hd] bf16 (the query heads of token t in row t); k_cache, v_cache: kv = FM_KV_ACT,
 // [n_slots][nkv hd] bf16; FM_KV_E4M3, [n_slots] rows of fm_kv_e4m3_row_bytes(nkv, hd) bytes of e4m3 codes and scales
-// (fm_cuda_kv_store's layout), read as their values (exact in bf16: the result is the bf16 cache's holding those
-// values, bit for bit, at the same number of splits); token t attends to positions 0..tok_pos[t] of sequence
-// tok_seq[t], position p at slot tables[tok_seq[t] * max_blocks + p / block_tokens] * block_tokens + p %
-// block_tokens; query head h reads kv head h / (nh / nkv). Scores q.k * hd^-0.5, softmax in fp32, fp32 accumulation,
-// P rounded to bf16 for the P V product (as the prefill kernel); out [T, nh hd] bf16. tok_seq, tok_pos, tables: int32
-// in device memory, never read by the host (the launch depends on the shapes only: graph-safe). max_len (>= every
-// tok_pos[t] + 1 for a balanced split; any value is correct) picks the number of splits; scratch:
+// (fm_cuda_kv_store's layout), read as their values (attention_e4m3.cuh: the products on the codes in f16, the scales
+// on the scores and probabilities, exactly; P rounded to f16 rather than bf16); token t attends to positions
+// 0..tok_pos[t] of sequence tok_seq[t], position p at slot tables[tok_seq[t] * max_blocks + p / block_tokens] *
+// block_tokens + p % block_tokens; query head h reads kv head h / (nh / nkv). Scores q.k * hd^-0.5, softmax in fp32,
+// fp32 accumulation, P rounded to bf16 for the P V product (as the prefill kernel); out [T, nh hd] bf16. tok_seq,
+// tok_pos, tables: int32 in device memory, never read by the host (the launch depends on the shapes only: graph-safe).
+// max_len (>= every tok_pos[t] + 1 for a balanced split; any value is correct) picks the number of splits; scratch:
 // fm_attention_paged_scratch_bytes(T, nh, hd, max_len) bytes of device memory, 16-byte aligned, its first
 // fm_attention_paged_counter_bytes(nh) zero before the first call (each call leaves them zero;
 // backend/attention_paged.h). fused_combine: the split kernel's last CTA per (token, kv head, query group) merges the
@@ -34,17 +34,17 @@ extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int
                                         cudaStream_t s);
 // The same, the rows of prompt chunks on the tiled kernel (attention_paged_tiled.cu, route paged.tiled):
 // a row whose neighbour in the step is of the same sequence (apg_in_run) goes to a CTA that shares each K and V tile
-// among the query rows of several tokens; the other rows to the split kernel. Same arguments, scratch and results.
+// among the query rows of several tokens; the other rows to the split kernel. Same arguments, scratch and results
+// (either cache form).
 extern "C" void fm_cuda_attention_paged_tiled(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                              const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
+                                              const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                               __nv_bfloat16 *out, bool fused_combine, bool split_waves, cudaStream_t s);
-// fm_cuda_attention_paged over a bf16 cache (the tiled kernel, which calls it, reads bf16 caches only: an e4m3
-// cache's attention_paged_runs is fm_cuda_attention_paged); with skip_runs, the rows apg_in_run names are left to
-// the tiled kernel (not written)
+// fm_cuda_attention_paged (the tiled kernel calls it for the other rows); with skip_runs, the rows apg_in_run names
+// are left to the tiled kernel (not written)
 extern "C" void fm_cuda_attention_paged_rows(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
-                                             const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
+                                             const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                              __nv_bfloat16 *out, bool skip_runs, bool fused_combine, bool split_waves,

@@ -450,20 +450,20 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                 fm_routes_paged_splits_waves(&cuda_be(bb)->routes), pdl(bb), stream(bb));
 }
 
-/* bf16 head dims that are multiples of 16: the rows of runs on the tiled kernel, the others on the split kernel
-   (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled form). The e4m3
-   cache: attention_paged, every row on the split kernel (the tiled kernel reads bf16 caches only) */
+/* bf16 head dims that are multiples of 16 (either cache form): the rows of runs on the tiled kernel, the others on
+   the split kernel (attention_paged_tiled.cu); fp32 and the other head dims: attention_paged's plain kernel (no tiled
+   form) */
 static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                     const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
                                     const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
                                     int64_t max_len, void *scratch, void *out) {
-    if (f32(bb) || hd % 16 != 0 || kv == FM_KV_E4M3)
+    if (f32(bb) || hd % 16 != 0)
         cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks,
                            block_tokens, max_len, scratch, out);
     else
-        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, (const bf16 *)k_cache, (const bf16 *)v_cache,
-                                      (const int32_t *)tok_seq, (const int32_t *)tok_pos, (const int32_t *)tables,
-                                      max_blocks, block_tokens, max_len, scratch, (bf16 *)out,
+        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, k_cache, v_cache, kv, (const int32_t *)tok_seq,
+                                      (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks, block_tokens,
+                                      max_len, scratch, (bf16 *)out,
                                       fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
                                       fm_routes_paged_splits_waves(&cuda_be(bb)->routes), stream(bb));
 }
