@@ -1,7 +1,7 @@
-// The e4m3 KV cache's side of the paged attention kernels (attention_paged.cu's split kernel, attention_paged_tiled.cu):
-// the products run on f16 operands. Every e4m3 code is an f16 (one cvt a pair, no scale), the query tile is
-// converted to f16 once, and the cache rows' power-of-two scales are applied to the scores (keys) and to the
-// probabilities (values), where a product by a power of two is exact. The layouts are attention_mma.cuh's.
+// The e4m3 KV cache's side of the paged attention kernels (attention_paged.cu's split kernel,
+// attention_paged_tiled.cu): the products run on f16 operands. Every e4m3 code is an f16 (one cvt a pair, no scale),
+// the query tile is converted to f16 once, and the cache rows' power-of-two scales are applied to the scores (keys) and
+// to the probabilities (values), where a product by a power of two is exact. The layouts are attention_mma.cuh's.
 #ifndef FM_CUDA_ATTENTION_E4M3_CUH
 #define FM_CUDA_ATTENTION_E4M3_CUH
 
