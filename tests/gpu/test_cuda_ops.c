@@ -402,13 +402,17 @@ static void paged_fill(gpu_paged *p) {
                (size_t)ld * sizeof(float));
 }
 
+/* the cache's block size of the cases made below: the engine's 16 unless a case sets another (the kernels take a
+   power of two of at least 16 by shifts a tile, other sizes key by key) */
+static int32_t paged_bt = 16;
+
 /* lengths: the longest is max_ctx, one ends at a block boundary, the others random; tokens: a decode token at the
  * end of each of the first min(T, nseq) sequences, the rest a prefill chunk of consecutive positions at the end of
  * sequence 0 (its cached prefix before it) */
 static gpu_paged paged_make(int32_t nh, int32_t nkv, int32_t hd, int64_t T, int32_t max_ctx, int64_t max_len) {
     gpu_paged p;
     memset(&p, 0, sizeof p);
-    p.nh = nh, p.nkv = nkv, p.hd = hd, p.bt = 16, p.T = T, p.max_len = max_len;
+    p.nh = nh, p.nkv = nkv, p.hd = hd, p.bt = paged_bt, p.T = T, p.max_len = max_len;
     p.nseq = T < 5 ? (int32_t)T : 5;
     p.len = malloc((size_t)p.nseq * sizeof *p.len);
     for (int32_t s = 0; s < p.nseq; s++) p.len[s] = 1 + urand_below(max_ctx);
@@ -431,7 +435,7 @@ static gpu_paged paged_make_step(int32_t nh, int32_t nkv, int32_t hd, int32_t ch
                                  int32_t n_dec, bool decode_first) {
     gpu_paged p;
     memset(&p, 0, sizeof p);
-    p.nh = nh, p.nkv = nkv, p.hd = hd, p.bt = 16, p.T = chunk + chunk2 + n_dec;
+    p.nh = nh, p.nkv = nkv, p.hd = hd, p.bt = paged_bt, p.T = chunk + chunk2 + n_dec;
     const int32_t first_dec = chunk2 > 0 ? 2 : 1;
     p.nseq = first_dec + n_dec;
     p.len = malloc((size_t)p.nseq * sizeof *p.len);
@@ -1100,6 +1104,17 @@ static void test_paged_e4m3(void **s) {
     gpu_paged p = paged_make_step(32, 4, 128, 64, 1000, 9, 3, false);
     paged_e4m3_check(&p, "paged e4m3 step nh=32 nkv=4 hd=128 chunk=64 prefix=1000 chunk2=9 dec=3");
     paged_free(&p);
+    /* blocks of 24 keys (a division per key) and of 8 (shifts per key; a tile spans two blocks), both forms */
+    const int32_t bts[] = {24, 8};
+    for (int i = 0; i < 2; i++) {
+        paged_bt = bts[i];
+        printf("  block of %d keys:\n", paged_bt);
+        paged_e4m3_case(32, 4, 128, 17, 700, 700);
+        p = paged_make_step(32, 4, 128, 40, 300, 9, 3, false);
+        paged_e4m3_check(&p, "paged e4m3 step nh=32 nkv=4 hd=128 chunk=40 prefix=300 chunk2=9 dec=3");
+        paged_free(&p);
+    }
+    paged_bt = 16;
 }
 
 static void route_cases(fm_preset preset) {

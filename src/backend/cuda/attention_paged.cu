@@ -91,20 +91,42 @@ typedef struct apg_args {
     unsigned *counters; // the scratch's start (S > 1 and paged.combine=fused), else NULL: the combine kernel merges
     bf16 *out;
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
+    int bt_shift;  // log2(block_tokens) for a power of two, else -1 (apg_slot)
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
     float sl2;     // log2(e) / sqrt(hd)
     int64_t row_b; // e4m3: bytes of a slot's row, fm_kv_e4m3_row_bytes(nkv, hd) (the bf16 form: nkv hd elements)
 } apg_args;
 
+// The slots of the 16 keys [j0, j0 + 16) of a tile (j0 % 16 == 0), through the sequence's block table. Blocks of a
+// power of two of at least 16 keys (the engine's 16) hold the tile whole: one table load and shifts a tile, key j0 +
+// rr at slot0 + rr (one = true). Other sizes: a table load per key (apg_slot_of, attention_paged.cuh). The per-key
+// division by a runtime block size was ~40 instructions a row, 5 rows a lane a tile: a fifth of the e4m3 kernel's issue
+// (bench/NOTES.md, thirty-second session).
+typedef struct apg_slots {
+    bool one;
+    int64_t slot0;
+} apg_slots;
+static __device__ __forceinline__ apg_slots apg_tile_slots(const int32_t *table, int bt, int bt_shift, int j0) {
+    apg_slots s;
+    s.one = bt_shift >= 4;
+    s.slot0 = s.one ? apg_slot_of(table, bt, bt_shift, j0) : 0;
+    return s;
+}
+static __device__ __forceinline__ int64_t apg_key_slot(const apg_slots &s, const int32_t *table, int bt, int bt_shift,
+                                                       int j0, int rr) {
+    return s.one ? s.slot0 + rr : apg_slot_of(table, bt, bt_shift, j0 + rr);
+}
+
 // cp.async of the 16 K and V rows of keys [j0, j0 + 16) of kv head kvh into one stage (rows at or past s1 zero-
 // filled). Lane l copies chunk l % CH of rows l / CH + p * RP (RP = 32 / CH rows per pass).
 template <int HD>
 static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, const bf16 *k_cache, const bf16 *v_cache,
-                                                     const int32_t *table, int block_tokens, int64_t kv_ld, int kvh,
-                                                     int j0, int s1, int lane) {
+                                                     const int32_t *table, int block_tokens, int bt_shift,
+                                                     int64_t kv_ld, int kvh, int j0, int s1, int lane) {
     constexpr int CH = HD / 8, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
     const int ch = lane % CH, r = lane / CH;
     if (32 % CH != 0 && r >= RP) return;
+    const apg_slots sl = apg_tile_slots(table, block_tokens, bt_shift, j0); // j0 < s1: a key of the tile exists
 #pragma unroll
     for (int p = 0; p < PASSES; p++) {
         const int rr = r + p * RP;
@@ -112,10 +134,7 @@ static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, c
         const int j = j0 + rr;
         const bool ok = j < s1;
         int64_t off = 0;
-        if (ok) {
-            const int64_t block = table[j / block_tokens];
-            off = (block * block_tokens + j % block_tokens) * kv_ld + (int64_t)kvh * HD + ch * 8;
-        }
+        if (ok) off = apg_key_slot(sl, table, block_tokens, bt_shift, j0, rr) * kv_ld + (int64_t)kvh * HD + ch * 8;
         att_cp16(sk + att_off<HD>(rr, ch), k_cache + off, ok ? 16u : 0u);
         att_cp16(sv + att_off<HD>(rr, ch), v_cache + off, ok ? 16u : 0u);
     }
@@ -129,15 +148,14 @@ static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, c
 template <int HD>
 static __device__ __forceinline__ void
 apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsigned char *v_cache, const int32_t *table,
-             int block_tokens, int64_t row_b, int nkv, int kvh, int j0, int s1, int lane) {
+             int block_tokens, int bt_shift, int64_t row_b, int nkv, int kvh, int j0, int s1, int lane) {
     constexpr int CH = HD / 16, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
+    const apg_slots sl = apg_tile_slots(table, block_tokens, bt_shift, j0); // j0 < s1: a key of the tile exists
     {
         const int rr = lane & 15, j = j0 + rr;
         const bool ok = j < s1;
         int64_t off = 0;
-        if (ok)
-            off = ((int64_t)table[j / block_tokens] * block_tokens + j % block_tokens) * row_b + (int64_t)nkv * HD +
-                  kvh * 4;
+        if (ok) off = apg_key_slot(sl, table, block_tokens, bt_shift, j0, rr) * row_b + (int64_t)nkv * HD + kvh * 4;
         att_cp4((lane < 16 ? rk : rv) + 16 * HD + rr * 4, (lane < 16 ? k_cache : v_cache) + off, ok ? 4u : 0u);
     }
     const int ch = lane % CH, r = lane / CH;
@@ -149,10 +167,7 @@ apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsig
         const int j = j0 + rr;
         const bool ok = j < s1;
         int64_t off = 0;
-        if (ok) {
-            const int64_t block = table[j / block_tokens];
-            off = (block * block_tokens + j % block_tokens) * row_b + (int64_t)kvh * HD + ch * 16;
-        }
+        if (ok) off = apg_key_slot(sl, table, block_tokens, bt_shift, j0, rr) * row_b + (int64_t)kvh * HD + ch * 16;
         att_cp16(rk + rr * HD + ch * 16, k_cache + off, ok ? 16u : 0u);
         att_cp16(rv + rr * HD + ch * 16, v_cache + off, ok ? 16u : 0u);
     }
@@ -259,10 +274,10 @@ static __device__ __forceinline__ void apg_load_stage(const apg_args &a, uint32_
     typedef apg_shape<HD, E4M3> SH;
     if (E4M3)
         apg_load_raw<HD>(stage, stage + SH::RAW, (const unsigned char *)a.k_cache, (const unsigned char *)a.v_cache,
-                         table, a.block_tokens, a.row_b, a.nkv, kvh, j0, s1, lane);
+                         table, a.block_tokens, a.bt_shift, a.row_b, a.nkv, kvh, j0, s1, lane);
     else
         apg_load_tile<HD>(stage, stage + SH::TILE, (const bf16 *)a.k_cache, (const bf16 *)a.v_cache, table,
-                          a.block_tokens, kv_ld, kvh, j0, s1, lane);
+                          a.block_tokens, a.bt_shift, kv_ld, kvh, j0, s1, lane);
 }
 
 template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
@@ -396,6 +411,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
             for (int nt = 0; nt < 2; nt++) vsc[nt][0] *= inv, vsc[nt][1] *= inv;
         }
         // online softmax (the 4 lanes of a quad share a row); the tile has a key below s1, so the max is finite
+        float ofix[2];
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             float mx = fmaxf(fmaxf(s[0][2 * hf], s[0][2 * hf + 1]), fmaxf(s[1][2 * hf], s[1][2 * hf + 1]));
@@ -413,9 +429,15 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                 sum += s[nt][2 * hf] + s[nt][2 * hf + 1];
             }
             lrow[hf] = lrow[hf] * alpha + sum;
-            const float ofix = alpha * vfix; // e4m3: o is kept over vmax (exact: a power of two)
+            ofix[hf] = alpha * vfix; // e4m3: o is kept over vmax (exact: a power of two)
+        }
+        // o rescaled only where a row's factor is not 1 (a new max, or vmax): x 1 is the identity, so skipping it
+        // changes no bit, and after the first tiles the maxima rarely move (64 multiplies a lane a tile saved)
+        if (__any_sync(0xffffffffu, ofix[0] != 1.0f || ofix[1] != 1.0f)) {
 #pragma unroll
-            for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= ofix, o[dt][2 * hf + 1] *= ofix;
+            for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= ofix[hf], o[dt][2 * hf + 1] *= ofix[hf];
         }
         // O += P V: the S accumulators of key n8 tiles 0 and 1 are the A fragment of the tile's one k-step
         uint32_t p[4];
@@ -454,7 +476,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
             __syncwarp(); // every lane is done with the stage before it is refilled
             if (i + ST < nw)
                 apg_load_tile<HD>(sk, sv, (const bf16 *)a.k_cache, (const bf16 *)a.v_cache, table, a.block_tokens,
-                                  kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
+                                  a.bt_shift, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
             att_cp_commit();
         }
     }
@@ -653,6 +675,7 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
     a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables;
     a.part = NULL, a.counters = NULL, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
+    a.bt_shift = apg_bt_shift(block_tokens);
     a.splits = split_waves ? fm_attention_paged_splits_waves(T, T * nkv * qgroups, max_len,
                                                              (int64_t)sms * apg_ctas_per_sm(hd, e4m3))
                            : fm_attention_paged_splits(T, T * nkv * qgroups, max_len, sms);

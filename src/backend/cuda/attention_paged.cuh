@@ -49,6 +49,19 @@ extern "C" void fm_cuda_attention_paged_rows(const __nv_bfloat16 *qkv, int64_t T
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                              __nv_bfloat16 *out, bool skip_runs, bool fused_combine, bool split_waves,
                                              bool pdl, cudaStream_t s);
+// log2(block_tokens) when it is a power of two, else -1: the kernels find a key's slot with shifts then (host)
+static inline int apg_bt_shift(int32_t block_tokens) {
+    if (block_tokens < 1 || (block_tokens & (block_tokens - 1)) != 0) return -1;
+    int s = 0;
+    while ((1 << s) < block_tokens) s++;
+    return s;
+}
+// the cache slot of key j of a sequence through its block table: bt_shift = apg_bt_shift(bt) (>= 0: shifts, else a
+// division)
+static __device__ __forceinline__ int64_t apg_slot_of(const int32_t *table, int bt, int bt_shift, int j) {
+    if (bt_shift >= 0) return ((int64_t)table[j >> bt_shift] << bt_shift) + (j & (bt - 1));
+    return (int64_t)table[j / bt] * bt + j % bt;
+}
 // Row t of a step of T rows is in a run (a prompt chunk's rows, two or more of one sequence side by side) when a
 // neighbour has its sequence: the tiled kernel's rows.
 static __device__ __forceinline__ bool apg_in_run(const int32_t *tok_seq, int64_t T, int64_t t) {

@@ -62,6 +62,7 @@ typedef struct apt_args {
     const int32_t *tok_seq, *tok_pos, *tables;
     bf16 *out;
     int T, nh, nkv, hg, tt, qgroups, max_blocks, block_tokens;
+    int bt_shift;  // apg_bt_shift(block_tokens)
     float sl2;     // log2(e) / sqrt(hd)
     int64_t row_b; // e4m3: bytes of a slot's row, fm_kv_e4m3_row_bytes(nkv, hd)
 } apt_args;
@@ -97,11 +98,9 @@ static __device__ __forceinline__ void apt_load_stage(uint32_t sk, uint32_t sv, 
         const int r = i / CH, ch = i % CH, j = j0 + r;
         const bool ok = j < len;
         int64_t off = 0;
-        if (ok) {
-            const int64_t block = table[j / a.block_tokens];
-            off = (block * a.block_tokens + j % a.block_tokens) * kv_ld +
+        if (ok)
+            off = apg_slot_of(table, a.block_tokens, a.bt_shift, j) * kv_ld +
                   ((int64_t)kvh * HD + ch * (E4M3 ? 16 : 8)) * (E4M3 ? 1 : 2);
-        }
         const uint32_t d = E4M3 ? (uint32_t)(r * HD + ch * 16) : att_off<HD>(r, ch);
         att_cp16(sk + d, kc + off, ok ? 16u : 0u);
         att_cp16(sv + d, vc + off, ok ? 16u : 0u);
@@ -110,9 +109,7 @@ static __device__ __forceinline__ void apt_load_stage(uint32_t sk, uint32_t sv, 
         const int r = tid % SH::KT, j = j0 + r;
         const bool ok = j < len;
         int64_t off = 0;
-        if (ok)
-            off = ((int64_t)table[j / a.block_tokens] * a.block_tokens + j % a.block_tokens) * kv_ld +
-                  (int64_t)a.nkv * HD + kvh * 4;
+        if (ok) off = apg_slot_of(table, a.block_tokens, a.bt_shift, j) * kv_ld + (int64_t)a.nkv * HD + kvh * 4;
         att_cp4((tid < SH::KT ? sk : sv) + SH::KT * HD + r * 4, (tid < SH::KT ? kc : vc) + off, ok ? 4u : 0u);
     }
 }
@@ -270,6 +267,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APT_THREADS) apt_
                             if (j0 + nt * 8 + 2 * c + (r & 1) > rpos[r >> 1]) s[nt][r] = -INFINITY;
                 }
                 // online softmax (the 4 lanes of a quad share a row); a row without a key so far keeps max -inf
+                float ofix[2];
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
                     float mx = mrow[hf];
@@ -288,9 +286,14 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APT_THREADS) apt_
                         sum += s[nt][2 * hf] + s[nt][2 * hf + 1];
                     }
                     lrow[hf] = lrow[hf] * alpha + sum;
-                    const float ofix = alpha * vfix;
+                    ofix[hf] = alpha * vfix;
+                }
+                // o rescaled only where a factor is not 1 (the split kernel's: x 1 changes no bit)
+                if (__any_sync(0xffffffffu, ofix[0] != 1.0f || ofix[1] != 1.0f)) {
 #pragma unroll
-                    for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= ofix, o[dt][2 * hf + 1] *= ofix;
+                    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                        for (int dt = 0; dt < DT; dt++) o[dt][2 * hf] *= ofix[hf], o[dt][2 * hf + 1] *= ofix[hf];
                 }
                 // O += P V, one k-step per 16 keys: the S accumulators of key n8 tiles 2 kt and 2 kt + 1 are its A
 #pragma unroll
@@ -395,7 +398,7 @@ extern "C" void fm_cuda_attention_paged_tiled(const bf16 *qkv, int64_t T, int32_
     a.qkv = qkv, a.k_cache = k_cache, a.v_cache = v_cache;
     a.tok_seq = tok_seq, a.tok_pos = tok_pos, a.tables = tables, a.out = out;
     a.T = (int)T, a.nh = nh, a.nkv = nkv, a.hg = hg, a.tt = APT_ROWS / hg, a.qgroups = (G + hg - 1) / hg;
-    a.max_blocks = max_blocks, a.block_tokens = block_tokens;
+    a.max_blocks = max_blocks, a.block_tokens = block_tokens, a.bt_shift = apg_bt_shift(block_tokens);
     a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
     a.row_b = kv == FM_KV_E4M3 ? fm_kv_e4m3_row_bytes(nkv, hd) : (int64_t)nkv * hd * 2;
     const int64_t windows = (T + a.tt - 1) / a.tt, ys = (int64_t)nkv * a.qgroups;
