@@ -48,6 +48,18 @@ static __device__ __forceinline__ void att_mma_f16(float *c, const uint32_t *a, 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// two products side by side, the 16x16 A against the two 16x8 halves b[0..1] and b[2..3] of an ldmatrix.x4: bf16
+// operands, or (F16) f16 ones
+template <bool F16>
+static __device__ __forceinline__ void att_mma_x2(float *c0, float *c1, const uint32_t *a, const uint32_t *b) {
+    if (F16) {
+        att_mma_f16(c0, a, b[0], b[1]);
+        att_mma_f16(c1, a, b[2], b[3]);
+    } else {
+        att_mma(c0, a, b[0], b[1]);
+        att_mma(c1, a, b[2], b[3]);
+    }
+}
 static __device__ __forceinline__ float att_exp2(float x) { // 2^x; -inf -> 0 (MUFU.EX2, denormals flushed)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

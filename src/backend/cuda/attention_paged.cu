@@ -374,13 +374,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                 att_ldsm_x4(qa, sq + att_lane_off<HD>(&la, 0, kk));
             }
             att_ldsm_x4(b, sk + att_lane_off<HD>(&lk, 0, kk));
-            if (E4M3) {
-                att_mma_f16(s[0], qa, b[0], b[1]);
-                att_mma_f16(s[1], qa, b[2], b[3]);
-            } else {
-                att_mma(s[0], qa, b[0], b[1]);
-                att_mma(s[1], qa, b[2], b[3]);
-            }
+            att_mma_x2<E4M3>(s[0], s[1], qa, b);
         }
         if (E4M3) { // S = (Q / qup) codes^T x (the key's scale x qup): exact, powers of two
 #pragma unroll
@@ -461,13 +455,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
         for (int dp = 0; dp < DT / 2; dp++) {
             uint32_t b[4];
             att_ldsm_x4_t(b, sv + att_lane_off<HD>(&la, 0, dp));
-            if (E4M3) {
-                att_mma_f16(o[2 * dp], p, b[0], b[1]);
-                att_mma_f16(o[2 * dp + 1], p, b[2], b[3]);
-            } else {
-                att_mma(o[2 * dp], p, b[0], b[1]);
-                att_mma(o[2 * dp + 1], p, b[2], b[3]);
-            }
+            att_mma_x2<E4M3>(o[2 * dp], o[2 * dp + 1], p, b);
         }
         if (!E4M3) {
             __syncwarp(); // every lane is done with the stage before it is refilled

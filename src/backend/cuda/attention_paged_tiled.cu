@@ -235,13 +235,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APT_THREADS) apt_
                     for (int kt = 0; kt < KT / 16; kt++) {
                         uint32_t b[4];
                         att_ldsm_x4(b, sk + att_lane_off<HD>(&lk, kt * 16, kk));
-                        if (E4M3) {
-                            att_mma_f16(s[2 * kt], qa, b[0], b[1]);
-                            att_mma_f16(s[2 * kt + 1], qa, b[2], b[3]);
-                        } else {
-                            att_mma(s[2 * kt], qa, b[0], b[1]);
-                            att_mma(s[2 * kt + 1], qa, b[2], b[3]);
-                        }
+                        att_mma_x2<E4M3>(s[2 * kt], s[2 * kt + 1], qa, b);
                     }
                 }
                 float vfix = 1.0f; // e4m3: vmax's change, applied to o with alpha
@@ -318,13 +312,7 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APT_THREADS) apt_
                     for (int dp = 0; dp < DT / 2; dp++) {
                         uint32_t b[4];
                         att_ldsm_x4_t(b, sv + att_lane_off<HD>(&la, kt * 16, dp));
-                        if (E4M3) {
-                            att_mma_f16(o[2 * dp], p, b[0], b[1]);
-                            att_mma_f16(o[2 * dp + 1], p, b[2], b[3]);
-                        } else {
-                            att_mma(o[2 * dp], p, b[0], b[1]);
-                            att_mma(o[2 * dp + 1], p, b[2], b[3]);
-                        }
+                        att_mma_x2<E4M3>(o[2 * dp], o[2 * dp + 1], p, b);
                     }
                 }
             }
