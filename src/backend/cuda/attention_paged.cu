@@ -45,7 +45,9 @@
 // Floor: the K and V bytes of every token's context, sum_t (tok_pos[t] + 1) * 2 * nkv * hd * 2 bytes, at the
 // H200's 4.25 TB/s (Qwen3-30B-A3B, 4 kv heads x 128: 4 MiB per token and layer at context 2048, ~1 us); e4m3: half
 // of them, sum_t (tok_pos[t] + 1) * 2 * nkv * (hd + 4) bytes (2.06 MiB there; a slot's scales share one 32-byte
-// sector), plus the conversion, half an instruction a value (the bf16-values form of 2.20 read at 1.46 TB/s); the
+// sector), plus the conversion, half an instruction a value. Measured (RESULTS 2.21, H100, B = 64): the bf16 form at
+// ~2.6 TB/s (77 % of DRAM's peak), the e4m3 one at ~1.6, bound by its warps' dependent chain over a tile at 3 warps
+// a scheduler, not by its bytes; the
 // scratch round trip (S (hd + 2) floats per query head, written and read once, L2-resident) and the query are small
 // beside it for S <= 64. Tokens of one sequence in one call (a prefill chunk) each read the prefix: L2 serves the
 // repeats (route paged.tiled gives such runs of rows to attention_paged_tiled.cu, launched with skip_runs here).
@@ -72,6 +74,8 @@
 
 typedef __nv_bfloat16 bf16;
 
+static_assert(FM_ATT_PAGED_MIN_CHUNK % 16 == 0, "a split's slice starts on a 16-key tile (apg_tile_slots)");
+
 // keys per split for a token of len keys and S splits (attention_paged.h); ceil(len / chunk) <= S
 static __device__ __forceinline__ int apg_chunk(int len, int splits) {
     int c = (len + splits - 1) / splits;
@@ -87,7 +91,7 @@ typedef struct apg_args {
     unsigned *counters; // the scratch's start (S > 1 and paged.combine=fused), else NULL: the combine kernel merges
     bf16 *out;
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
-    int bt_shift;  // log2(block_tokens) for a power of two, else -1 (apg_slot)
+    int bt_shift;  // log2(block_tokens) for a power of two, else -1 (apg_slot_of)
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
     float sl2;     // log2(e) / sqrt(hd)
     int64_t row_b; // e4m3: bytes of a slot's row, fm_kv_e4m3_row_bytes(nkv, hd) (the bf16 form: nkv hd elements)
@@ -96,8 +100,9 @@ typedef struct apg_args {
 // The slots of the 16 keys [j0, j0 + 16) of a tile (j0 % 16 == 0), through the sequence's block table. Blocks of a
 // power of two of at least 16 keys (the engine's 16) hold the tile whole: one table load and shifts a tile, key j0 +
 // rr at slot0 + rr (one = true). Other sizes: a table load per key (apg_slot_of, attention_paged.cuh). The per-key
-// division by a runtime block size was ~40 instructions a row, 5 rows a lane a tile: a fifth of the e4m3 kernel's issue
-// (bench/NOTES.md, thirty-second session).
+// division by a runtime block size it replaces was ~40 instructions a row, 5 rows a lane a tile; removing it gained
+// 0.9 % (e4m3) and 2.2 % (bf16) of the attention at B = 64 on an H100 (RESULTS 2.21). A tile starts at a multiple of
+// 16 keys: a split's slice at a multiple of its chunk, itself a multiple of 16 (apg_chunk, the assert below).
 typedef struct apg_slots {
     bool one;
     int64_t slot0;
