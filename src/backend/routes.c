@@ -96,6 +96,9 @@ static void now_moe_act_scale(const fm_routes *r, char *b, size_t n) {
 static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_router_cluster(r) ? "E <= 128" : "off");
 }
+static void now_moe_persistent(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_moe_persistent(r) ? "T = 1" : "off");
+}
 static void now_pdl(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s", on_off(fm_routes_pdl(r))); }
 static void now_decode_graphs(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_decode_graphs(r)));
@@ -223,6 +226,16 @@ static const route_key route_keys[] = {
      "2.19: the routing's own chain, not the hand-over, is the cost); `on` needs sm_90; `moe.dispatch=fused` keeps "
      "the default kernel",
      now_router_cluster},
+    {"moe.persistent", FIELD(moe_persistent), "auto|on|off", SWITCH_WORDS, "off",
+     "a decode step's MoE block for one token as one persistent launch (router, experts, combine, norm)",
+     "at B = 1 the MoE block runs as six launches (the fused router, the small dispatch, the gate|up GEMV, the "
+     "quantizer of h, the down GEMV, the combine + residual add + RMSNorm), each paying a launch, a ramp and a drain "
+     "for kilobytes to a few megabytes of work; `on` runs them as one grid of resident CTAs whose phases meet at "
+     "grid barriers, with the same arithmetic in the same order (the same logits, experts, weights and outputs bit "
+     "for bit). For a bf16 router without a shared expert, int4 experts of ours in device memory with the e4m3 "
+     "dispatch, the fused MoE tail (`decode.fused`), hidden sizes up to 4096; elsewhere the launches run. `auto` is "
+     "`off` until measured on a GPU; the cpu backend has one reference (the router, then the experts)",
+     now_moe_persistent},
     {"moe.act_scale",
      FIELD(moe_act_scale),
      "auto|group|token",
@@ -640,6 +653,12 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T) {
 bool fm_routes_router_cluster(const fm_routes *r) {
     return r->router_cluster == FM_ROUTE_ON ||
            (r->router_cluster == FM_ROUTE_AUTO && ROUTER_CLUSTER_BY_DEFAULT && r->sm_major >= 9);
+}
+
+/* auto: off until the persistent block is measured on a GPU (bench/NOTES.md, thirty-third session) */
+#define MOE_PERSISTENT_BY_DEFAULT false
+bool fm_routes_moe_persistent(const fm_routes *r) {
+    return r->moe_persistent == FM_ROUTE_ON || (r->moe_persistent == FM_ROUTE_AUTO && MOE_PERSISTENT_BY_DEFAULT);
 }
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }

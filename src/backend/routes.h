@@ -118,6 +118,7 @@ typedef struct fm_routes {
     int32_t gemv_groups;      /* gemv.groups: 0 auto, else 1, 2, 4 or 8 */
     int32_t router_cluster;   /* router.cluster: fm_route_switch */
     int32_t moe_act_scale;    /* moe.act_scale: fm_route_moe_act_scale */
+    int32_t moe_persistent;   /* moe.persistent: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -230,6 +231,11 @@ bool fm_routes_router_fused(const fm_routes *r, int64_t T);
  * whose logits meet in distributed shared memory (router.cu, router_cluster_kernel) rather than through a counter
  * and L2. `auto` is off (level with the default kernel on an H100); `on` needs sm_90. */
 bool fm_routes_router_cluster(const fm_routes *r);
+/* A decode step's MoE block for one token (B = 1: the router, both expert GEMVs, the combine, residual add and next
+ * RMSNorm) as one persistent launch whose phases meet at grid barriers (moe_decode_block.cu), instead of the six
+ * launches of the fused router and the decode GEMVs; the same bits. bf16 router without a shared expert, int4-tc
+ * experts of ours in device memory, e4m3 dispatch, the fused MoE tail (decode.fused). `auto` is off until measured. */
+bool fm_routes_moe_persistent(const fm_routes *r);
 /* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route
  * moe.act_scale=token): for a step of P routed pairs over E experts, top-k, on the grouped GEMM (not the decode
  * GEMVs: fm_routes_moe_gemv), for int4 gate|up banks of ours (symmetric, fm_wformat_is_int4) with an e4m3 dispatch

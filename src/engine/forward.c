@@ -549,10 +549,12 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                 shared_expert(ctx, L, T);
                 if (ops->side_end) ops->side_end(be);
             }
-            /* route moe.dispatch=fused: the router and the experts in one op (its launch dispatches the rows); the
-               bank's own ids only (no expert parallelism, no experts in host memory) */
-            const bool router_moe =
-                ops->router_moe && !ctx->ep_comm && !ctx->experts && fm_routes_moe_dispatch_fused(&m->routes);
+            /* route moe.dispatch=fused: the router and the experts in one op (its launch dispatches the rows); route
+               moe.persistent at T = 1: the whole block in one launch where the backend takes it; the bank's own ids
+               only (no expert parallelism, no experts in host memory) */
+            const bool router_moe = ops->router_moe && !ctx->ep_comm && !ctx->experts &&
+                                    (fm_routes_moe_dispatch_fused(&m->routes) ||
+                                     (T == 1 && fuse_tail && fm_routes_moe_persistent(&m->routes)));
             if (router_moe)
                 ops->router_moe(be, L->router, L->gate_up, L->down, b.h, T, c->n_experts_per_tok, c->router,
                                 c->norm_topk_prob, b.rlogits, b.eids, b.ew, p->a_dispatch, p->a_expert, b.y,

@@ -26,6 +26,10 @@
  *   op, bit for bit (routing, the moe's rows, the MoE tail), one kernel launch fewer in a captured graph, each fused
  *   call twice (the router's counter), Qwen3's shape at 1, 2, 8 tokens and small odd ones, the three router kinds;
  *   where the route does not apply (NVFP4, 9 tokens, the grouped GEMMs) the same launches as the chain.
+ *   moe.persistent: router_moe with the MoE tail in one persistent launch against the router op then
+ *   moe_add_rmsnorm on the decode GEMVs, bit for bit (routing, residual, normed rows), one kernel in a captured graph;
+ *   Qwen3's shape, small odd ones, the Mixtral router, rows of 4096, E 300; where it does not apply (shared expert,
+ *   2 tokens, rows above 4096) the chain's launches.
  *   gdn_decode_fused: the normed rows and both states (conv, recurrent) against the GPU's gdn_conv, gdn_recurrent and
  *   gdn_norm_gate bit for bit (the kernel keeps their rounding points and orders of summation: gdn_decode.cu), and
  *   against the CPU chain on the real rows with test_cuda_qnext's bounds (bf16 1e-2, fp32 1e-5); Qwen3-Next's shape
@@ -450,6 +454,55 @@ static void test_router_dispatch_fused(void **s) {
     router_dispatch_case(pre, "router.fused=on,moe.gemv=off", FM_ROUTER_SOFTMAX_TOPK, false, 2, 128, 8, 2048, 768);
 }
 
+/* route moe.persistent: the router and the experts of one token with the MoE tail in one persistent launch, against
+ * the router op then moe_add_rmsnorm (moe.dispatch=kernel, the decode GEMVs): the routing (ids, weights, logits), the
+ * residual and the normed rows bit for bit, each persistent call made twice (its grid barrier left zero for the
+ * next), one kernel in a captured graph where the route applies (persistent); without the tail, or where the route
+ * does not apply, the chain's own launches (the chain itself is held against the CPU above). */
+static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int32_t E, int32_t k, int64_t H,
+                            int64_t I) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    const char *base = "moe.gemv=64,moe.dispatch=kernel,moe.persistent=off";
+    fm_backend *gk = gpu_with_route(&plan, base),
+               *gp = gpu_with_route(&plan, "moe.gemv=64,moe.dispatch=kernel,moe.persistent=on");
+    block_in b = make_block(T, E, k, H, I);
+    float *rw = rand_array(E * H, 0.05f);
+    char what[240];
+    snprintf(what, sizeof what, "moe.persistent kind %d T=%lld E=%d k=%d H=%lld I=%lld", (int)kind, (long long)T, E, k,
+             (long long)H, (long long)I);
+    for (int tail = 0; tail < 2; tail++) {
+        routed_out f = run_routed(gp, &b, rw, kind, true, tail, 2), c = run_routed(gk, &b, rw, kind, false, tail, 1);
+        expect_same_routed(&f, &c, &b, tail, what);
+        const int64_t want = tail && persistent ? 1 : c.kernels;
+        if (f.kernels != want)
+            fail_msg("%s%s: %lld kernel launches, expected %lld (the chain %lld)", what, tail ? " (tail)" : "",
+                     (long long)f.kernels, (long long)want, (long long)c.kernels);
+        free_routed(&f), free_routed(&c);
+    }
+    printf("  %-60s = the chain, bit for bit%s\n", what, persistent ? ", one launch" : " (the chain's launches)");
+    free(rw);
+    free_block(&b);
+    gk->ops->destroy(gk), gp->ops->destroy(gp);
+}
+
+/* Qwen3-30B-A3B's block (E 128, k 8, H 2048, I 768: gate|up in 2 K slices, down in 1); the small odd shapes (E 8,
+ * k 2, H 200, I 72; E 13, k 5, H 384, I 200: a last 128-group part zero); the Mixtral router (top-k of the logits);
+ * rows of 4096 (the norm's two chunks a thread) over 16 K groups; E 300 (the router's 16 experts a lane); and where
+ * the route does not apply: the shared expert in the bank, 2 tokens, rows of 4104 (above the norm's 4096) */
+static void test_moe_persistent(void **s) {
+    (void)s;
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 128, 8, 2048, 768);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 200, 72);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 13, 5, 384, 200);
+    persistent_case(FM_ROUTER_TOPK_SOFTMAX, true, 1, 8, 2, 256, 72);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 8, 2, 4096, 128);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, true, 1, 300, 4, 256, 64);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK_SHARED, false, 1, 9, 3, 256, 72);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 2, 8, 2, 200, 72);
+    persistent_case(FM_ROUTER_SOFTMAX_TOPK, false, 1, 8, 2, 4104, 72);
+}
+
 /* route router.cluster: the fused router as one thread-block cluster (logits met in distributed shared memory)
  * against the default fused kernel (counter, fence, reload through L2), bit for bit: logits, ids, weights, and the
  * moe op's rows after them; the same number of kernels captured. On a GPU below sm_90 the route is refused, and the
@@ -794,17 +847,12 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),
-        cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_router_dispatch_fused),
-        cmocka_unit_test(test_router_cluster),
-        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
-        cmocka_unit_test(test_gdn_decode_fused),
-        cmocka_unit_test(test_linear_dense_quant_fused),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_router_cluster),
+        cmocka_unit_test(test_moe_persistent),          cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

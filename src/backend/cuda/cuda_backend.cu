@@ -32,6 +32,7 @@
 #include "backend/cuda/linear_w8a8.cuh"
 #include "backend/cuda/moe_grouped_cublas.cuh"
 #include "backend/cuda/expert_cache.cuh"
+#include "backend/cuda/moe_decode_block.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_per_token.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
@@ -121,6 +122,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->router_counter) cudaFree(be->router_counter);
     if (be->tail_counter) cudaFree(be->tail_counter);
     if (be->gdn_arrivals) cudaFree(be->gdn_arrivals);
+    if (be->block_barrier) cudaFree(be->block_barrier);
     if (be->side_cublas) cublasDestroy(be->side_cublas);
     if (be->side_cublas_ws) cudaFree(be->side_cublas_ws);
     if (be->side_work) cudaFree(be->side_work);
@@ -627,6 +629,18 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
                        be->router_counter && fm_routes_router_fused(&be->routes, T) &&
                        fm_cuda_router_dispatch_takes(T, E, k, shared, rw->cols, rw->ld) && gate_up->n == E &&
                        fm_cuda_moe_w4a8_router_takes(be, gate_up, down, T, k, a_dispatch);
+    /* route moe.persistent: the router and the experts of one token in one launch, where it applies */
+    if (!f32(bb) && norm && fm_routes_moe_persistent(&be->routes) && rw->fmt == FM_W_BF16 && gate_up->n == E &&
+        !shared) {
+        require_afmt(gate_up, a_dispatch, "router_moe");
+        require_afmt(down, a_down, "router_moe");
+        const fm_moe_router r = {
+            (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, NULL};
+        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
+        if (fm_cuda_moe_w4a8_block(be, &r, gate_up, down, (const bf16 *)x, T, k, (int32_t *)ids, (bf16 *)weights,
+                                   a_dispatch, &tail, (bf16 *)out))
+            return;
+    }
     if (!fused) {
         cu_router(bb, rw, x, T, k, kind, norm_topk, logits, ids, weights);
         if (norm)
@@ -885,7 +899,9 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
         cudaMalloc(&be->tail_counter, (1 + FM_MOE_GEMV_MAX_PAIRS) * sizeof *be->tail_counter) != cudaSuccess ||
         cudaMemset(be->tail_counter, 0, (1 + FM_MOE_GEMV_MAX_PAIRS) * sizeof *be->tail_counter) != cudaSuccess ||
         cudaMalloc(&be->gdn_arrivals, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
-        cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess) {
+        cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
+        cudaMalloc(&be->block_barrier, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess ||
+        cudaMemset(be->block_barrier, 0, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess) {
         cu_destroy(&be->base);
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the CTA counters");
     }

@@ -83,6 +83,7 @@ typedef struct cuda_backend {
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
     unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise;
                               // after it FM_MOE_GEMV_MAX_PAIRS per token counters of the down GEMV's (moe.combine)
+    unsigned *block_barrier;  // the persistent decode MoE block's grid barrier (moe_decode_block.cuh), likewise
     unsigned *gdn_arrivals;   // the fused GDN decode kernel's per (row, key head) counters (gdn_decode.cu), likewise
     /* the side stream (ops side_begin / side_end / side_join), made at the reservation when asked for: between
        side_begin and side_end the fields above (stream, cublas, work, work_bytes) hold the side_* ones below, swapped,

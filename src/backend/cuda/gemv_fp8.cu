@@ -492,6 +492,10 @@ static int w4a8_slices(int64_t n_groups, int64_t row_blocks, int64_t tiles, int3
     return ks;
 }
 
+extern "C" int fm_cuda_w4a8_moe_gemv_slices(const fm_bank *w, int64_t max_tiles, int32_t groups) {
+    return w4a8_slices(w->n_groups, w->rows_pad / 16, max_tiles, groups);
+}
+
 template <int NT, int KS>
 static void launch_w8a8(const uint8_t *W, int64_t N, int64_t ld, const float *ws, const uint8_t *x, int64_t M,
                         const float *xsc, __nv_bfloat16 *y, const fm_row_tail &tail, bool pdl, cudaStream_t s) {

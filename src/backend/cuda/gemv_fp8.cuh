@@ -64,6 +64,9 @@ extern "C" void fm_cuda_w4a8_moe_gemv(const fm_bank *w, const fm_w4a8_tile *tile
                                       const float *xsum, int64_t ld_s, bool swiglu, const int32_t *row_map,
                                       __nv_bfloat16 *y, int64_t ldy, const fm_moe_gemv_tail *tail, int32_t groups,
                                       bool pdl, cudaStream_t s);
+// The K slices a row block of bank w takes in fm_cuda_w4a8_moe_gemv at max_tiles tiles (groups: the route gemv.groups,
+// 0 auto): what the persistent decode MoE block (moe_decode_block.cuh) takes to run the same chains.
+extern "C" int fm_cuda_w4a8_moe_gemv_slices(const fm_bank *w, int64_t max_tiles, int32_t groups);
 // The down projection (bank not interleaved) of the same tiles from bf16 rows h [slots][w->cols] (the SwiGLU output
 // of the gate|up GEMV): each CTA quantizes its tile's rows into shared memory to e4m3 1x128 groups as
 // fm_cuda_quantize_e4m3_rows does (the same codes, scales and, for int4-zp-tc, group sums), so the result is the

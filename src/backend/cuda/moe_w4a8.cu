@@ -3,6 +3,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/moe_combine_norm.cuh"
+#include "backend/cuda/moe_decode_block.cuh"
 #include "backend/cuda/moe_dispatch.cuh"
 #include "backend/cuda/moe_w4a8.cuh"
 #include "backend/cuda/router.cuh"
@@ -102,6 +103,42 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
     return P >= 1 && fm_cuda_w4a8_takes(gate_up->fmt) && fm_cuda_w4a8_takes(down->fmt) && !gate_up->fold &&
            !down->fold && !gate_up->slot_of && fm_w4a8_dispatch_of(a_dispatch) == FM_W4A8_DISPATCH_E4M3 &&
            fm_routes_moe_gemv(&be->routes, (uint64_t)P, (uint64_t)gate_up->n, (uint64_t)k);
+}
+
+bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
+                            const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
+                            fm_afmt a_dispatch, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
+    const int64_t E = gate_up->n, H = down->rows, I = down->cols, P = T * k;
+    if (!be->block_barrier || !tail || !tail->norm || router->shared || gate_up->fmt != FM_W_INT4_G128_TC ||
+        down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved || gate_up->fold || down->fold || gate_up->slot_of ||
+        down->slot_of || a_dispatch != FM_A_E4M3_G128 || gate_up->rows != 2 * I || gate_up->cols != H || down->n != E ||
+        !fm_cuda_moe_decode_block_takes(T, (int32_t)E, k, false, H, I, router->ld))
+        return false;
+    const fm_routes *r = &be->routes;
+    /* the decode GEMVs' tile plan for these pairs, for their K slices (the same chains) and the workspace */
+    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, false,
+                                                     (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
+    const fm_w4a8_moe_ws L =
+        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, FM_W4A8_DISPATCH_E4M3);
+    uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
+    const int64_t max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
+    const int32_t gg = fm_routes_gemv_groups(r);
+    fm_moe_block_args a;
+    memset(&a, 0, sizeof a);
+    a.router_w = router->w, a.router_ld = router->ld, a.E = (int32_t)E, a.k = k;
+    a.softmax_topk = router->softmax_topk, a.norm_topk = router->norm_topk;
+    a.gu_codes = (const uint8_t *)gate_up->w, a.down_codes = (const uint8_t *)down->w;
+    a.gu_scales = gate_up->scales, a.down_scales = down->scales;
+    a.gu_rows_pad = gate_up->rows_pad, a.down_rows_pad = down->rows_pad;
+    a.gu_groups = gate_up->n_groups, a.down_groups = down->n_groups;
+    a.gu_slices = fm_cuda_w4a8_moe_gemv_slices(gate_up, max_tiles, gg);
+    a.down_slices = fm_cuda_w4a8_moe_gemv_slices(down, max_tiles, gg);
+    a.x = x, a.H = H, a.I = I, a.logits = router->logits, a.ids = ids, a.weights = weights;
+    a.acc = tail->acc, a.norm = tail->norm, a.eps = tail->eps, a.out = out;
+    a.h16 = (__nv_bfloat16 *)(ws + L.h16), a.y = (__nv_bfloat16 *)(ws + L.y), a.barrier = be->block_barrier;
+    if (!fm_combine_row_takes(H, a.y, a.acc, a.norm, a.out)) return false;
+    fm_cuda_moe_decode_block(&a, fm_routes_pdl(r), be->stream);
+    return true;
 }
 
 void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const __nv_bfloat16 *x, int64_t T,
