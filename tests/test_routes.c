@@ -104,7 +104,8 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
     const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
-                       "moe.gemv, router.fused, router.cluster, moe.act_scale, pdl, decode.graphs, gdn.tc, rope.store, "
+                       "moe.gemv, router.fused, router.cluster, moe.persistent, moe.act_scale, pdl, decode.graphs, "
+                       "gdn.tc, rope.store, "
                        "shared.stream, expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
@@ -615,6 +616,27 @@ static void moe_dispatch_words(void **s) {
     assert_non_null(strstr(err.msg, "moe.dispatch"));
 }
 
+/* moe.persistent: on from sm_90 (measured on an H100), off below and on the cpu (sm 0); on / off force it; the other
+ * MoE routes are independent of it */
+static void moe_persistent_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_true(fm_routes_moe_persistent(&r));
+    assert_false(fm_routes_moe_dispatch_fused(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.persistent=off", &err), FM_OK);
+    assert_false(fm_routes_moe_persistent(&r));
+    fm_routes_default(&r, 8);
+    assert_false(fm_routes_moe_persistent(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.persistent=on", &err), FM_OK);
+    assert_true(fm_routes_moe_persistent(&r));
+    fm_routes_default(&r, 0);
+    assert_false(fm_routes_moe_persistent(&r));
+    assert_int_equal(fm_routes_apply(&r, "moe.persistent=fused", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "moe.persistent"));
+}
+
 /* each key's value prints as it was written: its word, else the integer */
 static void values_print_as_written(void **s) {
     (void)s;
@@ -717,6 +739,7 @@ int main(void) {
         cmocka_unit_test(router_cluster_words),
         cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(moe_dispatch_words),
+        cmocka_unit_test(moe_persistent_words),
         cmocka_unit_test(values_print_as_written),
         cmocka_unit_test(the_committed_reference_page_is_current),
     };

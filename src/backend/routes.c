@@ -226,15 +226,18 @@ static const route_key route_keys[] = {
      "2.19: the routing's own chain, not the hand-over, is the cost); `on` needs sm_90; `moe.dispatch=fused` keeps "
      "the default kernel",
      now_router_cluster},
-    {"moe.persistent", FIELD(moe_persistent), "auto|on|off", SWITCH_WORDS, "off",
+    {"moe.persistent", FIELD(moe_persistent), "auto|on|off", SWITCH_WORDS, "sm_90+",
      "a decode step's MoE block for one token as one persistent launch (router, experts, combine, norm)",
      "at B = 1 the MoE block runs as six launches (the fused router, the small dispatch, the gate|up GEMV, the "
      "quantizer of h, the down GEMV, the combine + residual add + RMSNorm), each paying a launch, a ramp and a drain "
      "for kilobytes to a few megabytes of work; `on` runs them as one grid of resident CTAs whose phases meet at "
      "grid barriers, with the same arithmetic in the same order (the same logits, experts, weights and outputs bit "
      "for bit). For a bf16 router without a shared expert, int4 experts of ours in device memory with the e4m3 "
-     "dispatch, the fused MoE tail (`decode.fused`), hidden sizes up to 4096; elsewhere the launches run. `auto` is "
-     "`off` until measured on a GPU; the cpu backend has one reference (the router, then the experts)",
+     "dispatch, the fused MoE tail (`decode.fused`), hidden and intermediate sizes up to 4096; elsewhere the launches "
+     "run. `auto` is `on` from sm_90 (an H100: 678 -> 443 kernels a step and fp8 decode at B = 1 -6 to -7 %, "
+     "docs/RESULTS.md 2.22), `off` below (not measured there); the grid must be resident at once, so a GPU shared "
+     "with other processes' kernels (MPS) should run `off`; the cpu backend has one reference (the router, then the "
+     "experts)",
      now_moe_persistent},
     {"moe.act_scale",
      FIELD(moe_act_scale),
@@ -655,10 +658,9 @@ bool fm_routes_router_cluster(const fm_routes *r) {
            (r->router_cluster == FM_ROUTE_AUTO && ROUTER_CLUSTER_BY_DEFAULT && r->sm_major >= 9);
 }
 
-/* auto: off until the persistent block is measured on a GPU (bench/NOTES.md, thirty-third session) */
-#define MOE_PERSISTENT_BY_DEFAULT false
+/* auto: on from sm_90, where it was measured (an H100: fp8 B = 1 -6 to -7 % a step, docs/RESULTS.md 2.22) */
 bool fm_routes_moe_persistent(const fm_routes *r) {
-    return r->moe_persistent == FM_ROUTE_ON || (r->moe_persistent == FM_ROUTE_AUTO && MOE_PERSISTENT_BY_DEFAULT);
+    return r->moe_persistent == FM_ROUTE_ON || (r->moe_persistent == FM_ROUTE_AUTO && r->sm_major >= 9);
 }
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }

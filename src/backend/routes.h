@@ -234,7 +234,7 @@ bool fm_routes_router_cluster(const fm_routes *r);
 /* A decode step's MoE block for one token (B = 1: the router, both expert GEMVs, the combine, residual add and next
  * RMSNorm) as one persistent launch whose phases meet at grid barriers (moe_decode_block.cu), instead of the six
  * launches of the fused router and the decode GEMVs; the same bits. bf16 router without a shared expert, int4-tc
- * experts of ours in device memory, e4m3 dispatch, the fused MoE tail (decode.fused). `auto` is off until measured. */
+ * experts of ours in device memory, e4m3 dispatch, the fused MoE tail (decode.fused). `auto` is on from sm_90. */
 bool fm_routes_moe_persistent(const fm_routes *r);
 /* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route
  * moe.act_scale=token): for a step of P routed pairs over E experts, top-k, on the grouped GEMM (not the decode

@@ -397,8 +397,8 @@ static void router_dispatch_case(fm_dispatch dispatch, const char *route, fm_rou
     fm_error err;
     if (fm_plan_set_dispatch(&plan, dispatch, &err)) fail_msg("dispatch: %s", err.msg);
     char r_base[200], r_fused[200];
-    snprintf(r_base, sizeof r_base, "%s,moe.dispatch=kernel", route);
-    snprintf(r_fused, sizeof r_fused, "%s,moe.dispatch=fused", route);
+    snprintf(r_base, sizeof r_base, "%s,moe.dispatch=kernel,moe.persistent=off", route);
+    snprintf(r_fused, sizeof r_fused, "%s,moe.dispatch=fused,moe.persistent=off", route);
     fm_backend *cpu = NULL, *gk = gpu_with_route(&plan, r_base), *gf = gpu_with_route(&plan, r_fused);
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &cpu, &err), FM_OK);
     assert_non_null(gf->ops->router_moe);

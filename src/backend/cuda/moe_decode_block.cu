@@ -1,19 +1,26 @@
 // The decode MoE block for one token in one persistent launch (moe_decode_block.cuh). A grid of at most as many CTAs
-// as can be resident at once (2 an SM: 256 threads, <= 128 registers, ~45 KB of static shared memory), four phases
-// with a grid barrier between each:
-//   0  router: CTA c < E / 8, warp w computes logit 8 c + w with the fused router's row code (router_device.cuh:
-//      the first round of its 16-byte weight loads issued before the PDL wait); every CTA quantizes x to e4m3 per
-//      128-group into its shared memory (quantize_group, the dispatch's arithmetic)
-//   1  top-k in every CTA (warp 0, route_warp_token: the logits from L2); CTA 0 writes ids and weights
-//   2  gate|up: a "virtual CTA" is the decode GEMV's CTA for one routed expert: 8 / KS row blocks of 16 rows x KS
-//      slices of K (KS the GEMV's own, so each row's fp32 chain and the slices' sum are the GEMV's); the CTAs walk
-//      the k x ceil(row blocks / (8 / KS)) of them. A warp issues all its codes (up to 8 groups, 16 registers a
-//      group) before its first mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up) to the h16 scratch
-//   3  down: likewise over k x ceil(H / 16 / (8 / KS)) virtual CTAs; each CTA quantizes the h row of its expert
-//      (from L2) as the quantizer kernel does, y = bf16(acc) to the y scratch
+// as can be resident at once (2 an SM: 256 threads, <= 128 registers, 25 KB of static shared memory; sized to the
+// largest phase: 192 for Qwen3-30B-A3B), phases meeting at grid barriers:
+//   0  every CTA stages x (bf16) and quantizes it to e4m3 per 128-group (quantize_group, the dispatch's arithmetic);
+//      CTA c < E / 8, warp w computes logit 8 c + w with the fused router's row code (router_device.cuh: its first
+//      round of 16-byte weight loads issued before the PDL wait)
+//   1  every CTA routes the token from the logits (L2): warp 0 makes the values the router's warp code compares,
+//      then each thread ranks its experts among all of them (rank j is round j's pick of the warp argmax); CTA 0
+//      writes ids and weights
+//   2  gate|up: a "virtual CTA" is the decode GEMV's CTA for one routed expert, 8 / KS row blocks of 16 rows x KS
+//      slices of K (KS the GEMV's own: the same fp32 chains and slice sums); the CTAs walk the k x ceil(row blocks /
+//      (8 / KS)) of them, 4 groups of codes in flight a warp, mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up)
+//      to the h16 scratch
+//   3  down: likewise; each CTA quantizes its expert's h row (from L2) as the quantizer kernel does; y = bf16(acc)
 //   4  CTA 0: combine + residual add + RMSNorm (moe_combine_row.cuh, the fused tail's code)
 // Floor (Qwen3-30B-A3B, k = 8): 0.5 MB of router rows + 8 x 1.57 MB + 8 x 0.79 MB of codes = 19.4 MB, 4.6 us at
-// 4.25 TB/s; the barriers (one atomic a CTA on one word, then a spin on the generation) cost ~1-2 us each.
+// 4.25 TB/s. Measured (H100, CTA 0's clock at each boundary, lab build -DMDB_TIMES, bench/NOTES.md thirty-third
+// session): ~26 us a layer, of which router 2.2, barriers 1.6 / 3.3 / 1.7, top-k 3.3, gate|up 5.3, down 5.8, tail
+// 3.3; against ~31 us for the six launches under a graph with PDL. Tried and left: the routing's k rounds of a warp
+// argmax (4.7 us for the phase, now ranks), L2 prefetch or cp.async of the down codes during the gate|up phase (the
+// gate|up phase slows by what the down phase gains: both draw on the same DRAM), 6-8 groups in flight (spills
+// under 128 registers; 6 level), all 8 groups of a warp's slice by cp.async into 64 KB of shared memory a CTA (the
+// step level with the six launches: likely one CTA an SM, so two rounds of the gate|up phase's 192 virtual CTAs).
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/moe_combine_row.cuh"
 #include "backend/cuda/moe_decode_block.cuh"
