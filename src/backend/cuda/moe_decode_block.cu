@@ -61,20 +61,6 @@ static __device__ __forceinline__ void grid_barrier(unsigned *bar) {
     __syncthreads();
 }
 
-// A 128-group of a bf16 row through L2 (another CTA of this grid, or an earlier kernel, wrote it): lane L's 4 values
-static __device__ __forceinline__ void load_group_l2(const __nv_bfloat16 *x, int64_t K, int64_t grp, float v[4]) {
-    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
-    if (k + 4 <= K && (((uintptr_t)(x + k)) & 7) == 0) {
-        const uint2 raw = __ldcg((const uint2 *)(x + k));
-        const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
-        v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
-    } else {
-        for (int i = 0; i < 4; i++)
-            v[i] =
-                k + i < K ? __bfloat162float(__ushort_as_bfloat16(__ldcg((const unsigned short *)(x + k + i)))) : 0.0f;
-    }
-}
-
 // A row of K bf16 values (L2: from global memory through L2, written by another CTA of this grid; else a row in
 // shared memory) into e4m3 codes q [G 128] and scales qs [G] in shared memory, a warp a group, as
 // quantize_rows_kernel (and the small dispatch) quantize it. Ends with __syncthreads.
@@ -83,7 +69,7 @@ static __device__ void quantize_row_smem(const __nv_bfloat16 *x, int64_t K, int6
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int64_t grp = warp; grp < G; grp += MDB_WARPS) {
         float v[4], scale, sum;
-        if (L2) load_group_l2(x, K, grp, v);
+        if (L2) load_group_cg(x, K, grp, v);
         else load_group(x, K, grp, v);
         const uint32_t word = quantize_group<false>(v, K, grp, &scale, &sum);
         *(uint32_t *)(q + grp * 128 + lane * 4) = word;

@@ -29,6 +29,21 @@ static __device__ __forceinline__ void load_group(const __nv_bfloat16 *x, int64_
     }
 }
 
+// The same through L2 (ld.cg), for rows another CTA of the running grid wrote, or a co-resident CTA of the previous
+// kernel may have left in L1 (the decode GEMVs quantizing h, the persistent MoE block)
+static __device__ __forceinline__ void load_group_cg(const __nv_bfloat16 *h, int64_t K, int64_t grp, float v[4]) {
+    const int64_t k = grp * 128 + (threadIdx.x & 31) * 4;
+    if (k + 4 <= K && (((uintptr_t)(h + k)) & 7) == 0) {
+        const uint2 raw = __ldcg((const uint2 *)(h + k));
+        const __nv_bfloat162 a = *(const __nv_bfloat162 *)&raw.x, b = *(const __nv_bfloat162 *)&raw.y;
+        v[0] = __low2float(a), v[1] = __high2float(a), v[2] = __low2float(b), v[3] = __high2float(b);
+    } else {
+        for (int i = 0; i < 4; i++)
+            v[i] =
+                k + i < K ? __bfloat162float(__ushort_as_bfloat16(__ldcg((const unsigned short *)(h + k + i)))) : 0.0f;
+    }
+}
+
 template <bool SUMS>
 static __device__ __forceinline__ uint32_t quantize_group(const float v[4], int64_t K, int64_t grp, float *scale_out,
                                                           float *sum_out) {
