@@ -8,8 +8,8 @@ T=./build/tests/gpu; L=/tmp/logs; mkdir -p $L
 export T L OUT
 s=$SECONDS; timeout 100 $T/test_cuda_memory > $L/memory.log 2>&1; echo "memory rc $? $((SECONDS-s)) s"
 cat > /tmp/jobs <<'J'
-ops|330|6|$T/test_cuda_ops
-ops_fused|330|6|$T/test_cuda_ops_fused
+ops|300|6|$T/test_cuda_ops
+ops_fused|300|6|$T/test_cuda_ops_fused
 generate|200|2|$T/test_cuda_generate
 generate_off|200|2|$T/test_cuda_generate --route moe.persistent=off
 graph|200|2|$T/test_cuda_graph
@@ -36,7 +36,7 @@ J
 job() { IFS='|' read -r n lim th cmd <<< "$1"; local s=$SECONDS
   OMP_NUM_THREADS=$th eval timeout $lim $cmd > $L/$n.log 2>&1; echo "$n rc $? $((SECONDS-s)) s"; }
 export -f job
-timeout 480 xargs -d '\n' -P 10 -I{} bash -c 'job "$@"' _ {} < /tmp/jobs > $L/summary.txt 2>&1
+timeout 430 xargs -d '\n' -P 10 -I{} bash -c 'job "$@"' _ {} < /tmp/jobs > $L/summary.txt 2>&1
 sort -k3 $L/summary.txt | tr '\n' ';'; echo
 grep -hE "^\[  FAILED|ERROR SUMMARY: [1-9]|request .* token|fail" $L/*.log | head -20
 tar -czf $OUT/logs.tgz -C /tmp logs

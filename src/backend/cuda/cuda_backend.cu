@@ -632,13 +632,12 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
     /* route moe.persistent: the router and the experts of one token in one launch, where it applies */
     if (!f32(bb) && norm && fm_routes_moe_persistent(&be->routes) && rw->fmt == FM_W_BF16 && gate_up->n == E &&
         !shared) {
-        require_afmt(gate_up, a_dispatch, "router_moe");
-        require_afmt(down, a_down, "router_moe");
+        /* the formats are the kernel's to check (e4m3 1x128 both): other dispatches take the ops below */
         const fm_moe_router r = {
             (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, NULL};
         const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
         if (fm_cuda_moe_w4a8_block(be, &r, gate_up, down, (const bf16 *)x, T, k, (int32_t *)ids, (bf16 *)weights,
-                                   a_dispatch, &tail, (bf16 *)out))
+                                   a_dispatch, a_down, &tail, (bf16 *)out))
             return;
     }
     if (!fused) {

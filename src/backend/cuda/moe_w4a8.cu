@@ -107,14 +107,17 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
 
 bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
-                            fm_afmt a_dispatch, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
+                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
     const int64_t E = gate_up->n, H = down->rows, I = down->cols, P = T * k;
     if (!be->block_barrier || !tail || !tail->norm || router->shared || gate_up->fmt != FM_W_INT4_G128_TC ||
         down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved || gate_up->fold || down->fold || gate_up->slot_of ||
-        down->slot_of || a_dispatch != FM_A_E4M3_G128 || gate_up->rows != 2 * I || gate_up->cols != H || down->n != E ||
+        down->slot_of || a_dispatch != FM_A_E4M3_G128 || a_down != FM_A_E4M3_G128 || gate_up->rows != 2 * I ||
+        gate_up->cols != H || down->n != E ||
         !fm_cuda_moe_decode_block_takes(T, (int32_t)E, k, false, H, I, router->ld))
         return false;
     const fm_routes *r = &be->routes;
+    /* the chain it equals is the decode GEMVs' (moe.gemv): where the experts take the grouped GEMM, so does this op */
+    if (!fm_routes_moe_gemv(r, (uint64_t)P, (uint64_t)E, (uint64_t)k)) return false;
     /* the decode GEMVs' tile plan for these pairs, for their K slices (the same chains) and the workspace */
     const uint32_t bn = fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, false,
                                                      (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
