@@ -179,7 +179,6 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
 
     /* phase 0: the router rows (weights before the wait: no kernel writes them), x in e4m3 */
     const int32_t e = blockIdx.x * MDB_WARPS + warp;
-    const bool router_cta = (int64_t)blockIdx.x * MDB_WARPS < p.E;
     const int64_t chunks = H / 8;
     const uint4 *rw = (const uint4 *)(p.router_w + (int64_t)(e < p.E ? e : 0) * p.router_ld);
     uint4 wv[RF_U];
@@ -189,7 +188,7 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     pdl_wait();
     MDB_STAMP(1);
     rf_stage_rows(p.x, 1, H, sm.xr, MDB_THREADS); /* H <= MDB_MAX_H: always staged */
-    if (router_cta && e < p.E) {
+    if (e < p.E) {
         float acc[FM_ROUTER_FUSED_MAX_T];
         rf_row_logits(rw, chunks, lane, wv, p.x, sm.xr, true, 1, H, acc);
         if (lane == 0) p.logits[e] = __float2bfloat16_rn(acc[0]);
@@ -327,7 +326,7 @@ extern "C" void fm_cuda_moe_decode_block(const fm_moe_block_args *a, bool pdl, c
                 a->E, a->k, (long long)a->H, (long long)a->I, a->gu_slices, a->down_slices);
         abort(); /* the caller asks fm_cuda_moe_decode_block_takes */
     }
-    const int we = a->E <= 32 * 8 ? 8 : a->E <= 32 * 16 ? 16 : 32;
+    const int we = warp_experts(a->E, false); /* the router kernels' variant for E (router_device.cuh) */
     if (we == 8) launch<8>(a, pdl, s);
     else if (we == 16) launch<16>(a, pdl, s);
     else launch<32>(a, pdl, s);
