@@ -103,10 +103,11 @@ static void expect_usage(const char *spec, const char *says, const char *lists) 
 
 static void bad_keys_and_values_are_usage_errors(void **s) {
     (void)s;
-    const char *keys = "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
-                       "moe.gemv, router.fused, router.cluster, moe.persistent, moe.act_scale, pdl, decode.graphs, "
-                       "gdn.tc, rope.store, "
-                       "shared.stream, expert.prefetch, decode.fused";
+    const char *keys =
+        "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
+        "moe.gemv, router.fused, router.cluster, moe.persistent, attn.persistent, moe.act_scale, pdl, decode.graphs, "
+        "gdn.tc, rope.store, "
+        "shared.stream, expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
     expect_usage("pdl=off,gemv=off", "unknown route key 'gemv'", keys); /* after a good one: nothing applied */

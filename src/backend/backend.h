@@ -374,6 +374,17 @@ typedef struct fm_backend_ops {
      * the projection after it as after linear. NULL where a backend has none. */
     void (*linear_add_rmsnorm)(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                                void *acc, const fm_bank *norm, float eps, void *out);
+    /* A decode step's attention block for one token in one op (route attn.persistent): exactly linear(qkv, 0, h, 1,
+     * afmt, b_qkv), qk_norm_rope_store(b_qkv, 1, nh, nkv, hd, q_norm, k_norm, qk_eps, pos, theta, slots, k_cache,
+     * v_cache, kv), attention_paged(b_qkv, 1, ... , scratch, att), linear(o, 0, att, 1, afmt, y), then
+     * add_rmsnorm(acc, y, norm, 1, H, eps, out) (out may be h). Returns false, having run nothing, where the backend
+     * does not take these banks, shapes or cache; the caller then runs the ops. NULL where a backend has none. */
+    bool (*attention_block)(fm_backend *be, const fm_bank *qkv, const fm_bank *o, const void *h, fm_afmt afmt,
+                            int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm, const fm_bank *k_norm,
+                            float qk_eps, const void *pos, double theta, const void *slots, void *k_cache,
+                            void *v_cache, fm_kv_dtype kv, const void *tok_seq, const void *tables, int32_t max_blocks,
+                            int32_t block_tokens, int64_t max_len, void *scratch, void *b_qkv, void *att, void *y,
+                            void *acc, const fm_bank *norm, float eps, void *out);
     /* One token per row of logits [B, vocab] (act dtype), as src/engine/sampler.h defines the step. Row r belongs to
      * sequence slot row_slot[r] (int32 [B]); indexed by slot, in backend memory: params (fm_sampling), steps
      * (uint64: the draw's counter, incremented), counts (int32 [slots][vocab]) and seen (uint8 [slots][vocab]), the

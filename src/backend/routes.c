@@ -99,6 +99,9 @@ static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
 static void now_moe_persistent(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_persistent(r) ? "T = 1" : "off");
 }
+static void now_attn_persistent(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_attn_persistent(r) ? "T = 1" : "off");
+}
 static void now_pdl(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s", on_off(fm_routes_pdl(r))); }
 static void now_decode_graphs(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_decode_graphs(r)));
@@ -239,6 +242,16 @@ static const route_key route_keys[] = {
      "with other processes' kernels (MPS) should run `off`; the cpu backend has one reference (the router, then the "
      "experts)",
      now_moe_persistent},
+    {"attn.persistent", FIELD(attn_persistent), "auto|on|off", SWITCH_WORDS, "off",
+     "a decode step's attention block for one token as one persistent launch (QKV, RoPE, attention, o, norm)",
+     "at B = 1 the attention block runs as eight launches (the quantizer, the QKV GEMV, q/k norm + RoPE + the cache "
+     "store, paged attention's split and combine kernels, the quantizer, the o GEMV, the residual add + RMSNorm); "
+     "`on` runs them as one grid of resident CTAs whose phases meet at grid barriers, with the same arithmetic in the "
+     "same order (the same cache rows and outputs bit for bit). For int4 projections of ours on the decode GEMVs, "
+     "head dim 128, a bf16 KV cache, no output gate (Qwen3-Next) and no tensor parallelism; elsewhere the launches "
+     "run. `auto` is `off` until measured; the grid must be resident at once, so a GPU shared with other processes' "
+     "kernels (MPS) should run `off`; the cpu backend runs the ops",
+     now_attn_persistent},
     {"moe.act_scale",
      FIELD(moe_act_scale),
      "auto|group|token",
@@ -662,6 +675,8 @@ bool fm_routes_router_cluster(const fm_routes *r) {
 bool fm_routes_moe_persistent(const fm_routes *r) {
     return r->moe_persistent == FM_ROUTE_ON || (r->moe_persistent == FM_ROUTE_AUTO && r->sm_major >= 9);
 }
+
+bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
 bool fm_routes_attention_paged_tiled(const fm_routes *r) {

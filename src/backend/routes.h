@@ -119,6 +119,7 @@ typedef struct fm_routes {
     int32_t router_cluster;   /* router.cluster: fm_route_switch */
     int32_t moe_act_scale;    /* moe.act_scale: fm_route_moe_act_scale */
     int32_t moe_persistent;   /* moe.persistent: fm_route_switch */
+    int32_t attn_persistent;  /* attn.persistent: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -236,6 +237,11 @@ bool fm_routes_router_cluster(const fm_routes *r);
  * launches of the fused router and the decode GEMVs; the same bits. bf16 router without a shared expert, int4-tc
  * experts of ours in device memory, e4m3 dispatch, the fused MoE tail (decode.fused). `auto` is on from sm_90. */
 bool fm_routes_moe_persistent(const fm_routes *r);
+/* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
+ * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
+ * barriers (attn_decode_block.cu), instead of eight launches; the same bits. int4-tc projections on the decode GEMVs,
+ * head dim 128, a bf16 cache, no output gate and no tensor parallelism. `auto` is off (not yet measured). */
+bool fm_routes_attn_persistent(const fm_routes *r);
 /* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route
  * moe.act_scale=token): for a step of P routed pairs over E experts, top-k, on the grouped GEMM (not the decode
  * GEMVs: fm_routes_moe_gemv), for int4 gate|up banks of ours (symmetric, fm_wformat_is_int4) with an e4m3 dispatch

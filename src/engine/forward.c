@@ -383,6 +383,34 @@ static bool step_has_run(const int32_t *h_idx, int64_t T) {
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
+/* Route attn.persistent: a decode step's attention block for one token, through the next norm, as one op where the
+ * backend takes it (true: b.x holds the residual and b.h the normed row, as after add_rmsnorm) */
+static bool attention_block(fm_context *ctx, const fm_layer_weights *L, int64_t T, fm_attn_mode attn, int32_t n_attn,
+                            fw_timer *tm) {
+    const fm_model *m = ctx->m;
+    const fm_config *c = &m->cfg;
+    fm_backend *be = m->be;
+    if (attn != FM_ATTN_DECODE || T != 1 || c->attn_output_gate || ctx->tp_comm || !be->ops->attention_block ||
+        !fm_routes_attn_persistent(&m->routes))
+        return false;
+    const fw_buffers b = *ctx->bufs;
+    const fm_kv_state *kv = ctx->kv;
+    const int32_t nh = m->tp_nh, nkv = m->tp_nkv, hd = c->head_dim;
+    const int64_t H = c->hidden_size;
+    char *kl = (char *)kv->k + (size_t)n_attn * (size_t)kv->layer_bytes;
+    char *vl = (char *)kv->v + (size_t)n_attn * (size_t)kv->layer_bytes;
+    if (!be->ops->attention_block(be, L->qkv, L->o, b.h, m->plan.a_dense, nh, nkv, hd, L->q_norm, L->k_norm,
+                                  c->rms_norm_eps, kv->tok_pos, c->rope_theta, kv->slots, kl, vl, kv->dtype,
+                                  kv->tok_seq, kv->tables, kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx,
+                                  kv->att_scratch, b.qkv, b.att, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h))
+        return false;
+    op_mark(tm, FM_STAGE_ATTENTION, "attention block (qkv .. add_norm)",
+            fm_op_bytes_linear(m, L->qkv, T, H, (nh + 2 * (int64_t)nkv) * hd) +
+                fm_op_bytes_attention(m, T, kv->h_idx + T) + fm_op_bytes_linear(m, L->o, T, (int64_t)nh * hd, H) +
+                fm_op_bytes_act(m, T, H, 2, 2));
+    return true;
+}
+
 static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
                             int32_t n_attn, bool fused_o, fw_timer *tm) {
     const fm_model *m = ctx->m;
@@ -526,17 +554,22 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
                              fm_routes_fused_o_proj(&m->routes);
+        bool block = false; /* route attn.persistent: the attention block through the norm in one op */
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
+        else if (attention_block(ctx, L, T, attn, n_attn, tm)) n_attn++, block = true;
         else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
-        if (fused_o)
+        if (block) {
+            /* the block ended with the residual add and the norm */
+        } else if (fused_o)
             ops->linear_add_rmsnorm(be, L->o, b.att, T, p->a_dense, b.y, b.x, L->ffn_norm, c->rms_norm_eps, b.h);
         else ops->add_rmsnorm(be, b.x, b.y, L->ffn_norm, T, H, c->rms_norm_eps, b.h);
         if (prefetch && ops->side_join) ops->side_join(be);
-        op_mark(tm, FM_STAGE_OTHER, fused_o ? "o_proj+add_norm" : "add_norm",
-                fused_o ? fm_op_bytes_linear(m, L->o, T, (int64_t)m->tp_nh * c->head_dim, 0) +
-                              fm_op_bytes_act(m, T, H, 1, 2)
-                        : add_norm_bytes);
+        if (!block)
+            op_mark(tm, FM_STAGE_OTHER, fused_o ? "o_proj+add_norm" : "add_norm",
+                    fused_o ? fm_op_bytes_linear(m, L->o, T, (int64_t)m->tp_nh * c->head_dim, 0) +
+                                  fm_op_bytes_act(m, T, H, 1, 2)
+                            : add_norm_bytes);
         if (tm) tm->kind = L->is_moe ? "moe" : "dense";
         /* route decode.fused: the MoE block's combine, the residual add and the next layer's norm in one op */
         const bool fuse_tail = L->is_moe && !ctx->ep_comm && !L->shared_gate_up && l + 1 < m->n_layers &&

@@ -43,7 +43,14 @@ static __device__ __forceinline__ void att_e4m3_to_f16(unsigned char *tile, cons
 // tile's largest |q| under 2^16 (every bf16 below 2^16 is an f16; 0 unless a query exceeds 65,280). Values under
 // f16's normal range (2^-14) keep fewer bits than in bf16: their products are below 2^-14 |k|. Called by all THREADS
 // threads of the block after the tile landed, qmax a shared word set to 0 before that barrier; ends with a barrier.
-template <int HD, int ROWS, int THREADS>
+// The barrier of a CTA's attention threads: SYNC 0, __syncthreads (a kernel whose every thread runs the attention);
+// SYNC > 0, named barrier SYNC over the first THREADS threads (a persistent kernel whose other warps do other work)
+template <int SYNC, int THREADS> static __device__ __forceinline__ void att_sync() {
+    if (SYNC == 0) __syncthreads();
+    else asm volatile("bar.sync %0, %1;" ::"n"(SYNC), "n"(THREADS) : "memory");
+}
+
+template <int HD, int ROWS, int THREADS, int SYNC = 0>
 static __device__ __forceinline__ float att_q_to_f16(unsigned char *smem, unsigned *qmax, int tid) {
     constexpr int CH = HD / 8, N = (ROWS * CH + THREADS - 1) / THREADS;
     uint4 v[N];
@@ -58,7 +65,7 @@ static __device__ __forceinline__ float att_q_to_f16(unsigned char *smem, unsign
     }
     m = __reduce_max_sync(0xffffffffu, m);
     if ((tid & 31) == 0) atomicMax(qmax, m);
-    __syncthreads();
+    att_sync<SYNC, THREADS>();
     const int qe = min(max((int)(*qmax >> 7) - 142, 0), 100); // bf16 exponent field 143: [2^16, 2^17) -> 1
     const float down = __int_as_float((127 - qe) << 23);
 #pragma unroll
@@ -72,7 +79,7 @@ static __device__ __forceinline__ float att_q_to_f16(unsigned char *smem, unsign
             h[j] = att_pack_f16(__uint_as_float(w[j] << 16) * down, __uint_as_float(w[j] & 0xffff0000u) * down);
         *(uint4 *)(smem + att_off<HD>(i / CH, i % CH)) = make_uint4(h[0], h[1], h[2], h[3]);
     }
-    __syncthreads();
+    att_sync<SYNC, THREADS>();
     return __int_as_float((127 + qe) << 23);
 }
 

@@ -83,4 +83,9 @@ extern "C" void fm_cuda_attention_paged_plain_bf16(const __nv_bfloat16 *qkv, int
                                                    int32_t block_tokens, int64_t max_len, __nv_bfloat16 *out, bool pdl,
                                                    cudaStream_t s);
 
+// The splits fm_cuda_attention_paged takes at these shapes on this GPU (split_waves: route paged.splits=waves): the
+// persistent decode attention block (attn_decode_block.cuh) takes the same, so its partials are the split kernel's
+extern "C" int32_t fm_cuda_attention_paged_split_count(int64_t T, int32_t nh, int32_t nkv, int32_t hd, fm_kv_dtype kv,
+                                                       int64_t max_len, bool split_waves);
+
 #endif

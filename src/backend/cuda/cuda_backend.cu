@@ -24,6 +24,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gated_attention.cuh"
 #include "backend/cuda/gdn.cuh"
+#include "backend/cuda/attn_decode_block.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/cublaslt_fp8.cuh"
@@ -672,6 +673,50 @@ static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *
     cu_add_rmsnorm(bb, acc, y, norm, M, w->rows, eps, out);
 }
 
+/* route attn.persistent: the decode attention block in one launch (attn_decode_block.cu) where the chain it equals
+   is the one it reproduces: int4-tc projections (not interleaved) on the W4A8 decode GEMV, a bf16 cache, head dim
+   128; else false and the caller runs the ops */
+static bool cu_attention_block(fm_backend *bb, const fm_bank *qkv, const fm_bank *o, const void *h, fm_afmt afmt,
+                               int32_t nh, int32_t nkv, int32_t hd, const fm_bank *q_norm, const fm_bank *k_norm,
+                               float qk_eps, const void *pos, double theta, const void *slots, void *k_cache,
+                               void *v_cache, fm_kv_dtype kv, const void *tok_seq, const void *tables,
+                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch, void *b_qkv,
+                               void *att, void *y, void *acc, const fm_bank *norm, float eps, void *out) {
+    cuda_backend *be = cuda_be(bb);
+    const fm_routes *r = &be->routes;
+    const int64_t H = o->rows;
+    if (f32(bb) || !be->block_barrier || !fm_routes_attn_persistent(r) || kv != FM_KV_ACT ||
+        qkv->fmt != FM_W_INT4_G128_TC || o->fmt != FM_W_INT4_G128_TC || qkv->interleaved || o->interleaved ||
+        qkv->fold || o->fold || afmt != afmt_for(qkv->fmt) || qkv->cols != H ||
+        qkv->rows != (int64_t)(nh + 2 * nkv) * hd || o->cols != (int64_t)nh * hd ||
+        fm_routes_dense_kernel(r, qkv->fmt, 1, qkv->cols) != FM_DK_W4A8_GEMV ||
+        fm_routes_dense_kernel(r, o->fmt, 1, o->cols) != FM_DK_W4A8_GEMV ||
+        !fm_cuda_attn_decode_block_takes(H, nh, nkv, hd) ||
+        ((uintptr_t)b_qkv | (uintptr_t)k_cache | (uintptr_t)v_cache | (uintptr_t)scratch) % 16 != 0 ||
+        !fm_row_tail_takes(H, y, acc, bank_bf16(norm, 0), out))
+        return false;
+    const int32_t gg = fm_routes_gemv_groups(r);
+    fm_attn_block_args a;
+    memset(&a, 0, sizeof a);
+    a.x = (const bf16 *)h, a.H = H, a.nh = nh, a.nkv = nkv, a.hd = hd;
+    a.qkv_codes = (const uint8_t *)qkv->w, a.o_codes = (const uint8_t *)o->w;
+    a.qkv_scales = qkv->scales, a.o_scales = o->scales;
+    a.qkv_rows_pad = qkv->rows_pad, a.o_rows_pad = o->rows_pad;
+    a.qkv_slices = fm_cuda_w4a8_moe_gemv_slices(qkv, 1, gg), a.o_slices = fm_cuda_w4a8_moe_gemv_slices(o, 1, gg);
+    a.qkv = (bf16 *)b_qkv;
+    a.q_norm = q_norm ? bank_bf16(q_norm, 0) : NULL, a.k_norm = k_norm ? bank_bf16(k_norm, 0) : NULL;
+    a.qk_eps = qk_eps, a.theta = (float)theta;
+    a.tok_seq = (const int32_t *)tok_seq, a.tok_pos = (const int32_t *)pos, a.slot = (const int32_t *)slots;
+    a.k_cache = (bf16 *)k_cache, a.v_cache = (bf16 *)v_cache, a.tables = (const int32_t *)tables;
+    a.max_blocks = max_blocks, a.block_tokens = block_tokens;
+    a.splits = fm_cuda_attention_paged_split_count(1, nh, nkv, hd, kv, max_len, fm_routes_paged_splits_waves(r));
+    a.scratch = scratch, a.att = (bf16 *)att, a.y = (bf16 *)y, a.acc = (bf16 *)acc, a.norm = bank_bf16(norm, 0);
+    a.eps = eps, a.out = (bf16 *)out, a.barrier = be->block_barrier;
+    if (a.splits > 1 && !scratch) return false;
+    fm_cuda_attn_decode_block(&a, pdl(bb), stream(bb));
+    return true;
+}
+
 static void cu_add(fm_backend *bb, void *acc, const void *x, int64_t n) {
     if (f32(bb)) fm_cuda_add_f32((float *)acc, (const float *)x, n, pdl(bb), stream(bb));
     else fm_cuda_add((bf16 *)acc, (const bf16 *)x, n, pdl(bb), stream(bb));
@@ -820,6 +865,7 @@ static const fm_backend_ops cuda_ops = {
     .moe_add_rmsnorm = cu_moe_add_rmsnorm,
     .router_moe = cu_router_moe,
     .linear_add_rmsnorm = cu_linear_add_rmsnorm,
+    .attention_block = cu_attention_block,
     .sample = cu_sample,
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,
     .sigmoid_mul = cu_sigmoid_mul,

@@ -21,54 +21,11 @@
 // Programmatic dependent launch (pdl.cuh, `pdl`): the kernel lets the next one start at its top and waits for the
 // earlier ones before anything else (the positions and slots are a step's inputs, the rows the projection's output);
 // the norm weights are read where they are used, after the wait: a few hundred bytes, not worth registers held early.
-#include "backend/cuda/kv_store.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/rope_device.cuh"
 
 #define ROPE_WARPS 8
-
-/* the kernel's STORE: none (qk_norm_rope), copies of the rows (a cache of the activation type), e4m3 codes and
-   scales */
-#define ROPE_STORE_NONE 0
-#define ROPE_STORE_ACT 1
-#define ROPE_STORE_E4M3 2
-
-static __device__ __forceinline__ float2 act_load2(const float *p) { return *(const float2 *)p; }
-static __device__ __forceinline__ float2 act_load2(const __nv_bfloat16 *p) {
-    return __bfloat1622float2(*(const __nv_bfloat162 *)p);
-}
-static __device__ __forceinline__ void act_store2(float *p, float2 v) { *(float2 *)p = v; }
-static __device__ __forceinline__ void act_store2(__nv_bfloat16 *p, float2 v) {
-    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v.x, v.y);
-}
-// v as act_store2 stores it (the e4m3 store quantizes the values the qkv row holds)
-static __device__ __forceinline__ float2 act_round2(const float *, float2 v) { return v; }
-static __device__ __forceinline__ float2 act_round2(const __nv_bfloat16 *, float2 v) {
-    return __bfloat1622float2(__floats2bfloat162_rn(v.x, v.y));
-}
-
-// The e4m3 store of one head's row (a warp, every lane; e4m3 cache rows of row_b bytes): lane l's values are the
-// pairs a[r] at j = 64 r + 2 l and b[r] at j + half (those with j < half)
-template <int R>
-static __device__ __forceinline__ void rope_store_e4m3(const float2 *a, const float2 *b, int lane, int half, int hd,
-                                                       int nkv, int kvh, unsigned char *row) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        if (64 * r + 2 * lane < half)
-            amax = fmaxf(fmaxf(amax, fmaxf(fabsf(a[r].x), fabsf(a[r].y))), fmaxf(fabsf(b[r].x), fabsf(b[r].y)));
-    const int e = kv_e4m3_warp_exponent(amax);
-    const float down = kv_e4m3_pow2(-e);
-    unsigned char *codes = row + (int64_t)kvh * hd;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int j = 64 * r + 2 * lane;
-        if (j >= half) continue;
-        *(uint16_t *)(codes + j) = (uint16_t)kv_e4m3_code2(a[r].x, a[r].y, down);
-        *(uint16_t *)(codes + j + half) = (uint16_t)kv_e4m3_code2(b[r].x, b[r].y, down);
-    }
-    if (lane == 0) *(float *)(row + (int64_t)nkv * hd + 4 * kvh) = kv_e4m3_pow2(e);
-}
 
 // k_cache, v_cache: A [n_slots][nkv hd] (ROPE_STORE_ACT) or e4m3 rows of row_b bytes (ROPE_STORE_E4M3, bf16)
 template <typename A, int R, int STORE>
@@ -78,90 +35,15 @@ static __global__ __launch_bounds__(ROPE_WARPS * 32) void qk_norm_rope_kernel(
     pdl_wait();
     const int64_t t = blockIdx.x;
     const int64_t slot = STORE ? (int64_t)slots[t] : -1;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, half = hd / 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* this lane's pairs: j = 64 r + 2 lane + c, c in {0, 1}, where j < half */
     float cs[R][2], sn[R][2];
-    const float p = (float)(pos ? (int64_t)pos[t] : pos0 + t);
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int j = 64 * r + 2 * lane + c;
-            const float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
-            sincosf(p * inv_freq, &sn[r][c], &cs[r][c]);
-        }
+    rope_angles<R>((float)(pos ? (int64_t)pos[t] : pos0 + t), theta, hd, lane, cs, sn);
     const int heads = STORE ? nh + 2 * nkv : nh + nkv;
-    for (int h = (int)blockIdx.y * ROPE_WARPS + warp; h < heads; h += (int)gridDim.y * ROPE_WARPS) {
-        A *x = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
-        if (STORE && h >= nh + nkv) { /* a v head: copied to the cache as it is */
-            if (slot < 0) continue;
-            if (STORE == ROPE_STORE_E4M3) {
-                float2 a[R], b[R];
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const int j = 64 * r + 2 * lane;
-                    const bool in = j < half;
-                    a[r] = in ? act_load2(x + j) : make_float2(0.0f, 0.0f);
-                    b[r] = in ? act_load2(x + j + half) : make_float2(0.0f, 0.0f);
-                }
-                rope_store_e4m3<R>(a, b, lane, half, hd, nkv, h - nh - nkv, (unsigned char *)v_cache + slot * row_b);
-                continue;
-            }
-            A *d = (A *)v_cache + slot * nkv * hd + (int64_t)(h - nh - nkv) * hd;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const int j = 64 * r + 2 * lane;
-                if (j >= half) continue;
-                act_store2(d + j, act_load2(x + j));
-                act_store2(d + j + half, act_load2(x + j + half));
-            }
-            continue;
-        }
-        float2 a[R], b[R];
-        float ss = 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int j = 64 * r + 2 * lane;
-            const bool in = j < half;
-            a[r] = in ? act_load2(x + j) : make_float2(0.0f, 0.0f);
-            b[r] = in ? act_load2(x + j + half) : make_float2(0.0f, 0.0f);
-            ss += a[r].x * a[r].x + a[r].y * a[r].y + b[r].x * b[r].x + b[r].y * b[r].y;
-        }
-        const A *w = h < nh ? q_norm : k_norm;
-        if (w) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const int j = 64 * r + 2 * lane;
-                if (j >= half) continue;
-                const float2 wa = act_load2(w + j), wb = act_load2(w + j + half);
-                a[r] = make_float2(wa.x * (a[r].x * inv), wa.y * (a[r].y * inv));
-                b[r] = make_float2(wb.x * (b[r].x * inv), wb.y * (b[r].y * inv));
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int j = 64 * r + 2 * lane;
-            if (j >= half) continue;
-            const float2 lo = make_float2(a[r].x * cs[r][0] - b[r].x * sn[r][0], a[r].y * cs[r][1] - b[r].y * sn[r][1]);
-            const float2 hi = make_float2(b[r].x * cs[r][0] + a[r].x * sn[r][0], b[r].y * cs[r][1] + a[r].y * sn[r][1]);
-            act_store2(x + j, lo);
-            act_store2(x + j + half, hi);
-            if (STORE == ROPE_STORE_ACT && h >= nh && slot >= 0) { /* a k head: the same rounded values in the cache */
-                A *d = (A *)k_cache + slot * nkv * hd + (int64_t)(h - nh) * hd;
-                act_store2(d + j, lo);
-                act_store2(d + j + half, hi);
-            }
-            if (STORE == ROPE_STORE_E4M3) /* the values as the row holds them */
-                a[r] = act_round2(x, lo), b[r] = act_round2(x, hi);
-        }
-        if (STORE == ROPE_STORE_E4M3 && h >= nh && slot >= 0) /* a k head (warp-uniform: h and the token's slot) */
-            rope_store_e4m3<R>(a, b, lane, half, hd, nkv, h - nh, (unsigned char *)k_cache + slot * row_b);
-    }
+    for (int h = (int)blockIdx.y * ROPE_WARPS + warp; h < heads; h += (int)gridDim.y * ROPE_WARPS)
+        rope_head<A, R, STORE>(qkv + t * (int64_t)(nh + 2 * nkv) * hd, h, nh, nkv, hd, q_norm, k_norm, eps, cs, sn,
+                               slot, k_cache, v_cache, row_b);
 }
-
 template <typename A>
 using rope_kernel_t = void (*)(A *, int32_t, int32_t, int32_t, const A *, const A *, float, int64_t, const int32_t *,
                                float, const int32_t *, void *, void *, int64_t);
