@@ -249,8 +249,10 @@ static const route_key route_keys[] = {
      "`on` runs them as one grid of resident CTAs whose phases meet at grid barriers, with the same arithmetic in the "
      "same order (the same cache rows and outputs bit for bit). For int4 projections of ours on the decode GEMVs, "
      "head dim 128, a bf16 KV cache, no output gate (Qwen3-Next) and no tensor parallelism; elsewhere the launches "
-     "run. `auto` is `off` until measured; the grid must be resident at once, so a GPU shared with other processes' "
-     "kernels (MPS) should run `off`; the cpu backend runs the ops",
+     "run. `auto` is `off`: on an H100 `on` made fp8 decode at B = 1 16 % slower (docs/RESULTS.md 2.23: the phases "
+     "and five barriers take ~35 us a layer against the chain's ~33, and the MoE block after it loses its early start "
+     "under PDL); the grid must be resident at once, so a GPU shared with other processes' kernels (MPS) should run "
+     "`off`; the cpu backend runs the ops",
      now_attn_persistent},
     {"moe.act_scale",
      FIELD(moe_act_scale),

@@ -240,7 +240,8 @@ bool fm_routes_moe_persistent(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
  * barriers (attn_decode_block.cu), instead of eight launches; the same bits. int4-tc projections on the decode GEMVs,
- * head dim 128, a bf16 cache, no output gate and no tensor parallelism. `auto` is off (not yet measured). */
+ * head dim 128, a bf16 cache, no output gate and no tensor parallelism. `auto` is off (16 % slower a decode step
+ * on an H100: docs/RESULTS.md 2.23). */
 bool fm_routes_attn_persistent(const fm_routes *r);
 /* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route
  * moe.act_scale=token): for a step of P routed pairs over E experts, top-k, on the grouped GEMM (not the decode
