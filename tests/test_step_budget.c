@@ -10,6 +10,8 @@
  *     modelled step is within 2 x the decode-only step); every prompt completes; every request's greedy tokens are
  *     those of the same run under the fixed budget (the budget decides which rows share a step, not what a row
  *     computes);
+ *   - the prompts' turn: while more prompts wait than sequences decode a step takes the whole budget, whatever the
+ *     estimates (one stream and two waiting prompts: the room, where one waiting prompt got the floor);
  *   - the options: the default is fixed (until measured on a GPU), latency with R = 2 by default, a ratio alone
  *     selects latency; latency or a ratio with mixed steps off, a ratio
  *     with fixed, a ratio below 1 are refused by name; a rank of an --ep/--tp group keeps the fixed budget (each rank
@@ -40,13 +42,13 @@ static fm_step_budget budget_of(int64_t tokens, bool latency, double ratio, int3
 static void test_estimates(void **state) {
     (void)state;
     fm_step_budget b = budget_of(520, true, 2.0, 8);
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 512); /* nothing measured: the fixed budget */
-    fm_step_budget_observe(&b, 8, 0, 6.0);                /* a decode-only step of 8 rows: 6 ms */
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 512); /* no prefill cost yet */
-    fm_step_budget_observe(&b, 8, 512, 30.0);             /* 24 ms for 512 prompt tokens */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512); /* nothing measured: the fixed budget */
+    fm_step_budget_observe(&b, 8, 0, 6.0);                   /* a decode-only step of 8 rows: 6 ms */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512); /* no prefill cost yet */
+    fm_step_budget_observe(&b, 8, 512, 30.0);                /* 24 ms for 512 prompt tokens */
     assert_true(fabs(b.token_ms - 24.0 / 512) < 1e-12);
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 128);             /* 6 ms more at most: 128 tokens */
-    assert_int_equal(fm_step_budget_prefill(&b, 0), 520);             /* no stream waits: the whole budget */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 128);          /* 6 ms more at most: 128 tokens */
+    assert_int_equal(fm_step_budget_prefill(&b, 0, 1), 520);          /* no stream waits: the whole budget */
     assert_true(fabs(fm_step_budget_decode_ms(&b, 5) - 6.0) < 1e-12); /* the nearest batch measured */
     assert_true(fm_step_budget_decode_ms(&b, 9) == 0.0);              /* beyond the batch: none */
     /* a one-off stall (a graph capture) of 100x moves the decode estimate by a quarter */
@@ -56,26 +58,31 @@ static void test_estimates(void **state) {
     assert_true(fabs(fm_step_budget_decode_ms(&b, 8) - 6.0) < 1e-3);
     /* dear prefill: the floor; cheap: the room; measured free: the room */
     b.token_ms = 1.0;
-    assert_int_equal(fm_step_budget_prefill(&b, 8), FM_STEP_PREFILL_FLOOR);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), FM_STEP_PREFILL_FLOOR);
     b.token_ms = 1e-4;
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512);
     b.token_ms = 0.0;
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512);
+    /* more prompts waiting than sequences decoding: the whole budget (the prompts' turn); as many: the share */
+    b.token_ms = 24.0 / 512;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 9), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 8), 128);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 0), 128);
     /* R = 3 doubles the share of R = 2 */
     b.ratio = 3.0, b.token_ms = 24.0 / 512;
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 256);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 256);
     fm_step_budget_free(&b);
 
     /* a budget smaller than the floor: the floor is what the decode rows leave */
     b = budget_of(40, true, 2.0, 4);
     fm_step_budget_observe(&b, 4, 0, 1.0), fm_step_budget_observe(&b, 4, 30, 100.0);
-    assert_int_equal(fm_step_budget_prefill(&b, 4), 36);
+    assert_int_equal(fm_step_budget_prefill(&b, 4, 1), 36);
     fm_step_budget_free(&b);
 
     /* fixed: the room, whatever was measured */
     b = budget_of(520, false, 2.0, 8);
     fm_step_budget_observe(&b, 8, 0, 6.0), fm_step_budget_observe(&b, 8, 512, 300.0);
-    assert_int_equal(fm_step_budget_prefill(&b, 8), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512);
     fm_step_budget_free(&b);
 
     fm_error err;
@@ -91,7 +98,7 @@ static void test_settles_on_affine_cost(void **state) {
     int64_t p = 0;
     double ms = 0.0;
     for (int i = 0; i < 60; i++) {
-        p = fm_step_budget_prefill(&b, 8);
+        p = fm_step_budget_prefill(&b, 8, 1);
         ms = 6.0 + 4.0 + 0.02 * (double)p;
         fm_step_budget_observe(&b, 8, p, ms);
     }
@@ -271,6 +278,74 @@ static void test_share_follows_cost(void **state) {
     free(fixed), free(lat), free(t);
 }
 
+/* The prompts' turn: one stream decodes with prefill dear (the share at the floor while one prompt waits); when three
+ * prompts wait beside the one stream, each step takes the whole budget until no more prompts wait than sequences
+ * decode (a load of many prompts at once would otherwise settle at a few streams and starved prompts) */
+static void test_prompts_turn(void **state) {
+    (void)state;
+    fm_status st;
+    fm_error err;
+    fm_model *m = load(FM_STEP_BUDGET_LATENCY, 2.0, 0, &st, &err);
+    if (st) fail_msg("load: %s", err.msg);
+    fm_sched *s;
+    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
+    model_clock mc = {s, 1000.0, 0.5, 0, 0, 0}; /* prefill dear: 0.5 ms a token */
+    fm_sched_set_clock(s, model_now, &mc);
+    const int32_t V = fm_model_vocab_size(m);
+    static int32_t stream_prompt[8], prompts[4][LONG];
+    for (int i = 0; i < 8; i++) stream_prompt[i] = (3 * i + 1) % V;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < LONG; i++) prompts[k][i] = (7 * i + 11 * k + 5) % V;
+    outputs *o = calloc(1, sizeof *o);
+    fm_sched_request q;
+    fm_sched_request_init(&q);
+    q.prompt = stream_prompt, q.n_prompt = 8, q.params.max_tokens = STREAM_NEW, q.params.ignore_eos = true;
+    q.on_event = on_stream, q.user = o;
+    int64_t id;
+    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+    prompt_user users[4];
+    bool busy;
+    fm_sched_stats sn;
+    int32_t submitted = 0;
+    /* one prompt at a time until two have completed: both estimates exist and the share is at the floor */
+    for (int n = 0; n < 400 && o->done < 2; n++) {
+        fm_sched_get_stats(s, &sn);
+        if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) {
+            users[submitted] = (prompt_user){o, submitted};
+            fm_sched_request_init(&q);
+            q.prompt = prompts[submitted], q.n_prompt = LONG, q.params.max_tokens = 1, q.params.ignore_eos = true;
+            q.on_event = on_prompt, q.user = &users[submitted];
+            if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+            submitted++;
+        }
+        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+        fm_sched_get_stats(s, &sn);
+        if (submitted == 2 && sn.last_prefill_rows > 0 && sn.last_decode_rows > 0)
+            assert_int_equal(sn.last_prefill_limit, FM_STEP_PREFILL_FLOOR); /* one waits, one decodes: the share */
+    }
+    assert_int_equal(o->done, 2);
+    /* two prompts at once beside the one stream: the whole budget while more wait than decode */
+    for (int k = 2; k < 4; k++) {
+        users[k] = (prompt_user){o, k};
+        fm_sched_request_init(&q);
+        q.prompt = prompts[k], q.n_prompt = LONG, q.params.max_tokens = 1, q.params.ignore_eos = true;
+        q.on_event = on_prompt, q.user = &users[k];
+        if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+    }
+    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+    fm_sched_get_stats(s, &sn);
+    assert_int_equal(sn.last_decode_rows, 1);
+    assert_int_equal(sn.last_prefill_limit, PASS - 1); /* the room beside the stream's row */
+    printf("prompts' turn: 2 waiting beside 1 stream: a step's prompt share %lld (1 waiting: %d)\n",
+           (long long)sn.last_prefill_limit, FM_STEP_PREFILL_FLOOR);
+    for (int n = 0; n < 400 && busy; n++)
+        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+    assert_int_equal(o->done, 4);
+    free(o);
+    fm_sched_free(s);
+    fm_model_free(m);
+}
+
 /* the real clock: the same tokens (whatever share the CPU's times choose) */
 static void test_wall_clock_same_tokens(void **state) {
     (void)state;
@@ -346,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_estimates),
         cmocka_unit_test(test_settles_on_affine_cost),
         cmocka_unit_test(test_share_follows_cost),
+        cmocka_unit_test(test_prompts_turn),
         cmocka_unit_test(test_wall_clock_same_tokens),
         cmocka_unit_test(test_options),
     };

@@ -581,7 +581,10 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
     const int32_t n_dec = decode_rows(s);
     int32_t n_chunks;
-    s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec);
+    int32_t n_wait = 0; /* requests waiting for (the rest of) their prompt */
+    for (int32_t i = 0; i < s->n; i++)
+        n_wait += (s->reqs[i]->state == RQ_PREFILL || s->reqs[i]->state == RQ_WAITING) && !s->reqs[i]->cancel;
+    s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec, n_wait);
     fm_status st = prefill_rows(s, s->prefill_limit, &n_chunks, err);
     if (st) return st;
     if (n_dec || n_chunks) *busy = true;

@@ -37,11 +37,11 @@ double fm_step_budget_decode_ms(const fm_step_budget *b, int32_t n_dec) {
     return 0.0;
 }
 
-int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec) {
+int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec, int32_t n_wait) {
     const int64_t room = b->tokens - n_dec;
     if (room <= 0) return 0;
     const double dec = fm_step_budget_decode_ms(b, n_dec);
-    if (!b->latency || n_dec == 0 || dec <= 0.0 || b->token_ms < 0.0) return room;
+    if (!b->latency || n_dec == 0 || n_wait > n_dec || dec <= 0.0 || b->token_ms < 0.0) return room;
     if (b->token_ms == 0.0) return room; /* prefill measured free beside the decode rows */
     const double share = (b->ratio - 1.0) * dec / b->token_ms;
     const int64_t floor = FM_STEP_PREFILL_FLOOR < room ? FM_STEP_PREFILL_FLOOR : room;

@@ -8,7 +8,9 @@
  *     prefill <= (ratio - 1) x decode_ms(batch) / token_ms
  * at least FM_STEP_PREFILL_FLOOR (prompts keep moving even where prefill is dear), at most what the fixed budget
  * leaves. A step without decode rows takes the whole budget (no stream waits on it: a prompt's time to first token
- * is what counts then), and so does every step before both estimates exist.
+ * is what counts then), and so does every step before both estimates exist, and every step while more prompts wait
+ * than sequences decode: the share follows the decode batch, and a batch kept small by waiting prompts would keep
+ * them waiting (a load of many long prompts at once otherwise settles at a few streams and starved prompts).
  *
  * The marginal cost need not be linear: on a GPU the first prefill rows of a step are cheap (the weights are read
  * for the decode rows anyway) and later ones cost more. The estimate is the average cost per token at the shares
@@ -41,8 +43,9 @@ fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, d
                               fm_error *err);
 void fm_step_budget_free(fm_step_budget *b);
 
-/* The prefill tokens a step with n_dec decode rows may hold (0 when the decode rows fill the fixed budget). */
-int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec);
+/* The prefill tokens a step with n_dec decode rows may hold while n_wait requests wait for (the rest of) their
+ * prompt (0 when the decode rows fill the fixed budget). */
+int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec, int32_t n_wait);
 /* A step ran: n_dec decode rows and n_prefill prefill rows in ms milliseconds of wall time. */
 void fm_step_budget_observe(fm_step_budget *b, int32_t n_dec, int64_t n_prefill, double ms);
 /* The decode-only step's estimated time at batch n_dec (the nearest batch measured); 0 before any. */
