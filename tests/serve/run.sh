@@ -144,7 +144,9 @@ grep -q '"max_position_embeddings": *1024' "$C1K/config.json"
 MODEL_SAVED=$MODEL; MODEL=$C1K
 start ctx1024
 MODEL=$MODEL_SAVED
-curl -s "http://127.0.0.1:$(cat "$OUT/ctx1024.port")/v1/models" | grep -q '"max_model_len":1024' || { echo "the 1024-token model"; exit 1; }
+# the reply read whole first: under pipefail, grep -q closing the pipe at its match can fail curl with SIGPIPE
+models=$(curl -s "http://127.0.0.1:$(cat "$OUT/ctx1024.port")/v1/models")
+grep -q '"max_model_len":1024' <<<"$models" || { echo "the 1024-token model"; exit 1; }
 kill -TERM "${pids[-1]}"; wait "${pids[-1]}"; unset 'pids[-1]'
 echo "  ok  a model with max_position_embeddings 1024 serves with no option (max_model_len 1024)"
 
@@ -165,7 +167,8 @@ s1=$(complete "$(ids 10 58 200 220)"); s2=$(complete "$(ids 10 58 150 171)"); s3
   { echo "the same prompt twice: '$a1' then '$a2' (want 0 then 64 cached tokens, the same ids and log-probabilities)"; exit 1; }
 [ "${s1%% *}" = 0 ] && [ "${s2%% *}" = 0 ] && [ "${s3%% *}" = 48 ] ||
   { echo "a shared 48-token system prompt: $s1 / $s2 / $s3 (want 0, 0, then 48 cached tokens)"; exit 1; }
-curl -s "$NEXT/metrics" | grep -q '^fp8moe_state_snapshot_restores_total 2$' || { echo "snapshot restores"; curl -s "$NEXT/metrics" | grep state_; exit 1; }
+metrics=$(curl -s "$NEXT/metrics") # whole, as above
+grep -q '^fp8moe_state_snapshot_restores_total 2$' <<<"$metrics" || { echo "snapshot restores"; grep state_ <<<"$metrics"; exit 1; }
 echo "  ok  the same prompt again maps the 64 tokens before its last boundary (same ids and log-probabilities); the third"
 echo "      prompt sharing a system prompt maps it (the second took the snapshot); 2 snapshot restores in /metrics"
 
