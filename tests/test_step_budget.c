@@ -183,6 +183,26 @@ static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_token
     return m;
 }
 
+/* submits the stream (STREAM_NEW tokens after an 8-token prompt) and prompt k (LONG tokens, 1 new) */
+static void submit_stream(fm_sched *s, const int32_t *prompt, outputs *o) {
+    fm_sched_request q;
+    fm_sched_request_init(&q);
+    q.prompt = prompt, q.n_prompt = 8, q.params.max_tokens = STREAM_NEW, q.params.ignore_eos = true;
+    q.on_event = on_stream, q.user = o;
+    int64_t id;
+    fm_error err;
+    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+}
+static void submit_prompt(fm_sched *s, const int32_t *prompt, prompt_user *u) {
+    fm_sched_request q;
+    fm_sched_request_init(&q);
+    q.prompt = prompt, q.n_prompt = LONG, q.params.max_tokens = 1, q.params.ignore_eos = true;
+    q.on_event = on_prompt, q.user = u;
+    int64_t id;
+    fm_error err;
+    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+}
+
 /* One stream of STREAM_NEW tokens; once it decodes, N_PROMPTS prompts of LONG tokens (1 new token each), the next
  * submitted whenever none is waiting or prefilling. The clock models the cost when `clock` is set. */
 static void run(fm_step_budget_mode mode, bool clock, outputs *o, trace *t) {
@@ -200,12 +220,7 @@ static void run(fm_step_budget_mode mode, bool clock, outputs *o, trace *t) {
     for (int i = 0; i < 8; i++) seed = seed * 1664525u + 1013904223u, stream_prompt[i] = (int32_t)((seed >> 8) % V);
     for (int k = 0; k < N_PROMPTS; k++)
         for (int i = 0; i < LONG; i++) seed = seed * 1664525u + 1013904223u, prompts[k][i] = (int32_t)((seed >> 8) % V);
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = stream_prompt, q.n_prompt = 8, q.params.max_tokens = STREAM_NEW, q.params.ignore_eos = true;
-    q.on_event = on_stream, q.user = o;
-    int64_t id;
-    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+    submit_stream(s, stream_prompt, o);
     prompt_user users[N_PROMPTS];
     int32_t submitted = 0;
     for (int64_t n = 0; n < 4000; n++) {
@@ -214,10 +229,7 @@ static void run(fm_step_budget_mode mode, bool clock, outputs *o, trace *t) {
         if (o->n_stream >= 3 && submitted < N_PROMPTS && before.waiting == 0 && submitted == o->done &&
             before.running <= 1) {
             users[submitted] = (prompt_user){o, submitted};
-            fm_sched_request_init(&q);
-            q.prompt = prompts[submitted], q.n_prompt = LONG, q.params.max_tokens = 1, q.params.ignore_eos = true;
-            q.on_event = on_prompt, q.user = &users[submitted];
-            if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+            submit_prompt(s, prompts[submitted], &users[submitted]);
             submitted++;
         }
         const int32_t phase = o->done < DEAR_UNTIL ? 0 : o->done < CHEAP_UNTIL ? 1 : 2;
@@ -297,12 +309,7 @@ static void test_prompts_turn(void **state) {
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < LONG; i++) prompts[k][i] = (7 * i + 11 * k + 5) % V;
     outputs *o = calloc(1, sizeof *o);
-    fm_sched_request q;
-    fm_sched_request_init(&q);
-    q.prompt = stream_prompt, q.n_prompt = 8, q.params.max_tokens = STREAM_NEW, q.params.ignore_eos = true;
-    q.on_event = on_stream, q.user = o;
-    int64_t id;
-    if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+    submit_stream(s, stream_prompt, o);
     prompt_user users[4];
     bool busy;
     fm_sched_stats sn;
@@ -312,10 +319,7 @@ static void test_prompts_turn(void **state) {
         fm_sched_get_stats(s, &sn);
         if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) {
             users[submitted] = (prompt_user){o, submitted};
-            fm_sched_request_init(&q);
-            q.prompt = prompts[submitted], q.n_prompt = LONG, q.params.max_tokens = 1, q.params.ignore_eos = true;
-            q.on_event = on_prompt, q.user = &users[submitted];
-            if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
+            submit_prompt(s, prompts[submitted], &users[submitted]);
             submitted++;
         }
         if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
@@ -325,13 +329,7 @@ static void test_prompts_turn(void **state) {
     }
     assert_int_equal(o->done, 2);
     /* two prompts at once beside the one stream: the whole budget while more wait than decode */
-    for (int k = 2; k < 4; k++) {
-        users[k] = (prompt_user){o, k};
-        fm_sched_request_init(&q);
-        q.prompt = prompts[k], q.n_prompt = LONG, q.params.max_tokens = 1, q.params.ignore_eos = true;
-        q.on_event = on_prompt, q.user = &users[k];
-        if (fm_sched_submit(s, &q, &id, &err)) fail_msg("%s", err.msg);
-    }
+    for (int k = 2; k < 4; k++) users[k] = (prompt_user){o, k}, submit_prompt(s, prompts[k], &users[k]);
     if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
     fm_sched_get_stats(s, &sn);
     assert_int_equal(sn.last_decode_rows, 1);
