@@ -78,6 +78,8 @@ FM_TEST_FILTER='test_router*' timeout 300 ./build/tests/gpu/test_cuda_ops --rout
 # GPU's own unfused chain bit for bit, and the CPU reference within the op's bound; then without PDL
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused >"$out/gpu_ops_fused.log" 2>&1; fused_rc=$?
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, pdl=off $?"
+# the decode attention block in one launch (attn.persistent) against the chain it replaces, bit for bit
+timeout 300 ./build/tests/gpu/test_cuda_attn_block >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, attention block $?"
 # the fold GEMM (route w4a8.kernel=fold: int4-p2 experts, group scales in the e4m3 operand, per-token activations)
 # against its CPU emulation, the quantizer and the repack bit for bit, the moe op under the route
 timeout 300 ./build/tests/gpu/test_cuda_fold >"$out/gpu_fold.log" 2>&1; fold_rc=$?
@@ -172,6 +174,13 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_ops_fused \
         >"$out/memcheck_fused.log" 2>&1
     m="$m, fused decode ops $?"
+    # the persistent attention block: its grid barriers, the split CTAs' named barriers, the prefetched rounds
+    # (racecheck left out: it reports hazards across __syncthreads in this kernel, bench/NOTES.md thirty-fourth session)
+    for tool in memcheck synccheck; do
+        compute-sanitizer --tool $tool --error-exitcode 3 ./build/tests/gpu/test_cuda_attn_block \
+            >"$out/${tool}_attn_block.log" 2>&1
+        m="$m, attention block $tool $?"
+    done
     compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_fold >"$out/memcheck_fold.log" 2>&1
     m="$m, fold GEMM $?"
     compute-sanitizer --tool racecheck --error-exitcode 3 ./build/tests/gpu/test_cuda_fold >"$out/racecheck_fold.log" 2>&1
