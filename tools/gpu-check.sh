@@ -175,7 +175,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
         >"$out/memcheck_fused.log" 2>&1
     m="$m, fused decode ops $?"
     # the persistent attention block: its grid barriers, the split CTAs' named barriers, the prefetched rounds
-    # (racecheck left out: it reports hazards across __syncthreads in this kernel, bench/NOTES.md thirty-fourth session)
+    # (racecheck left out: it misreports hazards after a partial named barrier, lab/racecheck_named_barrier.cu)
     for tool in memcheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 3 ./build/tests/gpu/test_cuda_attn_block \
             >"$out/${tool}_attn_block.log" 2>&1
