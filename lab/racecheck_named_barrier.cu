@@ -28,7 +28,7 @@ template <bool NAMED> __global__ void kernel(float *out) {
     }
     /* phase 2: every thread, barrier 0 between the write and the reads */
     b[t] = c[t & 127] * 2.0f; /* phase 1's results */
-    a[t] = 1.0f;             /* over phase 1's reads of a */
+    a[t] = 1.0f;              /* over phase 1's reads of a */
     __syncthreads();
     out[blockIdx.x * 256 + t] = b[255 - t];
     __syncthreads();
