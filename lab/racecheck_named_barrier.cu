@@ -2,9 +2,9 @@
 // persistent attention block (src/backend/cuda/attn_decode_block.cu) runs the split kernel's CTA in warps 0-3 with
 // `bar.sync 1, 128` while warps 4-7 wait at barrier 0, and racecheck then reports hazards between accesses that
 // __syncthreads separates. This kernel has the same shape and no race: warps 0-3 use shared memory behind the named
-// barrier, then every thread writes and reads another region with __syncthreads between. Build and run:
-//   nvcc -std=c++20 -O2 -gencode=arch=compute_90a,code=sm_90a lab/racecheck_named_barrier.cu -o build/lab/rc_nb
-//   compute-sanitizer --tool racecheck build/lab/rc_nb [named|plain]
+// barrier, then every thread writes and reads another region with __syncthreads between. Build and run (from the
+// repository root): make -C lab racecheck_named_barrier, then
+//   compute-sanitizer --tool racecheck build/lab/racecheck_named_barrier [named|plain]
 // "plain" runs the same kernel with the first phase under __syncthreads by all warps (the control).
 #include <cstdio>
 #include <cstring>
