@@ -1,19 +1,26 @@
 // The decode attention block for one token in one persistent launch (attn_decode_block.cuh). A grid of at most as
 // many CTAs as can be resident at once (PB_THREADS threads, <= 128 registers, the split kernel's 68 KB of dynamic
 // shared memory at head dim 128: 2 an SM), phases meeting at grid barriers:
-//   0  the CTAs with a QKV "virtual CTA" (one CTA of the decode GEMV: 8 / KS row blocks of 16 rows x KS slices of K,
-//      the GEMV's own, so every fp32 chain is the GEMV's) quantize x to e4m3 per 128-group from L2 (the quantizer
-//      kernel's arithmetic), then walk their virtual CTAs: qkv = bf16(acc)
+//   0  before the PDL wait each CTA with a QKV "virtual CTA" (one CTA of the decode GEMV: 8 / KS row blocks of 16
+//      rows x KS slices of K, the GEMV's own, so every fp32 chain is the GEMV's) cp.asyncs its warps' first round of
+//      weights into shared memory; after it, stages x (L2, one round trip), quantizes it to e4m3 per 128-group (the
+//      quantizer kernel's arithmetic) and walks its virtual CTAs: qkv = bf16(acc)
 //   1  warp w of the grid takes heads w, w + W, ... of the row: q and k normed and rotated in place (the RoPE
 //      kernel's code, rope_device.cuh), k and v stored in the token's cache slot
 //   2  warps 0-3 of each CTA run CTAs of the split kernel ((kv head group, split) pairs; attention_paged_split.cuh,
 //      its barriers named for those 128 threads, Q read from shared memory per tile under the 128-register bound):
-//      each split's partial to the scratch, or att itself when there is one split
-//   3  (splits > 1) thread i of the grid merges output element i: the combine kernel's arithmetic
-//   4  the o projection as phase 0's GEMV, each CTA with a virtual CTA quantizing att (L2) first: y = bf16(acc)
+//      each split's partial to the scratch, or att itself when there is one split; then each CTA with an o virtual
+//      CTA cp.asyncs its first round of o weights into the split's (now free) shared memory
+//   3  (splits > 1) CTA c merges query head c, c + grid, ...: the combine kernel's arithmetic (apg_combine_head)
+//   4  the o projection as phase 0's GEMV from att (L2): y = bf16(acc)
 //   5  CTA 0: acc += y, out = rmsnorm(acc) * norm (the GEMV tail's row code, row_tail.cuh: add_rmsnorm's bits)
 // Floor (Qwen3-30B-A3B, context 2048): 5.4 MB of QKV codes and scales + 4.2 MB of o + 4 MB of K and V = 13.6 MB,
-// 3.2 us at 4.25 TB/s; the chain takes ~34 us a layer under a graph (H100, RESULTS 2.22).
+// 3.2 us at 4.25 TB/s. Measured (H100, CTA 0's clock at each boundary, lab build -DADB_TIMES, docs/RESULTS.md 2.23):
+// QKV 4.1, RoPE 1.9, split 8.4, combine ~3.9, o 4.7, tail 1.5 us and five barriers of 1.7-3.1: ~35 us a layer against
+// the chain's ~32.6 under a graph, and the MoE block after it 4 us slower (neither whole-GPU kernel starts under the
+// other): a decode step 16 % slower, so route attn.persistent is off. Kept as the attention half of a one-launch
+// layer. compute-sanitizer: memcheck and synccheck clean; racecheck misreports after the split phase's partial named
+// barrier (lab/racecheck_named_barrier.cu shows the tool doing so on a race-free kernel).
 #include <string.h>
 
 #include "backend/cuda/attention_paged_split.cuh"
