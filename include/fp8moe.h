@@ -191,12 +191,17 @@ typedef struct fm_options {
                                         (LATENCY is refused for a rank of an --ep/--tp group). Refused with mixed
                                         steps off */
     double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
+    int32_t prompt_wait_steps;       /* --max-prompt-wait-steps: LATENCY's prompt wait W: a mixed step's share at
+                                        least the waiting prompts' tokens over the steps left before the one waiting
+                                        longest has waited W steps; 0: 40; -1: off (the share by time alone). As
+                                        the ratio: refused with FIXED, selects LATENCY when given with AUTO */
     fm_kv_dtype kv_cache;            /* generation (--kv-cache): the KV cache's format, FM_KV_ACT (0) unless asked;
                                         e4m3 is refused without a cache (max_seqs 0), with fp32 activations (ref32)
                                         and on cuda for head dims that are not a multiple of 16 */
 } fm_options;
 
 #define FM_DEFAULT_MAX_TOKENS 2048
+#define FM_PROMPT_WAIT_STEPS_MAX 1000000 /* fm_options.prompt_wait_steps at most */
 
 void fm_options_init(fm_options *opt);
 
@@ -308,6 +313,8 @@ int64_t fm_context_max_step_tokens(const fm_context *c);
 /* How the load resolved fm_options.step_budget: FIXED or LATENCY (FIXED when mixed steps are off), and LATENCY's
  * ratio into *ratio (may be NULL). */
 fm_step_budget_mode fm_context_step_budget(const fm_context *c, double *ratio);
+/* LATENCY's prompt wait W in steps as the load resolved it (fm_options.prompt_wait_steps); 0 when off or FIXED. */
+int32_t fm_context_prompt_wait_steps(const fm_context *c);
 /* The KV cache's blocks: held by a sequence (cached blocks no sequence holds count as free), and in the pool; 0 and 0
  * without a KV cache. */
 void fm_context_kv_blocks(const fm_context *c, int32_t *used, int32_t *total);

@@ -12,9 +12,13 @@
  *     computes);
  *   - the prompts' turn: while more prompts wait than sequences decode a step takes the whole budget, whatever the
  *     estimates (one stream and two waiting prompts: the room, where one waiting prompt got the floor);
+ *   - the prompt wait W: the share at least the waiting prompts' tokens over the steps left before the one waiting
+ *     longest has waited W steps (the unit's arithmetic; in the scheduler, W = 2 finishes each 200-token prompt in
+ *     2 steps where the floor takes 4, and the default W = 40 leaves the floor);
  *   - the options: the default is fixed (until measured on a GPU), latency with R = 2 by default, a ratio alone
  *     selects latency; latency or a ratio with mixed steps off, a ratio
- *     with fixed, a ratio below 1 are refused by name; a rank of an --ep/--tp group keeps the fixed budget (each rank
+ *     with fixed, a ratio below 1 are refused by name; the prompt wait is 40 under latency, as given, or off, selects
+ *     latency alone, and is refused where the ratio is and out of range; a rank of an --ep/--tp group keeps the fixed budget (each rank
  *     schedules for itself, in step with the others: shares sized by each rank's clock would differ) and refuses
  *     latency by name. */
 #include <stdarg.h>
@@ -35,20 +39,27 @@
 static fm_step_budget budget_of(int64_t tokens, bool latency, double ratio, int32_t max_batch) {
     fm_step_budget b;
     fm_error err;
-    if (fm_step_budget_init(&b, tokens, latency, ratio, max_batch, &err)) fail_msg("%s", err.msg);
+    if (fm_step_budget_init(&b, tokens, latency, ratio, 0, max_batch, &err)) fail_msg("%s", err.msg);
     return b;
+}
+
+/* n requests waiting, with no prompt tokens counted (the prompt wait's share plays no part) */
+static const fm_step_waiting *waiting(int32_t n) {
+    static fm_step_waiting w[16];
+    w[n] = (fm_step_waiting){n, 0, 0};
+    return &w[n];
 }
 
 static void test_estimates(void **state) {
     (void)state;
     fm_step_budget b = budget_of(520, true, 2.0, 8);
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512); /* nothing measured: the fixed budget */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512); /* nothing measured: the fixed budget */
     fm_step_budget_observe(&b, 8, 0, 6.0);                   /* a decode-only step of 8 rows: 6 ms */
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512); /* no prefill cost yet */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512); /* no prefill cost yet */
     fm_step_budget_observe(&b, 8, 512, 30.0);                /* 24 ms for 512 prompt tokens */
     assert_true(fabs(b.token_ms - 24.0 / 512) < 1e-12);
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 128);          /* 6 ms more at most: 128 tokens */
-    assert_int_equal(fm_step_budget_prefill(&b, 0, 1), 520);          /* no stream waits: the whole budget */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 128);          /* 6 ms more at most: 128 tokens */
+    assert_int_equal(fm_step_budget_prefill(&b, 0, waiting(1)), 520);          /* no stream waits: the whole budget */
     assert_true(fabs(fm_step_budget_decode_ms(&b, 5) - 6.0) < 1e-12); /* the nearest batch measured */
     assert_true(fm_step_budget_decode_ms(&b, 9) == 0.0);              /* beyond the batch: none */
     /* a one-off stall (a graph capture) of 100x moves the decode estimate by a quarter */
@@ -58,35 +69,69 @@ static void test_estimates(void **state) {
     assert_true(fabs(fm_step_budget_decode_ms(&b, 8) - 6.0) < 1e-3);
     /* dear prefill: the floor; cheap: the room; measured free: the room */
     b.token_ms = 1.0;
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), FM_STEP_PREFILL_FLOOR);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), FM_STEP_PREFILL_FLOOR);
     b.token_ms = 1e-4;
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512);
     b.token_ms = 0.0;
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512);
     /* more prompts waiting than sequences decoding: the whole budget (the prompts' turn); as many: the share */
     b.token_ms = 24.0 / 512;
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 9), 512);
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 8), 128);
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 0), 128);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(9)), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(8)), 128);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(0)), 128);
     /* R = 3 doubles the share of R = 2 */
     b.ratio = 3.0, b.token_ms = 24.0 / 512;
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 256);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 256);
     fm_step_budget_free(&b);
 
     /* a budget smaller than the floor: the floor is what the decode rows leave */
     b = budget_of(40, true, 2.0, 4);
     fm_step_budget_observe(&b, 4, 0, 1.0), fm_step_budget_observe(&b, 4, 30, 100.0);
-    assert_int_equal(fm_step_budget_prefill(&b, 4, 1), 36);
+    assert_int_equal(fm_step_budget_prefill(&b, 4, waiting(1)), 36);
     fm_step_budget_free(&b);
 
     /* fixed: the room, whatever was measured */
     b = budget_of(520, false, 2.0, 8);
     fm_step_budget_observe(&b, 8, 0, 6.0), fm_step_budget_observe(&b, 8, 512, 300.0);
-    assert_int_equal(fm_step_budget_prefill(&b, 8, 1), 512);
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512);
     fm_step_budget_free(&b);
 
     fm_error err;
-    assert_int_equal(fm_step_budget_init(&b, 520, true, 0.5, 8, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_step_budget_init(&b, 520, true, 0.5, 0, 8, &err), FM_ERR_USAGE);
+    assert_int_equal(fm_step_budget_init(&b, 520, true, 2.0, -1, 8, &err), FM_ERR_USAGE);
+}
+
+/* The prompt wait W: the share at least the waiting prompts' tokens over the steps left before the one waiting
+ * longest has waited W steps; never less than the share by time, never more than the room */
+static void test_prompt_wait_share(void **state) {
+    (void)state;
+    fm_step_budget b;
+    fm_error err;
+    if (fm_step_budget_init(&b, 520, true, 2.0, 40, 8, &err)) fail_msg("%s", err.msg);
+    fm_step_budget_observe(&b, 8, 0, 6.0);
+    b.token_ms = 1.0; /* dear prefill: the share by time is the floor */
+    fm_step_waiting w = {1, 1800, 0};
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), FM_STEP_PREFILL_FLOOR); /* 1800 / 40 = 45: the floor */
+    w.oldest_steps = 30;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 180); /* 1800 over the 10 steps left */
+    w.oldest_steps = 33;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 258); /* ceil(1800 / 7) */
+    w.oldest_steps = 39;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 512); /* one step left: the room */
+    w.oldest_steps = 400;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 512); /* waited past W: the room */
+    w = (fm_step_waiting){2, 100, 39};
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 100); /* all that waits, no more */
+    b.token_ms = 24.0 / 512;                                   /* the share by time: 128 */
+    w = (fm_step_waiting){1, 1800, 30};
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 180);
+    w.oldest_steps = 10;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 128); /* 60 < 128: the share by time */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, NULL), 128);
+    b.wait_steps = 0; /* off: the share by time alone */
+    w.oldest_steps = 39;
+    assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 128);
+    fm_step_budget_free(&b);
 }
 
 /* A GPU-like cost: a mixed step pays a fixed 4 ms (its launches, the experts a chunk touches) and 0.02 ms a token
@@ -98,7 +143,7 @@ static void test_settles_on_affine_cost(void **state) {
     int64_t p = 0;
     double ms = 0.0;
     for (int i = 0; i < 60; i++) {
-        p = fm_step_budget_prefill(&b, 8, 1);
+        p = fm_step_budget_prefill(&b, 8, waiting(1));
         ms = 6.0 + 4.0 + 0.02 * (double)p;
         fm_step_budget_observe(&b, 8, p, ms);
     }
@@ -170,7 +215,8 @@ typedef struct trace {
     double ms[4096], dec_est[4096];
 } trace;
 
-static int32_t load_ep_ranks = 0; /* fm_options.ep_ranks of the next loads (rank 0 of them) */
+static int32_t load_ep_ranks = 0;     /* fm_options.ep_ranks of the next loads (rank 0 of them) */
+static int32_t load_prompt_wait = 0;  /* fm_options.prompt_wait_steps of the next loads */
 
 static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_tokens, fm_status *st, fm_error *err) {
     fm_options opt;
@@ -178,6 +224,7 @@ static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_token
     opt.ep_ranks = load_ep_ranks, opt.ep_rank = 0;
     opt.max_seqs = SEQS, opt.ctx = PASS, opt.max_tokens = PASS, opt.prefix_cache = false;
     opt.max_step_tokens = step_tokens, opt.step_budget = mode, opt.step_latency_ratio = ratio;
+    opt.prompt_wait_steps = load_prompt_wait;
     fm_model *m = NULL;
     *st = fm_model_load("tests/models/qwen3-moe-f32", &opt, &m, err);
     return m;
@@ -344,6 +391,73 @@ static void test_prompts_turn(void **state) {
     fm_model_free(m);
 }
 
+/* Steps from each prompt's submission to its first token, one 200-token prompt at a time beside one stream with
+ * prefill dear (the share by time at the floor of 64), under the prompt wait `wait` (-1: off); and the smallest prompt
+ * share of those steps */
+static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit) {
+    load_prompt_wait = wait;
+    fm_status st;
+    fm_error err;
+    fm_model *m = load(FM_STEP_BUDGET_LATENCY, 2.0, 0, &st, &err);
+    load_prompt_wait = 0;
+    if (st) fail_msg("load: %s", err.msg);
+    fm_sched *s;
+    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
+    model_clock mc = {s, 1000.0, 0.5, 0, 0, 0};
+    fm_sched_set_clock(s, model_now, &mc);
+    const int32_t V = fm_model_vocab_size(m);
+    static int32_t stream_prompt[8], prompts[4][LONG];
+    for (int i = 0; i < 8; i++) stream_prompt[i] = (3 * i + 1) % V;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < LONG; i++) prompts[k][i] = (7 * i + 11 * k + 5) % V;
+    outputs *o = calloc(1, sizeof *o);
+    submit_stream(s, stream_prompt, o);
+    prompt_user users[4];
+    bool busy = true;
+    fm_sched_stats sn;
+    int32_t submitted = 0;
+    *least_limit = PASS;
+    for (int n = 0; n < 400 && o->done < 4; n++) {
+        fm_sched_get_stats(s, &sn);
+        if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) {
+            users[submitted] = (prompt_user){o, submitted};
+            submit_prompt(s, prompts[submitted], &users[submitted]);
+            steps[submitted++] = 0;
+        }
+        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+        fm_sched_get_stats(s, &sn);
+        if (submitted > 0 && sn.last_prefill_rows > 0) steps[submitted - 1]++; /* its steps: only its rows wait */
+        /* the first prompt's steps come before the prefill cost is measured (the fixed budget) */
+        if (submitted > 1 && sn.last_prefill_rows > 0 && sn.last_prefill_limit < *least_limit)
+            *least_limit = sn.last_prefill_limit;
+    }
+    assert_int_equal(o->done, 4);
+    free(o);
+    fm_sched_free(s);
+    fm_model_free(m);
+}
+
+/* The prompt wait: with W = 2 each 200-token prompt is done in 2 steps (shares of 100 and 100) where the share by
+ * time alone (the floor, 64) takes 4; with the default W = 40 the floor rules (200 tokens over 40 steps is less) */
+static void test_prompt_wait(void **state) {
+    (void)state;
+    int32_t off[4], w2[4], dflt[4];
+    int64_t least_off, least_w2, least_dflt;
+    prompt_steps(-1, off, &least_off);
+    prompt_steps(2, w2, &least_w2);
+    prompt_steps(0, dflt, &least_dflt);
+    printf("steps to a 200-token prompt's first token (prompts 2-4): off %d %d %d, W = 2 %d %d %d, W = 40 %d %d %d\n",
+           off[1], off[2], off[3], w2[1], w2[2], w2[3], dflt[1], dflt[2], dflt[3]);
+    for (int k = 1; k < 4; k++) {
+        assert_int_equal(off[k], 4);
+        assert_int_equal(w2[k], 2);
+        assert_int_equal(dflt[k], 4);
+    }
+    assert_int_equal(least_off, FM_STEP_PREFILL_FLOOR);
+    assert_int_equal(least_w2, LONG / 2);
+    assert_int_equal(least_dflt, FM_STEP_PREFILL_FLOOR);
+}
+
 /* the real clock: the same tokens (whatever share the CPU's times choose) */
 static void test_wall_clock_same_tokens(void **state) {
     (void)state;
@@ -403,6 +517,33 @@ static void test_options(void **state) {
     refused(FM_STEP_BUDGET_FIXED, 3.0, 0, "--max-step-latency-ratio");
     refused(FM_STEP_BUDGET_LATENCY, 0.5, 0, "--max-step-latency-ratio");
     refused((fm_step_budget_mode)7, 0.0, 0, "--step-budget");
+    /* the prompt wait: 40 under latency by default, as given, off; alone it asks for latency; refused where the
+       ratio is, and out of range */
+    int32_t waits[][2] = {{0, 40}, {7, 7}, {-1, 0}};
+    for (int i = 0; i < 3; i++) {
+        load_prompt_wait = waits[i][0];
+        m = load(FM_STEP_BUDGET_LATENCY, 0.0, 0, &st, &err);
+        if (st) fail_msg("load: %s", err.msg);
+        assert_int_equal(fm_context_prompt_wait_steps(m->context), waits[i][1]);
+        fm_model_free(m);
+    }
+    load_prompt_wait = 0;
+    m = load(FM_STEP_BUDGET_FIXED, 0.0, 0, &st, &err);
+    assert_int_equal(fm_context_prompt_wait_steps(m->context), 0); /* fixed: no prompt wait */
+    fm_model_free(m);
+    load_prompt_wait = 9;
+    m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err);
+    if (st) fail_msg("load: %s", err.msg);
+    assert_int_equal(fm_context_step_budget(m->context, NULL), FM_STEP_BUDGET_LATENCY);
+    assert_int_equal(fm_context_prompt_wait_steps(m->context), 9);
+    fm_model_free(m);
+    refused(FM_STEP_BUDGET_FIXED, 0.0, 0, "--max-prompt-wait-steps");
+    refused(FM_STEP_BUDGET_AUTO, 0.0, -1, "--max-prompt-wait-steps");
+    load_prompt_wait = -2;
+    refused(FM_STEP_BUDGET_LATENCY, 0.0, 0, "--max-prompt-wait-steps");
+    load_prompt_wait = FM_PROMPT_WAIT_STEPS_MAX + 1;
+    refused(FM_STEP_BUDGET_LATENCY, 0.0, 0, "--max-prompt-wait-steps");
+    load_prompt_wait = 0;
     /* a rank of a group (each rank runs its own scheduler in step with the others): fixed, and latency refused */
     load_ep_ranks = 2;
     m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err);
@@ -411,6 +552,9 @@ static void test_options(void **state) {
     fm_model_free(m);
     refused(FM_STEP_BUDGET_LATENCY, 0.0, 0, "--ep/--tp");
     refused(FM_STEP_BUDGET_AUTO, 2.5, 0, "--max-step-latency-ratio");
+    load_prompt_wait = 5;
+    refused(FM_STEP_BUDGET_AUTO, 0.0, 0, "--max-prompt-wait-steps");
+    load_prompt_wait = 0;
     load_ep_ranks = 0;
 }
 
@@ -420,6 +564,8 @@ int main(void) {
         cmocka_unit_test(test_settles_on_affine_cost),
         cmocka_unit_test(test_share_follows_cost),
         cmocka_unit_test(test_prompts_turn),
+        cmocka_unit_test(test_prompt_wait_share),
+        cmocka_unit_test(test_prompt_wait),
         cmocka_unit_test(test_wall_clock_same_tokens),
         cmocka_unit_test(test_options),
     };

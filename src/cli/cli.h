@@ -40,6 +40,8 @@ bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out);
 /* --step-budget fixed|latency (fm_options.step_budget) and --max-step-latency-ratio R (R in [1, 1000]) */
 bool cli_parse_step_budget(const char *cmd, const char *text, fm_step_budget_mode *out);
 bool cli_parse_step_ratio(const char *cmd, const char *text, double *out);
+/* --max-prompt-wait-steps N|off: N in [1, FM_STEP_PROMPT_WAIT_MAX], or off (-1, fm_options.prompt_wait_steps) */
+bool cli_parse_prompt_wait(const char *cmd, const char *text, int32_t *out);
 /* The step budget the load resolved, on stderr (serve prints it at start; chat and generate with --verbose) */
 void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
 #define CLI_STEP_TOKENS_HELP                                                                                           \
@@ -49,7 +51,10 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
     "  --step-budget fixed|latency  a mixed step's prompt share beside the running streams: fixed (default)\n"         \
     "                           every token --max-step-tokens leaves; latency sizes it from measured step\n"           \
     "                           times so a step stays within R x a decode-only step (64 tokens at least)\n"            \
-    "  --max-step-latency-ratio R  latency's R, >= 1 (default 2; giving it alone selects latency)\n"
+    "  --max-step-latency-ratio R  latency's R, >= 1 (default 2; giving it alone selects latency)\n"               \
+    "  --max-prompt-wait-steps N|off  latency: a step also takes at least the waiting prompts' tokens over the\n"   \
+    "                           steps left before the one waiting longest has waited N steps (default 40; off:\n"  \
+    "                           the share by time alone; giving it alone selects latency)\n"
 /* --kv-cache auto|e4m3 (fm_options.kv_cache) */
 bool cli_parse_kv_cache(const char *cmd, const char *text, fm_kv_dtype *out);
 #define CLI_KV_CACHE_HELP                                                                                              \

@@ -72,15 +72,31 @@ bool cli_parse_step_ratio(const char *cmd, const char *text, double *out) {
     return true;
 }
 
+bool cli_parse_prompt_wait(const char *cmd, const char *text, int32_t *out) {
+    if (!strcmp(text, "off")) {
+        *out = -1;
+        return true;
+    }
+    long v;
+    if (!cli_parse_int(cmd, "--max-prompt-wait-steps", text, 1, FM_PROMPT_WAIT_STEPS_MAX, &v)) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
 void cli_print_step_tokens(const char *cmd, const fm_context *ctx) {
     const int64_t n = fm_context_max_step_tokens(ctx);
     double ratio = 0.0;
     const bool latency = fm_context_step_budget(ctx, &ratio) == FM_STEP_BUDGET_LATENCY;
+    const int32_t wait = fm_context_prompt_wait_steps(ctx);
+    char waits[96] = "";
+    if (wait > 0)
+        snprintf(waits, sizeof waits, ", and enough to finish waiting prompts within %d steps (--max-prompt-wait-steps)",
+                 (int)wait);
     if (n > 0 && latency)
         fprintf(stderr,
                 "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens), the prompt share sized to keep a "
-                "step within %g x a decode-only step (--step-budget latency)\n",
-                cmd, (long long)n, ratio);
+                "step within %g x a decode-only step (--step-budget latency)%s\n",
+                cmd, (long long)n, ratio, waits);
     else if (n > 0)
         fprintf(stderr, "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens, --step-budget fixed)\n", cmd,
                 (long long)n);

@@ -67,6 +67,7 @@ enum {
     OPT_MAX_STEP_TOKENS,
     OPT_STEP_BUDGET,
     OPT_STEP_RATIO,
+    OPT_PROMPT_WAIT,
     OPT_NO_PREFIX_CACHE,
     OPT_KV_CACHE,
     OPT_STATE_SLOTS
@@ -87,6 +88,7 @@ static const struct option own_options[] = {{"chat-template", required_argument,
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
                                             {"max-step-latency-ratio", required_argument, 0, OPT_STEP_RATIO},
+                                            {"max-prompt-wait-steps", required_argument, 0, OPT_PROMPT_WAIT},
                                             {0, 0, 0, 0}};
 
 typedef struct chat_args {
@@ -97,6 +99,7 @@ typedef struct chat_args {
     int64_t max_step_tokens;         /* 0: the default */
     fm_step_budget_mode step_budget; /* 0: the default */
     double step_latency_ratio;       /* 0: the default */
+    int32_t prompt_wait_steps;       /* 0: the default; -1: off */
     long state_slots;                /* --state-cache-slots; -1: the default */
     fm_gen_params gp;
 } chat_args;
@@ -153,6 +156,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
     case OPT_STEP_BUDGET: return cli_parse_step_budget(cmd, arg, &a->step_budget);
     case OPT_STEP_RATIO: return cli_parse_step_ratio(cmd, arg, &a->step_latency_ratio);
+    case OPT_PROMPT_WAIT: return cli_parse_prompt_wait(cmd, arg, &a->prompt_wait_steps);
     default: return false;
     }
 }
@@ -424,6 +428,7 @@ int cmd_chat(int argc, char **argv) {
         mo.opt.max_tokens = cli_prefill_chunk(&mo, a.prefill_chunk);
         mo.opt.max_step_tokens = a.max_step_tokens;
         mo.opt.step_budget = a.step_budget, mo.opt.step_latency_ratio = a.step_latency_ratio;
+        mo.opt.prompt_wait_steps = a.prompt_wait_steps;
         st = fm_model_load(mo.model_dir, &mo.opt, &ch.m, &err);
     }
     if (!st) st = fm_context_create(ch.m, NULL, &ch.context, &err);

@@ -105,6 +105,7 @@ enum {
     OPT_MAX_STEP_TOKENS,
     OPT_STEP_BUDGET,
     OPT_STEP_RATIO,
+    OPT_PROMPT_WAIT,
     OPT_PROMPT,
     OPT_CHAT,
     OPT_SYSTEM,
@@ -138,6 +139,7 @@ static const struct option own_options[] = {{"ids", required_argument, 0, OPT_ID
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
                                             {"max-step-latency-ratio", required_argument, 0, OPT_STEP_RATIO},
+                                            {"max-prompt-wait-steps", required_argument, 0, OPT_PROMPT_WAIT},
                                             {"prompt", required_argument, 0, OPT_PROMPT},
                                             {"chat", no_argument, 0, OPT_CHAT},
                                             {"system", required_argument, 0, OPT_SYSTEM},
@@ -156,6 +158,7 @@ typedef struct gen_args {
     int64_t max_step_tokens;                  /* 0: the default */
     fm_step_budget_mode step_budget;          /* 0: the default */
     double step_latency_ratio;                /* 0: the default */
+    int32_t prompt_wait_steps;                /* 0: the default; -1: off */
     long ep, tp;                              /* --ep, --tp: ranks of a group (0: none) */
     fm_gen_params gp;                         /* the sampling options; seed, stops set per prompt */
     int32_t stop_ids[MAX_STOP_IDS];
@@ -239,6 +242,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
     case OPT_STEP_BUDGET: return cli_parse_step_budget(cmd, arg, &a->step_budget);
     case OPT_STEP_RATIO: return cli_parse_step_ratio(cmd, arg, &a->step_latency_ratio);
+    case OPT_PROMPT_WAIT: return cli_parse_prompt_wait(cmd, arg, &a->prompt_wait_steps);
     case OPT_TEMPERATURE:
         if (!parse_real(cmd, "--temperature", arg, 0, true, INFINITY, false, ">= 0 (0: greedy)", &a->gp.temperature))
             return false;
@@ -563,6 +567,7 @@ static int run(const char *cmd, cli_model_opts *mo, const gen_args *a, gen_promp
     mo->opt.state_cache_slots = (int32_t)a->state_slots;
     mo->opt.max_step_tokens = a->max_step_tokens;
     mo->opt.step_budget = a->step_budget, mo->opt.step_latency_ratio = a->step_latency_ratio;
+    mo->opt.prompt_wait_steps = a->prompt_wait_steps;
 
     fm_error err = {{0}};
     fm_model *m = NULL;

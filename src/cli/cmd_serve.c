@@ -74,6 +74,7 @@ enum {
     OPT_MAX_STEP_TOKENS,
     OPT_STEP_BUDGET,
     OPT_STEP_RATIO,
+    OPT_PROMPT_WAIT,
     OPT_PORT_FILE,
     OPT_SYNTHETIC,
     OPT_TOOL_PARSER,
@@ -107,6 +108,7 @@ static const struct option own_options[] = {{"host", required_argument, 0, OPT_H
                                             {"max-step-tokens", required_argument, 0, OPT_MAX_STEP_TOKENS},
                                             {"step-budget", required_argument, 0, OPT_STEP_BUDGET},
                                             {"max-step-latency-ratio", required_argument, 0, OPT_STEP_RATIO},
+                                            {"max-prompt-wait-steps", required_argument, 0, OPT_PROMPT_WAIT},
                                             {"port-file", required_argument, 0, OPT_PORT_FILE},
                                             {"synthetic", required_argument, 0, OPT_SYNTHETIC},
                                             {"tool-parser", required_argument, 0, OPT_TOOL_PARSER},
@@ -127,6 +129,7 @@ typedef struct serve_args {
     int64_t max_step_tokens;         /* 0: the default */
     fm_step_budget_mode step_budget; /* 0: the default */
     double step_latency_ratio;       /* 0: the default */
+    int32_t prompt_wait_steps;       /* 0: the default; -1: off */
     const char *synthetic;
     bool fields_markdown;
     bool no_prefix_cache;
@@ -159,6 +162,7 @@ static bool own_option(const char *cmd, int id, const char *arg, void *ctx) {
     case OPT_MAX_STEP_TOKENS: return cli_parse_step_tokens(cmd, arg, &a->max_step_tokens);
     case OPT_STEP_BUDGET: return cli_parse_step_budget(cmd, arg, &a->step_budget);
     case OPT_STEP_RATIO: return cli_parse_step_ratio(cmd, arg, &a->step_latency_ratio);
+    case OPT_PROMPT_WAIT: return cli_parse_prompt_wait(cmd, arg, &a->prompt_wait_steps);
     case OPT_PORT_FILE: a->so.port_file = arg; return true;
     case OPT_SYNTHETIC: a->synthetic = arg; return true;
     case OPT_CORS:
@@ -226,6 +230,7 @@ int cmd_serve(int argc, char **argv) {
     mo.opt.state_cache_slots = (int32_t)a.state_slots;
     mo.opt.max_step_tokens = a.max_step_tokens;
     mo.opt.step_budget = a.step_budget, mo.opt.step_latency_ratio = a.step_latency_ratio;
+    mo.opt.prompt_wait_steps = a.prompt_wait_steps;
     cli_fit_to_card(cmd, &mo, a.max_seqs > 0, mo.opt.max_tokens);
     if (mo.opt.max_seqs <= 0) mo.opt.max_seqs = DEFAULT_MAX_SEQS;
     if (!a.prefill_chunk && mo.opt.ctx > 0 && mo.opt.max_tokens > mo.opt.ctx) /* a context the card shortened */

@@ -78,6 +78,10 @@ fm_step_budget_mode fm_context_step_budget(const fm_context *ctx, double *ratio)
     return latency ? FM_STEP_BUDGET_LATENCY : FM_STEP_BUDGET_FIXED;
 }
 
+int32_t fm_context_prompt_wait_steps(const fm_context *ctx) {
+    return fm_context_step_budget(ctx, NULL) == FM_STEP_BUDGET_LATENCY ? ctx->kv->step_wait : 0;
+}
+
 void fm_context_kv_blocks(const fm_context *ctx, int32_t *used, int32_t *total) {
     const fm_kv_pool *p = ctx->kv ? &ctx->kv->pool : NULL;
     *used = p ? p->n_blocks - p->n_free : 0, *total = p ? p->n_blocks : 0;

@@ -71,6 +71,7 @@ typedef struct fm_kv_state {
     int64_t step_tokens;          /* a scheduler step's token budget (fm_options.max_step_tokens); 0: no mixed steps */
     bool step_latency;            /* the prefill share of a mixed step sized by time (fm_options.step_budget) */
     double step_ratio;            /* then: a step within step_ratio x a decode-only step */
+    int32_t step_wait;            /* then: the prompt wait W in steps (0: off; fm_options.prompt_wait_steps) */
 } fm_kv_state;
 
 /* The bytes the state takes on a backend whose KV rows (a token's K or V of one layer) are row_bytes (backend.h

@@ -59,23 +59,32 @@ static fm_status resolve_step_tokens(fm_context *ctx, const fm_options *opt, fm_
         return fm_fail(
             err, FM_ERR_USAGE,
             "--max-step-latency-ratio must be in [1, 1000] (a step's time over a decode-only step's), got %g", ratio);
-    if (asked == -1 && (mode != FM_STEP_BUDGET_AUTO || ratio != 0.0))
+    const int32_t wait = opt->prompt_wait_steps;
+    if (wait < -1 || wait > FM_PROMPT_WAIT_STEPS_MAX)
+        return fm_fail(err, FM_ERR_USAGE,
+                       "--max-prompt-wait-steps must be in [1, %d] or off (the steps a waiting prompt may wait before "
+                       "it gets the whole step), got %d",
+                       FM_PROMPT_WAIT_STEPS_MAX, wait);
+    /* the options that only the latency budget reads, by name for the refusals below */
+    const char *latency_opt = ratio != 0.0 ? "--max-step-latency-ratio" : wait != 0 ? "--max-prompt-wait-steps" : NULL;
+    if (asked == -1 && (mode != FM_STEP_BUDGET_AUTO || latency_opt))
         return fm_fail(err, FM_ERR_USAGE, "%s needs mixed steps, and --max-step-tokens is off",
-                       ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget");
-    if (mode == FM_STEP_BUDGET_FIXED && ratio != 0.0)
-        return fm_fail(err, FM_ERR_USAGE, "--max-step-latency-ratio goes with --step-budget latency, not fixed");
+                       latency_opt ? latency_opt : "--step-budget");
+    if (mode == FM_STEP_BUDGET_FIXED && latency_opt)
+        return fm_fail(err, FM_ERR_USAGE, "%s goes with --step-budget latency, not fixed", latency_opt);
     /* each rank of a group runs its own scheduler, in step with the others: shares sized by each rank's own clock
        would differ, and the ranks' passes with them */
     const bool ranks = ctx->m->ep_ranks > 1 || ctx->m->tp_ranks > 1;
-    if (ranks && (mode == FM_STEP_BUDGET_LATENCY || ratio != 0.0))
+    if (ranks && (mode == FM_STEP_BUDGET_LATENCY || latency_opt))
         return fm_fail(err, FM_ERR_USAGE,
                        "%s: the ranks of --ep/--tp would size their steps apart; use --step-budget fixed there",
-                       ratio != 0.0 ? "--max-step-latency-ratio" : "--step-budget latency");
+                       latency_opt ? latency_opt : "--step-budget latency");
     /* auto is fixed until the latency budget is measured on a GPU (bench/NOTES.md, twenty-fourth session); a ratio
-       alone asks for latency */
+       or a prompt wait alone asks for latency */
     ctx->kv->step_latency = ctx->kv->step_tokens > 0 && !ranks &&
-                            (mode == FM_STEP_BUDGET_LATENCY || (mode == FM_STEP_BUDGET_AUTO && ratio != 0.0));
+                            (mode == FM_STEP_BUDGET_LATENCY || (mode == FM_STEP_BUDGET_AUTO && latency_opt));
     ctx->kv->step_ratio = ratio != 0.0 ? ratio : FM_STEP_LATENCY_RATIO;
+    ctx->kv->step_wait = wait == 0 ? FM_STEP_PROMPT_WAIT_STEPS : wait < 0 ? 0 : wait;
     return FM_OK;
 }
 

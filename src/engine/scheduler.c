@@ -14,7 +14,9 @@
  * The prefill share of a mixed step (step_budget.h): with the fixed budget, every token the decode rows leave; with
  * the latency budget (--step-budget latency; fixed is the default until it is measured), while sequences are decoding,
  * the share whose predicted time keeps the step within R x a decode-only step at the same batch (R:
- * --max-step-latency-ratio, default 2), never below 64 tokens (prompts keep moving) nor above the fixed budget's. The
+ * --max-step-latency-ratio, default 2), never below 64 tokens (prompts keep moving) nor above the fixed budget's, and
+ * at least the waiting prompts' tokens over the steps left before the one waiting longest has waited W steps
+ * (--max-prompt-wait-steps, default 40; the scheduler counts each request's steps waited). The
  * scheduler times every step it runs (its wall time, on the monotonic clock or one a test injects: fm_sched_set_clock)
  * and hands it, with its decode and prefill rows, to the estimates; before they exist (the first steps) and in steps
  * without decode rows the fixed budget applies. The share decides which rows share a step, never what a row computes:
@@ -53,7 +55,8 @@ typedef struct rq {
     int64_t n_cached; /* prompt tokens mapped from a kept or cached KV cache instead of computed */
     int32_t *gen;     /* [max_tokens] sampled ids, after the prompt */
     int64_t n_gen;
-    int32_t *hist; /* kept: prompt then generated ids; the cache holds the first fm_kv_seq_tokens of them */
+    int32_t *hist;  /* kept: prompt then generated ids; the cache holds the first fm_kv_seq_tokens of them */
+    int32_t waited; /* mixed steps it has waited through for (the rest of) its prompt (the step budget's W) */
 } rq;
 
 struct fm_sched {
@@ -125,7 +128,8 @@ fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out
     fm_sched_set_clock(s, NULL, NULL);
     if (s->budget > 0) {
         fm_status st =
-            fm_step_budget_init(&s->sb, s->budget, ctx->kv->step_latency, ctx->kv->step_ratio, (int32_t)S, err);
+            fm_step_budget_init(&s->sb, s->budget, ctx->kv->step_latency, ctx->kv->step_ratio,
+                                ctx->kv->step_latency ? ctx->kv->step_wait : 0, (int32_t)S, err);
         if (st) {
             free(s);
             return st;
@@ -581,10 +585,15 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
     const int32_t n_dec = decode_rows(s);
     int32_t n_chunks;
-    int32_t n_wait = 0; /* requests waiting for (the rest of) their prompt */
-    for (int32_t i = 0; i < s->n; i++)
-        n_wait += (s->reqs[i]->state == RQ_PREFILL || s->reqs[i]->state == RQ_WAITING) && !s->reqs[i]->cancel;
-    s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec, n_wait);
+    fm_step_waiting w = {0, 0, 0}; /* the requests waiting for (the rest of) their prompt; each waits this step */
+    for (int32_t i = 0; i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if ((q->state != RQ_PREFILL && q->state != RQ_WAITING) || q->cancel) continue;
+        w.n++, w.tokens += q->r.n_prompt - q->pos;
+        if (q->waited > w.oldest_steps) w.oldest_steps = q->waited;
+        q->waited++;
+    }
+    s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec, &w);
     fm_status st = prefill_rows(s, s->prefill_limit, &n_chunks, err);
     if (st) return st;
     if (n_dec || n_chunks) *busy = true;

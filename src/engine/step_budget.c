@@ -12,12 +12,12 @@
  * rise at once */
 #define CLIP 2.0
 
-fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, double ratio, int32_t max_batch,
-                              fm_error *err) {
-    *b = (fm_step_budget){tokens, latency, ratio, max_batch, NULL, -1.0};
-    if (tokens < 1 || max_batch < 0 || (latency && !(ratio >= 1.0)))
-        return fm_fail(err, FM_ERR_USAGE, "step budget of %lld tokens, ratio %g, batch %d: out of range",
-                       (long long)tokens, ratio, max_batch);
+fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, double ratio, int32_t wait_steps,
+                              int32_t max_batch, fm_error *err) {
+    *b = (fm_step_budget){tokens, latency, ratio, wait_steps, max_batch, NULL, -1.0};
+    if (tokens < 1 || max_batch < 0 || wait_steps < 0 || (latency && !(ratio >= 1.0)))
+        return fm_fail(err, FM_ERR_USAGE, "step budget of %lld tokens, ratio %g, wait %d steps, batch %d: out of range",
+                       (long long)tokens, ratio, wait_steps, max_batch);
     b->decode_ms = calloc((size_t)max_batch + 1, sizeof *b->decode_ms);
     if (!b->decode_ms) return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     return FM_OK;
@@ -37,16 +37,27 @@ double fm_step_budget_decode_ms(const fm_step_budget *b, int32_t n_dec) {
     return 0.0;
 }
 
-int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec, int32_t n_wait) {
+/* the waiting prompts' tokens over the steps left before the longest-waiting one has waited W steps (0: no rule) */
+static int64_t wait_share(const fm_step_budget *b, const fm_step_waiting *w) {
+    if (b->wait_steps <= 0 || !w || w->n <= 0 || w->tokens <= 0) return 0;
+    const int64_t left = w->oldest_steps < b->wait_steps ? b->wait_steps - w->oldest_steps : 1;
+    return (w->tokens + left - 1) / left;
+}
+
+int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec, const fm_step_waiting *w) {
     const int64_t room = b->tokens - n_dec;
     if (room <= 0) return 0;
     const double dec = fm_step_budget_decode_ms(b, n_dec);
+    const int32_t n_wait = w ? w->n : 0;
     if (!b->latency || n_dec == 0 || n_wait > n_dec || dec <= 0.0 || b->token_ms < 0.0) return room;
     if (b->token_ms == 0.0) return room; /* prefill measured free beside the decode rows */
-    const double share = (b->ratio - 1.0) * dec / b->token_ms;
+    const double by_time = (b->ratio - 1.0) * dec / b->token_ms;
     const int64_t floor = FM_STEP_PREFILL_FLOOR < room ? FM_STEP_PREFILL_FLOOR : room;
-    if (share >= (double)room) return room;
-    return share > (double)floor ? (int64_t)share : floor;
+    if (by_time >= (double)room) return room;
+    int64_t share = by_time > (double)floor ? (int64_t)by_time : floor;
+    const int64_t need = wait_share(b, w);
+    if (need > share) share = need < room ? need : room;
+    return share;
 }
 
 static void smooth(double *est, double sample, bool clip) {

@@ -12,6 +12,12 @@
  * than sequences decode: the share follows the decode batch, and a batch kept small by waiting prompts would keep
  * them waiting (a load of many long prompts at once otherwise settles at a few streams and starved prompts).
  *
+ * The prompts' wait (wait_steps W > 0, --max-prompt-wait-steps): the latency share alone can leave a long prompt
+ * waiting for many steps (at the floor of 64 tokens, 29 steps for 1,800 tokens, each step as slow as a mixed step).
+ * So a step with decode rows also takes at least the waiting prompts' tokens over the steps left before the one that
+ * has waited longest has waited W steps: ceil(tokens / max(1, W - oldest)). The streams' steps then grow only as
+ * much as the waiting prompts need to be done in time, and a prompt that has waited W steps gets the whole budget.
+ *
  * The marginal cost need not be linear: on a GPU the first prefill rows of a step are cheap (the weights are read
  * for the decode rows anyway) and later ones cost more. The estimate is the average cost per token at the shares
  * recently chosen, so the share settles where the measured step is ratio x the decode-only step. */
@@ -29,23 +35,33 @@
  * prompt steps without making the streams' step much shorter. */
 #define FM_STEP_PREFILL_FLOOR 64
 #define FM_STEP_LATENCY_RATIO 2.0 /* the default ratio (issue's target: inter-token p99 <= 2 x p50) */
+#define FM_STEP_PROMPT_WAIT_STEPS 40   /* the latency budget's default W (bench/NOTES.md: the demand rule) */
 
 typedef struct fm_step_budget {
     int64_t tokens;    /* the fixed budget: the tokens of a step, decode rows included (> 0) */
     bool latency;      /* the prefill share sized by time; else every token the fixed budget leaves */
     double ratio;      /* latency: a step's predicted time at most ratio x the decode-only step (>= 1) */
+    int32_t wait_steps; /* latency: the prompts' wait W in steps (0: no such share) */
     int32_t max_batch; /* decode rows of a step at most */
     double *decode_ms; /* [max_batch + 1] a decode-only step's time by its batch, smoothed; 0: not measured */
     double token_ms;   /* a prefill token's marginal time beside decode rows, smoothed; < 0: not measured */
 } fm_step_budget;
 
-fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, double ratio, int32_t max_batch,
-                              fm_error *err);
+/* The requests waiting for (the rest of) their prompt at a step: how many, their prompt tokens not yet in the
+ * cache, and the steps the one waiting longest has waited */
+typedef struct fm_step_waiting {
+    int32_t n;
+    int64_t tokens;
+    int32_t oldest_steps;
+} fm_step_waiting;
+
+fm_status fm_step_budget_init(fm_step_budget *b, int64_t tokens, bool latency, double ratio, int32_t wait_steps,
+                              int32_t max_batch, fm_error *err);
 void fm_step_budget_free(fm_step_budget *b);
 
-/* The prefill tokens a step with n_dec decode rows may hold while n_wait requests wait for (the rest of) their
- * prompt (0 when the decode rows fill the fixed budget). */
-int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec, int32_t n_wait);
+/* The prefill tokens a step with n_dec decode rows may hold while the requests w (NULL: none) wait for (the rest
+ * of) their prompt (0 when the decode rows fill the fixed budget). */
+int64_t fm_step_budget_prefill(const fm_step_budget *b, int32_t n_dec, const fm_step_waiting *w);
 /* A step ran: n_dec decode rows and n_prefill prefill rows in ms milliseconds of wall time. */
 void fm_step_budget_observe(fm_step_budget *b, int32_t n_dec, int64_t n_prefill, double ms);
 /* The decode-only step's estimated time at batch n_dec (the nearest batch measured); 0 before any. */
