@@ -18,9 +18,9 @@
  *   - the options: the default is fixed (until measured on a GPU), latency with R = 2 by default, a ratio alone
  *     selects latency; latency or a ratio with mixed steps off, a ratio
  *     with fixed, a ratio below 1 are refused by name; the prompt wait is 40 under latency, as given, or off, selects
- *     latency alone, and is refused where the ratio is and out of range; a rank of an --ep/--tp group keeps the fixed budget (each rank
- *     schedules for itself, in step with the others: shares sized by each rank's clock would differ) and refuses
- *     latency by name. */
+ *     latency alone, and is refused where the ratio is and out of range; a rank of an --ep/--tp group keeps the fixed
+ * budget (each rank schedules for itself, in step with the others: shares sized by each rank's clock would differ) and
+ * refuses latency by name. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,12 +54,12 @@ static void test_estimates(void **state) {
     (void)state;
     fm_step_budget b = budget_of(520, true, 2.0, 8);
     assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512); /* nothing measured: the fixed budget */
-    fm_step_budget_observe(&b, 8, 0, 6.0);                   /* a decode-only step of 8 rows: 6 ms */
+    fm_step_budget_observe(&b, 8, 0, 6.0);                            /* a decode-only step of 8 rows: 6 ms */
     assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 512); /* no prefill cost yet */
-    fm_step_budget_observe(&b, 8, 512, 30.0);                /* 24 ms for 512 prompt tokens */
+    fm_step_budget_observe(&b, 8, 512, 30.0);                         /* 24 ms for 512 prompt tokens */
     assert_true(fabs(b.token_ms - 24.0 / 512) < 1e-12);
-    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 128);          /* 6 ms more at most: 128 tokens */
-    assert_int_equal(fm_step_budget_prefill(&b, 0, waiting(1)), 520);          /* no stream waits: the whole budget */
+    assert_int_equal(fm_step_budget_prefill(&b, 8, waiting(1)), 128); /* 6 ms more at most: 128 tokens */
+    assert_int_equal(fm_step_budget_prefill(&b, 0, waiting(1)), 520); /* no stream waits: the whole budget */
     assert_true(fabs(fm_step_budget_decode_ms(&b, 5) - 6.0) < 1e-12); /* the nearest batch measured */
     assert_true(fm_step_budget_decode_ms(&b, 9) == 0.0);              /* beyond the batch: none */
     /* a one-off stall (a graph capture) of 100x moves the decode estimate by a quarter */
@@ -122,7 +122,7 @@ static void test_prompt_wait_share(void **state) {
     assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 512); /* waited past W: the room */
     w = (fm_step_waiting){2, 100, 39};
     assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 100); /* all that waits, no more */
-    b.token_ms = 24.0 / 512;                                   /* the share by time: 128 */
+    b.token_ms = 24.0 / 512;                                  /* the share by time: 128 */
     w = (fm_step_waiting){1, 1800, 30};
     assert_int_equal(fm_step_budget_prefill(&b, 8, &w), 180);
     w.oldest_steps = 10;
@@ -215,8 +215,8 @@ typedef struct trace {
     double ms[4096], dec_est[4096];
 } trace;
 
-static int32_t load_ep_ranks = 0;     /* fm_options.ep_ranks of the next loads (rank 0 of them) */
-static int32_t load_prompt_wait = 0;  /* fm_options.prompt_wait_steps of the next loads */
+static int32_t load_ep_ranks = 0;    /* fm_options.ep_ranks of the next loads (rank 0 of them) */
+static int32_t load_prompt_wait = 0; /* fm_options.prompt_wait_steps of the next loads */
 
 static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_tokens, fm_status *st, fm_error *err) {
     fm_options opt;

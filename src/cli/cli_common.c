@@ -90,8 +90,8 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx) {
     const int32_t wait = fm_context_prompt_wait_steps(ctx);
     char waits[96] = "";
     if (wait > 0)
-        snprintf(waits, sizeof waits, ", and enough to finish waiting prompts within %d steps (--max-prompt-wait-steps)",
-                 (int)wait);
+        snprintf(waits, sizeof waits,
+                 ", and enough to finish waiting prompts within %d steps (--max-prompt-wait-steps)", (int)wait);
     if (n > 0 && latency)
         fprintf(stderr,
                 "fp8moe %s: mixed steps of up to %lld tokens (--max-step-tokens), the prompt share sized to keep a "

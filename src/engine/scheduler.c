@@ -127,9 +127,8 @@ fm_status fm_sched_create(fm_context *ctx, int64_t prefill_chunk, fm_sched **out
     const size_t S = (size_t)ctx->kv->pool.max_seqs;
     fm_sched_set_clock(s, NULL, NULL);
     if (s->budget > 0) {
-        fm_status st =
-            fm_step_budget_init(&s->sb, s->budget, ctx->kv->step_latency, ctx->kv->step_ratio,
-                                ctx->kv->step_latency ? ctx->kv->step_wait : 0, (int32_t)S, err);
+        fm_status st = fm_step_budget_init(&s->sb, s->budget, ctx->kv->step_latency, ctx->kv->step_ratio,
+                                           ctx->kv->step_latency ? ctx->kv->step_wait : 0, (int32_t)S, err);
         if (st) {
             free(s);
             return st;

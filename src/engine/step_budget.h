@@ -34,17 +34,17 @@
  * launches, un-graphed, and the expert weights a prompt chunk touches) dominates, so a smaller share would cost the
  * prompt steps without making the streams' step much shorter. */
 #define FM_STEP_PREFILL_FLOOR 64
-#define FM_STEP_LATENCY_RATIO 2.0 /* the default ratio (issue's target: inter-token p99 <= 2 x p50) */
-#define FM_STEP_PROMPT_WAIT_STEPS 40   /* the latency budget's default W (bench/NOTES.md: the demand rule) */
+#define FM_STEP_LATENCY_RATIO 2.0    /* the default ratio (issue's target: inter-token p99 <= 2 x p50) */
+#define FM_STEP_PROMPT_WAIT_STEPS 40 /* the latency budget's default W (bench/NOTES.md: the demand rule) */
 
 typedef struct fm_step_budget {
-    int64_t tokens;    /* the fixed budget: the tokens of a step, decode rows included (> 0) */
-    bool latency;      /* the prefill share sized by time; else every token the fixed budget leaves */
-    double ratio;      /* latency: a step's predicted time at most ratio x the decode-only step (>= 1) */
+    int64_t tokens;     /* the fixed budget: the tokens of a step, decode rows included (> 0) */
+    bool latency;       /* the prefill share sized by time; else every token the fixed budget leaves */
+    double ratio;       /* latency: a step's predicted time at most ratio x the decode-only step (>= 1) */
     int32_t wait_steps; /* latency: the prompts' wait W in steps (0: no such share) */
-    int32_t max_batch; /* decode rows of a step at most */
-    double *decode_ms; /* [max_batch + 1] a decode-only step's time by its batch, smoothed; 0: not measured */
-    double token_ms;   /* a prefill token's marginal time beside decode rows, smoothed; < 0: not measured */
+    int32_t max_batch;  /* decode rows of a step at most */
+    double *decode_ms;  /* [max_batch + 1] a decode-only step's time by its batch, smoothed; 0: not measured */
+    double token_ms;    /* a prefill token's marginal time beside decode rows, smoothed; < 0: not measured */
 } fm_step_budget;
 
 /* The requests waiting for (the rest of) their prompt at a step: how many, their prompt tokens not yet in the
