@@ -121,7 +121,7 @@ bool fm_kv_dtype_parse(const char *name, fm_kv_dtype *out);
 
 /* How a mixed step's prefill share is sized (fm_options.step_budget) */
 typedef enum fm_step_budget_mode {
-    FM_STEP_BUDGET_AUTO = 0, /* FIXED, or LATENCY when step_latency_ratio is set */
+    FM_STEP_BUDGET_AUTO = 0, /* LATENCY (FIXED for a rank of an --ep/--tp group) */
     FM_STEP_BUDGET_FIXED,    /* every token of max_step_tokens the decode rows leave */
     FM_STEP_BUDGET_LATENCY,  /* by measured step times (src/engine/step_budget.h) */
 } fm_step_budget_mode;
@@ -186,15 +186,15 @@ typedef struct fm_options {
     fm_step_budget_mode step_budget; /* generation (--step-budget): a mixed step's prefill share beside decode rows
                                         (docs/mixed-steps.md). FIXED: every token max_step_tokens leaves; LATENCY:
                                         the share whose measured cost keeps the step within step_latency_ratio x a
-                                        decode-only step (64 tokens at least, max_step_tokens at most); AUTO (0):
-                                        FIXED until LATENCY is measured on a GPU, LATENCY when a ratio is given
-                                        (LATENCY is refused for a rank of an --ep/--tp group). Refused with mixed
-                                        steps off */
-    double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 2. Refused with FIXED */
+                                        decode-only step (64 tokens at least, max_step_tokens at most) and large
+                                        enough for the waiting prompts (prompt_wait_steps); AUTO (0): LATENCY, and
+                                        FIXED for a rank of an --ep/--tp group (LATENCY is refused there). Refused
+                                        with mixed steps off */
+    double step_latency_ratio;       /* --max-step-latency-ratio: LATENCY's bound, >= 1; 0: 1.5. Refused with FIXED */
     int32_t prompt_wait_steps;       /* --max-prompt-wait-steps: LATENCY's prompt wait W: a mixed step's share at
                                         least the waiting prompts' tokens over the steps left before the one waiting
                                         longest has waited W steps; 0: 40; -1: off (the share by time alone). As
-                                        the ratio: refused with FIXED, selects LATENCY when given with AUTO */
+                                        the ratio: refused with FIXED and on the ranks of a group */
     fm_kv_dtype kv_cache;            /* generation (--kv-cache): the KV cache's format, FM_KV_ACT (0) unless asked;
                                         e4m3 is refused without a cache (max_seqs 0), with fp32 activations (ref32)
                                         and on cuda for head dims that are not a multiple of 16 */

@@ -15,10 +15,10 @@
  *   - the prompt wait W: the share at least the waiting prompts' tokens over the steps left before the one waiting
  *     longest has waited W steps (the unit's arithmetic; in the scheduler, W = 2 finishes each 200-token prompt in
  *     2 steps where the floor takes 4, and the default W = 40 leaves the floor);
- *   - the options: the default is fixed (until measured on a GPU), latency with R = 2 by default, a ratio alone
- *     selects latency; latency or a ratio with mixed steps off, a ratio
- *     with fixed, a ratio below 1 are refused by name; the prompt wait is 40 under latency, as given, or off, selects
- *     latency alone, and is refused where the ratio is and out of range; a rank of an --ep/--tp group keeps the fixed
+ *   - the options: the default is latency with R = 1.5 (measured on an H100, docs/RESULTS.md 2.26); latency or a
+ *     ratio with mixed steps off, a ratio
+ *     with fixed, a ratio below 1 are refused by name; the prompt wait is 40 under latency, as given, or off, and is
+ *     refused where the ratio is and out of range; a rank of an --ep/--tp group keeps the fixed
  * budget (each rank schedules for itself, in step with the others: shares sized by each rank's clock would differ) and
  * refuses latency by name. */
 #include <stdarg.h>
@@ -255,7 +255,7 @@ static void submit_prompt(fm_sched *s, const int32_t *prompt, prompt_user *u) {
 static void run(fm_step_budget_mode mode, bool clock, outputs *o, trace *t) {
     fm_status st;
     fm_error err;
-    fm_model *m = load(mode, 0.0, 0, &st, &err);
+    fm_model *m = load(mode, mode == FM_STEP_BUDGET_LATENCY ? 2.0 : 0.0, 0, &st, &err); /* R = 2: the shares below */
     if (st) fail_msg("load: %s", err.msg);
     const int32_t V = fm_model_vocab_size(m);
     fm_sched *s;
@@ -484,16 +484,17 @@ static void test_options(void **state) {
     fm_status st;
     fm_error err;
     double ratio = -1.0;
-    fm_model *m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err); /* the default: fixed until measured on a GPU */
+    fm_model *m = load(FM_STEP_BUDGET_AUTO, 0.0, 0, &st, &err); /* the default: latency, R = 1.5 */
     assert_int_equal(st, FM_OK);
-    assert_int_equal(fm_context_step_budget(m->context, NULL), FM_STEP_BUDGET_FIXED);
+    assert_int_equal(fm_context_step_budget(m->context, &ratio), FM_STEP_BUDGET_LATENCY);
+    assert_true(ratio == 1.5);
     fm_model_free(m);
     m = load(FM_STEP_BUDGET_LATENCY, 0.0, 0, &st, &err);
     assert_int_equal(st, FM_OK);
     assert_int_equal(fm_context_step_budget(m->context, &ratio), FM_STEP_BUDGET_LATENCY);
-    assert_true(ratio == 2.0);
+    assert_true(ratio == 1.5);
     fm_model_free(m);
-    m = load(FM_STEP_BUDGET_AUTO, 3.0, 0, &st, &err); /* a ratio alone asks for latency */
+    m = load(FM_STEP_BUDGET_AUTO, 3.0, 0, &st, &err); /* a ratio with the default */
     assert_int_equal(st, FM_OK);
     assert_int_equal(fm_context_step_budget(m->context, &ratio), FM_STEP_BUDGET_LATENCY);
     assert_true(ratio == 3.0);
@@ -517,8 +518,7 @@ static void test_options(void **state) {
     refused(FM_STEP_BUDGET_FIXED, 3.0, 0, "--max-step-latency-ratio");
     refused(FM_STEP_BUDGET_LATENCY, 0.5, 0, "--max-step-latency-ratio");
     refused((fm_step_budget_mode)7, 0.0, 0, "--step-budget");
-    /* the prompt wait: 40 under latency by default, as given, off; alone it asks for latency; refused where the
-       ratio is, and out of range */
+    /* the prompt wait: 40 under latency by default, as given, off; refused where the ratio is, and out of range */
     int32_t waits[][2] = {{0, 40}, {7, 7}, {-1, 0}};
     for (int i = 0; i < 3; i++) {
         load_prompt_wait = waits[i][0];
@@ -529,6 +529,8 @@ static void test_options(void **state) {
     }
     load_prompt_wait = 0;
     m = load(FM_STEP_BUDGET_FIXED, 0.0, 0, &st, &err);
+    assert_int_equal(fm_context_step_budget(m->context, &ratio), FM_STEP_BUDGET_FIXED);
+    assert_true(ratio == 0.0);
     assert_int_equal(fm_context_prompt_wait_steps(m->context), 0); /* fixed: no prompt wait */
     fm_model_free(m);
     load_prompt_wait = 9;

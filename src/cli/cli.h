@@ -48,13 +48,14 @@ void cli_print_step_tokens(const char *cmd, const fm_context *ctx);
     "  --max-step-tokens N|off  tokens of one scheduler step: every running sequence's next token and prompt\n"        \
     "                           chunks in one forward pass (default: --max-seqs + 512, at most --prefill-chunk);\n"    \
     "                           off: prompt chunks and decode steps alternate (docs/mixed-steps.md)\n"                 \
-    "  --step-budget fixed|latency  a mixed step's prompt share beside the running streams: fixed (default)\n"         \
-    "                           every token --max-step-tokens leaves; latency sizes it from measured step\n"           \
-    "                           times so a step stays within R x a decode-only step (64 tokens at least)\n"            \
-    "  --max-step-latency-ratio R  latency's R, >= 1 (default 2; giving it alone selects latency)\n"                   \
+    "  --step-budget fixed|latency  a mixed step's prompt share beside the running streams: latency (default)\n"       \
+    "                           sizes it from measured step times so a step stays within R x a decode-only\n"          \
+    "                           step (64 tokens at least); fixed: every token --max-step-tokens leaves (a\n"           \
+    "                           prompt's first token sooner, the streams' gaps less even)\n"                           \
+    "  --max-step-latency-ratio R  latency's R, >= 1 (default 1.5)\n"                                                  \
     "  --max-prompt-wait-steps N|off  latency: a step also takes at least the waiting prompts' tokens over the\n"      \
     "                           steps left before the one waiting longest has waited N steps (default 40; off:\n"      \
-    "                           the share by time alone; giving it alone selects latency)\n"
+    "                           the share by time alone)\n"
 /* --kv-cache auto|e4m3 (fm_options.kv_cache) */
 bool cli_parse_kv_cache(const char *cmd, const char *text, fm_kv_dtype *out);
 #define CLI_KV_CACHE_HELP                                                                                              \

@@ -79,10 +79,10 @@ static fm_status resolve_step_tokens(fm_context *ctx, const fm_options *opt, fm_
         return fm_fail(err, FM_ERR_USAGE,
                        "%s: the ranks of --ep/--tp would size their steps apart; use --step-budget fixed there",
                        latency_opt ? latency_opt : "--step-budget latency");
-    /* auto is fixed until the latency budget is measured on a GPU (bench/NOTES.md, twenty-fourth session); a ratio
-       or a prompt wait alone asks for latency */
-    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && !ranks &&
-                            (mode == FM_STEP_BUDGET_LATENCY || (mode == FM_STEP_BUDGET_AUTO && latency_opt));
+    /* auto is latency (measured on an H100: docs/RESULTS.md 2.26, the 64-client load at ~95 % of fixed's output
+       rate, the streams' spread while long prompts arrive 1.97x against fixed's 3.0x), fixed on the ranks of a
+       group */
+    ctx->kv->step_latency = ctx->kv->step_tokens > 0 && !ranks && mode != FM_STEP_BUDGET_FIXED;
     ctx->kv->step_ratio = ratio != 0.0 ? ratio : FM_STEP_LATENCY_RATIO;
     ctx->kv->step_wait = wait == 0 ? FM_STEP_PROMPT_WAIT_STEPS : wait < 0 ? 0 : wait;
     return FM_OK;

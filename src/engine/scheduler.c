@@ -12,9 +12,9 @@
  * running request, alternating when both have work.
  *
  * The prefill share of a mixed step (step_budget.h): with the fixed budget, every token the decode rows leave; with
- * the latency budget (--step-budget latency; fixed is the default until it is measured), while sequences are decoding,
+ * the latency budget (--step-budget latency, the default), while sequences are decoding,
  * the share whose predicted time keeps the step within R x a decode-only step at the same batch (R:
- * --max-step-latency-ratio, default 2), never below 64 tokens (prompts keep moving) nor above the fixed budget's, and
+ * --max-step-latency-ratio, default 1.5), never below 64 tokens (prompts keep moving) nor above the fixed budget's, and
  * at least the waiting prompts' tokens over the steps left before the one waiting longest has waited W steps
  * (--max-prompt-wait-steps, default 40; the scheduler counts each request's steps waited). The
  * scheduler times every step it runs (its wall time, on the monotonic clock or one a test injects: fm_sched_set_clock)

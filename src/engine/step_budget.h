@@ -34,8 +34,12 @@
  * launches, un-graphed, and the expert weights a prompt chunk touches) dominates, so a smaller share would cost the
  * prompt steps without making the streams' step much shorter. */
 #define FM_STEP_PREFILL_FLOOR 64
-#define FM_STEP_LATENCY_RATIO 2.0    /* the default ratio (issue's target: inter-token p99 <= 2 x p50) */
-#define FM_STEP_PROMPT_WAIT_STEPS 40 /* the latency budget's default W (bench/NOTES.md: the demand rule) */
+/* the default ratio: R = 2 left the streams' inter-token p99 at 3x their p50 while long prompts arrived on an H100,
+ * 1.5 within 2x (docs/RESULTS.md 2.24, 2.26) */
+#define FM_STEP_LATENCY_RATIO 1.5
+/* the default prompt wait W: 40 kept that spread at 1.97x and a 64-client load of long prompts at ~95 % of the fixed
+ * budget's output rate; 20 gave 2.03x and ~98 % (docs/RESULTS.md 2.26) */
+#define FM_STEP_PROMPT_WAIT_STEPS 40
 
 typedef struct fm_step_budget {
     int64_t tokens;     /* the fixed budget: the tokens of a step, decode rows included (> 0) */
