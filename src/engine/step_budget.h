@@ -52,7 +52,8 @@ typedef struct fm_step_budget {
 } fm_step_budget;
 
 /* The requests waiting for (the rest of) their prompt at a step: how many, their prompt tokens not yet in the
- * cache, and the steps the one waiting longest has waited */
+ * cache (a request not started counts its whole prompt: the prefix it may map is known only when it starts), and
+ * the steps the one waiting longest has waited */
 typedef struct fm_step_waiting {
     int32_t n;
     int64_t tokens;
