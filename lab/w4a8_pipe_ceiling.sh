@@ -1,0 +1,110 @@
+#!/bin/sh
+# The ceiling of a W4A8 expert GEMM with no per-group promotion and no per-group wgmma wait, by timing alone:
+# lab/w4a8_pipe_ceiling.patch adds to a COPY of the tree a template value PIPE of w4a8_wgmma_kernel (int4-tc banks,
+# e4m3 activations, 64- and 32-row tiles, epilogues bf16 / SwiGLU / SwiGLU with token scales), chosen by
+# FP8MOE_PIPE_EXP in that copy only (read once by the launcher):
+#   0  today's kernel (the same PTX as the tree's: the control)
+#   1  today's loop and wait per group, no promotion: part accumulates 4 groups, acc += part every 4 and at the end
+#   2  no wait per group: 2 fragment sets (loop unrolled by 2), wgmmas straight into acc, wgmma_wait<1> before a set
+#      is rewritten, the stage ring one slot longer and refilled only once every warp's wgmmas on it are complete
+#   3  2 with part: wgmma_wait_all + acc += part every 4 groups (an fp8 accumulation's periodic promotion)
+#   4  2 with one fragment set: each group's wgmmas in 2 commit groups (k steps 0-1, 2-3), wait<1> before each half's
+#      fragments are rewritten (32 fragment registers, not 64: the form that fits 128 registers at 32-row tiles)
+#   5  4 with part and a wait_all + FADD every 4 groups
+#   6  4 on 128-row activation tiles (wgmma m64n128k32, 128 accumulator registers, one CTA per SM, the stages in
+#      dynamic shared memory): each weight fragment converted once per 128 activation rows. Runs where the caller
+#      tiles by 64 rows with the codes in registers (bf16 and SwiGLU epilogues): a CTA takes an even tile of an
+#      expert's run and the next one of the same expert, an odd one returns at once. At T = 512 / 2048 the bench
+#      tiles by 32 unless --route w4a8.tile=64 (PIPE_TILE=64); elsewhere mode 6 runs PIPE 0
+#   7  6 with each warp's codes loaded two groups ahead (two word buffers, loop unrolled by 2): is the one-group-ahead
+#      code load what bounds a group at 128 rows?
+# The values of 1..7 are wrong on purpose (no scales at all): timing only, never tests. Build here, carry both
+# binaries, time them in one device run:
+#   sh lab/w4a8_pipe_ceiling.sh build   # /tmp/pipeexp: the unpatched and the patched fp8moe-bench of build/gpu-pack
+#   sh lab/w4a8_pipe_ceiling.sh pack    # both, stripped, into .carry/gpu-pipe2.tar.xz (build/pipebase, build/pipe;
+#                                       # PIPE_PACK=path for another)
+#   sh lab/w4a8_pipe_ceiling.sh run BASE_BIN PIPE_BIN   # on the GPU machine, from the repository root
+#       PIPE_VARIANTS="base 4 6 7" (default; base: BASE_BIN, a number: PIPE_BIN with FP8MOE_PIPE_EXP=number)
+#       PIPE_TILE="auto 64" (default; the qwen3 rows, each with --route w4a8.tile=N unless auto), PIPE_ROUNDS=2,
+#       PIPE_TOKEN=1 adds qwen3 rows with --route moe.act_scale=token (no PIPE 6 instance: they run PIPE 0 there)
+set -e
+case "$1" in
+build)
+    repo=$(pwd)
+    rm -rf /tmp/pipeexp && mkdir -p /tmp/pipeexp/build
+    git archive HEAD | tar -x -C /tmp/pipeexp
+    # git archive stamps every file with the commit's time, later than build/gpu-pack's objects: back-date the
+    # sources so that make rebuilds only what the patch touches (the objects are at about HEAD)
+    find /tmp/pipeexp -type f -exec touch -d '2000-01-01' {} +
+    cp -a build/gpu-pack /tmp/pipeexp/build/gpu-pack
+    cd /tmp/pipeexp
+    # -compress-mode=none: nvcc compresses a large object's fatbin (the patched one's), which xz then cannot shrink nor
+    # match against the base's identical cubins; both kernel objects uncompressed keep the tarball under 9 MB
+    A="BUILD=build/gpu-pack CUDA_ARCHS=-gencode=arch=compute_90a,code=sm_90a CUDA_HOME=/usr/local/cuda"
+    N="NVCC=/usr/local/cuda/bin/nvcc -compress-mode=none"
+    # the base: the same objects, the kernel's file recompiled unpatched by the same command as the patched one
+    # below (build/gpu-pack's own object may come from other flags), so that the two binaries differ by the patch
+    touch src/backend/cuda/w4a8_gemm_wgmma.cu
+    make -j2 $A "$N" build/gpu-pack/fp8moe-bench
+    cp -a build/gpu-pack/fp8moe-bench fp8moe-bench.base
+    patch -p1 <"$repo/lab/w4a8_pipe_ceiling.patch"
+    make -j2 $A "$N" build/gpu-pack/fp8moe-bench
+    ;;
+pack)
+    s=/tmp/pipeexp/stage
+    rm -rf $s && mkdir -p $s/build/pipe $s/build/pipebase .carry
+    strip --strip-debug -o $s/build/pipe/fp8moe-bench /tmp/pipeexp/build/gpu-pack/fp8moe-bench
+    strip --strip-debug -o $s/build/pipebase/fp8moe-bench /tmp/pipeexp/fp8moe-bench.base
+    out=${PIPE_PACK:-.carry/gpu-pipe2.tar.xz}
+    tar -C $s -cf - build/pipe build/pipebase | xz -9 -T2 >$out
+    ls -l $out
+    ;;
+run)
+    . .carry/env.sh # (source: the GPU machine lacks the -dev libraries)
+    base=$2 pipe=$3
+    one() { # variant, then the bench moe arguments
+        v=$1
+        shift
+        bin=$pipe
+        [ "$v" = base ] && bin=$base
+        rc=0
+        FP8MOE_PIPE_EXP=$v timeout 60 "$bin" moe "$@" >/tmp/pipe_run.txt 2>&1 || rc=$?
+        grep -E "^\| fp8-grouped|rror" /tmp/pipe_run.txt || true
+        [ $rc = 0 ] || echo "exit $rc (124: timeout)"
+    }
+    vars=${PIPE_VARIANTS:-base 4 6 7}
+    tiles=${PIPE_TILE:-auto 64}
+    rounds=${PIPE_ROUNDS:-2}
+    Q="--shape qwen3 --tokens 512,2048,8192 --routes fp8-grouped --repeat 10"
+    r=1
+    while [ $r -le $rounds ]; do
+        for v in $vars; do
+            for t in $tiles; do
+                tr=""
+                [ "$t" = auto ] || tr="--route w4a8.tile=$t"
+                echo "== round $r variant $v qwen3 tile $t"
+                one $v $Q $tr
+                if [ "${PIPE_TOKEN:-0}" = 1 ]; then
+                    echo "== round $r variant $v qwen3 tile $t moe.act_scale=token"
+                    one $v $Q $tr --route moe.act_scale=token
+                fi
+            done
+        done
+        r=$((r + 1))
+    done
+    # Mixtral's automatic tile is 64 rows at T = 4096 (experts over 16 MB)
+    M="--shape mixtral --tokens 4096 --routes fp8-grouped --repeat 10"
+    r=1
+    while [ $r -le $rounds ]; do
+        for v in $vars; do
+            echo "== round $r variant $v mixtral"
+            one $v $M
+        done
+        r=$((r + 1))
+    done
+    ;;
+*)
+    echo "usage: sh lab/w4a8_pipe_ceiling.sh build | pack | run BASE_BIN PIPE_BIN" >&2
+    exit 2
+    ;;
+esac
