@@ -121,6 +121,9 @@ typedef struct fm_sched_stats {
        batch: a decode-only step, a prefill token beside it (0: not measured yet) */
     bool step_latency;
     double est_decode_ms, est_prefill_token_ms;
+    /* the latency budget's prompt wait W (0: off or fixed), and the steps the longest-waiting prompt had waited at the
+       last mixed step (0: none waited) */
+    int32_t prompt_wait_steps, oldest_prompt_wait_steps;
     bool experts_host; /* experts in host memory: the expert cache's counters (fm_expert_stats) */
     int32_t expert_slots;
     int64_t expert_hits, expert_misses;

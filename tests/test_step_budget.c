@@ -394,7 +394,7 @@ static void test_prompts_turn(void **state) {
 /* Steps from each prompt's submission to its first token, one 200-token prompt at a time beside one stream with
  * prefill dear (the share by time at the floor of 64), under the prompt wait `wait` (-1: off); and the smallest prompt
  * share of those steps */
-static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit) {
+static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit, int32_t *most_waited) {
     load_prompt_wait = wait;
     fm_status st;
     fm_error err;
@@ -416,7 +416,7 @@ static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit) {
     bool busy = true;
     fm_sched_stats sn;
     int32_t submitted = 0;
-    *least_limit = PASS;
+    *least_limit = PASS, *most_waited = 0;
     for (int n = 0; n < 400 && o->done < 4; n++) {
         fm_sched_get_stats(s, &sn);
         if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) {
@@ -430,8 +430,10 @@ static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit) {
         /* the first prompt's steps come before the prefill cost is measured (the fixed budget) */
         if (submitted > 1 && sn.last_prefill_rows > 0 && sn.last_prefill_limit < *least_limit)
             *least_limit = sn.last_prefill_limit;
+        if (sn.oldest_prompt_wait_steps > *most_waited) *most_waited = sn.oldest_prompt_wait_steps;
     }
     assert_int_equal(o->done, 4);
+    assert_int_equal(sn.prompt_wait_steps, wait < 0 ? 0 : wait == 0 ? 40 : wait); /* the stats (/metrics) */
     free(o);
     fm_sched_free(s);
     fm_model_free(m);
@@ -441,11 +443,11 @@ static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit) {
  * time alone (the floor, 64) takes 4; with the default W = 40 the floor rules (200 tokens over 40 steps is less) */
 static void test_prompt_wait(void **state) {
     (void)state;
-    int32_t off[4], w2[4], dflt[4];
+    int32_t off[4], w2[4], dflt[4], waited_off, waited_w2, waited_dflt;
     int64_t least_off, least_w2, least_dflt;
-    prompt_steps(-1, off, &least_off);
-    prompt_steps(2, w2, &least_w2);
-    prompt_steps(0, dflt, &least_dflt);
+    prompt_steps(-1, off, &least_off, &waited_off);
+    prompt_steps(2, w2, &least_w2, &waited_w2);
+    prompt_steps(0, dflt, &least_dflt, &waited_dflt);
     printf("steps to a 200-token prompt's first token (prompts 2-4): off %d %d %d, W = 2 %d %d %d, W = 40 %d %d %d\n",
            off[1], off[2], off[3], w2[1], w2[2], w2[3], dflt[1], dflt[2], dflt[3]);
     for (int k = 1; k < 4; k++) {
@@ -456,6 +458,8 @@ static void test_prompt_wait(void **state) {
     assert_int_equal(least_off, FM_STEP_PREFILL_FLOOR);
     assert_int_equal(least_w2, LONG / 2);
     assert_int_equal(least_dflt, FM_STEP_PREFILL_FLOOR);
+    /* the longest wait seen at a mixed step: 3 steps at the floor, 1 with W = 2 */
+    assert_int_equal(waited_off, 3), assert_int_equal(waited_w2, 1), assert_int_equal(waited_dflt, 3);
 }
 
 /* the real clock: the same tokens (whatever share the CPU's times choose) */

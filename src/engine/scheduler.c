@@ -82,6 +82,7 @@ struct fm_sched {
     int64_t steps, mixed_steps, mixed_prefill_tokens;
     int32_t last_decode_rows;
     int64_t last_prefill_rows, last_prefill_limit;
+    int32_t last_oldest_wait; /* the last mixed step's longest-waiting prompt: its steps waited */
     double last_step_ms;
     int64_t prefix_queries, prefix_hits, prefix_prompt_tokens, prefix_cached_tokens;
 };
@@ -593,6 +594,7 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
         q->waited++;
     }
     s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec, &w);
+    s->last_oldest_wait = w.oldest_steps;
     fm_status st = prefill_rows(s, s->prefill_limit, &n_chunks, err);
     if (st) return st;
     if (n_dec || n_chunks) *busy = true;
@@ -749,6 +751,8 @@ void fm_sched_get_stats(const fm_sched *s, fm_sched_stats *st) {
     if (s->budget > 0) {
         st->est_decode_ms = fm_step_budget_decode_ms(&s->sb, s->last_decode_rows);
         st->est_prefill_token_ms = s->sb.token_ms > 0.0 ? s->sb.token_ms : 0.0;
+        st->prompt_wait_steps = s->sb.latency ? s->sb.wait_steps : 0,
+        st->oldest_prompt_wait_steps = s->last_oldest_wait;
     }
     st->prefix_cache = p->prefix_cache, st->kv_blocks_cached = p->n_lru, st->kv_evictions = p->evictions;
     st->prefix_queries = s->prefix_queries, st->prefix_hits = s->prefix_hits;

@@ -101,6 +101,12 @@ void metrics_write(sbuf *o, const metrics *m, const fm_sched_stats *st, int32_t 
     gauge_real(o, "fp8moe_step_prefill_token_estimate_seconds",
                "the step budget's estimate of one prompt token's cost beside decode rows (0: none yet)",
                st->est_prefill_token_ms * 1e-3);
+    gauge(o, "fp8moe_step_prompt_wait_steps",
+          "the latency budget's prompt wait: steps before a waiting prompt's share covers all it needs (0: off)",
+          st->prompt_wait_steps);
+    gauge(o, "fp8moe_step_oldest_prompt_wait_steps",
+          "steps the longest-waiting prompt had waited at the last mixed step (0: none waited)",
+          st->oldest_prompt_wait_steps);
     gauge(o, "fp8moe_sequences_kept", "finished sequences whose KV cache is kept for a later prompt to reuse",
           st->kept);
     if (st->experts_host) { /* --experts-in host: the expert cache */
