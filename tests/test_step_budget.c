@@ -337,95 +337,100 @@ static void test_share_follows_cost(void **state) {
     free(fixed), free(lat), free(t);
 }
 
+/* One stream decoding under the latency budget (R = 2, the prompt wait `wait`) on the modelled clock with prefill
+ * dear (0.5 ms a token: the share by time at the floor), and four 200-token prompts ready to submit */
+typedef struct dear_world {
+    fm_model *m;
+    fm_sched *s;
+    model_clock mc;
+    outputs o;
+    int32_t stream_prompt[8], prompts[4][LONG];
+    prompt_user users[4];
+} dear_world;
+
+static dear_world *dear_open(int32_t wait) {
+    dear_world *d = calloc(1, sizeof *d);
+    assert_non_null(d);
+    load_prompt_wait = wait;
+    fm_status st;
+    fm_error err;
+    d->m = load(FM_STEP_BUDGET_LATENCY, 2.0, 0, &st, &err);
+    load_prompt_wait = 0;
+    if (st) fail_msg("load: %s", err.msg);
+    if (fm_sched_create(d->m->context, 0, &d->s, &err)) fail_msg("%s", err.msg);
+    d->mc = (model_clock){d->s, 1000.0, 0.5, 0, 0, 0};
+    fm_sched_set_clock(d->s, model_now, &d->mc);
+    const int32_t V = fm_model_vocab_size(d->m);
+    for (int i = 0; i < 8; i++) d->stream_prompt[i] = (3 * i + 1) % V;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < LONG; i++) d->prompts[k][i] = (7 * i + 11 * k + 5) % V;
+    submit_stream(d->s, d->stream_prompt, &d->o);
+    return d;
+}
+
+static void dear_submit(dear_world *d, int32_t k) {
+    d->users[k] = (prompt_user){&d->o, k};
+    submit_prompt(d->s, d->prompts[k], &d->users[k]);
+}
+
+static void dear_close(dear_world *d) {
+    fm_sched_free(d->s);
+    fm_model_free(d->m);
+    free(d);
+}
+
 /* The prompts' turn: one stream decodes with prefill dear (the share at the floor while one prompt waits); when three
  * prompts wait beside the one stream, each step takes the whole budget until no more prompts wait than sequences
  * decode (a load of many prompts at once would otherwise settle at a few streams and starved prompts) */
 static void test_prompts_turn(void **state) {
     (void)state;
-    fm_status st;
+    dear_world *d = dear_open(0);
+    outputs *o = &d->o;
     fm_error err;
-    fm_model *m = load(FM_STEP_BUDGET_LATENCY, 2.0, 0, &st, &err);
-    if (st) fail_msg("load: %s", err.msg);
-    fm_sched *s;
-    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
-    model_clock mc = {s, 1000.0, 0.5, 0, 0, 0}; /* prefill dear: 0.5 ms a token */
-    fm_sched_set_clock(s, model_now, &mc);
-    const int32_t V = fm_model_vocab_size(m);
-    static int32_t stream_prompt[8], prompts[4][LONG];
-    for (int i = 0; i < 8; i++) stream_prompt[i] = (3 * i + 1) % V;
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; i < LONG; i++) prompts[k][i] = (7 * i + 11 * k + 5) % V;
-    outputs *o = calloc(1, sizeof *o);
-    submit_stream(s, stream_prompt, o);
-    prompt_user users[4];
     bool busy;
     fm_sched_stats sn;
     int32_t submitted = 0;
     /* one prompt at a time until two have completed: both estimates exist and the share is at the floor */
     for (int n = 0; n < 400 && o->done < 2; n++) {
-        fm_sched_get_stats(s, &sn);
-        if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) {
-            users[submitted] = (prompt_user){o, submitted};
-            submit_prompt(s, prompts[submitted], &users[submitted]);
-            submitted++;
-        }
-        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-        fm_sched_get_stats(s, &sn);
+        fm_sched_get_stats(d->s, &sn);
+        if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) dear_submit(d, submitted++);
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+        fm_sched_get_stats(d->s, &sn);
         if (submitted == 2 && sn.last_prefill_rows > 0 && sn.last_decode_rows > 0)
             assert_int_equal(sn.last_prefill_limit, FM_STEP_PREFILL_FLOOR); /* one waits, one decodes: the share */
     }
     assert_int_equal(o->done, 2);
     /* two prompts at once beside the one stream: the whole budget while more wait than decode */
-    for (int k = 2; k < 4; k++) users[k] = (prompt_user){o, k}, submit_prompt(s, prompts[k], &users[k]);
-    if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-    fm_sched_get_stats(s, &sn);
+    dear_submit(d, 2), dear_submit(d, 3);
+    if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+    fm_sched_get_stats(d->s, &sn);
     assert_int_equal(sn.last_decode_rows, 1);
     assert_int_equal(sn.last_prefill_limit, PASS - 1); /* the room beside the stream's row */
     printf("prompts' turn: 2 waiting beside 1 stream: a step's prompt share %lld (1 waiting: %d)\n",
            (long long)sn.last_prefill_limit, FM_STEP_PREFILL_FLOOR);
     for (int n = 0; n < 400 && busy; n++)
-        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
     assert_int_equal(o->done, 4);
-    free(o);
-    fm_sched_free(s);
-    fm_model_free(m);
+    dear_close(d);
 }
 
 /* Steps from each prompt's submission to its first token, one 200-token prompt at a time beside one stream with
- * prefill dear (the share by time at the floor of 64), under the prompt wait `wait` (-1: off); and the smallest prompt
- * share of those steps */
+ * prefill dear (the share by time at the floor of 64), under the prompt wait `wait` (-1: off); the smallest prompt
+ * share of those steps; the longest wait the stats showed */
 static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit, int32_t *most_waited) {
-    load_prompt_wait = wait;
-    fm_status st;
+    dear_world *d = dear_open(wait);
+    outputs *o = &d->o;
     fm_error err;
-    fm_model *m = load(FM_STEP_BUDGET_LATENCY, 2.0, 0, &st, &err);
-    load_prompt_wait = 0;
-    if (st) fail_msg("load: %s", err.msg);
-    fm_sched *s;
-    if (fm_sched_create(m->context, 0, &s, &err)) fail_msg("%s", err.msg);
-    model_clock mc = {s, 1000.0, 0.5, 0, 0, 0};
-    fm_sched_set_clock(s, model_now, &mc);
-    const int32_t V = fm_model_vocab_size(m);
-    static int32_t stream_prompt[8], prompts[4][LONG];
-    for (int i = 0; i < 8; i++) stream_prompt[i] = (3 * i + 1) % V;
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; i < LONG; i++) prompts[k][i] = (7 * i + 11 * k + 5) % V;
-    outputs *o = calloc(1, sizeof *o);
-    submit_stream(s, stream_prompt, o);
-    prompt_user users[4];
     bool busy = true;
     fm_sched_stats sn;
     int32_t submitted = 0;
     *least_limit = PASS, *most_waited = 0;
     for (int n = 0; n < 400 && o->done < 4; n++) {
-        fm_sched_get_stats(s, &sn);
-        if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done) {
-            users[submitted] = (prompt_user){o, submitted};
-            submit_prompt(s, prompts[submitted], &users[submitted]);
-            steps[submitted++] = 0;
-        }
-        if (fm_sched_step(s, &busy, &err)) fail_msg("step: %s", err.msg);
-        fm_sched_get_stats(s, &sn);
+        fm_sched_get_stats(d->s, &sn);
+        if (o->n_stream >= 3 && sn.waiting == 0 && submitted == o->done)
+            steps[submitted] = 0, dear_submit(d, submitted++);
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+        fm_sched_get_stats(d->s, &sn);
         if (submitted > 0 && sn.last_prefill_rows > 0) steps[submitted - 1]++; /* its steps: only its rows wait */
         /* the first prompt's steps come before the prefill cost is measured (the fixed budget) */
         if (submitted > 1 && sn.last_prefill_rows > 0 && sn.last_prefill_limit < *least_limit)
@@ -434,9 +439,7 @@ static void prompt_steps(int32_t wait, int32_t steps[4], int64_t *least_limit, i
     }
     assert_int_equal(o->done, 4);
     assert_int_equal(sn.prompt_wait_steps, wait < 0 ? 0 : wait == 0 ? 40 : wait); /* the stats (/metrics) */
-    free(o);
-    fm_sched_free(s);
-    fm_model_free(m);
+    dear_close(d);
 }
 
 /* The prompt wait: with W = 2 each 200-token prompt is done in 2 steps (shares of 100 and 100) where the share by
