@@ -18,14 +18,21 @@
 #      tiles by 32 unless --route w4a8.tile=64 (PIPE_TILE=64); elsewhere mode 6 runs PIPE 0
 #   7  6 with each warp's codes loaded two groups ahead (two word buffers, loop unrolled by 2): is the one-group-ahead
 #      code load what bounds a group at 128 rows?
+#   8  4's loop with four warpgroups (512 threads, __launch_bounds__(512, 1)), each owning ONE m64 block (rows 64 wg ..
+#      64 wg + 63 of the CTA's 256): half the conversion and accumulator per warp, 16 warps per SM (4 per scheduler);
+#      the same tile and stage ring as 4 (warps 0-7 load, all 16 meet the barriers), an epilogue for 512 threads.
+#      64-row tiles (codes in registers) and 32-row tiles (codes in the ring), bf16 (not interleaved) and SwiGLU
+#      epilogues; per-token-scale rows run PIPE 0
+#   9  8 with each warp's codes loaded two groups ahead (7's form; at 32-row tiles, codes in the ring: as 8)
 # The values of 1..7 are wrong on purpose (no scales at all): timing only, never tests. Build here, carry both
 # binaries, time them in one device run:
 #   sh lab/w4a8_pipe_ceiling.sh build   # /tmp/pipeexp: the unpatched and the patched fp8moe-bench of build/gpu-pack
-#   sh lab/w4a8_pipe_ceiling.sh pack    # both, stripped, into .carry/gpu-pipe2.tar.xz (build/pipebase, build/pipe;
+#   sh lab/w4a8_pipe_ceiling.sh pack    # both, stripped, into .carry/gpu-pipe3.tar.xz (build/pipebase, build/pipe;
 #                                       # PIPE_PACK=path for another)
 #   sh lab/w4a8_pipe_ceiling.sh run BASE_BIN PIPE_BIN   # on the GPU machine, from the repository root
-#       PIPE_VARIANTS="base 4 6 7" (default; base: BASE_BIN, a number: PIPE_BIN with FP8MOE_PIPE_EXP=number)
+#       PIPE_VARIANTS="base 4 7 8 9" (default; base: BASE_BIN, a number: PIPE_BIN with FP8MOE_PIPE_EXP=number)
 #       PIPE_TILE="auto 64" (default; the qwen3 rows, each with --route w4a8.tile=N unless auto), PIPE_ROUNDS=2,
+#       PIPE_TILE_TOKENS=2048 (default: the T of the rows with a forced tile; auto rows: 512,2048,8192),
 #       PIPE_TOKEN=1 adds qwen3 rows with --route moe.act_scale=token (no PIPE 6 instance: they run PIPE 0 there)
 set -e
 case "$1" in
@@ -55,7 +62,7 @@ pack)
     rm -rf $s && mkdir -p $s/build/pipe $s/build/pipebase .carry
     strip --strip-debug -o $s/build/pipe/fp8moe-bench /tmp/pipeexp/build/gpu-pack/fp8moe-bench
     strip --strip-debug -o $s/build/pipebase/fp8moe-bench /tmp/pipeexp/fp8moe-bench.base
-    out=${PIPE_PACK:-.carry/gpu-pipe2.tar.xz}
+    out=${PIPE_PACK:-.carry/gpu-pipe3.tar.xz}
     tar -C $s -cf - build/pipe build/pipebase | xz -9 -T2 >$out
     ls -l $out
     ;;
@@ -72,21 +79,24 @@ run)
         grep -E "^\| fp8-grouped|rror" /tmp/pipe_run.txt || true
         [ $rc = 0 ] || echo "exit $rc (124: timeout)"
     }
-    vars=${PIPE_VARIANTS:-base 4 6 7}
+    t0=$(date +%s)
+    vars=${PIPE_VARIANTS:-base 4 7 8 9}
     tiles=${PIPE_TILE:-auto 64}
     rounds=${PIPE_ROUNDS:-2}
     Q="--shape qwen3 --tokens 512,2048,8192 --routes fp8-grouped --repeat 10"
+    # a forced tile's rows at PIPE_TILE_TOKENS only (8192 tiles by 64 anyway): one process each, less to run
+    QT="--shape qwen3 --tokens ${PIPE_TILE_TOKENS:-2048} --routes fp8-grouped --repeat 10"
     r=1
     while [ $r -le $rounds ]; do
         for v in $vars; do
             for t in $tiles; do
-                tr=""
-                [ "$t" = auto ] || tr="--route w4a8.tile=$t"
+                tr="" q=$Q
+                [ "$t" = auto ] || tr="--route w4a8.tile=$t" q=$QT
                 echo "== round $r variant $v qwen3 tile $t"
-                one $v $Q $tr
+                one $v $q $tr
                 if [ "${PIPE_TOKEN:-0}" = 1 ]; then
                     echo "== round $r variant $v qwen3 tile $t moe.act_scale=token"
-                    one $v $Q $tr --route moe.act_scale=token
+                    one $v $q $tr --route moe.act_scale=token
                 fi
             done
         done
@@ -102,6 +112,7 @@ run)
         done
         r=$((r + 1))
     done
+    echo "== run: $(($(date +%s) - t0)) s"
     ;;
 *)
     echo "usage: sh lab/w4a8_pipe_ceiling.sh build | pack | run BASE_BIN PIPE_BIN" >&2
