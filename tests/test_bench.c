@@ -477,6 +477,41 @@ static void bench_decode_int4_p2(void **s) {
     assert_non_null(strstr(cli_err, "g128 or p2"));
 }
 
+/* bench decode --prompt-rows N: mixed steps (B decode rows and a prompt chunk of N rows in one pass, as the
+ * scheduler runs them), said in the table's header and in the JSON; a step reads more expert bytes than the decode
+ * step of the same batch; refused with --json-object and --ep */
+static void bench_decode_prompt_rows(void **s) {
+    (void)s;
+    char json[2][512];
+    double bytes[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(json[i], sizeof json[i], "%s/decode_prompt_rows_%d.json", cli_tmp, i);
+        assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --presets fp8 --batch 2 --context 8 "
+                                "--steps 3 --warmup 1 --per-op %s --json %s",
+                                i ? "--prompt-rows 12" : "", json[i]),
+                         0);
+        assert_true(!strstr(cli_out, "mixed steps: every step also runs a prompt chunk of 12 rows") == !i);
+        char text[1 << 15];
+        slurp(json[i], text, sizeof text);
+        cJSON *root = cJSON_Parse(text);
+        assert_non_null(root);
+        assert_int_equal(cJSON_GetObjectItem(root, "prompt_rows")->valueint, i ? 12 : 0);
+        const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "rows"), 0);
+        assert_string_equal(cJSON_GetObjectItem(row, "status")->valuestring, "ok");
+        assert_true(cJSON_GetObjectItem(row, "median_ms")->valuedouble > 0);
+        const cJSON *b = cJSON_GetObjectItem(row, "bytes_per_step");
+        assert_non_null(b);
+        bytes[i] = b->valuedouble;
+        cJSON_Delete(root);
+    }
+    assert_true(bytes[1] > bytes[0]); /* 14 rows select more experts than 2 */
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --prompt-rows 4 --json-object"), 2);
+    assert_non_null(strstr(cli_err, "--prompt-rows"));
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --prompt-rows 4 --ep 2"), 2);
+    assert_non_null(strstr(cli_err, "--prompt-rows is not supported with --ep"));
+    assert_int_equal(fp8moe("bench decode --synthetic toy-moe --backend cpu --prompt-rows 0"), 2);
+}
+
 /* The bench commands are the program fp8moe-bench beside fp8moe: `fp8moe bench --help` lists every one of them, and
  * a copy of fp8moe without the program beside it refuses with an error that names the path it looked for. */
 static void bench_program_beside_the_binary(void **s) {
@@ -505,17 +540,12 @@ static void bench_program_beside_the_binary(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(synthetic_is_deterministic),
-        cmocka_unit_test(synthetic_qwen3_next),
-        cmocka_unit_test(cost_matches_hand_count),
-        cmocka_unit_test(bench_command_prints_and_writes_json),
-        cmocka_unit_test(bench_moe_command),
-        cmocka_unit_test(bench_gemm_command),
-        cmocka_unit_test(bench_prefill_over_ranks),
-        cmocka_unit_test(bench_decode_over_ranks),
-        cmocka_unit_test(bench_decode_json_object),
-        cmocka_unit_test(bench_decode_int4_p2),
-        cmocka_unit_test(bench_program_beside_the_binary),
+        cmocka_unit_test(synthetic_is_deterministic), cmocka_unit_test(synthetic_qwen3_next),
+        cmocka_unit_test(cost_matches_hand_count),    cmocka_unit_test(bench_command_prints_and_writes_json),
+        cmocka_unit_test(bench_moe_command),          cmocka_unit_test(bench_gemm_command),
+        cmocka_unit_test(bench_prefill_over_ranks),   cmocka_unit_test(bench_decode_over_ranks),
+        cmocka_unit_test(bench_decode_json_object),   cmocka_unit_test(bench_decode_int4_p2),
+        cmocka_unit_test(bench_decode_prompt_rows),   cmocka_unit_test(bench_program_beside_the_binary),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

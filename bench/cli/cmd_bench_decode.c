@@ -73,6 +73,11 @@ static const char *HELP =
     "                     bandwidth (also in the JSON, rows[].ops)\n"
     "  --bandwidth GBPS   the device bandwidth of the floors in GB/s (default 4250 on cuda: the device copy rate\n"
     "                     measured on the H200; on the cpu --per-op's floor columns only with this option)\n"
+    "  --prompt-rows N    mixed steps, as the scheduler runs them while a prompt arrives: each timed step also runs\n"
+    "                     N rows of a prompt chunk (one more sequence, its first N positions) in the same pass,\n"
+    "                     without a graph, the decode rows and the chunk's last row sampled; the profiled step\n"
+    "                     (stages, --per-op) is the same mixed step, with the last row's logits only. The\n"
+    "                     decode steps' rows for the same batches are the comparison: run both\n"
     "  -v, --verbose      progress on stderr\n";
 
 enum {
@@ -96,7 +101,8 @@ enum {
     OPT_MASK_CACHE,
     OPT_PER_OP,
     OPT_BANDWIDTH,
-    OPT_INT4_SCALES
+    OPT_INT4_SCALES,
+    OPT_PROMPT_ROWS
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -119,6 +125,7 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"per-op", no_argument, 0, OPT_PER_OP},
                                             {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
                                             {"int4-scales", required_argument, 0, OPT_INT4_SCALES},
+                                            {"prompt-rows", required_argument, 0, OPT_PROMPT_ROWS},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -144,23 +151,25 @@ typedef struct decode_row {
     char msg[sizeof(((fm_error *)0)->msg)];
 } decode_row;
 
-/* Bytes one decode step of B tokens at context ctx must read: every dense weight once, the experts the B tokens
- * select (E (1 - (1 - k/E)^B) of each layer's E under uniform routing), the lm_head, and the K and V of every
- * sequence's context. */
-static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, int64_t ctx) {
+/* Bytes one decode step of B tokens at context ctx, and N prompt rows at positions 0..N-1 beside them, must read:
+ * every dense weight once, the experts the B + N tokens select (E (1 - (1 - k/E)^(B + N)) of each layer's E under
+ * uniform routing), the lm_head, and the K and V of every sequence's context. */
+static double step_bytes(const fm_model *m, const fm_memory_plan *p, int64_t B, int64_t N, int64_t ctx) {
     const fm_config *c = &m->cfg;
     double b = (double)(p->weights[FM_MEM_ATTN] + p->weights[FM_MEM_ROUTER] + p->weights[FM_MEM_NORMS] +
                         p->weights[FM_MEM_DENSE_MLP] + p->weights[FM_MEM_LM_HEAD]);
     if (!p->weights[FM_MEM_LM_HEAD]) b += (double)p->weights[FM_MEM_EMBED]; /* tied: the embedding is the lm_head */
     if (c->n_experts > 0) { /* a shared expert in the bank (moe.shared) is read by every step: s of the E */
         const double s = c->shared_in_bank ? 1.0 : 0.0, E = c->n_experts, k = c->n_experts_per_tok;
-        b += (double)p->weights[FM_MEM_EXPERTS] / E * (s + (E - s) * (1.0 - pow(1.0 - (k - s) / (E - s), (double)B)));
+        b += (double)p->weights[FM_MEM_EXPERTS] / E *
+             (s + (E - s) * (1.0 - pow(1.0 - (k - s) / (E - s), (double)(B + N))));
     }
     /* the cache's rows as stored (bf16, or e4m3 codes and scales), in the attention layers (not Qwen3-Next's GDN) */
     const double row = m->context && m->context->kv
                            ? (double)m->context->kv->row_bytes
                            : (double)c->n_kv_heads * c->head_dim * (double)m->be->ops->act_size;
-    b += (double)B * (double)ctx * 2.0 * fm_arch_attention_layers(c, m->n_layers) * row;
+    b += ((double)B * (double)ctx + (double)N * (double)(N + 1) / 2.0) * 2.0 *
+         fm_arch_attention_layers(c, m->n_layers) * row; /* a prompt chunk's row t reads t + 1 positions */
     return b;
 }
 
@@ -171,6 +180,7 @@ typedef struct decode_args {
     int64_t batches[MAX_BATCHES];
     int nb, np, pidx[N_PRESETS];
     long context, layers, slots, ep;
+    long prompt_rows; /* --prompt-rows: a prompt chunk's rows in every timed step (mixed steps); 0: decode steps */
     bool presets_given, random_ids, json_object, per_op;
     bool mask_before, mask_order_given; /* --mask-order before: masks filled and copied before the step */
     long mask_cache;                    /* --mask-cache: shared masks; -1: not given (the default) */
@@ -182,6 +192,67 @@ typedef struct decode_args {
     fm_dispatch dispatch;
     fm_int4_scales int4_scales;
 } decode_args;
+
+/* --prompt-rows: the rows of a mixed step as the scheduler stages them (the prompt chunk's rows, then the decode
+ * rows), at fixed positions: every timed step recomputes the same positions (the same work; the caches keep their
+ * size). The chunk is the first N positions of one more sequence; each decode row is its sequence's next position. */
+typedef struct mixed_rows {
+    int32_t n_prompt, n_dec, pseq;
+    int32_t *ids, *seq, *pos; /* [n_prompt + n_dec] */
+    int32_t *slots, *out; /* [1 + n_dec]: the sampled rows' sequences (the chunk's last row, then the decode rows) */
+} mixed_rows;
+
+static void mixed_free(fm_model *m, mixed_rows *x) {
+    if (x->pseq >= 0) fm_kv_seq_end(m->context, x->pseq);
+    free(x->ids), free(x->seq), free(x->pos), free(x->slots), free(x->out);
+    memset(x, 0, sizeof *x), x->pseq = -1;
+}
+
+static fm_status mixed_begin(fm_model *m, int32_t B, int32_t N, const int32_t *seq, const int32_t *last, mixed_rows *x,
+                             fm_error *err) {
+    fm_kv_pool *pool = &m->context->kv->pool;
+    const int32_t T = N + B, V = fm_model_vocab_size(m);
+    *x = (mixed_rows){N,
+                      B,
+                      -1,
+                      malloc((size_t)T * sizeof(int32_t)),
+                      malloc((size_t)T * sizeof(int32_t)),
+                      malloc((size_t)T * sizeof(int32_t)),
+                      malloc((size_t)(B + 1) * sizeof(int32_t)),
+                      malloc((size_t)(B + 1) * sizeof(int32_t))};
+    if (!x->ids || !x->seq || !x->pos || !x->slots || !x->out)
+        return fm_fail(err, FM_ERR_NOMEM, "bench decode: out of host memory");
+    for (int32_t t = 0; t < N; t++) x->ids[t] = (int32_t)((t * 6007 + 17) % V);
+    fm_sampling sp;
+    fm_sampling_init(&sp);
+    fm_status st = fm_kv_seq_begin(m->context, x->ids, N, &sp, &x->pseq, err);
+    if (!st) st = fm_kv_seq_append(pool, x->pseq, N, err);
+    for (int32_t t = 0; t < N; t++) x->seq[t] = x->pseq, x->pos[t] = t;
+    x->slots[0] = x->pseq;
+    for (int32_t s = 0; !st && s < B; s++) {
+        st = fm_kv_seq_append(pool, seq[s], 1, err);
+        x->ids[N + s] = last[s], x->seq[N + s] = seq[s], x->slots[1 + s] = seq[s];
+        x->pos[N + s] = (int32_t)(fm_kv_seq_tokens(pool, seq[s]) - 1);
+    }
+    m->context->kv->tables_dirty = true;
+    return st;
+}
+
+/* One mixed step: the rows staged, one pass with the logits of the sampled rows, sampled on the device, the ids back */
+static fm_status mixed_step(fm_model *m, mixed_rows *x, fm_error *err) {
+    fm_context *ctx = m->context;
+    fm_backend *be = m->be;
+    const int64_t T = (int64_t)x->n_prompt + x->n_dec;
+    fm_status st = fm_step_stage(ctx, x->ids, x->seq, x->pos, T, err);
+    if (st) return st;
+    const fm_row_run run = {x->n_prompt - 1, x->n_dec + 1};
+    fm_step_device_rows(ctx, T, &run, 1, FM_ATTN_PAGED);
+    be->ops->upload_ids(be, x->slots, x->n_dec + 1, ctx->kv->row_slot);
+    fm_step_sample_device(ctx, x->n_dec + 1);
+    be->ops->download_raw(be, ctx->kv->ids_out, (size_t)(x->n_dec + 1) * sizeof *x->out, x->out);
+    if ((st = be->ops->sync(be, err))) return st;
+    return fm_dist_status_take(ctx, err);
+}
 
 /* One batch size of one loaded preset: B sequences prefilled to the context, warm-up and timed steps, the expert
  * cache's counts over the timed ones, then one step with stage marks; the sequences are ended. A failure is the row's
@@ -202,6 +273,9 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         st = fm_fail(&err, FM_ERR_NOMEM, "bench decode: out of host memory");
     else st = bench_prefill_sequences(m, B, a->context, max_tokens, seq, ids, &err);
     if (!st) st = m->be->ops->sync(m->be, &err);
+    mixed_rows mx = {0};
+    mx.pseq = -1;
+    if (!st && a->prompt_rows) st = mixed_begin(m, B, (int32_t)a->prompt_rows, seq, ids, &mx, &err);
     if (a->b.verbose && !st)
         fm_progress("%s B=%d: prefilled %d x %lld tokens", row->preset, B, B, (long long)a->context);
     /* one profiled step without a graph: the stage breakdown */
@@ -217,7 +291,8 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         for (int32_t s = 0; a->random_ids && s < B; s++)
             x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
         const double t0 = cli_now();
-        if (!a->json_object) st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
+        if (a->prompt_rows) st = mixed_step(m, &mx, &err);
+        else if (!a->json_object) st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
         else { /* the scheduler's constrained step: the masks filled while the forward pass runs, or before it */
             if (a->mask_before) bench_constraint_masks(m, &bc);
             for (int32_t s = 0; !st && s < B; s++) st = fm_kv_reserve(m->context, seq[s], 1, &err);
@@ -240,7 +315,12 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         row->prefetched_per_step = (double)(es1.bytes_prefetched - es0.bytes_prefetched) / (double)steps;
         row->slots = es1.slots;
     }
-    if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
+    if (!st && a->prompt_rows) { /* the breakdown: the mixed step once more with stage marks */
+        st = fm_step_stage(m->context, mx.ids, mx.seq, mx.pos, (int64_t)mx.n_prompt + B, &err);
+        if (!st)
+            st = fm_step_profile_ops(m->context, (int64_t)mx.n_prompt + B, true, FM_ATTN_PAGED, &row->prof,
+                                     a->per_op ? &row->ops : NULL, &err);
+    } else if (!st) { /* the breakdown: one more step's device work with stage marks, its K/V at the next position */
         int32_t *pos = malloc((size_t)B * sizeof *pos);
         for (int32_t s = 0; s < B && !st; s++) {
             pos[s] = (int32_t)fm_kv_seq_tokens(&m->context->kv->pool, seq[s]);
@@ -253,6 +333,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
                                      &err);
         free(pos);
     }
+    mixed_free(m, &mx);
     for (int32_t s = 0; seq && s < B; s++)
         if (seq[s] >= 0 && fm_kv_seq_tokens(&m->context->kv->pool, seq[s]) >= 0) fm_kv_seq_end(m->context, seq[s]);
     if (!st) {
@@ -262,7 +343,8 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         bench_stats(fill_ms, steps, &row->mask_fill_ms, &mn, &mx);
         bench_stats(fill_cpu, steps, &row->mask_fill_cpu_ms, &mn, &mx);
         row->tokens_per_s = B / (med * 1e-3);
-        row->bytes = step_bytes(m, plan, B, a->context + warmup + steps / 2);
+        row->bytes =
+            step_bytes(m, plan, B, a->prompt_rows, a->prompt_rows ? a->context : a->context + warmup + steps / 2);
         row->floor_ms = 1e3 * row->bytes / (a->bandwidth > 0 ? a->bandwidth : BENCH_BANDWIDTH_BYTES_PER_S);
         row->status = BENCH_OK;
     } else {
@@ -282,8 +364,10 @@ static void run_preset(const decode_args *a, const char *preset, const cli_model
     int64_t max_b = 0;
     for (int i = 0; i < a->nb; i++) max_b = a->batches[i] > max_b ? a->batches[i] : max_b;
     opt.preset = p, opt.dense = w8a8 ? FM_DENSE_W8A8 : FM_DENSE_PRESET;
-    opt.max_seqs = (int32_t)max_b, opt.ctx = a->context + a->b.warmup + a->b.repeat + 1;
+    opt.max_seqs = (int32_t)(max_b + (a->prompt_rows > 0)), opt.ctx = a->context + a->b.warmup + a->b.repeat + 1;
+    if (opt.ctx < max_b + a->prompt_rows) opt.ctx = max_b + a->prompt_rows; /* a pass's rows are checked against it */
     opt.max_tokens = a->context < 2048 ? a->context : 2048;
+    if (opt.max_tokens < max_b + a->prompt_rows) opt.max_tokens = max_b + a->prompt_rows; /* a mixed step's rows */
     fm_error err = {{0}};
     fm_model *m = NULL;
     for (int i = 0; i < a->nb; i++) rows[i].preset = preset, rows[i].batch = a->batches[i];
@@ -373,6 +457,9 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             if (!cli_parse_int(cmd, "--mask-cache", optarg, 0, 65536, &a->mask_cache)) return CLI_USAGE;
             break;
         case OPT_PER_OP: a->per_op = true; break;
+        case OPT_PROMPT_ROWS:
+            if (!cli_parse_int(cmd, "--prompt-rows", optarg, 1, 8192, &a->prompt_rows)) return CLI_USAGE;
+            break;
         case OPT_BANDWIDTH: {
             long gbps = 0;
             if (!cli_parse_int(cmd, "--bandwidth", optarg, 1, 1000000, &gbps)) return CLI_USAGE;
@@ -394,6 +481,8 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
     if (!a->synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
     if (a->mask_order_given && !a->json_object) return cli_usage(cmd, "--mask-order needs --json-object");
     if (a->mask_cache >= 0 && !a->json_object) return cli_usage(cmd, "--mask-cache needs --json-object");
+    if (a->prompt_rows && a->json_object)
+        return cli_usage(cmd, "--prompt-rows times mixed steps without constraints: not with --json-object");
     return -1;
 }
 
@@ -420,6 +509,7 @@ static void plan_run(decode_args *a, cli_model_opts *mo) {
 static int run_ranks(const char *cmd, const decode_args *a, cli_model_opts *mo) {
     if (a->json_object) return cli_usage(cmd, "--json-object is not supported with --ep");
     if (a->per_op) return cli_usage(cmd, "--per-op is not supported with --ep");
+    if (a->prompt_rows) return cli_usage(cmd, "--prompt-rows is not supported with --ep");
     if (!strcmp(a->b.backend, "cuda"))
         return cli_usage(cmd, "--ep runs on the cpu backend (--backend cpu): on cuda every rank would share "
                               "the one GPU, whose steps time no multi-GPU decode");
@@ -459,6 +549,10 @@ static void print_ops(const decode_args *a, const decode_row *r) {
 static void print_tables(const char *cmd, const decode_args *a, const decode_row *rows, double *link_gbps,
                          double *dma_gbps) {
     const int n = a->np * a->nb;
+    if (a->prompt_rows)
+        printf("mixed steps: every step also runs a prompt chunk of %ld rows (positions 0..%ld of one more sequence) "
+               "without a graph, as the scheduler does while a prompt arrives; tokens/s counts the decode rows\n",
+               a->prompt_rows, a->prompt_rows - 1);
     printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, KV cache %s, "
            "routing %s, experts in %s, input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
@@ -564,6 +658,7 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
     cJSON_ReplaceItemInObject(root, "bandwidth_bytes_per_s",
                               cJSON_CreateNumber(a->bandwidth > 0 ? a->bandwidth : BENCH_BANDWIDTH_BYTES_PER_S));
     cJSON_AddBoolToObject(root, "per_op", a->per_op);
+    cJSON_AddNumberToObject(root, "prompt_rows", (double)a->prompt_rows);
     cJSON_AddNumberToObject(root, "context", (double)a->context);
     cJSON_AddStringToObject(root, "routes", a->b.routes);
     cJSON_AddStringToObject(root, "int4_scales", fm_int4_scales_name(a->int4_scales));
