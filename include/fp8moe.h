@@ -194,7 +194,8 @@ typedef struct fm_options {
     int32_t prompt_wait_steps;       /* --max-prompt-wait-steps: LATENCY's prompt wait W: a mixed step's share at
                                         least the waiting prompts' tokens over the steps left before the one waiting
                                         longest has waited W steps; 0: 40; -1: off (the share by time alone). As
-                                        the ratio: refused with FIXED and on the ranks of a group */
+                                        the ratio: N refused with FIXED and on the ranks of a group (off is
+                                        accepted everywhere). A request queued for a slot is not counted */
     fm_kv_dtype kv_cache;            /* generation (--kv-cache): the KV cache's format, FM_KV_ACT (0) unless asked;
                                         e4m3 is refused without a cache (max_seqs 0), with fp32 activations (ref32)
                                         and on cuda for head dims that are not a multiple of 16 */

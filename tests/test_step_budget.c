@@ -465,6 +465,63 @@ static void test_prompt_wait(void **state) {
     assert_int_equal(waited_off, 3), assert_int_equal(waited_w2, 1), assert_int_equal(waited_dflt, 3);
 }
 
+/* A prompt queued for a slot is not waiting in the budget's sense: while every slot decodes it is not counted (the
+ * stats' longest wait stays 0); once a stream ends and it starts, W = 2 splits it in two steps of 100, not the whole
+ * room the steps it spent queued would otherwise demand */
+static void count_end(void *user, const fm_sched_event *ev) {
+    if (ev->end != FM_SCHED_RUNNING) ++*(int32_t *)user;
+}
+
+static void test_prompt_wait_queued(void **state) {
+    (void)state;
+    dear_world *d = dear_open(2);
+    fm_error err;
+    bool busy;
+    fm_sched_stats sn;
+    /* the first prompt beside the stream: its steps measure a prompt token's cost */
+    for (int n = 0; n < 50 && d->o.n_stream < 3; n++)
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+    dear_submit(d, 0);
+    for (int n = 0; n < 50 && d->o.done < 1; n++)
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+    assert_int_equal(d->o.done, 1);
+    /* three more streams fill the four slots, the last one short */
+    static int32_t more[3][8];
+    int32_t ended = 0;
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 8; i++) more[k][i] = (5 * i + 3 * k + 2) % fm_model_vocab_size(d->m);
+        fm_sched_request q;
+        fm_sched_request_init(&q);
+        q.prompt = more[k], q.n_prompt = 8, q.params.max_tokens = k == 2 ? 6 : 60, q.params.ignore_eos = true;
+        q.on_event = count_end, q.user = &ended;
+        int64_t id;
+        if (fm_sched_submit(d->s, &q, &id, &err)) fail_msg("%s", err.msg);
+    }
+    for (int n = 0; n < 3; n++)
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+    fm_sched_get_stats(d->s, &sn);
+    assert_int_equal(sn.running, SEQS);
+    dear_submit(d, 1); /* queued: no slot until the short stream ends */
+    int32_t queued = 0, n_limits = 0;
+    int64_t limits[8];
+    for (int n = 0; n < 100 && d->o.done < 2; n++) {
+        if (fm_sched_step(d->s, &busy, &err)) fail_msg("step: %s", err.msg);
+        fm_sched_get_stats(d->s, &sn);
+        if (sn.last_prefill_rows == 0) {
+            assert_int_equal(sn.oldest_prompt_wait_steps, 0);
+            queued++;
+        } else if (n_limits < 8) limits[n_limits++] = sn.last_prefill_limit;
+    }
+    assert_int_equal(d->o.done, 2);
+    assert_int_equal(ended, 1);
+    printf("a prompt queued %d steps for a slot, then its shares: %lld %lld (W = 2)\n", queued, (long long)limits[0],
+           (long long)(n_limits > 1 ? limits[1] : -1));
+    assert_true(queued >= 2);
+    assert_int_equal(n_limits, 2);
+    assert_int_equal(limits[0], LONG / 2), assert_int_equal(limits[1], LONG / 2);
+    dear_close(d);
+}
+
 /* the real clock: the same tokens (whatever share the CPU's times choose) */
 static void test_wall_clock_same_tokens(void **state) {
     (void)state;
@@ -547,6 +604,13 @@ static void test_options(void **state) {
     assert_int_equal(fm_context_prompt_wait_steps(m->context), 9);
     fm_model_free(m);
     refused(FM_STEP_BUDGET_FIXED, 0.0, 0, "--max-prompt-wait-steps");
+    load_prompt_wait = -1; /* off asks nothing of any budget: accepted with fixed */
+    m = load(FM_STEP_BUDGET_FIXED, 0.0, 0, &st, &err);
+    if (st) fail_msg("fixed with the prompt wait off: %s", err.msg);
+    assert_int_equal(fm_context_step_budget(m->context, NULL), FM_STEP_BUDGET_FIXED);
+    assert_int_equal(fm_context_prompt_wait_steps(m->context), 0);
+    fm_model_free(m);
+    load_prompt_wait = 9;
     refused(FM_STEP_BUDGET_AUTO, 0.0, -1, "--max-prompt-wait-steps");
     load_prompt_wait = -2;
     refused(FM_STEP_BUDGET_LATENCY, 0.0, 0, "--max-prompt-wait-steps");
@@ -575,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_prompts_turn),
         cmocka_unit_test(test_prompt_wait_share),
         cmocka_unit_test(test_prompt_wait),
+        cmocka_unit_test(test_prompt_wait_queued),
         cmocka_unit_test(test_wall_clock_same_tokens),
         cmocka_unit_test(test_options),
     };

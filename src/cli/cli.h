@@ -40,7 +40,7 @@ bool cli_parse_step_tokens(const char *cmd, const char *text, int64_t *out);
 /* --step-budget fixed|latency (fm_options.step_budget) and --max-step-latency-ratio R (R in [1, 1000]) */
 bool cli_parse_step_budget(const char *cmd, const char *text, fm_step_budget_mode *out);
 bool cli_parse_step_ratio(const char *cmd, const char *text, double *out);
-/* --max-prompt-wait-steps N|off: N in [1, FM_STEP_PROMPT_WAIT_MAX], or off (-1, fm_options.prompt_wait_steps) */
+/* --max-prompt-wait-steps N|off: N in [1, FM_PROMPT_WAIT_STEPS_MAX], or off (-1, fm_options.prompt_wait_steps) */
 bool cli_parse_prompt_wait(const char *cmd, const char *text, int32_t *out);
 /* The step budget the load resolved, on stderr (serve prints it at start; chat and generate with --verbose) */
 void cli_print_step_tokens(const char *cmd, const fm_context *ctx);

@@ -77,8 +77,13 @@ bool cli_parse_prompt_wait(const char *cmd, const char *text, int32_t *out) {
         *out = -1;
         return true;
     }
-    long v;
-    if (!cli_parse_int(cmd, "--max-prompt-wait-steps", text, 1, FM_PROMPT_WAIT_STEPS_MAX, &v)) return false;
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(text, &end, 10);
+    if (errno || !end || *end || end == text || v < 1 || v > FM_PROMPT_WAIT_STEPS_MAX)
+        return cli_usage(cmd, "--max-prompt-wait-steps expects an integer in [1, %d] or off, got '%s'",
+                         FM_PROMPT_WAIT_STEPS_MAX, text),
+               false;
     *out = (int32_t)v;
     return true;
 }

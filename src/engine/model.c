@@ -65,8 +65,9 @@ static fm_status resolve_step_tokens(fm_context *ctx, const fm_options *opt, fm_
                        "--max-prompt-wait-steps must be in [1, %d] or off (the steps a waiting prompt may wait before "
                        "it gets the whole step), got %d",
                        FM_PROMPT_WAIT_STEPS_MAX, wait);
-    /* the options that only the latency budget reads, by name for the refusals below */
-    const char *latency_opt = ratio != 0.0 ? "--max-step-latency-ratio" : wait != 0 ? "--max-prompt-wait-steps" : NULL;
+    /* the options that only the latency budget reads, by name for the refusals below (a prompt wait turned off asks
+       nothing of any budget) */
+    const char *latency_opt = ratio != 0.0 ? "--max-step-latency-ratio" : wait > 0 ? "--max-prompt-wait-steps" : NULL;
     if (asked == -1 && (mode != FM_STEP_BUDGET_AUTO || latency_opt))
         return fm_fail(err, FM_ERR_USAGE, "%s needs mixed steps, and --max-step-tokens is off",
                        latency_opt ? latency_opt : "--step-budget");

@@ -327,13 +327,14 @@ void fm_sched_release(fm_sched *s, int64_t req) {
     q->slot = -1, q->state = RQ_DONE; /* dropped from the list at the next step (this may run inside a callback) */
 }
 
-/* a sequence may open: fewer than the context's max_seqs are (its pool may hold more slots) */
-static bool slot_free(const fm_sched *s) {
+/* sequences that may open: fewer than the context's max_seqs are (its pool may hold more slots) */
+static int32_t slots_free(const fm_sched *s) {
     const fm_kv_pool *p = &s->ctx->kv->pool;
     int32_t open = 0;
     for (int32_t i = 0; i < p->max_seqs; i++) open += p->n_tokens[i] >= 0;
-    return open < s->ctx->n_seqs;
+    return open < s->ctx->n_seqs ? s->ctx->n_seqs - open : 0;
 }
+static bool slot_free(const fm_sched *s) { return slots_free(s) > 0; }
 
 /* The oldest kept cache no request continues: given up when a new request needs its slot */
 static bool evict_kept(fm_sched *s) {
@@ -575,6 +576,29 @@ static fm_status prefill_rows(fm_sched *s, int64_t left, int32_t *n_chunks, fm_e
     return FM_OK;
 }
 
+/* The requests this step could give prompt rows to (the step budget's fm_step_waiting): those prefilling, and the
+ * waiting ones that could start now, oldest first (a free slot each, or the kept cache they continue, or one a new
+ * request may evict; not one held back for a prompt it shares blocks with). Each waits this step. A request queued
+ * for a slot does not count: no share would serve it, and its wait would later demand the whole budget. */
+static void waiting_prompts(fm_sched *s, fm_step_waiting *w) {
+    int32_t room = slots_free(s); /* new sequences this step could open */
+    for (int32_t i = 0; i < s->n; i++) room += s->reqs[i]->state == RQ_KEPT && !s->reqs[i]->claimed;
+    for (int32_t i = 0; i < s->n; i++) {
+        rq *q = s->reqs[i];
+        if ((q->state != RQ_PREFILL && q->state != RQ_WAITING) || q->cancel) continue;
+        if (q->state == RQ_WAITING) {
+            if (shares_prefill(s, q)) continue;
+            if (q->r.reuse < 0) {
+                if (room == 0) continue;
+                room--;
+            }
+        }
+        w->n++, w->tokens += q->r.n_prompt - q->pos;
+        if (q->waited > w->oldest_steps) w->oldest_steps = q->waited;
+        q->waited++;
+    }
+}
+
 /* A mixed step: the decode rows and prefill chunks in the budget, one pass, then each row to sample sampled with its
  * own sequence's state. */
 static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
@@ -585,14 +609,8 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     /* the decode rows fit: a prompt joins the batch only in a step with room for its last chunk beside them */
     const int32_t n_dec = decode_rows(s);
     int32_t n_chunks;
-    fm_step_waiting w = {0, 0, 0}; /* the requests waiting for (the rest of) their prompt; each waits this step */
-    for (int32_t i = 0; i < s->n; i++) {
-        rq *q = s->reqs[i];
-        if ((q->state != RQ_PREFILL && q->state != RQ_WAITING) || q->cancel) continue;
-        w.n++, w.tokens += q->r.n_prompt - q->pos;
-        if (q->waited > w.oldest_steps) w.oldest_steps = q->waited;
-        q->waited++;
-    }
+    fm_step_waiting w = {0, 0, 0};
+    waiting_prompts(s, &w);
     s->prefill_limit = fm_step_budget_prefill(&s->sb, n_dec, &w);
     s->last_oldest_wait = w.oldest_steps;
     fm_status st = prefill_rows(s, s->prefill_limit, &n_chunks, err);

@@ -51,9 +51,10 @@ typedef struct fm_step_budget {
     double token_ms;    /* a prefill token's marginal time beside decode rows, smoothed; < 0: not measured */
 } fm_step_budget;
 
-/* The requests waiting for (the rest of) their prompt at a step: how many, their prompt tokens not yet in the
- * cache (a request not started counts its whole prompt: the prefix it may map is known only when it starts), and
- * the steps the one waiting longest has waited */
+/* The requests a step could give prompt rows to (those prefilling, and the waiting ones that could start now: not
+ * those queued for a slot): how many, their prompt tokens not yet in the cache (a request not started counts its
+ * whole prompt: the prefix it may map is known only when it starts), and the steps the one waiting longest has
+ * waited while it could have been served */
 typedef struct fm_step_waiting {
     int32_t n;
     int64_t tokens;
