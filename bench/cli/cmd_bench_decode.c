@@ -77,7 +77,8 @@ static const char *HELP =
     "                     N rows of a prompt chunk (one more sequence, its first N positions) in the same pass,\n"
     "                     without a graph, the decode rows and the chunk's last row sampled; the profiled step\n"
     "                     (stages, --per-op) is the same mixed step, with the last row's logits only. The\n"
-    "                     decode steps' rows for the same batches are the comparison: run both\n"
+    "                     decode steps' rows for the same batches are the comparison: run both (the load\n"
+    "                     differs by one sequence and a pass of at least B + N rows)\n"
     "  -v, --verbose      progress on stderr\n";
 
 enum {
@@ -291,8 +292,10 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         for (int32_t s = 0; a->random_ids && s < B; s++)
             x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
         const double t0 = cli_now();
-        if (a->prompt_rows) st = mixed_step(m, &mx, &err);
-        else if (!a->json_object) st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
+        if (a->prompt_rows) { /* the decode rows' input: the token each sampled last step, or the random one */
+            for (int32_t s = 0; s < B; s++) mx.ids[mx.n_prompt + s] = a->random_ids || r == 0 ? ids[s] : mx.out[1 + s];
+            st = mixed_step(m, &mx, &err);
+        } else if (!a->json_object) st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
         else { /* the scheduler's constrained step: the masks filled while the forward pass runs, or before it */
             if (a->mask_before) bench_constraint_masks(m, &bc);
             for (int32_t s = 0; !st && s < B; s++) st = fm_kv_reserve(m->context, seq[s], 1, &err);
@@ -307,7 +310,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
                    fill_cpu[r - warmup] = 1e3 * bc.fill_cpu_s;
     }
     bench_constraint_end(&bc);
-    if (!st) row->graph = fm_decode_graph_nodes(m->context, B, &row->nodes);
+    if (!st && !a->prompt_rows) row->graph = fm_decode_graph_nodes(m->context, B, &row->nodes); /* mixed: none */
     if (!st && (row->host = fm_context_expert_stats(m->context, &es1))) {
         const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
         row->hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
