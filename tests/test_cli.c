@@ -512,7 +512,7 @@ static void route_option(void **s) {
     const char *keys =
         "keys: w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
         "moe.gemv, router.fused, router.cluster, moe.persistent, attn.persistent, moe.act_scale, pdl, decode.graphs, "
-        "gdn.tc";
+        "mixed.graphs, gdn.tc";
     expect_error(fp8moe("logits %s --out %s/x --route w4a8.kernels=mma", m, cli_tmp), 2,
                  "unknown route key 'w4a8.kernels'");
     assert_non_null(strstr(cli_err, keys));

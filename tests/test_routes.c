@@ -106,7 +106,7 @@ static void bad_keys_and_values_are_usage_errors(void **s) {
     const char *keys =
         "w4a8.kernel, attention.kernel, w4a8.tile, w4a8.fp4, w4a8.codes, dense.gemv, w8a8.gemv_max_m, "
         "moe.gemv, router.fused, router.cluster, moe.persistent, attn.persistent, moe.act_scale, pdl, decode.graphs, "
-        "gdn.tc, rope.store, "
+        "mixed.graphs, gdn.tc, rope.store, "
         "shared.stream, expert.prefetch, decode.fused";
     expect_usage("w4a8.kernels=mma", "unknown route key 'w4a8.kernels'", keys);
     expect_usage("W4A8.KERNEL=mma", "unknown route key", keys);
@@ -434,8 +434,8 @@ static void the_printer_shows_every_key(void **s) {
     fclose(f);
     const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
                           "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
-                          "decode.graphs", "gdn.tc",           "rope.store", "shared.stream", "expert.prefetch",
-                          "decode.fused",  "moe.shared"};
+                          "decode.graphs", "mixed.graphs",     "gdn.tc",     "rope.store",    "shared.stream",
+                          "expert.prefetch", "decode.fused", "moe.shared"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
@@ -682,8 +682,8 @@ static void the_committed_reference_page_is_current(void **s) {
                  "docs/routes.md");
     const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
                           "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
-                          "decode.graphs", "gdn.tc",           "rope.store", "shared.stream", "expert.prefetch",
-                          "decode.fused",  "moe.shared"};
+                          "decode.graphs", "mixed.graphs",     "gdn.tc",     "rope.store",    "shared.stream",
+                          "expert.prefetch", "decode.fused", "moe.shared"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         char cell[40];
         snprintf(cell, sizeof cell, "| `%s` |", keys[i]);

@@ -74,9 +74,10 @@ static const char *HELP =
     "  --bandwidth GBPS   the device bandwidth of the floors in GB/s (default 4250 on cuda: the device copy rate\n"
     "                     measured on the H200; on the cpu --per-op's floor columns only with this option)\n"
     "  --prompt-rows N    mixed steps, as the scheduler runs them while a prompt arrives: each timed step also runs\n"
-    "                     N rows of a prompt chunk (one more sequence, its first N positions) in the same pass,\n"
-    "                     without a graph, the decode rows and the chunk's last row sampled; the profiled step\n"
-    "                     (stages, --per-op) is the same mixed step, with the last row's logits only. The\n"
+    "                     N rows of a prompt chunk (one more sequence, its first N positions) in the same pass\n"
+    "                     (its layers the graph of its row bucket: route mixed.graphs), the decode rows and the\n"
+    "                     chunk's last row sampled; the profiled step (stages, --per-op) is the same mixed\n"
+    "                     step without a graph, with the last row's logits only. The\n"
     "                     decode steps' rows for the same batches are the comparison: run both (the load\n"
     "                     differs by one sequence and a pass of at least B + N rows)\n"
     "  -v, --verbose      progress on stderr\n";
@@ -103,8 +104,7 @@ enum {
     OPT_PER_OP,
     OPT_BANDWIDTH,
     OPT_INT4_SCALES,
-    OPT_PROMPT_ROWS,
-    OPT_PROMPT_GRAPH
+    OPT_PROMPT_ROWS
 };
 static const struct option own_options[] = {{"synthetic", required_argument, 0, OPT_SYNTH},
                                             {"batch", required_argument, 0, OPT_BATCH},
@@ -128,7 +128,6 @@ static const struct option own_options[] = {{"synthetic", required_argument, 0, 
                                             {"bandwidth", required_argument, 0, OPT_BANDWIDTH},
                                             {"int4-scales", required_argument, 0, OPT_INT4_SCALES},
                                             {"prompt-rows", required_argument, 0, OPT_PROMPT_ROWS},
-                                            {"prompt-graph", no_argument, 0, OPT_PROMPT_GRAPH},
                                             {"help", no_argument, 0, 'h'},
                                             BENCH_LONG_OPTIONS,
                                             {0, 0, 0, 0}};
@@ -184,7 +183,6 @@ typedef struct decode_args {
     int nb, np, pidx[N_PRESETS];
     long context, layers, slots, ep;
     long prompt_rows; /* --prompt-rows: a prompt chunk's rows in every timed step (mixed steps); 0: decode steps */
-    bool prompt_graph; /* --prompt-graph: the mixed steps replayed as a CUDA graph */
     bool presets_given, random_ids, json_object, per_op;
     bool mask_before, mask_order_given; /* --mask-order before: masks filled and copied before the step */
     long mask_cache;                    /* --mask-cache: shared masks; -1: not given (the default) */
@@ -201,8 +199,6 @@ typedef struct decode_args {
  * rows), at fixed positions: every timed step recomputes the same positions (the same work; the caches keep their
  * size). The chunk is the first N positions of one more sequence; each decode row is its sequence's next position. */
 typedef struct mixed_rows {
-    fm_model *m;
-    fm_graph *graph; /* --prompt-graph: the step's device work, captured once (NULL: not yet, or no graphs) */
     int32_t n_prompt, n_dec, pseq;
     int32_t *ids, *seq, *pos; /* [n_prompt + n_dec] */
     int32_t *slots, *out; /* [1 + n_dec]: the sampled rows' sequences (the chunk's last row, then the decode rows) */
@@ -210,7 +206,6 @@ typedef struct mixed_rows {
 
 static void mixed_free(fm_model *m, mixed_rows *x) {
     if (x->pseq >= 0) fm_kv_seq_end(m->context, x->pseq);
-    if (x->graph) m->be->ops->graph_free(m->be, x->graph);
     free(x->ids), free(x->seq), free(x->pos), free(x->slots), free(x->out);
     memset(x, 0, sizeof *x), x->pseq = -1;
 }
@@ -219,9 +214,7 @@ static fm_status mixed_begin(fm_model *m, int32_t B, int32_t N, const int32_t *s
                              fm_error *err) {
     fm_kv_pool *pool = &m->context->kv->pool;
     const int32_t T = N + B, V = fm_model_vocab_size(m);
-    *x = (mixed_rows){m,
-                      NULL,
-                      N,
+    *x = (mixed_rows){N,
                       B,
                       -1,
                       malloc((size_t)T * sizeof(int32_t)),
@@ -247,31 +240,17 @@ static fm_status mixed_begin(fm_model *m, int32_t B, int32_t N, const int32_t *s
     return st;
 }
 
-/* A mixed step's device work once its rows are staged and their sequences uploaded: the pass with the logits of the
- * sampled rows, sampled on the device (the body of --prompt-graph's graph) */
-static fm_status mixed_device(void *user, fm_error *err) {
-    (void)err;
-    const mixed_rows *x = user;
-    fm_context *ctx = x->m->context;
-    const fm_row_run run = {x->n_prompt - 1, x->n_dec + 1};
-    fm_step_device_rows(ctx, (int64_t)x->n_prompt + x->n_dec, &run, 1, FM_ATTN_PAGED);
-    fm_step_sample_device(ctx, x->n_dec + 1);
-    return FM_OK;
-}
-
-/* One mixed step: the rows staged, one pass with the logits of the sampled rows, sampled on the device, the ids back;
- * graph: replayed from the graph captured at the first such step (every step holds the same rows) */
-static fm_status mixed_step(fm_model *m, mixed_rows *x, bool graph, fm_error *err) {
+/* One mixed step as the scheduler runs it: the rows staged, one pass with the logits of the sampled rows (its layers
+ * the graph of the rows' bucket where route mixed.graphs takes the step), sampled on the device, the ids back */
+static fm_status mixed_step(fm_model *m, mixed_rows *x, fm_error *err) {
     fm_context *ctx = m->context;
     fm_backend *be = m->be;
     const int64_t T = (int64_t)x->n_prompt + x->n_dec;
-    fm_status st = fm_step_stage(ctx, x->ids, x->seq, x->pos, T, err);
+    const fm_row_run run = {x->n_prompt - 1, x->n_dec + 1};
+    fm_status st = fm_step_run_rows(ctx, x->ids, x->seq, x->pos, T, &run, 1, FM_ATTN_PAGED, err);
     if (st) return st;
     be->ops->upload_ids(be, x->slots, x->n_dec + 1, ctx->kv->row_slot);
-    if (!graph) st = mixed_device(x, err);
-    else if (!x->graph && (st = be->ops->graph_capture(be, mixed_device, x, &x->graph, err))) return st;
-    if (graph) st = be->ops->graph_launch(be, x->graph, err);
-    if (st) return st;
+    fm_step_sample_device(ctx, x->n_dec + 1);
     be->ops->download_raw(be, ctx->kv->ids_out, (size_t)(x->n_dec + 1) * sizeof *x->out, x->out);
     if ((st = be->ops->sync(be, err))) return st;
     return fm_dist_status_take(ctx, err);
@@ -316,7 +295,7 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         const double t0 = cli_now();
         if (a->prompt_rows) { /* the decode rows' input: the token each sampled last step, or the random one */
             for (int32_t s = 0; s < B; s++) mx.ids[mx.n_prompt + s] = a->random_ids || r == 0 ? ids[s] : mx.out[1 + s];
-            st = mixed_step(m, &mx, a->prompt_graph && r >= 1 && r + 1 >= warmup, &err); /* captured untimed */
+            st = mixed_step(m, &mx, &err);
         } else if (!a->json_object) st = fm_decode_step(m->context, B, ids, seq, ids, lp, &err);
         else { /* the scheduler's constrained step: the masks filled while the forward pass runs, or before it */
             if (a->mask_before) bench_constraint_masks(m, &bc);
@@ -332,7 +311,9 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
                    fill_cpu[r - warmup] = 1e3 * bc.fill_cpu_s;
     }
     bench_constraint_end(&bc);
-    if (!st && !a->prompt_rows) row->graph = fm_decode_graph_nodes(m->context, B, &row->nodes); /* mixed: none */
+    if (!st)
+        row->graph = a->prompt_rows ? fm_mixed_graph_nodes(m->context, (int64_t)mx.n_prompt + B, &row->nodes)
+                                    : fm_decode_graph_nodes(m->context, B, &row->nodes);
     if (!st && (row->host = fm_context_expert_stats(m->context, &es1))) {
         const int64_t h = es1.hits - es0.hits, mi = es1.misses - es0.misses;
         row->hit_rate = h + mi ? (double)h / (double)(h + mi) : 0;
@@ -482,7 +463,6 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
             if (!cli_parse_int(cmd, "--mask-cache", optarg, 0, 65536, &a->mask_cache)) return CLI_USAGE;
             break;
         case OPT_PER_OP: a->per_op = true; break;
-        case OPT_PROMPT_GRAPH: a->prompt_graph = true; break;
         case OPT_PROMPT_ROWS:
             if (!cli_parse_int(cmd, "--prompt-rows", optarg, 1, 8192, &a->prompt_rows)) return CLI_USAGE;
             break;
@@ -507,7 +487,6 @@ static int parse_args(const char *cmd, int argc, char **argv, decode_args *a) {
     if (!a->synth) return cli_usage(cmd, "--synthetic NAME is required (%s)", fm_synthetic_names());
     if (a->mask_order_given && !a->json_object) return cli_usage(cmd, "--mask-order needs --json-object");
     if (a->mask_cache >= 0 && !a->json_object) return cli_usage(cmd, "--mask-cache needs --json-object");
-    if (a->prompt_graph && !a->prompt_rows) return cli_usage(cmd, "--prompt-graph needs --prompt-rows");
     if (a->prompt_rows && a->json_object)
         return cli_usage(cmd, "--prompt-rows times mixed steps without constraints: not with --json-object");
     return -1;
@@ -578,10 +557,9 @@ static void print_tables(const char *cmd, const decode_args *a, const decode_row
     const int n = a->np * a->nb;
     if (a->prompt_rows)
         printf("mixed steps: every step also runs a prompt chunk of %ld rows (positions 0..%ld of one more sequence) "
-               "%s; tokens/s counts the decode rows\n",
-               a->prompt_rows, a->prompt_rows - 1,
-               a->prompt_graph ? "replayed as one CUDA graph (--prompt-graph; the scheduler runs them without)"
-                               : "without a graph, as the scheduler does while a prompt arrives");
+               "as the scheduler does while a prompt arrives (route mixed.graphs: the layers as a graph of the row "
+               "bucket); tokens/s counts the decode rows\n",
+               a->prompt_rows, a->prompt_rows - 1);
     printf("bench decode %s: context %ld, %ld steps after %ld warm-up, backend %s%s%s, int4 scales %s, KV cache %s, "
            "routing %s, experts in %s, input %s%s\n",
            a->synth, a->context, a->b.repeat, a->b.warmup, a->b.backend, a->b.routes[0] ? ", routes " : "", a->b.routes,
@@ -688,7 +666,6 @@ static fm_status write_json(const decode_args *a, const decode_row *rows, double
                               cJSON_CreateNumber(a->bandwidth > 0 ? a->bandwidth : BENCH_BANDWIDTH_BYTES_PER_S));
     cJSON_AddBoolToObject(root, "per_op", a->per_op);
     cJSON_AddNumberToObject(root, "prompt_rows", (double)a->prompt_rows);
-    cJSON_AddBoolToObject(root, "prompt_graph", a->prompt_graph);
     cJSON_AddNumberToObject(root, "context", (double)a->context);
     cJSON_AddStringToObject(root, "routes", a->b.routes);
     cJSON_AddStringToObject(root, "int4_scales", fm_int4_scales_name(a->int4_scales));
@@ -758,8 +735,6 @@ int cmd_bench_decode(int argc, char **argv) {
     plan_run(&a, &mo);
     if (a.ep > 1) return run_ranks(cmd, &a, &mo);
     if (a.dispatch != FM_DISPATCH_PRESET) return cli_usage(cmd, "--dispatch is for --ep (the presets set the format)");
-    if (a.prompt_graph && strcmp(a.b.backend, "cuda"))
-        return cli_usage(cmd, "--prompt-graph needs --backend cuda (the cpu backend has no graphs)");
     decode_row *rows = calloc((size_t)(a.np * a.nb), sizeof *rows);
     if (!rows) return CLI_BAD_INPUT;
     for (int i = 0; i < a.np; i++) run_preset(&a, k_presets[a.pidx[i]], &mo, rows + i * a.nb);

@@ -106,6 +106,9 @@ static void now_pdl(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s"
 static void now_decode_graphs(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_decode_graphs(r)));
 }
+static void now_mixed_graphs(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_mixed_graphs(r) ? "attention models, one rank" : "off");
+}
 static void now_gdn_tc(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", r->gdn_tc != FM_ROUTE_OFF ? "dk = dv = 128, bf16" : "off");
 }
@@ -278,6 +281,15 @@ static const route_key route_keys[] = {
      "each decode step captured once per batch bucket (1, 2, 4, ... 128 sequences) as a CUDA graph and replayed; "
      "`off` launches every kernel of every step",
      now_decode_graphs},
+    {"mixed.graphs", FIELD(mixed_graphs), "auto|on|off", SWITCH_WORDS, "on",
+     "mixed steps' passes captured once per row bucket as CUDA graphs and replayed",
+     "the pass of a step over the paged cache that holds prompt chunks (a mixed step beside running streams, "
+     "engine/step_graphs.c) padded to its row bucket (multiples of 16 rows to 128, of 32 to 256, of 64 to 1024, "
+     "of 128 to 4096), captured once per bucket as a CUDA graph and replayed; the final norm, the lm_head of the "
+     "sampled rows and the sampler run outside it. Models whose layers are all attention layers (not Qwen3-Next's "
+     "Gated DeltaNet, whose prompt chunks are found on the host), one rank, experts on the device; `off` launches "
+     "every kernel of such a step; `decode.graphs=off` turns it off too",
+     now_mixed_graphs},
     {"gdn.tc", FIELD(gdn_tc), "auto|on|off", SWITCH_WORDS, "on",
      "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
      "a prompt's Gated DeltaNet (Qwen3-Next) in the chunked form on tensor cores where it takes the shape (heads of "
@@ -615,6 +627,9 @@ bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd) {
 }
 
 bool fm_routes_decode_graphs(const fm_routes *r) { return r->decode_graphs != FM_ROUTE_OFF; }
+bool fm_routes_mixed_graphs(const fm_routes *r) {
+    return r->mixed_graphs != FM_ROUTE_OFF && r->decode_graphs != FM_ROUTE_OFF;
+}
 
 /* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
 bool fm_routes_pdl(const fm_routes *r) {

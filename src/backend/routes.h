@@ -100,6 +100,7 @@ typedef struct fm_routes {
     int32_t w8a8_gemv_max_m;  /* w8a8.gemv_max_m: 0 auto, 1..FM_GEMV_FP8_MAX_M */
     int32_t pdl;              /* pdl: fm_route_switch */
     int32_t decode_graphs;    /* decode.graphs: fm_route_switch */
+    int32_t mixed_graphs;     /* mixed.graphs: fm_route_switch */
     int32_t moe_gemv;         /* moe.gemv: 0 auto, -1 off, 1..FM_MOE_GEMV_MAX_PAIRS */
     int32_t moe_down_quant;   /* moe.down_quant: fm_route_down_quant */
     int32_t moe_combine;      /* moe.combine: fm_route_paged_combine's words (kernel, fused) */
@@ -188,6 +189,7 @@ bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd);
 #define FM_ATTENTION_WGMMA_HD 128
 bool fm_routes_pdl(const fm_routes *r);           /* decode kernels launch with PDL */
 bool fm_routes_decode_graphs(const fm_routes *r); /* decode steps replay as CUDA graphs (cuda backend) */
+bool fm_routes_mixed_graphs(const fm_routes *r);  /* mixed steps' passes replay as CUDA graphs of their row bucket */
 bool fm_routes_gemv(const fm_routes *r);          /* the FP8 GEMVs run at all */
 int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 /* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row

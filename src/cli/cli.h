@@ -104,7 +104,7 @@ bool cli_route_add(const char *cmd, const char *arg, char *routes, size_t cap);
     "                     w4a8.kernel=auto|wgmma|mma, attention.kernel=auto|wgmma|mma,\n"                              \
     "                     w4a8.tile=auto|16|64, dense.gemv=auto|on|off, w8a8.gemv_max_m=auto|1..16,\n"                 \
     "                     moe.gemv=auto|off|1..64, router.fused=auto|on|off, pdl=auto|on|off,\n"                       \
-    "                     decode.graphs=auto|on|off\n"
+    "                     decode.graphs=auto|on|off, mixed.graphs=auto|on|off\n"
 
 #define CLI_MODEL_HELP                                                                                                 \
     "  --model DIR        Hugging Face checkpoint directory (config.json + safetensors)\n"                             \

@@ -183,6 +183,10 @@ typedef enum fm_attn_mode {
 } fm_attn_mode;
 fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);
+/* fm_step_stage where rows n_real..T-1 pad the step to a graph's bucket: they store no K and V (slot -1), as a decode
+ * step's padding rows (copies of row 0) do */
+fm_status fm_step_stage_padded(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+                               int64_t n_real, fm_error *err);
 void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn);
 /* fm_step_device with the logits of chosen rows only (a mixed step: each decoding sequence's row and the last row of
  * each prompt that completes): rows [first, first + n) of each run, in run order, become logits rows 0, 1, ... */
@@ -190,6 +194,16 @@ typedef struct fm_row_run {
     int64_t first, n;
 } fm_row_run;
 void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn);
+/* fm_step_device_rows in its two parts: the layers over the T staged rows (launches that depend on T alone: what a
+ * mixed step's graph captures), then the final norm and lm_head of the runs' rows */
+void fm_step_device_layers(fm_context *ctx, int64_t T, fm_attn_mode attn);
+void fm_step_device_tail(fm_context *ctx, const fm_row_run *runs, int32_t n_runs);
+/* A pass over the paged cache that holds prompt chunks (a mixed step, scheduler.c): stages the T rows and runs
+ * fm_step_device_rows(runs) with attn; on a backend with graphs (routes mixed.graphs, decode.graphs) and a model
+ * whose layers are all attention layers, on one rank, experts on the device, the layers run as the CUDA graph of the
+ * step's row bucket (the rows padded to it: step_graphs.c), captured the second time the bucket runs. Launches only. */
+fm_status fm_step_run_rows(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+                           const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn, fm_error *err);
 void fm_step_sample_device(fm_context *ctx, int32_t B);
 fm_status fm_step_logits(fm_context *ctx, int64_t rows, float *logits, fm_error *err);
 /* A group's rank (--ep, --tp): the first failed exchange of the passes since the last call (then cleared), else
@@ -248,6 +262,11 @@ fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, c
  * sampler's), by kind, into *out; false (out zero) where that bucket has none yet (no step of it ran twice) or the
  * backend has no graphs (cpu; route decode.graphs=off). */
 bool fm_decode_graph_nodes(const fm_context *ctx, int32_t n, fm_graph_nodes *out);
+/* Decode steps replay as graphs on a backend that has them (cuda; route decode.graphs), except under the debug
+ * switches FP8MOE_SYNC and FP8MOE_DUMP, which synchronise inside the pass. */
+bool fm_decode_graphs_on(const fm_context *ctx);
+/* The nodes of the graph that a mixed step of T rows replays (its row bucket's); false: none captured */
+bool fm_mixed_graph_nodes(const fm_context *ctx, int64_t T, fm_graph_nodes *out);
 /* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a
  * block was taken); a full pool or the context is an error and changes nothing. */
 fm_status fm_kv_reserve(fm_context *ctx, int32_t seq, int64_t n, fm_error *err);

@@ -522,10 +522,10 @@ static void shared_expert(fm_context *ctx, const fm_layer_weights *L, int64_t T)
     be->ops->linear(be, L->shared_down, 0, b.act, T, m->plan.a_dense, b.shared);
 }
 
-/* The device work of a forward pass over the staged ids: launches only, in stream order (tm may be NULL). attn: how
- * attention runs (engine.h, fm_attn_mode); with the KV cache, positions, sequences and slots are the staged ones. */
-static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, int32_t n_runs, fm_attn_mode attn,
-                       fw_timer *tm) {
+/* The device work of a forward pass over the staged ids up to the last layer's residual stream in b.x: launches only,
+ * in stream order (tm may be NULL). attn: how attention runs (engine.h, fm_attn_mode); with the KV cache, positions,
+ * sequences and slots are the staged ones. */
+static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *tm) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
@@ -661,9 +661,18 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
         }
         dump(be, "residual", l, b.x, T * H);
     }
+}
+
+/* The final norm and lm_head on the rows asked for: one run is read in place (every position, or the last one);
+ * several (a mixed step's sampled rows) are gathered into y first, which the last layer no longer needs. */
+static void run_tail(fm_context *ctx, const fm_row_run *out_rows, int32_t n_runs, fw_timer *tm) {
+    const fm_model *m = ctx->m;
+    const fm_config *c = &m->cfg;
+    fm_backend *be = m->be;
+    const fm_backend_ops *ops = be->ops;
+    const int64_t H = c->hidden_size;
+    const fw_buffers b = *ctx->bufs;
     if (tm) tm->kind = "step";
-    /* the final norm and lm_head on the rows asked for: one run is read in place (every position, or the last one);
-       several (a mixed step's sampled rows) are gathered into y first, which the last layer no longer needs */
     const size_t row = (size_t)H * ops->act_size;
     int64_t rows = 0;
     for (int32_t r = 0; n_runs > 1 && r < n_runs; r++) {
@@ -682,6 +691,13 @@ static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, i
                 fm_op_bytes_linear(m, m->lm_head, rows, H, c->vocab_size));
 }
 
+/* The device work of a forward pass over the staged ids, its logits for the rows of out_rows */
+static void run_device(fm_context *ctx, int64_t T, const fm_row_run *out_rows, int32_t n_runs, fm_attn_mode attn,
+                       fw_timer *tm) {
+    run_layers(ctx, T, attn, tm);
+    run_tail(ctx, out_rows, n_runs, tm);
+}
+
 /* every row, or only the last one */
 static fm_row_run rows_of(int64_t T, bool last_only) { return last_only ? (fm_row_run){T - 1, 1} : (fm_row_run){0, T}; }
 
@@ -692,6 +708,11 @@ void fm_forward_device(fm_context *ctx, int64_t T, bool last_only) {
 
 fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err) {
+    return fm_step_stage_padded(ctx, ids, seq, pos, T, T, err);
+}
+
+fm_status fm_step_stage_padded(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
+                               int64_t n_real, fm_error *err) {
     const fm_model *m = ctx->m;
     fm_kv_state *kv = ctx->kv;
     if (!kv) return fm_fail(err, FM_ERR_USAGE, "the model was loaded without a KV cache (fm_options.max_seqs = 0)");
@@ -710,8 +731,8 @@ fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq,
         h_seq[t] = s, h_pos[t] = pos[t];
         /* a decode graph's padding row (a copy of row 0's sequence and position, generate.c) stores no k and v
            (slot -1): after a Gated DeltaNet layer, which leaves its output at zero, its k and v are not row 0's, and
-           two writers of one slot race */
-        const bool padding = t > 0 && s == seq[0] && pos[t] == pos[0];
+           two writers of one slot race; nor does a mixed step's (the rows from n_real, step_graphs.c) */
+        const bool padding = t >= n_real || (t > 0 && s == seq[0] && pos[t] == pos[0]);
         h_slot[t] = padding
                         ? -1
                         : fm_kv_block_of(&kv->pool, s, pos[t]) * kv->pool.block_tokens + pos[t] % kv->pool.block_tokens;
@@ -735,6 +756,12 @@ void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode att
 
 void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int32_t n_runs, fm_attn_mode attn) {
     run_device(ctx, T, runs, n_runs, attn, NULL);
+}
+
+void fm_step_device_layers(fm_context *ctx, int64_t T, fm_attn_mode attn) { run_layers(ctx, T, attn, NULL); }
+
+void fm_step_device_tail(fm_context *ctx, const fm_row_run *runs, int32_t n_runs) {
+    run_tail(ctx, runs, n_runs, NULL);
 }
 
 fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,

@@ -80,9 +80,7 @@ static bool debug_switch(const char *name) {
     return v && strcmp(v, "0") != 0;
 }
 
-/* Decode steps replay as graphs on a backend that has them (cuda; route decode.graphs), except under the debug
- * switches, which synchronise inside the pass. */
-static bool use_graphs(const fm_context *ctx) {
+bool fm_decode_graphs_on(const fm_context *ctx) {
     const fm_model *m = ctx->m;
     return m->be->ops->graph_capture && fm_routes_decode_graphs(&m->routes) && !debug_switch("FP8MOE_SYNC") &&
            !debug_switch("FP8MOE_DUMP");
@@ -111,7 +109,7 @@ fm_status fm_decode_run_masked(fm_context *ctx, int32_t n, const int32_t *ids, c
     if (n < 1 || n > kv->pool.max_seqs)
         return fm_fail(err, FM_ERR_USAGE, "a decode step of %d sequences; the cache has %d slots", n,
                        kv->pool.max_seqs);
-    const bool graphs = use_graphs(ctx);
+    const bool graphs = fm_decode_graphs_on(ctx);
     const int32_t B = graphs ? fm_decode_bucket(n) : n; /* padded rows: copies of row 0 that store no K and V
                                                             (fm_step_stage) and change no state, sampled into the
                                                             padding slot and never read */

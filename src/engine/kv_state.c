@@ -26,12 +26,13 @@ void fm_kv_state_free(fm_context *ctx, fm_kv_state *s) {
         m->be->ops->graph_free(m->be, s->pass_graphs[b]);
         m->be->ops->graph_free(m->be, s->sample_graphs[b]);
     }
+    for (int b = 0; b < FM_MIXED_BUCKETS && m->be->ops->graph_free; b++) m->be->ops->graph_free(m->be, s->mixed_graphs[b]);
     fm_state_cache_free(ctx, s->snaps);
     KV_BUFFERS(s);
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (*bufs[i]) m->be->ops->free(m->be, *bufs[i]);
     fm_kv_pool_free(&s->pool);
-    free(s->h_idx), free(s->h_step), free(s->h_info);
+    free(s->h_idx), free(s->h_step), free(s->h_info), free(s->h_pad);
     if (m->be->ops->host_free) m->be->ops->host_free(m->be, s->h_mask);
     else free(s->h_mask);
     free(s);
@@ -134,7 +135,9 @@ fm_status fm_kv_state_create(fm_context *ctx, int32_t max_seqs, int64_t max_rows
     const size_t mask_bytes = rows * (size_t)((c->vocab_size + 31) / 32) * sizeof *s->h_mask;
     /* pinned where the backend has it: the masks' upload must not wait for the forward pass it overlaps */
     s->h_mask = m->be->ops->host_alloc ? m->be->ops->host_alloc(m->be, mask_bytes) : malloc(mask_bytes);
-    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info || !s->h_mask) {
+    s->h_pad = malloc((size_t)s->max_rows * 3 * sizeof *s->h_pad);
+    if (!(s->h_idx = malloc((size_t)s->max_rows * 3 * sizeof *s->h_idx)) || !s->h_step || !s->h_info || !s->h_mask ||
+        !s->h_pad) {
         fm_kv_state_free(ctx, s);
         return fm_fail(err, FM_ERR_NOMEM, "out of memory");
     }

@@ -23,6 +23,27 @@ static inline int32_t fm_decode_bucket(int32_t B) {
     return b;
 }
 
+/* A pass over the paged cache holding prompt chunks (a mixed step) runs padded to its row bucket, so that one CUDA
+ * graph per bucket serves every such step (routes: mixed.graphs; engine/step_graphs.c): multiples of 16 rows to 128,
+ * of 32 to 256, of 64 to 1024, of 128 to 4096 (a prompt chunk's share of a step is a few hundred tokens; the
+ * padding stays under an eighth of the rows above 128). Returns the bucket's index (its rows in *rows), -1 above
+ * 4096 rows. */
+#define FM_MIXED_BUCKETS 48
+static inline int32_t fm_mixed_bucket(int64_t T, int64_t *rows) {
+    static const int64_t top[] = {128, 256, 1024, 4096}, step[] = {16, 32, 64, 128};
+    int32_t first = 0;
+    for (int i = 0; i < 4; i++) {
+        const int64_t lo = i ? top[i - 1] : 0;
+        if (T <= top[i]) {
+            const int64_t k = (T - lo + step[i] - 1) / step[i]; /* 1.. */
+            *rows = lo + k * step[i];
+            return first + (int32_t)k - 1;
+        }
+        first += (int32_t)((top[i] - lo) / step[i]);
+    }
+    return -1;
+}
+
 typedef struct fm_kv_state {
     fm_kv_pool pool;
     fm_kv_dtype dtype;   /* the cache's format (fm_options.kv_cache) */
@@ -59,9 +80,14 @@ typedef struct fm_kv_state {
     fm_graph *pass_graphs[FM_DECODE_BUCKETS];
     fm_graph *sample_graphs[FM_DECODE_BUCKETS];
     bool warm[FM_DECODE_BUCKETS]; /* the bucket ran once uncaptured (lazy library setup) */
+    /* a mixed step's layers as a captured graph per row bucket (fm_mixed_bucket; NULL until captured) */
+    fm_graph *mixed_graphs[FM_MIXED_BUCKETS];
+    bool mixed_warm[FM_MIXED_BUCKETS]; /* the bucket ran once uncaptured, padded */
+    int64_t mixed_graph_steps;         /* passes replayed from a mixed graph (for tests and stats) */
     /* host mirrors */
     int32_t *h_idx;         /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
     int32_t *h_step;        /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */
+    int32_t *h_pad;         /* [3 * max_rows]: a padded mixed step's ids | sequences | positions */
     fm_sample_info *h_info; /* [rows]: a decode step's log-probabilities */
     uint32_t *h_mask;       /* [rows][(vocab + 31) / 32]: the masks of a step, filled by the host (backend
                                host_alloc memory: unchanged from its upload until the step's sync) */

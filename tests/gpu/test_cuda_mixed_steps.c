@@ -8,7 +8,9 @@
  *     the decode GEMVs a budget of 5 measured 0.24 on qwen3-moe-bf16, H200, 2026-12-05); a row given to the wrong
  *     sequence moves them by whole units;
  *   - on every model: no step runs more tokens than the budget, a running stream gets a token at every step while the
- *     prompts arrive, and the steps with only decode rows still replay the decode graph of their bucket (captured). */
+ *     prompts arrive, and the steps with only decode rows still replay the decode graph of their bucket (captured);
+ *   - route mixed.graphs (on by default): the paged passes of Qwen3-MoE (attention layers only) replay the graphs of
+ *     their row buckets, their rows padded (step_graphs.c), with the same bounds as above; Qwen3-Next's decline. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +24,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_state.h"
+#include "model/arch.h"
 #include "fp8moe_sched.h"
 #include "gpu_test_util.h"
 #include "../sched_recorder.h"
@@ -98,10 +101,17 @@ static void mixed_vs_alone(const char *dir, fm_preset preset) {
                 worst = fmax(worst, fabs(r->info[i][k].logprob - ref->info[i][k].logprob)), k++;
             if (k < first_diff) first_diff = k;
         }
+        const int64_t replays = m->context->kv->mixed_graph_steps;
         printf("%s %s budget %lld: tokens equal up to %d of %d, log-probabilities within %.3g there; at most %lld "
-               "tokens a step; widest gap while prompts arrive %lld steps\n",
+               "tokens a step; widest gap while prompts arrive %lld steps; %lld passes replayed from mixed graphs\n",
                dir, fm_preset_name(preset), (long long)budget, first_diff, NEW, worst, (long long)r->most_rows,
-               (long long)sched_rec_gap_during_prefill(r, N_REQ));
+               (long long)sched_rec_gap_during_prefill(r, N_REQ), (long long)replays);
+        /* route mixed.graphs: the paged passes of an attention-only model replay their row bucket's graph (padded
+           rows included, the tokens above are unchanged by them); a Gated DeltaNet model's run as they are */
+        if (fm_routes_mixed_graphs(&m->routes)) {
+            if (fm_arch_attention_layers(&m->cfg, m->n_layers) == m->n_layers) assert_true(replays > 0);
+            else assert_int_equal(replays, 0);
+        }
         if (preset == FM_PRESET_REF32) {
             assert_int_equal(first_diff, NEW);
             assert_true(worst <= 1e-3);
