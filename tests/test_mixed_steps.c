@@ -14,7 +14,8 @@
  *   - two prompts with a common prefix submitted together: the second maps the first's blocks (the prefix cache
  *     works as with one prefill at a time);
  *   - a budget larger than the pass the model was loaded for, or below -1, is refused by name;
- *   - route paged.tiled (the steps with prompt chunks through attention_paged_runs) changes no bit on the CPU. */
+ *   - route paged.tiled (the steps with prompt chunks through attention_paged_runs) changes no bit on the CPU; nor
+ *     does route mixed.graphs=on, which pads those steps' rows to their graph's bucket (no graphs on the CPU). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,34 +162,57 @@ static void test_budgets_match_lone_runs(void **state) {
     }
 }
 
+/* A route that must change no bit: the staggered requests' tokens and log-probabilities at `budget` with `route` and
+ * without it, bit for bit; returns how many passes ran padded to a row bucket with it (kv_state.h) */
+static int64_t route_same_tokens(const config *cf, const char *route, int64_t budget) {
+    fm_error err;
+    sched_rec *r[2];
+    int32_t p[N_REQ][MAX_PROMPT];
+    int64_t padded = 0;
+    for (int run = 0; run < 2; run++) {
+        load_routes = run ? route : NULL;
+        fm_model *m = load(cf, budget, false, NULL, &err);
+        load_routes = NULL;
+        for (int i = 0; i < N_REQ; i++) prompt_ids(p[i], k_len[i], fm_model_vocab_size(m), 101u + (uint32_t)i);
+        r[run] = sched_rec_new(NEW, TOP);
+        run_staggered(m, p, r[run]);
+        assert_true(r[run]->most_rows > N_REQ); /* mixed steps ran */
+        if (run) padded = m->context->kv->mixed_padded_steps;
+        fm_model_free(m);
+    }
+    for (int i = 0; i < N_REQ; i++) assert_int_equal(r[1]->n[i], NEW);
+    assert_memory_equal(r[0]->ids, r[1]->ids, sizeof r[0]->ids);
+    for (int i = 0; i < N_REQ; i++)
+        for (int k = 0; k < NEW; k++) {
+            const fm_sample_info *x = &r[0]->info[i][k], *y = &r[1]->info[i][k];
+            assert_memory_equal(&x->logprob, &y->logprob, sizeof x->logprob);
+            for (int t = 0; t < TOP; t++) assert_memory_equal(&x->top[t].logprob, &y->top[t].logprob, sizeof(float));
+        }
+    free(r[0]), free(r[1]);
+    return padded;
+}
+
 /* --route paged.tiled=on (the steps that hold prompt chunks call attention_paged_runs, on the cpu backend its one
- * reference kernel) gives the staggered requests' tokens and log-probabilities bit for bit, at the default budget */
+ * reference kernel) changes no bit */
 static void test_paged_tiled_route_same_tokens(void **state) {
     (void)state;
+    for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++) route_same_tokens(&k_configs[c], "paged.tiled=on", 0);
+}
+
+/* --route mixed.graphs=on on the cpu (no graphs): the steps with prompt chunks run padded to their row bucket
+ * (step_graphs.c: rows at position 0 of the first row's sequence, storing nothing), which changes no bit of the real
+ * rows, at the default budget and at 12 (the prompts over several mixed steps); Qwen3-Next (Gated DeltaNet layers)
+ * declines the route */
+static void test_mixed_padding_same_tokens(void **state) {
+    (void)state;
     for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++) {
-        fm_error err;
-        sched_rec *r[2];
-        int32_t p[N_REQ][MAX_PROMPT];
-        for (int run = 0; run < 2; run++) {
-            load_routes = run ? "paged.tiled=on" : NULL;
-            fm_model *m = load(&k_configs[c], 0, false, NULL, &err);
-            load_routes = NULL;
-            for (int i = 0; i < N_REQ; i++) prompt_ids(p[i], k_len[i], fm_model_vocab_size(m), 101u + (uint32_t)i);
-            r[run] = sched_rec_new(NEW, TOP);
-            run_staggered(m, p, r[run]);
-            assert_true(r[run]->most_rows > N_REQ); /* mixed steps ran */
-            fm_model_free(m);
+        for (int64_t budget = 0; budget <= 12; budget += 12) {
+            const int64_t padded = route_same_tokens(&k_configs[c], "mixed.graphs=on", budget);
+            printf("%s %s budget %lld: %lld passes padded to their row bucket, the same bits\n", k_configs[c].model,
+                   fm_preset_name(k_configs[c].preset), (long long)budget, (long long)padded);
+            if (strstr(k_configs[c].model, "next")) assert_int_equal(padded, 0);
+            else assert_true(padded >= (budget ? 5 : 1));
         }
-        for (int i = 0; i < N_REQ; i++) assert_int_equal(r[1]->n[i], NEW);
-        assert_memory_equal(r[0]->ids, r[1]->ids, sizeof r[0]->ids);
-        for (int i = 0; i < N_REQ; i++)
-            for (int k = 0; k < NEW; k++) {
-                const fm_sample_info *x = &r[0]->info[i][k], *y = &r[1]->info[i][k];
-                assert_memory_equal(&x->logprob, &y->logprob, sizeof x->logprob);
-                for (int t = 0; t < TOP; t++)
-                    assert_memory_equal(&x->top[t].logprob, &y->top[t].logprob, sizeof(float));
-            }
-        free(r[0]), free(r[1]);
     }
 }
 
@@ -295,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_shared_when_submitted_together),
         cmocka_unit_test(test_budget_refused),
         cmocka_unit_test(test_paged_tiled_route_same_tokens),
+        cmocka_unit_test(test_mixed_padding_same_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

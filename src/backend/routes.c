@@ -287,8 +287,9 @@ static const route_key route_keys[] = {
      "engine/step_graphs.c) padded to its row bucket (multiples of 16 rows to 128, of 32 to 256, of 64 to 1024, "
      "of 128 to 4096), captured once per bucket as a CUDA graph and replayed; the final norm, the lm_head of the "
      "sampled rows and the sampler run outside it. Models whose layers are all attention layers (not Qwen3-Next's "
-     "Gated DeltaNet, whose prompt chunks are found on the host), one rank, experts on the device; `off` launches "
-     "every kernel of such a step; `decode.graphs=off` turns it off too",
+     "Gated DeltaNet, whose prompt chunks are found on the host), one rank, experts on the device; `auto` = `on` "
+     "where the backend has graphs; `on` pads the rows on any backend (the cpu's tests: the padding changes no "
+     "bit); `off` launches every kernel of such a step; `decode.graphs=off` turns it off too",
      now_mixed_graphs},
     {"gdn.tc", FIELD(gdn_tc), "auto|on|off", SWITCH_WORDS, "on",
      "the Gated DeltaNet's chunked prefill on tensor cores (dk = dv = 128, bf16), else token by token",
@@ -630,6 +631,7 @@ bool fm_routes_decode_graphs(const fm_routes *r) { return r->decode_graphs != FM
 bool fm_routes_mixed_graphs(const fm_routes *r) {
     return r->mixed_graphs != FM_ROUTE_OFF && r->decode_graphs != FM_ROUTE_OFF;
 }
+bool fm_routes_mixed_pad_always(const fm_routes *r) { return r->mixed_graphs == FM_ROUTE_ON; }
 
 /* PDL: a 15-25 % gain of the decode GEMVs at M <= 8 (bench/NOTES.md "v2 -> v4: what PDL, ordering and L1 did") */
 bool fm_routes_pdl(const fm_routes *r) {

@@ -12,7 +12,9 @@
  * as they are (libraries set themselves up on first use, workspaces take their size), its second captures them,
  * every later one replays. Declined (the launches as they are, unpadded): a Gated DeltaNet layer (Qwen3-Next: its
  * chunks are found on the host, forward.c gdn_rule_paged), ranks of a group (their exchanges), experts in host
- * memory (their fetches), a pass over a fresh prompt (FM_ATTN_FRESH) or above 4096 rows, the debug switches. */
+ * memory (their fetches), a pass over a fresh prompt (FM_ATTN_FRESH) or above 4096 rows, the debug switches. Route
+ * mixed.graphs=on pads the rows on a backend without graphs too, where the layers then run as they are: the cpu
+ * tests check that the padding changes no bit of the real rows. */
 #include <string.h>
 
 #include "backend/routes.h"
@@ -33,11 +35,13 @@ static fm_status layers_body(void *user, fm_error *err) {
     return FM_OK;
 }
 
-/* The bucket a paged pass of T rows replays, its rows in *rows; -1 where the pass runs as it is */
+/* The bucket a paged pass of T rows is padded to (and replays where the backend has graphs), its rows in *rows; -1
+ * where the pass runs as it is. Route mixed.graphs=on pads on a backend without graphs too (the cpu tests'). */
 static int32_t graph_bucket(const fm_context *ctx, int64_t T, fm_attn_mode attn, int64_t *rows) {
     const fm_model *m = ctx->m;
     const fm_kv_state *kv = ctx->kv;
-    if (attn != FM_ATTN_PAGED || !fm_decode_graphs_on(ctx) || !fm_routes_mixed_graphs(&m->routes)) return -1;
+    if (attn != FM_ATTN_PAGED || !fm_routes_mixed_graphs(&m->routes)) return -1;
+    if (!fm_decode_graphs_on(ctx) && !fm_routes_mixed_pad_always(&m->routes)) return -1;
     if (ctx->ep_comm || ctx->tp_comm || ctx->experts) return -1;
     if (fm_arch_attention_layers(&m->cfg, m->n_layers) != m->n_layers) return -1;
     const int32_t b = fm_mixed_bucket(T, rows);
@@ -65,7 +69,8 @@ fm_status fm_step_run_rows(fm_context *ctx, const int32_t *ids, const int32_t *s
     fm_status st = fm_step_stage_padded(ctx, p_ids, p_seq, p_pos, Tb, T, err);
     if (st) return st;
     layers_ctx d = {ctx, Tb};
-    if (!kv->mixed_warm[b]) {
+    kv->mixed_padded_steps++;
+    if (!kv->mixed_warm[b] || !fm_decode_graphs_on(ctx)) {
         layers_body(&d, err);
         kv->mixed_warm[b] = true;
     } else {
@@ -84,7 +89,7 @@ bool fm_mixed_graph_nodes(const fm_context *ctx, int64_t T, fm_graph_nodes *out)
     int64_t rows = 0;
     if (!ctx->kv || !m->be->ops->graph_nodes) return false;
     const int32_t b = graph_bucket(ctx, T, FM_ATTN_PAGED, &rows);
-    if (b < 0 || !ctx->kv->mixed_graphs[b]) return false;
+    if (b < 0 || !ctx->kv->mixed_graphs[b]) return false; /* (none on a backend without graphs) */
     m->be->ops->graph_nodes(m->be, ctx->kv->mixed_graphs[b], out);
     return true;
 }
