@@ -196,7 +196,8 @@ static int64_t route_same_tokens(const config *cf, const char *route, int64_t bu
  * reference kernel) changes no bit */
 static void test_paged_tiled_route_same_tokens(void **state) {
     (void)state;
-    for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++) route_same_tokens(&k_configs[c], "paged.tiled=on", 0);
+    for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++)
+        route_same_tokens(&k_configs[c], "paged.tiled=on", 0);
 }
 
 /* --route mixed.graphs=on on the cpu (no graphs): the steps with prompt chunks run padded to their row bucket

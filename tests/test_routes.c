@@ -432,10 +432,10 @@ static void the_printer_shows_every_key(void **s) {
     assert_non_null(f);
     fm_routes_print(&r, f);
     fclose(f);
-    const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
-                          "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
-                          "decode.graphs", "mixed.graphs",     "gdn.tc",     "rope.store",    "shared.stream",
-                          "expert.prefetch", "decode.fused", "moe.shared"};
+    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",      "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
+                          "decode.graphs",   "mixed.graphs",     "gdn.tc",    "rope.store",   "shared.stream",
+                          "expert.prefetch", "decode.fused",     "moe.shared"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) assert_contains(text, keys[i]);
     assert_contains(text, "producer warpgroup"); /* w4a8.fp4 now */
     assert_contains(text, "wgmma for hd 128");   /* attention.kernel now */
@@ -680,10 +680,10 @@ static void the_committed_reference_page_is_current(void **s) {
     if (n_have != n_want || memcmp(have, want, n_want))
         fail_msg("docs/routes.md differs from the route table: ./build/fp8moe inspect --routes --markdown > "
                  "docs/routes.md");
-    const char *keys[] = {"w4a8.kernel",   "attention.kernel", "w4a8.tile",  "w4a8.fp4",      "w4a8.codes",
-                          "dense.gemv",    "w8a8.gemv_max_m",  "moe.gemv",   "router.fused",  "pdl",
-                          "decode.graphs", "mixed.graphs",     "gdn.tc",     "rope.store",    "shared.stream",
-                          "expert.prefetch", "decode.fused", "moe.shared"};
+    const char *keys[] = {"w4a8.kernel",     "attention.kernel", "w4a8.tile", "w4a8.fp4",     "w4a8.codes",
+                          "dense.gemv",      "w8a8.gemv_max_m",  "moe.gemv",  "router.fused", "pdl",
+                          "decode.graphs",   "mixed.graphs",     "gdn.tc",    "rope.store",   "shared.stream",
+                          "expert.prefetch", "decode.fused",     "moe.shared"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         char cell[40];
         snprintf(cell, sizeof cell, "| `%s` |", keys[i]);

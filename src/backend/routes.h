@@ -187,11 +187,11 @@ bool fm_routes_w4a8_codes_staged(const fm_routes *r, uint64_t P, uint64_t E);
  * for mma.sync, T = 8192 0.959 ms against 1.500. */
 bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd);
 #define FM_ATTENTION_WGMMA_HD 128
-bool fm_routes_pdl(const fm_routes *r);           /* decode kernels launch with PDL */
-bool fm_routes_decode_graphs(const fm_routes *r); /* decode steps replay as CUDA graphs (cuda backend) */
-bool fm_routes_mixed_graphs(const fm_routes *r);  /* mixed steps' passes replay as CUDA graphs of their row bucket */
+bool fm_routes_pdl(const fm_routes *r);              /* decode kernels launch with PDL */
+bool fm_routes_decode_graphs(const fm_routes *r);    /* decode steps replay as CUDA graphs (cuda backend) */
+bool fm_routes_mixed_graphs(const fm_routes *r);     /* mixed steps' passes replay as CUDA graphs of their row bucket */
 bool fm_routes_mixed_pad_always(const fm_routes *r); /* mixed.graphs=on: padded to the bucket on any backend */
-bool fm_routes_gemv(const fm_routes *r);          /* the FP8 GEMVs run at all */
+bool fm_routes_gemv(const fm_routes *r);             /* the FP8 GEMVs run at all */
 int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 /* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row
  * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short

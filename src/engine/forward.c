@@ -760,9 +760,7 @@ void fm_step_device_rows(fm_context *ctx, int64_t T, const fm_row_run *runs, int
 
 void fm_step_device_layers(fm_context *ctx, int64_t T, fm_attn_mode attn) { run_layers(ctx, T, attn, NULL); }
 
-void fm_step_device_tail(fm_context *ctx, const fm_row_run *runs, int32_t n_runs) {
-    run_tail(ctx, runs, n_runs, NULL);
-}
+void fm_step_device_tail(fm_context *ctx, const fm_row_run *runs, int32_t n_runs) { run_tail(ctx, runs, n_runs, NULL); }
 
 fm_status fm_step_profile(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn, fm_profile *prof,
                           fm_error *err) {

@@ -26,7 +26,8 @@ void fm_kv_state_free(fm_context *ctx, fm_kv_state *s) {
         m->be->ops->graph_free(m->be, s->pass_graphs[b]);
         m->be->ops->graph_free(m->be, s->sample_graphs[b]);
     }
-    for (int b = 0; b < FM_MIXED_BUCKETS && m->be->ops->graph_free; b++) m->be->ops->graph_free(m->be, s->mixed_graphs[b]);
+    for (int b = 0; b < FM_MIXED_BUCKETS && m->be->ops->graph_free; b++)
+        m->be->ops->graph_free(m->be, s->mixed_graphs[b]);
     fm_state_cache_free(ctx, s->snaps);
     KV_BUFFERS(s);
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)

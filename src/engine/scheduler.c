@@ -654,8 +654,8 @@ static fm_status mixed_step(fm_sched *s, bool *busy, fm_error *err) {
     const int64_t n0 = c0->r.n_prompt; /* a whole prompt, or its first piece when a state snapshot splits it */
     const bool fresh = n_dec == 0 && n_chunks == 1 && c0->pos == 0 && n0 <= s->chunk && n0 <= s->prefill_limit &&
                        s->c_len[0] == fm_state_cache_chunk(ctx, c0->slot, 0, n0, n0);
-    if ((st = fm_step_run_rows(ctx, s->h_ids, s->h_seq, s->h_pos, T, runs, n_runs, fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED,
-                               err)))
+    if ((st = fm_step_run_rows(ctx, s->h_ids, s->h_seq, s->h_pos, T, runs, n_runs,
+                               fresh ? FM_ATTN_FRESH : FM_ATTN_PAGED, err)))
         return st;
     /* the sampled rows: the completing prompts' last rows, then the decode rows */
     int32_t *slots = kv->h_step, masked = 0;
