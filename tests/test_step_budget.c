@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/kv_state.h"
 #include "engine/step_budget.h"
 #include "fp8moe_sched.h"
 
@@ -217,6 +218,7 @@ typedef struct trace {
 
 static int32_t load_ep_ranks = 0;    /* fm_options.ep_ranks of the next loads (rank 0 of them) */
 static int32_t load_prompt_wait = 0; /* fm_options.prompt_wait_steps of the next loads */
+static const char *load_routes = NULL; /* fm_options.routes of the next loads */
 
 static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_tokens, fm_status *st, fm_error *err) {
     fm_options opt;
@@ -224,7 +226,7 @@ static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_token
     opt.ep_ranks = load_ep_ranks, opt.ep_rank = 0;
     opt.max_seqs = SEQS, opt.ctx = PASS, opt.max_tokens = PASS, opt.prefix_cache = false;
     opt.max_step_tokens = step_tokens, opt.step_budget = mode, opt.step_latency_ratio = ratio;
-    opt.prompt_wait_steps = load_prompt_wait;
+    opt.prompt_wait_steps = load_prompt_wait, opt.routes = load_routes;
     fm_model *m = NULL;
     *st = fm_model_load("tests/models/qwen3-moe-f32", &opt, &m, err);
     return m;
@@ -465,6 +467,25 @@ static void test_prompt_wait(void **state) {
     assert_int_equal(waited_off, 3), assert_int_equal(waited_w2, 1), assert_int_equal(waited_dflt, 3);
 }
 
+/* Route mixed.graphs=on (on the cpu: the rows padded to their graph's bucket, step_graphs.c): a step at the floor's
+ * 64 prompt tokens beside the one stream is 65 rows, padded to 80, so the prompt takes the 79 rows the step runs
+ * anyway and a 200-token prompt is done in 3 steps instead of 4 */
+static void test_floor_fills_bucket(void **state) {
+    (void)state;
+    int32_t steps[4], waited;
+    int64_t least;
+    int64_t rows = 0;
+    fm_mixed_bucket(1 + FM_STEP_PREFILL_FLOOR, &rows);
+    load_routes = "mixed.graphs=on";
+    prompt_steps(-1, steps, &least, &waited);
+    load_routes = NULL;
+    printf("the floor's step padded to %lld rows: prompt share %lld, steps to a 200-token prompt's token %d %d %d\n",
+           (long long)rows, (long long)least, steps[1], steps[2], steps[3]);
+    assert_int_equal(rows, 80);
+    assert_int_equal(least, rows - 1);
+    for (int k = 1; k < 4; k++) assert_int_equal(steps[k], 3);
+}
+
 /* A prompt queued for a slot is not waiting in the budget's sense: while every slot decodes it is not counted (the
  * stats' longest wait stays 0); once a stream ends and it starts, W = 2 splits it in two steps of 100, not the whole
  * room the steps it spent queued would otherwise demand */
@@ -640,6 +661,7 @@ int main(void) {
         cmocka_unit_test(test_prompt_wait_share),
         cmocka_unit_test(test_prompt_wait),
         cmocka_unit_test(test_prompt_wait_queued),
+        cmocka_unit_test(test_floor_fills_bucket),
         cmocka_unit_test(test_wall_clock_same_tokens),
         cmocka_unit_test(test_options),
     };

@@ -265,6 +265,8 @@ bool fm_decode_graph_nodes(const fm_context *ctx, int32_t n, fm_graph_nodes *out
 /* Decode steps replay as graphs on a backend that has them (cuda; route decode.graphs), except under the debug
  * switches FP8MOE_SYNC and FP8MOE_DUMP, which synchronise inside the pass. */
 bool fm_decode_graphs_on(const fm_context *ctx);
+/* The rows a paged pass of T rows runs (fm_step_run_rows): its row bucket's where it is padded, else T */
+int64_t fm_step_rows_padded(const fm_context *ctx, int64_t T);
 /* The nodes of the graph that a mixed step of T rows replays (its row bucket's); false: none captured */
 bool fm_mixed_graph_nodes(const fm_context *ctx, int64_t T, fm_graph_nodes *out);
 /* Appends n tokens of room to an open sequence's cache (the block tables are re-uploaded before the next step when a

@@ -83,6 +83,11 @@ fm_status fm_step_run_rows(fm_context *ctx, const int32_t *ids, const int32_t *s
     return FM_OK;
 }
 
+int64_t fm_step_rows_padded(const fm_context *ctx, int64_t T) {
+    int64_t rows = T;
+    return ctx->kv && T >= 1 && graph_bucket(ctx, T, FM_ATTN_PAGED, &rows) >= 0 ? rows : T;
+}
+
 bool fm_mixed_graph_nodes(const fm_context *ctx, int64_t T, fm_graph_nodes *out) {
     const fm_model *m = ctx->m;
     memset(out, 0, sizeof *out);
