@@ -15,6 +15,7 @@
  * memory (their fetches), a pass over a fresh prompt (FM_ATTN_FRESH) or above 4096 rows, the debug switches. Route
  * mixed.graphs=on pads the rows on a backend without graphs too, where the layers then run as they are: the cpu
  * tests check that the padding changes no bit of the real rows. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/routes.h"
@@ -45,7 +46,7 @@ static int32_t graph_bucket(const fm_context *ctx, int64_t T, fm_attn_mode attn,
     if (ctx->ep_comm || ctx->tp_comm || ctx->experts) return -1;
     if (fm_arch_attention_layers(&m->cfg, m->n_layers) != m->n_layers) return -1;
     const int32_t b = fm_mixed_bucket(T, rows);
-    if (b < 0 || *rows > kv->max_rows || *rows > ctx->buf_tokens) return -1;
+    if (b < 0 || *rows > kv->max_rows || *rows > ctx->buf_tokens || kv->mixed_graphs_failed) return -1;
     return b;
 }
 
@@ -73,9 +74,14 @@ fm_status fm_step_run_rows(fm_context *ctx, const int32_t *ids, const int32_t *s
     if (!kv->mixed_warm[b] || !fm_decode_graphs_on(ctx)) {
         layers_body(&d, err);
         kv->mixed_warm[b] = true;
+    } else if (!kv->mixed_graphs[b] && m->be->ops->graph_capture(m->be, layers_body, &d, &kv->mixed_graphs[b], err)) {
+        /* a capture that fails (a launch the backend cannot capture at this size) recorded the launches into nothing:
+           they run as they are, and this context's mixed steps run without graphs from here on (said once) */
+        fprintf(stderr, "fp8moe: mixed steps run without CUDA graphs from here on (route mixed.graphs): %s\n",
+                err ? err->msg : "the capture failed");
+        kv->mixed_graphs_failed = true;
+        layers_body(&d, err);
     } else {
-        if (!kv->mixed_graphs[b] && (st = m->be->ops->graph_capture(m->be, layers_body, &d, &kv->mixed_graphs[b], err)))
-            return st;
         if ((st = m->be->ops->graph_launch(m->be, kv->mixed_graphs[b], err))) return st;
         kv->mixed_graph_steps++;
     }
