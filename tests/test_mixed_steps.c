@@ -48,11 +48,13 @@ static const config k_configs[] = {
 };
 
 static const char *load_routes = NULL; /* fm_options.routes of the next loads */
+static bool load_w8a8 = false;         /* the next loads' dense projections in W8A8 (fm_options.dense) */
 
 static fm_model *load(const config *c, int64_t budget, bool prefix, fm_status *st_out, fm_error *err) {
     fm_options opt;
     fm_options_init(&opt);
     opt.routes = load_routes;
+    if (load_w8a8) opt.dense = FM_DENSE_W8A8;
     opt.preset = c->preset, opt.plan_backend = c->plan_backend;
     opt.max_seqs = N_REQ, opt.ctx = 96, opt.max_tokens = MAX_PROMPT, opt.prefix_cache = prefix;
     opt.max_step_tokens = budget;
@@ -201,19 +203,24 @@ static void test_paged_tiled_route_same_tokens(void **state) {
 }
 
 /* --route mixed.graphs=on on the cpu (no graphs): the steps with prompt chunks run padded to their row bucket
- * (step_graphs.c: rows at position 0 of the first row's sequence, storing nothing), which changes no bit of the real
- * rows, at the default budget and at 12 (the prompts over several mixed steps); Qwen3-Next (Gated DeltaNet layers)
+ * (step_graphs.c: copies of the first row, storing nothing), which changes no bit of the real rows, at the default
+ * budget and at 12 (the prompts over several mixed steps), also with the dense projections in W8A8 (one activation
+ * scale for all the pass's rows: padding rows of other values would move it); Qwen3-Next (Gated DeltaNet layers)
  * declines the route */
 static void test_mixed_padding_same_tokens(void **state) {
     (void)state;
     for (size_t c = 0; c < sizeof k_configs / sizeof *k_configs; c++) {
-        for (int64_t budget = 0; budget <= 12; budget += 12) {
-            const int64_t padded = route_same_tokens(&k_configs[c], "mixed.graphs=on", budget);
-            printf("%s %s budget %lld: %lld passes padded to their row bucket, the same bits\n", k_configs[c].model,
-                   fm_preset_name(k_configs[c].preset), (long long)budget, (long long)padded);
-            if (strstr(k_configs[c].model, "next")) assert_int_equal(padded, 0);
-            else assert_true(padded >= (budget ? 5 : 1));
-        }
+        for (int w8a8 = 0; w8a8 < 2; w8a8++)
+            for (int64_t budget = 0; budget <= 12; budget += 12) {
+                load_w8a8 = w8a8;
+                const int64_t padded = route_same_tokens(&k_configs[c], "mixed.graphs=on", budget);
+                load_w8a8 = false;
+                printf("%s %s%s budget %lld: %lld passes padded to their row bucket, the same bits\n",
+                       k_configs[c].model, fm_preset_name(k_configs[c].preset), w8a8 ? " dense w8a8" : "",
+                       (long long)budget, (long long)padded);
+                if (strstr(k_configs[c].model, "next")) assert_int_equal(padded, 0);
+                else assert_true(padded >= (budget ? 5 : 1));
+            }
     }
 }
 

@@ -216,8 +216,8 @@ typedef struct trace {
     double ms[4096], dec_est[4096];
 } trace;
 
-static int32_t load_ep_ranks = 0;    /* fm_options.ep_ranks of the next loads (rank 0 of them) */
-static int32_t load_prompt_wait = 0; /* fm_options.prompt_wait_steps of the next loads */
+static int32_t load_ep_ranks = 0;      /* fm_options.ep_ranks of the next loads (rank 0 of them) */
+static int32_t load_prompt_wait = 0;   /* fm_options.prompt_wait_steps of the next loads */
 static const char *load_routes = NULL; /* fm_options.routes of the next loads */
 
 static fm_model *load(fm_step_budget_mode mode, double ratio, int64_t step_tokens, fm_status *st, fm_error *err) {

@@ -284,7 +284,8 @@ static const route_key route_keys[] = {
     {"mixed.graphs", FIELD(mixed_graphs), "auto|on|off", SWITCH_WORDS, "on",
      "mixed steps' passes captured once per row bucket as CUDA graphs and replayed",
      "the pass of a step over the paged cache that holds prompt chunks (a mixed step beside running streams, "
-     "engine/step_graphs.c) padded to its row bucket (multiples of 16 rows to 128, of 32 to 256, of 64 to 1024, "
+     "engine/step_graphs.c) padded to its row bucket with copies of its first row (multiples of 16 rows to 128, of 32 "
+     "to 256, of 64 to 1024, "
      "of 128 to 4096), captured once per bucket as a CUDA graph and replayed; the final norm, the lm_head of the "
      "sampled rows and the sampler run outside it. Models whose layers are all attention layers (not Qwen3-Next's "
      "Gated DeltaNet, whose prompt chunks are found on the host), one rank, experts on the device; `auto` = `on` "

@@ -183,8 +183,8 @@ typedef enum fm_attn_mode {
 } fm_attn_mode;
 fm_status fm_step_stage(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                         fm_error *err);
-/* fm_step_stage where rows n_real..T-1 pad the step to a graph's bucket: they store no K and V (slot -1), as a decode
- * step's padding rows (copies of row 0) do */
+/* fm_step_stage where rows n_real..T-1 pad the step to a graph's bucket (copies of row 0): they store no K and V
+ * (slot -1), as a decode step's padding rows do */
 fm_status fm_step_stage_padded(fm_context *ctx, const int32_t *ids, const int32_t *seq, const int32_t *pos, int64_t T,
                                int64_t n_real, fm_error *err);
 void fm_step_device(fm_context *ctx, int64_t T, bool last_only, fm_attn_mode attn);

@@ -462,7 +462,8 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
             op_split(tm, FM_STAGE_ATTENTION, "kv_store", fm_op_bytes_act(m, T, kv_w, 1, 1));
         }
         if (paged)
-            (attn == FM_ATTN_PAGED && fm_routes_attention_paged_tiled(&m->routes) && step_has_run(kv->h_idx, T)
+            (attn == FM_ATTN_PAGED && fm_routes_attention_paged_tiled(&m->routes) &&
+                     (kv->chunks_on_device || step_has_run(kv->h_idx, T))
                  ? ops->attention_paged_runs
                  : ops->attention_paged)(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->dtype, kv->tok_seq, kv->tok_pos,
                                          kv->tables, kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx,

@@ -86,6 +86,7 @@ typedef struct fm_kv_state {
     int64_t mixed_graph_steps;         /* passes replayed from a mixed graph (for tests and stats) */
     int64_t mixed_padded_steps;        /* passes run padded to their bucket (replayed or not) */
     bool mixed_graphs_failed;          /* a capture failed: mixed steps run without graphs (step_graphs.c) */
+    bool chunks_on_device; /* a padded pass's layers: attention_paged_runs whatever the staged rows (step_graphs.c) */
     /* host mirrors */
     int32_t *h_idx;         /* [3 * max_rows]: tok_seq | tok_pos | slots of the step being staged */
     int32_t *h_step;        /* [4 * rows]: a decode step's ids | sequences | positions | sampler slots */

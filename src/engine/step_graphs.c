@@ -4,8 +4,11 @@
  * launches depend on the step's row count alone (the attention finds its prompt chunks from the staged sequences and
  * positions on the device, attention_paged_tiled.cu; the MoE routes on the device), so one graph per row count serves
  * every layout of the rows. Row counts are padded to a bucket (kv_state.h fm_mixed_bucket) so that a few graphs
- * serve every step: padding rows are the first row's token at position 0 of its sequence (one key to attend, an
- * expert choice the same for all of them), and store no K and V.
+ * serve every step: padding rows are copies of the first row (its token, sequence and position) that store no K and
+ * V, as a decode graph's are. Copies, not cheaper rows: their values equal a real row's in every layer, so a
+ * per-tensor activation scale (the W8A8 dense projections' amax over the pass's rows) is the unpadded pass's, and
+ * their experts are the first row's. They attend as the first row does (its position + 1 keys); the scheduler fills
+ * a step's spare rows with prompt tokens where it can (scheduler.c), so few steps carry padding.
  *
  * What runs outside the graph: the staging (uploads of ids, sequences, positions, slots), the final norm and
  * lm_head of the sampled rows (whose positions in the step vary), the sampler. A bucket's first step runs its launches
@@ -29,10 +32,14 @@ typedef struct layers_ctx {
     int64_t T;
 } layers_ctx;
 
+/* The layers of a padded pass: the attention takes the prompt chunks' rows to its tiled kernel whatever the rows staged
+ * at capture hold (route paged.tiled; the kernel finds them on the device), so the graph serves any later layout */
 static fm_status layers_body(void *user, fm_error *err) {
     (void)err;
     const layers_ctx *d = user;
+    d->ctx->kv->chunks_on_device = true;
     fm_step_device_layers(d->ctx, d->T, FM_ATTN_PAGED);
+    d->ctx->kv->chunks_on_device = false;
     return FM_OK;
 }
 
@@ -66,7 +73,7 @@ fm_status fm_step_run_rows(fm_context *ctx, const int32_t *ids, const int32_t *s
     memcpy(p_ids, ids, (size_t)T * sizeof *ids);
     memcpy(p_seq, seq, (size_t)T * sizeof *seq);
     memcpy(p_pos, pos, (size_t)T * sizeof *pos);
-    for (int64_t t = T; t < Tb; t++) p_ids[t] = ids[0], p_seq[t] = seq[0], p_pos[t] = 0;
+    for (int64_t t = T; t < Tb; t++) p_ids[t] = ids[0], p_seq[t] = seq[0], p_pos[t] = pos[0];
     fm_status st = fm_step_stage_padded(ctx, p_ids, p_seq, p_pos, Tb, T, err);
     if (st) return st;
     layers_ctx d = {ctx, Tb};
