@@ -8,7 +8,7 @@ tar -xJf .carry/gpu-s39t.tar.xz || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader
 for t in test_cuda_prefix_cache test_cuda_mask_overlap test_cuda_shared_routing test_cuda_warmup test_cuda_graph \
          test_cuda_offload test_cuda_ep test_cuda_tp; do
-  [ $SECONDS -lt 420 ] || { echo "== $t not run (time)"; continue; }
-  timeout 150 build/tests/gpu/$t > $OUT/$t.log 2>&1; echo "== $t rc $? at $SECONDS s"
+  [ $SECONDS -lt 230 ] || { echo "== $t not run (time)"; continue; }
+  timeout 90 build/tests/gpu/$t > $OUT/$t.log 2>&1; echo "== $t rc $? at $SECONDS s"
   grep -hE "^\[  FAILED|^\[  PASSED|ERROR:|Aborted|without CUDA graphs" $OUT/$t.log | cut -c1-200 | head -4
 done
