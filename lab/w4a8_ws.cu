@@ -1,0 +1,673 @@
+// lab: a warp-specialised grouped W4A8 expert GEMM (sm_90a: TMA, a converter warpgroup, ss-wgmma) (lab/README.md).
+//
+//   make -C lab w4a8_ws           -> build/lab/w4a8_ws (run it from the repository root)
+//   ./build/lab/w4a8_ws           validate the small shapes and sampled rows of every timed shape, then time
+//                                 Qwen3-30B-A3B (T = 2048, 8192) and Mixtral (T = 4096) expert GEMMs
+//   ./build/lab/w4a8_ws --small   the small shapes only, no timing (for compute-sanitizer)
+//
+// Why (bench/NOTES.md, thirty-sixth session, "Variant 7 against 4 under ncu"; docs/RESULTS.md 2.27-2.28): the
+// engine's grouped W4A8 GEMM converts int4 to e4m3 in each consumer warp's registers and issues rs-wgmma; with no
+// scale work at all it stops at 0.365 / 1.15 / 3.10 ms (Qwen3 T = 2048 / 8192, Mixtral), bound by each warp's own
+// instruction chain with 2 warps a scheduler. This kernel moves the conversion to a warpgroup of its own, so that
+// conversion and MMA overlap across warps. Everything the full design asks for is here: grouped (CSR over experts),
+// power-of-two group scales folded exactly, per-column and per-token scales in the epilogue. Not here: BN = 256
+// (the register budget of 416 threads allows 152 a thread; m64n256 needs setmaxnreg), a second converter warpgroup.
+// Status: written and compiled without a GPU (122 registers, no spills); NEVER RUN when committed. Every mbarrier
+// wait has a watchdog (a stuck barrier traps after ~2^32 cycles: an illegal-instruction error, not a hang). The timing
+// table also runs the kernel with the converter's work removed (CONVERT = 0: values wrong), which separates the
+// conversion's cost from the pipeline's and the MMA's.
+//
+// The operation, per expert e and its rows r in [off[e], off[e + 1]) (tokens sorted by expert):
+//   y[r][n] = ts[r] cs[e][n] sum_k x[r][k] q[e][n][k] 2^kexp[e][k / 128][n]      (bf16 out, fp32 accumulation)
+// x e4m3 [rows][K]; q int4 in [-8, 7]; ts fp32 [rows]; cs fp32 [E][N]; kexp int8 [E][K / 128][N] in [-9, 5].
+// q 2^kexp is exact in e4m3 for those exponents (|q| <= 8 has at most 3 significant bits; 2^-9 is e4m3's smallest
+// subnormal, 8 2^5 = 256 < 448), so the folded weight tile holds exactly the dequantised weight over cs.
+//
+// Weight codes, wq uint8 [E][N][K / 2]: row (e, n) holds K / 16 chunks of 8 bytes (16 weights, k = 16 c .. 16 c + 15);
+// a chunk is two little-endian 32-bit words (k + 0..7, k + 8..15); in a word, weight j (k + j) is the nibble
+// p = (j >> 1) + 4 (j & 1) (bits 4p..4p+3: nibbles 0,4 hold j = 0,1; 1,5 hold 2,3; ...), stored as u = q + 8. The
+// order lets one mask pick two neighbouring weights as an f16 pair: ((w >> 4i) & 0x000F000F) | 0x64006400 is the
+// f16x2 (1024 + u_2i, 1024 + u_2i+1); one fma.f16x2 by (2^k, -1032 2^k) gives (q 2^k) exactly, one
+// cvt.rn.satfinite.e4m3x2.f16x2 gives the two e4m3 bytes in k order. 4 weights: ~5 instructions.
+//
+// Tiles: BM = 128 tokens (two consumer warpgroups, one m64 block each) x BN = 128 output columns x KG = 128 K (one
+// scale group) per stage; STAGES stages in shared memory, each [A 16 KB | W 16 KB | codes 8 KB | kexp 128 B]
+// (41 KB, 1024-aligned):
+//   A      e4m3 activation tile, BM rows x 128 bytes, 128-byte swizzle (TMA writes it)
+//   W      e4m3 folded weight tile, BN rows x 128 bytes, 128-byte swizzle (the converter writes it: 16-byte chunk c
+//          of row n at n 128 + 16 (c ^ (n & 7)), the layout TMA's SWIZZLE_128B gives and desc_sw128 describes)
+//   codes  BN rows x 64 bytes of int4 codes, no swizzle (TMA)
+//   kexp   BN exponents of this group (TMA)
+// Warps: warpgroups 0, 1 consumers; warpgroup 2 the converter; warp 12 the producer (one thread) = 416 threads,
+// one CTA an SM (210 KB of shared memory), persistent over a host-built list of work items (expert, first row,
+// the expert's end row, first column), n-tiles of one expert's m-tile adjacent.
+// Barriers per stage: full (producer's expect_tx + the three TMA copies), ready (the converter's 128 threads, each
+// after a fence.proxy.async of its generic stores, so wgmma's async-proxy reads see them), empty (one arrival per
+// consumer warpgroup once its wgmmas on the stage have completed; the producer waits on it before refilling, and
+// the converter rewrites W only after the refill's full, so after the consumers are done with it).
+// Consumers: wait full and ready, 4 x wgmma.m64n128k32.f32.e4m3.e4m3 (both operands from shared memory: SASS QGMMA),
+// one commit group kept in flight, then the stage before goes back. Epilogue: acc x cs[e][n] x ts[r] -> bf16 straight
+// from the fragments; rows past the expert's end (the TMA tile runs into the next expert or zero fill) not stored.
+//
+// Floor: FLOPs at ~1.3 PFLOP/s dense FP8 (H200 measured, bench/NOTES.md) and weight bytes at ~3.3 TB/s: Qwen3 layer
+// (gate|up 1536 x 2048, down 2048 x 768, 8T rows) at T = 8192: 2 x 65536 x (1536 x 2048 + 2048 x 768) = 619 GFLOP,
+// 0.48 ms; weights 0.3 GB, 0.09 ms. Per stage a CTA does 128 x 128 x 128 MACs (~512-1,100 cycles of tensor time)
+// against 16,384 weights to convert (128 a converter thread: ~160 conversion instructions + 8 loads and stores).
+// Prediction (bench/NOTES.md, thirty-sixth session, item 3): the whole layer (both GEMMs) T = 8192 0.6-0.9 ms,
+// T = 2048 0.25-0.35 ms (the rs-wgmma family: 1.15 / 0.365; torch's CUTLASS FP8 grouped GEMM 0.82 at 8192; target
+// 0.75 / 0.30). If it lands near 1.1, the converter warpgroup is the bound (ncu: its issue slots), and the next step is
+// a second converter warpgroup or converting once per expert band instead of once per CTA tile.
+#include <cuda.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+#define BM 128
+#define BN 128
+#define KG 128 // K per stage = the scale group
+#define STAGES 5
+#define CONSUMERS 2 // warpgroups
+#define CONVERTER 128
+#define THREADS (CONSUMERS * 128 + CONVERTER + 32) // + the producer warp
+#define A_BYTES (BM * KG)
+#define W_BYTES (BN * KG)
+#define C_BYTES (BN * KG / 2)
+#define X_BYTES BN // the group's exponents
+#define STAGE_BYTES ((A_BYTES + W_BYTES + C_BYTES + X_BYTES + 1023) / 1024 * 1024)
+#define SMEM_BYTES (STAGES * STAGE_BYTES + 1024) // + alignment slack for the 1024-byte swizzle atoms
+
+// An mbarrier wait with a watchdog: a wrong phase or byte count traps after ~2^32 cycles (2-3 s: the launch fails
+// with an illegal-instruction error) instead of hanging the run. No printf naming the barrier: a call in the kernel
+// makes ptxas serialise every wgmma (C7510). `what` is for a debugger.
+static __device__ __forceinline__ void ws_wait(uint64_t *bar, uint32_t parity, const char *what) {
+    (void)what;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    uint32_t done = 0;
+    const long long start = clock64();
+    for (;;) {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+        if (done) return;
+        if (clock64() - start > (1ll << 32)) __trap();
+    }
+#else
+    (void)bar, (void)parity;
+#endif
+}
+
+// d (an m64n128 f32 fragment: [n8 tile][4], the m16n8 D order) += A B, both from shared memory
+static __device__ __forceinline__ void wgmma_ss128(float d[16][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                 "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                 "%59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+                   "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+                   "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#else
+    (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+    __trap();
+#endif
+}
+
+// 8 int4 codes (one word, the nibble order of the header) -> 8 e4m3 bytes of q 2^k in k order. s2 = (2^k, 2^k) and
+// c2 = (-1032 2^k, -1032 2^k) as f16x2: fma((1024 + u), 2^k, -1032 2^k) = (u - 8) 2^k, exact.
+static __device__ __forceinline__ uint2 int4x8_to_e4m3(uint32_t w, uint32_t s2, uint32_t c2) {
+    uint32_t out[2] = {0, 0};
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t h = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
+        uint32_t v;
+        unsigned short e;
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(v) : "r"(h), "r"(s2), "r"(c2));
+        asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(e) : "r"(v));
+        out[i >> 1] |= (uint32_t)e << (16 * (i & 1));
+    }
+#else
+    (void)w, (void)s2, (void)c2;
+#endif
+    return make_uint2(out[0], out[1]);
+}
+
+// items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
+// K % KG == 0 (the launcher checks)
+template <int CONVERT>
+static __global__ __launch_bounds__(THREADS, 1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
+                                                                    const __grid_constant__ CUtensorMap map_w,
+                                                                    const __grid_constant__ CUtensorMap map_k,
+                                                                    const int4 *items, int n_items, int N, int K,
+                                                                    const float *col_scale, const float *tok_scale,
+                                                                    __nv_bfloat16 *y) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ __align__(8) uint64_t full[STAGES], ready[STAGES], empty[STAGES];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int groups = K / KG;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            bulk_barrier_init(&full[s], 1);
+            bulk_barrier_init(&ready[s], CONVERTER);
+            bulk_barrier_init(&empty[s], CONSUMERS);
+        }
+        FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+
+    /* every role walks the same items and groups; the ring's stage and phase follow one running count `it` */
+    if (wg == CONSUMERS + 1) { /* the producer: one thread */
+        if (lane == 0) {
+            int64_t it = 0;
+            for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+                const int4 item = __ldg(&items[i]);
+                for (int g = 0; g < groups; g++, it++) {
+                    const int s = (int)(it % STAGES);
+                    if (it >= STAGES) ws_wait(&empty[s], (uint32_t)((it / STAGES - 1) & 1), "empty");
+                    uint8_t *st = smem + s * STAGE_BYTES;
+                    bulk_barrier_expect(&full[s], A_BYTES + C_BYTES + X_BYTES);
+                    bulk_tensor_load_2d(st, &map_x, g * KG, item.y, &full[s]);
+                    bulk_tensor_load_2d(st + A_BYTES + W_BYTES, &map_w, g * (KG / 2), item.x * N + item.w, &full[s]);
+                    bulk_tensor_load_2d(st + A_BYTES + W_BYTES + C_BYTES, &map_k, item.w, item.x * groups + g,
+                                        &full[s]);
+                }
+            }
+        }
+        return;
+    }
+
+    if (wg == CONSUMERS) { /* the converter: thread t takes 16-weight chunks t, t + 128, ... of the BN x 8 chunks */
+        const int t = threadIdx.x & 127;
+        int64_t it = 0;
+        for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+            for (int g = 0; g < groups; g++, it++) {
+                const int s = (int)(it % STAGES);
+                ws_wait(&full[s], (uint32_t)((it / STAGES) & 1), "full (converter)");
+                uint8_t *st = smem + s * STAGE_BYTES, *w = st + A_BYTES;
+                const uint8_t *codes = st + A_BYTES + W_BYTES;
+                const int8_t *kexp = (const int8_t *)(codes + C_BYTES);
+#pragma unroll
+                for (int j = 0; j < (CONVERT ? BN * (KG / 16) / CONVERTER : 0); j++) {
+                    const int c = j * CONVERTER + t, n = c >> 3, kc = c & 7;
+                    const uint2 q = *(const uint2 *)(codes + n * (KG / 2) + kc * 8);
+                    const int k = kexp[n];
+                    const uint32_t s1 = (uint32_t)(k + 15) << 10, c1 = 0x8008u | ((uint32_t)(k + 25) << 10);
+                    const uint32_t s2 = s1 | s1 << 16, c2 = c1 | c1 << 16;
+                    const uint2 lo = int4x8_to_e4m3(q.x, s2, c2), hi = int4x8_to_e4m3(q.y, s2, c2);
+                    *(uint4 *)(w + n * KG + ((kc ^ (n & 7)) << 4)) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                }
+                FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory"); /* generic stores -> wgmma's reads */
+                bulk_barrier_arrive(&ready[s]);
+            }
+        }
+        return;
+    }
+
+    /* the consumers */
+    const int g8 = lane >> 2, t4 = lane & 3;
+    int64_t it = 0;
+    for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+        const int4 item = __ldg(&items[i]);
+        float acc[16][4];
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[nt][r] = 0.0f;
+        for (int g = 0; g < groups; g++, it++) {
+            const int s = (int)(it % STAGES);
+            const uint32_t parity = (uint32_t)((it / STAGES) & 1);
+            ws_wait(&full[s], parity, "full"); /* the activation tile (the converter waited too: cheap) */
+            ws_wait(&ready[s], parity, "ready");
+            const uint32_t a = smem_u32(smem + s * STAGE_BYTES), b = a + A_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KG / 32; ks++)
+                wgmma_ss128(acc, desc_sw128(a + wg * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks), 1);
+            wgmma_commit();
+            wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
+            if (g > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) fence_f(acc[nt][r]);
+        if ((threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
+
+        /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of its m64 block; lane (g8, t4) rows g8,
+           g8 + 8, columns 8 nt + 2 t4, + 1 */
+        const int64_t r0 = (int64_t)item.y + wg * 64 + (warp & 3) * 16 + g8;
+        const float *cs = col_scale + (int64_t)item.x * N + item.w;
+        const float ts[2] = {r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f,
+                             r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++) {
+            const int c = nt * 8 + 2 * t4;
+            const float2 sc = __ldg((const float2 *)(cs + c));
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t r = r0 + 8 * h;
+                if (r >= item.z) continue;
+                *(__nv_bfloat162 *)(y + r * N + item.w + c) =
+                    __floats2bfloat162_rn(acc[nt][2 * h] * sc.x * ts[h], acc[nt][2 * h + 1] * sc.y * ts[h]);
+            }
+        }
+    }
+#else
+    (void)map_x, (void)map_w, (void)map_k, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
+        (void)tok_scale, (void)y;
+    __trap();
+#endif
+}
+
+// ---- host: tensor maps (the driver's encoder, reached through the runtime: no -lcuda) ----
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static encode_tiled_fn encoder(void) {
+    static encode_tiled_fn fn = NULL;
+    if (!fn) {
+        cudaDriverEntryPointQueryResult q;
+        void *p = NULL;
+        FM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !p) {
+            fprintf(stderr, "w4a8_ws: the CUDA driver has no cuTensorMapEncodeTiled\n");
+            abort();
+        }
+        fn = (encode_tiled_fn)p;
+    }
+    return fn;
+}
+
+// rows x cols bytes (row stride cols) as a 2-D tensor of box_rows x box_cols tiles; zeros past the edges
+static CUtensorMap tile_map(const void *base, int64_t rows, int64_t cols, int box_cols, int box_rows,
+                            CUtensorMapSwizzle swizzle) {
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
+    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "w4a8_ws: cuTensorMapEncodeTiled failed (%d) for %lld x %lld bytes, box %d x %d\n", (int)r,
+                (long long)rows, (long long)cols, box_rows, box_cols);
+        abort();
+    }
+    return map;
+}
+
+// ---- the lab harness ----
+
+#define GUARD 4096     // bf16 elements of poison after the output
+#define THRESHOLD 1e-2 // max |y - ref| / max |ref| and ||y - ref|| / ||ref||: one bf16 rounding, fp32 accumulation
+
+typedef struct problem {
+    int E, N, K;
+    int64_t rows;
+    int64_t *off; // host [E + 1]: expert e's rows are [off[e], off[e + 1])
+    // host copies (the reference reads them)
+    uint8_t *hx;  // e4m3 [rows][K]
+    uint8_t *hw;  // int4 codes [E][N][K / 2] (header's order)
+    int8_t *hk;   // exponents [E][K / 128][N]
+    float *hcs;   // [E][N]
+    float *hts;   // [rows]
+    int4 *hitems; // work items
+    int n_items;
+    // device
+    uint8_t *x, *w;
+    int8_t *k;
+    float *cs, *ts;
+    int4 *items;
+    __nv_bfloat16 *y; // [rows][N] + GUARD
+    CUtensorMap mx, mw, mk;
+} problem;
+
+static uint64_t mix64(uint64_t z) { /* splitmix64: a counter-based hash, so the fills run in parallel */
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double hash_uniform(uint64_t seed, uint64_t i) {
+    return ((double)(mix64(seed ^ mix64(i)) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static float e4m3_value(uint8_t c) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    const float v = e == 0 ? ldexpf((float)m / 8.0f, -6) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    return (c & 0x80) ? -v : v;
+}
+
+// weight (e, n, k) of the packed codes: chunk k / 16, word (k / 8) & 1, nibble p = (j >> 1) + 4 (j & 1) of j = k & 7
+static int weight_q(const problem *p, int e, int n, int k) {
+    const uint8_t *row = p->hw + ((int64_t)e * p->N + n) * (p->K / 2);
+    const int j = k & 7, pos = (j >> 1) + 4 * (j & 1);
+    const uint8_t b = row[(k / 16) * 8 + ((k / 8) & 1) * 4 + pos / 2];
+    return ((b >> (4 * (pos & 1))) & 15) - 8;
+}
+
+// rows per expert from routing: each of T tokens picks top_k distinct experts uniformly at random (fixed seed)
+static void route(int64_t *off, int E, int T, int top_k, uint64_t seed) {
+    int64_t *count = (int64_t *)calloc((size_t)E, sizeof(int64_t));
+    int *pick = (int *)malloc((size_t)top_k * sizeof(int));
+    uint64_t ctr = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < top_k; j++) {
+            int e, dup;
+            do {
+                e = (int)(hash_uniform(seed, ctr++) * E), dup = 0;
+                for (int i = 0; i < j; i++) dup |= pick[i] == e;
+            } while (dup);
+            pick[j] = e, count[e]++;
+        }
+    off[0] = 0;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + count[e];
+    free(count), free(pick);
+}
+
+// kmin..kmax: the group exponents' range (the small shapes use all of [-9, 5])
+static void problem_init(problem *p, int E, int N, int K, const int64_t *off, int kmin, int kmax, uint64_t seed) {
+    if (N % BN || K % KG) {
+        fprintf(stderr, "w4a8_ws: N %d must be a multiple of %d and K %d of %d\n", N, BN, K, KG);
+        exit(1);
+    }
+    memset(p, 0, sizeof *p);
+    p->E = E, p->N = N, p->K = K;
+    p->off = (int64_t *)malloc((size_t)(E + 1) * sizeof(int64_t));
+    memcpy(p->off, off, (size_t)(E + 1) * sizeof(int64_t));
+    p->rows = off[E];
+    const int64_t nx = p->rows * K, nw = (int64_t)E * N * K / 2, nk = (int64_t)E * (K / KG) * N;
+    p->hx = (uint8_t *)malloc((size_t)nx), p->hw = (uint8_t *)malloc((size_t)nw), p->hk = (int8_t *)malloc((size_t)nk);
+    p->hcs = (float *)malloc((size_t)E * N * sizeof(float)), p->hts = (float *)malloc((size_t)p->rows * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nx; i++) { /* e4m3 with exponent field 4..10 (|x| in [1/8, 15]), either sign */
+        const uint64_t h = mix64(seed * 3 + 1 + mix64((uint64_t)i));
+        p->hx[i] = (uint8_t)((h & 0x80) | ((4 + (h >> 8) % 7) << 3) | ((h >> 16) & 7));
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < nw / 8; i++) {
+        const uint64_t h = mix64(seed * 3 + 2 + mix64((uint64_t)i));
+        memcpy(p->hw + 8 * i, &h, 8);
+    }
+    for (int64_t i = 0; i < nk; i++)
+        p->hk[i] = (int8_t)(kmin + (int)(hash_uniform(seed + 3, (uint64_t)i) * (kmax - kmin + 1)));
+    for (int64_t i = 0; i < (int64_t)E * N; i++) p->hcs[i] = (float)(0.5 + hash_uniform(seed + 4, (uint64_t)i)) / 64.0f;
+    for (int64_t i = 0; i < p->rows; i++) p->hts[i] = (float)(0.5 + hash_uniform(seed + 5, (uint64_t)i));
+
+    /* work items: for each expert, each 128-row tile, each 128-column tile (columns fastest) */
+    int64_t n_items = 0;
+    for (int e = 0; e < E; e++) n_items += fm_ceil_div(off[e + 1] - off[e], BM) * (N / BN);
+    if (n_items > 0x7FFFFFFF || p->rows > 0x7FFFFFFF) {
+        fprintf(stderr, "w4a8_ws: too many rows or items\n");
+        exit(1);
+    }
+    p->n_items = (int)n_items;
+    p->hitems = (int4 *)malloc((size_t)(n_items > 0 ? n_items : 1) * sizeof(int4));
+    int64_t w = 0;
+    for (int e = 0; e < E; e++)
+        for (int64_t m0 = off[e]; m0 < off[e + 1]; m0 += BM)
+            for (int n0 = 0; n0 < N; n0 += BN) p->hitems[w++] = make_int4(e, (int)m0, (int)off[e + 1], n0);
+
+    FM_CUDA_CHECK(cudaMalloc(&p->x, (size_t)(nx > 0 ? nx : 1)));
+    FM_CUDA_CHECK(cudaMalloc(&p->w, (size_t)nw));
+    FM_CUDA_CHECK(cudaMalloc(&p->k, (size_t)nk));
+    FM_CUDA_CHECK(cudaMalloc(&p->cs, (size_t)E * N * sizeof(float)));
+    FM_CUDA_CHECK(cudaMalloc(&p->ts, (size_t)(p->rows > 0 ? p->rows : 1) * sizeof(float)));
+    FM_CUDA_CHECK(cudaMalloc(&p->items, (size_t)(n_items > 0 ? n_items : 1) * sizeof(int4)));
+    FM_CUDA_CHECK(cudaMalloc(&p->y, (size_t)(p->rows * N + GUARD) * sizeof(__nv_bfloat16)));
+    FM_CUDA_CHECK(cudaMemcpy(p->x, p->hx, (size_t)nx, cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(p->w, p->hw, (size_t)nw, cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(p->k, p->hk, (size_t)nk, cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(p->cs, p->hcs, (size_t)E * N * sizeof(float), cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(p->ts, p->hts, (size_t)p->rows * sizeof(float), cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(p->items, p->hitems, (size_t)n_items * sizeof(int4), cudaMemcpyHostToDevice));
+    p->mx = tile_map(p->x, p->rows, K, KG, BM, CU_TENSOR_MAP_SWIZZLE_128B);
+    p->mw = tile_map(p->w, (int64_t)E * N, K / 2, KG / 2, BN, CU_TENSOR_MAP_SWIZZLE_NONE);
+    p->mk = tile_map(p->k, (int64_t)E * (K / KG), N, BN, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+static void problem_free(problem *p) {
+    cudaFree(p->x), cudaFree(p->w), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts), cudaFree(p->items);
+    cudaFree(p->y);
+    free(p->off), free(p->hx), free(p->hw), free(p->hk), free(p->hcs), free(p->hts), free(p->hitems);
+}
+
+// convert = 0: the timing-only form (the converter arrives on "ready" without writing the weight tile: values
+// wrong, the pipeline's and the MMA's time without the conversion)
+static void launch(const problem *p, int sms, cudaStream_t s, int convert) {
+    static bool allowed = false;
+    if (!allowed) {
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+        allowed = true;
+    }
+    if (p->n_items == 0) return;
+    const int grid = p->n_items < sms ? p->n_items : sms;
+    if (convert)
+        w4a8_ws_kernel<1><<<grid, THREADS, SMEM_BYTES, s>>>(p->mx, p->mw, p->mk, p->items, p->n_items, p->N, p->K,
+                                                            p->cs, p->ts, p->y);
+    else
+        w4a8_ws_kernel<0><<<grid, THREADS, SMEM_BYTES, s>>>(p->mx, p->mw, p->mk, p->items, p->n_items, p->N, p->K,
+                                                            p->cs, p->ts, p->y);
+    FM_LAUNCH_CHECK(convert ? "w4a8_ws_kernel<1>" : "w4a8_ws_kernel<0>");
+}
+
+// float64 reference of row r (expert e): the dequantised weights q 2^kexp cs times the e4m3 activations times ts
+static void reference_row(const problem *p, int e, int64_t r, double *ref) {
+    const int G = p->K / KG;
+    double *x = (double *)malloc((size_t)p->K * sizeof(double));
+    for (int k = 0; k < p->K; k++) x[k] = (double)e4m3_value(p->hx[r * p->K + k]);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < p->N; n++) {
+        double acc = 0.0;
+        for (int g = 0; g < G; g++) {
+            double part = 0.0;
+            for (int k = g * KG; k < (g + 1) * KG; k++) part += x[k] * (double)weight_q(p, e, n, k);
+            acc += ldexp(part, p->hk[((int64_t)e * G + g) * p->N + n]);
+        }
+        ref[n] = acc * (double)p->hcs[(int64_t)e * p->N + n] * (double)p->hts[r];
+    }
+    free(x);
+}
+
+static float bf16_to_f32(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// Output poisoned (NaN, a guard after it), one run; then the guard intact, every element written and finite, and
+// the errors against the reference over every row (rows <= 1024) or `sampled` rows spread over the experts (the
+// first and last row of the output among them). Prints and returns whether it passed.
+static bool validate(problem *p, int sms, cudaStream_t s, int sampled, const char *name) {
+    const int64_t n_out = p->rows * p->N;
+    FM_CUDA_CHECK(cudaMemsetAsync(p->y, 0xFF, (size_t)(n_out + GUARD) * sizeof(__nv_bfloat16), s));
+    launch(p, sms, s, 1);
+    uint16_t *y = (uint16_t *)malloc((size_t)(n_out + GUARD) * sizeof(uint16_t));
+    FM_CUDA_CHECK(cudaMemcpyAsync(y, p->y, (size_t)(n_out + GUARD) * sizeof(uint16_t), cudaMemcpyDeviceToHost, s));
+    FM_CUDA_CHECK(cudaStreamSynchronize(s));
+    bool ok = true;
+    for (int64_t i = 0; i < GUARD && ok; i++)
+        if (y[n_out + i] != 0xFFFF) printf("    guard overwritten at +%lld\n", (long long)i), ok = false;
+    for (int64_t i = 0; i < n_out && ok; i++)
+        if (!isfinite(bf16_to_f32(y[i])))
+            printf("    element (row %lld, col %lld) not written or not finite\n", (long long)(i / p->N),
+                   (long long)(i % p->N)),
+                ok = false;
+    const bool all = p->rows <= 1024;
+    const int64_t checked = all ? p->rows : sampled;
+    double *ref = (double *)malloc((size_t)p->N * sizeof(double)), num = 0.0, den = 0.0, maxd = 0.0, maxr = 0.0;
+    for (int64_t i = 0; i < checked && ok; i++) {
+        const int64_t r = all ? i : (i == checked - 1 ? p->rows - 1 : (i * 7919 * 13 + 1) % p->rows);
+        int e = 0;
+        while (p->off[e + 1] <= r) e++;
+        reference_row(p, e, r, ref);
+        for (int n = 0; n < p->N; n++) {
+            const double d = fabs((double)bf16_to_f32(y[r * p->N + n]) - ref[n]);
+            num += d * d, den += ref[n] * ref[n];
+            maxd = d > maxd ? d : maxd, maxr = fabs(ref[n]) > maxr ? fabs(ref[n]) : maxr;
+        }
+    }
+    const double rel_max = maxd / (maxr > 0 ? maxr : 1.0), rel_norm = sqrt(num / (den > 0 ? den : 1.0));
+    ok = ok && rel_max <= THRESHOLD && rel_norm <= THRESHOLD;
+    printf("  %-28s E %3d N %5d K %5d rows %6lld items %5d  (%lld rows checked)  max rel err %.3e  norm rel err "
+           "%.3e  %s\n",
+           name, p->E, p->N, p->K, (long long)p->rows, p->n_items, (long long)checked, rel_max, rel_norm,
+           ok ? "PASS" : "FAIL");
+    free(ref), free(y);
+    return ok;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+// median ms of 20 launches after 5 warm-ups (CUDA events around each launch; no L2 flush: the weights of every timed
+// shape exceed the L2, and the engine runs the layers back to back)
+static float time_median(const problem *p, int sms, cudaStream_t s, int convert) {
+    enum { WARMUP = 5, SAMPLES = 20 };
+    cudaEvent_t a, b;
+    FM_CUDA_CHECK(cudaEventCreate(&a));
+    FM_CUDA_CHECK(cudaEventCreate(&b));
+    for (int i = 0; i < WARMUP; i++) launch(p, sms, s, convert);
+    float ms[SAMPLES];
+    for (int i = 0; i < SAMPLES; i++) {
+        FM_CUDA_CHECK(cudaEventRecord(a, s));
+        launch(p, sms, s, convert);
+        FM_CUDA_CHECK(cudaEventRecord(b, s));
+        FM_CUDA_CHECK(cudaEventSynchronize(b));
+        FM_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+    }
+    FM_CUDA_CHECK(cudaEventDestroy(a));
+    FM_CUDA_CHECK(cudaEventDestroy(b));
+    qsort(ms, SAMPLES, sizeof *ms, cmp_float);
+    return ms[SAMPLES / 2];
+}
+
+typedef struct model_shape {
+    const char *model;
+    int E, top_k, T;
+    int n_up, k_up, n_down, k_down; // gate|up: N = 2 x intermediate, K = hidden; down: N = hidden, K = intermediate
+} model_shape;
+
+int main(int argc, char **argv) {
+    const bool small = argc > 1 && !strcmp(argv[1], "--small");
+    if (argc > 2 || (argc == 2 && !small)) {
+        fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+        return 2;
+    }
+    cudaDeviceProp prop;
+    FM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9) {
+        fprintf(stderr, "w4a8_ws: the kernel needs an sm_90 GPU (TMA, wgmma; this is %s, sm_%d%d)\n", prop.name,
+                prop.major, prop.minor);
+        return 1;
+    }
+    const int sms = prop.multiProcessorCount;
+    printf("%s, %d SMs; tiles BM %d x BN %d x KG %d, %d stages (%d bytes of shared memory), %d threads\n", prop.name,
+           sms, BM, BN, KG, STAGES, SMEM_BYTES, THREADS);
+    cudaStream_t s;
+    FM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    // small shapes: experts with 0, 1, 70, 333 rows (tiles running into the next expert, the last one into zero
+    // fill), the full exponent range [-9, 5]
+    int failed = 0, checks = 0;
+    printf("\nvalidation (threshold %.0e on max |y - ref| / max |ref| and ||y - ref|| / ||ref||; NaN-poisoned output, "
+           "%d-element guard):\n",
+           THRESHOLD, GUARD);
+    {
+        static const int64_t off_a[] = {0, 70, 70, 71, 404};          // E = 4: 70, 0, 1, 333 rows
+        static const int64_t off_b[] = {0, 129, 384, 401};            // E = 3: 129, 255, 17 rows
+        static const int64_t off_c[] = {0, 5, 5, 133, 300, 301, 600}; // E = 6
+        static const struct {
+            const char *name;
+            int E, N, K;
+            const int64_t *off;
+        } small_shapes[] = {{"small E4 N256 K512", 4, 256, 512, off_a},
+                            {"small E3 N384 K1280", 3, 384, 1280, off_b},
+                            {"small E6 N128 K768", 6, 128, 768, off_c}};
+        for (size_t i = 0; i < sizeof small_shapes / sizeof *small_shapes; i++) {
+            problem p;
+            problem_init(&p, small_shapes[i].E, small_shapes[i].N, small_shapes[i].K, small_shapes[i].off, -9, 5,
+                         100 + i);
+            failed += !validate(&p, sms, s, 0, small_shapes[i].name), checks++;
+            problem_free(&p);
+        }
+    }
+    if (small || failed) {
+        printf("%d checks, %d failed: %s\n", checks, failed, failed ? "FAIL" : "PASS");
+        return failed ? 1 : 0;
+    }
+
+    // timed shapes: uniform random routing; sampled rows of each validated before timing (exponents in [-4, 2])
+    static const model_shape models[] = {{"Qwen3-30B-A3B", 128, 8, 2048, 1536, 2048, 2048, 768},
+                                         {"Qwen3-30B-A3B", 128, 8, 8192, 1536, 2048, 2048, 768},
+                                         {"Mixtral-8x7B", 8, 2, 4096, 28672, 4096, 4096, 14336}};
+    const int n_models = (int)(sizeof models / sizeof *models);
+    float ms[3][2], ms0[3][2]; // with the conversion, and the timing-only form without it
+    double flops[3][2];
+    int64_t rows_of[3];
+    for (int m = 0; m < n_models; m++) {
+        const model_shape *ms_ = &models[m];
+        int64_t *off = (int64_t *)malloc((size_t)(ms_->E + 1) * sizeof(int64_t));
+        route(off, ms_->E, ms_->T, ms_->top_k, 7 + (uint64_t)m);
+        rows_of[m] = off[ms_->E];
+        for (int j = 0; j < 2; j++) {
+            const int N = j ? ms_->n_down : ms_->n_up, K = j ? ms_->k_down : ms_->k_up;
+            char name[64];
+            snprintf(name, sizeof name, "%s %s T=%d", ms_->model, j ? "down" : "gate|up", ms_->T);
+            problem p;
+            problem_init(&p, ms_->E, N, K, off, -4, 2, 1000 + 2 * (uint64_t)m + (uint64_t)j);
+            const bool ok = validate(&p, sms, s, 8, name);
+            failed += !ok, checks++;
+            ms[m][j] = time_median(&p, sms, s, 1);
+            ms0[m][j] = time_median(&p, sms, s, 0);
+            flops[m][j] = 2.0 * (double)p.rows * (double)N * (double)K;
+            problem_free(&p);
+        }
+        free(off);
+    }
+    printf("%d checks, %d failed: %s\n", checks, failed, failed ? "FAIL" : "PASS");
+
+    printf("\ntiming (CUDA events, 5 warm-ups, median of 20 launches, no L2 flush):\n\n");
+    printf("| shape | T | rows | N x K | ms | TFLOP/s | ms without conversion (values wrong) |\n"
+           "|---|---:|---:|---|---:|---:|---:|\n");
+    for (int m = 0; m < n_models; m++) {
+        const model_shape *ms_ = &models[m];
+        for (int j = 0; j < 2; j++)
+            printf("| %s %s | %d | %lld | %d x %d | %.4f | %.1f | %.4f |\n", ms_->model, j ? "down" : "gate|up", ms_->T,
+                   (long long)rows_of[m], j ? ms_->n_down : ms_->n_up, j ? ms_->k_down : ms_->k_up, ms[m][j],
+                   flops[m][j] / (ms[m][j] * 1e-3) / 1e12, ms0[m][j]);
+        const double both = (double)ms[m][0] + (double)ms[m][1], both0 = (double)ms0[m][0] + (double)ms0[m][1];
+        printf("| %s layer (both GEMMs) | %d | %lld | | %.4f | %.1f | %.4f |\n", ms_->model, ms_->T,
+               (long long)rows_of[m], both, (flops[m][0] + flops[m][1]) / (both * 1e-3) / 1e12, both0);
+    }
+    printf("\n(prediction, bench/NOTES.md: Qwen3 layer T = 8192 0.6-0.9 ms, T = 2048 0.25-0.35 ms; the rs-wgmma "
+           "family 1.15 / 0.365, Mixtral 3.10)\n");
+    FM_CUDA_CHECK(cudaStreamDestroy(s));
+    return failed ? 1 : 0;
+}
