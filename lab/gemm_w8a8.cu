@@ -34,6 +34,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 extern "C" {
 #include "quant/e4m3.h"
+#include "tensor_map_encoder.cuh"
 }
 
 #define BM 128
@@ -203,24 +204,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
 
 // ---- host: tensor maps (the driver's encoder, reached through the runtime: no -lcuda) ----
 
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-static encode_tiled_fn encoder(void) {
-    static encode_tiled_fn fn = NULL;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult q;
-        void *p = NULL;
-        FM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !p) {
-            fprintf(stderr, "fp8moe: the CUDA driver has no cuTensorMapEncodeTiled\n");
-            abort();
-        }
-        fn = (encode_tiled_fn)p;
-    }
-    return fn;
-}
+// (the encoder: lab/tensor_map_encoder.cuh)
 
 // rows x cols bytes (row stride ld) as a 2-D tensor of tiles box_rows x 128 bytes, 128-byte swizzle, zeros past the
 // edges

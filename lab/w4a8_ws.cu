@@ -66,6 +66,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/wgmma.cuh"
+#include "tensor_map_encoder.cuh"
 
 #define BM 128
 #define BN 128
@@ -282,24 +283,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_ws_kernel(const __grid
 
 // ---- host: tensor maps (the driver's encoder, reached through the runtime: no -lcuda) ----
 
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-static encode_tiled_fn encoder(void) {
-    static encode_tiled_fn fn = NULL;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult q;
-        void *p = NULL;
-        FM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !p) {
-            fprintf(stderr, "w4a8_ws: the CUDA driver has no cuTensorMapEncodeTiled\n");
-            abort();
-        }
-        fn = (encode_tiled_fn)p;
-    }
-    return fn;
-}
+// (the encoder: lab/tensor_map_encoder.cuh)
 
 // rows x cols bytes (row stride cols) as a 2-D tensor of box_rows x box_cols tiles; zeros past the edges
 static CUtensorMap tile_map(const void *base, int64_t rows, int64_t cols, int box_cols, int box_rows,
