@@ -67,6 +67,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "tensor_map_encoder.cuh"
+#include "wgmma_ss_e4m3.cuh"
 
 #define BM 128
 #define BN 128
@@ -104,32 +105,7 @@ static __device__ __forceinline__ void ws_wait(uint64_t *bar, uint32_t parity, c
 #endif
 }
 
-// d (an m64n128 f32 fragment: [n8 tile][4], the m16n8 D order) += A B, both from shared memory
-static __device__ __forceinline__ void wgmma_ss128(float d[16][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
-                 "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
-                 "%59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-                   "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
-                   "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
-                   "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-#else
-    (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
-    __trap();
-#endif
-}
+// (wgmma_ss<BN>: lab/wgmma_ss_e4m3.cuh)
 
 // 8 int4 codes (one word, the nibble order of the header) -> 8 e4m3 bytes of q 2^k in k order. s2 = (2^k, 2^k) and
 // c2 = (-1032 2^k, -1032 2^k) as f16x2: fma((1024 + u), 2^k, -1032 2^k) = (u - 8) 2^k, exact.
@@ -243,7 +219,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w4a8_ws_kernel(const __grid
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KG / 32; ks++)
-                wgmma_ss128(acc, desc_sw128(a + wg * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks), 1);
+                wgmma_ss<128>(acc, desc_sw128(a + wg * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks), 1);
             wgmma_commit();
             wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
             if (g > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
