@@ -105,6 +105,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/wgmma.cuh"
+#include "backend/w4a8_fold.h"
 #include "tensor_map_encoder.cuh"
 #include "wgmma_ss_e4m3.cuh"
 
@@ -226,9 +227,28 @@ static __device__ __forceinline__ uint2 int4x8_to_e4m3(uint32_t w, uint32_t s2, 
     return make_uint2(out[0], out[1]);
 }
 
+// The tile of a 3-D tensor map at element coordinates (x inner, y, z) into dst, completing on bar (the fold layout's
+// codes: 16 bytes x BN rows x 4 segments)
+static __device__ __forceinline__ void bulk_tensor_load_3d(void *dst, const CUtensorMap *map, int x, int y, int z,
+                                                           uint64_t *bar) {
+    FM_BULK_ASM("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+                "[%5];" ::"r"(smem_u32(dst)),
+                "l"((uint64_t)map), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar))
+                : "memory");
+}
+
+// PRMT variants: 8 codes of one word of the fold layout (backend/w4a8_fold.h: magnitudes in bits 4c..4c+2, signs in
+// the nibbles' bit 3) -> 8 e4m3 bytes of q 2^j in k order, through the row's tables (tlo: m 2^j for m = 0..3, thi:
+// 4..7): a byte permute per 4 codes, the signs OR-ed into bit 7. 8 instructions per 8 codes (the f16 path: ~20).
+static __device__ __forceinline__ uint2 fold8_to_e4m3(uint32_t w, uint32_t tlo, uint32_t thi) {
+    const uint32_t lo = __byte_perm(tlo, thi, w & 0x7777u) | (w & 0x80808080u);
+    const uint32_t hi = __byte_perm(tlo, thi, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
+    return make_uint2(lo, hi);
+}
+
 // items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
 // K % KG == 0 (the launcher checks). MB = 1, CONVS = 1 is the base (the code path of the first version).
-template <int CONVERT, int MB, int CONVS>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY>
 static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                                     1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
                                                            const __grid_constant__ CUtensorMap map_w,
@@ -267,7 +287,12 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                     uint8_t *st = smem + s * STAGE_BYTES;
                     bulk_barrier_expect(&full[s], A_BYTES + C_BYTES + X_BYTES);
                     bulk_tensor_load_2d(st, &map_x, g * KG, item.y, &full[s]);
-                    bulk_tensor_load_2d(st + A_BYTES + W_BYTES, &map_w, g * (KG / 2), item.x * N + item.w, &full[s]);
+                    if constexpr (PRMT) /* [segment 4][row BN][16 bytes] of group g of expert item.x */
+                        bulk_tensor_load_3d(st + A_BYTES + W_BYTES, &map_w, 0, item.w, (item.x * groups + g) * 4,
+                                            &full[s]);
+                    else
+                        bulk_tensor_load_2d(st + A_BYTES + W_BYTES, &map_w, g * (KG / 2), item.x * N + item.w,
+                                            &full[s]);
                     bulk_tensor_load_2d(smem + ws_kexp_offset(MB, s), &map_k, item.w, item.x * groups + g, &full[s]);
                 }
             }
@@ -287,6 +312,21 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                 uint8_t *st = smem + s * STAGE_BYTES, *w = st + A_BYTES;
                 const uint8_t *codes = st + A_BYTES + W_BYTES;
                 const int8_t *kexp = (const int8_t *)(smem + ws_kexp_offset(MB, s));
+if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: piece c = (segment c / BN, row
+                                         c % BN), 32 codes -> chunks 2 segment, + 1 of the row */
+#pragma unroll
+                    for (int j = 0; j < (CONVERT ? BN * 4 / CONVERTER : 0); j++) {
+                        const int c = j * CONVERTER + t, n = c & (BN - 1), sg = c / BN;
+                        const uint4 q = *(const uint4 *)(codes + (sg * BN + n) * 16);
+                        const uint32_t jx = (uint32_t)(int32_t)kexp[n];
+                        const uint32_t tlo = FM_FOLD_TLO0 + jx * FM_FOLD_TLO_STEP;
+                        const uint32_t thi = FM_FOLD_THI0 + jx * FM_FOLD_THI_STEP;
+                        const uint2 a0 = fold8_to_e4m3(q.x, tlo, thi), a1 = fold8_to_e4m3(q.y, tlo, thi);
+                        const uint2 a2 = fold8_to_e4m3(q.z, tlo, thi), a3 = fold8_to_e4m3(q.w, tlo, thi);
+                        *(uint4 *)(w + n * KG + (((2 * sg) ^ (n & 7)) << 4)) = make_uint4(a0.x, a0.y, a1.x, a1.y);
+                        *(uint4 *)(w + n * KG + (((2 * sg + 1) ^ (n & 7)) << 4)) = make_uint4(a2.x, a2.y, a3.x, a3.y);
+                    }
+                } else {
 #pragma unroll
                 for (int j = 0; j < (CONVERT ? BN * (KG / 16) / CONVERTER : 0); j++) {
                     const int c = j * CONVERTER + t, n = c >> 3, kc = c & 7;
@@ -296,6 +336,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                     const uint32_t s2 = s1 | s1 << 16, c2 = c1 | c1 << 16;
                     const uint2 lo = int4x8_to_e4m3(q.x, s2, c2), hi = int4x8_to_e4m3(q.y, s2, c2);
                     *(uint4 *)(w + n * KG + ((kc ^ (n & 7)) << 4)) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                }
                 }
                 FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory"); /* generic stores -> wgmma's reads */
                 bulk_barrier_arrive(&ready[s]);
@@ -317,6 +358,9 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
             for (int nt = 0; nt < 16; nt++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[mb][nt][r] = 0.0f;
+        const float *cs = col_scale + (int64_t)item.x * N + item.w;
+        float2 csv[EARLY ? 16 : 1];
+        float tsv[EARLY ? MB : 1][2];
         for (int g = 0; g < groups; g++, it++) {
             const int s = (int)(it % STAGES);
             const uint32_t parity = (uint32_t)((it / STAGES) & 1);
@@ -331,6 +375,17 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                     wgmma_ss<128>(acc[mb], desc_sw128(a + (wg * MB + mb) * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks),
                                   1);
             wgmma_commit();
+            if constexpr (EARLY) /* the epilogue's scales, loaded under the item's last MMAs */
+                if (g == groups - 1) {
+#pragma unroll
+                    for (int nt = 0; nt < 16; nt++) csv[nt] = __ldg((const float2 *)(cs + nt * 8 + 2 * t4));
+#pragma unroll
+                    for (int mb = 0; mb < MB; mb++) {
+                        const int64_t r0 = (int64_t)item.y + (wg * MB + mb) * 64 + (warp & 3) * 16 + g8;
+                        tsv[mb][0] = r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f;
+                        tsv[mb][1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
+                    }
+                }
             wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
             if (g > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
         }
@@ -345,16 +400,17 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
 
         /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
            g8 + 8, columns 8 nt + 2 t4, + 1 */
-        const float *cs = col_scale + (int64_t)item.x * N + item.w;
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) {
             const int64_t r0 = (int64_t)item.y + (wg * MB + mb) * 64 + (warp & 3) * 16 + g8;
-            const float ts[2] = {r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f,
-                                 r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f};
+            float ts[2];
+            if constexpr (EARLY) ts[0] = tsv[mb][0], ts[1] = tsv[mb][1];
+            else
+                ts[0] = r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f, ts[1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
 #pragma unroll
             for (int nt = 0; nt < 16; nt++) {
                 const int c = nt * 8 + 2 * t4;
-                const float2 sc = __ldg((const float2 *)(cs + c));
+                const float2 sc = EARLY ? csv[EARLY ? nt : 0] : __ldg((const float2 *)(cs + c));
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int64_t r = r0 + 8 * h;
@@ -404,20 +460,21 @@ typedef struct problem {
     int64_t *off; // host [E + 1]: expert e's rows are [off[e], off[e + 1])
     // host copies (the reference reads them)
     uint8_t *hx;     // e4m3 [rows][K]
-    uint8_t *hw;     // int4 codes [E][N][K / 2] (header's order)
+    uint8_t *hw;     // int4 codes [E][N][K / 2] (header's order), q in [-7, 7] (the fold layout has no -8)
     int8_t *hk;      // exponents [E][K / 128][N]
     float *hcs;      // [E][N]
     float *hts;      // [rows]
     int4 *hitems[2]; // work items of BM = 128 and 256 row tiles ([MB - 1])
     int n_items[2];
     // device
-    uint8_t *x, *w;
+    uint8_t *x, *w, *wf; // wf: the same codes in the fold layout (PRMT variants)
     int8_t *k;
     float *cs, *ts;
     int4 *items[2];
     __nv_bfloat16 *y;   // [rows][N] + GUARD
     CUtensorMap mx[2];  // the activations in BM-row boxes ([MB - 1])
     CUtensorMap mw, mk; // the codes, the exponents
+    CUtensorMap mwf;    // the fold layout's codes: 16 bytes x N rows x (E G 4) segments, boxes 16 x BN x 4
 } problem;
 
 static uint64_t mix64(uint64_t z) { /* splitmix64: a counter-based hash, so the fills run in parallel */
@@ -484,8 +541,31 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
     }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < nw / 8; i++) {
-        const uint64_t h = mix64(seed * 3 + 2 + mix64((uint64_t)i));
+        uint64_t h = mix64(seed * 3 + 2 + mix64((uint64_t)i));
+        for (int b = 0; b < 16; b++) /* code 0 (q = -8) -> 1 (q = -7) */
+            if (((h >> (4 * b)) & 15) == 0) h |= 1ull << (4 * b);
         memcpy(p->hw + 8 * i, &h, 8);
+    }
+    /* the fold layout (backend/w4a8_fold.h) of matrix e: [g][segment][row n][4 words], word i holding codes
+       k0 = 128 g + 32 segment + 8 i + c: |q| in bits 4c..4c+2, the sign in bit 8c + 7 (c < 4) or 8 (c - 4) + 3 */
+    uint8_t *hwf = (uint8_t *)malloc((size_t)nw);
+    {
+        const int G = K / KG;
+#pragma omp parallel for schedule(static)
+        for (int64_t rowi = 0; rowi < (int64_t)E * N; rowi++) {
+            const int e = (int)(rowi / N), n = (int)(rowi % N);
+            for (int g = 0; g < G; g++)
+                for (int sg = 0; sg < 4; sg++)
+                    for (int wi = 0; wi < 4; wi++) {
+                        uint32_t word = 0;
+                        for (int c = 0; c < 8; c++) {
+                            const int q = weight_q(p, e, n, 128 * g + 32 * sg + 8 * wi + c);
+                            word |= (uint32_t)(q < 0 ? -q : q) << (4 * c);
+                            if (q < 0) word |= 1u << (c < 4 ? 8 * c + 7 : 8 * (c - 4) + 3);
+                        }
+                        memcpy(hwf + ((((int64_t)e * G + g) * 4 + sg) * N + n) * 16 + 4 * wi, &word, 4);
+                    }
+        }
     }
     for (int64_t i = 0; i < nk; i++)
         p->hk[i] = (int8_t)(kmin + (int)(hash_uniform(seed + 3, (uint64_t)i) * (kmax - kmin + 1)));
@@ -518,12 +598,15 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
 
     FM_CUDA_CHECK(cudaMalloc(&p->x, (size_t)(nx > 0 ? nx : 1)));
     FM_CUDA_CHECK(cudaMalloc(&p->w, (size_t)nw));
+    FM_CUDA_CHECK(cudaMalloc(&p->wf, (size_t)nw));
     FM_CUDA_CHECK(cudaMalloc(&p->k, (size_t)nk));
     FM_CUDA_CHECK(cudaMalloc(&p->cs, (size_t)E * N * sizeof(float)));
     FM_CUDA_CHECK(cudaMalloc(&p->ts, (size_t)(p->rows > 0 ? p->rows : 1) * sizeof(float)));
     FM_CUDA_CHECK(cudaMalloc(&p->y, (size_t)(p->rows * N + GUARD) * sizeof(__nv_bfloat16)));
     FM_CUDA_CHECK(cudaMemcpy(p->x, p->hx, (size_t)nx, cudaMemcpyHostToDevice));
     FM_CUDA_CHECK(cudaMemcpy(p->w, p->hw, (size_t)nw, cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(p->wf, hwf, (size_t)nw, cudaMemcpyHostToDevice));
+    free(hwf);
     FM_CUDA_CHECK(cudaMemcpy(p->k, p->hk, (size_t)nk, cudaMemcpyHostToDevice));
     FM_CUDA_CHECK(cudaMemcpy(p->cs, p->hcs, (size_t)E * N * sizeof(float), cudaMemcpyHostToDevice));
     FM_CUDA_CHECK(cudaMemcpy(p->ts, p->hts, (size_t)p->rows * sizeof(float), cudaMemcpyHostToDevice));
@@ -531,10 +614,22 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
     p->mx[1] = tile_map(p->x, p->rows, K, KG, ws_bm(2), CU_TENSOR_MAP_SWIZZLE_128B);
     p->mw = tile_map(p->w, (int64_t)E * N, K / 2, KG / 2, BN, CU_TENSOR_MAP_SWIZZLE_NONE);
     p->mk = tile_map(p->k, (int64_t)E * (K / KG), N, BN, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+    {
+        const cuuint64_t dims[3] = {16, (cuuint64_t)N, (cuuint64_t)E * (K / KG) * 4};
+        const cuuint64_t strides[2] = {16, (cuuint64_t)N * 16};
+        const cuuint32_t box[3] = {16, BN, 4}, elem[3] = {1, 1, 1};
+        const CUresult r = encoder()(&p->mwf, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)p->wf, dims, strides, box, elem,
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) {
+            fprintf(stderr, "w4a8_ws: cuTensorMapEncodeTiled failed (%d) for the fold codes\n", (int)r);
+            abort();
+        }
+    }
 }
 
 static void problem_free(problem *p) {
-    cudaFree(p->x), cudaFree(p->w), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts), cudaFree(p->items[0]);
+    cudaFree(p->x), cudaFree(p->w), cudaFree(p->wf), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts), cudaFree(p->items[0]);
     cudaFree(p->items[1]), cudaFree(p->y);
     free(p->off), free(p->hx), free(p->hw), free(p->hk), free(p->hcs), free(p->hts), free(p->hitems[0]);
     free(p->hitems[1]);
@@ -544,21 +639,24 @@ static void problem_free(problem *p) {
 
 typedef struct variant {
     const char *name;
-    int mb, convs;
+    int mb, convs, prmt, early;
     const char *what;
 } variant;
 static const variant variants[] = {
-    {"base", 1, 1, "BM 128, one converter warpgroup, 416 threads, 5 stages (the first version)"},
-    {"conv2", 1, 2, "BM 128, two converter warpgroups, 640 threads (setmaxnreg 168/56/24), 5 stages"},
-    {"bm256", 2, 1, "BM 256 (two m64 blocks a consumer warpgroup), one converter, 512 threads (216/56/24), 4 stages"},
-    {"bm256c2", 2, 2, "BM 256 and two converter warpgroups, 640 threads (setmaxnreg 184/40/24), 4 stages"}};
+    {"base", 1, 1, 0, 0, "BM 128, one converter warpgroup, 416 threads, 5 stages (the first version)"},
+    {"conv2", 1, 2, 0, 0, "BM 128, two converter warpgroups, 640 threads (setmaxnreg 168/56/24), 5 stages"},
+    {"bm256", 2, 1, 0, 0, "BM 256 (two m64 blocks a consumer warpgroup), one converter, 512 threads (216/56/24), 4 stages"},
+    {"bm256c2", 2, 2, 0, 0, "BM 256 and two converter warpgroups, 640 threads (setmaxnreg 184/40/24), 4 stages"},
+    {"p256c2", 2, 2, 1, 0, "bm256c2 converting the fold layout's codes by byte permutes (8 instructions per 8 codes)"},
+    {"p256c2e", 2, 2, 1, 1, "p256c2 with the epilogue's scales loaded under the item's last MMAs"},
+    {"p256e", 2, 1, 1, 1, "bm256 (one converter warpgroup) with the byte permutes and the early scales"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
 // what the setmaxnreg budget assumes (the consumers' setmaxnreg.inc would wait forever: the variant is not run).
-template <int CONVERT, int MB, int CONVS> static bool instance_info(bool print) {
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY> static bool instance_info(bool print) {
     cudaFuncAttributes a;
-    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS>));
+    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY>));
     const bool ok = ws_consumer_regs(MB, CONVS) == 0 || a.numRegs >= ws_entry_regs(MB, CONVS);
     if (print)
         printf("    CONVERT=%d: %3d registers at entry, %zu bytes local memory (spills), setmaxnreg consumers %d "
@@ -568,51 +666,48 @@ template <int CONVERT, int MB, int CONVS> static bool instance_info(bool print) 
     return ok;
 }
 
-template <int MB, int CONVS> static bool variant_info_t(bool print) {
+template <int MB, int CONVS, int PRMT, int EARLY> static bool variant_info_t(bool print) {
     if (print)
         printf("  %d threads, BM %d, %d stages of %d bytes, %d bytes of dynamic shared memory\n", ws_threads(MB, CONVS),
                ws_bm(MB), ws_stages(MB), ws_stage_bytes(MB), ws_smem_bytes(MB));
-    const bool a = instance_info<1, MB, CONVS>(print), b = instance_info<0, MB, CONVS>(print);
+    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY>(print);
     return a && b;
-}
-
-static bool variant_info(int v, bool print) {
-    switch (v) {
-    case 0: return variant_info_t<1, 1>(print);
-    case 1: return variant_info_t<1, 2>(print);
-    case 2: return variant_info_t<2, 1>(print);
-    default: return variant_info_t<2, 2>(print);
-    }
 }
 
 // CONVERT = 0: the timing-only form (the converters arrive on "ready" without writing the weight tile: values
 // wrong, the pipeline's and the MMA's time without the conversion)
-template <int CONVERT, int MB, int CONVS> static void launch_t(const problem *p, int sms, cudaStream_t s) {
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY>
+static void launch_t(const problem *p, int sms, cudaStream_t s) {
     static bool allowed = false;
     if (!allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(MB)));
         allowed = true;
     }
     const int n_items = p->n_items[MB - 1];
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
-    w4a8_ws_kernel<CONVERT, MB, CONVS><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB), s>>>(
-        p->mx[MB - 1], p->mw, p->mk, p->items[MB - 1], n_items, p->N, p->K, p->cs, p->ts, p->y);
+    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB), s>>>(
+        p->mx[MB - 1], PRMT ? p->mwf : p->mw, p->mk, p->items[MB - 1], n_items, p->N, p->K, p->cs, p->ts, p->y);
     FM_LAUNCH_CHECK("w4a8_ws_kernel");
 }
 
+// one row a variant of the table (its template arguments)
+typedef struct variant_fns {
+    bool (*info)(bool);
+    void (*run[2])(const problem *, int, cudaStream_t); // [CONVERT]
+} variant_fns;
+#define WS_FNS(MB, CONVS, PRMT, EARLY)                                                                                 \
+    {variant_info_t<MB, CONVS, PRMT, EARLY>,                                                                           \
+     {launch_t<0, MB, CONVS, PRMT, EARLY>, launch_t<1, MB, CONVS, PRMT, EARLY>}}
+static const variant_fns variant_fn[] = {WS_FNS(1, 1, 0, 0), WS_FNS(1, 2, 0, 0), WS_FNS(2, 1, 0, 0), WS_FNS(2, 2, 0, 0),
+                                         WS_FNS(2, 2, 1, 0), WS_FNS(2, 2, 1, 1), WS_FNS(2, 1, 1, 1)};
+static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
+
+static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
+
 static void launch(const problem *p, int sms, cudaStream_t s, int v, int convert) {
-    switch (2 * v + !convert) {
-    case 0: launch_t<1, 1, 1>(p, sms, s); break;
-    case 1: launch_t<0, 1, 1>(p, sms, s); break;
-    case 2: launch_t<1, 1, 2>(p, sms, s); break;
-    case 3: launch_t<0, 1, 2>(p, sms, s); break;
-    case 4: launch_t<1, 2, 1>(p, sms, s); break;
-    case 5: launch_t<0, 2, 1>(p, sms, s); break;
-    case 6: launch_t<1, 2, 2>(p, sms, s); break;
-    default: launch_t<0, 2, 2>(p, sms, s); break;
-    }
+    variant_fn[v].run[convert ? 1 : 0](p, sms, s);
 }
 
 // float64 reference of row r (expert e): the dequantised weights q 2^kexp cs times the e4m3 activations times ts
@@ -801,7 +896,7 @@ int main(int argc, char **argv) {
                             {"small E6 N128 K768", 6, 128, 768, off_c}};
         for (size_t i = 0; i < sizeof small_shapes / sizeof *small_shapes; i++) {
             problem p;
-            problem_init(&p, small_shapes[i].E, small_shapes[i].N, small_shapes[i].K, small_shapes[i].off, -9, 5,
+            problem_init(&p, small_shapes[i].E, small_shapes[i].N, small_shapes[i].K, small_shapes[i].off, -6, 5,
                          100 + i);
             reference rf;
             reference_init(&rf, &p, 0);
