@@ -248,7 +248,7 @@ static __device__ __forceinline__ uint2 fold8_to_e4m3(uint32_t w, uint32_t tlo, 
 
 // items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
 // K % KG == 0 (the launcher checks). MB = 1, CONVS = 1 is the base (the code path of the first version).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG>
 static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                                     1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
                                                            const __grid_constant__ CUtensorMap map_w,
@@ -348,6 +348,11 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
     /* the consumers: warpgroup wg owns m64 blocks wg MB .. wg MB + MB - 1 of the BM-row tile */
     if constexpr (REG_CONSUMER > 0) ws_setmaxnreg_inc<REG_CONSUMER>();
     const int g8 = lane >> 2, t4 = lane & 3;
+    /* LAG: warpgroup 1 starts once warpgroup 0 has issued LAG stages (named barrier 1: 0 arrives, 1 waits), and
+       the offset persists, so that one warpgroup's epilogue runs under the other's MMAs (a ping-pong by offset) */
+    bool lag_sent = LAG == 0;
+    if constexpr (LAG > 0)
+        if (wg == 1) asm volatile("bar.sync 1, 256;" ::: "memory");
     int64_t it = 0;
     for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
         const int4 item = __ldg(&items[i]);
@@ -386,6 +391,11 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
                         tsv[mb][1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
                     }
                 }
+            if constexpr (LAG > 0)
+                if (wg == 0 && !lag_sent && it + 1 >= LAG) {
+                    asm volatile("bar.arrive 1, 256;" ::: "memory");
+                    lag_sent = true;
+                }
             wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
             if (g > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
         }
@@ -421,6 +431,8 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
             }
         }
     }
+    if constexpr (LAG > 0) /* fewer than LAG stages in all: warpgroup 1 still waits for the arrival */
+        if (wg == 0 && !lag_sent) asm volatile("bar.arrive 1, 256;" ::: "memory");
 #else
     (void)map_x, (void)map_w, (void)map_k, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
         (void)tok_scale, (void)y;
@@ -649,14 +661,16 @@ static const variant variants[] = {
     {"bm256c2", 2, 2, 0, 0, "BM 256 and two converter warpgroups, 640 threads (setmaxnreg 184/40/24), 4 stages"},
     {"p256c2", 2, 2, 1, 0, "bm256c2 converting the fold layout's codes by byte permutes (8 instructions per 8 codes)"},
     {"p256c2e", 2, 2, 1, 1, "p256c2 with the epilogue's scales loaded under the item's last MMAs"},
-    {"p256e", 2, 1, 1, 1, "bm256 (one converter warpgroup) with the byte permutes and the early scales"}};
+    {"p256e", 2, 1, 1, 1, "bm256 (one converter warpgroup) with the byte permutes and the early scales"},
+    {"p256c2el1", 2, 2, 1, 1, "p256c2e with consumer warpgroup 1 one stage behind 0 (their epilogues apart)"},
+    {"p256c2el2", 2, 2, 1, 1, "p256c2e with consumer warpgroup 1 two stages behind 0"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
 // what the setmaxnreg budget assumes (the consumers' setmaxnreg.inc would wait forever: the variant is not run).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY> static bool instance_info(bool print) {
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG> static bool instance_info(bool print) {
     cudaFuncAttributes a;
-    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY>));
+    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG>));
     const bool ok = ws_consumer_regs(MB, CONVS) == 0 || a.numRegs >= ws_entry_regs(MB, CONVS);
     if (print)
         printf("    CONVERT=%d: %3d registers at entry, %zu bytes local memory (spills), setmaxnreg consumers %d "
@@ -666,28 +680,28 @@ template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY> static bool insta
     return ok;
 }
 
-template <int MB, int CONVS, int PRMT, int EARLY> static bool variant_info_t(bool print) {
+template <int MB, int CONVS, int PRMT, int EARLY, int LAG> static bool variant_info_t(bool print) {
     if (print)
         printf("  %d threads, BM %d, %d stages of %d bytes, %d bytes of dynamic shared memory\n", ws_threads(MB, CONVS),
                ws_bm(MB), ws_stages(MB), ws_stage_bytes(MB), ws_smem_bytes(MB));
-    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY>(print);
+    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG>(print);
     return a && b;
 }
 
 // CONVERT = 0: the timing-only form (the converters arrive on "ready" without writing the weight tile: values
 // wrong, the pipeline's and the MMA's time without the conversion)
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG>
 static void launch_t(const problem *p, int sms, cudaStream_t s) {
     static bool allowed = false;
     if (!allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(MB)));
         allowed = true;
     }
     const int n_items = p->n_items[MB - 1];
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
-    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB), s>>>(
+    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB), s>>>(
         p->mx[MB - 1], PRMT ? p->mwf : p->mw, p->mk, p->items[MB - 1], n_items, p->N, p->K, p->cs, p->ts, p->y);
     FM_LAUNCH_CHECK("w4a8_ws_kernel");
 }
@@ -697,11 +711,12 @@ typedef struct variant_fns {
     bool (*info)(bool);
     void (*run[2])(const problem *, int, cudaStream_t); // [CONVERT]
 } variant_fns;
-#define WS_FNS(MB, CONVS, PRMT, EARLY)                                                                                 \
-    {variant_info_t<MB, CONVS, PRMT, EARLY>,                                                                           \
-     {launch_t<0, MB, CONVS, PRMT, EARLY>, launch_t<1, MB, CONVS, PRMT, EARLY>}}
-static const variant_fns variant_fn[] = {WS_FNS(1, 1, 0, 0), WS_FNS(1, 2, 0, 0), WS_FNS(2, 1, 0, 0), WS_FNS(2, 2, 0, 0),
-                                         WS_FNS(2, 2, 1, 0), WS_FNS(2, 2, 1, 1), WS_FNS(2, 1, 1, 1)};
+#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG)                                                                                 \
+    {variant_info_t<MB, CONVS, PRMT, EARLY, LAG>,                                                                           \
+     {launch_t<0, MB, CONVS, PRMT, EARLY, LAG>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG>}}
+static const variant_fns variant_fn[] = {WS_FNS(1, 1, 0, 0, 0), WS_FNS(1, 2, 0, 0, 0), WS_FNS(2, 1, 0, 0, 0),
+                                         WS_FNS(2, 2, 0, 0, 0), WS_FNS(2, 2, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0),
+                                         WS_FNS(2, 1, 1, 1, 0), WS_FNS(2, 2, 1, 1, 1), WS_FNS(2, 2, 1, 1, 2)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
