@@ -4,7 +4,7 @@
 //   ./build/lab/w4a8_ws           every variant: validate the small shapes and sampled rows of every timed shape, then
 //                                 time Qwen3-30B-A3B (T = 2048, 8192) and Mixtral (T = 4096) expert GEMMs; one table
 //                                 row per (variant, shape), with and without the conversion
-//   ./build/lab/w4a8_ws --variants base,conv2      only those (names: base, conv2, bm256, bm256c2)
+//   ./build/lab/w4a8_ws --variants base,conv2      only those (names below)
 //   ./build/lab/w4a8_ws --small   the small shapes only (every selected variant), no timing (for compute-sanitizer)
 //
 // Why (bench/NOTES.md, thirty-sixth session, "Variant 7 against 4 under ncu"; docs/RESULTS.md 2.27-2.28): the
@@ -38,6 +38,13 @@
 //            rows), 4 stages of 56 KB (exponents after the ring: 226 KB); work items of 256 rows. 512 threads, 128 at
 //            entry; consumers 216, converter 56, producer 24.
 //   bm256c2  MB 2, CONVS 2: both. 640 threads, 96 at entry; consumers 184, converters 40, producer 24.
+//   p256c2   bm256c2 converting codes in the engine's fold layout (backend/w4a8_fold.h) by byte permutes through
+//            the row's e4m3 tables (8 instructions per 8 codes; the f16 path ~20); the codes by a 3-D TMA box.
+//   p256c2e  p256c2 with the epilogue's scales loaded under the item's last MMAs (the consumers' only global loads).
+//   p256e    bm256 (one converter warpgroup) with both.
+//   p256c2el1, p256c2el2  p256c2e with consumer warpgroup 1 one / two stages behind warpgroup 0 (a named barrier at
+//            the start), so that each one's epilogue runs under the other's queued wgmmas.
+// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG>.
 // ptxas enforces a setmaxnreg region's count (bm256's consumers at 120 spill 1.7 KB), so no spills = each role fits.
 // CONVERT = 0 instances of every variant give the no-conversion column.
 //
