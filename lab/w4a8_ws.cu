@@ -42,8 +42,13 @@
 //            the row's e4m3 tables (8 instructions per 8 codes; the f16 path ~20); the codes by a 3-D TMA box.
 //   p256c2e  p256c2 with the epilogue's scales loaded under the item's last MMAs (the consumers' only global loads).
 //   p256e    bm256 (one converter warpgroup) with both.
-//   p256c2el1, p256c2el2  p256c2e with consumer warpgroup 1 one / two stages behind warpgroup 0 (a named barrier at
-//            the start), so that each one's epilogue runs under the other's queued wgmmas.
+//   q256c2   p256c2 with the codes by four 1-D bulk copies of 2 KB (each segment's 128 rows are contiguous in the fold
+//            layout) instead of the 3-D box of 16-byte rows.
+//   q256     the same with one converter warpgroup.
+//   q256c2l1, q256c2l2  q256c2 with consumer warpgroup 1 one / two stages behind warpgroup 0 (a clock spin at
+//            the start of warpgroup 1), so that each one's epilogue runs under the other's queued wgmmas. (First with
+//            a named barrier arrival inside the MMA loop: the consumers spilled 632 bytes and ptxas serialised the
+//            wgmmas, 5x slower.)
 // Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG>.
 // ptxas enforces a setmaxnreg region's count (bm256's consumers at 120 spill 1.7 KB), so no spills = each role fits.
 // CONVERT = 0 instances of every variant give the no-conversion column.
@@ -244,6 +249,14 @@ static __device__ __forceinline__ void bulk_tensor_load_3d(void *dst, const CUte
                 : "memory");
 }
 
+// A contiguous run of global memory into shared memory (the bulk copy engine, no tensor map), completing on bar
+static __device__ __forceinline__ void bulk_copy_1d(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    FM_BULK_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                    smem_u32(dst)),
+                "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                : "memory");
+}
+
 // PRMT variants: 8 codes of one word of the fold layout (backend/w4a8_fold.h: magnitudes in bits 4c..4c+2, signs in
 // the nibbles' bit 3) -> 8 e4m3 bytes of q 2^j in k order, through the row's tables (tlo: m 2^j for m = 0..3, thi:
 // 4..7): a byte permute per 4 codes, the signs OR-ed into bit 7. 8 instructions per 8 codes (the f16 path: ~20).
@@ -259,7 +272,8 @@ template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG>
 static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                                     1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
                                                            const __grid_constant__ CUtensorMap map_w,
-                                                           const __grid_constant__ CUtensorMap map_k, const int4 *items,
+                                                           const __grid_constant__ CUtensorMap map_k,
+                                                           const uint8_t *codes_fold, const int4 *items,
                                                            int n_items, int N, int K, const float *col_scale,
                                                            const float *tok_scale, __nv_bfloat16 *y) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -294,9 +308,16 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                     uint8_t *st = smem + s * STAGE_BYTES;
                     bulk_barrier_expect(&full[s], A_BYTES + C_BYTES + X_BYTES);
                     bulk_tensor_load_2d(st, &map_x, g * KG, item.y, &full[s]);
-                    if constexpr (PRMT) /* [segment 4][row BN][16 bytes] of group g of expert item.x */
+                    if constexpr (PRMT == 1) /* [segment 4][row BN][16 bytes] of group g of expert item.x */
                         bulk_tensor_load_3d(st + A_BYTES + W_BYTES, &map_w, 0, item.w, (item.x * groups + g) * 4,
                                             &full[s]);
+                    else if constexpr (PRMT == 2) { /* the same as 4 runs of 2 KB (a segment's BN rows) */
+                        const uint8_t *src = codes_fold + (((int64_t)item.x * groups + g) * 4 * N + item.w) * 16;
+#pragma unroll
+                        for (int sg = 0; sg < 4; sg++)
+                            bulk_copy_1d(st + A_BYTES + W_BYTES + sg * BN * 16, src + (int64_t)sg * N * 16, BN * 16,
+                                         &full[s]);
+                    }
                     else
                         bulk_tensor_load_2d(st + A_BYTES + W_BYTES, &map_w, g * (KG / 2), item.x * N + item.w,
                                             &full[s]);
@@ -355,11 +376,15 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
     /* the consumers: warpgroup wg owns m64 blocks wg MB .. wg MB + MB - 1 of the BM-row tile */
     if constexpr (REG_CONSUMER > 0) ws_setmaxnreg_inc<REG_CONSUMER>();
     const int g8 = lane >> 2, t4 = lane & 3;
-    /* LAG: warpgroup 1 starts once warpgroup 0 has issued LAG stages (named barrier 1: 0 arrives, 1 waits), and
-       the offset persists, so that one warpgroup's epilogue runs under the other's MMAs (a ping-pong by offset) */
-    bool lag_sent = LAG == 0;
+    /* LAG: warpgroup 1 starts ~LAG stages of MMA (~1,000 cycles each) after warpgroup 0, and the offset persists
+       (both read the same stages), so that one warpgroup's epilogue runs under the other's MMAs (a ping-pong by
+       offset). A clock spin, not a barrier: an arrival inside the MMA loop made ptxas spill the accumulators. */
     if constexpr (LAG > 0)
-        if (wg == 1) asm volatile("bar.sync 1, 256;" ::: "memory");
+        if (wg == 1) {
+            const long long t0 = clock64();
+            while (clock64() - t0 < 1000ll * LAG) {
+            }
+        }
     int64_t it = 0;
     for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
         const int4 item = __ldg(&items[i]);
@@ -398,11 +423,6 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
                         tsv[mb][1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
                     }
                 }
-            if constexpr (LAG > 0)
-                if (wg == 0 && !lag_sent && it + 1 >= LAG) {
-                    asm volatile("bar.arrive 1, 256;" ::: "memory");
-                    lag_sent = true;
-                }
             wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
             if (g > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
         }
@@ -438,10 +458,8 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
             }
         }
     }
-    if constexpr (LAG > 0) /* fewer than LAG stages in all: warpgroup 1 still waits for the arrival */
-        if (wg == 0 && !lag_sent) asm volatile("bar.arrive 1, 256;" ::: "memory");
 #else
-    (void)map_x, (void)map_w, (void)map_k, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
+    (void)map_x, (void)map_w, (void)map_k, (void)codes_fold, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
         (void)tok_scale, (void)y;
     __trap();
 #endif
@@ -669,8 +687,10 @@ static const variant variants[] = {
     {"p256c2", 2, 2, 1, 0, "bm256c2 converting the fold layout's codes by byte permutes (8 instructions per 8 codes)"},
     {"p256c2e", 2, 2, 1, 1, "p256c2 with the epilogue's scales loaded under the item's last MMAs"},
     {"p256e", 2, 1, 1, 1, "bm256 (one converter warpgroup) with the byte permutes and the early scales"},
-    {"p256c2el1", 2, 2, 1, 1, "p256c2e with consumer warpgroup 1 one stage behind 0 (their epilogues apart)"},
-    {"p256c2el2", 2, 2, 1, 1, "p256c2e with consumer warpgroup 1 two stages behind 0"}};
+    {"q256c2", 2, 2, 2, 0, "p256c2 with the codes by four 1-D bulk copies of 2 KB (the fold layout's segments)"},
+    {"q256", 2, 1, 2, 0, "q256c2 with one converter warpgroup (216-register consumers)"},
+    {"q256c2l1", 2, 2, 2, 0, "q256c2 with consumer warpgroup 1 one stage behind 0 (their epilogues apart)"},
+    {"q256c2l2", 2, 2, 2, 0, "q256c2 with consumer warpgroup 1 two stages behind 0"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
@@ -709,7 +729,7 @@ static void launch_t(const problem *p, int sms, cudaStream_t s) {
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
     w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB), s>>>(
-        p->mx[MB - 1], PRMT ? p->mwf : p->mw, p->mk, p->items[MB - 1], n_items, p->N, p->K, p->cs, p->ts, p->y);
+        p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, p->mk, p->wf, p->items[MB - 1], n_items, p->N, p->K, p->cs, p->ts, p->y);
     FM_LAUNCH_CHECK("w4a8_ws_kernel");
 }
 
@@ -723,7 +743,8 @@ typedef struct variant_fns {
      {launch_t<0, MB, CONVS, PRMT, EARLY, LAG>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG>}}
 static const variant_fns variant_fn[] = {WS_FNS(1, 1, 0, 0, 0), WS_FNS(1, 2, 0, 0, 0), WS_FNS(2, 1, 0, 0, 0),
                                          WS_FNS(2, 2, 0, 0, 0), WS_FNS(2, 2, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0),
-                                         WS_FNS(2, 1, 1, 1, 0), WS_FNS(2, 2, 1, 1, 1), WS_FNS(2, 2, 1, 1, 2)};
+                                         WS_FNS(2, 1, 1, 1, 0), WS_FNS(2, 2, 2, 0, 0), WS_FNS(2, 1, 2, 0, 0),
+                                         WS_FNS(2, 2, 2, 0, 1), WS_FNS(2, 2, 2, 0, 2)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
