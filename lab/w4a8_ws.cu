@@ -49,7 +49,7 @@
 //            the start of warpgroup 1), so that each one's epilogue runs under the other's queued wgmmas. (First with
 //            a named barrier arrival inside the MMA loop: the consumers spilled 632 bytes and ptxas serialised the
 //            wgmmas, 5x slower.)
-// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB>.
+// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG>.
 // ptxas enforces a setmaxnreg region's count (bm256's consumers at 120 spill 1.7 KB), so no spills = each role fits.
 // CONVERT = 0 instances of every variant give the no-conversion column.
 //
@@ -280,16 +280,22 @@ static __device__ __forceinline__ uint2 fold8_to_e4m3(uint32_t w, uint32_t tlo, 
 
 // items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
 // K % KG == 0 (the launcher checks). MB = 1, CONVS = 1 is the base (the code path of the first version).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG>
 static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                                     1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
                                                            const __grid_constant__ CUtensorMap map_w,
                                                            const __grid_constant__ CUtensorMap map_k,
-                                                           const uint8_t *codes_fold, const int4 *items,
+                                                           const uint8_t *codes_fold, const float *xs_g, int lds,
+                                                           const int4 *items,
                                                            int n_items, int N, int K, const float *col_scale,
                                                            const float *tok_scale, __nv_bfloat16 *y) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(NB == 1 || (MB == 1 && PRMT == 2), "BN = 256: one m64 block a consumer, the fold codes' copies");
+    static_assert(PG == 0 || (MB == 1 && NB == 1 && LAG == 0 && EARLY == 0), "PG: 128 x 128 tiles only");
+    /* PG: the group's activation scales of the tile's 128 rows (528 bytes from the 16-byte boundary at or before
+       its first row) after the exponents, inside the stage */
+    constexpr int XS_OFF = ws_a_bytes(1) + W_BYTES + C_BYTES + X_BYTES;
+    static_assert(PG == 0 || XS_OFF + 528 <= ws_stage_bytes(1), "PG's scales fit the 41-KB stage");
     constexpr int STAGES = ws_stages(MB, NB), STAGE_BYTES = ws_stage_bytes(MB, NB), A_BYTES = ws_a_bytes(MB);
     constexpr int BNT = ws_bn(NB), WB = ws_w_bytes(NB), CB = ws_c_bytes(NB), XB = ws_x_bytes(NB);
     constexpr int CONVERTER = CONVS ? 128 * CONVS : 96; // converter threads
@@ -322,7 +328,9 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                     const int s = (int)(it % STAGES);
                     if (it >= STAGES) ws_wait(&empty[s], (uint32_t)((it / STAGES - 1) & 1), "empty");
                     uint8_t *st = smem + s * STAGE_BYTES;
-                    bulk_barrier_expect(&full[s], A_BYTES + CB + XB);
+                    bulk_barrier_expect(&full[s], A_BYTES + CB + XB + (PG ? 528 : 0));
+                    if constexpr (PG) /* 132 scales from the 16-byte boundary at or before the tile's first row */
+                        bulk_copy_1d(st + XS_OFF, xs_g + (int64_t)g * lds + (item.y & ~3), 528, &full[s]);
                     bulk_tensor_load_2d(st, &map_x, g * KG, item.y, &full[s]);
                     if constexpr (PRMT == 1) /* [segment 4][row BN][16 bytes] of group g of expert item.x */
                         bulk_tensor_load_3d(st + A_BYTES + WB, &map_w, 0, item.w, (item.x * groups + g) * 4,
@@ -421,6 +429,31 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
             ws_wait(&full[s], parity, "full"); /* the activation tile (the converter waited too: cheap) */
             ws_wait(&ready[s], parity, "ready");
             const uint32_t a = smem_u32(smem + s * STAGE_BYTES), b = a + A_BYTES;
+            if constexpr (PG) { /* part = this group's sum; acc += part x its rows' scales; the stage goes back */
+                float part[16][4];
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < KG / 32; ks++)
+                    wgmma_ss<128>(part, desc_sw128(a + wg * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks), ks > 0);
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) fence_f(part[nt][r]);
+                const float *xs_s = (const float *)(smem + s * STAGE_BYTES + XS_OFF);
+                const int lr = (item.y & 3) + wg * 64 + (warp & 3) * 16 + g8;
+                const float x0 = xs_s[lr], x1 = xs_s[lr + 8];
+                if ((threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[s]);
+#pragma unroll
+                for (int nt = 0; nt < 16; nt++) {
+                    acc[0][nt][0] = fmaf(part[nt][0], x0, acc[0][nt][0]);
+                    acc[0][nt][1] = fmaf(part[nt][1], x0, acc[0][nt][1]);
+                    acc[0][nt][2] = fmaf(part[nt][2], x1, acc[0][nt][2]);
+                    acc[0][nt][3] = fmaf(part[nt][3], x1, acc[0][nt][3]);
+                }
+                continue;
+            }
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KG / 32; ks++)
@@ -450,7 +483,7 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
             for (int nt = 0; nt < 16 * NB; nt++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) fence_f(acc[mb][nt][r]);
-        if ((threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
+        if (!PG && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
 
         /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
            g8 + 8, columns 8 nt + 2 t4, + 1 */
@@ -459,6 +492,7 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
             const int64_t r0 = (int64_t)item.y + (wg * MB + mb) * 64 + (warp & 3) * 16 + g8;
             float ts[2];
             if constexpr (EARLY) ts[0] = tsv[mb][0], ts[1] = tsv[mb][1];
+            else if constexpr (PG) ts[0] = 1.0f, ts[1] = 1.0f; /* the scales are in acc */
             else
                 ts[0] = r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f, ts[1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
 #pragma unroll
@@ -476,7 +510,7 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
         }
     }
 #else
-    (void)map_x, (void)map_w, (void)map_k, (void)codes_fold, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
+    (void)map_x, (void)map_w, (void)map_k, (void)codes_fold, (void)xs_g, (void)lds, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
         (void)tok_scale, (void)y;
     __trap();
 #endif
@@ -518,12 +552,14 @@ typedef struct problem {
     int8_t *hk;      // exponents [E][K / 128][N]
     float *hcs;      // [E][N]
     float *hts;      // [rows]
+    float *hxg;      // per-(group, token) activation scales [K / 128][lds] (PG), lds = rows + 128 (a tile's copy)
+    int64_t lds;
     int4 *hitems[3]; // work items of 128 x 128, 256 x 128 and 128 x 256 tiles (ws_shape)
     int n_items[3];
     // device
     uint8_t *x, *w, *wf; // wf: the same codes in the fold layout (PRMT variants)
     int8_t *k;
-    float *cs, *ts;
+    float *cs, *ts, *xg;
     int4 *items[3];
     __nv_bfloat16 *y;   // [rows][N] + GUARD
     CUtensorMap mx[2];  // the activations in BM-row boxes ([MB - 1])
@@ -626,6 +662,9 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
         p->hk[i] = (int8_t)(kmin + (int)(hash_uniform(seed + 3, (uint64_t)i) * (kmax - kmin + 1)));
     for (int64_t i = 0; i < (int64_t)E * N; i++) p->hcs[i] = (float)(0.5 + hash_uniform(seed + 4, (uint64_t)i)) / 64.0f;
     for (int64_t i = 0; i < p->rows; i++) p->hts[i] = (float)(0.5 + hash_uniform(seed + 5, (uint64_t)i));
+    p->lds = (p->rows + 132 + 3) & ~(int64_t)3; /* a tile's 132-scale copy from its 16-byte boundary */
+    p->hxg = (float *)malloc((size_t)((K / KG) * p->lds) * sizeof(float));
+    for (int64_t i = 0; i < (K / KG) * p->lds; i++) p->hxg[i] = (float)(0.25 + hash_uniform(seed + 6, (uint64_t)i));
 
     /* work items (one list a BM): for each expert, each BM-row tile, each 128-column tile (columns fastest) */
     if (p->rows > 0x7FFFFFFF) {
@@ -665,6 +704,8 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
     FM_CUDA_CHECK(cudaMemcpy(p->k, p->hk, (size_t)nk, cudaMemcpyHostToDevice));
     FM_CUDA_CHECK(cudaMemcpy(p->cs, p->hcs, (size_t)E * N * sizeof(float), cudaMemcpyHostToDevice));
     FM_CUDA_CHECK(cudaMemcpy(p->ts, p->hts, (size_t)p->rows * sizeof(float), cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMalloc(&p->xg, (size_t)((K / KG) * p->lds) * sizeof(float)));
+    FM_CUDA_CHECK(cudaMemcpy(p->xg, p->hxg, (size_t)((K / KG) * p->lds) * sizeof(float), cudaMemcpyHostToDevice));
     p->mx[0] = tile_map(p->x, p->rows, K, KG, ws_bm(1), CU_TENSOR_MAP_SWIZZLE_128B);
     p->mx[1] = tile_map(p->x, p->rows, K, KG, ws_bm(2), CU_TENSOR_MAP_SWIZZLE_128B);
     p->mw = tile_map(p->w, (int64_t)E * N, K / 2, KG / 2, BN, CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -685,9 +726,9 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
 }
 
 static void problem_free(problem *p) {
-    cudaFree(p->x), cudaFree(p->w), cudaFree(p->wf), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts), cudaFree(p->items[0]);
+    cudaFree(p->x), cudaFree(p->w), cudaFree(p->wf), cudaFree(p->xg), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts), cudaFree(p->items[0]);
     cudaFree(p->items[1]), cudaFree(p->items[2]), cudaFree(p->y);
-    free(p->off), free(p->hx), free(p->hw), free(p->hk), free(p->hcs), free(p->hts), free(p->hitems[0]);
+    free(p->off), free(p->hx), free(p->hw), free(p->hk), free(p->hcs), free(p->hts), free(p->hxg), free(p->hitems[0]);
     free(p->hitems[1]), free(p->hitems[2]);
 }
 
@@ -695,7 +736,7 @@ static void problem_free(problem *p) {
 
 typedef struct variant {
     const char *name;
-    int mb, convs, prmt, early, nb;
+    int mb, convs, prmt, early, nb; // PG and LAG: variant_fn's instance
     const char *what;
 } variant;
 static const variant variants[] = {
@@ -712,14 +753,16 @@ static const variant variants[] = {
     {"q256c2l2", 2, 2, 2, 0, 1, "q256c2 with consumer warpgroup 1 two stages behind 0"},
     {"n256", 1, 0, 2, 0, 2, "128 token rows x 256 weight rows (m64n256 a consumer), fold codes, 3 stages of 65 KB, "
                             "384 threads: a producer warp and 3 converter warps (setmaxnreg 224/56)"},
-    {"n256l1", 1, 0, 2, 0, 2, "n256 with consumer warpgroup 1 one stage behind 0"}};
+    {"n256l1", 1, 0, 2, 0, 2, "n256 with consumer warpgroup 1 one stage behind 0"},
+    {"pg128", 1, 0, 2, 0, 1, "128 x 128 tiles, per-(token, group) activation scales: each group's wgmmas into a "
+                             "partial sum promoted into the fp32 accumulator (the down GEMM's form in the engine)"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
 // what the setmaxnreg budget assumes (the consumers' setmaxnreg.inc would wait forever: the variant is not run).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB> static bool instance_info(bool print) {
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG> static bool instance_info(bool print) {
     cudaFuncAttributes a;
-    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB>));
+    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG>));
     const bool ok = ws_consumer_regs(MB, CONVS) == 0 || a.numRegs >= ws_entry_regs(MB, CONVS);
     if (print)
         printf("    CONVERT=%d: %3d registers at entry, %zu bytes local memory (spills), setmaxnreg consumers %d "
@@ -729,45 +772,46 @@ template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB> 
     return ok;
 }
 
-template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB> static bool variant_info_t(bool print) {
+template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG> static bool variant_info_t(bool print) {
     if (print)
         printf("  %d threads, BM %d, %d stages of %d bytes, %d bytes of dynamic shared memory\n", ws_threads(MB, CONVS),
                ws_bm(MB), ws_stages(MB, NB), ws_stage_bytes(MB, NB), ws_smem_bytes(MB, NB));
-    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB>(print);
+    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG>(print);
     return a && b;
 }
 
 // CONVERT = 0: the timing-only form (the converters arrive on "ready" without writing the weight tile: values
 // wrong, the pipeline's and the MMA's time without the conversion)
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG>
 static void launch_t(const problem *p, int sms, cudaStream_t s) {
     static bool allowed = false;
     if (!allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(MB, NB)));
         allowed = true;
     }
     const int n_items = p->n_items[ws_shape(MB, NB)];
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
-    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
-        p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, NB == 2 ? p->mk2 : p->mk, p->wf, p->items[ws_shape(MB, NB)], n_items, p->N, p->K, p->cs, p->ts, p->y);
+    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
+        p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, NB == 2 ? p->mk2 : p->mk, p->wf, p->xg, (int)p->lds, p->items[ws_shape(MB, NB)], n_items, p->N, p->K, p->cs, p->ts, p->y);
     FM_LAUNCH_CHECK("w4a8_ws_kernel");
 }
 
 // one row a variant of the table (its template arguments)
 typedef struct variant_fns {
     bool (*info)(bool);
+    bool pg; // per-(group, token) activation scales
     void (*run[2])(const problem *, int, cudaStream_t); // [CONVERT]
 } variant_fns;
-#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB)                                                                                 \
-    {variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB>,                                                                           \
-     {launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB>}}
+#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG)                                                                                 \
+    {variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG>, PG,                                                                           \
+     {launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG>}}
 static const variant_fns variant_fn[] = {
-    WS_FNS(1, 1, 0, 0, 0, 1), WS_FNS(1, 2, 0, 0, 0, 1), WS_FNS(2, 1, 0, 0, 0, 1), WS_FNS(2, 2, 0, 0, 0, 1),
-    WS_FNS(2, 2, 1, 0, 0, 1), WS_FNS(2, 2, 1, 1, 0, 1), WS_FNS(2, 1, 1, 1, 0, 1), WS_FNS(2, 2, 2, 0, 0, 1),
-    WS_FNS(2, 1, 2, 0, 0, 1), WS_FNS(2, 2, 2, 0, 1, 1), WS_FNS(2, 2, 2, 0, 2, 1), WS_FNS(1, 0, 2, 0, 0, 2),
-    WS_FNS(1, 0, 2, 0, 1, 2)};
+    WS_FNS(1, 1, 0, 0, 0, 1, 0), WS_FNS(1, 2, 0, 0, 0, 1, 0), WS_FNS(2, 1, 0, 0, 0, 1, 0), WS_FNS(2, 2, 0, 0, 0, 1, 0),
+    WS_FNS(2, 2, 1, 0, 0, 1, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0), WS_FNS(2, 1, 1, 1, 0, 1, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0),
+    WS_FNS(2, 1, 2, 0, 0, 1, 0), WS_FNS(2, 2, 2, 0, 1, 1, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0),
+    WS_FNS(1, 0, 2, 0, 1, 2, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
@@ -777,19 +821,21 @@ static void launch(const problem *p, int sms, cudaStream_t s, int v, int convert
 }
 
 // float64 reference of row r (expert e): the dequantised weights q 2^kexp cs times the e4m3 activations times ts
-static void reference_row(const problem *p, int e, int64_t r, double *ref) {
+static void reference_row(const problem *p, int e, int64_t r, double *ref, double *ref_pg) {
     const int G = p->K / KG;
     double *x = (double *)malloc((size_t)p->K * sizeof(double));
     for (int k = 0; k < p->K; k++) x[k] = (double)e4m3_value(p->hx[r * p->K + k]);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < p->N; n++) {
-        double acc = 0.0;
+        double acc = 0.0, acc_pg = 0.0; /* acc_pg: PG's, each group times its (group, token) scale */
         for (int g = 0; g < G; g++) {
             double part = 0.0;
             for (int k = g * KG; k < (g + 1) * KG; k++) part += x[k] * (double)weight_q(p, e, n, k);
             acc += ldexp(part, p->hk[((int64_t)e * G + g) * p->N + n]);
+            acc_pg += ldexp(part, p->hk[((int64_t)e * G + g) * p->N + n]) * (double)p->hxg[g * p->lds + r];
         }
         ref[n] = acc * (double)p->hcs[(int64_t)e * p->N + n] * (double)p->hts[r];
+        ref_pg[n] = acc_pg * (double)p->hcs[(int64_t)e * p->N + n];
     }
     free(x);
 }
@@ -806,7 +852,8 @@ static float bf16_to_f32(uint16_t b) {
 typedef struct reference {
     int64_t checked;
     int64_t *row;
-    double *ref; // [checked][N]
+    double *ref;    // [checked][N]
+    double *ref_pg; // the same with per-(group, token) activation scales (PG)
 } reference;
 
 static void reference_init(reference *rf, const problem *p, int sampled) {
@@ -814,16 +861,17 @@ static void reference_init(reference *rf, const problem *p, int sampled) {
     rf->checked = all ? p->rows : sampled;
     rf->row = (int64_t *)malloc((size_t)(rf->checked > 0 ? rf->checked : 1) * sizeof(int64_t));
     rf->ref = (double *)malloc((size_t)(rf->checked > 0 ? rf->checked : 1) * p->N * sizeof(double));
+    rf->ref_pg = (double *)malloc((size_t)(rf->checked > 0 ? rf->checked : 1) * p->N * sizeof(double));
     for (int64_t i = 0; i < rf->checked; i++) {
         const int64_t r = all ? i : (i == rf->checked - 1 ? p->rows - 1 : (i * 7919 * 13 + 1) % p->rows);
         int e = 0;
         while (p->off[e + 1] <= r) e++;
         rf->row[i] = r;
-        reference_row(p, e, r, rf->ref + i * p->N);
+        reference_row(p, e, r, rf->ref + i * p->N, rf->ref_pg + i * p->N);
     }
 }
 
-static void reference_free(reference *rf) { free(rf->row), free(rf->ref); }
+static void reference_free(reference *rf) { free(rf->row), free(rf->ref), free(rf->ref_pg); }
 
 // Output poisoned (NaN, a guard after it), one run of variant v; then the guard intact, every element written and
 // finite, and the errors against the reference rows. Prints and returns whether it passed.
@@ -849,7 +897,7 @@ static bool validate(problem *p, const reference *rf, int sms, cudaStream_t s, i
     double num = 0.0, den = 0.0, maxd = 0.0, maxr = 0.0;
     for (int64_t i = 0; i < rf->checked && ok; i++) {
         const int64_t r = rf->row[i];
-        const double *ref = rf->ref + i * p->N;
+        const double *ref = (variant_fn[v].pg ? rf->ref_pg : rf->ref) + i * p->N;
         for (int n = 0; n < p->N; n++) {
             const double d = fabs((double)bf16_to_f32(y[r * p->N + n]) - ref[n]);
             num += d * d, den += ref[n] * ref[n];
