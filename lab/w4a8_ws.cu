@@ -49,7 +49,7 @@
 //            the start of warpgroup 1), so that each one's epilogue runs under the other's queued wgmmas. (First with
 //            a named barrier arrival inside the MMA loop: the consumers spilled 632 bytes and ptxas serialised the
 //            wgmmas, 5x slower.)
-// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG>.
+// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>.
 // ptxas enforces a setmaxnreg region's count (bm256's consumers at 120 spill 1.7 KB), so no spills = each role fits.
 // CONVERT = 0 instances of every variant give the no-conversion column.
 //
@@ -278,9 +278,44 @@ static __device__ __forceinline__ uint2 fold8_to_e4m3(uint32_t w, uint32_t tlo, 
     return make_uint2(lo, hi);
 }
 
+// PRMT: thread t of `total` converts its 16-byte pieces t, t + total, .. of the stage's BNT x 4 (piece c = segment
+// c / BNT, row c % BNT: 32 codes -> chunks 2 segment, + 1 of the row's 128-byte swizzled line)
+template <int BNT, int TOTAL, int UNROLL>
+static __device__ __forceinline__ void convert_share(const uint8_t *codes, const int8_t *kexp, uint8_t *w, int t) {
+#pragma unroll UNROLL
+    for (int j = 0; j < (BNT * 4 + TOTAL - 1) / TOTAL; j++) {
+        const int c = j * TOTAL + t, n = c & (BNT - 1), sg = c / BNT;
+        if (BNT * 4 % TOTAL && c >= BNT * 4) break;
+        const uint4 q = *(const uint4 *)(codes + (sg * BNT + n) * 16);
+        const uint32_t jx = (uint32_t)(int32_t)kexp[n];
+        const uint32_t tlo = FM_FOLD_TLO0 + jx * FM_FOLD_TLO_STEP;
+        const uint32_t thi = FM_FOLD_THI0 + jx * FM_FOLD_THI_STEP;
+        const uint2 a0 = fold8_to_e4m3(q.x, tlo, thi), a1 = fold8_to_e4m3(q.y, tlo, thi);
+        const uint2 a2 = fold8_to_e4m3(q.z, tlo, thi), a3 = fold8_to_e4m3(q.w, tlo, thi);
+        *(uint4 *)(w + n * KG + (((2 * sg) ^ (n & 7)) << 4)) = make_uint4(a0.x, a0.y, a1.x, a1.y);
+        *(uint4 *)(w + n * KG + (((2 * sg + 1) ^ (n & 7)) << 4)) = make_uint4(a2.x, a2.y, a3.x, a3.y);
+    }
+}
+
+// COOP: a consumer thread's share of stage `at`'s conversion (shares 96.., the converter warps' 0..95), then its
+// arrival on the stage's "ready"
+template <int CONVERT, int MB, int NB, int CONVERTER>
+static __device__ __forceinline__ void coop_convert_stage(uint8_t *smem, uint64_t *full, uint64_t *ready, int64_t at) {
+    constexpr int STAGES = ws_stages(MB, NB), STAGE_BYTES = ws_stage_bytes(MB, NB);
+    const int s1 = (int)(at % STAGES);
+    ws_wait(&full[s1], (uint32_t)((at / STAGES) & 1), "full (consumer converting)");
+    uint8_t *st = smem + s1 * STAGE_BYTES;
+    if constexpr (CONVERT)
+        convert_share<ws_bn(NB), CONVERTER, 1>(st + ws_a_bytes(MB) + ws_w_bytes(NB),
+                                               (const int8_t *)(smem + ws_kexp_offset(MB, s1, NB)), st + ws_a_bytes(MB),
+                                               96 + (int)threadIdx.x);
+    FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
+    bulk_barrier_arrive(&ready[s1]);
+}
+
 // items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
 // K % KG == 0 (the launcher checks). MB = 1, CONVS = 1 is the base (the code path of the first version).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
 static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                                     1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
                                                            const __grid_constant__ CUtensorMap map_w,
@@ -298,7 +333,8 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
     static_assert(PG == 0 || XS_OFF + 528 <= ws_stage_bytes(1), "PG's scales fit the 41-KB stage");
     constexpr int STAGES = ws_stages(MB, NB), STAGE_BYTES = ws_stage_bytes(MB, NB), A_BYTES = ws_a_bytes(MB);
     constexpr int BNT = ws_bn(NB), WB = ws_w_bytes(NB), CB = ws_c_bytes(NB), XB = ws_x_bytes(NB);
-    constexpr int CONVERTER = CONVS ? 128 * CONVS : 96; // converter threads
+    static_assert(COOP == 0 || (CONVS == 0 && PRMT == 2 && PG == 0 && LAG == 0), "COOP: the 384-thread PRMT forms");
+    constexpr int CONVERTER = COOP ? 96 + 256 : CONVS ? 128 * CONVS : 96; // converting threads (ready's count)
     constexpr int REG_CONSUMER = ws_consumer_regs(MB, CONVS), REG_CONVERTER = ws_converter_regs(MB, CONVS);
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], ready[STAGES], empty[STAGES];
@@ -309,7 +345,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
         for (int s = 0; s < STAGES; s++) {
             bulk_barrier_init(&full[s], 1);
             bulk_barrier_init(&ready[s], CONVERTER);
-            bulk_barrier_init(&empty[s], CONSUMERS);
+            bulk_barrier_init(&empty[s], PG ? CONSUMERS * 4 : CONSUMERS); /* PG: each consumer warp's arrival */
         }
         FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
     }
@@ -364,21 +400,8 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                 uint8_t *st = smem + s * STAGE_BYTES, *w = st + A_BYTES;
                 const uint8_t *codes = st + A_BYTES + WB;
                 const int8_t *kexp = (const int8_t *)(smem + ws_kexp_offset(MB, s, NB));
-if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: piece c = (segment c / BN, row
-                                         c % BN), 32 codes -> chunks 2 segment, + 1 of the row */
-#pragma unroll 4 /* all of them where there are at most 4 (CONVS 0: 11, and 56 registers) */
-                    for (int j = 0; j < (CONVERT ? (BNT * 4 + CONVERTER - 1) / CONVERTER : 0); j++) {
-                        const int c = j * CONVERTER + t, n = c & (BNT - 1), sg = c / BNT;
-                        if (BNT * 4 % CONVERTER && c >= BNT * 4) break;
-                        const uint4 q = *(const uint4 *)(codes + (sg * BNT + n) * 16);
-                        const uint32_t jx = (uint32_t)(int32_t)kexp[n];
-                        const uint32_t tlo = FM_FOLD_TLO0 + jx * FM_FOLD_TLO_STEP;
-                        const uint32_t thi = FM_FOLD_THI0 + jx * FM_FOLD_THI_STEP;
-                        const uint2 a0 = fold8_to_e4m3(q.x, tlo, thi), a1 = fold8_to_e4m3(q.y, tlo, thi);
-                        const uint2 a2 = fold8_to_e4m3(q.z, tlo, thi), a3 = fold8_to_e4m3(q.w, tlo, thi);
-                        *(uint4 *)(w + n * KG + (((2 * sg) ^ (n & 7)) << 4)) = make_uint4(a0.x, a0.y, a1.x, a1.y);
-                        *(uint4 *)(w + n * KG + (((2 * sg + 1) ^ (n & 7)) << 4)) = make_uint4(a2.x, a2.y, a3.x, a3.y);
-                    }
+if constexpr (PRMT) {
+                    if constexpr (CONVERT) convert_share<BNT, CONVERTER, 4>(codes, kexp, w, t);
                 } else {
 #pragma unroll
                 for (int j = 0; j < (CONVERT ? BN * (KG / 16) / CONVERTER : 0); j++) {
@@ -411,6 +434,10 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
             }
         }
     int64_t it = 0;
+    /* COOP: the consumers convert their share of each stage one stage ahead (the first one before their loop) */
+    if constexpr (COOP)
+        if ((int)blockIdx.x < n_items)
+            coop_convert_stage<CONVERT, MB, NB, CONVERTER>(smem, full, ready, 0);
     for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
         const int4 item = __ldg(&items[i]);
         float acc[MB][16 * NB][4];
@@ -444,7 +471,8 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
                 const float *xs_s = (const float *)(smem + s * STAGE_BYTES + XS_OFF);
                 const int lr = (item.y & 3) + wg * 64 + (warp & 3) * 16 + g8;
                 const float x0 = xs_s[lr], x1 = xs_s[lr + 8];
-                if ((threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[s]);
+                __syncwarp(); /* the warp's scale reads done (a warpgroup's lane 0 alone raced its other warps) */
+                if (lane == 0) bulk_barrier_arrive(&empty[s]);
 #pragma unroll
                 for (int nt = 0; nt < 16; nt++) {
                     acc[0][nt][0] = fmaf(part[nt][0], x0, acc[0][nt][0]);
@@ -462,6 +490,9 @@ if constexpr (PRMT) { /* thread t takes 16-byte pieces t, t + CONVERTER, ..: pie
                     wgmma_ss<BNT>(acc[mb], desc_sw128(a + (wg * MB + mb) * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks),
                                   1);
             wgmma_commit();
+            if constexpr (COOP)
+                if (g + 1 < groups || i + (int)gridDim.x < n_items)
+                    coop_convert_stage<CONVERT, MB, NB, CONVERTER>(smem, full, ready, it + 1);
             if constexpr (EARLY) /* the epilogue's scales, loaded under the item's last MMAs */
                 if (g == groups - 1) {
 #pragma unroll
@@ -755,14 +786,16 @@ static const variant variants[] = {
                             "384 threads: a producer warp and 3 converter warps (setmaxnreg 224/56)"},
     {"n256l1", 1, 0, 2, 0, 2, "n256 with consumer warpgroup 1 one stage behind 0"},
     {"pg128", 1, 0, 2, 0, 1, "128 x 128 tiles, per-(token, group) activation scales: each group's wgmmas into a "
-                             "partial sum promoted into the fp32 accumulator (the down GEMM's form in the engine)"}};
+                             "partial sum promoted into the fp32 accumulator (the down GEMM's form in the engine)"},
+    {"n256cc", 1, 0, 2, 0, 2, "n256 with the consumers converting too: each converts its share of the next stage "
+                              "while its wgmmas on this one run (352 converting threads)"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
 // what the setmaxnreg budget assumes (the consumers' setmaxnreg.inc would wait forever: the variant is not run).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG> static bool instance_info(bool print) {
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP> static bool instance_info(bool print) {
     cudaFuncAttributes a;
-    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG>));
+    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>));
     const bool ok = ws_consumer_regs(MB, CONVS) == 0 || a.numRegs >= ws_entry_regs(MB, CONVS);
     if (print)
         printf("    CONVERT=%d: %3d registers at entry, %zu bytes local memory (spills), setmaxnreg consumers %d "
@@ -772,28 +805,28 @@ template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, 
     return ok;
 }
 
-template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG> static bool variant_info_t(bool print) {
+template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP> static bool variant_info_t(bool print) {
     if (print)
         printf("  %d threads, BM %d, %d stages of %d bytes, %d bytes of dynamic shared memory\n", ws_threads(MB, CONVS),
                ws_bm(MB), ws_stages(MB, NB), ws_stage_bytes(MB, NB), ws_smem_bytes(MB, NB));
-    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG>(print);
+    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print);
     return a && b;
 }
 
 // CONVERT = 0: the timing-only form (the converters arrive on "ready" without writing the weight tile: values
 // wrong, the pipeline's and the MMA's time without the conversion)
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
 static void launch_t(const problem *p, int sms, cudaStream_t s) {
     static bool allowed = false;
     if (!allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(MB, NB)));
         allowed = true;
     }
     const int n_items = p->n_items[ws_shape(MB, NB)];
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
-    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
+    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
         p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, NB == 2 ? p->mk2 : p->mk, p->wf, p->xg, (int)p->lds, p->items[ws_shape(MB, NB)], n_items, p->N, p->K, p->cs, p->ts, p->y);
     FM_LAUNCH_CHECK("w4a8_ws_kernel");
 }
@@ -804,14 +837,15 @@ typedef struct variant_fns {
     bool pg; // per-(group, token) activation scales
     void (*run[2])(const problem *, int, cudaStream_t); // [CONVERT]
 } variant_fns;
-#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG)                                                                                 \
-    {variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG>, PG,                                                                           \
-     {launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG>}}
+#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP)                                                                                 \
+    {variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>, PG,                                                                           \
+     {launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>}}
 static const variant_fns variant_fn[] = {
-    WS_FNS(1, 1, 0, 0, 0, 1, 0), WS_FNS(1, 2, 0, 0, 0, 1, 0), WS_FNS(2, 1, 0, 0, 0, 1, 0), WS_FNS(2, 2, 0, 0, 0, 1, 0),
-    WS_FNS(2, 2, 1, 0, 0, 1, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0), WS_FNS(2, 1, 1, 1, 0, 1, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0),
-    WS_FNS(2, 1, 2, 0, 0, 1, 0), WS_FNS(2, 2, 2, 0, 1, 1, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0),
-    WS_FNS(1, 0, 2, 0, 1, 2, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1)};
+    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 1, 0, 0, 0, 1, 0, 0), WS_FNS(2, 2, 0, 0, 0, 1, 0, 0),
+    WS_FNS(2, 2, 1, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0), WS_FNS(2, 1, 1, 1, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0),
+    WS_FNS(2, 1, 2, 0, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 1, 1, 0, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0),
+    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0),
+    WS_FNS(1, 0, 2, 0, 0, 2, 0, 1)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
