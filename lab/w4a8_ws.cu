@@ -185,13 +185,12 @@ static __host__ __device__ constexpr int ws_converter_regs(int mb, int convs) {
 }
 #define WS_PRODUCER_REGS 24
 static __host__ __device__ constexpr bool ws_regs_fit(int mb, int convs) {
-    return ws_is_base(mb, convs) ||
-           (ws_consumer_regs(mb, convs) % 8 == 0 && ws_converter_regs(mb, convs) % 8 == 0 &&
-            ws_consumer_regs(mb, convs) <= 256 && ws_converter_regs(mb, convs) >= 24 &&
-            ws_threads(mb, convs) % 128 == 0 &&
-            CONSUMERS * ws_consumer_regs(mb, convs) + convs * ws_converter_regs(mb, convs) +
-                    (convs ? WS_PRODUCER_REGS : ws_converter_regs(mb, convs)) <=
-                ws_threads(mb, convs) / 128 * ws_entry_regs(mb, convs));
+    return ws_is_base(mb, convs) || (ws_consumer_regs(mb, convs) % 8 == 0 && ws_converter_regs(mb, convs) % 8 == 0 &&
+                                     ws_consumer_regs(mb, convs) <= 256 && ws_converter_regs(mb, convs) >= 24 &&
+                                     ws_threads(mb, convs) % 128 == 0 &&
+                                     CONSUMERS * ws_consumer_regs(mb, convs) + convs * ws_converter_regs(mb, convs) +
+                                             (convs ? WS_PRODUCER_REGS : ws_converter_regs(mb, convs)) <=
+                                         ws_threads(mb, convs) / 128 * ws_entry_regs(mb, convs));
 }
 static_assert(ws_regs_fit(1, 1) && ws_regs_fit(1, 2) && ws_regs_fit(2, 1) && ws_regs_fit(2, 2) && ws_regs_fit(1, 0),
               "register budget");
@@ -263,10 +262,10 @@ static __device__ __forceinline__ void bulk_tensor_load_3d(void *dst, const CUte
 
 // A contiguous run of global memory into shared memory (the bulk copy engine, no tensor map), completing on bar
 static __device__ __forceinline__ void bulk_copy_1d(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    FM_BULK_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                    smem_u32(dst)),
-                "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                : "memory");
+    FM_BULK_ASM(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
 }
 
 // PRMT variants: 8 codes of one word of the fold layout (backend/w4a8_fold.h: magnitudes in bits 4c..4c+2, signs in
@@ -316,14 +315,10 @@ static __device__ __forceinline__ void coop_convert_stage(uint8_t *smem, uint64_
 // items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
 // K % KG == 0 (the launcher checks). MB = 1, CONVS = 1 is the base (the code path of the first version).
 template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
-static __global__ __launch_bounds__(ws_threads(MB, CONVS),
-                                    1) void w4a8_ws_kernel(const __grid_constant__ CUtensorMap map_x,
-                                                           const __grid_constant__ CUtensorMap map_w,
-                                                           const __grid_constant__ CUtensorMap map_k,
-                                                           const uint8_t *codes_fold, const float *xs_g, int lds,
-                                                           const int4 *items,
-                                                           int n_items, int N, int K, const float *col_scale,
-                                                           const float *tok_scale, __nv_bfloat16 *y) {
+static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kernel(
+    const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+    const __grid_constant__ CUtensorMap map_k, const uint8_t *codes_fold, const float *xs_g, int lds, const int4 *items,
+    int n_items, int N, int K, const float *col_scale, const float *tok_scale, __nv_bfloat16 *y) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(NB == 1 || (MB == 1 && PRMT == 2), "BN = 256: one m64 block a consumer, the fold codes' copies");
     static_assert(PG == 0 || (MB == 1 && NB == 1 && LAG == 0 && EARLY == 0), "PG: 128 x 128 tiles only");
@@ -369,19 +364,16 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                         bulk_copy_1d(st + XS_OFF, xs_g + (int64_t)g * lds + (item.y & ~3), 528, &full[s]);
                     bulk_tensor_load_2d(st, &map_x, g * KG, item.y, &full[s]);
                     if constexpr (PRMT == 1) /* [segment 4][row BN][16 bytes] of group g of expert item.x */
-                        bulk_tensor_load_3d(st + A_BYTES + WB, &map_w, 0, item.w, (item.x * groups + g) * 4,
-                                            &full[s]);
+                        bulk_tensor_load_3d(st + A_BYTES + WB, &map_w, 0, item.w, (item.x * groups + g) * 4, &full[s]);
                     else if constexpr (PRMT == 2) { /* the same as 4 runs of BNT x 16 bytes (a segment's rows) */
                         const uint8_t *src = codes_fold + (((int64_t)item.x * groups + g) * 4 * N + item.w) * 16;
 #pragma unroll
                         for (int sg = 0; sg < 4; sg++)
                             bulk_copy_1d(st + A_BYTES + WB + sg * BNT * 16, src + (int64_t)sg * N * 16, BNT * 16,
                                          &full[s]);
-                    }
-                    else
-                        bulk_tensor_load_2d(st + A_BYTES + WB, &map_w, g * (KG / 2), item.x * N + item.w,
-                                            &full[s]);
-                    bulk_tensor_load_2d(smem + ws_kexp_offset(MB, s, NB), &map_k, item.w, item.x * groups + g, &full[s]);
+                    } else bulk_tensor_load_2d(st + A_BYTES + WB, &map_w, g * (KG / 2), item.x * N + item.w, &full[s]);
+                    bulk_tensor_load_2d(smem + ws_kexp_offset(MB, s, NB), &map_k, item.w, item.x * groups + g,
+                                        &full[s]);
                 }
             }
         }
@@ -400,19 +392,19 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS),
                 uint8_t *st = smem + s * STAGE_BYTES, *w = st + A_BYTES;
                 const uint8_t *codes = st + A_BYTES + WB;
                 const int8_t *kexp = (const int8_t *)(smem + ws_kexp_offset(MB, s, NB));
-if constexpr (PRMT) {
+                if constexpr (PRMT) {
                     if constexpr (CONVERT) convert_share<BNT, CONVERTER, 4>(codes, kexp, w, t);
                 } else {
 #pragma unroll
-                for (int j = 0; j < (CONVERT ? BN * (KG / 16) / CONVERTER : 0); j++) {
-                    const int c = j * CONVERTER + t, n = c >> 3, kc = c & 7;
-                    const uint2 q = *(const uint2 *)(codes + n * (KG / 2) + kc * 8);
-                    const int k = kexp[n];
-                    const uint32_t s1 = (uint32_t)(k + 15) << 10, c1 = 0x8008u | ((uint32_t)(k + 25) << 10);
-                    const uint32_t s2 = s1 | s1 << 16, c2 = c1 | c1 << 16;
-                    const uint2 lo = int4x8_to_e4m3(q.x, s2, c2), hi = int4x8_to_e4m3(q.y, s2, c2);
-                    *(uint4 *)(w + n * KG + ((kc ^ (n & 7)) << 4)) = make_uint4(lo.x, lo.y, hi.x, hi.y);
-                }
+                    for (int j = 0; j < (CONVERT ? BN * (KG / 16) / CONVERTER : 0); j++) {
+                        const int c = j * CONVERTER + t, n = c >> 3, kc = c & 7;
+                        const uint2 q = *(const uint2 *)(codes + n * (KG / 2) + kc * 8);
+                        const int k = kexp[n];
+                        const uint32_t s1 = (uint32_t)(k + 15) << 10, c1 = 0x8008u | ((uint32_t)(k + 25) << 10);
+                        const uint32_t s2 = s1 | s1 << 16, c2 = c1 | c1 << 16;
+                        const uint2 lo = int4x8_to_e4m3(q.x, s2, c2), hi = int4x8_to_e4m3(q.y, s2, c2);
+                        *(uint4 *)(w + n * KG + ((kc ^ (n & 7)) << 4)) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                    }
                 }
                 FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory"); /* generic stores -> wgmma's reads */
                 bulk_barrier_arrive(&ready[s]);
@@ -430,14 +422,12 @@ if constexpr (PRMT) {
     if constexpr (LAG > 0)
         if (wg == 1) {
             const long long t0 = clock64();
-            while (clock64() - t0 < 1000ll * LAG) {
-            }
+            while (clock64() - t0 < 1000ll * LAG) {}
         }
     int64_t it = 0;
     /* COOP: the consumers convert their share of each stage one stage ahead (the first one before their loop) */
     if constexpr (COOP)
-        if ((int)blockIdx.x < n_items)
-            coop_convert_stage<CONVERT, MB, NB, CONVERTER>(smem, full, ready, 0);
+        if ((int)blockIdx.x < n_items) coop_convert_stage<CONVERT, MB, NB, CONVERTER>(smem, full, ready, 0);
     for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
         const int4 item = __ldg(&items[i]);
         float acc[MB][16 * NB][4];
@@ -516,8 +506,8 @@ if constexpr (PRMT) {
                 for (int r = 0; r < 4; r++) fence_f(acc[mb][nt][r]);
         if (!PG && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
 
-        /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
-           g8 + 8, columns 8 nt + 2 t4, + 1 */
+            /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
+               g8 + 8, columns 8 nt + 2 t4, + 1 */
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) {
             const int64_t r0 = (int64_t)item.y + (wg * MB + mb) * 64 + (warp & 3) * 16 + g8;
@@ -525,7 +515,8 @@ if constexpr (PRMT) {
             if constexpr (EARLY) ts[0] = tsv[mb][0], ts[1] = tsv[mb][1];
             else if constexpr (PG) ts[0] = 1.0f, ts[1] = 1.0f; /* the scales are in acc */
             else
-                ts[0] = r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f, ts[1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
+                ts[0] = r0 < item.z ? __ldg(&tok_scale[r0]) : 0.0f,
+                ts[1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
 #pragma unroll
             for (int nt = 0; nt < 16 * NB; nt++) {
                 const int c = nt * 8 + 2 * t4;
@@ -541,8 +532,8 @@ if constexpr (PRMT) {
         }
     }
 #else
-    (void)map_x, (void)map_w, (void)map_k, (void)codes_fold, (void)xs_g, (void)lds, (void)items, (void)n_items, (void)N, (void)K, (void)col_scale,
-        (void)tok_scale, (void)y;
+    (void)map_x, (void)map_w, (void)map_k, (void)codes_fold, (void)xs_g, (void)lds, (void)items, (void)n_items, (void)N,
+        (void)K, (void)col_scale, (void)tok_scale, (void)y;
     __trap();
 #endif
 }
@@ -578,12 +569,12 @@ typedef struct problem {
     int64_t rows;
     int64_t *off; // host [E + 1]: expert e's rows are [off[e], off[e + 1])
     // host copies (the reference reads them)
-    uint8_t *hx;     // e4m3 [rows][K]
-    uint8_t *hw;     // int4 codes [E][N][K / 2] (header's order), q in [-7, 7] (the fold layout has no -8)
-    int8_t *hk;      // exponents [E][K / 128][N]
-    float *hcs;      // [E][N]
-    float *hts;      // [rows]
-    float *hxg;      // per-(group, token) activation scales [K / 128][lds] (PG), lds = rows + 128 (a tile's copy)
+    uint8_t *hx; // e4m3 [rows][K]
+    uint8_t *hw; // int4 codes [E][N][K / 2] (header's order), q in [-7, 7] (the fold layout has no -8)
+    int8_t *hk;  // exponents [E][K / 128][N]
+    float *hcs;  // [E][N]
+    float *hts;  // [rows]
+    float *hxg;  // per-(group, token) activation scales [K / 128][lds] (PG), lds = rows + 128 (a tile's copy)
     int64_t lds;
     int4 *hitems[3]; // work items of 128 x 128, 256 x 128 and 128 x 256 tiles (ws_shape)
     int n_items[3];
@@ -757,7 +748,8 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
 }
 
 static void problem_free(problem *p) {
-    cudaFree(p->x), cudaFree(p->w), cudaFree(p->wf), cudaFree(p->xg), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts), cudaFree(p->items[0]);
+    cudaFree(p->x), cudaFree(p->w), cudaFree(p->wf), cudaFree(p->xg), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts),
+        cudaFree(p->items[0]);
     cudaFree(p->items[1]), cudaFree(p->items[2]), cudaFree(p->y);
     free(p->off), free(p->hx), free(p->hw), free(p->hk), free(p->hcs), free(p->hts), free(p->hxg), free(p->hitems[0]);
     free(p->hitems[1]), free(p->hitems[2]);
@@ -773,27 +765,33 @@ typedef struct variant {
 static const variant variants[] = {
     {"base", 1, 1, 0, 0, 1, "BM 128, one converter warpgroup, 416 threads, 5 stages (the first version)"},
     {"conv2", 1, 2, 0, 0, 1, "BM 128, two converter warpgroups, 640 threads (setmaxnreg 168/56/24), 5 stages"},
-    {"bm256", 2, 1, 0, 0, 1, "BM 256 (two m64 blocks a consumer warpgroup), one converter, 512 threads (216/56/24), 4 stages"},
+    {"bm256", 2, 1, 0, 0, 1,
+     "BM 256 (two m64 blocks a consumer warpgroup), one converter, 512 threads (216/56/24), 4 stages"},
     {"bm256c2", 2, 2, 0, 0, 1, "BM 256 and two converter warpgroups, 640 threads (setmaxnreg 184/40/24), 4 stages"},
-    {"p256c2", 2, 2, 1, 0, 1, "bm256c2 converting the fold layout's codes by byte permutes (8 instructions per 8 codes)"},
+    {"p256c2", 2, 2, 1, 0, 1,
+     "bm256c2 converting the fold layout's codes by byte permutes (8 instructions per 8 codes)"},
     {"p256c2e", 2, 2, 1, 1, 1, "p256c2 with the epilogue's scales loaded under the item's last MMAs"},
     {"p256e", 2, 1, 1, 1, 1, "bm256 (one converter warpgroup) with the byte permutes and the early scales"},
     {"q256c2", 2, 2, 2, 0, 1, "p256c2 with the codes by four 1-D bulk copies of 2 KB (the fold layout's segments)"},
     {"q256", 2, 1, 2, 0, 1, "q256c2 with one converter warpgroup (216-register consumers)"},
     {"q256c2l1", 2, 2, 2, 0, 1, "q256c2 with consumer warpgroup 1 one stage behind 0 (their epilogues apart)"},
     {"q256c2l2", 2, 2, 2, 0, 1, "q256c2 with consumer warpgroup 1 two stages behind 0"},
-    {"n256", 1, 0, 2, 0, 2, "128 token rows x 256 weight rows (m64n256 a consumer), fold codes, 3 stages of 65 KB, "
-                            "384 threads: a producer warp and 3 converter warps (setmaxnreg 224/56)"},
+    {"n256", 1, 0, 2, 0, 2,
+     "128 token rows x 256 weight rows (m64n256 a consumer), fold codes, 3 stages of 65 KB, "
+     "384 threads: a producer warp and 3 converter warps (setmaxnreg 224/56)"},
     {"n256l1", 1, 0, 2, 0, 2, "n256 with consumer warpgroup 1 one stage behind 0"},
-    {"pg128", 1, 0, 2, 0, 1, "128 x 128 tiles, per-(token, group) activation scales: each group's wgmmas into a "
-                             "partial sum promoted into the fp32 accumulator (the down GEMM's form in the engine)"},
-    {"n256cc", 1, 0, 2, 0, 2, "n256 with the consumers converting too: each converts its share of the next stage "
-                              "while its wgmmas on this one run (352 converting threads)"}};
+    {"pg128", 1, 0, 2, 0, 1,
+     "128 x 128 tiles, per-(token, group) activation scales: each group's wgmmas into a "
+     "partial sum promoted into the fp32 accumulator (the down GEMM's form in the engine)"},
+    {"n256cc", 1, 0, 2, 0, 2,
+     "n256 with the consumers converting too: each converts its share of the next stage "
+     "while its wgmmas on this one run (352 converting threads)"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
 // what the setmaxnreg budget assumes (the consumers' setmaxnreg.inc would wait forever: the variant is not run).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP> static bool instance_info(bool print) {
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
+static bool instance_info(bool print) {
     cudaFuncAttributes a;
     FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>));
     const bool ok = ws_consumer_regs(MB, CONVS) == 0 || a.numRegs >= ws_entry_regs(MB, CONVS);
@@ -805,11 +803,13 @@ template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, 
     return ok;
 }
 
-template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP> static bool variant_info_t(bool print) {
+template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
+static bool variant_info_t(bool print) {
     if (print)
         printf("  %d threads, BM %d, %d stages of %d bytes, %d bytes of dynamic shared memory\n", ws_threads(MB, CONVS),
                ws_bm(MB), ws_stages(MB, NB), ws_stage_bytes(MB, NB), ws_smem_bytes(MB, NB));
-    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print), b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print);
+    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print),
+               b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print);
     return a && b;
 }
 
@@ -826,26 +826,32 @@ static void launch_t(const problem *p, int sms, cudaStream_t s) {
     const int n_items = p->n_items[ws_shape(MB, NB)];
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
-    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP><<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
-        p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, NB == 2 ? p->mk2 : p->mk, p->wf, p->xg, (int)p->lds, p->items[ws_shape(MB, NB)], n_items, p->N, p->K, p->cs, p->ts, p->y);
+    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>
+        <<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
+            p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, NB == 2 ? p->mk2 : p->mk, p->wf, p->xg, (int)p->lds,
+            p->items[ws_shape(MB, NB)], n_items, p->N, p->K, p->cs, p->ts, p->y);
     FM_LAUNCH_CHECK("w4a8_ws_kernel");
 }
 
 // one row a variant of the table (its template arguments)
 typedef struct variant_fns {
     bool (*info)(bool);
-    bool pg; // per-(group, token) activation scales
+    bool pg;                                            // per-(group, token) activation scales
     void (*run[2])(const problem *, int, cudaStream_t); // [CONVERT]
 } variant_fns;
-#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP)                                                                                 \
-    {variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>, PG,                                                                           \
-     {launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>, launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>}}
+#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP)                                                              \
+    {                                                                                                                  \
+        variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>, PG, {                                               \
+            launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>,                                                    \
+                launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>                                                 \
+        }                                                                                                              \
+    }
 static const variant_fns variant_fn[] = {
-    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 1, 0, 0, 0, 1, 0, 0), WS_FNS(2, 2, 0, 0, 0, 1, 0, 0),
-    WS_FNS(2, 2, 1, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0), WS_FNS(2, 1, 1, 1, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0),
-    WS_FNS(2, 1, 2, 0, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 1, 1, 0, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0),
-    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0),
-    WS_FNS(1, 0, 2, 0, 0, 2, 0, 1)};
+    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 1, 0, 0, 0, 1, 0, 0),
+    WS_FNS(2, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0),
+    WS_FNS(2, 1, 1, 1, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0), WS_FNS(2, 1, 2, 0, 0, 1, 0, 0),
+    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0),
+    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 1)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
@@ -942,8 +948,9 @@ static bool validate(problem *p, const reference *rf, int sms, cudaStream_t s, i
     ok = ok && rel_max <= THRESHOLD && rel_norm <= THRESHOLD;
     printf("  %-8s %-28s E %3d N %5d K %5d rows %6lld items %5d  (%lld rows checked)  max rel err %.3e  norm rel "
            "err %.3e  %s\n",
-           variants[v].name, name, p->E, p->N, p->K, (long long)p->rows, p->n_items[ws_shape(variants[v].mb, variants[v].nb)],
-           (long long)rf->checked, rel_max, rel_norm, ok ? "PASS" : "FAIL");
+           variants[v].name, name, p->E, p->N, p->K, (long long)p->rows,
+           p->n_items[ws_shape(variants[v].mb, variants[v].nb)], (long long)rf->checked, rel_max, rel_norm,
+           ok ? "PASS" : "FAIL");
     free(y);
     return ok;
 }
