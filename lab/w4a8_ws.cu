@@ -785,7 +785,8 @@ static const variant variants[] = {
      "partial sum promoted into the fp32 accumulator (the down GEMM's form in the engine)"},
     {"n256cc", 1, 0, 2, 0, 2,
      "n256 with the consumers converting too: each converts its share of the next stage "
-     "while its wgmmas on this one run (352 converting threads)"}};
+     "while its wgmmas on this one run (352 converting threads)"},
+    {"q256cc", 2, 0, 2, 0, 1, "q256 (256 x 128 tiles) in 384 threads with the consumers converting too"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
@@ -851,7 +852,8 @@ static const variant_fns variant_fn[] = {
     WS_FNS(2, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0),
     WS_FNS(2, 1, 1, 1, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0), WS_FNS(2, 1, 2, 0, 0, 1, 0, 0),
     WS_FNS(2, 2, 2, 0, 1, 1, 0, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0),
-    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 1)};
+    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 1),
+    WS_FNS(2, 0, 2, 0, 0, 1, 0, 1)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }

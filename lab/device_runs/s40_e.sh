@@ -3,7 +3,7 @@
 # n256 and the best 256 x 128 form (q256c2l1); pg128 after its race fix (per-warp arrivals); racecheck of both
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 L=$OUT/logs; mkdir -p $L
-for v in q256c2l1 n256 n256cc pg128; do
+for v in q256c2l1 n256 n256cc q256cc pg128; do
   timeout 150 ./build/lab/w4a8_ws --variants $v > $L/ws_$v.log 2>&1; echo "== $v rc $?"
   grep -E "^\| $v |checks|FAIL|error|trap|registers" $L/ws_$v.log | head -14
 done
