@@ -49,7 +49,7 @@
 //            the start of warpgroup 1), so that each one's epilogue runs under the other's queued wgmmas. (First with
 //            a named barrier arrival inside the MMA loop: the consumers spilled 632 bytes and ptxas serialised the
 //            wgmmas, 5x slower.)
-// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>.
+// Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>.
 // ptxas enforces a setmaxnreg region's count (bm256's consumers at 120 spill 1.7 KB), so no spills = each role fits.
 // CONVERT = 0 instances of every variant give the no-conversion column.
 //
@@ -314,14 +314,15 @@ static __device__ __forceinline__ void coop_convert_stage(uint8_t *smem, uint64_
 
 // items[i] = (expert, first row, the expert's end row, first column); rows index x, ts and y; N % BN == 0,
 // K % KG == 0 (the launcher checks). MB = 1, CONVS = 1 is the base (the code path of the first version).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP, int DEPTH>
 static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kernel(
     const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
     const __grid_constant__ CUtensorMap map_k, const uint8_t *codes_fold, const float *xs_g, int lds, const int4 *items,
     int n_items, int N, int K, const float *col_scale, const float *tok_scale, __nv_bfloat16 *y) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(NB == 1 || (MB == 1 && PRMT == 2), "BN = 256: one m64 block a consumer, the fold codes' copies");
-    static_assert(PG == 0 || (MB == 1 && NB == 1 && LAG == 0 && EARLY == 0), "PG: 128 x 128 tiles only");
+    static_assert(PG == 0 || (MB == 1 && NB == 1 && LAG == 0 && EARLY == 0 && DEPTH == 1), "PG: 128 x 128 only");
+    static_assert(DEPTH == 1 || (DEPTH == 2 && COOP == 0 && EARLY == 0), "DEPTH 2: the plain consumer loop");
     /* PG: the group's activation scales of the tile's 128 rows (528 bytes from the 16-byte boundary at or before
        its first row) after the exponents, inside the stage */
     constexpr int XS_OFF = ws_a_bytes(1) + W_BYTES + C_BYTES + X_BYTES;
@@ -340,7 +341,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
         for (int s = 0; s < STAGES; s++) {
             bulk_barrier_init(&full[s], 1);
             bulk_barrier_init(&ready[s], CONVERTER);
-            bulk_barrier_init(&empty[s], PG ? CONSUMERS * 4 : CONSUMERS); /* PG: each consumer warp's arrival */
+            bulk_barrier_init(&empty[s], PG ? CONSUMERS * 128 : CONSUMERS); /* PG: every consumer thread's arrival */
         }
         FM_BULK_ASM("fence.proxy.async.shared::cta;" ::: "memory");
     }
@@ -461,8 +462,9 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
                 const float *xs_s = (const float *)(smem + s * STAGE_BYTES + XS_OFF);
                 const int lr = (item.y & 3) + wg * 64 + (warp & 3) * 16 + g8;
                 const float x0 = xs_s[lr], x1 = xs_s[lr + 8];
-                __syncwarp(); /* the warp's scale reads done (a warpgroup's lane 0 alone raced its other warps) */
-                if (lane == 0) bulk_barrier_arrive(&empty[s]);
+                /* every thread arrives after its own reads (a warpgroup's lane 0 alone raced its other warps; one
+                   arrival a warp after __syncwarp still showed racecheck hazards) */
+                bulk_barrier_arrive(&empty[s]);
 #pragma unroll
                 for (int nt = 0; nt < 16; nt++) {
                     acc[0][nt][0] = fmaf(part[nt][0], x0, acc[0][nt][0]);
@@ -494,8 +496,9 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
                         tsv[mb][1] = r0 + 8 < item.z ? __ldg(&tok_scale[r0 + 8]) : 0.0f;
                     }
                 }
-            wgmma_wait<1>(); /* this stage's group may still run; the one before has read its stage, which goes back */
-            if (g > 0 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
+            wgmma_wait<DEPTH>(); /* this stage's group (DEPTH 2: and the one before) may still run; the one before
+                                    them has read its stage, which goes back */
+            if (g >= DEPTH && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - DEPTH) % STAGES]);
         }
         wgmma_wait<0>();
 #pragma unroll
@@ -504,10 +507,11 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
             for (int nt = 0; nt < 16 * NB; nt++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) fence_f(acc[mb][nt][r]);
-        if (!PG && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % STAGES]);
+        if (!PG && (threadIdx.x & 127) == 0) /* the item's last DEPTH stages (or all of them) */
+            for (int d = 1; d <= DEPTH && d <= groups; d++) bulk_barrier_arrive(&empty[(it - d) % STAGES]);
 
-            /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
-               g8 + 8, columns 8 nt + 2 t4, + 1 */
+                /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows
+                   g8, g8 + 8, columns 8 nt + 2 t4, + 1 */
 #pragma unroll
         for (int mb = 0; mb < MB; mb++) {
             const int64_t r0 = (int64_t)item.y + (wg * MB + mb) * 64 + (warp & 3) * 16 + g8;
@@ -786,15 +790,18 @@ static const variant variants[] = {
     {"n256cc", 1, 0, 2, 0, 2,
      "n256 with the consumers converting too: each converts its share of the next stage "
      "while its wgmmas on this one run (352 converting threads)"},
-    {"q256cc", 2, 0, 2, 0, 1, "q256 (256 x 128 tiles) in 384 threads with the consumers converting too"}};
+    {"q256cc", 2, 0, 2, 0, 1, "q256 (256 x 128 tiles) in 384 threads with the consumers converting too"},
+    {"q256c2l1d2", 2, 2, 2, 0, 1,
+     "q256c2l1 with two stages of wgmmas in flight a warpgroup (each stage goes back one "
+     "stage later)"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
 // what the setmaxnreg budget assumes (the consumers' setmaxnreg.inc would wait forever: the variant is not run).
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP, int DEPTH>
 static bool instance_info(bool print) {
     cudaFuncAttributes a;
-    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>));
+    FM_CUDA_CHECK(cudaFuncGetAttributes(&a, w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>));
     const bool ok = ws_consumer_regs(MB, CONVS) == 0 || a.numRegs >= ws_entry_regs(MB, CONVS);
     if (print)
         printf("    CONVERT=%d: %3d registers at entry, %zu bytes local memory (spills), setmaxnreg consumers %d "
@@ -804,30 +811,30 @@ static bool instance_info(bool print) {
     return ok;
 }
 
-template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
+template <int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP, int DEPTH>
 static bool variant_info_t(bool print) {
     if (print)
         printf("  %d threads, BM %d, %d stages of %d bytes, %d bytes of dynamic shared memory\n", ws_threads(MB, CONVS),
                ws_bm(MB), ws_stages(MB, NB), ws_stage_bytes(MB, NB), ws_smem_bytes(MB, NB));
-    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print),
-               b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>(print);
+    const bool a = instance_info<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>(print),
+               b = instance_info<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>(print);
     return a && b;
 }
 
 // CONVERT = 0: the timing-only form (the converters arrive on "ready" without writing the weight tile: values
 // wrong, the pipeline's and the MMA's time without the conversion)
-template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP>
+template <int CONVERT, int MB, int CONVS, int PRMT, int EARLY, int LAG, int NB, int PG, int COOP, int DEPTH>
 static void launch_t(const problem *p, int sms, cudaStream_t s) {
     static bool allowed = false;
     if (!allowed) {
-        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>,
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(MB, NB)));
         allowed = true;
     }
     const int n_items = p->n_items[ws_shape(MB, NB)];
     if (n_items == 0) return;
     const int grid = n_items < sms ? n_items : sms;
-    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>
+    w4a8_ws_kernel<CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>
         <<<grid, ws_threads(MB, CONVS), ws_smem_bytes(MB, NB), s>>>(
             p->mx[MB - 1], PRMT == 1 ? p->mwf : p->mw, NB == 2 ? p->mk2 : p->mk, p->wf, p->xg, (int)p->lds,
             p->items[ws_shape(MB, NB)], n_items, p->N, p->K, p->cs, p->ts, p->y);
@@ -840,20 +847,20 @@ typedef struct variant_fns {
     bool pg;                                            // per-(group, token) activation scales
     void (*run[2])(const problem *, int, cudaStream_t); // [CONVERT]
 } variant_fns;
-#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP)                                                              \
+#define WS_FNS(MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH)                                                       \
     {                                                                                                                  \
-        variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>, PG, {                                               \
-            launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>,                                                    \
-                launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP>                                                 \
+        variant_info_t<MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>, PG, {                                        \
+            launch_t<0, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>,                                             \
+                launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>                                          \
         }                                                                                                              \
     }
 static const variant_fns variant_fn[] = {
-    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 1, 0, 0, 0, 1, 0, 0),
-    WS_FNS(2, 2, 0, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 0, 0, 1, 0, 0), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0),
-    WS_FNS(2, 1, 1, 1, 0, 1, 0, 0), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0), WS_FNS(2, 1, 2, 0, 0, 1, 0, 0),
-    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0),
-    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0), WS_FNS(1, 0, 2, 0, 0, 2, 0, 1),
-    WS_FNS(2, 0, 2, 0, 0, 1, 0, 1)};
+    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0, 1), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0, 1), WS_FNS(2, 1, 0, 0, 0, 1, 0, 0, 1),
+    WS_FNS(2, 2, 0, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 1, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0, 1),
+    WS_FNS(2, 1, 1, 1, 0, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0, 1), WS_FNS(2, 1, 2, 0, 0, 1, 0, 0, 1),
+    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0, 1),
+    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 1, 1),
+    WS_FNS(2, 0, 2, 0, 0, 1, 0, 1, 1), WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2)};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
