@@ -14,17 +14,16 @@
 // conversion and MMA overlap across warps. Everything the full design asks for is here: grouped (CSR over experts),
 // power-of-two group scales folded exactly, per-column and per-token scales in the epilogue. Not here: BN = 256.
 //
-// Status. base ran on an H100 (2026-12-06): every check PASS; the layer (both GEMMs) T = 2048 0.556 ms, T = 8192
-// 1.655, Mixtral T = 4096 6.505; with the conversion removed (CONVERT = 0, values wrong) 0.359 / 1.022 / 3.790: the
-// one converter warpgroup is the bound (~2,200-2,300 cycles a stage against ~1,300-1,430 without it; its 160
-// instructions a thread are latency-bound with one converter warp a scheduler). The variants conv2, bm256 and
-// bm256c2 are written and compiled only (no GPU in that session; no spills, ptxas -v: base 122 registers; conv2 and
-// bm256c2 96 at entry; bm256 128 at entry), NEVER RUN. Every mbarrier wait has a watchdog (a stuck barrier traps after
-// ~2^32 cycles: an illegal-instruction error, not a hang); setmaxnreg.inc has none (it waits for the CTA's register
-// pool), so the launcher refuses a variant whose register count at entry is below its budget's. A trap ends the
-// process (the context is lost): run a suspect variant alone with --variants.
+// Status (H100, 2026-12-06; docs/RESULTS.md 2.28-2.29, bench/NOTES.md thirty-sixth and thirty-seventh sessions):
+// every variant passes every check. The layer (both GEMMs), T = 2048 / 8192 / Mixtral T = 4096: base 0.555 / 1.649 /
+// 6.494 ms; the best, q256c2l1, 0.350 / 0.925 / 3.10 (without the conversion 0.31 / 0.85 / 2.74); n256 has the lowest
+// floor without the conversion (0.29 / 0.79-0.82 / 2.62-2.64) but three converter warps cannot feed it. Every
+// mbarrier wait has a watchdog (a stuck barrier traps after ~2^32 cycles: an illegal-instruction error, not a hang);
+// setmaxnreg.inc has none (it waits for the CTA's register pool), so the launcher refuses a variant whose register
+// count at entry is below its budget's. A trap ends the process (the context is lost): run a suspect variant alone
+// with --variants.
 //
-// The variants (template <CONVERT, MB, CONVS>; run-time names):
+// The variants (run-time names; the template arguments at the end of this list):
 //   base     MB 1, CONVS 1: BM = 128, one converter warpgroup, one producer warp: 416 threads, no setmaxnreg, 5 stages
 //            of 41 KB (210 KB). The first version's code path.
 //   conv2    MB 1, CONVS 2: two converter warpgroups, each converting half of the stage's 1,024 16-weight chunks
