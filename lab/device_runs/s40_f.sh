@@ -1,6 +1,6 @@
 #!/bin/bash
 # the thirty-seventh session's fifth call (carry build/lab/w4a8_ws): two stages of wgmmas in flight (q256c2l1d2)
-# beside q256c2l1; pg128 with every consumer thread arriving on "empty"; racecheck of both
+# beside q256c2l1 (T = 512 now timed too); pg128 with every consumer thread arriving on "empty"; racecheck of both
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 L=$OUT/logs; mkdir -p $L
 for v in q256c2l1 q256c2l1d2 pg128; do
