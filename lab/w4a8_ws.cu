@@ -1091,8 +1091,8 @@ int main(int argc, char **argv) {
                                          {"Mixtral-8x7B", 8, 2, 4096, 28672, 4096, 4096, 14336},
                                          {"Qwen3-30B-A3B", 128, 8, 512, 1536, 2048, 2048, 768}};
     const int n_models = (int)(sizeof models / sizeof *models);
-    static_assert(sizeof models / sizeof *models == MODELS, "the result arrays' size");
     enum { MODELS = 4 }; /* T = 512 last (an ncu run's --launch-skip counts the launches before T = 8192's) */
+    static_assert(sizeof models / sizeof *models == MODELS, "the result arrays' size");
     float ms[N_VARIANTS][MODELS][2],
         ms0[N_VARIANTS][MODELS][2]; // with the conversion, and the timing-only form without it
     bool passed[N_VARIANTS][MODELS][2];
