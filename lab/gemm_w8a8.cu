@@ -31,9 +31,8 @@
 #include "backend/cuda/cublaslt_fp8.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/wgmma.cuh"
+#include "backend/cuda/wgmma_ss_e4m3.cuh"
 #include "backend/cuda/bulk_copy.cuh"
-#include "tensor_map_encoder.cuh"
-#include "wgmma_ss_e4m3.cuh"
 extern "C" {
 #include "quant/e4m3.h"
 }
@@ -49,7 +48,7 @@ template <int BN> struct tile_smem {
     static constexpr int bytes = STAGES * stage + 1024; // + alignment slack for the 1024-byte swizzle atoms
 };
 
-// (wgmma_ss: lab/wgmma_ss_e4m3.cuh)
+// (wgmma_ss: src/backend/cuda/wgmma_ss_e4m3.cuh)
 
 template <int BN>
 static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x,
@@ -144,7 +143,7 @@ static __global__ __launch_bounds__(THREADS, 1) void w8a8_wgmma_kernel(const __g
 
 // ---- host: tensor maps (the driver's encoder, reached through the runtime: no -lcuda) ----
 
-// (the encoder: lab/tensor_map_encoder.cuh)
+// (the encoder: src/backend/cuda/tensor_map.cuh)
 
 // rows x cols bytes (row stride ld) as a 2-D tensor of tiles box_rows x 128 bytes, 128-byte swizzle, zeros past the
 // edges
@@ -152,9 +151,9 @@ static CUtensorMap tile_map(const uint8_t *base, int64_t rows, int64_t cols, int
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
     const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = fm_tensor_map_encoder("lab")(
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "fp8moe: cuTensorMapEncodeTiled failed (%d) for %lld x %lld bytes, ld %lld\n", (int)r,
                 (long long)rows, (long long)cols, (long long)ld);

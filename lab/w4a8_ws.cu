@@ -115,10 +115,10 @@
 
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/tensor_map.cuh"
 #include "backend/cuda/wgmma.cuh"
+#include "backend/cuda/wgmma_ss_e4m3.cuh"
 #include "backend/w4a8_fold.h"
-#include "tensor_map_encoder.cuh"
-#include "wgmma_ss_e4m3.cuh"
 
 #define BN 128
 #define KG 128      // K per stage = the scale group
@@ -227,7 +227,7 @@ static __device__ __forceinline__ void ws_wait(uint64_t *bar, uint32_t parity, c
 #endif
 }
 
-// (wgmma_ss<BN>: lab/wgmma_ss_e4m3.cuh)
+// (wgmma_ss<BN>: src/backend/cuda/wgmma_ss_e4m3.cuh)
 
 // 8 int4 codes (one word, the nibble order of the header) -> 8 e4m3 bytes of q 2^k in k order. s2 = (2^k, 2^k) and
 // c2 = (-1032 2^k, -1032 2^k) as f16x2: fma((1024 + u), 2^k, -1032 2^k) = (u - 8) 2^k, exact.
@@ -543,7 +543,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
 
 // ---- host: tensor maps (the driver's encoder, reached through the runtime: no -lcuda) ----
 
-// (the encoder: lab/tensor_map_encoder.cuh)
+// (the encoder: src/backend/cuda/tensor_map.cuh)
 
 // rows x cols bytes (row stride cols) as a 2-D tensor of box_rows x box_cols tiles; zeros past the edges
 static CUtensorMap tile_map(const void *base, int64_t rows, int64_t cols, int box_cols, int box_rows,
@@ -551,9 +551,9 @@ static CUtensorMap tile_map(const void *base, int64_t rows, int64_t cols, int bo
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)cols};
     const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = fm_tensor_map_encoder("lab")(
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "w4a8_ws: cuTensorMapEncodeTiled failed (%d) for %lld x %lld bytes, box %d x %d\n", (int)r,
                 (long long)rows, (long long)cols, box_rows, box_cols);
@@ -740,9 +740,10 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
         const cuuint64_t dims[3] = {16, (cuuint64_t)N, (cuuint64_t)E * (K / KG) * 4};
         const cuuint64_t strides[2] = {16, (cuuint64_t)N * 16};
         const cuuint32_t box[3] = {16, BN, 4}, elem[3] = {1, 1, 1};
-        const CUresult r = encoder()(&p->mwf, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)p->wf, dims, strides, box, elem,
-                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        const CUresult r =
+            fm_tensor_map_encoder("lab")(&p->mwf, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)p->wf, dims, strides, box,
+                                         elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) {
             fprintf(stderr, "w4a8_ws: cuTensorMapEncodeTiled failed (%d) for the fold codes\n", (int)r);
             abort();

@@ -48,6 +48,19 @@ static void defaults_follow_the_device(void **s) {
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_OK);
     assert_true(fm_routes_w4a8_fold(&r));
     assert_true(fm_routes_w4a8_wgmma(&r));
+    /* its warp-specialised prefill GEMMs: auto from 128 rows an expert (Qwen3-30B-A3B: T = 2048), never on the decode
+       GEMVs' pairs; forced on above them, off everywhere */
+    assert_true(fm_routes_fold_ws(&r, 2048 * 8, 128, 8));
+    assert_false(fm_routes_fold_ws(&r, 1024 * 8, 128, 8));
+    assert_false(fm_routes_fold_ws(&r, 8, 128, 8));
+    assert_int_equal(fm_routes_apply(&r, "w4a8.fold_ws=on", &err), FM_OK);
+    assert_true(fm_routes_fold_ws(&r, 64 * 8, 128, 8));
+    assert_false(fm_routes_fold_ws(&r, 8, 128, 8)); /* the decode GEMVs */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.fold_ws=off", &err), FM_OK);
+    assert_false(fm_routes_fold_ws(&r, 8192 * 8, 128, 8));
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.fold_ws=on", &err), FM_OK); /* without fold: nothing */
+    assert_false(fm_routes_fold_ws(&r, 8192 * 8, 128, 8));
     fm_routes_default(&r, 8);
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "w4a8.kernel=fold needs an sm_90 GPU"));
@@ -367,9 +380,9 @@ static void memory_plan_follows_w4a8_tile(void **s) {
     assert_int_equal(p16.ws_moe - pdef.ws_moe, 18432 - 10240);
     assert_int_equal(p16.total - pdef.total, 18432 - 10240);
     assert_int_equal(pdef.ws_moe - p64.ws_moe, 10240 - 6144);
-    const fm_w4a8_moe_ws L16 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 16, FM_W4A8_DISPATCH_E4M3);
-    const fm_w4a8_moe_ws L32 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 32, FM_W4A8_DISPATCH_E4M3);
-    const fm_w4a8_moe_ws L64 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 64, FM_W4A8_DISPATCH_E4M3);
+    const fm_w4a8_moe_ws L16 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 16, FM_W4A8_DISPATCH_E4M3, false);
+    const fm_w4a8_moe_ws L32 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 32, FM_W4A8_DISPATCH_E4M3, false);
+    const fm_w4a8_moe_ws L64 = fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, 64, FM_W4A8_DISPATCH_E4M3, false);
     assert_int_equal(p16.ws_moe, L16.total);
     assert_int_equal(pdef.ws_moe, L32.total);
     assert_int_equal(p64.ws_moe, L64.total);

@@ -247,6 +247,43 @@ static void test_refuses_non_p2(void **state) {
     free_p2(&m);
 }
 
+/* The warp-specialised kernel's split of a packed bank's scales: rs 2^-6 x 2^j = each group's scale exactly, j in
+ * the table's range, padded rows zero; a row off the int4-p2 form named */
+static void test_split_scales(void **state) {
+    (void)state;
+    seed(5);
+    const int64_t rows = 40, K = 520, G = 5, rows_pad = 64;
+    const int32_t n = 2;
+    uint16_t *sc = malloc((size_t)(n * G * rows_pad) * 2);
+    for (int32_t e = 0; e < n; e++) {
+        p2_matrix m = make_p2(rows, K);
+        uint8_t *codes = malloc((size_t)(rows_pad * G * 64));
+        fm_w4a8_fold_pack(m.q, m.scales, rows, K, e == 1, rows_pad, codes, sc + e * G * rows_pad);
+        free(codes), free_p2(&m);
+    }
+    int8_t *j = malloc((size_t)(n * G * rows_pad));
+    float *rs = malloc((size_t)(n * rows_pad) * sizeof(float));
+    int32_t bm = 7;
+    int64_t br = 7;
+    assert_true(fm_w4a8_fold_split_scales(sc, n, rows, rows_pad, G, j, rs, &bm, &br));
+    for (int32_t e = 0; e < n; e++)
+        for (int64_t r = 0; r < rows_pad; r++) {
+            const float row = rs[e * rows_pad + r];
+            if (r >= rows) assert_true(row == 0.0f);
+            for (int64_t g = 0; g < G; g++) {
+                const int32_t jj = j[(e * G + g) * rows_pad + r];
+                const float s = fm_bf16_to_f32(sc[(e * G + g) * rows_pad + r]);
+                assert_true(jj >= FM_FOLD_J_MIN && jj <= FM_FOLD_J_MAX);
+                assert_true(ldexpf(row, jj) == s); /* rs 2^-6 x 2^(k + 6) = rs 2^k */
+            }
+        }
+    sc[(1 * G + 3) * rows_pad + 17] = fm_f32_to_bf16(fm_bf16_to_f32(sc[(1 * G + 3) * rows_pad + 17]) * 1.5f);
+    assert_false(fm_w4a8_fold_split_scales(sc, n, rows, rows_pad, G, j, rs, &bm, &br));
+    assert_int_equal(bm, 1);
+    assert_int_equal(br, 17);
+    free(sc), free(j), free(rs);
+}
+
 static void test_cpu_route(void **state) {
     (void)state;
     seed(6);
@@ -296,6 +333,18 @@ static void test_cpu_route(void **state) {
     double d = 0.0, n = 0.0;
     for (int64_t i = 2 * H; i < T * H; i++) d += (o[0][i] - o[1][i]) * (o[0][i] - o[1][i]), n += o[0][i] * o[0][i];
     assert_true(sqrt(d / n) < 0.1); /* two e4m3 roundings of the same activations */
+    /* the warp-specialised GEMMs' form (w4a8.fold_ws=on): h with one scale per token, which for I = 128 (one group)
+       is the per-128-channel scale: the same output bit for bit (moe.gemv=off: the route skips the GEMVs' pairs) */
+    fm_backend *ws = NULL;
+    fm_bank *wb[2];
+    float ow[4 * 256];
+    assert_int_equal(fm_backend_create("cpu", &plan, 1, "w4a8.kernel=fold,w4a8.fold_ws=on,moe.gemv=off", &ws, &err),
+                     FM_OK);
+    assert_int_equal(ws->ops->bank_create(ws, &f.gate_up, plan.w_expert, &wb[0], &err), FM_OK);
+    assert_int_equal(ws->ops->bank_create(ws, &f.down, plan.w_expert, &wb[1], &err), FM_OK);
+    ws->ops->moe(ws, wb[0], wb[1], x, T, ids, w, k, plan.a_dispatch, plan.a_expert, ow);
+    assert_memory_equal(o[1], ow, sizeof ow);
+    ws->ops->bank_free(ws, wb[0]), ws->ops->bank_free(ws, wb[1]), ws->ops->destroy(ws);
     for (int i = 0; i < 2; i++) {
         be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
         be[i]->ops->destroy(be[i]);
@@ -304,13 +353,10 @@ static void test_cpu_route(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_and_conversion),
-        cmocka_unit_test(test_conversion_exhaustive),
-        cmocka_unit_test(test_emulation_exact),
-        cmocka_unit_test(test_emulation_vs_fp32),
-        cmocka_unit_test(test_emulation_per_group),
-        cmocka_unit_test(test_refuses_non_p2),
-        cmocka_unit_test(test_cpu_route),
+        cmocka_unit_test(test_layout_and_conversion), cmocka_unit_test(test_conversion_exhaustive),
+        cmocka_unit_test(test_emulation_exact),       cmocka_unit_test(test_emulation_vs_fp32),
+        cmocka_unit_test(test_emulation_per_group),   cmocka_unit_test(test_refuses_non_p2),
+        cmocka_unit_test(test_split_scales),          cmocka_unit_test(test_cpu_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

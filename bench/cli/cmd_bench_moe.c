@@ -54,8 +54,11 @@ static const char *HELP =
     "                                        tensor scale computed on the device\n"
     "                     fp8-fold           fp8-grouped's formats on int4-p2 weights (quantized at load as with\n"
     "                                        --int4-scales p2), route w4a8.kernel=fold: the group scale in the\n"
-    "                                        e4m3 operand, one activation scale per token (sm_90; the cpu backend\n"
-    "                                        emulates the per-token activations)\n"
+    "                                        e4m3 operand, one activation scale per token, the fold GEMM at every\n"
+    "                                        T (w4a8.fold_ws=off; sm_90; the cpu backend emulates the per-token\n"
+    "                                        activations)\n"
+    "                     fp8-fold-ws        fp8-fold on the warp-specialised GEMMs above the decode GEMVs' pairs\n"
+    "                                        (w4a8.fold_ws=on): 256-row tiles, h per token\n"
     "                     fp8-grouped-token  fp8-grouped with route moe.act_scale=token: one activation scale per\n"
     "                                        token into the gate|up GEMM, the promotion by the weight scale alone\n"
     "                                        (sm_90; the cpu backend emulates the per-token activations)\n"
@@ -110,12 +113,13 @@ enum {
     ROUTE_FP4_NV,
     ROUTE_FP8_FOLD,
     ROUTE_FP8_TOKEN,
+    ROUTE_FP8_FOLD_WS,
     ROUTE_COUNT
 };
 
 static const char *const route_names[ROUTE_COUNT] = {
-    "int4-per-token",    "bf16-cublas",    "fp8-cublaslt-loop", "fp8-grouped", "fp8-grouped-zp",
-    "fp8-grouped-block", "fp4-grouped-mx", "fp4-grouped-nv",    "fp8-fold",    "fp8-grouped-token"};
+    "int4-per-token", "bf16-cublas",    "fp8-cublaslt-loop", "fp8-grouped",       "fp8-grouped-zp", "fp8-grouped-block",
+    "fp4-grouped-mx", "fp4-grouped-nv", "fp8-fold",          "fp8-grouped-token", "fp8-fold-ws"};
 
 static const struct {
     fm_preset preset;     /* the plan its backend is created with */
@@ -132,6 +136,7 @@ static const struct {
     {FM_PRESET_FP8, FM_DISPATCH_NVFP4, true},
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-fold: int4-p2 experts on the fold GEMM (w4a8.kernel=fold) */
     {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-grouped-token: moe.act_scale=token */
+    {FM_PRESET_FP8, FM_DISPATCH_PRESET, true}, /* fp8-fold-ws: fp8-fold on the warp-specialised GEMMs */
 };
 
 typedef struct result {
@@ -319,8 +324,9 @@ static void run_tokens(route_ctx *rc, const bench_cfg *c, int ti, result *res) {
     res->t.weight_bytes = rc->weight_bytes * res->touched / s->E;
     res->act_bytes = 2.0 * (double)(T * s->H) * (double)act;
     if (be->plan.w_expert == FM_W_INT4_G128_TC) { /* the W4A8 grouped routes: x and xs of their workspace */
-        const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)s->k, (uint64_t)s->E, (uint64_t)s->H,
-                                                    (uint64_t)s->I, 64, fm_w4a8_dispatch_of(be->plan.a_dispatch));
+        const fm_w4a8_moe_ws L =
+            fm_w4a8_moe_layout((uint64_t)T, (uint64_t)s->k, (uint64_t)s->E, (uint64_t)s->H, (uint64_t)s->I, 64,
+                               fm_w4a8_dispatch_of(be->plan.a_dispatch), false);
         res->dispatch_bytes = (double)(L.xsum - L.x); /* codes and scales, each 256-byte aligned */
     }
     const double bw_s = (res->t.weight_bytes + res->act_bytes) / BENCH_BANDWIDTH_BYTES_PER_S;
@@ -350,15 +356,18 @@ static fm_status run_route(bench_cfg *c, int route, result *res, fm_error *err) 
     fm_status st = fm_plan_set_dispatch(&plan, routes[route].dispatch, &e);
     /* fp8-fold: the synthetic weights quantized at load with int4-p2 scales (on the device on cuda: seconds, where the
        host's quantizer took tens of them at Qwen3's shape) */
-    if (!st && route == ROUTE_FP8_FOLD) st = fm_plan_set_int4_scales(&plan, FM_INT4_SCALES_P2, &e);
+    if (!st && (route == ROUTE_FP8_FOLD || route == ROUTE_FP8_FOLD_WS))
+        st = fm_plan_set_int4_scales(&plan, FM_INT4_SCALES_P2, &e);
     if (route == ROUTE_LT && strcmp(c->b.backend, "cuda") != 0)
         st = fm_fail(&e, FM_ERR_UNSUPPORTED, "fp8-cublaslt-loop runs on the cuda backend only");
-    char fold_routes[sizeof c->b.routes + 32];
+    char fold_routes[sizeof c->b.routes + 48];
     const char *route_spec = bench_routes(&c->b);
-    /* after the user's: fp8-fold is the fold kernel, fp8-grouped-token the per-token activation scales */
-    const char *own = route == ROUTE_FP8_FOLD    ? "w4a8.kernel=fold"
-                      : route == ROUTE_FP8_TOKEN ? "moe.act_scale=token"
-                                                 : NULL;
+    /* after the user's: fp8-fold is the fold GEMM, fp8-fold-ws the warp-specialised one (above the decode GEMVs'
+       pairs, both), fp8-grouped-token the per-token activation scales */
+    const char *own = route == ROUTE_FP8_FOLD      ? "w4a8.kernel=fold,w4a8.fold_ws=off"
+                      : route == ROUTE_FP8_FOLD_WS ? "w4a8.kernel=fold,w4a8.fold_ws=on"
+                      : route == ROUTE_FP8_TOKEN   ? "moe.act_scale=token"
+                                                   : NULL;
     if (own) {
         snprintf(fold_routes, sizeof fold_routes, "%s%s%s", route_spec ? route_spec : "", route_spec ? "," : "", own);
         route_spec = fold_routes;

@@ -18,6 +18,8 @@ typedef struct fm_backend_ws {
     size_t side;   /* the side stream's scratch (a shared expert beside the routed ones); 0: no side stream */
     size_t libs;   /* the libraries' workspaces (cuBLAS, cuBLASLt) */
     size_t linear; /* one linear op's quantized input rows (cpu) */
+    size_t tables; /* tables a route keeps beside the banks (cuda, w4a8.kernel=fold: the experts' exponents and row
+                      scales, cuda_bank_fold.cu) */
     bool overflow; /* a size did not fit in 64 bits */
 } fm_backend_ws;
 

@@ -59,6 +59,11 @@ static void now_w4a8_codes(const fm_routes *r, char *b, size_t n) {
              : r->w4a8_codes == FM_ROUTE_CODES_REGS ? "registers"
                                                     : "ring for 16/32-row tiles or P < 64 E, else registers");
 }
+static void now_fold_ws(const fm_routes *r, char *b, size_t n) {
+    if (!fm_routes_w4a8_fold(r)) snprintf(b, n, "off (w4a8.kernel is not fold)");
+    else if (r->fold_ws == FM_ROUTE_AUTO) snprintf(b, n, "from %d rows an expert", FM_FOLD_WS_MIN_ROWS_PER_EXPERT);
+    else snprintf(b, n, "%s", on_off(r->fold_ws == FM_ROUTE_ON));
+}
 static void now_dense_gemv(const fm_routes *r, char *b, size_t n) { snprintf(b, n, "%s", on_off(fm_routes_gemv(r))); }
 static void now_w8a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%d", fm_routes_w8a8_gemv_max_m(r));
@@ -457,6 +462,15 @@ static const route_key route_keys[] = {
      "30B-A3B's expert gate|up GEMV 13.6 us at 4 groups a warp and 432 CTAs, 11.5 us at 8 and 216; docs/RESULTS.md "
      "2.19). The W8A8 GEMV keeps its own split",
      now_gemv_groups},
+    {"w4a8.fold_ws", FIELD(fold_ws), "auto|on|off", SWITCH_WORDS, "from 128 rows an expert",
+     "under w4a8.kernel=fold: the warp-specialised prefill GEMMs (256-row tiles, h per token)",
+     "under `w4a8.kernel=fold`, the experts' GEMMs above the decode GEMVs' pairs: the warp-specialised kernel "
+     "(converter warpgroups feeding ss-wgmma, tiles of 256 routed rows x 128 weight rows, all of K in one "
+     "accumulation; h in bf16, then e4m3 with one scale per token into the down GEMM) or the fold GEMM (64-row tiles, "
+     "promotion every 4 groups, h per 128 channels). `auto` takes the warp-specialised kernel from 128 rows an "
+     "expert on average (P >= 128 E), where its tiles are at most half padding; the cpu backend quantizes h the same "
+     "way at the same shapes",
+     now_fold_ws},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -622,6 +636,11 @@ bool fm_routes_w4a8_wgmma(const fm_routes *r) {
 }
 
 bool fm_routes_w4a8_fold(const fm_routes *r) { return r->w4a8_kernel == FM_ROUTE_W4A8_FOLD; }
+
+bool fm_routes_fold_ws(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k) {
+    if (!fm_routes_w4a8_fold(r) || r->fold_ws == FM_ROUTE_OFF || P < 1 || fm_routes_moe_gemv(r, P, E, k)) return false;
+    return r->fold_ws == FM_ROUTE_ON || P >= FM_FOLD_WS_MIN_ROWS_PER_EXPERT * E;
+}
 
 bool fm_routes_attention_wgmma(const fm_routes *r, int32_t hd) {
     if (hd != FM_ATTENTION_WGMMA_HD || r->attention_kernel == FM_ROUTE_ATTENTION_MMA) return false;

@@ -121,6 +121,7 @@ typedef struct fm_routes {
     int32_t moe_act_scale;    /* moe.act_scale: fm_route_moe_act_scale */
     int32_t moe_persistent;   /* moe.persistent: fm_route_switch */
     int32_t attn_persistent;  /* attn.persistent: fm_route_switch */
+    int32_t fold_ws;          /* w4a8.fold_ws: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -168,6 +169,13 @@ bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma k
  * (w4a8.kernel=fold): it changes the activations' rounding (one scale per token), and no GPU run has timed it yet
  * (bench/NOTES.md 2026-12-05 twenty-third session: the design and the predictions). */
 bool fm_routes_w4a8_fold(const fm_routes *r);
+/* Under w4a8.kernel=fold, whether the MoE of P pairs over E experts (top-k k) runs the warp-specialised prefill GEMMs
+ * (cuda/w4a8_fold_ws.cu: the dispatch's tiles of FM_FOLD_WS_TILE_ROWS rows, h in bf16 then e4m3 with one scale per
+ * token into the down GEMM) rather than the fold GEMM: auto from 128 rows an expert on average, where its 256-row
+ * tiles are at most half padding (bench/NOTES.md, thirty-eighth session), never on the decode GEMVs' pairs. The cpu
+ * backend asks the same to quantize h as the GPU does. */
+bool fm_routes_fold_ws(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k);
+#define FM_FOLD_WS_MIN_ROWS_PER_EXPERT 128
 /* The FP4 gate|up GEMM of tile_rows-row tiles expands on a producer warpgroup (the wgmma kernel only; mma.sync
  * expands inline). Measured (bench moe, Qwen3 T = 512 / 2048 / 8192, H200, bench/NOTES.md 2026-12-02 "FP4 expansion off
  * the MMA warps"): MX 0.216 / 0.493 / 1.584 ms against 0.222 / 0.525 / 1.712 inline, NV 0.243 / 0.555 / 1.783 against

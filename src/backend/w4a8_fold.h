@@ -63,6 +63,14 @@ static inline int64_t fm_w4a8_fold_source_row(int64_t r, int64_t rows, bool inte
 void fm_w4a8_fold_pack(const int8_t *q, const float *scales, int64_t rows, int64_t K, bool interleaved,
                        int64_t rows_pad, uint8_t *codes, uint16_t *scales_bf16);
 
+/* The warp-specialised kernel's form of a bank's scales (cuda/w4a8_fold_ws.cu reads them instead of the bf16
+ * scales): for n matrices with bf16 p2 scales [n][G][rows_pad] (bits), the operand's exponent j = k + 6 per (matrix,
+ * group, row) into fold_j [n][G][rows_pad] and the row scale rs x 2^-6 per (matrix, row) into fold_rs [n][rows_pad]
+ * (rows past `rows` and all-zero rows: j 0, rs 0). False, with *bad_m and *bad_r naming the first such row, when a
+ * row's scales do not have the int4-p2 form (fm_int4_p2_split); the arrays are then incomplete. */
+bool fm_w4a8_fold_split_scales(const uint16_t *scales_bf16, int32_t n, int64_t rows, int64_t rows_pad, int64_t G,
+                               int8_t *fold_j, float *fold_rs, int32_t *bad_m, int64_t *bad_r);
+
 /* The kernel's conversion of one code word with the table of exponent j, in C (the tests check it against e4m3 of
  * q x 2^j): lo gets the e4m3 bytes of codes k0..k0+3, hi of k0+4..k0+7. */
 void fm_w4a8_fold_convert_word(uint32_t w, int32_t j, uint32_t *lo, uint32_t *hi);

@@ -14,6 +14,7 @@
 #ifndef FM_W4A8_WORKSPACE_H
 #define FM_W4A8_WORKSPACE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/routes.h" /* FM_W4A8_BN, _MID, _SMALL: the tile rows, fm_routes_w4a8_tile_rows */
@@ -46,7 +47,7 @@ typedef struct fm_w4a8_moe_ws {
 } fm_w4a8_moe_ws;
 
 static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t E, uint64_t H, uint64_t I, uint64_t bn,
-                                                fm_w4a8_dispatch d) {
+                                                fm_w4a8_dispatch d, bool h16_all) {
     const uint64_t P = T * k, Hp = fm_w4a8_pad128(H), Ip = fm_w4a8_pad128(I);
     const uint64_t Pg = P < FM_MOE_GEMV_MAX_PAIRS ? P : FM_MOE_GEMV_MAX_PAIRS;
     const bool fp4 = d != FM_W4A8_DISPATCH_E4M3;
@@ -70,8 +71,9 @@ static inline fm_w4a8_moe_ws fm_w4a8_moe_layout(uint64_t T, uint64_t k, uint64_t
     w.hsum = o, o += fm_w4a8_align(Ip / 128 * P * 4);
     w.y = o, o += fm_w4a8_align(P * H * 2);
     /* the grouped GEMV route (decode: moe.gemv_max_pairs) writes h in bf16 before quantizing it; sized for at most
-       FM_MOE_GEMV_MAX_PAIRS pairs so the total grows with P (a plan made at the largest step covers every step) */
-    w.h16 = o, o += fm_w4a8_align((P < FM_MOE_GEMV_MAX_PAIRS ? P : FM_MOE_GEMV_MAX_PAIRS) * I * 2);
+       FM_MOE_GEMV_MAX_PAIRS pairs so the total grows with P (a plan made at the largest step covers every step);
+       h16_all: for every pair (the fold route's warp-specialised GEMMs, w4a8.fold_ws: fm_routes_fold_ws) */
+    w.h16 = o, o += fm_w4a8_align((h16_all || P < FM_MOE_GEMV_MAX_PAIRS ? P : FM_MOE_GEMV_MAX_PAIRS) * I * 2);
     w.total = o;
     return w;
 }
@@ -88,7 +90,7 @@ static inline uint64_t fm_w4a8_linear_ws_bytes(uint64_t M, uint64_t K) {
 static inline uint64_t fm_w4a8_ep_ws_bytes(uint64_t T, uint64_t k, uint64_t E, uint64_t N, uint64_t H, uint64_t I,
                                            fm_w4a8_dispatch d) {
     const uint64_t cap = ((T + N - 1) / N * k + 7) / 8 * 8, P = N * cap;
-    return fm_w4a8_moe_layout(P, 1, E / N, H, I, FM_W4A8_BN_SMALL, d).total + fm_w4a8_align(P * 4);
+    return fm_w4a8_moe_layout(P, 1, E / N, H, I, FM_W4A8_BN_SMALL, d, false).total + fm_w4a8_align(P * 4);
 }
 
 #endif

@@ -233,9 +233,10 @@ static void add_workspace(planner *pl, const fm_config *c, const fm_plan *plan) 
     fm_backend_ws ws;
     pl->kind->workspace(c, plan, pl->routes, p->n_layers, p->tokens, &ws);
     pl->s.ovf |= ws.overflow;
-    p->ws_moe = ws.moe, p->ws_side = ws.side, p->ws_libs = ws.libs, p->ws_linear = ws.linear;
+    p->ws_moe = ws.moe, p->ws_side = ws.side, p->ws_libs = ws.libs, p->ws_linear = ws.linear, p->ws_tables = ws.tables;
     sz *s = &pl->s;
-    p->workspace = to_size(s, add(s, add(s, add(s, p->ws_moe, p->ws_side), p->ws_libs), p->ws_linear));
+    p->workspace =
+        to_size(s, add(s, add(s, add(s, add(s, p->ws_moe, p->ws_side), p->ws_libs), p->ws_linear), p->ws_tables));
 }
 
 fm_status fm_memory_bank_bytes(const fm_config *cfg, const fm_plan *plan, const char *backend, fm_wfamily wf, int32_t n,

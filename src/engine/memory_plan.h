@@ -72,7 +72,8 @@ typedef struct fm_memory_plan {
     size_t ws_libs;   /* cuda: cuBLAS's workspace (32 MiB, given at the reservation) and cuBLASLt's (32 MiB, W8A8);
                          with a side stream, its cuBLAS handle's (32 MiB) */
     size_t ws_linear; /* cpu: one linear op's quantized input rows, tokens * (K + ceil(K/128)) fp32, largest K */
-    size_t workspace; /* ws_moe + ws_side + ws_libs + ws_linear: all can be alive at once during a forward pass */
+    size_t ws_tables; /* cuda, w4a8.kernel=fold: the expert banks' exponents and row scales (cuda_bank_fold.cu) */
+    size_t workspace; /* ws_moe + ws_side + ws_libs + ws_linear + ws_tables: all alive during a forward pass */
 
     int32_t kv_seqs; /* generation (fm_memory_plan_add_generation): sequences, and tokens per sequence */
     int64_t kv_ctx;

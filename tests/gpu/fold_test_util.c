@@ -121,6 +121,11 @@ routed fold_route_rows(int64_t P, int32_t E, int32_t bn) {
 
 void fold_emulate(const p2_bank *b, const routed *rt, const uint8_t *x8, int64_t ldx, const float *xs, int64_t lds,
                   bool per_group, float *y_ref, float *mag) {
+    fold_emulate_promote(b, rt, x8, ldx, xs, lds, per_group, FM_FOLD_PROMOTE, y_ref, mag);
+}
+
+void fold_emulate_promote(const p2_bank *b, const routed *rt, const uint8_t *x8, int64_t ldx, const float *xs,
+                          int64_t lds, bool per_group, int32_t promote, float *y_ref, float *mag) {
     for (int64_t i = 0; i < rt->P; i++) {
         const int32_t e = rt->expert_of[i];
         const int8_t *q = b->q + e * b->rows * b->K;
@@ -129,7 +134,7 @@ void fold_emulate(const p2_bank *b, const routed *rt, const uint8_t *x8, int64_t
         if (per_group)
             for (int64_t g = 0; g < b->G; g++) xs1[g] = xs[g * lds + i];
         assert_true(fm_w4a8_fold_ref(q, sc, b->rows, b->K, x8 + i * ldx, ldx, per_group ? xs1 : xs + i, 1, per_group, 1,
-                                     FM_FOLD_PROMOTE, y_ref + i * b->rows));
+                                     promote, y_ref + i * b->rows));
         for (int64_t r = 0; r < b->rows; r++) {
             double m = 0.0;
             for (int64_t k = 0; k < b->K; k++)
@@ -141,12 +146,17 @@ void fold_emulate(const p2_bank *b, const routed *rt, const uint8_t *x8, int64_t
 }
 
 void fold_check_close(const float *y, const float *ref, const float *mag, int64_t n, const char *what) {
+    fold_check_close_acc(y, ref, mag, n, 0x1p-11, what);
+}
+
+void fold_check_close_acc(const float *y, const float *ref, const float *mag, int64_t n, double acc_rel,
+                          const char *what) {
     int64_t worst = 0;
     double worst_r = 0.0;
     for (int64_t i = 0; i < n; i++) {
         /* one bf16 ulp of the output (2^-7 relative at most), and the FP8 accumulator's truncation (~2^-13 of the
            block's magnitude per block) */
-        const double bound = fabs(ref[i]) * 0x1p-7 + mag[i] * 0x1p-11 + 1e-30;
+        const double bound = fabs(ref[i]) * 0x1p-7 + mag[i] * acc_rel + 1e-30;
         const double r = fabs(y[i] - ref[i]) / bound;
         if (!(r <= worst_r)) worst_r = r, worst = i;
     }
@@ -204,6 +214,12 @@ static void make_p2_linear(const int8_t *q, const float *sc, int64_t N, int64_t 
 
 void fold_emulate_moe(const p2_bank *gu, const p2_bank *dn, const float *x, int64_t T, const int32_t *ids,
                       const float *w, int32_t k, float *out) {
+    fold_emulate_moe_form(gu, dn, x, T, ids, w, k, false, out);
+}
+
+void fold_emulate_moe_form(const p2_bank *gu, const p2_bank *dn, const float *x, int64_t T, const int32_t *ids,
+                           const float *w, int32_t k, bool ws, float *out) {
+    const int32_t promote = ws ? 0 : FM_FOLD_PROMOTE; /* the warp-specialised GEMMs: all of K in one block */
     const int64_t H = dn->rows, I = dn->K, Hp = gu->G * 128, Ip = dn->G * 128;
     uint8_t *x8 = malloc((size_t)Hp), *h8 = malloc((size_t)Ip);
     float xs, *yg = malloc((size_t)(2 * I) * sizeof(float)), *yd = malloc((size_t)H * sizeof(float));
@@ -214,10 +230,17 @@ void fold_emulate_moe(const p2_bank *gu, const p2_bank *dn, const float *x, int6
         for (int32_t j = 0; j < k; j++) {
             const int32_t e = ids[t * k + j];
             assert_true(fm_w4a8_fold_ref(gu->q + e * gu->rows * H, gu->scales + e * gu->rows * gu->G, 2 * I, H, x8, Hp,
-                                         &xs, 1, false, 1, FM_FOLD_PROMOTE, yg));
+                                         &xs, 1, false, 1, promote, yg));
             for (int64_t c = 0; c < Ip; c++) {
                 const float g = c < I ? fm_round_bf16(yg[c]) : 0.0f, u = c < I ? fm_round_bf16(yg[I + c]) : 0.0f;
                 hv[c] = fm_round_bf16(g / (1.0f + expf(-g)) * u);
+            }
+            if (ws) { /* h in bf16, then e4m3 with one scale per token (fm_cuda_fold_quantize_tokens) */
+                fm_w4a8_fold_quantize_tokens(hv, 1, I, I, h8, Ip, hs);
+                assert_true(fm_w4a8_fold_ref(dn->q + e * H * I, dn->scales + e * H * dn->G, H, I, h8, Ip, hs, 1, false,
+                                             1, 0, yd));
+                for (int64_t c = 0; c < H; c++) out[t * H + c] += fm_round_bf16(w[t * k + j]) * fm_round_bf16(yd[c]);
+                continue;
             }
             for (int64_t g = 0; g < dn->G; g++) { /* the SwiGLU epilogue's e4m3: x (1 / scale) */
                 float m = 0.0f;

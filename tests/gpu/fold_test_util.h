@@ -63,13 +63,23 @@ void fold_free_routed(routed *r);
  * [G][lds]. */
 void fold_emulate(const p2_bank *b, const routed *rt, const uint8_t *x8, int64_t ldx, const float *xs, int64_t lds,
                   bool per_group, float *y_ref, float *mag);
+/* ... promoting every `promote` groups (<= 0: all of K in one block, the warp-specialised kernel's) */
+void fold_emulate_promote(const p2_bank *b, const routed *rt, const uint8_t *x8, int64_t ldx, const float *xs,
+                          int64_t lds, bool per_group, int32_t promote, float *y_ref, float *mag);
 /* Fails unless every |y - ref| is within one bf16 ulp of ref plus 2^-11 of its magnitude (the FP8 accumulator's
  * truncation, ~2^-13 of a block's magnitude per block); prints the worst ratio to that bound. */
 void fold_check_close(const float *y, const float *ref, const float *mag, int64_t n, const char *what);
+/* ... with acc_rel of the magnitude for the accumulator (all of K in one block: ~2^-13 per k32 step) */
+void fold_check_close_acc(const float *y, const float *ref, const float *mag, int64_t n, double acc_rel,
+                          const char *what);
 
 /* The fold MoE emulated (per-token x, gate|up, SwiGLU, h per 128 channels, down per group, combine): out [T][H] */
 void fold_emulate_moe(const p2_bank *gu, const p2_bank *dn, const float *x, int64_t T, const int32_t *ids,
                       const float *w, int32_t k, float *out);
+/* ... or (ws) as the warp-specialised GEMMs compute it (route w4a8.fold_ws): both GEMMs over all of K in one block,
+ * h in bf16 then e4m3 with one scale per token into the down GEMM */
+void fold_emulate_moe_form(const p2_bank *gu, const p2_bank *dn, const float *x, int64_t T, const int32_t *ids,
+                           const float *w, int32_t k, bool ws, float *out);
 
 /* The banks' matrices as expert sources in our checkpoint format with int4-p2 scales (compressed-tensors
  * pack-quantized, symmetric, bf16 scales: what `requantize --scales p2` writes), bound as a checkpoint's tensors

@@ -28,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/w4a8_fold_gemm.h"
+#include "backend/cuda/w4a8_fold_ws.h"
 #include "backend/w4a8_fold.h"
 #include "fold_test_util.h"
 #include "gpu_test_util.h"
@@ -319,6 +320,123 @@ static void test_swiglu(void **state) {
     fold_free_routed(&rt), fold_free_bank(&b);
 }
 
+/* ---- the warp-specialised prefill GEMM (w4a8_fold_ws.cu) ---- */
+
+/* The bank's int4-p2 scales as the kernel reads them (fm_w4a8_fold_split_scales of the device's bf16 scales) */
+static void ws_split(const p2_bank *b, int8_t **dj, float **drs) {
+    const int64_t ns = b->n * b->G * b->rows_pad, nr = b->n * b->rows_pad;
+    uint16_t *hs = malloc((size_t)ns * 2);
+    int8_t *hj = malloc((size_t)ns);
+    float *hr = malloc((size_t)nr * sizeof(float));
+    FOLD_CK(cudaMemcpy(hs, b->d_scales, (size_t)ns * 2, cudaMemcpyDeviceToHost));
+    int32_t bm = 0;
+    int64_t br = 0;
+    assert_true(fm_w4a8_fold_split_scales(hs, b->n, b->rows, b->rows_pad, b->G, hj, hr, &bm, &br));
+    *dj = fold_dev_copy(hj, (size_t)ns), *drs = fold_dev_copy(hr, (size_t)nr * sizeof(float));
+    free(hs), free(hj), free(hr);
+}
+
+/* P routed rows over E experts in 256-row tiles against the emulation with all of K in one block: bf16 out through a
+ * row map, or (swiglu) h = silu(g) u in bf16 of an interleaved gate|up bank; NaN guards around the output */
+static void run_ws(int64_t P, int32_t E, int64_t rows, int64_t K, bool swiglu) {
+    fold_seed((uint64_t)(P * 7 + rows + K + swiglu));
+    const int64_t G = (K + 127) / 128, ldx = 128 * G, I = rows / 2;
+    p2_bank b = swiglu ? fold_make_bank(E, rows, K, true) : fold_make_bank_random(E, rows, K, false);
+    routed rt = fold_route_rows(P, E, FM_FOLD_WS_TILE_ROWS);
+    float *x = malloc((size_t)(P * K) * sizeof(float)), *xs = malloc((size_t)P * sizeof(float));
+    uint8_t *x8 = malloc((size_t)(P * ldx));
+    for (int64_t i = 0; i < P * K; i++) x[i] = fm_round_bf16(fold_gauss() * (i % 301 == 0 ? 20.0f : 1.0f));
+    fm_w4a8_fold_quantize_tokens(x, P, K, K, x8, ldx, xs);
+    int32_t *row_map = malloc((size_t)P * 4);
+    for (int64_t i = 0; i < P; i++) row_map[i] = (int32_t)((i * 5 + 3) % P);
+    if (P % 5 == 0)
+        for (int64_t i = 0; i < P; i++) row_map[i] = (int32_t)(P - 1 - i);
+    int8_t *dj = NULL;
+    float *drs = NULL;
+    ws_split(&b, &dj, &drs);
+    uint8_t *dx8 = fold_dev_copy(x8, (size_t)(P * ldx));
+    float *dxs = fold_dev_copy(xs, (size_t)P * 4);
+    int32_t *dmap = fold_dev_copy(row_map, (size_t)P * 4), *dn = fold_dev_copy(&rt.n_tiles, 4);
+    fm_fold_tile *dtiles = fold_dev_copy(rt.tiles, (size_t)rt.n_tiles * sizeof(fm_fold_tile));
+    const int64_t cols = swiglu ? I : rows, ny = P * cols;
+    uint16_t *hy = malloc((size_t)(ny + 2 * GPU_TEST_GUARD) * 2), *dy = NULL;
+    for (int64_t i = 0; i < ny + 2 * GPU_TEST_GUARD; i++) hy[i] = 0x7FC0; /* NaN */
+    dy = fold_dev_copy(hy, (size_t)(ny + 2 * GPU_TEST_GUARD) * 2);
+    fm_fold_ws_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = b.d_codes, a.fold_j = dj, a.fold_rs = drs, a.rows = rows, a.rows_pad = b.rows_pad, a.n_groups = G;
+    a.x = dx8, a.ldx = ldx, a.slots = P, a.xs = dxs;
+    a.tiles = dtiles, a.n_tiles = dn, a.max_tiles = rt.n_tiles + 3; /* spare tiles: nothing to do */
+    a.out = swiglu ? FM_FOLD_WS_OUT_SWIGLU : FM_FOLD_WS_OUT_BF16, a.y = dy + GPU_TEST_GUARD, a.ldy = cols;
+    a.row_map = swiglu ? NULL : dmap;
+    fm_cuda_w4a8_fold_ws_gemm(&a, NULL);
+    FOLD_CK(cudaDeviceSynchronize());
+    FOLD_CK(cudaMemcpy(hy, dy, (size_t)(ny + 2 * GPU_TEST_GUARD) * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < GPU_TEST_GUARD; i++) {
+        assert_int_equal(hy[i], 0x7FC0);
+        assert_int_equal(hy[GPU_TEST_GUARD + ny + i], 0x7FC0);
+    }
+    float *ref = malloc((size_t)(P * rows) * sizeof(float)), *mag = malloc((size_t)(P * rows) * sizeof(float));
+    fold_emulate_promote(&b, &rt, x8, ldx, xs, 0, false, 0, ref, mag);
+    /* the accumulator over all of K in one block: ~2^-13 of the magnitude per k32 step */
+    const double acc_rel = 0x1p-13 * (double)(G * 4);
+    char what[112];
+    if (swiglu) {
+        int64_t off = 0;
+        double worst = 0.0;
+        for (int64_t i = 0; i < P; i++)
+            for (int64_t c = 0; c < I; c++) {
+                const float g = fm_round_bf16(ref[i * rows + c]), u = fm_round_bf16(ref[i * rows + I + c]);
+                const float hv = fm_round_bf16(g / (1.0f + expf(-g)) * u);
+                const float got = fm_bf16_to_f32(hy[GPU_TEST_GUARD + i * I + c]);
+                assert_false(isnan(got));
+                /* two bf16 roundings of g and u and the fast exp, plus the accumulator's share through silu(g) u */
+                const double tol =
+                    fabs(hv) * 0x1p-6 +
+                    acc_rel * (mag[i * rows + c] * (fabs(u) + 1.0) + mag[i * rows + I + c] * (fabs(g) + 1.0)) + 1e-6;
+                const double r = fabs(got - hv) / tol;
+                if (r > worst) worst = r;
+                if (r > 1.0) off++;
+            }
+        printf("fold ws swiglu P = %lld, E = %d, I = %lld, K = %lld: %lld of %lld off, worst %.3g of the bound\n",
+               (long long)P, E, (long long)I, (long long)K, (long long)off, (long long)(P * I), worst);
+        assert_true(off == 0);
+    } else {
+        float *y = malloc((size_t)ny * sizeof(float)), *yr = malloc((size_t)ny * sizeof(float));
+        for (int64_t i = 0; i < P; i++) /* slot i's row landed at row_map[i] */
+            for (int64_t r = 0; r < rows; r++) {
+                const float v = fm_bf16_to_f32(hy[GPU_TEST_GUARD + (int64_t)row_map[i] * rows + r]);
+                assert_false(isnan(v));
+                y[i * rows + r] = v;
+                yr[i * rows + r] = fm_round_bf16(ref[i * rows + r]);
+            }
+        snprintf(what, sizeof what, "fold ws bf16 P = %lld, E = %d, rows = %lld, K = %lld", (long long)P, E,
+                 (long long)rows, (long long)K);
+        fold_check_close_acc(y, yr, mag, ny, acc_rel, what);
+        free(y), free(yr);
+    }
+    cudaFree(dj), cudaFree(drs), cudaFree(dx8), cudaFree(dxs), cudaFree(dmap), cudaFree(dn), cudaFree(dtiles);
+    cudaFree(dy);
+    free(x), free(xs), free(x8), free(row_map), free(hy), free(ref), free(mag);
+    fold_free_routed(&rt), fold_free_bank(&b);
+}
+
+static void test_ws_gemm(void **state) {
+    (void)state;
+    if (!fold_have_sm90()) return;
+    run_ws(7, 4, 200, 1152, false);    /* one partial tile an expert; rows_pad 224: a partial column tile */
+    run_ws(1000, 3, 256, 300, false);  /* several row tiles an expert, K not a multiple of 128 */
+    run_ws(2048, 8, 384, 2048, false); /* three column tiles, 16 groups */
+    run_ws(600, 5, 1024, 640, false);  /* eight column tiles: each CTA walks several items */
+}
+
+static void test_ws_swiglu(void **state) {
+    (void)state;
+    if (!fold_have_sm90()) return;
+    run_ws(300, 4, 672, 768, true); /* I = 336: rows_pad 672, the last column tile 32 rows */
+    run_ws(1500, 6, 256, 1152, true);
+}
+
 /* ---- the moe op under the route ---- */
 
 static void test_moe_route(void **state) {
@@ -415,12 +533,67 @@ static void test_moe_route(void **state) {
     cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
 }
 
+/* the moe op under w4a8.kernel=fold with the warp-specialised GEMMs (w4a8.fold_ws=on; auto takes them from 128 rows
+ * an expert): against the emulation of that form (all of K in one block, h per token) and the cpu moe under the same
+ * routes (which quantizes h per token at the same shapes) */
+static void test_moe_route_ws(void **state) {
+    (void)state;
+    if (!fold_have_sm90()) return;
+    fold_seed(41);
+    const int32_t E = 8, k = 2;
+    const int64_t H = 384, I = 320;
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *gpu = NULL, *cpu = NULL;
+    fm_error err = {{0}};
+    char routes[256];
+    const char *user = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%sw4a8.kernel=fold,w4a8.fold_ws=on", user ? user : "", user ? "," : "");
+    assert_int_equal(fm_backend_create("cuda", &plan, 0, routes, &gpu, &err), FM_OK);
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, "w4a8.kernel=fold,w4a8.fold_ws=on", &cpu, &err), FM_OK);
+    p2_bank gu = fold_make_bank(E, 2 * I, H, false), dn = fold_make_bank(E, H, I, false);
+    fold_experts *src = fold_experts_make(&gu, &dn);
+    fm_bank *b[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [cpu, gpu][gate_up, down] */
+    fm_backend *be[2] = {cpu, gpu};
+    for (int i = 0; i < 2; i++) fold_experts_banks(be[i], src, &b[i][0], &b[i][1]);
+    const int64_t Ts[] = {7, 64, 700};
+    for (int ti = 0; ti < 3; ti++) {
+        const int64_t T = Ts[ti];
+        float *x = malloc((size_t)(T * H) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
+        int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
+        for (int64_t i = 0; i < T * H; i++) x[i] = fm_round_bf16(fold_gauss() * (i % 53 == 0 ? 8.0f : 1.0f));
+        for (int64_t t = 0; t < T; t++) {
+            ids[t * k] = (int32_t)(fold_urand() * E) % E,
+                    ids[t * k + 1] = (ids[t * k] + 1 + (int32_t)(fold_urand() * 6)) % E;
+            w[t * k] = 0.3f + 0.4f * (float)fold_urand(), w[t * k + 1] = 1.0f - w[t * k];
+        }
+        float *g = gpu_run_moe(gpu, b[1][0], b[1][1], x, T, H, ids, w, k);
+        float *c = gpu_run_moe(cpu, b[0][0], b[0][1], x, T, H, ids, w, k);
+        float *ref = malloc((size_t)(T * H) * sizeof(float)), *old = malloc((size_t)(T * H) * sizeof(float));
+        fold_emulate_moe_form(&gu, &dn, x, T, ids, w, k, true, ref);
+        fold_emulate_moe_form(&gu, &dn, x, T, ids, w, k, false, old);
+        char what[112];
+        snprintf(what, sizeof what, "moe fold ws T = %lld vs the emulation", (long long)T);
+        gpu_expect_close(g, ref, T * H, 1e-2, what);
+        snprintf(what, sizeof what, "moe fold ws T = %lld vs the cpu moe under the routes", (long long)T);
+        gpu_expect_close(g, c, T * H, 1e-2, what);
+        /* the two forms of the arithmetic differ by h's rounding: printed, for the accuracy notes */
+        printf("moe fold T = %lld: the ws form vs the fold GEMM's form, normalised error %.3g\n", (long long)T,
+               gpu_nerr(ref, old, T * H));
+        free(x), free(w), free(ids), free(g), free(c), free(ref), free(old);
+    }
+    for (int i = 0; i < 2; i++) be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
+    fold_experts_free(src), fold_free_bank(&gu), fold_free_bank(&dn);
+    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
+}
+
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantize_tokens), cmocka_unit_test(test_quantize_p2),    cmocka_unit_test(test_repack),
         cmocka_unit_test(test_gemm_per_token),  cmocka_unit_test(test_gemm_per_group), cmocka_unit_test(test_swiglu),
-        cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_moe_route),       cmocka_unit_test(test_ws_gemm),        cmocka_unit_test(test_ws_swiglu),
+        cmocka_unit_test(test_moe_route_ws),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

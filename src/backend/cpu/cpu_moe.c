@@ -68,21 +68,6 @@ void cpu_route(fm_backend *be, const void *logitsv, int64_t T, int32_t E, int32_
     cpu_round_act(be, w, T * k);
 }
 
-/* Expert e's FFN on one quantized input row: gate|up, SwiGLU, the down input quantized as a_down, down; every
- * product's output rounded to the activation dtype. Scratch: gu [2I], h [I], hq [I + groups]; y [H]. */
-static void expert_ffn(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const cpu_qrow *xr, int32_t e,
-                       fm_afmt a_down, float *gu, float *h, float *hq, float *y) {
-    const int64_t H = gate_up->cols, I = down->cols;
-    cpu_linear_row(gate_up, e, xr, gu);
-    cpu_round_act(be, gu, 2 * I);
-    for (int64_t i = 0; i < I; i++) h[i] = gu[i] / (1.0f + expf(-gu[i])) * gu[I + i];
-    cpu_round_act(be, h, I);
-    cpu_qrow hr = {hq, hq + I, 1.0f};
-    cpu_quantize_row(h, I, a_down, &hr);
-    cpu_linear_row(down, e, &hr, y);
-    cpu_round_act(be, y, H);
-}
-
 /* Routes w4a8.kernel=fold and moe.act_scale=token: the row in e4m3 with one scale per token (backend/w4a8_fold.h),
  * held as every 128-group's scale of the row, as the GPU's dispatch writes it for moe.act_scale (the products and
  * their sums are the GEMMs' up to fp32 rounding) */
@@ -93,6 +78,23 @@ static void quantize_row_token(const float *x, int64_t K, cpu_qrow *q) {
     for (int64_t k = 0; k < K; k++) q->val[k] = fm_e4m3_to_f32(codes[k]);
     for (int64_t g = 0; g < (K + FM_CPU_GROUP - 1) / FM_CPU_GROUP; g++) q->scale[g] = s;
     free(codes);
+}
+
+/* Expert e's FFN on one quantized input row: gate|up, SwiGLU, the down input quantized as a_down (h_token: e4m3
+ * with one scale per token, as the fold route's warp-specialised GEMMs take it: fm_routes_fold_ws), down; every
+ * product's output rounded to the activation dtype. Scratch: gu [2I], h [I], hq [I + groups]; y [H]. */
+static void expert_ffn(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const cpu_qrow *xr, int32_t e,
+                       fm_afmt a_down, bool h_token, float *gu, float *h, float *hq, float *y) {
+    const int64_t H = gate_up->cols, I = down->cols;
+    cpu_linear_row(gate_up, e, xr, gu);
+    cpu_round_act(be, gu, 2 * I);
+    for (int64_t i = 0; i < I; i++) h[i] = gu[i] / (1.0f + expf(-gu[i])) * gu[I + i];
+    cpu_round_act(be, h, I);
+    cpu_qrow hr = {hq, hq + I, 1.0f};
+    if (h_token) quantize_row_token(h, I, &hr);
+    else cpu_quantize_row(h, I, a_down, &hr);
+    cpu_linear_row(down, e, &hr, y);
+    cpu_round_act(be, y, H);
 }
 
 void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *xv, int64_t T, const void *idsv,
@@ -110,6 +112,8 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
     const bool per_token = e4m3 && (cpu_fold_tokens(be) ||
                                     fm_routes_moe_token_scales(cpu_routes(be), (uint64_t)(T * k), (uint64_t)gate_up->n,
                                                                (uint64_t)k, gate_up->fmt, down->fmt, true));
+    const bool h_token = e4m3 && a_down == FM_A_E4M3_G128 &&
+                         fm_routes_fold_ws(cpu_routes(be), (uint64_t)(T * k), (uint64_t)gate_up->n, (uint64_t)k);
 #pragma omp parallel
     {
         /* per-thread scratch: quantized input row, gate|up, SwiGLU output (quantized), expert output, sum */
@@ -127,7 +131,7 @@ void cpu_moe(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const 
             else cpu_quantize_row(x + t * H, H, a_dispatch, &xr);
             for (int64_t i = 0; i < H; i++) acc[i] = 0.0f;
             for (int32_t j = 0; j < k; j++) {
-                expert_ffn(be, gate_up, down, &xr, ids[t * k + j], a_down, gu, h, hq, y);
+                expert_ffn(be, gate_up, down, &xr, ids[t * k + j], a_down, h_token, gu, h, hq, y);
                 const float wj = w[t * k + j];
                 for (int64_t i = 0; i < H; i++) acc[i] += wj * y[i];
             }
@@ -175,7 +179,7 @@ void cpu_moe_blocks(fm_backend *be, const fm_ep_layout *L, const fm_bank *gate_u
             } else {
                 cpu_expand_fp4_row(row, row + (H + 1) / 2, H, fmt == FM_A_NVFP4, tensor_scale, &xr);
             }
-            expert_ffn(be, gate_up, down, &xr, e, a_down, gu, h, hq, y);
+            expert_ffn(be, gate_up, down, &xr, e, a_down, false, gu, h, hq, y); /* the GPU: the fold GEMM */
             fm_dispatch_row_encode(y, H, FM_A_NATIVE, bf16, 1.0f, yret + (size_t)q * L->row_r);
         }
         free(xq), free(gu), free(h), free(hq), free(y);

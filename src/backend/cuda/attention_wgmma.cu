@@ -36,6 +36,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/tensor_map.cuh"
 #include "backend/cuda/wgmma.cuh"
 
 #define ATW_BM 128 // query rows per block: two consumer warpgroups of 64
@@ -380,26 +381,6 @@ static void atw_fail(const char *what, int64_t T, int32_t nh, int32_t nkv, int32
     abort();
 }
 
-typedef CUresult (*atw_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's tensor-map encoder, reached through the runtime (no -lcuda)
-static atw_encode_fn atw_encoder(void) {
-    static atw_encode_fn fn = NULL;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult q;
-        void *p = NULL;
-        FM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !p) {
-            fprintf(stderr, "fp8moe: the CUDA driver has no cuTensorMapEncodeTiled (needed by the wgmma attention)\n");
-            abort();
-        }
-        fn = (atw_encode_fn)p;
-    }
-    return fn;
-}
-
 // One launch of a schedule (the lab compares them; the engine runs ATW_ENGINE_SCHED)
 template <int HD, int SCHED, int STAGES>
 static void atw_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, __nv_bfloat16 *out,
@@ -416,9 +397,9 @@ static void atw_launch(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t 
     const cuuint64_t dims[2] = {(cuuint64_t)(nh + 2 * nkv) * HD, (cuuint64_t)T};
     const cuuint64_t strides[1] = {(cuuint64_t)(nh + 2 * nkv) * HD * 2};
     const cuuint32_t box[2] = {64, ATW_BM}, elem[2] = {1, 1};
-    const CUresult r = atw_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)qkv, dims, strides, box, elem,
-                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = fm_tensor_map_encoder("the wgmma attention")(
+        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)qkv, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) atw_fail("cuTensorMapEncodeTiled failed for qkv", T, nh, nkv, HD);
     const float sl2 = (float)(1.4426950408889634 / sqrt((double)HD)); // log2(e) / sqrt(hd)
     atw_fwd_kernel<HD, SCHED, STAGES>

@@ -259,6 +259,8 @@ extern "C" void fm_cuda_bank_free(fm_backend *be, fm_bank *w) {
     if (w->fscales) FM_CUDA_CHECK(cudaFree(w->fscales));
     if (w->zscales) FM_CUDA_CHECK(cudaFree(w->zscales));
     if (w->perm) FM_CUDA_CHECK(cudaFree(w->perm));
+    if (w->fold_j) FM_CUDA_CHECK(cudaFree(w->fold_j));
+    if (w->fold_rs) FM_CUDA_CHECK(cudaFree(w->fold_rs));
     if (w->lt_gemm) fm_lt_gemm_destroy(w->lt_gemm);
     free(w->lt_gemm);
     free(w);

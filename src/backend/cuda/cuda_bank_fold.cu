@@ -1,6 +1,8 @@
 // Route w4a8.kernel=fold at load: an expert bank of int4-p2 weights moves its codes from the int4-tc layout into the
-// fold GEMM's (backend/w4a8_fold.h; same bytes, so the memory plan is unchanged), once the scales are checked to have
-// the int4-p2 form on every row. The scales stay where they are: the fold GEMM reads the int4-tc scale array.
+// fold GEMM's (backend/w4a8_fold.h; same bytes), once the scales are checked to have the int4-p2 form on every row.
+// The scales stay where they are (the fold GEMM and GEMV read the int4-tc scale array); beside them the split the
+// warp-specialised prefill GEMM reads (w4a8_fold_ws.cu): an exponent byte per (row, group) and an fp32 row scale per
+// row, 1/64 + 1/(16 G) of the codes' bytes (the memory plan counts them: cuda_kind.c, cuda_workspace).
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/w4a8_fold_gemm.h"
 #include "backend/cuda/w4a8_gemm.cuh"
@@ -8,8 +10,7 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "quant/bf16.h"
-#include "quant/int4_p2.h"
+#include "backend/w4a8_fold.h"
 #include "util/status.h"
 }
 
@@ -26,30 +27,42 @@ fm_status fm_cuda_bank_fold(cuda_backend *be, const fm_bank_src *src, fm_bank *w
                        "%s: route w4a8.kernel=fold reads e4m3 activations; --dispatch %s is not built for it: use "
                        "--dispatch fp8",
                        src->label, fm_afmt_name(be->base.plan.a_dispatch));
-    /* every row's scales: [n][G][rows_pad] bf16 */
-    const int64_t G = w->n_groups, rp = w->rows_pad, ns = (int64_t)w->n * G * rp;
+    /* every row's scales: [n][G][rows_pad] bf16, split into the warp-specialised kernel's exponents and row
+       scales (w4a8_fold_ws.cu) as they are checked */
+    const int64_t G = w->n_groups, rp = w->rows_pad, ns = (int64_t)w->n * G * rp, nr = (int64_t)w->n * rp;
     uint16_t *hs = (uint16_t *)malloc((size_t)ns * 2);
-    float *row = (float *)malloc((size_t)G * sizeof(float));
-    if (!hs || !row) {
-        free(hs), free(row);
+    int8_t *hj = (int8_t *)malloc((size_t)ns);
+    float *hr = (float *)malloc((size_t)nr * sizeof(float));
+    if (!hs || !hj || !hr) {
+        free(hs), free(hj), free(hr);
         return fm_fail(err, FM_ERR_NOMEM, "%s: out of host memory checking its scales", src->label);
     }
     FM_CUDA_CHECK(cudaMemcpyAsync(hs, w->scales, (size_t)ns * 2, cudaMemcpyDeviceToHost, be->stream));
     FM_CUDA_CHECK(cudaStreamSynchronize(be->stream));
     int32_t bad_m = -1;
     int64_t bad_r = -1;
-    for (int32_t m = 0; m < w->n && bad_m < 0; m++)
-        for (int64_t r = 0; r < w->rows && bad_m < 0; r++) {
-            for (int64_t g = 0; g < G; g++) row[g] = fm_bf16_to_f32(hs[((int64_t)m * G + g) * rp + r]);
-            if (!fm_int4_p2_split(row, G, NULL, NULL)) bad_m = m, bad_r = r;
-        }
-    free(hs), free(row);
-    if (bad_m >= 0)
+    const bool p2 = fm_w4a8_fold_split_scales(hs, w->n, w->rows, rp, G, hj, hr, &bad_m, &bad_r);
+    free(hs);
+    if (!p2) {
+        free(hj), free(hr);
+        if (bad_m < 0) return fm_fail(err, FM_ERR_NOMEM, "%s: out of host memory checking its scales", src->label);
         return fm_fail(err, FM_ERR_UNSUPPORTED,
                        "%s: route w4a8.kernel=fold needs int4-p2 scales (each row's group scales a power of two "
                        "under its largest, docs/int4_p2.md), and matrix %d row %lld has others: load float weights "
                        "with --int4-scales p2, or a checkpoint made by `fp8moe requantize --scales p2`",
                        src->label, bad_m, (long long)bad_r);
+    }
+    if (cudaMalloc((void **)&w->fold_j, (size_t)ns) != cudaSuccess ||
+        cudaMalloc((void **)&w->fold_rs, (size_t)nr * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        free(hj), free(hr);
+        return fm_fail(err, FM_ERR_NOMEM, "%s: out of GPU memory for its %lld exponents and row scales", src->label,
+                       (long long)(ns + 4 * nr)); /* the caller frees the bank */
+    }
+    FM_CUDA_CHECK(cudaMemcpy(w->fold_j, hj, (size_t)ns, cudaMemcpyHostToDevice));
+    FM_CUDA_CHECK(cudaMemcpy(w->fold_rs, hr, (size_t)nr * sizeof(float), cudaMemcpyHostToDevice));
+    free(hj), free(hr);
+    w->bytes += (size_t)(ns + 4 * nr);
     const size_t bytes = (size_t)(w->n * rp * G * 64);
     uint8_t *codes = NULL;
     if (cudaMalloc((void **)&codes, bytes) != cudaSuccess) {

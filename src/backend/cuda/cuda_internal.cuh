@@ -50,6 +50,8 @@ struct fm_bank {
     int64_t rows_pad; // int4-tc: rows rounded up to 32
     bool interleaved; // int4-tc: a gate|up bank interleaved by 8 rows (w4a8_layout.cuh)
     bool fold;        // int4-tc: codes in the fold layout (backend/w4a8_fold.h), route w4a8.kernel=fold: moe only
+    int8_t *fold_j;   // fold: the operand's exponent per (matrix, group, row) [n][G][rows_pad] (w4a8_fold_ws.cu)
+    float *fold_rs;   // fold: the row scale x 2^-6 per (matrix, row) [n][rows_pad]
     void *w;
     __nv_bfloat16 *scales;      // int4 only
     float *tscale;              // e4m3-tensor only

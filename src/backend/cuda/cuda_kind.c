@@ -100,7 +100,8 @@ static void cuda_workspace(const fm_config *c, const fm_plan *plan, const fm_rou
         if (any_moe) {
             const uint64_t P = T * (uint64_t)c->n_experts_per_tok, E = (uint64_t)c->n_experts;
             ws = fm_w4a8_moe_layout(T, (uint64_t)c->n_experts_per_tok, E, H, (uint64_t)c->moe_intermediate,
-                                    fm_routes_w4a8_tile_rows(routes, P, E), fm_w4a8_dispatch_of(plan->a_dispatch))
+                                    fm_routes_w4a8_tile_rows(routes, P, E), fm_w4a8_dispatch_of(plan->a_dispatch),
+                                    fm_routes_fold_ws(routes, P, E, (uint64_t)c->n_experts_per_tok))
                      .total;
         }
         const uint64_t lin = fm_w4a8_linear_ws_bytes(T, K_dense);
@@ -148,6 +149,16 @@ static void cuda_workspace(const fm_config *c, const fm_plan *plan, const fm_rou
         }
         out->side = fm_sz_size(s, side);
         out->libs += SIDE_CUBLAS_WS_BYTES;
+    }
+    /* cuda_bank_fold.cu: under w4a8.kernel=fold each int4-tc expert bank keeps an exponent byte per (padded row,
+       128-group) and an fp32 row scale per padded row (gate|up: 2I rows over H; down: H rows over I) */
+    if (any_moe && fm_routes_w4a8_fold(routes) && plan->w_expert == FM_W_INT4_G128_TC) {
+        const uint64_t I = (uint64_t)c->moe_intermediate, E = (uint64_t)c->n_experts;
+        const uint64_t gu = fm_sz_mul(s, fm_sz_ceil_div(2 * I, 32) * 32, fm_sz_ceil_div(H, GROUP) + 4);
+        const uint64_t dn = fm_sz_mul(s, fm_sz_ceil_div(H, 32) * 32, fm_sz_ceil_div(I, GROUP) + 4);
+        int32_t moe_layers = 0;
+        for (int32_t l = 0; l < n_layers; l++) moe_layers += c->layer_is_moe[l] ? 1 : 0;
+        out->tables = fm_sz_size(s, fm_sz_mul(s, fm_sz_mul(s, fm_sz_add(s, gu, dn), E), (uint64_t)moe_layers));
     }
     out->overflow = st.ovf;
 }

@@ -9,6 +9,7 @@
 #include "backend/cuda/router.cuh"
 #include "backend/cuda/w4a8_fold_gemm.h"
 #include "backend/cuda/w4a8_fold_gemv.h"
+#include "backend/cuda/w4a8_fold_ws.h"
 #include "backend/cuda/w4a8_gemm.cuh"
 #include "backend/ep_blocks.h"
 #include "backend/w4a8_workspace.h"
@@ -63,6 +64,36 @@ static void fold_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *
     a.x = h, a.ldx = down->ld, a.ascale = FM_FOLD_PER_GROUP, a.xs = hs, a.lds = P;
     a.out = FM_FOLD_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b->pair_of_slot, a.h = NULL, a.hs = NULL;
     fm_cuda_w4a8_fold_gemm(&a, be->stream);
+}
+
+// Route w4a8.fold_ws (fm_routes_fold_ws): the fold banks' GEMMs at prefill sizes on the warp-specialised kernel
+// (w4a8_fold_ws.cu), on the dispatch's tiles of FM_FOLD_WS_TILE_ROWS rows
+static bool fold_ws_takes(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, int64_t P, int64_t E,
+                          int32_t k) {
+    return gate_up->fold && down->fold && gate_up->fold_j && down->fold_j &&
+           fm_routes_fold_ws(&be->routes, (uint64_t)P, (uint64_t)E, (uint64_t)k);
+}
+
+// ... its two GEMMs: gate|up with one activation scale per token, the SwiGLU into bf16 h16 [P][I]; h quantized per
+// token (e4m3 [P][pad128(I)], hs [P]); down per token into y through the row map
+static void fold_ws_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_bank *down, const fm_dispatch_bufs *b,
+                          int64_t P, int64_t E, __nv_bfloat16 *h16, uint8_t *h, float *hs, __nv_bfloat16 *y) {
+    const int64_t H = down->rows, I = down->cols;
+    fm_fold_ws_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = (const uint8_t *)gate_up->w, a.fold_j = gate_up->fold_j, a.fold_rs = gate_up->fold_rs;
+    a.rows = gate_up->rows, a.rows_pad = gate_up->rows_pad, a.n_groups = gate_up->n_groups;
+    a.x = b->x8, a.ldx = gate_up->ld, a.slots = P, a.xs = b->xs;
+    a.tiles = (const fm_fold_tile *)b->tiles, a.n_tiles = b->n_tiles;
+    a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, FM_FOLD_WS_TILE_ROWS);
+    a.out = FM_FOLD_WS_OUT_SWIGLU, a.y = h16, a.ldy = I;
+    fm_cuda_w4a8_fold_ws_gemm(&a, be->stream);
+    fm_cuda_fold_quantize_tokens(h16, I, NULL, 1, P, I, h, down->ld, hs, be->stream);
+    a.codes = (const uint8_t *)down->w, a.fold_j = down->fold_j, a.fold_rs = down->fold_rs;
+    a.rows = down->rows, a.rows_pad = down->rows_pad, a.n_groups = down->n_groups;
+    a.x = h, a.ldx = down->ld, a.xs = hs;
+    a.out = FM_FOLD_WS_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b->pair_of_slot;
+    fm_cuda_w4a8_fold_ws_gemm(&a, be->stream);
 }
 
 // The decode form of fold_gemms (moe.gemv's pairs): the gate|up GEMV on the per-token rows with the SwiGLU into bf16
@@ -121,8 +152,8 @@ bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const
     /* the decode GEMVs' tile plan for these pairs, for their K slices (the same chains) and the workspace */
     const uint32_t bn = fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, false,
                                                      (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
-    const fm_w4a8_moe_ws L =
-        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, FM_W4A8_DISPATCH_E4M3);
+    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn,
+                                                FM_W4A8_DISPATCH_E4M3, false);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     const int64_t max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
     const int32_t gg = fm_routes_gemv_groups(r);
@@ -173,11 +204,14 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
         abort();
     }
     const fm_routes *r = &be->routes;
+    /* the fold route's warp-specialised GEMMs dispatch in tiles of their own height and keep h in bf16 */
+    const bool ws_gemms = fold_ws_takes(be, gate_up, down, P, E, k);
     const uint32_t bn =
-        fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, fmt != FM_W4A8_DISPATCH_E4M3,
-                                     (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
+        ws_gemms ? FM_FOLD_WS_TILE_ROWS
+                 : fm_routes_w4a8_moe_tile_rows(r, (uint64_t)P, (uint64_t)E, gate_up->fmt, fmt != FM_W4A8_DISPATCH_E4M3,
+                                                (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
     const fm_w4a8_moe_ws L =
-        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
+        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt, ws_gemms);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total);
     fm_dispatch_bufs b;
     b.cursor = (int32_t *)(ws + L.cursor); /* L.counts: unused since the plan kernel counts in shared memory */
@@ -251,7 +285,9 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
     /* no memset before it (a graph node would break the PDL chain): the dispatch needs nothing zeroed */
     fm_cuda_moe_dispatch(x, T, H, ids, k, (int32_t)E, (int32_t)bn, &b, fm_routes_pdl(r),
                          be->stream); /* fold: per-token */
-    if (gate_up->fold) {
+    if (ws_gemms) {
+        fold_ws_gemms(be, gate_up, down, &b, P, E, (__nv_bfloat16 *)(ws + L.h16), h, hs, y);
+    } else if (gate_up->fold) {
         fold_gemms(be, gate_up, down, &b, P, E, bn, b.xs, h, hs, y);
     } else {
         grouped_gemms(be, gate_up, down, &b, P, E, bn, h, hs, hsum, y);
@@ -279,7 +315,7 @@ void fm_cuda_moe_w4a8_blocks(cuda_backend *be, const fm_ep_layout *Lb, const fm_
     }
     const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, gate_up->fmt, fp4,
                                                      (uint64_t)gate_up->rows * (uint64_t)gate_up->cols / 2);
-    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)P, 1, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
+    const fm_w4a8_moe_ws L = fm_w4a8_moe_layout((uint64_t)P, 1, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt, false);
     uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, L.total + fm_w4a8_align((uint64_t)P * 4));
     fm_dispatch_bufs b;
     memset(&b, 0, sizeof b);
@@ -312,10 +348,13 @@ extern "C" bool fm_cuda_moe_dispatch_read(fm_backend *bb, int64_t T, int32_t k, 
     const int64_t sb = fmt == FM_W4A8_DISPATCH_NV ? 8 : 4; /* scale bytes per group (per token: one fp32) */
     const int64_t cb = tok ? Hp : Hp / 2;                  /* code bytes per row */
     /* an FP4 dispatch runs on int4-tc banks only, as fold banks are: the tile rows fm_cuda_moe_w4a8 took */
-    const uint32_t bn = fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E, FM_W_INT4_G128_TC, !tok,
-                                                     (uint64_t)(2 * I * H / 2));
+    /* the tiles fm_cuda_moe_w4a8 took (fold banks: the warp-specialised GEMMs' where the route takes them) */
+    const bool ws_gemms = tok && fm_routes_fold_ws(&be->routes, (uint64_t)P, (uint64_t)E, (uint64_t)k);
+    const uint32_t bn = ws_gemms ? FM_FOLD_WS_TILE_ROWS
+                                 : fm_routes_w4a8_moe_tile_rows(&be->routes, (uint64_t)P, (uint64_t)E,
+                                                                FM_W_INT4_G128_TC, !tok, (uint64_t)(2 * I * H / 2));
     const fm_w4a8_moe_ws L =
-        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt);
+        fm_w4a8_moe_layout((uint64_t)T, (uint64_t)k, (uint64_t)E, (uint64_t)H, (uint64_t)I, bn, fmt, ws_gemms);
     const uint8_t *ws = (const uint8_t *)be->work;
     int32_t *slot = (int32_t *)malloc((size_t)P * 4);
     uint8_t *c = (uint8_t *)malloc((size_t)(P * cb)), *s = (uint8_t *)malloc((size_t)(G * P * sb));

@@ -1,7 +1,7 @@
-// wgmma with both operands from shared memory, e4m3 x e4m3 -> f32, m64nBN k32 (BN = 128 or 256): shared by
+// wgmma with both operands from shared memory, e4m3 x e4m3 -> f32, m64nBN k32 (BN = 128 or 256): w4a8_fold_ws.cu,
 // lab/gemm_w8a8.cu and lab/w4a8_ws.cu (sm_90a; elsewhere a trap).
-#ifndef LAB_WGMMA_SS_E4M3_CUH
-#define LAB_WGMMA_SS_E4M3_CUH
+#ifndef FM_CUDA_WGMMA_SS_E4M3_CUH
+#define FM_CUDA_WGMMA_SS_E4M3_CUH
 
 #include <stdint.h>
 
