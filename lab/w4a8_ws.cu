@@ -116,6 +116,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/tensor_map.cuh"
+#include "backend/cuda/warp_specialised.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "backend/cuda/wgmma_ss_e4m3.cuh"
 #include "backend/w4a8_fold.h"
@@ -194,39 +195,6 @@ static __host__ __device__ constexpr bool ws_regs_fit(int mb, int convs) {
 static_assert(ws_regs_fit(1, 1) && ws_regs_fit(1, 2) && ws_regs_fit(2, 1) && ws_regs_fit(2, 2) && ws_regs_fit(1, 0),
               "register budget");
 
-template <int REGS> static __device__ __forceinline__ void ws_setmaxnreg_inc(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
-#endif
-}
-template <int REGS> static __device__ __forceinline__ void ws_setmaxnreg_dec(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
-#endif
-}
-
-// An mbarrier wait with a watchdog: a wrong phase or byte count traps after ~2^32 cycles (2-3 s: the launch fails
-// with an illegal-instruction error) instead of hanging the run. No printf naming the barrier: a call in the kernel
-// makes ptxas serialise every wgmma (C7510). `what` is for a debugger.
-static __device__ __forceinline__ void ws_wait(uint64_t *bar, uint32_t parity, const char *what) {
-    (void)what;
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    uint32_t done = 0;
-    const long long start = clock64();
-    for (;;) {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-        if (done) return;
-        if (clock64() - start > (1ll << 32)) __trap();
-    }
-#else
-    (void)bar, (void)parity;
-#endif
-}
-
 // (wgmma_ss<BN>: src/backend/cuda/wgmma_ss_e4m3.cuh)
 
 // 8 int4 codes (one word, the nibble order of the header) -> 8 e4m3 bytes of q 2^k in k order. s2 = (2^k, 2^k) and
@@ -259,22 +227,8 @@ static __device__ __forceinline__ void bulk_tensor_load_3d(void *dst, const CUte
                 : "memory");
 }
 
-// A contiguous run of global memory into shared memory (the bulk copy engine, no tensor map), completing on bar
-static __device__ __forceinline__ void bulk_copy_1d(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    FM_BULK_ASM(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-
-// PRMT variants: 8 codes of one word of the fold layout (backend/w4a8_fold.h: magnitudes in bits 4c..4c+2, signs in
-// the nibbles' bit 3) -> 8 e4m3 bytes of q 2^j in k order, through the row's tables (tlo: m 2^j for m = 0..3, thi:
-// 4..7): a byte permute per 4 codes, the signs OR-ed into bit 7. 8 instructions per 8 codes (the f16 path: ~20).
-static __device__ __forceinline__ uint2 fold8_to_e4m3(uint32_t w, uint32_t tlo, uint32_t thi) {
-    const uint32_t lo = __byte_perm(tlo, thi, w & 0x7777u) | (w & 0x80808080u);
-    const uint32_t hi = __byte_perm(tlo, thi, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
-    return make_uint2(lo, hi);
-}
+// (the setmaxnreg budgets, the trapping mbarrier wait, the 1-D bulk copy and the fold layout's byte-permute
+// conversion: src/backend/cuda/warp_specialised.cuh)
 
 // PRMT: thread t of `total` converts its 16-byte pieces t, t + total, .. of the stage's BNT x 4 (piece c = segment
 // c / BNT, row c % BNT: 32 codes -> chunks 2 segment, + 1 of the row's 128-byte swizzled line)
@@ -288,8 +242,8 @@ static __device__ __forceinline__ void convert_share(const uint8_t *codes, const
         const uint32_t jx = (uint32_t)(int32_t)kexp[n];
         const uint32_t tlo = FM_FOLD_TLO0 + jx * FM_FOLD_TLO_STEP;
         const uint32_t thi = FM_FOLD_THI0 + jx * FM_FOLD_THI_STEP;
-        const uint2 a0 = fold8_to_e4m3(q.x, tlo, thi), a1 = fold8_to_e4m3(q.y, tlo, thi);
-        const uint2 a2 = fold8_to_e4m3(q.z, tlo, thi), a3 = fold8_to_e4m3(q.w, tlo, thi);
+        const uint2 a0 = ws_fold8(q.x, tlo, thi), a1 = ws_fold8(q.y, tlo, thi);
+        const uint2 a2 = ws_fold8(q.z, tlo, thi), a3 = ws_fold8(q.w, tlo, thi);
         *(uint4 *)(w + n * KG + (((2 * sg) ^ (n & 7)) << 4)) = make_uint4(a0.x, a0.y, a1.x, a1.y);
         *(uint4 *)(w + n * KG + (((2 * sg + 1) ^ (n & 7)) << 4)) = make_uint4(a2.x, a2.y, a3.x, a3.y);
     }
@@ -301,7 +255,7 @@ template <int CONVERT, int MB, int NB, int CONVERTER>
 static __device__ __forceinline__ void coop_convert_stage(uint8_t *smem, uint64_t *full, uint64_t *ready, int64_t at) {
     constexpr int STAGES = ws_stages(MB, NB), STAGE_BYTES = ws_stage_bytes(MB, NB);
     const int s1 = (int)(at % STAGES);
-    ws_wait(&full[s1], (uint32_t)((at / STAGES) & 1), "full (consumer converting)");
+    ws_wait(&full[s1], (uint32_t)((at / STAGES) & 1));
     uint8_t *st = smem + s1 * STAGE_BYTES;
     if constexpr (CONVERT)
         convert_share<ws_bn(NB), CONVERTER, 1>(st + ws_a_bytes(MB) + ws_w_bytes(NB),
@@ -357,11 +311,11 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
                 const int4 item = __ldg(&items[i]);
                 for (int g = 0; g < groups; g++, it++) {
                     const int s = (int)(it % STAGES);
-                    if (it >= STAGES) ws_wait(&empty[s], (uint32_t)((it / STAGES - 1) & 1), "empty");
+                    if (it >= STAGES) ws_wait(&empty[s], (uint32_t)((it / STAGES - 1) & 1));
                     uint8_t *st = smem + s * STAGE_BYTES;
                     bulk_barrier_expect(&full[s], A_BYTES + CB + XB + (PG ? 528 : 0));
                     if constexpr (PG) /* 132 scales from the 16-byte boundary at or before the tile's first row */
-                        bulk_copy_1d(st + XS_OFF, xs_g + (int64_t)g * lds + (item.y & ~3), 528, &full[s]);
+                        ws_bulk_copy(st + XS_OFF, xs_g + (int64_t)g * lds + (item.y & ~3), 528, &full[s]);
                     bulk_tensor_load_2d(st, &map_x, g * KG, item.y, &full[s]);
                     if constexpr (PRMT == 1) /* [segment 4][row BN][16 bytes] of group g of expert item.x */
                         bulk_tensor_load_3d(st + A_BYTES + WB, &map_w, 0, item.w, (item.x * groups + g) * 4, &full[s]);
@@ -369,7 +323,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
                         const uint8_t *src = codes_fold + (((int64_t)item.x * groups + g) * 4 * N + item.w) * 16;
 #pragma unroll
                         for (int sg = 0; sg < 4; sg++)
-                            bulk_copy_1d(st + A_BYTES + WB + sg * BNT * 16, src + (int64_t)sg * N * 16, BNT * 16,
+                            ws_bulk_copy(st + A_BYTES + WB + sg * BNT * 16, src + (int64_t)sg * N * 16, BNT * 16,
                                          &full[s]);
                     } else bulk_tensor_load_2d(st + A_BYTES + WB, &map_w, g * (KG / 2), item.x * N + item.w, &full[s]);
                     bulk_tensor_load_2d(smem + ws_kexp_offset(MB, s, NB), &map_k, item.w, item.x * groups + g,
@@ -388,7 +342,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
         for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
             for (int g = 0; g < groups; g++, it++) {
                 const int s = (int)(it % STAGES);
-                ws_wait(&full[s], (uint32_t)((it / STAGES) & 1), "full (converter)");
+                ws_wait(&full[s], (uint32_t)((it / STAGES) & 1));
                 uint8_t *st = smem + s * STAGE_BYTES, *w = st + A_BYTES;
                 const uint8_t *codes = st + A_BYTES + WB;
                 const int8_t *kexp = (const int8_t *)(smem + ws_kexp_offset(MB, s, NB));
@@ -443,8 +397,8 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
         for (int g = 0; g < groups; g++, it++) {
             const int s = (int)(it % STAGES);
             const uint32_t parity = (uint32_t)((it / STAGES) & 1);
-            ws_wait(&full[s], parity, "full"); /* the activation tile (the converter waited too: cheap) */
-            ws_wait(&ready[s], parity, "ready");
+            ws_wait(&full[s], parity); /* the activation tile (the converter waited too: cheap) */
+            ws_wait(&ready[s], parity);
             const uint32_t a = smem_u32(smem + s * STAGE_BYTES), b = a + A_BYTES;
             if constexpr (PG) { /* part = this group's sum; acc += part x its rows' scales; the stage goes back */
                 float part[16][4];

@@ -439,29 +439,31 @@ static void test_ws_swiglu(void **state) {
 
 /* ---- the moe op under the route ---- */
 
-static void test_moe_route(void **state) {
-    (void)state;
-    if (!fold_have_sm90()) return;
-    fold_seed(31);
+/* The moe op under w4a8.kernel=fold plus `form` on int4-p2 expert banks (pre-quantized sources in our checkpoint
+ * format) at each T: against the emulation of the form (ws: the warp-specialised GEMMs', all of K in one block and h
+ * per token; else the fold GEMM's) and against the cpu moe under the same routes (per-token x, and h per token where
+ * the route takes the warp-specialised GEMMs) */
+static void moe_route_cases(uint64_t seed, int64_t I, const char *form, bool ws, const int64_t *Ts, int nT) {
+    fold_seed(seed);
     const int32_t E = 8, k = 2;
-    const int64_t H = 384, I = 256;
+    const int64_t H = 384;
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_backend *gpu = NULL, *cpu = NULL;
     fm_error err = {{0}};
-    char routes[256];
+    char routes[256], own[128];
     const char *user = gpu_test_routes();
-    snprintf(routes, sizeof routes, "%s%sw4a8.kernel=fold", user ? user : "", user ? "," : "");
+    snprintf(own, sizeof own, "w4a8.kernel=fold%s%s", form ? "," : "", form ? form : "");
+    snprintf(routes, sizeof routes, "%s%s%s", user ? user : "", user ? "," : "", own);
     assert_int_equal(fm_backend_create("cuda", &plan, 0, routes, &gpu, &err), FM_OK);
-    assert_int_equal(fm_backend_create("cpu", &plan, 0, "w4a8.kernel=fold", &cpu, &err), FM_OK); /* per token too */
+    assert_int_equal(fm_backend_create("cpu", &plan, 0, own, &cpu, &err), FM_OK);
     /* the same int4-p2 numbers as the emulation's banks (p2_bank), as checkpoint sources */
     p2_bank gu = fold_make_bank(E, 2 * I, H, false), dn = fold_make_bank(E, H, I, false);
     fold_experts *src = fold_experts_make(&gu, &dn);
     fm_bank *b[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [cpu, gpu][gate_up, down] */
     fm_backend *be[2] = {cpu, gpu};
     for (int i = 0; i < 2; i++) fold_experts_banks(be[i], src, &b[i][0], &b[i][1]);
-    const int64_t Ts[] = {1, 7, 64, 512}; /* T = 1 (2 pairs): the decode GEMVs (moe.gemv's default), the rest GEMMs */
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < nT; ti++) {
         const int64_t T = Ts[ti];
         float *x = malloc((size_t)(T * H) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
         int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
@@ -473,17 +475,43 @@ static void test_moe_route(void **state) {
         }
         float *g = gpu_run_moe(gpu, b[1][0], b[1][1], x, T, H, ids, w, k);
         float *c = gpu_run_moe(cpu, b[0][0], b[0][1], x, T, H, ids, w, k);
-        float *ref = malloc((size_t)(T * H) * sizeof(float));
-        fold_emulate_moe(&gu, &dn, x, T, ids, w, k, ref);
-        char what[96];
-        snprintf(what, sizeof what, "moe fold T = %lld vs the emulation", (long long)T);
+        float *ref = malloc((size_t)(T * H) * sizeof(float)), *other = malloc((size_t)(T * H) * sizeof(float));
+        fold_emulate_moe_form(&gu, &dn, x, T, ids, w, k, ws, ref);
+        fold_emulate_moe_form(&gu, &dn, x, T, ids, w, k, !ws, other);
+        char what[112];
+        snprintf(what, sizeof what, "moe fold%s T = %lld vs the emulation", ws ? " ws" : "", (long long)T);
         /* the emulation differs only where an accumulator's last bits move a bf16 rounding of gate or up and that an
            e4m3 code of h (the int4-tc op tests see up to 7e-3 from the same flips) */
         gpu_expect_close(g, ref, T * H, 1e-2, what);
-        snprintf(what, sizeof what, "moe fold T = %lld vs the cpu moe under the route", (long long)T);
+        snprintf(what, sizeof what, "moe fold%s T = %lld vs the cpu moe under the routes", ws ? " ws" : "",
+                 (long long)T);
         gpu_expect_close(g, c, T * H, 1e-2, what); /* the same roundings: as the emulation */
-        free(x), free(w), free(ids), free(g), free(c), free(ref);
+        /* the two forms of the arithmetic differ by h's rounding and the promotion: printed, for the notes */
+        printf("moe fold T = %lld: the emulations of the two forms apart by %.3g (normalised)\n", (long long)T,
+               gpu_nerr(ref, other, T * H));
+        free(x), free(w), free(ids), free(g), free(c), free(ref), free(other);
     }
+    for (int i = 0; i < 2; i++) be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
+    fold_experts_free(src), fold_free_bank(&gu), fold_free_bank(&dn);
+    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
+}
+
+static void test_moe_route(void **state) {
+    (void)state;
+    if (!fold_have_sm90()) return;
+    /* T = 1 (2 pairs): the decode GEMVs (moe.gemv's default), the rest the fold GEMM (auto: P < 128 E) */
+    const int64_t Ts[] = {1, 7, 64, 512};
+    moe_route_cases(31, 256, NULL, false, Ts, 4);
+    const int32_t E = 8, k = 2;
+    const int64_t H = 384, I = 256;
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_backend *gpu = NULL;
+    fm_error err = {{0}};
+    char routes[256];
+    const char *user = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%sw4a8.kernel=fold", user ? user : "", user ? "," : "");
+    assert_int_equal(fm_backend_create("cuda", &plan, 0, routes, &gpu, &err), FM_OK);
     /* float weights: the cuda backend quantizes them to int4-g128, which the route refuses by name */
     fm_wsrc fsrc = {0};
     fsrc.rows = H, fsrc.cols = I, fsrc.synth.seed = 7, fsrc.synth.scale = 0.05f;
@@ -527,64 +555,16 @@ static void test_moe_route(void **state) {
         free(x), free(w), free(ids), free(g), free(c);
     }
     for (int i = 0; i < 2; i++) pb[i]->ops->bank_free(pb[i], fbk[i][0]), pb[i]->ops->bank_free(pb[i], fbk[i][1]);
-    pc->ops->destroy(pc), pg->ops->destroy(pg);
-    for (int i = 0; i < 2; i++) be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
-    fold_experts_free(src), fold_free_bank(&gu), fold_free_bank(&dn);
-    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
+    pc->ops->destroy(pc), pg->ops->destroy(pg), gpu->ops->destroy(gpu);
 }
 
-/* the moe op under w4a8.kernel=fold with the warp-specialised GEMMs (w4a8.fold_ws=on; auto takes them from 128 rows
- * an expert): against the emulation of that form (all of K in one block, h per token) and the cpu moe under the same
- * routes (which quantizes h per token at the same shapes) */
+/* ... with the warp-specialised GEMMs (w4a8.fold_ws=on; auto takes them from 128 rows an expert), I = 320: h over
+ * three 128-channel groups, the down GEMM's K not a multiple of 128 */
 static void test_moe_route_ws(void **state) {
     (void)state;
     if (!fold_have_sm90()) return;
-    fold_seed(41);
-    const int32_t E = 8, k = 2;
-    const int64_t H = 384, I = 320;
-    fm_plan plan;
-    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
-    fm_backend *gpu = NULL, *cpu = NULL;
-    fm_error err = {{0}};
-    char routes[256];
-    const char *user = gpu_test_routes();
-    snprintf(routes, sizeof routes, "%s%sw4a8.kernel=fold,w4a8.fold_ws=on", user ? user : "", user ? "," : "");
-    assert_int_equal(fm_backend_create("cuda", &plan, 0, routes, &gpu, &err), FM_OK);
-    assert_int_equal(fm_backend_create("cpu", &plan, 0, "w4a8.kernel=fold,w4a8.fold_ws=on", &cpu, &err), FM_OK);
-    p2_bank gu = fold_make_bank(E, 2 * I, H, false), dn = fold_make_bank(E, H, I, false);
-    fold_experts *src = fold_experts_make(&gu, &dn);
-    fm_bank *b[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [cpu, gpu][gate_up, down] */
-    fm_backend *be[2] = {cpu, gpu};
-    for (int i = 0; i < 2; i++) fold_experts_banks(be[i], src, &b[i][0], &b[i][1]);
     const int64_t Ts[] = {7, 64, 700};
-    for (int ti = 0; ti < 3; ti++) {
-        const int64_t T = Ts[ti];
-        float *x = malloc((size_t)(T * H) * sizeof(float)), *w = malloc((size_t)(T * k) * sizeof(float));
-        int32_t *ids = malloc((size_t)(T * k) * sizeof(int32_t));
-        for (int64_t i = 0; i < T * H; i++) x[i] = fm_round_bf16(fold_gauss() * (i % 53 == 0 ? 8.0f : 1.0f));
-        for (int64_t t = 0; t < T; t++) {
-            ids[t * k] = (int32_t)(fold_urand() * E) % E,
-                    ids[t * k + 1] = (ids[t * k] + 1 + (int32_t)(fold_urand() * 6)) % E;
-            w[t * k] = 0.3f + 0.4f * (float)fold_urand(), w[t * k + 1] = 1.0f - w[t * k];
-        }
-        float *g = gpu_run_moe(gpu, b[1][0], b[1][1], x, T, H, ids, w, k);
-        float *c = gpu_run_moe(cpu, b[0][0], b[0][1], x, T, H, ids, w, k);
-        float *ref = malloc((size_t)(T * H) * sizeof(float)), *old = malloc((size_t)(T * H) * sizeof(float));
-        fold_emulate_moe_form(&gu, &dn, x, T, ids, w, k, true, ref);
-        fold_emulate_moe_form(&gu, &dn, x, T, ids, w, k, false, old);
-        char what[112];
-        snprintf(what, sizeof what, "moe fold ws T = %lld vs the emulation", (long long)T);
-        gpu_expect_close(g, ref, T * H, 1e-2, what);
-        snprintf(what, sizeof what, "moe fold ws T = %lld vs the cpu moe under the routes", (long long)T);
-        gpu_expect_close(g, c, T * H, 1e-2, what);
-        /* the two forms of the arithmetic differ by h's rounding: printed, for the accuracy notes */
-        printf("moe fold T = %lld: the ws form vs the fold GEMM's form, normalised error %.3g\n", (long long)T,
-               gpu_nerr(ref, old, T * H));
-        free(x), free(w), free(ids), free(g), free(c), free(ref), free(old);
-    }
-    for (int i = 0; i < 2; i++) be[i]->ops->bank_free(be[i], b[i][0]), be[i]->ops->bank_free(be[i], b[i][1]);
-    fold_experts_free(src), fold_free_bank(&gu), fold_free_bank(&dn);
-    cpu->ops->destroy(cpu), gpu->ops->destroy(gpu);
+    moe_route_cases(41, 320, "w4a8.fold_ws=on", true, Ts, 3);
 }
 
 int main(int argc, char **argv) {

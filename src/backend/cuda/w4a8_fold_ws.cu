@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/tensor_map.cuh"
 #include "backend/cuda/w4a8_fold_ws.h"
+#include "backend/cuda/warp_specialised.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "backend/cuda/wgmma_ss_e4m3.cuh"
 extern "C" {
@@ -76,53 +77,6 @@ typedef struct ws_params {
     const int32_t *row_map;
 } ws_params;
 
-template <int REGS> static __device__ __forceinline__ void ws_setmaxnreg_inc(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
-#endif
-}
-template <int REGS> static __device__ __forceinline__ void ws_setmaxnreg_dec(void) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
-#endif
-}
-
-// An mbarrier wait with a watchdog: a wrong phase or byte count traps after ~2^32 cycles (2-3 s: the launch fails
-// with an illegal-instruction error) instead of hanging the process. (No printf: a call in the kernel makes ptxas
-// serialise every wgmma.)
-static __device__ __forceinline__ void ws_wait(uint64_t *bar, uint32_t parity) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    uint32_t done = 0;
-    const long long start = clock64();
-    for (;;) {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-        if (done) return;
-        if (clock64() - start > (1ll << 32)) __trap();
-    }
-#else
-    (void)bar, (void)parity;
-#endif
-}
-
-// A contiguous run of global memory into shared memory (the bulk copy engine), completing on bar
-static __device__ __forceinline__ void ws_bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    FM_BULK_ASM(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-
-// 8 codes of one fold-layout word -> their 8 e4m3 bytes of q 2^j in k order (w4a8_fold.h), through the row's tables
-static __device__ __forceinline__ uint2 ws_fold8(uint32_t w, uint32_t tlo, uint32_t thi) {
-    const uint32_t lo = __byte_perm(tlo, thi, w & 0x7777u) | (w & 0x80808080u);
-    const uint32_t hi = __byte_perm(tlo, thi, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
-    return make_uint2(lo, hi);
-}
-
 // The row and column tile of work item w
 static __device__ __forceinline__ void ws_item(const ws_params &p, int w, fm_fold_tile *tile, int *col0, int *ncopy) {
     *tile = p.tiles[w / p.ncols];
@@ -133,7 +87,7 @@ static __device__ __forceinline__ void ws_item(const ws_params &p, int w, fm_fol
 
 template <int SWIGLU>
 static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(const __grid_constant__ CUtensorMap map_x,
-                                                                             const ws_params p) {
+                                                                            const ws_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[WS_STAGES], ready[WS_STAGES], empty[WS_STAGES];
@@ -325,16 +279,16 @@ template <int SWIGLU> static bool ws_instance_fits(void) {
 
 extern "C" void fm_cuda_w4a8_fold_ws_gemm(const fm_fold_ws_args *a, void *stream) {
     const int64_t K = 128 * a->n_groups;
-    const char *bad =
-        !a->codes || !a->fold_j || !a->fold_rs                                   ? "bank"
-        : a->rows_pad % 32 || a->rows > a->rows_pad || a->rows < 1 || a->n_groups < 1 ? "bank shape"
-        : a->rows_pad > (1 << 30)                                                ? "bank rows"
-        : !a->x || !a->xs || a->ldx < K || a->ldx % 16 || a->slots < 1           ? "activations"
-        : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16 || (uintptr_t)a->fold_j % 16 ? "alignment"
-        : !a->tiles || !a->n_tiles || a->max_tiles < 1                           ? "tiles"
-        : !a->y || a->ldy % 2 || (a->out == FM_FOLD_WS_OUT_BF16 ? a->ldy < a->rows : a->ldy < a->rows / 2) ? "y"
-        : !fm_cuda_fold_supported()                                              ? "device (sm_90 only)"
-                                                                                 : NULL;
+    const char *bad = !a->codes || !a->fold_j || !a->fold_rs                                          ? "bank"
+                      : a->rows_pad % 32 || a->rows > a->rows_pad || a->rows < 1 || a->n_groups < 1   ? "bank shape"
+                      : a->rows_pad > (1 << 30)                                                       ? "bank rows"
+                      : !a->x || !a->xs || a->ldx < K || a->ldx % 16 || a->slots < 1                  ? "activations"
+                      : (uintptr_t)a->x % 16 || (uintptr_t)a->codes % 16 || (uintptr_t)a->fold_j % 16 ? "alignment"
+                      : !a->tiles || !a->n_tiles || a->max_tiles < 1                                  ? "tiles"
+                      : !a->y || a->ldy % 2 || (a->out == FM_FOLD_WS_OUT_BF16 ? a->ldy < a->rows : a->ldy < a->rows / 2)
+                          ? "y"
+                      : !fm_cuda_fold_supported() ? "device (sm_90 only)"
+                                                  : NULL;
     if (bad) {
         fprintf(stderr, "fp8moe: w4a8_fold_ws_gemm: bad arguments: %s\n", bad);
         abort();
@@ -349,8 +303,8 @@ extern "C" void fm_cuda_w4a8_fold_ws_gemm(const fm_fold_ws_args *a, void *stream
         &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)a->x, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "fp8moe: w4a8_fold_ws_gemm: cuTensorMapEncodeTiled failed (%d) for %lld x %lld bytes\n",
-                (int)r, (long long)a->slots, (long long)K);
+        fprintf(stderr, "fp8moe: w4a8_fold_ws_gemm: cuTensorMapEncodeTiled failed (%d) for %lld x %lld bytes\n", (int)r,
+                (long long)a->slots, (long long)K);
         abort();
     }
     ws_params p;
