@@ -499,9 +499,10 @@ static void moe_route_cases(uint64_t seed, int64_t I, const char *form, bool ws,
 static void test_moe_route(void **state) {
     (void)state;
     if (!fold_have_sm90()) return;
-    /* T = 1 (2 pairs): the decode GEMVs (moe.gemv's default), the rest the fold GEMM (auto: P < 128 E) */
+    /* T = 1 (2 pairs): the decode GEMVs (moe.gemv's default), the rest the fold GEMM (w4a8.fold_ws=off: auto would
+       take the warp-specialised GEMMs at T = 512, P = 128 E) */
     const int64_t Ts[] = {1, 7, 64, 512};
-    moe_route_cases(31, 256, NULL, false, Ts, 4);
+    moe_route_cases(31, 256, "w4a8.fold_ws=off", false, Ts, 4);
     const int32_t E = 8, k = 2;
     const int64_t H = 384, I = 256;
     fm_plan plan;
