@@ -185,6 +185,17 @@ static void test_repack(void **state) {
 }
 
 /* bf16 out between NaN guards (GPU_TEST_GUARD elements each side), through a row map (a permutation) */
+/* The GEMM's bf16 output of ny elements between two guards of NaN (dy, hy: GPU_TEST_GUARD + ny + GPU_TEST_GUARD)
+ * after the launch: copied back, the guards checked untouched */
+static void download_guarded(uint16_t *hy, const uint16_t *dy, int64_t ny) {
+    FOLD_CK(cudaDeviceSynchronize());
+    FOLD_CK(cudaMemcpy(hy, dy, (size_t)(ny + 2 * GPU_TEST_GUARD) * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < GPU_TEST_GUARD; i++) {
+        assert_int_equal(hy[i], 0x7FC0);
+        assert_int_equal(hy[GPU_TEST_GUARD + ny + i], 0x7FC0);
+    }
+}
+
 static void run_bf16(int64_t T, int32_t bn, bool per_group) {
     fold_seed((uint64_t)(T * 131 + bn + per_group));
     const int32_t E = 8;
@@ -222,12 +233,7 @@ static void run_bf16(int64_t T, int32_t bn, bool per_group) {
     a.tiles = dtiles, a.n_tiles = dn, a.max_tiles = rt.n_tiles + 3, a.tile_rows = bn; /* spare tiles exit */
     a.out = FM_FOLD_OUT_BF16, a.y = dy + GPU_TEST_GUARD, a.ldy = rows, a.row_map = dmap;
     fm_cuda_w4a8_fold_gemm(&a, NULL);
-    FOLD_CK(cudaDeviceSynchronize());
-    FOLD_CK(cudaMemcpy(hy, dy, (size_t)(ny + 2 * GPU_TEST_GUARD) * 2, cudaMemcpyDeviceToHost));
-    for (int64_t i = 0; i < GPU_TEST_GUARD; i++) {
-        assert_int_equal(hy[i], 0x7FC0);
-        assert_int_equal(hy[GPU_TEST_GUARD + ny + i], 0x7FC0);
-    }
+    download_guarded(hy, dy, ny);
     float *y = malloc((size_t)ny * sizeof(float)), *ref = malloc((size_t)ny * sizeof(float));
     float *mag = malloc((size_t)ny * sizeof(float)), *yr = malloc((size_t)ny * sizeof(float));
     fold_emulate(&b, &rt, x8, ldx, xs, P, per_group, ref, mag);
@@ -370,12 +376,7 @@ static void run_ws(int64_t P, int32_t E, int64_t rows, int64_t K, bool swiglu) {
     a.out = swiglu ? FM_FOLD_WS_OUT_SWIGLU : FM_FOLD_WS_OUT_BF16, a.y = dy + GPU_TEST_GUARD, a.ldy = cols;
     a.row_map = swiglu ? NULL : dmap;
     fm_cuda_w4a8_fold_ws_gemm(&a, NULL);
-    FOLD_CK(cudaDeviceSynchronize());
-    FOLD_CK(cudaMemcpy(hy, dy, (size_t)(ny + 2 * GPU_TEST_GUARD) * 2, cudaMemcpyDeviceToHost));
-    for (int64_t i = 0; i < GPU_TEST_GUARD; i++) {
-        assert_int_equal(hy[i], 0x7FC0);
-        assert_int_equal(hy[GPU_TEST_GUARD + ny + i], 0x7FC0);
-    }
+    download_guarded(hy, dy, ny);
     float *ref = malloc((size_t)(P * rows) * sizeof(float)), *mag = malloc((size_t)(P * rows) * sizeof(float));
     fold_emulate_promote(&b, &rt, x8, ldx, xs, 0, false, 0, ref, mag);
     /* the accumulator over all of K in one block: ~2^-13 of the magnitude per k32 step */
