@@ -48,6 +48,9 @@
 //            the start of warpgroup 1), so that each one's epilogue runs under the other's queued wgmmas. (First with
 //            a named barrier arrival inside the MMA loop: the consumers spilled 632 bytes and ptxas serialised the
 //            wgmmas, 5x slower.)
+//   engine   the engine's kernel (src/backend/cuda/w4a8_fold_ws.cu, q256c2l1 as the fold route's prefill GEMMs run
+//            it) through its launcher on the same problem, tiles of 256 rows as the dispatch makes them: what the
+//            engine's form costs against the lab's on the same data (its no-conversion column repeats the time).
 // Template <CONVERT, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>.
 // ptxas enforces a setmaxnreg region's count (bm256's consumers at 120 spill 1.7 KB), so no spills = each role fits.
 // CONVERT = 0 instances of every variant give the no-conversion column.
@@ -119,6 +122,7 @@
 #include "backend/cuda/warp_specialised.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "backend/cuda/wgmma_ss_e4m3.cuh"
+#include "backend/cuda/w4a8_fold_ws.h"
 #include "backend/w4a8_fold.h"
 
 #define BN 128
@@ -516,6 +520,10 @@ static CUtensorMap tile_map(const void *base, int64_t rows, int64_t cols, int bo
     return map;
 }
 
+// The engine's launcher checks for sm_90 through the fold GEMM's file, which the lab does not link: this program runs
+// on sm_90a only (its other kernels trap elsewhere)
+extern "C" bool fm_cuda_fold_supported(void) { return true; }
+
 // ---- the lab harness ----
 
 #define GUARD 4096     // bf16 elements of poison after the output
@@ -545,6 +553,9 @@ typedef struct problem {
     CUtensorMap mk2;    // the exponents in boxes of 256 columns (NB = 2)
     CUtensorMap mw, mk; // the codes, the exponents
     CUtensorMap mwf;    // the fold layout's codes: 16 bytes x N rows x (E G 4) segments, boxes 16 x BN x 4
+    // the engine variant (fm_cuda_w4a8_fold_ws_gemm): the dispatch's form of the work, tiles of up to 256 rows
+    fm_fold_tile *tiles;
+    int32_t *n_tiles, n_tiles_host;
 } problem;
 
 static uint64_t mix64(uint64_t z) { /* splitmix64: a counter-based hash, so the fills run in parallel */
@@ -669,6 +680,21 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
         FM_CUDA_CHECK(cudaMemcpy(p->items[sh], items, (size_t)n_items * sizeof(int4), cudaMemcpyHostToDevice));
     }
 
+    { /* the engine's tile list: each expert's rows in tiles of FM_FOLD_WS_TILE_ROWS, as the dispatch writes it */
+        fm_fold_tile *t = (fm_fold_tile *)malloc((size_t)(p->n_items[1] + 1) * sizeof(fm_fold_tile));
+        int32_t n = 0;
+        for (int e = 0; e < E; e++)
+            for (int64_t m0 = off[e]; m0 < off[e + 1]; m0 += FM_FOLD_WS_TILE_ROWS) {
+                const int64_t r = off[e + 1] - m0 < FM_FOLD_WS_TILE_ROWS ? off[e + 1] - m0 : FM_FOLD_WS_TILE_ROWS;
+                t[n++] = (fm_fold_tile){e, (int32_t)m0, (int32_t)r, 0};
+            }
+        p->n_tiles_host = n;
+        FM_CUDA_CHECK(cudaMalloc(&p->tiles, (size_t)(n + 1) * sizeof(fm_fold_tile)));
+        FM_CUDA_CHECK(cudaMalloc(&p->n_tiles, sizeof(int32_t)));
+        FM_CUDA_CHECK(cudaMemcpy(p->tiles, t, (size_t)n * sizeof(fm_fold_tile), cudaMemcpyHostToDevice));
+        FM_CUDA_CHECK(cudaMemcpy(p->n_tiles, &n, sizeof(int32_t), cudaMemcpyHostToDevice));
+        free(t);
+    }
     FM_CUDA_CHECK(cudaMalloc(&p->x, (size_t)(nx > 0 ? nx : 1)));
     FM_CUDA_CHECK(cudaMalloc(&p->w, (size_t)nw));
     FM_CUDA_CHECK(cudaMalloc(&p->wf, (size_t)nw));
@@ -708,7 +734,7 @@ static void problem_init(problem *p, int E, int N, int K, const int64_t *off, in
 static void problem_free(problem *p) {
     cudaFree(p->x), cudaFree(p->w), cudaFree(p->wf), cudaFree(p->xg), cudaFree(p->k), cudaFree(p->cs), cudaFree(p->ts),
         cudaFree(p->items[0]);
-    cudaFree(p->items[1]), cudaFree(p->items[2]), cudaFree(p->y);
+    cudaFree(p->items[1]), cudaFree(p->items[2]), cudaFree(p->y), cudaFree(p->tiles), cudaFree(p->n_tiles);
     free(p->off), free(p->hx), free(p->hw), free(p->hk), free(p->hcs), free(p->hts), free(p->hxg), free(p->hitems[0]);
     free(p->hitems[1]), free(p->hitems[2]);
 }
@@ -747,7 +773,11 @@ static const variant variants[] = {
     {"q256cc", 2, 0, 2, 0, 1, "q256 (256 x 128 tiles) in 384 threads with the consumers converting too"},
     {"q256c2l1d2", 2, 2, 2, 0, 1,
      "q256c2l1 with two stages of wgmmas in flight a warpgroup (each stage goes back one "
-     "stage later)"}};
+     "stage later)"},
+    {"engine", 2, 2, 2, 0, 1,
+     "the engine's kernel (src/backend/cuda/w4a8_fold_ws.cu, fm_cuda_w4a8_fold_ws_gemm: q256c2l1 as the fold route "
+     "runs it) on the same problem: the exponents as its j, the column scales as its row scales, tiles of 256 rows "
+     "(no CONVERT = 0 form: its column repeats the converting time)"}};
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
 // One instance's attributes (registers at entry, local memory); false when the register count at entry is below
@@ -808,13 +838,33 @@ typedef struct variant_fns {
                 launch_t<1, MB, CONVS, PRMT, EARLY, LAG, NB, PG, COOP, DEPTH>                                          \
         }                                                                                                              \
     }
+// the engine variant: its launcher on the problem (the launcher encodes the activations' tensor map per call, as
+// the engine does)
+static bool engine_info(bool print) {
+    if (print) printf("  the engine's launcher (640 threads, 4 stages of 56 KB; registers checked by the launcher)\n");
+    return true;
+}
+static void engine_launch(const problem *p, int sms, cudaStream_t s) {
+    (void)sms;
+    fm_fold_ws_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = p->wf, a.fold_j = p->k, a.fold_rs = p->cs, a.rows = p->N, a.rows_pad = p->N, a.n_groups = p->K / KG;
+    a.x = p->x, a.ldx = p->K, a.slots = p->rows, a.xs = p->ts;
+    a.tiles = p->tiles, a.n_tiles = p->n_tiles, a.max_tiles = p->n_tiles_host > 0 ? p->n_tiles_host : 1;
+    a.out = FM_FOLD_WS_OUT_BF16, a.y = p->y, a.ldy = p->N, a.row_map = NULL;
+    if (p->rows > 0) fm_cuda_w4a8_fold_ws_gemm(&a, s);
+}
+
 static const variant_fns variant_fn[] = {
-    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0, 1), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0, 1), WS_FNS(2, 1, 0, 0, 0, 1, 0, 0, 1),
-    WS_FNS(2, 2, 0, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 1, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0, 1),
-    WS_FNS(2, 1, 1, 1, 0, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0, 1), WS_FNS(2, 1, 2, 0, 0, 1, 0, 0, 1),
-    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 2, 1, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0, 1),
-    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 1, 1),
-    WS_FNS(2, 0, 2, 0, 0, 1, 0, 1, 1), WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2)};
+    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0, 1), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0, 1),
+    WS_FNS(2, 1, 0, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 0, 0, 0, 1, 0, 0, 1),
+    WS_FNS(2, 2, 1, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0, 1),
+    WS_FNS(2, 1, 1, 1, 0, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0, 1),
+    WS_FNS(2, 1, 2, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 1),
+    WS_FNS(2, 2, 2, 0, 2, 1, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0, 1),
+    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0, 1),
+    WS_FNS(1, 0, 2, 0, 0, 2, 0, 1, 1), WS_FNS(2, 0, 2, 0, 0, 1, 0, 1, 1),
+    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2), {engine_info, false, {engine_launch, engine_launch}}};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
