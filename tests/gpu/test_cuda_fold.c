@@ -196,6 +196,19 @@ static void download_guarded(uint16_t *hy, const uint16_t *dy, int64_t ny) {
     }
 }
 
+/* The output rows through the row map (slot i's row landed at row_map[i]) as floats, none NaN, and the emulation's
+ * rows rounded to bf16 beside them */
+static void gather_mapped(const uint16_t *hy, const int32_t *row_map, const float *ref, int64_t P, int64_t rows,
+                          float *y, float *yr) {
+    for (int64_t i = 0; i < P; i++)
+        for (int64_t r = 0; r < rows; r++) {
+            const float v = fm_bf16_to_f32(hy[GPU_TEST_GUARD + (int64_t)row_map[i] * rows + r]);
+            assert_false(isnan(v));
+            y[i * rows + r] = v;
+            yr[i * rows + r] = fm_round_bf16(ref[i * rows + r]);
+        }
+}
+
 static void run_bf16(int64_t T, int32_t bn, bool per_group) {
     fold_seed((uint64_t)(T * 131 + bn + per_group));
     const int32_t E = 8;
@@ -237,13 +250,7 @@ static void run_bf16(int64_t T, int32_t bn, bool per_group) {
     float *y = malloc((size_t)ny * sizeof(float)), *ref = malloc((size_t)ny * sizeof(float));
     float *mag = malloc((size_t)ny * sizeof(float)), *yr = malloc((size_t)ny * sizeof(float));
     fold_emulate(&b, &rt, x8, ldx, xs, P, per_group, ref, mag);
-    for (int64_t i = 0; i < P; i++) /* slot i's row landed at row_map[i] */
-        for (int64_t r = 0; r < rows; r++) {
-            const float v = fm_bf16_to_f32(hy[GPU_TEST_GUARD + (int64_t)row_map[i] * rows + r]);
-            assert_false(isnan(v));
-            y[i * rows + r] = v;
-            yr[i * rows + r] = fm_round_bf16(ref[i * rows + r]);
-        }
+    gather_mapped(hy, row_map, ref, P, rows, y, yr);
     char what[96];
     snprintf(what, sizeof what, "fold bf16 T = %lld, tile %d, %s scales", (long long)T, bn,
              per_group ? "per-group" : "per-token");
@@ -404,13 +411,7 @@ static void run_ws(int64_t P, int32_t E, int64_t rows, int64_t K, bool swiglu) {
         assert_true(off == 0);
     } else {
         float *y = malloc((size_t)ny * sizeof(float)), *yr = malloc((size_t)ny * sizeof(float));
-        for (int64_t i = 0; i < P; i++) /* slot i's row landed at row_map[i] */
-            for (int64_t r = 0; r < rows; r++) {
-                const float v = fm_bf16_to_f32(hy[GPU_TEST_GUARD + (int64_t)row_map[i] * rows + r]);
-                assert_false(isnan(v));
-                y[i * rows + r] = v;
-                yr[i * rows + r] = fm_round_bf16(ref[i * rows + r]);
-            }
+        gather_mapped(hy, row_map, ref, P, rows, y, yr);
         snprintf(what, sizeof what, "fold ws bf16 P = %lld, E = %d, rows = %lld, K = %lld", (long long)P, E,
                  (long long)rows, (long long)K);
         fold_check_close_acc(y, yr, mag, ny, acc_rel, what);
