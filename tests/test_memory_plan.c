@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/routes.h"
 #include "backend/w4a8_workspace.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
@@ -334,6 +335,36 @@ static void qwen3_30b_a3b_fp8_on_cuda(void **s) {
     assert_int_equal(f8.workspace, 116371200 + 33554432); /* and cuBLAS's workspace (the router, lm_head) */
 }
 
+/* Route w4a8.kernel=fold: the expert banks' exponents and row scales beside their codes (cuda_bank_fold.cu: a byte
+ * per padded row and 128-group, 4 bytes per padded row): 48 x 128 x (1536 x (16 + 4) + 2048 x (6 + 4)) =
+ * 314,572,800; and at T = 2048 (P = 128 E: the warp-specialised GEMMs, w4a8.fold_ws) h in bf16 for every pair */
+static void qwen3_30b_a3b_fold_on_cuda(void **s) {
+    (void)s;
+    fm_config cfg;
+    fm_error err = {{0}};
+    qwen3_30b_config(&cfg);
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    fm_routes r;
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_OK);
+    fm_memory_plan f8, fold;
+    qwen3_30b_plan(FM_PRESET_FP8, 2048, &f8);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r, 0, 2048, &fold, &err), FM_OK);
+    assert_int_equal(f8.ws_tables, 0);
+    assert_int_equal(fold.ws_tables, INT64_C(314572800));
+    const uint64_t bn = fm_routes_w4a8_tile_rows(&r, 16384, 128);
+    assert_int_equal(fold.ws_moe, fm_w4a8_moe_layout(2048, 8, 128, 2048, 768, bn, FM_W4A8_DISPATCH_E4M3, true).total);
+    assert_true(fold.ws_moe > f8.ws_moe); /* h16 for 16,384 pairs: 25,165,824 bytes */
+    assert_int_equal(fold.workspace, fold.ws_moe + fold.ws_libs + fold.ws_tables);
+    assert_int_equal(fold.weight_total, f8.weight_total); /* the codes: the same bytes */
+    /* at T = 1024 (P = 64 E) the fold GEMM: h16 only for the GEMVs' pairs, as the default route's */
+    fm_memory_plan f8s, folds;
+    qwen3_30b_plan(FM_PRESET_FP8, 1024, &f8s);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r, 0, 1024, &folds, &err), FM_OK);
+    assert_int_equal(folds.ws_moe, f8s.ws_moe);
+}
+
 /* An 8 GiB card: the bf16 and the int4 plan are both refused, before anything is allocated, by one line that says
  * how much is needed, of what, and what is available. */
 static void vram_limit_refuses_8gib(void **s) {
@@ -617,13 +648,21 @@ static void longer_prompt_refused(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(bank_bytes_formulas),         cmocka_unit_test(cpu_weights_equal_plan),
-        cmocka_unit_test(prequant_weights_equal_plan), cmocka_unit_test(tiny_code_moe_cuda_by_hand),
-        cmocka_unit_test(qwen3_30b_a3b_on_cuda),       cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
-        cmocka_unit_test(vram_limit_refuses_8gib),     cmocka_unit_test(load_refuses_before_allocating),
-        cmocka_unit_test(longer_prompt_refused),       cmocka_unit_test(plan_argument_errors),
-        cmocka_unit_test(inspect_prints_the_plan),     cmocka_unit_test(vram_limit_parsing),
-        cmocka_unit_test(generation_in_the_plan),      cmocka_unit_test(generation_counts_the_gdn_state),
+        cmocka_unit_test(bank_bytes_formulas),
+        cmocka_unit_test(cpu_weights_equal_plan),
+        cmocka_unit_test(prequant_weights_equal_plan),
+        cmocka_unit_test(tiny_code_moe_cuda_by_hand),
+        cmocka_unit_test(qwen3_30b_a3b_on_cuda),
+        cmocka_unit_test(qwen3_30b_a3b_fp8_on_cuda),
+        cmocka_unit_test(qwen3_30b_a3b_fold_on_cuda),
+        cmocka_unit_test(vram_limit_refuses_8gib),
+        cmocka_unit_test(load_refuses_before_allocating),
+        cmocka_unit_test(longer_prompt_refused),
+        cmocka_unit_test(plan_argument_errors),
+        cmocka_unit_test(inspect_prints_the_plan),
+        cmocka_unit_test(vram_limit_parsing),
+        cmocka_unit_test(generation_in_the_plan),
+        cmocka_unit_test(generation_counts_the_gdn_state),
     };
     return cmocka_run_group_tests(tests, cli_runner_setup, cli_runner_teardown);
 }

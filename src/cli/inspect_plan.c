@@ -158,7 +158,7 @@ static void print_table(const planned *q, const plan_args *a) {
         plan_row(scratch, p.ws_moe, 2);
         if (p.ws_side) plan_row("side stream's scratch (shared expert)", p.ws_side, 2);
         plan_row("cuBLAS and cuBLASLt workspaces", p.ws_libs, 2);
-        if (p.ws_tables) plan_row("fold route's exponents and row scales (experts)", p.ws_tables, 2);
+        if (p.ws_tables) plan_row("fold route's exponents, row scales", p.ws_tables, 2);
     } else {
         plan_row("linear input quantization", p.ws_linear, 2);
     }
