@@ -312,9 +312,7 @@ extern "C" void fm_cuda_w4a8_fold_ws_gemm(const fm_fold_ws_args *a, void *stream
     p.rows = (int32_t)a->rows, p.groups = (int32_t)a->n_groups, p.ncols = (int32_t)fm_ceil_div(a->rows_pad, WS_BN);
     p.xs = a->xs, p.tiles = a->tiles, p.n_tiles = a->n_tiles;
     p.y = (__nv_bfloat16 *)a->y, p.ldy = a->ldy, p.row_map = a->row_map;
-    int dev = 0, sms = 0;
-    FM_CUDA_CHECK(cudaGetDevice(&dev));
-    FM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
     const int64_t most = a->max_tiles * p.ncols;
     const unsigned grid = (unsigned)(most < sms ? most : sms);
     cudaStream_t s = (cudaStream_t)stream;
