@@ -10,13 +10,15 @@
 // CTA: 640 threads (registers by setmaxnreg, 96 at entry):
 //   warpgroups 0, 1  consumers (184 registers): warpgroup w owns activation rows 128 w .. 128 w + 127 as two m64
 //                    blocks; per stage 4 k steps x 2 blocks of wgmma.m64n128k32 e4m3 (both operands in shared
-//                    memory) into fp32 accumulators, one stage in flight; warpgroup 1 runs one stage behind 0 (a
+//                    memory) into fp32 accumulators, one stage in flight, a block with none of the tile's rows
+//                    skipped (a part-full tile costs its rows' MMAs only); warpgroup 1 runs one stage behind 0 (a
 //                    clock spin at its start) so that each one's epilogue runs under the other's wgmmas
 //   warpgroups 2, 3  converters (40 registers): thread t converts the 16-byte code pieces t, t + 256, .. of the
 //                    stage (w4a8_fold.h: 8 codes by two byte permutes through the row's e4m3 table of exponent j)
 //                    into the weight tile's 128-byte swizzled rows, fences them for the async proxy, arrives
 //   warpgroup 4      the producer (24 registers; one thread): per stage the activation tile by TMA (a tensor map
-//                    over x, 128-byte swizzle, rows past the slots zero), the codes by four 1-D bulk copies (each
+//                    over x, 128-byte swizzle, rows past the slots zero; one box of 128 rows for each consumer
+//                    warpgroup with rows), the codes by four 1-D bulk copies (each
 //                    segment's rows are contiguous in the fold layout) and the exponents by one
 // Shared memory: 4 stages of [A 256 x 128 B | W 128 x 128 B | codes 8 KB] (56 KB, 1024-aligned), then the stages'
 // exponents (128 B each): 226 KB. Barriers per stage: full (the producer's expect_tx and its copies), ready (the 256
@@ -47,6 +49,8 @@ extern "C" {
 #define WS_KG 128
 #define WS_STAGES 4
 #define WS_A_BYTES (WS_BM * WS_KG)
+#define WS_A_BOX_ROWS 128 /* the activation tile by one or two TMA boxes: a consumer warpgroup's rows each */
+#define WS_A_BOX_BYTES (WS_A_BOX_ROWS * WS_KG)
 #define WS_W_BYTES (WS_BN * WS_KG)
 #define WS_C_BYTES (WS_BN * WS_KG / 2)
 #define WS_STAGE_BYTES (WS_A_BYTES + WS_W_BYTES + WS_C_BYTES)
@@ -85,6 +89,48 @@ static __device__ __forceinline__ void ws_item(const ws_params &p, int w, fm_fol
     *ncopy = left < WS_BN ? (int)left : WS_BN;
 }
 
+// A consumer warpgroup's stages of one work item: NB of its two m64 blocks hold rows of the tile (the others'
+// wgmmas skipped; NB = 0 only waits and gives the stages back). One stage's wgmmas in flight; a stage goes back (one
+// arrival of the warpgroup on empty) once the wgmmas that read it completed.
+template <int NB>
+static __device__ __forceinline__ void ws_consume_item(float acc[2][16][4], uint8_t *smem, uint64_t *full,
+                                                       uint64_t *ready, uint64_t *empty, int groups, int wg,
+                                                       int64_t *itp) {
+    int64_t it = *itp;
+    for (int g = 0; g < groups; g++, it++) {
+        const int s = (int)(it % WS_STAGES);
+        const uint32_t parity = (uint32_t)((it / WS_STAGES) & 1);
+        ws_wait(&full[s], parity);
+        ws_wait(&ready[s], parity);
+        if constexpr (NB > 0) {
+            const uint32_t a = smem_u32(smem + s * WS_STAGE_BYTES), b = a + WS_A_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < WS_KG / 32; ks++)
+#pragma unroll
+                for (int mb = 0; mb < NB; mb++) /* the two accumulators alternate (independent chains) */
+                    wgmma_ss<WS_BN>(acc[mb], desc_sw128(a + (wg * 2 + mb) * 64 * WS_KG + 32 * ks),
+                                    desc_sw128(b + 32 * ks), 1);
+            wgmma_commit();
+            wgmma_wait<1>(); /* this stage's wgmmas may still run; the previous stage's are done: it goes back */
+            if (g >= 1 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % WS_STAGES]);
+        } else { /* no rows: the stage is read by the other warpgroup only */
+            if ((threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[s]);
+        }
+    }
+    if constexpr (NB > 0) {
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) fence_f(acc[mb][nt][r]);
+        if ((threadIdx.x & 127) == 0 && groups >= 1) bulk_barrier_arrive(&empty[(it - 1) % WS_STAGES]);
+    }
+    *itp = it;
+}
+
 template <int SWIGLU>
 static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(const __grid_constant__ CUtensorMap map_x,
                                                                             const ws_params p) {
@@ -115,12 +161,15 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
                 ws_item(p, w, &tile, &col0, &ncopy);
                 const uint8_t *codes = p.codes + (int64_t)tile.expert * p.rows_pad * groups * 64;
                 const int8_t *jm = p.fold_j + (int64_t)tile.expert * groups * p.rows_pad + col0;
+                const int a_boxes = tile.rows > WS_A_BOX_ROWS ? 2 : 1; /* a consumer warpgroup's rows, if it has any */
                 for (int g = 0; g < groups; g++, it++) {
                     const int s = (int)(it % WS_STAGES);
                     if (it >= WS_STAGES) ws_wait(&empty[s], (uint32_t)((it / WS_STAGES - 1) & 1));
                     uint8_t *st = smem + s * WS_STAGE_BYTES;
-                    bulk_barrier_expect(&full[s], WS_A_BYTES + 4 * 16 * ncopy + ncopy);
-                    bulk_tensor_load_2d(st, &map_x, g * WS_KG, tile.slot0, &full[s]);
+                    bulk_barrier_expect(&full[s], a_boxes * WS_A_BOX_BYTES + 4 * 16 * ncopy + ncopy);
+                    for (int bx = 0; bx < a_boxes; bx++)
+                        bulk_tensor_load_2d(st + bx * WS_A_BOX_BYTES, &map_x, g * WS_KG, tile.slot0 + bx * WS_A_BOX_ROWS,
+                                            &full[s]);
 #pragma unroll
                     for (int sg = 0; sg < 4; sg++) /* w4a8_fold.h: [g][segment][row][16 bytes] */
                         ws_bulk_copy(st + WS_A_BYTES + WS_W_BYTES + sg * WS_BN * 16,
@@ -174,6 +223,9 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
         fm_fold_tile tile;
         int col0, ncopy;
         ws_item(p, w, &tile, &col0, &ncopy);
+        /* the m64 blocks of this warpgroup's rows that hold any of the tile's rows: the others' wgmmas are skipped
+           (an expert's last tile is often part full: Qwen3 at T = 2048 has ~128 rows an expert in 256-row tiles) */
+        const int left = tile.rows - wg * 128, blocks = left >= 65 ? 2 : left >= 1 ? 1 : 0;
         float acc[2][16][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
@@ -181,45 +233,36 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
             for (int nt = 0; nt < 16; nt++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[mb][nt][r] = 0.0f;
-        for (int g = 0; g < groups; g++, it++) {
-            const int s = (int)(it % WS_STAGES);
-            const uint32_t parity = (uint32_t)((it / WS_STAGES) & 1);
-            ws_wait(&full[s], parity);
-            ws_wait(&ready[s], parity);
-            const uint32_t a = smem_u32(smem + s * WS_STAGE_BYTES), b = a + WS_A_BYTES;
-            wgmma_fence();
+        /* the epilogue's per-row loads (scale, output row) issued before the item's stages: they land under its
+           wgmmas, and no load waits behind the stores (the compiler cannot tell the row map from y) */
+        float xs4[4];
+        int64_t dst4[4];
 #pragma unroll
-            for (int ks = 0; ks < WS_KG / 32; ks++)
-#pragma unroll
-                for (int mb = 0; mb < 2; mb++) /* the two accumulators alternate (independent chains) */
-                    wgmma_ss<WS_BN>(acc[mb], desc_sw128(a + (wg * 2 + mb) * 64 * WS_KG + 32 * ks),
-                                    desc_sw128(b + 32 * ks), 1);
-            wgmma_commit();
-            wgmma_wait<1>(); /* this stage's wgmmas may still run; the previous stage's are done: it goes back */
-            if (g >= 1 && (threadIdx.x & 127) == 0) bulk_barrier_arrive(&empty[(it - 1) % WS_STAGES]);
+        for (int i = 0; i < 4; i++) {
+            const int lr = (wg * 2 + (i >> 1)) * 64 + (warp & 3) * 16 + g8 + 8 * (i & 1);
+            const int64_t slot = (int64_t)tile.slot0 + lr;
+            const bool ok = lr < tile.rows;
+            xs4[i] = ok ? __ldg(p.xs + slot) : 0.0f;
+            dst4[i] = !ok ? -1 : SWIGLU || !p.row_map ? slot : (int64_t)__ldg(p.row_map + slot);
         }
-        wgmma_wait<0>();
-#pragma unroll
-        for (int mb = 0; mb < 2; mb++)
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) fence_f(acc[mb][nt][r]);
-        if ((threadIdx.x & 127) == 0 && groups >= 1) bulk_barrier_arrive(&empty[(it - 1) % WS_STAGES]);
+        /* the item's stages, the wgmma pipeline whole inside each branch (a branch across a pipeline stage makes
+           ptxas serialise the wgmmas: C7520) */
+        if (blocks == 2) ws_consume_item<2>(acc, smem, full, ready, empty, groups, wg, &it);
+        else if (blocks == 1) ws_consume_item<1>(acc, smem, full, ready, empty, groups, wg, &it);
+        else ws_consume_item<0>(acc, smem, full, ready, empty, groups, wg, &it);
 
         /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
-           g8 + 8 and columns 8 nt + 2 t4, + 1 */
+           g8 + 8 (xs4, dst4 [2 mb + h]) and columns 8 nt + 2 t4, + 1 */
         const float *rs = p.fold_rs + (int64_t)tile.expert * p.rows_pad + col0;
 #pragma unroll
         for (int mb = 0; mb < 2; mb++) {
-            const int lr = (wg * 2 + mb) * 64 + (warp & 3) * 16 + g8;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (lr + 8 * h >= tile.rows) continue;
-                const int64_t slot = (int64_t)tile.slot0 + lr + 8 * h;
-                const float xs = __ldg(p.xs + slot);
+                const int64_t row = dst4[2 * mb + h];
+                const float xs = xs4[2 * mb + h];
+                if (row < 0) continue;
+                __nv_bfloat16 *yr = p.y + row * p.ldy;
                 if constexpr (SWIGLU) {
-                    __nv_bfloat16 *yr = p.y + slot * p.ldy;
 #pragma unroll
                     for (int b = 0; b < 8; b++) { /* gate columns 16 b + 2 t4 (+1), up columns + 8 */
                         const int c = 16 * b + 2 * t4, ch = col0 / 2 + 8 * b + 2 * t4;
@@ -232,13 +275,13 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
                             const float gv = __bfloat162float(__float2bfloat16(acc[mb][2 * b][2 * h + e] * (gs * xs)));
                             const float uv =
                                 __bfloat162float(__float2bfloat16(acc[mb][2 * b + 1][2 * h + e] * (us * xs)));
-                            v[e] = gv / (1.0f + __expf(-gv)) * uv;
+                            v[e] = __fdividef(gv, 1.0f + __expf(-gv)) * uv; /* the fast SiLU, as the other epilogues */
                         }
                         if (2 * ch + 2 < p.rows) *(__nv_bfloat162 *)(yr + ch) = __floats2bfloat162_rn(v[0], v[1]);
                         else yr[ch] = __float2bfloat16(v[0]);
                     }
                 } else {
-                    __nv_bfloat16 *yr = p.y + (p.row_map ? (int64_t)__ldg(p.row_map + slot) : slot) * p.ldy + col0;
+                    yr += col0;
 #pragma unroll
                     for (int nt = 0; nt < 16; nt++) {
                         const int c = nt * 8 + 2 * t4;
@@ -295,10 +338,10 @@ extern "C" void fm_cuda_w4a8_fold_ws_gemm(const fm_fold_ws_args *a, void *stream
     }
     const bool swiglu = a->out == FM_FOLD_WS_OUT_SWIGLU;
     if (!(swiglu ? ws_instance_fits<1>() : ws_instance_fits<0>())) abort();
-    /* x as a 2-D tensor [slots][ldx] of bytes, boxes of 256 rows x 128 bytes; rows past the slots read as zeros */
+    /* x as a 2-D tensor [slots][ldx] of bytes, boxes of 128 rows x 128 bytes; rows past the slots read as zeros */
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)a->slots}, strides[1] = {(cuuint64_t)a->ldx};
-    const cuuint32_t box[2] = {WS_KG, WS_BM}, elem[2] = {1, 1};
+    const cuuint32_t box[2] = {WS_KG, WS_A_BOX_ROWS}, elem[2] = {1, 1};
     const CUresult r = fm_tensor_map_encoder("the fold route's prefill GEMM")(
         &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)a->x, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
