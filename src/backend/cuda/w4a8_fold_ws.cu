@@ -168,8 +168,8 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
                     uint8_t *st = smem + s * WS_STAGE_BYTES;
                     bulk_barrier_expect(&full[s], a_boxes * WS_A_BOX_BYTES + 4 * 16 * ncopy + ncopy);
                     for (int bx = 0; bx < a_boxes; bx++)
-                        bulk_tensor_load_2d(st + bx * WS_A_BOX_BYTES, &map_x, g * WS_KG, tile.slot0 + bx * WS_A_BOX_ROWS,
-                                            &full[s]);
+                        bulk_tensor_load_2d(st + bx * WS_A_BOX_BYTES, &map_x, g * WS_KG,
+                                            tile.slot0 + bx * WS_A_BOX_ROWS, &full[s]);
 #pragma unroll
                     for (int sg = 0; sg < 4; sg++) /* w4a8_fold.h: [g][segment][row][16 bytes] */
                         ws_bulk_copy(st + WS_A_BYTES + WS_W_BYTES + sg * WS_BN * 16,
