@@ -2,7 +2,7 @@
 # thirty-ninth session, third call: the ws kernel's epilogue with every load issued before its stores (the column
 # scales 8 pairs at a time). Pack .carry/gpu-s42c.tar.xz: build/fp8moe-bench of 80580b1 (main), build/new/
 # {fp8moe-bench,test_cuda_fold,w4a8_ws} of the session's tree. Order: the lab (q256c2l1 and the engine's kernel on
-# the same data), the fold tests, bench moe of both binaries, the 48-layer prefill, then ncu's per-instruction
+# the same data), bench moe of both binaries, the fold tests, the 48-layer prefill, then ncu's per-instruction
 # stalls of the engine kernel (T = 2048 gate|up), as time allows.
 set -u
 LIMIT=${LIMIT:-420}
@@ -14,8 +14,6 @@ left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
 B=build/fp8moe-bench N=build/new/fp8moe-bench
 timeout 100 ./build/new/w4a8_ws --variants q256c2l1,engine > $L/lab.log 2>&1; echo "== lab rc $? $SECONDS s"
 grep -E "PASS|FAIL" $L/lab.log | grep -c PASS; grep -E "FAIL" $L/lab.log | head -3; grep -E "layer" $L/lab.log | cut -c1-120
-left 100 && { timeout 150 build/new/test_cuda_fold > $L/fold.log 2>&1; echo "== new test_cuda_fold rc $? $SECONDS s"
-  grep -E "fold ws|FAILED|PASSED|ERROR" $L/fold.log | cut -c1-160 | head -16; }
 for b in $B $N; do
   left 50 || break
   f=$L/moe_$SECONDS.log; timeout 100 $b moe --shape qwen3 --routes fp8-grouped,fp8-fold-ws --tokens 512,2048,8192 \
@@ -23,6 +21,8 @@ for b in $B $N; do
   f=$L/mix_$SECONDS.log; timeout 80 $b moe --shape mixtral --routes fp8-grouped,fp8-fold-ws --tokens 4096 \
     --backend cuda > $f 2>&1; echo "== mixtral $b rc $? $SECONDS s"; grep -E "^\| fp8" $f | cut -c1-100
 done
+left 95 && { timeout 150 build/new/test_cuda_fold > $L/fold.log 2>&1; echo "== new test_cuda_fold rc $? $SECONDS s"
+  grep -E "fold ws|FAILED|PASSED|ERROR" $L/fold.log | cut -c1-160 | head -16; }
 P=(prefill --synthetic qwen3-30b-a3b --layers 48 --tokens 2048 --preset fp8 --dense w8a8 --backend cuda --repeat 5)
 for r in "" "--int4-scales p2 --route w4a8.kernel=fold"; do
   left 50 || break
