@@ -1,8 +1,9 @@
 #!/bin/bash
 # thirty-ninth session, third call: the ws kernel's epilogue with every load issued before its stores (the column
 # scales 8 pairs at a time: lab/ws_epilogue_loads.patch). Pack .carry/gpu-s42c.tar.xz: build/fp8moe-bench of 80580b1
-# (the baseline), build/new/{fp8moe-bench,test_cuda_fold,w4a8_ws} of main with the patch applied (bench/NOTES.md,
-# thirty-ninth session, says how to build it). Order: the lab (q256c2l1 and the engine's kernel on
+# (the baseline), build/new/{fp8moe-bench,test_cuda_fold,w4a8_ws} of main with the patch applied
+# (`BASE=80580b1 PATCH=lab/ws_epilogue_loads.patch OUT=.carry/gpu-s42c.tar.xz tools/gpu-pack-ab.sh fp8moe-bench
+# tests/gpu/test_cuda_fold lab/w4a8_ws`). Order: the lab (q256c2l1 and the engine's kernel on
 # the same data), bench moe of both binaries, the fold tests, the 48-layer prefill, then ncu's per-instruction
 # stalls of the engine kernel (T = 2048 gate|up), as time allows.
 set -u
