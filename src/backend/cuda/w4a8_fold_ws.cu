@@ -16,7 +16,7 @@
 //   warpgroups 2, 3  converters (40 registers): thread t converts the 16-byte code pieces t, t + 256, .. of the
 //                    stage (w4a8_fold.h: 8 codes by two byte permutes through the row's e4m3 table of exponent j)
 //                    into the weight tile's 128-byte swizzled rows, fences them for the async proxy, arrives
-//   warpgroup 4      the producer (24 registers; one thread): per stage the activation tile by TMA (a tensor map
+//   warpgroup 4      the producer (32 registers; one thread): per stage the activation tile by TMA (a tensor map
 //                    over x, 128-byte swizzle, rows past the slots zero; one box of 128 rows for each consumer
 //                    warpgroup with rows), the codes by four 1-D bulk copies (each
 //                    segment's rows are contiguous in the fold layout) and the exponents by one
@@ -225,7 +225,7 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
         ws_item(p, w, &tile, &col0, &ncopy);
         /* the m64 blocks of this warpgroup's rows that hold any of the tile's rows: the others' wgmmas are skipped
            (an expert's last tile is often part full: Qwen3 at T = 2048 has ~128 rows an expert in 256-row tiles) */
-        const int left = tile.rows - wg * 128, blocks = left >= 65 ? 2 : left >= 1 ? 1 : 0;
+        const int left = tile.rows - wg * WS_A_BOX_ROWS, blocks = left > 64 ? 2 : left > 0 ? 1 : 0;
         float acc[2][16][4];
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
