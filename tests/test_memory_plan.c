@@ -358,10 +358,10 @@ static void qwen3_30b_a3b_fold_on_cuda(void **s) {
     assert_true(fold.ws_moe > f8.ws_moe); /* h16 for 16,384 pairs: 25,165,824 bytes */
     assert_int_equal(fold.workspace, fold.ws_moe + fold.ws_libs + fold.ws_tables);
     assert_int_equal(fold.weight_total, f8.weight_total); /* the codes: the same bytes */
-    /* at T = 1024 (P = 64 E) the fold GEMM: h16 only for the GEMVs' pairs, as the default route's */
+    /* at T = 128 (P = 8 E) the fold GEMM: h16 only for the GEMVs' pairs, as the default route's */
     fm_memory_plan f8s, folds;
-    qwen3_30b_plan(FM_PRESET_FP8, 1024, &f8s);
-    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r, 0, 1024, &folds, &err), FM_OK);
+    qwen3_30b_plan(FM_PRESET_FP8, 128, &f8s);
+    assert_int_equal(fm_memory_plan_compute_routes(&cfg, &plan, "cuda", &r, 0, 128, &folds, &err), FM_OK);
     assert_int_equal(folds.ws_moe, f8s.ws_moe);
 }
 

@@ -48,10 +48,12 @@ static void defaults_follow_the_device(void **s) {
     assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=fold", &err), FM_OK);
     assert_true(fm_routes_w4a8_fold(&r));
     assert_true(fm_routes_w4a8_wgmma(&r));
-    /* its warp-specialised prefill GEMMs: auto from 128 rows an expert (Qwen3-30B-A3B: T = 2048), never on the decode
+    /* its warp-specialised prefill GEMMs: auto from 16 rows an expert (Qwen3-30B-A3B: T = 256), never on the decode
        GEMVs' pairs; forced on above them, off everywhere */
     assert_true(fm_routes_fold_ws(&r, 2048 * 8, 128, 8));
-    assert_false(fm_routes_fold_ws(&r, 1024 * 8, 128, 8));
+    assert_true(fm_routes_fold_ws(&r, 256 * 8, 128, 8));
+    assert_false(fm_routes_fold_ws(&r, 255 * 8, 128, 8));
+    assert_false(fm_routes_fold_ws(&r, 128 * 8, 128, 8));
     assert_false(fm_routes_fold_ws(&r, 8, 128, 8));
     assert_int_equal(fm_routes_apply(&r, "w4a8.fold_ws=on", &err), FM_OK);
     assert_true(fm_routes_fold_ws(&r, 64 * 8, 128, 8));

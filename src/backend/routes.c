@@ -462,14 +462,14 @@ static const route_key route_keys[] = {
      "30B-A3B's expert gate|up GEMV 13.6 us at 4 groups a warp and 432 CTAs, 11.5 us at 8 and 216; docs/RESULTS.md "
      "2.19). The W8A8 GEMV keeps its own split",
      now_gemv_groups},
-    {"w4a8.fold_ws", FIELD(fold_ws), "auto|on|off", SWITCH_WORDS, "from 128 rows an expert",
+    {"w4a8.fold_ws", FIELD(fold_ws), "auto|on|off", SWITCH_WORDS, "from 16 rows an expert",
      "under w4a8.kernel=fold: the warp-specialised prefill GEMMs (256-row tiles, h per token)",
      "under `w4a8.kernel=fold`, the experts' GEMMs above the decode GEMVs' pairs: the warp-specialised kernel "
      "(converter warpgroups feeding ss-wgmma, tiles of 256 routed rows x 128 weight rows, all of K in one "
      "accumulation; h in bf16, then e4m3 with one scale per token into the down GEMM) or the fold GEMM (64-row tiles, "
-     "promotion every 4 groups, h per 128 channels). `auto` takes the warp-specialised kernel from 128 rows an "
-     "expert on average (P >= 128 E), where its tiles are at most half padding; the cpu backend quantizes h the same "
-     "way at the same shapes",
+     "promotion every 4 groups, h per 128 channels). `auto` takes the warp-specialised kernel from 16 rows an "
+     "expert on average (P >= 16 E), where it overtakes the fold GEMM on an H200 (docs/RESULTS.md 2.32: Qwen3-30B-A3B "
+     "between T = 128 and 256); the cpu backend quantizes h the same way at the same shapes",
      now_fold_ws},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)

@@ -171,11 +171,12 @@ bool fm_routes_w4a8_wgmma(const fm_routes *r); /* the W4A8 GEMM runs the wgmma k
 bool fm_routes_w4a8_fold(const fm_routes *r);
 /* Under w4a8.kernel=fold, whether the MoE of P pairs over E experts (top-k k) runs the warp-specialised prefill GEMMs
  * (cuda/w4a8_fold_ws.cu: the dispatch's tiles of FM_FOLD_WS_TILE_ROWS rows, h in bf16 then e4m3 with one scale per
- * token into the down GEMM) rather than the fold GEMM: auto from 128 rows an expert on average, where its 256-row
- * tiles are at most half padding (bench/NOTES.md, thirty-eighth session), never on the decode GEMVs' pairs. The cpu
- * backend asks the same to quantize h as the GPU does. */
+ * token into the down GEMM) rather than the fold GEMM: auto from 16 rows an expert on average, where it overtakes
+ * the fold GEMM on an H200 (Qwen3-30B-A3B's layer between T = 128 and 256, Mixtral's from T = 256 at the latest:
+ * docs/RESULTS.md 2.32), never on the decode GEMVs' pairs. The cpu backend asks the same to quantize h as the GPU
+ * does. */
 bool fm_routes_fold_ws(const fm_routes *r, uint64_t P, uint64_t E, uint64_t k);
-#define FM_FOLD_WS_MIN_ROWS_PER_EXPERT 128
+#define FM_FOLD_WS_MIN_ROWS_PER_EXPERT 16
 /* The FP4 gate|up GEMM of tile_rows-row tiles expands on a producer warpgroup (the wgmma kernel only; mma.sync
  * expands inline). Measured (bench moe, Qwen3 T = 512 / 2048 / 8192, H200, bench/NOTES.md 2026-12-02 "FP4 expansion off
  * the MMA warps"): MX 0.216 / 0.493 / 1.584 ms against 0.222 / 0.525 / 1.712 inline, NV 0.243 / 0.555 / 1.783 against

@@ -502,7 +502,7 @@ static void test_moe_route(void **state) {
     (void)state;
     if (!fold_have_sm90()) return;
     /* T = 1 (2 pairs): the decode GEMVs (moe.gemv's default), the rest the fold GEMM (w4a8.fold_ws=off: auto would
-       take the warp-specialised GEMMs at T = 512, P = 128 E) */
+       take the warp-specialised GEMMs from 16 rows an expert) */
     const int64_t Ts[] = {1, 7, 64, 512};
     moe_route_cases(31, 256, "w4a8.fold_ws=off", false, Ts, 4);
     const int32_t E = 8, k = 2;
@@ -561,7 +561,7 @@ static void test_moe_route(void **state) {
     pc->ops->destroy(pc), pg->ops->destroy(pg), gpu->ops->destroy(gpu);
 }
 
-/* ... with the warp-specialised GEMMs (w4a8.fold_ws=on; auto takes them from 128 rows an expert), I = 320: h over
+/* ... with the warp-specialised GEMMs (w4a8.fold_ws=on; auto takes them from 16 rows an expert), I = 320: h over
  * three 128-channel groups, the down GEMM's K not a multiple of 128 */
 static void test_moe_route_ws(void **state) {
     (void)state;

@@ -29,7 +29,8 @@
 // bank (8 gate rows, then their 8 up rows: fragment tiles 2b and 2b + 1 of a thread hold the gate and the up of the
 // same channels) h = bf16(silu(g) u), g and u rounded to bf16 first.
 // Floor (Qwen3-30B-A3B's layer, T = 8192: 619 GFLOP at ~1.3 PFLOP/s dense FP8 = 0.48 ms); lab, H100: both GEMMs 0.350
-// / 0.925 ms at T = 2048 / 8192, 0.31 / 0.85 without the conversion (RESULTS 2.29).
+// / 0.925 ms at T = 2048 / 8192, 0.31 / 0.85 without the conversion (RESULTS 2.29); this kernel on the lab's data,
+// H200: 0.324 / 0.950 (RESULTS 2.32).
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -233,18 +234,6 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
             for (int nt = 0; nt < 16; nt++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[mb][nt][r] = 0.0f;
-        /* the epilogue's per-row loads (scale, output row) issued before the item's stages: they land under its
-           wgmmas, and no load waits behind the stores (the compiler cannot tell the row map from y) */
-        float xs4[4];
-        int64_t dst4[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int lr = (wg * 2 + (i >> 1)) * 64 + (warp & 3) * 16 + g8 + 8 * (i & 1);
-            const int64_t slot = (int64_t)tile.slot0 + lr;
-            const bool ok = lr < tile.rows;
-            xs4[i] = ok ? __ldg(p.xs + slot) : 0.0f;
-            dst4[i] = !ok ? -1 : SWIGLU || !p.row_map ? slot : (int64_t)__ldg(p.row_map + slot);
-        }
         /* the item's stages, the wgmma pipeline whole inside each branch (a branch across a pipeline stage makes
            ptxas serialise the wgmmas: C7520) */
         if (blocks == 2) ws_consume_item<2>(acc, smem, full, ready, empty, groups, wg, &it);
@@ -253,43 +242,68 @@ static __global__ __launch_bounds__(WS_THREADS, 1) void w4a8_fold_ws_kernel(cons
 
         /* epilogue: warp w of the warpgroup holds rows 16 w .. 16 w + 15 of each m64 block; lane (g8, t4) rows g8,
            g8 + 8 (xs4, dst4 [2 mb + h]) and columns 8 nt + 2 t4, + 1 */
+        /* the epilogue's loads, all issued before its first store (the compiler cannot tell the row map and the
+           scales from y): the rows' scales and output rows, the thread's 16 column-scale pairs. Loaded in the store
+           loop, behind its branches, they made one dependent L2 round trip each (~7 us an item, against the lab's
+           form: bench/NOTES.md thirty-ninth session) */
+        float xs4[4];
+        int32_t dst4[4]; /* slots and rows are int32 (fm_fold_tile, the row map) */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int lr = (wg * 2 + (i >> 1)) * 64 + (warp & 3) * 16 + g8 + 8 * (i & 1);
+            const int32_t slot = tile.slot0 + lr;
+            const bool ok = lr < tile.rows;
+            xs4[i] = ok ? __ldg(p.xs + slot) : 0.0f;
+            dst4[i] = !ok ? -1 : SWIGLU || !p.row_map ? slot : __ldg(p.row_map + slot);
+        }
         const float *rs = p.fold_rs + (int64_t)tile.expert * p.rows_pad + col0;
 #pragma unroll
-        for (int mb = 0; mb < 2; mb++) {
+        for (int half = 0; half < 2; half++) { /* 64 columns at a time: 8 scale pairs in registers beside acc */
+            float2 rsv[8];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t row = dst4[2 * mb + h];
-                const float xs = xs4[2 * mb + h];
-                if (row < 0) continue;
-                __nv_bfloat16 *yr = p.y + row * p.ldy;
-                if constexpr (SWIGLU) {
+            for (int j = 0; j < 8; j++) {
+                const int c = (8 * half + j) * 8 + 2 * t4;
+                rsv[j] = __ldg((const float2 *)(rs + (c < ncopy ? c : 0)));
+            }
 #pragma unroll
-                    for (int b = 0; b < 8; b++) { /* gate columns 16 b + 2 t4 (+1), up columns + 8 */
-                        const int c = 16 * b + 2 * t4, ch = col0 / 2 + 8 * b + 2 * t4;
-                        if (c >= ncopy || 2 * ch >= p.rows) continue;
-                        const float2 rg = __ldg((const float2 *)(rs + c)), ru = __ldg((const float2 *)(rs + c + 8));
-                        float v[2];
+            for (int mb = 0; mb < 2; mb++) {
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const float gs = e ? rg.y : rg.x, us = e ? ru.y : ru.x;
-                            const float gv = __bfloat162float(__float2bfloat16(acc[mb][2 * b][2 * h + e] * (gs * xs)));
-                            const float uv =
-                                __bfloat162float(__float2bfloat16(acc[mb][2 * b + 1][2 * h + e] * (us * xs)));
-                            v[e] = __fdividef(gv, 1.0f + __expf(-gv)) * uv; /* the fast SiLU, as the other epilogues */
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = dst4[2 * mb + h];
+                    const float xs = xs4[2 * mb + h];
+                    if (row < 0) continue;
+                    __nv_bfloat16 *yr = p.y + row * p.ldy;
+                    if constexpr (SWIGLU) {
+#pragma unroll
+                        for (int bb = 0; bb < 4; bb++) { /* gate columns 16 b + 2 t4 (+1), up columns + 8 */
+                            const int b = 4 * half + bb, c = 16 * b + 2 * t4, ch = col0 / 2 + 8 * b + 2 * t4;
+                            if (c >= ncopy || 2 * ch >= p.rows) continue;
+                            const float2 rg = rsv[2 * bb], ru = rsv[2 * bb + 1]; /* columns c and c + 8 */
+                            float v[2];
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const float gs = e ? rg.y : rg.x, us = e ? ru.y : ru.x;
+                                const float gv =
+                                    __bfloat162float(__float2bfloat16(acc[mb][2 * b][2 * h + e] * (gs * xs)));
+                                const float uv =
+                                    __bfloat162float(__float2bfloat16(acc[mb][2 * b + 1][2 * h + e] * (us * xs)));
+                                v[e] = __fdividef(gv, 1.0f + __expf(-gv)) * uv; /* the fast SiLU, as elsewhere */
+                            }
+                            if (2 * ch + 2 < p.rows) *(__nv_bfloat162 *)(yr + ch) = __floats2bfloat162_rn(v[0], v[1]);
+                            else yr[ch] = __float2bfloat16(v[0]);
                         }
-                        if (2 * ch + 2 < p.rows) *(__nv_bfloat162 *)(yr + ch) = __floats2bfloat162_rn(v[0], v[1]);
-                        else yr[ch] = __float2bfloat16(v[0]);
-                    }
-                } else {
-                    yr += col0;
+                    } else {
 #pragma unroll
-                    for (int nt = 0; nt < 16; nt++) {
-                        const int c = nt * 8 + 2 * t4;
-                        if (c >= ncopy || col0 + c >= p.rows) continue;
-                        const float2 r2 = __ldg((const float2 *)(rs + c));
-                        const float v0 = acc[mb][nt][2 * h] * (r2.x * xs), v1 = acc[mb][nt][2 * h + 1] * (r2.y * xs);
-                        if (col0 + c + 1 < p.rows) *(__nv_bfloat162 *)(yr + c) = __floats2bfloat162_rn(v0, v1);
-                        else yr[c] = __float2bfloat16(v0);
+                        for (int j = 0; j < 8; j++) {
+                            const int nt = 8 * half + j, c = nt * 8 + 2 * t4;
+                            if (c >= ncopy || col0 + c >= p.rows) continue;
+                            const float2 r2 = rsv[j];
+                            const float v0 = acc[mb][nt][2 * h] * (r2.x * xs),
+                                        v1 = acc[mb][nt][2 * h + 1] * (r2.y * xs);
+                            if (col0 + c + 1 < p.rows)
+                                *(__nv_bfloat162 *)(yr + col0 + c) = __floats2bfloat162_rn(v0, v1);
+                            else yr[col0 + c] = __float2bfloat16(v0);
+                        }
                     }
                 }
             }
