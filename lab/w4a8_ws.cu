@@ -48,6 +48,10 @@
 //            the start of warpgroup 1), so that each one's epilogue runs under the other's queued wgmmas. (First with
 //            a named barrier arrival inside the MMA loop: the consumers spilled 632 bytes and ptxas serialised the
 //            wgmmas, 5x slower.)
+//   n256c2l1 128 token rows x 256 weight rows (n256's tile) with q256c2l1's two converter warpgroups and lag: each
+//            consumer k step two m64n128 wgmmas on the W tile's halves (640 threads leave 96 registers at entry, and
+//            ptxas needs 154 to compile m64n256), 3 stages of 65 KB. Half the activation traffic per MMA of the 256 x
+//            128 tiles, twice the conversion per MMA where tiles are full (bench/NOTES.md, fortieth session).
 //   engine   the engine's kernel (src/backend/cuda/w4a8_fold_ws.cu, q256c2l1 as the fold route's prefill GEMMs run
 //            it) through its launcher on the same problem, tiles of 256 rows as the dispatch makes them: what the
 //            engine's form costs against the lab's on the same data (its no-conversion column repeats the time).
@@ -181,22 +185,31 @@ static_assert(ws_smem_bytes(1, 2) <= 227 * 1024 - 128, "BN = 256's ring must fit
 static __host__ __device__ constexpr int ws_entry_regs(int mb, int convs) {
     return 65536 / ((ws_threads(mb, convs) + 127) / 128 * 128) / 8 * 8;
 }
-static __host__ __device__ constexpr int ws_consumer_regs(int mb, int convs) {
-    return ws_is_base(mb, convs) ? 0 : convs == 0 ? 224 : mb == 1 ? 168 : convs == 1 ? 216 : 184;
+// (NB = 2 with two converter warpgroups, n256c2l1: one m64n256 accumulator of 128 floats a consumer thread, as
+// bm256c2's two m64n128 ones: the same 184 / 40)
+static __host__ __device__ constexpr int ws_consumer_regs(int mb, int convs, int nb = 1) {
+    return ws_is_base(mb, convs) ? 0
+           : convs == 0          ? 224
+           : nb == 2             ? 184
+           : mb == 1             ? 168
+           : convs == 1          ? 216
+                                 : 184;
 }
-static __host__ __device__ constexpr int ws_converter_regs(int mb, int convs) {
-    return ws_is_base(mb, convs) ? 0 : convs == 0 ? 56 : mb == 1 ? 56 : convs == 1 ? 56 : 40;
+static __host__ __device__ constexpr int ws_converter_regs(int mb, int convs, int nb = 1) {
+    return ws_is_base(mb, convs) ? 0 : convs == 0 ? 56 : nb == 2 ? 40 : mb == 1 ? 56 : convs == 1 ? 56 : 40;
 }
 #define WS_PRODUCER_REGS 24
-static __host__ __device__ constexpr bool ws_regs_fit(int mb, int convs) {
-    return ws_is_base(mb, convs) || (ws_consumer_regs(mb, convs) % 8 == 0 && ws_converter_regs(mb, convs) % 8 == 0 &&
-                                     ws_consumer_regs(mb, convs) <= 256 && ws_converter_regs(mb, convs) >= 24 &&
-                                     ws_threads(mb, convs) % 128 == 0 &&
-                                     CONSUMERS * ws_consumer_regs(mb, convs) + convs * ws_converter_regs(mb, convs) +
-                                             (convs ? WS_PRODUCER_REGS : ws_converter_regs(mb, convs)) <=
-                                         ws_threads(mb, convs) / 128 * ws_entry_regs(mb, convs));
+static __host__ __device__ constexpr bool ws_regs_fit(int mb, int convs, int nb = 1) {
+    return ws_is_base(mb, convs) ||
+           (ws_consumer_regs(mb, convs, nb) % 8 == 0 && ws_converter_regs(mb, convs, nb) % 8 == 0 &&
+            ws_consumer_regs(mb, convs, nb) <= 256 && ws_converter_regs(mb, convs, nb) >= 24 &&
+            ws_threads(mb, convs) % 128 == 0 &&
+            CONSUMERS * ws_consumer_regs(mb, convs, nb) + convs * ws_converter_regs(mb, convs, nb) +
+                    (convs ? WS_PRODUCER_REGS : ws_converter_regs(mb, convs, nb)) <=
+                ws_threads(mb, convs) / 128 * ws_entry_regs(mb, convs));
 }
-static_assert(ws_regs_fit(1, 1) && ws_regs_fit(1, 2) && ws_regs_fit(2, 1) && ws_regs_fit(2, 2) && ws_regs_fit(1, 0),
+static_assert(ws_regs_fit(1, 1) && ws_regs_fit(1, 2) && ws_regs_fit(2, 1) && ws_regs_fit(2, 2) && ws_regs_fit(1, 0) &&
+                  ws_regs_fit(1, 2, 2),
               "register budget");
 
 // (wgmma_ss<BN>: src/backend/cuda/wgmma_ss_e4m3.cuh)
@@ -288,7 +301,7 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
     constexpr int BNT = ws_bn(NB), WB = ws_w_bytes(NB), CB = ws_c_bytes(NB), XB = ws_x_bytes(NB);
     static_assert(COOP == 0 || (CONVS == 0 && PRMT == 2 && PG == 0 && LAG == 0), "COOP: the 384-thread PRMT forms");
     constexpr int CONVERTER = COOP ? 96 + 256 : CONVS ? 128 * CONVS : 96; // converting threads (ready's count)
-    constexpr int REG_CONSUMER = ws_consumer_regs(MB, CONVS), REG_CONVERTER = ws_converter_regs(MB, CONVS);
+    constexpr int REG_CONSUMER = ws_consumer_regs(MB, CONVS, NB), REG_CONVERTER = ws_converter_regs(MB, CONVS, NB);
     extern __shared__ uint8_t smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], ready[STAGES], empty[STAGES];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -435,9 +448,17 @@ static __global__ __launch_bounds__(ws_threads(MB, CONVS), 1) void w4a8_ws_kerne
 #pragma unroll
             for (int ks = 0; ks < KG / 32; ks++)
 #pragma unroll
-                for (int mb = 0; mb < MB; mb++) /* MB = 2: the two accumulators alternate (independent chains) */
-                    wgmma_ss<BNT>(acc[mb], desc_sw128(a + (wg * MB + mb) * 64 * KG + 32 * ks), desc_sw128(b + 32 * ks),
-                                  1);
+                for (int mb = 0; mb < MB; mb++) { /* MB = 2: the two accumulators alternate (independent chains) */
+                    if constexpr (NB == 2 && CONVS == 2) { /* m64n256 as two m64n128 (W rows 0..127, 128..255): the
+                                                              640-thread form's 96 registers at entry do not compile
+                                                              the m64n256 instruction (ptxas C7602 asks 154) */
+                        const uint64_t da = desc_sw128(a + (wg * MB + mb) * 64 * KG + 32 * ks);
+                        wgmma_ss<128>(acc[mb], da, desc_sw128(b + 32 * ks), 1);
+                        wgmma_ss<128>(acc[mb] + 16, da, desc_sw128(b + 128 * KG + 32 * ks), 1);
+                    } else
+                        wgmma_ss<BNT>(acc[mb], desc_sw128(a + (wg * MB + mb) * 64 * KG + 32 * ks),
+                                      desc_sw128(b + 32 * ks), 1);
+                }
             wgmma_commit();
             if constexpr (COOP)
                 if (g + 1 < groups || i + (int)gridDim.x < n_items)
@@ -774,6 +795,9 @@ static const variant variants[] = {
     {"q256c2l1d2", 2, 2, 2, 0, 1,
      "q256c2l1 with two stages of wgmmas in flight a warpgroup (each stage goes back one "
      "stage later)"},
+    {"n256c2l1", 1, 2, 2, 0, 2,
+     "128 token rows x 256 weight rows (two m64n128 a consumer and k step) with two converter warpgroups, 640 "
+     "threads (setmaxnreg 184/40/24), 3 stages of 65 KB, consumer warpgroup 1 one stage behind 0"},
     {"engine", 2, 2, 2, 0, 1,
      "the engine's kernel (src/backend/cuda/w4a8_fold_ws.cu, fm_cuda_w4a8_fold_ws_gemm: q256c2l1 as the fold route "
      "runs it) on the same problem: the exponents as its j, the column scales as its row scales, tiles of 256 rows "
@@ -790,7 +814,7 @@ static bool instance_info(bool print) {
     if (print)
         printf("    CONVERT=%d: %3d registers at entry, %zu bytes local memory (spills), setmaxnreg consumers %d "
                "converters %d%s\n",
-               CONVERT, a.numRegs, a.localSizeBytes, ws_consumer_regs(MB, CONVS), ws_converter_regs(MB, CONVS),
+               CONVERT, a.numRegs, a.localSizeBytes, ws_consumer_regs(MB, CONVS, NB), ws_converter_regs(MB, CONVS, NB),
                ok ? "" : "  -- BELOW the budget's entry count: not run");
     return ok;
 }
@@ -864,7 +888,8 @@ static const variant_fns variant_fn[] = {
     WS_FNS(2, 2, 2, 0, 2, 1, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0, 1),
     WS_FNS(1, 0, 2, 0, 1, 2, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0, 1),
     WS_FNS(1, 0, 2, 0, 0, 2, 0, 1, 1), WS_FNS(2, 0, 2, 0, 0, 1, 0, 1, 1),
-    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2), {engine_info, false, {engine_launch, engine_launch}}};
+    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2), WS_FNS(1, 2, 2, 0, 1, 2, 0, 0, 1),
+    {engine_info, false, {engine_launch, engine_launch}}};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
