@@ -188,12 +188,7 @@ static __host__ __device__ constexpr int ws_entry_regs(int mb, int convs) {
 // (NB = 2 with two converter warpgroups, n256c2l1: one m64n256 accumulator of 128 floats a consumer thread, as
 // bm256c2's two m64n128 ones: the same 184 / 40)
 static __host__ __device__ constexpr int ws_consumer_regs(int mb, int convs, int nb = 1) {
-    return ws_is_base(mb, convs) ? 0
-           : convs == 0          ? 224
-           : nb == 2             ? 184
-           : mb == 1             ? 168
-           : convs == 1          ? 216
-                                 : 184;
+    return ws_is_base(mb, convs) ? 0 : convs == 0 ? 224 : nb == 2 ? 184 : mb == 1 ? 168 : convs == 1 ? 216 : 184;
 }
 static __host__ __device__ constexpr int ws_converter_regs(int mb, int convs, int nb = 1) {
     return ws_is_base(mb, convs) ? 0 : convs == 0 ? 56 : nb == 2 ? 40 : mb == 1 ? 56 : convs == 1 ? 56 : 40;
@@ -879,17 +874,25 @@ static void engine_launch(const problem *p, int sms, cudaStream_t s) {
     if (p->rows > 0) fm_cuda_w4a8_fold_ws_gemm(&a, s);
 }
 
-static const variant_fns variant_fn[] = {
-    WS_FNS(1, 1, 0, 0, 0, 1, 0, 0, 1), WS_FNS(1, 2, 0, 0, 0, 1, 0, 0, 1),
-    WS_FNS(2, 1, 0, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 0, 0, 0, 1, 0, 0, 1),
-    WS_FNS(2, 2, 1, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 1, 1, 0, 1, 0, 0, 1),
-    WS_FNS(2, 1, 1, 1, 0, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 0, 1, 0, 0, 1),
-    WS_FNS(2, 1, 2, 0, 0, 1, 0, 0, 1), WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 1),
-    WS_FNS(2, 2, 2, 0, 2, 1, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 2, 0, 0, 1),
-    WS_FNS(1, 0, 2, 0, 1, 2, 0, 0, 1), WS_FNS(1, 0, 2, 0, 0, 1, 1, 0, 1),
-    WS_FNS(1, 0, 2, 0, 0, 2, 0, 1, 1), WS_FNS(2, 0, 2, 0, 0, 1, 0, 1, 1),
-    WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2), WS_FNS(1, 2, 2, 0, 1, 2, 0, 0, 1),
-    {engine_info, false, {engine_launch, engine_launch}}};
+static const variant_fns variant_fn[] = {WS_FNS(1, 1, 0, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(1, 2, 0, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 1, 0, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 2, 0, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 2, 1, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 2, 1, 1, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 1, 1, 1, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 2, 2, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 1, 2, 0, 0, 1, 0, 0, 1),
+                                         WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 1),
+                                         WS_FNS(2, 2, 2, 0, 2, 1, 0, 0, 1),
+                                         WS_FNS(1, 0, 2, 0, 0, 2, 0, 0, 1),
+                                         WS_FNS(1, 0, 2, 0, 1, 2, 0, 0, 1),
+                                         WS_FNS(1, 0, 2, 0, 0, 1, 1, 0, 1),
+                                         WS_FNS(1, 0, 2, 0, 0, 2, 0, 1, 1),
+                                         WS_FNS(2, 0, 2, 0, 0, 1, 0, 1, 1),
+                                         WS_FNS(2, 2, 2, 0, 1, 1, 0, 0, 2),
+                                         WS_FNS(1, 2, 2, 0, 1, 2, 0, 0, 1),
+                                         {engine_info, false, {engine_launch, engine_launch}}};
 static_assert(sizeof variant_fn / sizeof *variant_fn == N_VARIANTS, "a row of functions per variant");
 
 static bool variant_info(int v, bool print) { return variant_fn[v].info(print); }
