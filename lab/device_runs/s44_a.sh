@@ -1,6 +1,6 @@
 #!/bin/bash
 # the session after the fortieth: s43_c (never run) and the split blocks in one call. Pack .carry/gpu-s44a.tar.xz
-# (`BASE=<main> BASE_PROGRAMS="fp8moe-bench lab/w4a8_ws tests/gpu/test_cuda_fold" PATCH=lab/ws_split_blocks.patch
+# (`BASE=2eff5ca BASE_PROGRAMS="fp8moe-bench lab/w4a8_ws tests/gpu/test_cuda_fold" PATCH=lab/ws_split_blocks.patch
 # OUT=.carry/gpu-s44a.tar.xz tools/gpu-pack-ab.sh fp8moe-bench tests/gpu/test_cuda_fold tests/gpu/test_cuda_fold_gemv
 # lab/w4a8_ws`): build/ main (the threshold of 16 rows an expert, n256c2l1 in the lab), build/new/ main with a tile
 # of 65..128 rows split over both consumer warpgroups (one m64 block each). Order: the lab (q256c2l1, n256c2l1 and
