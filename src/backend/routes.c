@@ -86,6 +86,9 @@ static void now_gemv_groups(const fm_routes *r, char *b, size_t n) {
     if (fm_routes_gemv_groups(r)) snprintf(b, n, "%d groups a warp", fm_routes_gemv_groups(r));
     else snprintf(b, n, "most slices in one wave");
 }
+static void now_paged_swap(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_paged_swap(r)));
+}
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
 }
@@ -262,6 +265,17 @@ static const route_key route_keys[] = {
      "under PDL); the grid must be resident at once, so a GPU shared with other processes' kernels (MPS) should run "
      "`off`; the cpu backend runs the ops",
      now_attn_persistent},
+    {"paged.swap", FIELD(paged_swap), "auto|on|off", SWITCH_WORDS, "off",
+     "decode attention with the keys as the mma's M and the query heads as its N (kv heads of <= 8 query heads)",
+     "paged attention's split kernel puts a kv head's query heads in the 16 rows of each tensor-core product: with 8 "
+     "of them (Qwen3-30B-A3B, Qwen3-Next) half of every product is zero rows. `on` runs the decode rows on a kernel "
+     "that swaps the operands (S^T = K Q^T, O^T += V^T P^T: keys and head dims as M, the query heads as N): half the "
+     "products, half the accumulator registers, and with an e4m3 cache the keys' codes go from shared memory to the "
+     "product's registers with no conversion tile. The same scratch, splits rule, combine and merge; the numbers "
+     "differ from the split kernel's by the order of fp32 sums only. Head dims 64, 128 and 256 with at most 8 query "
+     "heads a kv head (elsewhere the split kernel runs); `auto` is `off` until measured on a GPU; the cpu backend has "
+     "one reference",
+     now_paged_swap},
     {"moe.act_scale",
      FIELD(moe_act_scale),
      "auto|group|token",
@@ -716,6 +730,9 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 }
 
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
+
+/* auto: off until measured on a GPU (built in the forty-first session, bench/NOTES.md) */
+bool fm_routes_paged_swap(const fm_routes *r) { return r->paged_swap == FM_ROUTE_ON; }
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
 bool fm_routes_attention_paged_tiled(const fm_routes *r) {

@@ -648,6 +648,23 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
         for (int k = 0; k < 2; k++) free(f[k].roped), free(f[k].kc), free(f[k].vc), free(f[k].att);
     }
     for (int k = 0; k < 2; k++) forms[k]->ops->destroy(forms[k]);
+    /* route paged.swap: the decode rows on the kernel with the keys as the mma's M (attention_paged_swap.cu, kv heads
+       of at most 8 query heads at hd 64, 128, 256; elsewhere the split kernel), either combine, alone and beside the
+       tiled kernel: within the split kernel's bound of the CPU */
+    const char *swaps[2] = {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused"};
+    for (int k = 0; k < 2; k++) {
+        fm_backend *be = cuda_with_route(&b, swaps[k]);
+        for (int runs = 0; runs < 2; runs++) {
+            fm_bank *qb = norm ? bank(be, qn, 1, 1, hd, other_fmt(&b)) : NULL,
+                    *kb = norm ? bank(be, kn, 1, 1, hd, other_fmt(&b)) : NULL;
+            paged_out f = paged_run(be, &p, qb, kb, false, runs);
+            if (qb) be->ops->bank_free(be, qb), be->ops->bank_free(be, kb);
+            snprintf(w2, sizeof w2, "%s %s, %s", runs ? "attention_paged_runs" : "attention_paged", what, swaps[k]);
+            gpu_expect_close(f.att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
+            free(f.roped), free(f.kc), free(f.vc), free(f.att);
+        }
+        be->ops->destroy(be);
+    }
     for (int i = 0; i < 4; i++) free(r[i].roped), free(r[i].kc), free(r[i].vc), free(r[i].att);
     free(qn), free(kn);
     destroy(&b);
@@ -1038,6 +1055,29 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     expect_same_bits(e8[1], e8[0], n_out, w);
     snprintf(w, sizeof w, "attention_paged_runs e4m3 paged.combine=fused == kernel %s", what);
     expect_same_bits(runs8[1], runs8[0], n_out, w);
+
+    /* (d) route paged.swap (the keys as the mma's M, attention_paged_swap.cu, where it applies): the split kernel's
+       numbers but for the order of fp32 sums, on the e4m3 cache and on the bf16 cache of its values, alone and beside
+       the tiled kernel; the fused combine's bits those of the combine kernel */
+    const char *swaps[2] = {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused"};
+    float *sw[2];
+    for (int k = 0; k < 2; k++) {
+        fm_backend *be = cuda_with_route(&b, swaps[k]);
+        sw[k] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
+        float *vals = e4m3_attend(be, &p, c[0].q, kvals, vvals, FM_KV_ACT, false);
+        float *runs = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
+        snprintf(w, sizeof w, "attention_paged e4m3 %s ~ the split kernel's %s", swaps[k], what);
+        gpu_expect_close(sw[k], e8[2], n_out, 4e-3, w);
+        snprintf(w, sizeof w, "attention_paged e4m3 %s ~ its bf16 cache of the values %s", swaps[k], what);
+        gpu_expect_close(sw[k], vals, n_out, 4e-3, w);
+        snprintf(w, sizeof w, "attention_paged_runs e4m3 %s ~ the split kernel's %s", swaps[k], what);
+        gpu_expect_close(runs, runs8[2], n_out, 4e-3, w);
+        free(vals), free(runs);
+        be->ops->destroy(be);
+    }
+    snprintf(w, sizeof w, "attention_paged e4m3 paged.swap=on: paged.combine=fused == kernel %s", what);
+    expect_same_bits(sw[1], sw[0], n_out, w);
+    free(sw[0]), free(sw[1]);
 
     /* the cpu's emulation: its caches hold its roped rows' values, the same through both ops; attention close */
     qb = bank(cpu, qn, 1, 1, hd, other_fmt(&b)), kb = bank(cpu, kn, 1, 1, hd, other_fmt(&b));

@@ -226,6 +226,52 @@ static __device__ __forceinline__ void apg_load_stage(const apg_args &a, uint32_
                           a.block_tokens, a.bt_shift, kv_ld, kvh, j0, s1, lane);
 }
 
+// The end of a split CTA (the split kernel's and the swapped one's, attention_paged_swap.cu): the APG_WARPS warps'
+// O at so ([APG_WARPS][16][HD] fp32, each row over its warp's sum), their maxima in log2 units and sums at apg_smem
+// ([APG_WARPS][16] floats each), written before a barrier, merged per (query head r < nq, d): out (one split) or the
+// split's partial to the scratch; then, with the fused combine, the last of the (token, group)'s split CTAs merges them.
+template <int HD, int SYNC>
+static __device__ __forceinline__ void apg_merge_warps(const apg_args &a, unsigned char *apg_smem, const float *so,
+                                                       int64_t T, int64_t t, int Y, int y, int split, int h0, int nq,
+                                                       int len, int chunk, unsigned *arrived) {
+    const int tid = threadIdx.x;
+    const float *sm = (const float *)apg_smem, *sl = sm + APG_WARPS * 16;
+    for (int i = tid; i < nq * HD; i += APG_THREADS) {
+        const int r = i / HD, d = i % HD;
+        float M = sm[r];
+#pragma unroll
+        for (int w = 1; w < APG_WARPS; w++) M = fmaxf(M, sm[w * 16 + r]); // finite: warp 0 had a tile
+        float acc = 0.0f, L = 0.0f;
+#pragma unroll
+        for (int w = 0; w < APG_WARPS; w++) {
+            const float e = exp2f(sm[w * 16 + r] - M);
+            acc += so[(w * 16 + r) * HD + d] * e;
+            L += sl[w * 16 + r] * e;
+        }
+        const int64_t th = t * a.nh + h0 + r; // (token, query head)
+        if (a.splits == 1) {
+            a.out[th * HD + d] = __float2bfloat16_rn(acc / L);
+        } else {
+            const int64_t pi = th * a.splits + split;
+            const int64_t n_part = T * a.nh * a.splits;
+            a.part[pi * HD + d] = acc;
+            if (d == 0) a.part[n_part * HD + pi] = M, a.part[n_part * (HD + 1) + pi] = L;
+        }
+    }
+    if (a.splits == 1 || !a.counters) return;
+
+    // fused combine: the last of the group's n split CTAs (those with s0 < len) to arrive merges the n partials
+    const unsigned n = (unsigned)((len + chunk - 1) / chunk);
+    __threadfence(); // this CTA's partial is visible device-wide before the CTA is counted
+    att_sync<SYNC, APG_THREADS>();
+    if (tid == 0) *arrived = atomicInc(a.counters + t * Y + y, n - 1); // the last leaves 0
+    att_sync<SYNC, APG_THREADS>();
+    if (*arrived != n - 1) return;
+    __threadfence(); // the others' partials, counted before this CTA, are read after the count
+    apg_fused_combine<HD, SYNC>(a, (float *)apg_smem, T, t, h0, nq,
+                                (int)n); // over Q and the stages: every warp is past them
+}
+
 // One CTA of the split kernel: token t of T, kv head group y of Y (kv head y / qgroups), split `split`, run by the
 // APG_THREADS threads 0.. of a CTA (tid = threadIdx.x) with the split kernel's shared memory at apg_smem and two
 // shared words (qmax, arrived). SYNC: att_sync's (0: the kernel's __syncthreads; the persistent decode block runs it
@@ -436,40 +482,7 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
                      : make_float2(o[dt][2 * hf], o[dt][2 * hf + 1]);
     }
     att_sync<SYNC, APG_THREADS>();
-    for (int i = tid; i < nq * HD; i += APG_THREADS) {
-        const int r = i / HD, d = i % HD;
-        float M = sm[r];
-#pragma unroll
-        for (int w = 1; w < APG_WARPS; w++) M = fmaxf(M, sm[w * 16 + r]); // finite: warp 0 had a tile
-        float acc = 0.0f, L = 0.0f;
-#pragma unroll
-        for (int w = 0; w < APG_WARPS; w++) {
-            const float e = exp2f(sm[w * 16 + r] - M);
-            acc += so[(w * 16 + r) * HD + d] * e;
-            L += sl[w * 16 + r] * e;
-        }
-        const int64_t th = t * a.nh + h0 + r; // (token, query head)
-        if (a.splits == 1) {
-            a.out[th * HD + d] = __float2bfloat16_rn(acc / L);
-        } else {
-            const int64_t pi = th * a.splits + split;
-            const int64_t n_part = T * a.nh * a.splits;
-            a.part[pi * HD + d] = acc;
-            if (d == 0) a.part[n_part * HD + pi] = M, a.part[n_part * (HD + 1) + pi] = L;
-        }
-    }
-    if (a.splits == 1 || !a.counters) return;
-
-    // fused combine: the last of the group's n split CTAs (those with s0 < len) to arrive merges the n partials
-    const unsigned n = (unsigned)((len + chunk - 1) / chunk);
-    __threadfence(); // this CTA's partial is visible device-wide before the CTA is counted
-    att_sync<SYNC, APG_THREADS>();
-    if (tid == 0) *arrived = atomicInc(a.counters + t * Y + y, n - 1); // the last leaves 0
-    att_sync<SYNC, APG_THREADS>();
-    if (*arrived != n - 1) return;
-    __threadfence(); // the others' partials, counted before this CTA, are read after the count
-    apg_fused_combine<HD, SYNC>(a, (float *)apg_smem, T, t, h0, nq,
-                                (int)n); // over Q and the stages: every warp is past them
+    apg_merge_warps<HD, SYNC>(a, apg_smem, so, T, t, Y, y, split, h0, nq, len, chunk, arrived);
 }
 
 // Merges the splits of (token t of T, query head h) into out[t, h, 0..hd), the combine kernel's arithmetic: M the

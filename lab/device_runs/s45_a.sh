@@ -1,0 +1,44 @@
+#!/bin/bash
+# forty-first session, one call: (1) route paged.swap (the decode attention with the keys as the mma's M) under its
+# op tests, then decode A/B in one binary (off, on) on both caches; (2) s44_a's fold tests (the 16-rows threshold,
+# base; the split blocks, new) and bench moe + prefill of base against the split blocks. Carry .carry/env.sh,
+# .carry/debs, .carry/gpu-s44a.tar.xz and .carry/gpu-s45sw.tar.xz (`OUT=.carry/gpu-s45sw.tar.xz tools/gpu-pack-ab.sh
+# fp8moe-bench tests/gpu/test_cuda_ops`: main's programs, unpacked under sw/build/new/).
+set -u
+LIMIT=${LIMIT:-560}
+source .carry/env.sh
+tar -xJf .carry/gpu-s44a.tar.xz || exit 1
+mkdir -p sw && tar -xJf .carry/gpu-s45sw.tar.xz -C sw || exit 1
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+L=$OUT/logs; mkdir -p $L
+left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
+S=sw/build/new B=build N=build/new
+# the tests, side by side (the GPU is shared; no timing here)
+(FM_TEST_FILTER=test_paged_e4m3 timeout 170 $S/test_cuda_ops > $L/swap_e4m3.log 2>&1; echo "== rc $? $SECONDS s" >> $L/swap_e4m3.log) &
+(FM_TEST_FILTER=test_paged_attention timeout 170 $S/test_cuda_ops > $L/swap_bf16.log 2>&1; echo "== rc $? $SECONDS s" >> $L/swap_bf16.log) &
+(timeout 170 $N/test_cuda_fold > $L/fold_new.log 2>&1; echo "== rc $? $SECONDS s" >> $L/fold_new.log) &
+(timeout 170 $B/test_cuda_fold > $L/fold_base.log 2>&1; echo "== rc $? $SECONDS s" >> $L/fold_base.log) &
+wait
+for f in swap_e4m3 swap_bf16 fold_new fold_base; do
+  echo "-- $f: $(tail -1 $L/$f.log)"; grep -E "FAILED|ERROR|Assert|fail|illegal" $L/$f.log | cut -c1-200 | head -6
+  grep -E "PASSED" $L/$f.log | head -2
+done
+D=(decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 --backend cuda --steps 32)
+for kv in e4m3 auto; do for r in off on; do
+  left 45 || break
+  f=$L/dec_${kv}_$r.log; timeout 120 $S/fp8moe-bench "${D[@]}" --batch 8,64 --kv-cache $kv --route paged.swap=$r --per-op \
+    > $f 2>&1; echo "== decode kv $kv swap $r rc $? $SECONDS s"
+  grep -E "^\| fp8 " $f | cut -c1-110; grep -E "attention \(paged\)|step total" $f | cut -c1-110
+done; done
+for b in $B $N; do
+  left 40 || break
+  f=$L/moe_${b//\//_}.log; timeout 80 $b/fp8moe-bench moe --shape qwen3 --routes fp8-grouped,fp8-fold-ws \
+    --tokens 512,2048,8192 --backend cuda > $f 2>&1; echo "== moe $b rc $? $SECONDS s"; grep -E "^\| fp8" $f | cut -c1-100
+done
+P=(prefill --synthetic qwen3-30b-a3b --layers 48 --tokens 2048 --preset fp8 --dense w8a8 --backend cuda --repeat 3)
+for b in $B $N; do
+  left 40 || break
+  f=$L/pre_${b//\//_}.log; timeout 80 $b/fp8moe-bench "${P[@]}" --int4-scales p2 --route w4a8.kernel=fold > $f 2>&1
+  echo "== prefill fold $b rc $? $SECONDS s"; grep -E "^latency|^\| experts" $f | cut -c1-120
+done
+echo "== $SECONDS s"
