@@ -496,6 +496,22 @@ static void paged_combine_words(void **s) {
     assert_non_null(strstr(err.msg, "paged.combine"));
 }
 
+/* paged.swap: off by default (auto) until the swapped kernel is measured on a GPU; on and off as written, a word of
+ * another route refused with the key named */
+static void paged_swap_words(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_false(fm_routes_paged_swap(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.swap=on", &err), FM_OK);
+    assert_true(fm_routes_paged_swap(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.swap=off", &err), FM_OK);
+    assert_false(fm_routes_paged_swap(&r));
+    assert_int_equal(fm_routes_apply(&r, "paged.swap=fused", &err), FM_ERR_USAGE);
+    assert_non_null(strstr(err.msg, "paged.swap"));
+}
+
 /* paged.splits: the waves rule by default (auto, measured on the H100); each word picks its rule, a switch word is
  * refused with the key named */
 static void paged_splits_words(void **s) {
@@ -748,6 +764,7 @@ int main(void) {
         cmocka_unit_test(gdn_tc_by_shape_and_route),
         cmocka_unit_test(moe_shared_words),
         cmocka_unit_test(paged_combine_words),
+        cmocka_unit_test(paged_swap_words),
         cmocka_unit_test(paged_splits_words),
         cmocka_unit_test(moe_down_quant_words),
         cmocka_unit_test(dense_quant_words),

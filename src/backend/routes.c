@@ -265,17 +265,6 @@ static const route_key route_keys[] = {
      "under PDL); the grid must be resident at once, so a GPU shared with other processes' kernels (MPS) should run "
      "`off`; the cpu backend runs the ops",
      now_attn_persistent},
-    {"paged.swap", FIELD(paged_swap), "auto|on|off", SWITCH_WORDS, "off",
-     "decode attention with the keys as the mma's M and the query heads as its N (kv heads of <= 8 query heads)",
-     "paged attention's split kernel puts a kv head's query heads in the 16 rows of each tensor-core product: with 8 "
-     "of them (Qwen3-30B-A3B, Qwen3-Next) half of every product is zero rows. `on` runs the decode rows on a kernel "
-     "that swaps the operands (S^T = K Q^T, O^T += V^T P^T: keys and head dims as M, the query heads as N): half the "
-     "products, half the accumulator registers, and with an e4m3 cache the keys' codes go from shared memory to the "
-     "product's registers with no conversion tile. The same scratch, splits rule, combine and merge; the numbers "
-     "differ from the split kernel's by the order of fp32 sums only. Head dims 64, 128 and 256 with at most 8 query "
-     "heads a kv head (elsewhere the split kernel runs); `auto` is `off` until measured on a GPU; the cpu backend has "
-     "one reference",
-     now_paged_swap},
     {"moe.act_scale",
      FIELD(moe_act_scale),
      "auto|group|token",
@@ -448,6 +437,17 @@ static const route_key route_keys[] = {
      "context 2048: -3.2 % a step at 64 sequences, level at 1 and 8; docs/RESULTS.md 2.16); the cpu backend has one "
      "reference",
      now_paged_splits},
+    {"paged.swap", FIELD(paged_swap), "auto|on|off", SWITCH_WORDS, "off",
+     "decode attention with the keys as the mma's M and the query heads as its N (kv heads of <= 8 query heads)",
+     "paged attention's split kernel puts a kv head's query heads in the 16 rows of each tensor-core product: with 8 "
+     "of them (Qwen3-30B-A3B, Qwen3-Next) half of every product is zero rows. `on` runs the decode rows on a kernel "
+     "that swaps the operands (S^T = K Q^T, O^T += V^T P^T: keys and head dims as M, the query heads as N): half the "
+     "products, half the accumulator registers, and with an e4m3 cache the keys' codes go from shared memory to the "
+     "product's registers with no conversion tile. The same scratch, splits rule, combine and merge; the numbers "
+     "differ from the split kernel's by the order of fp32 sums only. Head dims 64, 128 and 256 with at most 8 query "
+     "heads a kv head (elsewhere the split kernel runs); `auto` is `off` until measured on a GPU; the cpu backend has "
+     "one reference",
+     now_paged_swap},
     {"dense.quant",
      FIELD(dense_quant),
      "auto|kernel|fused",

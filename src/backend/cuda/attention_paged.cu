@@ -221,9 +221,10 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
     if (swap) { // its own resident CTAs for the waves rule
         const int64_t kv_ctas = T * nkv;
         const int sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
-        a.splits = split_waves ? fm_attention_paged_splits_waves(
-                                     T, kv_ctas, max_len, (int64_t)sms * fm_cuda_attention_paged_swap_ctas_per_sm(hd, e4m3))
-                               : fm_attention_paged_splits(T, kv_ctas, max_len, sms);
+        a.splits = split_waves
+                       ? fm_attention_paged_splits_waves(
+                             T, kv_ctas, max_len, (int64_t)sms * fm_cuda_attention_paged_swap_ctas_per_sm(hd, e4m3))
+                       : fm_attention_paged_splits(T, kv_ctas, max_len, sms);
     } else {
         a.splits = fm_cuda_attention_paged_split_count(T, nh, nkv, hd, kv, max_len, split_waves);
     }

@@ -23,10 +23,10 @@ extern "C" {
 // splits (route paged.combine=fused), else a second kernel. split_waves: the number of splits by
 // fm_attention_paged_splits_waves (route paged.splits=waves; the e4m3 form counts its own resident CTAs), else
 // fm_attention_paged_splits. swap: the decode kernel with the query heads as the mma's N where it applies
-// (route paged.swap, attention_paged_swap.cuh). Preconditions (checked; a violation stops with a message): hd a multiple of 16 in [16,
-// 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv and caches. The table entries a token reads are not checked
-// on the device: they must be valid blocks. pdl: its kernels launched with programmatic dependent launch (pdl.cuh;
-// fm_routes_pdl of the caller's route table).
+// (route paged.swap, attention_paged_swap.cuh). Preconditions (checked; a violation stops with a message): hd a
+// multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv and caches. The table entries a token
+// reads are not checked on the device: they must be valid blocks. pdl: its kernels launched with programmatic dependent
+// launch (pdl.cuh; fm_routes_pdl of the caller's route table).
 extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                         const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,

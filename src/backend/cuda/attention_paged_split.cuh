@@ -229,7 +229,8 @@ static __device__ __forceinline__ void apg_load_stage(const apg_args &a, uint32_
 // The end of a split CTA (the split kernel's and the swapped one's, attention_paged_swap.cu): the APG_WARPS warps'
 // O at so ([APG_WARPS][16][HD] fp32, each row over its warp's sum), their maxima in log2 units and sums at apg_smem
 // ([APG_WARPS][16] floats each), written before a barrier, merged per (query head r < nq, d): out (one split) or the
-// split's partial to the scratch; then, with the fused combine, the last of the (token, group)'s split CTAs merges them.
+// split's partial to the scratch; then, with the fused combine, the last of the (token, group)'s split CTAs merges
+// them.
 template <int HD, int SYNC>
 static __device__ __forceinline__ void apg_merge_warps(const apg_args &a, unsigned char *apg_smem, const float *so,
                                                        int64_t T, int64_t t, int Y, int y, int split, int h0, int nq,

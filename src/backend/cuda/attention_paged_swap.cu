@@ -60,7 +60,7 @@ static __device__ __forceinline__ uint32_t aps_movmatrix_t(uint32_t x) {
 }
 
 template <int HD, bool E4M3>
-__global__ void __launch_bounds__(APG_THREADS, E4M3 && HD <= 128 ? 4 : 3) aps_kernel(apg_args a) {
+__global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 ? 4 : 3) aps_kernel(apg_args a) {
     typedef aps_shape<HD, E4M3> SH;
     constexpr int KS = HD / 16, MT = HD / 16, ST = SH::ST; // k steps of S; m tiles of O
     extern __shared__ __align__(128) unsigned char aps_smem[];
@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 && HD <= 128 ? 4 : 3) aps_ke
 template <int HD, bool E4M3> static void aps_set_smem(void) {
     typedef aps_shape<HD, E4M3> SH;
     if (SH::SMEM > 48 * 1024)
-        FM_CUDA_CHECK(cudaFuncSetAttribute(aps_kernel<HD, E4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+        FM_CUDA_CHECK(
+            cudaFuncSetAttribute(aps_kernel<HD, E4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
 }
 
 template <int HD, bool E4M3> static int aps_ctas_per_sm_of(void) {
@@ -287,10 +288,14 @@ extern "C" int fm_cuda_attention_paged_swap_ctas_per_sm(int32_t hd, bool e4m3) {
     const int k = hd == 64 ? 0 : hd == 128 ? 1 : 2;
     int n = __atomic_load_n(&known[e4m3][k], __ATOMIC_RELAXED);
     if (n == 0) {
-        if (e4m3) n = hd == 64 ? aps_ctas_per_sm_of<64, true>() : hd == 128 ? aps_ctas_per_sm_of<128, true>()
-                                                                            : aps_ctas_per_sm_of<256, true>();
-        else n = hd == 64 ? aps_ctas_per_sm_of<64, false>() : hd == 128 ? aps_ctas_per_sm_of<128, false>()
-                                                                        : aps_ctas_per_sm_of<256, false>();
+        if (e4m3)
+            n = hd == 64    ? aps_ctas_per_sm_of<64, true>()
+                : hd == 128 ? aps_ctas_per_sm_of<128, true>()
+                            : aps_ctas_per_sm_of<256, true>();
+        else
+            n = hd == 64    ? aps_ctas_per_sm_of<64, false>()
+                : hd == 128 ? aps_ctas_per_sm_of<128, false>()
+                            : aps_ctas_per_sm_of<256, false>();
         __atomic_store_n(&known[e4m3][k], n, __ATOMIC_RELAXED);
     }
     return n;

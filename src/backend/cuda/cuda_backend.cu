@@ -465,12 +465,11 @@ static void cu_attention_paged_runs(fm_backend *bb, const void *qkv, int64_t T, 
         cu_attention_paged(bb, qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks,
                            block_tokens, max_len, scratch, out);
     else
-        fm_cuda_attention_paged_tiled((const bf16 *)qkv, T, nh, nkv, hd, k_cache, v_cache, kv, (const int32_t *)tok_seq,
-                                      (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks, block_tokens,
-                                      max_len, scratch, (bf16 *)out,
-                                      fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
-                                      fm_routes_paged_splits_waves(&cuda_be(bb)->routes),
-                                      fm_routes_paged_swap(&cuda_be(bb)->routes), stream(bb));
+        fm_cuda_attention_paged_tiled(
+            (const bf16 *)qkv, T, nh, nkv, hd, k_cache, v_cache, kv, (const int32_t *)tok_seq, (const int32_t *)tok_pos,
+            (const int32_t *)tables, max_blocks, block_tokens, max_len, scratch, (bf16 *)out,
+            fm_routes_paged_combine_fused(&cuda_be(bb)->routes), fm_routes_paged_splits_waves(&cuda_be(bb)->routes),
+            fm_routes_paged_swap(&cuda_be(bb)->routes), stream(bb));
 }
 
 static void cu_route(fm_backend *bb, const void *logits, int64_t T, int32_t E, int32_t k, fm_router_kind kind,
