@@ -1,6 +1,6 @@
 #!/bin/bash
 # forty-first session, one call: (1) route paged.swap (the decode attention with the keys as the mma's M) under its
-# op tests, then decode A/B in one binary (off, on) on both caches; (2) s44_a's fold tests (the 16-rows threshold,
+# op tests, then decode A/B in one binary (off, on, x2) on both caches; (2) s44_a's fold tests (the 16-rows threshold,
 # base; the split blocks, new) and bench moe + prefill of base against the split blocks. Carry .carry/env.sh,
 # .carry/debs, .carry/gpu-s44a.tar.xz and .carry/gpu-s45sw.tar.xz (`OUT=.carry/gpu-s45sw.tar.xz tools/gpu-pack-ab.sh
 # fp8moe-bench tests/gpu/test_cuda_ops`: main's programs, unpacked under sw/build/new/).
@@ -24,7 +24,8 @@ for f in swap_e4m3 swap_bf16 fold_new fold_base; do
   grep -E "PASSED" $L/$f.log | head -2
 done
 D=(decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 --backend cuda --steps 32)
-for kv in e4m3 auto; do for r in off on; do
+for kv in e4m3 auto; do for r in off on x2; do
+  [ $kv = auto ] && [ $r = x2 ] && continue # x2 is the e4m3 form's
   left 45 || break
   f=$L/dec_${kv}_$r.log; timeout 120 $S/fp8moe-bench "${D[@]}" --batch 8,64 --kv-cache $kv --route paged.swap=$r --per-op \
     > $f 2>&1; echo "== decode kv $kv swap $r rc $? $SECONDS s"

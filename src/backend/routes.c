@@ -87,7 +87,9 @@ static void now_gemv_groups(const fm_routes *r, char *b, size_t n) {
     else snprintf(b, n, "most slices in one wave");
 }
 static void now_paged_swap(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%s", on_off(fm_routes_paged_swap(r)));
+    const int32_t t = fm_routes_paged_swap(r);
+    if (t) snprintf(b, n, "%d tile%s a warp an iteration", t, t > 1 ? "s" : "");
+    else snprintf(b, n, "off");
 }
 static void now_paged_splits(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_paged_splits_waves(r) ? "waves" : "fill");
@@ -437,7 +439,11 @@ static const route_key route_keys[] = {
      "context 2048: -3.2 % a step at 64 sequences, level at 1 and 8; docs/RESULTS.md 2.16); the cpu backend has one "
      "reference",
      now_paged_splits},
-    {"paged.swap", FIELD(paged_swap), "auto|on|off", SWITCH_WORDS, "off",
+    {"paged.swap",
+     FIELD(paged_swap),
+     "auto|on|off|x2",
+     {{"on", FM_ROUTE_ON}, {"off", FM_ROUTE_OFF}, {"x2", FM_ROUTE_SWAP_X2}},
+     "off",
      "decode attention with the keys as the mma's M and the query heads as its N (kv heads of <= 8 query heads)",
      "paged attention's split kernel puts a kv head's query heads in the 16 rows of each tensor-core product: with 8 "
      "of them (Qwen3-30B-A3B, Qwen3-Next) half of every product is zero rows. `on` runs the decode rows on a kernel "
@@ -445,8 +451,10 @@ static const route_key route_keys[] = {
      "products, half the accumulator registers, and with an e4m3 cache the keys' codes go from shared memory to the "
      "product's registers with no conversion tile. The same scratch, splits rule, combine and merge; the numbers "
      "differ from the split kernel's by the order of fp32 sums only. Head dims 64, 128 and 256 with at most 8 query "
-     "heads a kv head (elsewhere the split kernel runs); `auto` is `off` until measured on a GPU; the cpu backend has "
-     "one reference",
+     "heads a kv head (elsewhere the split kernel runs). `x2`: each warp takes two 16-key tiles an iteration (four "
+     "chains of products, one softmax round per 32 keys, four stages a warp, 2 CTAs an SM), for the e4m3 cache to "
+     "head dim 128 (the other forms take one). `auto` is `off` until measured on a GPU; the cpu backend has one "
+     "reference",
      now_paged_swap},
     {"dense.quant",
      FIELD(dense_quant),
@@ -732,7 +740,9 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
 
 /* auto: off until measured on a GPU (built in the forty-first session, bench/NOTES.md) */
-bool fm_routes_paged_swap(const fm_routes *r) { return r->paged_swap == FM_ROUTE_ON; }
+int32_t fm_routes_paged_swap(const fm_routes *r) {
+    return r->paged_swap == FM_ROUTE_SWAP_X2 ? 2 : r->paged_swap == FM_ROUTE_ON ? 1 : 0;
+}
 
 bool fm_routes_rope_store(const fm_routes *r) { return r->rope_store != FM_ROUTE_OFF; }
 bool fm_routes_attention_paged_tiled(const fm_routes *r) {

@@ -122,7 +122,7 @@ typedef struct fm_routes {
     int32_t moe_persistent;   /* moe.persistent: fm_route_switch */
     int32_t attn_persistent;  /* attn.persistent: fm_route_switch */
     int32_t fold_ws;          /* w4a8.fold_ws: fm_route_switch */
-    int32_t paged_swap;       /* paged.swap: fm_route_switch */
+    int32_t paged_swap;       /* paged.swap: fm_route_switch, or FM_ROUTE_SWAP_X2 */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -258,9 +258,11 @@ bool fm_routes_moe_persistent(const fm_routes *r);
 bool fm_routes_attn_persistent(const fm_routes *r);
 /* Paged attention's decode rows on the kernel with the keys as the mma's M and the query heads as its N
  * (attention_paged_swap.cu), where a kv head has at most 8 query heads and the head dim is 64, 128 or 256: half the
- * products of the split kernel, no K conversion through shared memory for an e4m3 cache. `auto` is off until measured
- * on a GPU. */
-bool fm_routes_paged_swap(const fm_routes *r);
+ * products of the split kernel, no K conversion through shared memory for an e4m3 cache. The 16-key tiles a warp
+ * takes an iteration: 0 (the split kernel), 1 (`on`) or 2 (`x2`: the e4m3 form to head dim 128; the others take 1).
+ * `auto` is 0 until measured on a GPU. */
+#define FM_ROUTE_SWAP_X2 3 /* paged.swap=x2: beside fm_route_switch's codes */
+int32_t fm_routes_paged_swap(const fm_routes *r);
 /* The experts' gate|up input quantized with ONE e4m3 scale per token instead of one per (token, 128-group) (route
  * moe.act_scale=token): for a step of P routed pairs over E experts, top-k, on the grouped GEMM (not the decode
  * GEMVs: fm_routes_moe_gemv), for int4 gate|up banks of ours (symmetric, fm_wformat_is_int4) with an e4m3 dispatch

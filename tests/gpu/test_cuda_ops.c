@@ -1059,9 +1059,10 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     /* (d) route paged.swap (the keys as the mma's M, attention_paged_swap.cu, where it applies): the split kernel's
        numbers but for the order of fp32 sums, on the e4m3 cache and on the bf16 cache of its values, alone and beside
        the tiled kernel; the fused combine's bits those of the combine kernel */
-    const char *swaps[2] = {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused"};
-    float *sw[2];
-    for (int k = 0; k < 2; k++) {
+    const char *swaps[3] = {"paged.swap=on,paged.combine=kernel", "paged.swap=on,paged.combine=fused",
+                            "paged.swap=x2,paged.combine=kernel"};
+    float *sw[3];
+    for (int k = 0; k < 3; k++) {
         fm_backend *be = cuda_with_route(&b, swaps[k]);
         sw[k] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
         float *vals = e4m3_attend(be, &p, c[0].q, kvals, vvals, FM_KV_ACT, false);
@@ -1077,7 +1078,7 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     }
     snprintf(w, sizeof w, "attention_paged e4m3 paged.swap=on: paged.combine=fused == kernel %s", what);
     expect_same_bits(sw[1], sw[0], n_out, w);
-    free(sw[0]), free(sw[1]);
+    free(sw[0]), free(sw[1]), free(sw[2]);
 
     /* the cpu's emulation: its caches hold its roped rows' values, the same through both ops; attention close */
     qb = bank(cpu, qn, 1, 1, hd, other_fmt(&b)), kb = bank(cpu, kn, 1, 1, hd, other_fmt(&b));

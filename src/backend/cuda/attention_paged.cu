@@ -200,7 +200,7 @@ extern "C" int32_t fm_cuda_attention_paged_split_count(int64_t T, int32_t nh, in
 static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *k_cache,
                     const void *v_cache, fm_kv_dtype kv, const int32_t *tok_seq, const int32_t *tok_pos,
                     const int32_t *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                    bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, bool swap, bool pdl,
+                    bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, int32_t swap, bool pdl,
                     cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (kv != FM_KV_ACT && kv != FM_KV_E4M3) apg_fail("unknown KV cache dtype", T, nh, nkv, hd);
@@ -217,14 +217,14 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
     a.part = NULL, a.counters = NULL, a.out = out;
     a.nh = nh, a.nkv = nkv, a.qgroups = qgroups, a.max_blocks = max_blocks, a.block_tokens = block_tokens;
     a.bt_shift = apg_bt_shift(block_tokens);
-    swap = swap && fm_cuda_attention_paged_swap_applies(nh, nkv, hd);
+    if (!fm_cuda_attention_paged_swap_applies(nh, nkv, hd)) swap = 0;
     if (swap) { // its own resident CTAs for the waves rule
         const int64_t kv_ctas = T * nkv;
         const int sms = fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
-        a.splits = split_waves
-                       ? fm_attention_paged_splits_waves(
-                             T, kv_ctas, max_len, (int64_t)sms * fm_cuda_attention_paged_swap_ctas_per_sm(hd, e4m3))
-                       : fm_attention_paged_splits(T, kv_ctas, max_len, sms);
+        a.splits = split_waves ? fm_attention_paged_splits_waves(
+                                     T, kv_ctas, max_len,
+                                     (int64_t)sms * fm_cuda_attention_paged_swap_ctas_per_sm(hd, e4m3, swap))
+                               : fm_attention_paged_splits(T, kv_ctas, max_len, sms);
     } else {
         a.splits = fm_cuda_attention_paged_split_count(T, nh, nkv, hd, kv, max_len, split_waves);
     }
@@ -241,7 +241,7 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
         a.part = (float *)((char *)scratch + cb);
         if (fused_combine) a.counters = (unsigned *)scratch;
     }
-    if (swap) fm_cuda_attention_paged_swap_launch(&a, hd, T, e4m3, pdl, s);
+    if (swap) fm_cuda_attention_paged_swap_launch(&a, hd, T, e4m3, swap, pdl, s);
     else if (e4m3) apg_launch_hd<true>(a, hd, T, y, pdl, s);
     else apg_launch_hd<false>(a, hd, T, y, pdl, s);
     if (a.splits > 1 && !fused_combine) {
@@ -255,8 +255,8 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                             bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, bool swap,
-                                             bool pdl, cudaStream_t s) {
+                                             bf16 *out, bool skip_runs, bool fused_combine, bool split_waves,
+                                             int32_t swap, bool pdl, cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
             scratch, out, skip_runs, fused_combine, split_waves, swap, pdl, s);
 }
@@ -265,7 +265,7 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
                                         const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                        bf16 *out, bool fused_combine, bool split_waves, bool swap, bool pdl,
+                                        bf16 *out, bool fused_combine, bool split_waves, int32_t swap, bool pdl,
                                         cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
             scratch, out, false, fused_combine, split_waves, swap, pdl, s);

@@ -22,17 +22,17 @@ extern "C" {
 // backend/attention_paged.h). fused_combine: the split kernel's last CTA per (token, kv head, query group) merges the
 // splits (route paged.combine=fused), else a second kernel. split_waves: the number of splits by
 // fm_attention_paged_splits_waves (route paged.splits=waves; the e4m3 form counts its own resident CTAs), else
-// fm_attention_paged_splits. swap: the decode kernel with the query heads as the mma's N where it applies
-// (route paged.swap, attention_paged_swap.cuh). Preconditions (checked; a violation stops with a message): hd a
-// multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv and caches. The table entries a token
-// reads are not checked on the device: they must be valid blocks. pdl: its kernels launched with programmatic dependent
-// launch (pdl.cuh; fm_routes_pdl of the caller's route table).
+// fm_attention_paged_splits. swap: 0, or the decode kernel with the query heads as the mma's N where it applies, its
+// warps taking swap 16-key tiles an iteration (route paged.swap, attention_paged_swap.cuh). Preconditions (checked; a
+// violation stops with a message): hd a multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv
+// and caches. The table entries a token reads are not checked on the device: they must be valid blocks. pdl: its
+// kernels launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's route table).
 extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                         const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                        __nv_bfloat16 *out, bool fused_combine, bool split_waves, bool swap, bool pdl,
-                                        cudaStream_t s);
+                                        __nv_bfloat16 *out, bool fused_combine, bool split_waves, int32_t swap,
+                                        bool pdl, cudaStream_t s);
 // The same, the rows of prompt chunks on the tiled kernel (attention_paged_tiled.cu, route paged.tiled):
 // a row whose neighbour in the step is of the same sequence (apg_in_run) goes to a CTA that shares each K and V tile
 // among the query rows of several tokens; the other rows to the split kernel. Same arguments, scratch and results
@@ -41,7 +41,7 @@ extern "C" void fm_cuda_attention_paged_tiled(const __nv_bfloat16 *qkv, int64_t 
                                               const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                              __nv_bfloat16 *out, bool fused_combine, bool split_waves, bool swap,
+                                              __nv_bfloat16 *out, bool fused_combine, bool split_waves, int32_t swap,
                                               cudaStream_t s);
 // fm_cuda_attention_paged (the tiled kernel calls it for the other rows); with skip_runs, the rows apg_in_run names
 // are left to the tiled kernel (not written)
@@ -50,7 +50,7 @@ extern "C" void fm_cuda_attention_paged_rows(const __nv_bfloat16 *qkv, int64_t T
                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                              __nv_bfloat16 *out, bool skip_runs, bool fused_combine, bool split_waves,
-                                             bool swap, bool pdl, cudaStream_t s);
+                                             int32_t swap, bool pdl, cudaStream_t s);
 // log2(block_tokens) when it is a power of two, else -1: the kernels find a key's slot with shifts then (host)
 static inline int apg_bt_shift(int32_t block_tokens) {
     if (block_tokens < 1 || (block_tokens & (block_tokens - 1)) != 0) return -1;

@@ -37,14 +37,15 @@
 // Shared memory: Q [16][HD] (rows 0-7 used; the merge's maxima and sums after the loop), then per warp (e4m3: its
 // f16 V tile, then) ST stages (bf16: K and V tiles; e4m3: K and V raw tiles, apg_shape's RAW). After the loop the
 // warps' regions hold the merge's O [4][16][HD] fp32.
-template <int HD, bool E4M3> struct aps_shape {
+template <int HD, bool E4M3, int TPI> struct aps_shape {
     static constexpr int TILE = 16 * HD * 2;
-    static constexpr int ST = HD <= 128 ? 2 : 1;
+    static constexpr int ST = TPI == 2 ? 3 : HD <= 128 ? 2 : 1; // TPI 2: two in the math, one in flight
     static constexpr int RAW = 16 * HD + 16 * 4;
     static constexpr int STAGE = E4M3 ? 2 * RAW : 2 * TILE;
     static constexpr int WARP = (E4M3 ? TILE : 0) + ST * STAGE;
     static constexpr int SMEM = TILE + APG_WARPS * WARP;
     static_assert(HD % 64 == 0, "the swizzled tiles of attention_mma.cuh");
+    static_assert(TPI == 1 || (TPI == 2 && E4M3 && HD <= 128), "two tiles an iteration: the e4m3 form to HD 128");
     static_assert(APG_WARPS * 16 * HD * 4 <= APG_WARPS * WARP, "the merge's O must fit the warps' regions");
     static_assert(2 * APG_WARPS * 16 * 4 <= TILE, "the merge's max and sum must fit the Q tile");
     static_assert(SMEM <= 99 * 1024, "shared memory above the sm_89 limit");
@@ -59,9 +60,9 @@ static __device__ __forceinline__ uint32_t aps_movmatrix_t(uint32_t x) {
     return y;
 }
 
-template <int HD, bool E4M3>
-__global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 ? 4 : 3) aps_kernel(apg_args a) {
-    typedef aps_shape<HD, E4M3> SH;
+template <int HD, bool E4M3, int TPI>
+__global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 : 3) aps_kernel(apg_args a) {
+    typedef aps_shape<HD, E4M3, TPI> SH;
     constexpr int KS = HD / 16, MT = HD / 16, ST = SH::ST; // k steps of S; m tiles of O
     extern __shared__ __align__(128) unsigned char aps_smem[];
     __shared__ unsigned qmax, arrived;
@@ -99,7 +100,8 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 ? 4 : 3) aps_ker
         if (st < nw)
             apg_load_stage<HD, E4M3>(a, wst + st * SH::STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
                                      lane);
-        att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below
+        att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below (tile i's
+                         // loads are group i)
     }
     if (E4M3 && tid == 0) qmax = 0;
     att_cp_wait<ST>();
@@ -134,73 +136,91 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 ? 4 : 3) aps_ker
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}; // heads 2 c + hh: max; this lane's keys' sum
     float vmax = 0.0f; // e4m3: the largest V scale of the warp's tiles so far; o holds O / vmax
 
-    for (int i = 0; i < nw; i++) {
-        const int st = ST == 1 ? 0 : i % ST;
-        const uint32_t stage = wst + st * SH::STAGE;
-        const unsigned char *raw = aps_smem + (stage - sq); // e4m3: K codes, K scales, V codes, V scales
-        const int j0 = s0 + (warp + APG_WARPS * i) * 16;
-        att_cp_wait<ST - 1>();
-        __syncwarp(); // every lane's rows of tile i landed (and every lane is done with the last tile's V)
-        float ksc[2] = {1.0f, 1.0f}, vsc[2] = {1.0f, 1.0f}; // e4m3: the scales of keys g and g + 8
-        if (E4M3) {
-            const float *kss = (const float *)(raw + 16 * HD), *vss = (const float *)(raw + SH::RAW + 16 * HD);
-            ksc[0] = kss[g] * qup, ksc[1] = kss[g + 8] * qup, vsc[0] = vss[g], vsc[1] = vss[g + 8];
-        }
-        // S^T: two accumulators (even and odd k steps) for two chains of mma, summed
-        float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (E4M3) {
-            constexpr int KW = HD / 16; // words of a key row's quarter: one a k step
-            uint32_t kw[2][KW];
+    for (int i = 0; i < nw; i += TPI) {
+        att_cp_wait<ST - TPI>();
+        __syncwarp(); // every lane's rows of tiles i .. i + TPI - 1 landed (and every lane is done with the last V)
+        // S^T of the iteration's tiles: tile u is the warp's tile i + u, at stage (i + u) % ST (with TPI 2 and nw odd
+        // the last iteration's second tile is past the slice: its keys masked, its stale scales and V not used)
+        float s[TPI][4], vsc[TPI][2]; // S^T[key g][heads 2 c, 2 c + 1], S^T[key g + 8][...]; e4m3: keys' V scales
 #pragma unroll
-            for (int r = 0; r < 2; r++)
+        for (int u = 0; u < TPI; u++) {
+            const uint32_t stage = wst + ((i + u) % ST) * SH::STAGE;
+            const unsigned char *raw = aps_smem + (stage - sq); // e4m3: K codes, K scales, V codes, V scales
+            const int j0 = s0 + (warp + APG_WARPS * (i + u)) * 16;
+            float ksc[2] = {1.0f, 1.0f}; // e4m3: the scales of keys g and g + 8
+            vsc[u][0] = vsc[u][1] = 1.0f;
+            if (E4M3) {
+                const float *kss = (const float *)(raw + 16 * HD), *vss = (const float *)(raw + SH::RAW + 16 * HD);
+                const bool here = TPI == 1 || i + u < nw;
+                ksc[0] = kss[g] * qup, ksc[1] = kss[g + 8] * qup;
+                vsc[u][0] = here ? vss[g] : 0.0f, vsc[u][1] = here ? vss[g + 8] : 0.0f;
+            }
+            // two accumulators (even and odd k steps) for two chains of mma, summed
+            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (E4M3) {
+                constexpr int KW = HD / 16; // words of a key row's quarter: one a k step
+                uint32_t kw[2][KW];
 #pragma unroll
-                for (int j = 0; j < KW / 4; j++) {
-                    const uint4 v = *(const uint4 *)(raw + (g + 8 * r) * HD + c * (HD / 4) + 16 * j);
-                    kw[r][4 * j] = v.x, kw[r][4 * j + 1] = v.y, kw[r][4 * j + 2] = v.z, kw[r][4 * j + 3] = v.w;
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int j = 0; j < KW / 4; j++) {
+                        const uint4 v = *(const uint4 *)(raw + (g + 8 * r) * HD + c * (HD / 4) + 16 * j);
+                        kw[r][4 * j] = v.x, kw[r][4 * j + 1] = v.y, kw[r][4 * j + 2] = v.z, kw[r][4 * j + 3] = v.w;
+                    }
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    const uint32_t ka[4] = {att_e4m3x2_f16x2(kw[0][kk] & 0xffffu),
+                                            att_e4m3x2_f16x2(kw[1][kk] & 0xffffu), att_e4m3x2_f16x2(kw[0][kk] >> 16),
+                                            att_e4m3x2_f16x2(kw[1][kk] >> 16)};
+                    att_mma_f16((kk & 1) ? sb : sa, ka, qb[kk][0], qb[kk][1]);
                 }
+            } else {
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const uint32_t ka[4] = {att_e4m3x2_f16x2(kw[0][kk] & 0xffffu), att_e4m3x2_f16x2(kw[1][kk] & 0xffffu),
-                                        att_e4m3x2_f16x2(kw[0][kk] >> 16), att_e4m3x2_f16x2(kw[1][kk] >> 16)};
-                att_mma_f16((kk & 1) ? sb : sa, ka, qb[kk][0], qb[kk][1]);
+                for (int kk = 0; kk < KS; kk++) {
+                    uint32_t ka[4];
+                    att_ldsm_x4(ka, stage + att_lane_off<HD>(&la, 0, kk));
+                    att_mma((kk & 1) ? sb : sa, ka, qb[kk][0], qb[kk][1]);
+                }
             }
-        } else {
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                uint32_t ka[4];
-                att_ldsm_x4(ka, stage + att_lane_off<HD>(&la, 0, kk));
-                att_mma((kk & 1) ? sb : sa, ka, qb[kk][0], qb[kk][1]);
-            }
+            for (int r = 0; r < 4; r++) s[u][r] = (sa[r] + sb[r]) * ksc[r >> 1];
+            if (j0 + g >= s1) s[u][0] = s[u][1] = -INFINITY; // keys past the slice
+            if (j0 + g + 8 >= s1) s[u][2] = s[u][3] = -INFINITY;
         }
-        float s[4]; // S^T[key g][heads 2 c, 2 c + 1], S^T[key g + 8][...]
-#pragma unroll
-        for (int r = 0; r < 4; r++) s[r] = (sa[r] + sb[r]) * ksc[r >> 1];
-        if (j0 + g >= s1) s[0] = s[1] = -INFINITY; // keys past the slice
-        if (j0 + g + 8 >= s1) s[2] = s[3] = -INFINITY;
         float vfix = 1.0f;
-        if (E4M3) { // vmax over the tile's 16 keys, held by the lanes' g
-            float tm = fmaxf(vsc[0], vsc[1]);
+        if (E4M3) { // vmax over the iteration's keys, held by the lanes' g
+            float tm = 0.0f;
+#pragma unroll
+            for (int u = 0; u < TPI; u++) tm = fmaxf(tm, fmaxf(vsc[u][0], vsc[u][1]));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 4));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 8));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 16));
             const float vnew = fmaxf(vmax, tm), inv = att_inv_pow2(vnew); // > 0: the tile has a key below s1
             vfix = vmax * inv, vmax = vnew;
-            vsc[0] *= inv, vsc[1] *= inv;
+#pragma unroll
+            for (int u = 0; u < TPI; u++) vsc[u][0] *= inv, vsc[u][1] *= inv;
         }
-        // online softmax per query head 2 c + hh: its 16 keys are keys g and g + 8 of the 8 lanes' g
+        // online softmax per query head 2 c + hh: its keys are keys g and g + 8 of each tile, over the 8 lanes' g
         float ofix[2];
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
-            float mx = fmaxf(fmaxf(s[hh], s[2 + hh]), mrow[hh]);
+            float mx = mrow[hh];
+#pragma unroll
+            for (int u = 0; u < TPI; u++) mx = fmaxf(fmaxf(s[u][hh], s[u][2 + hh]), mx);
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
             const float mb = mx * a.sl2;
             const float alpha = att_exp2(mrow[hh] * a.sl2 - mb); // 0 on the first tile (-inf), 1 if the max stayed
             mrow[hh] = mx;
-            s[hh] = att_exp2(fmaf(s[hh], a.sl2, -mb));
-            s[2 + hh] = att_exp2(fmaf(s[2 + hh], a.sl2, -mb));
-            lrow[hh] = lrow[hh] * alpha + (s[hh] + s[2 + hh]);
+            float sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < TPI; u++) {
+                s[u][hh] = att_exp2(fmaf(s[u][hh], a.sl2, -mb));
+                s[u][2 + hh] = att_exp2(fmaf(s[u][2 + hh], a.sl2, -mb));
+                sum += s[u][hh] + s[u][2 + hh];
+            }
+            lrow[hh] = lrow[hh] * alpha + sum;
             ofix[hh] = alpha * vfix;
         }
         if (__any_sync(0xffffffffu, ofix[0] != 1.0f || ofix[1] != 1.0f)) {
@@ -208,35 +228,49 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 ? 4 : 3) aps_ker
             for (int mt = 0; mt < MT; mt++)
                 o[mt][0] *= ofix[0], o[mt][1] *= ofix[1], o[mt][2] *= ofix[0], o[mt][3] *= ofix[1];
         }
-        // P^T's B fragment: P (keys x heads, rows g and g + 8; e4m3 each key's row times its scale / vmax) transposed
-        uint32_t p0, p1;
-        if (E4M3) {
-            p0 = att_pack_f16(s[0] * vsc[0], s[1] * vsc[0]);
-            p1 = att_pack_f16(s[2] * vsc[1], s[3] * vsc[1]);
-        } else {
-            p0 = att_pack_bf16(s[0], s[1]);
-            p1 = att_pack_bf16(s[2], s[3]);
-        }
-        const uint32_t b0 = aps_movmatrix_t(p0), b1 = aps_movmatrix_t(p1);
-        uint32_t sv = stage + SH::TILE; // the V tile the product reads: the stage's (bf16) or the warp's f16 one
-        if (E4M3) {
-            sv = wbuf;
-            att_e4m3_to_f16<HD, 16, 32, HD <= 64 ? 1 : 4>(aps_smem + (wbuf - sq), raw + SH::RAW, lane);
-            __syncwarp(); // V converted, and the raw stage read: refilled now, under the product
-            if (i + ST < nw) apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
-            att_cp_commit();
-        }
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            uint32_t va[4];
-            att_ldsm_x4_t(va, sv + att_lane_off<HD>(&lk, 0, mt));
-            if (E4M3) att_mma_f16(o[mt], va, b0, b1);
-            else att_mma(o[mt], va, b0, b1);
-        }
-        if (!E4M3) {
-            __syncwarp(); // every lane is done with the stage before it is refilled
-            if (i + ST < nw) apg_load_stage<HD, false>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
-            att_cp_commit();
+        for (int u = 0; u < TPI; u++) {
+            if (TPI > 1 && i + u >= nw) { // past the slice: no V, an empty group for the count
+                att_cp_commit();
+                continue;
+            }
+            const uint32_t stage = wst + ((i + u) % ST) * SH::STAGE;
+            const int j0 = s0 + (warp + APG_WARPS * (i + u)) * 16;
+            // P^T's B fragment: P (keys x heads, rows g and g + 8; e4m3 each key's row times its scale / vmax),
+            // transposed
+            uint32_t p0, p1;
+            if (E4M3) {
+                p0 = att_pack_f16(s[u][0] * vsc[u][0], s[u][1] * vsc[u][0]);
+                p1 = att_pack_f16(s[u][2] * vsc[u][1], s[u][3] * vsc[u][1]);
+            } else {
+                p0 = att_pack_bf16(s[u][0], s[u][1]);
+                p1 = att_pack_bf16(s[u][2], s[u][3]);
+            }
+            const uint32_t b0 = aps_movmatrix_t(p0), b1 = aps_movmatrix_t(p1);
+            uint32_t sv = stage + SH::TILE; // the V tile the product reads: the stage's (bf16) or the warp's f16 one
+            if (E4M3) {
+                sv = wbuf;
+                if (u > 0) __syncwarp(); // every lane's ldmatrix of the last tile's V is done
+                att_e4m3_to_f16<HD, 16, 32, HD <= 64 ? 1 : 4>(aps_smem + (wbuf - sq), aps_smem + (stage - sq) + SH::RAW,
+                                                              lane);
+                __syncwarp(); // V converted, and the raw stage read: refilled now, under the product
+                if (i + u + ST < nw)
+                    apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
+                att_cp_commit();
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                uint32_t va[4];
+                att_ldsm_x4_t(va, sv + att_lane_off<HD>(&lk, 0, mt));
+                if (E4M3) att_mma_f16(o[mt], va, b0, b1);
+                else att_mma(o[mt], va, b0, b1);
+            }
+            if (!E4M3) {
+                __syncwarp(); // every lane is done with the stage before it is refilled
+                if (i + u + ST < nw)
+                    apg_load_stage<HD, false>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
+                att_cp_commit();
+            }
         }
     }
 
@@ -264,59 +298,70 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 ? 4 : 3) aps_ker
     apg_merge_warps<HD, 0>(a, aps_smem, so, T, t, Y, y, split, h0, nq, len, chunk, &arrived);
 }
 
-template <int HD, bool E4M3> static void aps_set_smem(void) {
-    typedef aps_shape<HD, E4M3> SH;
+template <int HD, bool E4M3, int TPI> static void aps_set_smem(void) {
+    typedef aps_shape<HD, E4M3, TPI> SH;
     if (SH::SMEM > 48 * 1024)
         FM_CUDA_CHECK(
-            cudaFuncSetAttribute(aps_kernel<HD, E4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
+            cudaFuncSetAttribute(aps_kernel<HD, E4M3, TPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, SH::SMEM));
 }
 
-template <int HD, bool E4M3> static int aps_ctas_per_sm_of(void) {
-    aps_set_smem<HD, E4M3>();
+template <int HD, bool E4M3, int TPI> static int aps_ctas_per_sm_of(void) {
+    aps_set_smem<HD, E4M3, TPI>();
     int n = 0;
-    FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, aps_kernel<HD, E4M3>, APG_THREADS,
-                                                                aps_shape<HD, E4M3>::SMEM));
+    FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, aps_kernel<HD, E4M3, TPI>, APG_THREADS,
+                                                                aps_shape<HD, E4M3, TPI>::SMEM));
     return n > 0 ? n : 1;
+}
+
+template <int HD, bool E4M3, int TPI> static void aps_launch(const apg_args *a, int64_t T, bool pdl, cudaStream_t s) {
+    aps_set_smem<HD, E4M3, TPI>();
+    pdl_launch(aps_kernel<HD, E4M3, TPI>, dim3((unsigned)T, (unsigned)a->nkv, (unsigned)a->splits), APG_THREADS,
+               aps_shape<HD, E4M3, TPI>::SMEM, s, pdl, *a);
+    FM_LAUNCH_CHECK(E4M3 ? "attention_paged_swap_e4m3" : "attention_paged_swap");
+}
+
+// the form a call takes: (head dim, cache form, tiles an iteration), two tiles for the e4m3 form to HD 128 only
+static int aps_form(int32_t hd, bool e4m3, int32_t tiles) {
+    const int k = hd == 64 ? 0 : hd == 128 ? 1 : 2;
+    return (k * 2 + e4m3) * 2 + (tiles == 2 && e4m3 && hd <= 128);
+}
+
+// every form's launch or resident count, by aps_form
+template <int HD, bool E4M3, int TPI> static int aps_do(const apg_args *a, int64_t T, bool pdl, cudaStream_t s) {
+    if (!a) return aps_ctas_per_sm_of<HD, E4M3, TPI>();
+    aps_launch<HD, E4M3, TPI>(a, T, pdl, s);
+    return 0;
+}
+static int aps_dispatch(int form, const apg_args *a, int64_t T, bool pdl, cudaStream_t s) {
+    switch (form) {
+    case 0: return aps_do<64, false, 1>(a, T, pdl, s);
+    case 2: return aps_do<64, true, 1>(a, T, pdl, s);
+    case 3: return aps_do<64, true, 2>(a, T, pdl, s);
+    case 4: return aps_do<128, false, 1>(a, T, pdl, s);
+    case 6: return aps_do<128, true, 1>(a, T, pdl, s);
+    case 7: return aps_do<128, true, 2>(a, T, pdl, s);
+    case 8: return aps_do<256, false, 1>(a, T, pdl, s);
+    case 10: return aps_do<256, true, 1>(a, T, pdl, s);
+    }
+    return 1; // not a form aps_form makes
 }
 
 extern "C" bool fm_cuda_attention_paged_swap_applies(int32_t nh, int32_t nkv, int32_t hd) {
     return nh / nkv <= APS_G && (hd == 64 || hd == 128 || hd == 256);
 }
 
-extern "C" int fm_cuda_attention_paged_swap_ctas_per_sm(int32_t hd, bool e4m3) {
-    static int known[2][3];
-    const int k = hd == 64 ? 0 : hd == 128 ? 1 : 2;
-    int n = __atomic_load_n(&known[e4m3][k], __ATOMIC_RELAXED);
+extern "C" int fm_cuda_attention_paged_swap_ctas_per_sm(int32_t hd, bool e4m3, int32_t tiles) {
+    static int known[12];
+    const int f = aps_form(hd, e4m3, tiles);
+    int n = __atomic_load_n(&known[f], __ATOMIC_RELAXED);
     if (n == 0) {
-        if (e4m3)
-            n = hd == 64    ? aps_ctas_per_sm_of<64, true>()
-                : hd == 128 ? aps_ctas_per_sm_of<128, true>()
-                            : aps_ctas_per_sm_of<256, true>();
-        else
-            n = hd == 64    ? aps_ctas_per_sm_of<64, false>()
-                : hd == 128 ? aps_ctas_per_sm_of<128, false>()
-                            : aps_ctas_per_sm_of<256, false>();
-        __atomic_store_n(&known[e4m3][k], n, __ATOMIC_RELAXED);
+        n = aps_dispatch(f, NULL, 0, false, 0);
+        __atomic_store_n(&known[f], n, __ATOMIC_RELAXED);
     }
     return n;
 }
 
-template <int HD, bool E4M3> static void aps_launch(const apg_args *a, int64_t T, bool pdl, cudaStream_t s) {
-    aps_set_smem<HD, E4M3>();
-    pdl_launch(aps_kernel<HD, E4M3>, dim3((unsigned)T, (unsigned)a->nkv, (unsigned)a->splits), APG_THREADS,
-               aps_shape<HD, E4M3>::SMEM, s, pdl, *a);
-    FM_LAUNCH_CHECK(E4M3 ? "attention_paged_swap_e4m3" : "attention_paged_swap");
-}
-
-extern "C" void fm_cuda_attention_paged_swap_launch(const apg_args *a, int32_t hd, int64_t T, bool e4m3, bool pdl,
-                                                    cudaStream_t s) {
-    if (e4m3) {
-        if (hd == 64) aps_launch<64, true>(a, T, pdl, s);
-        else if (hd == 128) aps_launch<128, true>(a, T, pdl, s);
-        else aps_launch<256, true>(a, T, pdl, s);
-    } else {
-        if (hd == 64) aps_launch<64, false>(a, T, pdl, s);
-        else if (hd == 128) aps_launch<128, false>(a, T, pdl, s);
-        else aps_launch<256, false>(a, T, pdl, s);
-    }
+extern "C" void fm_cuda_attention_paged_swap_launch(const apg_args *a, int32_t hd, int64_t T, bool e4m3, int32_t tiles,
+                                                    bool pdl, cudaStream_t s) {
+    aps_dispatch(aps_form(hd, e4m3, tiles), a, T, pdl, s);
 }

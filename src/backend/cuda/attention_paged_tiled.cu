@@ -375,7 +375,7 @@ extern "C" void fm_cuda_attention_paged_tiled(const bf16 *qkv, int64_t T, int32_
                                               const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                              bf16 *out, bool fused_combine, bool split_waves, bool swap,
+                                              bf16 *out, bool fused_combine, bool split_waves, int32_t swap,
                                               cudaStream_t s) {
     // the split kernel first: it checks the arguments (and stops on a violation) and takes the rows outside runs
     fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks,
