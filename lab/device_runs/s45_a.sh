@@ -14,10 +14,10 @@ L=$OUT/logs; mkdir -p $L
 left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
 S=sw/build/new B=build N=build/new
 # the tests, side by side (the GPU is shared; no timing here)
-(FM_TEST_FILTER=test_paged_e4m3 timeout 170 $S/test_cuda_ops > $L/swap_e4m3.log 2>&1; echo "== rc $? $SECONDS s" >> $L/swap_e4m3.log) &
-(FM_TEST_FILTER=test_paged_attention timeout 170 $S/test_cuda_ops > $L/swap_bf16.log 2>&1; echo "== rc $? $SECONDS s" >> $L/swap_bf16.log) &
-(timeout 170 $N/test_cuda_fold > $L/fold_new.log 2>&1; echo "== rc $? $SECONDS s" >> $L/fold_new.log) &
-(timeout 170 $B/test_cuda_fold > $L/fold_base.log 2>&1; echo "== rc $? $SECONDS s" >> $L/fold_base.log) &
+(FM_TEST_FILTER=test_paged_e4m3 timeout ${TT:-170} $S/test_cuda_ops > $L/swap_e4m3.log 2>&1; echo "== rc $? $SECONDS s" >> $L/swap_e4m3.log) &
+(FM_TEST_FILTER=test_paged_attention timeout ${TT:-170} $S/test_cuda_ops > $L/swap_bf16.log 2>&1; echo "== rc $? $SECONDS s" >> $L/swap_bf16.log) &
+(timeout ${TT:-170} $N/test_cuda_fold > $L/fold_new.log 2>&1; echo "== rc $? $SECONDS s" >> $L/fold_new.log) &
+(timeout ${TT:-170} $B/test_cuda_fold > $L/fold_base.log 2>&1; echo "== rc $? $SECONDS s" >> $L/fold_base.log) &
 wait
 for f in swap_e4m3 swap_bf16 fold_new fold_base; do
   echo "-- $f: $(tail -1 $L/$f.log)"; grep -E "FAILED|ERROR|Assert|fail|illegal" $L/$f.log | cut -c1-200 | head -6
