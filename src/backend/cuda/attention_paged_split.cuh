@@ -273,6 +273,34 @@ static __device__ __forceinline__ void apg_merge_warps(const apg_args &a, unsign
                                 (int)n); // over Q and the stages: every warp is past them
 }
 
+// The first loads of a split CTA (the split kernel's and the swapped one's, attention_paged_swap.cu): the CTA's nq
+// query rows of token t from head h0 into the first ROWS rows of the Q tile at sq (zero rows after them), one cp.async
+// group; then the warp's first ST tiles of the slice [s0, s1) (nw tiles the warp's) into its stages at wst, STAGE
+// bytes apart, a group each (possibly empty: every thread commits ST groups here and one per tile after).
+template <int HD, bool E4M3, int ROWS, int ST, int STAGE>
+static __device__ __forceinline__ void apg_start_loads(const apg_args &a, uint32_t sq, uint32_t wst, int64_t t, int h0,
+                                                       int nq, const int32_t *table, int64_t kv_ld, int kvh, int s0,
+                                                       int s1, int nw, int tid) {
+    const int warp = tid >> 5, lane = tid & 31;
+    {
+        constexpr int CH = HD / 8;
+        const bf16 *gq = a.qkv + t * (int64_t)(a.nh + 2 * a.nkv) * HD + (int64_t)h0 * HD;
+        for (int i = tid; i < ROWS * CH; i += APG_THREADS) {
+            const int r = i / CH, ch = i % CH;
+            const bool ok = r < nq;
+            att_cp16(sq + att_off<HD>(r, ch), ok ? gq + r * HD + ch * 8 : gq, ok ? 16u : 0u);
+        }
+        att_cp_commit();
+    }
+#pragma unroll
+    for (int st = 0; st < ST; st++) {
+        if (st < nw)
+            apg_load_stage<HD, E4M3>(a, wst + st * STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
+                                     lane);
+        att_cp_commit();
+    }
+}
+
 // One CTA of the split kernel: token t of T, kv head group y of Y (kv head y / qgroups), split `split`, run by the
 // APG_THREADS threads 0.. of a CTA (tid = threadIdx.x) with the split kernel's shared memory at apg_smem and two
 // shared words (qmax, arrived). SYNC: att_sync's (0: the kernel's __syncthreads; the persistent decode block runs it
@@ -298,29 +326,12 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
     if (s0 >= len) return; // a split past this token's context (the combine knows: it counts the same way)
     const int s1 = min(len, s0 + chunk);
     const int32_t *table = a.tables + (int64_t)a.tok_seq[t] * a.max_blocks;
-    const int64_t ld = (int64_t)(a.nh + 2 * a.nkv) * HD, kv_ld = (int64_t)a.nkv * HD;
-
-    { // Q: the CTA's nq query rows, zero rows after them
-        constexpr int CH = HD / 8;
-        const bf16 *gq = a.qkv + t * ld + (int64_t)h0 * HD;
-        for (int i = tid; i < 16 * CH; i += APG_THREADS) {
-            const int r = i / CH, ch = i % CH;
-            const bool ok = r < nq;
-            att_cp16(sq + att_off<HD>(r, ch), ok ? gq + r * HD + ch * 8 : gq, ok ? 16u : 0u);
-        }
-        att_cp_commit();
-    }
+    const int64_t kv_ld = (int64_t)a.nkv * HD;
     const int ntiles = (s1 - s0 + 15) / 16;
     const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
     // the warp's region: (e4m3: its bf16 tile at wbuf, then) its stages from wst
     const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * SH::WARP), wst = wbuf + (E4M3 ? SH::TILE : 0);
-#pragma unroll
-    for (int st = 0; st < ST; st++) {
-        if (st < nw)
-            apg_load_stage<HD, E4M3>(a, wst + st * SH::STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
-                                     lane);
-        att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below
-    }
+    apg_start_loads<HD, E4M3, 16, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid);
     if (E4M3 && tid == 0) *qmax = 0; // e4m3: the largest |q| of the tile, as bf16 bits
     att_cp_wait<ST>();
     att_sync<SYNC, APG_THREADS>(); // Q landed

@@ -80,29 +80,12 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 
     if (s0 >= len) return; // a split past this token's context (the combine knows: it counts the same way)
     const int s1 = min(len, s0 + chunk);
     const int32_t *table = a.tables + (int64_t)a.tok_seq[t] * a.max_blocks;
-    const int64_t ld = (int64_t)(a.nh + 2 * a.nkv) * HD, kv_ld = (int64_t)a.nkv * HD;
-
-    { // Q: the CTA's nq query rows, zero rows after them up to 8
-        constexpr int CH = HD / 8;
-        const bf16 *gq = a.qkv + t * ld + (int64_t)h0 * HD;
-        for (int i = tid; i < APS_G * CH; i += APG_THREADS) {
-            const int r = i / CH, ch = i % CH;
-            const bool ok = r < nq;
-            att_cp16(sq + att_off<HD>(r, ch), ok ? gq + r * HD + ch * 8 : gq, ok ? 16u : 0u);
-        }
-        att_cp_commit();
-    }
+    const int64_t kv_ld = (int64_t)a.nkv * HD;
     const int ntiles = (s1 - s0 + 15) / 16;
     const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
     const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * SH::WARP), wst = wbuf + (E4M3 ? SH::TILE : 0);
-#pragma unroll
-    for (int st = 0; st < ST; st++) {
-        if (st < nw)
-            apg_load_stage<HD, E4M3>(a, wst + st * SH::STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
-                                     lane);
-        att_cp_commit(); // possibly empty: every thread commits ST groups here and one per tile below (tile i's
-                         // loads are group i)
-    }
+    // the query rows (8: the N of the products), then the first ST tiles; tile i's loads are group 1 + i
+    apg_start_loads<HD, E4M3, APS_G, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid);
     if (E4M3 && tid == 0) qmax = 0;
     att_cp_wait<ST>();
     __syncthreads(); // Q landed
