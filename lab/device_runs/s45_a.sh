@@ -42,4 +42,10 @@ for b in $B $N; do
   f=$L/pre_${b//\//_}.log; timeout 80 $b/fp8moe-bench "${P[@]}" --int4-scales p2 --route w4a8.kernel=fold > $f 2>&1
   echo "== prefill fold $b rc $? $SECONDS s"; grep -E "^latency|^\| experts" $f | cut -c1-120
 done
+# if time is left: the per-op table of fp8 + w8a8 at B = 64 on the e4m3 cache, swap on (what the dense projections take)
+if left 45; then
+  f=$L/dec_w8a8_on.log; timeout 60 $S/fp8moe-bench decode --synthetic qwen3-30b-a3b \
+    --context 2048 --presets fp8+w8a8 --backend cuda --steps 32 --batch 64 --kv-cache e4m3 \
+    --route paged.swap=on --per-op > $f 2>&1; echo "== decode w8a8 e4m3 on rc $? $SECONDS s"; grep -E "^\| " $f | cut -c1-110
+fi
 echo "== $SECONDS s"
