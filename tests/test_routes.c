@@ -217,6 +217,20 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_apply(&r, "w8a8.gemv_max_m=1", &err), FM_OK);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_GEMV);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2, 2048), FM_DK_W8A8_CUBLASLT);
+    /* W4A8 past 16 rows: chunks of 16 up to w4a8.gemv_max_m, each staging 16 rows (K 8192 stays on the GEMM) */
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=64", &err), FM_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 64, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 65, 4096), FM_DK_W4A8_GEMM);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 64, 8192), FM_DK_W4A8_GEMM);
+    }
+    assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=8", &err), FM_OK);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 9, 4096), FM_DK_W4A8_GEMM);
+    assert_int_not_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=65", &err), FM_OK);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=auto", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
     assert_int_equal(fm_routes_apply(&r, "dense.gemv=off,w8a8.gemv_max_m=16", &err), FM_OK);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_CUBLASLT);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 1, 2048), FM_DK_W4A8_GEMM);

@@ -68,6 +68,9 @@ static void now_dense_gemv(const fm_routes *r, char *b, size_t n) { snprintf(b, 
 static void now_w8a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%d", fm_routes_w8a8_gemv_max_m(r));
 }
+static void now_w4a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%d", fm_routes_w4a8_gemv_max_m(r));
+}
 static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
     if (r->moe_gemv < 0) snprintf(b, n, "off");
     else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
@@ -205,9 +208,9 @@ static const route_key route_keys[] = {
      "otherwise",
      now_w4a8_codes},
     {"dense.gemv", FIELD(dense_gemv), "auto|on|off", SWITCH_WORDS, "on",
-     "the mma.sync FP8 GEMVs of the dense projections at M <= 16 (W4A8) / w8a8.gemv_max_m (W8A8)",
-     "our FP8 decode GEMVs for the dense projections at small M (up to 16 rows for W4A8, `w8a8.gemv_max_m` for "
-     "W8A8); `off` sends every M to the GEMM",
+     "the mma.sync FP8 GEMVs of the dense projections at M <= w4a8.gemv_max_m (W4A8) / w8a8.gemv_max_m (W8A8)",
+     "our FP8 decode GEMVs for the dense projections at small M (up to `w4a8.gemv_max_m` rows for W4A8, "
+     "`w8a8.gemv_max_m` for W8A8); `off` sends every M to the GEMM",
      now_dense_gemv},
     {"w8a8.gemv_max_m",
      FIELD(w8a8_gemv_max_m),
@@ -493,6 +496,17 @@ static const route_key route_keys[] = {
      "expert on average (P >= 16 E), where it overtakes the fold GEMM on an H200 (docs/RESULTS.md 2.32: Qwen3-30B-A3B "
      "between T = 128 and 256); the cpu backend quantizes h the same way at the same shapes",
      now_fold_ws},
+    {"w4a8.gemv_max_m",
+     FIELD(w4a8_gemv_max_m),
+     "auto|1..64",
+     {{NULL, 0}},
+     "16",
+     "the dense W4A8 GEMV up to this many rows (16-row chunks as grid rows past 16), the W4A8 GEMM above",
+     "the largest M the dense W4A8 GEMV takes (`auto`: 16, one chunk); past 16 rows it runs one chunk of 16 rows a "
+     "grid row of the same launch, every chunk's CTAs streaming the same weights (from DRAM once, then from L2). "
+     "Above it the grouped W4A8 GEMM, whose 256-row x 64-row tiles give a decode batch's projections one CTA a 256 "
+     "weight rows (Qwen3-30B-A3B's o projection: 8 CTAs at M = 64)",
+     now_w4a8_gemv_max_m},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -688,6 +702,10 @@ int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r) {
     return r->w8a8_gemv_max_m ? r->w8a8_gemv_max_m : FM_W8A8_GEMV_MAX_M_DEFAULT;
 }
 
+int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r) {
+    return r->w4a8_gemv_max_m ? r->w4a8_gemv_max_m : FM_GEMV_FP8_MAX_M;
+}
+
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
     if (r->w4a8_tile) return (uint32_t)r->w4a8_tile;
     if (P < 32 * E) return FM_W4A8_BN_SMALL;
@@ -824,8 +842,10 @@ fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t
     case FM_W_INT4_ZP_TC:
     case FM_W_E4M3_B128: {
         const int64_t k_pad = (K + 127) / 128 * 128;
-        const bool gemv =
-            fm_routes_gemv(r) && M >= 1 && M <= FM_GEMV_FP8_MAX_M && fm_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
+        /* past FM_GEMV_FP8_MAX_M rows the GEMV runs chunks of that many: each stages one chunk */
+        const int64_t staged = M < FM_GEMV_FP8_MAX_M ? M : FM_GEMV_FP8_MAX_M;
+        const bool gemv = fm_routes_gemv(r) && M >= 1 && M <= fm_routes_w4a8_gemv_max_m(r) &&
+                          fm_gemv_fp8_smem(staged, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
         return gemv ? FM_DK_W4A8_GEMV : FM_DK_W4A8_GEMM;
     }
     case FM_W_E4M3_PT:

@@ -123,6 +123,7 @@ typedef struct fm_routes {
     int32_t attn_persistent;  /* attn.persistent: fm_route_switch */
     int32_t fold_ws;          /* w4a8.fold_ws: fm_route_switch */
     int32_t paged_swap;       /* paged.swap: fm_route_switch, or FM_ROUTE_SWAP_X2 */
+    int32_t w4a8_gemv_max_m;  /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -134,6 +135,10 @@ typedef struct fm_routes {
  * at most FM_GEMV_FP8_SMEM_MAX bytes (fm_gemv_fp8_smem). */
 #define FM_GEMV_FP8_MAX_M 16
 #define FM_GEMV_FP8_SMEM_MAX (96 * 1024)
+/* The dense W4A8 GEMV past FM_GEMV_FP8_MAX_M rows: chunks of FM_GEMV_FP8_MAX_M rows, one a grid row of the same
+ * launch (each chunk's CTAs stream the same weights: DRAM once, L2 after), up to this many rows (route
+ * w4a8.gemv_max_m; auto FM_GEMV_FP8_MAX_M, one chunk, until measured) */
+#define FM_W4A8_GEMV_DENSE_MAX_M 64
 /* Shared memory of the W4A8 GEMV: M rows (rounded up to 8 or 16) of k_pad e4m3 bytes + 16 bytes of padding, and
  * two fp32 words per (row, 128-group) */
 static inline uint64_t fm_gemv_fp8_smem(int64_t M, int64_t k_pad) {
@@ -203,6 +208,7 @@ bool fm_routes_mixed_graphs(const fm_routes *r);     /* mixed steps' passes repl
 bool fm_routes_mixed_pad_always(const fm_routes *r); /* mixed.graphs=on: padded to the bucket on any backend */
 bool fm_routes_gemv(const fm_routes *r);             /* the FP8 GEMVs run at all */
 int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
+int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r); /* the dense W4A8 GEMV's rows, chunks of 16 past 16 */
 /* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row
  * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short
  * prompts: a 64-row tile is then mostly padding, its promotion and epilogue work wasted), 64 from there. Measured on

@@ -38,6 +38,7 @@
 
 #include "backend/attention_paged.h"
 #include "backend/backend.h"
+#include "backend/routes.h"
 #include "gpu_test_util.h"
 #include "quant/bf16.h"
 #include "quant/e2m1.h"
@@ -103,8 +104,8 @@ static fm_bank *bank(fm_backend *be, const float *w, int32_t n, int64_t rows, in
     return gpu_bank(be, w, n, rows, cols, fmt, false);
 }
 
-static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N, float x_scale) {
-    both b = make_dense(p, fmt == FM_W_E4M3_PT ? FM_DENSE_W8A8 : FM_DENSE_PRESET);
+/* y = x W^T on both backends of b (destroyed here), x M x K at x_scale with an outlier, against the cpu */
+static void linear_on(both b, fm_wformat fmt, int64_t M, int64_t K, int64_t N, float x_scale, const char *routes) {
     float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, x_scale);
     if (x_scale != 0.0f) x[0] = 30.0f; /* an outlier */
     float *y[2];
@@ -119,12 +120,16 @@ static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int
         be->ops->bank_free(be, wb);
     }
     char what[96];
-    snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld%s", fm_wformat_name(fmt), (long long)M, (long long)K,
-             (long long)N, x_scale == 0.0f ? " zero input" : "");
+    snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld%s%s%s", fm_wformat_name(fmt), (long long)M,
+             (long long)K, (long long)N, x_scale == 0.0f ? " zero input" : "", routes ? " " : "", routes ? routes : "");
     const bool fp8 = fmt == FM_W_INT4_G128_TC || fmt == FM_W_E4M3_PT;
     gpu_expect_close(y[1], y[0], M * N, fp8 ? 5e-3 : reduction_bound(&b), what);
     free(y[0]), free(y[1]), free(w), free(x);
     destroy(&b);
+}
+
+static void linear_case_x(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N, float x_scale) {
+    linear_on(make_dense(p, fmt == FM_W_E4M3_PT ? FM_DENSE_W8A8 : FM_DENSE_PRESET), fmt, M, K, N, x_scale, NULL);
 }
 
 static void linear_case(fm_preset p, fm_wformat fmt, int64_t M, int64_t K, int64_t N) {
@@ -200,6 +205,32 @@ static void test_linear(void **s) {
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 3, 256, 6400);
     linear_case(FM_PRESET_FP8, FM_W_INT4_G128_TC, 11, 4160, 200);
     linear_case_x(FM_PRESET_FP8, FM_W_INT4_G128_TC, 5, 1000, 130, 0.0f);
+}
+
+/* The dense W4A8 GEMV past 16 rows (route w4a8.gemv_max_m=64: chunks of 16 rows, one a grid row): a partial last
+   chunk (17, 31, 50), whole ones (32, 64), the Qwen3-30B-A3B attention shapes, a K that is not a multiple of 128 and
+   N not of 16; from e4m3 rows and from bf16 rows the GEMV quantizes itself (dense.quant=fused); 65 rows go to the
+   GEMM. The route must pick the GEMV at these sizes (fm_routes_dense_kernel), and the cpu is the reference. */
+static void test_linear_w4a8_chunks(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_routes_default(&r, 9);
+    fm_error err;
+    assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=64", &err), FM_OK);
+    const char *forms[] = {"w4a8.gemv_max_m=64", "w4a8.gemv_max_m=64,dense.quant=fused"};
+    const int64_t Ms[] = {17, 31, 32, 50, 64}, shapes[][2] = {{2048, 5120}, {4096, 2048}, {1000, 130}};
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 3; j++) {
+                assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, Ms[i], shapes[j][0]), FM_DK_W4A8_GEMV);
+                linear_on(make_dispatch_routes(FM_PRESET_FP8, FM_DISPATCH_PRESET, forms[f]), FM_W_INT4_G128_TC, Ms[i],
+                          shapes[j][0], shapes[j][1], 1.0f, forms[f]);
+            }
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 65, 2048), FM_DK_W4A8_GEMM);
+    linear_on(make_dispatch_routes(FM_PRESET_FP8, FM_DISPATCH_PRESET, forms[0]), FM_W_INT4_G128_TC, 65, 2048, 640, 1.0f,
+              forms[0]);
+    linear_on(make_dispatch_routes(FM_PRESET_FP8, FM_DISPATCH_PRESET, forms[0]), FM_W_INT4_G128_TC, 40, 2048, 640, 0.0f,
+              forms[0]);
 }
 
 static void norm_embed_elementwise(fm_preset preset) {
@@ -1517,6 +1548,7 @@ int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_w4a8_chunks),
         cmocka_unit_test(test_norm_embed_elementwise),
         cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),

@@ -360,6 +360,13 @@ static __global__ __launch_bounds__(WARPS * 32, 2) void w4a8_gemv_kernel(
     constexpr bool BF16_ROWS = MODE == GV_GROUPED_FUSED || MODE == GV_DENSE_BF16; /* may stage bf16 rows */
     /* GV_GROUPED_FUSED with gr.xh: the tile's bf16 rows (set below); GV_DENSE_BF16: the rows */
     const __nv_bfloat16 *xh = MODE == GV_DENSE_BF16 ? gr.xh : NULL;
+    if (!GROUPED && gridDim.y > 1) { /* dense rows past NT 8: grid row c takes rows [NT 8 c, NT 8 (c + 1)) */
+        const int64_t r = (int64_t)blockIdx.y * (NT * 8);
+        M = M - r < NT * 8 ? M - r : NT * 8;
+        if (xh) xh += r * gr.kh;
+        else x += r * G * 128, xs += r, xsum = xsum ? xsum + r : NULL;
+        y += r * N;
+    }
     if (GROUPED) { /* the tile list is the dispatch's output: wait before reading it (no weight prefetch) */
         pdl_wait();
         if ((int32_t)blockIdx.y >= __ldcg(gr.n_tiles)) return; /* the whole CTA: before any barrier */
@@ -556,7 +563,9 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     wt.codes = (const uint8_t *)w->w + (int64_t)d.idx * (w->rows_pad / 16) * w->n_groups * wk_shape<WK>::chunk;
     wt.ws = w->scales ? w->scales + sc0 : NULL, wt.wsf = w->fscales ? w->fscales + sc0 : NULL;
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
-    const size_t smem = (size_t)fm_gemv_fp8_smem(d.M, w->n_groups * 128);
+    /* past FM_GEMV_FP8_MAX_M rows, chunks of that many (NT = 2), one a grid row: each CTA stages its chunk */
+    const int64_t chunks = fm_ceil_div(d.M, FM_GEMV_FP8_MAX_M);
+    const size_t smem = (size_t)fm_gemv_fp8_smem(d.M < FM_GEMV_FP8_MAX_M ? d.M : FM_GEMV_FP8_MAX_M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
@@ -572,8 +581,8 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     gr.xh = d.xh, gr.kh = w->cols;
     void *args[] = {(void *)&wt,   (void *)&rows, (void *)&rows_pad, (void *)&n_groups, (void *)&x,  (void *)&xs,
                     (void *)&xsum, (void *)&ld_s, (void *)&M,        (void *)&y,        (void *)&gr, (void *)&tail};
-    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks), dim3(WARPS * 32), smem,
-                       s, args, pdl);
+    fm_cuda_launch_pdl((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>, dim3((unsigned)blocks, (unsigned)chunks),
+                       dim3(WARPS * 32), smem, s, args, pdl);
 }
 
 template <int NT, int WK, int MODE>
@@ -601,14 +610,17 @@ template <int WK> static void dispatch_rows(int ks, const fm_bank *w, const dens
 static void w4a8_gemv(const fm_bank *w, const dense_args &d, int32_t groups, bool pdl, cudaStream_t s) {
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (d.xsum || d.xh));
-    if (!kind_ok || w->interleaved || d.idx < 0 || d.idx >= w->n || d.M < 1 || d.M > FM_GEMV_FP8_MAX_M ||
-        fm_gemv_fp8_smem(d.M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+    /* past FM_GEMV_FP8_MAX_M rows: chunks of that many, no tail (its counter counts one grid row) */
+    const int64_t staged = d.M < FM_GEMV_FP8_MAX_M ? d.M : FM_GEMV_FP8_MAX_M;
+    if (!kind_ok || w->interleaved || d.idx < 0 || d.idx >= w->n || d.M < 1 || d.M > FM_W4A8_GEMV_DENSE_MAX_M ||
+        (d.M > FM_GEMV_FP8_MAX_M && d.tail.counter) ||
+        fm_gemv_fp8_smem(staged, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)d.M, (long long)w->cols,
                 d.idx, w->n);
         abort();
     }
-    const int ks = w4a8_slices(w->n_groups, w->rows_pad / 16, 1, groups);
+    const int ks = w4a8_slices(w->n_groups, w->rows_pad / 16, fm_ceil_div(d.M, FM_GEMV_FP8_MAX_M), groups);
     if (w->fmt == FM_W_INT4_G128_TC) dispatch_rows<WK_INT4>(ks, w, d, pdl, s);
     else if (w->fmt == FM_W_INT4_ZP_TC) dispatch_rows<WK_INT4_ZP>(ks, w, d, pdl, s);
     else dispatch_rows<WK_E4M3>(ks, w, d, pdl, s);

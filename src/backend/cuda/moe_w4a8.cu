@@ -424,7 +424,7 @@ bool fm_cuda_linear_w4a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const _
                                      __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
                                      __nv_bfloat16 *out) {
     /* the GEMV's rows only, where fm_cuda_w4a8_linear_gemm would take the GEMV (an interleaved bank never does) */
-    if (M < 1 || !be->tail_counter || w->interleaved ||
+    if (M < 1 || M > FM_GEMV_FP8_MAX_M || !be->tail_counter || w->interleaved || /* one chunk: the tail's counter */
         fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) != FM_DK_W4A8_GEMV ||
         !fm_row_tail_takes(w->rows, y, acc, norm, out))
         return false;
