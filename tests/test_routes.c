@@ -231,6 +231,13 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_not_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=65", &err), FM_OK);
     assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=auto", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
+    /* the W8A8 activation quantizer: fused up to 8 blocks by default, 64 under fused, never under kernel */
+    assert_int_equal(fm_routes_w8a8_fused_elems(&r), 65536);
+    assert_int_equal(fm_routes_apply(&r, "w8a8.quant=fused", &err), FM_OK);
+    assert_int_equal(fm_routes_w8a8_fused_elems(&r), 64 * 8192);
+    assert_int_equal(fm_routes_apply(&r, "w8a8.quant=kernel", &err), FM_OK);
+    assert_int_equal(fm_routes_w8a8_fused_elems(&r), 0);
+    assert_int_not_equal(fm_routes_apply(&r, "w8a8.quant=on", &err), FM_OK);
     assert_int_equal(fm_routes_apply(&r, "dense.gemv=off,w8a8.gemv_max_m=16", &err), FM_OK);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_CUBLASLT);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 1, 2048), FM_DK_W4A8_GEMM);

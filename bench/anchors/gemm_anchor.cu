@@ -48,7 +48,7 @@ static fm_status prepare(fm_gemm_only *g, const __nv_bfloat16 *x, fm_error *err)
     GO_CHECK(cudaMalloc((void **)&g->xs, (size_t)n_scales * sizeof(float)), "activation scales");
     GO_CHECK(cudaMalloc((void **)&scratch, 2 * sizeof(unsigned)), "scratch");
     fm_cuda_w8a8_quantize_act(x, M, K, w->ld, g->x8, g->xs, scratch, be->lt->grid_sync, true,
-                              fm_routes_pdl(&be->routes), be->stream);
+                              fm_routes_pdl(&be->routes), fm_routes_w8a8_fused_elems(&be->routes), be->stream);
     GO_CHECK(cudaStreamSynchronize(be->stream), "quantizing the activations");
     cudaFree(scratch);
     if (g->kind != FM_GEMM_ONLY_LT_ROW) return FM_OK;

@@ -71,6 +71,11 @@ static void now_w8a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
 static void now_w4a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%d", fm_routes_w4a8_gemv_max_m(r));
 }
+static void now_w8a8_quant(const fm_routes *r, char *b, size_t n) {
+    const int64_t e = fm_routes_w8a8_fused_elems(r);
+    if (e) snprintf(b, n, "fused up to %lld elements", (long long)e);
+    else snprintf(b, n, "kernel");
+}
 static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
     if (r->moe_gemv < 0) snprintf(b, n, "off");
     else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
@@ -507,6 +512,19 @@ static const route_key route_keys[] = {
      "Above it the grouped W4A8 GEMM, whose 256-row x 64-row tiles give a decode batch's projections one CTA a 256 "
      "weight rows (Qwen3-30B-A3B's o projection: 8 CTAs at M = 64)",
      now_w4a8_gemv_max_m},
+    {"w8a8.quant",
+     FIELD(w8a8_quant),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "fused up to 65536 elements",
+     "the W8A8 projections' activation quantizer: one launch (blocks meeting at a grid barrier) or a memset, an amax "
+     "and a cast launch",
+     "the W8A8 dense projections quantize their bf16 input per tensor on the device: `fused` is one launch whose "
+     "blocks (8192 elements each) meet at a grid barrier, up to 524,288 elements of x (its rows padded to 16 bytes: "
+     "Qwen3-30B-A3B's q|k|v and o projections up to 128 rows); `kernel` is a memset of the amax word (a graph node "
+     "that ends the chain of programmatic dependent launches), an amax grid and a cast grid; `auto` takes the fused "
+     "launch up to 65,536 elements (8 blocks), the rest on the three",
+     now_w8a8_quant},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -700,6 +718,12 @@ bool fm_routes_gemv(const fm_routes *r) { return r->dense_gemv != FM_ROUTE_OFF; 
 
 int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r) {
     return r->w8a8_gemv_max_m ? r->w8a8_gemv_max_m : FM_W8A8_GEMV_MAX_M_DEFAULT;
+}
+
+int64_t fm_routes_w8a8_fused_elems(const fm_routes *r) {
+    return r->w8a8_quant == FM_ROUTE_COMBINE_KERNEL  ? 0
+           : r->w8a8_quant == FM_ROUTE_COMBINE_FUSED ? FM_W8A8_FUSED_ELEMS_MAX
+                                                     : FM_W8A8_FUSED_ELEMS_DEFAULT;
 }
 
 int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r) {

@@ -124,6 +124,7 @@ typedef struct fm_routes {
     int32_t fold_ws;          /* w4a8.fold_ws: fm_route_switch */
     int32_t paged_swap;       /* paged.swap: fm_route_switch, or FM_ROUTE_SWAP_X2 */
     int32_t w4a8_gemv_max_m;  /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
+    int32_t w8a8_quant;       /* w8a8.quant: fm_route_paged_combine's words (kernel, fused) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -209,6 +210,13 @@ bool fm_routes_mixed_pad_always(const fm_routes *r); /* mixed.graphs=on: padded 
 bool fm_routes_gemv(const fm_routes *r);             /* the FP8 GEMVs run at all */
 int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r); /* the dense W4A8 GEMV's rows, chunks of 16 past 16 */
+/* The W8A8 projections' activation quantizer (linear_w8a8.cu): one launch whose blocks meet at a grid barrier up to
+ * this many elements of x (M rows padded to 16 bytes), a memset, an amax grid and a cast grid above. Route w8a8.quant:
+ * auto FM_W8A8_FUSED_ELEMS_DEFAULT (8 blocks; set when the fused form was one block), fused FM_W8A8_FUSED_ELEMS_MAX
+ * (64 blocks of 8192 elements: Qwen3-30B-A3B's o projection at 128 rows), kernel 0 (always the three). */
+#define FM_W8A8_FUSED_ELEMS_DEFAULT 65536
+#define FM_W8A8_FUSED_ELEMS_MAX (64 * 8192)
+int64_t fm_routes_w8a8_fused_elems(const fm_routes *r);
 /* The tile rows of a W4A8 MoE call with P routed pairs over E experts, from the shapes only (no host sync): 16-row
  * tiles (wgmma n16, two CTAs per SM) while the experts get fewer than 32 rows each on average (decode, short
  * prompts: a 64-row tile is then mostly padding, its promotion and epilogue work wasted), 64 from there. Measured on

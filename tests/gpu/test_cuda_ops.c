@@ -60,17 +60,22 @@ typedef struct both {
     fm_backend *be[2]; /* 0 cpu, 1 cuda */
 } both;
 
-static both make_dense(fm_preset p, fm_dense dense) {
+/* the cuda backend under the command line's routes and `extra` (NULL: none; it wins over them) */
+static both make_dense_routes(fm_preset p, fm_dense dense, const char *extra) {
     both b;
     fm_plan plan;
     fm_plan_for_backend(p, "cuda", &plan);
     fm_plan_set_dense(&plan, dense);
+    const char *given = gpu_test_routes();
+    char routes[512];
+    snprintf(routes, sizeof routes, "%s%s%s", given ? given : "", given && extra ? "," : "", extra ? extra : "");
     fm_error err;
     assert_int_equal(fm_backend_create("cpu", &plan, 0, NULL, &b.be[0], &err), FM_OK);
-    fm_status st = fm_backend_create("cuda", &plan, 0, gpu_test_routes(), &b.be[1], &err);
+    fm_status st = fm_backend_create("cuda", &plan, 0, routes[0] ? routes : NULL, &b.be[1], &err);
     if (st) fail_msg("cuda backend: %s", err.msg);
     return b;
 }
+static both make_dense(fm_preset p, fm_dense dense) { return make_dense_routes(p, dense, NULL); }
 /* the plan's weight format for norms and embeddings, and the bound for ops with reductions (see the top) */
 static fm_wformat other_fmt(const both *b) { return b->be[1]->plan.w_other; }
 static double reduction_bound(const both *b) { return b->be[1]->plan.act_bf16 ? 1e-2 : 1e-5; }
@@ -119,7 +124,7 @@ static void linear_on(both b, fm_wformat fmt, int64_t M, int64_t K, int64_t N, f
         be->ops->free(be, xd);
         be->ops->bank_free(be, wb);
     }
-    char what[96];
+    char what[160];
     snprintf(what, sizeof what, "linear %s M=%lld K=%lld N=%lld%s%s%s", fm_wformat_name(fmt), (long long)M,
              (long long)K, (long long)N, x_scale == 0.0f ? " zero input" : "", routes ? " " : "", routes ? routes : "");
     const bool fp8 = fmt == FM_W_INT4_G128_TC || fmt == FM_W_E4M3_PT;
@@ -151,13 +156,34 @@ static void test_linear_w8a8(void **s) {
     linear_case_x(FM_PRESET_FP8, FM_W_E4M3_PT, 300, 2048, 512, 0.0f);
 }
 
+/* The fused activation quantizer past 8 blocks (route w8a8.quant=fused: up to 64 blocks of 8192 elements at one grid
+   barrier) at the Qwen3-30B-A3B projections' shapes, 17 to 128 rows (K 4096 at 128 rows: 64 blocks), a K not a
+   multiple of 16, an all-zero input; and the three-launch form (w8a8.quant=kernel) at the rows the fused one takes by
+   default. The rows above w8a8.gemv_max_m run cuBLASLt, the rest the GEMV. */
+static void test_linear_w8a8_quant_routes(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_w8a8_fused_elems(&r), FM_W8A8_FUSED_ELEMS_DEFAULT);
+    const int64_t Ms[] = {17, 33, 64, 128}, shapes[][2] = {{2048, 5120}, {4096, 2048}, {200, 208}};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            linear_on(make_dense_routes(FM_PRESET_FP8, FM_DENSE_W8A8, "w8a8.quant=fused"), FM_W_E4M3_PT, Ms[i],
+                      shapes[j][0], shapes[j][1], 1.0f, "w8a8.quant=fused");
+    linear_on(make_dense_routes(FM_PRESET_FP8, FM_DENSE_W8A8, "w8a8.quant=fused"), FM_W_E4M3_PT, 64, 4096, 512, 0.0f,
+              "w8a8.quant=fused");
+    const int64_t Mk[] = {1, 8, 16};
+    for (int i = 0; i < 3; i++)
+        linear_on(make_dense_routes(FM_PRESET_FP8, FM_DENSE_W8A8, "w8a8.quant=kernel"), FM_W_E4M3_PT, Mk[i], 2048, 5120,
+                  1.0f, "w8a8.quant=kernel");
+}
+
 /* W8A8 at decode sizes, many calls on one backend: the fused activation quantizer's blocks meet at a grid barrier
    whose words persist between calls (linear_w8a8.cu), so a sequence with changing block counts (M Kp / 8192: 8,
    3, 1, 8, 2, 6, 8, 1) must give each call its own amax. Outlier magnitudes change from call to call. */
-static void test_linear_w8a8_sequence(void **s) {
-    (void)s;
-    both b = make_dense(FM_PRESET_FP8, FM_DENSE_W8A8);
-    const int64_t K = 4096, N = 64, Ms[] = {16, 6, 1, 16, 4, 12, 16, 2};
+static void w8a8_sequence(const char *routes, const int64_t Ms[8]) {
+    both b = make_dense_routes(FM_PRESET_FP8, FM_DENSE_W8A8, routes);
+    const int64_t K = 4096, N = 64;
     float *w = rand_array(N * K, 0.1f);
     fm_bank *wb[2];
     for (int i = 0; i < 2; i++) wb[i] = bank(b.be[i], w, 1, N, K, FM_W_E4M3_PT);
@@ -173,15 +199,24 @@ static void test_linear_w8a8_sequence(void **s) {
             y[i] = gpu_fetch(be, base, M * N, "linear");
             be->ops->free(be, xd);
         }
-        char what[96];
-        snprintf(what, sizeof what, "linear e4m3-tensor sequence call %d M=%lld K=%lld N=%lld", c, (long long)M,
-                 (long long)K, (long long)N);
+        char what[160];
+        snprintf(what, sizeof what, "linear e4m3-tensor sequence call %d M=%lld K=%lld N=%lld %s", c, (long long)M,
+                 (long long)K, (long long)N, routes ? routes : "");
         gpu_expect_close(y[1], y[0], M * N, 5e-3, what);
         free(y[0]), free(y[1]), free(x);
     }
     for (int i = 0; i < 2; i++) b.be[i]->ops->bank_free(b.be[i], wb[i]);
     free(w);
     destroy(&b);
+}
+
+static void test_linear_w8a8_sequence(void **s) {
+    (void)s;
+    const int64_t Ms[8] = {16, 6, 1, 16, 4, 12, 16, 2};
+    w8a8_sequence(NULL, Ms);
+    /* w8a8.quant=fused: 64, 8, 1, 32, 64, 3, 40 and 8 blocks at one barrier */
+    const int64_t Mf[8] = {128, 16, 2, 64, 128, 6, 80, 16};
+    w8a8_sequence("w8a8.quant=fused", Mf);
 }
 
 static void test_linear(void **s) {
@@ -1561,6 +1596,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe_fp4_large),
         cmocka_unit_test(test_linear_w8a8),
         cmocka_unit_test(test_linear_w8a8_sequence),
+        cmocka_unit_test(test_linear_w8a8_quant_routes),
         cmocka_unit_test(test_paged_attention),
         cmocka_unit_test(test_paged_chunks),
         cmocka_unit_test(test_paged_graph_replay),

@@ -88,11 +88,11 @@ static __device__ __forceinline__ void cast_rows(const bf16 *x, int64_t M, int64
     }
 }
 
-// decode sizes (M Kp <= FM_W8A8_FUSED_ELEMS): one launch of B = ceil(M Kp / FUSED_BLOCK_ELEMS) blocks (FUSED_PIECES
-// pieces of 8 bf16 per thread, all loaded in one round and kept in registers). Each block reduces its amax; with
-// B > 1 the blocks meet at grid_barrier_amax, then each casts its own pieces. Launched with PDL: the GEMM after it
-// starts meanwhile. (It was one 1024-thread block: at M = 8-16 that one SM's casts took ~7-10 us per call, bench
-// gemm's w8a8 op row; bench/NOTES.md.)
+// decode sizes (M Kp <= fm_routes_w8a8_fused_elems): one launch of B = ceil(M Kp / FUSED_BLOCK_ELEMS) blocks
+// (FUSED_PIECES pieces of 8 bf16 per thread, all loaded in one round and kept in registers). Each block reduces its
+// amax; with B > 1 the blocks meet at grid_barrier_amax, then each casts its own pieces. Launched with PDL: the GEMM
+// after it starts meanwhile. (It was one 1024-thread block: at M = 8-16 that one SM's casts took ~7-10 us per call,
+// bench gemm's w8a8 op row; bench/NOTES.md.)
 #define FUSED_THREADS 256
 #define FUSED_PIECES 4
 #define FUSED_BLOCK_ELEMS (FUSED_THREADS * FUSED_PIECES * 8)
@@ -192,9 +192,10 @@ static __global__ void act_cast_kernel(const bf16 *x, int64_t M, int64_t K, int6
 // a plain 16-byte slot for the scale, then the amax word and the NaN/Inf count (fm_w8a8_linear_ws_bytes)
 void fm_cuda_w8a8_quantize_act(const bf16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
                                unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, bool pdl,
-                               cudaStream_t s) {
+                               int64_t fused_elems, cudaStream_t s) {
     unsigned *amax = amax_and_bad, *bad = amax_and_bad + 1;
-    if (M * Kp <= FM_W8A8_FUSED_ELEMS) {
+    /* at most FM_W8A8_FUSED_ELEMS_MAX: 64 blocks, resident together on any GPU the backend takes */
+    if (M * Kp <= fused_elems && M * Kp <= FM_W8A8_FUSED_ELEMS_MAX) {
         if (count_bad_inputs) FM_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof *bad, s));
         const unsigned blocks = (unsigned)fm_ceil_div(M * Kp, FUSED_BLOCK_ELEMS);
         void *args[] = {(void *)&x,  (void *)&M,          (void *)&K,   (void *)&Kp,
@@ -240,7 +241,7 @@ static void linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const b
     uint8_t *xq = (uint8_t *)(ws + 256);
     const bool debug = fm_cuda_debug_mode();
     fm_cuda_w8a8_quantize_act(x, M, K, Kp, xq, xs, amax, be->lt->grid_sync, debug, fm_routes_pdl(&be->routes),
-                              be->stream);
+                              fm_routes_w8a8_fused_elems(&be->routes), be->stream);
     if (tail)
         fm_cuda_w8a8_gemv_add_rmsnorm((const uint8_t *)w->w + (int64_t)idx * w->rows * w->ld, w->rows, w->ld,
                                       w->tscale + (int64_t)idx * FM_LT_SCALE_SLOT, xq, M, xs, y, tail,

@@ -13,10 +13,9 @@ void fm_cuda_w8a8_quantize_matrix(const float *w, int64_t rows, int64_t cols, ui
                                   float *scale_slot, unsigned *amax_tmp, cudaStream_t s);
 
 // y [M, N] bf16 = x [M, K] W[idx]^T for an e4m3-tensor bank. Quantizes x per tensor into the backend's
-// workspace: one fused launch (amax, scale and cast; its blocks meet at a grid barrier) up to FM_W8A8_FUSED_ELEMS
-// elements of x with its rows padded to 16 (M Kp), an amax reduction and a cast above (the branch depends on the
-// shape only).
-#define FM_W8A8_FUSED_ELEMS 65536
+// workspace: one fused launch (amax, scale and cast; its blocks meet at a grid barrier) up to
+// fm_routes_w8a8_fused_elems elements of x with its rows padded to 16 (M Kp), an amax reduction and a cast above (the
+// branch depends on the shape and the route only).
 void fm_cuda_linear_w8a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                          __nv_bfloat16 *y);
 // The same for matrix 0, then acc [M, N] += y and out = rmsnorm(acc) * norm, in the decode GEMV's last CTA
@@ -32,10 +31,11 @@ bool fm_cuda_linear_w8a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const _
 // words of scratch (the amax, then the count of NaN/Inf inputs, zeroed here when count_bad_inputs or when the
 // two-kernel path runs); grid_sync is FM_LT_GRID_SYNC_WORDS device words, zero before the first call, which the
 // fused launch's grid barrier keeps (fm_lt's; calls on it must be in one stream); pdl: its kernels (the fused one,
-// or the amax and the cast) with programmatic dependent launch (fm_routes_pdl).
+// or the amax and the cast) with programmatic dependent launch (fm_routes_pdl); fused_elems: the fused launch up to
+// this many elements M Kp (fm_routes_w8a8_fused_elems; at most FM_W8A8_FUSED_ELEMS_MAX).
 void fm_cuda_w8a8_quantize_act(const __nv_bfloat16 *x, int64_t M, int64_t K, int64_t Kp, uint8_t *xq, float *scale_slot,
                                unsigned *amax_and_bad, unsigned *grid_sync, bool count_bad_inputs, bool pdl,
-                               cudaStream_t s);
+                               int64_t fused_elems, cudaStream_t s);
 // y = xq W[idx]^T times both scales, by the backend's route table (fm_routes_dense_kernel: the mma.sync GEMV up to
 // w8a8.gemv_max_m rows, cuBLASLt FP8 above).
 void fm_cuda_w8a8_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *xq, const float *x_scale,
