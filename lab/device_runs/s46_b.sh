@@ -1,12 +1,12 @@
 #!/bin/bash
 # forty-second session, the short form of s46_a.sh for a nearly spent budget: the swapped kernel's e4m3 op test and
 # the chunked dense GEMV's op test side by side, then at B = 64 decode with paged.swap off / on / x2 on the e4m3 cache,
-# and w4a8.gemv_max_m 16 / 64 (fp8). Carry .carry/env.sh, .carry/debs and .carry/gpu-s46.tar.xz (s46_a.sh's header
+# and w4a8.gemv_max_m 16 / 64 (fp8). Carry .carry/env.sh, .carry/debs and .carry/gpu-s46b.tar.xz (s46_a.sh's header
 # has its command).
 set -u
 LIMIT=${LIMIT:-260}
 source .carry/env.sh
-mkdir -p sw && tar -xJf .carry/gpu-s46.tar.xz -C sw || exit 1
+mkdir -p sw && tar -xJf .carry/gpu-s46b.tar.xz -C sw || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 L=$OUT/logs; mkdir -p $L
 left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
