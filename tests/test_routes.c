@@ -193,12 +193,15 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 9, 2048), FM_DK_W8A8_CUBLASLT);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2048, 2048), FM_DK_W8A8_CUBLASLT);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 0, 2048), FM_DK_W8A8_CUBLASLT);
-    /* W4A8 (all three bank formats): the GEMV up to 16 rows while x fits its shared memory, the GEMM above */
+    /* W4A8 (all three bank formats): the GEMV up to 64 rows (chunks of 16) while 16 rows fit its shared memory, the
+       GEMM above */
     const fm_wformat w4a8[] = {FM_W_INT4_G128_TC, FM_W_INT4_ZP_TC, FM_W_E4M3_B128};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 1, 4096), FM_DK_W4A8_GEMV);
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 4096), FM_DK_W4A8_GEMV);
-        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMM);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMV); /* chunks of 16 */
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 64, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 65, 4096), FM_DK_W4A8_GEMM);
         /* K 8192: 16 rows stage 16 x 8208 + 2 x 16 x 64 x 4 = 139,520 bytes > 96 KiB; 8 rows 69,760 fit */
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 8192), FM_DK_W4A8_GEMM);
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 8, 8192), FM_DK_W4A8_GEMV);
@@ -218,7 +221,9 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_GEMV);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2, 2048), FM_DK_W8A8_CUBLASLT);
     /* W4A8 past 16 rows: chunks of 16 up to w4a8.gemv_max_m, each staging 16 rows (K 8192 stays on the GEMM) */
-    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=16", &err), FM_OK);
+    assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 17, 4096), FM_DK_W4A8_GEMM);
     assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=64", &err), FM_OK);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMV);
@@ -230,7 +235,7 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 9, 4096), FM_DK_W4A8_GEMM);
     assert_int_not_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=65", &err), FM_OK);
     assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=auto", &err), FM_OK);
-    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64);
     /* the W8A8 activation quantizer: fused up to 8 blocks by default, 64 under fused, never under kernel */
     assert_int_equal(fm_routes_w8a8_fused_elems(&r), 65536);
     assert_int_equal(fm_routes_apply(&r, "w8a8.quant=fused", &err), FM_OK);

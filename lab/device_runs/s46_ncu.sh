@@ -1,7 +1,7 @@
 #!/bin/bash
 # the split kernel against the swapped one (paged.swap on, x2) at B = 64 on the e4m3 cache under ncu: where their
-# warps stall (run after s46_a/s46_b on the same warm machine; carry .carry/env.sh and .carry/gpu-s46.tar.xz)
-[ -x sw/build/new/fp8moe-bench ] || { mkdir -p sw && tar -xJf .carry/gpu-s46.tar.xz -C sw; } || exit 1
+# warps stall (run after s46_a/s46_b on the same warm machine; carry .carry/env.sh and .carry/gpu-s46b.tar.xz)
+[ -x sw/build/new/fp8moe-bench ] || { mkdir -p sw && tar -xJf .carry/gpu-s46b.tar.xz -C sw; } || exit 1
 for r in off on x2; do
   k=aps_kernel; [ $r = off ] && k=apg_split_kernel
   timeout 150 ncu --kernel-name regex:$k --launch-skip 4 --launch-count 1 --section SpeedOfLight \

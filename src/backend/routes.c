@@ -505,12 +505,14 @@ static const route_key route_keys[] = {
      FIELD(w4a8_gemv_max_m),
      "auto|1..64",
      {{NULL, 0}},
-     "16",
+     "64",
      "the dense W4A8 GEMV up to this many rows (16-row chunks as grid rows past 16), the W4A8 GEMM above",
-     "the largest M the dense W4A8 GEMV takes (`auto`: 16, one chunk); past 16 rows it runs one chunk of 16 rows a "
-     "grid row of the same launch, every chunk's CTAs streaming the same weights (from DRAM once, then from L2). "
-     "Above it the grouped W4A8 GEMM, whose 256-row x 64-row tiles give a decode batch's projections one CTA a 256 "
-     "weight rows (Qwen3-30B-A3B's o projection: 8 CTAs at M = 64)",
+     "the largest M the dense W4A8 GEMV takes (`auto`: 64); past 16 rows it runs one chunk of 16 rows a grid row of "
+     "the same launch, every chunk's CTAs streaming the same weights (from DRAM once, then from L2). Above it the "
+     "grouped W4A8 GEMM, whose 256-row x 64-row tiles give a decode batch's projections one CTA a 256 weight rows "
+     "(Qwen3-30B-A3B's o projection: 8 CTAs at M = 64). Measured on an H100 (docs/RESULTS.md 2.34, fp8 preset, the "
+     "decode step under its graph): B = 32 -6.6 %, B = 64 -2.0 % against 16 (the o projection gains, q|k|v at 64 "
+     "rows loses a little)",
      now_w4a8_gemv_max_m},
     {"w8a8.quant",
      FIELD(w8a8_quant),
@@ -727,7 +729,7 @@ int64_t fm_routes_w8a8_fused_elems(const fm_routes *r) {
 }
 
 int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r) {
-    return r->w4a8_gemv_max_m ? r->w4a8_gemv_max_m : FM_GEMV_FP8_MAX_M;
+    return r->w4a8_gemv_max_m ? r->w4a8_gemv_max_m : FM_W4A8_GEMV_DENSE_MAX_M;
 }
 
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {
