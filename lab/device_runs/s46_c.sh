@@ -1,6 +1,8 @@
 #!/bin/bash
 # forty-second session, after s46_a (H100): where paged.swap wins on the e4m3 cache (decode fp8 at B = 16, 32, 64,
-# off / on, two rounds alternating), and the swapped kernel's stall reasons and instruction count under ncu (B = 64).
+# off / on, two rounds alternating), the chunked dense GEMV's K slices at B = 64 (fp8: gemv.groups auto / 4 / 2: its
+# one-wave rule gives q|k|v's four chunks one slice, 16 groups a warp), and the swapped kernel's stall reasons and
+# instruction count under ncu (B = 64).
 # Carry .carry/env.sh, .carry/debs and .carry/gpu-s46b.tar.xz.
 set -u
 LIMIT=${LIMIT:-300}
@@ -16,6 +18,12 @@ for rd in 1 2; do for r in off on; do
   f=$L/swap_${r}_$rd.log; timeout 90 $S/fp8moe-bench "${D[@]}" --batch 16,32,64 --route paged.swap=$r > $f 2>&1
   echo "== decode e4m3 swap $r round $rd rc $? $SECONDS s"; grep -E "^\| fp8 \| [0-9]+ \| [0-9.]+ \|" $f | cut -c1-80
 done; done
+for g in auto 4 2; do
+  left 40 || break
+  f=$L/groups_$g.log; timeout 60 $S/fp8moe-bench decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 \
+    --backend cuda --steps 32 --batch 64 --route gemv.groups=$g --per-op > $f 2>&1
+  echo "== decode B=64 gemv.groups=$g rc $? $SECONDS s"; grep -E "^\| fp8 \| [0-9]+ \| [0-9.]+ \||qkv_proj|o_proj" $f | cut -c1-80
+done
 for r in off on; do
   left 60 || break
   k=aps_kernel; [ $r = off ] && k=apg_split_kernel
