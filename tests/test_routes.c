@@ -207,7 +207,8 @@ static void dense_kernels_at_their_thresholds(void **s) {
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 8, 8192), FM_DK_W4A8_GEMV);
     }
     assert_int_equal(fm_gemv_fp8_smem(16, 8192), 16 * 8208 + 2 * 16 * 64 * 4);
-    assert_int_equal(fm_gemv_fp8_smem(3, 128), 8 * 144 + 2 * 8 * 1 * 4); /* rows round up to 8 */
+    assert_int_equal(fm_gemv_fp8_smem(3, 128), 8 * 144 + 2 * 8 * 1 * 4);      /* rows round up to 8 */
+    assert_int_equal(fm_gemv_fp8_smem(64, 8192), fm_gemv_fp8_smem(16, 8192)); /* past 16: one chunk's */
     /* the formats with one kernel */
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_BF16, 1, 2048), FM_DK_CUBLAS);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_F32, 2048, 2048), FM_DK_CUBLAS);

@@ -868,10 +868,8 @@ fm_dense_kernel fm_routes_dense_kernel(const fm_routes *r, fm_wformat f, int64_t
     case FM_W_INT4_ZP_TC:
     case FM_W_E4M3_B128: {
         const int64_t k_pad = (K + 127) / 128 * 128;
-        /* past FM_GEMV_FP8_MAX_M rows the GEMV runs chunks of that many: each stages one chunk */
-        const int64_t staged = M < FM_GEMV_FP8_MAX_M ? M : FM_GEMV_FP8_MAX_M;
         const bool gemv = fm_routes_gemv(r) && M >= 1 && M <= fm_routes_w4a8_gemv_max_m(r) &&
-                          fm_gemv_fp8_smem(staged, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
+                          fm_gemv_fp8_smem(M, k_pad) <= FM_GEMV_FP8_SMEM_MAX;
         return gemv ? FM_DK_W4A8_GEMV : FM_DK_W4A8_GEMM;
     }
     case FM_W_E4M3_PT:

@@ -141,8 +141,8 @@ typedef struct fm_routes {
  * w4a8.gemv_max_m, auto: all of them; H100, docs/RESULTS.md 2.34: the fp8 decode step at B = 32 -6.6 %, B = 64 -2.0 %
  * against the grouped GEMM's dense tiling) */
 #define FM_W4A8_GEMV_DENSE_MAX_M 64
-/* Shared memory of the W4A8 GEMV: M rows (rounded up to 8 or 16) of k_pad e4m3 bytes + 16 bytes of padding, and
- * two fp32 words per (row, 128-group) */
+/* Shared memory of the W4A8 GEMV: M rows (rounded up to 8 or 16; past 16, one chunk's 16) of k_pad e4m3 bytes + 16
+ * bytes of padding, and two fp32 words per (row, 128-group) */
 static inline uint64_t fm_gemv_fp8_smem(int64_t M, int64_t k_pad) {
     const uint64_t rows = M <= 8 ? 8 : 16;
     return rows * (uint64_t)(k_pad + 16) + 2 * rows * (uint64_t)(k_pad / 128) * 4;

@@ -565,7 +565,7 @@ static void launch_w4a8(const fm_bank *w, const dense_args &d, bool pdl, cudaStr
     wt.wzs = w->zscales ? w->zscales + sc0 : NULL;
     /* past FM_GEMV_FP8_MAX_M rows, chunks of that many (NT = 2), one a grid row: each CTA stages its chunk */
     const int64_t chunks = fm_ceil_div(d.M, FM_GEMV_FP8_MAX_M);
-    const size_t smem = (size_t)fm_gemv_fp8_smem(d.M < FM_GEMV_FP8_MAX_M ? d.M : FM_GEMV_FP8_MAX_M, w->n_groups * 128);
+    const size_t smem = (size_t)fm_gemv_fp8_smem(d.M, w->n_groups * 128);
     if (smem > 48 * 1024 && !allowed) {
         FM_CUDA_CHECK(cudaFuncSetAttribute((const void *)w4a8_gemv_kernel<NT, KS, WK, MODE>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FM_GEMV_FP8_SMEM_MAX));
@@ -611,10 +611,9 @@ static void w4a8_gemv(const fm_bank *w, const dense_args &d, int32_t groups, boo
     const bool kind_ok =
         w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_E4M3_B128 || (w->fmt == FM_W_INT4_ZP_TC && (d.xsum || d.xh));
     /* past FM_GEMV_FP8_MAX_M rows: chunks of that many, no tail (its counter counts one grid row) */
-    const int64_t staged = d.M < FM_GEMV_FP8_MAX_M ? d.M : FM_GEMV_FP8_MAX_M;
     if (!kind_ok || w->interleaved || d.idx < 0 || d.idx >= w->n || d.M < 1 || d.M > FM_W4A8_GEMV_DENSE_MAX_M ||
         (d.M > FM_GEMV_FP8_MAX_M && d.tail.counter) ||
-        fm_gemv_fp8_smem(staged, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
+        fm_gemv_fp8_smem(d.M, w->n_groups * 128) > FM_GEMV_FP8_SMEM_MAX) {
         fprintf(stderr, "fp8moe: w4a8_gemv: unsupported bank or shape (%s%s, M %lld, K %lld, matrix %d of %d)\n",
                 fm_wformat_name(w->fmt), w->interleaved ? ", interleaved" : "", (long long)d.M, (long long)w->cols,
                 d.idx, w->n);
