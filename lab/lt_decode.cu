@@ -28,7 +28,7 @@
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
         if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                      \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
             exit(1);                                                                                                   \
         }                                                                                                              \
     } while (0)
@@ -36,7 +36,7 @@
     do {                                                                                                               \
         cublasStatus_t s_ = (x);                                                                                       \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                             \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusName(s_));                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusName(s_));                     \
             exit(1);                                                                                                   \
         }                                                                                                              \
     } while (0)
@@ -235,8 +235,8 @@ static void run_shape(int64_t N, int64_t K, int64_t n, double peak_gbs) {
             if (t_first < 0) t_first = us;
             algo_text(&algo, buf, sizeof buf);
             if (us < best) best = us, snprintf(best_text, sizeof best_text, "%s (%s)", name, buf);
-            printf("| %s | %s | %.2f | %.0f | %.2fx | %.1e |\n", name, buf, us,
-                   (wbytes + (double)n * K) / (us * 1e3), t_first / us, df);
+            printf("| %s | %s | %.2f | %.0f | %.2fx | %.1e |\n", name, buf, us, (wbytes + (double)n * K) / (us * 1e3),
+                   t_first / us, df);
         }
         printf("\nbest: %.2f us, %s; first %.2f us; floor %.2f us\n", best, best_text, t_first, floor_us);
         printf("SUMMARY N %lld K %lld n %lld first %.2f best %.2f floor %.2f\n", (long long)N, (long long)K,

@@ -620,6 +620,31 @@ static void gemv_groups_values(void **s) {
     assert_int_equal(fm_routes_apply(&r, "gemv.groups=16", &err), FM_ERR_USAGE);
 }
 
+/* w4a8.splits: 1 by default; a value is clamped to the K groups; fill takes the largest of 8, 4, 2 whose CTAs fit the
+   SMs with two groups a split at least (Qwen3-30B-A3B at M = 64 on 132 SMs: q|k|v 20 CTAs -> 4, o 8 -> 8) */
+static void w4a8_splits_values(void **s) {
+    (void)s;
+    fm_routes r;
+    fm_error err = {{0}};
+    fm_routes_default(&r, 9);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 16, 20, 132), 1);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=8", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 16, 20, 132), 8);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 4, 20, 132), 4);   /* at most the groups */
+    assert_int_equal(fm_routes_w4a8_splits(&r, 16, 400, 132), 8); /* a value is taken as given */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=fill", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 16, 20, 132), 4);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 32, 8, 132), 8);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 4, 8, 132), 2); /* two groups a split */
+    assert_int_equal(fm_routes_w4a8_splits(&r, 2, 8, 132), 1);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 32, 80, 132), 1); /* prefill-sized grids */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=auto", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 32, 8, 132), 1);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=3", &err), FM_ERR_USAGE);
+    assert_contains(err.msg, "w4a8.splits");
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=16", &err), FM_ERR_USAGE);
+}
+
 /* router.cluster: off by default (measured level), on where asked on sm_90 */
 static void router_cluster_words(void **s) {
     (void)s;
@@ -798,6 +823,7 @@ int main(void) {
         cmocka_unit_test(moe_down_quant_words),
         cmocka_unit_test(dense_quant_words),
         cmocka_unit_test(gemv_groups_values),
+        cmocka_unit_test(w4a8_splits_values),
         cmocka_unit_test(router_cluster_words),
         cmocka_unit_test(moe_combine_words),
         cmocka_unit_test(moe_dispatch_words),

@@ -71,6 +71,10 @@ static void now_w8a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
 static void now_w4a8_gemv_max_m(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%d", fm_routes_w4a8_gemv_max_m(r));
 }
+static void now_w4a8_splits(const fm_routes *r, char *b, size_t n) {
+    if (r->w4a8_splits == FM_ROUTE_W4A8_SPLITS_FILL) snprintf(b, n, "fill (8, 4 or 2 while the CTAs fit the SMs)");
+    else snprintf(b, n, "%d", fm_routes_w4a8_splits(r, 1 << 30, 1, 1));
+}
 static void now_w8a8_quant(const fm_routes *r, char *b, size_t n) {
     const int64_t e = fm_routes_w8a8_fused_elems(r);
     if (e) snprintf(b, n, "fused up to %lld elements", (long long)e);
@@ -527,6 +531,20 @@ static const route_key route_keys[] = {
      "that ends the chain of programmatic dependent launches), an amax grid and a cast grid; `auto` takes the fused "
      "launch up to 65,536 elements (8 blocks), the rest on the three",
      now_w8a8_quant},
+    {"w4a8.splits",
+     FIELD(w4a8_splits),
+     "auto|fill|1|2|4|8",
+     {{"fill", FM_ROUTE_W4A8_SPLITS_FILL}},
+     "1",
+     "K splits of the dense W4A8 GEMM above the GEMV's rows, over a thread-block cluster (wgmma kernel)",
+     "the dense W4A8 GEMM (the fp8 preset's projections above `w4a8.gemv_max_m` rows; 256-row x 64-row tiles, one "
+     "CTA a tile) with its K split over the CTAs of a thread-block cluster: each takes a range of the 128-groups, and "
+     "the partial sums meet in distributed shared memory, each CTA summing a share of the tile over the cluster in "
+     "rank "
+     "order (the same bits at every run) and storing it. A value: that many splits (at most the K groups); `fill`: the "
+     "largest of 8, 4, 2 whose CTAs fit the SMs with two groups a split at least (Qwen3-30B-A3B at M = 64: q|k|v 4, o "
+     "8). `auto` is 1 until measured on a GPU. The wgmma kernel only (sm_90): the mma.sync kernel runs all of K",
+     now_w4a8_splits},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -726,6 +744,16 @@ int64_t fm_routes_w8a8_fused_elems(const fm_routes *r) {
     return r->w8a8_quant == FM_ROUTE_COMBINE_KERNEL  ? 0
            : r->w8a8_quant == FM_ROUTE_COMBINE_FUSED ? FM_W8A8_FUSED_ELEMS_MAX
                                                      : FM_W8A8_FUSED_ELEMS_DEFAULT;
+}
+
+#define W4A8_SPLITS_BY_DEFAULT 1 /* until measured */
+int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas, int32_t sms) {
+    int32_t s = r->w4a8_splits ? r->w4a8_splits : W4A8_SPLITS_BY_DEFAULT;
+    if (s == FM_ROUTE_W4A8_SPLITS_FILL) {
+        s = 8;
+        while (s > 1 && (ctas * s > sms || 2 * s > n_groups)) s /= 2;
+    }
+    return s > n_groups ? (int32_t)(n_groups > 0 ? n_groups : 1) : s;
 }
 
 int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r) {

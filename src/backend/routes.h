@@ -125,6 +125,7 @@ typedef struct fm_routes {
     int32_t paged_swap;       /* paged.swap: fm_route_switch, or FM_ROUTE_SWAP_X2 */
     int32_t w4a8_gemv_max_m;  /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
     int32_t w8a8_quant;       /* w8a8.quant: fm_route_paged_combine's words (kernel, fused) */
+    int32_t w4a8_splits;      /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -211,6 +212,13 @@ bool fm_routes_mixed_pad_always(const fm_routes *r); /* mixed.graphs=on: padded 
 bool fm_routes_gemv(const fm_routes *r);             /* the FP8 GEMVs run at all */
 int32_t fm_routes_w8a8_gemv_max_m(const fm_routes *r);
 int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r); /* the dense W4A8 GEMV's rows, chunks of 16 past 16 */
+/* K splits of the dense W4A8 GEMM (route w4a8.splits; the wgmma kernel's dense bf16 tiling above the GEMV's rows): the
+ * CTAs of a thread-block cluster along z each take a range of K's 128-groups and sum their partials through
+ * distributed shared memory. For a GEMM of n_groups groups and `ctas` CTAs without a split on a GPU of `sms`
+ * multiprocessors: a value N gives min(N, n_groups); `fill` the largest of 8, 4, 2 with ctas x splits <= sms and at
+ * least two groups a split (else 1); `auto` is 1 until measured on a GPU. */
+#define FM_ROUTE_W4A8_SPLITS_FILL (-1)
+int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas, int32_t sms);
 /* The W8A8 projections' activation quantizer (linear_w8a8.cu): one launch whose blocks meet at a grid barrier up to
  * this many elements of x (M rows padded to 16 bytes), a memset, an amax grid and a cast grid above. Route w8a8.quant:
  * auto FM_W8A8_FUSED_ELEMS_DEFAULT (8 blocks; set when the fused form was one block), fused FM_W8A8_FUSED_ELEMS_MAX

@@ -268,6 +268,29 @@ static void test_linear_w4a8_chunks(void **s) {
               forms[0]);
 }
 
+/* The dense W4A8 GEMM with K split over a cluster (route w4a8.splits, the wgmma kernel; the GEMV held to 16 rows so
+   that the GEMM takes 17 rows and up): a partial tile (17, 40), a whole one (64), two and three tiles (65, 130); the
+   Qwen3-30B-A3B attention shapes, a K of 8 groups not a multiple of 128 with N not of 16, K of two groups (8 splits
+   clamped to 2); 2, 4 and 8 splits and fill; the codes through registers and through the stage ring; against the cpu.
+   On an sm_89 GPU the mma.sync kernel runs all of K (the same comparison). */
+static void test_linear_w4a8_splits(void **s) {
+    (void)s;
+    const char *forms[] = {"w4a8.gemv_max_m=16,w4a8.splits=2",
+                           "w4a8.gemv_max_m=16,w4a8.splits=4",
+                           "w4a8.gemv_max_m=16,w4a8.splits=8",
+                           "w4a8.gemv_max_m=16,w4a8.splits=fill",
+                           "w4a8.gemv_max_m=16,w4a8.splits=8,w4a8.codes=smem",
+                           "w4a8.gemv_max_m=16,w4a8.splits=4,w4a8.codes=regs"};
+    const int64_t Ms[] = {17, 40, 64, 65, 130}, shapes[][2] = {{2048, 5120}, {4096, 2048}, {1000, 130}, {256, 640}};
+    for (int f = 0; f < 6; f++)
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 4; j++)
+                linear_on(make_dispatch_routes(FM_PRESET_FP8, FM_DISPATCH_PRESET, forms[f]), FM_W_INT4_G128_TC, Ms[i],
+                          shapes[j][0], shapes[j][1], 1.0f, forms[f]);
+    linear_on(make_dispatch_routes(FM_PRESET_FP8, FM_DISPATCH_PRESET, forms[2]), FM_W_INT4_G128_TC, 40, 2048, 640, 0.0f,
+              forms[2]);
+}
+
 static void norm_embed_elementwise(fm_preset preset) {
     both b = make(preset);
     const fm_wformat wf = other_fmt(&b);
@@ -1584,6 +1607,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_w4a8_chunks),
+        cmocka_unit_test(test_linear_w4a8_splits),
         cmocka_unit_test(test_norm_embed_elementwise),
         cmocka_unit_test(test_rope_attention),
         cmocka_unit_test(test_route),

@@ -388,6 +388,10 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     a.codes_staged = fm_routes_w4a8_codes_staged(&be->routes, (uint64_t)M, 1), a.pdl = fm_routes_pdl(&be->routes);
     a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
+    /* route w4a8.splits: K over a cluster of CTAs a tile (the wgmma kernel's; the mma.sync kernel runs all of K) */
+    if (a.wgmma && !w->interleaved)
+        a.splits = fm_routes_w4a8_splits(&be->routes, w->n_groups, fm_ceil_div(w->rows_pad, 256) * a.max_tiles,
+                                         fm_cuda_device_attr(cudaDevAttrMultiProcessorCount));
     fm_cuda_w4a8_gemm(&a, be->stream);
 }
 

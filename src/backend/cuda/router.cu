@@ -6,6 +6,7 @@
 // Programmatic dependent launch (pdl.cuh, `pdl`): the kernels let the next one start at their top; the route
 // kernels wait for the earlier ones at once (their logits are the GEMM's), the fused router issues its first round
 // of router-matrix loads (no kernel writes the weights) before its wait.
+#include "backend/cuda/cluster.cuh"
 #include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/router.cuh"
@@ -108,40 +109,6 @@ static __global__ void __launch_bounds__(RF_WARPS * 32)
 // started when it is written to. The logits are the same bits as router_fused_kernel's (the same row code).
 #define RC_WARPS 16
 #define RC_MAX_CTAS 8 /* the portable cluster size */
-static __device__ __forceinline__ void cluster_arrive_relaxed(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void cluster_arrive_release(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void cluster_wait_acquire(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ uint32_t cluster_rank(void) {
-    uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-// v into CTA `rank`'s shared memory at the offset of p (a pointer into this CTA's own shared memory)
-static __device__ __forceinline__ void st_cluster_bf16(__nv_bfloat16 *p, uint32_t rank, __nv_bfloat16 v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(remote)
-                 : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
-    asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(remote), "h"(__bfloat16_as_ushort(v)) : "memory");
-#else
-    (void)p, (void)rank, (void)v;
-#endif
-}
 
 static __global__ void __launch_bounds__(RC_WARPS * 32)
     router_cluster_kernel(const __nv_bfloat16 *W, int64_t ld, int32_t E, int64_t H, const __nv_bfloat16 *x, int32_t T,

@@ -46,6 +46,10 @@ typedef struct fm_w4a8_args {
     fm_w4a8_epilogue epilogue;
     __nv_bfloat16 *y; // OUT_BF16
     int64_t ldy;
+    // K split over a thread-block cluster of this many CTAs a tile (route w4a8.splits; 0 or 1: none): dense tiling,
+    // OUT_BF16, a non-interleaved bank, e4m3 rows, 64-row tiles, the wgmma kernel; at most FM_W4A8_MAX_SPLITS and
+    // the bank's 128-groups
+    int32_t splits;
     const int32_t *row_map;
     uint8_t *h; // OUT_SWIGLU_E4M3
     int64_t ldh;
@@ -53,6 +57,8 @@ typedef struct fm_w4a8_args {
     float *hsum; // OUT_SWIGLU_E4M3 feeding an int4-zp-tc down bank: h's group sums, as hs (else NULL)
     int64_t ldhs;
 } fm_w4a8_args;
+
+#define FM_W4A8_MAX_SPLITS 8 /* the portable cluster size */
 
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s);
 

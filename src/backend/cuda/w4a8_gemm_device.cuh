@@ -9,6 +9,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/w4a8_gemm.cuh"
+#include "backend/cuda/cluster.cuh"
 #include "backend/cuda/e4m3_tensor.cuh"
 #include "backend/cuda/mma_e4m3.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -416,7 +417,15 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 // EPI_SWIGLU_TOK: the SwiGLU epilogue of a GEMM whose activations carry one scale per token (route moe.act_scale,
 // every group's scale of a row the same): the kernel promotes with the weight scale alone and multiplies by the
 // token's scale before the epilogue, which then runs as EPI_SWIGLU (both kernels, int4-tc banks, e4m3 rows).
-enum { EPI_BF16 = FM_W4A8_OUT_BF16, EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3, EPI_SWIGLU_SUMS, EPI_SWIGLU_TOK };
+// EPI_BF16_SPLIT: the bf16 epilogue of a dense, non-interleaved bank whose K is split over the CTAs of a thread-block
+// cluster along z (route w4a8.splits; the wgmma kernel only, epilogue_split below).
+enum {
+    EPI_BF16 = FM_W4A8_OUT_BF16,
+    EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3,
+    EPI_SWIGLU_SUMS,
+    EPI_SWIGLU_TOK,
+    EPI_BF16_SPLIT
+};
 
 // The output tiles pass through shared memory (scratch: the CTA's activation stages, free once every warp is past
 // its last group) so that global memory sees 16-byte stores of whole rows: a thread's accumulators hold 4 weight rows
@@ -687,6 +696,52 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
         "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),       \
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
+// Split K (EPI_BF16_SPLIT, route w4a8.splits): a decode batch's dense projection has a few 256-row tiles (Qwen3-
+// 30B-A3B's q|k|v 20, o 8 at one CTA an SM), so one CTA per tile leaves most SMs idle while each streams all of K.
+// With the cluster (1, 1, Z) over the grid's z, CTA z of a tile's cluster computes the 128-groups [KG z / Z,
+// KG (z + 1) / Z) into the usual accumulators; then every CTA writes its partial sums into its own shared memory
+// (part: [slot][thread] fp32, slot (mb, nt, i) the accumulator's, 2 x BNT / 8 x 4 of them), one cluster barrier
+// (release / acquire) publishes them, and the CTA of rank r sums slots [r NS / Z, (r + 1) NS / Z) over the cluster's
+// CTAs in rank order (the same bits whichever CTA sums, and at every run) and stores them as bf16 (weight row
+// blk[mb] 16 + g + 8 (i / 2), activation row 8 nt + 2 t + i % 2: the m16n8 D order). A second barrier keeps each CTA's
+// shared memory until the others have read it. The sum of Z partials rounds differently from one accumulation: a
+// few ulp of fp32 before the bf16 rounding (the op tests' tolerance is the CPU emulation's).
+template <int BNT> struct split_shape {
+    static constexpr int slots = 2 * (BNT / 8) * 4;
+    static constexpr int bytes = slots * THREADS * 4; /* the partials, in the dynamic shared memory */
+};
+template <int BNT>
+static __device__ __forceinline__ void epilogue_split(const gemm_params &p, const fm_w4a8_tile &tile,
+                                                      float acc[2][BNT / 8][4], const int64_t blk[2],
+                                                      const bool blk_ok[2], float *part) {
+    constexpr int NS = split_shape<BNT>::slots;
+    const int tid = (int)threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mb = 0; mb < 2; mb++)
+#pragma unroll
+        for (int nt = 0; nt < BNT / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) part[((mb * (BNT / 8) + nt) * 4 + i) * THREADS + tid] = acc[mb][nt][i];
+    cluster_arrive_release(); /* this CTA's partials, then */
+    cluster_wait_acquire();   /* every CTA's */
+    const uint32_t Z = gridDim.z, r = cluster_rank();
+    const uint32_t local = smem_u32(part) + (uint32_t)tid * 4u;
+    for (int s = (int)(r * NS / Z); s < (int)((r + 1) * NS / Z); s++) {
+        float v = 0.0f;
+        for (uint32_t z = 0; z < Z; z++) v += ld_cluster_f32(cluster_map(local + (uint32_t)(s * THREADS * 4), z));
+        const int mb = s / (4 * (BNT / 8)), nt = (s / 4) % (BNT / 8), i = s % 4;
+        const int n = nt * 8 + 2 * t + (i & 1);
+        const int64_t row = (mb ? blk[1] : blk[0]) * 16 + g + 8 * (i >> 1); /* selects: no local array */
+        if ((mb ? blk_ok[1] : blk_ok[0]) && n < tile.rows && row < p.rows) {
+            const int32_t slot = tile.slot0 + n;
+            const int64_t out = p.row_map ? __ldcg(p.row_map + slot) : slot;
+            p.y[out * p.ldy + row] = __float2bfloat16_rn(v);
+        }
+    }
+    cluster_arrive_release(); /* done reading the others' partials: */
+    cluster_wait_acquire();   /* no CTA leaves while its shared memory is read */
+}
+
 // d (an m64nN f32 fragment, N = BNT: [n8 tile][4], the m16n8 D order) = A B (+ d when accumulate)
 template <int BNT>
 static __device__ __forceinline__ void wgmma_tile(float d[BNT / 8][4], const uint32_t a[4], uint64_t desc_b,
@@ -756,6 +811,11 @@ template <int BNT, int AF> void w4a8_wgmma_fp4_launch(const gemm_params &p, dim3
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4, FM_W4A8_DISPATCH_E4M3)                                                 \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4_ZP, FM_W4A8_DISPATCH_E4M3)                                              \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_E4M3, FM_W4A8_DISPATCH_E4M3)
+// split K over a cluster (route w4a8.splits): dense banks, bf16 out, 64-row tiles, every weight kind (wgmma only)
+#define W4A8_EACH_SPLIT(X)                                                                                             \
+    X(EPI_BF16_SPLIT, WK_INT4, FM_W4A8_BN, FM_W4A8_DISPATCH_E4M3)                                                      \
+    X(EPI_BF16_SPLIT, WK_INT4_ZP, FM_W4A8_BN, FM_W4A8_DISPATCH_E4M3)                                                   \
+    X(EPI_BF16_SPLIT, WK_E4M3, FM_W4A8_BN, FM_W4A8_DISPATCH_E4M3)
 // one scale per token (route moe.act_scale=token): the gate|up GEMM of int4-tc banks, e4m3 rows
 #define W4A8_EACH_TOKEN(X) W4A8_EACH_TILE(X, EPI_SWIGLU_TOK, WK_INT4, FM_W4A8_DISPATCH_E4M3)
 // FP4 activations (MX, NV): the gate|up GEMM of int4-tc banks only

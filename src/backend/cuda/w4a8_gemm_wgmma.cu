@@ -44,6 +44,8 @@ static __global__ __launch_bounds__(THREADS,
     constexpr int NW = wk_shape<WK>::words, NP = wk_shape<WK>::parts;
     constexpr bool TOK = EPILOGUE == EPI_SWIGLU_TOK; /* one activation scale per token: promote_token */
     static_assert(!TOK || (WK == WK_INT4 && AF == FM_W4A8_DISPATCH_E4M3), "per-token scales: int4-tc, e4m3 rows");
+    constexpr bool SPLIT = EPILOGUE == EPI_BF16_SPLIT; /* K split over the cluster's CTAs along z: epilogue_split */
+    static_assert(!SPLIT || (BNT == FM_W4A8_BN && AF == FM_W4A8_DISPATCH_E4M3), "split K: 64-row tiles, e4m3 rows");
 
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
        its expert, so nothing is loaded before the wait */
@@ -57,10 +59,16 @@ static __global__ __launch_bounds__(THREADS,
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
     const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
-    const int64_t KG = p.n_groups;
-    const warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
+    /* this CTA's 128-groups [G0, G0 + KG) of the bank's n_groups (all of them but under SPLIT) */
+    const int64_t G0 = SPLIT ? p.n_groups * blockIdx.z / gridDim.z : 0;
+    const int64_t KG = SPLIT ? p.n_groups * (blockIdx.z + 1) / gridDim.z - G0 : p.n_groups;
+    warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
     code_loader cl;
     if (CS) cl = code_loader_at<WK>(p, tile.expert);
+    if (SPLIT) {
+        ww.codes[0] += G0 * wk_shape<WK>::chunk, ww.codes[1] += G0 * wk_shape<WK>::chunk;
+        if (CS) cl.src += G0 * wk_shape<WK>::chunk;
+    }
     /* CS: this lane's 16 bytes of part 0 of block mb in a code stage */
     const int coff[2] = {(wg * 8 + w4) * wk_shape<WK>::chunk + lane * 16,
                          (wg * 8 + w4 + 4) * wk_shape<WK>::chunk + lane * 16};
@@ -80,14 +88,14 @@ static __global__ __launch_bounds__(THREADS,
     }
 
     /* stages 0 .. S - 2 (a GEMM has at least one group) */
-    load_stage<WK, BNT, AF>(p, ld, 0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
+    load_stage<WK, BNT, AF>(p, ld, G0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
     if (CS) load_codes<WK>(cl, 0, code_smem);
     cp_async_commit();
 #pragma unroll
     for (int s = 1; s < S - 1; s++) {
         if (KG > s) {
-            load_stage<WK, BNT, AF>(p, ld, s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0], wsc_smem[s],
-                                    raw_smem[AF ? s : 0]);
+            load_stage<WK, BNT, AF>(p, ld, G0 + s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0],
+                                    wsc_smem[s], raw_smem[AF ? s : 0]);
             if (CS) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
         }
         cp_async_commit();
@@ -115,7 +123,7 @@ static __global__ __launch_bounds__(THREADS,
         cp_async_wait<S - 2>();
         __syncthreads(); /* stage grp landed for all threads; stage grp - 1 is free */
         if (grp + S - 1 < KG) {
-            load_stage<WK, BNT, AF>(p, ld, grp + S - 1, xs_smem[stl], sc_smem[stl],
+            load_stage<WK, BNT, AF>(p, ld, G0 + grp + S - 1, xs_smem[stl], sc_smem[stl],
                                     sum_smem[WK == WK_INT4_ZP ? stl : 0], wsc_smem[stl], raw_smem[AF ? stl : 0]);
             if (CS) load_codes<WK>(cl, grp + S - 1, code_smem + stl * code_stage<WK>::bytes);
         }
@@ -213,11 +221,33 @@ static __global__ __launch_bounds__(THREADS,
     }
     if (TOK) scale_by_token<BNT>(acc, sc_smem[(KG - 1) % S]); /* the last group's stage: still in place */
     static_assert(sizeof xs_smem >= epi_scratch<BNT>::bytes, "epilogue scratch in the activation stages");
-    epilogue<TOK ? EPI_SWIGLU : EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
+    if constexpr (SPLIT) {
+        cp_async_wait<0>(); /* the last (empty) groups of the ring: the dynamic shared memory holds the partials */
+        __syncthreads();    /* and every warp is done reading the code stages (CS) */
+        epilogue_split<BNT>(p, tile, acc, blk, blk_ok, (float *)code_smem);
+    } else {
+        epilogue<TOK ? EPI_SWIGLU : EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
+    }
 }
 
 template <int EPILOGUE, int WK, int BNT, int AF, int CS>
 void w4a8_wgmma_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
+    if constexpr (EPILOGUE == EPI_BF16_SPLIT) { /* one cluster of grid.z CTAs a tile; the partials in dynamic smem */
+        constexpr int code_bytes = CS ? CSTAGES * code_stage<WK>::bytes : 0;
+        constexpr int smem = code_bytes > split_shape<BNT>::bytes ? code_bytes : split_shape<BNT>::bytes;
+        FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, CS>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        cudaLaunchAttribute attr[2] = {};
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = grid.z;
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid, cfg.blockDim = dim3(THREADS), cfg.dynamicSmemBytes = smem, cfg.stream = s;
+        cfg.attrs = attr, cfg.numAttrs = p.pdl ? 2 : 1;
+        cudaLaunchKernelEx(&cfg, w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, CS>, p); /* errors: the caller's check */
+        return;
+    }
     if constexpr (CS) {
         constexpr int smem = CSTAGES * code_stage<WK>::bytes;
         FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, 1>,
@@ -237,3 +267,5 @@ W4A8_EACH_E4M3(W4A8_WGMMA_STAGED)
 W4A8_EACH_FP4(W4A8_WGMMA_REGISTERS) /* FP4 stages keep the codes on the register path */
 W4A8_EACH_TOKEN(W4A8_WGMMA_REGISTERS)
 W4A8_EACH_TOKEN(W4A8_WGMMA_STAGED)
+W4A8_EACH_SPLIT(W4A8_WGMMA_REGISTERS)
+W4A8_EACH_SPLIT(W4A8_WGMMA_STAGED)
