@@ -26,28 +26,32 @@ suite() { # name, command...
 suite w4a8_ops env FM_TEST_FILTER='test_linear_w4a8*' $T/test_cuda_ops
 S=$T
 D=(decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 --backend cuda --steps 32)
-for rd in 1 2; do for r in default unsplit split; do
-  left 40 || break
-  case $r in default) R=pdl=auto;; unsplit) R=w4a8.gemv_max_m=16;; split) R=w4a8.gemv_max_m=16,w4a8.splits=fill;; esac
-  f=$L/dec_${r}_$rd.log; timeout 90 $S/fp8moe-bench "${D[@]}" --batch 32,64 --route $R > $f 2>&1
-  echo "== decode $r round $rd rc $? $SECONDS s"; grep -E "^\| fp8 \| [0-9]+ \| [0-9.]+ \|" $f | cut -c1-80
-done; done
+decode_round() {
+  for r in default unsplit split; do
+    left 40 || break
+    case $r in default) R=pdl=auto;; unsplit) R=w4a8.gemv_max_m=16;; split) R=w4a8.gemv_max_m=16,w4a8.splits=fill;; esac
+    f=$L/dec_${r}_$1.log; timeout 90 $S/fp8moe-bench "${D[@]}" --batch 32,64 --route $R > $f 2>&1
+    echo "== decode $r round $1 rc $? $SECONDS s"; grep -E "^\| fp8 \| [0-9]+ \| [0-9.]+ \|" $f | cut -c1-80
+  done
+}
+decode_round 1
 for r in default split; do
   left 40 || break
   R=pdl=auto; [ $r = split ] && R=w4a8.gemv_max_m=16,w4a8.splits=fill
   f=$L/perop_$r.log; timeout 60 $S/fp8moe-bench "${D[@]}" --batch 64 --route $R --per-op > $f 2>&1
   echo "== per-op B=64 $r rc $? $SECONDS s"; grep -E "qkv_proj|o_proj|^\| fp8 \| 64" $f | cut -c1-100
 done
-for t in generate graph mixed_steps qnext tp; do suite $t $T/test_cuda_$t; done
-if left 90; then
-  timeout 120 build/lab/lt_decode > $L/lt_decode.log 2>&1; echo "== lt_decode rc $? $SECONDS s"
-  grep SUMMARY $L/lt_decode.log
-fi
 if left 100; then
   FM_TEST_FILTER='test_linear_w4a8_splits' timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 \
     $T/test_cuda_ops > $L/memcheck_splits.log 2>&1
   echo "== memcheck splits rc $? $SECONDS s"; tail -3 $L/memcheck_splits.log
 fi
+if left 70; then
+  timeout 120 build/lab/lt_decode > $L/lt_decode.log 2>&1; echo "== lt_decode rc $? $SECONDS s"
+  grep SUMMARY $L/lt_decode.log
+fi
+decode_round 2
+for t in generate graph mixed_steps qnext tp; do suite $t $T/test_cuda_$t; done
 echo "== $SECONDS s, s46_c rows next"
 left 100 && LIMIT=$((LIMIT - SECONDS - 100)) bash lab/device_runs/s46_c.sh
 S=sw/build/new
