@@ -193,14 +193,19 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 9, 2048), FM_DK_W8A8_CUBLASLT);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2048, 2048), FM_DK_W8A8_CUBLASLT);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 0, 2048), FM_DK_W8A8_CUBLASLT);
-    /* W4A8 (all three bank formats): the GEMV up to 64 rows (chunks of 16) while 16 rows fit its shared memory, the
-       GEMM above */
+    /* W4A8 (all three bank formats): the GEMV up to 16 rows while they fit its shared memory, the GEMM above (split
+       over a cluster, w4a8.splits); without the split, the GEMV to 64 rows (chunks of 16) */
     const fm_wformat w4a8[] = {FM_W_INT4_G128_TC, FM_W_INT4_ZP_TC, FM_W_E4M3_B128};
+    fm_routes unsplit;
+    fm_routes_default(&unsplit, 9);
+    assert_int_equal(fm_routes_apply(&unsplit, "w4a8.splits=1", &err), FM_OK);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 1, 4096), FM_DK_W4A8_GEMV);
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 4096), FM_DK_W4A8_GEMV);
-        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMV); /* chunks of 16 */
-        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 64, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMM); /* the split GEMM */
+        assert_int_equal(fm_routes_dense_kernel(&unsplit, w4a8[i], 17, 4096), FM_DK_W4A8_GEMV); /* chunks of 16 */
+        assert_int_equal(fm_routes_dense_kernel(&unsplit, w4a8[i], 64, 4096), FM_DK_W4A8_GEMV);
+        assert_int_equal(fm_routes_dense_kernel(&unsplit, w4a8[i], 65, 4096), FM_DK_W4A8_GEMM);
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 65, 4096), FM_DK_W4A8_GEMM);
         /* K 8192: 16 rows stage 16 x 8208 + 2 x 16 x 64 x 4 = 139,520 bytes > 96 KiB; 8 rows 69,760 fit */
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 8192), FM_DK_W4A8_GEMM);
@@ -222,7 +227,8 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 1, 2048), FM_DK_W8A8_GEMV);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_E4M3_PT, 2, 2048), FM_DK_W8A8_CUBLASLT);
     /* W4A8 past 16 rows: chunks of 16 up to w4a8.gemv_max_m, each staging 16 rows (K 8192 stays on the GEMM) */
-    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16); /* the split GEMM above 16 rows */
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&unsplit), 64);
     assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=16", &err), FM_OK);
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 17, 4096), FM_DK_W4A8_GEMM);
     assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=64", &err), FM_OK);
@@ -236,7 +242,7 @@ static void dense_kernels_at_their_thresholds(void **s) {
     assert_int_equal(fm_routes_dense_kernel(&r, FM_W_INT4_G128_TC, 9, 4096), FM_DK_W4A8_GEMM);
     assert_int_not_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=65", &err), FM_OK);
     assert_int_equal(fm_routes_apply(&r, "w4a8.gemv_max_m=auto", &err), FM_OK);
-    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
     /* the W8A8 activation quantizer: fused up to 8 blocks by default, 64 under fused, never under kernel */
     assert_int_equal(fm_routes_w8a8_fused_elems(&r), 65536);
     assert_int_equal(fm_routes_apply(&r, "w8a8.quant=fused", &err), FM_OK);
@@ -620,14 +626,25 @@ static void gemv_groups_values(void **s) {
     assert_int_equal(fm_routes_apply(&r, "gemv.groups=16", &err), FM_ERR_USAGE);
 }
 
-/* w4a8.splits: 1 by default; a value is clamped to the K groups; fill takes the largest of 8, 4, 2 whose CTAs fit the
-   SMs with two groups a split at least (Qwen3-30B-A3B at M = 64 on 132 SMs: q|k|v 20 CTAs -> 4, o 8 -> 8) */
+/* w4a8.splits: fill by default; a value is clamped to the K groups; fill takes the largest of 8, 4, 2 whose CTAs fit
+   the SMs with two groups a split at least (Qwen3-30B-A3B at M = 64 on 132 SMs: q|k|v 20 CTAs -> 4, o 8 -> 8). With
+   the split GEMM (sm_90, splits other than 1) the dense W4A8 GEMV keeps 16 rows by default, elsewhere 64. */
 static void w4a8_splits_values(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
     fm_routes_default(&r, 9);
-    assert_int_equal(fm_routes_w4a8_splits(&r, 16, 20, 132), 1);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 16, 20, 132), 4);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 16);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=1", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64);
+    assert_int_equal(fm_routes_apply(&r, "w4a8.splits=auto,w4a8.kernel=mma", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64); /* no split on the mma.sync kernel */
+    assert_int_equal(fm_routes_apply(&r, "w4a8.kernel=auto,w4a8.gemv_max_m=40", &err), FM_OK);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 40);
+    fm_routes_default(&r, 8);
+    assert_int_equal(fm_routes_w4a8_gemv_max_m(&r), 64); /* sm_89: the mma.sync kernel */
+    fm_routes_default(&r, 9);
     assert_int_equal(fm_routes_apply(&r, "w4a8.splits=8", &err), FM_OK);
     assert_int_equal(fm_routes_w4a8_splits(&r, 16, 20, 132), 8);
     assert_int_equal(fm_routes_w4a8_splits(&r, 4, 20, 132), 4);   /* at most the groups */
@@ -639,7 +656,7 @@ static void w4a8_splits_values(void **s) {
     assert_int_equal(fm_routes_w4a8_splits(&r, 2, 8, 132), 1);
     assert_int_equal(fm_routes_w4a8_splits(&r, 32, 80, 132), 1); /* prefill-sized grids */
     assert_int_equal(fm_routes_apply(&r, "w4a8.splits=auto", &err), FM_OK);
-    assert_int_equal(fm_routes_w4a8_splits(&r, 32, 8, 132), 1);
+    assert_int_equal(fm_routes_w4a8_splits(&r, 32, 8, 132), 8);
     assert_int_equal(fm_routes_apply(&r, "w4a8.splits=3", &err), FM_ERR_USAGE);
     assert_contains(err.msg, "w4a8.splits");
     assert_int_equal(fm_routes_apply(&r, "w4a8.splits=16", &err), FM_ERR_USAGE);

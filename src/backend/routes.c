@@ -509,14 +509,15 @@ static const route_key route_keys[] = {
      FIELD(w4a8_gemv_max_m),
      "auto|1..64",
      {{NULL, 0}},
-     "64",
+     "16 under the split GEMM, else 64",
      "the dense W4A8 GEMV up to this many rows (16-row chunks as grid rows past 16), the W4A8 GEMM above",
-     "the largest M the dense W4A8 GEMV takes (`auto`: 64); past 16 rows it runs one chunk of 16 rows a grid row of "
+     "the largest M the dense W4A8 GEMV takes (`auto`: 16 where the split GEMM of `w4a8.splits` takes the rows "
+     "above, on the wgmma kernel; 64 elsewhere); past 16 rows it runs one chunk of 16 rows a grid row of "
      "the same launch, every chunk's CTAs streaming the same weights (from DRAM once, then from L2). Above it the "
      "grouped W4A8 GEMM, whose 256-row x 64-row tiles give a decode batch's projections one CTA a 256 weight rows "
      "(Qwen3-30B-A3B's o projection: 8 CTAs at M = 64). Measured on an H100 (docs/RESULTS.md 2.34, fp8 preset, the "
      "decode step under its graph): B = 32 -6.6 %, B = 64 -2.0 % against 16 (the o projection gains, q|k|v at 64 "
-     "rows loses a little)",
+     "rows loses a little); the split GEMM beats the chunks (RESULTS 2.35: B = 64 -3.7 %, B = 32 -0.8 %)",
      now_w4a8_gemv_max_m},
     {"w8a8.quant",
      FIELD(w8a8_quant),
@@ -535,7 +536,7 @@ static const route_key route_keys[] = {
      FIELD(w4a8_splits),
      "auto|fill|1|2|4|8",
      {{"fill", FM_ROUTE_W4A8_SPLITS_FILL}},
-     "1",
+     "fill",
      "K splits of the dense W4A8 GEMM above the GEMV's rows, over a thread-block cluster (wgmma kernel)",
      "the dense W4A8 GEMM (the fp8 preset's projections above `w4a8.gemv_max_m` rows; 256-row x 64-row tiles, one "
      "CTA a tile) with its K split over the CTAs of a thread-block cluster: each takes a range of the 128-groups, and "
@@ -543,7 +544,9 @@ static const route_key route_keys[] = {
      "rank "
      "order (the same bits at every run) and storing it. A value: that many splits (at most the K groups); `fill`: the "
      "largest of 8, 4, 2 whose CTAs fit the SMs with two groups a split at least (Qwen3-30B-A3B at M = 64: q|k|v 4, o "
-     "8). `auto` is 1 until measured on a GPU. The wgmma kernel only (sm_90): the mma.sync kernel runs all of K",
+     "8). `auto` is `fill`: on an H100 the fp8 decode step with the split GEMM from 17 rows against the GEMV chunks "
+     "(docs/RESULTS.md 2.35) B = 64 -3.7 %, B = 32 -0.8 %; q|k|v 1.22 -> 0.89 ms and o 0.96 -> 0.74 ms a step at B = "
+     "64. The wgmma kernel only (sm_90): the mma.sync kernel runs all of K",
      now_w4a8_splits},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
@@ -746,7 +749,9 @@ int64_t fm_routes_w8a8_fused_elems(const fm_routes *r) {
                                                      : FM_W8A8_FUSED_ELEMS_DEFAULT;
 }
 
-#define W4A8_SPLITS_BY_DEFAULT 1 /* until measured */
+/* fill: measured on an H100 (docs/RESULTS.md 2.35, fp8 preset with w4a8.gemv_max_m=16, against the GEMV chunks):
+   B = 64 -3.7 %, B = 32 -0.8 % a decode step */
+#define W4A8_SPLITS_BY_DEFAULT FM_ROUTE_W4A8_SPLITS_FILL
 int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas, int32_t sms) {
     int32_t s = r->w4a8_splits ? r->w4a8_splits : W4A8_SPLITS_BY_DEFAULT;
     if (s == FM_ROUTE_W4A8_SPLITS_FILL) {
@@ -756,8 +761,12 @@ int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas
     return s > n_groups ? (int32_t)(n_groups > 0 ? n_groups : 1) : s;
 }
 
+/* auto: the GEMV's 16 rows where the split GEMM takes the rows above (the wgmma kernel with splits), its chunks to 64
+   rows elsewhere (the unsplit GEMM loses to them: docs/RESULTS.md 2.34 and 2.35) */
 int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r) {
-    return r->w4a8_gemv_max_m ? r->w4a8_gemv_max_m : FM_W4A8_GEMV_DENSE_MAX_M;
+    if (r->w4a8_gemv_max_m) return r->w4a8_gemv_max_m;
+    const int32_t splits = r->w4a8_splits ? r->w4a8_splits : W4A8_SPLITS_BY_DEFAULT;
+    return fm_routes_w4a8_wgmma(r) && splits != 1 ? FM_GEMV_FP8_MAX_M : FM_W4A8_GEMV_DENSE_MAX_M;
 }
 
 uint32_t fm_routes_w4a8_tile_rows(const fm_routes *r, uint64_t P, uint64_t E) {

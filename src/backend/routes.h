@@ -216,7 +216,7 @@ int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r); /* the dense W4A8 GEMV's 
  * CTAs of a thread-block cluster along z each take a range of K's 128-groups and sum their partials through
  * distributed shared memory. For a GEMM of n_groups groups and `ctas` CTAs without a split on a GPU of `sms`
  * multiprocessors: a value N gives min(N, n_groups); `fill` the largest of 8, 4, 2 with ctas x splits <= sms and at
- * least two groups a split (else 1); `auto` is 1 until measured on a GPU. */
+ * least two groups a split (else 1); `auto` is `fill` (measured: docs/RESULTS.md 2.35). */
 #define FM_ROUTE_W4A8_SPLITS_FILL (-1)
 int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas, int32_t sms);
 /* The W8A8 projections' activation quantizer (linear_w8a8.cu): one launch whose blocks meet at a grid barrier up to
