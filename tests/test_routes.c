@@ -202,7 +202,7 @@ static void dense_kernels_at_their_thresholds(void **s) {
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 1, 4096), FM_DK_W4A8_GEMV);
         assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 16, 4096), FM_DK_W4A8_GEMV);
-        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMM); /* the split GEMM */
+        assert_int_equal(fm_routes_dense_kernel(&r, w4a8[i], 17, 4096), FM_DK_W4A8_GEMM);       /* the split GEMM */
         assert_int_equal(fm_routes_dense_kernel(&unsplit, w4a8[i], 17, 4096), FM_DK_W4A8_GEMV); /* chunks of 16 */
         assert_int_equal(fm_routes_dense_kernel(&unsplit, w4a8[i], 64, 4096), FM_DK_W4A8_GEMV);
         assert_int_equal(fm_routes_dense_kernel(&unsplit, w4a8[i], 65, 4096), FM_DK_W4A8_GEMM);
