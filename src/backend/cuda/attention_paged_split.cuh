@@ -51,21 +51,11 @@ typedef struct apg_slots {
     bool one;
     int64_t slot0;
 } apg_slots;
-// blk: the table's entry for j0's block when the caller loaded it ahead (apg_next_block), else -1 (loaded here).
-static __device__ __forceinline__ apg_slots apg_tile_slots(const int32_t *table, int bt, int bt_shift, int j0,
-                                                           int32_t blk) {
+static __device__ __forceinline__ apg_slots apg_tile_slots(const int32_t *table, int bt, int bt_shift, int j0) {
     apg_slots s;
     s.one = bt_shift >= 4;
-    s.slot0 = !s.one     ? 0
-              : blk >= 0 ? ((int64_t)blk << bt_shift) + (j0 & (bt - 1))
-                         : apg_slot_of(table, bt, bt_shift, j0);
+    s.slot0 = s.one ? apg_slot_of(table, bt, bt_shift, j0) : 0;
     return s;
-}
-// The table entry of the block holding key j, loaded an iteration ahead of the stage load that needs it (ok: that load
-// happens; blocks of one tile a block only, else -1): under ncu the entry's L2 round trip, loaded just before the
-// stage's cp.async, was the decode attention's largest stall (docs/RESULTS.md 2.35).
-static __device__ __forceinline__ int32_t apg_next_block(const int32_t *table, int bt_shift, int j, bool ok) {
-    return ok && bt_shift >= 4 ? table[j >> bt_shift] : -1;
 }
 static __device__ __forceinline__ int64_t apg_key_slot(const apg_slots &s, const int32_t *table, int bt, int bt_shift,
                                                        int j0, int rr) {
@@ -77,11 +67,11 @@ static __device__ __forceinline__ int64_t apg_key_slot(const apg_slots &s, const
 template <int HD>
 static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, const bf16 *k_cache, const bf16 *v_cache,
                                                      const int32_t *table, int block_tokens, int bt_shift,
-                                                     int64_t kv_ld, int kvh, int j0, int s1, int lane, int32_t blk) {
+                                                     int64_t kv_ld, int kvh, int j0, int s1, int lane) {
     constexpr int CH = HD / 8, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
     const int ch = lane % CH, r = lane / CH;
     if (32 % CH != 0 && r >= RP) return;
-    const apg_slots sl = apg_tile_slots(table, block_tokens, bt_shift, j0, blk); // j0 < s1: a key of the tile exists
+    const apg_slots sl = apg_tile_slots(table, block_tokens, bt_shift, j0); // j0 < s1: a key of the tile exists
 #pragma unroll
     for (int p = 0; p < PASSES; p++) {
         const int rr = r + p * RP;
@@ -103,9 +93,9 @@ static __device__ __forceinline__ void apg_load_tile(uint32_t sk, uint32_t sv, c
 template <int HD>
 static __device__ __forceinline__ void
 apg_load_raw(uint32_t rk, uint32_t rv, const unsigned char *k_cache, const unsigned char *v_cache, const int32_t *table,
-             int block_tokens, int bt_shift, int64_t row_b, int nkv, int kvh, int j0, int s1, int lane, int32_t blk) {
+             int block_tokens, int bt_shift, int64_t row_b, int nkv, int kvh, int j0, int s1, int lane) {
     constexpr int CH = HD / 16, RP = 32 / CH, PASSES = (16 + RP - 1) / RP;
-    const apg_slots sl = apg_tile_slots(table, block_tokens, bt_shift, j0, blk); // j0 < s1: a key of the tile exists
+    const apg_slots sl = apg_tile_slots(table, block_tokens, bt_shift, j0); // j0 < s1: a key of the tile exists
     {
         const int rr = lane & 15, j = j0 + rr;
         const bool ok = j < s1;
@@ -223,17 +213,17 @@ static __device__ __forceinline__ void apg_fused_combine(const apg_args &a, floa
     }
 }
 
-// the loads of one stage: K and V of keys [j0, j0 + 16) (bf16 tiles, or e4m3 raw tiles); blk: apg_tile_slots'
+// the loads of one stage: K and V of keys [j0, j0 + 16) (bf16 tiles, or e4m3 raw tiles)
 template <int HD, bool E4M3>
 static __device__ __forceinline__ void apg_load_stage(const apg_args &a, uint32_t stage, const int32_t *table,
-                                                      int64_t kv_ld, int kvh, int j0, int s1, int lane, int32_t blk) {
+                                                      int64_t kv_ld, int kvh, int j0, int s1, int lane) {
     typedef apg_shape<HD, E4M3> SH;
     if (E4M3)
         apg_load_raw<HD>(stage, stage + SH::RAW, (const unsigned char *)a.k_cache, (const unsigned char *)a.v_cache,
-                         table, a.block_tokens, a.bt_shift, a.row_b, a.nkv, kvh, j0, s1, lane, blk);
+                         table, a.block_tokens, a.bt_shift, a.row_b, a.nkv, kvh, j0, s1, lane);
     else
         apg_load_tile<HD>(stage, stage + SH::TILE, (const bf16 *)a.k_cache, (const bf16 *)a.v_cache, table,
-                          a.block_tokens, a.bt_shift, kv_ld, kvh, j0, s1, lane, blk);
+                          a.block_tokens, a.bt_shift, kv_ld, kvh, j0, s1, lane);
 }
 
 // The end of a split CTA (the split kernel's and the swapped one's, attention_paged_swap.cu): the APG_WARPS warps'
@@ -306,7 +296,7 @@ static __device__ __forceinline__ void apg_start_loads(const apg_args &a, uint32
     for (int st = 0; st < ST; st++) {
         if (st < nw)
             apg_load_stage<HD, E4M3>(a, wst + st * STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
-                                     lane, -1);
+                                     lane);
         att_cp_commit();
     }
 }
@@ -369,7 +359,6 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
         const int j0 = s0 + (warp + APG_WARPS * i) * 16;
         att_cp_wait<ST - 1>();
         __syncwarp(); // every lane's rows of tile i landed (and, e4m3, every lane is done with the last tile's V)
-        const int32_t nblk = apg_next_block(table, a.bt_shift, j0 + APG_WARPS * ST * 16, i + ST < nw); // tile i + ST
         float ksc[2][2], vsc[2][2]; // e4m3: the scales of the lane's keys 8 nt + 2 c + {0, 1}
         if (E4M3) {
             const unsigned char *raw = apg_smem + (stage - sq);
@@ -468,8 +457,7 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
             att_e4m3_to_f16<HD, 16, 32, HD <= 64 ? 1 : 4>(apg_smem + (wbuf - sq), apg_smem + (stage + SH::RAW - sq),
                                                           lane);
             __syncwarp(); // V converted, and the raw stage read: refilled now, under the P V product
-            if (i + ST < nw)
-                apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane, nblk);
+            if (i + ST < nw) apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
             att_cp_commit();
         }
 #pragma unroll
@@ -482,7 +470,7 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
             __syncwarp(); // every lane is done with the stage before it is refilled
             if (i + ST < nw)
                 apg_load_tile<HD>(sk, sv, (const bf16 *)a.k_cache, (const bf16 *)a.v_cache, table, a.block_tokens,
-                                  a.bt_shift, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane, nblk);
+                                  a.bt_shift, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
             att_cp_commit();
         }
     }

@@ -122,10 +122,6 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 
     for (int i = 0; i < nw; i += TPI) {
         att_cp_wait<ST - TPI>();
         __syncwarp(); // every lane's rows of tiles i .. i + TPI - 1 landed (and every lane is done with the last V)
-        int32_t nblk[TPI]; // the table entries of the tiles this iteration's stage loads fetch (apg_next_block)
-#pragma unroll
-        for (int u = 0; u < TPI; u++)
-            nblk[u] = apg_next_block(table, a.bt_shift, s0 + (warp + APG_WARPS * (i + u + ST)) * 16, i + u + ST < nw);
         // S^T of the iteration's tiles: tile u is the warp's tile i + u, at stage (i + u) % ST (with TPI 2 and nw odd
         // the last iteration's second tile is past the slice: its keys masked, its stale scales and V not used)
         float s[TPI][4], vsc[TPI][2]; // S^T[key g][heads 2 c, 2 c + 1], S^T[key g + 8][...]; e4m3: keys' V scales
@@ -242,7 +238,7 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 
                                                               lane);
                 __syncwarp(); // V converted, and the raw stage read: refilled now, under the product
                 if (i + u + ST < nw)
-                    apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane, nblk[u]);
+                    apg_load_stage<HD, true>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
                 att_cp_commit();
             }
 #pragma unroll
@@ -255,7 +251,7 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 
             if (!E4M3) {
                 __syncwarp(); // every lane is done with the stage before it is refilled
                 if (i + u + ST < nw)
-                    apg_load_stage<HD, false>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane, nblk[u]);
+                    apg_load_stage<HD, false>(a, stage, table, kv_ld, kvh, j0 + APG_WARPS * ST * 16, s1, lane);
                 att_cp_commit();
             }
         }
