@@ -24,7 +24,7 @@ done
 f=$L/ncu_w4a8.txt
 # decode's instances only: the split GEMM (EPILOGUE 4) and the 16-row tiles (the prefill of the context runs 32- and
 # 64-row tiles)
-timeout 200 ncu --kernel-name-base demangled --kernel-name 'regex:w4a8_wgmma_kernel<(4,|[0-9]+, [0-9]+, 16,)' \
+timeout 200 ncu --kernel-name-base demangled --kernel-name 'regex:w4a8_wgmma_kernel<(\(int\)4,|\(int\)[01], \(int\)0, \(int\)16,)' \
   --launch-skip 8 --launch-count 8 --section SpeedOfLight \
   --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
   --section SchedulerStats $S/fp8moe-bench decode --synthetic qwen3-30b-a3b --layers 2 --batch 64 --context 2048 \
@@ -34,7 +34,7 @@ grep -E "w4a8_wgmma_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(
 # (3) SASS source pages: the split kernel (EPILOGUE 4) and the expert gate|up kernel
 for k in split gateup; do
   left 80 || break
-  case $k in split) rx='w4a8_wgmma_kernel<4'; sk=4;; gateup) rx='w4a8_wgmma_kernel<[0-9]+, [0-9]+, 16,'; sk=2;; esac
+  case $k in split) rx='w4a8_wgmma_kernel<\(int\)4,'; sk=4;; gateup) rx='w4a8_wgmma_kernel<\(int\)1, \(int\)0, \(int\)16,'; sk=1;; esac
   timeout 120 ncu --kernel-name-base demangled --kernel-name "regex:$rx" --launch-skip $sk --launch-count 1 \
     --section SourceCounters --section WarpStateStats --import-source yes -o $L/src_$k -f $S/fp8moe-bench decode \
     --synthetic qwen3-30b-a3b --layers 2 --batch 64 --context 2048 --presets fp8 --backend cuda --kv-cache e4m3 \

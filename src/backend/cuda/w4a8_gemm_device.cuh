@@ -699,43 +699,68 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
 // Split K (EPI_BF16_SPLIT, route w4a8.splits): a decode batch's dense projection has a few 256-row tiles (Qwen3-
 // 30B-A3B's q|k|v 20, o 8 at one CTA an SM), so one CTA per tile leaves most SMs idle while each streams all of K.
 // With the cluster (1, 1, Z) over the grid's z, CTA z of a tile's cluster computes the 128-groups [KG z / Z,
-// KG (z + 1) / Z) into the usual accumulators; then every CTA writes its partial sums into its own shared memory
-// (part: [slot][thread] fp32, slot (mb, nt, i) the accumulator's, 2 x BNT / 8 x 4 of them), one cluster barrier
-// (release / acquire) publishes them, and the CTA of rank r sums slots [r NS / Z, (r + 1) NS / Z) over the cluster's
-// CTAs in rank order (the same bits whichever CTA sums, and at every run) and stores them as bf16 (weight row
-// blk[mb] 16 + g + 8 (i / 2), activation row 8 nt + 2 t + i % 2: the m16n8 D order). A second barrier keeps each CTA's
-// shared memory until the others have read it. The sum of Z partials rounds differently from one accumulation: a
-// few ulp of fp32 before the bf16 rounding (the op tests' tolerance is the CPU emulation's).
+// KG (z + 1) / Z) into the usual accumulators; then every CTA writes its partial sums into its own shared memory as
+// the tile's transpose (part[n][R]: activation row n, weight row R of the tile, rows of BM + 4 floats: the m16n8 D
+// order's lanes then hit 32 banks), one cluster barrier (release / acquire) publishes them, and the CTA of rank r
+// sums chunks [r NC / Z, (r + 1) NC / Z) of 8 weight rows of one activation row over the cluster's CTAs in rank order
+// (the same bits whichever CTA sums, and at every run): two 16-byte loads a CTA, every CTA's loads in flight
+// together, and one 16-byte bf16 store a chunk (a warp: one activation row's 256 outputs). A second barrier keeps
+// each CTA's shared memory until the others have read it. The sum of Z partials rounds differently from one
+// accumulation: a few ulp of fp32 before the bf16 rounding (the op tests' tolerance is the CPU emulation's).
+// (The first form summed one float of every CTA at a time in the D order, 2-byte stores: half of the kernel's
+// instructions and stall samples at Qwen3's q|k|v, B = 64, under ncu: bench/NOTES.md, forty-fourth session.)
 template <int BNT> struct split_shape {
-    static constexpr int slots = 2 * (BNT / 8) * 4;
-    static constexpr int bytes = slots * THREADS * 4; /* the partials, in the dynamic shared memory */
+    static constexpr int stride = BM + 4;                       /* floats of one activation row's partials */
+    static constexpr int bytes = BNT * stride * 4;              /* the partials, in the dynamic shared memory */
+    static constexpr int chunks = BNT * (BM / 8);               /* 8 weight rows of one activation row */
 };
 template <int BNT>
 static __device__ __forceinline__ void epilogue_split(const gemm_params &p, const fm_w4a8_tile &tile,
-                                                      float acc[2][BNT / 8][4], const int64_t blk[2],
-                                                      const bool blk_ok[2], float *part) {
-    constexpr int NS = split_shape<BNT>::slots;
+                                                      float acc[2][BNT / 8][4], float *part) {
+    constexpr int PS = split_shape<BNT>::stride, NC = split_shape<BNT>::chunks;
     const int tid = (int)threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int warp = tid >> 5, r0 = (warp >> 2) * 128 + (warp & 3) * 16 + g; /* the tile's weight row of blk0, g */
 #pragma unroll
     for (int mb = 0; mb < 2; mb++)
 #pragma unroll
         for (int nt = 0; nt < BNT / 8; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) part[((mb * (BNT / 8) + nt) * 4 + i) * THREADS + tid] = acc[mb][nt][i];
+            for (int i = 0; i < 4; i++)
+                part[(nt * 8 + 2 * t + (i & 1)) * PS + r0 + 64 * mb + 8 * (i >> 1)] = acc[mb][nt][i];
     cluster_arrive_release(); /* this CTA's partials, then */
     cluster_wait_acquire();   /* every CTA's */
-    const uint32_t Z = gridDim.z, r = cluster_rank();
-    const uint32_t local = smem_u32(part) + (uint32_t)tid * 4u;
-    for (int s = (int)(r * NS / Z); s < (int)((r + 1) * NS / Z); s++) {
-        float v = 0.0f;
-        for (uint32_t z = 0; z < Z; z++) v += ld_cluster_f32(cluster_map(local + (uint32_t)(s * THREADS * 4), z));
-        const int mb = s / (4 * (BNT / 8)), nt = (s / 4) % (BNT / 8), i = s % 4;
-        const int n = nt * 8 + 2 * t + (i & 1);
-        const int64_t row = (mb ? blk[1] : blk[0]) * 16 + g + 8 * (i >> 1); /* selects: no local array */
-        if ((mb ? blk_ok[1] : blk_ok[0]) && n < tile.rows && row < p.rows) {
-            const int32_t slot = tile.slot0 + n;
-            const int64_t out = p.row_map ? __ldcg(p.row_map + slot) : slot;
-            p.y[out * p.ldy + row] = __float2bfloat16_rn(v);
+    const uint32_t Z = gridDim.z, r = cluster_rank(), base = smem_u32(part);
+    const int c1 = (int)((r + 1) * NC / Z);
+    for (int c = (int)(r * NC / Z) + tid; c < c1; c += THREADS) {
+        const int n = c / (BM / 8), R = (c % (BM / 8)) * 8;
+        const uint32_t local = base + (uint32_t)(n * PS + R) * 4u;
+        float4 q[FM_W4A8_MAX_SPLITS][2];
+#pragma unroll
+        for (int z = 0; z < FM_W4A8_MAX_SPLITS; z++)
+            if (z < (int)Z) {
+                const uint32_t remote = cluster_map(local, (uint32_t)z);
+                q[z][0] = ld_cluster_f32x4(remote), q[z][1] = ld_cluster_f32x4(remote + 16u);
+            }
+        float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int z = 0; z < FM_W4A8_MAX_SPLITS; z++)
+            if (z < (int)Z) {
+                v[0] += q[z][0].x, v[1] += q[z][0].y, v[2] += q[z][0].z, v[3] += q[z][0].w;
+                v[4] += q[z][1].x, v[5] += q[z][1].y, v[6] += q[z][1].z, v[7] += q[z][1].w;
+            }
+        const int64_t row = (int64_t)blockIdx.x * BM + R;
+        if (n >= tile.rows || row >= p.rows) continue;
+        const int32_t slot = tile.slot0 + n;
+        __nv_bfloat16 *y = p.y + (p.row_map ? __ldcg(p.row_map + slot) : slot) * p.ldy + row;
+        if (row + 8 <= p.rows && ((uintptr_t)y & 15) == 0) {
+            __align__(16) __nv_bfloat162 h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+            *(uint4 *)y = *(const uint4 *)h;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (row + j < p.rows) y[j] = __float2bfloat16_rn(v[j]);
         }
     }
     cluster_arrive_release(); /* done reading the others' partials: */

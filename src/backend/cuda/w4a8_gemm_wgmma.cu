@@ -224,7 +224,7 @@ static __global__ __launch_bounds__(THREADS,
     if constexpr (SPLIT) {
         cp_async_wait<0>(); /* the last (empty) groups of the ring: the dynamic shared memory holds the partials */
         __syncthreads();    /* and every warp is done reading the code stages (CS) */
-        epilogue_split<BNT>(p, tile, acc, blk, blk_ok, (float *)code_smem);
+        epilogue_split<BNT>(p, tile, acc, (float *)code_smem);
     } else {
         epilogue<TOK ? EPI_SWIGLU : EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
     }
