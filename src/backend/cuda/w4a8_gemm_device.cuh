@@ -704,7 +704,8 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
 // order's lanes then hit 32 banks), one cluster barrier (release / acquire) publishes them, and the CTA of rank r
 // sums chunks [r NC / Z, (r + 1) NC / Z) of 8 weight rows of one activation row over the cluster's CTAs in rank order
 // (the same bits whichever CTA sums, and at every run): two 16-byte loads a CTA, every CTA's loads in flight
-// together, and one 16-byte bf16 store a chunk (a warp: one activation row's 256 outputs). A second barrier keeps
+// together, two 8-byte bf16 stores a chunk (a warp: one activation row's 256 outputs; a warp's loads take 512
+// contiguous bytes: 16-byte loads at a 32-byte stride measured slower than the first form). A second barrier keeps
 // each CTA's shared memory until the others have read it. The sum of Z partials rounds differently from one
 // accumulation: a few ulp of fp32 before the bf16 rounding (the op tests' tolerance is the CPU emulation's).
 // (The first form summed one float of every CTA at a time in the D order, 2-byte stores: half of the kernel's
@@ -732,35 +733,40 @@ static __device__ __forceinline__ void epilogue_split(const gemm_params &p, cons
     const uint32_t Z = gridDim.z, r = cluster_rank(), base = smem_u32(part);
     const int c1 = (int)((r + 1) * NC / Z);
     for (int c = (int)(r * NC / Z) + tid; c < c1; c += THREADS) {
-        const int n = c / (BM / 8), R = (c % (BM / 8)) * 8;
+        /* chunk c: activation row n, weight rows R + [0, 4) and R + BM / 2 + [0, 4) (a warp's 16-byte loads and
+           8-byte stores cover 512 and 256 contiguous bytes) */
+        const int n = c / (BM / 8), R = (c % (BM / 8)) * 4;
         const uint32_t local = base + (uint32_t)(n * PS + R) * 4u;
         float4 q[FM_W4A8_MAX_SPLITS][2];
 #pragma unroll
         for (int z = 0; z < FM_W4A8_MAX_SPLITS; z++)
             if (z < (int)Z) {
                 const uint32_t remote = cluster_map(local, (uint32_t)z);
-                q[z][0] = ld_cluster_f32x4(remote), q[z][1] = ld_cluster_f32x4(remote + 16u);
+                q[z][0] = ld_cluster_f32x4(remote), q[z][1] = ld_cluster_f32x4(remote + (uint32_t)(BM / 2) * 4u);
             }
-        float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        float v[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int z = 0; z < FM_W4A8_MAX_SPLITS; z++)
-            if (z < (int)Z) {
-                v[0] += q[z][0].x, v[1] += q[z][0].y, v[2] += q[z][0].z, v[3] += q[z][0].w;
-                v[4] += q[z][1].x, v[5] += q[z][1].y, v[6] += q[z][1].z, v[7] += q[z][1].w;
-            }
-        const int64_t row = (int64_t)blockIdx.x * BM + R;
-        if (n >= tile.rows || row >= p.rows) continue;
+            if (z < (int)Z)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    v[h][0] += q[z][h].x, v[h][1] += q[z][h].y, v[h][2] += q[z][h].z, v[h][3] += q[z][h].w;
+        if (n >= tile.rows) continue;
         const int32_t slot = tile.slot0 + n;
-        __nv_bfloat16 *y = p.y + (p.row_map ? __ldcg(p.row_map + slot) : slot) * p.ldy + row;
-        if (row + 8 <= p.rows && ((uintptr_t)y & 15) == 0) {
-            __align__(16) __nv_bfloat162 h[4];
+        __nv_bfloat16 *yr = p.y + (p.row_map ? __ldcg(p.row_map + slot) : slot) * p.ldy;
 #pragma unroll
-            for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-            *(uint4 *)y = *(const uint4 *)h;
-        } else {
+        for (int h = 0; h < 2; h++) {
+            const int64_t row = (int64_t)blockIdx.x * BM + R + h * (BM / 2);
+            __nv_bfloat16 *y = yr + row;
+            if (row + 4 <= p.rows && ((uintptr_t)y & 7) == 0) {
+                __align__(8) __nv_bfloat162 o[2] = {__floats2bfloat162_rn(v[h][0], v[h][1]),
+                                                    __floats2bfloat162_rn(v[h][2], v[h][3])};
+                *(uint2 *)y = *(const uint2 *)o;
+            } else {
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                if (row + j < p.rows) y[j] = __float2bfloat16_rn(v[j]);
+                for (int j = 0; j < 4; j++)
+                    if (row + j < p.rows) y[j] = __float2bfloat16_rn(v[h][j]);
+            }
         }
     }
     cluster_arrive_release(); /* done reading the others' partials: */
