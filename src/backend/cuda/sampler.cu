@@ -166,6 +166,29 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
     return prefix;
 }
 
+// The first pass's state of a row: its parameters, its penalty state (NULL: none applies), its mask's bits (NULL:
+// unmasked) and z (NULL: not stored)
+typedef struct first_pass {
+    fm_sampling p;
+    const uint8_t *seen;
+    const int32_t *counts;
+    const uint32_t *mask;
+    float *z;
+} first_pass;
+
+// logit l of id i through the first pass: NaN as -inf, the penalties, the mask, into z, and the running argmax
+static __device__ __forceinline__ void first_pass_one(const first_pass &fp, float l, int32_t i, best_t *mine) {
+    if (isnan(l)) l = -INFINITY;
+    if (fp.seen && fp.seen[i])
+        l = l > 0.0f ? __fdiv_rn(l, fp.p.repetition_penalty) : __fmul_rn(l, fp.p.repetition_penalty);
+    if (fp.counts && fp.counts[i])
+        l = __fsub_rn(l, __fadd_rn(fp.p.presence_penalty, __fmul_rn(fp.p.frequency_penalty, (float)fp.counts[i])));
+    if (fp.mask && !((fp.mask[i >> 5] >> (i & 31)) & 1u)) l = -INFINITY;
+    if (fp.z) fp.z[i] = l;
+    const best_t b = {l, i};
+    if (before(b, *mine)) *mine = b;
+}
+
 static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logits, bool f32, int32_t V,
                                                                 const int32_t *row_slot, const fm_sampling *params,
                                                                 uint64_t *steps, int32_t *counts, uint8_t *seen,
@@ -183,20 +206,30 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     const uint32_t *mrow = mask && p.masked ? mask + row * (int64_t)((V + 31) / 32) : NULL;
     const bool biased = bias && p.n_bias > 0;
     // penalties (the reference's float operations, uncontracted), the mask, and the argmax of the result (the bias
-    // comes between them in the reference: a biased row adds it below and takes the argmax again)
+    // comes between them in the reference: a biased row adds it below and takes the argmax again); z is written only
+    // for a row whose later passes read it (a biased or a sampled row): a greedy row reads its logits once
+    const first_pass fp = {p, rep ? seen + sbase : NULL, pres ? counts + sbase : NULL, mrow,
+                           biased || p.temperature > 0.0f ? z : NULL};
     best_t mine = {-INFINITY, INT32_MAX};
-    for (int32_t i = threadIdx.x; i < V; i += THREADS) {
-        float l = load_logit(logits, f32, base + i);
-        if (isnan(l)) l = -INFINITY;
-        if (rep && seen[sbase + i])
-            l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
-        if (pres && counts[sbase + i])
-            l = __fsub_rn(l, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)counts[sbase + i])));
-        if (mrow && !((mrow[i >> 5] >> (i & 31)) & 1u)) l = -INFINITY;
-        z[i] = l;
-        const best_t b = {l, i};
-        if (before(b, mine)) mine = b;
+    const int32_t W = f32 ? 4 : 8; /* ids a 16-byte load */
+    const bool vec = V % W == 0 && ((uintptr_t)logits & 15) == 0;
+    for (int32_t i0 = vec ? threadIdx.x * W : V; i0 < V; i0 += THREADS * W) {
+        if (f32) {
+            const float4 v = __ldg((const float4 *)((const float *)logits + base + i0));
+            first_pass_one(fp, v.x, i0, &mine), first_pass_one(fp, v.y, i0 + 1, &mine);
+            first_pass_one(fp, v.z, i0 + 2, &mine), first_pass_one(fp, v.w, i0 + 3, &mine);
+        } else {
+            const uint4 v = __ldg((const uint4 *)((const __nv_bfloat16 *)logits + base + i0));
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                first_pass_one(fp, __uint_as_float(w[j] << 16), i0 + 2 * j, &mine);
+                first_pass_one(fp, __uint_as_float(w[j] & 0xffff0000u), i0 + 2 * j + 1, &mine);
+            }
+        }
     }
+    if (!vec)
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) first_pass_one(fp, load_logit(logits, f32, base + i), i, &mine);
     if (biased) { // distinct ids (checked at submission): one thread per entry; a masked id stays -inf
         __syncthreads();
         const fm_logit_bias *lb = bias + slot * FM_MAX_LOGIT_BIAS;
