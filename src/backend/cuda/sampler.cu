@@ -3,14 +3,17 @@
 // same double-precision masses, the same counter-based uniform), so a seed draws the same ids on both backends.
 //
 // Passes over the row (vocab V, from L2 after the first): penalties, the constraint's mask (a bit per id, read only
-// for a masked row) + temperature into z, with the argmax (1 pass; a row with a logit bias adds its entries to z and
-// takes the argmax again: one more pass);
-// greedy rows stop there. Sampled rows: top-k as a radix select of the k-th largest z (4 passes of 8 bits over
+// for a masked row) + temperature into z (stored only for a row that reads it again), with the argmax and the raw
+// logits' log-sum-exp (online: each thread's largest logit and its sum of fp32 exps in fp64), in 16-byte loads (1
+// pass; a row with a logit bias adds its entries to z and takes the argmax again: one more pass); greedy rows stop
+// there. Sampled rows: top-k as a radix select of the k-th largest z (4 passes of 8 bits over
 // order-preserving keys), top-p as a radix select on probability mass (4 passes, double sums in 256 shared bins),
 // min-p in closed form, the kept total (1 pass), and the draw: each thread owns a contiguous chunk of ids, a block
 // scan of the chunk masses finds the chunk holding u x total, and its thread walks it in id order (1 pass). Log-
-// probabilities of the raw logits: log-sum-exp (1 pass) and the top N by N argmax passes over the total order
-// (value descending, id ascending), each pass taking the first element after the previous pick.
+// probabilities of the raw logits: the top N by N argmax passes over the total order (value descending, id
+// ascending), each pass taking the first element after the previous pick. (The greedy row's first pass was 148
+// scalar loads and z stores a thread, and the log-sum-exp two more passes in fp64 exps: 132 us for one Qwen3 row on
+// an H100; bench/NOTES.md, forty-fourth session.)
 // Floor: V x (2 or 4) bytes of logits per row from HBM; the rest is L2 traffic, ~10-14 passes of 4V bytes.
 // Programmatic dependent launch (pdl.cuh, `pdl`): the kernel waits for the earlier ones at its top (every input is
 // the step's: the logits, the rows' slots, the sampling state and the constraint's masks).
@@ -167,17 +170,34 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
 }
 
 // The first pass's state of a row: its parameters, its penalty state (NULL: none applies), its mask's bits (NULL:
-// unmasked) and z (NULL: not stored)
+// unmasked), z (NULL: not stored) and whether the raw logits' log-sum-exp is wanted (the row's fm_sample_info)
 typedef struct first_pass {
     fm_sampling p;
     const uint8_t *seen;
     const int32_t *counts;
     const uint32_t *mask;
     float *z;
+    bool lse;
 } first_pass;
 
-// logit l of id i through the first pass: NaN as -inf, the penalties, the mask, into z, and the running argmax
-static __device__ __forceinline__ void first_pass_one(const first_pass &fp, float l, int32_t i, best_t *mine) {
+// A thread's share of the raw logits' log-sum-exp, online: the largest logit m it has seen and the sum of exp(l - m)
+// over its logits (each term in fp32, within an ulp; the sum and the rescaling when m grows in fp64). NaN and -inf
+// add nothing; a row whose largest logit is not finite takes the two-pass form.
+typedef struct lse_acc {
+    float m;
+    double s;
+} lse_acc;
+static __device__ __forceinline__ void lse_add(lse_acc *a, float l) {
+    if (isnan(l) || l == -INFINITY) return;
+    if (l > a->m) a->s = a->s * exp((double)a->m - (double)l) + 1.0, a->m = l;
+    else a->s += (double)expf(l - a->m);
+}
+
+// logit l of id i through the first pass: the log-sum-exp's share, NaN as -inf, the penalties, the mask, into z, and
+// the running argmax
+static __device__ __forceinline__ void first_pass_one(const first_pass &fp, float l, int32_t i, best_t *mine,
+                                                      lse_acc *la) {
+    if (fp.lse) lse_add(la, l);
     if (isnan(l)) l = -INFINITY;
     if (fp.seen && fp.seen[i])
         l = l > 0.0f ? __fdiv_rn(l, fp.p.repetition_penalty) : __fmul_rn(l, fp.p.repetition_penalty);
@@ -209,27 +229,29 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     // comes between them in the reference: a biased row adds it below and takes the argmax again); z is written only
     // for a row whose later passes read it (a biased or a sampled row): a greedy row reads its logits once
     const first_pass fp = {p, rep ? seen + sbase : NULL, pres ? counts + sbase : NULL, mrow,
-                           biased || p.temperature > 0.0f ? z : NULL};
+                           biased || p.temperature > 0.0f ? z : NULL, info != NULL};
     best_t mine = {-INFINITY, INT32_MAX};
+    lse_acc la = {-INFINITY, 0.0};
     const int32_t W = f32 ? 4 : 8; /* ids a 16-byte load */
     const bool vec = V % W == 0 && ((uintptr_t)logits & 15) == 0;
     for (int32_t i0 = vec ? threadIdx.x * W : V; i0 < V; i0 += THREADS * W) {
         if (f32) {
             const float4 v = __ldg((const float4 *)((const float *)logits + base + i0));
-            first_pass_one(fp, v.x, i0, &mine), first_pass_one(fp, v.y, i0 + 1, &mine);
-            first_pass_one(fp, v.z, i0 + 2, &mine), first_pass_one(fp, v.w, i0 + 3, &mine);
+            first_pass_one(fp, v.x, i0, &mine, &la), first_pass_one(fp, v.y, i0 + 1, &mine, &la);
+            first_pass_one(fp, v.z, i0 + 2, &mine, &la), first_pass_one(fp, v.w, i0 + 3, &mine, &la);
         } else {
             const uint4 v = __ldg((const uint4 *)((const __nv_bfloat16 *)logits + base + i0));
             const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                first_pass_one(fp, __uint_as_float(w[j] << 16), i0 + 2 * j, &mine);
-                first_pass_one(fp, __uint_as_float(w[j] & 0xffff0000u), i0 + 2 * j + 1, &mine);
+                first_pass_one(fp, __uint_as_float(w[j] << 16), i0 + 2 * j, &mine, &la);
+                first_pass_one(fp, __uint_as_float(w[j] & 0xffff0000u), i0 + 2 * j + 1, &mine, &la);
             }
         }
     }
     if (!vec)
-        for (int32_t i = threadIdx.x; i < V; i += THREADS) first_pass_one(fp, load_logit(logits, f32, base + i), i, &mine);
+        for (int32_t i = threadIdx.x; i < V; i += THREADS)
+            first_pass_one(fp, load_logit(logits, f32, base + i), i, &mine, &la);
     if (biased) { // distinct ids (checked at submission): one thread per entry; a masked id stays -inf
         __syncthreads();
         const fm_logit_bias *lb = bias + slot * FM_MAX_LOGIT_BIAS;
@@ -297,18 +319,24 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
         chosen = sh.chosen;
     }
     if (info) { // the raw distribution: log-sum-exp, the chosen id's log-probability, the top N
-        best_t rmax = {-INFINITY, INT32_MAX};
-        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
-            const best_t b = {load_logit(logits, f32, base + i), i};
-            if (!isnan(b.v) && before(b, rmax)) rmax = b;
+        const float M = block_best(best_t{la.m, 0}, sh.best).v;
+        double lse;
+        if (isfinite(M)) { // the threads' online shares, rescaled to the row's largest logit
+            lse = (double)M + log(block_sum(la.s > 0.0 ? la.s * exp((double)la.m - (double)M) : 0.0, sh.dsum));
+        } else { // a logit at +inf, or none above -inf: the reference's two passes, the same NaN or inf
+            best_t rmax = {-INFINITY, INT32_MAX};
+            for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+                const best_t b = {load_logit(logits, f32, base + i), i};
+                if (!isnan(b.v) && before(b, rmax)) rmax = b;
+            }
+            const double mx = (double)block_best(rmax, sh.best).v;
+            double part = 0.0;
+            for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+                const float l = load_logit(logits, f32, base + i);
+                if (!isnan(l)) part += exp((double)l - mx);
+            }
+            lse = mx + log(block_sum(part, sh.dsum));
         }
-        const double mx = (double)block_best(rmax, sh.best).v;
-        double part = 0.0;
-        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
-            const float l = load_logit(logits, f32, base + i);
-            if (!isnan(l)) part += exp((double)l - mx);
-        }
-        const double lse = mx + log(block_sum(part, sh.dsum));
         const int32_t n = p.n_logprobs < V ? p.n_logprobs : V;
         best_t prev = {INFINITY, -1};
         int32_t got = 0;
