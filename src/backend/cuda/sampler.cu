@@ -4,7 +4,7 @@
 //
 // Passes over the row (vocab V, from L2 after the first): penalties, the constraint's mask (a bit per id, read only
 // for a masked row) + temperature into z (stored only for a row that reads it again), with the argmax and the raw
-// logits' log-sum-exp (online: each thread's largest logit and its sum of fp32 exps in fp64), in 16-byte loads (1
+// logits' log-sum-exp (online: each thread's largest logit and its sum of exps, lse_add), in 16-byte loads (1
 // pass; a row with a logit bias adds its entries to z and takes the argmax again: one more pass); greedy rows stop
 // there. Sampled rows: top-k as a radix select of the k-th largest z (4 passes of 8 bits over
 // order-preserving keys), top-p as a radix select on probability mass (4 passes, double sums in 256 shared bins),
@@ -181,23 +181,27 @@ typedef struct first_pass {
 } first_pass;
 
 // A thread's share of the raw logits' log-sum-exp, online: the largest logit m it has seen and the sum of exp(l - m)
-// over its logits (each term in fp32, within an ulp; the sum and the rescaling when m grows in fp64). NaN and -inf
-// add nothing; a row whose largest logit is not finite takes the two-pass form.
+// over its logits. A load's n logits at a time: their largest first (m and the sum rescaled once, by an fp32 exp),
+// then their n fp32 exps summed in fp32 and added to the fp64 sum (each term within an ulp; per id, rescaling the
+// sum at every new largest logit took a divergent fp64 exp on most iterations). NaN and -inf add nothing; a row
+// whose largest logit is not finite takes the two-pass form.
 typedef struct lse_acc {
     float m;
     double s;
 } lse_acc;
-static __device__ __forceinline__ void lse_add(lse_acc *a, float l) {
-    if (isnan(l) || l == -INFINITY) return;
-    if (l > a->m) a->s = a->s * exp((double)a->m - (double)l) + 1.0, a->m = l;
-    else a->s += (double)expf(l - a->m);
+static __device__ __forceinline__ void lse_add(lse_acc *a, const float *l, int n) {
+    float cm = -INFINITY;
+    for (int j = 0; j < n; j++) cm = fmaxf(cm, l[j]); /* fmaxf drops a NaN */
+    if (cm == -INFINITY) return;
+    if (cm > a->m) a->s *= (double)expf(a->m - cm), a->m = cm;
+    float t = 0.0f;
+    for (int j = 0; j < n; j++)
+        if (!isnan(l[j])) t += expf(l[j] - a->m);
+    a->s += (double)t;
 }
 
-// logit l of id i through the first pass: the log-sum-exp's share, NaN as -inf, the penalties, the mask, into z, and
-// the running argmax
-static __device__ __forceinline__ void first_pass_one(const first_pass &fp, float l, int32_t i, best_t *mine,
-                                                      lse_acc *la) {
-    if (fp.lse) lse_add(la, l);
+// logit l of id i through the first pass: NaN as -inf, the penalties, the mask, into z, and the running argmax
+static __device__ __forceinline__ void first_pass_one(const first_pass &fp, float l, int32_t i, best_t *mine) {
     if (isnan(l)) l = -INFINITY;
     if (fp.seen && fp.seen[i])
         l = l > 0.0f ? __fdiv_rn(l, fp.p.repetition_penalty) : __fmul_rn(l, fp.p.repetition_penalty);
@@ -228,30 +232,39 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     // penalties (the reference's float operations, uncontracted), the mask, and the argmax of the result (the bias
     // comes between them in the reference: a biased row adds it below and takes the argmax again); z is written only
     // for a row whose later passes read it (a biased or a sampled row): a greedy row reads its logits once
-    const first_pass fp = {p, rep ? seen + sbase : NULL, pres ? counts + sbase : NULL, mrow,
-                           biased || p.temperature > 0.0f ? z : NULL, info != NULL};
+    const first_pass fp = {p,
+                           rep ? seen + sbase : NULL,
+                           pres ? counts + sbase : NULL,
+                           mrow,
+                           biased || p.temperature > 0.0f ? z : NULL,
+                           info != NULL};
     best_t mine = {-INFINITY, INT32_MAX};
     lse_acc la = {-INFINITY, 0.0};
     const int32_t W = f32 ? 4 : 8; /* ids a 16-byte load */
     const bool vec = V % W == 0 && ((uintptr_t)logits & 15) == 0;
     for (int32_t i0 = vec ? threadIdx.x * W : V; i0 < V; i0 += THREADS * W) {
+        float l[8];
         if (f32) {
             const float4 v = __ldg((const float4 *)((const float *)logits + base + i0));
-            first_pass_one(fp, v.x, i0, &mine, &la), first_pass_one(fp, v.y, i0 + 1, &mine, &la);
-            first_pass_one(fp, v.z, i0 + 2, &mine, &la), first_pass_one(fp, v.w, i0 + 3, &mine, &la);
+            l[0] = v.x, l[1] = v.y, l[2] = v.z, l[3] = v.w;
         } else {
             const uint4 v = __ldg((const uint4 *)((const __nv_bfloat16 *)logits + base + i0));
             const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                first_pass_one(fp, __uint_as_float(w[j] << 16), i0 + 2 * j, &mine, &la);
-                first_pass_one(fp, __uint_as_float(w[j] & 0xffff0000u), i0 + 2 * j + 1, &mine, &la);
-            }
+            for (int j = 0; j < 4; j++)
+                l[2 * j] = __uint_as_float(w[j] << 16), l[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
         }
+        if (fp.lse) lse_add(&la, l, W);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (j < W) first_pass_one(fp, l[j], i0 + j, &mine);
     }
     if (!vec)
-        for (int32_t i = threadIdx.x; i < V; i += THREADS)
-            first_pass_one(fp, load_logit(logits, f32, base + i), i, &mine, &la);
+        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+            const float l = load_logit(logits, f32, base + i);
+            if (fp.lse) lse_add(&la, &l, 1);
+            first_pass_one(fp, l, i, &mine);
+        }
     if (biased) { // distinct ids (checked at submission): one thread per entry; a masked id stays -inf
         __syncthreads();
         const fm_logit_bias *lb = bias + slot * FM_MAX_LOGIT_BIAS;

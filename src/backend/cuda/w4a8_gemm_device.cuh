@@ -711,9 +711,9 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
 // (The first form summed one float of every CTA at a time in the D order, 2-byte stores: half of the kernel's
 // instructions and stall samples at Qwen3's q|k|v, B = 64, under ncu: bench/NOTES.md, forty-fourth session.)
 template <int BNT> struct split_shape {
-    static constexpr int stride = BM + 4;                       /* floats of one activation row's partials */
-    static constexpr int bytes = BNT * stride * 4;              /* the partials, in the dynamic shared memory */
-    static constexpr int chunks = BNT * (BM / 8);               /* 8 weight rows of one activation row */
+    static constexpr int stride = BM + 4;          /* floats of one activation row's partials */
+    static constexpr int bytes = BNT * stride * 4; /* the partials, in the dynamic shared memory */
+    static constexpr int chunks = BNT * (BM / 8);  /* 8 weight rows of one activation row */
 };
 template <int BNT>
 static __device__ __forceinline__ void epilogue_split(const gemm_params &p, const fm_w4a8_tile &tile,

@@ -1,0 +1,41 @@
+#!/bin/bash
+# forty-fourth session: the sampler's log-sum-exp a load's 8 logits at a time (.carry/gpu-s48e.tar.xz) against the
+# binary before it (.carry/gpu-s48d.tar.xz: the log-sum-exp online a logit at a time) and the one before that
+# (.carry/gpu-s48c.tar.xz: two passes), the split routes given to all. (1) test_cuda_sampler, test_cuda_generate,
+# test_cuda_graph on the new binary; (2) fp8 decode B = 1, 8, 64, the three alternating, two rounds; (3)
+# sample_kernel under ncu at B = 1 and 64 (each binary; the last two launches).
+# Carry .carry/env.sh, .carry/debs, .carry/gpu-s48c.tar.xz, .carry/gpu-s48d.tar.xz, .carry/gpu-s48e.tar.xz.
+set -u
+LIMIT=${LIMIT:-400}
+source .carry/env.sh
+export FP8MOE_SHARED_MODELS=$PWD/models
+mkdir -p s48c s48d s48e && tar -xJf .carry/gpu-s48c.tar.xz -C s48c && tar -xJf .carry/gpu-s48d.tar.xz -C s48d &&
+  tar -xJf .carry/gpu-s48e.tar.xz -C s48e || exit 1
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+L=$OUT/logs; mkdir -p $L
+left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
+R=w4a8.gemv_max_m=16,w4a8.splits=fill
+for t in sampler generate graph; do
+  timeout 150 s48e/build/new/test_cuda_$t > $L/test_$t.log 2>&1
+  echo "== test_cuda_$t rc $? $SECONDS s: $(grep -cE '^\[ +OK +\]' $L/test_$t.log) ok, $(grep -cE '^\[ +FAILED +\]' $L/test_$t.log) failed"
+  grep -E "vocab .*differ|FAIL" $L/test_$t.log | head -8
+done
+D=(decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 --backend cuda --steps 32 --route $R)
+for rd in 1 2; do for b in two online new; do
+  left 30 || break
+  B=s48$(case $b in two) echo c;; online) echo d;; new) echo e;; esac)/build/new
+  f=$L/dec_${b}_$rd.log; timeout 90 $B/fp8moe-bench "${D[@]}" --batch 1,8,64 > $f 2>&1
+  echo "== decode $b round $rd rc $? $SECONDS s"; grep -E "^\| fp8 \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \|" $f | cut -c1-80
+done; done
+for b in two online new; do for bb in 1 64; do
+  left 40 || break
+  B=s48$(case $b in two) echo c;; online) echo d;; new) echo e;; esac)/build/new
+  f=$L/ncu_sample_${b}_$bb.txt
+  timeout 60 ncu --kernel-name sample_kernel --launch-count 200 --cache-control none \
+    --clock-control none --metrics gpu__time_duration.sum $B/fp8moe-bench decode --synthetic qwen3-30b-a3b \
+    --layers 2 --batch $bb --context 256 --presets fp8 --backend cuda --warmup 1 --steps 4 \
+    --route decode.graphs=off,$R > $f 2>&1
+  echo "== ncu sample $b B=$bb rc $? $SECONDS s: $(grep gpu__time_duration $f | tail -2 | sed 's/  */ /g' | tr '\n' ' ')"
+done; done
+cd $OUT && tar -cJf all.tar.xz logs && rm -rf logs
+echo "== all $SECONDS s"
