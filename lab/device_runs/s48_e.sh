@@ -37,5 +37,15 @@ for b in two online new; do for bb in 1 64; do
     --route decode.graphs=off,$R > $f 2>&1
   echo "== ncu sample $b B=$bb rc $? $SECONDS s: $(grep gpu__time_duration $f | tail -2 | sed 's/  */ /g' | tr '\n' ' ')"
 done; done
+# (4) the B = 64 routing kernel's SASS (ncu source page): where its ~11 us go (the prefill of 64 sequences x 2
+# layers launches it 128 times first; grid 16 is a decode step's)
+if left 40; then
+  timeout 90 ncu --kernel-name route_warp_kernel --launch-skip 132 --launch-count 1 --section SourceCounters \
+    --section WarpStateStats --section SpeedOfLight --section LaunchStats --import-source yes -o $L/src_route -f \
+    s48e/build/new/fp8moe-bench decode --synthetic qwen3-30b-a3b --layers 2 --batch 64 --context 256 --presets fp8 \
+    --backend cuda --warmup 1 --steps 4 --route decode.graphs=off,$R > $L/src_route_collect.txt 2>&1
+  echo "== ncu route rc $? $SECONDS s"; grep -E "Duration|Registers|Stall|Grid Size|Block Size" $L/src_route_collect.txt | sed 's/  */ /g' | head
+  timeout 60 ncu -i $L/src_route.ncu-rep --page source --print-source sass --csv > $L/src_route_sass.csv 2>&1
+fi
 cd $OUT && tar -cJf all.tar.xz logs && rm -rf logs
 echo "== all $SECONDS s"
