@@ -1,16 +1,15 @@
 #!/bin/bash
 # forty-fourth session: the sampler's log-sum-exp a load's 8 logits at a time (.carry/gpu-s48e.tar.xz) against the
-# binary before it (.carry/gpu-s48d.tar.xz: the log-sum-exp online a logit at a time) and the one before that
-# (.carry/gpu-s48c.tar.xz: two passes), the split routes given to all. (1) test_cuda_sampler, test_cuda_generate,
-# test_cuda_graph on the new binary; (2) fp8 decode B = 1, 8, 64, the three alternating, two rounds; (3)
+# binary of s48_c (.carry/gpu-s48c.tar.xz: two passes; s48_d has the online form a logit at a time against it), the
+# split routes given to both. (1) test_cuda_sampler, test_cuda_generate,
+# test_cuda_graph on the new binary; (2) fp8 decode B = 1, 8, 64, the two alternating, two rounds; (3)
 # sample_kernel under ncu at B = 1 and 64 (each binary; the last two launches).
-# Carry .carry/env.sh, .carry/debs, .carry/gpu-s48c.tar.xz, .carry/gpu-s48d.tar.xz, .carry/gpu-s48e.tar.xz.
+# Carry .carry/env.sh, .carry/debs, .carry/gpu-s48c.tar.xz, .carry/gpu-s48e.tar.xz.
 set -u
 LIMIT=${LIMIT:-400}
 source .carry/env.sh
 export FP8MOE_SHARED_MODELS=$PWD/models
-mkdir -p s48c s48d s48e && tar -xJf .carry/gpu-s48c.tar.xz -C s48c && tar -xJf .carry/gpu-s48d.tar.xz -C s48d &&
-  tar -xJf .carry/gpu-s48e.tar.xz -C s48e || exit 1
+mkdir -p s48c s48e && tar -xJf .carry/gpu-s48c.tar.xz -C s48c && tar -xJf .carry/gpu-s48e.tar.xz -C s48e || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 L=$OUT/logs; mkdir -p $L
 left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
@@ -21,15 +20,15 @@ for t in sampler generate graph; do
   grep -E "vocab .*differ|FAIL" $L/test_$t.log | head -8
 done
 D=(decode --synthetic qwen3-30b-a3b --context 2048 --presets fp8 --backend cuda --steps 32 --route $R)
-for rd in 1 2; do for b in two online new; do
+for rd in 1 2; do for b in two new; do
   left 30 || break
-  B=s48$(case $b in two) echo c;; online) echo d;; new) echo e;; esac)/build/new
+  B=s48$(case $b in two) echo c;; new) echo e;; esac)/build/new
   f=$L/dec_${b}_$rd.log; timeout 90 $B/fp8moe-bench "${D[@]}" --batch 1,8,64 > $f 2>&1
   echo "== decode $b round $rd rc $? $SECONDS s"; grep -E "^\| fp8 \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9]+ \|" $f | cut -c1-80
 done; done
-for b in two online new; do for bb in 1 64; do
+for b in two new; do for bb in 1 64; do
   left 40 || break
-  B=s48$(case $b in two) echo c;; online) echo d;; new) echo e;; esac)/build/new
+  B=s48$(case $b in two) echo c;; new) echo e;; esac)/build/new
   f=$L/ncu_sample_${b}_$bb.txt
   timeout 60 ncu --kernel-name sample_kernel --launch-count 200 --cache-control none \
     --clock-control none --metrics gpu__time_duration.sum $B/fp8moe-bench decode --synthetic qwen3-30b-a3b \
