@@ -67,6 +67,12 @@ static __device__ __forceinline__ void route_warp_values(const A *l, int32_t E, 
     }
 }
 
+// A float's key in unsigned order (larger float, larger key; -0 as +0; not for NaN)
+static __device__ __forceinline__ unsigned route_order_key(float v) {
+    const unsigned b = __float_as_uint(v + 0.0f); /* -0 + 0 = +0 */
+    return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
 // Token t's routing by one warp (route_warp_values, then k rounds of a warp argmax, ties to the lower index)
 template <typename A, bool L2, int WARP_E>
 static __device__ void route_warp_token_n(const A *l, int64_t t, int32_t E, int32_t k, bool softmax_topk,
@@ -85,11 +91,12 @@ static __device__ void route_warp_token_n(const A *l, int64_t t, int32_t E, int3
             const int e = lane + 32 * i;
             if (e < E && !(taken >> i & 1u) && (v[i] > bv || (v[i] == bv && e < be))) bv = v[i], be = e;
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (ov > bv || (ov == bv && oe < be)) bv = ov, be = oe;
-        }
+        /* the warp's largest value, then the lowest expert holding it: two redux.sync instead of five rounds of
+           two shuffles and a compare (the same pick: bv is never NaN, and -0 counts as +0 as the compare does),
+           and the winner's value from its lane */
+        const unsigned key = route_order_key(bv), top = __reduce_max_sync(0xffffffffu, key);
+        be = (int)__reduce_min_sync(0xffffffffu, key == top ? (unsigned)be : 0xffffffffu);
+        bv = __shfl_sync(0xffffffffu, bv, be & 31); /* the value itself (a -0 stays -0) */
         if ((be & 31) == lane) taken |= 1u << (be >> 5);
         id[j] = be, w[j] = bv;
     }
