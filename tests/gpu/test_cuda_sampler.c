@@ -11,7 +11,9 @@
  * penalty state equal to the host's. With constraints: every third row masked (a random allowed-token mask of ~30%
  * density, some rows allowing one id only) and every fourth row with a logit bias (up to 40 distinct ids, -100..100,
  * some at the ends), the rest as above: masked and biased rows equal the reference too, and masked rows draw only
- * allowed ids. Runs only where a GPU is present (make test-gpu). */
+ * allowed ids. Every case runs twice: one CTA a row, and with the split workspace (a row's first pass over several
+ * CTAs, the last one finishing the row; Qwen3's vocabulary splits at these batches): the same ids, log-probabilities
+ * within the same bound. Runs only where a GPU is present (make test-gpu). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,7 +72,9 @@ static fm_sampling params_for(int r, int32_t vocab) {
     return s;
 }
 
-static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool constrain) {
+/* split: the launch gets the split workspace (fm_cuda_sample_splits CTAs a row where the batch and the vocabulary
+   allow it: Qwen3's vocabulary here), else one CTA a row */
+static void run_case_as(int32_t B, int32_t vocab, bool f32, bool penalties, bool constrain, bool split) {
     const size_t n = (size_t)B * (size_t)vocab;
     float *logits = malloc(n * sizeof *logits);
     uint16_t *lb = malloc(n * sizeof *lb);
@@ -127,6 +131,8 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool co
     fm_sample_info *d_info = dev((size_t)B * sizeof *info);
     uint32_t *d_mask = constrain ? dev((size_t)B * words * sizeof *mask) : NULL;
     fm_logit_bias *d_bias = constrain ? dev((size_t)B * FM_MAX_LOGIT_BIAS * sizeof *bias) : NULL;
+    void *d_ws = split ? dev(FM_CUDA_SAMPLE_WS_BYTES) : NULL;
+    if (split) CK(cudaMemset(d_ws, 0, FM_CUDA_SAMPLE_WS_BYTES));
     if (constrain) {
         CK(cudaMemcpy(d_mask, mask, (size_t)B * words * sizeof *mask, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(d_bias, bias, (size_t)B * FM_MAX_LOGIT_BIAS * sizeof *bias, cudaMemcpyHostToDevice));
@@ -143,7 +149,7 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool co
     for (int step = 0; step < 8; step++) {
         CK(cudaMemset(d_ids, 0xff, (size_t)B * sizeof *ids));
         fm_cuda_sample(d_logits, f32, B, vocab, NULL, d_params, d_steps, d_counts, d_seen, d_bias, d_mask, d_z, d_ids,
-                       d_info, false, 0);
+                       d_info, d_ws, false, 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ids, d_ids, (size_t)B * sizeof *ids, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(info, d_info, (size_t)B * sizeof *info, cudaMemcpyDeviceToHost));
@@ -172,9 +178,10 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool co
             }
         }
     }
-    printf("  vocab %6d, %s, penalties %s, masks and biases %s: %d draws, %d differ, worst log-prob difference %.2e\n",
-           vocab, f32 ? "fp32" : "bf16", penalties ? "on " : "off", constrain ? "on " : "off", compared, mismatches,
-           worst_lp);
+    printf("  vocab %6d, %s, penalties %s, masks and biases %s, %2d CTAs a row: %d draws, %d differ, worst log-prob "
+           "difference %.2e\n",
+           vocab, f32 ? "fp32" : "bf16", penalties ? "on " : "off", constrain ? "on " : "off",
+           fm_cuda_sample_splits(B, vocab, split), compared, mismatches, worst_lp);
     assert_int_equal(mismatches, 0);
     assert_true(worst_lp <= 2e-5);
     if (penalties) { /* the device appended its ids to the same state */
@@ -188,10 +195,15 @@ static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool co
     assert_memory_equal(dsteps_h, steps, (size_t)B * sizeof *steps);
     free(dsteps_h);
     cudaFree(d_logits), cudaFree(d_params), cudaFree(d_steps), cudaFree(d_counts), cudaFree(d_seen), cudaFree(d_z);
-    cudaFree(d_ids), cudaFree(d_info), cudaFree(d_mask), cudaFree(d_bias);
+    cudaFree(d_ids), cudaFree(d_info), cudaFree(d_mask), cudaFree(d_bias), cudaFree(d_ws);
     free(mask), free(bias);
     free(logits), free(lb), free(counts), free(dcounts_h), free(seen), free(dseen_h), free(params), free(steps);
     free(scratch), free(info), free(ids);
+}
+
+static void run_case(int32_t B, int32_t vocab, bool f32, bool penalties, bool constrain) {
+    run_case_as(B, vocab, f32, penalties, constrain, false);
+    run_case_as(B, vocab, f32, penalties, constrain, true);
 }
 
 static void test_small_vocab(void **state) {

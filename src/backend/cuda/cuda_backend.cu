@@ -121,6 +121,7 @@ static void cu_destroy(fm_backend *bb) {
     if (be->cublas) cublasDestroy(be->cublas);
     if (be->cublas_ws) cudaFree(be->cublas_ws);
     if (be->router_counter) cudaFree(be->router_counter);
+    if (be->sample_ws) cudaFree(be->sample_ws);
     if (be->tail_counter) cudaFree(be->tail_counter);
     if (be->gdn_arrivals) cudaFree(be->gdn_arrivals);
     if (be->block_barrier) cudaFree(be->block_barrier);
@@ -586,7 +587,7 @@ static void cu_sample(fm_backend *bb, const void *logits, int32_t B, int32_t voc
                       void *z, void *ids, void *info) {
     fm_cuda_sample(logits, f32(bb), B, vocab, (const int32_t *)row_slot, (const fm_sampling *)params, (uint64_t *)steps,
                    (int32_t *)counts, (uint8_t *)seen, (const fm_logit_bias *)bias, (const uint32_t *)mask, (float *)z,
-                   (int32_t *)ids, (fm_sample_info *)info, pdl(bb), stream(bb));
+                   (int32_t *)ids, (fm_sample_info *)info, cuda_be(bb)->sample_ws, pdl(bb), stream(bb));
 }
 
 static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_bank *w, int64_t rows, int64_t dim,
@@ -947,7 +948,9 @@ extern "C" fm_status fm_cuda_backend_create(const fm_plan *plan, const char *rou
         cudaMalloc(&be->gdn_arrivals, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
         cudaMemset(be->gdn_arrivals, 0, FM_CUDA_GDN_ARRIVALS * sizeof *be->gdn_arrivals) != cudaSuccess ||
         cudaMalloc(&be->block_barrier, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess ||
-        cudaMemset(be->block_barrier, 0, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess) {
+        cudaMemset(be->block_barrier, 0, FM_MOE_BLOCK_BARRIER_WORDS * sizeof *be->block_barrier) != cudaSuccess ||
+        cudaMalloc(&be->sample_ws, FM_CUDA_SAMPLE_WS_BYTES) != cudaSuccess ||
+        cudaMemset(be->sample_ws, 0, FM_CUDA_SAMPLE_WS_BYTES) != cudaSuccess) {
         cu_destroy(&be->base);
         return fm_fail(err, FM_ERR_BACKEND, "cuda backend: out of device memory for the CTA counters");
     }

@@ -83,6 +83,7 @@ typedef struct cuda_backend {
     cudaEvent_t *marks;       // FM_MARK_SLOTS events, created on the first mark
     struct fm_lt *lt;         // cuBLASLt (W8A8 dense projections), created with the first e4m3-tensor bank
     unsigned *router_counter; // the fused router's CTA counter (router.cuh), zero between launches
+    void *sample_ws;          // the sampler's split workspace (sampler.cuh: counters, zero between launches; slices)
     unsigned *tail_counter;   // the decode GEMV's CTA counter for its add + RMSNorm tail (row_tail.cuh), likewise;
                               // after it FM_MOE_GEMV_MAX_PAIRS per token counters of the down GEMV's (moe.combine)
     unsigned *block_barrier;  // the persistent decode MoE block's grid barrier (moe_decode_block.cuh), likewise

@@ -43,13 +43,16 @@ static __global__ void route_kernel(const A *logits, int64_t T, int32_t E, int32
     finish_route(w, id, t, k, softmax_topk, norm_topk, shared ? E : -1, shared_logit, ids, weights);
 }
 
-template <typename A>
+// WE: experts a lane (warp_experts of E), fixed at compile time: one variant of the routing a kernel (with all three
+// inlined, half of the kernel's stall samples at Qwen3's B = 64 were its warps waiting for instructions: ncu,
+// bench/NOTES.md, forty-fourth session)
+template <typename A, int WE>
 static __global__ void route_warp_kernel(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax_topk,
                                          bool norm_topk, bool shared, int32_t *ids, A *weights) {
     pdl_wait();
     const int64_t t = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= T) return;
-    route_warp_token<A, false>(logits + t * E, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
+    route_warp_token<A, false, WE>(logits + t * E, t, E, k, softmax_topk, norm_topk, shared, ids, weights);
 }
 
 // DISPATCH (route moe.dispatch=fused, fm_cuda_router_dispatch): the last CTA then runs the e4m3 small dispatch of the
@@ -159,10 +162,17 @@ static void route(const A *logits, int64_t T, int32_t E, int32_t k, bool softmax
         abort();
     }
     if (T == 0) return;
-    if (E - shared <= 32 * WARP_E_MAX)
-        pdl_launch(route_warp_kernel<A>, (unsigned)fm_ceil_div(T, 4), 128, 0, s, pdl, logits, T, E, k, softmax_topk,
-                   norm_topk, shared, ids, weights);
-    else
+    if (E - shared <= 32 * WARP_E_MAX) {
+#define RW_LAUNCH(WE_)                                                                                                 \
+    pdl_launch(route_warp_kernel<A, WE_>, (unsigned)fm_ceil_div(T, 4), 128, 0, s, pdl, logits, T, E, k, softmax_topk,  \
+               norm_topk, shared, ids, weights)
+        switch (warp_experts(E, shared)) {
+        case 8: RW_LAUNCH(8); break;
+        case 16: RW_LAUNCH(16); break;
+        default: RW_LAUNCH(32); break;
+        }
+#undef RW_LAUNCH
+    } else
         pdl_launch(route_kernel<A>, (unsigned)fm_ceil_div(T, 128), 128, 0, s, pdl, logits, T, E, k, softmax_topk,
                    norm_topk, shared, ids, weights);
     FM_LAUNCH_CHECK("route");

@@ -169,6 +169,15 @@ static __device__ uint32_t radix_select(const float *z, int32_t V, double zmax, 
     return prefix;
 }
 
+// A slice's result when a row is split over CTAs (fm_cuda_sample's workspace): its argmax (v, i) and its log-sum-exp
+// share (the largest raw logit m and the sum of exp(l - m))
+typedef struct sample_part {
+    float v;
+    int32_t i;
+    float m;
+    double s;
+} sample_part;
+
 // The first pass's state of a row: its parameters, its penalty state (NULL: none applies), its mask's bits (NULL:
 // unmasked), z (NULL: not stored) and whether the raw logits' log-sum-exp is wanted (the row's fm_sample_info)
 typedef struct first_pass {
@@ -217,9 +226,12 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
                                                                 const int32_t *row_slot, const fm_sampling *params,
                                                                 uint64_t *steps, int32_t *counts, uint8_t *seen,
                                                                 const fm_logit_bias *bias, const uint32_t *mask,
-                                                                float *zbuf, int32_t *ids, fm_sample_info *info) {
+                                                                float *zbuf, int32_t *ids, fm_sample_info *info,
+                                                                unsigned *split_count, sample_part *split_part) {
     __shared__ sample_smem sh;
+    __shared__ bool last;
     pdl_wait();
+    const int32_t S = (int32_t)gridDim.y, slice = (int32_t)blockIdx.y; // the row's slices: this CTA's
     const int64_t row = blockIdx.x;
     const int64_t slot = row_slot ? row_slot[row] : row; // the row's sequence: its parameters, step and state
     const fm_sampling p = params[slot];
@@ -242,7 +254,10 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     lse_acc la = {-INFINITY, 0.0};
     const int32_t W = f32 ? 4 : 8; /* ids a 16-byte load */
     const bool vec = V % W == 0 && ((uintptr_t)logits & 15) == 0;
-    for (int32_t i0 = vec ? threadIdx.x * W : V; i0 < V; i0 += THREADS * W) {
+    /* this CTA's ids [lo, hi): a slice of the row's loads (of its ids without the 16-byte loads) */
+    const int32_t units = vec ? V / W : V, lo = (int32_t)((int64_t)units * slice / S) * (vec ? W : 1),
+                  hi = (int32_t)((int64_t)units * (slice + 1) / S) * (vec ? W : 1);
+    for (int32_t i0 = vec ? lo + threadIdx.x * W : hi; i0 < hi; i0 += THREADS * W) {
         float l[8];
         if (f32) {
             const float4 v = __ldg((const float4 *)((const float *)logits + base + i0));
@@ -260,11 +275,39 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
             if (j < W) first_pass_one(fp, l[j], i0 + j, &mine);
     }
     if (!vec)
-        for (int32_t i = threadIdx.x; i < V; i += THREADS) {
+        for (int32_t i = lo + threadIdx.x; i < hi; i += THREADS) {
             const float l = load_logit(logits, f32, base + i);
             if (fp.lse) lse_add(&la, &l, 1);
             first_pass_one(fp, l, i, &mine);
         }
+    // the slice's argmax and log-sum-exp share (M, sum of exp(l - M) in fp64; 0 when M is not finite)
+    best_t top = block_best(mine, sh.best);
+    float M = fp.lse ? block_best(best_t{la.m, 0}, sh.best).v : 0.0f;
+    double msum =
+        fp.lse && isfinite(M) ? block_sum(la.s > 0.0 ? la.s * exp((double)la.m - (double)M) : 0.0, sh.dsum) : 0.0;
+    if (S > 1) {         // the row's last CTA to finish its slice goes on with the whole row; the others are done
+        __threadfence(); /* this thread's z stores, before the count that tells the last CTA they are there */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            split_part[row * S + slice] = sample_part{top.v, top.i, M, msum};
+            __threadfence();
+            last = atomicAdd(&split_count[row], 1u) == (unsigned)S - 1u;
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        sample_part q = {-INFINITY, INT32_MAX, -INFINITY, 0.0};
+        if ((int32_t)threadIdx.x < S) {
+            const sample_part *src = split_part + row * S + threadIdx.x;
+            q = sample_part{__ldcg(&src->v), __ldcg(&src->i), __ldcg(&src->m), __ldcg(&src->s)};
+        }
+        top = block_best(best_t{q.v, q.i}, sh.best); /* a total order: the slices' order does not matter */
+        if (fp.lse) {
+            M = block_best(best_t{q.m, 0}, sh.best).v;
+            msum = isfinite(M) ? block_sum(q.s > 0.0 ? q.s * exp((double)q.m - (double)M) : 0.0, sh.dsum) : 0.0;
+        }
+        if (threadIdx.x == 0) split_count[row] = 0u; /* for the next launch (a graph replays this one) */
+    }
     if (biased) { // distinct ids (checked at submission): one thread per entry; a masked id stays -inf
         __syncthreads();
         const fm_logit_bias *lb = bias + slot * FM_MAX_LOGIT_BIAS;
@@ -278,8 +321,8 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
             const best_t b = {z[i], i};
             if (before(b, mine)) mine = b;
         }
+        top = block_best(mine, sh.best);
     }
-    const best_t top = block_best(mine, sh.best);
     int32_t chosen = top.i;
     if (p.temperature > 0.0f && isfinite(top.v)) {
         const double zmax = (double)__fdiv_rn(top.v, p.temperature); // the largest z: its weight is exactly 1
@@ -332,10 +375,9 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
         chosen = sh.chosen;
     }
     if (info) { // the raw distribution: log-sum-exp, the chosen id's log-probability, the top N
-        const float M = block_best(best_t{la.m, 0}, sh.best).v;
         double lse;
-        if (isfinite(M)) { // the threads' online shares, rescaled to the row's largest logit
-            lse = (double)M + log(block_sum(la.s > 0.0 ? la.s * exp((double)la.m - (double)M) : 0.0, sh.dsum));
+        if (isfinite(M)) { // the threads' (and slices') online shares, rescaled to the row's largest logit
+            lse = (double)M + log(msum);
         } else { // a logit at +inf, or none above -inf: the reference's two passes, the same NaN or inf
             best_t rmax = {-INFINITY, INT32_MAX};
             for (int32_t i = threadIdx.x; i < V; i += THREADS) {
@@ -377,17 +419,34 @@ static __global__ __launch_bounds__(THREADS) void sample_kernel(const void *logi
     }
 }
 
+static_assert(sizeof(sample_part) * FM_CUDA_SAMPLE_MAX_SPLITS * FM_CUDA_SAMPLE_SPLIT_ROWS +
+                      FM_CUDA_SAMPLE_SPLIT_ROWS * 8 <=
+                  FM_CUDA_SAMPLE_WS_BYTES,
+              "the split workspace holds every row's counter and slices");
+static_assert(FM_CUDA_SAMPLE_MAX_SPLITS <= THREADS, "the last CTA reads one slice a thread");
+
+int32_t fm_cuda_sample_splits(int32_t B, int32_t vocab, bool ws) {
+    if (!ws || B > FM_CUDA_SAMPLE_SPLIT_ROWS) return 1;
+    int32_t S = FM_CUDA_SAMPLE_SPLIT_CTAS / B, most = vocab / FM_CUDA_SAMPLE_MIN_SLICE;
+    if (S > FM_CUDA_SAMPLE_MAX_SPLITS) S = FM_CUDA_SAMPLE_MAX_SPLITS;
+    if (S > most) S = most;
+    return S > 1 ? S : 1;
+}
+
 void fm_cuda_sample(const void *logits, bool f32, int32_t B, int32_t vocab, const int32_t *row_slot,
                     const fm_sampling *params, uint64_t *steps, int32_t *counts, uint8_t *seen,
                     const fm_logit_bias *bias, const uint32_t *mask, float *z, int32_t *ids, fm_sample_info *info,
-                    bool pdl, cudaStream_t s) {
+                    void *split_ws, bool pdl, cudaStream_t s) {
     if (B <= 0) return;
     if ((counts == NULL) != (seen == NULL) || vocab <= 0 || !params || !steps || !z || !ids) {
         fprintf(stderr, "fp8moe: sample: bad arguments (vocab %d, counts %p, seen %p)\n", vocab, (void *)counts,
                 (void *)seen);
         abort();
     }
-    pdl_launch(sample_kernel, (unsigned)B, THREADS, 0, s, pdl, logits, f32, vocab, row_slot, params, steps, counts,
-               seen, bias, mask, z, ids, info);
+    const int32_t S = fm_cuda_sample_splits(B, vocab, split_ws != NULL);
+    unsigned *count = (unsigned *)split_ws;
+    sample_part *part = split_ws ? (sample_part *)((char *)split_ws + FM_CUDA_SAMPLE_SPLIT_ROWS * 8) : NULL;
+    pdl_launch(sample_kernel, dim3((unsigned)B, (unsigned)S), THREADS, 0, s, pdl, logits, f32, vocab, row_slot, params,
+               steps, counts, seen, bias, mask, z, ids, info, count, part);
     FM_LAUNCH_CHECK("sample");
 }
