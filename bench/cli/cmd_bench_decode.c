@@ -32,7 +32,8 @@ static const char *HELP =
     "  --context N        tokens in each sequence's cache when the timing starts (default 2048)\n"
     "  --presets LIST     presets side by side (default ref,int4,fp8,fp8+w8a8; cpu: ref,fp8); fp8+w8a8 is fp8 with\n"
     "                     --dense w8a8\n"
-    "  --steps N          timed decode steps (default 64)\n"
+    "  --steps N          timed decode steps (default 64; on cuda each an NVTX range \"decode step\": ncu --nvtx\n"
+    "                     --nvtx-include \"decode step/\" profiles their kernels alone)\n"
     "  --warmup W         untimed steps first (default 8; the first steps of a batch bucket capture its graph)\n"
     "  --layers L         only the first L layers\n"
     "  --int4-scales S    g128 (default) or p2: the group scales of the weights quantized to int4 at load\n"
@@ -292,6 +293,8 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
         if (r == warmup) fm_context_expert_stats(m->context, &es0); /* the timed steps' own hits and misses */
         for (int32_t s = 0; a->random_ids && s < B; s++)
             x ^= x << 13, x ^= x >> 17, x ^= x << 5, ids[s] = (int32_t)(x % (uint32_t)V);
+        const bool timed = r >= warmup; /* a timed step is an NVTX range "decode step" on cuda (ncu --nvtx) */
+        if (timed && m->be->ops->range) m->be->ops->range(m->be, "decode step");
         const double t0 = cli_now();
         if (a->prompt_rows) { /* the decode rows' input: the token each sampled last step, or the random one */
             for (int32_t s = 0; s < B; s++) mx.ids[mx.n_prompt + s] = a->random_ids || r == 0 ? ids[s] : mx.out[1 + s];
@@ -306,9 +309,10 @@ static fm_status time_batch(fm_model *m, const fm_memory_plan *plan, const decod
                                           m->context->kv->h_info, &err);
             if (!st) st = bench_constraint_accept(&bc, ids, &err);
         }
-        if (!st && r >= warmup)
+        if (!st && timed)
             ms[r - warmup] = 1e3 * (cli_now() - t0), fill_ms[r - warmup] = 1e3 * bc.fill_s,
                    fill_cpu[r - warmup] = 1e3 * bc.fill_cpu_s;
+        if (timed && m->be->ops->range) m->be->ops->range(m->be, NULL);
     }
     bench_constraint_end(&bc);
     if (!st)

@@ -227,6 +227,10 @@ typedef struct fm_backend_ops {
      * elapsed_ms(a, b) is the time between two marks. device_name names the hardware. */
     void (*mark)(fm_backend *be, int32_t slot);
     double (*elapsed_ms)(fm_backend *be, int32_t a, int32_t b);
+    /* Profiler ranges for benchmarks: range(name) opens a range named name on the host's timeline, range(NULL)
+     * closes the innermost one (cuda: NVTX, so `ncu --nvtx --nvtx-include "name/"` profiles the kernels launched
+     * inside it; nothing without a profiler attached). NULL where the backend has no profiler (cpu). */
+    void (*range)(fm_backend *be, const char *name);
     const char *(*device_name)(fm_backend *be);
 
     fm_status (*bank_create)(fm_backend *be, const fm_bank_src *src, fm_wformat fmt, fm_bank **out, fm_error *err);

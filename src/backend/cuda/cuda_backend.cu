@@ -50,6 +50,8 @@ extern "C" {
 #include "util/status.h"
 }
 
+#include <nvtx3/nvToolsExt.h> /* header-only (NVTX v3): cu_range */
+
 typedef __nv_bfloat16 bf16;
 
 void *fm_cuda_workspace(cuda_backend *be, size_t bytes) {
@@ -100,6 +102,12 @@ static void cu_mark(fm_backend *bb, int32_t slot) {
         for (int i = 0; i < FM_MARK_SLOTS; i++) FM_CUDA_CHECK(cudaEventCreate(&be->marks[i]));
     }
     FM_CUDA_CHECK(cudaEventRecord(be->marks[slot], be->stream));
+}
+
+static void cu_range(fm_backend *bb, const char *name) {
+    (void)bb;
+    if (name) nvtxRangePushA(name);
+    else nvtxRangePop();
 }
 
 static double cu_elapsed_ms(fm_backend *bb, int32_t a, int32_t b) {
@@ -834,6 +842,7 @@ static const fm_backend_ops cuda_ops = {
     .graph_nodes = fm_cuda_graph_nodes_op,
     .mark = cu_mark,
     .elapsed_ms = cu_elapsed_ms,
+    .range = cu_range,
     .device_name = cu_device_name,
     .bank_create = fm_cuda_bank_create,
     .bank_free = fm_cuda_bank_free,
