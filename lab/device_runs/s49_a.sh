@@ -40,5 +40,10 @@ for fn in sorted(glob.glob(sys.argv[1] + '/ncu_stalls_*.csv')):
               d.get('long_scoreboard_per_issue_active.ratio'), d.get('barrier_per_issue_active.ratio'),
               d.get('wait_per_issue_active.ratio')))
 PY
+# bench/kernel_table.py on the same range: each launch's DRAM bytes and floor (H100: 3350 GB/s; H200: 4250)
+timeout 120 python3 bench/kernel_table.py run --bandwidth 3350 --csv $L/kt_8.csv -- s49/build/new/fp8moe-bench decode \
+  --synthetic qwen3-30b-a3b --layers 2 --batch 8 --context 2048 --presets fp8 --backend cuda --warmup 2 --steps 1 \
+  > $L/kernel_table_8.md 2>&1
+echo "== kernel_table B=8 rc $? $SECONDS s"; sed -n '/per kernel/,$p' $L/kernel_table_8.md | head -30
 cd $OUT && tar -cJf all.tar.xz logs && rm -rf logs
 echo "== all $SECONDS s"
