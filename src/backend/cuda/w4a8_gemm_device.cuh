@@ -702,12 +702,13 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
 // KG (z + 1) / Z) into the usual accumulators; then every CTA writes its partial sums into its own shared memory as
 // the tile's transpose (part[n][R]: activation row n, weight row R of the tile, rows of BM + 4 floats: the m16n8 D
 // order's lanes then hit 32 banks), one cluster barrier (release / acquire) publishes them, and the CTA of rank r
-// sums chunks [r NC / Z, (r + 1) NC / Z) of 8 weight rows of one activation row over the cluster's CTAs in rank order
-// (the same bits whichever CTA sums, and at every run): two 16-byte loads a CTA, every CTA's loads in flight
-// together, two 8-byte bf16 stores a chunk (a warp: one activation row's 256 outputs; a warp's loads take 512
-// contiguous bytes: 16-byte loads at a 32-byte stride measured slower than the first form). A second barrier keeps
-// each CTA's shared memory until the others have read it. The sum of Z partials rounds differently from one
-// accumulation: a few ulp of fp32 before the bf16 rounding (the op tests' tolerance is the CPU emulation's).
+// sums chunks [r NC / Z, (r + 1) NC / Z) over the cluster's CTAs in rank order (the same bits whichever CTA sums, and
+// at every run). A chunk is 8 weight rows of one activation row, 4 at R and 4 at R + BM / 2: two 16-byte loads from
+// each CTA of the cluster, all of them in flight together, and two 8-byte bf16 stores; a warp's loads then cover 512
+// contiguous bytes and its stores one activation row's 256 outputs (8 adjacent rows a thread, 16-byte loads at a
+// 32-byte stride, measured slower than the first form). A second barrier keeps each CTA's shared memory until the
+// others have read it. The sum of Z partials rounds differently from one accumulation: a few ulp of fp32 before the
+// bf16 rounding (the op tests' tolerance is the CPU emulation's).
 // (The first form summed one float of every CTA at a time in the D order, 2-byte stores: half of the kernel's
 // instructions and stall samples at Qwen3's q|k|v, B = 64, under ncu: bench/NOTES.md, forty-fourth session.)
 template <int BNT> struct split_shape {
