@@ -120,7 +120,7 @@ def main():
         if not any("decode.graphs" in c for c in cmd):
             cmd = cmd + ["--route", "decode.graphs=off"]
         ncu = [a.ncu, "--nvtx", "--nvtx-include", "decode step/", "--metrics", ",".join(METRICS),
-               "--cache-control", "none", "--clock-control", "none", "--csv"]
+               "--cache-control", "none", "--clock-control", "none", "--print-units", "base", "--csv"]
         p = subprocess.run(ncu + cmd, capture_output=True, text=True)
         text = p.stdout
         if a.csv:
