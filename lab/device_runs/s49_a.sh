@@ -18,7 +18,7 @@ for r in no_instruction long_scoreboard barrier wait short_scoreboard membar; do
 done
 for bb in 1 8 64; do
   f=$L/ncu_stalls_$bb.csv
-  timeout 120 ncu --nvtx --nvtx-include "decode step/" --metrics $M --cache-control none --clock-control none --csv \
+  timeout 120 ncu --nvtx --nvtx-include "decode step/" --metrics $M --cache-control none --clock-control none --print-units base --csv \
     s49/build/new/fp8moe-bench decode --synthetic qwen3-30b-a3b --layers 2 --batch $bb --context 256 --presets fp8 \
     --backend cuda --warmup 2 --steps 1 --route decode.graphs=off > $f 2>&1
   echo "== ncu B=$bb rc $? $SECONDS s $(grep -c '^"' $f) rows"
