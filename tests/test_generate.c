@@ -293,47 +293,58 @@ static void test_qwen3_next_greedy_and_batches(void **state) {
     k_model = "tests/models/qwen3-moe-f32";
 }
 
+/* 5 prompts over 3 slots of dir's model decoded together, with routes and without: the same tokens and
+ * log-probabilities, bit for bit */
+static void decode_same_with_routes(const char *dir, const char *routes) {
+    enum { NP = 5, NEW = 12 };
+    fm_gen_output out[2][NP];
+    for (int routed = 0; routed < 2; routed++) {
+        fm_options opt;
+        fm_options_init(&opt);
+        opt.max_seqs = 3, opt.ctx = 64, opt.max_tokens = 16;
+        opt.routes = routed ? routes : NULL;
+        fm_model *m = NULL;
+        fm_error err;
+        if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
+        const int32_t V = fm_model_vocab_size(m);
+        const int64_t lens[NP] = {1, 16, 17, 30, 9};
+        int32_t buf[NP][30];
+        const int32_t *prompts[NP];
+        fm_gen_params gp[NP];
+        for (int i = 0; i < NP; i++) {
+            prompt_ids(buf[i], lens[i], V, 300 + (uint32_t)i);
+            prompts[i] = buf[i];
+            fm_gen_params_init(&gp[i]);
+            gp[i].max_tokens = NEW, gp[i].ignore_eos = true;
+        }
+        if (fm_context_generate(m->context, prompts, lens, gp, NP, 0, NULL, NULL, out[routed], NULL, &err))
+            fail_msg("%s", err.msg);
+        fm_model_free(m);
+    }
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(out[0][i].n, NEW);
+        assert_int_equal(out[1][i].n, NEW);
+        assert_memory_equal(out[1][i].ids, out[0][i].ids, NEW * sizeof(int32_t));
+        assert_memory_equal(out[1][i].logprobs, out[0][i].logprobs, NEW * sizeof(float));
+        for (int f = 0; f < 2; f++) free(out[f][i].ids), free(out[f][i].logprobs);
+    }
+}
+
 /* Route decode.fused on Qwen3-Next: each decode step's Gated DeltaNet layers as one op (gdn_decode_fused, the chain of
  * the three on the cpu backend, which also stops on a step that is not one row per sequence) and the attention
- * layers' o projection with its add and norm: 5 prompts over 3 slots decoded together, the same tokens and
- * log-probabilities, bit for bit, as without the route */
+ * layers' o projection with its add and norm */
 static void test_qwen3_next_decode_fused(void **state) {
     (void)state;
-    enum { NP = 5, NEW = 12 };
-    const char *dirs[] = {"tests/models/qwen3-next-f32", "tests/models/qwen3-next-bf16"};
-    for (int d = 0; d < 2; d++) {
-        fm_gen_output out[2][NP];
-        for (int fused = 0; fused < 2; fused++) {
-            fm_options opt;
-            fm_options_init(&opt);
-            opt.max_seqs = 3, opt.ctx = 64, opt.max_tokens = 16;
-            opt.routes = fused ? "decode.fused=on" : NULL;
-            fm_model *m = NULL;
-            fm_error err;
-            if (fm_model_load(dirs[d], &opt, &m, &err)) fail_msg("load %s: %s", dirs[d], err.msg);
-            const int32_t V = fm_model_vocab_size(m);
-            const int64_t lens[NP] = {1, 16, 17, 30, 9};
-            int32_t buf[NP][30];
-            const int32_t *prompts[NP];
-            fm_gen_params gp[NP];
-            for (int i = 0; i < NP; i++) {
-                prompt_ids(buf[i], lens[i], V, 300 + (uint32_t)i);
-                prompts[i] = buf[i];
-                fm_gen_params_init(&gp[i]);
-                gp[i].max_tokens = NEW, gp[i].ignore_eos = true;
-            }
-            if (fm_context_generate(m->context, prompts, lens, gp, NP, 0, NULL, NULL, out[fused], NULL, &err))
-                fail_msg("%s", err.msg);
-            fm_model_free(m);
-        }
-        for (int i = 0; i < NP; i++) {
-            assert_int_equal(out[0][i].n, NEW);
-            assert_int_equal(out[1][i].n, NEW);
-            assert_memory_equal(out[1][i].ids, out[0][i].ids, NEW * sizeof(int32_t));
-            assert_memory_equal(out[1][i].logprobs, out[0][i].logprobs, NEW * sizeof(float));
-            for (int f = 0; f < 2; f++) free(out[f][i].ids), free(out[f][i].logprobs);
-        }
-    }
+    decode_same_with_routes("tests/models/qwen3-next-f32", "decode.fused=on");
+    decode_same_with_routes("tests/models/qwen3-next-bf16", "decode.fused=on");
+}
+
+/* Route paged.quant on Qwen3-MoE: paged attention and the o projection as one op (attention_paged_o, the chain on the
+ * cpu backend), alone (the layer's add and norm after it) and with decode.fused (in it) */
+static void test_paged_quant_route(void **state) {
+    (void)state;
+    decode_same_with_routes("tests/models/qwen3-moe-bf16", "paged.quant=fused");
+    decode_same_with_routes("tests/models/qwen3-moe-bf16", "paged.quant=fused,decode.fused=on");
 }
 
 static void test_golden_greedy(void **state) {
@@ -400,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_next_long_chunks),
         cmocka_unit_test(test_qwen3_next_greedy_and_batches),
         cmocka_unit_test(test_qwen3_next_decode_fused),
+        cmocka_unit_test(test_paged_quant_route),
         cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

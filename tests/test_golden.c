@@ -197,12 +197,14 @@ static void fused_layout_equals_per_expert(void **s) {
     free(ids);
 }
 
-/* --route decode.fused=on (the MoE block's end as one op, moe_add_rmsnorm) gives every preset's logits bit for bit:
- * on the cpu backend the fused op is its chain of reference ops; the Qwen3-MoE and Mixtral models' every MoE layer
- * but the last takes it */
+/* --route decode.fused=on (the MoE block's end as one op, moe_add_rmsnorm; the o projection with the add and norm,
+ * linear_add_rmsnorm) and --route paged.quant=fused (paged attention and the o projection as one op,
+ * attention_paged_o), alone and together, give every preset's logits bit for bit: on the cpu backend each fused op is
+ * its chain of reference ops; the Qwen3-MoE and Mixtral models' every MoE layer but the last takes the first */
 static void decode_fused_route_same_logits(void **s) {
     (void)s;
     const char *dirs[] = {"tests/models/qwen3-moe-bf16", "tests/models/mixtral-f32-sharded"};
+    const char *fused[] = {"decode.fused=on", "paged.quant=fused", "decode.fused=on,paged.quant=fused"};
     for (int d = 0; d < 2; d++) {
         char path[256];
         snprintf(path, sizeof path, "%s/golden_ids.i32", dirs[d]);
@@ -214,11 +216,14 @@ static void decode_fused_route_same_logits(void **s) {
             int32_t V = 0;
             run_routes = NULL;
             float *a = run(dirs[d], (fm_preset)p, 0, ids, T, &V);
-            run_routes = "decode.fused=on";
-            float *b = run(dirs[d], (fm_preset)p, 0, ids, T, &V);
+            for (size_t f = 0; f < sizeof fused / sizeof fused[0]; f++) {
+                run_routes = fused[f];
+                float *b = run(dirs[d], (fm_preset)p, 0, ids, T, &V);
+                assert_memory_equal(a, b, (size_t)T * (size_t)V * sizeof(float));
+                free(b);
+            }
             run_routes = NULL;
-            assert_memory_equal(a, b, (size_t)T * (size_t)V * sizeof(float));
-            free(a), free(b);
+            free(a);
         }
         free(ids);
     }

@@ -80,6 +80,8 @@ timeout 300 ./build/tests/gpu/test_cuda_ops_fused >"$out/gpu_ops_fused.log" 2>&1
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, pdl=off $?"
 # the decode attention block in one launch (attn.persistent) against the chain it replaces, bit for bit
 timeout 300 ./build/tests/gpu/test_cuda_attn_block >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, attention block $?"
+# paged attention with the o projection's rows quantized by its merge kernel (paged.quant=fused), against the chain
+timeout 300 ./build/tests/gpu/test_cuda_attn_o >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, attention + o $?"
 # the fold GEMM (route w4a8.kernel=fold: int4-p2 experts, group scales in the e4m3 operand, per-token activations)
 # against its CPU emulation, the quantizer and the repack bit for bit, the moe op under the route
 timeout 300 ./build/tests/gpu/test_cuda_fold >"$out/gpu_fold.log" 2>&1; fold_rc=$?
@@ -176,6 +178,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     m="$m, fused decode ops $?"
     # the persistent attention block: its grid barriers, the split CTAs' named barriers, the prefetched rounds
     # (racecheck left out: it misreports hazards after a partial named barrier, lab/racecheck_named_barrier.cu)
+    compute-sanitizer --tool memcheck --error-exitcode 3 ./build/tests/gpu/test_cuda_attn_o \
+        >"$out/memcheck_attn_o.log" 2>&1
+    m="$m, attention + o memcheck $?"
     for tool in memcheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 3 ./build/tests/gpu/test_cuda_attn_block \
             >"$out/${tool}_attn_block.log" 2>&1

@@ -378,6 +378,17 @@ typedef struct fm_backend_ops {
      * the projection after it as after linear. NULL where a backend has none. */
     void (*linear_add_rmsnorm)(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                                void *acc, const fm_bank *norm, float eps, void *out);
+    /* Paged attention and the o projection after it in one op (route paged.quant=fused): exactly (runs ?
+     * attention_paged_runs : attention_paged)(qkv, T, ..., scratch, att), then linear(o, 0, att, T, afmt, y), or with
+     * norm given linear_add_rmsnorm(o, att, T, afmt, y, acc, norm, eps, out) (acc, norm and out NULL: none); att holds
+     * the attention's output after it as after attention_paged. A GPU quantizes the attention's rows for o where the
+     * attention's merge writes them, instead of by a launch of its own. Returns false, having run nothing, where the
+     * backend does not take these banks or shapes; the caller then runs the ops. NULL where a backend has none. */
+    bool (*attention_paged_o)(fm_backend *be, bool runs, const void *qkv, int64_t T, int32_t nh, int32_t nkv,
+                              int32_t hd, const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                              const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                              int64_t max_len, void *scratch, void *att, const fm_bank *o, fm_afmt afmt, void *y,
+                              void *acc, const fm_bank *norm, float eps, void *out);
     /* A decode step's attention block for one token in one op (route attn.persistent): exactly linear(qkv, 0, h, 1,
      * afmt, b_qkv), qk_norm_rope_store(b_qkv, 1, nh, nkv, hd, q_norm, k_norm, qk_eps, pos, theta, slots, k_cache,
      * v_cache, kv), attention_paged(b_qkv, 1, ... , scratch, att), linear(o, 0, att, 1, afmt, y), then

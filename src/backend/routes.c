@@ -80,6 +80,9 @@ static void now_w8a8_quant(const fm_routes *r, char *b, size_t n) {
     if (e) snprintf(b, n, "fused up to %lld elements", (long long)e);
     else snprintf(b, n, "kernel");
 }
+static void now_paged_quant(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", fm_routes_paged_quant_fused(r) ? "fused" : "kernel");
+}
 static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
     if (r->moe_gemv < 0) snprintf(b, n, "off");
     else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
@@ -397,6 +400,21 @@ static const route_key route_keys[] = {
      "same order). `auto` is `kernel` until `fused` is measured on a GPU; bf16 head dims that are multiples of 16 "
      "(the split kernel's); the cpu backend has one reference",
      now_paged_combine},
+    {"paged.quant",
+     FIELD(paged_quant),
+     "auto|kernel|fused",
+     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
+     "kernel",
+     "the o projection's e4m3 input rows quantized by a launch of their own, or by paged attention's merge kernel",
+     "the `fp8` preset's o projection (W4A8) reads the attention's output as e4m3 in 128-column groups with one scale "
+     "a group: `kernel` quantizes it with a launch of its own between the attention and the projection; `fused` lets "
+     "the kernel that merges paged attention's splits quantize each head's row as it writes it (a head of 128 is one "
+     "group; where the attention does not split, heads are not 128 wide or a step holds prompt chunks, the quantizer "
+     "launch runs as before): one launch fewer per attention layer of a decode step, the same codes and scales, the "
+     "same bits. With `decode.fused` only (the o projection with the residual add and the norm); int4-tc and "
+     "e4m3-block banks (a checkpoint's int4 with zero points needs the group sums: the launch); the cpu backend runs "
+     "the two ops",
+     now_paged_quant},
     {"moe.down_quant",
      FIELD(moe_down_quant),
      "auto|kernel|fused",
@@ -872,6 +890,12 @@ bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
     return r->decode_fused == FM_ROUTE_ON || (r->decode_fused == FM_ROUTE_AUTO && T <= 64);
 }
 bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
+
+#define PAGED_QUANT_FUSED_BY_DEFAULT false
+bool fm_routes_paged_quant_fused(const fm_routes *r) {
+    return r->paged_quant == FM_ROUTE_COMBINE_FUSED ||
+           (r->paged_quant == FM_ROUTE_COMBINE_AUTO && PAGED_QUANT_FUSED_BY_DEFAULT);
+}
 bool fm_routes_fused_gdn(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
 /* auto: separate until the routed form is measured on a GPU (compiled and tested against the CPU only) */

@@ -380,9 +380,6 @@ static bool step_has_run(const int32_t *h_idx, int64_t T) {
     return false;
 }
 
-/* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
- * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
- * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj. */
 /* Route attn.persistent: a decode step's attention block for one token, through the next norm, as one op where the
  * backend takes it (true: b.x holds the residual and b.h the normed row, as after add_rmsnorm) */
 static bool attention_block(fm_context *ctx, const fm_layer_weights *L, int64_t T, fm_attn_mode attn, int32_t n_attn,
@@ -411,7 +408,11 @@ static bool attention_block(fm_context *ctx, const fm_layer_weights *L, int64_t 
     return true;
 }
 
-static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
+/* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
+ * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
+ * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj (fused_o: left to the
+ * caller, or run with the residual add and the norm, returning true: route paged.quant). */
+static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
                             int32_t n_attn, bool fused_o, fw_timer *tm) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
@@ -456,32 +457,51 @@ static void attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
                  fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1) + fm_op_bytes_act(m, T, kv_w, 0, 1) +
                      fm_op_bytes_act(m, T, nkv * (int64_t)hd, 1, 0));
     else op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope", fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1));
+    bool o_done = false; /* route paged.quant: o_proj ran in the attention's op (with the add and norm if fused_o) */
     if (kl) {
         if (!store_in_rope) {
             ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl, kv->dtype);
             op_split(tm, FM_STAGE_ATTENTION, "kv_store", fm_op_bytes_act(m, T, kv_w, 1, 1));
         }
-        if (paged)
-            (attn == FM_ATTN_PAGED && fm_routes_attention_paged_tiled(&m->routes) &&
-                     (kv->chunks_on_device || step_has_run(kv->h_idx, T))
-                 ? ops->attention_paged_runs
-                 : ops->attention_paged)(be, b.qkv, T, nh, nkv, hd, kl, vl, kv->dtype, kv->tok_seq, kv->tok_pos,
-                                         kv->tables, kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx,
-                                         kv->att_scratch, b.att);
+        if (paged) {
+            const bool runs = attn == FM_ATTN_PAGED && fm_routes_attention_paged_tiled(&m->routes) &&
+                              (kv->chunks_on_device || step_has_run(kv->h_idx, T));
+            o_done =
+                !c->attn_output_gate && !ctx->tp_comm && ops->attention_paged_o &&
+                fm_routes_paged_quant_fused(&m->routes) &&
+                ops->attention_paged_o(be, runs, b.qkv, T, nh, nkv, hd, kl, vl, kv->dtype, kv->tok_seq, kv->tok_pos,
+                                       kv->tables, kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx,
+                                       kv->att_scratch, b.att, L->o, p->a_dense, b.y, fused_o ? b.x : NULL,
+                                       fused_o ? L->ffn_norm : NULL, c->rms_norm_eps, fused_o ? b.h : NULL);
+            if (!o_done)
+                (runs ? ops->attention_paged_runs : ops->attention_paged)(
+                    be, b.qkv, T, nh, nkv, hd, kl, vl, kv->dtype, kv->tok_seq, kv->tok_pos, kv->tables,
+                    kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx, kv->att_scratch, b.att);
+        }
     }
     if (!paged) ops->attention(be, b.qkv, T, nh, nkv, hd, b.att);
     /* the K and V read: each row's up to its position in the paged cache, the pass's own rows otherwise */
     const int32_t *pos = paged ? kv->h_idx + T : NULL;
+    if (o_done) { /* one op: its time is the attention's, o_proj's bytes with it */
+        dump(be, "attention", l, b.att, T * nh * hd);
+        dump(be, "o_proj", l, b.y, T * H);
+        op_mark(tm, FM_STAGE_ATTENTION, fused_o ? "attention+o_proj+add_norm" : "attention+o_proj",
+                fm_op_bytes_attention(m, T, pos) + fm_op_bytes_act(m, T, (int64_t)nh * hd, 0, 1) +
+                    fm_op_bytes_linear(m, L->o, T, (int64_t)nh * hd, H) +
+                    (fused_o ? fm_op_bytes_act(m, T, H, 1, 2) : 0));
+        return fused_o;
+    }
     op_split(tm, FM_STAGE_ATTENTION, "attention", fm_op_bytes_attention(m, T, pos));
     if (c->attn_output_gate) ops->sigmoid_mul(be, b.att, b.gates, T * nh * hd);
     dump(be, "attention", l, b.att, T * nh * hd);
     op_mark(tm, FM_STAGE_ATTENTION, c->attn_output_gate ? "output gate" : NULL,
             fm_op_bytes_act(m, T, (int64_t)nh * hd, 2, 1));
-    if (fused_o) return; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
+    if (fused_o) return false; /* run_device runs o_proj with the residual add and the norm after it (decode.fused) */
     ops->linear(be, L->o, 0, b.att, T, p->a_dense, b.y);
     if (ctx->tp_comm) tensor_parallel_sum(ctx, b.y, T * H); /* each rank's heads' share of o_proj, summed */
     dump(be, "o_proj", l, b.y, T * H);
     op_mark(tm, FM_STAGE_ATTN_PROJ, "o_proj", fm_op_bytes_linear(m, L->o, T, (int64_t)nh * hd, H));
+    return false;
 }
 
 /* Expert parallelism (ctx->ep_comm). Every rank holds every token; rank r routes its share of the rows, [r P, (r + 1)
@@ -555,10 +575,12 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
                              fm_routes_fused_o_proj(&m->routes);
-        bool block = false; /* route attn.persistent: the attention block through the norm in one op */
+        /* route attn.persistent: the attention block through the norm in one op; route paged.quant with
+           decode.fused: the attention through o_proj's add and norm */
+        bool block = false;
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
         else if (attention_block(ctx, L, T, attn, n_attn, tm)) n_attn++, block = true;
-        else attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
+        else block = attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
         if (block) {
             /* the block ended with the residual add and the norm */

@@ -148,6 +148,7 @@ static const fm_backend_ops cpu_ops = {
     .add_rmsnorm = cpu_add_rmsnorm,
     .moe_add_rmsnorm = cpu_moe_add_rmsnorm,
     .linear_add_rmsnorm = cpu_linear_add_rmsnorm,
+    .attention_paged_o = cpu_attention_paged_o,
     .sample = cpu_sample,
     .gated_qk_norm_rope = cpu_gated_qk_norm_rope,
     .sigmoid_mul = cpu_sigmoid_mul,

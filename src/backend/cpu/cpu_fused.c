@@ -19,6 +19,20 @@ void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int
     cpu_add_rmsnorm(be, acc, y, norm, M, w->rows, eps, out);
 }
 
+/* one kernel serves attention_paged and attention_paged_runs on the cpu: runs changes nothing */
+bool cpu_attention_paged_o(fm_backend *be, bool runs, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                           const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                           const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                           int64_t max_len, void *scratch, void *att, const fm_bank *o, fm_afmt afmt, void *y,
+                           void *acc, const fm_bank *norm, float eps, void *out) {
+    (void)runs;
+    cpu_attention_paged(be, qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks,
+                        block_tokens, max_len, scratch, att);
+    if (norm) cpu_linear_add_rmsnorm(be, o, att, T, afmt, y, acc, norm, eps, out);
+    else cpu_linear(be, o, 0, att, T, afmt, y);
+    return true;
+}
+
 /* The precondition of the decode form: every row a token of its own sequence (the cpu backend replays no graphs, so
  * it never pads a step). The chain below would run any step; a GPU kernel that keeps one row per block would not, so a
  * caller that breaks it stops here, on the reference, and not with wrong states on a GPU. */

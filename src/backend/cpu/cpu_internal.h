@@ -91,6 +91,11 @@ void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *
                          void *acc, const fm_bank *norm, float eps, void *out);
 void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                             void *acc, const fm_bank *norm, float eps, void *out);
+bool cpu_attention_paged_o(fm_backend *be, bool runs, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                           const void *k_cache, const void *v_cache, fm_kv_dtype kv, const void *tok_seq,
+                           const void *tok_pos, const void *tables, int32_t max_blocks, int32_t block_tokens,
+                           int64_t max_len, void *scratch, void *att, const fm_bank *o, fm_afmt afmt, void *y,
+                           void *acc, const fm_bank *norm, float eps, void *out);
 void cpu_gdn_decode_fused(fm_backend *be, const void *qkvz, const void *ba, const fm_bank *conv, const fm_bank *a_log,
                           const fm_bank *dt_bias, const fm_bank *norm, int64_t T, fm_gdn_shape g, float eps,
                           void *conv_states, void *rec_states, const void *tok_seq, const void *tok_pos, void *qkv,

@@ -67,6 +67,7 @@
 #include "backend/cuda/attention_e4m3.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_paged.cuh"
+#include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 
 #include "backend/cuda/attention_paged_split.cuh"
@@ -80,14 +81,22 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                                     &arrived);
 }
 
-// Merges the splits of one (token, query head): thread d < hd owns out[t, h, d].
+// Merges the splits of one (token, query head): thread d < hd owns out[t, h, d]. QUANT (route paged.quant, hd a
+// multiple of 128, no skipped rows): then warp w < hd / 128 quantizes the head's w-th 128-column group of the row it
+// has just written, as fm_cuda_quantize_e4m3_rows would (the same function on the same bf16 values: the same codes
+// and scale), into the o projection's input rows x8 [T][nh hd] and scales xs[group][T]: that launch saved.
+template <bool QUANT>
 static __global__ void apg_combine_kernel(const float *part, const int32_t *tok_seq, const int32_t *tok_pos, int nh,
-                                          int hd, int splits, int skip_runs, bf16 *out) {
+                                          int hd, int splits, int skip_runs, bf16 *out, uint8_t *x8, float *xs) {
     __shared__ float sm[FM_ATT_PAGED_MAX_SPLITS], sl[FM_ATT_PAGED_MAX_SPLITS];
     pdl_wait();
     const int64_t t = blockIdx.x;
-    if (skip_runs && apg_in_run(tok_seq, gridDim.x, t)) return; /* the whole CTA */
-    apg_combine_head(part, tok_pos, nh, hd, splits, gridDim.x, t, blockIdx.y, out, sm, sl);
+    if (skip_runs && apg_in_run(tok_seq, gridDim.x, t)) return;                             /* the whole CTA */
+    apg_combine_head(part, tok_pos, nh, hd, splits, gridDim.x, t, blockIdx.y, out, sm, sl); /* ends in a barrier */
+    if (QUANT && (int)(threadIdx.x >> 5) < hd / 128) {
+        const int64_t K = (int64_t)nh * hd, grp = (int64_t)blockIdx.y * (hd / 128) + (threadIdx.x >> 5);
+        quantize_group_warp<false>(out + t * K, K, grp, x8 + t * K, xs, NULL, gridDim.x, t);
+    }
 }
 
 static void apg_fail(const char *what, int64_t T, int32_t nh, int32_t nkv, int32_t hd) {
@@ -196,12 +205,13 @@ extern "C" int32_t fm_cuda_attention_paged_split_count(int64_t T, int32_t nh, in
                        : fm_attention_paged_splits(T, kv_ctas, max_len, sms);
 }
 
-// the split kernel (and the combine kernel) over a cache of either form: fm_cuda_attention_paged and _rows
+// the split kernel (and the combine kernel) over a cache of either form: fm_cuda_attention_paged, _quant (x8, xs:
+// the rows quantized for o as well) and _rows
 static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *k_cache,
                     const void *v_cache, fm_kv_dtype kv, const int32_t *tok_seq, const int32_t *tok_pos,
                     const int32_t *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                     bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, int32_t swap, bool pdl,
-                    cudaStream_t s) {
+                    uint8_t *x8, float *xs, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (kv != FM_KV_ACT && kv != FM_KV_E4M3) apg_fail("unknown KV cache dtype", T, nh, nkv, hd);
     if (T == 0) return;
@@ -244,11 +254,19 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
     if (swap) fm_cuda_attention_paged_swap_launch(&a, hd, T, e4m3, swap, pdl, s);
     else if (e4m3) apg_launch_hd<true>(a, hd, T, y, pdl, s);
     else apg_launch_hd<false>(a, hd, T, y, pdl, s);
+    /* x8: the rows quantized for o by the combine kernel where it runs over every row, else by a launch after it */
+    const bool quant_in_combine = x8 && a.splits > 1 && !fused_combine && !skip_runs && hd % 128 == 0;
     if (a.splits > 1 && !fused_combine) {
-        pdl_launch(apg_combine_kernel, dim3((unsigned)T, (unsigned)nh), (unsigned)fm_ceil_div(hd, 32) * 32, 0, s, pdl,
-                   a.part, tok_seq, tok_pos, nh, hd, a.splits, a.skip_runs, out);
-        FM_LAUNCH_CHECK("attention_paged_combine");
+        const dim3 grid((unsigned)T, (unsigned)nh), threads((unsigned)fm_ceil_div(hd, 32) * 32);
+        if (quant_in_combine)
+            pdl_launch(apg_combine_kernel<true>, grid, threads, 0, s, pdl, a.part, tok_seq, tok_pos, nh, hd, a.splits,
+                       a.skip_runs, out, x8, xs);
+        else
+            pdl_launch(apg_combine_kernel<false>, grid, threads, 0, s, pdl, a.part, tok_seq, tok_pos, nh, hd, a.splits,
+                       a.skip_runs, out, (uint8_t *)NULL, (float *)NULL);
+        FM_LAUNCH_CHECK(quant_in_combine ? "attention_paged_combine + quantize_e4m3_rows" : "attention_paged_combine");
     }
+    if (x8 && !quant_in_combine) fm_cuda_quantize_e4m3_rows(out, T, (int64_t)nh * hd, x8, xs, NULL, T, pdl, s);
 }
 
 extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -258,7 +276,17 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              bf16 *out, bool skip_runs, bool fused_combine, bool split_waves,
                                              int32_t swap, bool pdl, cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
-            scratch, out, skip_runs, fused_combine, split_waves, swap, pdl, s);
+            scratch, out, skip_runs, fused_combine, split_waves, swap, pdl, NULL, NULL, s);
+}
+
+extern "C" void fm_cuda_attention_paged_quant(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
+                                              const void *k_cache, const void *v_cache, fm_kv_dtype kv,
+                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
+                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
+                                              bf16 *out, uint8_t *x8, float *xs, bool fused_combine, bool split_waves,
+                                              int32_t swap, bool pdl, cudaStream_t s) {
+    apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
+            scratch, out, false, fused_combine, split_waves, swap, pdl, x8, xs, s);
 }
 
 extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -268,7 +296,7 @@ extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, 
                                         bf16 *out, bool fused_combine, bool split_waves, int32_t swap, bool pdl,
                                         cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
-            scratch, out, false, fused_combine, split_waves, swap, pdl, s);
+            scratch, out, false, fused_combine, split_waves, swap, pdl, NULL, NULL, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)

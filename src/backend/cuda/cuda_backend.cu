@@ -683,6 +683,38 @@ static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *
     cu_add_rmsnorm(bb, acc, y, norm, M, w->rows, eps, out);
 }
 
+/* route paged.quant (else false): paged attention with the o projection's e4m3 rows
+   written by the merge of its splits (attention_paged.cu), then the projection from those rows, its add + RMSNorm in
+   the GEMV's last CTA where linear_add_rmsnorm would put it there. Takes int4-tc and e4m3-block banks (no group sums)
+   under e4m3 1x128 activations and the split kernel (not a step of prompt chunks, not dense.quant=fused, whose GEMV
+   quantizes x itself); else false and the caller runs the ops. */
+static bool cu_attention_paged_o(fm_backend *bb, bool runs, const void *qkv, int64_t T, int32_t nh, int32_t nkv,
+                                 int32_t hd, const void *k_cache, const void *v_cache, fm_kv_dtype kv,
+                                 const void *tok_seq, const void *tok_pos, const void *tables, int32_t max_blocks,
+                                 int32_t block_tokens, int64_t max_len, void *scratch, void *att, const fm_bank *o,
+                                 fm_afmt afmt, void *y, void *acc, const fm_bank *norm, float eps, void *out) {
+    cuda_backend *be = cuda_be(bb);
+    const fm_routes *r = &be->routes;
+    if (!fm_routes_paged_quant_fused(r) || runs || f32(bb) || hd % 16 != 0 || T < 1 || afmt != FM_A_E4M3_G128 ||
+        (o->fmt != FM_W_INT4_G128_TC && o->fmt != FM_W_E4M3_B128) || o->interleaved || o->fold ||
+        o->cols != (int64_t)nh * hd || afmt != afmt_for(o->fmt) || fm_routes_dense_quant_fused(r))
+        return false;
+    cu_kv_e4m3_refuse(bb, "attention_paged_o", kv);
+    fm_row_tail tail;
+    const bool in_gemv =
+        norm && fm_cuda_linear_w4a8_tail(be, o, T, (bf16 *)y, (bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)out, &tail);
+    uint8_t *x8;
+    float *xs, *xsum;
+    fm_cuda_w4a8_linear_rows(be, o, T, &x8, &xs, &xsum);
+    fm_cuda_attention_paged_quant((const bf16 *)qkv, T, nh, nkv, hd, k_cache, v_cache, kv, (const int32_t *)tok_seq,
+                                  (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks, block_tokens, max_len,
+                                  scratch, (bf16 *)att, x8, xs, fm_routes_paged_combine_fused(r),
+                                  fm_routes_paged_splits_waves(r), fm_routes_paged_swap(r), pdl(bb), stream(bb));
+    fm_cuda_linear_w4a8_from_rows(be, o, 0, x8, xs, xsum, T, (bf16 *)y, in_gemv ? &tail : NULL);
+    if (norm && !in_gemv) cu_add_rmsnorm(bb, acc, y, norm, T, o->rows, eps, out);
+    return true;
+}
+
 /* route attn.persistent: the decode attention block in one launch (attn_decode_block.cu) where the chain it equals
    is the one it reproduces: int4-tc projections (not interleaved) on the W4A8 decode GEMV, a bf16 cache, head dim
    128; else false and the caller runs the ops */
@@ -876,6 +908,7 @@ static const fm_backend_ops cuda_ops = {
     .moe_add_rmsnorm = cu_moe_add_rmsnorm,
     .router_moe = cu_router_moe,
     .linear_add_rmsnorm = cu_linear_add_rmsnorm,
+    .attention_paged_o = cu_attention_paged_o,
     .attention_block = cu_attention_block,
     .sample = cu_sample,
     .gated_qk_norm_rope = cu_gated_qk_norm_rope,

@@ -395,7 +395,25 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     fm_cuda_w4a8_gemm(&a, be->stream);
 }
 
-// tail: NULL, or the add + RMSNorm the decode GEMV's last CTA runs (fm_cuda_linear_w4a8_add_rmsnorm checked it)
+// The workspace's e4m3 rows of a dense W4A8 linear's input [M][w->cols] (fm_w4a8_linear_ws_bytes): codes x8
+// [M][pad128 K], scales xs [group][M], and for an int4-zp-tc bank the group sums xsum after them (else NULL)
+void fm_cuda_w4a8_linear_rows(cuda_backend *be, const fm_bank *w, int64_t M, uint8_t **x8, float **xs, float **xsum) {
+    const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
+    uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
+    *x8 = ws;
+    *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
+    *xsum = w->fmt == FM_W_INT4_ZP_TC ? *xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
+}
+
+void fm_cuda_linear_w4a8_from_rows(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
+                                   const float *xsum, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail) {
+    if (tail)
+        fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, fm_routes_gemv_groups(&be->routes),
+                                      fm_routes_pdl(&be->routes), be->stream);
+    else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
+}
+
+// tail: NULL, or the add + RMSNorm the decode GEMV's last CTA runs (fm_cuda_linear_w4a8_tail checked it)
 static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
                         __nv_bfloat16 *y, const fm_row_tail *tail) {
     if (M == 0) return;
@@ -407,16 +425,11 @@ static void linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const _
         fm_cuda_w4a8_gemv_bf16(w, idx, x, M, y, tail, fm_routes_gemv_groups(&be->routes), pdl, be->stream);
         return;
     }
-    const int64_t K = w->cols, Kp = (int64_t)fm_w4a8_pad128((uint64_t)K);
-    uint8_t *ws = (uint8_t *)fm_cuda_workspace(be, fm_w4a8_linear_ws_bytes((uint64_t)M, (uint64_t)K));
-    uint8_t *x8 = ws;
-    float *xs = (float *)(ws + fm_w4a8_align((uint64_t)(M * Kp)));
-    float *xsum = w->fmt == FM_W_INT4_ZP_TC ? xs + fm_w4a8_align((uint64_t)(Kp / 128 * M * 4)) / 4 : NULL;
-    fm_cuda_quantize_e4m3_rows(x, M, K, x8, xs, xsum, M, pdl, be->stream);
-    if (tail)
-        fm_cuda_w4a8_gemv_add_rmsnorm(w, idx, x8, xs, xsum, M, M, y, tail, fm_routes_gemv_groups(&be->routes), pdl,
-                                      be->stream);
-    else fm_cuda_w4a8_linear_gemm(be, w, idx, x8, xs, xsum, M, y);
+    uint8_t *x8;
+    float *xs, *xsum;
+    fm_cuda_w4a8_linear_rows(be, w, M, &x8, &xs, &xsum);
+    fm_cuda_quantize_e4m3_rows(x, M, w->cols, x8, xs, xsum, M, pdl, be->stream);
+    fm_cuda_linear_w4a8_from_rows(be, w, idx, x8, xs, xsum, M, y, tail);
 }
 
 void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const __nv_bfloat16 *x, int64_t M,
@@ -424,15 +437,22 @@ void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
     linear_w4a8(be, w, idx, x, M, y, NULL);
 }
 
-bool fm_cuda_linear_w4a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const __nv_bfloat16 *x, int64_t M,
-                                     __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
-                                     __nv_bfloat16 *out) {
+bool fm_cuda_linear_w4a8_tail(cuda_backend *be, const fm_bank *w, int64_t M, __nv_bfloat16 *y, __nv_bfloat16 *acc,
+                              const __nv_bfloat16 *norm, float eps, __nv_bfloat16 *out, fm_row_tail *tail) {
     /* the GEMV's rows only, where fm_cuda_w4a8_linear_gemm would take the GEMV (an interleaved bank never does) */
     if (M < 1 || M > FM_GEMV_FP8_MAX_M || !be->tail_counter || w->interleaved || /* one chunk: the tail's counter */
         fm_routes_dense_kernel(&be->routes, w->fmt, M, w->cols) != FM_DK_W4A8_GEMV ||
         !fm_row_tail_takes(w->rows, y, acc, norm, out))
         return false;
-    const fm_row_tail tail = {be->tail_counter, acc, norm, eps, out};
+    *tail = (fm_row_tail){be->tail_counter, acc, norm, eps, out};
+    return true;
+}
+
+bool fm_cuda_linear_w4a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const __nv_bfloat16 *x, int64_t M,
+                                     __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
+                                     __nv_bfloat16 *out) {
+    fm_row_tail tail;
+    if (!fm_cuda_linear_w4a8_tail(be, w, M, y, acc, norm, eps, out, &tail)) return false;
     linear_w4a8(be, w, 0, x, M, y, &tail);
     return true;
 }

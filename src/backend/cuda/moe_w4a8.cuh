@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/moe_combine_norm.cuh"
+#include "backend/cuda/row_tail.cuh"
 
 // Same contract as the backend's moe op (backend.h); gate_up and down are int4-tc banks, gate_up interleaved.
 // a_dispatch: e4m3 1x128, or FP4 (MXFP4, NVFP4: int4-tc banks only) for the gate|up input; the down input is e4m3.
@@ -55,6 +56,18 @@ void fm_cuda_linear_w4a8(cuda_backend *be, const fm_bank *w, int32_t idx, const 
 bool fm_cuda_linear_w4a8_add_rmsnorm(cuda_backend *be, const fm_bank *w, const __nv_bfloat16 *x, int64_t M,
                                      __nv_bfloat16 *y, __nv_bfloat16 *acc, const __nv_bfloat16 *norm, float eps,
                                      __nv_bfloat16 *out);
+// Whether fm_cuda_linear_w4a8_add_rmsnorm takes these rows (M, y and the tail's buffers on matrix 0 of w); if so, tail
+// is the GEMV's tail for them
+bool fm_cuda_linear_w4a8_tail(cuda_backend *be, const fm_bank *w, int64_t M, __nv_bfloat16 *y, __nv_bfloat16 *acc,
+                              const __nv_bfloat16 *norm, float eps, __nv_bfloat16 *out, fm_row_tail *tail);
+// The workspace's e4m3 rows of a dense W4A8 linear's input [M][w->cols], where fm_cuda_linear_w4a8 quantizes x: codes
+// x8 [M][pad128 K], scales xs [group][M], group sums xsum for an int4-zp-tc bank (else NULL). A producer of x may write
+// them itself (paged attention for o: route paged.quant), then fm_cuda_linear_w4a8_from_rows instead of the linear.
+void fm_cuda_w4a8_linear_rows(cuda_backend *be, const fm_bank *w, int64_t M, uint8_t **x8, float **xs, float **xsum);
+// fm_cuda_linear_w4a8 (tail NULL) or fm_cuda_linear_w4a8_add_rmsnorm (tail: fm_cuda_linear_w4a8_tail's) from x's rows
+// already quantized
+void fm_cuda_linear_w4a8_from_rows(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
+                                   const float *xsum, int64_t M, __nv_bfloat16 *y, const fm_row_tail *tail);
 // Its GEMM on x already quantized (x8 [M][pad128 K], xs [group][M], xsum as xs for int4-zp-tc banks, else NULL):
 // the mma.sync GEMV or the grouped kernel, as the backend's route table says (fm_routes_dense_kernel).
 void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, const uint8_t *x8, const float *xs,
