@@ -339,12 +339,12 @@ static void test_qwen3_next_decode_fused(void **state) {
     decode_same_with_routes("tests/models/qwen3-next-bf16", "decode.fused=on");
 }
 
-/* Route paged.quant on Qwen3-MoE: paged attention and the o projection as one op (attention_paged_o, the chain on the
- * cpu backend), alone (the layer's add and norm after it) and with decode.fused (in it) */
-static void test_paged_quant_route(void **state) {
+/* Route dense.quant=producer on Qwen3-MoE: paged attention and the o projection as one op (attention_paged_o, the chain
+ * on the cpu backend), alone (the layer's add and norm after it) and with decode.fused (in it) */
+static void test_dense_quant_producer_route(void **state) {
     (void)state;
-    decode_same_with_routes("tests/models/qwen3-moe-bf16", "paged.quant=fused");
-    decode_same_with_routes("tests/models/qwen3-moe-bf16", "paged.quant=fused,decode.fused=on");
+    decode_same_with_routes("tests/models/qwen3-moe-bf16", "dense.quant=producer");
+    decode_same_with_routes("tests/models/qwen3-moe-bf16", "dense.quant=producer,decode.fused=on");
 }
 
 static void test_golden_greedy(void **state) {
@@ -403,16 +403,11 @@ static void test_golden_greedy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cached_steps_equal_prefill),
-        cmocka_unit_test(test_greedy_and_batches),
-        cmocka_unit_test(test_sampling_seed_and_stops),
-        cmocka_unit_test(test_without_cache),
-        cmocka_unit_test(test_qwen3_next_cached_steps),
-        cmocka_unit_test(test_qwen3_next_long_chunks),
-        cmocka_unit_test(test_qwen3_next_greedy_and_batches),
-        cmocka_unit_test(test_qwen3_next_decode_fused),
-        cmocka_unit_test(test_paged_quant_route),
-        cmocka_unit_test(test_golden_greedy),
+        cmocka_unit_test(test_cached_steps_equal_prefill),    cmocka_unit_test(test_greedy_and_batches),
+        cmocka_unit_test(test_sampling_seed_and_stops),       cmocka_unit_test(test_without_cache),
+        cmocka_unit_test(test_qwen3_next_cached_steps),       cmocka_unit_test(test_qwen3_next_long_chunks),
+        cmocka_unit_test(test_qwen3_next_greedy_and_batches), cmocka_unit_test(test_qwen3_next_decode_fused),
+        cmocka_unit_test(test_dense_quant_producer_route),    cmocka_unit_test(test_golden_greedy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -80,7 +80,7 @@ timeout 300 ./build/tests/gpu/test_cuda_ops_fused >"$out/gpu_ops_fused.log" 2>&1
 timeout 300 ./build/tests/gpu/test_cuda_ops_fused --route pdl=off >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, pdl=off $?"
 # the decode attention block in one launch (attn.persistent) against the chain it replaces, bit for bit
 timeout 300 ./build/tests/gpu/test_cuda_attn_block >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, attention block $?"
-# paged attention with the o projection's rows quantized by its merge kernel (paged.quant=fused), against the chain
+# paged attention with the o projection's rows quantized by its merge kernel (dense.quant=producer), against the chain
 timeout 300 ./build/tests/gpu/test_cuda_attn_o >>"$out/gpu_ops_fused.log" 2>&1; fused_rc="$fused_rc, attention + o $?"
 # the fold GEMM (route w4a8.kernel=fold: int4-p2 experts, group scales in the e4m3 operand, per-token activations)
 # against its CPU emulation, the quantizer and the repack bit for bit, the moe op under the route

@@ -378,7 +378,7 @@ typedef struct fm_backend_ops {
      * the projection after it as after linear. NULL where a backend has none. */
     void (*linear_add_rmsnorm)(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                                void *acc, const fm_bank *norm, float eps, void *out);
-    /* Paged attention and the o projection after it in one op (route paged.quant=fused): exactly (runs ?
+    /* Paged attention and the o projection after it in one op (route dense.quant=producer): exactly (runs ?
      * attention_paged_runs : attention_paged)(qkv, T, ..., scratch, att), then linear(o, 0, att, T, afmt, y), or with
      * norm given linear_add_rmsnorm(o, att, T, afmt, y, acc, norm, eps, out) (acc, norm and out NULL: none); att holds
      * the attention's output after it as after attention_paged. A GPU quantizes the attention's rows for o where the

@@ -80,9 +80,6 @@ static void now_w8a8_quant(const fm_routes *r, char *b, size_t n) {
     if (e) snprintf(b, n, "fused up to %lld elements", (long long)e);
     else snprintf(b, n, "kernel");
 }
-static void now_paged_quant(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%s", fm_routes_paged_quant_fused(r) ? "fused" : "kernel");
-}
 static void now_moe_gemv(const fm_routes *r, char *b, size_t n) {
     if (r->moe_gemv < 0) snprintf(b, n, "off");
     else if (r->moe_gemv) snprintf(b, n, "P <= %d", r->moe_gemv);
@@ -95,7 +92,10 @@ static void now_moe_combine(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_combine_fused(r) ? "fused" : "kernel");
 }
 static void now_dense_quant(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%s", fm_routes_dense_quant_fused(r) ? "fused" : "kernel");
+    snprintf(b, n, "%s",
+             fm_routes_dense_quant_fused(r)      ? "fused"
+             : fm_routes_dense_quant_producer(r) ? "producer"
+                                                 : "kernel");
 }
 static void now_gemv_groups(const fm_routes *r, char *b, size_t n) {
     if (fm_routes_gemv_groups(r)) snprintf(b, n, "%d groups a warp", fm_routes_gemv_groups(r));
@@ -400,21 +400,6 @@ static const route_key route_keys[] = {
      "same order). `auto` is `kernel` until `fused` is measured on a GPU; bf16 head dims that are multiples of 16 "
      "(the split kernel's); the cpu backend has one reference",
      now_paged_combine},
-    {"paged.quant",
-     FIELD(paged_quant),
-     "auto|kernel|fused",
-     {{"kernel", FM_ROUTE_COMBINE_KERNEL}, {"fused", FM_ROUTE_COMBINE_FUSED}},
-     "kernel",
-     "the o projection's e4m3 input rows quantized by a launch of their own, or by paged attention's merge kernel",
-     "the `fp8` preset's o projection (W4A8) reads the attention's output as e4m3 in 128-column groups with one scale "
-     "a group: `kernel` quantizes it with a launch of its own between the attention and the projection; `fused` lets "
-     "the kernel that merges paged attention's splits quantize each head's row as it writes it (a head of 128 is one "
-     "group; where the attention does not split, heads are not 128 wide or a step holds prompt chunks, the quantizer "
-     "launch runs as before): one launch fewer per attention layer of a decode step, the same codes and scales, the "
-     "same bits. With `decode.fused` only (the o projection with the residual add and the norm); int4-tc and "
-     "e4m3-block banks (a checkpoint's int4 with zero points needs the group sums: the launch); the cpu backend runs "
-     "the two ops",
-     now_paged_quant},
     {"moe.down_quant",
      FIELD(moe_down_quant),
      "auto|kernel|fused",
@@ -488,17 +473,24 @@ static const route_key route_keys[] = {
      now_paged_swap},
     {"dense.quant",
      FIELD(dense_quant),
-     "auto|kernel|fused",
-     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL}, {"fused", FM_ROUTE_DOWN_QUANT_FUSED}},
+     "auto|kernel|fused|producer",
+     {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL},
+      {"fused", FM_ROUTE_DOWN_QUANT_FUSED},
+      {"producer", FM_ROUTE_QUANT_PRODUCER}},
      "kernel",
-     "the dense W4A8 decode GEMV's bf16 input quantized by a launch of its own, or by the GEMV's CTAs",
-     "the `fp8` preset's dense projections (int4 weights, W4A8) at up to 16 rows, on the decode GEMV (`dense.gemv`): "
-     "`kernel` quantizes the bf16 input rows to e4m3 in 128-column groups with a launch of its own before the GEMV, "
-     "`fused` lets each CTA of the GEMV quantize the rows itself as it stages them (the same codes and scales; every "
-     "CTA repeats that work, 4-8 KB a row from L2): one launch fewer per projection, two per attention layer, the "
-     "same bits. `auto` is `kernel`: on an H200 `fused` cost fp8 decode +4.7 % a step at B = 1 and +33 % at B = 8 "
-     "(docs/RESULTS.md 2.18: the staging is repeated by every CTA after its wait); the GEMM (more rows) and `--dense "
-     "w8a8` keep their quantizers; the cpu backend has one reference",
+     "the dense W4A8 projections' bf16 input quantized by a launch of its own, by the decode GEMV's CTAs, or by the "
+     "kernel that writes it",
+     "the `fp8` preset's dense projections (int4 weights, W4A8) read their input as e4m3 in 128-column groups with one "
+     "scale a group. `kernel` quantizes the bf16 input rows with a launch of its own before the projection; `fused` "
+     "lets each CTA of the decode GEMV (up to 16 rows, `dense.gemv`) quantize the rows itself as it stages them (every "
+     "CTA repeats that work, 4-8 KB a row from L2): one launch fewer per projection; `producer` lets the kernel that "
+     "writes the input quantize it as it writes it: the o projection's, by the kernel that merges paged attention's "
+     "splits (a head of 128 is one group; where the attention does not split, heads are not 128 wide or a step holds "
+     "prompt chunks, the launch runs as before), one launch fewer per attention layer of a decode step, at any rows. "
+     "Each gives the same codes and scales, the same bits. `auto` is `kernel`: on an H200 `fused` cost fp8 decode "
+     "+4.7 % a step at B = 1 and +33 % at B = 8 (docs/RESULTS.md 2.18: the staging is repeated by every CTA after "
+     "its wait); `producer` is not yet measured. `--dense w8a8` keeps its quantizers; the cpu backend has one "
+     "reference (`producer`: the chain of ops)",
      now_dense_quant},
     {"gemv.groups",
      FIELD(gemv_groups),
@@ -874,6 +866,7 @@ bool fm_routes_dense_quant_fused(const fm_routes *r) {
     return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
 }
+bool fm_routes_dense_quant_producer(const fm_routes *r) { return r->dense_quant == FM_ROUTE_QUANT_PRODUCER; }
 int32_t fm_routes_gemv_groups(const fm_routes *r) { return r->gemv_groups > 0 ? r->gemv_groups : 0; }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */
@@ -891,11 +884,6 @@ bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T) {
 }
 bool fm_routes_fused_o_proj(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
-#define PAGED_QUANT_FUSED_BY_DEFAULT false
-bool fm_routes_paged_quant_fused(const fm_routes *r) {
-    return r->paged_quant == FM_ROUTE_COMBINE_FUSED ||
-           (r->paged_quant == FM_ROUTE_COMBINE_AUTO && PAGED_QUANT_FUSED_BY_DEFAULT);
-}
 bool fm_routes_fused_gdn(const fm_routes *r) { return r->decode_fused == FM_ROUTE_ON; }
 
 /* auto: separate until the routed form is measured on a GPU (compiled and tested against the CPU only) */

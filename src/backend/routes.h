@@ -85,6 +85,7 @@ typedef enum fm_route_down_quant {
     FM_ROUTE_DOWN_QUANT_AUTO = 0,
     FM_ROUTE_DOWN_QUANT_KERNEL, /* a decode step's h quantized for the down GEMV by a launch of its own */
     FM_ROUTE_DOWN_QUANT_FUSED,  /* by the down GEMV's CTAs, each its tile's rows, in its prologue */
+    FM_ROUTE_QUANT_PRODUCER,    /* dense.quant only: by the kernel that writes the input rows */
 } fm_route_down_quant;
 
 typedef struct fm_routes {
@@ -126,7 +127,6 @@ typedef struct fm_routes {
     int32_t w4a8_gemv_max_m;  /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
     int32_t w8a8_quant;       /* w8a8.quant: fm_route_paged_combine's words (kernel, fused) */
     int32_t w4a8_splits;      /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
-    int32_t paged_quant;      /* paged.quant: fm_route_paged_combine's words (kernel, fused) */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -326,6 +326,10 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * itself as it stages them, in place of the quantizer's launch before it (the same codes and scales). `auto` is the
  * quantizer's launch until measured. */
 bool fm_routes_dense_quant_fused(const fm_routes *r);
+/* dense.quant=producer: the dense W4A8 projections' e4m3 input rows written by the kernel that writes the input, where
+ * one does (the o projection's by paged attention's merge of its splits: the op attention_paged_o), instead of by a
+ * quantizer launch of their own. */
+bool fm_routes_dense_quant_producer(const fm_routes *r);
 /* The 128-column K groups each warp of a W4A8 decode GEMV (dense and the experts') aims at: a row block's K is split
  * among up to 8 warps of its CTA so that each takes about this many; 0 (auto): the most warps whose grid stays within
  * one resident wave (gemv_fp8.cu, w4a8_slices). */
@@ -348,10 +352,6 @@ bool fm_routes_moe_dispatch_fused(const fm_routes *r);
  * them all at once, row_tail.cuh, not yet measured). */
 bool fm_routes_fused_moe_tail(const fm_routes *r, int64_t T);
 bool fm_routes_fused_o_proj(const fm_routes *r);
-/* The o projection's e4m3 input rows (the fp8 preset's dense W4A8 projections) written by paged attention's merge of
- * its splits instead of by a quantizer launch of their own (paged.quant=fused: the op attention_paged_o, with
- * the o projection's linear, or its linear_add_rmsnorm under decode.fused). */
-bool fm_routes_paged_quant_fused(const fm_routes *r);
 /* A decode step's Gated DeltaNet conv, rule and gated norm as one kernel (gdn_decode_fused): only when on (compiled and
  * tested against the chain, not yet measured: bench/NOTES.md 2026-12-05, "Qwen3-Next's decode step, fused"). */
 bool fm_routes_fused_gdn(const fm_routes *r);

@@ -411,7 +411,7 @@ static bool attention_block(fm_context *ctx, const fm_layer_weights *L, int64_t 
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj (fused_o: left to the
- * caller, or run with the residual add and the norm, returning true: route paged.quant). */
+ * caller, or run with the residual add and the norm, returning true: route dense.quant=producer). */
 static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
                             int32_t n_attn, bool fused_o, fw_timer *tm) {
     const fm_model *m = ctx->m;
@@ -457,7 +457,8 @@ static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
                  fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1) + fm_op_bytes_act(m, T, kv_w, 0, 1) +
                      fm_op_bytes_act(m, T, nkv * (int64_t)hd, 1, 0));
     else op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope", fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1));
-    bool o_done = false; /* route paged.quant: o_proj ran in the attention's op (with the add and norm if fused_o) */
+    bool o_done =
+        false; /* route dense.quant=producer: o_proj ran in the attention's op (with the add and norm if fused_o) */
     if (kl) {
         if (!store_in_rope) {
             ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl, kv->dtype);
@@ -468,7 +469,7 @@ static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
                               (kv->chunks_on_device || step_has_run(kv->h_idx, T));
             o_done =
                 !c->attn_output_gate && !ctx->tp_comm && ops->attention_paged_o &&
-                fm_routes_paged_quant_fused(&m->routes) &&
+                fm_routes_dense_quant_producer(&m->routes) &&
                 ops->attention_paged_o(be, runs, b.qkv, T, nh, nkv, hd, kl, vl, kv->dtype, kv->tok_seq, kv->tok_pos,
                                        kv->tables, kv->pool.max_blocks, kv->pool.block_tokens, kv->pool.ctx,
                                        kv->att_scratch, b.att, L->o, p->a_dense, b.y, fused_o ? b.x : NULL,
@@ -575,7 +576,7 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
         /* route decode.fused: o_proj, the residual add and the ffn norm in one op */
         const bool fused_o = !fm_layer_kind_is_gdn(L->kind) && !ctx->tp_comm && ops->linear_add_rmsnorm &&
                              fm_routes_fused_o_proj(&m->routes);
-        /* route attn.persistent: the attention block through the norm in one op; route paged.quant with
+        /* route attn.persistent: the attention block through the norm in one op; route dense.quant=producer with
            decode.fused: the attention through o_proj's add and norm */
         bool block = false;
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);

@@ -1,12 +1,13 @@
-/* Paged attention and the o projection as one op (route paged.quant=fused: attention_paged_o, the o projection's
+/* Paged attention and the o projection as one op (route dense.quant=producer: attention_paged_o, the o projection's
  * e4m3 rows written by the kernel that merges the attention's splits) against the chain it replaces on the same GPU,
  * bit for bit: attention_paged, then linear(o) or linear_add_rmsnorm(o). T rows, each a sequence of its own over a
  * paged bf16 cache whose blocks are scattered through the pool, at positions that differ row to row. Compared: the
- * attention's output, the o projection and, with the norm, the residual and the normed rows. Shapes: Qwen3-30B-A3B's (H 2048, 32 query heads, 4 kv heads of 128) at 1, 3
- * and 16 rows (the GEMV, its add + RMSNorm tail in its last CTA) and 40 rows (the GEMM, the norm a launch of its own),
- * Mixtral's (H 4096, 32 / 8 heads), heads of 64 (two heads a 128-group: the rows quantized by the quantizer's launch),
- * one split (no merge kernel: the launch again); each op call made twice (the tail's counter reused). Where the
- * route is off or the step holds prompt runs, the op declines and runs nothing. Runs only where a GPU is present. */
+ * attention's output, the o projection and, with the norm, the residual and the normed rows. Shapes: Qwen3-30B-A3B's (H
+ * 2048, 32 query heads, 4 kv heads of 128) at 1, 3 and 16 rows (the GEMV, its add + RMSNorm tail in its last CTA) and
+ * 40 rows (the GEMM, the norm a launch of its own), Mixtral's (H 4096, 32 / 8 heads), heads of 64 (two heads a
+ * 128-group: the rows quantized by the quantizer's launch), one split (no merge kernel: the launch again); each op call
+ * made twice (the tail's counter reused). Where the route is off or the step holds prompt runs, the op declines and
+ * runs nothing. Runs only where a GPU is present. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -153,16 +154,15 @@ static fm_backend *gpu_with(const char *route) {
 }
 
 static void o_case_run(const o_case *c) {
-    fm_backend *on = gpu_with("paged.quant=fused"), *off = gpu_with("paged.quant=kernel");
+    fm_backend *on = gpu_with("dense.quant=producer"), *off = gpu_with("dense.quant=kernel");
     assert_non_null(on->ops->attention_paged_o);
     o_in b = make_in(c);
     float *f[N_OUT], *ch[N_OUT];
     assert_true(run_case(on, c, &b, true, false, f));
     assert_true(run_case(off, c, &b, false, false, ch));
     char what[200];
-    snprintf(what, sizeof what, "attention + o H=%lld nh=%d nkv=%d hd=%d T=%d pos0=%d max_len=%lld%s",
-             (long long)c->H, c->nh, c->nkv, c->hd, c->T, c->pos0, (long long)c->max_len,
-             c->norm ? " + add_rmsnorm" : "");
+    snprintf(what, sizeof what, "attention + o H=%lld nh=%d nkv=%d hd=%d T=%d pos0=%d max_len=%lld%s", (long long)c->H,
+             c->nh, c->nkv, c->hd, c->T, c->pos0, (long long)c->max_len, c->norm ? " + add_rmsnorm" : "");
     const int64_t n[N_OUT] = {(int64_t)c->T * c->nh * c->hd, c->T * c->H, c->T * c->H, c->T * c->H};
     for (int o = 0; o < N_OUT; o++) {
         if (!f[o]) continue;
@@ -185,14 +185,12 @@ static void test_attention_paged_o(void **s) {
     (void)s;
     const o_case cases[] = {
         {2048, 32, 4, 128, 1, 2047, 4096, true}, /* Qwen3-30B-A3B, B = 1 at context 2048 */
-        {2048, 32, 4, 128, 1, 2047, 4096, false},
-        {2048, 32, 4, 128, 3, 700, 2048, true},
+        {2048, 32, 4, 128, 1, 2047, 4096, false},  {2048, 32, 4, 128, 3, 700, 2048, true},
         {2048, 32, 4, 128, 16, 1500, 2048, true}, /* the GEMV's most rows: its tail */
         {2048, 32, 4, 128, 40, 1900, 2048, true}, /* the GEMM: the norm a launch of its own */
-        {2048, 32, 4, 128, 40, 1900, 2048, false},
-        {4096, 32, 8, 128, 2, 1500, 2048, true}, /* Mixtral's attention */
-        {512, 16, 4, 64, 3, 300, 1024, true},    /* heads of 64: the quantizer's launch */
-        {384, 16, 16, 128, 2, 40, 64, true},     /* one split: no merge kernel, the launch */
+        {2048, 32, 4, 128, 40, 1900, 2048, false}, {4096, 32, 8, 128, 2, 1500, 2048, true}, /* Mixtral's attention */
+        {512, 16, 4, 64, 3, 300, 1024, true}, /* heads of 64: the quantizer's launch */
+        {384, 16, 16, 128, 2, 40, 64, true},  /* one split: no merge kernel, the launch */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) o_case_run(&cases[i]);
 }

@@ -81,8 +81,8 @@ template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_
                                     &arrived);
 }
 
-// Merges the splits of one (token, query head): thread d < hd owns out[t, h, d]. QUANT (route paged.quant, hd a
-// multiple of 128, no skipped rows): then warp w < hd / 128 quantizes the head's w-th 128-column group of the row it
+// Merges the splits of one (token, query head): thread d < hd owns out[t, h, d]. QUANT (route dense.quant=producer, hd
+// a multiple of 128, no skipped rows): then warp w < hd / 128 quantizes the head's w-th 128-column group of the row it
 // has just written, as fm_cuda_quantize_e4m3_rows would (the same function on the same bf16 values: the same codes
 // and scale), into the o projection's input rows x8 [T][nh hd] and scales xs[group][T]: that launch saved.
 template <bool QUANT>

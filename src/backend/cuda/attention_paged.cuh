@@ -33,9 +33,10 @@ extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                         __nv_bfloat16 *out, bool fused_combine, bool split_waves, int32_t swap,
                                         bool pdl, cudaStream_t s);
-// The same, and out's rows quantized for the o projection (route paged.quant) as fm_cuda_quantize_e4m3_rows(out, T,
-// nh hd, x8, xs, NULL, T) would: codes x8 [T][nh hd] (nh hd a multiple of 128), scales xs [nh hd / 128][T]; by the
-// kernel that merges the splits where every row splits and hd is a multiple of 128, else by that launch after it.
+// The same, and out's rows quantized for the o projection (route dense.quant=producer) as
+// fm_cuda_quantize_e4m3_rows(out, T, nh hd, x8, xs, NULL, T) would: codes x8 [T][nh hd] (nh hd a multiple of 128),
+// scales xs [nh hd / 128][T]; by the kernel that merges the splits where every row splits and hd is a multiple of 128,
+// else by that launch after it.
 extern "C" void fm_cuda_attention_paged_quant(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                               const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,

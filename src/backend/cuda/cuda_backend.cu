@@ -683,7 +683,7 @@ static void cu_linear_add_rmsnorm(fm_backend *bb, const fm_bank *w, const void *
     cu_add_rmsnorm(bb, acc, y, norm, M, w->rows, eps, out);
 }
 
-/* route paged.quant (else false): paged attention with the o projection's e4m3 rows
+/* route dense.quant=producer (else false): paged attention with the o projection's e4m3 rows
    written by the merge of its splits (attention_paged.cu), then the projection from those rows, its add + RMSNorm in
    the GEMV's last CTA where linear_add_rmsnorm would put it there. Takes int4-tc and e4m3-block banks (no group sums)
    under e4m3 1x128 activations and the split kernel (not a step of prompt chunks, not dense.quant=fused, whose GEMV
@@ -695,7 +695,7 @@ static bool cu_attention_paged_o(fm_backend *bb, bool runs, const void *qkv, int
                                  fm_afmt afmt, void *y, void *acc, const fm_bank *norm, float eps, void *out) {
     cuda_backend *be = cuda_be(bb);
     const fm_routes *r = &be->routes;
-    if (!fm_routes_paged_quant_fused(r) || runs || f32(bb) || hd % 16 != 0 || T < 1 || afmt != FM_A_E4M3_G128 ||
+    if (!fm_routes_dense_quant_producer(r) || runs || f32(bb) || hd % 16 != 0 || T < 1 || afmt != FM_A_E4M3_G128 ||
         (o->fmt != FM_W_INT4_G128_TC && o->fmt != FM_W_E4M3_B128) || o->interleaved || o->fold ||
         o->cols != (int64_t)nh * hd || afmt != afmt_for(o->fmt) || fm_routes_dense_quant_fused(r))
         return false;

@@ -62,7 +62,8 @@ bool fm_cuda_linear_w4a8_tail(cuda_backend *be, const fm_bank *w, int64_t M, __n
                               const __nv_bfloat16 *norm, float eps, __nv_bfloat16 *out, fm_row_tail *tail);
 // The workspace's e4m3 rows of a dense W4A8 linear's input [M][w->cols], where fm_cuda_linear_w4a8 quantizes x: codes
 // x8 [M][pad128 K], scales xs [group][M], group sums xsum for an int4-zp-tc bank (else NULL). A producer of x may write
-// them itself (paged attention for o: route paged.quant), then fm_cuda_linear_w4a8_from_rows instead of the linear.
+// them itself (paged attention for o: route dense.quant=producer), then fm_cuda_linear_w4a8_from_rows instead of the
+// linear.
 void fm_cuda_w4a8_linear_rows(cuda_backend *be, const fm_bank *w, int64_t M, uint8_t **x8, float **xs, float **xsum);
 // fm_cuda_linear_w4a8 (tail NULL) or fm_cuda_linear_w4a8_add_rmsnorm (tail: fm_cuda_linear_w4a8_tail's) from x's rows
 // already quantized
