@@ -1,8 +1,10 @@
 #!/bin/bash
-# forty-fifth session: paged attention and the o projection in one op (route dense.quant=producer: the o rows quantized
-# by the merge kernel, one launch fewer a layer) and the o projection's add + RMSNorm in its GEMV (decode.fused=on,
-# unmeasured since row_tail.cuh), one binary (.carry/gpu-s50a.tar.xz), the routes switched. (1) test_cuda_attn_o (and
-# under memcheck), test_cuda_generate and test_cuda_graph with the route; (2) fp8 decode B = 1, 8, 64 by route set,
+# forty-fifth session: route dense.quant=producer (the o projection's e4m3 rows written by paged attention's merge
+# kernel; at one token the next layer's q|k|v rows by the persistent MoE block's tail: two quantizer launches fewer a
+# layer at B = 1, one at B = 8 and 64) and the o projection's add + RMSNorm in its GEMV (decode.fused=on, unmeasured
+# since row_tail.cuh), one binary (.carry/gpu-s50a.tar.xz), the routes switched. (1) test_cuda_attn_o (and under
+# memcheck), test_moe_persistent (out_q against the cpu's quantizer, one launch), test_cuda_generate and
+# test_cuda_graph with the route; (2) fp8 decode B = 1, 8, 64 by route set,
 # alternating, two rounds; (3) s49_a.sh's per-kernel stall table of one step (NVTX range) at B = 1 and 8, and
 # bench/kernel_table.py at B = 8, on the time left.
 # Carry .carry/env.sh, .carry/debs, .carry/gpu-s50a.tar.xz.
@@ -18,6 +20,8 @@ N=s50/build/new
 R=w4a8.gemv_max_m=16,w4a8.splits=fill
 timeout 120 $N/test_cuda_attn_o > $L/test_attn_o.log 2>&1
 echo "== test_cuda_attn_o rc $? $SECONDS s"; grep -E "bit for bit|FAIL|rror|Assert" $L/test_attn_o.log | cut -c1-150 | head -14
+FM_TEST_FILTER='test_moe_persistent' timeout 120 $N/test_cuda_ops_fused > $L/test_persistent.log 2>&1
+echo "== test_moe_persistent rc $? $SECONDS s"; grep -E "bit for bit|FAIL|rror|out_q" $L/test_persistent.log | cut -c1-150 | head -12
 for t in generate graph; do
   timeout 150 $N/test_cuda_$t --route dense.quant=producer > $L/test_$t.log 2>&1
   echo "== test_cuda_$t (dense.quant=producer) rc $? $SECONDS s: $(grep -cE '^\[ +OK +\]' $L/test_$t.log) ok, $(grep -cE '^\[ +FAILED +\]' $L/test_$t.log) failed"

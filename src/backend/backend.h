@@ -57,6 +57,15 @@ typedef enum fm_afmt {
                        it */
 } fm_afmt;
 
+/* Activation rows quantized for the dense linears (plan a_dense FM_A_E4M3_G128) by the op that writes them (route
+ * dense.quant=producer; router_moe's out_q, linear_rows): for M rows of K, e4m3 codes [M][pad128(K)] (zero past K)
+ * from the start, then the fp32 scales [pad128(K) / 128][M] (group g of row m at g M + m) from
+ * fm_qrows_scales_at(M, K) bytes on (a multiple of 128); fm_qrows_bytes(M, K) bytes in all, M times a row's. */
+static inline size_t fm_qrows_scales_at(int64_t M, int64_t K) { return (size_t)M * (size_t)((K + 127) / 128 * 128); }
+static inline size_t fm_qrows_bytes(int64_t M, int64_t K) {
+    return fm_qrows_scales_at(M, K) + (size_t)((K + 127) / 128) * (size_t)M * 4;
+}
+
 const char *fm_wformat_name(fm_wformat f);
 const char *fm_afmt_name(fm_afmt f);
 
@@ -368,11 +377,18 @@ typedef struct fm_backend_ops {
      * the rows): exactly router(rw, x, T, k, kind, norm_topk, logits, ids, weights), then moe(gate_up, down, x, T,
      * ids, weights, k, a_dispatch, a_down, y) or, with norm (not NULL), moe_add_rmsnorm(gate_up, down, x, T, ids,
      * weights, k, a_dispatch, a_down, y, acc, norm, eps, out). Routing ids are the experts' bank indices (no expert
-     * cache's slots, no expert parallelism). NULL where a backend has none: the caller runs the ops in order. */
+     * cache's slots, no expert parallelism). out_q (with norm; NULL: none): out's rows also quantized for the next
+     * dense linear, as fm_qrows lays them out, for linear_rows (route dense.quant=producer: the persistent MoE block's
+     * tail writes them). NULL where a backend has none: the caller runs the ops in order. */
     void (*router_moe)(fm_backend *be, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
                        int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
                        void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
-                       float eps, void *out);
+                       float eps, void *out, void *out_q);
+    /* linear(w, idx, x, M, afmt, y) where xq holds x's M rows quantized by the op that wrote x (fm_qrows, afmt
+     * FM_A_E4M3_G128): the backend reads the rows from xq where its kernel takes them, else x. NULL where a backend
+     * never writes such rows (its router_moe ignores out_q or is NULL). */
+    void (*linear_rows)(fm_backend *be, const fm_bank *w, int32_t idx, const void *x, const void *xq, int64_t M,
+                        fm_afmt afmt, void *y);
     /* A projection and the residual add + RMSNorm after it in one op (route decode.fused: a decode step's o
      * projection): exactly linear(w, 0, x, M, afmt, y), then add_rmsnorm(acc, y, norm, M, w->rows, eps, out); y holds
      * the projection after it as after linear. NULL where a backend has none. */

@@ -327,8 +327,9 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * quantizer's launch until measured. */
 bool fm_routes_dense_quant_fused(const fm_routes *r);
 /* dense.quant=producer: the dense W4A8 projections' e4m3 input rows written by the kernel that writes the input, where
- * one does (the o projection's by paged attention's merge of its splits: the op attention_paged_o), instead of by a
- * quantizer launch of their own. */
+ * one does (the o projection's by paged attention's merge of its splits: the op attention_paged_o; the q|k|v
+ * projection's by the persistent MoE block's tail: router_moe's out_q, then linear_rows), instead of by a quantizer
+ * launch of their own. */
 bool fm_routes_dense_quant_producer(const fm_routes *r);
 /* The 128-column K groups each warp of a W4A8 decode GEMV (dense and the experts') aims at: a row block's K is split
  * among up to 8 warps of its CTA so that each takes about this many; 0 (auto): the most warps whose grid stays within

@@ -31,6 +31,7 @@ typedef struct fw_buffers {
     void *ids, *x, *h, *qkv, *att, *y, *gu, *act, *rlogits, *eids, *ew, *logits;
     void *proj, *gates, *shared; /* Qwen3-Next (NULL for other models): q_proj or in_proj_qkvz out, the attention
                                     gate or in_proj_ba out, the shared expert's out */
+    void *hq; /* h's rows quantized by the MoE block that wrote them (fm_qrows; dense.quant=producer) */
 } fw_buffers;
 
 static void free_buffers(fm_backend *be, fw_buffers *b) {
@@ -411,9 +412,10 @@ static bool attention_block(fm_context *ctx, const fm_layer_weights *L, int64_t 
 /* A layer's attention, from the normed b.h to b.y: q|k|v projection, q/k norm + RoPE (Qwen3-Next: the query/gate
  * split and partial RoPE), attention (contiguous, or over the paged KV cache, whose layer slice is n_attn: the
  * layer's index among the attention layers), the output gate (Qwen3-Next), o_proj (fused_o: left to the
- * caller, or run with the residual add and the norm, returning true: route dense.quant=producer). */
+ * caller, or run with the residual add and the norm, returning true: route dense.quant=producer). h_rows: b.hq holds
+ * b.h's rows quantized by the op that wrote them (route dense.quant=producer), for the q|k|v projection. */
 static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, int64_t T, fm_attn_mode attn,
-                            int32_t n_attn, bool fused_o, fw_timer *tm) {
+                            int32_t n_attn, bool fused_o, bool h_rows, fw_timer *tm) {
     const fm_model *m = ctx->m;
     const fm_config *c = &m->cfg;
     const fm_plan *p = &m->plan;
@@ -425,7 +427,8 @@ static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
     const fw_buffers b = *ctx->bufs;
     const fm_kv_state *kv = ctx->kv;
     const bool paged = attn == FM_ATTN_PAGED || attn == FM_ATTN_DECODE;
-    ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
+    if (h_rows) ops->linear_rows(be, L->qkv, 0, b.h, b.hq, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
+    else ops->linear(be, L->qkv, 0, b.h, T, p->a_dense, c->attn_output_gate ? b.proj : b.qkv);
     if (c->attn_output_gate) dump(be, "q|gate,k,v", l, b.proj, T * (2 * nh + 2 * nkv) * hd);
     else dump(be, "qkv", l, b.qkv, nqkv);
     const int64_t n_proj = (c->attn_output_gate ? 2 * nh + 2 * nkv : nh + 2 * nkv) * hd; /* q_proj's width */
@@ -561,8 +564,11 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
     dump(be, "embed", -1, b.x, T * H);
     op_split(tm, FM_STAGE_OTHER, "embed", fm_op_bytes_embed(m, T));
     int32_t n_attn = 0, n_gdn = 0; /* attention and Gated DeltaNet layers so far: their cache and state slices */
+    bool h_rows = false;           /* b.hq holds b.h's rows, quantized by the previous layer's MoE block */
     for (int l = 0; l < m->n_layers; l++) {
         const fm_layer_weights *L = &m->layers[l];
+        const bool rows_in = h_rows;
+        h_rows = false;
         const bool gdn = fm_layer_kind_is_gdn(L->kind);
         if (tm) tm->kind = gdn ? "deltanet" : "attention";
         /* experts in host memory: the layer's experts predicted from the stream entering it, copied on the side
@@ -581,7 +587,7 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
         bool block = false;
         if (gdn) gated_deltanet(ctx, L, l, T, attn, n_gdn++, tm);
         else if (attention_block(ctx, L, T, attn, n_attn, tm)) n_attn++, block = true;
-        else block = attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, tm);
+        else block = attention_mixer(ctx, L, l, T, attn, n_attn++, fused_o, rows_in, tm);
         const double add_norm_bytes = fm_op_bytes_act(m, T, H, 2, 2); /* x and y in, x and h out */
         if (block) {
             /* the block ended with the residual add and the norm */
@@ -612,11 +618,15 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
             const bool router_moe = ops->router_moe && !ctx->ep_comm && !ctx->experts &&
                                     (fm_routes_moe_dispatch_fused(&m->routes) ||
                                      (T == 1 && fuse_tail && fm_routes_moe_persistent(&m->routes)));
+            /* route dense.quant=producer: the block's end also quantizes the next layer's normed rows for its q|k|v
+               projection (an attention layer's, read by linear_rows) */
+            h_rows = router_moe && fuse_tail && ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
+                     p->a_dense == FM_A_E4M3_G128 && !fm_layer_kind_is_gdn(m->layers[l + 1].kind);
             if (router_moe)
                 ops->router_moe(be, L->router, L->gate_up, L->down, b.h, T, c->n_experts_per_tok, c->router,
                                 c->norm_topk_prob, b.rlogits, b.eids, b.ew, p->a_dispatch, p->a_expert, b.y,
                                 fuse_tail ? b.x : NULL, fuse_tail ? m->layers[l + 1].attn_norm : NULL, c->rms_norm_eps,
-                                b.h);
+                                b.h, h_rows ? b.hq : NULL);
             else
                 ops->router(be, L->router, b.h, T, c->n_experts_per_tok, c->router, c->norm_topk_prob, b.rlogits,
                             b.eids, b.ew);

@@ -43,7 +43,7 @@ typedef struct fm_mem_item {
  * bytes into out[FM_FORWARD_N_BUFFERS]. The single list: forward.c allocates exactly these (its fw_buffers, member
  * for member) and the memory plan counts them. *overflow is set when a size does not fit (the bytes are then
  * SIZE_MAX). Returns FM_FORWARD_N_BUFFERS. */
-#define FM_FORWARD_N_BUFFERS 15
+#define FM_FORWARD_N_BUFFERS 16
 int32_t fm_forward_buffer_list(const fm_config *c, size_t act, int64_t tokens, fm_mem_item *out, bool *overflow);
 
 typedef struct fm_memory_plan {

@@ -51,6 +51,7 @@
 #include "backend/backend.h"
 #include "gpu_test_util.h"
 #include "quant/bf16.h"
+#include "quant/e4m3.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { /* uniform (-1, 1), never exactly zero */
@@ -294,6 +295,7 @@ typedef struct routed_call {
     int32_t k;
     fm_router_kind kind;
     bool one_op, tail;
+    void *hq; /* NULL, or router_moe's out_q (one_op with the tail) */
 } routed_call;
 
 static fm_status routed_body(void *ctx, fm_error *err) {
@@ -304,7 +306,7 @@ static fm_status routed_body(void *ctx, fm_error *err) {
     const fm_afmt ad = be->plan.a_dispatch, ae = be->plan.a_expert;
     if (c->one_op) {
         o->router_moe(be, c->rb, c->gub, c->db, c->h, c->T, c->k, c->kind, true, c->logits, c->ids, c->w, ad, ae, c->y,
-                      c->tail ? c->acc : NULL, c->tail ? c->nb : NULL, 1e-6f, c->h);
+                      c->tail ? c->acc : NULL, c->tail ? c->nb : NULL, 1e-6f, c->h, c->hq);
         return FM_OK;
     }
     o->router(be, c->rb, c->h, c->T, c->k, c->kind, true, c->logits, c->ids, c->w);
@@ -320,17 +322,21 @@ typedef struct routed_out {
     int32_t *ids;
     float *w, *logits, *rows, *acc;
     int64_t kernels; /* kernel launches of the call in a captured graph */
+    uint8_t *q;      /* with quant: the normed rows' out_q (fm_qrows) */
 } routed_out;
 
-static void free_routed(routed_out *r) { free(r->ids), free(r->w), free(r->logits), free(r->rows), free(r->acc); }
+static void free_routed(routed_out *r) {
+    free(r->ids), free(r->w), free(r->logits), free(r->rows), free(r->acc), free(r->q);
+}
 
 /* The router (bf16 weights rw [E][H]) and the experts of block b on the cuda backend be: router_moe (one_op, `calls`
  * times on the same inputs) or the router op, then moe or (tail) moe_add_rmsnorm with x's buffer taking the norm;
  * then the same call captured in a graph, its kernel nodes counted */
 static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw, fm_router_kind kind, bool one_op,
-                             bool tail, int calls) {
+                             bool tail, bool quant, int calls) {
     const int64_t T = b->T, H = b->H, P = T * b->k;
-    routed_call c = {be, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, T, b->k, kind, one_op, tail};
+    routed_call c = {be, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, T, b->k, kind, one_op, tail, NULL};
+    if (quant) c.hq = be->ops->alloc(be, fm_qrows_bytes(T, H));
     fm_bank *gub = gpu_bank(be, b->gu, b->E, 2 * b->I, H, FM_W_INT4_G128_TC, true);
     fm_bank *db = gpu_bank(be, b->dn, b->E, H, b->I, FM_W_INT4_G128_TC, false);
     fm_bank *rb = gpu_bank(be, rw, 1, b->E, H, be->plan.w_other, false);
@@ -359,6 +365,11 @@ static routed_out run_routed(fm_backend *be, const block_in *b, const float *rw,
     be->ops->graph_free(be, g);
     r.ids = malloc((size_t)P * sizeof *r.ids);
     be->ops->download_raw(be, c.ids, (size_t)P * sizeof *r.ids, r.ids);
+    if (quant) {
+        r.q = malloc(fm_qrows_bytes(T, H));
+        be->ops->download_raw(be, c.hq, fm_qrows_bytes(T, H), r.q);
+        be->ops->free(be, c.hq);
+    }
     r.w = gpu_fetch(be, w_base, P, "route weights"), r.logits = gpu_fetch(be, lg_base, T * b->E, "router logits");
     if (tail) {
         r.rows = gpu_fetch(be, h_base, T * H, "normed rows"), r.acc = gpu_fetch(be, acc_base, T * H, "residual");
@@ -409,7 +420,8 @@ static void router_dispatch_case(fm_dispatch dispatch, const char *route, fm_rou
     snprintf(what, sizeof what, "router_moe %s kind %d T=%lld E=%d k=%d H=%lld I=%lld %s",
              fm_afmt_name(plan.a_dispatch), (int)kind, (long long)T, E, k, (long long)H, (long long)I, route);
     for (int tail = 0; tail < 2; tail++) {
-        routed_out f = run_routed(gf, &b, rw, kind, true, tail, 2), c = run_routed(gk, &b, rw, kind, false, tail, 1);
+        routed_out f = run_routed(gf, &b, rw, kind, true, tail, false, 2),
+                   c = run_routed(gk, &b, rw, kind, false, tail, false, 1);
         expect_same_routed(&f, &c, &b, tail, what);
         if (f.kernels != c.kernels - (fused_launch ? 1 : 0))
             fail_msg("%s%s: %lld kernel launches, the chain %lld", what, tail ? " (tail)" : "", (long long)f.kernels,
@@ -454,6 +466,27 @@ static void test_router_dispatch_fused(void **s) {
     router_dispatch_case(pre, "router.fused=on,moe.gemv=off", FM_ROUTER_SOFTMAX_TOPK, false, 2, 128, 8, 2048, 768);
 }
 
+/* router_moe's out_q against the CPU's quantizer of the normed rows it returned (each row's 128-groups: codes, zero
+ * past K, and scales, bit for bit) */
+static void expect_qrows(const uint8_t *q, const float *rows, int64_t T, int64_t H, const char *what) {
+    const int64_t Hp = (H + 127) / 128 * 128, G = Hp / 128;
+    const float *qs = (const float *)(q + fm_qrows_scales_at(T, H));
+    uint8_t *codes = malloc((size_t)H);
+    float *sc = malloc((size_t)G * sizeof *sc);
+    for (int64_t t = 0; t < T; t++) {
+        fm_e4m3_quantize_groups(rows + t * H, H, 128, codes, sc);
+        for (int64_t j = 0; j < Hp; j++)
+            if (q[t * Hp + j] != (j < H ? codes[j] : 0))
+                fail_msg("%s: out_q row %lld code %lld: %u, the cpu's %u", what, (long long)t, (long long)j,
+                         q[t * Hp + j], j < H ? codes[j] : 0);
+        for (int64_t g = 0; g < G; g++)
+            if (memcmp(&qs[g * T + t], &sc[g], sizeof(float)))
+                fail_msg("%s: out_q row %lld scale %lld: %.9g, the cpu's %.9g", what, (long long)t, (long long)g,
+                         qs[g * T + t], sc[g]);
+    }
+    free(codes), free(sc);
+}
+
 /* route moe.persistent: the router and the experts of one token with the MoE tail in one persistent launch, against
  * the router op then moe_add_rmsnorm (moe.dispatch=kernel, the decode GEMVs): the routing (ids, weights, logits), the
  * residual and the normed rows bit for bit, each persistent call made twice (its grid barrier left zero for the
@@ -472,12 +505,15 @@ static void persistent_case(fm_router_kind kind, bool persistent, int64_t T, int
     snprintf(what, sizeof what, "moe.persistent kind %d T=%lld E=%d k=%d H=%lld I=%lld", (int)kind, (long long)T, E, k,
              (long long)H, (long long)I);
     for (int tail = 0; tail < 2; tail++) {
-        routed_out f = run_routed(gp, &b, rw, kind, true, tail, 2), c = run_routed(gk, &b, rw, kind, false, tail, 1);
+        routed_out f = run_routed(gp, &b, rw, kind, true, tail, tail, 2),
+                   c = run_routed(gk, &b, rw, kind, false, tail, false, 1);
         expect_same_routed(&f, &c, &b, tail, what);
-        const int64_t want = tail && persistent ? 1 : c.kernels;
+        /* with the tail, out_q asked for: in the persistent launch, else a quantizer launch after the chain */
+        const int64_t want = tail && persistent ? 1 : c.kernels + tail;
         if (f.kernels != want)
             fail_msg("%s%s: %lld kernel launches, expected %lld (the chain %lld)", what, tail ? " (tail)" : "",
                      (long long)f.kernels, (long long)want, (long long)c.kernels);
+        if (tail) expect_qrows(f.q, f.rows, T, H, what);
         free_routed(&f), free_routed(&c);
     }
     printf("  %-60s = the chain, bit for bit%s\n", what, persistent ? ", one launch" : " (the chain's launches)");
@@ -526,7 +562,8 @@ static void router_cluster_case(fm_router_kind kind, int64_t T, int32_t E, int32
     fm_backend *gk = gpu_with_route(&plan, base);
     block_in b = make_block(T, E, k, H, I);
     float *rw = rand_array(E * H, 0.05f);
-    routed_out c = run_routed(gc, &b, rw, kind, false, false, 2), d = run_routed(gk, &b, rw, kind, false, false, 1);
+    routed_out c = run_routed(gc, &b, rw, kind, false, false, false, 2),
+               d = run_routed(gk, &b, rw, kind, false, false, false, 1);
     expect_same_routed(&c, &d, &b, false, what);
     if (c.kernels != d.kernels)
         fail_msg("%s: %lld kernel launches, the default kernel's chain %lld", what, (long long)c.kernels,

@@ -631,9 +631,13 @@ static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_
 static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
                           int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
                           void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
-                          float eps, void *out) {
+                          float eps, void *out, void *out_q) {
     cuda_backend *be = cuda_be(bb);
     const int32_t E = (int32_t)rw->rows;
+    /* out_q: the persistent block's tail quantizes out; every other path, a quantizer launch after the op */
+    const int64_t H = down->rows;
+    uint8_t *q8 = (uint8_t *)out_q;
+    float *qs = out_q && norm ? (float *)(q8 + fm_qrows_scales_at(T, H)) : NULL;
     const bool shared = kind == FM_ROUTER_SOFTMAX_TOPK_SHARED;
     const bool softmax_topk = kind == FM_ROUTER_SOFTMAX_TOPK || shared;
     const bool fused = !f32(bb) && fm_routes_moe_dispatch_fused(&be->routes) && rw->fmt == FM_W_BF16 &&
@@ -648,7 +652,7 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
             (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, NULL};
         const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
         if (fm_cuda_moe_w4a8_block(be, &r, gate_up, down, (const bf16 *)x, T, k, (int32_t *)ids, (bf16 *)weights,
-                                   a_dispatch, a_down, &tail, (bf16 *)out))
+                                   a_dispatch, a_down, &tail, (bf16 *)out, qs ? q8 : NULL, qs))
             return;
     }
     if (!fused) {
@@ -656,15 +660,37 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
         if (norm)
             cu_moe_add_rmsnorm(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y, acc, norm, eps, out);
         else cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
+    } else {
+        require_afmt(gate_up, a_dispatch, "router_moe");
+        require_afmt(down, a_down, "router_moe");
+        const fm_moe_router r = {(const bf16 *)bank_matrix(rw, 0),
+                                 rw->ld,
+                                 softmax_topk,
+                                 norm_topk,
+                                 shared,
+                                 (bf16 *)logits,
+                                 be->router_counter};
+        const fm_moe_norm_tail tail = {(bf16 *)acc, norm ? bank_bf16(norm, 0) : NULL, eps, (bf16 *)y};
+        fm_cuda_moe_w4a8(be, gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
+                         a_dispatch, norm ? &tail : NULL, (bf16 *)(norm ? out : y), &r);
+    }
+    if (qs) fm_cuda_quantize_e4m3_rows((const bf16 *)out, T, H, q8, qs, NULL, T, pdl(bb), stream(bb));
+}
+
+/* linear from rows its input's producer quantized (router_moe's out_q): the W4A8 projection reads them where it
+   would quantize x itself (int4-tc and e4m3-block banks, not the GEMV's own quantizer of dense.quant=fused) */
+static void cu_linear_rows(fm_backend *bb, const fm_bank *w, int32_t idx, const void *x, const void *xq, int64_t M,
+                           fm_afmt afmt, void *y) {
+    cuda_backend *be = cuda_be(bb);
+    require_afmt(w, afmt, "linear_rows");
+    if (f32(bb) || M < 1 || afmt != FM_A_E4M3_G128 || (w->fmt != FM_W_INT4_G128_TC && w->fmt != FM_W_E4M3_B128) ||
+        w->interleaved || w->fold || fm_routes_dense_quant_fused(&be->routes)) {
+        cu_linear(bb, w, idx, x, M, afmt, y);
         return;
     }
-    require_afmt(gate_up, a_dispatch, "router_moe");
-    require_afmt(down, a_down, "router_moe");
-    const fm_moe_router r = {
-        (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, be->router_counter};
-    const fm_moe_norm_tail tail = {(bf16 *)acc, norm ? bank_bf16(norm, 0) : NULL, eps, (bf16 *)y};
-    fm_cuda_moe_w4a8(be, gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k, a_dispatch,
-                     norm ? &tail : NULL, (bf16 *)(norm ? out : y), &r);
+    const uint8_t *q8 = (const uint8_t *)xq;
+    fm_cuda_linear_w4a8_from_rows(be, w, idx, q8, (const float *)(q8 + fm_qrows_scales_at(M, w->cols)), NULL, M,
+                                  (bf16 *)y, NULL);
 }
 
 /* W8A8 and W4A8 dense weights at the decode GEMVs' rows: the add + norm in the GEMV's last CTA; else the two ops */
@@ -907,6 +933,7 @@ static const fm_backend_ops cuda_ops = {
     .add_rmsnorm = cu_add_rmsnorm,
     .moe_add_rmsnorm = cu_moe_add_rmsnorm,
     .router_moe = cu_router_moe,
+    .linear_rows = cu_linear_rows,
     .linear_add_rmsnorm = cu_linear_add_rmsnorm,
     .attention_paged_o = cu_attention_paged_o,
     .attention_block = cu_attention_block,

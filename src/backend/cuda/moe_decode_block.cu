@@ -12,7 +12,9 @@
 //      (8 / KS)) of them, 4 groups of codes in flight a warp, mma.sync m16n8k32; h = bf16(silu(bf16 gate) x bf16 up)
 //      to the h16 scratch
 //   3  down: likewise; each CTA quantizes its expert's h row (from L2) as the quantizer kernel does; y = bf16(acc)
-//   4  CTA 0: combine + residual add + RMSNorm (moe_combine_row.cuh, the fused tail's code)
+//   4  CTA 0: combine + residual add + RMSNorm (moe_combine_row.cuh, the fused tail's code); with QOUT (out_q: route
+//      dense.quant=producer) its warps then quantize the normed row's 128-groups for the next layer's q|k|v
+//      projection (quantize_group_warp: the quantizer kernel's function on the same bf16 values)
 // Floor (Qwen3-30B-A3B, k = 8): 0.5 MB of router rows + 8 x 1.57 MB + 8 x 0.79 MB of codes = 19.4 MB, 4.6 us at
 // 4.25 TB/s. Measured (H100, CTA 0's clock at each boundary, lab build -DMDB_TIMES, bench/NOTES.md thirty-third
 // session): ~26 us a layer, of which router 2.2, barriers 1.6 / 3.3 / 1.7, top-k 3.3, gate|up 5.3, down 5.8, tail
@@ -60,7 +62,7 @@ typedef struct mdb_smem {
 #define MDB_STAMP(i) ((void)0)
 #endif
 
-template <int WE>
+template <int WE, bool QOUT>
 static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel(const fm_moe_block_args p) {
     __shared__ __align__(16) mdb_smem sm;
 #ifdef MDB_TIMES
@@ -172,7 +174,14 @@ static __global__ __launch_bounds__(MDB_THREADS, 2) void moe_decode_block_kernel
     MDB_STAMP(8);
 
     /* phase 4: the token's end by CTA 0 */
-    if (blockIdx.x == 0) combine_add_rmsnorm_row(p.y, NULL, p.weights, p.k, H, 0, p.acc, p.eps, nw, p.out);
+    if (blockIdx.x == 0) {
+        combine_add_rmsnorm_row(p.y, NULL, p.weights, p.k, H, 0, p.acc, p.eps, nw, p.out);
+        if (QOUT) {
+            __syncthreads(); /* every thread's stores of out, before the warps read their groups */
+            for (int64_t grp = warp; grp < (H + 127) / 128; grp += MDB_WARPS)
+                quantize_group_warp<false>(p.out, H, grp, p.out_q, p.out_qs, NULL, 1, 0);
+        }
+    }
     MDB_STAMP(9);
 #ifdef MDB_TIMES
     if (threadIdx.x == 0 && blockIdx.x == 0)
@@ -188,11 +197,11 @@ extern "C" bool fm_cuda_moe_decode_block_takes(int64_t T, int32_t E, int32_t k, 
            H % 8 == 0 && H >= 8 && H <= MDB_MAX_H && I >= 8 && I % 8 == 0 && I <= MDB_MAX_I && router_ld % 8 == 0;
 }
 
-template <int WE> static void launch(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
+template <int WE, bool QOUT> static void launch_q(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
     static int resident = 0; /* CTAs an SM, once */
     if (!resident) {
-        FM_CUDA_CHECK(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, moe_decode_block_kernel<WE>, MDB_THREADS, 0));
+        FM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, moe_decode_block_kernel<WE, QOUT>,
+                                                                    MDB_THREADS, 0));
         if (resident < 1) {
             fprintf(stderr, "fp8moe: moe_decode_block: the kernel does not fit an SM\n");
             abort();
@@ -205,7 +214,12 @@ template <int WE> static void launch(const fm_moe_block_args *a, bool pdl, cudaS
     if (want < fm_ceil_div(a->E, MDB_WARPS)) want = fm_ceil_div(a->E, MDB_WARPS);
     const int64_t cap = (int64_t)resident * fm_cuda_device_attr(cudaDevAttrMultiProcessorCount);
     const unsigned grid = (unsigned)(want < cap ? want : cap);
-    pdl_launch(moe_decode_block_kernel<WE>, dim3(grid), dim3(MDB_THREADS), 0, s, pdl, *a);
+    pdl_launch(moe_decode_block_kernel<WE, QOUT>, dim3(grid), dim3(MDB_THREADS), 0, s, pdl, *a);
+}
+
+template <int WE> static void launch(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {
+    if (a->out_q) launch_q<WE, true>(a, pdl, s);
+    else launch_q<WE, false>(a, pdl, s);
 }
 
 extern "C" void fm_cuda_moe_decode_block(const fm_moe_block_args *a, bool pdl, cudaStream_t s) {

@@ -29,6 +29,8 @@ typedef struct fm_moe_block_args {
     const __nv_bfloat16 *norm; // [H] the next RMSNorm's weights
     float eps;
     __nv_bfloat16 *out;     // [H] rmsnorm(acc) * norm (may be x)
+    uint8_t *out_q;         // NULL, or out quantized for the next dense linear (fm_qrows, M = 1): codes [pad128(H)]
+    float *out_qs;          // and their scales [pad128(H) / 128]
     __nv_bfloat16 *h16, *y; // scratch: [k][I], [k][H]
     unsigned *barrier;      // FM_MOE_BLOCK_BARRIER_WORDS device words, zero before the first launch (count, generation)
 } fm_moe_block_args;
