@@ -293,16 +293,16 @@ static void test_qwen3_next_greedy_and_batches(void **state) {
     k_model = "tests/models/qwen3-moe-f32";
 }
 
-/* 5 prompts over 3 slots of dir's model decoded together, with routes and without: the same tokens and
- * log-probabilities, bit for bit */
-static void decode_same_with_routes(const char *dir, const char *routes) {
+/* 5 prompts over 3 slots of dir's model decoded together, with routes and with base (NULL: the defaults): the same
+ * tokens and log-probabilities, bit for bit */
+static void decode_same_with_routes(const char *dir, const char *base, const char *routes) {
     enum { NP = 5, NEW = 12 };
     fm_gen_output out[2][NP];
     for (int routed = 0; routed < 2; routed++) {
         fm_options opt;
         fm_options_init(&opt);
         opt.max_seqs = 3, opt.ctx = 64, opt.max_tokens = 16;
-        opt.routes = routed ? routes : NULL;
+        opt.routes = routed ? routes : base;
         fm_model *m = NULL;
         fm_error err;
         if (fm_model_load(dir, &opt, &m, &err)) fail_msg("load %s: %s", dir, err.msg);
@@ -335,16 +335,18 @@ static void decode_same_with_routes(const char *dir, const char *routes) {
  * layers' o projection with its add and norm */
 static void test_qwen3_next_decode_fused(void **state) {
     (void)state;
-    decode_same_with_routes("tests/models/qwen3-next-f32", "decode.fused=on");
-    decode_same_with_routes("tests/models/qwen3-next-bf16", "decode.fused=on");
+    decode_same_with_routes("tests/models/qwen3-next-f32", NULL, "decode.fused=on");
+    decode_same_with_routes("tests/models/qwen3-next-bf16", NULL, "decode.fused=on");
 }
 
-/* Route dense.quant=producer on Qwen3-MoE: paged attention and the o projection as one op (attention_paged_o, the chain
- * on the cpu backend), alone (the layer's add and norm after it) and with decode.fused (in it) */
+/* Route dense.quant=producer (the default) on Qwen3-MoE against dense.quant=kernel: paged attention and the o
+ * projection as one op (attention_paged_o, the chain on the cpu backend), alone (the layer's add and norm after it)
+ * and with decode.fused (in it) */
 static void test_dense_quant_producer_route(void **state) {
     (void)state;
-    decode_same_with_routes("tests/models/qwen3-moe-bf16", "dense.quant=producer");
-    decode_same_with_routes("tests/models/qwen3-moe-bf16", "dense.quant=producer,decode.fused=on");
+    const char *dir = "tests/models/qwen3-moe-bf16";
+    decode_same_with_routes(dir, "dense.quant=kernel", "dense.quant=producer");
+    decode_same_with_routes(dir, "dense.quant=kernel", "dense.quant=producer,decode.fused=on");
 }
 
 static void test_golden_greedy(void **state) {

@@ -199,12 +199,14 @@ static void fused_layout_equals_per_expert(void **s) {
 
 /* --route decode.fused=on (the MoE block's end as one op, moe_add_rmsnorm; the o projection with the add and norm,
  * linear_add_rmsnorm) and --route dense.quant=producer (paged attention and the o projection as one op,
- * attention_paged_o), alone and together, give every preset's logits bit for bit: on the cpu backend each fused op is
+ * attention_paged_o; the default, against its quantizer launch, dense.quant=kernel), alone and together, give every
+ * preset's logits bit for bit: on the cpu backend each fused op is
  * its chain of reference ops; the Qwen3-MoE and Mixtral models' every MoE layer but the last takes the first */
 static void decode_fused_route_same_logits(void **s) {
     (void)s;
     const char *dirs[] = {"tests/models/qwen3-moe-bf16", "tests/models/mixtral-f32-sharded"};
-    const char *fused[] = {"decode.fused=on", "dense.quant=producer", "decode.fused=on,dense.quant=producer"};
+    const char *fused[] = {"decode.fused=on", "dense.quant=kernel", "dense.quant=producer",
+                           "decode.fused=on,dense.quant=producer"};
     for (int d = 0; d < 2; d++) {
         char path[256];
         snprintf(path, sizeof path, "%s/golden_ids.i32", dirs[d]);

@@ -586,21 +586,29 @@ static void moe_down_quant_words(void **s) {
     assert_true(fm_routes_moe_down_quant_fused(&r));
 }
 
-/* dense.quant: the quantizer launch by default (auto) until the dense GEMV's own quantization is measured on a GPU;
- * each word picks its form, independent of moe.down_quant; a switch word is refused with the key named */
+/* dense.quant: the producers' quantization by default (auto; measured on an H100), the GEMV's own (fused) or the
+ * quantizer launch (kernel) when named; each word picks one form, independent of moe.down_quant; a switch word is
+ * refused with the key named */
 static void dense_quant_words(void **s) {
     (void)s;
     fm_routes r;
     fm_error err = {{0}};
     fm_routes_default(&r, 9);
     assert_false(fm_routes_dense_quant_fused(&r));
+    assert_true(fm_routes_dense_quant_producer(&r));
     assert_int_equal(fm_routes_apply(&r, "dense.quant=fused", &err), FM_OK);
     assert_true(fm_routes_dense_quant_fused(&r));
+    assert_false(fm_routes_dense_quant_producer(&r));
     assert_false(fm_routes_moe_down_quant_fused(&r));
     assert_int_equal(fm_routes_apply(&r, "dense.quant=kernel", &err), FM_OK);
     assert_false(fm_routes_dense_quant_fused(&r));
+    assert_false(fm_routes_dense_quant_producer(&r));
+    assert_int_equal(fm_routes_apply(&r, "dense.quant=producer", &err), FM_OK);
+    assert_false(fm_routes_dense_quant_fused(&r));
+    assert_true(fm_routes_dense_quant_producer(&r));
     assert_int_equal(fm_routes_apply(&r, "dense.quant=auto", &err), FM_OK);
     assert_false(fm_routes_dense_quant_fused(&r));
+    assert_true(fm_routes_dense_quant_producer(&r));
     assert_int_equal(fm_routes_apply(&r, "dense.quant=on", &err), FM_ERR_USAGE);
     assert_non_null(strstr(err.msg, "dense.quant"));
 }

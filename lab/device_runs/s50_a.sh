@@ -9,7 +9,7 @@
 # bench/kernel_table.py at B = 8, on the time left.
 # Carry .carry/env.sh, .carry/debs, .carry/gpu-s50a.tar.xz.
 set -u
-LIMIT=${LIMIT:-540}
+LIMIT=${LIMIT:-420}
 source .carry/env.sh
 export FP8MOE_SHARED_MODELS=$PWD/models
 mkdir -p s50 && tar -xJf .carry/gpu-s50a.tar.xz -C s50 || exit 1

@@ -477,7 +477,7 @@ static const route_key route_keys[] = {
      {{"kernel", FM_ROUTE_DOWN_QUANT_KERNEL},
       {"fused", FM_ROUTE_DOWN_QUANT_FUSED},
       {"producer", FM_ROUTE_QUANT_PRODUCER}},
-     "kernel",
+     "producer",
      "the dense W4A8 projections' bf16 input quantized by a launch of its own, by the decode GEMV's CTAs, or by the "
      "kernel that writes it",
      "the `fp8` preset's dense projections (int4 weights, W4A8) read their input as e4m3 in 128-column groups with one "
@@ -489,10 +489,10 @@ static const route_key route_keys[] = {
      "prompt chunks, the launch runs as before), and the next layer's q|k|v projection's, by the persistent MoE "
      "block's tail at one token (`moe.persistent`; elsewhere a quantizer launch after the MoE block): two launches "
      "fewer per layer of a one-token decode step, one at other sizes. "
-     "Each gives the same codes and scales, the same bits. `auto` is `kernel`: on an H200 `fused` cost fp8 decode "
-     "+4.7 % a step at B = 1 and +33 % at B = 8 (docs/RESULTS.md 2.18: the staging is repeated by every CTA after "
-     "its wait); `producer` is not yet measured. `--dense w8a8` keeps its quantizers; the cpu backend has one "
-     "reference (`producer`: the chain of ops)",
+     "Each gives the same codes and scales, the same bits. `auto` is `producer`: on an H100 it took fp8 decode -2.3 "
+     "% a step at B = 1, -0.9 % at B = 8 and -0.4 % at B = 64 against `kernel` (docs/RESULTS.md 2.37), where `fused` "
+     "had cost +4.7 % at B = 1 and +33 % at B = 8 on an H200 (2.18: the staging is repeated by every CTA after its "
+     "wait). `--dense w8a8` keeps its quantizers; the cpu backend has one reference (`producer`: the chain of ops)",
      now_dense_quant},
     {"gemv.groups",
      FIELD(gemv_groups),
@@ -868,7 +868,11 @@ bool fm_routes_dense_quant_fused(const fm_routes *r) {
     return r->dense_quant == FM_ROUTE_DOWN_QUANT_FUSED ||
            (r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO && DENSE_QUANT_FUSED_BY_DEFAULT);
 }
-bool fm_routes_dense_quant_producer(const fm_routes *r) { return r->dense_quant == FM_ROUTE_QUANT_PRODUCER; }
+/* auto: producer (H100, docs/RESULTS.md 2.37: fp8 decode B = 1 -2.3 %, B = 8 -0.9 %, B = 64 -0.4 % a step, the same
+   tokens) */
+bool fm_routes_dense_quant_producer(const fm_routes *r) {
+    return r->dense_quant == FM_ROUTE_QUANT_PRODUCER || r->dense_quant == FM_ROUTE_DOWN_QUANT_AUTO;
+}
 int32_t fm_routes_gemv_groups(const fm_routes *r) { return r->gemv_groups > 0 ? r->gemv_groups : 0; }
 #define MOE_COMBINE_FUSED_BY_DEFAULT false  /* likewise */
 #define MOE_DISPATCH_FUSED_BY_DEFAULT false /* likewise */

@@ -326,7 +326,8 @@ bool fm_routes_moe_down_quant_fused(const fm_routes *r);
  * itself as it stages them, in place of the quantizer's launch before it (the same codes and scales). `auto` is the
  * quantizer's launch until measured. */
 bool fm_routes_dense_quant_fused(const fm_routes *r);
-/* dense.quant=producer: the dense W4A8 projections' e4m3 input rows written by the kernel that writes the input, where
+/* dense.quant=producer (and auto): the dense W4A8 projections' e4m3 input rows written by the kernel that writes the
+ * input, where
  * one does (the o projection's by paged attention's merge of its splits: the op attention_paged_o; the q|k|v
  * projection's by the persistent MoE block's tail: router_moe's out_q, then linear_rows), instead of by a quantizer
  * launch of their own. */
