@@ -54,17 +54,23 @@ static void expected_ops(const fm_model *m, want_list *l) {
             if (ops->gdn_decode_fused && fm_routes_fused_gdn(&m->routes)) expect(l, mixer, "conv+rule+gated norm");
             else expect(l, mixer, "conv"), expect(l, mixer, "delta rule"), expect(l, mixer, "gated norm");
             expect(l, mixer, "out_proj");
+            expect(l, mixer, "add_norm");
         } else {
             expect(l, mixer, "qkv_proj");
             if (c->attn_output_gate) expect(l, mixer, "qk_norm_rope (gated)"), expect(l, mixer, "kv_store");
             else if (ops->qk_norm_rope_store && fm_routes_rope_store(&m->routes))
                 expect(l, mixer, "qk_norm_rope+kv_store");
             else expect(l, mixer, "qk_norm_rope"), expect(l, mixer, "kv_store");
-            expect(l, mixer, "attention");
+            /* dense.quant=producer (the default): the attention and the o projection as one op (attention_paged_o),
+               with the add and norm under decode.fused */
+            const bool with_o =
+                !c->attn_output_gate && ops->attention_paged_o && fm_routes_dense_quant_producer(&m->routes);
+            if (with_o) expect(l, mixer, fused ? "attention+o_proj+add_norm" : "attention+o_proj");
+            else expect(l, mixer, "attention");
             if (c->attn_output_gate) expect(l, mixer, "output gate");
-            if (!fused) expect(l, mixer, "o_proj");
+            if (!fused && !with_o) expect(l, mixer, "o_proj");
+            if (!(fused && with_o)) expect(l, mixer, fused ? "o_proj+add_norm" : "add_norm");
         }
-        expect(l, mixer, fused && !gdn ? "o_proj+add_norm" : "add_norm");
         const bool last = i + 1 == m->n_layers;
         const bool fuse_tail =
             L->is_moe && !L->shared_gate_up && !last && ops->moe_add_rmsnorm && fm_routes_fused_moe_tail(&m->routes, 1);
@@ -93,7 +99,7 @@ static double weights_of(const fm_model *m, const char *kind, const char *op) {
         const fm_layer_weights *L = &m->layers[i];
         const bool gdn = fm_layer_kind_is_gdn(L->kind);
         if (!strcmp(op, "qkv_proj") && !gdn) w += (double)ops->bank_bytes(L->qkv);
-        if (!strcmp(op, "o_proj") && !gdn) w += (double)ops->bank_bytes(L->o);
+        if ((!strcmp(op, "o_proj") || !strncmp(op, "attention+o_proj", 16)) && !gdn) w += (double)ops->bank_bytes(L->o);
         if (!strcmp(op, "out_proj") && gdn) w += (double)ops->bank_bytes(L->gdn_out);
         if (!strcmp(op, "router") && L->is_moe) w += (double)ops->bank_bytes(L->router);
         if (!strcmp(op, "down") && !L->is_moe && !strcmp(kind, "dense")) w += (double)ops->bank_bytes(L->down);
@@ -176,11 +182,13 @@ static void test_qwen3_next(void **state) {
 }
 
 /* route decode.fused: the Gated DeltaNet's conv, rule and gated norm as one op (one row), the o projection with its
- * add and norm, the MoE tails that have no shared expert */
+ * add and norm, the MoE tails that have no shared expert; dense.quant=kernel: the attention and o_proj apart */
 static void test_fused_routes(void **state) {
     (void)state;
     profile_model("tests/models/qwen3-next-f32", "decode.fused=on");
     profile_model("tests/models/qwen3-moe-f32", "decode.fused=on");
+    profile_model("tests/models/qwen3-moe-f32", "dense.quant=kernel");
+    profile_model("tests/models/qwen3-moe-f32", "dense.quant=kernel,decode.fused=on");
 }
 
 /* A step over the paged cache that holds a prompt chunk at position > 0 (3 rows of one sequence after its first 3)
