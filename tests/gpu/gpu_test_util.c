@@ -40,6 +40,25 @@ void *gpu_upload(fm_backend *be, const float *x, int64_t n) {
     return p;
 }
 
+int32_t *gpu_upload_i32(fm_backend *be, const int32_t *v, int64_t n) {
+    int32_t *d = be->ops->alloc(be, (size_t)n * sizeof *d);
+    assert_non_null(d);
+    be->ops->upload_ids(be, v, n, d);
+    return d;
+}
+
+fm_backend *gpu_fp8_with(const char *route) {
+    fm_plan plan;
+    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
+    char routes[640];
+    const char *cl = gpu_test_routes();
+    snprintf(routes, sizeof routes, "%s%s%s", route, cl ? "," : "", cl ? cl : "");
+    fm_backend *gpu = NULL;
+    fm_error err;
+    if (fm_backend_create("cuda", &plan, 0, routes, &gpu, &err)) fail_msg("cuda backend (%s): %s", routes, err.msg);
+    return gpu;
+}
+
 void *gpu_guarded(fm_backend *be, int64_t n, void **base) {
     const int64_t total = n + 2 * GPU_TEST_GUARD;
     float *nan = malloc((size_t)total * sizeof(float));

@@ -19,6 +19,10 @@ const char *gpu_test_routes(void);
 
 /* a backend buffer holding x (rounded to the backend's activation dtype) */
 void *gpu_upload(fm_backend *be, const float *x, int64_t n);
+/* a backend buffer holding the n int32 of v */
+int32_t *gpu_upload_i32(fm_backend *be, const int32_t *v, int64_t n);
+/* the cuda backend with the fp8 preset's plan and routes `route` (then the command line's; failures: the test's) */
+fm_backend *gpu_fp8_with(const char *route);
 /* an output of n elements inside NaN guards; returns the output pointer, *base the allocation */
 void *gpu_guarded(fm_backend *be, int64_t n, void **base);
 /* downloads a guarded output, checks the guards and that every element was written (finite), frees the

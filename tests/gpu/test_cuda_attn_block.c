@@ -75,13 +75,6 @@ enum { OUT_QKV, OUT_K, OUT_V, OUT_ATT, OUT_Y, OUT_X, OUT_H, N_OUT };
 static const char *out_names[N_OUT] = {"q|k|v after RoPE", "k cache",  "v cache",   "attention",
                                        "o projection",     "residual", "normed row"};
 
-static int32_t *upload_i32(fm_backend *be, const int32_t *v, int64_t n) {
-    int32_t *d = be->ops->alloc(be, (size_t)n * sizeof *d);
-    assert_non_null(d);
-    be->ops->upload_ids(be, v, n, d);
-    return d;
-}
-
 /* Runs the case on be, by the block op (block) or the chain; out[i] the outputs, fetched (caller frees). Returns
  * whether the block op took the call (false: nothing ran). */
 static bool run_case(fm_backend *be, const block_case *c, const block_in *b, bool block, int calls, float *out[N_OUT]) {
@@ -94,8 +87,8 @@ static bool run_case(fm_backend *be, const block_case *c, const block_in *b, boo
             *kn = c->qk_norm ? gpu_bank(be, b->kn, 1, 1, c->hd, be->plan.w_other, false) : NULL,
             *fn = gpu_bank(be, b->fn, 1, 1, c->H, be->plan.w_other, false);
     const int32_t seq = 0, pos = c->pos;
-    int32_t *d_seq = upload_i32(be, &seq, 1), *d_pos = upload_i32(be, &pos, 1), *d_slot = upload_i32(be, &b->slot, 1),
-            *d_table = upload_i32(be, b->table, b->max_blocks);
+    int32_t *d_seq = gpu_upload_i32(be, &seq, 1), *d_pos = gpu_upload_i32(be, &pos, 1),
+            *d_slot = gpu_upload_i32(be, &b->slot, 1), *d_table = gpu_upload_i32(be, b->table, b->max_blocks);
     const size_t sb = fm_attention_paged_scratch_bytes(1, c->nh, c->hd, c->max_len);
     void *scratch = sb ? ops->alloc(be, sb) : NULL;
     if (sb) {
@@ -146,20 +139,8 @@ static bool run_case(fm_backend *be, const block_case *c, const block_in *b, boo
     return took;
 }
 
-static fm_backend *gpu_with(const char *route) {
-    fm_plan plan;
-    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
-    char routes[640];
-    const char *cl = gpu_test_routes();
-    snprintf(routes, sizeof routes, "%s%s%s", route, cl ? "," : "", cl ? cl : "");
-    fm_backend *gpu = NULL;
-    fm_error err;
-    if (fm_backend_create("cuda", &plan, 0, routes, &gpu, &err)) fail_msg("cuda backend (%s): %s", routes, err.msg);
-    return gpu;
-}
-
 static void block_case_run(const block_case *c) {
-    fm_backend *on = gpu_with("attn.persistent=on"), *off = gpu_with("attn.persistent=off");
+    fm_backend *on = gpu_fp8_with("attn.persistent=on"), *off = gpu_fp8_with("attn.persistent=off");
     assert_non_null(on->ops->attention_block);
     block_in b = make_in(c);
     float *f[N_OUT], *ch[N_OUT];

@@ -75,13 +75,6 @@ static void free_in(o_in *b) {
 enum { OUT_ATT, OUT_Y, OUT_X, OUT_H, N_OUT };
 static const char *out_names[N_OUT] = {"attention", "o projection", "residual", "normed rows"};
 
-static int32_t *upload_i32(fm_backend *be, const int32_t *v, int64_t n) {
-    int32_t *d = be->ops->alloc(be, (size_t)n * sizeof *d);
-    assert_non_null(d);
-    be->ops->upload_ids(be, v, n, d);
-    return d;
-}
-
 /* Runs the case on be, by the op (fused) or the chain; out[i] the outputs, fetched (caller frees; the residual and
  * the normed rows only with the norm). Returns whether the op took the call (false: nothing ran). */
 static bool run_case(fm_backend *be, const o_case *c, const o_in *b, bool fused, bool runs, float *out[N_OUT]) {
@@ -90,8 +83,8 @@ static bool run_case(fm_backend *be, const o_case *c, const o_in *b, bool fused,
     const int64_t kvn = (int64_t)b->n_slots * c->nkv * c->hd;
     fm_bank *wo = gpu_bank(be, b->wo, 1, c->H, na, be->plan.w_dense, false),
             *fn = gpu_bank(be, b->fn, 1, 1, c->H, be->plan.w_other, false);
-    int32_t *d_seq = upload_i32(be, b->seq, T), *d_pos = upload_i32(be, b->pos, T),
-            *d_table = upload_i32(be, b->table, T * b->max_blocks);
+    int32_t *d_seq = gpu_upload_i32(be, b->seq, T), *d_pos = gpu_upload_i32(be, b->pos, T),
+            *d_table = gpu_upload_i32(be, b->table, T * b->max_blocks);
     const size_t sb = fm_attention_paged_scratch_bytes(T, c->nh, c->hd, c->max_len);
     void *scratch = sb ? ops->alloc(be, sb) : NULL;
     if (sb) {
@@ -141,20 +134,8 @@ static bool run_case(fm_backend *be, const o_case *c, const o_in *b, bool fused,
     return took;
 }
 
-static fm_backend *gpu_with(const char *route) {
-    fm_plan plan;
-    fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
-    char routes[640];
-    const char *cl = gpu_test_routes();
-    snprintf(routes, sizeof routes, "%s%s%s", route, cl ? "," : "", cl ? cl : "");
-    fm_backend *gpu = NULL;
-    fm_error err;
-    if (fm_backend_create("cuda", &plan, 0, routes, &gpu, &err)) fail_msg("cuda backend (%s): %s", routes, err.msg);
-    return gpu;
-}
-
 static void o_case_run(const o_case *c) {
-    fm_backend *on = gpu_with("dense.quant=producer"), *off = gpu_with("dense.quant=kernel");
+    fm_backend *on = gpu_fp8_with("dense.quant=producer"), *off = gpu_fp8_with("dense.quant=kernel");
     assert_non_null(on->ops->attention_paged_o);
     o_in b = make_in(c);
     float *f[N_OUT], *ch[N_OUT];
