@@ -40,6 +40,16 @@ void *gpu_upload(fm_backend *be, const float *x, int64_t n) {
     return p;
 }
 
+float *gpu_rand_array(uint64_t *state, int64_t n, float scale) {
+    float *a = malloc((size_t)n * sizeof *a);
+    assert_non_null(a);
+    for (int64_t i = 0; i < n; i++) {
+        *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+        a[i] = scale * (float)((double)(*state >> 11) / (double)(1ull << 52) - 1.0);
+    }
+    return a;
+}
+
 int32_t *gpu_upload_i32(fm_backend *be, const int32_t *v, int64_t n) {
     int32_t *d = be->ops->alloc(be, (size_t)n * sizeof *d);
     assert_non_null(d);

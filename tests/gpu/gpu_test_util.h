@@ -19,6 +19,8 @@ const char *gpu_test_routes(void);
 
 /* a backend buffer holding x (rounded to the backend's activation dtype) */
 void *gpu_upload(fm_backend *be, const float *x, int64_t n);
+/* n host floats uniform in (-scale, scale) from the xorshift64 state (advanced; caller frees) */
+float *gpu_rand_array(uint64_t *state, int64_t n, float scale);
 /* a backend buffer holding the n int32 of v */
 int32_t *gpu_upload_i32(fm_backend *be, const int32_t *v, int64_t n);
 /* the cuda backend with the fp8 preset's plan and routes `route` (then the command line's; failures: the test's) */

@@ -23,16 +23,6 @@
 #include "gpu_test_util.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(void) { /* uniform (-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-static float *rand_array(int64_t n, float scale) {
-    float *a = malloc((size_t)n * sizeof *a);
-    for (int64_t i = 0; i < n; i++) a[i] = scale * frand();
-    return a;
-}
-
 #define BT 16 /* keys a cache block */
 
 typedef struct block_case {
@@ -54,11 +44,12 @@ static block_in make_in(const block_case *c) {
     const int64_t nq = (int64_t)(c->nh + 2 * c->nkv) * c->hd, na = (int64_t)c->nh * c->hd;
     b.max_blocks = (int32_t)((c->max_len + BT - 1) / BT);
     b.n_slots = b.max_blocks * BT + 3 * BT; /* blocks the sequence does not own stay untouched */
-    b.wqkv = rand_array(nq * c->H, 0.05f), b.wo = rand_array(c->H * na, 0.03f);
-    b.qn = rand_array(c->hd, 1.0f), b.kn = rand_array(c->hd, 1.0f), b.fn = rand_array(c->H, 1.0f);
-    b.h = rand_array(c->H, 1.0f), b.x = rand_array(c->H, 2.0f);
-    b.kc = rand_array((int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
-    b.vc = rand_array((int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
+    b.wqkv = gpu_rand_array(&rng, nq * c->H, 0.05f), b.wo = gpu_rand_array(&rng, c->H * na, 0.03f);
+    b.qn = gpu_rand_array(&rng, c->hd, 1.0f), b.kn = gpu_rand_array(&rng, c->hd, 1.0f),
+    b.fn = gpu_rand_array(&rng, c->H, 1.0f);
+    b.h = gpu_rand_array(&rng, c->H, 1.0f), b.x = gpu_rand_array(&rng, c->H, 2.0f);
+    b.kc = gpu_rand_array(&rng, (int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
+    b.vc = gpu_rand_array(&rng, (int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
     b.table = malloc((size_t)b.max_blocks * sizeof *b.table);
     const int32_t pool = b.n_slots / BT;
     for (int32_t i = 0; i < b.max_blocks; i++) b.table[i] = (7 * i + 3) % pool; /* scattered, distinct (7, pool) */

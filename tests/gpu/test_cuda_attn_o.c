@@ -23,16 +23,6 @@
 #include "gpu_test_util.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) { /* uniform (-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-static float *rand_array(int64_t n, float scale) {
-    float *a = malloc((size_t)n * sizeof *a);
-    for (int64_t i = 0; i < n; i++) a[i] = scale * frand();
-    return a;
-}
-
 #define BT 16 /* keys a cache block */
 
 typedef struct o_case {
@@ -53,10 +43,11 @@ static o_in make_in(const o_case *c) {
     const int64_t nq = (int64_t)(c->nh + 2 * c->nkv) * c->hd, na = (int64_t)c->nh * c->hd;
     b.max_blocks = (int32_t)((c->max_len + BT - 1) / BT);
     b.n_slots = (c->T * b.max_blocks + 3) * BT; /* blocks no sequence owns stay untouched */
-    b.qkv = rand_array(c->T * nq, 1.0f), b.wo = rand_array(c->H * na, 0.03f), b.fn = rand_array(c->H, 1.0f);
-    b.x = rand_array(c->T * c->H, 2.0f);
-    b.kc = rand_array((int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
-    b.vc = rand_array((int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
+    b.qkv = gpu_rand_array(&rng, c->T * nq, 1.0f), b.wo = gpu_rand_array(&rng, c->H * na, 0.03f),
+    b.fn = gpu_rand_array(&rng, c->H, 1.0f);
+    b.x = gpu_rand_array(&rng, c->T * c->H, 2.0f);
+    b.kc = gpu_rand_array(&rng, (int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
+    b.vc = gpu_rand_array(&rng, (int64_t)b.n_slots * c->nkv * c->hd, 1.0f);
     const int32_t pool = b.n_slots / BT, n = c->T * b.max_blocks;
     int32_t step = 7; /* a step prime to the pool's size: distinct blocks, scattered */
     while (pool % step == 0) step += 2;
