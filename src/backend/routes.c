@@ -75,9 +75,6 @@ static void now_w4a8_splits(const fm_routes *r, char *b, size_t n) {
     if (r->w4a8_splits == FM_ROUTE_W4A8_SPLITS_FILL) snprintf(b, n, "fill (8, 4 or 2 while the CTAs fit the SMs)");
     else snprintf(b, n, "%d", fm_routes_w4a8_splits(r, 1 << 30, 1, 1));
 }
-static void now_moe_splits(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%d", fm_routes_w4a8_moe_splits(r, 1 << 30));
-}
 static void now_w8a8_quant(const fm_routes *r, char *b, size_t n) {
     const int64_t e = fm_routes_w8a8_fused_elems(r);
     if (e) snprintf(b, n, "fused up to %lld elements", (long long)e);
@@ -563,20 +560,6 @@ static const route_key route_keys[] = {
      "(docs/RESULTS.md 2.35) B = 64 -3.7 %, B = 32 -0.8 %; q|k|v 1.22 -> 0.89 ms and o 0.96 -> 0.74 ms a step at B = "
      "64. The wgmma kernel only (sm_90): the mma.sync kernel runs all of K",
      now_w4a8_splits},
-    {"w4a8.moe_splits",
-     FIELD(moe_splits),
-     "auto|1..8",
-     {{NULL, 0}},
-     "1",
-     "K splits of the experts' grouped W4A8 GEMMs on 16-row tiles, over a thread-block cluster (wgmma kernel)",
-     "the experts' grouped W4A8 GEMMs (gate|up with its SwiGLU epilogue, down) on 16-row tiles (a decode batch or a "
-     "short prompt: few rows an expert), int4-tc banks, with K split over that many CTAs of a thread-block cluster: "
-     "each takes a range of the 128-groups and rank 0 sums the cluster's partials in rank order before the tile's "
-     "epilogue. A few tokens route their pairs to tens of experts, one or two rows each, so the GEMMs have a wave or "
-     "a little more of 256-row CTAs and the last wave runs nearly empty (Qwen3-30B-A3B at 8 tokens on an H100: 59 % "
-     "of DRAM bandwidth); more, smaller CTAs fill the waves. The sum of the splits' partials rounds differently from "
-     "one accumulation (a few ulp of fp32). `auto` is 1 (none) until measured; the other kernels and banks ignore it",
-     now_moe_splits},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -787,12 +770,6 @@ int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas
         s = 8;
         while (s > 1 && (ctas * s > sms || 2 * s > n_groups)) s /= 2;
     }
-    return s > n_groups ? (int32_t)(n_groups > 0 ? n_groups : 1) : s;
-}
-
-#define W4A8_MOE_SPLITS_BY_DEFAULT 1
-int32_t fm_routes_w4a8_moe_splits(const fm_routes *r, int64_t n_groups) {
-    const int32_t s = r->moe_splits ? r->moe_splits : W4A8_MOE_SPLITS_BY_DEFAULT;
     return s > n_groups ? (int32_t)(n_groups > 0 ? n_groups : 1) : s;
 }
 

@@ -127,7 +127,6 @@ typedef struct fm_routes {
     int32_t w4a8_gemv_max_m;  /* w4a8.gemv_max_m: 0 auto, 1..FM_W4A8_GEMV_DENSE_MAX_M */
     int32_t w8a8_quant;       /* w8a8.quant: fm_route_paged_combine's words (kernel, fused) */
     int32_t w4a8_splits;      /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
-    int32_t moe_splits;       /* w4a8.moe_splits: 0 auto, or 1..8 */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -221,9 +220,6 @@ int32_t fm_routes_w4a8_gemv_max_m(const fm_routes *r); /* the dense W4A8 GEMV's 
  * least two groups a split (else 1); `auto` is `fill` (measured: docs/RESULTS.md 2.35). */
 #define FM_ROUTE_W4A8_SPLITS_FILL (-1)
 int32_t fm_routes_w4a8_splits(const fm_routes *r, int64_t n_groups, int64_t ctas, int32_t sms);
-/* K splits of the experts' grouped W4A8 GEMMs on 16-row tiles (w4a8.moe_splits: a thread-block cluster a tile, the
- * wgmma kernel, int4-tc banks), at most the bank's n_groups; 1: none. `auto` is 1 until measured. */
-int32_t fm_routes_w4a8_moe_splits(const fm_routes *r, int64_t n_groups);
 /* The W8A8 projections' activation quantizer (linear_w8a8.cu): one launch whose blocks meet at a grid barrier up to
  * this many elements of x (M rows padded to 16 bytes), a memset, an amax grid and a cast grid above. Route w8a8.quant:
  * auto FM_W8A8_FUSED_ELEMS_DEFAULT (8 blocks; set when the fused form was one block), fused FM_W8A8_FUSED_ELEMS_MAX

@@ -47,16 +47,6 @@ static __device__ __forceinline__ void st_cluster_bf16(__nv_bfloat16 *p, uint32_
     (void)p, (void)rank, (void)v;
 #endif
 }
-// the 4 bytes at a cluster shared-memory address (cluster_map's)
-static __device__ __forceinline__ float ld_cluster_f32(uint32_t remote) {
-    float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-#else
-    (void)remote;
-#endif
-    return v;
-}
 // the 16 bytes at a cluster shared-memory address (cluster_map's; 16-byte aligned)
 static __device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t remote) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

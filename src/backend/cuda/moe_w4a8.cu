@@ -31,16 +31,11 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     a.fp4_producer = fm_routes_w4a8_fp4_producer(r, bn);
     a.epilogue = FM_W4A8_OUT_SWIGLU_E4M3, a.h = h, a.ldh = (int64_t)fm_w4a8_pad128((uint64_t)I), a.hs = hs, a.ldhs = P;
     a.hsum = hsum, a.token_scales = b.token_groups; /* route moe.act_scale=token: one scale per token */
-    /* route w4a8.moe_splits: K over a cluster of CTAs a tile (16-row tiles of e4m3 rows, int4-tc, the wgmma kernel) */
-    const bool ksplit = a.wgmma && bn == FM_W4A8_BN_SMALL && fmt == FM_W4A8_DISPATCH_E4M3 && !a.token_scales &&
-                        gate_up->fmt == FM_W_INT4_G128_TC && down->fmt == FM_W_INT4_G128_TC && !hsum;
-    a.splits = ksplit ? fm_routes_w4a8_moe_splits(r, gate_up->n_groups) : 1;
     fm_cuda_w4a8_gemm(&a, be->stream);
 
     a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P, a.dispatch = FM_W4A8_DISPATCH_E4M3, a.xts = NULL;
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
     a.hsum = NULL, a.token_scales = false;
-    a.splits = ksplit ? fm_routes_w4a8_moe_splits(r, down->n_groups) : 1;
     fm_cuda_w4a8_gemm(&a, be->stream);
 }
 

@@ -113,17 +113,6 @@ static void launch_split(const fm_w4a8_args *a, const gemm_params &p, dim3 grid,
                         : w4a8_wgmma_launch<EPI_BF16_SPLIT, WK_E4M3, FM_W4A8_BN, FM_W4A8_DISPATCH_E4M3, 0>(p, grid, s);
 }
 
-// the experts' split K (fm_w4a8_args.splits with a tile list): the wgmma kernel's cluster form, 16-row tiles
-static void launch_ksplit(const fm_w4a8_args *a, const gemm_params &p, dim3 grid, cudaStream_t s) {
-    constexpr int BNT = FM_W4A8_BN_SMALL, AF = FM_W4A8_DISPATCH_E4M3;
-    if (a->epilogue == FM_W4A8_OUT_BF16)
-        a->codes_staged ? w4a8_wgmma_launch<EPI_BF16_KSPLIT, WK_INT4, BNT, AF, 1>(p, grid, s)
-                        : w4a8_wgmma_launch<EPI_BF16_KSPLIT, WK_INT4, BNT, AF, 0>(p, grid, s);
-    else
-        a->codes_staged ? w4a8_wgmma_launch<EPI_SWIGLU_KSPLIT, WK_INT4, BNT, AF, 1>(p, grid, s)
-                        : w4a8_wgmma_launch<EPI_SWIGLU_KSPLIT, WK_INT4, BNT, AF, 0>(p, grid, s);
-}
-
 void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     const fm_bank *w = a->w;
     const bool tc = w->fmt == FM_W_INT4_G128_TC || w->fmt == FM_W_INT4_ZP_TC || w->fmt == FM_W_E4M3_B128;
@@ -145,18 +134,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
                 (int)a->token_scales);
         abort();
     }
-    /* the experts' split K: int4-tc, 16-row tiles of e4m3 rows, the SwiGLU (no group sums) or bf16 epilogue */
-    const bool ksplit = a->splits > 1 && a->tiles;
-    if (ksplit &&
-        (w->fmt != FM_W_INT4_G128_TC || !a->wgmma || a->dispatch != FM_W4A8_DISPATCH_E4M3 || a->token_scales ||
-         a->hsum || a->tile_rows != FM_W4A8_BN_SMALL || a->splits > FM_W4A8_MAX_SPLITS || a->splits > w->n_groups)) {
-        fprintf(stderr,
-                "fp8moe: w4a8_gemm: the experts' K split over %d CTAs needs int4-tc banks, the wgmma kernel, 16-row "
-                "tiles of e4m3 rows with group scales and at most %d splits (the bank has %lld groups)\n",
-                a->splits, FM_W4A8_MAX_SPLITS, (long long)w->n_groups);
-        abort();
-    }
-    const bool split = a->splits > 1 && !ksplit;
+    const bool split = a->splits > 1;
     if (split && (a->tiles || a->epilogue != FM_W4A8_OUT_BF16 || w->interleaved || !a->wgmma ||
                   a->dispatch != FM_W4A8_DISPATCH_E4M3 || a->token_scales ||
                   !(a->tile_rows == 0 || a->tile_rows == FM_W4A8_BN) || a->splits > FM_W4A8_MAX_SPLITS ||
@@ -176,15 +154,12 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.tiles = a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense, p.dense_matrix = a->dense_matrix;
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs, p.pdl = a->pdl;
-    const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles,
-                    split || ksplit ? (unsigned)a->splits : 1u);
+    const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles, split ? (unsigned)a->splits : 1u);
     if (split) launch_split(a, p, grid, s);
-    else if (ksplit) launch_ksplit(a, p, grid, s);
     else if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);
     else if (a->tile_rows == FM_W4A8_BN_MID) launch_epilogue<FM_W4A8_BN_MID>(a, p, grid, s);
     else launch_epilogue<FM_W4A8_BN>(a, p, grid, s);
     FM_LAUNCH_CHECK(split                             ? "w4a8 GEMM (split K, bf16 out)"
-                    : ksplit                          ? "w4a8 grouped GEMM (split K)"
                     : a->epilogue == FM_W4A8_OUT_BF16 ? "w4a8 grouped GEMM (bf16 out)"
                                                       : "w4a8 grouped GEMM (swiglu e4m3 out)");
 }

@@ -46,10 +46,9 @@ typedef struct fm_w4a8_args {
     fm_w4a8_epilogue epilogue;
     __nv_bfloat16 *y; // OUT_BF16
     int64_t ldy;
-    // K split over a thread-block cluster of this many CTAs a tile (0 or 1: none), at most FM_W4A8_MAX_SPLITS and the
-    // bank's 128-groups, on the wgmma kernel with e4m3 rows: dense tiling (route w4a8.splits), OUT_BF16, a
-    // non-interleaved bank, 64-row tiles; or a tile list (the experts, route w4a8.moe_splits), an int4-tc bank, 16-row
-    // tiles, group scales (no token scales, no group sums)
+    // K split over a thread-block cluster of this many CTAs a tile (route w4a8.splits; 0 or 1: none): dense tiling,
+    // OUT_BF16, a non-interleaved bank, e4m3 rows, 64-row tiles, the wgmma kernel; at most FM_W4A8_MAX_SPLITS and
+    // the bank's 128-groups
     int32_t splits;
     const int32_t *row_map;
     uint8_t *h; // OUT_SWIGLU_E4M3

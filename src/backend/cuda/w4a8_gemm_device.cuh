@@ -419,23 +419,12 @@ static __device__ __forceinline__ void write_group_sums(const gemm_params &p, co
 // token's scale before the epilogue, which then runs as EPI_SWIGLU (both kernels, int4-tc banks, e4m3 rows).
 // EPI_BF16_SPLIT: the bf16 epilogue of a dense, non-interleaved bank whose K is split over the CTAs of a thread-block
 // cluster along z (route w4a8.splits; the wgmma kernel only, epilogue_split below).
-// EPI_SWIGLU_KSPLIT, EPI_BF16_KSPLIT: the experts' grouped GEMMs (gate|up, down) on 16-row tiles with K split over a
-// cluster along z (route w4a8.moe_splits; the wgmma kernel only): the cluster's partials summed into its rank 0
-// (cluster_sum_rank0 below), which then runs EPI_SWIGLU or EPI_BF16.
 enum {
     EPI_BF16 = FM_W4A8_OUT_BF16,
     EPI_SWIGLU = FM_W4A8_OUT_SWIGLU_E4M3,
     EPI_SWIGLU_SUMS,
     EPI_SWIGLU_TOK,
-    EPI_BF16_SPLIT,
-    EPI_SWIGLU_KSPLIT,
-    EPI_BF16_KSPLIT
-};
-// the epilogue a kernel of EPILOGUE runs after its main loop (and its cluster's sum)
-template <int EPILOGUE> struct epi_after {
-    static constexpr int value = EPILOGUE == EPI_SWIGLU_TOK || EPILOGUE == EPI_SWIGLU_KSPLIT ? EPI_SWIGLU
-                                 : EPILOGUE == EPI_BF16_KSPLIT                               ? EPI_BF16
-                                                                                             : EPILOGUE;
+    EPI_BF16_SPLIT
 };
 
 // The output tiles pass through shared memory (scratch: the CTA's activation stages, free once every warp is past
@@ -722,45 +711,6 @@ static __device__ __forceinline__ void promote(float acc[2][BNT / 8][4], const f
 // bf16 rounding (the op tests' tolerance is the CPU emulation's).
 // (The first form summed one float of every CTA at a time in the D order, 2-byte stores: half of the kernel's
 // instructions and stall samples at Qwen3's q|k|v, B = 64, under ncu: bench/NOTES.md, forty-fourth session.)
-// K split over a cluster for the experts' grouped GEMMs on 16-row tiles (EPI_SWIGLU_KSPLIT, EPI_BF16_KSPLIT, route
-// w4a8.moe_splits). A decode batch of a few tokens routes its pairs to tens of experts, one or two rows each: ~300
-// CTAs of 256 weight rows for Qwen3-30B-A3B's gate|up at 8 tokens, 1.1 waves of the 264 resident ones on an H100, so
-// the last wave runs nearly empty (59 % of DRAM bandwidth, bench/NOTES.md forty-fifth session). With the cluster
-// (1, 1, Z), CTA z of a tile computes the 128-groups [KG z / Z, KG (z + 1) / Z); every CTA but rank 0 leaves its
-// accumulators in its shared memory (element i of thread t at i THREADS + t: a warp's stores and loads contiguous), a
-// cluster barrier publishes them, rank 0 adds them to its own in rank order (each thread the same fragment positions
-// of every CTA) and runs the tile's epilogue; a second barrier keeps the others' shared memory until it has read it.
-// The sum of Z partials rounds differently from one accumulation (a few ulp of fp32 before the epilogue's rounding).
-template <int BNT> struct ksplit_shape {
-    static constexpr int elems = 2 * (BNT / 8) * 4; /* a thread's accumulators */
-    static constexpr int bytes = elems * THREADS * 4;
-};
-template <int BNT> static __device__ __forceinline__ bool cluster_sum_rank0(float acc[2][BNT / 8][4], float *mine) {
-    constexpr int NE = ksplit_shape<BNT>::elems;
-    const int tid = (int)threadIdx.x;
-    const uint32_t Z = gridDim.z, r = cluster_rank();
-    float *a = &acc[0][0][0];
-    if (r != 0)
-#pragma unroll
-        for (int i = 0; i < NE; i++) mine[i * THREADS + tid] = a[i];
-    cluster_arrive_release(); /* this CTA's partials, then */
-    cluster_wait_acquire();   /* every CTA's */
-    if (r == 0) {
-        const uint32_t base = smem_u32(mine) + (uint32_t)tid * 4u;
-        for (uint32_t z = 1; z < Z; z++) {
-            const uint32_t remote = cluster_map(base, z);
-            float q[NE];
-#pragma unroll
-            for (int i = 0; i < NE; i++) q[i] = ld_cluster_f32(remote + (uint32_t)(i * THREADS) * 4u);
-#pragma unroll
-            for (int i = 0; i < NE; i++) a[i] += q[i];
-        }
-    }
-    cluster_arrive_release(); /* rank 0 has read every CTA's partials */
-    cluster_wait_acquire();
-    return r == 0;
-}
-
 template <int BNT> struct split_shape {
     static constexpr int stride = BM + 4;          /* floats of one activation row's partials */
     static constexpr int bytes = BNT * stride * 4; /* the partials, in the dynamic shared memory */
@@ -894,9 +844,6 @@ template <int BNT, int AF> void w4a8_wgmma_fp4_launch(const gemm_params &p, dim3
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_INT4_ZP, FM_W4A8_DISPATCH_E4M3)                                              \
     W4A8_EACH_TILE(X, EPI_SWIGLU_SUMS, WK_E4M3, FM_W4A8_DISPATCH_E4M3)
 // split K over a cluster (route w4a8.splits): dense banks, bf16 out, 64-row tiles, every weight kind (wgmma only)
-#define W4A8_EACH_KSPLIT(X)                                                                                            \
-    X(EPI_SWIGLU_KSPLIT, WK_INT4, FM_W4A8_BN_SMALL, FM_W4A8_DISPATCH_E4M3)                                             \
-    X(EPI_BF16_KSPLIT, WK_INT4, FM_W4A8_BN_SMALL, FM_W4A8_DISPATCH_E4M3)
 #define W4A8_EACH_SPLIT(X)                                                                                             \
     X(EPI_BF16_SPLIT, WK_INT4, FM_W4A8_BN, FM_W4A8_DISPATCH_E4M3)                                                      \
     X(EPI_BF16_SPLIT, WK_INT4_ZP, FM_W4A8_BN, FM_W4A8_DISPATCH_E4M3)                                                   \

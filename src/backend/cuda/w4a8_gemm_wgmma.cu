@@ -46,9 +46,6 @@ static __global__ __launch_bounds__(THREADS,
     static_assert(!TOK || (WK == WK_INT4 && AF == FM_W4A8_DISPATCH_E4M3), "per-token scales: int4-tc, e4m3 rows");
     constexpr bool SPLIT = EPILOGUE == EPI_BF16_SPLIT; /* K split over the cluster's CTAs along z: epilogue_split */
     static_assert(!SPLIT || (BNT == FM_W4A8_BN && AF == FM_W4A8_DISPATCH_E4M3), "split K: 64-row tiles, e4m3 rows");
-    /* the experts' K split over the cluster (w4a8.moe_splits): the sum in rank 0, then its epilogue */
-    constexpr bool KSPLIT = EPILOGUE == EPI_SWIGLU_KSPLIT || EPILOGUE == EPI_BF16_KSPLIT;
-    static_assert(!KSPLIT || (WK == WK_INT4 && AF == FM_W4A8_DISPATCH_E4M3), "moe split K: int4-tc, e4m3 rows");
 
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
        its expert, so nothing is loaded before the wait */
@@ -63,12 +60,12 @@ static __global__ __launch_bounds__(THREADS,
     const int64_t blk[2] = {blk0, blk0 + 4};
     const bool blk_ok[2] = {blk[0] * 16 < p.rows_pad, blk[1] * 16 < p.rows_pad};
     /* this CTA's 128-groups [G0, G0 + KG) of the bank's n_groups (all of them but under SPLIT) */
-    const int64_t G0 = SPLIT || KSPLIT ? p.n_groups * blockIdx.z / gridDim.z : 0;
-    const int64_t KG = SPLIT || KSPLIT ? p.n_groups * (blockIdx.z + 1) / gridDim.z - G0 : p.n_groups;
+    const int64_t G0 = SPLIT ? p.n_groups * blockIdx.z / gridDim.z : 0;
+    const int64_t KG = SPLIT ? p.n_groups * (blockIdx.z + 1) / gridDim.z - G0 : p.n_groups;
     warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
     code_loader cl;
     if (CS) cl = code_loader_at<WK>(p, tile.expert);
-    if (SPLIT || KSPLIT) {
+    if (SPLIT) {
         ww.codes[0] += G0 * wk_shape<WK>::chunk, ww.codes[1] += G0 * wk_shape<WK>::chunk;
         if (CS) cl.src += G0 * wk_shape<WK>::chunk;
     }
@@ -229,22 +226,15 @@ static __global__ __launch_bounds__(THREADS,
         __syncthreads();    /* and every warp is done reading the code stages (CS) */
         epilogue_split<BNT>(p, tile, acc, (float *)code_smem);
     } else {
-        if constexpr (KSPLIT) {
-            cp_async_wait<0>(); /* likewise: the partials in the dynamic shared memory */
-            __syncthreads();
-            if (!cluster_sum_rank0<BNT>(acc, (float *)code_smem)) return;
-        }
-        epilogue<epi_after<EPILOGUE>::value, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
+        epilogue<TOK ? EPI_SWIGLU : EPILOGUE, BNT>(p, tile, acc, blk, blk_ok, red, red_sum, &xs_smem[0][0]);
     }
 }
 
 template <int EPILOGUE, int WK, int BNT, int AF, int CS>
 void w4a8_wgmma_launch(const gemm_params &p, dim3 grid, cudaStream_t s) {
-    constexpr bool KSPLIT = EPILOGUE == EPI_SWIGLU_KSPLIT || EPILOGUE == EPI_BF16_KSPLIT;
-    if constexpr (EPILOGUE == EPI_BF16_SPLIT || KSPLIT) { /* one cluster of grid.z CTAs a tile; partials in dyn. smem */
+    if constexpr (EPILOGUE == EPI_BF16_SPLIT) { /* one cluster of grid.z CTAs a tile; the partials in dynamic smem */
         constexpr int code_bytes = CS ? CSTAGES * code_stage<WK>::bytes : 0;
-        constexpr int part_bytes = KSPLIT ? ksplit_shape<BNT>::bytes : split_shape<BNT>::bytes;
-        constexpr int smem = code_bytes > part_bytes ? code_bytes : part_bytes;
+        constexpr int smem = code_bytes > split_shape<BNT>::bytes ? code_bytes : split_shape<BNT>::bytes;
         FM_CUDA_CHECK(cudaFuncSetAttribute(w4a8_wgmma_kernel<EPILOGUE, WK, BNT, AF, CS>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         cudaLaunchAttribute attr[2] = {};
@@ -279,5 +269,3 @@ W4A8_EACH_TOKEN(W4A8_WGMMA_REGISTERS)
 W4A8_EACH_TOKEN(W4A8_WGMMA_STAGED)
 W4A8_EACH_SPLIT(W4A8_WGMMA_REGISTERS)
 W4A8_EACH_SPLIT(W4A8_WGMMA_STAGED)
-W4A8_EACH_KSPLIT(W4A8_WGMMA_REGISTERS)
-W4A8_EACH_KSPLIT(W4A8_WGMMA_STAGED)
