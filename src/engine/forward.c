@@ -460,8 +460,8 @@ static bool attention_mixer(fm_context *ctx, const fm_layer_weights *L, int l, i
                  fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1) + fm_op_bytes_act(m, T, kv_w, 0, 1) +
                      fm_op_bytes_act(m, T, nkv * (int64_t)hd, 1, 0));
     else op_split(tm, FM_STAGE_ATTENTION, "qk_norm_rope", fm_op_bytes_act(m, T, (nh + nkv) * (int64_t)hd, 1, 1));
-    bool o_done =
-        false; /* route dense.quant=producer: o_proj ran in the attention's op (with the add and norm if fused_o) */
+    /* route dense.quant=producer: o_proj ran in the attention's op (with the add and norm if fused_o) */
+    bool o_done = false;
     if (kl) {
         if (!store_in_rope) {
             ops->kv_store(be, b.qkv, T, nh, nkv, hd, kv->slots, kl, vl, kv->dtype);
