@@ -50,6 +50,22 @@ float *gpu_rand_array(uint64_t *state, int64_t n, float scale) {
     return a;
 }
 
+void gpu_expect_same_bits(const float *got, const float *want, int64_t n, const char *what, const char *name) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            fail_msg("%s: %s element %lld: %.9g, the chain %.9g", what, name, (long long)i, got[i], want[i]);
+}
+
+void *gpu_zeroed(fm_backend *be, size_t bytes) {
+    if (!bytes) return NULL;
+    void *d = be->ops->alloc(be, bytes), *zero = calloc(1, bytes);
+    assert_non_null(d), assert_non_null(zero);
+    be->ops->upload_raw(be, zero, bytes, d);
+    assert_int_equal(be->ops->sync(be, &(fm_error){{0}}), FM_OK);
+    free(zero);
+    return d;
+}
+
 int32_t *gpu_upload_i32(fm_backend *be, const int32_t *v, int64_t n) {
     int32_t *d = be->ops->alloc(be, (size_t)n * sizeof *d);
     assert_non_null(d);

@@ -21,6 +21,10 @@ const char *gpu_test_routes(void);
 void *gpu_upload(fm_backend *be, const float *x, int64_t n);
 /* n host floats uniform in (-scale, scale) from the xorshift64 state (advanced; caller frees) */
 float *gpu_rand_array(uint64_t *state, int64_t n, float scale);
+/* fails the test (what, name and the first element that differs) unless got and want hold the same n floats' bits */
+void gpu_expect_same_bits(const float *got, const float *want, int64_t n, const char *what, const char *name);
+/* a backend buffer of bytes zero bytes (NULL for 0): a kernel's scratch whose counters start at zero */
+void *gpu_zeroed(fm_backend *be, size_t bytes);
 /* a backend buffer holding the n int32 of v */
 int32_t *gpu_upload_i32(fm_backend *be, const int32_t *v, int64_t n);
 /* the cuda backend with the fp8 preset's plan and routes `route` (then the command line's; failures: the test's) */

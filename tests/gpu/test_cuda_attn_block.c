@@ -80,14 +80,7 @@ static bool run_case(fm_backend *be, const block_case *c, const block_in *b, boo
     const int32_t seq = 0, pos = c->pos;
     int32_t *d_seq = gpu_upload_i32(be, &seq, 1), *d_pos = gpu_upload_i32(be, &pos, 1),
             *d_slot = gpu_upload_i32(be, &b->slot, 1), *d_table = gpu_upload_i32(be, b->table, b->max_blocks);
-    const size_t sb = fm_attention_paged_scratch_bytes(1, c->nh, c->hd, c->max_len);
-    void *scratch = sb ? ops->alloc(be, sb) : NULL;
-    if (sb) {
-        void *zero = calloc(1, sb);
-        ops->upload_raw(be, zero, sb, scratch);
-        assert_int_equal(ops->sync(be, &(fm_error){{0}}), FM_OK);
-        free(zero);
-    }
+    void *scratch = gpu_zeroed(be, fm_attention_paged_scratch_bytes(1, c->nh, c->hd, c->max_len));
     void *kc = ops->alloc(be, (size_t)kvn * ops->act_size), *vc = ops->alloc(be, (size_t)kvn * ops->act_size);
     void *qkv_base, *att_base, *y_base, *x_base, *h_base;
     void *qkv = gpu_guarded(be, nq, &qkv_base), *att = gpu_guarded(be, na, &att_base),
@@ -144,10 +137,7 @@ static void block_case_run(const block_case *c) {
     const int64_t n[N_OUT] = {
         (int64_t)(c->nh + 2 * c->nkv) * c->hd, kvn, kvn, (int64_t)c->nh * c->hd, c->H, c->H, c->H};
     for (int o = 0; o < N_OUT; o++) {
-        for (int64_t i = 0; i < n[o]; i++)
-            if (memcmp(&f[o][i], &ch[o][i], sizeof(float)))
-                fail_msg("%s: %s element %lld: block %.9g, chain %.9g", what, out_names[o], (long long)i, f[o][i],
-                         ch[o][i]);
+        gpu_expect_same_bits(f[o], ch[o], n[o], what, out_names[o]);
         free(f[o]), free(ch[o]);
     }
     printf("  %-80s = the chain, bit for bit\n", what);

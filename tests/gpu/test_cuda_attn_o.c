@@ -76,14 +76,7 @@ static bool run_case(fm_backend *be, const o_case *c, const o_in *b, bool fused,
             *fn = gpu_bank(be, b->fn, 1, 1, c->H, be->plan.w_other, false);
     int32_t *d_seq = gpu_upload_i32(be, b->seq, T), *d_pos = gpu_upload_i32(be, b->pos, T),
             *d_table = gpu_upload_i32(be, b->table, T * b->max_blocks);
-    const size_t sb = fm_attention_paged_scratch_bytes(T, c->nh, c->hd, c->max_len);
-    void *scratch = sb ? ops->alloc(be, sb) : NULL;
-    if (sb) {
-        void *zero = calloc(1, sb);
-        ops->upload_raw(be, zero, sb, scratch);
-        assert_int_equal(ops->sync(be, &(fm_error){{0}}), FM_OK);
-        free(zero);
-    }
+    void *scratch = gpu_zeroed(be, fm_attention_paged_scratch_bytes(T, c->nh, c->hd, c->max_len));
     void *kc = ops->alloc(be, (size_t)kvn * ops->act_size), *vc = ops->alloc(be, (size_t)kvn * ops->act_size);
     void *qkv = gpu_upload(be, b->qkv, T * nq);
     ops->upload_f32(be, b->kc, kvn, kc), ops->upload_f32(be, b->vc, kvn, vc);
@@ -138,10 +131,7 @@ static void o_case_run(const o_case *c) {
     const int64_t n[N_OUT] = {(int64_t)c->T * c->nh * c->hd, c->T * c->H, c->T * c->H, c->T * c->H};
     for (int o = 0; o < N_OUT; o++) {
         if (!f[o]) continue;
-        for (int64_t i = 0; i < n[o]; i++)
-            if (memcmp(&f[o][i], &ch[o][i], sizeof(float)))
-                fail_msg("%s: %s element %lld: op %.9g, chain %.9g", what, out_names[o], (long long)i, f[o][i],
-                         ch[o][i]);
+        gpu_expect_same_bits(f[o], ch[o], n[o], what, out_names[o]);
         free(f[o]), free(ch[o]);
     }
     printf("  %-100s = the chain, bit for bit\n", what);
