@@ -1344,7 +1344,7 @@ static void test_moe_add_rmsnorm_is_the_chain(void **state) {
         be->ops->upload_f32(be, x, T * H, h1), be->ops->upload_f32(be, x, T * H, h2);
         be->ops->upload_f32(be, r0, T * H, a1), be->ops->upload_f32(be, r0, T * H, a2);
         be->ops->moe_add_rmsnorm(be, gub, db, h1, T, ids, w, k, be->plan.a_dispatch, be->plan.a_expert, y1, a1, nb,
-                                 1e-6f, h1);
+                                 1e-6f, h1, NULL);
         be->ops->moe(be, gub, db, h2, T, ids, w, k, be->plan.a_dispatch, be->plan.a_expert, y2);
         be->ops->add_rmsnorm(be, a2, y2, nb, T, H, 1e-6f, h2);
         assert_memory_equal(a1, a2, (size_t)(T * H) * sizeof(float)); /* the residual stream */

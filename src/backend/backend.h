@@ -369,24 +369,26 @@ typedef struct fm_backend_ops {
     /* The MoE block's end in one op (route decode.fused): exactly moe(gate_up, down, x, T, ids, weights, k,
      * a_dispatch, a_down) into y, then add_rmsnorm(acc, y, norm, T, H, eps, out), H = down->rows. The backend may fold
      * the routed rows' weighted combine, the residual add and the norm into one kernel, y then left unspecified (it is
-     * scratch [T, H]); out may be x (the moe reads x before the norm writes out). NULL where a backend has none. */
+     * scratch [T, H]); out may be x (the moe reads x before the norm writes out). out_q (NULL: none): out's rows also
+     * quantized for the next dense linear, as fm_qrows lays them out, for linear_rows (route dense.quant=producer: the
+     * kernel that ends the block writes them; a backend without linear_rows ignores it). NULL where a backend has none.
+     */
     void (*moe_add_rmsnorm)(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                             const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
-                            void *y, void *acc, const fm_bank *norm, float eps, void *out);
+                            void *y, void *acc, const fm_bank *norm, float eps, void *out, void *out_q);
     /* The router and the routed experts in one op (route moe.dispatch: at decode the router's launch also dispatches
      * the rows): exactly router(rw, x, T, k, kind, norm_topk, logits, ids, weights), then moe(gate_up, down, x, T,
      * ids, weights, k, a_dispatch, a_down, y) or, with norm (not NULL), moe_add_rmsnorm(gate_up, down, x, T, ids,
-     * weights, k, a_dispatch, a_down, y, acc, norm, eps, out). Routing ids are the experts' bank indices (no expert
-     * cache's slots, no expert parallelism). out_q (with norm; NULL: none): out's rows also quantized for the next
-     * dense linear, as fm_qrows lays them out, for linear_rows (route dense.quant=producer: the persistent MoE block's
-     * tail writes them). NULL where a backend has none: the caller runs the ops in order. */
+     * weights, k, a_dispatch, a_down, y, acc, norm, eps, out, out_q). Routing ids are the experts' bank indices (no
+     * expert cache's slots, no expert parallelism). out_q: as moe_add_rmsnorm's, with norm only. NULL where a backend
+     * has none: the caller runs the ops in order. */
     void (*router_moe)(fm_backend *be, const fm_bank *rw, const fm_bank *gate_up, const fm_bank *down, const void *x,
                        int64_t T, int32_t k, fm_router_kind kind, bool norm_topk, void *logits, void *ids,
                        void *weights, fm_afmt a_dispatch, fm_afmt a_down, void *y, void *acc, const fm_bank *norm,
                        float eps, void *out, void *out_q);
     /* linear(w, idx, x, M, afmt, y) where xq holds x's M rows quantized by the op that wrote x (fm_qrows, afmt
      * FM_A_E4M3_G128): the backend reads the rows from xq where its kernel takes them, else x. NULL where a backend
-     * never writes such rows (its router_moe ignores out_q or is NULL). */
+     * never writes such rows (its moe_add_rmsnorm and router_moe ignore out_q). */
     void (*linear_rows)(fm_backend *be, const fm_bank *w, int32_t idx, const void *x, const void *xq, int64_t M,
                         fm_afmt afmt, void *y);
     /* A projection and the residual add + RMSNorm after it in one op (route decode.fused: a decode step's o

@@ -618,9 +618,9 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
             const bool router_moe = ops->router_moe && !ctx->ep_comm && !ctx->experts &&
                                     (fm_routes_moe_dispatch_fused(&m->routes) ||
                                      (T == 1 && fuse_tail && fm_routes_moe_persistent(&m->routes)));
-            /* route dense.quant=producer: the block's end also quantizes the next layer's normed rows for its q|k|v
-               projection (an attention layer's, read by linear_rows) */
-            h_rows = router_moe && fuse_tail && ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
+            /* route dense.quant=producer: the block's end (router_moe's or moe_add_rmsnorm's) also quantizes the next
+               layer's normed rows for its q|k|v projection (an attention layer's, read by linear_rows) */
+            h_rows = fuse_tail && ops->linear_rows && fm_routes_dense_quant_producer(&m->routes) &&
                      p->a_dense == FM_A_E4M3_G128 && !fm_layer_kind_is_gdn(m->layers[l + 1].kind);
             if (router_moe)
                 ops->router_moe(be, L->router, L->gate_up, L->down, b.h, T, c->n_experts_per_tok, c->router,
@@ -653,7 +653,7 @@ static void run_layers(fm_context *ctx, int64_t T, fm_attn_mode attn, fw_timer *
                 if (fuse_tail) /* the residual add and the next norm below, in the moe's last kernel */
                     ops->moe_add_rmsnorm(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok,
                                          p->a_dispatch, p->a_expert, b.y, b.x, m->layers[l + 1].attn_norm,
-                                         c->rms_norm_eps, b.h);
+                                         c->rms_norm_eps, b.h, h_rows ? b.hq : NULL);
                 else
                     ops->moe(be, e.gate_up, e.down, b.h, T, e.ids, b.ew, c->n_experts_per_tok, p->a_dispatch,
                              p->a_expert, b.y);

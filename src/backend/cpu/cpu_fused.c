@@ -8,7 +8,8 @@
 
 void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                          const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *y,
-                         void *acc, const fm_bank *norm, float eps, void *out) {
+                         void *acc, const fm_bank *norm, float eps, void *out, void *out_q) {
+    (void)out_q; /* the cpu has no linear_rows: its dense linears quantize their own input */
     cpu_moe(be, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
     cpu_add_rmsnorm(be, acc, y, norm, T, down->rows, eps, out);
 }

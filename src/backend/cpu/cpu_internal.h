@@ -88,7 +88,7 @@ void cpu_add_rmsnorm(fm_backend *be, void *acc, const void *x, const fm_bank *w,
                      void *out);
 void cpu_moe_add_rmsnorm(fm_backend *be, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
                          const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down, void *y,
-                         void *acc, const fm_bank *norm, float eps, void *out);
+                         void *acc, const fm_bank *norm, float eps, void *out, void *out_q);
 void cpu_linear_add_rmsnorm(fm_backend *be, const fm_bank *w, const void *x, int64_t M, fm_afmt afmt, void *y,
                             void *acc, const fm_bank *norm, float eps, void *out);
 bool cpu_attention_paged_o(fm_backend *be, bool runs, const void *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,

@@ -608,22 +608,35 @@ static void cu_add_rmsnorm(fm_backend *bb, void *acc, const void *x, const fm_ba
                             stream(bb));
 }
 
-/* the W4A8 experts (fp8, fp4): the combine, residual add and norm in the moe's last kernel; other banks (ref, ref32,
-   int4): the two ops */
-static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
-                               const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
-                               void *y, void *acc, const fm_bank *norm, float eps, void *out) {
+/* the W4A8 experts (fp8, fp4): the combine, residual add and norm in the moe's last kernel, which also quantizes out
+   into q8, qs (fm_qrows; NULL: not asked); other banks (ref, ref32, int4): the two ops, then the quantizer */
+static void moe_add_rmsnorm_q(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                              const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                              void *y, void *acc, const fm_bank *norm, float eps, void *out, uint8_t *q8, float *qs) {
     if (!f32(bb) && fm_cuda_w4a8_takes(gate_up->fmt) && !(gate_up->slot_of && gate_up->fmt != FM_W_INT4_G128_TC)) {
         const bool fp4 = a_dispatch == FM_A_MXFP4 || a_dispatch == FM_A_NVFP4;
         require_afmt(gate_up, fp4 ? FM_A_E4M3_G128 : a_dispatch, "moe_add_rmsnorm");
         require_afmt(down, a_down, "moe_add_rmsnorm");
-        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
+        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y, q8, qs};
         fm_cuda_moe_w4a8(cuda_be(bb), gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          a_dispatch, &tail, (bf16 *)out, NULL);
         return;
     }
+    if (q8 && f32(bb)) {
+        fprintf(stderr, "fp8moe: moe_add_rmsnorm: out_q asked of fp32 activations (the quantizer reads bf16 rows)\n");
+        abort(); /* forward.c asks for it only where the dense linears read e4m3 1x128 rows */
+    }
     cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
     cu_add_rmsnorm(bb, acc, y, norm, T, down->rows, eps, out);
+    if (q8) fm_cuda_quantize_e4m3_rows((const bf16 *)out, T, down->rows, q8, qs, NULL, T, pdl(bb), stream(bb));
+}
+
+static void cu_moe_add_rmsnorm(fm_backend *bb, const fm_bank *gate_up, const fm_bank *down, const void *x, int64_t T,
+                               const void *ids, const void *weights, int32_t k, fm_afmt a_dispatch, fm_afmt a_down,
+                               void *y, void *acc, const fm_bank *norm, float eps, void *out, void *out_q) {
+    uint8_t *q8 = (uint8_t *)out_q;
+    float *qs = q8 ? (float *)(q8 + fm_qrows_scales_at(T, down->rows)) : NULL;
+    moe_add_rmsnorm_q(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y, acc, norm, eps, out, q8, qs);
 }
 
 /* route moe.dispatch=fused: the fused router's launch also dispatches the rows of the W4A8 experts' decode GEMVs
@@ -634,7 +647,7 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
                           float eps, void *out, void *out_q) {
     cuda_backend *be = cuda_be(bb);
     const int32_t E = (int32_t)rw->rows;
-    /* out_q: the persistent block's tail quantizes out; every other path, a quantizer launch after the op */
+    /* out_q: the kernel that ends the block (the persistent block's tail, the combine + norm) quantizes out */
     const int64_t H = down->rows;
     uint8_t *q8 = (uint8_t *)out_q;
     float *qs = out_q && norm ? (float *)(q8 + fm_qrows_scales_at(T, H)) : NULL;
@@ -650,15 +663,16 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
         /* the formats are the kernel's to check (e4m3 1x128 both): other dispatches take the ops below */
         const fm_moe_router r = {
             (const bf16 *)bank_matrix(rw, 0), rw->ld, softmax_topk, norm_topk, shared, (bf16 *)logits, NULL};
-        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y};
+        const fm_moe_norm_tail tail = {(bf16 *)acc, bank_bf16(norm, 0), eps, (bf16 *)y, q8, qs};
         if (fm_cuda_moe_w4a8_block(be, &r, gate_up, down, (const bf16 *)x, T, k, (int32_t *)ids, (bf16 *)weights,
-                                   a_dispatch, a_down, &tail, (bf16 *)out, qs ? q8 : NULL, qs))
+                                   a_dispatch, a_down, &tail, (bf16 *)out))
             return;
     }
     if (!fused) {
         cu_router(bb, rw, x, T, k, kind, norm_topk, logits, ids, weights);
         if (norm)
-            cu_moe_add_rmsnorm(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y, acc, norm, eps, out);
+            moe_add_rmsnorm_q(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y, acc, norm, eps, out, q8,
+                              qs);
         else cu_moe(bb, gate_up, down, x, T, ids, weights, k, a_dispatch, a_down, y);
     } else {
         require_afmt(gate_up, a_dispatch, "router_moe");
@@ -670,11 +684,10 @@ static void cu_router_moe(fm_backend *bb, const fm_bank *rw, const fm_bank *gate
                                  shared,
                                  (bf16 *)logits,
                                  be->router_counter};
-        const fm_moe_norm_tail tail = {(bf16 *)acc, norm ? bank_bf16(norm, 0) : NULL, eps, (bf16 *)y};
+        const fm_moe_norm_tail tail = {(bf16 *)acc, norm ? bank_bf16(norm, 0) : NULL, eps, (bf16 *)y, q8, qs};
         fm_cuda_moe_w4a8(be, gate_up, down, (const bf16 *)x, T, (const int32_t *)ids, (const bf16 *)weights, k,
                          a_dispatch, norm ? &tail : NULL, (bf16 *)(norm ? out : y), &r);
     }
-    if (qs) fm_cuda_quantize_e4m3_rows((const bf16 *)out, T, H, q8, qs, NULL, T, pdl(bb), stream(bb));
 }
 
 /* linear from rows its input's producer quantized (router_moe's out_q): the W4A8 projection reads them where it

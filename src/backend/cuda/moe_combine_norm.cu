@@ -7,35 +7,52 @@
 // (norm_row.cuh), combines them from the k routed rows with the products and order of moe_combine_bf16x8_kernel,
 // rounds to bf16 as that kernel stores, then adds, rounds, sums squares and normalises exactly as add_rmsnorm_kernel:
 // the result is the two kernels' bit for bit.
+//
+// QOUT (route dense.quant=producer): the block's warps then quantize the normed row's 128-groups with the quantizer's
+// own function (quantize_group_warp on the bf16 values just stored) into the next q|k|v projection's rows: the codes
+// and scales fm_cuda_quantize_e4m3_rows would write, without its launch.
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe_combine_norm.cuh"
 #include "backend/cuda/moe_combine_row.cuh"
+#include "backend/cuda/moe_dispatch_device.cuh"
 #include "backend/cuda/pdl.cuh"
 
 typedef __nv_bfloat16 bf16;
 
+template <bool QOUT>
 static __global__ __launch_bounds__(NORM_THREADS) void moe_combine_add_rmsnorm_kernel(
     const bf16 *__restrict__ y, const int32_t *__restrict__ slot_of, const bf16 *__restrict__ w, int32_t k, int64_t H,
-    bf16 *__restrict__ acc, const bf16 *__restrict__ norm, float eps, bf16 *__restrict__ out) {
+    bf16 *__restrict__ acc, const bf16 *__restrict__ norm, float eps, bf16 *__restrict__ out, uint8_t *out_q,
+    float *out_qs) {
     float wv[NORM_CHUNKS][8];
     combine_row_norm_weights(norm, H, wv); /* no earlier kernel's output: loaded while the down projection finishes */
     pdl_wait();
-    combine_add_rmsnorm_row(y, slot_of, w, k, H, blockIdx.x, acc, eps, wv, out);
+    const int64_t t = blockIdx.x;
+    combine_add_rmsnorm_row(y, slot_of, w, k, H, t, acc, eps, wv, out);
+    if (QOUT) {
+        __syncthreads(); /* every thread's stores of the row, before the warps read their groups */
+        const int64_t G = (H + 127) / 128;
+        for (int64_t grp = threadIdx.x >> 5; grp < G; grp += NORM_THREADS / 32)
+            quantize_group_warp<false>(out + t * H, H, grp, out_q + t * G * 128, out_qs, NULL, gridDim.x, t);
+    }
 }
 
 extern "C" void fm_cuda_moe_combine_add_rmsnorm(const bf16 *y, const int32_t *slot_of, const bf16 *w, int64_t T,
                                                 int32_t k, int64_t H, bf16 *scratch, bf16 *acc, const bf16 *norm,
-                                                float eps, bf16 *out, bool pdl, cudaStream_t s) {
+                                                float eps, bf16 *out, uint8_t *out_q, float *out_qs, bool pdl,
+                                                cudaStream_t s) {
     if (T <= 0) return;
     const bool one_kernel = T <= INT32_MAX && fm_combine_row_takes(H, y, acc, norm, out);
-    if (!one_kernel) { /* the two kernels it fuses, in their order */
+    if (!one_kernel) { /* the two kernels it fuses, in their order, and the quantizer */
         fm_cuda_moe_combine(y, slot_of, w, T, k, H, scratch, pdl, s);
         fm_cuda_add_rmsnorm(acc, scratch, norm, T, H, eps, out, pdl, s);
+        if (out_q) fm_cuda_quantize_e4m3_rows(out, T, H, out_q, out_qs, NULL, T, pdl, s);
         return;
     }
-    void *args[] = {(void *)&y,   (void *)&slot_of, (void *)&w,   (void *)&k,  (void *)&H,
-                    (void *)&acc, (void *)&norm,    (void *)&eps, (void *)&out};
-    fm_cuda_launch_pdl((const void *)moe_combine_add_rmsnorm_kernel, dim3((unsigned)T), dim3(NORM_THREADS), 0, s, args,
-                       pdl);
+    void *args[] = {(void *)&y,    (void *)&slot_of, (void *)&w,   (void *)&k,     (void *)&H,     (void *)&acc,
+                    (void *)&norm, (void *)&eps,     (void *)&out, (void *)&out_q, (void *)&out_qs};
+    const void *kernel = out_q ? (const void *)moe_combine_add_rmsnorm_kernel<true>
+                               : (const void *)moe_combine_add_rmsnorm_kernel<false>;
+    fm_cuda_launch_pdl(kernel, dim3((unsigned)T), dim3(NORM_THREADS), 0, s, args, pdl);
     FM_LAUNCH_CHECK("moe_combine_add_rmsnorm");
 }

@@ -124,7 +124,7 @@ static void combine(cuda_backend *be, const __nv_bfloat16 *y, const __nv_bfloat1
                     int64_t H, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
     if (tail)
         fm_cuda_moe_combine_add_rmsnorm(y, NULL, weights, T, k, H, tail->scratch, tail->acc, tail->norm, tail->eps, out,
-                                        fm_routes_pdl(&be->routes), be->stream);
+                                        tail->out_q, tail->out_qs, fm_routes_pdl(&be->routes), be->stream);
     else fm_cuda_moe_combine(y, NULL, weights, T, k, H, out, fm_routes_pdl(&be->routes), be->stream);
 }
 
@@ -138,8 +138,7 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
 
 bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
-                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out,
-                            uint8_t *out_q, float *out_qs) {
+                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out) {
     const int64_t E = gate_up->n, H = down->rows, I = down->cols, P = T * k;
     if (!be->block_barrier || !tail || !tail->norm || router->shared || gate_up->fmt != FM_W_INT4_G128_TC ||
         down->fmt != FM_W_INT4_G128_TC || !gate_up->interleaved || gate_up->fold || down->fold || gate_up->slot_of ||
@@ -169,7 +168,8 @@ bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const
     a.gu_slices = fm_cuda_w4a8_moe_gemv_slices(gate_up, max_tiles, gg);
     a.down_slices = fm_cuda_w4a8_moe_gemv_slices(down, max_tiles, gg);
     a.x = x, a.H = H, a.I = I, a.logits = router->logits, a.ids = ids, a.weights = weights;
-    a.acc = tail->acc, a.norm = tail->norm, a.eps = tail->eps, a.out = out, a.out_q = out_q, a.out_qs = out_qs;
+    a.acc = tail->acc, a.norm = tail->norm, a.eps = tail->eps, a.out = out, a.out_q = tail->out_q,
+    a.out_qs = tail->out_qs;
     a.h16 = (__nv_bfloat16 *)(ws + L.h16), a.y = (__nv_bfloat16 *)(ws + L.y), a.barrier = be->block_barrier;
     if (!fm_combine_row_takes(H, a.y, a.acc, a.norm, a.out)) return false;
     fm_cuda_moe_decode_block(&a, fm_routes_pdl(r), be->stream);
@@ -281,6 +281,8 @@ void fm_cuda_moe_w4a8(cuda_backend *be, const fm_bank *gate_up, const fm_bank *d
                                   y, H, in_gemv ? &tt : NULL, gg, pdl, be->stream);
         }
         if (!in_gemv) combine(be, y, weights, T, k, H, tail, out);
+        else if (tail->out_q) /* the GEMV's tail writes bf16 rows only */
+            fm_cuda_quantize_e4m3_rows(out, T, H, tail->out_q, tail->out_qs, NULL, T, pdl, be->stream);
         return;
     }
     /* no memset before it (a graph node would break the PDL chain): the dispatch needs nothing zeroed */

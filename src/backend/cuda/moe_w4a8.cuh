@@ -11,7 +11,8 @@
 
 // Same contract as the backend's moe op (backend.h); gate_up and down are int4-tc banks, gate_up interleaved.
 // a_dispatch: e4m3 1x128, or FP4 (MXFP4, NVFP4: int4-tc banks only) for the gate|up input; the down input is e4m3.
-// tail: NULL, or the moe_add_rmsnorm op's end (decode.fused): the combine adds into tail->acc and out is its norm.
+// tail: NULL, or the moe_add_rmsnorm op's end (decode.fused): the combine adds into tail->acc and out is its norm (with
+// tail->out_q, out's rows also quantized there, fm_qrows).
 // router: NULL (ids and weights are given), or the router op before it (route moe.dispatch=fused) whose launch also
 // dispatches the rows (fm_cuda_router_dispatch): it writes logits, ids and weights, where
 // fm_cuda_moe_w4a8_router_takes says so.
@@ -34,12 +35,11 @@ bool fm_cuda_moe_w4a8_router_takes(cuda_backend *be, const fm_bank *gate_up, con
 // moe_decode_block.cuh): the router op and then the moe_add_rmsnorm op (tail not NULL), bit for bit those of the
 // fused router and the decode GEMVs. False, with nothing launched, where it does not apply (T != 1, no tail, a shared
 // expert, banks other than int4-tc, an expert cache, rows other than e4m3 1x128, experts not on the decode GEMVs
-// (moe.gemv), shapes fm_cuda_moe_decode_block_takes refuses). out_q, out_qs: NULL, or out quantized for the next dense
-// linear as well (fm_qrows' codes and scales, one row).
+// (moe.gemv), shapes fm_cuda_moe_decode_block_takes refuses). tail->out_q, out_qs: NULL, or out quantized for the next
+// dense linear as well (fm_qrows' codes and scales, one row).
 bool fm_cuda_moe_w4a8_block(cuda_backend *be, const fm_moe_router *router, const fm_bank *gate_up, const fm_bank *down,
                             const __nv_bfloat16 *x, int64_t T, int32_t k, int32_t *ids, __nv_bfloat16 *weights,
-                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out,
-                            uint8_t *out_q, float *out_qs);
+                            fm_afmt a_dispatch, fm_afmt a_down, const fm_moe_norm_tail *tail, __nv_bfloat16 *out);
 // Expert parallelism's moe_blocks op (backend.h) on W4A8 banks: the experts on the rows of the received dispatch
 // blocks (backend/ep_blocks.h; e4m3, or MXFP4 / NVFP4 on int4-tc banks; amaxes: NVFP4's, every rank's amax, device
 // fp32 [N]), each output row in its place of the return blocks yret.
