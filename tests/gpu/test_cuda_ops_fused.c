@@ -257,9 +257,9 @@ static void same_bits_case(fm_preset p, fm_dispatch dispatch, const char *route,
     float *of = run_moe_only(gf, &b, fmt), *ok = run_moe_only(gk, &b, fmt), *oc = run_moe_only(cpu, &b, fmt);
     expect_same_bits(of, ok, T * H, what);
     float *fa, *fh, *ka, *kh; /* and inside moe_add_rmsnorm (the decode step's form) */
-    run_end(gk, &b, fmt, true, &ka, &kh);
+    run_end(gk, &b, fmt, true, &ka, &kh, NULL);
     for (int c = 0; c < 2; c++) {
-        run_end(gf, &b, fmt, true, &fa, &fh);
+        run_end(gf, &b, fmt, true, &fa, &fh, NULL);
         expect_same_bits(fa, ka, T * H, what), expect_same_bits(fh, kh, T * H, what);
         free(fa), free(fh);
     }
@@ -316,6 +316,25 @@ static void test_moe_combine_fused(void **s) {
         same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, "moe.gemv=64", base, both, Ts[i], 8, 2, 300, 72);
     }
     same_bits_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
+}
+
+/* moe.early_codes: the grouped down GEMM's first stages of codes issued before its PDL wait, against after it, bit
+ * for bit: Qwen3-30B-A3B's experts on 16-row tiles (8 tokens), 64 and 300 tokens (64-row tiles, codes still through
+ * the ring) and 2048 (codes in registers: the route does not apply); the odd shapes, whose down GEMM has one (I = 72)
+ * or two (I = 200) 128-groups, fewer than the three stages issued early; an NVFP4 dispatch (its gate|up GEMM expands
+ * FP4, the down GEMM reads e4m3 h). Run twice (run_end), so a CTA that read a stale tile would show. */
+static void test_moe_early_codes(void **s) {
+    (void)s;
+    const char *off = "moe.early_codes=off", *on = "moe.early_codes=on", *grouped = "moe.gemv=off";
+    const int64_t Tq[] = {8, 64, 300, 2048};
+    for (int i = 0; i < 4; i++)
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Tq[i], 128, 8, 2048, 768);
+    const int64_t Ts[] = {3, 40};
+    for (int i = 0; i < 2; i++) {
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 8, 2, 200, 72);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 13, 5, 384, 200);
+    }
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, grouped, off, on, 8, 8, 2, 256, 72);
 }
 
 /* ---- moe.dispatch: the router's launch dispatching the rows, against the router op and then the moe op ---- */
@@ -903,12 +922,19 @@ static void test_gdn_decode_fused(void **s) {
 int main(int argc, char **argv) {
     gpu_test_args(argc, argv);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),    cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
-        cmocka_unit_test(test_moe_down_quant_fused),    cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_router_dispatch_fused),   cmocka_unit_test(test_router_cluster),
-        cmocka_unit_test(test_moe_persistent),          cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
-        cmocka_unit_test(test_linear_add_rmsnorm_w4a8), cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
-        cmocka_unit_test(test_gdn_decode_fused),        cmocka_unit_test(test_linear_dense_quant_fused),
+        cmocka_unit_test(test_moe_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
+        cmocka_unit_test(test_moe_down_quant_fused),
+        cmocka_unit_test(test_moe_combine_fused),
+        cmocka_unit_test(test_moe_early_codes),
+        cmocka_unit_test(test_router_dispatch_fused),
+        cmocka_unit_test(test_router_cluster),
+        cmocka_unit_test(test_moe_persistent),
+        cmocka_unit_test(test_linear_add_rmsnorm_w8a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_w4a8),
+        cmocka_unit_test(test_linear_add_rmsnorm_other_formats),
+        cmocka_unit_test(test_gdn_decode_fused),
+        cmocka_unit_test(test_linear_dense_quant_fused),
     };
     /* FM_TEST_FILTER='test_linear_add_rmsnorm*' runs the matching tests only (racecheck of one kernel) */
     if (getenv("FM_TEST_FILTER")) cmocka_set_test_filter(getenv("FM_TEST_FILTER"));

@@ -36,6 +36,8 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     a.w = down, a.x = h, a.xs = hs, a.xsum = hsum, a.lds = P, a.dispatch = FM_W4A8_DISPATCH_E4M3, a.xts = NULL;
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = H, a.row_map = b.pair_of_slot, a.h = NULL, a.hs = NULL,
     a.hsum = NULL, a.token_scales = false;
+    /* the dispatch wrote the tiles two launches back (moe.early_codes: the first codes before the wait) */
+    a.tiles_early = fm_routes_moe_early_codes(r);
     fm_cuda_w4a8_gemm(&a, be->stream);
 }
 

@@ -39,6 +39,10 @@ typedef struct fm_w4a8_args {
     // tiles: a device list and its device count (grouped), or NULL for dense tiling of m_dense rows
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
+    // the tiles and their count were written at least two launches before this GEMM's (the dispatch before the
+    // gate|up GEMM, for the down GEMM): under PDL the wgmma kernel with staged codes then reads its tile and starts
+    // its first stages of codes before its wait, while the launch before it finishes (route moe.early_codes)
+    bool tiles_early;
     int64_t max_tiles; // grid size in tiles (an upper bound of *n_tiles)
     int32_t tile_rows; // the tiles' rows: FM_W4A8_BN (64; 0 means it), FM_W4A8_BN_MID (32) or FM_W4A8_BN_SMALL (16)
     int64_t m_dense;

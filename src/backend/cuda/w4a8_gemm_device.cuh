@@ -49,6 +49,7 @@ typedef struct gemm_params {
     float *hsum; // OUT_SWIGLU_E4M3 when the down bank is int4-zp: h's group sums, laid out as hs
     int64_t ldhs;
     bool pdl; // the host's launch with programmatic dependent launch (fm_w4a8_args.pdl); the kernels wait at their top
+    bool tiles_early; // fm_w4a8_args.tiles_early: the tile list may be read before the wait (through L2)
 } gemm_params;
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -75,6 +76,15 @@ template <int BNT> static __device__ __forceinline__ fm_w4a8_tile tile_of(const 
     if (p.tiles) return p.tiles[i];
     const int64_t r0 = i * BNT, n = p.m_dense - r0 < BNT ? p.m_dense - r0 : BNT;
     fm_w4a8_tile t = {p.dense_matrix, (int32_t)r0, (int32_t)n, 0};
+    return t;
+}
+// Before the PDL wait (tiles_early): the tile list through L2 (ld.global.cg). Its writer completed before the kernel
+// launched just before this one passed its own wait, which is what let this one start (pdl.cuh), so L2 holds it;
+// L1 is not coherent and might hold an earlier layer's list.
+template <int BNT> static __device__ __forceinline__ fm_w4a8_tile tile_of_early(const gemm_params &p, int64_t i) {
+    if (!p.tiles) return tile_of<BNT>(p, i);
+    const int4 v = __ldcg((const int4 *)(p.tiles + i));
+    fm_w4a8_tile t = {v.x, v.y, v.z, v.w};
     return t;
 }
 

@@ -48,11 +48,30 @@ static __global__ __launch_bounds__(THREADS,
     static_assert(!SPLIT || (BNT == FM_W4A8_BN && AF == FM_W4A8_DISPATCH_E4M3), "split K: 64-row tiles, e4m3 rows");
 
     /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
-       its expert, so nothing is loaded before the wait */
-    pdl_wait();
+       its expert, so nothing is loaded before the wait, unless the tiles were written two launches back
+       (tiles_early: the down GEMM, whose CTAs take the SMs the gate|up GEMM's last wave leaves idle): then the
+       CTA's first S - 1 stages of codes are issued before the wait (staged codes only) */
     const int64_t tile_idx = blockIdx.y;
-    if (p.n_tiles && tile_idx >= *p.n_tiles) return;
-    const fm_w4a8_tile tile = tile_of<BNT>(p, tile_idx);
+    const bool early = CS && !SPLIT && p.tiles_early;
+    fm_w4a8_tile tile = {0, 0, 0, 0};
+    code_loader cl;
+    bool live = true;
+    if (early) {
+        live = !p.n_tiles || tile_idx < __ldcg(p.n_tiles);
+        if (live) {
+            tile = tile_of_early<BNT>(p, tile_idx);
+            cl = code_loader_at<WK>(p, tile.expert);
+#pragma unroll
+            for (int s = 0; s < S - 1; s++) /* uncommitted: the prologue's first commit takes them in its group */
+                if (p.n_groups > s) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
+        }
+    }
+    pdl_wait();
+    if (!live) return;
+    if (!early) {
+        if (p.n_tiles && tile_idx >= *p.n_tiles) return;
+        tile = tile_of<BNT>(p, tile_idx);
+    }
     const stage_loader ld = stage_loader_at<WK, BNT, AF>(p, tile);
     const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
     const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, lane = threadIdx.x & 31;
@@ -63,8 +82,7 @@ static __global__ __launch_bounds__(THREADS,
     const int64_t G0 = SPLIT ? p.n_groups * blockIdx.z / gridDim.z : 0;
     const int64_t KG = SPLIT ? p.n_groups * (blockIdx.z + 1) / gridDim.z - G0 : p.n_groups;
     warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
-    code_loader cl;
-    if (CS) cl = code_loader_at<WK>(p, tile.expert);
+    if (CS && !early) cl = code_loader_at<WK>(p, tile.expert);
     if (SPLIT) {
         ww.codes[0] += G0 * wk_shape<WK>::chunk, ww.codes[1] += G0 * wk_shape<WK>::chunk;
         if (CS) cl.src += G0 * wk_shape<WK>::chunk;
@@ -89,14 +107,14 @@ static __global__ __launch_bounds__(THREADS,
 
     /* stages 0 .. S - 2 (a GEMM has at least one group) */
     load_stage<WK, BNT, AF>(p, ld, G0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
-    if (CS) load_codes<WK>(cl, 0, code_smem);
+    if (CS && !early) load_codes<WK>(cl, 0, code_smem);
     cp_async_commit();
 #pragma unroll
     for (int s = 1; s < S - 1; s++) {
         if (KG > s) {
             load_stage<WK, BNT, AF>(p, ld, G0 + s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0],
                                     wsc_smem[s], raw_smem[AF ? s : 0]);
-            if (CS) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
+            if (CS && !early) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
         }
         cp_async_commit();
     }
