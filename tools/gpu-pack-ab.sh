@@ -21,17 +21,20 @@ work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 mkdir -p "$work/stage/build/new"
 
-# build PROGRAM in the tree at DIR, stripped into the stage at DEST
+# build PROGRAM in the tree at DIR, stripped into the stage at DEST. Every step returns its failure itself: the
+# callers run it as `build_into ... || fail`, where set -e does not apply, and a failed make would otherwise pack
+# the previous build's program.
 build_into() {
     local dir=$1 prog=$2 dest=$3 bin
     if [[ $prog == lab/* ]]; then
-        make -C "$dir/lab" -j"$jobs" CUDA_ARCHS="$archs" "${prog#lab/}" >>"$work/build.log" 2>&1
+        make -C "$dir/lab" -j"$jobs" CUDA_ARCHS="$archs" "${prog#lab/}" >>"$work/build.log" 2>&1 || return 1
         bin=$dir/build/lab/${prog#lab/}
     else
-        make -C "$dir" -j"$jobs" BUILD=build/gpu-ab CUDA_ARCHS="$archs" "build/gpu-ab/$prog" >>"$work/build.log" 2>&1
+        make -C "$dir" -j"$jobs" BUILD=build/gpu-ab CUDA_ARCHS="$archs" "build/gpu-ab/$prog" >>"$work/build.log" 2>&1 ||
+            return 1
         bin=$dir/build/gpu-ab/$prog
     fi
-    strip --strip-debug -o "$dest/$(basename "$prog")" "$bin"
+    strip --strip-debug -o "$dest/$(basename "$prog")" "$bin" || return 1
 }
 
 fail() { tail -20 "$work/build.log"; echo "gpu-pack-ab: $1" >&2; exit 1; }
