@@ -121,8 +121,8 @@ static void now_moe_act_scale(const fm_routes *r, char *b, size_t n) {
 static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_router_cluster(r) ? "E <= 128" : "off");
 }
-static void now_moe_early_codes(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%s", on_off(fm_routes_moe_early_codes(r)));
+static void now_w4a8_early_codes(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_w4a8_early_codes(r)));
 }
 static void now_moe_persistent(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_moe_persistent(r) ? "T = 1" : "off");
@@ -563,14 +563,16 @@ static const route_key route_keys[] = {
      "(docs/RESULTS.md 2.35) B = 64 -3.7 %, B = 32 -0.8 %; q|k|v 1.22 -> 0.89 ms and o 0.96 -> 0.74 ms a step at B = "
      "64. The wgmma kernel only (sm_90): the mma.sync kernel runs all of K",
      now_w4a8_splits},
-    {"moe.early_codes", FIELD(moe_early_codes), "auto|on|off", SWITCH_WORDS, "off",
-     "the grouped down GEMM's first stages of weights issued before its PDL wait",
-     "the experts' grouped W4A8 GEMMs (wgmma, the codes through the shared-memory ring): the down GEMM's tiles are "
-     "the dispatch's, written two launches before it, so under PDL (`pdl`) each of its CTAs can read its tile and "
-     "issue its first three 128-groups of weight codes before it waits for the gate|up GEMM: its CTAs take the SMs "
-     "the gate|up GEMM's last wave leaves idle and fetch weights while it finishes. The same bits either way. "
-     "`auto` is `off` until measured on a GPU",
-     now_moe_early_codes},
+    {"w4a8.early_codes", FIELD(w4a8_early_codes), "auto|on|off", SWITCH_WORDS, "off",
+     "the W4A8 GEMM's first weight codes issued before its PDL wait where its tile is known",
+     "the wgmma W4A8 GEMM under PDL (`pdl`) waits for the kernel before it at its top, because its tiles and "
+     "activations are earlier kernels' outputs. Where a CTA's tile is known before that (dense tiling, whose tile is "
+     "its index: the fp8 preset's projections above `w4a8.gemv_max_m` rows; the experts' grouped down GEMM, whose "
+     "tiles the dispatch wrote two launches before it), `on` lets it issue its first weight codes before the wait "
+     "(three 128-groups into the shared-memory ring, or the first group into registers), so that they load while the "
+     "kernel before it finishes: the down GEMM's CTAs take the SMs the gate|up GEMM's last wave leaves idle. The same "
+     "bits either way. `auto` is `off` until measured on a GPU",
+     now_w4a8_early_codes},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -844,9 +846,9 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
 
 /* auto: off until measured on a GPU (built in the forty-sixth session, bench/NOTES.md) */
-#define MOE_EARLY_CODES_BY_DEFAULT false
-bool fm_routes_moe_early_codes(const fm_routes *r) {
-    return r->moe_early_codes == FM_ROUTE_ON || (r->moe_early_codes == FM_ROUTE_AUTO && MOE_EARLY_CODES_BY_DEFAULT);
+#define W4A8_EARLY_CODES_BY_DEFAULT false
+bool fm_routes_w4a8_early_codes(const fm_routes *r) {
+    return r->w4a8_early_codes == FM_ROUTE_ON || (r->w4a8_early_codes == FM_ROUTE_AUTO && W4A8_EARLY_CODES_BY_DEFAULT);
 }
 
 /* auto: off until measured on a GPU (built in the forty-first session, bench/NOTES.md) */

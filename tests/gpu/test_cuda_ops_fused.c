@@ -318,25 +318,6 @@ static void test_moe_combine_fused(void **s) {
     same_bits_case(FM_PRESET_FP4, FM_DISPATCH_PRESET, NULL, base, both, 1, 128, 8, 2048, 768);
 }
 
-/* moe.early_codes: the grouped down GEMM's first stages of codes issued before its PDL wait, against after it, bit
- * for bit: Qwen3-30B-A3B's experts on 16-row tiles (8 tokens), 64 and 300 tokens (64-row tiles, codes still through
- * the ring) and 2048 (codes in registers: the route does not apply); the odd shapes, whose down GEMM has one (I = 72)
- * or two (I = 200) 128-groups, fewer than the three stages issued early; an NVFP4 dispatch (its gate|up GEMM expands
- * FP4, the down GEMM reads e4m3 h). Run twice (run_end), so a CTA that read a stale tile would show. */
-static void test_moe_early_codes(void **s) {
-    (void)s;
-    const char *off = "moe.early_codes=off", *on = "moe.early_codes=on", *grouped = "moe.gemv=off";
-    const int64_t Tq[] = {8, 64, 300, 2048};
-    for (int i = 0; i < 4; i++)
-        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Tq[i], 128, 8, 2048, 768);
-    const int64_t Ts[] = {3, 40};
-    for (int i = 0; i < 2; i++) {
-        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 8, 2, 200, 72);
-        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 13, 5, 384, 200);
-    }
-    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, grouped, off, on, 8, 8, 2, 256, 72);
-}
-
 /* ---- moe.dispatch: the router's launch dispatching the rows, against the router op and then the moe op ---- */
 
 /* One router_moe call's arguments on a backend (device buffers), for run_routed and its graph */
@@ -733,12 +714,13 @@ static void test_linear_add_rmsnorm_w4a8(void **s) {
  * M = 1, 2, 5, 8 (one n8 tile), 9, 16 (two), on Qwen3-30B-A3B's q|k|v (2048 -> 5120) and o (4096 -> 2048) shapes,
  * a K that is not a multiple of 128 (200 -> 208: the last group padded with zeros), and M = 64 (the GEMM: the
  * route leaves it to the quantizer's launch) */
-static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
+/* The fp8 preset's dense projection of M rows (K -> N) under route rk against route rf, bit for bit: linear and
+ * linear_add_rmsnorm (the decode step's o projection with its tail), each run twice */
+static void dense_routes_case(const char *rk, const char *rf, int64_t M, int64_t K, int64_t N) {
     fm_plan plan;
     fm_plan_for_backend(FM_PRESET_FP8, "cuda", &plan);
     fm_plan_set_dense(&plan, FM_DENSE_PRESET);
-    fm_backend *kb = gpu_with_route(&plan, "dense.quant=kernel,decode.fused=on"),
-               *fb = gpu_with_route(&plan, "dense.quant=fused,decode.fused=on");
+    fm_backend *kb = gpu_with_route(&plan, rk), *fb = gpu_with_route(&plan, rf);
     float *w = rand_array(N * K, 0.1f), *x = rand_array(M * K, 1.0f), *r0 = rand_array(M * N, 2.0f),
           *nw = rand_array(N, 1.0f);
     for (int tail = 0; tail < 2; tail++) {
@@ -748,16 +730,54 @@ static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
         for (int o = 0; o < 3; o++) {
             for (int64_t i = 0; i < M * N; i++)
                 if (memcmp(&a[o][i], &b[o][i], sizeof(float)))
-                    fail_msg("dense.quant M=%lld K=%lld N=%lld%s: output %d element %lld: fused %.9g, kernel %.9g",
-                             (long long)M, (long long)K, (long long)N, tail ? " (with the tail)" : "", o, (long long)i,
-                             b[o][i], a[o][i]);
+                    fail_msg("%s M=%lld K=%lld N=%lld%s: output %d element %lld: %.9g, %s %.9g", rf, (long long)M,
+                             (long long)K, (long long)N, tail ? " (with the tail)" : "", o, (long long)i, b[o][i], rk,
+                             a[o][i]);
             free(a[o]), free(b[o]);
         }
     }
-    printf("  dense.quant M=%-3lld K=%-5lld N=%-5lld fused = kernel bit for bit (linear, linear_add_rmsnorm)\n",
-           (long long)M, (long long)K, (long long)N);
+    printf("  %s M=%-3lld K=%-5lld N=%-5lld = %s bit for bit (linear, linear_add_rmsnorm)\n", rf, (long long)M,
+           (long long)K, (long long)N, rk);
     free(w), free(x), free(r0), free(nw);
     kb->ops->destroy(kb), fb->ops->destroy(fb);
+}
+
+static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
+    dense_routes_case("dense.quant=kernel,decode.fused=on", "dense.quant=fused,decode.fused=on", M, K, N);
+}
+
+/* w4a8.early_codes: the W4A8 GEMM's first codes issued before its PDL wait where its tile is known, against after
+ * it, bit for bit. The experts' grouped down GEMM: Qwen3-30B-A3B's experts on 16-row tiles (8 tokens), 64 and 300
+ * tokens (64-row tiles, codes through the ring) and 2048 (codes in registers); the odd shapes, whose down GEMM has one
+ * (I = 72) or two (I = 200) 128-groups, fewer than the three stages issued early; an NVFP4 dispatch (its gate|up GEMM
+ * expands FP4, the down GEMM reads e4m3 h). Each run twice (run_end), so a CTA that read a stale tile would show.
+ * The dense projections on the GEMM (from 17 rows), its K split over a cluster and not: q|k|v and o of Qwen3-30B-A3B
+ * and projections of two and of one and a part K groups. */
+static void test_w4a8_early_codes(void **s) {
+    (void)s;
+    const char *off = "w4a8.early_codes=off", *on = "w4a8.early_codes=on", *grouped = "moe.gemv=off";
+    const int64_t Tq[] = {8, 64, 300, 2048};
+    for (int i = 0; i < 4; i++)
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Tq[i], 128, 8, 2048, 768);
+    const int64_t Ts[] = {3, 40};
+    for (int i = 0; i < 2; i++) {
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 8, 2, 200, 72);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 13, 5, 384, 200);
+    }
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, grouped, off, on, 8, 8, 2, 256, 72);
+    const char *splits[] = {"fill", "1"};
+    const int64_t Ms[] = {17, 64, 300};
+    for (int sp = 0; sp < 2; sp++) {
+        char r_off[200], r_on[200];
+        snprintf(r_off, sizeof r_off, "w4a8.gemv_max_m=16,w4a8.splits=%s,%s", splits[sp], off);
+        snprintf(r_on, sizeof r_on, "w4a8.gemv_max_m=16,w4a8.splits=%s,%s", splits[sp], on);
+        for (int i = 0; i < 3; i++) {
+            dense_routes_case(r_off, r_on, Ms[i], 2048, 5120);
+            dense_routes_case(r_off, r_on, Ms[i], 4096, 2048);
+        }
+        dense_routes_case(r_off, r_on, 40, 256, 384);
+        dense_routes_case(r_off, r_on, 40, 200, 208);
+    }
 }
 
 static void test_linear_dense_quant_fused(void **s) {
@@ -926,7 +946,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe_add_rmsnorm_reference_experts),
         cmocka_unit_test(test_moe_down_quant_fused),
         cmocka_unit_test(test_moe_combine_fused),
-        cmocka_unit_test(test_moe_early_codes),
+        cmocka_unit_test(test_w4a8_early_codes),
         cmocka_unit_test(test_router_dispatch_fused),
         cmocka_unit_test(test_router_cluster),
         cmocka_unit_test(test_moe_persistent),

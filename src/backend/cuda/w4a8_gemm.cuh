@@ -24,6 +24,9 @@ typedef struct fm_w4a8_args {
     bool wgmma;        // the wgmma kernel (sm_90a only), else mma.sync: fm_routes_w4a8_wgmma
     bool codes_staged; // wgmma kernel: the codes through the shared-memory stage ring (fm_routes_w4a8_codes_staged)
     bool pdl;          // launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl)
+    // the wgmma kernel's CTAs whose tile is known before the PDL wait (dense tiling, or tiles_early) issue their
+    // first weight codes before it (fm_routes_w4a8_early_codes)
+    bool early_codes;
     const uint8_t *x;  // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
     const float *xs;   // activation scales [w->n_groups][lds]
     const float *xsum; // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs
@@ -40,8 +43,7 @@ typedef struct fm_w4a8_args {
     const fm_w4a8_tile *tiles;
     const int32_t *n_tiles;
     // the tiles and their count were written at least two launches before this GEMM's (the dispatch before the
-    // gate|up GEMM, for the down GEMM): under PDL the wgmma kernel with staged codes then reads its tile and starts
-    // its first stages of codes before its wait, while the launch before it finishes (route moe.early_codes)
+    // gate|up GEMM, for the down GEMM), so a CTA may read its tile before its PDL wait (through L2)
     bool tiles_early;
     int64_t max_tiles; // grid size in tiles (an upper bound of *n_tiles)
     int32_t tile_rows; // the tiles' rows: FM_W4A8_BN (64; 0 means it), FM_W4A8_BN_MID (32) or FM_W4A8_BN_SMALL (16)

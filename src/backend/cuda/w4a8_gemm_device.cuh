@@ -50,6 +50,7 @@ typedef struct gemm_params {
     int64_t ldhs;
     bool pdl; // the host's launch with programmatic dependent launch (fm_w4a8_args.pdl); the kernels wait at their top
     bool tiles_early; // fm_w4a8_args.tiles_early: the tile list may be read before the wait (through L2)
+    bool early_codes; // fm_w4a8_args.early_codes: the first codes before the wait where the tile is known
 } gemm_params;
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }

@@ -47,33 +47,25 @@ static __global__ __launch_bounds__(THREADS,
     constexpr bool SPLIT = EPILOGUE == EPI_BF16_SPLIT; /* K split over the cluster's CTAs along z: epilogue_split */
     static_assert(!SPLIT || (BNT == FM_W4A8_BN && AF == FM_W4A8_DISPATCH_E4M3), "split K: 64-row tiles, e4m3 rows");
 
-    /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'; a tile's weights are known only from
-       its expert, so nothing is loaded before the wait, unless the tiles were written two launches back
-       (tiles_early: the down GEMM, whose CTAs take the SMs the gate|up GEMM's last wave leaves idle): then the
-       CTA's first S - 1 stages of codes are issued before the wait (staged codes only) */
+    /* PDL (pdl.cuh): the tiles, activations and outputs are earlier kernels'. A CTA whose tile is known before the
+       wait (early: dense tiling, whose tile is its index, or tiles written two launches back, tiles_early: the
+       grouped down GEMM, whose CTAs take the SMs the gate|up GEMM's last wave leaves idle) issues its first codes
+       before it (route w4a8.early_codes): the ring's first S - 1 stages (CS), or group 0's words (registers) */
     const int64_t tile_idx = blockIdx.y;
-    const bool early = CS && !SPLIT && p.tiles_early;
+    const bool early = p.early_codes && (!p.tiles || p.tiles_early);
     fm_w4a8_tile tile = {0, 0, 0, 0};
-    code_loader cl;
-    bool live = true;
     if (early) {
-        live = !p.n_tiles || tile_idx < __ldcg(p.n_tiles);
-        if (live) {
-            tile = tile_of_early<BNT>(p, tile_idx);
-            cl = code_loader_at<WK>(p, tile.expert);
-#pragma unroll
-            for (int s = 0; s < S - 1; s++) /* uncommitted: the prologue's first commit takes them in its group */
-                if (p.n_groups > s) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
+        if (p.n_tiles && tile_idx >= __ldcg(p.n_tiles)) {
+            pdl_wait();
+            return;
         }
-    }
-    pdl_wait();
-    if (!live) return;
-    if (!early) {
+        tile = tile_of_early<BNT>(p, tile_idx);
+    } else {
+        pdl_wait();
         if (p.n_tiles && tile_idx >= *p.n_tiles) return;
         tile = tile_of<BNT>(p, tile_idx);
     }
     const stage_loader ld = stage_loader_at<WK, BNT, AF>(p, tile);
-    const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
     const int warp = threadIdx.x >> 5, wg = warp >> 2, w4 = warp & 3, lane = threadIdx.x & 31;
     const int64_t blk0 = ((int64_t)blockIdx.x * BM + wg * 128) / 16 + w4; /* m64 block mb: 16-row block blk0 + 4 mb */
     const int64_t blk[2] = {blk0, blk0 + 4};
@@ -82,7 +74,8 @@ static __global__ __launch_bounds__(THREADS,
     const int64_t G0 = SPLIT ? p.n_groups * blockIdx.z / gridDim.z : 0;
     const int64_t KG = SPLIT ? p.n_groups * (blockIdx.z + 1) / gridDim.z - G0 : p.n_groups;
     warp_weights ww = warp_weights_at<WK>(p, tile.expert, blk);
-    if (CS && !early) cl = code_loader_at<WK>(p, tile.expert);
+    code_loader cl;
+    if (CS) cl = code_loader_at<WK>(p, tile.expert);
     if (SPLIT) {
         ww.codes[0] += G0 * wk_shape<WK>::chunk, ww.codes[1] += G0 * wk_shape<WK>::chunk;
         if (CS) cl.src += G0 * wk_shape<WK>::chunk;
@@ -104,23 +97,9 @@ static __global__ __launch_bounds__(THREADS,
 #pragma unroll
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
-
-    /* stages 0 .. S - 2 (a GEMM has at least one group) */
-    load_stage<WK, BNT, AF>(p, ld, G0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
-    if (CS && !early) load_codes<WK>(cl, 0, code_smem);
-    cp_async_commit();
-#pragma unroll
-    for (int s = 1; s < S - 1; s++) {
-        if (KG > s) {
-            load_stage<WK, BNT, AF>(p, ld, G0 + s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0],
-                                    wsc_smem[s], raw_smem[AF ? s : 0]);
-            if (CS && !early) load_codes<WK>(cl, s, code_smem + s * code_stage<WK>::bytes);
-        }
-        cp_async_commit();
-    }
-    /* both blocks of a warp are present or absent together when rows_pad is a multiple of 64; otherwise the
-       absent one keeps zero codes (and reads zero scales: the stage zero-fills rows past the bank) */
-    if (!CS)
+    /* group 0's words (registers) or the ring's first stages of codes (CS; uncommitted: the prologue's first commit
+       takes them into its group), before the wait when early */
+    if (!CS) {
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
             if (blk_ok[mb]) {
@@ -131,6 +110,24 @@ static __global__ __launch_bounds__(THREADS,
                                   words[mb][4 * q + 3] = v.w;
                 }
             }
+    } else {
+#pragma unroll
+        for (int st = 0; st < S - 1; st++)
+            if (KG > st) load_codes<WK>(cl, st, code_smem + st * code_stage<WK>::bytes);
+    }
+    if (early) pdl_wait();
+    const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
+
+    /* stages 0 .. S - 2 of the activations and weight scales (a GEMM has at least one group) */
+    load_stage<WK, BNT, AF>(p, ld, G0, xs_smem[0], sc_smem[0], sum_smem[0], wsc_smem[0], raw_smem[0]);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 1; s < S - 1; s++) {
+        if (KG > s)
+            load_stage<WK, BNT, AF>(p, ld, G0 + s, xs_smem[s], sc_smem[s], sum_smem[WK == WK_INT4_ZP ? s : 0],
+                                    wsc_smem[s], raw_smem[AF ? s : 0]);
+        cp_async_commit();
+    }
 
     /* 64-bit group counter and stage 0 outside the prologue loop: the register path's PTX as before the ring's CS
        variant, whose 32-bit counter measured 5-11 % slower (bench/NOTES.md 2026-12-02 "a regression in the W4A8
