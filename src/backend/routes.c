@@ -121,6 +121,9 @@ static void now_moe_act_scale(const fm_routes *r, char *b, size_t n) {
 static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_router_cluster(r) ? "E <= 128" : "off");
 }
+static void now_paged_early_kv(const fm_routes *r, char *b, size_t n) {
+    snprintf(b, n, "%s", on_off(fm_routes_paged_early_kv(r)));
+}
 static void now_w4a8_early_codes(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_w4a8_early_codes(r)));
 }
@@ -573,6 +576,16 @@ static const route_key route_keys[] = {
      "kernel before it finishes: the down GEMM's CTAs take the SMs the gate|up GEMM's last wave leaves idle. The same "
      "bits either way. `auto` is `off` until measured on a GPU",
      now_w4a8_early_codes},
+    {"paged.early_kv", FIELD(paged_early_kv), "auto|on|off", SWITCH_WORDS, "off",
+     "paged attention's split kernel loading its first tiles of past keys before its PDL wait",
+     "paged attention's split kernel (decode rows) under PDL (`pdl`) waits at its top for the kernel before it, "
+     "which stores the step's own key and value. The keys before a row's position were stored by earlier steps, and "
+     "its slots come from the block table, sequences and positions the host staged before the step: `on` lets each "
+     "CTA of a row that is its sequence's only row of the step issue the loads of its first tiles of those keys "
+     "(each warp's first two stages, where every key of a tile is before the position) before the wait, so that "
+     "they load while the kernel before it finishes. The same bits either way. `auto` is `off` until measured on a "
+     "GPU",
+     now_paged_early_kv},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -845,6 +858,11 @@ bool fm_routes_moe_persistent(const fm_routes *r) {
 
 bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent == FM_ROUTE_ON; }
 
+/* auto: off until measured on a GPU (built in the forty-sixth session, bench/NOTES.md) */
+#define PAGED_EARLY_KV_BY_DEFAULT false
+bool fm_routes_paged_early_kv(const fm_routes *r) {
+    return r->paged_early_kv == FM_ROUTE_ON || (r->paged_early_kv == FM_ROUTE_AUTO && PAGED_EARLY_KV_BY_DEFAULT);
+}
 /* auto: off until measured on a GPU (built in the forty-sixth session, bench/NOTES.md) */
 #define W4A8_EARLY_CODES_BY_DEFAULT false
 bool fm_routes_w4a8_early_codes(const fm_routes *r) {

@@ -716,27 +716,33 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     gpu_expect_close(r[1].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
     snprintf(w2, sizeof w2, "attention_paged_runs %s", what); /* the tiled kernel for the chunk's rows (bf16) */
     gpu_expect_close(r[3].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
-    /* route paged.combine: the split kernel's last CTA merges the splits (fused) with the bits of the combine kernel,
-       for attention_paged and for the split kernel's rows of attention_paged_runs */
-    fm_backend *forms[2] = {cuda_with_route(&b, "paged.combine=kernel"), cuda_with_route(&b, "paged.combine=fused")};
-    for (int runs = 0; runs < 2; runs++) {
-        paged_out f[2];
-        for (int k = 0; k < 2; k++) {
-            fm_bank *qb = norm ? bank(forms[k], qn, 1, 1, hd, other_fmt(&b)) : NULL,
-                    *kb = norm ? bank(forms[k], kn, 1, 1, hd, other_fmt(&b)) : NULL;
-            f[k] = paged_run(forms[k], &p, qb, kb, false, runs);
-            if (qb) forms[k]->ops->bank_free(forms[k], qb), forms[k]->ops->bank_free(forms[k], kb);
+    /* route paged.combine: the split kernel's last CTA merges the splits (fused) with the bits of the combine kernel;
+       route paged.early_kv: the split kernel's first tiles of past keys loaded before its PDL wait, with the bits of
+       the loads after it (a decode step's store just before it: test_cuda_generate under the route); for
+       attention_paged and for the split kernel's rows of attention_paged_runs */
+    const char *pairs[2][2] = {{"paged.combine=kernel", "paged.combine=fused"},
+                               {"paged.early_kv=off", "paged.early_kv=on"}};
+    for (int pr = 0; pr < 2; pr++) {
+        fm_backend *forms[2] = {cuda_with_route(&b, pairs[pr][0]), cuda_with_route(&b, pairs[pr][1])};
+        for (int runs = 0; runs < 2; runs++) {
+            paged_out f[2];
+            for (int k = 0; k < 2; k++) {
+                fm_bank *qb = norm ? bank(forms[k], qn, 1, 1, hd, other_fmt(&b)) : NULL,
+                        *kb = norm ? bank(forms[k], kn, 1, 1, hd, other_fmt(&b)) : NULL;
+                f[k] = paged_run(forms[k], &p, qb, kb, false, runs);
+                if (qb) forms[k]->ops->bank_free(forms[k], qb), forms[k]->ops->bank_free(forms[k], kb);
+            }
+            for (int64_t i = 0; i < T * nh * hd; i++)
+                if (memcmp(&f[0].att[i], &f[1].att[i], sizeof(float)))
+                    fail_msg("%s %s: output %lld is %.9g with %s, %.9g with %s",
+                             runs ? "attention_paged_runs" : "attention_paged", what, (long long)i, f[1].att[i],
+                             pairs[pr][1], f[0].att[i], pairs[pr][0]);
+            printf("  %s %s: %s == %s, bit for bit\n", runs ? "attention_paged_runs" : "attention_paged", what,
+                   pairs[pr][1], pairs[pr][0]);
+            for (int k = 0; k < 2; k++) free(f[k].roped), free(f[k].kc), free(f[k].vc), free(f[k].att);
         }
-        for (int64_t i = 0; i < T * nh * hd; i++)
-            if (memcmp(&f[0].att[i], &f[1].att[i], sizeof(float)))
-                fail_msg("%s %s: output %lld is %.9g with paged.combine=fused, %.9g with the combine kernel",
-                         runs ? "attention_paged_runs" : "attention_paged", what, (long long)i, f[1].att[i],
-                         f[0].att[i]);
-        printf("  %s %s: paged.combine fused == kernel, bit for bit\n",
-               runs ? "attention_paged_runs" : "attention_paged", what);
-        for (int k = 0; k < 2; k++) free(f[k].roped), free(f[k].kc), free(f[k].vc), free(f[k].att);
+        for (int k = 0; k < 2; k++) forms[k]->ops->destroy(forms[k]);
     }
-    for (int k = 0; k < 2; k++) forms[k]->ops->destroy(forms[k]);
     /* route paged.swap: the decode rows on the kernel with the keys as the mma's M (attention_paged_swap.cu, kv heads
        of at most 8 query heads at hd 64, 128, 256; elsewhere the split kernel), either combine, alone and beside the
        tiled kernel: within the split kernel's bound of the CPU */
@@ -1168,6 +1174,20 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     snprintf(w, sizeof w, "attention_paged e4m3 paged.swap=on: paged.combine=fused == kernel %s", what);
     expect_same_bits(sw[1], sw[0], n_out, w);
     free(sw[0]), free(sw[1]), free(sw[2]);
+
+    /* (e) route paged.early_kv (the split kernel's first tiles of past keys before its PDL wait): the default
+       routes' bits, alone and beside the tiled kernel */
+    {
+        fm_backend *be = cuda_with_route(&b, "paged.early_kv=on");
+        float *ek = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
+        float *ek_runs = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
+        snprintf(w, sizeof w, "attention_paged e4m3 paged.early_kv=on == default routes %s", what);
+        expect_same_bits(ek, e8[2], n_out, w);
+        snprintf(w, sizeof w, "attention_paged_runs e4m3 paged.early_kv=on == default routes %s", what);
+        expect_same_bits(ek_runs, runs8[2], n_out, w);
+        free(ek), free(ek_runs);
+        be->ops->destroy(be);
+    }
 
     /* the cpu's emulation: its caches hold its roped rows' values, the same through both ops; attention close */
     qb = bank(cpu, qn, 1, 1, hd, other_fmt(&b)), kb = bank(cpu, kn, 1, 1, hd, other_fmt(&b));

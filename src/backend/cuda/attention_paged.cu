@@ -76,7 +76,7 @@
 template <int HD, bool E4M3> __global__ void __launch_bounds__(APG_THREADS) apg_split_kernel(apg_args a) {
     extern __shared__ __align__(128) unsigned char apg_smem[];
     __shared__ unsigned qmax, arrived;
-    pdl_wait();
+    if (!a.early) pdl_wait(); /* else apg_split_cta waits, after the loads of keys earlier steps stored */
     apg_split_cta<HD, E4M3, 128, 0>(a, apg_smem, gridDim.x, blockIdx.x, gridDim.y, blockIdx.y, blockIdx.z, &qmax,
                                     &arrived);
 }
@@ -210,8 +210,8 @@ extern "C" int32_t fm_cuda_attention_paged_split_count(int64_t T, int32_t nh, in
 static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd, const void *k_cache,
                     const void *v_cache, fm_kv_dtype kv, const int32_t *tok_seq, const int32_t *tok_pos,
                     const int32_t *tables, int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                    bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, int32_t swap, bool pdl,
-                    uint8_t *x8, float *xs, cudaStream_t s) {
+                    bf16 *out, bool skip_runs, bool fused_combine, bool split_waves, int32_t swap, bool early_kv,
+                    bool pdl, uint8_t *x8, float *xs, cudaStream_t s) {
     apg_check(qkv, T, nh, nkv, hd, k_cache, v_cache, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len, out);
     if (kv != FM_KV_ACT && kv != FM_KV_E4M3) apg_fail("unknown KV cache dtype", T, nh, nkv, hd);
     if (T == 0) return;
@@ -239,6 +239,7 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
         a.splits = fm_cuda_attention_paged_split_count(T, nh, nkv, hd, kv, max_len, split_waves);
     }
     a.skip_runs = skip_runs;
+    a.early = early_kv && pdl && !swap; /* the split kernel's (route paged.early_kv), under PDL */
     a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
     a.row_b = e4m3 ? fm_kv_e4m3_row_bytes(nkv, hd) : (int64_t)nkv * hd;
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))
@@ -274,9 +275,9 @@ extern "C" void fm_cuda_attention_paged_rows(const bf16 *qkv, int64_t T, int32_t
                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                              bf16 *out, bool skip_runs, bool fused_combine, bool split_waves,
-                                             int32_t swap, bool pdl, cudaStream_t s) {
+                                             int32_t swap, bool early_kv, bool pdl, cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
-            scratch, out, skip_runs, fused_combine, split_waves, swap, pdl, NULL, NULL, s);
+            scratch, out, skip_runs, fused_combine, split_waves, swap, early_kv, pdl, NULL, NULL, s);
 }
 
 extern "C" void fm_cuda_attention_paged_quant(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
@@ -284,19 +285,19 @@ extern "C" void fm_cuda_attention_paged_quant(const bf16 *qkv, int64_t T, int32_
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                               bf16 *out, uint8_t *x8, float *xs, bool fused_combine, bool split_waves,
-                                              int32_t swap, bool pdl, cudaStream_t s) {
+                                              int32_t swap, bool early_kv, bool pdl, cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
-            scratch, out, false, fused_combine, split_waves, swap, pdl, x8, xs, s);
+            scratch, out, false, fused_combine, split_waves, swap, early_kv, pdl, x8, xs, s);
 }
 
 extern "C" void fm_cuda_attention_paged(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                         const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
-                                        bf16 *out, bool fused_combine, bool split_waves, int32_t swap, bool pdl,
-                                        cudaStream_t s) {
+                                        bf16 *out, bool fused_combine, bool split_waves, int32_t swap, bool early_kv,
+                                        bool pdl, cudaStream_t s) {
     apg_run(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks, block_tokens, max_len,
-            scratch, out, false, fused_combine, split_waves, swap, pdl, NULL, NULL, s);
+            scratch, out, false, fused_combine, split_waves, swap, early_kv, pdl, NULL, NULL, s);
 }
 
 // ---------------------------------------------------------------- fp32 (ref32)

@@ -27,12 +27,16 @@ extern "C" {
 // violation stops with a message): hd a multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv
 // and caches. The table entries a token reads are not checked on the device: they must be valid blocks. pdl: its
 // kernels launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's route table).
+// early_kv (with pdl, the split kernel): each CTA of a row that is its sequence's only row of the step issues its
+// first tiles of the keys before the row's position before its PDL wait: those earlier steps stored; the key at the
+// position is the kernel before this one's to store (route paged.early_kv). The sequences, positions and tables must
+// then be the host's (staged before the step), not an earlier kernel's output.
 extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                         const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                         int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                         __nv_bfloat16 *out, bool fused_combine, bool split_waves, int32_t swap,
-                                        bool pdl, cudaStream_t s);
+                                        bool early_kv, bool pdl, cudaStream_t s);
 // The same, and out's rows quantized for the o projection (route dense.quant=producer) as
 // fm_cuda_quantize_e4m3_rows(out, T, nh hd, x8, xs, NULL, T) would: codes x8 [T][nh hd] (nh hd a multiple of 128),
 // scales xs [nh hd / 128][T]; by the kernel that merges the splits where every row splits and hd is a multiple of 128,
@@ -42,7 +46,7 @@ extern "C" void fm_cuda_attention_paged_quant(const __nv_bfloat16 *qkv, int64_t 
                                               const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                               int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                               __nv_bfloat16 *out, uint8_t *x8, float *xs, bool fused_combine,
-                                              bool split_waves, int32_t swap, bool pdl, cudaStream_t s);
+                                              bool split_waves, int32_t swap, bool early_kv, bool pdl, cudaStream_t s);
 // The same, the rows of prompt chunks on the tiled kernel (attention_paged_tiled.cu, route paged.tiled):
 // a row whose neighbour in the step is of the same sequence (apg_in_run) goes to a CTA that shares each K and V tile
 // among the query rows of several tokens; the other rows to the split kernel. Same arguments, scratch and results
@@ -60,7 +64,7 @@ extern "C" void fm_cuda_attention_paged_rows(const __nv_bfloat16 *qkv, int64_t T
                                              const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,
                                              int32_t max_blocks, int32_t block_tokens, int64_t max_len, void *scratch,
                                              __nv_bfloat16 *out, bool skip_runs, bool fused_combine, bool split_waves,
-                                             int32_t swap, bool pdl, cudaStream_t s);
+                                             int32_t swap, bool early_kv, bool pdl, cudaStream_t s);
 // log2(block_tokens) when it is a power of two, else -1: the kernels find a key's slot with shifts then (host)
 static inline int apg_bt_shift(int32_t block_tokens) {
     if (block_tokens < 1 || (block_tokens & (block_tokens - 1)) != 0) return -1;

@@ -12,6 +12,7 @@
 #include "backend/cuda/attention_e4m3.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_paged.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define APG_WARPS 4
 #define APG_THREADS (APG_WARPS * 32)
@@ -37,6 +38,8 @@ typedef struct apg_args {
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
     int bt_shift;  // log2(block_tokens) for a power of two, else -1 (apg_slot_of)
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
+    int early;     // the kernel has not waited (PDL) yet: apg_split_cta waits, having issued the loads of the keys
+                   // earlier steps stored (route paged.early_kv; the split kernel only)
     float sl2;     // log2(e) / sqrt(hd)
     int64_t row_b; // e4m3: bytes of a slot's row, fm_kv_e4m3_row_bytes(nkv, hd) (the bf16 form: nkv hd elements)
 } apg_args;
@@ -276,11 +279,12 @@ static __device__ __forceinline__ void apg_merge_warps(const apg_args &a, unsign
 // The first loads of a split CTA (the split kernel's and the swapped one's, attention_paged_swap.cu): the CTA's nq
 // query rows of token t from head h0 into the first ROWS rows of the Q tile at sq (zero rows after them), one cp.async
 // group; then the warp's first ST tiles of the slice [s0, s1) (nw tiles the warp's) into its stages at wst, STAGE
-// bytes apart, a group each (possibly empty: every thread commits ST groups here and one per tile after).
+// bytes apart, a group each (possibly empty: every thread commits ST groups here and one per tile after). issued: bit
+// st set where apg_early_loads already issued stage st (uncommitted: the Q group takes it in).
 template <int HD, bool E4M3, int ROWS, int ST, int STAGE>
 static __device__ __forceinline__ void apg_start_loads(const apg_args &a, uint32_t sq, uint32_t wst, int64_t t, int h0,
                                                        int nq, const int32_t *table, int64_t kv_ld, int kvh, int s0,
-                                                       int s1, int nw, int tid) {
+                                                       int s1, int nw, int tid, unsigned issued) {
     const int warp = tid >> 5, lane = tid & 31;
     {
         constexpr int CH = HD / 8;
@@ -294,11 +298,34 @@ static __device__ __forceinline__ void apg_start_loads(const apg_args &a, uint32
     }
 #pragma unroll
     for (int st = 0; st < ST; st++) {
-        if (st < nw)
+        if (st < nw && !((issued >> st) & 1u))
             apg_load_stage<HD, E4M3>(a, wst + st * STAGE, table, kv_ld, kvh, s0 + (warp + APG_WARPS * st) * 16, s1,
                                      lane);
         att_cp_commit();
     }
+}
+
+// Route paged.early_kv, before the PDL wait: the warp's first ST tiles that hold only keys before the row's own
+// position pos (s1 = pos + 1), issued into their stages (uncommitted); returns them as bits. Only for a row that is
+// its sequence's one row of the step (not in a run): its keys before pos were stored by earlier steps, the key at
+// pos by the kernel before this one (qk_norm_rope_store), which this one has not waited for. The slots come from the
+// block table, the sequence and the position, which the host staged before the step.
+template <int HD, bool E4M3, int ST, int STAGE>
+static __device__ __forceinline__ unsigned apg_early_loads(const apg_args &a, uint32_t wst, int64_t T, int64_t t,
+                                                           const int32_t *table, int64_t kv_ld, int kvh, int s0, int s1,
+                                                           int nw, int tid) {
+    if (apg_in_run(a.tok_seq, T, t)) return 0u;
+    const int warp = tid >> 5, lane = tid & 31;
+    unsigned issued = 0u;
+#pragma unroll
+    for (int st = 0; st < ST; st++) {
+        const int j0 = s0 + (warp + APG_WARPS * st) * 16;
+        if (st < nw && j0 + 16 <= s1 - 1) {
+            apg_load_stage<HD, E4M3>(a, wst + st * STAGE, table, kv_ld, kvh, j0, s1, lane);
+            issued |= 1u << st;
+        }
+    }
+    return issued;
 }
 
 // One CTA of the split kernel: token t of T, kv head group y of Y (kv head y / qgroups), split `split`, run by the
@@ -319,11 +346,18 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
     const int G = a.nh / a.nkv;
     const int kvh = y / a.qgroups, h0 = kvh * G + (y % a.qgroups) * 16;
     const int nq = min(16, kvh * G + G - h0); // query heads of this CTA
-    if (a.skip_runs && apg_in_run(a.tok_seq, T, t)) return;
+    /* a.early: the kernel has not waited yet (PDL): every path waits below before it reads an earlier kernel's data */
+    if (a.skip_runs && apg_in_run(a.tok_seq, T, t)) {
+        if (a.early) pdl_wait();
+        return;
+    }
     const int len = a.tok_pos[t] + 1;
     const int chunk = apg_chunk(len, a.splits);
     const int s0 = split * chunk;
-    if (s0 >= len) return; // a split past this token's context (the combine knows: it counts the same way)
+    if (s0 >= len) { // a split past this token's context (the combine knows: it counts the same way)
+        if (a.early) pdl_wait();
+        return;
+    }
     const int s1 = min(len, s0 + chunk);
     const int32_t *table = a.tables + (int64_t)a.tok_seq[t] * a.max_blocks;
     const int64_t kv_ld = (int64_t)a.nkv * HD;
@@ -331,7 +365,12 @@ static __device__ __forceinline__ void apg_split_cta(const apg_args &a, unsigned
     const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
     // the warp's region: (e4m3: its bf16 tile at wbuf, then) its stages from wst
     const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * SH::WARP), wst = wbuf + (E4M3 ? SH::TILE : 0);
-    apg_start_loads<HD, E4M3, 16, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid);
+    unsigned issued = 0u;
+    if (a.early) {
+        issued = apg_early_loads<HD, E4M3, ST, SH::STAGE>(a, wst, T, t, table, kv_ld, kvh, s0, s1, nw, tid);
+        pdl_wait();
+    }
+    apg_start_loads<HD, E4M3, 16, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid, issued);
     if (E4M3 && tid == 0) *qmax = 0; // e4m3: the largest |q| of the tile, as bf16 bits
     att_cp_wait<ST>();
     att_sync<SYNC, APG_THREADS>(); // Q landed

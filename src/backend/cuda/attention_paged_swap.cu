@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 
     const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
     const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * SH::WARP), wst = wbuf + (E4M3 ? SH::TILE : 0);
     // the query rows (8: the N of the products), then the first ST tiles; tile i's loads are group 1 + i
-    apg_start_loads<HD, E4M3, APS_G, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid);
+    apg_start_loads<HD, E4M3, APS_G, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid, 0u);
     if (E4M3 && tid == 0) qmax = 0;
     att_cp_wait<ST>();
     __syncthreads(); // Q landed

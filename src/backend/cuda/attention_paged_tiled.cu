@@ -379,7 +379,7 @@ extern "C" void fm_cuda_attention_paged_tiled(const bf16 *qkv, int64_t T, int32_
                                               cudaStream_t s) {
     // the split kernel first: it checks the arguments (and stops on a violation) and takes the rows outside runs
     fm_cuda_attention_paged_rows(qkv, T, nh, nkv, hd, k_cache, v_cache, kv, tok_seq, tok_pos, tables, max_blocks,
-                                 block_tokens, max_len, scratch, out, T >= 2, fused_combine, split_waves, swap,
+                                 block_tokens, max_len, scratch, out, T >= 2, fused_combine, split_waves, swap, false,
                                  false /* prompt chunks: no PDL */, s);
     if (T < 2) return; // a run needs two rows
     const int G = nh / nkv, hg = G < APT_ROWS ? G : APT_ROWS;

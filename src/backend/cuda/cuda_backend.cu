@@ -460,7 +460,8 @@ static void cu_attention_paged(fm_backend *bb, const void *qkv, int64_t T, int32
                                 (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks, block_tokens, max_len,
                                 scratch, (bf16 *)out, fm_routes_paged_combine_fused(&cuda_be(bb)->routes),
                                 fm_routes_paged_splits_waves(&cuda_be(bb)->routes),
-                                fm_routes_paged_swap(&cuda_be(bb)->routes), pdl(bb), stream(bb));
+                                fm_routes_paged_swap(&cuda_be(bb)->routes),
+                                fm_routes_paged_early_kv(&cuda_be(bb)->routes), pdl(bb), stream(bb));
 }
 
 /* bf16 head dims that are multiples of 16 (either cache form): the rows of runs on the tiled kernel, the others on
@@ -748,7 +749,8 @@ static bool cu_attention_paged_o(fm_backend *bb, bool runs, const void *qkv, int
     fm_cuda_attention_paged_quant((const bf16 *)qkv, T, nh, nkv, hd, k_cache, v_cache, kv, (const int32_t *)tok_seq,
                                   (const int32_t *)tok_pos, (const int32_t *)tables, max_blocks, block_tokens, max_len,
                                   scratch, (bf16 *)att, x8, xs, fm_routes_paged_combine_fused(r),
-                                  fm_routes_paged_splits_waves(r), fm_routes_paged_swap(r), pdl(bb), stream(bb));
+                                  fm_routes_paged_splits_waves(r), fm_routes_paged_swap(r), fm_routes_paged_early_kv(r),
+                                  pdl(bb), stream(bb));
     fm_cuda_linear_w4a8_from_rows(be, o, 0, x8, xs, xsum, T, (bf16 *)y, in_gemv ? &tail : NULL);
     if (norm && !in_gemv) cu_add_rmsnorm(bb, acc, y, norm, T, o->rows, eps, out);
     return true;
