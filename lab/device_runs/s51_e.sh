@@ -1,7 +1,7 @@
 #!/bin/bash
 # forty-sixth session: the weights' and keys' first loads before the PDL wait, one pack (`OUT=.carry/gpu-s51e.tar.xz
 # BASE=269c61a tools/gpu-pack-ab.sh fp8moe-bench tests/gpu/test_cuda_ops_fused tests/gpu/test_cuda_ops
-# tests/gpu/test_cuda_generate`: build/ = 269c61a, build/new = a7c5bb6). (1) test_w4a8_early_codes, test_paged_*
+# tests/gpu/test_cuda_generate`: build/ = 269c61a, build/new = a7c5bb6). (1) test_cuda_ops_fused, test_paged_*
 # (paged.early_kv = off, bit for bit), test_cuda_generate with both routes on, memcheck of the paged tests under the
 # route; (2) fp8 decode B = 1, 8, 64: base / new with neither / w4a8.early_codes / paged.early_kv / both, alternating,
 # two rounds; (3) bench moe T = 8..64 new off / on.
@@ -17,9 +17,9 @@ left() { [ $((SECONDS + $1)) -le $LIMIT ]; }
 N=s51/build/new
 R=w4a8.gemv_max_m=16,w4a8.splits=fill
 cnt() { echo "$(grep -cE '^\[ +OK +\]' $1) ok, $(grep -cE '^\[ +FAILED +\]' $1) failed"; }
-FM_TEST_FILTER='test_w4a8_early_codes' timeout 120 $N/test_cuda_ops_fused > $L/test_early.log 2>&1
-echo "== test_w4a8_early_codes rc $? $SECONDS s: $(cnt $L/test_early.log), $(grep -c 'bit for bit' $L/test_early.log) cases"
-grep -E "FAIL|rror" $L/test_early.log | cut -c1-160 | head -4
+timeout 200 $N/test_cuda_ops_fused > $L/test_fused.log 2>&1
+echo "== test_cuda_ops_fused rc $? $SECONDS s: $(cnt $L/test_fused.log); early_codes cases $(grep -c 'early_codes=on.*bit for bit' $L/test_fused.log), out_q checked $(grep -c "out_q = the quantizer" $L/test_fused.log)"
+grep -E "FAIL|rror" $L/test_fused.log | cut -c1-160 | head -4
 FM_TEST_FILTER='test_paged_*' timeout 150 $N/test_cuda_ops > $L/test_paged.log 2>&1
 echo "== test_paged_* rc $? $SECONDS s: $(cnt $L/test_paged.log), $(grep -c 'early_kv' $L/test_paged.log) early_kv lines"
 grep -E "FAIL|rror" $L/test_paged.log | cut -c1-160 | head -4
