@@ -11,7 +11,10 @@
 // most one kernel beyond the running one is in its prologue.
 // It is a no-op when the kernel was launched normally, and on sm_89 (compiled out: Ada has no PDL). A kernel
 // launched with fm_cuda_launch_pdl must call pdl_wait before touching data of earlier kernels; before it, it may
-// only read what no kernel writes (weights: norm vectors, the router matrix, conv taps). An earlier kernel's output is
+// only read what no kernel writes (weights: norm vectors, the router matrix, conv taps; what the host staged before
+// the step: sequences, positions, block tables), or what a kernel two launches back wrote, through L2
+// (ld.global.cg): the kernel in between released this one only after its own wait, so that one had completed (the
+// grouped down GEMM's tiles, the dispatch's: w4a8.early_codes). An earlier kernel's output is
 // never read through the non-coherent path (__ldg, or a const __restrict__ pointer that the compiler turns into
 // ld.global.nc): an invariant load may be hoisted above the wait (bench/NOTES.md 2026-11-30 "v2 -> v4"). Every
 // thread of every CTA must execute pdl_wait before it exits, early-return paths included: the grid's completion is
