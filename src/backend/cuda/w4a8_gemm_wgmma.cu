@@ -98,7 +98,9 @@ static __global__ __launch_bounds__(THREADS,
         for (int j = 0; j < NW; j++) words[mb][j] = 0u; /* a block past the bank multiplies as zeros */
     }
     /* group 0's words (registers) or the ring's first stages of codes (CS; uncommitted: the prologue's first commit
-       takes them into its group), before the wait when early */
+       takes them into its group), before the wait when early. Registers: both blocks of a warp are present or absent
+       together when rows_pad is a multiple of 64; otherwise the absent one keeps zero codes (and reads zero scales:
+       the stage zero-fills rows past the bank) */
     if (!CS) {
 #pragma unroll
         for (int mb = 0; mb < 2; mb++)
