@@ -305,8 +305,10 @@ static __device__ __forceinline__ void apg_start_loads(const apg_args &a, uint32
     }
 }
 
-// Route paged.early_kv, before the PDL wait: the warp's first ST tiles that hold only keys before the row's own
-// position pos (s1 = pos + 1), issued into their stages (uncommitted); returns them as bits. Only for a row that is
+// Route paged.early_kv, before the PDL wait: the warp's first ST tiles of the slice [s0, s1) that end before s1 - 1,
+// so hold only keys before the row's own position pos (s1 <= pos + 1; a middle split's last tile waits too, as
+// measured: the position itself is the exact bound), issued into their stages (uncommitted); returns them as bits.
+// Only for a row that is
 // its sequence's one row of the step (not in a run): its keys before pos were stored by earlier steps, the key at
 // pos by the kernel before this one (qk_norm_rope_store), which this one has not waited for. The slots come from the
 // block table, the sequence and the position, which the host staged before the step.
