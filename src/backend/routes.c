@@ -121,9 +121,6 @@ static void now_moe_act_scale(const fm_routes *r, char *b, size_t n) {
 static void now_router_cluster(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", fm_routes_router_cluster(r) ? "E <= 128" : "off");
 }
-static void now_w4a8_early_l2(const fm_routes *r, char *b, size_t n) {
-    snprintf(b, n, "%s", on_off(fm_routes_w4a8_early_l2(r)));
-}
 static void now_paged_early_kv(const fm_routes *r, char *b, size_t n) {
     snprintf(b, n, "%s", on_off(fm_routes_paged_early_kv(r)));
 }
@@ -581,22 +578,16 @@ static const route_key route_keys[] = {
      "8 tokens 0.072 -> 0.068 ms (docs/RESULTS.md 2.39)",
      now_w4a8_early_codes},
     {"paged.early_kv", FIELD(paged_early_kv), "auto|on|off", SWITCH_WORDS, "on",
-     "paged attention's split kernel loading its first tiles of past keys before its PDL wait",
-     "paged attention's split kernel (decode rows) under PDL (`pdl`) waits at its top for the kernel before it, "
+     "paged attention's decode kernels loading their first tiles of past keys before their PDL wait",
+     "paged attention's decode kernels (the split kernel and `paged.swap`'s) under PDL (`pdl`) wait at their top for "
+     "the kernel before them, "
      "which stores the step's own key and value. The keys before a row's position were stored by earlier steps, and "
      "its slots come from the block table, sequences and positions the host staged before the step: `on` lets each "
      "CTA of a row that is its sequence's only row of the step issue the loads of its first tiles of those keys "
-     "(each warp's first two stages, where every key of a tile is before the position) before the wait, so that "
+     "(each warp's first stages, where every key of a tile is before the position) before the wait, so that "
      "they load while the kernel before it finishes. The same bits either way. `auto` is `on`: on an H100 fp8 "
      "decode B = 1 -1.3 %, B = 8 -1.0 %, B = 64 -0.9 % (docs/RESULTS.md 2.39)",
      now_paged_early_kv},
-    {"w4a8.early_l2", FIELD(w4a8_early_l2), "auto|on|off", SWITCH_WORDS, "off",
-     "with w4a8.early_codes, the rest of a CTA's weight codes prefetched into L2 before its PDL wait",
-     "where `w4a8.early_codes` lets a W4A8 GEMM's CTA issue its first weight codes before its PDL wait, `on` also "
-     "prefetches the rest of its codes (each of its 16-row blocks' later 128-groups, contiguous) into L2 there "
-     "(`cp.async.bulk.prefetch.L2`, sm_90), so that the loads after the wait find them on chip. The same bits either "
-     "way. `auto` is `off` until measured on a GPU",
-     now_w4a8_early_l2},
 };
 #define N_KEYS (sizeof route_keys / sizeof *route_keys)
 
@@ -873,11 +864,6 @@ bool fm_routes_attn_persistent(const fm_routes *r) { return r->attn_persistent =
 #define PAGED_EARLY_KV_BY_DEFAULT true
 bool fm_routes_paged_early_kv(const fm_routes *r) {
     return r->paged_early_kv == FM_ROUTE_ON || (r->paged_early_kv == FM_ROUTE_AUTO && PAGED_EARLY_KV_BY_DEFAULT);
-}
-/* auto: off until measured on a GPU (built in the forty-sixth session, bench/NOTES.md) */
-#define W4A8_EARLY_L2_BY_DEFAULT false
-bool fm_routes_w4a8_early_l2(const fm_routes *r) {
-    return r->w4a8_early_l2 == FM_ROUTE_ON || (r->w4a8_early_l2 == FM_ROUTE_AUTO && W4A8_EARLY_L2_BY_DEFAULT);
 }
 /* auto: on (an H100: fp8 decode B = 8 -1.8 %, B = 64 -1.2 %, docs/RESULTS.md 2.39); the wgmma kernel's alone */
 #define W4A8_EARLY_CODES_BY_DEFAULT true

@@ -129,7 +129,6 @@ typedef struct fm_routes {
     int32_t w4a8_splits;      /* w4a8.splits: 0 auto, FM_ROUTE_W4A8_SPLITS_FILL, or 1, 2, 4, 8 */
     int32_t w4a8_early_codes; /* w4a8.early_codes: fm_route_switch */
     int32_t paged_early_kv;   /* paged.early_kv: fm_route_switch */
-    int32_t w4a8_early_l2;    /* w4a8.early_l2: fm_route_switch */
 } fm_routes;
 
 /* Rows per tile of the grouped W4A8 GEMM (w4a8_gemm.cu, w4a8_workspace.h). */
@@ -283,9 +282,6 @@ bool fm_routes_w4a8_early_codes(const fm_routes *r);
 /* Paged attention's split kernel issuing its first tiles of the keys earlier steps stored before its PDL wait
  * (paged.early_kv) */
 bool fm_routes_paged_early_kv(const fm_routes *r);
-/* With w4a8.early_codes, the rest of the CTA's weight codes prefetched into L2 before the PDL wait too
- * (w4a8.early_l2) */
-bool fm_routes_w4a8_early_l2(const fm_routes *r);
 /* A decode step's attention block for one token (B = 1: the QKV GEMV, q/k norm + RoPE + cache store, paged attention
  * and its combine, the o GEMV, residual add and next RMSNorm) as one persistent launch whose phases meet at grid
  * barriers (attn_decode_block.cu), instead of eight launches; the same bits. int4-tc projections on the decode GEMVs,

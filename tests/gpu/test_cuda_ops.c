@@ -717,12 +717,13 @@ static void paged_check(fm_preset preset, gpu_paged *pp, bool norm, const char *
     snprintf(w2, sizeof w2, "attention_paged_runs %s", what); /* the tiled kernel for the chunk's rows (bf16) */
     gpu_expect_close(r[3].att, r[0].att, T * nh * hd, reduction_bound(&b), w2);
     /* route paged.combine: the split kernel's last CTA merges the splits (fused) with the bits of the combine kernel;
-       route paged.early_kv: the split kernel's first tiles of past keys loaded before its PDL wait, with the bits of
-       the loads after it (a decode step's store just before it: test_cuda_generate under the route); for
-       attention_paged and for the split kernel's rows of attention_paged_runs */
-    const char *pairs[2][2] = {{"paged.combine=kernel", "paged.combine=fused"},
-                               {"paged.early_kv=off", "paged.early_kv=on"}};
-    for (int pr = 0; pr < 2; pr++) {
+       route paged.early_kv: the split kernel's (and paged.swap's) first tiles of past keys loaded before its PDL
+       wait, with the bits of the loads after it (a decode step's store just before it: test_cuda_generate under the
+       route); for attention_paged and for the split kernel's rows of attention_paged_runs */
+    const char *pairs[3][2] = {{"paged.combine=kernel", "paged.combine=fused"},
+                               {"paged.early_kv=off", "paged.early_kv=on"},
+                               {"paged.swap=on,paged.early_kv=off", "paged.swap=on,paged.early_kv=on"}};
+    for (int pr = 0; pr < 3; pr++) {
         fm_backend *forms[2] = {cuda_with_route(&b, pairs[pr][0]), cuda_with_route(&b, pairs[pr][1])};
         for (int runs = 0; runs < 2; runs++) {
             paged_out f[2];
@@ -1175,18 +1176,24 @@ static void paged_e4m3_check(gpu_paged *pp, const char *what) {
     expect_same_bits(sw[1], sw[0], n_out, w);
     free(sw[0]), free(sw[1]), free(sw[2]);
 
-    /* (e) route paged.early_kv (the split kernel's first tiles of past keys before its PDL wait): the default
-       routes' bits, alone and beside the tiled kernel */
-    {
-        fm_backend *be = cuda_with_route(&b, "paged.early_kv=on");
-        float *ek = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
-        float *ek_runs = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
-        snprintf(w, sizeof w, "attention_paged e4m3 paged.early_kv=on == default routes %s", what);
-        expect_same_bits(ek, e8[2], n_out, w);
-        snprintf(w, sizeof w, "attention_paged_runs e4m3 paged.early_kv=on == default routes %s", what);
-        expect_same_bits(ek_runs, runs8[2], n_out, w);
-        free(ek), free(ek_runs);
-        be->ops->destroy(be);
+    /* (e) route paged.early_kv (the first tiles of past keys before the PDL wait), on the split kernel and on
+       paged.swap's (one and two tiles an iteration): on with the bits of off, alone and beside the tiled kernel */
+    const char *early[3][2] = {{"paged.early_kv=off", "paged.early_kv=on"},
+                               {"paged.swap=on,paged.early_kv=off", "paged.swap=on,paged.early_kv=on"},
+                               {"paged.swap=x2,paged.early_kv=off", "paged.swap=x2,paged.early_kv=on"}};
+    for (int k = 0; k < 3; k++) {
+        float *ek[2], *ek_runs[2];
+        for (int on = 0; on < 2; on++) {
+            fm_backend *be = cuda_with_route(&b, early[k][on]);
+            ek[on] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, false);
+            ek_runs[on] = e4m3_attend(be, &p, c[0].q, k8, v8, FM_KV_E4M3, true);
+            be->ops->destroy(be);
+        }
+        snprintf(w, sizeof w, "attention_paged e4m3 %s == %s %s", early[k][1], early[k][0], what);
+        expect_same_bits(ek[1], ek[0], n_out, w);
+        snprintf(w, sizeof w, "attention_paged_runs e4m3 %s == %s %s", early[k][1], early[k][0], what);
+        expect_same_bits(ek_runs[1], ek_runs[0], n_out, w);
+        free(ek[0]), free(ek[1]), free(ek_runs[0]), free(ek_runs[1]);
     }
 
     /* the cpu's emulation: its caches hold its roped rows' values, the same through both ops; attention close */

@@ -752,36 +752,31 @@ static void dense_quant_case(int64_t M, int64_t K, int64_t N) {
  * (I = 72) or two (I = 200) 128-groups, fewer than the three stages issued early; an NVFP4 dispatch (its gate|up GEMM
  * expands FP4, the down GEMM reads e4m3 h). Each run twice (run_end), so a CTA that read a stale tile would show.
  * The dense projections on the GEMM (from 17 rows), its K split over a cluster and not: q|k|v and o of Qwen3-30B-A3B
- * and projections of two and of one and a part K groups. Each with w4a8.early_l2 off and on. */
+ * and projections of two and of one and a part K groups. */
 static void test_w4a8_early_codes(void **s) {
     (void)s;
-    const char *off = "w4a8.early_codes=off", *grouped = "moe.gemv=off";
-    /* the first codes alone, and with the rest prefetched into L2 (w4a8.early_l2) */
-    const char *ons[2] = {"w4a8.early_codes=on,w4a8.early_l2=off", "w4a8.early_codes=on,w4a8.early_l2=on"};
-    for (int v = 0; v < 2; v++) {
-        const char *on = ons[v];
-        const int64_t Tq[] = {8, 64, 300, 2048};
-        for (int i = 0; i < 4; i++)
-            same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Tq[i], 128, 8, 2048, 768);
-        const int64_t Ts[] = {3, 40};
-        for (int i = 0; i < 2; i++) {
-            same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 8, 2, 200, 72);
-            same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 13, 5, 384, 200);
+    const char *off = "w4a8.early_codes=off", *on = "w4a8.early_codes=on", *grouped = "moe.gemv=off";
+    const int64_t Tq[] = {8, 64, 300, 2048};
+    for (int i = 0; i < 4; i++)
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Tq[i], 128, 8, 2048, 768);
+    const int64_t Ts[] = {3, 40};
+    for (int i = 0; i < 2; i++) {
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 8, 2, 200, 72);
+        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_PRESET, grouped, off, on, Ts[i], 13, 5, 384, 200);
+    }
+    same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, grouped, off, on, 8, 8, 2, 256, 72);
+    const char *splits[] = {"fill", "1"};
+    const int64_t Ms[] = {17, 64, 300};
+    for (int sp = 0; sp < 2; sp++) {
+        char r_off[200], r_on[200];
+        snprintf(r_off, sizeof r_off, "w4a8.gemv_max_m=16,w4a8.splits=%s,%s", splits[sp], off);
+        snprintf(r_on, sizeof r_on, "w4a8.gemv_max_m=16,w4a8.splits=%s,%s", splits[sp], on);
+        for (int i = 0; i < 3; i++) {
+            dense_routes_case(r_off, r_on, Ms[i], 2048, 5120);
+            dense_routes_case(r_off, r_on, Ms[i], 4096, 2048);
         }
-        same_bits_case(FM_PRESET_FP8, FM_DISPATCH_NVFP4, grouped, off, on, 8, 8, 2, 256, 72);
-        const char *splits[] = {"fill", "1"};
-        const int64_t Ms[] = {17, 64, 300};
-        for (int sp = 0; sp < 2; sp++) {
-            char r_off[200], r_on[200];
-            snprintf(r_off, sizeof r_off, "w4a8.gemv_max_m=16,w4a8.splits=%s,%s", splits[sp], off);
-            snprintf(r_on, sizeof r_on, "w4a8.gemv_max_m=16,w4a8.splits=%s,%s", splits[sp], on);
-            for (int i = 0; i < 3; i++) {
-                dense_routes_case(r_off, r_on, Ms[i], 2048, 5120);
-                dense_routes_case(r_off, r_on, Ms[i], 4096, 2048);
-            }
-            dense_routes_case(r_off, r_on, 40, 256, 384);
-            dense_routes_case(r_off, r_on, 40, 200, 208);
-        }
+        dense_routes_case(r_off, r_on, 40, 256, 384);
+        dense_routes_case(r_off, r_on, 40, 200, 208);
     }
 }
 

@@ -239,7 +239,7 @@ static void apg_run(const bf16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t
         a.splits = fm_cuda_attention_paged_split_count(T, nh, nkv, hd, kv, max_len, split_waves);
     }
     a.skip_runs = skip_runs;
-    a.early = early_kv && pdl && !swap; /* the split kernel's (route paged.early_kv), under PDL */
+    a.early = early_kv && pdl; /* route paged.early_kv, under PDL (the split and the swapped kernels) */
     a.sl2 = (float)(1.4426950408889634 / sqrt((double)hd));
     a.row_b = e4m3 ? fm_kv_e4m3_row_bytes(nkv, hd) : (int64_t)nkv * hd;
     if (a.splits > 1 && (!scratch || (uintptr_t)scratch % 16 != 0))

@@ -27,10 +27,10 @@ extern "C" {
 // violation stops with a message): hd a multiple of 16 in [16, 256], nh % nkv == 0, nh <= 65535, 16-byte aligned qkv
 // and caches. The table entries a token reads are not checked on the device: they must be valid blocks. pdl: its
 // kernels launched with programmatic dependent launch (pdl.cuh; fm_routes_pdl of the caller's route table).
-// early_kv (with pdl, the split kernel): each CTA of a row that is its sequence's only row of the step issues its
-// first tiles of the keys before the row's position before its PDL wait: those earlier steps stored; the key at the
-// position is the kernel before this one's to store (route paged.early_kv). The sequences, positions and tables must
-// then be the host's (staged before the step), not an earlier kernel's output.
+// early_kv (with pdl; the split and the swapped kernels): each CTA of a row that is its sequence's only row of the step
+// issues its first tiles of the keys before the row's position before its PDL wait: those earlier steps stored; the key
+// at the position is the kernel before this one's to store (route paged.early_kv). The sequences, positions and tables
+// must then be the host's (staged before the step), not an earlier kernel's output.
 extern "C" void fm_cuda_attention_paged(const __nv_bfloat16 *qkv, int64_t T, int32_t nh, int32_t nkv, int32_t hd,
                                         const void *k_cache, const void *v_cache, fm_kv_dtype kv,
                                         const int32_t *tok_seq, const int32_t *tok_pos, const int32_t *tables,

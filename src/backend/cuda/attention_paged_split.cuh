@@ -38,8 +38,8 @@ typedef struct apg_args {
     int nh, nkv, qgroups, max_blocks, block_tokens, splits;
     int bt_shift;  // log2(block_tokens) for a power of two, else -1 (apg_slot_of)
     int skip_runs; // the rows in runs belong to the tiled kernel (attention_paged_tiled.cu): exit at once
-    int early;     // the kernel has not waited (PDL) yet: apg_split_cta waits, having issued the loads of the keys
-                   // earlier steps stored (route paged.early_kv; the split kernel only)
+    int early;     // the kernel has not waited (PDL) yet: apg_split_cta (the swapped kernel likewise) waits, having
+                   // issued the loads of the keys earlier steps stored (route paged.early_kv)
     float sl2;     // log2(e) / sqrt(hd)
     int64_t row_b; // e4m3: bytes of a slot's row, fm_kv_e4m3_row_bytes(nkv, hd) (the bf16 form: nkv hd elements)
 } apg_args;
@@ -305,24 +305,23 @@ static __device__ __forceinline__ void apg_start_loads(const apg_args &a, uint32
     }
 }
 
-// Route paged.early_kv, before the PDL wait: the warp's first ST tiles of the slice [s0, s1) that end before s1 - 1,
-// so hold only keys before the row's own position pos (s1 <= pos + 1; a middle split's last tile waits too, as
-// measured: the position itself is the exact bound), issued into their stages (uncommitted); returns them as bits.
-// Only for a row that is
-// its sequence's one row of the step (not in a run): its keys before pos were stored by earlier steps, the key at
-// pos by the kernel before this one (qk_norm_rope_store), which this one has not waited for. The slots come from the
-// block table, the sequence and the position, which the host staged before the step.
+// Route paged.early_kv, before the PDL wait: those of the warp's first ST tiles of the slice [s0, s1) whose keys all
+// lie before the row's own position pos (a tile loads keys [j0, min(j0 + 16, s1)): every tile of a split that ends
+// before pos, the last split's but the one with pos), issued into their stages (uncommitted); returns them as bits.
+// Only for a row that is its sequence's one row of the step (not in a run): its keys before pos were stored by
+// earlier steps, the key at pos by the kernel before this one (qk_norm_rope_store), which this one has not waited
+// for. The slots come from the block table, the sequence and the position, which the host staged before the step.
 template <int HD, bool E4M3, int ST, int STAGE>
 static __device__ __forceinline__ unsigned apg_early_loads(const apg_args &a, uint32_t wst, int64_t T, int64_t t,
                                                            const int32_t *table, int64_t kv_ld, int kvh, int s0, int s1,
                                                            int nw, int tid) {
     if (apg_in_run(a.tok_seq, T, t)) return 0u;
-    const int warp = tid >> 5, lane = tid & 31;
+    const int warp = tid >> 5, lane = tid & 31, pos = a.tok_pos[t];
     unsigned issued = 0u;
 #pragma unroll
     for (int st = 0; st < ST; st++) {
         const int j0 = s0 + (warp + APG_WARPS * st) * 16;
-        if (st < nw && j0 + 16 <= s1 - 1) {
+        if (st < nw && min(j0 + 16, s1) <= pos) {
             apg_load_stage<HD, E4M3>(a, wst + st * STAGE, table, kv_ld, kvh, j0, s1, lane);
             issued |= 1u << st;
         }

@@ -66,26 +66,38 @@ __global__ void __launch_bounds__(APG_THREADS, E4M3 &&HD <= 128 && TPI == 1 ? 4 
     constexpr int KS = HD / 16, MT = HD / 16, ST = SH::ST; // k steps of S; m tiles of O
     extern __shared__ __align__(128) unsigned char aps_smem[];
     __shared__ unsigned qmax, arrived;
-    pdl_wait();
+    if (!a.early) pdl_wait(); /* else below, after the loads of keys earlier steps stored; every path waits */
     const int64_t T = gridDim.x, t = blockIdx.x;
     const int Y = gridDim.y, y = blockIdx.y, split = blockIdx.z;
     const uint32_t sq = (uint32_t)__cvta_generic_to_shared(aps_smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int G = a.nh / a.nkv, kvh = y, h0 = kvh * G, nq = G; // G <= APS_G (the launcher)
-    if (a.skip_runs && apg_in_run(a.tok_seq, T, t)) return;
+    if (a.skip_runs && apg_in_run(a.tok_seq, T, t)) {
+        if (a.early) pdl_wait();
+        return;
+    }
     const int len = a.tok_pos[t] + 1;
     const int chunk = apg_chunk(len, a.splits);
     const int s0 = split * chunk;
-    if (s0 >= len) return; // a split past this token's context (the combine knows: it counts the same way)
+    if (s0 >= len) { // a split past this token's context (the combine knows: it counts the same way)
+        if (a.early) pdl_wait();
+        return;
+    }
     const int s1 = min(len, s0 + chunk);
     const int32_t *table = a.tables + (int64_t)a.tok_seq[t] * a.max_blocks;
     const int64_t kv_ld = (int64_t)a.nkv * HD;
     const int ntiles = (s1 - s0 + 15) / 16;
     const int nw = ntiles > warp ? (ntiles - warp + APG_WARPS - 1) / APG_WARPS : 0; // this warp's tiles
     const uint32_t wbuf = sq + SH::TILE + (uint32_t)(warp * SH::WARP), wst = wbuf + (E4M3 ? SH::TILE : 0);
+    // route paged.early_kv: the first tiles of keys earlier steps stored, before the wait (as the split kernel's)
+    unsigned issued = 0u;
+    if (a.early) {
+        issued = apg_early_loads<HD, E4M3, ST, SH::STAGE>(a, wst, T, t, table, kv_ld, kvh, s0, s1, nw, tid);
+        pdl_wait();
+    }
     // the query rows (8: the N of the products), then the first ST tiles; tile i's loads are group 1 + i
-    apg_start_loads<HD, E4M3, APS_G, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid, 0u);
+    apg_start_loads<HD, E4M3, APS_G, ST, SH::STAGE>(a, sq, wst, t, h0, nq, table, kv_ld, kvh, s0, s1, nw, tid, issued);
     if (E4M3 && tid == 0) qmax = 0;
     att_cp_wait<ST>();
     __syncthreads(); // Q landed

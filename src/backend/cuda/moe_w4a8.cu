@@ -26,7 +26,6 @@ static void grouped_gemms(cuda_backend *be, const fm_bank *gate_up, const fm_ban
     a.w = gate_up, a.wgmma = fm_routes_w4a8_wgmma(r), a.x = b.x8, a.xs = b.xs, a.xsum = b.xsum, a.lds = P;
     a.codes_staged = fm_routes_w4a8_codes_staged(r, (uint64_t)P, (uint64_t)E), a.pdl = fm_routes_pdl(r);
     a.early_codes = fm_routes_w4a8_early_codes(r); /* the down GEMM's (its tiles the dispatch's: tiles_early) */
-    a.early_l2 = fm_routes_w4a8_early_l2(r);
     a.tiles = b.tiles, a.n_tiles = b.n_tiles, a.max_tiles = (int64_t)fm_w4a8_max_tiles((uint64_t)P, (uint64_t)E, bn);
     a.tile_rows = (int32_t)bn; /* as the dispatch planned them */
     a.dispatch = fmt, a.xts = b.amax ? (const float *)b.amax + 1 : NULL,
@@ -393,7 +392,6 @@ void fm_cuda_w4a8_linear_gemm(cuda_backend *be, const fm_bank *w, int32_t idx, c
     a.w = w, a.wgmma = fm_routes_w4a8_wgmma(&be->routes), a.x = x8, a.xs = xs, a.xsum = xsum, a.lds = M;
     a.codes_staged = fm_routes_w4a8_codes_staged(&be->routes, (uint64_t)M, 1), a.pdl = fm_routes_pdl(&be->routes);
     a.early_codes = fm_routes_w4a8_early_codes(&be->routes); /* dense tiling: every tile known before the wait */
-    a.early_l2 = fm_routes_w4a8_early_l2(&be->routes);
     a.m_dense = M, a.dense_matrix = idx, a.max_tiles = fm_ceil_div(M, FM_W4A8_BN);
     a.epilogue = FM_W4A8_OUT_BF16, a.y = y, a.ldy = w->rows;
     /* route w4a8.splits: K over a cluster of CTAs a tile (the wgmma kernel's; the mma.sync kernel runs all of K) */

@@ -154,7 +154,7 @@ void fm_cuda_w4a8_gemm(const fm_w4a8_args *a, cudaStream_t s) {
     p.tiles = a->tiles, p.n_tiles = a->n_tiles, p.m_dense = a->m_dense, p.dense_matrix = a->dense_matrix;
     p.y = a->y, p.ldy = a->ldy, p.row_map = a->row_map;
     p.h = a->h, p.ldh = a->ldh, p.hs = a->hs, p.hsum = a->hsum, p.ldhs = a->ldhs, p.pdl = a->pdl;
-    p.tiles_early = a->tiles_early, p.early_codes = a->early_codes, p.early_l2 = a->early_l2;
+    p.tiles_early = a->tiles_early, p.early_codes = a->early_codes;
     const dim3 grid((unsigned)fm_ceil_div(w->rows_pad, BM), (unsigned)a->max_tiles, split ? (unsigned)a->splits : 1u);
     if (split) launch_split(a, p, grid, s);
     else if (a->tile_rows == FM_W4A8_BN_SMALL) launch_epilogue<FM_W4A8_BN_SMALL>(a, p, grid, s);

@@ -27,8 +27,6 @@ typedef struct fm_w4a8_args {
     // the wgmma kernel's CTAs whose tile is known before the PDL wait (dense tiling, or tiles_early) issue their
     // first weight codes before it (fm_routes_w4a8_early_codes)
     bool early_codes;
-    bool early_l2;     // with early_codes: the rest of the CTA's codes prefetched into L2 before the wait too
-                       // (fm_routes_w4a8_early_l2)
     const uint8_t *x;  // e4m3 activations [slots][w->ld] (K padded to 128 with zeros)
     const float *xs;   // activation scales [w->n_groups][lds]
     const float *xsum; // int4-zp-tc banks: the activation group sums (scale x sum of codes), as xs

@@ -51,7 +51,6 @@ typedef struct gemm_params {
     bool pdl; // the host's launch with programmatic dependent launch (fm_w4a8_args.pdl); the kernels wait at their top
     bool tiles_early; // fm_w4a8_args.tiles_early: the tile list may be read before the wait (through L2)
     bool early_codes; // fm_w4a8_args.early_codes: the first codes before the wait where the tile is known
-    bool early_l2;    // fm_w4a8_args.early_l2: and the rest of them prefetched into L2 there
 } gemm_params;
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -64,14 +63,6 @@ static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, 
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
-// bytes (a multiple of 16, 16-byte aligned) from src into L2, asynchronously (sm_90's bulk prefetch)
-static __device__ __forceinline__ void prefetch_l2_bulk(const void *src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#else
-    (void)src, (void)bytes;
-#endif
-}
 template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }

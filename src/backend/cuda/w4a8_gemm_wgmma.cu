@@ -117,16 +117,6 @@ static __global__ __launch_bounds__(THREADS,
         for (int st = 0; st < S - 1; st++)
             if (KG > st) load_codes<WK>(cl, st, code_smem + st * code_stage<WK>::bytes);
     }
-    /* early_l2 (route w4a8.early_l2): the rest of the CTA's codes, its 16 blocks' groups past those just issued
-       (contiguous a block: [group][chunk]), prefetched into L2 by one thread a block */
-    constexpr int FIRST = CS ? S - 1 : 1;
-    if (early && p.early_l2 && KG > FIRST && (int)threadIdx.x < BM / 16) {
-        const int64_t b = (int64_t)blockIdx.x * (BM / 16) + threadIdx.x;
-        if (b < p.rows_pad / 16)
-            prefetch_l2_bulk(p.wq + (((int64_t)tile.expert * (p.rows_pad / 16) + b) * p.n_groups + G0 + FIRST) *
-                                        wk_shape<WK>::chunk,
-                             (uint32_t)((KG - FIRST) * wk_shape<WK>::chunk));
-    }
     if (early) pdl_wait();
     const float ts = AF == FM_W4A8_DISPATCH_NV ? *p.xts : 1.0f;
 
